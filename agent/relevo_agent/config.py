@@ -1,0 +1,46 @@
+"""relevo-agent's TOML configuration."""
+
+from __future__ import annotations
+
+import socket
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class AgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
+    region: str = Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")
+    capacity: int = 2
+    workspace_root: Path = Path("~/relevo/workspaces")
+    journal: Path = Path("~/relevo/journal.sqlite3")
+    # A local stack.json, or the explicit names below for a deployed stack.
+    stack_file: Path | None = None
+    table_name: str | None = None
+    queue_url: str | None = None
+    aws_region: str | None = None
+    # Names of environment variables whose values are secrets (masked in logs).
+    mask: tuple[str, ...] = ()
+    poll_wait_sec: int = Field(default=20, ge=0, le=20)
+    kill_grace_sec: float = Field(default=10.0, ge=0)
+
+    @field_validator("capacity")
+    @classmethod
+    def _at_least_one(cls, value: int) -> int:
+        return max(1, value)
+
+    @classmethod
+    def load(cls, path: Path) -> "AgentConfig":
+        data = tomllib.loads(path.read_text())
+        config = cls.model_validate(data)
+        base = path.parent
+        updates = {
+            "workspace_root": (base / config.workspace_root.expanduser()).resolve(),
+            "journal": (base / config.journal.expanduser()).resolve(),
+        }
+        if config.stack_file is not None:
+            updates["stack_file"] = (base / config.stack_file.expanduser()).resolve()
+        return config.model_copy(update=updates)

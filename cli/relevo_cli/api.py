@@ -1,0 +1,62 @@
+"""The Relevo API as the CLI sees it: SigV4-signed requests (IAM), JSON in and out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import requests
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+
+from relevo_core.stackfile import StackInfo
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: Any) -> None:
+        code = body.get("error") if isinstance(body, dict) else None
+        message = body.get("message") if isinstance(body, dict) else str(body)
+        super().__init__(f"{status} {code or ''} {message}".strip())
+        self.status = status
+        self.code = code
+        self.body = body
+
+
+@dataclass
+class RelevoApi:
+    base_url: str
+    region: str
+    session: boto3.session.Session
+
+    @classmethod
+    def for_stack(cls, stack: StackInfo) -> "RelevoApi":
+        return cls(stack.api_url.rstrip("/"), stack.region, boto3.session.Session(region_name=stack.region))
+
+    def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        url = self.base_url + path
+        data = json.dumps(body).encode() if body is not None else b""
+        prepared = requests.Request(method, url, params=params).prepare()
+        signed = AWSRequest(method=method, url=prepared.url, data=data, headers={"Content-Type": "application/json"})
+        credentials = self.session.get_credentials()
+        if credentials is None:
+            raise RuntimeError("no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID")
+        SigV4Auth(credentials.get_frozen_credentials(), "execute-api", self.region).add_auth(signed)
+        response = requests.request(method, prepared.url, data=data, headers=dict(signed.headers), timeout=30)
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = response.text
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, payload)
+        return payload
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{job_id}")
+
+    def put_project(self, project_id: str, project: dict[str, Any]) -> dict[str, Any]:
+        return self.request("PUT", f"/projects/{project_id}", project)
+
+    def get_project(self, project_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/projects/{project_id}")

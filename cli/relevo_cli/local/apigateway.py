@@ -1,0 +1,188 @@
+"""The local stand-in for API Gateway: routes each `Api` event of the template to its function
+with the REST API proxy event AWS would send (raw body, headers, path parameters, and the
+caller's IAM identity taken from the request's SigV4 credentials)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+_CREDENTIAL = re.compile(r"Credential=([A-Z0-9a-z]+)/")
+MAX_PAYLOAD = 10 * 1024 * 1024  # API Gateway's own payload limit
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # the template's path, e.g. /webhooks/github/{project_id}
+    iam: bool
+    function: str
+    pattern: re.Pattern[str]
+
+    @classmethod
+    def of(cls, method: str, path: str, iam: bool, function: str) -> "Route":
+        regex = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(path))
+        return cls(method, path, iam, function, re.compile(f"^{regex}$"))
+
+
+class ApiAdapter:
+    def __init__(
+        self,
+        routes: list[Route],
+        invoke: Callable[[str, dict[str, Any]], Any],
+        identity_for: Callable[[str], dict[str, str]],
+        stage: str,
+        api_id: str,
+        account_id: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.routes = routes
+        self.invoke = invoke
+        self.identity_for = identity_for
+        self.stage = stage
+        self.api_id = api_id
+        self.account_id = account_id
+        adapter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # quiet: the functions log
+                return
+
+            def _serve(self) -> None:
+                status, headers, body = adapter.handle(
+                    self.command, self.path, dict(self.headers.items()), self._read_body(), self.client_address[0]
+                )
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _read_body(self) -> bytes:
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}/{self.stage}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def handle(
+        self, method: str, raw_path: str, headers: dict[str, str], body: bytes, source_ip: str
+    ) -> tuple[int, dict[str, str], bytes]:
+        url = urlsplit(raw_path)
+        prefix = f"/{self.stage}"
+        if not (url.path == prefix or url.path.startswith(prefix + "/")):
+            return _gateway_error(403, "Missing Authentication Token")
+        path = url.path[len(prefix):] or "/"
+        if len(body) > MAX_PAYLOAD:
+            return _gateway_error(413, "Request Too Long")
+        for route in self.routes:
+            match = route.pattern.match(path)
+            if not match or route.method != method:
+                continue
+            identity = {"sourceIp": source_ip, "userAgent": headers.get("User-Agent", "")}
+            if route.iam:
+                found = _CREDENTIAL.search(headers.get("Authorization", ""))
+                if not found:
+                    # What API Gateway answers for an unsigned request to an IAM route.
+                    return _gateway_error(403, "Missing Authentication Token")
+                identity.update(self.identity_for(found.group(1)))
+            event = self._event(route, method, path, url.query, headers, body, match.groupdict(), identity)
+            try:
+                response = self.invoke(route.function, event)
+            except Exception as exc:  # a crashed function is API Gateway's 502, logged like Lambda's
+                sys.stderr.write(f"{method} {path} -> 502: {exc}\n")
+                return _gateway_error(502, "Internal server error")
+            return _proxy_response(response)
+        return _gateway_error(403, "Missing Authentication Token")
+
+    def _event(
+        self,
+        route: Route,
+        method: str,
+        path: str,
+        query: str,
+        headers: dict[str, str],
+        body: bytes,
+        path_parameters: dict[str, str],
+        identity: dict[str, str],
+    ) -> dict[str, Any]:
+        multi_query = parse_qs(query, keep_blank_values=True)
+        try:
+            text, is_base64 = body.decode("utf-8"), False
+        except UnicodeDecodeError:
+            text, is_base64 = base64.b64encode(body).decode(), True
+        multi_headers: dict[str, list[str]] = {}
+        for name, value in headers.items():
+            multi_headers.setdefault(name, []).append(value)
+        now = time.time()
+        return {
+            "resource": route.path,
+            "path": path,
+            "httpMethod": method,
+            "headers": headers or None,
+            "multiValueHeaders": multi_headers or None,
+            "queryStringParameters": {k: v[-1] for k, v in multi_query.items()} or None,
+            "multiValueQueryStringParameters": multi_query or None,
+            "pathParameters": path_parameters or None,
+            "stageVariables": None,
+            "requestContext": {
+                "resourcePath": route.path,
+                "httpMethod": method,
+                "path": f"/{self.stage}{path}",
+                "stage": self.stage,
+                "accountId": self.account_id,
+                "apiId": self.api_id,
+                "protocol": "HTTP/1.1",
+                "requestId": str(uuid.uuid4()),
+                "requestTimeEpoch": int(now * 1000),
+                "requestTime": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+                "identity": identity,
+            },
+            "body": text if body else None,
+            "isBase64Encoded": is_base64,
+        }
+
+
+def _gateway_error(status: int, message: str) -> tuple[int, dict[str, str], bytes]:
+    return status, {"Content-Type": "application/json", "x-amzn-ErrorType": "GatewayError"}, json.dumps(
+        {"message": message}
+    ).encode()
+
+
+def _proxy_response(response: Any) -> tuple[int, dict[str, str], bytes]:
+    if not isinstance(response, dict) or "statusCode" not in response:
+        return _gateway_error(502, "Internal server error")
+    headers = {k: str(v) for k, v in (response.get("headers") or {}).items()}
+    for name, values in (response.get("multiValueHeaders") or {}).items():
+        headers[name] = ", ".join(str(v) for v in values)
+    body = response.get("body") or ""
+    data = base64.b64decode(body) if response.get("isBase64Encoded") else str(body).encode()
+    return int(response["statusCode"]), headers, data

@@ -1,0 +1,292 @@
+"""`relevo local up`: the whole cloud side of Relevo inside an embedded AWS emulator.
+
+moto runs in server mode on 127.0.0.1 with its Step Functions interpreter on; template.yaml is
+deployed through moto's CloudFormation after the same transforms `sam deploy` applies; API
+routes are served by the local API Gateway stand-in, each function in its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import requests
+
+from relevo_cli.local import deferred, template
+from relevo_cli.local.apigateway import ApiAdapter, Route
+from relevo_cli.local.lambda_runtime import FunctionRuntime
+from relevo_core.stackfile import StackInfo
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+ACCOUNT_ID = "123456789012"
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+def region_logical_suffix(region_affinity: str) -> str:
+    """How Fn::ForEach's &{Region} turns an affinity into a logical-id suffix."""
+    return re.sub(r"[^0-9a-zA-Z]+", "", region_affinity)
+
+
+class LocalStack:
+    def __init__(
+        self,
+        state_dir: Path,
+        stack_name: str = "relevo",
+        region: str = "us-east-1",
+        parameters: dict[str, str] | None = None,
+        root: Path = REPO_ROOT,
+        host: str = "127.0.0.1",
+        api_port: int = 0,
+        moto_port: int = 0,
+    ) -> None:
+        self.state_dir = state_dir
+        self.stack_name = stack_name
+        self.region = region
+        self.parameters = dict(parameters or {})
+        self.root = root
+        self.host = host
+        self.api_port = api_port
+        self.moto_port = moto_port
+        self._server: Any = None
+        self._runtimes: dict[str, FunctionRuntime] = {}
+        self._adapter: ApiAdapter | None = None
+        self._identities: dict[str, dict[str, str]] = {}
+        self.info: StackInfo | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> StackInfo:
+        for name in ("moto", "werkzeug", "botocore", "urllib3"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        from moto.server import ThreadedMotoServer
+
+        self._server = ThreadedMotoServer(ip_address=self.host, port=self.moto_port, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        # The Step Functions interpreter calls back into the server on MOTO_PORT.
+        os.environ["MOTO_PORT"] = str(port)
+        # The SAM translator reads the region from the environment.
+        os.environ["AWS_DEFAULT_REGION"] = self.region
+        requests.post(
+            f"{endpoint}/moto-api/config", json={"stepfunctions": {"execute_state_machine": True}}, timeout=10
+        ).raise_for_status()
+        session = boto3.session.Session(
+            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=self.region,
+        )
+        self._session = _EndpointSession(session, endpoint)
+        self.info = self._deploy(endpoint)
+        return self.info
+
+    def stop(self) -> None:
+        if self._adapter:
+            self._adapter.stop()
+        for runtime in self._runtimes.values():
+            runtime.stop()
+        if self._server:
+            self._server.stop()
+
+    # ------------------------------------------------------------------ deploy
+    def _deploy(self, endpoint: str) -> StackInfo:
+        sam = template.load_sam_template(self.root / "template.yaml", self.parameters)
+        bucket = f"{self.stack_name}-local-deployment"
+        s3 = self._session.client("s3")
+        s3.create_bucket(Bucket=bucket)
+        packaged = template.package(sam, self.root, s3, bucket)
+        pseudo = {
+            "AWS::StackName": self.stack_name,
+            "AWS::Region": self.region,
+            "AWS::AccountId": ACCOUNT_ID,
+            "AWS::Partition": "aws",
+        }
+        cfn = template.translate(packaged, {**self.parameters, **pseudo}, self._session.client("iam"))
+        template.fold_definition_substitutions(cfn)
+        from moto.cloudformation.parsing import get_model_map
+
+        cfn, later, not_emulated = deferred.split(cfn, set(get_model_map()))
+
+        cloudformation = self._session.client("cloudformation")
+        cloudformation.create_stack(
+            StackName=self.stack_name,
+            TemplateBody=json.dumps(cfn),
+            Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in self.parameters.items()],
+            Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
+        )
+        stack = _wait_for_stack(cloudformation, self.stack_name)
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+        physical: dict[str, str | None] = {}
+        paginator = cloudformation.get_paginator("list_stack_resources")
+        for page in paginator.paginate(StackName=self.stack_name):
+            for summary in page["StackResourceSummaries"]:
+                physical[summary["LogicalResourceId"]] = summary["PhysicalResourceId"]
+        physical.update(deferred.create(self._session, self.stack_name, later, outputs))
+        self._register_state_machines_with_interpreter(cfn, physical)
+        for logical_id in not_emulated:
+            physical[logical_id] = None
+        self._fill_layer_arns(sam, cfn, physical)
+
+        self._start_functions(sam, physical)
+        api_id = physical.get("Api") or "local"
+        stage = sam["Resources"].get("Api", {}).get("Properties", {}).get("StageName", "v1")
+        routes = [
+            Route.of(method, path, iam, fn.logical_id)
+            for fn in template.sam_functions(sam, self.root)
+            for method, path, iam in fn.routes
+        ]
+        self._adapter = ApiAdapter(
+            routes,
+            invoke=lambda name, event: self._runtimes[name].invoke(event),
+            identity_for=self._identity_for,
+            stage=stage,
+            api_id=str(api_id),
+            account_id=ACCOUNT_ID,
+            host=self.host,
+            port=self.api_port,
+        )
+        self._adapter.start()
+
+        regions = self.parameters.get("RegionAffinities") or sam["Parameters"]["RegionAffinities"]["Default"]
+        work_queues = {
+            region: str(physical[f"WorkQueue{region_logical_suffix(region)}"])
+            for region in [r.strip() for r in str(regions).split(",") if r.strip()]
+        }
+        info = StackInfo(
+            stack_name=self.stack_name,
+            aws_endpoint=endpoint,
+            api_url=self._adapter.url,
+            region=self.region,
+            resources=dict(sorted(physical.items())),
+            work_queues=work_queues,
+            not_emulated=not_emulated,
+        )
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_dir / "stack.json.tmp"
+        tmp.write_text(json.dumps(info.model_dump(), indent=2) + "\n")
+        tmp.replace(self.state_dir / "stack.json")
+        return info
+
+    def _register_state_machines_with_interpreter(self, cfn: dict[str, Any], physical: dict[str, str | None]) -> None:
+        """moto 5.2.5 keeps two Step Functions backends: its CloudFormation creates state machines
+        in the plain one, while with execute_state_machine on the API serves (and executes) only
+        the interpreter's. Register each stack-created machine, as CloudFormation resolved it,
+        with the interpreter through the public API, under the same name and hence the same ARN."""
+        from moto.stepfunctions.models import stepfunctions_backends
+
+        plain = stepfunctions_backends[ACCOUNT_ID][self.region]
+        sfn = self._session.client("stepfunctions")
+        for logical_id, resource in cfn["Resources"].items():
+            if resource["Type"] != "AWS::StepFunctions::StateMachine":
+                continue
+            machine = plain.describe_state_machine(str(physical[logical_id]))
+            created = sfn.create_state_machine(
+                name=machine.name,
+                definition=machine.definition,
+                roleArn=machine.roleArn,
+                type=resource["Properties"].get("StateMachineType", "STANDARD"),
+            )
+            if created["stateMachineArn"] != machine.arn:
+                raise RuntimeError(f"{logical_id}: interpreter ARN {created['stateMachineArn']} != {machine.arn}")
+
+    def _fill_layer_arns(self, sam: dict[str, Any], cfn: dict[str, Any], physical: dict[str, str | None]) -> None:
+        """SAM renames a layer to a content-hashed logical id, and the emulator reports no
+        physical id for it: name both by the layer version's ARN."""
+        lambda_client = self._session.client("lambda")
+        for logical_id, resource in sam["Resources"].items():
+            if resource["Type"] != "AWS::Serverless::LayerVersion":
+                continue
+            versions = [k for k, r in cfn["Resources"].items() if k.startswith(logical_id) and r["Type"] == "AWS::Lambda::LayerVersion"]
+            name = resource["Properties"].get("LayerName", versions[0] if versions else logical_id)
+            found = lambda_client.list_layer_versions(LayerName=name).get("LayerVersions", [])
+            arn = found[0]["LayerVersionArn"] if found else None
+            physical[logical_id] = arn
+            for version in versions:
+                physical[version] = arn
+
+    def _start_functions(self, sam: dict[str, Any], physical: dict[str, str | None]) -> None:
+        lambda_client = self._session.client("lambda")
+        layer_dirs = [
+            str((self.root / resource["Properties"]["ContentUri"]).resolve())
+            for resource in sam["Resources"].values()
+            if resource["Type"] == "AWS::Serverless::LayerVersion"
+        ]
+        for fn in template.sam_functions(sam, self.root):
+            config = lambda_client.get_function_configuration(FunctionName=str(physical[fn.logical_id]))
+            env = {
+                # Lambda environment values are strings; the emulator keeps Number parameters as ints.
+                **{k: str(v) for k, v in config.get("Environment", {}).get("Variables", {}).items()},
+                **LOCAL_CREDENTIALS,
+                "AWS_ENDPOINT_URL": self._session.endpoint,
+                "AWS_REGION": self.region,
+                "AWS_DEFAULT_REGION": self.region,
+                "AWS_LAMBDA_FUNCTION_NAME": config["FunctionName"],
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(config.get("MemorySize", 512)),
+                # No X-Ray daemon locally.
+                "POWERTOOLS_TRACE_DISABLED": "true",
+                "POWERTOOLS_METRICS_DISABLED": "true",
+            }
+            self._runtimes[fn.logical_id] = FunctionRuntime(
+                name=config["FunctionName"],
+                arn=config["FunctionArn"],
+                code_dir=str(fn.code_dir),
+                layer_dirs=layer_dirs,
+                handler=fn.handler,
+                env=env,
+                memory_mb=int(config.get("MemorySize", 512)),
+            )
+
+    def _identity_for(self, access_key: str) -> dict[str, str]:
+        """Who signed the request: STS answers for the access key, as IAM does for API Gateway."""
+        if access_key not in self._identities:
+            sts = boto3.client(
+                "sts",
+                endpoint_url=self._session.endpoint,
+                region_name=self.region,
+                aws_access_key_id=access_key,
+                aws_secret_access_key="unused-locally",
+            )
+            caller = sts.get_caller_identity()
+            self._identities[access_key] = {
+                "accessKey": access_key,
+                "accountId": caller["Account"],
+                "caller": caller["UserId"],
+                "user": caller["UserId"],
+                "userArn": caller["Arn"],
+            }
+        return self._identities[access_key]
+
+
+class _EndpointSession:
+    """A boto3 session whose clients all talk to the emulator."""
+
+    def __init__(self, session: boto3.session.Session, endpoint: str) -> None:
+        self._session = session
+        self.endpoint = endpoint
+
+    def client(self, service: str) -> Any:
+        return self._session.client(service, endpoint_url=self.endpoint)
+
+
+def _wait_for_stack(cloudformation: Any, name: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        stack = cloudformation.describe_stacks(StackName=name)["Stacks"][0]
+        status = stack["StackStatus"]
+        if status.endswith("_COMPLETE") and "ROLLBACK" not in status:
+            return stack
+        if "FAILED" in status or "ROLLBACK" in status:
+            reasons = [
+                f"{e['LogicalResourceId']}: {e.get('ResourceStatusReason')}"
+                for e in cloudformation.describe_stack_events(StackName=name)["StackEvents"]
+                if "FAILED" in e["ResourceStatus"]
+            ]
+            raise RuntimeError(f"stack {name} ended {status}: {'; '.join(reasons) or 'no reason given'}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"stack {name} still {status} after {timeout}s")
+        time.sleep(0.2)

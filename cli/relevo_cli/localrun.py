@@ -1,0 +1,95 @@
+"""Start and stop the local stack and agents as real processes (used by the demo and e2e tests)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from relevo_core.stackfile import StackInfo, load_stack
+
+
+class ProcessFailed(RuntimeError):
+    pass
+
+
+def _stop(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextmanager
+def local_stack(state_dir: Path, log_file: Path, extra_args: list[str] | None = None, timeout: float = 120) -> Iterator[StackInfo]:
+    """`relevo local up` in a child process; yields once its stack.json exists."""
+    stack_file = state_dir / "stack.json"
+    stack_file.unlink(missing_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "relevo_cli.main", "local", "up", "--state-dir", str(state_dir), *(extra_args or [])],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while not stack_file.exists():
+            if process.poll() is not None:
+                raise ProcessFailed(f"relevo local up exited with {process.returncode}; see {log_file}")
+            if time.monotonic() > deadline:
+                raise ProcessFailed(f"relevo local up not ready after {timeout}s; see {log_file}")
+            time.sleep(0.1)
+        yield load_stack(stack_file)
+    finally:
+        _stop(process)
+
+
+def write_agent_config(path: Path, stack_file: Path, region: str, agent_id: str, capacity: int = 1, poll_wait_sec: int = 20) -> Path:
+    workspace = path.parent / f"{agent_id}-workspaces"
+    path.write_text(
+        "\n".join(
+            [
+                f'agent_id = "{agent_id}"',
+                f'region = "{region}"',
+                f"capacity = {capacity}",
+                f'workspace_root = "{workspace}"',
+                f'journal = "{path.parent / (agent_id + "-journal.sqlite3")}"',
+                f'stack_file = "{stack_file}"',
+                f"poll_wait_sec = {poll_wait_sec}",
+                "",
+            ]
+        )
+    )
+    return path
+
+
+@contextmanager
+def agent_process(config: Path, log_file: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    with open(log_file, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "relevo_agent.cli", "run", "--config", str(config)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    try:
+        yield process
+    finally:
+        _stop(process, timeout=30)
+
+
+def random_commit() -> str:
+    return secrets.token_hex(20)

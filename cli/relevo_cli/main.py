@@ -1,0 +1,139 @@
+"""`relevo`: the operator CLI."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from relevo_cli.api import ApiError, RelevoApi
+from relevo_core.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
+
+app = typer.Typer(no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
+local_app = typer.Typer(no_args_is_help=True, help="The embedded local stack.")
+project_app = typer.Typer(no_args_is_help=True, help="The project registry.")
+app.add_typer(local_app, name="local")
+app.add_typer(project_app, name="project")
+console = Console()
+errors = Console(stderr=True)
+
+StackOption = typer.Option(None, "--stack-file", envvar="RELEVO_STACK_FILE", help="stack.json of the stack to use")
+
+
+def _stack(stack_file: Optional[Path]) -> StackInfo:
+    try:
+        stack = load_stack(stack_file)
+    except FileNotFoundError as exc:
+        errors.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    stack.apply_to_environment()
+    return stack
+
+
+def _fail(exc: ApiError) -> None:
+    errors.print(f"[red]{exc}[/red]")
+    raise typer.Exit(1)
+
+
+@local_app.command("up")
+def local_up(
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, "--state-dir", help="where stack.json is written"),
+    region_affinities: Optional[str] = typer.Option(None, help="comma-separated region affinities"),
+    queue_limit: Optional[int] = typer.Option(None, help="QueueLimit parameter"),
+    api_port: int = typer.Option(0, help="port of the local API (0: any free port)"),
+) -> None:
+    """Start the embedded AWS stack in the foreground until SIGINT or SIGTERM."""
+    from relevo_cli.local.stack import LocalStack
+
+    parameters = {}
+    if region_affinities:
+        parameters["RegionAffinities"] = region_affinities
+    if queue_limit is not None:
+        parameters["QueueLimit"] = str(queue_limit)
+    stack = LocalStack(state_dir=state_dir, parameters=parameters, api_port=api_port)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        info = stack.start()
+        print(f"Relevo local stack ready: API {info.api_url} (AWS endpoint {info.aws_endpoint}, {state_dir / 'stack.json'})", flush=True)
+        stop.wait()
+    finally:
+        stack.stop()
+        (state_dir / "stack.json").unlink(missing_ok=True)
+
+
+def render_job(job: dict) -> Table:
+    table = Table(title=f"{job['job_id']}  {job['project']}  [bold]{job['status']}[/bold]")
+    for column in ("#", "stage", "status", "attempt", "agent", "exit", "error"):
+        table.add_column(column)
+    for stage in job["stages"]:
+        table.add_row(
+            str(stage["index"]),
+            stage["name"],
+            stage["status"],
+            str(stage["attempt"] or ""),
+            stage["agent_id"] or "",
+            "" if stage["exit_code"] in (None, -1) else str(stage["exit_code"]),
+            stage["error_class"] or "",
+        )
+    table.caption = (
+        f"ref {job['ref']} @ {(job['commit'] or '')[:12]} · region {job['region_affinity']} · "
+        f"last successful stage: {job['last_successful_stage'] or '-'} · last writer: {job['last_writer']}"
+    )
+    return table
+
+
+@app.command("status")
+def status(
+    job_id: str,
+    as_json: bool = typer.Option(False, "--json", help="print the job as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Show a job and its stages."""
+    api = RelevoApi.for_stack(_stack(stack_file))
+    try:
+        job = api.get_job(job_id)
+    except ApiError as exc:
+        _fail(exc)
+    if as_json:
+        sys.stdout.write(json.dumps(job, indent=2) + "\n")
+    else:
+        console.print(render_job(job))
+
+
+@project_app.command("apply")
+def project_apply(file: Path, stack_file: Optional[Path] = StackOption) -> None:
+    """Validate and store a project; webhook secrets go to Secrets Manager."""
+    from relevo_cli.projects import apply_project_file
+
+    stack = _stack(stack_file)
+    try:
+        project = apply_project_file(stack, RelevoApi.for_stack(stack), file)
+    except ApiError as exc:
+        _fail(exc)
+    except ValueError as exc:
+        errors.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    console.print(f"project [bold]{project['id']}[/bold] applied ({len(project['stages'])} stages, region {project['region_affinity']})")
+
+
+@project_app.command("show")
+def project_show(project_id: str, stack_file: Optional[Path] = StackOption) -> None:
+    """Print a project as stored."""
+    api = RelevoApi.for_stack(_stack(stack_file))
+    try:
+        sys.stdout.write(json.dumps(api.get_project(project_id), indent=2) + "\n")
+    except ApiError as exc:
+        _fail(exc)
+
+
+if __name__ == "__main__":
+    app()

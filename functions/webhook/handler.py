@@ -1,0 +1,26 @@
+"""POST /webhooks/github/{project_id}: a signed Git webhook becomes at most one job."""
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from aws_lambda_powertools.logging import correlation_paths
+
+from relevo_core.config import intake_settings
+from relevo_core.http import json_response, raw_body, register_error_handlers
+from relevo_core.observability import logger, tracer
+from relevo_core.webhooks.intake import receive_github
+
+app = APIGatewayRestResolver()
+register_error_handlers(app)
+
+
+@app.post("/webhooks/github/<project_id>")
+def github_webhook(project_id: str):
+    outcome = receive_github(intake_settings(), project_id, app.current_event.headers, raw_body(app))
+    if "job_id" in outcome.body:
+        logger.append_keys(job_id=outcome.body["job_id"])
+    return json_response(outcome.status, outcome.body)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@tracer.capture_lambda_handler
+def lambda_handler(event, context):
+    return app.resolve(event, context)

@@ -1,0 +1,138 @@
+"""The job envelope: the versioned, immutable record of one job and its frozen run plan."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.plan import (
+    STAGE_NAME,
+    ApprovalSettings,
+    RunPlanMixin,
+    StagePlan,
+    check_stage_names,
+)
+
+# Bump when a reader written for the old version would misread the new one.
+ENVELOPE_SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
+
+REGION_AFFINITY = r"^[a-z][a-z0-9-]{0,31}$"
+PROJECT_ID = r"^[a-z0-9][a-z0-9-]{0,62}$"
+
+
+class TriggerType(str, Enum):
+    MANUAL = "manual"
+    API = "api"
+    RETRY = "retry"
+    SCHEDULE = "schedule"
+    WEBHOOK = "webhook"
+
+
+class Trigger(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: TriggerType
+    # Where it came from: github, gitlab, cli, api, scheduler, ...
+    source: str = Field(min_length=1, max_length=64)
+    delivery_id: str | None = Field(default=None, max_length=128)
+    actor: str | None = Field(default=None, max_length=512)
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("created_at must carry a time zone")
+    return value.astimezone(timezone.utc)
+
+
+class JobEnvelope(RunPlanMixin):
+    """Everything needed to run, resume or audit a job, frozen when the job is enqueued."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = ENVELOPE_SCHEMA_VERSION
+    job_id: str = Field(pattern=r"^job_[0-9a-z]{20,40}$")
+    idempotency_key: str = Field(min_length=1, max_length=512)
+    project: str = Field(pattern=PROJECT_ID)
+    region_affinity: str = Field(pattern=REGION_AFFINITY)
+    artifact_uri: str = Field(pattern=r"^s3://[a-z0-9.-]{3,63}/.*$")
+    created_at: Annotated[datetime, AfterValidator(_utc)]
+    # Epoch seconds after which DynamoDB may expire the record.
+    ttl: int = Field(gt=0)
+    trigger: Trigger
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
+    ref: str = Field(min_length=1, max_length=256)
+    commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,64}$")
+    stages: tuple[StagePlan, ...] = Field(min_length=1, max_length=32)
+    queue_timeout_sec: int = Field(default=900, ge=1, le=86_400)
+    exec_timeout_sec: int = Field(default=3600, ge=1, le=86_400)
+    lease_ttl_sec: int = Field(default=60, ge=3, le=3600)
+    approval: ApprovalSettings = ApprovalSettings()
+    from_stage: str | None = Field(default=None, pattern=STAGE_NAME)
+    retry_of: str | None = Field(default=None, pattern=r"^job_[0-9a-z]{20,40}$")
+
+    @field_validator("stages")
+    @classmethod
+    def _unique_stage_names(cls, stages: tuple[StagePlan, ...]) -> tuple[StagePlan, ...]:
+        return check_stage_names(stages)
+
+    def stage(self, name: str) -> StagePlan:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def read_envelope(data: dict[str, Any]) -> JobEnvelope:
+    """Parse an envelope from any source, refusing versions this reader does not know.
+
+    The version is checked before anything else so that a newer envelope never half-parses into
+    an older model.
+    """
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise RelevoError(
+            ErrorCode.ENVELOPE_VERSION_UNSUPPORTED,
+            f"envelope schema_version {version!r} is not supported; this reader knows "
+            f"{sorted(SUPPORTED_SCHEMA_VERSIONS)}",
+            schema_version=version if isinstance(version, (int, str)) else None,
+        )
+    try:
+        return JobEnvelope.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from exc
+
+
+def validation_error(exc: ValidationError) -> RelevoError:
+    """A VALIDATION_FAILED refusal whose message names each offending field."""
+    problems = [
+        {"field": ".".join(str(part) for part in error["loc"]) or "(root)", "problem": error["msg"]}
+        for error in exc.errors(include_url=False)
+    ]
+    named = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
+    return RelevoError(ErrorCode.VALIDATION_FAILED, named, problems=problems)
+
+
+def new_job_id(now: float | None = None) -> str:
+    """A job id that sorts by creation time: 10 base-36 chars of milliseconds, then randomness."""
+    millis = int((time.time() if now is None else now) * 1000)
+    return "job_" + _base36(millis).rjust(10, "0") + _base36(int.from_bytes(os.urandom(10), "big")).rjust(16, "0")
+
+
+def _base36(number: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        number, rest = divmod(number, 36)
+        out = digits[rest] + out
+        if number == 0:
+            return out

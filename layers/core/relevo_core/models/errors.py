@@ -1,0 +1,106 @@
+"""Stable error codes (API refusals) and error classes (stage failures).
+
+Both are part of the public contract: clients, dashboards and the state machine match on these
+strings, so they never change once published.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from http import HTTPStatus
+
+
+class ErrorCode(str, Enum):
+    """Codes carried by every refusal the API or a reader gives."""
+
+    MALFORMED_JSON = "MALFORMED_JSON"
+    VALIDATION_FAILED = "VALIDATION_FAILED"
+    SIGNATURE_INVALID = "SIGNATURE_INVALID"
+    ENVELOPE_VERSION_UNSUPPORTED = "ENVELOPE_VERSION_UNSUPPORTED"
+    PROJECT_NOT_FOUND = "PROJECT_NOT_FOUND"
+    JOB_NOT_FOUND = "JOB_NOT_FOUND"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    QUEUE_FULL = "QUEUE_FULL"
+    FORBIDDEN = "FORBIDDEN"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    REGION_UNKNOWN = "REGION_UNKNOWN"
+    SECRET_UNAVAILABLE = "SECRET_UNAVAILABLE"
+
+
+ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
+    ErrorCode.MALFORMED_JSON: HTTPStatus.BAD_REQUEST,
+    ErrorCode.VALIDATION_FAILED: HTTPStatus.UNPROCESSABLE_ENTITY,
+    ErrorCode.SIGNATURE_INVALID: HTTPStatus.UNAUTHORIZED,
+    ErrorCode.ENVELOPE_VERSION_UNSUPPORTED: HTTPStatus.UNPROCESSABLE_ENTITY,
+    ErrorCode.PROJECT_NOT_FOUND: HTTPStatus.NOT_FOUND,
+    ErrorCode.JOB_NOT_FOUND: HTTPStatus.NOT_FOUND,
+    ErrorCode.PAYLOAD_TOO_LARGE: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+    ErrorCode.QUEUE_FULL: HTTPStatus.TOO_MANY_REQUESTS,
+    ErrorCode.FORBIDDEN: HTTPStatus.FORBIDDEN,
+    ErrorCode.UNAUTHENTICATED: HTTPStatus.UNAUTHORIZED,
+    ErrorCode.REGION_UNKNOWN: HTTPStatus.UNPROCESSABLE_ENTITY,
+    # The project names a secret Relevo cannot read: a configuration fault, not the caller's.
+    ErrorCode.SECRET_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
+}
+
+
+class RelevoError(Exception):
+    """A refusal with a stable code; `status` is what an HTTP caller sees."""
+
+    def __init__(self, code: ErrorCode, message: str, **details: object) -> None:
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
+        self.message = message
+        self.details = details
+
+    @property
+    def status(self) -> HTTPStatus:
+        return ERROR_STATUS[self.code]
+
+    def to_body(self) -> dict[str, object]:
+        body: dict[str, object] = {"error": self.code.value, "message": self.message}
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+class ErrorClass(str, Enum):
+    """Why a stage attempt failed. The name is the Step Functions error name of the failure."""
+
+    # Retryable
+    NETWORK_TIMEOUT = "Relevo.Transient.NetworkTimeout"
+    CONNECTION_RESET = "Relevo.Transient.ConnectionReset"
+    STORAGE_5XX = "Relevo.Transient.Storage5xx"
+    TRANSIENT_EXIT = "Relevo.Transient.ExitCode"
+    AGENT_SHUTDOWN = "Relevo.Transient.AgentShutdown"
+    LEASE_EXPIRED = "Relevo.Lease.Expired"
+    # Non-retryable
+    CERTIFICATE_EXPIRED = "Relevo.Fatal.CertificateExpired"
+    PROFILE_MISMATCH = "Relevo.Fatal.ProfileMismatch"
+    TOOLCHAIN_DRIFT = "Relevo.Fatal.ToolchainDrift"
+    CHECKSUM = "Relevo.Fatal.Checksum"
+    CLIENT_4XX = "Relevo.Fatal.Client4xx"
+    COMMAND_FAILED = "Relevo.Fatal.ExitCode"
+    PRECONDITION_CHANGED = "Relevo.Precondition.Changed"
+    # Timeouts, each with its own name
+    QUEUE_TIMEOUT = "Relevo.Timeout.Queue"
+    EXEC_TIMEOUT = "Relevo.Timeout.Exec"
+
+    @property
+    def retryable(self) -> bool:
+        return self in RETRYABLE_CLASSES
+
+
+RETRYABLE_CLASSES: frozenset[ErrorClass] = frozenset(
+    {
+        ErrorClass.NETWORK_TIMEOUT,
+        ErrorClass.CONNECTION_RESET,
+        ErrorClass.STORAGE_5XX,
+        ErrorClass.TRANSIENT_EXIT,
+        ErrorClass.AGENT_SHUTDOWN,
+        ErrorClass.LEASE_EXPIRED,
+    }
+)
+
+# Exit code 75 is EX_TEMPFAIL (sysexits.h): the one exit code transient by default.
+EX_TEMPFAIL = 75

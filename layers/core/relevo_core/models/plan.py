@@ -1,0 +1,93 @@
+"""The run plan: what a project declares and what a job freezes at enqueue."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from relevo_core.models.errors import EX_TEMPFAIL, ErrorClass
+
+STAGE_NAME = r"^[a-z][a-z0-9_-]{0,62}$"
+DEFAULT_ATTEMPTS = 3
+MAX_ATTEMPTS = 5
+
+Attempts = Annotated[int, Field(ge=1, le=MAX_ATTEMPTS)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OutputRule(_Frozen):
+    """A regular expression over a stage's output that names the error class of a failure."""
+
+    pattern: str = Field(min_length=1, max_length=512)
+    error_class: ErrorClass
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        re.compile(value)
+        return value
+
+
+class RetryPolicy(_Frozen):
+    """How a failed attempt is classified and how often each class is tried."""
+
+    transient_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = (EX_TEMPFAIL,)
+    output_rules: tuple[OutputRule, ...] = ()
+    attempts: dict[ErrorClass, Attempts] = Field(default_factory=dict)
+    default_attempts: Attempts = DEFAULT_ATTEMPTS
+
+    def attempts_for(self, error_class: ErrorClass) -> int:
+        if not error_class.retryable:
+            return 1
+        return self.attempts.get(error_class, self.default_attempts)
+
+
+class StagePlan(_Frozen):
+    """One stage exactly as it will run: frozen into the envelope when the job is enqueued."""
+
+    name: str = Field(pattern=STAGE_NAME)
+    command: str = Field(min_length=1, max_length=16_384)
+    exec_timeout_sec: int = Field(default=3600, ge=1, le=86_400)
+    retry: RetryPolicy = RetryPolicy()
+    # A read-only command that tells whether the stage's effect already exists.
+    effect_probe: str | None = Field(default=None, max_length=16_384)
+
+
+class ApprovalSettings(_Frozen):
+    enabled: bool = False
+    before: str | None = Field(default=None, pattern=STAGE_NAME)
+    # 0 means the default of 24 hours.
+    timeout_minutes: int = Field(default=0, ge=0, le=7 * 24 * 60)
+
+    @property
+    def effective_timeout_minutes(self) -> int:
+        return self.timeout_minutes or 24 * 60
+
+
+def check_stage_names(stages: tuple[StagePlan, ...]) -> tuple[StagePlan, ...]:
+    names = [stage.name for stage in stages]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"stage names must be unique, repeated: {', '.join(duplicates)}")
+    return stages
+
+
+class RunPlanMixin(BaseModel):
+    """Validation shared by a project's declaration and a job's frozen copy of it."""
+
+    @model_validator(mode="after")
+    def _stage_references(self):  # type: ignore[no-untyped-def]
+        stages = getattr(self, "stages", ())
+        names = {stage.name for stage in stages}
+        approval = getattr(self, "approval", None)
+        if approval is not None and approval.before is not None and approval.before not in names:
+            raise ValueError(f"approval.before names an unknown stage: {approval.before}")
+        from_stage = getattr(self, "from_stage", None)
+        if from_stage is not None and from_stage not in names:
+            raise ValueError(f"from_stage names an unknown stage: {from_stage}")
+        return self

@@ -1,0 +1,29 @@
+"""Access pattern: the project registry (one item per project)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from relevo_core.aws import client
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.project import Project
+from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.keys import PROJECT_SK, key, project_pk
+
+
+def put_project(table: str, project: Project, actor: str) -> None:
+    item = {
+        "pk": project_pk(project.id),
+        "sk": PROJECT_SK,
+        "project": project.model_dump(mode="json"),
+        "updated_at": datetime.now(timezone.utc).isoformat(),
+        "updated_by": actor,
+    }
+    client("dynamodb").put_item(TableName=table, Item=to_attributes(item))
+
+
+def get_project(table: str, project_id: str) -> Project:
+    response = client("dynamodb").get_item(TableName=table, Key=key(project_pk(project_id), PROJECT_SK))
+    if "Item" not in response:
+        raise RelevoError(ErrorCode.PROJECT_NOT_FOUND, f"no project {project_id!r} is registered")
+    return Project.model_validate(from_attributes(response["Item"])["project"])

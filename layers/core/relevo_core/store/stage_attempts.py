@@ -1,0 +1,107 @@
+"""Access pattern: an agent's claim on a stage attempt, and every write fenced on that claim.
+
+The attempt number is the fencing token. A claim succeeds only when the stage is unclaimed, was
+claimed for an earlier attempt, or its holder's lease has run out; every later write requires the
+writer to still hold exactly that attempt, so a zombie agent cannot overwrite its successor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from botocore.exceptions import ClientError
+
+from relevo_core.aws import client
+from relevo_core.models.status import StageStatus
+from relevo_core.store.codec import to_attribute
+from relevo_core.store.keys import job_pk, key, stage_sk
+
+_HOLDS_ATTEMPT = "agent_id = :agent AND attempt = :attempt"
+
+
+class LeaseLost(Exception):
+    """The write was refused: this agent no longer holds the attempt."""
+
+
+@dataclass(frozen=True)
+class StageRef:
+    table: str
+    job_id: str
+    stage_index: int
+    attempt: int
+    agent_id: str
+
+    @property
+    def key(self) -> dict[str, dict[str, str]]:
+        return key(job_pk(self.job_id), stage_sk(self.stage_index))
+
+
+def _update(ref: StageRef, expression: str, condition: str, values: dict[str, object]) -> None:
+    try:
+        client("dynamodb").update_item(
+            TableName=ref.table,
+            Key=ref.key,
+            UpdateExpression=expression,
+            ConditionExpression=condition,
+            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeValues={name: to_attribute(value) for name, value in values.items()},
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}") from exc
+        raise
+
+
+def claim(ref: StageRef, lease_ttl_sec: int, now: datetime) -> None:
+    epoch = int(now.timestamp())
+    _update(
+        ref,
+        "SET #status = :running, agent_id = :agent, attempt = :attempt, lease_expires_at = :lease, "
+        "started_at = :now, last_writer = :writer REMOVE exit_code, error_class, ended_at",
+        "attribute_exists(pk) AND (attribute_not_exists(attempt) OR attempt < :attempt "
+        "OR (attempt = :attempt AND lease_expires_at < :epoch))",
+        {
+            ":running": StageStatus.RUNNING.value,
+            ":agent": ref.agent_id,
+            ":attempt": ref.attempt,
+            ":lease": epoch + lease_ttl_sec,
+            ":epoch": epoch,
+            ":now": now.isoformat(),
+            ":writer": f"agent:{ref.agent_id}",
+        },
+    )
+
+
+def renew_lease(ref: StageRef, lease_ttl_sec: int, now: datetime) -> None:
+    _update(
+        ref,
+        "SET lease_expires_at = :lease",
+        _HOLDS_ATTEMPT,
+        {":agent": ref.agent_id, ":attempt": ref.attempt, ":lease": int(now.timestamp()) + lease_ttl_sec},
+    )
+
+
+def finish(
+    ref: StageRef,
+    status: StageStatus,
+    now: datetime,
+    exit_code: int | None,
+    error_class: str | None,
+) -> None:
+    values: dict[str, object] = {
+        ":status": status.value,
+        ":agent": ref.agent_id,
+        ":attempt": ref.attempt,
+        ":now": now.isoformat(),
+        ":writer": f"agent:{ref.agent_id}",
+        ":exit": exit_code if exit_code is not None else -1,
+        ":error": error_class or "",
+    }
+    _update(
+        ref,
+        "SET #status = :status, ended_at = :now, last_writer = :writer, exit_code = :exit, "
+        "error_class = :error",
+        _HOLDS_ATTEMPT,
+        values,
+    )
