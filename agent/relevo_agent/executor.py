@@ -86,6 +86,11 @@ def run_command(
         except subprocess.TimeoutExpired:
             pass
     exit_code = process.wait()
+    # Background children the command left behind die with the stage, not after it.
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     reader.join(timeout=2)
     return ExecResult(
         exit_code=exit_code,

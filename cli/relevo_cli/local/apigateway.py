@@ -69,7 +69,10 @@ class ApiAdapter:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the caller gave up waiting; nothing to tell it
 
             def _read_body(self) -> bytes:
                 length = int(self.headers.get("Content-Length") or 0)

@@ -47,6 +47,7 @@ def _worker_main(conn: Connection, code_dir: str, layer_dirs: list[str], handler
     except Exception:  # the import failure is the invocation's answer
         failure = traceback.format_exc()
         entry = None
+    conn.send(("ready", None))  # the init phase is over, as after a Lambda cold start
     while True:
         message = conn.recv()
         if message is None:
@@ -81,6 +82,7 @@ class FunctionRuntime:
         self._idle: queue.Queue[tuple[Any, Connection]] = queue.Queue()
         context = multiprocessing.get_context("spawn")
         self._processes = []
+        self._starting: list[tuple[Any, Connection]] = []
         for _ in range(concurrency):
             parent, child = context.Pipe()
             process = context.Process(
@@ -88,8 +90,16 @@ class FunctionRuntime:
             )
             process.start()
             self._processes.append(process)
-            self._idle.put((process, parent))
-        self._lock = threading.Lock()
+            self._starting.append((process, parent))
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        """Block until every process has imported its handler (the cold start is paid here)."""
+        for process, conn in self._starting:
+            if not conn.poll(timeout):
+                raise TimeoutError(f"{self.name}: runtime not ready after {timeout}s")
+            conn.recv()
+            self._idle.put((process, conn))
+        self._starting.clear()
 
     def invoke(self, event: dict[str, Any]) -> Any:
         process, conn = self._idle.get()

@@ -202,9 +202,12 @@ class LocalStack:
             if resource["Type"] != "AWS::Serverless::LayerVersion":
                 continue
             versions = [k for k, r in cfn["Resources"].items() if k.startswith(logical_id) and r["Type"] == "AWS::Lambda::LayerVersion"]
-            name = resource["Properties"].get("LayerName", versions[0] if versions else logical_id)
-            found = lambda_client.list_layer_versions(LayerName=name).get("LayerVersions", [])
-            arn = found[0]["LayerVersionArn"] if found else None
+            names = {cfn["Resources"][v]["Properties"].get("LayerName", v) for v in versions}
+            arn = None
+            for layer in lambda_client.list_layers().get("Layers", []):
+                # The emulator names a stack's layer <stack>-<logical id>-<suffix>.
+                if layer["LayerName"] in names or any(f"-{v}-" in layer["LayerName"] for v in versions):
+                    arn = layer["LatestMatchingVersion"]["LayerVersionArn"]
             physical[logical_id] = arn
             for version in versions:
                 physical[version] = arn
@@ -240,6 +243,8 @@ class LocalStack:
                 env=env,
                 memory_mb=int(config.get("MemorySize", 512)),
             )
+        for runtime in self._runtimes.values():
+            runtime.wait_ready()
 
     def _identity_for(self, access_key: str) -> dict[str, str]:
         """Who signed the request: STS answers for the access key, as IAM does for API Gateway."""

@@ -64,7 +64,7 @@ class JobEnvelope(RunPlanMixin):
     artifact_uri: str = Field(pattern=r"^s3://[a-z0-9.-]{3,63}/.*$")
     created_at: Annotated[datetime, AfterValidator(_utc)]
     # Epoch seconds after which DynamoDB may expire the record.
-    ttl: int = Field(gt=0)
+    ttl: int = Field(gt=0, lt=10**11)
     trigger: Trigger
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
     ref: str = Field(min_length=1, max_length=256)

@@ -29,7 +29,10 @@ class OutputRule(_Frozen):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        re.compile(value)
+        try:
+            re.compile(value)
+        except re.error as exc:  # not a ValueError: pydantic would let it escape as a 500
+            raise ValueError(f"not a regular expression: {exc}") from exc
         return value
 
 

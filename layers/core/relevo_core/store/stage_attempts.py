@@ -38,15 +38,18 @@ class StageRef:
 
 
 def _update(ref: StageRef, expression: str, condition: str, values: dict[str, object]) -> None:
+    request: dict[str, object] = {
+        "TableName": ref.table,
+        "Key": ref.key,
+        "UpdateExpression": expression,
+        "ConditionExpression": condition,
+        "ExpressionAttributeValues": {name: to_attribute(value) for name, value in values.items()},
+    }
+    if "#status" in expression:
+        # DynamoDB refuses names the expressions do not use.
+        request["ExpressionAttributeNames"] = {"#status": "status"}
     try:
-        client("dynamodb").update_item(
-            TableName=ref.table,
-            Key=ref.key,
-            UpdateExpression=expression,
-            ConditionExpression=condition,
-            ExpressionAttributeNames={"#status": "status"},
-            ExpressionAttributeValues={name: to_attribute(value) for name, value in values.items()},
-        )
+        client("dynamodb").update_item(**request)
     except ClientError as exc:
         if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
             raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}") from exc

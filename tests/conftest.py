@@ -1,0 +1,55 @@
+"""Shared fixtures. The embedded stack is real moto in server mode with template.yaml deployed,
+started once per test worker; tests isolate themselves by project id and job id."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Nothing in the suite may reach a real AWS account.
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.pop("AWS_PROFILE", None)
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["StackInfo"]:  # noqa: F821
+    from relevo_cli.local.stack import LocalStack
+    from relevo_core.aws import reset_clients
+
+    state_dir = tmp_path_factory.mktemp("stack")
+    stack = LocalStack(state_dir=state_dir)
+    info = stack.start()
+    info.apply_to_environment()
+    os.environ["AWS_ENDPOINT_URL"] = str(info.aws_endpoint)
+    reset_clients()
+    try:
+        yield info
+    finally:
+        stack.stop()
+
+
+@pytest.fixture()
+def project_id() -> str:
+    return "p-" + secrets.token_hex(4)
+
+
+def push_body(repo: str, commit: str, ref: str = "refs/heads/main", deleted: bool = False) -> bytes:
+    return json.dumps(
+        {
+            "ref": ref,
+            "before": "1" * 40,
+            "after": "0" * 40 if deleted else commit,
+            "deleted": deleted,
+            "repository": {"full_name": repo},
+            "pusher": {"name": "ci"},
+        }
+    ).encode()

@@ -1,0 +1,257 @@
+"""Properties of template.yaml and of the local deployment's handling of it, checked without AWS."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from relevo_cli.local import deferred
+from relevo_cli.local.template import asl_placeholders, load_sam_template
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "template.yaml"
+
+# Statements allowed Resource "*", each because its actions support no resource-level
+# permissions: the Sid names why, and the actions must stay within that service.
+WILDCARD_RESOURCE_SIDS = {
+    "DeliverExecutionLogs": "logs:",  # CloudWatch Logs log-delivery actions
+    "Tracing": "xray:",  # X-Ray actions
+}
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return load_sam_template(TEMPLATE)
+
+
+def _of_type(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {name: r for name, r in template["Resources"].items() if r["Type"] == kind}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+# ---------------------------------------------------------------- state machine
+
+
+def test_asl_placeholders_match_definition_substitutions(template: dict[str, Any]) -> None:
+    """Every ${...} of job.asl.json is a DefinitionSubstitutions key of JobStateMachine, and every
+    key is used: an unmatched placeholder would reach Step Functions verbatim."""
+    machine = template["Resources"]["JobStateMachine"]["Properties"]
+    assert machine["DefinitionUri"] == "statemachines/job.asl.json"
+    placeholders = asl_placeholders((ROOT / machine["DefinitionUri"]).read_text())
+    assert placeholders, "the definition has no ${...} placeholders at all; is asl_placeholders broken?"
+    assert placeholders == set(machine["DefinitionSubstitutions"])
+
+
+def test_definition_substitutions_name_resources_of_the_template(template: dict[str, Any]) -> None:
+    substitutions = template["Resources"]["JobStateMachine"]["Properties"]["DefinitionSubstitutions"]
+    for key, value in substitutions.items():
+        assert isinstance(value, dict) and len(value) == 1, f"{key}: {value!r} is not a single intrinsic"
+        (function, argument), = value.items()
+        target = argument if function == "Ref" else _as_list(argument)[0].split(".")[0]
+        assert function in {"Ref", "Fn::GetAtt"} and target in template["Resources"], f"{key}: {value!r}"
+
+
+# ---------------------------------------------------------------- Fn::ForEach
+
+
+def test_foreach_expands_one_queue_dlq_and_alarm_per_region_affinity() -> None:
+    expanded = load_sam_template(TEMPLATE, {"RegionAffinities": "eu-west,us-east,ap-south"})
+    resources = expanded["Resources"]
+    assert not any(name.startswith("Fn::ForEach") for name in resources)
+    per_region = {
+        name for name in resources if re.match(r"^(WorkQueue|WorkDeadLetterQueue|WorkQueueAgeAlarm)", name)
+    }
+    suffixes = {"eu-west": "euwest", "us-east": "useast", "ap-south": "apsouth"}
+    assert per_region == {
+        f"{prefix}{suffix}"
+        for prefix in ("WorkQueue", "WorkDeadLetterQueue", "WorkQueueAgeAlarm")
+        for suffix in suffixes.values()
+    }
+    for region, suffix in suffixes.items():
+        queue = resources[f"WorkQueue{suffix}"]
+        dlq = resources[f"WorkDeadLetterQueue{suffix}"]
+        alarm = resources[f"WorkQueueAgeAlarm{suffix}"]
+        assert (queue["Type"], dlq["Type"], alarm["Type"]) == (
+            "AWS::SQS::Queue",
+            "AWS::SQS::Queue",
+            "AWS::CloudWatch::Alarm",
+        )
+        # Queue names are what the webhook resolves through WORK_QUEUE_PREFIX.
+        assert queue["Properties"]["QueueName"] == {"Fn::Sub": f"${{AWS::StackName}}-work-{region}"}
+        assert dlq["Properties"]["QueueName"] == {"Fn::Sub": f"${{AWS::StackName}}-work-{region}-dlq"}
+        redrive = queue["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]
+        assert redrive == {"Fn::GetAtt": [f"WorkDeadLetterQueue{suffix}", "Arn"]}
+        dimension = alarm["Properties"]["Dimensions"][0]["Value"]
+        assert dimension == {"Fn::GetAtt": [f"WorkQueue{suffix}", "QueueName"]}
+
+
+def test_foreach_default_regions(template: dict[str, Any]) -> None:
+    queues = {name for name in _of_type(template, "AWS::SQS::Queue") if name.startswith("WorkQueue")}
+    assert queues == {"WorkQueueeuwest", "WorkQueueuseast"}
+
+
+# ---------------------------------------------------------------- functions
+
+
+def test_every_function_is_arm64_python312_plus_and_traced(template: dict[str, Any]) -> None:
+    functions = _of_type(template, "AWS::Serverless::Function")
+    assert functions, "no functions found"
+    defaults = template.get("Globals", {}).get("Function", {})
+    for name, resource in functions.items():
+        props = {**defaults, **resource["Properties"]}
+        assert props.get("Architectures") == ["arm64"], f"{name}: {props.get('Architectures')}"
+        runtime = re.fullmatch(r"python3\.(\d+)", str(props.get("Runtime")))
+        assert runtime and int(runtime.group(1)) >= 12, f"{name}: runtime {props.get('Runtime')}"
+        assert props.get("Tracing") == "Active", f"{name}: tracing {props.get('Tracing')}"
+
+
+def test_every_function_has_a_log_group_with_retention(template: dict[str, Any]) -> None:
+    names = {
+        lg["Properties"].get("LogGroupName", {}).get("Fn::Sub"): lg["Properties"].get("RetentionInDays")
+        for lg in _of_type(template, "AWS::Logs::LogGroup").values()
+        if isinstance(lg["Properties"].get("LogGroupName"), dict)
+    }
+    for name in _of_type(template, "AWS::Serverless::Function"):
+        assert names.get(f"/aws/lambda/${{{name}}}"), f"{name} has no /aws/lambda/ log group with retention"
+
+
+def _statements(owner: str, policies: Any) -> Iterator[dict[str, Any]]:
+    for policy in _as_list(policies):
+        if isinstance(policy, dict) and "Statement" in policy:
+            yield from _as_list(policy["Statement"])
+        elif isinstance(policy, dict) and len(policy) == 1:
+            continue  # a SAM policy template: scoped by its parameters
+        else:
+            pytest.fail(f"{owner}: policy {policy!r} cannot be checked here (managed policy?)")
+
+
+def _policy_owners(template: dict[str, Any]) -> dict[str, Any]:
+    owners = {
+        name: resource["Properties"].get("Policies", [])
+        for kind in ("AWS::Serverless::Function", "AWS::Serverless::StateMachine")
+        for name, resource in _of_type(template, kind).items()
+    }
+    assert {"WebhookFunction", "ProjectsFunction", "JobsFunction", "JobStateMachine"} <= set(owners)
+    return owners
+
+
+def _wildcard_problems(template: dict[str, Any]) -> list[str]:
+    problems = []
+    for owner, policies in _policy_owners(template).items():
+        for statement in _statements(owner, policies):
+            sid = statement.get("Sid", "<no Sid>")
+            actions = [str(a) for a in _as_list(statement.get("Action", []))]
+            if statement.get("Effect") == "Allow":
+                for action in actions:
+                    if action == "*" or action.endswith(":*"):
+                        problems.append(f"{owner}/{sid}: Action {action}")
+            if "*" in _as_list(statement.get("Resource", [])):
+                prefix = WILDCARD_RESOURCE_SIDS.get(sid) if owner == "JobStateMachine" else None
+                if prefix is None or not all(a.startswith(prefix) for a in actions):
+                    problems.append(f"{owner}/{sid}: Resource * ({', '.join(actions)})")
+    return problems
+
+
+def test_policies_are_least_privilege(template: dict[str, Any]) -> None:
+    """No wildcard action anywhere; Resource "*" only in the state machine's statements whose Sid
+    says why (log delivery, X-Ray), and only for that service's actions."""
+    assert _wildcard_problems(template) == []
+
+
+@pytest.mark.parametrize(
+    ("owner", "statement"),
+    [
+        ("JobsFunction", {"Sid": "Tracing", "Effect": "Allow", "Action": "xray:PutTraceSegments", "Resource": "*"}),
+        ("JobStateMachine", {"Sid": "Tracing", "Effect": "Allow", "Action": "sqs:SendMessage", "Resource": "*"}),
+        ("JobStateMachine", {"Sid": "Anything", "Effect": "Allow", "Action": "logs:GetLogDelivery", "Resource": "*"}),
+        ("WebhookFunction", {"Sid": "All", "Effect": "Allow", "Action": "dynamodb:*", "Resource": "arn:x"}),
+        ("ProjectsFunction", {"Effect": "Allow", "Action": ["*"], "Resource": "arn:x"}),
+    ],
+)
+def test_least_privilege_check_catches_wildcards(template: dict[str, Any], owner: str, statement: dict) -> None:
+    """The check above is real: each of these added statements is reported."""
+    broken = copy.deepcopy(template)
+    broken["Resources"][owner]["Properties"]["Policies"].append({"Statement": [statement]})
+    added = set(_wildcard_problems(broken)) - set(_wildcard_problems(template))
+    assert len(added) == 1 and next(iter(added)).startswith(f"{owner}/"), added
+
+
+# ---------------------------------------------------------------- local deployment: deferred resources
+
+
+def test_split_refuses_an_unhandled_resource_type() -> None:
+    cfn = {"Resources": {"Thing": {"Type": "AWS::Made::Up", "Properties": {}}}}
+    with pytest.raises(deferred.UnhandledResourceType, match=r"Thing \(AWS::Made::Up\)"):
+        deferred.split(cfn, emulated_types=set())
+
+
+def test_split_defers_an_alarm_with_its_intrinsics_as_outputs() -> None:
+    dimension = {"Fn::GetAtt": ["WorkQueueeuwest", "QueueName"]}
+    action = {"Ref": "NotificationTopic"}
+    cfn = {
+        "Resources": {
+            "WorkQueueeuwest": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": "q"}},
+            "NotificationTopic": {"Type": "AWS::SNS::Topic", "Properties": {}},
+            "Alarm": {
+                "Type": "AWS::CloudWatch::Alarm",
+                "Properties": {
+                    "Namespace": "AWS/SQS",
+                    "MetricName": "ApproximateAgeOfOldestMessage",
+                    "Dimensions": [{"Name": "QueueName", "Value": dimension}],
+                    "Statistic": "Maximum",
+                    "Period": 60,
+                    "EvaluationPeriods": 3,
+                    "Threshold": 900,
+                    "ComparisonOperator": "GreaterThanThreshold",
+                    "AlarmActions": [action],
+                },
+            },
+            "Dependent": {"Type": "AWS::SNS::Topic", "DependsOn": ["Alarm", "WorkQueueeuwest"], "Properties": {}},
+        }
+    }
+    remaining, later, not_emulated = deferred.split(cfn, {"AWS::SQS::Queue", "AWS::SNS::Topic"})
+
+    assert set(remaining["Resources"]) == {"WorkQueueeuwest", "NotificationTopic", "Dependent"}
+    assert remaining["Resources"]["Dependent"]["DependsOn"] == ["WorkQueueeuwest"]
+    assert not_emulated == {}
+    assert [(d.logical_id, d.type) for d in later] == [("Alarm", "AWS::CloudWatch::Alarm")]
+    props = later[0].properties
+    dimension_marker = props["Dimensions"][0]["Value"]
+    (action_marker,) = props["AlarmActions"]
+    outputs = remaining["Outputs"]
+    assert outputs[dimension_marker["__relevo_output__"]] == {"Value": dimension}
+    assert outputs[action_marker["__relevo_output__"]] == {"Value": action}
+    assert props["Threshold"] == 900 and props["Dimensions"][0]["Name"] == "QueueName"
+
+    # Once CloudFormation has resolved the Outputs, the alarm is created from the resolved values.
+    calls: list[dict[str, Any]] = []
+
+    class CloudWatch:
+        def put_metric_alarm(self, **params: Any) -> None:
+            calls.append(params)
+
+        def describe_alarms(self, AlarmNames: list[str]) -> dict[str, Any]:  # noqa: N803
+            return {"MetricAlarms": [{"AlarmArn": f"arn:aws:cloudwatch:::alarm:{AlarmNames[0]}"}]}
+
+    class Session:
+        def client(self, service: str) -> CloudWatch:
+            assert service == "cloudwatch"
+            return CloudWatch()
+
+    resolved = {
+        dimension_marker["__relevo_output__"]: "relevo-work-eu-west",
+        action_marker["__relevo_output__"]: "arn:aws:sns:us-east-1:123456789012:relevo-notifications",
+    }
+    created = deferred.create(Session(), "relevo", later, resolved)
+    assert created == {"Alarm": "arn:aws:cloudwatch:::alarm:relevo-Alarm"}
+    (params,) = calls
+    assert params["Dimensions"] == [{"Name": "QueueName", "Value": "relevo-work-eu-west"}]
+    assert params["AlarmActions"] == ["arn:aws:sns:us-east-1:123456789012:relevo-notifications"]
+    assert params["Threshold"] == 900.0 and params["EvaluationPeriods"] == 3

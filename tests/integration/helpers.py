@@ -1,0 +1,101 @@
+"""Helpers that talk to the embedded stack the way clients and agents do."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+import requests
+
+from relevo_cli.api import RelevoApi
+from relevo_cli.projects import secret_name
+from relevo_core.aws import client
+from relevo_core.stackfile import StackInfo
+from relevo_core.webhooks.github import sign
+
+
+def register_project(stack: StackInfo, project_id: str, stages: list[dict[str, Any]], **extra: Any) -> str:
+    """Register a project through the API with a fresh webhook secret; returns the secret."""
+    secret = secrets.token_urlsafe(16)
+    name = secret_name(stack, project_id, "github")
+    client("secretsmanager").create_secret(Name=name, SecretString=secret)
+    RelevoApi.for_stack(stack).put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": "eu-west",
+            "lease_ttl_sec": 10,
+            "queue_timeout_sec": 30,
+            "stages": stages,
+            "webhook": {"github_secret_ref": name},
+            **extra,
+        },
+    )
+    return secret
+
+
+def deliver(stack: StackInfo, project_id: str, body: bytes, secret: str, event: str = "push", **headers: str) -> requests.Response:
+    return requests.post(
+        f"{stack.api_url}/webhooks/github/{project_id}",
+        data=body,
+        headers={
+            "Content-Type": "application/json",
+            "X-GitHub-Event": event,
+            "X-GitHub-Delivery": secrets.token_hex(8),
+            "X-Hub-Signature-256": sign(secret, body),
+            **headers,
+        },
+        timeout=60,
+    )
+
+
+def table_items(stack: StackInfo, prefix: str) -> list[dict[str, Any]]:
+    """Every item whose partition key starts with prefix (scan: tests only)."""
+    items = []
+    kwargs: dict[str, Any] = {
+        "TableName": stack.table_name,
+        "FilterExpression": "begins_with(pk, :p)",
+        "ExpressionAttributeValues": {":p": {"S": prefix}},
+    }
+    while True:
+        page = client("dynamodb").scan(**kwargs)
+        items.extend(page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def receive_stage(stack: StackInfo, region: str = "eu-west", timeout: float = 15) -> tuple[dict[str, Any], str]:
+    """What an agent would receive next from the region's queue: (message body, receipt handle)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = client("sqs").receive_message(QueueUrl=stack.work_queues[region], WaitTimeSeconds=1)
+        for message in response.get("Messages", []):
+            return json.loads(message["Body"]), message["ReceiptHandle"]
+    raise TimeoutError(f"no stage message in {region} within {timeout}s")
+
+
+def wait_for_execution(stack: StackInfo, job_id: str, timeout: float = 20) -> dict[str, Any]:
+    arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
+    deadline = time.monotonic() + timeout
+    while True:
+        described = client("stepfunctions").describe_execution(executionArn=arn)
+        if described["status"] != "RUNNING":
+            return described
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"execution {job_id} still RUNNING")
+        time.sleep(0.1)
+
+
+def history(stack: StackInfo, job_id: str) -> list[dict[str, Any]]:
+    arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
+    events: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"executionArn": arn}
+    while True:
+        page = client("stepfunctions").get_execution_history(**kwargs)
+        events.extend(page["events"])
+        if not page.get("nextToken"):
+            return events
+        kwargs["nextToken"] = page["nextToken"]

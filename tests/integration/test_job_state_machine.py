@@ -1,0 +1,120 @@
+"""statemachines/job.asl.json itself, executing in the emulator's Step Functions interpreter,
+driven by an agent double that makes the real SQS, DynamoDB and task-token calls."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import datetime, timezone
+
+from relevo_core.aws import client
+from relevo_core.models.status import StageStatus
+from relevo_core.store import stage_attempts
+from tests.conftest import push_body
+from tests.integration.helpers import deliver, history, receive_stage, register_project, table_items, wait_for_execution
+
+TWO_STAGES = [{"name": "build", "run": "make build"}, {"name": "sign", "run": "make sign"}]
+
+# Issue budget: at most 4 transitions per stage plus 6 per job on the success path.
+TRANSITIONS_PER_STAGE_BUDGET = 4
+TRANSITIONS_PER_JOB_BUDGET = 6
+
+
+def _agent_runs(stack, task, succeed: bool = True, agent_id: str = "double-1") -> None:
+    """What relevo-agent does with one message: claim (fenced), record, report."""
+    ref = stage_attempts.StageRef(stack.table_name, task["job_id"], task["stage_index"], task["attempt"] + 1, agent_id)
+    now = datetime.now(timezone.utc)
+    stage_attempts.claim(ref, 10, now)
+    sfn = client("stepfunctions")
+    sfn.send_task_heartbeat(taskToken=task["task_token"])
+    if succeed:
+        stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None)
+        sfn.send_task_success(taskToken=task["task_token"], output=json.dumps({"agent_id": agent_id}))
+    else:
+        stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")
+        sfn.send_task_failure(taskToken=task["task_token"], error="Relevo.Fatal.ExitCode", cause="exit 2")
+
+
+def _start_job(stack, project_id, stages=TWO_STAGES) -> str:
+    secret = register_project(stack, project_id, stages)
+    response = deliver(stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret)
+    assert response.status_code == 202, response.text
+    return response.json()["job_id"]
+
+
+def _job_record(stack, job_id):
+    items = table_items(stack, f"JOB#{job_id}")
+    return {item["sk"]["S"]: item for item in items}
+
+
+def test_stages_run_in_order_and_the_job_record_mirrors_the_execution(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id)
+
+    for expected in ("build", "sign"):
+        task, _ = receive_stage(local_stack)
+        assert (task["job_id"], task["stage"]) == (job_id, expected)
+        _agent_runs(local_stack, task)
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    records = _job_record(local_stack, job_id)
+    job = records["JOB"]
+    assert job["status"]["S"] == "succeeded"
+    assert job["last_successful_stage"]["S"] == "sign"
+    assert job["last_writer"]["S"] == f"state_machine:{job_id}"
+    assert [records[f"STAGE#0{i}"]["status"]["S"] for i in (0, 1)] == ["succeeded", "succeeded"]
+    assert records["STAGE#00"]["agent_id"]["S"] == "double-1"
+
+    entered = [e for e in history(local_stack, job_id) if e["type"].endswith("StateEntered")]
+    per_job = len(entered) - 2 * 3
+    print(f"\nstate transitions: {len(entered)} for 2 stages (3 per stage, {per_job} per job)")
+    stage_states = [e for e in entered if e["stateEnteredEventDetails"]["name"] in ("MarkStageDispatched", "DispatchStage", "RecordStageSucceeded")]
+    assert len(stage_states) == 2 * 3 <= 2 * TRANSITIONS_PER_STAGE_BUDGET
+    assert per_job <= TRANSITIONS_PER_JOB_BUDGET
+
+
+def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_stage(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id)
+    task, _ = receive_stage(local_stack)
+    _agent_runs(local_stack, task)
+    task, _ = receive_stage(local_stack)
+
+    _agent_runs(local_stack, task, succeed=False)
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
+    job = _job_record(local_stack, job_id)["JOB"]
+    assert job["status"]["S"] == "failed"
+    assert job["error_name"]["S"] == "Relevo.Fatal.ExitCode"
+    assert job["last_successful_stage"]["S"] == "build"
+    dead = []
+    for _ in range(20):
+        for message in client("sqs").receive_message(QueueUrl=local_stack.resources["JobDeadLetterQueue"], MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []):
+            body = json.loads(message["Body"])
+            if body["job_id"] == job_id:
+                dead.append(body)
+        if dead:
+            break
+    assert dead and dead[0]["error"] == "Relevo.Fatal.ExitCode" and dead[0]["project"] == project_id
+
+
+def test_a_zombie_cannot_overwrite_its_successor(local_stack, project_id):
+    """Fencing: once attempt 2 holds the stage, attempt 1's writes are refused."""
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack)
+    now = datetime.now(timezone.utc)
+    first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
+    second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
+    stage_attempts.claim(first, 10, now)
+
+    stage_attempts.claim(second, 10, now)
+
+    import pytest
+
+    with pytest.raises(stage_attempts.LeaseLost):
+        stage_attempts.finish(first, StageStatus.SUCCEEDED, now, 0, None)
+    with pytest.raises(stage_attempts.LeaseLost):
+        stage_attempts.renew_lease(first, 10, now)
+    with pytest.raises(stage_attempts.LeaseLost):
+        stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a"), 10, now)
+    stage = _job_record(local_stack, job_id)["STAGE#00"]
+    assert (stage["agent_id"]["S"], stage["attempt"]["N"], stage["status"]["S"]) == ("mac-b", "2", "running")
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
