@@ -13,7 +13,8 @@ UV_VERSION := 0.13.9
 $(STAMP): $(LOCK) layers/core/pyproject.toml agent/pyproject.toml cli/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "uv==$(UV_VERSION)"
-	$(BIN)/uv pip sync --quiet --python $(BIN)/python $(LOCK)
+	# Precompiled bytecode: with PYTHONDONTWRITEBYTECODE set, every process would compile its imports.
+	$(BIN)/uv pip sync --quiet --compile-bytecode --python $(BIN)/python $(LOCK)
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e layers/core -e agent -e cli
 	@touch $(STAMP)
 

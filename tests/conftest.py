@@ -53,3 +53,15 @@ def push_body(repo: str, commit: str, ref: str = "refs/heads/main", deleted: boo
             "pusher": {"name": "ci"},
         }
     ).encode()
+
+
+@pytest.fixture(scope="session")
+def intake_settings(local_stack) -> "IntakeSettings":  # noqa: F821
+    """The webhook function's own settings, as deployed."""
+    from relevo_core.aws import client
+    from relevo_core.config import IntakeSettings
+
+    variables = client("lambda").get_function_configuration(FunctionName=local_stack.resources["WebhookFunction"])[
+        "Environment"
+    ]["Variables"]
+    return IntakeSettings.model_validate({name: str(value) for name, value in variables.items()})

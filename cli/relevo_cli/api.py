@@ -60,3 +60,15 @@ class RelevoApi:
 
     def get_project(self, project_id: str) -> dict[str, Any]:
         return self.request("GET", f"/projects/{project_id}")
+
+    def list_projects(self) -> dict[str, Any]:
+        return self.request("GET", "/projects")
+
+    def run_project(self, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", f"/projects/{project_id}/run", body)
+
+    def rerun_job(self, job_id: str, from_stage: str | None) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/rerun", {"from_stage": from_stage} if from_stage else {})
+
+    def release_job(self, job_id: str) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/release", {})

@@ -82,21 +82,23 @@ def main() -> int:
                 console.print(f"• started relevo-agent mac-mini-eu-1 ({project['region_affinity']})")
                 commit = random_commit()
                 body = push_payload(project["repo"], "refs/heads/main", commit)
-                response = requests.post(
-                    f"{stack.api_url}/webhooks/github/{project['id']}",
-                    data=body,
-                    headers={
-                        "Content-Type": "application/json",
-                        "X-GitHub-Event": "push",
-                        "X-GitHub-Delivery": secrets.token_hex(16),
-                        "X-Hub-Signature-256": sign(webhook_secret, body),
-                    },
-                    timeout=30,
-                )
+                headers = {
+                    "Content-Type": "application/json",
+                    "X-GitHub-Event": "push",
+                    "X-GitHub-Delivery": secrets.token_hex(16),
+                    "X-Hub-Signature-256": sign(webhook_secret, body),
+                }
+                url = f"{stack.api_url}/webhooks/github/{project['id']}"
+                response = requests.post(url, data=body, headers=headers, timeout=30)
                 if response.status_code != 202:
                     raise RuntimeError(f"webhook answered {response.status_code}: {response.text}")
                 job_id = response.json()["job_id"]
                 console.print(f"• signed push webhook for {commit[:12]} → 202, job [bold]{job_id}[/bold]")
+                # GitHub retries a delivery it thinks failed: the same delivery is not a second job.
+                again = requests.post(url, data=body, headers=headers, timeout=30)
+                if again.status_code != 200 or again.json().get("job_id") != job_id:
+                    raise RuntimeError(f"redelivery answered {again.status_code}: {again.text}")
+                console.print(f"• the same delivery again → {again.status_code} {again.json()}")
                 job = follow(api, job_id, timeout=90)
                 console.print(render_job(job))
                 if job["status"] != "succeeded":

@@ -135,5 +135,77 @@ def project_show(project_id: str, stack_file: Optional[Path] = StackOption) -> N
         _fail(exc)
 
 
+@project_app.command("list")
+def project_list(stack_file: Optional[Path] = StackOption) -> None:
+    """List registered projects."""
+    api = RelevoApi.for_stack(_stack(stack_file))
+    try:
+        listing = api.list_projects()
+    except ApiError as exc:
+        _fail(exc)
+    table = Table(title=f"{listing['count']} projects")
+    for column in ("id", "repo", "region", "stages", "priority"):
+        table.add_column(column)
+    for project in listing["projects"]:
+        table.add_row(
+            project["id"], project["repo"], project["region_affinity"], " → ".join(s["name"] for s in project["stages"]), str(project["priority"])
+        )
+    console.print(table)
+
+
+def _print_trigger(result: dict) -> None:
+    if result.get("duplicate"):
+        console.print(f"already queued as [bold]{result['job_id']}[/bold] ({result.get('outcome', 'duplicate')})")
+    else:
+        console.print(f"job [bold]{result['job_id']}[/bold] {result.get('outcome', 'queued')}")
+
+
+@app.command("run")
+def run(
+    project_id: str,
+    ref: Optional[str] = typer.Option(None, help="ref to build (default: the project's default_ref)"),
+    commit: Optional[str] = typer.Option(None, help="commit to build"),
+    stage: Optional[list[str]] = typer.Option(None, "--stage", help="run only these stages (repeatable)"),
+    priority: Optional[int] = typer.Option(None, help="priority (manual runs default to 10)"),
+    again: bool = typer.Option(False, "--again", help="a new run even if the same one is already queued"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Run a project now (trigger: manual)."""
+    import secrets
+
+    body = {"trigger": "manual", "ref": ref, "commit": commit, "stages": stage or None, "priority": priority}
+    if again:
+        body["request_id"] = secrets.token_hex(8)
+    api = RelevoApi.for_stack(_stack(stack_file))
+    try:
+        _print_trigger(api.run_project(project_id, {k: v for k, v in body.items() if v is not None}))
+    except ApiError as exc:
+        _fail(exc)
+
+
+@app.command("rerun")
+def rerun(
+    job_id: str,
+    from_stage: Optional[str] = typer.Option(None, "--from-stage", help="skip the stages before this one"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Run a job again with the project's current configuration (trigger: retry)."""
+    api = RelevoApi.for_stack(_stack(stack_file))
+    try:
+        _print_trigger(api.rerun_job(job_id, from_stage))
+    except ApiError as exc:
+        _fail(exc)
+
+
+@app.command("release")
+def release(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+    """Release a held job (a repeat after its dedup window) into the queue."""
+    api = RelevoApi.for_stack(_stack(stack_file))
+    try:
+        _print_trigger(api.release_job(job_id))
+    except ApiError as exc:
+        _fail(exc)
+
+
 if __name__ == "__main__":
     app()

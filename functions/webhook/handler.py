@@ -1,4 +1,5 @@
-"""POST /webhooks/github/{project_id}: a signed Git webhook becomes at most one job."""
+"""POST /webhooks/github/{project_id}, /webhooks/gitlab/{project_id}: a verified Git webhook
+becomes at most one job."""
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
@@ -6,18 +7,26 @@ from aws_lambda_powertools.logging import correlation_paths
 from relevo_core.config import intake_settings
 from relevo_core.http import json_response, raw_body, register_error_handlers
 from relevo_core.observability import logger, tracer
-from relevo_core.webhooks.intake import receive_github
+from relevo_core.webhooks.intake import receive_github, receive_gitlab
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
 
 
-@app.post("/webhooks/github/<project_id>")
-def github_webhook(project_id: str):
-    outcome = receive_github(intake_settings(), project_id, app.current_event.headers, raw_body(app))
+def _respond(outcome):
     if "job_id" in outcome.body:
         logger.append_keys(job_id=outcome.body["job_id"])
     return json_response(outcome.status, outcome.body)
+
+
+@app.post("/webhooks/github/<project_id>")
+def github_webhook(project_id: str):
+    return _respond(receive_github(intake_settings(), project_id, app.current_event.headers, raw_body(app)))
+
+
+@app.post("/webhooks/gitlab/<project_id>")
+def gitlab_webhook(project_id: str):
+    return _respond(receive_gitlab(intake_settings(), project_id, app.current_event.headers, raw_body(app)))
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)

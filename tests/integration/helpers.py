@@ -67,14 +67,26 @@ def table_items(stack: StackInfo, prefix: str) -> list[dict[str, Any]]:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def receive_stage(stack: StackInfo, region: str = "eu-west", timeout: float = 15) -> tuple[dict[str, Any], str]:
-    """What an agent would receive next from the region's queue: (message body, receipt handle)."""
+def receive_stage(stack: StackInfo, job_id: str, region: str = "eu-west", timeout: float = 15) -> tuple[dict[str, Any], str]:
+    """What an agent would receive next for this job from the region's queue.
+
+    Each test worker has its own stack and runs one test at a time, so stage messages of other
+    jobs (left by earlier tests whose jobs nobody runs) are discarded.
+    """
+    sqs = client("sqs")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        response = client("sqs").receive_message(QueueUrl=stack.work_queues[region], WaitTimeSeconds=1)
+        response = sqs.receive_message(QueueUrl=stack.work_queues[region], WaitTimeSeconds=1, MaxNumberOfMessages=10)
+        found = None
         for message in response.get("Messages", []):
-            return json.loads(message["Body"]), message["ReceiptHandle"]
-    raise TimeoutError(f"no stage message in {region} within {timeout}s")
+            body = json.loads(message["Body"])
+            if body["job_id"] == job_id and found is None:
+                found = (body, message["ReceiptHandle"])
+            else:
+                sqs.delete_message(QueueUrl=stack.work_queues[region], ReceiptHandle=message["ReceiptHandle"])
+        if found:
+            return found
+    raise TimeoutError(f"no stage message for {job_id} in {region} within {timeout}s")
 
 
 def wait_for_execution(stack: StackInfo, job_id: str, timeout: float = 20) -> dict[str, Any]:

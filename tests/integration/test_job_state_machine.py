@@ -51,7 +51,7 @@ def test_stages_run_in_order_and_the_job_record_mirrors_the_execution(local_stac
     job_id = _start_job(local_stack, project_id)
 
     for expected in ("build", "sign"):
-        task, _ = receive_stage(local_stack)
+        task, _ = receive_stage(local_stack, job_id)
         assert (task["job_id"], task["stage"]) == (job_id, expected)
         _agent_runs(local_stack, task)
 
@@ -74,9 +74,9 @@ def test_stages_run_in_order_and_the_job_record_mirrors_the_execution(local_stac
 
 def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_stage(local_stack, project_id):
     job_id = _start_job(local_stack, project_id)
-    task, _ = receive_stage(local_stack)
+    task, _ = receive_stage(local_stack, job_id)
     _agent_runs(local_stack, task)
-    task, _ = receive_stage(local_stack)
+    task, _ = receive_stage(local_stack, job_id)
 
     _agent_runs(local_stack, task, succeed=False)
 
@@ -99,7 +99,7 @@ def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_sta
 def test_a_zombie_cannot_overwrite_its_successor(local_stack, project_id):
     """Fencing: once attempt 2 holds the stage, attempt 1's writes are refused."""
     job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
-    task, _ = receive_stage(local_stack)
+    task, _ = receive_stage(local_stack, job_id)
     now = datetime.now(timezone.utc)
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
     second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")

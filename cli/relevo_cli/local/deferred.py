@@ -42,10 +42,18 @@ def _create_bucket_policy(session: Any, stack: str, logical_id: str, props: dict
     return str(props["Bucket"])
 
 
+def _create_schedule_group(session: Any, stack: str, logical_id: str, props: dict[str, Any]) -> str:
+    name = props.get("Name") or f"{stack}-{logical_id}"
+    tags = [{"Key": t["Key"], "Value": t["Value"]} for t in props.get("Tags", [])]
+    session.client("scheduler").create_schedule_group(Name=name, Tags=tags)
+    # Ref of a schedule group is its name.
+    return str(name)
+
 
 CREATED_THROUGH_API: dict[str, Creator] = {
     "AWS::CloudWatch::Alarm": _create_alarm,
     "AWS::S3::BucketPolicy": _create_bucket_policy,
+    "AWS::Scheduler::ScheduleGroup": _create_schedule_group,
 }
 
 # Recorded in stack.json with the reason; nothing is created.

@@ -63,7 +63,8 @@ def _worker_main(conn: Connection, code_dir: str, layer_dirs: list[str], handler
 
 
 class FunctionRuntime:
-    """A small pool of warm processes for one function."""
+    """Warm processes for one function: one at start, more (each with its own cold start) when
+    every process is busy, up to `max_concurrency`, the way Lambda scales out."""
 
     def __init__(
         self,
@@ -74,37 +75,54 @@ class FunctionRuntime:
         handler: str,
         env: dict[str, str],
         memory_mb: int = 512,
-        concurrency: int = 2,
+        max_concurrency: int = 4,
     ) -> None:
         self.name = name
         self.arn = arn
         self.memory_mb = memory_mb
+        self.max_concurrency = max_concurrency
+        self._args = (code_dir, layer_dirs, handler, env)
+        self._context = multiprocessing.get_context("spawn")
         self._idle: queue.Queue[tuple[Any, Connection]] = queue.Queue()
-        context = multiprocessing.get_context("spawn")
-        self._processes = []
-        self._starting: list[tuple[Any, Connection]] = []
-        for _ in range(concurrency):
-            parent, child = context.Pipe()
-            process = context.Process(
-                target=_worker_main, args=(child, code_dir, layer_dirs, handler, env), daemon=True
-            )
-            process.start()
-            self._processes.append(process)
-            self._starting.append((process, parent))
+        self._processes: list[Any] = []
+        self._grow_lock = threading.Lock()
+        self._first = self._spawn()
+
+    def _spawn(self) -> tuple[Any, Connection]:
+        parent, child = self._context.Pipe()
+        process = self._context.Process(target=_worker_main, args=(child, *self._args), daemon=True)
+        process.start()
+        self._processes.append(process)
+        return process, parent
+
+    @staticmethod
+    def _await_ready(worker: tuple[Any, Connection], timeout: float) -> None:
+        if not worker[1].poll(timeout):
+            raise TimeoutError(f"runtime not ready after {timeout}s")
+        worker[1].recv()
 
     def wait_ready(self, timeout: float = 120) -> None:
-        """Block until every process has imported its handler (the cold start is paid here)."""
-        for process, conn in self._starting:
-            if not conn.poll(timeout):
-                raise TimeoutError(f"{self.name}: runtime not ready after {timeout}s")
-            conn.recv()
-            self._idle.put((process, conn))
-        self._starting.clear()
+        """Block until the first process has imported its handler (the cold start is paid here)."""
+        self._await_ready(self._first, timeout)
+        self._idle.put(self._first)
+
+    def _acquire(self) -> tuple[Any, Connection]:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._grow_lock:
+            grow = len(self._processes) < self.max_concurrency
+            worker = self._spawn() if grow else None
+        if worker is None:
+            return self._idle.get()
+        self._await_ready(worker, 120)
+        return worker
 
     def invoke(self, event: dict[str, Any]) -> Any:
-        process, conn = self._idle.get()
+        worker = self._acquire()
         try:
-            conn.send(
+            worker[1].send(
                 (
                     event,
                     {
@@ -115,16 +133,16 @@ class FunctionRuntime:
                     },
                 )
             )
-            status, value = conn.recv()
+            status, value = worker[1].recv()
         finally:
-            self._idle.put((process, conn))
+            self._idle.put(worker)
         if status != "ok":
             raise RuntimeError(f"{self.name} failed:\n{value}")
         return value
 
     def stop(self) -> None:
         while not self._idle.empty():
-            process, conn = self._idle.get_nowait()
+            _, conn = self._idle.get_nowait()
             try:
                 conn.send(None)
             except (BrokenPipeError, OSError):

@@ -11,7 +11,10 @@ import json
 import logging
 import os
 import re
+import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ import requests
 from relevo_cli.local import deferred, template
 from relevo_cli.local.apigateway import ApiAdapter, Route
 from relevo_cli.local.lambda_runtime import FunctionRuntime
+from relevo_cli.local.scheduler import ScheduleFirer
 from relevo_core.stackfile import StackInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -44,6 +48,7 @@ class LocalStack:
         host: str = "127.0.0.1",
         api_port: int = 0,
         moto_port: int = 0,
+        schedule_poll_sec: float = 5.0,
     ) -> None:
         self.state_dir = state_dir
         self.stack_name = stack_name
@@ -53,19 +58,21 @@ class LocalStack:
         self.host = host
         self.api_port = api_port
         self.moto_port = moto_port
+        # How often project schedules (EventBridge Scheduler) are checked for a due slot.
+        self.schedule_poll_sec = schedule_poll_sec
+        self.schedule_firer: ScheduleFirer | None = None
         self._server: Any = None
         self._runtimes: dict[str, FunctionRuntime] = {}
         self._adapter: ApiAdapter | None = None
         self._identities: dict[str, dict[str, str]] = {}
         self.info: StackInfo | None = None
+        self._stopping = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> StackInfo:
         for name in ("moto", "werkzeug", "botocore", "urllib3"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
-        from moto.server import ThreadedMotoServer
-
-        self._server = ThreadedMotoServer(ip_address=self.host, port=self.moto_port, verbose=False)
+        self._server = _emulator_server(self.host, self.moto_port)
         self._server.start()
         host, port = self._server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
@@ -86,6 +93,7 @@ class LocalStack:
         return self.info
 
     def stop(self) -> None:
+        self._stopping.set()
         if self._adapter:
             self._adapter.stop()
         for runtime in self._runtimes.values():
@@ -151,6 +159,10 @@ class LocalStack:
             port=self.api_port,
         )
         self._adapter.start()
+        self._start_schedules(sam)
+        self._start_project_schedules(
+            [str(physical[d.logical_id]) for d in later if d.type == "AWS::Scheduler::ScheduleGroup"]
+        )
 
         regions = self.parameters.get("RegionAffinities") or sam["Parameters"]["RegionAffinities"]["Default"]
         work_queues = {
@@ -246,6 +258,55 @@ class LocalStack:
         for runtime in self._runtimes.values():
             runtime.wait_ready()
 
+    def _start_schedules(self, sam: dict[str, Any]) -> None:
+        """EventBridge rules from `Schedule` events: the emulator keeps the rule but cannot invoke
+        Lambda, so a timer per rule invokes the function with the scheduled event AWS sends."""
+        for fn in template.sam_functions(sam, self.root):
+            for event_name, period in fn.schedules:
+                thread = threading.Thread(
+                    target=self._tick, args=(fn.logical_id, event_name, period), daemon=True, name=f"schedule-{event_name}"
+                )
+                thread.start()
+
+    def _tick(self, function: str, event_name: str, period: float) -> None:
+        while not self._stopping.wait(period):
+            event = {
+                "version": "0",
+                "id": str(uuid.uuid4()),
+                "detail-type": "Scheduled Event",
+                "source": "aws.events",
+                "account": ACCOUNT_ID,
+                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "region": self.region,
+                "resources": [f"arn:aws:events:{self.region}:{ACCOUNT_ID}:rule/{self.stack_name}-{function}{event_name}"],
+                "detail": {},
+            }
+            try:
+                self._runtimes[function].invoke(event)
+            except Exception as exc:  # an asynchronous invoke's failure is only logged
+                sys.stderr.write(f"scheduled {function}/{event_name} failed: {exc}\n")
+
+    def _start_project_schedules(self, groups: list[str]) -> None:
+        """EventBridge Scheduler schedules (project schedules): the emulator stores them but never
+        fires them, so a thread polls the stack's schedule groups and fires each due rate(...)
+        schedule at its target. cron(...) schedules are not fired locally."""
+        if not groups:
+            return
+        self.schedule_firer = ScheduleFirer(self._session.client("scheduler"), groups, self._invoke_arn)
+        threading.Thread(
+            target=self.schedule_firer.run,
+            args=(self._stopping, self.schedule_poll_sec),
+            daemon=True,
+            name="project-schedules",
+        ).start()
+
+    def _invoke_arn(self, arn: str, event: dict[str, Any]) -> Any:
+        """Invoke the stack's function whose ARN (or a qualified ARN of it) is `arn`."""
+        for runtime in self._runtimes.values():
+            if arn == runtime.arn or arn.startswith(runtime.arn + ":"):
+                return runtime.invoke(event)
+        raise LookupError(f"no function of this stack has the ARN {arn}")
+
     def _identity_for(self, access_key: str) -> dict[str, str]:
         """Who signed the request: STS answers for the access key, as IAM does for API Gateway."""
         if access_key not in self._identities:
@@ -265,6 +326,40 @@ class LocalStack:
                 "userArn": caller["Arn"],
             }
         return self._identities[access_key]
+
+
+def _emulator_server(host: str, port: int) -> Any:
+    """moto's ThreadedMotoServer, with DynamoDB requests applied one at a time.
+
+    moto's server handles requests on concurrent threads, and its DynamoDB backend has no lock:
+    two conditional writes (or transactions) on one item can both pass their condition, or fail
+    with a 500. DynamoDB itself applies conditional writes atomically and transactions
+    serializably, so serializing DynamoDB requests is what makes the emulator faithful here.
+    """
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    dynamodb_lock = threading.Lock()
+
+    def serialized(app: Any) -> Any:
+        def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+            if str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith("DynamoDB_"):
+                with dynamodb_lock:
+                    # Consume the whole response inside the lock.
+                    return list(app(environ, start_response))
+            return app(environ, start_response)
+
+        return wsgi
+
+    class Server(ThreadedMotoServer):
+        def _server_entry(self) -> None:
+            app = serialized(DomainDispatcherApplication(create_backend_app))
+            self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return Server(ip_address=host, port=port, verbose=False)
 
 
 class _EndpointSession:

@@ -28,6 +28,7 @@ class SamFunction:
     code_dir: Path
     handler: str
     routes: tuple[tuple[str, str, bool], ...]  # (method, path, iam_auth)
+    schedules: tuple[tuple[str, float], ...] = ()  # (event name, period in seconds)
 
 
 def load_sam_template(path: Path, parameters: dict[str, str] | None = None) -> dict[str, Any]:
@@ -69,7 +70,12 @@ def sam_functions(template: dict[str, Any], root: Path) -> list[SamFunction]:
             continue
         props = resource["Properties"]
         routes = []
-        for event in props.get("Events", {}).values():
+        schedules = []
+        for event_name, event in props.get("Events", {}).items():
+            if event.get("Type") in ("Schedule", "ScheduleV2"):
+                expression = event["Properties"].get("Schedule") or event["Properties"].get("ScheduleExpression")
+                schedules.append((event_name, rate_seconds(expression)))
+                continue
             if event.get("Type") != "Api":
                 continue
             auth = event["Properties"].get("Auth", {}).get("Authorizer")
@@ -81,9 +87,19 @@ def sam_functions(template: dict[str, Any], root: Path) -> list[SamFunction]:
                 code_dir=(root / props["CodeUri"]).resolve(),
                 handler=props.get("Handler", globals_fn.get("Handler", "handler.lambda_handler")),
                 routes=tuple(routes),
+                schedules=tuple(schedules),
             )
         )
     return functions
+
+
+def rate_seconds(expression: str) -> float:
+    """The period of an EventBridge `rate(...)` expression; cron schedules are not run locally."""
+    match = re.fullmatch(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)", expression.strip())
+    if not match:
+        raise ValueError(f"only rate(...) schedules run on the local stack, not {expression!r}")
+    unit = {"minute": 60, "hour": 3600, "day": 86400}[match.group(2).rstrip("s")]
+    return int(match.group(1)) * unit
 
 
 def _zip_dir(directory: Path, prefix: str = "") -> bytes:

@@ -28,6 +28,16 @@ class IntakeSettings(TableSettings):
     queue_limit: int = Field(default=50, alias="QUEUE_LIMIT", ge=1)
     # How long a fetched webhook secret is reused before it is read again.
     secret_max_age_sec: int = Field(default=300, alias="SECRET_MAX_AGE_SEC", ge=0)
+    # How long a project read is reused by intake (a change reaches webhooks within this).
+    project_cache_sec: float = Field(default=10, alias="PROJECT_CACHE_SEC", ge=0)
+
+
+class SchedulerSettings(_Env):
+    """Where the registry keeps project schedules (EventBridge Scheduler) and what they invoke."""
+
+    schedule_group: str = Field(alias="SCHEDULE_GROUP", min_length=1, max_length=64)
+    schedule_target_arn: str = Field(alias="SCHEDULE_TARGET_ARN", pattern=r"^arn:[a-z-]+:lambda:")
+    scheduler_role_arn: str = Field(alias="SCHEDULER_ROLE_ARN", pattern=r"^arn:[a-z-]+:iam::")
 
 
 @lru_cache(maxsize=1)
@@ -38,3 +48,8 @@ def table_settings() -> TableSettings:
 @lru_cache(maxsize=1)
 def intake_settings() -> IntakeSettings:
     return IntakeSettings.from_environ()
+
+
+@lru_cache(maxsize=1)
+def scheduler_settings() -> SchedulerSettings:
+    return SchedulerSettings.from_environ()

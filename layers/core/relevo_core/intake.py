@@ -1,9 +1,14 @@
-"""Intake: every trigger becomes exactly one job per idempotency key, then one execution."""
+"""Intake: every trigger becomes exactly one job per idempotency key, then one execution.
+
+All five trigger types come through `enqueue`: webhook, api, manual, schedule and retry.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
@@ -14,27 +19,80 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
 from relevo_core.models.envelope import JobEnvelope, Trigger, new_job_id
-from relevo_core.models.project import Project
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.plan import StagePlan
+from relevo_core.models.project import OnRepeat, Project
 from relevo_core.store import jobs
 from relevo_core.store.keys import stage_sk
-
-# A redelivery inside this window is the same trigger. It must outlast the longest handoff
-# (queue + exec + lease) so that a slow job is never started twice.
-DEFAULT_DEDUP_WINDOW_SEC = 24 * 3600
+from relevo_core.store.projects import get_project
 
 
 @dataclass(frozen=True)
 class IntakeResult:
     job_id: str
-    duplicate: bool
+    duplicate: bool = False
+    # How the answer came about: created, held, duplicate, replayed_delivery, skipped.
+    outcome: str = "created"
+    previous_job_id: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"job_id": self.job_id, "duplicate": self.duplicate}
+        if self.outcome not in ("created", "duplicate"):
+            body["outcome"] = self.outcome
+        if self.previous_job_id:
+            body["previous_job_id"] = self.previous_job_id
+        return body
 
 
-def idempotency_key(project: Project, commit: str) -> str:
-    """project + commit + artifact set: the same push of the same plan is the same work."""
-    artifact_set = hashlib.sha256(
-        json.dumps([stage.name for stage in project.stages]).encode()
-    ).hexdigest()[:16]
-    return f"{project.id}:{commit}:{artifact_set}"
+def artifact_set(stages: tuple[StagePlan, ...]) -> str:
+    return hashlib.sha256(json.dumps([stage.name for stage in stages]).encode()).hexdigest()[:16]
+
+
+def idempotency_key(project_id: str, identity: str, stages: tuple[StagePlan, ...]) -> str:
+    """project + what is built (commit, or the trigger's own identity) + the artifact set."""
+    return f"{project_id}:{identity}:{artifact_set(stages)}"
+
+
+class _ProjectCache:
+    """Projects read at most once per `max_age` per container: the warm path stays at two calls.
+
+    A project change reaches webhooks within max_age; a job already queued never changes, since
+    its plan is frozen in the envelope.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str], tuple[float, Project]] = {}
+
+    def get(self, table: str, project_id: str, max_age: float) -> Project:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._entries.get((table, project_id))
+        if cached and now - cached[0] < max_age:
+            return cached[1]
+        project = get_project(table, project_id)
+        with self._lock:
+            self._entries[(table, project_id)] = (now, project)
+        return project
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+project_cache = _ProjectCache()
+
+
+def select_stages(project: Project, names: list[str] | None) -> tuple[StagePlan, ...]:
+    stages = project.frozen_stages()
+    if not names:
+        return stages
+    known = {stage.name for stage in stages}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise RelevoError(ErrorCode.STAGE_UNKNOWN, f"stages: {', '.join(unknown)} not in project {project.id}")
+    wanted = set(names)
+    return tuple(stage for stage in stages if stage.name in wanted)
 
 
 def build_envelope(
@@ -42,34 +100,48 @@ def build_envelope(
     project: Project,
     trigger: Trigger,
     ref: str,
-    commit: str,
+    commit: str | None,
+    stages: tuple[StagePlan, ...],
+    key: str,
     now: datetime,
+    priority: int | None = None,
+    from_stage: str | None = None,
+    retry_of: str | None = None,
 ) -> JobEnvelope:
     job_id = new_job_id(now.timestamp())
     return JobEnvelope(
         job_id=job_id,
-        idempotency_key=idempotency_key(project, commit),
+        idempotency_key=key,
         project=project.id,
         region_affinity=project.region_affinity,
         artifact_uri=f"s3://{settings.artifact_bucket}/{project.id}/{job_id}/",
         created_at=now,
         ttl=int((now + timedelta(days=settings.job_retention_days)).timestamp()),
         trigger=trigger,
-        priority=project.priority,
+        priority=project.priority if priority is None else priority,
         ref=ref,
         commit=commit,
-        stages=project.frozen_stages(),
+        stages=stages,
         queue_timeout_sec=project.queue_timeout_sec,
-        exec_timeout_sec=max(stage.exec_timeout_sec for stage in project.stages),
+        exec_timeout_sec=max(stage.exec_timeout_sec for stage in stages),
         lease_ttl_sec=project.lease_ttl_sec,
         approval=project.approval,
+        from_stage=from_stage,
+        retry_of=retry_of,
     )
 
 
 @lru_cache(maxsize=64)
 def work_queue_url(prefix: str, region_affinity: str) -> str:
     """The region's work queue, resolved once per container."""
-    return client("sqs").get_queue_url(QueueName=f"{prefix}{region_affinity}")["QueueUrl"]
+    try:
+        return client("sqs").get_queue_url(QueueName=f"{prefix}{region_affinity}")["QueueUrl"]
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"):
+            raise RelevoError(
+                ErrorCode.REGION_UNKNOWN, f"region_affinity {region_affinity!r} has no work queue in this stack"
+            ) from exc
+        raise
 
 
 def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
@@ -79,6 +151,8 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
         "project": envelope.project,
         "queue_url": queue_url,
         "lease_ttl_sec": envelope.lease_ttl_sec,
+        # How often a job waiting for its project's lock tries again.
+        "lock_poll_sec": max(1, min(10, envelope.lease_ttl_sec // 3)),
         "stages": [
             {
                 "index": index,
@@ -112,14 +186,47 @@ def enqueue(
     project: Project,
     trigger: Trigger,
     ref: str,
-    commit: str,
+    commit: str | None,
+    identity: str,
+    stage_names: list[str] | None = None,
+    priority: int | None = None,
+    from_stage: str | None = None,
+    retry_of: str | None = None,
     now: datetime | None = None,
 ) -> IntakeResult:
+    """One trigger in; at most one job out. `identity` is what makes two triggers the same work
+    (the commit for Git triggers, the schedule slot for timers, ...)."""
     now = now or datetime.now(timezone.utc)
-    envelope = build_envelope(settings, project, trigger, ref, commit, now)
+    stages = select_stages(project, stage_names)
+    key = idempotency_key(project.id, identity, stages)
+    envelope = build_envelope(settings, project, trigger, ref, commit, stages, key, now, priority, from_stage, retry_of)
     queue_url = work_queue_url(settings.work_queue_prefix, envelope.region_affinity)
-    created = jobs.create_job(settings.table_name, envelope, DEFAULT_DEDUP_WINDOW_SEC, now)
-    if not created.created:
-        return IntakeResult(job_id=created.job_id, duplicate=True)
+    window, on_repeat = project.dedup_for(trigger.type.value)
+
+    outcome = jobs.create_job(settings.table_name, envelope, window, settings.queue_limit, now)
+    if isinstance(outcome, jobs.RepeatAfterWindow):
+        if on_repeat is OnRepeat.SKIP:
+            return IntakeResult(outcome.previous_job_id, duplicate=True, outcome="skipped")
+        outcome = jobs.create_job(
+            settings.table_name,
+            envelope,
+            window,
+            settings.queue_limit,
+            now,
+            held=on_repeat is OnRepeat.HOLD,
+            replaces_expires_at=outcome.previous_expires_at,
+        )
+        if isinstance(outcome, jobs.Created) and on_repeat is OnRepeat.HOLD:
+            return IntakeResult(envelope.job_id, outcome="held")
+    if isinstance(outcome, jobs.Duplicate):
+        return IntakeResult(
+            outcome.job_id, duplicate=True, outcome="replayed_delivery" if outcome.matched == "delivery" else "duplicate"
+        )
+    if isinstance(outcome, jobs.QueueFull):
+        raise RelevoError(
+            ErrorCode.QUEUE_FULL, f"{outcome.queued} jobs are queued, the limit is {outcome.limit}; nothing was written"
+        )
+    if isinstance(outcome, jobs.RepeatAfterWindow):  # taken over by a concurrent repeat
+        return IntakeResult(outcome.previous_job_id, duplicate=True)
     start_execution(settings.state_machine_arn, envelope, queue_url)
-    return IntakeResult(job_id=envelope.job_id, duplicate=False)
+    return IntakeResult(envelope.job_id)

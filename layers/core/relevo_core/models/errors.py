@@ -25,6 +25,8 @@ class ErrorCode(str, Enum):
     UNAUTHENTICATED = "UNAUTHENTICATED"
     REGION_UNKNOWN = "REGION_UNKNOWN"
     SECRET_UNAVAILABLE = "SECRET_UNAVAILABLE"
+    JOB_NOT_HELD = "JOB_NOT_HELD"
+    STAGE_UNKNOWN = "STAGE_UNKNOWN"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -41,6 +43,8 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.REGION_UNKNOWN: HTTPStatus.UNPROCESSABLE_ENTITY,
     # The project names a secret Relevo cannot read: a configuration fault, not the caller's.
     ErrorCode.SECRET_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
+    ErrorCode.JOB_NOT_HELD: HTTPStatus.CONFLICT,
+    ErrorCode.STAGE_UNKNOWN: HTTPStatus.UNPROCESSABLE_ENTITY,
 }
 
 

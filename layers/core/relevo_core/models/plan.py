@@ -72,11 +72,14 @@ class ApprovalSettings(_Frozen):
         return self.timeout_minutes or 24 * 60
 
 
-def check_stage_names(stages: tuple[StagePlan, ...]) -> tuple[StagePlan, ...]:
-    names = [stage.name for stage in stages]
+def require_unique(names: list[str], what: str) -> None:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise ValueError(f"stage names must be unique, repeated: {', '.join(duplicates)}")
+        raise ValueError(f"{what} names must be unique, repeated: {', '.join(duplicates)}")
+
+
+def check_stage_names(stages: tuple[StagePlan, ...]) -> tuple[StagePlan, ...]:
+    require_unique([stage.name for stage in stages], "stage")
     return stages
 
 

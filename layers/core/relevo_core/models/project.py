@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from enum import Enum
+import re
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from relevo_core.models.envelope import PROJECT_ID, REGION_AFFINITY
-from relevo_core.models.plan import ApprovalSettings, RetryPolicy, RunPlanMixin, StagePlan, check_stage_names
+from relevo_core.models.plan import (
+    ApprovalSettings,
+    RetryPolicy,
+    RunPlanMixin,
+    StagePlan,
+    check_stage_names,
+    require_unique,
+)
 
 
 class ProjectStage(BaseModel):
@@ -29,10 +38,87 @@ class WebhookSecrets(BaseModel):
     gitlab_token_ref: str | None = Field(default=None, max_length=512)
 
 
+_RATE = re.compile(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)")
+# cron(minutes hours day-of-month month day-of-week year), EventBridge's six-field form.
+_CRON = re.compile(r"cron\(([^()\s]+(?: [^()\s]+){5})\)")
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*?,/#-]+$")
+_TIMEZONE = re.compile(r"^(UTC|[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2})$")
+
+
+def check_schedule_expression(expression: str) -> str:
+    """EventBridge Scheduler's recurring forms: rate(N unit) and cron(six fields)."""
+    rate = _RATE.fullmatch(expression)
+    if rate:
+        count, unit = int(rate.group(1)), rate.group(2)
+        if count < 1:
+            raise ValueError(f"{expression!r}: a rate must be at least 1")
+        if (count == 1) != (not unit.endswith("s")):
+            raise ValueError(f"{expression!r}: the unit is singular for 1 and plural otherwise")
+        return expression
+    cron = _CRON.fullmatch(expression)
+    if cron:
+        fields = cron.group(1).split(" ")
+        if not all(_CRON_FIELD.match(field) for field in fields):
+            raise ValueError(f"{expression!r}: a cron field holds digits, names and , - * ? / L W # only")
+        day_of_month, day_of_week = fields[2], fields[4]
+        if (day_of_month == "?") == (day_of_week == "?"):
+            raise ValueError(f"{expression!r}: exactly one of day-of-month and day-of-week must be ?")
+        return expression
+    raise ValueError(
+        f"{expression!r} is neither rate(N minute|minutes|hour|hours|day|days) nor cron(min hour dom month dow year)"
+    )
+
+
+class ProjectSchedule(BaseModel):
+    """A timer that triggers the project: one EventBridge Scheduler schedule per entry."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,47}$")
+    expression: str = Field(min_length=1, max_length=256)
+    # None: the project's default_ref when the schedule fires.
+    ref: str | None = Field(default=None, min_length=1, max_length=256)
+    stages: list[str] | None = Field(default=None, min_length=1, max_length=32)
+    timezone: str = Field(default="UTC", max_length=64, pattern=_TIMEZONE.pattern)
+
+    @field_validator("name")
+    @classmethod
+    def _no_double_dash(cls, name: str) -> str:
+        # The Scheduler name is {project_id}--{name}: a "--" here would make it ambiguous.
+        if "--" in name:
+            raise ValueError("a schedule name may not contain '--'")
+        return name
+
+    @field_validator("expression")
+    @classmethod
+    def _expression(cls, expression: str) -> str:
+        return check_schedule_expression(expression)
+
+
 class OnRepeat(str, Enum):
     RUN = "run"
     HOLD = "hold"
     SKIP = "skip"
+
+
+class DedupPolicy(BaseModel):
+    """How long a trigger of one source counts as the same work, and what a repeat after that does."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # None: the source's default, never shorter than the project's longest handoff.
+    window_sec: int | None = Field(default=None, ge=60, le=30 * 24 * 3600)
+    on_repeat: OnRepeat | None = None
+
+
+# Defaults per trigger source: (window, on_repeat after the window).
+DEDUP_DEFAULTS: dict[str, tuple[int, OnRepeat]] = {
+    "webhook": (24 * 3600, OnRepeat.HOLD),
+    "schedule": (3600, OnRepeat.RUN),
+    "manual": (600, OnRepeat.RUN),
+    "api": (600, OnRepeat.RUN),
+    "retry": (600, OnRepeat.RUN),
+}
 
 
 class Project(RunPlanMixin):
@@ -49,15 +135,44 @@ class Project(RunPlanMixin):
     retry: RetryPolicy = RetryPolicy()
     approval: ApprovalSettings = ApprovalSettings()
     webhook: WebhookSecrets = WebhookSecrets()
+    dedup: dict[Literal["webhook", "schedule", "manual", "api", "retry"], DedupPolicy] = Field(default_factory=dict)
+    schedules: tuple[ProjectSchedule, ...] = Field(default=(), max_length=32)
+
+    @property
+    def longest_handoff_sec(self) -> int:
+        """Queue wait + the longest stage + one lease: how long one stage can take to hand off."""
+        return self.queue_timeout_sec + max(stage.exec_timeout_sec for stage in self.stages) + self.lease_ttl_sec
+
+    def dedup_for(self, source: str) -> tuple[int, OnRepeat]:
+        default_window, default_on_repeat = DEDUP_DEFAULTS[source]
+        policy = self.dedup.get(source, DedupPolicy())  # type: ignore[call-overload]
+        window = policy.window_sec if policy.window_sec is not None else default_window
+        # A window shorter than a handoff would let a slow job's redelivery start it twice.
+        return max(window, self.longest_handoff_sec), policy.on_repeat or default_on_repeat
 
     @field_validator("stages")
     @classmethod
     def _unique_stage_names(cls, stages: tuple[ProjectStage, ...]) -> tuple[ProjectStage, ...]:
-        names = [stage.name for stage in stages]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
-        if duplicates:
-            raise ValueError(f"stage names must be unique, repeated: {', '.join(duplicates)}")
+        require_unique([stage.name for stage in stages], "stage")
         return stages
+
+    @field_validator("schedules")
+    @classmethod
+    def _unique_schedule_names(cls, schedules: tuple[ProjectSchedule, ...]) -> tuple[ProjectSchedule, ...]:
+        require_unique([schedule.name for schedule in schedules], "schedule")
+        return schedules
+
+    @model_validator(mode="after")
+    def _schedule_stages_exist(self) -> "Project":
+        known = {stage.name for stage in self.stages}
+        for schedule in self.schedules:
+            unknown = [name for name in schedule.stages or [] if name not in known]
+            if unknown:
+                raise ValueError(f"schedule {schedule.name}: stages {', '.join(unknown)} are not stages of the project")
+        return self
+
+    def schedule(self, name: str) -> ProjectSchedule | None:
+        return next((schedule for schedule in self.schedules if schedule.name == name), None)
 
     def frozen_stages(self) -> tuple[StagePlan, ...]:
         """The project's stages as a job will run them: the plan is copied, never referenced."""

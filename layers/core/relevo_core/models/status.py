@@ -6,6 +6,8 @@ from enum import Enum
 
 
 class JobStatus(str, Enum):
+    # A repeat after its dedup window, kept for an operator to release (on_repeat: hold).
+    HELD = "held"
     QUEUED = "queued"
     DISPATCHED = "dispatched"
     RUNNING = "running"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -13,74 +15,242 @@ from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store.codec import from_attributes, to_attributes
-from relevo_core.store.keys import DEDUP_SK, JOB_SK, dedup_pk, job_pk, key
+from relevo_core.store.keys import (
+    COUNTER_SK,
+    DEDUP_SK,
+    DELIVERY_SK,
+    JOB_SK,
+    QUEUE_COUNTER_PK,
+    START_PENDING,
+    START_PENDING_ATTRIBUTE,
+    START_PENDING_INDEX,
+    dedup_pk,
+    delivery_pk,
+    job_pk,
+    key,
+)
+
+
+# A dedup record outlives its window by this much, so a repeat after the window is still
+# recognised as a repeat (and follows on_repeat) rather than mistaken for a first arrival.
+DEDUP_MEMORY_SEC = 30 * 24 * 3600
+DELIVERY_MEMORY_SEC = 7 * 24 * 3600
+_CONFLICT_RETRIES = 6
 
 
 @dataclass(frozen=True)
-class CreateResult:
+class Created:
     job_id: str
-    created: bool  # False: the idempotency key already had a live job
 
 
-def create_job(table: str, envelope: JobEnvelope, dedup_window_sec: int, now: datetime) -> CreateResult:
-    """Write the dedup record and the envelope in one transaction, or neither.
+@dataclass(frozen=True)
+class Duplicate:
+    job_id: str
+    # "idempotency_key": same work inside its window; "delivery": the same delivery replayed.
+    matched: str
 
-    A live dedup record for the same key makes the transaction fail; DynamoDB then returns the
-    existing record (ReturnValuesOnConditionCheckFailure), so a duplicate costs one call.
+
+@dataclass(frozen=True)
+class RepeatAfterWindow:
+    previous_job_id: str
+    previous_expires_at: int
+
+
+@dataclass(frozen=True)
+class QueueFull:
+    queued: int
+    limit: int
+
+
+CreateOutcome = Created | Duplicate | RepeatAfterWindow | QueueFull
+
+
+def _queue_counter_update(table: str, limit: int, delta: int) -> dict[str, Any]:
+    update: dict[str, Any] = {
+        "TableName": table,
+        "Key": key(QUEUE_COUNTER_PK, COUNTER_SK),
+        "UpdateExpression": "SET queued = if_not_exists(queued, :zero) + :delta",
+        "ExpressionAttributeValues": {":zero": {"N": "0"}, ":delta": {"N": str(delta)}},
+    }
+    if delta > 0:
+        update["ConditionExpression"] = "attribute_not_exists(queued) OR queued < :limit"
+        update["ExpressionAttributeValues"][":limit"] = {"N": str(limit)}
+        update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    return {"Update": update}
+
+
+def create_job(
+    table: str,
+    envelope: JobEnvelope,
+    dedup_window_sec: int,
+    queue_limit: int,
+    now: datetime,
+    held: bool = False,
+    replaces_expires_at: int | None = None,
+) -> CreateOutcome:
+    """Write the job in one transaction: dedup record, delivery record, envelope and queue slot.
+
+    Either all of it is written or none of it. A live dedup record or a known delivery id makes
+    the transaction fail, and DynamoDB returns the existing record with the failure
+    (ReturnValuesOnConditionCheckFailure), so a duplicate costs this one call. A held job (a
+    repeat kept for an operator) takes no queue slot and starts no execution.
+    `replaces_expires_at` takes over an expired dedup record, only if nobody else did first.
     """
     epoch = int(now.timestamp())
     dedup_until = epoch + dedup_window_sec
-    dedup_item = {
-        "pk": dedup_pk(envelope.idempotency_key),
-        "sk": DEDUP_SK,
-        "job_id": envelope.job_id,
-        "expires_at": dedup_until,
-        "ttl": dedup_until,
-    }
-    job_item = {
+    if replaces_expires_at is None:
+        dedup_condition = "attribute_not_exists(pk)"
+        dedup_values: dict[str, Any] = {}
+    else:
+        dedup_condition = "expires_at = :previous"
+        dedup_values = {":previous": {"N": str(replaces_expires_at)}}
+    items: list[dict[str, Any]] = [
+        {
+            "Put": {
+                "TableName": table,
+                "Item": to_attributes(
+                    {
+                        "pk": dedup_pk(envelope.idempotency_key),
+                        "sk": DEDUP_SK,
+                        "job_id": envelope.job_id,
+                        "expires_at": dedup_until,
+                        "ttl": dedup_until + DEDUP_MEMORY_SEC,
+                    }
+                ),
+                "ConditionExpression": dedup_condition,
+                **({"ExpressionAttributeValues": dedup_values} if dedup_values else {}),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+    ]
+    delivery_index = None
+    if envelope.trigger.delivery_id:
+        delivery_index = len(items)
+        items.append(
+            {
+                "Put": {
+                    "TableName": table,
+                    "Item": to_attributes(
+                        {
+                            "pk": delivery_pk(envelope.trigger.source, envelope.trigger.delivery_id),
+                            "sk": DELIVERY_SK,
+                            "job_id": envelope.job_id,
+                            "ttl": epoch + DELIVERY_MEMORY_SEC,
+                        }
+                    ),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            }
+        )
+    status = JobStatus.HELD if held else JobStatus.QUEUED
+    job_item: dict[str, Any] = {
         "pk": job_pk(envelope.job_id),
         "sk": JOB_SK,
         "envelope": envelope.to_json_dict(),
         "schema_version": envelope.schema_version,
         "job_id": envelope.job_id,
         "project": envelope.project,
-        "status": JobStatus.QUEUED.value,
+        "status": status.value,
         "priority": envelope.priority,
         "created_at": envelope.created_at.isoformat(),
         "updated_at": now.isoformat(),
         "last_writer": "intake",
         "ttl": envelope.ttl,
     }
+    if not held:
+        # Sparse index entry: present until the execution's first state removes it, so the
+        # sweeper can find a job whose execution never started.
+        job_item[START_PENDING_ATTRIBUTE] = START_PENDING
+    items.append({"Put": {"TableName": table, "Item": to_attributes(job_item), "ConditionExpression": "attribute_not_exists(pk)"}})
+    counter_index = None
+    if not held:
+        counter_index = len(items)
+        items.append(_queue_counter_update(table, queue_limit, +1))
+
+    for attempt in range(_CONFLICT_RETRIES):
+        try:
+            client("dynamodb").transact_write_items(TransactItems=items)
+            return Created(envelope.job_id)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            reasons = exc.response.get("CancellationReasons") or []
+        codes = [reason.get("Code", "None") for reason in reasons]
+        if delivery_index is not None and codes[delivery_index] == "ConditionalCheckFailed":
+            return Duplicate(str(from_attributes(reasons[delivery_index]["Item"])["job_id"]), "delivery")
+        if codes and codes[0] == "ConditionalCheckFailed":
+            existing = from_attributes(reasons[0].get("Item") or {})
+            if not existing:
+                # The expired record we meant to take over is gone (TTL): a first arrival now.
+                items[0]["Put"]["ConditionExpression"] = "attribute_not_exists(pk)"
+                items[0]["Put"].pop("ExpressionAttributeValues", None)
+                continue
+            if int(existing["expires_at"]) >= epoch:
+                return Duplicate(str(existing["job_id"]), "idempotency_key")
+            return RepeatAfterWindow(str(existing["job_id"]), int(existing["expires_at"]))
+        if counter_index is not None and codes[counter_index] == "ConditionalCheckFailed":
+            queued = from_attributes(reasons[counter_index].get("Item") or {}).get("queued", queue_limit)
+            return QueueFull(int(queued), queue_limit)
+        if "TransactionConflict" in codes:
+            # Another intake touched the same counter or key at the same instant: try again.
+            time.sleep(random.uniform(0, 0.05 * 2**attempt))
+            continue
+        raise RuntimeError(f"job transaction cancelled: {codes}")
+    raise RuntimeError("job transaction kept conflicting")
+
+
+def release_held(table: str, job_id: str, queue_limit: int, actor: str, now: datetime) -> None:
+    """held -> queued, taking a queue slot, in one transaction."""
     try:
         client("dynamodb").transact_write_items(
             TransactItems=[
                 {
-                    "Put": {
+                    "Update": {
                         "TableName": table,
-                        "Item": to_attributes(dedup_item),
-                        "ConditionExpression": "attribute_not_exists(pk) OR expires_at < :now",
-                        "ExpressionAttributeValues": {":now": {"N": str(epoch)}},
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        "Key": key(job_pk(job_id), JOB_SK),
+                        "UpdateExpression": "SET #status = :queued, last_writer = :actor, updated_at = :now, "
+                        f"{START_PENDING_ATTRIBUTE} = :pending",
+                        "ConditionExpression": "#status = :held",
+                        "ExpressionAttributeNames": {"#status": "status"},
+                        "ExpressionAttributeValues": to_attributes(
+                            {":queued": "queued", ":held": "held", ":actor": f"operator:{actor}", ":now": now.isoformat(), ":pending": START_PENDING}
+                        ),
                     }
                 },
-                {
-                    "Put": {
-                        "TableName": table,
-                        "Item": to_attributes(job_item),
-                        "ConditionExpression": "attribute_not_exists(pk)",
-                    }
-                },
+                _queue_counter_update(table, queue_limit, +1),
             ]
         )
     except ClientError as exc:
         if exc.response["Error"]["Code"] != "TransactionCanceledException":
             raise
-        reasons = exc.response.get("CancellationReasons") or []
-        if reasons and reasons[0].get("Code") == "ConditionalCheckFailed" and reasons[0].get("Item"):
-            existing = from_attributes(reasons[0]["Item"])
-            return CreateResult(job_id=str(existing["job_id"]), created=False)
-        raise
-    return CreateResult(job_id=envelope.job_id, created=True)
+        codes = [reason.get("Code") for reason in exc.response.get("CancellationReasons") or []]
+        if codes and codes[0] == "ConditionalCheckFailed":
+            raise RelevoError(ErrorCode.JOB_NOT_HELD, f"job {job_id} is not held") from exc
+        raise RelevoError(ErrorCode.QUEUE_FULL, f"{queue_limit} jobs are already queued") from exc
+
+
+def start_pending_jobs(table: str, created_before: datetime) -> list[str]:
+    """Job ids whose execution has not run its first state, created before the given time."""
+    job_ids: list[str] = []
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "IndexName": START_PENDING_INDEX,
+        "KeyConditionExpression": f"{START_PENDING_ATTRIBUTE} = :pending AND created_at < :before",
+        "ExpressionAttributeValues": {":pending": {"S": START_PENDING}, ":before": {"S": created_before.isoformat()}},
+    }
+    while True:
+        page = client("dynamodb").query(**kwargs)
+        job_ids.extend(from_attributes(item)["job_id"] for item in page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return job_ids
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def clear_start_pending(table: str, job_id: str) -> None:
+    client("dynamodb").update_item(
+        TableName=table, Key=key(job_pk(job_id), JOB_SK), UpdateExpression=f"REMOVE {START_PENDING_ATTRIBUTE}"
+    )
 
 
 def query_job_items(table: str, job_id: str) -> list[dict[str, Any]]:

@@ -5,6 +5,19 @@ from __future__ import annotations
 JOB_SK = "JOB"
 PROJECT_SK = "PROJECT"
 DEDUP_SK = "DEDUP"
+DELIVERY_SK = "DELIVERY"
+COUNTER_SK = "COUNTER"
+# The one item counting jobs that are queued (written, not yet started).
+QUEUE_COUNTER_PK = "COUNTER#queued"
+# Sparse GSI (StartPendingIndex): jobs whose execution has not yet run its first state.
+START_PENDING_ATTRIBUTE = "start_pending"
+START_PENDING = "pending"
+START_PENDING_INDEX = "StartPendingIndex"
+# GSI over `kind` (projects, ...) sorted by pk: listings without scans.
+KIND_INDEX = "KindIndex"
+PROJECT_KIND = "project"
+LOCK_KIND = "lock"
+LOCK_SK = "LOCK"
 
 
 def job_pk(job_id: str) -> str:
@@ -20,8 +33,16 @@ def project_pk(project_id: str) -> str:
     return f"PROJECT#{project_id}"
 
 
+def lock_pk(project_id: str) -> str:
+    return f"LOCK#{project_id}"
+
+
 def dedup_pk(idempotency_key: str) -> str:
     return f"DEDUP#{idempotency_key}"
+
+
+def delivery_pk(source: str, delivery_id: str) -> str:
+    return f"DELIVERY#{source}#{delivery_id}"
 
 
 def key(pk: str, sk: str) -> dict[str, dict[str, str]]:

@@ -8,7 +8,8 @@ from relevo_core.aws import client
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import Project
 from relevo_core.store.codec import from_attributes, to_attributes
-from relevo_core.store.keys import PROJECT_SK, key, project_pk
+from relevo_core.store.keys import PROJECT_KIND, PROJECT_SK, key, project_pk
+from relevo_core.store.kinds import items_of_kind
 
 
 def put_project(table: str, project: Project, actor: str) -> None:
@@ -18,8 +19,14 @@ def put_project(table: str, project: Project, actor: str) -> None:
         "project": project.model_dump(mode="json"),
         "updated_at": datetime.now(timezone.utc).isoformat(),
         "updated_by": actor,
+        # KindIndex lists every project without a scan.
+        "kind": PROJECT_KIND,
     }
     client("dynamodb").put_item(TableName=table, Item=to_attributes(item))
+
+
+def list_projects(table: str) -> list[Project]:
+    return [Project.model_validate(record["project"]) for record in items_of_kind(table, PROJECT_KIND)]
 
 
 def get_project(table: str, project_id: str) -> Project:

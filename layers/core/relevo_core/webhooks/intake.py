@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from aws_lambda_powertools.utilities import parameters
 from pydantic import ValidationError
 
 from relevo_core.config import IntakeSettings
-from relevo_core.intake import enqueue
+from relevo_core.intake import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType, validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.store.projects import get_project
-from relevo_core.webhooks import github
+from relevo_core.models.project import Project
+from relevo_core.webhooks import github, gitlab
+from relevo_core.webhooks.events import GitTrigger, Ignored, Pong
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -35,37 +36,67 @@ def _secret(settings: IntakeSettings, reference: str | None) -> str:
         raise RelevoError(ErrorCode.SECRET_UNAVAILABLE, "the project's webhook secret cannot be read") from exc
 
 
-def receive_github(
-    settings: IntakeSettings, project_id: str, headers: Mapping[str, str], raw_body: bytes
-) -> WebhookOutcome:
-    if len(raw_body) > MAX_BODY_BYTES:
-        raise RelevoError(ErrorCode.PAYLOAD_TOO_LARGE, f"body is over {MAX_BODY_BYTES} bytes")
-    lower = {name.lower(): value for name, value in headers.items()}
-    project = get_project(settings.table_name, project_id)
-    github.verify_signature(_secret(settings, project.webhook.github_secret_ref), raw_body, lower.get(github.SIGNATURE_HEADER))
+def _json(raw_body: bytes) -> Any:
     try:
         payload = json.loads(raw_body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RelevoError(ErrorCode.MALFORMED_JSON, f"body is not JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise RelevoError(ErrorCode.VALIDATION_FAILED, "(root): a webhook payload is a JSON object")
+    return payload
 
-    event = lower.get(github.EVENT_HEADER, "")
-    if event == "ping":
-        return WebhookOutcome(HTTPStatus.OK, {"pong": True})
-    if event != "push":
-        return WebhookOutcome(HTTPStatus.ACCEPTED, {"ignored": f"event {event or '(none)'} does not start jobs"})
+
+def _receive(
+    settings: IntakeSettings,
+    project_id: str,
+    headers: Mapping[str, str],
+    raw_body: bytes,
+    verify: Callable[[Project, dict[str, str]], None],
+    parse: Callable[[dict[str, str], dict[str, Any]], GitTrigger | Ignored | Pong],
+) -> WebhookOutcome:
+    # Size first, then the project and its signature: nothing unverified is ever parsed.
+    if len(raw_body) > MAX_BODY_BYTES:
+        raise RelevoError(ErrorCode.PAYLOAD_TOO_LARGE, f"body is over {MAX_BODY_BYTES} bytes")
+    lower = {name.lower(): value for name, value in headers.items()}
+    project = project_cache.get(settings.table_name, project_id, settings.project_cache_sec)
+    verify(project, lower)
     try:
-        push = github.PushEvent.model_validate(payload)
+        event = parse(lower, _json(raw_body))
     except ValidationError as exc:
         raise validation_error(exc) from exc
-    if push.repository.full_name.lower() != project.repo.lower():
-        return WebhookOutcome(
-            HTTPStatus.ACCEPTED, {"ignored": f"repository {push.repository.full_name} is not {project.repo}"}
-        )
-    if push.is_deletion:
-        return WebhookOutcome(HTTPStatus.ACCEPTED, {"ignored": f"{push.ref} was deleted"})
+    if isinstance(event, Pong):
+        return WebhookOutcome(HTTPStatus.OK, {"pong": True})
+    if isinstance(event, Ignored):
+        return WebhookOutcome(HTTPStatus.ACCEPTED, {"ignored": event.reason})
+    if event.repo.lower() != project.repo.lower():
+        return WebhookOutcome(HTTPStatus.ACCEPTED, {"ignored": f"repository {event.repo} is not {project.repo}"})
+    trigger = Trigger(type=TriggerType.WEBHOOK, source=event.source, delivery_id=event.delivery_id, actor=event.actor)
+    result = enqueue(settings, project, trigger, ref=event.ref, commit=event.commit, identity=event.commit)
+    status = HTTPStatus.OK if result.duplicate else HTTPStatus.ACCEPTED
+    return WebhookOutcome(status, result.body())
 
-    trigger = Trigger(type=TriggerType.WEBHOOK, source="github", delivery_id=lower.get(github.DELIVERY_HEADER))
-    result = enqueue(settings, project, trigger, ref=push.ref, commit=push.after)
-    if result.duplicate:
-        return WebhookOutcome(HTTPStatus.OK, {"job_id": result.job_id, "duplicate": True})
-    return WebhookOutcome(HTTPStatus.ACCEPTED, {"job_id": result.job_id, "duplicate": False})
+
+def receive_github(
+    settings: IntakeSettings, project_id: str, headers: Mapping[str, str], raw_body: bytes
+) -> WebhookOutcome:
+    def verify(project: Project, lower: dict[str, str]) -> None:
+        secret = _secret(settings, project.webhook.github_secret_ref)
+        github.verify_signature(secret, raw_body, lower.get(github.SIGNATURE_HEADER))
+
+    def parse(lower: dict[str, str], payload: dict[str, Any]) -> GitTrigger | Ignored | Pong:
+        return github.parse_github(lower.get(github.EVENT_HEADER, ""), lower.get(github.DELIVERY_HEADER), payload)
+
+    return _receive(settings, project_id, headers, raw_body, verify, parse)
+
+
+def receive_gitlab(
+    settings: IntakeSettings, project_id: str, headers: Mapping[str, str], raw_body: bytes
+) -> WebhookOutcome:
+    def verify(project: Project, lower: dict[str, str]) -> None:
+        secret = _secret(settings, project.webhook.gitlab_token_ref)
+        gitlab.verify_token(secret, lower.get(gitlab.TOKEN_HEADER))
+
+    def parse(lower: dict[str, str], payload: dict[str, Any]) -> GitTrigger | Ignored | Pong:
+        return gitlab.parse_gitlab(lower.get(gitlab.EVENT_HEADER, ""), lower.get(gitlab.DELIVERY_HEADER), payload)
+
+    return _receive(settings, project_id, headers, raw_body, verify, parse)

@@ -1,0 +1,563 @@
+"""Webhook intake benchmark: AWS calls per request and cold import time of the webhook handler.
+
+    .venv/bin/python bench/intake.py [--warm N] [--import-runs N] [--only calls|imports] [--explain-imports]
+
+1. AWS calls per request. The embedded stack (moto + template.yaml) is started, a project is
+   registered through the API, and functions/webhook/handler.py is then called *in this process*
+   with API Gateway REST proxy events. Every AWS API call made by the request's thread is recorded
+   by wrapping botocore.endpoint.Endpoint.make_request (one per API call, whichever client made
+   it: relevo_core's cached clients and Powertools' own Secrets Manager client alike) and
+   Endpoint._send (one per HTTP attempt, so retries would show). Calls made by other threads
+   (moto's Step Functions interpreter runs in this process too) are not counted. A request made
+   when the project was read PROJECT_CACHE_SEC or more before is shown on its own line, with one
+   call (the GetItem that re-reads the project) more allowed: the emulator is slow enough that a
+   long warm run can outlive the cache.
+2. Cold import time. In fresh interpreters, N runs each, median: `import boto3,
+   aws_lambda_powertools` (baseline) against importing functions/webhook/handler.py. When the
+   ratio misses its target, the handler's extra imports are charged to what pulled them in
+   (`python -X importtime`).
+
+Prints a table per part and exits 1 if a target is missed (2 if the bench itself broke).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+WEBHOOK_DIR = ROOT / "functions" / "webhook"
+CORE_DIR = ROOT / "layers" / "core"
+
+IMPORT_RATIO_TARGET = 1.5
+STAGES = [{"name": "build", "run": "true"}]
+
+# Environment for the handler, both in-process and in the import-time children. Tracing off (no
+# X-Ray daemon here); logs at WARNING so the bench output stays readable (the log level does not
+# change which AWS calls are made).
+HANDLER_ENV = {
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_SERVICE_NAME": "relevo",
+    "POWERTOOLS_METRICS_NAMESPACE": "Relevo",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+}
+# Placeholder settings for the import-time children (nothing is read from AWS at import).
+IMPORT_ENV = {
+    **HANDLER_ENV,
+    "TABLE_NAME": "relevo-Table",
+    "STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:relevo-job",
+    "ARTIFACT_BUCKET": "relevo-artifacts",
+    "WORK_QUEUE_PREFIX": "relevo-work-",
+    "QUEUE_LIMIT": "50",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# AWS call recording
+
+
+class CallRecorder:
+    """Wraps botocore's Endpoint so every API call of the recording thread is logged."""
+
+    def __init__(self) -> None:
+        self.thread_id: int | None = None
+        self.calls: list[str] = []
+        self.attempts = 0
+
+    def install(self) -> None:
+        from botocore.endpoint import Endpoint
+
+        recorder = self
+        make_request = Endpoint.make_request
+        send = Endpoint._send
+
+        def recording_make_request(endpoint: Any, operation_model: Any, request_dict: Any) -> Any:
+            if recorder.thread_id == threading.get_ident():
+                service = operation_model.service_model.service_name
+                recorder.calls.append(f"{service}:{operation_model.name}")
+            return make_request(endpoint, operation_model, request_dict)
+
+        def recording_send(endpoint: Any, request: Any) -> Any:
+            if recorder.thread_id == threading.get_ident():
+                recorder.attempts += 1
+            return send(endpoint, request)
+
+        Endpoint.make_request = recording_make_request  # type: ignore[method-assign]
+        Endpoint._send = recording_send  # type: ignore[method-assign]
+
+    def start(self) -> None:
+        self.calls, self.attempts = [], 0
+        self.thread_id = threading.get_ident()
+
+    def stop(self) -> tuple[list[str], int]:
+        self.thread_id = None
+        return self.calls, self.attempts
+
+
+class LambdaContext:
+    function_name = "relevo-WebhookFunction"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:relevo-WebhookFunction"
+    log_group_name = "/aws/lambda/relevo-WebhookFunction"
+    log_stream_name = "bench"
+
+    def __init__(self) -> None:
+        self.aws_request_id = str(uuid.uuid4())
+        self._deadline = time.monotonic() + 15
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int((self._deadline - time.monotonic()) * 1000)
+
+
+def api_event(project_id: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    path = f"/webhooks/github/{project_id}"
+    now = time.time()
+    return {
+        "resource": "/webhooks/github/{project_id}",
+        "path": path,
+        "httpMethod": "POST",
+        "headers": headers,
+        "multiValueHeaders": {name: [value] for name, value in headers.items()},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": {"project_id": project_id},
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": "/webhooks/github/{project_id}",
+            "httpMethod": "POST",
+            "path": f"/v1{path}",
+            "stage": "v1",
+            "accountId": "123456789012",
+            "apiId": "bench",
+            "protocol": "HTTP/1.1",
+            "requestId": str(uuid.uuid4()),
+            "requestTimeEpoch": int(now * 1000),
+            "identity": {"sourceIp": "192.0.2.1", "userAgent": "GitHub-Hookshot/bench"},
+        },
+        "body": body.decode("utf-8"),
+        "isBase64Encoded": False,
+    }
+
+
+def push_body(repo: str, commit: str, ref: str = "refs/heads/main") -> bytes:
+    """The same shape as tests/conftest.py push_body."""
+    return json.dumps(
+        {
+            "ref": ref,
+            "before": "1" * 40,
+            "after": commit,
+            "deleted": False,
+            "repository": {"full_name": repo},
+            "pusher": {"name": "ci"},
+        }
+    ).encode()
+
+
+@dataclass
+class Sample:
+    calls: list[str]
+    attempts: int
+    status: int
+    millis: float
+    body: str
+    # The project was last read PROJECT_CACHE_SEC or more ago: this request re-reads it (GetItem).
+    cache_expired: bool
+
+
+@dataclass
+class Row:
+    kind: str
+    target: int | None  # max API calls per request with warm caches; None: informational
+    expect_status: int
+    samples: list[Sample] = field(default_factory=list)
+
+    def allowed(self, sample: Sample) -> int | None:
+        if self.target is None:
+            return None
+        return self.target + (1 if sample.cache_expired else 0)
+
+    def sample_ok(self, sample: Sample) -> bool:
+        allowed = self.allowed(sample)
+        return sample.status == self.expect_status and (allowed is None or len(sample.calls) <= allowed)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.samples) and all(self.sample_ok(sample) for sample in self.samples)
+
+
+def load_handler() -> Any:
+    for path in (str(CORE_DIR), str(WEBHOOK_DIR)):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    spec = importlib.util.spec_from_file_location("webhook_handler", WEBHOOK_DIR / "handler.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def register_project(stack: Any, project_id: str) -> str:
+    """As tests/integration/helpers.py register_project: a fresh secret, then PUT /projects/{id}."""
+    from relevo_cli.api import RelevoApi
+    from relevo_cli.projects import secret_name
+    from relevo_core.aws import client
+
+    secret = secrets.token_urlsafe(16)
+    name = secret_name(stack, project_id, "github")
+    client("secretsmanager").create_secret(Name=name, SecretString=secret)
+    RelevoApi.for_stack(stack).put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": "eu-west",
+            "lease_ttl_sec": 10,
+            "queue_timeout_sec": 30,
+            "stages": STAGES,
+            "webhook": {"github_secret_ref": name},
+        },
+    )
+    return secret
+
+
+def measure_calls(warm_runs: int) -> tuple[list[Row], bool]:
+    from relevo_cli.local.stack import LocalStack
+
+    with tempfile.TemporaryDirectory(prefix="relevo-bench-") as state_dir:
+        started = time.perf_counter()
+        stack = LocalStack(state_dir=Path(state_dir))
+        info = stack.start()
+        print(f"stack up in {time.perf_counter() - started:.1f}s ({info.aws_endpoint})")
+        try:
+            return _measure_calls(info, warm_runs)
+        finally:
+            stack.stop()
+
+
+def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
+    import boto3
+
+    os.environ.update(
+        AWS_ENDPOINT_URL=str(stack.aws_endpoint),
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION=stack.region,
+        AWS_REGION=stack.region,
+    )
+    os.environ.pop("AWS_PROFILE", None)
+    from relevo_core.aws import reset_clients
+
+    reset_clients()
+
+    function = boto3.client("lambda").get_function_configuration(FunctionName=stack.resources["WebhookFunction"])
+    variables = {k: str(v) for k, v in function.get("Environment", {}).get("Variables", {}).items()}
+    variables = {k: v for k, v in variables.items() if not k.startswith("POWERTOOLS_")}
+    os.environ.update(variables)
+    os.environ.update(HANDLER_ENV)
+    print("handler environment: " + ", ".join(f"{k}={v}" for k, v in sorted(variables.items())))
+
+    from relevo_core.webhooks.github import sign
+
+    project_id = "bench-" + secrets.token_hex(3)
+    secret = register_project(stack, project_id)
+    repo = f"acme/{project_id}"
+
+    # Cold container: no cached client, settings, project, secret or queue URL in this process.
+    from aws_lambda_powertools.utilities import parameters
+
+    from relevo_core.config import intake_settings
+    from relevo_core.intake import project_cache, work_queue_url
+
+    reset_clients()
+    intake_settings.cache_clear()
+    project_cache.clear()
+    work_queue_url.cache_clear()
+    parameters.clear_caches()
+    handler = load_handler()
+
+    settings = intake_settings()
+    recorder = CallRecorder()
+    recorder.install()
+
+    def project_cache_expired() -> bool:
+        # Read-only peek at the intake's project cache, to tell "warm" from "project re-read".
+        entry = project_cache._entries.get((settings.table_name, project_id))
+        return entry is None or time.monotonic() - entry[0] >= settings.project_cache_sec
+
+    def deliver(row: Row, body: bytes, signature: str | None = None, delivery: str | None = None) -> None:
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "GitHub-Hookshot/bench",
+            "X-GitHub-Event": "push",
+            "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+            "X-Hub-Signature-256": signature or sign(secret, body),
+        }
+        event = api_event(project_id, headers, body)
+        expired = project_cache_expired()
+        recorder.start()
+        began = time.perf_counter()
+        try:
+            response = handler.lambda_handler(event, LambdaContext())
+        finally:
+            elapsed = (time.perf_counter() - began) * 1000
+            calls, attempts = recorder.stop()
+        row.samples.append(
+            Sample(list(calls), attempts, int(response["statusCode"]), elapsed, str(response.get("body"))[:200], expired)
+        )
+
+    def commit() -> str:
+        return secrets.token_hex(20)
+
+    cold = Row("cold accepted (first request)", None, 202)
+    deliver(cold, push_body(repo, commit()))
+
+    # Refusals first, while the project and secret read by the cold request are surely cached.
+    forged = Row("refused: forged signature", 0, 401)
+    forged_body = push_body(repo, commit())
+    deliver(forged, forged_body, signature=sign("not-the-secret", forged_body))
+    malformed = Row("refused: malformed JSON, valid signature", 0, 400)
+    deliver(malformed, b'{"ref": "refs/heads/main", ')
+    too_large = Row("refused: body over 1 MiB", 0, 413)
+    deliver(too_large, b'{"pad": "' + b"x" * (1024 * 1024) + b'"}')
+
+    warm = Row(f"warm accepted (x{warm_runs}, new commit each)", 2, 202)
+    last_body = b""
+    for _ in range(warm_runs):
+        last_body = push_body(repo, commit())
+        deliver(warm, last_body)
+
+    duplicate = Row("duplicate (same body, new delivery id)", 1, 200)
+    deliver(duplicate, last_body)
+    redelivery = Row("redelivery (same body, same delivery id)", 1, 200)
+    replayed_id = str(uuid.uuid4())
+    replay_body = push_body(repo, commit())
+    deliver(Row("(setup)", None, 202), replay_body, delivery=replayed_id)
+    deliver(redelivery, replay_body, delivery=replayed_id)
+
+    rows = [cold, warm, duplicate, redelivery, forged, malformed, too_large]
+    print_call_table(rows, settings.project_cache_sec)
+    return rows, all(row.ok for row in rows)
+
+
+def _ops(samples: list[Sample]) -> str:
+    sequences: dict[tuple[str, ...], int] = {}
+    for sample in samples:
+        sequences[tuple(sample.calls)] = sequences.get(tuple(sample.calls), 0) + 1
+    return "; ".join(
+        (f"{n}x " if len(samples) > 1 else "") + (" + ".join(seq) if seq else "(none)")
+        for seq, n in sorted(sequences.items(), key=lambda item: -item[1])
+    )
+
+
+def _row_line(label: str, row: Row, samples: list[Sample], target: str) -> str:
+    counts = [len(sample.calls) for sample in samples]
+    calls = f"{statistics.mean(counts):.2f}" if len(counts) > 1 else str(counts[0])
+    if len(counts) > 1 and max(counts) != min(counts):
+        calls += f" (max {max(counts)})"
+    attempts = statistics.mean(sample.attempts for sample in samples)
+    millis = statistics.median(sample.millis for sample in samples)
+    status = ",".join(str(s) for s in sorted({sample.status for sample in samples}))
+    ok = all(row.sample_ok(sample) for sample in samples)
+    return (
+        f"{label:<44} {calls:>6} {attempts:>5.1f} {millis:>7.1f} {status:>7} {target:>6}  "
+        f"{'ok' if ok else 'FAIL':<4} {_ops(samples)}"
+    )
+
+
+def print_call_table(rows: list[Row], project_cache_sec: float) -> None:
+    print()
+    print("AWS calls per webhook request (in-process handler, this thread only)")
+    header = f"{'request kind':<44} {'calls':>6} {'http':>5} {'ms':>7} {'status':>7} {'target':>6}  {'ok':<4} operations"
+    print(header)
+    print("-" * (len(header) + 40))
+    expired_seen = False
+    for row in rows:
+        target = "-" if row.target is None else f"<={row.target}"
+        cold = row.target is None
+        fresh = [sample for sample in row.samples if cold or not sample.cache_expired]
+        stale = [sample for sample in row.samples if not cold and sample.cache_expired]
+        if fresh:
+            print(_row_line(row.kind, row, fresh, target))
+        if stale:
+            expired_seen = True
+            label = f"  {row.kind.split(' (')[0]}, project cache expired"
+            print(_row_line(label, row, stale, f"<={row.target + 1}"))
+        for sample in row.samples:
+            if sample.status != row.expect_status:
+                print(f"{'':<4}expected status {row.expect_status}, got {sample.status}: {sample.body}")
+                break
+    print("calls: mean AWS API calls per request; http: mean HTTP attempts (retries included); ms: median latency")
+    if expired_seen:
+        print(
+            f"project cache expired: the project was read {project_cache_sec:g} s (PROJECT_CACHE_SEC) or more "
+            "before the request, so the request re-reads it (one GetItem more is allowed)"
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# Cold import time
+
+BASELINE_IMPORT = "import boto3, aws_lambda_powertools"
+HANDLER_IMPORT = "import handler"
+
+
+def _child_code(statement: str) -> str:
+    return (
+        "import sys, time\n"
+        f"sys.path[:0] = [{str(WEBHOOK_DIR)!r}, {str(CORE_DIR)!r}]\n"
+        "t = time.perf_counter()\n"
+        f"{statement}\n"
+        "print(time.perf_counter() - t)\n"
+    )
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYTHON", "POWERTOOLS_"))}
+    env.update(IMPORT_ENV)
+    return env
+
+
+def time_import(statement: str) -> float:
+    result = subprocess.run(
+        [sys.executable, "-c", _child_code(statement)],
+        capture_output=True,
+        text=True,
+        env=_child_env(),
+        cwd=ROOT,
+        timeout=60,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{statement!r} failed in a fresh interpreter:\n{result.stderr}")
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def import_tree(statement: str) -> list[tuple[str, int, list[str]]]:
+    """(module, self µs, ancestors outermost first) for each module `python -X importtime` reports."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", _child_code(statement)],
+        capture_output=True,
+        text=True,
+        env=_child_env(),
+        cwd=ROOT,
+        timeout=60,
+    )
+    lines = [line for line in result.stderr.splitlines() if line.startswith("import time:") and "self [us]" not in line]
+    # Children are printed before their parent: walk backwards so parents come first.
+    modules: list[tuple[str, int, list[str]]] = []
+    stack: list[str] = []
+    for line in reversed(lines):
+        self_us, _, raw = line[len("import time:"):].split("|", 2)
+        level = (len(raw) - len(raw.lstrip()) - 1) // 2
+        del stack[level:]
+        name = raw.strip()
+        modules.append((name, int(self_us), list(stack)))
+        stack.append(name)
+    return modules
+
+
+PYDANTIC_PARTS = {"pydantic", "pydantic_core", "annotated_types", "typing_inspection", "typing_extensions"}
+
+
+def _group(name: str, ancestors: list[str]) -> str:
+    """Charge a module to the first thing outside relevo_core that relevo's code imported to get it."""
+    via = "handler"
+    for module in [*ancestors, name]:
+        top = module.split(".")[0]
+        if module == "handler" or top in ("relevo_core", "__editable___relevo_core_0_1_0_finder"):
+            via = module if top == "relevo_core" else via
+            continue
+        depth = 3 if module.startswith("aws_lambda_powertools.") else 1
+        package = "pydantic" if top in PYDANTIC_PARTS else ".".join(module.split(".")[:depth])
+        return f"{package} (via {via})"
+    return "relevo_core's own modules"
+
+
+def explain_imports(runs: int) -> None:
+    """The handler's import time beyond the baseline, charged to what relevo's code imports
+    (self times from `python -X importtime`, which inflates them; median over runs)."""
+    in_baseline = {name for name, _, _ in import_tree(BASELINE_IMPORT)}
+    per_group: dict[str, list[float]] = {}
+    for run in range(runs):
+        totals: dict[str, float] = {}
+        for name, self_us, ancestors in import_tree(HANDLER_IMPORT):
+            if name in in_baseline:
+                continue
+            group = _group(name, ancestors)
+            totals[group] = totals.get(group, 0.0) + self_us / 1000
+        for group in set(per_group) | set(totals):
+            per_group.setdefault(group, [0.0] * run).append(totals.get(group, 0.0))
+    medians = {group: statistics.median(values) for group, values in per_group.items()}
+    total = sum(medians.values())
+    print(f"what the handler imports beyond the baseline, by what pulled it in (-X importtime self time, median of {runs}):")
+    for group, millis in sorted(medians.items(), key=lambda item: -item[1])[:8]:
+        print(f"  {group:<66} {millis:7.1f} ms  {100 * millis / total:3.0f}%")
+    print(f"  {'total beyond the baseline':<66} {total:7.1f} ms")
+
+
+def measure_imports(runs: int, explain: bool = False) -> bool:
+    # One discarded run each writes the bytecode caches, as a deployed package would ship them.
+    time_import(BASELINE_IMPORT)
+    time_import(HANDLER_IMPORT)
+    baseline: list[float] = []
+    handler: list[float] = []
+    for _ in range(runs):  # interleaved, so machine load drifts hit both alike
+        baseline.append(time_import(BASELINE_IMPORT))
+        handler.append(time_import(HANDLER_IMPORT))
+    base_median, handler_median = statistics.median(baseline), statistics.median(handler)
+    ratio = handler_median / base_median
+    ok = ratio <= IMPORT_RATIO_TARGET
+    print()
+    print(f"cold import time, fresh interpreter, median of {runs} runs")
+    print(f"  baseline  `{BASELINE_IMPORT}`: {base_median * 1000:7.1f} ms  (min {min(baseline) * 1000:.1f}, max {max(baseline) * 1000:.1f})")
+    print(f"  handler   functions/webhook/handler.py:   {handler_median * 1000:7.1f} ms  (min {min(handler) * 1000:.1f}, max {max(handler) * 1000:.1f})")
+    print(f"  ratio of medians {ratio:.2f}  target <= {IMPORT_RATIO_TARGET}  {'ok' if ok else 'FAIL'}"
+          f"  (ratio of minimums {min(handler) / min(baseline):.2f})")
+    if not ok or explain:
+        explain_imports(5)
+    return ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--warm", type=int, default=20, help="warm accepted requests to average over")
+    parser.add_argument("--import-runs", type=int, default=7, help="fresh interpreters per import measurement")
+    parser.add_argument("--explain-imports", action="store_true", help="always print the import breakdown")
+    parser.add_argument("--only", choices=("imports", "calls"), help="run one part only")
+    args = parser.parse_args()
+
+    began = time.perf_counter()
+    results: list[bool] = []
+    steps: list[tuple[str, Callable[[], bool]]] = [
+        ("imports", lambda: measure_imports(args.import_runs, args.explain_imports)),
+        ("calls", lambda: measure_calls(args.warm)[1]),
+    ]
+    steps = [(name, step) for name, step in steps if args.only in (None, name)]
+    for name, step in steps:
+        try:
+            results.append(step())
+        except Exception as exc:  # the bench broke: say where, distinct exit code
+            print(f"{name}: bench error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            raise SystemExit(2) from exc
+    print()
+    print(f"total {time.perf_counter() - began:.1f}s: {'all targets met' if all(results) else 'TARGET MISSED'}")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The sweep that makes sure no accepted job is forgotten.
+
+Intake writes a job and then starts its execution: two calls, so a crash between them can leave
+a job written but never started. Every such job carries a sparse index entry until its
+execution's first state removes it; the sweep starts whatever has waited too long.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from relevo_core.aws import client
+from relevo_core.config import IntakeSettings
+from relevo_core.intake import start_execution, work_queue_url
+from relevo_core.store import locks
+from relevo_core.store.jobs import clear_start_pending, get_envelope, start_pending_jobs
+
+# A job younger than this is probably being started right now by intake.
+MIN_AGE = timedelta(seconds=30)
+
+
+@dataclass
+class SweepReport:
+    started: list[str] = field(default_factory=list)
+    already_running: list[str] = field(default_factory=list)
+    # "project:execution" of locks freed because their execution had ended.
+    locks_freed: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"started": self.started, "already_running": self.already_running, "locks_freed": self.locks_freed}
+
+
+def execution_arn(state_machine_arn: str, name: str) -> str:
+    return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
+
+
+def sweep(settings: IntakeSettings, now: datetime) -> SweepReport:
+    report = start_forgotten_jobs(settings, now)
+    free_locks_of_ended_executions(settings, report)
+    return report
+
+
+def free_locks_of_ended_executions(settings: IntakeSettings, report: SweepReport) -> None:
+    """A project lock is released on every ending the state machine sees; an abort, a stop or an
+    execution timeout ends it without a last state, so the sweep releases those."""
+    sfn = client("stepfunctions")
+    for project_id, holders in locks.lock_holders(settings.table_name).items():
+        for name in holders:
+            try:
+                status = sfn.describe_execution(executionArn=execution_arn(settings.state_machine_arn, name))["status"]
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
+                    raise
+                status = "MISSING"
+            if status != "RUNNING" and locks.release(settings.table_name, project_id, name):
+                report.locks_freed.append(f"{project_id}:{name}")
+
+
+def start_forgotten_jobs(settings: IntakeSettings, now: datetime) -> SweepReport:
+    report = SweepReport()
+    sfn = client("stepfunctions")
+    for job_id in start_pending_jobs(settings.table_name, created_before=now - MIN_AGE):
+        try:
+            described = sfn.describe_execution(executionArn=execution_arn(settings.state_machine_arn, job_id))
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
+                raise
+            envelope = get_envelope(settings.table_name, job_id)
+            start_execution(
+                settings.state_machine_arn, envelope, work_queue_url(settings.work_queue_prefix, envelope.region_affinity)
+            )
+            report.started.append(job_id)
+            continue
+        report.already_running.append(job_id)
+        if described["status"] != "RUNNING":
+            # It ran and ended before its first state could clear the marker.
+            clear_start_pending(settings.table_name, job_id)
+    return report

@@ -1,0 +1,99 @@
+"""GitLab webhooks: the shared-secret token check, and the payload shapes Relevo reads.
+
+GitLab does not sign bodies: it sends the webhook's secret token verbatim in X-Gitlab-Token, so the
+check is a constant-time comparison of that header with the project's secret.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from pydantic import Field
+
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.webhooks.events import (
+    BRANCH_PREFIX,
+    TAG_PREFIX,
+    GitTrigger,
+    Ignored,
+    Payload,
+    Sha,
+    is_zero_sha,
+)
+
+TOKEN_HEADER = "x-gitlab-token"
+EVENT_HEADER = "x-gitlab-event"
+DELIVERY_HEADER = "x-gitlab-event-uuid"
+SOURCE = "gitlab"
+
+PUSH_HOOK = "Push Hook"
+TAG_PUSH_HOOK = "Tag Push Hook"
+
+
+def verify_token(secret: str, header_value: str | None) -> None:
+    """Refuse unless X-Gitlab-Token is exactly the project's secret token."""
+    if not header_value:
+        raise RelevoError(ErrorCode.SIGNATURE_INVALID, "X-Gitlab-Token is missing")
+    # compare_digest: constant time, so the token cannot be guessed byte by byte.
+    if not hmac.compare_digest(secret.encode(), header_value.encode()):
+        raise RelevoError(ErrorCode.SIGNATURE_INVALID, "X-Gitlab-Token does not match the webhook secret")
+
+
+class Project(Payload):
+    path_with_namespace: str = Field(min_length=1)
+
+
+class PushHook(Payload):
+    """The body of both "Push Hook" and "Tag Push Hook" deliveries (they share one shape)."""
+
+    ref: str = Field(min_length=1)
+    before: Sha = "0" * 40
+    after: Sha
+    # The commit at the ref after the push; null when the ref was deleted. For a tag it is the tagged
+    # commit, whereas `after` is the tag object's id for an annotated tag.
+    checkout_sha: Sha | None = None
+    user_username: str | None = None
+    project: Project
+
+    @property
+    def is_deletion(self) -> bool:
+        # checkout_sha *sent as null* marks a deletion; a payload without the key at all (very old
+        # GitLab) is judged by `after` alone.
+        sent_null = "checkout_sha" in self.model_fields_set and self.checkout_sha is None
+        return is_zero_sha(self.after) or sent_null
+
+    @property
+    def commit(self) -> str:
+        return self.checkout_sha or self.after
+
+
+def parse_gitlab(event: str, delivery_id: str | None, payload: object) -> GitTrigger | Ignored:
+    """What a verified GitLab delivery means: a build trigger or an explicit ignore.
+
+    `event` is the X-Gitlab-Event header, `delivery_id` the X-Gitlab-Event-UUID header, `payload` the
+    decoded JSON body. A push body that lacks a key Relevo needs, or has one of the wrong type, raises
+    pydantic.ValidationError; events that start nothing are not validated.
+    """
+    if event == PUSH_HOOK:
+        return _from_push(event, BRANCH_PREFIX, "branch", delivery_id, PushHook.model_validate(payload))
+    if event == TAG_PUSH_HOOK:
+        return _from_push(event, TAG_PREFIX, "tag", delivery_id, PushHook.model_validate(payload))
+    return Ignored(f"event {event or '(none)'} does not start jobs")
+
+
+def _from_push(
+    event: str, prefix: str, kind: str, delivery_id: str | None, push: PushHook
+) -> GitTrigger | Ignored:
+    if not push.ref.startswith(prefix):
+        return Ignored(f"{event} for {push.ref} is not a {kind} push")
+    if push.is_deletion:
+        return Ignored(f"{push.ref} was deleted")
+    return GitTrigger(
+        source=SOURCE,
+        event=event,
+        repo=push.project.path_with_namespace,
+        ref=push.ref,
+        commit=push.commit,
+        delivery_id=delivery_id,
+        actor=push.user_username or None,
+    )

@@ -1,0 +1,206 @@
+"""Exactly one job per idempotency key, under concurrency, replays, repeats and a full queue.
+
+These run the intake logic in threads against the embedded stack's real DynamoDB transactions
+and Step Functions, with the settings the webhook function is deployed with."""
+
+from __future__ import annotations
+
+import secrets
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from relevo_core.aws import client
+from relevo_core.intake import enqueue, project_cache
+from relevo_core.models.envelope import Trigger, TriggerType
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.store import jobs
+from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
+from relevo_core.store.projects import get_project
+from relevo_core.sweeper import execution_arn, start_forgotten_jobs
+from tests.conftest import push_body
+from tests.integration.helpers import deliver, register_project, table_items
+
+STAGES = [{"name": "build", "run": "true", "exec_timeout_sec": 60}]
+
+
+def _webhook(delivery_id: str | None = None) -> Trigger:
+    return Trigger(type=TriggerType.WEBHOOK, source="github", delivery_id=delivery_id)
+
+
+def _jobs(stack, project_id):
+    return [i for i in table_items(stack, "JOB#") if i["sk"]["S"] == "JOB" and i["project"]["S"] == project_id]
+
+
+def _queued_counter() -> int:
+    from relevo_core.store.codec import from_attributes
+
+    item = client("dynamodb").get_item(TableName=_table, Key=key(QUEUE_COUNTER_PK, COUNTER_SK), ConsistentRead=True).get("Item")
+    return int(from_attributes(item).get("queued", 0)) if item else 0
+
+
+_table = ""
+
+
+@pytest.fixture(autouse=True)
+def _table_name(local_stack):
+    global _table
+    _table = local_stack.table_name
+    project_cache.clear()
+
+
+def test_one_hundred_concurrent_deliveries_of_one_push_make_one_job(local_stack, intake_settings, project_id):
+    register_project(local_stack, project_id, STAGES)
+    project = get_project(local_stack.table_name, project_id)
+    commit = secrets.token_hex(20)
+
+    def deliver_once(_):
+        return enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit)
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        results = list(pool.map(deliver_once, range(100)))
+
+    created = [r for r in results if not r.duplicate]
+    duplicates = [r for r in results if r.duplicate]
+    assert len(created) == 1 and len(duplicates) == 99
+    assert {r.job_id for r in results} == {created[0].job_id}
+    assert [j["job_id"]["S"] for j in _jobs(local_stack, project_id)] == [created[0].job_id]
+
+
+def test_fifty_keys_delivered_four_times_each_make_fifty_jobs(local_stack, intake_settings, project_id):
+    register_project(local_stack, project_id, STAGES)
+    project = get_project(local_stack.table_name, project_id)
+    commits = [secrets.token_hex(20) for _ in range(50)]
+    # 50 jobs of one project wait for its lock, holding queue slots; the bound is tested apart.
+    roomy = intake_settings.model_copy(update={"queue_limit": 100_000})
+
+    def deliver_once(commit):
+        return enqueue(roomy, project, _webhook(), "refs/heads/main", commit, identity=commit)
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        results = list(pool.map(deliver_once, commits * 4))
+
+    assert sum(not r.duplicate for r in results) == 50
+    assert len({r.job_id for r in results}) == 50
+    assert len(_jobs(local_stack, project_id)) == 50
+    # Nobody runs these jobs: stop their executions so 49 lock waiters do not load the emulator.
+    for job_id in {r.job_id for r in results}:
+        client("stepfunctions").stop_execution(executionArn=execution_arn(local_stack.state_machine_arn, job_id))
+
+
+def test_queue_full_refuses_with_429_and_writes_nothing(local_stack, intake_settings, project_id):
+    secret = register_project(local_stack, project_id, STAGES)
+    limit = int(intake_settings.queue_limit)
+    dynamodb = client("dynamodb")
+    dynamodb.put_item(TableName=local_stack.table_name, Item={**key(QUEUE_COUNTER_PK, COUNTER_SK), "queued": {"N": str(limit)}})
+    try:
+        body = push_body(f"acme/{project_id}", secrets.token_hex(20))
+        response = deliver(local_stack, project_id, body, secret, **{"X-GitHub-Delivery": "full-" + secrets.token_hex(4)})
+        assert (response.status_code, response.json()["error"]) == (429, "QUEUE_FULL")
+        assert _jobs(local_stack, project_id) == []
+        assert table_items(local_stack, f"DEDUP#{project_id}:") == []
+        assert table_items(local_stack, "DELIVERY#github#full-") == []
+    finally:
+        dynamodb.put_item(TableName=local_stack.table_name, Item={**key(QUEUE_COUNTER_PK, COUNTER_SK), "queued": {"N": "0"}})
+
+
+def test_a_replayed_delivery_id_is_recognised_and_not_processed_twice(local_stack, project_id):
+    secret = register_project(local_stack, project_id, STAGES)
+    delivery = "replay-" + secrets.token_hex(8)
+    first = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret, **{"X-GitHub-Delivery": delivery})
+
+    # The same delivery id, even with another body (a replay GitHub signed again), is not new work.
+    replay = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret, **{"X-GitHub-Delivery": delivery})
+
+    assert first.status_code == 202
+    assert replay.status_code == 200
+    assert replay.json() == {"job_id": first.json()["job_id"], "duplicate": True, "outcome": "replayed_delivery"}
+    assert len(_jobs(local_stack, project_id)) == 1
+
+
+@pytest.mark.parametrize("on_repeat, expect_status, expect_new_job", [("hold", "held", True), ("skip", None, False), ("run", "queued", True)])
+def test_a_repeat_after_the_window_follows_on_repeat(local_stack, intake_settings, project_id, on_repeat, expect_status, expect_new_job):
+    register_project(local_stack, project_id, STAGES, dedup={"webhook": {"window_sec": 120, "on_repeat": on_repeat}})
+    project = get_project(local_stack.table_name, project_id)
+    window, _ = project.dedup_for("webhook")
+    commit = secrets.token_hex(20)
+    then = datetime.now(timezone.utc) - timedelta(seconds=window + 5)
+    first = enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit, now=then)
+
+    repeat = enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit)
+    again = enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit)
+
+    records = {j["job_id"]["S"]: j for j in _jobs(local_stack, project_id)}
+    if expect_new_job:
+        assert repeat.job_id != first.job_id and not repeat.duplicate
+        assert records[repeat.job_id]["status"]["S"] in ({expect_status} if expect_status == "held" else {"queued", "running"})
+        # Inside the new window, a third delivery is a plain duplicate of the repeat.
+        assert (again.job_id, again.duplicate) == (repeat.job_id, True)
+        assert len(records) == 2
+    else:
+        assert (repeat.job_id, repeat.duplicate, repeat.outcome) == (first.job_id, True, "skipped")
+        assert list(records) == [first.job_id]
+    if on_repeat == "hold":
+        with pytest.raises(client("stepfunctions").exceptions.ExecutionDoesNotExist):
+            client("stepfunctions").describe_execution(executionArn=execution_arn(local_stack.state_machine_arn, repeat.job_id))
+        assert "start_pending" not in records[repeat.job_id]
+
+
+def test_a_job_whose_execution_never_started_is_started_by_the_sweep(local_stack, intake_settings, project_id):
+    """Given a job written but never started (intake died between its two calls), when the sweep
+    runs, then its execution exists under the job id; a second sweep starts nothing."""
+    from relevo_core.intake import build_envelope, idempotency_key
+
+    register_project(local_stack, project_id, STAGES)
+    project = get_project(local_stack.table_name, project_id)
+    commit = secrets.token_hex(20)
+    written_at = datetime.now(timezone.utc) - timedelta(minutes=1)
+    stages = project.frozen_stages()
+    envelope = build_envelope(
+        intake_settings, project, _webhook(), "refs/heads/main", commit, stages, idempotency_key(project.id, commit, stages), written_at
+    )
+    assert isinstance(jobs.create_job(local_stack.table_name, envelope, 3600, 10_000, written_at), jobs.Created)
+
+    report = start_forgotten_jobs(intake_settings, datetime.now(timezone.utc))
+
+    assert envelope.job_id in report.started
+    described = client("stepfunctions").describe_execution(executionArn=execution_arn(local_stack.state_machine_arn, envelope.job_id))
+    assert described["name"] == envelope.job_id
+    import time
+
+    for _ in range(50):  # the execution's first state clears the sweeper's marker
+        if envelope.job_id not in start_forgotten_jobs(intake_settings, datetime.now(timezone.utc)).already_running:
+            break
+        time.sleep(0.1)
+    assert envelope.job_id not in start_forgotten_jobs(intake_settings, datetime.now(timezone.utc)).started
+
+
+def test_the_execution_returns_the_queue_slot_exactly_once(local_stack, intake_settings, project_id):
+    register_project(local_stack, project_id, STAGES)
+    project = get_project(local_stack.table_name, project_id)
+    before = _queued_counter()
+    commit = secrets.token_hex(20)
+
+    result = enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit)
+
+    import time
+
+    for _ in range(50):
+        record = {i["sk"]["S"]: i for i in table_items(local_stack, f"JOB#{result.job_id}")}["JOB"]
+        if record["status"]["S"] == "running":
+            break
+        time.sleep(0.1)
+    assert record["status"]["S"] == "running"
+    assert "start_pending" not in record
+    assert _queued_counter() == before
+
+
+def test_unknown_stage_in_a_run_request_is_refused(local_stack, intake_settings, project_id):
+    register_project(local_stack, project_id, STAGES)
+    from relevo_core.triggers import run_project
+
+    with pytest.raises(RelevoError) as refused:
+        run_project(intake_settings, project_id, {"ref": "main", "stages": ["deploy"]}, "arn:aws:iam::123456789012:user/ops")
+    assert refused.value.code is ErrorCode.STAGE_UNKNOWN
+    assert _jobs(local_stack, project_id) == []
