@@ -25,7 +25,6 @@ class AgentConfig(BaseModel):
     # Names of environment variables whose values are secrets (masked in logs).
     mask: tuple[str, ...] = ()
     poll_wait_sec: int = Field(default=20, ge=0, le=20)
-    kill_grace_sec: float = Field(default=10.0, ge=0)
 
     @field_validator("capacity")
     @classmethod

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
@@ -34,8 +35,8 @@ class StageMessage(BaseModel):
     job_id: str
     stage: str
     stage_index: int
-    attempt: int  # the state's retry count: attempt number - 1
-    task_token: str
+    attempt: int  # 1, 2, ...: the fencing token of this attempt
+    task_token: str  # answers the dispatch (the claim); the run has a token of its own
 
 
 def _now() -> datetime:
@@ -100,7 +101,7 @@ class Agent:
             table=self.table_name,
             job_id=task.job_id,
             stage_index=task.stage_index,
-            attempt=task.attempt + 1,
+            attempt=task.attempt,
             agent_id=self.config.agent_id,
         )
         try:
@@ -111,10 +112,13 @@ class Agent:
         # The claim is the durable record now; the message has done its job.
         client("sqs").delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
         log.info("claimed %s/%s attempt %d", task.job_id, task.stage, ref.attempt)
+        run_token = self._accept(ref, task.task_token)
+        if run_token is None:
+            return
 
         cancel = threading.Event()
         keeper = threading.Thread(
-            target=self._keep_lease, args=(ref, task.task_token, envelope.lease_ttl_sec, cancel), daemon=True
+            target=self._keep_lease, args=(ref, run_token, envelope.lease_ttl_sec, cancel), daemon=True
         )
         keeper.start()
         workspace = self.config.workspace_root / envelope.project
@@ -138,7 +142,7 @@ class Agent:
             timeout_sec=plan.exec_timeout_sec,
             cancel=cancel,
             on_output=lambda chunk: None,
-            grace_sec=self.config.kill_grace_sec,
+            grace_sec=plan.kill_grace_sec,
         )
         lease_lost = cancel.is_set()
         cancel.set()  # stops the keeper
@@ -150,7 +154,7 @@ class Agent:
         if result.exit_code == 0:
             self._finish(ref, StageStatus.SUCCEEDED, result.exit_code, None)
             sfn.send_task_success(
-                taskToken=task.task_token,
+                taskToken=run_token,
                 output=json.dumps({"stage": task.stage, "attempt": ref.attempt, "agent_id": self.config.agent_id}),
             )
             log.info("%s/%s succeeded in %.1fs", task.job_id, task.stage, result.duration_sec)
@@ -158,11 +162,34 @@ class Agent:
         error = classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
         self._finish(ref, StageStatus.FAILED, result.exit_code, error)
         sfn.send_task_failure(
-            taskToken=task.task_token,
+            taskToken=run_token,
             error=error.value,
             cause=json.dumps({"exit_code": result.exit_code, "agent_id": self.config.agent_id, "attempt": ref.attempt}),
         )
         log.info("%s/%s failed: %s (exit %d)", task.job_id, task.stage, error.value, result.exit_code)
+
+    def _accept(self, ref: stage_attempts.StageRef, dispatch_token: str, wait_sec: float = 30) -> str | None:
+        """Tell the state machine who claimed the stage, then wait for the run token it hands to
+        exactly that claim. The queue wait ends here; the lease clock starts."""
+        sfn = client("stepfunctions")
+        try:
+            sfn.send_task_success(
+                taskToken=dispatch_token, output=json.dumps({"agent_id": self.config.agent_id, "attempt": ref.attempt})
+            )
+        except ClientError as exc:
+            log.warning("%s/%d: the dispatch is no longer waiting (%s)", ref.job_id, ref.stage_index, exc.response["Error"]["Code"])
+            return None
+        deadline = time.monotonic() + wait_sec
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            try:
+                token = stage_attempts.run_token(ref)
+            except stage_attempts.LeaseLost:
+                return None
+            if token:
+                return token
+            time.sleep(0.05)
+        log.warning("%s/%d: no run token after %.0fs", ref.job_id, ref.stage_index, wait_sec)
+        return None
 
     def _finish(self, ref: stage_attempts.StageRef, status: StageStatus, exit_code: int, error: ErrorClass | None) -> None:
         try:

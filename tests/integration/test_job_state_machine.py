@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from datetime import datetime, timezone
 
 from relevo_core.aws import client
@@ -20,23 +21,42 @@ TRANSITIONS_PER_STAGE_BUDGET = 4
 TRANSITIONS_PER_JOB_BUDGET = 6
 
 
-def _agent_runs(stack, task, succeed: bool = True, agent_id: str = "double-1") -> None:
-    """What relevo-agent does with one message: claim (fenced), record, report."""
-    ref = stage_attempts.StageRef(stack.table_name, task["job_id"], task["stage_index"], task["attempt"] + 1, agent_id)
-    now = datetime.now(timezone.utc)
-    stage_attempts.claim(ref, 10, now)
+def _agent_runs(stack, task, succeed: bool = True, agent_id: str = "double-1", error: str = "Relevo.Fatal.ExitCode") -> None:
+    """What relevo-agent does with one message: claim (fenced), accept, run, record, report."""
+    ref = claim_and_accept(stack, task, agent_id)
+    run_token = wait_for_run_token(ref)
     sfn = client("stepfunctions")
-    sfn.send_task_heartbeat(taskToken=task["task_token"])
+    sfn.send_task_heartbeat(taskToken=run_token)
+    now = datetime.now(timezone.utc)
     if succeed:
         stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None)
-        sfn.send_task_success(taskToken=task["task_token"], output=json.dumps({"agent_id": agent_id}))
+        sfn.send_task_success(taskToken=run_token, output=json.dumps({"agent_id": agent_id}))
     else:
-        stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")
-        sfn.send_task_failure(taskToken=task["task_token"], error="Relevo.Fatal.ExitCode", cause="exit 2")
+        stage_attempts.finish(ref, StageStatus.FAILED, now, 2, error)
+        sfn.send_task_failure(taskToken=run_token, error=error, cause=json.dumps({"exit_code": 2, "agent_id": agent_id}))
 
 
-def _start_job(stack, project_id, stages=TWO_STAGES) -> str:
-    secret = register_project(stack, project_id, stages)
+def claim_and_accept(stack, task, agent_id: str, lease_ttl_sec: int = 10) -> stage_attempts.StageRef:
+    ref = stage_attempts.StageRef(stack.table_name, task["job_id"], task["stage_index"], task["attempt"], agent_id)
+    stage_attempts.claim(ref, lease_ttl_sec, datetime.now(timezone.utc))
+    client("stepfunctions").send_task_success(
+        taskToken=task["task_token"], output=json.dumps({"agent_id": agent_id, "attempt": task["attempt"]})
+    )
+    return ref
+
+
+def wait_for_run_token(ref: stage_attempts.StageRef, timeout: float = 10) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        token = stage_attempts.run_token(ref)
+        if token:
+            return token
+        time.sleep(0.05)
+    raise TimeoutError("no run token")
+
+
+def _start_job(stack, project_id, stages=TWO_STAGES, **project) -> str:
+    secret = register_project(stack, project_id, stages, **project)
     response = deliver(stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret)
     assert response.status_code == 202, response.text
     return response.json()["job_id"]
@@ -65,11 +85,13 @@ def test_stages_run_in_order_and_the_job_record_mirrors_the_execution(local_stac
     assert records["STAGE#00"]["agent_id"]["S"] == "double-1"
 
     entered = [e for e in history(local_stack, job_id) if e["type"].endswith("StateEntered")]
-    per_job = len(entered) - 2 * 3
-    print(f"\nstate transitions: {len(entered)} for 2 stages (3 per stage, {per_job} per job)")
-    stage_states = [e for e in entered if e["stateEnteredEventDetails"]["name"] in ("MarkStageDispatched", "DispatchStage", "RecordStageSucceeded")]
-    assert len(stage_states) == 2 * 3 <= 2 * TRANSITIONS_PER_STAGE_BUDGET
-    assert per_job <= TRANSITIONS_PER_JOB_BUDGET
+    per_job = len(entered) - 2 * 4
+    print(f"\nstate transitions: {len(entered)} for 2 stages (4 per stage, {per_job} per job)")
+    stage_states = [
+        e for e in entered if e["stateEnteredEventDetails"]["name"] in ("MarkStageDispatched", "DispatchStage", "AwaitResult", "RecordStageSucceeded")
+    ]
+    assert len(stage_states) == 2 * 4 <= 2 * TRANSITIONS_PER_STAGE_BUDGET
+    assert len(entered) - len(stage_states) <= TRANSITIONS_PER_JOB_BUDGET
 
 
 def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_stage(local_stack, project_id):
@@ -83,7 +105,7 @@ def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_sta
     assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
     job = _job_record(local_stack, job_id)["JOB"]
     assert job["status"]["S"] == "failed"
-    assert job["error_name"]["S"] == "Relevo.Fatal.ExitCode"
+    assert job["error_name"]["S"] == "Relevo.Fatal.ExitCode", job.get("error_cause")
     assert job["last_successful_stage"]["S"] == "build"
     dead = []
     for _ in range(20):

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
 from relevo_core.models.envelope import JobEnvelope, Trigger, new_job_id
-from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.project import OnRepeat, Project
 from relevo_core.store import jobs
@@ -144,13 +144,25 @@ def work_queue_url(prefix: str, region_affinity: str) -> str:
         raise
 
 
+# The state machine's key for each retryable class in a stage's `attempts`.
+RETRY_KEYS: dict[ErrorClass, str] = {
+    ErrorClass.NETWORK_TIMEOUT: "network_timeout",
+    ErrorClass.CONNECTION_RESET: "connection_reset",
+    ErrorClass.STORAGE_5XX: "storage_5xx",
+    ErrorClass.TRANSIENT_EXIT: "transient_exit",
+    ErrorClass.AGENT_SHUTDOWN: "agent_shutdown",
+    ErrorClass.LEASE_EXPIRED: "lease_expired",
+}
+
 def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
-    """What the state machine needs to drive the job; the agent reads the rest from the envelope."""
+    """What the state machine needs to drive the job; the agent reads the rest from the envelope.
+    Timeouts, attempts and backoff all come from the frozen plan."""
     return {
         "job_id": envelope.job_id,
         "project": envelope.project,
         "queue_url": queue_url,
         "lease_ttl_sec": envelope.lease_ttl_sec,
+        "queue_timeout_sec": envelope.queue_timeout_sec,
         # How often a job waiting for its project's lock tries again.
         "lock_poll_sec": max(1, min(10, envelope.lease_ttl_sec // 3)),
         "stages": [
@@ -158,8 +170,11 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
                 "index": index,
                 "name": stage.name,
                 "stage_key": stage_sk(index),
-                # Dispatch waits for a claim, then for the run: both bounded here.
-                "timeout_sec": envelope.queue_timeout_sec + stage.exec_timeout_sec,
+                # The agent ends a stage at its exec timeout; the state machine's own limit is a
+                # backstop after the kill grace and one more lease.
+                "exec_backstop_sec": stage.exec_timeout_sec + stage.kill_grace_sec + envelope.lease_ttl_sec,
+                "attempts": {key: stage.retry.attempts_for(error) for error, key in RETRY_KEYS.items()},
+                "backoff_caps_sec": stage.retry.backoff_caps_sec(),
             }
             for index, stage in enumerate(envelope.stages)
         ],

@@ -43,6 +43,14 @@ class RetryPolicy(_Frozen):
     output_rules: tuple[OutputRule, ...] = ()
     attempts: dict[ErrorClass, Attempts] = Field(default_factory=dict)
     default_attempts: Attempts = DEFAULT_ATTEMPTS
+    # Exponential backoff with full jitter: attempt n waits a random time below
+    # min(max_delay_sec, backoff_base_sec * 2^(n-1)).
+    backoff_base_sec: int = Field(default=2, ge=0, le=600)
+    max_delay_sec: int = Field(default=60, ge=0, le=3600)
+
+    def backoff_caps_sec(self) -> list[int]:
+        """Index n: the cap of the wait after attempt n (index 0 unused), up to MAX_ATTEMPTS."""
+        return [0] + [min(self.max_delay_sec, self.backoff_base_sec * 2 ** (n - 1)) for n in range(1, MAX_ATTEMPTS + 1)]
 
     def attempts_for(self, error_class: ErrorClass) -> int:
         if not error_class.retryable:
@@ -56,6 +64,8 @@ class StagePlan(_Frozen):
     name: str = Field(pattern=STAGE_NAME)
     command: str = Field(min_length=1, max_length=16_384)
     exec_timeout_sec: int = Field(default=3600, ge=1, le=86_400)
+    # After the exec timeout the agent sends SIGTERM, then SIGKILL after this grace.
+    kill_grace_sec: int = Field(default=10, ge=0, le=300)
     retry: RetryPolicy = RetryPolicy()
     # A read-only command that tells whether the stage's effect already exists.
     effect_probe: str | None = Field(default=None, max_length=16_384)

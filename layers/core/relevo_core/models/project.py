@@ -25,6 +25,7 @@ class ProjectStage(BaseModel):
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")
     run: str = Field(min_length=1, max_length=16_384)
     exec_timeout_sec: int = Field(default=3600, ge=1, le=86_400)
+    kill_grace_sec: int = Field(default=10, ge=0, le=300)
     effect_probe: str | None = Field(default=None, max_length=16_384)
 
 
@@ -182,6 +183,7 @@ class Project(RunPlanMixin):
                     name=stage.name,
                     command=stage.run,
                     exec_timeout_sec=stage.exec_timeout_sec,
+                    kill_grace_sec=stage.kill_grace_sec,
                     retry=self.retry,
                     effect_probe=stage.effect_probe,
                 )

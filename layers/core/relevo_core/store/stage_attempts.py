@@ -8,7 +8,7 @@ writer to still hold exactly that attempt, so a zombie agent cannot overwrite it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import ClientError
 
@@ -56,19 +56,29 @@ def _update(ref: StageRef, expression: str, condition: str, values: dict[str, ob
         raise
 
 
+def _lease_until(now: datetime, lease_ttl_sec: int) -> tuple[int, str]:
+    """The lease's end as epoch seconds (for conditions) and as the ISO text the state machine
+    compares with its own clock when a task times out."""
+    until = now + timedelta(seconds=lease_ttl_sec)
+    return int(until.timestamp()), until.astimezone(timezone.utc).isoformat()
+
+
 def claim(ref: StageRef, lease_ttl_sec: int, now: datetime) -> None:
     epoch = int(now.timestamp())
+    lease, lease_iso = _lease_until(now, lease_ttl_sec)
     _update(
         ref,
         "SET #status = :running, agent_id = :agent, attempt = :attempt, lease_expires_at = :lease, "
-        "started_at = :now, last_writer = :writer REMOVE exit_code, error_class, ended_at",
+        "lease_expires_iso = :lease_iso, started_at = :now, last_writer = :writer "
+        "REMOVE exit_code, error_class, ended_at, run_token",
         "attribute_exists(pk) AND (attribute_not_exists(attempt) OR attempt < :attempt "
         "OR (attempt = :attempt AND lease_expires_at < :epoch))",
         {
             ":running": StageStatus.RUNNING.value,
             ":agent": ref.agent_id,
             ":attempt": ref.attempt,
-            ":lease": epoch + lease_ttl_sec,
+            ":lease": lease,
+            ":lease_iso": lease_iso,
             ":epoch": epoch,
             ":now": now.isoformat(),
             ":writer": f"agent:{ref.agent_id}",
@@ -77,12 +87,23 @@ def claim(ref: StageRef, lease_ttl_sec: int, now: datetime) -> None:
 
 
 def renew_lease(ref: StageRef, lease_ttl_sec: int, now: datetime) -> None:
+    lease, lease_iso = _lease_until(now, lease_ttl_sec)
     _update(
         ref,
-        "SET lease_expires_at = :lease",
+        "SET lease_expires_at = :lease, lease_expires_iso = :lease_iso",
         _HOLDS_ATTEMPT,
-        {":agent": ref.agent_id, ":attempt": ref.attempt, ":lease": int(now.timestamp()) + lease_ttl_sec},
+        {":agent": ref.agent_id, ":attempt": ref.attempt, ":lease": lease, ":lease_iso": lease_iso},
     )
+
+
+def run_token(ref: StageRef) -> str | None:
+    """The token the state machine hands the holder of this attempt once it saw the claim."""
+    item = client("dynamodb").get_item(
+        TableName=ref.table, Key=ref.key, ConsistentRead=True, ProjectionExpression="agent_id, attempt, run_token"
+    ).get("Item", {})
+    if item.get("agent_id", {}).get("S") != ref.agent_id or item.get("attempt", {}).get("N") != str(ref.attempt):
+        raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}")
+    return item.get("run_token", {}).get("S")
 
 
 def finish(
