@@ -70,5 +70,8 @@ class RelevoApi:
     def rerun_job(self, job_id: str, from_stage: str | None) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/rerun", {"from_stage": from_stage} if from_stage else {})
 
+    def cancel_job(self, job_id: str) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/cancel", {})
+
     def release_job(self, job_id: str) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/release", {})

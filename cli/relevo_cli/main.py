@@ -197,6 +197,17 @@ def rerun(
         _fail(exc)
 
 
+@app.command("cancel")
+def cancel(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+    """Cancel a job wherever it is; a running stage's process group is killed by its agent."""
+    api = RelevoApi.for_stack(_stack(stack_file))
+    try:
+        result = api.cancel_job(job_id)
+    except ApiError as exc:
+        _fail(exc)
+    console.print(f"job [bold]{result['job_id']}[/bold] canceled (was {result['was']})")
+
+
 @app.command("release")
 def release(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
     """Release a held job (a repeat after its dedup window) into the queue."""

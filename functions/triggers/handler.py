@@ -1,10 +1,11 @@
-"""POST /projects/{project_id}/run, POST /jobs/{job_id}/rerun, POST /jobs/{job_id}/release (IAM)."""
+"""POST /projects/{project_id}/run, POST /jobs/{job_id}/rerun, /release and /cancel (IAM)."""
 
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 
+from relevo_core.cancel import cancel_job
 from relevo_core.config import intake_settings
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.intake import IntakeResult
@@ -33,6 +34,12 @@ def rerun(job_id: str):
 @app.post("/jobs/<job_id>/release")
 def release(job_id: str):
     return _respond(release_job(intake_settings(), job_id, caller_arn(app)))
+
+
+@app.post("/jobs/<job_id>/cancel")
+def cancel(job_id: str):
+    logger.append_keys(job_id=job_id)
+    return json_response(HTTPStatus.OK, cancel_job(intake_settings(), job_id, caller_arn(app)))
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)

@@ -165,6 +165,7 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
         "queue_timeout_sec": envelope.queue_timeout_sec,
         # How often a job waiting for its project's lock tries again.
         "lock_poll_sec": max(1, min(10, envelope.lease_ttl_sec // 3)),
+        # A job from a later stage runs only that stage on; the earlier ones show as skipped.
         "stages": [
             {
                 "index": index,
@@ -177,6 +178,7 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
                 "backoff_caps_sec": stage.retry.backoff_caps_sec(),
             }
             for index, stage in enumerate(envelope.stages)
+            if index >= envelope.first_stage_index
         ],
     }
 

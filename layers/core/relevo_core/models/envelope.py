@@ -88,6 +88,13 @@ class JobEnvelope(RunPlanMixin):
                 return stage
         raise KeyError(name)
 
+    @property
+    def first_stage_index(self) -> int:
+        """Where the job starts: 0, or the index of from_stage."""
+        if self.from_stage is None:
+            return 0
+        return [stage.name for stage in self.stages].index(self.from_stage)
+
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 

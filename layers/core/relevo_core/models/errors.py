@@ -26,6 +26,7 @@ class ErrorCode(str, Enum):
     REGION_UNKNOWN = "REGION_UNKNOWN"
     SECRET_UNAVAILABLE = "SECRET_UNAVAILABLE"
     JOB_NOT_HELD = "JOB_NOT_HELD"
+    JOB_ALREADY_ENDED = "JOB_ALREADY_ENDED"
     STAGE_UNKNOWN = "STAGE_UNKNOWN"
 
 
@@ -44,6 +45,7 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     # The project names a secret Relevo cannot read: a configuration fault, not the caller's.
     ErrorCode.SECRET_UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
     ErrorCode.JOB_NOT_HELD: HTTPStatus.CONFLICT,
+    ErrorCode.JOB_ALREADY_ENDED: HTTPStatus.CONFLICT,
     ErrorCode.STAGE_UNKNOWN: HTTPStatus.UNPROCESSABLE_ENTITY,
 }
 

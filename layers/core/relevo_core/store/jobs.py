@@ -158,6 +158,9 @@ def create_job(
         "last_writer": "intake",
         "ttl": envelope.ttl,
     }
+    if envelope.first_stage_index > 0:
+        # A job from a later stage stands on the earlier job's results up to there.
+        job_item["last_successful_stage"] = envelope.stages[envelope.first_stage_index - 1].name
     if not held:
         # Sparse index entry: present until the execution's first state removes it, so the
         # sweeper can find a job whose execution never started.
@@ -198,6 +201,42 @@ def create_job(
             continue
         raise RuntimeError(f"job transaction cancelled: {codes}")
     raise RuntimeError("job transaction kept conflicting")
+
+
+def get_job_record(table: str, job_id: str) -> dict[str, Any]:
+    response = client("dynamodb").get_item(TableName=table, Key=key(job_pk(job_id), JOB_SK), ConsistentRead=True)
+    if "Item" not in response:
+        raise RelevoError(ErrorCode.JOB_NOT_FOUND, f"no job {job_id!r}")
+    return from_attributes(response["Item"])
+
+
+def mark_canceled(table: str, job_id: str, previous: JobStatus, actor: str, queue_limit: int, now: datetime) -> None:
+    """The job becomes canceled, in one transaction with giving back its queue slot if it held
+    one. Conditional on the status read, so a concurrent transition makes the caller read again."""
+    update: dict[str, Any] = {
+        "TableName": table,
+        "Key": key(job_pk(job_id), JOB_SK),
+        "UpdateExpression": "SET #status = :canceled, last_writer = :actor, updated_at = :now, ended_at = :now "
+        f"REMOVE {START_PENDING_ATTRIBUTE}, queue_reason",
+        "ConditionExpression": "#status = :previous",
+        "ExpressionAttributeNames": {"#status": "status"},
+        "ExpressionAttributeValues": to_attributes(
+            {":canceled": JobStatus.CANCELED.value, ":previous": previous.value, ":actor": f"operator:{actor}", ":now": now.isoformat()}
+        ),
+    }
+    items: list[dict[str, Any]] = [{"Update": update}]
+    if previous is JobStatus.QUEUED:
+        items.append(_queue_counter_update(table, queue_limit, -1))
+    try:
+        client("dynamodb").transact_write_items(TransactItems=items)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "TransactionCanceledException":
+            raise StatusChanged(job_id) from exc
+        raise
+
+
+class StatusChanged(Exception):
+    """The job moved on between the read and the conditional write."""
 
 
 def release_held(table: str, job_id: str, queue_limit: int, actor: str, now: datetime) -> None:
@@ -289,11 +328,17 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
     stages = []
     for index, stage in enumerate(envelope.stages):
         found = stage_records.get(stage.name, {})
+        skipped = index < envelope.first_stage_index
         stages.append(
             {
                 "index": index,
                 "name": stage.name,
-                "status": found.get("status", StageStatus.PENDING.value),
+                # Stages before from_stage are not run again: their results are the earlier job's.
+                "status": StageStatus.SKIPPED.value if skipped else found.get("status", StageStatus.PENDING.value),
+                "reused_from": envelope.retry_of if skipped else None,
+                "retry_count": found.get("retry_count", 0),
+                "cumulative_backoff_sec": found.get("cumulative_backoff_sec", 0),
+                "attempts_log": found.get("attempts_log", []),
                 "attempt": found.get("attempt"),
                 "agent_id": found.get("agent_id"),
                 "exit_code": found.get("exit_code"),
@@ -318,6 +363,9 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "updated_at": record.get("updated_at"),
         "ended_at": record.get("ended_at"),
         "current_stage": current,
+        "queue_reason": record.get("queue_reason"),
+        "from_stage": envelope.from_stage,
+        "retry_of": envelope.retry_of,
         "last_successful_stage": record.get("last_successful_stage"),
         "last_writer": record.get("last_writer"),
         "error": record.get("error_name"),

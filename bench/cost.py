@@ -1,0 +1,645 @@
+"""Cost of one four-stage job: state transitions, DynamoDB units, SQS requests, Lambda, in dollars.
+
+    .venv/bin/python bench/cost.py
+
+Starts the embedded stack (moto + template.yaml), registers a four-stage project, and runs ONE job
+end to end: a signed GitHub push goes through functions/webhook/handler.py *in this process*
+(relevo_core.webhooks.intake.receive_github underneath, as bench/intake.py calls it), then an agent
+double in this process takes each stage the way relevo-agent does (receive, read the envelope,
+claim + accept and wait for the run token as tests/integration/test_job_state_machine.py does,
+delete the message, record, report) until the execution SUCCEEDED.
+
+Every AWS API call made in this process is recorded by wrapping botocore's
+Endpoint.make_request. Calls of the main thread are charged to the phase running (webhook, agent,
+sweeper; the bench's own observing calls are not charged); calls of other threads are the
+Step Functions interpreter (moto runs it in this process) when they name this job or project.
+
+Request units are computed from the DynamoDB rules with item sizes measured at the end of the run
+(attribute names + values, DynamoDB's size rules), including the writes each GSI takes.
+
+Prints the measured counts, a dollar table per 1,000 jobs at us-east-1 list prices and the fixed
+monthly costs (sweeper tick, idle agent polling). Exits 1 when the transition budget (4 per stage
++ 6 per job on the success path) is exceeded, 2 when the bench itself broke, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import secrets
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+STAGES = [
+    {"name": "build", "run": "true"},
+    {"name": "test", "run": "true"},
+    {"name": "sign", "run": "true"},
+    {"name": "upload", "run": "true"},
+]
+REGION = "eu-west"  # the project's region_affinity (tests/integration/helpers.py register_project)
+AGENT_ID = "cost-double-1"
+
+TRANSITIONS_PER_STAGE_BUDGET = 4
+TRANSITIONS_PER_JOB_BUDGET = 6
+
+# us-east-1 list prices.
+SFN_PER_TRANSITION = 25 / 1e6
+DDB_PER_WRU = 0.625 / 1e6
+DDB_PER_RRU = 0.125 / 1e6
+SQS_PER_REQUEST = 0.40 / 1e6
+LAMBDA_PER_REQUEST = 0.20 / 1e6
+LAMBDA_PER_GB_S = 0.0000133334  # arm64
+WEBHOOK_MEMORY_GB = 512 / 1024
+MINUTES_PER_MONTH = 60 * 24 * 30
+IDLE_RECEIVES_PER_MIN = 3  # assumption: one agent long-polling with WaitTimeSeconds=20
+
+SOURCES = ("webhook", "agent", "state_machine")
+
+
+def load_module(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------------------------------
+# Recording every AWS call of this process
+
+
+@dataclass
+class Call:
+    source: str  # webhook, agent, state_machine, sweeper, warmup, bench (not charged), other
+    service: str
+    op: str
+    params: dict[str, Any]
+    response: dict[str, Any]
+    ok: bool
+    thread: str
+
+
+class Recorder:
+    """Global Endpoint.make_request wrapper. Main-thread calls go to the current phase; calls of
+    other threads (moto's Step Functions interpreter) to `state_machine` when they name the job."""
+
+    def __init__(self) -> None:
+        self.main = threading.get_ident()
+        self.phase = "bench"
+        self.markers: tuple[str, ...] = ()
+        self.calls: list[Call] = []
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        from botocore.endpoint import Endpoint
+
+        recorder = self
+        make_request = Endpoint.make_request
+
+        def recording_make_request(endpoint: Any, operation_model: Any, request_dict: Any) -> Any:
+            result = make_request(endpoint, operation_model, request_dict)
+            try:
+                recorder.record(operation_model, request_dict, result)
+            except Exception as exc:  # never let the bench's bookkeeping break a call
+                sys.stderr.write(f"recorder: {type(exc).__name__}: {exc}\n")
+            return result
+
+        Endpoint.make_request = recording_make_request  # type: ignore[method-assign]
+
+    def record(self, operation_model: Any, request_dict: dict[str, Any], result: Any) -> None:
+        body = request_dict.get("body")
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else json.dumps(body, default=str)
+        try:
+            params = json.loads(text) if text and text.startswith("{") else {}
+        except json.JSONDecodeError:
+            params = {}
+        _, parsed = result
+        if threading.get_ident() == self.main:
+            source = self.phase
+        elif self.markers and any(marker in text for marker in self.markers):
+            source = "state_machine"
+        else:
+            source = "other"
+        call = Call(
+            source=source,
+            service=operation_model.service_model.service_name,
+            op=operation_model.name,
+            params=params,
+            response=parsed if isinstance(parsed, dict) else {},
+            ok=not (isinstance(parsed, dict) and "Error" in parsed),
+            thread=threading.current_thread().name,
+        )
+        with self._lock:
+            self.calls.append(call)
+
+    def of(self, source: str, service: str | None = None) -> list[Call]:
+        with self._lock:
+            return [c for c in self.calls if c.source == source and (service is None or c.service == service)]
+
+
+# ------------------------------------------------------------------------------------------------
+# DynamoDB sizes and request units
+
+
+def _number_size(text: str) -> int:
+    digits = text.lstrip("-").replace(".", "").lstrip("0").rstrip("0") or "0"
+    return (len(digits) + 1) // 2 + 1 + (1 if text.startswith("-") else 0)
+
+
+def value_size(value: dict[str, Any]) -> int:
+    ((kind, raw),) = value.items()
+    if kind == "S":
+        return len(raw.encode())
+    if kind == "N":
+        return _number_size(raw)
+    if kind == "B":
+        return len(raw)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "SS":
+        return sum(len(s.encode()) for s in raw)
+    if kind == "NS":
+        return sum(_number_size(n) for n in raw)
+    if kind == "BS":
+        return sum(len(b) for b in raw)
+    if kind == "L":
+        return 3 + sum(1 + value_size(v) for v in raw)
+    if kind == "M":
+        return 3 + sum(1 + len(k.encode()) + value_size(v) for k, v in raw.items())
+    raise ValueError(kind)
+
+
+def item_size(item: dict[str, Any]) -> int:
+    return sum(len(name.encode()) + value_size(value) for name, value in item.items())
+
+
+def _key_of(attrs: dict[str, Any]) -> tuple[str, str]:
+    return attrs["pk"]["S"], attrs["sk"]["S"]
+
+
+# Keys of items carrying `kind` (so projected into KindIndex), filled once sizes are measured.
+kind_items: set[tuple[str, str]] = set()
+
+
+@dataclass
+class Units:
+    wru: float = 0.0
+    gsi_wru: float = 0.0
+    rru: float = 0.0
+    writes: int = 0
+    reads: int = 0
+
+
+def written_keys(call: Call) -> list[tuple[tuple[str, str], bool, str]]:
+    """(key, transactional, request text) for each item a write call touches."""
+    p = call.params
+    if call.op in ("PutItem",):
+        return [(_key_of(p["Item"]), False, json.dumps(p))]
+    if call.op in ("UpdateItem", "DeleteItem"):
+        return [(_key_of(p["Key"]), False, json.dumps(p))]
+    if call.op == "TransactWriteItems":
+        out = []
+        for entry in p["TransactItems"]:
+            ((kind, body),) = entry.items()
+            out.append((_key_of(body["Item"] if kind == "Put" else body["Key"]), True, json.dumps(body)))
+        return out
+    if call.op == "BatchWriteItem":
+        raise NotImplementedError("BatchWriteItem")
+    return []
+
+
+def units_of(calls: list[Call], sizes: dict[tuple[str, str], int]) -> tuple[Units, list[str]]:
+    """WRU/RRU of these DynamoDB calls by DynamoDB's rules, item sizes measured at the end."""
+    units = Units()
+    notes: list[str] = []
+    for call in calls:
+        if call.service != "dynamodb":
+            continue
+        keys = written_keys(call)
+        if keys:
+            units.writes += 1
+            for key, transactional, text in keys:
+                size = sizes.get(key, 1)
+                wru = math.ceil(max(size, 1) / 1024) * (2 if transactional else 1)
+                units.wru += wru
+                # GSIs: KindIndex projects ALL of every item with `kind` (locks, projects), so each
+                # write of such an item is a write there too; StartPendingIndex holds a small entry
+                # (keys + job_id) from the job's Put until MarkStarted REMOVEs it.
+                if key in kind_items:
+                    units.gsi_wru += math.ceil(max(size, 1) / 1024)
+                if "start_pending" in text:
+                    units.gsi_wru += 1
+            continue
+        if call.op == "GetItem":
+            units.reads += 1
+            size = sizes.get(_key_of(call.params["Key"]), 1)
+            units.rru += math.ceil(max(size, 1) / 4096) * (1 if call.params.get("ConsistentRead") else 0.5)
+        elif call.op in ("Query", "Scan"):
+            units.reads += 1
+            total = sum(item_size(item) for item in call.response.get("Items", []))
+            strong = call.params.get("ConsistentRead") and not call.params.get("IndexName")
+            units.rru += math.ceil(max(total, 1) / 4096) * (1 if strong else 0.5)
+        elif call.op in ("DescribeTable",):
+            pass  # control plane: free
+        else:
+            notes.append(f"unpriced DynamoDB operation {call.op}")
+    return units, notes
+
+
+# ------------------------------------------------------------------------------------------------
+# The run
+
+
+def run(recorder: Recorder) -> int:
+    from relevo_cli.local.stack import LocalStack
+
+    with tempfile.TemporaryDirectory(prefix="relevo-cost-") as state_dir:
+        began = time.perf_counter()
+        stack = LocalStack(state_dir=Path(state_dir))
+        info = stack.start()
+        print(f"stack up in {time.perf_counter() - began:.1f}s ({info.aws_endpoint})")
+        try:
+            return measure(info, recorder)
+        finally:
+            stack.stop()
+
+
+def measure(stack: Any, recorder: Recorder) -> int:
+    import boto3
+
+    os.environ.update(
+        AWS_ENDPOINT_URL=str(stack.aws_endpoint),
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION=stack.region,
+        AWS_REGION=stack.region,
+    )
+    os.environ.pop("AWS_PROFILE", None)
+    from relevo_core.aws import client, reset_clients
+
+    reset_clients()
+    bench_intake = load_module("bench_intake", ROOT / "bench" / "intake.py")
+
+    function = boto3.client("lambda").get_function_configuration(FunctionName=stack.resources["WebhookFunction"])
+    variables = {k: str(v) for k, v in function.get("Environment", {}).get("Variables", {}).items()}
+    os.environ.update({k: v for k, v in variables.items() if not k.startswith("POWERTOOLS_")})
+    os.environ.update(bench_intake.HANDLER_ENV)
+    memory_gb = int(function.get("MemorySize", 512)) / 1024
+
+    from aws_lambda_powertools.utilities import parameters
+
+    from relevo_core.config import intake_settings
+    from relevo_core.intake import project_cache, work_queue_url
+    from relevo_core.models.status import StageStatus
+    from relevo_core.store import stage_attempts
+    from relevo_core.store.jobs import get_envelope
+    from relevo_core.webhooks.github import sign
+    from tests.integration.helpers import history, register_project, wait_for_execution
+    from tests.integration.test_job_state_machine import claim_and_accept, wait_for_run_token
+
+    project_id = "cost-" + secrets.token_hex(3)
+    secret = register_project(stack, project_id, STAGES)
+    repo = f"acme/{project_id}"
+
+    reset_clients()
+    intake_settings.cache_clear()
+    project_cache.clear()
+    work_queue_url.cache_clear()
+    parameters.clear_caches()
+    handler = bench_intake.load_handler()
+    settings = intake_settings()
+    recorder.install()
+
+    def invoke(event_name: str, body: bytes) -> tuple[dict[str, Any], float]:
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "GitHub-Hookshot/bench",
+            "X-GitHub-Event": event_name,
+            "X-GitHub-Delivery": str(uuid.uuid4()),
+            "X-Hub-Signature-256": sign(secret, body),
+        }
+        event = bench_intake.api_event(project_id, headers, body)
+        started = time.perf_counter()
+        response = handler.lambda_handler(event, bench_intake.LambdaContext())
+        return response, time.perf_counter() - started
+
+    # Warm the container first (project, secret, queue URL): at volume a job lands on a warm
+    # container. These reads are shown as cold-container extras, not charged per job.
+    recorder.phase = "warmup"
+    pong, _ = invoke("ping", json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode())
+    assert pong["statusCode"] == 200, pong
+    work_queue_url(settings.work_queue_prefix, REGION)
+
+    # (a) the webhook: one signed push, in-process.
+    recorder.phase = "webhook"
+    response, webhook_sec = invoke("push", bench_intake.push_body(repo, secrets.token_hex(20)))
+    recorder.phase = "bench"
+    assert response["statusCode"] == 202, response
+    job_id = json.loads(response["body"])["job_id"]
+    recorder.markers = (job_id, f"LOCK#{project_id}")
+    print(f"job {job_id} accepted in {webhook_sec * 1000:.1f} ms (handler wall time, in-process)")
+
+    # (b) the agent double, one stage message at a time.
+    sqs = client("sqs")
+    queue_url = stack.work_queues[REGION]
+    empty_receives = 0
+    for index, stage in enumerate(STAGES):
+        recorder.phase = "agent"
+        deadline = time.monotonic() + 30
+        message = None
+        while message is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no message for stage {stage['name']}")
+            got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=1).get("Messages", [])
+            if not got:
+                empty_receives += 1
+                continue
+            message = got[0]
+        task = json.loads(message["Body"])
+        assert (task["job_id"], task["stage"], task["stage_index"]) == (job_id, stage["name"], index), task
+        envelope = get_envelope(stack.table_name, job_id)
+        ref = claim_and_accept(stack, task, AGENT_ID, envelope.lease_ttl_sec)
+        sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+        run_token = wait_for_run_token(ref)
+        # A zero-length stage: no lease renewal or heartbeat falls due (see the rate printed below).
+        stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(timezone.utc), 0, None)
+        client("stepfunctions").send_task_success(
+            taskToken=run_token, output=json.dumps({"stage": stage["name"], "attempt": ref.attempt, "agent_id": AGENT_ID})
+        )
+        recorder.phase = "bench"
+
+    described = wait_for_execution(stack, job_id, timeout=60)
+    if described["status"] != "SUCCEEDED":
+        raise RuntimeError(f"execution ended {described['status']}: {described.get('error')} {described.get('cause')}")
+    time.sleep(0.5)  # the last state's write has been answered; let stray threads settle
+    events = history(stack, job_id)
+
+    # (c) the sweeper, one idle tick in-process (fixed cost, not per job).
+    from relevo_core.sweeper import sweep
+
+    recorder.phase = "sweeper"
+    started = time.perf_counter()
+    sweep(settings, datetime.now(timezone.utc))
+    sweeper_sec = time.perf_counter() - started
+    recorder.phase = "bench"
+
+    # Item sizes at the end (the largest each item got: updates here only add attributes).
+    sizes: dict[tuple[str, str], int] = {}
+    envelope_json = 0
+    touched = {
+        key
+        for call in recorder.calls
+        if call.service == "dynamodb" and call.source in (*SOURCES, "warmup", "sweeper")
+        for key, _, _ in written_keys(call)
+    } | {
+        _key_of(call.params["Key"])
+        for call in recorder.calls
+        if call.service == "dynamodb" and call.op == "GetItem" and call.source in (*SOURCES, "warmup", "sweeper")
+    }
+    ddb = client("dynamodb")
+    for key in sorted(touched):
+        item = ddb.get_item(TableName=stack.table_name, Key={"pk": {"S": key[0]}, "sk": {"S": key[1]}}, ConsistentRead=True).get("Item")
+        if item:
+            sizes[key] = item_size(item)
+            if "kind" in item:
+                kind_items.add(key)
+            if key == (f"JOB#{job_id}", "JOB"):
+                from relevo_core.store.codec import from_attributes
+
+                envelope_json = len(json.dumps(from_attributes({"e": item["envelope"]})["e"], default=_json_default))
+
+    return report(recorder, events, sizes, envelope_json, job_id, webhook_sec, memory_gb, sweeper_sec, empty_receives, envelope)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    return str(value)
+
+
+# ------------------------------------------------------------------------------------------------
+# Report
+
+
+def stage_state_names() -> set[str]:
+    definition = json.loads((ROOT / "statemachines" / "job.asl.json").read_text())
+    names: set[str] = set()
+
+    def walk(states: dict[str, Any], inside_map: bool) -> None:
+        for name, state in states.items():
+            if inside_map:
+                names.add(name)
+            if state["Type"] == "Map":
+                walk((state.get("ItemProcessor") or state["Iterator"])["States"], True)
+
+    walk(definition["States"], False)
+    return names
+
+
+def ops(calls: list[Call]) -> str:
+    counted = Counter(f"{c.service}:{c.op}" + ("" if c.ok else "(failed)") for c in calls)
+    return ", ".join(f"{n}x {op}" for op, n in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))) or "(none)"
+
+
+def report(
+    recorder: Recorder,
+    events: list[dict[str, Any]],
+    sizes: dict[tuple[str, str], int],
+    envelope_json: int,
+    job_id: str,
+    webhook_sec: float,
+    memory_gb: float,
+    sweeper_sec: float,
+    empty_receives: int,
+    envelope: Any,
+) -> int:
+    n = len(STAGES)
+    print()
+    print(f"=== one {n}-stage job, success path ===")
+
+    # --- state transitions
+    entered = [e for e in events if e["type"].endswith("StateEntered")]
+    in_stage = stage_state_names()
+    stage_entered = [e for e in entered if e["stateEnteredEventDetails"]["name"] in in_stage]
+    job_entered = [e for e in entered if e["stateEnteredEventDetails"]["name"] not in in_stage]
+    per_stage: list[list[str]] = []
+    current: list[str] = []
+    for event in stage_entered:
+        name = event["stateEnteredEventDetails"]["name"]
+        if name == "MarkStageDispatched" and current:
+            per_stage.append(current)
+            current = []
+        current.append(name)
+    if current:
+        per_stage.append(current)
+    budget = n * TRANSITIONS_PER_STAGE_BUDGET + TRANSITIONS_PER_JOB_BUDGET
+    print()
+    print("state transitions (*StateEntered events in the execution history)")
+    for index, names in enumerate(per_stage):
+        print(f"  stage {index} ({STAGES[index]['name'] if index < n else '?'}): {len(names)}  {' > '.join(names)}")
+    print(f"  per job (outside the stages): {len(job_entered)}  {' > '.join(e['stateEnteredEventDetails']['name'] for e in job_entered)}")
+    stages_ok = len(per_stage) == n and all(len(names) <= TRANSITIONS_PER_STAGE_BUDGET for names in per_stage)
+    job_ok = len(job_entered) <= TRANSITIONS_PER_JOB_BUDGET
+    total_ok = len(entered) <= budget
+    print(f"  per stage <= {TRANSITIONS_PER_STAGE_BUDGET}: {'PASS' if stages_ok else 'FAIL'};"
+          f" per job <= {TRANSITIONS_PER_JOB_BUDGET}: {'PASS' if job_ok else 'FAIL'}")
+    print(f"  total {len(entered)} <= {n}*{TRANSITIONS_PER_STAGE_BUDGET}+{TRANSITIONS_PER_JOB_BUDGET} = {budget}: "
+          f"{'PASS' if total_ok else 'FAIL'}")
+    transitions_ok = stages_ok and job_ok and total_ok
+
+    # --- AWS calls by source
+    print()
+    print("AWS calls per job, by who made them")
+    for source in SOURCES:
+        calls = recorder.of(source)
+        print(f"  {source:<14} {len(calls):>3}  {ops(calls)}")
+    if empty_receives:
+        print(f"  (agent double: {empty_receives} empty ReceiveMessage while the state machine had not sent yet; "
+              "not charged here, covered by the idle-polling line)")
+    stray = [c for c in recorder.calls if c.source == "other" and c.service in ("dynamodb", "sqs")]
+    if stray:
+        print(f"  unattributed DynamoDB/SQS calls of other threads (not charged): {ops(stray)}")
+
+    # --- DynamoDB units
+    print()
+    job_item = sizes.get((f"JOB#{job_id}", "JOB"), 0)
+    stage_items = [size for (pk, sk), size in sizes.items() if pk == f"JOB#{job_id}" and sk.startswith("STAGE#")]
+    others = {f"{pk}/{sk}": size for (pk, sk), size in sizes.items() if pk != f"JOB#{job_id}"}
+    print("DynamoDB item sizes measured at the end of the run (names + values, DynamoDB's rules)")
+    print(f"  job item (envelope JSON {envelope_json} B): {job_item} B; stage items: "
+          f"{', '.join(str(s) for s in sorted(stage_items))} B")
+    print("  others: " + ", ".join(f"{k.split('#')[0]} {v} B" for k, v in sorted(others.items())))
+    print("DynamoDB request units per job")
+    print("  rules: write <= 1 KB = 1 WRU (TransactWriteItems: 2 per item), final item size (upper bound)"
+          " used for updates; reads: strongly consistent <= 4 KB = 1 RRU, eventually consistent 0.5,")
+    print("  a GetItem is charged for the whole item whatever its ProjectionExpression; GSI writes:"
+          " KindIndex (ALL) per write of a `kind` item, StartPendingIndex 1 per write naming start_pending")
+    total = Units()
+    rows: list[tuple[str, Units]] = []
+    for source in SOURCES:
+        units, notes = units_of(recorder.of(source, "dynamodb"), sizes)
+        for note in notes:
+            print(f"  note: {source}: {note}")
+        rows.append((source, units))
+        total.wru += units.wru
+        total.gsi_wru += units.gsi_wru
+        total.rru += units.rru
+        total.writes += units.writes
+        total.reads += units.reads
+    print(f"  {'source':<14} {'writes':>6} {'WRU':>6} {'GSI WRU':>8} {'reads':>6} {'RRU':>6}")
+    for source, units in [*rows, ("total", total)]:
+        print(f"  {source:<14} {units.writes:>6} {units.wru:>6g} {units.gsi_wru:>8g} {units.reads:>6} {units.rru:>6g}")
+    naive_rru = total.reads
+    print(f"  (with every read taken as 1 RRU: {naive_rru} RRU; with every write item as 1 WRU and no GSI: "
+          f"{sum(len(written_keys(c)) for s in SOURCES for c in recorder.of(s, 'dynamodb'))} WRU)")
+
+    # --- SQS
+    sqs_calls = [c for s in SOURCES for c in recorder.of(s, "sqs")]
+    sqs_counts = Counter(c.op for c in sqs_calls)
+    sqs_requests = len(sqs_calls)
+    print()
+    print(f"SQS requests per job: {sqs_requests}  ({', '.join(f'{op} {k}' for op, k in sorted(sqs_counts.items()))};"
+          " each message < 64 KB = 1 request)")
+    idle_month = IDLE_RECEIVES_PER_MIN * MINUTES_PER_MONTH
+    print(f"  idle polling, per agent (assumption {IDLE_RECEIVES_PER_MIN} ReceiveMessage/min, 20 s long poll): "
+          f"{idle_month:,} requests/month = ${idle_month * SQS_PER_REQUEST:.4f}/agent-month (fixed, not per job)")
+
+    # --- Lambda
+    invocations = 1
+    gb_s = memory_gb * webhook_sec
+    print()
+    print(f"Lambda per job: {invocations} webhook invocation, {webhook_sec * 1000:.1f} ms measured handler wall time "
+          f"(warm container, in-process against the emulator) x {memory_gb * 1024:.0f} MB = {gb_s:.4f} GB-s")
+    print("  sweeper (rate 1 minute) and schedule-trigger (per project schedule slot) invocations are not per job:"
+          " see fixed monthly cost")
+
+    # --- Step Functions API calls are free; note them
+    sfn_calls = [c for s in SOURCES for c in recorder.of(s, "stepfunctions")]
+    print(f"Step Functions API calls (not billed for Standard workflows): {len(sfn_calls)} ({ops(sfn_calls)})")
+
+    # --- dollars per 1,000 jobs
+    jobs = 1000
+    wru = total.wru + total.gsi_wru
+    table = [
+        ("Step Functions transitions", f"{len(entered)} transitions", len(entered) * SFN_PER_TRANSITION * jobs, "$25/M transitions"),
+        ("DynamoDB writes", f"{wru:g} WRU ({total.wru:g} table + {total.gsi_wru:g} GSI)", wru * DDB_PER_WRU * jobs, "$0.625/M WRU"),
+        ("DynamoDB reads", f"{total.rru:g} RRU", total.rru * DDB_PER_RRU * jobs, "$0.125/M RRU"),
+        ("SQS requests", f"{sqs_requests} requests", sqs_requests * SQS_PER_REQUEST * jobs, "$0.40/M requests"),
+        ("Lambda requests", f"{invocations} invocation", invocations * LAMBDA_PER_REQUEST * jobs, "$0.20/M requests"),
+        ("Lambda duration (arm64)", f"{gb_s:.4f} GB-s", gb_s * LAMBDA_PER_GB_S * jobs, "$0.0000133334/GB-s"),
+    ]
+    total_dollars = sum(row[2] for row in table)
+    print()
+    print(f"dollars per 1,000 {n}-stage jobs, us-east-1 list prices")
+    header = f"  {'component':<28} {'measured per job':<34} {'$ / 1,000 jobs':>14}  {'% ':>5}  price"
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    for name, measured, dollars, price in table:
+        share = 100 * dollars / total_dollars if total_dollars else 0
+        print(f"  {name:<28} {measured:<34} {dollars:>14.5f}  {share:>4.0f}%  {price}")
+    print("  " + "-" * (len(header) - 2))
+    print(f"  {'total':<28} {'':<34} {total_dollars:>14.5f}        (${total_dollars:.5f} per 1,000 jobs, "
+          f"${total_dollars * 1000:.2f} per million)")
+    print("  not included: API Gateway REST ($3.50/M requests: $0.0035 per 1,000 jobs), CloudWatch Logs, X-Ray,"
+          " S3 artifacts, data transfer; lease renewals during a stage's run (below)")
+    renew_interval = max(1.0, envelope.lease_ttl_sec / 3)
+    per_min = 60 / renew_interval
+    print(f"  + per stage-minute of run time: {per_min:g} lease renewals (UpdateItem, 1 WRU each; lease_ttl_sec "
+          f"{envelope.lease_ttl_sec} -> every {renew_interval:g} s) = ${per_min * DDB_PER_WRU * jobs:.5f} per 1,000 "
+          "stage-minutes; the heartbeats that go with them are free API calls")
+
+    # --- fixed monthly
+    sweeper_calls = recorder.of("sweeper")
+    sweeper_units, _ = units_of(sweeper_calls, sizes)
+    ticks = MINUTES_PER_MONTH
+    sweeper_lambda = ticks * (LAMBDA_PER_REQUEST + memory_gb * sweeper_sec * LAMBDA_PER_GB_S)
+    sweeper_ddb = ticks * (sweeper_units.rru * DDB_PER_RRU + (sweeper_units.wru + sweeper_units.gsi_wru) * DDB_PER_WRU)
+    warmup = recorder.of("warmup")
+    print()
+    print(f"fixed monthly cost (30 days = {ticks:,} minutes), not per job")
+    print(f"  sweeper, 1 tick/min: idle tick measured in-process: {sweeper_sec * 1000:.1f} ms, {ops(sweeper_calls)}"
+          f" = {sweeper_units.rru:g} RRU/tick")
+    print(f"    Lambda {ticks:,} invocations x (request + {memory_gb * 1024:.0f} MB x {sweeper_sec * 1000:.0f} ms) = "
+          f"${sweeper_lambda:.4f}/month; DynamoDB ${sweeper_ddb:.4f}/month; total ${sweeper_lambda + sweeper_ddb:.4f}/month")
+    print(f"  idle agents: ${idle_month * SQS_PER_REQUEST:.4f}/agent-month of ReceiveMessage (assumption above)")
+    print(f"  cold webhook container, once per container: {ops(warmup)}")
+
+    print()
+    print(f"transition budget: {'PASS' if transitions_ok else 'FAIL'}")
+    return 0 if transitions_ok else 1
+
+
+def main() -> int:
+    began = time.perf_counter()
+    recorder = Recorder()
+    try:
+        code = run(recorder)
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"bench error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(f"total {time.perf_counter() - began:.1f}s")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Cancel: a job stops wherever it is, and everything it held is given back."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from botocore.exceptions import ClientError
+
+from relevo_core.aws import client
+from relevo_core.config import IntakeSettings
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.status import JobStatus
+from relevo_core.store import jobs, locks
+from relevo_core.sweeper import execution_arn
+
+_ATTEMPTS = 5
+
+
+def cancel_job(settings: IntakeSettings, job_id: str, actor: str) -> dict[str, str]:
+    """queued: canceled without dispatch (its queue slot given back). dispatched, running or
+    waiting: the execution is stopped; the agent holding a stage learns it from its next
+    heartbeat, which is refused, and kills the stage's process group. The project lock is
+    released either way."""
+    for _ in range(_ATTEMPTS):
+        record = jobs.get_job_record(settings.table_name, job_id)
+        status = JobStatus(record["status"])
+        if status.terminal:
+            raise RelevoError(ErrorCode.JOB_ALREADY_ENDED, f"job {job_id} already ended {status.value}")
+        try:
+            jobs.mark_canceled(settings.table_name, job_id, status, actor, settings.queue_limit, datetime.now(timezone.utc))
+            break
+        except jobs.StatusChanged:
+            continue
+    else:
+        raise RelevoError(ErrorCode.JOB_ALREADY_ENDED, f"job {job_id} kept changing; try again")
+    if status is not JobStatus.HELD:
+        try:
+            client("stepfunctions").stop_execution(
+                executionArn=execution_arn(settings.state_machine_arn, job_id), cause=f"canceled by {actor}"
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
+                raise
+    locks.release(settings.table_name, record["project"], job_id)
+    return {"job_id": job_id, "status": JobStatus.CANCELED.value, "was": status.value}
