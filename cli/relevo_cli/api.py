@@ -70,6 +70,15 @@ class RelevoApi:
     def rerun_job(self, job_id: str, from_stage: str | None) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/rerun", {"from_stage": from_stage} if from_stage else {})
 
+    def dead_letters(self) -> dict[str, Any]:
+        return self.request("GET", "/dlq")
+
+    def dead_letter(self, job_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/dlq/{job_id}")
+
+    def redrive(self, job_id: str) -> dict[str, Any]:
+        return self.request("POST", f"/dlq/{job_id}/redrive", {})
+
     def cancel_job(self, job_id: str) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/cancel", {})
 

@@ -19,8 +19,10 @@ from relevo_core.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
 app = typer.Typer(no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
 local_app = typer.Typer(no_args_is_help=True, help="The embedded local stack.")
 project_app = typer.Typer(no_args_is_help=True, help="The project registry.")
+dlq_app = typer.Typer(no_args_is_help=True, help="The job dead-letter queue.")
 app.add_typer(local_app, name="local")
 app.add_typer(project_app, name="project")
+app.add_typer(dlq_app, name="dlq")
 console = Console()
 errors = Console(stderr=True)
 
@@ -206,6 +208,45 @@ def cancel(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
     except ApiError as exc:
         _fail(exc)
     console.print(f"job [bold]{result['job_id']}[/bold] canceled (was {result['was']})")
+
+
+@dlq_app.command("list")
+def dlq_list(stack_file: Optional[Path] = StackOption) -> None:
+    """Jobs that failed for good, newest first."""
+    api = RelevoApi.for_stack(_stack(stack_file))
+    try:
+        listing = api.dead_letters()
+    except ApiError as exc:
+        _fail(exc)
+    table = Table(title=f"{listing['count']} dead-lettered jobs")
+    for column in ("job", "project", "failed stage", "error", "attempts", "last good stage", "state"):
+        table.add_column(column)
+    for entry in listing["entries"]:
+        table.add_row(
+            entry["job_id"], entry["project"], entry["failed_stage"] or "-", entry["error"],
+            str(entry["attempts"] or "-"), entry["last_successful_stage"] or "-", entry["state"],
+        )
+    console.print(table)
+
+
+@dlq_app.command("show")
+def dlq_show(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+    """One dead-lettered job, with everything needed to resume it."""
+    api = RelevoApi.for_stack(_stack(stack_file))
+    try:
+        sys.stdout.write(json.dumps(api.dead_letter(job_id), indent=2) + "\n")
+    except ApiError as exc:
+        _fail(exc)
+
+
+@dlq_app.command("redrive")
+def dlq_redrive(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+    """Resume a dead-lettered job from its failed stage, under the same idempotency key."""
+    api = RelevoApi.for_stack(_stack(stack_file))
+    try:
+        _print_trigger(api.redrive(job_id))
+    except ApiError as exc:
+        _fail(exc)
 
 
 @app.command("release")

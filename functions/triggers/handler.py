@@ -1,4 +1,5 @@
-"""POST /projects/{project_id}/run, POST /jobs/{job_id}/rerun, /release and /cancel (IAM)."""
+"""POST /projects/{project_id}/run, POST /jobs/{job_id}/rerun, /release and /cancel, and the
+dead-letter queue: GET /dlq, GET /dlq/{job_id}, POST /dlq/{job_id}/redrive (IAM)."""
 
 from http import HTTPStatus
 
@@ -7,6 +8,7 @@ from aws_lambda_powertools.logging import correlation_paths
 
 from relevo_core.cancel import cancel_job
 from relevo_core.config import intake_settings
+from relevo_core.dead_letters import list_dead_letters, redrive_dead_letter, show_dead_letter
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.intake import IntakeResult
 from relevo_core.observability import logger, tracer
@@ -40,6 +42,22 @@ def release(job_id: str):
 def cancel(job_id: str):
     logger.append_keys(job_id=job_id)
     return json_response(HTTPStatus.OK, cancel_job(intake_settings(), job_id, caller_arn(app)))
+
+
+@app.get("/dlq")
+def dead_letters():
+    entries = list_dead_letters(intake_settings())
+    return json_response(HTTPStatus.OK, {"entries": entries, "count": len(entries)})
+
+
+@app.get("/dlq/<job_id>")
+def dead_letter(job_id: str):
+    return json_response(HTTPStatus.OK, show_dead_letter(intake_settings(), job_id))
+
+
+@app.post("/dlq/<job_id>/redrive")
+def redrive(job_id: str):
+    return _respond(redrive_dead_letter(intake_settings(), job_id, caller_arn(app)))
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -255,3 +256,38 @@ def test_split_defers_an_alarm_with_its_intrinsics_as_outputs() -> None:
     assert params["Dimensions"] == [{"Name": "QueueName", "Value": "relevo-work-eu-west"}]
     assert params["AlarmActions"] == ["arn:aws:sns:us-east-1:123456789012:relevo-notifications"]
     assert params["Threshold"] == 900.0 and params["EvaluationPeriods"] == 3
+
+
+def _asl_service_actions(node, found=None):
+    """IAM actions the definition's Task states need (optimized and aws-sdk integrations)."""
+    found = set() if found is None else found
+    if isinstance(node, dict):
+        resource = node.get("Resource")
+        if node.get("Type") == "Task" and isinstance(resource, str) and resource.startswith("arn:aws:states:::"):
+            service_action = resource.removeprefix("arn:aws:states:::").removeprefix("aws-sdk:").split(".")[0]
+            service, action = service_action.split(":")
+            action = action[0].upper() + action[1:]
+            if service == "dynamodb" and action == "TransactWriteItems":
+                found.add("dynamodb:UpdateItem")  # transactions are authorised per item action
+            else:
+                found.add(f"{service}:{action}")
+        for value in node.values():
+            _asl_service_actions(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _asl_service_actions(value, found)
+    return found
+
+
+def test_the_state_machine_role_allows_every_action_its_definition_uses():
+    """moto does not enforce IAM, so a missing permission would only show up in AWS."""
+    template = load_sam_template(ROOT / "template.yaml")
+    machine = template["Resources"]["JobStateMachine"]["Properties"]
+    allowed = set()
+    for policy in machine["Policies"]:
+        for statement in policy["Statement"]:
+            actions = statement["Action"]
+            allowed.update([actions] if isinstance(actions, str) else actions)
+    needed = _asl_service_actions(json.loads((ROOT / "statemachines" / "job.asl.json").read_text()))
+    assert needed, "no service integrations found"
+    assert needed <= allowed, f"missing from the state machine role: {sorted(needed - allowed)}"

@@ -160,6 +160,8 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
     return {
         "job_id": envelope.job_id,
         "project": envelope.project,
+        # Carried for the dead-letter entry, which must be enough to resume the job.
+        "envelope": envelope.to_json_dict(),
         "queue_url": queue_url,
         "lease_ttl_sec": envelope.lease_ttl_sec,
         "queue_timeout_sec": envelope.queue_timeout_sec,

@@ -65,7 +65,7 @@ class QueueFull:
 CreateOutcome = Created | Duplicate | RepeatAfterWindow | QueueFull
 
 
-def _queue_counter_update(table: str, limit: int, delta: int) -> dict[str, Any]:
+def queue_counter_update(table: str, limit: int, delta: int) -> dict[str, Any]:
     update: dict[str, Any] = {
         "TableName": table,
         "Key": key(QUEUE_COUNTER_PK, COUNTER_SK),
@@ -77,6 +77,32 @@ def _queue_counter_update(table: str, limit: int, delta: int) -> dict[str, Any]:
         update["ExpressionAttributeValues"][":limit"] = {"N": str(limit)}
         update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
     return {"Update": update}
+
+
+def job_item(envelope: JobEnvelope, status: JobStatus, now: datetime) -> dict[str, Any]:
+    """A new job's record: the frozen envelope plus its status projection."""
+    item: dict[str, Any] = {
+        "pk": job_pk(envelope.job_id),
+        "sk": JOB_SK,
+        "envelope": envelope.to_json_dict(),
+        "schema_version": envelope.schema_version,
+        "job_id": envelope.job_id,
+        "project": envelope.project,
+        "status": status.value,
+        "priority": envelope.priority,
+        "created_at": envelope.created_at.isoformat(),
+        "updated_at": now.isoformat(),
+        "last_writer": "intake",
+        "ttl": envelope.ttl,
+    }
+    if envelope.first_stage_index > 0:
+        # A job from a later stage stands on the earlier job's results up to there.
+        item["last_successful_stage"] = envelope.stages[envelope.first_stage_index - 1].name
+    if status is JobStatus.QUEUED:
+        # Sparse index entry: present until the execution's first state removes it, so the
+        # sweeper can find a job whose execution never started.
+        item[START_PENDING_ATTRIBUTE] = START_PENDING
+    return item
 
 
 def create_job(
@@ -144,32 +170,12 @@ def create_job(
             }
         )
     status = JobStatus.HELD if held else JobStatus.QUEUED
-    job_item: dict[str, Any] = {
-        "pk": job_pk(envelope.job_id),
-        "sk": JOB_SK,
-        "envelope": envelope.to_json_dict(),
-        "schema_version": envelope.schema_version,
-        "job_id": envelope.job_id,
-        "project": envelope.project,
-        "status": status.value,
-        "priority": envelope.priority,
-        "created_at": envelope.created_at.isoformat(),
-        "updated_at": now.isoformat(),
-        "last_writer": "intake",
-        "ttl": envelope.ttl,
-    }
-    if envelope.first_stage_index > 0:
-        # A job from a later stage stands on the earlier job's results up to there.
-        job_item["last_successful_stage"] = envelope.stages[envelope.first_stage_index - 1].name
-    if not held:
-        # Sparse index entry: present until the execution's first state removes it, so the
-        # sweeper can find a job whose execution never started.
-        job_item[START_PENDING_ATTRIBUTE] = START_PENDING
-    items.append({"Put": {"TableName": table, "Item": to_attributes(job_item), "ConditionExpression": "attribute_not_exists(pk)"}})
+    record = job_item(envelope, status, now)
+    items.append({"Put": {"TableName": table, "Item": to_attributes(record), "ConditionExpression": "attribute_not_exists(pk)"}})
     counter_index = None
     if not held:
         counter_index = len(items)
-        items.append(_queue_counter_update(table, queue_limit, +1))
+        items.append(queue_counter_update(table, queue_limit, +1))
 
     for attempt in range(_CONFLICT_RETRIES):
         try:
@@ -226,7 +232,7 @@ def mark_canceled(table: str, job_id: str, previous: JobStatus, actor: str, queu
     }
     items: list[dict[str, Any]] = [{"Update": update}]
     if previous is JobStatus.QUEUED:
-        items.append(_queue_counter_update(table, queue_limit, -1))
+        items.append(queue_counter_update(table, queue_limit, -1))
     try:
         client("dynamodb").transact_write_items(TransactItems=items)
     except ClientError as exc:
@@ -257,7 +263,7 @@ def release_held(table: str, job_id: str, queue_limit: int, actor: str, now: dat
                         ),
                     }
                 },
-                _queue_counter_update(table, queue_limit, +1),
+                queue_counter_update(table, queue_limit, +1),
             ]
         )
     except ClientError as exc:

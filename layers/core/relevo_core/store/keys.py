@@ -17,6 +17,8 @@ START_PENDING_INDEX = "StartPendingIndex"
 KIND_INDEX = "KindIndex"
 PROJECT_KIND = "project"
 LOCK_KIND = "lock"
+DLQ_KIND = "dlq"
+DLQ_SK = "DLQ"
 LOCK_SK = "LOCK"
 
 
@@ -31,6 +33,10 @@ def stage_sk(index: int) -> str:
 
 def project_pk(project_id: str) -> str:
     return f"PROJECT#{project_id}"
+
+
+def dlq_pk(job_id: str) -> str:
+    return f"DLQ#{job_id}"
 
 
 def lock_pk(project_id: str) -> str:

@@ -1,0 +1,70 @@
+"""The dead-letter queue as an operator sees it: what failed, why, and resuming it."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from relevo_core.config import IntakeSettings
+from relevo_core.intake import IntakeResult, start_execution, work_queue_url
+from relevo_core.models.envelope import Trigger, TriggerType, new_job_id
+from relevo_core.store import dead_letters, jobs
+
+
+def _detail(entry: dict[str, Any]) -> dict[str, Any]:
+    """The failed stage's detail (stage, class, attempts, backoff) when the cause carries it."""
+    try:
+        detail = json.loads(entry.get("cause") or "")
+    except ValueError:
+        return {}
+    return detail if isinstance(detail, dict) else {}
+
+
+def describe(entry: dict[str, Any]) -> dict[str, Any]:
+    record = entry.get("job_record") or {}
+    last_good = record.get("last_successful_stage")
+    detail = _detail(entry)
+    return {
+        "job_id": entry["job_id"],
+        "project": entry["project"],
+        "state": entry["state"],
+        "error": entry["error"],
+        "failed_stage": detail.get("stage"),
+        "attempts": detail.get("attempts"),
+        "cumulative_backoff_sec": detail.get("cumulative_backoff_sec"),
+        "cause": detail.get("cause", entry.get("cause")),
+        "last_successful_stage": last_good.get("S") if isinstance(last_good, dict) else last_good,
+        "failed_at": entry.get("failed_at"),
+        "idempotency_key": entry.get("idempotency_key"),
+        "redriven_as": entry.get("redriven_as"),
+    }
+
+
+def list_dead_letters(settings: IntakeSettings) -> list[dict[str, Any]]:
+    return [describe(entry) for entry in dead_letters.list_entries(settings.table_name)]
+
+
+def show_dead_letter(settings: IntakeSettings, job_id: str) -> dict[str, Any]:
+    return describe(dead_letters.get_entry(settings.table_name, job_id))
+
+
+def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> IntakeResult:
+    """Resume a dead-lettered job from its failed stage: its own frozen plan, the same
+    idempotency key, a new job (trigger retry, retry_of) in its place."""
+    entry = describe(dead_letters.get_entry(settings.table_name, job_id))
+    failed = jobs.get_envelope(settings.table_name, job_id)
+    now = datetime.now(timezone.utc)
+    resumed = failed.model_copy(
+        update={
+            "job_id": new_job_id(now.timestamp()),
+            "created_at": now,
+            "trigger": Trigger(type=TriggerType.RETRY, source="dlq", actor=actor),
+            "from_stage": entry["failed_stage"] or failed.from_stage,
+            "retry_of": job_id,
+        }
+    )
+    resumed = type(failed).model_validate(resumed.model_dump())
+    dead_letters.redrive(settings.table_name, job_id, resumed, settings.queue_limit, actor, now)
+    start_execution(settings.state_machine_arn, resumed, work_queue_url(settings.work_queue_prefix, resumed.region_affinity))
+    return IntakeResult(resumed.job_id, outcome="redriven", previous_job_id=job_id)

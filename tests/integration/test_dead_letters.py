@@ -1,0 +1,54 @@
+"""The dead-letter queue: what a failed job leaves behind, and resuming it from its failed stage."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from relevo_cli.api import ApiError, RelevoApi
+from relevo_core.store.jobs import get_envelope
+from tests.conftest import push_body
+from tests.integration.helpers import deliver, receive_stage, register_project, wait_for_execution
+from tests.integration.test_job_state_machine import _agent_runs
+
+STAGES = [{"name": "build", "run": "make"}, {"name": "sign", "run": "codesign"}, {"name": "upload", "run": "altool"}]
+
+
+def test_a_dead_lettered_job_is_listed_and_redriven_from_its_failed_stage(local_stack, project_id):
+    secret = register_project(local_stack, project_id, STAGES)
+    body = push_body(f"acme/{project_id}", secrets.token_hex(20))
+    job_id = deliver(local_stack, project_id, body, secret).json()["job_id"]
+    task, _ = receive_stage(local_stack, job_id)
+    _agent_runs(local_stack, task)
+    task, _ = receive_stage(local_stack, job_id)
+    _agent_runs(local_stack, task, succeed=False, error="Relevo.Fatal.ProfileMismatch")
+    assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
+    api = RelevoApi.for_stack(local_stack)
+
+    entry = api.dead_letter(job_id)
+    listed = {e["job_id"]: e for e in api.dead_letters()["entries"]}
+
+    assert listed[job_id] == entry
+    assert (entry["failed_stage"], entry["error"], entry["attempts"], entry["last_successful_stage"], entry["state"]) == (
+        "sign", "Relevo.Fatal.ProfileMismatch", 1, "build", "open",
+    )
+
+    resumed = api.redrive(job_id)
+
+    new_id = resumed["job_id"]
+    assert resumed["outcome"] == "redriven" and new_id != job_id
+    original, redriven = get_envelope(local_stack.table_name, job_id), get_envelope(local_stack.table_name, new_id)
+    assert (redriven.idempotency_key, redriven.retry_of, redriven.from_stage) == (original.idempotency_key, job_id, "sign")
+    assert redriven.stages == original.stages  # its own frozen plan
+    for expected in ("sign", "upload"):
+        task, _ = receive_stage(local_stack, new_id)
+        assert task["stage"] == expected
+        _agent_runs(local_stack, task)
+    assert wait_for_execution(local_stack, new_id)["status"] == "SUCCEEDED"
+    # The idempotency key now answers with the resumed job, and an entry redrives once.
+    assert deliver(local_stack, project_id, body, secret).json() == {"job_id": new_id, "duplicate": True}
+    assert api.dead_letter(job_id)["state"] == "redriven"
+    with pytest.raises(ApiError) as twice:
+        api.redrive(job_id)
+    assert (twice.value.status, twice.value.code) == (404, "DLQ_ENTRY_NOT_FOUND")
