@@ -6,8 +6,9 @@ import json
 import signal
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -42,6 +43,16 @@ def _stack(stack_file: Optional[Path]) -> StackInfo:
 def _fail(exc: ApiError) -> None:
     errors.print(f"[red]{exc}[/red]")
     raise typer.Exit(1)
+
+
+@contextmanager
+def _api(stack_file: Optional[Path]) -> Iterator[RelevoApi]:
+    """The API of the stack, with a refusal printed as its code and message (exit 1)."""
+    api = RelevoApi.for_stack(_stack(stack_file))
+    try:
+        yield api
+    except ApiError as exc:
+        _fail(exc)
 
 
 @local_app.command("up")
@@ -100,11 +111,8 @@ def status(
     stack_file: Optional[Path] = StackOption,
 ) -> None:
     """Show a job and its stages."""
-    api = RelevoApi.for_stack(_stack(stack_file))
-    try:
+    with _api(stack_file) as api:
         job = api.get_job(job_id)
-    except ApiError as exc:
-        _fail(exc)
     if as_json:
         sys.stdout.write(json.dumps(job, indent=2) + "\n")
     else:
@@ -130,21 +138,15 @@ def project_apply(file: Path, stack_file: Optional[Path] = StackOption) -> None:
 @project_app.command("show")
 def project_show(project_id: str, stack_file: Optional[Path] = StackOption) -> None:
     """Print a project as stored."""
-    api = RelevoApi.for_stack(_stack(stack_file))
-    try:
+    with _api(stack_file) as api:
         sys.stdout.write(json.dumps(api.get_project(project_id), indent=2) + "\n")
-    except ApiError as exc:
-        _fail(exc)
 
 
 @project_app.command("list")
 def project_list(stack_file: Optional[Path] = StackOption) -> None:
     """List registered projects."""
-    api = RelevoApi.for_stack(_stack(stack_file))
-    try:
+    with _api(stack_file) as api:
         listing = api.list_projects()
-    except ApiError as exc:
-        _fail(exc)
     table = Table(title=f"{listing['count']} projects")
     for column in ("id", "repo", "region", "stages", "priority"):
         table.add_column(column)
@@ -178,11 +180,8 @@ def run(
     body = {"trigger": "manual", "ref": ref, "commit": commit, "stages": stage or None, "priority": priority}
     if again:
         body["request_id"] = secrets.token_hex(8)
-    api = RelevoApi.for_stack(_stack(stack_file))
-    try:
+    with _api(stack_file) as api:
         _print_trigger(api.run_project(project_id, {k: v for k, v in body.items() if v is not None}))
-    except ApiError as exc:
-        _fail(exc)
 
 
 @app.command("rerun")
@@ -192,32 +191,23 @@ def rerun(
     stack_file: Optional[Path] = StackOption,
 ) -> None:
     """Run a job again with the project's current configuration (trigger: retry)."""
-    api = RelevoApi.for_stack(_stack(stack_file))
-    try:
+    with _api(stack_file) as api:
         _print_trigger(api.rerun_job(job_id, from_stage))
-    except ApiError as exc:
-        _fail(exc)
 
 
 @app.command("cancel")
 def cancel(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
     """Cancel a job wherever it is; a running stage's process group is killed by its agent."""
-    api = RelevoApi.for_stack(_stack(stack_file))
-    try:
+    with _api(stack_file) as api:
         result = api.cancel_job(job_id)
-    except ApiError as exc:
-        _fail(exc)
     console.print(f"job [bold]{result['job_id']}[/bold] canceled (was {result['was']})")
 
 
 @dlq_app.command("list")
 def dlq_list(stack_file: Optional[Path] = StackOption) -> None:
     """Jobs that failed for good, newest first."""
-    api = RelevoApi.for_stack(_stack(stack_file))
-    try:
+    with _api(stack_file) as api:
         listing = api.dead_letters()
-    except ApiError as exc:
-        _fail(exc)
     table = Table(title=f"{listing['count']} dead-lettered jobs")
     for column in ("job", "project", "failed stage", "error", "attempts", "last good stage", "state"):
         table.add_column(column)
@@ -232,31 +222,22 @@ def dlq_list(stack_file: Optional[Path] = StackOption) -> None:
 @dlq_app.command("show")
 def dlq_show(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
     """One dead-lettered job, with everything needed to resume it."""
-    api = RelevoApi.for_stack(_stack(stack_file))
-    try:
+    with _api(stack_file) as api:
         sys.stdout.write(json.dumps(api.dead_letter(job_id), indent=2) + "\n")
-    except ApiError as exc:
-        _fail(exc)
 
 
 @dlq_app.command("redrive")
 def dlq_redrive(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
     """Resume a dead-lettered job from its failed stage, under the same idempotency key."""
-    api = RelevoApi.for_stack(_stack(stack_file))
-    try:
+    with _api(stack_file) as api:
         _print_trigger(api.redrive(job_id))
-    except ApiError as exc:
-        _fail(exc)
 
 
 @app.command("release")
 def release(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
     """Release a held job (a repeat after its dedup window) into the queue."""
-    api = RelevoApi.for_stack(_stack(stack_file))
-    try:
+    with _api(stack_file) as api:
         _print_trigger(api.release_job(job_id))
-    except ApiError as exc:
-        _fail(exc)
 
 
 if __name__ == "__main__":

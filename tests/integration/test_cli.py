@@ -1,0 +1,43 @@
+"""The relevo CLI against the embedded stack (typer's runner, the real API underneath)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from relevo_cli.main import app
+from tests.integration.helpers import register_project
+
+runner = CliRunner()
+
+
+def _stack_file(local_stack, tmp_path):
+    path = tmp_path / "stack.json"
+    path.write_text(json.dumps(local_stack.model_dump()))
+    return str(path)
+
+
+def test_run_status_and_listings(local_stack, project_id, tmp_path):
+    register_project(local_stack, project_id, [{"name": "build", "run": "true"}])
+    stack_file = _stack_file(local_stack, tmp_path)
+
+    ran = runner.invoke(app, ["run", project_id, "--ref", "main", "--stack-file", stack_file])
+    again = runner.invoke(app, ["run", project_id, "--ref", "main", "--stack-file", stack_file])
+    job_id = ran.output.split()[1]
+    status = runner.invoke(app, ["status", job_id, "--json", "--stack-file", stack_file])
+    projects = runner.invoke(app, ["project", "list", "--stack-file", stack_file])
+    dlq = runner.invoke(app, ["dlq", "list", "--stack-file", stack_file])
+
+    assert ran.exit_code == 0 and job_id.startswith("job_"), ran.output
+    assert again.exit_code == 0 and "already queued" in again.output
+    assert status.exit_code == 0 and json.loads(status.output)["trigger"]["type"] == "manual"
+    assert projects.exit_code == 0 and project_id in projects.output
+    assert dlq.exit_code == 0 and "dead-lettered jobs" in dlq.output
+    runner.invoke(app, ["cancel", job_id, "--stack-file", stack_file])
+
+
+def test_a_refusal_prints_its_code_and_exits_1(local_stack, tmp_path):
+    result = runner.invoke(app, ["status", "job_" + "0" * 26, "--stack-file", _stack_file(local_stack, tmp_path)])
+    assert result.exit_code == 1
+    assert "JOB_NOT_FOUND" in result.output
