@@ -152,7 +152,7 @@ class Agent:
             log.warning("%s/%s attempt %d lost its lease; result withheld", task.job_id, task.stage, ref.attempt)
             return
         if result.exit_code == 0:
-            self._finish(ref, StageStatus.SUCCEEDED, result.exit_code, None)
+            self._finish(ref, StageStatus.SUCCEEDED, result.exit_code, None, task.stage)
             sfn.send_task_success(
                 taskToken=run_token,
                 output=json.dumps({"stage": task.stage, "attempt": ref.attempt, "agent_id": self.config.agent_id}),
@@ -191,9 +191,11 @@ class Agent:
         log.warning("%s/%d: no run token after %.0fs", ref.job_id, ref.stage_index, wait_sec)
         return None
 
-    def _finish(self, ref: stage_attempts.StageRef, status: StageStatus, exit_code: int, error: ErrorClass | None) -> None:
+    def _finish(
+        self, ref: stage_attempts.StageRef, status: StageStatus, exit_code: int, error: ErrorClass | None, stage: str | None = None
+    ) -> None:
         try:
-            stage_attempts.finish(ref, status, _now(), exit_code, error.value if error else None)
+            stage_attempts.finish(ref, status, _now(), exit_code, error.value if error else None, stage)
         except stage_attempts.LeaseLost:
             log.warning("%s stage %d: record refused, another attempt holds it", ref.job_id, ref.stage_index)
 

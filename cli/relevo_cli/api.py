@@ -79,6 +79,12 @@ class RelevoApi:
     def redrive(self, job_id: str) -> dict[str, Any]:
         return self.request("POST", f"/dlq/{job_id}/redrive", {})
 
+    def approve(self, job_id: str, reason: str | None = None) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/approve", {"reason": reason} if reason else {})
+
+    def reject(self, job_id: str, reason: str) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/reject", {"reason": reason})
+
     def cancel_job(self, job_id: str) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/cancel", {})
 

@@ -195,6 +195,24 @@ def rerun(
         _print_trigger(api.rerun_job(job_id, from_stage))
 
 
+@app.command("approve")
+def approve(
+    job_id: str, reason: Optional[str] = typer.Option(None, help="why"), stack_file: Optional[Path] = StackOption
+) -> None:
+    """Approve a job waiting at its approval gate."""
+    with _api(stack_file) as api:
+        result = api.approve(job_id, reason)
+    console.print(f"job [bold]{job_id}[/bold] approved before {result['stage']}")
+
+
+@app.command("reject")
+def reject(job_id: str, reason: str = typer.Option(..., help="why (kept in the audit trail)"), stack_file: Optional[Path] = StackOption) -> None:
+    """Reject a job waiting at its approval gate: it fails with the reason."""
+    with _api(stack_file) as api:
+        result = api.reject(job_id, reason)
+    console.print(f"job [bold]{job_id}[/bold] rejected before {result['stage']}")
+
+
 @app.command("cancel")
 def cancel(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
     """Cancel a job wherever it is; a running stage's process group is killed by its agent."""

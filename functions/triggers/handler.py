@@ -1,4 +1,5 @@
-"""POST /projects/{project_id}/run, POST /jobs/{job_id}/rerun, /release and /cancel, and the
+"""POST /projects/{project_id}/run, POST /jobs/{job_id}/rerun, /release, /cancel, /approve and
+/reject, and the
 dead-letter queue: GET /dlq, GET /dlq/{job_id}, POST /dlq/{job_id}/redrive (IAM)."""
 
 from http import HTTPStatus
@@ -6,6 +7,7 @@ from http import HTTPStatus
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 
+from relevo_core.approvals import decide
 from relevo_core.cancel import cancel_job
 from relevo_core.config import intake_settings
 from relevo_core.dead_letters import list_dead_letters, redrive_dead_letter, show_dead_letter
@@ -42,6 +44,16 @@ def release(job_id: str):
 def cancel(job_id: str):
     logger.append_keys(job_id=job_id)
     return json_response(HTTPStatus.OK, cancel_job(intake_settings(), job_id, caller_arn(app)))
+
+
+@app.post("/jobs/<job_id>/approve")
+def approve(job_id: str):
+    return json_response(HTTPStatus.OK, decide(intake_settings(), job_id, True, json_body(app), caller_arn(app)))
+
+
+@app.post("/jobs/<job_id>/reject")
+def reject(job_id: str):
+    return json_response(HTTPStatus.OK, decide(intake_settings(), job_id, False, json_body(app), caller_arn(app)))
 
 
 @app.get("/dlq")

@@ -29,7 +29,7 @@ def _agent_runs(stack, task, succeed: bool = True, agent_id: str = "double-1", e
     sfn.send_task_heartbeat(taskToken=run_token)
     now = datetime.now(timezone.utc)
     if succeed:
-        stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None)
+        stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None, task["stage"])
         sfn.send_task_success(taskToken=run_token, output=json.dumps({"agent_id": agent_id}))
     else:
         stage_attempts.finish(ref, StageStatus.FAILED, now, 2, error)
@@ -88,7 +88,7 @@ def test_stages_run_in_order_and_the_job_record_mirrors_the_execution(local_stac
     per_job = len(entered) - 2 * 4
     print(f"\nstate transitions: {len(entered)} for 2 stages (4 per stage, {per_job} per job)")
     stage_states = [
-        e for e in entered if e["stateEnteredEventDetails"]["name"] in ("MarkStageDispatched", "DispatchStage", "AwaitResult", "RecordStageSucceeded")
+        e for e in entered if e["stateEnteredEventDetails"]["name"] in ("CheckApprovalGate", "MarkStageDispatched", "DispatchStage", "AwaitResult")
     ]
     assert len(stage_states) == 2 * 4 <= 2 * TRANSITIONS_PER_STAGE_BUDGET
     assert len(entered) - len(stage_states) <= TRANSITIONS_PER_JOB_BUDGET

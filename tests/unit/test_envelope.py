@@ -124,10 +124,21 @@ def envelopes(draw: st.DrawFn) -> JobEnvelope:
         queue_timeout_sec=draw(timeouts),
         exec_timeout_sec=draw(timeouts),
         lease_ttl_sec=draw(st.integers(min_value=3, max_value=3600)),
-        approval=ApprovalSettings(
-            enabled=draw(st.booleans()),
-            before=draw(optional_stage),
-            timeout_minutes=draw(st.integers(min_value=0, max_value=7 * 24 * 60)),
+        # An enabled gate must name its stage here (generated names are rarely deploy stages).
+        approval=draw(
+            st.builds(
+                ApprovalSettings,
+                enabled=st.just(False),
+                before=optional_stage,
+                timeout_minutes=st.integers(min_value=0, max_value=7 * 24 * 60),
+            )
+            | st.builds(
+                ApprovalSettings,
+                enabled=st.just(True),
+                before=st.sampled_from(names),
+                timeout_minutes=st.integers(min_value=0, max_value=7 * 24 * 60),
+                timeout_sec=st.none() | st.integers(min_value=1, max_value=7 * 24 * 3600),
+            )
         ),
         from_stage=draw(optional_stage),
         retry_of=draw(st.none() | job_ids),
@@ -197,7 +208,7 @@ def test_minimal_envelope_is_valid() -> None:
     envelope = read_envelope(minimal_envelope())
     assert envelope.priority == 0
     assert envelope.stages[0].retry == RetryPolicy()
-    assert envelope.approval.effective_timeout_minutes == 24 * 60
+    assert envelope.approval.effective_timeout_sec == 24 * 3600
 
 
 def test_missing_region_affinity_is_refused_naming_the_field() -> None:
@@ -246,6 +257,17 @@ def test_duplicate_stage_names_are_refused() -> None:
     error = refusal(minimal_envelope(stages=stages))
     assert error.code is ErrorCode.VALIDATION_FAILED
     assert "repeated: build" in error.message
+
+
+def test_an_enabled_gate_defaults_to_the_first_deploy_stage_or_is_refused() -> None:
+    """Given approval enabled without `before`, the gate is the first deploy stage; without any
+    deploy stage the plan is refused, naming the field."""
+    stages = [{"name": "build", "command": "make"}, {"name": "deploy-prod", "command": "ship"}, {"name": "deploy-eu", "command": "ship"}]
+    envelope = read_envelope(minimal_envelope(stages=stages, approval={"enabled": True}))
+    assert envelope.approval.gated_stage([s.name for s in envelope.stages]) == "deploy-prod"
+    no_deploy = [{"name": "build", "command": "make"}, {"name": "sign", "command": "codesign"}]
+    error = refusal(minimal_envelope(stages=no_deploy, approval={"enabled": True}))
+    assert error.code is ErrorCode.VALIDATION_FAILED and "approval.before" in error.message
 
 
 def test_approval_before_unknown_stage_is_refused() -> None:

@@ -157,6 +157,7 @@ RETRY_KEYS: dict[ErrorClass, str] = {
 def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
     """What the state machine needs to drive the job; the agent reads the rest from the envelope.
     Timeouts, attempts and backoff all come from the frozen plan."""
+    gated = envelope.approval.gated_stage([stage.name for stage in envelope.stages])
     return {
         "job_id": envelope.job_id,
         "project": envelope.project,
@@ -178,6 +179,8 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
                 "exec_backstop_sec": stage.exec_timeout_sec + stage.kill_grace_sec + envelope.lease_ttl_sec,
                 "attempts": {key: stage.retry.attempts_for(error) for error, key in RETRY_KEYS.items()},
                 "backoff_caps_sec": stage.retry.backoff_caps_sec(),
+                "gate": stage.name == gated,
+                "approval_timeout_sec": envelope.approval.effective_timeout_sec,
             }
             for index, stage in enumerate(envelope.stages)
             if index >= envelope.first_stage_index

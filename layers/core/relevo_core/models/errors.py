@@ -28,6 +28,7 @@ class ErrorCode(str, Enum):
     JOB_NOT_HELD = "JOB_NOT_HELD"
     JOB_ALREADY_ENDED = "JOB_ALREADY_ENDED"
     DLQ_ENTRY_NOT_FOUND = "DLQ_ENTRY_NOT_FOUND"
+    JOB_NOT_WAITING = "JOB_NOT_WAITING"
     STAGE_UNKNOWN = "STAGE_UNKNOWN"
 
 
@@ -48,6 +49,7 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.JOB_NOT_HELD: HTTPStatus.CONFLICT,
     ErrorCode.JOB_ALREADY_ENDED: HTTPStatus.CONFLICT,
     ErrorCode.DLQ_ENTRY_NOT_FOUND: HTTPStatus.NOT_FOUND,
+    ErrorCode.JOB_NOT_WAITING: HTTPStatus.CONFLICT,
     ErrorCode.STAGE_UNKNOWN: HTTPStatus.UNPROCESSABLE_ENTITY,
 }
 
@@ -93,6 +95,9 @@ class ErrorClass(str, Enum):
     # Timeouts, each with its own name
     QUEUE_TIMEOUT = "Relevo.Timeout.Queue"
     EXEC_TIMEOUT = "Relevo.Timeout.Exec"
+    # Approval gate outcomes
+    APPROVAL_REJECTED = "Relevo.Approval.Rejected"
+    APPROVAL_TIMEOUT = "Relevo.Approval.Timeout"
 
     @property
     def retryable(self) -> bool:

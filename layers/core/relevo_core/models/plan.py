@@ -76,10 +76,20 @@ class ApprovalSettings(_Frozen):
     before: str | None = Field(default=None, pattern=STAGE_NAME)
     # 0 means the default of 24 hours.
     timeout_minutes: int = Field(default=0, ge=0, le=7 * 24 * 60)
+    # Finer than minutes when set (short gates, tests); wins over timeout_minutes.
+    timeout_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
 
     @property
-    def effective_timeout_minutes(self) -> int:
-        return self.timeout_minutes or 24 * 60
+    def effective_timeout_sec(self) -> int:
+        return self.timeout_sec or (self.timeout_minutes or 24 * 60) * 60
+
+    def gated_stage(self, stage_names: list[str]) -> str | None:
+        """The stage approval is asked before: `before`, or by default the first deploy stage."""
+        if not self.enabled:
+            return None
+        if self.before is not None:
+            return self.before
+        return next((name for name in stage_names if name.startswith("deploy")), None)
 
 
 def require_unique(names: list[str], what: str) -> None:
@@ -103,6 +113,8 @@ class RunPlanMixin(BaseModel):
         approval = getattr(self, "approval", None)
         if approval is not None and approval.before is not None and approval.before not in names:
             raise ValueError(f"approval.before names an unknown stage: {approval.before}")
+        if approval is not None and approval.enabled and approval.gated_stage([stage.name for stage in stages]) is None:
+            raise ValueError("approval.before: approval is enabled but no stage is named and none is a deploy stage")
         from_stage = getattr(self, "from_stage", None)
         if from_stage is not None and from_stage not in names:
             raise ValueError(f"from_stage names an unknown stage: {from_stage}")

@@ -187,7 +187,11 @@ def create_job(
             reasons = exc.response.get("CancellationReasons") or []
         codes = [reason.get("Code", "None") for reason in reasons]
         if delivery_index is not None and codes[delivery_index] == "ConditionalCheckFailed":
-            return Duplicate(str(from_attributes(reasons[delivery_index]["Item"])["job_id"]), "delivery")
+            existing_job = str(from_attributes(reasons[delivery_index]["Item"])["job_id"])
+            if existing_job == envelope.job_id:
+                # Our own write, retried by the SDK after a lost response: it did succeed.
+                return Created(envelope.job_id)
+            return Duplicate(existing_job, "delivery")
         if codes and codes[0] == "ConditionalCheckFailed":
             existing = from_attributes(reasons[0].get("Item") or {})
             if not existing:
@@ -195,6 +199,8 @@ def create_job(
                 items[0]["Put"]["ConditionExpression"] = "attribute_not_exists(pk)"
                 items[0]["Put"].pop("ExpressionAttributeValues", None)
                 continue
+            if existing["job_id"] == envelope.job_id:
+                return Created(envelope.job_id)  # our own write, retried after a lost response
             if int(existing["expires_at"]) >= epoch:
                 return Duplicate(str(existing["job_id"]), "idempotency_key")
             return RepeatAfterWindow(str(existing["job_id"]), int(existing["expires_at"]))

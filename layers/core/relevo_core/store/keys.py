@@ -35,6 +35,10 @@ def project_pk(project_id: str) -> str:
     return f"PROJECT#{project_id}"
 
 
+def audit_pk(job_id: str) -> str:
+    return f"AUDIT#{job_id}"
+
+
 def dlq_pk(job_id: str) -> str:
     return f"DLQ#{job_id}"
 

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store.codec import to_attribute
-from relevo_core.store.keys import job_pk, key, stage_sk
+from relevo_core.store.keys import JOB_SK, job_pk, key, stage_sk
 
 _HOLDS_ATTEMPT = "agent_id = :agent AND attempt = :attempt"
 
@@ -112,7 +112,10 @@ def finish(
     now: datetime,
     exit_code: int | None,
     error_class: str | None,
+    stage_name: str | None = None,
 ) -> None:
+    """Record the attempt's outcome, fenced on the attempt. A success also becomes the job's
+    last successful stage in the same transaction (the state machine spends no state on it)."""
     values: dict[str, object] = {
         ":status": status.value,
         ":agent": ref.agent_id,
@@ -122,10 +125,38 @@ def finish(
         ":exit": exit_code if exit_code is not None else -1,
         ":error": error_class or "",
     }
-    _update(
-        ref,
-        "SET #status = :status, ended_at = :now, last_writer = :writer, exit_code = :exit, "
-        "error_class = :error",
-        _HOLDS_ATTEMPT,
-        values,
-    )
+    expression = "SET #status = :status, ended_at = :now, last_writer = :writer, exit_code = :exit, error_class = :error"
+    if status is not StageStatus.SUCCEEDED or stage_name is None:
+        _update(ref, expression, _HOLDS_ATTEMPT, values)
+        return
+    try:
+        client("dynamodb").transact_write_items(
+            TransactItems=[
+                {
+                    "Update": {
+                        "TableName": ref.table,
+                        "Key": ref.key,
+                        "UpdateExpression": expression,
+                        "ConditionExpression": _HOLDS_ATTEMPT,
+                        "ExpressionAttributeNames": {"#status": "status"},
+                        "ExpressionAttributeValues": {name: to_attribute(value) for name, value in values.items()},
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": ref.table,
+                        "Key": key(job_pk(ref.job_id), JOB_SK),
+                        "UpdateExpression": "SET last_successful_stage = :stage, last_writer = :writer, updated_at = :now",
+                        "ExpressionAttributeValues": {
+                            ":stage": to_attribute(stage_name),
+                            ":writer": to_attribute(f"agent:{ref.agent_id}"),
+                            ":now": to_attribute(now.isoformat()),
+                        },
+                    }
+                },
+            ]
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "TransactionCanceledException":
+            raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}") from exc
+        raise

@@ -1,0 +1,55 @@
+"""The approval gate, from the operator's side: approve or reject a waiting job, with an audit
+record of who did it, when and why. Step Functions decides what the answer means."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from relevo_core.aws import client
+from relevo_core.config import IntakeSettings
+from relevo_core.models.envelope import validation_error
+from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
+from relevo_core.store import jobs
+from relevo_core.store.audit import record_action
+
+
+class Decision(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: str | None = Field(default=None, max_length=2048)
+
+
+def _waiting_token(settings: IntakeSettings, job_id: str) -> tuple[str, str]:
+    record = jobs.get_job_record(settings.table_name, job_id)
+    token = record.get("approval_token")
+    if record.get("status") != "waiting" or not token:
+        raise RelevoError(ErrorCode.JOB_NOT_WAITING, f"job {job_id} is {record.get('status')}, not waiting for approval")
+    return str(token), str(record.get("waiting_stage", ""))
+
+
+def decide(settings: IntakeSettings, job_id: str, approve: bool, body: Any, actor: str) -> dict[str, Any]:
+    try:
+        decision = Decision.model_validate(body or {})
+    except ValidationError as exc:
+        raise validation_error(exc) from exc
+    if not approve and not decision.reason:
+        raise RelevoError(ErrorCode.VALIDATION_FAILED, "reason: a rejection needs a reason")
+    token, stage = _waiting_token(settings, job_id)
+    sfn = client("stepfunctions")
+    try:
+        if approve:
+            sfn.send_task_success(taskToken=token, output=json.dumps({"approved_by": actor, "reason": decision.reason}))
+        else:
+            sfn.send_task_failure(taskToken=token, error=ErrorClass.APPROVAL_REJECTED.value, cause=decision.reason or "")
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken"):
+            raise RelevoError(ErrorCode.JOB_NOT_WAITING, f"job {job_id} no longer waits for approval") from exc
+        raise
+    action = "job.approve" if approve else "job.reject"
+    record_action(settings.table_name, job_id, action, actor, datetime.now(timezone.utc), reason=decision.reason, stage=stage)
+    return {"job_id": job_id, "action": action, "stage": stage, "actor": actor}
