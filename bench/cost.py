@@ -440,6 +440,11 @@ def _json_default(value: Any) -> Any:
 # Report
 
 
+def stage_start_state() -> str:
+    definition = json.loads((ROOT / "statemachines" / "job.asl.json").read_text())
+    return definition["States"]["RunStages"]["ItemProcessor"]["StartAt"]
+
+
 def stage_state_names() -> set[str]:
     definition = json.loads((ROOT / "statemachines" / "job.asl.json").read_text())
     names: set[str] = set()
@@ -485,7 +490,8 @@ def report(
     current: list[str] = []
     for event in stage_entered:
         name = event["stateEnteredEventDetails"]["name"]
-        if name == "MarkStageDispatched" and current:
+        # Each stage's iteration begins at the ItemProcessor's StartAt state.
+        if name == stage_start_state() and current:
             per_stage.append(current)
             current = []
         current.append(name)
