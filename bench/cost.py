@@ -221,7 +221,12 @@ def written_keys(call: Call) -> list[tuple[tuple[str, str], bool, str]]:
             out.append((_key_of(body["Item"] if kind == "Put" else body["Key"]), True, json.dumps(body)))
         return out
     if call.op == "BatchWriteItem":
-        raise NotImplementedError("BatchWriteItem")
+        out = []
+        for requests in p["RequestItems"].values():
+            for request in requests:
+                body = request.get("PutRequest", {}).get("Item") or request["DeleteRequest"]["Key"]
+                out.append((_key_of(body), False, json.dumps(request)))
+        return out
     return []
 
 

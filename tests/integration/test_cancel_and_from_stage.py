@@ -100,3 +100,44 @@ def test_rerun_from_a_stage_skips_the_earlier_ones_and_runs_the_rest(local_stack
         ("upload", "succeeded", None),
     ]
     assert (view["from_stage"], view["retry_of"], view["last_successful_stage"]) == ("sign", original, "upload")
+
+
+def test_cancel_a_dispatched_stage_nobody_claimed(local_stack, project_id):
+    register_project(local_stack, project_id, STAGES)
+    api = RelevoApi.for_stack(local_stack)
+    job_id = _run(api, project_id)
+    for _ in range(100):  # the first stage is on the queue, unclaimed
+        stage = {i["sk"]["S"]: from_attributes(i) for i in table_items(local_stack, f"JOB#{job_id}")}.get("STAGE#00", {})
+        if stage.get("status") == "dispatched":
+            break
+        time.sleep(0.1)
+
+    assert api.cancel_job(job_id)["was"] == "running"
+
+    assert wait_for_execution(local_stack, job_id, timeout=30)["status"] != "RUNNING"
+    assert _job(local_stack, job_id)["status"] == "canceled"
+
+
+def test_cancel_a_job_waiting_at_its_approval_gate(local_stack, project_id):
+    register_project(local_stack, project_id, STAGES, approval={"enabled": True, "before": "upload"})
+    api = RelevoApi.for_stack(local_stack)
+    job_id = _run(api, project_id)
+    for _ in range(2):
+        task, _ = receive_stage(local_stack, job_id)
+        _agent_runs(local_stack, task)
+    for _ in range(100):
+        if _job(local_stack, job_id)["status"] == "waiting":
+            break
+        time.sleep(0.1)
+
+    assert api.cancel_job(job_id)["was"] == "waiting"
+
+    # The execution is stopped (in AWS at once; moto 5.2.5 does not interrupt a task-token wait
+    # that has no heartbeat, so its status is not asserted here). The job, the gate and the
+    # project lock are what Relevo owns:
+    assert _job(local_stack, job_id)["status"] == "canceled"
+    lock = {i["sk"]["S"]: from_attributes(i) for i in table_items(local_stack, f"LOCK#{project_id}")}["LOCK"]
+    assert not lock.get("holders")
+    with pytest.raises(ApiError) as late:
+        api.approve(job_id)
+    assert late.value.code == "JOB_NOT_WAITING"
