@@ -289,18 +289,9 @@ def run(recorder: Recorder) -> int:
 def measure(stack: Any, recorder: Recorder) -> int:
     import boto3
 
-    os.environ.update(
-        AWS_ENDPOINT_URL=str(stack.aws_endpoint),
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION=stack.region,
-        AWS_REGION=stack.region,
-    )
-    os.environ.pop("AWS_PROFILE", None)
-    from relevo_core.aws import client, reset_clients
-
-    reset_clients()
     bench_intake = load_module("bench_intake", ROOT / "bench" / "intake.py")
+    bench_intake.point_at_stack(stack)
+    from relevo_core.aws import client, reset_clients
 
     function = boto3.client("lambda").get_function_configuration(FunctionName=stack.resources["WebhookFunction"])
     variables = {k: str(v) for k, v in function.get("Environment", {}).get("Variables", {}).items()}

@@ -213,27 +213,19 @@ def load_handler() -> Any:
     return module
 
 
-def register_project(stack: Any, project_id: str) -> str:
-    """As tests/integration/helpers.py register_project: a fresh secret, then PUT /projects/{id}."""
-    from relevo_cli.api import RelevoApi
-    from relevo_cli.projects import secret_name
-    from relevo_core.aws import client
-
-    secret = secrets.token_urlsafe(16)
-    name = secret_name(stack, project_id, "github")
-    client("secretsmanager").create_secret(Name=name, SecretString=secret)
-    RelevoApi.for_stack(stack).put_project(
-        project_id,
-        {
-            "repo": f"acme/{project_id}",
-            "region_affinity": "eu-west",
-            "lease_ttl_sec": 10,
-            "queue_timeout_sec": 30,
-            "stages": STAGES,
-            "webhook": {"github_secret_ref": name},
-        },
+def point_at_stack(stack: Any) -> None:
+    """This process's boto3 clients (and relevo_core's) talk to the embedded stack."""
+    os.environ.update(
+        AWS_ENDPOINT_URL=str(stack.aws_endpoint),
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION=stack.region,
+        AWS_REGION=stack.region,
     )
-    return secret
+    os.environ.pop("AWS_PROFILE", None)
+    from relevo_core.aws import reset_clients
+
+    reset_clients()
 
 
 def measure_calls(warm_runs: int) -> tuple[list[Row], bool]:
@@ -253,17 +245,11 @@ def measure_calls(warm_runs: int) -> tuple[list[Row], bool]:
 def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
     import boto3
 
-    os.environ.update(
-        AWS_ENDPOINT_URL=str(stack.aws_endpoint),
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION=stack.region,
-        AWS_REGION=stack.region,
-    )
-    os.environ.pop("AWS_PROFILE", None)
-    from relevo_core.aws import reset_clients
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.integration.helpers import register_project
 
-    reset_clients()
+    point_at_stack(stack)
 
     function = boto3.client("lambda").get_function_configuration(FunctionName=stack.resources["WebhookFunction"])
     variables = {k: str(v) for k, v in function.get("Environment", {}).get("Variables", {}).items()}
@@ -275,12 +261,13 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
     from relevo_core.webhooks.github import sign
 
     project_id = "bench-" + secrets.token_hex(3)
-    secret = register_project(stack, project_id)
+    secret = register_project(stack, project_id, STAGES)
     repo = f"acme/{project_id}"
 
     # Cold container: no cached client, settings, project, secret or queue URL in this process.
     from aws_lambda_powertools.utilities import parameters
 
+    from relevo_core.aws import reset_clients
     from relevo_core.config import intake_settings
     from relevo_core.intake import project_cache, work_queue_url
 

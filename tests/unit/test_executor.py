@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +13,6 @@ import pytest
 
 from relevo_agent.executor import ExecResult, run_command
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX")
 
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
 

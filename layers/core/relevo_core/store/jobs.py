@@ -222,20 +222,36 @@ def get_job_record(table: str, job_id: str) -> dict[str, Any]:
     return from_attributes(response["Item"])
 
 
-def mark_canceled(table: str, job_id: str, previous: JobStatus, actor: str, queue_limit: int, now: datetime) -> None:
-    """The job becomes canceled, in one transaction with giving back its queue slot if it held
-    one. Conditional on the status read, so a concurrent transition makes the caller read again."""
-    update: dict[str, Any] = {
+def _operator_transition(
+    table: str,
+    job_id: str,
+    previous: JobStatus,
+    next_status: JobStatus,
+    actor: str,
+    now: datetime,
+    extra: str = "",
+    values: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An operator's status change of a job record, conditional on the status it was read in."""
+    return {
         "TableName": table,
         "Key": key(job_pk(job_id), JOB_SK),
-        "UpdateExpression": "SET #status = :canceled, last_writer = :actor, updated_at = :now, ended_at = :now "
-        f"REMOVE {START_PENDING_ATTRIBUTE}, queue_reason",
+        "UpdateExpression": "SET #status = :next, last_writer = :actor, updated_at = :now" + extra,
         "ConditionExpression": "#status = :previous",
         "ExpressionAttributeNames": {"#status": "status"},
         "ExpressionAttributeValues": to_attributes(
-            {":canceled": JobStatus.CANCELED.value, ":previous": previous.value, ":actor": f"operator:{actor}", ":now": now.isoformat()}
+            {":next": next_status.value, ":previous": previous.value, ":actor": f"operator:{actor}", ":now": now.isoformat(), **(values or {})}
         ),
     }
+
+
+def mark_canceled(table: str, job_id: str, previous: JobStatus, actor: str, queue_limit: int, now: datetime) -> None:
+    """The job becomes canceled, in one transaction with giving back its queue slot if it held
+    one. Conditional on the status read, so a concurrent transition makes the caller read again."""
+    update = _operator_transition(
+        table, job_id, previous, JobStatus.CANCELED, actor, now,
+        extra=f", ended_at = :now REMOVE {START_PENDING_ATTRIBUTE}, queue_reason",
+    )
     items: list[dict[str, Any]] = [{"Update": update}]
     if previous is JobStatus.QUEUED:
         items.append(queue_counter_update(table, queue_limit, -1))
@@ -257,17 +273,10 @@ def release_held(table: str, job_id: str, queue_limit: int, actor: str, now: dat
         client("dynamodb").transact_write_items(
             TransactItems=[
                 {
-                    "Update": {
-                        "TableName": table,
-                        "Key": key(job_pk(job_id), JOB_SK),
-                        "UpdateExpression": "SET #status = :queued, last_writer = :actor, updated_at = :now, "
-                        f"{START_PENDING_ATTRIBUTE} = :pending",
-                        "ConditionExpression": "#status = :held",
-                        "ExpressionAttributeNames": {"#status": "status"},
-                        "ExpressionAttributeValues": to_attributes(
-                            {":queued": "queued", ":held": "held", ":actor": f"operator:{actor}", ":now": now.isoformat(), ":pending": START_PENDING}
-                        ),
-                    }
+                    "Update": _operator_transition(
+                        table, job_id, JobStatus.HELD, JobStatus.QUEUED, actor, now,
+                        extra=f", {START_PENDING_ATTRIBUTE} = :pending", values={":pending": START_PENDING},
+                    )
                 },
                 queue_counter_update(table, queue_limit, +1),
             ]
