@@ -56,7 +56,7 @@ def test_two_jobs_of_one_project_never_overlap_while_other_projects_run(local_st
 
     _agent_runs(local_stack, first_task)
     assert wait_for_execution(local_stack, first)["status"] == "SUCCEEDED"
-    second_task, _ = receive_stage(local_stack, second, timeout=20)
+    second_task, _ = receive_stage(local_stack, second, timeout=60)  # the waiter polls the lock every lease/3; the emulator is slow under a loaded worker
     started = _job(local_stack, second)
     assert started["status"]["S"] == "running" and "queue_reason" not in started
     _agent_runs(local_stack, second_task)
@@ -78,6 +78,6 @@ def test_the_sweep_frees_the_lock_of_a_stopped_execution(local_stack, intake_set
     report = sweep(intake_settings, datetime.now(timezone.utc))
 
     assert f"{project_id}:{stuck}" in report.locks_freed
-    task, _ = receive_stage(local_stack, waiting, timeout=20)
+    task, _ = receive_stage(local_stack, waiting, timeout=60)
     _agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiting)["status"] == "SUCCEEDED"
