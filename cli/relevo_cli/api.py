@@ -14,6 +14,29 @@ from botocore.awsrequest import AWSRequest
 from relevo_core.stackfile import StackInfo
 
 
+class SigV4RequestAuth(requests.auth.AuthBase):
+    """Signs a prepared `requests` request for API Gateway (IAM auth) with the session's credentials."""
+
+    def __init__(self, session: boto3.session.Session, region: str) -> None:
+        self.session = session
+        self.region = region
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        credentials = self.session.get_credentials()
+        if credentials is None:
+            raise RuntimeError("no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID")
+        body = request.body or b""
+        signed = AWSRequest(
+            method=request.method,
+            url=request.url,
+            data=body.encode() if isinstance(body, str) else body,
+            headers={k: v for k, v in request.headers.items() if k.lower() in ("content-type", "host")},
+        )
+        SigV4Auth(credentials.get_frozen_credentials(), "execute-api", self.region).add_auth(signed)
+        request.headers.update(dict(signed.headers))
+        return request
+
+
 class ApiError(Exception):
     def __init__(self, status: int, body: Any) -> None:
         code = body.get("error") if isinstance(body, dict) else None
@@ -35,15 +58,16 @@ class RelevoApi:
         return cls(stack.api_url.rstrip("/"), stack.region, boto3.session.Session(region_name=stack.region))
 
     def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
-        url = self.base_url + path
         data = json.dumps(body).encode() if body is not None else b""
-        prepared = requests.Request(method, url, params=params).prepare()
-        signed = AWSRequest(method=method, url=prepared.url, data=data, headers={"Content-Type": "application/json"})
-        credentials = self.session.get_credentials()
-        if credentials is None:
-            raise RuntimeError("no AWS credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID")
-        SigV4Auth(credentials.get_frozen_credentials(), "execute-api", self.region).add_auth(signed)
-        response = requests.request(method, prepared.url, data=data, headers=dict(signed.headers), timeout=30)
+        response = requests.request(
+            method,
+            self.base_url + path,
+            params=params,
+            data=data,
+            headers={"Content-Type": "application/json"},
+            auth=SigV4RequestAuth(self.session, self.region),
+            timeout=30,
+        )
         try:
             payload = response.json()
         except ValueError:

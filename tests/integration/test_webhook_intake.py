@@ -116,7 +116,9 @@ def test_iam_routes_refuse_unsigned_requests(local_stack, project_id):
     """Every route but the webhooks is IAM-authenticated: an unsigned call never reaches a function."""
     response = requests.get(f"{local_stack.api_url}/jobs/job_{'0' * 26}", timeout=10)
     assert response.status_code == 403
-    assert response.json() == {"message": "Missing Authentication Token"}
+    # API Gateway's own refusal, in Relevo's error shape (template GatewayResponses).
+    assert response.json()["error"] == "UNAUTHENTICATED"
+    assert response.headers["x-amzn-ErrorType"] == "GatewayError"
 
 
 def test_project_without_region_affinity_is_rejected_naming_the_field(local_stack, project_id):

@@ -45,8 +45,11 @@ class ApiAdapter:
         account_id: str,
         host: str = "127.0.0.1",
         port: int = 0,
+        gateway_responses: dict[str, tuple[int | None, str]] | None = None,
     ) -> None:
         self.routes = routes
+        # GatewayResponses of the template: type → (status or None for the default, body template).
+        self.gateway_responses = gateway_responses or {}
         self.invoke = invoke
         self.identity_for = identity_for
         self.stage = stage
@@ -78,7 +81,13 @@ class ApiAdapter:
                 length = int(self.headers.get("Content-Length") or 0)
                 return self.rfile.read(length) if length else b""
 
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
+
+            def __getattr__(self, name: str) -> Any:
+                # Any other method (TRACE, CONNECT, made-up ones) gets API Gateway's answer too.
+                if name.startswith("do_"):
+                    return self._serve
+                raise AttributeError(name)
 
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
@@ -102,10 +111,10 @@ class ApiAdapter:
         url = urlsplit(raw_path)
         prefix = f"/{self.stage}"
         if not (url.path == prefix or url.path.startswith(prefix + "/")):
-            return _gateway_error(403, "Missing Authentication Token")
+            return self._gateway_response("MISSING_AUTHENTICATION_TOKEN", 403, "Missing Authentication Token")
         path = url.path[len(prefix):] or "/"
         if len(body) > MAX_PAYLOAD:
-            return _gateway_error(413, "Request Too Long")
+            return self._gateway_response("REQUEST_TOO_LARGE", 413, "Request Too Long")
         for route in self.routes:
             match = route.pattern.match(path)
             if not match or route.method != method:
@@ -115,16 +124,30 @@ class ApiAdapter:
                 found = _CREDENTIAL.search(headers.get("Authorization", ""))
                 if not found:
                     # What API Gateway answers for an unsigned request to an IAM route.
-                    return _gateway_error(403, "Missing Authentication Token")
+                    return self._gateway_response("MISSING_AUTHENTICATION_TOKEN", 403, "Missing Authentication Token")
                 identity.update(self.identity_for(found.group(1)))
             event = self._event(route, method, path, url.query, headers, body, match.groupdict(), identity)
             try:
                 response = self.invoke(route.function, event)
             except Exception as exc:  # a crashed function is API Gateway's 502, logged like Lambda's
                 sys.stderr.write(f"{method} {path} -> 502: {exc}\n")
-                return _gateway_error(502, "Internal server error")
+                return self._gateway_response("DEFAULT_5XX", 502, "Internal server error")
+            if not isinstance(response, dict) or "statusCode" not in response:
+                return self._gateway_response("DEFAULT_5XX", 502, "Internal server error")
             return _proxy_response(response)
-        return _gateway_error(403, "Missing Authentication Token")
+        return self._gateway_response("MISSING_AUTHENTICATION_TOKEN", 403, "Missing Authentication Token")
+
+    def _gateway_response(self, response_type: str, status: int, message: str) -> tuple[int, dict[str, str], bytes]:
+        """API Gateway's own refusal, shaped by the template's GatewayResponses: the type's entry,
+        else DEFAULT_4XX / DEFAULT_5XX by status, else API Gateway's bare `{"message": ...}`."""
+        default = "DEFAULT_5XX" if status >= 500 else "DEFAULT_4XX"
+        configured = self.gateway_responses.get(response_type) or self.gateway_responses.get(default)
+        if configured is None:
+            return _gateway_error(status, message)
+        configured_status, body_template = configured
+        body = body_template.replace("$context.error.messageString", json.dumps(message)[1:-1])
+        headers = {"Content-Type": "application/json", "x-amzn-ErrorType": "GatewayError"}
+        return configured_status or status, headers, body.encode()
 
     def _event(
         self,

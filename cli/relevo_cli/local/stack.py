@@ -159,6 +159,7 @@ class LocalStack:
             account_id=ACCOUNT_ID,
             host=self.host,
             port=self.api_port,
+            gateway_responses=template.gateway_responses(sam),
         )
         self._adapter.start()
         self._start_streams(sam, physical)

@@ -187,3 +187,15 @@ def fold_definition_substitutions(cfn: dict[str, Any]) -> None:
 def asl_placeholders(definition_text: str) -> set[str]:
     """The ${Name} placeholders of a definition (AWS pseudo parameters excluded)."""
     return {name for name in re.findall(r"\$\{([A-Za-z0-9_.:]+)\}", definition_text) if not name.startswith("AWS::")}
+
+
+def gateway_responses(template: dict[str, Any]) -> dict[str, tuple[int | None, str]]:
+    """The Api's GatewayResponses: type → (status code or None, application/json body template)."""
+    props = template.get("Resources", {}).get("Api", {}).get("Properties", {})
+    found = {}
+    for response_type, response in (props.get("GatewayResponses") or {}).items():
+        status = response.get("StatusCode")
+        body = (response.get("ResponseTemplates") or {}).get("application/json")
+        if body is not None:
+            found[response_type] = (int(status) if status else None, body)
+    return found

@@ -30,6 +30,10 @@ class ErrorCode(str, Enum):
     DLQ_ENTRY_NOT_FOUND = "DLQ_ENTRY_NOT_FOUND"
     JOB_NOT_WAITING = "JOB_NOT_WAITING"
     STAGE_UNKNOWN = "STAGE_UNKNOWN"
+    # Given by API Gateway itself (template GatewayResponses) or the resolvers' fallback.
+    ROUTE_NOT_FOUND = "ROUTE_NOT_FOUND"
+    THROTTLED = "THROTTLED"
+    REQUEST_REFUSED = "REQUEST_REFUSED"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -51,6 +55,9 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.DLQ_ENTRY_NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.JOB_NOT_WAITING: HTTPStatus.CONFLICT,
     ErrorCode.STAGE_UNKNOWN: HTTPStatus.UNPROCESSABLE_ENTITY,
+    ErrorCode.ROUTE_NOT_FOUND: HTTPStatus.NOT_FOUND,
+    ErrorCode.THROTTLED: HTTPStatus.TOO_MANY_REQUESTS,
+    ErrorCode.REQUEST_REFUSED: HTTPStatus.BAD_REQUEST,
 }
 
 
