@@ -214,9 +214,12 @@ def test_listings_show_only_what_the_caller_may_view(world):
     ]:
         projects = caller.api.list_projects()
         entries = caller.api.dead_letters()
+        jobs = caller.call("GET", f"/jobs?project={project_id}")[1]
         assert projects["count"] == len(projects["projects"]) and entries["count"] == len(entries["entries"])
+        assert jobs["count"] == len(jobs["jobs"])
         assert (project_id in {p["id"] for p in projects["projects"]}) is sees, caller.arn
         assert (job_id in {e["job_id"] for e in entries["entries"]}) is sees, caller.arn
+        assert (job_id in {j["job_id"] for j in jobs["jobs"]}) is sees, caller.arn
         if not caller.arn == TEST_ADMIN_ARN:
             # Everything listed is something a grant (or being its creator) lets the caller view.
             for project in projects["projects"]:

@@ -10,9 +10,10 @@ from typing import Any
 
 from relevo_core.aws import client
 from relevo_core.models.access import Grant, Level
-from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.codec import to_attributes
 from relevo_core.store.keys import GRANT_KIND, GRANT_SK_PREFIX, PROJECT_SK, grant_sk, key, project_pk
 from relevo_core.store.kinds import items_of_kind
+from relevo_core.store.paging import query_items
 
 
 @dataclass(frozen=True)
@@ -46,26 +47,21 @@ def delete_grant(table: str, project_id: str, principal: str) -> None:
 
 def project_access(table: str, project_id: str) -> ProjectAccess:
     """The project item's existence and every grant on it, in one consistent Query."""
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "KeyConditionExpression": "pk = :pk",
-        "ExpressionAttributeValues": {":pk": {"S": project_pk(project_id)}},
-        # Only what a check needs, not the project's declaration.
-        "ProjectionExpression": "sk, principal, #level, granted_by, granted_at",
-        "ExpressionAttributeNames": {"#level": "level"},
-        "ConsistentRead": True,
-    }
     exists, grants = False, []
-    while True:
-        page = client("dynamodb").query(**kwargs)
-        for item in map(from_attributes, page["Items"]):
-            if item["sk"] == PROJECT_SK:
-                exists = True
-            elif item["sk"].startswith(GRANT_SK_PREFIX):
-                grants.append(Grant.model_validate({**item, "project": project_id}))
-        if "LastEvaluatedKey" not in page:
-            return ProjectAccess(exists, tuple(grants))
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    for item in query_items(
+        TableName=table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": project_pk(project_id)}},
+        # Only what a check needs, not the project's declaration.
+        ProjectionExpression="sk, principal, #level, granted_by, granted_at",
+        ExpressionAttributeNames={"#level": "level"},
+        ConsistentRead=True,
+    ):
+        if item["sk"] == PROJECT_SK:
+            exists = True
+        elif item["sk"].startswith(GRANT_SK_PREFIX):
+            grants.append(Grant.model_validate({**item, "project": project_id}))
+    return ProjectAccess(exists, tuple(grants))
 
 
 def all_grants(table: str) -> list[Grant]:
