@@ -12,6 +12,10 @@ from typing import Iterator
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The test stack's AdminPrincipals: an IAM user (created by the tests that need it) with manage
+# on every project. The default test principal (the local key) is not one: it manages the
+# projects it creates, like any other creator.
+TEST_ADMIN_ARN = "arn:aws:iam::123456789012:user/relevo-test-admin"
 
 # Nothing in the suite may reach a real AWS account.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -26,7 +30,7 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["StackInfo
     from relevo_core.aws import reset_clients
 
     state_dir = tmp_path_factory.mktemp("stack")
-    stack = LocalStack(state_dir=state_dir)
+    stack = LocalStack(state_dir=state_dir, parameters={"AdminPrincipals": TEST_ADMIN_ARN})
     info = stack.start()
     info.apply_to_environment()
     os.environ["AWS_ENDPOINT_URL"] = str(info.aws_endpoint)

@@ -91,6 +91,12 @@ class RelevoApi:
     def list_projects(self) -> dict[str, Any]:
         return self.request("GET", "/projects")
 
+    def grant(self, project_id: str, principal: str, level: str) -> dict[str, Any]:
+        return self.request("PUT", f"/projects/{project_id}/grants", {"principal": principal, "level": level})
+
+    def grants(self, project_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/projects/{project_id}/grants")
+
     def run_project(self, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", f"/projects/{project_id}/run", body)
 

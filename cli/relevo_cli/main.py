@@ -194,6 +194,32 @@ def project_list(stack_file: Optional[Path] = StackOption) -> None:
     console.print(table)
 
 
+@project_app.command("grant")
+def project_grant(
+    project_id: str,
+    principal: str = typer.Argument(..., help="IAM user or role ARN; a trailing /* matches a role's sessions"),
+    level: str = typer.Argument(..., help="view, operate, manage, or none (revoke)"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Give a principal a level on a project (needs manage)."""
+    with _api(stack_file) as api:
+        result = api.grant(project_id, principal, level)
+    console.print(f"{result['principal']} → [bold]{result['level']}[/bold] on {project_id}")
+
+
+@project_app.command("grants")
+def project_grants(project_id: str, stack_file: Optional[Path] = StackOption) -> None:
+    """Who may do what to a project (needs view)."""
+    with _api(stack_file) as api:
+        listing = api.grants(project_id)
+    table = Table(title=f"{listing['count']} grants on {project_id}")
+    for column in ("principal", "level", "granted by"):
+        table.add_column(column)
+    for grant in listing["grants"]:
+        table.add_row(grant["principal"], grant["level"], "(AdminPrincipals)" if grant.get("admin") else grant.get("granted_by", ""))
+    console.print(table)
+
+
 def _print_trigger(result: dict) -> None:
     if result.get("duplicate"):
         console.print(f"already queued as [bold]{result['job_id']}[/bold] ({result.get('outcome', 'duplicate')})")

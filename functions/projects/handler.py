@@ -1,15 +1,17 @@
-"""PUT /projects/{project_id}, GET /projects/{project_id}, GET /projects: the project registry (IAM)."""
+"""PUT /projects/{project_id}, GET /projects/{project_id}, GET /projects, and who may do what to a
+project: PUT and GET /projects/{project_id}/grants (IAM)."""
 
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
 
-from relevo_core.config import scheduler_settings, table_settings
-from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
+from relevo_core.config import access_settings, scheduler_settings
+from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers, requires
+from relevo_core.models.access import Level
 from relevo_core.observability import logger, tracer
-from relevo_core.registry import apply_project
-from relevo_core.store.projects import get_project, list_projects
+from relevo_core.registry import apply_project, list_grants, set_grant, visible_projects
+from relevo_core.store.projects import get_project
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
@@ -17,21 +19,31 @@ register_error_handlers(app)
 
 @app.put("/projects/<project_id>")
 def put_project(project_id: str):
-    project = apply_project(
-        table_settings().table_name, project_id, json_body(app), caller_arn(app), scheduler_settings()
-    )
+    # Creating is open to any caller IAM lets through; changing needs manage (checked inside).
+    project = apply_project(access_settings(), project_id, json_body(app), caller_arn(app), scheduler_settings())
     return json_response(HTTPStatus.OK, project.model_dump(mode="json"))
 
 
-@app.get("/projects/<project_id>")
+@app.get("/projects/<project_id>", middlewares=[requires(Level.VIEW)])
 def show_project(project_id: str):
-    return json_response(HTTPStatus.OK, get_project(table_settings().table_name, project_id).model_dump(mode="json"))
+    return json_response(HTTPStatus.OK, get_project(access_settings().table_name, project_id).model_dump(mode="json"))
 
 
 @app.get("/projects")
 def all_projects():
-    projects = [project.model_dump(mode="json") for project in list_projects(table_settings().table_name)]
+    projects = [project.model_dump(mode="json") for project in visible_projects(access_settings(), caller_arn(app))]
     return json_response(HTTPStatus.OK, {"projects": projects, "count": len(projects)})
+
+
+@app.put("/projects/<project_id>/grants", middlewares=[requires(Level.MANAGE)])
+def put_grant(project_id: str):
+    return json_response(HTTPStatus.OK, set_grant(access_settings(), project_id, json_body(app), caller_arn(app)))
+
+
+@app.get("/projects/<project_id>/grants", middlewares=[requires(Level.VIEW)])
+def grants(project_id: str):
+    listed = list_grants(access_settings(), project_id)
+    return json_response(HTTPStatus.OK, {"grants": listed, "count": len(listed)})
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)

@@ -1,6 +1,6 @@
 """POST /projects/{project_id}/run, POST /jobs/{job_id}/rerun, /release, /cancel, /approve and
-/reject, and the
-dead-letter queue: GET /dlq, GET /dlq/{job_id}, POST /dlq/{job_id}/redrive (IAM)."""
+/reject, and the dead-letter queue: GET /dlq, GET /dlq/{job_id}, POST /dlq/{job_id}/redrive (IAM).
+Each route declares the level it needs on the project (view < operate < manage)."""
 
 from http import HTTPStatus
 
@@ -9,15 +9,18 @@ from aws_lambda_powertools.logging import correlation_paths
 
 from relevo_core.approvals import decide
 from relevo_core.cancel import cancel_job
-from relevo_core.config import intake_settings
+from relevo_core.config import access_settings, intake_settings
 from relevo_core.dead_letters import list_dead_letters, redrive_dead_letter, show_dead_letter
-from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
+from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers, requires
 from relevo_core.intake import IntakeResult
+from relevo_core.models.access import Level
+from relevo_core.models.errors import ErrorCode
 from relevo_core.observability import logger, tracer
 from relevo_core.triggers import release_job, rerun_job, run_project
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
+_NO_ENTRY = ErrorCode.DLQ_ENTRY_NOT_FOUND
 
 
 def _respond(result: IntakeResult):
@@ -25,49 +28,49 @@ def _respond(result: IntakeResult):
     return json_response(HTTPStatus.OK if result.duplicate else HTTPStatus.ACCEPTED, result.body())
 
 
-@app.post("/projects/<project_id>/run")
+@app.post("/projects/<project_id>/run", middlewares=[requires(Level.OPERATE)])
 def run(project_id: str):
     return _respond(run_project(intake_settings(), project_id, json_body(app), caller_arn(app)))
 
 
-@app.post("/jobs/<job_id>/rerun")
+@app.post("/jobs/<job_id>/rerun", middlewares=[requires(Level.MANAGE)])
 def rerun(job_id: str):
     return _respond(rerun_job(intake_settings(), job_id, json_body(app), caller_arn(app)))
 
 
-@app.post("/jobs/<job_id>/release")
+@app.post("/jobs/<job_id>/release", middlewares=[requires(Level.OPERATE)])
 def release(job_id: str):
     return _respond(release_job(intake_settings(), job_id, caller_arn(app)))
 
 
-@app.post("/jobs/<job_id>/cancel")
+@app.post("/jobs/<job_id>/cancel", middlewares=[requires(Level.MANAGE)])
 def cancel(job_id: str):
     logger.append_keys(job_id=job_id)
     return json_response(HTTPStatus.OK, cancel_job(intake_settings(), job_id, caller_arn(app)))
 
 
-@app.post("/jobs/<job_id>/approve")
+@app.post("/jobs/<job_id>/approve", middlewares=[requires(Level.OPERATE)])
 def approve(job_id: str):
     return json_response(HTTPStatus.OK, decide(intake_settings(), job_id, True, json_body(app), caller_arn(app)))
 
 
-@app.post("/jobs/<job_id>/reject")
+@app.post("/jobs/<job_id>/reject", middlewares=[requires(Level.OPERATE)])
 def reject(job_id: str):
     return json_response(HTTPStatus.OK, decide(intake_settings(), job_id, False, json_body(app), caller_arn(app)))
 
 
 @app.get("/dlq")
 def dead_letters():
-    entries = list_dead_letters(intake_settings())
+    entries = list_dead_letters(intake_settings(), access_settings(), caller_arn(app))
     return json_response(HTTPStatus.OK, {"entries": entries, "count": len(entries)})
 
 
-@app.get("/dlq/<job_id>")
+@app.get("/dlq/<job_id>", middlewares=[requires(Level.VIEW, missing=_NO_ENTRY)])
 def dead_letter(job_id: str):
     return json_response(HTTPStatus.OK, show_dead_letter(intake_settings(), job_id))
 
 
-@app.post("/dlq/<job_id>/redrive")
+@app.post("/dlq/<job_id>/redrive", middlewares=[requires(Level.MANAGE, missing=_NO_ENTRY)])
 def redrive(job_id: str):
     return _respond(redrive_dead_letter(intake_settings(), job_id, caller_arn(app)))
 

@@ -38,6 +38,26 @@ def test_run_status_and_listings(local_stack, project_id, tmp_path):
 
 
 def test_a_refusal_prints_its_code_and_exits_1(local_stack, tmp_path):
+    # A job that does not exist is one the caller may not view: FORBIDDEN, never a hint it is missing.
     result = runner.invoke(app, ["status", "job_" + "0" * 26, "--stack-file", _stack_file(local_stack, tmp_path)])
     assert result.exit_code == 1
-    assert "JOB_NOT_FOUND" in result.output
+    assert "FORBIDDEN" in result.output
+
+
+def test_project_grant_and_revoke(local_stack, project_id, tmp_path):
+    register_project(local_stack, project_id, [{"name": "build", "run": "true"}])
+    stack_file = _stack_file(local_stack, tmp_path)
+    bot = "arn:aws:sts::123456789012:assumed-role/ReleaseBot/*"
+
+    granted = runner.invoke(app, ["project", "grant", project_id, bot, "operate", "--stack-file", stack_file])
+    listed = runner.invoke(app, ["project", "grants", project_id, "--stack-file", stack_file])
+    revoked = runner.invoke(app, ["project", "grant", project_id, bot, "none", "--stack-file", stack_file])
+    after = runner.invoke(app, ["project", "grants", project_id, "--stack-file", stack_file])
+    bad = runner.invoke(app, ["project", "grant", project_id, bot, "admin", "--stack-file", stack_file])
+
+    assert granted.exit_code == 0 and "operate" in granted.output, granted.output
+    # creator + bot + the stack's admin; the table wraps long ARNs, so count rows by the title.
+    assert listed.exit_code == 0 and "3 grants" in listed.output and "operate" in listed.output
+    assert revoked.exit_code == 0 and "none" in revoked.output
+    assert after.exit_code == 0 and "2 grants" in after.output
+    assert bad.exit_code == 1 and "VALIDATION_FAILED" in bad.output

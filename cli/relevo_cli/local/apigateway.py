@@ -1,6 +1,6 @@
 """The local stand-in for API Gateway: routes each `Api` event of the template to its function
-with the REST API proxy event AWS would send (raw body, headers, path parameters, and the
-caller's IAM identity taken from the request's SigV4 credentials)."""
+with the REST API proxy event AWS would send (raw body, headers, path parameters, and for IAM
+routes the identity of the access key whose SigV4 signature was verified)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
-_CREDENTIAL = re.compile(r"Credential=([A-Z0-9a-z]+)/")
+from relevo_cli.local.sigv4 import Refusal
+
 MAX_PAYLOAD = 10 * 1024 * 1024  # API Gateway's own payload limit
 
 
@@ -39,7 +40,7 @@ class ApiAdapter:
         self,
         routes: list[Route],
         invoke: Callable[[str, dict[str, Any]], Any],
-        identity_for: Callable[[str], dict[str, str]],
+        authenticate: Callable[[str, str, dict[str, str], bytes], dict[str, str] | Refusal],
         stage: str,
         api_id: str,
         account_id: str,
@@ -51,7 +52,8 @@ class ApiAdapter:
         # GatewayResponses of the template: type → (status or None for the default, body template).
         self.gateway_responses = gateway_responses or {}
         self.invoke = invoke
-        self.identity_for = identity_for
+        # (method, url as signed, headers, body) -> the signer's identity, or API Gateway's refusal.
+        self.authenticate = authenticate
         self.stage = stage
         self.api_id = api_id
         self.account_id = account_id
@@ -121,11 +123,13 @@ class ApiAdapter:
                 continue
             identity = {"sourceIp": source_ip, "userAgent": headers.get("User-Agent", "")}
             if route.iam:
-                found = _CREDENTIAL.search(headers.get("Authorization", ""))
-                if not found:
-                    # What API Gateway answers for an unsigned request to an IAM route.
-                    return self._gateway_response("MISSING_AUTHENTICATION_TOKEN", 403, "Missing Authentication Token")
-                identity.update(self.identity_for(found.group(1)))
+                host = next((v for k, v in headers.items() if k.lower() == "host"), "")
+                signer = self.authenticate(method, f"http://{host}{raw_path}", headers, body)
+                if isinstance(signer, Refusal):
+                    # What API Gateway answers (403) when it cannot authenticate the request;
+                    # the function is never called.
+                    return self._gateway_response(signer.response_type, 403, signer.message)
+                identity.update(signer)
             event = self._event(route, method, path, url.query, headers, body, match.groupdict(), identity)
             try:
                 response = self.invoke(route.function, event)

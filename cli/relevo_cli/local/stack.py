@@ -15,14 +15,17 @@ import sys
 import threading
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import boto3
 import requests
+from botocore.credentials import Credentials
 
-from relevo_cli.local import deferred, template
+from relevo_cli.local import deferred, sigv4, template
 from relevo_cli.local.apigateway import ApiAdapter, Route
+from relevo_cli.local.sigv4 import Refusal
 from relevo_cli.local.lambda_runtime import FunctionRuntime
 from relevo_cli.local.scheduler import ScheduleFirer
 from relevo_cli.local.streams import StreamPoller
@@ -153,7 +156,7 @@ class LocalStack:
         self._adapter = ApiAdapter(
             routes,
             invoke=lambda name, event: self._runtimes[name].invoke(event),
-            identity_for=self._identity_for,
+            authenticate=self._authenticate,
             stage=stage,
             api_id=str(api_id),
             account_id=ACCOUNT_ID,
@@ -328,25 +331,51 @@ class LocalStack:
                 return runtime.invoke(event)
         raise LookupError(f"no function of this stack has the ARN {arn}")
 
-    def _identity_for(self, access_key: str) -> dict[str, str]:
-        """Who signed the request: STS answers for the access key, as IAM does for API Gateway."""
-        if access_key not in self._identities:
+    def _authenticate(self, method: str, url: str, headers: dict[str, str], body: bytes) -> dict[str, str] | Refusal:
+        """API Gateway's IAM authentication: the SigV4 signature is checked against the secret of
+        the access key it names, then STS (called with that key's own credentials) says who the
+        key belongs to. Nothing the client writes in a header names the caller."""
+        signer = sigv4.verify(method, url, headers, body, self._credentials_for, datetime.now(timezone.utc))
+        if isinstance(signer, Refusal):
+            return signer
+        if signer not in self._identities:
+            token = next((v for k, v in headers.items() if k.lower() == "x-amz-security-token"), None)
+            credentials = self._credentials_for(signer, token)
+            assert credentials is not None  # verify() just found them
             sts = boto3.client(
                 "sts",
                 endpoint_url=self._session.endpoint,
                 region_name=self.region,
-                aws_access_key_id=access_key,
-                aws_secret_access_key="unused-locally",
+                aws_access_key_id=credentials.access_key,
+                aws_secret_access_key=credentials.secret_key,
+                aws_session_token=credentials.token,
             )
             caller = sts.get_caller_identity()
-            self._identities[access_key] = {
-                "accessKey": access_key,
+            self._identities[signer] = {
+                "accessKey": signer,
                 "accountId": caller["Account"],
                 "caller": caller["UserId"],
                 "user": caller["UserId"],
                 "userArn": caller["Arn"],
             }
-        return self._identities[access_key]
+        return self._identities[signer]
+
+    def _credentials_for(self, access_key: str, session_token: str | None) -> Credentials | None:
+        """The credentials of a key this stack knows: its own local key (LOCAL_CREDENTIALS), or
+        a key the emulator issued (IAM user keys; STS session keys with their own session token).
+        moto 5.2.5 has no API that returns a secret after issuing it, so its IAM/STS backends
+        (in this process) are asked, the way its own IAM authentication does."""
+        if access_key == LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"] and session_token is None:
+            return Credentials(access_key, LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        from moto.iam.access_control import CreateAccessKeyFailure, create_access_key
+
+        try:
+            key = create_access_key(
+                ACCOUNT_ID, "aws", access_key, {"X-Amz-Security-Token": session_token} if session_token else {}
+            )
+        except CreateAccessKeyFailure:
+            return None
+        return key.create_credentials()
 
 
 def _detach_emulator_stream_invoker(table_name: str, account_id: str, region: str) -> None:

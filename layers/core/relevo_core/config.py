@@ -21,6 +21,17 @@ class TableSettings(_Env):
     job_retention_days: int = Field(default=30, alias="JOB_RETENTION_DAYS", ge=1)
 
 
+class AccessSettings(TableSettings):
+    """What the permission check of every IAM route reads besides the grants in the table."""
+
+    # Comma-separated principals (ARNs or `.../*` patterns) with `manage` on every project.
+    admin_principals: str = Field(default="", alias="ADMIN_PRINCIPALS", max_length=4096)
+
+    @property
+    def admins(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.admin_principals.split(",") if p.strip())
+
+
 class IntakeSettings(TableSettings):
     state_machine_arn: str = Field(alias="STATE_MACHINE_ARN")
     artifact_bucket: str = Field(alias="ARTIFACT_BUCKET")
@@ -43,6 +54,11 @@ class SchedulerSettings(_Env):
 @lru_cache(maxsize=1)
 def table_settings() -> TableSettings:
     return TableSettings.from_environ()
+
+
+@lru_cache(maxsize=1)
+def access_settings() -> AccessSettings:
+    return AccessSettings.from_environ()
 
 
 @lru_cache(maxsize=1)

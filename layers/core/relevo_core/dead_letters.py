@@ -6,9 +6,10 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from relevo_core.config import IntakeSettings
+from relevo_core.config import AccessSettings, IntakeSettings
 from relevo_core.intake import IntakeResult, start_execution, work_queue_url
 from relevo_core.models.envelope import Trigger, TriggerType, new_job_id
+from relevo_core.permissions import visibility
 from relevo_core.store import dead_letters, jobs
 
 
@@ -41,8 +42,10 @@ def describe(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def list_dead_letters(settings: IntakeSettings) -> list[dict[str, Any]]:
-    return [describe(entry) for entry in dead_letters.list_entries(settings.table_name)]
+def list_dead_letters(settings: IntakeSettings, access: AccessSettings, caller: str) -> list[dict[str, Any]]:
+    """The entries of the projects the caller may view, newest first."""
+    can = visibility(access, caller)
+    return [describe(entry) for entry in dead_letters.list_entries(settings.table_name) if can.view(entry["project"])]
 
 
 def show_dead_letter(settings: IntakeSettings, job_id: str) -> dict[str, Any]:

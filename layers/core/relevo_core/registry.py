@@ -1,42 +1,99 @@
-"""Project registry logic: validate a declaration, sync its schedules, and store it."""
+"""Project registry logic: validate a declaration, sync its schedules, and store it; who may see
+and change it (grants)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import ValidationError
 
-from relevo_core.config import SchedulerSettings
+from relevo_core.config import AccessSettings, SchedulerSettings
+from relevo_core.models.access import GrantRequest, Level
 from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import Project
-from relevo_core.store.projects import get_project, put_project
+from relevo_core.permissions import require, visibility
+from relevo_core.store import grants
+from relevo_core.store.grants import project_access
+from relevo_core.store.projects import ProjectExists, create_project, get_project, list_projects, put_project
 
 
-def apply_project(
-    table: str, project_id: str, body: Any, actor: str, scheduler: SchedulerSettings | None = None
-) -> Project:
-    """Store the declaration; with `scheduler`, first make EventBridge Scheduler hold exactly its
-    schedules. Schedules are synced before the project is stored, so a failed apply leaves the
-    stored declaration as it was and repeating the apply finishes the sync."""
+def _validate(project_id: str, body: Any) -> Project:
     if not isinstance(body, dict):
         raise RelevoError(ErrorCode.VALIDATION_FAILED, "(root): a project is a JSON object")
     if body.get("id", project_id) != project_id:
         raise RelevoError(ErrorCode.VALIDATION_FAILED, f"id: {body.get('id')!r} does not match the path {project_id!r}")
     try:
-        project = Project.model_validate({**body, "id": project_id})
+        return Project.model_validate({**body, "id": project_id})
     except ValidationError as exc:
         raise validation_error(exc) from exc
+
+
+def apply_project(
+    settings: AccessSettings, project_id: str, body: Any, actor: str, scheduler: SchedulerSettings | None = None
+) -> Project:
+    """Create a project (any caller IAM lets through; the creator gets `manage`) or change one
+    (`manage`). With `scheduler`, EventBridge Scheduler is made to hold exactly its schedules.
+
+    A change syncs schedules before it stores the declaration, so a failed apply leaves the stored
+    declaration as it was and repeating it finishes the sync. A creation stores first (that is what
+    claims the id, atomically with the creator's grant) and syncs after; repeating a failed one
+    is then a change, which finishes the sync."""
+    table = settings.table_name
+    if project_access(table, project_id).exists:
+        return _change(settings, project_id, body, actor, scheduler)
+    project = _validate(project_id, body)
+    if scheduler is not None:
+        from relevo_core.schedules import check_scheduler_names
+
+        check_scheduler_names(project)
+    try:
+        create_project(table, project, actor, datetime.now(timezone.utc))
+    except ProjectExists:
+        # Someone created it in between: this is now a change, which needs `manage`.
+        return _change(settings, project_id, body, actor, scheduler)
+    if scheduler is not None:
+        from relevo_core.schedules import sync_schedules
+
+        sync_schedules(scheduler, project_id, project.schedules, ())
+    return project
+
+
+def _change(
+    settings: AccessSettings, project_id: str, body: Any, actor: str, scheduler: SchedulerSettings | None
+) -> Project:
+    require(settings, actor, project_id, Level.MANAGE)
+    project = _validate(project_id, body)
     if scheduler is not None:
         from relevo_core.schedules import check_scheduler_names, sync_schedules
 
         check_scheduler_names(project)
-        try:
-            previous = get_project(table, project_id).schedules
-        except RelevoError as exc:
-            if exc.code is not ErrorCode.PROJECT_NOT_FOUND:
-                raise
-            previous = ()
-        sync_schedules(scheduler, project_id, project.schedules, previous)
-    put_project(table, project, actor)
+        sync_schedules(scheduler, project_id, project.schedules, get_project(settings.table_name, project_id).schedules)
+    put_project(settings.table_name, project, actor)
     return project
+
+
+def visible_projects(settings: AccessSettings, caller: str) -> list[Project]:
+    """The projects the caller may view (GET /projects)."""
+    can = visibility(settings, caller)
+    return [project for project in list_projects(settings.table_name) if can.view(project.id)]
+
+
+def set_grant(settings: AccessSettings, project_id: str, body: Any, actor: str) -> dict[str, Any]:
+    """PUT /projects/{id}/grants (the caller was checked for `manage`): `level: none` revokes."""
+    try:
+        request = GrantRequest.model_validate(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from exc
+    if request.level == "none":
+        grants.delete_grant(settings.table_name, project_id, request.principal)
+        return {"project": project_id, "principal": request.principal, "level": "none"}
+    grant = grants.put_grant(settings.table_name, project_id, request.principal, Level(request.level), actor, datetime.now(timezone.utc))
+    return grant.model_dump(mode="json")
+
+
+def list_grants(settings: AccessSettings, project_id: str) -> list[dict[str, Any]]:
+    """GET /projects/{id}/grants (the caller was checked for `view`), plus the stack's admins."""
+    listed = [grant.model_dump(mode="json") for grant in project_access(settings.table_name, project_id).grants]
+    return listed + [{"project": project_id, "principal": admin, "level": Level.MANAGE.value, "admin": True} for admin in settings.admins]

@@ -224,6 +224,19 @@ def get_job_record(table: str, job_id: str) -> dict[str, Any]:
     return from_attributes(response["Item"])
 
 
+def job_project(table: str, job_id: str) -> str | None:
+    """The project a job belongs to, or None when there is no such job."""
+    response = client("dynamodb").get_item(
+        TableName=table,
+        Key=key(job_pk(job_id), JOB_SK),
+        ProjectionExpression="#project",
+        ExpressionAttributeNames={"#project": "project"},
+        ConsistentRead=True,
+    )
+    item = response.get("Item")
+    return str(from_attributes(item)["project"]) if item else None
+
+
 def _operator_transition(
     table: str,
     job_id: str,

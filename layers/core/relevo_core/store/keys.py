@@ -24,6 +24,10 @@ LOCK_KIND = "lock"
 DLQ_KIND = "dlq"
 DLQ_SK = "DLQ"
 LOCK_SK = "LOCK"
+# Grants live in their project's partition (one Query reads the project and its grants) and
+# are listed across projects through KindIndex.
+GRANT_KIND = "grant"
+GRANT_SK_PREFIX = "GRANT#"
 
 
 def job_pk(job_id: str) -> str:
@@ -37,6 +41,10 @@ def stage_sk(index: int) -> str:
 
 def project_pk(project_id: str) -> str:
     return f"PROJECT#{project_id}"
+
+
+def grant_sk(principal: str) -> str:
+    return f"{GRANT_SK_PREFIX}{principal}"
 
 
 def audit_pk(job_id: str) -> str:
