@@ -167,6 +167,9 @@ class Presence:
         except (BotoCoreError, ClientError):
             log.warning("presence unreadable; taking %s here", what)
             return False
+        max_wait_sec: float = self.config.handoff_max_wait_sec
+        if queue_timeout_sec:
+            max_wait_sec = min(max_wait_sec, queue_timeout_sec / 2)  # never let the hand-back time the stage out
         other = prefer_another(
             self.config.agent_id,
             avoid_agents,
@@ -174,7 +177,7 @@ class Presence:
             now,
             waited_sec=now.timestamp() - sent_ms / 1000,
             receive_count=receive_count,
-            max_wait_sec=min(self.config.handoff_max_wait_sec, (queue_timeout_sec or 2 * self.config.handoff_max_wait_sec) / 2),
+            max_wait_sec=max_wait_sec,
         )
         if other is None:
             return False

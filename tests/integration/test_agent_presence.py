@@ -168,6 +168,11 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_free(local
     again = wait_until(lambda: receive(wait=1), timeout=10)
     assert again["MessageId"] == message["MessageId"] and again["Attributes"]["ApproximateReceiveCount"] == "2"
 
+    # The wait is bounded by half the job's queue timeout: sent at least handoff_delay_sec (1 s)
+    # ago, a stage with a 2 s queue timeout is taken here rather than handed back again.
+    assert presence.leave_to_another(["mac-a"], 2, again) is False
+    assert presence.leave_to_another(["mac-a"], 30, again) is True
+    again = wait_until(lambda: receive(wait=1), timeout=10)
     # With the other agent busy, mac-a takes the retry itself.
     agents.put_presence(local_stack.table_name, _presence(region, "mac-b", capacity=1, running=1, seen=now))
     assert presence.leave_to_another(["mac-a"], 30, again) is False
