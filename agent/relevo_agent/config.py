@@ -25,6 +25,13 @@ class AgentConfig(BaseModel):
     # Names of environment variables whose values are secrets (masked in logs).
     mask: tuple[str, ...] = ()
     poll_wait_sec: int = Field(default=20, ge=0, le=20)
+    # Presence: how often this agent writes its presence record (see relevo_agent.presence).
+    presence_interval_sec: float = Field(default=30, gt=0, le=300)
+    # A retry that should go to another agent is handed back to the queue for this long...
+    handoff_delay_sec: int = Field(default=2, ge=0, le=60)
+    # ...and taken by this agent anyway once it was dispatched this long ago (capped at half the
+    # job's queue timeout), so a stage never starves waiting for a better agent.
+    handoff_max_wait_sec: int = Field(default=60, ge=0, le=3600)
 
     @field_validator("capacity")
     @classmethod

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from relevo_agent.classify import classify
 from relevo_agent.config import AgentConfig
 from relevo_agent.executor import run_command
+from relevo_agent.presence import Presence
 from relevo_core.aws import client
 from relevo_core.models.errors import ErrorClass, RelevoError
 from relevo_core.models.status import StageStatus
@@ -37,6 +38,9 @@ class StageMessage(BaseModel):
     stage_index: int
     attempt: int  # 1, 2, ...: the fencing token of this attempt
     task_token: str  # answers the dispatch (the claim); the run has a token of its own
+    # Retries only: the agents that ran the failed attempts, to be left to another agent if one is free.
+    avoid_agents: tuple[str, ...] = ()
+    queue_timeout_sec: int | None = None
 
 
 def _now() -> datetime:
@@ -51,17 +55,22 @@ class Agent:
         self.stopping = threading.Event()
         self._slots = threading.Semaphore(config.capacity)
         self._pool = ThreadPoolExecutor(max_workers=config.capacity, thread_name_prefix="stage")
+        self.presence = Presence(config, table_name, queue_url, self.stopping)
 
     # ------------------------------------------------------------------ loops
     def run(self) -> None:
         log.info("agent %s polling %s (capacity %d)", self.config.agent_id, self.queue_url, self.config.capacity)
         sqs = client("sqs")
+        self.presence.start()
         while not self.stopping.is_set():
             if not self._slots.acquire(timeout=0.5):
                 continue  # no free capacity: do not take work we cannot start
             try:
                 response = sqs.receive_message(
-                    QueueUrl=self.queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=self.config.poll_wait_sec
+                    QueueUrl=self.queue_url,
+                    MaxNumberOfMessages=1,
+                    WaitTimeSeconds=self.config.poll_wait_sec,
+                    MessageSystemAttributeNames=["SentTimestamp", "ApproximateReceiveCount"],
                 )
             except ClientError:
                 log.exception("receive failed; retrying")
@@ -75,6 +84,7 @@ class Agent:
             future = self._pool.submit(self._handle, messages[0])
             future.add_done_callback(lambda _: self._slots.release())
         self._pool.shutdown(wait=True)
+        self.presence.stop()
 
     # ------------------------------------------------------------------ one stage
     def _handle(self, message: dict[str, Any]) -> None:
@@ -84,7 +94,12 @@ class Agent:
             log.error("unreadable stage message %s: left for the queue's redrive DLQ", message.get("MessageId"))
             return
         try:
-            self._run_stage(task, message["ReceiptHandle"])
+            if self.presence.leave_to_another(
+                task.avoid_agents, task.queue_timeout_sec, message, f"{task.job_id}/{task.stage} attempt {task.attempt}"
+            ):
+                return
+            with self.presence.occupied():
+                self._run_stage(task, message["ReceiptHandle"])
         except Exception:
             log.exception("stage %s/%s crashed in the agent", task.job_id, task.stage)
 

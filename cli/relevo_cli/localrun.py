@@ -56,7 +56,16 @@ def local_stack(state_dir: Path, log_file: Path, extra_args: list[str] | None = 
         _stop(process)
 
 
-def write_agent_config(path: Path, stack_file: Path, region: str, agent_id: str, capacity: int = 1, poll_wait_sec: int = 20) -> Path:
+def write_agent_config(
+    path: Path,
+    stack_file: Path,
+    region: str,
+    agent_id: str,
+    capacity: int = 1,
+    poll_wait_sec: int = 20,
+    **settings: int | float,
+) -> Path:
+    """An agent TOML for the local stack; `settings` are further numeric keys (presence_interval_sec...)."""
     workspace = path.parent / f"{agent_id}-workspaces"
     path.write_text(
         "\n".join(
@@ -68,6 +77,7 @@ def write_agent_config(path: Path, stack_file: Path, region: str, agent_id: str,
                 f'journal = "{path.parent / (agent_id + "-journal.sqlite3")}"',
                 f'stack_file = "{stack_file}"',
                 f"poll_wait_sec = {poll_wait_sec}",
+                *(f"{name} = {value}" for name, value in settings.items()),
                 "",
             ]
         )

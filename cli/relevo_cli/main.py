@@ -84,7 +84,8 @@ def local_up(
 
 
 def render_job(job: dict) -> Table:
-    table = Table(title=f"{job['job_id']}  {job['project']}  [bold]{job['status']}[/bold]")
+    waiting = f" (waiting: {job['queue_reason']})" if job.get("queue_reason") else ""
+    table = Table(title=f"{job['job_id']}  {job['project']}  [bold]{job['status']}[/bold]{waiting}")
     for column in ("#", "stage", "status", "attempt", "agent", "exit", "error"):
         table.add_column(column)
     for stage in job["stages"]:

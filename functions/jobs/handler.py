@@ -1,6 +1,7 @@
 """GET /jobs (filtered listing, queued jobs in run order; only projects the caller may view) and
 GET /jobs/{job_id} (a job, its stages and who wrote its last state; view) — IAM."""
 
+from datetime import datetime, timezone
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
@@ -9,10 +10,10 @@ from aws_lambda_powertools.logging import correlation_paths
 from relevo_core.config import access_settings, table_settings
 from relevo_core.http import caller_arn, json_response, register_error_handlers, requires
 from relevo_core.job_listing import JobListQuery, list_jobs
+from relevo_core.job_view import show_job
 from relevo_core.models.access import Level
 from relevo_core.observability import logger, tracer
 from relevo_core.permissions import visibility
-from relevo_core.store.jobs import job_items_to_view, query_job_items
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
@@ -26,9 +27,9 @@ def jobs():
 
 
 @app.get("/jobs/<job_id>", middlewares=[requires(Level.VIEW)])
-def show_job(job_id: str):
+def get_job(job_id: str):
     logger.append_keys(job_id=job_id)
-    return json_response(HTTPStatus.OK, job_items_to_view(query_job_items(table_settings().table_name, job_id)))
+    return json_response(HTTPStatus.OK, show_job(table_settings().table_name, job_id, datetime.now(timezone.utc)))
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)

@@ -111,3 +111,14 @@ def history(stack: StackInfo, job_id: str) -> list[dict[str, Any]]:
         if not page.get("nextToken"):
             return events
         kwargs["nextToken"] = page["nextToken"]
+
+
+def wait_until(predicate: Any, timeout: float, what: str = "condition", interval: float = 0.1) -> Any:
+    """Poll until `predicate()` returns something truthy, and return it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"{what}: not reached within {timeout}s")

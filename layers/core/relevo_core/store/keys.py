@@ -59,6 +59,15 @@ def lock_pk(project_id: str) -> str:
     return f"LOCK#{project_id}"
 
 
+def agents_pk(region: str) -> str:
+    # All presence records of one region share a partition: "who is online in eu-west" is one query.
+    return f"AGENTS#{region}"
+
+
+def agent_sk(agent_id: str) -> str:
+    return f"AGENT#{agent_id}"
+
+
 def dedup_pk(idempotency_key: str) -> str:
     return f"DEDUP#{idempotency_key}"
 

@@ -1,0 +1,195 @@
+"""Presence and placement: the agent's presence record, written on a thread of its own, and the
+decision to leave a retry to another agent of the region.
+
+Presence: every `presence_interval_sec` (30 s by default), and at once when the number of stages
+it runs changes, the agent puts its record (agent id, region, capacity, running, version,
+last_seen); when it stops cleanly it marks the record offline. A failed write is logged and tried
+again at the next tick: presence never blocks or fails the work.
+
+Placement: the dispatch of attempt N > 1 names the agents that ran the failed attempts
+(`avoid_agents`). An agent named there leaves the message to another agent when one that is not
+named is online in the region with a free slot: it makes the message visible again after
+`handoff_delay_sec` and pauses that slot meanwhile, so the other agent's poll takes it. It takes
+the stage itself when no such agent is online, and in any case once the message was sent
+`handoff_max_wait_sec` ago (at most half the job's queue timeout) or has been received
+HANDOFF_MAX_RECEIVES times, so a retry never starves, never times out in the queue because of
+the hand-back, and never reaches the work queue's redrive DLQ (maxReceiveCount 5).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from importlib import metadata
+from typing import Any, Callable, Iterable, Iterator
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from relevo_agent.config import AgentConfig
+from relevo_core.aws import client
+from relevo_core.store import agents
+from relevo_core.store.agents import AgentPresence
+
+log = logging.getLogger("relevo_agent.presence")
+
+# Below the work queue's maxReceiveCount (5, template.yaml): a message handed back this often is
+# taken by whoever receives it next, before SQS would move it to the redrive DLQ.
+HANDOFF_MAX_RECEIVES = 3
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("relevo-agent")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def prefer_another(
+    agent_id: str,
+    avoid_agents: Iterable[str],
+    region_agents: Iterable[AgentPresence],
+    now: datetime,
+    waited_sec: float,
+    receive_count: int,
+    max_wait_sec: float,
+) -> AgentPresence | None:
+    """The agent this one should leave the stage to, or None when it should take it itself."""
+    avoid = {name for name in avoid_agents if name}
+    if agent_id not in avoid:
+        return None
+    if waited_sec >= max_wait_sec or receive_count >= HANDOFF_MAX_RECEIVES:
+        return None  # waited long enough for a better agent: run it here rather than starve it
+    candidates = [
+        agent
+        for agent in region_agents
+        if agent.agent_id != agent_id and agent.agent_id not in avoid and agent.is_online(now) and agent.free > 0
+    ]
+    return max(candidates, key=lambda agent: (agent.free, agent.agent_id), default=None)
+
+
+class Presence:
+    """The agent's presence writer and its hand-back decision."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        table: str,
+        queue_url: str,
+        stopping: threading.Event,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self.config = config
+        self.table = table
+        self.queue_url = queue_url
+        self._stopping = stopping
+        self._clock = clock
+        self._version = _version()
+        self._running = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
+
+    # ------------------------------------------------------------------ the record
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop writing, then mark this agent offline (a clean stop)."""
+        self._done.set()
+        self._wake.set()
+        self._thread.join(timeout=10)
+        try:
+            agents.mark_offline(self.table, self.config.region, self.config.agent_id, self._clock())
+        except (BotoCoreError, ClientError):
+            log.warning("could not mark %s offline; it will look online for a few more intervals", self.config.agent_id)
+
+    @contextmanager
+    def occupied(self) -> Iterator[None]:
+        """A slot is in use for the duration (the record's `running`), written at once."""
+        self._count(+1)
+        try:
+            yield
+        finally:
+            self._count(-1)
+
+    def _count(self, delta: int) -> None:
+        with self._lock:
+            self._running += delta
+        self._wake.set()
+
+    def write(self) -> None:
+        with self._lock:
+            running = self._running
+        agents.put_presence(
+            self.table,
+            AgentPresence(
+                agent_id=self.config.agent_id,
+                region=self.config.region,
+                capacity=self.config.capacity,
+                running=running,
+                version=self._version,
+                last_seen=self._clock(),
+                interval_sec=self.config.presence_interval_sec,
+            ),
+        )
+
+    def _loop(self) -> None:
+        while not self._done.is_set():
+            self._wake.clear()
+            try:
+                self.write()
+            except Exception:  # never let presence take the agent down; try again next tick
+                log.warning("presence write failed; retrying in %.0fs", self.config.presence_interval_sec, exc_info=True)
+            self._wake.wait(self.config.presence_interval_sec)
+
+    # ------------------------------------------------------------------ placement
+    def leave_to_another(
+        self, avoid_agents: Iterable[str], queue_timeout_sec: int | None, message: dict[str, Any], what: str = "a retry"
+    ) -> bool:
+        """True when the message (`what`: job/stage attempt, for the log) was handed back for
+        another agent of the region to take."""
+        avoid_agents = tuple(avoid_agents)
+        if self.config.agent_id not in avoid_agents:
+            return False  # the common case costs nothing
+        now = self._clock()
+        attributes = message.get("Attributes", {})
+        sent_ms = int(attributes.get("SentTimestamp", now.timestamp() * 1000))
+        receive_count = int(attributes.get("ApproximateReceiveCount", 1))
+        try:
+            region_agents = agents.online_agents(self.table, self.config.region, now)
+        except (BotoCoreError, ClientError):
+            log.warning("presence unreadable; taking %s here", what)
+            return False
+        max_wait_sec: float = self.config.handoff_max_wait_sec
+        if queue_timeout_sec:
+            max_wait_sec = min(max_wait_sec, queue_timeout_sec / 2)  # never let the hand-back time the stage out
+        other = prefer_another(
+            self.config.agent_id,
+            avoid_agents,
+            region_agents,
+            now,
+            waited_sec=now.timestamp() - sent_ms / 1000,
+            receive_count=receive_count,
+            max_wait_sec=max_wait_sec,
+        )
+        if other is None:
+            return False
+        try:
+            client("sqs").change_message_visibility(
+                QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=self.config.handoff_delay_sec
+            )
+        except ClientError:
+            log.warning("could not hand %s back; taking it here", what)
+            return False
+        log.info("left %s to %s (%d free): this agent ran a failed attempt", what, other.agent_id, other.free)
+        # Keep this slot off the queue while the message is invisible, so the other agent's poll
+        # is the one that receives it.
+        self._stopping.wait(self.config.handoff_delay_sec + 1)
+        return True
