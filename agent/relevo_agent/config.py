@@ -25,6 +25,8 @@ class AgentConfig(BaseModel):
     # Names of environment variables whose values are secrets (masked in logs).
     mask: tuple[str, ...] = ()
     poll_wait_sec: int = Field(default=20, ge=0, le=20)
+    # How often reports the network lost are sent again from the journal's outbox.
+    outbox_interval_sec: float = Field(default=5.0, gt=0, le=300)
 
     @field_validator("capacity")
     @classmethod

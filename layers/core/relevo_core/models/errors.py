@@ -92,6 +92,10 @@ class ErrorClass(str, Enum):
     CLIENT_4XX = "Relevo.Fatal.Client4xx"
     COMMAND_FAILED = "Relevo.Fatal.ExitCode"
     PRECONDITION_CHANGED = "Relevo.Precondition.Changed"
+    # Reconciliation found an effect it cannot tie to the operation: the stage waits for an
+    # operator (relevo job resolve); resolved as failed, it fails with the second name.
+    MANUAL_REVIEW = "Relevo.Reconcile.ManualReview"
+    RESOLVED_FAILED = "Relevo.Reconcile.ResolvedFailed"
     # Timeouts, each with its own name
     QUEUE_TIMEOUT = "Relevo.Timeout.Queue"
     EXEC_TIMEOUT = "Relevo.Timeout.Exec"
