@@ -1,5 +1,5 @@
 """POST /projects/{project_id}/run, POST /jobs/{job_id}/rerun, /release, /cancel, /approve and
-/reject, and the
+/reject, POST /jobs/{job_id}/stages/{stage}/resolve (manual review), and the
 dead-letter queue: GET /dlq, GET /dlq/{job_id}, POST /dlq/{job_id}/redrive (IAM)."""
 
 from http import HTTPStatus
@@ -14,6 +14,7 @@ from relevo_core.dead_letters import list_dead_letters, redrive_dead_letter, sho
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.intake import IntakeResult
 from relevo_core.observability import logger, tracer
+from relevo_core.resolve import resolve_stage
 from relevo_core.triggers import release_job, rerun_job, run_project
 
 app = APIGatewayRestResolver()
@@ -54,6 +55,11 @@ def approve(job_id: str):
 @app.post("/jobs/<job_id>/reject")
 def reject(job_id: str):
     return json_response(HTTPStatus.OK, decide(intake_settings(), job_id, False, json_body(app), caller_arn(app)))
+
+
+@app.post("/jobs/<job_id>/stages/<stage>/resolve")
+def resolve(job_id: str, stage: str):
+    return json_response(HTTPStatus.OK, resolve_stage(intake_settings(), job_id, stage, json_body(app), caller_arn(app)))
 
 
 @app.get("/dlq")

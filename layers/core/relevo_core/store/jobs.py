@@ -370,9 +370,16 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 "started_at": found.get("started_at"),
                 "ended_at": found.get("ended_at"),
                 "last_writer": found.get("last_writer"),
+                # Reconcile before retry: what is known of the effect, the latest decision with
+                # its evidence, and an operator's resolution of a manual review.
+                "outcome": found.get("outcome"),
+                "reconciled": found.get("reconciled"),
+                "resolution": found.get("resolution"),
             }
         )
-    current = next((s["name"] for s in stages if s["status"] in ("dispatched", "running")), None)
+    current = next(
+        (s["name"] for s in stages if s["status"] in ("dispatched", "running", "reconciled", "manual_review")), None
+    )
     return {
         "job_id": envelope.job_id,
         "project": envelope.project,
