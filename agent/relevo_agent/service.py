@@ -192,6 +192,11 @@ class Agent:
         plan = envelope.stage(task.stage)
         ref = stage_attempts.StageRef(self.table_name, task.job_id, task.stage_index, task.attempt, self.config.agent_id)
         op_id = operation_id(task.job_id, task.stage)
+        if op_id in self._running:
+            # A second delivery of a message this agent already claimed: the claim decides.
+            log.info("%s is already running here; duplicate message dropped", op_id)
+            client("sqs").delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
+            return
         workspace = self.config.workspace_root / envelope.project
         precondition = reconcile.precondition_version(workspace, envelope.ref, envelope.commit, plan.inputs)
         local = self.journal.get(op_id)
@@ -271,7 +276,7 @@ class Agent:
                 watchdog=True,
             )
             if run.reason is not None:
-                self._abandon(run, op_id)
+                self._stopped(run, op_id, result.exit_code)
                 return False
             probe = reconcile.ProbeResult(-1 if result.timed_out else result.exit_code, result.output_tail)
         decision = reconcile.decide(op_id, local, previous, precondition, probe)
@@ -312,17 +317,8 @@ class Agent:
             grace_sec=plan.kill_grace_sec,
             watchdog=True,
         )
-        if run.reason == "shutdown":
-            self._conclude(
-                run, op_id, StageStatus.FAILED, Outcome.ABANDONED, None, exit_code=result.exit_code,
-                error=ErrorClass.AGENT_SHUTDOWN, cause="the agent was shut down while the stage ran",
-                stage_outcome=stage_attempts.Outcome.UNKNOWN,
-            )
-            return
         if run.reason is not None:
-            # Fenced, taken over or canceled: another attempt may own the stage; claim nothing.
-            log.warning("%s attempt %d stopped (%s); result withheld", op_id, ref.attempt, run.reason)
-            self._abandon(run, op_id)
+            self._stopped(run, op_id, result.exit_code)
             return
         receipt = {
             "exit_code": result.exit_code,
@@ -341,6 +337,20 @@ class Agent:
             cause=json.dumps({"exit_code": result.exit_code, "agent_id": self.config.agent_id, "attempt": ref.attempt}),
         )
         log.info("%s failed: %s (exit %d)", op_id, error.value, result.exit_code)
+
+    def _stopped(self, run: StageRun, op_id: str, exit_code: int) -> None:
+        """The command was stopped before its end: by a shutdown (reported, retryable, outcome
+        unknown so the retry reconciles), or fenced, taken over or canceled (nothing claimed:
+        another attempt may own the stage)."""
+        if run.reason == "shutdown":
+            self._conclude(
+                run, op_id, StageStatus.FAILED, Outcome.ABANDONED, None, exit_code=exit_code,
+                error=ErrorClass.AGENT_SHUTDOWN, cause="the agent was shut down while the stage ran",
+                stage_outcome=stage_attempts.Outcome.UNKNOWN,
+            )
+            return
+        log.warning("%s attempt %d stopped (%s); result withheld", op_id, run.ref.attempt, run.reason)
+        self._abandon(run, op_id)
 
     def _abandon(self, run: StageRun, op_id: str) -> None:
         self.journal.record(op_id, run.ref.attempt, Outcome.ABANDONED, None, None)
