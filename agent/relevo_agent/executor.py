@@ -39,16 +39,17 @@ def _kill_group(process: subprocess.Popen[bytes], grace_sec: float) -> None:
 
 
 # Kills the stage's process group if the agent dies: it waits on a pipe only the agent holds, and
-# the kernel closes that pipe when the agent exits for any reason (SIGKILL included). A normal end
-# writes a line first, which lets the watchdog exit without killing anything.
-_WATCHDOG = 'read -r _ && exit 0; kill -TERM -- "-$1" 2>/dev/null; sleep "$2"; kill -KILL -- "-$1" 2>/dev/null; exit 0'
+# the kernel closes that pipe when the agent exits for any reason (SIGKILL included). It starts
+# before the stage and learns the group from the pipe's first line, so there is no moment when the
+# stage runs unwatched; a normal end writes a second line, which lets it exit without killing.
+_WATCHDOG = 'read -r pg || exit 0; read -r _ && exit 0; kill -TERM -- "-$pg" 2>/dev/null; sleep "$1"; kill -KILL -- "-$pg" 2>/dev/null; exit 0'
 
 
-def _start_watchdog(pgid: int, grace_sec: float) -> tuple[subprocess.Popen[bytes], int]:
+def _start_watchdog(grace_sec: float) -> tuple[subprocess.Popen[bytes], int]:
     read_end, write_end = os.pipe()
     try:
         watchdog = subprocess.Popen(
-            ["bash", "-c", _WATCHDOG, "relevo-watchdog", str(pgid), str(grace_sec)],
+            ["bash", "-c", _WATCHDOG, "relevo-watchdog", str(grace_sec)],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -85,17 +86,25 @@ def run_command(
     """Run `command` to its end, its timeout or `cancel`. With `watchdog`, the process group is
     also killed (SIGTERM, then SIGKILL after the grace) if this process dies meanwhile."""
     workspace.mkdir(parents=True, exist_ok=True)
+    guard = _start_watchdog(grace_sec) if watchdog else None
     started = time.monotonic()
-    process = subprocess.Popen(
-        ["bash", "-c", command],
-        cwd=workspace,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,  # its own session, hence its own process group
-    )
-    guard = _start_watchdog(process.pid, grace_sec) if watchdog else None
+    try:
+        process = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=workspace,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own session, hence its own process group
+        )
+    except BaseException:
+        if guard is not None:
+            os.close(guard[1])  # EOF before a group: the watchdog exits
+            guard[0].wait()
+        raise
+    if guard is not None:
+        os.write(guard[1], f"{process.pid}\n".encode())
     tail = bytearray()
 
     def pump() -> None:

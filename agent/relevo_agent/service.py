@@ -447,27 +447,50 @@ class Agent:
     # ------------------------------------------------------------------ restart recovery
     def recover(self) -> None:
         """Restart: every operation the journal shows in flight was interrupted (its watchdog
-        killed the command when the agent died). Each is reported failed with cause
+        killed the command when the agent died), and so was any attempt Relevo records as held by
+        this agent that the journal does not know. Each is reported failed with cause
         agent_restart_interrupted and outcome unknown: Relevo.Transient.AgentShutdown is
         retryable, and the next attempt reconciles before it runs anything. Reports left in the
         outbox are sent."""
         for op in self.journal.in_flight():
             log.warning("restart: %s attempt %d was in flight; reporting it interrupted", op.operation_id, op.attempt)
-            report = {
-                "job_id": op.job_id,
-                "stage": op.stage,
-                "stage_index": op.stage_index,
-                "attempt": op.attempt,
-                "run_token": op.run_token,
-                "status": StageStatus.FAILED.value,
-                "outcome": stage_attempts.Outcome.UNKNOWN.value,
-                "exit_code": None,
-                "error": ErrorClass.AGENT_SHUTDOWN.value,
-                "cause": RESTART_INTERRUPTED,
-                "receipt": None,
-            }
-            self.journal.record(op.operation_id, op.attempt, Outcome.ABANDONED, None, report)
+            self._interrupted(op)
+        # Attempts Relevo says this agent holds that the journal does not know (a lost journal):
+        # failed the same way, so they follow the retry rules instead of waiting out the lease.
+        try:
+            held = stage_attempts.held_by(self.table_name, self.config.agent_id)
+        except (BotoCoreError, ClientError) as exc:
+            log.warning("restart: cannot list the attempts this agent holds (%s); their leases will expire", exc)
+            held = []
+        for item in held:
+            job_id, stage = str(item["pk"]).removeprefix("JOB#"), str(item.get("stage_name", ""))
+            known = self.journal.get(operation_id(job_id, stage))
+            if known is not None and known.attempt == item.get("attempt"):
+                continue
+            log.warning("restart: %s:%s attempt %s is held here but not journaled; failing it", job_id, stage, item.get("attempt"))
+            op = Operation(
+                operation_id(job_id, stage), job_id, stage, int(item["stage_index"]), int(item["attempt"]), "", "",
+                run_token=item.get("run_token"),
+            )
+            self.journal.begin(op)
+            self._interrupted(op)
         self.flush_outbox()
+
+    def _interrupted(self, op: Operation) -> None:
+        report = {
+            "job_id": op.job_id,
+            "stage": op.stage,
+            "stage_index": op.stage_index,
+            "attempt": op.attempt,
+            "run_token": op.run_token,
+            "status": StageStatus.FAILED.value,
+            "outcome": stage_attempts.Outcome.UNKNOWN.value,
+            "exit_code": None,
+            "error": ErrorClass.AGENT_SHUTDOWN.value,
+            "cause": RESTART_INTERRUPTED,
+            "receipt": None,
+        }
+        self.journal.record(op.operation_id, op.attempt, Outcome.ABANDONED, None, report)
 
     # ------------------------------------------------------------------ claim handshake and lease
     def _accept(self, ref: stage_attempts.StageRef, dispatch_token: str, wait_sec: float = 30) -> str | None:

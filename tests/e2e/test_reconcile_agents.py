@@ -341,7 +341,8 @@ def test_third_signal_exits_at_once_and_the_watchdog_kills_the_stage(fleet: Flee
         wait_until(lambda: gone(pid), 5, "the stage's process group killed by its watchdog")
 
 
-def test_a_restarted_agent_reports_its_in_flight_operation_and_reconciles_it(fleet: Fleet):
+@pytest.mark.parametrize("journal_lost", [False, True], ids=["journal-kept", "journal-lost"])
+def test_a_restarted_agent_fails_its_interrupted_attempts_and_they_are_reconciled(fleet: Fleet, journal_lost: bool):
     secret = fleet.register(
         f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 2; echo "$RELEVO_OPERATION_ID" >> {fleet.effect}',
         probe=fleet.probe,
@@ -352,8 +353,13 @@ def test_a_restarted_agent_reports_its_in_flight_operation_and_reconciles_it(fle
         fleet.wait_started()
         mac_a.kill()
         mac_a.wait()
-    in_flight = sqlite3.connect(fleet.journal("mac-a")).execute("SELECT operation_id FROM operations WHERE outcome = 'running'")
-    assert in_flight.fetchall() == [(f"{job_id}:build",)]  # the journal knew what was in flight
+    journal = fleet.journal("mac-a")
+    if journal_lost:
+        for path in journal.parent.glob(journal.name + "*"):
+            path.unlink()
+    else:
+        in_flight = sqlite3.connect(journal).execute("SELECT operation_id FROM operations WHERE outcome = 'running'")
+        assert in_flight.fetchall() == [(f"{job_id}:build",)]  # the journal knew what was in flight
     restarted = time.monotonic()
     with fleet.agent("mac-a"):
         job = fleet.wait_job(job_id, timeout=45)
@@ -363,7 +369,8 @@ def test_a_restarted_agent_reports_its_in_flight_operation_and_reconciles_it(fle
     assert [entry["error"] for entry in build["attempts_log"]] == ["Relevo.Transient.AgentShutdown"]
     assert (build["attempt"], build["reconciled"]["decision"]) == (2, "rerun")
     assert fleet.effect_lines() == [f"{job_id}:build", f"{job_id}:upload"]
-    assert "restart: " in fleet.log("mac-a")
+    expected = "is held here but not journaled" if journal_lost else "was in flight; reporting it interrupted"
+    assert expected in fleet.log("mac-a")
 
 
 # ---------------------------------------------------------------------------- partition

@@ -60,3 +60,19 @@ def test_a_killed_attempt_is_recorded_with_an_unknown_outcome(local_stack, proje
     assert stage_attempts.needs_reconcile(previous, 2)
     assert "outcome" not in _stage(local_stack, job_id)  # the new attempt starts clean
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_the_attempts_an_agent_holds_are_listed_until_it_finishes_them(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    now = datetime.now(timezone.utc)
+    agent = "mac-" + project_id
+    ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, agent)
+    stage_attempts.claim(ref, 10, now)
+
+    [held] = stage_attempts.held_by(local_stack.table_name, agent)
+    assert (held["pk"], held["attempt"], held["stage_index"], held["stage_name"]) == (f"JOB#{job_id}", 1, 0, "upload")
+
+    stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")
+    assert stage_attempts.held_by(local_stack.table_name, agent) == []
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")

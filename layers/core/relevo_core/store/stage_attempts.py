@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store.codec import from_attributes, to_attribute
-from relevo_core.store.keys import JOB_SK, job_pk, key, stage_sk
+from relevo_core.store.keys import HELD_BY_INDEX, JOB_SK, job_pk, key, stage_sk
 
 _HOLDS_ATTEMPT = "agent_id = :agent AND attempt = :attempt"
 
@@ -63,6 +63,24 @@ def record_reconciled(ref: StageRef, decision: str, evidence: dict[str, Any], no
             ":attempt": ref.attempt,
         },
     )
+
+
+def held_by(table: str, agent_id: str) -> list[dict[str, Any]]:
+    """The stage attempts `agent_id` claimed and never finished (a sparse index: the claim sets
+    `held_by`, the fenced finish removes it). What a restarting agent compares with its journal."""
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "IndexName": HELD_BY_INDEX,
+        "KeyConditionExpression": "held_by = :agent",
+        "ExpressionAttributeValues": {":agent": {"S": agent_id}},
+    }
+    while True:
+        page = client("dynamodb").query(**kwargs)
+        items.extend(from_attributes(item) for item in page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 class LeaseLost(Exception):
@@ -121,7 +139,8 @@ def claim(ref: StageRef, lease_ttl_sec: int, now: datetime, precondition_version
     return _update(
         ref,
         "SET #status = :running, agent_id = :agent, attempt = :attempt, lease_expires_at = :lease, "
-        "lease_expires_iso = :lease_iso, started_at = :now, last_writer = :writer, precondition_version = :pre "
+        "lease_expires_iso = :lease_iso, started_at = :now, last_writer = :writer, precondition_version = :pre, "
+        "held_by = :agent "
         "REMOVE exit_code, error_class, ended_at, run_token, outcome, receipt",
         "attribute_exists(pk) AND (attribute_not_exists(attempt) OR attempt < :attempt "
         "OR (attempt = :attempt AND lease_expires_at < :epoch))",
@@ -193,6 +212,7 @@ def finish(
     if receipt is not None:
         expression += ", receipt = :receipt"
         values[":receipt"] = receipt
+    expression += " REMOVE held_by"
     if status is not StageStatus.SUCCEEDED or stage_name is None:
         _update(ref, expression, _HOLDS_ATTEMPT, values)
         return
