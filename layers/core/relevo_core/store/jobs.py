@@ -30,6 +30,7 @@ from relevo_core.store.keys import (
     job_pk,
     key,
 )
+from relevo_core.store.paging import query_items
 
 
 # A dedup record outlives its window by this much, so a repeat after the window is still
@@ -317,19 +318,14 @@ def clear_start_pending(table: str, job_id: str) -> None:
 
 def query_job_items(table: str, job_id: str) -> list[dict[str, Any]]:
     """All items under a job (its record and its stages), in key order."""
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "KeyConditionExpression": "pk = :pk",
-        "ExpressionAttributeValues": {":pk": {"S": job_pk(job_id)}},
-        "ConsistentRead": True,
-    }
-    while True:
-        page = client("dynamodb").query(**kwargs)
-        items.extend(from_attributes(item) for item in page["Items"])
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return list(
+        query_items(
+            TableName=table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": job_pk(job_id)}},
+            ConsistentRead=True,
+        )
+    )
 
 
 def get_envelope(table: str, job_id: str) -> JobEnvelope:

@@ -18,6 +18,7 @@ from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store.codec import from_attributes, to_attribute
 from relevo_core.store.keys import HELD_BY_INDEX, JOB_SK, job_pk, key, stage_sk
+from relevo_core.store.paging import query_items
 
 _HOLDS_ATTEMPT = "agent_id = :agent AND attempt = :attempt"
 
@@ -68,19 +69,14 @@ def record_reconciled(ref: StageRef, decision: str, evidence: dict[str, Any], no
 def held_by(table: str, agent_id: str) -> list[dict[str, Any]]:
     """The stage attempts `agent_id` claimed and never finished (a sparse index: the claim sets
     `held_by`, the fenced finish removes it). What a restarting agent compares with its journal."""
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "IndexName": HELD_BY_INDEX,
-        "KeyConditionExpression": "held_by = :agent",
-        "ExpressionAttributeValues": {":agent": {"S": agent_id}},
-    }
-    while True:
-        page = client("dynamodb").query(**kwargs)
-        items.extend(from_attributes(item) for item in page["Items"])
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return list(
+        query_items(
+            TableName=table,
+            IndexName=HELD_BY_INDEX,
+            KeyConditionExpression="held_by = :agent",
+            ExpressionAttributeValues={":agent": {"S": agent_id}},
+        )
+    )
 
 
 class LeaseLost(Exception):
