@@ -112,3 +112,24 @@ def test_resolve_refuses_a_stage_that_is_not_in_review_and_an_unknown_stage(loca
     assert (bad.value.status, bad.value.code) == (422, "VALIDATION_FAILED")
     task, _ = receive_stage(local_stack, job_id)
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_the_cli_resolves_and_prints_a_refusal_with_its_code(local_stack, project_id, tmp_path):
+    from typer.testing import CliRunner
+
+    from relevo_cli.main import app
+    from tests.integration.test_cli import _stack_file
+
+    runner = CliRunner()
+    stack_file = _stack_file(local_stack, tmp_path)
+    job_id = _to_manual_review(local_stack, project_id)
+
+    resolved = runner.invoke(app, ["job", "resolve", job_id, "--stage", "upload", "--as", "retry", "--stack-file", stack_file])
+    again = runner.invoke(app, ["job", "resolve", job_id, "--stage", "upload", "--as", "retry", "--stack-file", stack_file])
+    unknown = runner.invoke(app, ["job", "resolve", job_id, "--stage", "upload", "--as", "maybe", "--stack-file", stack_file])
+
+    assert resolved.exit_code == 0 and "resolved as retry" in resolved.output, resolved.output
+    assert again.exit_code == 1 and "STAGE_NOT_IN_REVIEW" in again.output
+    assert unknown.exit_code == 2
+    task, _ = receive_stage(local_stack, job_id)
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
