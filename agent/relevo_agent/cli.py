@@ -35,13 +35,13 @@ def run(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False
         raise typer.BadParameter(f"no table or work queue for region {settings.region!r}: set stack_file or table_name and queue_url")
     agent = Agent(settings, table, queue_url)
 
-    def _stop(signum: int, _frame: object) -> None:
-        # Only set a flag: the loops finish what they hold and return.
-        agent.stopping.set()
+    def _count(signum: int, _frame: object) -> None:
+        # Only count: the supervisor loop decides (1 drain, 2 cancel running stages, 3 exit now).
+        agent.signals += 1
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    agent.run()
+    signal.signal(signal.SIGTERM, _count)
+    signal.signal(signal.SIGINT, _count)
+    raise typer.Exit(agent.run())
 
 
 if __name__ == "__main__":

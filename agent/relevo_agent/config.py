@@ -32,6 +32,8 @@ class AgentConfig(BaseModel):
     # ...and taken by this agent anyway once it was dispatched this long ago (capped at half the
     # job's queue timeout), so a stage never starves waiting for a better agent.
     handoff_max_wait_sec: int = Field(default=60, ge=0, le=3600)
+    # How often reports the network lost are sent again from the journal's outbox.
+    outbox_interval_sec: float = Field(default=5.0, gt=0, le=300)
 
     @field_validator("capacity")
     @classmethod

@@ -38,6 +38,40 @@ def _kill_group(process: subprocess.Popen[bytes], grace_sec: float) -> None:
         pass
 
 
+# Kills the stage's process group if the agent dies: it waits on a pipe only the agent holds, and
+# the kernel closes that pipe when the agent exits for any reason (SIGKILL included). It starts
+# before the stage and learns the group from the pipe's first line, so there is no moment when the
+# stage runs unwatched; a normal end writes a second line, which lets it exit without killing.
+_WATCHDOG = 'read -r pg || exit 0; read -r _ && exit 0; kill -TERM -- "-$pg" 2>/dev/null; sleep "$1"; kill -KILL -- "-$pg" 2>/dev/null; exit 0'
+
+
+def _start_watchdog(grace_sec: float) -> tuple[subprocess.Popen[bytes], int]:
+    read_end, write_end = os.pipe()
+    try:
+        watchdog = subprocess.Popen(
+            ["bash", "-c", _WATCHDOG, "relevo-watchdog", str(grace_sec)],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # outside the stage's group and the agent's
+        )
+    finally:
+        os.close(read_end)
+    return watchdog, write_end
+
+
+def _stop_watchdog(watchdog: subprocess.Popen[bytes], write_end: int) -> None:
+    try:
+        os.write(write_end, b"done\n")
+    except OSError:
+        pass
+    os.close(write_end)
+    try:
+        watchdog.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+
+
 def run_command(
     command: str,
     workspace: Path,
@@ -47,18 +81,30 @@ def run_command(
     on_output: Callable[[bytes], None],
     grace_sec: float = 10.0,
     tail_bytes: int = 4096,
+    watchdog: bool = False,
 ) -> ExecResult:
+    """Run `command` to its end, its timeout or `cancel`. With `watchdog`, the process group is
+    also killed (SIGTERM, then SIGKILL after the grace) if this process dies meanwhile."""
     workspace.mkdir(parents=True, exist_ok=True)
+    guard = _start_watchdog(grace_sec) if watchdog else None
     started = time.monotonic()
-    process = subprocess.Popen(
-        ["bash", "-c", command],
-        cwd=workspace,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,  # its own session, hence its own process group
-    )
+    try:
+        process = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=workspace,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own session, hence its own process group
+        )
+    except BaseException:
+        if guard is not None:
+            os.close(guard[1])  # EOF before a group: the watchdog exits
+            guard[0].wait()
+        raise
+    if guard is not None:
+        os.write(guard[1], f"{process.pid}\n".encode())
     tail = bytearray()
 
     def pump() -> None:
@@ -92,6 +138,8 @@ def run_command(
     except ProcessLookupError:
         pass
     reader.join(timeout=2)
+    if guard is not None:
+        _stop_watchdog(*guard)
     return ExecResult(
         exit_code=exit_code,
         timed_out=timed_out,

@@ -1,31 +1,55 @@
 """The agent's loops: poll while there is free capacity; per stage, claim, keep the lease and
-the task heartbeat alive on their own ticker, run, record, report."""
+the task heartbeat alive on their own ticker, reconcile an unknown previous outcome, run, journal,
+report; an outbox flusher re-sends reports the network lost; staged shutdown.
+
+A stage's life on this agent:
+
+    journal.begin ─► claim (fenced; returns what the previous attempt left) ─► accept (run token)
+      ─► previous outcome unknown? reconcile: resend receipt | probe ─► succeeded / manual_review /
+         precondition changed (reported, not run) | re-run
+      ─► run (own process group, watchdog) ─► journal.record(outcome, receipt, outbox entry)
+      ─► report (fenced stage write + task token) ─► outbox entry removed
+
+Shutdown (the signal handler only counts signals): 1st stop taking work and let running stages
+finish; 2nd cancel them (group SIGTERM, then SIGKILL) and report Relevo.Transient.AgentShutdown;
+3rd exit at once (each stage's watchdog still kills its process group).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from relevo_agent import reconcile
 from relevo_agent.classify import classify
 from relevo_agent.config import AgentConfig
 from relevo_agent.executor import run_command
+from relevo_agent.journal import Journal, Operation, Outcome, operation_id
 from relevo_agent.presence import Presence
 from relevo_core.aws import client
+from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.errors import ErrorClass, RelevoError
+from relevo_core.models.plan import StagePlan
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.jobs import get_envelope
 
 log = logging.getLogger("relevo_agent")
+
+# The execution no longer waits for this token (canceled, timed out, answered).
+_DEAD_TOKEN = ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken")
+RESTART_INTERRUPTED = "agent_restart_interrupted"
 
 
 class StageMessage(BaseModel):
@@ -47,18 +71,68 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+@dataclass
+class StageRun:
+    """One attempt this agent is running: what the keeper, shutdown and the runner share."""
+
+    ref: stage_attempts.StageRef
+    run_token: str
+    cancel: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    # Why the command is being stopped: lease_lost, fenced, canceled, shutdown.
+    reason: str | None = None
+
+    def stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.cancel.set()
+
+
 class Agent:
-    def __init__(self, config: AgentConfig, table_name: str, queue_url: str) -> None:
+    def __init__(self, config: AgentConfig, table_name: str, queue_url: str, journal: Journal | None = None) -> None:
         self.config = config
         self.table_name = table_name
         self.queue_url = queue_url
+        self.journal = journal or Journal(config.journal)
+        # Set by the signal handler, read by the supervisor loop: 1 drain, 2 cancel, 3 exit.
+        self.signals = 0
         self.stopping = threading.Event()
         self._slots = threading.Semaphore(config.capacity)
-        self._pool = ThreadPoolExecutor(max_workers=config.capacity, thread_name_prefix="stage")
+        self._running: dict[str, StageRun] = {}
+        self._running_lock = threading.Lock()
+        self._active = 0
+        self._flush_lock = threading.Lock()
         self.presence = Presence(config, table_name, queue_url, self.stopping)
 
     # ------------------------------------------------------------------ loops
-    def run(self) -> None:
+    def run(self) -> int:
+        """Supervise until shut down; returns the process exit status."""
+        self.recover()
+        poller = threading.Thread(target=self._poll, name="poll", daemon=True)
+        flusher = threading.Thread(target=self._flush_outbox_loop, name="outbox", daemon=True)
+        poller.start()
+        flusher.start()
+        canceled = False
+        while True:
+            if self.signals >= 3:
+                log.warning("third signal: exiting now; watchdogs kill the running stages")
+                return 130
+            if self.signals >= 1 and not self.stopping.is_set():
+                log.info("shutdown: taking no more work; %d stage(s) running", self._active)
+                self.stopping.set()
+            if self.signals >= 2 and not canceled:
+                canceled = True
+                log.warning("second signal: canceling running stages")
+                with self._running_lock:
+                    for run in self._running.values():
+                        run.stop("shutdown")
+            if self.stopping.is_set() and self._active == 0 and not poller.is_alive():
+                self.flush_outbox()
+                self.presence.stop()  # marks this agent offline: retries stop waiting for it
+                return 0
+            time.sleep(0.1)
+
+    def _poll(self) -> None:
         log.info("agent %s polling %s (capacity %d)", self.config.agent_id, self.queue_url, self.config.capacity)
         sqs = client("sqs")
         self.presence.start()
@@ -72,8 +146,8 @@ class Agent:
                     WaitTimeSeconds=self.config.poll_wait_sec,
                     MessageSystemAttributeNames=["SentTimestamp", "ApproximateReceiveCount"],
                 )
-            except ClientError:
-                log.exception("receive failed; retrying")
+            except (ClientError, BotoCoreError) as exc:
+                log.warning("receive failed (%s); retrying", exc)
                 self._slots.release()
                 self.stopping.wait(1)
                 continue
@@ -81,10 +155,22 @@ class Agent:
             if not messages:
                 self._slots.release()
                 continue
-            future = self._pool.submit(self._handle, messages[0])
-            future.add_done_callback(lambda _: self._slots.release())
-        self._pool.shutdown(wait=True)
-        self.presence.stop()
+            if self.stopping.is_set():
+                # Taken during the drain: hand it straight back to the other agents.
+                self._give_back(messages[0])
+                self._slots.release()
+                return
+            with self._running_lock:
+                self._active += 1
+            threading.Thread(target=self._handle, args=(messages[0],), name="stage", daemon=True).start()
+
+    def _give_back(self, message: dict[str, Any]) -> None:
+        try:
+            client("sqs").change_message_visibility(
+                QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+            )
+        except (ClientError, BotoCoreError):
+            log.warning("could not hand message %s back; it returns after its visibility timeout", message.get("MessageId"))
 
     # ------------------------------------------------------------------ one stage
     def _handle(self, message: dict[str, Any]) -> None:
@@ -92,6 +178,7 @@ class Agent:
             task = StageMessage.model_validate_json(message["Body"])
         except ValidationError:
             log.error("unreadable stage message %s: left for the queue's redrive DLQ", message.get("MessageId"))
+            self._release_slot()
             return
         try:
             if self.presence.leave_to_another(
@@ -102,87 +189,325 @@ class Agent:
                 self._run_stage(task, message["ReceiptHandle"])
         except Exception:
             log.exception("stage %s/%s crashed in the agent", task.job_id, task.stage)
+        finally:
+            self._release_slot()
+
+    def _release_slot(self) -> None:
+        with self._running_lock:
+            self._active -= 1
+        self._slots.release()
 
     def _run_stage(self, task: StageMessage, receipt_handle: str) -> None:
-        sfn = client("stepfunctions")
         try:
             envelope = get_envelope(self.table_name, task.job_id)
         except RelevoError as exc:
-            sfn.send_task_failure(taskToken=task.task_token, error=exc.code.value, cause=exc.message)
+            client("stepfunctions").send_task_failure(taskToken=task.task_token, error=exc.code.value, cause=exc.message)
             client("sqs").delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
             return
         plan = envelope.stage(task.stage)
-        ref = stage_attempts.StageRef(
-            table=self.table_name,
-            job_id=task.job_id,
-            stage_index=task.stage_index,
-            attempt=task.attempt,
-            agent_id=self.config.agent_id,
-        )
+        ref = stage_attempts.StageRef(self.table_name, task.job_id, task.stage_index, task.attempt, self.config.agent_id)
+        op_id = operation_id(task.job_id, task.stage)
+        if op_id in self._running:
+            # A second delivery of a message this agent already claimed: the claim decides.
+            log.info("%s is already running here; duplicate message dropped", op_id)
+            client("sqs").delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
+            return
+        workspace = self.config.workspace_root / envelope.project
+        precondition = reconcile.precondition_version(workspace, envelope.ref, envelope.commit, plan.inputs)
+        local = self.journal.get(op_id)
+        # Journaled before the claim: every attempt this agent may hold is in its journal.
+        self.journal.begin(Operation(op_id, task.job_id, task.stage, task.stage_index, task.attempt, str(workspace), precondition))
         try:
-            stage_attempts.claim(ref, envelope.lease_ttl_sec, _now())
+            previous = stage_attempts.claim(ref, envelope.lease_ttl_sec, _now(), precondition)
         except stage_attempts.LeaseLost:
-            log.info("%s/%s attempt %d is held by another agent", task.job_id, task.stage, ref.attempt)
+            log.info("%s attempt %d is held by another agent", op_id, ref.attempt)
+            self.journal.record(op_id, ref.attempt, Outcome.ABANDONED, None, None)
             return
         # The claim is the durable record now; the message has done its job.
         client("sqs").delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
-        log.info("claimed %s/%s attempt %d", task.job_id, task.stage, ref.attempt)
+        log.info("claimed %s attempt %d", op_id, ref.attempt)
         run_token = self._accept(ref, task.task_token)
         if run_token is None:
+            self.journal.record(op_id, ref.attempt, Outcome.ABANDONED, None, None)
             return
+        self.journal.set_run_token(op_id, ref.attempt, run_token)
 
-        cancel = threading.Event()
-        keeper = threading.Thread(
-            target=self._keep_lease, args=(ref, run_token, envelope.lease_ttl_sec, cancel), daemon=True
-        )
+        run = StageRun(ref, run_token)
+        with self._running_lock:
+            self._running[op_id] = run
+        keeper = threading.Thread(target=self._keep_lease, args=(run, envelope.lease_ttl_sec), daemon=True)
         keeper.start()
-        workspace = self.config.workspace_root / envelope.project
+        try:
+            env = self._stage_env(envelope, task, workspace)
+            if stage_attempts.needs_reconcile(previous, ref.attempt) and not self._reconcile(
+                run, plan, op_id, local, previous, precondition, workspace, env
+            ):
+                return
+            self._execute(run, plan, op_id, workspace, env)
+        finally:
+            run.done.set()
+            keeper.join(timeout=5)
+            with self._running_lock:
+                self._running.pop(op_id, None)
+
+    def _stage_env(self, envelope: JobEnvelope, task: StageMessage, workspace: Path) -> dict[str, str]:
         artifact_dir = workspace / ".relevo-artifacts" / task.job_id / task.stage
         artifact_dir.mkdir(parents=True, exist_ok=True)
-        env = {
+        return {
             **os.environ,
             "RELEVO_JOB_ID": task.job_id,
             "RELEVO_STAGE": task.stage,
-            "RELEVO_ATTEMPT": str(ref.attempt),
-            "RELEVO_OPERATION_ID": f"{task.job_id}:{task.stage}",
+            "RELEVO_ATTEMPT": str(task.attempt),
+            "RELEVO_OPERATION_ID": operation_id(task.job_id, task.stage),
             "RELEVO_WORKSPACE": str(workspace),
             "RELEVO_ARTIFACT_DIR": str(artifact_dir),
             "RELEVO_REF": envelope.ref,
             "RELEVO_COMMIT": envelope.commit or "",
         }
+
+    def _reconcile(
+        self,
+        run: StageRun,
+        plan: StagePlan,
+        op_id: str,
+        local: Operation | None,
+        previous: dict[str, Any],
+        precondition: str,
+        workspace: Path,
+        env: dict[str, str],
+    ) -> bool:
+        """Decide the previous attempt's unknown outcome. True: run the stage; False: decided."""
+        ref = run.ref
+        probe = None
+        if plan.effect_probe and reconcile.wants_probe(local, previous):
+            result = run_command(
+                plan.effect_probe,
+                workspace,
+                {**env, "RELEVO_PROBE": "1"},
+                timeout_sec=min(plan.exec_timeout_sec, 300),
+                cancel=run.cancel,
+                on_output=lambda chunk: None,
+                grace_sec=plan.kill_grace_sec,
+                watchdog=True,
+            )
+            if run.reason is not None:
+                self._stopped(run, op_id, result.exit_code)
+                return False
+            probe = reconcile.ProbeResult(-1 if result.timed_out else result.exit_code, result.output_tail)
+        decision = reconcile.decide(op_id, local, previous, precondition, probe)
+        log.info("%s attempt %d reconciled: %s %s", op_id, ref.attempt, decision.decision.value, decision.evidence)
+        try:
+            stage_attempts.record_reconciled(ref, decision.decision.value, decision.evidence, _now())
+        except stage_attempts.LeaseLost:
+            self._abandon(run, op_id)
+            return False
+        if decision.decision is reconcile.Decision.RERUN:
+            return True
+        if decision.decision in (reconcile.Decision.RESEND, reconcile.Decision.SUCCEEDED):
+            self._conclude(run, op_id, StageStatus.SUCCEEDED, Outcome.RECONCILED, decision.receipt, exit_code=0)
+        elif decision.decision is reconcile.Decision.MANUAL_REVIEW:
+            self._conclude(
+                run, op_id, StageStatus.MANUAL_REVIEW, Outcome.RECONCILED, None,
+                error=ErrorClass.MANUAL_REVIEW, cause=json.dumps(decision.evidence), stage_outcome=stage_attempts.Outcome.MANUAL_REVIEW,
+            )
+        else:
+            self._conclude(
+                run, op_id, StageStatus.FAILED, Outcome.RECONCILED, None,
+                error=ErrorClass.PRECONDITION_CHANGED, cause=json.dumps(decision.evidence),
+            )
+        return False
+
+    def _execute(self, run: StageRun, plan: StagePlan, op_id: str, workspace: Path, env: dict[str, str]) -> None:
+        ref = run.ref
+        if run.reason is not None:  # stopped while reconciling
+            self._abandon(run, op_id)
+            return
         result = run_command(
             plan.command,
             workspace,
             env,
             timeout_sec=plan.exec_timeout_sec,
-            cancel=cancel,
+            cancel=run.cancel,
             on_output=lambda chunk: None,
             grace_sec=plan.kill_grace_sec,
+            watchdog=True,
         )
-        lease_lost = cancel.is_set()
-        cancel.set()  # stops the keeper
-        keeper.join(timeout=5)
-        if lease_lost:
-            # Fenced: another attempt may own the stage now; report nothing as succeeded.
-            log.warning("%s/%s attempt %d lost its lease; result withheld", task.job_id, task.stage, ref.attempt)
+        if run.reason is not None:
+            self._stopped(run, op_id, result.exit_code)
             return
+        receipt = {
+            "exit_code": result.exit_code,
+            "duration_sec": round(result.duration_sec, 3),
+            "artifacts": _checksums(Path(env["RELEVO_ARTIFACT_DIR"])),
+            "agent_id": self.config.agent_id,
+            "attempt": ref.attempt,
+        }
         if result.exit_code == 0:
-            self._finish(ref, StageStatus.SUCCEEDED, result.exit_code, None, task.stage)
-            sfn.send_task_success(
-                taskToken=run_token,
-                output=json.dumps({"stage": task.stage, "attempt": ref.attempt, "agent_id": self.config.agent_id}),
-            )
-            log.info("%s/%s succeeded in %.1fs", task.job_id, task.stage, result.duration_sec)
+            self._conclude(run, op_id, StageStatus.SUCCEEDED, Outcome.SUCCEEDED, receipt, exit_code=0)
+            log.info("%s succeeded in %.1fs", op_id, result.duration_sec)
             return
         error = classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
-        self._finish(ref, StageStatus.FAILED, result.exit_code, error)
-        sfn.send_task_failure(
-            taskToken=run_token,
-            error=error.value,
+        self._conclude(
+            run, op_id, StageStatus.FAILED, Outcome.FAILED, receipt, exit_code=result.exit_code, error=error,
             cause=json.dumps({"exit_code": result.exit_code, "agent_id": self.config.agent_id, "attempt": ref.attempt}),
         )
-        log.info("%s/%s failed: %s (exit %d)", task.job_id, task.stage, error.value, result.exit_code)
+        log.info("%s failed: %s (exit %d)", op_id, error.value, result.exit_code)
 
+    def _stopped(self, run: StageRun, op_id: str, exit_code: int) -> None:
+        """The command was stopped before its end: by a shutdown (reported, retryable, outcome
+        unknown so the retry reconciles), or fenced, taken over or canceled (nothing claimed:
+        another attempt may own the stage)."""
+        if run.reason == "shutdown":
+            self._conclude(
+                run, op_id, StageStatus.FAILED, Outcome.ABANDONED, None, exit_code=exit_code,
+                error=ErrorClass.AGENT_SHUTDOWN, cause="the agent was shut down while the stage ran",
+                stage_outcome=stage_attempts.Outcome.UNKNOWN,
+            )
+            return
+        log.warning("%s attempt %d stopped (%s); result withheld", op_id, run.ref.attempt, run.reason)
+        self._abandon(run, op_id)
+
+    def _abandon(self, run: StageRun, op_id: str) -> None:
+        self.journal.record(op_id, run.ref.attempt, Outcome.ABANDONED, None, None)
+
+    def _conclude(
+        self,
+        run: StageRun,
+        op_id: str,
+        status: StageStatus,
+        outcome: Outcome,
+        receipt: dict[str, Any] | None,
+        exit_code: int | None = None,
+        error: ErrorClass | None = None,
+        cause: str | None = None,
+        stage_outcome: stage_attempts.Outcome | None = None,
+    ) -> None:
+        """Journal first (outcome, receipt and the outbox entry in one transaction), then report."""
+        ref = run.ref
+        report = {
+            "job_id": ref.job_id,
+            "stage": op_id.split(":", 1)[1],
+            "stage_index": ref.stage_index,
+            "attempt": ref.attempt,
+            "run_token": run.run_token,
+            "status": status.value,
+            "outcome": (stage_outcome or _stage_outcome(status)).value,
+            "exit_code": exit_code,
+            "error": error.value if error else None,
+            "cause": cause,
+            "receipt": receipt,
+        }
+        self.journal.record(op_id, ref.attempt, outcome, receipt, report)
+        self.flush_outbox()
+
+    # ------------------------------------------------------------------ reporting
+    def flush_outbox(self) -> int:
+        """Send what the journal holds unsent, oldest first; stop at the first network failure.
+        Returns how many reports are still waiting."""
+        with self._flush_lock:
+            for report in self.journal.pending():
+                if self._send(report.payload):
+                    self.journal.sent(report.id)
+                else:
+                    self.journal.failed_to_send(report.id)
+                    break
+            return len(self.journal.pending())
+
+    def _flush_outbox_loop(self) -> None:
+        while True:
+            time.sleep(self.config.outbox_interval_sec)
+            try:
+                self.flush_outbox()
+            except Exception:
+                log.exception("outbox flush failed")
+
+    def _send(self, report: dict[str, Any]) -> bool:
+        """One report: the fenced stage write, then the task token. True when done with it (sent,
+        or refused for good because another attempt owns the stage); False to try again later."""
+        ref = stage_attempts.StageRef(self.table_name, report["job_id"], report["stage_index"], report["attempt"], self.config.agent_id)
+        status = StageStatus(report["status"])
+        try:
+            stage_attempts.finish(
+                ref, status, _now(), report["exit_code"], report["error"],
+                report["stage"] if status is StageStatus.SUCCEEDED else None,
+                receipt=report["receipt"], outcome=stage_attempts.Outcome(report["outcome"]),
+            )
+        except stage_attempts.LeaseLost:
+            log.warning("%s:%s attempt %d: report refused, another attempt holds the stage", report["job_id"], report["stage"], report["attempt"])
+            return True
+        except (BotoCoreError, ClientError) as exc:
+            log.warning("report of %s:%s deferred to the outbox (%s)", report["job_id"], report["stage"], exc)
+            return False
+        token = report.get("run_token")
+        if not token:
+            return True
+        sfn = client("stepfunctions")
+        try:
+            if status is StageStatus.SUCCEEDED:
+                output = {"stage": report["stage"], "attempt": report["attempt"], "agent_id": self.config.agent_id}
+                sfn.send_task_success(taskToken=token, output=json.dumps(output))
+            else:
+                sfn.send_task_failure(taskToken=token, error=report["error"] or ErrorClass.COMMAND_FAILED.value, cause=report["cause"] or "")
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in _DEAD_TOKEN:
+                log.warning("%s:%s attempt %d: the execution no longer waits for this report", report["job_id"], report["stage"], report["attempt"])
+                return True
+            log.warning("report of %s:%s deferred to the outbox (%s)", report["job_id"], report["stage"], exc)
+            return False
+        except BotoCoreError as exc:
+            log.warning("report of %s:%s deferred to the outbox (%s)", report["job_id"], report["stage"], exc)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ restart recovery
+    def recover(self) -> None:
+        """Restart: every operation the journal shows in flight was interrupted (its watchdog
+        killed the command when the agent died), and so was any attempt Relevo records as held by
+        this agent that the journal does not know. Each is reported failed with cause
+        agent_restart_interrupted and outcome unknown: Relevo.Transient.AgentShutdown is
+        retryable, and the next attempt reconciles before it runs anything. Reports left in the
+        outbox are sent."""
+        for op in self.journal.in_flight():
+            log.warning("restart: %s attempt %d was in flight; reporting it interrupted", op.operation_id, op.attempt)
+            self._interrupted(op)
+        # Attempts Relevo says this agent holds that the journal does not know (a lost journal):
+        # failed the same way, so they follow the retry rules instead of waiting out the lease.
+        try:
+            held = stage_attempts.held_by(self.table_name, self.config.agent_id)
+        except (BotoCoreError, ClientError) as exc:
+            log.warning("restart: cannot list the attempts this agent holds (%s); their leases will expire", exc)
+            held = []
+        for item in held:
+            job_id, stage = str(item["pk"]).removeprefix("JOB#"), str(item.get("stage_name", ""))
+            known = self.journal.get(operation_id(job_id, stage))
+            if known is not None and known.attempt == item.get("attempt"):
+                continue
+            log.warning("restart: %s:%s attempt %s is held here but not journaled; failing it", job_id, stage, item.get("attempt"))
+            op = Operation(
+                operation_id(job_id, stage), job_id, stage, int(item["stage_index"]), int(item["attempt"]), "", "",
+                run_token=item.get("run_token"),
+            )
+            self.journal.begin(op)
+            self._interrupted(op)
+        self.flush_outbox()
+
+    def _interrupted(self, op: Operation) -> None:
+        report = {
+            "job_id": op.job_id,
+            "stage": op.stage,
+            "stage_index": op.stage_index,
+            "attempt": op.attempt,
+            "run_token": op.run_token,
+            "status": StageStatus.FAILED.value,
+            "outcome": stage_attempts.Outcome.UNKNOWN.value,
+            "exit_code": None,
+            "error": ErrorClass.AGENT_SHUTDOWN.value,
+            "cause": RESTART_INTERRUPTED,
+            "receipt": None,
+        }
+        self.journal.record(op.operation_id, op.attempt, Outcome.ABANDONED, None, report)
+
+    # ------------------------------------------------------------------ claim handshake and lease
     def _accept(self, ref: stage_attempts.StageRef, dispatch_token: str, wait_sec: float = 30) -> str | None:
         """Tell the state machine who claimed the stage, then wait for the run token it hands to
         exactly that claim. The queue wait ends here; the lease clock starts."""
@@ -195,7 +520,7 @@ class Agent:
             log.warning("%s/%d: the dispatch is no longer waiting (%s)", ref.job_id, ref.stage_index, exc.response["Error"]["Code"])
             return None
         deadline = time.monotonic() + wait_sec
-        while time.monotonic() < deadline and not self.stopping.is_set():
+        while time.monotonic() < deadline and self.signals < 2:
             try:
                 token = stage_attempts.run_token(ref)
             except stage_attempts.LeaseLost:
@@ -206,28 +531,46 @@ class Agent:
         log.warning("%s/%d: no run token after %.0fs", ref.job_id, ref.stage_index, wait_sec)
         return None
 
-    def _finish(
-        self, ref: stage_attempts.StageRef, status: StageStatus, exit_code: int, error: ErrorClass | None, stage: str | None = None
-    ) -> None:
-        try:
-            stage_attempts.finish(ref, status, _now(), exit_code, error.value if error else None, stage)
-        except stage_attempts.LeaseLost:
-            log.warning("%s stage %d: record refused, another attempt holds it", ref.job_id, ref.stage_index)
-
-    def _keep_lease(self, ref: stage_attempts.StageRef, token: str, lease_ttl_sec: int, done: threading.Event) -> None:
-        """Renew the lease and heartbeat the task every lease/3, apart from the work itself."""
+    def _keep_lease(self, run: StageRun, lease_ttl_sec: int) -> None:
+        """Renew the lease and heartbeat the task every lease/3, apart from the work itself. When
+        renewal has failed for longer than the lease, the agent fences itself: the stage is killed
+        and never reported as succeeded."""
+        ref = run.ref
         interval = max(1.0, lease_ttl_sec / 3)
-        while not done.wait(interval):
+        renewed = time.monotonic()
+        while not run.done.wait(min(interval, max(0.1, renewed + lease_ttl_sec - time.monotonic()))):
             try:
                 stage_attempts.renew_lease(ref, lease_ttl_sec, _now())
-                client("stepfunctions").send_task_heartbeat(taskToken=token)
+                client("stepfunctions").send_task_heartbeat(taskToken=run.run_token)
+                renewed = time.monotonic()
             except stage_attempts.LeaseLost:
                 log.warning("%s stage %d: lease taken over; stopping the stage", ref.job_id, ref.stage_index)
-                done.set()
+                run.stop("lease_lost")
                 return
             except ClientError as exc:
-                if exc.response["Error"]["Code"] in ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken"):
+                if exc.response["Error"]["Code"] in _DEAD_TOKEN:
                     log.warning("%s stage %d: the execution no longer waits for it; stopping", ref.job_id, ref.stage_index)
-                    done.set()
+                    run.stop("canceled")
                     return
                 log.warning("heartbeat failed (%s); will retry", exc.response["Error"]["Code"])
+            except BotoCoreError as exc:
+                log.warning("heartbeat failed (%s); will retry", exc)
+            if time.monotonic() - renewed >= lease_ttl_sec:
+                log.warning("%s stage %d: lease not renewed for %ds; fencing myself", ref.job_id, ref.stage_index, lease_ttl_sec)
+                run.stop("fenced")
+                return
+
+
+def _stage_outcome(status: StageStatus) -> stage_attempts.Outcome:
+    return stage_attempts.Outcome.SUCCEEDED if status is StageStatus.SUCCEEDED else stage_attempts.Outcome.FAILED
+
+
+def _checksums(directory: Path) -> dict[str, str]:
+    """sha256 of each file the stage left in its artifact directory (for the receipt)."""
+    if not directory.is_dir():
+        return {}
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }

@@ -118,6 +118,10 @@ class RelevoApi:
     def reject(self, job_id: str, reason: str) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/reject", {"reason": reason})
 
+    def resolve_stage(self, job_id: str, stage: str, resolution: str, reason: str | None = None) -> dict[str, Any]:
+        body = {"as": resolution, **({"reason": reason} if reason else {})}
+        return self.request("POST", f"/jobs/{job_id}/stages/{stage}/resolve", body)
+
     def cancel_job(self, job_id: str) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/cancel", {})
 

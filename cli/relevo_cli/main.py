@@ -6,6 +6,7 @@ import json
 import signal
 import sys
 import threading
+from enum import Enum
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
@@ -21,9 +22,11 @@ app = typer.Typer(no_args_is_help=True, help="Relevo: one job per trigger, relay
 local_app = typer.Typer(no_args_is_help=True, help="The embedded local stack.")
 project_app = typer.Typer(no_args_is_help=True, help="The project registry.")
 dlq_app = typer.Typer(no_args_is_help=True, help="The job dead-letter queue.")
+job_app = typer.Typer(no_args_is_help=True, help="Operator actions on one job.")
 app.add_typer(local_app, name="local")
 app.add_typer(project_app, name="project")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(job_app, name="job")
 console = Console()
 errors = Console(stderr=True)
 
@@ -283,6 +286,26 @@ def cancel(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
     with _api(stack_file) as api:
         result = api.cancel_job(job_id)
     console.print(f"job [bold]{result['job_id']}[/bold] canceled (was {result['was']})")
+
+
+class ResolveAs(str, Enum):
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"
+    FAILED = "failed"
+
+
+@job_app.command("resolve")
+def job_resolve(
+    job_id: str,
+    stage: str = typer.Option(..., "--stage", help="the stage in manual review"),
+    resolution: ResolveAs = typer.Option(..., "--as", help="succeeded: keep the effect; retry: run the stage again; failed: fail the job"),
+    reason: Optional[str] = typer.Option(None, help="why (kept in the audit trail; required with --as failed)"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Finish a stage that reconciliation left in manual review."""
+    with _api(stack_file) as api:
+        result = api.resolve_stage(job_id, stage, resolution.value, reason)
+    console.print(f"job [bold]{job_id}[/bold] stage {result['stage']} resolved as {result['resolution']}")
 
 
 @dlq_app.command("list")

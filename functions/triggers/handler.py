@@ -1,6 +1,7 @@
 """POST /projects/{project_id}/run, POST /jobs/{job_id}/rerun, /release, /cancel, /approve and
-/reject, and the dead-letter queue: GET /dlq, GET /dlq/{job_id}, POST /dlq/{job_id}/redrive (IAM).
-Each route declares the level it needs on the project (view < operate < manage)."""
+/reject, POST /jobs/{job_id}/stages/{stage}/resolve (manual review), and the dead-letter queue:
+GET /dlq, GET /dlq/{job_id}, POST /dlq/{job_id}/redrive (IAM). Each route declares the level it
+needs on the project (view < operate < manage)."""
 
 from http import HTTPStatus
 
@@ -16,6 +17,7 @@ from relevo_core.intake import IntakeResult
 from relevo_core.models.access import Level
 from relevo_core.models.errors import ErrorCode
 from relevo_core.observability import logger, tracer
+from relevo_core.resolve import resolve_stage
 from relevo_core.triggers import release_job, rerun_job, run_project
 
 app = APIGatewayRestResolver()
@@ -57,6 +59,11 @@ def approve(job_id: str):
 @app.post("/jobs/<job_id>/reject", middlewares=[requires(Level.OPERATE)])
 def reject(job_id: str):
     return json_response(HTTPStatus.OK, decide(intake_settings(), job_id, False, json_body(app), caller_arn(app)))
+
+
+@app.post("/jobs/<job_id>/stages/<stage>/resolve", middlewares=[requires(Level.MANAGE)])
+def resolve(job_id: str, stage: str):
+    return json_response(HTTPStatus.OK, resolve_stage(intake_settings(), job_id, stage, json_body(app), caller_arn(app)))
 
 
 @app.get("/dlq")

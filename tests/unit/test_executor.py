@@ -236,3 +236,38 @@ def test_stdin_is_closed(tmp_path: Path) -> None:
     result = run("cat; echo done", tmp_path, timeout_sec=5.0)
     assert not result.timed_out
     assert result.output_tail == "done\n"
+
+
+def test_the_watchdog_kills_the_stage_group_when_the_agent_itself_is_killed(tmp_path: Path):
+    import subprocess
+    import sys
+
+    pid_file, late = tmp_path / "pid", tmp_path / "late"
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import pathlib, threading, os\n"
+            "from relevo_agent.executor import run_command\n"
+            f"run_command('echo $$ > {pid_file}; sleep 5; touch {late}', pathlib.Path({str(tmp_path)!r}),"
+            " {'PATH': os.environ['PATH']}, 60, threading.Event(), lambda chunk: None, grace_sec=1, watchdog=True)\n",
+        ]
+    )
+    deadline = time.monotonic() + 10
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stage_pid = int(pid_file.read_text())
+
+    agent.kill()  # SIGKILL: no handler, no cleanup in the agent
+    agent.wait()
+
+    deadline = time.monotonic() + 10  # grace 1 s, on a loaded machine
+    while time.monotonic() < deadline:
+        try:
+            os.kill(stage_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.02)
+    else:
+        pytest.fail("the stage outlived its agent")
+    assert not late.exists()

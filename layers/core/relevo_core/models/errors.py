@@ -34,6 +34,7 @@ class ErrorCode(str, Enum):
     ROUTE_NOT_FOUND = "ROUTE_NOT_FOUND"
     THROTTLED = "THROTTLED"
     REQUEST_REFUSED = "REQUEST_REFUSED"
+    STAGE_NOT_IN_REVIEW = "STAGE_NOT_IN_REVIEW"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -58,6 +59,7 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.ROUTE_NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.THROTTLED: HTTPStatus.TOO_MANY_REQUESTS,
     ErrorCode.REQUEST_REFUSED: HTTPStatus.BAD_REQUEST,
+    ErrorCode.STAGE_NOT_IN_REVIEW: HTTPStatus.CONFLICT,
 }
 
 
@@ -99,6 +101,10 @@ class ErrorClass(str, Enum):
     CLIENT_4XX = "Relevo.Fatal.Client4xx"
     COMMAND_FAILED = "Relevo.Fatal.ExitCode"
     PRECONDITION_CHANGED = "Relevo.Precondition.Changed"
+    # Reconciliation found an effect it cannot tie to the operation: the stage waits for an
+    # operator (relevo job resolve); resolved as failed, it fails with the second name.
+    MANUAL_REVIEW = "Relevo.Reconcile.ManualReview"
+    RESOLVED_FAILED = "Relevo.Reconcile.ResolvedFailed"
     # Timeouts, each with its own name
     QUEUE_TIMEOUT = "Relevo.Timeout.Queue"
     EXEC_TIMEOUT = "Relevo.Timeout.Exec"

@@ -27,6 +27,7 @@ class ProjectStage(BaseModel):
     exec_timeout_sec: int = Field(default=3600, ge=1, le=86_400)
     kill_grace_sec: int = Field(default=10, ge=0, le=300)
     effect_probe: str | None = Field(default=None, max_length=16_384)
+    inputs: tuple[str, ...] = Field(default=(), max_length=64)
 
 
 class WebhookSecrets(BaseModel):
@@ -186,6 +187,7 @@ class Project(RunPlanMixin):
                     kill_grace_sec=stage.kill_grace_sec,
                     retry=self.retry,
                     effect_probe=stage.effect_probe,
+                    inputs=stage.inputs,
                 )
                 for stage in self.stages
             )

@@ -30,6 +30,7 @@ from relevo_core.store.keys import (
     job_pk,
     key,
 )
+from relevo_core.store.paging import query_items
 
 
 # A dedup record outlives its window by this much, so a repeat after the window is still
@@ -330,19 +331,14 @@ def clear_start_pending(table: str, job_id: str) -> None:
 
 def query_job_items(table: str, job_id: str) -> list[dict[str, Any]]:
     """All items under a job (its record and its stages), in key order."""
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "KeyConditionExpression": "pk = :pk",
-        "ExpressionAttributeValues": {":pk": {"S": job_pk(job_id)}},
-        "ConsistentRead": True,
-    }
-    while True:
-        page = client("dynamodb").query(**kwargs)
-        items.extend(from_attributes(item) for item in page["Items"])
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return list(
+        query_items(
+            TableName=table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": job_pk(job_id)}},
+            ConsistentRead=True,
+        )
+    )
 
 
 def get_envelope(table: str, job_id: str) -> JobEnvelope:
@@ -383,9 +379,16 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 "started_at": found.get("started_at"),
                 "ended_at": found.get("ended_at"),
                 "last_writer": found.get("last_writer"),
+                # Reconcile before retry: what is known of the effect, the latest decision with
+                # its evidence, and an operator's resolution of a manual review.
+                "outcome": found.get("outcome"),
+                "reconciled": found.get("reconciled"),
+                "resolution": found.get("resolution"),
             }
         )
-    current = next((s["name"] for s in stages if s["status"] in ("dispatched", "running")), None)
+    current = next(
+        (s["name"] for s in stages if s["status"] in ("dispatched", "running", "reconciled", "manual_review")), None
+    )
     return {
         "job_id": envelope.job_id,
         "project": envelope.project,

@@ -15,6 +15,8 @@ START_PENDING = "pending"
 START_PENDING_INDEX = "StartPendingIndex"
 # GSI over `kind` (projects, ...) sorted by pk: listings without scans.
 KIND_INDEX = "KindIndex"
+# Sparse GSI over `held_by`: the stage attempts an agent has claimed and not finished.
+HELD_BY_INDEX = "HeldByIndex"
 PROJECT_KIND = "project"
 # GSI over (project, created_at): a project's jobs by time, for listings and filters.
 PROJECT_JOBS_INDEX = "ProjectJobsIndex"

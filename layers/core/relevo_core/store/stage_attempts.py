@@ -9,15 +9,74 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from enum import Enum
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
-from relevo_core.store.codec import to_attribute
-from relevo_core.store.keys import JOB_SK, job_pk, key, stage_sk
+from relevo_core.store.codec import from_attributes, to_attribute
+from relevo_core.store.keys import HELD_BY_INDEX, JOB_SK, job_pk, key, stage_sk
+from relevo_core.store.paging import query_items
 
 _HOLDS_ATTEMPT = "agent_id = :agent AND attempt = :attempt"
+
+
+class Outcome(str, Enum):
+    """What is known of an attempt's effect, on its stage record."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    # The command was killed or the agent vanished: the effect may or may not exist.
+    UNKNOWN = "unknown"
+    MANUAL_REVIEW = "manual_review"
+    # An operator resolved a manual review (relevo job resolve).
+    RESOLVED = "resolved"
+
+
+def needs_reconcile(previous: dict[str, Any], attempt: int) -> bool:
+    """Whether the attempt before `attempt` left an outcome the state machine never learnt: it
+    was claimed and never recorded one (lease lost without a receipt), recorded `unknown` (killed),
+    or recorded a success whose acknowledgement was lost (the receipt is then re-sent)."""
+    earlier = previous.get("attempt")
+    if not isinstance(earlier, int) or earlier >= attempt:
+        return False
+    return previous.get("outcome") in (None, Outcome.UNKNOWN.value, Outcome.SUCCEEDED.value)
+
+
+def record_reconciled(ref: StageRef, decision: str, evidence: dict[str, Any], now: datetime) -> None:
+    """A reconciliation's decision and its evidence, on the stage (fenced on the attempt): the
+    latest as `reconciled`, every one in `reconciliations`."""
+    entry = {"attempt": ref.attempt, "agent_id": ref.agent_id, "decision": decision, "evidence": evidence, "at": now.isoformat()}
+    _update(
+        ref,
+        "SET #status = :reconciled, reconciled = :entry, "
+        "reconciliations = list_append(if_not_exists(reconciliations, :none), :entries), last_writer = :writer",
+        _HOLDS_ATTEMPT,
+        {
+            ":reconciled": StageStatus.RECONCILED.value,
+            ":entry": entry,
+            ":entries": [entry],
+            ":none": [],
+            ":writer": f"agent:{ref.agent_id}",
+            ":agent": ref.agent_id,
+            ":attempt": ref.attempt,
+        },
+    )
+
+
+def held_by(table: str, agent_id: str) -> list[dict[str, Any]]:
+    """The stage attempts `agent_id` claimed and never finished (a sparse index: the claim sets
+    `held_by`, the fenced finish removes it). What a restarting agent compares with its journal."""
+    return list(
+        query_items(
+            TableName=table,
+            IndexName=HELD_BY_INDEX,
+            KeyConditionExpression="held_by = :agent",
+            ExpressionAttributeValues={":agent": {"S": agent_id}},
+        )
+    )
 
 
 class LeaseLost(Exception):
@@ -37,7 +96,9 @@ class StageRef:
         return key(job_pk(self.job_id), stage_sk(self.stage_index))
 
 
-def _update(ref: StageRef, expression: str, condition: str, values: dict[str, object]) -> None:
+def _update(
+    ref: StageRef, expression: str, condition: str, values: dict[str, object], return_old: bool = False
+) -> dict[str, Any]:
     request: dict[str, object] = {
         "TableName": ref.table,
         "Key": ref.key,
@@ -48,12 +109,15 @@ def _update(ref: StageRef, expression: str, condition: str, values: dict[str, ob
     if "#status" in expression:
         # DynamoDB refuses names the expressions do not use.
         request["ExpressionAttributeNames"] = {"#status": "status"}
+    if return_old:
+        request["ReturnValues"] = "ALL_OLD"
     try:
-        client("dynamodb").update_item(**request)
+        response = client("dynamodb").update_item(**request)
     except ClientError as exc:
         if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
             raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}") from exc
         raise
+    return from_attributes(response.get("Attributes", {}))
 
 
 def _lease_until(now: datetime, lease_ttl_sec: int) -> tuple[int, str]:
@@ -63,14 +127,17 @@ def _lease_until(now: datetime, lease_ttl_sec: int) -> tuple[int, str]:
     return int(until.timestamp()), until.astimezone(timezone.utc).isoformat()
 
 
-def claim(ref: StageRef, lease_ttl_sec: int, now: datetime) -> None:
+def claim(ref: StageRef, lease_ttl_sec: int, now: datetime, precondition_version: str | None = None) -> dict[str, Any]:
+    """Claim the operation's attempt. Returns the stage record as it was before the claim: what
+    the previous attempt left (its outcome, receipt, precondition) is what reconciliation reads."""
     epoch = int(now.timestamp())
     lease, lease_iso = _lease_until(now, lease_ttl_sec)
-    _update(
+    return _update(
         ref,
         "SET #status = :running, agent_id = :agent, attempt = :attempt, lease_expires_at = :lease, "
-        "lease_expires_iso = :lease_iso, started_at = :now, last_writer = :writer "
-        "REMOVE exit_code, error_class, ended_at, run_token",
+        "lease_expires_iso = :lease_iso, started_at = :now, last_writer = :writer, precondition_version = :pre, "
+        "held_by = :agent "
+        "REMOVE exit_code, error_class, ended_at, run_token, outcome, receipt",
         "attribute_exists(pk) AND (attribute_not_exists(attempt) OR attempt < :attempt "
         "OR (attempt = :attempt AND lease_expires_at < :epoch))",
         {
@@ -82,7 +149,9 @@ def claim(ref: StageRef, lease_ttl_sec: int, now: datetime) -> None:
             ":epoch": epoch,
             ":now": now.isoformat(),
             ":writer": f"agent:{ref.agent_id}",
+            ":pre": precondition_version or "",
         },
+        return_old=True,
     )
 
 
@@ -113,9 +182,15 @@ def finish(
     exit_code: int | None,
     error_class: str | None,
     stage_name: str | None = None,
+    receipt: dict[str, Any] | None = None,
+    outcome: Outcome | None = None,
 ) -> None:
     """Record the attempt's outcome, fenced on the attempt. A success also becomes the job's
-    last successful stage in the same transaction (the state machine spends no state on it)."""
+    last successful stage in the same transaction (the state machine spends no state on it).
+
+    `outcome` says what is known of the command's effect: a receipt goes with `succeeded` or
+    `failed`; a command that was killed (fenced, canceled, shut down) is `unknown`, so the next
+    attempt reconciles before it runs anything."""
     values: dict[str, object] = {
         ":status": status.value,
         ":agent": ref.agent_id,
@@ -126,6 +201,14 @@ def finish(
         ":error": error_class or "",
     }
     expression = "SET #status = :status, ended_at = :now, last_writer = :writer, exit_code = :exit, error_class = :error"
+    if outcome is None:
+        outcome = Outcome.SUCCEEDED if status is StageStatus.SUCCEEDED else Outcome.FAILED
+    expression += ", outcome = :outcome"
+    values[":outcome"] = outcome.value
+    if receipt is not None:
+        expression += ", receipt = :receipt"
+        values[":receipt"] = receipt
+    expression += " REMOVE held_by"
     if status is not StageStatus.SUCCEEDED or stage_name is None:
         _update(ref, expression, _HOLDS_ATTEMPT, values)
         return

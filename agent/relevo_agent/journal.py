@@ -1,0 +1,221 @@
+"""The agent's local journal: SQLite in WAL mode, written before anything is reported.
+
+One row per operation (`operation_id` = job:stage, stable across attempts) holds the attempt this
+agent last ran, the resource it touched, the precondition it ran under, the outcome and the
+receipt. A result is written here first, in the same SQLite transaction as an outbox entry; the
+outbox entry is removed only once the report reached Relevo, so a report lost to a network
+failure (or an agent crash) is sent again when the network returns.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+class Outcome(str, Enum):
+    # The command is running (or was, when the agent died): the outcome is not known yet.
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    # The agent gave up the attempt (fenced, canceled, shut down): no result is claimed.
+    ABANDONED = "abandoned"
+    # A reconciliation decided the attempt without running the command.
+    RECONCILED = "reconciled"
+
+    @property
+    def known(self) -> bool:
+        return self in {Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RECONCILED}
+
+
+@dataclass(frozen=True)
+class Operation:
+    operation_id: str
+    job_id: str
+    stage: str
+    stage_index: int
+    attempt: int
+    resource_key: str
+    precondition_version: str
+    outcome: Outcome = Outcome.RUNNING
+    receipt: dict[str, Any] | None = None
+    run_token: str | None = None
+    updated_at: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    """An outbox entry: a result recorded locally and not yet acknowledged by Relevo."""
+
+    id: int
+    operation_id: str
+    attempt: int
+    payload: dict[str, Any]
+    tries: int
+
+
+def operation_id(job_id: str, stage: str) -> str:
+    return f"{job_id}:{stage}"
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS operations (
+    operation_id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    stage_index INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    resource_key TEXT NOT NULL,
+    precondition_version TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    receipt TEXT,
+    run_token TEXT,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    operation_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    payload TEXT NOT NULL,
+    tries INTEGER NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL
+);
+"""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+class Journal:
+    """Thread-safe: every stage thread and the outbox flusher share one connection under a lock."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise RuntimeError(f"journal {path}: SQLite refused WAL mode ({mode})")
+        # FULL: a committed result survives a power loss, not only a crash of the agent.
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ------------------------------------------------------------------ operations
+    def begin(self, op: Operation) -> None:
+        """Record that this agent is about to run `op.attempt` of the operation. Written before
+        the command starts, so a crash leaves an in-flight entry to reconcile on restart."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO operations (operation_id, job_id, stage, stage_index, attempt, resource_key, "
+                "precondition_version, outcome, receipt, run_token, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT(operation_id) DO UPDATE SET attempt=excluded.attempt, resource_key=excluded.resource_key, "
+                "precondition_version=excluded.precondition_version, outcome=excluded.outcome, receipt=NULL, "
+                "run_token=excluded.run_token, updated_at=excluded.updated_at",
+                (
+                    op.operation_id,
+                    op.job_id,
+                    op.stage,
+                    op.stage_index,
+                    op.attempt,
+                    op.resource_key,
+                    op.precondition_version,
+                    op.outcome.value,
+                    None,
+                    op.run_token,
+                    _now(),
+                ),
+            )
+
+    def set_run_token(self, operation_id: str, attempt: int, token: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "UPDATE operations SET run_token=?, updated_at=? WHERE operation_id=? AND attempt=?",
+                (token, _now(), operation_id, attempt),
+            )
+
+    def record(
+        self, operation_id: str, attempt: int, outcome: Outcome, receipt: dict[str, Any] | None, report: dict[str, Any] | None
+    ) -> None:
+        """The outcome and receipt, and (when there is something to tell Relevo) the outbox entry
+        that reports it: one SQLite transaction, so neither exists without the other."""
+        with self._lock, self._transaction():
+            self._db.execute(
+                "UPDATE operations SET outcome=?, receipt=?, updated_at=? WHERE operation_id=? AND attempt=?",
+                (outcome.value, json.dumps(receipt) if receipt is not None else None, _now(), operation_id, attempt),
+            )
+            if report is not None:
+                self._db.execute(
+                    "INSERT INTO outbox (operation_id, attempt, payload, created_at) VALUES (?,?,?,?)",
+                    (operation_id, attempt, json.dumps(report), _now()),
+                )
+
+    def get(self, operation_id: str) -> Operation | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM operations WHERE operation_id=?", (operation_id,)).fetchone()
+        return _operation(row) if row else None
+
+    def in_flight(self) -> list[Operation]:
+        """Operations whose command was running when the agent last stopped."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM operations WHERE outcome=? ORDER BY updated_at", (Outcome.RUNNING.value,)
+            ).fetchall()
+        return [_operation(row) for row in rows]
+
+    # ------------------------------------------------------------------ outbox
+    def pending(self, limit: int = 50) -> list[Report]:
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM outbox ORDER BY id LIMIT ?", (limit,)).fetchall()
+        return [Report(row["id"], row["operation_id"], row["attempt"], json.loads(row["payload"]), row["tries"]) for row in rows]
+
+    def sent(self, report_id: int) -> None:
+        """Relevo has the report (or refused it for good): it leaves the outbox."""
+        with self._lock:
+            self._db.execute("DELETE FROM outbox WHERE id=?", (report_id,))
+
+    def failed_to_send(self, report_id: int) -> None:
+        with self._lock:
+            self._db.execute("UPDATE outbox SET tries = tries + 1 WHERE id=?", (report_id,))
+
+    def _transaction(self) -> "_Transaction":
+        return _Transaction(self._db)
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        self._db.execute("ROLLBACK" if kind else "COMMIT")
+
+
+def _operation(row: sqlite3.Row) -> Operation:
+    return Operation(
+        operation_id=row["operation_id"],
+        job_id=row["job_id"],
+        stage=row["stage"],
+        stage_index=row["stage_index"],
+        attempt=row["attempt"],
+        resource_key=row["resource_key"],
+        precondition_version=row["precondition_version"],
+        outcome=Outcome(row["outcome"]),
+        receipt=json.loads(row["receipt"]) if row["receipt"] else None,
+        run_token=row["run_token"],
+        updated_at=row["updated_at"],
+    )

@@ -1,0 +1,139 @@
+"""Reconcile before retry: decide what really happened to an attempt whose outcome is unknown,
+before anything runs again.
+
+The decision uses, in order:
+1. a receipt: the local journal's, or one the previous attempt recorded on the stage without it
+   ever being acknowledged. A success receipt is re-sent; that is not a re-run.
+2. the stage's `effect_probe`, a read-only command run with the stage's environment:
+   exit 0 = the effect is present, exit 1 = it is absent, anything else = the probe cannot tell.
+   A present effect is tied to this operation when the probe's output names the operation id
+   (`RELEVO_OPERATION_ID`, which the stage writes into what it produces).
+3. the precondition: the commit the ref resolves to in the workspace, plus the hash of the
+   inputs the stage declares, compared with what the previous attempt ran under.
+
+    effect present, tied to the operation     -> succeeded, with the reconciled receipt
+    effect present, not tied (or probe unsure) -> manual_review: nothing is overwritten
+    effect absent, precondition changed        -> Relevo.Precondition.Changed, not retried
+    effect absent, precondition unchanged      -> re-run under the same operation id
+    no probe declared                          -> as "absent": the precondition decides
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import subprocess
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from relevo_agent.journal import Operation, Outcome
+
+PROBE_PRESENT = 0
+PROBE_ABSENT = 1
+
+
+class Decision(str, Enum):
+    RESEND = "resend_receipt"
+    SUCCEEDED = "succeeded"
+    RERUN = "rerun"
+    MANUAL_REVIEW = "manual_review"
+    PRECONDITION_CHANGED = "precondition_changed"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    exit_code: int
+    output: str
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    decision: Decision
+    evidence: dict[str, Any]
+    # The receipt reported for this attempt when it is not re-run (RESEND, SUCCEEDED).
+    receipt: dict[str, Any] | None = field(default=None)
+
+
+def decide(
+    operation_id: str,
+    local: Operation | None,
+    previous: dict[str, Any],
+    current_precondition: str,
+    probe: ProbeResult | None,
+) -> Reconciliation:
+    """The protocol's decision. `previous` is the stage record as the previous attempt left it;
+    `probe` is None when the stage declares no effect probe (run it only when `wants_probe`)."""
+    receipt = success_receipt(local, previous)
+    if receipt is not None:
+        return Reconciliation(Decision.RESEND, {"source": receipt.pop("_source")}, receipt)
+    evidence: dict[str, Any] = {
+        "previous_attempt": previous.get("attempt"),
+        "previous_agent": previous.get("agent_id"),
+        "precondition_before": previous.get("precondition_version") or None,
+        "precondition_now": current_precondition,
+    }
+    if probe is not None:
+        evidence["probe_exit"] = probe.exit_code
+        evidence["probe_output"] = probe.output[-1024:]
+        if probe.exit_code == PROBE_PRESENT:
+            if operation_id in probe.output:
+                return Reconciliation(
+                    Decision.SUCCEEDED, evidence, {"reconciled": True, "exit_code": 0, "probe_output": probe.output[-1024:]}
+                )
+            evidence["why"] = "the effect exists but does not name this operation"
+            return Reconciliation(Decision.MANUAL_REVIEW, evidence)
+        if probe.exit_code != PROBE_ABSENT:
+            evidence["why"] = "the effect probe could not tell (exit neither 0 nor 1)"
+            return Reconciliation(Decision.MANUAL_REVIEW, evidence)
+    else:
+        evidence["probe"] = "none declared"
+    before = previous.get("precondition_version") or (local.precondition_version if local else None)
+    if before and before != current_precondition:
+        evidence["why"] = "the precondition changed since the previous attempt"
+        return Reconciliation(Decision.PRECONDITION_CHANGED, evidence)
+    return Reconciliation(Decision.RERUN, evidence)
+
+
+def wants_probe(local: Operation | None, previous: dict[str, Any]) -> bool:
+    """The probe runs only when no receipt already decides."""
+    return success_receipt(local, previous) is None
+
+
+def success_receipt(local: Operation | None, previous: dict[str, Any]) -> dict[str, Any] | None:
+    """A success that was recorded but never acknowledged: locally, or on the stage record."""
+    if local is not None and local.outcome is Outcome.SUCCEEDED and local.receipt is not None:
+        return {**local.receipt, "_source": f"journal (attempt {local.attempt})"}
+    if previous.get("outcome") == "succeeded" and isinstance(previous.get("receipt"), dict):
+        return {**previous["receipt"], "_source": f"stage record (attempt {previous.get('attempt')})"}
+    return None
+
+
+def precondition_version(workspace: Path, ref: str, commit: str | None, inputs: tuple[str, ...]) -> str:
+    """`commit=<c>;inputs=<sha256>`. The commit is what `ref` resolves to in the workspace when it
+    is a git checkout (so a moved ref shows), else the job's commit; the hash covers the files the
+    stage declares as inputs (workspace-relative globs), names and contents."""
+    resolved = _resolve_ref(workspace, ref) or commit or ""
+    digest = hashlib.sha256()
+    for pattern in inputs:
+        for name in sorted(glob.glob(pattern, root_dir=workspace, recursive=True)):
+            path = workspace / name
+            if path.is_file():
+                digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return f"commit={resolved};inputs={digest.hexdigest()[:16]}"
+
+
+def _resolve_ref(workspace: Path, ref: str) -> str | None:
+    if not (workspace / ".git").exists():
+        return None
+    try:
+        found = subprocess.run(
+            ["git", "-C", str(workspace), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return found.stdout.strip() or None if found.returncode == 0 else None

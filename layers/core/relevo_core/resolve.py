@@ -1,0 +1,69 @@
+"""Manual review, from the operator's side: finish a stage that reconciliation could not decide
+(`relevo job resolve ID --stage S --as succeeded|retry|failed`). The resolution is recorded on
+the stage and in the audit trail; Step Functions, answered through the token the stage keeps,
+decides what it means."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from relevo_core.aws import client
+from relevo_core.config import IntakeSettings
+from relevo_core.models.envelope import validation_error
+from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
+from relevo_core.models.status import StageStatus
+from relevo_core.store import jobs, reviews
+from relevo_core.store.audit import record_action
+
+
+class Resolution(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    as_: Literal["succeeded", "retry", "failed"] = Field(alias="as")
+    reason: str | None = Field(default=None, max_length=2048)
+
+
+def resolve_stage(settings: IntakeSettings, job_id: str, stage: str, body: Any, actor: str) -> dict[str, Any]:
+    try:
+        resolution = Resolution.model_validate(body or {})
+    except ValidationError as exc:
+        raise validation_error(exc) from exc
+    if resolution.as_ == "failed" and not resolution.reason:
+        raise RelevoError(ErrorCode.VALIDATION_FAILED, "reason: resolving as failed needs a reason")
+    names = [planned.name for planned in jobs.get_envelope(settings.table_name, job_id).stages]
+    if stage not in names:
+        raise RelevoError(ErrorCode.STAGE_UNKNOWN, f"job {job_id} has no stage {stage!r}")
+    index = names.index(stage)
+    record = reviews.review(settings.table_name, job_id, index)
+    token = record.get("review_token")
+    if record.get("status") != StageStatus.MANUAL_REVIEW.value or not token:
+        raise RelevoError(
+            ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {stage} of {job_id} is {record.get('status', 'pending')}, not in manual review"
+        )
+    now = datetime.now(timezone.utc)
+    try:
+        reviews.record_resolution(settings.table_name, job_id, index, token, resolution.as_, actor, resolution.reason, now)
+    except reviews.NotInReview as exc:
+        raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {stage} of {job_id} was resolved meanwhile") from exc
+    sfn = client("stepfunctions")
+    try:
+        if resolution.as_ == "failed":
+            sfn.send_task_failure(taskToken=token, error=ErrorClass.RESOLVED_FAILED.value, cause=f"{actor}: {resolution.reason}")
+        else:
+            sfn.send_task_success(
+                taskToken=token, output=json.dumps({"resolution": resolution.as_, "actor": actor, "reason": resolution.reason})
+            )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken"):
+            raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"job {job_id} no longer waits on stage {stage}") from exc
+        raise
+    record_action(
+        settings.table_name, job_id, "stage.resolve", actor, now, stage=stage, resolution=resolution.as_, reason=resolution.reason,
+        evidence=record.get("reconciled"),
+    )
+    return {"job_id": job_id, "stage": stage, "resolution": resolution.as_, "actor": actor}

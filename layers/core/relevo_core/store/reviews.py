@@ -1,0 +1,57 @@
+"""Access pattern: a stage waiting for an operator after reconciliation (manual_review), and the
+operator's resolution recorded on it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from relevo_core.aws import client
+from relevo_core.models.status import StageStatus
+from relevo_core.store.codec import from_attributes, to_attribute
+from relevo_core.store.keys import job_pk, key, stage_sk
+
+
+class NotInReview(Exception):
+    """The stage is not (or no longer) waiting for a resolution with that token."""
+
+
+def review(table: str, job_id: str, stage_index: int) -> dict[str, Any]:
+    """The stage record's status, review token and reconciliation evidence ({} if none)."""
+    item = client("dynamodb").get_item(
+        TableName=table,
+        Key=key(job_pk(job_id), stage_sk(stage_index)),
+        ConsistentRead=True,
+        ProjectionExpression="#status, review_token, review_attempt, reconciled",
+        ExpressionAttributeNames={"#status": "status"},
+    ).get("Item", {})
+    return from_attributes(item)
+
+
+def record_resolution(
+    table: str, job_id: str, stage_index: int, token: str, resolution: str, actor: str, reason: str | None, now: datetime
+) -> None:
+    """Written before the token is answered, and only while the stage still waits with that
+    token: the next attempt then finds the outcome `resolved` and runs without reconciling."""
+    entry = {"as": resolution, "actor": actor, "at": now.isoformat(), **({"reason": reason} if reason else {})}
+    try:
+        client("dynamodb").update_item(
+            TableName=table,
+            Key=key(job_pk(job_id), stage_sk(stage_index)),
+            UpdateExpression="SET resolution = :entry, outcome = :resolved, last_writer = :writer",
+            ConditionExpression="#status = :review AND review_token = :token",
+            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeValues={
+                ":entry": to_attribute(entry),
+                ":resolved": to_attribute("resolved"),
+                ":writer": to_attribute(f"operator:{actor}"),
+                ":review": to_attribute(StageStatus.MANUAL_REVIEW.value),
+                ":token": to_attribute(token),
+            },
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            raise NotInReview(f"{job_id} stage {stage_index}") from exc
+        raise

@@ -1,0 +1,78 @@
+"""What reconciliation reads and writes on a stage record, fenced on the attempt like every
+other agent write (DynamoDB on the embedded stack)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from relevo_core.aws import client
+from relevo_core.models.status import StageStatus
+from relevo_core.store import stage_attempts
+from tests.integration.helpers import receive_stage, table_items
+from tests.integration.test_job_state_machine import _start_job
+from relevo_core.store.codec import from_attributes
+
+
+def _stage(stack, job_id):
+    return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"JOB#{job_id}")}["STAGE#00"]
+
+
+def test_a_claim_returns_what_the_previous_attempt_left_and_reconciliation_is_fenced(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    now = datetime.now(timezone.utc)
+    first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
+    second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
+
+    assert "attempt" not in stage_attempts.claim(first, 10, now, "commit=a;inputs=0")
+    # mac-a's attempt ends without a receipt it could deliver: the next claim sees no outcome.
+    previous = stage_attempts.claim(second, 10, now, "commit=a;inputs=0")
+
+    assert (previous["attempt"], previous["agent_id"], previous["precondition_version"]) == (1, "mac-a", "commit=a;inputs=0")
+    assert stage_attempts.needs_reconcile(previous, 2)
+    stage_attempts.record_reconciled(second, "rerun", {"probe_exit": 1}, now)
+    with pytest.raises(stage_attempts.LeaseLost):
+        stage_attempts.record_reconciled(first, "succeeded", {"probe_exit": 0}, now)
+    stage_attempts.finish(second, StageStatus.SUCCEEDED, now, 0, None, "upload", receipt={"exit_code": 0, "artifacts": {}})
+
+    stage = _stage(local_stack, job_id)
+    assert (stage["status"], stage["outcome"], stage["receipt"]) == ("succeeded", "succeeded", {"exit_code": 0, "artifacts": {}})
+    assert [(r["attempt"], r["decision"]) for r in stage["reconciliations"]] == [(2, "rerun")]
+    assert stage["reconciled"]["evidence"] == {"probe_exit": 1}
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_a_killed_attempt_is_recorded_with_an_unknown_outcome(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    now = datetime.now(timezone.utc)
+    first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
+    stage_attempts.claim(first, 10, now)
+
+    stage_attempts.finish(
+        first, StageStatus.FAILED, now, -1, "Relevo.Transient.AgentShutdown", outcome=stage_attempts.Outcome.UNKNOWN
+    )
+
+    previous = stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 10, now)
+    assert previous["outcome"] == "unknown" and "receipt" not in previous
+    assert stage_attempts.needs_reconcile(previous, 2)
+    assert "outcome" not in _stage(local_stack, job_id)  # the new attempt starts clean
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_the_attempts_an_agent_holds_are_listed_until_it_finishes_them(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    now = datetime.now(timezone.utc)
+    agent = "mac-" + project_id
+    ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, agent)
+    stage_attempts.claim(ref, 10, now)
+
+    [held] = stage_attempts.held_by(local_stack.table_name, agent)
+    assert (held["pk"], held["attempt"], held["stage_index"], held["stage_name"]) == (f"JOB#{job_id}", 1, 0, "upload")
+
+    stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")
+    assert stage_attempts.held_by(local_stack.table_name, agent) == []
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")

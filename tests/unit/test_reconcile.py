@@ -1,0 +1,120 @@
+"""Reconcile-before-retry decisions, without AWS: receipt, probe and precondition."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from relevo_agent.journal import Operation, Outcome
+from relevo_agent.reconcile import Decision, ProbeResult, decide, precondition_version, wants_probe
+from relevo_core.store.stage_attempts import needs_reconcile
+
+OP = "job_1:upload"
+PRE = "commit=abc;inputs=00"
+# The stage record as a previous attempt left it when its agent vanished mid-stage.
+LOST = {"attempt": 1, "agent_id": "mac-a", "precondition_version": PRE}
+
+
+def _local(outcome: Outcome, receipt=None) -> Operation:
+    return Operation(OP, "job_1", "upload", 0, 1, "/ws", PRE, outcome, receipt)
+
+
+@pytest.mark.parametrize(
+    ("previous", "attempt", "expected"),
+    [
+        ({}, 1, False),  # first attempt: nothing before it
+        (LOST, 2, True),  # lease lost without a receipt
+        ({**LOST, "outcome": "unknown"}, 2, True),  # killed (shutdown, restart)
+        ({**LOST, "outcome": "succeeded", "receipt": {"exit_code": 0}}, 2, True),  # ack lost
+        ({**LOST, "outcome": "failed"}, 2, False),  # an ordinary failure is simply retried
+        ({**LOST, "outcome": "manual_review"}, 2, False),  # an operator chose retry
+        (LOST, 1, False),  # the same attempt again
+    ],
+)
+def test_which_previous_attempts_need_reconciling(previous, attempt, expected):
+    assert needs_reconcile(previous, attempt) is expected
+
+
+def test_a_local_success_receipt_is_resent_without_probing():
+    local = _local(Outcome.SUCCEEDED, {"exit_code": 0, "artifacts": {"a.ipa": "ff"}})
+
+    assert not wants_probe(local, LOST)
+    result = decide(OP, local, LOST, PRE, None)
+
+    assert result.decision is Decision.RESEND
+    assert result.receipt == {"exit_code": 0, "artifacts": {"a.ipa": "ff"}}
+    assert "journal" in result.evidence["source"]
+
+
+def test_a_success_recorded_on_the_stage_but_never_acknowledged_is_resent():
+    previous = {**LOST, "outcome": "succeeded", "receipt": {"exit_code": 0}}
+
+    result = decide(OP, None, previous, PRE, None)
+
+    assert (result.decision, result.receipt) == (Decision.RESEND, {"exit_code": 0})
+    assert "stage record" in result.evidence["source"]
+
+
+def test_a_local_failure_receipt_is_not_resent_as_a_success():
+    assert wants_probe(_local(Outcome.FAILED, {"exit_code": 2}), LOST)
+
+
+def test_an_effect_naming_the_operation_is_reconciled_as_succeeded():
+    result = decide(OP, None, LOST, PRE, ProbeResult(0, f"uploaded build 42 for {OP}\n"))
+
+    assert result.decision is Decision.SUCCEEDED
+    assert result.receipt["reconciled"] is True
+    assert result.evidence["probe_exit"] == 0 and OP in result.evidence["probe_output"]
+
+
+def test_an_effect_that_does_not_name_the_operation_goes_to_manual_review():
+    result = decide(OP, None, LOST, PRE, ProbeResult(0, "uploaded build 42 for job_0:upload\n"))
+
+    assert result.decision is Decision.MANUAL_REVIEW
+    assert result.receipt is None
+
+
+def test_a_probe_that_cannot_tell_goes_to_manual_review():
+    assert decide(OP, None, LOST, PRE, ProbeResult(2, "403")).decision is Decision.MANUAL_REVIEW
+
+
+def test_an_absent_effect_under_the_same_precondition_is_rerun():
+    result = decide(OP, None, LOST, PRE, ProbeResult(1, ""))
+
+    assert result.decision is Decision.RERUN
+    assert (result.evidence["precondition_before"], result.evidence["precondition_now"]) == (PRE, PRE)
+
+
+def test_an_absent_effect_after_the_ref_moved_stops_with_precondition_changed():
+    result = decide(OP, None, LOST, "commit=def;inputs=00", ProbeResult(1, ""))
+
+    assert result.decision is Decision.PRECONDITION_CHANGED
+
+
+def test_without_a_probe_the_precondition_decides():
+    assert decide(OP, None, LOST, PRE, None).decision is Decision.RERUN
+    assert decide(OP, None, LOST, "commit=zzz;inputs=00", None).decision is Decision.PRECONDITION_CHANGED
+
+
+def test_the_precondition_follows_the_ref_in_a_git_workspace_and_the_declared_inputs(tmp_path: Path):
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q", "-b", "main")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "one")
+    (tmp_path / "Podfile.lock").write_text("a")
+    first = precondition_version(tmp_path, "refs/heads/main", "0" * 40, ("*.lock",))
+
+    assert first.startswith("commit=") and "0" * 40 not in first  # the ref, not the job's commit
+    assert precondition_version(tmp_path, "refs/heads/main", "0" * 40, ("*.lock",)) == first
+    (tmp_path / "Podfile.lock").write_text("b")
+    changed_input = precondition_version(tmp_path, "refs/heads/main", "0" * 40, ("*.lock",))
+    assert changed_input != first
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "two")
+    assert precondition_version(tmp_path, "refs/heads/main", "0" * 40, ("*.lock",)) != changed_input
+
+
+def test_outside_a_git_checkout_the_precondition_is_the_jobs_commit(tmp_path: Path):
+    assert precondition_version(tmp_path, "refs/heads/main", "abc1234", ()).startswith("commit=abc1234;")
