@@ -24,11 +24,16 @@ from relevo_core.store.keys import (
     START_PENDING,
     START_PENDING_ATTRIBUTE,
     START_PENDING_INDEX,
+    WAIT_ORDER_ATTRIBUTE,
+    WAITING_FOR_ATTRIBUTE,
     dedup_pk,
     delivery_pk,
     job_pk,
     key,
+    queue_seq,
+    wait_order,
 )
+from relevo_core.store.paging import query_all
 
 
 # A dedup record outlives its window by this much, so a repeat after the window is still
@@ -80,7 +85,12 @@ def queue_counter_update(table: str, limit: int, delta: int) -> dict[str, Any]:
 
 
 def job_item(envelope: JobEnvelope, status: JobStatus, now: datetime) -> dict[str, Any]:
-    """A new job's record: the frozen envelope plus its status projection."""
+    """A new job's record: the frozen envelope plus its status projection.
+
+    `queue_seq` and `wait_order` place the job among the jobs waiting for its project; the order
+    key only becomes visible in WaitOrderIndex once the state machine marks the job waiting.
+    """
+    seq = queue_seq(envelope.created_at)
     item: dict[str, Any] = {
         "pk": job_pk(envelope.job_id),
         "sk": JOB_SK,
@@ -90,6 +100,8 @@ def job_item(envelope: JobEnvelope, status: JobStatus, now: datetime) -> dict[st
         "project": envelope.project,
         "status": status.value,
         "priority": envelope.priority,
+        "queue_seq": seq,
+        WAIT_ORDER_ATTRIBUTE: wait_order(envelope.priority, seq, envelope.job_id),
         "created_at": envelope.created_at.isoformat(),
         "updated_at": now.isoformat(),
         "last_writer": "intake",
@@ -250,7 +262,7 @@ def mark_canceled(table: str, job_id: str, previous: JobStatus, actor: str, queu
     one. Conditional on the status read, so a concurrent transition makes the caller read again."""
     update = _operator_transition(
         table, job_id, previous, JobStatus.CANCELED, actor, now,
-        extra=f", ended_at = :now REMOVE {START_PENDING_ATTRIBUTE}, queue_reason",
+        extra=f", ended_at = :now REMOVE {START_PENDING_ATTRIBUTE}, queue_reason, {WAITING_FOR_ATTRIBUTE}",
     )
     items: list[dict[str, Any]] = [{"Update": update}]
     if previous is JobStatus.QUEUED:
@@ -315,19 +327,14 @@ def clear_start_pending(table: str, job_id: str) -> None:
 
 def query_job_items(table: str, job_id: str) -> list[dict[str, Any]]:
     """All items under a job (its record and its stages), in key order."""
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "KeyConditionExpression": "pk = :pk",
-        "ExpressionAttributeValues": {":pk": {"S": job_pk(job_id)}},
-        "ConsistentRead": True,
-    }
-    while True:
-        page = client("dynamodb").query(**kwargs)
-        items.extend(from_attributes(item) for item in page["Items"])
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return list(
+        query_all(
+            TableName=table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": job_pk(job_id)}},
+            ConsistentRead=True,
+        )
+    )
 
 
 def get_envelope(table: str, job_id: str) -> JobEnvelope:
@@ -380,6 +387,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "commit": envelope.commit,
         "region_affinity": envelope.region_affinity,
         "priority": record.get("priority", envelope.priority),
+        "queue_seq": record.get("queue_seq"),
         "created_at": record.get("created_at"),
         "updated_at": record.get("updated_at"),
         "ended_at": record.get("ended_at"),

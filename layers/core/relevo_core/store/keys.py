@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 JOB_SK = "JOB"
 PROJECT_SK = "PROJECT"
 DEDUP_SK = "DEDUP"
@@ -20,6 +22,13 @@ LOCK_KIND = "lock"
 DLQ_KIND = "dlq"
 DLQ_SK = "DLQ"
 LOCK_SK = "LOCK"
+# Sparse GSI (WaitOrderIndex): jobs waiting for their project's lock, hashed by project and sorted
+# so that the first entry is the job that goes next (priority desc, then queue_seq asc).
+WAITING_FOR_ATTRIBUTE = "waiting_for"
+WAIT_ORDER_ATTRIBUTE = "wait_order"
+WAIT_ORDER_INDEX = "WaitOrderIndex"
+# Priorities span -PRIORITY_BOUND..PRIORITY_BOUND (the envelope's bounds).
+PRIORITY_BOUND = 1_000_000
 
 
 def job_pk(job_id: str) -> str:
@@ -45,6 +54,25 @@ def dlq_pk(job_id: str) -> str:
 
 def lock_pk(project_id: str) -> str:
     return f"LOCK#{project_id}"
+
+
+def queue_seq(created_at: datetime) -> int:
+    """A job's place in arrival order: its enqueue time in microseconds since the epoch.
+
+    Time-based so that intake needs no extra call (a counter would be one more round trip, as
+    TransactWriteItems returns no values); ties and clock skew between containers are broken by
+    the job id in `wait_order`.
+    """
+    return int(created_at.timestamp() * 1_000_000)
+
+
+def wait_order(priority: int, seq: int, job_id: str) -> str:
+    """Sort key of a waiting job: higher priority first, then earlier queue_seq, then job id.
+
+    Derived only from the job record's priority and queue_seq, so a priority change re-orders a
+    queued job by rewriting this one attribute.
+    """
+    return f"{PRIORITY_BOUND - priority:07d}#{seq:017d}#{job_id}"
 
 
 def dedup_pk(idempotency_key: str) -> str:

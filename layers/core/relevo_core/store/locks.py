@@ -12,12 +12,21 @@ from relevo_core.store.kinds import items_of_kind
 
 def lock_holders(table: str) -> dict[str, list[str]]:
     """Project id -> execution names holding its lock."""
-    holders: dict[str, list[str]] = {}
+    return _named_in(table, "holders")
+
+
+def lock_waiters(table: str) -> dict[str, list[str]]:
+    """Project id -> job ids (= execution names) waiting for its lock."""
+    return _named_in(table, "waiters")
+
+
+def _named_in(table: str, attribute: str) -> dict[str, list[str]]:
+    named: dict[str, list[str]] = {}
     for record in items_of_kind(table, LOCK_KIND):
-        names = sorted(record.get("holders") or [])
+        names = sorted(record.get(attribute) or [])
         if names:
-            holders[record["pk"].removeprefix("LOCK#")] = names
-    return holders
+            named[record["pk"].removeprefix("LOCK#")] = names
+    return named
 
 
 def release(table: str, project_id: str, execution_name: str) -> bool:

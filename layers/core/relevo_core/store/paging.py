@@ -1,0 +1,17 @@
+"""One DynamoDB query, every page of it, items decoded: what each access pattern's listings share."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from relevo_core.aws import client
+from relevo_core.store.codec import from_attributes
+
+
+def query_all(**kwargs: Any) -> Iterator[dict[str, Any]]:
+    while True:
+        page = client("dynamodb").query(**kwargs)
+        yield from (from_attributes(item) for item in page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
