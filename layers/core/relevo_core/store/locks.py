@@ -3,9 +3,7 @@ back), seen from the sweeper, which frees holders whose execution has ended."""
 
 from __future__ import annotations
 
-from botocore.exceptions import ClientError
-
-from relevo_core.aws import client
+from relevo_core.store.conditional import update_if
 from relevo_core.store.keys import LOCK_KIND, LOCK_SK, key, lock_pk
 from relevo_core.store.kinds import items_of_kind
 
@@ -32,17 +30,11 @@ def _named_in(table: str, attribute: str) -> dict[str, list[str]]:
 def release(table: str, project_id: str, execution_name: str) -> bool:
     """Give back the slot `execution_name` holds, exactly as the state machine would; False if
     it no longer holds it."""
-    try:
-        client("dynamodb").update_item(
-            TableName=table,
-            Key=key(lock_pk(project_id), LOCK_SK),
-            UpdateExpression="ADD #count :minus_one DELETE holders :me",
-            ConditionExpression="contains(holders, :name)",
-            ExpressionAttributeNames={"#count": "count"},
-            ExpressionAttributeValues={":minus_one": {"N": "-1"}, ":me": {"SS": [execution_name]}, ":name": {"S": execution_name}},
-        )
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
+    return update_if(
+        TableName=table,
+        Key=key(lock_pk(project_id), LOCK_SK),
+        UpdateExpression="ADD #count :minus_one DELETE holders :me",
+        ConditionExpression="contains(holders, :name)",
+        ExpressionAttributeNames={"#count": "count"},
+        ExpressionAttributeValues={":minus_one": {"N": "-1"}, ":me": {"SS": [execution_name]}, ":name": {"S": execution_name}},
+    )

@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.models.status import JobStatus
 from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.conditional import update_if
 from relevo_core.store.jobs import StatusChanged
 from relevo_core.store.paging import query_all
 from relevo_core.store.keys import (
@@ -97,28 +98,16 @@ def drop_waiter(table: str, project_id: str, job_id: str) -> bool:
     interrupted drop is still found (through `waiters`) and finished by the next sweep. False if
     the job was no longer a waiter.
     """
-    ddb = client("dynamodb")
-    try:
-        ddb.update_item(
-            TableName=table,
-            Key=key(job_pk(job_id), JOB_SK),
-            UpdateExpression=f"REMOVE {WAITING_FOR_ATTRIBUTE}",
-            ConditionExpression="attribute_exists(pk)",
-        )
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":  # the job record expired
-            raise
-    try:
-        ddb.update_item(
-            TableName=table,
-            Key=key(lock_pk(project_id), LOCK_SK),
-            UpdateExpression="DELETE waiters :me",
-            ConditionExpression="contains(waiters, :name)",
-            ExpressionAttributeValues={":me": {"SS": [job_id]}, ":name": {"S": job_id}},
-        )
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
-
+    update_if(  # refused when the job record has expired: nothing to remove
+        TableName=table,
+        Key=key(job_pk(job_id), JOB_SK),
+        UpdateExpression=f"REMOVE {WAITING_FOR_ATTRIBUTE}",
+        ConditionExpression="attribute_exists(pk)",
+    )
+    return update_if(
+        TableName=table,
+        Key=key(lock_pk(project_id), LOCK_SK),
+        UpdateExpression="DELETE waiters :me",
+        ConditionExpression="contains(waiters, :name)",
+        ExpressionAttributeValues={":me": {"SS": [job_id]}, ":name": {"S": job_id}},
+    )
