@@ -32,6 +32,11 @@ class IntakeSettings(TableSettings):
     project_cache_sec: float = Field(default=10, alias="PROJECT_CACHE_SEC", ge=0)
 
 
+class SweeperSettings(IntakeSettings):
+    # Where the owner hears that an idempotency key was frozen (the project notification topic).
+    notification_topic_arn: str = Field(alias="NOTIFICATION_TOPIC_ARN", pattern=r"^arn:[a-z-]+:sns:")
+
+
 class SchedulerSettings(_Env):
     """Where the registry keeps project schedules (EventBridge Scheduler) and what they invoke."""
 
@@ -48,6 +53,11 @@ def table_settings() -> TableSettings:
 @lru_cache(maxsize=1)
 def intake_settings() -> IntakeSettings:
     return IntakeSettings.from_environ()
+
+
+@lru_cache(maxsize=1)
+def sweeper_settings() -> SweeperSettings:
+    return SweeperSettings.from_environ()
 
 
 @lru_cache(maxsize=1)

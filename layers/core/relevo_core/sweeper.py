@@ -13,6 +13,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from relevo_core import key_freeze
 from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
 from relevo_core.intake import start_execution, work_queue_url
@@ -31,6 +32,8 @@ class SweepReport:
     locks_freed: list[str] = field(default_factory=list)
     # "project:job" of jobs dropped from a project's waiting order because their execution ended.
     waiters_dropped: list[str] = field(default_factory=list)
+    # Idempotency keys frozen by this sweep (see key_freeze).
+    keys_frozen: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +41,7 @@ class SweepReport:
             "already_running": self.already_running,
             "locks_freed": self.locks_freed,
             "waiters_dropped": self.waiters_dropped,
+            "keys_frozen": self.keys_frozen,
         }
 
 
@@ -45,10 +49,12 @@ def execution_arn(state_machine_arn: str, name: str) -> str:
     return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
 
 
-def sweep(settings: IntakeSettings, now: datetime) -> SweepReport:
+def sweep(settings: IntakeSettings, now: datetime, notification_topic_arn: str | None = None) -> SweepReport:
     report = start_forgotten_jobs(settings, now)
     free_locks_of_ended_executions(settings, report)
     drop_ended_waiters(settings, report)
+    if notification_topic_arn:
+        report.keys_frozen = key_freeze.evaluate_pending(settings.table_name, notification_topic_arn, now)
     return report
 
 

@@ -30,6 +30,8 @@ class ErrorCode(str, Enum):
     DLQ_ENTRY_NOT_FOUND = "DLQ_ENTRY_NOT_FOUND"
     JOB_NOT_WAITING = "JOB_NOT_WAITING"
     STAGE_UNKNOWN = "STAGE_UNKNOWN"
+    KEY_FROZEN = "KEY_FROZEN"
+    KEY_NOT_FROZEN = "KEY_NOT_FROZEN"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -51,6 +53,9 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.DLQ_ENTRY_NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.JOB_NOT_WAITING: HTTPStatus.CONFLICT,
     ErrorCode.STAGE_UNKNOWN: HTTPStatus.UNPROCESSABLE_ENTITY,
+    # Automatic runs of an idempotency key that kept dead-lettering are refused until unfrozen.
+    ErrorCode.KEY_FROZEN: HTTPStatus.CONFLICT,
+    ErrorCode.KEY_NOT_FROZEN: HTTPStatus.NOT_FOUND,
 }
 
 

@@ -15,6 +15,7 @@ from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.freezes import not_frozen_check
 from relevo_core.store.keys import (
     COUNTER_SK,
     DEDUP_SK,
@@ -67,7 +68,12 @@ class QueueFull:
     limit: int
 
 
-CreateOutcome = Created | Duplicate | RepeatAfterWindow | QueueFull
+@dataclass(frozen=True)
+class KeyFrozen:
+    idempotency_key: str
+
+
+CreateOutcome = Created | Duplicate | RepeatAfterWindow | QueueFull | KeyFrozen
 
 
 def queue_counter_update(table: str, limit: int, delta: int) -> dict[str, Any]:
@@ -125,6 +131,7 @@ def create_job(
     now: datetime,
     held: bool = False,
     replaces_expires_at: int | None = None,
+    refuse_frozen: bool = False,
 ) -> CreateOutcome:
     """Write the job in one transaction: dedup record, delivery record, envelope and queue slot.
 
@@ -133,6 +140,7 @@ def create_job(
     (ReturnValuesOnConditionCheckFailure), so a duplicate costs this one call. A held job (a
     repeat kept for an operator) takes no queue slot and starts no execution.
     `replaces_expires_at` takes over an expired dedup record, only if nobody else did first.
+    `refuse_frozen` adds a check, inside the same transaction, that the key is not frozen.
     """
     epoch = int(now.timestamp())
     dedup_until = epoch + dedup_window_sec
@@ -188,6 +196,10 @@ def create_job(
     if not held:
         counter_index = len(items)
         items.append(queue_counter_update(table, queue_limit, +1))
+    frozen_index = None
+    if refuse_frozen and not held:
+        frozen_index = len(items)
+        items.append(not_frozen_check(table, envelope.idempotency_key))
 
     for attempt in range(_CONFLICT_RETRIES):
         try:
@@ -216,6 +228,8 @@ def create_job(
             if int(existing["expires_at"]) >= epoch:
                 return Duplicate(str(existing["job_id"]), "idempotency_key")
             return RepeatAfterWindow(str(existing["job_id"]), int(existing["expires_at"]))
+        if frozen_index is not None and codes[frozen_index] == "ConditionalCheckFailed":
+            return KeyFrozen(envelope.idempotency_key)
         if counter_index is not None and codes[counter_index] == "ConditionalCheckFailed":
             queued = from_attributes(reasons[counter_index].get("Item") or {}).get("queued", queue_limit)
             return QueueFull(int(queued), queue_limit)

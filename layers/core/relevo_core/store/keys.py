@@ -29,6 +29,15 @@ WAIT_ORDER_ATTRIBUTE = "wait_order"
 WAIT_ORDER_INDEX = "WaitOrderIndex"
 # Priorities span -PRIORITY_BOUND..PRIORITY_BOUND (the envelope's bounds).
 PRIORITY_BOUND = 1_000_000
+# Dead-letter entries by idempotency key (DeadLetterKeyIndex), and those whose freeze decision is
+# still to be made (sparse FreezeCheckIndex: the state machine writes the marker with the entry).
+DEAD_LETTER_KEY_INDEX = "DeadLetterKeyIndex"
+FREEZE_CHECK_INDEX = "FreezeCheckIndex"
+FREEZE_CHECK_ATTRIBUTE = "freeze_check"
+FREEZE_CHECK_PENDING = "pending"
+FREEZE_SK = "FREEZE"
+# Present on a freeze record only while the key is frozen: KindIndex lists the frozen keys.
+FROZEN_KEY_KIND = "frozen_key"
 
 
 def job_pk(job_id: str) -> str:
@@ -54,6 +63,10 @@ def dlq_pk(job_id: str) -> str:
 
 def lock_pk(project_id: str) -> str:
     return f"LOCK#{project_id}"
+
+
+def freeze_pk(idempotency_key: str) -> str:
+    return f"FREEZE#{idempotency_key}"
 
 
 def queue_seq(created_at: datetime) -> int:
