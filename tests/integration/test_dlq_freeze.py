@@ -160,7 +160,8 @@ def _deployed_sweeper_settings(stack) -> SweeperSettings:
 
 
 def test_entries_older_than_a_day_do_not_count(local_stack, project_id, frozen_notices):
-    key = f"{project_id}:{secrets.token_hex(20)}:0123456789abcdef"
+    # A ref's identity: the key holds '/' as well as ':', and still travels in the unfreeze URL.
+    key = f"{project_id}:ref:refs/heads/{secrets.token_hex(4)}:0123456789abcdef"
     now = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
     _record_dead_letter(local_stack, project_id, key, now - timedelta(hours=30))
     _record_dead_letter(local_stack, project_id, key, now - timedelta(hours=24))
@@ -176,6 +177,8 @@ def test_entries_older_than_a_day_do_not_count(local_stack, project_id, frozen_n
     assert _frozen(local_stack, key)  # now, 1 h and 2 h later: three within 24 h
     [notice] = frozen_notices(key)
     assert len(notice["entries"]) == 3 and [e["job_id"] for e in notice["entries"]][1:] == recent
+    assert RelevoApi.for_stack(local_stack).unfreeze_key(key)["idempotency_key"] == key
+    assert not _frozen(local_stack, key)
 
 
 def test_counted_entries_window_and_unfreeze():

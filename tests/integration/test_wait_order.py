@@ -61,8 +61,11 @@ def _next_dispatched(stack, candidates: set[str], timeout: float = 60) -> dict:
 
 def _held_project_with_waiters(stack, settings, project_id, priorities: list[int]) -> tuple[dict, list[str]]:
     """One job holds the project (its stage dispatched, unanswered); then jobs of these priorities
-    arrive in this order and wait. Returns the holder's stage message and the waiters' ids."""
-    register_project(stack, project_id, STAGES)
+    arrive in this order and wait. Returns the holder's stage message and the waiters' ids.
+
+    The holder's stage waits for a claim: a generous queue timeout keeps a loaded test worker
+    from timing it out (and freeing the project) while the waiters line up."""
+    register_project(stack, project_id, STAGES, queue_timeout_sec=600)
     holder = _enqueue(stack, settings, project_id, priority=0)
     holder_task, _ = receive_stage(stack, holder)
     waiters = [_enqueue(stack, settings, project_id, priority=priority) for priority in priorities]
