@@ -56,6 +56,9 @@ class RelevoApi:
     def get_job(self, job_id: str) -> dict[str, Any]:
         return self.request("GET", f"/jobs/{job_id}")
 
+    def list_jobs(self, **filters: Any) -> dict[str, Any]:
+        return self.request("GET", "/jobs", params={k: v for k, v in filters.items() if v is not None})
+
     def put_project(self, project_id: str, project: dict[str, Any]) -> dict[str, Any]:
         return self.request("PUT", f"/projects/{project_id}", project)
 

@@ -119,6 +119,43 @@ def status(
         console.print(render_job(job))
 
 
+@app.command("jobs")
+def jobs(
+    project: Optional[str] = typer.Option(None, "--project", help="only this project's jobs"),
+    status: Optional[str] = typer.Option(None, "--status", help="queued, running, failed, ... (queued: in run order)"),
+    trigger: Optional[str] = typer.Option(None, "--trigger", help="webhook, api, manual, schedule or retry"),
+    agent: Optional[str] = typer.Option(None, "--agent", help="jobs any attempt of which ran on this agent"),
+    region: Optional[str] = typer.Option(None, "--region", help="region affinity"),
+    since: Optional[str] = typer.Option(None, "--since", help="created at or after (ISO 8601)"),
+    until: Optional[str] = typer.Option(None, "--until", help="created at or before (ISO 8601)"),
+    limit: int = typer.Option(50, "--limit", min=1, max=500),
+    as_json: bool = typer.Option(False, "--json", help="print the listing as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """List jobs, newest first; with --status queued, in the order they will run."""
+    with _api(stack_file) as api:
+        listing = api.list_jobs(
+            project=project, status=status, trigger=trigger, agent=agent, region=region,
+            since=since, until=until, limit=limit,
+        )
+    if as_json:
+        sys.stdout.write(json.dumps(listing, indent=2) + "\n")
+        return
+    queued = status == "queued"
+    table = Table(title=f"{listing['count']} job(s){' (more not shown)' if listing['truncated'] else ''}")
+    if queued:
+        table.add_column("#", justify="right")
+    for column in ("job", "project", "status", "trigger", "ref", "region", "priority", "created", "why waiting" if queued else "last good stage"):
+        table.add_column(column)
+    for job in listing["jobs"]:
+        row = [] if not queued else [str(job["queue_position"])]
+        row += [job["job_id"], job["project"], job["status"], job["trigger"] or "", job["ref"] or "",
+                job["region_affinity"] or "", str(job["priority"]), (job["created_at"] or "")[:19],
+                (job["queue_reason"] or "") if queued else (job["last_successful_stage"] or "")]
+        table.add_row(*row)
+    console.print(table)
+
+
 @project_app.command("apply")
 def project_apply(file: Path, stack_file: Optional[Path] = StackOption) -> None:
     """Validate and store a project; webhook secrets go to Secrets Manager."""

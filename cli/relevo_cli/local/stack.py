@@ -25,6 +25,7 @@ from relevo_cli.local import deferred, template
 from relevo_cli.local.apigateway import ApiAdapter, Route
 from relevo_cli.local.lambda_runtime import FunctionRuntime
 from relevo_cli.local.scheduler import ScheduleFirer
+from relevo_cli.local.streams import StreamPoller
 from relevo_core.stackfile import StackInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -61,6 +62,7 @@ class LocalStack:
         # How often project schedules (EventBridge Scheduler) are checked for a due slot.
         self.schedule_poll_sec = schedule_poll_sec
         self.schedule_firer: ScheduleFirer | None = None
+        self.stream_pollers: list[StreamPoller] = []
         self._server: Any = None
         self._runtimes: dict[str, FunctionRuntime] = {}
         self._adapter: ApiAdapter | None = None
@@ -159,6 +161,7 @@ class LocalStack:
             port=self.api_port,
         )
         self._adapter.start()
+        self._start_streams(sam, physical)
         self._start_schedules(sam)
         self._start_project_schedules(
             [str(physical[d.logical_id]) for d in later if d.type == "AWS::Scheduler::ScheduleGroup"]
@@ -258,6 +261,23 @@ class LocalStack:
         for runtime in self._runtimes.values():
             runtime.wait_ready()
 
+    def _start_streams(self, sam: dict[str, Any], physical: dict[str, str | None]) -> None:
+        """DynamoDB stream events: a poller per function and stream (see local/streams.py)."""
+        dynamodb, streams = self._session.client("dynamodb"), self._session.client("dynamodbstreams")
+        for fn in template.sam_functions(sam, self.root):
+            for event_name, table_id, batch_size in fn.streams:
+                table = dynamodb.describe_table(TableName=str(physical[table_id]))["Table"]
+                _detach_emulator_stream_invoker(table["TableName"], ACCOUNT_ID, self.region)
+                poller = StreamPoller(
+                    streams,
+                    table["LatestStreamArn"],
+                    batch_size,
+                    invoke=lambda event, name=fn.logical_id: self._runtimes[name].invoke(event),
+                    name=f"{fn.logical_id}-{event_name}",
+                )
+                poller.start(self._stopping)
+                self.stream_pollers.append(poller)
+
     def _start_schedules(self, sam: dict[str, Any]) -> None:
         """EventBridge rules from `Schedule` events: the emulator keeps the rule but cannot invoke
         Lambda, so a timer per rule invokes the function with the scheduled event AWS sends."""
@@ -326,6 +346,17 @@ class LocalStack:
                 "userArn": caller["Arn"],
             }
         return self._identities[access_key]
+
+
+def _detach_emulator_stream_invoker(table_name: str, account_id: str, region: str) -> None:
+    """moto links a table to the Lambda event source mappings created for its stream and, on
+    every write, invokes the function through Docker (absent here): each write then waits for
+    that attempt, and the failed attempt's error text also empties the stream's records. The
+    local poller delivers the stream instead, so the link is cut in the emulator's backend (it
+    runs in this process); the mapping itself stays listed as deployed."""
+    from moto.dynamodb.models import dynamodb_backends
+
+    dynamodb_backends[account_id][region].get_table(table_name).lambda_event_source_mappings.clear()
 
 
 def _emulator_server(host: str, port: int) -> Any:

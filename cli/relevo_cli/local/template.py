@@ -29,6 +29,8 @@ class SamFunction:
     handler: str
     routes: tuple[tuple[str, str, bool], ...]  # (method, path, iam_auth)
     schedules: tuple[tuple[str, float], ...] = ()  # (event name, period in seconds)
+    # (event name, logical id of the table whose stream it reads, batch size)
+    streams: tuple[tuple[str, str, int], ...] = ()
 
 
 def load_sam_template(path: Path, parameters: dict[str, str] | None = None) -> dict[str, Any]:
@@ -71,7 +73,13 @@ def sam_functions(template: dict[str, Any], root: Path) -> list[SamFunction]:
         props = resource["Properties"]
         routes = []
         schedules = []
+        streams = []
         for event_name, event in props.get("Events", {}).items():
+            if event.get("Type") == "DynamoDB":
+                stream = event["Properties"]["Stream"]
+                table_id = stream["Fn::GetAtt"][0] if isinstance(stream.get("Fn::GetAtt"), list) else stream["Fn::GetAtt"].split(".")[0]
+                streams.append((event_name, table_id, int(event["Properties"].get("BatchSize", 100))))
+                continue
             if event.get("Type") in ("Schedule", "ScheduleV2"):
                 expression = event["Properties"].get("Schedule") or event["Properties"].get("ScheduleExpression")
                 schedules.append((event_name, rate_seconds(expression)))
@@ -88,6 +96,7 @@ def sam_functions(template: dict[str, Any], root: Path) -> list[SamFunction]:
                 handler=props.get("Handler", globals_fn.get("Handler", "handler.lambda_handler")),
                 routes=tuple(routes),
                 schedules=tuple(schedules),
+                streams=tuple(streams),
             )
         )
     return functions

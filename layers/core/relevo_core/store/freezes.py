@@ -30,12 +30,12 @@ from relevo_core.store.keys import (
     key,
 )
 from relevo_core.store.kinds import items_of_kind
-from relevo_core.store.paging import query_all
+from relevo_core.store.paging import query_items
 
 
 def pending_checks(table: str) -> list[dict[str, Any]]:
     """Dead-letter entries whose freeze decision is still to be made, oldest failure first."""
-    return list(query_all(
+    return list(query_items(
         TableName=table,
         IndexName=FREEZE_CHECK_INDEX,
         KeyConditionExpression=f"{FREEZE_CHECK_ATTRIBUTE} = :pending",
@@ -45,7 +45,7 @@ def pending_checks(table: str) -> list[dict[str, Any]]:
 
 def entries_of_key(table: str, idempotency_key: str) -> list[dict[str, Any]]:
     """Every dead-letter entry of one idempotency key (job_id, project, error, failed_at)."""
-    return list(query_all(
+    return list(query_items(
         TableName=table,
         IndexName=DEAD_LETTER_KEY_INDEX,
         KeyConditionExpression="idempotency_key = :key",

@@ -21,6 +21,7 @@ from relevo_core.store.keys import (
     DEDUP_SK,
     DELIVERY_SK,
     JOB_SK,
+    PROJECT_JOBS_ATTRIBUTE,
     QUEUE_COUNTER_PK,
     START_PENDING,
     START_PENDING_ATTRIBUTE,
@@ -34,7 +35,7 @@ from relevo_core.store.keys import (
     queue_seq,
     wait_order,
 )
-from relevo_core.store.paging import query_all
+from relevo_core.store.paging import query_items
 
 
 # A dedup record outlives its window by this much, so a repeat after the window is still
@@ -104,6 +105,7 @@ def job_item(envelope: JobEnvelope, status: JobStatus, now: datetime) -> dict[st
         "schema_version": envelope.schema_version,
         "job_id": envelope.job_id,
         "project": envelope.project,
+        PROJECT_JOBS_ATTRIBUTE: envelope.project,
         "status": status.value,
         "priority": envelope.priority,
         "queue_seq": seq,
@@ -342,7 +344,7 @@ def clear_start_pending(table: str, job_id: str) -> None:
 def query_job_items(table: str, job_id: str) -> list[dict[str, Any]]:
     """All items under a job (its record and its stages), in key order."""
     return list(
-        query_all(
+        query_items(
             TableName=table,
             KeyConditionExpression="pk = :pk",
             ExpressionAttributeValues={":pk": {"S": job_pk(job_id)}},

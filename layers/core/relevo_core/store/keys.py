@@ -18,6 +18,10 @@ START_PENDING_INDEX = "StartPendingIndex"
 # GSI over `kind` (projects, ...) sorted by pk: listings without scans.
 KIND_INDEX = "KindIndex"
 PROJECT_KIND = "project"
+# GSI over (project, created_at): a project's jobs by time, for listings and filters.
+PROJECT_JOBS_INDEX = "ProjectJobsIndex"
+# Set on job records only (a project's own record keeps its settings in `project`, a map).
+PROJECT_JOBS_ATTRIBUTE = "project_jobs"
 LOCK_KIND = "lock"
 DLQ_KIND = "dlq"
 DLQ_SK = "DLQ"

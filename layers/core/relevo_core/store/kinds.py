@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from relevo_core.store.keys import KIND_INDEX
-from relevo_core.store.paging import query_all
+from relevo_core.store.paging import query_items
 
 
 def items_of_kind(table: str, kind: str) -> Iterator[dict[str, Any]]:
-    return query_all(
+    return query_items(
         TableName=table,
         IndexName=KIND_INDEX,
         KeyConditionExpression="kind = :kind",

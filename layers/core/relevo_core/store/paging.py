@@ -1,4 +1,4 @@
-"""One DynamoDB query, every page of it, items decoded: what each access pattern's listings share."""
+"""Every page of a DynamoDB Query, as plain Python items."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes
 
 
-def query_all(**kwargs: Any) -> Iterator[dict[str, Any]]:
+def query_items(**kwargs: Any) -> Iterator[dict[str, Any]]:
     while True:
         page = client("dynamodb").query(**kwargs)
         yield from (from_attributes(item) for item in page["Items"])

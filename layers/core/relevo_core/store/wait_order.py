@@ -20,7 +20,7 @@ from relevo_core.models.status import JobStatus
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.conditional import update_if
 from relevo_core.store.jobs import StatusChanged
-from relevo_core.store.paging import query_all
+from relevo_core.store.paging import query_items
 from relevo_core.store.keys import (
     JOB_SK,
     LOCK_SK,
@@ -44,7 +44,7 @@ def waiting_jobs(table: str, project_id: str, limit: int | None = None) -> list[
     }
     if limit:
         kwargs["Limit"] = limit
-    return [str(item["job_id"]) for item in islice(query_all(**kwargs), limit)]
+    return [str(item["job_id"]) for item in islice(query_items(**kwargs), limit)]
 
 
 def set_priority(table: str, job_id: str, priority: int, actor: str, now: datetime) -> str:

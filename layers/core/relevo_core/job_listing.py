@@ -1,0 +1,145 @@
+"""`GET /jobs`: the jobs an operator asks for, filtered, newest first — or, for queued jobs,
+in the order they will run."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from relevo_core.models.envelope import TriggerType
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.status import JobStatus
+from relevo_core.store.jobs import query_job_items
+from relevo_core.store.project_jobs import jobs_of_project
+from relevo_core.store.projects import list_projects
+
+MAX_LIMIT = 500
+
+
+class JobListQuery(BaseModel):
+    """Query string of `GET /jobs` (every filter optional; they combine with AND)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    project: str | None = Field(default=None, min_length=1, max_length=64)
+    status: JobStatus | None = None
+    trigger: TriggerType | None = None
+    agent: str | None = Field(default=None, min_length=1, max_length=128)
+    region: str | None = Field(default=None, min_length=1, max_length=64)
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = Field(default=50, ge=1, le=MAX_LIMIT)
+
+    @field_validator("since", "until")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+    @classmethod
+    def from_query_string(cls, params: dict[str, str] | None) -> "JobListQuery":
+        try:
+            return cls.model_validate(params or {})
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'query'}: {e['msg']}" for e in exc.errors())
+            raise RelevoError(ErrorCode.VALIDATION_FAILED, problems) from exc
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _summary(record: dict[str, Any]) -> dict[str, Any]:
+    envelope = record.get("envelope", {})
+    trigger = envelope.get("trigger", {})
+    return {
+        "job_id": record["job_id"],
+        "project": record["project"],
+        "status": record["status"],
+        "trigger": trigger.get("type"),
+        "trigger_source": trigger.get("source"),
+        "ref": envelope.get("ref"),
+        "commit": envelope.get("commit"),
+        "region_affinity": envelope.get("region_affinity"),
+        "priority": int(record.get("priority", envelope.get("priority", 0))),
+        "queue_seq": record.get("queue_seq"),
+        "created_at": record.get("created_at"),
+        "ended_at": record.get("ended_at"),
+        "last_successful_stage": record.get("last_successful_stage"),
+        "queue_reason": record.get("queue_reason"),
+        "last_writer": record.get("last_writer"),
+    }
+
+
+def _matches(record: dict[str, Any], query: JobListQuery) -> bool:
+    envelope = record.get("envelope", {})
+    if query.status and record.get("status") != query.status.value:
+        return False
+    if query.trigger and envelope.get("trigger", {}).get("type") != query.trigger.value:
+        return False
+    if query.region and envelope.get("region_affinity") != query.region:
+        return False
+    return True
+
+
+def _ran_on(table: str, job_id: str, agent: str) -> bool:
+    """Whether any attempt of the job's stages was claimed by `agent` (current or logged)."""
+    for item in query_job_items(table, job_id):
+        if not item["sk"].startswith("STAGE#"):
+            continue
+        if item.get("agent_id") == agent:
+            return True
+        if any(entry.get("agent_id") == agent for entry in item.get("attempts_log", [])):
+            return True
+    return False
+
+
+def queue_order_key(job: dict[str, Any]) -> tuple[int, str, str]:
+    """Run order of queued jobs: higher priority first, then the earlier queue_seq (enqueue time
+    where a job has none), then job id so the order is total."""
+    seq = job.get("queue_seq")
+    seq_key = f"{int(seq):024d}" if isinstance(seq, (int, float)) or (isinstance(seq, str) and seq.isdigit()) else ""
+    return (-int(job["priority"]), seq_key or str(job.get("created_at") or ""), job["job_id"])
+
+
+def list_jobs(
+    table: str,
+    query: JobListQuery,
+    can_view: Callable[[str], bool] = lambda _project: True,
+    project_ids: Iterable[str] | None = None,
+) -> dict[str, Any]:
+    """Jobs matching `query` among the projects the caller may view.
+
+    Per project the index yields newest first, so each project contributes at most `limit` + 1
+    matches to a time-ordered page (the extra one tells whether there is more). Queued jobs are bounded by the queue limit and are all read,
+    then ordered as they will run."""
+    if project_ids is None:
+        project_ids = [query.project] if query.project else [p.id for p in list_projects(table)]
+    queued_view = query.status is JobStatus.QUEUED
+    found: list[dict[str, Any]] = []
+    for project_id in project_ids:
+        if not can_view(project_id):
+            continue
+        taken = 0
+        for record in jobs_of_project(table, project_id, _iso(query.since), _iso(query.until)):
+            if not _matches(record, query):
+                continue
+            if query.agent and not _ran_on(table, record["job_id"], query.agent):
+                continue
+            found.append(_summary(record))
+            taken += 1
+            if not queued_view and taken > query.limit:
+                break  # one more than a page: enough to say the listing is truncated
+    if queued_view:
+        found.sort(key=queue_order_key)
+        for position, job in enumerate(found, start=1):
+            job["queue_position"] = position
+    else:
+        found.sort(key=lambda job: (job.get("created_at") or "", job["job_id"]), reverse=True)
+    page = found[: query.limit]
+    return {"jobs": page, "count": len(page), "truncated": len(found) > len(page)}

@@ -1,0 +1,110 @@
+"""GET /jobs: filters, time ranges, queued jobs in run order with their position and reason."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from relevo_cli.api import ApiError, RelevoApi
+from tests.integration.helpers import receive_stage, register_project
+from tests.integration.test_job_state_machine import claim_and_accept
+
+STAGES = [{"name": "build", "run": "true"}]
+
+
+def _wait_for(predicate, timeout: float = 20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError("condition not reached")
+
+
+@pytest.fixture
+def api(local_stack):
+    return RelevoApi.for_stack(local_stack)
+
+
+def _run(api, project_id, **body):
+    return api.run_project(project_id, {"ref": "main", "request_id": secrets.token_hex(4), **body})["job_id"]
+
+
+def test_queued_jobs_are_listed_in_run_order_with_position_and_reason(local_stack, api, project_id):
+    register_project(local_stack, project_id, STAGES)
+    holder = _run(api, project_id)
+    # The first job holds the project (its stage waits for an agent); the rest queue behind it.
+    receive_stage(local_stack, holder)
+    low = _run(api, project_id, priority=1)
+    high = _run(api, project_id, priority=5)
+    also_low = _run(api, project_id, priority=1)
+    try:
+        listing = _wait_for(
+            lambda: (
+                page := api.list_jobs(project=project_id, status="queued")
+            )["count"] == 3 and all(job["queue_reason"] == "project_running" for job in page["jobs"]) and page
+        )
+        assert [job["job_id"] for job in listing["jobs"]] == [high, low, also_low]
+        assert [job["queue_position"] for job in listing["jobs"]] == [1, 2, 3]
+        assert {job["status"] for job in listing["jobs"]} == {"queued"}
+        # Newest first without a status filter; the running holder is there too.
+        everything = api.list_jobs(project=project_id)
+        assert [job["job_id"] for job in everything["jobs"]] == [also_low, high, low, holder]
+        assert everything["count"] == 4 and not everything["truncated"]
+        assert "queue_position" not in everything["jobs"][0]
+    finally:
+        for job_id in (also_low, high, low, holder):
+            api.cancel_job(job_id)
+
+
+def test_filters_combine_and_limit_truncates(local_stack, api, project_id):
+    register_project(local_stack, project_id, STAGES)
+    other = f"{project_id}-b"
+    register_project(local_stack, other, STAGES)
+    manual = _run(api, project_id, trigger="manual")
+    scripted = _run(api, project_id)
+    elsewhere = _run(api, other, trigger="manual")
+    try:
+        assert [j["job_id"] for j in api.list_jobs(project=project_id, trigger="manual")["jobs"]] == [manual]
+        assert [j["job_id"] for j in api.list_jobs(project=project_id, trigger="api")["jobs"]] == [scripted]
+        assert api.list_jobs(project=project_id, region="us-east")["count"] == 0
+        assert api.list_jobs(project=project_id, region="eu-west")["count"] == 2
+        page = api.list_jobs(project=project_id, limit=1)
+        assert page["count"] == 1 and page["truncated"] and page["jobs"][0]["job_id"] == scripted
+        # A time range that ends before these jobs existed holds none of them.
+        before = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat()
+        assert api.list_jobs(project=project_id, until=before)["count"] == 0
+        assert api.list_jobs(project=project_id, since=before)["count"] == 2
+        # Across projects (no project filter), both projects' jobs are found.
+        ids = {j["job_id"] for j in api.list_jobs(trigger="manual", limit=500)["jobs"]}
+        assert {manual, elsewhere} <= ids and scripted not in ids
+    finally:
+        for job_id in (manual, scripted, elsewhere):
+            api.cancel_job(job_id)
+
+
+def test_agent_filter_finds_jobs_an_agent_claimed(local_stack, api, project_id):
+    register_project(local_stack, project_id, STAGES)
+    job_id = _run(api, project_id)
+    try:
+        task, _ = receive_stage(local_stack, job_id)
+        agent = f"mac-{secrets.token_hex(3)}"
+        claim_and_accept(local_stack, task, agent)
+        assert [j["job_id"] for j in api.list_jobs(project=project_id, agent=agent)["jobs"]] == [job_id]
+        assert api.list_jobs(project=project_id, agent="someone-else")["count"] == 0
+    finally:
+        api.cancel_job(job_id)
+
+
+@pytest.mark.parametrize(
+    "params", [{"status": "sleeping"}, {"limit": "0"}, {"since": "yesterday"}, {"colour": "blue"}]
+)
+def test_bad_filters_are_refused_with_a_code(api, params):
+    with pytest.raises(ApiError) as refused:
+        api.request("GET", "/jobs", params=params)
+    assert refused.value.status == 422
+    assert refused.value.body["error"] == "VALIDATION_FAILED"
