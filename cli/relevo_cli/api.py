@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import boto3
 import requests
@@ -111,6 +112,9 @@ class RelevoApi:
 
     def redrive(self, job_id: str) -> dict[str, Any]:
         return self.request("POST", f"/dlq/{job_id}/redrive", {})
+
+    def unfreeze_key(self, idempotency_key: str) -> dict[str, Any]:
+        return self.request("POST", f"/dlq/keys/{quote(idempotency_key, safe='')}/unfreeze", {})
 
     def approve(self, job_id: str, reason: str | None = None) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/approve", {"reason": reason} if reason else {})

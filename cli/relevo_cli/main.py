@@ -322,6 +322,18 @@ def dlq_list(stack_file: Optional[Path] = StackOption) -> None:
             str(entry["attempts"] or "-"), entry["last_successful_stage"] or "-", entry["state"],
         )
     console.print(table)
+    frozen = listing.get("frozen_keys") or []
+    if frozen:
+        keys = Table(title=f"{len(frozen)} frozen idempotency keys (automatic runs refused, no stage retries)")
+        for column in ("idempotency key", "project", "frozen at", "entries"):
+            keys.add_column(column)
+        for record in frozen:
+            keys.add_row(
+                record["idempotency_key"], record["project"] or "-", record["frozen_at"] or "-",
+                ", ".join(entry["job_id"] for entry in record["entries"]),
+            )
+        console.print(keys)
+        console.print("lift a freeze with: relevo dlq unfreeze KEY")
 
 
 @dlq_app.command("show")
@@ -336,6 +348,14 @@ def dlq_redrive(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
     """Resume a dead-lettered job from its failed stage, under the same idempotency key."""
     with _api(stack_file) as api:
         _print_trigger(api.redrive(job_id))
+
+
+@dlq_app.command("unfreeze")
+def dlq_unfreeze(key: str, stack_file: Optional[Path] = StackOption) -> None:
+    """Lift the freeze of an idempotency key: automatic runs and stage retries resume."""
+    with _api(stack_file) as api:
+        result = api.unfreeze_key(key)
+    console.print(f"idempotency key [bold]{result['idempotency_key']}[/bold] unfrozen")
 
 
 @app.command("release")

@@ -1,9 +1,10 @@
 """POST /projects/{project_id}/run, POST /jobs/{job_id}/rerun, /release, /cancel, /approve and
 /reject, POST /jobs/{job_id}/stages/{stage}/resolve (manual review), and the dead-letter queue:
-GET /dlq, GET /dlq/{job_id}, POST /dlq/{job_id}/redrive (IAM). Each route declares the level it
-needs on the project (view < operate < manage)."""
+GET /dlq, GET /dlq/{job_id}, POST /dlq/{job_id}/redrive, POST /dlq/keys/{key}/unfreeze (IAM).
+Each route declares the level it needs on the project (view < operate < manage)."""
 
 from http import HTTPStatus
+from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.logging import correlation_paths
@@ -14,9 +15,11 @@ from relevo_core.config import access_settings, intake_settings
 from relevo_core.dead_letters import list_dead_letters, redrive_dead_letter, show_dead_letter
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers, requires
 from relevo_core.intake import IntakeResult
+from relevo_core.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
 from relevo_core.models.access import Level
 from relevo_core.models.errors import ErrorCode
 from relevo_core.observability import logger, tracer
+from relevo_core.permissions import require, visibility
 from relevo_core.resolve import resolve_stage
 from relevo_core.triggers import release_job, rerun_job, run_project
 
@@ -68,8 +71,10 @@ def resolve(job_id: str, stage: str):
 
 @app.get("/dlq")
 def dead_letters():
-    entries = list_dead_letters(intake_settings(), access_settings(), caller_arn(app))
-    return json_response(HTTPStatus.OK, {"entries": entries, "count": len(entries)})
+    settings, caller = intake_settings(), caller_arn(app)
+    entries = list_dead_letters(settings, access_settings(), caller)
+    frozen = list_frozen_keys(settings, visibility(access_settings(), caller).view)
+    return json_response(HTTPStatus.OK, {"entries": entries, "count": len(entries), "frozen_keys": frozen})
 
 
 @app.get("/dlq/<job_id>", middlewares=[requires(Level.VIEW, missing=_NO_ENTRY)])
@@ -80,6 +85,16 @@ def dead_letter(job_id: str):
 @app.post("/dlq/<job_id>/redrive", middlewares=[requires(Level.MANAGE, missing=_NO_ENTRY)])
 def redrive(job_id: str):
     return _respond(redrive_dead_letter(intake_settings(), job_id, caller_arn(app)))
+
+
+@app.post("/dlq/keys/<key>/unfreeze")
+def unfreeze(key: str):
+    # Idempotency keys hold ':' and may hold '/': the client percent-encodes the key, and API
+    # Gateway (REST) hands path parameters over still encoded.
+    idempotency_key, caller = unquote(key), caller_arn(app)
+    # The key names its project (project:identity:artifact-set): manage on it lifts the freeze.
+    require(access_settings(), caller, project_of_key(idempotency_key), Level.MANAGE)
+    return json_response(HTTPStatus.OK, unfreeze_key(intake_settings(), idempotency_key, caller))
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)

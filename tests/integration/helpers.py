@@ -51,6 +51,17 @@ def deliver(stack: StackInfo, project_id: str, body: bytes, secret: str, event: 
     )
 
 
+def subscribe_to_notifications(stack: StackInfo, name: str) -> str:
+    """A new SQS queue subscribed (raw delivery) to the stack's notification topic; its URL."""
+    sqs = client("sqs")
+    queue_url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    client("sns").subscribe(
+        TopicArn=stack.resources["NotificationTopic"], Protocol="sqs", Endpoint=queue_arn, Attributes={"RawMessageDelivery": "true"}
+    )
+    return queue_url
+
+
 def table_items(stack: StackInfo, prefix: str) -> list[dict[str, Any]]:
     """Every item whose partition key starts with prefix (scan: tests only)."""
     items = []

@@ -12,7 +12,13 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
 from relevo_core.store.audit import actions
 from relevo_core.store.codec import from_attributes
-from tests.integration.helpers import receive_stage, register_project, table_items, wait_for_execution
+from tests.integration.helpers import (
+    receive_stage,
+    register_project,
+    subscribe_to_notifications,
+    table_items,
+    wait_for_execution,
+)
 from tests.integration.test_job_state_machine import _agent_runs
 
 STAGES = [{"name": "build", "run": "make"}, {"name": "deploy-testflight", "run": "fastlane pilot"}]
@@ -22,11 +28,7 @@ STAGES = [{"name": "build", "run": "make"}, {"name": "deploy-testflight", "run":
 def notifications(local_stack, project_id):
     """Every SNS notification of this project's jobs, through an SQS subscription."""
     sqs = client("sqs")
-    queue_url = sqs.create_queue(QueueName=f"notify-{project_id}")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    client("sns").subscribe(
-        TopicArn=local_stack.resources["NotificationTopic"], Protocol="sqs", Endpoint=queue_arn, Attributes={"RawMessageDelivery": "true"}
-    )
+    queue_url = subscribe_to_notifications(local_stack, f"notify-{project_id}")
 
     def read(job_id: str, settle_sec: float = 1.0) -> list[str]:
         time.sleep(settle_sec)

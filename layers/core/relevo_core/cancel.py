@@ -10,7 +10,7 @@ from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
-from relevo_core.store import jobs, locks
+from relevo_core.store import jobs, locks, wait_order
 from relevo_core.sweeper import execution_arn
 
 _ATTEMPTS = 5
@@ -20,7 +20,7 @@ def cancel_job(settings: IntakeSettings, job_id: str, actor: str) -> dict[str, s
     """queued: canceled without dispatch (its queue slot given back). dispatched, running or
     waiting: the execution is stopped; the agent holding a stage learns it from its next
     heartbeat, which is refused, and kills the stage's process group. The project lock is
-    released either way."""
+    released, and the job leaves its project's waiting order, either way."""
     for _ in range(_ATTEMPTS):
         record = jobs.get_job_record(settings.table_name, job_id)
         status = JobStatus(record["status"])
@@ -42,4 +42,6 @@ def cancel_job(settings: IntakeSettings, job_id: str, actor: str) -> dict[str, s
             if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
                 raise
     locks.release(settings.table_name, record["project"], job_id)
+    # A job canceled while it waited for its project leaves the waiting order at once.
+    wait_order.drop_waiter(settings.table_name, record["project"], job_id)
     return {"job_id": job_id, "status": JobStatus.CANCELED.value, "was": status.value}

@@ -43,6 +43,11 @@ class IntakeSettings(TableSettings):
     project_cache_sec: float = Field(default=10, alias="PROJECT_CACHE_SEC", ge=0)
 
 
+class SweeperSettings(IntakeSettings):
+    # Where the owner hears that an idempotency key was frozen (the project notification topic).
+    notification_topic_arn: str = Field(alias="NOTIFICATION_TOPIC_ARN", pattern=r"^arn:[a-z-]+:sns:")
+
+
 class SchedulerSettings(_Env):
     """Where the registry keeps project schedules (EventBridge Scheduler) and what they invoke."""
 
@@ -64,6 +69,11 @@ def access_settings() -> AccessSettings:
 @lru_cache(maxsize=1)
 def intake_settings() -> IntakeSettings:
     return IntakeSettings.from_environ()
+
+
+@lru_cache(maxsize=1)
+def sweeper_settings() -> SweeperSettings:
+    return SweeperSettings.from_environ()
 
 
 @lru_cache(maxsize=1)

@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
-from relevo_core.models.envelope import JobEnvelope, Trigger, new_job_id
+from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.project import OnRepeat, Project
@@ -203,6 +203,11 @@ def start_execution(state_machine_arn: str, envelope: JobEnvelope, queue_url: st
             raise
 
 
+# Triggers no person asked for at that moment: refused while their idempotency key is frozen.
+# A person's explicit run (manual, api, rerun, dlq redrive, release of a held job) still goes.
+AUTOMATIC_TRIGGERS = frozenset({TriggerType.WEBHOOK, TriggerType.SCHEDULE})
+
+
 def enqueue(
     settings: IntakeSettings,
     project: Project,
@@ -224,8 +229,9 @@ def enqueue(
     envelope = build_envelope(settings, project, trigger, ref, commit, stages, key, now, priority, from_stage, retry_of)
     queue_url = work_queue_url(settings.work_queue_prefix, envelope.region_affinity)
     window, on_repeat = project.dedup_for(trigger.type.value)
+    refuse_frozen = trigger.type in AUTOMATIC_TRIGGERS
 
-    outcome = jobs.create_job(settings.table_name, envelope, window, settings.queue_limit, now)
+    outcome = jobs.create_job(settings.table_name, envelope, window, settings.queue_limit, now, refuse_frozen=refuse_frozen)
     if isinstance(outcome, jobs.RepeatAfterWindow):
         if on_repeat is OnRepeat.SKIP:
             return IntakeResult(outcome.previous_job_id, duplicate=True, outcome="skipped")
@@ -237,6 +243,7 @@ def enqueue(
             now,
             held=on_repeat is OnRepeat.HOLD,
             replaces_expires_at=outcome.previous_expires_at,
+            refuse_frozen=refuse_frozen,
         )
         if isinstance(outcome, jobs.Created) and on_repeat is OnRepeat.HOLD:
             return IntakeResult(envelope.job_id, outcome="held")
@@ -247,6 +254,13 @@ def enqueue(
     if isinstance(outcome, jobs.QueueFull):
         raise RelevoError(
             ErrorCode.QUEUE_FULL, f"{outcome.queued} jobs are queued, the limit is {outcome.limit}; nothing was written"
+        )
+    if isinstance(outcome, jobs.KeyFrozen):
+        raise RelevoError(
+            ErrorCode.KEY_FROZEN,
+            f"idempotency key {outcome.idempotency_key} is frozen after repeated dead-lettering; "
+            f"automatic runs are refused until `relevo dlq unfreeze` lifts it",
+            idempotency_key=outcome.idempotency_key,
         )
     if isinstance(outcome, jobs.RepeatAfterWindow):  # taken over by a concurrent repeat
         return IntakeResult(outcome.previous_job_id, duplicate=True)

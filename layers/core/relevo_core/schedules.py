@@ -81,7 +81,20 @@ def fire_schedule(settings: IntakeSettings, event: Any) -> IntakeResult | None:
     if schedule is None:
         logger.warning("schedule event ignored: the project no longer declares this schedule", extra=context)
         return None
-    result = enqueue(
+    try:
+        result = _enqueue_slot(settings, project, schedule, fired)
+    except RelevoError as exc:
+        if exc.code is not ErrorCode.KEY_FROZEN:
+            raise
+        # Retrying cannot help until an operator unfreezes the key: acknowledge the slot.
+        logger.warning("schedule event refused: its idempotency key is frozen", extra={**context, "error": exc.message})
+        return None
+    logger.info("schedule fired", extra={**context, "job_id": result.job_id, "outcome": result.outcome})
+    return result
+
+
+def _enqueue_slot(settings: IntakeSettings, project: Project, schedule: ProjectSchedule, fired: ScheduleEvent) -> IntakeResult:
+    return enqueue(
         settings,
         project,
         Trigger(
@@ -95,8 +108,6 @@ def fire_schedule(settings: IntakeSettings, event: Any) -> IntakeResult | None:
         identity=f"schedule:{schedule.name}:{fired.scheduled_time}",
         stage_names=schedule.stages,
     )
-    logger.info("schedule fired", extra={**context, "job_id": result.job_id, "outcome": result.outcome})
-    return result
 
 
 # ------------------------------------------------------------------ registry sync

@@ -13,10 +13,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from relevo_core import key_freeze
 from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
 from relevo_core.intake import start_execution, work_queue_url
-from relevo_core.store import locks
+from relevo_core.store import locks, wait_order
 from relevo_core.store.jobs import clear_start_pending, get_envelope, start_pending_jobs
 
 # A job younger than this is probably being started right now by intake.
@@ -29,35 +30,59 @@ class SweepReport:
     already_running: list[str] = field(default_factory=list)
     # "project:execution" of locks freed because their execution had ended.
     locks_freed: list[str] = field(default_factory=list)
+    # "project:job" of jobs dropped from a project's waiting order because their execution ended.
+    waiters_dropped: list[str] = field(default_factory=list)
+    # Idempotency keys frozen by this sweep (see key_freeze).
+    keys_frozen: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"started": self.started, "already_running": self.already_running, "locks_freed": self.locks_freed}
+        return {
+            "started": self.started,
+            "already_running": self.already_running,
+            "locks_freed": self.locks_freed,
+            "waiters_dropped": self.waiters_dropped,
+            "keys_frozen": self.keys_frozen,
+        }
 
 
 def execution_arn(state_machine_arn: str, name: str) -> str:
     return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
 
 
-def sweep(settings: IntakeSettings, now: datetime) -> SweepReport:
+def sweep(settings: IntakeSettings, now: datetime, notification_topic_arn: str | None = None) -> SweepReport:
     report = start_forgotten_jobs(settings, now)
     free_locks_of_ended_executions(settings, report)
+    drop_ended_waiters(settings, report)
+    if notification_topic_arn:
+        report.keys_frozen = key_freeze.evaluate_pending(settings.table_name, notification_topic_arn, now)
     return report
+
+
+def _execution_status(settings: IntakeSettings, name: str) -> str:
+    try:
+        return str(client("stepfunctions").describe_execution(executionArn=execution_arn(settings.state_machine_arn, name))["status"])
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
+            raise
+        return "MISSING"
 
 
 def free_locks_of_ended_executions(settings: IntakeSettings, report: SweepReport) -> None:
     """A project lock is released on every ending the state machine sees; an abort, a stop or an
     execution timeout ends it without a last state, so the sweep releases those."""
-    sfn = client("stepfunctions")
     for project_id, holders in locks.lock_holders(settings.table_name).items():
         for name in holders:
-            try:
-                status = sfn.describe_execution(executionArn=execution_arn(settings.state_machine_arn, name))["status"]
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
-                    raise
-                status = "MISSING"
-            if status != "RUNNING" and locks.release(settings.table_name, project_id, name):
+            if _execution_status(settings, name) != "RUNNING" and locks.release(settings.table_name, project_id, name):
                 report.locks_freed.append(f"{project_id}:{name}")
+
+
+def drop_ended_waiters(settings: IntakeSettings, report: SweepReport) -> None:
+    """A waiting job whose execution was stopped, aborted or timed out would stay first in its
+    project's order and block every job behind it: the sweep takes it out of the order."""
+    for project_id, waiters in locks.lock_waiters(settings.table_name).items():
+        for name in waiters:
+            if _execution_status(settings, name) != "RUNNING" and wait_order.drop_waiter(settings.table_name, project_id, name):
+                report.waiters_dropped.append(f"{project_id}:{name}")
 
 
 def start_forgotten_jobs(settings: IntakeSettings, now: datetime) -> SweepReport:

@@ -35,6 +35,8 @@ class ErrorCode(str, Enum):
     THROTTLED = "THROTTLED"
     REQUEST_REFUSED = "REQUEST_REFUSED"
     STAGE_NOT_IN_REVIEW = "STAGE_NOT_IN_REVIEW"
+    KEY_FROZEN = "KEY_FROZEN"
+    KEY_NOT_FROZEN = "KEY_NOT_FROZEN"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -60,6 +62,9 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.THROTTLED: HTTPStatus.TOO_MANY_REQUESTS,
     ErrorCode.REQUEST_REFUSED: HTTPStatus.BAD_REQUEST,
     ErrorCode.STAGE_NOT_IN_REVIEW: HTTPStatus.CONFLICT,
+    # Automatic runs of an idempotency key that kept dead-lettering are refused until unfrozen.
+    ErrorCode.KEY_FROZEN: HTTPStatus.CONFLICT,
+    ErrorCode.KEY_NOT_FROZEN: HTTPStatus.NOT_FOUND,
 }
 
 

@@ -15,6 +15,7 @@ from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.freezes import not_frozen_check
 from relevo_core.store.keys import (
     COUNTER_SK,
     DEDUP_SK,
@@ -25,10 +26,14 @@ from relevo_core.store.keys import (
     START_PENDING,
     START_PENDING_ATTRIBUTE,
     START_PENDING_INDEX,
+    WAIT_ORDER_ATTRIBUTE,
+    WAITING_FOR_ATTRIBUTE,
     dedup_pk,
     delivery_pk,
     job_pk,
     key,
+    queue_seq,
+    wait_order,
 )
 from relevo_core.store.paging import query_items
 
@@ -64,7 +69,12 @@ class QueueFull:
     limit: int
 
 
-CreateOutcome = Created | Duplicate | RepeatAfterWindow | QueueFull
+@dataclass(frozen=True)
+class KeyFrozen:
+    idempotency_key: str
+
+
+CreateOutcome = Created | Duplicate | RepeatAfterWindow | QueueFull | KeyFrozen
 
 
 def queue_counter_update(table: str, limit: int, delta: int) -> dict[str, Any]:
@@ -82,7 +92,12 @@ def queue_counter_update(table: str, limit: int, delta: int) -> dict[str, Any]:
 
 
 def job_item(envelope: JobEnvelope, status: JobStatus, now: datetime) -> dict[str, Any]:
-    """A new job's record: the frozen envelope plus its status projection."""
+    """A new job's record: the frozen envelope plus its status projection.
+
+    `queue_seq` and `wait_order` place the job among the jobs waiting for its project; the order
+    key only becomes visible in WaitOrderIndex once the state machine marks the job waiting.
+    """
+    seq = queue_seq(envelope.created_at)
     item: dict[str, Any] = {
         "pk": job_pk(envelope.job_id),
         "sk": JOB_SK,
@@ -93,6 +108,8 @@ def job_item(envelope: JobEnvelope, status: JobStatus, now: datetime) -> dict[st
         PROJECT_JOBS_ATTRIBUTE: envelope.project,
         "status": status.value,
         "priority": envelope.priority,
+        "queue_seq": seq,
+        WAIT_ORDER_ATTRIBUTE: wait_order(envelope.priority, seq, envelope.job_id),
         "created_at": envelope.created_at.isoformat(),
         "updated_at": now.isoformat(),
         "last_writer": "intake",
@@ -116,6 +133,7 @@ def create_job(
     now: datetime,
     held: bool = False,
     replaces_expires_at: int | None = None,
+    refuse_frozen: bool = False,
 ) -> CreateOutcome:
     """Write the job in one transaction: dedup record, delivery record, envelope and queue slot.
 
@@ -124,6 +142,7 @@ def create_job(
     (ReturnValuesOnConditionCheckFailure), so a duplicate costs this one call. A held job (a
     repeat kept for an operator) takes no queue slot and starts no execution.
     `replaces_expires_at` takes over an expired dedup record, only if nobody else did first.
+    `refuse_frozen` adds a check, inside the same transaction, that the key is not frozen.
     """
     epoch = int(now.timestamp())
     dedup_until = epoch + dedup_window_sec
@@ -179,6 +198,10 @@ def create_job(
     if not held:
         counter_index = len(items)
         items.append(queue_counter_update(table, queue_limit, +1))
+    frozen_index = None
+    if refuse_frozen and not held:
+        frozen_index = len(items)
+        items.append(not_frozen_check(table, envelope.idempotency_key))
 
     for attempt in range(_CONFLICT_RETRIES):
         try:
@@ -207,6 +230,8 @@ def create_job(
             if int(existing["expires_at"]) >= epoch:
                 return Duplicate(str(existing["job_id"]), "idempotency_key")
             return RepeatAfterWindow(str(existing["job_id"]), int(existing["expires_at"]))
+        if frozen_index is not None and codes[frozen_index] == "ConditionalCheckFailed":
+            return KeyFrozen(envelope.idempotency_key)
         if counter_index is not None and codes[counter_index] == "ConditionalCheckFailed":
             queued = from_attributes(reasons[counter_index].get("Item") or {}).get("queued", queue_limit)
             return QueueFull(int(queued), queue_limit)
@@ -266,7 +291,7 @@ def mark_canceled(table: str, job_id: str, previous: JobStatus, actor: str, queu
     one. Conditional on the status read, so a concurrent transition makes the caller read again."""
     update = _operator_transition(
         table, job_id, previous, JobStatus.CANCELED, actor, now,
-        extra=f", ended_at = :now REMOVE {START_PENDING_ATTRIBUTE}, queue_reason",
+        extra=f", ended_at = :now REMOVE {START_PENDING_ATTRIBUTE}, queue_reason, {WAITING_FOR_ATTRIBUTE}",
     )
     items: list[dict[str, Any]] = [{"Update": update}]
     if previous is JobStatus.QUEUED:
@@ -398,6 +423,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "commit": envelope.commit,
         "region_affinity": envelope.region_affinity,
         "priority": record.get("priority", envelope.priority),
+        "queue_seq": record.get("queue_seq"),
         "created_at": record.get("created_at"),
         "updated_at": record.get("updated_at"),
         "ended_at": record.get("ended_at"),

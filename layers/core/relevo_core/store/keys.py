@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 JOB_SK = "JOB"
 PROJECT_SK = "PROJECT"
 DEDUP_SK = "DEDUP"
@@ -30,6 +32,22 @@ LOCK_SK = "LOCK"
 # are listed across projects through KindIndex.
 GRANT_KIND = "grant"
 GRANT_SK_PREFIX = "GRANT#"
+# Sparse GSI (WaitOrderIndex): jobs waiting for their project's lock, hashed by project and sorted
+# so that the first entry is the job that goes next (priority desc, then queue_seq asc).
+WAITING_FOR_ATTRIBUTE = "waiting_for"
+WAIT_ORDER_ATTRIBUTE = "wait_order"
+WAIT_ORDER_INDEX = "WaitOrderIndex"
+# Priorities span -PRIORITY_BOUND..PRIORITY_BOUND (the envelope's bounds).
+PRIORITY_BOUND = 1_000_000
+# Dead-letter entries by idempotency key (DeadLetterKeyIndex), and those whose freeze decision is
+# still to be made (sparse FreezeCheckIndex: the state machine writes the marker with the entry).
+DEAD_LETTER_KEY_INDEX = "DeadLetterKeyIndex"
+FREEZE_CHECK_INDEX = "FreezeCheckIndex"
+FREEZE_CHECK_ATTRIBUTE = "freeze_check"
+FREEZE_CHECK_PENDING = "pending"
+FREEZE_SK = "FREEZE"
+# Present on a freeze record only while the key is frozen: KindIndex lists the frozen keys.
+FROZEN_KEY_KIND = "frozen_key"
 
 
 def job_pk(job_id: str) -> str:
@@ -68,6 +86,29 @@ def agents_pk(region: str) -> str:
 
 def agent_sk(agent_id: str) -> str:
     return f"AGENT#{agent_id}"
+
+
+def freeze_pk(idempotency_key: str) -> str:
+    return f"FREEZE#{idempotency_key}"
+
+
+def queue_seq(created_at: datetime) -> int:
+    """A job's place in arrival order: its enqueue time in microseconds since the epoch.
+
+    Time-based so that intake needs no extra call (a counter would be one more round trip, as
+    TransactWriteItems returns no values); ties and clock skew between containers are broken by
+    the job id in `wait_order`.
+    """
+    return int(created_at.timestamp() * 1_000_000)
+
+
+def wait_order(priority: int, seq: int, job_id: str) -> str:
+    """Sort key of a waiting job: higher priority first, then earlier queue_seq, then job id.
+
+    Derived only from the job record's priority and queue_seq, so a priority change re-orders a
+    queued job by rewriting this one attribute.
+    """
+    return f"{PRIORITY_BOUND - priority:07d}#{seq:017d}#{job_id}"
 
 
 def dedup_pk(idempotency_key: str) -> str:

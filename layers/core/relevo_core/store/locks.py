@@ -3,37 +3,38 @@ back), seen from the sweeper, which frees holders whose execution has ended."""
 
 from __future__ import annotations
 
-from botocore.exceptions import ClientError
-
-from relevo_core.aws import client
+from relevo_core.store.conditional import update_if
 from relevo_core.store.keys import LOCK_KIND, LOCK_SK, key, lock_pk
 from relevo_core.store.kinds import items_of_kind
 
 
 def lock_holders(table: str) -> dict[str, list[str]]:
     """Project id -> execution names holding its lock."""
-    holders: dict[str, list[str]] = {}
+    return _named_in(table, "holders")
+
+
+def lock_waiters(table: str) -> dict[str, list[str]]:
+    """Project id -> job ids (= execution names) waiting for its lock."""
+    return _named_in(table, "waiters")
+
+
+def _named_in(table: str, attribute: str) -> dict[str, list[str]]:
+    named: dict[str, list[str]] = {}
     for record in items_of_kind(table, LOCK_KIND):
-        names = sorted(record.get("holders") or [])
+        names = sorted(record.get(attribute) or [])
         if names:
-            holders[record["pk"].removeprefix("LOCK#")] = names
-    return holders
+            named[record["pk"].removeprefix("LOCK#")] = names
+    return named
 
 
 def release(table: str, project_id: str, execution_name: str) -> bool:
     """Give back the slot `execution_name` holds, exactly as the state machine would; False if
     it no longer holds it."""
-    try:
-        client("dynamodb").update_item(
-            TableName=table,
-            Key=key(lock_pk(project_id), LOCK_SK),
-            UpdateExpression="ADD #count :minus_one DELETE holders :me",
-            ConditionExpression="contains(holders, :name)",
-            ExpressionAttributeNames={"#count": "count"},
-            ExpressionAttributeValues={":minus_one": {"N": "-1"}, ":me": {"SS": [execution_name]}, ":name": {"S": execution_name}},
-        )
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
+    return update_if(
+        TableName=table,
+        Key=key(lock_pk(project_id), LOCK_SK),
+        UpdateExpression="ADD #count :minus_one DELETE holders :me",
+        ConditionExpression="contains(holders, :name)",
+        ExpressionAttributeNames={"#count": "count"},
+        ExpressionAttributeValues={":minus_one": {"N": "-1"}, ":me": {"SS": [execution_name]}, ":name": {"S": execution_name}},
+    )
