@@ -68,6 +68,9 @@ def test_one_hundred_concurrent_deliveries_of_one_push_make_one_job(local_stack,
     assert [j["job_id"]["S"] for j in _jobs(local_stack, project_id)] == [created[0].job_id]
 
 
+# 200 concurrent transactions, then 50 executions waiting on one project's lock: moto backs up the
+# whole table for every transaction item, so this takes about two minutes on two loaded cores.
+@pytest.mark.timeout(300)
 def test_fifty_keys_delivered_four_times_each_make_fifty_jobs(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES)
     project = get_project(local_stack.table_name, project_id)

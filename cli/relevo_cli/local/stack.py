@@ -7,6 +7,7 @@ routes are served by the local API Gateway stand-in, each function in its own pr
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -268,6 +269,7 @@ class LocalStack:
     def _start_streams(self, sam: dict[str, Any], physical: dict[str, str | None]) -> None:
         """DynamoDB stream events: a poller per function and stream (see local/streams.py)."""
         dynamodb, streams = self._session.client("dynamodb"), self._session.client("dynamodbstreams")
+        _share_stream_records_in_transaction_backups()
         for fn in template.sam_functions(sam, self.root):
             for event_name, table_id, batch_size in fn.streams:
                 table = dynamodb.describe_table(TableName=str(physical[table_id]))["Table"]
@@ -376,6 +378,28 @@ class LocalStack:
         except CreateAccessKeyFailure:
             return None
         return key.create_credentials()
+
+
+def _share_stream_records_in_transaction_backups() -> None:
+    """moto backs up a whole table with copy.deepcopy before each TransactWriteItems item, and a
+    table with a stream carries every stream record ever written: each intake transaction would
+    then deep-copy the stream's whole history, so transactions slow down as the stack lives.
+    Stream records are never changed after they are appended, so the backup copies the list of
+    them (a rolled-back transaction still drops the records it appended) and shares the records."""
+    from moto.dynamodb.models.table import StreamShard
+
+    if getattr(StreamShard, "_relevo_shallow_records", False):
+        return
+
+    def __deepcopy__(self: StreamShard, memo: dict[int, Any]) -> StreamShard:
+        clone = copy.copy(self)
+        memo[id(self)] = clone
+        clone.table = copy.deepcopy(self.table, memo)
+        clone.items = list(self.items)
+        return clone
+
+    StreamShard.__deepcopy__ = __deepcopy__  # type: ignore[attr-defined]
+    StreamShard._relevo_shallow_records = True  # type: ignore[attr-defined]
 
 
 def _detach_emulator_stream_invoker(table_name: str, account_id: str, region: str) -> None:
