@@ -24,6 +24,9 @@ class AgentConfig(BaseModel):
     aws_region: str | None = None
     # Names of environment variables whose values are secrets (masked in logs).
     mask: tuple[str, ...] = ()
+    # Stored log chunks and artifact records expire (DynamoDB TTL) after these many days.
+    log_retention_days: int = Field(default=14, ge=1)
+    artifact_retention_days: int = Field(default=30, ge=1)
     poll_wait_sec: int = Field(default=20, ge=0, le=20)
 
     @field_validator("capacity")

@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from relevo_agent.classify import classify
 from relevo_agent.config import AgentConfig
+from relevo_agent.artifacts import upload_stage_artifacts
 from relevo_agent.executor import run_command
+from relevo_agent.logs import start_shipper
 from relevo_core.aws import client
 from relevo_core.models.errors import ErrorClass, RelevoError
 from relevo_core.models.status import StageStatus
@@ -135,15 +137,24 @@ class Agent:
             "RELEVO_REF": envelope.ref,
             "RELEVO_COMMIT": envelope.commit or "",
         }
+        # Log shipping (relevo_agent.logs): masked, ordered chunks, never blocking the command.
+        shipper = start_shipper(ref, task.stage, self.config, env)
         result = run_command(
             plan.command,
             workspace,
             env,
             timeout_sec=plan.exec_timeout_sec,
             cancel=cancel,
-            on_output=lambda chunk: None,
+            on_output=shipper.write,
             grace_sec=plan.kill_grace_sec,
         )
+        # Artifacts (relevo_agent.artifacts): uploaded after success while the lease is still kept.
+        artifact_error = None
+        if result.exit_code == 0 and not cancel.is_set():
+            artifact_error = upload_stage_artifacts(
+                ref, task.stage, artifact_dir, envelope.artifact_uri, self.config, shipper, cancel
+            )
+        shipper.close()
         lease_lost = cancel.is_set()
         cancel.set()  # stops the keeper
         keeper.join(timeout=5)
@@ -151,7 +162,7 @@ class Agent:
             # Fenced: another attempt may own the stage now; report nothing as succeeded.
             log.warning("%s/%s attempt %d lost its lease; result withheld", task.job_id, task.stage, ref.attempt)
             return
-        if result.exit_code == 0:
+        if result.exit_code == 0 and artifact_error is None:
             self._finish(ref, StageStatus.SUCCEEDED, result.exit_code, None, task.stage)
             sfn.send_task_success(
                 taskToken=run_token,
@@ -159,7 +170,7 @@ class Agent:
             )
             log.info("%s/%s succeeded in %.1fs", task.job_id, task.stage, result.duration_sec)
             return
-        error = classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
+        error = artifact_error or classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
         self._finish(ref, StageStatus.FAILED, result.exit_code, error)
         sfn.send_task_failure(
             taskToken=run_token,

@@ -18,6 +18,8 @@ from relevo_core.store.codec import to_attribute
 from relevo_core.store.keys import JOB_SK, job_pk, key, stage_sk
 
 _HOLDS_ATTEMPT = "agent_id = :agent AND attempt = :attempt"
+# For writes to other items (log chunks, artifact records) fenced on this one in a transaction.
+HOLDS_ATTEMPT = _HOLDS_ATTEMPT
 
 
 class LeaseLost(Exception):
@@ -35,6 +37,11 @@ class StageRef:
     @property
     def key(self) -> dict[str, dict[str, str]]:
         return key(job_pk(self.job_id), stage_sk(self.stage_index))
+
+
+def holds_attempt_values(ref: StageRef) -> dict[str, dict[str, str]]:
+    """Expression values for HOLDS_ATTEMPT, in a ConditionCheck on the stage item."""
+    return {":agent": to_attribute(ref.agent_id), ":attempt": to_attribute(ref.attempt)}
 
 
 def _update(ref: StageRef, expression: str, condition: str, values: dict[str, object]) -> None:
