@@ -27,6 +27,8 @@ class AgentConfig(BaseModel):
     # Stored log chunks and artifact records expire (DynamoDB TTL) after these many days.
     log_retention_days: int = Field(default=14, ge=1)
     artifact_retention_days: int = Field(default=30, ge=1)
+    # `relevo-agent doctor` fails below this much free space under workspace_root.
+    min_free_disk_gb: float = Field(default=10, ge=0)
     poll_wait_sec: int = Field(default=20, ge=0, le=20)
 
     @field_validator("capacity")
