@@ -218,6 +218,7 @@ def upload_stage_artifacts(
     refused because another attempt holds the stage sets `fenced` (the stage's lease-lost flag)."""
 
     def emit(line: str) -> None:
+        line = shipper.masker.mask(line)  # the agent's own log is on disk too
         log.info("%s/%s %s", ref.job_id, stage, line)
         shipper.line(line)
 

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Callable, Iterable, Mapping, Protocol
 
 from relevo_agent.config import AgentConfig
-from relevo_core.store.log_chunks import MAX_CHUNK_CHARS, ChunkWriter
+from relevo_core.store.log_chunks import MAX_CHUNK_BYTES, ChunkWriter
 from relevo_core.store.stage_attempts import LeaseLost, StageRef
 
 log = logging.getLogger("relevo_agent.logs")
@@ -48,7 +48,8 @@ class Masker:
         self._pending = ""
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
-    def _mask(self, text: str) -> str:
+    def mask(self, text: str) -> str:
+        """One whole piece of text, masked (no state kept)."""
         for secret in self._secrets:
             text = text.replace(secret, MASK)
         return text
@@ -59,7 +60,7 @@ class Masker:
         if not self._secrets:
             self._pending = ""
             return text
-        text = self._mask(text)
+        text = self.mask(text)
         if self._hold == 0:
             self._pending = ""
             return text
@@ -70,7 +71,7 @@ class Masker:
     def flush(self) -> str:
         text = self._pending + self._decoder.decode(b"", final=True)
         self._pending = ""
-        return self._mask(text)
+        return self.mask(text)
 
 
 class ChunkSink(Protocol):
@@ -88,13 +89,23 @@ class ShipStats:
     last_seq: int | None = None
 
 
+def _cut(data: bytes, limit: int) -> bytes:
+    """At most `limit` bytes of UTF-8 text, never ending inside a character."""
+    if len(data) <= limit:
+        return data
+    end = limit
+    while end > 0 and data[end] & 0xC0 == 0x80:  # a continuation byte: back up to its lead byte
+        end -= 1
+    return data[:end]
+
+
 class _Spool:
-    """Masked text past the in-memory bound, in a private temp file, read back in order."""
+    """Masked text past the in-memory bound, UTF-8 in a private temp file, read back in order."""
 
     def __init__(self, directory: str | None) -> None:
         fd, self.path = tempfile.mkstemp(prefix="relevo-log-", suffix=".spool", dir=directory)
         os.chmod(self.path, 0o600)
-        self._file = os.fdopen(fd, "w+", encoding="utf-8")
+        self._file = os.fdopen(fd, "w+b")
         self._read_at = 0
         self._write_at = 0
 
@@ -104,15 +115,15 @@ class _Spool:
 
     def write(self, text: str) -> None:
         self._file.seek(self._write_at)
-        self._file.write(text)
+        self._file.write(text.encode())
         self._write_at = self._file.tell()
 
-    def read(self, max_chars: int) -> str:
+    def read(self, max_bytes: int) -> bytes:
         self._file.flush()
         self._file.seek(self._read_at)
-        text = self._file.read(max_chars)
-        self._read_at = self._file.tell()
-        return text
+        data = _cut(self._file.read(max_bytes + 3), max_bytes)
+        self._read_at += len(data)
+        return data
 
     def close(self) -> None:
         self._file.close()
@@ -128,7 +139,7 @@ class LogShipper:
         sink: ChunkSink,
         masker: Masker,
         *,
-        max_chunk_chars: int = MAX_CHUNK_CHARS,
+        max_chunk_bytes: int = MAX_CHUNK_BYTES,
         max_buffer_chars: int = 8 * 1024 * 1024,
         flush_interval_sec: float = 0.5,
         retry_sec: float = 1.0,
@@ -137,7 +148,7 @@ class LogShipper:
     ) -> None:
         self.sink = sink
         self.masker = masker
-        self.max_chunk_chars = max_chunk_chars
+        self.max_chunk_bytes = max_chunk_bytes
         self.max_buffer_chars = max_buffer_chars
         self.flush_interval_sec = flush_interval_sec
         self.retry_sec = retry_sec
@@ -178,35 +189,40 @@ class LogShipper:
                     self._spool = _Spool(self.spool_dir)
                 self._spool.write(text)
                 self.stats.spilled_chars += len(text)
-            if self._memory_chars >= self.max_chunk_chars or self._spool is not None:
+            if self._memory_chars >= self.max_chunk_bytes or self._spool is not None:
                 self._wake.notify()
 
     # ------------------------------------------------------------------ shipper thread
     def _take(self) -> str:
-        """Up to one chunk of buffered text, memory first, then the spool (order is kept because
-        nothing goes to memory while the spool holds text). Called with the lock held."""
-        parts: list[str] = []
+        """Up to one chunk (max_chunk_bytes of UTF-8) of buffered text, memory first, then the
+        spool (order is kept because nothing goes to memory while the spool holds text). Called
+        with the lock held."""
+        parts: list[bytes] = []
         size = 0
-        while self._memory and size < self.max_chunk_chars:
+        while self._memory and size < self.max_chunk_bytes:
             piece = self._memory.popleft()
-            room = self.max_chunk_chars - size
-            if len(piece) > room:
-                self._memory.appendleft(piece[room:])
-                piece = piece[:room]
-            parts.append(piece)
-            size += len(piece)
             self._memory_chars -= len(piece)
-        if not self._memory and self._spool is not None and size < self.max_chunk_chars:
-            parts.append(self._spool.read(self.max_chunk_chars - size))
+            data = piece.encode()
+            head = _cut(data, self.max_chunk_bytes - size)
+            if len(head) < len(data):
+                rest = data[len(head) :].decode()
+                self._memory.appendleft(rest)
+                self._memory_chars += len(rest)
+            if not head:
+                break
+            parts.append(head)
+            size += len(head)
+        if not self._memory and self._spool is not None and size < self.max_chunk_bytes:
+            parts.append(self._spool.read(self.max_chunk_bytes - size))
             if self._spool.empty:
                 self._spool.close()
                 self._spool = None
-        return "".join(parts)
+        return b"".join(parts).decode()
 
     def _ship_loop(self) -> None:
         while True:
             with self._wake:
-                if self._memory_chars < self.max_chunk_chars and self._spool is None and not self._closing:
+                if self._memory_chars < self.max_chunk_bytes and self._spool is None and not self._closing:
                     self._wake.wait(self.flush_interval_sec)
                 text = self._take()
                 closing = self._closing

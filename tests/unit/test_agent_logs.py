@@ -78,7 +78,7 @@ def test_only_set_and_non_empty_variables_are_secrets():
 def test_chunks_keep_every_line_in_order_and_never_the_secret():
     # Given a shipper with small chunks and a small memory bound (so text spills to disk)
     sink = RecordingSink()
-    shipper = LogShipper(sink, Masker([CANARY]), max_chunk_chars=100, max_buffer_chars=300, flush_interval_sec=0.01)
+    shipper = LogShipper(sink, Masker([CANARY]), max_chunk_bytes=100, max_buffer_chars=300, flush_interval_sec=0.01)
     lines = [f"line {i:05d} {CANARY if i % 7 == 0 else ''}\n" for i in range(2000)]
     blob = "".join(lines).encode()
     # When output arrives in reads that cut lines and secrets anywhere (before the shipper runs)
@@ -88,7 +88,7 @@ def test_chunks_keep_every_line_in_order_and_never_the_secret():
     stats = shipper.close(timeout_sec=30)
     # Then the chunks are in seq order, hold every line once and in order, and no secret
     assert [seq for seq, _ in sink.chunks] == list(range(len(sink.chunks)))
-    assert all(len(data) <= 100 for _, data in sink.chunks)
+    assert all(len(data.encode()) <= 100 for _, data in sink.chunks)
     text = "".join(data for _, data in sink.chunks)
     assert CANARY not in text
     assert text == "".join(lines).replace(CANARY, MASK)
@@ -106,7 +106,7 @@ def test_write_never_waits_for_the_sink():
             return super().append(data, now)
 
     sink = BlockedSink()
-    shipper = LogShipper(sink, Masker([]), max_chunk_chars=1000, max_buffer_chars=5000, flush_interval_sec=0.01).start()
+    shipper = LogShipper(sink, Masker([]), max_chunk_bytes=1000, max_buffer_chars=5000, flush_interval_sec=0.01).start()
     # When far more than the buffer is written while the sink is stuck
     for i in range(2000):
         shipper.write(f"{i}\n".encode() * 10)
@@ -127,7 +127,7 @@ def test_failed_stores_are_retried_with_the_same_text():
 
 def test_a_lost_lease_stops_shipping():
     sink = RecordingSink(lease_lost_after=1)
-    shipper = LogShipper(sink, Masker([]), max_chunk_chars=10, flush_interval_sec=0.01)
+    shipper = LogShipper(sink, Masker([]), max_chunk_bytes=10, flush_interval_sec=0.01)
     shipper.write(b"0123456789abcdefghij0123456789")
     stats = shipper.start().close(timeout_sec=10)
     assert stats.fenced
@@ -137,3 +137,17 @@ def test_a_lost_lease_stops_shipping():
 @pytest.mark.parametrize("secret", ["s", "ab"])
 def test_short_secrets_are_masked_too(secret: str):
     assert secret not in mask_all([secret], [b"x", secret.encode()[:1], secret.encode()[1:], b"y"])
+
+
+def test_chunks_are_cut_by_utf8_bytes_never_inside_a_character():
+    # Given text of 1-, 2-, 3- and 4-byte characters, more than the memory bound
+    text = "aé✓😀" * 300
+    sink = RecordingSink()
+    shipper = LogShipper(sink, Masker([]), max_chunk_bytes=10, max_buffer_chars=100, flush_interval_sec=0.01)
+    for start in range(0, len(text), 7):
+        shipper.write(text[start : start + 7].encode())
+    stats = shipper.start().close(timeout_sec=30)
+    # Then no chunk is over the byte limit, and the chunks join to the text exactly
+    assert stats.spilled_chars > 0
+    assert max(len(data.encode()) for _, data in sink.chunks) <= 10
+    assert "".join(data for _, data in sink.chunks) == text

@@ -21,8 +21,8 @@ from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.keys import log_pk, log_sk
 from relevo_core.store.stage_attempts import HOLDS_ATTEMPT, LeaseLost, StageRef, holds_attempt_values
 
-# DynamoDB items are at most 400 KB; a chunk's text stays well below, whatever its encoding.
-MAX_CHUNK_CHARS = 64 * 1024
+# DynamoDB items are at most 400 KB: a chunk's text (UTF-8) stays below with room for the rest.
+MAX_CHUNK_BYTES = 300 * 1024
 
 
 class LogChunk(BaseModel):
