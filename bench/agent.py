@@ -31,6 +31,7 @@ Exits 0 when every target is met, 1 when one is missed, 2 when the bench itself 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -138,11 +139,13 @@ def recorded_sqs_requests(endpoint: str, queue_urls: list[str]) -> dict[str, int
     for line in text.splitlines():
         entry = json.loads(line)
         headers = {k.lower(): v for k, v in entry.get("headers", {}).items()}
-        if "AmazonSQS." not in headers.get("x-amz-target", "") and "Action=" not in entry.get("body", ""):
+        body = entry.get("body", "")
+        if entry.get("body_encoded"):
+            body = base64.b64decode(body).decode("utf-8", "replace")
+        if "AmazonSQS." not in headers.get("x-amz-target", "") and "Action=" not in body:
             continue
         for url in queue_urls:
-            name = url.rsplit("/", 1)[1]
-            if name in entry.get("body", "") or name in entry.get("url", ""):
+            if url.rsplit("/", 1)[1] in body + entry.get("url", ""):
                 counts[url] += 1
     return counts
 
