@@ -24,6 +24,11 @@ class AgentConfig(BaseModel):
     aws_region: str | None = None
     # Names of environment variables whose values are secrets (masked in logs).
     mask: tuple[str, ...] = ()
+    # Stored log chunks and artifact records expire (DynamoDB TTL) after these many days.
+    log_retention_days: int = Field(default=14, ge=1)
+    artifact_retention_days: int = Field(default=30, ge=1)
+    # `relevo-agent doctor` fails below this much free space under workspace_root.
+    min_free_disk_gb: float = Field(default=10, ge=0)
     poll_wait_sec: int = Field(default=20, ge=0, le=20)
     # Presence: how often this agent writes its presence record (see relevo_agent.presence).
     presence_interval_sec: float = Field(default=30, gt=0, le=300)

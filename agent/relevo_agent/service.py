@@ -34,8 +34,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from relevo_agent import reconcile
 from relevo_agent.classify import classify
 from relevo_agent.config import AgentConfig
+from relevo_agent.artifacts import upload_stage_artifacts
 from relevo_agent.executor import run_command
+from relevo_agent.artifacts import upload_stage_artifacts
 from relevo_agent.journal import Journal, Operation, Outcome, operation_id
+from relevo_agent.logs import start_shipper
 from relevo_agent.presence import Presence
 from relevo_core.aws import client
 from relevo_core.models.envelope import JobEnvelope
@@ -243,7 +246,7 @@ class Agent:
                 run, plan, op_id, local, previous, precondition, workspace, env
             ):
                 return
-            self._execute(run, plan, op_id, workspace, env)
+            self._execute(run, plan, op_id, workspace, env, envelope.artifact_uri)
         finally:
             run.done.set()
             keeper.join(timeout=5)
@@ -317,21 +320,34 @@ class Agent:
             )
         return False
 
-    def _execute(self, run: StageRun, plan: StagePlan, op_id: str, workspace: Path, env: dict[str, str]) -> None:
+    def _execute(
+        self, run: StageRun, plan: StagePlan, op_id: str, workspace: Path, env: dict[str, str], artifact_uri: str
+    ) -> None:
         ref = run.ref
         if run.reason is not None:  # stopped while reconciling
             self._abandon(run, op_id)
             return
-        result = run_command(
-            plan.command,
-            workspace,
-            env,
-            timeout_sec=plan.exec_timeout_sec,
-            cancel=run.cancel,
-            on_output=lambda chunk: None,
-            grace_sec=plan.kill_grace_sec,
-            watchdog=True,
-        )
+        # Log shipping (relevo_agent.logs): masked, ordered chunks, never blocking the command.
+        shipper = start_shipper(ref, plan.name, self.config, env)
+        try:
+            result = run_command(
+                plan.command,
+                workspace,
+                env,
+                timeout_sec=plan.exec_timeout_sec,
+                cancel=run.cancel,
+                on_output=shipper.write,
+                grace_sec=plan.kill_grace_sec,
+                watchdog=True,
+            )
+            # Artifacts (relevo_agent.artifacts): uploaded after success while the lease is still kept.
+            artifact_error = None
+            if result.exit_code == 0 and run.reason is None:
+                artifact_error = upload_stage_artifacts(
+                    ref, plan.name, Path(env["RELEVO_ARTIFACT_DIR"]), artifact_uri, self.config, shipper, run.cancel
+                )
+        finally:
+            shipper.close()
         if run.reason is not None:
             self._stopped(run, op_id, result.exit_code)
             return
@@ -342,11 +358,11 @@ class Agent:
             "agent_id": self.config.agent_id,
             "attempt": ref.attempt,
         }
-        if result.exit_code == 0:
+        if result.exit_code == 0 and artifact_error is None:
             self._conclude(run, op_id, StageStatus.SUCCEEDED, Outcome.SUCCEEDED, receipt, exit_code=0)
             log.info("%s succeeded in %.1fs", op_id, result.duration_sec)
             return
-        error = classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
+        error = artifact_error or classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
         self._conclude(
             run, op_id, StageStatus.FAILED, Outcome.FAILED, receipt, exit_code=result.exit_code, error=error,
             cause=json.dumps({"exit_code": result.exit_code, "agent_id": self.config.agent_id, "attempt": ref.attempt}),

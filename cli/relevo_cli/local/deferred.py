@@ -37,8 +37,18 @@ def _create_alarm(session: Any, stack: str, logical_id: str, props: dict[str, An
     return cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["AlarmArn"]
 
 
+def _requires_tls(statement: dict[str, Any]) -> bool:
+    return statement.get("Effect") == "Deny" and "aws:SecureTransport" in json.dumps(statement.get("Condition", {}))
+
+
 def _create_bucket_policy(session: Any, stack: str, logical_id: str, props: dict[str, Any]) -> str:
-    session.client("s3").put_bucket_policy(Bucket=props["Bucket"], Policy=json.dumps(props["PolicyDocument"]))
+    # The emulator serves plain HTTP only, so a deny-insecure-transport statement would refuse every
+    # object request locally (and moto 5.2.5 turns any unmet Condition into a Deny as well): such
+    # statements are left out of the local policy; the rest is applied as written.
+    document = dict(props["PolicyDocument"])
+    document["Statement"] = [s for s in document.get("Statement", []) if not _requires_tls(s)]
+    if document["Statement"]:
+        session.client("s3").put_bucket_policy(Bucket=props["Bucket"], Policy=json.dumps(document))
     return str(props["Bucket"])
 
 

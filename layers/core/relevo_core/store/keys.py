@@ -121,3 +121,21 @@ def delivery_pk(source: str, delivery_id: str) -> str:
 
 def key(pk: str, sk: str) -> dict[str, dict[str, str]]:
     return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+
+def log_pk(job_id: str) -> str:
+    # Log chunks live under their own partition: reading a job never pages through its output.
+    return f"LOGS#{job_id}"
+
+
+def log_sk(seq: int) -> str:
+    # Zero-padded so chunks sort by seq.
+    return f"SEQ#{seq:012d}"
+
+
+def artifact_pk(job_id: str) -> str:
+    return f"ARTIFACTS#{job_id}"
+
+
+def artifact_sk(stage: str, path: str) -> str:
+    return f"{stage}#{path}"

@@ -21,6 +21,8 @@ from relevo_core.store.keys import HELD_BY_INDEX, JOB_SK, job_pk, key, stage_sk
 from relevo_core.store.paging import query_items
 
 _HOLDS_ATTEMPT = "agent_id = :agent AND attempt = :attempt"
+# For writes to other items (log chunks, artifact records) fenced on this one in a transaction.
+HOLDS_ATTEMPT = _HOLDS_ATTEMPT
 
 
 class Outcome(str, Enum):
@@ -94,6 +96,11 @@ class StageRef:
     @property
     def key(self) -> dict[str, dict[str, str]]:
         return key(job_pk(self.job_id), stage_sk(self.stage_index))
+
+
+def holds_attempt_values(ref: StageRef) -> dict[str, dict[str, str]]:
+    """Expression values for HOLDS_ATTEMPT, in a ConditionCheck on the stage item."""
+    return {":agent": to_attribute(ref.agent_id), ":attempt": to_attribute(ref.attempt)}
 
 
 def _update(

@@ -1,0 +1,124 @@
+"""`relevo-agent doctor`: checks what the agent needs before it can take work, and says in plain
+words what is wrong: AWS credentials, the table and the region's work queue, the clock (leases are
+compared across machines) and disk space for workspaces."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+from relevo_agent.config import AgentConfig
+from relevo_core.aws import client
+
+# Leases are a few tens of seconds; SigV4 itself refuses requests more than 5 minutes off.
+MAX_CLOCK_SKEW_SEC = 5.0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    words: str
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.words}"
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        return f"{error.get('Code', 'error')}: {error.get('Message', '')}".strip(": ")
+    return str(exc)
+
+
+def _server_date(response: dict[str, Any]) -> datetime | None:
+    header = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    return parsedate_to_datetime(header) if header else None
+
+
+def check_credentials() -> tuple[Check, datetime | None]:
+    try:
+        identity = client("sts").get_caller_identity()
+    except NoCredentialsError:
+        return Check("credentials", False, "no AWS credentials found (set AWS_PROFILE or run `aws configure`)"), None
+    except (ClientError, BotoCoreError) as exc:
+        return Check("credentials", False, f"AWS refused the credentials ({_why(exc)})"), None
+    return Check("credentials", True, f"signed in as {identity.get('Arn', '?')}"), _server_date(identity)
+
+
+def check_table(table: str) -> Check:
+    try:
+        # GetItem is what the agent is allowed; the key does not need to exist.
+        client("dynamodb").get_item(TableName=table, Key={"pk": {"S": "DOCTOR"}, "sk": {"S": "DOCTOR"}})
+    except (ClientError, BotoCoreError) as exc:
+        return Check("table", False, f"cannot read table {table} ({_why(exc)})")
+    return Check("table", True, f"{table} is readable")
+
+
+def check_queue(queue_url: str) -> Check:
+    try:
+        attributes = client("sqs").get_queue_attributes(
+            QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+    except (ClientError, BotoCoreError) as exc:
+        return Check("queue", False, f"cannot reach the work queue {queue_url} ({_why(exc)})")
+    return Check("queue", True, f"reachable, {attributes.get('ApproximateNumberOfMessages', '?')} stage(s) waiting")
+
+
+def check_clock(server: datetime | None, local: datetime, max_skew_sec: float = MAX_CLOCK_SKEW_SEC) -> Check:
+    if server is None:
+        return Check("clock", False, "could not read AWS's time to compare with (see the credentials check)")
+    skew = (local - server).total_seconds()
+    # The Date header has whole seconds: allow that second on top.
+    if abs(skew) > max_skew_sec + 1:
+        ahead = "ahead of" if skew > 0 else "behind"
+        return Check(
+            "clock", False, f"this Mac's clock is {abs(skew):.0f}s {ahead} AWS; turn on automatic time (sntp / System Settings)"
+        )
+    return Check("clock", True, f"within {max_skew_sec:.0f}s of AWS")
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_disk(workspace_root: Path, min_free_gb: float) -> Check:
+    free_gb = shutil.disk_usage(_existing(workspace_root)).free / 1024**3
+    if free_gb < min_free_gb:
+        return Check("disk", False, f"only {free_gb:.1f} GiB free under {workspace_root}; at least {min_free_gb:g} GiB needed")
+    return Check("disk", True, f"{free_gb:.1f} GiB free under {workspace_root}")
+
+
+def check_writable(name: str, directory: Path) -> Check:
+    target = _existing(directory)
+    if not os.access(target, os.W_OK):
+        return Check(name, False, f"{target} is not writable by this user")
+    return Check(name, True, f"{directory} can be written")
+
+
+def run_checks(
+    config: AgentConfig,
+    table: str | None,
+    queue_url: str | None,
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+) -> list[Check]:
+    credentials, server_time = check_credentials()
+    checks = [credentials, check_clock(server_time, now())]
+    checks.append(check_table(table) if table else Check("table", False, "no table: set stack_file or table_name"))
+    if queue_url:
+        checks.append(check_queue(queue_url))
+    else:
+        checks.append(Check("queue", False, f"no work queue for region {config.region!r}: set stack_file or queue_url"))
+    checks.append(check_disk(config.workspace_root, config.min_free_disk_gb))
+    checks.append(check_writable("workspaces", config.workspace_root))
+    checks.append(check_writable("journal", config.journal.parent))
+    return checks

@@ -1,0 +1,427 @@
+"""relevo-agent footprint: idle cost, stage overhead, log shipping, handoff latency, each next to
+a baseline measured in the same run.
+
+    .venv/bin/python bench/agent.py [--idle-sec 60] [--handoffs 10] [--log-mb 20]
+
+Starts the embedded stack (moto + template.yaml) in this process and real `relevo-agent run`
+processes against it (the way `relevo local up` users run them), then:
+
+1. Idle. An agent polls an empty queue for --idle-sec; its RSS and CPU come from the OS
+   (/proc, else `ps`), its SQS requests from the emulator's request recorder. Baseline: a bare
+   Python process long-polling another empty queue with boto3 over the same window.
+   Targets: RSS <= 60 MB, CPU <= 1 %, <= 3 SQS requests per minute per queue.
+2. Handoff latency. --handoffs jobs of one stage, one after the other: from the API call that
+   enqueues the job to the moment the stage's command starts (it writes $EPOCHREALTIME).
+   Baseline: raw SQS send -> long-poll receive on a queue of its own, same count.
+   Target: p50 <= raw p50 + 100 ms.
+3. Stage overhead. A 5 s command (`sleep 5`) through the agent, claim to result recorded, against
+   `bash -c "sleep 5"` run bare. Target: <= 1.1 x bare + 0.5 s.
+4. Log shipping. A command printing --log-mb of numbered lines with a masked canary secret every
+   1000 lines: MB/s from the claim to the last chunk stored, the command's own run time with and
+   without the agent (output to /dev/null), and the stored chunks checked for order and masking.
+   Baseline: the same bytes put straight into DynamoDB as 64 KiB items from this process.
+   Target: >= 5 MB/s, every line in order, the canary never stored.
+
+The emulator runs in this process, and the agents share the machine with it, so absolute figures
+are those of the emulator on this host; the ratios to the baselines are the point.
+
+Exits 0 when every target is met, 1 when one is missed, 2 when the bench itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+_WORK = Path(tempfile.mkdtemp(prefix="relevo-bench-agent-"))
+# The emulator's request recorder reads its file path when moto is imported: set it first.
+os.environ["MOTO_RECORDER_FILEPATH"] = str(_WORK / "requests.jsonl")
+
+IDLE_RSS_MB = 60
+IDLE_CPU_PERCENT = 1.0
+IDLE_SQS_PER_MIN = 3
+OVERHEAD_RATIO, OVERHEAD_PLUS_SEC = 1.1, 0.5
+SHIP_MB_PER_SEC = 5.0
+HANDOFF_PLUS_MS = 100
+CANARY_VAR = "BENCH_DEPLOY_TOKEN"
+STAGE_SEC = 5
+
+
+# ------------------------------------------------------------------------------------------------
+# processes
+
+
+@contextmanager
+def agent(stack_file: Path, region: str, agent_id: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    from relevo_cli.localrun import agent_process
+
+    config = _WORK / f"{agent_id}.toml"
+    config.write_text(
+        "\n".join(
+            [
+                f'agent_id = "{agent_id}"',
+                f'region = "{region}"',
+                "capacity = 2",
+                f'workspace_root = "{_WORK / agent_id}"',
+                f'journal = "{_WORK / (agent_id + ".sqlite3")}"',
+                f'stack_file = "{stack_file}"',
+                f'mask = ["{CANARY_VAR}"]',
+                "",
+            ]
+        )
+    )
+    log = _WORK / f"{agent_id}.log"
+    with agent_process(config, log, env) as process:
+        deadline = time.monotonic() + 60
+        while b"polling" not in (log.read_bytes() if log.exists() else b""):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"agent {agent_id} did not start; see {log}")
+            time.sleep(0.1)
+        yield process
+
+
+def rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status")
+    if status.exists():
+        match = re.search(r"VmRSS:\s+(\d+) kB", status.read_text())
+        return int(match.group(1)) / 1024 if match else 0.0
+    return int(subprocess.check_output(["ps", "-o", "rss=", "-p", str(pid)]).strip()) / 1024
+
+
+def cpu_sec(pid: int) -> float:
+    stat = Path(f"/proc/{pid}/stat")
+    if stat.exists():
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    text = subprocess.check_output(["ps", "-o", "time=", "-p", str(pid)]).decode().strip()
+    total = 0.0
+    for part in text.replace("-", ":").split(":"):
+        total = total * 60 + float(part)
+    return total
+
+
+BASELINE_POLLER = """
+import boto3, sys
+sqs = boto3.client("sqs")
+while True:
+    sqs.receive_message(QueueUrl=sys.argv[1], MaxNumberOfMessages=1, WaitTimeSeconds=20)
+"""
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. idle
+
+
+def recorded_sqs_requests(endpoint: str, queue_urls: list[str]) -> dict[str, int]:
+    import requests
+
+    text = requests.get(f"{endpoint}/moto-api/recorder/download-recording", timeout=30).text
+    counts = {url: 0 for url in queue_urls}
+    for line in text.splitlines():
+        entry = json.loads(line)
+        headers = {k.lower(): v for k, v in entry.get("headers", {}).items()}
+        body = entry.get("body", "")
+        if entry.get("body_encoded"):
+            body = base64.b64decode(body).decode("utf-8", "replace")
+        if "AmazonSQS." not in headers.get("x-amz-target", "") and "Action=" not in body:
+            continue
+        for url in queue_urls:
+            if url.rsplit("/", 1)[1] in body + entry.get("url", ""):
+                counts[url] += 1
+    return counts
+
+
+def measure_idle(stack: Any, stack_file: Path, idle_sec: float) -> tuple[list[str], bool]:
+    import requests
+
+    from relevo_core.aws import client
+
+    baseline_queue = client("sqs").create_queue(QueueName="bench-baseline-" + secrets.token_hex(3))["QueueUrl"]
+    agent_queue = stack.work_queues["us-east"]
+    endpoint = str(stack.aws_endpoint)
+    with agent(stack_file, "us-east", "bench-idle") as process:
+        baseline = subprocess.Popen([sys.executable, "-c", BASELINE_POLLER, baseline_queue], env=os.environ.copy())
+        try:
+            time.sleep(3)  # both past their imports and first poll
+            requests.post(f"{endpoint}/moto-api/recorder/reset-recording", timeout=10)
+            requests.post(f"{endpoint}/moto-api/recorder/start-recording", timeout=10)
+            cpu0 = {p.pid: cpu_sec(p.pid) for p in (process, baseline)}
+            began = time.monotonic()
+            peak = {process.pid: 0.0, baseline.pid: 0.0}
+            while time.monotonic() - began < idle_sec:
+                for p in (process, baseline):
+                    peak[p.pid] = max(peak[p.pid], rss_mb(p.pid))
+                time.sleep(1)
+            elapsed = time.monotonic() - began
+            cpu = {pid: 100 * (cpu_sec(pid) - cpu0[pid]) / elapsed for pid in cpu0}
+            requests.post(f"{endpoint}/moto-api/recorder/stop-recording", timeout=10)
+            counts = recorded_sqs_requests(endpoint, [agent_queue, baseline_queue])
+        finally:
+            baseline.terminate()
+            baseline.wait()
+    per_min = {url: n * 60 / elapsed for url, n in counts.items()}
+    a, b = process.pid, baseline.pid
+    ok = peak[a] <= IDLE_RSS_MB and cpu[a] <= IDLE_CPU_PERCENT and per_min[agent_queue] <= IDLE_SQS_PER_MIN
+    lines = [
+        f"idle over {elapsed:.0f}s                 agent        bare boto3 poller   target",
+        f"  RSS peak (MB)             {peak[a]:8.1f}    {peak[b]:8.1f} ({peak[a] / peak[b]:.2f}x)   <= {IDLE_RSS_MB}",
+        f"  CPU (%)                   {cpu[a]:8.2f}    {cpu[b]:8.2f}            <= {IDLE_CPU_PERCENT}",
+        f"  SQS requests / min        {per_min[agent_queue]:8.1f}    {per_min[baseline_queue]:8.1f}            <= {IDLE_SQS_PER_MIN} per queue",
+    ]
+    return lines, ok
+
+
+# ------------------------------------------------------------------------------------------------
+# 2-4. through the agent
+
+
+def register(stack: Any, project_id: str, stages: list[dict[str, Any]]) -> None:
+    from relevo_cli.api import RelevoApi
+
+    RelevoApi.for_stack(stack).put_project(
+        project_id,
+        {"repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 30, "queue_timeout_sec": 60, "stages": stages},
+    )
+
+
+def run_job(stack: Any, project_id: str, timeout: float = 300) -> tuple[str, float]:
+    """Enqueue through the API; returns the job id and the wall time just before the call."""
+    from relevo_cli.api import RelevoApi
+
+    api = RelevoApi.for_stack(stack)
+    enqueued = time.time()
+    job_id = api.run_project(project_id, {"ref": "refs/heads/main", "commit": secrets.token_hex(20)})["job_id"]
+    deadline = time.monotonic() + timeout
+    while api.get_job(job_id)["status"] not in ("succeeded", "failed", "canceled"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} not finished in {timeout}s")
+        time.sleep(0.05)
+    job = api.get_job(job_id)
+    if job["status"] != "succeeded":
+        raise RuntimeError(f"job {job_id} {job['status']}: {json.dumps(job)[:800]}")
+    return job_id, enqueued
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
+
+
+def raw_sqs_latencies(count: int) -> list[float]:
+    from relevo_core.aws import client
+
+    sqs = client("sqs")
+    url = sqs.create_queue(QueueName="bench-raw-" + secrets.token_hex(3))["QueueUrl"]
+    latencies: list[float] = []
+    for _ in range(count):
+        received: list[float] = []
+
+        def receive() -> None:
+            while not received:
+                for _m in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=20).get("Messages", []):
+                    received.append(time.time())
+                    sqs.delete_message(QueueUrl=url, ReceiptHandle=_m["ReceiptHandle"])
+
+        receiver = threading.Thread(target=receive)
+        receiver.start()
+        time.sleep(0.3)  # the receiver is waiting in its long poll, as an idle agent is
+        sent = time.time()
+        sqs.send_message(QueueUrl=url, MessageBody="x")
+        receiver.join(30)
+        latencies.append(received[0] - sent)
+    return latencies
+
+
+def stage_item(stack: Any, job_id: str, index: int = 0) -> dict[str, Any]:
+    from relevo_core.aws import client
+    from relevo_core.store.codec import from_attributes
+    from relevo_core.store.keys import key, job_pk, stage_sk
+
+    return from_attributes(client("dynamodb").get_item(TableName=stack.table_name, Key=key(job_pk(job_id), stage_sk(index)))["Item"])
+
+
+def _seconds(a: str, b: str) -> float:
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
+
+
+def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str], bool]:
+    through_agent, to_claim = [], []
+    for _ in range(count):
+        # A project per job: no job waits for the previous one's project lock to be given back.
+        project_id = "bench-handoff-" + secrets.token_hex(3)
+        register(stack, project_id, [{"name": "go", "run": 'echo "${EPOCHREALTIME:-$(date +%s)}" > "started-$RELEVO_JOB_ID"'}])
+        job_id, enqueued = run_job(stack, project_id)
+        started = float((workspace / project_id / f"started-{job_id}").read_text().strip())
+        through_agent.append(started - enqueued)
+        to_claim.append(datetime.fromisoformat(stage_item(stack, job_id)["started_at"]).timestamp() - enqueued)
+    raw = raw_sqs_latencies(count)
+    p50, p95 = percentile(through_agent, 50) * 1000, percentile(through_agent, 95) * 1000
+    r50, r95 = percentile(raw, 50) * 1000, percentile(raw, 95) * 1000
+    ok = p50 <= r50 + HANDOFF_PLUS_MS
+    return [
+        f"handoff, {count} jobs             p50 ms    p95 ms",
+        f"  enqueue -> command start  {p50:8.0f}  {p95:8.0f}   target p50 <= raw + {HANDOFF_PLUS_MS} = {r50 + HANDOFF_PLUS_MS:.0f}",
+        f"    of which enqueue -> claim {percentile(to_claim, 50) * 1000:6.0f}  {percentile(to_claim, 95) * 1000:8.0f}   (intake, state machine, SQS, claim)",
+        f"  raw SQS send -> receive   {r50:8.0f}  {r95:8.0f}   (ratio p50 {p50 / max(r50, 1e-3):.1f}x)",
+    ], ok
+
+
+def measure_overhead(stack: Any) -> tuple[list[str], bool]:
+    project_id = "bench-overhead-" + secrets.token_hex(3)
+    register(stack, project_id, [{"name": "wait", "run": f"sleep {STAGE_SEC}"}])
+    began = time.perf_counter()
+    subprocess.run(["bash", "-c", f"sleep {STAGE_SEC}"], check=True)
+    bare = time.perf_counter() - began
+    job_id, _ = run_job(stack, project_id)
+    item = stage_item(stack, job_id)
+    through = _seconds(item["started_at"], item["ended_at"])
+    limit = OVERHEAD_RATIO * bare + OVERHEAD_PLUS_SEC
+    return [
+        f"stage overhead ({STAGE_SEC} s command)",
+        f"  claim -> result recorded  {through:6.2f}s   bare {bare:6.2f}s   ratio {through / bare:.3f}x   target <= {limit:.2f}s",
+    ], through <= limit
+
+
+LOG_COMMAND = (
+    "awk -v n={lines} -v tok=\"${canary}\" 'BEGIN {{ pad = sprintf(\"%0100d\", 0); "
+    "for (i = 1; i <= n; i++) {{ if (i % 1000 == 0) printf \"line %08d token=%s\\n\", i, tok; "
+    "else printf \"line %08d %s\\n\", i, pad }} }}'"
+)
+
+
+def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[list[str], bool]:
+    from relevo_core.aws import client
+    from relevo_core.store.log_chunks import read_chunks
+
+    lines = int(megabytes * 1024 * 1024 / 115)
+    command = LOG_COMMAND.format(lines=lines, canary=CANARY_VAR)
+    timed = f'echo "${{EPOCHREALTIME}}" > "$RELEVO_WORKSPACE/t0"; {command}; echo "${{EPOCHREALTIME}}" > "$RELEVO_WORKSPACE/t1"'
+    project_id = "bench-logs-" + secrets.token_hex(3)
+    register(stack, project_id, [{"name": "print", "run": timed}])
+    began = time.perf_counter()
+    subprocess.run(["bash", "-c", f"{command} > /dev/null"], check=True, env={**os.environ, CANARY_VAR: os.environ[CANARY_VAR]})
+    bare_cmd = time.perf_counter() - began
+
+    job_id, _ = run_job(stack, project_id, timeout=600)
+    item = stage_item(stack, job_id)
+    cmd_in_agent = float((workspace / project_id / "t1").read_text()) - float((workspace / project_id / "t0").read_text())
+    chunks, from_seq = [], 0
+    while from_seq is not None:
+        page = read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=200)
+        chunks.extend(page.chunks)
+        from_seq = page.next_seq
+    text = "".join(c.data for c in chunks)
+    stored = len(text.encode())
+    t0 = float((workspace / project_id / "t0").read_text())
+    window = datetime.fromisoformat(max(c.written_at for c in chunks)).timestamp() - t0
+    mb_s = stored / 1024 / 1024 / window
+    numbers = [int(line.split()[1]) for line in text.splitlines() if line.startswith("line ")]
+    in_order = numbers == list(range(1, lines + 1)) and [c.seq for c in chunks] == sorted({c.seq for c in chunks})
+    token_lines = [line for line in text.splitlines() if "token=" in line]
+    masked = os.environ[CANARY_VAR] not in text and token_lines == [f"line {i:08d} token=******" for i in range(1000, lines + 1, 1000)]
+
+    # Baselines: the same bytes in chunks of the same size, stored one after the other from this
+    # process, as plain PutItems and as the fenced form the agent uses (a TransactWriteItems of
+    # the Put and a ConditionCheck on the stage item).
+    dynamodb, size = client("dynamodb"), max(1, stored // len(chunks))
+    piece, count = "x" * size, max(1, stored // size)
+    stage_key = {"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "STAGE#00"}}
+    rates = []
+    for fenced in (False, True):
+        began = time.perf_counter()
+        for i in range(count):
+            item = {"pk": {"S": f"BENCH#{job_id}#{fenced}"}, "sk": {"S": f"{i:08d}"}, "data": {"S": piece}}
+            if fenced:
+                dynamodb.transact_write_items(
+                    TransactItems=[
+                        {"Put": {"TableName": stack.table_name, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}},
+                        {"ConditionCheck": {"TableName": stack.table_name, "Key": stage_key, "ConditionExpression": "attribute_exists(pk)"}},
+                    ]
+                )
+            else:
+                dynamodb.put_item(TableName=stack.table_name, Item=item)
+        rates.append(count * size / 1024 / 1024 / (time.perf_counter() - began))
+    raw_mb_s, fenced_mb_s = rates
+    ok = mb_s >= SHIP_MB_PER_SEC and in_order and masked
+    return [
+        f"log shipping, {stored / 1024 / 1024:.1f} MB in {len(chunks)} chunks",
+        f"  command start -> last chunk stored {mb_s:7.1f} MB/s   target >= {SHIP_MB_PER_SEC}",
+        f"  baseline, same chunks from here: PutItem {raw_mb_s:7.1f} MB/s ({mb_s / raw_mb_s:.2f}x), "
+        f"fenced TransactWriteItems {fenced_mb_s:7.1f} MB/s ({mb_s / fenced_mb_s:.2f}x)",
+        f"  the command itself          {cmd_in_agent:6.2f}s in the agent, {bare_cmd:6.2f}s bare (> /dev/null), ratio {cmd_in_agent / bare_cmd:.2f}x",
+        f"  order kept: {'yes' if in_order else 'NO'}; canary masked everywhere: {'yes' if masked else 'NO'}"
+        + ("" if masked else f" ({len(token_lines)} token lines, e.g. {token_lines[:2]})"),
+    ], ok
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--idle-sec", type=float, default=60)
+    parser.add_argument("--handoffs", type=int, default=10)
+    parser.add_argument("--log-mb", type=float, default=20)
+    parser.add_argument("--only", choices=["handoff", "overhead", "shipping", "idle"], action="append")
+    args = parser.parse_args()
+    from relevo_cli.local.stack import LocalStack
+
+    os.environ[CANARY_VAR] = "canary-" + secrets.token_hex(12)
+    results: list[bool] = []
+    try:
+        began = time.perf_counter()
+        stack_dir = _WORK / "stack"
+        local = LocalStack(state_dir=stack_dir)
+        info = local.start()
+        print(f"stack up in {time.perf_counter() - began:.1f}s ({info.aws_endpoint}); work dir {_WORK}")
+        try:
+            from bench.intake import point_at_stack  # the one way benches reach the stack
+
+            point_at_stack(info)
+            stack_file = stack_dir / "stack.json"
+            with agent(stack_file, "eu-west", "bench-mac"):
+                for name, part in (
+                    ("handoff", lambda: measure_handoff(info, _WORK / "bench-mac", args.handoffs)),
+                    ("overhead", lambda: measure_overhead(info)),
+                    ("shipping", lambda: measure_shipping(info, _WORK / "bench-mac", args.log_mb)),
+                ):
+                    if args.only and name not in args.only:
+                        continue
+                    lines, ok = part()
+                    results.append(ok)
+                    print("\n".join(lines) + ("" if ok else "   << target missed"), flush=True)
+            if not args.only or "idle" in args.only:
+                lines, ok = measure_idle(info, stack_file, args.idle_sec)
+                results.append(ok)
+                print("\n".join(lines) + ("" if ok else "   << target missed"))
+        finally:
+            local.stop()
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"bench error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(f"total {time.perf_counter() - began:.1f}s; {results.count(False)} target(s) missed")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Access pattern: the artifacts a stage uploaded, one record per file under `ARTIFACTS#{job}`.
+
+Each record is written only while its writer still holds the stage attempt (a ConditionCheck on
+the stage item in the same transaction); a later attempt of the same stage overwrites the records
+of the same paths. The stage item gets the totals (bytes, cross-region bytes), fenced the same way.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict, Field
+
+from relevo_core.aws import client
+from relevo_core.store.codec import from_attributes, to_attribute, to_attributes
+from relevo_core.store.keys import artifact_pk, artifact_sk
+from relevo_core.store.stage_attempts import HOLDS_ATTEMPT, LeaseLost, StageRef, holds_attempt_values
+
+
+class ArtifactRecord(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    job_id: str
+    stage: str
+    path: str  # relative to RELEVO_ARTIFACT_DIR
+    uri: str  # s3://bucket/key
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bucket_region: str
+    cross_region_bytes: int = Field(ge=0)
+    attempt: int
+    agent_id: str
+    uploaded_at: str
+
+
+def _lease_lost(ref: StageRef, exc: ClientError) -> LeaseLost:
+    return LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}: {exc.response['Error']['Code']}")
+
+
+def record(ref: StageRef, artifact: ArtifactRecord, retention_days: int, now: datetime) -> None:
+    item: dict[str, Any] = {
+        "pk": artifact_pk(artifact.job_id),
+        "sk": artifact_sk(artifact.stage, artifact.path),
+        **artifact.model_dump(),
+        "ttl": int((now + timedelta(days=retention_days)).timestamp()),
+    }
+    try:
+        client("dynamodb").transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": ref.table, "Item": to_attributes(item)}},
+                {
+                    "ConditionCheck": {
+                        "TableName": ref.table,
+                        "Key": ref.key,
+                        "ConditionExpression": HOLDS_ATTEMPT,
+                        "ExpressionAttributeValues": holds_attempt_values(ref),
+                    }
+                },
+            ]
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "TransactionCanceledException":
+            raise _lease_lost(ref, exc) from exc
+        raise
+
+
+def record_totals(ref: StageRef, count: int, total_bytes: int, cross_region_bytes: int) -> None:
+    try:
+        client("dynamodb").update_item(
+            TableName=ref.table,
+            Key=ref.key,
+            UpdateExpression="SET artifact_count = :count, artifact_bytes = :bytes, cross_region_bytes = :cross",
+            ConditionExpression=HOLDS_ATTEMPT,
+            ExpressionAttributeValues={
+                **holds_attempt_values(ref),
+                ":count": to_attribute(count),
+                ":bytes": to_attribute(total_bytes),
+                ":cross": to_attribute(cross_region_bytes),
+            },
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            raise _lease_lost(ref, exc) from exc
+        raise
+
+
+def list_artifacts(table: str, job_id: str, stage: str | None = None) -> list[ArtifactRecord]:
+    condition = "pk = :pk"
+    values: dict[str, Any] = {":pk": {"S": artifact_pk(job_id)}}
+    if stage is not None:
+        condition += " AND begins_with(sk, :stage)"
+        values[":stage"] = {"S": artifact_sk(stage, "")}
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "KeyConditionExpression": condition,
+        "ExpressionAttributeValues": values,
+        "ConsistentRead": True,
+    }
+    records: list[ArtifactRecord] = []
+    while True:
+        page = client("dynamodb").query(**kwargs)
+        records.extend(ArtifactRecord.model_validate(from_attributes(item)) for item in page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return records
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

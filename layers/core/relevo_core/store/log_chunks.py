@@ -1,0 +1,141 @@
+"""Access pattern: a job's output as ordered log chunks, one item per chunk under `LOGS#{job}`.
+
+`seq` is strictly increasing per job across stages, attempts and agents. A writer starts after the
+highest stored seq and allocates each seq with a conditional put (`attribute_not_exists`), so two
+writers can never store the same seq; a writer that loses a race re-reads the tail and moves on.
+Every put is fenced on the writer still holding its stage attempt (a ConditionCheck on the stage
+item in the same transaction), so a zombie agent cannot add output after its successor took over.
+Chunks expire through the table's TTL attribute after the log retention.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict, Field
+
+from relevo_core.aws import client
+from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.keys import log_pk, log_sk
+from relevo_core.store.stage_attempts import HOLDS_ATTEMPT, LeaseLost, StageRef, holds_attempt_values
+
+# DynamoDB items are at most 400 KB: a chunk's text (UTF-8) stays below with room for the rest.
+MAX_CHUNK_BYTES = 300 * 1024
+
+
+class LogChunk(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    job_id: str
+    seq: int = Field(ge=0)
+    stage: str
+    attempt: int
+    agent_id: str
+    data: str
+    written_at: str
+
+
+class LogPage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    chunks: list[LogChunk]
+    # The seq to ask for next (`from_seq`), or None when the stored log ends here.
+    next_seq: int | None
+
+
+def last_seq(table: str, job_id: str) -> int:
+    """The highest stored seq of the job, -1 when it has no output yet."""
+    response = client("dynamodb").query(
+        TableName=table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": log_pk(job_id)}},
+        ProjectionExpression="seq",
+        ScanIndexForward=False,
+        Limit=1,
+        ConsistentRead=True,
+    )
+    items = response.get("Items", [])
+    return int(items[0]["seq"]["N"]) if items else -1
+
+
+def read_chunks(table: str, job_id: str, from_seq: int = 0, limit: int = 100) -> LogPage:
+    """Page forward through a job's output: chunks with seq >= from_seq, at most `limit`."""
+    response = client("dynamodb").query(
+        TableName=table,
+        KeyConditionExpression="pk = :pk AND sk >= :from",
+        ExpressionAttributeValues={":pk": {"S": log_pk(job_id)}, ":from": {"S": log_sk(max(0, from_seq))}},
+        Limit=limit,
+        ConsistentRead=True,
+    )
+    chunks = [LogChunk.model_validate(from_attributes(item)) for item in response.get("Items", [])]
+    more = "LastEvaluatedKey" in response and chunks
+    return LogPage(chunks=chunks, next_seq=chunks[-1].seq + 1 if more else None)
+
+
+class ChunkWriter:
+    """Appends one attempt's output to its job's log. Not thread-safe: one shipper thread owns it."""
+
+    def __init__(self, ref: StageRef, stage: str, retention_days: int) -> None:
+        self.ref = ref
+        self.stage = stage
+        self.retention = timedelta(days=retention_days)
+        self._next: int | None = None
+        self.collisions = 0
+
+    def append(self, data: str, now: datetime) -> int:
+        """Store one chunk; returns its seq. Raises LeaseLost when the attempt is no longer held."""
+        if self._next is None:
+            self._next = last_seq(self.ref.table, self.ref.job_id) + 1
+        while True:
+            seq = self._next
+            try:
+                self._put(seq, data, now)
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                    raise
+                reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+                if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                    raise LeaseLost(f"{self.ref.job_id} stage {self.ref.stage_index} attempt {self.ref.attempt}") from exc
+                if not reasons or reasons[0] != "ConditionalCheckFailed":
+                    raise
+                # Another writer (an earlier attempt's last flush) took this seq: continue after it.
+                self.collisions += 1
+                self._next = max(seq + 1, last_seq(self.ref.table, self.ref.job_id) + 1)
+                continue
+            self._next = seq + 1
+            return seq
+
+    def _put(self, seq: int, data: str, now: datetime) -> None:
+        item: dict[str, Any] = {
+            "pk": log_pk(self.ref.job_id),
+            "sk": log_sk(seq),
+            "job_id": self.ref.job_id,
+            "seq": seq,
+            "stage": self.stage,
+            "attempt": self.ref.attempt,
+            "agent_id": self.ref.agent_id,
+            "data": data,
+            "written_at": now.isoformat(),
+            "ttl": int((now + self.retention).timestamp()),
+        }
+        client("dynamodb").transact_write_items(
+            TransactItems=[
+                {
+                    "Put": {
+                        "TableName": self.ref.table,
+                        "Item": to_attributes(item),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+                {
+                    "ConditionCheck": {
+                        "TableName": self.ref.table,
+                        "Key": self.ref.key,
+                        "ConditionExpression": HOLDS_ATTEMPT,
+                        "ExpressionAttributeValues": holds_attempt_values(self.ref),
+                    }
+                },
+            ]
+        )

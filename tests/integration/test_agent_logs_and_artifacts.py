@@ -1,0 +1,187 @@
+"""Log shipping and artifact upload by the real agent code on the local stack: relevo_agent's
+Agent handles the real stage messages (claim, run, ship, upload, report) in this process."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from relevo_agent.config import AgentConfig
+from relevo_agent.service import Agent
+from relevo_core.aws import client
+from relevo_core.store import artifacts as artifact_store
+from relevo_core.store import log_chunks, stage_attempts
+from tests.conftest import push_body
+from tests.integration.helpers import deliver, receive_stage, register_project, table_items, wait_for_execution
+
+CANARY_VAR = "RELEVO_TEST_DEPLOY_TOKEN"
+LINES = 3000
+
+# Prints LINES numbered lines with the canary on some of them, then the canary split over two
+# writes with a pause between (two reads of the pipe), then leaves two artifacts.
+BUILD = (
+    f'for i in $(seq 1 {LINES}); do if [ $((i % 500)) -eq 0 ]; then echo "line $i token=${CANARY_VAR}"; '
+    'else echo "line $i"; fi; done; '
+    f'printf "split=%s" "${{{CANARY_VAR}:0:9}}"; sleep 0.3; printf "%s\\n" "${{{CANARY_VAR}:9}}"; '
+    'mkdir -p "$RELEVO_ARTIFACT_DIR/sub"; head -c 300000 /dev/urandom > "$RELEVO_ARTIFACT_DIR/app.ipa"; '
+    'echo "dsym" > "$RELEVO_ARTIFACT_DIR/sub/app.dsym"'
+)
+# Fails transiently (EX_TEMPFAIL) on its first attempt, succeeds on the second.
+SIGN = 'echo "sign attempt $RELEVO_ATTEMPT"; if [ "$RELEVO_ATTEMPT" = "1" ]; then exit 75; fi; echo signed'
+
+
+def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
+    config = AgentConfig(
+        agent_id=agent_id,
+        region="eu-west",
+        capacity=1,
+        workspace_root=tmp_path / agent_id,
+        journal=tmp_path / f"{agent_id}.sqlite3",
+        mask=(CANARY_VAR,),
+    )
+    return Agent(config, stack.table_name, stack.work_queues["eu-west"])
+
+
+def _run_next(stack, agent: Agent, job_id: str) -> dict:
+    task, receipt = receive_stage(stack, job_id, timeout=30)
+    agent._handle({"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"})
+    return task
+
+
+def _all_chunks(stack, job_id: str, page: int = 7) -> list[log_chunks.LogChunk]:
+    chunks, from_seq = [], 0
+    while from_seq is not None:
+        result = log_chunks.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=page)
+        chunks.extend(result.chunks)
+        from_seq = result.next_seq
+    return chunks
+
+
+@pytest.mark.timeout(180)
+def test_logs_are_ordered_masked_and_continue_across_agents_and_attempts(local_stack, project_id, tmp_path, monkeypatch):
+    # Given a project whose build prints a masked canary secret and leaves artifacts
+    canary = "canary-" + secrets.token_hex(12)
+    monkeypatch.setenv(CANARY_VAR, canary)
+    secret = register_project(
+        local_stack,
+        project_id,
+        [{"name": "build", "run": BUILD}, {"name": "sign", "run": SIGN}],
+        retry={"backoff_base_sec": 0, "max_delay_sec": 0},
+    )
+    response = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret)
+    job_id = response.json()["job_id"]
+    mac_a, mac_b = _agent(tmp_path, local_stack, "mac-a"), _agent(tmp_path, local_stack, "mac-b")
+
+    # When agent A runs the build and sign's first attempt, and agent B sign's second attempt
+    assert _run_next(local_stack, mac_a, job_id)["stage"] == "build"
+    assert (_run_next(local_stack, mac_a, job_id)["stage"], 1) == ("sign", 1)
+    second = _run_next(local_stack, mac_b, job_id)
+    assert (second["stage"], second["attempt"]) == ("sign", 2)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+
+    # Then the chunks have strictly increasing seq from 0, continuing across agents and attempts
+    chunks = _all_chunks(local_stack, job_id)
+    seqs = [c.seq for c in chunks]
+    assert seqs == list(range(len(chunks))), seqs
+    owners = [(c.stage, c.attempt, c.agent_id) for c in chunks]
+    assert owners == sorted(owners, key=owners.index)  # each writer's chunks are contiguous
+    assert [o for i, o in enumerate(owners) if o not in owners[:i]] == [
+        ("build", 1, "mac-a"),
+        ("sign", 1, "mac-a"),
+        ("sign", 2, "mac-b"),
+    ]
+    first_of_b = next(c.seq for c in chunks if c.agent_id == "mac-b")
+    assert first_of_b > 0, "the second agent continues the job's sequence"
+    # and every line is there, in order, with the canary masked (also the one split in two)
+    text = "".join(c.data for c in chunks)
+    lines = text.splitlines()
+    numbered = [line for line in lines if line.startswith("line ")]
+    assert [int(line.split()[1]) for line in numbered] == list(range(1, LINES + 1))
+    assert "line 500 token=******" in lines
+    assert "split=******" in lines
+    assert lines.index("sign attempt 1") < lines.index("sign attempt 2") < lines.index("signed")
+    # and the canary is nowhere in the table: not in chunks, not in any other item
+    everything = json.dumps(table_items(local_stack, ""))
+    assert canary not in everything
+    assert all(item["ttl"]["N"] for item in table_items(local_stack, f"LOGS#{job_id}"))
+
+    # and the build's artifacts are in S3 with their sha256 recorded and verifiable
+    records = artifact_store.list_artifacts(local_stack.table_name, job_id, "build")
+    assert sorted(r.path for r in records) == ["app.ipa", "sub/app.dsym"]
+    workspace = tmp_path / "mac-a" / project_id / ".relevo-artifacts" / job_id / "build"
+    for record in records:
+        local = (workspace / record.path).read_bytes()
+        bucket, key = record.uri.removeprefix("s3://").split("/", 1)
+        stored = client("s3").get_object(Bucket=bucket, Key=key)
+        assert hashlib.sha256(stored["Body"].read()).hexdigest() == record.sha256 == hashlib.sha256(local).hexdigest()
+        assert stored["Metadata"]["sha256"] == record.sha256
+        assert key.endswith(f"/{job_id}/build/{record.path}")
+        assert (record.size, record.attempt, record.agent_id, record.cross_region_bytes) == (len(local), 1, "mac-a", 0)
+    assert "[relevo] uploaded app.ipa" in text
+    stage = table_items(local_stack, f"JOB#{job_id}")
+    build = next(i for i in stage if i["sk"]["S"] == "STAGE#00")
+    assert (build["artifact_count"]["N"], build["cross_region_bytes"]["N"]) == ("2", "0")
+
+
+def _claimed(stack, job_id: str, agent_id: str, attempt: int = 1) -> stage_attempts.StageRef:
+    ref = stage_attempts.StageRef(stack.table_name, job_id, 0, attempt, agent_id)
+    client("dynamodb").put_item(
+        TableName=stack.table_name,
+        Item={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "STAGE#00"}, "stage": {"S": "build"}},
+    )
+    stage_attempts.claim(ref, 30, datetime.now(timezone.utc))
+    return ref
+
+
+def test_concurrent_writers_never_share_a_seq_and_a_fenced_writer_is_refused(local_stack):
+    # Given two writers for one job whose seq counters both start from the stored tail
+    job_id = "job_" + secrets.token_hex(8)
+    ref = _claimed(local_stack, job_id, "mac-a")
+    now = datetime.now(timezone.utc)
+    one = log_chunks.ChunkWriter(ref, "build", retention_days=1)
+    two = log_chunks.ChunkWriter(ref, "build", retention_days=1)
+    # When both append, interleaved (the second one's next seq is already taken every time)
+    seqs = []
+    for i in range(4):
+        seqs.append(one.append(f"one {i}\n", now))
+        seqs.append(two.append(f"two {i}\n", now))
+    # Then every chunk got its own seq, in the order they were stored
+    assert seqs == list(range(8))
+    assert two.collisions >= 1
+    assert [c.data for c in log_chunks.read_chunks(local_stack.table_name, job_id).chunks] == [
+        f"{w} {i}\n" for i in range(4) for w in ("one", "two")
+    ]
+    # When another agent takes the attempt over, the old writer's chunks are refused
+    stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 30, now)
+    with pytest.raises(stage_attempts.LeaseLost):
+        one.append("zombie output\n", now)
+    assert log_chunks.last_seq(local_stack.table_name, job_id) == 7
+
+
+def test_cross_region_bytes_are_counted_when_the_bucket_is_elsewhere(local_stack, tmp_path):
+    from relevo_agent.artifacts import upload_artifacts
+
+    # Given an artifact bucket in another AWS region than the agent's
+    bucket = "relevo-far-" + secrets.token_hex(4)
+    client("s3").create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "ap-southeast-2"})
+    job_id = "job_" + secrets.token_hex(8)
+    ref = _claimed(local_stack, job_id, "mac-a")
+    (tmp_path / "out.bin").write_bytes(b"x" * 5000)
+    lines: list[str] = []
+    # When the stage's artifacts are uploaded
+    summary = upload_artifacts(ref, "build", tmp_path, f"s3://{bucket}/p/{job_id}/", "us-east-1", lines.append)
+    # Then the bytes that crossed regions are recorded
+    assert summary.cross_region_bytes == 5000
+    [record] = artifact_store.list_artifacts(local_stack.table_name, job_id)
+    assert (record.bucket_region, record.cross_region_bytes) == ("ap-southeast-2", 5000)
+    assert lines[-1].startswith("[relevo] uploaded out.bin: 4.9 KiB in ")
+    # and a fenced agent's record is refused
+    stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 30, datetime.now(timezone.utc))
+    with pytest.raises(stage_attempts.LeaseLost):
+        upload_artifacts(ref, "build", tmp_path, f"s3://{bucket}/p/{job_id}/", "us-east-1", lines.append)
+
