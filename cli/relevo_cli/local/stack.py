@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import uuid
+from types import SimpleNamespace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -270,6 +271,7 @@ class LocalStack:
         """DynamoDB stream events: a poller per function and stream (see local/streams.py)."""
         dynamodb, streams = self._session.client("dynamodb"), self._session.client("dynamodbstreams")
         _share_stream_records_in_transaction_backups()
+        _back_up_only_touched_items_in_transactions()
         for fn in template.sam_functions(sam, self.root):
             for event_name, table_id, batch_size in fn.streams:
                 table = dynamodb.describe_table(TableName=str(physical[table_id]))["Table"]
@@ -378,6 +380,80 @@ class LocalStack:
         except CreateAccessKeyFailure:
             return None
         return key.create_credentials()
+
+
+_TRANSACTION_KEYS = threading.local()
+
+
+def _back_up_only_touched_items_in_transactions() -> None:
+    """moto backs up each table a TransactWriteItems call names with copy.deepcopy of the whole
+    table (items, and the stream's history), so every transaction costs as much as the table
+    holds and the stack slows as it lives. A transaction can only change the items it names, so
+    the backup here deep-copies exactly those and shares the rest; a failed transaction still
+    restores every item it touched. Installed once, for the emulator running in this process."""
+    from collections import defaultdict
+
+    import moto.dynamodb.models as dynamodb_models
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    if getattr(dynamodb_models, "_relevo_cheap_backups", False):
+        return
+    real_copy = copy
+
+    def backup(table: Table, keys: set[tuple[Any, Any]]) -> Table:
+        clone = real_copy.copy(table)
+        if table.has_range_key:
+            clone.items = defaultdict(dict, {h: dict(part) for h, part in table.items.items()})
+            for h, r in keys:
+                if r in table.items.get(h, {}):
+                    clone.items[h][r] = real_copy.deepcopy(table.items[h][r])
+        else:
+            clone.items = defaultdict(dict, table.items)
+            for h, _ in keys:
+                if h in table.items:
+                    clone.items[h] = real_copy.deepcopy(table.items[h])
+        if getattr(table, "stream_shard", None) is not None:
+            shard = real_copy.copy(table.stream_shard)
+            shard.items, shard.table = list(table.stream_shard.items), clone
+            clone.stream_shard = shard
+        return clone
+
+    def deepcopy(obj: Any, memo: Any = None) -> Any:
+        keys = getattr(_TRANSACTION_KEYS, "by_table", None)
+        if isinstance(obj, Table) and keys is not None and keys.get(obj.name) is not None:
+            return backup(obj, keys[obj.name])
+        return real_copy.deepcopy(obj, memo)
+
+    original = dynamodb_models.DynamoDBBackend.transact_write_items
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        by_table: dict[str, set[tuple[Any, Any]] | None] = {}
+        for entry in transact_items:
+            _, op = next(iter(entry.items()))
+            table = self.tables.get(op.get("TableName"))
+            if table is None:
+                continue
+            attributes = op.get("Key") or op.get("Item") or {}
+            hash_value = attributes.get(table.hash_key_attr)
+            range_value = attributes.get(table.range_key_attr) if table.has_range_key else None
+            if hash_value is None or (table.has_range_key and range_value is None):
+                by_table[table.name] = None  # key not readable here: back up the whole table
+                continue
+            if table.name in by_table and by_table[table.name] is None:
+                continue
+            by_table.setdefault(table.name, set()).add(
+                (DynamoType(hash_value), DynamoType(range_value) if range_value is not None else None)
+            )
+        _TRANSACTION_KEYS.by_table = by_table
+        try:
+            return original(self, transact_items)
+        finally:
+            _TRANSACTION_KEYS.by_table = None
+
+    dynamodb_models.copy = SimpleNamespace(deepcopy=deepcopy, copy=real_copy.copy)
+    dynamodb_models.DynamoDBBackend.transact_write_items = transact_write_items
+    dynamodb_models._relevo_cheap_backups = True
 
 
 def _share_stream_records_in_transaction_backups() -> None:
