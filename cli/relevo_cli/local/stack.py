@@ -83,7 +83,9 @@ class LocalStack:
         self._server.start()
         host, port = self._server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
-        # The Step Functions interpreter calls back into the server on MOTO_PORT.
+        # The Step Functions interpreter calls back into the server on MOTO_PORT. A process may
+        # run a second stack (e2e modules beside the test session's): stop() gives it back.
+        self._previous_moto_port = os.environ.get("MOTO_PORT")
         os.environ["MOTO_PORT"] = str(port)
         # The SAM translator reads the region from the environment.
         os.environ["AWS_DEFAULT_REGION"] = self.region
@@ -107,6 +109,11 @@ class LocalStack:
             runtime.stop()
         if self._server:
             self._server.stop()
+        previous = getattr(self, "_previous_moto_port", None)
+        if previous is None:
+            os.environ.pop("MOTO_PORT", None)
+        else:
+            os.environ["MOTO_PORT"] = previous
 
     # ------------------------------------------------------------------ deploy
     def _deploy(self, endpoint: str) -> StackInfo:
