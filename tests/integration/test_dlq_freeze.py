@@ -160,6 +160,8 @@ def _deployed_sweeper_settings(stack) -> SweeperSettings:
 
 
 def test_entries_older_than_a_day_do_not_count(local_stack, project_id, frozen_notices):
+    # Registered through the API: its creator manages it, which unfreezing a key of it needs.
+    register_project(local_stack, project_id, [{"name": "build", "run": "true"}])
     # A ref's identity: the key holds '/' as well as ':', and still travels in the unfreeze URL.
     key = f"{project_id}:ref:refs/heads/{secrets.token_hex(4)}:0123456789abcdef"
     now = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)

@@ -39,6 +39,10 @@ def metrics_handler(monkeypatch):
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "Relevo")
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    # The shared Metrics object may have been built (without a namespace) by an earlier test.
+    from relevo_core.observability import metrics
+
+    monkeypatch.setattr(metrics, "namespace", "Relevo")
     spec = importlib.util.spec_from_file_location("metrics_handler", HANDLER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
