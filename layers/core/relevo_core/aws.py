@@ -1,11 +1,14 @@
 """boto3 clients, created on first use and reused for the life of the process.
 
 Never built at import time: cold start stays cheap and tests can point AWS_ENDPOINT_URL at the
-embedded stack before the first call. botocore itself honours AWS_ENDPOINT_URL.
+embedded stack before the first call. botocore itself honours AWS_ENDPOINT_URL. A client is
+cached per endpoint and region, so a process that points at a second stack (a CLI call, an e2e
+module's own stack) and back never keeps talking to the one it left.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from functools import lru_cache
 from typing import Any
@@ -21,13 +24,18 @@ _CLIENT_CONFIG = Config(
 _lock = threading.Lock()
 
 
-@lru_cache(maxsize=None)
 def client(service: str) -> Any:
+    return _client(service, os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_DEFAULT_REGION"))
+
+
+@lru_cache(maxsize=None)
+def _client(service: str, endpoint: str | None, region: str | None) -> Any:
+    # The key carries the environment the client was built from; boto3 reads it again itself.
     # boto3's default session is not thread-safe while it creates clients.
     with _lock:
         return boto3.session.Session().client(service, config=_CLIENT_CONFIG)
 
 
 def reset_clients() -> None:
-    """Forget cached clients (after the endpoint or credentials change)."""
-    client.cache_clear()
+    """Forget cached clients (after credentials change)."""
+    _client.cache_clear()

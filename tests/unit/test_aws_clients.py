@@ -1,0 +1,21 @@
+"""Cached boto3 clients follow the endpoint: a process that points at a second stack and back
+talks to the one it points at now."""
+
+from __future__ import annotations
+
+import pytest
+
+from relevo_core.aws import client
+
+
+def test_a_client_is_reused_per_endpoint_and_follows_a_change(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1111")
+    first = client("sqs")
+    assert client("sqs") is first
+    assert first.meta.endpoint_url == "http://127.0.0.1:1111"
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2222")
+    assert client("sqs").meta.endpoint_url == "http://127.0.0.1:2222"
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1111")
+    assert client("sqs") is first
