@@ -10,8 +10,9 @@ processes against it (the way `relevo local up` users run them), then:
    (/proc, else `ps`), its SQS requests from the emulator's request recorder. Baseline: a bare
    Python process long-polling another empty queue with boto3 over the same window.
    Targets: RSS <= 60 MB, CPU <= 1 %, <= 3 SQS requests per minute per queue.
-2. Handoff latency. --handoffs jobs of one stage, one after the other: from the API call that
-   enqueues the job to the moment the stage's command starts (it writes $EPOCHREALTIME).
+2. Handoff latency. --handoffs jobs of one stage, one after the other: from the moment the
+   state machine enqueues the stage for the region's Macs (`dispatched_at`) to the moment the
+   stage's command starts (it writes $EPOCHREALTIME); the span from the API call is printed too.
    Baseline: raw SQS send -> long-poll receive on a queue of its own, same count.
    Target: p50 <= raw p50 + 100 ms.
 3. Stage overhead. A 5 s command (`sleep 5`) through the agent, claim to result recorded, against
@@ -264,24 +265,35 @@ def _seconds(a: str, b: str) -> float:
 
 
 def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str], bool]:
-    through_agent, to_claim = [], []
+    """The target span starts when the stage is enqueued for the Macs: `dispatched_at`, written
+    by the state machine in the state just before its SQS send, so the span slightly overstates
+    the agent's part. The span from the API call is printed beside it: it adds intake and the
+    emulator's state machine interpreter, which are not the agent's."""
+    from_api, from_dispatch, to_claim = [], [], []
     for _ in range(count):
         # A project per job: no job waits for the previous one's project lock to be given back.
         project_id = "bench-handoff-" + secrets.token_hex(3)
         register(stack, project_id, [{"name": "go", "run": 'echo "${EPOCHREALTIME:-$(date +%s)}" > "started-$RELEVO_JOB_ID"'}])
         job_id, enqueued = run_job(stack, project_id)
         started = float((workspace / project_id / f"started-{job_id}").read_text().strip())
-        through_agent.append(started - enqueued)
-        to_claim.append(datetime.fromisoformat(stage_item(stack, job_id)["started_at"]).timestamp() - enqueued)
+        stage = stage_item(stack, job_id)
+        dispatched = datetime.fromisoformat(stage["dispatched_at"]).timestamp()
+        from_api.append(started - enqueued)
+        from_dispatch.append(started - dispatched)
+        to_claim.append(datetime.fromisoformat(stage["started_at"]).timestamp() - dispatched)
     raw = raw_sqs_latencies(count)
-    p50, p95 = percentile(through_agent, 50) * 1000, percentile(through_agent, 95) * 1000
-    r50, r95 = percentile(raw, 50) * 1000, percentile(raw, 95) * 1000
+
+    def ms(values: list[float], p: float) -> float:
+        return percentile(values, p) * 1000
+
+    p50, r50 = ms(from_dispatch, 50), ms(raw, 50)
     ok = p50 <= r50 + HANDOFF_PLUS_MS
     return [
-        f"handoff, {count} jobs             p50 ms    p95 ms",
-        f"  enqueue -> command start  {p50:8.0f}  {p95:8.0f}   target p50 <= raw + {HANDOFF_PLUS_MS} = {r50 + HANDOFF_PLUS_MS:.0f}",
-        f"    of which enqueue -> claim {percentile(to_claim, 50) * 1000:6.0f}  {percentile(to_claim, 95) * 1000:8.0f}   (intake, state machine, SQS, claim)",
-        f"  raw SQS send -> receive   {r50:8.0f}  {r95:8.0f}   (ratio p50 {p50 / max(r50, 1e-3):.1f}x)",
+        f"handoff, {count} jobs                 p50 ms    p95 ms",
+        f"  stage enqueued -> command start {p50:8.0f}  {ms(from_dispatch, 95):8.0f}   target p50 <= raw + {HANDOFF_PLUS_MS} = {r50 + HANDOFF_PLUS_MS:.0f}",
+        f"    of which enqueued -> claimed  {ms(to_claim, 50):8.0f}  {ms(to_claim, 95):8.0f}   (SQS receive, envelope read, journal, claim write)",
+        f"  raw SQS send -> receive         {r50:8.0f}  {ms(raw, 95):8.0f}   (ratio p50 {p50 / max(r50, 1e-3):.1f}x)",
+        f"  API call -> command start       {ms(from_api, 50):8.0f}  {ms(from_api, 95):8.0f}   (adds intake and the emulated state machine)",
     ], ok
 
 

@@ -79,6 +79,7 @@ class LocalStack:
     def start(self) -> StackInfo:
         for name in ("moto", "werkzeug", "botocore", "urllib3"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
+        _parse_each_state_machine_definition_once()
         self._server = _emulator_server(self.host, self.moto_port)
         self._server.start()
         host, port = self._server.get_host_and_port()
@@ -390,6 +391,45 @@ class LocalStack:
 
 
 _TRANSACTION_KEYS = threading.local()
+
+
+def _parse_each_state_machine_definition_once() -> None:
+    """moto parses a state machine's ASL with its ANTLR grammar on every StartExecution, before
+    the execution's first event: about 1 s for job.asl.json on this class of machine, which
+    every job's handoff paid. The syntax tree depends on the definition text only, so it is
+    parsed once per definition; the evaluation program is still built fresh from it for each
+    execution (those components are per execution, the tree is only read). A definition with
+    syntax errors is not cached and fails as before. Installed once, for the emulator running
+    in this process."""
+    from functools import lru_cache
+
+    from antlr4 import CommonTokenStream, InputStream
+    from moto.stepfunctions.parser.asl.antlr.runtime.ASLLexer import ASLLexer
+    from moto.stepfunctions.parser.asl.antlr.runtime.ASLParser import ASLParser
+    from moto.stepfunctions.parser.asl.parse import asl_parser
+    from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+
+    parser_class = asl_parser.AmazonStateLanguageParser
+    if getattr(parser_class, "_relevo_tree_cache", False):
+        return
+
+    @lru_cache(maxsize=32)
+    def syntax_tree(definition: str) -> Any:
+        errors = asl_parser.SyntaxErrorListener()
+        parser = ASLParser(CommonTokenStream(ASLLexer(InputStream(definition))))
+        parser.removeErrorListeners()
+        parser.addErrorListener(errors)
+        tree = parser.state_machine()
+        if errors.errors:
+            raise asl_parser.ASLParserException(errors=errors.errors)
+        return tree
+
+    def parse(definition: str) -> tuple[Any, Any]:
+        tree = syntax_tree(definition)
+        return Preprocessor().visit(tree), tree
+
+    parser_class.parse = staticmethod(parse)
+    parser_class._relevo_tree_cache = True
 
 
 def _back_up_only_touched_items_in_transactions() -> None:
