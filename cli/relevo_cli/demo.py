@@ -1,118 +1,226 @@
-"""`make demo`: the walking skeleton on the embedded local stack.
+"""`make demo`: the whole product on the embedded local stack, in a few minutes.
 
-Starts `relevo local up`, registers a two-stage project, starts one agent, sends a correctly
-signed GitHub push webhook, follows the job to `succeeded`, then stops everything it started.
-Exits non-zero with the reason if any step fails.
+`relevo local up` with two regions (eu-west, us-east), two real relevo-agent processes in each
+and the four projects of examples/demo/. Once every agent is online, four scenarios run side by
+side, each on its own project so none waits for another's lock (relevo_cli.demo_scenarios):
+
+  release   a signed GitHub push, the same delivery again (a duplicate), four stages with an
+            approval gate before deploy, approved through `relevo approve`
+  retry     exit 75 on attempt 1, retried on the region's other agent
+  dlq       a non-retryable failure, dead-lettered, then `relevo dlq redrive` from the failed
+            stage under the same idempotency key
+  kill      the agent running an upload is SIGKILLed mid-stage; its lease expires and the other
+            agent reconciles the attempt with the stage's effect probe
+
+It ends with a summary (jobs, outcomes, retries, handoff latency, DLQ entries, one row per
+scenario) and exits 0 only if every scenario held. Everything it started is stopped, pass or fail.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import secrets
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
-import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any, Callable
 
-import requests
-from rich.console import Console
+from rich.table import Table
 
-from relevo_cli.api import RelevoApi
-from relevo_cli.localrun import agent_process, local_stack, random_commit, write_agent_config
-from relevo_cli.main import render_job
+from relevo_cli.demo_scenarios import (
+    AGENT_SETTINGS,
+    CAPACITY,
+    FLEET,
+    PROJECTS,
+    ROOT,
+    Demo,
+    Outcome,
+    console,
+    elapsed,
+    guarded,
+    restart_clock,
+    say,
+    scenario_dlq,
+    scenario_fleet,
+    scenario_kill,
+    scenario_release,
+    scenario_retry,
+    seconds_between,
+)
+from relevo_cli.localrun import agent_process, local_stack, write_agent_config
 from relevo_cli.projects import apply_project_file
-from relevo_core.webhooks.github import sign
-
-ROOT = Path(__file__).resolve().parents[2]
-console = Console()
 
 
-def push_payload(repo: str, ref: str, commit: str) -> bytes:
-    return json.dumps(
-        {
-            "ref": ref,
-            "before": "0" * 40,
-            "after": commit,
-            "created": True,
-            "deleted": False,
-            "forced": False,
-            "repository": {"full_name": repo, "name": repo.split("/")[-1], "default_branch": "main"},
-            "pusher": {"name": "release-bot"},
-            "head_commit": {"id": commit, "message": "Release 1.4.0"},
-        }
-    ).encode()
+def percentile(values: list[float], share: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
-def follow(api: RelevoApi, job_id: str, timeout: float) -> dict:
-    seen: dict[str, str] = {}
-    deadline = time.monotonic() + timeout
-    while True:
-        job = api.get_job(job_id)
-        for stage in job["stages"]:
-            if seen.get(stage["name"]) != stage["status"]:
-                seen[stage["name"]] = stage["status"]
-                agent = f" on {stage['agent_id']}" if stage.get("agent_id") else ""
-                console.print(f"  stage [bold]{stage['name']}[/bold] → {stage['status']}{agent}")
-        if job["status"] in ("succeeded", "failed", "canceled"):
-            return job
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"job {job_id} still {job['status']} after {timeout:.0f}s")
-        time.sleep(0.3)
+def agents_used(job: dict[str, Any]) -> list[str]:
+    """The agents of a job's attempts, failed ones first, in order of first use."""
+    failed = [entry["agent"] for s in job["stages"] for entry in s["attempts_log"]]
+    final = [s["agent_id"] for s in job["stages"]]
+    return [agent for agent in dict.fromkeys(failed + final) if agent]
+
+
+def handoff_latencies(jobs: list[dict[str, Any]]) -> list[float]:
+    """Dispatch → claim of every claimed stage: the job view keeps each stage's latest attempt."""
+    latencies = (seconds_between(s["dispatched_at"], s["started_at"]) for job in jobs for s in job["stages"])
+    return [latency for latency in latencies if latency is not None]
+
+
+def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    mark = {"succeeded": "✓", "failed": "✗", "skipped": "–", "canceled": "⊘"}
+    table = Table(title="Jobs", title_justify="left")
+    for column in ("job", "project", "region", "trigger", "status", "stages", "retries", "agents"):
+        table.add_column(column)
+    for job in jobs:
+        table.add_row(
+            job["job_id"],
+            job["project"],
+            job["region_affinity"],
+            job["trigger"]["type"],
+            job["status"],
+            " ".join(f"{s['name']}{mark.get(s['status'], '·')}" for s in job["stages"]),
+            str(sum(s["retry_count"] or 0 for s in job["stages"])),
+            ", ".join(agents_used(job)),
+        )
+    return table
+
+
+def totals_table(jobs: list[dict[str, Any]], dead_letters: list[dict[str, Any]]) -> Table:
+    by_status: dict[str, int] = {}
+    for job in jobs:
+        by_status[job["status"]] = by_status.get(job["status"], 0) + 1
+    retries = sum(s["retry_count"] or 0 for job in jobs for s in job["stages"])
+    handoffs = handoff_latencies(jobs)
+    table = Table(title="Summary", title_justify="left", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("jobs", str(len(jobs)))
+    table.add_row("outcomes", ", ".join(f"{n} {status}" for status, n in sorted(by_status.items())))
+    table.add_row("retries", f"{retries} (stage attempts after a failed one)")
+    table.add_row(
+        "handoff latency",
+        f"p50 {percentile(handoffs, 0.5):.2f}s · p95 {percentile(handoffs, 0.95):.2f}s "
+        f"(dispatch → claim, {len(handoffs)} stage claims)" if handoffs else "no claims",
+    )
+    entries = [f"{e['job_id']} {e['project']} {e['error']}: {e['state']}" for e in dead_letters]
+    table.add_row("DLQ entries", "\n".join([str(len(dead_letters)), *entries]))
+    return table
+
+
+def summary(demo: Demo, outcomes: list[Outcome]) -> bool:
+    """Print the jobs, the totals and one row per scenario; True when every scenario held."""
+    jobs = [demo.api.get_job(job_id) for job_id in demo.job_ids]
+    console.print(jobs_table(jobs))
+    console.print(totals_table(jobs, demo.api.dead_letters()["entries"]))
+    scenarios = Table(title="Scenarios", title_justify="left")
+    for column in ("", "scenario", "evidence"):
+        scenarios.add_column(column)
+    for outcome in outcomes:
+        scenarios.add_row("[green]✓[/green]" if outcome.ok else "[red]✗[/red]", outcome.scenario, "\n".join(outcome.evidence))
+    console.print(scenarios)
+    return all(outcome.ok for outcome in outcomes)
+
+
+# ------------------------------------------------------------------------------------ main
+def start_fleet(demo_stack: ExitStack, work: Path, stack_file: Path, shared: Path) -> dict[str, subprocess.Popen[bytes]]:
+    processes = {}
+    for region, agent_ids in FLEET.items():
+        for agent_id in agent_ids:
+            path = work / "agents" / f"{agent_id}.toml"
+            config = write_agent_config(path, stack_file, region, agent_id, CAPACITY[region], **AGENT_SETTINGS)
+            processes[agent_id] = demo_stack.enter_context(
+                agent_process(config, work / f"{agent_id}.log", env={"RELEVO_DEMO_DIR": str(shared)})
+            )
+    return processes
+
+
+def stop_all(processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    for process in processes.values():
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
 
 
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="relevo-demo-"))
+    shared = work / "shared"
+    (work / "agents").mkdir(parents=True)
+    shared.mkdir()
     state_dir = ROOT / ".relevo" / f"demo-{os.getpid()}"
+    stack_file = state_dir / "stack.json"
+    restart_clock()
     console.print(f"[bold]Relevo demo[/bold] (logs in {work})")
+    passed = False
     try:
-        console.print("• starting the local stack (moto + template.yaml + statemachines/job.asl.json)…")
-        with local_stack(state_dir, work / "local-up.log") as stack:
+        with ExitStack() as running:
+            regions = ",".join(FLEET)
+            say("setup", f"starting the local stack: moto + template.yaml + statemachines/job.asl.json, regions {regions}…")
+            stack = running.enter_context(local_stack(state_dir, work / "local-up.log", ["--region-affinities", regions]))
             stack.apply_to_environment()
-            console.print(f"  API {stack.api_url}, {len(stack.resources)} resources, work queues: {', '.join(stack.work_queues)}")
-            api = RelevoApi.for_stack(stack)
+            say("setup", f"API {stack.api_url}, {len(stack.resources)} resources, work queues: {', '.join(stack.work_queues)}")
+            processes = start_fleet(running, work, stack_file, shared)
+            # On the way out, every agent is asked to stop at once (each then drains on its own)
+            # before the ExitStack waits for them one by one and stops the stack.
+            running.callback(stop_all, processes)
+            fleet = ", ".join(f"{agent_id} ({region})" for region, ids in FLEET.items() for agent_id in ids)
+            say("setup", f"started {len(processes)} relevo-agent processes: {fleet}")
+            demo = Demo(stack, stack_file, work, shared, processes)
 
             webhook_secret = secrets.token_urlsafe(24)
             os.environ["RELEVO_DEMO_WEBHOOK_SECRET"] = webhook_secret
-            project = apply_project_file(stack, api, ROOT / "examples" / "demo-app.yaml")
-            console.print(f"• registered project [bold]{project['id']}[/bold]: {' → '.join(s['name'] for s in project['stages'])}")
+            for path in sorted(PROJECTS.glob("*.yaml")):
+                project = apply_project_file(stack, demo.api, path)
+                gate = project["approval"]["before"] if project["approval"]["enabled"] else None
+                stages = " → ".join(("(approval) → " if s["name"] == gate else "") + s["name"] for s in project["stages"])
+                say("setup", f"project [bold]{project['id']}[/bold] ({project['region_affinity']}): {stages}")
 
-            config = write_agent_config(work / "agent.toml", state_dir / "stack.json", project["region_affinity"], "mac-mini-eu-1")
-            with agent_process(config, work / "agent.log"):
-                console.print(f"• started relevo-agent mac-mini-eu-1 ({project['region_affinity']})")
-                commit = random_commit()
-                body = push_payload(project["repo"], "refs/heads/main", commit)
-                headers = {
-                    "Content-Type": "application/json",
-                    "X-GitHub-Event": "push",
-                    "X-GitHub-Delivery": secrets.token_hex(16),
-                    "X-Hub-Signature-256": sign(webhook_secret, body),
-                }
-                url = f"{stack.api_url}/webhooks/github/{project['id']}"
-                response = requests.post(url, data=body, headers=headers, timeout=30)
-                if response.status_code != 202:
-                    raise RuntimeError(f"webhook answered {response.status_code}: {response.text}")
-                job_id = response.json()["job_id"]
-                console.print(f"• signed push webhook for {commit[:12]} → 202, job [bold]{job_id}[/bold]")
-                # GitHub retries a delivery it thinks failed: the same delivery is not a second job.
-                again = requests.post(url, data=body, headers=headers, timeout=30)
-                if again.status_code != 200 or again.json().get("job_id") != job_id:
-                    raise RuntimeError(f"redelivery answered {again.status_code}: {again.text}")
-                console.print(f"• the same delivery again → {again.status_code} {again.json()}")
-                job = follow(api, job_id, timeout=90)
-                console.print(render_job(job))
-                if job["status"] != "succeeded":
-                    raise RuntimeError(f"job ended {job['status']}: {job.get('error')} {job.get('error_cause') or ''}")
-        console.print("[green]✓ demo passed: one signed webhook, one job, both stages succeeded[/green]")
-        return 0
-    except Exception as exc:  # the demo's one job is to say what went wrong
-        console.print(f"[red]✗ demo failed: {exc}[/red]")
+            outcomes = guarded("two regions, two agents each", lambda: scenario_fleet(demo))
+            # Independent projects: the scenarios run side by side.
+            scenarios: list[tuple[str, Callable[[], Outcome | list[Outcome]]]] = [
+                ("signed webhook; 4 stages, approval gate", lambda: scenario_release(demo, webhook_secret)),
+                ("transient failure retried on another agent", lambda: scenario_retry(demo)),
+                ("non-retryable failure → DLQ → redriven", lambda: scenario_dlq(demo)),
+                ("agent SIGKILLed mid-stage, stage reconciled", lambda: scenario_kill(demo)),
+            ]
+            if outcomes[0].ok:
+                with ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
+                    try:
+                        for future in [pool.submit(guarded, name, run) for name, run in scenarios]:
+                            outcomes += future.result()
+                    except BaseException:  # Ctrl-C: the scenarios stop waiting, then everything stops
+                        demo.stopping.set()
+                        raise
+            else:
+                outcomes += [Outcome(name, False, ["not run: the fleet never came online"]) for name, _ in scenarios]
+            console.print()
+            passed = summary(demo, outcomes)
+            say("setup", "stopping the agents and the local stack…")
+        seconds = elapsed()
+        if passed:
+            console.print(f"[green]✓ demo passed: every scenario held ({seconds:.0f}s)[/green]")
+            return 0
+        failed = [outcome.scenario for outcome in outcomes if not outcome.ok]
+        console.print(f"[red]✗ demo failed ({seconds:.0f}s): {'; '.join(failed)} did not hold (logs in {work})[/red]")
+        return 1
+    except Exception as exc:  # the demo's job is to say what went wrong
+        console.print(f"[red]✗ demo failed: {type(exc).__name__}: {exc}[/red]")
         for log in sorted(work.glob("*.log")):
             tail = log.read_text(errors="replace").splitlines()[-15:]
             console.print(f"[dim]--- {log.name} (last lines)[/dim]")
             for line in tail:
                 console.print(line, style="dim", markup=False, highlight=False)
         return 1
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)  # the logs stay in `work`
 
 
 if __name__ == "__main__":

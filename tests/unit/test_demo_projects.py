@@ -1,0 +1,88 @@
+"""The project files of `make demo` (examples/demo/): valid projects in the demo's regions, whose
+stage commands fail and succeed the way the demo's scenarios count on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from relevo_cli.demo import percentile
+from relevo_cli.demo_scenarios import FLEET, PROJECTS
+from relevo_cli.projects import WebhookSecretSources, load_project_file
+from relevo_core.models.errors import EX_TEMPFAIL
+from relevo_core.models.project import Project
+
+
+def _projects() -> dict[str, Project]:
+    projects = {}
+    for path in sorted(PROJECTS.glob("*.yaml")):
+        document = load_project_file(path)
+        WebhookSecretSources.model_validate(document.pop("webhook", None) or {})
+        project = Project.model_validate(document)
+        projects[project.id] = project
+    return projects
+
+
+def _run(command: str, shared: Path, attempt: int = 1, job_id: str = "job_x", stage: str = "build") -> int:
+    env = {
+        **os.environ,
+        "RELEVO_DEMO_DIR": str(shared),
+        "RELEVO_ATTEMPT": str(attempt),
+        "RELEVO_JOB_ID": job_id,
+        "RELEVO_OPERATION_ID": f"{job_id}:{stage}",
+        "RELEVO_ARTIFACT_DIR": str(shared),
+    }
+    return subprocess.run(["bash", "-c", command], env=env, capture_output=True, timeout=10).returncode
+
+
+def _command(project: Project, stage: str) -> str:
+    return next(s.run for s in project.stages if s.name == stage)
+
+
+def test_the_demo_projects_are_valid_and_run_in_the_demo_regions():
+    projects = _projects()
+
+    assert set(projects) == {"release-app", "flaky-tests", "notarize", "store-upload"}
+    assert {p.region_affinity for p in projects.values()} == set(FLEET)
+    release = projects["release-app"]
+    assert [s.name for s in release.stages] == ["build", "sign", "upload", "deploy"]
+    assert release.approval.gated_stage([s.name for s in release.stages]) == "deploy"
+
+
+def test_the_flaky_stage_fails_transiently_on_its_first_attempt_only(tmp_path: Path):
+    command = _command(_projects()["flaky-tests"], "test")
+
+    assert _run(command, tmp_path, attempt=1) == EX_TEMPFAIL
+    assert _run(command, tmp_path, attempt=2) == 0
+
+
+def test_notarize_fails_for_good_until_the_ticket_exists(tmp_path: Path):
+    project = _projects()["notarize"]
+    command = _command(project, "notarize")
+
+    assert _run(command, tmp_path) == 1
+    assert 1 not in project.retry.transient_exit_codes
+    (tmp_path / "notary-ticket").write_text("T-1\n")
+    assert _run(command, tmp_path) == 0
+
+
+def test_the_upload_probe_finds_only_its_own_operation(tmp_path: Path):
+    [upload] = [s for s in _projects()["store-upload"].stages if s.name == "upload"]
+    assert upload.effect_probe
+
+    assert _run(upload.effect_probe, tmp_path, job_id="job_a", stage="upload") == 1  # no effect yet: absent
+    (tmp_path / "store-uploads").write_text("job_b:upload\n")
+    assert _run(upload.effect_probe, tmp_path, job_id="job_a", stage="upload") == 1  # another job's upload
+    (tmp_path / "store-uploads").write_text("job_b:upload\njob_a:upload\n")
+    assert _run(upload.effect_probe, tmp_path, job_id="job_a", stage="upload") == 0
+
+
+@pytest.mark.parametrize(
+    ("values", "share", "expected"),
+    [([3.0], 0.5, 3.0), ([3.0], 0.95, 3.0), ([float(n) for n in range(1, 21)], 0.5, 10.0), ([float(n) for n in range(20, 0, -1)], 0.95, 19.0)],
+)
+def test_percentile_is_nearest_rank(values: list[float], share: float, expected: float):
+    assert percentile(values, share) == expected
