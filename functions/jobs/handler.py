@@ -5,14 +5,13 @@ from datetime import datetime, timezone
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-from aws_lambda_powertools.logging import correlation_paths
 
 from relevo_core.config import access_settings, table_settings
 from relevo_core.http import caller_arn, json_response, register_error_handlers, requires
 from relevo_core.job_listing import JobListQuery, list_jobs
 from relevo_core.job_view import show_job
 from relevo_core.models.access import Level
-from relevo_core.observability import logger, tracer
+from relevo_core.observability import API_CORRELATION_PATH, correlate, logger, tracer
 from relevo_core.permissions import visibility
 
 app = APIGatewayRestResolver()
@@ -28,11 +27,11 @@ def jobs():
 
 @app.get("/jobs/<job_id>", middlewares=[requires(Level.VIEW)])
 def get_job(job_id: str):
-    logger.append_keys(job_id=job_id)
+    correlate(job_id)
     return json_response(HTTPStatus.OK, show_job(table_settings().table_name, job_id, datetime.now(timezone.utc)))
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
 @tracer.capture_lambda_handler
 def lambda_handler(event, context):
     return app.resolve(event, context)

@@ -3,10 +3,9 @@
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
-from aws_lambda_powertools.logging import correlation_paths
 
 from relevo_core.http import register_error_handlers
-from relevo_core.observability import logger, tracer
+from relevo_core.observability import API_CORRELATION_PATH, logger, tracer
 from relevo_core.openapi import published_document
 
 app = APIGatewayRestResolver()
@@ -18,7 +17,7 @@ def openapi_document():
     return Response(status_code=HTTPStatus.OK, content_type="application/json", body=published_document())
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
 @tracer.capture_lambda_handler
 def lambda_handler(event, context):
     return app.resolve(event, context)

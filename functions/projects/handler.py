@@ -4,12 +4,11 @@ project: PUT and GET /projects/{project_id}/grants (IAM)."""
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-from aws_lambda_powertools.logging import correlation_paths
 
 from relevo_core.config import access_settings, scheduler_settings
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers, requires
 from relevo_core.models.access import Level
-from relevo_core.observability import logger, tracer
+from relevo_core.observability import API_CORRELATION_PATH, logger, tracer
 from relevo_core.registry import apply_project, list_grants, set_grant, visible_projects
 from relevo_core.store.projects import get_project
 
@@ -46,7 +45,7 @@ def grants(project_id: str):
     return json_response(HTTPStatus.OK, {"grants": listed, "count": len(listed)})
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
 @tracer.capture_lambda_handler
 def lambda_handler(event, context):
     return app.resolve(event, context)

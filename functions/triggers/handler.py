@@ -7,7 +7,6 @@ from http import HTTPStatus
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-from aws_lambda_powertools.logging import correlation_paths
 
 from relevo_core.approvals import decide
 from relevo_core.cancel import cancel_job
@@ -18,7 +17,7 @@ from relevo_core.intake import IntakeResult
 from relevo_core.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
 from relevo_core.models.access import Level
 from relevo_core.models.errors import ErrorCode
-from relevo_core.observability import logger, tracer
+from relevo_core.observability import API_CORRELATION_PATH, correlate, logger, tracer
 from relevo_core.permissions import require, visibility
 from relevo_core.resolve import resolve_stage
 from relevo_core.triggers import release_job, rerun_job, run_project
@@ -29,7 +28,7 @@ _NO_ENTRY = ErrorCode.DLQ_ENTRY_NOT_FOUND
 
 
 def _respond(result: IntakeResult):
-    logger.append_keys(job_id=result.job_id)
+    correlate(result.job_id)
     return json_response(HTTPStatus.OK if result.duplicate else HTTPStatus.ACCEPTED, result.body())
 
 
@@ -50,7 +49,7 @@ def release(job_id: str):
 
 @app.post("/jobs/<job_id>/cancel", middlewares=[requires(Level.MANAGE)])
 def cancel(job_id: str):
-    logger.append_keys(job_id=job_id)
+    correlate(job_id)
     return json_response(HTTPStatus.OK, cancel_job(intake_settings(), job_id, caller_arn(app)))
 
 
@@ -97,7 +96,7 @@ def unfreeze(key: str):
     return json_response(HTTPStatus.OK, unfreeze_key(intake_settings(), idempotency_key, caller))
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
 @tracer.capture_lambda_handler
 def lambda_handler(event, context):
     return app.resolve(event, context)

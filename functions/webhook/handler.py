@@ -2,11 +2,10 @@
 becomes at most one job."""
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-from aws_lambda_powertools.logging import correlation_paths
 
 from relevo_core.config import intake_settings
 from relevo_core.http import json_response, raw_body, register_error_handlers
-from relevo_core.observability import logger, tracer
+from relevo_core.observability import API_CORRELATION_PATH, correlate, logger, tracer
 from relevo_core.webhooks.intake import receive_github, receive_gitlab
 
 app = APIGatewayRestResolver()
@@ -15,7 +14,7 @@ register_error_handlers(app)
 
 def _respond(outcome):
     if "job_id" in outcome.body:
-        logger.append_keys(job_id=outcome.body["job_id"])
+        correlate(outcome.body["job_id"])
     return json_response(outcome.status, outcome.body)
 
 
@@ -29,7 +28,7 @@ def gitlab_webhook(project_id: str):
     return _respond(receive_gitlab(intake_settings(), project_id, app.current_event.headers, raw_body(app)))
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
 @tracer.capture_lambda_handler
 def lambda_handler(event, context):
     return app.resolve(event, context)
