@@ -131,3 +131,15 @@ class RelevoApi:
 
     def release_job(self, job_id: str) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/release", {})
+
+    def queue(self) -> dict[str, Any]:
+        return self.request("GET", "/queue")
+
+    def promote_job(self, job_id: str) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/promote", {})
+
+    def set_priority(self, job_id: str, priority: int) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/priority", {"priority": priority})
+
+    def delete_job(self, job_id: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/jobs/{job_id}")

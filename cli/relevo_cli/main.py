@@ -365,5 +365,75 @@ def release(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
         _print_trigger(api.release_job(job_id))
 
 
+@app.command("queue")
+def queue(
+    as_json: bool = typer.Option(False, "--json", help="print the queue as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Queued jobs in the order they will run, with why each waits, and every agent's load."""
+    with _api(stack_file) as api:
+        view = api.queue()
+    if as_json:
+        sys.stdout.write(json.dumps(view, indent=2) + "\n")
+        return
+    jobs_table = Table(title=f"{view['count']} queued job(s){' (more not shown)' if view['truncated'] else ''}")
+    for column in ("#", "job", "project", "priority", "region", "trigger", "ref", "queued since", "why waiting"):
+        jobs_table.add_column(column, justify="right" if column in ("#", "priority") else "left")
+    for job in view["jobs"]:
+        jobs_table.add_row(
+            str(job["queue_position"]), job["job_id"], job["project"], str(job["priority"]), job["region_affinity"] or "",
+            job["trigger"] or "", job["ref"] or "", (job["created_at"] or "")[:19], job["queue_reason"] or "",
+        )
+    console.print(jobs_table)
+    agents_table = Table(title=f"{len(view['agents'])} agent(s)")
+    for column in ("agent", "region", "used / capacity", "version", "last seen", "state"):
+        agents_table.add_column(column)
+    for agent in view["agents"]:
+        agents_table.add_row(
+            agent["agent_id"], agent["region"], f"{agent['used']} / {agent['capacity']}", agent["version"],
+            agent["last_seen"][:19], "[green]online[/green]" if agent["online"] else "[red]offline[/red]",
+        )
+    console.print(agents_table)
+
+
+@app.command("promote")
+def promote(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+    """Move a queued job to the front: its priority becomes the highest queued priority + 1."""
+    with _api(stack_file) as api:
+        result = api.promote_job(job_id)
+    console.print(f"job [bold]{result['job_id']}[/bold] promoted: priority {result['previous_priority']} -> {result['priority']}")
+
+
+@job_app.command("priority")
+def job_priority(
+    job_id: str,
+    priority: int = typer.Argument(..., help="higher runs first (a negative value goes after --, e.g. -- -5)"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Set the priority of a queued job; it moves to its new place in line at once."""
+    with _api(stack_file) as api:
+        result = api.set_priority(job_id, priority)
+    console.print(f"job [bold]{result['job_id']}[/bold] priority {result['previous_priority']} -> {result['priority']}")
+
+
+@job_app.command("delete")
+def job_delete(
+    job_id: str,
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Delete an ended job with its stage records, log chunks and artifact records (safe to repeat
+    if it was interrupted). The artifact files themselves expire by the bucket's lifecycle rule."""
+    if not yes:
+        typer.confirm(f"delete job {job_id} with its logs and artifact records?", abort=True)
+    with _api(stack_file) as api:
+        result = api.delete_job(job_id)
+    removed = result["removed"]
+    console.print(
+        f"job [bold]{result['job_id']}[/bold] ({result['status']}) deleted with {removed['stages']} stage record(s), "
+        f"{removed['log_chunks']} log chunk(s) and {removed['artifacts']} artifact record(s)"
+    )
+
+
 if __name__ == "__main__":
     app()

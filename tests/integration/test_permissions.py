@@ -122,13 +122,17 @@ def world(local_stack):
     _agent_runs(local_stack, task, succeed=False, error="Relevo.Fatal.ProfileMismatch")
     assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
     assert owner.api.dead_letter(job_id)["state"] == "open"
+    # An ended job for the one allowed DELETE of the matrix (it removes its target).
+    doomed = owner.api.run_project(project_id, {"ref": "main", "request_id": "doomed"})["job_id"]
+    _agent_runs(local_stack, receive_stage(local_stack, doomed)[0])
+    assert wait_for_execution(local_stack, doomed)["status"] == "SUCCEEDED"
     owner.api.put_project(project_id, {**DECLARATION, "region_affinity": "nowhere"})
-    return {"project": project_id, "job": job_id, "owner": owner, "users": users, "admin": admin}
+    return {"project": project_id, "job": job_id, "doomed": doomed, "owner": owner, "users": users, "admin": admin}
 
 
-def _routes(project_id: str, job_id: str) -> list[tuple[str, str, Any, str]]:
+def _routes(project_id: str, job_id: str, doomed: str) -> list[tuple[str, str, Any, str]]:
     """(method, path, body, level needed): every IAM route of the API. Redrive comes last: an
-    allowed one starts a job."""
+    allowed one starts a job. The allowed DELETE removes `doomed` (ended), not `job_id`."""
     return [
         ("GET", f"/projects/{project_id}", None, "view"),
         ("GET", f"/projects/{project_id}/grants", None, "view"),
@@ -142,15 +146,18 @@ def _routes(project_id: str, job_id: str) -> list[tuple[str, str, Any, str]]:
         ("PUT", f"/projects/{project_id}/grants", {"principal": f"arn:aws:iam::{ACCOUNT}:user/bystander", "level": "view"}, "manage"),
         ("POST", f"/jobs/{job_id}/cancel", {}, "manage"),
         ("POST", f"/jobs/{job_id}/rerun", {}, "manage"),
+        ("POST", f"/jobs/{job_id}/promote", {}, "manage"),
+        ("POST", f"/jobs/{job_id}/priority", {"priority": 7}, "manage"),
+        ("DELETE", f"/jobs/{doomed}", None, "manage"),
         ("POST", f"/dlq/{job_id}/redrive", {}, "manage"),
     ]
 
 
-@pytest.mark.timeout(600)  # 52 signed calls and 26 snapshots on a stack shared with other tests
+@pytest.mark.timeout(600)  # 64 signed calls and 32 snapshots on a stack shared with other tests
 def test_every_route_allows_exactly_the_levels_it_needs_and_a_denied_call_writes_nothing(local_stack, world):
     project_id, job_id, users = world["project"], world["job"], world["users"]
     cells = []
-    for method, path, body, needed in _routes(project_id, job_id):
+    for method, path, body, needed in _routes(project_id, job_id, world["doomed"]):
         denied = [level for level in LEVELS if RANK[level] < RANK[needed]]
         allowed = [level for level in LEVELS if RANK[level] >= RANK[needed]]
         # The denied callers first, all between two snapshots (no allowed call in between).
@@ -166,6 +173,8 @@ def test_every_route_allows_exactly_the_levels_it_needs_and_a_denied_call_writes
             assert status != 403, (method, path, level, answer)
             if path.endswith("/redrive") and status == 200:
                 world["owner"].api.cancel_job(answer["job_id"])  # leave no job in flight
+    # The allowed DELETE removed its ended job (an admin learns it is gone).
+    assert world["admin"].call("GET", f"/jobs/{world['doomed']}")[1]["error"] == "JOB_NOT_FOUND"
     # Callers with view learn why they are refused; callers without it learn nothing more.
     assert users["view"].call("POST", f"/jobs/{job_id}/cancel", {})[1]["details"] == {"required": "manage", "level": "view"}
     print("\n".join(cells))
@@ -187,7 +196,8 @@ def test_a_missing_target_looks_the_same_as_one_the_caller_may_not_view(world):
     def refusal(caller: Caller, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         return caller.call(method, path, body)
 
-    for path, body, method in [("/jobs/{}", None, "GET"), ("/jobs/{}/cancel", {}, "POST"), ("/dlq/{}", None, "GET")]:
+    for path, body, method in [("/jobs/{}", None, "GET"), ("/jobs/{}/cancel", {}, "POST"), ("/dlq/{}", None, "GET"),
+                               ("/jobs/{}", None, "DELETE"), ("/jobs/{}/promote", {}, "POST")]:
         hidden = refusal(stranger, method, path.format(world["job"]), body)
         absent = refusal(stranger, method, path.format(missing_job), body)
         assert hidden[0] == absent[0] == 403
@@ -215,8 +225,9 @@ def test_listings_show_only_what_the_caller_may_view(world):
         projects = caller.api.list_projects()
         entries = caller.api.dead_letters()
         jobs = caller.call("GET", f"/jobs?project={project_id}")[1]
+        queue = caller.call("GET", "/queue")[1]
         assert projects["count"] == len(projects["projects"]) and entries["count"] == len(entries["entries"])
-        assert jobs["count"] == len(jobs["jobs"])
+        assert jobs["count"] == len(jobs["jobs"]) and queue["count"] == len(queue["jobs"])
         assert (project_id in {p["id"] for p in projects["projects"]}) is sees, caller.arn
         assert (job_id in {e["job_id"] for e in entries["entries"]}) is sees, caller.arn
         assert (job_id in {j["job_id"] for j in jobs["jobs"]}) is sees, caller.arn
@@ -224,6 +235,8 @@ def test_listings_show_only_what_the_caller_may_view(world):
             # Everything listed is something a grant (or being its creator) lets the caller view.
             for project in projects["projects"]:
                 assert caller.call("GET", f"/projects/{project['id']}")[0] == 200
+            for job in queue["jobs"]:
+                assert caller.call("GET", f"/jobs/{job['job_id']}")[0] == 200
 
 
 def test_a_project_is_created_by_anyone_and_then_changed_only_by_its_managers(local_stack, world):

@@ -136,10 +136,18 @@ class LocalStack:
         cfn, later, not_emulated = deferred.split(cfn, set(get_model_map()))
 
         cloudformation = self._session.client("cloudformation")
+        # moto 5.2.5 splits a list-typed parameter (CommaDelimitedList) only when it is passed,
+        # not when it takes its Default (`!Join [",", !Ref List]` would then join characters):
+        # pass those defaults explicitly, as CloudFormation resolves them.
+        list_defaults = {
+            name: str(slot["Default"])
+            for name, slot in cfn.get("Parameters", {}).items()
+            if "List" in str(slot.get("Type", "")) and "Default" in slot and name not in self.parameters
+        }
         cloudformation.create_stack(
             StackName=self.stack_name,
             TemplateBody=json.dumps(cfn),
-            Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in self.parameters.items()],
+            Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in {**list_defaults, **self.parameters}.items()],
             Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
         )
         stack = _wait_for_stack(cloudformation, self.stack_name)

@@ -79,3 +79,19 @@ def sweeper_settings() -> SweeperSettings:
 @lru_cache(maxsize=1)
 def scheduler_settings() -> SchedulerSettings:
     return SchedulerSettings.from_environ()
+
+
+class QueueSettings(AccessSettings):
+    """GET /queue: besides the table and the admins, the regions of the fleet (whose agents it shows)."""
+
+    # Comma-separated region affinities (the template's RegionAffinities).
+    fleet_regions: str = Field(default="", alias="FLEET_REGIONS", max_length=4096)
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        return tuple(r.strip() for r in self.fleet_regions.split(",") if r.strip())
+
+
+@lru_cache(maxsize=1)
+def queue_settings() -> QueueSettings:
+    return QueueSettings.from_environ()

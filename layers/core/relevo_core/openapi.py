@@ -20,6 +20,7 @@ from relevo_core.approvals import Decision
 from relevo_core.job_listing import JobListQuery
 from relevo_core.models.errors import ErrorCode
 from relevo_core.models.project import Project
+from relevo_core.queue_control import PriorityRequest
 from relevo_core.triggers import RerunRequest, RunRequest
 
 TITLE = "Relevo"
@@ -49,6 +50,7 @@ REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/jobs/{job_id}/rerun"): RerunRequest,
     ("post", "/jobs/{job_id}/approve"): Decision,
     ("post", "/jobs/{job_id}/reject"): Decision,
+    ("post", "/jobs/{job_id}/priority"): PriorityRequest,
 }
 # (method, path) → the model its query string is validated with.
 QUERY_MODELS: dict[tuple[str, str], type[BaseModel]] = {

@@ -37,6 +37,10 @@ class ErrorCode(str, Enum):
     STAGE_NOT_IN_REVIEW = "STAGE_NOT_IN_REVIEW"
     KEY_FROZEN = "KEY_FROZEN"
     KEY_NOT_FROZEN = "KEY_NOT_FROZEN"
+    # Promote and priority apply to queued jobs only; delete to ended jobs only.
+    JOB_NOT_QUEUED = "JOB_NOT_QUEUED"
+    JOB_NOT_ENDED = "JOB_NOT_ENDED"
+    PRIORITY_OUT_OF_RANGE = "PRIORITY_OUT_OF_RANGE"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -65,6 +69,10 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     # Automatic runs of an idempotency key that kept dead-lettering are refused until unfrozen.
     ErrorCode.KEY_FROZEN: HTTPStatus.CONFLICT,
     ErrorCode.KEY_NOT_FROZEN: HTTPStatus.NOT_FOUND,
+    ErrorCode.JOB_NOT_QUEUED: HTTPStatus.CONFLICT,
+    ErrorCode.JOB_NOT_ENDED: HTTPStatus.CONFLICT,
+    # A promote past the highest priority there is (the queue's top already holds it).
+    ErrorCode.PRIORITY_OUT_OF_RANGE: HTTPStatus.CONFLICT,
 }
 
 

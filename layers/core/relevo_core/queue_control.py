@@ -1,0 +1,119 @@
+"""Queue control: what is waiting and where it could run (`GET /queue`), moving a queued job in
+line (promote, priority), and deleting an ended job with its logs and artifact records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from relevo_core.job_listing import MAX_LIMIT, JobListQuery, list_jobs
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.status import JobStatus
+from relevo_core.store.agents import AgentPresence, agents_in_region
+from relevo_core.store.audit import record_action
+from relevo_core.store.jobs import StatusChanged, get_job_record
+from relevo_core.store.job_purge import delete_job_children, delete_job_record
+from relevo_core.store.keys import PRIORITY_BOUND
+from relevo_core.store.wait_order import set_priority
+
+_ATTEMPTS = 5
+_QUEUED = JobListQuery(status=JobStatus.QUEUED, limit=MAX_LIMIT)
+ENDED_STATUSES = frozenset(status.value for status in JobStatus if status.terminal)
+
+
+class PriorityRequest(BaseModel):
+    """Body of `POST /jobs/{job_id}/priority`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    priority: int = Field(ge=-PRIORITY_BOUND, le=PRIORITY_BOUND, description="higher runs first")
+
+    @classmethod
+    def from_body(cls, body: Any) -> "PriorityRequest":
+        try:
+            return cls.model_validate(body if body is not None else {})
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+            raise RelevoError(ErrorCode.VALIDATION_FAILED, problems) from exc
+
+
+def _agent_row(agent: AgentPresence, now: datetime) -> dict[str, Any]:
+    return {
+        "agent_id": agent.agent_id,
+        "region": agent.region,
+        "used": agent.running,
+        "capacity": agent.capacity,
+        "version": agent.version,
+        "last_seen": agent.last_seen.isoformat(),
+        "online": agent.is_online(now),
+    }
+
+
+def queue_view(table: str, regions: tuple[str, ...], can_view: Callable[[str], bool], now: datetime) -> dict[str, Any]:
+    """Queued jobs of the projects the caller may view, in the order they will run (the
+    `GET /jobs?status=queued` listing, positions counted among the rows shown), and every
+    agent of the fleet's regions with its used / capacity and whether it is online at `now`."""
+    listing = list_jobs(table, _QUEUED, can_view=can_view)
+    agents = [_agent_row(agent, now) for region in regions for agent in agents_in_region(table, region)]
+    return {**listing, "agents": agents}
+
+
+def _change_priority(
+    table: str, job_id: str, actor: str, now: datetime, action: str, choose: Callable[[dict[str, Any]], int]
+) -> dict[str, Any]:
+    """Set a queued job's priority to `choose(record)`, moving it in its project's waiting order
+    (WaitOrderIndex) in the same write; read again when the job changed meanwhile."""
+    for _ in range(_ATTEMPTS):
+        record = get_job_record(table, job_id)
+        if record["status"] != JobStatus.QUEUED.value:
+            raise RelevoError(ErrorCode.JOB_NOT_QUEUED, f"job {job_id} is {record['status']}, not queued")
+        previous, priority = int(record["priority"]), choose(record)
+        try:
+            set_priority(table, job_id, priority, actor, now)
+        except StatusChanged:
+            continue
+        record_action(table, job_id, action, actor, now, priority=priority, previous_priority=previous)
+        return {"job_id": job_id, "priority": priority, "previous_priority": previous}
+    raise RelevoError(ErrorCode.JOB_NOT_QUEUED, f"job {job_id} kept changing; try again")
+
+
+def set_job_priority(table: str, job_id: str, request: PriorityRequest, actor: str, now: datetime) -> dict[str, Any]:
+    return _change_priority(table, job_id, actor, now, "priority", lambda _record: request.priority)
+
+
+def promote_job(table: str, job_id: str, actor: str, now: datetime) -> dict[str, Any]:
+    """The job goes to the front of the queue: its priority becomes the highest priority among
+    all queued jobs (of every project) + 1. Two promotes at the same instant may give the same
+    priority; the earlier queue_seq then goes first."""
+
+    def above_all(record: dict[str, Any]) -> int:
+        queued = list_jobs(table, _QUEUED)["jobs"]
+        highest = max([int(record["priority"])] + [int(job["priority"]) for job in queued])
+        if highest >= PRIORITY_BOUND:
+            raise RelevoError(
+                ErrorCode.PRIORITY_OUT_OF_RANGE, f"a queued job already has the highest priority there is ({PRIORITY_BOUND})"
+            )
+        return highest + 1
+
+    return _change_priority(table, job_id, actor, now, "promote", above_all)
+
+
+def delete_job(table: str, job_id: str, actor: str, now: datetime) -> dict[str, Any]:
+    """Delete an ended job: its stage records, log chunks and artifact records, then its record.
+
+    This cannot be one transaction (a job may have thousands of log chunks), so it is made safe
+    to repeat instead: the children go first (batch deletes, each harmless to repeat) and the job
+    record last, conditional on the job still being ended. A crash part-way leaves the job
+    visible and ended with some children gone; the next DELETE finds it, deletes what is left
+    and then the record. The audit record is written first, so a deletion never lacks one.
+    """
+    record = get_job_record(table, job_id)
+    status = JobStatus(record["status"])
+    if not status.terminal:
+        raise RelevoError(ErrorCode.JOB_NOT_ENDED, f"job {job_id} is {status.value}; only an ended job can be deleted (cancel it first)")
+    record_action(table, job_id, "delete", actor, now, status=status.value)
+    removed = delete_job_children(table, job_id)
+    delete_job_record(table, job_id, ENDED_STATUSES)
+    return {"job_id": job_id, "deleted": True, "status": status.value, "removed": removed}
