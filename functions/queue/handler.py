@@ -6,12 +6,11 @@ from datetime import datetime, timezone
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-from aws_lambda_powertools.logging import correlation_paths
 
 from relevo_core.config import queue_settings
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers, requires
 from relevo_core.models.access import Level
-from relevo_core.observability import logger, tracer
+from relevo_core.observability import API_CORRELATION_PATH, logger, tracer
 from relevo_core.permissions import visibility
 from relevo_core.queue_control import PriorityRequest, delete_job, promote_job, queue_view, set_job_priority
 
@@ -49,7 +48,7 @@ def delete(job_id: str):
     return json_response(HTTPStatus.OK, delete_job(queue_settings().table_name, job_id, caller_arn(app), _now()))
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
 @tracer.capture_lambda_handler
 def lambda_handler(event, context):
     return app.resolve(event, context)
