@@ -37,6 +37,9 @@ class ErrorCode(str, Enum):
     STAGE_NOT_IN_REVIEW = "STAGE_NOT_IN_REVIEW"
     KEY_FROZEN = "KEY_FROZEN"
     KEY_NOT_FROZEN = "KEY_NOT_FROZEN"
+    QUERY_INVALID = "QUERY_INVALID"
+    ARTIFACT_NOT_FOUND = "ARTIFACT_NOT_FOUND"
+    ARTIFACT_AMBIGUOUS = "ARTIFACT_AMBIGUOUS"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -65,6 +68,11 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     # Automatic runs of an idempotency key that kept dead-lettering are refused until unfrozen.
     ErrorCode.KEY_FROZEN: HTTPStatus.CONFLICT,
     ErrorCode.KEY_NOT_FROZEN: HTTPStatus.NOT_FOUND,
+    # A query string a route cannot read (GET /jobs/{id}/logs: from_seq, before_seq, limit).
+    ErrorCode.QUERY_INVALID: HTTPStatus.BAD_REQUEST,
+    ErrorCode.ARTIFACT_NOT_FOUND: HTTPStatus.NOT_FOUND,
+    # Two stages of the job left a file of that name: the caller names the stage.
+    ErrorCode.ARTIFACT_AMBIGUOUS: HTTPStatus.CONFLICT,
 }
 
 
