@@ -108,6 +108,21 @@ def render_job(job: dict) -> Table:
     return table
 
 
+STATUS_LOG_LINES = 20
+
+
+def _print_log_tail(job: dict) -> None:
+    """The last lines of the job's log under its table (the API sends up to 200: --json has them)."""
+    tail = job.get("log_tail") or {"lines": []}
+    lines = tail["lines"][-STATUS_LOG_LINES:]
+    if not lines:
+        return
+    console.rule(f"last {len(lines)} log lines")
+    for line in lines:
+        console.print(f"{line['stage']}#{line['attempt']} | {line['text']}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"(all of it: relevo logs {job['job_id']}; follow: relevo logs {job['job_id']} -f --from-seq {tail['next_seq']})", markup=False, highlight=False, soft_wrap=True)
+
+
 @app.command("status")
 def status(
     job_id: str,
@@ -121,6 +136,7 @@ def status(
         sys.stdout.write(json.dumps(job, indent=2) + "\n")
     else:
         console.print(render_job(job))
+        _print_log_tail(job)
 
 
 @app.command("jobs")
@@ -433,6 +449,71 @@ def job_delete(
         f"job [bold]{result['job_id']}[/bold] ({result['status']}) deleted with {removed['stages']} stage record(s), "
         f"{removed['log_chunks']} log chunk(s) and {removed['artifacts']} artifact record(s)"
     )
+@app.command("logs")
+def logs(
+    job_id: str,
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends; exit 0 if it succeeded, 1 if not"),
+    from_seq: int = typer.Option(0, "--from-seq", min=0, help="start at this chunk (job show's log_tail.next_seq: right after its tail)"),
+    poll_sec: float = typer.Option(1.0, "--poll", min=0.1, help="seconds between polls while following"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Print a job's output (already masked); with -f follow it, across dropped connections."""
+    from relevo_cli.follow import LogFollower
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    with _api(stack_file) as api:
+        follower = LogFollower(
+            fetch=lambda seq: api.job_logs(job_id, from_seq=seq),
+            write=write,
+            warn=lambda message: errors.print(f"[yellow]{message}[/yellow]"),
+            poll_sec=poll_sec,
+            next_seq=from_seq,
+        )
+        code = follower.run(follow)
+    if follow:
+        errors.print(f"job {job_id} {follower.status}")
+    raise typer.Exit(code)
+
+
+artifacts_app = typer.Typer(no_args_is_help=True, help="Files the stages of a job uploaded.")
+app.add_typer(artifacts_app, name="artifacts")
+
+
+@artifacts_app.command("list")
+def artifacts_list(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+    """A job's artifacts, with the sha256 recorded at upload."""
+    with _api(stack_file) as api:
+        job = api.get_job(job_id)
+    table = Table(title=f"{len(job['artifacts'])} artifact(s) of {job_id}")
+    for column in ("stage", "name", "size", "sha256"):
+        table.add_column(column)
+    for artifact in job["artifacts"]:
+        table.add_row(artifact["stage"], artifact["name"], str(artifact["size"]), artifact["sha256"])
+    console.print(table)
+
+
+@artifacts_app.command("get")
+def artifacts_get(
+    job_id: str,
+    name: str = typer.Argument(..., help="the file's path under the stage's artifact directory"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="file or directory to write (default: its name, here)"),
+    stage: Optional[str] = typer.Option(None, "--stage", help="the stage that uploaded it (when several did)"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Download an artifact (presigned link valid 2 minutes) and verify its sha256."""
+    from relevo_cli.artifacts import ChecksumMismatch, download
+
+    with _api(stack_file) as api:
+        link = api.artifact_link(job_id, name, stage)
+    try:
+        path = download(link, output or Path(Path(name).name))
+    except ChecksumMismatch as exc:
+        errors.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from exc
+    console.print(f"{path} ({link['size']} bytes, sha256 {link['sha256']} verified)")
 
 
 if __name__ == "__main__":

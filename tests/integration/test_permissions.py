@@ -138,6 +138,8 @@ def _routes(project_id: str, job_id: str, doomed: str) -> list[tuple[str, str, A
         ("GET", f"/projects/{project_id}/grants", None, "view"),
         ("GET", f"/jobs/{job_id}", None, "view"),
         ("GET", f"/dlq/{job_id}", None, "view"),
+        ("GET", f"/jobs/{job_id}/logs?from_seq=0&limit=5", None, "view"),
+        ("GET", f"/jobs/{job_id}/artifacts/app.ipa", None, "view"),
         ("POST", f"/projects/{project_id}/run", {"ref": "main"}, "operate"),
         ("POST", f"/jobs/{job_id}/release", {}, "operate"),
         ("POST", f"/jobs/{job_id}/approve", {}, "operate"),
@@ -153,7 +155,7 @@ def _routes(project_id: str, job_id: str, doomed: str) -> list[tuple[str, str, A
     ]
 
 
-@pytest.mark.timeout(600)  # 64 signed calls and 32 snapshots on a stack shared with other tests
+@pytest.mark.timeout(600)  # about 70 signed calls and 35 snapshots on a stack shared with other tests
 def test_every_route_allows_exactly_the_levels_it_needs_and_a_denied_call_writes_nothing(local_stack, world):
     project_id, job_id, users = world["project"], world["job"], world["users"]
     cells = []
@@ -197,7 +199,8 @@ def test_a_missing_target_looks_the_same_as_one_the_caller_may_not_view(world):
         return caller.call(method, path, body)
 
     for path, body, method in [("/jobs/{}", None, "GET"), ("/jobs/{}/cancel", {}, "POST"), ("/dlq/{}", None, "GET"),
-                               ("/jobs/{}", None, "DELETE"), ("/jobs/{}/promote", {}, "POST")]:
+                               ("/jobs/{}", None, "DELETE"), ("/jobs/{}/promote", {}, "POST"),
+                               ("/jobs/{}/logs", None, "GET"), ("/jobs/{}/artifacts/app.ipa", None, "GET")]:
         hidden = refusal(stranger, method, path.format(world["job"]), body)
         absent = refusal(stranger, method, path.format(missing_job), body)
         assert hidden[0] == absent[0] == 403

@@ -36,6 +36,19 @@ def _client(service: str, endpoint: str | None, region: str | None) -> Any:
         return boto3.session.Session().client(service, config=_CLIENT_CONFIG)
 
 
+def s3_presigner() -> Any:
+    """An S3 client for presigned URLs: SigV4 always (S3 refuses other signatures for objects
+    encrypted with KMS, as the artifact bucket's are), cached like the others."""
+    return _presigner(os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_DEFAULT_REGION"))
+
+
+@lru_cache(maxsize=None)
+def _presigner(endpoint: str | None, region: str | None) -> Any:
+    with _lock:
+        return boto3.session.Session().client("s3", config=_CLIENT_CONFIG.merge(Config(signature_version="s3v4")))
+
+
 def reset_clients() -> None:
     """Forget cached clients (after credentials change)."""
     _client.cache_clear()
+    _presigner.cache_clear()

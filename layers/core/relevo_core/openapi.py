@@ -17,7 +17,9 @@ from typing import Any, Iterable
 from pydantic import BaseModel, ConfigDict, Field
 
 from relevo_core.approvals import Decision
+from relevo_core.job_artifacts import ArtifactQuery
 from relevo_core.job_listing import JobListQuery
+from relevo_core.job_logs import LogQuery
 from relevo_core.models.errors import ErrorCode
 from relevo_core.models.project import Project
 from relevo_core.queue_control import PriorityRequest
@@ -55,13 +57,15 @@ REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
 # (method, path) → the model its query string is validated with.
 QUERY_MODELS: dict[tuple[str, str], type[BaseModel]] = {
     ("get", "/jobs"): JobListQuery,
+    ("get", "/jobs/{job_id}/logs"): LogQuery,
+    ("get", "/jobs/{job_id}/artifacts/{name}"): ArtifactQuery,
 }
 # Refusals any operation may give (the API's own and API Gateway's IAM check).
 COMMON_ERRORS = {
     "400": "malformed request",
     "401": "not authenticated, or a webhook signature that does not verify",
     "403": "the caller lacks the permission this route needs",
-    "404": "no such project, job or route",
+    "404": "no such project, job, artifact or route",
     "409": "the target is not in a state that allows this",
     "413": "body over 1 MiB",
     "422": "a field fails validation",

@@ -41,6 +41,9 @@ class ErrorCode(str, Enum):
     JOB_NOT_QUEUED = "JOB_NOT_QUEUED"
     JOB_NOT_ENDED = "JOB_NOT_ENDED"
     PRIORITY_OUT_OF_RANGE = "PRIORITY_OUT_OF_RANGE"
+    QUERY_INVALID = "QUERY_INVALID"
+    ARTIFACT_NOT_FOUND = "ARTIFACT_NOT_FOUND"
+    ARTIFACT_AMBIGUOUS = "ARTIFACT_AMBIGUOUS"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -73,6 +76,11 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.JOB_NOT_ENDED: HTTPStatus.CONFLICT,
     # A promote past the highest priority there is (the queue's top already holds it).
     ErrorCode.PRIORITY_OUT_OF_RANGE: HTTPStatus.CONFLICT,
+    # A query string a route cannot read (GET /jobs/{id}/logs: from_seq, before_seq, limit).
+    ErrorCode.QUERY_INVALID: HTTPStatus.BAD_REQUEST,
+    ErrorCode.ARTIFACT_NOT_FOUND: HTTPStatus.NOT_FOUND,
+    # Two stages of the job left a file of that name: the caller names the stage.
+    ErrorCode.ARTIFACT_AMBIGUOUS: HTTPStatus.CONFLICT,
 }
 
 

@@ -74,6 +74,27 @@ def read_chunks(table: str, job_id: str, from_seq: int = 0, limit: int = 100) ->
     return LogPage(chunks=chunks, next_seq=chunks[-1].seq + 1 if more else None)
 
 
+def read_chunks_before(table: str, job_id: str, before_seq: int | None = None, limit: int = 100) -> LogPage:
+    """Page back through a job's output: the last `limit` chunks with seq < before_seq (the end
+    of the log when None), in ascending order; `next_seq` is the seq to page further back from
+    (`before_seq` of the next call), or None when the page reaches the start of the log."""
+    condition, values = "pk = :pk", {":pk": {"S": log_pk(job_id)}}
+    if before_seq is not None:
+        condition += " AND sk < :before"
+        values[":before"] = {"S": log_sk(max(0, before_seq))}
+    response = client("dynamodb").query(
+        TableName=table,
+        KeyConditionExpression=condition,
+        ExpressionAttributeValues=values,
+        ScanIndexForward=False,
+        Limit=limit,
+        ConsistentRead=True,
+    )
+    chunks = [LogChunk.model_validate(from_attributes(item)) for item in reversed(response.get("Items", []))]
+    more = "LastEvaluatedKey" in response and chunks and chunks[0].seq > 0
+    return LogPage(chunks=chunks, next_seq=chunks[0].seq if more else None)
+
+
 class ChunkWriter:
     """Appends one attempt's output to its job's log. Not thread-safe: one shipper thread owns it."""
 

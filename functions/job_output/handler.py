@@ -1,0 +1,42 @@
+"""GET /jobs/{job_id}/logs (page forward with from_seq, back with before_seq) and
+GET /jobs/{job_id}/artifacts/{name} (a presigned download link valid 2 minutes) — IAM, view."""
+
+from datetime import datetime, timezone
+from http import HTTPStatus
+from urllib.parse import unquote
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from aws_lambda_powertools.logging import correlation_paths
+
+from relevo_core.config import table_settings
+from relevo_core.http import json_response, register_error_handlers, requires
+from relevo_core.job_artifacts import ArtifactQuery, artifact_link
+from relevo_core.job_logs import LogQuery, log_page, parse_query
+from relevo_core.models.access import Level
+from relevo_core.observability import logger, tracer
+
+app = APIGatewayRestResolver()
+register_error_handlers(app)
+
+
+@app.get("/jobs/<job_id>/logs", middlewares=[requires(Level.VIEW)])
+def logs(job_id: str):
+    logger.append_keys(job_id=job_id)
+    query = parse_query(LogQuery, app.current_event.query_string_parameters)
+    return json_response(HTTPStatus.OK, log_page(table_settings().table_name, job_id, query))
+
+
+@app.get("/jobs/<job_id>/artifacts/<name>", middlewares=[requires(Level.VIEW)])
+def artifact(job_id: str, name: str):
+    logger.append_keys(job_id=job_id)
+    query = parse_query(ArtifactQuery, app.current_event.query_string_parameters)
+    # A name under a subdirectory holds '/': the client percent-encodes it, and API Gateway
+    # (REST) hands path parameters over still encoded.
+    link = artifact_link(table_settings().table_name, job_id, unquote(name), query.stage, datetime.now(timezone.utc))
+    return json_response(HTTPStatus.OK, link)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@tracer.capture_lambda_handler
+def lambda_handler(event, context):
+    return app.resolve(event, context)

@@ -1,0 +1,73 @@
+"""`GET /jobs/{id}/artifacts/{name}`: a short-lived download link for one artifact a stage of the
+job uploaded, with the sha256 and size the agent recorded, so the downloader can verify it.
+
+The link is an S3 presigned GET signed with the function's own credentials (its role allows
+s3:GetObject on the artifact bucket and nothing else in S3); nothing is read from S3 here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from relevo_core.aws import s3_presigner
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.store.artifacts import ArtifactRecord, list_artifacts
+
+URL_EXPIRES_SEC = 120
+
+
+class ArtifactQuery(BaseModel):
+    """Query string of `GET /jobs/{job_id}/artifacts/{name}`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stage: str | None = Field(default=None, min_length=1, max_length=64, description="the stage that left the file")
+
+
+def artifact_summary(record: ArtifactRecord) -> dict[str, Any]:
+    """An artifact as the job view lists it (`name` is what GET .../artifacts/{name} takes)."""
+    return {
+        "stage": record.stage,
+        "name": record.path,
+        "size": record.size,
+        "sha256": record.sha256,
+        "attempt": record.attempt,
+        "agent_id": record.agent_id,
+        "uploaded_at": record.uploaded_at,
+    }
+
+
+def find_artifact(table: str, job_id: str, name: str, stage: str | None = None) -> ArtifactRecord:
+    """The record of `name` (its path under the stage's artifact directory); `stage` is needed
+    only when several stages left a file of that name."""
+    matches = [record for record in list_artifacts(table, job_id, stage) if record.path == name]
+    if not matches:
+        where = f" of stage {stage!r}" if stage else ""
+        raise RelevoError(ErrorCode.ARTIFACT_NOT_FOUND, f"job {job_id} has no artifact {name!r}{where}")
+    if len(matches) > 1:
+        stages = sorted(record.stage for record in matches)
+        raise RelevoError(
+            ErrorCode.ARTIFACT_AMBIGUOUS, f"stages {', '.join(stages)} each left {name!r}: name one with ?stage=", stages=stages
+        )
+    return matches[0]
+
+
+def artifact_link(table: str, job_id: str, name: str, stage: str | None, now: datetime) -> dict[str, Any]:
+    record = find_artifact(table, job_id, name, stage)
+    location = urlparse(record.uri)
+    url = s3_presigner().generate_presigned_url(
+        "get_object",
+        Params={"Bucket": location.netloc, "Key": location.path.lstrip("/")},
+        ExpiresIn=URL_EXPIRES_SEC,
+    )
+    return {
+        "job_id": job_id,
+        **artifact_summary(record),
+        "url": url,
+        "expires_in": URL_EXPIRES_SEC,
+        "expires_at": (now + timedelta(seconds=URL_EXPIRES_SEC)).isoformat(),
+    }

@@ -1,0 +1,177 @@
+"""A job's output as operators read it: `GET /jobs/{id}/logs` pages forward (`from_seq`) or back
+(`before_seq`) through the stored chunks, and the job view shows the last lines (`log_tail`).
+
+Every read is a Query on the job's `LOGS#` partition by seq range, never a scan. Chunks are
+stored already masked by the agent, and are returned as stored. The seqs of a job are contiguous
+(a writer only takes the seq after one that exists, see store/log_chunks.py), so a follower that
+asks for `next_seq` again and again sees every chunk exactly once. The job's status is read
+before the chunks: when a page says the job is terminal and no more chunks are stored, the
+follower has seen everything that was written before the job ended.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from relevo_core.aws import client
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.status import JobStatus
+from relevo_core.store.jobs import get_job_record
+from relevo_core.store.keys import key, log_pk, log_sk
+from relevo_core.store.log_chunks import LogChunk, read_chunks, read_chunks_before
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+# Seqs are stored zero-padded to 12 digits (store/keys.py log_sk): larger ones would not sort.
+MAX_SEQ = 10**12 - 1
+# The agent runs each command with stderr merged into stdout (executor.py), and adds its own lines
+# (upload progress) to the same stream: every chunk is both, interleaved in the order written.
+STREAM = "combined"
+
+TAIL_LINES = 200
+# The tail is part of the job view (one API response): bounded however long the lines are.
+TAIL_MAX_CHARS = 256 * 1024
+TAIL_MAX_LINE_CHARS = 4096
+_TAIL_PAGE = 50
+
+
+Query = TypeVar("Query", bound=BaseModel)
+
+
+def parse_query(model: type[Query], params: dict[str, str] | None) -> Query:
+    """A route's query string read with its model; what does not fit is 400 QUERY_INVALID."""
+    try:
+        return model.model_validate(params or {})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'query'}: {e['msg']}" for e in exc.errors())
+        raise RelevoError(ErrorCode.QUERY_INVALID, problems) from exc
+
+
+class LogQuery(BaseModel):
+    """Query string of `GET /jobs/{job_id}/logs`: at most one of from_seq / before_seq; neither
+    reads from the start of the log."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    from_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ, description="page forward: chunks with seq >= from_seq")
+    before_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ, description="page back: the last chunks with seq < before_seq")
+    limit: int = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="at most this many chunks")
+
+    @model_validator(mode="after")
+    def _one_direction(self) -> "LogQuery":
+        if self.from_seq is not None and self.before_seq is not None:
+            raise ValueError("give from_seq (page forward) or before_seq (page back), not both")
+        return self
+
+
+def chunk_view(chunk: LogChunk) -> dict[str, Any]:
+    return {
+        "seq": chunk.seq,
+        "stage": chunk.stage,
+        "attempt": chunk.attempt,
+        "agent_id": chunk.agent_id,
+        "stream": STREAM,
+        "text": chunk.data,
+        "written_at": chunk.written_at,
+    }
+
+
+def _stored(table: str, job_id: str, seq: int) -> bool:
+    response = client("dynamodb").get_item(
+        TableName=table, Key=key(log_pk(job_id), log_sk(seq)), ProjectionExpression="seq", ConsistentRead=True
+    )
+    return "Item" in response
+
+
+def log_page(table: str, job_id: str, query: LogQuery) -> dict[str, Any]:
+    """One page of the job's output, with where to go next in either direction.
+
+    `next_seq`: the from_seq of the next forward page (the seq after the last chunk returned).
+    `before_seq`: the before_seq of the next backward page, or None at the start of the log.
+    `more`: chunks from next_seq on are already stored (read again at once rather than wait).
+    `status` / `terminal`: the job's status, read before the chunks."""
+    status = JobStatus(get_job_record(table, job_id)["status"])
+    if query.before_seq is None:
+        start = query.from_seq or 0
+        page = read_chunks(table, job_id, from_seq=start, limit=query.limit)
+        chunks = page.chunks
+        next_seq = chunks[-1].seq + 1 if chunks else start
+        first = chunks[0].seq if chunks else start
+        before_seq = first if first > 0 else None
+        more = page.next_seq is not None
+    else:
+        page = read_chunks_before(table, job_id, query.before_seq, query.limit)
+        chunks = page.chunks
+        next_seq = chunks[-1].seq + 1 if chunks else 0
+        before_seq = page.next_seq
+        more = _stored(table, job_id, next_seq)
+    return {
+        "job_id": job_id,
+        "status": status.value,
+        "terminal": status.terminal,
+        "chunks": [chunk_view(chunk) for chunk in chunks],
+        "next_seq": next_seq,
+        "before_seq": before_seq,
+        "more": more,
+    }
+
+
+def _clip(text: str) -> str:
+    if len(text) <= TAIL_MAX_LINE_CHARS:
+        return text
+    return text[:TAIL_MAX_LINE_CHARS] + f" [… {len(text) - TAIL_MAX_LINE_CHARS} more characters]"
+
+
+def split_lines(chunks: list[LogChunk]) -> list[dict[str, Any]]:
+    """The lines of consecutive chunks, each with the seq of the chunk it starts in. A line never
+    joins the output of two attempts: the end of one attempt's output ends its last line."""
+    lines: list[dict[str, Any]] = []
+    pending: dict[str, Any] | None = None
+    owner: tuple[str, int, str] | None = None
+    for chunk in chunks:
+        if owner != (chunk.stage, chunk.attempt, chunk.agent_id) and pending is not None:
+            lines.append(pending)
+            pending = None
+        owner = (chunk.stage, chunk.attempt, chunk.agent_id)
+        parts = chunk.data.split("\n")
+        for index, part in enumerate(parts):
+            if pending is None:
+                if index == len(parts) - 1 and not part:
+                    break  # the chunk ended with a newline: no line has started
+                pending = {"seq": chunk.seq, "stage": chunk.stage, "attempt": chunk.attempt, "text": ""}
+            pending["text"] += part
+            if index < len(parts) - 1:
+                lines.append(pending)
+                pending = None
+    if pending is not None:
+        lines.append(pending)
+    return lines
+
+
+def log_tail(table: str, job_id: str, lines: int = TAIL_LINES) -> dict[str, Any]:
+    """The last `lines` lines of the job's output, read back from the end of the log a page at a
+    time until there are enough (or TAIL_MAX_CHARS were read). `truncated`: earlier output exists;
+    `next_seq`: where `relevo logs -f --from-seq` continues after what is shown."""
+    chunks: list[LogChunk] = []
+    before: int | None = None
+    newlines = chars = 0
+    while True:
+        page = read_chunks_before(table, job_id, before, _TAIL_PAGE)
+        chunks[:0] = page.chunks
+        newlines += sum(chunk.data.count("\n") for chunk in page.chunks)
+        chars += sum(len(chunk.data) for chunk in page.chunks)
+        before = page.next_seq
+        # One newline more than lines: the first line read may have started in an earlier chunk.
+        if before is None or newlines > lines or chars >= TAIL_MAX_CHARS:
+            break
+    found = split_lines(chunks)
+    if before is not None and found:
+        found = found[1:]  # may be the end of a line that started in an unread chunk
+    shown = found[-lines:] if lines else []
+    return {
+        "lines": [{**line, "text": _clip(line["text"])} for line in shown],
+        "truncated": before is not None or len(found) > len(shown),
+        "next_seq": chunks[-1].seq + 1 if chunks else 0,
+    }
