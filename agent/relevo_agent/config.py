@@ -32,10 +32,11 @@ class AgentConfig(BaseModel):
     poll_wait_sec: int = Field(default=20, ge=0, le=20)
     # Presence: how often this agent writes its presence record (see relevo_agent.presence).
     presence_interval_sec: float = Field(default=30, gt=0, le=300)
-    # A retry that should go to another agent is handed back to the queue for this long...
+    # A retry that should go to another agent with a free slot is handed back for this long
+    # (see relevo_agent.presence; for a busy agent the hops are longer)...
     handoff_delay_sec: int = Field(default=2, ge=0, le=60)
-    # ...and taken by this agent anyway once it was dispatched this long ago (capped at half the
-    # job's queue timeout), so a stage never starves waiting for a better agent.
+    # ...and, as a safety bound, taken by this agent anyway once it was dispatched this long ago
+    # (capped at half the job's queue timeout), so a stage never starves behind a busy agent.
     handoff_max_wait_sec: int = Field(default=60, ge=0, le=3600)
     # How often reports the network lost are sent again from the journal's outbox.
     outbox_interval_sec: float = Field(default=5.0, gt=0, le=300)

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+# The end of a command's output kept in its result (classification, probe evidence).
+TAIL_BYTES = 4096
+
 
 @dataclass(frozen=True)
 class ExecResult:
@@ -80,7 +83,7 @@ def run_command(
     cancel: threading.Event,
     on_output: Callable[[bytes], None],
     grace_sec: float = 10.0,
-    tail_bytes: int = 4096,
+    tail_bytes: int = TAIL_BYTES,
     watchdog: bool = False,
 ) -> ExecResult:
     """Run `command` to its end, its timeout or `cancel`. With `watchdog`, the process group is

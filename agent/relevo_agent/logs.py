@@ -73,6 +73,19 @@ class Masker:
         self._pending = ""
         return self.mask(text)
 
+    def mask_tail(self, text: str, limit: int, cut: bool = False) -> str:
+        """The last `limit` characters of `text`, masked, for a record that keeps only a tail
+        (reconcile evidence, receipts).
+
+        The whole text is masked before it is shortened, so shortening never splits a secret.
+        When `text` is itself the end of something longer (`cut`), it may begin with the end of a
+        secret, which no longer matches: its first (longest secret - 1) characters become MASK.
+        """
+        tail = self.mask(text)[-limit:]
+        if cut and self._hold:
+            tail = MASK + tail[self._hold :]
+        return tail
+
 
 class ChunkSink(Protocol):
     def append(self, data: str, now: datetime) -> int: ...

@@ -7,18 +7,26 @@ last_seen); when it stops cleanly it marks the record offline. A failed write is
 again at the next tick: presence never blocks or fails the work.
 
 Placement: the dispatch of attempt N > 1 names the agents that ran the failed attempts
-(`avoid_agents`). An agent named there leaves the message to another agent when one that is not
-named is online in the region with a free slot: it makes the message visible again after
-`handoff_delay_sec` and pauses that slot meanwhile, so the other agent's poll takes it. It takes
-the stage itself when no such agent is online, and in any case once the message was sent
-`handoff_max_wait_sec` ago (at most half the job's queue timeout) or has been received
-HANDOFF_MAX_RECEIVES times, so a retry never starves, never times out in the queue because of
-the hand-back, and never reaches the work queue's redrive DLQ (maxReceiveCount 5).
+(`avoid_agents`). An agent named there does not claim the stage while another agent of the
+region, not named, is online (its presence record fresh), whether that agent has a free slot or
+not: it makes the message invisible again and lets the other agent take it.
+- The other agent has a free slot: the message is visible again after `handoff_delay_sec`, and
+  this slot stays off the queue meanwhile, so the other agent's poll takes it.
+- Every other online agent is busy: the remaining wait (see below) is split into equal hops, one
+  per receive still allowed, so the message is visible when a busy agent may have freed a slot
+  while this agent receives it at most HANDOFF_MAX_RECEIVES times.
+The named agent runs the retry itself only when no other agent is online in the region. Two
+safety bounds make it take the stage anyway: the message was sent `handoff_max_wait_sec` ago (at
+most half the job's queue timeout), or it has been received HANDOFF_MAX_RECEIVES times. So a retry
+never starves behind an agent that stays busy (or died less than 3 presence intervals ago), never
+times out in the queue because of the hand-back, and never reaches the work queue's redrive DLQ
+(maxReceiveCount 5).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -59,18 +67,31 @@ def prefer_another(
     receive_count: int,
     max_wait_sec: float,
 ) -> AgentPresence | None:
-    """The agent this one should leave the stage to, or None when it should take it itself."""
+    """The agent this one should leave the stage to, or None when it should take it itself.
+
+    Any online agent of the region that did not run a failed attempt is preferred, busy or not;
+    among them the one with the most free slots."""
     avoid = {name for name in avoid_agents if name}
     if agent_id not in avoid:
         return None
     if waited_sec >= max_wait_sec or receive_count >= HANDOFF_MAX_RECEIVES:
-        return None  # waited long enough for a better agent: run it here rather than starve it
+        return None  # safety bound: waited long enough for a better agent, run it here rather than starve it
     candidates = [
-        agent
-        for agent in region_agents
-        if agent.agent_id != agent_id and agent.agent_id not in avoid and agent.is_online(now) and agent.free > 0
+        agent for agent in region_agents if agent.agent_id != agent_id and agent.agent_id not in avoid and agent.is_online(now)
     ]
     return max(candidates, key=lambda agent: (agent.free, agent.agent_id), default=None)
+
+
+def handback_sec(other: AgentPresence, waited_sec: float, receive_count: int, max_wait_sec: float, delay_sec: int) -> int:
+    """How long a message handed back to `other` stays invisible (for a `prefer_another` answer).
+
+    A free agent gets it after `delay_sec`. A busy one gets it in equal hops over the rest of the
+    wait, one per receive still allowed, so the named agent does not use up its receives (and
+    then take the stage itself) long before `max_wait_sec`."""
+    if other.free > 0:
+        return delay_sec
+    hops_left = max(1, HANDOFF_MAX_RECEIVES - receive_count)
+    return max(delay_sec, math.ceil((max_wait_sec - waited_sec) / hops_left))
 
 
 class Presence:
@@ -170,26 +191,35 @@ class Presence:
         max_wait_sec: float = self.config.handoff_max_wait_sec
         if queue_timeout_sec:
             max_wait_sec = min(max_wait_sec, queue_timeout_sec / 2)  # never let the hand-back time the stage out
+        waited_sec = now.timestamp() - sent_ms / 1000
         other = prefer_another(
             self.config.agent_id,
             avoid_agents,
             region_agents,
             now,
-            waited_sec=now.timestamp() - sent_ms / 1000,
+            waited_sec=waited_sec,
             receive_count=receive_count,
             max_wait_sec=max_wait_sec,
         )
         if other is None:
             return False
+        invisible_sec = handback_sec(other, waited_sec, receive_count, max_wait_sec, self.config.handoff_delay_sec)
         try:
             client("sqs").change_message_visibility(
-                QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=self.config.handoff_delay_sec
+                QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=invisible_sec
             )
         except ClientError:
             log.warning("could not hand %s back; taking it here", what)
             return False
-        log.info("left %s to %s (%d free): this agent ran a failed attempt", what, other.agent_id, other.free)
-        # Keep this slot off the queue while the message is invisible, so the other agent's poll
-        # is the one that receives it.
-        self._stopping.wait(self.config.handoff_delay_sec + 1)
+        log.info(
+            "left %s to %s (%d free, visible again in %ds): this agent ran a failed attempt",
+            what,
+            other.agent_id,
+            other.free,
+            invisible_sec,
+        )
+        if other.free > 0:
+            # Keep this slot off the queue while the message is invisible, so the free agent's poll
+            # is the one that receives it. (For a busy one the hop is long; this slot stays useful.)
+            self._stopping.wait(invisible_sec + 1)
         return True

@@ -7,7 +7,9 @@ The decision uses, in order:
 2. the stage's `effect_probe`, a read-only command run with the stage's environment:
    exit 0 = the effect is present, exit 1 = it is absent, anything else = the probe cannot tell.
    A present effect is tied to this operation when the probe's output names the operation id
-   (`RELEVO_OPERATION_ID`, which the stage writes into what it produces).
+   (`RELEVO_OPERATION_ID`, which the stage writes into what it produces). What is kept of the
+   output (evidence on the stage, the reconciled receipt, the agent's log) is its tail with the
+   values of the agent's `mask` variables replaced, as in the stage's logs.
 3. the precondition: the commit the ref resolves to in the workspace, plus the hash of the
    inputs the stage declares, compared with what the previous attempt ran under.
 
@@ -29,9 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from relevo_agent.journal import Operation, Outcome
+from relevo_agent.logs import Masker
 
 PROBE_PRESENT = 0
 PROBE_ABSENT = 1
+# How much of the probe's output the evidence and the receipt keep (its end).
+EVIDENCE_CHARS = 1024
 
 
 class Decision(str, Enum):
@@ -45,7 +50,15 @@ class Decision(str, Enum):
 @dataclass(frozen=True)
 class ProbeResult:
     exit_code: int
+    # The output as the probe printed it: only ties the effect to the operation, never stored.
     output: str
+    # Its masked tail: all that evidence and receipts carry off the machine.
+    shown: str
+
+    @classmethod
+    def masked(cls, exit_code: int, output: str, masker: Masker, cut: bool = False) -> "ProbeResult":
+        """A probe's result; `cut` when `output` is only the end of what the probe printed."""
+        return cls(exit_code, output, masker.mask_tail(output, EVIDENCE_CHARS, cut))
 
 
 @dataclass(frozen=True)
@@ -76,11 +89,11 @@ def decide(
     }
     if probe is not None:
         evidence["probe_exit"] = probe.exit_code
-        evidence["probe_output"] = probe.output[-1024:]
+        evidence["probe_output"] = probe.shown
         if probe.exit_code == PROBE_PRESENT:
             if operation_id in probe.output:
                 return Reconciliation(
-                    Decision.SUCCEEDED, evidence, {"reconciled": True, "exit_code": 0, "probe_output": probe.output[-1024:]}
+                    Decision.SUCCEEDED, evidence, {"reconciled": True, "exit_code": 0, "probe_output": probe.shown}
                 )
             evidence["why"] = "the effect exists but does not name this operation"
             return Reconciliation(Decision.MANUAL_REVIEW, evidence)

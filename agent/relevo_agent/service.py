@@ -35,10 +35,9 @@ from relevo_agent import reconcile
 from relevo_agent.classify import classify
 from relevo_agent.config import AgentConfig
 from relevo_agent.artifacts import upload_stage_artifacts
-from relevo_agent.executor import run_command
-from relevo_agent.artifacts import upload_stage_artifacts
+from relevo_agent.executor import TAIL_BYTES, run_command
 from relevo_agent.journal import Journal, Operation, Outcome, operation_id
-from relevo_agent.logs import start_shipper
+from relevo_agent.logs import Masker, secret_values, start_shipper
 from relevo_agent.presence import Presence
 from relevo_core.aws import client
 from relevo_core.models.envelope import JobEnvelope
@@ -296,7 +295,13 @@ class Agent:
             if run.reason is not None:
                 self._stopped(run, op_id, result.exit_code)
                 return False
-            probe = reconcile.ProbeResult(-1 if result.timed_out else result.exit_code, result.output_tail)
+            # Masked like the stage's logs before any of it is recorded or logged.
+            probe = reconcile.ProbeResult.masked(
+                -1 if result.timed_out else result.exit_code,
+                result.output_tail,
+                Masker(secret_values(self.config.mask, env)),
+                cut=len(result.output_tail.encode()) >= TAIL_BYTES,
+            )
         decision = reconcile.decide(op_id, local, previous, precondition, probe)
         log.info("%s attempt %d reconciled: %s %s", op_id, ref.attempt, decision.decision.value, decision.evidence)
         try:

@@ -16,8 +16,10 @@ from relevo_agent.service import Agent
 from relevo_core.aws import client
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store import log_chunks, stage_attempts
+from relevo_core.store.codec import from_attributes
 from tests.conftest import push_body
 from tests.integration.helpers import deliver, receive_stage, register_project, table_items, wait_for_execution
+from tests.integration.test_job_state_machine import claim_and_accept, wait_for_run_token
 
 CANARY_VAR = "RELEVO_TEST_DEPLOY_TOKEN"
 LINES = 3000
@@ -185,3 +187,37 @@ def test_cross_region_bytes_are_counted_when_the_bucket_is_elsewhere(local_stack
     with pytest.raises(stage_attempts.LeaseLost):
         upload_artifacts(ref, "build", tmp_path, f"s3://{bucket}/p/{job_id}/", "us-east-1", lines.append)
 
+
+
+@pytest.mark.timeout(120)
+def test_reconcile_evidence_is_masked_like_logs(local_stack, project_id, tmp_path, monkeypatch, caplog):
+    # Given a stage whose effect probe prints the operation id and a masked canary secret
+    canary = "canary-" + secrets.token_hex(12)
+    monkeypatch.setenv(CANARY_VAR, canary)
+    probe = f'echo "uploaded for $RELEVO_OPERATION_ID token=${CANARY_VAR}"'
+    secret = register_project(
+        local_stack,
+        project_id,
+        [{"name": "upload", "run": "echo never run again", "effect_probe": probe}],
+        lease_ttl_sec=3,
+        retry={"backoff_base_sec": 0, "max_delay_sec": 0},
+    )
+    job_id = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret).json()["job_id"]
+    # and a first attempt whose agent vanished mid-stage (claimed, then silent: the lease expires)
+    first, _ = receive_stage(local_stack, job_id)
+    wait_for_run_token(claim_and_accept(local_stack, first, "mac-gone", lease_ttl_sec=3))
+
+    # When another agent takes the retry, it reconciles before running anything
+    caplog.set_level("INFO", logger="relevo_agent")
+    second = _run_next(local_stack, _agent(tmp_path, local_stack, "mac-b"), job_id)
+    assert (second["attempt"], second["avoid_agents"]) == (2, ["mac-gone"])
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+
+    # Then the probe's output is recorded as evidence and receipt with the canary masked...
+    stage = from_attributes(next(i for i in table_items(local_stack, f"JOB#{job_id}") if i["sk"]["S"] == "STAGE#00"))
+    shown = f"uploaded for {job_id}:upload token=******\n"
+    assert (stage["reconciled"]["decision"], stage["reconciled"]["evidence"]["probe_output"]) == ("succeeded", shown)
+    assert stage["receipt"]["probe_output"] == shown
+    # ...and the canary is nowhere: not in the table, not in the agent's own log
+    assert canary not in json.dumps(table_items(local_stack, ""))
+    assert f"{job_id}:upload attempt 2 reconciled: succeeded" in caplog.text and canary not in caplog.text

@@ -1,6 +1,6 @@
 """Agent presence on the embedded stack: which agents of a region are online with free slots,
 the queue reason of a dispatched stage nobody claimed, the agent's presence writer and its
-hand-back of a retry to another agent."""
+hand-back of a retry to another online agent, free or busy."""
 
 from __future__ import annotations
 
@@ -111,6 +111,18 @@ def test_the_job_view_and_relevo_status_say_why_a_dispatched_stage_waits(local_s
     assert wait_until(lambda: (j := api.get_job(job_id))["status"] == "canceled" and j, 20)["queue_reason"] is None
 
 
+def _receiver(queue_url: str):
+    """receive(wait) -> the next message of the queue with its attributes, or None."""
+
+    def receive(wait: int = 0):
+        messages = client("sqs").receive_message(
+            QueueUrl=queue_url, WaitTimeSeconds=wait, MessageSystemAttributeNames=["SentTimestamp", "ApproximateReceiveCount"]
+        ).get("Messages", [])
+        return messages[0] if messages else None
+
+    return receive
+
+
 def _config(region: str, agent_id: str, tmp_path: Path, **extra) -> AgentConfig:
     return AgentConfig(agent_id=agent_id, region=region, capacity=2, workspace_root=tmp_path, journal=tmp_path / "j.sqlite3", **extra)
 
@@ -147,12 +159,7 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_free(local
     stopping.set()  # skip the slot's pause after a hand-back: this test polls the queue itself
     presence = Presence(_config(region, "mac-a", tmp_path, handoff_delay_sec=1), local_stack.table_name, queue_url, stopping)
     sqs.send_message(QueueUrl=queue_url, MessageBody="{}")
-
-    def receive(wait: int = 0):
-        messages = sqs.receive_message(
-            QueueUrl=queue_url, WaitTimeSeconds=wait, MessageSystemAttributeNames=["SentTimestamp", "ApproximateReceiveCount"]
-        ).get("Messages", [])
-        return messages[0] if messages else None
+    receive = _receiver(queue_url)
 
     message = receive()
     # Nobody else online: mac-a falls back to running its own retry.
@@ -172,8 +179,37 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_free(local
     # ago, a stage with a 2 s queue timeout is taken here rather than handed back again.
     assert presence.leave_to_another(["mac-a"], 2, again) is False
     assert presence.leave_to_another(["mac-a"], 30, again) is True
-    again = wait_until(lambda: receive(wait=1), timeout=10)
-    # With the other agent busy, mac-a takes the retry itself.
+    third = wait_until(lambda: receive(wait=1), timeout=10)
+    # Received HANDOFF_MAX_RECEIVES (3) times: taken here, before the queue's redrive DLQ.
+    assert third["Attributes"]["ApproximateReceiveCount"] == "3"
+    assert presence.leave_to_another(["mac-a"], 30, third) is False
+    sqs.delete_queue(QueueUrl=queue_url)
+
+
+def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_online_but_busy(local_stack, tmp_path: Path):
+    region = _region()
+    sqs = client("sqs")
+    queue_url = sqs.create_queue(QueueName=f"handback-busy-{secrets.token_hex(4)}")["QueueUrl"]
+    stopping = threading.Event()
+    presence = Presence(_config(region, "mac-a", tmp_path, handoff_delay_sec=1), local_stack.table_name, queue_url, stopping)
+    sqs.send_message(QueueUrl=queue_url, MessageBody="{}")
+    receive = _receiver(queue_url)
+
+    now = datetime.now(timezone.utc)
     agents.put_presence(local_stack.table_name, _presence(region, "mac-b", capacity=1, running=1, seen=now))
-    assert presence.leave_to_another(["mac-a"], 30, again) is False
+    message = receive()
+    # mac-b is online at capacity: mac-a still leaves the retry to it. With a 12 s queue timeout
+    # the wait is bounded by 6 s, split in two hops (two receives left): invisible for about 3 s.
+    assert presence.leave_to_another(["mac-a"], 12, message) is True
+    assert receive() is None
+    again = wait_until(lambda: receive(wait=1), timeout=10)
+    assert again["MessageId"] == message["MessageId"] and again["Attributes"]["ApproximateReceiveCount"] == "2"
+
+    # mac-b stops cleanly: nobody else is online, mac-a runs its own retry at once.
+    agents.mark_offline(local_stack.table_name, region, "mac-b", datetime.now(timezone.utc))
+    assert presence.leave_to_another(["mac-a"], 12, again) is False
+    # So it does when mac-b's presence goes stale (more than 3 intervals old), busy or not.
+    stale = datetime.now(timezone.utc) - timedelta(seconds=ONLINE_MULTIPLE * 30 + 1)
+    agents.put_presence(local_stack.table_name, _presence(region, "mac-b", capacity=1, running=1, seen=stale))
+    assert presence.leave_to_another(["mac-a"], 12, again) is False
     sqs.delete_queue(QueueUrl=queue_url)

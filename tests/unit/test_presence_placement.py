@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from relevo_agent.presence import HANDOFF_MAX_RECEIVES, prefer_another
+from relevo_agent.presence import HANDOFF_MAX_RECEIVES, handback_sec, prefer_another
 from relevo_core.store.agents import AgentPresence
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -40,16 +40,23 @@ def test_a_named_agent_leaves_it_to_the_freest_other_online_agent():
     assert _decide(["mac-a"], region) == "mac-c"
 
 
+def test_a_named_agent_leaves_it_to_another_online_agent_even_a_busy_one():
+    assert _decide(["mac-a"], [_agent("mac-a"), _agent("mac-b", running=1)]) == "mac-b"
+    # Free slots still decide between several: the freest goes first.
+    region = [_agent("mac-a"), _agent("mac-b", running=1), _agent("mac-c", capacity=2, running=2), _agent("mac-d", capacity=2, running=1)]
+    assert _decide(["mac-a"], region) == "mac-d"
+
+
 @pytest.mark.parametrize(
     "others",
     [
         [],  # alone in the region
-        [_agent("mac-b", running=1)],  # the other is at capacity
         [_agent("mac-b", age_sec=91)],  # not seen for more than 3 intervals
+        [_agent("mac-b", running=1, age_sec=91)],  # busy when last seen, but not seen since
         [_agent("mac-b", online=False)],  # stopped cleanly
     ],
 )
-def test_a_named_agent_falls_back_to_itself_when_no_other_is_online_and_free(others):
+def test_a_named_agent_falls_back_to_itself_only_when_no_other_is_online(others):
     assert _decide(["mac-a"], [_agent("mac-a"), *others]) is None
 
 
@@ -58,9 +65,37 @@ def test_agents_that_also_failed_the_stage_are_no_better():
     assert _decide(["mac-a", "mac-b"], [_agent("mac-b"), _agent("mac-c")]) == "mac-c"
 
 
-def test_the_wait_for_another_agent_is_bounded():
-    free_other = [_agent("mac-b")]
-    assert _decide(["mac-a"], free_other, waited_sec=59) == "mac-b"
-    assert _decide(["mac-a"], free_other, waited_sec=60) is None
-    assert _decide(["mac-a"], free_other, receive_count=HANDOFF_MAX_RECEIVES - 1) == "mac-b"
-    assert _decide(["mac-a"], free_other, receive_count=HANDOFF_MAX_RECEIVES) is None
+@pytest.mark.parametrize("other", [_agent("mac-b"), _agent("mac-b", running=1)], ids=["free", "busy"])
+def test_the_wait_for_another_agent_is_bounded(other):
+    assert _decide(["mac-a"], [other], waited_sec=59) == "mac-b"
+    assert _decide(["mac-a"], [other], waited_sec=60) is None
+    assert _decide(["mac-a"], [other], receive_count=HANDOFF_MAX_RECEIVES - 1) == "mac-b"
+    assert _decide(["mac-a"], [other], receive_count=HANDOFF_MAX_RECEIVES) is None
+
+
+def test_a_retry_left_to_a_free_agent_is_visible_again_after_the_short_delay():
+    assert handback_sec(_agent("mac-b"), waited_sec=0, receive_count=1, max_wait_sec=60, delay_sec=2) == 2
+    assert handback_sec(_agent("mac-b", capacity=2, running=1), waited_sec=40, receive_count=2, max_wait_sec=60, delay_sec=2) == 2
+
+
+def test_a_retry_left_to_a_busy_agent_waits_in_equal_hops_up_to_the_bound():
+    busy = _agent("mac-b", running=1)
+    # Two receives left before the bound: the 60 s wait is split in two hops of 30 s...
+    assert handback_sec(busy, waited_sec=0, receive_count=1, max_wait_sec=60, delay_sec=2) == 30
+    # ...the second receive, 30 s later, waits out the rest, so the third comes at the bound.
+    assert handback_sec(busy, waited_sec=30, receive_count=2, max_wait_sec=60, delay_sec=2) == 30
+    assert _decide(["mac-a"], [busy], waited_sec=60, receive_count=3) is None
+    # Never shorter than the short delay, whole seconds for SQS.
+    assert handback_sec(busy, waited_sec=59.5, receive_count=2, max_wait_sec=60, delay_sec=2) == 2
+    assert handback_sec(busy, waited_sec=10.5, receive_count=2, max_wait_sec=60, delay_sec=2) == 50
+
+
+def test_the_named_agent_receives_a_retry_for_a_busy_agent_at_most_the_bounded_number_of_times():
+    """Walk the hand-backs as SQS would redeliver them: the named agent takes the stage at the
+    bound, having received it HANDOFF_MAX_RECEIVES times (below the queue's maxReceiveCount 5)."""
+    busy = [_agent("mac-b", running=1)]
+    waited, receives = 0.0, 1
+    while (other := prefer_another("mac-a", ["mac-a"], busy, NOW, waited, receives, max_wait_sec=60)) is not None:
+        waited += handback_sec(other, waited, receives, max_wait_sec=60, delay_sec=2)
+        receives += 1
+    assert (waited, receives) == (60, HANDOFF_MAX_RECEIVES)

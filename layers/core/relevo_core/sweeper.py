@@ -3,6 +3,15 @@
 Intake writes a job and then starts its execution: two calls, so a crash between them can leave
 a job written but never started. Every such job carries a sparse index entry until its
 execution's first state removes it; the sweep starts whatever has waited too long.
+
+An execution stopped, aborted or timed out from outside Relevo (the console, the API) ends with no
+last state: its job would stay queued or running, hold its project lock, its place in the
+project's waiting order and, while queued, a global queue slot. The sweep finds such executions
+among lock holders, waiters and unstarted jobs, and for each one first mirrors the ending onto
+the job (canceled for ABORTED; failed with cause execution_timed_out or execution_failed, last
+writer `sweeper`) and gives back its queue slot, then frees the lock and the waiting place. Each
+step is conditional, so a repeated or interrupted sweep finishes the work and changes nothing
+twice.
 """
 
 from __future__ import annotations
@@ -17,11 +26,33 @@ from relevo_core import key_freeze
 from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
 from relevo_core.intake import start_execution, work_queue_url
-from relevo_core.store import locks, wait_order
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.status import JobStatus
+from relevo_core.store import jobs, locks, wait_order
 from relevo_core.store.jobs import clear_start_pending, get_envelope, start_pending_jobs
 
 # A job younger than this is probably being started right now by intake.
 MIN_AGE = timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What an execution's ending outside Relevo means for its job."""
+
+    status: JobStatus
+    error_name: str | None = None
+    error_cause: str | None = None
+
+
+# Execution status (DescribeExecution) -> the job's final status. Any other status (RUNNING,
+# SUCCEEDED, PENDING_REDRIVE, or no such execution) leaves the job as it is: the state machine
+# writes a success itself, and a redriven execution is not over.
+ENDINGS: dict[str, Ending] = {
+    "ABORTED": Ending(JobStatus.CANCELED),
+    "TIMED_OUT": Ending(JobStatus.FAILED, "Relevo.Execution.TimedOut", "execution_timed_out"),
+    "FAILED": Ending(JobStatus.FAILED, "Relevo.Execution.Failed", "execution_failed"),
+}
+_MIRROR_ATTEMPTS = 5
 
 
 @dataclass
@@ -34,6 +65,8 @@ class SweepReport:
     waiters_dropped: list[str] = field(default_factory=list)
     # Idempotency keys frozen by this sweep (see key_freeze).
     keys_frozen: list[str] = field(default_factory=list)
+    # "job:status" of jobs given the final status of an execution that ended outside Relevo.
+    jobs_ended: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -42,6 +75,7 @@ class SweepReport:
             "locks_freed": self.locks_freed,
             "waiters_dropped": self.waiters_dropped,
             "keys_frozen": self.keys_frozen,
+            "jobs_ended": self.jobs_ended,
         }
 
 
@@ -51,8 +85,8 @@ def execution_arn(state_machine_arn: str, name: str) -> str:
 
 def sweep(settings: IntakeSettings, now: datetime, notification_topic_arn: str | None = None) -> SweepReport:
     report = start_forgotten_jobs(settings, now)
-    free_locks_of_ended_executions(settings, report)
-    drop_ended_waiters(settings, report)
+    free_locks_of_ended_executions(settings, report, now)
+    drop_ended_waiters(settings, report, now)
     if notification_topic_arn:
         report.keys_frozen = key_freeze.evaluate_pending(settings.table_name, notification_topic_arn, now)
     return report
@@ -67,21 +101,58 @@ def _execution_status(settings: IntakeSettings, name: str) -> str:
         return "MISSING"
 
 
-def free_locks_of_ended_executions(settings: IntakeSettings, report: SweepReport) -> None:
+def end_job_of_ended_execution(settings: IntakeSettings, job_id: str, execution_status: str, now: datetime, report: SweepReport) -> None:
+    """Mirror an execution that ended outside Relevo onto its job: the final status, the reason,
+    last_writer `sweeper`, and the queue slot back if the job was still queued. A job that already
+    ended (the state machine or an operator wrote it) is left alone, so a repeat changes nothing."""
+    ending = ENDINGS.get(execution_status)
+    if ending is None:
+        return
+    for _ in range(_MIRROR_ATTEMPTS):
+        try:
+            record = jobs.get_job_record(settings.table_name, job_id)
+        except RelevoError as exc:
+            if exc.code is not ErrorCode.JOB_NOT_FOUND:
+                raise
+            return  # expired (TTL): nothing left to mirror
+        status = JobStatus(record["status"])
+        if status.terminal or status is JobStatus.HELD:
+            return
+        try:
+            jobs.mark_ended_outside(
+                settings.table_name, job_id, status, ending.status, settings.queue_limit, now, ending.error_name, ending.error_cause
+            )
+        except jobs.StatusChanged:
+            continue  # written meanwhile: read again
+        report.jobs_ended.append(f"{job_id}:{ending.status.value}")
+        return
+
+
+def free_locks_of_ended_executions(settings: IntakeSettings, report: SweepReport, now: datetime) -> None:
     """A project lock is released on every ending the state machine sees; an abort, a stop or an
-    execution timeout ends it without a last state, so the sweep releases those."""
+    execution timeout ends it without a last state, so the sweep ends the job and then releases
+    the lock (in that order: a sweep interrupted in between still finds the holder next time)."""
     for project_id, holders in locks.lock_holders(settings.table_name).items():
         for name in holders:
-            if _execution_status(settings, name) != "RUNNING" and locks.release(settings.table_name, project_id, name):
+            status = _execution_status(settings, name)
+            if status == "RUNNING":
+                continue
+            end_job_of_ended_execution(settings, name, status, now, report)
+            if locks.release(settings.table_name, project_id, name):
                 report.locks_freed.append(f"{project_id}:{name}")
 
 
-def drop_ended_waiters(settings: IntakeSettings, report: SweepReport) -> None:
+def drop_ended_waiters(settings: IntakeSettings, report: SweepReport, now: datetime) -> None:
     """A waiting job whose execution was stopped, aborted or timed out would stay first in its
-    project's order and block every job behind it: the sweep takes it out of the order."""
+    project's order and block every job behind it: the sweep ends the job (giving back its queue
+    slot) and takes it out of the order."""
     for project_id, waiters in locks.lock_waiters(settings.table_name).items():
         for name in waiters:
-            if _execution_status(settings, name) != "RUNNING" and wait_order.drop_waiter(settings.table_name, project_id, name):
+            status = _execution_status(settings, name)
+            if status == "RUNNING":
+                continue
+            end_job_of_ended_execution(settings, name, status, now, report)
+            if wait_order.drop_waiter(settings.table_name, project_id, name):
                 report.waiters_dropped.append(f"{project_id}:{name}")
 
 
@@ -102,6 +173,8 @@ def start_forgotten_jobs(settings: IntakeSettings, now: datetime) -> SweepReport
             continue
         report.already_running.append(job_id)
         if described["status"] != "RUNNING":
-            # It ran and ended before its first state could clear the marker.
+            # It ended before its first state could clear the marker (stopped while queued, for
+            # one): the job ends too, giving back its queue slot.
+            end_job_of_ended_execution(settings, job_id, str(described["status"]), now, report)
             clear_start_pending(settings.table_name, job_id)
     return report

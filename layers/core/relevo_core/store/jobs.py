@@ -263,35 +263,48 @@ def job_project(table: str, job_id: str) -> str | None:
     return str(from_attributes(item)["project"]) if item else None
 
 
-def _operator_transition(
+def _transition(
     table: str,
     job_id: str,
     previous: JobStatus,
     next_status: JobStatus,
-    actor: str,
+    writer: str,
     now: datetime,
     extra: str = "",
     values: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """An operator's status change of a job record, conditional on the status it was read in."""
+    """A status change of a job record by `writer`, conditional on the status it was read in."""
     return {
         "TableName": table,
         "Key": key(job_pk(job_id), JOB_SK),
-        "UpdateExpression": "SET #status = :next, last_writer = :actor, updated_at = :now" + extra,
+        "UpdateExpression": "SET #status = :next, last_writer = :writer, updated_at = :now" + extra,
         "ConditionExpression": "#status = :previous",
         "ExpressionAttributeNames": {"#status": "status"},
         "ExpressionAttributeValues": to_attributes(
-            {":next": next_status.value, ":previous": previous.value, ":actor": f"operator:{actor}", ":now": now.isoformat(), **(values or {})}
+            {":next": next_status.value, ":previous": previous.value, ":writer": writer, ":now": now.isoformat(), **(values or {})}
         ),
     }
 
 
-def mark_canceled(table: str, job_id: str, previous: JobStatus, actor: str, queue_limit: int, now: datetime) -> None:
-    """The job becomes canceled, in one transaction with giving back its queue slot if it held
-    one. Conditional on the status read, so a concurrent transition makes the caller read again."""
-    update = _operator_transition(
-        table, job_id, previous, JobStatus.CANCELED, actor, now,
-        extra=f", ended_at = :now REMOVE {START_PENDING_ATTRIBUTE}, queue_reason, {WAITING_FOR_ATTRIBUTE}",
+def _end_job(
+    table: str,
+    job_id: str,
+    previous: JobStatus,
+    final: JobStatus,
+    writer: str,
+    queue_limit: int,
+    now: datetime,
+    extra: str = "",
+    values: dict[str, Any] | None = None,
+) -> None:
+    """The job ends `final`, in one transaction with giving back its queue slot if it held one
+    (it was queued). The job update is conditional on the status read, like the state machine's
+    MarkStarted, so a slot is given back once however often this races or repeats; a refused
+    condition raises StatusChanged and the caller reads again."""
+    update = _transition(
+        table, job_id, previous, final, writer, now,
+        extra=f", ended_at = :now{extra} REMOVE {START_PENDING_ATTRIBUTE}, queue_reason, {WAITING_FOR_ATTRIBUTE}",
+        values=values,
     )
     items: list[dict[str, Any]] = [{"Update": update}]
     if previous is JobStatus.QUEUED:
@@ -304,6 +317,33 @@ def mark_canceled(table: str, job_id: str, previous: JobStatus, actor: str, queu
         raise
 
 
+def mark_canceled(table: str, job_id: str, previous: JobStatus, actor: str, queue_limit: int, now: datetime) -> None:
+    """The job becomes canceled by an operator, giving back its queue slot if it held one."""
+    _end_job(table, job_id, previous, JobStatus.CANCELED, f"operator:{actor}", queue_limit, now)
+
+
+# last_writer of a job whose execution ended outside Relevo (see relevo_core.sweeper).
+SWEEPER_WRITER = "sweeper"
+
+
+def mark_ended_outside(
+    table: str,
+    job_id: str,
+    previous: JobStatus,
+    final: JobStatus,
+    queue_limit: int,
+    now: datetime,
+    error_name: str | None = None,
+    error_cause: str | None = None,
+) -> None:
+    """The sweeper mirrors an execution that ended without a last state (stopped, aborted,
+    timed out) onto its job, giving back the queue slot if the job was still queued."""
+    extra, values = "", {}
+    if error_name:
+        extra, values = ", error_name = :error, error_cause = :cause", {":error": error_name, ":cause": error_cause or ""}
+    _end_job(table, job_id, previous, final, SWEEPER_WRITER, queue_limit, now, extra, values)
+
+
 class StatusChanged(Exception):
     """The job moved on between the read and the conditional write."""
 
@@ -314,8 +354,8 @@ def release_held(table: str, job_id: str, queue_limit: int, actor: str, now: dat
         client("dynamodb").transact_write_items(
             TransactItems=[
                 {
-                    "Update": _operator_transition(
-                        table, job_id, JobStatus.HELD, JobStatus.QUEUED, actor, now,
+                    "Update": _transition(
+                        table, job_id, JobStatus.HELD, JobStatus.QUEUED, f"operator:{actor}", now,
                         extra=f", {START_PENDING_ATTRIBUTE} = :pending", values={":pending": START_PENDING},
                     )
                 },
