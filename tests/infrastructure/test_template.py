@@ -93,6 +93,26 @@ def test_foreach_expands_one_queue_dlq_and_alarm_per_region_affinity() -> None:
         assert dimension == {"Fn::GetAtt": [f"WorkQueue{suffix}", "QueueName"]}
 
 
+def test_every_region_affinity_has_a_zero_online_agents_alarm_on_the_sweepers_count() -> None:
+    expanded = load_sam_template(TEMPLATE, {"RegionAffinities": "eu-west,us-east,ap-south"})
+    resources = expanded["Resources"]
+    alarms = {name: r for name, r in resources.items() if name.startswith("OnlineAgentsAlarm")}
+    assert set(alarms) == {"OnlineAgentsAlarmeuwest", "OnlineAgentsAlarmuseast", "OnlineAgentsAlarmapsouth"}
+    for region in ("eu-west", "us-east", "ap-south"):
+        props = alarms[f"OnlineAgentsAlarm{region.replace('-', '')}"]["Properties"]
+        # What functions/sweeper prints: Relevo/OnlineAgents by Region (and Powertools' service).
+        assert (props["Namespace"], props["MetricName"]) == ("Relevo", "OnlineAgents")
+        assert props["Dimensions"] == [{"Name": "Region", "Value": region}, {"Name": "service", "Value": "relevo"}]
+        assert (props["ComparisonOperator"], props["Threshold"]) == ("LessThanThreshold", 1)
+        # A sweeper that stopped counting is as alarming as an empty fleet.
+        assert props["TreatMissingData"] == "breaching"
+        assert props["AlarmActions"] == [{"Ref": "NotificationTopic"}]
+    sweeper = resources["SweeperFunction"]["Properties"]
+    assert sweeper["Environment"]["Variables"]["REGION_AFFINITIES"] == {"Fn::Join": [",", {"Ref": "RegionAffinities"}]}
+    dashboard = json.dumps(resources["Dashboard"]["Properties"]["DashboardBody"])
+    assert "MIN(OnlineAgents) FROM SCHEMA(Relevo, Region, service)" in dashboard
+
+
 def test_foreach_default_regions(template: dict[str, Any]) -> None:
     queues = {name for name in _of_type(template, "AWS::SQS::Queue") if name.startswith("WorkQueue")}
     assert queues == {"WorkQueueeuwest", "WorkQueueuseast"}

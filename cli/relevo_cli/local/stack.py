@@ -134,11 +134,18 @@ class LocalStack:
 
         cfn, later, not_emulated = deferred.split(cfn, set(get_model_map()))
 
+        # The emulator splits a CommaDelimitedList only when it is passed, never its Default (so a
+        # Ref to it would be one string, and Fn::Join would join its characters): pass them all.
+        lists = {
+            name: str(parameter["Default"])
+            for name, parameter in cfn.get("Parameters", {}).items()
+            if parameter.get("Type") == "CommaDelimitedList" and "Default" in parameter
+        }
         cloudformation = self._session.client("cloudformation")
         cloudformation.create_stack(
             StackName=self.stack_name,
             TemplateBody=json.dumps(cfn),
-            Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in self.parameters.items()],
+            Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in {**lists, **self.parameters}.items()],
             Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
         )
         stack = _wait_for_stack(cloudformation, self.stack_name)
