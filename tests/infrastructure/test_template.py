@@ -113,6 +113,28 @@ def test_every_region_affinity_has_a_zero_online_agents_alarm_on_the_sweepers_co
     assert "MIN(OnlineAgents) FROM SCHEMA(Relevo, Region, service)" in dashboard
 
 
+# ---------------------------------------------------------------- retention
+
+
+def test_retention_is_three_parameters_expired_by_dynamodb_ttl_and_an_s3_lifecycle_rule(template: dict[str, Any]) -> None:
+    parameters = template["Parameters"]
+    defaults = {name: parameters[name]["Default"] for name in ("JobRetentionDays", "LogRetentionDays", "ArtifactRetentionDays")}
+    assert defaults == {"JobRetentionDays": 30, "LogRetentionDays": 14, "ArtifactRetentionDays": 30}
+    assert all(parameters[name]["Type"] == "Number" and parameters[name]["MinValue"] == 1 for name in defaults)
+    # Jobs and log chunks: intake freezes both into the envelope from its environment...
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert variables["JOB_RETENTION_DAYS"] == {"Ref": "JobRetentionDays"}
+    assert variables["LOG_RETENTION_DAYS"] == {"Ref": "LogRetentionDays"}
+    # ...and DynamoDB expires them (and artifact records) by the attribute every store writes.
+    assert template["Resources"]["Table"]["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+    # Artifact objects: the bucket's lifecycle rule, old versions and stalled uploads included.
+    [rule] = template["Resources"]["ArtifactBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert rule["Status"] == "Enabled" and "Prefix" not in rule and "Filter" not in rule  # the whole bucket
+    assert rule["ExpirationInDays"] == {"Ref": "ArtifactRetentionDays"}
+    assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+    assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+
+
 def test_foreach_default_regions(template: dict[str, Any]) -> None:
     queues = {name for name in _of_type(template, "AWS::SQS::Queue") if name.startswith("WorkQueue")}
     assert queues == {"WorkQueueeuwest", "WorkQueueuseast"}

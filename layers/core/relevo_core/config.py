@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import datetime, timedelta
 from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -21,7 +22,17 @@ class _Env(BaseModel):
 
 class TableSettings(_Env):
     table_name: str = Field(alias="TABLE_NAME", min_length=3)
+    # Retention (template parameters JobRetentionDays, LogRetentionDays), frozen into each new
+    # job's envelope as `ttl` and `log_ttl`: DynamoDB TTL expires the records, no code does.
     job_retention_days: int = Field(default=30, alias="JOB_RETENTION_DAYS", ge=1)
+    log_retention_days: int = Field(default=14, alias="LOG_RETENTION_DAYS", ge=1)
+
+    def expiry(self, created_at: datetime) -> dict[str, int]:
+        """A new job's `ttl` and `log_ttl` (epoch seconds), counted from its creation."""
+        return {
+            "ttl": int((created_at + timedelta(days=self.job_retention_days)).timestamp()),
+            "log_ttl": int((created_at + timedelta(days=self.log_retention_days)).timestamp()),
+        }
 
 
 class AccessSettings(TableSettings):
