@@ -115,8 +115,10 @@ def test_logs_are_ordered_masked_and_continue_across_agents_and_attempts(local_s
     envelope = get_envelope(local_stack.table_name, job_id)
     created = int(envelope.created_at.timestamp())
     assert (envelope.ttl, envelope.log_ttl) == (created + 30 * DAY, created + 14 * DAY)
-    [job] = [i for i in table_items(local_stack, f"JOB#{job_id}") if i["sk"]["S"] == "JOB"]
-    assert int(job["ttl"]["N"]) == envelope.ttl
+    # (the job record and its stage records alike)
+    records = table_items(local_stack, f"JOB#{job_id}")
+    assert sorted(i["sk"]["S"] for i in records) == ["JOB", "STAGE#00", "STAGE#01"]
+    assert {int(item["ttl"]["N"]) for item in records} == {envelope.ttl}
     assert {int(item["ttl"]["N"]) for item in table_items(local_stack, f"LOGS#{job_id}")} == {envelope.log_ttl}
     assert {int(item["ttl"]["N"]) for item in table_items(local_stack, f"ARTIFACTS#{job_id}")} == {envelope.ttl}
 
