@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError, ConnectionClosedError, ConnectTimeo
 from relevo_agent.config import AgentConfig
 from relevo_agent.logs import LogShipper
 from relevo_core.aws import client
+from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.errors import ErrorClass
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store.stage_attempts import LeaseLost, StageRef
@@ -148,7 +149,7 @@ def upload_artifacts(
     artifact_uri: str,
     agent_aws_region: str,
     emit: Callable[[str], None],
-    retention_days: int = 30,
+    expires_at: int,
     transfer_config: TransferConfig | None = None,
     progress_interval_sec: float = PROGRESS_INTERVAL_SEC,
 ) -> UploadSummary:
@@ -202,7 +203,7 @@ def upload_artifacts(
             agent_id=ref.agent_id,
             uploaded_at=datetime.now(timezone.utc).isoformat(),
         )
-        artifact_store.record(ref, record, retention_days, datetime.now(timezone.utc))
+        artifact_store.record(ref, record, expires_at)
         records.append(record)
     summary = UploadSummary(records=records)
     artifact_store.record_totals(ref, len(records), summary.total_bytes, summary.cross_region_bytes)
@@ -210,12 +211,13 @@ def upload_artifacts(
 
 
 def upload_stage_artifacts(
-    ref: StageRef, stage: str, artifact_dir: Path, artifact_uri: str, config: AgentConfig, shipper: LogShipper,
+    ref: StageRef, stage: str, artifact_dir: Path, envelope: JobEnvelope, config: AgentConfig, shipper: LogShipper,
     fenced: threading.Event,
 ) -> ErrorClass | None:
     """The service's call: None when every artifact is stored, verified and recorded; otherwise
     the error class the stage fails with. Progress goes to the job's log and the agent's. A record
-    refused because another attempt holds the stage sets `fenced` (the stage's lease-lost flag)."""
+    refused because another attempt holds the stage sets `fenced` (the stage's lease-lost flag).
+    The objects go under the job's artifact_uri; the records expire with the job (its ttl)."""
 
     def emit(line: str) -> None:
         line = shipper.masker.mask(line)  # the agent's own log is on disk too
@@ -224,9 +226,7 @@ def upload_stage_artifacts(
 
     agent_region = config.aws_region or client("s3").meta.region_name
     try:
-        summary = upload_artifacts(
-            ref, stage, artifact_dir, artifact_uri, agent_region, emit, retention_days=config.artifact_retention_days
-        )
+        summary = upload_artifacts(ref, stage, artifact_dir, envelope.artifact_uri, agent_region, emit, expires_at=envelope.ttl)
     except ArtifactFailure as exc:
         emit(f"[relevo] artifact upload failed: {exc.error_class.value}: {exc}")
         return exc.error_class

@@ -5,8 +5,12 @@ from __future__ import annotations
 import socket
 import tomllib
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Retention the agent once took from its own config; now the stack's parameters (template.yaml).
+_STACK_RETENTION = {"log_retention_days": "LogRetentionDays", "artifact_retention_days": "JobRetentionDays"}
 
 
 class AgentConfig(BaseModel):
@@ -24,9 +28,6 @@ class AgentConfig(BaseModel):
     aws_region: str | None = None
     # Names of environment variables whose values are secrets (masked in logs).
     mask: tuple[str, ...] = ()
-    # Stored log chunks and artifact records expire (DynamoDB TTL) after these many days.
-    log_retention_days: int = Field(default=14, ge=1)
-    artifact_retention_days: int = Field(default=30, ge=1)
     # `relevo-agent doctor` fails below this much free space under workspace_root.
     min_free_disk_gb: float = Field(default=10, ge=0)
     poll_wait_sec: int = Field(default=20, ge=0, le=20)
@@ -40,6 +41,18 @@ class AgentConfig(BaseModel):
     handoff_max_wait_sec: int = Field(default=60, ge=0, le=3600)
     # How often reports the network lost are sent again from the journal's outbox.
     outbox_interval_sec: float = Field(default=5.0, gt=0, le=300)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retention_is_the_stacks(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, parameter in _STACK_RETENTION.items():
+                if name in data:
+                    raise ValueError(
+                        f"{name} is not an agent setting: the stack's {parameter} parameter decides, "
+                        "and each job's envelope carries it to the agent; remove it from the config"
+                    )
+        return data
 
     @field_validator("capacity")
     @classmethod

@@ -281,7 +281,8 @@ class LogShipper:
         return self.stats
 
 
-def start_shipper(ref: StageRef, stage: str, config: AgentConfig, env: Mapping[str, str]) -> LogShipper:
-    """A running shipper for one stage attempt, masking the values of the configured variables."""
-    writer = ChunkWriter(ref, stage, config.log_retention_days)
+def start_shipper(ref: StageRef, stage: str, config: AgentConfig, env: Mapping[str, str], expires_at: int) -> LogShipper:
+    """A running shipper for one stage attempt, masking the values of the configured variables;
+    its chunks carry `expires_at` (epoch seconds) as their TTL."""
+    writer = ChunkWriter(ref, stage, expires_at)
     return LogShipper(writer, Masker(secret_values(config.mask, env))).start()

@@ -245,7 +245,7 @@ class Agent:
                 run, plan, op_id, local, previous, precondition, workspace, env
             ):
                 return
-            self._execute(run, plan, op_id, workspace, env, envelope.artifact_uri)
+            self._execute(run, plan, op_id, workspace, env, envelope)
         finally:
             run.done.set()
             keeper.join(timeout=5)
@@ -326,14 +326,15 @@ class Agent:
         return False
 
     def _execute(
-        self, run: StageRun, plan: StagePlan, op_id: str, workspace: Path, env: dict[str, str], artifact_uri: str
+        self, run: StageRun, plan: StagePlan, op_id: str, workspace: Path, env: dict[str, str], envelope: JobEnvelope
     ) -> None:
         ref = run.ref
         if run.reason is not None:  # stopped while reconciling
             self._abandon(run, op_id)
             return
-        # Log shipping (relevo_agent.logs): masked, ordered chunks, never blocking the command.
-        shipper = start_shipper(ref, plan.name, self.config, env)
+        # Log shipping (relevo_agent.logs): masked, ordered chunks, never blocking the command,
+        # each expiring when the job's envelope says (the stack's log retention).
+        shipper = start_shipper(ref, plan.name, self.config, env, envelope.log_expires_at)
         try:
             result = run_command(
                 plan.command,
@@ -349,7 +350,7 @@ class Agent:
             artifact_error = None
             if result.exit_code == 0 and run.reason is None:
                 artifact_error = upload_stage_artifacts(
-                    ref, plan.name, Path(env["RELEVO_ARTIFACT_DIR"]), artifact_uri, self.config, shipper, run.cancel
+                    ref, plan.name, Path(env["RELEVO_ARTIFACT_DIR"]), envelope, self.config, shipper, run.cancel
                 )
         finally:
             shipper.close()

@@ -6,14 +6,13 @@ from http import HTTPStatus
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-from aws_lambda_powertools.logging import correlation_paths
 
 from relevo_core.config import table_settings
 from relevo_core.http import json_response, register_error_handlers, requires
 from relevo_core.job_artifacts import ArtifactQuery, artifact_link
 from relevo_core.job_logs import LogQuery, log_page, parse_query
 from relevo_core.models.access import Level
-from relevo_core.observability import logger, tracer
+from relevo_core.observability import API_CORRELATION_PATH, logger, tracer
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
@@ -36,7 +35,7 @@ def artifact(job_id: str, name: str):
     return json_response(HTTPStatus.OK, link)
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
 @tracer.capture_lambda_handler
 def lambda_handler(event, context):
     return app.resolve(event, context)

@@ -93,6 +93,48 @@ def test_foreach_expands_one_queue_dlq_and_alarm_per_region_affinity() -> None:
         assert dimension == {"Fn::GetAtt": [f"WorkQueue{suffix}", "QueueName"]}
 
 
+def test_every_region_affinity_has_a_zero_online_agents_alarm_on_the_sweepers_count() -> None:
+    expanded = load_sam_template(TEMPLATE, {"RegionAffinities": "eu-west,us-east,ap-south"})
+    resources = expanded["Resources"]
+    alarms = {name: r for name, r in resources.items() if name.startswith("OnlineAgentsAlarm")}
+    assert set(alarms) == {"OnlineAgentsAlarmeuwest", "OnlineAgentsAlarmuseast", "OnlineAgentsAlarmapsouth"}
+    for region in ("eu-west", "us-east", "ap-south"):
+        props = alarms[f"OnlineAgentsAlarm{region.replace('-', '')}"]["Properties"]
+        # What functions/sweeper prints: Relevo/OnlineAgents by Region (and Powertools' service).
+        assert (props["Namespace"], props["MetricName"]) == ("Relevo", "OnlineAgents")
+        assert props["Dimensions"] == [{"Name": "Region", "Value": region}, {"Name": "service", "Value": "relevo"}]
+        assert (props["ComparisonOperator"], props["Threshold"]) == ("LessThanThreshold", 1)
+        # A sweeper that stopped counting is as alarming as an empty fleet.
+        assert props["TreatMissingData"] == "breaching"
+        assert props["AlarmActions"] == [{"Ref": "NotificationTopic"}]
+    sweeper = resources["SweeperFunction"]["Properties"]
+    assert sweeper["Environment"]["Variables"]["REGION_AFFINITIES"] == {"Fn::Join": [",", {"Ref": "RegionAffinities"}]}
+    dashboard = json.dumps(resources["Dashboard"]["Properties"]["DashboardBody"])
+    assert "MIN(OnlineAgents) FROM SCHEMA(Relevo, Region, service)" in dashboard
+
+
+# ---------------------------------------------------------------- retention
+
+
+def test_retention_is_three_parameters_expired_by_dynamodb_ttl_and_an_s3_lifecycle_rule(template: dict[str, Any]) -> None:
+    parameters = template["Parameters"]
+    defaults = {name: parameters[name]["Default"] for name in ("JobRetentionDays", "LogRetentionDays", "ArtifactRetentionDays")}
+    assert defaults == {"JobRetentionDays": 30, "LogRetentionDays": 14, "ArtifactRetentionDays": 30}
+    assert all(parameters[name]["Type"] == "Number" and parameters[name]["MinValue"] == 1 for name in defaults)
+    # Jobs and log chunks: intake freezes both into the envelope from its environment...
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert variables["JOB_RETENTION_DAYS"] == {"Ref": "JobRetentionDays"}
+    assert variables["LOG_RETENTION_DAYS"] == {"Ref": "LogRetentionDays"}
+    # ...and DynamoDB expires them (and artifact records) by the attribute every store writes.
+    assert template["Resources"]["Table"]["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+    # Artifact objects: the bucket's lifecycle rule, old versions and stalled uploads included.
+    [rule] = template["Resources"]["ArtifactBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert rule["Status"] == "Enabled" and "Prefix" not in rule and "Filter" not in rule  # the whole bucket
+    assert rule["ExpirationInDays"] == {"Ref": "ArtifactRetentionDays"}
+    assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+    assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+
+
 def test_foreach_default_regions(template: dict[str, Any]) -> None:
     queues = {name for name in _of_type(template, "AWS::SQS::Queue") if name.startswith("WorkQueue")}
     assert queues == {"WorkQueueeuwest", "WorkQueueuseast"}

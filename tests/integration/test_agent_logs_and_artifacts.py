@@ -17,6 +17,7 @@ from relevo_core.aws import client
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store import log_chunks, stage_attempts
 from relevo_core.store.codec import from_attributes
+from relevo_core.store.jobs import get_envelope
 from tests.conftest import push_body
 from tests.integration.helpers import deliver, receive_stage, register_project, table_items, wait_for_execution
 from tests.integration.test_job_state_machine import claim_and_accept, wait_for_run_token
@@ -34,6 +35,7 @@ BUILD = (
     'echo "dsym" > "$RELEVO_ARTIFACT_DIR/sub/app.dsym"'
 )
 # Fails transiently (EX_TEMPFAIL) on its first attempt, succeeds on the second.
+DAY = 24 * 3600
 SIGN = 'echo "sign attempt $RELEVO_ATTEMPT"; if [ "$RELEVO_ATTEMPT" = "1" ]; then exit 75; fi; echo signed'
 
 
@@ -110,7 +112,17 @@ def test_logs_are_ordered_masked_and_continue_across_agents_and_attempts(local_s
     # and the canary is nowhere in the table: not in chunks, not in any other item
     everything = json.dumps(table_items(local_stack, ""))
     assert canary not in everything
-    assert all(item["ttl"]["N"] for item in table_items(local_stack, f"LOGS#{job_id}"))
+    # and retention is the stack's (template defaults): the job 30 days from its creation, its
+    # log chunks 14, its artifact records with the job; the agent took both from the envelope
+    envelope = get_envelope(local_stack.table_name, job_id)
+    created = int(envelope.created_at.timestamp())
+    assert (envelope.ttl, envelope.log_ttl) == (created + 30 * DAY, created + 14 * DAY)
+    # (the job record and its stage records alike)
+    records = table_items(local_stack, f"JOB#{job_id}")
+    assert sorted(i["sk"]["S"] for i in records) == ["JOB", "STAGE#00", "STAGE#01"]
+    assert {int(item["ttl"]["N"]) for item in records} == {envelope.ttl}
+    assert {int(item["ttl"]["N"]) for item in table_items(local_stack, f"LOGS#{job_id}")} == {envelope.log_ttl}
+    assert {int(item["ttl"]["N"]) for item in table_items(local_stack, f"ARTIFACTS#{job_id}")} == {envelope.ttl}
 
     # and the build's artifacts are in S3 with their sha256 recorded and verifiable
     records = artifact_store.list_artifacts(local_stack.table_name, job_id, "build")
@@ -145,8 +157,8 @@ def test_concurrent_writers_never_share_a_seq_and_a_fenced_writer_is_refused(loc
     job_id = "job_" + secrets.token_hex(8)
     ref = _claimed(local_stack, job_id, "mac-a")
     now = datetime.now(timezone.utc)
-    one = log_chunks.ChunkWriter(ref, "build", retention_days=1)
-    two = log_chunks.ChunkWriter(ref, "build", retention_days=1)
+    one = log_chunks.ChunkWriter(ref, "build", expires_at=1_900_000_000)
+    two = log_chunks.ChunkWriter(ref, "build", expires_at=1_900_000_000)
     # When both append, interleaved (the second one's next seq is already taken every time)
     seqs = []
     for i in range(4):
@@ -158,6 +170,7 @@ def test_concurrent_writers_never_share_a_seq_and_a_fenced_writer_is_refused(loc
     assert [c.data for c in log_chunks.read_chunks(local_stack.table_name, job_id).chunks] == [
         f"{w} {i}\n" for i in range(4) for w in ("one", "two")
     ]
+    assert {item["ttl"]["N"] for item in table_items(local_stack, f"LOGS#{job_id}")} == {"1900000000"}
     # When another agent takes the attempt over, the old writer's chunks are refused
     stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 30, now)
     with pytest.raises(stage_attempts.LeaseLost):
@@ -176,16 +189,18 @@ def test_cross_region_bytes_are_counted_when_the_bucket_is_elsewhere(local_stack
     (tmp_path / "out.bin").write_bytes(b"x" * 5000)
     lines: list[str] = []
     # When the stage's artifacts are uploaded
-    summary = upload_artifacts(ref, "build", tmp_path, f"s3://{bucket}/p/{job_id}/", "us-east-1", lines.append)
+    summary = upload_artifacts(ref, "build", tmp_path, f"s3://{bucket}/p/{job_id}/", "us-east-1", lines.append, 1_900_000_000)
     # Then the bytes that crossed regions are recorded
     assert summary.cross_region_bytes == 5000
     [record] = artifact_store.list_artifacts(local_stack.table_name, job_id)
     assert (record.bucket_region, record.cross_region_bytes) == ("ap-southeast-2", 5000)
+    [item] = table_items(local_stack, f"ARTIFACTS#{job_id}")
+    assert item["ttl"]["N"] == "1900000000"
     assert lines[-1].startswith("[relevo] uploaded out.bin: 4.9 KiB in ")
     # and a fenced agent's record is refused
     stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 30, datetime.now(timezone.utc))
     with pytest.raises(stage_attempts.LeaseLost):
-        upload_artifacts(ref, "build", tmp_path, f"s3://{bucket}/p/{job_id}/", "us-east-1", lines.append)
+        upload_artifacts(ref, "build", tmp_path, f"s3://{bucket}/p/{job_id}/", "us-east-1", lines.append, 1_900_000_000)
 
 
 

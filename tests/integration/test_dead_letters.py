@@ -41,6 +41,9 @@ def test_a_dead_lettered_job_is_listed_and_redriven_from_its_failed_stage(local_
     original, redriven = get_envelope(local_stack.table_name, job_id), get_envelope(local_stack.table_name, new_id)
     assert (redriven.idempotency_key, redriven.retry_of, redriven.from_stage) == (original.idempotency_key, job_id, "sign")
     assert redriven.stages == original.stages  # its own frozen plan
+    # A new job, retained from its own creation (template defaults: 30 days, logs 14).
+    created = int(redriven.created_at.timestamp())
+    assert (redriven.ttl, redriven.log_ttl) == (created + 30 * 24 * 3600, created + 14 * 24 * 3600)
     for expected in ("sign", "upload"):
         task, _ = receive_stage(local_stack, new_id)
         assert task["stage"] == expected

@@ -28,8 +28,13 @@ def test_defaults_agent_id_is_the_host_name_and_capacity_two(tmp_path: Path):
     config = _load(tmp_path, 'region = "eu-west"\nstack_file = "stack.json"\n')
     assert config.agent_id == socket.gethostname()
     assert config.capacity == 2
-    assert config.log_retention_days == 14
     assert config.mask == ()
+
+
+@pytest.mark.parametrize("setting", ["log_retention_days", "artifact_retention_days"])
+def test_retention_is_refused_in_the_agent_config_since_the_stack_decides_it(tmp_path: Path, setting: str):
+    with pytest.raises(ValueError, match=f"{setting} is not an agent setting: the stack's"):
+        _load(tmp_path, f'region = "eu-west"\n{setting} = 7\n')
 
 
 @pytest.mark.parametrize(("given", "expected"), [(0, 1), (-3, 1), (1, 1), (4, 4)])

@@ -32,6 +32,9 @@ from relevo_core.models.plan import (
     RetryPolicy,
     StagePlan,
 )
+from relevo_core.config import IntakeSettings
+from relevo_core.intake import build_envelope
+from relevo_core.models.project import Project
 from relevo_core.store.codec import from_attributes, to_attributes
 
 # --------------------------------------------------------------------------------------------
@@ -116,6 +119,7 @@ def envelopes(draw: st.DrawFn) -> JobEnvelope:
         artifact_uri=draw(artifact_uris),
         created_at=draw(created_ats),
         ttl=draw(st.integers(min_value=1, max_value=10**11 - 1)),
+        log_ttl=draw(st.none() | st.integers(min_value=1, max_value=10**11 - 1)),
         trigger=draw(triggers),
         priority=draw(st.integers(min_value=-1_000_000, max_value=1_000_000)),
         ref=draw(bounded_text(1, 256)),
@@ -201,6 +205,41 @@ def test_ttl_is_bounded_to_what_dynamodb_can_store() -> None:
     """Given a ttl that is not a plausible epoch second (beyond 10**11), when read, then it is
     refused with VALIDATION_FAILED rather than failing later at the store."""
     assert refusal(minimal_envelope(ttl=10**40)).code is ErrorCode.VALIDATION_FAILED
+
+
+def test_log_chunks_expire_at_log_ttl_or_with_the_job_in_an_envelope_from_before_it() -> None:
+    """Given envelopes with and without log_ttl (those written before it existed), then their
+    chunks' TTL is log_ttl, or the job's own ttl; a log_ttl DynamoDB cannot store is refused."""
+    assert read_envelope(minimal_envelope(log_ttl=1_710_000_000)).log_expires_at == 1_710_000_000
+    assert read_envelope(minimal_envelope()).log_expires_at == 1_720_000_000
+    assert refusal(minimal_envelope(log_ttl=10**40)).code is ErrorCode.VALIDATION_FAILED
+
+
+def test_a_new_jobs_ttl_and_log_ttl_count_the_stacks_retention_days_from_its_creation() -> None:
+    """Given the stack's JobRetentionDays and LogRetentionDays in a function's environment, when
+    intake builds an envelope, then ttl and log_ttl are created_at plus those days."""
+    settings = IntakeSettings.model_validate(
+        {
+            "TABLE_NAME": "relevo-table",
+            "STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:job",
+            "ARTIFACT_BUCKET": "relevo-artifacts",
+            "WORK_QUEUE_PREFIX": "relevo-work-",
+            "JOB_RETENTION_DAYS": "9",
+            "LOG_RETENTION_DAYS": "2",
+        }
+    )
+    project = Project.model_validate(
+        {"id": "demo", "repo": "acme/demo", "region_affinity": "eu-west", "stages": [{"name": "build", "run": "make"}]}
+    )
+    created = datetime(2026, 11, 29, 12, 0, 0, 500_000, tzinfo=timezone.utc)
+    envelope = build_envelope(
+        settings, project, Trigger(type="api", source="api"), "main", None, project.frozen_stages(), "k", created
+    )
+    epoch = int(created.timestamp())
+    assert (envelope.ttl, envelope.log_ttl) == (epoch + 9 * 86400, epoch + 2 * 86400)
+    # The defaults are the template's: 30 days for jobs, 14 for logs.
+    defaults = IntakeSettings.model_validate(settings.model_dump(by_alias=True, exclude={"job_retention_days", "log_retention_days"}))
+    assert defaults.expiry(created) == {"ttl": epoch + 30 * 86400, "log_ttl": epoch + 14 * 86400}
 
 
 def test_minimal_envelope_is_valid() -> None:

@@ -55,6 +55,7 @@ class LocalStack:
         api_port: int = 0,
         moto_port: int = 0,
         schedule_poll_sec: float = 5.0,
+        rule_schedules: bool = True,
     ) -> None:
         self.state_dir = state_dir
         self.stack_name = stack_name
@@ -66,6 +67,10 @@ class LocalStack:
         self.moto_port = moto_port
         # How often project schedules (EventBridge Scheduler) are checked for a due slot.
         self.schedule_poll_sec = schedule_poll_sec
+        # Timers for the template's own EventBridge rules (the sweeper's minute). A test session
+        # turns them off: its tests run the sweep themselves, with their own clock, and a sweep
+        # from a timer would race what they assert.
+        self.rule_schedules = rule_schedules
         self.schedule_firer: ScheduleFirer | None = None
         self.stream_pollers: list[StreamPoller] = []
         self._server: Any = None
@@ -184,7 +189,8 @@ class LocalStack:
         )
         self._adapter.start()
         self._start_streams(sam, physical)
-        self._start_schedules(sam)
+        if self.rule_schedules:
+            self._start_schedules(sam)
         self._start_project_schedules(
             [str(physical[d.logical_id]) for d in later if d.type == "AWS::Scheduler::ScheduleGroup"]
         )

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
+from datetime import datetime, timedelta
 from functools import lru_cache
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from relevo_core.models.envelope import REGION_AFFINITY
 
 
 class _Env(BaseModel):
@@ -18,7 +22,17 @@ class _Env(BaseModel):
 
 class TableSettings(_Env):
     table_name: str = Field(alias="TABLE_NAME", min_length=3)
+    # Retention (template parameters JobRetentionDays, LogRetentionDays), frozen into each new
+    # job's envelope as `ttl` and `log_ttl`: DynamoDB TTL expires the records, no code does.
     job_retention_days: int = Field(default=30, alias="JOB_RETENTION_DAYS", ge=1)
+    log_retention_days: int = Field(default=14, alias="LOG_RETENTION_DAYS", ge=1)
+
+    def expiry(self, created_at: datetime) -> dict[str, int]:
+        """A new job's `ttl` and `log_ttl` (epoch seconds), counted from its creation."""
+        return {
+            "ttl": int((created_at + timedelta(days=self.job_retention_days)).timestamp()),
+            "log_ttl": int((created_at + timedelta(days=self.log_retention_days)).timestamp()),
+        }
 
 
 class AccessSettings(TableSettings):
@@ -46,6 +60,24 @@ class IntakeSettings(TableSettings):
 class SweeperSettings(IntakeSettings):
     # Where the owner hears that an idempotency key was frozen (the project notification topic).
     notification_topic_arn: str = Field(alias="NOTIFICATION_TOPIC_ARN", pattern=r"^arn:[a-z-]+:sns:")
+    # The stack's region affinities (the RegionAffinities parameter, comma-separated): each one's
+    # online agents are counted every sweep, an empty region included.
+    regions: tuple[str, ...] = Field(alias="REGION_AFFINITIES", min_length=1)
+
+    @field_validator("regions", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(region.strip() for region in value.split(",") if region.strip())
+        return value
+
+    @field_validator("regions")
+    @classmethod
+    def _affinities(cls, regions: tuple[str, ...]) -> tuple[str, ...]:
+        for region in regions:
+            if not re.fullmatch(REGION_AFFINITY, region):
+                raise ValueError(f"{region!r} is not a region affinity")
+        return regions
 
 
 class SchedulerSettings(_Env):

@@ -62,6 +62,8 @@ def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> In
         update={
             "job_id": new_job_id(now.timestamp()),
             "created_at": now,
+            # A new job: retained from its own creation, not from the failed one's.
+            **settings.expiry(now),
             "trigger": Trigger(type=TriggerType.RETRY, source="dlq", actor=actor),
             "from_stage": entry["failed_stage"] or failed.from_stage,
             "retry_of": job_id,

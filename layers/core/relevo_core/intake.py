@@ -10,7 +10,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
@@ -116,7 +116,7 @@ def build_envelope(
         region_affinity=project.region_affinity,
         artifact_uri=f"s3://{settings.artifact_bucket}/{project.id}/{job_id}/",
         created_at=now,
-        ttl=int((now + timedelta(days=settings.job_retention_days)).timestamp()),
+        **settings.expiry(now),
         trigger=trigger,
         priority=project.priority if priority is None else priority,
         ref=ref,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Iterable
 
 from botocore.exceptions import ClientError
 
@@ -28,7 +28,7 @@ from relevo_core.config import IntakeSettings
 from relevo_core.intake import start_execution, work_queue_url
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
-from relevo_core.store import jobs, locks, wait_order
+from relevo_core.store import agents, jobs, locks, wait_order
 from relevo_core.store.jobs import clear_start_pending, get_envelope, start_pending_jobs
 
 # A job younger than this is probably being started right now by intake.
@@ -77,6 +77,13 @@ class SweepReport:
             "keys_frozen": self.keys_frozen,
             "jobs_ended": self.jobs_ended,
         }
+
+
+def online_agent_counts(table: str, regions: Iterable[str], now: datetime) -> dict[str, int]:
+    """How many agents each of the stack's regions has online at `now`. Every region named gets
+    a count, a region with no presence records at all included (0): the zero-online alarm reads
+    these, and a region that reported nothing would look the same as a sweep that never ran."""
+    return {region: len(agents.online_agents(table, region, now)) for region in regions}
 
 
 def execution_arn(state_machine_arn: str, name: str) -> str:

@@ -63,8 +63,12 @@ class JobEnvelope(RunPlanMixin):
     region_affinity: str = Field(pattern=REGION_AFFINITY)
     artifact_uri: str = Field(pattern=r"^s3://[a-z0-9.-]{3,63}/.*$")
     created_at: Annotated[datetime, AfterValidator(_utc)]
-    # Epoch seconds after which DynamoDB may expire the record.
+    # Epoch seconds after which DynamoDB may expire the record, and with it the job's artifact
+    # records (JobRetentionDays after created_at).
     ttl: int = Field(gt=0, lt=10**11)
+    # Epoch seconds after which the job's log chunks may expire (LogRetentionDays after
+    # created_at). None in envelopes written before it existed: their logs expire with the job.
+    log_ttl: int | None = Field(default=None, gt=0, lt=10**11)
     trigger: Trigger
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
     ref: str = Field(min_length=1, max_length=256)
@@ -87,6 +91,11 @@ class JobEnvelope(RunPlanMixin):
             if stage.name == name:
                 return stage
         raise KeyError(name)
+
+    @property
+    def log_expires_at(self) -> int:
+        """The TTL every log chunk of the job carries."""
+        return self.ttl if self.log_ttl is None else self.log_ttl
 
     @property
     def first_stage_index(self) -> int:

@@ -7,7 +7,6 @@ of the same paths. The stage item gets the totals (bytes, cross-region bytes), f
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -39,12 +38,14 @@ def _lease_lost(ref: StageRef, exc: ClientError) -> LeaseLost:
     return LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}: {exc.response['Error']['Code']}")
 
 
-def record(ref: StageRef, artifact: ArtifactRecord, retention_days: int, now: datetime) -> None:
+def record(ref: StageRef, artifact: ArtifactRecord, expires_at: int) -> None:
+    """`expires_at` (epoch seconds, the TTL attribute) is the job's own `ttl`: the record goes
+    with the job. The object in S3 goes by the bucket's lifecycle rule (ArtifactRetentionDays)."""
     item: dict[str, Any] = {
         "pk": artifact_pk(artifact.job_id),
         "sk": artifact_sk(artifact.stage, artifact.path),
         **artifact.model_dump(),
-        "ttl": int((now + timedelta(days=retention_days)).timestamp()),
+        "ttl": expires_at,
     }
     try:
         client("dynamodb").transact_write_items(

@@ -5,12 +5,13 @@ highest stored seq and allocates each seq with a conditional put (`attribute_not
 writers can never store the same seq; a writer that loses a race re-reads the tail and moves on.
 Every put is fenced on the writer still holding its stage attempt (a ConditionCheck on the stage
 item in the same transaction), so a zombie agent cannot add output after its successor took over.
-Chunks expire through the table's TTL attribute after the log retention.
+Chunks expire through the table's TTL attribute at the job's `log_ttl` (its envelope: the
+stack's LogRetentionDays after the job was created).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -98,10 +99,11 @@ def read_chunks_before(table: str, job_id: str, before_seq: int | None = None, l
 class ChunkWriter:
     """Appends one attempt's output to its job's log. Not thread-safe: one shipper thread owns it."""
 
-    def __init__(self, ref: StageRef, stage: str, retention_days: int) -> None:
+    def __init__(self, ref: StageRef, stage: str, expires_at: int) -> None:
         self.ref = ref
         self.stage = stage
-        self.retention = timedelta(days=retention_days)
+        # Epoch seconds, the chunks' TTL attribute: the job envelope's log_expires_at.
+        self.expires_at = expires_at
         self._next: int | None = None
         self.collisions = 0
 
@@ -139,7 +141,7 @@ class ChunkWriter:
             "agent_id": self.ref.agent_id,
             "data": data,
             "written_at": now.isoformat(),
-            "ttl": int((now + self.retention).timestamp()),
+            "ttl": self.expires_at,
         }
         client("dynamodb").transact_write_items(
             TransactItems=[
