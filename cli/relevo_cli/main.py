@@ -139,6 +139,10 @@ def status(
         _print_log_tail(job)
 
 
+# `relevo job show JOB` is the same view, beside the other one-job commands.
+job_app.command("show", help="Show a job and its stages (same as `relevo status`).")(status)
+
+
 @app.command("jobs")
 def jobs(
     project: Optional[str] = typer.Option(None, "--project", help="only this project's jobs"),

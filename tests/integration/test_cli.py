@@ -26,12 +26,14 @@ def test_run_status_and_listings(local_stack, project_id, tmp_path):
     again = runner.invoke(app, ["run", project_id, "--ref", "main", "--stack-file", stack_file])
     job_id = ran.output.split()[1]
     status = runner.invoke(app, ["status", job_id, "--json", "--stack-file", stack_file])
+    shown = runner.invoke(app, ["job", "show", job_id, "--json", "--stack-file", stack_file])
     projects = runner.invoke(app, ["project", "list", "--stack-file", stack_file])
     dlq = runner.invoke(app, ["dlq", "list", "--stack-file", stack_file])
 
     assert ran.exit_code == 0 and job_id.startswith("job_"), ran.output
     assert again.exit_code == 0 and "already queued" in again.output
     assert status.exit_code == 0 and json.loads(status.output)["trigger"]["type"] == "manual"
+    assert shown.exit_code == 0 and json.loads(shown.output)["job_id"] == job_id
     assert projects.exit_code == 0 and project_id in projects.output
     assert dlq.exit_code == 0 and "dead-lettered jobs" in dlq.output
     runner.invoke(app, ["cancel", job_id, "--stack-file", stack_file])

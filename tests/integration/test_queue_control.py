@@ -172,7 +172,8 @@ def _finished_job_with_output(stack, project_id: str, api: RelevoApi) -> str:
     ref = claim_and_accept(stack, task, "mac-1")
     run_token = wait_for_run_token(ref)
     now = datetime.now(timezone.utc)
-    writer = log_chunks.ChunkWriter(ref, "build", retention_days=1)
+    expires_at = int(now.timestamp()) + 86400
+    writer = log_chunks.ChunkWriter(ref, "build", expires_at)
     for line in range(CHUNKS):
         writer.append(f"line {line}\n", now)
     for path in ("app.ipa", "sub/app.dsym"):
@@ -183,8 +184,7 @@ def _finished_job_with_output(stack, project_id: str, api: RelevoApi) -> str:
                 sha256=hashlib.sha256(path.encode()).hexdigest(), bucket_region="eu-west", cross_region_bytes=0,
                 attempt=ref.attempt, agent_id="mac-1", uploaded_at=now.isoformat(),
             ),
-            retention_days=1,
-            now=now,
+            expires_at,
         )
     stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None, "build")
     client("stepfunctions").send_task_success(taskToken=run_token, output=json.dumps({"agent_id": "mac-1"}))
