@@ -19,3 +19,11 @@ def test_a_client_is_reused_per_endpoint_and_follows_a_change(monkeypatch: pytes
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1111")
     assert client("sqs") is first
+
+
+def test_clients_follow_the_region_too(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert client("sqs").meta.region_name == "eu-west-1"
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
+    assert client("sqs").meta.region_name == "us-west-2"
