@@ -415,6 +415,21 @@ def get_envelope(table: str, job_id: str) -> JobEnvelope:
     return read_envelope(from_attributes(response["Item"])["envelope"])
 
 
+# What one stage record says of the attempt that ran last; attempts_log keeps every attempt.
+_ATTEMPT_FIELDS = ("agent_id", "exit_code", "error_class", "started_at", "ended_at")
+
+
+def _current_attempt(record: dict[str, Any]) -> dict[str, Any]:
+    """A stage record between a failed attempt and the claim of its retry still holds the failed
+    attempt's claim (attempt, agent, timings, error): the state machine writes only
+    dispatched_attempt when it dispatches the retry. The view shows the retry as it is, waiting
+    for a claim, and leaves the failed attempt to attempts_log."""
+    dispatched, claimed = record.get("dispatched_attempt"), record.get("attempt")
+    if record.get("status") != StageStatus.DISPATCHED.value or dispatched is None or claimed is None or dispatched <= claimed:
+        return record
+    return {**{name: value for name, value in record.items() if name not in _ATTEMPT_FIELDS}, "attempt": dispatched}
+
+
 def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge a job's record and stage records into one read model, stages in plan order."""
     record = next((item for item in items if item["sk"] == JOB_SK), None)
@@ -424,7 +439,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
     stage_records = {item.get("stage_name"): item for item in items if item["sk"].startswith("STAGE#")}
     stages = []
     for index, stage in enumerate(envelope.stages):
-        found = stage_records.get(stage.name, {})
+        found = _current_attempt(stage_records.get(stage.name, {}))
         skipped = index < envelope.first_stage_index
         stages.append(
             {
@@ -437,6 +452,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 "cumulative_backoff_sec": found.get("cumulative_backoff_sec", 0),
                 "attempts_log": found.get("attempts_log", []),
                 "attempt": found.get("attempt"),
+                "dispatched_attempt": found.get("dispatched_attempt"),
                 "agent_id": found.get("agent_id"),
                 "exit_code": found.get("exit_code"),
                 "error_class": found.get("error_class"),
