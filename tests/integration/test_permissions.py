@@ -46,8 +46,20 @@ def _api(stack, credentials: dict[str, str]) -> RelevoApi:
     return RelevoApi(stack.api_url.rstrip("/"), stack.region, session)
 
 
+# (stack endpoint, user name) -> its caller: IAM allows 2 access keys per user, and the admin
+# user is shared by every test module of a worker that needs it.
+_CALLERS: dict[tuple[str, str], Caller] = {}
+
+
 def _user(stack, name: str) -> Caller:
-    """An IAM user with an access key, as the emulator's STS sees it."""
+    """An IAM user with an access key, as the emulator's STS sees it; one key per user and stack."""
+    cached = _CALLERS.get((str(stack.aws_endpoint), name))
+    if cached is None:
+        cached = _CALLERS[(str(stack.aws_endpoint), name)] = _new_user(stack, name)
+    return cached
+
+
+def _new_user(stack, name: str) -> Caller:
     iam = client("iam")
     try:
         iam.create_user(UserName=name)
