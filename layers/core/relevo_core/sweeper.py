@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from botocore.exceptions import ClientError
 
@@ -139,28 +139,35 @@ def free_locks_of_ended_executions(settings: IntakeSettings, report: SweepReport
     """A project lock is released on every ending the state machine sees; an abort, a stop or an
     execution timeout ends it without a last state, so the sweep ends the job and then releases
     the lock (in that order: a sweep interrupted in between still finds the holder next time)."""
-    for project_id, holders in locks.lock_holders(settings.table_name).items():
-        for name in holders:
-            status = _execution_status(settings, name)
-            if status == "RUNNING":
-                continue
-            end_job_of_ended_execution(settings, name, status, now, report)
-            if locks.release(settings.table_name, project_id, name):
-                report.locks_freed.append(f"{project_id}:{name}")
+    _end_and_let_go(settings, locks.lock_holders(settings.table_name), locks.release, report.locks_freed, report, now)
 
 
 def drop_ended_waiters(settings: IntakeSettings, report: SweepReport, now: datetime) -> None:
     """A waiting job whose execution was stopped, aborted or timed out would stay first in its
     project's order and block every job behind it: the sweep ends the job (giving back its queue
     slot) and takes it out of the order."""
-    for project_id, waiters in locks.lock_waiters(settings.table_name).items():
-        for name in waiters:
+    _end_and_let_go(settings, locks.lock_waiters(settings.table_name), wait_order.drop_waiter, report.waiters_dropped, report, now)
+
+
+def _end_and_let_go(
+    settings: IntakeSettings,
+    names_by_project: dict[str, list[str]],
+    let_go: Callable[[str, str, str], bool],
+    let_go_report: list[str],
+    report: SweepReport,
+    now: datetime,
+) -> None:
+    """For each execution named on a project's lock (holder or waiter) that is no longer running:
+    end its job, then `let_go(table, project, execution)`; "project:execution" is reported when
+    that write changed something."""
+    for project_id, names in names_by_project.items():
+        for name in names:
             status = _execution_status(settings, name)
             if status == "RUNNING":
                 continue
             end_job_of_ended_execution(settings, name, status, now, report)
-            if wait_order.drop_waiter(settings.table_name, project_id, name):
-                report.waiters_dropped.append(f"{project_id}:{name}")
+            if let_go(settings.table_name, project_id, name):
+                let_go_report.append(f"{project_id}:{name}")
 
 
 def start_forgotten_jobs(settings: IntakeSettings, now: datetime) -> SweepReport:
