@@ -81,3 +81,21 @@ def test_the_sweep_frees_the_lock_of_a_stopped_execution(local_stack, intake_set
     task, _ = receive_stage(local_stack, waiting, timeout=60)
     _agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiting)["status"] == "SUCCEEDED"
+
+
+def test_a_job_that_finds_the_lock_free_but_others_waiting_joins_the_line(local_stack, intake_settings, project_id):
+    """A free lock stores no holders at all. A job refused because others wait (here one whose
+    execution already ended, so the line is only the lock's record of it) must read that as "not
+    held by me" and queue, not fail on the missing attribute; heading the waiting order, it runs."""
+    register_project(local_stack, project_id, STAGES)
+    client("dynamodb").put_item(
+        TableName=local_stack.table_name,
+        Item={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}, "kind": {"S": "lock"}, "count": {"N": "0"},
+              "waiters": {"SS": ["job_" + "0" * 26]}},
+    )
+
+    job_id = _enqueue(local_stack, intake_settings, project_id)
+
+    task, _ = receive_stage(local_stack, job_id, timeout=30)
+    _agent_runs(local_stack, task)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
