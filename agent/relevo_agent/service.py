@@ -4,7 +4,8 @@ report; an outbox flusher re-sends reports the network lost; staged shutdown.
 
 A stage's life on this agent:
 
-    journal.begin ─► claim (fenced; returns what the previous attempt left) ─► accept (run token)
+    journal.begin ─► claim (fenced; returns what the previous attempt left) ─► accept (dispatch token)
+      ─► [beside the stage: message deleted, run token fetched, lease renewed, task heartbeat]
       ─► previous outcome unknown? reconcile: resend receipt | probe ─► succeeded / manual_review /
          precondition changed (reported, not run) | re-run
       ─► run (own process group, watchdog) ─► journal.record(outcome, receipt, outbox entry)
@@ -43,15 +44,19 @@ from relevo_core.aws import client
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.errors import ErrorClass, RelevoError
 from relevo_core.models.plan import StagePlan
-from relevo_core.models.status import StageStatus
+from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import stage_attempts
-from relevo_core.store.jobs import get_envelope
+from relevo_core.store.jobs import get_envelope, get_job_record
 
 log = logging.getLogger("relevo_agent")
 
 # The execution no longer waits for this token (canceled, timed out, answered).
 _DEAD_TOKEN = ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken")
 RESTART_INTERRUPTED = "agent_restart_interrupted"
+# How long an accepted claim waits for the state machine's run token before the attempt is given
+# up (the execution was stopped, or the stage changed hands, between the claim and the token).
+RUN_TOKEN_WAIT_SEC = 30.0
+RUN_TOKEN_POLL_SEC = 0.05
 
 
 class StageMessage(BaseModel):
@@ -73,15 +78,24 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _sent_at(message: dict[str, Any]) -> datetime | None:
+    """When SQS accepted the message (its SentTimestamp, epoch milliseconds)."""
+    sent_ms = message.get("Attributes", {}).get("SentTimestamp")
+    return datetime.fromtimestamp(int(sent_ms) / 1000, timezone.utc) if sent_ms else None
+
+
 @dataclass
 class StageRun:
     """One attempt this agent is running: what the keeper, shutdown and the runner share."""
 
     ref: stage_attempts.StageRef
-    run_token: str
+    # Handed over by the state machine once it has seen the accepted claim; fetched beside the
+    # stage (the command does not wait for it). Every report and heartbeat needs it.
+    run_token: str | None = None
+    token_known: threading.Event = field(default_factory=threading.Event)
     cancel: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
-    # Why the command is being stopped: lease_lost, fenced, canceled, shutdown.
+    # Why the command is being stopped: lease_lost, fenced, canceled, no_run_token, shutdown.
     reason: str | None = None
 
     def stop(self, reason: str) -> None:
@@ -188,7 +202,7 @@ class Agent:
             ):
                 return
             with self.presence.occupied():
-                self._run_stage(task, message["ReceiptHandle"])
+                self._run_stage(task, message["ReceiptHandle"], _sent_at(message))
         except Exception:
             log.exception("stage %s/%s crashed in the agent", task.job_id, task.stage)
         finally:
@@ -199,7 +213,7 @@ class Agent:
             self._active -= 1
         self._slots.release()
 
-    def _run_stage(self, task: StageMessage, receipt_handle: str) -> None:
+    def _run_stage(self, task: StageMessage, receipt_handle: str, enqueued_at: datetime | None = None) -> None:
         try:
             envelope = get_envelope(self.table_name, task.job_id)
         except RelevoError as exc:
@@ -220,24 +234,24 @@ class Agent:
         # Journaled before the claim: every attempt this agent may hold is in its journal.
         self.journal.begin(Operation(op_id, task.job_id, task.stage, task.stage_index, task.attempt, str(workspace), precondition))
         try:
-            previous = stage_attempts.claim(ref, envelope.lease_ttl_sec, _now(), precondition)
+            previous = stage_attempts.claim(ref, envelope.lease_ttl_sec, _now(), precondition, enqueued_at)
         except stage_attempts.LeaseLost:
             log.info("%s attempt %d is held by another agent", op_id, ref.attempt)
             self.journal.record(op_id, ref.attempt, Outcome.ABANDONED, None, None)
             return
-        # The claim is the durable record now; the message has done its job.
-        client("sqs").delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
         log.info("claimed %s attempt %d", op_id, ref.attempt)
-        run_token = self._accept(ref, task.task_token)
-        if run_token is None:
+        if not self._accept(ref, task.task_token):
+            self._delete_message(receipt_handle)
             self.journal.record(op_id, ref.attempt, Outcome.ABANDONED, None, None)
             return
-        self.journal.set_run_token(op_id, ref.attempt, run_token)
-
-        run = StageRun(ref, run_token)
+        # The state machine has taken this claim as the dispatch's answer: the stage starts now.
+        # The message, the run token and the lease are seen to beside it (_keep_lease).
+        run = StageRun(ref)
         with self._running_lock:
             self._running[op_id] = run
-        keeper = threading.Thread(target=self._keep_lease, args=(run, envelope.lease_ttl_sec), daemon=True)
+        keeper = threading.Thread(
+            target=self._keep_lease, args=(run, envelope.lease_ttl_sec, op_id, receipt_handle), daemon=True
+        )
         keeper.start()
         try:
             env = self._stage_env(envelope, task, workspace)
@@ -392,6 +406,14 @@ class Agent:
     def _abandon(self, run: StageRun, op_id: str) -> None:
         self.journal.record(op_id, run.ref.attempt, Outcome.ABANDONED, None, None)
 
+    def _delete_message(self, receipt_handle: str) -> None:
+        """The claim is the durable record; the message has done its job. A failed delete only
+        means a second delivery later, which the claim refuses."""
+        try:
+            client("sqs").delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
+        except (ClientError, BotoCoreError) as exc:
+            log.warning("could not delete a claimed stage message (%s); the claim refuses its redelivery", exc)
+
     def _conclude(
         self,
         run: StageRun,
@@ -406,6 +428,9 @@ class Agent:
     ) -> None:
         """Journal first (outcome, receipt and the outbox entry in one transaction), then report."""
         ref = run.ref
+        # A fast command can end before the token is decided. The result is journaled either
+        # way; without a token the report still makes its fenced stage write (_send).
+        run.token_known.wait(RUN_TOKEN_WAIT_SEC + 5)
         report = {
             "job_id": ref.job_id,
             "stage": op_id.split(":", 1)[1],
@@ -460,9 +485,9 @@ class Agent:
         except (BotoCoreError, ClientError) as exc:
             log.warning("report of %s:%s deferred to the outbox (%s)", report["job_id"], report["stage"], exc)
             return False
-        token = report.get("run_token")
+        token = report.get("run_token") or _stored_run_token(ref)
         if not token:
-            return True
+            return True  # never handed this attempt: the state machine's timeouts decide
         sfn = client("stepfunctions")
         try:
             if status is StageStatus.SUCCEEDED:
@@ -530,57 +555,113 @@ class Agent:
         self.journal.record(op.operation_id, op.attempt, Outcome.ABANDONED, None, report)
 
     # ------------------------------------------------------------------ claim handshake and lease
-    def _accept(self, ref: stage_attempts.StageRef, dispatch_token: str, wait_sec: float = 30) -> str | None:
-        """Tell the state machine who claimed the stage, then wait for the run token it hands to
-        exactly that claim. The queue wait ends here; the lease clock starts."""
-        sfn = client("stepfunctions")
+    def _accept(self, ref: stage_attempts.StageRef, dispatch_token: str) -> bool:
+        """Tell the state machine who claimed the stage. Once it has taken the answer, its next
+        state hands exactly this claim a run token (written only if the claim still holds), so the
+        command may start now: were the execution stopped or the stage taken over before the
+        token arrives, the keeper stops the command and no result is ever reported for it."""
         try:
-            sfn.send_task_success(
+            client("stepfunctions").send_task_success(
                 taskToken=dispatch_token, output=json.dumps({"agent_id": self.config.agent_id, "attempt": ref.attempt})
             )
         except ClientError as exc:
             log.warning("%s/%d: the dispatch is no longer waiting (%s)", ref.job_id, ref.stage_index, exc.response["Error"]["Code"])
-            return None
-        deadline = time.monotonic() + wait_sec
-        while time.monotonic() < deadline and self.signals < 2:
-            try:
-                token = stage_attempts.run_token(ref)
-            except stage_attempts.LeaseLost:
-                return None
-            if token:
-                return token
-            time.sleep(0.05)
-        log.warning("%s/%d: no run token after %.0fs", ref.job_id, ref.stage_index, wait_sec)
-        return None
+            return False
+        return True
 
-    def _keep_lease(self, run: StageRun, lease_ttl_sec: int) -> None:
-        """Renew the lease and heartbeat the task every lease/3, apart from the work itself. When
-        renewal has failed for longer than the lease, the agent fences itself: the stage is killed
-        and never reported as succeeded."""
+    def _look_for_run_token(self, run: StageRun, op_id: str, deadline: float, check_job: bool) -> None:
+        """One look for the run token the state machine hands the accepted claim. Sets
+        run.token_known once it is decided: the token came (and is journaled), the stage changed
+        hands, the job ended without handing it out, or the deadline passed."""
+        ref = run.ref
+        try:
+            token = stage_attempts.run_token(ref)
+            if token:
+                self.journal.set_run_token(op_id, ref.attempt, token)
+                run.run_token = token
+                run.token_known.set()
+                return
+            if check_job and JobStatus(get_job_record(self.table_name, ref.job_id)["status"]).terminal:
+                log.warning("%s attempt %d: the job ended before its run token came; stopping", op_id, ref.attempt)
+                run.stop("canceled")
+                run.token_known.set()
+                return
+        except stage_attempts.LeaseLost:
+            log.warning("%s attempt %d: the stage changed hands before its run token came", op_id, ref.attempt)
+            run.stop("lease_lost")
+            run.token_known.set()
+            return
+        except RelevoError:  # the job record is gone: deleted once it ended
+            run.stop("canceled")
+            run.token_known.set()
+            return
+        except (ClientError, BotoCoreError) as exc:
+            log.debug("%s attempt %d: run token read failed (%s)", op_id, ref.attempt, exc)
+        if time.monotonic() >= deadline:
+            log.warning("%s attempt %d: no run token after %.0fs; stopping the stage", op_id, ref.attempt, RUN_TOKEN_WAIT_SEC)
+            run.stop("no_run_token")
+            run.token_known.set()
+
+    def _keep_lease(self, run: StageRun, lease_ttl_sec: int, op_id: str, receipt_handle: str) -> None:
+        """Beside the stage, from the accepted claim on: look for the run token (every 50 ms
+        until it is decided) and then delete the claimed message, both off the path to the
+        command's start; renew the lease, and heartbeat the task once the token is known, every
+        lease/3. When renewal has failed for longer than the lease, the agent fences itself: the
+        stage is killed and never reported as succeeded."""
         ref = run.ref
         interval = max(1.0, lease_ttl_sec / 3)
-        renewed = time.monotonic()
-        while not run.done.wait(min(interval, max(0.1, renewed + lease_ttl_sec - time.monotonic()))):
-            try:
-                stage_attempts.renew_lease(ref, lease_ttl_sec, _now())
-                client("stepfunctions").send_task_heartbeat(taskToken=run.run_token)
-                renewed = time.monotonic()
-            except stage_attempts.LeaseLost:
-                log.warning("%s stage %d: lease taken over; stopping the stage", ref.job_id, ref.stage_index)
-                run.stop("lease_lost")
-                return
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] in _DEAD_TOKEN:
-                    log.warning("%s stage %d: the execution no longer waits for it; stopping", ref.job_id, ref.stage_index)
-                    run.stop("canceled")
+        renewed = time.monotonic()  # the claim has just written the lease
+        renew_at = renewed + interval
+        token_deadline, job_checked = renewed + RUN_TOKEN_WAIT_SEC, renewed
+        try:
+            while True:
+                looking = not run.token_known.is_set()
+                pause = RUN_TOKEN_POLL_SEC if looking else renew_at - time.monotonic()
+                if run.done.wait(max(0.0, pause)):
                     return
-                log.warning("heartbeat failed (%s); will retry", exc.response["Error"]["Code"])
-            except BotoCoreError as exc:
-                log.warning("heartbeat failed (%s); will retry", exc)
-            if time.monotonic() - renewed >= lease_ttl_sec:
-                log.warning("%s stage %d: lease not renewed for %ds; fencing myself", ref.job_id, ref.stage_index, lease_ttl_sec)
-                run.stop("fenced")
-                return
+                if looking:
+                    # Slow to come: a job canceled meanwhile never hands one out (checked each second).
+                    check_job = time.monotonic() - job_checked >= 1.0
+                    job_checked = time.monotonic() if check_job else job_checked
+                    self._look_for_run_token(run, op_id, token_deadline, check_job)
+                    if run.reason is not None:
+                        return
+                    if run.token_known.is_set():
+                        self._delete_message(receipt_handle)
+                if time.monotonic() < renew_at:
+                    continue
+                try:
+                    stage_attempts.renew_lease(ref, lease_ttl_sec, _now())
+                    if run.run_token:
+                        client("stepfunctions").send_task_heartbeat(taskToken=run.run_token)
+                    renewed = time.monotonic()
+                except stage_attempts.LeaseLost:
+                    log.warning("%s stage %d: lease taken over; stopping the stage", ref.job_id, ref.stage_index)
+                    run.stop("lease_lost")
+                    return
+                except ClientError as exc:
+                    if exc.response["Error"]["Code"] in _DEAD_TOKEN:
+                        log.warning("%s stage %d: the execution no longer waits for it; stopping", ref.job_id, ref.stage_index)
+                        run.stop("canceled")
+                        return
+                    log.warning("heartbeat failed (%s); will retry", exc.response["Error"]["Code"])
+                except BotoCoreError as exc:
+                    log.warning("heartbeat failed (%s); will retry", exc)
+                if time.monotonic() - renewed >= lease_ttl_sec:
+                    log.warning("%s stage %d: lease not renewed for %ds; fencing myself", ref.job_id, ref.stage_index, lease_ttl_sec)
+                    run.stop("fenced")
+                    return
+                renew_at = time.monotonic() + min(interval, max(0.1, renewed + lease_ttl_sec - time.monotonic()))
+        finally:
+            run.token_known.set()  # whoever waits for the token is not left waiting
+
+
+def _stored_run_token(ref: stage_attempts.StageRef) -> str | None:
+    """The run token on the stage record, for a report journaled before the token was known."""
+    try:
+        return stage_attempts.run_token(ref)
+    except (stage_attempts.LeaseLost, ClientError, BotoCoreError):
+        return None
 
 
 def _stage_outcome(status: StageStatus) -> stage_attempts.Outcome:

@@ -416,7 +416,7 @@ def get_envelope(table: str, job_id: str) -> JobEnvelope:
 
 
 # What one stage record says of the attempt that ran last; attempts_log keeps every attempt.
-_ATTEMPT_FIELDS = ("agent_id", "exit_code", "error_class", "started_at", "ended_at")
+_ATTEMPT_FIELDS = ("agent_id", "exit_code", "error_class", "enqueued_at", "started_at", "ended_at")
 
 
 def _current_attempt(record: dict[str, Any]) -> dict[str, Any]:
@@ -457,6 +457,8 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 "exit_code": found.get("exit_code"),
                 "error_class": found.get("error_class"),
                 "dispatched_at": found.get("dispatched_at"),
+                # When the region's queue took the claimed attempt's message (SQS SentTimestamp).
+                "enqueued_at": found.get("enqueued_at"),
                 "started_at": found.get("started_at"),
                 "ended_at": found.get("ended_at"),
                 "last_writer": found.get("last_writer"),

@@ -134,16 +134,24 @@ def _lease_until(now: datetime, lease_ttl_sec: int) -> tuple[int, str]:
     return int(until.timestamp()), until.astimezone(timezone.utc).isoformat()
 
 
-def claim(ref: StageRef, lease_ttl_sec: int, now: datetime, precondition_version: str | None = None) -> dict[str, Any]:
+def claim(
+    ref: StageRef,
+    lease_ttl_sec: int,
+    now: datetime,
+    precondition_version: str | None = None,
+    enqueued_at: datetime | None = None,
+) -> dict[str, Any]:
     """Claim the operation's attempt. Returns the stage record as it was before the claim: what
-    the previous attempt left (its outcome, receipt, precondition) is what reconciliation reads."""
+    the previous attempt left (its outcome, receipt, precondition) is what reconciliation reads.
+    `enqueued_at` is when the queue accepted the attempt's message (SQS SentTimestamp): with
+    `started_at` it shows how long the attempt waited for a Mac."""
     epoch = int(now.timestamp())
     lease, lease_iso = _lease_until(now, lease_ttl_sec)
     return _update(
         ref,
         "SET #status = :running, agent_id = :agent, attempt = :attempt, lease_expires_at = :lease, "
-        "lease_expires_iso = :lease_iso, started_at = :now, last_writer = :writer, precondition_version = :pre, "
-        "held_by = :agent "
+        "lease_expires_iso = :lease_iso, started_at = :now, enqueued_at = :enqueued, last_writer = :writer, "
+        "precondition_version = :pre, held_by = :agent "
         "REMOVE exit_code, error_class, ended_at, run_token, outcome, receipt",
         "attribute_exists(pk) AND (attribute_not_exists(attempt) OR attempt < :attempt "
         "OR (attempt = :attempt AND lease_expires_at < :epoch))",
@@ -155,6 +163,7 @@ def claim(ref: StageRef, lease_ttl_sec: int, now: datetime, precondition_version
             ":lease_iso": lease_iso,
             ":epoch": epoch,
             ":now": now.isoformat(),
+            ":enqueued": (enqueued_at or now).isoformat(),
             ":writer": f"agent:{ref.agent_id}",
             ":pre": precondition_version or "",
         },
