@@ -8,7 +8,7 @@ from typing import Any
 
 from relevo_core.config import AccessSettings, IntakeSettings
 from relevo_core.intake import IntakeResult, start_execution, work_queue_url
-from relevo_core.models.envelope import Trigger, TriggerType, new_job_id
+from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id, read_envelope
 from relevo_core.permissions import visibility
 from relevo_core.store import dead_letters, jobs
 
@@ -52,11 +52,19 @@ def show_dead_letter(settings: IntakeSettings, job_id: str) -> dict[str, Any]:
     return describe(dead_letters.get_entry(settings.table_name, job_id))
 
 
+def _failed_envelope(table: str, raw_entry: dict[str, Any]) -> JobEnvelope:
+    """The entry carries the job record as it was when the job failed, envelope included, so a
+    redrive needs nothing else: it still resumes once the failed job itself was deleted."""
+    carried = (raw_entry.get("job_record") or {}).get("envelope")
+    return read_envelope(carried) if carried else jobs.get_envelope(table, raw_entry["job_id"])
+
+
 def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> IntakeResult:
     """Resume a dead-lettered job from its failed stage: its own frozen plan, the same
     idempotency key, a new job (trigger retry, retry_of) in its place."""
-    entry = describe(dead_letters.get_entry(settings.table_name, job_id))
-    failed = jobs.get_envelope(settings.table_name, job_id)
+    raw = dead_letters.get_entry(settings.table_name, job_id)
+    entry = describe(raw)
+    failed = _failed_envelope(settings.table_name, raw)
     now = datetime.now(timezone.utc)
     resumed = failed.model_copy(
         update={

@@ -66,7 +66,9 @@ def require_on_job(
     admin gets when the job does not exist (JOB_NOT_FOUND, or DLQ_ENTRY_NOT_FOUND for /dlq)."""
     kind = "dead-letter entry" if missing is ErrorCode.DLQ_ENTRY_NOT_FOUND else "job"
     not_found = RelevoError(missing, f"no {kind} {job_id!r}")
-    project_id = job_project(settings.table_name, job_id)
+    # A dead-letter entry names its project itself: it outlives its job, which may be deleted.
+    dead_letter = missing is ErrorCode.DLQ_ENTRY_NOT_FOUND
+    project_id = (dead_letter and job_project(settings.table_name, job_id, dead_letter=True)) or job_project(settings.table_name, job_id)
     if project_id is None:
         if is_admin(settings, caller):
             raise not_found

@@ -20,6 +20,7 @@ from relevo_core.store.keys import (
     COUNTER_SK,
     DEDUP_SK,
     DELIVERY_SK,
+    DLQ_SK,
     JOB_SK,
     PROJECT_JOBS_ATTRIBUTE,
     QUEUE_COUNTER_PK,
@@ -30,6 +31,7 @@ from relevo_core.store.keys import (
     WAITING_FOR_ATTRIBUTE,
     dedup_pk,
     delivery_pk,
+    dlq_pk,
     job_pk,
     key,
     queue_seq,
@@ -250,11 +252,12 @@ def get_job_record(table: str, job_id: str) -> dict[str, Any]:
     return from_attributes(response["Item"])
 
 
-def job_project(table: str, job_id: str) -> str | None:
-    """The project a job belongs to, or None when there is no such job."""
+def job_project(table: str, job_id: str, dead_letter: bool = False) -> str | None:
+    """The project a job belongs to, or None when there is no such job. With `dead_letter`, the
+    project of the job's dead-letter entry, which outlives a deleted job."""
     response = client("dynamodb").get_item(
         TableName=table,
-        Key=key(job_pk(job_id), JOB_SK),
+        Key=key(dlq_pk(job_id), DLQ_SK) if dead_letter else key(job_pk(job_id), JOB_SK),
         ProjectionExpression="#project",
         ExpressionAttributeNames={"#project": "project"},
         ConsistentRead=True,
