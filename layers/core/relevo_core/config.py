@@ -1,6 +1,7 @@
 """Environment of each component, validated once at cold start (pydantic models)."""
 
-from __future__ import annotations
+# Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
+# otherwise parse and evaluate each one again, at cold start, to build the models.
 
 import os
 import re
