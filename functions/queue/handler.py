@@ -7,7 +7,7 @@ from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-from relevo_core.config import queue_settings
+from relevo_core.config.queue import queue_settings
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.models.access import Level
 from relevo_core.observability import API_CORRELATION_PATH, logger, tracer

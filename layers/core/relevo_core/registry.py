@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from relevo_core.config import AccessSettings, SchedulerSettings
+from relevo_core.config import AccessSettings
+from relevo_core.config.scheduler import SchedulerSettings
 from relevo_core.models.access import GrantRequest, Level
 from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
