@@ -7,11 +7,11 @@ from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-from relevo_core.config import queue_settings
-from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers, requires
+from relevo_core.config.queue import queue_settings
+from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.models.access import Level
 from relevo_core.observability import API_CORRELATION_PATH, logger, tracer
-from relevo_core.permissions import visibility
+from relevo_core.permissions import requires, visibility
 from relevo_core.queue_control import PriorityRequest, delete_job, promote_job, queue_view, set_job_priority
 
 app = APIGatewayRestResolver()

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from relevo_core.config import sweeper_settings
+from relevo_core.config.sweeper import sweeper_settings
 from relevo_core.observability import logger, metrics, tracer
 from relevo_core.sweeper import online_agent_counts, sweep
 

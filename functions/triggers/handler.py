@@ -12,13 +12,13 @@ from relevo_core.approvals import decide
 from relevo_core.cancel import cancel_job
 from relevo_core.config import access_settings, intake_settings
 from relevo_core.dead_letters import list_dead_letters, redrive_dead_letter, show_dead_letter
-from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers, requires
+from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.intake import IntakeResult
 from relevo_core.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
 from relevo_core.models.access import Level
 from relevo_core.models.errors import ErrorCode
 from relevo_core.observability import API_CORRELATION_PATH, correlate, logger, tracer
-from relevo_core.permissions import require, visibility
+from relevo_core.permissions import require, requires, visibility
 from relevo_core.resolve import resolve_stage
 from relevo_core.triggers import release_job, rerun_job, run_project
 

@@ -14,7 +14,7 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.main import app
 from relevo_core import key_freeze
 from relevo_core.aws import client
-from relevo_core.config import SweeperSettings
+from relevo_core.config.sweeper import SweeperSettings
 from relevo_core.intake import enqueue, idempotency_key, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError

@@ -1,19 +1,19 @@
-"""Shared pieces of every API function: JSON responses and refusals with stable codes."""
+"""Shared pieces of every API function: JSON responses and refusals with stable codes.
+
+The permission middleware (`requires`) lives in relevo_core.permissions: a route without IAM
+authorization (the webhooks) never loads the grants, their models and their queries."""
 
 from __future__ import annotations
 
 import base64
 import json
 from http import HTTPStatus
-from typing import Any, Callable
+from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 
-from relevo_core.config import access_settings
-from relevo_core.models.access import Level
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.permissions import require, require_on_job
 
 
 def json_response(status: int, body: Any) -> Response:
@@ -47,23 +47,6 @@ def caller_arn(app: BaseRouter) -> str:
     if not arn:
         raise RelevoError(ErrorCode.UNAUTHENTICATED, "the request carries no IAM identity")
     return str(arn)
-
-
-def requires(level: Level, missing: ErrorCode = ErrorCode.JOB_NOT_FOUND) -> Callable[..., Response]:
-    """Route middleware: the caller must hold `level` on the project the route names
-    ({project_id}) or on the project of the job it names ({job_id}); otherwise 403 FORBIDDEN
-    and the route never runs. `missing` is what an admin gets for a job that does not exist."""
-
-    def check_permission(app: BaseRouter, next_middleware: Callable[..., Response]) -> Response:
-        parameters = app.current_event.path_parameters or {}
-        caller = caller_arn(app)
-        if "project_id" in parameters:
-            require(access_settings(), caller, parameters["project_id"], level)
-        else:
-            require_on_job(access_settings(), caller, parameters["job_id"], level, missing)
-        return next_middleware(app)
-
-    return check_permission
 
 
 def register_error_handlers(app: BaseRouter) -> None:

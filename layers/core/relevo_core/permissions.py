@@ -1,5 +1,6 @@
 """The one permission check of every IAM route: levels `view < operate < manage` per project per
-IAM principal, from the grants in the registry plus the stack's admin principals.
+IAM principal, from the grants in the registry plus the stack's admin principals. Routes declare it
+with the `requires(Level.X)` middleware.
 
 Existence is never revealed to a caller without `view`: such a caller gets the same 403
 `FORBIDDEN` body whether the project, job or dead-letter entry exists or not. Only a caller who
@@ -10,7 +11,13 @@ Grants are read on every request (one strongly consistent Query), so a revoke ap
 from __future__ import annotations
 
 from dataclasses import dataclass
-from relevo_core.config import AccessSettings
+from typing import Callable
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
+
+from relevo_core.config import AccessSettings, access_settings
+from relevo_core.http import caller_arn
 from relevo_core.models.access import Grant, Level, principal_matches
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.store import grants as grant_store
@@ -75,6 +82,23 @@ def require_on_job(
         raise _hidden(caller, kind, job_id)
     require(settings, caller, project_id, level, target=(kind, job_id), missing=not_found)
     return project_id
+
+
+def requires(level: Level, missing: ErrorCode = ErrorCode.JOB_NOT_FOUND) -> Callable[..., Response]:
+    """Route middleware: the caller must hold `level` on the project the route names
+    ({project_id}) or on the project of the job it names ({job_id}); otherwise 403 FORBIDDEN
+    and the route never runs. `missing` is what an admin gets for a job that does not exist."""
+
+    def check_permission(app: BaseRouter, next_middleware: Callable[..., Response]) -> Response:
+        parameters = app.current_event.path_parameters or {}
+        caller = caller_arn(app)
+        if "project_id" in parameters:
+            require(access_settings(), caller, parameters["project_id"], level)
+        else:
+            require_on_job(access_settings(), caller, parameters["job_id"], level, missing)
+        return next_middleware(app)
+
+    return check_permission
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from relevo_core.config import AccessSettings, SchedulerSettings
+from relevo_core.config import AccessSettings
+from relevo_core.config.scheduler import SchedulerSettings
 from relevo_core.models.access import GrantRequest, Level
 from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
@@ -16,7 +17,8 @@ from relevo_core.models.project import Project
 from relevo_core.permissions import require, visibility
 from relevo_core.store import grants
 from relevo_core.store.grants import project_access
-from relevo_core.store.projects import ProjectExists, create_project, get_project, list_projects, put_project
+from relevo_core.store.project_creation import ProjectExists, create_project
+from relevo_core.store.projects import get_project, list_projects, put_project
 
 
 def _validate(project_id: str, body: Any) -> Project:

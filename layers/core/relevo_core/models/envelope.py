@@ -1,6 +1,7 @@
 """The job envelope: the versioned, immutable record of one job and its frozen run plan."""
 
-from __future__ import annotations
+# Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
+# otherwise parse and evaluate each one again, at cold start, to build the models.
 
 import os
 import time

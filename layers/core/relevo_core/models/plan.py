@@ -1,6 +1,7 @@
 """The run plan: what a project declares and what a job freezes at enqueue."""
 
-from __future__ import annotations
+# Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
+# otherwise parse and evaluate each one again, at cold start, to build the models.
 
 import re
 from typing import Annotated

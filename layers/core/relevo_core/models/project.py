@@ -1,6 +1,7 @@
 """A registered project: what runs, where, and how its webhooks are authenticated."""
 
-from __future__ import annotations
+# Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
+# otherwise parse and evaluate each one again, at cold start, to build the models.
 
 from enum import Enum
 import re

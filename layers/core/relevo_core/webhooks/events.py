@@ -5,7 +5,8 @@ id and decoded JSON body into one of these values; a body of the wrong shape rai
 ValidationError, which the caller maps to a 422.
 """
 
-from __future__ import annotations
+# Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
+# otherwise parse and evaluate each one again, at cold start, to build the models.
 
 from dataclasses import dataclass
 from typing import Annotated, TypeAlias

@@ -1,6 +1,7 @@
 """GitHub webhooks: signature check over the raw body, and the payload shapes Relevo reads."""
 
-from __future__ import annotations
+# Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
+# otherwise parse and evaluate each one again, at cold start, to build the models.
 
 import hashlib
 import hmac

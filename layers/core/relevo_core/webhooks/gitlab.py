@@ -4,7 +4,8 @@ GitLab does not sign bodies: it sends the webhook's secret token verbatim in X-G
 check is a constant-time comparison of that header with the project's secret.
 """
 
-from __future__ import annotations
+# Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
+# otherwise parse and evaluate each one again, at cold start, to build the models.
 
 import hmac
 

@@ -1,15 +1,17 @@
-"""Environment of each component, validated once at cold start (pydantic models)."""
+"""Environment of each component, validated once at cold start (pydantic models).
 
-from __future__ import annotations
+Here: the settings several functions share. Those of one function only are in submodules
+(config.sweeper, config.scheduler, config.queue): a function does not build at its cold start the
+models of settings it never reads."""
+
+# Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
+# otherwise parse and evaluate each one again, at cold start, to build the models.
 
 import os
-import re
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from relevo_core.models.envelope import REGION_AFFINITY
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Env(BaseModel):
@@ -57,37 +59,6 @@ class IntakeSettings(TableSettings):
     project_cache_sec: float = Field(default=10, alias="PROJECT_CACHE_SEC", ge=0)
 
 
-class SweeperSettings(IntakeSettings):
-    # Where the owner hears that an idempotency key was frozen (the project notification topic).
-    notification_topic_arn: str = Field(alias="NOTIFICATION_TOPIC_ARN", pattern=r"^arn:[a-z-]+:sns:")
-    # The stack's region affinities (the RegionAffinities parameter, comma-separated): each one's
-    # online agents are counted every sweep, an empty region included.
-    regions: tuple[str, ...] = Field(alias="REGION_AFFINITIES", min_length=1)
-
-    @field_validator("regions", mode="before")
-    @classmethod
-    def _comma_separated(cls, value: object) -> object:
-        if isinstance(value, str):
-            return tuple(region.strip() for region in value.split(",") if region.strip())
-        return value
-
-    @field_validator("regions")
-    @classmethod
-    def _affinities(cls, regions: tuple[str, ...]) -> tuple[str, ...]:
-        for region in regions:
-            if not re.fullmatch(REGION_AFFINITY, region):
-                raise ValueError(f"{region!r} is not a region affinity")
-        return regions
-
-
-class SchedulerSettings(_Env):
-    """Where the registry keeps project schedules (EventBridge Scheduler) and what they invoke."""
-
-    schedule_group: str = Field(alias="SCHEDULE_GROUP", min_length=1, max_length=64)
-    schedule_target_arn: str = Field(alias="SCHEDULE_TARGET_ARN", pattern=r"^arn:[a-z-]+:lambda:")
-    scheduler_role_arn: str = Field(alias="SCHEDULER_ROLE_ARN", pattern=r"^arn:[a-z-]+:iam::")
-
-
 @lru_cache(maxsize=1)
 def table_settings() -> TableSettings:
     return TableSettings.from_environ()
@@ -101,29 +72,3 @@ def access_settings() -> AccessSettings:
 @lru_cache(maxsize=1)
 def intake_settings() -> IntakeSettings:
     return IntakeSettings.from_environ()
-
-
-@lru_cache(maxsize=1)
-def sweeper_settings() -> SweeperSettings:
-    return SweeperSettings.from_environ()
-
-
-@lru_cache(maxsize=1)
-def scheduler_settings() -> SchedulerSettings:
-    return SchedulerSettings.from_environ()
-
-
-class QueueSettings(AccessSettings):
-    """GET /queue: besides the table and the admins, the regions of the fleet (whose agents it shows)."""
-
-    # Comma-separated region affinities (the template's RegionAffinities).
-    fleet_regions: str = Field(default="", alias="FLEET_REGIONS", max_length=4096)
-
-    @property
-    def regions(self) -> tuple[str, ...]:
-        return tuple(r.strip() for r in self.fleet_regions.split(",") if r.strip())
-
-
-@lru_cache(maxsize=1)
-def queue_settings() -> QueueSettings:
-    return QueueSettings.from_environ()
