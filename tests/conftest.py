@@ -30,8 +30,9 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["StackInfo
     from relevo_core.aws import reset_clients
 
     state_dir = tmp_path_factory.mktemp("stack")
-    # No sweeper timer: the tests that need a sweep run it with their own clock.
-    stack = LocalStack(state_dir=state_dir, parameters={"AdminPrincipals": TEST_ADMIN_ARN}, rule_schedules=False)
+    # No timers (the sweeper minute, project schedules): tests that need a sweep or a schedule
+    # firing run it themselves with their own clock.
+    stack = LocalStack(state_dir=state_dir, parameters={"AdminPrincipals": TEST_ADMIN_ARN}, rule_schedules=False, project_schedules=False)
     info = stack.start()
     info.apply_to_environment()
     os.environ["AWS_ENDPOINT_URL"] = str(info.aws_endpoint)

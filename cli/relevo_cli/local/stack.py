@@ -56,6 +56,7 @@ class LocalStack:
         moto_port: int = 0,
         schedule_poll_sec: float = 5.0,
         rule_schedules: bool = True,
+        project_schedules: bool = True,
     ) -> None:
         self.state_dir = state_dir
         self.stack_name = stack_name
@@ -71,6 +72,9 @@ class LocalStack:
         # turns them off: its tests run the sweep themselves, with their own clock, and a sweep
         # from a timer would race what they assert.
         self.rule_schedules = rule_schedules
+        # The same for project schedules (EventBridge Scheduler): a rate(1 minute) schedule one
+        # test registers would otherwise enqueue a job every minute into every later test's stack.
+        self.project_schedules = project_schedules
         self.schedule_firer: ScheduleFirer | None = None
         self.stream_pollers: list[StreamPoller] = []
         self._server: Any = None
@@ -191,9 +195,10 @@ class LocalStack:
         self._start_streams(sam, physical)
         if self.rule_schedules:
             self._start_schedules(sam)
-        self._start_project_schedules(
-            [str(physical[d.logical_id]) for d in later if d.type == "AWS::Scheduler::ScheduleGroup"]
-        )
+        if self.project_schedules:
+            self._start_project_schedules(
+                [str(physical[d.logical_id]) for d in later if d.type == "AWS::Scheduler::ScheduleGroup"]
+            )
 
         regions = self.parameters.get("RegionAffinities") or sam["Parameters"]["RegionAffinities"]["Default"]
         work_queues = {
