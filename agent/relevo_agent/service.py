@@ -408,7 +408,7 @@ class Agent:
 
     def _delete_message(self, receipt_handle: str) -> None:
         """The claim is the durable record; the message has done its job. A failed delete only
-        means a second delivery later, which the claim refuses."""
+        means a second delivery later, which the claim refuses while this attempt's lease lives."""
         try:
             client("sqs").delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle)
         except (ClientError, BotoCoreError) as exc:
