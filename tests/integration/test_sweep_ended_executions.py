@@ -13,7 +13,7 @@ from relevo_core.store import wait_order
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
 from relevo_core.sweeper import MIN_AGE, SweepReport, end_job_of_ended_execution, execution_arn, sweep
-from tests.integration.helpers import receive_stage, register_project, table_items, wait_until
+from tests.integration.helpers import history, receive_stage, register_project, table_items, wait_until
 from tests.integration.test_job_state_machine import claim_and_accept, wait_for_run_token
 from tests.integration.test_project_lock import _enqueue
 
@@ -67,6 +67,11 @@ def _stop(stack, job_id: str, run_token: str | None = None) -> str:
     return status
 
 
+def _last_state_entered(stack, job_id: str) -> str | None:
+    entered = [e for e in history(stack, job_id) if e["type"].endswith("StateEntered")]
+    return entered[-1]["stateEnteredEventDetails"]["name"] if entered else None
+
+
 def _running_and_waiting(stack, settings, project_id) -> tuple[str, str, str]:
     """One job of the project runs (an agent claimed its stage and holds the run token); a second
     one waits for the project's lock, still queued, holding a queue slot. Returns both job ids
@@ -77,6 +82,11 @@ def _running_and_waiting(stack, settings, project_id) -> tuple[str, str, str]:
     run_token = wait_for_run_token(claim_and_accept(stack, task, "mac-a", lease_ttl_sec=60))
     waiting = _enqueue(stack, settings, project_id)
     wait_until(lambda: _job(stack, waiting).get("waiting_for") == project_id, 60, f"{waiting} waits for {project_id}")
+    # Parked in its Wait state, where a waiter spends nearly all its time. Stopped right after it
+    # wrote waiting_for, while the Task states of its loop still ran, one waiter's execution came
+    # back FAILED from the emulator (once, in a full suite on 2 workers; AWS reports every stop
+    # ABORTED). Stopped in the Wait, it has come back ABORTED every time.
+    wait_until(lambda: _last_state_entered(stack, waiting) == "WaitForProject", 60, f"{waiting} parked in WaitForProject")
     assert (_job(stack, running)["status"], _job(stack, waiting)["status"]) == ("running", "queued")
     return running, waiting, run_token
 
