@@ -51,6 +51,12 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def sent_at(message: dict[str, Any]) -> datetime | None:
+    """When SQS accepted a received message (its SentTimestamp attribute, epoch milliseconds)."""
+    sent_ms = message.get("Attributes", {}).get("SentTimestamp")
+    return datetime.fromtimestamp(int(sent_ms) / 1000, timezone.utc) if sent_ms else None
+
+
 def _version() -> str:
     try:
         return metadata.version("relevo-agent")
@@ -180,9 +186,7 @@ class Presence:
         if self.config.agent_id not in avoid_agents:
             return False  # the common case costs nothing
         now = self._clock()
-        attributes = message.get("Attributes", {})
-        sent_ms = int(attributes.get("SentTimestamp", now.timestamp() * 1000))
-        receive_count = int(attributes.get("ApproximateReceiveCount", 1))
+        receive_count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
         try:
             region_agents = agents.online_agents(self.table, self.config.region, now)
         except (BotoCoreError, ClientError):
@@ -191,7 +195,7 @@ class Presence:
         max_wait_sec: float = self.config.handoff_max_wait_sec
         if queue_timeout_sec:
             max_wait_sec = min(max_wait_sec, queue_timeout_sec / 2)  # never let the hand-back time the stage out
-        waited_sec = now.timestamp() - sent_ms / 1000
+        waited_sec = (now - (sent_at(message) or now)).total_seconds()
         other = prefer_another(
             self.config.agent_id,
             avoid_agents,

@@ -39,7 +39,7 @@ from relevo_agent.artifacts import upload_stage_artifacts
 from relevo_agent.executor import TAIL_BYTES, run_command
 from relevo_agent.journal import Journal, Operation, Outcome, operation_id
 from relevo_agent.logs import Masker, secret_values, start_shipper
-from relevo_agent.presence import Presence
+from relevo_agent.presence import Presence, sent_at
 from relevo_core.aws import client
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.errors import ErrorClass, RelevoError
@@ -76,12 +76,6 @@ class StageMessage(BaseModel):
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _sent_at(message: dict[str, Any]) -> datetime | None:
-    """When SQS accepted the message (its SentTimestamp, epoch milliseconds)."""
-    sent_ms = message.get("Attributes", {}).get("SentTimestamp")
-    return datetime.fromtimestamp(int(sent_ms) / 1000, timezone.utc) if sent_ms else None
 
 
 @dataclass
@@ -202,7 +196,7 @@ class Agent:
             ):
                 return
             with self.presence.occupied():
-                self._run_stage(task, message["ReceiptHandle"], _sent_at(message))
+                self._run_stage(task, message["ReceiptHandle"], sent_at(message))
         except Exception:
             log.exception("stage %s/%s crashed in the agent", task.job_id, task.stage)
         finally:
@@ -569,38 +563,35 @@ class Agent:
             return False
         return True
 
-    def _look_for_run_token(self, run: StageRun, op_id: str, deadline: float, check_job: bool) -> None:
-        """One look for the run token the state machine hands the accepted claim. Sets
-        run.token_known once it is decided: the token came (and is journaled), the stage changed
-        hands, the job ended without handing it out, or the deadline passed."""
+    def _look_for_run_token(self, run: StageRun, op_id: str, deadline: float, check_job: bool) -> bool:
+        """One look for the run token the state machine hands the accepted claim. True once it is
+        decided: the token came (and is journaled), or the run was stopped because the stage
+        changed hands, the job ended without handing it out, or the deadline passed."""
         ref = run.ref
         try:
             token = stage_attempts.run_token(ref)
             if token:
                 self.journal.set_run_token(op_id, ref.attempt, token)
                 run.run_token = token
-                run.token_known.set()
-                return
+                return True
             if check_job and JobStatus(get_job_record(self.table_name, ref.job_id)["status"]).terminal:
                 log.warning("%s attempt %d: the job ended before its run token came; stopping", op_id, ref.attempt)
                 run.stop("canceled")
-                run.token_known.set()
-                return
+                return True
         except stage_attempts.LeaseLost:
             log.warning("%s attempt %d: the stage changed hands before its run token came", op_id, ref.attempt)
             run.stop("lease_lost")
-            run.token_known.set()
-            return
+            return True
         except RelevoError:  # the job record is gone: deleted once it ended
             run.stop("canceled")
-            run.token_known.set()
-            return
+            return True
         except (ClientError, BotoCoreError) as exc:
             log.debug("%s attempt %d: run token read failed (%s)", op_id, ref.attempt, exc)
         if time.monotonic() >= deadline:
             log.warning("%s attempt %d: no run token after %.0fs; stopping the stage", op_id, ref.attempt, RUN_TOKEN_WAIT_SEC)
             run.stop("no_run_token")
-            run.token_known.set()
+            return True
+        return False
 
     def _keep_lease(self, run: StageRun, lease_ttl_sec: int, op_id: str, receipt_handle: str) -> None:
         """Beside the stage, from the accepted claim on: look for the run token (every 50 ms
@@ -623,10 +614,10 @@ class Agent:
                     # Slow to come: a job canceled meanwhile never hands one out (checked each second).
                     check_job = time.monotonic() - job_checked >= 1.0
                     job_checked = time.monotonic() if check_job else job_checked
-                    self._look_for_run_token(run, op_id, token_deadline, check_job)
-                    if run.reason is not None:
-                        return
-                    if run.token_known.is_set():
+                    if self._look_for_run_token(run, op_id, token_deadline, check_job):
+                        run.token_known.set()
+                        if run.reason is not None:
+                            return
                         self._delete_message(receipt_handle)
                 if time.monotonic() < renew_at:
                     continue
