@@ -1,6 +1,7 @@
 """Webhook intake benchmark: AWS calls per request and cold import time of the webhook handler.
 
-    .venv/bin/python bench/intake.py [--warm N] [--import-runs N] [--only calls|imports] [--explain-imports]
+    .venv/bin/python bench/intake.py [--warm N] [--import-runs N] [--only calls|imports|instructions]
+                                     [--explain-imports] [--instructions]
 
 1. AWS calls per request. The embedded stack (moto + template.yaml) is started, a project is
    registered through the API, and functions/webhook/handler.py is then called *in this process*
@@ -18,6 +19,13 @@
    standards require in an API handler, with no Relevo code) so the figures say how much is the
    stack and how much is Relevo's own. When the ratio misses its target, the handler's extra
    imports are charged to what pulled them in (`python -X importtime`).
+3. Import instructions (`--instructions`, or `--only instructions`; needs valgrind). Wall-clock
+   medians on a shared machine swing by a third from run to run, so the same imports are also
+   counted in CPU instructions under callgrind (PYTHONHASHSEED=0: the same count on every run,
+   whatever else the machine does): the baseline, each library the standards require, the two
+   that every API handler needs together (pydantic models + the Powertools event handler), the
+   library floor and the handler, each less the interpreter's own start-up. Printed, not a target:
+   it says how much of the handler's import the stack costs before any Relevo code runs.
 
 Prints a table per part and exits 1 if a target is missed (2 if the bench itself broke).
 """
@@ -29,6 +37,7 @@ import importlib.util
 import json
 import os
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,6 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -548,12 +558,70 @@ def measure_imports(runs: int, explain: bool = False) -> bool:
     return ok
 
 
+# What the standards put in the webhook function, one library at a time and together, each on top
+# of the baseline: the part of the ratio no Relevo code can remove.
+INSTRUCTION_STATEMENTS = [
+    ("baseline", BASELINE_IMPORT),
+    ("+ pydantic (BaseModel)", f"{BASELINE_IMPORT}; from pydantic import BaseModel"),
+    ("+ Powertools event handler", f"{BASELINE_IMPORT}; from aws_lambda_powertools.event_handler import APIGatewayRestResolver"),
+    ("+ Tracer patching botocore", f"{BASELINE_IMPORT}; from aws_lambda_powertools import Tracer; Tracer(patch_modules=('botocore',))"),
+    (
+        "+ pydantic + event handler (every API handler)",
+        f"{BASELINE_IMPORT}; from pydantic import BaseModel;"
+        " from aws_lambda_powertools.event_handler import APIGatewayRestResolver",
+    ),
+    ("library floor (no Relevo code)", LIBRARY_FLOOR_IMPORT),
+    ("handler", HANDLER_IMPORT),
+]
+
+
+def count_instructions(statement: str) -> int:
+    """CPU instructions a fresh interpreter executes for `statement`, start-up included."""
+    with tempfile.TemporaryDirectory() as scratch:
+        result = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/callgrind.out",
+             sys.executable, "-c", _child_code(statement)],
+            capture_output=True,
+            text=True,
+            env={**_child_env(), "PYTHONHASHSEED": "0"},
+            cwd=ROOT,
+            timeout=600,
+        )
+    if result.returncode != 0:
+        raise RuntimeError(f"{statement!r} failed under callgrind:\n{result.stderr[-2000:]}")
+    for line in result.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1])
+    raise RuntimeError(f"callgrind printed no instruction count for {statement!r}")
+
+
+def measure_instructions() -> bool:
+    if shutil.which("valgrind") is None:
+        print("\nimport instructions: valgrind is not installed; skipped")
+        return True
+    time_import(HANDLER_IMPORT)  # bytecode caches written, as a deployed package ships them
+    # Counts do not depend on what else runs, so two interpreters are counted at a time.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        start_up_count = pool.submit(count_instructions, "pass")
+        totals = list(pool.map(count_instructions, [statement for _, statement in INSTRUCTION_STATEMENTS]))
+    start_up = start_up_count.result()
+    counts = {label: total - start_up for (label, _), total in zip(INSTRUCTION_STATEMENTS, totals)}
+    baseline = counts["baseline"]
+    print()
+    print(f"import instructions (callgrind, PYTHONHASHSEED=0, interpreter start-up of {start_up / 1e6:.0f}M subtracted)")
+    for label, count in counts.items():
+        print(f"  {label:<48} {count / 1e6:8.1f}M  {count / baseline:5.2f}x baseline")
+    print(f"  Relevo's own share (handler - library floor)     {(counts['handler'] - counts['library floor (no Relevo code)']) / 1e6:8.1f}M")
+    return True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--warm", type=int, default=20, help="warm accepted requests to average over")
     parser.add_argument("--import-runs", type=int, default=7, help="fresh interpreters per import measurement")
     parser.add_argument("--explain-imports", action="store_true", help="always print the import breakdown")
-    parser.add_argument("--only", choices=("imports", "calls"), help="run one part only")
+    parser.add_argument("--instructions", action="store_true", help="also count import instructions (callgrind)")
+    parser.add_argument("--only", choices=("imports", "calls", "instructions"), help="run one part only")
     args = parser.parse_args()
 
     began = time.perf_counter()
@@ -561,8 +629,10 @@ def main() -> int:
     steps: list[tuple[str, Callable[[], bool]]] = [
         ("imports", lambda: measure_imports(args.import_runs, args.explain_imports)),
         ("calls", lambda: measure_calls(args.warm)[1]),
+        ("instructions", measure_instructions),
     ]
-    steps = [(name, step) for name, step in steps if args.only in (None, name)]
+    wanted = {args.only} if args.only else {"imports", "calls"} | ({"instructions"} if args.instructions else set())
+    steps = [(name, step) for name, step in steps if name in wanted]
     for name, step in steps:
         try:
             results.append(step())
