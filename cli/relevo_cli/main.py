@@ -88,7 +88,8 @@ def local_up(
 
 def render_job(job: dict) -> Table:
     waiting = f" (waiting: {job['queue_reason']})" if job.get("queue_reason") else ""
-    table = Table(title=f"{job['job_id']}  {job['project']}  [bold]{job['status']}[/bold]{waiting}")
+    held = f" (held: {job['held_reason']}; relevo release starts it)" if job.get("held_reason") else ""
+    table = Table(title=f"{job['job_id']}  {job['project']}  [bold]{job['status']}[/bold]{waiting}{held}")
     for column in ("#", "stage", "status", "attempt", "agent", "exit", "error"):
         table.add_column(column)
     for stage in job["stages"]:
@@ -380,7 +381,7 @@ def dlq_unfreeze(key: str, stack_file: Optional[Path] = StackOption) -> None:
 
 @app.command("release")
 def release(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
-    """Release a held job (a repeat after its dedup window) into the queue."""
+    """Release a held job (a pull request from a fork, or a repeat after its dedup window) into the queue."""
     with _api(stack_file) as api:
         _print_trigger(api.release_job(job_id))
 

@@ -7,8 +7,9 @@ import json
 import secrets
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import requests
 
@@ -16,6 +17,8 @@ from relevo_cli.api import RelevoApi
 from relevo_cli.projects import secret_name
 from relevo_core.aws import client
 from relevo_core.stackfile import StackInfo
+from relevo_core.store.codec import from_attributes
+from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
 from relevo_core.webhooks.github import sign
 
 
@@ -79,6 +82,31 @@ def table_items(stack: StackInfo, prefix: str) -> list[dict[str, Any]]:
         if "LastEvaluatedKey" not in page:
             return items
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def queued_counter(stack: StackInfo) -> int:
+    """The stack-wide count of queued jobs (the counter intake checks against QueueLimit)."""
+    item = client("dynamodb").get_item(TableName=stack.table_name, Key=key(QUEUE_COUNTER_PK, COUNTER_SK), ConsistentRead=True).get("Item")
+    return int(from_attributes(item).get("queued", 0)) if item else 0
+
+
+@contextmanager
+def queue_filled(stack: StackInfo, queue_limit: int) -> Iterator[None]:
+    """The queued-jobs counter raised by `queue_limit` for the block, so anything that would take a
+    queue slot is refused QUEUE_FULL. The counter is shared by every job of the stack, and jobs of
+    earlier tests still give their slots back: ADD up and down keeps those changes, where reading
+    before and after would see them."""
+    def add(delta: int) -> None:
+        client("dynamodb").update_item(
+            TableName=stack.table_name, Key=key(QUEUE_COUNTER_PK, COUNTER_SK),
+            UpdateExpression="ADD queued :delta", ExpressionAttributeValues={":delta": {"N": str(delta)}},
+        )
+
+    add(queue_limit)
+    try:
+        yield
+    finally:
+        add(-queue_limit)
 
 
 def receive_stage(stack: StackInfo, job_id: str, region: str = "eu-west", timeout: float = 15) -> tuple[dict[str, Any], str]:

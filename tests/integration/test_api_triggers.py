@@ -64,6 +64,7 @@ def test_a_held_job_starts_when_released_and_only_then(local_stack, intake_setti
     held = enqueue(intake_settings, project, trigger, "refs/heads/main", commit, commit)
     assert held.outcome == "held"
     api = RelevoApi.for_stack(local_stack)
+    assert api.get_job(held.job_id)["held_reason"] == "repeat_after_window"
 
     released = api.release_job(held.job_id)
     with pytest.raises(ApiError) as twice:
@@ -73,6 +74,7 @@ def test_a_held_job_starts_when_released_and_only_then(local_stack, intake_setti
     assert (twice.value.status, twice.value.code) == (409, "JOB_NOT_HELD")
     record = {i["sk"]["S"]: i for i in table_items(local_stack, f"JOB#{held.job_id}")}["JOB"]
     assert record["status"]["S"] in ("queued", "running")
+    assert "held_reason" not in record and api.get_job(held.job_id)["held_reason"] is None
     # The release wrote it, or the execution it started already has.
     assert record["last_writer"]["S"].split(":")[0] in ("operator", "state_machine")
     from relevo_core.aws import client

@@ -20,7 +20,7 @@ from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
 from relevo_core.store.projects import get_project
 from relevo_core.sweeper import execution_arn, start_forgotten_jobs
 from tests.conftest import push_body
-from tests.integration.helpers import deliver, register_project, table_items
+from tests.integration.helpers import deliver, queue_filled, queued_counter, register_project, table_items
 
 STAGES = [{"name": "build", "run": "true", "exec_timeout_sec": 60}]
 
@@ -33,20 +33,8 @@ def _jobs(stack, project_id):
     return [i for i in table_items(stack, "JOB#") if i["sk"]["S"] == "JOB" and i["project"]["S"] == project_id]
 
 
-def _queued_counter() -> int:
-    from relevo_core.store.codec import from_attributes
-
-    item = client("dynamodb").get_item(TableName=_table, Key=key(QUEUE_COUNTER_PK, COUNTER_SK), ConsistentRead=True).get("Item")
-    return int(from_attributes(item).get("queued", 0)) if item else 0
-
-
-_table = ""
-
-
 @pytest.fixture(autouse=True)
-def _table_name(local_stack):
-    global _table
-    _table = local_stack.table_name
+def _fresh_project_cache():
     project_cache.clear()
 
 
@@ -155,6 +143,35 @@ def test_a_repeat_after_the_window_follows_on_repeat(local_stack, intake_setting
         with pytest.raises(client("stepfunctions").exceptions.ExecutionDoesNotExist):
             client("stepfunctions").describe_execution(executionArn=execution_arn(local_stack.state_machine_arn, repeat.job_id))
         assert "start_pending" not in records[repeat.job_id]
+        assert records[repeat.job_id]["held_reason"]["S"] == "repeat_after_window"
+
+
+@pytest.mark.parametrize("on_repeat", ["run", "hold"])
+def test_a_held_fork_pull_request_is_held_on_first_arrival_and_after_the_window(local_stack, intake_settings, project_id, on_repeat):
+    """A trigger intake is told to hold (a fork pull request) is written held on its first arrival,
+    takes no queue slot and starts nothing; repeated after its window it is held again, for the same
+    reason, whatever on_repeat says. The queue is full throughout: a held job takes no slot."""
+    register_project(local_stack, project_id, STAGES, dedup={"webhook": {"window_sec": 120, "on_repeat": on_repeat}})
+    project = get_project(local_stack.table_name, project_id)
+    window, _ = project.dedup_for("webhook")
+    commit = secrets.token_hex(20)
+    then = datetime.now(timezone.utc) - timedelta(seconds=window + 5)
+
+    with queue_filled(local_stack, intake_settings.queue_limit):
+        first = enqueue(intake_settings, project, _webhook(), "refs/pull/7/head", commit, identity=commit, now=then, hold=True)
+        repeat = enqueue(intake_settings, project, _webhook(), "refs/pull/7/head", commit, identity=commit, hold=True)
+
+    assert (first.outcome, first.duplicate, repeat.outcome, repeat.duplicate) == ("held", False, "held", False)
+    assert repeat.job_id != first.job_id
+    records = {j["job_id"]["S"]: j for j in _jobs(local_stack, project_id)}
+    assert {job_id: (r["status"]["S"], r["held_reason"]["S"]) for job_id, r in records.items()} == {
+        first.job_id: ("held", "fork_pull_request"),
+        repeat.job_id: ("held", "fork_pull_request"),
+    }
+    assert not any("start_pending" in record for record in records.values())
+    for job_id in records:
+        with pytest.raises(client("stepfunctions").exceptions.ExecutionDoesNotExist):
+            client("stepfunctions").describe_execution(executionArn=execution_arn(local_stack.state_machine_arn, job_id))
 
 
 def test_a_job_whose_execution_never_started_is_started_by_the_sweep(local_stack, intake_settings, project_id):
@@ -189,7 +206,7 @@ def test_a_job_whose_execution_never_started_is_started_by_the_sweep(local_stack
 def test_the_execution_returns_the_queue_slot_exactly_once(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES)
     project = get_project(local_stack.table_name, project_id)
-    before = _queued_counter()
+    before = queued_counter(local_stack)
     commit = secrets.token_hex(20)
 
     result = enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit)
@@ -203,7 +220,7 @@ def test_the_execution_returns_the_queue_slot_exactly_once(local_stack, intake_s
         time.sleep(0.1)
     assert record["status"]["S"] == "running"
     assert "start_pending" not in record
-    assert _queued_counter() == before
+    assert queued_counter(local_stack) == before
 
 
 def test_unknown_stage_in_a_run_request_is_refused(local_stack, intake_settings, project_id):

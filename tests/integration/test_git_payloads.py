@@ -6,13 +6,17 @@ import json
 import secrets
 from pathlib import Path
 
+import pytest
 import requests
+from typer.testing import CliRunner
 
 from relevo_cli.api import RelevoApi
+from relevo_cli.main import app
 from relevo_cli.projects import secret_name
 from relevo_core.aws import client
 from relevo_core.store.jobs import get_envelope
-from tests.integration.helpers import deliver
+from relevo_core.sweeper import execution_arn
+from tests.integration.helpers import deliver, queue_filled, table_items, wait_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures"
 
@@ -21,7 +25,7 @@ def _fixture(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 
 
-def _register(stack, project_id: str, repo: str) -> tuple[str, str]:
+def _register(stack, project_id: str, repo: str, **extra) -> tuple[str, str]:
     github_secret, gitlab_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     refs = {}
     for kind, value in (("github", github_secret), ("gitlab", gitlab_token)):
@@ -30,7 +34,7 @@ def _register(stack, project_id: str, repo: str) -> tuple[str, str]:
         refs[f"{kind}_secret_ref" if kind == "github" else "gitlab_token_ref"] = name
     RelevoApi.for_stack(stack).put_project(
         project_id,
-        {"repo": repo, "region_affinity": "us-east", "stages": [{"name": "build", "run": "true"}], "webhook": refs},
+        {"repo": repo, "region_affinity": "us-east", "stages": [{"name": "build", "run": "true"}], "webhook": refs, **extra},
     )
     return github_secret, gitlab_token
 
@@ -68,3 +72,111 @@ def test_gitlab_push_hook_is_checked_by_token(local_stack, project_id):
     assert accepted.status_code == 202, accepted.text
     envelope = get_envelope(local_stack.table_name, accepted.json()["job_id"])
     assert (envelope.trigger.source, envelope.commit) == ("gitlab", "da1560886d4f094c3e6c9ef40349f7d38b5d27d7")
+
+
+# ------------------------------------------------------------------------------------------------
+# Pull requests from forks: refs/pull/N/head holds someone else's commits.
+
+FORK_PR = "github_pull_request_from_fork.json"
+
+
+def _job_record(stack, job_id: str) -> dict:
+    return {item["sk"]["S"]: item for item in table_items(stack, f"JOB#{job_id}")}["JOB"]
+
+
+def _execution_exists(stack, job_id: str) -> bool:
+    try:
+        client("stepfunctions").describe_execution(executionArn=execution_arn(stack.state_machine_arn, job_id))
+    except client("stepfunctions").exceptions.ExecutionDoesNotExist:
+        return False
+    return True
+
+
+def _project_items(stack, project_id: str) -> list[dict]:
+    """What intake writes for a project: its jobs, dedup records and deliveries (a scan: tests only)."""
+    jobs = [item for item in table_items(stack, "JOB#") if item.get("project", {}).get("S") == project_id]
+    return jobs + table_items(stack, f"DEDUP#{project_id}:")
+
+
+def test_a_fork_pull_request_is_held_until_a_person_releases_it(local_stack, intake_settings, project_id, tmp_path):
+    """Given a project with the default fork_pull_requests (hold), when a signed pull_request from a
+    fork arrives, then its job is written held with the reason, takes no queue slot (it is accepted
+    while the queue is full) and starts no execution; a redelivery of the same commit is a
+    duplicate; `release` starts it."""
+    github_secret, _ = _register(local_stack, project_id, "Codertocat/Hello-World")
+
+    with queue_filled(local_stack, intake_settings.queue_limit):
+        held = deliver(local_stack, project_id, _fixture(FORK_PR), github_secret, event="pull_request")
+
+    assert held.status_code == 202, held.text
+    job_id = held.json()["job_id"]
+    assert held.json() == {"job_id": job_id, "duplicate": False, "outcome": "held"}
+    record = _job_record(local_stack, job_id)
+    assert (record["status"]["S"], record["held_reason"]["S"]) == ("held", "fork_pull_request")
+    assert "start_pending" not in record  # the sweep that starts forgotten jobs does not see it
+    assert not _execution_exists(local_stack, job_id)
+    api = RelevoApi.for_stack(local_stack)
+    view = api.get_job(job_id)
+    assert (view["status"], view["held_reason"], view["ref"]) == ("held", "fork_pull_request", "refs/pull/2/head")
+    stack_file = tmp_path / "stack.json"
+    stack_file.write_text(json.dumps(local_stack.model_dump()))
+    shown = CliRunner().invoke(app, ["job", "show", job_id, "--stack-file", str(stack_file)], env={"COLUMNS": "300"})
+    assert shown.exit_code == 0 and "(held: fork_pull_request;" in " ".join(shown.output.split()), shown.output
+
+    again = deliver(local_stack, project_id, _fixture(FORK_PR), github_secret, event="pull_request")
+
+    assert again.status_code == 200, again.text
+    assert again.json() == {"job_id": job_id, "duplicate": True}
+    assert not _execution_exists(local_stack, job_id)
+
+    released = api.release_job(job_id)
+
+    assert released["job_id"] == job_id
+    assert wait_until(lambda: _execution_exists(local_stack, job_id), 10, "execution of the released job")
+    record = _job_record(local_stack, job_id)
+    assert record["status"]["S"] != "held" and "held_reason" not in record
+    assert api.get_job(job_id)["held_reason"] is None
+
+
+def test_a_fork_pull_request_is_ignored_when_the_project_says_so(local_stack, project_id):
+    """Given fork_pull_requests: ignore, when a fork's pull request arrives, then it is answered
+    202 ignored with the pull request and the fork named, and nothing is written."""
+    github_secret, _ = _register(local_stack, project_id, "Codertocat/Hello-World", fork_pull_requests="ignore")
+    before = _project_items(local_stack, project_id)
+
+    response = deliver(local_stack, project_id, _fixture(FORK_PR), github_secret, event="pull_request")
+
+    assert response.status_code == 202, response.text
+    assert response.json() == {
+        "ignored": "pull request #2 comes from fork octo-fork/Hello-World; the project's fork_pull_requests is ignore"
+    }
+    assert _project_items(local_stack, project_id) == before == []
+
+
+def test_a_fork_pull_request_runs_when_the_project_trusts_its_forks(local_stack, project_id):
+    """Given fork_pull_requests: run, when a fork's pull request arrives, then its job is queued and
+    its execution started like any other trigger's."""
+    github_secret, _ = _register(local_stack, project_id, "Codertocat/Hello-World", fork_pull_requests="run")
+
+    response = deliver(local_stack, project_id, _fixture(FORK_PR), github_secret, event="pull_request")
+
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    assert response.json() == {"job_id": job_id, "duplicate": False}
+    record = _job_record(local_stack, job_id)
+    assert record["status"]["S"] in ("queued", "running") and "held_reason" not in record
+    assert _execution_exists(local_stack, job_id)
+
+
+@pytest.mark.parametrize("policy", ["ignore", "hold"])
+def test_a_pull_request_from_the_repository_itself_is_not_held(local_stack, project_id, policy):
+    """Given any fork policy, when a pull request from a branch of the project's own repository
+    arrives, then it starts a job at once: the policy is for forks only."""
+    github_secret, _ = _register(local_stack, project_id, "Codertocat/Hello-World", fork_pull_requests=policy)
+
+    response = deliver(local_stack, project_id, _fixture("github_pull_request_opened.json"), github_secret, event="pull_request")
+
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    assert response.json() == {"job_id": job_id, "duplicate": False}
+    assert _execution_exists(local_stack, job_id)

@@ -214,10 +214,20 @@ def test_github_create_branch_is_ignored() -> None:
 # GitHub: pull_request
 
 
-def test_github_pull_request_opened_is_a_trigger() -> None:
-    """Given pull_request action opened, when parsed, then it triggers on refs/pull/2/head with the
-    head sha, for the base repository, by the sender."""
-    payload = load("github_pull_request_opened")
+@pytest.mark.parametrize(
+    "fixture, sender, fork",
+    [
+        ("github_pull_request_opened", "Codertocat", None),
+        ("github_pull_request_from_fork", "octo-fork", "octo-fork/Hello-World"),
+    ],
+)
+def test_github_pull_request_opened_is_a_trigger(fixture: str, sender: str, fork: str | None) -> None:
+    """Given pull_request action opened, from a branch of the base repository or from a fork, when
+    parsed, then it triggers on the base repository's refs/pull/2/head with the head sha, by the
+    sender, and names the fork whose commits that ref then holds (None for the repository's own
+    branch)."""
+    payload = load(fixture)
+    assert payload["pull_request"]["head"]["repo"]["fork"] is (fork is not None)
     assert github.parse_github("pull_request", DELIVERY, payload) == GitTrigger(
         source="github",
         event="pull_request",
@@ -225,7 +235,8 @@ def test_github_pull_request_opened_is_a_trigger() -> None:
         ref="refs/pull/2/head",
         commit=payload["pull_request"]["head"]["sha"],
         delivery_id=DELIVERY,
-        actor="Codertocat",
+        actor=sender,
+        fork=fork,
     )
 
 
@@ -239,6 +250,39 @@ def test_github_pull_request_synchronize_from_a_fork_uses_the_base_repository() 
     assert trigger.ref == "refs/pull/2/head"
     assert trigger.commit == payload["after"] == payload["pull_request"]["head"]["sha"]
     assert trigger.actor == "octo-fork"
+    assert trigger.fork == "octo-fork/Hello-World"
+
+
+def test_github_pull_request_from_the_same_repository_is_not_a_fork() -> None:
+    """Given a pull request whose head repository is the base repository spelt in another case,
+    when parsed, then fork is None: GitHub names are case-insensitive."""
+    payload = load("github_pull_request_opened")
+    payload["pull_request"]["head"]["repo"]["full_name"] = "codertocat/hello-world"
+    assert as_trigger(github.parse_github("pull_request", DELIVERY, payload)).fork is None
+
+
+@pytest.mark.parametrize("head_repo", [None, "absent"])
+def test_github_pull_request_from_a_deleted_fork_is_a_fork(head_repo: str | None) -> None:
+    """Given a pull request whose head repository was deleted (GitHub sends head.repo null), when
+    parsed, then it counts as a fork, named "(deleted fork)": nobody can say whose commits it holds."""
+    payload = load("github_pull_request_from_fork")
+    if head_repo is None:
+        payload["pull_request"]["head"]["repo"] = None
+    else:
+        del payload["pull_request"]["head"]["repo"]
+    assert as_trigger(github.parse_github("pull_request", DELIVERY, payload)).fork == "(deleted fork)"
+
+
+def test_pushes_and_tags_are_never_forks() -> None:
+    """Given a branch push and a tag push, when parsed, then neither names a fork."""
+    for name in ("github_push_branch", "github_push_tag"):
+        assert as_trigger(github.parse_github("push", DELIVERY, load(name))).fork is None
+
+
+def test_a_fork_pull_request_names_its_number() -> None:
+    """Given a pull request trigger, when asked, then it gives N of refs/pull/N/head; a push gives None."""
+    assert as_trigger(github.parse_github("pull_request", DELIVERY, load("github_pull_request_from_fork"))).pull_request_number == "2"
+    assert as_trigger(github.parse_github("push", DELIVERY, load("github_push_branch"))).pull_request_number is None
 
 
 def test_github_pull_request_reopened_is_a_trigger() -> None:
@@ -330,6 +374,9 @@ GITHUB_MALFORMED = [
     ("pull_request", lambda: _with(load("github_pull_request_opened"), 0, "pull_request", "number")),
     ("pull_request", lambda: _with(load("github_pull_request_opened"), True, "pull_request", "number")),
     ("pull_request", lambda: _with(load("github_pull_request_closed"), None, "repository")),
+    ("pull_request", lambda: _without(load("github_pull_request_from_fork"), "pull_request", "head", "repo", "full_name")),
+    ("pull_request", lambda: _with(load("github_pull_request_from_fork"), "", "pull_request", "head", "repo", "full_name")),
+    ("pull_request", lambda: _with(load("github_pull_request_from_fork"), "octo-fork/Hello-World", "pull_request", "head", "repo")),
 ]
 
 

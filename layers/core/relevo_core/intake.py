@@ -22,6 +22,7 @@ from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_j
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.project import OnRepeat, Project
+from relevo_core.models.status import HeldReason
 from relevo_core.store import jobs
 from relevo_core.store.keys import stage_sk
 from relevo_core.store.projects import get_project
@@ -220,9 +221,11 @@ def enqueue(
     from_stage: str | None = None,
     retry_of: str | None = None,
     now: datetime | None = None,
+    hold: bool = False,
 ) -> IntakeResult:
     """One trigger in; at most one job out. `identity` is what makes two triggers the same work
-    (the commit for Git triggers, the schedule slot for timers, ...)."""
+    (the commit for Git triggers, the schedule slot for timers, ...). With `hold` (a pull request
+    from a fork) the job is written `held` and only a person's release starts it."""
     now = now or datetime.now(timezone.utc)
     stages = select_stages(project, stage_names)
     key = idempotency_key(project.id, identity, stages)
@@ -231,22 +234,27 @@ def enqueue(
     window, on_repeat = project.dedup_for(trigger.type.value)
     refuse_frozen = trigger.type in AUTOMATIC_TRIGGERS
 
-    outcome = jobs.create_job(settings.table_name, envelope, window, settings.queue_limit, now, refuse_frozen=refuse_frozen)
+    held_reason = HeldReason.FORK_PULL_REQUEST if hold else None
+    outcome = jobs.create_job(
+        settings.table_name, envelope, window, settings.queue_limit, now, held_reason=held_reason, refuse_frozen=refuse_frozen
+    )
     if isinstance(outcome, jobs.RepeatAfterWindow):
         if on_repeat is OnRepeat.SKIP:
             return IntakeResult(outcome.previous_job_id, duplicate=True, outcome="skipped")
+        if held_reason is None and on_repeat is OnRepeat.HOLD:
+            held_reason = HeldReason.REPEAT_AFTER_WINDOW
         outcome = jobs.create_job(
             settings.table_name,
             envelope,
             window,
             settings.queue_limit,
             now,
-            held=on_repeat is OnRepeat.HOLD,
+            held_reason=held_reason,
             replaces_expires_at=outcome.previous_expires_at,
             refuse_frozen=refuse_frozen,
         )
-        if isinstance(outcome, jobs.Created) and on_repeat is OnRepeat.HOLD:
-            return IntakeResult(envelope.job_id, outcome="held")
+    if isinstance(outcome, jobs.Created) and held_reason is not None:
+        return IntakeResult(envelope.job_id, outcome="held")
     if isinstance(outcome, jobs.Duplicate):
         return IntakeResult(
             outcome.job_id, duplicate=True, outcome="replayed_delivery" if outcome.matched == "delivery" else "duplicate"

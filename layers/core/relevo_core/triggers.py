@@ -92,7 +92,7 @@ def rerun_job(settings: IntakeSettings, job_id: str, body: Any, actor: str) -> I
 
 
 def release_job(settings: IntakeSettings, job_id: str, actor: str) -> IntakeResult:
-    """A held job (a repeat after its window) becomes queued and starts."""
+    """A held job (a pull request from a fork, or a repeat after its window) becomes queued and starts."""
     envelope = jobs.get_envelope(settings.table_name, job_id)
     jobs.release_held(settings.table_name, job_id, settings.queue_limit, actor, datetime.now(timezone.utc))
     start_execution(settings.state_machine_arn, envelope, work_queue_url(settings.work_queue_prefix, envelope.region_affinity))

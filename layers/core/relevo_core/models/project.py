@@ -104,6 +104,15 @@ class OnRepeat(str, Enum):
     SKIP = "skip"
 
 
+class ForkPolicy(str, Enum):
+    """What a pull request from a fork does: its refs/pull/N/head holds commits of someone outside
+    the repository, which the project's stages would run on a Mac holding signing identities."""
+
+    IGNORE = "ignore"  # answered 202 ignored, nothing written
+    HOLD = "hold"  # a held job, started only when a person releases it after reading the PR
+    RUN = "run"  # like any other trigger (forks of trusted collaborators, e.g. a private repo)
+
+
 class DedupPolicy(BaseModel):
     """How long a trigger of one source counts as the same work, and what a repeat after that does."""
 
@@ -140,6 +149,7 @@ class Project(RunPlanMixin):
     webhook: WebhookSecrets = WebhookSecrets()
     dedup: dict[Literal["webhook", "schedule", "manual", "api", "retry"], DedupPolicy] = Field(default_factory=dict)
     schedules: tuple[ProjectSchedule, ...] = Field(default=(), max_length=32)
+    fork_pull_requests: ForkPolicy = ForkPolicy.HOLD
 
     @property
     def longest_handoff_sec(self) -> int:

@@ -6,7 +6,7 @@ from enum import Enum
 
 
 class JobStatus(str, Enum):
-    # A repeat after its dedup window, kept for an operator to release (on_repeat: hold).
+    # Written but not started, kept for an operator to release (see HeldReason).
     HELD = "held"
     QUEUED = "queued"
     DISPATCHED = "dispatched"
@@ -36,6 +36,15 @@ class StageStatus(str, Enum):
     @property
     def terminal(self) -> bool:
         return self in {StageStatus.SUCCEEDED, StageStatus.FAILED, StageStatus.SKIPPED}
+
+
+class HeldReason(str, Enum):
+    """Why a job was written `held` (the job record's `held_reason`, removed on release)."""
+
+    # A pull request whose head commits come from another repository (fork_pull_requests: hold).
+    FORK_PULL_REQUEST = "fork_pull_request"
+    # The same work again after its dedup window (on_repeat: hold).
+    REPEAT_AFTER_WINDOW = "repeat_after_window"
 
 
 class QueueReason(str, Enum):

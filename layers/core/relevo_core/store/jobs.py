@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.status import JobStatus, StageStatus
+from relevo_core.models.status import HeldReason, JobStatus, StageStatus
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.freezes import not_frozen_check
 from relevo_core.store.keys import (
@@ -45,6 +45,8 @@ from relevo_core.store.paging import query_items
 DEDUP_MEMORY_SEC = 30 * 24 * 3600
 DELIVERY_MEMORY_SEC = 7 * 24 * 3600
 _CONFLICT_RETRIES = 6
+# Why a held job is held (a HeldReason value); present only while the job is held.
+HELD_REASON_ATTRIBUTE = "held_reason"
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,9 @@ def queue_counter_update(table: str, limit: int, delta: int) -> dict[str, Any]:
     return {"Update": update}
 
 
-def job_item(envelope: JobEnvelope, status: JobStatus, now: datetime) -> dict[str, Any]:
-    """A new job's record: the frozen envelope plus its status projection.
+def job_item(envelope: JobEnvelope, status: JobStatus, now: datetime, held_reason: HeldReason | None = None) -> dict[str, Any]:
+    """A new job's record: the frozen envelope plus its status projection (a held job's record
+    says why it is held).
 
     `queue_seq` and `wait_order` place the job among the jobs waiting for its project; the order
     key only becomes visible in WaitOrderIndex once the state machine marks the job waiting.
@@ -120,6 +123,8 @@ def job_item(envelope: JobEnvelope, status: JobStatus, now: datetime) -> dict[st
     if envelope.first_stage_index > 0:
         # A job from a later stage stands on the earlier job's results up to there.
         item["last_successful_stage"] = envelope.stages[envelope.first_stage_index - 1].name
+    if held_reason is not None:
+        item[HELD_REASON_ATTRIBUTE] = held_reason.value
     if status is JobStatus.QUEUED:
         # Sparse index entry: present until the execution's first state removes it, so the
         # sweeper can find a job whose execution never started.
@@ -133,7 +138,7 @@ def create_job(
     dedup_window_sec: int,
     queue_limit: int,
     now: datetime,
-    held: bool = False,
+    held_reason: HeldReason | None = None,
     replaces_expires_at: int | None = None,
     refuse_frozen: bool = False,
 ) -> CreateOutcome:
@@ -141,8 +146,8 @@ def create_job(
 
     Either all of it is written or none of it. A live dedup record or a known delivery id makes
     the transaction fail, and DynamoDB returns the existing record with the failure
-    (ReturnValuesOnConditionCheckFailure), so a duplicate costs this one call. A held job (a
-    repeat kept for an operator) takes no queue slot and starts no execution.
+    (ReturnValuesOnConditionCheckFailure), so a duplicate costs this one call. A held job (one
+    kept for an operator, `held_reason` saying why) takes no queue slot and starts no execution.
     `replaces_expires_at` takes over an expired dedup record, only if nobody else did first.
     `refuse_frozen` adds a check, inside the same transaction, that the key is not frozen.
     """
@@ -193,8 +198,8 @@ def create_job(
                 }
             }
         )
-    status = JobStatus.HELD if held else JobStatus.QUEUED
-    record = job_item(envelope, status, now)
+    held = held_reason is not None
+    record = job_item(envelope, JobStatus.HELD if held else JobStatus.QUEUED, now, held_reason)
     items.append({"Put": {"TableName": table, "Item": to_attributes(record), "ConditionExpression": "attribute_not_exists(pk)"}})
     counter_index = None
     if not held:
@@ -352,14 +357,15 @@ class StatusChanged(Exception):
 
 
 def release_held(table: str, job_id: str, queue_limit: int, actor: str, now: datetime) -> None:
-    """held -> queued, taking a queue slot, in one transaction."""
+    """held -> queued, taking a queue slot and dropping the held reason, in one transaction."""
     try:
         client("dynamodb").transact_write_items(
             TransactItems=[
                 {
                     "Update": _transition(
                         table, job_id, JobStatus.HELD, JobStatus.QUEUED, f"operator:{actor}", now,
-                        extra=f", {START_PENDING_ATTRIBUTE} = :pending", values={":pending": START_PENDING},
+                        extra=f", {START_PENDING_ATTRIBUTE} = :pending REMOVE {HELD_REASON_ATTRIBUTE}",
+                        values={":pending": START_PENDING},
                     )
                 },
                 queue_counter_update(table, queue_limit, +1),
@@ -490,6 +496,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "ended_at": record.get("ended_at"),
         "current_stage": current,
         "queue_reason": record.get("queue_reason"),
+        "held_reason": record.get(HELD_REASON_ATTRIBUTE),
         "from_stage": envelope.from_stage,
         "retry_of": envelope.retry_of,
         "last_successful_stage": record.get("last_successful_stage"),

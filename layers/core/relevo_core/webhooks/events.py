@@ -19,6 +19,15 @@ Sha = Annotated[str, Field(pattern=SHA_PATTERN)]
 
 BRANCH_PREFIX = "refs/heads/"
 TAG_PREFIX = "refs/tags/"
+PULL_PREFIX = "refs/pull/"
+PULL_HEAD_SUFFIX = "/head"
+# GitTrigger.fork of a pull request whose head repository was deleted (GitHub sends head.repo null).
+DELETED_FORK = "(deleted fork)"
+
+
+def pull_request_ref(number: int) -> str:
+    """The ref that holds a pull request's head commits in the base repository."""
+    return f"{PULL_PREFIX}{number}{PULL_HEAD_SUFFIX}"
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,16 @@ class GitTrigger:
     commit: str  # 40-hex (or 64-hex) commit id that will be built
     delivery_id: str | None
     actor: str | None  # pusher / sender login / user_username
+    # The head repository's full name when a pull request comes from a fork (DELETED_FORK when the
+    # fork is gone); None for pushes, tags and pull requests from a branch of `repo` itself.
+    fork: str | None = None
+
+    @property
+    def pull_request_number(self) -> str | None:
+        """N of refs/pull/N/head; None for any other ref."""
+        if self.ref.startswith(PULL_PREFIX) and self.ref.endswith(PULL_HEAD_SUFFIX):
+            return self.ref[len(PULL_PREFIX) : -len(PULL_HEAD_SUFFIX)]
+        return None
 
 
 @dataclass(frozen=True)

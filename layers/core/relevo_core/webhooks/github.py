@@ -11,6 +11,7 @@ from pydantic import Field
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.webhooks.events import (
     BRANCH_PREFIX,
+    DELETED_FORK,
     TAG_PREFIX,
     GitTrigger,
     Ignored,
@@ -18,6 +19,7 @@ from relevo_core.webhooks.events import (
     Pong,
     Sha,
     is_zero_sha,
+    pull_request_ref,
 )
 
 SIGNATURE_HEADER = "x-hub-signature-256"
@@ -104,6 +106,8 @@ class CreateEvent(Payload):
 
 class PullRequestHead(Payload):
     sha: Sha
+    # The repository the head commits come from; null when that repository (a fork) was deleted.
+    repo: Repository | None = None
 
 
 class PullRequest(Payload):
@@ -116,6 +120,18 @@ class PullRequestEvent(Payload):
     pull_request: PullRequest
     repository: Repository  # the base repository, also for pull requests from forks
     sender: User | None = None
+
+    @property
+    def fork(self) -> str | None:
+        """The head repository's full name when it is not the base repository (refs/pull/N/head
+        then holds someone else's commits), DELETED_FORK when it is gone; None for a branch of the
+        base repository itself."""
+        head_repo = self.pull_request.head.repo
+        if head_repo is None:
+            return DELETED_FORK
+        if head_repo.full_name.lower() != self.repository.full_name.lower():
+            return head_repo.full_name
+        return None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -184,13 +200,13 @@ def _from_create(delivery_id: str | None, create: CreateEvent) -> GitTrigger | I
 def _from_pull_request(delivery_id: str | None, event: PullRequestEvent) -> GitTrigger | Ignored:
     if event.action not in PULL_REQUEST_BUILD_ACTIONS:
         return Ignored(f"pull_request action {event.action} does not start jobs")
-    number = event.pull_request.number
     return GitTrigger(
         source=SOURCE,
         event="pull_request",
         repo=event.repository.full_name,
-        ref=f"refs/pull/{number}/head",
+        ref=pull_request_ref(event.pull_request.number),
         commit=event.pull_request.head.sha,
         delivery_id=delivery_id,
         actor=event.sender.login if event.sender is not None else None,
+        fork=event.fork,
     )

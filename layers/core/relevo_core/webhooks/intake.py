@@ -14,7 +14,7 @@ from relevo_core.config import IntakeSettings
 from relevo_core.intake import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType, validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.project import Project
+from relevo_core.models.project import ForkPolicy, Project
 from relevo_core.webhooks import github, gitlab
 from relevo_core.webhooks.events import GitTrigger, Ignored, Pong
 
@@ -70,8 +70,20 @@ def _receive(
         return WebhookOutcome(HTTPStatus.ACCEPTED, {"ignored": event.reason})
     if event.repo.lower() != project.repo.lower():
         return WebhookOutcome(HTTPStatus.ACCEPTED, {"ignored": f"repository {event.repo} is not {project.repo}"})
+    fork_policy = project.fork_pull_requests if event.fork is not None else ForkPolicy.RUN
+    if fork_policy is ForkPolicy.IGNORE:
+        return WebhookOutcome(
+            HTTPStatus.ACCEPTED,
+            {
+                "ignored": f"pull request #{event.pull_request_number} comes from fork {event.fork}; "
+                f"the project's fork_pull_requests is {fork_policy.value}"
+            },
+        )
     trigger = Trigger(type=TriggerType.WEBHOOK, source=event.source, delivery_id=event.delivery_id, actor=event.actor)
-    result = enqueue(settings, project, trigger, ref=event.ref, commit=event.commit, identity=event.commit)
+    result = enqueue(
+        settings, project, trigger, ref=event.ref, commit=event.commit, identity=event.commit,
+        hold=fork_policy is ForkPolicy.HOLD,
+    )
     status = HTTPStatus.OK if result.duplicate else HTTPStatus.ACCEPTED
     return WebhookOutcome(status, result.body())
 
