@@ -138,6 +138,23 @@ def test_a_fork_pull_request_is_held_until_a_person_releases_it(local_stack, int
     assert api.get_job(job_id)["held_reason"] is None
 
 
+def test_a_canceled_held_fork_pull_request_no_longer_says_it_is_held(local_stack, project_id):
+    """Given a fork pull request's held job, when an operator cancels it instead of releasing it,
+    then the job ends canceled without an execution and its record and view drop the held reason
+    (the CLI would otherwise still say `relevo release` starts it)."""
+    github_secret, _ = _register(local_stack, project_id, "Codertocat/Hello-World")
+    job_id = deliver(local_stack, project_id, _fixture(FORK_PR), github_secret, event="pull_request").json()["job_id"]
+    api = RelevoApi.for_stack(local_stack)
+
+    canceled = api.cancel_job(job_id)
+
+    assert (canceled["status"], canceled["was"]) == ("canceled", "held")
+    record = _job_record(local_stack, job_id)
+    assert record["status"]["S"] == "canceled" and "held_reason" not in record
+    assert api.get_job(job_id)["held_reason"] is None
+    assert not _execution_exists(local_stack, job_id)
+
+
 def test_a_fork_pull_request_is_ignored_when_the_project_says_so(local_stack, project_id):
     """Given fork_pull_requests: ignore, when a fork's pull request arrives, then it is answered
     202 ignored with the pull request and the fork named, and nothing is written."""

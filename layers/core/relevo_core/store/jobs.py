@@ -311,7 +311,7 @@ def _end_job(
     condition raises StatusChanged and the caller reads again."""
     update = _transition(
         table, job_id, previous, final, writer, now,
-        extra=f", ended_at = :now{extra} REMOVE {START_PENDING_ATTRIBUTE}, queue_reason, {WAITING_FOR_ATTRIBUTE}",
+        extra=f", ended_at = :now{extra} REMOVE {START_PENDING_ATTRIBUTE}, queue_reason, {WAITING_FOR_ATTRIBUTE}, {HELD_REASON_ATTRIBUTE}",
         values=values,
     )
     items: list[dict[str, Any]] = [{"Update": update}]
