@@ -174,7 +174,8 @@ def jobs(
         table.add_column(column)
     for job in listing["jobs"]:
         row = [] if not queued else [str(job["queue_position"])]
-        row += [job["job_id"], job["project"], job["status"], job["trigger"] or "", job["ref"] or "",
+        status_cell = f"{job['status']} ({job['held_reason']})" if job.get("held_reason") else job["status"]
+        row += [job["job_id"], job["project"], status_cell, job["trigger"] or "", job["ref"] or "",
                 job["region_affinity"] or "", str(job["priority"]), (job["created_at"] or "")[:19],
                 (job["queue_reason"] or "") if queued else (job["last_successful_stage"] or "")]
         table.add_row(*row)

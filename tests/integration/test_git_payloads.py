@@ -122,6 +122,10 @@ def test_a_fork_pull_request_is_held_until_a_person_releases_it(local_stack, int
     stack_file.write_text(json.dumps(local_stack.model_dump()))
     shown = CliRunner().invoke(app, ["job", "show", job_id, "--stack-file", str(stack_file)], env={"COLUMNS": "300"})
     assert shown.exit_code == 0 and "(held: fork_pull_request;" in " ".join(shown.output.split()), shown.output
+    held_jobs = api.list_jobs(project=project_id, status="held")["jobs"]
+    assert [(job["job_id"], job["held_reason"]) for job in held_jobs] == [(job_id, "fork_pull_request")]
+    listed = CliRunner().invoke(app, ["jobs", "--project", project_id, "--status", "held", "--stack-file", str(stack_file)], env={"COLUMNS": "300"})
+    assert listed.exit_code == 0 and "held (fork_pull_request)" in listed.output, listed.output
 
     again = deliver(local_stack, project_id, _fixture(FORK_PR), github_secret, event="pull_request")
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from relevo_core.models.envelope import TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
-from relevo_core.store.jobs import query_job_items
+from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
 from relevo_core.store.project_jobs import jobs_of_project
 from relevo_core.store.projects import list_projects
 
@@ -72,6 +72,7 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
         "ended_at": record.get("ended_at"),
         "last_successful_stage": record.get("last_successful_stage"),
         "queue_reason": record.get("queue_reason"),
+        "held_reason": record.get(HELD_REASON_ATTRIBUTE),
         "last_writer": record.get("last_writer"),
     }
 
