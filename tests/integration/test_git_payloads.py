@@ -11,7 +11,7 @@ import requests
 from typer.testing import CliRunner
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.main import app
+from relevo_cli.main import app, console
 from relevo_cli.projects import secret_name
 from relevo_core.aws import client
 from relevo_core.store.jobs import get_envelope
@@ -98,7 +98,7 @@ def _project_items(stack, project_id: str) -> list[dict]:
     return jobs + table_items(stack, f"DEDUP#{project_id}:")
 
 
-def test_a_fork_pull_request_is_held_until_a_person_releases_it(local_stack, intake_settings, project_id, tmp_path):
+def test_a_fork_pull_request_is_held_until_a_person_releases_it(local_stack, intake_settings, project_id, tmp_path, monkeypatch):
     """Given a project with the default fork_pull_requests (hold), when a signed pull_request from a
     fork arrives, then its job is written held with the reason, takes no queue slot (it is accepted
     while the queue is full) and starts no execution; a redelivery of the same commit is a
@@ -120,11 +120,13 @@ def test_a_fork_pull_request_is_held_until_a_person_releases_it(local_stack, int
     assert (view["status"], view["held_reason"], view["ref"]) == ("held", "fork_pull_request", "refs/pull/2/head")
     stack_file = tmp_path / "stack.json"
     stack_file.write_text(json.dumps(local_stack.model_dump()))
-    shown = CliRunner().invoke(app, ["job", "show", job_id, "--stack-file", str(stack_file)], env={"COLUMNS": "300"})
+    # The CLI's console took its width when it was created; wide enough that no cell wraps.
+    monkeypatch.setattr(console, "width", 300)
+    shown = CliRunner().invoke(app, ["job", "show", job_id, "--stack-file", str(stack_file)])
     assert shown.exit_code == 0 and "(held: fork_pull_request;" in " ".join(shown.output.split()), shown.output
     held_jobs = api.list_jobs(project=project_id, status="held")["jobs"]
     assert [(job["job_id"], job["held_reason"]) for job in held_jobs] == [(job_id, "fork_pull_request")]
-    listed = CliRunner().invoke(app, ["jobs", "--project", project_id, "--status", "held", "--stack-file", str(stack_file)], env={"COLUMNS": "300"})
+    listed = CliRunner().invoke(app, ["jobs", "--project", project_id, "--status", "held", "--stack-file", str(stack_file)])
     assert listed.exit_code == 0 and "held (fork_pull_request)" in listed.output, listed.output
 
     again = deliver(local_stack, project_id, _fixture(FORK_PR), github_secret, event="pull_request")
