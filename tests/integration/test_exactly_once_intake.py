@@ -15,6 +15,7 @@ from relevo_core.aws import client
 from relevo_core.intake import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.status import HeldReason
 from relevo_core.store import jobs
 from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
 from relevo_core.store.projects import get_project
@@ -158,8 +159,8 @@ def test_a_held_fork_pull_request_is_held_on_first_arrival_and_after_the_window(
     then = datetime.now(timezone.utc) - timedelta(seconds=window + 5)
 
     with queue_filled(local_stack, intake_settings.queue_limit):
-        first = enqueue(intake_settings, project, _webhook(), "refs/pull/7/head", commit, identity=commit, now=then, hold=True)
-        repeat = enqueue(intake_settings, project, _webhook(), "refs/pull/7/head", commit, identity=commit, hold=True)
+        first = enqueue(intake_settings, project, _webhook(), "refs/pull/7/head", commit, identity=commit, now=then, held_reason=HeldReason.FORK_PULL_REQUEST)
+        repeat = enqueue(intake_settings, project, _webhook(), "refs/pull/7/head", commit, identity=commit, held_reason=HeldReason.FORK_PULL_REQUEST)
 
     assert (first.outcome, first.duplicate, repeat.outcome, repeat.duplicate) == ("held", False, "held", False)
     assert repeat.job_id != first.job_id

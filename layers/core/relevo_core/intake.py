@@ -221,11 +221,11 @@ def enqueue(
     from_stage: str | None = None,
     retry_of: str | None = None,
     now: datetime | None = None,
-    hold: bool = False,
+    held_reason: HeldReason | None = None,
 ) -> IntakeResult:
     """One trigger in; at most one job out. `identity` is what makes two triggers the same work
-    (the commit for Git triggers, the schedule slot for timers, ...). With `hold` (a pull request
-    from a fork) the job is written `held` and only a person's release starts it."""
+    (the commit for Git triggers, the schedule slot for timers, ...). With a `held_reason` (a pull
+    request from a fork) the job is written `held` and only a person's release starts it."""
     now = now or datetime.now(timezone.utc)
     stages = select_stages(project, stage_names)
     key = idempotency_key(project.id, identity, stages)
@@ -234,7 +234,6 @@ def enqueue(
     window, on_repeat = project.dedup_for(trigger.type.value)
     refuse_frozen = trigger.type in AUTOMATIC_TRIGGERS
 
-    held_reason = HeldReason.FORK_PULL_REQUEST if hold else None
     outcome = jobs.create_job(
         settings.table_name, envelope, window, settings.queue_limit, now, held_reason=held_reason, refuse_frozen=refuse_frozen
     )

@@ -15,6 +15,7 @@ from relevo_core.intake import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType, validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import ForkPolicy, Project
+from relevo_core.models.status import HeldReason
 from relevo_core.webhooks import github, gitlab
 from relevo_core.webhooks.events import GitTrigger, Ignored, Pong
 
@@ -82,7 +83,7 @@ def _receive(
     trigger = Trigger(type=TriggerType.WEBHOOK, source=event.source, delivery_id=event.delivery_id, actor=event.actor)
     result = enqueue(
         settings, project, trigger, ref=event.ref, commit=event.commit, identity=event.commit,
-        hold=fork_policy is ForkPolicy.HOLD,
+        held_reason=HeldReason.FORK_PULL_REQUEST if fork_policy is ForkPolicy.HOLD else None,
     )
     status = HTTPStatus.OK if result.duplicate else HTTPStatus.ACCEPTED
     return WebhookOutcome(status, result.body())
