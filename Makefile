@@ -28,6 +28,7 @@ lint: $(STAMP)
 	$(BIN)/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(BIN)/statelint statemachines/*.asl.json
 	$(BIN)/checkov --quiet --compact --framework cloudformation -f template.yaml
+	$(BIN)/python -m relevo_cli.iam_lint template.yaml
 
 bench: $(STAMP)
 	@# Every bench runs; a missed target (exit 1) or a broken bench (exit 2) fails the target at the end.
