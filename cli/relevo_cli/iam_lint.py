@@ -420,6 +420,7 @@ def _resource_fit(statement: dict[str, Any]) -> Iterator[tuple[str, str]]:
     arns = [r for r in resources if r != "*" and r.startswith("arn:")]
     taken_by: dict[str, list[str]] = {r: [] for r in arns}
     typed = False  # some action takes a resource type (else "must be *" says it all)
+    named = {str(a).lower() for a in _as_list(statement["Action"])}
     for action in _expanded([str(a) for a in _as_list(statement["Action"])]):
         privilege = _privilege(action)
         if privilege is None:
@@ -427,7 +428,9 @@ def _resource_fit(statement: dict[str, Any]) -> Iterator[tuple[str, str]]:
         service_resources = privilege["service_resources"]
         types = {t: service_resources[t]["arn"] for t in privilege["resource_types"] if t and t in service_resources}
         if not types:
-            if "*" not in resources:
+            # Only an action the statement names must have "*"; a wildcard (kms:* in a key
+            # policy) merely also covers actions that take no resource.
+            if "*" not in resources and action.lower() in named:
                 yield "RESOURCE_FIT", f'{action} takes no resource type (Service Authorization Reference): its Resource must be "*", not {", ".join(resources)}'
             continue
         typed = True
