@@ -127,6 +127,7 @@ _PHYSICAL: dict[str, tuple[str | None, str, dict[str, str]]] = {
     }),
     "AWS::SecretsManager::Secret": ("Name", "arn:{partition}:secretsmanager:{region}:{account}:secret:{name}-AbCdEf", {}),
     "AWS::ApiGateway::RestApi": (None, "a1b2c3d4e5", {"RootResourceId": "r00t1d"}),
+    "AWS::ApiGateway::Deployment": (None, "d3pl0y", {}),
 }
 
 
