@@ -48,7 +48,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(BIN)/statelint statemachines/*.asl.json
-	$(BIN)/checkov --quiet --compact --framework cloudformation -f template.yaml
+	$(BIN)/checkov --quiet --compact --skip-download --framework cloudformation -f template.yaml
 	$(BIN)/python -m relevo_cli.iam_lint template.yaml
 
 bench: $(STAMP)

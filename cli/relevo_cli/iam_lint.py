@@ -43,6 +43,7 @@ import json
 import re
 import sys
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -258,7 +259,7 @@ class Renderer:
             "partition": PARTITION,
             "region": REGION,
             "account": ACCOUNT,
-            "key_suffix": f"{abs(hash(logical_id)) % 10**12:012d}",
+            "key_suffix": f"{zlib.crc32(logical_id.encode()):012d}",
         }
         return ref_format.format(**fields), {k: v.format(**fields) for k, v in attribute_formats.items()}
 

@@ -335,3 +335,4 @@ def test_the_state_machine_role_allows_every_action_its_definition_uses():
     needed = _asl_service_actions(json.loads((ROOT / "statemachines" / "job.asl.json").read_text()))
     assert needed, "no service integrations found"
     assert needed <= allowed, f"missing from the state machine role: {sorted(needed - allowed)}"
+
