@@ -17,10 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 
 # Statements allowed Resource "*", each because its actions support no resource-level
-# permissions: the Sid names why, and the actions must stay within that service.
+# permissions: the Sid names why, and the actions must stay within that service. (The IAM lint,
+# test_iam_lint.py, checks every action against AWS's catalogue.)
 WILDCARD_RESOURCE_SIDS = {
-    "DeliverExecutionLogs": "logs:",  # CloudWatch Logs log-delivery actions
-    "Tracing": "xray:",  # X-Ray actions
+    ("JobStateMachine", "DeliverExecutionLogs"): "logs:",  # CloudWatch Logs log-delivery actions
+    ("JobStateMachine", "Tracing"): "xray:",  # X-Ray actions
+    ("TriggersFunction", "AnswerApprovalGates"): "states:SendTask",  # callback answers
 }
 
 
@@ -196,15 +198,15 @@ def _wildcard_problems(template: dict[str, Any]) -> list[str]:
                     if action == "*" or action.endswith(":*"):
                         problems.append(f"{owner}/{sid}: Action {action}")
             if "*" in _as_list(statement.get("Resource", [])):
-                prefix = WILDCARD_RESOURCE_SIDS.get(sid) if owner == "JobStateMachine" else None
+                prefix = WILDCARD_RESOURCE_SIDS.get((owner, sid))
                 if prefix is None or not all(a.startswith(prefix) for a in actions):
                     problems.append(f"{owner}/{sid}: Resource * ({', '.join(actions)})")
     return problems
 
 
 def test_policies_are_least_privilege(template: dict[str, Any]) -> None:
-    """No wildcard action anywhere; Resource "*" only in the state machine's statements whose Sid
-    says why (log delivery, X-Ray), and only for that service's actions."""
+    """No wildcard action anywhere; Resource "*" only in the statements whose Sid says why (log
+    delivery, X-Ray, callback answers), and only for those actions."""
     assert _wildcard_problems(template) == []
 
 
@@ -333,3 +335,4 @@ def test_the_state_machine_role_allows_every_action_its_definition_uses():
     needed = _asl_service_actions(json.loads((ROOT / "statemachines" / "job.asl.json").read_text()))
     assert needed, "no service integrations found"
     assert needed <= allowed, f"missing from the state machine role: {sorted(needed - allowed)}"
+

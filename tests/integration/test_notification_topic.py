@@ -1,0 +1,20 @@
+"""The notification topic as deployed on the embedded stack: encrypted with the stack's own key,
+and with the template's topic policy (moto 5.2.5's CloudFormation has no AWS::SNS::TopicPolicy;
+the local stack writes it with SetTopicAttributes, cli/relevo_cli/local/deferred.py)."""
+
+from __future__ import annotations
+
+import json
+
+from relevo_core.aws import client
+
+
+def test_the_topic_carries_its_key_and_the_templates_topic_policy(local_stack):
+    attributes = client("sns").get_topic_attributes(TopicArn=local_stack.resources["NotificationTopic"])["Attributes"]
+    assert attributes["KmsMasterKeyId"] == local_stack.resources["NotificationKey"]
+    policy = json.loads(attributes["Policy"])
+    assert [s["Sid"] for s in policy["Statement"]] == ["StackAlarmsPublish", "StackRulesPublish"]
+    alarms = policy["Statement"][0]
+    assert alarms["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    assert alarms["Resource"] == local_stack.resources["NotificationTopic"]
+    assert alarms["Condition"]["ArnLike"]["aws:SourceArn"].endswith(f":alarm:{local_stack.stack_name}-*")
