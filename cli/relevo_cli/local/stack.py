@@ -100,6 +100,7 @@ class LocalStack:
         for name in ("moto", "werkzeug", "botocore", "urllib3"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         _parse_each_state_machine_definition_once()
+        _store_key_policies_as_json()
         self._server = _emulator_server(self.host, self.moto_port)
         self._server.start()
         host, port = self._server.get_host_and_port()
@@ -482,6 +483,26 @@ def _parse_each_state_machine_definition_once() -> None:
 
     parser_class.parse = staticmethod(parse)
     parser_class._relevo_tree_cache = True
+
+
+def _store_key_policies_as_json() -> None:
+    """moto 5.2.5's CloudFormation creates an AWS::KMS::Key with its KeyPolicy as a parsed
+    document; its KMS API then fails (500) on every call that reads the policy (DescribeKey,
+    GetKeyPolicy), which expect the JSON text KMS keeps. Give it the text. Installed once."""
+    import moto.kms.models as kms_models
+
+    if getattr(kms_models, "_relevo_key_policy_text", False):
+        return
+    original = kms_models.Key.create_from_cloudformation_json.__func__
+
+    def create_from_cloudformation_json(cls: Any, resource_name: str, cloudformation_json: Any, *args: Any, **kwargs: Any) -> Any:
+        properties = cloudformation_json.get("Properties", {})
+        if isinstance(properties.get("KeyPolicy"), dict):
+            cloudformation_json = {**cloudformation_json, "Properties": {**properties, "KeyPolicy": json.dumps(properties["KeyPolicy"])}}
+        return original(cls, resource_name, cloudformation_json, *args, **kwargs)
+
+    kms_models.Key.create_from_cloudformation_json = classmethod(create_from_cloudformation_json)
+    kms_models._relevo_key_policy_text = True
 
 
 def _back_up_only_touched_items_in_transactions() -> None:
