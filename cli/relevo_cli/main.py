@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relevo_cli.api import ApiError, RelevoApi
+from relevo_cli.deploy_commands import aws_app, stack_app
 from relevo_core.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
 
 app = typer.Typer(no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
@@ -27,6 +28,8 @@ app.add_typer(local_app, name="local")
 app.add_typer(project_app, name="project")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(job_app, name="job")
+app.add_typer(stack_app, name="stack")
+app.add_typer(aws_app, name="aws")
 console = Console()
 errors = Console(stderr=True)
 

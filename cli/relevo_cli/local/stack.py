@@ -210,6 +210,7 @@ class LocalStack:
             gateway_responses=template.gateway_responses(sam),
         )
         self._adapter.start()
+        _point_api_url_output_at_the_adapter(self.stack_name, self.region, self._adapter.url)
         self._start_streams(sam, physical)
         if self.rule_schedules:
             self._start_schedules(sam)
@@ -596,6 +597,17 @@ def _share_stream_records_in_transaction_backups() -> None:
 
     StreamShard.__deepcopy__ = __deepcopy__  # type: ignore[attr-defined]
     StreamShard._relevo_shallow_records = True  # type: ignore[attr-defined]
+
+
+def _point_api_url_output_at_the_adapter(stack_name: str, region: str, url: str) -> None:
+    """On AWS the stack's ApiUrl output is the API's invoke URL. Locally the API is served by the
+    adapter (moto 5.2.5 cannot create SAM's RestApi), so the output names the adapter's URL: a
+    tool that finds the stack through CloudFormation (`relevo stack use`) reaches its API."""
+    from moto.cloudformation.models import cloudformation_backends
+
+    for stack in cloudformation_backends[ACCOUNT_ID][region].stacks.values():
+        if stack.name == stack_name and "ApiUrl" in stack.output_map.outputs:
+            stack.output_map["ApiUrl"].value = url
 
 
 def _detach_emulator_stream_invoker(table_name: str, account_id: str, region: str) -> None:

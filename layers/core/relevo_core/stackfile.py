@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict
 
 DEFAULT_STATE_DIR = Path(".relevo/local")
 STACK_FILE_ENV = "RELEVO_STACK_FILE"
+# Where `relevo stack use` writes the deployed stack the CLI uses when no local stack is up here.
+USER_STACK_FILE_ENV = "RELEVO_USER_STACK_FILE"
 
 
 class LocalCredentials(BaseModel):
@@ -34,6 +36,10 @@ class StackInfo(BaseModel):
     resources: dict[str, str | None]
     work_queues: dict[str, str]
     not_emulated: dict[str, str] = {}
+    # Region affinity -> the role its Macs assume (template outputs AgentRoleArn...).
+    agent_roles: dict[str, str] = {}
+    # The AWS profile `relevo stack use --profile` read the stack with, used again by the tools.
+    aws_profile: str | None = None
     # Local stacks only: the credentials to call it with (see LocalCredentials).
     local_credentials: LocalCredentials | None = None
 
@@ -70,14 +76,36 @@ class StackInfo(BaseModel):
             return
         if self.aws_endpoint:
             os.environ["AWS_ENDPOINT_URL"] = self.aws_endpoint
+        if self.aws_profile and not os.environ.get("AWS_ACCESS_KEY_ID"):
+            os.environ.setdefault("AWS_PROFILE", self.aws_profile)
         os.environ.setdefault("AWS_DEFAULT_REGION", self.region)
         os.environ.setdefault("AWS_REGION", self.region)
 
 
+def user_stack_file() -> Path:
+    if os.environ.get(USER_STACK_FILE_ENV):
+        return Path(os.environ[USER_STACK_FILE_ENV])
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "relevo" / "stack.json"
+
+
+def stack_file_in_use(path: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
+    """Which stack file a tool uses, and why: the one it is given, RELEVO_STACK_FILE, a local
+    stack's in this directory, else the deployed stack `relevo stack use` chose."""
+    if path:
+        return Path(path), "--stack-file"
+    if os.environ.get(STACK_FILE_ENV):
+        return Path(os.environ[STACK_FILE_ENV]), STACK_FILE_ENV
+    local = DEFAULT_STATE_DIR / "stack.json"
+    if local.is_file() or not user_stack_file().is_file():
+        return local, "the local stack of this directory (relevo local up)"
+    return user_stack_file(), "relevo stack use"
+
+
 def load_stack(path: str | os.PathLike[str] | None = None) -> StackInfo:
-    candidate = Path(path or os.environ.get(STACK_FILE_ENV) or DEFAULT_STATE_DIR / "stack.json")
+    candidate, _ = stack_file_in_use(path)
     if not candidate.is_file():
         raise FileNotFoundError(
-            f"no stack file at {candidate}: start one with `relevo local up` or set {STACK_FILE_ENV}"
+            f"no stack file at {candidate}: start one with `relevo local up`, choose a deployed stack with "
+            f"`relevo stack use NAME`, or set {STACK_FILE_ENV}"
         )
     return StackInfo.model_validate(json.loads(candidate.read_text()))

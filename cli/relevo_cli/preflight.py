@@ -1,0 +1,180 @@
+"""`relevo aws preflight`: what a first `sam deploy` of Relevo needs in an account and region,
+checked read-only before anything is created, each finding with what to fix.
+
+Nothing here writes: every call is a Describe/Get/List. A check the endpoint cannot answer (the
+emulator implements no Lambda GetAccountSettings) says it could not check, never "ok"."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from relevo_cli.deployed import USABLE
+
+# Lambda keeps this much of a region's concurrency unreserved ("Configuring reserved concurrency
+# for a function", AWS Lambda Developer Guide: you can reserve up to the account's concurrency
+# limit minus 100).
+UNRESERVED_FLOOR = 100
+# The bucket `sam deploy` uploads to when samconfig.toml says resolve_s3 (SAM CLI's own stack).
+SAM_MANAGED_STACK = "aws-sam-cli-managed-default"
+
+
+class Verdict(str, Enum):
+    OK = "ok"
+    FIX = "FIX"
+    UNKNOWN = "??"
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    verdict: Verdict
+    words: str
+
+    def line(self) -> str:
+        return f"{self.verdict.value:<4}  {self.check}: {self.words}"
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """What the deploy asks for, from samconfig.toml's parameter overrides and the template."""
+
+    stack_name: str
+    reserved_concurrency: bool
+    access_logging: bool
+    reserved_total: int
+
+
+def _overrides(text: str) -> dict[str, str]:
+    import shlex
+
+    pairs = {}
+    for token in shlex.split(text):
+        name, _, value = token.partition("=")
+        pairs[name] = value
+    return pairs
+
+
+def reserved_total(template: dict[str, Any]) -> int:
+    """The concurrency the template reserves when ReservedConcurrency is on: each function's
+    `!If [ReserveConcurrency, N, AWS::NoValue]`."""
+    total = 0
+    for resource in template.get("Resources", {}).values():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        reserved = resource.get("Properties", {}).get("ReservedConcurrentExecutions")
+        if isinstance(reserved, dict) and "Fn::If" in reserved:
+            reserved = reserved["Fn::If"][1]
+        if isinstance(reserved, int):
+            total += reserved
+    return total
+
+
+def deploy_plan(root: Path, stack_name: str | None, reserved: bool | None, logging: bool | None) -> DeployPlan:
+    from relevo_cli.local.template import load_sam_template
+
+    samconfig = tomllib.loads((root / "samconfig.toml").read_text()) if (root / "samconfig.toml").is_file() else {}
+    default = samconfig.get("default", {})
+    deploy = default.get("deploy", {}).get("parameters", {})
+    overrides = _overrides(str(deploy.get("parameter_overrides", "")))
+    name = stack_name or default.get("global", {}).get("parameters", {}).get("stack_name") or "relevo"
+    return DeployPlan(
+        stack_name=name,
+        reserved_concurrency=reserved if reserved is not None else overrides.get("ReservedConcurrency", "off") == "on",
+        access_logging=logging if logging is not None else overrides.get("ApiAccessLogging", "off") == "on",
+        reserved_total=reserved_total(load_sam_template(root / "template.yaml")),
+    )
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        return f"{error.get('Code')}: {error.get('Message', '')}".strip()
+    return str(exc)
+
+
+def concurrency_finding(plan: DeployPlan, limit: int, unreserved: int) -> Finding:
+    if not plan.reserved_concurrency:
+        return Finding("lambda concurrency", Verdict.OK, f"nothing reserved (ReservedConcurrency=off); the region's limit is {limit}")
+    left = unreserved - plan.reserved_total
+    if left >= UNRESERVED_FLOOR:
+        return Finding("lambda concurrency", Verdict.OK, f"reserving {plan.reserved_total} of {unreserved} unreserved leaves {left} (≥ {UNRESERVED_FLOOR})")
+    return Finding(
+        "lambda concurrency",
+        Verdict.FIX,
+        f"reserving {plan.reserved_total} of {unreserved} unreserved (limit {limit}) would leave {left}, below the {UNRESERVED_FLOOR} Lambda "
+        "keeps unreserved: deploy with ReservedConcurrency=off, or ask Service Quotas for a higher 'Concurrent executions' limit",
+    )
+
+
+def preflight(plan: DeployPlan, aws: boto3.session.Session, endpoint_url: str | None = None) -> list[Finding]:
+    def call(service: str, operation: str, **kwargs: Any) -> Any:
+        return getattr(aws.client(service, endpoint_url=endpoint_url), operation)(**kwargs)
+
+    findings: list[Finding] = []
+    try:
+        identity = call("sts", "get_caller_identity")
+    except (ClientError, BotoCoreError) as exc:
+        return [Finding("credentials", Verdict.FIX, f"AWS refused them ({_why(exc)}): set AWS_PROFILE or run `aws configure`")]
+    findings.append(Finding("credentials", Verdict.OK, f"account {identity['Account']} as {identity['Arn']}"))
+
+    try:
+        stack = call("cloudformation", "describe_stacks", StackName=plan.stack_name)["Stacks"][0]
+        status = stack["StackStatus"]
+        if status in USABLE:
+            findings.append(Finding("stack", Verdict.OK, f"{plan.stack_name} exists ({status}): sam deploy updates it"))
+        elif status == "ROLLBACK_COMPLETE":
+            findings.append(Finding("stack", Verdict.FIX, f"{plan.stack_name} is ROLLBACK_COMPLETE (its first deploy failed): delete it with `aws cloudformation delete-stack --stack-name {plan.stack_name}`, then deploy"))
+        else:
+            findings.append(Finding("stack", Verdict.FIX, f"{plan.stack_name} is {status}: wait for it to settle"))
+    except ClientError as exc:
+        if "does not exist" in exc.response["Error"].get("Message", ""):
+            findings.append(Finding("stack", Verdict.OK, f"no stack {plan.stack_name} yet: sam deploy creates it"))
+        else:
+            findings.append(Finding("stack", Verdict.UNKNOWN, f"could not check ({_why(exc)})"))
+
+    try:
+        call("cloudformation", "describe_stacks", StackName=SAM_MANAGED_STACK)
+        findings.append(Finding("deployment bucket", Verdict.OK, f"SAM's managed stack {SAM_MANAGED_STACK} exists (resolve_s3)"))
+    except ClientError as exc:
+        if "does not exist" in exc.response["Error"].get("Message", ""):
+            findings.append(Finding("deployment bucket", Verdict.OK, f"sam deploy creates SAM's managed bucket ({SAM_MANAGED_STACK}; needs s3:CreateBucket)"))
+        else:
+            findings.append(Finding("deployment bucket", Verdict.UNKNOWN, f"could not check ({_why(exc)})"))
+
+    try:
+        settings = call("lambda", "get_account_settings")
+        findings.append(
+            concurrency_finding(plan, int(settings["AccountLimit"]["ConcurrentExecutions"]), int(settings["AccountLimit"]["UnreservedConcurrentExecutions"]))
+        )
+    except (ClientError, BotoCoreError, KeyError) as exc:
+        findings.append(Finding("lambda concurrency", Verdict.UNKNOWN, f"could not read the account's Lambda settings ({_why(exc)})"))
+
+    if plan.access_logging:
+        try:
+            role = call("apigateway", "get_account").get("cloudwatchRoleArn")
+            if role:
+                findings.append(Finding("api access logs", Verdict.OK, f"the account's API Gateway CloudWatch role is {role}"))
+            else:
+                findings.append(Finding("api access logs", Verdict.FIX, "ApiAccessLogging=on needs the account's API Gateway CloudWatch role in this region (README, Deploy): set it, or deploy with ApiAccessLogging=off"))
+        except (ClientError, BotoCoreError) as exc:
+            findings.append(Finding("api access logs", Verdict.UNKNOWN, f"could not read API Gateway's account settings ({_why(exc)})"))
+    else:
+        findings.append(Finding("api access logs", Verdict.OK, "off (ApiAccessLogging=off): no account role needed"))
+
+    for service, operation, kwargs, what in (
+        ("stepfunctions", "list_state_machines", {"maxResults": 1}, "Step Functions"),
+        ("scheduler", "list_schedule_groups", {"MaxResults": 1}, "EventBridge Scheduler"),
+    ):
+        try:
+            call(service, operation, **kwargs)
+            findings.append(Finding(what, Verdict.OK, "available"))
+        except (ClientError, BotoCoreError) as exc:
+            findings.append(Finding(what, Verdict.FIX, f"not available to these credentials in this region ({_why(exc)})"))
+    return findings
