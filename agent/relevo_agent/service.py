@@ -40,6 +40,7 @@ from relevo_agent.executor import TAIL_BYTES, run_command
 from relevo_agent.journal import Journal, Operation, Outcome, operation_id
 from relevo_agent.logs import Masker, secret_values, start_shipper
 from relevo_agent.presence import Presence, sent_at
+from relevo_agent.stage_env import stage_environment
 from relevo_core.aws import client
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.errors import ErrorClass, RelevoError
@@ -263,8 +264,7 @@ class Agent:
     def _stage_env(self, envelope: JobEnvelope, task: StageMessage, workspace: Path) -> dict[str, str]:
         artifact_dir = workspace / ".relevo-artifacts" / task.job_id / task.stage
         artifact_dir.mkdir(parents=True, exist_ok=True)
-        return {
-            **os.environ,
+        relevo = {
             "RELEVO_JOB_ID": task.job_id,
             "RELEVO_STAGE": task.stage,
             "RELEVO_ATTEMPT": str(task.attempt),
@@ -274,6 +274,8 @@ class Agent:
             "RELEVO_REF": envelope.ref,
             "RELEVO_COMMIT": envelope.commit or "",
         }
+        # Never the agent's credentials (relevo_agent.stage_env).
+        return stage_environment(os.environ, relevo, envelope.stage(task.stage).aws_profile)
 
     def _reconcile(
         self,

@@ -23,8 +23,9 @@ from relevo_core.models.plan import (
 # Bump when a reader written for the old version would misread the new one.
 # 2 added `log_ttl`. A reader that knows only 1 refuses a 2 with ENVELOPE_VERSION_UNSUPPORTED,
 # not a VALIDATION_FAILED about an unknown field; a 1 still reads (its logs expire with the job).
-ENVELOPE_SCHEMA_VERSION = 2
-SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2})
+# 3 added a stage's `aws_profile`: an agent that would ignore it must not run the stage without it.
+ENVELOPE_SCHEMA_VERSION = 3
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3})
 
 REGION_AFFINITY = r"^[a-z][a-z0-9-]{0,31}$"
 PROJECT_ID = r"^[a-z0-9][a-z0-9-]{0,62}$"

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from relevo_core.models.errors import EX_TEMPFAIL, ErrorClass
 
 STAGE_NAME = r"^[a-z][a-z0-9_-]{0,62}$"
+# What the AWS CLI accepts as a profile name in practice (no spaces, brackets or '=').
+AWS_PROFILE = r"^[A-Za-z0-9_.@+-]{1,64}$"
 DEFAULT_ATTEMPTS = 3
 MAX_ATTEMPTS = 5
 
@@ -73,6 +75,9 @@ class StagePlan(_Frozen):
     # Workspace-relative globs whose contents, with the commit, make the stage's precondition:
     # when they change between attempts, reconciliation stops with Relevo.Precondition.Changed.
     inputs: tuple[Annotated[str, Field(min_length=1, max_length=512)], ...] = Field(default=(), max_length=64)
+    # The AWS profile (of the build user's own configuration on the Mac) the command runs with;
+    # a stage never sees the agent's credentials (relevo_agent.stage_env).
+    aws_profile: str | None = Field(default=None, pattern=AWS_PROFILE)
 
 
 class ApprovalSettings(_Frozen):

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from relevo_core.models.envelope import PROJECT_ID, REGION_AFFINITY
 from relevo_core.models.plan import (
+    AWS_PROFILE,
     ApprovalSettings,
     RetryPolicy,
     RunPlanMixin,
@@ -29,6 +30,8 @@ class ProjectStage(BaseModel):
     kill_grace_sec: int = Field(default=10, ge=0, le=300)
     effect_probe: str | None = Field(default=None, max_length=16_384)
     inputs: tuple[str, ...] = Field(default=(), max_length=64)
+    # The build user's AWS profile this stage runs with (never the agent's credentials).
+    aws_profile: str | None = Field(default=None, pattern=AWS_PROFILE)
 
 
 class WebhookSecrets(BaseModel):
@@ -199,6 +202,7 @@ class Project(RunPlanMixin):
                     retry=self.retry,
                     effect_probe=stage.effect_probe,
                     inputs=stage.inputs,
+                    aws_profile=stage.aws_profile,
                 )
                 for stage in self.stages
             )
