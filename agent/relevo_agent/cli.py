@@ -27,7 +27,8 @@ def _resources(settings: AgentConfig) -> tuple[str | None, str | None]:
     boto3 at the stack's endpoint and region."""
     if settings.stack_file is not None:
         stack = load_stack(settings.stack_file)
-        stack.apply_to_environment()
+        # A local stack gives its agents a session of their region's agent role.
+        stack.apply_to_environment(agent_region=settings.region)
         return stack.table_name, stack.work_queues.get(settings.region)
     if settings.aws_region:
         os.environ.setdefault("AWS_REGION", settings.aws_region)

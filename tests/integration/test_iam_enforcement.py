@@ -19,7 +19,8 @@ import requests
 from botocore.exceptions import ClientError
 
 from relevo_cli.api import RelevoApi, SigV4RequestAuth
-from relevo_cli.local.emulator_iam import ACCOUNT_ID, RoleNotAssumable, local_user_arn, transaction_items
+from relevo_cli.local.dynamodb_authorization import checks
+from relevo_cli.local.emulator_iam import ACCOUNT_ID, RoleNotAssumable, local_user_arn
 from relevo_core.aws import client, s3_presigner
 from tests.integration.helpers import wait_until
 
@@ -150,9 +151,9 @@ def test_a_transaction_is_authorized_item_by_item_as_aws_does(emulator):
     put = {"Put": {"TableName": stack.table_name, "Item": {**job, "sk": {"S": "OTHER"}}}}
     dynamodb.transact_write_items(TransactItems=[update])
     assert _error(lambda: dynamodb.transact_write_items(TransactItems=[update, put])) == "AccessDeniedException"
-    assert transaction_items(json.dumps({"TransactItems": [update, put]}), stack.region) == [
-        ("dynamodb:PutItem", f"arn:aws:dynamodb:{stack.region}:{ACCOUNT_ID}:table/{stack.table_name}"),
-        ("dynamodb:UpdateItem", f"arn:aws:dynamodb:{stack.region}:{ACCOUNT_ID}:table/{stack.table_name}"),
+    assert [(action, resource) for action, resource, _ in checks("dynamodb:TransactWriteItems", {"TransactItems": [update, put]}, stack.region)] == [
+        ("dynamodb:UpdateItem", table_arn),
+        ("dynamodb:PutItem", table_arn),
     ]
 
 

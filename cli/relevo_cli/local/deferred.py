@@ -84,6 +84,9 @@ _SERVED_LOCALLY = (
 NOT_EMULATED: dict[str, str] = {
     "AWS::ApiGateway::Deployment": _SERVED_LOCALLY,
     "AWS::ApiGateway::Stage": _SERVED_LOCALLY,
+    # Created only when AgentTrustAnchorArn is set; locally agents take their role as IAM
+    # principals of the account, the template's other way in.
+    "AWS::RolesAnywhere::Profile": "IAM Roles Anywhere is not emulated (moto 5.2.5 has no rolesanywhere)",
 }
 
 

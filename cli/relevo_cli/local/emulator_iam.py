@@ -26,6 +26,8 @@ from typing import Any, Callable
 import requests
 from botocore.credentials import Credentials
 
+from relevo_cli.local import dynamodb_authorization
+
 ACCOUNT_ID = "123456789012"
 LOCAL_USER = "relevo-local"
 _PATCHED: set[str] = set()
@@ -151,60 +153,6 @@ def run_interpreter_as_execution_role(sessions: RoleSessions) -> None:
     _PATCHED.add("interpreter")
 
 
-# AWS authorizes a transaction item by item, as the single-item action it performs ("Using IAM
-# with DynamoDB transactions", Amazon DynamoDB Developer Guide): there is no IAM action
-# TransactWriteItems or TransactGetItems to grant.
-_TRANSACTION_ITEM_ACTIONS = {
-    "Put": "dynamodb:PutItem",
-    "Update": "dynamodb:UpdateItem",
-    "Delete": "dynamodb:DeleteItem",
-    "ConditionCheck": "dynamodb:ConditionCheckItem",
-    "Get": "dynamodb:GetItem",
-}
-
-
-def transaction_items(body: bytes | str, region: str) -> list[tuple[str, str]]:
-    """(action, resource) of each item of a TransactWriteItems / TransactGetItems /
-    BatchWriteItem / BatchGetItem request, as AWS authorizes them."""
-    request = json.loads(body or "{}")
-    found = set()
-    for item in request.get("TransactItems", []):
-        for kind, operation in item.items():
-            found.add((_TRANSACTION_ITEM_ACTIONS[kind], _dynamodb_table_arn(region, operation["TableName"])))
-    return sorted(found)
-
-
-def authorize_transactions_by_item() -> None:
-    """moto 5.2.5 checks `dynamodb:TransactWriteItems` against the caller's policies, an action
-    no policy can grant on AWS: check each item's own action on its own table instead, as AWS
-    does. (BatchWriteItem and BatchGetItem are IAM actions of their own; their tables are
-    checked one by one.)"""
-    if "transactions" in _PATCHED:
-        return
-    from moto.iam.access_control import IAMRequestBase
-
-    original: Callable[[Any, str], None] = IAMRequestBase.check_action_permitted
-
-    def check_action_permitted(self: Any, resource: str) -> None:
-        if self._action in ("dynamodb:TransactWriteItems", "dynamodb:TransactGetItems"):
-            checks = transaction_items(self._body or self._data, self._region)
-        elif self._action in ("dynamodb:BatchWriteItem", "dynamodb:BatchGetItem"):
-            tables = json.loads(self._body or "{}").get("RequestItems", {})
-            checks = [(self._action, _dynamodb_table_arn(self._region, table)) for table in sorted(tables)]
-        else:
-            return original(self, resource)
-        whole = self._action
-        try:
-            for action, item_resource in checks:
-                self._action = action
-                original(self, item_resource)
-        finally:
-            self._action = whole
-
-    IAMRequestBase.check_action_permitted = check_action_permitted
-    _PATCHED.add("transactions")
-
-
 def sign_bodyless_requests_over_their_empty_body() -> None:
     """moto 5.2.5 recomputes a request's SigV4 signature over `self._body or self._data`: for a
     request without a body (Lambda's GET /2018-10-31/layers, Scheduler's GET and DELETE), `_data`
@@ -249,11 +197,6 @@ def read_inline_policies_created_by_cloudformation() -> None:
     _PATCHED.add("inline_policies")
 
 
-def _dynamodb_table_arn(region: str, table: str, index: str | None = None) -> str:
-    arn = f"arn:aws:dynamodb:{region}:{ACCOUNT_ID}:table/{table}"
-    return f"{arn}/index/{index}" if index else arn
-
-
 def _json_body(response: Any) -> dict[str, Any]:
     """The request's JSON parameters (DynamoDB's handler has already parsed them into `body`)."""
     if isinstance(response.body, dict):
@@ -275,7 +218,7 @@ def name_the_resources_policies_scope() -> None:
       ARN (a Query on an index granted on the table only) is refused here as on AWS;
     - a request moto still cannot name stays `*`, and is checked on its action alone: any
       statement granting the action matches, whatever its Resource.
-    Transactions and batches are named item by item in `authorize_transactions_by_item`.
+    Transactions and batches are named item by item in dynamodb_authorization.
     """
     if "resources" in _PATCHED:
         return
@@ -287,7 +230,7 @@ def name_the_resources_policies_scope() -> None:
 
     def dynamodb_resource(self: Any) -> str:
         body = _json_body(self)
-        return _dynamodb_table_arn(self.region, body["TableName"], body.get("IndexName")) if body.get("TableName") else "*"
+        return dynamodb_authorization.table_arn(self.region, body["TableName"], body.get("IndexName")) if body.get("TableName") else "*"
 
     def stepfunctions_resource(self: Any) -> str:
         body = _json_body(self)
@@ -483,7 +426,7 @@ def install(sessions: RoleSessions) -> None:
     """Every patch above, for the emulator running in this process (each is installed once)."""
     read_inline_policies_created_by_cloudformation()
     name_the_resources_policies_scope()
-    authorize_transactions_by_item()
+    dynamodb_authorization.authorize_dynamodb_as_aws_does()
     sign_bodyless_requests_over_their_empty_body()
     authorize_presigned_s3_urls()
     trust_account_principals_as_iam_does()

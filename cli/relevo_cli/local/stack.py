@@ -101,6 +101,9 @@ class LocalStack:
             logging.getLogger(name).setLevel(logging.CRITICAL)
         _parse_each_state_machine_definition_once()
         _store_key_policies_as_json()
+        _answer_managed_policy_attributes()
+        _drop_no_value_from_lists()
+        _attach_managed_policies_of_stack_roles()
         self._server = _emulator_server(self.host, self.moto_port)
         self._server.start()
         host, port = self._server.get_host_and_port()
@@ -235,12 +238,26 @@ class LocalStack:
             local_credentials=LocalCredentials(
                 access_key_id=self.credentials.access_key, secret_access_key=self.credentials.secret_key
             ),
+            agent_credentials=self._agent_sessions(physical, work_queues),
         )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.state_dir / "stack.json.tmp"
         tmp.write_text(json.dumps(info.model_dump(), indent=2) + "\n")
         tmp.replace(self.state_dir / "stack.json")
         return info
+
+    def _agent_sessions(self, physical: dict[str, str | None], work_queues: dict[str, str]) -> dict[str, LocalCredentials]:
+        """For each region affinity, a session of its agent role, taken as a Mac takes it (an IAM
+        principal of the account calls sts:AssumeRole; the role's trust policy allows it)."""
+        sts, iam = self._session.client("sts"), self._session.client("iam")
+        sessions = {}
+        for region in work_queues:
+            role = iam.get_role(RoleName=str(physical[f"AgentRole{region_logical_suffix(region)}"]))["Role"]["Arn"]
+            issued = sts.assume_role(RoleArn=role, RoleSessionName=f"relevo-agent-{region}", DurationSeconds=43200)["Credentials"]
+            sessions[region] = LocalCredentials(
+                access_key_id=issued["AccessKeyId"], secret_access_key=issued["SecretAccessKey"], session_token=issued["SessionToken"]
+            )
+        return sessions
 
     def _register_state_machines_with_interpreter(self, cfn: dict[str, Any], physical: dict[str, str | None]) -> None:
         """moto 5.2.5 keeps two Step Functions backends: its CloudFormation creates state machines
@@ -504,6 +521,76 @@ def _store_key_policies_as_json() -> None:
 
     kms_models.Key.create_from_cloudformation_json = classmethod(create_from_cloudformation_json)
     kms_models._relevo_key_policy_text = True
+
+
+def _attach_managed_policies_of_stack_roles() -> None:
+    """An AWS::IAM::Role's ManagedPolicyArns are attached to it (CloudFormation, AWS::IAM::Role);
+    moto 5.2.5's CloudFormation ignores the property, so a role whose powers come from a managed
+    policy (each region's agent role) could do nothing. Attach the ones the emulator has: the
+    stack's own; AWS managed policies (SAM's AWSLambdaBasicExecutionRole, AWSXrayWriteOnlyAccess)
+    are not loaded by moto and grant only CloudWatch Logs and X-Ray, which no function calls
+    through the API locally. Installed once."""
+    from moto.iam.models import Role, iam_backends
+
+    if getattr(Role, "_relevo_managed_policy_arns", False):
+        return
+    original = Role.create_from_cloudformation_json.__func__
+
+    def create_from_cloudformation_json(cls: Any, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any) -> Any:
+        role = original(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+        backend = iam_backends[account_id]["aws"]
+        known = {policy.arn for policy in backend.managed_policies.values()}
+        for arn in cloudformation_json.get("Properties", {}).get("ManagedPolicyArns", []):
+            if arn in known:
+                backend.attach_role_policy(arn, role.name)
+        return role
+
+    Role.create_from_cloudformation_json = classmethod(create_from_cloudformation_json)
+    Role._relevo_managed_policy_arns = True
+
+
+def _drop_no_value_from_lists() -> None:
+    """`AWS::NoValue` removes what it stands for, a list element included (CloudFormation,
+    pseudo parameters: AWS::NoValue), e.g. a trust policy statement behind `Fn::If`. moto 5.2.5
+    drops it from maps but leaves None in a list, and its IAM then fails (500) on the trust
+    policy's None statement. Drop it from lists too. Installed once."""
+    import moto.cloudformation.parsing as parsing
+
+    if getattr(parsing, "_relevo_no_value_in_lists", False):
+        return
+    original = parsing.clean_json
+
+    def clean_json(resource_json: Any, resources_map: Any) -> Any:
+        if isinstance(resource_json, list):
+            cleaned = (original(value, resources_map) for value in resource_json)
+            return [value for value in cleaned if value is not None]
+        return original(resource_json, resources_map)
+
+    parsing.clean_json = clean_json
+    parsing._relevo_no_value_in_lists = True
+
+
+def _answer_managed_policy_attributes() -> None:
+    """`Fn::GetAtt [Policy, PolicyArn]` of an AWS::IAM::ManagedPolicy is its ARN (CloudFormation
+    resource reference, return values); moto 5.2.5's ManagedPolicy has no attributes at all and
+    fails the stack with an AttributeError. Installed once."""
+    from moto.iam.models import ManagedPolicy
+
+    if getattr(ManagedPolicy, "_relevo_cfn_attributes", False):
+        return
+
+    def get_cfn_attribute(self: Any, attribute_name: str) -> str:
+        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+        if attribute_name == "PolicyArn":
+            return str(self.arn)
+        if attribute_name == "PolicyId":
+            return str(self.id)
+        raise UnformattedGetAttTemplateException()
+
+    ManagedPolicy.has_cfn_attr = classmethod(lambda cls, attr: attr in ("PolicyArn", "PolicyId"))
+    ManagedPolicy.get_cfn_attribute = get_cfn_attribute
+    ManagedPolicy._relevo_cfn_attributes = True
 
 
 def _back_up_only_touched_items_in_transactions() -> None:

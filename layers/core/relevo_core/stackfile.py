@@ -40,8 +40,10 @@ class StackInfo(BaseModel):
     agent_roles: dict[str, str] = {}
     # The AWS profile `relevo stack use --profile` read the stack with, used again by the tools.
     aws_profile: str | None = None
-    # Local stacks only: the credentials to call it with (see LocalCredentials).
+    # Local stacks only: the credentials to call it with (see LocalCredentials), and the ones its
+    # agents use, per region affinity: sessions of that region's agent role, nothing more.
     local_credentials: LocalCredentials | None = None
+    agent_credentials: dict[str, LocalCredentials] = {}
 
     @property
     def table_name(self) -> str:
@@ -51,25 +53,31 @@ class StackInfo(BaseModel):
     def state_machine_arn(self) -> str:
         return str(self.resources["JobStateMachine"])
 
-    def environment(self) -> dict[str, str]:
+    def _credentials(self, agent_region: str | None) -> LocalCredentials | None:
+        if agent_region is not None and agent_region in self.agent_credentials:
+            return self.agent_credentials[agent_region]
+        return self.local_credentials
+
+    def environment(self, agent_region: str | None = None) -> dict[str, str]:
         """The variables that point boto3 at this stack: its endpoint and region and, for a local
         stack, the credentials it issued (its emulator refuses any other key, and this machine's
-        real AWS credentials must never be sent to it)."""
+        real AWS credentials must never be sent to it); an agent's of `agent_region`, if given."""
         env = {"AWS_DEFAULT_REGION": self.region, "AWS_REGION": self.region}
         if self.aws_endpoint:
             env["AWS_ENDPOINT_URL"] = self.aws_endpoint
-        if self.local_credentials is not None:
-            env["AWS_ACCESS_KEY_ID"] = self.local_credentials.access_key_id
-            env["AWS_SECRET_ACCESS_KEY"] = self.local_credentials.secret_access_key
-            if self.local_credentials.session_token:
-                env["AWS_SESSION_TOKEN"] = self.local_credentials.session_token
+        credentials = self._credentials(agent_region)
+        if credentials is not None:
+            env["AWS_ACCESS_KEY_ID"] = credentials.access_key_id
+            env["AWS_SECRET_ACCESS_KEY"] = credentials.secret_access_key
+            if credentials.session_token:
+                env["AWS_SESSION_TOKEN"] = credentials.session_token
         return env
 
-    def apply_to_environment(self) -> None:
+    def apply_to_environment(self, agent_region: str | None = None) -> None:
         """Point boto3 in this process at the stack (see `environment`). A deployed stack's
         region is only a default: the caller's own AWS settings decide."""
-        env = self.environment()
-        if self.local_credentials is not None:
+        env = self.environment(agent_region)
+        if self._credentials(agent_region) is not None:
             for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
                 os.environ.pop(name, None)
             os.environ.update(env)
