@@ -26,6 +26,9 @@ class AgentConfig(BaseModel):
     table_name: str | None = None
     queue_url: str | None = None
     aws_region: str | None = None
+    # The profile of this Mac's AWS configuration the agent runs with (the one that takes the
+    # region's agent role); empty: the default credential chain.
+    aws_profile: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.@+-]{1,64}$")
     # Names of environment variables whose values are secrets (masked in logs).
     mask: tuple[str, ...] = ()
     # `relevo-agent doctor` fails below this much free space under workspace_root.

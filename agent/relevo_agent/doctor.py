@@ -16,6 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from relevo_agent.config import AgentConfig
 from relevo_core.aws import client
+from relevo_core.stackfile import StackInfo
 
 # Leases are a few tens of seconds; SigV4 itself refuses requests more than 5 minutes off.
 MAX_CLOCK_SKEW_SEC = 5.0
@@ -55,8 +56,8 @@ def check_credentials() -> tuple[Check, datetime | None]:
 
 def check_table(table: str) -> Check:
     try:
-        # GetItem is what the agent is allowed; the key does not need to exist.
-        client("dynamodb").get_item(TableName=table, Key={"pk": {"S": "DOCTOR"}, "sk": {"S": "DOCTOR"}})
+        # GetItem of a job's key is what the agent role allows; the key does not need to exist.
+        client("dynamodb").get_item(TableName=table, Key={"pk": {"S": "JOB#relevo-doctor"}, "sk": {"S": "JOB"}})
     except (ClientError, BotoCoreError) as exc:
         return Check("table", False, f"cannot read table {table} ({_why(exc)})")
     return Check("table", True, f"{table} is readable")
@@ -105,14 +106,45 @@ def check_writable(name: str, directory: Path) -> Check:
     return Check(name, True, f"{directory} can be written")
 
 
+def _session_of(arn: str) -> str:
+    """The role a session ARN (arn:aws:sts::ACCOUNT:assumed-role/NAME/SESSION) belongs to."""
+    if ":assumed-role/" not in arn:
+        return arn
+    account, name = arn.split(":")[4], arn.split(":assumed-role/")[1].split("/")[0]
+    return f"arn:{arn.split(':')[1]}:iam::{account}:role/{name}"
+
+
+def check_permissions(stack: StackInfo, region: str, identity: str | None) -> Check:
+    """What these credentials may do, probed without changing anything (relevo_agent.permissions),
+    against what the region's agent role allows."""
+    from relevo_agent import permissions
+
+    queue_url = stack.work_queues.get(region, "")
+    others = {name: url for name, url in stack.work_queues.items() if name != region}
+    findings = [
+        permissions.run(probe)
+        for probe in permissions.probes(
+            stack.table_name, region, queue_url, others, stack.resources.get("ArtifactBucket"), stack.resources.get("JobStateMachine")
+        )
+    ]
+    ok, words = permissions.summary(findings)
+    role = stack.agent_roles.get(region)
+    if identity and role:
+        words += f"; {'they are' if _session_of(identity) == role else 'not'} the agent role of {region} ({role})"
+    return Check("permissions", ok, words)
+
+
 def run_checks(
     config: AgentConfig,
     table: str | None,
     queue_url: str | None,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    stack: StackInfo | None = None,
 ) -> list[Check]:
     credentials, server_time = check_credentials()
     checks = [credentials, check_clock(server_time, now())]
+    if stack is not None and credentials.ok and config.region in stack.work_queues:
+        checks.append(check_permissions(stack, config.region, credentials.words.removeprefix("signed in as ")))
     checks.append(check_table(table) if table else Check("table", False, "no table: set stack_file or table_name"))
     if queue_url:
         checks.append(check_queue(queue_url))

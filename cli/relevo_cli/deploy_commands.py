@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+import boto3
 import typer
 from rich.console import Console
 
 from relevo_cli import deployed
-from relevo_core.stackfile import load_stack, stack_file_in_use, user_stack_file
+from relevo_core.stackfile import StackProblem, load_stack, read_stack, stack_file_in_use, user_stack_file, write_stack_file
 
 stack_app = typer.Typer(no_args_is_help=True, help="The deployed stack the CLI uses.")
 console = Console()
@@ -26,15 +27,15 @@ def stack_use(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write the stack file here (default: your user stack file)"),
 ) -> None:
     """Read the stack's outputs and resources and make it the stack the CLI uses."""
-    aws = deployed.session(region, profile)
+    aws = boto3.session.Session(region_name=region, profile_name=profile)
     try:
-        info = deployed.read_stack(name, aws, endpoint_url)
-    except deployed.StackProblem as exc:
+        info = read_stack(name, aws, endpoint_url)
+    except StackProblem as exc:
         errors.print(f"[red]{exc}[/red]", soft_wrap=True)
         raise typer.Exit(2) from exc
     if profile:
         info = info.model_copy(update={"aws_profile": profile})
-    path = deployed.write_stack_file(info, output or user_stack_file())
+    path = write_stack_file(info, output or user_stack_file())
     console.print(f"using stack {info.stack_name} in {info.region}: API {info.api_url}")
     console.print(f"work queues: {', '.join(info.work_queues)} · stack file {path}")
 
@@ -51,7 +52,7 @@ def stack_show(stack_file: Optional[Path] = typer.Option(None, "--stack-file", e
     console.print(f"stack {info.stack_name} in {info.region} ({why}: {path})")
     console.print(f"API {info.api_url} · table {info.table_name} · work queues: {', '.join(info.work_queues)}")
     info.apply_to_environment()
-    checks = deployed.check_reachable(info, deployed.session(info.region, None))
+    checks = deployed.check_reachable(info, boto3.session.Session(region_name=info.region))
     for check in checks:
         console.print(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.words}")
     if not all(check.ok for check in checks):
@@ -75,7 +76,7 @@ def aws_preflight(
     from relevo_cli import preflight
 
     plan = preflight.deploy_plan(REPO_ROOT, stack_name, reserved_concurrency, access_logging)
-    findings = preflight.preflight(plan, deployed.session(region, profile), endpoint_url)
+    findings = preflight.preflight(plan, boto3.session.Session(region_name=region, profile_name=profile), endpoint_url)
     for finding in findings:
         console.print(finding.line(), soft_wrap=True)
     if any(finding.verdict is preflight.Verdict.FIX for finding in findings):

@@ -3,11 +3,26 @@ a non-zero exit when something is wrong."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Iterator
 
+import pytest
 from typer.testing import CliRunner
 
 from relevo_agent.cli import app
+from relevo_core.aws import reset_clients
+
+
+@pytest.fixture(autouse=True)
+def _agent_environment_stays_in_the_test() -> Iterator[None]:
+    """The agent CLI points its process at the stack, its credentials included (a session of the
+    region's agent role): run in this process, that must not outlive the test."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+    reset_clients()
 
 
 def _config(tmp_path: Path, stack, **extra: str) -> Path:
@@ -23,8 +38,10 @@ def _config(tmp_path: Path, stack, **extra: str) -> Path:
 def test_doctor_passes_against_a_reachable_stack(local_stack, tmp_path: Path):
     result = CliRunner().invoke(app, ["doctor", "--config", str(_config(tmp_path, local_stack, min_free_disk_gb="0"))])
     assert result.exit_code == 0, result.output
-    for name in ("credentials", "clock", "table", "queue", "disk", "journal"):
+    for name in ("credentials", "permissions", "clock", "table", "queue", "disk", "journal"):
         assert f"ok    {name}:" in result.output
+    # The stack file gives the agent a session of its region's agent role, and doctor says so.
+    assert ":assumed-role/relevo-AgentRoleeuwest" in result.output and "they are the agent role of eu-west" in result.output
     assert "all checks passed" in result.output
 
 

@@ -239,6 +239,11 @@ class LocalStack:
                 access_key_id=self.credentials.access_key, secret_access_key=self.credentials.secret_key
             ),
             agent_credentials=self._agent_sessions(physical, work_queues),
+            agent_roles={
+                region: outputs[f"AgentRoleArn{region_logical_suffix(region)}"]
+                for region in work_queues
+                if f"AgentRoleArn{region_logical_suffix(region)}" in outputs
+            },
         )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.state_dir / "stack.json.tmp"

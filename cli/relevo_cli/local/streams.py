@@ -56,7 +56,7 @@ class StreamPoller:
                 continue  # a closed shard, read to its end
             page = self.streams.get_records(ShardIterator=iterator, Limit=self.batch_size)
             self._iterators[shard_id] = page.get("NextShardIterator")
-            records = [{**record, "eventSourceARN": self.stream_arn} for record in page.get("Records", [])]
+            records = [_as_lambda_delivers(record, self.stream_arn) for record in page.get("Records", [])]
             if not records:
                 continue
             response = self.invoke({"Records": records})
@@ -66,3 +66,14 @@ class StreamPoller:
             delivered += len(records)
         self.delivered += delivered
         return delivered
+
+
+def _as_lambda_delivers(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
+    """A stream record as Lambda's event source mapping delivers it: JSON, its `dynamodb`
+    `ApproximateCreationDateTime` in epoch seconds (boto3 parses it into a datetime), and the
+    stream's ARN ("Using AWS Lambda with Amazon DynamoDB", event example)."""
+    change = dict(record.get("dynamodb", {}))
+    created = change.get("ApproximateCreationDateTime")
+    if hasattr(created, "timestamp"):
+        change["ApproximateCreationDateTime"] = int(created.timestamp())
+    return {**record, "dynamodb": change, "eventSourceARN": stream_arn}

@@ -1,0 +1,130 @@
+"""What `relevo-agent doctor` asks of the credentials it runs with: can they do what an agent does,
+and nothing an agent must never do?
+
+Each probe is a request that cannot change anything: a conditional write whose condition never
+holds, a visibility change of a receipt handle that does not exist, a task token that is no token,
+a state machine that does not exist. AWS authorizes a request before it looks at its condition or
+its parameters, so an answer other than AccessDenied means the credentials may do it. The lists
+follow the agent role of template.yaml (AgentPolicy per region affinity): an agent's credentials
+pass every "needed" probe and none of the "must not" ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from relevo_core.aws import client
+
+# A condition DynamoDB evaluates to false for every item, existing or not.
+NEVER = "attribute_exists(pk) AND attribute_not_exists(pk)"
+PROBE_ID = "relevo-doctor"
+_REFUSED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"}
+
+
+@dataclass(frozen=True)
+class Probe:
+    what: str  # in words: "write project items"
+    action: str
+    needed: bool  # True: an agent needs it; False: an agent must not have it
+    call: Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Finding:
+    probe: Probe
+    allowed: bool | None  # None: the probe could not tell (network, throttling)
+    why: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.allowed is self.probe.needed
+
+
+def _put(table: str, pk: str, sk: str) -> Callable[[], Any]:
+    return lambda: client("dynamodb").put_item(
+        TableName=table, Item={"pk": {"S": pk}, "sk": {"S": sk}}, ConditionExpression=NEVER
+    )
+
+
+def _update(table: str, pk: str, sk: str, attribute: str) -> Callable[[], Any]:
+    return lambda: client("dynamodb").update_item(
+        TableName=table,
+        Key={"pk": {"S": pk}, "sk": {"S": sk}},
+        UpdateExpression="SET #a = :v",
+        ConditionExpression=NEVER,
+        ExpressionAttributeNames={"#a": attribute},
+        ExpressionAttributeValues={":v": {"S": PROBE_ID}},
+    )
+
+
+def probes(table: str, region: str, queue_url: str, other_queues: dict[str, str], bucket: str | None, state_machine_arn: str | None) -> list[Probe]:
+    job = f"JOB#{PROBE_ID}"
+    found = [
+        Probe("read jobs and stages", "dynamodb:GetItem", True, lambda: client("dynamodb").get_item(TableName=table, Key={"pk": {"S": job}, "sk": {"S": "STAGE#00"}})),
+        Probe("write stage attempts", "dynamodb:UpdateItem", True, _update(table, job, "STAGE#00", "status")),
+        Probe("write log chunks", "dynamodb:PutItem", True, _put(table, f"LOGS#{PROBE_ID}", "SEQ#000000000000")),
+        Probe("write artifact records", "dynamodb:PutItem", True, _put(table, f"ARTIFACTS#{PROBE_ID}", "probe")),
+        Probe(f"write presence in {region}", "dynamodb:PutItem", True, _put(table, f"AGENTS#{region}", f"AGENT#{PROBE_ID}")),
+        Probe(
+            "find its held attempts", "dynamodb:Query", True,
+            lambda: client("dynamodb").query(
+                TableName=table, IndexName="HeldByIndex", KeyConditionExpression="held_by = :a",
+                ExpressionAttributeValues={":a": {"S": PROBE_ID}}, Limit=1,
+            ),
+        ),
+        Probe("hand stage messages back", "sqs:ChangeMessageVisibility", True,
+              lambda: client("sqs").change_message_visibility(QueueUrl=queue_url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0)),
+        Probe("answer stage tasks", "states:SendTaskHeartbeat", True, lambda: client("stepfunctions").send_task_heartbeat(taskToken=PROBE_ID)),
+        # What an agent must not do: its credentials are what a compromised build could borrow.
+        Probe("write project items", "dynamodb:PutItem", False, _put(table, f"PROJECT#{PROBE_ID}", "PROJECT")),
+        Probe("write grants", "dynamodb:PutItem", False, _put(table, f"PROJECT#{PROBE_ID}", f"GRANT#{PROBE_ID}")),
+        Probe("write project locks", "dynamodb:PutItem", False, _put(table, f"LOCK#{PROBE_ID}", "LOCK")),
+        Probe("write dedup records", "dynamodb:PutItem", False, _put(table, f"DEDUP#{PROBE_ID}", "DEDUP")),
+        Probe("rewrite a job's envelope (its stage commands)", "dynamodb:UpdateItem", False, _update(table, job, "JOB", "envelope")),
+        Probe("delete items", "dynamodb:DeleteItem", False,
+              lambda: client("dynamodb").delete_item(TableName=table, Key={"pk": {"S": job}, "sk": {"S": "JOB"}}, ConditionExpression=NEVER)),
+    ]
+    if bucket:
+        found.insert(8, Probe("find the artifact bucket's region", "s3:GetBucketLocation", True, lambda: client("s3").get_bucket_location(Bucket=bucket)))
+    for other, url in sorted(other_queues.items()):
+        found.append(Probe(f"take {other}'s stages", "sqs:ChangeMessageVisibility", False,
+                           lambda url=url: client("sqs").change_message_visibility(QueueUrl=url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0)))
+    if state_machine_arn:
+        missing = state_machine_arn.rsplit(":", 1)[0] + f":{PROBE_ID}-none"
+        found.append(Probe("start executions", "states:StartExecution", False,
+                           lambda: client("stepfunctions").start_execution(stateMachineArn=missing, input="{}")))
+    return found
+
+
+def run(probe: Probe) -> Finding:
+    try:
+        probe.call()
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in _REFUSED:
+            return Finding(probe, False, code)
+        return Finding(probe, True, code)  # authorized, then refused for what it asked
+    except BotoCoreError as exc:
+        return Finding(probe, None, str(exc))
+    return Finding(probe, True)
+
+
+def summary(findings: list[Finding]) -> tuple[bool, str]:
+    """One line for doctor: what is missing, what is too much, or that the credentials fit."""
+    missing = [f for f in findings if f.probe.needed and f.allowed is False]
+    excess = [f for f in findings if not f.probe.needed and f.allowed]
+    unknown = [f for f in findings if f.allowed is None]
+    parts = []
+    if missing:
+        parts.append("missing: " + "; ".join(f"cannot {f.probe.what} ({f.probe.action})" for f in missing))
+    if excess:
+        parts.append("excess: " + "; ".join(f"these credentials can {f.probe.what} ({f.probe.action}); an agent's should not" for f in excess))
+    if unknown:
+        parts.append("could not check: " + "; ".join(f"{f.probe.what} ({f.why})" for f in unknown))
+    if parts:
+        return False, " · ".join(parts)
+    needed = sum(1 for f in findings if f.probe.needed)
+    return True, f"all {needed} an agent needs are allowed, and the {len(findings) - needed} it must not have are refused"

