@@ -59,8 +59,11 @@ def test_what_an_agent_does_is_allowed(local_stack):
     dynamodb, sqs = _as_agent(local_stack, "eu-west", "dynamodb"), _as_agent(local_stack, "eu-west", "sqs")
     sqs.receive_message(QueueUrl=local_stack.work_queues["eu-west"], WaitTimeSeconds=0)
     dynamodb.get_item(TableName=table, Key={"pk": {"S": f"JOB#{suffix}"}, "sk": {"S": "STAGE#00"}})
-    dynamodb.put_item(**_put(table, f"LOGS#agent-role-{suffix}", "SEQ#000000000000", data="line"))
-    dynamodb.put_item(**_put(table, "AGENTS#eu-west", f"AGENT#agent-role-{suffix}", region="eu-west"))
+    # Writes are authorized, then refused by a condition that never holds: the session's other
+    # tests read every presence and log record, so none is left behind.
+    never = {"ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(pk)"}
+    for pk, sk in ((f"LOGS#agent-role-{suffix}", "SEQ#000000000000"), ("AGENTS#eu-west", f"AGENT#agent-role-{suffix}")):
+        assert _refused(lambda: dynamodb.put_item(**_put(table, pk, sk, data="x"), **never)) == "ConditionalCheckFailedException"
     stage = {"pk": {"S": f"JOB#agent-role-{suffix}"}, "sk": {"S": "STAGE#00"}}
     with pytest.raises(ClientError) as raised:  # authorized; then its condition fails
         dynamodb.update_item(
@@ -92,8 +95,10 @@ def test_an_agent_cannot_write_what_it_must_never_touch(local_stack, what, reque
     operation, args = request_args(local_stack.table_name, secrets.token_hex(3))
     dynamodb = _as_agent(local_stack, "eu-west", "dynamodb")
     assert _refused(lambda: getattr(dynamodb, operation)(**args)) == "AccessDeniedException", what
-    # The stack's own administrator may (the refusal is the agent role's, not the table's).
-    getattr(client("dynamodb"), operation)(**args)
+    # The stack's own administrator may: the refusal is the agent role's, not the table's. (Its
+    # write carries a condition that never holds, so nothing is left for other tests to find.)
+    never = {**args, "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(pk)"}
+    assert _refused(lambda: getattr(client("dynamodb"), operation)(**never)) == "ConditionalCheckFailedException", what
 
 
 def test_an_agent_cannot_take_another_regions_stages_use_another_bucket_or_start_jobs(local_stack):

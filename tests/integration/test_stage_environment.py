@@ -5,18 +5,17 @@ credential files and a stack file; the stage's log holds none of them. A stage t
 
 from __future__ import annotations
 
-import json
+import os
 import secrets
 from pathlib import Path
 
 import pytest
 
-from relevo_agent.config import AgentConfig
-from relevo_agent.service import Agent
 from relevo_agent.stage_env import stage_environment
+from relevo_cli.localrun import agent_process, write_agent_config
 from relevo_core.store import log_chunks
 from tests.conftest import push_body
-from tests.integration.helpers import deliver, receive_stage, register_project, wait_for_execution
+from tests.integration.helpers import deliver, register_project, wait_for_execution
 
 PRINT_ENV = "env | sort"
 
@@ -32,46 +31,46 @@ def _stage_logs(stack, job_id: str) -> dict[str, str]:
     return logs
 
 
-@pytest.mark.timeout(120)
-def test_a_stage_prints_its_environment_and_no_agent_credential_is_in_it(local_stack, project_id, tmp_path: Path, monkeypatch):
-    # Given an agent process whose own environment carries every way to find its credentials
+@pytest.mark.timeout(180)
+def test_a_stage_prints_its_environment_and_no_agent_credential_is_in_it(local_stack, project_id, tmp_path: Path):
+    # Given a relevo-agent process whose environment carries every way to find its credentials.
+    # (A process of its own: setting these in the test's process would reach the emulator too.)
     credentials_file = tmp_path / "credentials"
     credentials_file.write_text("[default]\naws_access_key_id = AKIAFROMTHEFILE\n")
     stack_file = tmp_path / "stack.json"
     stack_file.write_text(local_stack.model_dump_json())
     config_file = tmp_path / "config"
     config_file.write_text("[profile relevo-agent]\nregion = us-east-1\n")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials_file))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(config_file))
-    monkeypatch.setenv("AWS_PROFILE", "relevo-agent")
-    monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:9/creds")
-    monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(tmp_path / "token"))
-    monkeypatch.setenv("RELEVO_STACK_FILE", str(stack_file))
-    import os
-
     agent_key, agent_secret = os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]
+    agent_environment = {
+        "AWS_SESSION_TOKEN": "SESSIONTOKENOFTHEAGENT",
+        "AWS_SHARED_CREDENTIALS_FILE": str(credentials_file),
+        "AWS_CONFIG_FILE": str(config_file),
+        "AWS_PROFILE": "relevo-agent",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:9/creds",
+        "AWS_WEB_IDENTITY_TOKEN_FILE": str(tmp_path / "token"),
+        "RELEVO_STACK_FILE": str(stack_file),
+    }
     secret = register_project(
         local_stack,
         project_id,
         [{"name": "build", "run": PRINT_ENV}, {"name": "upload", "run": PRINT_ENV, "aws_profile": "ios-upload"}],
     )
-    job_id = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret).json()["job_id"]
-    config = AgentConfig(agent_id="mac-env", region="eu-west", capacity=1, workspace_root=tmp_path / "ws", journal=tmp_path / "j.sqlite3")
-    agent = Agent(config, local_stack.table_name, local_stack.work_queues["eu-west"])
+    config = write_agent_config(tmp_path / "agent.toml", stack_file, "eu-west", f"mac-env-{secrets.token_hex(3)}", poll_wait_sec=1)
 
-    # When the agent runs both stages
-    for _ in range(2):
-        task, receipt = receive_stage(local_stack, job_id, timeout=30)
-        agent._handle({"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"})
-    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    # When that agent runs both stages of a job
+    with agent_process(config, tmp_path / "agent.log", env=agent_environment):
+        job_id = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret).json()["job_id"]
+        execution = wait_for_execution(local_stack, job_id, timeout=120)
+    assert execution["status"] == "SUCCEEDED", (tmp_path / "agent.log").read_text()[-3000:]
 
     # Then neither stage's environment names the agent's keys, profile, files or stack file
     logs = _stage_logs(local_stack, job_id)
     log = "".join(logs.values())
     assert all("RELEVO_JOB_ID=" + job_id in logs[stage] for stage in ("build", "upload"))  # each printed its environment
-    for leaked in (agent_key, agent_secret, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                   "AWS_SHARED_CREDENTIALS_FILE", str(credentials_file), "AWS_CONFIG_FILE", str(config_file), "AWS_CONTAINER_CREDENTIALS", "AWS_WEB_IDENTITY_TOKEN_FILE",
-                   "AWS_ENDPOINT_URL", "RELEVO_STACK_FILE", str(stack_file), "relevo-agent"):
+    for leaked in (agent_key, agent_secret, "SESSIONTOKENOFTHEAGENT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                   "AWS_SHARED_CREDENTIALS_FILE", str(credentials_file), "AWS_CONFIG_FILE", str(config_file), "AWS_CONTAINER_CREDENTIALS",
+                   "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ENDPOINT_URL", "RELEVO_STACK_FILE", str(stack_file), "relevo-agent"):
         assert leaked not in log, leaked
     # and only the stage that names a profile has one: the project's, not the agent's
     assert "AWS_PROFILE=" not in logs["build"]
