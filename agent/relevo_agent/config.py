@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from relevo_core.lease_timeline import MAX_CLOCK_SKEW_SEC
+
 # Retention the agent once took from its own config; now the stack's parameters (template.yaml).
 _STACK_RETENTION = {"log_retention_days": "LogRetentionDays", "artifact_retention_days": "JobRetentionDays"}
 
@@ -41,6 +43,10 @@ class AgentConfig(BaseModel):
     handoff_max_wait_sec: int = Field(default=60, ge=0, le=3600)
     # How often reports the network lost are sent again from the journal's outbox.
     outbox_interval_sec: float = Field(default=5.0, gt=0, le=300)
+    # The clock skew allowed between this Mac and AWS: `doctor` fails beyond it, the lease keeper
+    # fences this much (plus the kill grace) before the lease ends, and a successor waits this
+    # long past the previous holder's lease end (relevo_core.lease_timeline).
+    max_clock_skew_sec: float = Field(default=MAX_CLOCK_SKEW_SEC, ge=0, le=60)
 
     @model_validator(mode="before")
     @classmethod

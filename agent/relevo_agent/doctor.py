@@ -15,10 +15,12 @@ from typing import Any, Callable
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from relevo_agent.config import AgentConfig
+from relevo_core import lease_timeline
 from relevo_core.aws import client
 
-# Leases are a few tens of seconds; SigV4 itself refuses requests more than 5 minutes off.
-MAX_CLOCK_SKEW_SEC = 5.0
+# The allowed skew the lease timeline fences with (relevo_core.lease_timeline): one number. The
+# agent's max_clock_skew_sec sets it; SigV4 itself refuses requests more than 5 minutes off.
+MAX_CLOCK_SKEW_SEC = lease_timeline.MAX_CLOCK_SKEW_SEC
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def run_checks(
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
 ) -> list[Check]:
     credentials, server_time = check_credentials()
-    checks = [credentials, check_clock(server_time, now())]
+    checks = [credentials, check_clock(server_time, now(), config.max_clock_skew_sec)]
     checks.append(check_table(table) if table else Check("table", False, "no table: set stack_file or table_name"))
     if queue_url:
         checks.append(check_queue(queue_url))

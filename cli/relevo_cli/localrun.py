@@ -63,9 +63,12 @@ def write_agent_config(
     agent_id: str,
     capacity: int = 1,
     poll_wait_sec: int = 20,
+    max_clock_skew_sec: float = 1.0,
     **settings: int | float,
 ) -> Path:
-    """An agent TOML for the local stack; `settings` are further numeric keys (presence_interval_sec...)."""
+    """An agent TOML for the local stack; `settings` are further numeric keys (presence_interval_sec...).
+    Agents of the local stack share this host's clock with it: a small allowed skew keeps the
+    fence margin small (relevo_core.lease_timeline)."""
     workspace = path.parent / f"{agent_id}-workspaces"
     path.write_text(
         "\n".join(
@@ -77,6 +80,7 @@ def write_agent_config(
                 f'journal = "{path.parent / (agent_id + "-journal.sqlite3")}"',
                 f'stack_file = "{stack_file}"',
                 f"poll_wait_sec = {poll_wait_sec}",
+                f"max_clock_skew_sec = {max_clock_skew_sec}",
                 *(f"{name} = {value}" for name, value in settings.items()),
                 "",
             ]

@@ -27,8 +27,8 @@ from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
 from relevo_core.intake import start_execution, work_queue_url
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.status import JobStatus
-from relevo_core.store import agents, jobs, locks, wait_order
+from relevo_core.models.status import JobStatus, StageStatus
+from relevo_core.store import agents, jobs, locks, stage_endings, wait_order
 from relevo_core.store.jobs import clear_start_pending, get_envelope, start_pending_jobs
 
 # A job younger than this is probably being started right now by intake.
@@ -123,15 +123,19 @@ def end_job_of_ended_execution(settings: IntakeSettings, job_id: str, execution_
                 raise
             return  # expired (TTL): nothing left to mirror
         status = JobStatus(record["status"])
-        if status.terminal or status is JobStatus.HELD:
+        if status is JobStatus.HELD:
             return
-        try:
-            jobs.mark_ended_outside(
-                settings.table_name, job_id, status, ending.status, settings.queue_limit, now, ending.error_name, ending.error_cause
-            )
-        except jobs.StatusChanged:
-            continue  # written meanwhile: read again
-        report.jobs_ended.append(f"{job_id}:{ending.status.value}")
+        if not status.terminal:
+            try:
+                jobs.mark_ended_outside(
+                    settings.table_name, job_id, status, ending.status, settings.queue_limit, now, ending.error_name, ending.error_cause
+                )
+            except jobs.StatusChanged:
+                continue  # written meanwhile: read again
+            report.jobs_ended.append(f"{job_id}:{ending.status.value}")
+        # Nothing will finish the stage it was on (also when an earlier sweep ended the job and
+        # stopped before this): it ends with the job.
+        stage_endings.end_open_stages(settings.table_name, job_id, StageStatus.CANCELED, now, "sweeper")
         return
 
 

@@ -446,6 +446,8 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
     envelope = read_envelope(record["envelope"])
     stage_records = {item.get("stage_name"): item for item in items if item["sk"].startswith("STAGE#")}
+    # A stage never dispatched before its job ended will never run: it is skipped, not pending.
+    never = StageStatus.SKIPPED if JobStatus(record["status"]).terminal else StageStatus.PENDING
     stages = []
     for index, stage in enumerate(envelope.stages):
         found = _current_attempt(stage_records.get(stage.name, {}))
@@ -455,7 +457,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 "index": index,
                 "name": stage.name,
                 # Stages before from_stage are not run again: their results are the earlier job's.
-                "status": StageStatus.SKIPPED.value if skipped else found.get("status", StageStatus.PENDING.value),
+                "status": StageStatus.SKIPPED.value if skipped else found.get("status", never.value),
                 "reused_from": envelope.retry_of if skipped else None,
                 "retry_count": found.get("retry_count", 0),
                 "cumulative_backoff_sec": found.get("cumulative_backoff_sec", 0),

@@ -1,0 +1,121 @@
+"""Issue 14: the write half of fencing. An agent's writes need its attempt to be live (not given
+up by the state machine, not ended with its job); a stage of an ended job gets a terminal status
+and no claim takes it; a claim can be sent again after a lost answer; a report too."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from relevo_cli.api import RelevoApi
+from relevo_core.aws import client
+from relevo_core.models.status import StageStatus
+from relevo_core.store import stage_attempts
+from relevo_core.store.codec import from_attributes
+from tests.integration.helpers import receive_stage, table_items
+from tests.integration.test_job_state_machine import TWO_STAGES, _start_job, claim_and_accept, wait_for_run_token
+
+
+def _stage(stack, job_id, sk: str = "STAGE#00") -> dict:
+    return {item["sk"]["S"]: from_attributes(item) for item in table_items(stack, f"JOB#{job_id}")}[sk]
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def test_a_canceled_jobs_stage_is_canceled_its_holder_refused_and_no_claim_takes_it(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=TWO_STAGES)
+    task, _ = receive_stage(local_stack, job_id)
+    ref = claim_and_accept(local_stack, task, "mac-a", lease_ttl_sec=60)
+    wait_for_run_token(ref)
+
+    RelevoApi.for_stack(local_stack).cancel_job(job_id)
+
+    stage = _stage(local_stack, job_id)
+    assert stage["status"] == StageStatus.CANCELED.value and "held_by" not in stage
+    with pytest.raises(stage_attempts.LeaseLost) as renewal:
+        stage_attempts.renew_lease(ref, 60, _now())
+    assert renewal.value.ended  # the holder learns why: the job ended, not a takeover
+    # A redelivery of the message (its lease long gone) is refused as stale, not left to return.
+    later = _now() + timedelta(seconds=120)
+    with pytest.raises(stage_attempts.ClaimRefused) as refused:
+        stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-b"), 60, later)
+    assert not refused.value.held
+    view = RelevoApi.for_stack(local_stack).get_job(job_id)
+    assert [s["status"] for s in view["stages"]] == ["canceled", "skipped"]  # nothing stays running or pending
+
+
+def test_a_report_after_the_state_machine_gave_the_attempt_up_is_refused(local_stack, project_id):
+    """The zombie of a partition: its lease ended by heartbeat, the next attempt is dispatched but
+    not yet claimed. Its late success must not write over the stage."""
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "deliver", "run": "true"}], lease_ttl_sec=3, retry={"backoff_base_sec": 0})
+    task, _ = receive_stage(local_stack, job_id)
+    zombie = claim_and_accept(local_stack, task, "mac-zombie", lease_ttl_sec=3)
+    wait_for_run_token(zombie)
+    retry, _ = receive_stage(local_stack, job_id, timeout=30)  # attempt 2 dispatched, nobody claimed it
+    assert retry["attempt"] == 2
+
+    with pytest.raises(stage_attempts.LeaseLost):
+        stage_attempts.finish(zombie, StageStatus.SUCCEEDED, _now(), 0, None, "deliver")
+    with pytest.raises(stage_attempts.LeaseLost):
+        stage_attempts.renew_lease(zombie, 3, _now())
+    assert _stage(local_stack, job_id)["status"] == StageStatus.DISPATCHED.value
+    client("stepfunctions").send_task_failure(taskToken=retry["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_a_claim_sent_again_after_a_lost_answer_still_returns_what_the_previous_attempt_left(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    now = _now()
+    first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
+    stage_attempts.claim(first, 10, now, "commit=a;inputs=0")
+    stage_attempts.finish(first, StageStatus.FAILED, now, -1, "Relevo.Transient.AgentShutdown", outcome=stage_attempts.Outcome.UNKNOWN)
+    second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
+    claim_id = uuid.uuid4().hex
+
+    landed = stage_attempts.claim(second, 10, now, "commit=a;inputs=0", claim_id=claim_id)
+    again = stage_attempts.claim(second, 10, now, "commit=a;inputs=0", claim_id=claim_id)  # the answer was lost
+
+    assert again == landed
+    assert (again["attempt"], again["agent_id"], again["outcome"]) == (1, "mac-a", "unknown")
+    assert stage_attempts.needs_reconcile(again, 2)
+    # Another claimer of the same attempt, after the lease: refused, this claim holds it.
+    with pytest.raises(stage_attempts.ClaimRefused):
+        stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-c"), 10, now)
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_a_finished_attempt_is_never_claimed_again_and_its_report_can_be_repeated(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    now = _now()
+    ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
+    stage_attempts.claim(ref, 10, now)
+
+    stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")
+    stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")  # its answer was lost: sent again
+
+    stage = _stage(local_stack, job_id)
+    assert stage["status"] == "failed"
+    # The report ended the lease: a successor need not wait it out.
+    assert datetime.fromisoformat(stage["lease_expires_iso"]) <= now + timedelta(seconds=1)
+    with pytest.raises(stage_attempts.ClaimRefused) as refused:  # a redelivery of attempt 1, long after
+        stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-b"), 10, now + timedelta(seconds=60))
+    assert not refused.value.held
+    assert _stage(local_stack, job_id)["status"] == "failed"
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_a_redelivery_while_the_attempt_is_held_is_left_to_come_back(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a"), 60, _now())
+
+    with pytest.raises(stage_attempts.ClaimRefused) as refused:
+        stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-b"), 60, _now())
+
+    assert refused.value.held
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
