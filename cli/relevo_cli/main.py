@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relevo_cli.api import ApiError, RelevoApi
+from relevo_cli.drill.command import drill_command
 from relevo_core.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
 
 app = typer.Typer(no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
@@ -520,6 +521,9 @@ def artifacts_get(
         errors.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from exc
     console.print(f"{path} ({link['size']} bytes, sha256 {link['sha256']} verified)")
+
+
+app.command("drill")(drill_command)  # relevo_cli.drill: the disaster drill
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ _lock = threading.Lock()
 # The monotonic deadline of this thread's calls (see call_budget); None: no deadline.
 _DEADLINE: ContextVar[float | None] = ContextVar("relevo_call_deadline", default=None)
 # Read timeouts a call's remaining time is rounded down to, so a few clients serve every deadline.
-_READ_TIMEOUT_STEPS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0)
+_READ_TIMEOUT_STEPS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0)
 # A connection on a healthy network takes milliseconds: a short connect timeout leaves the read
 # most of the time, and a black-holed connect fails fast for the caller to try again.
 _CONNECT_TIMEOUT_MAX = 1.0
