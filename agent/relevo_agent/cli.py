@@ -51,6 +51,8 @@ def run(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False
 
     signal.signal(signal.SIGTERM, _count)
     signal.signal(signal.SIGINT, _count)
+    # Non-zero exits (launchd's KeepAlive restarts the agent): 2 another relevo-agent runs with
+    # this agent_id, 3 the stack is gone or this agent_id was taken over; the log's last line says.
     raise typer.Exit(agent.run())
 
 

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from relevo_agent.config import AgentConfig
+from relevo_agent.journal import last_stack
 from relevo_core import lease_timeline
 from relevo_core.aws import client
 
@@ -87,6 +88,19 @@ def check_clock(server: datetime | None, local: datetime, max_skew_sec: float = 
     return Check("clock", True, f"within {max_skew_sec:.0f}s of AWS")
 
 
+def check_stack(journal: Path, table: str | None, queue_url: str | None, endpoint: str | None) -> Check:
+    """What changed since the agent last ran: the stack its journal remembers against the one the
+    config names now (an agent exits when its stack goes away; its restart reads the config)."""
+    last = last_stack(journal)
+    if last is None:
+        return Check("stack", True, "no earlier run of this agent recorded in its journal")
+    now = {"endpoint": endpoint, "table": table, "queue": queue_url}
+    changed = [f"{name} {last.get(name)} -> {now[name]}" for name in now if last.get(name) != now[name]]
+    if not changed:
+        return Check("stack", True, f"the same stack as the agent's last run ({last.get('at', '?')}): table {table}")
+    return Check("stack", True, f"changed since the agent's last run ({last.get('at', '?')}): {'; '.join(changed)}")
+
+
 def _existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -120,6 +134,7 @@ def run_checks(
         checks.append(check_queue(queue_url))
     else:
         checks.append(Check("queue", False, f"no work queue for region {config.region!r}: set stack_file or queue_url"))
+    checks.append(check_stack(config.journal, table, queue_url, os.environ.get("AWS_ENDPOINT_URL")))
     checks.append(check_disk(config.workspace_root, config.min_free_disk_gb))
     checks.append(check_writable("workspaces", config.workspace_root))
     checks.append(check_writable("journal", config.journal.parent))

@@ -261,3 +261,19 @@ def _operation(row: sqlite3.Row) -> Operation:
         updated_at=row["updated_at"],
         pgid=row["pgid"],
     )
+
+
+def last_stack(path: Path) -> dict[str, Any] | None:
+    """The stack the agent last ran against (its endpoint, table and queue), read without
+    creating or changing the journal (relevo-agent doctor); None when there is no record."""
+    if not path.is_file():
+        return None
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT value FROM meta WHERE name = 'stack'").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    return json.loads(row[0]) if row else None

@@ -57,6 +57,7 @@ from relevo_core.models.errors import ErrorClass, RelevoError
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import stage_attempts
+from relevo_core.store.agents import AgentIdInUse
 from relevo_core.store.jobs import get_envelope, get_job_record
 
 log = logging.getLogger("relevo_agent")
@@ -126,6 +127,21 @@ class HandBack(Exception):
     visibility timeout."""
 
 
+# Exit statuses of `relevo-agent run` besides 0 (a clean stop) and 130 (the third signal).
+EXIT_AGENT_ID_IN_USE = 2
+EXIT_STACK_GONE = 3
+# Error codes that say a resource of the stack no longer exists (DynamoDB's table or index; SQS's
+# queue, in its query and JSON protocol spellings): retrying cannot help, a restart with the
+# current stack file can.
+_GONE = {
+    "ResourceNotFoundException": "the table {table}",
+    "AWS.SimpleQueueService.NonExistentQueue": "the work queue {queue}",
+    "QueueDoesNotExist": "the work queue {queue}",
+}
+STACK_FILE_CHECK_SEC = 5.0
+FATAL_STOP_WAIT_SEC = 10.0
+
+
 class Agent:
     def __init__(self, config: AgentConfig, table_name: str, queue_url: str, journal: Journal | None = None) -> None:
         self.config = config
@@ -135,23 +151,89 @@ class Agent:
         # Set by the signal handler, read by the supervisor loop: 1 drain, 2 cancel, 3 exit.
         self.signals = 0
         self.stopping = threading.Event()
+        # Why this agent must exit (its stack is gone, another process took its agent_id).
+        self.fatal: str | None = None
         self._slots = threading.Semaphore(config.capacity)
         self._running: dict[str, StageRun] = {}
         self._running_lock = threading.Lock()
         self._active = 0
         self._flush_lock = threading.Lock()
         self.presence = Presence(config, table_name, queue_url, self.stopping)
+        self.presence.on_taken = lambda taken: self._die(f"{taken}: that process is this agent now; exiting")
+        self.presence.on_error = self._gone
+
+    # ------------------------------------------------------------------ fatal conditions
+    def _die(self, reason: str) -> None:
+        if self.fatal is None:
+            self.fatal = reason
+        self.stopping.set()
+
+    def _gone(self, exc: BaseException | None) -> bool:
+        """True (and the agent set to exit) when `exc` says the stack itself no longer exists."""
+        if isinstance(exc, ClientError):
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in _GONE:
+                what = _GONE[code].format(table=self.table_name, queue=self.queue_url)
+                self._die(f"the stack is gone: {what} does not exist ({code}); exiting so that a restart reads the stack file again")
+                return True
+        return False
+
+    def _stack_identity(self) -> dict[str, str | None]:
+        return {"endpoint": os.environ.get("AWS_ENDPOINT_URL"), "table": self.table_name, "queue": self.queue_url}
+
+    def _stack_file_changed(self, seen: dict[str, Any]) -> None:
+        """A stack file that now names another stack (the local stack restarted: new table, new
+        ports): exit, so that the restart runs against the stack it names."""
+        path = self.config.stack_file
+        if path is None:
+            return
+        try:
+            stat = path.stat().st_mtime_ns
+            if seen.setdefault("mtime", stat) == stat:
+                return
+            seen["mtime"] = stat
+            from relevo_core.stackfile import load_stack
+
+            stack = load_stack(path)
+        except (OSError, ValueError):
+            return  # being rewritten, or gone for a moment: look again next time
+        now = {"endpoint": stack.aws_endpoint, "table": stack.table_name, "queue": stack.work_queues.get(self.config.region)}
+        was = self._stack_identity()
+        changed = [f"{name} {was[name]} -> {now[name]}" for name in now if now[name] != was[name]]
+        if changed:
+            self._die(f"the stack file {path} names another stack ({'; '.join(changed)}); exiting so that a restart uses it")
 
     # ------------------------------------------------------------------ loops
     def run(self) -> int:
-        """Supervise until shut down; returns the process exit status."""
-        self.recover()
+        """Supervise until shut down; returns the process exit status: 0 after a clean stop,
+        EXIT_AGENT_ID_IN_USE when another process runs with this agent_id, EXIT_STACK_GONE when
+        the stack went away or this agent_id was taken over, 130 at the third signal."""
+        try:
+            self.presence.take()
+            self.recover()
+        except AgentIdInUse as other:
+            log.error("%s; not starting: stop it, or give this agent an agent_id of its own", other)
+            return EXIT_AGENT_ID_IN_USE
+        except (BotoCoreError, ClientError) as exc:
+            if not self._gone(exc):
+                raise
+            log.error("%s", self.fatal)
+            return EXIT_STACK_GONE
+        self.journal.remember("stack", json.dumps({**self._stack_identity(), "at": _now().isoformat()}))
         poller = threading.Thread(target=self._poll, name="poll", daemon=True)
         flusher = threading.Thread(target=self._flush_outbox_loop, name="outbox", daemon=True)
         poller.start()
         flusher.start()
         canceled = False
+        stack_file: dict[str, Any] = {}
+        self._stack_file_changed(stack_file)  # notes the file as it is at the start
+        checked = time.monotonic()
         while True:
+            if self.fatal is not None:
+                return self._exit_fatal()
+            if time.monotonic() - checked >= STACK_FILE_CHECK_SEC:
+                checked = time.monotonic()
+                self._stack_file_changed(stack_file)
             if self.signals >= 3:
                 log.warning("third signal: exiting now; the supervisors kill the running stages")
                 return 130
@@ -170,6 +252,17 @@ class Agent:
                 return 0
             time.sleep(0.1)
 
+    def _exit_fatal(self) -> int:
+        """One line says why; the running stages are stopped (their groups killed) first."""
+        log.error("%s", self.fatal)
+        with self._running_lock:
+            for run in self._running.values():
+                run.stop("shutdown")
+        deadline = time.monotonic() + FATAL_STOP_WAIT_SEC
+        while self._active and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return EXIT_STACK_GONE
+
     def _poll(self) -> None:
         log.info("agent %s polling %s (capacity %d)", self.config.agent_id, self.queue_url, self.config.capacity)
         sqs = client("sqs")
@@ -185,8 +278,10 @@ class Agent:
                     MessageSystemAttributeNames=["SentTimestamp", "ApproximateReceiveCount"],
                 )
             except (ClientError, BotoCoreError) as exc:
-                log.warning("receive failed (%s); retrying", exc)
                 self._slots.release()
+                if self._gone(exc):
+                    return
+                log.warning("receive failed (%s); retrying", exc)
                 self.stopping.wait(1)
                 continue
             messages = response.get("Messages", [])
@@ -236,6 +331,8 @@ class Agent:
             with self.presence.occupied():
                 self._run_stage(task, message)
         except HandBack as why:
+            if self._gone(why.__cause__):
+                return
             log.warning("%s: %s; handing the message back", what, why)
             self._give_back(message)
         except Exception:
@@ -655,6 +752,7 @@ class Agent:
             log.warning("%s:%s attempt %d: report refused, another attempt holds the stage", report["job_id"], report["stage"], report["attempt"])
             return True
         except (BotoCoreError, ClientError) as exc:
+            self._gone(exc)
             log.warning("report of %s:%s deferred to the outbox (%s)", report["job_id"], report["stage"], exc)
             return False
         token = report.get("run_token") or _stored_run_token(ref)
@@ -696,6 +794,8 @@ class Agent:
         try:
             held = stage_attempts.held_by(self.table_name, self.config.agent_id)
         except (BotoCoreError, ClientError) as exc:
+            if isinstance(exc, ClientError) and exc.response["Error"]["Code"] in _GONE:
+                raise
             log.warning("restart: cannot list the attempts this agent holds (%s); their leases will expire", exc)
             held = []
         for item in held:
@@ -866,6 +966,9 @@ class Agent:
                 if exc.response["Error"]["Code"] in _DEAD_TOKEN:
                     log.warning("%s stage %d: the execution no longer waits for it; stopping", ref.job_id, ref.stage_index)
                     run.stop("canceled")
+                    return
+                if self._gone(exc):
+                    run.stop("shutdown")
                     return
                 why = exc.response["Error"]["Code"]
             except BotoCoreError as exc:

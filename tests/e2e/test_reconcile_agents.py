@@ -63,16 +63,18 @@ class Fleet:
         self.stack_file.write_text(stack.model_dump_json())
         self.jobs: list[str] = []
 
-    def config(self, agent_id: str, workspace_root: Path | None = None, stack_file: Path | None = None) -> Path:
-        path = self.tmp / f"{agent_id}.toml"
+    def config(self, agent_id: str, workspace_root: Path | None = None, stack_file: Path | None = None, mac: str | None = None) -> Path:
+        """`mac`: the Mac the agent runs on, when it is not the agent_id (a cloned image)."""
+        mac = mac or agent_id
+        path = self.tmp / f"{mac}.toml"
         path.write_text(
             "\n".join(
                 [
                     f'agent_id = "{agent_id}"',
                     'region = "eu-west"',
                     "capacity = 1",
-                    f'workspace_root = "{workspace_root or self.tmp / (agent_id + "-ws")}"',
-                    f'journal = "{self.journal(agent_id)}"',
+                    f'workspace_root = "{workspace_root or self.tmp / (mac + "-ws")}"',
+                    f'journal = "{self.journal(mac)}"',
                     f'stack_file = "{stack_file or self.stack_file}"',
                     "poll_wait_sec = 1",
                     "outbox_interval_sec = 0.5",
@@ -390,6 +392,31 @@ def test_a_restarted_agent_whose_journal_was_lost_leaves_the_attempt_to_its_leas
     assert (build["attempt"], build["reconciled"]["decision"]) == (2, "rerun")
     assert fleet.effect_lines() == [f"{job_id}:build", f"{job_id}:upload"]
     assert "was claimed from another journal; left to its lease" in fleet.log("mac-a")
+
+
+def test_a_second_agent_with_the_same_agent_id_refuses_to_start_and_leaves_the_first_ones_stage_alone(fleet: Fleet):
+    """Issue 14: a cloned Mac image started a second agent with an agent_id in use; it failed the
+    first one's live stage at startup and the two overwrote each other's presence."""
+    secret = fleet.register(
+        f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 4; echo "$RELEVO_OPERATION_ID" >> {fleet.effect}',
+        probe=fleet.probe,
+        lease_ttl_sec=30,
+    )
+    with fleet.agent("mac-a"):
+        job_id = fleet.push(secret)
+        fleet.wait_started()
+        clone = subprocess.run(
+            [sys.executable, "-m", "relevo_agent.cli", "run", "--config", str(fleet.config("mac-a", mac="mac-a-clone"))],
+            capture_output=True, text=True, timeout=60,
+        )
+        job = fleet.wait_job(job_id)
+
+    assert clone.returncode == 2, clone.stderr[-2000:]
+    assert "agent_id mac-a is in use by another relevo-agent on host" in clone.stderr
+    assert job["status"] == "succeeded", fleet.log("mac-a")[-3000:]
+    build = job["stages"][0]
+    assert (build["attempt"], build["attempts_log"]) == (1, [])  # nobody failed the live stage
+    assert fleet.effect_lines() == [f"{job_id}:build", f"{job_id}:upload"]
 
 
 # ---------------------------------------------------------------------------- cut off
