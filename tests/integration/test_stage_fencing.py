@@ -119,3 +119,25 @@ def test_a_redelivery_while_the_attempt_is_held_is_left_to_come_back(local_stack
 
     assert refused.value.held
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_the_stage_of_an_execution_stopped_outside_relevo_is_canceled_by_the_sweep(local_stack, intake_settings, project_id):
+    from relevo_core.sweeper import execution_arn, sweep
+    from tests.integration.helpers import wait_for_execution
+
+    job_id = _start_job(local_stack, project_id, stages=TWO_STAGES)
+    task, _ = receive_stage(local_stack, job_id)
+    ref = claim_and_accept(local_stack, task, "mac-a", lease_ttl_sec=60)
+    wait_for_run_token(ref)
+    client("stepfunctions").stop_execution(executionArn=execution_arn(local_stack.state_machine_arn, job_id), cause="console")
+    # moto 5.2.5 ends a stopped execution that waits for a task token as FAILED, AWS as ABORTED:
+    # either way it ended with no last state, and the sweep ends its job and stage.
+    assert wait_for_execution(local_stack, job_id, timeout=30)["status"] != "RUNNING"
+
+    sweep(intake_settings, _now())
+
+    stage = _stage(local_stack, job_id)
+    assert (stage["status"], stage["last_writer"]) == ("canceled", "sweeper") and "held_by" not in stage
+    with pytest.raises(stage_attempts.LeaseLost) as renewal:
+        stage_attempts.renew_lease(ref, 60, _now())
+    assert renewal.value.ended
