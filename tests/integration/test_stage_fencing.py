@@ -4,6 +4,7 @@ and no claim takes it; a claim can be sent again after a lost answer; a report t
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -141,3 +142,35 @@ def test_the_stage_of_an_execution_stopped_outside_relevo_is_canceled_by_the_swe
     with pytest.raises(stage_attempts.LeaseLost) as renewal:
         stage_attempts.renew_lease(ref, 60, _now())
     assert renewal.value.ended
+
+
+def test_a_reset_before_the_claim_hands_the_message_back_at_once(local_stack, project_id, tmp_path, monkeypatch):
+    """Issue 14: a connection reset while the agent read the envelope crashed the handling, and
+    the message waited out its 60 s visibility timeout, twice, until the job failed with
+    Relevo.Timeout.Queue."""
+    from relevo_agent.config import AgentConfig
+    from relevo_agent.service import Agent
+    from relevo_cli.drill.proxy import FaultProxy, Mode
+    from relevo_core.aws import reset_clients
+
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], queue_timeout_sec=120)
+    task, receipt = receive_stage(local_stack, job_id)
+    host, port = str(local_stack.aws_endpoint).split("//", 1)[1].rstrip("/").split(":")
+    config = AgentConfig(agent_id="mac-reset", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3")
+    agent = Agent(config, local_stack.table_name, local_stack.work_queues["eu-west"])
+    with FaultProxy((host, int(port))) as proxy:
+        # Every try of the envelope read is reset (botocore's max_attempts 3 counts retries: four
+        # tries, "Retries", boto3 guide); then the network is fine again.
+        proxy.set_mode(Mode.RESET, reset_probability=1.0, resets_left=4)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        reset_clients()
+        agent._active = 1
+        agent._handle({"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"})
+        assert proxy.stats.resets == 4
+    monkeypatch.setenv("AWS_ENDPOINT_URL", str(local_stack.aws_endpoint))
+    reset_clients()
+
+    again, _ = receive_stage(local_stack, job_id, timeout=5)  # visible again at once, not after 60 s
+    assert (again["attempt"], again["task_token"]) == (1, task["task_token"])
+    assert "attempt" not in _stage(local_stack, job_id)  # nothing was claimed
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")

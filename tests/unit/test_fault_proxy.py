@@ -131,3 +131,16 @@ def test_the_proxy_ends_by_itself_after_its_lifetime(echo: tuple[str, int]):
     assert conn.recv(100) == b""  # closed, not left hanging
     with pytest.raises(OSError):
         _connect(proxy, timeout=0.5)
+
+
+def test_reset_mode_can_stop_by_itself_after_so_many_resets(proxy: FaultProxy):
+    proxy.set_mode(Mode.RESET, reset_probability=1.0, resets_left=2)
+    for _ in range(2):
+        with _connect(proxy) as conn:
+            conn.sendall(b"x")
+            with pytest.raises(ConnectionResetError):
+                conn.recv(100)
+    with _connect(proxy) as conn:
+        conn.sendall(b"through")
+        assert conn.recv(100) == b"through"
+    assert proxy.mode is Mode.PASS and proxy.stats.resets == 2

@@ -13,7 +13,7 @@ any moment:
   request after the mode was set (a new connection at its first), before anything of that request
   is forwarded: the agent sees "connection reset by peer" (an RST, SO_LINGER 0) and the service
   never sees the request. A connection spared carries its requests on; the agent's next
-  connection draws again.
+  connection draws again. With `resets_left`, the proxy passes again after that many resets.
 - `latency`: each chunk from the agent is forwarded `latency_sec` after it arrived (requests keep
   their order and are not serialised behind each other's delays).
 
@@ -69,6 +69,7 @@ class FaultProxy:
         self.mode = Mode.PASS
         self.latency_sec = 0.5
         self.reset_probability = 1.0
+        self.resets_left: int | None = None
         self.stats = ProxyStats()
         self.port = 0
         self._epoch = 0  # bumped by every set_mode: a connection's reset is drawn once per epoch
@@ -90,12 +91,19 @@ class FaultProxy:
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
-    def set_mode(self, mode: Mode | str, latency_sec: float | None = None, reset_probability: float | None = None) -> None:
+    def set_mode(
+        self,
+        mode: Mode | str,
+        latency_sec: float | None = None,
+        reset_probability: float | None = None,
+        resets_left: int | None = None,
+    ) -> None:
         mode = Mode(mode)
         if latency_sec is not None:
             self.latency_sec = latency_sec
         if reset_probability is not None:
             self.reset_probability = reset_probability
+        self.resets_left = resets_left
         self.mode = mode
         self._epoch += 1
         self._call(self._apply_mode)
@@ -174,6 +182,10 @@ class FaultProxy:
         except _Closing as why:
             if str(why) == "reset":
                 self.stats.resets += 1
+                if self.resets_left is not None:
+                    self.resets_left -= 1
+                    if self.resets_left <= 0:
+                        self.mode, self.resets_left = Mode.PASS, None
                 _reset(agent_writer)
                 if upstream_writer is not None:
                     _reset(upstream_writer)
