@@ -114,3 +114,20 @@ def test_a_live_agent_past_the_backstop_is_an_exec_timeout_and_its_stage_is_fail
 
     assert (described["status"], described["error"]) == ("FAILED", "Relevo.Timeout.Exec")
     assert _stage(local_stack, job_id)["status"] == "failed"
+
+
+def test_a_late_claim_of_a_stage_its_job_failed_is_refused_and_the_stage_stays_failed(local_stack, project_id):
+    """The queue timed out (no agent came); an agent that comes online later still receives the
+    message: its claim must not bring the failed job's stage back to `running`."""
+    import pytest
+
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "deliver", "run": "true"}], queue_timeout_sec=2)
+    assert wait_for_execution(local_stack, job_id, timeout=30)["error"] == "Relevo.Timeout.Queue"
+    task, _ = receive_stage(local_stack, job_id)
+
+    late = stage_attempts.StageRef(local_stack.table_name, job_id, task["stage_index"], task["attempt"], "mac-late")
+    with pytest.raises(stage_attempts.ClaimRefused) as refused:
+        stage_attempts.claim(late, 3, datetime.now(timezone.utc))
+
+    assert not refused.value.held  # stale: the agent deletes the message
+    assert _stage(local_stack, job_id)["status"] == "failed"

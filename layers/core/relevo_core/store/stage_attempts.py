@@ -209,7 +209,8 @@ def claim(
     so the same call can be sent again with the same `claim_id` after a connection reset (it
     cannot tell whether the first one landed) and still return what the previous attempt left.
     It is refused (ClaimRefused) when a live holder has this attempt, a later attempt has the
-    stage, this attempt already finished, or the stage ended with its job (canceled, skipped)."""
+    stage, this attempt already finished, or the stage is closed: ended with its job (canceled,
+    skipped) or the one its job failed on (`closed_at`, set by the state machine and the sweep)."""
     claim_id = claim_id or uuid.uuid4().hex
     previous = from_attributes(
         client("dynamodb").get_item(TableName=ref.table, Key=ref.key, ConsistentRead=True).get("Item", {})
@@ -243,7 +244,7 @@ def claim(
     if seen and seen != claim_id:
         unchanged, values[":seen"] = "claim_id = :seen", seen
     condition = (
-        "claim_id = :claim OR (attribute_exists(pk) AND NOT #status IN (:canceled, :skipped) AND "
+        "claim_id = :claim OR (attribute_exists(pk) AND attribute_not_exists(closed_at) AND NOT #status IN (:canceled, :skipped) AND "
         f"{unchanged} AND (attribute_not_exists(attempt) OR attempt < :attempt OR (attempt = :attempt "
         "AND lease_expires_at < :epoch AND #status IN (:live_running, :live_reconciled))))"
     )

@@ -3,8 +3,9 @@
 A job canceled (or whose execution was stopped, aborted or timed out outside Relevo) leaves the
 stage it was on `dispatched`, `running`, `reconciled` or in `manual_review`: nothing will ever
 finish it. Ending the job ends those stages too, each with one conditional write (still open),
-so a holder's late report cannot bring one back and the claim protocol refuses them
-(relevo_core.store.stage_attempts: no attempt claims a `canceled` stage). The write also takes
+so a holder's late report cannot bring one back, and `closed_at` makes the claim protocol
+refuse them (relevo_core.store.stage_attempts), as it refuses the stage a job failed on (the
+state machine's MarkStageFailed). The write also takes
 the stage out of the held-by index, so a restarted agent does not find it among its attempts.
 Stages never dispatched have no record; the job view shows them `skipped`.
 """
@@ -47,7 +48,7 @@ def end_open_stages(table: str, job_id: str, status: StageStatus, now: datetime,
             client("dynamodb").update_item(
                 TableName=table,
                 Key={"pk": {"S": item["pk"]}, "sk": {"S": item["sk"]}},
-                UpdateExpression="SET #status = :ended, ended_at = if_not_exists(ended_at, :now), last_writer = :writer REMOVE held_by",
+                UpdateExpression="SET #status = :ended, ended_at = if_not_exists(ended_at, :now), closed_at = :now, last_writer = :writer REMOVE held_by",
                 ConditionExpression=f"#status IN ({', '.join(names)})",
                 ExpressionAttributeNames={"#status": "status"},
                 ExpressionAttributeValues=to_attributes(
