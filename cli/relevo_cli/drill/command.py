@@ -22,7 +22,7 @@ from typing import Callable, Optional
 import typer
 from rich.console import Console
 
-from relevo_cli.drill.drills import DRILLS, Trial
+from relevo_cli.drill.drills import DRILLS, LateFault, Trial
 from relevo_cli.drill.fleet import TERMINAL_JOB, DrillFleet, DrillTiming
 from relevo_cli.drill.report import drill_table, summary_table
 from relevo_core.stackfile import StackInfo, load_stack
@@ -49,16 +49,37 @@ def run_drills(
             results[name] = []
             for number in range(1, trials + 1):
                 say(f"{name} trial {number}/{trials}…")
-                try:
-                    trial = DRILLS[name](fleet, number)
-                except Exception as exc:  # the drill could not observe what it needed
-                    trial = Trial(name, number, outcome="not completed", problems=[f"drill error: {type(exc).__name__}: {exc}"])
+                trial = run_trial(fleet, name, number, say)
                 results[name].append(trial)
                 on_trial(trial)
-                _settle(fleet, trial)
     finally:
         fleet.close()
     return results
+
+
+# A trial whose fault came too late (the machine was too loaded to inject it in time) is run
+# again, this many times at most, rather than counted.
+LATE_FAULT_RETRIES = 2
+
+
+def run_trial(fleet: DrillFleet, name: str, number: int, say: Callable[[str], None] = lambda _: None) -> Trial:
+    """One trial of the drill, run again when its fault came too late to be valid; the fleet is
+    settled afterwards (every job ended, every agent back)."""
+    for retry in range(LATE_FAULT_RETRIES + 1):
+        fleet.last_jobs = []
+        try:
+            trial = DRILLS[name](fleet, number)
+        except LateFault as late:
+            _settle(fleet, Trial(name, number, jobs=list(fleet.last_jobs)))
+            if retry < LATE_FAULT_RETRIES:
+                say(f"{name} trial {number}: {late}; not a valid trial, running it again")
+                continue
+            trial = Trial(name, number, outcome="not completed", problems=[f"drill error: {late}"])
+        except Exception as exc:  # the drill could not observe what it needed
+            trial = Trial(name, number, outcome="not completed", problems=[f"drill error: {type(exc).__name__}: {exc}"])
+        _settle(fleet, trial)
+        return trial
+    raise AssertionError("unreachable")
 
 
 def _settle(fleet: DrillFleet, trial: Trial) -> None:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
-from relevo_cli.drill.fleet import TERMINAL_STAGE, DrillFleet, GroupWatch, StageStart
+from relevo_cli.api import ApiError
+from relevo_cli.drill.fleet import TERMINAL_STAGE, DrillAgent, DrillError, DrillFleet, GroupWatch, StageStart, wait_until
 from relevo_cli.drill.proxy import Mode
 from relevo_core.aws import client
 from relevo_core.lease_timeline import LeaseTimeline
@@ -24,6 +25,10 @@ from relevo_core.lease_timeline import LeaseTimeline
 CANCEL_LIMIT_SEC = 5.0
 LATENCY_SEC = 0.5
 RESET_PROBABILITY = 0.5
+
+
+class LateFault(DrillError):
+    """The fault could not be injected before the effect might land: not a valid trial."""
 
 
 @dataclass
@@ -59,13 +64,20 @@ class DrillRun:
         self.trial = Trial(name, number)
 
     # ------------------------------------------------------------------ shared steps
-    def start_job(self, kind: str = "standard", **project: Any) -> tuple[str, StageStart]:
+    def start_job(self, kind: str = "standard", **project: Any) -> tuple[str, StageStart, DrillAgent]:
+        """The job, its deliver stage's first start, and the agent holding it, once the holder has
+        renewed once: the fault then lands mid-stage, well before the effect."""
         job_id = self.fleet.run(self.fleet.project(kind, **project))
         self.trial.jobs.append(job_id)
         start = self.fleet.wait_stage_start(job_id)
-        # Let the holder renew once before the fault: the fault lands mid-stage, before the effect.
-        time.sleep(min(self.lease.renew_interval_sec * 1.5, self.timing.effect_after_sec / 4))
-        return job_id, start
+        holder = self.fleet.holder(job_id, 1)
+        lead = min(self.lease.renew_interval_sec * 1.5, self.timing.effect_after_sec / 4)
+        time.sleep(max(0.0, start.seen + lead - time.monotonic()))
+        late = time.monotonic() - start.seen
+        if late > self.timing.effect_after_sec / 2:
+            # A loaded machine kept the drill from faulting in time: the effect could land first.
+            raise LateFault(f"the fault came {late:.1f}s into a stage whose effect lands at {self.timing.effect_after_sec:g}s")
+        return job_id, start, holder
 
     def judge(self, job_id: str, expected: str, fault_wall: float | None = None) -> dict[str, Any]:
         job = self.fleet.job(job_id)
@@ -109,11 +121,12 @@ class DrillRun:
 Drill = Callable[[DrillFleet, int], Trial]
 
 
-def _cut_off(fleet: DrillFleet, number: int, name: str, fault: Callable[[Any, StageStart], None], heal: Callable[[Any], None], hold_sec: float) -> Trial:
+def _cut_off(
+    fleet: DrillFleet, number: int, name: str, fault: Callable[[Any, StageStart], None], heal: Callable[[Any], None], hold_sec: float
+) -> Trial:
     """A fault on the agent holding the stage, mid-stage, held for `hold_sec`, then healed."""
     run = DrillRun(fleet, name, number)
-    job_id, start = run.start_job()
-    holder = fleet.holder(job_id, 1)
+    job_id, start, holder = run.start_job()
     watch = GroupWatch(start.pgid)
     fault_wall, fault_mono = time.time(), time.monotonic()
     fault(holder, start)
@@ -205,7 +218,7 @@ def cancel(fleet: DrillFleet, number: int) -> Trial:
     """`relevo cancel` mid-stage: SIGTERM reaches the group within CANCEL_LIMIT_SEC whatever the
     lease, the job ends canceled and no stage of it stays running."""
     run = DrillRun(fleet, "cancel", number)
-    job_id, start = run.start_job()
+    job_id, start, _ = run.start_job()
     watch = GroupWatch(start.pgid)
     canceled = time.monotonic()
     fleet.api.cancel_job(job_id)
@@ -240,6 +253,7 @@ def exhaust(fleet: DrillFleet, number: int) -> Trial:
     failed = fleet.wait_job(job_id)
     run.judge(job_id, "failed")
     run.trial.problems += _dead_letter_problems(fleet, job_id)
+    wait_until(lambda: _has_dead_letter(fleet, job_id), 30, f"{job_id} in relevo dlq")  # recorded after the queue's message
     fixed.touch()
     resumed_id = str(fleet.api.redrive(job_id)["job_id"])
     run.trial.jobs.append(resumed_id)
@@ -250,6 +264,14 @@ def exhaust(fleet: DrillFleet, number: int) -> Trial:
     run.trial.attempts = failed["stages"][1].get("attempt") or 0
     run.trial.outcome = f"failed after {run.trial.attempts} attempts, redriven: {resumed['status']}"
     return run.trial
+
+
+def _has_dead_letter(fleet: DrillFleet, job_id: str) -> bool:
+    try:
+        fleet.api.dead_letter(job_id)
+    except ApiError:
+        return False
+    return True
 
 
 def _dead_letter_problems(fleet: DrillFleet, job_id: str) -> list[str]:
