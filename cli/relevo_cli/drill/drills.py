@@ -244,8 +244,10 @@ def exhaust(fleet: DrillFleet, number: int) -> Trial:
         f'[ -f {fixed} ] || {{ echo "announce attempt $RELEVO_ATTEMPT: the store is down"; exit 75; }}; '
         f"{fleet.effect_command()}"
     )
+    # A project per trial: its announce command names this trial's "fixed" file (projects are
+    # registered once per kind, and an earlier trial's file is there already).
     project = fleet.project(
-        "exhaust", deliver=fleet.effect_command(), announce=announce,
+        f"exhaust-{number}", deliver=fleet.effect_command(), announce=announce,
         retry={"backoff_base_sec": 0, "attempts": {"Relevo.Transient.ExitCode": 2}},
     )
     job_id = fleet.run(project)
