@@ -169,6 +169,9 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
         "queue_timeout_sec": envelope.queue_timeout_sec,
         # How often a job waiting for its project's lock tries again.
         "lock_poll_sec": max(1, min(10, envelope.lease_ttl_sec // 3)),
+        # The streak of conflicts the current transactional state has retried (job.asl.json's
+        # <State>Canceled choices retry at most 5, with backoff and full jitter).
+        "conflict": {"retries": 0},
         # A job from a later stage runs only that stage on; the earlier ones show as skipped.
         "stages": [
             {
