@@ -22,7 +22,8 @@ from relevo_core.aws import client
 from relevo_core.intake import build_envelope, project_cache, start_execution, work_queue_url
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.status import JobStatus
-from relevo_core.store import jobs
+from relevo_core.lock_handoff import wake_next_waiter
+from relevo_core.store import jobs, locks
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.projects import get_project
 from relevo_core.sweeper import execution_arn
@@ -33,10 +34,14 @@ from tests.integration.test_project_lock import _enqueue
 
 STAGES = [{"name": "build", "run": "true"}]
 # The partition-key prefixes of each transactional state's items, in the order the state names them.
+ACQUIRE_PROJECT_LOCK_AND_START = ("LOCK#", "JOB#", "COUNTER#")
 MARK_STARTED = ("JOB#", "COUNTER#")
 MARK_WAITING_FOR_PROJECT = ("JOB#", "LOCK#")
 ACQUIRE_AS_QUEUE_HEAD = ("LOCK#", "JOB#")
 RECORD_RESOLVED_SUCCEEDED = ("JOB#", "JOB#")
+# WaitForProject's park names the same items as AcquireAsQueueHead; its first is a ConditionCheck.
+WAIT_FOR_PROJECT, PARK = ("LOCK#", "JOB#"), ("ConditionCheck", "Update")
+GIVE_UP_WAITING = ("JOB#", "COUNTER#", "LOCK#")
 
 
 def _job(stack, job_id) -> dict:
@@ -70,6 +75,24 @@ def _holder_and_waiter(stack, settings, project_id) -> tuple[dict, str]:
     return holder_task, waiter
 
 
+# An execution name no execution has: a lock it holds stays held until the test lets it go.
+OUTSIDE_HOLDER = "job_" + "0" * 25 + "h"
+
+
+def hold_outside(stack, project_id: str) -> None:
+    client("dynamodb").put_item(
+        TableName=stack.table_name,
+        Item={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}, "kind": {"S": "lock"}, "count": {"N": "1"},
+              "holders": {"SS": [OUTSIDE_HOLDER]}},
+    )
+
+
+def release_outside(stack, project_id: str) -> None:
+    """Let the lock go the way cancel and the sweeper do, waking the head of the line."""
+    assert locks.release(stack.table_name, project_id, OUTSIDE_HOLDER)
+    wake_next_waiter(stack.table_name, project_id)
+
+
 def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
     """A job written as intake writes it, moved to `status` before its execution starts (as a
     cancel, or an earlier MarkStarted whose answer was lost, would), then started."""
@@ -82,9 +105,13 @@ def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
     assert isinstance(jobs.create_job(stack.table_name, envelope, 600, settings.queue_limit, now), jobs.Created)
     if status is JobStatus.CANCELED:
         jobs.mark_canceled(stack.table_name, envelope.job_id, JobStatus.QUEUED, "test", settings.queue_limit, now)
-    else:  # what an applied MarkStarted leaves: running, its slot given back
+    else:  # what an applied start leaves: the lock held by the job's execution, the job running, its slot given back
         client("dynamodb").transact_write_items(
             TransactItems=[
+                {"Update": {"TableName": stack.table_name, "Key": {"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}},
+                            "UpdateExpression": "SET #count = :one, kind = :kind ADD holders :me",
+                            "ExpressionAttributeNames": {"#count": "count"},
+                            "ExpressionAttributeValues": {":one": {"N": "1"}, ":kind": {"S": "lock"}, ":me": {"SS": [envelope.job_id]}}}},
                 {"Update": jobs._transition(stack.table_name, envelope.job_id, JobStatus.QUEUED, status, "test", now)},
                 jobs.queue_counter_update(stack.table_name, settings.queue_limit, -1),
             ]
@@ -93,11 +120,11 @@ def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
     return envelope.job_id
 
 
-def test_a_conflict_at_mark_started_is_retried_and_the_queue_slot_given_back_once(local_stack, intake_settings, project_id):
+def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES)
     before = queued_counter(local_stack)
 
-    with faults.transaction_conflicts(2, MARK_STARTED) as conflicts:
+    with faults.transaction_conflicts(2, ACQUIRE_PROJECT_LOCK_AND_START) as conflicts:
         job_id = _enqueue(local_stack, intake_settings, project_id)
         task, _ = receive_stage(local_stack, job_id)
 
@@ -105,13 +132,33 @@ def test_a_conflict_at_mark_started_is_retried_and_the_queue_slot_given_back_onc
     record = _job(local_stack, job_id)
     assert record["status"] == "running" and "start_pending" not in record
     assert queued_counter(local_stack) == before
+    assert _lock(local_stack, project_id)["holders"] == {job_id}
     assert [cause.split(" (")[0] for cause in _conflicts_seen(local_stack, job_id)] == [
-        "Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict, None]"
+        "Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict, None, None]"
     ] * 2
-    assert _entered(local_stack, job_id, "MarkStarted") == 3
+    assert _entered(local_stack, job_id, "CheckLockHolder") == 0  # a conflict is not a refusal
     _agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     assert queued_counter(local_stack) == before
+
+
+def test_a_conflict_at_mark_started_is_retried_and_the_queue_slot_given_back_once(local_stack, intake_settings, project_id):
+    """MarkStarted runs for a job that took the lock as the head of the line."""
+    holder_task, waiter = _holder_and_waiter(local_stack, intake_settings, project_id)
+    before = queued_counter(local_stack)
+
+    with faults.transaction_conflicts(2, MARK_STARTED) as conflicts:
+        _agent_runs(local_stack, holder_task)
+        task, _ = receive_stage(local_stack, waiter, timeout=60)
+
+    assert len(conflicts.failed) == 2, "the state did not retry the conflict"
+    record = _job(local_stack, waiter)
+    assert record["status"] == "running" and "start_pending" not in record
+    assert queued_counter(local_stack) == before - 1  # the waiter's slot, given back once
+    assert _entered(local_stack, waiter, "MarkStarted") == 3
+    _agent_runs(local_stack, task)
+    assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
+    assert queued_counter(local_stack) == before - 1
 
 
 def test_a_conflict_at_mark_waiting_for_project_is_retried_and_the_job_joins_the_line(local_stack, intake_settings, project_id):
@@ -173,6 +220,62 @@ def test_a_conflict_at_record_resolved_succeeded_is_retried(local_stack, project
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
 
+def test_a_conflict_while_parking_is_retried_and_the_job_stays_in_line(local_stack, intake_settings, project_id):
+    register_project(local_stack, project_id, STAGES, queue_timeout_sec=200)
+    hold_outside(local_stack, project_id)
+    waiter = _enqueue(local_stack, intake_settings, project_id)
+    wait_until(lambda: _job(local_stack, waiter).get("wake_token"), 60, f"{waiter} parked")
+
+    with faults.transaction_conflicts(2, WAIT_FOR_PROJECT, operations=PARK) as conflicts:
+        wait_until(lambda: len(conflicts.failed) == 2, 60, "two parks conflicting")
+        parks = _entered(local_stack, waiter, "WaitForProject")
+        wait_until(lambda: _entered(local_stack, waiter, "WaitForProject") > parks, 60, "parked again")
+
+    record = _job(local_stack, waiter)
+    assert (record["status"], record["waiting_for"]) == ("queued", project_id)
+    assert _entered(local_stack, waiter, "NoLongerQueued") == 0
+    assert client("stepfunctions").describe_execution(
+        executionArn=execution_arn(local_stack.state_machine_arn, waiter))["status"] == "RUNNING"
+    release_outside(local_stack, project_id)
+    task, _ = receive_stage(local_stack, waiter, timeout=30)
+    _agent_runs(local_stack, task)
+    assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
+
+
+def test_a_conflict_while_giving_up_is_retried_and_the_queue_slot_given_back_once(local_stack, intake_settings, project_id):
+    register_project(local_stack, project_id, STAGES, queue_timeout_sec=5)
+    hold_outside(local_stack, project_id)
+    before = queued_counter(local_stack)
+
+    with faults.transaction_conflicts(2, GIVE_UP_WAITING) as conflicts:
+        waiter = _enqueue(local_stack, intake_settings, project_id)
+        described = wait_for_execution(local_stack, waiter, timeout=90)
+
+    assert len(conflicts.failed) == 2
+    assert (described["status"], described.get("error")) == ("FAILED", "Relevo.Timeout.Queue")
+    assert _job(local_stack, waiter)["status"] == "failed"
+    assert waiter not in _lock(local_stack, project_id).get("waiters", set())
+    assert queued_counter(local_stack) == before
+    release_outside(local_stack, project_id)
+
+
+def test_a_release_that_meets_a_transaction_on_the_lock_is_retried(local_stack, intake_settings, project_id):
+    """ReleaseProjectLock is a single-item write on the lock item, which waiters' parks name in
+    their transactions: it can fail with TransactionConflictException, and is retried."""
+    register_project(local_stack, project_id, STAGES)
+    job_id = _enqueue(local_stack, intake_settings, project_id)
+    task, _ = receive_stage(local_stack, job_id)
+
+    with faults.write_conflicts(2, "LOCK#") as conflicts:
+        _agent_runs(local_stack, task)
+        described = wait_for_execution(local_stack, job_id)
+
+    assert len(conflicts.failed) == 2
+    assert described["status"] == "SUCCEEDED"
+    lock = _lock(local_stack, project_id)
+    assert lock["count"] == 0 and "holders" not in lock
+
+
 def test_a_job_canceled_before_it_joins_the_line_still_ends_not_queued(local_stack, intake_settings, project_id):
     """A real condition failure of MarkWaitingForProject (the job is no longer queued) still ends
     the execution as Relevo.Job.NotQueued, and the job never joins the line."""
@@ -191,8 +294,9 @@ def test_a_job_canceled_before_it_joins_the_line_still_ends_not_queued(local_sta
 
 
 def test_a_job_already_started_runs_its_stages_without_giving_back_a_second_slot(local_stack, intake_settings, project_id):
-    """A real condition failure of MarkStarted (the job is running already: an earlier attempt
-    was applied, its answer lost) still goes on to the stages, and the slot is not given back twice."""
+    """A real condition failure of MarkStarted (the job is running already: an earlier start was
+    applied, its answer lost, and the execution holds the lock) still goes on to the stages, and
+    the slot is not given back twice."""
     register_project(local_stack, project_id, STAGES)
     before = queued_counter(local_stack)
 

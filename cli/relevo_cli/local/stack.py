@@ -25,7 +25,7 @@ import boto3
 import requests
 from botocore.credentials import Credentials
 
-from relevo_cli.local import deferred, faults, sigv4, template
+from relevo_cli.local import deferred, faults, interpreter_patches, sigv4, template
 from relevo_cli.local.apigateway import ApiAdapter, Route
 from relevo_cli.local.sigv4 import Refusal
 from relevo_cli.local.lambda_runtime import FunctionRuntime
@@ -89,6 +89,7 @@ class LocalStack:
         for name in ("moto", "werkzeug", "botocore", "urllib3"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         _parse_each_state_machine_definition_once()
+        interpreter_patches.install()
         faults.install()  # inert until a test arms a fault (local/faults.py)
         self._server = _emulator_server(self.host, self.moto_port)
         self._server.start()

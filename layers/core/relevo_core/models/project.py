@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from relevo_core.models.envelope import PROJECT_ID, REGION_AFFINITY
 from relevo_core.models.plan import (
+    MAX_QUEUE_TIMEOUT_SEC,
     ApprovalSettings,
     RetryPolicy,
     RunPlanMixin,
@@ -142,7 +143,7 @@ class Project(RunPlanMixin):
     region_affinity: str = Field(pattern=REGION_AFFINITY)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
     stages: tuple[ProjectStage, ...] = Field(min_length=1, max_length=32)
-    queue_timeout_sec: int = Field(default=900, ge=1, le=86_400)
+    queue_timeout_sec: int = Field(default=900, ge=1, le=MAX_QUEUE_TIMEOUT_SEC)
     lease_ttl_sec: int = Field(default=60, ge=3, le=3600)
     retry: RetryPolicy = RetryPolicy()
     approval: ApprovalSettings = ApprovalSettings()
