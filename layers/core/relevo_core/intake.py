@@ -24,6 +24,7 @@ from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.project import OnRepeat, Project
 from relevo_core.models.status import HeldReason
+from relevo_core.plan_limits import require_envelope_fits, require_stages_fit
 from relevo_core.store import jobs
 from relevo_core.store.keys import stage_sk
 from relevo_core.store.projects import get_project
@@ -249,9 +250,13 @@ def enqueue(
     (the commit for Git triggers, the schedule slot for timers, ...). With a `held_reason` (a pull
     request from a fork) the job is written `held` and only a person's release starts it."""
     now = now or datetime.now(timezone.utc)
+    # Refused before anything is written: a project stored under other limits may hold a plan
+    # its jobs' executions could not carry (relevo_core.plan_limits).
+    require_stages_fit(project)
     stages = select_stages(project, stage_names)
     key = idempotency_key(project.id, identity, stages)
     envelope = build_envelope(settings, project, trigger, ref, commit, stages, key, now, priority, from_stage, retry_of)
+    require_envelope_fits(envelope)
     queue_url = work_queue_url(settings.work_queue_prefix, envelope.region_affinity)
     window, on_repeat = project.dedup_for(trigger.type.value)
     refuse_frozen = trigger.type in AUTOMATIC_TRIGGERS
