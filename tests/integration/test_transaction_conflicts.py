@@ -9,6 +9,15 @@ matches. The local stack applies DynamoDB requests one at a time and never confl
 tests switch the conflict on (relevo_cli.local.faults) for each transactional state, and check
 that the state retries it, that the job's status and its queue slot (the COUNTER# item) stay
 right, and that a real condition failure still goes where it went.
+
+The Cause the states read: moto 5.2.5's interpreter gives DynamoDB's message and the request's
+details, "Transaction cancelled, please refer cancellation reasons for specific reasons
+[TransactionConflict, None] (Service: DynamoDb, Status Code: 400, Request ID: ...)". AWS's message
+is the same sentence with the same bracketed list of reasons, one per item in request order
+(DynamoDB API Reference, CancellationReason; AWS Knowledge Center, "Why does my TransactWriteItems
+API call fail": "... specific reasons [ConditionalCheckFailed, None, None, None] (Service: ...").
+The states match only inside that list (`*TransactionConflict*`, `*, ConditionalCheckFailed]*`),
+never on the details after it, which differ between SDKs.
 """
 
 from __future__ import annotations
