@@ -29,7 +29,7 @@ import boto3
 import requests
 from botocore.credentials import Credentials
 
-from relevo_cli.local import deferred, emulator_iam, lambda_layer, sigv4, template
+from relevo_cli.local import deferred, emulator_iam, faults, interpreter_patches, lambda_layer, sigv4, template
 from relevo_cli.local.apigateway import ApiAdapter, Route
 from relevo_cli.local.sigv4 import Refusal
 from relevo_cli.local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
@@ -101,6 +101,8 @@ class LocalStack:
             logging.getLogger(name).setLevel(logging.CRITICAL)
         _parse_each_state_machine_definition_once()
         _store_key_policies_as_json()
+        interpreter_patches.install()
+        faults.install()  # inert until a test arms a fault (local/faults.py)
         self._server = _emulator_server(self.host, self.moto_port)
         self._server.start()
         host, port = self._server.get_host_and_port()

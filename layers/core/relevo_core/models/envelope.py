@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import (
+    MAX_QUEUE_TIMEOUT_SEC,
     STAGE_NAME,
     ApprovalSettings,
     RunPlanMixin,
@@ -77,7 +78,7 @@ class JobEnvelope(RunPlanMixin):
     ref: str = Field(min_length=1, max_length=256)
     commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,64}$")
     stages: tuple[StagePlan, ...] = Field(min_length=1, max_length=32)
-    queue_timeout_sec: int = Field(default=900, ge=1, le=86_400)
+    queue_timeout_sec: int = Field(default=900, ge=1, le=MAX_QUEUE_TIMEOUT_SEC)
     exec_timeout_sec: int = Field(default=3600, ge=1, le=86_400)
     lease_ttl_sec: int = Field(default=60, ge=3, le=3600)
     approval: ApprovalSettings = ApprovalSettings()

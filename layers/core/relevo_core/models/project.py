@@ -5,12 +5,13 @@
 
 from enum import Enum
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from relevo_core.models.envelope import PROJECT_ID, REGION_AFFINITY
 from relevo_core.models.plan import (
+    MAX_QUEUE_TIMEOUT_SEC,
     ApprovalSettings,
     RetryPolicy,
     RunPlanMixin,
@@ -24,11 +25,13 @@ class ProjectStage(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")
-    run: str = Field(min_length=1, max_length=16_384)
+    # Sizes of run and effect_probe, and the number of stages, are limits of what a job's
+    # execution carries: refused as PLAN_TOO_LARGE (relevo_core.plan_limits), not here.
+    run: str = Field(min_length=1)
     exec_timeout_sec: int = Field(default=3600, ge=1, le=86_400)
     kill_grace_sec: int = Field(default=10, ge=0, le=300)
-    effect_probe: str | None = Field(default=None, max_length=16_384)
-    inputs: tuple[str, ...] = Field(default=(), max_length=64)
+    effect_probe: str | None = None
+    inputs: tuple[Annotated[str, Field(min_length=1, max_length=512)], ...] = Field(default=(), max_length=64)
 
 
 class WebhookSecrets(BaseModel):
@@ -141,8 +144,8 @@ class Project(RunPlanMixin):
     default_ref: str = Field(default="main", min_length=1, max_length=256)
     region_affinity: str = Field(pattern=REGION_AFFINITY)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
-    stages: tuple[ProjectStage, ...] = Field(min_length=1, max_length=32)
-    queue_timeout_sec: int = Field(default=900, ge=1, le=86_400)
+    stages: tuple[ProjectStage, ...] = Field(min_length=1)
+    queue_timeout_sec: int = Field(default=900, ge=1, le=MAX_QUEUE_TIMEOUT_SEC)
     lease_ttl_sec: int = Field(default=60, ge=3, le=3600)
     retry: RetryPolicy = RetryPolicy()
     approval: ApprovalSettings = ApprovalSettings()

@@ -29,6 +29,7 @@ from relevo_core.store.keys import (
     START_PENDING_INDEX,
     WAIT_ORDER_ATTRIBUTE,
     WAITING_FOR_ATTRIBUTE,
+    WAKE_TOKEN_ATTRIBUTE,
     dedup_pk,
     delivery_pk,
     dlq_pk,
@@ -311,7 +312,7 @@ def _end_job(
     condition raises StatusChanged and the caller reads again."""
     update = _transition(
         table, job_id, previous, final, writer, now,
-        extra=f", ended_at = :now{extra} REMOVE {START_PENDING_ATTRIBUTE}, queue_reason, {WAITING_FOR_ATTRIBUTE}, {HELD_REASON_ATTRIBUTE}",
+        extra=f", ended_at = :now{extra} REMOVE {START_PENDING_ATTRIBUTE}, queue_reason, {WAITING_FOR_ATTRIBUTE}, {WAKE_TOKEN_ATTRIBUTE}, {HELD_REASON_ATTRIBUTE}",
         values=values,
     )
     items: list[dict[str, Any]] = [{"Update": update}]
