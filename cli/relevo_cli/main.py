@@ -16,9 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from relevo_cli.api import ApiError, RelevoApi
+from relevo_cli.cli_errors import JobId, ProjectId, RelevoGroup, set_debug
 from relevo_core.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
 
-app = typer.Typer(no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
+app = typer.Typer(cls=RelevoGroup, no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
 local_app = typer.Typer(no_args_is_help=True, help="The embedded local stack.")
 project_app = typer.Typer(no_args_is_help=True, help="The project registry.")
 dlq_app = typer.Typer(no_args_is_help=True, help="The job dead-letter queue.")
@@ -31,6 +32,14 @@ console = Console()
 errors = Console(stderr=True)
 
 StackOption = typer.Option(None, "--stack-file", envvar="RELEVO_STACK_FILE", help="stack.json of the stack to use")
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    debug: bool = typer.Option(False, "--debug", envvar="RELEVO_DEBUG", help="show the traceback of any error"),
+) -> None:
+    set_debug(ctx, debug)
 
 
 def _stack(stack_file: Optional[Path]) -> StackInfo:
@@ -126,7 +135,7 @@ def _print_log_tail(job: dict) -> None:
 
 @app.command("status")
 def status(
-    job_id: str,
+    job_id: str = JobId,
     as_json: bool = typer.Option(False, "--json", help="print the job as JSON"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
@@ -185,21 +194,19 @@ def jobs(
 @project_app.command("apply")
 def project_apply(file: Path, stack_file: Optional[Path] = StackOption) -> None:
     """Validate and store a project; webhook secrets go to Secrets Manager."""
-    from relevo_cli.projects import apply_project_file
+    from relevo_cli.projects import apply_loaded, load_project_file
 
+    loaded = load_project_file(file)  # the file's own mistakes first: they need no stack
     stack = _stack(stack_file)
     try:
-        project = apply_project_file(stack, RelevoApi.for_stack(stack), file)
+        project = apply_loaded(stack, RelevoApi.for_stack(stack), loaded)
     except ApiError as exc:
         _fail(exc)
-    except ValueError as exc:
-        errors.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from exc
     console.print(f"project [bold]{project['id']}[/bold] applied ({len(project['stages'])} stages, region {project['region_affinity']})")
 
 
 @project_app.command("show")
-def project_show(project_id: str, stack_file: Optional[Path] = StackOption) -> None:
+def project_show(project_id: str = ProjectId, stack_file: Optional[Path] = StackOption) -> None:
     """Print a project as stored."""
     with _api(stack_file) as api:
         sys.stdout.write(json.dumps(api.get_project(project_id), indent=2) + "\n")
@@ -222,7 +229,7 @@ def project_list(stack_file: Optional[Path] = StackOption) -> None:
 
 @project_app.command("grant")
 def project_grant(
-    project_id: str,
+    project_id: str = ProjectId,
     principal: str = typer.Argument(..., help="IAM user or role ARN; a trailing /* matches a role's sessions"),
     level: str = typer.Argument(..., help="view, operate, manage, or none (revoke)"),
     stack_file: Optional[Path] = StackOption,
@@ -234,7 +241,7 @@ def project_grant(
 
 
 @project_app.command("grants")
-def project_grants(project_id: str, stack_file: Optional[Path] = StackOption) -> None:
+def project_grants(project_id: str = ProjectId, stack_file: Optional[Path] = StackOption) -> None:
     """Who may do what to a project (needs view)."""
     with _api(stack_file) as api:
         listing = api.grants(project_id)
@@ -255,7 +262,7 @@ def _print_trigger(result: dict) -> None:
 
 @app.command("run")
 def run(
-    project_id: str,
+    project_id: str = ProjectId,
     ref: Optional[str] = typer.Option(None, help="ref to build (default: the project's default_ref)"),
     commit: Optional[str] = typer.Option(None, help="commit to build"),
     stage: Optional[list[str]] = typer.Option(None, "--stage", help="run only these stages (repeatable)"),
@@ -275,7 +282,7 @@ def run(
 
 @app.command("rerun")
 def rerun(
-    job_id: str,
+    job_id: str = JobId,
     from_stage: Optional[str] = typer.Option(None, "--from-stage", help="skip the stages before this one"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
@@ -286,7 +293,7 @@ def rerun(
 
 @app.command("approve")
 def approve(
-    job_id: str, reason: Optional[str] = typer.Option(None, help="why"), stack_file: Optional[Path] = StackOption
+    job_id: str = JobId, reason: Optional[str] = typer.Option(None, help="why"), stack_file: Optional[Path] = StackOption
 ) -> None:
     """Approve a job waiting at its approval gate."""
     with _api(stack_file) as api:
@@ -295,7 +302,7 @@ def approve(
 
 
 @app.command("reject")
-def reject(job_id: str, reason: str = typer.Option(..., help="why (kept in the audit trail)"), stack_file: Optional[Path] = StackOption) -> None:
+def reject(job_id: str = JobId, reason: str = typer.Option(..., help="why (kept in the audit trail)"), stack_file: Optional[Path] = StackOption) -> None:
     """Reject a job waiting at its approval gate: it fails with the reason."""
     with _api(stack_file) as api:
         result = api.reject(job_id, reason)
@@ -303,7 +310,7 @@ def reject(job_id: str, reason: str = typer.Option(..., help="why (kept in the a
 
 
 @app.command("cancel")
-def cancel(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+def cancel(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
     """Cancel a job wherever it is; a running stage's process group is killed by its agent."""
     with _api(stack_file) as api:
         result = api.cancel_job(job_id)
@@ -318,7 +325,7 @@ class ResolveAs(str, Enum):
 
 @job_app.command("resolve")
 def job_resolve(
-    job_id: str,
+    job_id: str = JobId,
     stage: str = typer.Option(..., "--stage", help="the stage in manual review"),
     resolution: ResolveAs = typer.Option(..., "--as", help="succeeded: keep the effect; retry: run the stage again; failed: fail the job"),
     reason: Optional[str] = typer.Option(None, help="why (kept in the audit trail; required with --as failed)"),
@@ -359,14 +366,14 @@ def dlq_list(stack_file: Optional[Path] = StackOption) -> None:
 
 
 @dlq_app.command("show")
-def dlq_show(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+def dlq_show(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
     """One dead-lettered job, with everything needed to resume it."""
     with _api(stack_file) as api:
         sys.stdout.write(json.dumps(api.dead_letter(job_id), indent=2) + "\n")
 
 
 @dlq_app.command("redrive")
-def dlq_redrive(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+def dlq_redrive(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
     """Resume a dead-lettered job from its failed stage, under the same idempotency key."""
     with _api(stack_file) as api:
         _print_trigger(api.redrive(job_id))
@@ -381,7 +388,7 @@ def dlq_unfreeze(key: str, stack_file: Optional[Path] = StackOption) -> None:
 
 
 @app.command("release")
-def release(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+def release(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
     """Release a held job (a pull request from a fork, or a repeat after its dedup window) into the queue."""
     with _api(stack_file) as api:
         _print_trigger(api.release_job(job_id))
@@ -419,7 +426,7 @@ def queue(
 
 
 @app.command("promote")
-def promote(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+def promote(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
     """Move a queued job to the front: its priority becomes the highest queued priority + 1."""
     with _api(stack_file) as api:
         result = api.promote_job(job_id)
@@ -428,7 +435,7 @@ def promote(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
 
 @job_app.command("priority")
 def job_priority(
-    job_id: str,
+    job_id: str = JobId,
     priority: int = typer.Argument(..., help="higher runs first (a negative value goes after --, e.g. -- -5)"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
@@ -440,7 +447,7 @@ def job_priority(
 
 @job_app.command("delete")
 def job_delete(
-    job_id: str,
+    job_id: str = JobId,
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
@@ -457,7 +464,7 @@ def job_delete(
     )
 @app.command("logs")
 def logs(
-    job_id: str,
+    job_id: str = JobId,
     follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends; exit 0 if it succeeded, 1 if not"),
     from_seq: int = typer.Option(0, "--from-seq", min=0, help="start at this chunk (job show's log_tail.next_seq: right after its tail)"),
     poll_sec: float = typer.Option(1.0, "--poll", min=0.1, help="seconds between polls while following"),
@@ -489,7 +496,7 @@ app.add_typer(artifacts_app, name="artifacts")
 
 
 @artifacts_app.command("list")
-def artifacts_list(job_id: str, stack_file: Optional[Path] = StackOption) -> None:
+def artifacts_list(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
     """A job's artifacts, with the sha256 recorded at upload."""
     with _api(stack_file) as api:
         job = api.get_job(job_id)
@@ -503,7 +510,7 @@ def artifacts_list(job_id: str, stack_file: Optional[Path] = StackOption) -> Non
 
 @artifacts_app.command("get")
 def artifacts_get(
-    job_id: str,
+    job_id: str = JobId,
     name: str = typer.Argument(..., help="the file's path under the stage's artifact directory"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="file or directory to write (default: its name, here)"),
     stage: Optional[str] = typer.Option(None, "--stage", help="the stage that uploaded it (when several did)"),
