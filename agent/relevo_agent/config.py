@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from relevo_core.user_files import FileMistake, InvalidFile, Loc, Locator, field_name, read_text, validate
 
 # Retention the agent once took from its own config; now the stack's parameters (template.yaml).
 _STACK_RETENTION = {"log_retention_days": "LogRetentionDays", "artifact_retention_days": "JobRetentionDays"}
@@ -61,8 +64,9 @@ class AgentConfig(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> "AgentConfig":
-        data = tomllib.loads(path.read_text())
-        config = cls.model_validate(data)
+        """The config of `path`; any mistake in it is an InvalidFile naming its line and key."""
+        text = read_text(path, "agent config")
+        config = validate(cls, parse_toml(path, text), path, toml_locator(text))
         base = path.parent
         updates = {
             "workspace_root": (base / config.workspace_root.expanduser()).resolve(),
@@ -71,3 +75,44 @@ class AgentConfig(BaseModel):
         if config.stack_file is not None:
             updates["stack_file"] = (base / config.stack_file.expanduser()).resolve()
         return config.model_copy(update=updates)
+
+
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+_TOML_KEY = re.compile(r"""^\s*(?:"([^"]+)"|'([^']+)'|([A-Za-z0-9_-]+))\s*=""")
+
+
+def parse_toml(path: Path, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # Python 3.11's message ends with "(at line L, column C)"; 3.14 also has lineno / colno.
+        message = str(exc)
+        position = _TOML_POSITION.search(message)
+        line, column = (int(position.group(1)), int(position.group(2))) if position else (None, None)
+        raise InvalidFile.one(path, f"TOML syntax: {_TOML_POSITION.sub('', message)}", line, column) from None
+
+
+def toml_locator(text: str) -> Locator:
+    """Lines of the top-level keys of a TOML file (the agent's config is flat): enough to name
+    the line of a key whose value is wrong."""
+    lines: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith("["):
+            break  # a table: its keys are not the agent's
+        match = _TOML_KEY.match(line)
+        if match:
+            lines.setdefault(next(group for group in match.groups() if group), number)
+
+    def locate(loc: Loc) -> int | None:
+        return lines.get(str(loc[0])) if loc else None
+
+    return locate
+
+
+def config_mistake(path: Path, loc: Loc, message: str) -> InvalidFile:
+    """A mistake in the config found after loading it (against the stack it names)."""
+    try:
+        line = toml_locator(path.read_text(encoding="utf-8", errors="replace"))(loc)
+    except OSError:
+        line = None
+    return InvalidFile([FileMistake(path, message, line, field=field_name(loc))])
