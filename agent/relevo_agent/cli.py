@@ -92,6 +92,16 @@ def run(ctx: typer.Context, config: Path = typer.Option(..., "--config", exists=
     raise typer.Exit(agent.run())
 
 
+@app.command()
+def schema() -> None:
+    """Print the config's JSON Schema (editors validate and complete with it; see docs/agent-config.md)."""
+    import json
+
+    from relevo_core.user_files import file_schema
+
+    typer.echo(json.dumps(file_schema(AgentConfig), indent=2))
+
+
 DEFAULT_CONFIG = Path("~/relevo/agent.toml")
 _CONFIG_OPTION = typer.Option(DEFAULT_CONFIG, "--config", dir_okay=False, help="agent TOML file")
 

@@ -205,6 +205,14 @@ def project_apply(file: Path, stack_file: Optional[Path] = StackOption) -> None:
     console.print(f"project [bold]{project['id']}[/bold] applied ({len(project['stages'])} stages, region {project['region_affinity']})")
 
 
+@project_app.command("schema")
+def project_schema() -> None:
+    """Print the project file's JSON Schema (editors validate and complete with it; see docs/project-file.md)."""
+    from relevo_cli.reference import project_file_schema
+
+    sys.stdout.write(json.dumps(project_file_schema(), indent=2) + "\n")
+
+
 @project_app.command("show")
 def project_show(project_id: str = ProjectId, stack_file: Optional[Path] = StackOption) -> None:
     """Print a project as stored."""

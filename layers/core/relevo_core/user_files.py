@@ -162,6 +162,14 @@ def validate(model: type[BaseModel], data: Any, path: Path, locate: Locator, **c
         raise InvalidFile(mistakes_of(exc, model, path, locate)) from exc
 
 
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def file_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON Schema (2020-12) of a file the model reads: what editors validate and complete with."""
+    return {"$schema": SCHEMA_DIALECT, **model.model_json_schema()}
+
+
 def closest(name: str, known: Iterable[str]) -> str | None:
     """The known name a typo of `name` most likely meant, if one is close enough."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
