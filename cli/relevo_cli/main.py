@@ -95,6 +95,11 @@ def local_up(
         (state_dir / "stack.json").unlink(missing_ok=True)
 
 
+def gate_line(job_id: str, stage: str) -> str:
+    """What a job waiting at its approval gate needs, and the command that gives it."""
+    return f"waiting for approval before {stage}: `relevo approve {job_id}` (or `relevo reject {job_id} --reason …`)"
+
+
 def render_job(job: dict) -> Table:
     waiting = f" (waiting: {job['queue_reason']})" if job.get("queue_reason") else ""
     held = f" (held: {job['held_reason']}; relevo release starts it)" if job.get("held_reason") else ""
@@ -111,11 +116,27 @@ def render_job(job: dict) -> Table:
             "" if stage["exit_code"] in (None, -1) else str(stage["exit_code"]),
             stage["error_class"] or "",
         )
-    table.caption = (
-        f"ref {job['ref']} @ {(job['commit'] or '')[:12]} · region {job['region_affinity']} · "
-        f"last successful stage: {job['last_successful_stage'] or '-'} · last writer: {job['last_writer']}"
-    )
     return table
+
+
+def job_notes(job: dict) -> list[str]:
+    """Lines under a job's table (printed whole, never wrapped to the table's width): where it
+    builds and stands, then its approval gate (waiting at it, or how it was answered). Only what
+    is known: no "@" without a commit, no last successful stage before one succeeded."""
+    ref = f"ref {job['ref']}" + (f" @ {job['commit'][:12]}" if job.get("commit") else "")
+    parts = [ref, f"region {job['region_affinity']}"]
+    if job.get("last_successful_stage"):
+        parts.append(f"last successful stage: {job['last_successful_stage']}")
+    if job.get("last_writer"):
+        parts.append(f"last writer: {job['last_writer']}")
+    notes = [" · ".join(parts)]
+    if job.get("waiting_stage"):
+        notes.append(gate_line(job["job_id"], job["waiting_stage"]))
+    decision = job.get("approval_decision")
+    if decision:
+        reason = f": {decision['reason']}" if decision.get("reason") else ""
+        notes.append(f"{decision['decision']} by {decision['actor']} before {decision['stage']}{reason}")
+    return notes
 
 
 STATUS_LOG_LINES = 20
@@ -146,6 +167,8 @@ def status(
         sys.stdout.write(json.dumps(job, indent=2) + "\n")
     else:
         console.print(render_job(job))
+        for note in job_notes(job):
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
         _print_log_tail(job)
 
 
@@ -261,11 +284,23 @@ def project_grants(project_id: str = ProjectId, stack_file: Optional[Path] = Sta
     console.print(table)
 
 
-def _print_trigger(result: dict) -> None:
-    if result.get("duplicate"):
-        console.print(f"already queued as [bold]{result['job_id']}[/bold] ({result.get('outcome', 'duplicate')})")
-    else:
+# How a duplicate's existing job is named, by its status.
+_ALREADY = {"queued": "already queued as", "held": "already held as", "succeeded": "already ran as",
+            "failed": "already ran as", "canceled": "already ran as"}
+
+
+def _print_trigger(result: dict, api: RelevoApi, again: str | None = None) -> None:
+    """A new job, or the job a duplicate is: with its status (one more call), and for an ended
+    one the command (`again`) that runs the same work anew."""
+    if not result.get("duplicate"):
         console.print(f"job [bold]{result['job_id']}[/bold] {result.get('outcome', 'queued')}")
+        return
+    job_id = result["job_id"]
+    status = api.get_job(job_id)["status"]
+    line = f"{_ALREADY.get(status, 'already running as')} {job_id} ({status})"
+    if again and _ALREADY.get(status) == "already ran as":
+        line += f"; `{again}` runs it again"
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("run")
@@ -285,7 +320,7 @@ def run(
     if again:
         body["request_id"] = secrets.token_hex(8)
     with _api(stack_file) as api:
-        _print_trigger(api.run_project(project_id, {k: v for k, v in body.items() if v is not None}))
+        _print_trigger(api.run_project(project_id, {k: v for k, v in body.items() if v is not None}), api, f"relevo run {project_id} --again")
 
 
 @app.command("rerun")
@@ -296,7 +331,7 @@ def rerun(
 ) -> None:
     """Run a job again with the project's current configuration (trigger: retry)."""
     with _api(stack_file) as api:
-        _print_trigger(api.rerun_job(job_id, from_stage))
+        _print_trigger(api.rerun_job(job_id, from_stage), api)
 
 
 @app.command("approve")
@@ -384,7 +419,7 @@ def dlq_show(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> N
 def dlq_redrive(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
     """Resume a dead-lettered job from its failed stage, under the same idempotency key."""
     with _api(stack_file) as api:
-        _print_trigger(api.redrive(job_id))
+        _print_trigger(api.redrive(job_id), api)
 
 
 @dlq_app.command("unfreeze")
@@ -399,7 +434,7 @@ def dlq_unfreeze(key: str, stack_file: Optional[Path] = StackOption) -> None:
 def release(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
     """Release a held job (a pull request from a fork, or a repeat after its dedup window) into the queue."""
     with _api(stack_file) as api:
-        _print_trigger(api.release_job(job_id))
+        _print_trigger(api.release_job(job_id), api)
 
 
 @app.command("queue")
@@ -485,11 +520,17 @@ def logs(
         sys.stdout.write(text)
         sys.stdout.flush()
 
+    def gate_reached(page: dict) -> None:
+        # Following goes quiet while the job waits for a person: say for whom, and what to run.
+        if page.get("waiting_stage"):
+            errors.print(gate_line(job_id, page["waiting_stage"]), markup=False, highlight=False, soft_wrap=True)
+
     with _api(stack_file) as api:
         follower = LogFollower(
             fetch=lambda seq: api.job_logs(job_id, from_seq=seq),
             write=write,
             warn=lambda message: errors.print(f"[yellow]{message}[/yellow]"),
+            status_changed=gate_reached,
             poll_sec=poll_sec,
             next_seq=from_seq,
         )
