@@ -35,7 +35,7 @@ class RelevoGroup(TyperGroup):
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, typer.TyperException):  # typer's own exits and usage errors
+        except (typer.Exit, typer.Abort, typer.TyperException, BrokenPipeError):  # typer's own exits and usage errors
             raise
         except (InvalidFile, UserMistake) as exc:
             if ctx.meta.get(DEBUG_KEY):

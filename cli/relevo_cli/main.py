@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 from enum import Enum
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,10 +15,10 @@ from rich.table import Table
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.cli_errors import JobId, ProjectId, RelevoGroup, set_debug
-from relevo_core.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
+from relevo_cli.local_commands import local_app
+from relevo_core.stackfile import StackInfo, load_stack
 
 app = typer.Typer(cls=RelevoGroup, no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
-local_app = typer.Typer(no_args_is_help=True, help="The embedded local stack.")
 project_app = typer.Typer(no_args_is_help=True, help="The project registry.")
 dlq_app = typer.Typer(no_args_is_help=True, help="The job dead-letter queue.")
 job_app = typer.Typer(no_args_is_help=True, help="Operator actions on one job.")
@@ -65,34 +63,6 @@ def _api(stack_file: Optional[Path]) -> Iterator[RelevoApi]:
         yield api
     except ApiError as exc:
         _fail(exc)
-
-
-@local_app.command("up")
-def local_up(
-    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, "--state-dir", help="where stack.json is written"),
-    region_affinities: Optional[str] = typer.Option(None, help="comma-separated region affinities"),
-    queue_limit: Optional[int] = typer.Option(None, help="QueueLimit parameter"),
-    api_port: int = typer.Option(0, help="port of the local API (0: any free port)"),
-) -> None:
-    """Start the embedded AWS stack in the foreground until SIGINT or SIGTERM."""
-    from relevo_cli.local.stack import LocalStack
-
-    parameters = {}
-    if region_affinities:
-        parameters["RegionAffinities"] = region_affinities
-    if queue_limit is not None:
-        parameters["QueueLimit"] = str(queue_limit)
-    stack = LocalStack(state_dir=state_dir, parameters=parameters, api_port=api_port)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    try:
-        info = stack.start()
-        print(f"Relevo local stack ready: API {info.api_url} (AWS endpoint {info.aws_endpoint}, {state_dir / 'stack.json'})", flush=True)
-        stop.wait()
-    finally:
-        stack.stop()
-        (state_dir / "stack.json").unlink(missing_ok=True)
 
 
 def gate_line(job_id: str, stage: str) -> str:
