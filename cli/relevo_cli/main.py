@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timezone
 from enum import Enum
 from contextlib import contextmanager
 from pathlib import Path
@@ -412,15 +413,24 @@ def queue(
     as_json: bool = typer.Option(False, "--json", help="print the queue as JSON"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
-    """Queued jobs in the order they will run, with why each waits, and every agent's load."""
+    """Jobs waiting to run, in order, with why each waits (the project's lock, or no free agent), and every agent's load."""
     with _api(stack_file) as api:
         view = api.queue()
     if as_json:
         sys.stdout.write(json.dumps(view, indent=2) + "\n")
         return
-    jobs_table = Table(title=f"{view['count']} queued job(s){' (more not shown)' if view['truncated'] else ''}")
+    waiting = view.get("waiting_for_agent", [])
+    title = f"{view['count']} queued job(s){' (more not shown)' if view['truncated'] else ''}"
+    jobs_table = Table(title=title + (f", {len(waiting)} running job(s) waiting for an agent" if waiting else ""))
     for column in ("#", "job", "project", "priority", "region", "trigger", "ref", "queued since", "why waiting"):
         jobs_table.add_column(column, justify="right" if column in ("#", "priority") else "left")
+    # A dispatched stage is already past the project's lock: it goes to the first free agent.
+    for job in waiting:
+        why = f"{job['queue_reason'] or 'about to be claimed'}: stage {job['stage']} on the {job['region_affinity']} queue"
+        jobs_table.add_row(
+            "-", job["job_id"], job["project"], str(job["priority"]), job["region_affinity"] or "",
+            job["trigger"] or "", job["ref"] or "", (job["dispatched_at"] or job["created_at"] or "")[:19], why,
+        )
     for job in view["jobs"]:
         jobs_table.add_row(
             str(job["queue_position"]), job["job_id"], job["project"], str(job["priority"]), job["region_affinity"] or "",
@@ -436,6 +446,43 @@ def queue(
             agent["last_seen"][:19], "[green]online[/green]" if agent["online"] else "[red]offline[/red]",
         )
     console.print(agents_table)
+
+
+def _ago(iso: str) -> str:
+    seconds = max(0, int((datetime.now(timezone.utc) - datetime.fromisoformat(iso)).total_seconds()))
+    return f"{seconds}s ago" if seconds < 120 else f"{seconds // 60}m ago" if seconds < 7200 else f"{seconds // 3600}h ago"
+
+
+@app.command("agents")
+def agents_command(
+    as_json: bool = typer.Option(False, "--json", help="print the fleet as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """The fleet per region affinity: each agent online or offline, last seen, capacity used / total, the stages it runs, its version."""
+    stack = _stack(stack_file)
+    with _api(stack_file) as api:
+        agents = api.queue()["agents"]
+    regions = sorted(set(stack.work_queues) | {agent["region"] for agent in agents})
+    if as_json:
+        sys.stdout.write(json.dumps({region: [a for a in agents if a["region"] == region] for region in regions}, indent=2) + "\n")
+        return
+    for region in regions:
+        here = [agent for agent in agents if agent["region"] == region]
+        online = [agent for agent in here if agent["online"]]
+        table = Table(title=f"{region}: {len(online)} of {len(here)} agent(s) online")
+        for column in ("agent", "state", "last seen", "used / capacity", "running stages", "version"):
+            table.add_column(column)
+        for agent in here:
+            stages = ", ".join(f"{s['job_id']} {s['stage']}#{s['attempt']}" for s in agent.get("running_stages", []))
+            table.add_row(
+                agent["agent_id"], "[green]online[/green]" if agent["online"] else "[red]offline[/red]",
+                f"{agent['last_seen'][:19]} ({_ago(agent['last_seen'])})", f"{agent['used']} / {agent['capacity']}",
+                stages or "-", agent["version"],
+            )
+        if here:
+            console.print(table)
+        else:
+            console.print(f"{region}: no agents (a local one: relevo local agent --region {region})", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("promote")

@@ -23,7 +23,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 def _relevo(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "relevo_cli.main", *args], capture_output=True, text=True, timeout=timeout)
+    # Wide enough that no table cell wraps (rich reads COLUMNS when the CLI starts).
+    return subprocess.run(
+        [sys.executable, "-m", "relevo_cli.main", *args], capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "COLUMNS": "250"},
+    )
 
 
 def test_one_stack_per_state_dir_seen_by_status_with_its_agents_and_stopped_by_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -42,8 +46,22 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_and_stopped_by_d
             "`relevo local status` shows it, `relevo local down` stops it"
         )
         assert (state_dir / "stack.json").exists(), "the first stack's stack.json is still there"
-        RelevoApi.for_stack(stack).list_projects()  # and the first stack still answers
+        assert RelevoApi.for_stack(stack).list_projects()["count"] == 0  # and the first stack still answers
         assert "State is in memory: stopping this stack loses its projects, jobs and logs" in log.read_text()
+
+        # With no agent in us-east, a job there waits on agent_offline, and says so in `relevo queue`
+        api = RelevoApi.for_stack(stack)
+        api.put_project("offline-app", {"repo": "acme/offline-app", "region_affinity": "us-east", "stages": [{"name": "build", "run": "true"}]})
+        stranded = api.run_project("offline-app", {"ref": "main"})["job_id"]
+        stack_file = str(state_dir / "stack.json")
+        queue = wait_until(
+            lambda: [j for j in json.loads(_relevo("queue", "--json", "--stack-file", stack_file).stdout)["waiting_for_agent"] if j["job_id"] == stranded],
+            60, "the stranded job in the queue",
+        )
+        assert (queue[0]["stage"], queue[0]["queue_reason"]) == ("build", "agent_offline")
+        assert "agent_offline: stage build on the us-east queue" in _relevo("queue", "--stack-file", stack_file).stdout
+        fleet = _relevo("agents", "--stack-file", stack_file)
+        assert "us-east: no agents (a local one: relevo local agent --region us-east)" in fleet.stdout, fleet.stdout
 
         # `local agent` refuses a region the stack has no queue for, and runs one it has
         refused = _relevo("local", "agent", "--region", "ap-south", "--state-dir", str(state_dir))
@@ -68,7 +86,7 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_and_stopped_by_d
             assert shown.stdout.splitlines()[0].startswith(f"local stack up on {state_dir}: pid {up_pid}, up ")
             assert f"API {stack.api_url}" in shown.stdout and "regions: eu-west, us-east" in shown.stdout
             assert "agents (1 online of 1): local-eu-west-1 (eu-west, 0/1)" in shown.stdout
-            assert "projects (0): none yet" in shown.stdout
+            assert "projects (1): offline-app (us-east)" in shown.stdout
         finally:
             os.killpg(agent.pid, signal.SIGTERM)
             agent.wait(timeout=60)
