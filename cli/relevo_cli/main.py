@@ -282,6 +282,7 @@ def run(
     stage: Optional[list[str]] = typer.Option(None, "--stage", help="run only these stages (repeatable)"),
     priority: Optional[int] = typer.Option(None, help="priority (manual runs default to 10)"),
     again: bool = typer.Option(False, "--again", help="a new run even if the same one is already queued"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the job id (JOB=$(relevo run P -q))"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
     """Run a project now (trigger: manual)."""
@@ -291,7 +292,11 @@ def run(
     if again:
         body["request_id"] = secrets.token_hex(8)
     with _api(stack_file) as api:
-        _print_trigger(api.run_project(project_id, {k: v for k, v in body.items() if v is not None}), api, f"relevo run {project_id} --again")
+        result = api.run_project(project_id, {k: v for k, v in body.items() if v is not None})
+        if quiet:
+            sys.stdout.write(result["job_id"] + "\n")
+            return
+        _print_trigger(result, api, f"relevo run {project_id} --again")
 
 
 @app.command("rerun")
