@@ -92,3 +92,13 @@ def test_relevo_project_schema_and_relevo_agent_schema_print_the_shipped_schemas
     assert project.exit_code == 0 and agent.exit_code == 0
     assert json.loads(project.output) == json.loads((ROOT / "schemas" / "project-file.schema.json").read_text())
     assert json.loads(agent.output) == json.loads((ROOT / "schemas" / "agent-config.schema.json").read_text())
+
+
+def test_the_readme_puts_relevo_on_path_once_and_says_what_the_first_hour_needs():
+    readme = (ROOT / "README.md").read_text()
+    # One way to run the CLI throughout: on PATH after one export, never .venv/bin/relevo here and there.
+    assert readme.count('export PATH="$PWD/.venv/bin:$PATH"') == 1
+    assert ".venv/bin/relevo" not in readme
+    assert "relevo local agent --region" in readme  # how to run an agent against the local stack
+    assert "content type to `application/json`" in readme  # what a GitHub webhook must send
+    assert "**The state is in memory**" in readme

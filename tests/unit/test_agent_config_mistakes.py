@@ -80,3 +80,12 @@ def test_doctor_names_the_stacks_regions_when_the_region_has_no_queue(tmp_path: 
         f"FAIL  queue: no work queue for region 'ap-south' in the stack {tmp_path / 'stack.json'} "
         "(its region affinities: eu-west, us-east)"
     ) in result.output
+
+
+def test_with_debug_run_lets_the_config_mistake_through(tmp_path: Path):
+    config = _config(tmp_path, 'regoin = "eu-west"\n')
+
+    result = runner.invoke(app, ["--debug", "run", "--config", str(config)])
+
+    assert result.exit_code == 1
+    assert "unknown key 'regoin'" in str(result.exception)
