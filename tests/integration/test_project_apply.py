@@ -17,7 +17,6 @@ from relevo_cli.main import app
 from relevo_cli.projects import secret_name
 from relevo_core.aws import client
 from tests.integration.helpers import table_items
-from tests.integration.test_permissions import _user
 
 runner = CliRunner()
 
@@ -68,12 +67,17 @@ def test_a_region_without_a_work_queue_is_refused_before_anything_is_written(loc
     assert table_items(local_stack, f"PROJECT#{project_id}") == []
 
 
-def test_a_project_the_api_refuses_leaves_no_secret_it_created(local_stack, tmp_path: Path):
-    # Given a project valid as a file, which the API refuses: with a 60-character id, the
-    # schedule's EventBridge Scheduler name (<project>--<schedule>) is over 64 characters.
+def _refused_by_the_api(local_stack, tmp_path: Path) -> tuple[str, Path, str]:
+    """A project valid as a file that the API refuses, whoever applies it: with a 60-character id,
+    its schedule's EventBridge Scheduler name (<project>--<schedule>) is over 64 characters."""
     project_id = "p" + secrets.token_hex(4) + "x" * 51
     path, stack_file = _files(local_stack, tmp_path, project_id)
     path.write_text(path.read_text() + "schedules:\n  - name: nightly-build\n    expression: rate(1 day)\n")
+    return project_id, path, stack_file
+
+
+def test_a_project_the_api_refuses_leaves_no_secret_it_created(local_stack, tmp_path: Path):
+    project_id, path, stack_file = _refused_by_the_api(local_stack, tmp_path)
 
     result = runner.invoke(app, ["project", "apply", str(path), "--stack-file", stack_file])
 
@@ -83,25 +87,18 @@ def test_a_project_the_api_refuses_leaves_no_secret_it_created(local_stack, tmp_
     assert table_items(local_stack, f"PROJECT#{project_id}") == []
 
 
-def test_a_refused_change_gives_the_secret_its_previous_value_back(local_stack, project_id, tmp_path: Path, webhook_secret):
-    # Given a project someone else created and manages, with its webhook secret
-    owner = _user(local_stack, "apply-owner")
+def test_a_refused_apply_gives_a_secret_it_changed_its_previous_value_back(local_stack, tmp_path: Path, webhook_secret):
+    # Given the project's webhook secret as an earlier apply stored it
+    project_id, path, stack_file = _refused_by_the_api(local_stack, tmp_path)
     name = secret_name(local_stack, project_id, "github")
-    client("secretsmanager").create_secret(Name=name, SecretString="the-owners-secret")
-    owner.api.put_project(
-        project_id,
-        {"repo": f"acme/{project_id}", "region_affinity": "eu-west", "stages": [{"name": "build", "run": "make"}],
-         "webhook": {"github_secret_ref": name}},
-    )
-    path, stack_file = _files(local_stack, tmp_path, project_id)
+    client("secretsmanager").create_secret(Name=name, SecretString="the-earlier-secret")
 
-    # When the local key, which has no grant on it, applies a file for the same id
     result = runner.invoke(app, ["project", "apply", str(path), "--stack-file", stack_file])
 
-    # Then the API refuses it, and the secret holds the owner's value again
+    # Then the API refuses it, and the secret holds its earlier value again
     assert result.exit_code == 1, result.output
-    assert "FORBIDDEN" in result.output
-    assert _secret_value(name) == "the-owners-secret"
+    assert "VALIDATION_FAILED" in result.output
+    assert _secret_value(name) == "the-earlier-secret"
 
 
 def test_an_accepted_apply_stores_the_secret_and_the_reference(local_stack, project_id, tmp_path: Path, webhook_secret):
