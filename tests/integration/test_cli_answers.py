@@ -50,7 +50,7 @@ def _status(api: RelevoApi, job_id: str, wanted: str) -> dict:
 
 
 def test_a_duplicate_names_the_jobs_status_and_how_to_run_it_again(local_stack, project_id, tmp_path: Path):
-    register_project(local_stack, project_id, [{"name": "build", "run": "make"}])
+    register_project(local_stack, project_id, [{"name": "build", "run": "make"}], queue_timeout_sec=600)
     stack_file, api, commit = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack), secrets.token_hex(20)
     job_id = _cli(stack_file, "run", project_id, "--commit", commit).split()[1]
 

@@ -46,7 +46,8 @@ def _dispatched(local_stack, job_id: str) -> None:
 
 
 def test_the_queue_lists_a_running_job_whose_stage_waits_for_an_agent(local_stack, project_id, tmp_path: Path):
-    register_project(local_stack, project_id, [{"name": "build", "run": "make"}])
+    # A queue timeout long enough that the unclaimed stage is still waiting however slow the machine.
+    register_project(local_stack, project_id, [{"name": "build", "run": "make"}], queue_timeout_sec=600)
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     _dispatched(local_stack, job_id)
@@ -71,10 +72,12 @@ def test_agents_lists_the_fleet_per_region_with_the_stages_each_runs(local_stack
         agent_id=busy, region="eu-west", capacity=2, running=1, version="9.9.9", last_seen=now, interval_sec=30))
     agents.put_presence(local_stack.table_name, agents.AgentPresence(
         agent_id=gone, region="us-east", capacity=1, running=0, version="9.9.8", last_seen=now - timedelta(hours=1), interval_sec=30))
-    register_project(local_stack, project_id, [{"name": "build", "run": "make"}])
+    # A lease long enough that the claimed stage stays running (nobody heartbeats it here) while
+    # the CLI is asked twice, however slow the machine.
+    register_project(local_stack, project_id, [{"name": "build", "run": "make"}], lease_ttl_sec=600)
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     task, _ = receive_stage(local_stack, job_id)
-    wait_for_run_token(claim_and_accept(local_stack, task, busy))
+    wait_for_run_token(claim_and_accept(local_stack, task, busy, lease_ttl_sec=600))
     try:
         fleet = json.loads(_cli(stack_file, "agents", "--json"))
         shown = _cli(stack_file, "agents")
