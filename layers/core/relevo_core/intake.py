@@ -260,9 +260,15 @@ def enqueue(
     queue_url = work_queue_url(settings.work_queue_prefix, envelope.region_affinity)
     window, on_repeat = project.dedup_for(trigger.type.value)
     refuse_frozen = trigger.type in AUTOMATIC_TRIGGERS
+    stands_on = None
+    if envelope.first_stage_index > 0 and retry_of:
+        from relevo_core.job_lineage import last_successful_before  # reruns only: not on the webhook's path
+
+        stands_on = last_successful_before(settings.table_name, retry_of, [s.name for s in stages], envelope.first_stage_index)
 
     outcome = jobs.create_job(
-        settings.table_name, envelope, window, settings.queue_limit, now, held_reason=held_reason, refuse_frozen=refuse_frozen
+        settings.table_name, envelope, window, settings.queue_limit, now, held_reason=held_reason,
+        refuse_frozen=refuse_frozen, stands_on=stands_on,
     )
     if isinstance(outcome, jobs.RepeatAfterWindow):
         if on_repeat is OnRepeat.SKIP:
@@ -278,6 +284,7 @@ def enqueue(
             held_reason=held_reason,
             replaces_expires_at=outcome.previous_expires_at,
             refuse_frozen=refuse_frozen,
+            stands_on=stands_on,
         )
     if isinstance(outcome, jobs.Created) and held_reason is not None:
         return IntakeResult(envelope.job_id, outcome="held")

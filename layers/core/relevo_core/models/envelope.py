@@ -29,6 +29,7 @@ SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2})
 
 REGION_AFFINITY = r"^[a-z][a-z0-9-]{0,31}$"
 PROJECT_ID = r"^[a-z0-9][a-z0-9-]{0,62}$"
+JOB_ID = r"^job_[0-9a-z]{20,40}$"
 
 
 class TriggerType(str, Enum):
@@ -61,7 +62,7 @@ class JobEnvelope(RunPlanMixin):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: int = ENVELOPE_SCHEMA_VERSION
-    job_id: str = Field(pattern=r"^job_[0-9a-z]{20,40}$")
+    job_id: str = Field(pattern=JOB_ID)
     idempotency_key: str = Field(min_length=1, max_length=512)
     project: str = Field(pattern=PROJECT_ID)
     region_affinity: str = Field(pattern=REGION_AFFINITY)
