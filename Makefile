@@ -8,7 +8,18 @@ STAMP := $(VENV)/.relevo-installed
 LOCK := requirements/dev.lock
 UV_VERSION := 0.13.9
 
-.PHONY: demo test lint bench local-up lock clean
+# `make build`: aws-sam-cli in its own venv (requirements/sam.lock; it cannot share the dev venv:
+# it pins boto3[crt]==1.43.108, checkov 3.3.30 pins boto3==1.35.49).
+SAM_VENV := $(VENV)/sam
+SAM_STAMP := $(SAM_VENV)/.relevo-installed
+SAM_LOCK := requirements/sam.lock
+BUILD_DIR ?= .aws-sam/build
+# BuildMethod python3.12 needs the Lambda runtime's Python: python3.12 on PATH if it runs (a pyenv
+# shim may not), else pyenv's by path.
+PYTHON312_BIN ?= $(shell for p in python3.12 $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python3.12; do \
+	$$p -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null && dirname "$$(command -v $$p)" && break; done)
+
+.PHONY: demo test lint bench local-up lock clean build
 
 $(STAMP): $(LOCK) layers/core/pyproject.toml agent/pyproject.toml cli/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +28,16 @@ $(STAMP): $(LOCK) layers/core/pyproject.toml agent/pyproject.toml cli/pyproject.
 	$(BIN)/uv pip sync --quiet --compile-bytecode --python $(BIN)/python $(LOCK)
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e layers/core -e agent -e cli
 	@touch $(STAMP)
+
+$(SAM_STAMP): $(SAM_LOCK) $(STAMP)
+	@test -x $(SAM_VENV)/bin/python || $(BIN)/python -m venv $(SAM_VENV)
+	$(BIN)/uv pip sync --quiet --python $(SAM_VENV)/bin/python $(SAM_LOCK)
+	@touch $(SAM_STAMP)
+
+# The build README tells users to run: language extensions come from samconfig.toml, no cache.
+build: $(SAM_STAMP)
+	@test -n "$(PYTHON312_BIN)" || { echo "make build: BuildMethod python3.12 needs Python 3.12: put python3.12 on PATH or 'pyenv install 3.12'" >&2; exit 2; }
+	PATH="$(PYTHON312_BIN):$$PATH" SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam build --no-cached --build-dir $(BUILD_DIR)
 
 demo: $(STAMP)
 	$(BIN)/python -m relevo_cli.demo
@@ -27,7 +48,8 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(BIN)/statelint statemachines/*.asl.json
-	$(BIN)/checkov --quiet --compact --framework cloudformation -f template.yaml
+	$(BIN)/checkov --quiet --compact --skip-download --framework cloudformation -f template.yaml
+	$(BIN)/python -m relevo_cli.iam_lint template.yaml
 
 bench: $(STAMP)
 	@# Every bench runs; a missed target (exit 1) or a broken bench (exit 2) fails the target at the end.
@@ -38,6 +60,7 @@ local-up: $(STAMP)
 
 lock:
 	$(BIN)/uv pip compile --quiet requirements/dev.in --python-version 3.11 -o $(LOCK)
+	$(BIN)/uv pip compile --quiet requirements/sam.in --python-version 3.11 -o $(SAM_LOCK)
 
 clean:
 	rm -rf $(VENV) .relevo .pytest_cache

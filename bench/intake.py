@@ -236,14 +236,8 @@ def load_handler() -> Any:
 
 def point_at_stack(stack: Any) -> None:
     """This process's boto3 clients (and relevo_core's) talk to the embedded stack."""
-    os.environ.update(
-        AWS_ENDPOINT_URL=str(stack.aws_endpoint),
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION=stack.region,
-        AWS_REGION=stack.region,
-    )
-    os.environ.pop("AWS_PROFILE", None)
+    # Endpoint, region and the stack's own IAM user (its emulator refuses any other key).
+    stack.apply_to_environment()
     from relevo_core.aws import reset_clients
 
     reset_clients()

@@ -22,10 +22,14 @@ os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.pop("AWS_PROFILE", None)
+# Nor read this machine's ~/.aws: the suite's credentials come from the stacks it starts.
+os.environ["AWS_CONFIG_FILE"] = os.devnull
+os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
 
 
 @pytest.fixture(scope="session")
-def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["StackInfo"]:  # noqa: F821
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalStack"]:  # noqa: F821
+    """The session's local stack itself (its role sessions, function runtimes, trace socket)."""
     from relevo_cli.local.stack import LocalStack
     from relevo_core.aws import reset_clients
 
@@ -34,13 +38,18 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["StackInfo
     # firing run it themselves with their own clock.
     stack = LocalStack(state_dir=state_dir, parameters={"AdminPrincipals": TEST_ADMIN_ARN}, rule_schedules=False, project_schedules=False)
     info = stack.start()
+    # From here on the process calls the emulator as the stack's own IAM user.
     info.apply_to_environment()
-    os.environ["AWS_ENDPOINT_URL"] = str(info.aws_endpoint)
     reset_clients()
     try:
-        yield info
+        yield stack
     finally:
         stack.stop()
+
+
+@pytest.fixture(scope="session")
+def local_stack(emulator) -> "StackInfo":  # noqa: F821
+    return emulator.info
 
 
 @pytest.fixture()

@@ -125,6 +125,7 @@ def run_checks(
     config: AgentConfig,
     table: str | None,
     queue_url: str | None,
+    no_queue: str | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
 ) -> list[Check]:
     credentials, server_time = check_credentials()
@@ -133,7 +134,7 @@ def run_checks(
     if queue_url:
         checks.append(check_queue(queue_url))
     else:
-        checks.append(Check("queue", False, f"no work queue for region {config.region!r}: set stack_file or queue_url"))
+        checks.append(Check("queue", False, no_queue or f"no work queue for region {config.region!r}: set stack_file or queue_url"))
     checks.append(check_stack(config.journal, table, queue_url, os.environ.get("AWS_ENDPOINT_URL")))
     checks.append(check_disk(config.workspace_root, config.min_free_disk_gb))
     checks.append(check_writable("workspaces", config.workspace_root))

@@ -20,7 +20,7 @@ from relevo_core.aws import reset_clients
 from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.codec import from_attributes
-from tests.integration.helpers import table_items, wait_until
+from tests.integration.helpers import table_items, use_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-agents-share-and-retry")]
 
@@ -37,8 +37,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo,
     with pytest.MonkeyPatch.context() as patch, local_stack(
         state_dir, state_dir / "local-up.log", ["--region-affinities", ",".join(REGIONS)]
     ) as info:
-        patch.setenv("AWS_ENDPOINT_URL", str(info.aws_endpoint))
-        reset_clients()
+        use_stack(patch, info)
         yield info, state_dir / "stack.json"
     reset_clients()
 

@@ -24,7 +24,7 @@ from relevo_cli.localrun import agent_process, local_stack
 from relevo_core.aws import reset_clients
 from relevo_core.stackfile import StackInfo
 from tests.conftest import push_body
-from tests.integration.helpers import deliver, register_project
+from tests.integration.helpers import deliver, register_project, use_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -34,18 +34,10 @@ LEASE = 3
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
     state_dir = tmp_path_factory.mktemp("stack")
-    saved = os.environ.get("AWS_ENDPOINT_URL")
-    with local_stack(state_dir, state_dir / "local-up.log") as info:
-        os.environ["AWS_ENDPOINT_URL"] = str(info.aws_endpoint)
-        reset_clients()
-        try:
-            yield info
-        finally:
-            if saved is None:
-                os.environ.pop("AWS_ENDPOINT_URL", None)
-            else:
-                os.environ["AWS_ENDPOINT_URL"] = saved
-            reset_clients()
+    with pytest.MonkeyPatch.context() as patch, local_stack(state_dir, state_dir / "local-up.log") as info:
+        use_stack(patch, info)
+        yield info
+    reset_clients()
 
 
 class Fleet:

@@ -18,6 +18,7 @@ from relevo_cli.projects import apply_project_file
 from relevo_core.aws import reset_clients
 from relevo_core.webhooks.github import sign
 from tests.conftest import ROOT, push_body
+from tests.integration.helpers import use_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -26,8 +27,7 @@ def test_signed_push_runs_both_stages_on_a_real_agent(tmp_path: Path, monkeypatc
     state_dir = tmp_path / "state"
     with local_stack(state_dir, tmp_path / "local-up.log") as stack:
         # Given the stack that `relevo local up` wrote to its state dir
-        monkeypatch.setenv("AWS_ENDPOINT_URL", str(stack.aws_endpoint))
-        reset_clients()
+        use_stack(monkeypatch, stack)
         template_ids = set(load_sam_template(ROOT / "template.yaml")["Resources"])
         assert template_ids <= set(stack.resources), f"missing from stack.json: {template_ids - set(stack.resources)}"
         assert set(stack.work_queues) == {"eu-west", "us-east"}

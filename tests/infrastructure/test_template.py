@@ -17,11 +17,16 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 
 # Statements allowed Resource "*", each because its actions support no resource-level
-# permissions: the Sid names why, and the actions must stay within that service.
+# permissions: the Sid names why, and the actions must stay within that service. (The IAM lint,
+# test_iam_lint.py, checks every action against AWS's catalogue.)
 WILDCARD_RESOURCE_SIDS = {
-    "DeliverExecutionLogs": "logs:",  # CloudWatch Logs log-delivery actions
-    "Tracing": "xray:",  # X-Ray actions
+    ("JobStateMachine", "DeliverExecutionLogs"): "logs:",  # CloudWatch Logs log-delivery actions
+    ("JobStateMachine", "Tracing"): "xray:",  # X-Ray actions
+    ("TriggersFunction", "AnswerApprovalGates"): "states:SendTask",  # callback answers
 }
+# The same for any owner: waking the head of a project's line answers a task token, and
+# states:SendTaskSuccess takes no resource-level permission (Service Authorization Reference).
+WILDCARD_RESOURCE_SIDS_ANY_OWNER = {"WakeNextWaitingJob": "states:SendTaskSuccess"}
 
 
 @pytest.fixture(scope="module")
@@ -196,15 +201,15 @@ def _wildcard_problems(template: dict[str, Any]) -> list[str]:
                     if action == "*" or action.endswith(":*"):
                         problems.append(f"{owner}/{sid}: Action {action}")
             if "*" in _as_list(statement.get("Resource", [])):
-                prefix = WILDCARD_RESOURCE_SIDS.get(sid) if owner == "JobStateMachine" else None
+                prefix = WILDCARD_RESOURCE_SIDS.get((owner, sid)) or WILDCARD_RESOURCE_SIDS_ANY_OWNER.get(sid)
                 if prefix is None or not all(a.startswith(prefix) for a in actions):
                     problems.append(f"{owner}/{sid}: Resource * ({', '.join(actions)})")
     return problems
 
 
 def test_policies_are_least_privilege(template: dict[str, Any]) -> None:
-    """No wildcard action anywhere; Resource "*" only in the state machine's statements whose Sid
-    says why (log delivery, X-Ray), and only for that service's actions."""
+    """No wildcard action anywhere; Resource "*" only in the statements whose Sid says why (log
+    delivery, X-Ray, callback answers), and only for those actions."""
     assert _wildcard_problems(template) == []
 
 
@@ -300,6 +305,9 @@ def test_split_defers_an_alarm_with_its_intrinsics_as_outputs() -> None:
     assert params["Threshold"] == 900.0 and params["EvaluationPeriods"] == 3
 
 
+TRANSACTION_ITEM_ACTIONS = {"Update": "UpdateItem", "Put": "PutItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}
+
+
 def _asl_service_actions(node, found=None):
     """IAM actions the definition's Task states need (optimized and aws-sdk integrations)."""
     found = set() if found is None else found
@@ -310,9 +318,14 @@ def _asl_service_actions(node, found=None):
             service, action = service_action.split(":")
             action = action[0].upper() + action[1:]
             if service == "dynamodb" and action == "TransactWriteItems":
-                found.add("dynamodb:UpdateItem")  # transactions are authorised per item action
+                # Transactions are authorised per item action (DynamoDB Developer Guide, "Using IAM
+                # with DynamoDB transactions"): a ConditionCheck needs dynamodb:ConditionCheckItem.
+                for item in node["Parameters"]["TransactItems"]:
+                    (operation,) = item
+                    found.add(f"dynamodb:{TRANSACTION_ITEM_ACTIONS[operation]}")
             else:
-                found.add(f"{service}:{action}")
+                # The AWS SDK integration names Step Functions `sfn`; its IAM prefix is `states`.
+                found.add(f"{'states' if service == 'sfn' else service}:{action}")
         for value in node.values():
             _asl_service_actions(value, found)
     elif isinstance(node, list):
@@ -333,3 +346,4 @@ def test_the_state_machine_role_allows_every_action_its_definition_uses():
     needed = _asl_service_actions(json.loads((ROOT / "statemachines" / "job.asl.json").read_text()))
     assert needed, "no service integrations found"
     assert needed <= allowed, f"missing from the state machine role: {sorted(needed - allowed)}"
+

@@ -229,3 +229,15 @@ def emf_values(stdout: str) -> dict[str, list[float]]:
                 value = document[metric["Name"]]
                 values.setdefault(metric["Name"], []).extend(value if isinstance(value, list) else [value])
     return values
+
+
+def use_stack(patch: Any, stack: StackInfo) -> None:
+    """Point this process's boto3 at `stack` (endpoint, region, its own credentials) for the life
+    of `patch` (a pytest MonkeyPatch), and drop cached clients of the stack it left."""
+    from relevo_core.aws import reset_clients
+
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        patch.delenv(name, raising=False)
+    for name, value in stack.environment().items():
+        patch.setenv(name, value)
+    reset_clients()

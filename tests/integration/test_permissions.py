@@ -16,6 +16,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from relevo_cli.local.emulator_iam import local_user_arn
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
 from tests.conftest import TEST_ADMIN_ARN
@@ -59,12 +60,17 @@ def _user(stack, name: str) -> Caller:
     return cached
 
 
+# What IAM must allow before API Gateway calls the function at all; Relevo's grants decide next.
+INVOKE_API = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "execute-api:Invoke", "Resource": "arn:aws:execute-api:*:*:*/v1/*"}]})
+
+
 def _new_user(stack, name: str) -> Caller:
     iam = client("iam")
     try:
         iam.create_user(UserName=name)
     except iam.exceptions.EntityAlreadyExistsException:
         pass
+    iam.put_user_policy(UserName=name, PolicyName="invoke-relevo-api", PolicyDocument=INVOKE_API)
     key = iam.create_access_key(UserName=name)["AccessKey"]
     credentials = {"aws_access_key_id": key["AccessKeyId"], "aws_secret_access_key": key["SecretAccessKey"]}
     arn = f"arn:aws:iam::{ACCOUNT}:user/{name}"
@@ -122,7 +128,7 @@ def world(local_stack):
     no job in flight to disturb the before/after snapshots."""
     suffix = secrets.token_hex(3)
     project_id = f"perm-{suffix}"
-    owner = Caller(f"arn:aws:sts::{ACCOUNT}:user/moto", RelevoApi.for_stack(local_stack))  # the local key: A's creator
+    owner = Caller(local_user_arn(), RelevoApi.for_stack(local_stack))  # the stack's own IAM user: A's creator
     users = {level: _user(local_stack, f"perm-{level}-{suffix}") for level in LEVELS}
     admin = _user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
     owner.api.put_project(project_id, DECLARATION)
@@ -280,6 +286,7 @@ def test_a_wildcard_grant_covers_every_session_of_a_role_and_nothing_else(local_
     sessions = {}
     for role in (f"ReleaseBot{suffix}", f"OtherBot{suffix}"):
         arn = iam.create_role(RoleName=role, AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+        iam.put_role_policy(RoleName=role, PolicyName="invoke-relevo-api", PolicyDocument=INVOKE_API)
         for session in ("deploy-1", "deploy-2"):
             credentials = sts.assume_role(RoleArn=arn, RoleSessionName=session)["Credentials"]
             api = _api(local_stack, {

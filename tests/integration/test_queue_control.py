@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from typer.testing import CliRunner
 
+from relevo_cli.local.emulator_iam import local_user_arn
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.main import app
 from relevo_core.aws import client
@@ -88,7 +89,7 @@ def test_the_queue_shows_queued_jobs_in_run_order_and_each_agents_load(local_sta
         rows = {row["agent_id"]: row for row in view["agents"]}
         assert rows[f"mac-up-{suffix}"] == {
             "agent_id": f"mac-up-{suffix}", "region": "eu-west", "used": 1, "capacity": 2, "version": "1.4.0",
-            "last_seen": now.isoformat(), "online": True,
+            "last_seen": now.isoformat(), "online": True, "running_stages": [],
         }
         assert rows[f"mac-gone-{suffix}"]["online"] is False and rows[f"mac-gone-{suffix}"]["region"] == "us-east"
         assert f"mac-odd-{suffix}" not in rows
@@ -119,7 +120,7 @@ def test_promote_puts_a_waiting_job_first_so_it_runs_next(local_stack, intake_se
     assert _job(local_stack, last)["priority"] == highest + 1
     assert [job["job_id"] for job in api.queue()["jobs"]][0] == last
     trail = [entry for entry in audit.actions(local_stack.table_name, last) if entry["action"] == "promote"]
-    assert len(trail) == 1 and trail[0]["actor"].endswith(":user/moto") and trail[0]["priority"] == highest + 1
+    assert len(trail) == 1 and trail[0]["actor"] == local_user_arn() and trail[0]["priority"] == highest + 1
 
     _agent_runs(local_stack, holder_task)
     ran = []

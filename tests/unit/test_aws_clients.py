@@ -77,3 +77,17 @@ def test_budgets_share_a_few_clients_and_every_call_gets_what_is_left(monkeypatc
     assert second.meta.config.read_timeout + second.meta.config.connect_timeout <= 1.0
     with call_budget(0.01):
         assert client("stepfunctions").meta.config.read_timeout == 0.25
+
+
+def test_clients_follow_the_credentials_too(monkeypatch: pytest.MonkeyPatch):
+    # Two local stacks issue different keys: a client built for one must not sign for the other.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1111")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFIRSTSTACK")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "first")
+    first = client("sqs")
+    assert first._request_signer._credentials.access_key == "AKIAFIRSTSTACK"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIASECONDSTACK")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "second")
+    assert client("sqs")._request_signer._credentials.access_key == "AKIASECONDSTACK"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFIRSTSTACK")
+    assert client("sqs") is first

@@ -19,6 +19,15 @@ from urllib.parse import parse_qs, urlsplit
 from relevo_cli.local.sigv4 import Refusal
 
 MAX_PAYLOAD = 10 * 1024 * 1024  # API Gateway's own payload limit
+# Connections the kernel queues before the server accepts them. socketserver's default of 5 reset
+# most of a burst of concurrent deliveries; API Gateway answers every request within its burst
+# limit (5,000 by default, "Throttle requests to your REST APIs"), so the queue is as deep as the
+# kernel allows (net.core.somaxconn caps it).
+LISTEN_BACKLOG = 4096
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,7 @@ class ApiAdapter:
                     return self._serve
                 raise AttributeError(name)
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server = _Server((host, port), Handler)
         self.server.daemon_threads = True
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -149,9 +158,17 @@ class ApiAdapter:
         if configured is None:
             return _gateway_error(status, message)
         configured_status, body_template = configured
-        body = body_template.replace("$context.error.messageString", json.dumps(message)[1:-1])
+        context = {
+            "error.message": message,
+            "error.messageString": json.dumps(message),
+            "error.responseType": response_type,
+            "requestId": str(uuid.uuid4()),
+            "apiId": self.api_id,
+            "accountId": self.account_id,
+            "stage": self.stage,
+        }
         headers = {"Content-Type": "application/json", "x-amzn-ErrorType": "GatewayError"}
-        return configured_status or status, headers, body.encode()
+        return configured_status or status, headers, render_gateway_response(body_template, context).encode()
 
     def _event(
         self,
@@ -199,6 +216,18 @@ class ApiAdapter:
             "body": text if body else None,
             "isBase64Encoded": is_base64,
         }
+
+
+_CONTEXT_VARIABLE = re.compile(r"\$context\.([A-Za-z][A-Za-z0-9_.]*[A-Za-z0-9_])")
+
+
+def render_gateway_response(body_template: str, context: dict[str, str]) -> str:
+    """A gateway response body as API Gateway renders it: simple `$context.name` substitution, no
+    VTL. AWS ("Variables for data transformations for API Gateway") documents
+    `$context.error.messageString` as the quoted value of `$context.error.message`, so it is
+    substituted as a JSON string, quotes included, and a template writes it bare. A variable not in
+    `context` is left as written, for the tests to notice."""
+    return _CONTEXT_VARIABLE.sub(lambda found: context.get(found.group(1), found.group(0)), body_template)
 
 
 def _gateway_error(status: int, message: str) -> tuple[int, dict[str, str], bytes]:

@@ -60,9 +60,19 @@ def _create_schedule_group(session: Any, stack: str, logical_id: str, props: dic
     return str(name)
 
 
+def _create_topic_policy(session: Any, stack: str, logical_id: str, props: dict[str, Any]) -> str:
+    # moto 5.2.5's CloudFormation has no AWS::SNS::TopicPolicy; the policy is the topics' Policy
+    # attribute, which SetTopicAttributes writes (and moto stores without enforcing on Publish).
+    sns = session.client("sns")
+    for topic_arn in props["Topics"]:
+        sns.set_topic_attributes(TopicArn=topic_arn, AttributeName="Policy", AttributeValue=json.dumps(props["PolicyDocument"]))
+    return f"{stack}-{logical_id}"
+
+
 CREATED_THROUGH_API: dict[str, Creator] = {
     "AWS::CloudWatch::Alarm": _create_alarm,
     "AWS::S3::BucketPolicy": _create_bucket_policy,
+    "AWS::SNS::TopicPolicy": _create_topic_policy,
     "AWS::Scheduler::ScheduleGroup": _create_schedule_group,
 }
 

@@ -1,8 +1,11 @@
 """`relevo local up`: the whole cloud side of Relevo inside an embedded AWS emulator.
 
-moto runs in server mode on 127.0.0.1 with its Step Functions interpreter on; template.yaml is
-deployed through moto's CloudFormation after the same transforms `sam deploy` applies; API
-routes are served by the local API Gateway stand-in, each function in its own process.
+moto runs in server mode on 127.0.0.1 with its Step Functions interpreter on and its IAM
+enforcement on; template.yaml is deployed through moto's CloudFormation after the same
+transforms `sam deploy` applies; API routes are served by the local API Gateway stand-in; each
+function runs from the layer as `sam build` makes it, under the Lambda runtime's Python when
+this machine has one, with its own execution role's credentials (see lambda_runtime.py and
+emulator_iam.py).
 """
 
 from __future__ import annotations
@@ -20,22 +23,25 @@ from types import SimpleNamespace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 import requests
 from botocore.credentials import Credentials
 
-from relevo_cli.local import deferred, heartbeat_timeout, sigv4, template
+from relevo_cli.local import deferred, emulator_iam, faults, heartbeat_timeout, interpreter_patches, lambda_layer, sigv4, template
 from relevo_cli.local.apigateway import ApiAdapter, Route
 from relevo_cli.local.sigv4 import Refusal
-from relevo_cli.local.lambda_runtime import FunctionRuntime
+from relevo_cli.local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
 from relevo_cli.local.scheduler import ScheduleFirer
 from relevo_cli.local.streams import StreamPoller
-from relevo_core.stackfile import StackInfo
+from relevo_core.stackfile import LocalCredentials, StackInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-ACCOUNT_ID = "123456789012"
-LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+ACCOUNT_ID = emulator_iam.ACCOUNT_ID
+# The key the emulator accepts before its IAM enforcement is on: only for creating the stack's
+# own IAM user, the first request the stack makes.
+_BOOTSTRAP_CREDENTIALS = {"aws_access_key_id": "bootstrap", "aws_secret_access_key": "bootstrap"}
 
 
 def region_logical_suffix(region_affinity: str) -> str:
@@ -83,6 +89,11 @@ class LocalStack:
         self._identities: dict[str, dict[str, str]] = {}
         self.info: StackInfo | None = None
         self._stopping = threading.Event()
+        self.credentials: Credentials | None = None
+        self.lambda_python: lambda_layer.LambdaPython | None = None
+        self.role_sessions = emulator_iam.RoleSessions(region)
+        self.trace_daemon: TraceDaemonSocket | None = None
+        self._api_id, self._stage = "local", "v1"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> StackInfo:
@@ -90,6 +101,9 @@ class LocalStack:
             logging.getLogger(name).setLevel(logging.CRITICAL)
         _parse_each_state_machine_definition_once()
         heartbeat_timeout.name_heartbeat_timeouts()  # moto 5.2.5 names a heartbeat lapse States.Timeout
+        _store_key_policies_as_json()
+        interpreter_patches.install()
+        faults.install()  # inert until a test arms a fault (local/faults.py)
         self._server = _emulator_server(self.host, self.moto_port)
         self._server.start()
         host, port = self._server.get_host_and_port()
@@ -103,9 +117,13 @@ class LocalStack:
         requests.post(
             f"{endpoint}/moto-api/config", json={"stepfunctions": {"execute_state_machine": True}}, timeout=10
         ).raise_for_status()
+        bootstrap = boto3.session.Session(**_BOOTSTRAP_CREDENTIALS, region_name=self.region)
+        self.credentials = emulator_iam.local_user(bootstrap.client("iam", endpoint_url=endpoint))
+        emulator_iam.install(self.role_sessions)
+        emulator_iam.enforce(endpoint)
         session = boto3.session.Session(
-            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            aws_access_key_id=self.credentials.access_key,
+            aws_secret_access_key=self.credentials.secret_key,
             region_name=self.region,
         )
         self._session = _EndpointSession(session, endpoint)
@@ -120,6 +138,8 @@ class LocalStack:
             runtime.stop()
         if self._server:
             self._server.stop()
+        if self.trace_daemon:
+            self.trace_daemon.close()
         previous = getattr(self, "_previous_moto_port", None)
         if previous is None:
             os.environ.pop("MOTO_PORT", None)
@@ -174,8 +194,8 @@ class LocalStack:
         self._fill_layer_arns(sam, cfn, physical)
 
         self._start_functions(sam, physical)
-        api_id = physical.get("Api") or "local"
-        stage = sam["Resources"].get("Api", {}).get("Properties", {}).get("StageName", "v1")
+        api_id = self._api_id = str(physical.get("Api") or "local")
+        stage = self._stage = sam["Resources"].get("Api", {}).get("Properties", {}).get("StageName", "v1")
         routes = [
             Route.of(method, path, iam, fn.logical_id)
             for fn in template.sam_functions(sam, self.root)
@@ -214,6 +234,9 @@ class LocalStack:
             resources=dict(sorted(physical.items())),
             work_queues=work_queues,
             not_emulated=not_emulated,
+            local_credentials=LocalCredentials(
+                access_key_id=self.credentials.access_key, secret_access_key=self.credentials.secret_key
+            ),
         )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.state_dir / "stack.json.tmp"
@@ -262,38 +285,53 @@ class LocalStack:
                 physical[version] = arn
 
     def _start_functions(self, sam: dict[str, Any], physical: dict[str, str | None]) -> None:
+        """Every function as Lambda runs it: the layers built as `sam build` builds them, the
+        runtime's Python, the function's configuration as deployed, its role's credentials."""
         lambda_client = self._session.client("lambda")
+        runtime = sam.get("Globals", {}).get("Function", {}).get("Runtime", "python3.12")
+        self.lambda_python = lambda_layer.find_lambda_python(runtime)
+        build_dir = self.state_dir / "build"
         layer_dirs = [
-            str((self.root / resource["Properties"]["ContentUri"]).resolve())
-            for resource in sam["Resources"].values()
+            lambda_layer.build_layer((self.root / resource["Properties"]["ContentUri"]).resolve(), self.lambda_python, build_dir / logical_id)
+            for logical_id, resource in sam["Resources"].items()
             if resource["Type"] == "AWS::Serverless::LayerVersion"
         ]
+        runtime_dir = lambda_layer.runtime_packages(self.lambda_python)
+        logs = self.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.trace_daemon = TraceDaemonSocket()
         for fn in template.sam_functions(sam, self.root):
             config = lambda_client.get_function_configuration(FunctionName=str(physical[fn.logical_id]))
-            env = {
-                # Lambda environment values are strings; the emulator keeps Number parameters as ints.
-                **{k: str(v) for k, v in config.get("Environment", {}).get("Variables", {}).items()},
-                **LOCAL_CREDENTIALS,
-                "AWS_ENDPOINT_URL": self._session.endpoint,
-                "AWS_REGION": self.region,
-                "AWS_DEFAULT_REGION": self.region,
-                "AWS_LAMBDA_FUNCTION_NAME": config["FunctionName"],
-                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(config.get("MemorySize", 512)),
-                # No X-Ray daemon locally.
-                "POWERTOOLS_TRACE_DISABLED": "true",
-                "POWERTOOLS_METRICS_DISABLED": "true",
-            }
-            self._runtimes[fn.logical_id] = FunctionRuntime(
-                name=config["FunctionName"],
+            name, role = config["FunctionName"], config["Role"]
+            spec = FunctionSpec(
+                name=name,
                 arn=config["FunctionArn"],
-                code_dir=str(fn.code_dir),
+                code_dir=fn.code_dir,
                 layer_dirs=layer_dirs,
+                runtime_dir=runtime_dir,
                 handler=fn.handler,
-                env=env,
+                environment=config.get("Environment", {}).get("Variables", {}),
                 memory_mb=int(config.get("MemorySize", 512)),
+                timeout_sec=float(config.get("Timeout", 3)),
+                log_file=logs / f"{fn.logical_id}.log",
+                # Lambda assumes the execution role for each environment.
+                credentials=lambda role=role, name=name: self.role_sessions.credentials(role, "lambda.amazonaws.com", name),
+                extra_env={
+                    "AWS_ENDPOINT_URL": self._session.endpoint,
+                    "AWS_REGION": self.region,
+                    "AWS_DEFAULT_REGION": self.region,
+                    **self.trace_daemon.environment(),
+                },
             )
-        for runtime in self._runtimes.values():
-            runtime.wait_ready()
+            self._runtimes[fn.logical_id] = FunctionRuntime(spec, self.lambda_python)
+        for runtime_of_function in self._runtimes.values():
+            runtime_of_function.wait_ready()
+        failed = {name: rt.init_error for name, rt in self._runtimes.items() if rt.init_error}
+        if failed:
+            raise RuntimeError(
+                "functions fail at cold start with only their code, layers and the runtime's boto3 importable: "
+                + "; ".join(f"{name}: {error['errorType']}: {error['errorMessage']}" for name, error in sorted(failed.items()))
+            )
 
     def _start_streams(self, sam: dict[str, Any], physical: dict[str, str | None]) -> None:
         """DynamoDB stream events: a poller per function and stream (see local/streams.py)."""
@@ -370,8 +408,14 @@ class LocalStack:
         signer = sigv4.verify(method, url, headers, body, self._credentials_for, datetime.now(timezone.utc))
         if isinstance(signer, Refusal):
             return signer
+        token = next((v for k, v in headers.items() if k.lower() == "x-amz-security-token"), None)
+        # Then IAM: the caller's policies must allow execute-api:Invoke on this method and path
+        # ("Control access to a REST API with IAM permissions", API Gateway Developer Guide).
+        invoked = f"arn:aws:execute-api:{self.region}:{ACCOUNT_ID}:{self._api_id}{urlsplit(url).path}"
+        invoked = invoked.replace(f"{self._api_id}/{self._stage}/", f"{self._api_id}/{self._stage}/{method}/", 1)
+        if not emulator_iam.permits(signer, token, "execute-api:Invoke", invoked):
+            return Refusal(f"User: {self._caller_arn(signer, token)} is not authorized to perform: execute-api:Invoke on resource: {invoked}", "ACCESS_DENIED")
         if signer not in self._identities:
-            token = next((v for k, v in headers.items() if k.lower() == "x-amz-security-token"), None)
             credentials = self._credentials_for(signer, token)
             assert credentials is not None  # verify() just found them
             sts = boto3.client(
@@ -392,22 +436,14 @@ class LocalStack:
             }
         return self._identities[signer]
 
-    def _credentials_for(self, access_key: str, session_token: str | None) -> Credentials | None:
-        """The credentials of a key this stack knows: its own local key (LOCAL_CREDENTIALS), or
-        a key the emulator issued (IAM user keys; STS session keys with their own session token).
-        moto 5.2.5 has no API that returns a secret after issuing it, so its IAM/STS backends
-        (in this process) are asked, the way its own IAM authentication does."""
-        if access_key == LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"] and session_token is None:
-            return Credentials(access_key, LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
-        from moto.iam.access_control import CreateAccessKeyFailure, create_access_key
+    def _caller_arn(self, access_key: str, session_token: str | None) -> str:
+        return str(emulator_iam.issued_key(access_key, session_token).arn)
 
-        try:
-            key = create_access_key(
-                ACCOUNT_ID, "aws", access_key, {"X-Amz-Security-Token": session_token} if session_token else {}
-            )
-        except CreateAccessKeyFailure:
-            return None
-        return key.create_credentials()
+    def _credentials_for(self, access_key: str, session_token: str | None) -> Credentials | None:
+        """The credentials of a key the emulator issued (IAM user keys; STS session keys with
+        their own session token)."""
+        key = emulator_iam.issued_key(access_key, session_token)
+        return None if key is None else key.create_credentials()
 
 
 _TRANSACTION_KEYS = threading.local()
@@ -450,6 +486,26 @@ def _parse_each_state_machine_definition_once() -> None:
 
     parser_class.parse = staticmethod(parse)
     parser_class._relevo_tree_cache = True
+
+
+def _store_key_policies_as_json() -> None:
+    """moto 5.2.5's CloudFormation creates an AWS::KMS::Key with its KeyPolicy as a parsed
+    document; its KMS API then fails (500) on every call that reads the policy (DescribeKey,
+    GetKeyPolicy), which expect the JSON text KMS keeps. Give it the text. Installed once."""
+    import moto.kms.models as kms_models
+
+    if getattr(kms_models, "_relevo_key_policy_text", False):
+        return
+    original = kms_models.Key.create_from_cloudformation_json.__func__
+
+    def create_from_cloudformation_json(cls: Any, resource_name: str, cloudformation_json: Any, *args: Any, **kwargs: Any) -> Any:
+        properties = cloudformation_json.get("Properties", {})
+        if isinstance(properties.get("KeyPolicy"), dict):
+            cloudformation_json = {**cloudformation_json, "Properties": {**properties, "KeyPolicy": json.dumps(properties["KeyPolicy"])}}
+        return original(cls, resource_name, cloudformation_json, *args, **kwargs)
+
+    kms_models.Key.create_from_cloudformation_json = classmethod(create_from_cloudformation_json)
+    kms_models._relevo_key_policy_text = True
 
 
 def _back_up_only_touched_items_in_transactions() -> None:

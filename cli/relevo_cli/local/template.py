@@ -15,7 +15,7 @@ import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 LANGUAGE_EXTENSIONS = "AWS::LanguageExtensions"
 
@@ -126,29 +126,56 @@ def _zip_dir(directory: Path, prefix: str = "") -> bytes:
 
 def package(template: dict[str, Any], root: Path, s3: Any, bucket: str) -> dict[str, Any]:
     """What `sam package` does: local code goes to S3, definitions are read from their files."""
+
+    def upload(key: str, body: Callable[[], bytes]) -> str:
+        s3.put_object(Bucket=bucket, Key=key, Body=body())
+        return f"s3://{bucket}/{key}"
+
+    return packaged_with(template, root, upload)
+
+
+def packaged_with(template: dict[str, Any], root: Path, store: Callable[[str, Callable[[], bytes]], str]) -> dict[str, Any]:
+    """The template with local code replaced by `store(key, zipped code)`'s S3 URI and each state
+    machine's DefinitionUri inlined. The zip is built only when `store` calls for it."""
     packaged = copy.deepcopy(template)
     for logical_id, resource in packaged.get("Resources", {}).items():
         props = resource.get("Properties", {})
         kind = resource.get("Type")
         if kind == "AWS::Serverless::Function" and isinstance(props.get("CodeUri"), str):
-            key = f"functions/{logical_id}.zip"
-            s3.put_object(Bucket=bucket, Key=key, Body=_zip_dir(root / props["CodeUri"]))
-            props["CodeUri"] = f"s3://{bucket}/{key}"
+            code = root / props["CodeUri"]
+            props["CodeUri"] = store(f"functions/{logical_id}.zip", lambda code=code: _zip_dir(code))
         elif kind == "AWS::Serverless::LayerVersion" and isinstance(props.get("ContentUri"), str):
-            key = f"layers/{logical_id}.zip"
             # `sam build` (BuildMethod python) places a layer's code under python/.
-            s3.put_object(Bucket=bucket, Key=key, Body=_zip_dir(root / props["ContentUri"], prefix="python/"))
-            props["ContentUri"] = f"s3://{bucket}/{key}"
+            content = root / props["ContentUri"]
+            props["ContentUri"] = store(f"layers/{logical_id}.zip", lambda content=content: _zip_dir(content, prefix="python/"))
         elif kind == "AWS::Serverless::StateMachine" and isinstance(props.get("DefinitionUri"), str):
             props["Definition"] = json.loads((root / props.pop("DefinitionUri")).read_text())
     return packaged
 
 
-def translate(template: dict[str, Any], parameters: dict[str, str], iam: Any) -> dict[str, Any]:
+class _NoManagedPolicyNames:
+    """Offline translation: a policy named by its managed-policy name (not its ARN) cannot be
+    resolved without IAM, so it is refused rather than guessed."""
+
+    def load(self) -> dict[str, str]:
+        raise ValueError("a Policies entry names a managed policy by name; offline translation needs its ARN")
+
+
+def translate(template: dict[str, Any], parameters: dict[str, str], iam: Any | None) -> dict[str, Any]:
+    """The SAM transform; `iam` resolves managed-policy names (None: offline, ARNs only)."""
     from samtranslator.translator.managed_policy_translator import ManagedPolicyLoader
     from samtranslator.translator.transform import transform
 
-    return transform(copy.deepcopy(template), dict(parameters), ManagedPolicyLoader(iam))
+    loader = ManagedPolicyLoader(iam) if iam is not None else _NoManagedPolicyNames()
+    # The translator asks boto3 for a region even when AWS::Region is given.
+    region_unset = not os.environ.get("AWS_DEFAULT_REGION") and "AWS::Region" in parameters
+    if region_unset:
+        os.environ["AWS_DEFAULT_REGION"] = parameters["AWS::Region"]
+    try:
+        return transform(copy.deepcopy(template), dict(parameters), loader)  # type: ignore[arg-type]
+    finally:
+        if region_unset:
+            os.environ.pop("AWS_DEFAULT_REGION", None)
 
 
 def fold_definition_substitutions(cfn: dict[str, Any]) -> None:

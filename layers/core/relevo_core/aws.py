@@ -2,8 +2,9 @@
 
 Never built at import time: cold start stays cheap and tests can point AWS_ENDPOINT_URL at the
 embedded stack before the first call. botocore itself honours AWS_ENDPOINT_URL. A client is
-cached per endpoint and region, so a process that points at a second stack (a CLI call, an e2e
-module's own stack) and back never keeps talking to the one it left.
+cached per endpoint, region and access key, so a process that points at a second stack (a CLI
+call, an e2e module's own stack, each with credentials of its own) and back never keeps talking
+to the one it left, nor with the credentials it used there.
 """
 
 from __future__ import annotations
@@ -49,13 +50,17 @@ def call_budget(seconds: float) -> Iterator[None]:
         _DEADLINE.reset(token)
 
 
+def _environment() -> tuple[str | None, str | None, str | None]:
+    return os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_DEFAULT_REGION"), os.environ.get("AWS_ACCESS_KEY_ID")
+
+
 def client(service: str) -> Any:
-    endpoint, region = os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_DEFAULT_REGION")
+    endpoint, region, access_key = _environment()
     deadline = _DEADLINE.get()
     if deadline is not None:
         connect, read = _timeouts(deadline - time.monotonic())
-        return _bounded_client(service, endpoint, region, connect, read)
-    return _client(service, endpoint, region)
+        return _bounded_client(service, endpoint, region, access_key, connect, read)
+    return _client(service, endpoint, region, access_key)
 
 
 def _timeouts(left: float) -> tuple[float, float]:
@@ -68,39 +73,40 @@ def _timeouts(left: float) -> tuple[float, float]:
 
 
 @lru_cache(maxsize=None)
-def _bounded_client(service: str, endpoint: str | None, region: str | None, connect: float, read: float) -> Any:
+def _bounded_client(service: str, endpoint: str | None, region: str | None, access_key: str | None, connect: float, read: float) -> Any:
     config = _CLIENT_CONFIG.merge(
         Config(connect_timeout=connect, read_timeout=read, retries={"mode": "standard", "total_max_attempts": 1})
     )
     with _lock:
-        return _session().client(service, config=config)
+        return _session(access_key).client(service, config=config)
 
 
 @lru_cache(maxsize=None)
-def _client(service: str, endpoint: str | None, region: str | None) -> Any:
+def _client(service: str, endpoint: str | None, region: str | None, access_key: str | None) -> Any:
     # The key carries the environment the client was built from; boto3 reads it again itself.
     # boto3 sessions are not thread-safe while they create clients: one lock for all creation.
     with _lock:
-        return _session().client(service, config=_CLIENT_CONFIG)
+        return _session(access_key).client(service, config=_CLIENT_CONFIG)
 
 
-@lru_cache(maxsize=1)
-def _session() -> boto3.session.Session:
-    """One session for every client: each session loads botocore's endpoint and retry data
-    again, about 8 MB per client in an agent that keeps four (the agent's idle RSS budget)."""
+@lru_cache(maxsize=4)
+def _session(access_key: str | None) -> boto3.session.Session:
+    """One session for every client of a set of credentials (a session keeps the credentials it
+    resolved first): each session loads botocore's endpoint and retry data again, about 8 MB per
+    client in an agent that keeps four (the agent's idle RSS budget)."""
     return boto3.session.Session()
 
 
 def s3_presigner() -> Any:
     """An S3 client for presigned URLs: SigV4 always (S3 refuses other signatures for objects
     encrypted with KMS, as the artifact bucket's are), cached like the others."""
-    return _presigner(os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_DEFAULT_REGION"))
+    return _presigner(*_environment())
 
 
 @lru_cache(maxsize=None)
-def _presigner(endpoint: str | None, region: str | None) -> Any:
+def _presigner(endpoint: str | None, region: str | None, access_key: str | None) -> Any:
     with _lock:
-        return _session().client("s3", config=_CLIENT_CONFIG.merge(Config(signature_version="s3v4")))
+        return _session(access_key).client("s3", config=_CLIENT_CONFIG.merge(Config(signature_version="s3v4")))
 
 
 def reset_clients() -> None:

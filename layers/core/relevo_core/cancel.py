@@ -8,6 +8,7 @@ from botocore.exceptions import ClientError
 
 from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
+from relevo_core.lock_handoff import wake_next_waiter
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import jobs, locks, stage_endings, wait_order
@@ -48,4 +49,6 @@ def cancel_job(settings: IntakeSettings, job_id: str, actor: str) -> dict[str, s
     locks.release(settings.table_name, record["project"], job_id)
     # A job canceled while it waited for its project leaves the waiting order at once.
     wait_order.drop_waiter(settings.table_name, record["project"], job_id)
+    # Either frees the project for the next job, which is parked until woken.
+    wake_next_waiter(settings.table_name, record["project"])
     return {"job_id": job_id, "status": JobStatus.CANCELED.value, "was": status.value}

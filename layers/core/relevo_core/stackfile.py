@@ -13,6 +13,17 @@ DEFAULT_STATE_DIR = Path(".relevo/local")
 STACK_FILE_ENV = "RELEVO_STACK_FILE"
 
 
+class LocalCredentials(BaseModel):
+    """The access key of the emulator's IAM user that a local stack gives its tools (CLI, tests,
+    demo, agents). It exists only inside that emulator, which refuses keys IAM never issued."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    access_key_id: str
+    secret_access_key: str
+    session_token: str | None = None
+
+
 class StackInfo(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -23,6 +34,8 @@ class StackInfo(BaseModel):
     resources: dict[str, str | None]
     work_queues: dict[str, str]
     not_emulated: dict[str, str] = {}
+    # Local stacks only: the credentials to call it with (see LocalCredentials).
+    local_credentials: LocalCredentials | None = None
 
     @property
     def table_name(self) -> str:
@@ -32,13 +45,31 @@ class StackInfo(BaseModel):
     def state_machine_arn(self) -> str:
         return str(self.resources["JobStateMachine"])
 
+    def environment(self) -> dict[str, str]:
+        """The variables that point boto3 at this stack: its endpoint and region and, for a local
+        stack, the credentials it issued (its emulator refuses any other key, and this machine's
+        real AWS credentials must never be sent to it)."""
+        env = {"AWS_DEFAULT_REGION": self.region, "AWS_REGION": self.region}
+        if self.aws_endpoint:
+            env["AWS_ENDPOINT_URL"] = self.aws_endpoint
+        if self.local_credentials is not None:
+            env["AWS_ACCESS_KEY_ID"] = self.local_credentials.access_key_id
+            env["AWS_SECRET_ACCESS_KEY"] = self.local_credentials.secret_access_key
+            if self.local_credentials.session_token:
+                env["AWS_SESSION_TOKEN"] = self.local_credentials.session_token
+        return env
+
     def apply_to_environment(self) -> None:
-        """Point boto3 in this process at the stack (endpoint and region)."""
+        """Point boto3 in this process at the stack (see `environment`). A deployed stack's
+        region is only a default: the caller's own AWS settings decide."""
+        env = self.environment()
+        if self.local_credentials is not None:
+            for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+                os.environ.pop(name, None)
+            os.environ.update(env)
+            return
         if self.aws_endpoint:
             os.environ["AWS_ENDPOINT_URL"] = self.aws_endpoint
-            # The embedded emulator accepts any credentials; a real stack needs the caller's own.
-            os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-            os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
         os.environ.setdefault("AWS_DEFAULT_REGION", self.region)
         os.environ.setdefault("AWS_REGION", self.region)
 
