@@ -55,6 +55,7 @@ def local_up(
     api_port: int = typer.Option(0, help="port of the local API (0: any free port)"),
 ) -> None:
     """Start the embedded AWS stack in the foreground until SIGINT or SIGTERM (`relevo local down`)."""
+    from relevo_cli.local import emulator_iam
     from relevo_cli.local.stack import LocalStack
 
     lock = StateDirLock(state_dir)
@@ -64,7 +65,9 @@ def local_up(
         raise UserMistake(str(exc)) from exc
     # Ours now: a stack.json left by a stack that crashed names nothing that runs.
     (state_dir / "stack.json").unlink(missing_ok=True)
-    parameters = {}
+    # The stack's own IAM user, the one a person at this machine signs as, is its administrator:
+    # a job that does not exist is 404 to them, not the 403 that hides existence from others.
+    parameters = {"AdminPrincipals": f"arn:aws:iam::{emulator_iam.ACCOUNT_ID}:user/{emulator_iam.LOCAL_USER}"}
     if region_affinities:
         parameters["RegionAffinities"] = region_affinities
     if queue_limit is not None:

@@ -16,8 +16,7 @@ import pytest
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import local_stack
-from relevo_core.aws import reset_clients
-from tests.integration.helpers import wait_until
+from tests.integration.helpers import use_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -34,8 +33,7 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_and_stopped_by_d
     state_dir = tmp_path / "state"
     log = tmp_path / "local-up.log"
     with local_stack(state_dir, log) as stack:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", str(stack.aws_endpoint))
-        reset_clients()
+        use_stack(monkeypatch, stack)  # its endpoint and the IAM user it made, as a person at this machine
         up_pid = json.loads((state_dir / "local-up.lock").read_text())["pid"]
 
         # A second `local up` on the same state dir refuses at once and names the first
@@ -48,6 +46,10 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_and_stopped_by_d
         assert (state_dir / "stack.json").exists(), "the first stack's stack.json is still there"
         assert RelevoApi.for_stack(stack).list_projects()["count"] == 0  # and the first stack still answers
         assert "State is in memory: stopping this stack loses its projects, jobs and logs" in log.read_text()
+
+        # Its user is the stack's administrator: a job that does not exist is not found, not forbidden
+        missing = _relevo("status", "job_" + "0" * 26, "--stack-file", str(state_dir / "stack.json"))
+        assert missing.returncode != 0 and "404 JOB_NOT_FOUND" in missing.stdout + missing.stderr, missing.stdout + missing.stderr
 
         # With no agent in us-east, a job there waits on agent_offline, and says so in `relevo queue`
         api = RelevoApi.for_stack(stack)

@@ -64,7 +64,9 @@ class LocalStack:
         rule_schedules: bool = True,
         project_schedules: bool = True,
     ) -> None:
-        self.state_dir = state_dir
+        # Absolute: function processes run in their own working directories and find their
+        # layers under it (a relative --state-dir, as `relevo local up` defaults to, would not resolve).
+        self.state_dir = Path(state_dir).resolve()
         self.stack_name = stack_name
         self.region = region
         self.parameters = dict(parameters or {})
