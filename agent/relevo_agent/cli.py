@@ -7,58 +7,90 @@ import logging
 import os
 import signal
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from relevo_agent import launchd
-from relevo_agent.config import AgentConfig
+from relevo_agent.config import AgentConfig, config_mistake
 from relevo_agent.service import Agent
 from relevo_core.stackfile import StackInfo, load_stack
+from relevo_core.user_files import InvalidFile
 
 app = typer.Typer(no_args_is_help=True, help="relevo-agent: runs Relevo stages on this Mac.")
+_DEBUG = "relevo.debug"
 
 
 @app.callback()
-def _root() -> None:
+def _root(ctx: typer.Context, debug: bool = typer.Option(False, "--debug", help="show the traceback of a config error")) -> None:
     """relevo-agent commands."""
+    ctx.meta[_DEBUG] = debug
 
 
-def _stack(settings: AgentConfig) -> StackInfo | None:
-    """The stack file's stack, boto3 pointed at it (endpoint, region, credentials), or None."""
+@dataclass(frozen=True)
+class StackTarget:
+    table: str | None
+    queue_url: str | None
+    # Why there is no work queue to poll, in words that say what to change (None: there is one).
+    no_queue: str | None = None
+    # The stack file's stack (None: explicit names of a deployed stack).
+    stack: StackInfo | None = None
+
+
+def _resources(settings: AgentConfig, config: Path) -> StackTarget:
+    """The table and the region's work queue, from the stack file or the explicit names; points
+    boto3 at the stack's endpoint and region. A stack file that cannot be read is a mistake of
+    the config that names it."""
     if settings.aws_profile:
         # The profile of the Mac's AWS configuration that takes the agent role (README).
         os.environ["AWS_PROFILE"] = settings.aws_profile
-    if settings.stack_file is None:
-        if settings.aws_region:
-            os.environ.setdefault("AWS_REGION", settings.aws_region)
-            os.environ.setdefault("AWS_DEFAULT_REGION", settings.aws_region)
-        return None
-    stack = load_stack(settings.stack_file)
-    # A local stack gives its agents a session of their region's agent role.
-    stack.apply_to_environment(agent_region=settings.region)
-    return stack
+    if settings.stack_file is not None:
+        try:
+            stack = load_stack(settings.stack_file)
+        except FileNotFoundError as exc:
+            raise config_mistake(config, ("stack_file",), str(exc)) from exc
+        except ValueError as exc:
+            raise config_mistake(config, ("stack_file",), f"{settings.stack_file} is not a stack.json ({type(exc).__name__})") from exc
+        # A local stack gives its agents a session of their region's agent role.
+        stack.apply_to_environment(agent_region=settings.region)
+        queue_url = stack.work_queues.get(settings.region)
+        regions = ", ".join(sorted(stack.work_queues)) or "none"
+        no_queue = None if queue_url else (
+            f"no work queue for region {settings.region!r} in the stack {settings.stack_file} (its region affinities: {regions})"
+        )
+        return StackTarget(stack.table_name, queue_url, no_queue, stack)
+    if settings.aws_region:
+        os.environ.setdefault("AWS_REGION", settings.aws_region)
+        os.environ.setdefault("AWS_DEFAULT_REGION", settings.aws_region)
+    missing = [name for name in ("table_name", "queue_url") if not getattr(settings, name)]
+    no_queue = f"{' and '.join(missing)} not set: set stack_file, or table_name and queue_url" if missing else None
+    return StackTarget(settings.table_name, settings.queue_url, no_queue)
 
 
-def _resources(settings: AgentConfig) -> tuple[str | None, str | None]:
-    """The table and the region's work queue, from the stack file or the explicit names; points
-    boto3 at the stack's endpoint and region."""
-    stack = _stack(settings)
-    if stack is not None:
-        return stack.table_name, stack.work_queues.get(settings.region)
-    return settings.table_name, settings.queue_url
+def _startable(config: Path) -> tuple[AgentConfig, StackTarget]:
+    """The config and the stack it points at, refused before anything starts when the config has
+    a mistake or its region has no work queue in the stack."""
+    settings = AgentConfig.load(config)
+    target = _resources(settings, config)
+    if target.no_queue:
+        raise config_mistake(config, ("region",) if settings.stack_file is not None else ("queue_url",), target.no_queue)
+    return settings, target
 
 
 @app.command()
-def run(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False, help="agent TOML file")) -> None:
+def run(ctx: typer.Context, config: Path = typer.Option(..., "--config", exists=True, dir_okay=False, help="agent TOML file")) -> None:
     """Long-poll the region's work queue and run the stages it hands out."""
+    try:
+        settings, target = _startable(config)
+    except InvalidFile as exc:
+        if ctx.meta.get(_DEBUG):
+            raise
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = AgentConfig.load(config)
-    table, queue_url = _resources(settings)
-    if not table or not queue_url:
-        raise typer.BadParameter(f"no table or work queue for region {settings.region!r}: set stack_file or table_name and queue_url")
-    agent = Agent(settings, table, queue_url)
+    agent = Agent(settings, str(target.table), str(target.queue_url))
 
     def _count(signum: int, _frame: object) -> None:
         # Only count: the supervisor loop decides (1 drain, 2 cancel running stages, 3 exit now).
@@ -66,7 +98,19 @@ def run(config: Path = typer.Option(..., "--config", exists=True, dir_okay=False
 
     signal.signal(signal.SIGTERM, _count)
     signal.signal(signal.SIGINT, _count)
+    # Non-zero exits (launchd's KeepAlive restarts the agent): 2 another relevo-agent runs with
+    # this agent_id, 3 the stack is gone or this agent_id was taken over; the log's last line says.
     raise typer.Exit(agent.run())
+
+
+@app.command()
+def schema() -> None:
+    """Print the config's JSON Schema (editors validate and complete with it; see docs/agent-config.md)."""
+    import json
+
+    from relevo_core.user_files import file_schema
+
+    typer.echo(json.dumps(file_schema(AgentConfig), indent=2))
 
 
 DEFAULT_CONFIG = Path("~/relevo/agent.toml")
@@ -84,13 +128,13 @@ def doctor(config: Path = _CONFIG_OPTION) -> None:
         raise typer.Exit(1)
     try:
         settings = AgentConfig.load(path)
-        stack = _stack(settings)
-        table, queue_url = (stack.table_name, stack.work_queues.get(settings.region)) if stack else (settings.table_name, settings.queue_url)
-    except Exception as exc:  # a config or stack file that cannot be read is the first thing to fix
-        typer.echo(f"FAIL  config: {path}: {exc}")
+        target = _resources(settings, path)
+    except InvalidFile as exc:  # a config or stack file that cannot be read is the first thing to fix
+        for mistake in exc.mistakes:
+            typer.echo(f"FAIL  config: {mistake}")
         raise typer.Exit(1) from exc
     typer.echo(f"ok    config: {path} (agent {settings.agent_id}, region {settings.region}, capacity {settings.capacity})")
-    checks = run_checks(settings, table, queue_url, stack=stack)
+    checks = run_checks(settings, target.table, target.queue_url, target.no_queue, stack=target.stack)
     for check in checks:
         typer.echo(check.line())
     failed = [c.name for c in checks if not c.ok]
@@ -170,7 +214,11 @@ def service_install(config: Path = _CONFIG_OPTION, label: str = _LABEL_OPTION) -
     path = config.expanduser()
     if not path.is_file():
         raise typer.BadParameter(f"{path} does not exist", param_hint="--config")
-    AgentConfig.load(path)  # refuse to install a config the agent could not start with
+    try:
+        AgentConfig.load(path)  # refuse to install a config the agent could not start with
+    except InvalidFile as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
     load = launchd.launchctl_available()
     for line in launchd.install(path, _paths(label), load=load):
         typer.echo(line)

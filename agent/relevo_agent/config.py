@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import tomllib
 from pathlib import Path
@@ -9,41 +10,76 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from relevo_core.lease_timeline import MAX_CLOCK_SKEW_SEC
+from relevo_core.user_files import FileMistake, InvalidFile, Loc, Locator, field_name, read_text, validate
+
 # Retention the agent once took from its own config; now the stack's parameters (template.yaml).
 _STACK_RETENTION = {"log_retention_days": "LogRetentionDays", "artifact_retention_days": "JobRetentionDays"}
 
 
 class AgentConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """relevo-agent's configuration (TOML; relative paths are relative to the file)."""
 
-    agent_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
-    region: str = Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")
-    capacity: int = 2
-    workspace_root: Path = Path("~/relevo/workspaces")
-    journal: Path = Path("~/relevo/journal.sqlite3")
+    model_config = ConfigDict(extra="forbid", frozen=True, title="relevo-agent config")
+
+    agent_id: str = Field(
+        default_factory=socket.gethostname, min_length=1, max_length=128,
+        description="This agent's name in stage records, presence and logs. Default: the host name.",
+    )
+    region: str = Field(
+        pattern=r"^[a-z][a-z0-9-]{0,31}$", description="The region affinity whose work queue this agent polls (one of the stack's RegionAffinities)."
+    )
+    capacity: int = Field(default=2, description="How many stages this agent runs at once; 0 or less means 1.")
+    workspace_root: Path = Field(
+        default=Path("~/relevo/workspaces"), description="One exclusive workspace per project: <workspace_root>/<project>."
+    )
+    journal: Path = Field(
+        default=Path("~/relevo/journal.sqlite3"), description="The agent's SQLite journal of the operations it ran (keep it across restarts)."
+    )
     # A local stack.json, or the explicit names below for a deployed stack.
-    stack_file: Path | None = None
-    table_name: str | None = None
-    queue_url: str | None = None
-    aws_region: str | None = None
-    # The profile of this Mac's AWS configuration the agent runs with (the one that takes the
-    # region's agent role); empty: the default credential chain.
-    aws_profile: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.@+-]{1,64}$")
-    # Names of environment variables whose values are secrets (masked in logs).
-    mask: tuple[str, ...] = ()
-    # `relevo-agent doctor` fails below this much free space under workspace_root.
-    min_free_disk_gb: float = Field(default=10, ge=0)
-    poll_wait_sec: int = Field(default=20, ge=0, le=20)
-    # Presence: how often this agent writes its presence record (see relevo_agent.presence).
-    presence_interval_sec: float = Field(default=30, gt=0, le=300)
-    # A retry that should go to another agent with a free slot is handed back for this long
-    # (see relevo_agent.presence; for a busy agent the hops are longer)...
-    handoff_delay_sec: int = Field(default=2, ge=0, le=60)
-    # ...and, as a safety bound, taken by this agent anyway once it was dispatched this long ago
-    # (capped at half the job's queue timeout), so a stage never starves behind a busy agent.
-    handoff_max_wait_sec: int = Field(default=60, ge=0, le=3600)
-    # How often reports the network lost are sent again from the journal's outbox.
-    outbox_interval_sec: float = Field(default=5.0, gt=0, le=300)
+    stack_file: Path | None = Field(
+        default=None,
+        description="A stack.json (written by `relevo local up`, or by hand for a deployed stack) naming the table "
+        "and the work queues. Either this, or table_name and queue_url.",
+    )
+    table_name: str | None = Field(default=None, description="The deployed stack's table (its TableName output), without stack_file.")
+    queue_url: str | None = Field(default=None, description="The URL of this region's work queue, without stack_file.")
+    aws_region: str | None = Field(default=None, description="The AWS region of the deployed stack, without stack_file.")
+    aws_profile: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_.@+-]{1,64}$",
+        description="The profile of this Mac's AWS configuration the agent runs with: the one that takes the region's "
+        "agent role (README, \"Connect a Mac\"). Empty: the default credential chain.",
+    )
+    mask: tuple[str, ...] = Field(
+        default=(), description="Names of environment variables whose values are secrets: replaced by `******` in every log and probe output."
+    )
+    min_free_disk_gb: float = Field(
+        default=10, ge=0, description="`relevo-agent doctor` fails below this much free space under workspace_root."
+    )
+    poll_wait_sec: int = Field(default=20, ge=0, le=20, description="The long poll of the work queue, in seconds (SQS allows up to 20).")
+    presence_interval_sec: float = Field(
+        default=30, gt=0, le=300,
+        description="How often the agent writes its presence record; it counts as offline after 3 intervals without one.",
+    )
+    handoff_delay_sec: int = Field(
+        default=2, ge=0, le=60,
+        description="A retry that should go to another agent with a free slot is handed back for this long "
+        "(for a busy agent the hops are longer).",
+    )
+    handoff_max_wait_sec: int = Field(
+        default=60, ge=0, le=3600,
+        description="Safety bound: a handed-back retry is taken by this agent anyway once it was dispatched this long "
+        "ago (at most half the job's queue timeout), so a stage never starves behind a busy agent.",
+    )
+    outbox_interval_sec: float = Field(
+        default=5.0, gt=0, le=300, description="How often reports the network lost are sent again from the journal's outbox."
+    )
+    max_clock_skew_sec: float = Field(
+        default=MAX_CLOCK_SKEW_SEC, ge=0, le=60,
+        description="The clock skew allowed between this Mac and AWS: `relevo-agent doctor` fails beyond it, the lease "
+        "keeper fences this much (plus the kill grace) before the lease ends, and a successor waits this long past the "
+        "previous holder's lease end.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -64,8 +100,9 @@ class AgentConfig(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> "AgentConfig":
-        data = tomllib.loads(path.read_text())
-        config = cls.model_validate(data)
+        """The config of `path`; any mistake in it is an InvalidFile naming its line and key."""
+        text = read_text(path, "agent config")
+        config = validate(cls, parse_toml(path, text), path, toml_locator(text))
         base = path.parent
         updates = {
             "workspace_root": (base / config.workspace_root.expanduser()).resolve(),
@@ -74,3 +111,44 @@ class AgentConfig(BaseModel):
         if config.stack_file is not None:
             updates["stack_file"] = (base / config.stack_file.expanduser()).resolve()
         return config.model_copy(update=updates)
+
+
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+_TOML_KEY = re.compile(r"""^\s*(?:"([^"]+)"|'([^']+)'|([A-Za-z0-9_-]+))\s*=""")
+
+
+def parse_toml(path: Path, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # Python 3.11's message ends with "(at line L, column C)"; 3.14 also has lineno / colno.
+        message = str(exc)
+        position = _TOML_POSITION.search(message)
+        line, column = (int(position.group(1)), int(position.group(2))) if position else (None, None)
+        raise InvalidFile.one(path, f"TOML syntax: {_TOML_POSITION.sub('', message)}", line, column) from None
+
+
+def toml_locator(text: str) -> Locator:
+    """Lines of the top-level keys of a TOML file (the agent's config is flat): enough to name
+    the line of a key whose value is wrong."""
+    lines: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith("["):
+            break  # a table: its keys are not the agent's
+        match = _TOML_KEY.match(line)
+        if match:
+            lines.setdefault(next(group for group in match.groups() if group), number)
+
+    def locate(loc: Loc) -> int | None:
+        return lines.get(str(loc[0])) if loc else None
+
+    return locate
+
+
+def config_mistake(path: Path, loc: Loc, message: str) -> InvalidFile:
+    """A mistake in the config found after loading it (against the stack it names)."""
+    try:
+        line = toml_locator(path.read_text(encoding="utf-8", errors="replace"))(loc)
+    except OSError:
+        line = None
+    return InvalidFile([FileMistake(path, message, line, field=field_name(loc))])

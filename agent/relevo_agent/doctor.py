@@ -15,11 +15,14 @@ from typing import Any, Callable
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from relevo_agent.config import AgentConfig
+from relevo_agent.journal import last_stack
+from relevo_core import lease_timeline
 from relevo_core.aws import client
 from relevo_core.stackfile import StackInfo
 
-# Leases are a few tens of seconds; SigV4 itself refuses requests more than 5 minutes off.
-MAX_CLOCK_SKEW_SEC = 5.0
+# The allowed skew the lease timeline fences with (relevo_core.lease_timeline): one number. The
+# agent's max_clock_skew_sec sets it; SigV4 itself refuses requests more than 5 minutes off.
+MAX_CLOCK_SKEW_SEC = lease_timeline.MAX_CLOCK_SKEW_SEC
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,19 @@ def check_clock(server: datetime | None, local: datetime, max_skew_sec: float = 
     return Check("clock", True, f"within {max_skew_sec:.0f}s of AWS")
 
 
+def check_stack(journal: Path, table: str | None, queue_url: str | None, endpoint: str | None) -> Check:
+    """What changed since the agent last ran: the stack its journal remembers against the one the
+    config names now (an agent exits when its stack goes away; its restart reads the config)."""
+    last = last_stack(journal)
+    if last is None:
+        return Check("stack", True, "no earlier run of this agent recorded in its journal")
+    now = {"endpoint": endpoint, "table": table, "queue": queue_url}
+    changed = [f"{name} {last.get(name)} -> {now[name]}" for name in now if last.get(name) != now[name]]
+    if not changed:
+        return Check("stack", True, f"the same stack as the agent's last run ({last.get('at', '?')}): table {table}")
+    return Check("stack", True, f"changed since the agent's last run ({last.get('at', '?')}): {'; '.join(changed)}")
+
+
 def _existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -138,18 +154,20 @@ def run_checks(
     config: AgentConfig,
     table: str | None,
     queue_url: str | None,
+    no_queue: str | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     stack: StackInfo | None = None,
 ) -> list[Check]:
     credentials, server_time = check_credentials()
-    checks = [credentials, check_clock(server_time, now())]
+    checks = [credentials, check_clock(server_time, now(), config.max_clock_skew_sec)]
     if stack is not None and credentials.ok and config.region in stack.work_queues:
         checks.append(check_permissions(stack, config.region, credentials.words.removeprefix("signed in as ")))
     checks.append(check_table(table) if table else Check("table", False, "no table: set stack_file or table_name"))
     if queue_url:
         checks.append(check_queue(queue_url))
     else:
-        checks.append(Check("queue", False, f"no work queue for region {config.region!r}: set stack_file or queue_url"))
+        checks.append(Check("queue", False, no_queue or f"no work queue for region {config.region!r}: set stack_file or queue_url"))
+    checks.append(check_stack(config.journal, table, queue_url, os.environ.get("AWS_ENDPOINT_URL")))
     checks.append(check_disk(config.workspace_root, config.min_free_disk_gb))
     checks.append(check_writable("workspaces", config.workspace_root))
     checks.append(check_writable("journal", config.journal.parent))

@@ -1,16 +1,20 @@
 """Runs one stage command: `bash -c` in the project workspace, in its own process group, with
-SIGTERM then SIGKILL to the whole group on timeout or cancel."""
+SIGTERM then SIGKILL to the whole group on timeout or cancel, and beside it a dead-man supervisor
+process (relevo_agent/supervisor.py) that kills the group if this agent freezes or dies."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from relevo_agent.lease import Lease
 
 # The end of a command's output kept in its result (classification, probe evidence).
 TAIL_BYTES = 4096
@@ -23,6 +27,12 @@ class ExecResult:
     canceled: bool
     output_tail: str
     duration_sec: float
+    ended_at: float = 0.0  # monotonic: when the command was seen to end (a fence after it does not undo it)
+
+    @property
+    def signaled(self) -> int | None:
+        """The signal that ended the command, when one did (Popen's negative return code)."""
+        return -self.exit_code if self.exit_code < 0 else None
 
 
 def _kill_group(process: subprocess.Popen[bytes], grace_sec: float) -> None:
@@ -41,38 +51,69 @@ def _kill_group(process: subprocess.Popen[bytes], grace_sec: float) -> None:
         pass
 
 
-# Kills the stage's process group if the agent dies: it waits on a pipe only the agent holds, and
-# the kernel closes that pipe when the agent exits for any reason (SIGKILL included). It starts
-# before the stage and learns the group from the pipe's first line, so there is no moment when the
-# stage runs unwatched; a normal end writes a second line, which lets it exit without killing.
-_WATCHDOG = 'read -r pg || exit 0; read -r _ && exit 0; kill -TERM -- "-$pg" 2>/dev/null; sleep "$1"; kill -KILL -- "-$pg" 2>/dev/null; exit 0'
+# The supervisor learns the command's process group from the command itself: a wrapper writes its
+# own pid (which leads a new session, hence the group) to the supervisor's pipe, closes its copy
+# of the pipe and only then execs the command, keeping the pid. Until that line is written
+# the wrapper holds the pipe open, so an agent that dies at any moment still leaves the supervisor
+# a group to kill.
+def _announcing(fd: int) -> str:
+    return f'echo "group $$" >&{fd}; exec {fd}>&-; exec bash -c "$1"'
 
 
-def _start_watchdog(grace_sec: float) -> tuple[subprocess.Popen[bytes], int]:
-    read_end, write_end = os.pipe()
-    try:
-        watchdog = subprocess.Popen(
-            ["bash", "-c", _WATCHDOG, "relevo-watchdog", str(grace_sec)],
-            stdin=read_end,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # outside the stage's group and the agent's
-        )
-    finally:
-        os.close(read_end)
-    return watchdog, write_end
+_SUPERVISOR = Path(__file__).with_name("supervisor.py")
 
 
-def _stop_watchdog(watchdog: subprocess.Popen[bytes], write_end: int) -> None:
-    try:
-        os.write(write_end, b"done\n")
-    except OSError:
-        pass
-    os.close(write_end)
-    try:
-        watchdog.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        watchdog.kill()
+class Supervisor:
+    """The dead-man supervisor process of one command (relevo_agent/supervisor.py): it kills the
+    command's group when the lease's fence passes without an extension, or when this process
+    dies. Every extension of the lease is passed on to it."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        read_end, self._write_end = os.pipe()
+        self._lock = threading.Lock()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(_SUPERVISOR)],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,  # outside the stage's group and the agent's: SIGSTOP of the agent leaves it running
+            )
+        finally:
+            os.close(read_end)
+        self._send(self._fence_line(lease))
+        self._unwatch = lease.watch(lambda renewed: self._send(self._fence_line(renewed)))
+
+    @property
+    def pipe(self) -> int:
+        """The write end the command's wrapper announces its group on (inherited by it)."""
+        return self._write_end
+
+    @staticmethod
+    def _fence_line(lease: Lease) -> str:
+        return f"fence {max(0.0, lease.fence_in()):.3f} {lease.grace_sec:.3f}\n"
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            if self._write_end < 0:
+                return
+            try:
+                os.write(self._write_end, line.encode())
+            except OSError:  # it already killed the group and exited
+                pass
+
+    def done(self) -> None:
+        """The command ended here: the supervisor exits without killing anything."""
+        self._unwatch()
+        self._send("done\n")
+        with self._lock:
+            os.close(self._write_end)
+            self._write_end = -1
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def run_command(
@@ -84,30 +125,29 @@ def run_command(
     on_output: Callable[[bytes], None],
     grace_sec: float = 10.0,
     tail_bytes: int = TAIL_BYTES,
-    watchdog: bool = False,
+    lease: Lease | None = None,
+    stop_grace_sec: Callable[[], float] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> ExecResult:
-    """Run `command` to its end, its timeout or `cancel`. With `watchdog`, the process group is
-    also killed (SIGTERM, then SIGKILL after the grace) if this process dies meanwhile."""
+    """Run `command` to its end, its timeout or `cancel` (SIGTERM to the group, SIGKILL after
+    `stop_grace_sec()` if given, else `grace_sec`). With a `lease`, a dead-man supervisor process
+    also kills the group (SIGTERM, then SIGKILL after the lease's fence grace) when the lease's
+    fence passes without an extension, or when this process dies meanwhile."""
     workspace.mkdir(parents=True, exist_ok=True)
-    guard = _start_watchdog(grace_sec) if watchdog else None
+    supervisor = Supervisor(lease) if lease is not None else None
     started = time.monotonic()
     try:
-        process = subprocess.Popen(
-            ["bash", "-c", command],
-            cwd=workspace,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own session, hence its own process group
-        )
+        if supervisor is None:
+            process = _spawn(["bash", "-c", command], workspace, env, ())
+        else:
+            fd = supervisor.pipe
+            process = _spawn(["bash", "-c", _announcing(fd), "relevo-stage", command], workspace, env, (fd,))
     except BaseException:
-        if guard is not None:
-            os.close(guard[1])  # EOF before a group: the watchdog exits
-            guard[0].wait()
+        if supervisor is not None:
+            supervisor.done()
         raise
-    if guard is not None:
-        os.write(guard[1], f"{process.pid}\n".encode())
+    if on_start is not None:
+        on_start(process.pid)  # the leader of a new session: its pid is the group's id
     tail = bytearray()
 
     def pump() -> None:
@@ -124,7 +164,7 @@ def run_command(
     while process.poll() is None:
         if cancel.is_set():
             canceled = True
-            _kill_group(process, grace_sec)
+            _kill_group(process, stop_grace_sec() if stop_grace_sec else grace_sec)
             break
         if time.monotonic() >= deadline:
             timed_out = True
@@ -140,13 +180,28 @@ def run_command(
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    ended = time.monotonic()
     reader.join(timeout=2)
-    if guard is not None:
-        _stop_watchdog(*guard)
+    if supervisor is not None:
+        supervisor.done()
     return ExecResult(
         exit_code=exit_code,
         timed_out=timed_out,
         canceled=canceled,
         output_tail=tail.decode("utf-8", "replace"),
-        duration_sec=time.monotonic() - started,
+        duration_sec=ended - started,
+        ended_at=ended,
+    )
+
+
+def _spawn(argv: list[str], workspace: Path, env: dict[str, str], pass_fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv,
+        cwd=workspace,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        pass_fds=pass_fds,
+        start_new_session=True,  # its own session, hence its own process group
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
@@ -24,8 +25,10 @@ class Outcome(str, Enum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-    # The agent gave up the attempt (fenced, canceled, shut down): no result is claimed.
+    # The agent gave up the attempt (taken over, canceled, shut down): no result is claimed.
     ABANDONED = "abandoned"
+    # The lease deadline came before the command ended: it was killed and its result withheld.
+    FENCED = "fenced"
     # A reconciliation decided the attempt without running the command.
     RECONCILED = "reconciled"
 
@@ -47,6 +50,7 @@ class Operation:
     receipt: dict[str, Any] | None = None
     run_token: str | None = None
     updated_at: str = ""
+    pgid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,13 @@ CREATE TABLE IF NOT EXISTS outbox (
     tries INTEGER NOT NULL DEFAULT 0,
     created_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 """
+# Columns added after the first release: journals written before them gain them on open.
+_ADDED_COLUMNS = {"operations": {"pgid": "INTEGER"}}
 
 
 def _now() -> str:
@@ -108,6 +118,28 @@ class Journal:
         # FULL: a committed result survives a power loss, not only a crash of the agent.
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        for table, columns in _ADDED_COLUMNS.items():
+            present = {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            for column, kind in columns.items():
+                if column not in present:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        # Which journal this is: a claim records it, and a restarted agent takes over only the
+        # attempts its own journal claimed (an agent_id cloned onto another Mac has another one).
+        self._db.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('journal_id', ?)", (uuid.uuid4().hex,))
+        self.journal_id: str = self._meta("journal_id") or ""
+
+    def _meta(self, name: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE name=?", (name,)).fetchone()
+        return str(row["value"]) if row else None
+
+    def remember(self, name: str, value: str) -> None:
+        """A fact about this agent's past runs (the stack it last ran against, for doctor)."""
+        with self._lock:
+            self._db.execute("INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value", (name, value))
+
+    def recall(self, name: str) -> str | None:
+        with self._lock:
+            return self._meta(name)
 
     def close(self) -> None:
         with self._lock:
@@ -122,7 +154,7 @@ class Journal:
                 "INSERT INTO operations (operation_id, job_id, stage, stage_index, attempt, resource_key, "
                 "precondition_version, outcome, receipt, run_token, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT(operation_id) DO UPDATE SET attempt=excluded.attempt, resource_key=excluded.resource_key, "
-                "precondition_version=excluded.precondition_version, outcome=excluded.outcome, receipt=NULL, "
+                "precondition_version=excluded.precondition_version, outcome=excluded.outcome, receipt=NULL, pgid=NULL, "
                 "run_token=excluded.run_token, updated_at=excluded.updated_at",
                 (
                     op.operation_id,
@@ -137,6 +169,15 @@ class Journal:
                     op.run_token,
                     _now(),
                 ),
+            )
+
+    def set_process_group(self, operation_id: str, attempt: int, pgid: int | None) -> None:
+        """The process group the attempt's command runs in (None once it is gone): what a
+        restarted agent waits on before it says the attempt was interrupted."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE operations SET pgid=?, updated_at=? WHERE operation_id=? AND attempt=?",
+                (pgid, _now(), operation_id, attempt),
             )
 
     def set_run_token(self, operation_id: str, attempt: int, token: str) -> None:
@@ -218,4 +259,21 @@ def _operation(row: sqlite3.Row) -> Operation:
         receipt=json.loads(row["receipt"]) if row["receipt"] else None,
         run_token=row["run_token"],
         updated_at=row["updated_at"],
+        pgid=row["pgid"],
     )
+
+
+def last_stack(path: Path) -> dict[str, Any] | None:
+    """The stack the agent last ran against (its endpoint, table and queue), read without
+    creating or changing the journal (relevo-agent doctor); None when there is no record."""
+    if not path.is_file():
+        return None
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT value FROM meta WHERE name = 'stack'").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    return json.loads(row[0]) if row else None

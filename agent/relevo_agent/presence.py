@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import threading
+import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import metadata
@@ -122,8 +124,23 @@ class Presence:
         self._wake = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
+        # This process: one relevo-agent per agent_id at a time (see take).
+        self.instance_id = uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self.started_at = clock()
+        # Called (once) when another instance turns out to hold this agent_id; and with every
+        # other failed write (the agent tells a stack that is gone from a network fault).
+        self.on_taken: Callable[[agents.AgentIdInUse], None] = lambda _: None
+        self.on_error: Callable[[Exception], None] = lambda _: None
 
     # ------------------------------------------------------------------ the record
+    def take(self) -> None:
+        """Before anything else: this agent_id's record now names this process. Raises
+        AgentIdInUse when another relevo-agent with this agent_id is online (a second launchd
+        job, a cloned Mac): starting anyway would have both take work, and a restart's recovery
+        fail the other's live stages."""
+        agents.take_agent_id(self.table, self._record())
+
     def start(self) -> None:
         self._thread.start()
 
@@ -133,7 +150,7 @@ class Presence:
         self._wake.set()
         self._thread.join(timeout=10)
         try:
-            agents.mark_offline(self.table, self.config.region, self.config.agent_id, self._clock())
+            agents.mark_offline(self.table, self.config.region, self.config.agent_id, self._clock(), self.instance_id)
         except (BotoCoreError, ClientError):
             log.warning("could not mark %s offline; it will look online for a few more intervals", self.config.agent_id)
 
@@ -151,29 +168,38 @@ class Presence:
             self._running += delta
         self._wake.set()
 
-    def write(self) -> None:
+    def _record(self) -> AgentPresence:
         with self._lock:
             running = self._running
-        agents.put_presence(
-            self.table,
-            AgentPresence(
-                agent_id=self.config.agent_id,
-                region=self.config.region,
-                capacity=self.config.capacity,
-                running=running,
-                version=self._version,
-                last_seen=self._clock(),
-                interval_sec=self.config.presence_interval_sec,
-            ),
+        return AgentPresence(
+            agent_id=self.config.agent_id,
+            region=self.config.region,
+            capacity=self.config.capacity,
+            running=running,
+            version=self._version,
+            last_seen=self._clock(),
+            interval_sec=self.config.presence_interval_sec,
+            instance_id=self.instance_id,
+            host=self.host,
+            started_at=self.started_at,
         )
+
+    def write(self) -> None:
+        agents.put_presence(self.table, self._record())
 
     def _loop(self) -> None:
         while not self._done.is_set():
             self._wake.clear()
             try:
                 self.write()
-            except Exception:  # never let presence take the agent down; try again next tick
-                log.warning("presence write failed; retrying in %.0fs", self.config.presence_interval_sec, exc_info=True)
+            except agents.AgentIdInUse as taken:
+                # Another process took this agent_id while this one could not write (frozen,
+                # cut off for 3 intervals): it is the agent now; this one stops.
+                self.on_taken(taken)
+                return
+            except Exception as exc:  # never let presence take the agent down; try again next tick
+                log.warning("presence write failed (%s); retrying in %.0fs", exc, self.config.presence_interval_sec)
+                self.on_error(exc)
             self._wake.wait(self.config.presence_interval_sec)
 
     # ------------------------------------------------------------------ placement

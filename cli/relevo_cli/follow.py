@@ -40,6 +40,8 @@ class LogFollower:
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     warn: Callable[[str], None] = lambda _: None
+    # Called with each page whose job status differs from the page before (the first page too).
+    status_changed: Callable[[dict[str, Any]], None] = lambda _page: None
     poll_sec: float = 1.0
     backoff_base_sec: float = 0.5
     backoff_max_sec: float = 15.0
@@ -86,7 +88,9 @@ class LogFollower:
         ends: its outcome's exit code (0 succeeded, 1 failed or canceled)."""
         while True:
             page = self._page()
-            self.status = page["status"]
+            if page["status"] != self.status:
+                self.status = page["status"]
+                self.status_changed(page)
             self._print(page)
             if page["more"]:
                 continue

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from relevo_cli.local.state_dir import Holder, running
 from relevo_core.stackfile import StackInfo, load_stack
 
 
@@ -32,9 +33,9 @@ def _stop(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
 
 @contextmanager
 def local_stack(state_dir: Path, log_file: Path, extra_args: list[str] | None = None, timeout: float = 120) -> Iterator[StackInfo]:
-    """`relevo local up` in a child process; yields once its stack.json exists."""
+    """`relevo local up` in a child process; yields once it holds the state dir and its stack.json
+    is written (a stack.json another stack left there is never taken for this one's)."""
     stack_file = state_dir / "stack.json"
-    stack_file.unlink(missing_ok=True)
     state_dir.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         process = subprocess.Popen(
@@ -45,7 +46,7 @@ def local_stack(state_dir: Path, log_file: Path, extra_args: list[str] | None = 
         )
     try:
         deadline = time.monotonic() + timeout
-        while not stack_file.exists():
+        while not _ready(running(state_dir), process.pid, stack_file):
             if process.poll() is not None:
                 raise ProcessFailed(f"relevo local up exited with {process.returncode}; see {log_file}")
             if time.monotonic() > deadline:
@@ -56,6 +57,10 @@ def local_stack(state_dir: Path, log_file: Path, extra_args: list[str] | None = 
         _stop(process)
 
 
+def _ready(holder: Holder | None, pid: int, stack_file: Path) -> bool:
+    return holder is not None and holder.pid == pid and holder.api_url is not None and stack_file.exists()
+
+
 def write_agent_config(
     path: Path,
     stack_file: Path,
@@ -63,9 +68,12 @@ def write_agent_config(
     agent_id: str,
     capacity: int = 1,
     poll_wait_sec: int = 20,
+    max_clock_skew_sec: float = 1.0,
     **settings: int | float,
 ) -> Path:
-    """An agent TOML for the local stack; `settings` are further numeric keys (presence_interval_sec...)."""
+    """An agent TOML for the local stack; `settings` are further numeric keys (presence_interval_sec...).
+    Agents of the local stack share this host's clock with it: a small allowed skew keeps the
+    fence margin small (relevo_core.lease_timeline)."""
     workspace = path.parent / f"{agent_id}-workspaces"
     path.write_text(
         "\n".join(
@@ -77,6 +85,7 @@ def write_agent_config(
                 f'journal = "{path.parent / (agent_id + "-journal.sqlite3")}"',
                 f'stack_file = "{stack_file}"',
                 f"poll_wait_sec = {poll_wait_sec}",
+                f"max_clock_skew_sec = {max_clock_skew_sec}",
                 *(f"{name} = {value}" for name, value in settings.items()),
                 "",
             ]

@@ -24,6 +24,9 @@ WILDCARD_RESOURCE_SIDS = {
     ("JobStateMachine", "Tracing"): "xray:",  # X-Ray actions
     ("TriggersFunction", "AnswerApprovalGates"): "states:SendTask",  # callback answers
 }
+# The same for any owner: waking the head of a project's line answers a task token, and
+# states:SendTaskSuccess takes no resource-level permission (Service Authorization Reference).
+WILDCARD_RESOURCE_SIDS_ANY_OWNER = {"WakeNextWaitingJob": "states:SendTaskSuccess"}
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +201,7 @@ def _wildcard_problems(template: dict[str, Any]) -> list[str]:
                     if action == "*" or action.endswith(":*"):
                         problems.append(f"{owner}/{sid}: Action {action}")
             if "*" in _as_list(statement.get("Resource", [])):
-                prefix = WILDCARD_RESOURCE_SIDS.get((owner, sid))
+                prefix = WILDCARD_RESOURCE_SIDS.get((owner, sid)) or WILDCARD_RESOURCE_SIDS_ANY_OWNER.get(sid)
                 if prefix is None or not all(a.startswith(prefix) for a in actions):
                     problems.append(f"{owner}/{sid}: Resource * ({', '.join(actions)})")
     return problems
@@ -302,6 +305,9 @@ def test_split_defers_an_alarm_with_its_intrinsics_as_outputs() -> None:
     assert params["Threshold"] == 900.0 and params["EvaluationPeriods"] == 3
 
 
+TRANSACTION_ITEM_ACTIONS = {"Update": "UpdateItem", "Put": "PutItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}
+
+
 def _asl_service_actions(node, found=None):
     """IAM actions the definition's Task states need (optimized and aws-sdk integrations)."""
     found = set() if found is None else found
@@ -312,9 +318,14 @@ def _asl_service_actions(node, found=None):
             service, action = service_action.split(":")
             action = action[0].upper() + action[1:]
             if service == "dynamodb" and action == "TransactWriteItems":
-                found.add("dynamodb:UpdateItem")  # transactions are authorised per item action
+                # Transactions are authorised per item action (DynamoDB Developer Guide, "Using IAM
+                # with DynamoDB transactions"): a ConditionCheck needs dynamodb:ConditionCheckItem.
+                for item in node["Parameters"]["TransactItems"]:
+                    (operation,) = item
+                    found.add(f"dynamodb:{TRANSACTION_ITEM_ACTIONS[operation]}")
             else:
-                found.add(f"{service}:{action}")
+                # The AWS SDK integration names Step Functions `sfn`; its IAM prefix is `states`.
+                found.add(f"{'states' if service == 'sfn' else service}:{action}")
         for value in node.values():
             _asl_service_actions(value, found)
     elif isinstance(node, list):

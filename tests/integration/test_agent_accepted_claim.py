@@ -1,6 +1,6 @@
-"""An accepted claim starts its command at once. The run token, the claimed message's deletion and
-the lease are seen to beside the command (relevo_agent.service, Agent._keep_lease); these tests
-drive that keeper against the embedded stack with a stage the state machine dispatched. The
+"""An accepted claim starts its command at once. The run token and the claimed message's deletion
+are seen to beside the command (relevo_agent.service, Agent._watch_for_run_token); these tests
+drive that watcher against the embedded stack with a stage the state machine dispatched. The
 dispatch is claimed but never answered, so the state machine itself hands out no run token: each
 test decides what happens instead.
 """
@@ -8,6 +8,7 @@ test decides what happens instead.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,9 +17,11 @@ from botocore.exceptions import ClientError
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import Journal, Operation, Outcome, operation_id
+from relevo_agent.lease import Lease
 from relevo_agent.service import Agent, StageRun
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
+from relevo_core.lease_timeline import LeaseTimeline
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.codec import from_attributes
@@ -44,10 +47,8 @@ class Claimed:
         self.agent.journal.begin(
             Operation(self.op_id, self.job_id, task["stage"], task["stage_index"], task["attempt"], str(tmp_path), "commit=c;inputs=0")
         )
-        self.run = StageRun(self.ref)
-        self.keeper = threading.Thread(
-            target=self.agent._keep_lease, args=(self.run, LEASE_TTL_SEC, self.op_id, self.receipt_handle), daemon=True
-        )
+        self.run = StageRun(self.ref, Lease(LeaseTimeline(LEASE_TTL_SEC, 10, 5), time.monotonic()))
+        self.keeper = threading.Thread(target=self.agent._watch_for_run_token, args=(self.run, self.op_id, self.receipt_handle), daemon=True)
 
     def hand_out_run_token(self, token: str) -> None:
         """What the state machine's AwaitResult writes once it has taken the claim."""
@@ -55,8 +56,7 @@ class Claimed:
             TableName=self.stack.table_name,
             Key=self.ref.key,
             UpdateExpression="SET run_token = :token",
-            ConditionExpression=stage_attempts.HOLDS_ATTEMPT,
-            ExpressionAttributeValues={":token": {"S": token}, **stage_attempts.holds_attempt_values(self.ref)},
+            **stage_attempts.holds_attempt_check(self.ref, **{":token": {"S": token}}),
         )
 
     def stage_record(self) -> dict:

@@ -44,11 +44,10 @@ MIRRORED = {"ABORTED": ("canceled", None), "FAILED": ("failed", "execution_faile
 def _stop(stack, job_id: str, run_token: str | None = None) -> str:
     """Stop the execution as the console does, wait until it has ended, and return its status.
 
-    The emulator notices a stop only when the waiting state wakes: a stage's run wakes at each
-    heartbeat, so the holder of `run_token` keeps heartbeating (refused once it ended), as an
-    agent would. AWS reports every stopped execution ABORTED; moto 5.2.5 reports one stopped
-    inside the stage Map FAILED (the iteration's task times out, no Catch runs), so the
-    mirrored status follows what the execution reports."""
+    The holder of `run_token` keeps heartbeating (refused once it ended), as an agent would. AWS
+    reports every stopped execution ABORTED; moto 5.2.5 reported one stopped inside the stage Map
+    FAILED until the local stack made a stop end its waits ABORTED (local/interpreter_patches.py),
+    and the mirrored status still follows what the execution reports."""
     sfn = client("stepfunctions")
     arn = execution_arn(stack.state_machine_arn, job_id)
     sfn.stop_execution(executionArn=arn, cause="stopped in the console")
@@ -82,10 +81,8 @@ def _running_and_waiting(stack, settings, project_id) -> tuple[str, str, str]:
     run_token = wait_for_run_token(claim_and_accept(stack, task, "mac-a", lease_ttl_sec=60))
     waiting = _enqueue(stack, settings, project_id)
     wait_until(lambda: _job(stack, waiting).get("waiting_for") == project_id, 60, f"{waiting} waits for {project_id}")
-    # Parked in its Wait state, where a waiter spends nearly all its time. Stopped right after it
-    # wrote waiting_for, while the Task states of its loop still ran, one waiter's execution came
-    # back FAILED from the emulator (once, in a full suite on 2 workers; AWS reports every stop
-    # ABORTED). Stopped in the Wait, it has come back ABORTED every time.
+    # Parked in WaitForProject, where a waiter spends nearly all its time (a stop while the other
+    # states of its loop run is a different moment to stop it at, not tested here).
     wait_until(lambda: _last_state_entered(stack, waiting) == "WaitForProject", 60, f"{waiting} parked in WaitForProject")
     assert (_job(stack, running)["status"], _job(stack, waiting)["status"]) == ("running", "queued")
     return running, waiting, run_token

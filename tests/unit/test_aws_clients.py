@@ -29,6 +29,56 @@ def test_clients_follow_the_region_too(monkeypatch: pytest.MonkeyPatch):
     assert client("sqs").meta.region_name == "us-west-2"
 
 
+@pytest.fixture()
+def black_hole():
+    """An endpoint that accepts connections and never answers (a partition, as the agent sees it)."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+def test_a_call_under_a_budget_gives_up_within_it_and_makes_one_attempt(monkeypatch: pytest.MonkeyPatch, black_hole: str):
+    import time
+
+    from botocore.exceptions import ReadTimeoutError
+
+    from relevo_core.aws import call_budget
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", black_hole)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    started = time.monotonic()
+    with call_budget(1.0), pytest.raises(ReadTimeoutError):
+        client("dynamodb").get_item(TableName="t", Key={"pk": {"S": "x"}})
+    # Without the budget: 25 s read timeout, 3 attempts. With it: one attempt, half a second.
+    assert time.monotonic() - started < 1.0
+    assert client("dynamodb").meta.config.read_timeout == 25  # outside the block, unchanged
+
+
+def test_budgets_share_a_few_clients_and_every_call_gets_what_is_left(monkeypatch: pytest.MonkeyPatch):
+    import time
+
+    from relevo_core.aws import call_budget
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1111")
+    with call_budget(5.5):
+        five = client("stepfunctions")
+        assert (five.meta.config.connect_timeout, five.meta.config.read_timeout) == (1.0, 4.0)
+    with call_budget(5.2):
+        assert client("stepfunctions") is five  # rounded down to the same steps: the same client
+    with call_budget(4.9):
+        assert client("stepfunctions").meta.config.read_timeout == 3.0
+    with call_budget(2.0):
+        first = client("dynamodb")
+        time.sleep(1.0)
+        second = client("dynamodb")  # the next call of the same round has only what is left
+    assert first.meta.config.read_timeout + first.meta.config.connect_timeout <= 2.0
+    assert second.meta.config.read_timeout + second.meta.config.connect_timeout <= 1.0
+    with call_budget(0.01):
+        assert client("stepfunctions").meta.config.read_timeout == 0.25
+
+
 def test_clients_follow_the_credentials_too(monkeypatch: pytest.MonkeyPatch):
     # Two local stacks issue different keys: a client built for one must not sign for the other.
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1111")

@@ -11,7 +11,7 @@ import pytest
 
 from relevo_cli.demo import percentile
 from relevo_cli.demo_scenarios import FLEET, PROJECTS
-from relevo_cli.projects import WebhookSecretSources, load_project_file
+from relevo_cli.projects import load_project_file
 from relevo_core.models.errors import EX_TEMPFAIL
 from relevo_core.models.project import Project
 
@@ -19,9 +19,8 @@ from relevo_core.models.project import Project
 def _projects() -> dict[str, Project]:
     projects = {}
     for path in sorted(PROJECTS.glob("*.yaml")):
-        document = load_project_file(path)
-        WebhookSecretSources.model_validate(document.pop("webhook", None) or {})
-        project = Project.model_validate(document)
+        declared = load_project_file(path).project
+        project = Project.model_validate({**declared.model_dump(), "webhook": {}})
         projects[project.id] = project
     return projects
 

@@ -19,6 +19,15 @@ from urllib.parse import parse_qs, urlsplit
 from relevo_cli.local.sigv4 import Refusal
 
 MAX_PAYLOAD = 10 * 1024 * 1024  # API Gateway's own payload limit
+# Connections the kernel queues before the server accepts them. socketserver's default of 5 reset
+# most of a burst of concurrent deliveries; API Gateway answers every request within its burst
+# limit (5,000 by default, "Throttle requests to your REST APIs"), so the queue is as deep as the
+# kernel allows (net.core.somaxconn caps it).
+LISTEN_BACKLOG = 4096
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,7 @@ class ApiAdapter:
                     return self._serve
                 raise AttributeError(name)
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server = _Server((host, port), Handler)
         self.server.daemon_threads = True
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -29,7 +29,7 @@ import boto3
 import requests
 from botocore.credentials import Credentials
 
-from relevo_cli.local import deferred, emulator_iam, lambda_layer, sigv4, template
+from relevo_cli.local import deferred, emulator_iam, faults, heartbeat_timeout, interpreter_patches, lambda_layer, sigv4, template
 from relevo_cli.local.apigateway import ApiAdapter, Route
 from relevo_cli.local.sigv4 import Refusal
 from relevo_cli.local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
@@ -64,7 +64,9 @@ class LocalStack:
         rule_schedules: bool = True,
         project_schedules: bool = True,
     ) -> None:
-        self.state_dir = state_dir
+        # Absolute: function processes run in their own working directories and find their
+        # layers under it (a relative --state-dir, as `relevo local up` defaults to, would not resolve).
+        self.state_dir = Path(state_dir).resolve()
         self.stack_name = stack_name
         self.region = region
         self.parameters = dict(parameters or {})
@@ -100,10 +102,13 @@ class LocalStack:
         for name in ("moto", "werkzeug", "botocore", "urllib3"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         _parse_each_state_machine_definition_once()
+        heartbeat_timeout.name_heartbeat_timeouts()  # moto 5.2.5 names a heartbeat lapse States.Timeout
         _store_key_policies_as_json()
         _answer_managed_policy_attributes()
         _drop_no_value_from_lists()
         _attach_managed_policies_of_stack_roles()
+        interpreter_patches.install()
+        faults.install()  # inert until a test arms a fault (local/faults.py)
         self._server = _emulator_server(self.host, self.moto_port)
         self._server.start()
         host, port = self._server.get_host_and_port()

@@ -51,5 +51,11 @@ def decide(settings: IntakeSettings, job_id: str, approve: bool, body: Any, acto
             raise RelevoError(ErrorCode.JOB_NOT_WAITING, f"job {job_id} no longer waits for approval") from exc
         raise
     action = "job.approve" if approve else "job.reject"
-    record_action(settings.table_name, job_id, action, actor, datetime.now(timezone.utc), reason=decision.reason, stage=stage)
+    now = datetime.now(timezone.utc)
+    record_action(settings.table_name, job_id, action, actor, now, reason=decision.reason, stage=stage)
+    jobs.record_approval_decision(
+        settings.table_name,
+        job_id,
+        {"decision": "approved" if approve else "rejected", "actor": actor, "reason": decision.reason, "stage": stage, "at": now.isoformat()},
+    )
     return {"job_id": job_id, "action": action, "stage": stage, "actor": actor}

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterator
 
 import boto3
 from botocore.config import Config
@@ -24,13 +27,58 @@ _CLIENT_CONFIG = Config(
 )
 _lock = threading.Lock()
 
+# The monotonic deadline of this thread's calls (see call_budget); None: no deadline.
+_DEADLINE: ContextVar[float | None] = ContextVar("relevo_call_deadline", default=None)
+# Read timeouts a call's remaining time is rounded down to, so a few clients serve every deadline.
+_READ_TIMEOUT_STEPS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0)
+# A connection on a healthy network takes milliseconds: a short connect timeout leaves the read
+# most of the time, and a black-holed connect fails fast for the caller to try again.
+_CONNECT_TIMEOUT_MAX = 1.0
+
+
+@contextmanager
+def call_budget(seconds: float) -> Iterator[None]:
+    """Within the block, every call this thread makes ends before `seconds` from now are up:
+    each client it gets makes one attempt per call (botocore's retries off: the caller retries
+    while its deadline allows) with a connect and a read timeout that together fit in the time
+    left when the client is taken ("Config", botocore: connect_timeout, read_timeout, retries
+    total_max_attempts). For calls that must not outlast a deadline: the agent's lease path."""
+    token = _DEADLINE.set(time.monotonic() + max(0.0, seconds))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
 
 def _environment() -> tuple[str | None, str | None, str | None]:
     return os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_DEFAULT_REGION"), os.environ.get("AWS_ACCESS_KEY_ID")
 
 
 def client(service: str) -> Any:
-    return _client(service, *_environment())
+    endpoint, region, access_key = _environment()
+    deadline = _DEADLINE.get()
+    if deadline is not None:
+        connect, read = _timeouts(deadline - time.monotonic())
+        return _bounded_client(service, endpoint, region, access_key, connect, read)
+    return _client(service, endpoint, region, access_key)
+
+
+def _timeouts(left: float) -> tuple[float, float]:
+    """(connect, read) for a call that has `left` seconds, the read rounded down to a step."""
+    def step(seconds: float) -> float:
+        return max([s for s in _READ_TIMEOUT_STEPS if s <= seconds], default=_READ_TIMEOUT_STEPS[0])
+
+    connect = min(_CONNECT_TIMEOUT_MAX, step(left / 4))
+    return connect, step(left - connect)
+
+
+@lru_cache(maxsize=None)
+def _bounded_client(service: str, endpoint: str | None, region: str | None, access_key: str | None, connect: float, read: float) -> Any:
+    config = _CLIENT_CONFIG.merge(
+        Config(connect_timeout=connect, read_timeout=read, retries={"mode": "standard", "total_max_attempts": 1})
+    )
+    with _lock:
+        return _session(access_key).client(service, config=config)
 
 
 @lru_cache(maxsize=None)
@@ -64,5 +112,6 @@ def _presigner(endpoint: str | None, region: str | None, access_key: str | None)
 def reset_clients() -> None:
     """Forget cached clients and their session (after credentials change)."""
     _client.cache_clear()
+    _bounded_client.cache_clear()
     _session.cache_clear()
     _presigner.cache_clear()

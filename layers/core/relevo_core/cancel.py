@@ -8,9 +8,10 @@ from botocore.exceptions import ClientError
 
 from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
+from relevo_core.lock_handoff import wake_next_waiter
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.status import JobStatus
-from relevo_core.store import jobs, locks, wait_order
+from relevo_core.models.status import JobStatus, StageStatus
+from relevo_core.store import jobs, locks, stage_endings, wait_order
 from relevo_core.sweeper import execution_arn
 
 _ATTEMPTS = 5
@@ -18,9 +19,10 @@ _ATTEMPTS = 5
 
 def cancel_job(settings: IntakeSettings, job_id: str, actor: str) -> dict[str, str]:
     """queued: canceled without dispatch (its queue slot given back). dispatched, running or
-    waiting: the execution is stopped; the agent holding a stage learns it from its next
-    heartbeat, which is refused, and kills the stage's process group. The project lock is
-    released, and the job leaves its project's waiting order, either way."""
+    waiting: the execution is stopped and the open stage is `canceled`; the agent holding it
+    learns it from its next renewal (every min(lease/3, 3 s)), which is refused, and kills the
+    stage's process group. The project lock is released, and the job leaves its project's
+    waiting order, either way."""
     for _ in range(_ATTEMPTS):
         record = jobs.get_job_record(settings.table_name, job_id)
         status = JobStatus(record["status"])
@@ -41,7 +43,12 @@ def cancel_job(settings: IntakeSettings, job_id: str, actor: str) -> dict[str, s
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
                 raise
+    # The stage it was on ends with it: the holder's next renewal is refused (so its command is
+    # stopped within one renew interval), and no agent may claim it any more.
+    stage_endings.end_open_stages(settings.table_name, job_id, StageStatus.CANCELED, datetime.now(timezone.utc), f"cancel:{actor}")
     locks.release(settings.table_name, record["project"], job_id)
     # A job canceled while it waited for its project leaves the waiting order at once.
     wait_order.drop_waiter(settings.table_name, record["project"], job_id)
+    # Either frees the project for the next job, which is parked until woken.
+    wake_next_waiter(settings.table_name, record["project"])
     return {"job_id": job_id, "status": JobStatus.CANCELED.value, "was": status.value}

@@ -8,6 +8,7 @@ from typing import Any
 
 from relevo_core.config import AccessSettings, IntakeSettings
 from relevo_core.intake import IntakeResult, start_execution, work_queue_url
+from relevo_core.job_lineage import last_successful_before
 from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id, read_envelope
 from relevo_core.permissions import visibility
 from relevo_core.store import dead_letters, jobs
@@ -78,6 +79,7 @@ def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> In
         }
     )
     resumed = type(failed).model_validate(resumed.model_dump())
-    dead_letters.redrive(settings.table_name, job_id, resumed, settings.queue_limit, actor, now)
+    stands_on = last_successful_before(settings.table_name, job_id, [s.name for s in resumed.stages], resumed.first_stage_index)
+    dead_letters.redrive(settings.table_name, job_id, resumed, settings.queue_limit, actor, now, stands_on)
     start_execution(settings.state_machine_arn, resumed, work_queue_url(settings.work_queue_prefix, resumed.region_affinity))
     return IntakeResult(resumed.job_id, outcome="redriven", previous_job_id=job_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.project import OnRepeat, Project
 from relevo_core.models.status import HeldReason
+from relevo_core.plan_limits import require_envelope_fits, require_stages_fit
 from relevo_core.store import jobs
 from relevo_core.store.keys import stage_sk
 from relevo_core.store.projects import get_project
@@ -155,6 +157,24 @@ RETRY_KEYS: dict[ErrorClass, str] = {
     ErrorClass.LEASE_EXPIRED: "lease_expired",
 }
 
+# A job waiting for its project parks in job.asl.json's WaitForProject until a releaser wakes it
+# (the releasing execution, cancel, the sweeper), and reads the lock again at least every
+# fallback_sec in case a wake never comes. Every park, woken or not, spends one of `cycles`, and
+# the job gives up with Relevo.Timeout.Queue when they are spent, so a wait of queue_timeout_sec
+# costs at most `cycles` parks of history however long each lasts (test_waiting_history.py).
+# Short waits read the lock LOCK_WAIT_READS times; long ones every LOCK_WAIT_MAX_FALLBACK_SEC:
+# 288 parks for the longest queue_timeout_sec (24 h).
+LOCK_WAIT_READS = 100
+LOCK_WAIT_MAX_FALLBACK_SEC = 300
+
+
+def lock_wait(queue_timeout_sec: int) -> dict[str, int]:
+    """The wait budget job.asl.json's WaitForProject / CountWaitCycle spend: the fallback read
+    period and the number of parks a wait of queue_timeout_sec may use."""
+    fallback_sec = min(LOCK_WAIT_MAX_FALLBACK_SEC, max(1, math.ceil(queue_timeout_sec / LOCK_WAIT_READS)))
+    return {"fallback_sec": fallback_sec, "cycles": math.ceil(queue_timeout_sec / fallback_sec)}
+
+
 def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
     """What the state machine needs to drive the job; the agent reads the rest from the envelope.
     Timeouts, attempts and backoff all come from the frozen plan."""
@@ -167,8 +187,11 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
         "queue_url": queue_url,
         "lease_ttl_sec": envelope.lease_ttl_sec,
         "queue_timeout_sec": envelope.queue_timeout_sec,
-        # How often a job waiting for its project's lock tries again.
-        "lock_poll_sec": max(1, min(10, envelope.lease_ttl_sec // 3)),
+        # How a job waiting for its project's lock parks (see lock_wait).
+        "lock_wait": lock_wait(envelope.queue_timeout_sec),
+        # The streak of conflicts the current transactional state has retried (job.asl.json's
+        # <State>Canceled choices retry at most 5, with backoff and full jitter).
+        "conflict": {"retries": 0},
         # A job from a later stage runs only that stage on; the earlier ones show as skipped.
         "stages": [
             {
@@ -227,15 +250,25 @@ def enqueue(
     (the commit for Git triggers, the schedule slot for timers, ...). With a `held_reason` (a pull
     request from a fork) the job is written `held` and only a person's release starts it."""
     now = now or datetime.now(timezone.utc)
+    # Refused before anything is written: a project stored under other limits may hold a plan
+    # its jobs' executions could not carry (relevo_core.plan_limits).
+    require_stages_fit(project)
     stages = select_stages(project, stage_names)
     key = idempotency_key(project.id, identity, stages)
     envelope = build_envelope(settings, project, trigger, ref, commit, stages, key, now, priority, from_stage, retry_of)
+    require_envelope_fits(envelope)
     queue_url = work_queue_url(settings.work_queue_prefix, envelope.region_affinity)
     window, on_repeat = project.dedup_for(trigger.type.value)
     refuse_frozen = trigger.type in AUTOMATIC_TRIGGERS
+    stands_on = None
+    if envelope.first_stage_index > 0 and retry_of:
+        from relevo_core.job_lineage import last_successful_before  # reruns only: not on the webhook's path
+
+        stands_on = last_successful_before(settings.table_name, retry_of, [s.name for s in stages], envelope.first_stage_index)
 
     outcome = jobs.create_job(
-        settings.table_name, envelope, window, settings.queue_limit, now, held_reason=held_reason, refuse_frozen=refuse_frozen
+        settings.table_name, envelope, window, settings.queue_limit, now, held_reason=held_reason,
+        refuse_frozen=refuse_frozen, stands_on=stands_on,
     )
     if isinstance(outcome, jobs.RepeatAfterWindow):
         if on_repeat is OnRepeat.SKIP:
@@ -251,6 +284,7 @@ def enqueue(
             held_reason=held_reason,
             replaces_expires_at=outcome.previous_expires_at,
             refuse_frozen=refuse_frozen,
+            stands_on=stands_on,
         )
     if isinstance(outcome, jobs.Created) and held_reason is not None:
         return IntakeResult(envelope.job_id, outcome="held")

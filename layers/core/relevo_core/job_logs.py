@@ -91,8 +91,10 @@ def log_page(table: str, job_id: str, query: LogQuery) -> dict[str, Any]:
     `next_seq`: the from_seq of the next forward page (the seq after the last chunk returned).
     `before_seq`: the before_seq of the next backward page, or None at the start of the log.
     `more`: chunks from next_seq on are already stored (read again at once rather than wait).
-    `status` / `terminal`: the job's status, read before the chunks."""
-    status = JobStatus(get_job_record(table, job_id)["status"])
+    `status` / `terminal`: the job's status, read before the chunks; `waiting_stage` the stage
+    its approval gate holds back, while it waits there."""
+    record = get_job_record(table, job_id)
+    status = JobStatus(record["status"])
     if query.before_seq is None:
         start = query.from_seq or 0
         page = read_chunks(table, job_id, from_seq=start, limit=query.limit)
@@ -111,6 +113,8 @@ def log_page(table: str, job_id: str, query: LogQuery) -> dict[str, Any]:
         "job_id": job_id,
         "status": status.value,
         "terminal": status.terminal,
+        # While the job waits at its approval gate: the stage the gate holds back.
+        "waiting_stage": record.get("waiting_stage") if status is JobStatus.WAITING else None,
         "chunks": [chunk_view(chunk) for chunk in chunks],
         "next_seq": next_seq,
         "before_seq": before_seq,

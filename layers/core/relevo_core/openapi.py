@@ -68,7 +68,7 @@ COMMON_ERRORS = {
     "404": "no such project, job, artifact or route",
     "409": "the target is not in a state that allows this",
     "413": "body over 1 MiB",
-    "422": "a field fails validation",
+    "422": "a field fails validation, or a plan is over a limit of what a job can carry (PLAN_TOO_LARGE)",
     "429": "the queue is full",
     "503": "a secret the project names cannot be read",
 }

@@ -10,16 +10,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from relevo_core.job_listing import MAX_LIMIT, JobListQuery, list_jobs
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.status import JobStatus
+from relevo_core.job_view import agent_queue_reason
+from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.audit import record_action
-from relevo_core.store.jobs import StatusChanged, get_job_record
+from relevo_core.store.jobs import StatusChanged, get_job_record, job_items_to_view, query_job_items
 from relevo_core.store.job_purge import delete_job_children, delete_job_record
 from relevo_core.store.keys import PRIORITY_BOUND
 from relevo_core.store.wait_order import set_priority
 
 _ATTEMPTS = 5
 _QUEUED = JobListQuery(status=JobStatus.QUEUED, limit=MAX_LIMIT)
+_RUNNING = JobListQuery(status=JobStatus.RUNNING, limit=MAX_LIMIT)
 ENDED_STATUSES = frozenset(status.value for status in JobStatus if status.terminal)
 
 
@@ -39,7 +41,7 @@ class PriorityRequest(BaseModel):
             raise RelevoError(ErrorCode.VALIDATION_FAILED, problems) from exc
 
 
-def _agent_row(agent: AgentPresence, now: datetime) -> dict[str, Any]:
+def _agent_row(agent: AgentPresence, now: datetime, stages: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "agent_id": agent.agent_id,
         "region": agent.region,
@@ -48,16 +50,51 @@ def _agent_row(agent: AgentPresence, now: datetime) -> dict[str, Any]:
         "version": agent.version,
         "last_seen": agent.last_seen.isoformat(),
         "online": agent.is_online(now),
+        # The stages of viewable jobs this agent runs now (used counts every stage it runs).
+        "running_stages": stages,
     }
+
+
+def _live_stages(table: str, can_view: Callable[[str], bool]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(job summary, stage view) of each stage of a running job that is on a queue or on an agent:
+    a running job's records are read (one Query each), so this is bounded by the running jobs."""
+    running = list_jobs(table, _RUNNING, can_view=can_view)["jobs"]
+    live = []
+    for job in running:
+        for stage in job_items_to_view(query_job_items(table, job["job_id"]))["stages"]:
+            if stage["status"] in (StageStatus.DISPATCHED.value, StageStatus.RUNNING.value):
+                live.append((job, stage))
+    return live
 
 
 def queue_view(table: str, regions: tuple[str, ...], can_view: Callable[[str], bool], now: datetime) -> dict[str, Any]:
     """Queued jobs of the projects the caller may view, in the order they will run (the
-    `GET /jobs?status=queued` listing, positions counted among the rows shown), and every
-    agent of the fleet's regions with its used / capacity and whether it is online at `now`."""
+    `GET /jobs?status=queued` listing, positions counted among the rows shown); the running jobs
+    whose stage waits on its region's queue for an agent (`waiting_for_agent`, with why:
+    agent_offline, agent_busy, or none when a free agent is about to claim it); and every agent
+    of the fleet's regions with its used / capacity, the stages it runs and whether it is online
+    at `now`."""
     listing = list_jobs(table, _QUEUED, can_view=can_view)
-    agents = [_agent_row(agent, now) for region in regions for agent in agents_in_region(table, region)]
-    return {**listing, "agents": agents}
+    presence = {region: agents_in_region(table, region) for region in regions}
+    live = _live_stages(table, can_view)
+    waiting = []
+    for job, stage in live:
+        if stage["status"] != StageStatus.DISPATCHED.value:
+            continue
+        region = job["region_affinity"]
+        reason = agent_queue_reason(presence[region] if region in presence else agents_in_region(table, region), now)
+        waiting.append({
+            **job, "stage": stage["name"], "attempt": stage["attempt"], "dispatched_at": stage["dispatched_at"],
+            "queue_reason": reason.value if reason else None,
+        })
+    by_agent: dict[str, list[dict[str, Any]]] = {}
+    for job, stage in live:
+        if stage["status"] == StageStatus.RUNNING.value and stage["agent_id"]:
+            by_agent.setdefault(stage["agent_id"], []).append(
+                {"job_id": job["job_id"], "project": job["project"], "stage": stage["name"], "attempt": stage["attempt"]}
+            )
+    agents = [_agent_row(agent, now, by_agent.get(agent.agent_id, [])) for region in regions for agent in presence[region]]
+    return {**listing, "waiting_for_agent": waiting, "agents": agents}
 
 
 def _change_priority(

@@ -15,6 +15,7 @@ from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import Project
 from relevo_core.permissions import require, visibility
+from relevo_core.plan_limits import require_project_fits
 from relevo_core.store import grants
 from relevo_core.store.grants import project_access
 from relevo_core.store.project_creation import ProjectExists, create_project
@@ -27,9 +28,11 @@ def _validate(project_id: str, body: Any) -> Project:
     if body.get("id", project_id) != project_id:
         raise RelevoError(ErrorCode.VALIDATION_FAILED, f"id: {body.get('id')!r} does not match the path {project_id!r}")
     try:
-        return Project.model_validate({**body, "id": project_id})
+        project = Project.model_validate({**body, "id": project_id})
     except ValidationError as exc:
         raise validation_error(exc) from exc
+    require_project_fits(project)
+    return project
 
 
 def apply_project(

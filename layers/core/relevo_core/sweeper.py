@@ -26,9 +26,10 @@ from relevo_core import key_freeze
 from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
 from relevo_core.intake import start_execution, work_queue_url
+from relevo_core.lock_handoff import wake_next_waiter
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.status import JobStatus
-from relevo_core.store import agents, jobs, locks, wait_order
+from relevo_core.models.status import JobStatus, StageStatus
+from relevo_core.store import agents, jobs, locks, stage_endings, wait_order
 from relevo_core.store.jobs import clear_start_pending, get_envelope, start_pending_jobs
 
 # A job younger than this is probably being started right now by intake.
@@ -123,15 +124,19 @@ def end_job_of_ended_execution(settings: IntakeSettings, job_id: str, execution_
                 raise
             return  # expired (TTL): nothing left to mirror
         status = JobStatus(record["status"])
-        if status.terminal or status is JobStatus.HELD:
+        if status is JobStatus.HELD:
             return
-        try:
-            jobs.mark_ended_outside(
-                settings.table_name, job_id, status, ending.status, settings.queue_limit, now, ending.error_name, ending.error_cause
-            )
-        except jobs.StatusChanged:
-            continue  # written meanwhile: read again
-        report.jobs_ended.append(f"{job_id}:{ending.status.value}")
+        if not status.terminal:
+            try:
+                jobs.mark_ended_outside(
+                    settings.table_name, job_id, status, ending.status, settings.queue_limit, now, ending.error_name, ending.error_cause
+                )
+            except jobs.StatusChanged:
+                continue  # written meanwhile: read again
+            report.jobs_ended.append(f"{job_id}:{ending.status.value}")
+        # Nothing will finish the stage it was on (also when an earlier sweep ended the job and
+        # stopped before this): it ends with the job.
+        stage_endings.end_open_stages(settings.table_name, job_id, StageStatus.CANCELED, now, "sweeper")
         return
 
 
@@ -159,7 +164,7 @@ def _end_and_let_go(
 ) -> None:
     """For each execution named on a project's lock (holder or waiter) that is no longer running:
     end its job, then `let_go(table, project, execution)`; "project:execution" is reported when
-    that write changed something."""
+    that write changed something, and the head of the project's line is woken (it is parked)."""
     for project_id, names in names_by_project.items():
         for name in names:
             status = _execution_status(settings, name)
@@ -168,6 +173,7 @@ def _end_and_let_go(
             end_job_of_ended_execution(settings, name, status, now, report)
             if let_go(settings.table_name, project_id, name):
                 let_go_report.append(f"{project_id}:{name}")
+                wake_next_waiter(settings.table_name, project_id)
 
 
 def start_forgotten_jobs(settings: IntakeSettings, now: datetime) -> SweepReport:

@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import (
+    MAX_QUEUE_TIMEOUT_SEC,
     STAGE_NAME,
     ApprovalSettings,
     RunPlanMixin,
@@ -29,6 +30,7 @@ SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3})
 
 REGION_AFFINITY = r"^[a-z][a-z0-9-]{0,31}$"
 PROJECT_ID = r"^[a-z0-9][a-z0-9-]{0,62}$"
+JOB_ID = r"^job_[0-9a-z]{20,40}$"
 
 
 class TriggerType(str, Enum):
@@ -61,7 +63,7 @@ class JobEnvelope(RunPlanMixin):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: int = ENVELOPE_SCHEMA_VERSION
-    job_id: str = Field(pattern=r"^job_[0-9a-z]{20,40}$")
+    job_id: str = Field(pattern=JOB_ID)
     idempotency_key: str = Field(min_length=1, max_length=512)
     project: str = Field(pattern=PROJECT_ID)
     region_affinity: str = Field(pattern=REGION_AFFINITY)
@@ -78,7 +80,7 @@ class JobEnvelope(RunPlanMixin):
     ref: str = Field(min_length=1, max_length=256)
     commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,64}$")
     stages: tuple[StagePlan, ...] = Field(min_length=1, max_length=32)
-    queue_timeout_sec: int = Field(default=900, ge=1, le=86_400)
+    queue_timeout_sec: int = Field(default=900, ge=1, le=MAX_QUEUE_TIMEOUT_SEC)
     exec_timeout_sec: int = Field(default=3600, ge=1, le=86_400)
     lease_ttl_sec: int = Field(default=60, ge=3, le=3600)
     approval: ApprovalSettings = ApprovalSettings()

@@ -44,6 +44,8 @@ class ErrorCode(str, Enum):
     QUERY_INVALID = "QUERY_INVALID"
     ARTIFACT_NOT_FOUND = "ARTIFACT_NOT_FOUND"
     ARTIFACT_AMBIGUOUS = "ARTIFACT_AMBIGUOUS"
+    # A plan over a limit of what a job's execution can carry (relevo_core.plan_limits).
+    PLAN_TOO_LARGE = "PLAN_TOO_LARGE"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -81,6 +83,7 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.ARTIFACT_NOT_FOUND: HTTPStatus.NOT_FOUND,
     # Two stages of the job left a file of that name: the caller names the stage.
     ErrorCode.ARTIFACT_AMBIGUOUS: HTTPStatus.CONFLICT,
+    ErrorCode.PLAN_TOO_LARGE: HTTPStatus.UNPROCESSABLE_ENTITY,
 }
 
 

@@ -17,6 +17,11 @@ DEFAULT_ATTEMPTS = 3
 MAX_ATTEMPTS = 5
 
 Attempts = Annotated[int, Field(ge=1, le=MAX_ATTEMPTS)]
+# The longest a job may stay queued: waiting for a claim of a stage, and waiting for its project's
+# lock (job.asl.json gives up with Relevo.Timeout.Queue). 24 hours, whose wait for a project costs
+# 288 parks of history at most (intake.lock_wait): under half of Step Functions' 25,000-event
+# execution history quota (tests/integration/test_waiting_history.py).
+MAX_QUEUE_TIMEOUT_SEC = 24 * 3600
 
 
 class _Frozen(BaseModel):
@@ -26,8 +31,8 @@ class _Frozen(BaseModel):
 class OutputRule(_Frozen):
     """A regular expression over a stage's output that names the error class of a failure."""
 
-    pattern: str = Field(min_length=1, max_length=512)
-    error_class: ErrorClass
+    pattern: str = Field(min_length=1, max_length=512, description="A Python regular expression, searched in the failed attempt's output.")
+    error_class: ErrorClass = Field(description="The error class a match gives the failure (so its retries).")
 
     @field_validator("pattern")
     @classmethod
@@ -42,14 +47,28 @@ class OutputRule(_Frozen):
 class RetryPolicy(_Frozen):
     """How a failed attempt is classified and how often each class is tried."""
 
-    transient_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = (EX_TEMPFAIL,)
-    output_rules: tuple[OutputRule, ...] = ()
-    attempts: dict[ErrorClass, Attempts] = Field(default_factory=dict)
-    default_attempts: Attempts = DEFAULT_ATTEMPTS
+    transient_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = Field(
+        default=(EX_TEMPFAIL,),
+        description="Exit codes that are transient (Relevo.Transient.ExitCode, retried). Any other non-zero exit "
+        "fails the job at once (Relevo.Fatal.ExitCode). Default: 75 (EX_TEMPFAIL).",
+    )
+    output_rules: tuple[OutputRule, ...] = Field(
+        default=(), description="Patterns over a failed attempt's output that name its error class; the first match wins."
+    )
+    attempts: dict[ErrorClass, Attempts] = Field(
+        default_factory=dict,
+        description="Attempts (1 to 5) per retryable error class, e.g. Relevo.Lease.Expired: 5; a class not named "
+        "gets default_attempts. Non-retryable classes always get one.",
+    )
+    default_attempts: Attempts = Field(default=DEFAULT_ATTEMPTS, description="Attempts (1 to 5) of a retryable class not named in attempts.")
     # Exponential backoff with full jitter: attempt n waits a random time below
     # min(max_delay_sec, backoff_base_sec * 2^(n-1)).
-    backoff_base_sec: int = Field(default=2, ge=0, le=600)
-    max_delay_sec: int = Field(default=60, ge=0, le=3600)
+    backoff_base_sec: int = Field(
+        default=2, ge=0, le=600,
+        description="After attempt n the next waits a random time below min(max_delay_sec, backoff_base_sec × 2^(n-1)) "
+        "(exponential backoff, full jitter); 0: no wait.",
+    )
+    max_delay_sec: int = Field(default=60, ge=0, le=3600, description="The longest wait between two attempts.")
 
     def backoff_caps_sec(self) -> list[int]:
         """Index n: the cap of the wait after attempt n (index 0 unused), up to MAX_ATTEMPTS."""
@@ -81,12 +100,27 @@ class StagePlan(_Frozen):
 
 
 class ApprovalSettings(_Frozen):
-    enabled: bool = False
-    before: str | None = Field(default=None, pattern=STAGE_NAME)
-    # 0 means the default of 24 hours.
-    timeout_minutes: int = Field(default=0, ge=0, le=7 * 24 * 60)
-    # Finer than minutes when set (short gates, tests); wins over timeout_minutes.
-    timeout_sec: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
+    """An approval gate before one stage: the job waits until a person answers."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Ask before the gated stage: the job becomes waiting, and nothing of that stage runs until "
+        "`relevo approve JOB`; `relevo reject JOB --reason …` fails it (Relevo.Approval.Rejected).",
+    )
+    before: str | None = Field(
+        default=None, pattern=STAGE_NAME, description="The gated stage. Default: the first stage whose name starts with deploy."
+    )
+    # Both spellings stay readable (stored projects and frozen envelopes carry them); the reference
+    # documents timeout_sec, like every other timeout of a project.
+    timeout_minutes: int = Field(
+        default=0, ge=0, le=7 * 24 * 60,
+        description="The same wait in whole minutes (0: 24 hours), kept for older project files; timeout_sec wins when both are set.",
+    )
+    timeout_sec: int | None = Field(
+        default=None, ge=1, le=7 * 24 * 3600,
+        description="How long the gate waits for an answer, in seconds (default 86400, 24 hours); then the job fails "
+        "with Relevo.Approval.Timeout.",
+    )
 
     @property
     def effective_timeout_sec(self) -> int:

@@ -5,13 +5,14 @@
 
 from enum import Enum
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from relevo_core.models.envelope import PROJECT_ID, REGION_AFFINITY
 from relevo_core.models.plan import (
     AWS_PROFILE,
+    MAX_QUEUE_TIMEOUT_SEC,
     ApprovalSettings,
     RetryPolicy,
     RunPlanMixin,
@@ -22,16 +23,44 @@ from relevo_core.models.plan import (
 
 
 class ProjectStage(BaseModel):
+    """One stage: a command run on one agent of the project's region."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$")
-    run: str = Field(min_length=1, max_length=16_384)
-    exec_timeout_sec: int = Field(default=3600, ge=1, le=86_400)
-    kill_grace_sec: int = Field(default=10, ge=0, le=300)
-    effect_probe: str | None = Field(default=None, max_length=16_384)
-    inputs: tuple[str, ...] = Field(default=(), max_length=64)
-    # The build user's AWS profile this stage runs with (never the agent's credentials).
-    aws_profile: str | None = Field(default=None, pattern=AWS_PROFILE)
+    name: str = Field(
+        pattern=r"^[a-z][a-z0-9_-]{0,62}$",
+        description="Unique in the project: a lowercase letter, then lowercase letters, digits, _ and -.",
+    )
+    run: str = Field(
+        min_length=1,
+        description="The command (at most 16 KiB, refused as PLAN_TOO_LARGE): `bash -c` in the project's workspace on the agent, in its own process group, with "
+        "RELEVO_JOB_ID, RELEVO_STAGE, RELEVO_REF, RELEVO_COMMIT, RELEVO_ATTEMPT, RELEVO_OPERATION_ID, RELEVO_WORKSPACE "
+        "and RELEVO_ARTIFACT_DIR set. "
+        "Files left in $RELEVO_ARTIFACT_DIR are uploaded as the stage's artifacts.",
+    )
+    exec_timeout_sec: int = Field(
+        default=3600, ge=1, le=86_400,
+        description="How long the command may run; then the agent stops it and the attempt fails with Relevo.Timeout.Exec.",
+    )
+    kill_grace_sec: int = Field(
+        default=10, ge=0, le=300, description="Seconds between SIGTERM and SIGKILL to the stage's process group when it is stopped."
+    )
+    effect_probe: str | None = Field(
+        default=None,
+        description="A read-only command (at most 16 KiB) telling whether the stage's effect already exists, run before an attempt "
+        "whose previous outcome is unknown is run again: exit 0 with $RELEVO_OPERATION_ID in its output means it "
+        "does (the stage is reconciled as succeeded), exit 1 that it does not.",
+    )
+    inputs: tuple[Annotated[str, Field(min_length=1, max_length=512)], ...] = Field(
+        default=(), max_length=64,
+        description="Workspace-relative globs whose contents, with the commit, are the stage's precondition: when "
+        "they change between attempts, reconciliation stops with Relevo.Precondition.Changed.",
+    )
+    aws_profile: str | None = Field(
+        default=None, pattern=AWS_PROFILE,
+        description="The build user's AWS profile this stage runs with (AWS_PROFILE in its environment); the stage "
+        "never sees the agent's own credentials.",
+    )
 
 
 class WebhookSecrets(BaseModel):
@@ -39,9 +68,12 @@ class WebhookSecrets(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # Secrets Manager secret name or ARN holding the GitHub webhook secret.
-    github_secret_ref: str | None = Field(default=None, max_length=512)
-    gitlab_token_ref: str | None = Field(default=None, max_length=512)
+    github_secret_ref: str | None = Field(
+        default=None, max_length=512, description="Secrets Manager name or ARN of the GitHub webhook secret."
+    )
+    gitlab_token_ref: str | None = Field(
+        default=None, max_length=512, description="Secrets Manager name or ARN of the GitLab webhook token."
+    )
 
 
 _RATE = re.compile(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)")
@@ -80,12 +112,22 @@ class ProjectSchedule(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,47}$")
-    expression: str = Field(min_length=1, max_length=256)
-    # None: the project's default_ref when the schedule fires.
-    ref: str | None = Field(default=None, min_length=1, max_length=256)
-    stages: list[str] | None = Field(default=None, min_length=1, max_length=32)
-    timezone: str = Field(default="UTC", max_length=64, pattern=_TIMEZONE.pattern)
+    name: str = Field(
+        pattern=r"^[a-z][a-z0-9-]{0,47}$",
+        description="Unique in the project, without '--'; the Scheduler entry is <project>--<name> (at most 64 characters).",
+    )
+    expression: str = Field(
+        min_length=1, max_length=256,
+        description="rate(N minute|minutes|hour|hours|day|days) or cron(minutes hours day-of-month month day-of-week "
+        "year), as EventBridge Scheduler reads them. Locally only rate(…) schedules fire.",
+    )
+    ref: str | None = Field(default=None, min_length=1, max_length=256, description="The ref to build; default: the project's default_ref.")
+    stages: list[str] | None = Field(
+        default=None, min_length=1, max_length=32, description="Run only these stages of the project; default: all of them."
+    )
+    timezone: str = Field(
+        default="UTC", max_length=64, pattern=_TIMEZONE.pattern, description="The time zone of a cron(…) expression, e.g. Europe/Paris."
+    )
 
     @field_validator("name")
     @classmethod
@@ -121,9 +163,17 @@ class DedupPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # None: the source's default, never shorter than the project's longest handoff.
-    window_sec: int | None = Field(default=None, ge=60, le=30 * 24 * 3600)
-    on_repeat: OnRepeat | None = None
+    window_sec: int | None = Field(
+        default=None, ge=60, le=30 * 24 * 3600,
+        description="How long the same work again is answered as a duplicate of the first job. Default: webhook 24 h, "
+        "schedule 1 h, manual, api and retry 10 min; never shorter than the project's longest handoff "
+        "(queue_timeout_sec + the longest exec_timeout_sec + lease_ttl_sec).",
+    )
+    on_repeat: OnRepeat | None = Field(
+        default=None,
+        description="What the same work after the window does: run (a new job), hold (a held job, started by "
+        "`relevo release`) or skip. Default: hold for webhooks, run for the others.",
+    )
 
 
 # Defaults per trigger source: (window, on_repeat after the window).
@@ -137,22 +187,61 @@ DEDUP_DEFAULTS: dict[str, tuple[int, OnRepeat]] = {
 
 
 class Project(RunPlanMixin):
+    """A registered project: its repository, its stages and where they run."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(pattern=PROJECT_ID)
-    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$")
-    default_ref: str = Field(default="main", min_length=1, max_length=256)
-    region_affinity: str = Field(pattern=REGION_AFFINITY)
-    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
-    stages: tuple[ProjectStage, ...] = Field(min_length=1, max_length=32)
-    queue_timeout_sec: int = Field(default=900, ge=1, le=86_400)
-    lease_ttl_sec: int = Field(default=60, ge=3, le=3600)
-    retry: RetryPolicy = RetryPolicy()
-    approval: ApprovalSettings = ApprovalSettings()
-    webhook: WebhookSecrets = WebhookSecrets()
-    dedup: dict[Literal["webhook", "schedule", "manual", "api", "retry"], DedupPolicy] = Field(default_factory=dict)
-    schedules: tuple[ProjectSchedule, ...] = Field(default=(), max_length=32)
-    fork_pull_requests: ForkPolicy = ForkPolicy.HOLD
+    id: str = Field(
+        pattern=PROJECT_ID,
+        description="The project's id: lowercase letters, digits and -, at most 63. It names the project in every "
+        "command, in its webhook URL (/webhooks/github/<id>) and in its secrets' names.",
+    )
+    repo: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$",
+        description="The Git repository as its webhooks name it (owner/name; GitLab: group/…/name). Deliveries from "
+        "another repository are ignored.",
+    )
+    default_ref: str = Field(default="main", min_length=1, max_length=256, description="The ref a run or a schedule builds when it names none.")
+    region_affinity: str = Field(
+        pattern=REGION_AFFINITY,
+        description="Which Macs run the stages: the agents of this region affinity, one of the stack's RegionAffinities "
+        "(`relevo project apply` refuses one the stack has no work queue for).",
+    )
+    priority: int = Field(
+        default=0, ge=-1_000_000, le=1_000_000,
+        description="Priority of the project's webhook and schedule jobs; higher runs first (relevo run defaults to 10, the API to 0).",
+    )
+    stages: tuple[ProjectStage, ...] = Field(
+        min_length=1, description="The stages (1 to 32, more is refused as PLAN_TOO_LARGE), run one after another, each on one agent of the region."
+    )
+    queue_timeout_sec: int = Field(
+        default=900, ge=1, le=MAX_QUEUE_TIMEOUT_SEC,
+        description="How long a stage waits on the region's queue for an agent to claim it, and a job for its "
+        "project's lock; then the attempt fails with Relevo.Timeout.Queue.",
+    )
+    lease_ttl_sec: int = Field(
+        default=60, ge=3, le=3600,
+        description="The lease an agent holds on a stage it runs, renewed every lease/3; when it lapses (the agent "
+        "died or lost the network) the attempt fails with Relevo.Lease.Expired and is retried.",
+    )
+    retry: RetryPolicy = Field(default=RetryPolicy(), description="How failures of the project's stages are classified and retried.")
+    approval: ApprovalSettings = Field(default=ApprovalSettings(), description="An approval gate before one stage.")
+    webhook: WebhookSecrets = Field(
+        default=WebhookSecrets(), description="Where the webhook secrets are stored (references only; `relevo project apply` fills them in)."
+    )
+    dedup: dict[Literal["webhook", "schedule", "manual", "api", "retry"], DedupPolicy] = Field(
+        default_factory=dict,
+        description="Per trigger source (webhook, schedule, manual, api, retry): how long the same work counts as "
+        "one job, and what it does after that.",
+    )
+    schedules: tuple[ProjectSchedule, ...] = Field(
+        default=(), max_length=32, description="Timers that run the project (EventBridge Scheduler entries, kept by `relevo project apply`)."
+    )
+    fork_pull_requests: ForkPolicy = Field(
+        default=ForkPolicy.HOLD,
+        description="What a pull request from a fork does: hold (a held job, started by `relevo release JOB`), "
+        "ignore, or run (for trusted forks).",
+    )
 
     @property
     def longest_handoff_sec(self) -> int:

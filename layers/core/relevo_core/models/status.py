@@ -28,6 +28,9 @@ class StageStatus(str, Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SKIPPED = "skipped"
+    # Its job ended (canceled, failed elsewhere, swept) while the stage was still open: it stops
+    # here, and no attempt may claim it any more.
+    CANCELED = "canceled"
     # The outcome was never acknowledged; reconciliation decides what really happened.
     UNKNOWN = "unknown"
     RECONCILED = "reconciled"
@@ -35,7 +38,7 @@ class StageStatus(str, Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in {StageStatus.SUCCEEDED, StageStatus.FAILED, StageStatus.SKIPPED}
+        return self in {StageStatus.SUCCEEDED, StageStatus.FAILED, StageStatus.SKIPPED, StageStatus.CANCELED}
 
 
 class HeldReason(str, Enum):

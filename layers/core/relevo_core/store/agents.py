@@ -10,11 +10,13 @@ ONLINE_MULTIPLE x interval. Records expire through the table's TTL a day after t
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
+
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from relevo_core.aws import client
-from relevo_core.store.codec import to_attributes
+from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.keys import agent_sk, agents_pk, key
 from relevo_core.store.paging import query_items
 
@@ -38,6 +40,10 @@ class AgentPresence(BaseModel):
     interval_sec: float = Field(gt=0)
     # False once the agent stopped cleanly: offline at once, not after ONLINE_MULTIPLE intervals.
     online: bool = True
+    # Which relevo-agent process writes this record (one per agent_id at a time), where, since when.
+    instance_id: str | None = None
+    host: str | None = None
+    started_at: datetime | None = None
 
     @property
     def free(self) -> int:
@@ -47,32 +53,91 @@ class AgentPresence(BaseModel):
         return self.online and now - self.last_seen <= timedelta(seconds=ONLINE_MULTIPLE * self.interval_sec)
 
 
-def put_presence(table: str, presence: AgentPresence) -> None:
-    """The agent's record as of now; the latest write wins (only its own agent writes it)."""
-    item = {
+class AgentIdInUse(Exception):
+    """Another relevo-agent process has this agent_id: `other` is its presence record."""
+
+    def __init__(self, other: AgentPresence) -> None:
+        self.other = other
+        seen = other.last_seen.isoformat(timespec="seconds")
+        started = other.started_at.isoformat(timespec="seconds") if other.started_at else "an unknown time"
+        super().__init__(
+            f"agent_id {other.agent_id} is in use by another relevo-agent on host {other.host or '?'} "
+            f"(instance {other.instance_id}, started {started}, last seen {seen})"
+        )
+
+
+def _item(presence: AgentPresence) -> dict[str, Any]:
+    return {
         "pk": agents_pk(presence.region),
         "sk": agent_sk(presence.agent_id),
-        **presence.model_dump(mode="json"),
+        **presence.model_dump(mode="json", exclude_none=True),
         "ttl": int(presence.last_seen.timestamp()) + PRESENCE_TTL_SEC,
     }
-    client("dynamodb").put_item(TableName=table, Item=to_attributes(item))
 
 
-def mark_offline(table: str, region: str, agent_id: str, now: datetime) -> None:
-    """A clean stop: the agent is offline from now on, until its next presence write."""
+def take_agent_id(table: str, presence: AgentPresence) -> None:
+    """At an agent's start: its record now names this instance, unless another instance of the
+    agent_id is online (AgentIdInUse). Read, then written on condition nobody wrote in between,
+    so two agents starting together cannot both take it."""
+    found = client("dynamodb").get_item(
+        TableName=table, Key=key(agents_pk(presence.region), agent_sk(presence.agent_id)), ConsistentRead=True
+    ).get("Item")
+    condition, values = "attribute_not_exists(pk)", {}
+    if found:
+        other = AgentPresence.model_validate(from_attributes(found))
+        if other.instance_id not in (None, presence.instance_id) and other.is_online(presence.last_seen):
+            raise AgentIdInUse(other)
+        condition, values = "last_seen = :seen", {":seen": from_attributes(found)["last_seen"]}
+    _put(table, presence, condition, values)
+
+
+def put_presence(table: str, presence: AgentPresence) -> None:
+    """The agent's record as of now, written only while it still names this instance (or no
+    instance): a second process with the same agent_id cannot overwrite it (AgentIdInUse)."""
+    condition = "attribute_not_exists(pk) OR attribute_not_exists(instance_id)"
+    values: dict[str, Any] = {}
+    if presence.instance_id:
+        condition += " OR instance_id = :me"
+        values[":me"] = presence.instance_id
+    _put(table, presence, condition, values)
+
+
+def _put(table: str, presence: AgentPresence, condition: str, values: dict[str, Any]) -> None:
+    """The record, on `condition`; a refusal names the instance that holds the agent_id."""
+    try:
+        client("dynamodb").put_item(
+            TableName=table,
+            Item=to_attributes(_item(presence)),
+            ConditionExpression=condition,
+            **({"ExpressionAttributeValues": to_attributes(values)} if values else {}),
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        raise AgentIdInUse(AgentPresence.model_validate(from_attributes(exc.response.get("Item", {})))) from exc
+
+
+def mark_offline(table: str, region: str, agent_id: str, now: datetime, instance_id: str | None = None) -> None:
+    """A clean stop: the agent is offline from now on, until its next presence write. With an
+    `instance_id`, only while the record still names that instance."""
+    condition, values = "attribute_exists(pk)", {":false": False, ":zero": 0, ":now": now.isoformat()}
+    if instance_id:
+        condition += " AND instance_id = :me"
+        values[":me"] = instance_id
     try:
         client("dynamodb").update_item(
             TableName=table,
             Key=key(agents_pk(region), agent_sk(agent_id)),
             UpdateExpression="SET #online = :false, running = :zero, last_seen = :now",
-            ConditionExpression="attribute_exists(pk)",
+            ConditionExpression=condition,
             ExpressionAttributeNames={"#online": "online"},  # a DynamoDB reserved word
-            ExpressionAttributeValues=to_attributes({":false": False, ":zero": 0, ":now": now.isoformat()}),
+            ExpressionAttributeValues=to_attributes(values),
         )
     except ClientError as exc:
         if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
             raise
-        # Never written (or already expired): there is nothing to mark.
+        # Never written (or already expired), or another instance's now: nothing to mark.
 
 
 def agents_in_region(table: str, region: str) -> list[AgentPresence]:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes, to_attribute, to_attributes
 from relevo_core.store.keys import artifact_pk, artifact_sk
-from relevo_core.store.stage_attempts import HOLDS_ATTEMPT, LeaseLost, StageRef, holds_attempt_values
+from relevo_core.store.stage_attempts import LeaseLost, StageRef, holds_attempt_check
 
 
 class ArtifactRecord(BaseModel):
@@ -55,8 +55,7 @@ def record(ref: StageRef, artifact: ArtifactRecord, expires_at: int) -> None:
                     "ConditionCheck": {
                         "TableName": ref.table,
                         "Key": ref.key,
-                        "ConditionExpression": HOLDS_ATTEMPT,
-                        "ExpressionAttributeValues": holds_attempt_values(ref),
+                        **holds_attempt_check(ref),
                     }
                 },
             ]
@@ -73,13 +72,14 @@ def record_totals(ref: StageRef, count: int, total_bytes: int, cross_region_byte
             TableName=ref.table,
             Key=ref.key,
             UpdateExpression="SET artifact_count = :count, artifact_bytes = :bytes, cross_region_bytes = :cross",
-            ConditionExpression=HOLDS_ATTEMPT,
-            ExpressionAttributeValues={
-                **holds_attempt_values(ref),
-                ":count": to_attribute(count),
-                ":bytes": to_attribute(total_bytes),
-                ":cross": to_attribute(cross_region_bytes),
-            },
+            **holds_attempt_check(
+                ref,
+                **{
+                    ":count": to_attribute(count),
+                    ":bytes": to_attribute(total_bytes),
+                    ":cross": to_attribute(cross_region_bytes),
+                },
+            ),
         )
     except ClientError as exc:
         if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":

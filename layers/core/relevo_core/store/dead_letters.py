@@ -29,7 +29,9 @@ def get_entry(table: str, job_id: str) -> dict[str, Any]:
     return from_attributes(item)
 
 
-def redrive(table: str, failed_job_id: str, envelope: JobEnvelope, queue_limit: int, actor: str, now: datetime) -> None:
+def redrive(
+    table: str, failed_job_id: str, envelope: JobEnvelope, queue_limit: int, actor: str, now: datetime, stands_on: str | None = None
+) -> None:
     """In one transaction: the entry is marked redriven (once), the new job is written with a
     queue slot, and the idempotency key's dedup record moves to the new job."""
     try:
@@ -50,7 +52,7 @@ def redrive(table: str, failed_job_id: str, envelope: JobEnvelope, queue_limit: 
                 {
                     "Put": {
                         "TableName": table,
-                        "Item": to_attributes(job_item(envelope, JobStatus.QUEUED, now)),
+                        "Item": to_attributes(job_item(envelope, JobStatus.QUEUED, now, stands_on=stands_on)),
                         "ConditionExpression": "attribute_not_exists(pk)",
                     }
                 },

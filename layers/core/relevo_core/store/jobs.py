@@ -29,6 +29,7 @@ from relevo_core.store.keys import (
     START_PENDING_INDEX,
     WAIT_ORDER_ATTRIBUTE,
     WAITING_FOR_ATTRIBUTE,
+    WAKE_TOKEN_ATTRIBUTE,
     dedup_pk,
     delivery_pk,
     dlq_pk,
@@ -95,9 +96,17 @@ def queue_counter_update(table: str, limit: int, delta: int) -> dict[str, Any]:
     return {"Update": update}
 
 
-def job_item(envelope: JobEnvelope, status: JobStatus, now: datetime, held_reason: HeldReason | None = None) -> dict[str, Any]:
+def job_item(
+    envelope: JobEnvelope,
+    status: JobStatus,
+    now: datetime,
+    held_reason: HeldReason | None = None,
+    stands_on: str | None = None,
+) -> dict[str, Any]:
     """A new job's record: the frozen envelope plus its status projection (a held job's record
-    says why it is held).
+    says why it is held). `stands_on`: for a job from a later stage, the last of the skipped
+    stages that succeeded in the job it retries (relevo_core.job_lineage), its last successful
+    stage until one of its own succeeds.
 
     `queue_seq` and `wait_order` place the job among the jobs waiting for its project; the order
     key only becomes visible in WaitOrderIndex once the state machine marks the job waiting.
@@ -120,9 +129,8 @@ def job_item(envelope: JobEnvelope, status: JobStatus, now: datetime, held_reaso
         "last_writer": "intake",
         "ttl": envelope.ttl,
     }
-    if envelope.first_stage_index > 0:
-        # A job from a later stage stands on the earlier job's results up to there.
-        item["last_successful_stage"] = envelope.stages[envelope.first_stage_index - 1].name
+    if envelope.first_stage_index > 0 and stands_on is not None:
+        item["last_successful_stage"] = stands_on
     if held_reason is not None:
         item[HELD_REASON_ATTRIBUTE] = held_reason.value
     if status is JobStatus.QUEUED:
@@ -141,6 +149,7 @@ def create_job(
     held_reason: HeldReason | None = None,
     replaces_expires_at: int | None = None,
     refuse_frozen: bool = False,
+    stands_on: str | None = None,
 ) -> CreateOutcome:
     """Write the job in one transaction: dedup record, delivery record, envelope and queue slot.
 
@@ -199,7 +208,7 @@ def create_job(
             }
         )
     held = held_reason is not None
-    record = job_item(envelope, JobStatus.HELD if held else JobStatus.QUEUED, now, held_reason)
+    record = job_item(envelope, JobStatus.HELD if held else JobStatus.QUEUED, now, held_reason, stands_on)
     items.append({"Put": {"TableName": table, "Item": to_attributes(record), "ConditionExpression": "attribute_not_exists(pk)"}})
     counter_index = None
     if not held:
@@ -311,7 +320,7 @@ def _end_job(
     condition raises StatusChanged and the caller reads again."""
     update = _transition(
         table, job_id, previous, final, writer, now,
-        extra=f", ended_at = :now{extra} REMOVE {START_PENDING_ATTRIBUTE}, queue_reason, {WAITING_FOR_ATTRIBUTE}, {HELD_REASON_ATTRIBUTE}",
+        extra=f", ended_at = :now{extra} REMOVE {START_PENDING_ATTRIBUTE}, queue_reason, {WAITING_FOR_ATTRIBUTE}, {WAKE_TOKEN_ATTRIBUTE}, {HELD_REASON_ATTRIBUTE}",
         values=values,
     )
     items: list[dict[str, Any]] = [{"Update": update}]
@@ -350,6 +359,18 @@ def mark_ended_outside(
     if error_name:
         extra, values = ", error_name = :error, error_cause = :cause", {":error": error_name, ":cause": error_cause or ""}
     _end_job(table, job_id, previous, final, SWEEPER_WRITER, queue_limit, now, extra, values)
+
+
+def record_approval_decision(table: str, job_id: str, decision: dict[str, Any]) -> None:
+    """Who approved or rejected the job's gate, when and why, on the job record itself, so the job
+    view says it without reading the audit trail (the audit record is written beside it)."""
+    client("dynamodb").update_item(
+        TableName=table,
+        Key=key(job_pk(job_id), JOB_SK),
+        UpdateExpression="SET approval_decision = :decision",
+        ConditionExpression="attribute_exists(pk)",
+        ExpressionAttributeValues=to_attributes({":decision": decision}),
+    )
 
 
 class StatusChanged(Exception):
@@ -446,6 +467,8 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
     envelope = read_envelope(record["envelope"])
     stage_records = {item.get("stage_name"): item for item in items if item["sk"].startswith("STAGE#")}
+    # A stage never dispatched before its job ended will never run: it is skipped, not pending.
+    never = StageStatus.SKIPPED if JobStatus(record["status"]).terminal else StageStatus.PENDING
     stages = []
     for index, stage in enumerate(envelope.stages):
         found = _current_attempt(stage_records.get(stage.name, {}))
@@ -455,7 +478,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 "index": index,
                 "name": stage.name,
                 # Stages before from_stage are not run again: their results are the earlier job's.
-                "status": StageStatus.SKIPPED.value if skipped else found.get("status", StageStatus.PENDING.value),
+                "status": StageStatus.SKIPPED.value if skipped else found.get("status", never.value),
                 "reused_from": envelope.retry_of if skipped else None,
                 "retry_count": found.get("retry_count", 0),
                 "cumulative_backoff_sec": found.get("cumulative_backoff_sec", 0),
@@ -497,6 +520,10 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "current_stage": current,
         "queue_reason": record.get("queue_reason"),
         "held_reason": record.get(HELD_REASON_ATTRIBUTE),
+        # The stage an approval gate holds back, while the job waits there.
+        "waiting_stage": record.get("waiting_stage") if record["status"] == JobStatus.WAITING.value else None,
+        # Who answered the gate (approved / rejected), when and why.
+        "approval_decision": record.get("approval_decision"),
         "from_stage": envelope.from_stage,
         "retry_of": envelope.retry_of,
         "last_successful_stage": record.get("last_successful_stage"),

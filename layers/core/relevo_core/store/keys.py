@@ -35,6 +35,9 @@ GRANT_SK_PREFIX = "GRANT#"
 # Sparse GSI (WaitOrderIndex): jobs waiting for their project's lock, hashed by project and sorted
 # so that the first entry is the job that goes next (priority desc, then queue_seq asc).
 WAITING_FOR_ATTRIBUTE = "waiting_for"
+# The task token a job waiting for its project parked with (job.asl.json's WaitForProject);
+# whoever frees the lock sends it back to wake the head of the line.
+WAKE_TOKEN_ATTRIBUTE = "wake_token"
 WAIT_ORDER_ATTRIBUTE = "wait_order"
 WAIT_ORDER_INDEX = "WaitOrderIndex"
 # Priorities span -PRIORITY_BOUND..PRIORITY_BOUND (the envelope's bounds).

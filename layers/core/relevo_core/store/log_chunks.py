@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.keys import log_pk, log_sk
-from relevo_core.store.stage_attempts import HOLDS_ATTEMPT, LeaseLost, StageRef, holds_attempt_values
+from relevo_core.store.stage_attempts import LeaseLost, StageRef, holds_attempt_check
 
 # DynamoDB items are at most 400 KB: a chunk's text (UTF-8) stays below with room for the rest.
 MAX_CHUNK_BYTES = 300 * 1024
@@ -156,8 +156,7 @@ class ChunkWriter:
                     "ConditionCheck": {
                         "TableName": self.ref.table,
                         "Key": self.ref.key,
-                        "ConditionExpression": HOLDS_ATTEMPT,
-                        "ExpressionAttributeValues": holds_attempt_values(self.ref),
+                        **holds_attempt_check(self.ref),
                     }
                 },
             ]

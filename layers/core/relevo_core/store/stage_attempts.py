@@ -7,6 +7,7 @@ writer to still hold exactly that attempt, so a zombie agent cannot overwrite it
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import Enum
@@ -20,9 +21,15 @@ from relevo_core.store.codec import from_attributes, to_attribute
 from relevo_core.store.keys import HELD_BY_INDEX, JOB_SK, job_pk, key, stage_sk
 from relevo_core.store.paging import query_items
 
-_HOLDS_ATTEMPT = "agent_id = :agent AND attempt = :attempt"
-# For writes to other items (log chunks, artifact records) fenced on this one in a transaction.
+# The writer holds the attempt, and the attempt is live: not yet finished, not given up by the
+# state machine (dispatched again, failed) and not ended with its job (canceled).
+_HOLDS_ATTEMPT = "agent_id = :agent AND attempt = :attempt AND #status IN (:live_running, :live_reconciled)"
+# For writes to other items (log chunks, artifact records) fenced on this one in a transaction:
+# use holds_attempt_check(ref).
 HOLDS_ATTEMPT = _HOLDS_ATTEMPT
+_LIVE = {":live_running": StageStatus.RUNNING.value, ":live_reconciled": StageStatus.RECONCILED.value}
+# A stage in one of these was ended by its job (or never runs): no attempt may claim it.
+_ENDED = (StageStatus.CANCELED.value, StageStatus.SKIPPED.value)
 
 
 class Outcome(str, Enum):
@@ -64,6 +71,7 @@ def record_reconciled(ref: StageRef, decision: str, evidence: dict[str, Any], no
             ":writer": f"agent:{ref.agent_id}",
             ":agent": ref.agent_id,
             ":attempt": ref.attempt,
+            **_LIVE,
         },
     )
 
@@ -82,7 +90,38 @@ def held_by(table: str, agent_id: str) -> list[dict[str, Any]]:
 
 
 class LeaseLost(Exception):
-    """The write was refused: this agent no longer holds the attempt."""
+    """The write was refused: this agent no longer holds the attempt. `item` is the stage record
+    as DynamoDB found it (ReturnValuesOnConditionCheckFailure=ALL_OLD), when it said."""
+
+    def __init__(self, message: str, item: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.item = item or {}
+
+    @property
+    def ended(self) -> bool:
+        """The stage was ended with its job (canceled): not taken over by another attempt."""
+        return self.item.get("status") in _ENDED
+
+
+class ClaimRefused(LeaseLost):
+    """A claim was refused: another attempt's holder has the stage, or it is over for this attempt."""
+
+    def __init__(self, message: str, item: dict[str, Any], attempt: int, now_epoch: int) -> None:
+        super().__init__(message, item)
+        self._attempt = attempt
+        self._now = now_epoch
+
+    @property
+    def held(self) -> bool:
+        """This very attempt is held under a live lease (a redelivery of its message): the message
+        is left to come back. Otherwise the message is stale (a later attempt owns the stage, or
+        this one finished, or the job ended) and can go."""
+        item = self.item
+        return (
+            item.get("attempt") == self._attempt
+            and item.get("status") in _LIVE.values()
+            and int(item.get("lease_expires_at", 0)) >= self._now
+        )
 
 
 @dataclass(frozen=True)
@@ -99,8 +138,22 @@ class StageRef:
 
 
 def holds_attempt_values(ref: StageRef) -> dict[str, dict[str, str]]:
-    """Expression values for HOLDS_ATTEMPT, in a ConditionCheck on the stage item."""
-    return {":agent": to_attribute(ref.agent_id), ":attempt": to_attribute(ref.attempt)}
+    """Expression values for HOLDS_ATTEMPT."""
+    return {
+        ":agent": to_attribute(ref.agent_id),
+        ":attempt": to_attribute(ref.attempt),
+        **{name: to_attribute(value) for name, value in _LIVE.items()},
+    }
+
+
+def holds_attempt_check(ref: StageRef, **values: dict[str, Any]) -> dict[str, Any]:
+    """ConditionExpression, names and values of HOLDS_ATTEMPT for a write (or a transaction's
+    ConditionCheck) fenced on this attempt; `values` are the write's own expression values."""
+    return {
+        "ConditionExpression": HOLDS_ATTEMPT,
+        "ExpressionAttributeNames": {"#status": "status"},
+        "ExpressionAttributeValues": {**holds_attempt_values(ref), **values},
+    }
 
 
 def _update(
@@ -112,8 +165,11 @@ def _update(
         "UpdateExpression": expression,
         "ConditionExpression": condition,
         "ExpressionAttributeValues": {name: to_attribute(value) for name, value in values.items()},
+        # A refusal says what it found, at no extra read (DynamoDB UpdateItem,
+        # ReturnValuesOnConditionCheckFailure): who holds the stage now, or that it ended.
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
-    if "#status" in expression:
+    if "#status" in expression or "#status" in condition:
         # DynamoDB refuses names the expressions do not use.
         request["ExpressionAttributeNames"] = {"#status": "status"}
     if return_old:
@@ -122,7 +178,8 @@ def _update(
         response = client("dynamodb").update_item(**request)
     except ClientError as exc:
         if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-            raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}") from exc
+            found = from_attributes(exc.response.get("Item", {}))
+            raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}", found) from exc
         raise
     return from_attributes(response.get("Attributes", {}))
 
@@ -140,55 +197,107 @@ def claim(
     now: datetime,
     precondition_version: str | None = None,
     enqueued_at: datetime | None = None,
+    claim_id: str | None = None,
+    journal_id: str | None = None,
 ) -> dict[str, Any]:
-    """Claim the operation's attempt. Returns the stage record as it was before the claim: what
-    the previous attempt left (its outcome, receipt, precondition) is what reconciliation reads.
-    `enqueued_at` is when the queue accepted the attempt's message (SQS SentTimestamp): with
-    `started_at` it shows how long the attempt waited for a Mac."""
+    """Claim the operation's attempt. Returns what the previous attempt left on the stage record
+    before the claim (attempt, agent, outcome, receipt, precondition, lease end, status): what
+    reconciliation reads. `enqueued_at` is when the queue accepted the attempt's message (SQS
+    SentTimestamp): with `started_at` it shows how long the attempt waited for a Mac.
+
+    A claim reads the record, then writes it on condition that no other claim came in between:
+    so the same call can be sent again with the same `claim_id` after a connection reset (it
+    cannot tell whether the first one landed) and still return what the previous attempt left.
+    It is refused (ClaimRefused) when a live holder has this attempt, a later attempt has the
+    stage, this attempt already finished, or the stage is closed: ended with its job (canceled,
+    skipped) or the one its job failed on (`closed_at`, set by the state machine and the sweep)."""
+    claim_id = claim_id or uuid.uuid4().hex
+    previous = from_attributes(
+        client("dynamodb").get_item(TableName=ref.table, Key=ref.key, ConsistentRead=True).get("Item", {})
+    )
+    seen = previous.get("claim_id")
+    if seen == claim_id:
+        taken_over = previous.get("claimed_over") or {}  # this very claim landed before: what it read then
+    else:
+        taken_over = _claimed_over(previous)
     epoch = int(now.timestamp())
     lease, lease_iso = _lease_until(now, lease_ttl_sec)
-    return _update(
-        ref,
-        "SET #status = :running, agent_id = :agent, attempt = :attempt, lease_expires_at = :lease, "
-        "lease_expires_iso = :lease_iso, started_at = :now, enqueued_at = :enqueued, last_writer = :writer, "
-        "precondition_version = :pre, held_by = :agent "
-        "REMOVE exit_code, error_class, ended_at, run_token, outcome, receipt",
-        "attribute_exists(pk) AND (attribute_not_exists(attempt) OR attempt < :attempt "
-        "OR (attempt = :attempt AND lease_expires_at < :epoch))",
-        {
-            ":running": StageStatus.RUNNING.value,
-            ":agent": ref.agent_id,
-            ":attempt": ref.attempt,
-            ":lease": lease,
-            ":lease_iso": lease_iso,
-            ":epoch": epoch,
-            ":now": now.isoformat(),
-            ":enqueued": (enqueued_at or now).isoformat(),
-            ":writer": f"agent:{ref.agent_id}",
-            ":pre": precondition_version or "",
-        },
-        return_old=True,
+    values: dict[str, object] = {
+        ":running": StageStatus.RUNNING.value,
+        ":agent": ref.agent_id,
+        ":attempt": ref.attempt,
+        ":lease": lease,
+        ":lease_iso": lease_iso,
+        ":epoch": epoch,
+        ":now": now.isoformat(),
+        ":enqueued": (enqueued_at or now).isoformat(),
+        ":writer": f"agent:{ref.agent_id}",
+        ":pre": precondition_version or "",
+        ":claim": claim_id,
+        ":over": taken_over,
+        ":journal": journal_id or "",
+        ":canceled": _ENDED[0],
+        ":skipped": _ENDED[1],
+        **_LIVE,
+    }
+    unchanged = "attribute_not_exists(claim_id)"
+    if seen and seen != claim_id:
+        unchanged, values[":seen"] = "claim_id = :seen", seen
+    condition = (
+        "claim_id = :claim OR (attribute_exists(pk) AND attribute_not_exists(closed_at) AND NOT #status IN (:canceled, :skipped) AND "
+        f"{unchanged} AND (attribute_not_exists(attempt) OR attempt < :attempt OR (attempt = :attempt "
+        "AND lease_expires_at < :epoch AND #status IN (:live_running, :live_reconciled))))"
     )
+    try:
+        _update(
+            ref,
+            "SET #status = :running, agent_id = :agent, attempt = :attempt, lease_expires_at = :lease, "
+            "lease_expires_iso = :lease_iso, started_at = :now, enqueued_at = :enqueued, last_writer = :writer, "
+            "precondition_version = :pre, held_by = :agent, claim_id = :claim, claimed_over = :over, "
+            "journal_id = :journal "
+            "REMOVE exit_code, error_class, ended_at, run_token, outcome, receipt",
+            condition,
+            values,
+        )
+    except LeaseLost as refused:
+        raise ClaimRefused(str(refused), refused.item, ref.attempt, epoch) from refused
+    return taken_over
+
+
+# What a claim keeps of the attempt it took over, so a retried claim still knows it.
+_CLAIMED_OVER = ("attempt", "agent_id", "outcome", "receipt", "precondition_version", "lease_expires_iso", "status")
+
+
+def _claimed_over(previous: dict[str, Any]) -> dict[str, Any]:
+    return {name: previous[name] for name in _CLAIMED_OVER if name in previous}
 
 
 def renew_lease(ref: StageRef, lease_ttl_sec: int, now: datetime) -> None:
+    """Refused (LeaseLost) once the attempt is no longer live: taken over, given up by the state
+    machine, or canceled with its job (`LeaseLost.ended`)."""
     lease, lease_iso = _lease_until(now, lease_ttl_sec)
     _update(
         ref,
         "SET lease_expires_at = :lease, lease_expires_iso = :lease_iso",
         _HOLDS_ATTEMPT,
-        {":agent": ref.agent_id, ":attempt": ref.attempt, ":lease": lease, ":lease_iso": lease_iso},
+        {":agent": ref.agent_id, ":attempt": ref.attempt, ":lease": lease, ":lease_iso": lease_iso, **_LIVE},
     )
 
 
 def run_token(ref: StageRef) -> str | None:
     """The token the state machine hands the holder of this attempt once it saw the claim."""
-    item = client("dynamodb").get_item(
-        TableName=ref.table, Key=ref.key, ConsistentRead=True, ProjectionExpression="agent_id, attempt, run_token"
-    ).get("Item", {})
-    if item.get("agent_id", {}).get("S") != ref.agent_id or item.get("attempt", {}).get("N") != str(ref.attempt):
-        raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}")
-    return item.get("run_token", {}).get("S")
+    item = from_attributes(
+        client("dynamodb").get_item(
+            TableName=ref.table,
+            Key=ref.key,
+            ConsistentRead=True,
+            ProjectionExpression="agent_id, attempt, run_token, #status",
+            ExpressionAttributeNames={"#status": "status"},
+        ).get("Item", {})
+    )
+    if (item.get("agent_id"), item.get("attempt")) != (ref.agent_id, ref.attempt) or item.get("status") in _ENDED:
+        raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}", item)
+    return item.get("run_token")
 
 
 def finish(
@@ -200,13 +309,19 @@ def finish(
     stage_name: str | None = None,
     receipt: dict[str, Any] | None = None,
     outcome: Outcome | None = None,
+    lease_ended: bool = True,
 ) -> None:
     """Record the attempt's outcome, fenced on the attempt. A success also becomes the job's
     last successful stage in the same transaction (the state machine spends no state on it).
 
     `outcome` says what is known of the command's effect: a receipt goes with `succeeded` or
     `failed`; a command that was killed (fenced, canceled, shut down) is `unknown`, so the next
-    attempt reconciles before it runs anything."""
+    attempt reconciles before it runs anything. `lease_ended`: the command's process group is
+    known to be gone, so the lease ends now rather than at its deadline (a successor waits for
+    the lease end plus the allowed skew before it probes or runs).
+
+    Sending it again after a lost answer is harmless: a record that already holds this very
+    result (this agent, attempt and status) counts as written."""
     values: dict[str, object] = {
         ":status": status.value,
         ":agent": ref.agent_id,
@@ -215,8 +330,14 @@ def finish(
         ":writer": f"agent:{ref.agent_id}",
         ":exit": exit_code if exit_code is not None else -1,
         ":error": error_class or "",
+        **_LIVE,
     }
     expression = "SET #status = :status, ended_at = :now, last_writer = :writer, exit_code = :exit, error_class = :error"
+    if lease_ended:
+        # The command is over (its group gone): a successor need not wait out the lease.
+        lease_epoch, lease_iso = _lease_until(now, 0)
+        expression += ", lease_expires_at = :lease_end, lease_expires_iso = :lease_end_iso"
+        values[":lease_end"], values[":lease_end_iso"] = lease_epoch, lease_iso
     if outcome is None:
         outcome = Outcome.SUCCEEDED if status is StageStatus.SUCCEEDED else Outcome.FAILED
     expression += ", outcome = :outcome"
@@ -225,6 +346,18 @@ def finish(
         expression += ", receipt = :receipt"
         values[":receipt"] = receipt
     expression += " REMOVE held_by"
+    try:
+        _finish(ref, expression, values, status, stage_name, now)
+    except LeaseLost as refused:
+        found = refused.item
+        if (found.get("agent_id"), found.get("attempt"), found.get("status")) != (ref.agent_id, ref.attempt, status.value):
+            raise
+        # Already recorded: this is a repeat of a report whose answer was lost.
+
+
+def _finish(
+    ref: StageRef, expression: str, values: dict[str, object], status: StageStatus, stage_name: str | None, now: datetime
+) -> None:
     if status is not StageStatus.SUCCEEDED or stage_name is None:
         _update(ref, expression, _HOLDS_ATTEMPT, values)
         return
@@ -239,6 +372,7 @@ def finish(
                         "ConditionExpression": _HOLDS_ATTEMPT,
                         "ExpressionAttributeNames": {"#status": "status"},
                         "ExpressionAttributeValues": {name: to_attribute(value) for name, value in values.items()},
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                     }
                 },
                 {
@@ -257,5 +391,7 @@ def finish(
         )
     except ClientError as exc:
         if exc.response["Error"]["Code"] == "TransactionCanceledException":
-            raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}") from exc
+            reasons = exc.response.get("CancellationReasons") or [{}]
+            found = from_attributes(reasons[0].get("Item", {}))
+            raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}", found) from exc
         raise

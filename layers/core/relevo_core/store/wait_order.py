@@ -27,6 +27,7 @@ from relevo_core.store.keys import (
     WAIT_ORDER_ATTRIBUTE,
     WAIT_ORDER_INDEX,
     WAITING_FOR_ATTRIBUTE,
+    WAKE_TOKEN_ATTRIBUTE,
     job_pk,
     key,
     lock_pk,
@@ -41,6 +42,7 @@ def waiting_jobs(table: str, project_id: str, limit: int | None = None) -> list[
         "IndexName": WAIT_ORDER_INDEX,
         "KeyConditionExpression": f"{WAITING_FOR_ATTRIBUTE} = :project",
         "ExpressionAttributeValues": {":project": {"S": project_id}},
+        "ProjectionExpression": "job_id",
     }
     if limit:
         kwargs["Limit"] = limit
@@ -95,19 +97,37 @@ def drop_waiter(table: str, project_id: str, job_id: str) -> bool:
     """Take a job out of its project's waiting order (its execution ended, or it was canceled).
 
     Safe to repeat. The job's index entry goes first and the lock's `waiters` entry last, so an
-    interrupted drop is still found (through `waiters`) and finished by the next sweep. False if
-    the job was no longer a waiter.
+    interrupted drop is still found (through `waiters`) and finished by the next sweep. Leaving
+    moves the lock's wake_seq, like a release: the job may have headed the line, and a waiter
+    about to park behind it reads the lock again. False if the job was no longer a waiter.
     """
     update_if(  # refused when the job record has expired: nothing to remove
         TableName=table,
         Key=key(job_pk(job_id), JOB_SK),
-        UpdateExpression=f"REMOVE {WAITING_FOR_ATTRIBUTE}",
+        UpdateExpression=f"REMOVE {WAITING_FOR_ATTRIBUTE}, {WAKE_TOKEN_ATTRIBUTE}",
         ConditionExpression="attribute_exists(pk)",
     )
     return update_if(
         TableName=table,
         Key=key(lock_pk(project_id), LOCK_SK),
-        UpdateExpression="DELETE waiters :me",
+        UpdateExpression="DELETE waiters :me ADD wake_seq :one",
         ConditionExpression="contains(waiters, :name)",
-        ExpressionAttributeValues={":me": {"SS": [job_id]}, ":name": {"S": job_id}},
+        ExpressionAttributeValues={":me": {"SS": [job_id]}, ":name": {"S": job_id}, ":one": {"N": "1"}},
     )
+
+
+def head_wake_token(table: str, project_id: str) -> str | None:
+    """The task token the first job of the project's waiting order parked with (job.asl.json's
+    WaitForProject keeps it on the job record), or None when nobody waits or the head is
+    between two parks. Read strongly consistent from the record: the index is eventually
+    consistent and only says who is first."""
+    head = waiting_jobs(table, project_id, limit=1)
+    if not head:
+        return None
+    response = client("dynamodb").get_item(
+        TableName=table,
+        Key=key(job_pk(head[0]), JOB_SK),
+        ConsistentRead=True,
+        ProjectionExpression=WAKE_TOKEN_ATTRIBUTE,
+    )
+    return from_attributes(response.get("Item") or {}).get(WAKE_TOKEN_ATTRIBUTE)

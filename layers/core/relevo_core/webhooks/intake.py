@@ -37,10 +37,20 @@ def _secret(settings: IntakeSettings, reference: str | None) -> str:
         raise RelevoError(ErrorCode.SECRET_UNAVAILABLE, "the project's webhook secret cannot be read") from exc
 
 
-def _json(raw_body: bytes) -> Any:
+# GitHub's "Creating webhooks" docs: with content type application/x-www-form-urlencoded the JSON
+# payload is sent as a form parameter called `payload`; application/json sends it as the body.
+FORM_ENCODED_HINT = (
+    "body is not JSON: it is form-encoded (payload=…); set the webhook's content type to application/json "
+    "(GitHub: Settings → Webhooks → Content type)"
+)
+
+
+def _json(raw_body: bytes, content_type: str) -> Any:
     try:
         payload = json.loads(raw_body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if raw_body.startswith(b"payload=") or content_type.startswith("application/x-www-form-urlencoded"):
+            raise RelevoError(ErrorCode.MALFORMED_JSON, FORM_ENCODED_HINT) from exc
         raise RelevoError(ErrorCode.MALFORMED_JSON, f"body is not JSON: {exc}") from exc
     if not isinstance(payload, dict):
         raise RelevoError(ErrorCode.VALIDATION_FAILED, "(root): a webhook payload is a JSON object")
@@ -62,7 +72,7 @@ def _receive(
     project = project_cache.get(settings.table_name, project_id, settings.project_cache_sec)
     verify(project, lower)
     try:
-        event = parse(lower, _json(raw_body))
+        event = parse(lower, _json(raw_body, lower.get("content-type", "").lower()))
     except ValidationError as exc:
         raise validation_error(exc) from exc
     if isinstance(event, Pong):

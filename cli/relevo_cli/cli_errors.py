@@ -1,0 +1,77 @@
+"""How the `relevo` CLI reports what went wrong: a person's mistake (a file, an argument) is one
+line per mistake and exit 2; a stack it cannot reach is one line and exit 1; anything else is one
+line and exit 1 too. `--debug` (or RELEVO_DEBUG=1) lets the exception through, traceback and all."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import requests
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from relevo_core.models.envelope import JOB_ID, PROJECT_ID
+from relevo_core.user_files import InvalidFile
+
+DEBUG_KEY = "relevo.debug"
+_errors = Console(stderr=True)
+
+
+class UserMistake(Exception):
+    """Something the person typed that cannot work; the message says what to type instead."""
+
+
+def _say(text: str) -> None:
+    for line in text.splitlines() or [""]:
+        _errors.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
+
+
+class RelevoGroup(TyperGroup):
+    """The root command: every subcommand runs inside its invoke, so this is the one place that
+    turns exceptions into the lines a person reads."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.TyperException, BrokenPipeError):  # typer's own exits and usage errors
+            raise
+        except (InvalidFile, UserMistake) as exc:
+            if ctx.meta.get(DEBUG_KEY):
+                raise
+            _say(str(exc))
+            raise typer.Exit(2) from exc
+        except requests.ConnectionError as exc:
+            if ctx.meta.get(DEBUG_KEY):
+                raise
+            url = getattr(exc.request, "url", None) or "the stack's API"
+            _say(f"cannot reach {url}: is the stack running? (`relevo local status`; --debug for details)")
+            raise typer.Exit(1) from exc
+        except Exception as exc:
+            if ctx.meta.get(DEBUG_KEY):
+                raise
+            _say(f"relevo failed: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+            raise typer.Exit(1) from exc
+
+
+def set_debug(ctx: typer.Context, debug: bool) -> None:
+    ctx.meta[DEBUG_KEY] = debug
+
+
+def _checker(pattern: str, what: str, example: str) -> Any:
+    compiled = re.compile(pattern)
+
+    def check(value: str | None) -> str | None:
+        if value is not None and not compiled.match(value):
+            raise UserMistake(f"{value!r} is not a {what} ({what}s look like {example})")
+        return value
+
+    return check
+
+
+check_job_id = _checker(JOB_ID, "job id", "job_00mx2h2r7n38p1566llawdrdc6")
+check_project_id = _checker(PROJECT_ID, "project id", "ios-app: lowercase letters, digits and '-'")
+
+JobId = typer.Argument(..., callback=check_job_id, help="a job id (job_...)", show_default=False)
+ProjectId = typer.Argument(..., callback=check_project_id, help="a project id", show_default=False)

@@ -1,0 +1,268 @@
+"""A loopback TCP fault proxy: what sits between one relevo-agent and its AWS endpoint in
+`relevo drill` and in the fencing tests.
+
+It binds 127.0.0.1 only and forwards bytes both ways, in one of four modes that can change at
+any moment:
+
+- `pass`: bytes go through untouched.
+- `partition`: a black hole. Nothing crosses in either direction, on open connections or new
+  ones (the kernel still completes a new connection's handshake; its bytes are held). When the
+  partition heals, what was held is delivered, as TCP's retransmissions would, unless the side
+  that sent it has given up and closed meanwhile.
+- `reset`: each connection is reset with probability `reset_probability`, once, at its first
+  request after the mode was set (a new connection at its first), before anything of that request
+  is forwarded: the agent sees "connection reset by peer" (an RST, SO_LINGER 0) and the service
+  never sees the request. A connection spared carries its requests on; the agent's next
+  connection draws again. With `resets_left`, the proxy passes again after that many resets.
+- `latency`: each chunk from the agent is forwarded `latency_sec` after it arrived (requests keep
+  their order and are not serialised behind each other's delays).
+
+Every loop ends by itself: a connection's pumps end at either side's EOF, after `idle_sec`
+without a byte, or when the proxy closes; a held partition ends at heal or close; and the proxy
+closes itself after `lifetime_sec` even if nobody calls close().
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+LOOPBACK = "127.0.0.1"
+
+
+class Mode(str, Enum):
+    PASS = "pass"
+    PARTITION = "partition"
+    RESET = "reset"
+    LATENCY = "latency"
+
+
+@dataclass
+class ProxyStats:
+    connections: int = 0
+    requests: int = 0
+    resets: int = 0
+    held_chunks: int = 0
+
+
+class _Closing(Exception):
+    """The connection is being torn down (reset, close, idle)."""
+
+
+class FaultProxy:
+    def __init__(
+        self,
+        target: tuple[str, int],
+        lifetime_sec: float = 3600.0,
+        idle_sec: float = 300.0,
+        seed: int | None = None,
+    ) -> None:
+        self.target = target
+        self.lifetime_sec = lifetime_sec
+        self.idle_sec = idle_sec
+        self.mode = Mode.PASS
+        self.latency_sec = 0.5
+        self.reset_probability = 1.0
+        self.resets_left: int | None = None
+        self.stats = ProxyStats()
+        self.port = 0
+        self._epoch = 0  # bumped by every set_mode: a connection's reset is drawn once per epoch
+        self._random = random.Random(seed)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flowing: asyncio.Event | None = None
+        self._closed: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"fault-proxy->{target[1]}", daemon=True)
+
+    # ------------------------------------------------------------------ control (any thread)
+    def start(self) -> "FaultProxy":
+        self._thread.start()
+        if not self._ready.wait(10) or not self.port:
+            raise RuntimeError("the fault proxy did not start")
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def set_mode(
+        self,
+        mode: Mode | str,
+        latency_sec: float | None = None,
+        reset_probability: float | None = None,
+        resets_left: int | None = None,
+    ) -> None:
+        mode = Mode(mode)
+        if latency_sec is not None:
+            self.latency_sec = latency_sec
+        if reset_probability is not None:
+            self.reset_probability = reset_probability
+        self.resets_left = resets_left
+        self.mode = mode
+        self._epoch += 1
+        self._call(self._apply_mode)
+
+    def partition(self) -> None:
+        self.set_mode(Mode.PARTITION)
+
+    def heal(self) -> None:
+        self.set_mode(Mode.PASS)
+
+    def close(self) -> None:
+        self._call(lambda: self._closed.set() if self._closed else None)  # type: ignore[union-attr]
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> "FaultProxy":
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(self, action) -> None:  # type: ignore[no-untyped-def]
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(action)
+            except RuntimeError:  # the loop stopped meanwhile
+                pass
+
+    # ------------------------------------------------------------------ the loop (its own thread)
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._flowing = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._apply_mode()
+        server = await asyncio.start_server(self._connection, LOOPBACK, 0)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        try:
+            await asyncio.wait_for(self._closed.wait(), timeout=self.lifetime_sec)
+        except asyncio.TimeoutError:
+            pass  # the lifetime is over: close by itself
+        self._closed.set()
+        self._flowing.set()  # nothing stays held
+        server.close()
+        for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+            task.cancel()
+        await server.wait_closed()
+
+    def _apply_mode(self) -> None:
+        if self._flowing is None:
+            return
+        if self.mode is Mode.PARTITION:
+            self._flowing.clear()
+        else:
+            self._flowing.set()
+
+    async def _connection(self, agent_reader: asyncio.StreamReader, agent_writer: asyncio.StreamWriter) -> None:
+        self.stats.connections += 1
+        upstream_writer: asyncio.StreamWriter | None = None
+        drawn = [-1]  # the epoch this connection's reset was drawn in
+        try:
+            try:
+                upstream_reader, upstream_writer = await asyncio.wait_for(asyncio.open_connection(*self.target), 10)
+            except (OSError, asyncio.TimeoutError):
+                return
+            await asyncio.gather(
+                self._pump(agent_reader, upstream_writer, from_agent=True, peer=agent_writer, drawn=drawn),
+                self._pump(upstream_reader, agent_writer, from_agent=False, peer=upstream_writer, drawn=drawn),
+            )
+        except _Closing as why:
+            if str(why) == "reset":
+                self.stats.resets += 1
+                if self.resets_left is not None:
+                    self.resets_left -= 1
+                    if self.resets_left <= 0:
+                        self.mode, self.resets_left = Mode.PASS, None
+                _reset(agent_writer)
+                if upstream_writer is not None:
+                    _reset(upstream_writer)
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            for writer in (agent_writer, upstream_writer):
+                if writer is not None:
+                    writer.close()
+
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        from_agent: bool,
+        peer: asyncio.StreamWriter,
+        drawn: list[int],
+    ) -> None:
+        """One direction of a connection. A reset tears down both directions (_Closing)."""
+        assert self._flowing is not None and self._closed is not None
+        pending: list[asyncio.Task[None]] = []
+        try:
+            while True:
+                try:
+                    data = await asyncio.wait_for(reader.read(65536), timeout=self.idle_sec)
+                except asyncio.TimeoutError:
+                    raise _Closing("idle") from None
+                if not data:
+                    break
+                if from_agent:
+                    self.stats.requests += 1
+                    if self.mode is Mode.RESET and drawn[0] != self._epoch:
+                        drawn[0] = self._epoch
+                        if self._random.random() < self.reset_probability:
+                            raise _Closing("reset")
+                if not self._flowing.is_set():
+                    self.stats.held_chunks += 1
+                    await self._flowing.wait()
+                    if self._closed.is_set() or reader.at_eof():
+                        raise _Closing("gone")  # its sender gave up during the partition
+                if from_agent and self.mode is Mode.LATENCY:
+                    due = time.monotonic() + self.latency_sec
+                    # Delivered in order, each after its own delay: a chain of delayed writes.
+                    previous = pending[-1] if pending else None
+                    pending = [t for t in pending if not t.done()]
+                    pending.append(asyncio.ensure_future(self._write_at(writer, data, due, previous)))
+                    continue
+                if pending:
+                    await asyncio.gather(*pending)
+                    pending = []
+                writer.write(data)
+                await writer.drain()
+            if pending:
+                await asyncio.gather(*pending)
+            # The sending side is done: half-close, so the other side sees EOF too.
+            if writer.can_write_eof():
+                writer.write_eof()
+        except (ConnectionError, OSError):
+            peer.close()
+
+    @staticmethod
+    async def _write_at(
+        writer: asyncio.StreamWriter, data: bytes, due: float, previous: "asyncio.Task[None] | None"
+    ) -> None:
+        if previous is not None:
+            await previous
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        writer.write(data)
+        await writer.drain()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close with an RST rather than a FIN: SO_LINGER on, zero timeout."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+    writer.transport.abort()

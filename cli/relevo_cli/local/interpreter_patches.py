@@ -1,0 +1,84 @@
+"""Where moto's Step Functions interpreter reads a state machine differently from AWS.
+
+`aws-sdk:sfn:*` task parameters. AWS reads an AWS SDK integration's parameters in PascalCase
+even where the service API is camelCase ("Parameters in Step Functions are expressed in
+PascalCase, even if the native service API is in camelCase", Step Functions Developer Guide,
+"Learning to use AWS service SDK integrations"): `sendTaskSuccess` takes `TaskToken` and
+`Output`. moto 5.2.5 hands the parameters to boto3 exactly as written
+(`StateTaskServiceAwsSdk` keeps the base `_normalise_parameters`, which does nothing), so
+`TaskToken` never reaches the request and the task fails with `States.Runtime: 'TaskToken'`,
+while the camelCase spelling AWS would refuse works. The interpreter already carries the
+mapping (`StateTaskService._to_boto_request`, by the operation's input shape): it is applied to
+the Step Functions API, the one AWS SDK service the state machine calls whose members are not
+PascalCase. DynamoDB's members are PascalCase already and are left as they are.
+
+A stop during a `.waitForTaskToken` task. AWS ends a stopped execution ABORTED at once
+(StopExecution: "Stops an execution"; its status becomes ABORTED). moto 5.2.5 marks the program
+stopped but lets a task waiting for its token wait on until its TimeoutSeconds, and the task's
+timeout then fails the execution (`Environment.set_error` replaces the stopped state), so it
+ends FAILED. Job executions park in such a task while they wait for their project
+(WaitForProject), so stopping a waiting job would end it FAILED, minutes later. Here a stop
+interrupts the execution's waits for a token, and an error raised after the stop leaves it
+stopped: ABORTED, as on AWS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Boto service names whose AWS SDK integration parameters are mapped to the API's member names.
+_CAMEL_CASE_SERVICES = frozenset({"stepfunctions"})
+
+
+def install() -> None:
+    _map_aws_sdk_parameters_to_member_names()
+    _end_a_stopped_execution_aborted()
+
+
+def _map_aws_sdk_parameters_to_member_names() -> None:
+    from botocore import xform_name
+    from botocore.session import get_session
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk import (
+        StateTaskServiceAwsSdk,
+    )
+
+    if getattr(StateTaskServiceAwsSdk, "_relevo_pascal_case_parameters", False):
+        return
+    original = StateTaskServiceAwsSdk._normalise_parameters
+    session = get_session()
+
+    def _normalise_parameters(self: Any, parameters: dict, boto_service_name: str | None = None, service_action_name: str | None = None) -> None:
+        service = self._get_boto_service_name(boto_service_name)
+        if service in _CAMEL_CASE_SERVICES:
+            action = self._get_boto_service_action(service_action_name)
+            model = session.get_service_model(service)
+            operation = next((name for name in model.operation_names if xform_name(name) == action), None)
+            if operation is not None:
+                self._to_boto_request(parameters, model.operation_model(operation).input_shape)
+        original(self, parameters, boto_service_name, service_action_name)
+
+    StateTaskServiceAwsSdk._normalise_parameters = _normalise_parameters
+    StateTaskServiceAwsSdk._relevo_pascal_case_parameters = True
+
+
+def _end_a_stopped_execution_aborted() -> None:
+    from moto.stepfunctions.parser.asl.eval.environment import Environment
+    from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
+
+    if getattr(Environment, "_relevo_stop_aborts", False):
+        return
+    set_error, set_stop = Environment.set_error, Environment.set_stop
+
+    def set_error_unless_stopped(self: Any, error: Any) -> None:
+        if isinstance(self._program_state, ProgramStopped):
+            return
+        set_error(self, error)
+
+    def set_stop_and_interrupt_waits(self: Any, stop_date: Any, cause: str | None, error: str | None) -> None:
+        set_stop(self, stop_date, cause, error)
+        for endpoint in list(self.callback_pool_manager._pool.values()):
+            endpoint.interrupt_all()
+
+    Environment.set_error = set_error_unless_stopped
+    Environment.set_stop = set_stop_and_interrupt_waits
+    Environment._relevo_stop_aborts = True

@@ -1,0 +1,86 @@
+"""The lease timeline: when an attempt's holder renews, fences itself, and when a successor may
+claim and probe. One definition for the agent, `relevo drill` and the README's table.
+
+All times count from the send time of the holder's last successful renewal (its lease renewal
+followed by its task heartbeat), on the holder's monotonic clock:
+
+    0                      renewal sent (and, right after it, the task heartbeat)
+    renew_interval         the next renewal is due; every min(lease/3, 3 s)
+    fence_after            lease - margin: the holder sends SIGTERM to the stage's process group,
+                           withholds the result and journals the attempt as fenced; the dead-man
+                           supervisor does the same if the holder is frozen
+    kill_after             lease - skew: SIGKILL to whatever is left of the group
+    lease                  the lease ends (HeartbeatSeconds = lease_ttl_sec): the state machine
+                           gives the attempt up no earlier, so the next attempt is claimed no
+                           earlier than this (plus the retry's backoff)
+    lease + skew           the earliest the successor's effect probe (or re-run) may start, by
+                           the successor's own clock, against the lease end the holder recorded
+
+margin = kill grace + allowed skew. The grace is cut short when the lease leaves no room for two
+renewals before the fence (a lease shorter than kill_grace_sec + skew + 2 renew intervals): the
+group then gets a shorter SIGTERM grace, but is still dead `skew` before the lease ends. A lease
+that leaves no room for one renewal before the fence is refused by the agent. The allowed skew is
+the agent's `max_clock_skew_sec`, the same number `relevo-agent doctor` fails on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# How often the holder renews at most: bounds how long a cancel takes to reach the stage.
+RENEW_INTERVAL_MAX_SEC = 3.0
+# The allowed clock skew between an agent and AWS (the agent's max_clock_skew_sec default).
+MAX_CLOCK_SKEW_SEC = 5.0
+# After a failed renewal, the next try comes this soon (a reset fails fast; a partition times out).
+RETRY_AFTER_FAILURE_SEC = 0.25
+
+
+@dataclass(frozen=True)
+class LeaseTimeline:
+    lease_ttl_sec: float
+    kill_grace_sec: float
+    max_clock_skew_sec: float = MAX_CLOCK_SKEW_SEC
+
+    @property
+    def renew_interval_sec(self) -> float:
+        return min(self.lease_ttl_sec / 3, RENEW_INTERVAL_MAX_SEC)
+
+    @property
+    def feasible(self) -> bool:
+        """Whether a renewal fits before the fence at all. An agent refuses a stage whose lease
+        is too short for its allowed skew (it would fence itself before its first renewal)."""
+        return self.fence_after_sec > self.renew_interval_sec
+
+    @property
+    def fence_grace_sec(self) -> float:
+        """The SIGTERM grace a fence gives: kill_grace_sec, or what the lease leaves of it."""
+        room = self.lease_ttl_sec - self.max_clock_skew_sec - 2 * self.renew_interval_sec
+        return max(0.0, min(self.kill_grace_sec, room))
+
+    @property
+    def fence_margin_sec(self) -> float:
+        return self.fence_grace_sec + self.max_clock_skew_sec
+
+    @property
+    def fence_after_sec(self) -> float:
+        """SIGTERM to the group this long after the last successful renewal was sent."""
+        return self.lease_ttl_sec - self.fence_margin_sec
+
+    @property
+    def kill_after_sec(self) -> float:
+        return self.fence_after_sec + self.fence_grace_sec
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        """AwaitResult's HeartbeatSeconds: the state machine's side of the lease."""
+        return self.lease_ttl_sec
+
+    @property
+    def successor_claim_after_sec(self) -> float:
+        """The earliest the next attempt is claimed: the state machine's heartbeat lapse."""
+        return self.heartbeat_seconds
+
+    @property
+    def successor_probe_after_sec(self) -> float:
+        """The earliest the successor probes or re-runs: the recorded lease end plus the skew."""
+        return self.lease_ttl_sec + self.max_clock_skew_sec

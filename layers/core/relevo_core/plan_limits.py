@@ -1,0 +1,137 @@
+"""How large a plan may be: what the job's execution carries must fit Step Functions' payload quota.
+
+Step Functions refuses a state whose input or output is over 256 KiB (262,144 bytes) of UTF-8
+JSON: the execution dies with `States.DataLimitExceeded`, which no Catch can take (Step Functions
+Developer Guide, "Step Functions service quotas", and "Handling errors": States.DataLimitExceeded
+is a terminal error `States.ALL` does not catch). A job's execution carries its frozen envelope,
+and the largest state it holds is on the dead-letter path (ReadJobForDeadLetter to JobFailed),
+where the envelope is there twice: in the execution input, and in the job record read back for
+the dead-letter entry (so that the entry alone can resume the job).
+
+Sizes here are counted the way the emulator counts them (`json.dumps` with its default
+separators and ASCII escapes), which is never less than the compact UTF-8 JSON AWS counts. The
+envelope is measured in DynamoDB's attribute-value JSON, the larger of its two forms.
+
+The worst case on the dead-letter path, for an envelope of MAX_ENVELOPE_BYTES:
+    the envelope, plain JSON, in the execution input          ≤  80 KiB
+    the envelope, DynamoDB JSON, in the job record read back   ≤  80 KiB
+    the rest of the execution input: the stages as the state
+      machine sees them, ids, queue URL, wait and conflict
+      bookkeeping (measured: 12.3 KiB for 32 stages with
+      63-character names and the longest timeouts)             ≤  16 KiB
+    the failure: Error ≤ 256 characters, and a Cause of at most
+      MAX_FAILURE_CAUSE_CHARS inside the stage's failure detail
+      (JSON inside a JSON string: a character JSON escapes,
+      such as U+0001, takes up to 7 bytes)                     ≤  32 KiB
+    waiting and waking: the lock read, the head of the line,
+      the head's task token, the job's status and last stage   ≤   4 KiB
+    total                                                      ≤ 212 KiB
+which leaves 44 KiB (17 % of the quota); a cause of ordinary text leaves over 60 KiB. The
+dead-letter message (the envelope in both forms and the cause, ≤ 190 KiB) fits SQS's 256 KiB.
+
+Step Functions takes causes of up to 32,768 characters, and one that long, made of characters
+JSON escapes, would not fit beside any envelope (7 bytes each, twice escaped: 224 KiB). The
+causes Relevo sends are short: the agent's are small JSON documents (its reconcile evidence keeps
+1,024 characters of probe output), and an approval's or a resolution's reason is capped at
+2,048 characters, with the actor's ARN beside it: MAX_FAILURE_CAUSE_CHARS covers them.
+tests/integration/test_plan_limits.py runs the largest plan these limits allow through success,
+a retry and the dead-letter path with such a cause, and shows the emulator's own limit where
+this arithmetic puts it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.project import Project
+from relevo_core.store.codec import to_attribute
+
+STATE_PAYLOAD_QUOTA_BYTES = 256 * 1024
+MAX_STAGES = 32
+MAX_COMMAND_BYTES = 16 * 1024
+MAX_PROBE_BYTES = 16 * 1024
+MAX_ENVELOPE_BYTES = 80 * 1024
+# The longest task-failure cause Relevo's agents and API send (see above).
+MAX_FAILURE_CAUSE_CHARS = 4096
+
+
+def state_bytes(value: Any) -> int:
+    """Bytes of `value` as JSON, counted as the emulator counts a state's data (an upper bound of
+    the compact UTF-8 JSON Step Functions counts)."""
+    return len(json.dumps(value).encode("utf-8"))
+
+
+def envelope_bytes(envelope: JobEnvelope) -> int:
+    """The envelope's size in the state machine: its DynamoDB JSON form, the larger of the two."""
+    return state_bytes(to_attribute(envelope.to_json_dict()))
+
+
+def _too_large(message: str, limit: str, size: int, allowed: int) -> RelevoError:
+    return RelevoError(ErrorCode.PLAN_TOO_LARGE, message, limit=limit, size=size, allowed=allowed)
+
+
+def require_envelope_fits(envelope: JobEnvelope) -> None:
+    """Refuse (PLAN_TOO_LARGE) an envelope the state machine could not carry to its dead-letter queue."""
+    size = envelope_bytes(envelope)
+    if size > MAX_ENVELOPE_BYTES:
+        raise _too_large(
+            f"the job's envelope is {size:,} bytes as the state machine carries it; at most {MAX_ENVELOPE_BYTES:,} fit "
+            f"(Step Functions' {STATE_PAYLOAD_QUOTA_BYTES:,}-byte payload quota): shorten commands or probes, or split stages",
+            "envelope_bytes", size, MAX_ENVELOPE_BYTES,
+        )
+
+
+def require_project_fits(project: Project) -> None:
+    """Refuse (PLAN_TOO_LARGE) a project whose plan is over a limit: its stages, a command or an
+    effect probe, or the envelope its largest job would freeze (the longest ref, trigger and key
+    a job may carry)."""
+    require_stages_fit(project)
+    require_envelope_fits(largest_envelope(project))
+
+
+def require_stages_fit(project: Project) -> None:
+    """Refuse (PLAN_TOO_LARGE) a project with too many stages, or a command or an effect probe over its limit."""
+    if len(project.stages) > MAX_STAGES:
+        raise _too_large(f"stages: {len(project.stages)} stages; at most {MAX_STAGES}", "stages", len(project.stages), MAX_STAGES)
+    for index, stage in enumerate(project.stages):
+        for field, text, allowed in (("run", stage.run, MAX_COMMAND_BYTES), ("effect_probe", stage.effect_probe, MAX_PROBE_BYTES)):
+            size = len((text or "").encode("utf-8"))
+            if size > allowed:
+                raise _too_large(
+                    f"stages.{index}.{field}: {size:,} bytes; at most {allowed:,}", f"{'command' if field == 'run' else 'effect_probe'}_bytes",
+                    size, allowed,
+                )
+
+
+def largest_envelope(project: Project) -> JobEnvelope:
+    """The envelope of the project's largest possible job: every field a job brings of its own
+    (ref, commit, trigger, idempotency key, artifact bucket, priority, resumed stage) at its longest."""
+    now = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    stages = project.frozen_stages()
+    longest_stage = max((stage.name for stage in stages), key=len)
+    job_id = new_job_id(now.timestamp())
+    return JobEnvelope(
+        job_id=job_id,
+        idempotency_key="k" * 512,
+        project=project.id,
+        region_affinity=project.region_affinity,
+        artifact_uri=f"s3://{'b' * 63}/{project.id}/{job_id}/",
+        created_at=now,
+        ttl=10**11 - 1,
+        log_ttl=10**11 - 1,
+        trigger=Trigger(type=TriggerType.SCHEDULE, source="s" * 64, delivery_id="d" * 128, actor="a" * 512),
+        priority=-1_000_000,
+        ref="r" * 256,
+        commit="f" * 64,
+        stages=stages,
+        queue_timeout_sec=project.queue_timeout_sec,
+        exec_timeout_sec=max(stage.exec_timeout_sec for stage in stages),
+        lease_ttl_sec=project.lease_ttl_sec,
+        approval=project.approval,
+        from_stage=longest_stage if len(stages) > 1 else None,
+        retry_of=job_id,
+    )

@@ -1,0 +1,138 @@
+"""The README's "Your first project", run step by step exactly as written, so it cannot drift.
+
+Each ```sh block is run with bash, in order, in a fresh directory (the one marked "in the
+checkout" in the repository), sharing shell variables from block to block the way one terminal
+would (`JOB=$(relevo run …)`). The yaml block is saved under the name the text gives it. A block
+marked "in a new terminal; ready when it prints …" is started in the background and the next step
+waits for that text; "then the terminal of … ends with exit 0" waits for that terminal to end and
+checks its exit status. Nothing is added: a step the README lacks is a step this test lacks."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+
+SECTION = re.search(r"^## Your first project\n(.*?)^## ", (ROOT / "README.md").read_text(), re.S | re.M)
+BLOCK = re.compile(r"(?:<!-- first-project: (?P<marker>[^>]*?) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)^```", re.S | re.M)
+READY = re.compile(r'in a new terminal; ready when it prints "(?P<text>[^"]+)"')
+ENDS = re.compile(r'then the terminal of "(?P<command>[^"]+)" ends with exit 0')
+
+
+@dataclass
+class Step:
+    lang: str
+    body: str
+    marker: str
+    saved_as: str | None = None
+
+
+@dataclass
+class Terminal:
+    command: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    closed: bool = field(default=False)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _steps() -> list[Step]:
+    assert SECTION, "README.md has no '## Your first project' section"
+    text, steps, start = SECTION.group(1), [], 0
+    for match in BLOCK.finditer(text):
+        before = text[start: match.start()]
+        named = re.findall(r"[Ss]ave this as `([^`]+)`", before)
+        steps.append(Step(match["lang"], match["body"], match["marker"] or "", named[-1] if named else None))
+        start = match.end()
+    return steps
+
+
+def _fresh_environment() -> dict[str, str]:
+    """A shell as a person opens it: nothing of this test session's stack or venv on it."""
+    venv_bin = str(ROOT / ".venv" / "bin")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELEVO_", "AWS_ENDPOINT_URL", "MOTO_", "PYTEST_", "COV_"))}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    env["COLUMNS"] = "200"
+    return env
+
+
+def _wait_for(terminal: Terminal, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in terminal.output():
+        if terminal.process.poll() is not None:
+            raise AssertionError(f"`{terminal.command}` exited {terminal.process.returncode} before printing {text!r}:\n{terminal.output()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"`{terminal.command}` did not print {text!r} within {timeout}s:\n{terminal.output()[-3000:]}")
+        time.sleep(0.2)
+
+
+def test_your_first_project_as_the_readme_writes_it(tmp_path: Path):
+    steps = _steps()
+    work = tmp_path / "work"
+    work.mkdir()
+    env = _fresh_environment()
+    terminals: list[Terminal] = []
+    ran: list[str] = []
+    try:
+        for number, step in enumerate(steps):
+            if step.lang == "yaml":
+                assert step.saved_as, "a yaml block of the section names the file to save it as"
+                (work / step.saved_as).write_text(step.body)
+                continue
+            assert step.lang == "sh", step.lang
+            ran.append(step.body.strip())
+            cwd = ROOT if step.marker == "in the checkout" else work
+            ready = READY.fullmatch(step.marker)
+            if ready:
+                log = tmp_path / f"terminal-{number}.log"
+                with open(log, "wb") as out:
+                    process = subprocess.Popen(
+                        ["bash", "-c", step.body], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                    )
+                terminals.append(Terminal(step.body.strip(), process, log))
+                _wait_for(terminals[-1], ready["text"], timeout=240)
+                continue
+            # One terminal's shell, step after step: its variables carry over (set -a exports them).
+            dump = tmp_path / f"env-{number}"
+            script = f"set -euo pipefail\nset -a\n{step.body}\nenv -0 > {dump}\n"
+            done = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+            assert done.returncode == 0, f"step {number} failed ({done.returncode}):\n{step.body}\n{done.stdout}\n{done.stderr}"
+            env = dict(entry.split("=", 1) for entry in dump.read_text().split("\0") if "=" in entry)
+            ends = ENDS.fullmatch(step.marker)
+            if ends:
+                [terminal] = [t for t in terminals if t.command.startswith(ends["command"])]
+                assert terminal.process.wait(timeout=120) == 0, terminal.output()[-3000:]
+                terminal.closed = True
+
+        # What the steps promise, seen from outside them:
+        assert ran[0] == 'export PATH="$PWD/.venv/bin:$PATH"'
+        job_id = env["JOB"]
+        [follower] = [t for t in terminals if t.command.startswith("relevo logs")]
+        followed = follower.output()
+        assert f"waiting for approval before deploy: `relevo approve {job_id}`" in followed
+        assert f"deploying the build of {job_id}" in followed and followed.rstrip().endswith(f"job {job_id} succeeded")
+        assert (work / "hello.txt").read_text().strip() == f"hello from {job_id}"
+        # `relevo local down` was the last step: the stack's terminal has ended.
+        [stack] = [t for t in terminals if t.command == "relevo local up"]
+        assert stack.process.wait(timeout=60) == 0, stack.output()[-3000:]
+        stack.closed = True
+    finally:
+        for terminal in terminals:
+            if terminal.process.poll() is None:
+                os.killpg(terminal.process.pid, signal.SIGINT)  # Ctrl-C in that terminal
+                try:
+                    terminal.process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(terminal.process.pid, signal.SIGKILL)

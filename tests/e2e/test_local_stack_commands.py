@@ -1,0 +1,105 @@
+"""The local stack as something one manages: `relevo local up` holds its state dir (a second one
+refuses, naming the first's pid and API, and the first stays reachable), says its state is in
+memory, `relevo local status` shows it with its regions, projects and agents, `relevo local agent`
+runs an agent on it (a region it has no queue for is refused), and `relevo local down` stops it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from relevo_cli.api import RelevoApi
+from relevo_cli.localrun import local_stack
+from tests.integration.helpers import use_stack, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+def _relevo(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    # Wide enough that no table cell wraps (rich reads COLUMNS when the CLI starts).
+    return subprocess.run(
+        [sys.executable, "-m", "relevo_cli.main", *args], capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+
+
+def test_one_stack_per_state_dir_seen_by_status_with_its_agents_and_stopped_by_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    state_dir = tmp_path / "state"
+    log = tmp_path / "local-up.log"
+    with local_stack(state_dir, log) as stack:
+        use_stack(monkeypatch, stack)  # its endpoint and the IAM user it made, as a person at this machine
+        up_pid = json.loads((state_dir / "local-up.lock").read_text())["pid"]
+
+        # A second `local up` on the same state dir refuses at once and names the first
+        second = _relevo("local", "up", "--state-dir", str(state_dir))
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.strip() == (
+            f"a local stack is already running on {state_dir}: pid {up_pid}, API {stack.api_url}; "
+            "`relevo local status` shows it, `relevo local down` stops it"
+        )
+        assert (state_dir / "stack.json").exists(), "the first stack's stack.json is still there"
+        assert RelevoApi.for_stack(stack).list_projects()["count"] == 0  # and the first stack still answers
+        assert "State is in memory: stopping this stack loses its projects, jobs and logs" in log.read_text()
+
+        # Its user is the stack's administrator: a job that does not exist is not found, not forbidden
+        missing = _relevo("status", "job_" + "0" * 26, "--stack-file", str(state_dir / "stack.json"))
+        assert missing.returncode != 0 and "404 JOB_NOT_FOUND" in missing.stdout + missing.stderr, missing.stdout + missing.stderr
+
+        # With no agent in us-east, a job there waits on agent_offline, and says so in `relevo queue`
+        api = RelevoApi.for_stack(stack)
+        api.put_project("offline-app", {"repo": "acme/offline-app", "region_affinity": "us-east", "stages": [{"name": "build", "run": "true"}]})
+        stranded = api.run_project("offline-app", {"ref": "main"})["job_id"]
+        stack_file = str(state_dir / "stack.json")
+        queue = wait_until(
+            lambda: [j for j in json.loads(_relevo("queue", "--json", "--stack-file", stack_file).stdout)["waiting_for_agent"] if j["job_id"] == stranded],
+            60, "the stranded job in the queue",
+        )
+        assert (queue[0]["stage"], queue[0]["queue_reason"]) == ("build", "agent_offline")
+        assert "agent_offline: stage build on the us-east queue" in _relevo("queue", "--stack-file", stack_file).stdout
+        fleet = _relevo("agents", "--stack-file", stack_file)
+        assert "us-east: no agents (a local one: relevo local agent --region us-east)" in fleet.stdout, fleet.stdout
+
+        # `local agent` refuses a region the stack has no queue for, and runs one it has
+        refused = _relevo("local", "agent", "--region", "ap-south", "--state-dir", str(state_dir))
+        assert refused.returncode == 2
+        assert refused.stderr.strip().startswith("region 'ap-south' has no work queue in the local stack; its regions: eu-west, us-east")
+        agent_log = open(tmp_path / "agent.log", "wb")
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "relevo_cli.main", "local", "agent", "--region", "eu-west", "--capacity", "1", "--state-dir", str(state_dir)],
+            stdout=agent_log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            status = wait_until(
+                lambda: (done := _relevo("local", "status", "--state-dir", str(state_dir), "--json"))
+                and any(a["online"] for a in json.loads(done.stdout)["agents"]) and json.loads(done.stdout),
+                90, "the local agent online",
+            )
+            assert (status["pid"], status["api_url"], sorted(status["work_queues"])) == (up_pid, stack.api_url, ["eu-west", "us-east"])
+            assert [(a["agent_id"], a["region"], a["capacity"]) for a in status["agents"]] == [("local-eu-west-1", "eu-west", 1)]
+            assert (state_dir / "agents" / "local-eu-west-1" / "agent.toml").is_file()
+            shown = _relevo("local", "status", "--state-dir", str(state_dir))
+            assert shown.returncode == 0
+            assert shown.stdout.splitlines()[0].startswith(f"local stack up on {state_dir}: pid {up_pid}, up ")
+            assert f"API {stack.api_url}" in shown.stdout and "regions: eu-west, us-east" in shown.stdout
+            assert "agents (1 online of 1): local-eu-west-1 (eu-west, 0/1)" in shown.stdout
+            assert "projects (1): offline-app (us-east)" in shown.stdout
+        finally:
+            os.killpg(agent.pid, signal.SIGTERM)
+            agent.wait(timeout=60)
+            agent_log.close()
+
+        # `local down` stops it and waits until it has stopped
+        down = _relevo("local", "down", "--state-dir", str(state_dir), timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert down.stdout.startswith(f"local stack on {state_dir} stopped (pid {up_pid}")
+        assert not (state_dir / "stack.json").exists()
+
+    after = _relevo("local", "status", "--state-dir", str(state_dir))
+    assert after.returncode == 1
+    assert after.stdout.startswith(f"no local stack is running on {state_dir}")

@@ -1,0 +1,176 @@
+"""Issue 14: the write half of fencing. An agent's writes need its attempt to be live (not given
+up by the state machine, not ended with its job); a stage of an ended job gets a terminal status
+and no claim takes it; a claim can be sent again after a lost answer; a report too."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from relevo_cli.api import RelevoApi
+from relevo_core.aws import client
+from relevo_core.models.status import StageStatus
+from relevo_core.store import stage_attempts
+from relevo_core.store.codec import from_attributes
+from tests.integration.helpers import receive_stage, table_items
+from tests.integration.test_job_state_machine import TWO_STAGES, _start_job, claim_and_accept, wait_for_run_token
+
+
+def _stage(stack, job_id, sk: str = "STAGE#00") -> dict:
+    return {item["sk"]["S"]: from_attributes(item) for item in table_items(stack, f"JOB#{job_id}")}[sk]
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def test_a_canceled_jobs_stage_is_canceled_its_holder_refused_and_no_claim_takes_it(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=TWO_STAGES)
+    task, _ = receive_stage(local_stack, job_id)
+    ref = claim_and_accept(local_stack, task, "mac-a", lease_ttl_sec=60)
+    wait_for_run_token(ref)
+
+    RelevoApi.for_stack(local_stack).cancel_job(job_id)
+
+    stage = _stage(local_stack, job_id)
+    assert stage["status"] == StageStatus.CANCELED.value and "held_by" not in stage
+    with pytest.raises(stage_attempts.LeaseLost) as renewal:
+        stage_attempts.renew_lease(ref, 60, _now())
+    assert renewal.value.ended  # the holder learns why: the job ended, not a takeover
+    # A redelivery of the message (its lease long gone) is refused as stale, not left to return.
+    later = _now() + timedelta(seconds=120)
+    with pytest.raises(stage_attempts.ClaimRefused) as refused:
+        stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-b"), 60, later)
+    assert not refused.value.held
+    view = RelevoApi.for_stack(local_stack).get_job(job_id)
+    assert [s["status"] for s in view["stages"]] == ["canceled", "skipped"]  # nothing stays running or pending
+
+
+def test_a_report_after_the_state_machine_gave_the_attempt_up_is_refused(local_stack, project_id):
+    """The zombie of a partition: its lease ended by heartbeat, the next attempt is dispatched but
+    not yet claimed. Its late success must not write over the stage."""
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "deliver", "run": "true"}], lease_ttl_sec=3, retry={"backoff_base_sec": 0})
+    task, _ = receive_stage(local_stack, job_id)
+    zombie = claim_and_accept(local_stack, task, "mac-zombie", lease_ttl_sec=3)
+    wait_for_run_token(zombie)
+    retry, _ = receive_stage(local_stack, job_id, timeout=30)  # attempt 2 dispatched, nobody claimed it
+    assert retry["attempt"] == 2
+
+    with pytest.raises(stage_attempts.LeaseLost):
+        stage_attempts.finish(zombie, StageStatus.SUCCEEDED, _now(), 0, None, "deliver")
+    with pytest.raises(stage_attempts.LeaseLost):
+        stage_attempts.renew_lease(zombie, 3, _now())
+    assert _stage(local_stack, job_id)["status"] == StageStatus.DISPATCHED.value
+    client("stepfunctions").send_task_failure(taskToken=retry["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_a_claim_sent_again_after_a_lost_answer_still_returns_what_the_previous_attempt_left(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    now = _now()
+    first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
+    stage_attempts.claim(first, 10, now, "commit=a;inputs=0")
+    stage_attempts.finish(first, StageStatus.FAILED, now, -1, "Relevo.Transient.AgentShutdown", outcome=stage_attempts.Outcome.UNKNOWN)
+    second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
+    claim_id = uuid.uuid4().hex
+
+    landed = stage_attempts.claim(second, 10, now, "commit=a;inputs=0", claim_id=claim_id)
+    again = stage_attempts.claim(second, 10, now, "commit=a;inputs=0", claim_id=claim_id)  # the answer was lost
+
+    assert again == landed
+    assert (again["attempt"], again["agent_id"], again["outcome"]) == (1, "mac-a", "unknown")
+    assert stage_attempts.needs_reconcile(again, 2)
+    # Another claimer of the same attempt, after the lease: refused, this claim holds it.
+    with pytest.raises(stage_attempts.ClaimRefused):
+        stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-c"), 10, now)
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_a_finished_attempt_is_never_claimed_again_and_its_report_can_be_repeated(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    now = _now()
+    ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
+    stage_attempts.claim(ref, 10, now)
+
+    stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")
+    stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")  # its answer was lost: sent again
+
+    stage = _stage(local_stack, job_id)
+    assert stage["status"] == "failed"
+    # The report ended the lease: a successor need not wait it out.
+    assert datetime.fromisoformat(stage["lease_expires_iso"]) <= now + timedelta(seconds=1)
+    with pytest.raises(stage_attempts.ClaimRefused) as refused:  # a redelivery of attempt 1, long after
+        stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-b"), 10, now + timedelta(seconds=60))
+    assert not refused.value.held
+    assert _stage(local_stack, job_id)["status"] == "failed"
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_a_redelivery_while_the_attempt_is_held_is_left_to_come_back(local_stack, project_id):
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a"), 60, _now())
+
+    with pytest.raises(stage_attempts.ClaimRefused) as refused:
+        stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-b"), 60, _now())
+
+    assert refused.value.held
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_the_stage_of_an_execution_stopped_outside_relevo_is_canceled_by_the_sweep(local_stack, intake_settings, project_id):
+    from relevo_core.sweeper import execution_arn, sweep
+    from tests.integration.helpers import wait_for_execution
+
+    job_id = _start_job(local_stack, project_id, stages=TWO_STAGES)
+    task, _ = receive_stage(local_stack, job_id)
+    ref = claim_and_accept(local_stack, task, "mac-a", lease_ttl_sec=60)
+    wait_for_run_token(ref)
+    client("stepfunctions").stop_execution(executionArn=execution_arn(local_stack.state_machine_arn, job_id), cause="console")
+    # moto 5.2.5 ends a stopped execution that waits for a task token as FAILED, AWS as ABORTED:
+    # either way it ended with no last state, and the sweep ends its job and stage.
+    assert wait_for_execution(local_stack, job_id, timeout=30)["status"] != "RUNNING"
+
+    sweep(intake_settings, _now())
+
+    stage = _stage(local_stack, job_id)
+    assert (stage["status"], stage["last_writer"]) == ("canceled", "sweeper") and "held_by" not in stage
+    with pytest.raises(stage_attempts.LeaseLost) as renewal:
+        stage_attempts.renew_lease(ref, 60, _now())
+    assert renewal.value.ended
+
+
+def test_a_reset_before_the_claim_hands_the_message_back_at_once(local_stack, project_id, tmp_path, monkeypatch):
+    """Issue 14: a connection reset while the agent read the envelope crashed the handling, and
+    the message waited out its 60 s visibility timeout, twice, until the job failed with
+    Relevo.Timeout.Queue."""
+    from relevo_agent.config import AgentConfig
+    from relevo_agent.service import Agent
+    from relevo_cli.drill.proxy import FaultProxy, Mode
+    from relevo_core.aws import reset_clients
+
+    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], queue_timeout_sec=120)
+    task, receipt = receive_stage(local_stack, job_id)
+    host, port = str(local_stack.aws_endpoint).split("//", 1)[1].rstrip("/").split(":")
+    config = AgentConfig(agent_id="mac-reset", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3")
+    agent = Agent(config, local_stack.table_name, local_stack.work_queues["eu-west"])
+    with FaultProxy((host, int(port))) as proxy:
+        # Every try of the envelope read is reset (botocore's max_attempts 3 counts retries: four
+        # tries, "Retries", boto3 guide); then the network is fine again.
+        proxy.set_mode(Mode.RESET, reset_probability=1.0, resets_left=4)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        reset_clients()
+        agent._active = 1
+        agent._handle({"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"})
+        assert proxy.stats.resets == 4
+    monkeypatch.setenv("AWS_ENDPOINT_URL", str(local_stack.aws_endpoint))
+    reset_clients()
+
+    again, _ = receive_stage(local_stack, job_id, timeout=5)  # visible again at once, not after 60 s
+    assert (again["attempt"], again["task_token"]) == (1, task["task_token"])
+    assert "attempt" not in _stage(local_stack, job_id)  # nothing was claimed
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")

@@ -1,0 +1,140 @@
+"""What waiting for a project costs in execution history, and how a wait ends.
+
+Step Functions keeps at most 25,000 events in one execution's history; an execution that needs
+more fails (Step Functions Developer Guide, "Avoid reaching the history quota"; service quotas:
+"Maximum execution history size"). moto does not enforce it, so the cost of a wait is measured
+here: the events one round of the waiting loop costs on the emulator, and the events of the wake
+that ends it, times the rounds the definition lets a wait take. The loop's period and its bound
+are read from job.asl.json, evaluated on the input intake gives a job with the longest
+queue_timeout_sec a project may declare. A job may wait that long using under half the quota.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from relevo_core.models.project import Project
+from tests.integration.helpers import history, queued_counter, receive_stage, register_project, table_items, wait_for_execution, wait_until
+from tests.integration.test_job_state_machine import _agent_runs
+from tests.integration.test_project_lock import _enqueue
+from tests.integration.test_transaction_conflicts import _job, _lock, hold_outside, release_outside
+
+ASL = Path(__file__).resolve().parents[2] / "statemachines" / "job.asl.json"
+HISTORY_QUOTA = 25_000
+# The state a waiter's loop passes once per round: it reads the lock.
+ROUND_START = "PeekProjectLock"
+
+
+def _entered(event: dict[str, Any]) -> str | None:
+    return event.get("stateEnteredEventDetails", {}).get("name")
+
+
+def _path(document: Any, path: str) -> Any:
+    """A `$.a.b` JSONPath of the definition, evaluated on a state's data."""
+    for part in path.removeprefix("$.").split("."):
+        document = document[part]
+    return document
+
+
+def _round_states(asl: dict[str, Any]) -> list[str]:
+    """The states of one round of the waiting loop while the lock stays busy, in order: from
+    ROUND_START along the choices' defaults and, out of a task that waits, along the path its
+    timeout takes, until the round comes back to ROUND_START."""
+    states, name, round_ = asl["States"], ROUND_START, []
+    while True:
+        round_.append(name)
+        state = states[name]
+        timeout = next((c["Next"] for c in state.get("Catch", []) if "States.Timeout" in c["ErrorEquals"]), None)
+        if state["Type"] == "Choice":
+            busy = [c["Next"] for c in state["Choices"] if c.get("NumericGreaterThan") == 0]  # a budget left
+            name = busy[0] if busy else state["Default"]
+        else:
+            name = timeout if "TimeoutSecondsPath" in state and timeout else state["Next"]
+        if name == ROUND_START:
+            return round_
+
+
+def _period_and_bound(asl: dict[str, Any], round_: list[str], job_input: dict[str, Any]) -> tuple[int, int]:
+    """How long one round lasts when nothing wakes the waiter (its Wait state's SecondsPath, or its
+    task's TimeoutSecondsPath), and how many rounds the definition lets one wait take: the budget
+    a Choice of the round counts down, or, with none, as many as fit in the wait."""
+    states = asl["States"]
+    (period_path,) = [states[n].get("SecondsPath") or states[n]["TimeoutSecondsPath"] for n in round_
+                      if "SecondsPath" in states[n] or "TimeoutSecondsPath" in states[n]]
+    period = int(_path(job_input, period_path))
+    budgets = [c["Variable"] for n in round_ if states[n]["Type"] == "Choice" for c in states[n]["Choices"] if c.get("NumericGreaterThan") == 0]
+    bound = int(_path(job_input, budgets[0])) if budgets else math.ceil(job_input["queue_timeout_sec"] / period)
+    return period, bound
+
+
+def _longest_wait_input(stack, settings, project_id) -> dict[str, Any]:
+    """The execution input intake gives a job of a project whose queue_timeout_sec is the longest allowed."""
+    from relevo_core.intake import build_envelope, execution_input
+    from relevo_core.models.envelope import Trigger, TriggerType
+
+    longest = next(m.le for m in Project.model_fields["queue_timeout_sec"].metadata if hasattr(m, "le"))
+    project = Project.model_validate({"id": project_id, "repo": "acme/x", "region_affinity": "eu-west", "stages": [{"name": "build", "run": "true"}],
+                                      "queue_timeout_sec": longest})
+    now = datetime.now(timezone.utc)
+    envelope = build_envelope(settings, project, Trigger(type=TriggerType.API, source="api"), "main", None, project.frozen_stages(), "k", now)
+    return execution_input(envelope, "https://queue")
+
+
+def test_waiting_for_a_project_costs_under_half_of_the_history_quota(local_stack, intake_settings, project_id):
+    asl = json.loads(ASL.read_text())
+    round_ = _round_states(asl)
+    register_project(local_stack, project_id, [{"name": "build", "run": "true"}], queue_timeout_sec=200)
+    hold_outside(local_stack, project_id)
+    waiter = _enqueue(local_stack, intake_settings, project_id)
+    wait_until(lambda: sum(1 for e in history(local_stack, waiter) if _entered(e) == ROUND_START) >= 5, 90, "five rounds of waiting")
+
+    release_outside(local_stack, project_id)
+    task, _ = receive_stage(local_stack, waiter, timeout=30)
+    events = history(local_stack, waiter)
+    starts = [i for i, e in enumerate(events) if _entered(e) == ROUND_START]
+    acquired = next(i for i, e in enumerate(events) if _entered(e) == "AcquireAsQueueHead")
+    # Rounds between the first read of the lock and the one before the wake: the lock stayed busy.
+    busy_rounds = [starts[k + 1] - starts[k] for k in range(len(starts) - 2)]
+    assert len(set(busy_rounds)) == 1, busy_rounds
+    per_round = busy_rounds[0]
+    assert [_entered(e) for e in events[starts[1]:starts[2]] if _entered(e)] == round_
+    # The last round: from the last park (or wait) through the wake to the lock taken.
+    per_wake = acquired - starts[-2]
+    joining, leaving = starts[0], next(i for i, e in enumerate(events) if _entered(e) == "RunStages") - acquired
+
+    period, bound = _period_and_bound(asl, round_, _longest_wait_input(local_stack, intake_settings, project_id))
+    worst_round = max(per_round, per_wake)
+    per_hour = math.ceil(3600 / period) * per_round
+    whole_wait = joining + bound * worst_round + leaving
+    print(
+        f"\nwaiting for a project: {per_round} events per round (every {period} s when nothing wakes the waiter: "
+        f"{per_hour} events per waiting hour), {per_wake} for a round a wake ends; a wait of the longest "
+        f"queue_timeout_sec takes at most {bound} rounds: {joining} + {bound} x {worst_round} + {leaving} = {whole_wait} "
+        f"events of the {HISTORY_QUOTA:,} an execution may hold"
+    )
+    assert whole_wait < HISTORY_QUOTA / 2
+    _agent_runs(local_stack, task)
+    assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
+
+
+def test_a_job_that_waits_out_its_queue_timeout_fails_leaves_the_line_and_gives_back_its_slot(local_stack, intake_settings, project_id):
+    register_project(local_stack, project_id, [{"name": "build", "run": "true"}], queue_timeout_sec=5)
+    hold_outside(local_stack, project_id)
+    before = queued_counter(local_stack)
+
+    waiter = _enqueue(local_stack, intake_settings, project_id)
+
+    described = wait_for_execution(local_stack, waiter, timeout=90)
+    assert (described["status"], described.get("error")) == ("FAILED", "Relevo.Timeout.Queue")
+    record = _job(local_stack, waiter)
+    assert (record["status"], record["error_name"], record["last_writer"]) == ("failed", "Relevo.Timeout.Queue", f"state_machine:{waiter}")
+    assert not {"waiting_for", "queue_reason", "start_pending", "wake_token"} & set(record)
+    assert waiter not in _lock(local_stack, project_id).get("waiters", set())
+    assert queued_counter(local_stack) == before
+    entry = {i["sk"]["S"]: i for i in table_items(local_stack, f"DLQ#{waiter}")}["DLQ"]
+    assert entry["error"]["S"] == "Relevo.Timeout.Queue"
+    release_outside(local_stack, project_id)

@@ -1,0 +1,146 @@
+"""The loopback fault proxy of `relevo drill` and the fencing tests: each mode, against a small
+echo server, with real sockets."""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+import time
+from typing import Iterator
+
+import pytest
+
+from relevo_cli.drill.proxy import FaultProxy, Mode
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    received: list[bytes] = []
+
+    def handle(self) -> None:
+        while data := self.request.recv(65536):
+            _Echo.received.append(data)
+            self.request.sendall(data)
+
+
+@pytest.fixture()
+def echo() -> Iterator[tuple[str, int]]:
+    _Echo.received = []
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address  # type: ignore[misc]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture()
+def proxy(echo: tuple[str, int]) -> Iterator[FaultProxy]:
+    with FaultProxy(echo, seed=1) as running:
+        yield running
+
+
+def _connect(proxy: FaultProxy, timeout: float = 2) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", proxy.port), timeout=timeout)
+
+
+def test_it_listens_on_loopback_only_and_passes_bytes_both_ways(proxy: FaultProxy):
+    with _connect(proxy) as conn:
+        assert conn.getpeername()[0] == "127.0.0.1"
+        conn.sendall(b"ping")
+        assert conn.recv(100) == b"ping"
+    assert proxy.url == f"http://127.0.0.1:{proxy.port}"
+
+
+def test_a_partition_holds_every_byte_until_it_heals(proxy: FaultProxy):
+    with _connect(proxy) as conn:
+        proxy.partition()
+        conn.sendall(b"renew")
+        with pytest.raises(socket.timeout):
+            conn.settimeout(0.5)
+            conn.recv(100)
+        assert _Echo.received == []  # nothing reached the other side
+        with _connect(proxy) as fresh:  # a new connection is accepted, and held too
+            fresh.sendall(b"claim")
+            fresh.settimeout(0.3)
+            with pytest.raises(socket.timeout):
+                fresh.recv(100)
+            proxy.heal()
+            fresh.settimeout(2)
+            assert fresh.recv(100) == b"claim"
+        conn.settimeout(2)
+        assert conn.recv(100) == b"renew"  # delivered late, as TCP would
+
+
+def test_a_partition_drops_what_a_sender_gave_up_on(proxy: FaultProxy):
+    proxy.partition()
+    conn = _connect(proxy)
+    conn.sendall(b"late")
+    time.sleep(0.2)
+    conn.close()  # the client timed out and closed
+    time.sleep(0.2)
+    proxy.heal()
+    time.sleep(0.3)
+    assert _Echo.received == []
+
+
+def test_reset_mode_resets_connections_before_a_request_is_forwarded(proxy: FaultProxy):
+    with _connect(proxy) as conn:
+        conn.sendall(b"first")
+        assert conn.recv(100) == b"first"
+        proxy.set_mode(Mode.RESET, reset_probability=1.0)
+        conn.sendall(b"second")
+        with pytest.raises(ConnectionResetError):
+            conn.recv(100)
+    assert _Echo.received == [b"first"]
+    assert proxy.stats.resets == 1
+    proxy.heal()
+    with _connect(proxy) as conn:
+        conn.sendall(b"third")
+        assert conn.recv(100) == b"third"
+
+
+def test_latency_delays_each_request_without_serialising_them(proxy: FaultProxy):
+    proxy.set_mode(Mode.LATENCY, latency_sec=0.4)
+    with _connect(proxy) as conn:
+        started = time.monotonic()
+        conn.sendall(b"a")
+        assert conn.recv(100) == b"a"
+        one = time.monotonic() - started
+        started = time.monotonic()
+        conn.sendall(b"b")
+        time.sleep(0.1)
+        conn.sendall(b"c")
+        got = b""
+        while len(got) < 2:
+            got += conn.recv(100)
+        two = time.monotonic() - started
+    assert 0.4 <= one < 0.8
+    assert got == b"bc"
+    assert 0.4 <= two < 0.8  # c waited its own 0.4 s, not b's and then its own
+
+
+def test_the_proxy_ends_by_itself_after_its_lifetime(echo: tuple[str, int]):
+    proxy = FaultProxy(echo, lifetime_sec=0.5).start()
+    conn = _connect(proxy)
+    proxy.partition()
+    conn.sendall(b"held")
+    proxy._thread.join(timeout=5)
+    assert not proxy._thread.is_alive()
+    conn.settimeout(2)
+    assert conn.recv(100) == b""  # closed, not left hanging
+    with pytest.raises(OSError):
+        _connect(proxy, timeout=0.5)
+
+
+def test_reset_mode_can_stop_by_itself_after_so_many_resets(proxy: FaultProxy):
+    proxy.set_mode(Mode.RESET, reset_probability=1.0, resets_left=2)
+    for _ in range(2):
+        with _connect(proxy) as conn:
+            conn.sendall(b"x")
+            with pytest.raises(ConnectionResetError):
+                conn.recv(100)
+    with _connect(proxy) as conn:
+        conn.sendall(b"through")
+        assert conn.recv(100) == b"through"
+    assert proxy.mode is Mode.PASS and proxy.stats.resets == 2

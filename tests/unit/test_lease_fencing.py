@@ -1,0 +1,180 @@
+"""Issue 14, points 1 and 2: the holder's lease deadline is kept on a monotonic clock no network
+call can block, and a dead-man supervisor outside the agent's interpreter kills the stage's
+process group when the deadline passes unextended, even while the agent is frozen."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from relevo_agent.config import AgentConfig
+from relevo_agent.executor import run_command
+from relevo_agent.journal import Journal
+from relevo_agent.lease import Lease
+from relevo_agent.service import Agent, StageRun
+from relevo_agent.supervisor import group_alive
+from relevo_core.aws import reset_clients
+from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.store.stage_attempts import StageRef
+
+
+def _gone(pgid: int) -> bool:
+    return not group_alive(pgid, zombies_are_dead=True)
+
+
+def _wait(check: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return check()
+
+
+def _read_pid(path: Path, timeout: float = 10) -> int:
+    assert _wait(lambda: path.exists() and path.read_text().strip().isdigit(), timeout), "the stage never started"
+    return int(path.read_text())
+
+
+def test_the_timeline_of_the_issue_and_of_the_defaults():
+    defaults = LeaseTimeline(60, 10, 5)
+    assert (defaults.renew_interval_sec, defaults.fence_margin_sec, defaults.fence_after_sec, defaults.kill_after_sec) == (3, 15, 45, 55)
+    assert (defaults.successor_claim_after_sec, defaults.successor_probe_after_sec) == (60, 65)
+    # A lease too short for the whole grace gets what is left of it; the group still dies `skew`
+    # before the lease ends, and two renewals fit before the fence.
+    short = LeaseTimeline(6, 10, 1)
+    assert short.kill_after_sec == 6 - 1 and short.fence_after_sec >= 2 * short.renew_interval_sec
+    assert not LeaseTimeline(3, 1, 5).feasible  # the skew alone outlasts the lease
+
+
+def test_a_lease_moves_only_forward_and_from_the_send_time_of_a_renewal():
+    now = [100.0]
+    lease = Lease(LeaseTimeline(6, 1, 1), sent_at=100.0, clock=lambda: now[0])
+    seen: list[float] = []
+    lease.watch(lambda renewed: seen.append(renewed.fence_at))
+    assert lease.fence_at == 104.0
+    now[0] = 103.0
+    assert lease.extend(sent_at=102.0)  # sent at 102, came back at 103: counts from 102
+    assert lease.fence_at == 106.0 and seen == [106.0]
+    assert not lease.extend(sent_at=101.0)  # an older renewal coming back late changes nothing
+    assert lease.fence_at == 106.0 and not lease.fenced()
+    now[0] = 106.0
+    assert lease.fenced()
+
+
+@pytest.fixture()
+def black_hole(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """AWS as a partitioned agent sees it: connections are accepted, nothing ever answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    reset_clients()
+    yield listener.getsockname()
+    listener.close()
+    reset_clients()
+
+
+def test_a_keeper_whose_calls_hang_still_fences_at_its_deadline(tmp_path: Path, black_hole):
+    """The partition of the issue: every renewal is black-holed. The keeper used to wait out the
+    SDK's 25 s read timeout, three times, before it looked at its deadline."""
+    config = AgentConfig(agent_id="mac-cut", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3")
+    agent = Agent(config, "table", "http://127.0.0.1:1/queue", Journal(config.journal))
+    timeline = LeaseTimeline(lease_ttl_sec=3, kill_grace_sec=1, max_clock_skew_sec=0.5)
+    claimed = time.monotonic()
+    run = StageRun(StageRef("table", "job_x", 0, 1, "mac-cut"), Lease(timeline, claimed))
+    run.token_known.set()  # renewing: the phase in which the partition came
+    run.run_token = "token"
+    keeper = threading.Thread(target=agent._keep_lease, args=(run, "job_x:build"), daemon=True)
+    fence = threading.Thread(target=agent._fence, args=(run, "job_x:build"), daemon=True)
+    keeper.start()
+    fence.start()
+
+    assert run.cancel.wait(timeline.fence_after_sec + 1)
+    fenced_after = time.monotonic() - claimed
+    run.done.set()
+
+    assert run.reason == "fenced"
+    assert timeline.fence_after_sec <= fenced_after < timeline.fence_after_sec + 0.5
+    keeper.join(timeline.lease_ttl_sec)  # its calls were bounded by the time left: it ends too
+    assert not keeper.is_alive()
+
+
+def test_the_supervisor_kills_the_group_at_the_fence_when_nobody_extends_the_lease(tmp_path: Path):
+    pid_file, late = tmp_path / "pid", tmp_path / "late"
+    lease = Lease(LeaseTimeline(lease_ttl_sec=3, kill_grace_sec=1, max_clock_skew_sec=0.5), time.monotonic())
+    started = time.monotonic()
+    # The agent here never notices (its own stop is not set): only the supervisor acts.
+    result = run_command(
+        f"echo $$ > {pid_file}; trap '' TERM; sleep 10; touch {late}", tmp_path, {"PATH": os.environ["PATH"]}, 60,
+        threading.Event(), lambda chunk: None, grace_sec=1, lease=lease,
+    )
+    took = time.monotonic() - started
+    assert result.signaled == signal.SIGKILL  # TERM was ignored, KILL came after the fence grace
+    assert lease.timeline.kill_after_sec <= took < lease.timeline.kill_after_sec + 1
+    assert lease.fenced(result.ended_at)
+    assert not late.exists()
+
+
+def test_extensions_keep_the_supervisor_from_killing(tmp_path: Path):
+    lease = Lease(LeaseTimeline(lease_ttl_sec=3, kill_grace_sec=1, max_clock_skew_sec=0.5), time.monotonic())
+    renewing = threading.Event()
+
+    def renew() -> None:
+        while not renewing.wait(0.5):
+            lease.extend(time.monotonic())
+
+    threading.Thread(target=renew, daemon=True).start()
+    try:
+        result = run_command("sleep 4; echo finished", tmp_path, {"PATH": os.environ["PATH"]}, 60, threading.Event(), lambda c: None, lease=lease)
+    finally:
+        renewing.set()
+    assert (result.exit_code, result.output_tail) == (0, "finished\n")  # 4 s > the 2 s fence of one lease
+
+
+_FROZEN_AGENT = """
+import os, pathlib, sys, threading, time
+from relevo_agent.executor import run_command
+from relevo_agent.lease import Lease
+from relevo_core.lease_timeline import LeaseTimeline
+lease = Lease(LeaseTimeline(lease_ttl_sec=3, kill_grace_sec=1, max_clock_skew_sec=0.5), time.monotonic())
+def renew():
+    while True:
+        time.sleep(0.5)
+        lease.extend(time.monotonic())
+threading.Thread(target=renew, daemon=True).start()
+run_command(sys.argv[1], pathlib.Path(sys.argv[2]), {"PATH": os.environ["PATH"]}, 60, threading.Event(), lambda c: None, lease=lease)
+"""
+
+
+def test_a_frozen_agents_stage_is_killed_by_its_supervisor(tmp_path: Path):
+    """SIGSTOP of the agent's pid alone: the agent extends nothing any more, its supervisor runs
+    on (a process of its own, in a session of its own) and kills the group at the fence."""
+    pid_file, late = tmp_path / "pid", tmp_path / "late"
+    agent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_FROZEN_AGENT), f"echo $$ > {pid_file}; sleep 8; touch {late}", str(tmp_path)],
+        start_new_session=True,
+    )
+    try:
+        stage = _read_pid(pid_file)
+        time.sleep(1.0)  # renewing: alive past its first fence
+        assert not _gone(stage)
+        os.kill(agent.pid, signal.SIGSTOP)
+        frozen = time.monotonic()
+        assert _wait(lambda: _gone(stage), 5), "the stage outlived its frozen agent's lease"
+        assert time.monotonic() - frozen < 3.5  # fence 2 s after the last extension, then grace
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
+        agent.kill()
+        agent.wait()
+    time.sleep(0.2)
+    assert not late.exists()

@@ -1,0 +1,126 @@
+"""Plan limits: each is refused with PLAN_TOO_LARGE (422) naming the limit and the size, a plan at
+each limit is accepted, and the arithmetic in relevo_core.plan_limits holds for the worst case."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from relevo_core import plan_limits
+from relevo_core.intake import execution_input
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.project import Project
+from relevo_core.plan_limits import (
+    MAX_COMMAND_BYTES,
+    MAX_ENVELOPE_BYTES,
+    MAX_FAILURE_CAUSE_CHARS,
+    MAX_PROBE_BYTES,
+    MAX_STAGES,
+    STATE_PAYLOAD_QUOTA_BYTES,
+    envelope_bytes,
+    largest_envelope,
+    require_project_fits,
+    state_bytes,
+)
+from relevo_core.store.codec import to_attribute
+
+KIB = 1024
+# Step Functions' limit on a task failure's error name (TaskFailedEventDetails).
+MAX_ERROR_CHARS = 256
+# The margin plan_limits states for the worst case.
+STATED_MARGIN_BYTES = 44 * KIB
+
+
+def stage_names(count: int) -> list[str]:
+    return [f"s{index:02d}" + "x" * 60 for index in range(count)]
+
+
+# A declaration whose every field other than the stages is at its longest.
+LONGEST = {"id": "p" * 63, "repo": "acme/app", "region_affinity": "r" * 32, "queue_timeout_sec": 86_400, "lease_ttl_sec": 3600,
+           "retry": {"default_attempts": 5, "backoff_base_sec": 600, "max_delay_sec": 3600}}
+
+
+def project(stages: list[dict[str, Any]], declaration: dict[str, Any] = LONGEST) -> Project:
+    return Project.model_validate({**declaration, "stages": stages})
+
+
+def largest_allowed_stages(declaration: dict[str, Any] = LONGEST) -> list[dict[str, Any]]:
+    """32 stages with the longest names, the first with a command and a probe at their limits and
+    the second with a command at its limit, the last command as long as the envelope limit
+    allows for this declaration: exactly MAX_ENVELOPE_BYTES."""
+    names = stage_names(MAX_STAGES)
+    stages: list[dict[str, Any]] = [{"name": name, "run": "x"} for name in names]
+    stages[0] = {"name": names[0], "run": "c" * MAX_COMMAND_BYTES, "effect_probe": "p" * MAX_PROBE_BYTES}
+    stages[1] = {"name": names[1], "run": "c" * MAX_COMMAND_BYTES}
+    short = envelope_bytes(largest_envelope(project(stages, declaration)))
+    stages[-1]["run"] = "x" * (1 + MAX_ENVELOPE_BYTES - short)
+    assert len(stages[-1]["run"]) <= MAX_COMMAND_BYTES
+    assert envelope_bytes(largest_envelope(project(stages, declaration))) == MAX_ENVELOPE_BYTES
+    return stages
+
+
+def refusal(stages: list[dict[str, Any]]) -> RelevoError:
+    with pytest.raises(RelevoError) as refused:
+        require_project_fits(project(stages))
+    assert (refused.value.code, refused.value.status) == (ErrorCode.PLAN_TOO_LARGE, 422)
+    return refused.value
+
+
+def test_a_plan_at_every_limit_is_accepted():
+    require_project_fits(project(largest_allowed_stages()))
+
+
+@pytest.mark.parametrize(
+    ("grow", "limit", "size", "allowed"),
+    [
+        (lambda stages: stages + [{"name": "extra", "run": "true"}], "stages", MAX_STAGES + 1, MAX_STAGES),
+        (lambda stages: [{**stages[0], "run": "c" * (MAX_COMMAND_BYTES + 1)}] + stages[1:], "command_bytes", MAX_COMMAND_BYTES + 1, MAX_COMMAND_BYTES),
+        (lambda stages: [{**stages[0], "effect_probe": "é" * (MAX_PROBE_BYTES // 2) + "p"}] + stages[1:], "effect_probe_bytes", MAX_PROBE_BYTES + 1, MAX_PROBE_BYTES),
+        (lambda stages: stages[:-1] + [{**stages[-1], "run": stages[-1]["run"] + "x"}], "envelope_bytes", MAX_ENVELOPE_BYTES + 1, MAX_ENVELOPE_BYTES),
+    ],
+    ids=["stages", "command", "probe (bytes, not characters)", "envelope"],
+)
+def test_one_over_a_limit_is_refused_naming_the_limit_and_the_size(grow, limit, size, allowed):
+    refused = refusal(grow(largest_allowed_stages()))
+
+    assert refused.details == {"limit": limit, "size": size, "allowed": allowed}
+    assert f"{size:,}" in refused.message and f"{allowed:,}" in refused.message
+
+
+def test_the_dead_letter_path_of_the_largest_plan_fits_with_the_stated_margin():
+    """The state the dead-letter path holds for the largest plan (plan_limits' arithmetic), built
+    as the state machine builds it: the execution input, the job record read back (DynamoDB JSON),
+    the failure with the longest cause Relevo sends, made of a character JSON escapes, what
+    waiting and waking add. The emulator check of the same is tests/integration/test_plan_limits.py."""
+    envelope = largest_envelope(project(largest_allowed_stages()))
+    job_input = execution_input(envelope, "https://sqs.eu-west-1.amazonaws.com/123456789012/" + "q" * 80)
+    rest = {name: value for name, value in job_input.items() if name != "envelope"}
+    assert state_bytes(rest) <= 16 * KIB
+    detail = {"stage": envelope.stages[0].name, "stage_index": 0, "error_class": "E" * MAX_ERROR_CHARS, "cause": "\u0001" * MAX_FAILURE_CAUSE_CHARS,
+              "attempts": 5, "retry_count": 4, "cumulative_backoff_sec": 14_400}
+    token = "t" * 2048  # SendTaskSuccess: a task token of at most 2,048 characters
+    state = {
+        **job_input,
+        "conflict": {"retries": 0},
+        "waiting": {"since": "2026-01-01T00:00:00.000Z"},
+        "peek": {"Item": {"count": {"N": "1"}, "wake_seq": {"N": "99999999"}}},
+        "queue": {"count": 1, "items": [{"job_id": {"S": envelope.job_id}}]},
+        "lock": {"held": False},
+        # DescribeStageFailure's States.JsonToString: compact JSON.
+        "error": {"Error": "E" * MAX_ERROR_CHARS, "Cause": json.dumps(detail, separators=(",", ":"))},
+        "dead": {"record": {"status": to_attribute("failed"), "last_successful_stage": to_attribute(envelope.stages[-2].name),
+                            "envelope": to_attribute(envelope.to_json_dict())}},
+        "wake": {"count": 1, "items": [{"job_id": {"S": envelope.job_id}}], "head": {"Item": {"wake_token": {"S": token}}}},
+    }
+
+    assert state_bytes(state) <= STATE_PAYLOAD_QUOTA_BYTES - STATED_MARGIN_BYTES
+
+
+def test_limits_count_what_the_emulator_counts():
+    """ASCII escapes and the default separators, as moto's interpreter measures a state: never less
+    than compact UTF-8, which AWS counts."""
+    value = {"a": "é\u0001\"", "b": [1, 2]}
+    assert state_bytes(value) == len(json.dumps(value)) >= len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    assert plan_limits.STATE_PAYLOAD_QUOTA_BYTES == 262_144
