@@ -4,7 +4,7 @@
 
 Starts the embedded stack (moto + template.yaml), registers a four-stage project, and runs ONE job
 end to end: a signed GitHub push goes through functions/webhook/handler.py *in this process*
-(relevo_core.webhooks.intake.receive_github underneath, as bench/intake.py calls it), then an agent
+(relevo_core.intake.webhooks.receive.receive_github underneath, as bench/intake.py calls it), then an agent
 double in this process takes each stage the way relevo-agent does (receive, read the envelope,
 claim + accept and wait for the run token as tests/integration/test_job_state_machine.py does,
 delete the message, record, report) until the execution SUCCEEDED.
@@ -302,11 +302,12 @@ def measure(stack: Any, recorder: Recorder) -> int:
     from aws_lambda_powertools.utilities import parameters
 
     from relevo_core.config import intake_settings
-    from relevo_core.intake import project_cache, work_queue_url
+    from relevo_core.execution import work_queue_url
+    from relevo_core.intake.enqueue import project_cache
     from relevo_core.models.status import StageStatus
     from relevo_core.store import stage_attempts
     from relevo_core.store.jobs import get_envelope
-    from relevo_core.webhooks.github import sign
+    from relevo_core.intake.webhooks.github import sign
     from tests.integration.helpers import history, register_project, wait_for_execution
     from tests.integration.test_job_state_machine import claim_and_accept, wait_for_run_token
 
@@ -388,7 +389,7 @@ def measure(stack: Any, recorder: Recorder) -> int:
     events = history(stack, job_id)
 
     # (c) the sweeper, one idle tick in-process (fixed cost, not per job).
-    from relevo_core.sweeper import sweep
+    from relevo_core.recovery.sweeper import sweep
 
     recorder.phase = "sweeper"
     started = time.perf_counter()

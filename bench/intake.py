@@ -273,7 +273,7 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
     os.environ.update(HANDLER_ENV)
     print("handler environment: " + ", ".join(f"{k}={v}" for k, v in sorted(variables.items())))
 
-    from relevo_core.webhooks.github import sign
+    from relevo_core.intake.webhooks.github import sign
 
     project_id = "bench-" + secrets.token_hex(3)
     secret = register_project(stack, project_id, STAGES)
@@ -284,7 +284,8 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
 
     from relevo_core.aws import reset_clients
     from relevo_core.config import intake_settings
-    from relevo_core.intake import project_cache, work_queue_url
+    from relevo_core.execution import work_queue_url
+    from relevo_core.intake.enqueue import project_cache
 
     reset_clients()
     intake_settings.cache_clear()

@@ -16,7 +16,7 @@ import typer
 from relevo_agent import launchd
 from relevo_agent.config import AgentConfig, config_mistake
 from relevo_agent.service import Agent
-from relevo_core.stackfile import StackInfo, load_stack
+from relevo_agent.stackfile import StackInfo, load_stack
 from relevo_core.user_files import InvalidFile
 
 app = typer.Typer(no_args_is_help=True, help="relevo-agent: runs Relevo stages on this Mac.")
@@ -176,7 +176,7 @@ def init(
     """Write this Mac's agent config from a deployed stack, then run doctor."""
     import boto3
 
-    from relevo_core.stackfile import StackProblem, read_stack, write_stack_file
+    from relevo_agent.stackfile import StackProblem, read_stack, write_stack_file
 
     path = config.expanduser()
     if path.exists() and not force:

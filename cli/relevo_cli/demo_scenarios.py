@@ -22,9 +22,9 @@ from rich.console import Console
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.localrun import random_commit
-from relevo_core.stackfile import StackInfo
+from relevo_agent.stackfile import StackInfo
 from relevo_core.store import agents
-from relevo_core.webhooks.github import sign
+from relevo_core.intake.webhooks.github import sign
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECTS = ROOT / "examples" / "demo"

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from relevo_cli import deployed
-from relevo_core.stackfile import StackProblem, load_stack, read_stack, stack_file_in_use, user_stack_file, write_stack_file
+from relevo_agent.stackfile import StackProblem, load_stack, read_stack, stack_file_in_use, user_stack_file, write_stack_file
 
 stack_app = typer.Typer(no_args_is_help=True, help="The deployed stack the CLI uses.")
 console = Console()

@@ -19,7 +19,7 @@ from relevo_cli.cli_errors import JobId, ProjectId, RelevoGroup, set_debug
 from relevo_cli.deploy_commands import aws_app, stack_app
 from relevo_cli.drill.command import drill_command
 from relevo_cli.local_commands import local_app
-from relevo_core.stackfile import StackInfo, load_stack
+from relevo_agent.stackfile import StackInfo, load_stack
 
 app = typer.Typer(cls=RelevoGroup, no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
 project_app = typer.Typer(no_args_is_help=True, help="The project registry.")

@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from relevo_core.stackfile import USABLE
+from relevo_agent.stackfile import USABLE
 
 # Lambda keeps this much of a region's concurrency unreserved ("Configuring reserved concurrency
 # for a function", AWS Lambda Developer Guide: you can reserve up to the account's concurrency

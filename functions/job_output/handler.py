@@ -9,11 +9,12 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from relevo_core.config import table_settings
 from relevo_core.http import json_response, register_error_handlers
-from relevo_core.job_artifacts import ArtifactQuery, artifact_link
-from relevo_core.job_logs import LogQuery, log_page, parse_query
+from relevo_core.jobs.artifacts import artifact_link
+from relevo_core.jobs.logs import log_page
+from relevo_core.models.requests import ArtifactQuery, LogQuery, parse_query
 from relevo_core.models.access import Level
 from relevo_core.observability import API_CORRELATION_PATH, logger, tracer
-from relevo_core.permissions import requires
+from relevo_core.projects.permissions import requires
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)

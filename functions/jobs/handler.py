@@ -8,11 +8,12 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from relevo_core.config import access_settings, table_settings
 from relevo_core.http import caller_arn, json_response, register_error_handlers
-from relevo_core.job_listing import JobListQuery, list_jobs
-from relevo_core.job_view import show_job
+from relevo_core.jobs.listing import list_jobs
+from relevo_core.models.requests import JobListQuery
+from relevo_core.jobs.view import show_job
 from relevo_core.models.access import Level
 from relevo_core.observability import API_CORRELATION_PATH, correlate, logger, tracer
-from relevo_core.permissions import requires, visibility
+from relevo_core.projects.permissions import requires, visibility
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)

@@ -4,7 +4,7 @@ retries, cross-region bytes. Partial batch failures are reported per record."""
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
-from relevo_core.job_metrics import metrics_for_change
+from relevo_core.jobs.metrics import metrics_for_change
 from relevo_core.observability import logger, metrics, tracer
 
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams)

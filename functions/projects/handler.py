@@ -10,8 +10,8 @@ from relevo_core.config.scheduler import scheduler_settings
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.models.access import Level
 from relevo_core.observability import API_CORRELATION_PATH, logger, tracer
-from relevo_core.permissions import requires
-from relevo_core.registry import apply_project, list_grants, set_grant, visible_projects
+from relevo_core.projects.permissions import requires
+from relevo_core.projects.registry import apply_project, list_grants, set_grant, visible_projects
 from relevo_core.store.projects import get_project
 
 app = APIGatewayRestResolver()

@@ -11,8 +11,9 @@ from relevo_core.config.queue import queue_settings
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.models.access import Level
 from relevo_core.observability import API_CORRELATION_PATH, logger, tracer
-from relevo_core.permissions import requires, visibility
-from relevo_core.queue_control import PriorityRequest, delete_job, promote_job, queue_view, set_job_priority
+from relevo_core.projects.permissions import requires, visibility
+from relevo_core.jobs.queue import delete_job, promote_job, queue_view, set_job_priority
+from relevo_core.models.requests import PriorityRequest
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)

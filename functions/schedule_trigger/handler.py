@@ -2,7 +2,7 @@
 
 from relevo_core.config import intake_settings
 from relevo_core.observability import logger, tracer
-from relevo_core.schedules import fire_schedule
+from relevo_core.intake.schedules import fire_schedule
 
 
 @logger.inject_lambda_context

@@ -10,7 +10,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from relevo_core.config.sweeper import sweeper_settings
 from relevo_core.observability import logger, metrics, tracer
-from relevo_core.sweeper import online_agent_counts, sweep
+from relevo_core.recovery.sweeper import online_agent_counts, sweep
 
 
 @logger.inject_lambda_context

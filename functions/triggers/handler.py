@@ -8,19 +8,19 @@ from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-from relevo_core.approvals import decide
-from relevo_core.cancel import cancel_job
+from relevo_core.jobs.approvals import decide
+from relevo_core.jobs.cancel import cancel_job
 from relevo_core.config import access_settings, intake_settings
-from relevo_core.dead_letters import list_dead_letters, redrive_dead_letter, show_dead_letter
+from relevo_core.recovery.dead_letters import list_dead_letters, redrive_dead_letter, show_dead_letter
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
-from relevo_core.intake import IntakeResult
-from relevo_core.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
+from relevo_core.intake.enqueue import IntakeResult
+from relevo_core.recovery.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
 from relevo_core.models.access import Level
 from relevo_core.models.errors import ErrorCode
 from relevo_core.observability import API_CORRELATION_PATH, correlate, logger, tracer
-from relevo_core.permissions import require, requires, visibility
-from relevo_core.resolve import resolve_stage
-from relevo_core.triggers import release_job, rerun_job, run_project
+from relevo_core.projects.permissions import require, requires, visibility
+from relevo_core.jobs.resolve import resolve_stage
+from relevo_core.intake.triggers import release_job, rerun_job, run_project
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)

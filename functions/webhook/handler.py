@@ -6,7 +6,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from relevo_core.config import intake_settings
 from relevo_core.http import json_response, raw_body, register_error_handlers
 from relevo_core.observability import API_CORRELATION_PATH, correlate, logger, tracer
-from relevo_core.webhooks.intake import receive_github, receive_gitlab
+from relevo_core.intake.webhooks.receive import receive_github, receive_gitlab
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)

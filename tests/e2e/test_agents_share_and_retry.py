@@ -17,7 +17,7 @@ import pytest
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import agent_process, local_stack, random_commit, write_agent_config
 from relevo_core.aws import reset_clients
-from relevo_core.stackfile import StackInfo
+from relevo_agent.stackfile import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.codec import from_attributes
 from tests.integration.helpers import table_items, use_stack, wait_until

@@ -16,7 +16,7 @@ from relevo_cli.local.template import load_sam_template
 from relevo_cli.localrun import agent_process, local_stack, write_agent_config
 from relevo_cli.projects import apply_project_file
 from relevo_core.aws import reset_clients
-from relevo_core.webhooks.github import sign
+from relevo_core.intake.webhooks.github import sign
 from tests.conftest import ROOT, push_body
 from tests.integration.helpers import use_stack
 

@@ -18,7 +18,7 @@ from relevo_agent.presence import Presence
 from relevo_cli.api import RelevoApi
 from relevo_cli.main import app
 from relevo_core.aws import client
-from relevo_core.job_view import agent_queue_reason
+from relevo_core.jobs.view import agent_queue_reason
 from relevo_core.models.status import QueueReason
 from relevo_core.store import agents
 from relevo_core.store.agents import ONLINE_MULTIPLE, AgentPresence

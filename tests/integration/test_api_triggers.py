@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_core.intake import enqueue, project_cache
+from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.store.jobs import get_envelope
 from relevo_core.store.projects import get_project
@@ -78,7 +78,7 @@ def test_a_held_job_starts_when_released_and_only_then(local_stack, intake_setti
     # The release wrote it, or the execution it started already has.
     assert record["last_writer"]["S"].split(":")[0] in ("operator", "state_machine")
     from relevo_core.aws import client
-    from relevo_core.sweeper import execution_arn
+    from relevo_core.execution import execution_arn
 
     assert client("stepfunctions").describe_execution(executionArn=execution_arn(local_stack.state_machine_arn, held.job_id))["name"] == held.job_id
 

@@ -12,18 +12,18 @@ from typer.testing import CliRunner
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.main import app
-from relevo_core import key_freeze
+from relevo_core.recovery import key_freeze
 from relevo_core.aws import client
 from relevo_core.config.sweeper import SweeperSettings
-from relevo_core.intake import enqueue, idempotency_key, project_cache
+from relevo_core.intake.enqueue import enqueue, idempotency_key, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.schedules import fire_schedule
+from relevo_core.intake.schedules import fire_schedule
 from relevo_core.store import freezes
 from relevo_core.store.codec import to_attributes
 from relevo_core.store.jobs import get_envelope
 from relevo_core.store.projects import get_project
-from relevo_core.sweeper import sweep
+from relevo_core.recovery.sweeper import sweep
 from tests.conftest import push_body
 from tests.integration.helpers import (
     deliver,

@@ -12,14 +12,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from relevo_core.aws import client
-from relevo_core.intake import enqueue, project_cache
+from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import HeldReason
 from relevo_core.store import jobs
 from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
 from relevo_core.store.projects import get_project
-from relevo_core.sweeper import execution_arn, start_forgotten_jobs
+from relevo_core.execution import execution_arn
+from relevo_core.recovery.sweeper import start_forgotten_jobs
 from tests.conftest import push_body
 from tests.integration.helpers import deliver, queue_filled, queued_counter, register_project, table_items
 
@@ -78,7 +79,7 @@ def test_fifty_keys_delivered_four_times_each_make_fifty_jobs(local_stack, intak
     assert len(_jobs(local_stack, project_id)) == 50
     # Nobody runs these jobs: cancel them, so 49 lock waiters neither load the emulator nor keep
     # queue slots that later tests on this stack would run into.
-    from relevo_core.cancel import cancel_job
+    from relevo_core.jobs.cancel import cancel_job
 
     for job_id in {r.job_id for r in results}:
         try:
@@ -178,7 +179,7 @@ def test_a_held_fork_pull_request_is_held_on_first_arrival_and_after_the_window(
 def test_a_job_whose_execution_never_started_is_started_by_the_sweep(local_stack, intake_settings, project_id):
     """Given a job written but never started (intake died between its two calls), when the sweep
     runs, then its execution exists under the job id; a second sweep starts nothing."""
-    from relevo_core.intake import build_envelope, idempotency_key
+    from relevo_core.intake.enqueue import build_envelope, idempotency_key
 
     register_project(local_stack, project_id, STAGES)
     project = get_project(local_stack.table_name, project_id)
@@ -226,7 +227,7 @@ def test_the_execution_returns_the_queue_slot_exactly_once(local_stack, intake_s
 
 def test_unknown_stage_in_a_run_request_is_refused(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES)
-    from relevo_core.triggers import run_project
+    from relevo_core.intake.triggers import run_project
 
     with pytest.raises(RelevoError) as refused:
         run_project(intake_settings, project_id, {"ref": "main", "stages": ["deploy"]}, "arn:aws:iam::123456789012:user/ops")

@@ -15,7 +15,7 @@ from relevo_cli.main import app, console
 from relevo_cli.projects import secret_name
 from relevo_core.aws import client
 from relevo_core.store.jobs import get_envelope
-from relevo_core.sweeper import execution_arn
+from relevo_core.execution import execution_arn
 from tests.integration.helpers import deliver, queue_filled, table_items, wait_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures"

@@ -26,7 +26,7 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.follow import LogFollower
 from relevo_cli.main import app as cli
 from relevo_core.aws import client
-from relevo_core.job_logs import MAX_SEQ
+from relevo_core.models.requests import MAX_SEQ
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store.log_chunks import read_chunks
 from tests.conftest import TEST_ADMIN_ARN, push_body

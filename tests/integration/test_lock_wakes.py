@@ -1,6 +1,6 @@
 """A job waiting for its project is woken when the project is freed, by whoever frees it: the
 releasing execution, cancel, and the sweeper. Each waiter here reads the lock on its own only
-every 36 s (queue_timeout_sec 3600, see intake.lock_wait), so a waiter that starts within a few
+every 36 s (queue_timeout_sec 3600, see execution.lock_wait), so a waiter that starts within a few
 seconds of the release was woken."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from datetime import datetime, timezone
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
-from relevo_core.intake import lock_wait
-from relevo_core.sweeper import execution_arn, sweep
+from relevo_core.execution import lock_wait
+from relevo_core.execution import execution_arn
+from relevo_core.recovery.sweeper import sweep
 from tests.integration.helpers import history, receive_stage, register_project, wait_for_execution, wait_until
 from tests.integration.test_job_state_machine import _agent_runs
 from tests.integration.test_project_lock import _enqueue

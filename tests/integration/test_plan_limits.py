@@ -15,7 +15,8 @@ import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
-from relevo_core.intake import build_envelope, enqueue, project_cache, start_execution, work_queue_url
+from relevo_core.execution import start_execution, work_queue_url
+from relevo_core.intake.enqueue import build_envelope, enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan

@@ -13,7 +13,7 @@ from relevo_cli.local.scheduler import ScheduleFirer
 from relevo_core.aws import client
 from relevo_core.models.envelope import TriggerType
 from relevo_core.models.project import ProjectSchedule
-from relevo_core.schedules import fire_schedule
+from relevo_core.intake.schedules import fire_schedule
 from relevo_core.store.jobs import get_envelope
 
 STAGES = [{"name": "build", "run": "true"}, {"name": "sign", "run": "true"}]

@@ -123,7 +123,8 @@ def test_a_redelivery_while_the_attempt_is_held_is_left_to_come_back(local_stack
 
 
 def test_the_stage_of_an_execution_stopped_outside_relevo_is_canceled_by_the_sweep(local_stack, intake_settings, project_id):
-    from relevo_core.sweeper import execution_arn, sweep
+    from relevo_core.execution import execution_arn
+    from relevo_core.recovery.sweeper import sweep
     from tests.integration.helpers import wait_for_execution
 
     job_id = _start_job(local_stack, project_id, stages=TWO_STAGES)

@@ -12,7 +12,8 @@ from relevo_core.aws import client
 from relevo_core.store import wait_order
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
-from relevo_core.sweeper import MIN_AGE, SweepReport, end_job_of_ended_execution, execution_arn, sweep
+from relevo_core.execution import execution_arn
+from relevo_core.recovery.sweeper import MIN_AGE, SweepReport, end_job_of_ended_execution, sweep
 from tests.integration.helpers import history, receive_stage, register_project, table_items, wait_until
 from tests.integration.test_job_state_machine import claim_and_accept, wait_for_run_token
 from tests.integration.test_project_lock import _enqueue

@@ -28,14 +28,15 @@ from datetime import datetime, timezone
 from relevo_cli.api import RelevoApi
 from relevo_cli.local import faults
 from relevo_core.aws import client
-from relevo_core.intake import build_envelope, project_cache, start_execution, work_queue_url
+from relevo_core.execution import start_execution, work_queue_url
+from relevo_core.intake.enqueue import build_envelope, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.status import JobStatus
-from relevo_core.lock_handoff import wake_next_waiter
+from relevo_core.projects.lock_handoff import wake_next_waiter
 from relevo_core.store import jobs, locks
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.projects import get_project
-from relevo_core.sweeper import execution_arn
+from relevo_core.execution import execution_arn
 from tests.integration.helpers import history, queued_counter, receive_stage, register_project, table_items, wait_for_execution, wait_until
 from tests.integration.test_job_state_machine import _agent_runs
 from tests.integration.test_manual_review import _stage, _to_manual_review

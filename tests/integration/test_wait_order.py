@@ -10,12 +10,13 @@ from datetime import datetime, timezone
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
-from relevo_core.intake import enqueue, project_cache
+from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.store import wait_order
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.projects import get_project
-from relevo_core.sweeper import execution_arn, sweep
+from relevo_core.execution import execution_arn
+from relevo_core.recovery.sweeper import sweep
 from tests.integration.helpers import receive_stage, register_project, table_items, wait_for_execution
 from tests.integration.test_job_state_machine import _agent_runs
 

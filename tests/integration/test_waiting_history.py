@@ -73,7 +73,8 @@ def _period_and_bound(asl: dict[str, Any], round_: list[str], job_input: dict[st
 
 def _longest_wait_input(stack, settings, project_id) -> dict[str, Any]:
     """The execution input intake gives a job of a project whose queue_timeout_sec is the longest allowed."""
-    from relevo_core.intake import build_envelope, execution_input
+    from relevo_core.execution import execution_input
+    from relevo_core.intake.enqueue import build_envelope
     from relevo_core.models.envelope import Trigger, TriggerType
 
     longest = next(m.le for m in Project.model_fields["queue_timeout_sec"].metadata if hasattr(m, "le"))

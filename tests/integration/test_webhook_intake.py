@@ -9,7 +9,7 @@ import secrets
 import pytest
 import requests
 
-from relevo_core.webhooks.github import sign
+from relevo_core.intake.webhooks.github import sign
 from tests.conftest import push_body
 from tests.integration.helpers import deliver, register_project, table_items
 

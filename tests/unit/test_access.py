@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from relevo_core.models.access import GrantRequest, Grant, Level, principal_matches
-from relevo_core.permissions import level_of
+from relevo_core.projects.permissions import level_of
 
 BOT = "arn:aws:sts::123456789012:assumed-role/ReleaseBot/deploy-1"
 

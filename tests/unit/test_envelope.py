@@ -33,7 +33,7 @@ from relevo_core.models.plan import (
     StagePlan,
 )
 from relevo_core.config import IntakeSettings
-from relevo_core.intake import build_envelope
+from relevo_core.intake.enqueue import build_envelope
 from relevo_core.models.project import Project
 from relevo_core.store.codec import from_attributes, to_attributes
 

@@ -3,7 +3,7 @@ the failed attempt's agent and timings (those stay in attempts_log)."""
 
 from __future__ import annotations
 
-from relevo_core.store.jobs import job_items_to_view
+from relevo_core.jobs.view import job_items_to_view
 from relevo_core.store.keys import JOB_SK
 from tests.unit.test_envelope import minimal_envelope
 

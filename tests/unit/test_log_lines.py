@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from relevo_core.job_logs import LogQuery, parse_query, split_lines
+from relevo_core.jobs.logs import split_lines
+from relevo_core.models.requests import LogQuery, parse_query
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.store.log_chunks import LogChunk
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from relevo_core import plan_limits
-from relevo_core.intake import execution_input
+from relevo_core.execution import execution_input
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import Project
 from relevo_core.plan_limits import (

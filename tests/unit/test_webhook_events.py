@@ -16,8 +16,8 @@ import pytest
 from pydantic import ValidationError
 
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.webhooks import github, gitlab
-from relevo_core.webhooks.events import GitTrigger, Ignored, Pong
+from relevo_core.intake.webhooks import github, gitlab
+from relevo_core.intake.webhooks.events import GitTrigger, Ignored, Pong
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DELIVERY = "72d3162e-cc78-11e3-81ab-4c9367dc0958"

@@ -25,7 +25,7 @@ from rich.console import Console
 from relevo_cli.drill.drills import DRILLS, LateFault, Trial
 from relevo_cli.drill.fleet import TERMINAL_JOB, DrillFleet, DrillTiming
 from relevo_cli.drill.report import drill_table, summary_table
-from relevo_core.stackfile import StackInfo, load_stack
+from relevo_agent.stackfile import StackInfo, load_stack
 
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 

@@ -35,7 +35,7 @@ from relevo_cli.local.sigv4 import Refusal
 from relevo_cli.local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
 from relevo_cli.local.scheduler import ScheduleFirer
 from relevo_cli.local.streams import StreamPoller
-from relevo_core.stackfile import LocalCredentials, StackInfo
+from relevo_agent.stackfile import LocalCredentials, StackInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ACCOUNT_ID = emulator_iam.ACCOUNT_ID

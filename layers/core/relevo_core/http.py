@@ -1,6 +1,6 @@
 """Shared pieces of every API function: JSON responses and refusals with stable codes.
 
-The permission middleware (`requires`) lives in relevo_core.permissions: a route without IAM
+The permission middleware (`requires`) lives in relevo_core.projects.permissions: a route without IAM
 authorization (the webhooks) never loads the grants, their models and their queries."""
 
 from __future__ import annotations

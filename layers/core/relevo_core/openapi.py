@@ -16,14 +16,17 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from relevo_core.approvals import Decision
-from relevo_core.job_artifacts import ArtifactQuery
-from relevo_core.job_listing import JobListQuery
-from relevo_core.job_logs import LogQuery
 from relevo_core.models.errors import ErrorCode
 from relevo_core.models.project import Project
-from relevo_core.queue_control import PriorityRequest
-from relevo_core.triggers import RerunRequest, RunRequest
+from relevo_core.models.requests import (
+    Decision,
+    ArtifactQuery,
+    JobListQuery,
+    LogQuery,
+    PriorityRequest,
+    RerunRequest,
+    RunRequest,
+)
 
 TITLE = "Relevo"
 VERSION = "1"

@@ -21,6 +21,9 @@ from relevo_core.models.plan import (
     check_stage_names,
 )
 
+# Priorities span -PRIORITY_BOUND..PRIORITY_BOUND; higher runs first.
+PRIORITY_BOUND = 1_000_000
+
 # Bump when a reader written for the old version would misread the new one.
 # 2 added `log_ttl`. A reader that knows only 1 refuses a 2 with ENVELOPE_VERSION_UNSUPPORTED,
 # not a VALIDATION_FAILED about an unknown field; a 1 still reads (its logs expire with the job).
@@ -76,7 +79,7 @@ class JobEnvelope(RunPlanMixin):
     # created_at). None in envelopes written before it existed: their logs expire with the job.
     log_ttl: int | None = Field(default=None, gt=0, lt=10**11)
     trigger: Trigger
-    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
+    priority: int = Field(default=0, ge=-PRIORITY_BOUND, le=PRIORITY_BOUND)
     ref: str = Field(min_length=1, max_length=256)
     commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,64}$")
     stages: tuple[StagePlan, ...] = Field(min_length=1, max_length=32)

@@ -19,7 +19,7 @@ MAX_ATTEMPTS = 5
 Attempts = Annotated[int, Field(ge=1, le=MAX_ATTEMPTS)]
 # The longest a job may stay queued: waiting for a claim of a stage, and waiting for its project's
 # lock (job.asl.json gives up with Relevo.Timeout.Queue). 24 hours, whose wait for a project costs
-# 288 parks of history at most (intake.lock_wait): under half of Step Functions' 25,000-event
+# 288 parks of history at most (execution.lock_wait): under half of Step Functions' 25,000-event
 # execution history quota (tests/integration/test_waiting_history.py).
 MAX_QUEUE_TIMEOUT_SEC = 24 * 3600
 

@@ -16,6 +16,7 @@ from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.jobs import job_item, queue_counter_update
 from relevo_core.store.keys import DEDUP_SK, DLQ_KIND, DLQ_SK, dedup_pk, dlq_pk, key
 from relevo_core.store.kinds import items_of_kind
+from relevo_core.store.conditional import transaction_cancellation
 
 
 def list_entries(table: str) -> list[dict[str, Any]]:
@@ -68,11 +69,11 @@ def redrive(
             ]
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "TransactionCanceledException":
+        cancellation = transaction_cancellation(exc)
+        if cancellation is None:
             raise
-        codes = [reason.get("Code") for reason in exc.response.get("CancellationReasons") or []]
-        if codes and codes[0] == "ConditionalCheckFailed":
+        if cancellation.condition_failed(0):
             raise RelevoError(ErrorCode.DLQ_ENTRY_NOT_FOUND, f"job {failed_job_id} was already redriven") from exc
-        if len(codes) > 2 and codes[2] == "ConditionalCheckFailed":
+        if cancellation.condition_failed(2):
             raise RelevoError(ErrorCode.QUEUE_FULL, f"{queue_limit} jobs are already queued") from exc
         raise

@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.status import HeldReason, JobStatus, StageStatus
+from relevo_core.models.status import HeldReason, JobStatus
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.freezes import not_frozen_check
 from relevo_core.store.keys import (
@@ -39,6 +39,7 @@ from relevo_core.store.keys import (
     wait_order,
 )
 from relevo_core.store.paging import query_items
+from relevo_core.store.conditional import transaction_cancellation
 
 
 # A dedup record outlives its window by this much, so a repeat after the window is still
@@ -105,7 +106,7 @@ def job_item(
 ) -> dict[str, Any]:
     """A new job's record: the frozen envelope plus its status projection (a held job's record
     says why it is held). `stands_on`: for a job from a later stage, the last of the skipped
-    stages that succeeded in the job it retries (relevo_core.job_lineage), its last successful
+    stages that succeeded in the job it retries (relevo_core.jobs.lineage), its last successful
     stage until one of its own succeeds.
 
     `queue_seq` and `wait_order` place the job among the jobs waiting for its project; the order
@@ -224,18 +225,17 @@ def create_job(
             client("dynamodb").transact_write_items(TransactItems=items)
             return Created(envelope.job_id)
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+            cancellation = transaction_cancellation(exc)
+            if cancellation is None:
                 raise
-            reasons = exc.response.get("CancellationReasons") or []
-        codes = [reason.get("Code", "None") for reason in reasons]
-        if delivery_index is not None and codes[delivery_index] == "ConditionalCheckFailed":
-            existing_job = str(from_attributes(reasons[delivery_index]["Item"])["job_id"])
+        if delivery_index is not None and cancellation.condition_failed(delivery_index):
+            existing_job = str(cancellation.item(delivery_index)["job_id"])
             if existing_job == envelope.job_id:
                 # Our own write, retried by the SDK after a lost response: it did succeed.
                 return Created(envelope.job_id)
             return Duplicate(existing_job, "delivery")
-        if codes and codes[0] == "ConditionalCheckFailed":
-            existing = from_attributes(reasons[0].get("Item") or {})
+        if cancellation.condition_failed(0):
+            existing = cancellation.item(0)
             if not existing:
                 # The expired record we meant to take over is gone (TTL): a first arrival now.
                 items[0]["Put"]["ConditionExpression"] = "attribute_not_exists(pk)"
@@ -246,16 +246,16 @@ def create_job(
             if int(existing["expires_at"]) >= epoch:
                 return Duplicate(str(existing["job_id"]), "idempotency_key")
             return RepeatAfterWindow(str(existing["job_id"]), int(existing["expires_at"]))
-        if frozen_index is not None and codes[frozen_index] == "ConditionalCheckFailed":
+        if frozen_index is not None and cancellation.condition_failed(frozen_index):
             return KeyFrozen(envelope.idempotency_key)
-        if counter_index is not None and codes[counter_index] == "ConditionalCheckFailed":
-            queued = from_attributes(reasons[counter_index].get("Item") or {}).get("queued", queue_limit)
+        if counter_index is not None and cancellation.condition_failed(counter_index):
+            queued = cancellation.item(counter_index).get("queued", queue_limit)
             return QueueFull(int(queued), queue_limit)
-        if "TransactionConflict" in codes:
+        if "TransactionConflict" in cancellation.codes:
             # Another intake touched the same counter or key at the same instant: try again.
             time.sleep(random.uniform(0, 0.05 * 2**attempt))
             continue
-        raise RuntimeError(f"job transaction cancelled: {codes}")
+        raise RuntimeError(f"job transaction cancelled: {cancellation.codes}")
     raise RuntimeError("job transaction kept conflicting")
 
 
@@ -339,7 +339,7 @@ def mark_canceled(table: str, job_id: str, previous: JobStatus, actor: str, queu
     _end_job(table, job_id, previous, JobStatus.CANCELED, f"operator:{actor}", queue_limit, now)
 
 
-# last_writer of a job whose execution ended outside Relevo (see relevo_core.sweeper).
+# last_writer of a job whose execution ended outside Relevo (see relevo_core.recovery.sweeper).
 SWEEPER_WRITER = "sweeper"
 
 
@@ -393,10 +393,10 @@ def release_held(table: str, job_id: str, queue_limit: int, actor: str, now: dat
             ]
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "TransactionCanceledException":
+        cancellation = transaction_cancellation(exc)
+        if cancellation is None:
             raise
-        codes = [reason.get("Code") for reason in exc.response.get("CancellationReasons") or []]
-        if codes and codes[0] == "ConditionalCheckFailed":
+        if cancellation.condition_failed(0):
             raise RelevoError(ErrorCode.JOB_NOT_HELD, f"job {job_id} is not held") from exc
         raise RelevoError(ErrorCode.QUEUE_FULL, f"{queue_limit} jobs are already queued") from exc
 
@@ -443,92 +443,3 @@ def get_envelope(table: str, job_id: str) -> JobEnvelope:
     if "Item" not in response:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, f"no job {job_id!r}")
     return read_envelope(from_attributes(response["Item"])["envelope"])
-
-
-# What one stage record says of the attempt that ran last; attempts_log keeps every attempt.
-_ATTEMPT_FIELDS = ("agent_id", "exit_code", "error_class", "enqueued_at", "started_at", "ended_at")
-
-
-def _current_attempt(record: dict[str, Any]) -> dict[str, Any]:
-    """A stage record between a failed attempt and the claim of its retry still holds the failed
-    attempt's claim (attempt, agent, timings, error): the state machine writes only
-    dispatched_attempt when it dispatches the retry. The view shows the retry as it is, waiting
-    for a claim, and leaves the failed attempt to attempts_log."""
-    dispatched, claimed = record.get("dispatched_attempt"), record.get("attempt")
-    if record.get("status") != StageStatus.DISPATCHED.value or dispatched is None or claimed is None or dispatched <= claimed:
-        return record
-    return {**{name: value for name, value in record.items() if name not in _ATTEMPT_FIELDS}, "attempt": dispatched}
-
-
-def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Merge a job's record and stage records into one read model, stages in plan order."""
-    record = next((item for item in items if item["sk"] == JOB_SK), None)
-    if record is None:
-        raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
-    envelope = read_envelope(record["envelope"])
-    stage_records = {item.get("stage_name"): item for item in items if item["sk"].startswith("STAGE#")}
-    # A stage never dispatched before its job ended will never run: it is skipped, not pending.
-    never = StageStatus.SKIPPED if JobStatus(record["status"]).terminal else StageStatus.PENDING
-    stages = []
-    for index, stage in enumerate(envelope.stages):
-        found = _current_attempt(stage_records.get(stage.name, {}))
-        skipped = index < envelope.first_stage_index
-        stages.append(
-            {
-                "index": index,
-                "name": stage.name,
-                # Stages before from_stage are not run again: their results are the earlier job's.
-                "status": StageStatus.SKIPPED.value if skipped else found.get("status", never.value),
-                "reused_from": envelope.retry_of if skipped else None,
-                "retry_count": found.get("retry_count", 0),
-                "cumulative_backoff_sec": found.get("cumulative_backoff_sec", 0),
-                "attempts_log": found.get("attempts_log", []),
-                "attempt": found.get("attempt"),
-                "dispatched_attempt": found.get("dispatched_attempt"),
-                "agent_id": found.get("agent_id"),
-                "exit_code": found.get("exit_code"),
-                "error_class": found.get("error_class"),
-                "dispatched_at": found.get("dispatched_at"),
-                # When the region's queue took the claimed attempt's message (SQS SentTimestamp).
-                "enqueued_at": found.get("enqueued_at"),
-                "started_at": found.get("started_at"),
-                "ended_at": found.get("ended_at"),
-                "last_writer": found.get("last_writer"),
-                # Reconcile before retry: what is known of the effect, the latest decision with
-                # its evidence, and an operator's resolution of a manual review.
-                "outcome": found.get("outcome"),
-                "reconciled": found.get("reconciled"),
-                "resolution": found.get("resolution"),
-            }
-        )
-    current = next(
-        (s["name"] for s in stages if s["status"] in ("dispatched", "running", "reconciled", "manual_review")), None
-    )
-    return {
-        "job_id": envelope.job_id,
-        "project": envelope.project,
-        "status": record["status"],
-        "trigger": envelope.trigger.model_dump(mode="json"),
-        "ref": envelope.ref,
-        "commit": envelope.commit,
-        "region_affinity": envelope.region_affinity,
-        "priority": record.get("priority", envelope.priority),
-        "queue_seq": record.get("queue_seq"),
-        "created_at": record.get("created_at"),
-        "updated_at": record.get("updated_at"),
-        "ended_at": record.get("ended_at"),
-        "current_stage": current,
-        "queue_reason": record.get("queue_reason"),
-        "held_reason": record.get(HELD_REASON_ATTRIBUTE),
-        # The stage an approval gate holds back, while the job waits there.
-        "waiting_stage": record.get("waiting_stage") if record["status"] == JobStatus.WAITING.value else None,
-        # Who answered the gate (approved / rejected), when and why.
-        "approval_decision": record.get("approval_decision"),
-        "from_stage": envelope.from_stage,
-        "retry_of": envelope.retry_of,
-        "last_successful_stage": record.get("last_successful_stage"),
-        "last_writer": record.get("last_writer"),
-        "error": record.get("error_name"),
-        "error_cause": record.get("error_cause"),
-        "stages": stages,
-    }

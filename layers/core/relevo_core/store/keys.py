@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from relevo_core.models.envelope import PRIORITY_BOUND
+
 JOB_SK = "JOB"
 PROJECT_SK = "PROJECT"
 DEDUP_SK = "DEDUP"
@@ -40,8 +42,6 @@ WAITING_FOR_ATTRIBUTE = "waiting_for"
 WAKE_TOKEN_ATTRIBUTE = "wake_token"
 WAIT_ORDER_ATTRIBUTE = "wait_order"
 WAIT_ORDER_INDEX = "WaitOrderIndex"
-# Priorities span -PRIORITY_BOUND..PRIORITY_BOUND (the envelope's bounds).
-PRIORITY_BOUND = 1_000_000
 # Dead-letter entries by idempotency key (DeadLetterKeyIndex), and those whose freeze decision is
 # still to be made (sparse FreezeCheckIndex: the state machine writes the marker with the entry).
 DEAD_LETTER_KEY_INDEX = "DeadLetterKeyIndex"

@@ -30,7 +30,7 @@ def _named_in(table: str, attribute: str) -> dict[str, list[str]]:
 def release(table: str, project_id: str, execution_name: str) -> bool:
     """Give back the slot `execution_name` holds, exactly as the state machine would (moving the
     lock's wake_seq, so a waiter about to park reads the lock again); False if it no longer holds
-    it. The caller then wakes the head of the line (relevo_core.lock_handoff)."""
+    it. The caller then wakes the head of the line (relevo_core.projects.lock_handoff)."""
     return update_if(
         TableName=table,
         Key=key(lock_pk(project_id), LOCK_SK),

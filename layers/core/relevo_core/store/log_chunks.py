@@ -19,8 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes, to_attributes
-from relevo_core.store.keys import log_pk, log_sk
+from relevo_core.store.keys import key, log_pk, log_sk
 from relevo_core.store.stage_attempts import LeaseLost, StageRef, holds_attempt_check
+from relevo_core.store.conditional import transaction_cancellation
 
 # DynamoDB items are at most 400 KB: a chunk's text (UTF-8) stays below with room for the rest.
 MAX_CHUNK_BYTES = 300 * 1024
@@ -59,6 +60,14 @@ def last_seq(table: str, job_id: str) -> int:
     )
     items = response.get("Items", [])
     return int(items[0]["seq"]["N"]) if items else -1
+
+
+def chunk_stored(table: str, job_id: str, seq: int) -> bool:
+    """Whether chunk `seq` of the job is stored (a consistent read of its key only)."""
+    response = client("dynamodb").get_item(
+        TableName=table, Key=key(log_pk(job_id), log_sk(seq)), ProjectionExpression="seq", ConsistentRead=True
+    )
+    return "Item" in response
 
 
 def read_chunks(table: str, job_id: str, from_seq: int = 0, limit: int = 100) -> LogPage:
@@ -116,12 +125,12 @@ class ChunkWriter:
             try:
                 self._put(seq, data, now)
             except ClientError as exc:
-                if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                cancellation = transaction_cancellation(exc)
+                if cancellation is None:
                     raise
-                reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
-                if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                if cancellation.condition_failed(1):
                     raise LeaseLost(f"{self.ref.job_id} stage {self.ref.stage_index} attempt {self.ref.attempt}") from exc
-                if not reasons or reasons[0] != "ConditionalCheckFailed":
+                if not cancellation.condition_failed(0):
                     raise
                 # Another writer (an earlier attempt's last flush) took this seq: continue after it.
                 self.collisions += 1

@@ -13,6 +13,7 @@ from relevo_core.models.project import Project
 from relevo_core.store.codec import to_attributes
 from relevo_core.store.grants import grant_item
 from relevo_core.store.projects import project_item
+from relevo_core.store.conditional import transaction_cancellation
 
 
 class ProjectExists(Exception):
@@ -36,7 +37,7 @@ def create_project(table: str, project: Project, actor: str, now: datetime) -> N
             ]
         )
     except ClientError as exc:
-        codes = [reason.get("Code") for reason in exc.response.get("CancellationReasons") or []]
-        if exc.response["Error"]["Code"] == "TransactionCanceledException" and codes[:1] == ["ConditionalCheckFailed"]:
+        cancellation = transaction_cancellation(exc)
+        if cancellation is not None and cancellation.condition_failed(0):
             raise ProjectExists(project.id) from exc
         raise

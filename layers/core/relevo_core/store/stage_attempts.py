@@ -20,6 +20,7 @@ from relevo_core.models.status import StageStatus
 from relevo_core.store.codec import from_attributes, to_attribute
 from relevo_core.store.keys import HELD_BY_INDEX, JOB_SK, job_pk, key, stage_sk
 from relevo_core.store.paging import query_items
+from relevo_core.store.conditional import transaction_cancellation
 
 # The writer holds the attempt, and the attempt is live: not yet finished, not given up by the
 # state machine (dispatched again, failed) and not ended with its job (canceled).
@@ -390,8 +391,7 @@ def _finish(
             ]
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "TransactionCanceledException":
-            reasons = exc.response.get("CancellationReasons") or [{}]
-            found = from_attributes(reasons[0].get("Item", {}))
-            raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}", found) from exc
+        cancellation = transaction_cancellation(exc)
+        if cancellation is not None:
+            raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}", cancellation.item(0)) from exc
         raise

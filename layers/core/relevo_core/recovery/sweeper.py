@@ -20,13 +20,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable
 
-from botocore.exceptions import ClientError
-
-from relevo_core import key_freeze
-from relevo_core.aws import client
+from relevo_core.recovery import key_freeze
 from relevo_core.config import IntakeSettings
-from relevo_core.intake import start_execution, work_queue_url
-from relevo_core.lock_handoff import wake_next_waiter
+from relevo_core.execution import MISSING, execution_status, start_job_execution
+from relevo_core.projects.lock_handoff import wake_next_waiter
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import agents, jobs, locks, stage_endings, wait_order
@@ -87,10 +84,6 @@ def online_agent_counts(table: str, regions: Iterable[str], now: datetime) -> di
     return {region: len(agents.online_agents(table, region, now)) for region in regions}
 
 
-def execution_arn(state_machine_arn: str, name: str) -> str:
-    return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
-
-
 def sweep(settings: IntakeSettings, now: datetime, notification_topic_arn: str | None = None) -> SweepReport:
     report = start_forgotten_jobs(settings, now)
     free_locks_of_ended_executions(settings, report, now)
@@ -98,15 +91,6 @@ def sweep(settings: IntakeSettings, now: datetime, notification_topic_arn: str |
     if notification_topic_arn:
         report.keys_frozen = key_freeze.evaluate_pending(settings.table_name, notification_topic_arn, now)
     return report
-
-
-def _execution_status(settings: IntakeSettings, name: str) -> str:
-    try:
-        return str(client("stepfunctions").describe_execution(executionArn=execution_arn(settings.state_machine_arn, name))["status"])
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
-            raise
-        return "MISSING"
 
 
 def end_job_of_ended_execution(settings: IntakeSettings, job_id: str, execution_status: str, now: datetime, report: SweepReport) -> None:
@@ -167,7 +151,7 @@ def _end_and_let_go(
     that write changed something, and the head of the project's line is woken (it is parked)."""
     for project_id, names in names_by_project.items():
         for name in names:
-            status = _execution_status(settings, name)
+            status = execution_status(settings.state_machine_arn, name)
             if status == "RUNNING":
                 continue
             end_job_of_ended_execution(settings, name, status, now, report)
@@ -178,23 +162,16 @@ def _end_and_let_go(
 
 def start_forgotten_jobs(settings: IntakeSettings, now: datetime) -> SweepReport:
     report = SweepReport()
-    sfn = client("stepfunctions")
     for job_id in start_pending_jobs(settings.table_name, created_before=now - MIN_AGE):
-        try:
-            described = sfn.describe_execution(executionArn=execution_arn(settings.state_machine_arn, job_id))
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
-                raise
-            envelope = get_envelope(settings.table_name, job_id)
-            start_execution(
-                settings.state_machine_arn, envelope, work_queue_url(settings.work_queue_prefix, envelope.region_affinity)
-            )
+        status = execution_status(settings.state_machine_arn, job_id)
+        if status == MISSING:
+            start_job_execution(settings, get_envelope(settings.table_name, job_id))
             report.started.append(job_id)
             continue
         report.already_running.append(job_id)
-        if described["status"] != "RUNNING":
+        if status != "RUNNING":
             # It ended before its first state could clear the marker (stopped while queued, for
             # one): the job ends too, giving back its queue slot.
-            end_job_of_ended_execution(settings, job_id, str(described["status"]), now, report)
+            end_job_of_ended_execution(settings, job_id, status, now, report)
             clear_start_pending(settings.table_name, job_id)
     return report

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from botocore.exceptions import ClientError
-
-from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
-from relevo_core.lock_handoff import wake_next_waiter
+from relevo_core.execution import stop_execution
+from relevo_core.projects.lock_handoff import wake_next_waiter
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import jobs, locks, stage_endings, wait_order
-from relevo_core.sweeper import execution_arn
 
 _ATTEMPTS = 5
 
@@ -36,13 +33,7 @@ def cancel_job(settings: IntakeSettings, job_id: str, actor: str) -> dict[str, s
     else:
         raise RelevoError(ErrorCode.JOB_ALREADY_ENDED, f"job {job_id} kept changing; try again")
     if status is not JobStatus.HELD:
-        try:
-            client("stepfunctions").stop_execution(
-                executionArn=execution_arn(settings.state_machine_arn, job_id), cause=f"canceled by {actor}"
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
-                raise
+        stop_execution(settings.state_machine_arn, job_id, cause=f"canceled by {actor}")
     # The stage it was on ends with it: the holder's next renewal is refused (so its command is
     # stopped within one renew interval), and no agent may claim it any more.
     stage_endings.end_open_stages(settings.table_name, job_id, StageStatus.CANCELED, datetime.now(timezone.utc), f"cancel:{actor}")

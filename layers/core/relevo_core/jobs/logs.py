@@ -11,21 +11,13 @@ follower has seen everything that was written before the job ended.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from relevo_core.aws import client
-from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.requests import LogQuery
 from relevo_core.models.status import JobStatus
 from relevo_core.store.jobs import get_job_record
-from relevo_core.store.keys import key, log_pk, log_sk
-from relevo_core.store.log_chunks import LogChunk, read_chunks, read_chunks_before
+from relevo_core.store.log_chunks import LogChunk, chunk_stored, read_chunks, read_chunks_before
 
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
-# Seqs are stored zero-padded to 12 digits (store/keys.py log_sk): larger ones would not sort.
-MAX_SEQ = 10**12 - 1
 # The agent runs each command with stderr merged into stdout (executor.py), and adds its own lines
 # (upload progress) to the same stream: every chunk is both, interleaved in the order written.
 STREAM = "combined"
@@ -35,35 +27,6 @@ TAIL_LINES = 200
 TAIL_MAX_CHARS = 256 * 1024
 TAIL_MAX_LINE_CHARS = 4096
 _TAIL_PAGE = 50
-
-
-Query = TypeVar("Query", bound=BaseModel)
-
-
-def parse_query(model: type[Query], params: dict[str, str] | None) -> Query:
-    """A route's query string read with its model; what does not fit is 400 QUERY_INVALID."""
-    try:
-        return model.model_validate(params or {})
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'query'}: {e['msg']}" for e in exc.errors())
-        raise RelevoError(ErrorCode.QUERY_INVALID, problems) from exc
-
-
-class LogQuery(BaseModel):
-    """Query string of `GET /jobs/{job_id}/logs`: at most one of from_seq / before_seq; neither
-    reads from the start of the log."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    from_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ, description="page forward: chunks with seq >= from_seq")
-    before_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ, description="page back: the last chunks with seq < before_seq")
-    limit: int = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="at most this many chunks")
-
-    @model_validator(mode="after")
-    def _one_direction(self) -> "LogQuery":
-        if self.from_seq is not None and self.before_seq is not None:
-            raise ValueError("give from_seq (page forward) or before_seq (page back), not both")
-        return self
 
 
 def chunk_view(chunk: LogChunk) -> dict[str, Any]:
@@ -76,13 +39,6 @@ def chunk_view(chunk: LogChunk) -> dict[str, Any]:
         "text": chunk.data,
         "written_at": chunk.written_at,
     }
-
-
-def _stored(table: str, job_id: str, seq: int) -> bool:
-    response = client("dynamodb").get_item(
-        TableName=table, Key=key(log_pk(job_id), log_sk(seq)), ProjectionExpression="seq", ConsistentRead=True
-    )
-    return "Item" in response
 
 
 def log_page(table: str, job_id: str, query: LogQuery) -> dict[str, Any]:
@@ -108,7 +64,7 @@ def log_page(table: str, job_id: str, query: LogQuery) -> dict[str, Any]:
         chunks = page.chunks
         next_seq = chunks[-1].seq + 1 if chunks else 0
         before_seq = page.next_seq
-        more = _stored(table, job_id, next_seq)
+        more = chunk_stored(table, job_id, next_seq)
     return {
         "job_id": job_id,
         "status": status.value,

@@ -3,25 +3,18 @@ record of who did it, when and why. Step Functions decides what the answer means
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from typing import Any
 
-from botocore.exceptions import ClientError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
+from relevo_core.execution import TaskGone, fail_task, succeed_task
 from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
+from relevo_core.models.requests import Decision
 from relevo_core.store import jobs
 from relevo_core.store.audit import record_action
-
-
-class Decision(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    reason: str | None = Field(default=None, max_length=2048)
 
 
 def _waiting_token(settings: IntakeSettings, job_id: str) -> tuple[str, str]:
@@ -40,16 +33,13 @@ def decide(settings: IntakeSettings, job_id: str, approve: bool, body: Any, acto
     if not approve and not decision.reason:
         raise RelevoError(ErrorCode.VALIDATION_FAILED, "reason: a rejection needs a reason")
     token, stage = _waiting_token(settings, job_id)
-    sfn = client("stepfunctions")
     try:
         if approve:
-            sfn.send_task_success(taskToken=token, output=json.dumps({"approved_by": actor, "reason": decision.reason}))
+            succeed_task(token, {"approved_by": actor, "reason": decision.reason})
         else:
-            sfn.send_task_failure(taskToken=token, error=ErrorClass.APPROVAL_REJECTED.value, cause=decision.reason or "")
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken"):
-            raise RelevoError(ErrorCode.JOB_NOT_WAITING, f"job {job_id} no longer waits for approval") from exc
-        raise
+            fail_task(token, ErrorClass.APPROVAL_REJECTED.value, decision.reason or "")
+    except TaskGone as exc:
+        raise RelevoError(ErrorCode.JOB_NOT_WAITING, f"job {job_id} no longer waits for approval") from exc
     action = "job.approve" if approve else "job.reject"
     now = datetime.now(timezone.utc)
     record_action(settings.table_name, job_id, action, actor, now, reason=decision.reason, stage=stage)

@@ -7,26 +7,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
 from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id
-from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
+from relevo_core.execution import start_execution, work_queue_url
+from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.project import OnRepeat, Project
 from relevo_core.models.status import HeldReason
 from relevo_core.plan_limits import require_envelope_fits, require_stages_fit
 from relevo_core.store import jobs
-from relevo_core.store.keys import stage_sk
 from relevo_core.store.projects import get_project
 
 
@@ -134,99 +129,6 @@ def build_envelope(
     )
 
 
-@lru_cache(maxsize=64)
-def work_queue_url(prefix: str, region_affinity: str) -> str:
-    """The region's work queue, resolved once per container."""
-    try:
-        return client("sqs").get_queue_url(QueueName=f"{prefix}{region_affinity}")["QueueUrl"]
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"):
-            raise RelevoError(
-                ErrorCode.REGION_UNKNOWN, f"region_affinity {region_affinity!r} has no work queue in this stack"
-            ) from exc
-        raise
-
-
-# The state machine's key for each retryable class in a stage's `attempts`.
-RETRY_KEYS: dict[ErrorClass, str] = {
-    ErrorClass.NETWORK_TIMEOUT: "network_timeout",
-    ErrorClass.CONNECTION_RESET: "connection_reset",
-    ErrorClass.STORAGE_5XX: "storage_5xx",
-    ErrorClass.TRANSIENT_EXIT: "transient_exit",
-    ErrorClass.AGENT_SHUTDOWN: "agent_shutdown",
-    ErrorClass.LEASE_EXPIRED: "lease_expired",
-}
-
-# A job waiting for its project parks in job.asl.json's WaitForProject until a releaser wakes it
-# (the releasing execution, cancel, the sweeper), and reads the lock again at least every
-# fallback_sec in case a wake never comes. Every park, woken or not, spends one of `cycles`, and
-# the job gives up with Relevo.Timeout.Queue when they are spent, so a wait of queue_timeout_sec
-# costs at most `cycles` parks of history however long each lasts (test_waiting_history.py).
-# Short waits read the lock LOCK_WAIT_READS times; long ones every LOCK_WAIT_MAX_FALLBACK_SEC:
-# 288 parks for the longest queue_timeout_sec (24 h).
-LOCK_WAIT_READS = 100
-LOCK_WAIT_MAX_FALLBACK_SEC = 300
-
-
-def lock_wait(queue_timeout_sec: int) -> dict[str, int]:
-    """The wait budget job.asl.json's WaitForProject / CountWaitCycle spend: the fallback read
-    period and the number of parks a wait of queue_timeout_sec may use."""
-    fallback_sec = min(LOCK_WAIT_MAX_FALLBACK_SEC, max(1, math.ceil(queue_timeout_sec / LOCK_WAIT_READS)))
-    return {"fallback_sec": fallback_sec, "cycles": math.ceil(queue_timeout_sec / fallback_sec)}
-
-
-def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
-    """What the state machine needs to drive the job; the agent reads the rest from the envelope.
-    Timeouts, attempts and backoff all come from the frozen plan."""
-    gated = envelope.approval.gated_stage([stage.name for stage in envelope.stages])
-    return {
-        "job_id": envelope.job_id,
-        "project": envelope.project,
-        # Carried for the dead-letter entry, which must be enough to resume the job.
-        "envelope": envelope.to_json_dict(),
-        "queue_url": queue_url,
-        "lease_ttl_sec": envelope.lease_ttl_sec,
-        "queue_timeout_sec": envelope.queue_timeout_sec,
-        # How a job waiting for its project's lock parks (see lock_wait).
-        "lock_wait": lock_wait(envelope.queue_timeout_sec),
-        # The streak of conflicts the current transactional state has retried (job.asl.json's
-        # <State>Canceled choices retry at most 5, with backoff and full jitter).
-        "conflict": {"retries": 0},
-        # A job from a later stage runs only that stage on; the earlier ones show as skipped.
-        "stages": [
-            {
-                "index": index,
-                "name": stage.name,
-                "stage_key": stage_sk(index),
-                # The agent ends a stage at its exec timeout; the state machine's own limit is a
-                # backstop after the kill grace and one more lease.
-                "exec_backstop_sec": stage.exec_timeout_sec + stage.kill_grace_sec + envelope.lease_ttl_sec,
-                "attempts": {key: stage.retry.attempts_for(error) for error, key in RETRY_KEYS.items()},
-                "backoff_caps_sec": stage.retry.backoff_caps_sec(),
-                "gate": stage.name == gated,
-                "approval_timeout_sec": envelope.approval.effective_timeout_sec,
-            }
-            for index, stage in enumerate(envelope.stages)
-            if index >= envelope.first_stage_index
-        ],
-    }
-
-
-def start_execution(state_machine_arn: str, envelope: JobEnvelope, queue_url: str) -> None:
-    """Start the job's execution, named by its job id so a second start cannot run it twice."""
-    try:
-        client("stepfunctions").start_execution(
-            stateMachineArn=state_machine_arn,
-            name=envelope.job_id,
-            input=json.dumps(execution_input(envelope, queue_url)),
-        )
-    except ClientError as exc:
-        # AWS answers success for an open execution with the same name and input; the emulator
-        # raises ExecutionAlreadyExists. Either way the job is already started.
-        if exc.response["Error"]["Code"] != "ExecutionAlreadyExists":
-            raise
-
-
 # Triggers no person asked for at that moment: refused while their idempotency key is frozen.
 # A person's explicit run (manual, api, rerun, dlq redrive, release of a held job) still goes.
 AUTOMATIC_TRIGGERS = frozenset({TriggerType.WEBHOOK, TriggerType.SCHEDULE})
@@ -262,7 +164,7 @@ def enqueue(
     refuse_frozen = trigger.type in AUTOMATIC_TRIGGERS
     stands_on = None
     if envelope.first_stage_index > 0 and retry_of:
-        from relevo_core.job_lineage import last_successful_before  # reruns only: not on the webhook's path
+        from relevo_core.jobs.lineage import last_successful_before  # reruns only: not on the webhook's path
 
         stands_on = last_successful_before(settings.table_name, retry_of, [s.name for s in stages], envelope.first_stage_index)
 

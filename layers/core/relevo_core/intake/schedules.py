@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
 from relevo_core.config.scheduler import SchedulerSettings
-from relevo_core.intake import IntakeResult, enqueue
+from relevo_core.intake.enqueue import IntakeResult, enqueue
 from relevo_core.models.envelope import PROJECT_ID, Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import Project, ProjectSchedule

@@ -11,21 +11,11 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from relevo_core.aws import s3_presigner
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.store.artifacts import ArtifactRecord, list_artifacts
 
 URL_EXPIRES_SEC = 120
-
-
-class ArtifactQuery(BaseModel):
-    """Query string of `GET /jobs/{job_id}/artifacts/{name}`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    stage: str | None = Field(default=None, min_length=1, max_length=64, description="the stage that left the file")
 
 
 def artifact_summary(record: ArtifactRecord) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from relevo_core.models.access import GrantRequest, Level
 from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import Project
-from relevo_core.permissions import require, visibility
+from relevo_core.projects.permissions import require, visibility
 from relevo_core.plan_limits import require_project_fits
 from relevo_core.store import grants
 from relevo_core.store.grants import project_access
@@ -50,7 +50,7 @@ def apply_project(
         return _change(settings, project_id, body, actor, scheduler)
     project = _validate(project_id, body)
     if scheduler is not None:
-        from relevo_core.schedules import check_scheduler_names
+        from relevo_core.intake.schedules import check_scheduler_names
 
         check_scheduler_names(project)
     try:
@@ -59,7 +59,7 @@ def apply_project(
         # Someone created it in between: this is now a change, which needs `manage`.
         return _change(settings, project_id, body, actor, scheduler)
     if scheduler is not None:
-        from relevo_core.schedules import sync_schedules
+        from relevo_core.intake.schedules import sync_schedules
 
         sync_schedules(scheduler, project_id, project.schedules, ())
     return project
@@ -71,7 +71,7 @@ def _change(
     require(settings, actor, project_id, Level.MANAGE)
     project = _validate(project_id, body)
     if scheduler is not None:
-        from relevo_core.schedules import check_scheduler_names, sync_schedules
+        from relevo_core.intake.schedules import check_scheduler_names, sync_schedules
 
         check_scheduler_names(project)
         sync_schedules(scheduler, project_id, project.schedules, get_project(settings.table_name, project_id).schedules)

@@ -3,41 +3,20 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from relevo_core.config import IntakeSettings
-from relevo_core.intake import IntakeResult, enqueue, start_execution, work_queue_url
-from relevo_core.models.envelope import STAGE_NAME, Trigger, TriggerType, validation_error
+from relevo_core.execution import start_job_execution
+from relevo_core.intake.enqueue import IntakeResult, enqueue
+from relevo_core.models.envelope import Trigger, TriggerType, validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.requests import RerunRequest, RunRequest
 from relevo_core.store import jobs
 from relevo_core.store.projects import get_project
 
 MANUAL_PRIORITY = 10
-
-
-class RunRequest(BaseModel):
-    """POST /projects/{id}/run"""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ref: str | None = Field(default=None, min_length=1, max_length=256)
-    commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,64}$")
-    stages: list[str] | None = Field(default=None, min_length=1, max_length=32)
-    priority: int | None = Field(default=None, ge=-1_000_000, le=1_000_000)
-    trigger: Literal["api", "manual"] = "api"
-    # Two requests with the same request_id are the same request (a retried CLI call); a new
-    # request_id asks for a new run even inside the dedup window.
-    request_id: str | None = Field(default=None, min_length=1, max_length=128)
-
-
-class RerunRequest(BaseModel):
-    """POST /jobs/{id}/rerun"""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    from_stage: str | None = Field(default=None, pattern=STAGE_NAME)
 
 
 def _parse(model: type[BaseModel], body: Any) -> Any:
@@ -95,5 +74,5 @@ def release_job(settings: IntakeSettings, job_id: str, actor: str) -> IntakeResu
     """A held job (a pull request from a fork, or a repeat after its window) becomes queued and starts."""
     envelope = jobs.get_envelope(settings.table_name, job_id)
     jobs.release_held(settings.table_name, job_id, settings.queue_limit, actor, datetime.now(timezone.utc))
-    start_execution(settings.state_machine_arn, envelope, work_queue_url(settings.work_queue_prefix, envelope.region_affinity))
+    start_job_execution(settings, envelope)
     return IntakeResult(job_id, outcome="released")

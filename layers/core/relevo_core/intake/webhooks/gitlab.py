@@ -12,7 +12,7 @@ import hmac
 from pydantic import Field
 
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.webhooks.events import (
+from relevo_core.intake.webhooks.events import (
     BRANCH_PREFIX,
     TAG_PREFIX,
     GitTrigger,

@@ -5,27 +5,19 @@ decides what it means."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any
 
-from botocore.exceptions import ClientError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
+from relevo_core.execution import TaskGone, fail_task, succeed_task
 from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
+from relevo_core.models.requests import Resolution
 from relevo_core.models.status import StageStatus
 from relevo_core.store import jobs, reviews
 from relevo_core.store.audit import record_action
-
-
-class Resolution(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    as_: Literal["succeeded", "retry", "failed"] = Field(alias="as")
-    reason: str | None = Field(default=None, max_length=2048)
 
 
 def resolve_stage(settings: IntakeSettings, job_id: str, stage: str, body: Any, actor: str) -> dict[str, Any]:
@@ -50,18 +42,13 @@ def resolve_stage(settings: IntakeSettings, job_id: str, stage: str, body: Any, 
         reviews.record_resolution(settings.table_name, job_id, index, token, resolution.as_, actor, resolution.reason, now)
     except reviews.NotInReview as exc:
         raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {stage} of {job_id} was resolved meanwhile") from exc
-    sfn = client("stepfunctions")
     try:
         if resolution.as_ == "failed":
-            sfn.send_task_failure(taskToken=token, error=ErrorClass.RESOLVED_FAILED.value, cause=f"{actor}: {resolution.reason}")
+            fail_task(token, ErrorClass.RESOLVED_FAILED.value, f"{actor}: {resolution.reason}")
         else:
-            sfn.send_task_success(
-                taskToken=token, output=json.dumps({"resolution": resolution.as_, "actor": actor, "reason": resolution.reason})
-            )
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken"):
-            raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"job {job_id} no longer waits on stage {stage}") from exc
-        raise
+            succeed_task(token, {"resolution": resolution.as_, "actor": actor, "reason": resolution.reason})
+    except TaskGone as exc:
+        raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"job {job_id} no longer waits on stage {stage}") from exc
     record_action(
         settings.table_name, job_id, "stage.resolve", actor, now, stage=stage, resolution=resolution.as_, reason=resolution.reason,
         evidence=record.get("reconciled"),

@@ -3,51 +3,14 @@ in the order they will run."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from relevo_core.models.envelope import TriggerType
-from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.requests import JobListQuery
 from relevo_core.models.status import JobStatus
 from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
 from relevo_core.store.project_jobs import jobs_of_project
 from relevo_core.store.projects import list_projects
-
-MAX_LIMIT = 500
-
-
-class JobListQuery(BaseModel):
-    """Query string of `GET /jobs` (every filter optional; they combine with AND)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    project: str | None = Field(default=None, min_length=1, max_length=64)
-    status: JobStatus | None = None
-    trigger: TriggerType | None = None
-    agent: str | None = Field(default=None, min_length=1, max_length=128)
-    region: str | None = Field(default=None, min_length=1, max_length=64)
-    since: datetime | None = None
-    until: datetime | None = None
-    limit: int = Field(default=50, ge=1, le=MAX_LIMIT)
-
-    @field_validator("since", "until")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
-
-    @classmethod
-    def from_query_string(cls, params: dict[str, str] | None) -> "JobListQuery":
-        try:
-            return cls.model_validate(params or {})
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'query'}: {e['msg']}" for e in exc.errors())
-            raise RelevoError(ErrorCode.VALIDATION_FAILED, problems) from exc
 
 
 def _iso(value: datetime | None) -> str | None:

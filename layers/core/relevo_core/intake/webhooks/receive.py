@@ -11,13 +11,13 @@ from aws_lambda_powertools.utilities import parameters
 from pydantic import ValidationError
 
 from relevo_core.config import IntakeSettings
-from relevo_core.intake import enqueue, project_cache
+from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType, validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import ForkPolicy, Project
 from relevo_core.models.status import HeldReason
-from relevo_core.webhooks import github, gitlab
-from relevo_core.webhooks.events import GitTrigger, Ignored, Pong
+from relevo_core.intake.webhooks import github, gitlab
+from relevo_core.intake.webhooks.events import GitTrigger, Ignored, Pong
 
 MAX_BODY_BYTES = 1024 * 1024
 

@@ -6,39 +6,22 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from relevo_core.job_listing import MAX_LIMIT, JobListQuery, list_jobs
+from relevo_core.jobs.listing import list_jobs
+from relevo_core.models.requests import JOB_LIST_MAX_LIMIT, JobListQuery, PriorityRequest
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.job_view import agent_queue_reason
+from relevo_core.jobs.view import agent_queue_reason, job_items_to_view
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.audit import record_action
-from relevo_core.store.jobs import StatusChanged, get_job_record, job_items_to_view, query_job_items
+from relevo_core.store.jobs import StatusChanged, get_job_record, query_job_items
 from relevo_core.store.job_purge import delete_job_children, delete_job_record
-from relevo_core.store.keys import PRIORITY_BOUND
+from relevo_core.models.envelope import PRIORITY_BOUND
 from relevo_core.store.wait_order import set_priority
 
 _ATTEMPTS = 5
-_QUEUED = JobListQuery(status=JobStatus.QUEUED, limit=MAX_LIMIT)
-_RUNNING = JobListQuery(status=JobStatus.RUNNING, limit=MAX_LIMIT)
+_QUEUED = JobListQuery(status=JobStatus.QUEUED, limit=JOB_LIST_MAX_LIMIT)
+_RUNNING = JobListQuery(status=JobStatus.RUNNING, limit=JOB_LIST_MAX_LIMIT)
 ENDED_STATUSES = frozenset(status.value for status in JobStatus if status.terminal)
-
-
-class PriorityRequest(BaseModel):
-    """Body of `POST /jobs/{job_id}/priority`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    priority: int = Field(ge=-PRIORITY_BOUND, le=PRIORITY_BOUND, description="higher runs first")
-
-    @classmethod
-    def from_body(cls, body: Any) -> "PriorityRequest":
-        try:
-            return cls.model_validate(body if body is not None else {})
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-            raise RelevoError(ErrorCode.VALIDATION_FAILED, problems) from exc
 
 
 def _agent_row(agent: AgentPresence, now: datetime, stages: list[dict[str, Any]]) -> dict[str, Any]:

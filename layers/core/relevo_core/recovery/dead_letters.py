@@ -7,10 +7,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from relevo_core.config import AccessSettings, IntakeSettings
-from relevo_core.intake import IntakeResult, start_execution, work_queue_url
-from relevo_core.job_lineage import last_successful_before
+from relevo_core.execution import start_job_execution
+from relevo_core.intake.enqueue import IntakeResult
+from relevo_core.jobs.lineage import last_successful_before
 from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id, read_envelope
-from relevo_core.permissions import visibility
+from relevo_core.projects.permissions import visibility
 from relevo_core.store import dead_letters, jobs
 
 
@@ -81,5 +82,5 @@ def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> In
     resumed = type(failed).model_validate(resumed.model_dump())
     stands_on = last_successful_before(settings.table_name, job_id, [s.name for s in resumed.stages], resumed.first_stage_index)
     dead_letters.redrive(settings.table_name, job_id, resumed, settings.queue_limit, actor, now, stands_on)
-    start_execution(settings.state_machine_arn, resumed, work_queue_url(settings.work_queue_prefix, resumed.region_affinity))
+    start_job_execution(settings, resumed)
     return IntakeResult(resumed.job_id, outcome="redriven", previous_job_id=job_id)

@@ -8,17 +8,8 @@ job starts at once rather than at its fallback read of the lock.
 
 from __future__ import annotations
 
-import json
-
-from botocore.exceptions import ClientError
-
-from relevo_core.aws import client
+from relevo_core.execution import TaskGone, succeed_task
 from relevo_core.store.wait_order import head_wake_token
-
-# SendTaskSuccess refusals that mean the parked task is gone (it timed out into its fallback read,
-# or its execution ended): the head is already reading the lock, or no longer waits.
-_GONE = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"})
-
 
 def wake_next_waiter(table: str, project_id: str) -> bool:
     """Send the head of the project's line its wake; True if a parked task took it."""
@@ -26,9 +17,9 @@ def wake_next_waiter(table: str, project_id: str) -> bool:
     if token is None:
         return False
     try:
-        client("stepfunctions").send_task_success(taskToken=token, output=json.dumps({"woken": True}))
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] in _GONE:
-            return False
-        raise
+        succeed_task(token, {"woken": True})
+    except TaskGone:
+        # The parked task timed out into its fallback read, or its execution ended: the head is
+        # already reading the lock, or no longer waits.
+        return False
     return True

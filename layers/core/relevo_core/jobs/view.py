@@ -1,0 +1,133 @@
+"""A job as operators see it (GET /jobs/{id}, `relevo status`): its records, plus why a stage that
+was dispatched is still waiting for an agent, derived from the region's agent presence, its
+artifacts and the tail of its log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable
+
+from relevo_core.jobs.artifacts import artifact_summary
+from relevo_core.jobs.logs import log_tail
+from relevo_core.models.status import JobStatus, QueueReason, StageStatus
+from relevo_core.store.artifacts import list_artifacts
+from relevo_core.store.agents import AgentPresence, agents_in_region
+from relevo_core.models.envelope import read_envelope
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
+from relevo_core.store.keys import JOB_SK
+
+
+# What one stage record says of the attempt that ran last; attempts_log keeps every attempt.
+_ATTEMPT_FIELDS = ("agent_id", "exit_code", "error_class", "enqueued_at", "started_at", "ended_at")
+
+
+def _current_attempt(record: dict[str, Any]) -> dict[str, Any]:
+    """A stage record between a failed attempt and the claim of its retry still holds the failed
+    attempt's claim (attempt, agent, timings, error): the state machine writes only
+    dispatched_attempt when it dispatches the retry. The view shows the retry as it is, waiting
+    for a claim, and leaves the failed attempt to attempts_log."""
+    dispatched, claimed = record.get("dispatched_attempt"), record.get("attempt")
+    if record.get("status") != StageStatus.DISPATCHED.value or dispatched is None or claimed is None or dispatched <= claimed:
+        return record
+    return {**{name: value for name, value in record.items() if name not in _ATTEMPT_FIELDS}, "attempt": dispatched}
+
+
+def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge a job's record and stage records into one read model, stages in plan order."""
+    record = next((item for item in items if item["sk"] == JOB_SK), None)
+    if record is None:
+        raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
+    envelope = read_envelope(record["envelope"])
+    stage_records = {item.get("stage_name"): item for item in items if item["sk"].startswith("STAGE#")}
+    # A stage never dispatched before its job ended will never run: it is skipped, not pending.
+    never = StageStatus.SKIPPED if JobStatus(record["status"]).terminal else StageStatus.PENDING
+    stages = []
+    for index, stage in enumerate(envelope.stages):
+        found = _current_attempt(stage_records.get(stage.name, {}))
+        skipped = index < envelope.first_stage_index
+        stages.append(
+            {
+                "index": index,
+                "name": stage.name,
+                # Stages before from_stage are not run again: their results are the earlier job's.
+                "status": StageStatus.SKIPPED.value if skipped else found.get("status", never.value),
+                "reused_from": envelope.retry_of if skipped else None,
+                "retry_count": found.get("retry_count", 0),
+                "cumulative_backoff_sec": found.get("cumulative_backoff_sec", 0),
+                "attempts_log": found.get("attempts_log", []),
+                "attempt": found.get("attempt"),
+                "dispatched_attempt": found.get("dispatched_attempt"),
+                "agent_id": found.get("agent_id"),
+                "exit_code": found.get("exit_code"),
+                "error_class": found.get("error_class"),
+                "dispatched_at": found.get("dispatched_at"),
+                # When the region's queue took the claimed attempt's message (SQS SentTimestamp).
+                "enqueued_at": found.get("enqueued_at"),
+                "started_at": found.get("started_at"),
+                "ended_at": found.get("ended_at"),
+                "last_writer": found.get("last_writer"),
+                # Reconcile before retry: what is known of the effect, the latest decision with
+                # its evidence, and an operator's resolution of a manual review.
+                "outcome": found.get("outcome"),
+                "reconciled": found.get("reconciled"),
+                "resolution": found.get("resolution"),
+            }
+        )
+    current = next(
+        (s["name"] for s in stages if s["status"] in ("dispatched", "running", "reconciled", "manual_review")), None
+    )
+    return {
+        "job_id": envelope.job_id,
+        "project": envelope.project,
+        "status": record["status"],
+        "trigger": envelope.trigger.model_dump(mode="json"),
+        "ref": envelope.ref,
+        "commit": envelope.commit,
+        "region_affinity": envelope.region_affinity,
+        "priority": record.get("priority", envelope.priority),
+        "queue_seq": record.get("queue_seq"),
+        "created_at": record.get("created_at"),
+        "updated_at": record.get("updated_at"),
+        "ended_at": record.get("ended_at"),
+        "current_stage": current,
+        "queue_reason": record.get("queue_reason"),
+        "held_reason": record.get(HELD_REASON_ATTRIBUTE),
+        # The stage an approval gate holds back, while the job waits there.
+        "waiting_stage": record.get("waiting_stage") if record["status"] == JobStatus.WAITING.value else None,
+        # Who answered the gate (approved / rejected), when and why.
+        "approval_decision": record.get("approval_decision"),
+        "from_stage": envelope.from_stage,
+        "retry_of": envelope.retry_of,
+        "last_successful_stage": record.get("last_successful_stage"),
+        "last_writer": record.get("last_writer"),
+        "error": record.get("error_name"),
+        "error_cause": record.get("error_cause"),
+        "stages": stages,
+    }
+
+
+def agent_queue_reason(agents: Iterable[AgentPresence], now: datetime) -> QueueReason | None:
+    """Why a dispatched stage is unclaimed: no agent of its region online (`agent_offline`), or
+    every online agent at capacity (`agent_busy`). None when an online agent has a free slot:
+    the stage is about to be claimed."""
+    online = [agent for agent in agents if agent.is_online(now)]
+    if not online:
+        return QueueReason.AGENT_OFFLINE
+    if all(agent.free == 0 for agent in online):
+        return QueueReason.AGENT_BUSY
+    return None
+
+
+def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
+    """The job view; `queue_reason` also says agent_busy / agent_offline while a stage of a live
+    job is dispatched and unclaimed (a reason the state machine recorded, project_running, stays)."""
+    view = job_items_to_view(query_job_items(table, job_id))
+    unclaimed = any(stage["status"] == StageStatus.DISPATCHED.value for stage in view["stages"])
+    if unclaimed and view["queue_reason"] is None and not JobStatus(view["status"]).terminal:
+        reason = agent_queue_reason(agents_in_region(table, view["region_affinity"]), now)
+        view["queue_reason"] = reason.value if reason else None
+    view["artifacts"] = [artifact_summary(record) for record in list_artifacts(table, job_id)]
+    # The last lines of the output, read back from the end of the log (never the whole log).
+    view["log_tail"] = log_tail(table, job_id)
+    return view

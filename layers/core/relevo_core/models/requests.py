@@ -1,0 +1,146 @@
+"""The API's request models: every body and query string a route reads, validated here before
+any logic runs. The OpenAPI document attaches them to their operations (relevo_core/openapi.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from relevo_core.models.envelope import PRIORITY_BOUND, STAGE_NAME, TriggerType
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.status import JobStatus
+
+# GET /jobs: rows per page at most.
+JOB_LIST_MAX_LIMIT = 500
+# GET /jobs/{id}/logs: chunks per page, by default and at most.
+LOG_DEFAULT_LIMIT = 100
+LOG_MAX_LIMIT = 1000
+# Seqs are stored zero-padded to 12 digits (store/keys.py log_sk): larger ones would not sort.
+MAX_SEQ = 10**12 - 1
+
+
+def problems_of(exc: ValidationError, where: str) -> str:
+    """Each offending field of a query string or body, `field: problem; ...`."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or where}: {e['msg']}" for e in exc.errors())
+
+
+class RunRequest(BaseModel):
+    """POST /projects/{id}/run"""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ref: str | None = Field(default=None, min_length=1, max_length=256)
+    commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,64}$")
+    stages: list[str] | None = Field(default=None, min_length=1, max_length=32)
+    priority: int | None = Field(default=None, ge=-1_000_000, le=1_000_000)
+    trigger: Literal["api", "manual"] = "api"
+    # Two requests with the same request_id are the same request (a retried CLI call); a new
+    # request_id asks for a new run even inside the dedup window.
+    request_id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class RerunRequest(BaseModel):
+    """POST /jobs/{id}/rerun"""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    from_stage: str | None = Field(default=None, pattern=STAGE_NAME)
+
+
+# Body of POST /jobs/{job_id}/approve and /reject.
+class Decision(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: str | None = Field(default=None, max_length=2048)
+
+
+# Body of POST /jobs/{job_id}/stages/{stage}/resolve.
+class Resolution(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    as_: Literal["succeeded", "retry", "failed"] = Field(alias="as")
+    reason: str | None = Field(default=None, max_length=2048)
+
+
+class PriorityRequest(BaseModel):
+    """Body of `POST /jobs/{job_id}/priority`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    priority: int = Field(ge=-PRIORITY_BOUND, le=PRIORITY_BOUND, description="higher runs first")
+
+    @classmethod
+    def from_body(cls, body: Any) -> "PriorityRequest":
+        try:
+            return cls.model_validate(body if body is not None else {})
+        except ValidationError as exc:
+            raise RelevoError(ErrorCode.VALIDATION_FAILED, problems_of(exc, "body")) from exc
+
+
+class JobListQuery(BaseModel):
+    """Query string of `GET /jobs` (every filter optional; they combine with AND)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    project: str | None = Field(default=None, min_length=1, max_length=64)
+    status: JobStatus | None = None
+    trigger: TriggerType | None = None
+    agent: str | None = Field(default=None, min_length=1, max_length=128)
+    region: str | None = Field(default=None, min_length=1, max_length=64)
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = Field(default=50, ge=1, le=JOB_LIST_MAX_LIMIT)
+
+    @field_validator("since", "until")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+    @classmethod
+    def from_query_string(cls, params: dict[str, str] | None) -> "JobListQuery":
+        try:
+            return cls.model_validate(params or {})
+        except ValidationError as exc:
+            raise RelevoError(ErrorCode.VALIDATION_FAILED, problems_of(exc, "query")) from exc
+
+
+class ArtifactQuery(BaseModel):
+    """Query string of `GET /jobs/{job_id}/artifacts/{name}`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stage: str | None = Field(default=None, min_length=1, max_length=64, description="the stage that left the file")
+
+
+Query = TypeVar("Query", bound=BaseModel)
+
+
+def parse_query(model: type[Query], params: dict[str, str] | None) -> Query:
+    """A route's query string read with its model; what does not fit is 400 QUERY_INVALID."""
+    try:
+        return model.model_validate(params or {})
+    except ValidationError as exc:
+        raise RelevoError(ErrorCode.QUERY_INVALID, problems_of(exc, "query")) from exc
+
+
+class LogQuery(BaseModel):
+    """Query string of `GET /jobs/{job_id}/logs`: at most one of from_seq / before_seq; neither
+    reads from the start of the log."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    from_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ, description="page forward: chunks with seq >= from_seq")
+    before_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ, description="page back: the last chunks with seq < before_seq")
+    limit: int = Field(default=LOG_DEFAULT_LIMIT, ge=1, le=LOG_MAX_LIMIT, description="at most this many chunks")
+
+    @model_validator(mode="after")
+    def _one_direction(self) -> "LogQuery":
+        if self.from_seq is not None and self.before_seq is not None:
+            raise ValueError("give from_seq (page forward) or before_seq (page back), not both")
+        return self
