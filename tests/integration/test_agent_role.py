@@ -59,6 +59,10 @@ def test_what_an_agent_does_is_allowed(local_stack):
     dynamodb, sqs = _as_agent(local_stack, "eu-west", "dynamodb"), _as_agent(local_stack, "eu-west", "sqs")
     sqs.receive_message(QueueUrl=local_stack.work_queues["eu-west"], WaitTimeSeconds=0)
     dynamodb.get_item(TableName=table, Key={"pk": {"S": f"JOB#{suffix}"}, "sk": {"S": "STAGE#00"}})
+    # At its start an agent reads its own presence record (store/agents.take_agent_id).
+    dynamodb.get_item(
+        TableName=table, Key={"pk": {"S": "AGENTS#eu-west"}, "sk": {"S": f"AGENT#agent-role-{suffix}"}}, ConsistentRead=True
+    )
     # Writes are authorized, then refused by a condition that never holds: the session's other
     # tests read every presence and log record, so none is left behind.
     never = {"ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(pk)"}
