@@ -1,6 +1,6 @@
 """Faults AWS produces that the local stack would never produce by itself, switched on by tests.
 
-The local stack applies DynamoDB requests one at a time (see stack._emulator_server), so two
+The local stack applies DynamoDB requests one at a time (see emulator_patches.emulator_server), so two
 transactions never overlap and DynamoDB's optimistic concurrency never cancels one. On AWS a
 `TransactWriteItems` that overlaps another transaction or write on one of its items is cancelled
 with `TransactionCanceledException`, the item's cancellation reason being `TransactionConflict`
@@ -10,7 +10,7 @@ of a single-item write that meets an ongoing transaction.
 
 `transaction_conflicts` makes the next N matching `TransactWriteItems` calls fail that way. It
 acts inside moto's DynamoDB backend (moto 5.2.5: `DynamoDBBackend.transact_write_items`, in
-this process, like the other emulator patches in stack.py) and raises moto's own
+this process, like the other emulator patches, listed in emulator_patches.py) and raises moto's own
 `TransactionCanceledException` before anything is written, so the error goes through moto's
 real response path (HTTP 400, `CancellationReasons`, the message listing the reasons) and
 through the Step Functions interpreter's real error mapping (`DynamoDb.TransactionCanceledException`,

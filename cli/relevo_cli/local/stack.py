@@ -10,7 +10,6 @@ emulator_iam.py).
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -19,7 +18,6 @@ import sys
 import threading
 import time
 import uuid
-from types import SimpleNamespace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ import boto3
 import requests
 from botocore.credentials import Credentials
 
-from relevo_cli.local import deferred, emulator_iam, faults, heartbeat_timeout, interpreter_patches, lambda_layer, sigv4, template
+from relevo_cli.local import deferred, emulator_iam, emulator_patches, lambda_layer, sigv4, template
 from relevo_cli.local.apigateway import ApiAdapter, Route
 from relevo_cli.local.sigv4 import Refusal
 from relevo_cli.local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
@@ -101,15 +99,8 @@ class LocalStack:
     def start(self) -> StackInfo:
         for name in ("moto", "werkzeug", "botocore", "urllib3"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
-        _parse_each_state_machine_definition_once()
-        heartbeat_timeout.name_heartbeat_timeouts()  # moto 5.2.5 names a heartbeat lapse States.Timeout
-        _store_key_policies_as_json()
-        _answer_managed_policy_attributes()
-        _drop_no_value_from_lists()
-        _attach_managed_policies_of_stack_roles()
-        interpreter_patches.install()
-        faults.install()  # inert until a test arms a fault (local/faults.py)
-        self._server = _emulator_server(self.host, self.moto_port)
+        emulator_patches.install()
+        self._server = emulator_patches.emulator_server(self.host, self.moto_port)
         self._server.start()
         host, port = self._server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
@@ -124,7 +115,7 @@ class LocalStack:
         ).raise_for_status()
         bootstrap = boto3.session.Session(**_BOOTSTRAP_CREDENTIALS, region_name=self.region)
         self.credentials = emulator_iam.local_user(bootstrap.client("iam", endpoint_url=endpoint))
-        emulator_iam.install(self.role_sessions)
+        emulator_patches.install_identity(self.role_sessions)
         emulator_iam.enforce(endpoint)
         session = boto3.session.Session(
             aws_access_key_id=self.credentials.access_key,
@@ -218,7 +209,7 @@ class LocalStack:
             gateway_responses=template.gateway_responses(sam),
         )
         self._adapter.start()
-        _point_api_url_output_at_the_adapter(self.stack_name, self.region, self._adapter.url)
+        emulator_patches.point_api_url_output_at_the_adapter(self.stack_name, self.region, self._adapter.url)
         self._start_streams(sam, physical)
         if self.rule_schedules:
             self._start_schedules(sam)
@@ -361,12 +352,11 @@ class LocalStack:
     def _start_streams(self, sam: dict[str, Any], physical: dict[str, str | None]) -> None:
         """DynamoDB stream events: a poller per function and stream (see local/streams.py)."""
         dynamodb, streams = self._session.client("dynamodb"), self._session.client("dynamodbstreams")
-        _share_stream_records_in_transaction_backups()
-        _back_up_only_touched_items_in_transactions()
+        emulator_patches.install_for_streams()
         for fn in template.sam_functions(sam, self.root):
             for event_name, table_id, batch_size in fn.streams:
                 table = dynamodb.describe_table(TableName=str(physical[table_id]))["Table"]
-                _detach_emulator_stream_invoker(table["TableName"], ACCOUNT_ID, self.region)
+                emulator_patches.detach_emulator_stream_invoker(table["TableName"], ACCOUNT_ID, self.region)
                 poller = StreamPoller(
                     streams,
                     table["LatestStreamArn"],
@@ -469,287 +459,6 @@ class LocalStack:
         their own session token)."""
         key = emulator_iam.issued_key(access_key, session_token)
         return None if key is None else key.create_credentials()
-
-
-_TRANSACTION_KEYS = threading.local()
-
-
-def _parse_each_state_machine_definition_once() -> None:
-    """moto parses a state machine's ASL with its ANTLR grammar on every StartExecution, before
-    the execution's first event: about 1 s for job.asl.json on this class of machine, which
-    every job's handoff paid. The syntax tree depends on the definition text only, so it is
-    parsed once per definition; the evaluation program is still built fresh from it for each
-    execution (those components are per execution, the tree is only read). A definition with
-    syntax errors is not cached and fails as before. Installed once, for the emulator running
-    in this process."""
-    from functools import lru_cache
-
-    from antlr4 import CommonTokenStream, InputStream
-    from moto.stepfunctions.parser.asl.antlr.runtime.ASLLexer import ASLLexer
-    from moto.stepfunctions.parser.asl.antlr.runtime.ASLParser import ASLParser
-    from moto.stepfunctions.parser.asl.parse import asl_parser
-    from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
-
-    parser_class = asl_parser.AmazonStateLanguageParser
-    if getattr(parser_class, "_relevo_tree_cache", False):
-        return
-
-    @lru_cache(maxsize=32)
-    def syntax_tree(definition: str) -> Any:
-        errors = asl_parser.SyntaxErrorListener()
-        parser = ASLParser(CommonTokenStream(ASLLexer(InputStream(definition))))
-        parser.removeErrorListeners()
-        parser.addErrorListener(errors)
-        tree = parser.state_machine()
-        if errors.errors:
-            raise asl_parser.ASLParserException(errors=errors.errors)
-        return tree
-
-    def parse(definition: str) -> tuple[Any, Any]:
-        tree = syntax_tree(definition)
-        return Preprocessor().visit(tree), tree
-
-    parser_class.parse = staticmethod(parse)
-    parser_class._relevo_tree_cache = True
-
-
-def _store_key_policies_as_json() -> None:
-    """moto 5.2.5's CloudFormation creates an AWS::KMS::Key with its KeyPolicy as a parsed
-    document; its KMS API then fails (500) on every call that reads the policy (DescribeKey,
-    GetKeyPolicy), which expect the JSON text KMS keeps. Give it the text. Installed once."""
-    import moto.kms.models as kms_models
-
-    if getattr(kms_models, "_relevo_key_policy_text", False):
-        return
-    original = kms_models.Key.create_from_cloudformation_json.__func__
-
-    def create_from_cloudformation_json(cls: Any, resource_name: str, cloudformation_json: Any, *args: Any, **kwargs: Any) -> Any:
-        properties = cloudformation_json.get("Properties", {})
-        if isinstance(properties.get("KeyPolicy"), dict):
-            cloudformation_json = {**cloudformation_json, "Properties": {**properties, "KeyPolicy": json.dumps(properties["KeyPolicy"])}}
-        return original(cls, resource_name, cloudformation_json, *args, **kwargs)
-
-    kms_models.Key.create_from_cloudformation_json = classmethod(create_from_cloudformation_json)
-    kms_models._relevo_key_policy_text = True
-
-
-def _attach_managed_policies_of_stack_roles() -> None:
-    """An AWS::IAM::Role's ManagedPolicyArns are attached to it (CloudFormation, AWS::IAM::Role);
-    moto 5.2.5's CloudFormation ignores the property, so a role whose powers come from a managed
-    policy (each region's agent role) could do nothing. Attach the ones the emulator has: the
-    stack's own; AWS managed policies (SAM's AWSLambdaBasicExecutionRole, AWSXrayWriteOnlyAccess)
-    are not loaded by moto and grant only CloudWatch Logs and X-Ray, which no function calls
-    through the API locally. Installed once."""
-    from moto.iam.models import Role, iam_backends
-
-    if getattr(Role, "_relevo_managed_policy_arns", False):
-        return
-    original = Role.create_from_cloudformation_json.__func__
-
-    def create_from_cloudformation_json(cls: Any, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any) -> Any:
-        role = original(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
-        backend = iam_backends[account_id]["aws"]
-        known = {policy.arn for policy in backend.managed_policies.values()}
-        for arn in cloudformation_json.get("Properties", {}).get("ManagedPolicyArns", []):
-            if arn in known:
-                backend.attach_role_policy(arn, role.name)
-        return role
-
-    Role.create_from_cloudformation_json = classmethod(create_from_cloudformation_json)
-    Role._relevo_managed_policy_arns = True
-
-
-def _drop_no_value_from_lists() -> None:
-    """`AWS::NoValue` removes what it stands for, a list element included (CloudFormation,
-    pseudo parameters: AWS::NoValue), e.g. a trust policy statement behind `Fn::If`. moto 5.2.5
-    drops it from maps but leaves None in a list, and its IAM then fails (500) on the trust
-    policy's None statement. Drop it from lists too. Installed once."""
-    import moto.cloudformation.parsing as parsing
-
-    if getattr(parsing, "_relevo_no_value_in_lists", False):
-        return
-    original = parsing.clean_json
-
-    def clean_json(resource_json: Any, resources_map: Any) -> Any:
-        if isinstance(resource_json, list):
-            cleaned = (original(value, resources_map) for value in resource_json)
-            return [value for value in cleaned if value is not None]
-        return original(resource_json, resources_map)
-
-    parsing.clean_json = clean_json
-    parsing._relevo_no_value_in_lists = True
-
-
-def _answer_managed_policy_attributes() -> None:
-    """`Fn::GetAtt [Policy, PolicyArn]` of an AWS::IAM::ManagedPolicy is its ARN (CloudFormation
-    resource reference, return values); moto 5.2.5's ManagedPolicy has no attributes at all and
-    fails the stack with an AttributeError. Installed once."""
-    from moto.iam.models import ManagedPolicy
-
-    if getattr(ManagedPolicy, "_relevo_cfn_attributes", False):
-        return
-
-    def get_cfn_attribute(self: Any, attribute_name: str) -> str:
-        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
-
-        if attribute_name == "PolicyArn":
-            return str(self.arn)
-        if attribute_name == "PolicyId":
-            return str(self.id)
-        raise UnformattedGetAttTemplateException()
-
-    ManagedPolicy.has_cfn_attr = classmethod(lambda cls, attr: attr in ("PolicyArn", "PolicyId"))
-    ManagedPolicy.get_cfn_attribute = get_cfn_attribute
-    ManagedPolicy._relevo_cfn_attributes = True
-
-
-def _back_up_only_touched_items_in_transactions() -> None:
-    """moto backs up each table a TransactWriteItems call names with copy.deepcopy of the whole
-    table (items, and the stream's history), so every transaction costs as much as the table
-    holds and the stack slows as it lives. A transaction can only change the items it names, so
-    the backup here deep-copies exactly those and shares the rest; a failed transaction still
-    restores every item it touched. Installed once, for the emulator running in this process."""
-    from collections import defaultdict
-
-    import moto.dynamodb.models as dynamodb_models
-    from moto.dynamodb.models.dynamo_type import DynamoType
-    from moto.dynamodb.models.table import Table
-
-    if getattr(dynamodb_models, "_relevo_cheap_backups", False):
-        return
-    real_copy = copy
-
-    def backup(table: Table, keys: set[tuple[Any, Any]]) -> Table:
-        clone = real_copy.copy(table)
-        if table.has_range_key:
-            clone.items = defaultdict(dict, {h: dict(part) for h, part in table.items.items()})
-            for h, r in keys:
-                if r in table.items.get(h, {}):
-                    clone.items[h][r] = real_copy.deepcopy(table.items[h][r])
-        else:
-            clone.items = defaultdict(dict, table.items)
-            for h, _ in keys:
-                if h in table.items:
-                    clone.items[h] = real_copy.deepcopy(table.items[h])
-        if getattr(table, "stream_shard", None) is not None:
-            shard = real_copy.copy(table.stream_shard)
-            shard.items, shard.table = list(table.stream_shard.items), clone
-            clone.stream_shard = shard
-        return clone
-
-    def deepcopy(obj: Any, memo: Any = None) -> Any:
-        keys = getattr(_TRANSACTION_KEYS, "by_table", None)
-        if isinstance(obj, Table) and keys is not None and keys.get(obj.name) is not None:
-            return backup(obj, keys[obj.name])
-        return real_copy.deepcopy(obj, memo)
-
-    original = dynamodb_models.DynamoDBBackend.transact_write_items
-
-    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        by_table: dict[str, set[tuple[Any, Any]] | None] = {}
-        for entry in transact_items:
-            _, op = next(iter(entry.items()))
-            table = self.tables.get(op.get("TableName"))
-            if table is None:
-                continue
-            attributes = op.get("Key") or op.get("Item") or {}
-            hash_value = attributes.get(table.hash_key_attr)
-            range_value = attributes.get(table.range_key_attr) if table.has_range_key else None
-            if hash_value is None or (table.has_range_key and range_value is None):
-                by_table[table.name] = None  # key not readable here: back up the whole table
-                continue
-            if table.name in by_table and by_table[table.name] is None:
-                continue
-            by_table.setdefault(table.name, set()).add(
-                (DynamoType(hash_value), DynamoType(range_value) if range_value is not None else None)
-            )
-        _TRANSACTION_KEYS.by_table = by_table
-        try:
-            return original(self, transact_items)
-        finally:
-            _TRANSACTION_KEYS.by_table = None
-
-    dynamodb_models.copy = SimpleNamespace(deepcopy=deepcopy, copy=real_copy.copy)
-    dynamodb_models.DynamoDBBackend.transact_write_items = transact_write_items
-    dynamodb_models._relevo_cheap_backups = True
-
-
-def _share_stream_records_in_transaction_backups() -> None:
-    """moto backs up a whole table with copy.deepcopy before each TransactWriteItems item, and a
-    table with a stream carries every stream record ever written: each intake transaction would
-    then deep-copy the stream's whole history, so transactions slow down as the stack lives.
-    Stream records are never changed after they are appended, so the backup copies the list of
-    them (a rolled-back transaction still drops the records it appended) and shares the records."""
-    from moto.dynamodb.models.table import StreamShard
-
-    if getattr(StreamShard, "_relevo_shallow_records", False):
-        return
-
-    def __deepcopy__(self: StreamShard, memo: dict[int, Any]) -> StreamShard:
-        clone = copy.copy(self)
-        memo[id(self)] = clone
-        clone.table = copy.deepcopy(self.table, memo)
-        clone.items = list(self.items)
-        return clone
-
-    StreamShard.__deepcopy__ = __deepcopy__  # type: ignore[attr-defined]
-    StreamShard._relevo_shallow_records = True  # type: ignore[attr-defined]
-
-
-def _point_api_url_output_at_the_adapter(stack_name: str, region: str, url: str) -> None:
-    """On AWS the stack's ApiUrl output is the API's invoke URL. Locally the API is served by the
-    adapter (moto 5.2.5 cannot create SAM's RestApi), so the output names the adapter's URL: a
-    tool that finds the stack through CloudFormation (`relevo stack use`) reaches its API."""
-    from moto.cloudformation.models import cloudformation_backends
-
-    for stack in cloudformation_backends[ACCOUNT_ID][region].stacks.values():
-        if stack.name == stack_name and "ApiUrl" in stack.output_map.outputs:
-            stack.output_map["ApiUrl"].value = url
-
-
-def _detach_emulator_stream_invoker(table_name: str, account_id: str, region: str) -> None:
-    """moto links a table to the Lambda event source mappings created for its stream and, on
-    every write, invokes the function through Docker (absent here): each write then waits for
-    that attempt, and the failed attempt's error text also empties the stream's records. The
-    local poller delivers the stream instead, so the link is cut in the emulator's backend (it
-    runs in this process); the mapping itself stays listed as deployed."""
-    from moto.dynamodb.models import dynamodb_backends
-
-    dynamodb_backends[account_id][region].get_table(table_name).lambda_event_source_mappings.clear()
-
-
-def _emulator_server(host: str, port: int) -> Any:
-    """moto's ThreadedMotoServer, with DynamoDB requests applied one at a time.
-
-    moto's server handles requests on concurrent threads, and its DynamoDB backend has no lock:
-    two conditional writes (or transactions) on one item can both pass their condition, or fail
-    with a 500. DynamoDB itself applies conditional writes atomically and transactions
-    serializably, so serializing DynamoDB requests is what makes the emulator faithful here.
-    """
-    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-    from werkzeug.serving import make_server
-
-    dynamodb_lock = threading.Lock()
-
-    def serialized(app: Any) -> Any:
-        def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
-            if str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith("DynamoDB_"):
-                with dynamodb_lock:
-                    # Consume the whole response inside the lock.
-                    return list(app(environ, start_response))
-            return app(environ, start_response)
-
-        return wsgi
-
-    class Server(ThreadedMotoServer):
-        def _server_entry(self) -> None:
-            app = serialized(DomainDispatcherApplication(create_backend_app))
-            self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
-            self._server_ready_event.set()
-            self._server.serve_forever()
-
-    return Server(ip_address=host, port=port, verbose=False)
 
 
 class _EndpointSession:

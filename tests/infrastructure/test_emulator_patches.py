@@ -1,0 +1,66 @@
+"""Every change the local stack makes to moto is in local/emulator_patches.py or a module it
+installs, each naming the moto behaviour it changes and the version checked (issue 17).
+
+Given the local stack's modules, when their assignments are read from source, then only
+emulator_patches.py and the modules it installs assign anything onto moto's modules or classes.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+LOCAL = Path(__file__).resolve().parents[2] / "cli" / "relevo_cli" / "local"
+# The modules emulator_patches.install / install_identity / install_for_streams install.
+PATCH_MODULES = {
+    "emulator_patches.py", "interpreter_patches.py", "heartbeat_timeout.py", "faults.py", "emulator_iam.py",
+    "dynamodb_authorization.py",
+}
+
+
+def _moto_names(tree: ast.AST) -> set[str]:
+    """Names bound to something imported from moto in this module (at any depth)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("moto"):
+            names.update(alias.asname or alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name.startswith("moto"))
+    return names
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _patches(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    moto = _moto_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute) and _root(target) in moto:
+                found.append(f"{path.name}:{node.lineno} assigns {ast.unparse(target)}")
+    return found
+
+
+def test_only_the_patch_modules_change_moto() -> None:
+    elsewhere = [p for path in sorted(LOCAL.glob("*.py")) if path.name not in PATCH_MODULES for p in _patches(path)]
+    assert elsewhere == [], "move these into local/emulator_patches.py:\n" + "\n".join(elsewhere)
+
+
+def test_each_patch_of_emulator_patches_names_the_moto_version_checked() -> None:
+    tree = ast.parse((LOCAL / "emulator_patches.py").read_text(encoding="utf-8"))
+    undated = [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and _patches_in(node) and "5.2.5" not in (ast.get_docstring(node) or "")
+    ]
+    assert undated == []
+
+
+def _patches_in(function: ast.FunctionDef) -> bool:
+    return any(isinstance(node, (ast.ImportFrom, ast.Import)) for node in ast.walk(function))
