@@ -34,7 +34,7 @@ $(SAM_STAMP): $(SAM_LOCK) $(STAMP)
 	$(BIN)/uv pip sync --quiet --python $(SAM_VENV)/bin/python $(SAM_LOCK)
 	@touch $(SAM_STAMP)
 
-# The build README tells users to run: language extensions come from samconfig.toml, no cache.
+# What docs/operations.md tells users to run: language extensions come from samconfig.toml, no cache.
 build: $(SAM_STAMP)
 	@test -n "$(PYTHON312_BIN)" || { echo "make build: BuildMethod python3.12 needs Python 3.12: put python3.12 on PATH or 'pyenv install 3.12'" >&2; exit 2; }
 	PATH="$(PYTHON312_BIN):$$PATH" SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam build --no-cached --build-dir $(BUILD_DIR)

@@ -44,7 +44,7 @@ def _resources(settings: AgentConfig, config: Path) -> StackTarget:
     boto3 at the stack's endpoint and region. A stack file that cannot be read is a mistake of
     the config that names it."""
     if settings.aws_profile:
-        # The profile of the Mac's AWS configuration that takes the agent role (README).
+        # The profile of the Mac's AWS configuration that takes the agent role (docs/operations.md, "Connect a Mac").
         os.environ["AWS_PROFILE"] = settings.aws_profile
     if settings.stack_file is not None:
         try:
@@ -158,7 +158,7 @@ def agent_toml(agent_id: str, region: str, capacity: int, stack_file: Path, aws_
         values["aws_profile"] = aws_profile
     # JSON strings are TOML basic strings for what these hold (no control characters).
     lines = [f"{name} = {json.dumps(value)}" for name, value in values.items()]
-    return "# Written by relevo-agent init; see README, \"Connect a Mac\".\n" + "\n".join(lines) + "\n"
+    return "# Written by relevo-agent init; see docs/operations.md, \"Connect a Mac\".\n" + "\n".join(lines) + "\n"
 
 
 @app.command()

@@ -48,7 +48,7 @@ class AgentConfig(BaseModel):
     aws_profile: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9_.@+-]{1,64}$",
         description="The profile of this Mac's AWS configuration the agent runs with: the one that takes the region's "
-        "agent role (README, \"Connect a Mac\"). Empty: the default credential chain.",
+        "agent role (docs/operations.md, \"Connect a Mac\"). Empty: the default credential chain.",
     )
     mask: tuple[str, ...] = Field(
         default=(), description="Names of environment variables whose values are secrets: replaced by `******` in every log and probe output."

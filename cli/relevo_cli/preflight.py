@@ -162,7 +162,7 @@ def preflight(plan: DeployPlan, aws: boto3.session.Session, endpoint_url: str | 
             if role:
                 findings.append(Finding("api access logs", Verdict.OK, f"the account's API Gateway CloudWatch role is {role}"))
             else:
-                findings.append(Finding("api access logs", Verdict.FIX, "ApiAccessLogging=on needs the account's API Gateway CloudWatch role in this region (README, Deploy): set it, or deploy with ApiAccessLogging=off"))
+                findings.append(Finding("api access logs", Verdict.FIX, "ApiAccessLogging=on needs the account's API Gateway CloudWatch role in this region (docs/operations.md, 'Deploy to AWS'): set it, or deploy with ApiAccessLogging=off"))
         except (ClientError, BotoCoreError) as exc:
             findings.append(Finding("api access logs", Verdict.UNKNOWN, f"could not read API Gateway's account settings ({_why(exc)})"))
     else:

@@ -1,4 +1,4 @@
-"""README "Deploy to AWS" → "Connect a Mac", run as written against the local stack (created
+"""docs/operations.md "Deploy to AWS" → "Connect a Mac", run as written against the local stack (created
 through the emulator's CloudFormation, as `sam deploy` creates the real one):
 
 - the operator's CLI finds the stack by name only (`relevo stack use`), never local up's stack.json;
@@ -7,7 +7,7 @@ through the emulator's CloudFormation, as `sam deploy` creates the real one):
 - `relevo-agent init` writes the agent's config from the stack and its doctor passes;
 - the agent runs a whole job with the agent role's powers only, under IAM enforcement.
 
-Every command this test runs appears in README's deploy sequence (checked below), so the two
+Every command this test runs appears in that deploy sequence (checked below), so the two
 cannot drift apart; only `sam deploy` itself is not run here.
 """
 
@@ -29,7 +29,7 @@ from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-# The README's commands, as this test runs them (placeholders in braces).
+# The deploy sequence's commands (docs/operations.md), as this test runs them (placeholders in braces).
 README_COMMANDS = [
     "relevo aws preflight --region {region}",
     "relevo stack use {stack} --region {region}",
@@ -59,10 +59,10 @@ def _run(args: list[str], env: dict[str, str], endpoint: str, check: bool = True
 
 
 def test_the_readme_deploy_sequence_connects_the_cli_and_a_mac_and_runs_a_job(tmp_path: Path):
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "operations.md").read_text()
     for command in README_COMMANDS:
         pattern = re.escape(command).replace(r"\{region\}", r"\S+").replace(r"\{stack\}", r"\S+").replace(r"\{project_file\}", r"\S+").replace(r"\{project\}", r"\S+")
-        assert re.search(pattern, readme), f"README's deploy sequence lacks: {command}"
+        assert re.search(pattern, readme), f"docs/operations.md's deploy sequence lacks: {command}"
 
     state = tmp_path / "state"
     with local_stack(state, tmp_path / "local-up.log") as stack:

@@ -62,8 +62,8 @@ def test_the_reserved_mode_gives_each_function_its_figure() -> None:
     reservations = _reservations({"ReservedConcurrency": "on"})
     assert reservations == RESERVED_WHEN_ON
     total = sum(RESERVED_WHEN_ON.values())
-    # What the README tells users: the mode needs a quota of at least this.
-    assert f"{total + UNRESERVED_MINIMUM}" in (ROOT / "README.md").read_text()
+    # What docs/operations.md tells users: the mode needs a quota of at least this.
+    assert f"{total + UNRESERVED_MINIMUM}" in (ROOT / "docs" / "operations.md").read_text()
 
 
 def _stage(parameters: dict[str, str] | None = None) -> dict[str, Any]:
@@ -89,4 +89,4 @@ def test_access_logging_once_opted_in_writes_to_the_stacks_log_group() -> None:
 def test_each_mode_is_a_two_valued_parameter_off_by_default(parameter: str) -> None:
     slot = load_sam_template(ROOT / "template.yaml")["Parameters"][parameter]
     assert slot["Default"] == "off" and slot["AllowedValues"] == ["off", "on"]
-    assert parameter in (ROOT / "README.md").read_text()
+    assert parameter in (ROOT / "docs" / "operations.md").read_text()

@@ -1,4 +1,4 @@
-"""`sam build`, run the way README tells users to (`make build`), produces what Lambda will run.
+"""`sam build`, run the way docs/operations.md tells users to (`make build`), produces what Lambda will run.
 
 What it caught (issue 13, finding 3): without language extensions SAM CLI 1.170 stops on
 Fn::ForEach ("'list' object has no attribute 'get'"); `cached = true` once reported "Build

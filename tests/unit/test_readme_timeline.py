@@ -1,4 +1,4 @@
-"""The README's lease timeline (issue 14) is the code's: every number in its table is read back
+"""The lease timeline of docs/architecture.md (issue 14) is the code's: every number in its table is read back
 from the constants and defaults it names."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.project import Project, ProjectStage
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
 
 def _table() -> dict[str, tuple[float, float]]:
