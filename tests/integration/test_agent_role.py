@@ -76,6 +76,15 @@ def test_what_an_agent_does_is_allowed(local_stack):
             ExpressionAttributeValues={":s": {"S": "running"}, ":l": {"N": "1"}},
         )
     assert raised.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    # A claim (store/stage_attempts.claim) also names its claim, what it took over, the agent's
+    # journal entry, and refuses a stage closed with its job.
+    with pytest.raises(ClientError) as raised:
+        dynamodb.update_item(
+            TableName=table, Key=stage, UpdateExpression="SET claim_id = :c, claimed_over = :o, journal_id = :j",
+            ConditionExpression="attribute_exists(pk) AND attribute_not_exists(closed_at)",
+            ExpressionAttributeValues={":c": {"S": "c"}, ":o": {"M": {}}, ":j": {"S": "j"}},
+        )
+    assert raised.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
 
 
 @pytest.mark.parametrize(
