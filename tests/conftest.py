@@ -27,6 +27,21 @@ os.environ["AWS_CONFIG_FILE"] = os.devnull
 os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
 
 
+
+@pytest.fixture(autouse=True)
+def _environment_stays_in_its_test() -> Iterator[None]:
+    """What a test changes in os.environ ends with it. The agent's CLI run in-process points the
+    process at the stack it reads (a session of the agent role included): left behind, every
+    later test of the worker would call AWS as that agent."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        from relevo_core.aws import reset_clients
+
+        os.environ.clear()
+        os.environ.update(saved)
+        reset_clients()
+
 @pytest.fixture(scope="session")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalStack"]:  # noqa: F821
     """The session's local stack itself (its role sessions, function runtimes, trace socket)."""

@@ -134,12 +134,13 @@ class Presence:
         self.on_error: Callable[[Exception], None] = lambda _: None
 
     # ------------------------------------------------------------------ the record
-    def take(self) -> None:
+    def take(self, predecessor: str | None = None) -> None:
         """Before anything else: this agent_id's record now names this process. Raises
         AgentIdInUse when another relevo-agent with this agent_id is online (a second launchd
         job, a cloned Mac): starting anyway would have both take work, and a restart's recovery
-        fail the other's live stages."""
-        agents.take_agent_id(self.table, self._record())
+        fail the other's live stages. `predecessor`: the instance this agent's journal last ran
+        as, which a restart takes over without waiting for its record to go stale."""
+        agents.take_agent_id(self.table, self._record(), predecessor)
 
     def start(self) -> None:
         self._thread.start()

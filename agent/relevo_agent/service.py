@@ -63,6 +63,9 @@ from relevo_core.store.jobs import get_envelope, get_job_record
 
 log = logging.getLogger("relevo_agent")
 
+# The journal's record of the instance this agent last ran as (see Presence.take).
+INSTANCE_KEY = "instance_id"
+
 # The execution no longer waits for this token (canceled, timed out, answered).
 _DEAD_TOKEN = ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken")
 RESTART_INTERRUPTED = "agent_restart_interrupted"
@@ -210,7 +213,8 @@ class Agent:
         EXIT_AGENT_ID_IN_USE when another process runs with this agent_id, EXIT_STACK_GONE when
         the stack went away or this agent_id was taken over, 130 at the third signal."""
         try:
-            self.presence.take()
+            self.presence.take(predecessor=self.journal.recall(INSTANCE_KEY))
+            self.journal.remember(INSTANCE_KEY, self.presence.instance_id)
             self.recover()
         except AgentIdInUse as other:
             log.error("%s; not starting: stop it, or give this agent an agent_id of its own", other)

@@ -6,7 +6,6 @@ incomplete dead-letter entry. `relevo drill all --trials 3` runs the full drill 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from relevo_cli.drill.drills import DRILLS, Trial
 from relevo_cli.drill.fleet import DrillFleet, DrillTiming
 from relevo_cli.localrun import local_stack
 from relevo_core.aws import reset_clients
+from tests.integration.helpers import use_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-drill")]
 
@@ -26,19 +26,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DrillFleet]:
     work = tmp_path_factory.mktemp("drill")
-    saved = os.environ.get("AWS_ENDPOINT_URL")
-    with local_stack(work / "stack", work / "local-up.log") as stack:
-        os.environ["AWS_ENDPOINT_URL"] = str(stack.aws_endpoint)
-        reset_clients()
+    with local_stack(work / "stack", work / "local-up.log") as stack, pytest.MonkeyPatch.context() as patch:
+        use_stack(patch, stack)  # its endpoint and the IAM user it made, as `relevo drill` does
         drill_fleet = DrillFleet(stack, work, DrillTiming.fast())
         try:
             yield drill_fleet.start()
         finally:
             drill_fleet.close()
-            if saved is None:
-                os.environ.pop("AWS_ENDPOINT_URL", None)
-            else:
-                os.environ["AWS_ENDPOINT_URL"] = saved
             reset_clients()
 
 

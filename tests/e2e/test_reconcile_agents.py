@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -23,6 +24,7 @@ from relevo_cli.drill.proxy import FaultProxy, Mode
 from relevo_cli.localrun import agent_process, local_stack
 from relevo_core.aws import reset_clients
 from relevo_agent.stackfile import StackInfo
+from relevo_core.store import agents
 from tests.conftest import push_body
 from tests.integration.helpers import deliver, register_project, use_stack
 
@@ -62,7 +64,7 @@ class Fleet:
         path.write_text(
             "\n".join(
                 [
-                    f'agent_id = "{agent_id}"',
+                    f'agent_id = "{self.agent_id(agent_id)}"',
                     'region = "eu-west"',
                     "capacity = 1",
                     f'workspace_root = "{workspace_root or self.tmp / (mac + "-ws")}"',
@@ -70,12 +72,18 @@ class Fleet:
                     f'stack_file = "{stack_file or self.stack_file}"',
                     "poll_wait_sec = 1",
                     "outbox_interval_sec = 0.5",
+                    "presence_interval_sec = 2",  # a SIGKILLed Mac looks offline after 6 s
                     "max_clock_skew_sec = 0.5",  # one host's clock: a 3 s lease leaves room to renew
                     "",
                 ]
             )
         )
         return path
+
+    def agent_id(self, name: str) -> str:
+        """The agent_id of this test's Mac `name`: each test has Macs of its own (a Mac that was
+        SIGKILLed in one test still looks online for a while to the next one's)."""
+        return f"{name}-{self.project_id[-8:]}"
 
     @property
     def probe(self) -> str:
@@ -110,13 +118,16 @@ class Fleet:
 
     def cancel_unfinished(self) -> None:
         """The stack and its region queue are shared by the module's tests: a job a test leaves
-        running (its agent gone) must not be picked up by the next test's agents."""
+        running (its agent gone) must not be picked up by the next test's agents, and a Mac it
+        SIGKILLed (whose presence still looks online) must not be offered the next test's retries."""
         for job_id in self.jobs:
             try:
                 if self.api.get_job(job_id)["status"] not in ("succeeded", "failed", "canceled"):
                     self.api.cancel_job(job_id)
             except ApiError:
                 pass
+        for name in ("mac-a", "mac-b"):
+            agents.mark_offline(self.stack.table_name, "eu-west", self.agent_id(name), datetime.now(timezone.utc))
 
     def wait_started(self, count: int = 1, timeout: float = 60) -> None:
         wait_until(lambda: self.started.exists() and len(self.started.read_text().split()) >= count, timeout, "stage start")
@@ -183,11 +194,11 @@ def test_a_sigkilled_agents_stage_is_reconciled_and_runs_again_on_the_other_agen
     # Exactly one line per completed stage: the killed attempt left nothing, the retry ran once.
     assert fleet.effect_lines() == [f"{job_id}:build", f"{job_id}:upload"]
     build = job["stages"][0]
-    assert (build["status"], build["agent_id"], build["attempt"]) == ("succeeded", "mac-b", 2)
+    assert (build["status"], build["agent_id"], build["attempt"]) == ("succeeded", fleet.agent_id("mac-b"), 2)
     assert [entry["error"] for entry in build["attempts_log"]] == ["Relevo.Lease.Expired"]
     assert build["reconciled"]["decision"] == "rerun"
     assert build["reconciled"]["evidence"]["probe_exit"] == 1
-    assert build["reconciled"]["evidence"]["previous_agent"] == "mac-a"
+    assert build["reconciled"]["evidence"]["previous_agent"] == fleet.agent_id("mac-a")
 
 
 def test_an_effect_the_probe_finds_is_reconciled_as_succeeded_and_not_run_again(fleet: Fleet):
@@ -323,7 +334,7 @@ def test_second_sigterm_cancels_the_stage_as_agent_shutdown_and_it_is_retried(fl
     assert job["status"] == "succeeded", fleet.log("mac-b")[-3000:]
     build = job["stages"][0]
     assert [entry["error"] for entry in build["attempts_log"]] == ["Relevo.Transient.AgentShutdown"]
-    assert (build["agent_id"], build["attempt"], build["reconciled"]["decision"]) == ("mac-b", 2, "rerun")
+    assert (build["agent_id"], build["attempt"], build["reconciled"]["decision"]) == (fleet.agent_id("mac-b"), 2, "rerun")
     assert fleet.effect_lines() == [f"{job_id}:build", f"{job_id}:upload"]
 
 
@@ -382,6 +393,12 @@ def test_a_restarted_agent_whose_journal_was_lost_leaves_the_attempt_to_its_leas
     journal = fleet.journal("mac-a")
     for path in journal.parent.glob(journal.name + "*"):
         path.unlink()
+    # Without its journal it cannot tell its killed self from a clone: it refuses to start (exit 2,
+    # launchd starts it again) until the killed one's presence has gone stale.
+    with fleet.agent("mac-a") as refused:
+        assert refused.wait(timeout=30) == 2
+    assert "is in use by another relevo-agent" in fleet.log("mac-a")
+    wait_until(lambda: not _online(fleet, "mac-a"), 30, "the killed agent's presence stale")
     with fleet.agent("mac-a"):
         job = fleet.wait_job(job_id, timeout=60)
     assert job["status"] == "succeeded", fleet.log("mac-a")[-3000:]
@@ -390,6 +407,11 @@ def test_a_restarted_agent_whose_journal_was_lost_leaves_the_attempt_to_its_leas
     assert (build["attempt"], build["reconciled"]["decision"]) == (2, "rerun")
     assert fleet.effect_lines() == [f"{job_id}:build", f"{job_id}:upload"]
     assert "was claimed from another journal; left to its lease" in fleet.log("mac-a")
+
+
+def _online(fleet: Fleet, name: str) -> bool:
+    now = datetime.now(timezone.utc)
+    return any(a.agent_id == fleet.agent_id(name) and a.is_online(now) for a in agents.agents_in_region(fleet.stack.table_name, "eu-west"))
 
 
 def test_a_second_agent_with_the_same_agent_id_refuses_to_start_and_leaves_the_first_ones_stage_alone(fleet: Fleet):
@@ -410,7 +432,7 @@ def test_a_second_agent_with_the_same_agent_id_refuses_to_start_and_leaves_the_f
         job = fleet.wait_job(job_id)
 
     assert clone.returncode == 2, clone.stderr[-2000:]
-    assert "agent_id mac-a is in use by another relevo-agent on host" in clone.stderr
+    assert f"agent_id {fleet.agent_id('mac-a')} is in use by another relevo-agent on host" in clone.stderr
     assert job["status"] == "succeeded", fleet.log("mac-a")[-3000:]
     build = job["stages"][0]
     assert (build["attempt"], build["attempts_log"]) == (1, [])  # nobody failed the live stage

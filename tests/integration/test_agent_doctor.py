@@ -3,26 +3,11 @@ a non-zero exit when something is wrong."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Iterator
 
-import pytest
 from typer.testing import CliRunner
 
 from relevo_agent.cli import app
-from relevo_core.aws import reset_clients
-
-
-@pytest.fixture(autouse=True)
-def _agent_environment_stays_in_the_test() -> Iterator[None]:
-    """The agent CLI points its process at the stack, its credentials included (a session of the
-    region's agent role): run in this process, that must not outlive the test."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
-    reset_clients()
 
 
 def _config(tmp_path: Path, stack, **extra: str) -> Path:

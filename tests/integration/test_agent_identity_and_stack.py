@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from relevo_agent.cli import app
 from relevo_agent.config import AgentConfig
-from relevo_agent.service import EXIT_AGENT_ID_IN_USE, EXIT_STACK_GONE, Agent
+from relevo_agent.service import EXIT_AGENT_ID_IN_USE, EXIT_STACK_GONE, INSTANCE_KEY, Agent
 from relevo_core.aws import client
 from relevo_core.store import agents
 from tests.integration.helpers import wait_until
@@ -75,6 +75,29 @@ def test_a_second_agent_with_a_live_agent_id_refuses_to_start_and_names_the_othe
         assert running.is_alive() and first.fatal is None
     finally:
         _stop(first, running)
+
+
+def test_an_agent_restarted_on_its_own_journal_takes_its_agent_id_back_at_once(local_stack, tmp_path, queue_url):
+    # A relevo-agent SIGKILLed (or crashed) and restarted by launchd at once: its record still
+    # looks online, but it names the instance this Mac's journal last ran as.
+    agent_id = "mac-killed-" + secrets.token_hex(3)
+    killed = _agent(tmp_path, local_stack.table_name, queue_url, agent_id, "mac")
+    killed.presence.take(predecessor=killed.journal.recall(INSTANCE_KEY))
+    killed.journal.remember(INSTANCE_KEY, killed.presence.instance_id)
+    killed.journal.close()
+    # A clone (a journal of its own) is refused while the record is fresh...
+    clone = _agent(tmp_path, local_stack.table_name, queue_url, agent_id, "clone")
+    with pytest.raises(agents.AgentIdInUse):
+        clone.presence.take(predecessor=clone.journal.recall(INSTANCE_KEY))
+
+    # ...the restart, on the journal the killed one ran with, is not
+    restarted = _agent(tmp_path, local_stack.table_name, queue_url, agent_id, "mac")  # the same journal
+    running, result = _run(restarted)
+    try:
+        wait_until(lambda: _instance(local_stack, agent_id) == restarted.presence.instance_id, 10, "the restarted agent's presence")
+        assert running.is_alive() and "status" not in result
+    finally:
+        _stop(restarted, running)
 
 
 def test_an_agent_id_whose_holder_went_silent_can_be_taken(local_stack, tmp_path, queue_url):

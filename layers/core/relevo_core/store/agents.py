@@ -75,17 +75,19 @@ def _item(presence: AgentPresence) -> dict[str, Any]:
     }
 
 
-def take_agent_id(table: str, presence: AgentPresence) -> None:
+def take_agent_id(table: str, presence: AgentPresence, predecessor: str | None = None) -> None:
     """At an agent's start: its record now names this instance, unless another instance of the
-    agent_id is online (AgentIdInUse). Read, then written on condition nobody wrote in between,
-    so two agents starting together cannot both take it."""
+    agent_id is online (AgentIdInUse). `predecessor` is the instance this agent's own journal
+    last ran as: that one is this Mac's earlier process (killed, crashed, restarted by launchd),
+    whose record still looks online, and is taken over at once. Read, then written on condition
+    nobody wrote in between, so two agents starting together cannot both take it."""
     found = client("dynamodb").get_item(
         TableName=table, Key=key(agents_pk(presence.region), agent_sk(presence.agent_id)), ConsistentRead=True
     ).get("Item")
     condition, values = "attribute_not_exists(pk)", {}
     if found:
         other = AgentPresence.model_validate(from_attributes(found))
-        if other.instance_id not in (None, presence.instance_id) and other.is_online(presence.last_seen):
+        if other.instance_id not in (None, presence.instance_id, predecessor) and other.is_online(presence.last_seen):
             raise AgentIdInUse(other)
         condition, values = "last_seen = :seen", {":seen": from_attributes(found)["last_seen"]}
     _put(table, presence, condition, values)
