@@ -266,6 +266,10 @@ class Agent:
         deadline = time.monotonic() + FATAL_STOP_WAIT_SEC
         while self._active and time.monotonic() < deadline:
             time.sleep(0.1)
+        # The poll and presence loops end too: nothing of this agent outlives its exit (in a
+        # process that lives on, such as a test's, they would go on polling and writing).
+        self.stopping.set()
+        self.presence.stop()
         return EXIT_STACK_GONE
 
     def _poll(self) -> None:
