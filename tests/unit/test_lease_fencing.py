@@ -25,6 +25,7 @@ from relevo_agent.service import Agent, StageRun
 from relevo_agent.supervisor import group_alive
 from relevo_core.aws import reset_clients
 from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.store import stage_attempts
 from relevo_core.store.stage_attempts import StageRef
 
 
@@ -84,29 +85,72 @@ def black_hole(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     reset_clients()
 
 
-def test_a_keeper_whose_calls_hang_still_fences_at_its_deadline(tmp_path: Path, black_hole):
-    """The partition of the issue: every renewal is black-holed. The keeper used to wait out the
-    SDK's 25 s read timeout, three times, before it looked at its deadline."""
+def _renewing_run(tmp_path: Path, timeline: LeaseTimeline) -> tuple[Agent, StageRun, float]:
     config = AgentConfig(agent_id="mac-cut", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3")
     agent = Agent(config, "table", "http://127.0.0.1:1/queue", Journal(config.journal))
-    timeline = LeaseTimeline(lease_ttl_sec=3, kill_grace_sec=1, max_clock_skew_sec=0.5)
     claimed = time.monotonic()
     run = StageRun(StageRef("table", "job_x", 0, 1, "mac-cut"), Lease(timeline, claimed))
     run.token_known.set()  # renewing: the phase in which the partition came
     run.run_token = "token"
+    return agent, run, claimed
+
+
+def _start(agent: Agent, run: StageRun) -> tuple[threading.Thread, threading.Thread]:
     keeper = threading.Thread(target=agent._keep_lease, args=(run, "job_x:build"), daemon=True)
     fence = threading.Thread(target=agent._fence, args=(run, "job_x:build"), daemon=True)
     keeper.start()
     fence.start()
+    return keeper, fence
 
-    assert run.cancel.wait(timeline.fence_after_sec + 1)
-    fenced_after = time.monotonic() - claimed
-    run.done.set()
 
-    assert run.reason == "fenced"
-    assert timeline.fence_after_sec <= fenced_after < timeline.fence_after_sec + 0.5
-    keeper.join(timeline.lease_ttl_sec)  # its calls were bounded by the time left: it ends too
+# Generous on purpose: a loaded CI machine may schedule a thread late. What these tests prove is
+# what happens and in which order, never how fast (the drills measure that).
+SETTLE_SEC = 30
+
+
+def test_the_fence_fires_while_a_renewal_still_hangs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The partition of the issue: the renewal call never comes back. The keeper used to wait out
+    the SDK's 25 s read timeout, three times, before it looked at its deadline; the fence is now
+    a thread of its own, so a call that hangs for ever cannot hold it."""
+    hung, release = threading.Event(), threading.Event()
+
+    def renew_that_hangs(*args, **kwargs):
+        hung.set()
+        release.wait()  # a call no budget bounds: only the fence can end this stage
+        raise stage_attempts.LeaseLost("released at the end of the test")
+
+    monkeypatch.setattr(stage_attempts, "renew_lease", renew_that_hangs)
+    timeline = LeaseTimeline(lease_ttl_sec=3, kill_grace_sec=1, max_clock_skew_sec=0.5)
+    agent, run, claimed = _renewing_run(tmp_path, timeline)
+    keeper, _ = _start(agent, run)
+    try:
+        assert hung.wait(SETTLE_SEC), "the keeper never renewed"
+        assert run.cancel.wait(SETTLE_SEC), "the fence never fired"
+        fenced_after = time.monotonic() - claimed
+        assert run.reason == "fenced"
+        assert not release.is_set() and keeper.is_alive()  # the renewal was still hanging
+        assert fenced_after >= timeline.fence_after_sec  # and the fence did not come early
+    finally:
+        run.done.set()
+        release.set()
+    keeper.join(SETTLE_SEC)
     assert not keeper.is_alive()
+
+
+def test_a_black_holed_renewal_ends_within_the_time_left(tmp_path: Path, black_hole):
+    """Every renewal is black-holed (connections accepted, nothing answers). The keeper's call is
+    bounded by the time left before the fence, so the keeper ends on its own after the fence."""
+    timeline = LeaseTimeline(lease_ttl_sec=3, kill_grace_sec=1, max_clock_skew_sec=0.5)
+    agent, run, claimed = _renewing_run(tmp_path, timeline)
+    keeper, fence = _start(agent, run)
+    assert run.cancel.wait(SETTLE_SEC)
+    assert run.reason == "fenced"
+    assert run.lease.deadline == claimed + timeline.lease_ttl_sec  # nothing came back to extend it
+    # Not done: the keeper ends because its own call gave up at the fence, not because it was told.
+    keeper.join(SETTLE_SEC)
+    fence.join(SETTLE_SEC)
+    assert not keeper.is_alive() and not fence.is_alive()
+    run.done.set()
 
 
 def test_the_supervisor_kills_the_group_at_the_fence_when_nobody_extends_the_lease(tmp_path: Path):
@@ -120,9 +164,9 @@ def test_the_supervisor_kills_the_group_at_the_fence_when_nobody_extends_the_lea
     )
     took = time.monotonic() - started
     assert result.signaled == signal.SIGKILL  # TERM was ignored, KILL came after the fence grace
-    assert lease.timeline.kill_after_sec <= took < lease.timeline.kill_after_sec + 1
+    assert took >= lease.timeline.kill_after_sec  # not before the fence and its grace
     assert lease.fenced(result.ended_at)
-    assert not late.exists()
+    assert not late.exists()  # the effect, 10 s in, never happened
 
 
 def test_extensions_keep_the_supervisor_from_killing(tmp_path: Path):
@@ -170,8 +214,9 @@ def test_a_frozen_agents_stage_is_killed_by_its_supervisor(tmp_path: Path):
         assert not _gone(stage)
         os.kill(agent.pid, signal.SIGSTOP)
         frozen = time.monotonic()
-        assert _wait(lambda: _gone(stage), 5), "the stage outlived its frozen agent's lease"
-        assert time.monotonic() - frozen < 3.5  # fence 2 s after the last extension, then grace
+        # The effect lands 8 s after the stage started; the fence is 2 s after the last extension.
+        assert _wait(lambda: _gone(stage), 6), "the stage outlived its frozen agent's lease"
+        assert time.monotonic() - frozen >= 1.0  # not before the fence of the last extension
     finally:
         os.kill(agent.pid, signal.SIGCONT)
         agent.kill()
