@@ -13,7 +13,7 @@ from relevo_core.jobs.artifacts import artifact_link
 from relevo_core.jobs.logs import log_page
 from relevo_core.models.requests import ArtifactQuery, LogQuery, parse_query
 from relevo_core.models.access import Level
-from relevo_core.observability import API_CORRELATION_PATH, logger, tracer
+from relevo_core.observability import correlate, lambda_entry
 from relevo_core.projects.permissions import requires
 
 app = APIGatewayRestResolver()
@@ -22,14 +22,14 @@ register_error_handlers(app)
 
 @app.get("/jobs/<job_id>/logs", middlewares=[requires(Level.VIEW)])
 def logs(job_id: str):
-    logger.append_keys(job_id=job_id)
+    correlate(job_id)
     query = parse_query(LogQuery, app.current_event.query_string_parameters)
     return json_response(HTTPStatus.OK, log_page(table_settings().table_name, job_id, query))
 
 
 @app.get("/jobs/<job_id>/artifacts/<name>", middlewares=[requires(Level.VIEW)])
 def artifact(job_id: str, name: str):
-    logger.append_keys(job_id=job_id)
+    correlate(job_id)
     query = parse_query(ArtifactQuery, app.current_event.query_string_parameters)
     # A name under a subdirectory holds '/': the client percent-encodes it, and API Gateway
     # (REST) hands path parameters over still encoded.
@@ -37,7 +37,6 @@ def artifact(job_id: str, name: str):
     return json_response(HTTPStatus.OK, link)
 
 
-@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
-@tracer.capture_lambda_handler
+@lambda_entry()
 def lambda_handler(event, context):
     return app.resolve(event, context)

@@ -5,7 +5,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
 from relevo_core.jobs.metrics import metrics_for_change
-from relevo_core.observability import logger, metrics, tracer
+from relevo_core.observability import lambda_entry, metrics
 
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 
@@ -16,8 +16,6 @@ def record_handler(record: DynamoDBRecord) -> None:
         metrics.add_metric(name=point.name, unit=point.unit, value=point.value)
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@lambda_entry(correlation_id_path=None, emits_metrics=True)
 def lambda_handler(event, context):
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

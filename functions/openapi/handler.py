@@ -5,7 +5,7 @@ from http import HTTPStatus
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 
 from relevo_core.http import register_error_handlers
-from relevo_core.observability import API_CORRELATION_PATH, logger, tracer
+from relevo_core.observability import lambda_entry
 from relevo_core.openapi import published_document
 
 app = APIGatewayRestResolver()
@@ -17,7 +17,6 @@ def openapi_document():
     return Response(status_code=HTTPStatus.OK, content_type="application/json", body=published_document())
 
 
-@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
-@tracer.capture_lambda_handler
+@lambda_entry()
 def lambda_handler(event, context):
     return app.resolve(event, context)

@@ -9,10 +9,9 @@ from relevo_core.config import access_settings
 from relevo_core.config.scheduler import scheduler_settings
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.models.access import Level
-from relevo_core.observability import API_CORRELATION_PATH, logger, tracer
+from relevo_core.observability import lambda_entry
 from relevo_core.projects.permissions import requires
-from relevo_core.projects.registry import apply_project, list_grants, set_grant, visible_projects
-from relevo_core.store.projects import get_project
+from relevo_core.projects.registry import apply_project, list_grants, set_grant, show_project, visible_projects
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
@@ -26,8 +25,8 @@ def put_project(project_id: str):
 
 
 @app.get("/projects/<project_id>", middlewares=[requires(Level.VIEW)])
-def show_project(project_id: str):
-    return json_response(HTTPStatus.OK, get_project(access_settings().table_name, project_id).model_dump(mode="json"))
+def project(project_id: str):
+    return json_response(HTTPStatus.OK, show_project(access_settings(), project_id).model_dump(mode="json"))
 
 
 @app.get("/projects")
@@ -47,7 +46,6 @@ def grants(project_id: str):
     return json_response(HTTPStatus.OK, {"grants": listed, "count": len(listed)})
 
 
-@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
-@tracer.capture_lambda_handler
+@lambda_entry()
 def lambda_handler(event, context):
     return app.resolve(event, context)

@@ -10,15 +10,15 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from relevo_core.jobs.approvals import decide
 from relevo_core.jobs.cancel import cancel_job
-from relevo_core.config import access_settings, intake_settings
-from relevo_core.recovery.dead_letters import list_dead_letters, redrive_dead_letter, show_dead_letter
+from relevo_core.config import access_settings, execution_settings, intake_settings, table_settings
+from relevo_core.recovery.dead_letters import dead_letter_overview, redrive_dead_letter, show_dead_letter
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.intake.enqueue import IntakeResult
-from relevo_core.recovery.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
+from relevo_core.recovery.key_freeze import unfreeze_key
 from relevo_core.models.access import Level
 from relevo_core.models.errors import ErrorCode
-from relevo_core.observability import API_CORRELATION_PATH, correlate, logger, tracer
-from relevo_core.projects.permissions import require, requires, visibility
+from relevo_core.observability import correlate, lambda_entry
+from relevo_core.projects.permissions import requires
 from relevo_core.jobs.resolve import resolve_stage
 from relevo_core.intake.triggers import release_job, rerun_job, run_project
 
@@ -50,35 +50,32 @@ def release(job_id: str):
 @app.post("/jobs/<job_id>/cancel", middlewares=[requires(Level.MANAGE)])
 def cancel(job_id: str):
     correlate(job_id)
-    return json_response(HTTPStatus.OK, cancel_job(intake_settings(), job_id, caller_arn(app)))
+    return json_response(HTTPStatus.OK, cancel_job(execution_settings(), job_id, caller_arn(app)))
 
 
 @app.post("/jobs/<job_id>/approve", middlewares=[requires(Level.OPERATE)])
 def approve(job_id: str):
-    return json_response(HTTPStatus.OK, decide(intake_settings(), job_id, True, json_body(app), caller_arn(app)))
+    return json_response(HTTPStatus.OK, decide(table_settings(), job_id, True, json_body(app), caller_arn(app)))
 
 
 @app.post("/jobs/<job_id>/reject", middlewares=[requires(Level.OPERATE)])
 def reject(job_id: str):
-    return json_response(HTTPStatus.OK, decide(intake_settings(), job_id, False, json_body(app), caller_arn(app)))
+    return json_response(HTTPStatus.OK, decide(table_settings(), job_id, False, json_body(app), caller_arn(app)))
 
 
 @app.post("/jobs/<job_id>/stages/<stage>/resolve", middlewares=[requires(Level.MANAGE)])
 def resolve(job_id: str, stage: str):
-    return json_response(HTTPStatus.OK, resolve_stage(intake_settings(), job_id, stage, json_body(app), caller_arn(app)))
+    return json_response(HTTPStatus.OK, resolve_stage(table_settings(), job_id, stage, json_body(app), caller_arn(app)))
 
 
 @app.get("/dlq")
 def dead_letters():
-    settings, caller = intake_settings(), caller_arn(app)
-    entries = list_dead_letters(settings, access_settings(), caller)
-    frozen = list_frozen_keys(settings, visibility(access_settings(), caller).view)
-    return json_response(HTTPStatus.OK, {"entries": entries, "count": len(entries), "frozen_keys": frozen})
+    return json_response(HTTPStatus.OK, dead_letter_overview(access_settings(), caller_arn(app)))
 
 
 @app.get("/dlq/<job_id>", middlewares=[requires(Level.VIEW, missing=_NO_ENTRY)])
 def dead_letter(job_id: str):
-    return json_response(HTTPStatus.OK, show_dead_letter(intake_settings(), job_id))
+    return json_response(HTTPStatus.OK, show_dead_letter(table_settings(), job_id))
 
 
 @app.post("/dlq/<job_id>/redrive", middlewares=[requires(Level.MANAGE, missing=_NO_ENTRY)])
@@ -90,13 +87,9 @@ def redrive(job_id: str):
 def unfreeze(key: str):
     # Idempotency keys hold ':' and may hold '/': the client percent-encodes the key, and API
     # Gateway (REST) hands path parameters over still encoded.
-    idempotency_key, caller = unquote(key), caller_arn(app)
-    # The key names its project (project:identity:artifact-set): manage on it lifts the freeze.
-    require(access_settings(), caller, project_of_key(idempotency_key), Level.MANAGE)
-    return json_response(HTTPStatus.OK, unfreeze_key(intake_settings(), idempotency_key, caller))
+    return json_response(HTTPStatus.OK, unfreeze_key(access_settings(), unquote(key), caller_arn(app)))
 
 
-@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
-@tracer.capture_lambda_handler
+@lambda_entry()
 def lambda_handler(event, context):
     return app.resolve(event, context)

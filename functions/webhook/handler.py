@@ -5,7 +5,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from relevo_core.config import intake_settings
 from relevo_core.http import json_response, raw_body, register_error_handlers
-from relevo_core.observability import API_CORRELATION_PATH, correlate, logger, tracer
+from relevo_core.observability import correlate, lambda_entry
 from relevo_core.intake.webhooks.receive import receive_github, receive_gitlab
 
 app = APIGatewayRestResolver()
@@ -28,7 +28,6 @@ def gitlab_webhook(project_id: str):
     return _respond(receive_gitlab(intake_settings(), project_id, app.current_event.headers, raw_body(app)))
 
 
-@logger.inject_lambda_context(correlation_id_path=API_CORRELATION_PATH)
-@tracer.capture_lambda_handler
+@lambda_entry()
 def lambda_handler(event, context):
     return app.resolve(event, context)

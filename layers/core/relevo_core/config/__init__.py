@@ -48,11 +48,17 @@ class AccessSettings(TableSettings):
         return tuple(p.strip() for p in self.admin_principals.split(",") if p.strip())
 
 
-class IntakeSettings(TableSettings):
+class ExecutionSettings(TableSettings):
+    """What starting or stopping a job's execution reads: the state machine, and the queue limit
+    whose slot a job takes (intake) or gives back (cancel)."""
+
     state_machine_arn: str = Field(alias="STATE_MACHINE_ARN")
+    queue_limit: int = Field(default=50, alias="QUEUE_LIMIT", ge=1)
+
+
+class IntakeSettings(ExecutionSettings):
     artifact_bucket: str = Field(alias="ARTIFACT_BUCKET")
     work_queue_prefix: str = Field(alias="WORK_QUEUE_PREFIX")
-    queue_limit: int = Field(default=50, alias="QUEUE_LIMIT", ge=1)
     # How long a fetched webhook secret is reused before it is read again.
     secret_max_age_sec: int = Field(default=300, alias="SECRET_MAX_AGE_SEC", ge=0)
     # How long a project read is reused by intake (a change reaches webhooks within this).
@@ -67,6 +73,11 @@ def table_settings() -> TableSettings:
 @lru_cache(maxsize=1)
 def access_settings() -> AccessSettings:
     return AccessSettings.from_environ()
+
+
+@lru_cache(maxsize=1)
+def execution_settings() -> ExecutionSettings:
+    return ExecutionSettings.from_environ()
 
 
 @lru_cache(maxsize=1)

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from relevo_core.config import IntakeSettings
+from relevo_core.config import TableSettings
 from relevo_core.execution import TaskGone, fail_task, succeed_task
 from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
@@ -17,7 +17,7 @@ from relevo_core.store import jobs
 from relevo_core.store.audit import record_action
 
 
-def _waiting_token(settings: IntakeSettings, job_id: str) -> tuple[str, str]:
+def _waiting_token(settings: TableSettings, job_id: str) -> tuple[str, str]:
     record = jobs.get_job_record(settings.table_name, job_id)
     token = record.get("approval_token")
     if record.get("status") != "waiting" or not token:
@@ -25,7 +25,7 @@ def _waiting_token(settings: IntakeSettings, job_id: str) -> tuple[str, str]:
     return str(token), str(record.get("waiting_stage", ""))
 
 
-def decide(settings: IntakeSettings, job_id: str, approve: bool, body: Any, actor: str) -> dict[str, Any]:
+def decide(settings: TableSettings, job_id: str, approve: bool, body: Any, actor: str) -> dict[str, Any]:
     try:
         decision = Decision.model_validate(body or {})
     except ValidationError as exc:

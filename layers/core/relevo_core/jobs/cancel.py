@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from relevo_core.config import IntakeSettings
+from relevo_core.config import ExecutionSettings
 from relevo_core.execution import stop_execution
 from relevo_core.projects.lock_handoff import wake_next_waiter
 from relevo_core.models.errors import ErrorCode, RelevoError
@@ -14,7 +14,7 @@ from relevo_core.store import jobs, locks, stage_endings, wait_order
 _ATTEMPTS = 5
 
 
-def cancel_job(settings: IntakeSettings, job_id: str, actor: str) -> dict[str, str]:
+def cancel_job(settings: ExecutionSettings, job_id: str, actor: str) -> dict[str, str]:
     """queued: canceled without dispatch (its queue slot given back). dispatched, running or
     waiting: the execution is stopped and the open stage is `canceled`; the agent holding it
     learns it from its next renewal (every min(lease/3, 3 s)), which is refused, and kills the

@@ -6,10 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
+from relevo_core.config import AccessSettings
 from relevo_core.models.requests import JobListQuery
 from relevo_core.models.status import JobStatus
 from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
 from relevo_core.store.project_jobs import jobs_of_project
+from relevo_core.projects.permissions import visibility
 from relevo_core.store.projects import list_projects
 
 
@@ -69,6 +71,11 @@ def queue_order_key(job: dict[str, Any]) -> tuple[int, str, str]:
     seq = job.get("queue_seq")
     seq_key = f"{int(seq):024d}" if isinstance(seq, (int, float)) or (isinstance(seq, str) and seq.isdigit()) else ""
     return (-int(job["priority"]), seq_key or str(job.get("created_at") or ""), job["job_id"])
+
+
+def caller_jobs(access: AccessSettings, caller: str, query: JobListQuery) -> dict[str, Any]:
+    """GET /jobs: the jobs matching `query` among the projects `caller` may view."""
+    return list_jobs(access.table_name, query, can_view=visibility(access, caller).view)
 
 
 def list_jobs(

@@ -6,11 +6,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable
 
+from relevo_core.config.queue import QueueSettings
 from relevo_core.jobs.listing import list_jobs
 from relevo_core.models.requests import JOB_LIST_MAX_LIMIT, JobListQuery, PriorityRequest
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.jobs.view import agent_queue_reason, job_items_to_view
 from relevo_core.models.status import JobStatus, StageStatus
+from relevo_core.projects.permissions import visibility
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.audit import record_action
 from relevo_core.store.jobs import StatusChanged, get_job_record, query_job_items
@@ -48,6 +50,11 @@ def _live_stages(table: str, can_view: Callable[[str], bool]) -> list[tuple[dict
             if stage["status"] in (StageStatus.DISPATCHED.value, StageStatus.RUNNING.value):
                 live.append((job, stage))
     return live
+
+
+def caller_queue(settings: QueueSettings, caller: str, now: datetime) -> dict[str, Any]:
+    """GET /queue: the queue as `caller` may see it (the projects it may view)."""
+    return queue_view(settings.table_name, settings.regions, visibility(settings, caller).view, now)
 
 
 def queue_view(table: str, regions: tuple[str, ...], can_view: Callable[[str], bool], now: datetime) -> dict[str, Any]:

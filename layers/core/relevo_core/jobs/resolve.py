@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from relevo_core.config import IntakeSettings
+from relevo_core.config import TableSettings
 from relevo_core.execution import TaskGone, fail_task, succeed_task
 from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
@@ -20,7 +20,7 @@ from relevo_core.store import jobs, reviews
 from relevo_core.store.audit import record_action
 
 
-def resolve_stage(settings: IntakeSettings, job_id: str, stage: str, body: Any, actor: str) -> dict[str, Any]:
+def resolve_stage(settings: TableSettings, job_id: str, stage: str, body: Any, actor: str) -> dict[str, Any]:
     try:
         resolution = Resolution.model_validate(body or {})
     except ValidationError as exc:

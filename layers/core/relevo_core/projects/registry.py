@@ -79,6 +79,11 @@ def _change(
     return project
 
 
+def show_project(settings: AccessSettings, project_id: str) -> Project:
+    """GET /projects/{id} (the caller was checked for `view`): the stored declaration."""
+    return get_project(settings.table_name, project_id)
+
+
 def visible_projects(settings: AccessSettings, caller: str) -> list[Project]:
     """The projects the caller may view (GET /projects)."""
     can = visibility(settings, caller)

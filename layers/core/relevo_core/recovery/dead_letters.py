@@ -6,12 +6,13 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from relevo_core.config import AccessSettings, IntakeSettings
+from relevo_core.config import AccessSettings, IntakeSettings, TableSettings
 from relevo_core.execution import start_job_execution
 from relevo_core.intake.enqueue import IntakeResult
 from relevo_core.jobs.lineage import last_successful_before
 from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id, read_envelope
 from relevo_core.projects.permissions import visibility
+from relevo_core.recovery.key_freeze import list_frozen_keys
 from relevo_core.store import dead_letters, jobs
 
 
@@ -44,13 +45,15 @@ def describe(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def list_dead_letters(settings: IntakeSettings, access: AccessSettings, caller: str) -> list[dict[str, Any]]:
-    """The entries of the projects the caller may view, newest first."""
+def dead_letter_overview(access: AccessSettings, caller: str) -> dict[str, Any]:
+    """GET /dlq: the entries and the frozen idempotency keys of the projects the caller may view,
+    newest first."""
     can = visibility(access, caller)
-    return [describe(entry) for entry in dead_letters.list_entries(settings.table_name) if can.view(entry["project"])]
+    entries = [describe(entry) for entry in dead_letters.list_entries(access.table_name) if can.view(entry["project"])]
+    return {"entries": entries, "count": len(entries), "frozen_keys": list_frozen_keys(access, can.view)}
 
 
-def show_dead_letter(settings: IntakeSettings, job_id: str) -> dict[str, Any]:
+def show_dead_letter(settings: TableSettings, job_id: str) -> dict[str, Any]:
     return describe(dead_letters.get_entry(settings.table_name, job_id))
 
 

@@ -27,8 +27,10 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 from relevo_core.aws import client
-from relevo_core.config import IntakeSettings
+from relevo_core.config import AccessSettings, TableSettings
+from relevo_core.models.access import Level
 from relevo_core.observability import logger
+from relevo_core.projects.permissions import require
 from relevo_core.store import freezes
 
 FREEZE_WINDOW = timedelta(hours=24)
@@ -123,16 +125,18 @@ def project_of_key(idempotency_key: str) -> str:
     return idempotency_key.split(":", 1)[0]
 
 
-def list_frozen_keys(settings: IntakeSettings, can_view: Callable[[str], bool] = lambda _project: True) -> list[dict[str, Any]]:
+def list_frozen_keys(settings: TableSettings, can_view: Callable[[str], bool] = lambda _project: True) -> list[dict[str, Any]]:
     """Frozen keys of the projects the caller may view, newest freeze first."""
     frozen = (describe_frozen(r) for r in freezes.frozen_keys(settings.table_name))
     visible = [r for r in frozen if can_view(r["project"] or project_of_key(r["idempotency_key"]))]
     return sorted(visible, key=lambda r: r["frozen_at"] or "", reverse=True)
 
 
-def unfreeze_key(settings: IntakeSettings, idempotency_key: str, actor: str) -> dict[str, Any]:
-    """Lift a freeze: automatic runs and stage retries of the key resume; entries before now no
-    longer count towards the next freeze."""
-    was = freezes.unfreeze(settings.table_name, idempotency_key, actor, datetime.now(timezone.utc))
+def unfreeze_key(access: AccessSettings, idempotency_key: str, actor: str) -> dict[str, Any]:
+    """Lift a freeze (manage on the key's project): automatic runs and stage retries of the key
+    resume; entries before now no longer count towards the next freeze."""
+    # The key names its project (project:identity:artifact-set): manage on it lifts the freeze.
+    require(access, actor, project_of_key(idempotency_key), Level.MANAGE)
+    was = freezes.unfreeze(access.table_name, idempotency_key, actor, datetime.now(timezone.utc))
     logger.info("idempotency key unfrozen", extra={"idempotency_key": idempotency_key, "actor": actor})
     return {"idempotency_key": idempotency_key, "unfrozen": True, "was_frozen_at": was.get("frozen_at"), "by": actor}

@@ -21,11 +21,15 @@ from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable
 
 from relevo_core.recovery import key_freeze
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
 from relevo_core.config import IntakeSettings
+from relevo_core.config.sweeper import SweeperSettings
 from relevo_core.execution import MISSING, execution_status, start_job_execution
 from relevo_core.projects.lock_handoff import wake_next_waiter
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus, StageStatus
+from relevo_core.observability import logger, metrics
 from relevo_core.store import agents, jobs, locks, stage_endings, wait_order
 from relevo_core.store.jobs import clear_start_pending, get_envelope, start_pending_jobs
 
@@ -175,3 +179,22 @@ def start_forgotten_jobs(settings: IntakeSettings, now: datetime) -> SweepReport
             end_job_of_ended_execution(settings, job_id, status, now, report)
             clear_start_pending(settings.table_name, job_id)
     return report
+
+
+def sweep_minute(settings: SweeperSettings, now: datetime) -> dict[str, Any]:
+    """The sweeper function's minute: the fleet's online agents counted (metric OnlineAgents,
+    dimension Region), then the repairs of `sweep`, counted as metrics and logged when any."""
+    # Counted and flushed first, one document per region: a repair below that fails must not
+    # silence the counts, which the zero-online alarm would read as an empty fleet.
+    fleet = online_agent_counts(settings.table_name, settings.regions, now)
+    for region, count in fleet.items():
+        with single_metric(name="OnlineAgents", unit=MetricUnit.Count, value=count, namespace=metrics.namespace) as metric:
+            metric.add_dimension(name="Region", value=region)
+    report = sweep(settings, now, settings.notification_topic_arn)
+    metrics.add_metric(name="ForgottenJobsStarted", unit=MetricUnit.Count, value=len(report.started))
+    metrics.add_metric(name="ProjectLocksFreed", unit=MetricUnit.Count, value=len(report.locks_freed))
+    metrics.add_metric(name="JobsEndedOutside", unit=MetricUnit.Count, value=len(report.jobs_ended))
+    metrics.add_metric(name="IdempotencyKeysFrozen", unit=MetricUnit.Count, value=len(report.keys_frozen))
+    if report.started or report.jobs_ended or report.locks_freed or report.waiters_dropped or report.keys_frozen:
+        logger.warning("sweep repaired state", extra=report.to_dict())
+    return {**report.to_dict(), "online_agents": fleet}
