@@ -61,6 +61,8 @@ _WORK = Path(tempfile.mkdtemp(prefix="relevo-bench-agent-"))
 # The emulator's request recorder reads its file path when moto is imported: set it first.
 os.environ["MOTO_RECORDER_FILEPATH"] = str(_WORK / "requests.jsonl")
 
+from bench.harness import local_stack, register_project  # noqa: E402  (the repository root is on the path first)
+
 IDLE_RSS_MB = 60
 IDLE_CPU_PERCENT = 1.0
 IDLE_SQS_PER_MIN = 3
@@ -200,12 +202,7 @@ def measure_idle(stack: Any, stack_file: Path, idle_sec: float) -> tuple[list[st
 
 
 def register(stack: Any, project_id: str, stages: list[dict[str, Any]]) -> None:
-    from relevo_cli.api import RelevoApi
-
-    RelevoApi.for_stack(stack).put_project(
-        project_id,
-        {"repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 30, "queue_timeout_sec": 60, "stages": stages},
-    )
+    register_project(stack, project_id, stages, lease_ttl_sec=30, queue_timeout_sec=60, webhook=False)
 
 
 def run_job(stack: Any, project_id: str, timeout: float = 300, quiet_until: Path | None = None) -> tuple[str, float]:
@@ -408,20 +405,13 @@ def main() -> int:
     parser.add_argument("--log-mb", type=float, default=20)
     parser.add_argument("--only", choices=["handoff", "overhead", "shipping", "idle"], action="append")
     args = parser.parse_args()
-    from relevo_cli.local.stack import LocalStack
 
     os.environ[CANARY_VAR] = "canary-" + secrets.token_hex(12)
     results: list[bool] = []
     try:
         began = time.perf_counter()
         stack_dir = _WORK / "stack"
-        local = LocalStack(state_dir=stack_dir)
-        info = local.start()
-        print(f"stack up in {time.perf_counter() - began:.1f}s ({info.aws_endpoint}); work dir {_WORK}")
-        try:
-            from bench.intake import point_at_stack  # the one way benches reach the stack
-
-            point_at_stack(info)
+        with local_stack(stack_dir, note=f"; work dir {_WORK}") as info:
             stack_file = stack_dir / "stack.json"
             with agent(stack_file, "eu-west", "bench-mac"):
                 for name, part in (
@@ -438,8 +428,6 @@ def main() -> int:
                 lines, ok = measure_idle(info, stack_file, args.idle_sec)
                 results.append(ok)
                 print("\n".join(lines) + ("" if ok else "   << target missed"))
-        finally:
-            local.stop()
     except Exception as exc:
         traceback.print_exc()
         print(f"bench error: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -24,17 +24,13 @@ monthly costs (sweeper tick, idle agent polling). Exits 1 when the transition bu
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
 import secrets
 import sys
-import tempfile
 import threading
 import time
 import traceback
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -46,13 +42,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import harness  # noqa: E402  (the repository root is on the path first)
+
 STAGES = [
     {"name": "build", "run": "true"},
     {"name": "test", "run": "true"},
     {"name": "sign", "run": "true"},
     {"name": "upload", "run": "true"},
 ]
-REGION = "eu-west"  # the project's region_affinity (tests/integration/helpers.py register_project)
+REGION = "eu-west"  # the project's region_affinity (bench/harness.py register_project)
 AGENT_ID = "cost-double-1"
 
 TRANSITIONS_PER_STAGE_BUDGET = 4
@@ -70,15 +68,6 @@ MINUTES_PER_MONTH = 60 * 24 * 30
 IDLE_RECEIVES_PER_MIN = 3  # assumption: one agent long-polling with WaitTimeSeconds=20
 
 SOURCES = ("webhook", "agent", "state_machine")
-
-
-def load_module(name: str, path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
 
 
 # ------------------------------------------------------------------------------------------------
@@ -108,20 +97,7 @@ class Recorder:
         self._lock = threading.Lock()
 
     def install(self) -> None:
-        from botocore.endpoint import Endpoint
-
-        recorder = self
-        make_request = Endpoint.make_request
-
-        def recording_make_request(endpoint: Any, operation_model: Any, request_dict: Any) -> Any:
-            result = make_request(endpoint, operation_model, request_dict)
-            try:
-                recorder.record(operation_model, request_dict, result)
-            except Exception as exc:  # never let the bench's bookkeeping break a call
-                sys.stderr.write(f"recorder: {type(exc).__name__}: {exc}\n")
-            return result
-
-        Endpoint.make_request = recording_make_request  # type: ignore[method-assign]
+        harness.record_aws_calls(self.record)
 
     def record(self, operation_model: Any, request_dict: dict[str, Any], result: Any) -> None:
         body = request_dict.get("body")
@@ -273,68 +249,34 @@ def units_of(calls: list[Call], sizes: dict[tuple[str, str], int]) -> tuple[Unit
 
 
 def run(recorder: Recorder) -> int:
-    from relevo_cli.local.stack import LocalStack
-
-    with tempfile.TemporaryDirectory(prefix="relevo-cost-") as state_dir:
-        began = time.perf_counter()
-        stack = LocalStack(state_dir=Path(state_dir))
-        info = stack.start()
-        print(f"stack up in {time.perf_counter() - began:.1f}s ({info.aws_endpoint})")
-        try:
-            return measure(info, recorder)
-        finally:
-            stack.stop()
+    with harness.local_stack(prefix="relevo-cost-") as info:
+        return measure(info, recorder)
 
 
 def measure(stack: Any, recorder: Recorder) -> int:
-    import boto3
+    from relevo_core.aws import client
 
-    bench_intake = load_module("bench_intake", ROOT / "bench" / "intake.py")
-    bench_intake.point_at_stack(stack)
-    from relevo_core.aws import client, reset_clients
-
-    function = boto3.client("lambda").get_function_configuration(FunctionName=stack.resources["WebhookFunction"])
-    variables = {k: str(v) for k, v in function.get("Environment", {}).get("Variables", {}).items()}
-    os.environ.update({k: v for k, v in variables.items() if not k.startswith("POWERTOOLS_")})
-    os.environ.update(bench_intake.HANDLER_ENV)
+    function, _ = harness.use_function_environment(stack, "WebhookFunction")
     memory_gb = int(function.get("MemorySize", 512)) / 1024
-
-    from aws_lambda_powertools.utilities import parameters
 
     from relevo_core.config import intake_settings
     from relevo_core.execution import work_queue_url
-    from relevo_core.intake.enqueue import project_cache
     from relevo_core.models.status import StageStatus
     from relevo_core.store import stage_attempts
     from relevo_core.store.jobs import get_envelope
-    from relevo_core.intake.webhooks.github import sign
-    from tests.integration.helpers import history, register_project, wait_for_execution
-    from tests.integration.test_job_state_machine import claim_and_accept, wait_for_run_token
 
     project_id = "cost-" + secrets.token_hex(3)
-    secret = register_project(stack, project_id, STAGES)
+    secret = harness.register_project(stack, project_id, STAGES)
     repo = f"acme/{project_id}"
 
-    reset_clients()
-    intake_settings.cache_clear()
-    project_cache.clear()
-    work_queue_url.cache_clear()
-    parameters.clear_caches()
-    handler = bench_intake.load_handler()
+    handler = harness.cold_handler("webhook")
     settings = intake_settings()
     recorder.install()
 
     def invoke(event_name: str, body: bytes) -> tuple[dict[str, Any], float]:
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "GitHub-Hookshot/bench",
-            "X-GitHub-Event": event_name,
-            "X-GitHub-Delivery": str(uuid.uuid4()),
-            "X-Hub-Signature-256": sign(secret, body),
-        }
-        event = bench_intake.api_event(project_id, headers, body)
+        event = harness.webhook_event(project_id, harness.github_headers(secret, body, event=event_name), body)
         started = time.perf_counter()
-        response = handler.lambda_handler(event, bench_intake.LambdaContext())
+        response = handler.lambda_handler(event, harness.LambdaContext())
         return response, time.perf_counter() - started
 
     # Warm the container first (project, secret, queue URL): at volume a job lands on a warm
@@ -346,7 +288,7 @@ def measure(stack: Any, recorder: Recorder) -> int:
 
     # (a) the webhook: one signed push, in-process.
     recorder.phase = "webhook"
-    response, webhook_sec = invoke("push", bench_intake.push_body(repo, secrets.token_hex(20)))
+    response, webhook_sec = invoke("push", harness.push_body(repo, secrets.token_hex(20)))
     recorder.phase = "bench"
     assert response["statusCode"] == 202, response
     job_id = json.loads(response["body"])["job_id"]
@@ -372,7 +314,12 @@ def measure(stack: Any, recorder: Recorder) -> int:
         task = json.loads(message["Body"])
         assert (task["job_id"], task["stage"], task["stage_index"]) == (job_id, stage["name"], index), task
         envelope = get_envelope(stack.table_name, job_id)
-        ref = claim_and_accept(stack, task, AGENT_ID, envelope.lease_ttl_sec)
+        # Claim the attempt and accept the stage's claim token, as relevo-agent does.
+        ref = stage_attempts.StageRef(stack.table_name, task["job_id"], task["stage_index"], task["attempt"], AGENT_ID)
+        stage_attempts.claim(ref, envelope.lease_ttl_sec, datetime.now(timezone.utc))
+        client("stepfunctions").send_task_success(
+            taskToken=task["task_token"], output=json.dumps({"agent_id": AGENT_ID, "attempt": task["attempt"]})
+        )
         sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
         run_token = wait_for_run_token(ref)
         # A zero-length stage: no lease renewal or heartbeat falls due (see the rate printed below).
@@ -382,11 +329,11 @@ def measure(stack: Any, recorder: Recorder) -> int:
         )
         recorder.phase = "bench"
 
-    described = wait_for_execution(stack, job_id, timeout=60)
+    described = wait_for_execution(stack.state_machine_arn, job_id, timeout=60)
     if described["status"] != "SUCCEEDED":
         raise RuntimeError(f"execution ended {described['status']}: {described.get('error')} {described.get('cause')}")
     time.sleep(0.5)  # the last state's write has been answered; let stray threads settle
-    events = history(stack, job_id)
+    events = execution_history(stack.state_machine_arn, job_id)
 
     # (c) the sweeper, one idle tick in-process (fixed cost, not per job).
     from relevo_core.recovery.sweeper import sweep
@@ -423,6 +370,42 @@ def measure(stack: Any, recorder: Recorder) -> int:
                 envelope_json = len(json.dumps(from_attributes({"e": item["envelope"]})["e"], default=_json_default))
 
     return report(recorder, events, sizes, envelope_json, job_id, webhook_sec, memory_gb, sweeper_sec, empty_receives, envelope)
+
+
+def poll(read: Any, timeout: float, what: str, interval: float) -> Any:
+    """`read()` again every `interval` seconds until it returns something truthy, which is returned."""
+    deadline = time.monotonic() + timeout
+    while not (value := read()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(interval)
+    return value
+
+
+def wait_for_run_token(ref: Any) -> str:
+    """The token the state machine hands the holder of the attempt once it saw the claim."""
+    from relevo_core.store import stage_attempts
+
+    return str(poll(lambda: stage_attempts.run_token(ref), 10, "no run token", 0.05))
+
+
+def wait_for_execution(state_machine_arn: str, job_id: str, timeout: float) -> dict[str, Any]:
+    from relevo_core.aws import client
+    from relevo_core.execution import execution_arn
+
+    def ended() -> dict[str, Any] | None:
+        described = client("stepfunctions").describe_execution(executionArn=execution_arn(state_machine_arn, job_id))
+        return None if described["status"] == "RUNNING" else described
+
+    return dict(poll(ended, timeout, f"execution {job_id} still RUNNING", 0.1))
+
+
+def execution_history(state_machine_arn: str, job_id: str) -> list[dict[str, Any]]:
+    from relevo_core.aws import client
+    from relevo_core.execution import execution_arn
+
+    pages = client("stepfunctions").get_paginator("get_execution_history").paginate(executionArn=execution_arn(state_machine_arn, job_id))
+    return [event for page in pages for event in page["events"]]
 
 
 def _json_default(value: Any) -> Any:

@@ -33,8 +33,6 @@ Prints a table per part and exits 1 if a target is missed (2 if the bench itself
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import secrets
 import shutil
@@ -51,28 +49,24 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-WEBHOOK_DIR = ROOT / "functions" / "webhook"
-CORE_DIR = ROOT / "layers" / "core"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import harness  # noqa: E402  (the repository root is on the path first)
+
+WEBHOOK_DIR = harness.FUNCTIONS_DIR / "webhook"
 
 IMPORT_RATIO_TARGET = 1.5
 STAGES = [{"name": "build", "run": "true"}]
 
-# Environment for the handler, both in-process and in the import-time children. Tracing off (no
-# X-Ray daemon here); logs at WARNING so the bench output stays readable (the log level does not
-# change which AWS calls are made).
-HANDLER_ENV = {
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "POWERTOOLS_SERVICE_NAME": "relevo",
-    "POWERTOOLS_METRICS_NAMESPACE": "Relevo",
-    "POWERTOOLS_LOG_LEVEL": "WARNING",
-}
-# The import-time children run as the Lambda runtime starts a function: the runtime's variables
-# are set (the X-Ray SDK checks LAMBDA_TASK_ROOT and, inside Lambda, takes its local sampler
-# instead of building a botocore client for the sampling API), tracing is on as the template's
+# The import-time children take the in-process handler's environment (bench/harness.py's
+# HANDLER_ENV) and run as the Lambda runtime starts a function: the runtime's variables are set
+# (the X-Ray SDK checks LAMBDA_TASK_ROOT and, inside Lambda, takes its local sampler instead of
+# building a botocore client for the sampling API), tracing is on as the template's
 # `Tracing: Active` has it, and the function's environment holds placeholder settings (nothing is
 # read from AWS at import).
 IMPORT_ENV = {
-    **{k: v for k, v in HANDLER_ENV.items() if k != "POWERTOOLS_TRACE_DISABLED"},
+    **{k: v for k, v in harness.HANDLER_ENV.items() if k != "POWERTOOLS_TRACE_DISABLED"},
     "LAMBDA_TASK_ROOT": str(WEBHOOK_DIR),
     "AWS_LAMBDA_FUNCTION_NAME": "relevo-WebhookFunction",
     "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "512",
@@ -102,25 +96,15 @@ class CallRecorder:
         self.attempts = 0
 
     def install(self) -> None:
-        from botocore.endpoint import Endpoint
+        harness.record_aws_calls(self._call, self._attempt)
 
-        recorder = self
-        make_request = Endpoint.make_request
-        send = Endpoint._send
+    def _call(self, operation_model: Any, request_dict: Any, result: Any) -> None:
+        if self.thread_id == threading.get_ident():
+            self.calls.append(f"{operation_model.service_model.service_name}:{operation_model.name}")
 
-        def recording_make_request(endpoint: Any, operation_model: Any, request_dict: Any) -> Any:
-            if recorder.thread_id == threading.get_ident():
-                service = operation_model.service_model.service_name
-                recorder.calls.append(f"{service}:{operation_model.name}")
-            return make_request(endpoint, operation_model, request_dict)
-
-        def recording_send(endpoint: Any, request: Any) -> Any:
-            if recorder.thread_id == threading.get_ident():
-                recorder.attempts += 1
-            return send(endpoint, request)
-
-        Endpoint.make_request = recording_make_request  # type: ignore[method-assign]
-        Endpoint._send = recording_send  # type: ignore[method-assign]
+    def _attempt(self) -> None:
+        if self.thread_id == threading.get_ident():
+            self.attempts += 1
 
     def start(self) -> None:
         self.calls, self.attempts = [], 0
@@ -129,66 +113,6 @@ class CallRecorder:
     def stop(self) -> tuple[list[str], int]:
         self.thread_id = None
         return self.calls, self.attempts
-
-
-class LambdaContext:
-    function_name = "relevo-WebhookFunction"
-    function_version = "$LATEST"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:relevo-WebhookFunction"
-    log_group_name = "/aws/lambda/relevo-WebhookFunction"
-    log_stream_name = "bench"
-
-    def __init__(self) -> None:
-        self.aws_request_id = str(uuid.uuid4())
-        self._deadline = time.monotonic() + 15
-
-    def get_remaining_time_in_millis(self) -> int:
-        return int((self._deadline - time.monotonic()) * 1000)
-
-
-def api_event(project_id: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
-    path = f"/webhooks/github/{project_id}"
-    now = time.time()
-    return {
-        "resource": "/webhooks/github/{project_id}",
-        "path": path,
-        "httpMethod": "POST",
-        "headers": headers,
-        "multiValueHeaders": {name: [value] for name, value in headers.items()},
-        "queryStringParameters": None,
-        "multiValueQueryStringParameters": None,
-        "pathParameters": {"project_id": project_id},
-        "stageVariables": None,
-        "requestContext": {
-            "resourcePath": "/webhooks/github/{project_id}",
-            "httpMethod": "POST",
-            "path": f"/v1{path}",
-            "stage": "v1",
-            "accountId": "123456789012",
-            "apiId": "bench",
-            "protocol": "HTTP/1.1",
-            "requestId": str(uuid.uuid4()),
-            "requestTimeEpoch": int(now * 1000),
-            "identity": {"sourceIp": "192.0.2.1", "userAgent": "GitHub-Hookshot/bench"},
-        },
-        "body": body.decode("utf-8"),
-        "isBase64Encoded": False,
-    }
-
-
-def push_body(repo: str, commit: str, ref: str = "refs/heads/main") -> bytes:
-    """The same shape as tests/conftest.py push_body."""
-    return json.dumps(
-        {
-            "ref": ref,
-            "before": "1" * 40,
-            "after": commit,
-            "deleted": False,
-            "repository": {"full_name": repo},
-            "pusher": {"name": "ci"},
-        }
-    ).encode()
 
 
 @dataclass
@@ -223,76 +147,26 @@ class Row:
         return bool(self.samples) and all(self.sample_ok(sample) for sample in self.samples)
 
 
-def load_handler() -> Any:
-    for path in (str(CORE_DIR), str(WEBHOOK_DIR)):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-    spec = importlib.util.spec_from_file_location("webhook_handler", WEBHOOK_DIR / "handler.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def point_at_stack(stack: Any) -> None:
-    """This process's boto3 clients (and relevo_core's) talk to the embedded stack."""
-    # Endpoint, region and the stack's own IAM user (its emulator refuses any other key).
-    stack.apply_to_environment()
-    from relevo_core.aws import reset_clients
-
-    reset_clients()
-
-
 def measure_calls(warm_runs: int) -> tuple[list[Row], bool]:
-    from relevo_cli.local.stack import LocalStack
-
-    with tempfile.TemporaryDirectory(prefix="relevo-bench-") as state_dir:
-        started = time.perf_counter()
-        stack = LocalStack(state_dir=Path(state_dir))
-        info = stack.start()
-        print(f"stack up in {time.perf_counter() - started:.1f}s ({info.aws_endpoint})")
-        try:
-            return _measure_calls(info, warm_runs)
-        finally:
-            stack.stop()
+    with harness.local_stack() as info:
+        return _measure_calls(info, warm_runs)
 
 
 def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
-    import boto3
-
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from tests.integration.helpers import register_project
-
-    point_at_stack(stack)
-
-    function = boto3.client("lambda").get_function_configuration(FunctionName=stack.resources["WebhookFunction"])
-    variables = {k: str(v) for k, v in function.get("Environment", {}).get("Variables", {}).items()}
-    variables = {k: v for k, v in variables.items() if not k.startswith("POWERTOOLS_")}
-    os.environ.update(variables)
-    os.environ.update(HANDLER_ENV)
+    _, variables = harness.use_function_environment(stack, "WebhookFunction")
     print("handler environment: " + ", ".join(f"{k}={v}" for k, v in sorted(variables.items())))
 
     from relevo_core.intake.webhooks.github import sign
 
     project_id = "bench-" + secrets.token_hex(3)
-    secret = register_project(stack, project_id, STAGES)
+    secret = harness.register_project(stack, project_id, STAGES)
     repo = f"acme/{project_id}"
 
     # Cold container: no cached client, settings, project, secret or queue URL in this process.
-    from aws_lambda_powertools.utilities import parameters
-
-    from relevo_core.aws import reset_clients
     from relevo_core.config import intake_settings
-    from relevo_core.execution import work_queue_url
     from relevo_core.intake.enqueue import project_cache
 
-    reset_clients()
-    intake_settings.cache_clear()
-    project_cache.clear()
-    work_queue_url.cache_clear()
-    parameters.clear_caches()
-    handler = load_handler()
+    handler = harness.cold_handler("webhook")
 
     settings = intake_settings()
     recorder = CallRecorder()
@@ -304,19 +178,12 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
         return entry is None or time.monotonic() - entry[0] >= settings.project_cache_sec
 
     def deliver(row: Row, body: bytes, signature: str | None = None, delivery: str | None = None) -> None:
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "GitHub-Hookshot/bench",
-            "X-GitHub-Event": "push",
-            "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
-            "X-Hub-Signature-256": signature or sign(secret, body),
-        }
-        event = api_event(project_id, headers, body)
+        event = harness.webhook_event(project_id, harness.github_headers(secret, body, delivery=delivery, signature=signature), body)
         expired = project_cache_expired()
         recorder.start()
         began = time.perf_counter()
         try:
-            response = handler.lambda_handler(event, LambdaContext())
+            response = handler.lambda_handler(event, harness.LambdaContext())
         finally:
             elapsed = (time.perf_counter() - began) * 1000
             calls, attempts = recorder.stop()
@@ -328,11 +195,11 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
         return secrets.token_hex(20)
 
     cold = Row("cold accepted (first request)", None, 202)
-    deliver(cold, push_body(repo, commit()))
+    deliver(cold, harness.push_body(repo, commit()))
 
     # Refusals first, while the project and secret read by the cold request are surely cached.
     forged = Row("refused: forged signature", 0, 401)
-    forged_body = push_body(repo, commit())
+    forged_body = harness.push_body(repo, commit())
     deliver(forged, forged_body, signature=sign("not-the-secret", forged_body))
     malformed = Row("refused: malformed JSON, valid signature", 0, 400)
     deliver(malformed, b'{"ref": "refs/heads/main", ')
@@ -342,14 +209,14 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
     warm = Row(f"warm accepted (x{warm_runs}, new commit each)", 2, 202)
     last_body = b""
     for _ in range(warm_runs):
-        last_body = push_body(repo, commit())
+        last_body = harness.push_body(repo, commit())
         deliver(warm, last_body)
 
     duplicate = Row("duplicate (same body, new delivery id)", 1, 200)
     deliver(duplicate, last_body)
     redelivery = Row("redelivery (same body, same delivery id)", 1, 200)
     replayed_id = str(uuid.uuid4())
-    replay_body = push_body(repo, commit())
+    replay_body = harness.push_body(repo, commit())
     deliver(Row("(setup)", None, 202), replay_body, delivery=replayed_id)
     deliver(redelivery, replay_body, delivery=replayed_id)
 
@@ -433,7 +300,7 @@ LIBRARY_FLOOR_IMPORT = (
 def _child_code(statement: str) -> str:
     return (
         "import sys, time\n"
-        f"sys.path[:0] = [{str(WEBHOOK_DIR)!r}, {str(CORE_DIR)!r}]\n"
+        f"sys.path[:0] = [{str(WEBHOOK_DIR)!r}, {str(harness.CORE_DIR)!r}]\n"
         "t = time.perf_counter()\n"
         f"{statement}\n"
         "print(time.perf_counter() - t)\n"

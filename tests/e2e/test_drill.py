@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from relevo_cli.drill.command import run_trial
+from relevo_cli.drill.runner import run_trial
 from relevo_cli.drill.drills import DRILLS, Trial
 from relevo_cli.drill.fleet import DrillFleet, DrillTiming
 from relevo_cli.localrun import local_stack

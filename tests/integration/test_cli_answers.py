@@ -19,7 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.main import app, console
+from relevo_cli.commands.common import console
+from relevo_cli.main import app
 from relevo_core.aws import client
 from tests.integration.helpers import receive_stage, register_project, wait_for_execution, wait_until
 from tests.integration.test_job_state_machine import _agent_runs, claim_and_accept, wait_for_run_token

@@ -11,7 +11,8 @@ import requests
 from typer.testing import CliRunner
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.main import app, console
+from relevo_cli.commands.common import console
+from relevo_cli.main import app
 from relevo_cli.projects import secret_name
 from relevo_core.aws import client
 from relevo_core.store.jobs import get_envelope

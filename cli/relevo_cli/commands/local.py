@@ -13,15 +13,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.cli_errors import UserMistake
+from relevo_cli.commands.common import console
 from relevo_cli.local.state_dir import AlreadyRunning, Holder, StateDirLock, running, try_lock
 from relevo_agent.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
 
 local_app = typer.Typer(no_args_is_help=True, help="The embedded local stack.")
-console = Console()
 
 StateDirOption = typer.Option(DEFAULT_STATE_DIR, "--state-dir", help="the stack's state dir (where stack.json is)")
 

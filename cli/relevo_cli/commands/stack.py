@@ -1,5 +1,6 @@
 """`relevo stack use` / `relevo stack show`: the CLI (and agents) pointed at a deployed stack by
-its CloudFormation name, with no stack file written by hand."""
+its CloudFormation name, with no stack file written by hand; and `relevo aws preflight`, what a
+first deploy of that stack needs in an account."""
 
 from __future__ import annotations
 
@@ -8,14 +9,12 @@ from typing import Optional
 
 import boto3
 import typer
-from rich.console import Console
 
 from relevo_cli import deployed
+from relevo_cli.commands.common import StackOption, console, errors
 from relevo_agent.stackfile import StackProblem, load_stack, read_stack, stack_file_in_use, user_stack_file, write_stack_file
 
 stack_app = typer.Typer(no_args_is_help=True, help="The deployed stack the CLI uses.")
-console = Console()
-errors = Console(stderr=True)
 
 
 @stack_app.command("use")
@@ -41,7 +40,7 @@ def stack_use(
 
 
 @stack_app.command("show")
-def stack_show(stack_file: Optional[Path] = typer.Option(None, "--stack-file", envvar="RELEVO_STACK_FILE", help="stack.json of the stack to use")) -> None:
+def stack_show(stack_file: Optional[Path] = StackOption) -> None:
     """Which stack the CLI uses, and whether it can be reached with these credentials."""
     path, why = stack_file_in_use(stack_file)
     try:
@@ -60,7 +59,7 @@ def stack_show(stack_file: Optional[Path] = typer.Option(None, "--stack-file", e
 
 
 aws_app = typer.Typer(no_args_is_help=True, help="Checks of an AWS account for Relevo.")
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @aws_app.command("preflight")

@@ -1,0 +1,251 @@
+"""What the benches share: the embedded stack started and stopped around a bench, this process
+pointed at it, projects registered through its API, every AWS API call of this process seen
+through botocore, and a function's handler loaded and called in this process as Lambda would.
+
+Imports of moto, boto3 and relevo's packages are made inside the functions: bench/agent.py sets
+the emulator's recorder path before moto is first imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import secrets
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+FUNCTIONS_DIR = ROOT / "functions"
+CORE_DIR = ROOT / "layers" / "core"
+
+# Environment for a handler called in this process. Tracing off (no X-Ray daemon here); logs at
+# WARNING so the bench output stays readable (the log level does not change which AWS calls are
+# made).
+HANDLER_ENV = {
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_SERVICE_NAME": "relevo",
+    "POWERTOOLS_METRICS_NAMESPACE": "Relevo",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# The stack
+
+
+@contextmanager
+def local_stack(state_dir: Path | None = None, prefix: str = "relevo-bench-", note: str = "") -> Iterator[Any]:
+    """The embedded stack (moto + template.yaml) in this process, in `state_dir` or a temporary
+    one, with this process pointed at it; stopped on the way out. Yields its StackInfo."""
+    from relevo_cli.local.stack import LocalStack
+
+    with ExitStack() as scratch:
+        directory = state_dir or Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+        began = time.perf_counter()
+        stack = LocalStack(state_dir=directory)
+        info = stack.start()
+        print(f"stack up in {time.perf_counter() - began:.1f}s ({info.aws_endpoint}){note}")
+        try:
+            point_at_stack(info)
+            yield info
+        finally:
+            stack.stop()
+
+
+def point_at_stack(stack: Any) -> None:
+    """This process's boto3 clients (and relevo_core's) talk to the embedded stack."""
+    # Endpoint, region and the stack's own IAM user (its emulator refuses any other key).
+    stack.apply_to_environment()
+    from relevo_core.aws import reset_clients
+
+    reset_clients()
+
+
+def register_project(
+    stack: Any,
+    project_id: str,
+    stages: list[dict[str, Any]],
+    lease_ttl_sec: int = 10,
+    queue_timeout_sec: int = 30,
+    webhook: bool = True,
+) -> str | None:
+    """A project of region affinity eu-west, registered through the API; with `webhook`, a fresh
+    GitHub webhook secret is stored for it, and returned."""
+    from relevo_cli.api import RelevoApi
+    from relevo_cli.projects import secret_name
+    from relevo_core.aws import client
+
+    project: dict[str, Any] = {
+        "repo": f"acme/{project_id}",
+        "region_affinity": "eu-west",
+        "lease_ttl_sec": lease_ttl_sec,
+        "queue_timeout_sec": queue_timeout_sec,
+        "stages": stages,
+    }
+    secret = None
+    if webhook:
+        secret = secrets.token_urlsafe(16)
+        name = secret_name(stack, project_id, "github")
+        client("secretsmanager").create_secret(Name=name, SecretString=secret)
+        project["webhook"] = {"github_secret_ref": name}
+    RelevoApi.for_stack(stack).put_project(project_id, project)
+    return secret
+
+
+# ------------------------------------------------------------------------------------------------
+# AWS call recording
+
+
+def record_aws_calls(
+    on_call: Callable[[Any, dict[str, Any], Any], None],
+    on_attempt: Callable[[], None] | None = None,
+) -> None:
+    """Wrap botocore's Endpoint for the rest of this process: `on_call(operation_model,
+    request_dict, (http_response, parsed))` after every API call whichever client made it
+    (relevo_core's cached clients and Powertools' own alike), and `on_attempt()` before each HTTP
+    attempt, so retries show. A call botocore gives up on (it raises) is not passed to `on_call`.
+    Both run in the calling thread: they tell threads apart themselves."""
+    from botocore.endpoint import Endpoint
+
+    make_request = Endpoint.make_request
+    send = Endpoint._send
+
+    def recording_make_request(endpoint: Any, operation_model: Any, request_dict: Any) -> Any:
+        result = make_request(endpoint, operation_model, request_dict)
+        try:
+            on_call(operation_model, request_dict, result)
+        except Exception as exc:  # never let the bench's bookkeeping break a call
+            sys.stderr.write(f"recorder: {type(exc).__name__}: {exc}\n")
+        return result
+
+    def recording_send(endpoint: Any, request: Any) -> Any:
+        if on_attempt is not None:
+            on_attempt()
+        return send(endpoint, request)
+
+    Endpoint.make_request = recording_make_request  # type: ignore[method-assign]
+    Endpoint._send = recording_send  # type: ignore[method-assign]
+
+
+# ------------------------------------------------------------------------------------------------
+# A function's handler, called in this process
+
+
+def use_function_environment(stack: Any, logical_id: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """This process's environment set as the function's (less its Powertools settings, which
+    HANDLER_ENV replaces); returns its configuration and the variables taken from it."""
+    import boto3
+
+    function = boto3.client("lambda").get_function_configuration(FunctionName=stack.resources[logical_id])
+    variables = {k: str(v) for k, v in function.get("Environment", {}).get("Variables", {}).items()}
+    variables = {k: v for k, v in variables.items() if not k.startswith("POWERTOOLS_")}
+    os.environ.update(variables)
+    os.environ.update(HANDLER_ENV)
+    return function, variables
+
+
+def cold_handler(function: str) -> Any:
+    """functions/<function>/handler.py imported as in a new container: the layer and the
+    function's own directory on the path, and nothing a warm container keeps (cached clients,
+    settings, projects, secrets, queue URLs) left over in this process."""
+    from aws_lambda_powertools.utilities import parameters
+
+    from relevo_core.aws import reset_clients
+    from relevo_core.config import intake_settings
+    from relevo_core.execution import work_queue_url
+    from relevo_core.intake.enqueue import project_cache
+
+    reset_clients()
+    intake_settings.cache_clear()
+    project_cache.clear()
+    work_queue_url.cache_clear()
+    parameters.clear_caches()
+    function_dir = FUNCTIONS_DIR / function
+    for path in (str(CORE_DIR), str(function_dir)):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    spec = importlib.util.spec_from_file_location(f"{function}_handler", function_dir / "handler.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class LambdaContext:
+    function_name = "relevo-WebhookFunction"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:relevo-WebhookFunction"
+    log_group_name = "/aws/lambda/relevo-WebhookFunction"
+    log_stream_name = "bench"
+
+    def __init__(self) -> None:
+        self.aws_request_id = str(uuid.uuid4())
+        self._deadline = time.monotonic() + 15
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int((self._deadline - time.monotonic()) * 1000)
+
+
+def webhook_event(project_id: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    """The API Gateway REST proxy event of a GitHub delivery to the webhook route."""
+    path = f"/webhooks/github/{project_id}"
+    now = time.time()
+    return {
+        "resource": "/webhooks/github/{project_id}",
+        "path": path,
+        "httpMethod": "POST",
+        "headers": headers,
+        "multiValueHeaders": {name: [value] for name, value in headers.items()},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": {"project_id": project_id},
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": "/webhooks/github/{project_id}",
+            "httpMethod": "POST",
+            "path": f"/v1{path}",
+            "stage": "v1",
+            "accountId": "123456789012",
+            "apiId": "bench",
+            "protocol": "HTTP/1.1",
+            "requestId": str(uuid.uuid4()),
+            "requestTimeEpoch": int(now * 1000),
+            "identity": {"sourceIp": "192.0.2.1", "userAgent": "GitHub-Hookshot/bench"},
+        },
+        "body": body.decode("utf-8"),
+        "isBase64Encoded": False,
+    }
+
+
+def github_headers(secret: str, body: bytes, event: str = "push", delivery: str | None = None, signature: str | None = None) -> dict[str, str]:
+    """A GitHub delivery's headers, signed with the project's secret unless `signature` is given."""
+    from relevo_core.intake.webhooks.github import sign
+
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": "GitHub-Hookshot/bench",
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+        "X-Hub-Signature-256": signature or sign(secret, body),
+    }
+
+
+def push_body(repo: str, commit: str, ref: str = "refs/heads/main") -> bytes:
+    """The same shape as tests/conftest.py push_body."""
+    return json.dumps(
+        {
+            "ref": ref,
+            "before": "1" * 40,
+            "after": commit,
+            "deleted": False,
+            "repository": {"full_name": repo},
+            "pusher": {"name": "ci"},
+        }
+    ).encode()

@@ -1,0 +1,1 @@
+"""The `relevo` command groups, each with its own rendering; relevo_cli.main assembles them."""

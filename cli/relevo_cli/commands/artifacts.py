@@ -1,0 +1,47 @@
+"""`relevo artifacts …`: the files the stages of a job uploaded (list, get with its sha256 checked)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from relevo_cli.cli_errors import JobId
+from relevo_cli.commands.common import StackOption, console, errors, stack_api
+
+artifacts_app = typer.Typer(no_args_is_help=True, help="Files the stages of a job uploaded.")
+
+@artifacts_app.command("list")
+def artifacts_list(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
+    """A job's artifacts, with the sha256 recorded at upload."""
+    with stack_api(stack_file) as api:
+        job = api.get_job(job_id)
+    table = Table(title=f"{len(job['artifacts'])} artifact(s) of {job_id}")
+    for column in ("stage", "name", "size", "sha256"):
+        table.add_column(column)
+    for artifact in job["artifacts"]:
+        table.add_row(artifact["stage"], artifact["name"], str(artifact["size"]), artifact["sha256"])
+    console.print(table)
+
+
+@artifacts_app.command("get")
+def artifacts_get(
+    job_id: str = JobId,
+    name: str = typer.Argument(..., help="the file's path under the stage's artifact directory"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="file or directory to write (default: its name, here)"),
+    stage: Optional[str] = typer.Option(None, "--stage", help="the stage that uploaded it (when several did)"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Download an artifact (presigned link valid 2 minutes) and verify its sha256."""
+    from relevo_cli.artifacts import ChecksumMismatch, download
+
+    with stack_api(stack_file) as api:
+        link = api.artifact_link(job_id, name, stage)
+    try:
+        path = download(link, output or Path(Path(name).name))
+    except ChecksumMismatch as exc:
+        errors.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from exc
+    console.print(f"{path} ({link['size']} bytes, sha256 {link['sha256']} verified)")

@@ -1,0 +1,278 @@
+"""One job: `relevo status` / `job show` (its table, notes and log tail), `jobs` (the listing),
+`run`, `rerun`, `approve`, `reject`, `cancel`, `logs`, and the `relevo job …` sub-app (resolve,
+priority, delete)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from relevo_cli.cli_errors import JobId, ProjectId
+from relevo_cli.commands.common import StackOption, console, errors, print_trigger, stack_api
+
+job_app = typer.Typer(no_args_is_help=True, help="Operator actions on one job.")
+
+
+def gate_line(job_id: str, stage: str) -> str:
+    """What a job waiting at its approval gate needs, and the command that gives it."""
+    return f"waiting for approval before {stage}: `relevo approve {job_id}` (or `relevo reject {job_id} --reason …`)"
+
+
+def render_job(job: dict) -> Table:
+    waiting = f" (waiting: {job['queue_reason']})" if job.get("queue_reason") else ""
+    held = f" (held: {job['held_reason']}; relevo release starts it)" if job.get("held_reason") else ""
+    table = Table(title=f"{job['job_id']}  {job['project']}  [bold]{job['status']}[/bold]{waiting}{held}")
+    for column in ("#", "stage", "status", "attempt", "agent", "exit", "error"):
+        table.add_column(column)
+    for stage in job["stages"]:
+        table.add_row(
+            str(stage["index"]),
+            stage["name"],
+            stage["status"],
+            str(stage["attempt"] or ""),
+            stage["agent_id"] or "",
+            "" if stage["exit_code"] in (None, -1) else str(stage["exit_code"]),
+            stage["error_class"] or "",
+        )
+    return table
+
+
+def job_notes(job: dict) -> list[str]:
+    """Lines under a job's table (printed whole, never wrapped to the table's width): where it
+    builds and stands, then its approval gate (waiting at it, or how it was answered). Only what
+    is known: no "@" without a commit, no last successful stage before one succeeded."""
+    ref = f"ref {job['ref']}" + (f" @ {job['commit'][:12]}" if job.get("commit") else "")
+    parts = [ref, f"region {job['region_affinity']}"]
+    if job.get("last_successful_stage"):
+        parts.append(f"last successful stage: {job['last_successful_stage']}")
+    if job.get("last_writer"):
+        parts.append(f"last writer: {job['last_writer']}")
+    notes = [" · ".join(parts)]
+    if job.get("waiting_stage"):
+        notes.append(gate_line(job["job_id"], job["waiting_stage"]))
+    decision = job.get("approval_decision")
+    if decision:
+        reason = f": {decision['reason']}" if decision.get("reason") else ""
+        notes.append(f"{decision['decision']} by {decision['actor']} before {decision['stage']}{reason}")
+    return notes
+
+
+STATUS_LOG_LINES = 20
+
+
+def _print_log_tail(job: dict) -> None:
+    """The last lines of the job's log under its table (the API sends up to 200: --json has them)."""
+    tail = job.get("log_tail") or {"lines": []}
+    lines = tail["lines"][-STATUS_LOG_LINES:]
+    if not lines:
+        return
+    console.rule(f"last {len(lines)} log lines")
+    for line in lines:
+        console.print(f"{line['stage']}#{line['attempt']} | {line['text']}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"(all of it: relevo logs {job['job_id']}; follow: relevo logs {job['job_id']} -f --from-seq {tail['next_seq']})", markup=False, highlight=False, soft_wrap=True)
+
+
+def status(
+    job_id: str = JobId,
+    as_json: bool = typer.Option(False, "--json", help="print the job as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Show a job and its stages."""
+    with stack_api(stack_file) as api:
+        job = api.get_job(job_id)
+    if as_json:
+        sys.stdout.write(json.dumps(job, indent=2) + "\n")
+    else:
+        console.print(render_job(job))
+        for note in job_notes(job):
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
+        _print_log_tail(job)
+
+
+# `relevo job show JOB` is the same view, beside the other one-job commands.
+job_app.command("show", help="Show a job and its stages (same as `relevo status`).")(status)
+
+
+def jobs(
+    project: Optional[str] = typer.Option(None, "--project", help="only this project's jobs"),
+    status: Optional[str] = typer.Option(None, "--status", help="queued, running, failed, ... (queued: in run order)"),
+    trigger: Optional[str] = typer.Option(None, "--trigger", help="webhook, api, manual, schedule or retry"),
+    agent: Optional[str] = typer.Option(None, "--agent", help="jobs any attempt of which ran on this agent"),
+    region: Optional[str] = typer.Option(None, "--region", help="region affinity"),
+    since: Optional[str] = typer.Option(None, "--since", help="created at or after (ISO 8601)"),
+    until: Optional[str] = typer.Option(None, "--until", help="created at or before (ISO 8601)"),
+    limit: int = typer.Option(50, "--limit", min=1, max=500),
+    as_json: bool = typer.Option(False, "--json", help="print the listing as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """List jobs, newest first; with --status queued, in the order they will run."""
+    with stack_api(stack_file) as api:
+        listing = api.list_jobs(
+            project=project, status=status, trigger=trigger, agent=agent, region=region,
+            since=since, until=until, limit=limit,
+        )
+    if as_json:
+        sys.stdout.write(json.dumps(listing, indent=2) + "\n")
+        return
+    queued = status == "queued"
+    table = Table(title=f"{listing['count']} job(s){' (more not shown)' if listing['truncated'] else ''}")
+    if queued:
+        table.add_column("#", justify="right")
+    for column in ("job", "project", "status", "trigger", "ref", "region", "priority", "created", "why waiting" if queued else "last good stage"):
+        table.add_column(column)
+    for job in listing["jobs"]:
+        row = [] if not queued else [str(job["queue_position"])]
+        status_cell = f"{job['status']} ({job['held_reason']})" if job.get("held_reason") else job["status"]
+        row += [job["job_id"], job["project"], status_cell, job["trigger"] or "", job["ref"] or "",
+                job["region_affinity"] or "", str(job["priority"]), (job["created_at"] or "")[:19],
+                (job["queue_reason"] or "") if queued else (job["last_successful_stage"] or "")]
+        table.add_row(*row)
+    console.print(table)
+
+
+def run(
+    project_id: str = ProjectId,
+    ref: Optional[str] = typer.Option(None, help="ref to build (default: the project's default_ref)"),
+    commit: Optional[str] = typer.Option(None, help="commit to build"),
+    stage: Optional[list[str]] = typer.Option(None, "--stage", help="run only these stages (repeatable)"),
+    priority: Optional[int] = typer.Option(None, help="priority (manual runs default to 10)"),
+    again: bool = typer.Option(False, "--again", help="a new run even if the same one is already queued"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the job id (JOB=$(relevo run P -q))"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Run a project now (trigger: manual)."""
+    import secrets
+
+    body = {"trigger": "manual", "ref": ref, "commit": commit, "stages": stage or None, "priority": priority}
+    if again:
+        body["request_id"] = secrets.token_hex(8)
+    with stack_api(stack_file) as api:
+        result = api.run_project(project_id, {k: v for k, v in body.items() if v is not None})
+        if quiet:
+            sys.stdout.write(result["job_id"] + "\n")
+            return
+        print_trigger(result, api, f"relevo run {project_id} --again")
+
+
+def rerun(
+    job_id: str = JobId,
+    from_stage: Optional[str] = typer.Option(None, "--from-stage", help="skip the stages before this one"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Run a job again with the project's current configuration (trigger: retry)."""
+    with stack_api(stack_file) as api:
+        print_trigger(api.rerun_job(job_id, from_stage), api)
+
+
+def approve(
+    job_id: str = JobId, reason: Optional[str] = typer.Option(None, help="why"), stack_file: Optional[Path] = StackOption
+) -> None:
+    """Approve a job waiting at its approval gate."""
+    with stack_api(stack_file) as api:
+        result = api.approve(job_id, reason)
+    console.print(f"job [bold]{job_id}[/bold] approved before {result['stage']}")
+
+
+def reject(job_id: str = JobId, reason: str = typer.Option(..., help="why (kept in the audit trail)"), stack_file: Optional[Path] = StackOption) -> None:
+    """Reject a job waiting at its approval gate: it fails with the reason."""
+    with stack_api(stack_file) as api:
+        result = api.reject(job_id, reason)
+    console.print(f"job [bold]{job_id}[/bold] rejected before {result['stage']}")
+
+
+def cancel(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
+    """Cancel a job wherever it is; a running stage's process group is killed by its agent."""
+    with stack_api(stack_file) as api:
+        result = api.cancel_job(job_id)
+    console.print(f"job [bold]{result['job_id']}[/bold] canceled (was {result['was']})")
+
+
+class ResolveAs(str, Enum):
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"
+    FAILED = "failed"
+
+
+@job_app.command("resolve")
+def job_resolve(
+    job_id: str = JobId,
+    stage: str = typer.Option(..., "--stage", help="the stage in manual review"),
+    resolution: ResolveAs = typer.Option(..., "--as", help="succeeded: keep the effect; retry: run the stage again; failed: fail the job"),
+    reason: Optional[str] = typer.Option(None, help="why (kept in the audit trail; required with --as failed)"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Finish a stage that reconciliation left in manual review."""
+    with stack_api(stack_file) as api:
+        result = api.resolve_stage(job_id, stage, resolution.value, reason)
+    console.print(f"job [bold]{job_id}[/bold] stage {result['stage']} resolved as {result['resolution']}")
+
+
+@job_app.command("priority")
+def job_priority(
+    job_id: str = JobId,
+    priority: int = typer.Argument(..., help="higher runs first (a negative value goes after --, e.g. -- -5)"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Set the priority of a queued job; it moves to its new place in line at once."""
+    with stack_api(stack_file) as api:
+        result = api.set_priority(job_id, priority)
+    console.print(f"job [bold]{result['job_id']}[/bold] priority {result['previous_priority']} -> {result['priority']}")
+
+
+@job_app.command("delete")
+def job_delete(
+    job_id: str = JobId,
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Delete an ended job with its stage records, log chunks and artifact records (safe to repeat
+    if it was interrupted). The artifact files themselves expire by the bucket's lifecycle rule."""
+    if not yes:
+        typer.confirm(f"delete job {job_id} with its logs and artifact records?", abort=True)
+    with stack_api(stack_file) as api:
+        result = api.delete_job(job_id)
+    removed = result["removed"]
+    console.print(
+        f"job [bold]{result['job_id']}[/bold] ({result['status']}) deleted with {removed['stages']} stage record(s), "
+        f"{removed['log_chunks']} log chunk(s) and {removed['artifacts']} artifact record(s)"
+    )
+
+
+def logs(
+    job_id: str = JobId,
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends; exit 0 if it succeeded, 1 if not"),
+    from_seq: int = typer.Option(0, "--from-seq", min=0, help="start at this chunk (job show's log_tail.next_seq: right after its tail)"),
+    poll_sec: float = typer.Option(1.0, "--poll", min=0.1, help="seconds between polls while following"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Print a job's output (already masked); with -f follow it, across dropped connections."""
+    from relevo_cli.follow import LogFollower
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def gate_reached(page: dict) -> None:
+        # Following goes quiet while the job waits for a person: say for whom, and what to run.
+        if page.get("waiting_stage"):
+            errors.print(gate_line(job_id, page["waiting_stage"]), markup=False, highlight=False, soft_wrap=True)
+
+    with stack_api(stack_file) as api:
+        follower = LogFollower(
+            fetch=lambda seq: api.job_logs(job_id, from_seq=seq),
+            write=write,
+            warn=lambda message: errors.print(f"[yellow]{message}[/yellow]"),
+            status_changed=gate_reached,
+            poll_sec=poll_sec,
+            next_seq=from_seq,
+        )
+        code = follower.run(follow)
+    if follow:
+        errors.print(f"job {job_id} {follower.status}")
+    raise typer.Exit(code)

@@ -1,0 +1,56 @@
+"""Where the CLI's commands and the benches' plumbing live (issue 17, point 5).
+
+Given the sources of relevo_cli and bench/, when their definitions and imports are read, then
+relevo_cli/main.py defines no command (each command group is a module of relevo_cli.commands,
+with its rendering), no bench imports a test module, and only bench/harness.py starts the
+embedded stack, wraps botocore's Endpoint or loads a function's handler.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# What only the harness does: start the stack, wrap botocore's Endpoint, load a handler from its file.
+HARNESS_ONLY = {"LocalStack", "Endpoint", "spec_from_file_location"}
+
+
+def commands_in_main(root: Path) -> list[str]:
+    tree = ast.parse((root / "cli" / "relevo_cli" / "main.py").read_text(encoding="utf-8"))
+    defined = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+    return [name for name in defined if name != "_root"]  # the root callback: --debug
+
+
+def bench_imports_of_tests(root: Path) -> list[str]:
+    found = []
+    for path in sorted((root / "bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.name}:{node.lineno} imports {m}" for m in modules if m == "tests" or m.startswith("tests.")]
+    return found
+
+
+def harness_work_outside_the_harness(root: Path) -> list[str]:
+    found = []
+    for path in sorted((root / "bench").glob("*.py")):
+        if path.name == "harness.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if name in HARNESS_ONLY:
+                found.append(f"{path.name}:{node.lineno} uses {name}")
+    return found
+
+
+def test_main_only_assembles_the_cli() -> None:
+    assert commands_in_main(ROOT) == []
+
+
+def test_no_bench_imports_a_test_module() -> None:
+    assert bench_imports_of_tests(ROOT) == []
+
+
+def test_only_the_harness_starts_the_stack_records_calls_and_loads_handlers() -> None:
+    assert harness_work_outside_the_harness(ROOT) == []
