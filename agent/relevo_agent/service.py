@@ -808,21 +808,21 @@ class Agent:
                 raise
             log.warning("restart: cannot list the attempts this agent holds (%s); their leases will expire", exc)
             held = []
-        for item in held:
-            job_id, stage = str(item["pk"]).removeprefix("JOB#"), str(item.get("stage_name", ""))
+        for attempt in held:
+            job_id, stage = attempt.job_id, attempt.stage_name
             known = self.journal.get(operation_id(job_id, stage))
-            if known is not None and known.attempt == item.get("attempt"):
+            if known is not None and known.attempt == attempt.attempt:
                 continue
-            if item.get("journal_id") != self.journal.journal_id:
+            if attempt.journal_id != self.journal.journal_id:
                 log.warning(
                     "restart: %s:%s attempt %s is held by agent_id %s but was claimed from another journal; left to its lease",
-                    job_id, stage, item.get("attempt"), self.config.agent_id,
+                    job_id, stage, attempt.attempt, self.config.agent_id,
                 )
                 continue
-            log.warning("restart: %s:%s attempt %s was claimed from this journal but is not in it; failing it", job_id, stage, item.get("attempt"))
+            log.warning("restart: %s:%s attempt %s was claimed from this journal but is not in it; failing it", job_id, stage, attempt.attempt)
             op = Operation(
-                operation_id(job_id, stage), job_id, stage, int(item["stage_index"]), int(item["attempt"]), "", "",
-                run_token=item.get("run_token"),
+                operation_id(job_id, stage), job_id, stage, attempt.stage_index, attempt.attempt, "", "",
+                run_token=attempt.run_token,
             )
             self.journal.begin(op)
             self._interrupted(op, lease_ended=False)
