@@ -31,32 +31,23 @@ import socket
 import threading
 import uuid
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from importlib import metadata
-from typing import Any, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from relevo_agent.attempt import utc_now
 from relevo_agent.config import AgentConfig
-from relevo_core.aws import client
+from relevo_agent.messages import Message
 from relevo_core.store import agents
 from relevo_core.store.agents import AgentPresence
 
-log = logging.getLogger("relevo_agent.presence")
+log = logging.getLogger(__name__)
 
 # Below the work queue's maxReceiveCount (5, template.yaml): a message handed back this often is
 # taken by whoever receives it next, before SQS would move it to the redrive DLQ.
 HANDOFF_MAX_RECEIVES = 3
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def sent_at(message: dict[str, Any]) -> datetime | None:
-    """When SQS accepted a received message (its SentTimestamp attribute, epoch milliseconds)."""
-    sent_ms = message.get("Attributes", {}).get("SentTimestamp")
-    return datetime.fromtimestamp(int(sent_ms) / 1000, timezone.utc) if sent_ms else None
 
 
 def _version() -> str:
@@ -109,13 +100,11 @@ class Presence:
         self,
         config: AgentConfig,
         table: str,
-        queue_url: str,
         stopping: threading.Event,
-        clock: Callable[[], datetime] = _now,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.config = config
         self.table = table
-        self.queue_url = queue_url
         self._stopping = stopping
         self._clock = clock
         self._version = _version()
@@ -205,7 +194,7 @@ class Presence:
 
     # ------------------------------------------------------------------ placement
     def leave_to_another(
-        self, avoid_agents: Iterable[str], queue_timeout_sec: int | None, message: dict[str, Any], what: str = "a retry"
+        self, avoid_agents: Iterable[str], queue_timeout_sec: int | None, message: Message, what: str = "a retry"
     ) -> bool:
         """True when the message (`what`: job/stage attempt, for the log) was handed back for
         another agent of the region to take."""
@@ -213,7 +202,7 @@ class Presence:
         if self.config.agent_id not in avoid_agents:
             return False  # the common case costs nothing
         now = self._clock()
-        receive_count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
+        receive_count = message.receive_count
         try:
             region_agents = agents.online_agents(self.table, self.config.region, now)
         except (BotoCoreError, ClientError):
@@ -222,7 +211,7 @@ class Presence:
         max_wait_sec: float = self.config.handoff_max_wait_sec
         if queue_timeout_sec:
             max_wait_sec = min(max_wait_sec, queue_timeout_sec / 2)  # never let the hand-back time the stage out
-        waited_sec = (now - (sent_at(message) or now)).total_seconds()
+        waited_sec = (now - (message.sent_at or now)).total_seconds()
         other = prefer_another(
             self.config.agent_id,
             avoid_agents,
@@ -236,9 +225,7 @@ class Presence:
             return False
         invisible_sec = handback_sec(other, waited_sec, receive_count, max_wait_sec, self.config.handoff_delay_sec)
         try:
-            client("sqs").change_message_visibility(
-                QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=invisible_sec
-            )
+            message.hide_for(invisible_sec)
         except ClientError:
             log.warning("could not hand %s back; taking it here", what)
             return False

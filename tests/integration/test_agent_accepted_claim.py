@@ -1,5 +1,5 @@
 """An accepted claim starts its command at once. The run token and the claimed message's deletion
-are seen to beside the command (relevo_agent.service, Agent._watch_for_run_token); these tests
+are seen to beside the command (relevo_agent.stage, StageRunner._watch_for_run_token); these tests
 drive that watcher against the embedded stack with a stage the state machine dispatched. The
 dispatch is claimed but never answered, so the state machine itself hands out no run token: each
 test decides what happens instead.
@@ -17,8 +17,10 @@ from botocore.exceptions import ClientError
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import Journal, Operation, Outcome, operation_id
+from relevo_agent.attempt import StageRun
 from relevo_agent.lease import Lease
-from relevo_agent.service import Agent, StageRun
+from relevo_agent.messages import Message
+from relevo_agent.service import Agent
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.lease_timeline import LeaseTimeline
@@ -48,7 +50,11 @@ class Claimed:
             Operation(self.op_id, self.job_id, task["stage"], task["stage_index"], task["attempt"], str(tmp_path), "commit=c;inputs=0")
         )
         self.run = StageRun(self.ref, Lease(LeaseTimeline(LEASE_TTL_SEC, 10, 5), time.monotonic()))
-        self.keeper = threading.Thread(target=self.agent._watch_for_run_token, args=(self.run, self.op_id, self.receipt_handle), daemon=True)
+        self.keeper = threading.Thread(
+            target=self.agent.stages._watch_for_run_token,
+            args=(self.run, self.op_id, Message(self.queue_url, {"ReceiptHandle": self.receipt_handle})),
+            daemon=True,
+        )
 
     def hand_out_run_token(self, token: str) -> None:
         """What the state machine's AwaitResult writes once it has taken the claim."""
@@ -122,7 +128,7 @@ def test_a_result_without_a_run_token_is_still_journaled_and_its_fenced_stage_wr
     claimed.run.token_known.set()  # decided, and no token
     receipt = {"exit_code": 0, "artifacts": {}, "agent_id": "mac-k", "attempt": claimed.ref.attempt}
 
-    claimed.agent._conclude(claimed.run, claimed.op_id, StageStatus.SUCCEEDED, Outcome.SUCCEEDED, receipt, exit_code=0)
+    claimed.agent.stages._conclude(claimed.run, claimed.op_id, StageStatus.SUCCEEDED, Outcome.SUCCEEDED, receipt, exit_code=0)
 
     operation = claimed.agent.journal.get(claimed.op_id)
     assert (operation.outcome, operation.receipt) == (Outcome.SUCCEEDED, receipt)

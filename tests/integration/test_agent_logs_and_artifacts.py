@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from relevo_agent.config import AgentConfig
+from relevo_agent.messages import Message
 from relevo_agent.service import Agent
 from relevo_core.aws import client
 from relevo_core.store import artifacts as artifact_store
@@ -54,7 +55,7 @@ def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:
     task, receipt = receive_stage(stack, job_id, timeout=30)
-    agent._handle({"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"})
+    agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
     return task
 
 

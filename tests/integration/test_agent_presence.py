@@ -14,6 +14,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from relevo_agent.config import AgentConfig
+from relevo_agent.messages import Message
 from relevo_agent.presence import Presence
 from relevo_cli.api import RelevoApi
 from relevo_cli.main import app
@@ -118,7 +119,7 @@ def _receiver(queue_url: str):
         messages = client("sqs").receive_message(
             QueueUrl=queue_url, WaitTimeSeconds=wait, MessageSystemAttributeNames=["SentTimestamp", "ApproximateReceiveCount"]
         ).get("Messages", [])
-        return messages[0] if messages else None
+        return Message(queue_url, messages[0]) if messages else None
 
     return receive
 
@@ -129,7 +130,7 @@ def _config(region: str, agent_id: str, tmp_path: Path, **extra) -> AgentConfig:
 
 def test_the_presence_writer_keeps_the_record_fresh_counts_running_stages_and_goes_offline(local_stack, tmp_path: Path):
     region = _region()
-    presence = Presence(_config(region, "mac-w", tmp_path, presence_interval_sec=0.2), local_stack.table_name, "unused", threading.Event())
+    presence = Presence(_config(region, "mac-w", tmp_path, presence_interval_sec=0.2), local_stack.table_name, threading.Event())
 
     def record():
         found = agents.agents_in_region(local_stack.table_name, region)
@@ -157,7 +158,7 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_free(local
     queue_url = sqs.create_queue(QueueName=f"handback-{secrets.token_hex(4)}")["QueueUrl"]
     stopping = threading.Event()
     stopping.set()  # skip the slot's pause after a hand-back: this test polls the queue itself
-    presence = Presence(_config(region, "mac-a", tmp_path, handoff_delay_sec=1), local_stack.table_name, queue_url, stopping)
+    presence = Presence(_config(region, "mac-a", tmp_path, handoff_delay_sec=1), local_stack.table_name, stopping)
     sqs.send_message(QueueUrl=queue_url, MessageBody="{}")
     receive = _receiver(queue_url)
 
@@ -173,7 +174,7 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_free(local
     # Handed back: invisible for handoff_delay_sec, then another agent's poll receives it.
     assert receive() is None
     again = wait_until(lambda: receive(wait=1), timeout=10)
-    assert again["MessageId"] == message["MessageId"] and again["Attributes"]["ApproximateReceiveCount"] == "2"
+    assert again.message_id == message.message_id and again.receive_count == 2
 
     # The wait is bounded by half the job's queue timeout: sent at least handoff_delay_sec (1 s)
     # ago, a stage with a 2 s queue timeout is taken here rather than handed back again.
@@ -181,7 +182,7 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_free(local
     assert presence.leave_to_another(["mac-a"], 30, again) is True
     third = wait_until(lambda: receive(wait=1), timeout=10)
     # Received HANDOFF_MAX_RECEIVES (3) times: taken here, before the queue's redrive DLQ.
-    assert third["Attributes"]["ApproximateReceiveCount"] == "3"
+    assert third.receive_count == 3
     assert presence.leave_to_another(["mac-a"], 30, third) is False
     sqs.delete_queue(QueueUrl=queue_url)
 
@@ -191,7 +192,7 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_online_but
     sqs = client("sqs")
     queue_url = sqs.create_queue(QueueName=f"handback-busy-{secrets.token_hex(4)}")["QueueUrl"]
     stopping = threading.Event()
-    presence = Presence(_config(region, "mac-a", tmp_path, handoff_delay_sec=1), local_stack.table_name, queue_url, stopping)
+    presence = Presence(_config(region, "mac-a", tmp_path, handoff_delay_sec=1), local_stack.table_name, stopping)
     sqs.send_message(QueueUrl=queue_url, MessageBody="{}")
     receive = _receiver(queue_url)
 
@@ -203,7 +204,7 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_online_but
     assert presence.leave_to_another(["mac-a"], 12, message) is True
     assert receive() is None
     again = wait_until(lambda: receive(wait=1), timeout=10)
-    assert again["MessageId"] == message["MessageId"] and again["Attributes"]["ApproximateReceiveCount"] == "2"
+    assert again.message_id == message.message_id and again.receive_count == 2
 
     # mac-b stops cleanly: nobody else is online, mac-a runs its own retry at once.
     agents.mark_offline(local_stack.table_name, region, "mac-b", datetime.now(timezone.utc))

@@ -71,7 +71,7 @@ def test_the_attempts_an_agent_holds_are_listed_until_it_finishes_them(local_sta
     stage_attempts.claim(ref, 10, now)
 
     [held] = stage_attempts.held_by(local_stack.table_name, agent)
-    assert (held["pk"], held["attempt"], held["stage_index"], held["stage_name"]) == (f"JOB#{job_id}", 1, 0, "upload")
+    assert held == stage_attempts.HeldAttempt(job_id=job_id, stage_index=0, stage_name="upload", attempt=1, journal_id=None, run_token=None)
 
     stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")
     assert stage_attempts.held_by(local_stack.table_name, agent) == []

@@ -150,6 +150,7 @@ def test_a_reset_before_the_claim_hands_the_message_back_at_once(local_stack, pr
     the message waited out its 60 s visibility timeout, twice, until the job failed with
     Relevo.Timeout.Queue."""
     from relevo_agent.config import AgentConfig
+    from relevo_agent.messages import Message
     from relevo_agent.service import Agent
     from relevo_cli.drill.proxy import FaultProxy, Mode
     from relevo_core.aws import reset_clients
@@ -166,7 +167,7 @@ def test_a_reset_before_the_claim_hands_the_message_back_at_once(local_stack, pr
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         reset_clients()
         agent._active = 1
-        agent._handle({"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"})
+        agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
         assert proxy.stats.resets == 4
     monkeypatch.setenv("AWS_ENDPOINT_URL", str(local_stack.aws_endpoint))
     reset_clients()

@@ -20,8 +20,9 @@ import pytest
 from relevo_agent.config import AgentConfig
 from relevo_agent.executor import run_command
 from relevo_agent.journal import Journal
-from relevo_agent.lease import Lease
-from relevo_agent.service import Agent, StageRun
+from relevo_agent.attempt import StageRun
+from relevo_agent.lease import Lease, keep_fence, keep_lease
+from relevo_agent.service import Agent
 from relevo_agent.supervisor import group_alive
 from relevo_core.aws import reset_clients
 from relevo_core.lease_timeline import LeaseTimeline
@@ -96,8 +97,8 @@ def _renewing_run(tmp_path: Path, timeline: LeaseTimeline) -> tuple[Agent, Stage
 
 
 def _start(agent: Agent, run: StageRun) -> tuple[threading.Thread, threading.Thread]:
-    keeper = threading.Thread(target=agent._keep_lease, args=(run, "job_x:build"), daemon=True)
-    fence = threading.Thread(target=agent._fence, args=(run, "job_x:build"), daemon=True)
+    keeper = threading.Thread(target=keep_lease, args=(run, "job_x:build", agent.stack_gone), daemon=True)
+    fence = threading.Thread(target=keep_fence, args=(run, "job_x:build"), daemon=True)
     keeper.start()
     fence.start()
     return keeper, fence

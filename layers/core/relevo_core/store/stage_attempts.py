@@ -77,17 +77,41 @@ def record_reconciled(ref: StageRef, decision: str, evidence: dict[str, Any], no
     )
 
 
-def held_by(table: str, agent_id: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class HeldAttempt:
+    """A stage attempt an agent claimed and has not finished (one entry of the held_by index)."""
+
+    job_id: str
+    stage_index: int
+    stage_name: str
+    attempt: int
+    # The journal the claim came from (None when it named none), and the run token once
+    # the state machine handed it out.
+    journal_id: str | None
+    run_token: str | None
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> HeldAttempt:
+        return cls(
+            job_id=str(item["pk"]).removeprefix(job_pk("")),
+            stage_index=int(item["stage_index"]),
+            stage_name=str(item.get("stage_name", "")),
+            attempt=int(item["attempt"]),
+            journal_id=item.get("journal_id"),
+            run_token=item.get("run_token"),
+        )
+
+
+def held_by(table: str, agent_id: str) -> list[HeldAttempt]:
     """The stage attempts `agent_id` claimed and never finished (a sparse index: the claim sets
     `held_by`, the fenced finish removes it). What a restarting agent compares with its journal."""
-    return list(
-        query_items(
-            TableName=table,
-            IndexName=HELD_BY_INDEX,
-            KeyConditionExpression="held_by = :agent",
-            ExpressionAttributeValues={":agent": {"S": agent_id}},
-        )
+    items = query_items(
+        TableName=table,
+        IndexName=HELD_BY_INDEX,
+        KeyConditionExpression="held_by = :agent",
+        ExpressionAttributeValues={":agent": {"S": agent_id}},
     )
+    return [HeldAttempt.from_item(item) for item in items]
 
 
 class LeaseLost(Exception):

@@ -1,0 +1,102 @@
+"""The records of one stage attempt on this agent: the stage message the state machine sent, the
+run the agent's threads share while the attempt lasts, and the report that ends it.
+
+Every other agent module builds on these; this one imports none of them at run time.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from relevo_core.models.status import StageStatus
+from relevo_core.store import stage_attempts
+
+if TYPE_CHECKING:
+    from relevo_agent.lease import Lease
+
+# The execution no longer waits for this token (canceled, timed out, answered).
+DEAD_TOKEN = ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken")
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class StageMessage(BaseModel):
+    """What the state machine puts on a region's work queue."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    job_id: str
+    stage: str
+    stage_index: int
+    attempt: int  # 1, 2, ...: the fencing token of this attempt
+    task_token: str  # answers the dispatch (the claim); the run has a token of its own
+    # Retries only: the agents that ran the failed attempts, to be left to another agent if one is free.
+    avoid_agents: tuple[str, ...] = ()
+    queue_timeout_sec: int | None = None
+
+
+@dataclass
+class StageRun:
+    """One attempt this agent is running: what the keeper, shutdown and the runner share."""
+
+    ref: stage_attempts.StageRef
+    lease: Lease
+    # Monotonic: the claim's send time plus the stage's exec_timeout_sec (the exec timeout counts
+    # from the claim, probe and waits included).
+    exec_deadline: float = math.inf
+    # Handed over by the state machine once it has seen the accepted claim; fetched beside the
+    # stage (the command does not wait for it). Every report and heartbeat needs it.
+    run_token: str | None = None
+    token_known: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    # Why the command is being stopped: lease_lost, fenced, canceled, no_run_token, shutdown.
+    reason: str | None = None
+
+    def stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.cancel.set()
+
+    def stop_grace(self, kill_grace_sec: float) -> float:
+        """SIGTERM-to-SIGKILL grace of a stop: a fence gives what the lease leaves of the grace."""
+        return self.lease.grace_sec if self.reason == "fenced" else kill_grace_sec
+
+    def exec_left(self) -> float:
+        return max(0.0, self.exec_deadline - time.monotonic())
+
+
+class StageReport(BaseModel):
+    """What an attempt ended with, as the journal's outbox keeps it until Relevo has it: the
+    fenced stage write, then the answer on the run token (relevo_agent.outbox). Its JSON form is
+    the outbox entry, so a report journaled by an earlier agent reads back unchanged."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    stage: str
+    stage_index: int
+    attempt: int
+    # None when the attempt ended before the token came: the stage record's is used, if any.
+    run_token: str | None = None
+    status: StageStatus
+    outcome: stage_attempts.Outcome
+    exit_code: int | None = None
+    error: str | None = None  # an ErrorClass value
+    cause: str | None = None
+    receipt: dict[str, Any] | None = None
+    # Nothing of this attempt runs any more here: its lease ends with the report.
+    lease_ended: bool = False
+
+    def payload(self) -> dict[str, Any]:
+        """The outbox entry (JSON-ready)."""
+        return self.model_dump(mode="json")

@@ -1,0 +1,103 @@
+"""The outbox: reports that must reach AWS. A stage's report is journaled with its outcome (one
+SQLite transaction, relevo_agent.journal) before it is sent, and stays in the journal until the
+fenced stage write and the answer on the run token are done; what the network lost is sent again
+by a loop of its own, oldest first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Callable
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from relevo_agent.attempt import DEAD_TOKEN, StageReport, utc_now
+from relevo_agent.journal import Journal
+from relevo_core.aws import client
+from relevo_core.models.errors import ErrorClass
+from relevo_core.models.status import StageStatus
+from relevo_core.store import stage_attempts
+
+log = logging.getLogger(__name__)
+
+
+class Outbox:
+    """`stack_gone`: whether a failed send says the stack no longer exists (the agent then exits)."""
+
+    def __init__(self, journal: Journal, table_name: str, agent_id: str, stack_gone: Callable[[BaseException], bool]) -> None:
+        self.journal = journal
+        self.table_name = table_name
+        self.agent_id = agent_id
+        self._stack_gone = stack_gone
+        self._lock = threading.Lock()
+
+    def flush(self) -> int:
+        """Send what the journal holds unsent, oldest first; stop at the first network failure.
+        Returns how many reports are still waiting."""
+        with self._lock:
+            for entry in self.journal.pending():
+                if self._send(StageReport.model_validate(entry.payload)):
+                    self.journal.sent(entry.id)
+                else:
+                    self.journal.failed_to_send(entry.id)
+                    break
+            return len(self.journal.pending())
+
+    def run_forever(self, interval_sec: float) -> None:
+        while True:
+            time.sleep(interval_sec)
+            try:
+                self.flush()
+            except Exception:
+                log.exception("outbox flush failed")
+
+    def _send(self, report: StageReport) -> bool:
+        """One report: the fenced stage write, then the task token. True when done with it (sent,
+        or refused for good because another attempt owns the stage); False to try again later."""
+        ref = stage_attempts.StageRef(self.table_name, report.job_id, report.stage_index, report.attempt, self.agent_id)
+        status = report.status
+        try:
+            stage_attempts.finish(
+                ref, status, utc_now(), report.exit_code, report.error,
+                report.stage if status is StageStatus.SUCCEEDED else None,
+                receipt=report.receipt, outcome=report.outcome,
+                lease_ended=report.lease_ended,
+            )
+        except stage_attempts.LeaseLost:
+            log.warning("%s:%s attempt %d: report refused, another attempt holds the stage", report.job_id, report.stage, report.attempt)
+            return True
+        except (BotoCoreError, ClientError) as exc:
+            self._stack_gone(exc)
+            log.warning("report of %s:%s deferred to the outbox (%s)", report.job_id, report.stage, exc)
+            return False
+        token = report.run_token or _stored_run_token(ref)
+        if not token:
+            return True  # never handed this attempt: the state machine's timeouts decide
+        sfn = client("stepfunctions")
+        try:
+            if status is StageStatus.SUCCEEDED:
+                output = {"stage": report.stage, "attempt": report.attempt, "agent_id": self.agent_id}
+                sfn.send_task_success(taskToken=token, output=json.dumps(output))
+            else:
+                sfn.send_task_failure(taskToken=token, error=report.error or ErrorClass.COMMAND_FAILED.value, cause=report.cause or "")
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in DEAD_TOKEN:
+                log.warning("%s:%s attempt %d: the execution no longer waits for this report", report.job_id, report.stage, report.attempt)
+                return True
+            log.warning("report of %s:%s deferred to the outbox (%s)", report.job_id, report.stage, exc)
+            return False
+        except BotoCoreError as exc:
+            log.warning("report of %s:%s deferred to the outbox (%s)", report.job_id, report.stage, exc)
+            return False
+        return True
+
+
+def _stored_run_token(ref: stage_attempts.StageRef) -> str | None:
+    """The run token on the stage record, for a report journaled before the token was known."""
+    try:
+        return stage_attempts.run_token(ref)
+    except (stage_attempts.LeaseLost, ClientError, BotoCoreError):
+        return None

@@ -1,0 +1,563 @@
+"""Running one stage attempt to its conclusion on this agent.
+
+    journal.begin ─► claim (fenced; returns what the previous attempt left) ─► accept (dispatch token)
+      ─► [beside the stage: message deleted, run token fetched, lease renewed, task heartbeat,
+          and the fence: at the lease deadline less the margin the command is killed]
+      ─► previous outcome unknown? wait until its holder has fenced (its lease end + the allowed
+         skew), then reconcile: resend receipt | probe ─► succeeded / manual_review /
+         precondition changed (reported, not run) | re-run
+      ─► run (own process group, dead-man supervisor) ─► journal.record(outcome, receipt, outbox entry)
+      ─► report (relevo_agent.outbox: fenced stage write + task token) ─► outbox entry removed
+
+The lease keeper and the fence are relevo_agent.lease's; the records the threads of one attempt
+share are relevo_agent.attempt's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from relevo_agent import reconcile
+from relevo_agent.artifacts import upload_stage_artifacts
+from relevo_agent.attempt import DEAD_TOKEN, StageMessage, StageReport, StageRun, utc_now
+from relevo_agent.classify import classify
+from relevo_agent.config import AgentConfig
+from relevo_agent.executor import TAIL_BYTES, ExecResult, run_command
+from relevo_agent.journal import Journal, Operation, Outcome, operation_id
+from relevo_agent.lease import Lease, keep_fence, keep_lease
+from relevo_agent.logs import Masker, secret_values, start_shipper
+from relevo_agent.messages import Message
+from relevo_agent.outbox import Outbox
+from relevo_agent.stage_env import stage_environment
+from relevo_core.aws import call_budget, client
+from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
+from relevo_core.models.envelope import JobEnvelope
+from relevo_core.models.errors import ErrorClass, RelevoError
+from relevo_core.models.plan import StagePlan
+from relevo_core.models.status import JobStatus, StageStatus
+from relevo_core.store import stage_attempts
+from relevo_core.store.jobs import get_envelope, get_job_record
+
+log = logging.getLogger(__name__)
+
+# How long an accepted claim waits for the state machine's run token before the attempt is given
+# up (the execution was stopped, or the stage changed hands, between the claim and the token).
+RUN_TOKEN_WAIT_SEC = 30.0
+RUN_TOKEN_POLL_SEC = 0.05
+
+
+class HandBack(Exception):
+    """Trouble before the claim took (a connection reset, a timeout): the message goes straight
+    back to the queue (visibility 0) for this agent or another to take, never waits out its
+    visibility timeout."""
+
+
+class StageRunner:
+    """The stages this agent runs, one thread each (`run`). `stack_gone`: whether an error says
+    the stack no longer exists (the agent then exits)."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        table_name: str,
+        journal: Journal,
+        outbox: Outbox,
+        stack_gone: Callable[[BaseException], bool],
+    ) -> None:
+        self.config = config
+        self.table_name = table_name
+        self.journal = journal
+        self.outbox = outbox
+        self._stack_gone = stack_gone
+        self._running: dict[str, StageRun] = {}
+        self._running_lock = threading.Lock()
+
+    def stop_all(self, reason: str) -> None:
+        """Stop every running stage's command (a shutdown, a fatal exit)."""
+        with self._running_lock:
+            for run in self._running.values():
+                run.stop(reason)
+
+    # ------------------------------------------------------------------ one stage
+    def run(self, task: StageMessage, message: Message) -> None:
+        """The stage of `task` on this agent, to its conclusion: claimed, kept, run, reported."""
+        envelope = self._envelope(task, message)
+        if envelope is None:
+            return
+        plan = envelope.stage(task.stage)
+        timeline = LeaseTimeline(envelope.lease_ttl_sec, plan.kill_grace_sec, self.config.max_clock_skew_sec)
+        op_id = operation_id(task.job_id, task.stage)
+        if not timeline.feasible:
+            log.error(
+                "%s: a lease of %ds leaves no renewal before the fence with max_clock_skew_sec %g and kill grace %ds; "
+                "not taking it (raise the project's lease_ttl_sec)", op_id, envelope.lease_ttl_sec,
+                self.config.max_clock_skew_sec, plan.kill_grace_sec,
+            )
+            raise HandBack("the lease is too short for this agent")
+        ref = stage_attempts.StageRef(self.table_name, task.job_id, task.stage_index, task.attempt, self.config.agent_id)
+        if op_id in self._running:
+            # A second delivery of a message this agent already claimed: the claim decides.
+            log.info("%s is already running here; duplicate message dropped", op_id)
+            message.delete()
+            return
+        workspace = self.config.workspace_root / envelope.project
+        precondition = reconcile.precondition_version(workspace, envelope.ref, envelope.commit, plan.inputs)
+        local = self.journal.get(op_id)
+        # Journaled before the claim: every attempt this agent may hold is in its journal.
+        self.journal.begin(Operation(op_id, task.job_id, task.stage, task.stage_index, task.attempt, str(workspace), precondition))
+        claim_sent = time.monotonic()
+        try:
+            previous = self._claim(ref, timeline, precondition, message.sent_at)
+        except stage_attempts.ClaimRefused as refused:
+            self.journal.record(op_id, ref.attempt, Outcome.ABANDONED, None, None)
+            self._refused(op_id, ref, refused, message)
+            return
+        except (BotoCoreError, ClientError) as exc:
+            self.journal.record(op_id, ref.attempt, Outcome.ABANDONED, None, None)
+            raise HandBack(f"the claim did not go through ({exc})") from exc
+        log.info("claimed %s attempt %d", op_id, ref.attempt)
+        # From the claim on, the lease is kept and fenced beside whatever this thread does: the
+        # answer to the dispatch, the wait for the previous holder, the probe, the command.
+        run = StageRun(ref, Lease(timeline, claim_sent), exec_deadline=claim_sent + plan.exec_timeout_sec)
+        with self._running_lock:
+            self._running[op_id] = run
+        keepers = [
+            threading.Thread(target=keep_lease, args=(run, op_id, self._stack_gone), name="lease", daemon=True),
+            threading.Thread(target=keep_fence, args=(run, op_id), name="fence", daemon=True),
+        ]
+        for keeper in keepers:
+            keeper.start()
+        try:
+            accepted = self._accept(run, task.task_token)
+            if accepted is False:
+                run.stop("not_taken")
+                message.delete()
+                self._abandon(run, op_id)
+                return
+            # The state machine has taken this claim as the dispatch's answer (or may have: then
+            # the run token it hands out decides): the stage starts now. The message and the run
+            # token are seen to beside it (_watch_for_run_token).
+            watcher = threading.Thread(target=self._watch_for_run_token, args=(run, op_id, message), name="token", daemon=True)
+            watcher.start()
+            keepers.append(watcher)
+            env = self._stage_env(envelope, task, workspace)
+            if accepted is None and not self._taken(run, op_id):
+                self._abandon(run, op_id)
+                return
+            if stage_attempts.needs_reconcile(previous, ref.attempt):
+                if not self._after_previous_fence(run, op_id, previous):
+                    self._abandon(run, op_id)
+                    return
+                if not self._reconcile(run, plan, op_id, local, previous, precondition, workspace, env):
+                    return
+            self._execute(run, plan, op_id, workspace, env, envelope)
+        finally:
+            run.done.set()
+            for keeper in keepers:
+                keeper.join(timeout=5)
+            with self._running_lock:
+                self._running.pop(op_id, None)
+
+    def _envelope(self, task: StageMessage, message: Message) -> JobEnvelope | None:
+        """The job's envelope. A job that is gone or unreadable fails the dispatch for good; a
+        network fault hands the message back."""
+        try:
+            return get_envelope(self.table_name, task.job_id)
+        except RelevoError as exc:
+            try:
+                client("stepfunctions").send_task_failure(taskToken=task.task_token, error=exc.code.value, cause=exc.message)
+            except (BotoCoreError, ClientError) as failure:
+                raise HandBack(f"the dispatch could not be failed ({failure})") from failure
+            message.delete()
+            return None
+        except (BotoCoreError, ClientError) as exc:
+            raise HandBack(f"the envelope could not be read ({exc})") from exc
+
+    def _claim(
+        self, ref: stage_attempts.StageRef, timeline: LeaseTimeline, precondition: str, enqueued_at: datetime | None
+    ) -> dict[str, Any]:
+        """The claim, sent again with the same claim id after a transient error (a reset may
+        have lost the answer of a claim that landed), for as long as the lease could still be
+        kept afterwards."""
+        claim_id, now = uuid.uuid4().hex, utc_now()
+        give_up = time.monotonic() + max(0.0, timeline.fence_after_sec - timeline.renew_interval_sec)
+        delay = RETRY_AFTER_FAILURE_SEC
+        while True:
+            try:
+                return stage_attempts.claim(
+                    ref, int(timeline.lease_ttl_sec), now, precondition, enqueued_at, claim_id, self.journal.journal_id
+                )
+            except stage_attempts.ClaimRefused:
+                raise
+            except (BotoCoreError, ClientError) as exc:
+                if time.monotonic() + delay > give_up:
+                    raise
+                log.warning("%s/%d: claim failed (%s); sending it again", ref.job_id, ref.stage_index, exc)
+                time.sleep(delay)
+                delay = min(2 * delay, 2.0)
+
+    def _refused(self, op_id: str, ref: stage_attempts.StageRef, refused: stage_attempts.ClaimRefused, message: Message) -> None:
+        found = refused.item
+        if refused.held:
+            # A redelivery while the holder's lease lives: back when that lease would have ended.
+            log.info("%s attempt %d is held by %s; its message returns when that lease would end", op_id, ref.attempt, found.get("agent_id"))
+            back_in = int(found.get("lease_expires_at", 0)) - int(utc_now().timestamp()) + 1
+            message.give_back_after(min(60, max(1, back_in)))
+            return
+        log.info(
+            "%s attempt %d is over (%s attempt %s, %s): its message is deleted",
+            op_id, ref.attempt, found.get("status"), found.get("attempt"), found.get("agent_id"),
+        )
+        message.delete()
+
+    def _taken(self, run: StageRun, op_id: str) -> bool:
+        """After an accept whose answer was lost: the state machine took the claim if it hands
+        this attempt its run token (the keeper looks)."""
+        run.token_known.wait(RUN_TOKEN_WAIT_SEC + 5)
+        if run.run_token and run.reason is None:
+            log.info("%s attempt %d: the state machine took the claim after all", op_id, run.ref.attempt)
+            return True
+        return False
+
+    def _after_previous_fence(self, run: StageRun, op_id: str, previous: dict[str, Any]) -> bool:
+        """A successor probes (or runs) only once the previous holder has fenced: after that
+        holder's recorded lease end plus the allowed clock skew, by this clock. False if the run
+        was stopped meanwhile."""
+        lease_end = previous.get("lease_expires_iso")
+        if not lease_end:
+            return True
+        wait = datetime.fromisoformat(str(lease_end)).timestamp() + self.config.max_clock_skew_sec - time.time()
+        if wait <= 0:
+            return True
+        log.info(
+            "%s attempt %d: waiting %.1fs for attempt %s's holder to have fenced (its lease end %s plus %gs of skew)",
+            op_id, run.ref.attempt, wait, previous.get("attempt"), lease_end, self.config.max_clock_skew_sec,
+        )
+        return not run.cancel.wait(wait)
+
+    def _stage_env(self, envelope: JobEnvelope, task: StageMessage, workspace: Path) -> dict[str, str]:
+        artifact_dir = workspace / ".relevo-artifacts" / task.job_id / task.stage
+        artifact_dir.mkdir(parents=True, exist_ok=True)
+        relevo = {
+            "RELEVO_JOB_ID": task.job_id,
+            "RELEVO_STAGE": task.stage,
+            "RELEVO_ATTEMPT": str(task.attempt),
+            "RELEVO_OPERATION_ID": operation_id(task.job_id, task.stage),
+            "RELEVO_WORKSPACE": str(workspace),
+            "RELEVO_ARTIFACT_DIR": str(artifact_dir),
+            "RELEVO_REF": envelope.ref,
+            "RELEVO_COMMIT": envelope.commit or "",
+        }
+        # Never the agent's credentials (relevo_agent.stage_env).
+        return stage_environment(os.environ, relevo, envelope.stage(task.stage).aws_profile)
+
+    def _reconcile(
+        self,
+        run: StageRun,
+        plan: StagePlan,
+        op_id: str,
+        local: Operation | None,
+        previous: dict[str, Any],
+        precondition: str,
+        workspace: Path,
+        env: dict[str, str],
+    ) -> bool:
+        """Decide the previous attempt's unknown outcome. True: run the stage; False: decided."""
+        ref = run.ref
+        probe = None
+        if plan.effect_probe and reconcile.wants_probe(local, previous):
+            result = self._run(run, plan, plan.effect_probe, workspace, {**env, "RELEVO_PROBE": "1"}, lambda chunk: None, probe=True)
+            if run.reason is not None:
+                self._stopped(run, op_id, result.exit_code)
+                return False
+            # Masked like the stage's logs before any of it is recorded or logged.
+            probe = reconcile.ProbeResult.masked(
+                -1 if result.timed_out else result.exit_code,
+                result.output_tail,
+                Masker(secret_values(self.config.mask, env)),
+                cut=len(result.output_tail.encode()) >= TAIL_BYTES,
+            )
+        decision = reconcile.decide(op_id, local, previous, precondition, probe)
+        log.info("%s attempt %d reconciled: %s %s", op_id, ref.attempt, decision.decision.value, decision.evidence)
+        try:
+            stage_attempts.record_reconciled(ref, decision.decision.value, decision.evidence, utc_now())
+        except stage_attempts.LeaseLost:
+            self._abandon(run, op_id)
+            return False
+        if decision.decision is reconcile.Decision.RERUN:
+            return True
+        if decision.decision in (reconcile.Decision.RESEND, reconcile.Decision.SUCCEEDED):
+            self._conclude(run, op_id, StageStatus.SUCCEEDED, Outcome.RECONCILED, decision.receipt, exit_code=0)
+        elif decision.decision is reconcile.Decision.MANUAL_REVIEW:
+            self._conclude(
+                run, op_id, StageStatus.MANUAL_REVIEW, Outcome.RECONCILED, None,
+                error=ErrorClass.MANUAL_REVIEW, cause=json.dumps(decision.evidence), stage_outcome=stage_attempts.Outcome.MANUAL_REVIEW,
+            )
+        else:
+            self._conclude(
+                run, op_id, StageStatus.FAILED, Outcome.RECONCILED, None,
+                error=ErrorClass.PRECONDITION_CHANGED, cause=json.dumps(decision.evidence),
+            )
+        return False
+
+    def _run(
+        self,
+        run: StageRun,
+        plan: StagePlan,
+        command: str,
+        workspace: Path,
+        env: dict[str, str],
+        on_output: Any,
+        probe: bool = False,
+    ) -> ExecResult:
+        """One command of the attempt under its lease: its exec time counts from the claim, its
+        dead-man supervisor follows the lease, and the journal knows its process group while it
+        runs. A command that ended at or after the fence was fenced, whoever killed it."""
+        op_id = operation_id(run.ref.job_id, plan.name)
+        timeout = min(run.exec_left(), 300.0) if probe else run.exec_left()
+        result = run_command(
+            command,
+            workspace,
+            env,
+            timeout_sec=timeout,
+            cancel=run.cancel,
+            on_output=on_output,
+            grace_sec=plan.kill_grace_sec,
+            lease=run.lease,
+            stop_grace_sec=lambda: run.stop_grace(plan.kill_grace_sec),
+            on_start=lambda pgid: self.journal.set_process_group(op_id, run.ref.attempt, pgid),
+        )
+        self.journal.set_process_group(op_id, run.ref.attempt, None)
+        if run.reason is None and run.lease.fenced(result.ended_at):
+            # Its supervisor got there first (this agent was frozen, or slow to see the deadline).
+            log.warning("%s attempt %d: the command ended at the lease fence; its result is withheld", op_id, run.ref.attempt)
+            run.stop("fenced")
+        return result
+
+    def _execute(
+        self, run: StageRun, plan: StagePlan, op_id: str, workspace: Path, env: dict[str, str], envelope: JobEnvelope
+    ) -> None:
+        ref = run.ref
+        if run.reason is not None:  # stopped while reconciling or waiting
+            self._abandon(run, op_id)
+            return
+        # Log shipping (relevo_agent.logs): masked, ordered chunks, never blocking the command,
+        # each expiring when the job's envelope says (the stack's log retention).
+        shipper = start_shipper(ref, plan.name, self.config, env, envelope.log_expires_at)
+        try:
+            result = self._run(run, plan, plan.command, workspace, env, shipper.write)
+            # Artifacts (relevo_agent.artifacts): uploaded after success while the lease is still kept.
+            artifact_error = None
+            if result.exit_code == 0 and run.reason is None:
+                artifact_error = upload_stage_artifacts(
+                    ref, plan.name, Path(env["RELEVO_ARTIFACT_DIR"]), envelope, self.config, shipper, run.cancel
+                )
+        finally:
+            shipper.close()
+        if run.reason is not None:
+            self._stopped(run, op_id, result.exit_code)
+            return
+        receipt = {
+            "exit_code": result.exit_code,
+            "duration_sec": round(result.duration_sec, 3),
+            "artifacts": _checksums(Path(env["RELEVO_ARTIFACT_DIR"])),
+            "agent_id": self.config.agent_id,
+            "attempt": ref.attempt,
+        }
+        if result.exit_code == 0 and artifact_error is None:
+            self._conclude(run, op_id, StageStatus.SUCCEEDED, Outcome.SUCCEEDED, receipt, exit_code=0)
+            log.info("%s succeeded in %.1fs", op_id, result.duration_sec)
+            return
+        cause = {"exit_code": result.exit_code, "agent_id": self.config.agent_id, "attempt": ref.attempt}
+        if result.signaled and not result.timed_out:
+            # Killed by a signal this agent did not send (an operator, the OOM killer): what it had
+            # done is unknown, so it is retried and the retry reconciles before it runs anything.
+            cause["killed_by_signal"] = result.signaled
+            self._conclude(
+                run, op_id, StageStatus.FAILED, Outcome.FAILED, receipt, exit_code=result.exit_code,
+                error=ErrorClass.TRANSIENT_EXIT, cause=json.dumps(cause), stage_outcome=stage_attempts.Outcome.UNKNOWN,
+            )
+            log.warning("%s was killed by signal %d, not by this agent: retried, reconciled first", op_id, result.signaled)
+            return
+        error = artifact_error or classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
+        self._conclude(
+            run, op_id, StageStatus.FAILED, Outcome.FAILED, receipt, exit_code=result.exit_code, error=error, cause=json.dumps(cause),
+        )
+        log.info("%s failed: %s (exit %d)", op_id, error.value, result.exit_code)
+
+    def _stopped(self, run: StageRun, op_id: str, exit_code: int) -> None:
+        """The command was stopped before its end: by a shutdown (reported, retryable, outcome
+        unknown so the retry reconciles), fenced (the lease deadline came: killed, result
+        withheld), or taken over or canceled (nothing claimed: another attempt may own the stage)."""
+        if run.reason == "shutdown":
+            self._conclude(
+                run, op_id, StageStatus.FAILED, Outcome.ABANDONED, None, exit_code=exit_code,
+                error=ErrorClass.AGENT_SHUTDOWN, cause="the agent was shut down while the stage ran",
+                stage_outcome=stage_attempts.Outcome.UNKNOWN,
+            )
+            return
+        if run.reason == "fenced":
+            log.warning("%s attempt %d fenced: killed at the lease deadline less the margin; result withheld", op_id, run.ref.attempt)
+            self.journal.record(op_id, run.ref.attempt, Outcome.FENCED, None, None)
+            return
+        log.warning("%s attempt %d stopped (%s); result withheld", op_id, run.ref.attempt, run.reason)
+        self._abandon(run, op_id)
+
+    def _abandon(self, run: StageRun, op_id: str) -> None:
+        self.journal.record(op_id, run.ref.attempt, Outcome.ABANDONED, None, None)
+
+    def _conclude(
+        self,
+        run: StageRun,
+        op_id: str,
+        status: StageStatus,
+        outcome: Outcome,
+        receipt: dict[str, Any] | None,
+        exit_code: int | None = None,
+        error: ErrorClass | None = None,
+        cause: str | None = None,
+        stage_outcome: stage_attempts.Outcome | None = None,
+    ) -> None:
+        """Journal first (outcome, receipt and the outbox entry in one transaction), then report."""
+        ref = run.ref
+        # A fast command can end before the token is decided. The result is journaled either
+        # way; without a token the report still makes its fenced stage write (relevo_agent.outbox).
+        run.token_known.wait(RUN_TOKEN_WAIT_SEC + 5)
+        report = StageReport(
+            job_id=ref.job_id,
+            stage=op_id.split(":", 1)[1],
+            stage_index=ref.stage_index,
+            attempt=ref.attempt,
+            run_token=run.run_token,
+            status=status,
+            outcome=stage_outcome or _stage_outcome(status),
+            exit_code=exit_code,
+            error=error.value if error else None,
+            cause=cause,
+            receipt=receipt,
+            lease_ended=True,  # nothing of this attempt runs any more here
+        )
+        self.journal.record(op_id, ref.attempt, outcome, receipt, report.payload())
+        self.outbox.flush()
+
+    # ------------------------------------------------------------------ claim handshake and run token
+    def _accept(self, run: StageRun, dispatch_token: str) -> bool | None:
+        """Tell the state machine who claimed the stage. Once it has taken the answer, its next
+        state hands exactly this claim a run token (written only if the claim still holds), so the
+        command may start now: were the execution stopped or the stage taken over before the
+        token arrives, the keeper stops the command and no result is ever reported for it.
+
+        A transient error is retried for as long as the lease keeps (the keeper renews it
+        meanwhile). True: taken. False: the dispatch no longer waits. None: cannot tell (an
+        answer was lost, and a repeat met a token already answered, maybe by the first send)."""
+        ref = run.ref
+        output = json.dumps({"agent_id": self.config.agent_id, "attempt": ref.attempt})
+        unsure = False
+        delay = RETRY_AFTER_FAILURE_SEC
+        while run.reason is None:
+            try:
+                with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):  # one send per try: a repeat is ours to count
+                    client("stepfunctions").send_task_success(taskToken=dispatch_token, output=output)
+                return True
+            except ClientError as exc:
+                code = exc.response["Error"]["Code"]
+                if code in DEAD_TOKEN:
+                    if unsure:
+                        return None
+                    log.warning("%s/%d: the dispatch is no longer waiting (%s)", ref.job_id, ref.stage_index, code)
+                    return False
+                why = code
+            except BotoCoreError as exc:
+                why = str(exc)
+            unsure = True
+            log.warning("%s/%d: accept failed (%s); sending it again", ref.job_id, ref.stage_index, why)
+            if run.cancel.wait(delay):
+                break
+            delay = min(2 * delay, 2.0)
+        return None
+
+    def _look_for_run_token(self, run: StageRun, op_id: str, deadline: float, check_job: bool) -> bool:
+        """One look for the run token the state machine hands the accepted claim. True once it is
+        decided: the token came (and is journaled), or the run was stopped because the stage
+        changed hands, the job ended without handing it out, or the deadline passed."""
+        ref = run.ref
+        try:
+            token = stage_attempts.run_token(ref)
+            if token:
+                self.journal.set_run_token(op_id, ref.attempt, token)
+                run.run_token = token
+                return True
+            if check_job and JobStatus(get_job_record(self.table_name, ref.job_id)["status"]).terminal:
+                log.warning("%s attempt %d: the job ended before its run token came; stopping", op_id, ref.attempt)
+                run.stop("canceled")
+                return True
+        except stage_attempts.LeaseLost as lost:
+            if lost.ended:
+                log.warning("%s attempt %d: the stage ended with its job before its run token came; stopping", op_id, ref.attempt)
+                run.stop("canceled")
+            else:
+                log.warning("%s attempt %d: the stage changed hands before its run token came", op_id, ref.attempt)
+                run.stop("lease_lost")
+            return True
+        except RelevoError:  # the job record is gone: deleted once it ended
+            run.stop("canceled")
+            return True
+        except (ClientError, BotoCoreError) as exc:
+            log.debug("%s attempt %d: run token read failed (%s)", op_id, ref.attempt, exc)
+        if time.monotonic() >= deadline:
+            log.warning("%s attempt %d: no run token after %.0fs; stopping the stage", op_id, ref.attempt, RUN_TOKEN_WAIT_SEC)
+            run.stop("no_run_token")
+            return True
+        return False
+
+    def _watch_for_run_token(self, run: StageRun, op_id: str, message: Message) -> None:
+        """Beside the stage, from the accepted claim on: look for the run token (every 50 ms
+        until it is decided), then delete the claimed message; both off the path to the
+        command's start, each call bounded by the time left before the fence."""
+        lease = run.lease
+        started = time.monotonic()
+        token_deadline, job_checked = started + RUN_TOKEN_WAIT_SEC, started
+        try:
+            while not run.done.wait(RUN_TOKEN_POLL_SEC):
+                if run.reason is not None:
+                    return
+                # Slow to come: a job canceled meanwhile never hands one out (checked each second).
+                check_job = time.monotonic() - job_checked >= 1.0
+                job_checked = time.monotonic() if check_job else job_checked
+                with call_budget(min(2.0, max(0.5, lease.fence_in()))):
+                    decided = self._look_for_run_token(run, op_id, token_deadline, check_job)
+                if decided:
+                    run.token_known.set()
+                    if run.reason is None:
+                        with call_budget(min(5.0, max(0.5, lease.fence_in()))):
+                            message.delete()
+                    return
+        finally:
+            run.token_known.set()  # whoever waits for the token is not left waiting
+
+
+
+def _stage_outcome(status: StageStatus) -> stage_attempts.Outcome:
+    return stage_attempts.Outcome.SUCCEEDED if status is StageStatus.SUCCEEDED else stage_attempts.Outcome.FAILED
+
+
+def _checksums(directory: Path) -> dict[str, str]:
+    """sha256 of each file the stage left in its artifact directory (for the receipt)."""
+    if not directory.is_dir():
+        return {}
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }

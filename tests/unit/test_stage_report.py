@@ -1,0 +1,49 @@
+"""An agent's report of one attempt is a typed StageReport (relevo_agent.attempt). It is what the
+journal's outbox keeps, so a report journaled before an upgrade (the same keys, as a JSON object)
+must read back unchanged, and a report written now must keep that shape."""
+
+from __future__ import annotations
+
+import json
+
+from relevo_agent.attempt import StageReport
+from relevo_core.models.errors import ErrorClass
+from relevo_core.models.status import StageStatus
+from relevo_core.store.stage_attempts import Outcome
+
+# An outbox entry as the journal held it before StageReport (every key the agent wrote).
+JOURNALED = {
+    "job_id": "job_1",
+    "stage": "build",
+    "stage_index": 0,
+    "attempt": 2,
+    "run_token": "token-2",
+    "status": "succeeded",
+    "outcome": "succeeded",
+    "exit_code": 0,
+    "error": None,
+    "cause": None,
+    "receipt": {"exit_code": 0, "duration_sec": 1.5, "artifacts": {}, "agent_id": "mac-a", "attempt": 2},
+    "lease_ended": True,
+}
+
+
+def test_a_journaled_report_reads_back_as_it_was_written():
+    report = StageReport.model_validate(JOURNALED)
+    assert (report.status, report.outcome, report.error) == (StageStatus.SUCCEEDED, Outcome.SUCCEEDED, None)
+    assert report.payload() == JOURNALED
+    assert json.loads(json.dumps(report.payload())) == JOURNALED  # what the outbox stores is JSON
+
+
+def test_a_report_journaled_without_the_later_keys_reads_with_their_defaults():
+    older = {key: value for key, value in JOURNALED.items() if key not in ("run_token", "lease_ended")}
+    report = StageReport.model_validate(older)
+    assert (report.run_token, report.lease_ended) == (None, False)
+
+
+def test_a_failure_report_keeps_its_error_name():
+    report = StageReport(
+        job_id="job_1", stage="build", stage_index=0, attempt=1, status=StageStatus.FAILED, outcome=Outcome.UNKNOWN,
+        error=ErrorClass.AGENT_SHUTDOWN.value, cause="agent_restart_interrupted",
+    )
+    assert report.payload()["error"] == "Relevo.Transient.AgentShutdown" and report.payload()["receipt"] is None
