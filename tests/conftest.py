@@ -1,21 +1,16 @@
-"""Shared fixtures. The embedded stack is real moto in server mode with template.yaml deployed,
+"""Shared fixtures (helpers are in tests/helpers/). The embedded stack is real moto in server mode with template.yaml deployed,
 started once per test worker; tests isolate themselves by project id and job id."""
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-# The test stack's AdminPrincipals: an IAM user (created by the tests that need it) with manage
-# on every project. The default test principal (the local key) is not one: it manages the
-# projects it creates, like any other creator.
-TEST_ADMIN_ARN = "arn:aws:iam::123456789012:user/relevo-test-admin"
+from tests.helpers import TEST_ADMIN_ARN
+
 
 # Nothing in the suite may reach a real AWS account.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -71,18 +66,6 @@ def local_stack(emulator) -> "StackInfo":  # noqa: F821
 def project_id() -> str:
     return "p-" + secrets.token_hex(4)
 
-
-def push_body(repo: str, commit: str, ref: str = "refs/heads/main", deleted: bool = False) -> bytes:
-    return json.dumps(
-        {
-            "ref": ref,
-            "before": "1" * 40,
-            "after": "0" * 40 if deleted else commit,
-            "deleted": deleted,
-            "repository": {"full_name": repo},
-            "pusher": {"name": "ci"},
-        }
-    ).encode()
 
 
 @pytest.fixture(scope="session")

@@ -89,7 +89,7 @@ class StageReport(BaseModel):
     # None when the attempt ended before the token came: the stage record's is used, if any.
     run_token: str | None = None
     status: StageStatus
-    outcome: stage_attempts.Outcome
+    outcome: stage_attempts.AttemptOutcome
     exit_code: int | None = None
     error: str | None = None  # an ErrorClass value
     cause: str | None = None

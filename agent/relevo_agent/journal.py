@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 
-class Outcome(str, Enum):
+class OperationOutcome(str, Enum):
     # The command is running (or was, when the agent died): the outcome is not known yet.
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -34,7 +34,7 @@ class Outcome(str, Enum):
 
     @property
     def known(self) -> bool:
-        return self in {Outcome.SUCCEEDED, Outcome.FAILED, Outcome.RECONCILED}
+        return self in {OperationOutcome.SUCCEEDED, OperationOutcome.FAILED, OperationOutcome.RECONCILED}
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Operation:
     attempt: int
     resource_key: str
     precondition_version: str
-    outcome: Outcome = Outcome.RUNNING
+    outcome: OperationOutcome = OperationOutcome.RUNNING
     receipt: dict[str, Any] | None = None
     run_token: str | None = None
     updated_at: str = ""
@@ -188,7 +188,7 @@ class Journal:
             )
 
     def record(
-        self, operation_id: str, attempt: int, outcome: Outcome, receipt: dict[str, Any] | None, report: dict[str, Any] | None
+        self, operation_id: str, attempt: int, outcome: OperationOutcome, receipt: dict[str, Any] | None, report: dict[str, Any] | None
     ) -> None:
         """The outcome and receipt, and (when there is something to tell Relevo) the outbox entry
         that reports it: one SQLite transaction, so neither exists without the other."""
@@ -212,7 +212,7 @@ class Journal:
         """Operations whose command was running when the agent last stopped."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT * FROM operations WHERE outcome=? ORDER BY updated_at", (Outcome.RUNNING.value,)
+                "SELECT * FROM operations WHERE outcome=? ORDER BY updated_at", (OperationOutcome.RUNNING.value,)
             ).fetchall()
         return [_operation(row) for row in rows]
 
@@ -255,7 +255,7 @@ def _operation(row: sqlite3.Row) -> Operation:
         attempt=row["attempt"],
         resource_key=row["resource_key"],
         precondition_version=row["precondition_version"],
-        outcome=Outcome(row["outcome"]),
+        outcome=OperationOutcome(row["outcome"]),
         receipt=json.loads(row["receipt"]) if row["receipt"] else None,
         run_token=row["run_token"],
         updated_at=row["updated_at"],

@@ -30,7 +30,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from relevo_agent.journal import Operation, Outcome
+from relevo_agent.journal import Operation, OperationOutcome
 from relevo_agent.logs import Masker
 
 PROBE_PRESENT = 0
@@ -39,7 +39,7 @@ PROBE_ABSENT = 1
 EVIDENCE_CHARS = 1024
 
 
-class Decision(str, Enum):
+class ReconcileAction(str, Enum):
     RESEND = "resend_receipt"
     SUCCEEDED = "succeeded"
     RERUN = "rerun"
@@ -63,7 +63,7 @@ class ProbeResult:
 
 @dataclass(frozen=True)
 class Reconciliation:
-    decision: Decision
+    action: ReconcileAction
     evidence: dict[str, Any]
     # The receipt reported for this attempt when it is not re-run (RESEND, SUCCEEDED).
     receipt: dict[str, Any] | None = field(default=None)
@@ -80,7 +80,7 @@ def decide(
     `probe` is None when the stage declares no effect probe (run it only when `wants_probe`)."""
     receipt = success_receipt(local, previous)
     if receipt is not None:
-        return Reconciliation(Decision.RESEND, {"source": receipt.pop("_source")}, receipt)
+        return Reconciliation(ReconcileAction.RESEND, {"source": receipt.pop("_source")}, receipt)
     evidence: dict[str, Any] = {
         "previous_attempt": previous.get("attempt"),
         "previous_agent": previous.get("agent_id"),
@@ -93,20 +93,20 @@ def decide(
         if probe.exit_code == PROBE_PRESENT:
             if operation_id in probe.output:
                 return Reconciliation(
-                    Decision.SUCCEEDED, evidence, {"reconciled": True, "exit_code": 0, "probe_output": probe.shown}
+                    ReconcileAction.SUCCEEDED, evidence, {"reconciled": True, "exit_code": 0, "probe_output": probe.shown}
                 )
             evidence["why"] = "the effect exists but does not name this operation"
-            return Reconciliation(Decision.MANUAL_REVIEW, evidence)
+            return Reconciliation(ReconcileAction.MANUAL_REVIEW, evidence)
         if probe.exit_code != PROBE_ABSENT:
             evidence["why"] = "the effect probe could not tell (exit neither 0 nor 1)"
-            return Reconciliation(Decision.MANUAL_REVIEW, evidence)
+            return Reconciliation(ReconcileAction.MANUAL_REVIEW, evidence)
     else:
         evidence["probe"] = "none declared"
     before = previous.get("precondition_version") or (local.precondition_version if local else None)
     if before and before != current_precondition:
         evidence["why"] = "the precondition changed since the previous attempt"
-        return Reconciliation(Decision.PRECONDITION_CHANGED, evidence)
-    return Reconciliation(Decision.RERUN, evidence)
+        return Reconciliation(ReconcileAction.PRECONDITION_CHANGED, evidence)
+    return Reconciliation(ReconcileAction.RERUN, evidence)
 
 
 def wants_probe(local: Operation | None, previous: dict[str, Any]) -> bool:
@@ -116,7 +116,7 @@ def wants_probe(local: Operation | None, previous: dict[str, Any]) -> bool:
 
 def success_receipt(local: Operation | None, previous: dict[str, Any]) -> dict[str, Any] | None:
     """A success that was recorded but never acknowledged: locally, or on the stage record."""
-    if local is not None and local.outcome is Outcome.SUCCEEDED and local.receipt is not None:
+    if local is not None and local.outcome is OperationOutcome.SUCCEEDED and local.receipt is not None:
         return {**local.receipt, "_source": f"journal (attempt {local.attempt})"}
     if previous.get("outcome") == "succeeded" and isinstance(previous.get("receipt"), dict):
         return {**previous["receipt"], "_source": f"stage record (attempt {previous.get('attempt')})"}

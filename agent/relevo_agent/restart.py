@@ -17,7 +17,7 @@ from typing import Callable
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.attempt import StageReport
-from relevo_agent.journal import Journal, Operation, Outcome, operation_id
+from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
 from relevo_agent.outbox import Outbox
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import StageStatus
@@ -77,12 +77,12 @@ def _interrupted(journal: Journal, op: Operation, lease_ended: bool) -> None:
         attempt=op.attempt,
         run_token=op.run_token,
         status=StageStatus.FAILED,
-        outcome=stage_attempts.Outcome.UNKNOWN,
+        outcome=stage_attempts.AttemptOutcome.UNKNOWN,
         error=ErrorClass.AGENT_SHUTDOWN.value,
         cause=RESTART_INTERRUPTED,
         lease_ended=lease_ended,
     )
-    journal.record(op.operation_id, op.attempt, Outcome.ABANDONED, None, report.payload())
+    journal.record(op.operation_id, op.attempt, OperationOutcome.ABANDONED, None, report.payload())
 
 
 def _group_gone(pgid: int | None, wait_sec: float = RESTART_GROUP_WAIT_SEC) -> bool:

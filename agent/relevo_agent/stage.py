@@ -34,7 +34,7 @@ from relevo_agent.attempt import DEAD_TOKEN, StageMessage, StageReport, StageRun
 from relevo_agent.classify import classify
 from relevo_agent.config import AgentConfig
 from relevo_agent.executor import TAIL_BYTES, ExecResult, run_command
-from relevo_agent.journal import Journal, Operation, Outcome, operation_id
+from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
 from relevo_agent.lease import Lease, keep_fence, keep_lease
 from relevo_agent.logs import Masker, secret_values, start_shipper
 from relevo_agent.messages import Message
@@ -120,11 +120,11 @@ class StageRunner:
         try:
             previous = self._claim(ref, timeline, precondition, message.sent_at)
         except stage_attempts.ClaimRefused as refused:
-            self.journal.record(op_id, ref.attempt, Outcome.ABANDONED, None, None)
+            self.journal.record(op_id, ref.attempt, OperationOutcome.ABANDONED, None, None)
             self._refused(op_id, ref, refused, message)
             return
         except (BotoCoreError, ClientError) as exc:
-            self.journal.record(op_id, ref.attempt, Outcome.ABANDONED, None, None)
+            self.journal.record(op_id, ref.attempt, OperationOutcome.ABANDONED, None, None)
             raise HandBack(f"the claim did not go through ({exc})") from exc
         log.info("claimed %s attempt %d", op_id, ref.attempt)
         # From the claim on, the lease is kept and fenced beside whatever this thread does: the
@@ -288,26 +288,26 @@ class StageRunner:
                 Masker(secret_values(self.config.mask, env)),
                 cut=len(result.output_tail.encode()) >= TAIL_BYTES,
             )
-        decision = reconcile.decide(op_id, local, previous, precondition, probe)
-        log.info("%s attempt %d reconciled: %s %s", op_id, ref.attempt, decision.decision.value, decision.evidence)
+        reconciled = reconcile.decide(op_id, local, previous, precondition, probe)
+        log.info("%s attempt %d reconciled: %s %s", op_id, ref.attempt, reconciled.action.value, reconciled.evidence)
         try:
-            stage_attempts.record_reconciled(ref, decision.decision.value, decision.evidence, utc_now())
+            stage_attempts.record_reconciled(ref, reconciled.action.value, reconciled.evidence, utc_now())
         except stage_attempts.LeaseLost:
             self._abandon(run, op_id)
             return False
-        if decision.decision is reconcile.Decision.RERUN:
+        if reconciled.action is reconcile.ReconcileAction.RERUN:
             return True
-        if decision.decision in (reconcile.Decision.RESEND, reconcile.Decision.SUCCEEDED):
-            self._conclude(run, op_id, StageStatus.SUCCEEDED, Outcome.RECONCILED, decision.receipt, exit_code=0)
-        elif decision.decision is reconcile.Decision.MANUAL_REVIEW:
+        if reconciled.action in (reconcile.ReconcileAction.RESEND, reconcile.ReconcileAction.SUCCEEDED):
+            self._conclude(run, op_id, StageStatus.SUCCEEDED, OperationOutcome.RECONCILED, reconciled.receipt, exit_code=0)
+        elif reconciled.action is reconcile.ReconcileAction.MANUAL_REVIEW:
             self._conclude(
-                run, op_id, StageStatus.MANUAL_REVIEW, Outcome.RECONCILED, None,
-                error=ErrorClass.MANUAL_REVIEW, cause=json.dumps(decision.evidence), stage_outcome=stage_attempts.Outcome.MANUAL_REVIEW,
+                run, op_id, StageStatus.MANUAL_REVIEW, OperationOutcome.RECONCILED, None,
+                error=ErrorClass.MANUAL_REVIEW, cause=json.dumps(reconciled.evidence), stage_outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW,
             )
         else:
             self._conclude(
-                run, op_id, StageStatus.FAILED, Outcome.RECONCILED, None,
-                error=ErrorClass.PRECONDITION_CHANGED, cause=json.dumps(decision.evidence),
+                run, op_id, StageStatus.FAILED, OperationOutcome.RECONCILED, None,
+                error=ErrorClass.PRECONDITION_CHANGED, cause=json.dumps(reconciled.evidence),
             )
         return False
 
@@ -376,7 +376,7 @@ class StageRunner:
             "attempt": ref.attempt,
         }
         if result.exit_code == 0 and artifact_error is None:
-            self._conclude(run, op_id, StageStatus.SUCCEEDED, Outcome.SUCCEEDED, receipt, exit_code=0)
+            self._conclude(run, op_id, StageStatus.SUCCEEDED, OperationOutcome.SUCCEEDED, receipt, exit_code=0)
             log.info("%s succeeded in %.1fs", op_id, result.duration_sec)
             return
         cause = {"exit_code": result.exit_code, "agent_id": self.config.agent_id, "attempt": ref.attempt}
@@ -385,14 +385,14 @@ class StageRunner:
             # done is unknown, so it is retried and the retry reconciles before it runs anything.
             cause["killed_by_signal"] = result.signaled
             self._conclude(
-                run, op_id, StageStatus.FAILED, Outcome.FAILED, receipt, exit_code=result.exit_code,
-                error=ErrorClass.TRANSIENT_EXIT, cause=json.dumps(cause), stage_outcome=stage_attempts.Outcome.UNKNOWN,
+                run, op_id, StageStatus.FAILED, OperationOutcome.FAILED, receipt, exit_code=result.exit_code,
+                error=ErrorClass.TRANSIENT_EXIT, cause=json.dumps(cause), stage_outcome=stage_attempts.AttemptOutcome.UNKNOWN,
             )
             log.warning("%s was killed by signal %d, not by this agent: retried, reconciled first", op_id, result.signaled)
             return
         error = artifact_error or classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
         self._conclude(
-            run, op_id, StageStatus.FAILED, Outcome.FAILED, receipt, exit_code=result.exit_code, error=error, cause=json.dumps(cause),
+            run, op_id, StageStatus.FAILED, OperationOutcome.FAILED, receipt, exit_code=result.exit_code, error=error, cause=json.dumps(cause),
         )
         log.info("%s failed: %s (exit %d)", op_id, error.value, result.exit_code)
 
@@ -402,32 +402,32 @@ class StageRunner:
         withheld), or taken over or canceled (nothing claimed: another attempt may own the stage)."""
         if run.reason == "shutdown":
             self._conclude(
-                run, op_id, StageStatus.FAILED, Outcome.ABANDONED, None, exit_code=exit_code,
+                run, op_id, StageStatus.FAILED, OperationOutcome.ABANDONED, None, exit_code=exit_code,
                 error=ErrorClass.AGENT_SHUTDOWN, cause="the agent was shut down while the stage ran",
-                stage_outcome=stage_attempts.Outcome.UNKNOWN,
+                stage_outcome=stage_attempts.AttemptOutcome.UNKNOWN,
             )
             return
         if run.reason == "fenced":
             log.warning("%s attempt %d fenced: killed at the lease deadline less the margin; result withheld", op_id, run.ref.attempt)
-            self.journal.record(op_id, run.ref.attempt, Outcome.FENCED, None, None)
+            self.journal.record(op_id, run.ref.attempt, OperationOutcome.FENCED, None, None)
             return
         log.warning("%s attempt %d stopped (%s); result withheld", op_id, run.ref.attempt, run.reason)
         self._abandon(run, op_id)
 
     def _abandon(self, run: StageRun, op_id: str) -> None:
-        self.journal.record(op_id, run.ref.attempt, Outcome.ABANDONED, None, None)
+        self.journal.record(op_id, run.ref.attempt, OperationOutcome.ABANDONED, None, None)
 
     def _conclude(
         self,
         run: StageRun,
         op_id: str,
         status: StageStatus,
-        outcome: Outcome,
+        outcome: OperationOutcome,
         receipt: dict[str, Any] | None,
         exit_code: int | None = None,
         error: ErrorClass | None = None,
         cause: str | None = None,
-        stage_outcome: stage_attempts.Outcome | None = None,
+        stage_outcome: stage_attempts.AttemptOutcome | None = None,
     ) -> None:
         """Journal first (outcome, receipt and the outbox entry in one transaction), then report."""
         ref = run.ref
@@ -548,8 +548,8 @@ class StageRunner:
 
 
 
-def _stage_outcome(status: StageStatus) -> stage_attempts.Outcome:
-    return stage_attempts.Outcome.SUCCEEDED if status is StageStatus.SUCCEEDED else stage_attempts.Outcome.FAILED
+def _stage_outcome(status: StageStatus) -> stage_attempts.AttemptOutcome:
+    return stage_attempts.AttemptOutcome.SUCCEEDED if status is StageStatus.SUCCEEDED else stage_attempts.AttemptOutcome.FAILED
 
 
 def _checksums(directory: Path) -> dict[str, str]:

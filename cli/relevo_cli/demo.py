@@ -40,7 +40,7 @@ from relevo_cli.demo_scenarios import (
     PROJECTS,
     ROOT,
     Demo,
-    Outcome,
+    ScenarioResult,
     console,
     elapsed,
     guarded,
@@ -117,7 +117,7 @@ def totals_table(jobs: list[dict[str, Any]], dead_letters: list[dict[str, Any]])
     return table
 
 
-def summary(demo: Demo, outcomes: list[Outcome]) -> bool:
+def summary(demo: Demo, outcomes: list[ScenarioResult]) -> bool:
     """Print the jobs, the totals and one row per scenario; True when every scenario held."""
     jobs = [demo.api.get_job(job_id) for job_id in demo.job_ids]
     console.print(jobs_table(jobs))
@@ -185,7 +185,7 @@ def main() -> int:
 
             outcomes = guarded("two regions, two agents each", lambda: scenario_fleet(demo))
             # Independent projects: the scenarios run side by side.
-            scenarios: list[tuple[str, Callable[[], Outcome | list[Outcome]]]] = [
+            scenarios: list[tuple[str, Callable[[], ScenarioResult | list[ScenarioResult]]]] = [
                 ("signed webhook; 4 stages, approval gate", lambda: scenario_release(demo, webhook_secret)),
                 ("transient failure retried on another agent", lambda: scenario_retry(demo)),
                 ("non-retryable failure → DLQ → redriven", lambda: scenario_dlq(demo)),
@@ -200,7 +200,7 @@ def main() -> int:
                         demo.stopping.set()
                         raise
             else:
-                outcomes += [Outcome(name, False, ["not run: the fleet never came online"]) for name, _ in scenarios]
+                outcomes += [ScenarioResult(name, False, ["not run: the fleet never came online"]) for name, _ in scenarios]
             console.print()
             passed = summary(demo, outcomes)
             say("setup", "stopping the agents and the local stack…")

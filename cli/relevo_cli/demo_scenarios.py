@@ -87,7 +87,7 @@ def expect(condition: Any, message: str) -> None:
 
 
 @dataclass
-class Outcome:
+class ScenarioResult:
     scenario: str
     ok: bool
     evidence: list[str]
@@ -201,7 +201,7 @@ def seconds_between(start: str | None, end: str | None) -> float | None:
 
 
 # ------------------------------------------------------------------------------------ scenarios
-def scenario_fleet(demo: Demo) -> Outcome:
+def scenario_fleet(demo: Demo) -> ScenarioResult:
     """Both regions have both their agents online (their presence records)."""
     deadline = time.monotonic() + 90
     while True:
@@ -218,10 +218,10 @@ def scenario_fleet(demo: Demo) -> Outcome:
         demo.pause()
     evidence = [f"{region}: {', '.join(ids)} (capacity {CAPACITY[region]} each)" for region, ids in online.items()]
     demo.say("fleet", "online: " + " · ".join(evidence))
-    return Outcome("two regions, two agents each", True, evidence)
+    return ScenarioResult("two regions, two agents each", True, evidence)
 
 
-def scenario_release(demo: Demo, secret: str) -> list[Outcome]:
+def scenario_release(demo: Demo, secret: str) -> list[ScenarioResult]:
     """A signed push, its redelivery answered as a duplicate, four stages gated before deploy."""
     tag = "release"
     commit = random_commit()
@@ -247,13 +247,13 @@ def scenario_release(demo: Demo, secret: str) -> list[Outcome]:
         answer = again.json()
     except ValueError:
         answer = {}
-    webhook = Outcome(
+    webhook = ScenarioResult(
         "signed webhook; same delivery → duplicate",
         again.status_code == 200 and answer.get("duplicate") is True and answer.get("job_id") == job_id,
         [f"push → 202 {job_id}", f"redelivery → {again.status_code} {json.dumps(answer)}"],
     )
 
-    gate = Outcome("4 stages, approval gate, approved from the CLI", False, [])
+    gate = ScenarioResult("4 stages, approval gate, approved from the CLI", False, [])
     try:
         job = demo.watch(tag, job_id, lambda j: j["status"] == "waiting", timeout=150)
         before = [s["status"] for s in job["stages"]]
@@ -274,7 +274,7 @@ def scenario_release(demo: Demo, secret: str) -> list[Outcome]:
     return [webhook, gate]
 
 
-def scenario_retry(demo: Demo) -> Outcome:
+def scenario_retry(demo: Demo) -> ScenarioResult:
     """Exit 75 on attempt 1 (transient) and the retry on the region's other agent."""
     tag = "retry"
     job_id = demo.run("flaky-tests", random_commit())
@@ -286,7 +286,7 @@ def scenario_retry(demo: Demo) -> Outcome:
     expect(len(log) == 1 and log[0]["error"] == "Relevo.Transient.ExitCode", f"failed attempts: {log}")
     first, second = log[0]["agent"], test["agent_id"]
     expect(test["attempt"] == 2 and first != second, f"attempt 1 on {first}, attempt {test['attempt']} on {second}")
-    return Outcome(
+    return ScenarioResult(
         "transient failure retried on another agent",
         True,
         [
@@ -307,7 +307,7 @@ def dead_letter(demo: Demo, job_id: str, timeout: float = 60) -> dict[str, Any]:
         demo.pause()
 
 
-def scenario_dlq(demo: Demo) -> Outcome:
+def scenario_dlq(demo: Demo) -> ScenarioResult:
     """A non-retryable failure in the DLQ, redriven from its failed stage to success."""
     tag = "dlq"
     commit = random_commit()
@@ -343,7 +343,7 @@ def scenario_dlq(demo: Demo) -> Outcome:
     same = demo.api.run_project("notarize", {"ref": "main", "commit": commit})
     demo.say(tag, f"the same run again → {json.dumps(same)}")
     expect(same.get("duplicate") is True and same.get("job_id") == resumed_id, f"the same run again answered {same}")
-    return Outcome(
+    return ScenarioResult(
         "non-retryable failure → DLQ → redriven",
         True,
         [
@@ -354,7 +354,7 @@ def scenario_dlq(demo: Demo) -> Outcome:
     )
 
 
-def scenario_kill(demo: Demo) -> Outcome:
+def scenario_kill(demo: Demo) -> ScenarioResult:
     """The agent running the upload is SIGKILLed after the upload landed; the lease expires and
     the other agent reconciles the attempt with the effect probe."""
     tag = "kill"
@@ -394,7 +394,7 @@ def scenario_kill(demo: Demo) -> Outcome:
     expect(lines(runs) == ["1"], f"the upload command ran for attempts {lines(runs)}")
     expect(lines(uploads) == [f"{job_id}:upload"], f"uploads {lines(uploads)}")
     lapse = seconds_between(killed_at, log[0].get("at"))
-    return Outcome(
+    return ScenarioResult(
         "agent SIGKILLed mid-stage, stage reconciled",
         True,
         [
@@ -405,14 +405,14 @@ def scenario_kill(demo: Demo) -> Outcome:
     )
 
 
-def guarded(name: str, run: Callable[[], Outcome | list[Outcome]]) -> list[Outcome]:
+def guarded(name: str, run: Callable[[], ScenarioResult | list[ScenarioResult]]) -> list[ScenarioResult]:
     """A scenario's outcome(s); a refusal or a broken expectation is a ✗ row, not a crash."""
     try:
         result = run()
     except NotHeld as exc:
-        return [Outcome(name, False, [str(exc)])]
+        return [ScenarioResult(name, False, [str(exc)])]
     except Exception as exc:  # noqa: BLE001 - an error is this scenario's ✗ row, the others still report
-        return [Outcome(name, False, [f"{type(exc).__name__}: {exc}"])]
+        return [ScenarioResult(name, False, [f"{type(exc).__name__}: {exc}"])]
     return result if isinstance(result, list) else [result]
 
 

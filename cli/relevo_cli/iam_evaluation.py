@@ -24,7 +24,7 @@ class UnsupportedPolicy(ValueError):
     """A policy element the evaluator does not implement; extend it rather than guess."""
 
 
-class Decision(Enum):
+class PolicyDecision(Enum):
     ALLOW = "allow"
     DENY = "deny"  # an explicit Deny matched
     NO_MATCH = "no match"  # implicit deny
@@ -39,16 +39,16 @@ class Request:
     context: dict[str, str | list[str]] = field(default_factory=dict)
 
 
-def evaluate(documents: list[dict[str, Any]], request: Request) -> Decision:
+def evaluate(documents: list[dict[str, Any]], request: Request) -> PolicyDecision:
     allowed = False
     for document in documents:
         for statement in _as_list(document.get("Statement", [])):
             if not _applies(statement, request):
                 continue
             if statement.get("Effect") == "Deny":
-                return Decision.DENY
+                return PolicyDecision.DENY
             allowed = True
-    return Decision.ALLOW if allowed else Decision.NO_MATCH
+    return PolicyDecision.ALLOW if allowed else PolicyDecision.NO_MATCH
 
 
 def _as_list(value: Any) -> list[Any]:

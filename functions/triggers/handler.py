@@ -8,7 +8,7 @@ from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-from relevo_core.jobs.approvals import decide
+from relevo_core.jobs.approvals import answer_approval
 from relevo_core.jobs.cancel import cancel_job
 from relevo_core.config import access_settings, execution_settings, intake_settings, table_settings
 from relevo_core.recovery.dead_letters import dead_letter_overview, redrive_dead_letter, show_dead_letter
@@ -55,12 +55,12 @@ def cancel(job_id: str):
 
 @app.post("/jobs/<job_id>/approve", middlewares=[requires(Level.OPERATE)])
 def approve(job_id: str):
-    return json_response(HTTPStatus.OK, decide(table_settings(), job_id, True, json_body(app), caller_arn(app)))
+    return json_response(HTTPStatus.OK, answer_approval(table_settings(), job_id, True, json_body(app), caller_arn(app)))
 
 
 @app.post("/jobs/<job_id>/reject", middlewares=[requires(Level.OPERATE)])
 def reject(job_id: str):
-    return json_response(HTTPStatus.OK, decide(table_settings(), job_id, False, json_body(app), caller_arn(app)))
+    return json_response(HTTPStatus.OK, answer_approval(table_settings(), job_id, False, json_body(app), caller_arn(app)))
 
 
 @app.post("/jobs/<job_id>/stages/<stage>/resolve", middlewares=[requires(Level.MANAGE)])

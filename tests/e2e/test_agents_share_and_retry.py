@@ -20,7 +20,7 @@ from relevo_core.aws import reset_clients
 from relevo_agent.stackfile import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.codec import from_attributes
-from tests.integration.helpers import table_items, use_stack, wait_until
+from tests.helpers.stack import table_items, use_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-agents-share-and-retry")]
 

@@ -25,7 +25,7 @@ import boto3
 import pytest
 
 from relevo_cli.localrun import local_stack
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -18,7 +18,7 @@ from relevo_cli.drill.drills import DRILLS, Trial
 from relevo_cli.drill.fleet import DrillFleet, DrillTiming
 from relevo_cli.localrun import local_stack
 from relevo_core.aws import reset_clients
-from tests.integration.helpers import use_stack
+from tests.helpers.stack import use_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-drill")]
 

@@ -16,7 +16,7 @@ import pytest
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import local_stack
-from tests.integration.helpers import use_stack, wait_until
+from tests.helpers.stack import use_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -25,8 +25,8 @@ from relevo_cli.localrun import agent_process, local_stack
 from relevo_core.aws import reset_clients
 from relevo_agent.stackfile import StackInfo
 from relevo_core.store import agents
-from tests.conftest import push_body
-from tests.integration.helpers import deliver, register_project, use_stack
+from tests.helpers.payloads import push_body
+from tests.helpers.stack import deliver, register_project, use_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -17,8 +17,9 @@ from relevo_cli.localrun import agent_process, local_stack, write_agent_config
 from relevo_cli.projects import apply_project_file
 from relevo_core.aws import reset_clients
 from relevo_core.intake.webhooks.github import sign
-from tests.conftest import ROOT, push_body
-from tests.integration.helpers import use_stack
+from tests.helpers import ROOT
+from tests.helpers.payloads import push_body
+from tests.helpers.stack import use_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from relevo_cli import iam_lint
-from relevo_cli.iam_evaluation import Decision, Request, UnsupportedPolicy, evaluate
+from relevo_cli.iam_evaluation import PolicyDecision, Request, UnsupportedPolicy, evaluate
 from relevo_cli.local.template import load_sam_template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ class Stack:
         # Every role that may publish to a topic of the template (the sweeper, the state machine).
         for topic_arn in (self.renderer.ref(t) for t in self.of_type("AWS::SNS::Topic")):
             for role_arn, role in roles.items():
-                if evaluate(list(self.role_policies(role)), Request("sns:Publish", topic_arn)) is Decision.ALLOW:
+                if evaluate(list(self.role_policies(role)), Request("sns:Publish", topic_arn)) is PolicyDecision.ALLOW:
                     found.append(self._role_publisher(f"{role} sns:Publish", topic_arn, role_arn, role))
         return found
 
@@ -117,7 +117,7 @@ def refusals(stack: Stack, publisher: Publisher) -> list[str]:
     if publisher.identity:
         # Same account: the role's own policy or the topic policy may allow, neither may deny.
         topic_decisions.add(evaluate(list(publisher.identity), Request("sns:Publish", publisher.topic_arn)))
-    if Decision.DENY in topic_decisions or Decision.ALLOW not in topic_decisions:
+    if PolicyDecision.DENY in topic_decisions or PolicyDecision.ALLOW not in topic_decisions:
         problems.append(f"the topic policy does not let {publisher.principal} publish ({publisher.context})")
 
     key_reference = stack.of_type("AWS::SNS::Topic")[stack.topic(publisher.topic_arn)].get("KmsMasterKeyId")
@@ -134,9 +134,9 @@ def refusals(stack: Stack, publisher: Publisher) -> list[str]:
     for action in KMS_ACTIONS:
         direct = evaluate([key_policy], Request(action, key_arn, publisher.principal, publisher.context))
         # A key policy that allows the account root delegates to the principal's IAM policies.
-        delegated = publisher.identity and evaluate([key_policy], Request(action, key_arn, {"AWS": ROOT_PRINCIPAL}, publisher.context)) is Decision.ALLOW
-        identity = evaluate(list(publisher.identity), Request(action, key_arn, None, publisher.context)) if publisher.identity else Decision.NO_MATCH
-        if Decision.DENY in (direct, identity) or not (direct is Decision.ALLOW or (delegated and identity is Decision.ALLOW)):
+        delegated = publisher.identity and evaluate([key_policy], Request(action, key_arn, {"AWS": ROOT_PRINCIPAL}, publisher.context)) is PolicyDecision.ALLOW
+        identity = evaluate(list(publisher.identity), Request(action, key_arn, None, publisher.context)) if publisher.identity else PolicyDecision.NO_MATCH
+        if PolicyDecision.DENY in (direct, identity) or not (direct is PolicyDecision.ALLOW or (delegated and identity is PolicyDecision.ALLOW)):
             problems.append(f"{action} on {key_arn} is not allowed to {publisher.principal}")
     return problems
 
@@ -169,7 +169,7 @@ def test_the_notification_key_rotates_and_the_account_administers_it(stack: Stac
     [key] = [props for name, props in stack.of_type("AWS::KMS::Key").items() if stack.renderer.get_att(name, "Arn") == key_arn]
     assert key["EnableKeyRotation"] is True
     for action in ("kms:PutKeyPolicy", "kms:ScheduleKeyDeletion", "kms:DescribeKey"):
-        assert evaluate([policy], Request(action, key_arn, {"AWS": ROOT_PRINCIPAL})) is Decision.ALLOW
+        assert evaluate([policy], Request(action, key_arn, {"AWS": ROOT_PRINCIPAL})) is PolicyDecision.ALLOW
 
 
 # ---------------------------------------------------------------- the check is real
@@ -218,13 +218,13 @@ def test_the_evaluator_applies_denies_conditions_and_refuses_what_it_does_not_kn
     deny = {"Effect": "Deny", "Principal": "*", "Action": "sns:*", "Resource": "*", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
     request = Request("SNS:Publish", "arn:aws:sns:us-east-1:1:t", {"Service": "cloudwatch.amazonaws.com"},
                       {"aws:SourceArn": "arn:aws:cloudwatch:us-east-1:1:alarm:relevo-x", "aws:SecureTransport": "true"})
-    assert evaluate([{"Statement": [allow, deny]}], request) is Decision.ALLOW
+    assert evaluate([{"Statement": [allow, deny]}], request) is PolicyDecision.ALLOW
     insecure = Request(request.action, request.resource, request.principal, {**request.context, "aws:SecureTransport": "false"})
-    assert evaluate([{"Statement": [allow, deny]}], insecure) is Decision.DENY
+    assert evaluate([{"Statement": [allow, deny]}], insecure) is PolicyDecision.DENY
     other_alarm = Request(request.action, request.resource, request.principal, {"aws:SourceArn": "arn:aws:cloudwatch:us-east-1:1:alarm:other"})
-    assert evaluate([{"Statement": [allow]}], other_alarm) is Decision.NO_MATCH
+    assert evaluate([{"Statement": [allow]}], other_alarm) is PolicyDecision.NO_MATCH
     no_source = Request(request.action, request.resource, request.principal)
-    assert evaluate([{"Statement": [allow]}], no_source) is Decision.NO_MATCH
-    assert evaluate([{"Statement": [{**allow, "Principal": {"AWS": "*"}}]}], request) is Decision.NO_MATCH
+    assert evaluate([{"Statement": [allow]}], no_source) is PolicyDecision.NO_MATCH
+    assert evaluate([{"Statement": [{**allow, "Principal": {"AWS": "*"}}]}], request) is PolicyDecision.NO_MATCH
     with pytest.raises(UnsupportedPolicy):
         evaluate([{"Statement": [{**allow, "Condition": {"DateLessThan": {"aws:CurrentTime": "2030-01-01T00:00:00Z"}}}]}], request)

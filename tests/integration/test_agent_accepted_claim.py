@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from relevo_agent.config import AgentConfig
-from relevo_agent.journal import Journal, Operation, Outcome, operation_id
+from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
 from relevo_agent.attempt import StageRun
 from relevo_agent.lease import Lease
 from relevo_agent.messages import Message
@@ -27,8 +27,8 @@ from relevo_core.lease_timeline import LeaseTimeline
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.codec import from_attributes
-from tests.integration.helpers import receive_stage, wait_until
-from tests.integration.test_job_state_machine import _start_job
+from tests.helpers.stack import receive_stage, wait_until
+from tests.helpers.state_machine import start_job
 
 LEASE_TTL_SEC = 60  # no renewal or heartbeat falls inside a test
 
@@ -38,7 +38,7 @@ class Claimed:
 
     def __init__(self, stack, project_id: str, tmp_path: Path) -> None:
         self.stack = stack
-        self.job_id = _start_job(stack, project_id)
+        self.job_id = start_job(stack, project_id)
         task, self.receipt_handle = receive_stage(stack, self.job_id)
         self.queue_url = stack.work_queues["eu-west"]
         self.ref = stage_attempts.StageRef(stack.table_name, self.job_id, task["stage_index"], task["attempt"], "mac-k")
@@ -128,10 +128,10 @@ def test_a_result_without_a_run_token_is_still_journaled_and_its_fenced_stage_wr
     claimed.run.token_known.set()  # decided, and no token
     receipt = {"exit_code": 0, "artifacts": {}, "agent_id": "mac-k", "attempt": claimed.ref.attempt}
 
-    claimed.agent.stages._conclude(claimed.run, claimed.op_id, StageStatus.SUCCEEDED, Outcome.SUCCEEDED, receipt, exit_code=0)
+    claimed.agent.stages._conclude(claimed.run, claimed.op_id, StageStatus.SUCCEEDED, OperationOutcome.SUCCEEDED, receipt, exit_code=0)
 
     operation = claimed.agent.journal.get(claimed.op_id)
-    assert (operation.outcome, operation.receipt) == (Outcome.SUCCEEDED, receipt)
+    assert (operation.outcome, operation.receipt) == (OperationOutcome.SUCCEEDED, receipt)
     assert claimed.agent.journal.pending() == []
     record = claimed.stage_record()
     assert (record["status"], record["outcome"], record["receipt"]) == (StageStatus.SUCCEEDED.value, "succeeded", receipt)

@@ -20,7 +20,7 @@ from relevo_agent.config import AgentConfig
 from relevo_agent.service import EXIT_AGENT_ID_IN_USE, EXIT_STACK_GONE, INSTANCE_KEY, Agent
 from relevo_core.aws import client
 from relevo_core.store import agents
-from tests.integration.helpers import wait_until
+from tests.helpers.stack import wait_until
 
 
 @pytest.fixture()

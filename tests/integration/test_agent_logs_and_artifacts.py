@@ -19,9 +19,9 @@ from relevo_core.store import artifacts as artifact_store
 from relevo_core.store import log_chunks, stage_attempts
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.jobs import get_envelope
-from tests.conftest import push_body
-from tests.integration.helpers import deliver, receive_stage, register_project, table_items, wait_for_execution
-from tests.integration.test_job_state_machine import claim_and_accept, wait_for_run_token
+from tests.helpers.payloads import push_body
+from tests.helpers.stack import deliver, receive_stage, register_project, table_items, wait_for_execution
+from tests.helpers.state_machine import claim_and_accept, wait_for_run_token
 
 CANARY_VAR = "RELEVO_TEST_DEPLOY_TOKEN"
 LINES = 3000

@@ -23,8 +23,8 @@ from relevo_core.jobs.view import agent_queue_reason
 from relevo_core.models.status import QueueReason
 from relevo_core.store import agents
 from relevo_core.store.agents import ONLINE_MULTIPLE, AgentPresence
-from tests.integration.helpers import wait_until
-from tests.integration.test_job_state_machine import _start_job
+from tests.helpers.stack import wait_until
+from tests.helpers.state_machine import start_job
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
@@ -90,7 +90,7 @@ def test_queue_reason_tells_busy_agents_from_none_online(local_stack):
 
 def test_the_job_view_and_relevo_status_say_why_a_dispatched_stage_waits(local_stack, project_id, tmp_path: Path):
     # us-east: no test agent writes presence there in real time, so nobody is online at first.
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}], region_affinity="us-east")
+    job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}], region_affinity="us-east")
     api = RelevoApi.for_stack(local_stack)
     job = wait_until(lambda: (j := api.get_job(job_id))["stages"][0]["status"] == "dispatched" and j, timeout=20)
     assert (job["status"], job["queue_reason"]) == ("running", "agent_offline")

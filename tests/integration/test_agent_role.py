@@ -15,31 +15,18 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 
 from relevo_agent import permissions
 from relevo_agent.doctor import check_permissions
 from relevo_core.aws import client
+from tests.helpers.iam import client_as, refusal_code
 
 
 def _as_agent(stack, region: str, service: str) -> Any:
     credentials = stack.agent_credentials[region]
-    return boto3.client(
-        service,
-        endpoint_url=stack.aws_endpoint,
-        region_name=stack.region,
-        aws_access_key_id=credentials.access_key_id,
-        aws_secret_access_key=credentials.secret_access_key,
-        aws_session_token=credentials.session_token,
-    )
-
-
-def _refused(call: Any) -> str:
-    with pytest.raises(ClientError) as refused:
-        call()
-    return refused.value.response["Error"]["Code"]
+    return client_as(stack, service, credentials.access_key_id, credentials.secret_access_key, credentials.session_token)
 
 
 def _put(table: str, pk: str, sk: str, **attributes: str) -> dict[str, Any]:
@@ -67,7 +54,7 @@ def test_what_an_agent_does_is_allowed(local_stack):
     # tests read every presence and log record, so none is left behind.
     never = {"ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(pk)"}
     for pk, sk in ((f"LOGS#agent-role-{suffix}", "SEQ#000000000000"), ("AGENTS#eu-west", f"AGENT#agent-role-{suffix}")):
-        assert _refused(lambda: dynamodb.put_item(**_put(table, pk, sk, data="x"), **never)) == "ConditionalCheckFailedException"
+        assert refusal_code(lambda: dynamodb.put_item(**_put(table, pk, sk, data="x"), **never)) == "ConditionalCheckFailedException"
     stage = {"pk": {"S": f"JOB#agent-role-{suffix}"}, "sk": {"S": "STAGE#00"}}
     with pytest.raises(ClientError) as raised:  # authorized; then its condition fails
         dynamodb.update_item(
@@ -107,26 +94,26 @@ def test_what_an_agent_does_is_allowed(local_stack):
 def test_an_agent_cannot_write_what_it_must_never_touch(local_stack, what, request_args, enforced_by):
     operation, args = request_args(local_stack.table_name, secrets.token_hex(3))
     dynamodb = _as_agent(local_stack, "eu-west", "dynamodb")
-    assert _refused(lambda: getattr(dynamodb, operation)(**args)) == "AccessDeniedException", what
+    assert refusal_code(lambda: getattr(dynamodb, operation)(**args)) == "AccessDeniedException", what
     # The stack's own administrator may: the refusal is the agent role's, not the table's. (Its
     # write carries a condition that never holds, so nothing is left for other tests to find.)
     never = {**args, "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(pk)"}
-    assert _refused(lambda: getattr(client("dynamodb"), operation)(**never)) == "ConditionalCheckFailedException", what
+    assert refusal_code(lambda: getattr(client("dynamodb"), operation)(**never)) == "ConditionalCheckFailedException", what
 
 
 def test_an_agent_cannot_take_another_regions_stages_use_another_bucket_or_start_jobs(local_stack):
     sqs = _as_agent(local_stack, "eu-west", "sqs")
-    assert _refused(lambda: sqs.receive_message(QueueUrl=local_stack.work_queues["us-east"], WaitTimeSeconds=0)) == "AccessDenied"
-    assert _refused(lambda: sqs.send_message(QueueUrl=local_stack.work_queues["eu-west"], MessageBody="{}")) == "AccessDenied"
+    assert refusal_code(lambda: sqs.receive_message(QueueUrl=local_stack.work_queues["us-east"], WaitTimeSeconds=0)) == "AccessDenied"
+    assert refusal_code(lambda: sqs.send_message(QueueUrl=local_stack.work_queues["eu-west"], MessageBody="{}")) == "AccessDenied"
     other = f"not-relevo-{secrets.token_hex(3)}"
     client("s3").create_bucket(Bucket=other)
     s3 = _as_agent(local_stack, "eu-west", "s3")
-    assert _refused(lambda: s3.put_object(Bucket=other, Key="x", Body=b"x")) == "AccessDenied"
+    assert refusal_code(lambda: s3.put_object(Bucket=other, Key="x", Body=b"x")) == "AccessDenied"
     s3.put_object(Bucket=local_stack.resources["ArtifactBucket"], Key=f"p/j-{other}/build/x", Body=b"x")
     sfn = _as_agent(local_stack, "eu-west", "stepfunctions")
-    assert _refused(lambda: sfn.start_execution(stateMachineArn=local_stack.state_machine_arn, input="{}")) == "AccessDeniedException"
+    assert refusal_code(lambda: sfn.start_execution(stateMachineArn=local_stack.state_machine_arn, input="{}")) == "AccessDeniedException"
     secrets_manager = _as_agent(local_stack, "eu-west", "secretsmanager")
-    assert _refused(lambda: secrets_manager.get_secret_value(SecretId=f"relevo/{local_stack.stack_name}/p/github")) == "AccessDeniedException"
+    assert refusal_code(lambda: secrets_manager.get_secret_value(SecretId=f"relevo/{local_stack.stack_name}/p/github")) == "AccessDeniedException"
 
 
 def _with_credentials(monkeypatch, stack, credentials) -> None:

@@ -11,8 +11,8 @@ from collections import Counter
 
 import requests
 
-from tests.conftest import push_body
-from tests.integration.helpers import deliver, register_project, table_items
+from tests.helpers.payloads import push_body
+from tests.helpers.stack import deliver, register_project, table_items
 
 BURST = 100
 

@@ -12,7 +12,7 @@ from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.store.jobs import get_envelope
 from relevo_core.store.projects import get_project
-from tests.integration.helpers import register_project, table_items
+from tests.helpers.stack import register_project, table_items
 
 STAGES = [{"name": "build", "run": "true"}, {"name": "sign", "run": "true"}]
 

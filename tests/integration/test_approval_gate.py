@@ -12,14 +12,14 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
 from relevo_core.store.audit import actions
 from relevo_core.store.codec import from_attributes
-from tests.integration.helpers import (
+from tests.helpers.stack import (
     receive_stage,
     register_project,
     subscribe_to_notifications,
     table_items,
     wait_for_execution,
 )
-from tests.integration.test_job_state_machine import _agent_runs
+from tests.helpers.state_machine import agent_runs
 
 STAGES = [{"name": "build", "run": "make"}, {"name": "deploy-testflight", "run": "fastlane pilot"}]
 
@@ -55,7 +55,7 @@ def _start(stack, project_id, **approval) -> str:
     register_project(stack, project_id, STAGES, approval={"enabled": True, **approval})
     job_id = RelevoApi.for_stack(stack).run_project(project_id, {"ref": "main"})["job_id"]
     task, _ = receive_stage(stack, job_id)
-    _agent_runs(stack, task)
+    agent_runs(stack, task)
     for _ in range(100):
         if _job(stack, job_id).get("status") == "waiting":
             return job_id
@@ -74,7 +74,7 @@ def test_an_approved_job_runs_the_gated_stage(local_stack, project_id, notificat
     assert decision["action"] == "job.approve"
     task, _ = receive_stage(local_stack, job_id)
     assert task["stage"] == "deploy-testflight"
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     assert notifications(job_id) == ["job.waiting_for_approval"]
     [audit] = actions(local_stack.table_name, job_id)

@@ -12,8 +12,8 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
-from tests.integration.helpers import receive_stage, register_project, table_items, wait_for_execution
-from tests.integration.test_job_state_machine import _agent_runs, claim_and_accept, wait_for_run_token
+from tests.helpers.stack import receive_stage, register_project, table_items, wait_for_execution
+from tests.helpers.state_machine import agent_runs, claim_and_accept, wait_for_run_token
 
 STAGES = [{"name": "build", "run": "true"}, {"name": "sign", "run": "true"}, {"name": "upload", "run": "true"}]
 
@@ -81,9 +81,9 @@ def test_rerun_from_a_stage_skips_the_earlier_ones_and_runs_the_rest(local_stack
     api = RelevoApi.for_stack(local_stack)
     original = _run(api, project_id)
     task, _ = receive_stage(local_stack, original)
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     task, _ = receive_stage(local_stack, original)
-    _agent_runs(local_stack, task, succeed=False)
+    agent_runs(local_stack, task, succeed=False)
     assert wait_for_execution(local_stack, original)["status"] == "FAILED"
 
     rerun = api.rerun_job(original, "sign")["job_id"]
@@ -91,7 +91,7 @@ def test_rerun_from_a_stage_skips_the_earlier_ones_and_runs_the_rest(local_stack
     for expected in ("sign", "upload"):
         task, _ = receive_stage(local_stack, rerun)
         assert task["stage"] == expected
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, rerun)["status"] == "SUCCEEDED"
     view = api.get_job(rerun)
     assert [(s["name"], s["status"], s["reused_from"]) for s in view["stages"]] == [
@@ -124,7 +124,7 @@ def test_cancel_a_job_waiting_at_its_approval_gate(local_stack, project_id):
     job_id = _run(api, project_id)
     for _ in range(2):
         task, _ = receive_stage(local_stack, job_id)
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
     for _ in range(100):
         if _job(local_stack, job_id)["status"] == "waiting":
             break

@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from relevo_cli.main import app
-from tests.integration.helpers import register_project
+from tests.helpers.stack import register_project
 
 runner = CliRunner()
 

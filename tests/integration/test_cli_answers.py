@@ -22,8 +22,8 @@ from relevo_cli.api import RelevoApi
 from relevo_cli.commands.common import console
 from relevo_cli.main import app
 from relevo_core.aws import client
-from tests.integration.helpers import receive_stage, register_project, wait_for_execution, wait_until
-from tests.integration.test_job_state_machine import _agent_runs, claim_and_accept, wait_for_run_token
+from tests.helpers.stack import receive_stage, register_project, wait_for_execution, wait_until
+from tests.helpers.state_machine import agent_runs, claim_and_accept, wait_for_run_token
 
 runner = CliRunner()
 
@@ -57,7 +57,7 @@ def test_a_duplicate_names_the_jobs_status_and_how_to_run_it_again(local_stack, 
 
     while_queued = _cli(stack_file, "run", project_id, "--commit", commit)
     task, _ = receive_stage(local_stack, job_id)
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     _status(api, job_id, "succeeded")
     after_success = _cli(stack_file, "run", project_id, "--commit", commit)
 
@@ -72,7 +72,7 @@ def test_a_rejections_reason_and_actor_are_in_status_and_its_json(local_stack, p
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     task, _ = receive_stage(local_stack, job_id)
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     _status(api, job_id, "waiting")
     me = client("sts").get_caller_identity()["Arn"]
 
@@ -97,7 +97,7 @@ def test_the_last_successful_stage_of_a_rerun_is_one_that_succeeded(local_stack,
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main", "commit": secrets.token_hex(20)})["job_id"]
     task, _ = receive_stage(local_stack, job_id)
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     task, _ = receive_stage(local_stack, job_id)
     wait_for_run_token(claim_and_accept(local_stack, task, "mac-a"))
     api.cancel_job(job_id)
@@ -127,13 +127,13 @@ def test_logs_follow_names_the_gate_and_the_command_that_opens_it(local_stack, p
     reader.start()
     try:
         task, _ = receive_stage(local_stack, job_id)
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
         # As a person would: approve once the follower says what it waits for.
         wait_until(lambda: gate in said, 60, "the gate line")
         time.sleep(1)  # several polls more at the gate: the line is not repeated
         api.approve(job_id, "ok")
         task, _ = receive_stage(local_stack, job_id)
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
         follower.wait(timeout=60)
         reader.join(timeout=10)
     finally:

@@ -8,9 +8,9 @@ import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.store.jobs import get_envelope
-from tests.conftest import push_body
-from tests.integration.helpers import deliver, receive_stage, register_project, wait_for_execution
-from tests.integration.test_job_state_machine import _agent_runs
+from tests.helpers.payloads import push_body
+from tests.helpers.stack import deliver, receive_stage, register_project, wait_for_execution
+from tests.helpers.state_machine import agent_runs
 
 STAGES = [{"name": "build", "run": "make"}, {"name": "sign", "run": "codesign"}, {"name": "upload", "run": "altool"}]
 
@@ -21,9 +21,9 @@ def _dead_lettered_job(stack, project_id) -> tuple[str, bytes, str]:
     body = push_body(f"acme/{project_id}", secrets.token_hex(20))
     job_id = deliver(stack, project_id, body, secret).json()["job_id"]
     task, _ = receive_stage(stack, job_id)
-    _agent_runs(stack, task)
+    agent_runs(stack, task)
     task, _ = receive_stage(stack, job_id)
-    _agent_runs(stack, task, succeed=False, error="Relevo.Fatal.ProfileMismatch")
+    agent_runs(stack, task, succeed=False, error="Relevo.Fatal.ProfileMismatch")
     assert wait_for_execution(stack, job_id)["status"] == "FAILED"
     return job_id, body, secret
 
@@ -53,7 +53,7 @@ def test_a_dead_lettered_job_is_listed_and_redriven_from_its_failed_stage(local_
     for expected in ("sign", "upload"):
         task, _ = receive_stage(local_stack, new_id)
         assert task["stage"] == expected
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, new_id)["status"] == "SUCCEEDED"
     # The idempotency key now answers with the resumed job, and an entry redrives once.
     assert deliver(local_stack, project_id, body, secret).json() == {"job_id": new_id, "duplicate": True}
@@ -83,5 +83,5 @@ def test_an_entry_still_resumes_its_job_after_the_failed_job_was_deleted(local_s
     for expected in ("sign", "upload"):
         task, _ = receive_stage(local_stack, resumed["job_id"])
         assert task["stage"] == expected
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, resumed["job_id"])["status"] == "SUCCEEDED"

@@ -24,8 +24,8 @@ from relevo_core.store.codec import to_attributes
 from relevo_core.store.jobs import get_envelope
 from relevo_core.store.projects import get_project
 from relevo_core.recovery.sweeper import sweep
-from tests.conftest import push_body
-from tests.integration.helpers import (
+from tests.helpers.payloads import push_body
+from tests.helpers.stack import (
     deliver,
     receive_stage,
     register_project,
@@ -33,7 +33,7 @@ from tests.integration.helpers import (
     table_items,
     wait_for_execution,
 )
-from tests.integration.test_job_state_machine import _agent_runs
+from tests.helpers.state_machine import agent_runs
 
 STAGES = [{"name": "build", "run": "make"}]
 runner = CliRunner()
@@ -58,7 +58,7 @@ def frozen_notices(local_stack, project_id):
 
 def _fails(stack, job_id, error="Relevo.Fatal.ExitCode") -> None:
     task, _ = receive_stage(stack, job_id)
-    _agent_runs(stack, task, succeed=False, error=error)
+    agent_runs(stack, task, succeed=False, error=error)
     assert wait_for_execution(stack, job_id, timeout=30)["status"] == "FAILED"
 
 

@@ -12,7 +12,7 @@ from relevo_core.aws import client
 from relevo_core.config.sweeper import sweeper_settings
 from relevo_core.store import agents
 from relevo_core.store.agents import AgentPresence
-from tests.integration.helpers import LambdaContext, emf_documents, load_handler, metrics_printed
+from tests.helpers.stack import LambdaContext, emf_documents, load_handler, metrics_printed
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from relevo_cli.api import RelevoApi
 from relevo_cli.commands.common import console
 from relevo_cli.main import app
 from relevo_core.store import agents
-from tests.integration.helpers import receive_stage, register_project, table_items, wait_until
-from tests.integration.test_job_state_machine import claim_and_accept, wait_for_run_token
+from tests.helpers.stack import receive_stage, register_project, table_items, wait_until
+from tests.helpers.state_machine import claim_and_accept, wait_for_run_token
 
 runner = CliRunner()
 

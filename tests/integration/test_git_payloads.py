@@ -17,7 +17,7 @@ from relevo_cli.projects import secret_name
 from relevo_core.aws import client
 from relevo_core.store.jobs import get_envelope
 from relevo_core.execution import execution_arn
-from tests.integration.helpers import deliver, queue_filled, table_items, wait_until
+from tests.helpers.stack import deliver, queue_filled, table_items, wait_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures"
 

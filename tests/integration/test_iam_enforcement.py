@@ -16,32 +16,19 @@ from urllib.parse import urlsplit, urlunsplit
 import boto3
 import pytest
 import requests
-from botocore.exceptions import ClientError
 
 from relevo_cli.api import RelevoApi, SigV4RequestAuth
 from relevo_cli.local.dynamodb_authorization import checks
 from relevo_cli.local.emulator_iam import ACCOUNT_ID, RoleNotAssumable, local_user_arn
 from relevo_core.aws import client, s3_presigner
-from tests.integration.helpers import wait_until
+from tests.helpers.iam import client_as, refusal_code
+from tests.helpers.stack import wait_until
 
 TABLE_INDEX = "ProjectJobsIndex"
 
 
 def _client(stack, service: str, credentials: Any) -> Any:
-    return boto3.client(
-        service,
-        endpoint_url=stack.aws_endpoint,
-        region_name=stack.region,
-        aws_access_key_id=credentials.access_key,
-        aws_secret_access_key=credentials.secret_key,
-        aws_session_token=credentials.token,
-    )
-
-
-def _error(call: Any) -> str:
-    with pytest.raises(ClientError) as refused:
-        call()
-    return refused.value.response["Error"]["Code"]
+    return client_as(stack, service, credentials.access_key, credentials.secret_key, credentials.token)
 
 
 def _role_of(emulator, function: str) -> Any:
@@ -67,10 +54,10 @@ def test_a_role_refuses_what_its_policy_does_not_grant(emulator):
     queue_url = sqs.get_queue_url(QueueName=stack.work_queues["eu-west"].rsplit("/", 1)[1])["QueueUrl"]
     # Not granted: deleting items, sending to a work queue (only the state machine dispatches),
     # stopping executions. DynamoDB and Step Functions answer in their own JSON shape.
-    assert _error(lambda: dynamodb.delete_item(TableName=stack.table_name, Key=key)) == "AccessDeniedException"
-    assert _error(lambda: sqs.send_message(QueueUrl=queue_url, MessageBody="{}")) == "AccessDenied"
+    assert refusal_code(lambda: dynamodb.delete_item(TableName=stack.table_name, Key=key)) == "AccessDeniedException"
+    assert refusal_code(lambda: sqs.send_message(QueueUrl=queue_url, MessageBody="{}")) == "AccessDenied"
     execution = f"arn:aws:states:{stack.region}:{ACCOUNT_ID}:execution:{stack.state_machine_arn.rsplit(':', 1)[1]}:none"
-    assert _error(lambda: sfn.stop_execution(executionArn=execution)) == "AccessDeniedException"
+    assert refusal_code(lambda: sfn.stop_execution(executionArn=execution)) == "AccessDeniedException"
 
 
 def test_dynamodb_requests_are_checked_against_the_table_or_index_they_name(emulator):
@@ -79,7 +66,7 @@ def test_dynamodb_requests_are_checked_against_the_table_or_index_they_name(emul
     jobs = _client(stack, "dynamodb", _role_of(emulator, "JobsFunction"))
     query = {"KeyConditionExpression": "project_jobs = :p", "ExpressionAttributeValues": {":p": {"S": "none"}}}
     jobs.query(TableName=stack.table_name, IndexName=TABLE_INDEX, **query)
-    refused = _error(
+    refused = refusal_code(
         lambda: jobs.query(
             TableName=stack.table_name,
             IndexName="StartPendingIndex",
@@ -95,7 +82,7 @@ def test_a_key_iam_never_issued_is_refused(emulator):
     dynamodb = boto3.client(
         "dynamodb", endpoint_url=stack.aws_endpoint, region_name=stack.region, aws_access_key_id="testing", aws_secret_access_key="testing"
     )
-    assert _error(lambda: dynamodb.describe_table(TableName=stack.table_name)) == "UnrecognizedClientException"
+    assert refusal_code(lambda: dynamodb.describe_table(TableName=stack.table_name)) == "UnrecognizedClientException"
 
 
 def _scratch_role(policy_actions: list[str], table_arn: str) -> str:
@@ -150,7 +137,7 @@ def test_a_transaction_is_authorized_item_by_item_as_aws_does(emulator):
     update = {"Update": {"TableName": stack.table_name, "Key": job, "UpdateExpression": "SET probe = :v", "ExpressionAttributeValues": {":v": {"S": "1"}}}}
     put = {"Put": {"TableName": stack.table_name, "Item": {**job, "sk": {"S": "OTHER"}}}}
     dynamodb.transact_write_items(TransactItems=[update])
-    assert _error(lambda: dynamodb.transact_write_items(TransactItems=[update, put])) == "AccessDeniedException"
+    assert refusal_code(lambda: dynamodb.transact_write_items(TransactItems=[update, put])) == "AccessDeniedException"
     assert [(action, resource) for action, resource, _ in checks("dynamodb:TransactWriteItems", {"TransactItems": [update, put]}, stack.region)] == [
         ("dynamodb:UpdateItem", table_arn),
         ("dynamodb:PutItem", table_arn),

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
-from tests.integration.helpers import receive_stage, register_project
-from tests.integration.test_job_state_machine import claim_and_accept
+from tests.helpers.stack import receive_stage, register_project
+from tests.helpers.state_machine import claim_and_accept
 
 STAGES = [{"name": "build", "run": "true"}]
 

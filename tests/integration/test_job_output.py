@@ -29,10 +29,11 @@ from relevo_core.aws import client
 from relevo_core.models.requests import MAX_SEQ
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store.log_chunks import read_chunks
-from tests.conftest import TEST_ADMIN_ARN, push_body
-from tests.integration.helpers import deliver, register_project, wait_for_execution
+from tests.helpers import TEST_ADMIN_ARN
+from tests.helpers.payloads import push_body
+from tests.helpers.stack import deliver, register_project, wait_for_execution
 from tests.integration.test_agent_logs_and_artifacts import _agent, _run_next
-from tests.integration.test_permissions import _user
+from tests.helpers.iam import iam_user
 
 BUILD_LINES, SIGN_LINES = 300, 40
 BUILD = (
@@ -274,7 +275,7 @@ def test_bad_log_queries_are_400_and_an_unknown_job_404(local_stack, followed):
         assert (refused.value.status, refused.value.code) == (400, "QUERY_INVALID"), params
 
     missing = "job_" + "0" * 26
-    admin = _user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1]).api
+    admin = iam_user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1]).api
     with pytest.raises(ApiError) as unknown:
         admin.job_logs(missing)
     assert (unknown.value.status, unknown.value.code) == (404, "JOB_NOT_FOUND")

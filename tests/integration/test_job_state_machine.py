@@ -4,62 +4,17 @@ driven by an agent double that makes the real SQS, DynamoDB and task-token calls
 from __future__ import annotations
 
 import json
-import secrets
-import time
 from datetime import datetime, timezone
 
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
-from tests.conftest import push_body
-from tests.integration.helpers import deliver, history, receive_stage, register_project, table_items, wait_for_execution
-
-TWO_STAGES = [{"name": "build", "run": "make build"}, {"name": "sign", "run": "make sign"}]
+from tests.helpers.stack import history, receive_stage, table_items, wait_for_execution
+from tests.helpers.state_machine import agent_runs, start_job
 
 # Issue budget: at most 4 transitions per stage plus 6 per job on the success path.
 TRANSITIONS_PER_STAGE_BUDGET = 4
 TRANSITIONS_PER_JOB_BUDGET = 6
-
-
-def _agent_runs(stack, task, succeed: bool = True, agent_id: str = "double-1", error: str = "Relevo.Fatal.ExitCode") -> None:
-    """What relevo-agent does with one message: claim (fenced), accept, run, record, report."""
-    ref = claim_and_accept(stack, task, agent_id)
-    run_token = wait_for_run_token(ref)
-    sfn = client("stepfunctions")
-    sfn.send_task_heartbeat(taskToken=run_token)
-    now = datetime.now(timezone.utc)
-    if succeed:
-        stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None, task["stage"])
-        sfn.send_task_success(taskToken=run_token, output=json.dumps({"agent_id": agent_id}))
-    else:
-        stage_attempts.finish(ref, StageStatus.FAILED, now, 2, error)
-        sfn.send_task_failure(taskToken=run_token, error=error, cause=json.dumps({"exit_code": 2, "agent_id": agent_id}))
-
-
-def claim_and_accept(stack, task, agent_id: str, lease_ttl_sec: int = 10) -> stage_attempts.StageRef:
-    ref = stage_attempts.StageRef(stack.table_name, task["job_id"], task["stage_index"], task["attempt"], agent_id)
-    stage_attempts.claim(ref, lease_ttl_sec, datetime.now(timezone.utc))
-    client("stepfunctions").send_task_success(
-        taskToken=task["task_token"], output=json.dumps({"agent_id": agent_id, "attempt": task["attempt"]})
-    )
-    return ref
-
-
-def wait_for_run_token(ref: stage_attempts.StageRef, timeout: float = 10) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        token = stage_attempts.run_token(ref)
-        if token:
-            return token
-        time.sleep(0.05)
-    raise TimeoutError("no run token")
-
-
-def _start_job(stack, project_id, stages=TWO_STAGES, **project) -> str:
-    secret = register_project(stack, project_id, stages, **project)
-    response = deliver(stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret)
-    assert response.status_code == 202, response.text
-    return response.json()["job_id"]
 
 
 def _job_record(stack, job_id):
@@ -68,12 +23,12 @@ def _job_record(stack, job_id):
 
 
 def test_stages_run_in_order_and_the_job_record_mirrors_the_execution(local_stack, project_id):
-    job_id = _start_job(local_stack, project_id)
+    job_id = start_job(local_stack, project_id)
 
     for expected in ("build", "sign"):
         task, _ = receive_stage(local_stack, job_id)
         assert (task["job_id"], task["stage"]) == (job_id, expected)
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
 
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     records = _job_record(local_stack, job_id)
@@ -95,12 +50,12 @@ def test_stages_run_in_order_and_the_job_record_mirrors_the_execution(local_stac
 
 
 def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_stage(local_stack, project_id):
-    job_id = _start_job(local_stack, project_id)
+    job_id = start_job(local_stack, project_id)
     task, _ = receive_stage(local_stack, job_id)
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     task, _ = receive_stage(local_stack, job_id)
 
-    _agent_runs(local_stack, task, succeed=False)
+    agent_runs(local_stack, task, succeed=False)
 
     assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
     job = _job_record(local_stack, job_id)["JOB"]
@@ -131,7 +86,7 @@ def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_sta
 
 def test_a_zombie_cannot_overwrite_its_successor(local_stack, project_id):
     """Fencing: once attempt 2 holds the stage, attempt 1's writes are refused."""
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     now = datetime.now(timezone.utc)
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")

@@ -13,10 +13,10 @@ from relevo_core.aws import client
 from relevo_core.execution import lock_wait
 from relevo_core.execution import execution_arn
 from relevo_core.recovery.sweeper import sweep
-from tests.integration.helpers import history, receive_stage, register_project, wait_for_execution, wait_until
-from tests.integration.test_job_state_machine import _agent_runs
-from tests.integration.test_project_lock import _enqueue
-from tests.integration.test_transaction_conflicts import _job
+from tests.helpers.stack import history, receive_stage, register_project, wait_for_execution, wait_until
+from tests.helpers.state_machine import agent_runs
+from tests.helpers.state_machine import enqueue_job
+from tests.helpers.stack import job_record
 
 STAGES = [{"name": "build", "run": "true"}]
 QUEUE_TIMEOUT_SEC = 3600
@@ -32,10 +32,10 @@ def _parked(stack, job_id: str) -> bool:
 def _holder_and_parked_waiter(stack, settings, project_id) -> tuple[dict, str]:
     assert lock_wait(QUEUE_TIMEOUT_SEC)["fallback_sec"] > 2 * WOKEN_WITHIN_SEC
     register_project(stack, project_id, STAGES, queue_timeout_sec=QUEUE_TIMEOUT_SEC)
-    holder = _enqueue(stack, settings, project_id)
+    holder = enqueue_job(stack, settings, project_id)
     holder_task, _ = receive_stage(stack, holder)
-    waiter = _enqueue(stack, settings, project_id)
-    wait_until(lambda: _job(stack, waiter).get("wake_token") and _parked(stack, waiter), 60, f"{waiter} parked")
+    waiter = enqueue_job(stack, settings, project_id)
+    wait_until(lambda: job_record(stack, waiter).get("wake_token") and _parked(stack, waiter), 60, f"{waiter} parked")
     return holder_task, waiter
 
 
@@ -49,14 +49,14 @@ def test_the_releasing_execution_wakes_the_head_of_the_line(local_stack, intake_
     holder_task, waiter = _holder_and_parked_waiter(local_stack, intake_settings, project_id)
 
     released = time.monotonic()
-    _agent_runs(local_stack, holder_task)
+    agent_runs(local_stack, holder_task)
 
     task = _started_within(local_stack, waiter, released)
     woken = [e for e in history(local_stack, waiter) if e["type"] == "TaskSucceeded"
              and e["taskSucceededEventDetails"].get("resource") == "transactWriteItems.waitForTaskToken"]
     assert woken, "the waiter's park did not return with a wake"
-    assert "wake_token" not in _job(local_stack, waiter)
-    _agent_runs(local_stack, task)
+    assert "wake_token" not in job_record(local_stack, waiter)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
 
 
@@ -67,7 +67,7 @@ def test_cancel_wakes_the_head_of_the_line(local_stack, intake_settings, project
     RelevoApi.for_stack(local_stack).cancel_job(holder_task["job_id"])
 
     task = _started_within(local_stack, waiter, canceled)
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
 
 
@@ -83,5 +83,5 @@ def test_the_sweeper_wakes_the_head_of_the_line_when_it_frees_a_stopped_holder(l
 
     assert f"{project_id}:{holder}" in report.locks_freed
     task = _started_within(local_stack, waiter, swept)
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"

@@ -16,8 +16,8 @@ from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.audit import actions
 from relevo_core.store.codec import from_attributes
-from tests.integration.helpers import receive_stage, table_items, wait_for_execution
-from tests.integration.test_job_state_machine import _agent_runs, _start_job, claim_and_accept, wait_for_run_token
+from tests.helpers.stack import receive_stage, table_items, wait_for_execution
+from tests.helpers.state_machine import agent_runs, claim_and_accept, start_job, wait_for_run_token
 
 STAGES = [{"name": "upload", "run": "upload.sh", "effect_probe": "probe.sh"}, {"name": "notify", "run": "true"}]
 
@@ -28,14 +28,14 @@ def _stage(stack, job_id, sk="STAGE#00"):
 
 def _to_manual_review(stack, project_id) -> str:
     """An agent reconciles the stage's second attempt and finds an effect it cannot tie to it."""
-    job_id = _start_job(stack, project_id, stages=STAGES, lease_ttl_sec=3)
+    job_id = start_job(stack, project_id, stages=STAGES, lease_ttl_sec=3)
     task, _ = receive_stage(stack, job_id)
     ref = claim_and_accept(stack, task, "mac-a", lease_ttl_sec=3)
     token = wait_for_run_token(ref)
     now = datetime.now(timezone.utc)
     stage_attempts.record_reconciled(ref, "manual_review", {"probe_exit": 0, "probe_output": "build 41"}, now)
     stage_attempts.finish(
-        ref, StageStatus.MANUAL_REVIEW, now, None, "Relevo.Reconcile.ManualReview", outcome=stage_attempts.Outcome.MANUAL_REVIEW
+        ref, StageStatus.MANUAL_REVIEW, now, None, "Relevo.Reconcile.ManualReview", outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW
     )
     client("stepfunctions").send_task_failure(taskToken=token, error="Relevo.Reconcile.ManualReview", cause="{}")
     deadline = time.monotonic() + 20
@@ -62,7 +62,7 @@ def test_a_stage_in_manual_review_waits_longer_than_its_lease_and_resolves_as_su
     assert result["resolution"] == "succeeded"
     task, _ = receive_stage(local_stack, job_id)
     assert task["stage"] == "notify"  # nothing of upload runs again
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     stage = _stage(local_stack, job_id)
     assert (stage["status"], stage["outcome"], stage["resolution"]["as"]) == ("succeeded", "resolved", "succeeded")
@@ -100,7 +100,7 @@ def test_resolved_as_failed_fails_the_job_with_its_own_error(local_stack, projec
 
 
 def test_resolve_refuses_a_stage_that_is_not_in_review_and_an_unknown_stage(local_stack, project_id):
-    job_id = _start_job(local_stack, project_id, stages=STAGES)
+    job_id = start_job(local_stack, project_id, stages=STAGES)
     api = RelevoApi.for_stack(local_stack)
 
     for stage, expected in (("upload", (409, "STAGE_NOT_IN_REVIEW")), ("deploy", (422, "STAGE_UNKNOWN"))):

@@ -10,8 +10,8 @@ import pytest
 
 from relevo_cli.local.streams import StreamPoller
 from relevo_core.aws import client
-from tests.integration.helpers import LambdaContext, emf_values, load_handler, metrics_printed, receive_stage, wait_for_execution
-from tests.integration.test_job_state_machine import _agent_runs, _start_job
+from tests.helpers.stack import LambdaContext, emf_values, load_handler, metrics_printed, receive_stage, wait_for_execution
+from tests.helpers.state_machine import agent_runs, start_job
 
 
 @pytest.fixture
@@ -27,10 +27,10 @@ def test_a_finished_job_stream_becomes_outcome_latency_and_retry_metrics(local_s
     stopping = threading.Event()
     poller.start(stopping, interval_sec=0.2)
     try:
-        job_id = _start_job(local_stack, project_id)
+        job_id = start_job(local_stack, project_id)
         for _ in ("build", "sign"):
             task, _ = receive_stage(local_stack, job_id)
-            _agent_runs(local_stack, task)
+            agent_runs(local_stack, task)
         assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
         def ours() -> list[dict]:

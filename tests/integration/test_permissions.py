@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
-import boto3
 import pytest
 import requests
 from botocore.auth import SigV4Auth
@@ -17,67 +15,17 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from relevo_cli.local.emulator_iam import local_user_arn
-from relevo_cli.api import ApiError, RelevoApi
+from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
-from tests.conftest import TEST_ADMIN_ARN
-from tests.integration.helpers import receive_stage, wait_for_execution
-from tests.integration.test_job_state_machine import _agent_runs
+from tests.helpers import TEST_ADMIN_ARN
+from tests.helpers.iam import ACCOUNT, INVOKE_API, Caller, api_as, iam_user
+from tests.helpers.stack import receive_stage, wait_for_execution
+from tests.helpers.state_machine import agent_runs
 
-ACCOUNT = "123456789012"
 LEVELS = ["none", "view", "operate", "manage"]
 RANK = {level: rank for rank, level in enumerate(LEVELS)}
 DECLARATION = {"repo": "acme/perm", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 30,
                "stages": [{"name": "build", "run": "make"}]}
-
-
-@dataclass
-class Caller:
-    arn: str
-    api: RelevoApi
-
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        try:
-            return 200, self.api.request(method, path, body)
-        except ApiError as exc:
-            return exc.status, exc.body
-
-
-def _api(stack, credentials: dict[str, str]) -> RelevoApi:
-    session = boto3.session.Session(region_name=stack.region, **credentials)
-    return RelevoApi(stack.api_url.rstrip("/"), stack.region, session)
-
-
-# (stack endpoint, user name) -> its caller: IAM allows 2 access keys per user, and the admin
-# user is shared by every test module of a worker that needs it.
-_CALLERS: dict[tuple[str, str], Caller] = {}
-
-
-def _user(stack, name: str) -> Caller:
-    """An IAM user with an access key, as the emulator's STS sees it; one key per user and stack."""
-    cached = _CALLERS.get((str(stack.aws_endpoint), name))
-    if cached is None:
-        cached = _CALLERS[(str(stack.aws_endpoint), name)] = _new_user(stack, name)
-    return cached
-
-
-# What IAM must allow before API Gateway calls the function at all; Relevo's grants decide next.
-INVOKE_API = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "execute-api:Invoke", "Resource": "arn:aws:execute-api:*:*:*/v1/*"}]})
-
-
-def _new_user(stack, name: str) -> Caller:
-    iam = client("iam")
-    try:
-        iam.create_user(UserName=name)
-    except iam.exceptions.EntityAlreadyExistsException:
-        pass
-    iam.put_user_policy(UserName=name, PolicyName="invoke-relevo-api", PolicyDocument=INVOKE_API)
-    key = iam.create_access_key(UserName=name)["AccessKey"]
-    credentials = {"aws_access_key_id": key["AccessKeyId"], "aws_secret_access_key": key["SecretAccessKey"]}
-    arn = f"arn:aws:iam::{ACCOUNT}:user/{name}"
-    # The identity API Gateway will put in the request context is STS's answer for this key.
-    sts = boto3.client("sts", endpoint_url=stack.aws_endpoint, region_name=stack.region, **credentials)
-    assert sts.get_caller_identity()["Arn"] == arn
-    return Caller(arn, _api(stack, credentials))
 
 
 def _snapshot(stack, project_id: str) -> dict[tuple[str, str], Any]:
@@ -129,20 +77,20 @@ def world(local_stack):
     suffix = secrets.token_hex(3)
     project_id = f"perm-{suffix}"
     owner = Caller(local_user_arn(), RelevoApi.for_stack(local_stack))  # the stack's own IAM user: A's creator
-    users = {level: _user(local_stack, f"perm-{level}-{suffix}") for level in LEVELS}
-    admin = _user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
+    users = {level: iam_user(local_stack, f"perm-{level}-{suffix}") for level in LEVELS}
+    admin = iam_user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
     owner.api.put_project(project_id, DECLARATION)
     for level in ("view", "operate", "manage"):
         owner.api.grant(project_id, users[level].arn, level)
 
     job_id = owner.api.run_project(project_id, {"ref": "main"})["job_id"]
     task, _ = receive_stage(local_stack, job_id)
-    _agent_runs(local_stack, task, succeed=False, error="Relevo.Fatal.ProfileMismatch")
+    agent_runs(local_stack, task, succeed=False, error="Relevo.Fatal.ProfileMismatch")
     assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
     assert owner.api.dead_letter(job_id)["state"] == "open"
     # An ended job for the one allowed DELETE of the matrix (it removes its target).
     doomed = owner.api.run_project(project_id, {"ref": "main", "request_id": "doomed"})["job_id"]
-    _agent_runs(local_stack, receive_stage(local_stack, doomed)[0])
+    agent_runs(local_stack, receive_stage(local_stack, doomed)[0])
     assert wait_for_execution(local_stack, doomed)["status"] == "SUCCEEDED"
     owner.api.put_project(project_id, {**DECLARATION, "region_affinity": "nowhere"})
     return {"project": project_id, "job": job_id, "doomed": doomed, "owner": owner, "users": users, "admin": admin}
@@ -289,7 +237,7 @@ def test_a_wildcard_grant_covers_every_session_of_a_role_and_nothing_else(local_
         iam.put_role_policy(RoleName=role, PolicyName="invoke-relevo-api", PolicyDocument=INVOKE_API)
         for session in ("deploy-1", "deploy-2"):
             credentials = sts.assume_role(RoleArn=arn, RoleSessionName=session)["Credentials"]
-            api = _api(local_stack, {
+            api = api_as(local_stack, {
                 "aws_access_key_id": credentials["AccessKeyId"],
                 "aws_secret_access_key": credentials["SecretAccessKey"],
                 "aws_session_token": credentials["SessionToken"],

@@ -23,17 +23,17 @@ from relevo_core.models.plan import StagePlan
 from relevo_core.plan_limits import MAX_ENVELOPE_BYTES, MAX_FAILURE_CAUSE_CHARS, STATE_PAYLOAD_QUOTA_BYTES, require_envelope_fits, state_bytes
 from relevo_core.store import jobs, locks
 from relevo_core.store.projects import get_project, put_project
-from tests.integration.helpers import history, queued_counter, receive_stage, register_project, table_items, wait_for_execution, wait_until
-from tests.integration.test_job_state_machine import _agent_runs, claim_and_accept, wait_for_run_token
-from tests.integration.test_project_lock import _enqueue
-from tests.integration.test_transaction_conflicts import _job
+from tests.helpers.stack import history, queued_counter, receive_stage, register_project, table_items, wait_for_execution, wait_until
+from tests.helpers.state_machine import agent_runs, claim_and_accept, wait_for_run_token
+from tests.helpers.state_machine import enqueue_job
+from tests.helpers.stack import job_record
 from tests.unit.test_plan_limit_arithmetic import largest_allowed_stages
 
 MARGIN_BYTES = 44 * 1024  # relevo_core.plan_limits' stated margin
 
 
 def _declaration(project_id: str, **settings: Any) -> dict[str, Any]:
-    """What tests.integration.helpers.register_project declares, but the stages and webhook."""
+    """What tests.helpers.stack.register_project declares, but the stages and webhook."""
     return {"id": project_id, "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 30, **settings}
 
 
@@ -96,21 +96,21 @@ def test_the_largest_allowed_plan_runs_retries_and_reaches_the_dead_letter_queue
     settings = {"queue_timeout_sec": 600, "retry": {"backoff_base_sec": 0}}
     stages = largest_allowed_stages(_declaration(project_id, **settings))
     register_project(local_stack, project_id, stages, **settings)
-    running = _enqueue(local_stack, intake_settings, project_id)
+    running = enqueue_job(local_stack, intake_settings, project_id)
     # A second job with the longest fields a job brings, waiting for the first (its dead-letter
     # path then also holds what waiting and waking add).
     project_cache.clear()
     commit = secrets.token_hex(20)
     trigger = Trigger(type=TriggerType.API, source="s" * 64, delivery_id="d" * 128, actor="a" * 512)
     failing = enqueue(intake_settings, get_project(local_stack.table_name, project_id), trigger, "r" * 256, commit, commit).job_id
-    wait_until(lambda: _job(local_stack, failing).get("wake_token"), 60, f"{failing} parked")
+    wait_until(lambda: job_record(local_stack, failing).get("wake_token"), 60, f"{failing} parked")
 
     task, _ = receive_stage(local_stack, running)
-    _agent_runs(local_stack, task, succeed=False, error="Relevo.Transient.ExitCode")  # retried
+    agent_runs(local_stack, task, succeed=False, error="Relevo.Transient.ExitCode")  # retried
     for index in range(len(stages)):
         task, _ = receive_stage(local_stack, running, timeout=30)
         assert task["stage_index"] == index
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, running, timeout=60)["status"] == "SUCCEEDED"
     view = RelevoApi.for_stack(local_stack).get_job(running)
     assert view["stages"][0]["retry_count"] == 1 and view["status"] == "succeeded"

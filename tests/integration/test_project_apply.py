@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from relevo_cli.main import app
 from relevo_cli.projects import secret_name
 from relevo_core.aws import client
-from tests.integration.helpers import table_items
+from tests.helpers.stack import table_items
 
 runner = CliRunner()
 

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import secrets
-import time
 from datetime import datetime, timezone
 
 from relevo_core.aws import client
-from relevo_core.intake.enqueue import enqueue, project_cache
-from relevo_core.models.envelope import Trigger, TriggerType
-from relevo_core.store.projects import get_project
 from relevo_core.execution import execution_arn
 from relevo_core.recovery.sweeper import sweep
-from tests.integration.helpers import receive_stage, register_project, table_items, wait_for_execution
-from tests.integration.test_job_state_machine import _agent_runs
+from tests.helpers.stack import receive_stage, register_project, table_items, wait_for_execution
+from tests.helpers.state_machine import agent_runs, enqueue_job
 
 STAGES = [{"name": "build", "run": "true"}]
-
-
-def _enqueue(stack, settings, project_id) -> str:
-    project_cache.clear()
-    project = get_project(stack.table_name, project_id)
-    commit = secrets.token_hex(20)
-    return enqueue(settings, project, Trigger(type=TriggerType.API, source="api"), "main", commit, commit).job_id
 
 
 def _job(stack, job_id):
@@ -41,26 +29,26 @@ def test_two_jobs_of_one_project_never_overlap_while_other_projects_run(local_st
     other_project = project_id + "-b"
     register_project(local_stack, project_id, STAGES)
     register_project(local_stack, other_project, STAGES)
-    first = _enqueue(local_stack, intake_settings, project_id)
+    first = enqueue_job(local_stack, intake_settings, project_id)
     first_task, _ = receive_stage(local_stack, first)
 
-    second = _enqueue(local_stack, intake_settings, project_id)
-    elsewhere = _enqueue(local_stack, intake_settings, other_project)
+    second = enqueue_job(local_stack, intake_settings, project_id)
+    elsewhere = enqueue_job(local_stack, intake_settings, other_project)
 
     # Another project is not held back.
     elsewhere_task, _ = receive_stage(local_stack, elsewhere)
-    _agent_runs(local_stack, elsewhere_task)
+    agent_runs(local_stack, elsewhere_task)
     # The second job of the busy project waits, and says why.
     assert _no_stage_message_for(local_stack, second, 4)
     waiting = _job(local_stack, second)
     assert (waiting["status"]["S"], waiting["queue_reason"]["S"]) == ("queued", "project_running")
 
-    _agent_runs(local_stack, first_task)
+    agent_runs(local_stack, first_task)
     assert wait_for_execution(local_stack, first)["status"] == "SUCCEEDED"
     second_task, _ = receive_stage(local_stack, second, timeout=60)  # the waiter polls the lock every lease/3; the emulator is slow under a loaded worker
     started = _job(local_stack, second)
     assert started["status"]["S"] == "running" and "queue_reason" not in started
-    _agent_runs(local_stack, second_task)
+    agent_runs(local_stack, second_task)
     assert wait_for_execution(local_stack, second)["status"] == "SUCCEEDED"
     lock = {i["sk"]["S"]: i for i in table_items(local_stack, f"LOCK#{project_id}")}["LOCK"]
     assert lock["count"]["N"] == "0" and "holders" not in lock
@@ -68,19 +56,19 @@ def test_two_jobs_of_one_project_never_overlap_while_other_projects_run(local_st
 
 def test_the_sweep_frees_the_lock_of_a_stopped_execution(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES)
-    stuck = _enqueue(local_stack, intake_settings, project_id)
+    stuck = enqueue_job(local_stack, intake_settings, project_id)
     receive_stage(local_stack, stuck)
     client("stepfunctions").stop_execution(executionArn=execution_arn(local_stack.state_machine_arn, stuck), cause="operator abort")
     # The emulator ends a stopped execution that waits for a task token within about ten seconds.
     assert wait_for_execution(local_stack, stuck, timeout=30)["status"] != "RUNNING"
-    waiting = _enqueue(local_stack, intake_settings, project_id)
+    waiting = enqueue_job(local_stack, intake_settings, project_id)
     assert _no_stage_message_for(local_stack, waiting, 3)
 
     report = sweep(intake_settings, datetime.now(timezone.utc))
 
     assert f"{project_id}:{stuck}" in report.locks_freed
     task, _ = receive_stage(local_stack, waiting, timeout=60)
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiting)["status"] == "SUCCEEDED"
 
 
@@ -95,8 +83,8 @@ def test_a_job_that_finds_the_lock_free_but_others_waiting_joins_the_line(local_
               "waiters": {"SS": ["job_" + "0" * 26]}},
     )
 
-    job_id = _enqueue(local_stack, intake_settings, project_id)
+    job_id = enqueue_job(local_stack, intake_settings, project_id)
 
     task, _ = receive_stage(local_stack, job_id, timeout=30)
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"

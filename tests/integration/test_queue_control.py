@@ -21,10 +21,10 @@ from relevo_core.store import agents, artifacts, audit, log_chunks, stage_attemp
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.job_purge import delete_partition
 from relevo_core.store.keys import log_pk
-from tests.conftest import TEST_ADMIN_ARN
-from tests.integration.helpers import receive_stage, register_project, table_items, wait_for_execution, wait_until
-from tests.integration.test_job_state_machine import _agent_runs, claim_and_accept, wait_for_run_token
-from tests.integration.test_permissions import _user
+from tests.helpers import TEST_ADMIN_ARN
+from tests.helpers.stack import receive_stage, register_project, table_items, wait_for_execution, wait_until
+from tests.helpers.state_machine import agent_runs, claim_and_accept, wait_for_run_token
+from tests.helpers.iam import iam_user
 from tests.integration.test_wait_order import _held_project_with_waiters, _job, _next_dispatched
 
 runner = CliRunner()
@@ -75,7 +75,7 @@ def test_the_queue_shows_queued_jobs_in_run_order_and_each_agents_load(local_sta
     )
     # A region outside the stack's RegionAffinities is not part of the fleet.
     agents.put_presence(local_stack.table_name, agents.AgentPresence(agent_id=f"mac-odd-{suffix}", region="odd", running=0, last_seen=now, **presence))
-    stranger, viewer = _user(local_stack, f"q-none-{suffix}"), _user(local_stack, f"q-view-{suffix}")
+    stranger, viewer = iam_user(local_stack, f"q-none-{suffix}"), iam_user(local_stack, f"q-view-{suffix}")
     api.grant(project_id, viewer.arn, "view")
     try:
         view = api.queue()
@@ -122,12 +122,12 @@ def test_promote_puts_a_waiting_job_first_so_it_runs_next(local_stack, intake_se
     trail = [entry for entry in audit.actions(local_stack.table_name, last) if entry["action"] == "promote"]
     assert len(trail) == 1 and trail[0]["actor"] == local_user_arn() and trail[0]["priority"] == highest + 1
 
-    _agent_runs(local_stack, holder_task)
+    agent_runs(local_stack, holder_task)
     ran = []
     for _ in range(3):
         task = _next_dispatched(local_stack, {first, second, last} - set(ran))
         ran.append(task["job_id"])
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
         assert wait_for_execution(local_stack, task["job_id"], timeout=30)["status"] == "SUCCEEDED"
     assert ran == [last, first, second]
 
@@ -210,7 +210,7 @@ def test_delete_removes_an_ended_job_with_its_logs_and_artifact_records(local_st
     assert all(job["job_id"] != job_id for job in api.list_jobs(project=project_id)["jobs"])
     # Gone: the creator can no longer tell it from a job it may not view; an admin learns it is missing.
     assert _refusal(lambda: api.delete_job(job_id)) == (403, "FORBIDDEN")
-    admin = _user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
+    admin = iam_user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
     assert _refusal(lambda: admin.api.delete_job(job_id)) == (404, "JOB_NOT_FOUND")
 
 

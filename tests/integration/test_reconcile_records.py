@@ -10,8 +10,8 @@ import pytest
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
-from tests.integration.helpers import receive_stage, table_items
-from tests.integration.test_job_state_machine import _start_job
+from tests.helpers.stack import receive_stage, table_items
+from tests.helpers.state_machine import start_job
 from relevo_core.store.codec import from_attributes
 
 
@@ -20,7 +20,7 @@ def _stage(stack, job_id):
 
 
 def test_a_claim_returns_what_the_previous_attempt_left_and_reconciliation_is_fenced(local_stack, project_id):
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     now = datetime.now(timezone.utc)
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
@@ -45,14 +45,14 @@ def test_a_claim_returns_what_the_previous_attempt_left_and_reconciliation_is_fe
 
 
 def test_a_killed_attempt_is_recorded_with_an_unknown_outcome(local_stack, project_id):
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     now = datetime.now(timezone.utc)
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
     stage_attempts.claim(first, 10, now)
 
     stage_attempts.finish(
-        first, StageStatus.FAILED, now, -1, "Relevo.Transient.AgentShutdown", outcome=stage_attempts.Outcome.UNKNOWN
+        first, StageStatus.FAILED, now, -1, "Relevo.Transient.AgentShutdown", outcome=stage_attempts.AttemptOutcome.UNKNOWN
     )
 
     previous = stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 10, now)
@@ -63,7 +63,7 @@ def test_a_killed_attempt_is_recorded_with_an_unknown_outcome(local_stack, proje
 
 
 def test_the_attempts_an_agent_holds_are_listed_until_it_finishes_them(local_stack, project_id):
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     now = datetime.now(timezone.utc)
     agent = "mac-" + project_id

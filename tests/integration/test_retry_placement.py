@@ -4,8 +4,8 @@ agent double making the real calls), so relevo-agent can leave it to another age
 from __future__ import annotations
 
 from relevo_core.store.codec import from_attributes
-from tests.integration.helpers import receive_stage, table_items, wait_for_execution
-from tests.integration.test_job_state_machine import _agent_runs, _start_job, claim_and_accept, wait_for_run_token
+from tests.helpers.stack import receive_stage, table_items, wait_for_execution
+from tests.helpers.state_machine import agent_runs, claim_and_accept, start_job, wait_for_run_token
 
 
 def _stage(stack, job_id):
@@ -13,21 +13,21 @@ def _stage(stack, job_id):
 
 
 def test_each_retry_carries_the_agents_of_the_failed_attempts(local_stack, project_id):
-    job_id = _start_job(
+    job_id = start_job(
         local_stack, project_id, stages=[{"name": "upload", "run": "true"}], retry={"backoff_base_sec": 0}, queue_timeout_sec=40
     )
     first, _ = receive_stage(local_stack, job_id)
     # A first attempt avoids nobody; every dispatch tells agents its queue timeout.
     assert (first["attempt"], first["avoid_agents"], first["queue_timeout_sec"]) == (1, [], 40)
-    _agent_runs(local_stack, first, succeed=False, agent_id="mac-a", error="Relevo.Transient.ExitCode")
+    agent_runs(local_stack, first, succeed=False, agent_id="mac-a", error="Relevo.Transient.ExitCode")
 
     second, _ = receive_stage(local_stack, job_id, timeout=20)
     assert (second["attempt"], second["avoid_agents"]) == (2, ["mac-a"])
-    _agent_runs(local_stack, second, succeed=False, agent_id="mac-b", error="Relevo.Transient.NetworkTimeout")
+    agent_runs(local_stack, second, succeed=False, agent_id="mac-b", error="Relevo.Transient.NetworkTimeout")
 
     third, _ = receive_stage(local_stack, job_id, timeout=20)
     assert (third["attempt"], third["avoid_agents"]) == (3, ["mac-a", "mac-b"])
-    _agent_runs(local_stack, third, agent_id="mac-c")
+    agent_runs(local_stack, third, agent_id="mac-c")
 
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     stage = _stage(local_stack, job_id)
@@ -40,7 +40,7 @@ def test_each_retry_carries_the_agents_of_the_failed_attempts(local_stack, proje
 
 
 def test_a_lost_lease_makes_the_retry_avoid_the_silent_agent(local_stack, project_id):
-    job_id = _start_job(
+    job_id = start_job(
         local_stack, project_id, stages=[{"name": "sign", "run": "true"}], lease_ttl_sec=3, retry={"backoff_base_sec": 0}
     )
     task, _ = receive_stage(local_stack, job_id)
@@ -50,5 +50,5 @@ def test_a_lost_lease_makes_the_retry_avoid_the_silent_agent(local_stack, projec
 
     assert (retry["attempt"], retry["avoid_agents"]) == (2, ["mac-silent"])
     assert [(a["agent"], a["error"]) for a in _stage(local_stack, job_id)["attempts_log"]] == [("mac-silent", "Relevo.Lease.Expired")]
-    _agent_runs(local_stack, retry, agent_id="mac-alive")
+    agent_runs(local_stack, retry, agent_id="mac-alive")
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"

@@ -14,8 +14,8 @@ import pytest
 from relevo_agent.stage_env import stage_environment
 from relevo_cli.localrun import agent_process, write_agent_config
 from relevo_core.store import log_chunks
-from tests.conftest import push_body
-from tests.integration.helpers import deliver, register_project, wait_for_execution
+from tests.helpers.payloads import push_body
+from tests.helpers.stack import deliver, register_project, wait_for_execution
 
 PRINT_ENV = "env | sort"
 

@@ -15,8 +15,8 @@ from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.codec import from_attributes
-from tests.integration.helpers import receive_stage, table_items
-from tests.integration.test_job_state_machine import TWO_STAGES, _start_job, claim_and_accept, wait_for_run_token
+from tests.helpers.stack import receive_stage, table_items
+from tests.helpers.state_machine import TWO_STAGES, claim_and_accept, start_job, wait_for_run_token
 
 
 def _stage(stack, job_id, sk: str = "STAGE#00") -> dict:
@@ -28,7 +28,7 @@ def _now() -> datetime:
 
 
 def test_a_canceled_jobs_stage_is_canceled_its_holder_refused_and_no_claim_takes_it(local_stack, project_id):
-    job_id = _start_job(local_stack, project_id, stages=TWO_STAGES)
+    job_id = start_job(local_stack, project_id, stages=TWO_STAGES)
     task, _ = receive_stage(local_stack, job_id)
     ref = claim_and_accept(local_stack, task, "mac-a", lease_ttl_sec=60)
     wait_for_run_token(ref)
@@ -52,7 +52,7 @@ def test_a_canceled_jobs_stage_is_canceled_its_holder_refused_and_no_claim_takes
 def test_a_report_after_the_state_machine_gave_the_attempt_up_is_refused(local_stack, project_id):
     """The zombie of a partition: its lease ended by heartbeat, the next attempt is dispatched but
     not yet claimed. Its late success must not write over the stage."""
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "deliver", "run": "true"}], lease_ttl_sec=3, retry={"backoff_base_sec": 0})
+    job_id = start_job(local_stack, project_id, stages=[{"name": "deliver", "run": "true"}], lease_ttl_sec=3, retry={"backoff_base_sec": 0})
     task, _ = receive_stage(local_stack, job_id)
     zombie = claim_and_accept(local_stack, task, "mac-zombie", lease_ttl_sec=3)
     wait_for_run_token(zombie)
@@ -68,12 +68,12 @@ def test_a_report_after_the_state_machine_gave_the_attempt_up_is_refused(local_s
 
 
 def test_a_claim_sent_again_after_a_lost_answer_still_returns_what_the_previous_attempt_left(local_stack, project_id):
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     now = _now()
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
     stage_attempts.claim(first, 10, now, "commit=a;inputs=0")
-    stage_attempts.finish(first, StageStatus.FAILED, now, -1, "Relevo.Transient.AgentShutdown", outcome=stage_attempts.Outcome.UNKNOWN)
+    stage_attempts.finish(first, StageStatus.FAILED, now, -1, "Relevo.Transient.AgentShutdown", outcome=stage_attempts.AttemptOutcome.UNKNOWN)
     second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
     claim_id = uuid.uuid4().hex
 
@@ -90,7 +90,7 @@ def test_a_claim_sent_again_after_a_lost_answer_still_returns_what_the_previous_
 
 
 def test_a_finished_attempt_is_never_claimed_again_and_its_report_can_be_repeated(local_stack, project_id):
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     now = _now()
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
@@ -111,7 +111,7 @@ def test_a_finished_attempt_is_never_claimed_again_and_its_report_can_be_repeate
 
 
 def test_a_redelivery_while_the_attempt_is_held_is_left_to_come_back(local_stack, project_id):
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a"), 60, _now())
 
@@ -125,9 +125,9 @@ def test_a_redelivery_while_the_attempt_is_held_is_left_to_come_back(local_stack
 def test_the_stage_of_an_execution_stopped_outside_relevo_is_canceled_by_the_sweep(local_stack, intake_settings, project_id):
     from relevo_core.execution import execution_arn
     from relevo_core.recovery.sweeper import sweep
-    from tests.integration.helpers import wait_for_execution
+    from tests.helpers.stack import wait_for_execution
 
-    job_id = _start_job(local_stack, project_id, stages=TWO_STAGES)
+    job_id = start_job(local_stack, project_id, stages=TWO_STAGES)
     task, _ = receive_stage(local_stack, job_id)
     ref = claim_and_accept(local_stack, task, "mac-a", lease_ttl_sec=60)
     wait_for_run_token(ref)
@@ -155,7 +155,7 @@ def test_a_reset_before_the_claim_hands_the_message_back_at_once(local_stack, pr
     from relevo_cli.drill.proxy import FaultProxy, Mode
     from relevo_core.aws import reset_clients
 
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], queue_timeout_sec=120)
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], queue_timeout_sec=120)
     task, receipt = receive_stage(local_stack, job_id)
     host, port = str(local_stack.aws_endpoint).split("//", 1)[1].rstrip("/").split(":")
     config = AgentConfig(agent_id="mac-reset", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3")

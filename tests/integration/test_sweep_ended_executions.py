@@ -14,9 +14,9 @@ from relevo_core.store.codec import from_attributes
 from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
 from relevo_core.execution import execution_arn
 from relevo_core.recovery.sweeper import MIN_AGE, SweepReport, end_job_of_ended_execution, sweep
-from tests.integration.helpers import history, receive_stage, register_project, table_items, wait_until
-from tests.integration.test_job_state_machine import claim_and_accept, wait_for_run_token
-from tests.integration.test_project_lock import _enqueue
+from tests.helpers.stack import history, receive_stage, register_project, table_items, wait_until
+from tests.helpers.state_machine import claim_and_accept, wait_for_run_token
+from tests.helpers.state_machine import enqueue_job
 
 STAGES = [{"name": "build", "run": "true"}]
 
@@ -81,10 +81,10 @@ def _running_and_waiting(stack, settings, project_id) -> tuple[str, str, str]:
     # and gives back is this test's.
     sweep(settings, datetime.now(timezone.utc))
     register_project(stack, project_id, STAGES, lease_ttl_sec=60, queue_timeout_sec=600)
-    running = _enqueue(stack, settings, project_id)
+    running = enqueue_job(stack, settings, project_id)
     task, _ = receive_stage(stack, running)
     run_token = wait_for_run_token(claim_and_accept(stack, task, "mac-a", lease_ttl_sec=60))
-    waiting = _enqueue(stack, settings, project_id)
+    waiting = enqueue_job(stack, settings, project_id)
     wait_until(lambda: _job(stack, waiting).get("waiting_for") == project_id, 60, f"{waiting} waits for {project_id}")
     # Parked in WaitForProject, where a waiter spends nearly all its time (a stop while the other
     # states of its loop run is a different moment to stop it at, not tested here).
@@ -183,7 +183,7 @@ def test_an_execution_that_timed_out_or_failed_without_a_last_state_fails_its_jo
 
 def test_a_running_succeeded_or_unknown_execution_never_changes_its_job(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES, lease_ttl_sec=60)
-    job_id = _enqueue(local_stack, intake_settings, project_id)
+    job_id = enqueue_job(local_stack, intake_settings, project_id)
     task, _ = receive_stage(local_stack, job_id)
     run_token = wait_for_run_token(claim_and_accept(local_stack, task, "mac-a", lease_ttl_sec=60))
     before = _job(local_stack, job_id)

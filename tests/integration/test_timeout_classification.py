@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from relevo_core.aws import client
 from relevo_core.store import stage_attempts
 from relevo_core.store.codec import from_attributes
-from tests.integration.helpers import history, receive_stage, table_items, wait_for_execution
-from tests.integration.test_job_state_machine import _agent_runs, _start_job, claim_and_accept, wait_for_run_token
+from tests.helpers.stack import history, receive_stage, table_items, wait_for_execution
+from tests.helpers.state_machine import agent_runs, claim_and_accept, start_job, wait_for_run_token
 
 
 def _stage(stack, job_id, sk: str = "STAGE#00") -> dict:
@@ -44,7 +44,7 @@ def _renewing(ref: stage_attempts.StageRef, lease_ttl_sec: int, token: str | Non
 
 def _claimed_then_silent(stack, project_id: str, agent_id: str) -> str:
     """A one-attempt job whose stage an agent claims and then never heartbeats."""
-    job_id = _start_job(
+    job_id = start_job(
         stack, project_id, stages=[{"name": "deliver", "run": "true"}], lease_ttl_sec=3,
         retry={"backoff_base_sec": 0, "attempts": {"Relevo.Lease.Expired": 1}},
     )
@@ -55,7 +55,7 @@ def _claimed_then_silent(stack, project_id: str, agent_id: str) -> str:
 
 def test_a_heartbeat_lapse_with_a_live_lease_is_a_lost_lease_and_is_retried(local_stack, project_id):
     # The partition of the issue: the renewal landed just before the cut, the heartbeat did not.
-    job_id = _start_job(
+    job_id = start_job(
         local_stack, project_id, stages=[{"name": "deliver", "run": "true", "exec_timeout_sec": 120}],
         lease_ttl_sec=3, retry={"backoff_base_sec": 0},
     )
@@ -71,7 +71,7 @@ def test_a_heartbeat_lapse_with_a_live_lease_is_a_lost_lease_and_is_retried(loca
 
     assert retry["attempt"] == 2
     assert [entry["error"] for entry in _stage(local_stack, job_id)["attempts_log"]] == ["Relevo.Lease.Expired"]
-    _agent_runs(local_stack, retry, agent_id="mac-alive")
+    agent_runs(local_stack, retry, agent_id="mac-alive")
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
 
@@ -98,7 +98,7 @@ def test_a_job_failed_by_a_timeout_leaves_its_stage_failed(local_stack, project_
 
 
 def test_a_live_agent_past_the_backstop_is_an_exec_timeout_and_its_stage_is_failed(local_stack, project_id):
-    job_id = _start_job(
+    job_id = start_job(
         local_stack, project_id, stages=[{"name": "build", "run": "true", "exec_timeout_sec": 1, "kill_grace_sec": 0}],
         lease_ttl_sec=3,
     )
@@ -121,7 +121,7 @@ def test_a_late_claim_of_a_stage_its_job_failed_is_refused_and_the_stage_stays_f
     message: its claim must not bring the failed job's stage back to `running`."""
     import pytest
 
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "deliver", "run": "true"}], queue_timeout_sec=2)
+    job_id = start_job(local_stack, project_id, stages=[{"name": "deliver", "run": "true"}], queue_timeout_sec=2)
     assert wait_for_execution(local_stack, job_id, timeout=30)["error"] == "Relevo.Timeout.Queue"
     task, _ = receive_stage(local_stack, job_id)
 

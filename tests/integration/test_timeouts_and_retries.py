@@ -12,8 +12,8 @@ from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.codec import from_attributes
-from tests.integration.helpers import receive_stage, table_items, wait_for_execution
-from tests.integration.test_job_state_machine import _agent_runs, _start_job, claim_and_accept, wait_for_run_token
+from tests.helpers.stack import receive_stage, table_items, wait_for_execution
+from tests.helpers.state_machine import agent_runs, claim_and_accept, start_job, wait_for_run_token
 
 
 def _records(stack, job_id):
@@ -21,7 +21,7 @@ def _records(stack, job_id):
 
 
 def test_no_agent_claims_in_time_is_a_queue_timeout(local_stack, project_id):
-    job_id = _start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}], queue_timeout_sec=2)
+    job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}], queue_timeout_sec=2)
 
     described = wait_for_execution(local_stack, job_id, timeout=30)
 
@@ -31,18 +31,18 @@ def test_no_agent_claims_in_time_is_a_queue_timeout(local_stack, project_id):
 
 
 def test_a_transient_failure_is_retried_with_backoff_and_recorded(local_stack, project_id):
-    job_id = _start_job(
+    job_id = start_job(
         local_stack,
         project_id,
         stages=[{"name": "upload", "run": "true"}],
         retry={"backoff_base_sec": 2, "max_delay_sec": 2},
     )
     first, _ = receive_stage(local_stack, job_id)
-    _agent_runs(local_stack, first, succeed=False, agent_id="mac-a", error="Relevo.Transient.ExitCode")
+    agent_runs(local_stack, first, succeed=False, agent_id="mac-a", error="Relevo.Transient.ExitCode")
 
     second, _ = receive_stage(local_stack, job_id, timeout=20)
     assert second["attempt"] == 2
-    _agent_runs(local_stack, second, agent_id="mac-b")
+    agent_runs(local_stack, second, agent_id="mac-b")
 
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     stage = _records(local_stack, job_id)["STAGE#00"]
@@ -53,7 +53,7 @@ def test_a_transient_failure_is_retried_with_backoff_and_recorded(local_stack, p
 
 
 def test_retries_stop_at_the_plans_attempts_for_the_class(local_stack, project_id):
-    job_id = _start_job(
+    job_id = start_job(
         local_stack,
         project_id,
         stages=[{"name": "upload", "run": "true"}],
@@ -62,7 +62,7 @@ def test_retries_stop_at_the_plans_attempts_for_the_class(local_stack, project_i
     for attempt in (1, 2):
         task, _ = receive_stage(local_stack, job_id, timeout=20)
         assert task["attempt"] == attempt
-        _agent_runs(local_stack, task, succeed=False, error="Relevo.Transient.NetworkTimeout")
+        agent_runs(local_stack, task, succeed=False, error="Relevo.Transient.NetworkTimeout")
 
     described = wait_for_execution(local_stack, job_id)
     assert (described["status"], described["error"]) == ("FAILED", "Relevo.Transient.NetworkTimeout")
@@ -70,7 +70,7 @@ def test_retries_stop_at_the_plans_attempts_for_the_class(local_stack, project_i
 
 
 def test_an_agent_that_stops_heartbeating_loses_its_lease_and_the_stage_moves(local_stack, project_id):
-    job_id = _start_job(
+    job_id = start_job(
         local_stack, project_id, stages=[{"name": "sign", "run": "true"}], lease_ttl_sec=3, retry={"backoff_base_sec": 0}
     )
     task, _ = receive_stage(local_stack, job_id)
@@ -82,7 +82,7 @@ def test_an_agent_that_stops_heartbeating_loses_its_lease_and_the_stage_moves(lo
     assert retry["attempt"] == 2
     stage = _records(local_stack, job_id)["STAGE#00"]
     assert [a["error"] for a in stage["attempts_log"]] == ["Relevo.Lease.Expired"]
-    _agent_runs(local_stack, retry, agent_id="mac-alive")
+    agent_runs(local_stack, retry, agent_id="mac-alive")
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     # The zombie's late report is refused: it no longer holds the attempt.
     import pytest
@@ -92,7 +92,7 @@ def test_an_agent_that_stops_heartbeating_loses_its_lease_and_the_stage_moves(lo
 
 
 def test_a_live_agent_past_the_exec_backstop_is_an_exec_timeout_not_a_lease_loss(local_stack, project_id):
-    job_id = _start_job(
+    job_id = start_job(
         local_stack,
         project_id,
         stages=[{"name": "build", "run": "true", "exec_timeout_sec": 1, "kill_grace_sec": 0}],

@@ -32,15 +32,14 @@ from relevo_core.execution import start_execution, work_queue_url
 from relevo_core.intake.enqueue import build_envelope, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.status import JobStatus
-from relevo_core.projects.lock_handoff import wake_next_waiter
-from relevo_core.store import jobs, locks
-from relevo_core.store.codec import from_attributes
+from relevo_core.store import jobs
 from relevo_core.store.projects import get_project
 from relevo_core.execution import execution_arn
-from tests.integration.helpers import history, queued_counter, receive_stage, register_project, table_items, wait_for_execution, wait_until
-from tests.integration.test_job_state_machine import _agent_runs
+from tests.helpers.stack import history, queued_counter, receive_stage, register_project, table_items, wait_for_execution, wait_until
+from tests.helpers.state_machine import agent_runs
 from tests.integration.test_manual_review import _stage, _to_manual_review
-from tests.integration.test_project_lock import _enqueue
+from tests.helpers.state_machine import enqueue_job, hold_outside, release_outside
+from tests.helpers.stack import job_record, lock_record
 
 STAGES = [{"name": "build", "run": "true"}]
 # The partition-key prefixes of each transactional state's items, in the order the state names them.
@@ -52,14 +51,6 @@ RECORD_RESOLVED_SUCCEEDED = ("JOB#", "JOB#")
 # WaitForProject's park names the same items as AcquireAsQueueHead; its first is a ConditionCheck.
 WAIT_FOR_PROJECT, PARK = ("LOCK#", "JOB#"), ("ConditionCheck", "Update")
 GIVE_UP_WAITING = ("JOB#", "COUNTER#", "LOCK#")
-
-
-def _job(stack, job_id) -> dict:
-    return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"JOB#{job_id}")}["JOB"]
-
-
-def _lock(stack, project_id) -> dict:
-    return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"LOCK#{project_id}")}["LOCK"]
 
 
 def _entered(stack, job_id, state: str) -> int:
@@ -78,29 +69,13 @@ def _conflicts_seen(stack, job_id) -> list[str]:
 def _holder_and_waiter(stack, settings, project_id) -> tuple[dict, str]:
     """One job holds the project (its stage dispatched, unanswered) and a second waits for it."""
     register_project(stack, project_id, STAGES, queue_timeout_sec=600)
-    holder = _enqueue(stack, settings, project_id)
+    holder = enqueue_job(stack, settings, project_id)
     holder_task, _ = receive_stage(stack, holder)
-    waiter = _enqueue(stack, settings, project_id)
-    wait_until(lambda: _job(stack, waiter).get("waiting_for") == project_id, 60, f"{waiter} waits")
+    waiter = enqueue_job(stack, settings, project_id)
+    wait_until(lambda: job_record(stack, waiter).get("waiting_for") == project_id, 60, f"{waiter} waits")
     return holder_task, waiter
 
 
-# An execution name no execution has: a lock it holds stays held until the test lets it go.
-OUTSIDE_HOLDER = "job_" + "0" * 25 + "h"
-
-
-def hold_outside(stack, project_id: str) -> None:
-    client("dynamodb").put_item(
-        TableName=stack.table_name,
-        Item={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}, "kind": {"S": "lock"}, "count": {"N": "1"},
-              "holders": {"SS": [OUTSIDE_HOLDER]}},
-    )
-
-
-def release_outside(stack, project_id: str) -> None:
-    """Let the lock go the way cancel and the sweeper do, waking the head of the line."""
-    assert locks.release(stack.table_name, project_id, OUTSIDE_HOLDER)
-    wake_next_waiter(stack.table_name, project_id)
 
 
 def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
@@ -135,19 +110,19 @@ def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(l
     before = queued_counter(local_stack)
 
     with faults.transaction_conflicts(2, ACQUIRE_PROJECT_LOCK_AND_START) as conflicts:
-        job_id = _enqueue(local_stack, intake_settings, project_id)
+        job_id = enqueue_job(local_stack, intake_settings, project_id)
         task, _ = receive_stage(local_stack, job_id)
 
     assert len(conflicts.failed) == 2, "the state did not retry the conflict"
-    record = _job(local_stack, job_id)
+    record = job_record(local_stack, job_id)
     assert record["status"] == "running" and "start_pending" not in record
     assert queued_counter(local_stack) == before
-    assert _lock(local_stack, project_id)["holders"] == {job_id}
+    assert lock_record(local_stack, project_id)["holders"] == {job_id}
     assert [cause.split(" (")[0] for cause in _conflicts_seen(local_stack, job_id)] == [
         "Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict, None, None]"
     ] * 2
     assert _entered(local_stack, job_id, "CheckLockHolder") == 0  # a conflict is not a refusal
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     assert queued_counter(local_stack) == before
 
@@ -158,39 +133,39 @@ def test_a_conflict_at_mark_started_is_retried_and_the_queue_slot_given_back_onc
     before = queued_counter(local_stack)
 
     with faults.transaction_conflicts(2, MARK_STARTED) as conflicts:
-        _agent_runs(local_stack, holder_task)
+        agent_runs(local_stack, holder_task)
         task, _ = receive_stage(local_stack, waiter, timeout=60)
 
     assert len(conflicts.failed) == 2, "the state did not retry the conflict"
-    record = _job(local_stack, waiter)
+    record = job_record(local_stack, waiter)
     assert record["status"] == "running" and "start_pending" not in record
     assert queued_counter(local_stack) == before - 1  # the waiter's slot, given back once
     assert _entered(local_stack, waiter, "MarkStarted") == 3
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
     assert queued_counter(local_stack) == before - 1
 
 
 def test_a_conflict_at_mark_waiting_for_project_is_retried_and_the_job_joins_the_line(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES, queue_timeout_sec=600)
-    holder = _enqueue(local_stack, intake_settings, project_id)
+    holder = enqueue_job(local_stack, intake_settings, project_id)
     holder_task, _ = receive_stage(local_stack, holder)
     before = queued_counter(local_stack)
 
     with faults.transaction_conflicts(2, MARK_WAITING_FOR_PROJECT) as conflicts:
-        waiter = _enqueue(local_stack, intake_settings, project_id)
-        wait_until(lambda: _job(local_stack, waiter).get("waiting_for") == project_id, 60, f"{waiter} joins the line")
+        waiter = enqueue_job(local_stack, intake_settings, project_id)
+        wait_until(lambda: job_record(local_stack, waiter).get("waiting_for") == project_id, 60, f"{waiter} joins the line")
 
     assert len(conflicts.failed) == 2
-    record = _job(local_stack, waiter)
+    record = job_record(local_stack, waiter)
     assert (record["status"], record["queue_reason"]) == ("queued", "project_running")
-    assert waiter in _lock(local_stack, project_id)["waiters"]
+    assert waiter in lock_record(local_stack, project_id)["waiters"]
     assert client("stepfunctions").describe_execution(
         executionArn=execution_arn(local_stack.state_machine_arn, waiter))["status"] == "RUNNING"
     assert queued_counter(local_stack) == before + 1  # the waiter still holds its slot
-    _agent_runs(local_stack, holder_task)
+    agent_runs(local_stack, holder_task)
     task, _ = receive_stage(local_stack, waiter, timeout=60)
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
     assert queued_counter(local_stack) == before
 
@@ -201,17 +176,17 @@ def test_a_conflict_at_acquire_as_queue_head_is_retried_in_place(local_stack, in
     refusals_before = _entered(local_stack, waiter, "CheckLockHolder")
 
     with faults.transaction_conflicts(2, ACQUIRE_AS_QUEUE_HEAD) as conflicts:
-        _agent_runs(local_stack, holder_task)
+        agent_runs(local_stack, holder_task)
         task, _ = receive_stage(local_stack, waiter, timeout=60)
 
     assert len(conflicts.failed) == 2
     # A conflict is not a refusal: the head took the lock without reading it again as refused.
     assert _entered(local_stack, waiter, "CheckLockHolder") == refusals_before
-    record = _job(local_stack, waiter)
+    record = job_record(local_stack, waiter)
     assert record["status"] == "running" and "waiting_for" not in record
     assert queued_counter(local_stack) == before - 1
-    assert _lock(local_stack, project_id)["holders"] == {waiter}
-    _agent_runs(local_stack, task)
+    assert lock_record(local_stack, project_id)["holders"] == {waiter}
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
 
 
@@ -225,30 +200,30 @@ def test_a_conflict_at_record_resolved_succeeded_is_retried(local_stack, project
     assert len(conflicts.failed) == 2
     assert task["stage"] == "notify"
     assert _stage(local_stack, job_id)["status"] == "succeeded"
-    assert _job(local_stack, job_id)["last_successful_stage"] == "upload"
-    _agent_runs(local_stack, task)
+    assert job_record(local_stack, job_id)["last_successful_stage"] == "upload"
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
 
 def test_a_conflict_while_parking_is_retried_and_the_job_stays_in_line(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES, queue_timeout_sec=200)
     hold_outside(local_stack, project_id)
-    waiter = _enqueue(local_stack, intake_settings, project_id)
-    wait_until(lambda: _job(local_stack, waiter).get("wake_token"), 60, f"{waiter} parked")
+    waiter = enqueue_job(local_stack, intake_settings, project_id)
+    wait_until(lambda: job_record(local_stack, waiter).get("wake_token"), 60, f"{waiter} parked")
 
     with faults.transaction_conflicts(2, WAIT_FOR_PROJECT, operations=PARK) as conflicts:
         wait_until(lambda: len(conflicts.failed) == 2, 60, "two parks conflicting")
         parks = _entered(local_stack, waiter, "WaitForProject")
         wait_until(lambda: _entered(local_stack, waiter, "WaitForProject") > parks, 60, "parked again")
 
-    record = _job(local_stack, waiter)
+    record = job_record(local_stack, waiter)
     assert (record["status"], record["waiting_for"]) == ("queued", project_id)
     assert _entered(local_stack, waiter, "NoLongerQueued") == 0
     assert client("stepfunctions").describe_execution(
         executionArn=execution_arn(local_stack.state_machine_arn, waiter))["status"] == "RUNNING"
     release_outside(local_stack, project_id)
     task, _ = receive_stage(local_stack, waiter, timeout=30)
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
 
 
@@ -258,13 +233,13 @@ def test_a_conflict_while_giving_up_is_retried_and_the_queue_slot_given_back_onc
     before = queued_counter(local_stack)
 
     with faults.transaction_conflicts(2, GIVE_UP_WAITING) as conflicts:
-        waiter = _enqueue(local_stack, intake_settings, project_id)
+        waiter = enqueue_job(local_stack, intake_settings, project_id)
         described = wait_for_execution(local_stack, waiter, timeout=90)
 
     assert len(conflicts.failed) == 2
     assert (described["status"], described.get("error")) == ("FAILED", "Relevo.Timeout.Queue")
-    assert _job(local_stack, waiter)["status"] == "failed"
-    assert waiter not in _lock(local_stack, project_id).get("waiters", set())
+    assert job_record(local_stack, waiter)["status"] == "failed"
+    assert waiter not in lock_record(local_stack, project_id).get("waiters", set())
     assert queued_counter(local_stack) == before
     release_outside(local_stack, project_id)
 
@@ -273,16 +248,16 @@ def test_a_release_that_meets_a_transaction_on_the_lock_is_retried(local_stack, 
     """ReleaseProjectLock is a single-item write on the lock item, which waiters' parks name in
     their transactions: it can fail with TransactionConflictException, and is retried."""
     register_project(local_stack, project_id, STAGES)
-    job_id = _enqueue(local_stack, intake_settings, project_id)
+    job_id = enqueue_job(local_stack, intake_settings, project_id)
     task, _ = receive_stage(local_stack, job_id)
 
     with faults.write_conflicts(2, "LOCK#") as conflicts:
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
         described = wait_for_execution(local_stack, job_id)
 
     assert len(conflicts.failed) == 2
     assert described["status"] == "SUCCEEDED"
-    lock = _lock(local_stack, project_id)
+    lock = lock_record(local_stack, project_id)
     assert lock["count"] == 0 and "holders" not in lock
 
 
@@ -290,7 +265,7 @@ def test_a_job_canceled_before_it_joins_the_line_still_ends_not_queued(local_sta
     """A real condition failure of MarkWaitingForProject (the job is no longer queued) still ends
     the execution as Relevo.Job.NotQueued, and the job never joins the line."""
     register_project(local_stack, project_id, STAGES, queue_timeout_sec=600)
-    holder = _enqueue(local_stack, intake_settings, project_id)
+    holder = enqueue_job(local_stack, intake_settings, project_id)
     holder_task, _ = receive_stage(local_stack, holder)
     before = queued_counter(local_stack)
 
@@ -298,9 +273,9 @@ def test_a_job_canceled_before_it_joins_the_line_still_ends_not_queued(local_sta
 
     described = wait_for_execution(local_stack, job_id, timeout=30)
     assert (described["status"], described.get("error")) == ("FAILED", "Relevo.Job.NotQueued")
-    assert job_id not in _lock(local_stack, project_id).get("waiters", set())
+    assert job_id not in lock_record(local_stack, project_id).get("waiters", set())
     assert queued_counter(local_stack) == before
-    _agent_runs(local_stack, holder_task)
+    agent_runs(local_stack, holder_task)
 
 
 def test_a_job_already_started_runs_its_stages_without_giving_back_a_second_slot(local_stack, intake_settings, project_id):
@@ -314,8 +289,8 @@ def test_a_job_already_started_runs_its_stages_without_giving_back_a_second_slot
 
     task, _ = receive_stage(local_stack, job_id)
     assert queued_counter(local_stack) == before
-    assert _job(local_stack, job_id)["status"] == "running"
-    _agent_runs(local_stack, task)
+    assert job_record(local_stack, job_id)["status"] == "running"
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     assert queued_counter(local_stack) == before
 

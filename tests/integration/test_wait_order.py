@@ -17,13 +17,13 @@ from relevo_core.store.codec import from_attributes
 from relevo_core.store.projects import get_project
 from relevo_core.execution import execution_arn
 from relevo_core.recovery.sweeper import sweep
-from tests.integration.helpers import receive_stage, register_project, table_items, wait_for_execution
-from tests.integration.test_job_state_machine import _agent_runs
+from tests.helpers.stack import receive_stage, register_project, table_items, wait_for_execution
+from tests.helpers.state_machine import agent_runs
 
 STAGES = [{"name": "build", "run": "true"}]
 
 
-def _enqueue(stack, settings, project_id, priority: int) -> str:
+def enqueue_job(stack, settings, project_id, priority: int) -> str:
     project_cache.clear()
     project = get_project(stack.table_name, project_id)
     commit = secrets.token_hex(20)
@@ -67,9 +67,9 @@ def _held_project_with_waiters(stack, settings, project_id, priorities: list[int
     The holder's stage waits for a claim: a generous queue timeout keeps a loaded test worker
     from timing it out (and freeing the project) while the waiters line up."""
     register_project(stack, project_id, STAGES, queue_timeout_sec=600)
-    holder = _enqueue(stack, settings, project_id, priority=0)
+    holder = enqueue_job(stack, settings, project_id, priority=0)
     holder_task, _ = receive_stage(stack, holder)
-    waiters = [_enqueue(stack, settings, project_id, priority=priority) for priority in priorities]
+    waiters = [enqueue_job(stack, settings, project_id, priority=priority) for priority in priorities]
     _wait_until_all_wait(stack, waiters)
     return holder_task, waiters
 
@@ -82,12 +82,12 @@ def test_waiting_jobs_run_by_priority_then_queue_seq(local_stack, intake_setting
     assert seqs == sorted(seqs) and len(set(seqs)) == 4
     assert wait_order.waiting_jobs(local_stack.table_name, project_id) == [high, mid, mid_later, low]
 
-    _agent_runs(local_stack, holder_task)
+    agent_runs(local_stack, holder_task)
     ran = []
     for _ in arrivals:
         task = _next_dispatched(local_stack, set(arrivals) - set(ran))
         ran.append(task["job_id"])
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
         assert wait_for_execution(local_stack, task["job_id"], timeout=30)["status"] == "SUCCEEDED"
 
     assert ran == [high, mid, mid_later, low] != arrivals
@@ -108,10 +108,10 @@ def test_canceled_and_ended_waiters_leave_the_order(local_stack, intake_settings
     sweep(intake_settings, datetime.now(timezone.utc))
     assert wait_order.waiting_jobs(local_stack.table_name, project_id) == [last]
 
-    _agent_runs(local_stack, holder_task)
+    agent_runs(local_stack, holder_task)
     task = _next_dispatched(local_stack, {canceled, stopped, last})
     assert task["job_id"] == last
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, last, timeout=30)["status"] == "SUCCEEDED"
 
 
@@ -123,9 +123,9 @@ def test_a_priority_change_reorders_a_waiting_job(local_stack, intake_settings, 
 
     assert wait_order.waiting_jobs(local_stack.table_name, project_id) == [second, first]
     assert _job(local_stack, second)["priority"] == 50
-    _agent_runs(local_stack, holder_task)
+    agent_runs(local_stack, holder_task)
     for expected in (second, first):
         task = _next_dispatched(local_stack, {first, second})
         assert task["job_id"] == expected
-        _agent_runs(local_stack, task)
+        agent_runs(local_stack, task)
         assert wait_for_execution(local_stack, expected, timeout=30)["status"] == "SUCCEEDED"

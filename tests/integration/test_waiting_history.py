@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from relevo_core.models.project import Project
-from tests.integration.helpers import history, queued_counter, receive_stage, register_project, table_items, wait_for_execution, wait_until
-from tests.integration.test_job_state_machine import _agent_runs
-from tests.integration.test_project_lock import _enqueue
-from tests.integration.test_transaction_conflicts import _job, _lock, hold_outside, release_outside
+from tests.helpers.stack import history, queued_counter, receive_stage, register_project, table_items, wait_for_execution, wait_until
+from tests.helpers.state_machine import agent_runs
+from tests.helpers.state_machine import enqueue_job
+from tests.helpers.stack import job_record, lock_record
+from tests.helpers.state_machine import hold_outside, release_outside
 
 ASL = Path(__file__).resolve().parents[2] / "statemachines" / "job.asl.json"
 HISTORY_QUOTA = 25_000
@@ -90,7 +91,7 @@ def test_waiting_for_a_project_costs_under_half_of_the_history_quota(local_stack
     round_ = _round_states(asl)
     register_project(local_stack, project_id, [{"name": "build", "run": "true"}], queue_timeout_sec=200)
     hold_outside(local_stack, project_id)
-    waiter = _enqueue(local_stack, intake_settings, project_id)
+    waiter = enqueue_job(local_stack, intake_settings, project_id)
     wait_until(lambda: sum(1 for e in history(local_stack, waiter) if _entered(e) == ROUND_START) >= 5, 90, "five rounds of waiting")
 
     release_outside(local_stack, project_id)
@@ -118,7 +119,7 @@ def test_waiting_for_a_project_costs_under_half_of_the_history_quota(local_stack
         f"events of the {HISTORY_QUOTA:,} an execution may hold"
     )
     assert whole_wait < HISTORY_QUOTA / 2
-    _agent_runs(local_stack, task)
+    agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
 
 
@@ -127,14 +128,14 @@ def test_a_job_that_waits_out_its_queue_timeout_fails_leaves_the_line_and_gives_
     hold_outside(local_stack, project_id)
     before = queued_counter(local_stack)
 
-    waiter = _enqueue(local_stack, intake_settings, project_id)
+    waiter = enqueue_job(local_stack, intake_settings, project_id)
 
     described = wait_for_execution(local_stack, waiter, timeout=90)
     assert (described["status"], described.get("error")) == ("FAILED", "Relevo.Timeout.Queue")
-    record = _job(local_stack, waiter)
+    record = job_record(local_stack, waiter)
     assert (record["status"], record["error_name"], record["last_writer"]) == ("failed", "Relevo.Timeout.Queue", f"state_machine:{waiter}")
     assert not {"waiting_for", "queue_reason", "start_pending", "wake_token"} & set(record)
-    assert waiter not in _lock(local_stack, project_id).get("waiters", set())
+    assert waiter not in lock_record(local_stack, project_id).get("waiters", set())
     assert queued_counter(local_stack) == before
     entry = {i["sk"]["S"]: i for i in table_items(local_stack, f"DLQ#{waiter}")}["DLQ"]
     assert entry["error"]["S"] == "Relevo.Timeout.Queue"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import secrets
 from urllib.parse import urlencode
 
-from tests.conftest import push_body
-from tests.integration.helpers import deliver, register_project
+from tests.helpers.payloads import push_body
+from tests.helpers.stack import deliver, register_project
 
 
 def test_a_form_encoded_delivery_is_refused_with_the_setting_to_change(local_stack, project_id):

@@ -10,8 +10,8 @@ import pytest
 import requests
 
 from relevo_core.intake.webhooks.github import sign
-from tests.conftest import push_body
-from tests.integration.helpers import deliver, register_project, table_items
+from tests.helpers.payloads import push_body
+from tests.helpers.stack import deliver, register_project, table_items
 
 STAGES = [{"name": "build", "run": "true"}]
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from relevo_agent.cli import app
-from tests.unit.stack_files import unreachable_stack_file
+from tests.helpers.stack_files import unreachable_stack_file
 
 runner = CliRunner()
 

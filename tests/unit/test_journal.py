@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from relevo_agent.journal import Journal, Operation, Outcome, operation_id
+from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
 
 
 def _op(attempt: int = 1, **changes) -> Operation:
@@ -32,7 +32,7 @@ def test_the_journal_is_in_wal_mode_and_keys_operations_by_job_and_stage(tmp_pat
     found = journal.get("job_1:build")
     assert found is not None
     assert (found.attempt, found.outcome, found.resource_key, found.precondition_version) == (
-        1, Outcome.RUNNING, "/ws/app", "commit=abc;inputs=00"
+        1, OperationOutcome.RUNNING, "/ws/app", "commit=abc;inputs=00"
     )
 
 
@@ -41,12 +41,12 @@ def test_a_result_and_its_outbox_entry_are_written_together_and_survive_a_restar
     journal = Journal(path)
     journal.begin(_op())
     journal.set_run_token("job_1:build", 1, "tok")
-    journal.record("job_1:build", 1, Outcome.SUCCEEDED, {"exit_code": 0}, {"status": "succeeded"})
+    journal.record("job_1:build", 1, OperationOutcome.SUCCEEDED, {"exit_code": 0}, {"status": "succeeded"})
     journal.close()
 
     reopened = Journal(path)
     op = reopened.get("job_1:build")
-    assert (op.outcome, op.receipt, op.run_token) == (Outcome.SUCCEEDED, {"exit_code": 0}, "tok")
+    assert (op.outcome, op.receipt, op.run_token) == (OperationOutcome.SUCCEEDED, {"exit_code": 0}, "tok")
     [report] = reopened.pending()
     assert (report.operation_id, report.attempt, report.payload) == ("job_1:build", 1, {"status": "succeeded"})
 
@@ -60,7 +60,7 @@ def test_in_flight_lists_only_operations_whose_command_was_running(tmp_path: Pat
     journal = Journal(tmp_path / "j.sqlite3")
     journal.begin(_op())
     journal.begin(_op(operation_id="job_2:sign", job_id="job_2", stage="sign"))
-    journal.record("job_2:sign", 1, Outcome.FAILED, {"exit_code": 2}, None)
+    journal.record("job_2:sign", 1, OperationOutcome.FAILED, {"exit_code": 2}, None)
 
     assert [op.operation_id for op in journal.in_flight()] == ["job_1:build"]
     assert journal.pending() == []  # no report asked for: nothing in the outbox
@@ -69,16 +69,16 @@ def test_in_flight_lists_only_operations_whose_command_was_running(tmp_path: Pat
 def test_a_new_attempt_of_the_same_operation_replaces_the_entry_and_clears_its_receipt(tmp_path: Path):
     journal = Journal(tmp_path / "j.sqlite3")
     journal.begin(_op())
-    journal.record("job_1:build", 1, Outcome.SUCCEEDED, {"exit_code": 0}, None)
+    journal.record("job_1:build", 1, OperationOutcome.SUCCEEDED, {"exit_code": 0}, None)
     journal.begin(_op(attempt=2))
 
     op = journal.get("job_1:build")
-    assert (op.attempt, op.outcome, op.receipt) == (2, Outcome.RUNNING, None)
+    assert (op.attempt, op.outcome, op.receipt) == (2, OperationOutcome.RUNNING, None)
 
 
 def test_a_record_for_an_attempt_the_journal_no_longer_holds_changes_nothing(tmp_path: Path):
     journal = Journal(tmp_path / "j.sqlite3")
     journal.begin(_op(attempt=2))
-    journal.record("job_1:build", 1, Outcome.SUCCEEDED, {"exit_code": 0}, None)
+    journal.record("job_1:build", 1, OperationOutcome.SUCCEEDED, {"exit_code": 0}, None)
 
-    assert journal.get("job_1:build").outcome is Outcome.RUNNING
+    assert journal.get("job_1:build").outcome is OperationOutcome.RUNNING

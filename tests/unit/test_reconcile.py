@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from relevo_agent.journal import Operation, Outcome
+from relevo_agent.journal import Operation, OperationOutcome
 from relevo_agent.executor import TAIL_BYTES, run_command
 from relevo_agent.logs import MASK, Masker, secret_values
-from relevo_agent.reconcile import EVIDENCE_CHARS, Decision, ProbeResult, decide, precondition_version, wants_probe
+from relevo_agent.reconcile import EVIDENCE_CHARS, ReconcileAction, ProbeResult, decide, precondition_version, wants_probe
 from relevo_core.store.stage_attempts import needs_reconcile
 
 OP = "job_1:upload"
@@ -24,7 +24,7 @@ def _probe(exit_code: int, output: str, secrets: tuple[str, ...] = (), cut: bool
     return ProbeResult.masked(exit_code, output, Masker(secrets), cut)
 
 
-def _local(outcome: Outcome, receipt=None) -> Operation:
+def _local(outcome: OperationOutcome, receipt=None) -> Operation:
     return Operation(OP, "job_1", "upload", 0, 1, "/ws", PRE, outcome, receipt)
 
 
@@ -45,12 +45,12 @@ def test_which_previous_attempts_need_reconciling(previous, attempt, expected):
 
 
 def test_a_local_success_receipt_is_resent_without_probing():
-    local = _local(Outcome.SUCCEEDED, {"exit_code": 0, "artifacts": {"a.ipa": "ff"}})
+    local = _local(OperationOutcome.SUCCEEDED, {"exit_code": 0, "artifacts": {"a.ipa": "ff"}})
 
     assert not wants_probe(local, LOST)
     result = decide(OP, local, LOST, PRE, None)
 
-    assert result.decision is Decision.RESEND
+    assert result.action is ReconcileAction.RESEND
     assert result.receipt == {"exit_code": 0, "artifacts": {"a.ipa": "ff"}}
     assert "journal" in result.evidence["source"]
 
@@ -60,18 +60,18 @@ def test_a_success_recorded_on_the_stage_but_never_acknowledged_is_resent():
 
     result = decide(OP, None, previous, PRE, None)
 
-    assert (result.decision, result.receipt) == (Decision.RESEND, {"exit_code": 0})
+    assert (result.action, result.receipt) == (ReconcileAction.RESEND, {"exit_code": 0})
     assert "stage record" in result.evidence["source"]
 
 
 def test_a_local_failure_receipt_is_not_resent_as_a_success():
-    assert wants_probe(_local(Outcome.FAILED, {"exit_code": 2}), LOST)
+    assert wants_probe(_local(OperationOutcome.FAILED, {"exit_code": 2}), LOST)
 
 
 def test_an_effect_naming_the_operation_is_reconciled_as_succeeded():
     result = decide(OP, None, LOST, PRE, _probe(0, f"uploaded build 42 for {OP}\n"))
 
-    assert result.decision is Decision.SUCCEEDED
+    assert result.action is ReconcileAction.SUCCEEDED
     assert result.receipt["reconciled"] is True
     assert result.evidence["probe_exit"] == 0 and OP in result.evidence["probe_output"]
 
@@ -79,30 +79,30 @@ def test_an_effect_naming_the_operation_is_reconciled_as_succeeded():
 def test_an_effect_that_does_not_name_the_operation_goes_to_manual_review():
     result = decide(OP, None, LOST, PRE, _probe(0, "uploaded build 42 for job_0:upload\n"))
 
-    assert result.decision is Decision.MANUAL_REVIEW
+    assert result.action is ReconcileAction.MANUAL_REVIEW
     assert result.receipt is None
 
 
 def test_a_probe_that_cannot_tell_goes_to_manual_review():
-    assert decide(OP, None, LOST, PRE, _probe(2, "403")).decision is Decision.MANUAL_REVIEW
+    assert decide(OP, None, LOST, PRE, _probe(2, "403")).action is ReconcileAction.MANUAL_REVIEW
 
 
 def test_an_absent_effect_under_the_same_precondition_is_rerun():
     result = decide(OP, None, LOST, PRE, _probe(1, ""))
 
-    assert result.decision is Decision.RERUN
+    assert result.action is ReconcileAction.RERUN
     assert (result.evidence["precondition_before"], result.evidence["precondition_now"]) == (PRE, PRE)
 
 
 def test_an_absent_effect_after_the_ref_moved_stops_with_precondition_changed():
     result = decide(OP, None, LOST, "commit=def;inputs=00", _probe(1, ""))
 
-    assert result.decision is Decision.PRECONDITION_CHANGED
+    assert result.action is ReconcileAction.PRECONDITION_CHANGED
 
 
 def test_without_a_probe_the_precondition_decides():
-    assert decide(OP, None, LOST, PRE, None).decision is Decision.RERUN
-    assert decide(OP, None, LOST, "commit=zzz;inputs=00", None).decision is Decision.PRECONDITION_CHANGED
+    assert decide(OP, None, LOST, PRE, None).action is ReconcileAction.RERUN
+    assert decide(OP, None, LOST, "commit=zzz;inputs=00", None).action is ReconcileAction.PRECONDITION_CHANGED
 
 
 def test_the_precondition_follows_the_ref_in_a_git_workspace_and_the_declared_inputs(tmp_path: Path):
@@ -134,7 +134,7 @@ def test_a_secret_in_the_probe_output_never_reaches_the_evidence_or_the_receipt(
     # The effect names the operation and, carelessly, the deploy token too.
     result = decide(OP, None, LOST, PRE, _probe(0, f"uploaded {OP} with token={CANARY}\n", (CANARY,)))
 
-    assert result.decision is Decision.SUCCEEDED  # tied to the operation on the output as printed
+    assert result.action is ReconcileAction.SUCCEEDED  # tied to the operation on the output as printed
     assert result.evidence["probe_output"] == result.receipt["probe_output"] == f"uploaded {OP} with token={MASK}\n"
     assert CANARY not in repr(result)
 
@@ -143,7 +143,7 @@ def test_a_secret_in_the_probe_output_never_reaches_the_evidence_or_the_receipt(
 def test_a_secret_in_the_output_of_a_probe_sent_to_manual_review_is_masked(exit_code):
     result = decide(OP, None, LOST, PRE, _probe(exit_code, f"found build 41 signed with {CANARY}", (CANARY,)))
 
-    assert result.decision is Decision.MANUAL_REVIEW
+    assert result.action is ReconcileAction.MANUAL_REVIEW
     assert result.evidence["probe_output"] == f"found build 41 signed with {MASK}"
     assert CANARY not in repr(result)
 
@@ -171,6 +171,6 @@ def test_a_real_probe_printing_a_masked_variable_is_recorded_masked(tmp_path: Pa
     result = decide(OP, None, LOST, PRE, ProbeResult.masked(ran.exit_code, ran.output_tail, Masker(secret_values(["DEPLOY_TOKEN"], env)), cut))
 
     assert cut and CANARY in ran.output_tail  # the secret was there to leak
-    assert result.decision is Decision.SUCCEEDED
+    assert result.action is ReconcileAction.SUCCEEDED
     assert result.evidence["probe_output"].endswith(f"effect of {OP} token={MASK}\n")
     assert CANARY not in repr(result)

@@ -9,7 +9,7 @@ import json
 from relevo_agent.attempt import StageReport
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import StageStatus
-from relevo_core.store.stage_attempts import Outcome
+from relevo_core.store.stage_attempts import AttemptOutcome
 
 # An outbox entry as the journal held it before StageReport (every key the agent wrote).
 JOURNALED = {
@@ -30,7 +30,7 @@ JOURNALED = {
 
 def test_a_journaled_report_reads_back_as_it_was_written():
     report = StageReport.model_validate(JOURNALED)
-    assert (report.status, report.outcome, report.error) == (StageStatus.SUCCEEDED, Outcome.SUCCEEDED, None)
+    assert (report.status, report.outcome, report.error) == (StageStatus.SUCCEEDED, AttemptOutcome.SUCCEEDED, None)
     assert report.payload() == JOURNALED
     assert json.loads(json.dumps(report.payload())) == JOURNALED  # what the outbox stores is JSON
 
@@ -43,7 +43,7 @@ def test_a_report_journaled_without_the_later_keys_reads_with_their_defaults():
 
 def test_a_failure_report_keeps_its_error_name():
     report = StageReport(
-        job_id="job_1", stage="build", stage_index=0, attempt=1, status=StageStatus.FAILED, outcome=Outcome.UNKNOWN,
+        job_id="job_1", stage="build", stage_index=0, attempt=1, status=StageStatus.FAILED, outcome=AttemptOutcome.UNKNOWN,
         error=ErrorClass.AGENT_SHUTDOWN.value, cause="agent_restart_interrupted",
     )
     assert report.payload()["error"] == "Relevo.Transient.AgentShutdown" and report.payload()["receipt"] is None

@@ -176,7 +176,7 @@ def authorize_dynamodb_as_aws_does() -> None:
         return
     from moto.iam.access_control import IAMRequestBase
 
-    from relevo_cli.iam_evaluation import Decision, Request, evaluate
+    from relevo_cli.iam_evaluation import PolicyDecision, Request, evaluate
 
     original: Callable[[Any, str], None] = IAMRequestBase.check_action_permitted
 
@@ -192,7 +192,7 @@ def authorize_dynamodb_as_aws_does() -> None:
                 if not context:
                     continue
                 decision = evaluate(_documents(self._access_key.collect_policies()), Request(action, item_resource, context=context))
-                if decision is not Decision.ALLOW:
+                if decision is not PolicyDecision.ALLOW:
                     self._raise_access_denied()
         finally:
             self._action = whole

@@ -125,11 +125,24 @@ def run_interpreter_as_execution_role(sessions: RoleSessions) -> None:
     from moto.stepfunctions.parser.asl.utils import boto_client
 
     original = boto_client.boto_client_for
+    # moto builds a new client for every task state it runs. Building one copies botocore's
+    # event emitter and loads the service model: tens of milliseconds holding the GIL, for each
+    # state of each execution. A client is safe to share between threads, so one per service and
+    # role session is built and kept (a renewed session gets its own).
+    clients: dict[tuple[str, str, str], Any] = {}
+    clients_lock = threading.Lock()
 
     def boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
         if state_credentials is None:
             raise RuntimeError(f"the Step Functions interpreter called {service} without the execution's role")
         credentials = sessions.credentials(state_credentials.role_arn, "states.amazonaws.com", "relevo-execution")
+        cache_key = (region, service, credentials.access_key)
+        with clients_lock:
+            if cache_key not in clients:
+                clients[cache_key] = _interpreter_client(region, service, credentials)
+            return clients[cache_key]
+
+    def _interpreter_client(region: str, service: str, credentials: Credentials) -> Any:
         return boto3.client(
             service_name=service,
             region_name=region,
@@ -140,6 +153,8 @@ def run_interpreter_as_execution_role(sessions: RoleSessions) -> None:
             config=Config(
                 parameter_validation=False,
                 retries={"max_attempts": 0, "total_max_attempts": 1},
+                # Shared by every execution running at once (each holds a connection per call).
+                max_pool_connections=64,
                 connect_timeout=TimeoutSeconds.DEFAULT_TIMEOUT_SECONDS,
                 read_timeout=TimeoutSeconds.DEFAULT_TIMEOUT_SECONDS,
             ),

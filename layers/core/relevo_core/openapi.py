@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from relevo_core.models.errors import ErrorCode
 from relevo_core.models.project import Project
 from relevo_core.models.requests import (
-    Decision,
+    ApprovalDecision,
     ArtifactQuery,
     JobListQuery,
     LogQuery,
@@ -53,8 +53,8 @@ REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("put", "/projects/{project_id}"): ProjectInput,
     ("post", "/projects/{project_id}/run"): RunRequest,
     ("post", "/jobs/{job_id}/rerun"): RerunRequest,
-    ("post", "/jobs/{job_id}/approve"): Decision,
-    ("post", "/jobs/{job_id}/reject"): Decision,
+    ("post", "/jobs/{job_id}/approve"): ApprovalDecision,
+    ("post", "/jobs/{job_id}/reject"): ApprovalDecision,
     ("post", "/jobs/{job_id}/priority"): PriorityRequest,
 }
 # (method, path) → the model its query string is validated with.

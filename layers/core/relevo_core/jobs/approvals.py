@@ -12,7 +12,7 @@ from relevo_core.config import TableSettings
 from relevo_core.execution import TaskGone, fail_task, succeed_task
 from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
-from relevo_core.models.requests import Decision
+from relevo_core.models.requests import ApprovalDecision
 from relevo_core.store import jobs
 from relevo_core.store.audit import record_action
 
@@ -25,9 +25,9 @@ def _waiting_token(settings: TableSettings, job_id: str) -> tuple[str, str]:
     return str(token), str(record.get("waiting_stage", ""))
 
 
-def decide(settings: TableSettings, job_id: str, approve: bool, body: Any, actor: str) -> dict[str, Any]:
+def answer_approval(settings: TableSettings, job_id: str, approve: bool, body: Any, actor: str) -> dict[str, Any]:
     try:
-        decision = Decision.model_validate(body or {})
+        decision = ApprovalDecision.model_validate(body or {})
     except ValidationError as exc:
         raise validation_error(exc) from exc
     if not approve and not decision.reason:

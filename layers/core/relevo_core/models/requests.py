@@ -50,7 +50,7 @@ class RerunRequest(BaseModel):
 
 
 # Body of POST /jobs/{job_id}/approve and /reject.
-class Decision(BaseModel):
+class ApprovalDecision(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     reason: str | None = Field(default=None, max_length=2048)

@@ -53,7 +53,7 @@ def counted_entries(entries: list[dict[str, Any]], at: datetime, unfrozen_at: da
     return sorted((e for e in entries if since < _at(e["failed_at"]) <= at), key=lambda e: e["failed_at"])
 
 
-def decide(table: str, entry: dict[str, Any]) -> dict[str, Any] | None:
+def decide_freeze(table: str, entry: dict[str, Any]) -> dict[str, Any] | None:
     """Freeze the entry's key if it has now dead-lettered more than FREEZE_AFTER times in the
     window. Returns the freeze record when this call froze it."""
     idempotency_key = entry["idempotency_key"]
@@ -98,7 +98,7 @@ def evaluate_pending(table: str, topic_arn: str, now: datetime) -> list[str]:
     keys this call froze."""
     newly_frozen: list[str] = []
     for entry in freezes.pending_checks(table):
-        frozen = decide(table, entry)
+        frozen = decide_freeze(table, entry)
         if frozen is not None:
             newly_frozen.append(frozen["idempotency_key"])
             _notify(table, topic_arn, frozen)

@@ -33,7 +33,7 @@ _LIVE = {":live_running": StageStatus.RUNNING.value, ":live_reconciled": StageSt
 _ENDED = (StageStatus.CANCELED.value, StageStatus.SKIPPED.value)
 
 
-class Outcome(str, Enum):
+class AttemptOutcome(str, Enum):
     """What is known of an attempt's effect, on its stage record."""
 
     SUCCEEDED = "succeeded"
@@ -52,7 +52,7 @@ def needs_reconcile(previous: dict[str, Any], attempt: int) -> bool:
     earlier = previous.get("attempt")
     if not isinstance(earlier, int) or earlier >= attempt:
         return False
-    return previous.get("outcome") in (None, Outcome.UNKNOWN.value, Outcome.SUCCEEDED.value)
+    return previous.get("outcome") in (None, AttemptOutcome.UNKNOWN.value, AttemptOutcome.SUCCEEDED.value)
 
 
 def record_reconciled(ref: StageRef, decision: str, evidence: dict[str, Any], now: datetime) -> None:
@@ -333,7 +333,7 @@ def finish(
     error_class: str | None,
     stage_name: str | None = None,
     receipt: dict[str, Any] | None = None,
-    outcome: Outcome | None = None,
+    outcome: AttemptOutcome | None = None,
     lease_ended: bool = True,
 ) -> None:
     """Record the attempt's outcome, fenced on the attempt. A success also becomes the job's
@@ -364,7 +364,7 @@ def finish(
         expression += ", lease_expires_at = :lease_end, lease_expires_iso = :lease_end_iso"
         values[":lease_end"], values[":lease_end_iso"] = lease_epoch, lease_iso
     if outcome is None:
-        outcome = Outcome.SUCCEEDED if status is StageStatus.SUCCEEDED else Outcome.FAILED
+        outcome = AttemptOutcome.SUCCEEDED if status is StageStatus.SUCCEEDED else AttemptOutcome.FAILED
     expression += ", outcome = :outcome"
     values[":outcome"] = outcome.value
     if receipt is not None:

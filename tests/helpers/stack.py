@@ -241,3 +241,11 @@ def use_stack(patch: Any, stack: StackInfo) -> None:
     for name, value in stack.environment().items():
         patch.setenv(name, value)
     reset_clients()
+
+
+def job_record(stack, job_id) -> dict:
+    return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"JOB#{job_id}")}["JOB"]
+
+
+def lock_record(stack, project_id) -> dict:
+    return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"LOCK#{project_id}")}["LOCK"]
