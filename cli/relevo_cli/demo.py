@@ -160,8 +160,12 @@ def keep_running(demo: Demo) -> None:
     with ConsoleServer(Console(demo.api), port=port) as server:
         console.print(f"[bold]relevo console[/bold]: {server.url}", markup=True, highlight=False, soft_wrap=True)
         console.print(f"stack file {demo.stack_file}: `relevo --help` commands take `--stack-file {demo.stack_file}`; Ctrl-C stops everything", highlight=False, soft_wrap=True)
+        stop = threading.Event()
+        # Ctrl-C in the terminal, or SIGTERM from a supervisor (a background job ignores SIGINT).
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
-            threading.Event().wait()
+            while not stop.wait(0.5):
+                pass
         except KeyboardInterrupt:
             pass
 
