@@ -325,3 +325,28 @@ def test_the_dlq_page_redrives_a_failed_job_and_the_fleet_page_shows_the_agent(o
         _open(browser_page, server, "/fleet")
         agent = browser_page.locator("table.agents tr", has_text="console-mac")
         assert "online" in agent.inner_text() and "/ 2" in agent.inner_text()
+
+
+def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(operator_api, browser_page):
+    # Given 3,000 lines printed in six bursts, so the agent stores them as several chunks
+    command = 'for b in 0 1 2 3 4 5; do for i in $(seq 1 500); do printf "n %d %0150d\\n" $((b * 500 + i)) 0; done; sleep 0.7; done'
+    project_id = _project(operator_api, [{"name": "build", "run": command}])
+    job_id = _run(operator_api, project_id)
+    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "succeeded"
+    chunks = operator_api.job_logs(job_id, from_seq=0, limit=1000)["chunks"]
+    assert len(chunks) >= 3, len(chunks)
+    expected = [f"n {i} {0:0150d}" for i in range(1, 3001)]
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        browser_page.locator("#connection", has_text="ended").wait_for(timeout=30_000)
+        # The page opens on the end of the log (at least the last 200 lines, whole chunks)
+        shown = _lines(browser_page)
+        assert 200 <= len(shown) < 3000 and shown == expected[-len(shown):]
+        earlier = browser_page.get_by_role("button", name="Load earlier")
+        assert earlier.is_enabled()
+        while earlier.is_enabled():
+            count = len(_lines(browser_page))
+            earlier.click()
+            wait_until(lambda: len(_lines(browser_page)) > count or earlier.is_disabled(), 15, "earlier lines")
+        # Then the whole log is there once, in order
+        assert _lines(browser_page) == expected

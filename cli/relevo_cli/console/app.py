@@ -35,6 +35,8 @@ from relevo_core.models.requests import LOG_MAX_LIMIT
 
 HERE = Path(__file__).resolve().parent
 LOG_TAIL_LINES = 200
+# Chunks per page when the page's first view is read back from the end of the log.
+TAIL_PAGE_CHUNKS = 20
 
 
 @dataclass
@@ -246,12 +248,38 @@ async def job_detail(request: Request) -> Response:
         context = await run_in_threadpool(job_panel_context, console, job)
     except ApiError as exc:
         return _error_page(exc)
-    tail = job.get("log_tail") or {"lines": [], "next_seq": 0, "truncated": False}
     start = request.query_params.get("from_seq")
     if start is not None and start.isdigit():
         # The log from this seq on (`?from_seq=0`: the whole log, streamed) instead of its tail.
-        tail = {"lines": [], "next_seq": int(start), "truncated": int(start) > 0}
+        tail = {"chunks": [], "next_seq": int(start), "before_seq": int(start) or None}
+    else:
+        end = (job.get("log_tail") or {}).get("next_seq", 0)
+        try:
+            tail = await run_in_threadpool(last_chunks, console.api, job_id, end)
+        except ApiError as exc:
+            return _error_page(exc)
     return _page("job.html", tail=tail, tail_json=json.dumps(tail), **context)
+
+
+def last_chunks(api: RelevoApi, job_id: str, end: int, lines: int = LOG_TAIL_LINES) -> dict[str, Any]:
+    """Whole chunks before seq `end`, read back a page at a time until they hold `lines` lines:
+    the log's end as the page first shows it. Whole chunks (not the job view's line tail) so that
+    "Load earlier" (before_seq = the first chunk's seq) joins them with no gap and no overlap."""
+    def count(held: list[dict[str, Any]]) -> int:
+        return sum(chunk["text"].count("\n") for chunk in held)
+
+    chunks: list[dict[str, Any]] = []
+    before: int | None = end if end > 0 else None
+    while before is not None and count(chunks) < lines:
+        page = api.job_logs(job_id, before_seq=before, limit=TAIL_PAGE_CHUNKS)
+        chunks[:0] = page["chunks"]
+        before = page["before_seq"]
+    # A page holds whole chunks: keep only those needed for `lines`.
+    while len(chunks) > 1 and count(chunks[1:]) >= lines:
+        chunks.pop(0)
+    # Seqs are contiguous from 0: a first chunk after 0 means earlier output to load.
+    first = chunks[0]["seq"] if chunks else 0
+    return {"chunks": chunks, "next_seq": chunks[-1]["seq"] + 1 if chunks else end, "before_seq": first or None}
 
 
 async def job_panel(request: Request) -> Response:

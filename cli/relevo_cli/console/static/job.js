@@ -13,8 +13,9 @@
   const earlier = document.getElementById("log-earlier");
   const tail = JSON.parse(logEl.dataset.tail);
 
-  let nextSeq = tail.next_seq;     // the seq after the last chunk shown: where a stream resumes
-  let firstSeq = tail.lines.length ? tail.lines[0].seq : nextSeq;  // "Load earlier" pages back from here
+  // The page opens on whole chunks (the server read them back from the end of the log).
+  let nextSeq = tail.chunks.length ? tail.chunks[0].seq : tail.next_seq;  // where a stream resumes
+  let firstSeq = tail.chunks.length ? tail.chunks[0].seq : tail.next_seq;  // "Load earlier" pages back from here
   let openLine = null;             // the last line, while its chunk did not end it with a newline
   let source = null;
   let retry = null;
@@ -121,17 +122,24 @@
     const response = await fetch("/jobs/" + encodeURIComponent(jobId) + "/logs?before_seq=" + firstSeq, { credentials: "same-origin" });
     if (!response.ok) return;
     const page = await response.json();
+    const earlierChunks = page.chunks.filter(function (chunk) { return chunk.seq < firstSeq; });
     const fragment = document.createDocumentFragment();
     let line = null;
-    for (const chunk of page.chunks) {
-      if (chunk.seq >= firstSeq) continue;
+    for (const chunk of earlierChunks) {
       chunk.text.split("\n").forEach(function (part, index, parts) {
         if (index === parts.length - 1 && part === "") { line = null; return; }
         if (line !== null && index === 0) { line.textContent += part; } else { line = newLine(chunk.seq, part); fragment.appendChild(line); }
         if (index < parts.length - 1) line = null;
       });
     }
-    if (page.chunks.length) firstSeq = page.chunks[0].seq;
+    // Text after the last newline of the earlier chunks begins the first line already shown.
+    const first = logEl.firstElementChild;
+    if (line !== null && first !== null) {
+      first.textContent = line.textContent + first.textContent;
+      first.dataset.seq = line.dataset.seq;
+      line.remove();
+    }
+    if (earlierChunks.length) firstSeq = earlierChunks[0].seq;
     logEl.insertBefore(fragment, logEl.firstChild);
     if (page.before_seq === null) { earlier.disabled = true; earlier.title = "the log starts here"; }
   }
@@ -171,8 +179,7 @@
     if (document.fullscreenElement) document.exitFullscreen(); else area.requestFullscreen();
   });
 
-  for (const line of tail.lines) logEl.appendChild(newLine(line.seq, line.text));
-  trim();
+  appendChunks(tail.chunks);
   logEl.scrollTop = logEl.scrollHeight;
   connect();
 })();
