@@ -1,4 +1,4 @@
-"""Fixtures of the console's browser tests: one headless Chromium per worker, and a local stack
+"""Fixtures of the console's browser tests: one headless Chromium per module, and a local stack
 (`relevo local up` as a process) with a region of its own and a real relevo-agent in it."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from tests.helpers.stack import use_stack
 CONSOLE_REGION = "console"
 
 
-@pytest.fixture(scope="session")
+# Module scope: Playwright's sync API runs an event loop in this thread while it is started, and
+# a later test of the same worker calling asyncio.run() would find it running.
+@pytest.fixture(scope="module")
 def chromium() -> Iterator["Browser"]:  # noqa: F821
     path = chromium_path()
     if path is None:
