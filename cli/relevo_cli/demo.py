@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -150,6 +151,25 @@ def stop_all(processes: dict[str, subprocess.Popen[bytes]]) -> None:
             process.send_signal(signal.SIGTERM)
 
 
+def keep_running(demo: Demo) -> None:
+    """The stack, its agents and a console on loopback left running for a look, until Ctrl-C."""
+    from relevo_cli.console.app import Console
+    from relevo_cli.console.server import ConsoleServer
+
+    port = int(os.environ.get("RELEVO_DEMO_CONSOLE_PORT", "8765"))
+    with ConsoleServer(Console(demo.api), port=port) as server:
+        console.print(f"[bold]relevo console[/bold]: {server.url}", markup=True, highlight=False, soft_wrap=True)
+        console.print(f"stack file {demo.stack_file}: `relevo --help` commands take `--stack-file {demo.stack_file}`; Ctrl-C stops everything", highlight=False, soft_wrap=True)
+        stop = threading.Event()
+        # Ctrl-C in the terminal, or SIGTERM from a supervisor (a background job ignores SIGINT).
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+
+
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="relevo-demo-"))
     shared = work / "shared"
@@ -203,6 +223,10 @@ def main() -> int:
                 outcomes += [ScenarioResult(name, False, ["not run: the fleet never came online"]) for name, _ in scenarios]
             console.print()
             passed = summary(demo, outcomes)
+            if os.environ.get("RELEVO_DEMO_KEEP"):
+                keep_running(demo)
+            else:
+                say("setup", "to look around after it, run `RELEVO_DEMO_KEEP=1 make demo`: the stack, the agents and `relevo console` stay up until Ctrl-C")
             say("setup", "stopping the agents and the local stack…")
         seconds = elapsed()
         if passed:

@@ -1,0 +1,148 @@
+"""relevo console: how soon a printed line is in the page, and how long a 5,000-line job takes
+to render (issue 18).
+
+    .venv/bin/python bench/console.py [--lines 40] [--interval 0.25] [--render-lines 5000]
+
+Starts `relevo local up` and one relevo-agent as processes (as the browser tests do), a console
+on loopback and headless Chromium (the system `chromium`, through Playwright), then:
+
+1. Latency. A stage prints --lines lines, --interval apart, each carrying the wall-clock time it
+   was printed (`date +%s.%N`, this host's clock). The job page is open from before the stage
+   starts, and a MutationObserver records when each line joins the log area (`Date.now()`, the same
+   clock). Beside it, in the same run, `relevo logs -f JOB` (the CLI follower) is read line by
+   line and each arrival timed. Target: the page's p95 <= 1 s. The follower's p95 is shown beside.
+2. Render. A stage prints --render-lines lines at once; once the job ended, its page is opened
+   with the whole log streamed (`?from_seq=0`): the time from navigation to the last line in the
+   log area. Shown only (no target in the issue).
+
+Exits 0 when the target is met, 1 when it is missed, 2 when the bench itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_P95_SEC = 1.0
+REGION = "bench"
+RECORD_LINES = """
+window.__arrivals = {};
+new MutationObserver(function (mutations) {
+  for (const m of mutations) for (const node of m.addedNodes) {
+    if (node.nodeType === 1 && node.classList.contains("line")) window.__arrivals[node.textContent] = Date.now() / 1000;
+  }
+}).observe(document.getElementById("log-lines"), {childList: true});
+"""
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def follow_with_cli(stack_file: Path, job_id: str, arrivals: dict[str, float]) -> threading.Thread:
+    def read() -> None:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "relevo_cli.main", "logs", job_id, "-f", "--stack-file", str(stack_file)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        assert process.stdout is not None
+        for line in process.stdout:
+            arrivals.setdefault(line.rstrip("\n"), time.time())
+        process.wait()
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_for(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.2)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=40)
+    parser.add_argument("--interval", type=float, default=0.25)
+    parser.add_argument("--render-lines", type=int, default=5000)
+    args = parser.parse_args()
+    chromium = os.environ.get("RELEVO_CHROMIUM") or shutil.which("chromium")
+    if chromium is None:
+        print("bench/console.py: no Chromium: install Debian's chromium (apt-get install -y chromium)", file=sys.stderr)
+        return 2
+
+    from playwright.sync_api import sync_playwright
+
+    from relevo_cli.api import RelevoApi
+    from relevo_cli.console.app import Console
+    from relevo_cli.console.server import ConsoleServer
+    from relevo_cli.localrun import agent_process, local_stack, random_commit, write_agent_config
+    from relevo_core.aws import reset_clients
+
+    with tempfile.TemporaryDirectory(prefix="relevo-bench-console-") as scratch:
+        work = Path(scratch)
+        with local_stack(work, work / "local-up.log", ["--region-affinities", REGION]) as stack:
+            for name, value in stack.environment().items():
+                os.environ[name] = value
+            reset_clients()
+            config = write_agent_config(work / "agent.toml", work / "stack.json", REGION, "bench-mac", poll_wait_sec=1, presence_interval_sec=1)
+            api = RelevoApi.for_stack(stack)
+            project = f"bench-{secrets.token_hex(3)}"
+            ticks = f'for i in $(seq 1 {args.lines}); do echo "tick $i $(date +%s.%N)"; sleep {args.interval}; done'
+            bulk = f'seq 1 {args.render_lines} | sed "s/^/bulk line /"'
+            api.put_project(project, {"repo": f"acme/{project}", "region_affinity": REGION, "queue_timeout_sec": 120,
+                                      "stages": [{"name": "ticks", "run": ticks}, {"name": "bulk", "run": bulk}]})
+            with agent_process(config, work / "agent.log"), ConsoleServer(Console(api), port=0) as server, sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+                page = browser.new_page()
+                job_id = api.run_project(project, {"ref": "main", "commit": random_commit()})["job_id"]
+                page.goto(server.url)
+                page.goto(f"{server.origin}/jobs/{job_id}")
+                page.evaluate(RECORD_LINES)
+                cli_arrivals: dict[str, float] = {}
+                follower = follow_with_cli(work / "stack.json", job_id, cli_arrivals)
+                wait_for(lambda: api.get_job(job_id)["status"] in ("succeeded", "failed", "canceled"), 300, "the job to end")
+                follower.join(timeout=60)
+                page_arrivals: dict[str, float] = page.evaluate("window.__arrivals")
+
+                def latencies(arrivals: dict[str, float]) -> list[float]:
+                    return [at - float(line.split()[2]) for line, at in arrivals.items() if line.startswith("tick ")]
+
+                in_page, in_cli = latencies(page_arrivals), latencies(cli_arrivals)
+                if len(in_page) != args.lines or len(in_cli) != args.lines:
+                    print(f"bench/console.py: saw {len(in_page)} lines in the page and {len(in_cli)} from the CLI of {args.lines}", file=sys.stderr)
+                    return 2
+                # Render: the whole log of the ended job, streamed into a fresh page.
+                began = time.perf_counter()
+                page.goto(f"{server.origin}/jobs/{job_id}?from_seq=0")
+                page.locator("#log-lines .line", has_text=f"bulk line {args.render_lines}").wait_for(timeout=120_000)
+                render_sec = time.perf_counter() - began
+                shown = page.locator("#log-lines .line").count()
+                browser.close()
+    p95 = percentile(in_page, 0.95)
+    print(f"line printed -> line in the page ({args.lines} lines, {args.interval}s apart):")
+    print(f"  console page   p50 {percentile(in_page, 0.5):.3f} s  p95 {p95:.3f} s  max {max(in_page):.3f} s   target p95 <= {TARGET_P95_SEC} s")
+    print(f"  relevo logs -f p50 {percentile(in_cli, 0.5):.3f} s  p95 {percentile(in_cli, 0.95):.3f} s  max {max(in_cli):.3f} s")
+    print(f"render a job of {args.lines + args.render_lines} lines from seq 0: {render_sec:.2f} s ({shown} lines kept in the page)")
+    return 0 if p95 <= TARGET_P95_SEC else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as exc:  # the bench itself failed: exit 2, as the other benches do
+        print(f"bench/console.py failed: {exc!r}", file=sys.stderr)
+        sys.exit(2)

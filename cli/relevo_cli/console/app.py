@@ -1,0 +1,378 @@
+"""The console's Starlette app: pages rendered from the API's answers, the live-log stream, and
+the actions, each a call of RelevoApi (relevo_cli.api), signed with the operator's credentials.
+
+Nothing here decides what a caller may do: a refusal is the API's (its status and body are passed
+on), and the buttons' enabled state is only a probe of it (relevo_cli.console.actions). The app
+takes the API it talks to as an argument, so the same pages can later sit behind another
+authentication (a per-user RelevoApi) without a rewrite.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import datetime, timezone
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import anyio
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
+
+from relevo_cli.api import ApiError, RelevoApi
+from relevo_cli.console import actions, refs
+from relevo_cli.console.security import ConsoleSecrets, guarded
+from relevo_cli.console.stream import StreamSettings, job_events
+from relevo_core.models.requests import LOG_MAX_LIMIT
+
+HERE = Path(__file__).resolve().parent
+LOG_TAIL_LINES = 200
+# Chunks per page when the page's first view is read back from the end of the log.
+TAIL_PAGE_CHUNKS = 20
+
+
+@dataclass
+class Console:
+    """What the console's routes share: the API, who it signs as, and the stream's settings."""
+
+    api: RelevoApi
+    settings: StreamSettings = field(default_factory=StreamSettings)
+    caller: Callable[[], str] | None = None
+    # Where `git ls-remote` finds a project's repository (None: GitHub's or GitLab's).
+    git_base_url: str | None = None
+    _caller_arn: str | None = None
+
+    def caller_arn(self) -> str:
+        if self._caller_arn is None:
+            self._caller_arn = (self.caller or (lambda: actions.caller_arn(self.api)))()
+        return self._caller_arn
+
+
+templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+
+
+def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    return HTMLResponse(templates.get_template(name).render(**context), status_code=status)
+
+
+def _refusal(exc: ApiError) -> JSONResponse:
+    body = exc.body if isinstance(exc.body, dict) else {"message": str(exc.body)}
+    return JSONResponse(body, status_code=exc.status)
+
+
+def _error_page(exc: ApiError) -> HTMLResponse:
+    return _page("error.html", status=exc.status, error=exc)
+
+
+def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
+    """The job, and for each button whether it is enabled (None) or why not."""
+    caller = console.caller_arn()
+    level = actions.caller_level(console.api, caller, job["project"])
+    buttons = [(action, actions.button_state(action, job, caller, level)) for action in actions.ACTIONS]
+    rerun_from = actions.button_state(actions.RERUN_FROM, job, caller, level)
+    return {"job": job, "buttons": buttons, "rerun_from": rerun_from, "caller": caller,
+            "level": level.value if level else "no grant"}
+
+
+async def job_list(request: Request) -> Response:
+    console: Console = request.app.state.console
+    filters = {name: request.query_params.get(name) or None for name in ("project", "status", "trigger", "agent")}
+    try:
+        listed = await run_in_threadpool(console.api.list_jobs, **filters)
+    except ApiError as exc:
+        return _error_page(exc)
+    return _page("jobs.html", jobs=listed["jobs"], truncated=listed["truncated"], filters=filters)
+
+
+def _waited_sec(since: str | None, now: datetime) -> int | None:
+    if not since:
+        return None
+    return max(0, int((now - datetime.fromisoformat(since)).total_seconds()))
+
+
+def queue_context(console: Console, view: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """The queue as the API lists it, each job with its wait and its buttons' states."""
+    caller = console.caller_arn()
+    levels: dict[str, Any] = {}
+    rows = []
+    for job in view["jobs"]:
+        if job["project"] not in levels:
+            levels[job["project"]] = actions.caller_level(console.api, caller, job["project"])
+        level = levels[job["project"]]
+        buttons = [(action, actions.button_state(action, job, caller, level))
+                   for action in (actions.BY_NAME["promote"], actions.SET_PRIORITY, actions.BY_NAME["cancel"])]
+        rows.append({"job": job, "waited_sec": _waited_sec(job.get("created_at"), now), "buttons": buttons})
+    waits = [row["waited_sec"] for row in rows if row["waited_sec"] is not None]
+    return {"rows": rows, "oldest_wait_sec": max(waits, default=None), "agents": view["agents"],
+            "waiting_for_agent": view.get("waiting_for_agent", []), "truncated": view["truncated"]}
+
+
+async def queue_page(request: Request) -> Response:
+    console: Console = request.app.state.console
+    try:
+        view = await run_in_threadpool(console.api.queue)
+        context = await run_in_threadpool(queue_context, console, view, datetime.now(timezone.utc))
+    except ApiError as exc:
+        return _error_page(exc)
+    return _page("queue.html", **context)
+
+
+def dlq_context(console: Console) -> dict[str, Any]:
+    caller = console.caller_arn()
+    listing = console.api.dead_letters()
+    levels: dict[str, Any] = {}
+
+    def why_not(action: actions.Action, project: str | None) -> str | None:
+        if project not in levels:
+            levels[project] = actions.caller_level(console.api, caller, project) if project else None
+        return actions.button_state(action, {"project": project or "?"}, caller, levels[project])
+
+    entries = [{"entry": e, "why_not": why_not(actions.REDRIVE, e["project"])} for e in listing["entries"]]
+    frozen = [{"key": k, "why_not": why_not(actions.UNFREEZE, k.get("project"))} for k in listing.get("frozen_keys") or []]
+    return {"entries": entries, "frozen": frozen}
+
+
+async def dlq_page(request: Request) -> Response:
+    console: Console = request.app.state.console
+    try:
+        context = await run_in_threadpool(dlq_context, console)
+    except ApiError as exc:
+        return _error_page(exc)
+    return _page("dlq.html", **context)
+
+
+async def dlq_action(request: Request) -> Response:
+    """Redrive (POST /dlq/{job_id}/redrive) or unfreeze (POST /dlq/keys/{key}/unfreeze)."""
+    console: Console = request.app.state.console
+    params = request.path_params
+    try:
+        if "key" in params:
+            result = await run_in_threadpool(console.api.unfreeze_key, params["key"])
+        else:
+            result = await run_in_threadpool(console.api.redrive, params["job_id"])
+    except ApiError as exc:
+        return _refusal(exc)
+    return JSONResponse(result)
+
+
+async def fleet_page(request: Request) -> Response:
+    """Agents per region: online or offline, last seen, capacity used, running stages, version."""
+    console: Console = request.app.state.console
+    try:
+        agents = (await run_in_threadpool(console.api.queue))["agents"]
+    except ApiError as exc:
+        return _error_page(exc)
+    regions = sorted({agent["region"] for agent in agents})
+    return _page("fleet.html", regions=[(region, [a for a in agents if a["region"] == region]) for region in regions])
+
+
+def run_context(console: Console, selected: str | None) -> dict[str, Any]:
+    """The projects the caller may run (`operate`), and the selected one (the first by default)."""
+    caller = console.caller_arn()
+    runnable = []
+    for project in console.api.list_projects()["projects"]:
+        level = actions.caller_level(console.api, caller, project["id"])
+        if level is not None and level.covers(actions.Level.OPERATE):
+            runnable.append(project)
+    chosen = next((p for p in runnable if p["id"] == selected), runnable[0] if runnable else None)
+    return {"projects": runnable, "project": chosen}
+
+
+async def run_page(request: Request) -> Response:
+    console: Console = request.app.state.console
+    try:
+        context = await run_in_threadpool(run_context, console, request.query_params.get("project"))
+    except ApiError as exc:
+        return _error_page(exc)
+    return _page("run.html", **context)
+
+
+async def project_refs(request: Request) -> Response:
+    console: Console = request.app.state.console
+    try:
+        project = await run_in_threadpool(console.api.get_project, request.path_params["project_id"])
+    except ApiError as exc:
+        return _refusal(exc)
+    return JSONResponse(await run_in_threadpool(refs.list_refs, refs.remote_url(project, console.git_base_url)))
+
+
+def start_run(api: RelevoApi, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST /projects/{id}/run as `relevo run --again` sends it, then where the job stands: its
+    queue position while it is queued."""
+    request = {"trigger": "manual", "request_id": secrets.token_hex(8),
+               **{k: body[k] for k in ("ref", "stages", "priority") if body.get(k) not in (None, "", [])}}
+    result = api.run_project(project_id, request)
+    if result.get("outcome", "queued") == "queued" and not result.get("duplicate"):
+        queued = next((job for job in api.queue()["jobs"] if job["job_id"] == result["job_id"]), None)
+        result["queue_position"] = queued["queue_position"] if queued else None
+    return result
+
+
+async def run_submit(request: Request) -> Response:
+    console: Console = request.app.state.console
+    body = await _json_object(request)
+    if isinstance(body, Response):
+        return body
+    try:
+        result = await run_in_threadpool(start_run, console.api, request.path_params["project_id"], body)
+    except ApiError as exc:
+        return _refusal(exc)
+    return JSONResponse(result)
+
+
+async def _json_object(request: Request) -> dict[str, Any] | Response:
+    """The body as a JSON object (whatever its Content-Type says), or the 400 that refuses it."""
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        return JSONResponse({"error": "VALIDATION_FAILED", "message": "(root): the body is not JSON"}, status_code=400)
+    if not isinstance(body, dict):
+        return JSONResponse({"error": "VALIDATION_FAILED", "message": "(root): the body is a JSON object"}, status_code=400)
+    return body
+
+
+async def job_detail(request: Request) -> Response:
+    console: Console = request.app.state.console
+    job_id = request.path_params["job_id"]
+    try:
+        job = await run_in_threadpool(console.api.get_job, job_id)
+        context = await run_in_threadpool(job_panel_context, console, job)
+    except ApiError as exc:
+        return _error_page(exc)
+    start = request.query_params.get("from_seq")
+    if start is not None and start.isdigit():
+        # The log from this seq on (`?from_seq=0`: the whole log, streamed) instead of its tail.
+        tail = {"chunks": [], "next_seq": int(start), "before_seq": int(start) or None}
+    else:
+        end = (job.get("log_tail") or {}).get("next_seq", 0)
+        try:
+            tail = await run_in_threadpool(last_chunks, console.api, job_id, end)
+        except ApiError as exc:
+            return _error_page(exc)
+    return _page("job.html", tail=tail, tail_json=json.dumps(tail), **context)
+
+
+def last_chunks(api: RelevoApi, job_id: str, end: int, lines: int = LOG_TAIL_LINES) -> dict[str, Any]:
+    """Whole chunks before seq `end`, read back a page at a time until they hold `lines` lines:
+    the log's end as the page first shows it. Whole chunks (not the job view's line tail) so that
+    "Load earlier" (before_seq = the first chunk's seq) joins them with no gap and no overlap."""
+    def count(held: list[dict[str, Any]]) -> int:
+        return sum(chunk["text"].count("\n") for chunk in held)
+
+    chunks: list[dict[str, Any]] = []
+    before: int | None = end if end > 0 else None
+    while before is not None and count(chunks) < lines:
+        page = api.job_logs(job_id, before_seq=before, limit=TAIL_PAGE_CHUNKS)
+        chunks[:0] = page["chunks"]
+        before = page["before_seq"]
+    # A page holds whole chunks: keep only those needed for `lines`.
+    while len(chunks) > 1 and count(chunks[1:]) >= lines:
+        chunks.pop(0)
+    # Seqs are contiguous from 0: a first chunk after 0 means earlier output to load.
+    first = chunks[0]["seq"] if chunks else 0
+    return {"chunks": chunks, "next_seq": chunks[-1]["seq"] + 1 if chunks else end, "before_seq": first or None}
+
+
+async def job_panel(request: Request) -> Response:
+    """The job's summary, steps, artifacts and actions alone: the page swaps it in on a state event."""
+    console: Console = request.app.state.console
+    try:
+        job = await run_in_threadpool(console.api.get_job, request.path_params["job_id"])
+        context = await run_in_threadpool(job_panel_context, console, job)
+    except ApiError as exc:
+        return _error_page(exc)
+    return _page("job_panel.html", **context)
+
+
+async def job_stream(request: Request) -> Response:
+    console: Console = request.app.state.console
+    job_id = request.path_params["job_id"]
+    try:
+        from_seq = int(request.query_params.get("from_seq", "0"))
+    except ValueError:
+        return JSONResponse({"error": "VALIDATION_FAILED", "message": "from_seq: not an integer"}, status_code=400)
+    if from_seq < 0:
+        return JSONResponse({"error": "VALIDATION_FAILED", "message": "from_seq: must be >= 0"}, status_code=400)
+    events = job_events(
+        lambda seq: console.api.job_logs(job_id, from_seq=seq, limit=LOG_MAX_LIMIT),
+        lambda: console.api.get_job(job_id),
+        from_seq,
+        console.settings,
+        sleep=anyio.sleep,
+    )
+    return EventSourceResponse(events, ping=console.settings.ping_sec)
+
+
+async def job_logs_before(request: Request) -> Response:
+    """"Load earlier": one page back from before_seq (the API's own paging)."""
+    console: Console = request.app.state.console
+    try:
+        before_seq = int(request.query_params["before_seq"])
+    except (KeyError, ValueError):
+        return JSONResponse({"error": "VALIDATION_FAILED", "message": "before_seq: an integer is required"}, status_code=400)
+    try:
+        page = await run_in_threadpool(console.api.job_logs, request.path_params["job_id"], None, before_seq, LOG_TAIL_LINES)
+    except ApiError as exc:
+        return _refusal(exc)
+    return JSONResponse(page)
+
+
+async def job_action(request: Request) -> Response:
+    console: Console = request.app.state.console
+    name = request.path_params["action"]
+    if name not in actions.BY_NAME:
+        return JSONResponse({"error": "NOT_FOUND", "message": f"no action {name!r}"}, status_code=404)
+    body = await _json_object(request)
+    if isinstance(body, Response):
+        return body
+    try:
+        result = await run_in_threadpool(actions.api_call, console.api, name, request.path_params["job_id"], body)
+    except ApiError as exc:
+        return _refusal(exc)
+    return JSONResponse(result if isinstance(result, dict) else {"result": result})
+
+
+async def artifact_download(request: Request) -> Response:
+    """A 2-minute presigned link from the API, followed by the browser (a native download)."""
+    console: Console = request.app.state.console
+    try:
+        link = await run_in_threadpool(
+            console.api.artifact_link, request.path_params["job_id"], request.path_params["name"], request.query_params.get("stage")
+        )
+    except ApiError as exc:
+        return _error_page(exc)
+    return RedirectResponse(link["url"], status_code=303)
+
+
+def create_app(console: Console, console_secrets: ConsoleSecrets, port: int) -> ASGIApp:
+    app = Starlette(
+        routes=[
+            Route("/", job_list),
+            Route("/queue", queue_page),
+            Route("/run", run_page),
+            Route("/dlq", dlq_page),
+            Route("/dlq/keys/{key:path}/unfreeze", dlq_action, methods=["POST"]),
+            Route("/dlq/{job_id}/redrive", dlq_action, methods=["POST"]),
+            Route("/fleet", fleet_page),
+            Route("/projects/{project_id}/refs", project_refs),
+            Route("/projects/{project_id}/run", run_submit, methods=["POST"]),
+            Route("/jobs/{job_id}", job_detail),
+            Route("/jobs/{job_id}/panel", job_panel),
+            Route("/jobs/{job_id}/stream", job_stream),
+            Route("/jobs/{job_id}/logs", job_logs_before),
+            Route("/jobs/{job_id}/actions/{action}", job_action, methods=["POST"]),
+            Route("/jobs/{job_id}/artifacts/{name:path}", artifact_download),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ]
+    )
+    app.state.console = console
+    return guarded(app, console_secrets, port)

@@ -1,0 +1,185 @@
+// The job page: its log (the last lines first, then live over Server-Sent Events from the next
+// seq), the log controls, and the action buttons. The console's own code; no framework.
+"use strict";
+
+(function () {
+  const MAX_LINES = 5000;
+  const RECONNECT_MS = 1000;
+  const panel = document.getElementById("job-panel");
+  const jobId = panel.dataset.jobId;
+  const logEl = document.getElementById("log-lines");
+  const connection = document.getElementById("connection");
+  const gateNote = document.getElementById("gate-note");
+  const earlier = document.getElementById("log-earlier");
+  const tail = JSON.parse(logEl.dataset.tail);
+
+  // The page opens on whole chunks (the server read them back from the end of the log).
+  let nextSeq = tail.chunks.length ? tail.chunks[0].seq : tail.next_seq;  // where a stream resumes
+  let firstSeq = tail.chunks.length ? tail.chunks[0].seq : tail.next_seq;  // "Load earlier" pages back from here
+  let openLine = null;             // the last line, while its chunk did not end it with a newline
+  let source = null;
+  let retry = null;
+  let status = null;               // the job's status as the last state event said
+
+  function setConnection(state) {
+    connection.textContent = state;
+    connection.dataset.state = state;
+  }
+
+  function atBottom() {
+    return logEl.scrollTop + logEl.clientHeight >= logEl.scrollHeight - 4;
+  }
+
+  function newLine(seq, text) {
+    const line = document.createElement("span");
+    line.className = "line";
+    line.dataset.seq = String(seq);
+    line.textContent = text;
+    return line;
+  }
+
+  function trim() {
+    while (logEl.childElementCount > MAX_LINES) {
+      logEl.firstElementChild.remove();
+      earlier.disabled = false;
+      earlier.removeAttribute("title");
+    }
+  }
+
+  // Chunk text appended after what is shown: a chunk may end in the middle of a line.
+  function appendText(seq, text) {
+    const parts = text.split("\n");
+    parts.forEach(function (part, index) {
+      const last = index === parts.length - 1;
+      if (last && part === "") { openLine = null; return; }
+      if (openLine !== null && index === 0) {
+        openLine.textContent += part;
+      } else {
+        openLine = newLine(seq, part);
+        logEl.appendChild(openLine);
+      }
+      if (!last) openLine = null;
+    });
+  }
+
+  function appendChunks(chunks) {
+    const follow = atBottom();
+    for (const chunk of chunks) {
+      if (chunk.seq < nextSeq) continue;  // already shown: never twice
+      appendText(chunk.seq, chunk.text);
+      nextSeq = chunk.seq + 1;
+    }
+    trim();
+    if (follow) logEl.scrollTop = logEl.scrollHeight;
+  }
+
+  function showGate(waitingStage) {
+    gateNote.hidden = !waitingStage;
+    gateNote.textContent = waitingStage ? "Waiting for approval before " + waitingStage + ": Approve or Reject above." : "";
+  }
+
+  async function refreshPanel() {
+    const response = await fetch("/jobs/" + encodeURIComponent(jobId) + "/panel", { credentials: "same-origin" });
+    if (response.ok) panel.innerHTML = await response.text();
+  }
+
+  function connect() {
+    if (source !== null) source.close();
+    clearTimeout(retry);
+    setConnection("connecting");
+    source = new EventSource("/jobs/" + encodeURIComponent(jobId) + "/stream?from_seq=" + nextSeq);
+    source.addEventListener("open", function () { setConnection("live"); });
+    source.addEventListener("log", function (event) { appendChunks(JSON.parse(event.data).chunks); });
+    source.addEventListener("state", function (event) {
+      const state = JSON.parse(event.data);
+      showGate(state.waiting_stage);
+      // The panel was rendered before the stream opened: the first state may already differ.
+      refreshPanel();
+      status = state.status;
+    });
+    source.addEventListener("done", function (event) {
+      source.close();
+      source = null;
+      setConnection("ended (" + JSON.parse(event.data).status + ")");
+      refreshPanel();
+    });
+    source.addEventListener("refused", function (event) {
+      source.close();
+      source = null;
+      setConnection("refused: " + JSON.parse(event.data).message);
+    });
+    source.addEventListener("error", function () {
+      // A dropped stream (or one the server ended): resume from the last seq shown.
+      if (source === null) return;
+      source.close();
+      source = null;
+      setConnection("reconnecting");
+      retry = setTimeout(connect, RECONNECT_MS);
+    });
+  }
+
+  async function loadEarlier() {
+    const response = await fetch("/jobs/" + encodeURIComponent(jobId) + "/logs?before_seq=" + firstSeq, { credentials: "same-origin" });
+    if (!response.ok) return;
+    const page = await response.json();
+    const earlierChunks = page.chunks.filter(function (chunk) { return chunk.seq < firstSeq; });
+    const fragment = document.createDocumentFragment();
+    let line = null;
+    for (const chunk of earlierChunks) {
+      chunk.text.split("\n").forEach(function (part, index, parts) {
+        if (index === parts.length - 1 && part === "") { line = null; return; }
+        if (line !== null && index === 0) { line.textContent += part; } else { line = newLine(chunk.seq, part); fragment.appendChild(line); }
+        if (index < parts.length - 1) line = null;
+      });
+    }
+    // Text after the last newline of the earlier chunks begins the first line already shown.
+    const first = logEl.firstElementChild;
+    if (line !== null && first !== null) {
+      first.textContent = line.textContent + first.textContent;
+      first.dataset.seq = line.dataset.seq;
+      line.remove();
+    }
+    if (earlierChunks.length) firstSeq = earlierChunks[0].seq;
+    logEl.insertBefore(fragment, logEl.firstChild);
+    if (page.before_seq === null) { earlier.disabled = true; earlier.title = "the log starts here"; }
+  }
+
+  async function act(button) {
+    const result = document.getElementById("action-result");
+    const reasonInput = document.getElementById("action-reason");
+    const name = button.dataset.action;
+    const body = { reason: reasonInput ? reasonInput.value : "" };
+    if (button.dataset.fromStage) body.from_stage = button.dataset.fromStage;
+    if (name === "reject" && !body.reason) { result.textContent = "Reject needs a reason."; return; }
+    button.disabled = true;
+    const outcome = await window.RelevoActions.post(jobId, name, body);
+    const answer = outcome.answer;
+    if (!outcome.ok) {
+      result.textContent = window.RelevoActions.refused(button, outcome);
+      return;
+    }
+    if (name === "delete") { window.location.assign("/"); return; }
+    if (name === "rerun" && answer.job_id) {
+      window.location.assign("/jobs/" + encodeURIComponent(answer.job_id));
+      return;
+    }
+    await refreshPanel();
+    document.getElementById("action-result").textContent = button.textContent + ": done";
+  }
+
+  panel.addEventListener("click", function (event) {
+    const button = event.target.closest("button.action");
+    if (button && !button.disabled) act(button);
+  });
+  earlier.addEventListener("click", loadEarlier);
+  document.getElementById("log-clear").addEventListener("click", function () { logEl.replaceChildren(); openLine = null; });
+  document.getElementById("log-reconnect").addEventListener("click", connect);
+  document.getElementById("log-fullscreen").addEventListener("click", function () {
+    const area = logEl.closest(".log");
+    if (document.fullscreenElement) document.exitFullscreen(); else area.requestFullscreen();
+  });
+
+  appendChunks(tail.chunks);
+  logEl.scrollTop = logEl.scrollHeight;
+  connect();
+})();

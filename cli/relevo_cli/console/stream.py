@@ -1,0 +1,115 @@
+"""`GET /jobs/{id}/stream?from_seq=N`: a job's output and state as Server-Sent Events (issue 18,
+point 5), polled from the Relevo API the way `relevo logs -f` polls it (relevo_cli.follow):
+
+- `event: log`, `id: <next seq>`: `{"chunks": [...], "next_seq": N}`, at most `batch_lines` lines a
+  batch (a chunk is never split; one chunk longer than that is sent alone);
+- `event: state`: `{"status", "current_stage", "waiting_stage"}` whenever one of them changes
+  (the first event of every stream is one);
+- `event: done`: the job ended and every chunk written before it ended was sent;
+- `event: refused`: the API refused the read (not transient): `{"status", "error", "message"}`;
+- `: ping` comments from sse-starlette every `ping_sec`, so an idle connection stays open.
+
+The log pages are read from the seq after the last chunk sent, so a client that reconnects with
+`from_seq` = the `id` of the last event it saw gets no gap and no repeat. A stream ends itself
+after `lifetime_sec`: the page reconnects from where it was, as after any dropped connection.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from relevo_cli.api import ApiError
+from relevo_cli.follow import is_transient
+from relevo_core.models.requests import LOG_MAX_LIMIT
+
+
+class StreamSettings(BaseModel):
+    """The stream's intervals (the issue's numbers by default; tests shorten them)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    poll_sec: float = Field(0.5, gt=0, description="how often the log is read while nothing new is stored")
+    state_sec: float = Field(2.0, gt=0, description="how often the job itself is read for stage changes")
+    ping_sec: float = Field(15.0, gt=0, description="the keep-alive comment's interval")
+    lifetime_sec: float = Field(600.0, gt=0, description="a stream ends itself after this long (the page reconnects)")
+    batch_lines: int = Field(500, ge=1, description="at most this many lines in one `log` event")
+    retry_backoff_sec: float = Field(1.0, gt=0, description="wait after a transient API failure")
+
+
+def batches(chunks: list[dict[str, Any]], max_lines: int) -> list[list[dict[str, Any]]]:
+    """Consecutive chunks grouped so that no group holds more than max_lines lines (a chunk's
+    lines are its newlines, plus one for an unterminated tail), unless one chunk alone does."""
+    groups: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    lines = 0
+    for chunk in chunks:
+        text = chunk["text"]
+        count = text.count("\n") + (0 if text.endswith("\n") else 1)
+        if current and lines + count > max_lines:
+            groups.append(current)
+            current, lines = [], 0
+        current.append(chunk)
+        lines += count
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> dict[str, Any]:
+    event: dict[str, Any] = {"event": name, "data": json.dumps(data)}
+    if event_id is not None:
+        event["id"] = str(event_id)
+    return event
+
+
+async def job_events(
+    read_logs: Callable[[int], dict[str, Any]],
+    read_job: Callable[[], dict[str, Any]],
+    from_seq: int,
+    settings: StreamSettings,
+    sleep: Callable[[float], Awaitable[None]],
+    clock: Callable[[], float] = time.monotonic,
+) -> AsyncIterator[dict[str, Any]]:
+    """The events of one stream; `read_logs(from_seq)` is one GET …/logs page, `read_job()` one
+    GET /jobs/{id} (both blocking: run in the thread pool)."""
+    next_seq = from_seq
+    started = clock()
+    last_state: dict[str, Any] | None = None
+    state_read_at: float | None = None
+    while clock() - started < settings.lifetime_sec:
+        try:
+            page = await run_in_threadpool(read_logs, next_seq)
+            state = {"status": page["status"], "waiting_stage": page["waiting_stage"],
+                     "current_stage": last_state["current_stage"] if last_state else None}
+            if last_state is None or state["status"] != last_state["status"] or state_read_at is None or clock() - state_read_at >= settings.state_sec:
+                job = await run_in_threadpool(read_job)
+                state["current_stage"] = job["current_stage"]
+                state_read_at = clock()
+        except ApiError as exc:
+            if is_transient(exc):
+                await sleep(settings.retry_backoff_sec)
+                continue
+            yield _event("refused", {"status": exc.status, "error": exc.code, "message": str(exc)})
+            return
+        except Exception as exc:  # the network: wait it out, as the CLI follower does
+            if not is_transient(exc):
+                raise
+            await sleep(settings.retry_backoff_sec)
+            continue
+        if state != last_state:
+            yield _event("state", state)
+            last_state = state
+        for group in batches([c for c in page["chunks"] if c["seq"] >= next_seq], settings.batch_lines):
+            next_seq = group[-1]["seq"] + 1
+            yield _event("log", {"chunks": group, "next_seq": next_seq}, event_id=next_seq)
+        if page["more"]:
+            continue
+        if page["terminal"]:
+            yield _event("done", {"status": page["status"], "next_seq": next_seq})
+            return
+        await sleep(settings.poll_sec)

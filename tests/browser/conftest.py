@@ -1,0 +1,67 @@
+"""Fixtures of the console's browser tests: one headless Chromium per module, and a local stack
+(`relevo local up` as a process) with a region of its own and a real relevo-agent in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from relevo_cli.api import RelevoApi
+from relevo_cli.localrun import agent_process, local_stack, write_agent_config
+from relevo_core.aws import reset_clients
+from relevo_agent.stackfile import StackInfo
+from tests.helpers.browser import CHROMIUM_MISSING, chromium_path
+from tests.helpers.stack import use_stack
+
+CONSOLE_REGION = "console"
+
+
+# Module scope: Playwright's sync API runs an event loop in this thread while it is started, and
+# a later test of the same worker calling asyncio.run() would find it running.
+@pytest.fixture(scope="module")
+def chromium() -> Iterator["Browser"]:  # noqa: F821
+    path = chromium_path()
+    if path is None:
+        pytest.skip(CHROMIUM_MISSING)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=path, headless=True, args=["--no-sandbox"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def console_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
+    """A stack whose only region has one agent (capacity 2): no other test's work reaches it."""
+    state_dir = tmp_path_factory.mktemp("console-stack")
+    with pytest.MonkeyPatch.context() as patch, local_stack(
+        state_dir, state_dir / "local-up.log", ["--region-affinities", CONSOLE_REGION]
+    ) as info:
+        use_stack(patch, info)
+        config = write_agent_config(
+            state_dir / "agent.toml", state_dir / "stack.json", CONSOLE_REGION, "console-mac", capacity=2, poll_wait_sec=1,
+            presence_interval_sec=1, outbox_interval_sec=0.2,
+        )
+        with agent_process(config, state_dir / "agent.log"):
+            yield info
+    reset_clients()
+
+
+@pytest.fixture(scope="module")
+def operator_api(console_stack: StackInfo) -> RelevoApi:
+    return RelevoApi.for_stack(console_stack)
+
+
+@pytest.fixture()
+def browser_page(chromium) -> Iterator["Page"]:  # noqa: F821
+    context = chromium.new_context(accept_downloads=True, viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        context.close()

@@ -1,0 +1,352 @@
+"""The console in a real browser (headless Debian Chromium through Playwright) on a local stack
+with a real relevo-agent (issue 18, "Done when"): live log lines, a cut stream resumed with no gap
+or repeat, approve at the gate, cancel, rerun from a stage, an artifact download checked by
+sha256, a view-only user's disabled buttons with their reasons, and the CSRF and DNS-rebinding
+checks refusing (a refused approve writes nothing: the job still waits, as the API says)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import requests
+from playwright.sync_api import expect
+
+from relevo_cli.api import RelevoApi
+from relevo_cli.localrun import random_commit
+from tests.browser.conftest import CONSOLE_REGION
+from tests.helpers.browser import console_server, git_remote
+from tests.helpers.iam import iam_user
+from tests.helpers.stack import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("browser")]
+
+ENDED = ("succeeded", "failed", "canceled")
+
+
+def _project(api: RelevoApi, stages: list[dict[str, Any]], **extra: Any) -> str:
+    project_id = f"console-{secrets.token_hex(3)}"
+    api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": CONSOLE_REGION, "lease_ttl_sec": 10,
+                                 "queue_timeout_sec": 120, "stages": stages, **extra})
+    return project_id
+
+
+def _run(api: RelevoApi, project_id: str) -> str:
+    return api.run_project(project_id, {"ref": "main", "commit": random_commit()})["job_id"]
+
+
+def _wait_job(api: RelevoApi, job_id: str, until, timeout: float = 90) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    def check() -> bool:
+        found.update(api.get_job(job_id))
+        return until(found)
+
+    wait_until(check, timeout, f"job {job_id}", interval=0.3)
+    return found
+
+
+def _open(page, server, path: str) -> None:
+    page.goto(server.url)  # the token, exchanged for the cookie
+    page.goto(server.origin + path)
+
+
+def _lines(page) -> list[str]:
+    return page.locator("#log-lines .line").all_inner_texts()
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the pages are photographed: RELEVO_CONSOLE_SCREENSHOTS (the README's come from
+    `RELEVO_CONSOLE_SCREENSHOTS=docs/screenshots`), else a temporary directory."""
+    chosen = os.environ.get("RELEVO_CONSOLE_SCREENSHOTS")
+    path = Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _screenshot(page, directory: Path, name: str) -> None:
+    page.screenshot(path=str(directory / f"{name}.png"), full_page=True)
+
+
+GATED = {"approval": {"enabled": True, "before": "deploy"}}
+TWO_STAGES = [{"name": "build", "run": "echo compiled"}, {"name": "deploy", "run": "echo deployed"}]
+
+
+def test_log_lines_arrive_live_and_a_cut_stream_resumes_with_no_gap_or_repeat(operator_api, browser_page, screenshots):
+    # Given a stage that prints 60 numbered lines over about 6 s, and a console whose streams are
+    # cut every 1.5 s (the server ends them; the page reconnects from the last seq it shows)
+    count = 60
+    project_id = _project(operator_api, [{"name": "build", "run": f'for i in $(seq 1 {count}); do echo "line $i"; sleep 0.1; done'}])
+    streams: list[str] = []
+    browser_page.on("request", lambda request: streams.append(request.url) if "/stream?" in request.url else None)
+    with console_server(operator_api, lifetime_sec=1.5) as server:
+        job_id = _run(operator_api, project_id)
+        _open(browser_page, server, f"/jobs/{job_id}")
+        # When the lines are printed, they show up while the stage still runs
+        browser_page.locator("#log-lines .line", has_text=re.compile(r"^line 5$")).wait_for(timeout=60_000)
+        assert "line " + str(count) not in _lines(browser_page)
+        assert operator_api.get_job(job_id)["status"] == "running"
+        _screenshot(browser_page, screenshots, "job-live-logs")
+        _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+        browser_page.locator("#connection", has_text="ended").wait_for(timeout=30_000)
+        # Then every line is there once, in order, across the cuts
+        assert _lines(browser_page) == [f"line {i}" for i in range(1, count + 1)]
+    resumed_from = [int(re.search(r"from_seq=(\d+)", url).group(1)) for url in streams]
+    assert len(resumed_from) >= 3, streams
+    assert resumed_from == sorted(resumed_from) and resumed_from[-1] > 0, resumed_from
+
+
+def test_approve_at_the_gate_with_the_button_then_rerun_from_a_stage(operator_api, browser_page):
+    # Given a job of two stages waiting at the gate before deploy
+    project_id = _project(operator_api, TWO_STAGES, **GATED)
+    job_id = _run(operator_api, project_id)
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        # When the log says it waits and the operator approves with a reason
+        browser_page.locator("#gate-note", has_text="Waiting for approval before deploy").wait_for(timeout=60_000)
+        approve = browser_page.get_by_role("button", name="Approve", exact=True)
+        expect(approve).to_be_enabled(timeout=15_000)  # the panel follows the job's state events
+        browser_page.get_by_label("Reason").fill("release 4.2 signed off")
+        approve.click()
+        # Then the job runs deploy and succeeds, and the API records who approved and why
+        job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+        assert job["status"] == "succeeded", job
+        assert job["approval_decision"]["decision"] == "approved"
+        assert job["approval_decision"]["reason"] == "release 4.2 signed off"
+        browser_page.locator("#job-status", has_text="succeeded").wait_for(timeout=30_000)
+        assert browser_page.locator("#log-lines .line").all_inner_texts()[-1] == "deployed"
+        # And "Rerun from this stage" on deploy starts a new job from deploy
+        browser_page.locator("tr[data-stage=deploy]").get_by_role("button", name="Rerun from this stage").click()
+        browser_page.wait_for_url(re.compile(r"/jobs/(?!" + re.escape(job_id) + r")[^/]+$"), timeout=30_000)
+        rerun_id = browser_page.url.rsplit("/", 1)[-1]
+        rerun = operator_api.get_job(rerun_id)
+        assert (rerun["retry_of"], rerun["from_stage"]) == (job_id, "deploy")
+        assert [s["status"] for s in rerun["stages"]][0] == "skipped"
+
+
+def test_cancel_a_running_job_with_the_button(operator_api, browser_page):
+    project_id = _project(operator_api, [{"name": "build", "run": "echo started; sleep 120", "kill_grace_sec": 1}])
+    job_id = _run(operator_api, project_id)
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        browser_page.locator("#log-lines .line", has_text="started").wait_for(timeout=60_000)
+        browser_page.get_by_role("button", name="Cancel job").click()
+        job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED, timeout=60)
+        assert job["status"] == "canceled", job
+        browser_page.locator("#connection", has_text="ended (canceled)").wait_for(timeout=30_000)
+        cancel = browser_page.get_by_role("button", name="Cancel job")
+        assert cancel.is_disabled() and cancel.get_attribute("title") == "the job already ended (canceled)"
+
+
+def test_download_an_artifact_and_check_its_sha256(operator_api, browser_page, tmp_path: Path):
+    body = secrets.token_hex(4096)
+    project_id = _project(operator_api, [{"name": "build", "run": f'printf %s {body} > "$RELEVO_ARTIFACT_DIR/app.bin"'}])
+    job_id = _run(operator_api, project_id)
+    job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+    assert job["status"] == "succeeded", job
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        with browser_page.expect_download(timeout=30_000) as download:
+            browser_page.get_by_role("link", name="Download").click()
+        saved = tmp_path / "app.bin"
+        download.value.save_as(saved)
+    digest = hashlib.sha256(saved.read_bytes()).hexdigest()
+    assert digest == hashlib.sha256(body.encode()).hexdigest()
+    assert digest == job["artifacts"][0]["sha256"]
+
+
+def test_a_view_only_user_sees_disabled_buttons_with_their_reasons(operator_api, browser_page, console_stack, screenshots):
+    project_id = _project(operator_api, TWO_STAGES, **GATED)
+    viewer = iam_user(console_stack, f"viewer-{secrets.token_hex(3)}")
+    operator_api.grant(project_id, viewer.arn, "view")
+    job_id = _run(operator_api, project_id)
+    _wait_job(operator_api, job_id, lambda job: job["status"] == "waiting")
+    with console_server(viewer.api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        for name, needs in (("Approve", "operate"), ("Reject", "operate"), ("Cancel job", "manage"), ("Rerun", "manage")):
+            button = browser_page.get_by_role("button", name=name, exact=True)
+            assert button.is_disabled(), name
+            assert button.get_attribute("title") == f"{viewer.arn} has view on project {project_id}; {name} needs {needs}"
+        _screenshot(browser_page, screenshots, "job-view-only")
+    assert operator_api.get_job(job_id)["status"] == "waiting"
+    operator_api.cancel_job(job_id)
+
+
+class _AttackerPage(BaseHTTPRequestHandler):
+    """Another origin on this machine (127.0.0.1, another port: the same *site*, so a SameSite
+    cookie alone would go with its requests): its script POSTs an approve to the console."""
+
+    target = ""
+
+    def do_GET(self) -> None:  # noqa: N802
+        page = (
+            "<!doctype html><title>cute cats</title><script>"
+            f"fetch({self.target!r}, {{method: 'POST', mode: 'no-cors', credentials: 'include', body: '{{}}'}})"
+            ".then(() => document.title = 'sent', () => document.title = 'sent');"
+            "</script>"
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+@pytest.fixture()
+def attacker_site() -> Iterator[tuple[ThreadingHTTPServer, type[_AttackerPage]]]:
+    handler = type("AttackerPage", (_AttackerPage,), {})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_cross_origin_post_to_approve_is_refused_and_writes_nothing(operator_api, browser_page, attacker_site):
+    project_id = _project(operator_api, TWO_STAGES, **GATED)
+    job_id = _run(operator_api, project_id)
+    _wait_job(operator_api, job_id, lambda job: job["status"] == "waiting")
+    attacker, handler = attacker_site
+    with console_server(operator_api) as server:
+        handler.target = f"{server.origin}/jobs/{job_id}/actions/approve"
+        refusals: list[int] = []
+        browser_page.on("response", lambda response: refusals.append(response.status) if "/actions/" in response.url else None)
+        # The operator is signed in to the console (the cookie is in this browser)...
+        _open(browser_page, server, f"/jobs/{job_id}")
+        # ...and opens the attacker's page in the same browser
+        browser_page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/")
+        browser_page.wait_for_function("document.title === 'sent'", timeout=15_000)
+        wait_until(lambda: refusals, 10, "the attacker's request answered")
+        assert refusals == [403]
+        # A rebound name (attacker.example resolving to 127.0.0.1) is refused too
+        cookies = {c["name"]: c["value"] for c in browser_page.context.cookies(server.origin)}
+        rebound = requests.get(f"{server.origin}/jobs/{job_id}", headers={"Host": f"attacker.example:{server.port}"}, cookies=cookies, timeout=10)
+        assert rebound.status_code == 400
+        assert requests.get(f"{server.origin}/jobs/{job_id}", cookies=cookies, timeout=10).status_code == 200
+    # Nothing was written: the job still waits at its gate, and no one answered it
+    job = operator_api.get_job(job_id)
+    assert (job["status"], job["approval_decision"]) == ("waiting", None)
+    operator_api.cancel_job(job_id)
+
+
+def test_the_run_page_starts_a_job_with_two_stages_ticked_on_a_listed_branch(operator_api, browser_page, tmp_path, screenshots):
+    # Given a project of three stages whose repository has a release branch and a tag
+    stages = [{"name": "build", "run": "echo build"}, {"name": "sign", "run": "echo sign"}, {"name": "deploy", "run": "echo deploy"}]
+    project_id = _project(operator_api, stages)
+    git_remote(tmp_path / "git", f"acme/{project_id}", ("main", "release/4.2"), ("v4.2.0",))
+    with console_server(operator_api, git_base_url=f"file://{tmp_path / 'git'}") as server:
+        _open(browser_page, server, f"/run?project={project_id}")
+        # The refs come from `git ls-remote` of the operator
+        browser_page.locator("#run-refs-state", has_text="branches and tags").wait_for(timeout=30_000)
+        listed = browser_page.locator("#run-refs option").evaluate_all("options => options.map(o => o.value)")
+        assert sorted(listed) == ["main", "release/4.2", "v4.2.0"]
+        build, sign, deploy = (browser_page.get_by_role("checkbox", name=name) for name in ("build", "sign", "deploy"))
+        # Unticking the first stage unticks the later ones; ticking sign ticks build again: no gaps
+        build.uncheck()
+        assert not sign.is_checked() and not deploy.is_checked()
+        sign.check()
+        assert build.is_checked() and sign.is_checked() and not deploy.is_checked()
+        browser_page.get_by_label("Branch or tag").fill("release/4.2")
+        browser_page.get_by_label("Priority").fill("30")
+        _screenshot(browser_page, screenshots, "run-page")
+        browser_page.get_by_role("button", name="Run", exact=True).click()
+        link = browser_page.locator("#run-job")
+        link.wait_for(timeout=30_000)
+        job_id = link.inner_text()
+    job = operator_api.get_job(job_id)
+    assert [s["name"] for s in job["stages"]] == ["build", "sign"]
+    assert (job["ref"], job["priority"], job["trigger"]["type"]) == ("release/4.2", 30, "manual")
+
+
+def test_the_queue_page_promotes_reprioritises_and_cancels(operator_api, browser_page, screenshots):
+    # Given a project busy with one long job and two more queued behind it (project_running)
+    project_id = _project(operator_api, [{"name": "build", "run": "sleep 60", "kill_grace_sec": 1}])
+    running = _run(operator_api, project_id)
+    _wait_job(operator_api, running, lambda job: job["status"] == "running")
+    first, second = _run(operator_api, project_id), _run(operator_api, project_id)
+    try:
+        with console_server(operator_api) as server:
+            _open(browser_page, server, "/queue")
+            rows = browser_page.locator("table.queue tbody tr[data-job-id]")
+            assert browser_page.locator("#queue-count").inner_text() == str(rows.count())
+            assert browser_page.locator("#oldest-wait").inner_text() not in ("", "—")
+            _screenshot(browser_page, screenshots, "queue")
+            # When the second is promoted, it runs next
+            with browser_page.expect_navigation():
+                browser_page.locator(f"tr[data-job-id='{second}']").get_by_role("button", name="Promote").click()
+            wait_until(lambda: [j["job_id"] for j in operator_api.queue()["jobs"] if j["job_id"] in (first, second)] == [second, first], 15, "promoted")
+            # And a new priority and a cancel from the queue page are the API's
+            row = browser_page.locator(f"tr[data-job-id='{first}']")
+            row.get_by_label("Priority").fill("7")
+            with browser_page.expect_navigation():
+                row.get_by_role("button", name="Set priority").click()
+            wait_until(lambda: operator_api.get_job(first)["priority"] == 7, 15, "priority set")
+            browser_page.locator(f"tr[data-job-id='{first}']").get_by_role("button", name="Cancel job").click()
+            _wait_job(operator_api, first, lambda job: job["status"] == "canceled", timeout=30)
+    finally:
+        for job_id in (running, first, second):
+            if operator_api.get_job(job_id)["status"] not in ENDED:
+                operator_api.cancel_job(job_id)
+
+
+def test_the_dlq_page_redrives_a_failed_job_and_the_fleet_page_shows_the_agent(operator_api, browser_page, tmp_path):
+    # Given a job whose stage fails for good on its first run (exit 1 is not retryable)
+    marker = tmp_path / "failed-once"
+    project_id = _project(operator_api, [{"name": "build", "run": "echo ok"},
+                                         {"name": "sign", "run": f'[ -f {marker} ] || {{ touch {marker}; exit 1; }}; echo signed'}])
+    job_id = _run(operator_api, project_id)
+    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "failed"
+    wait_until(lambda: any(e["job_id"] == job_id for e in operator_api.dead_letters()["entries"]), 60, "the DLQ entry")
+    with console_server(operator_api) as server:
+        _open(browser_page, server, "/dlq")
+        row = browser_page.locator("table.dlq tr", has=browser_page.get_by_role("link", name=job_id))
+        assert row.locator("td").nth(2).inner_text() == "sign"  # the failed stage
+        assert row.locator("td").nth(5).inner_text() == "build"  # the last good stage
+        # When it is redriven from the page, a new job resumes it from sign and succeeds
+        with browser_page.expect_navigation():
+            row.get_by_role("button", name="Redrive").click()
+        others = wait_until(lambda: [j["job_id"] for j in operator_api.list_jobs(project=project_id)["jobs"] if j["job_id"] != job_id], 30, "the redriven job")
+        redriven = _wait_job(operator_api, others[0], lambda job: job["status"] in ENDED)
+        assert (redriven["status"], redriven["retry_of"], redriven["from_stage"]) == ("succeeded", job_id, "sign")
+        _open(browser_page, server, "/fleet")
+        agent = browser_page.locator("table.agents tr", has_text="console-mac")
+        assert "online" in agent.inner_text() and "/ 2" in agent.inner_text()
+
+
+def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(operator_api, browser_page):
+    # Given 3,000 lines printed in six bursts, so the agent stores them as several chunks
+    command = 'for b in 0 1 2 3 4 5; do for i in $(seq 1 500); do printf "n %d %0150d\\n" $((b * 500 + i)) 0; done; sleep 0.7; done'
+    project_id = _project(operator_api, [{"name": "build", "run": command}])
+    job_id = _run(operator_api, project_id)
+    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "succeeded"
+    chunks = operator_api.job_logs(job_id, from_seq=0, limit=1000)["chunks"]
+    assert len(chunks) >= 3, len(chunks)
+    expected = [f"n {i} {0:0150d}" for i in range(1, 3001)]
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        browser_page.locator("#connection", has_text="ended").wait_for(timeout=30_000)
+        # The page opens on the end of the log (at least the last 200 lines, whole chunks)
+        shown = _lines(browser_page)
+        assert 200 <= len(shown) < 3000 and shown == expected[-len(shown):]
+        earlier = browser_page.get_by_role("button", name="Load earlier")
+        assert earlier.is_enabled()
+        while earlier.is_enabled():
+            count = len(_lines(browser_page))
+            earlier.click()
+            wait_until(lambda: len(_lines(browser_page)) > count or earlier.is_disabled(), 15, "earlier lines")
+        # Then the whole log is there once, in order
+        assert _lines(browser_page) == expected

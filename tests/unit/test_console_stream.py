@@ -1,0 +1,108 @@
+"""The console's job stream (issue 18, point 5) on scripted API pages: batches of at most 500
+lines, each `log` event's id the seq to resume from, `state` on changes, `done` once the job ended
+and its log was read to the end, a refusal passed on, a transient failure waited out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from relevo_cli.api import ApiError
+from relevo_cli.console.stream import StreamSettings, batches, job_events
+
+FAST = StreamSettings(poll_sec=0.01, state_sec=100, retry_backoff_sec=0.01, lifetime_sec=60)
+
+
+def chunk(seq: int, lines: int = 1) -> dict[str, Any]:
+    return {"seq": seq, "stage": "build", "attempt": 1, "text": "".join(f"{seq}.{i}\n" for i in range(lines))}
+
+
+def page(chunks: list[dict[str, Any]], status: str = "running", more: bool = False, waiting_stage: str | None = None) -> dict[str, Any]:
+    terminal = status in ("succeeded", "failed", "canceled")
+    return {"status": status, "terminal": terminal, "waiting_stage": waiting_stage, "chunks": chunks, "more": more}
+
+
+class Script:
+    """Hands out the scripted log pages in order and records the from_seq of every read."""
+
+    def __init__(self, *pages: Any) -> None:
+        self.pages = list(pages)
+        self.asked: list[int] = []
+        self.sleeps: list[float] = []
+
+    def read_logs(self, from_seq: int) -> dict[str, Any]:
+        self.asked.append(from_seq)
+        answer = self.pages.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+
+def run(script: Script, from_seq: int = 0, settings: StreamSettings = FAST) -> list[dict[str, Any]]:
+    async def collect() -> list[dict[str, Any]]:
+        events = job_events(script.read_logs, lambda: {"current_stage": "build"}, from_seq, settings, script.sleep)
+        return [event async for event in events]
+
+    return asyncio.run(collect())
+
+
+def test_a_page_is_sent_in_batches_of_at_most_500_lines_each_resumable_by_its_id():
+    chunks = [chunk(seq, lines=100) for seq in range(5, 17)]  # 1,200 lines
+    script = Script(page(chunks, more=True), page([], status="succeeded"))
+    events = run(script, from_seq=5)
+    logs = [event for event in events if event["event"] == "log"]
+    sizes = [sum(c["text"].count("\n") for c in json.loads(e["data"])["chunks"]) for e in logs]
+    assert sizes == [500, 500, 200]
+    assert [e["id"] for e in logs] == ["10", "15", "17"]
+    sent = [c["seq"] for e in logs for c in json.loads(e["data"])["chunks"]]
+    assert sent == list(range(5, 17))
+    assert script.asked == [5, 17]  # the next read starts after the last chunk sent
+    assert [e["event"] for e in events] == ["state", "log", "log", "log", "state", "done"]
+
+
+def test_a_single_chunk_longer_than_a_batch_is_sent_alone_and_whole():
+    assert [len(group) for group in batches([chunk(0, 600), chunk(1, 1)], 500)] == [1, 1]
+
+
+def test_state_is_sent_when_the_status_or_gate_changes_and_done_after_the_last_chunk():
+    script = Script(page([chunk(0)]), page([]), page([], status="waiting", waiting_stage="deploy"), page([chunk(1)], status="succeeded"))
+    events = run(script)
+    states = [json.loads(e["data"]) for e in events if e["event"] == "state"]
+    assert [(s["status"], s["waiting_stage"]) for s in states] == [("running", None), ("waiting", "deploy"), ("succeeded", None)]
+    assert states[0]["current_stage"] == "build"
+    assert events[-2]["event"] == "log" and events[-1]["event"] == "done"
+    assert json.loads(events[-1]["data"]) == {"status": "succeeded", "next_seq": 2}
+    assert script.sleeps == [0.01, 0.01, 0.01]  # polled between pages with nothing more stored
+
+
+def test_a_refusal_ends_the_stream_with_the_apis_answer_and_a_5xx_is_waited_out():
+    refused = ApiError(403, {"error": "FORBIDDEN", "message": "no view permission on job j-1"})
+    events = run(Script(ApiError(503, {"message": "busy"}), page([chunk(0)]), refused))
+    assert [e["event"] for e in events] == ["state", "log", "refused"]
+    assert json.loads(events[-1]["data"])["error"] == "FORBIDDEN"
+
+
+def test_a_stream_ends_itself_after_its_lifetime():
+    ticks = iter(range(100))
+    script = Script(*[page([]) for _ in range(10)])
+
+    async def collect() -> list[dict[str, Any]]:
+        settings = StreamSettings(poll_sec=0.01, lifetime_sec=3)
+        events = job_events(script.read_logs, lambda: {"current_stage": None}, 0, settings, script.sleep, clock=lambda: next(ticks))
+        return [event async for event in events]
+
+    events = asyncio.run(collect())
+    assert [e["event"] for e in events] == ["state"]
+    assert 1 <= len(script.asked) < 4
+
+
+@pytest.mark.parametrize("bad", [{"poll_sec": 0}, {"batch_lines": 0}, {"unknown": 1}])
+def test_stream_settings_refuse_nonsense(bad):
+    with pytest.raises(ValueError):
+        StreamSettings(**bad)
