@@ -11,10 +11,9 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from relevo_core.jobs.approvals import answer_approval
 from relevo_core.jobs.cancel import cancel_job
 from relevo_core.config import access_settings, execution_settings, intake_settings, table_settings
-from relevo_core.recovery.dead_letters import dead_letter_overview, redrive_dead_letter, show_dead_letter
+from relevo_core.recovery.dead_letters import dead_letter_overview, redrive_dead_letter, show_dead_letter, unfreeze_dead_letter_key
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.intake.enqueue import IntakeResult
-from relevo_core.recovery.key_freeze import unfreeze_key
 from relevo_core.models.access import Level
 from relevo_core.models.errors import ErrorCode
 from relevo_core.observability import correlate, lambda_entry
@@ -87,7 +86,7 @@ def redrive(job_id: str):
 def unfreeze(key: str):
     # Idempotency keys hold ':' and may hold '/': the client percent-encodes the key, and API
     # Gateway (REST) hands path parameters over still encoded.
-    return json_response(HTTPStatus.OK, unfreeze_key(access_settings(), unquote(key), caller_arn(app)))
+    return json_response(HTTPStatus.OK, unfreeze_dead_letter_key(access_settings(), unquote(key), caller_arn(app)))
 
 
 @lambda_entry()

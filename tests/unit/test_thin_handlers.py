@@ -48,3 +48,20 @@ def test_a_handler_enters_through_the_one_entry_helper(handler: Path) -> None:
     decorators = [ast.unparse(d) for d in entry.decorator_list]
     assert len(decorators) == 1 and decorators[0].startswith("lambda_entry("), decorators
     assert "inject_lambda_context" not in handler.read_text(encoding="utf-8")
+
+
+# Functions no API Gateway route calls. What a module imports is work at every cold start: the
+# API's routing and permission plumbing (Powertools' event_handler) has no place in these.
+NOT_API_FUNCTIONS = ("sweeper", "metrics", "schedule_trigger")
+
+
+@pytest.mark.parametrize("function", NOT_API_FUNCTIONS)
+def test_a_function_no_route_calls_imports_no_api_plumbing(function: str) -> None:
+    import subprocess
+    import sys
+
+    probe = "import handler, sys; print(sorted(m for m in sys.modules if m.startswith('aws_lambda_powertools.event_handler')))"
+    env = {"PATH": "/usr/bin:/bin", "TABLE_NAME": "relevo-Table", "PYTHONPATH": f"{ROOT / 'layers' / 'core'}:{ROOT / 'functions' / function}"}
+    ran = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"

@@ -11,8 +11,9 @@ from relevo_core.execution import start_job_execution
 from relevo_core.intake.enqueue import IntakeResult
 from relevo_core.jobs.lineage import last_successful_before
 from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id, read_envelope
-from relevo_core.projects.permissions import visibility
-from relevo_core.recovery.key_freeze import list_frozen_keys
+from relevo_core.models.access import Level
+from relevo_core.projects.permissions import require, visibility
+from relevo_core.recovery.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
 from relevo_core.store import dead_letters, jobs
 
 
@@ -51,6 +52,15 @@ def dead_letter_overview(access: AccessSettings, caller: str) -> dict[str, Any]:
     can = visibility(access, caller)
     entries = [describe(entry) for entry in dead_letters.list_entries(access.table_name) if can.view(entry["project"])]
     return {"entries": entries, "count": len(entries), "frozen_keys": list_frozen_keys(access, can.view)}
+
+
+def unfreeze_dead_letter_key(access: AccessSettings, idempotency_key: str, actor: str) -> dict[str, Any]:
+    """POST /dlq/keys/{key}/unfreeze: manage on the key's project lifts its freeze. Here, not in
+    key_freeze, because the sweeper imports key_freeze and has no permission to check: the check
+    (and the API plumbing it imports) stays out of the sweeper's cold start."""
+    # The key names its project (project:identity:artifact-set).
+    require(access, actor, project_of_key(idempotency_key), Level.MANAGE)
+    return unfreeze_key(access, idempotency_key, actor)
 
 
 def show_dead_letter(settings: TableSettings, job_id: str) -> dict[str, Any]:

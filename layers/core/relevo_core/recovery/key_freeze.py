@@ -27,10 +27,8 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 from relevo_core.aws import client
-from relevo_core.config import AccessSettings, TableSettings
-from relevo_core.models.access import Level
+from relevo_core.config import TableSettings
 from relevo_core.observability import logger
-from relevo_core.projects.permissions import require
 from relevo_core.store import freezes
 
 FREEZE_WINDOW = timedelta(hours=24)
@@ -132,11 +130,9 @@ def list_frozen_keys(settings: TableSettings, can_view: Callable[[str], bool] = 
     return sorted(visible, key=lambda r: r["frozen_at"] or "", reverse=True)
 
 
-def unfreeze_key(access: AccessSettings, idempotency_key: str, actor: str) -> dict[str, Any]:
-    """Lift a freeze (manage on the key's project): automatic runs and stage retries of the key
-    resume; entries before now no longer count towards the next freeze."""
-    # The key names its project (project:identity:artifact-set): manage on it lifts the freeze.
-    require(access, actor, project_of_key(idempotency_key), Level.MANAGE)
-    was = freezes.unfreeze(access.table_name, idempotency_key, actor, datetime.now(timezone.utc))
+def unfreeze_key(settings: TableSettings, idempotency_key: str, actor: str) -> dict[str, Any]:
+    """Lift a freeze: automatic runs and stage retries of the key resume; entries before now no
+    longer count towards the next freeze. Who may is the caller's to check (dead_letters)."""
+    was = freezes.unfreeze(settings.table_name, idempotency_key, actor, datetime.now(timezone.utc))
     logger.info("idempotency key unfrozen", extra={"idempotency_key": idempotency_key, "actor": actor})
     return {"idempotency_key": idempotency_key, "unfrozen": True, "was_frozen_at": was.get("frozen_at"), "by": actor}
