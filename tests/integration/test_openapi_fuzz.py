@@ -42,9 +42,11 @@ def test_the_served_document_is_the_published_one(local_stack):
 
 
 # Every operation runs inside this one test (schemathesis subtests): a budget for all of them.
+# Five examples per operation (derandomized, so every run sends the same ones): each is a Lambda
+# invocation on the local stack, and eight made this the suite's longest test.
 @pytest.mark.timeout(600)
 @schema.parametrize()
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_no_5xx_no_schema_violation_and_a_code_on_every_4xx(case, local_stack):
     auth = SigV4RequestAuth(RelevoApi.for_stack(local_stack).session, local_stack.region)
     response = case.call(base_url=local_stack.api_url, auth=auth, timeout=30)
