@@ -12,7 +12,7 @@ from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import agent_process, local_stack, write_agent_config
 from relevo_core.aws import reset_clients
 from relevo_agent.stackfile import StackInfo
-from tests.helpers.browser import CHROMIUM_MISSING, chromium_path
+from tests.helpers.browser import CHROMIUM_MISSING, chromium_path, no_chromium_verdict
 from tests.helpers.stack import use_stack
 
 CONSOLE_REGION = "console"
@@ -24,6 +24,8 @@ CONSOLE_REGION = "console"
 def chromium() -> Iterator["Browser"]:  # noqa: F821
     path = chromium_path()
     if path is None:
+        if no_chromium_verdict() == "fail":
+            pytest.fail(CHROMIUM_MISSING)
         pytest.skip(CHROMIUM_MISSING)
     from playwright.sync_api import sync_playwright
 
