@@ -87,6 +87,33 @@ def test_filters_combine_and_limit_truncates(local_stack, api, project_id):
             api.cancel_job(job_id)
 
 
+def test_group_and_keyword_filters_read_the_projects_index(local_stack, api, project_id):
+    group = f"g-{secrets.token_hex(3)}"
+    register_project(local_stack, project_id, STAGES, group=group)
+    other = f"{project_id}-b"
+    register_project(local_stack, other, STAGES, group=group)
+    outside = f"{project_id}-c"
+    register_project(local_stack, outside, STAGES)
+    first = _run(api, project_id, ref="release/2.4")
+    second = _run(api, other)
+    third = _run(api, outside, ref="release/2.4")
+    try:
+        assert api.get_project(project_id)["group"] == group
+        in_group = api.list_jobs(group=group)["jobs"]
+        assert {job["job_id"] for job in in_group} == {first, second}
+        # Group and project combine with AND; an unknown group has no jobs rather than all of them.
+        assert [job["job_id"] for job in api.list_jobs(group=group, project=other)["jobs"]] == [second]
+        assert api.list_jobs(group=f"{group}-none")["count"] == 0
+        # The keyword is a case-insensitive part of the ref, the job id or the project.
+        assert {job["job_id"] for job in api.list_jobs(q="RELEASE/2.4", limit=500)["jobs"]} >= {first, third}
+        assert second not in {job["job_id"] for job in api.list_jobs(q="release/2.4", limit=500)["jobs"]}
+        assert [job["job_id"] for job in api.list_jobs(project=project_id, q=first[-6:])["jobs"]] == [first]
+        assert [job["job_id"] for job in api.list_jobs(group=group, q="release")["jobs"]] == [first]
+    finally:
+        for job_id in (first, second, third):
+            api.cancel_job(job_id)
+
+
 def test_agent_filter_finds_jobs_an_agent_claimed(local_stack, api, project_id):
     register_project(local_stack, project_id, STAGES)
     job_id = _run(api, project_id)
@@ -101,7 +128,7 @@ def test_agent_filter_finds_jobs_an_agent_claimed(local_stack, api, project_id):
 
 
 @pytest.mark.parametrize(
-    "params", [{"status": "sleeping"}, {"limit": "0"}, {"since": "yesterday"}, {"colour": "blue"}]
+    "params", [{"status": "sleeping"}, {"limit": "0"}, {"since": "yesterday"}, {"colour": "blue"}, {"q": ""}, {"group": "x" * 65}]
 )
 def test_bad_filters_are_refused_with_a_code(api, params):
     with pytest.raises(ApiError) as refused:

@@ -42,8 +42,18 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _keyword_fields(record: dict[str, Any]) -> tuple[str, ...]:
+    envelope = record.get("envelope", {})
+    trigger = envelope.get("trigger", {})
+    fields = (record.get("job_id"), record.get("project"), envelope.get("ref"), envelope.get("commit"),
+              trigger.get("source"), trigger.get("actor"), trigger.get("delivery_id"))
+    return tuple(str(value).lower() for value in fields if value)
+
+
 def _matches(record: dict[str, Any], query: JobListQuery) -> bool:
     envelope = record.get("envelope", {})
+    if query.q and not any(query.q.lower() in field for field in _keyword_fields(record)):
+        return False
     if query.status and record.get("status") != query.status.value:
         return False
     if query.trigger and envelope.get("trigger", {}).get("type") != query.trigger.value:
@@ -90,7 +100,12 @@ def list_jobs(
     matches to a time-ordered page (the extra one tells whether there is more). Queued jobs are bounded by the queue limit and are all read,
     then ordered as they will run."""
     if project_ids is None:
-        project_ids = [query.project] if query.project else [p.id for p in list_projects(table)]
+        if query.group:
+            # A group is a field of the registered projects: the ProjectJobsIndex is then queried
+            # per project of the group, as for a project filter (no scan of the jobs).
+            project_ids = [p.id for p in list_projects(table) if p.group == query.group and query.project in (None, p.id)]
+        else:
+            project_ids = [query.project] if query.project else [p.id for p in list_projects(table)]
     queued_view = query.status is JobStatus.QUEUED
     found: list[dict[str, Any]] = []
     for project_id in project_ids:

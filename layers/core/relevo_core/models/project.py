@@ -201,6 +201,11 @@ class Project(RunPlanMixin):
         description="The Git repository as its webhooks name it (owner/name; GitLab: group/…/name). Deliveries from "
         "another repository are ignored.",
     )
+    group: str | None = Field(
+        default=None, pattern=PROJECT_ID,
+        description="The project group it belongs to (lowercase letters, digits and -): the console's run page and "
+        "`GET /jobs?group=` filter by it, and a group's notification channels serve every project in it.",
+    )
     default_ref: str = Field(default="main", min_length=1, max_length=256, description="The ref a run or a schedule builds when it names none.")
     region_affinity: str = Field(
         pattern=REGION_AFFINITY,

@@ -85,6 +85,11 @@ class JobListQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     project: str | None = Field(default=None, min_length=1, max_length=64)
+    group: str | None = Field(default=None, min_length=1, max_length=64, description="jobs of the projects in this project group")
+    q: str | None = Field(
+        default=None, min_length=1, max_length=128,
+        description="keyword: a case-insensitive part of the job id, project, ref, commit, trigger source or actor",
+    )
     status: JobStatus | None = None
     trigger: TriggerType | None = None
     agent: str | None = Field(default=None, min_length=1, max_length=128)
