@@ -71,6 +71,11 @@ class AgentConfig(BaseModel):
         description="Safety bound: a handed-back retry is taken by this agent anyway once it was dispatched this long "
         "ago (at most half the job's queue timeout), so a stage never starves behind a busy agent.",
     )
+    log_flush_interval_sec: float = Field(
+        default=0.2, gt=0, le=10,
+        description="The longest a stage's printed line waits before it is stored in the job's log (a chunk that "
+        "fills sooner is stored at once): what `relevo logs -f` and the console can show is at most this late.",
+    )
     outbox_interval_sec: float = Field(
         default=5.0, gt=0, le=300, description="How often reports the network lost are sent again from the journal's outbox."
     )

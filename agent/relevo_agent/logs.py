@@ -154,7 +154,7 @@ class LogShipper:
         *,
         max_chunk_bytes: int = MAX_CHUNK_BYTES,
         max_buffer_chars: int = 8 * 1024 * 1024,
-        flush_interval_sec: float = 0.5,
+        flush_interval_sec: float = 0.2,
         retry_sec: float = 1.0,
         spool_dir: str | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
@@ -285,4 +285,4 @@ def start_shipper(ref: StageRef, stage: str, config: AgentConfig, env: Mapping[s
     """A running shipper for one stage attempt, masking the values of the configured variables;
     its chunks carry `expires_at` (epoch seconds) as their TTL."""
     writer = ChunkWriter(ref, stage, expires_at)
-    return LogShipper(writer, Masker(secret_values(config.mask, env))).start()
+    return LogShipper(writer, Masker(secret_values(config.mask, env)), flush_interval_sec=config.log_flush_interval_sec).start()

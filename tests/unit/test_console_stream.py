@@ -76,9 +76,49 @@ def test_state_is_sent_when_the_status_or_gate_changes_and_done_after_the_last_c
     states = [json.loads(e["data"]) for e in events if e["event"] == "state"]
     assert [(s["status"], s["waiting_stage"]) for s in states] == [("running", None), ("waiting", "deploy"), ("succeeded", None)]
     assert states[0]["current_stage"] == "build"
-    assert events[-2]["event"] == "log" and events[-1]["event"] == "done"
+    # The last lines go out before the state read that follows them, and done comes last.
+    assert [e["event"] for e in events[-3:]] == ["log", "state", "done"]
     assert json.loads(events[-1]["data"]) == {"status": "succeeded", "next_seq": 2}
-    assert script.sleeps == [0.01, 0.01, 0.01]  # polled between pages with nothing more stored
+    assert len(script.sleeps) == 3 and all(0 <= s <= 0.01 for s in script.sleeps)  # polled between pages with nothing more stored
+
+
+def test_polls_keep_their_cadence_the_reads_time_counting_toward_the_interval():
+    now = [0.0]
+
+    class SlowApi(Script):
+        def read_logs(self, from_seq: int) -> dict[str, Any]:
+            now[0] += 0.3  # each read of the log takes 0.3 s of the 0.5 s interval
+            return super().read_logs(from_seq)
+
+    script = SlowApi(page([chunk(0)]), page([]), page([], status="succeeded"))
+
+    async def collect() -> list[dict[str, Any]]:
+        settings = StreamSettings(poll_sec=0.5, state_sec=100, lifetime_sec=60)
+        events = job_events(script.read_logs, lambda: {"current_stage": "build"}, 0, settings, script.sleep, clock=lambda: now[0])
+        return [event async for event in events]
+
+    asyncio.run(collect())
+    assert script.sleeps == pytest.approx([0.2, 0.2])
+
+
+def test_lines_are_sent_before_the_job_is_read_again():
+    reads: list[str] = []
+    script = Script(page([chunk(0)]), page([chunk(1)], status="succeeded"))
+
+    def read_job() -> dict[str, Any]:
+        reads.append("job")
+        return {"current_stage": "build"}
+
+    async def collect() -> list[str]:
+        order: list[str] = []
+        async for event in job_events(script.read_logs, read_job, 0, FAST, script.sleep):
+            order.append(f"{event['event']} after {len(reads)} job reads")
+        return order
+
+    order = asyncio.run(collect())
+    # chunk 1 arrives with the status change: it is sent before the job read that change causes.
+    assert order == ["state after 1 job reads", "log after 1 job reads", "log after 1 job reads",
+                     "state after 2 job reads", "done after 2 job reads"]
 
 
 def test_a_refusal_ends_the_stream_with_the_apis_answer_and_a_5xx_is_waited_out():

@@ -60,6 +60,11 @@ def batches(chunks: list[dict[str, Any]], max_lines: int) -> list[list[dict[str,
     return groups
 
 
+def _job_state(read_job: Callable[[], dict[str, Any]], page: dict[str, Any]) -> dict[str, Any]:
+    """The state event's body: status and gate from the log page, the current stage from the job."""
+    return {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": read_job()["current_stage"]}
+
+
 def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> dict[str, Any]:
     event: dict[str, Any] = {"event": name, "data": json.dumps(data)}
     if event_id is not None:
@@ -82,13 +87,21 @@ async def job_events(
     last_state: dict[str, Any] | None = None
     state_read_at: float | None = None
     while clock() - started < settings.lifetime_sec:
+        polled_at = clock()
         try:
             page = await run_in_threadpool(read_logs, next_seq)
-            state = {"status": page["status"], "waiting_stage": page["waiting_stage"],
-                     "current_stage": last_state["current_stage"] if last_state else None}
-            if last_state is None or state["status"] != last_state["status"] or state_read_at is None or clock() - state_read_at >= settings.state_sec:
-                job = await run_in_threadpool(read_job)
-                state["current_stage"] = job["current_stage"]
+            if last_state is None:
+                # The first event of every stream is the job's state.
+                last_state = await run_in_threadpool(_job_state, read_job, page)
+                state_read_at = clock()
+                yield _event("state", last_state)
+            # New lines go out before the job is read again: a line is never late for a state read.
+            for group in batches([c for c in page["chunks"] if c["seq"] >= next_seq], settings.batch_lines):
+                next_seq = group[-1]["seq"] + 1
+                yield _event("log", {"chunks": group, "next_seq": next_seq}, event_id=next_seq)
+            state = {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": last_state["current_stage"]}
+            if state["status"] != last_state["status"] or state_read_at is None or clock() - state_read_at >= settings.state_sec:
+                state = await run_in_threadpool(_job_state, read_job, page)
                 state_read_at = clock()
         except ApiError as exc:
             if is_transient(exc):
@@ -104,12 +117,10 @@ async def job_events(
         if state != last_state:
             yield _event("state", state)
             last_state = state
-        for group in batches([c for c in page["chunks"] if c["seq"] >= next_seq], settings.batch_lines):
-            next_seq = group[-1]["seq"] + 1
-            yield _event("log", {"chunks": group, "next_seq": next_seq}, event_id=next_seq)
         if page["more"]:
             continue
         if page["terminal"]:
             yield _event("done", {"status": page["status"], "next_seq": next_seq})
             return
-        await sleep(settings.poll_sec)
+        # Polls keep a steady cadence: the reads' own time counts toward the interval.
+        await sleep(max(0.0, settings.poll_sec - (clock() - polled_at)))
