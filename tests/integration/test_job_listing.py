@@ -9,6 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
+from relevo_core.aws import client
+from relevo_core.jobs.listing import list_jobs
+from relevo_core.models.requests import JobListQuery
 from tests.helpers.stack import receive_stage, register_project
 from tests.helpers.state_machine import claim_and_accept
 
@@ -112,6 +115,38 @@ def test_group_and_keyword_filters_read_the_projects_index(local_stack, api, pro
     finally:
         for job_id in (first, second, third):
             api.cancel_job(job_id)
+
+
+def test_a_live_listing_reads_the_live_jobs_and_none_of_the_ended_ones(local_stack, api, project_id):
+    """GET /queue and GET /jobs?status=queued|running read the JobStatusIndex: what they cost is
+    the live jobs, however many ended jobs the projects keep (it once read every job of every
+    project, and GET /queue timed out on a busy stack)."""
+    register_project(local_stack, project_id, STAGES)
+    ended = [_run(api, project_id) for _ in range(4)]
+    for job_id in ended:
+        api.cancel_job(job_id)
+    live = _run(api, project_id)
+    read: list[int] = []
+
+    def count_items(parsed, **_):
+        read.append(len(parsed.get("Items", [])))
+
+    dynamodb = client("dynamodb")
+    dynamodb.meta.events.register("after-call.dynamodb.Query", count_items)
+    try:
+        status = _wait_for(lambda: {j: api.get_job(j)["status"] for j in ended} == dict.fromkeys(ended, "canceled")
+                           and api.get_job(live)["status"])
+        listing = list_jobs(local_stack.table_name, JobListQuery(status=status, project=project_id))
+        assert [job["job_id"] for job in listing["jobs"]] == [live]
+        assert sum(read) == 1  # the one live job: no ended job was read
+        del read[:]
+        everything = list_jobs(local_stack.table_name, JobListQuery(status=status, limit=500))
+        assert not everything["truncated"] and live in {job["job_id"] for job in everything["jobs"]}
+        assert not set(ended) & {job["job_id"] for job in everything["jobs"]}
+        assert sum(read) == everything["count"]  # across projects too: only jobs in that status
+    finally:
+        dynamodb.meta.events.unregister("after-call.dynamodb.Query", count_items)
+        api.cancel_job(live)
 
 
 def test_agent_filter_finds_jobs_an_agent_claimed(local_stack, api, project_id):

@@ -10,6 +10,7 @@ from relevo_core.config import AccessSettings
 from relevo_core.models.requests import JobListQuery
 from relevo_core.models.status import JobStatus
 from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
+from relevo_core.store.jobs_by_status import jobs_with_status
 from relevo_core.store.project_jobs import jobs_of_project
 from relevo_core.projects.permissions import visibility
 from relevo_core.store.projects import list_projects
@@ -96,31 +97,51 @@ def list_jobs(
 ) -> dict[str, Any]:
     """Jobs matching `query` among the projects the caller may view.
 
-    Per project the index yields newest first, so each project contributes at most `limit` + 1
-    matches to a time-ordered page (the extra one tells whether there is more). Queued jobs are bounded by the queue limit and are all read,
-    then ordered as they will run."""
-    if project_ids is None:
-        if query.group:
-            # A group is a field of the registered projects: the ProjectJobsIndex is then queried
-            # per project of the group, as for a project filter (no scan of the jobs).
-            project_ids = [p.id for p in list_projects(table) if p.group == query.group and query.project in (None, p.id)]
-        else:
-            project_ids = [query.project] if query.project else [p.id for p in list_projects(table)]
+    A live status (queued, running, waiting, …) is read from the JobStatusIndex, all of its jobs;
+    queued jobs are then ordered as they will run. Otherwise the ProjectJobsIndex yields each
+    project's jobs newest first, so each project contributes at most `limit` + 1 matches to a
+    time-ordered page (the extra one tells whether there is more)."""
     queued_view = query.status is JobStatus.QUEUED
     found: list[dict[str, Any]] = []
-    for project_id in project_ids:
-        if not can_view(project_id):
-            continue
-        taken = 0
-        for record in jobs_of_project(table, project_id, _iso(query.since), _iso(query.until)):
-            if not _matches(record, query):
+
+    def take(record: dict[str, Any]) -> bool:
+        if not _matches(record, query):
+            return False
+        if query.agent and not _ran_on(table, record["job_id"], query.agent):
+            return False
+        found.append(_summary(record))
+        return True
+
+    if query.status is not None and not query.status.terminal and project_ids is None:
+        # A live status: one query of the JobStatusIndex reads its jobs, of every project at
+        # once, and never the ended jobs (which grow without bound). Live jobs are bounded by
+        # the queue limit and the fleet, so all of them are read.
+        in_group = {p.id for p in list_projects(table) if p.group == query.group} if query.group else None
+        since, until = _iso(query.since), _iso(query.until)
+        for record in jobs_with_status(table, query.status.value, query.project):
+            project_id = record["project"]
+            created = record.get("created_at") or ""
+            if in_group is not None and project_id not in in_group:
                 continue
-            if query.agent and not _ran_on(table, record["job_id"], query.agent):
+            if (since and created < since) or (until and created > until) or not can_view(project_id):
                 continue
-            found.append(_summary(record))
-            taken += 1
-            if not queued_view and taken > query.limit:
-                break  # one more than a page: enough to say the listing is truncated
+            take(record)
+    else:
+        if project_ids is None:
+            if query.group:
+                # A group is a field of the registered projects: the ProjectJobsIndex is then
+                # queried per project of the group, as for a project filter (no scan of the jobs).
+                project_ids = [p.id for p in list_projects(table) if p.group == query.group and query.project in (None, p.id)]
+            else:
+                project_ids = [query.project] if query.project else [p.id for p in list_projects(table)]
+        for project_id in project_ids:
+            if not can_view(project_id):
+                continue
+            taken = 0
+            for record in jobs_of_project(table, project_id, _iso(query.since), _iso(query.until)):
+                taken += take(record)
+                if not queued_view and taken > query.limit:
+                    break  # one more than a page: enough to say the listing is truncated
     if queued_view:
         found.sort(key=queue_order_key)
         for position, job in enumerate(found, start=1):

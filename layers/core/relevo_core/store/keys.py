@@ -26,6 +26,8 @@ PROJECT_KIND = "project"
 PROJECT_JOBS_INDEX = "ProjectJobsIndex"
 # Set on job records only (a project's own record keeps its settings in `project`, a map).
 PROJECT_JOBS_ATTRIBUTE = "project_jobs"
+# Job records by status (hash) and project (range): the live jobs without the ended ones.
+JOB_STATUS_INDEX = "JobStatusIndex"
 LOCK_KIND = "lock"
 DLQ_KIND = "dlq"
 DLQ_SK = "DLQ"
