@@ -243,7 +243,7 @@ def test_a_cross_origin_post_to_approve_is_refused_and_writes_nothing(operator_a
     operator_api.cancel_job(job_id)
 
 
-def test_the_run_page_starts_a_job_with_two_stages_ticked_on_a_listed_branch(operator_api, browser_page, tmp_path, screenshots):
+def test_the_run_page_starts_a_job_with_two_stages_ticked_on_a_listed_branch(operator_api, browser_page, tmp_path):
     # Given a project of three stages whose repository has a release branch and a tag
     stages = [{"name": "build", "run": "echo build"}, {"name": "sign", "run": "echo sign"}, {"name": "deploy", "run": "echo deploy"}]
     project_id = _project(operator_api, stages)
@@ -262,7 +262,6 @@ def test_the_run_page_starts_a_job_with_two_stages_ticked_on_a_listed_branch(ope
         assert build.is_checked() and sign.is_checked() and not deploy.is_checked()
         browser_page.get_by_label("Branch or tag").fill("release/4.2")
         browser_page.get_by_label("Priority").fill("30")
-        _screenshot(browser_page, screenshots, "run-page")
         browser_page.get_by_role("button", name="Run", exact=True).click()
         link = browser_page.locator("#run-job")
         link.wait_for(timeout=30_000)
@@ -350,3 +349,55 @@ def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(op
             wait_until(lambda: len(_lines(browser_page)) > count or earlier.is_disabled(), 15, "earlier lines")
         # Then the whole log is there once, in order
         assert _lines(browser_page) == expected
+
+
+def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_priority(operator_api, browser_page, screenshots):
+    # Given two project groups, the selected project in the first, and in the second a project
+    # whose long build holds it (a job run of build alone), so the next job queues behind it
+    first_group, second_group = (f"team-{secrets.token_hex(3)}" for _ in range(2))
+    stages = [{"name": "build", "run": "sleep 60", "kill_grace_sec": 1}, {"name": "sign", "run": "echo signed"},
+              {"name": "deploy", "run": "echo deployed"}]
+    mobile = _project(operator_api, TWO_STAGES, group=first_group)
+    desktop = _project(operator_api, stages, group=second_group)
+    tools = _project(operator_api, TWO_STAGES, group=second_group)
+    holder = operator_api.run_project(desktop, {"ref": "main", "stages": ["build"]})["job_id"]
+    _wait_job(operator_api, holder, lambda job: job["status"] == "running")
+    started: list[str] = []
+    try:
+        with console_server(operator_api) as server:
+            _open(browser_page, server, f"/run?project={mobile}")
+            picker = browser_page.get_by_label("Project")
+            assert picker.input_value() == mobile
+            # When the group filter leaves the selected project out, the first project left is selected
+            browser_page.get_by_label("Group").select_option(second_group)
+            expect(picker).to_have_value(min(desktop, tools), timeout=15_000)
+            listed = picker.locator("option").evaluate_all("options => options.map(o => o.value)")
+            assert sorted(listed) == sorted([desktop, tools])
+            picker.select_option(desktop)
+            expect(picker).to_have_value(desktop, timeout=15_000)
+            # And from-stage sign with deploy ticked asks for those two stages, at priority 25
+            browser_page.get_by_label("From stage").select_option("sign")
+            build, sign, deploy = (browser_page.get_by_role("checkbox", name=name) for name in ("build", "sign", "deploy"))
+            assert build.is_disabled() and not build.is_checked() and sign.is_checked() and deploy.is_checked()
+            browser_page.get_by_label("Priority").fill("25")
+            _screenshot(browser_page, screenshots, "run-page")
+            browser_page.get_by_role("button", name="Run", exact=True).click()
+            link = browser_page.locator("#run-job")
+            link.wait_for(timeout=30_000)
+            started.append(link.inner_text())
+            # The answer is the job and its place in the queue, as the API's queue has it
+            position = next(j["queue_position"] for j in operator_api.queue()["jobs"] if j["job_id"] == started[0])
+            assert browser_page.locator("#run-result").inner_text() == f"Job {started[0]} queued (position {position} in the queue)"
+        job = operator_api.get_job(started[0])
+        assert ([s["name"] for s in job["stages"]], job["priority"], job["from_stage"]) == (["sign", "deploy"], 25, None)
+        # Then, once the build holding the project is canceled, the job runs sign and deploy
+        operator_api.cancel_job(holder)
+        job = _wait_job(operator_api, started[0], lambda job: job["status"] in ENDED)
+        assert job["status"] == "succeeded", job
+        assert [s["status"] for s in job["stages"]] == ["succeeded", "succeeded"]
+        text = "".join(chunk["text"] for chunk in operator_api.job_logs(started[0], from_seq=0, limit=100)["chunks"])
+        assert text.splitlines() == ["signed", "deployed"]
+    finally:
+        for job_id in (holder, *started):
+            if operator_api.get_job(job_id)["status"] not in ENDED:
+                operator_api.cancel_job(job_id)

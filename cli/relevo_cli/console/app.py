@@ -174,22 +174,26 @@ async def fleet_page(request: Request) -> Response:
     return _page("fleet.html", regions=[(region, [a for a in agents if a["region"] == region]) for region in regions])
 
 
-def run_context(console: Console, selected: str | None) -> dict[str, Any]:
-    """The projects the caller may run (`operate`), and the selected one (the first by default)."""
+def run_context(console: Console, selected: str | None, group: str | None = None) -> dict[str, Any]:
+    """The projects the caller may run (`operate`), those of `group` when one is chosen, and the
+    selected one: the first left when the filter leaves the asked-for project out."""
     caller = console.caller_arn()
     runnable = []
-    for project in console.api.list_projects()["projects"]:
+    for project in sorted(console.api.list_projects()["projects"], key=lambda p: p["id"]):
         level = actions.caller_level(console.api, caller, project["id"])
         if level is not None and level.covers(actions.Level.OPERATE):
             runnable.append(project)
-    chosen = next((p for p in runnable if p["id"] == selected), runnable[0] if runnable else None)
-    return {"projects": runnable, "project": chosen}
+    groups = sorted({p["group"] for p in runnable if p.get("group")})
+    shown = [p for p in runnable if p.get("group") == group] if group else runnable
+    chosen = next((p for p in shown if p["id"] == selected), shown[0] if shown else None)
+    return {"projects": shown, "project": chosen, "groups": groups, "group": group, "runnable": bool(runnable)}
 
 
 async def run_page(request: Request) -> Response:
     console: Console = request.app.state.console
+    query = request.query_params
     try:
-        context = await run_in_threadpool(run_context, console, request.query_params.get("project"))
+        context = await run_in_threadpool(run_context, console, query.get("project"), query.get("group") or None)
     except ApiError as exc:
         return _error_page(exc)
     return _page("run.html", **context)
