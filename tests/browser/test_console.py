@@ -401,3 +401,60 @@ def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_p
         for job_id in (holder, *started):
             if operator_api.get_job(job_id)["status"] not in ENDED:
                 operator_api.cancel_job(job_id)
+
+
+def _rows(page) -> list[str]:
+    return page.locator("table.jobs tbody tr[data-job-id]").evaluate_all("rows => rows.map(r => r.dataset.jobId)")
+
+
+def test_the_job_list_filters_by_keyword_and_group_and_reruns_a_row_from_its_current_stage(operator_api, browser_page, screenshots):
+    # Given two groups' projects, each with a job that failed at sign (build succeeded), one of
+    # them on a release branch whose name only it carries
+    first_group, second_group = (f"team-{secrets.token_hex(3)}" for _ in range(2))
+    stages = [{"name": "build", "run": "echo built"}, {"name": "sign", "run": "exit 1"}]
+    apps = _project(operator_api, stages, group=first_group)
+    tools = _project(operator_api, stages, group=second_group)
+    keyword = f"kw{secrets.token_hex(3)}"
+    tagged = operator_api.run_project(apps, {"ref": f"release/{keyword}", "commit": random_commit()})["job_id"]
+    plain = _run(operator_api, apps)
+    other = _run(operator_api, tools)
+    for job_id in (tagged, plain, other):
+        assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "failed"
+    with console_server(operator_api) as server:
+        _open(browser_page, server, "/")
+        # When the list is filtered by a keyword (part of the ref) and the group, it is the API's answer
+        browser_page.get_by_label("Keyword").fill(keyword.upper())
+        browser_page.get_by_label("Group").select_option(first_group)
+        with browser_page.expect_navigation():
+            browser_page.get_by_role("button", name="Filter").click()
+        assert _rows(browser_page) == [tagged]
+        assert f"q={keyword.upper()}" in browser_page.url and f"group={first_group}" in browser_page.url
+        # The group alone: its two jobs, newest first, none of the other group's
+        browser_page.get_by_label("Keyword").fill("")
+        with browser_page.expect_navigation():
+            browser_page.get_by_role("button", name="Filter").click()
+        assert _rows(browser_page) == [j["job_id"] for j in operator_api.list_jobs(group=first_group)["jobs"]]
+        assert sorted(_rows(browser_page)) == sorted([tagged, plain])
+        # A time range that ends before they were created: none (`until` of GET /jobs)
+        browser_page.get_by_label("Until (UTC)").fill("2020-01-01T00:00")
+        with browser_page.expect_navigation():
+            browser_page.get_by_role("button", name="Filter").click()
+        assert _rows(browser_page) == [] and "until=2020-01-01T00%3A00" in browser_page.url
+        browser_page.get_by_label("Until (UTC)").fill("")
+        with browser_page.expect_navigation():
+            browser_page.get_by_role("button", name="Filter").click()
+        _screenshot(browser_page, screenshots, "jobs")
+        # A row's buttons follow its state: a failed job cannot be approved or promoted, and says why
+        row = browser_page.locator(f"tr[data-job-id='{tagged}']")
+        approve = row.get_by_role("button", name="Approve", exact=True)
+        assert approve.is_disabled() and approve.get_attribute("title") == "only when the job is waiting at its gate (it is failed)"
+        assert row.get_by_role("button", name="Promote").get_attribute("title") == "only when the job is queued (it is failed)"
+        assert row.get_by_role("link", name="Details").get_attribute("href") == f"/jobs/{tagged}"
+        # And "Rerun from the current stage" starts a job from sign, the stage it stopped at
+        rerun = row.get_by_role("button", name="Rerun from the current stage")
+        assert rerun.get_attribute("data-from-stage") == "sign"
+        rerun.click()
+        browser_page.wait_for_url(re.compile(r"/jobs/(?!" + re.escape(tagged) + r")[^/?]+$"), timeout=30_000)
+    rerun_job = operator_api.get_job(browser_page.url.rsplit("/", 1)[-1])
+    assert (rerun_job["retry_of"], rerun_job["from_stage"]) == (tagged, "sign")
+    _wait_job(operator_api, rerun_job["job_id"], lambda job: job["status"] in ENDED)

@@ -82,14 +82,44 @@ def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
             "level": level.value if level else "no grant"}
 
 
+def project_levels(console: Console, caller: str) -> Callable[[str], actions.Level | None]:
+    """The caller's level on a project, probed once per project a page shows."""
+    levels: dict[str, actions.Level | None] = {}
+
+    def level_on(project: str) -> actions.Level | None:
+        if project not in levels:
+            levels[project] = actions.caller_level(console.api, caller, project)
+        return levels[project]
+
+    return level_on
+
+
+# GET /jobs query parameters the job list's filters map to, one each.
+JOB_FILTERS = ("q", "project", "group", "agent", "status", "trigger", "since", "until")
+
+
+def job_list_context(console: Console, filters: dict[str, str | None]) -> dict[str, Any]:
+    """The jobs the API lists for these filters, each with its buttons' states, and the groups
+    and projects the filters offer."""
+    listed = console.api.list_jobs(**filters)
+    projects = console.api.list_projects()["projects"]
+    plans = {p["id"]: [stage["name"] for stage in p.get("stages") or []] for p in projects}
+    caller = console.caller_arn()
+    level_on = project_levels(console, caller)
+    rows = [{"job": job, "buttons": actions.row_buttons(job, caller, level_on(job["project"]), plans.get(job["project"], []))}
+            for job in listed["jobs"]]
+    return {"rows": rows, "truncated": listed["truncated"], "filters": filters,
+            "groups": sorted({p["group"] for p in projects if p.get("group")}), "projects": sorted(plans)}
+
+
 async def job_list(request: Request) -> Response:
     console: Console = request.app.state.console
-    filters = {name: request.query_params.get(name) or None for name in ("project", "status", "trigger", "agent")}
+    filters = {name: request.query_params.get(name) or None for name in JOB_FILTERS}
     try:
-        listed = await run_in_threadpool(console.api.list_jobs, **filters)
+        context = await run_in_threadpool(job_list_context, console, filters)
     except ApiError as exc:
         return _error_page(exc)
-    return _page("jobs.html", jobs=listed["jobs"], truncated=listed["truncated"], filters=filters)
+    return _page("jobs.html", **context)
 
 
 def _waited_sec(since: str | None, now: datetime) -> int | None:
@@ -101,12 +131,10 @@ def _waited_sec(since: str | None, now: datetime) -> int | None:
 def queue_context(console: Console, view: dict[str, Any], now: datetime) -> dict[str, Any]:
     """The queue as the API lists it, each job with its wait and its buttons' states."""
     caller = console.caller_arn()
-    levels: dict[str, Any] = {}
+    level_on = project_levels(console, caller)
     rows = []
     for job in view["jobs"]:
-        if job["project"] not in levels:
-            levels[job["project"]] = actions.caller_level(console.api, caller, job["project"])
-        level = levels[job["project"]]
+        level = level_on(job["project"])
         buttons = [(action, actions.button_state(action, job, caller, level))
                    for action in (actions.BY_NAME["promote"], actions.SET_PRIORITY, actions.BY_NAME["cancel"])]
         rows.append({"job": job, "waited_sec": _waited_sec(job.get("created_at"), now), "buttons": buttons})
