@@ -458,3 +458,48 @@ def test_the_job_list_filters_by_keyword_and_group_and_reruns_a_row_from_its_cur
     rerun_job = operator_api.get_job(browser_page.url.rsplit("/", 1)[-1])
     assert (rerun_job["retry_of"], rerun_job["from_stage"]) == (tagged, "sign")
     _wait_job(operator_api, rerun_job["job_id"], lambda job: job["status"] in ENDED)
+
+
+def _summary(page) -> dict[str, str]:
+    """The job page's summary as {term: value}."""
+    return page.locator(".summary dl").evaluate(
+        "dl => Object.fromEntries([...dl.querySelectorAll('dt')].map(dt => [dt.textContent.trim(), dt.nextElementSibling.textContent.trim()]))"
+    )
+
+
+def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queue_place(operator_api, browser_page):
+    # Given a job whose build uploaded a 5,000-byte artifact and whose deploy still runs, and a
+    # second job of the project queued behind it (project_running)
+    stages = [{"name": "build", "run": 'head -c 5000 /dev/zero > "$RELEVO_ARTIFACT_DIR/app.bin"; echo built'},
+              {"name": "deploy", "run": "echo deploying; sleep 60", "kill_grace_sec": 1}]
+    project_id = _project(operator_api, stages)
+    running = _run(operator_api, project_id)
+    _wait_job(operator_api, running, lambda job: job["current_stage"] == "deploy" and job["stages"][1]["status"] == "running")
+    queued = operator_api.run_project(project_id, {"ref": "main", "commit": random_commit(), "priority": 42})["job_id"]
+    try:
+        with console_server(operator_api) as server:
+            _open(browser_page, server, f"/jobs/{running}")
+            job = operator_api.get_job(running)
+            summary = _summary(browser_page)
+            assert summary["Agent"] == "console-mac"
+            assert summary["Trigger"] == f"api (api) by {job['trigger']['actor']}"
+            assert (summary["Current stage"], summary["Progress"]) == ("deploy", "1 of 2 stages")
+            assert summary["Created"] == job["created_at"] and summary["Started"] == job["stages"][0]["started_at"]
+            assert summary["Ended"] == "—" and re.fullmatch(r"\d+s \(running\)", summary["Duration"]), summary
+            build = browser_page.locator("tr[data-stage=build]")
+            assert build.locator("td.duration").inner_text().endswith("s")
+            assert build.locator("td.transfer").inner_text() == "1 file, 5,000 bytes uploaded"
+            artifact = browser_page.locator("table.artifacts tbody tr", has_text="app.bin")
+            assert artifact.locator("td.size").inner_text() == "5,000 bytes"
+            # The queued job: its place in the queue (the API's), why it waits, its priority
+            _open(browser_page, server, f"/jobs/{queued}")
+            place = next(j for j in operator_api.queue()["jobs"] if j["job_id"] == queued)
+            summary = _summary(browser_page)
+            assert summary["Agent"] == "not dispatched yet"
+            assert (summary["Queue position"], summary["Waiting"], summary["Priority"]) == (
+                str(place["queue_position"]), "project_running", "42")
+            assert summary["Started"] == "—"
+    finally:
+        for job_id in (running, queued):
+            if operator_api.get_job(job_id)["status"] not in ENDED:
+                operator_api.cancel_job(job_id)

@@ -31,6 +31,7 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.console import actions, refs
 from relevo_cli.console.security import ConsoleSecrets, guarded
 from relevo_cli.console.stream import StreamSettings, job_events
+from relevo_cli.console.summary import format_duration, job_summary
 from relevo_core.models.requests import LOG_MAX_LIMIT
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +58,8 @@ class Console:
 
 
 templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+templates.filters["duration"] = format_duration
+templates.filters["thousands"] = lambda n: f"{int(n):,}"
 
 
 def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -73,13 +76,17 @@ def _error_page(exc: ApiError) -> HTMLResponse:
 
 
 def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
-    """The job, and for each button whether it is enabled (None) or why not."""
+    """The job, its summary's computed fields, and for each button whether it is enabled (None)
+    or why not."""
     caller = console.caller_arn()
     level = actions.caller_level(console.api, caller, job["project"])
     buttons = [(action, actions.button_state(action, job, caller, level)) for action in actions.ACTIONS]
     rerun_from = actions.button_state(actions.RERUN_FROM, job, caller, level)
+    queued = None
+    if job["status"] == "queued":
+        queued = next((entry for entry in console.api.queue()["jobs"] if entry["job_id"] == job["job_id"]), None)
     return {"job": job, "buttons": buttons, "rerun_from": rerun_from, "caller": caller,
-            "level": level.value if level else "no grant"}
+            "level": level.value if level else "no grant", "summary": job_summary(job, queued, datetime.now(timezone.utc))}
 
 
 def project_levels(console: Console, caller: str) -> Callable[[str], actions.Level | None]:
