@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Iterator
 
@@ -16,6 +17,9 @@ from tests.helpers.browser import CHROMIUM_MISSING, chromium_path, no_chromium_v
 from tests.helpers.stack import use_stack
 
 CONSOLE_REGION = "console"
+# A secret in the agent's environment that its `mask` names: stages can print it, logs never hold it.
+SECRET_VARIABLE = "RELEVO_CONSOLE_SECRET"
+SECRET_VALUE = f"s3cr3t-{secrets.token_hex(8)}"
 
 
 # Module scope: Playwright's sync API runs an event loop in this thread while it is started, and
@@ -49,7 +53,9 @@ def console_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInf
             state_dir / "agent.toml", state_dir / "stack.json", CONSOLE_REGION, "console-mac", capacity=2, poll_wait_sec=1,
             presence_interval_sec=1, outbox_interval_sec=0.2,
         )
-        with agent_process(config, state_dir / "agent.log"):
+        with config.open("a") as toml:
+            toml.write(f'mask = ["{SECRET_VARIABLE}"]\n')
+        with agent_process(config, state_dir / "agent.log", env={SECRET_VARIABLE: SECRET_VALUE}):
             yield info
     reset_clients()
 

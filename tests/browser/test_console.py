@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import random_commit
-from tests.browser.conftest import CONSOLE_REGION
+from tests.browser.conftest import CONSOLE_REGION, SECRET_VALUE, SECRET_VARIABLE
 from tests.helpers.browser import console_server, git_remote
 from tests.helpers.iam import iam_user
 from tests.helpers.stack import wait_until
@@ -503,3 +503,84 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
         for job_id in (running, queued):
             if operator_api.get_job(job_id)["status"] not in ENDED:
                 operator_api.cancel_job(job_id)
+
+
+# Every button the issue names, by its accessible name (Download is a link: it is a download).
+NAMED_BUTTONS = ("Approve", "Reject", "Cancel job", "Rerun", "Rerun from this stage", "Promote", "Delete")
+
+
+def _focused_name(page) -> str:
+    return page.evaluate("() => { const el = document.activeElement; return el ? (el.getAttribute('aria-label') || el.textContent || '').trim() : ''; }")
+
+
+def test_approve_is_reached_and_pressed_with_the_keyboard_and_every_named_button_has_its_name(operator_api, browser_page):
+    project_id = _project(operator_api, [{"name": "build", "run": 'echo built > "$RELEVO_ARTIFACT_DIR/notes.txt"'},
+                                         {"name": "deploy", "run": "echo deployed"}], **GATED)
+    job_id = _run(operator_api, project_id)
+    _wait_job(operator_api, job_id, lambda job: job["status"] == "waiting")
+    # Streams cut every 1.5 s: each reconnect's first state event re-renders the panel
+    with console_server(operator_api, lifetime_sec=1.5) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        for name in NAMED_BUTTONS:
+            assert browser_page.get_by_role("button", name=name, exact=True).count() >= 1, name
+        assert browser_page.get_by_role("link", name="Download", exact=True).count() == 1
+        # Keyboard only: Tab to the reason and type it...
+        for _ in range(40):
+            browser_page.keyboard.press("Tab")
+            if browser_page.evaluate("() => document.activeElement && document.activeElement.id") == "action-reason":
+                break
+        else:
+            raise AssertionError("Tab never reached the reason field")
+        browser_page.keyboard.type("keyboard approval")
+        # ...while the panel is re-rendered: the reason and the keyboard's place stay
+        browser_page.wait_for_event("response", lambda response: response.url.endswith("/panel"), timeout=15_000)
+        browser_page.wait_for_timeout(200)
+        assert browser_page.evaluate("() => document.activeElement.id") == "action-reason"
+        # ...then Tab on to Approve and press Enter
+        reached: list[str] = []
+        for _ in range(10):
+            browser_page.keyboard.press("Tab")
+            reached.append(_focused_name(browser_page))
+            if reached[-1] == "Approve":
+                break
+        assert reached[-1] == "Approve", reached
+        browser_page.keyboard.press("Enter")
+        job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+    assert job["status"] == "succeeded", job
+    assert (job["approval_decision"]["decision"], job["approval_decision"]["reason"]) == ("approved", "keyboard approval")
+
+
+def test_the_redrive_button_has_its_name(operator_api, browser_page):
+    project_id = _project(operator_api, [{"name": "build", "run": "exit 1"}])
+    job_id = _run(operator_api, project_id)
+    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "failed"
+    wait_until(lambda: any(e["job_id"] == job_id for e in operator_api.dead_letters()["entries"]), 60, "the DLQ entry")
+    with console_server(operator_api) as server:
+        _open(browser_page, server, "/dlq")
+        row = browser_page.locator("table.dlq tr", has=browser_page.get_by_role("link", name=job_id))
+        assert row.get_by_role("button", name="Redrive", exact=True).count() == 1
+
+
+def test_a_masked_value_stays_masked_in_the_log_view_live_and_after_reload(operator_api, browser_page):
+    # Given a stage that prints the secret the agent masks, then keeps running a while (the agent
+    # holds back the last len(secret) - 1 characters it read, which may start a secret: the filler
+    # line releases the first)
+    filler = "-" * 64
+    project_id = _project(operator_api, [{"name": "build", "run": f'echo "token=${SECRET_VARIABLE}"; echo {filler}; sleep 8; echo "again ${SECRET_VARIABLE} done"'}])
+    job_id = _run(operator_api, project_id)
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        # Live: the line arrives masked while the stage runs
+        browser_page.locator("#log-lines .line", has_text="token=").wait_for(timeout=60_000)
+        assert operator_api.get_job(job_id)["status"] == "running"
+        assert "token=******" in _lines(browser_page)
+        _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+        browser_page.locator("#connection", has_text="ended").wait_for(timeout=30_000)
+        assert _lines(browser_page) == ["token=******", filler, "again ****** done"]
+        assert SECRET_VALUE not in browser_page.content()
+        # After a reload (the log's tail read back through the API): still masked
+        browser_page.reload()
+        browser_page.locator("#connection", has_text="ended").wait_for(timeout=30_000)
+        assert _lines(browser_page) == ["token=******", filler, "again ****** done"]
+        assert SECRET_VALUE not in browser_page.content()
+
