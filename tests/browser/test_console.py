@@ -317,7 +317,7 @@ def test_the_dlq_page_redrives_a_failed_job_and_the_fleet_page_shows_the_agent(o
         assert row.locator("td").nth(5).inner_text() == "build"  # the last good stage
         # When it is redriven from the page, a new job resumes it from sign and succeeds
         with browser_page.expect_navigation():
-            row.get_by_role("button", name="Redrive").click()
+            row.get_by_role("button", name="Redrive", exact=True).click()  # its accessible name, as the issue names it
         others = wait_until(lambda: [j["job_id"] for j in operator_api.list_jobs(project=project_id)["jobs"] if j["job_id"] != job_id], 30, "the redriven job")
         redriven = _wait_job(operator_api, others[0], lambda job: job["status"] in ENDED)
         assert (redriven["status"], redriven["retry_of"], redriven["from_stage"]) == ("succeeded", job_id, "sign")
@@ -550,17 +550,6 @@ def test_approve_is_reached_and_pressed_with_the_keyboard_and_every_named_button
     assert (job["approval_decision"]["decision"], job["approval_decision"]["reason"]) == ("approved", "keyboard approval")
 
 
-def test_the_redrive_button_has_its_name(operator_api, browser_page):
-    project_id = _project(operator_api, [{"name": "build", "run": "exit 1"}])
-    job_id = _run(operator_api, project_id)
-    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "failed"
-    wait_until(lambda: any(e["job_id"] == job_id for e in operator_api.dead_letters()["entries"]), 60, "the DLQ entry")
-    with console_server(operator_api) as server:
-        _open(browser_page, server, "/dlq")
-        row = browser_page.locator("table.dlq tr", has=browser_page.get_by_role("link", name=job_id))
-        assert row.get_by_role("button", name="Redrive", exact=True).count() == 1
-
-
 def test_a_masked_value_stays_masked_in_the_log_view_live_and_after_reload(operator_api, browser_page):
     # Given a stage that prints the secret the agent masks, then keeps running a while (the agent
     # holds back the last len(secret) - 1 characters it read, which may start a secret: the filler
@@ -584,3 +573,38 @@ def test_a_masked_value_stays_masked_in_the_log_view_live_and_after_reload(opera
         assert _lines(browser_page) == ["token=******", filler, "again ****** done"]
         assert SECRET_VALUE not in browser_page.content()
 
+
+def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_length(operator_api, browser_page, tmp_path: Path):
+    # Given a stage that leaves a directory (a nested one inside) and a file in its artifact dir
+    body = secrets.token_hex(2048)
+    make = ('mkdir -p "$RELEVO_ARTIFACT_DIR/App.app/Contents/MacOS"; '
+            f'printf %s {body} > "$RELEVO_ARTIFACT_DIR/App.app/Contents/MacOS/App"; '
+            'echo "<plist/>" > "$RELEVO_ARTIFACT_DIR/App.app/Contents/Info.plist"; echo notes > "$RELEVO_ARTIFACT_DIR/notes.txt"')
+    project_id = _project(operator_api, [{"name": "build", "run": make}])
+    job_id = _run(operator_api, project_id)
+    job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+    assert job["status"] == "succeeded", job
+    recorded = {a["name"]: a["sha256"] for a in job["artifacts"]}
+    assert sorted(recorded) == ["App.app/Contents/Info.plist", "App.app/Contents/MacOS/App", "notes.txt"]
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        row = browser_page.locator("table.artifacts tbody tr.directory", has_text="App.app/")
+        # When its Download is pressed, the browser saves one .tar.gz (a native download)
+        with browser_page.expect_download(timeout=30_000) as download:
+            row.get_by_role("link", name="Download").click()
+        assert download.value.suggested_filename == "App.app.tar.gz"
+        saved = tmp_path / "App.app.tar.gz"
+        download.value.save_as(saved)
+        # The console answers it with its length (and the same archive every time)
+        cookies = {c["name"]: c["value"] for c in browser_page.context.cookies(server.origin)}
+        answer = requests.get(server.origin + row.get_by_role("link", name="Download").get_attribute("href"), cookies=cookies, timeout=30)
+    assert answer.status_code == 200 and answer.headers["Content-Type"] == "application/gzip"
+    assert int(answer.headers["Content-Length"]) == len(answer.content) == saved.stat().st_size
+    assert hashlib.sha256(answer.content).hexdigest() == hashlib.sha256(saved.read_bytes()).hexdigest()
+    # Then the archive holds the directory's files, each with the sha256 the agent recorded
+    import tarfile
+
+    with tarfile.open(saved, "r:gz") as archive:
+        members = {m.name: hashlib.sha256(archive.extractfile(m).read()).hexdigest() for m in archive.getmembers() if m.isfile()}
+    assert members == {name: digest for name, digest in recorded.items() if name.startswith("App.app/")}
+    assert members["App.app/Contents/MacOS/App"] == hashlib.sha256(body.encode()).hexdigest()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
+import tempfile
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,13 +24,15 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.background import BackgroundTask
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.console import actions, refs
+from relevo_cli.artifacts import ChecksumMismatch
+from relevo_cli.console import actions, archive, refs
 from relevo_cli.console.security import ConsoleSecrets, guarded
 from relevo_cli.console.stream import StreamSettings, job_events
 from relevo_cli.console.summary import format_duration, job_summary
@@ -86,7 +90,8 @@ def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
     if job["status"] == "queued":
         queued = next((entry for entry in console.api.queue()["jobs"] if entry["job_id"] == job["job_id"]), None)
     return {"job": job, "buttons": buttons, "rerun_from": rerun_from, "caller": caller,
-            "level": level.value if level else "no grant", "summary": job_summary(job, queued, datetime.now(timezone.utc))}
+            "level": level.value if level else "no grant", "summary": job_summary(job, queued, datetime.now(timezone.utc)),
+            "directories": archive.artifact_directories(job.get("artifacts") or [])}
 
 
 def project_levels(console: Console, caller: str) -> Callable[[str], actions.Level | None]:
@@ -392,6 +397,28 @@ async def artifact_download(request: Request) -> Response:
     return RedirectResponse(link["url"], status_code=303)
 
 
+async def artifact_directory_download(request: Request) -> Response:
+    """A directory artifact as one .tar.gz, whole before it is sent (relevo_cli.console.archive)."""
+    console: Console = request.app.state.console
+    job_id, directory = request.path_params["job_id"], request.path_params["name"]
+    stage = request.query_params.get("stage") or ""
+    workdir = Path(tempfile.mkdtemp(prefix="relevo-console-"))
+    try:
+        job = await run_in_threadpool(console.api.get_job, job_id)
+        path = await run_in_threadpool(archive.directory_tarball, console.api, job, stage, directory, workdir)
+    except ApiError as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return _error_page(exc)
+    except archive.NoSuchDirectory as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return JSONResponse({"error": "ARTIFACT_NOT_FOUND", "message": str(exc)}, status_code=404)
+    except ChecksumMismatch as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return JSONResponse({"error": "CHECKSUM_MISMATCH", "message": str(exc)}, status_code=502)
+    return FileResponse(path, media_type="application/gzip", filename=path.name,
+                        background=BackgroundTask(shutil.rmtree, workdir, ignore_errors=True))
+
+
 def create_app(console: Console, console_secrets: ConsoleSecrets, port: int) -> ASGIApp:
     app = Starlette(
         routes=[
@@ -410,6 +437,7 @@ def create_app(console: Console, console_secrets: ConsoleSecrets, port: int) -> 
             Route("/jobs/{job_id}/logs", job_logs_before),
             Route("/jobs/{job_id}/actions/{action}", job_action, methods=["POST"]),
             Route("/jobs/{job_id}/artifacts/{name:path}", artifact_download),
+            Route("/jobs/{job_id}/directories/{name}.tar.gz", artifact_directory_download),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
     )
