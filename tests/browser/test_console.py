@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import random_commit
-from tests.browser.conftest import CONSOLE_REGION, SECRET_VALUE, SECRET_VARIABLE
+from tests.browser.conftest import CONSOLE_REGION, MASKING_REGION, SECRET_VALUE, SECRET_VARIABLE
 from tests.helpers.browser import console_server, git_remote
 from tests.helpers.iam import iam_user
 from tests.helpers.stack import wait_until
@@ -351,7 +351,7 @@ def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(op
         assert _lines(browser_page) == expected
 
 
-def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_priority(operator_api, browser_page, screenshots):
+def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_priority(operator_api, browser_page, tmp_path, screenshots):
     # Given two project groups, the selected project in the first, and in the second a project
     # whose long build holds it (a job run of build alone), so the next job queues behind it
     first_group, second_group = (f"team-{secrets.token_hex(3)}" for _ in range(2))
@@ -360,11 +360,12 @@ def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_p
     mobile = _project(operator_api, TWO_STAGES, group=first_group)
     desktop = _project(operator_api, stages, group=second_group)
     tools = _project(operator_api, TWO_STAGES, group=second_group)
+    git_remote(tmp_path / "git", f"acme/{desktop}", ("main", "release/5.0"), ("v5.0.0",))
     holder = operator_api.run_project(desktop, {"ref": "main", "stages": ["build"]})["job_id"]
     _wait_job(operator_api, holder, lambda job: job["status"] == "running")
     started: list[str] = []
     try:
-        with console_server(operator_api) as server:
+        with console_server(operator_api, git_base_url=f"file://{tmp_path / 'git'}") as server:
             _open(browser_page, server, f"/run?project={mobile}")
             picker = browser_page.get_by_label("Project")
             assert picker.input_value() == mobile
@@ -380,6 +381,7 @@ def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_p
             build, sign, deploy = (browser_page.get_by_role("checkbox", name=name) for name in ("build", "sign", "deploy"))
             assert build.is_disabled() and not build.is_checked() and sign.is_checked() and deploy.is_checked()
             browser_page.get_by_label("Priority").fill("25")
+            browser_page.locator("#run-refs-state", has_text="branches and tags").wait_for(timeout=30_000)
             _screenshot(browser_page, screenshots, "run-page")
             browser_page.get_by_role("button", name="Run", exact=True).click()
             link = browser_page.locator("#run-job")
@@ -555,7 +557,8 @@ def test_a_masked_value_stays_masked_in_the_log_view_live_and_after_reload(opera
     # holds back the last len(secret) - 1 characters it read, which may start a secret: the filler
     # line releases the first)
     filler = "-" * 64
-    project_id = _project(operator_api, [{"name": "build", "run": f'echo "token=${SECRET_VARIABLE}"; echo {filler}; sleep 8; echo "again ${SECRET_VARIABLE} done"'}])
+    project_id = _project(operator_api, [{"name": "build", "run": f'echo "token=${SECRET_VARIABLE}"; echo {filler}; sleep 8; echo "again ${SECRET_VARIABLE} done"'}],
+                          region_affinity=MASKING_REGION)
     job_id = _run(operator_api, project_id)
     with console_server(operator_api) as server:
         _open(browser_page, server, f"/jobs/{job_id}")
