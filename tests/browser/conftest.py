@@ -1,8 +1,9 @@
 """Fixtures of the console's browser tests: one headless Chromium per module, and a local stack
-(`relevo local up` as a process) with a region of its own and a real relevo-agent in it."""
+(`relevo local up` as a process) with regions of its own and a real relevo-agent in each."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Iterator
 
@@ -16,6 +17,13 @@ from tests.helpers.browser import CHROMIUM_MISSING, chromium_path, no_chromium_v
 from tests.helpers.stack import use_stack
 
 CONSOLE_REGION = "console"
+# A region of its own for the agent that masks a secret: the agent holds back the last
+# len(secret) - 1 characters it read (they may start a secret), which other tests' output, short
+# lines followed by silence, would then wait behind.
+MASKING_REGION = "console-masking"
+# A secret in that agent's environment that its `mask` names: stages can print it, logs never hold it.
+SECRET_VARIABLE = "RELEVO_CONSOLE_SECRET"
+SECRET_VALUE = f"s3cr3t-{secrets.token_hex(8)}"
 
 
 # Module scope: Playwright's sync API runs an event loop in this thread while it is started, and
@@ -39,17 +47,25 @@ def chromium() -> Iterator["Browser"]:  # noqa: F821
 
 @pytest.fixture(scope="module")
 def console_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
-    """A stack whose only region has one agent (capacity 2): no other test's work reaches it."""
+    """A stack of two regions of its own, no other test's work reaches them: one agent (capacity
+    2) in the console's region, and one that masks a secret in the masking region."""
     state_dir = tmp_path_factory.mktemp("console-stack")
     with pytest.MonkeyPatch.context() as patch, local_stack(
-        state_dir, state_dir / "local-up.log", ["--region-affinities", CONSOLE_REGION]
+        state_dir, state_dir / "local-up.log", ["--region-affinities", f"{CONSOLE_REGION},{MASKING_REGION}"]
     ) as info:
         use_stack(patch, info)
         config = write_agent_config(
             state_dir / "agent.toml", state_dir / "stack.json", CONSOLE_REGION, "console-mac", capacity=2, poll_wait_sec=1,
             presence_interval_sec=1, outbox_interval_sec=0.2,
         )
-        with agent_process(config, state_dir / "agent.log"):
+        masking = write_agent_config(
+            state_dir / "masking-agent.toml", state_dir / "stack.json", MASKING_REGION, "console-masking-mac", poll_wait_sec=1,
+            presence_interval_sec=1, outbox_interval_sec=0.2,
+        )
+        with masking.open("a") as toml:
+            toml.write(f'mask = ["{SECRET_VARIABLE}"]\n')
+        with agent_process(config, state_dir / "agent.log"), \
+                agent_process(masking, state_dir / "masking-agent.log", env={SECRET_VARIABLE: SECRET_VALUE}):
             yield info
     reset_clients()
 

@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import random_commit
-from tests.browser.conftest import CONSOLE_REGION
+from tests.browser.conftest import CONSOLE_REGION, MASKING_REGION, SECRET_VALUE, SECRET_VARIABLE
 from tests.helpers.browser import console_server, git_remote
 from tests.helpers.iam import iam_user
 from tests.helpers.stack import wait_until
@@ -243,7 +243,7 @@ def test_a_cross_origin_post_to_approve_is_refused_and_writes_nothing(operator_a
     operator_api.cancel_job(job_id)
 
 
-def test_the_run_page_starts_a_job_with_two_stages_ticked_on_a_listed_branch(operator_api, browser_page, tmp_path, screenshots):
+def test_the_run_page_starts_a_job_with_two_stages_ticked_on_a_listed_branch(operator_api, browser_page, tmp_path):
     # Given a project of three stages whose repository has a release branch and a tag
     stages = [{"name": "build", "run": "echo build"}, {"name": "sign", "run": "echo sign"}, {"name": "deploy", "run": "echo deploy"}]
     project_id = _project(operator_api, stages)
@@ -262,7 +262,6 @@ def test_the_run_page_starts_a_job_with_two_stages_ticked_on_a_listed_branch(ope
         assert build.is_checked() and sign.is_checked() and not deploy.is_checked()
         browser_page.get_by_label("Branch or tag").fill("release/4.2")
         browser_page.get_by_label("Priority").fill("30")
-        _screenshot(browser_page, screenshots, "run-page")
         browser_page.get_by_role("button", name="Run", exact=True).click()
         link = browser_page.locator("#run-job")
         link.wait_for(timeout=30_000)
@@ -318,7 +317,7 @@ def test_the_dlq_page_redrives_a_failed_job_and_the_fleet_page_shows_the_agent(o
         assert row.locator("td").nth(5).inner_text() == "build"  # the last good stage
         # When it is redriven from the page, a new job resumes it from sign and succeeds
         with browser_page.expect_navigation():
-            row.get_by_role("button", name="Redrive").click()
+            row.get_by_role("button", name="Redrive", exact=True).click()  # its accessible name, as the issue names it
         others = wait_until(lambda: [j["job_id"] for j in operator_api.list_jobs(project=project_id)["jobs"] if j["job_id"] != job_id], 30, "the redriven job")
         redriven = _wait_job(operator_api, others[0], lambda job: job["status"] in ENDED)
         assert (redriven["status"], redriven["retry_of"], redriven["from_stage"]) == ("succeeded", job_id, "sign")
@@ -350,3 +349,265 @@ def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(op
             wait_until(lambda: len(_lines(browser_page)) > count or earlier.is_disabled(), 15, "earlier lines")
         # Then the whole log is there once, in order
         assert _lines(browser_page) == expected
+
+
+def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_priority(operator_api, browser_page, tmp_path, screenshots):
+    # Given two project groups, the selected project in the first, and in the second a project
+    # whose long build holds it (a job run of build alone), so the next job queues behind it
+    first_group, second_group = (f"team-{secrets.token_hex(3)}" for _ in range(2))
+    stages = [{"name": "build", "run": "sleep 60", "kill_grace_sec": 1}, {"name": "sign", "run": "echo signed"},
+              {"name": "deploy", "run": "echo deployed"}]
+    mobile = _project(operator_api, TWO_STAGES, group=first_group)
+    desktop = _project(operator_api, stages, group=second_group)
+    tools = _project(operator_api, TWO_STAGES, group=second_group)
+    git_remote(tmp_path / "git", f"acme/{desktop}", ("main", "release/5.0"), ("v5.0.0",))
+    holder = operator_api.run_project(desktop, {"ref": "main", "stages": ["build"]})["job_id"]
+    _wait_job(operator_api, holder, lambda job: job["status"] == "running")
+    started: list[str] = []
+    try:
+        with console_server(operator_api, git_base_url=f"file://{tmp_path / 'git'}") as server:
+            _open(browser_page, server, f"/run?project={mobile}")
+            picker = browser_page.get_by_label("Project")
+            assert picker.input_value() == mobile
+            # When the group filter leaves the selected project out, the first project left is selected
+            browser_page.get_by_label("Group").select_option(second_group)
+            expect(picker).to_have_value(min(desktop, tools), timeout=15_000)
+            listed = picker.locator("option").evaluate_all("options => options.map(o => o.value)")
+            assert sorted(listed) == sorted([desktop, tools])
+            picker.select_option(desktop)
+            expect(picker).to_have_value(desktop, timeout=15_000)
+            # And from-stage sign with deploy ticked asks for those two stages, at priority 25
+            browser_page.get_by_label("From stage").select_option("sign")
+            build, sign, deploy = (browser_page.get_by_role("checkbox", name=name) for name in ("build", "sign", "deploy"))
+            assert build.is_disabled() and not build.is_checked() and sign.is_checked() and deploy.is_checked()
+            browser_page.get_by_label("Priority").fill("25")
+            browser_page.locator("#run-refs-state", has_text="branches and tags").wait_for(timeout=30_000)
+            _screenshot(browser_page, screenshots, "run-page")
+            browser_page.get_by_role("button", name="Run", exact=True).click()
+            link = browser_page.locator("#run-job")
+            link.wait_for(timeout=30_000)
+            started.append(link.inner_text())
+            # The answer is the job and its place in the queue, as the API's queue has it
+            position = next(j["queue_position"] for j in operator_api.queue()["jobs"] if j["job_id"] == started[0])
+            assert browser_page.locator("#run-result").inner_text() == f"Job {started[0]} queued (position {position} in the queue)"
+        job = operator_api.get_job(started[0])
+        assert ([s["name"] for s in job["stages"]], job["priority"], job["from_stage"]) == (["sign", "deploy"], 25, None)
+        # Then, once the build holding the project is canceled, the job runs sign and deploy
+        operator_api.cancel_job(holder)
+        job = _wait_job(operator_api, started[0], lambda job: job["status"] in ENDED)
+        assert job["status"] == "succeeded", job
+        assert [s["status"] for s in job["stages"]] == ["succeeded", "succeeded"]
+        text = "".join(chunk["text"] for chunk in operator_api.job_logs(started[0], from_seq=0, limit=100)["chunks"])
+        assert text.splitlines() == ["signed", "deployed"]
+    finally:
+        for job_id in (holder, *started):
+            if operator_api.get_job(job_id)["status"] not in ENDED:
+                operator_api.cancel_job(job_id)
+
+
+def _rows(page) -> list[str]:
+    return page.locator("table.jobs tbody tr[data-job-id]").evaluate_all("rows => rows.map(r => r.dataset.jobId)")
+
+
+def test_the_job_list_filters_by_keyword_and_group_and_reruns_a_row_from_its_current_stage(operator_api, browser_page, screenshots):
+    # Given two groups' projects, each with a job that failed at sign (build succeeded), one of
+    # them on a release branch whose name only it carries
+    first_group, second_group = (f"team-{secrets.token_hex(3)}" for _ in range(2))
+    stages = [{"name": "build", "run": "echo built"}, {"name": "sign", "run": "exit 1"}]
+    apps = _project(operator_api, stages, group=first_group)
+    tools = _project(operator_api, stages, group=second_group)
+    keyword = f"kw{secrets.token_hex(3)}"
+    tagged = operator_api.run_project(apps, {"ref": f"release/{keyword}", "commit": random_commit()})["job_id"]
+    plain = _run(operator_api, apps)
+    other = _run(operator_api, tools)
+    for job_id in (tagged, plain, other):
+        assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "failed"
+    with console_server(operator_api) as server:
+        _open(browser_page, server, "/")
+        # When the list is filtered by a keyword (part of the ref) and the group, it is the API's answer
+        browser_page.get_by_label("Keyword").fill(keyword.upper())
+        browser_page.get_by_label("Group").select_option(first_group)
+        with browser_page.expect_navigation():
+            browser_page.get_by_role("button", name="Filter").click()
+        assert _rows(browser_page) == [tagged]
+        assert f"q={keyword.upper()}" in browser_page.url and f"group={first_group}" in browser_page.url
+        # The group alone: its two jobs, newest first, none of the other group's
+        browser_page.get_by_label("Keyword").fill("")
+        with browser_page.expect_navigation():
+            browser_page.get_by_role("button", name="Filter").click()
+        assert _rows(browser_page) == [j["job_id"] for j in operator_api.list_jobs(group=first_group)["jobs"]]
+        assert sorted(_rows(browser_page)) == sorted([tagged, plain])
+        # A time range that ends before they were created: none (`until` of GET /jobs)
+        browser_page.get_by_label("Until (UTC)").fill("2020-01-01T00:00")
+        with browser_page.expect_navigation():
+            browser_page.get_by_role("button", name="Filter").click()
+        assert _rows(browser_page) == [] and "until=2020-01-01T00%3A00" in browser_page.url
+        browser_page.get_by_label("Until (UTC)").fill("")
+        with browser_page.expect_navigation():
+            browser_page.get_by_role("button", name="Filter").click()
+        _screenshot(browser_page, screenshots, "jobs")
+        # A row's buttons follow its state: a failed job cannot be approved or promoted, and says why
+        row = browser_page.locator(f"tr[data-job-id='{tagged}']")
+        approve = row.get_by_role("button", name="Approve", exact=True)
+        assert approve.is_disabled() and approve.get_attribute("title") == "only when the job is waiting at its gate (it is failed)"
+        assert row.get_by_role("button", name="Promote").get_attribute("title") == "only when the job is queued (it is failed)"
+        assert row.get_by_role("link", name="Details").get_attribute("href") == f"/jobs/{tagged}"
+        # And "Rerun from the current stage" starts a job from sign, the stage it stopped at
+        rerun = row.get_by_role("button", name="Rerun from the current stage")
+        assert rerun.get_attribute("data-from-stage") == "sign"
+        rerun.click()
+        browser_page.wait_for_url(re.compile(r"/jobs/(?!" + re.escape(tagged) + r")[^/?]+$"), timeout=30_000)
+    rerun_job = operator_api.get_job(browser_page.url.rsplit("/", 1)[-1])
+    assert (rerun_job["retry_of"], rerun_job["from_stage"]) == (tagged, "sign")
+    _wait_job(operator_api, rerun_job["job_id"], lambda job: job["status"] in ENDED)
+
+
+def _summary(page) -> dict[str, str]:
+    """The job page's summary as {term: value}."""
+    return page.locator(".summary dl").evaluate(
+        "dl => Object.fromEntries([...dl.querySelectorAll('dt')].map(dt => [dt.textContent.trim(), dt.nextElementSibling.textContent.trim()]))"
+    )
+
+
+def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queue_place(operator_api, browser_page):
+    # Given a job whose build uploaded a 5,000-byte artifact and whose deploy still runs, and a
+    # second job of the project queued behind it (project_running)
+    stages = [{"name": "build", "run": 'head -c 5000 /dev/zero > "$RELEVO_ARTIFACT_DIR/app.bin"; echo built'},
+              {"name": "deploy", "run": "echo deploying; sleep 60", "kill_grace_sec": 1}]
+    project_id = _project(operator_api, stages)
+    running = _run(operator_api, project_id)
+    _wait_job(operator_api, running, lambda job: job["current_stage"] == "deploy" and job["stages"][1]["status"] == "running")
+    queued = operator_api.run_project(project_id, {"ref": "main", "commit": random_commit(), "priority": 42})["job_id"]
+    try:
+        with console_server(operator_api) as server:
+            _open(browser_page, server, f"/jobs/{running}")
+            job = operator_api.get_job(running)
+            summary = _summary(browser_page)
+            assert summary["Agent"] == "console-mac"
+            assert summary["Trigger"] == f"api (api) by {job['trigger']['actor']}"
+            assert (summary["Current stage"], summary["Progress"]) == ("deploy", "1 of 2 stages")
+            assert summary["Created"] == job["created_at"] and summary["Started"] == job["stages"][0]["started_at"]
+            assert summary["Ended"] == "—" and re.fullmatch(r"\d+s \(running\)", summary["Duration"]), summary
+            build = browser_page.locator("tr[data-stage=build]")
+            assert build.locator("td.duration").inner_text().endswith("s")
+            assert build.locator("td.transfer").inner_text() == "1 file, 5,000 bytes uploaded"
+            artifact = browser_page.locator("table.artifacts tbody tr", has_text="app.bin")
+            assert artifact.locator("td.size").inner_text() == "5,000 bytes"
+            # The queued job: its place in the queue (the API's), why it waits, its priority
+            _open(browser_page, server, f"/jobs/{queued}")
+            place = next(j for j in operator_api.queue()["jobs"] if j["job_id"] == queued)
+            summary = _summary(browser_page)
+            assert summary["Agent"] == "not dispatched yet"
+            assert (summary["Queue position"], summary["Waiting"], summary["Priority"]) == (
+                str(place["queue_position"]), "project_running", "42")
+            assert summary["Started"] == "—"
+    finally:
+        for job_id in (running, queued):
+            if operator_api.get_job(job_id)["status"] not in ENDED:
+                operator_api.cancel_job(job_id)
+
+
+# Every button the issue names, by its accessible name (Download is a link: it is a download).
+NAMED_BUTTONS = ("Approve", "Reject", "Cancel job", "Rerun", "Rerun from this stage", "Promote", "Delete")
+
+
+def _focused_name(page) -> str:
+    return page.evaluate("() => { const el = document.activeElement; return el ? (el.getAttribute('aria-label') || el.textContent || '').trim() : ''; }")
+
+
+def test_approve_is_reached_and_pressed_with_the_keyboard_and_every_named_button_has_its_name(operator_api, browser_page):
+    project_id = _project(operator_api, [{"name": "build", "run": 'echo built > "$RELEVO_ARTIFACT_DIR/notes.txt"'},
+                                         {"name": "deploy", "run": "echo deployed"}], **GATED)
+    job_id = _run(operator_api, project_id)
+    _wait_job(operator_api, job_id, lambda job: job["status"] == "waiting")
+    # Streams cut every 1.5 s: each reconnect's first state event re-renders the panel
+    with console_server(operator_api, lifetime_sec=1.5) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        for name in NAMED_BUTTONS:
+            assert browser_page.get_by_role("button", name=name, exact=True).count() >= 1, name
+        assert browser_page.get_by_role("link", name="Download", exact=True).count() == 1
+        # Keyboard only: Tab to the reason and type it...
+        for _ in range(40):
+            browser_page.keyboard.press("Tab")
+            if browser_page.evaluate("() => document.activeElement && document.activeElement.id") == "action-reason":
+                break
+        else:
+            raise AssertionError("Tab never reached the reason field")
+        browser_page.keyboard.type("keyboard approval")
+        # ...while the panel is re-rendered: the reason and the keyboard's place stay
+        browser_page.wait_for_event("response", lambda response: response.url.endswith("/panel"), timeout=15_000)
+        browser_page.wait_for_timeout(200)
+        assert browser_page.evaluate("() => document.activeElement.id") == "action-reason"
+        # ...then Tab on to Approve and press Enter
+        reached: list[str] = []
+        for _ in range(10):
+            browser_page.keyboard.press("Tab")
+            reached.append(_focused_name(browser_page))
+            if reached[-1] == "Approve":
+                break
+        assert reached[-1] == "Approve", reached
+        browser_page.keyboard.press("Enter")
+        job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+    assert job["status"] == "succeeded", job
+    assert (job["approval_decision"]["decision"], job["approval_decision"]["reason"]) == ("approved", "keyboard approval")
+
+
+def test_a_masked_value_stays_masked_in_the_log_view_live_and_after_reload(operator_api, browser_page):
+    # Given a stage that prints the secret the agent masks, then keeps running a while (the agent
+    # holds back the last len(secret) - 1 characters it read, which may start a secret: the filler
+    # line releases the first)
+    filler = "-" * 64
+    project_id = _project(operator_api, [{"name": "build", "run": f'echo "token=${SECRET_VARIABLE}"; echo {filler}; sleep 8; echo "again ${SECRET_VARIABLE} done"'}],
+                          region_affinity=MASKING_REGION)
+    job_id = _run(operator_api, project_id)
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        # Live: the line arrives masked while the stage runs
+        browser_page.locator("#log-lines .line", has_text="token=").wait_for(timeout=60_000)
+        assert operator_api.get_job(job_id)["status"] == "running"
+        assert "token=******" in _lines(browser_page)
+        _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+        browser_page.locator("#connection", has_text="ended").wait_for(timeout=30_000)
+        assert _lines(browser_page) == ["token=******", filler, "again ****** done"]
+        assert SECRET_VALUE not in browser_page.content()
+        # After a reload (the log's tail read back through the API): still masked
+        browser_page.reload()
+        browser_page.locator("#connection", has_text="ended").wait_for(timeout=30_000)
+        assert _lines(browser_page) == ["token=******", filler, "again ****** done"]
+        assert SECRET_VALUE not in browser_page.content()
+
+
+def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_length(operator_api, browser_page, tmp_path: Path):
+    # Given a stage that leaves a directory (a nested one inside) and a file in its artifact dir
+    body = secrets.token_hex(2048)
+    make = ('mkdir -p "$RELEVO_ARTIFACT_DIR/App.app/Contents/MacOS"; '
+            f'printf %s {body} > "$RELEVO_ARTIFACT_DIR/App.app/Contents/MacOS/App"; '
+            'echo "<plist/>" > "$RELEVO_ARTIFACT_DIR/App.app/Contents/Info.plist"; echo notes > "$RELEVO_ARTIFACT_DIR/notes.txt"')
+    project_id = _project(operator_api, [{"name": "build", "run": make}])
+    job_id = _run(operator_api, project_id)
+    job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+    assert job["status"] == "succeeded", job
+    recorded = {a["name"]: a["sha256"] for a in job["artifacts"]}
+    assert sorted(recorded) == ["App.app/Contents/Info.plist", "App.app/Contents/MacOS/App", "notes.txt"]
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        row = browser_page.locator("table.artifacts tbody tr.directory", has_text="App.app/")
+        # When its Download is pressed, the browser saves one .tar.gz (a native download)
+        with browser_page.expect_download(timeout=30_000) as download:
+            row.get_by_role("link", name="Download").click()
+        assert download.value.suggested_filename == "App.app.tar.gz"
+        saved = tmp_path / "App.app.tar.gz"
+        download.value.save_as(saved)
+        # The console answers it with its length (and the same archive every time)
+        cookies = {c["name"]: c["value"] for c in browser_page.context.cookies(server.origin)}
+        answer = requests.get(server.origin + row.get_by_role("link", name="Download").get_attribute("href"), cookies=cookies, timeout=30)
+    assert answer.status_code == 200 and answer.headers["Content-Type"] == "application/gzip"
+    assert int(answer.headers["Content-Length"]) == len(answer.content) == saved.stat().st_size
+    assert hashlib.sha256(answer.content).hexdigest() == hashlib.sha256(saved.read_bytes()).hexdigest()
+    # Then the archive holds the directory's files, each with the sha256 the agent recorded
+    import tarfile
+
+    with tarfile.open(saved, "r:gz") as archive:
+        members = {m.name: hashlib.sha256(archive.extractfile(m).read()).hexdigest() for m in archive.getmembers() if m.isfile()}
+    assert members == {name: digest for name, digest in recorded.items() if name.startswith("App.app/")}
+    assert members["App.app/Contents/MacOS/App"] == hashlib.sha256(body.encode()).hexdigest()

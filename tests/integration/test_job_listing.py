@@ -12,8 +12,8 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
 from relevo_core.jobs.listing import list_jobs
 from relevo_core.models.requests import JobListQuery
-from tests.helpers.stack import receive_stage, register_project
-from tests.helpers.state_machine import claim_and_accept
+from tests.helpers.stack import receive_stage, register_project, wait_for_execution
+from tests.helpers.state_machine import agent_runs, claim_and_accept, start_job
 
 STAGES = [{"name": "build", "run": "true"}]
 
@@ -170,3 +170,15 @@ def test_bad_filters_are_refused_with_a_code(api, params):
         api.request("GET", "/jobs", params=params)
     assert refused.value.status == 422
     assert refused.value.body["error"] == "VALIDATION_FAILED"
+
+
+def test_agent_filter_finds_a_job_whose_failed_attempt_ran_on_the_agent(local_stack, api, project_id):
+    # attempts_log entries are written by job.asl.json as {attempt, agent, error, cause, at}
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], retry={"backoff_base_sec": 0})
+    first, _ = receive_stage(local_stack, job_id)
+    agent_runs(local_stack, first, succeed=False, agent_id=f"{project_id}-mac-a", error="Relevo.Transient.ExitCode")
+    second, _ = receive_stage(local_stack, job_id, timeout=20)
+    agent_runs(local_stack, second, agent_id=f"{project_id}-mac-b")
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    for agent in (f"{project_id}-mac-a", f"{project_id}-mac-b"):
+        assert [j["job_id"] for j in api.list_jobs(project=project_id, agent=agent)["jobs"]] == [job_id], agent

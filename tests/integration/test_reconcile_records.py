@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
@@ -41,6 +42,9 @@ def test_a_claim_returns_what_the_previous_attempt_left_and_reconciliation_is_fe
     assert (stage["status"], stage["outcome"], stage["receipt"]) == ("succeeded", "succeeded", {"exit_code": 0, "artifacts": {}})
     assert [(r["attempt"], r["decision"]) for r in stage["reconciliations"]] == [(2, "rerun")]
     assert stage["reconciled"]["evidence"] == {"probe_exit": 1}
+    # The job view (GET /jobs/{id}) shows every reconciliation with its evidence (the console's steps)
+    viewed = RelevoApi.for_stack(local_stack).get_job(job_id)["stages"][0]
+    assert [(r["attempt"], r["decision"], r["evidence"]) for r in viewed["reconciliations"]] == [(2, "rerun", {"probe_exit": 1})]
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
 
 

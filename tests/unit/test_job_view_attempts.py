@@ -42,3 +42,11 @@ def test_a_claimed_or_ended_attempt_is_shown_as_recorded():
     assert (failed["attempt"], failed["agent_id"], failed["exit_code"]) == (1, "mac-1", 75)
     first = _view({"status": "dispatched", "dispatched_attempt": 1})
     assert (first["attempt"], first["agent_id"]) == (None, None)
+
+
+def test_every_reconciliation_of_a_stage_is_in_the_view_with_its_evidence():
+    first = {"attempt": 2, "agent_id": "mac-2", "decision": "retry", "evidence": {"receipt": "none"}, "at": "2026-11-29T10:01:00+00:00"}
+    second = {"attempt": 3, "agent_id": "mac-1", "decision": "succeeded", "evidence": {"receipt": "found"}, "at": "2026-11-29T10:02:00+00:00"}
+    stage = _view({**FAILED_ATTEMPT, "status": "succeeded", "reconciled": second, "reconciliations": [first, second]})
+    assert stage["reconciliations"] == [first, second] and stage["reconciled"] == second
+    assert _view({**FAILED_ATTEMPT, "status": "failed"})["reconciliations"] == []

@@ -45,6 +45,9 @@ ACTIONS = (
     Action("delete", "Delete", Level.MANAGE, "DELETE /jobs/{job_id}", _when(ENDED, "ended")),
 )
 RERUN_FROM = Action("rerun", "Rerun from this stage", Level.MANAGE, "POST /jobs/{job_id}/rerun", _when(ENDED, "ended"), per_stage=True)
+# On the job list: a rerun from the stage the job stopped at (stopped_stage).
+RERUN_FROM_CURRENT = Action("rerun", "Rerun from the current stage", Level.MANAGE, "POST /jobs/{job_id}/rerun",
+                            _when(ENDED, "ended"), per_stage=True)
 # On the DLQ page: resume a dead-lettered job; lift the freeze of an idempotency key (manage on
 # its project, checked inside the route: relevo_core.recovery.key_freeze).
 REDRIVE = Action("redrive", "Redrive", Level.MANAGE, "POST /dlq/{job_id}/redrive", lambda entry: None)
@@ -77,6 +80,32 @@ def button_state(action: Action, job: dict[str, Any], caller: str, level: Level 
         have = level.value if level else "no grant"
         return f"{caller} has {have} on project {job['project']}; {action.label} needs {action.level.value}"
     return action.applies(job)
+
+
+def stopped_stage(job: dict[str, Any], plan: list[str]) -> tuple[str | None, str | None]:
+    """The stage an ended job stopped at, in the project's plan as a rerun reads it (a rerun is of
+    the project's current configuration): the one after its last successful stage, or the first
+    when none succeeded. (stage, None), or (None, why there is none)."""
+    last = job.get("last_successful_stage")
+    if last is None:
+        return (plan[0], None) if plan else (None, "the project has no stages")
+    if last not in plan:
+        return None, f"the project's plan no longer has stage {last}"
+    after = plan.index(last) + 1
+    if after == len(plan):
+        return None, "every stage succeeded: nothing after the last one"
+    return plan[after], None
+
+
+def row_buttons(job: dict[str, Any], caller: str, level: Level | None, plan: list[str]) -> list[dict[str, Any]]:
+    """The job list's buttons for one job: each action, and the rerun from its stopped stage."""
+    buttons = [{"action": a, "why_not": button_state(a, job, caller, level), "from_stage": None} for a in ACTIONS if a.name != "delete"]
+    why_not = button_state(RERUN_FROM_CURRENT, job, caller, level)
+    stage, none_because = stopped_stage(job, plan)
+    buttons.append({"action": RERUN_FROM_CURRENT, "why_not": why_not or none_because, "from_stage": stage})
+    delete = BY_NAME["delete"]
+    buttons.append({"action": delete, "why_not": button_state(delete, job, caller, level), "from_stage": None})
+    return buttons
 
 
 def api_call(api: RelevoApi, name: str, job_id: str, body: dict[str, Any]) -> Any:

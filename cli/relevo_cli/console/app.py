@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
+import tempfile
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,15 +24,18 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.background import BackgroundTask
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.console import actions, refs
+from relevo_cli.artifacts import ChecksumMismatch
+from relevo_cli.console import actions, archive, refs
 from relevo_cli.console.security import ConsoleSecrets, guarded
 from relevo_cli.console.stream import StreamSettings, job_events
+from relevo_cli.console.summary import format_duration, job_summary
 from relevo_core.models.requests import LOG_MAX_LIMIT
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +62,8 @@ class Console:
 
 
 templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+templates.filters["duration"] = format_duration
+templates.filters["thousands"] = lambda n: f"{int(n):,}"
 
 
 def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -73,23 +80,58 @@ def _error_page(exc: ApiError) -> HTMLResponse:
 
 
 def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
-    """The job, and for each button whether it is enabled (None) or why not."""
+    """The job, its summary's computed fields, and for each button whether it is enabled (None)
+    or why not."""
     caller = console.caller_arn()
     level = actions.caller_level(console.api, caller, job["project"])
     buttons = [(action, actions.button_state(action, job, caller, level)) for action in actions.ACTIONS]
     rerun_from = actions.button_state(actions.RERUN_FROM, job, caller, level)
+    queued = None
+    if job["status"] == "queued":
+        queued = next((entry for entry in console.api.queue()["jobs"] if entry["job_id"] == job["job_id"]), None)
     return {"job": job, "buttons": buttons, "rerun_from": rerun_from, "caller": caller,
-            "level": level.value if level else "no grant"}
+            "level": level.value if level else "no grant", "summary": job_summary(job, queued, datetime.now(timezone.utc)),
+            "directories": archive.artifact_directories(job.get("artifacts") or [])}
+
+
+def project_levels(console: Console, caller: str) -> Callable[[str], actions.Level | None]:
+    """The caller's level on a project, probed once per project a page shows."""
+    levels: dict[str, actions.Level | None] = {}
+
+    def level_on(project: str) -> actions.Level | None:
+        if project not in levels:
+            levels[project] = actions.caller_level(console.api, caller, project)
+        return levels[project]
+
+    return level_on
+
+
+# GET /jobs query parameters the job list's filters map to, one each.
+JOB_FILTERS = ("q", "project", "group", "agent", "status", "trigger", "since", "until")
+
+
+def job_list_context(console: Console, filters: dict[str, str | None]) -> dict[str, Any]:
+    """The jobs the API lists for these filters, each with its buttons' states, and the groups
+    and projects the filters offer."""
+    listed = console.api.list_jobs(**filters)
+    projects = console.api.list_projects()["projects"]
+    plans = {p["id"]: [stage["name"] for stage in p.get("stages") or []] for p in projects}
+    caller = console.caller_arn()
+    level_on = project_levels(console, caller)
+    rows = [{"job": job, "buttons": actions.row_buttons(job, caller, level_on(job["project"]), plans.get(job["project"], []))}
+            for job in listed["jobs"]]
+    return {"rows": rows, "truncated": listed["truncated"], "filters": filters,
+            "groups": sorted({p["group"] for p in projects if p.get("group")}), "projects": sorted(plans)}
 
 
 async def job_list(request: Request) -> Response:
     console: Console = request.app.state.console
-    filters = {name: request.query_params.get(name) or None for name in ("project", "status", "trigger", "agent")}
+    filters = {name: request.query_params.get(name) or None for name in JOB_FILTERS}
     try:
-        listed = await run_in_threadpool(console.api.list_jobs, **filters)
+        context = await run_in_threadpool(job_list_context, console, filters)
     except ApiError as exc:
         return _error_page(exc)
-    return _page("jobs.html", jobs=listed["jobs"], truncated=listed["truncated"], filters=filters)
+    return _page("jobs.html", **context)
 
 
 def _waited_sec(since: str | None, now: datetime) -> int | None:
@@ -101,12 +143,10 @@ def _waited_sec(since: str | None, now: datetime) -> int | None:
 def queue_context(console: Console, view: dict[str, Any], now: datetime) -> dict[str, Any]:
     """The queue as the API lists it, each job with its wait and its buttons' states."""
     caller = console.caller_arn()
-    levels: dict[str, Any] = {}
+    level_on = project_levels(console, caller)
     rows = []
     for job in view["jobs"]:
-        if job["project"] not in levels:
-            levels[job["project"]] = actions.caller_level(console.api, caller, job["project"])
-        level = levels[job["project"]]
+        level = level_on(job["project"])
         buttons = [(action, actions.button_state(action, job, caller, level))
                    for action in (actions.BY_NAME["promote"], actions.SET_PRIORITY, actions.BY_NAME["cancel"])]
         rows.append({"job": job, "waited_sec": _waited_sec(job.get("created_at"), now), "buttons": buttons})
@@ -174,22 +214,26 @@ async def fleet_page(request: Request) -> Response:
     return _page("fleet.html", regions=[(region, [a for a in agents if a["region"] == region]) for region in regions])
 
 
-def run_context(console: Console, selected: str | None) -> dict[str, Any]:
-    """The projects the caller may run (`operate`), and the selected one (the first by default)."""
+def run_context(console: Console, selected: str | None, group: str | None = None) -> dict[str, Any]:
+    """The projects the caller may run (`operate`), those of `group` when one is chosen, and the
+    selected one: the first left when the filter leaves the asked-for project out."""
     caller = console.caller_arn()
     runnable = []
-    for project in console.api.list_projects()["projects"]:
+    for project in sorted(console.api.list_projects()["projects"], key=lambda p: p["id"]):
         level = actions.caller_level(console.api, caller, project["id"])
         if level is not None and level.covers(actions.Level.OPERATE):
             runnable.append(project)
-    chosen = next((p for p in runnable if p["id"] == selected), runnable[0] if runnable else None)
-    return {"projects": runnable, "project": chosen}
+    groups = sorted({p["group"] for p in runnable if p.get("group")})
+    shown = [p for p in runnable if p.get("group") == group] if group else runnable
+    chosen = next((p for p in shown if p["id"] == selected), shown[0] if shown else None)
+    return {"projects": shown, "project": chosen, "groups": groups, "group": group, "runnable": bool(runnable)}
 
 
 async def run_page(request: Request) -> Response:
     console: Console = request.app.state.console
+    query = request.query_params
     try:
-        context = await run_in_threadpool(run_context, console, request.query_params.get("project"))
+        context = await run_in_threadpool(run_context, console, query.get("project"), query.get("group") or None)
     except ApiError as exc:
         return _error_page(exc)
     return _page("run.html", **context)
@@ -353,6 +397,28 @@ async def artifact_download(request: Request) -> Response:
     return RedirectResponse(link["url"], status_code=303)
 
 
+async def artifact_directory_download(request: Request) -> Response:
+    """A directory artifact as one .tar.gz, whole before it is sent (relevo_cli.console.archive)."""
+    console: Console = request.app.state.console
+    job_id, directory = request.path_params["job_id"], request.path_params["name"]
+    stage = request.query_params.get("stage") or ""
+    workdir = Path(tempfile.mkdtemp(prefix="relevo-console-"))
+    try:
+        job = await run_in_threadpool(console.api.get_job, job_id)
+        path = await run_in_threadpool(archive.directory_tarball, console.api, job, stage, directory, workdir)
+    except ApiError as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return _error_page(exc)
+    except archive.NoSuchDirectory as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return JSONResponse({"error": "ARTIFACT_NOT_FOUND", "message": str(exc)}, status_code=404)
+    except ChecksumMismatch as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return JSONResponse({"error": "CHECKSUM_MISMATCH", "message": str(exc)}, status_code=502)
+    return FileResponse(path, media_type="application/gzip", filename=path.name,
+                        background=BackgroundTask(shutil.rmtree, workdir, ignore_errors=True))
+
+
 def create_app(console: Console, console_secrets: ConsoleSecrets, port: int) -> ASGIApp:
     app = Starlette(
         routes=[
@@ -371,6 +437,7 @@ def create_app(console: Console, console_secrets: ConsoleSecrets, port: int) -> 
             Route("/jobs/{job_id}/logs", job_logs_before),
             Route("/jobs/{job_id}/actions/{action}", job_action, methods=["POST"]),
             Route("/jobs/{job_id}/artifacts/{name:path}", artifact_download),
+            Route("/jobs/{job_id}/directories/{name}.tar.gz", artifact_directory_download),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
     )

@@ -78,9 +78,29 @@
     gateNote.textContent = waitingStage ? "Waiting for approval before " + waitingStage + ": Approve or Reject above." : "";
   }
 
+  // A selector finding the same control in a freshly rendered panel.
+  function controlSelector(element) {
+    if (element.id) return "#" + CSS.escape(element.id);
+    if (!element.dataset.action) return null;
+    const stage = element.dataset.fromStage;
+    return "button[data-action=\"" + CSS.escape(element.dataset.action) + "\"]" +
+      (stage ? "[data-from-stage=\"" + CSS.escape(stage) + "\"]" : ":not([data-from-stage])");
+  }
+
+  // The panel follows the job's state; what the reader typed as a reason and the control the
+  // keyboard is on stay as they were (a state event comes with every reconnect, too).
   async function refreshPanel() {
     const response = await fetch("/jobs/" + encodeURIComponent(jobId) + "/panel", { credentials: "same-origin" });
-    if (response.ok) panel.innerHTML = await response.text();
+    if (!response.ok) return;
+    const html = await response.text();
+    const reason = document.getElementById("action-reason");
+    const typed = reason ? reason.value : "";
+    const focused = panel.contains(document.activeElement) ? controlSelector(document.activeElement) : null;
+    panel.innerHTML = html;
+    const again = document.getElementById("action-reason");
+    if (again) again.value = typed;
+    const control = focused ? panel.querySelector(focused) : null;
+    if (control) control.focus();
   }
 
   function connect() {

@@ -1,5 +1,6 @@
 // The run page: a project, a ref (listed live by the operator's own `git ls-remote`, or typed),
-// the stages as a prefix of the plan (no gaps), a priority; the answer is the job and its place.
+// a group filtering the projects, the stages as one range of the plan from a "From stage" on (no
+// gaps), a priority; the answer is the job and its place in the queue.
 "use strict";
 
 (function () {
@@ -9,15 +10,37 @@
   const boxes = Array.from(form.querySelectorAll("input[name=stage]"));
   const result = document.getElementById("run-result");
 
-  document.getElementById("run-project").addEventListener("change", function (event) {
-    window.location.assign("/run?project=" + encodeURIComponent(event.target.value));
-  });
+  const group = document.getElementById("run-group");
+  function reopen(projectId) {
+    const query = new URLSearchParams();
+    if (group.value) query.set("group", group.value);
+    if (projectId) query.set("project", projectId);
+    window.location.assign("/run?" + query.toString());
+  }
+  // A group the selected project is not in: the server selects the first project left.
+  group.addEventListener("change", function () { reopen(project); });
+  const picker = document.getElementById("run-project");
+  if (!picker) return;
+  picker.addEventListener("change", function (event) { reopen(event.target.value); });
 
-  // Ticking a stage ticks every earlier one; unticking one unticks every later one.
+  // The stages run are one contiguous range of the plan: from the "From stage" on, with no gaps.
+  // Stages before it are not run (a new job has no earlier job whose results it could reuse).
+  const fromStage = document.getElementById("run-from-stage");
+  function first() { return boxes.findIndex(function (box) { return box.value === fromStage.value; }); }
+  fromStage.addEventListener("change", function () {
+    const start = first();
+    boxes.forEach(function (box, at) {
+      box.disabled = at < start;
+      if (at < start) box.checked = false;
+    });
+    boxes[start].checked = true;
+  });
+  // Ticking a stage ticks every earlier one from the first; unticking one unticks every later one.
   boxes.forEach(function (box, index) {
     box.addEventListener("change", function () {
+      const start = first();
       boxes.forEach(function (other, at) {
-        if (box.checked && at < index) other.checked = true;
+        if (box.checked && at >= start && at < index) other.checked = true;
         if (!box.checked && at > index) other.checked = false;
       });
     });
@@ -43,7 +66,7 @@
   form.addEventListener("submit", async function (event) {
     event.preventDefault();
     const ticked = boxes.filter(function (box) { return box.checked; }).map(function (box) { return box.value; });
-    if (!ticked.length) { result.textContent = "Tick at least the first stage."; return; }
+    if (!ticked.length) { result.textContent = "Tick at least the from-stage."; return; }
     const body = { ref: document.getElementById("run-ref").value.trim() };
     if (ticked.length < boxes.length) body.stages = ticked;
     const priority = document.getElementById("run-priority").value;

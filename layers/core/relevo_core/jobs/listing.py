@@ -71,7 +71,8 @@ def _ran_on(table: str, job_id: str, agent: str) -> bool:
             continue
         if item.get("agent_id") == agent:
             return True
-        if any(entry.get("agent_id") == agent for entry in item.get("attempts_log", [])):
+        # job.asl.json logs a failed attempt's agent as `agent` (RecordAttemptFailure).
+        if any(entry.get("agent") == agent for entry in item.get("attempts_log", [])):
             return True
     return False
 

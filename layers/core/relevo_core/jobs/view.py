@@ -71,6 +71,8 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 # its evidence, and an operator's resolution of a manual review.
                 "outcome": found.get("outcome"),
                 "reconciled": found.get("reconciled"),
+                # Every reconciliation of the stage, oldest first (reconciled is the latest).
+                "reconciliations": found.get("reconciliations", []),
                 "resolution": found.get("resolution"),
             }
         )

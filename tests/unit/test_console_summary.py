@@ -1,0 +1,52 @@
+"""The job page's summary and steps (issue 18, point 4): what is computed from the job view (start,
+durations, bytes uploaded per stage) and how attempts and reconciliations are shown."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from relevo_cli.console.app import templates
+from relevo_cli.console.summary import format_duration, job_summary
+
+NOW = datetime(2026, 12, 1, 12, 0, 30, tzinfo=timezone.utc)
+
+
+def _stage(name: str, index: int, **fields):
+    return {"index": index, "name": name, "status": "pending", "attempts_log": [], "reconciled": None, "reconciliations": [],
+            "resolution": None, "retry_count": 0, **fields}
+
+
+JOB = {
+    "job_id": "j-1", "project": "app", "status": "running", "priority": 10, "ref": "main", "commit": None,
+    "trigger": {"type": "api", "source": "api", "actor": "arn:aws:iam::123456789012:user/ana"},
+    "created_at": "2026-12-01T11:59:00+00:00", "ended_at": None, "current_stage": "sign", "queue_reason": None,
+    "stages": [
+        _stage("build", 0, status="succeeded", agent_id="mac-1", attempt=2, started_at="2026-12-01T12:00:00+00:00",
+               ended_at="2026-12-01T12:00:12+00:00", retry_count=1,
+               attempts_log=[{"attempt": 1, "agent": "mac-2", "error": "Relevo.Transient.ExitCode", "cause": "exit 75",
+                              "at": "2026-12-01T11:59:50+00:00"}],
+               reconciliations=[{"attempt": 2, "agent_id": "mac-1", "decision": "rerun", "evidence": {"probe_exit": 1},
+                                 "at": "2026-12-01T11:59:59+00:00"}]),
+        _stage("sign", 1, status="running", agent_id="mac-1", attempt=1, started_at="2026-12-01T12:00:13+00:00"),
+    ],
+    "artifacts": [{"stage": "build", "name": "a.bin", "size": 1500, "sha256": "0" * 64},
+                  {"stage": "build", "name": "dir/b.txt", "size": 2, "sha256": "1" * 64}],
+}
+
+
+def test_the_summary_counts_from_the_first_stages_start_and_sums_each_stages_uploads():
+    summary = job_summary(JOB, None, NOW)
+    assert (summary["started_at"], summary["duration_sec"], summary["queue_position"]) == ("2026-12-01T12:00:00+00:00", 30, None)
+    assert summary["stage_sec"] == {"build": 12, "sign": 17}
+    assert summary["transfers"] == {"build": (2, 1502)}
+    assert job_summary({**JOB, "status": "queued", "stages": []}, {"queue_position": 3}, NOW)["queue_position"] == 3
+    assert [format_duration(s) for s in (None, 9, 125, 7322)] == ["—", "9s", "2m 5s", "2h 2m"]
+
+
+def test_the_steps_show_every_failed_attempt_and_reconciliation_with_its_evidence():
+    html = templates.get_template("job_panel.html").render(
+        job=JOB, buttons=[], rerun_from=None, caller="arn:x", level="manage", summary=job_summary(JOB, None, NOW))
+    assert "attempt 1 failed at 2026-12-01T11:59:50+00:00 on mac-2: Relevo.Transient.ExitCode (exit 75)" in html
+    assert "reconciled attempt 2 on mac-1 at 2026-12-01T11:59:59+00:00: rerun; evidence: probe_exit=1" in html
+    assert "2 files, 1,502 bytes uploaded" in html and "1 retry" in html
+    assert "api (api) by arn:aws:iam::123456789012:user/ana" in html
