@@ -56,13 +56,15 @@ AGENT_ID = "cost-double-1"
 TRANSITIONS_PER_STAGE_BUDGET = 4
 TRANSITIONS_PER_JOB_BUDGET = 6
 
-# us-east-1 list prices.
-SFN_PER_TRANSITION = 25 / 1e6
-DDB_PER_WRU = 0.625 / 1e6
-DDB_PER_RRU = 0.125 / 1e6
-SQS_PER_REQUEST = 0.40 / 1e6
-LAMBDA_PER_REQUEST = 0.20 / 1e6
-LAMBDA_PER_GB_S = 0.0000133334  # arm64
+# us-east-1 list prices: the same numbers price a job's cost in the API (GET /jobs/{id}/cost).
+from relevo_core.jobs.cost import (  # noqa: E402
+    DDB_PER_RRU,
+    DDB_PER_WRU,
+    LAMBDA_PER_GB_S,
+    LAMBDA_PER_REQUEST,
+    SFN_PER_TRANSITION,
+    SQS_PER_REQUEST,
+)
 WEBHOOK_MEMORY_GB = 512 / 1024
 MINUTES_PER_MONTH = 60 * 24 * 30
 IDLE_RECEIVES_PER_MIN = 3  # assumption: one agent long-polling with WaitTimeSeconds=20

@@ -80,6 +80,9 @@ class RelevoApi:
     def get_job(self, job_id: str) -> dict[str, Any]:
         return self.request("GET", f"/jobs/{job_id}")
 
+    def job_cost(self, job_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{job_id}/cost")
+
     def list_jobs(self, **filters: Any) -> dict[str, Any]:
         return self.request("GET", "/jobs", params={k: v for k, v in filters.items() if v is not None})
 

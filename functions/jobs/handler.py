@@ -1,13 +1,15 @@
-"""GET /jobs (filtered listing, queued jobs in run order; only projects the caller may view) and
-GET /jobs/{job_id} (a job, its stages and who wrote its last state; view) — IAM."""
+"""GET /jobs (filtered listing, queued jobs in run order; only projects the caller may view),
+GET /jobs/{job_id} (a job, its stages and who wrote its last state; view) and
+GET /jobs/{job_id}/cost (what its execution cost; view) — IAM."""
 
 from datetime import datetime, timezone
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-from relevo_core.config import access_settings, table_settings
+from relevo_core.config import access_settings, execution_settings, table_settings
 from relevo_core.http import caller_arn, json_response, register_error_handlers
+from relevo_core.jobs.cost import job_cost
 from relevo_core.jobs.listing import caller_jobs
 from relevo_core.models.requests import JobListQuery
 from relevo_core.jobs.view import show_job
@@ -29,6 +31,12 @@ def jobs():
 def get_job(job_id: str):
     correlate(job_id)
     return json_response(HTTPStatus.OK, show_job(table_settings().table_name, job_id, datetime.now(timezone.utc)))
+
+
+@app.get("/jobs/<job_id>/cost", middlewares=[requires(Level.VIEW)])
+def get_job_cost(job_id: str):
+    correlate(job_id)
+    return json_response(HTTPStatus.OK, job_cost(execution_settings().state_machine_arn, job_id))
 
 
 @lambda_entry()

@@ -490,6 +490,10 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
             assert (summary["Current stage"], summary["Progress"]) == ("deploy", "1 of 2 stages")
             assert summary["Created"] == job["created_at"] and summary["Started"] == job["stages"][0]["started_at"]
             assert summary["Ended"] == "—" and re.fullmatch(r"\d+s \(running\)", summary["Duration"]), summary
+            # The cost so far, as GET /jobs/{id}/cost counts it from the execution's history
+            cost = operator_api.job_cost(running)
+            assert re.fullmatch(r"\$\d+\.\d{6}: \d+ transitions, \d+ Lambda invocations, \d+ DynamoDB and \d+ SQS requests", summary["Cost"]), summary
+            assert cost["transitions"] > 0 and cost["sqs_requests"] >= 2  # both stages were dispatched
             build = browser_page.locator("tr[data-stage=build]")
             assert build.locator("td.duration").inner_text().endswith("s")
             assert build.locator("td.transfer").inner_text() == "1 file, 5,000 bytes uploaded"
@@ -503,6 +507,7 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
             assert (summary["Queue position"], summary["Waiting"], summary["Priority"]) == (
                 str(place["queue_position"]), "project_running", "42")
             assert summary["Started"] == "—"
+            assert summary["Cost"].startswith("$")  # queued behind the lock: its execution runs already
     finally:
         for job_id in (running, queued):
             if operator_api.get_job(job_id)["status"] not in ENDED:

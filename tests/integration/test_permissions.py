@@ -103,6 +103,7 @@ def _routes(project_id: str, job_id: str, doomed: str) -> list[tuple[str, str, A
         ("GET", f"/projects/{project_id}", None, "view"),
         ("GET", f"/projects/{project_id}/grants", None, "view"),
         ("GET", f"/jobs/{job_id}", None, "view"),
+        ("GET", f"/jobs/{job_id}/cost", None, "view"),
         ("GET", f"/dlq/{job_id}", None, "view"),
         ("GET", f"/jobs/{job_id}/logs?from_seq=0&limit=5", None, "view"),
         ("GET", f"/jobs/{job_id}/artifacts/app.ipa", None, "view"),

@@ -23,6 +23,7 @@ PLUMBING = {
     "stop_execution",
     "execution_arn",
     "execution_status",
+    "execution_history",
     "execution_input",
     "lock_wait",
     "work_queue_url",

@@ -89,7 +89,11 @@ def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
     queued = None
     if job["status"] == "queued":
         queued = next((entry for entry in console.api.queue()["jobs"] if entry["job_id"] == job["job_id"]), None)
-    return {"job": job, "buttons": buttons, "rerun_from": rerun_from, "caller": caller,
+    try:
+        cost: dict[str, Any] | None = console.api.job_cost(job["job_id"])
+    except ApiError as exc:  # a held job has no execution yet (409 JOB_NOT_STARTED)
+        cost = {"unavailable": str(exc)}
+    return {"job": job, "buttons": buttons, "rerun_from": rerun_from, "caller": caller, "cost": cost,
             "level": level.value if level else "no grant", "summary": job_summary(job, queued, datetime.now(timezone.utc)),
             "directories": archive.artifact_directories(job.get("artifacts") or [])}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterator
 
 from botocore.exceptions import ClientError
 
@@ -119,6 +119,19 @@ def start_job_execution(settings: IntakeSettings, envelope: JobEnvelope) -> None
 
 def execution_arn(state_machine_arn: str, name: str) -> str:
     return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
+
+
+def execution_history(state_machine_arn: str, name: str) -> Iterator[dict[str, Any]]:
+    """Every event of the execution's history, oldest first, without its inputs and outputs;
+    ExecutionDoesNotExist (a ClientError) when no execution has that name."""
+    stepfunctions = client("stepfunctions")
+    kwargs: dict[str, Any] = {"executionArn": execution_arn(state_machine_arn, name), "maxResults": 1000, "includeExecutionData": False}
+    while True:
+        page = stepfunctions.get_execution_history(**kwargs)
+        yield from page["events"]
+        if not page.get("nextToken"):
+            return
+        kwargs["nextToken"] = page["nextToken"]
 
 
 # DescribeExecution's answer for an execution that was never started.

@@ -40,6 +40,7 @@ class ErrorCode(str, Enum):
     # Promote and priority apply to queued jobs only; delete to ended jobs only.
     JOB_NOT_QUEUED = "JOB_NOT_QUEUED"
     JOB_NOT_ENDED = "JOB_NOT_ENDED"
+    JOB_NOT_STARTED = "JOB_NOT_STARTED"
     PRIORITY_OUT_OF_RANGE = "PRIORITY_OUT_OF_RANGE"
     QUERY_INVALID = "QUERY_INVALID"
     ARTIFACT_NOT_FOUND = "ARTIFACT_NOT_FOUND"
@@ -76,6 +77,8 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.KEY_NOT_FROZEN: HTTPStatus.NOT_FOUND,
     ErrorCode.JOB_NOT_QUEUED: HTTPStatus.CONFLICT,
     ErrorCode.JOB_NOT_ENDED: HTTPStatus.CONFLICT,
+    # A held job has no execution (yet) to count the cost of.
+    ErrorCode.JOB_NOT_STARTED: HTTPStatus.CONFLICT,
     # A promote past the highest priority there is (the queue's top already holds it).
     ErrorCode.PRIORITY_OUT_OF_RANGE: HTTPStatus.CONFLICT,
     # A query string a route cannot read (GET /jobs/{id}/logs: from_seq, before_seq, limit).
