@@ -35,6 +35,7 @@ RESERVED_WHEN_ON = {
     "ScheduleTriggerFunction": 10,
     "SweeperFunction": 1,
     "MetricsFunction": 2,
+    "StatusReporterFunction": 2,
 }
 
 
