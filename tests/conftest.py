@@ -80,3 +80,13 @@ def intake_settings(local_stack) -> "IntakeSettings":  # noqa: F821
         "Environment"
     ]["Variables"]
     return IntakeSettings.model_validate({name: str(value) for name, value in variables.items()})
+
+
+@pytest.fixture()
+def recorder() -> Iterator["Recorder"]:  # noqa: F821
+    """A local HTTP server standing in for GitHub, GitLab or Slack (tests/helpers/recorder.py)."""
+    from tests.helpers.recorder import Recorder
+
+    server = Recorder().start()
+    yield server
+    server.stop()

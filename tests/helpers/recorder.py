@@ -38,6 +38,7 @@ class Recorder:
         self._answers: list[Answer] = []
         self._lock = threading.Lock()
         self._hang_all = 0.0
+        self._routes: list[tuple[str, str, Answer]] = []
         self._stopping = threading.Event()
         recorder = self
 
@@ -45,7 +46,7 @@ class Recorder:
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
-                answer = recorder._next()
+                answer = recorder._next(self.command, self.path)
                 with recorder._lock:
                     recorder.requests.append(
                         Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time())
@@ -60,6 +61,8 @@ class Recorder:
                 self.send_header("Content-Length", str(len(answer.body)))
                 self.end_headers()
                 self.wfile.write(answer.body)
+
+            do_PATCH = do_POST  # noqa: N815
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -86,6 +89,11 @@ class Recorder:
         with self._lock:
             self._answers.extend(Answer(status, dict(headers or {}), body) for _ in range(times))
 
+    def route(self, method: str, path_part: str, status: int, body: Any) -> None:
+        """Every `method` request whose path holds `path_part` gets this answer (after any queued ones)."""
+        with self._lock:
+            self._routes.append((method, path_part, Answer(status, {}, json.dumps(body).encode())))
+
     def hang(self, seconds: float, times: int = 1) -> None:
         with self._lock:
             self._answers.extend(Answer(hang_sec=seconds) for _ in range(times))
@@ -93,10 +101,13 @@ class Recorder:
     def hang_always(self, seconds: float) -> None:
         self._hang_all = seconds
 
-    def _next(self) -> Answer:
+    def _next(self, method: str, path: str) -> Answer:
         with self._lock:
             if self._answers:
                 return self._answers.pop(0)
+            for routed_method, part, answer in self._routes:
+                if routed_method == method and part in path:
+                    return answer
         return Answer(hang_sec=self._hang_all) if self._hang_all else Answer()
 
     def received(self, path_part: str = "") -> list[Recorded]:

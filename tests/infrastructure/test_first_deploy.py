@@ -36,6 +36,7 @@ RESERVED_WHEN_ON = {
     "SweeperFunction": 1,
     "MetricsFunction": 2,
     "StatusReporterFunction": 2,
+    "GroupsFunction": 2,
 }
 
 

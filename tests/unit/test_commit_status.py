@@ -16,8 +16,8 @@ from tests.helpers.github_openapi import check_call
 
 MACHINE = "arn:aws:states:eu-west-1:123456789012:stateMachine:relevo-jobs"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-GITHUB = CommitStatusSettings(provider="github", token_ref="relevo/s/status/app")
-GITLAB = CommitStatusSettings(provider="gitlab", token_ref="relevo/s/status/app", api_url="https://gitlab.example.com/api/v4")
+GITHUB = CommitStatusSettings(provider="github", token_ref="relevo/s/_status/app")
+GITLAB = CommitStatusSettings(provider="gitlab", token_ref="relevo/s/_status/app", api_url="https://gitlab.example.com/api/v4")
 
 # GitLab, "Set the pipeline status of a commit" (docs.gitlab.com/api/commits/#set-the-pipeline-status-of-a-commit):
 # POST /projects/:id/statuses/:sha; id and sha and state required; state one of these; the others optional strings.

@@ -7,17 +7,8 @@ from __future__ import annotations
 
 import time
 
-import pytest
 
 from relevo_core.notify.sending import Clock, OutgoingRequest, SendPolicy, Urllib3Transport, send
-from tests.helpers.recorder import Recorder
-
-
-@pytest.fixture()
-def recorder():
-    server = Recorder().start()
-    yield server
-    server.stop()
 
 
 class FakeTime:

@@ -53,6 +53,7 @@ class SendResult:
     attempts: tuple[Attempt, ...]
     delivered: bool
     reason: str | None  # why it was given up
+    body: bytes = b""  # the delivered response's body (a created check run's id)
 
     @property
     def last(self) -> Attempt:
@@ -140,7 +141,7 @@ def send(request: OutgoingRequest, policy: SendPolicy, transport: Transport, clo
             status = response.status
             if 200 <= status < 300:
                 attempts.append(Attempt(number, status, _millis(began, clock.now()), None, clock.now()))
-                return SendResult(tuple(attempts), True, None)
+                return SendResult(tuple(attempts), True, None, bytes(response.data or b""))
             error = f"HTTP {status}"
             wait = _rate_limit_wait(response, clock.now())
             retryable = status >= 500 or status == 429 or wait is not None

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from relevo_core.execution import execution_arn
 from relevo_core.models.status import JobStatus
+from relevo_core.store.codec import from_attributes
 from relevo_core.store.keys import JOB_SK
 
 REJECTED = "Relevo.Approval.Rejected"
@@ -34,6 +35,9 @@ class JobTransition:
     stage: str | None  # the gated stage while waiting, the last good stage at the end
     error_name: str | None
     held_reason: str | None
+    # The approval gate the job was at before this transition (left it: approved, rejected, timed out).
+    gate: str | None = None
+    error_cause: str | None = None
 
     @property
     def ended_at_gate(self) -> bool:
@@ -53,6 +57,13 @@ class JobTransition:
             "stage": self.stage,
             "error_name": self.error_name,
         }
+
+
+def stream_images(record: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """A stream record's OLD and NEW images as plain values (DynamoDB JSON decoded)."""
+    change = record.get("dynamodb") or {}
+    old, new = change.get("OldImage"), change.get("NewImage")
+    return (from_attributes(old) if old else None), (from_attributes(new) if new else None)
 
 
 def _status(value: Any) -> JobStatus | None:
@@ -92,6 +103,8 @@ def job_transition(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Jo
         stage=stage or (old or {}).get("waiting_stage"),
         error_name=new.get("error_name"),
         held_reason=new.get("held_reason"),
+        gate=(old or {}).get("waiting_stage") if previous is JobStatus.WAITING else None,
+        error_cause=new.get("error_cause"),
     )
 
 

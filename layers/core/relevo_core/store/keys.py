@@ -156,8 +156,9 @@ GROUP_SK = "GROUP"
 GROUP_KIND = "group"
 
 
-def notice_pk(job_id: str) -> str:
-    return f"NOTICES#{job_id}"
+def notice_pk(subject: str) -> str:
+    # A job id, or what else a notice is about (a frozen key: key_frozen#<key>).
+    return f"NOTICES#{subject}"
 
 
 def notice_sk(target: str, transition: str) -> str:

@@ -19,14 +19,14 @@ from relevo_core.store.keys import SUPPRESSION_SK, key, notice_pk, notice_sk, su
 CLAIMED = "claimed"
 
 
-def claim_notice(table: str, job_id: str, target: str, transition: str, now: int, claim_sec: int, ttl: int) -> bool:
+def claim_notice(table: str, subject: str, target: str, transition: str, now: int, claim_sec: int, ttl: int) -> bool:
     """True when this caller is the one to send `transition` to `target` for the job."""
     try:
         client("dynamodb").put_item(
             TableName=table,
             Item=to_attributes(
                 {
-                    "pk": notice_pk(job_id),
+                    "pk": notice_pk(subject),
                     "sk": notice_sk(target, transition),
                     "state": CLAIMED,
                     "claimed_until": now + claim_sec,
@@ -44,18 +44,11 @@ def claim_notice(table: str, job_id: str, target: str, transition: str, now: int
     return True
 
 
-def notice_exists(table: str, job_id: str, target: str, transition: str) -> bool:
-    response = client("dynamodb").get_item(
-        TableName=table, Key=key(notice_pk(job_id), notice_sk(target, transition)), ConsistentRead=True
-    )
-    return "Item" in response
-
-
-def finish_notice(table: str, job_id: str, target: str, transition: str, outcome: str) -> None:
+def finish_notice(table: str, subject: str, target: str, transition: str, outcome: str) -> None:
     """The claim's end: `sent` or `dead_lettered`; either way it is never taken again."""
     client("dynamodb").update_item(
         TableName=table,
-        Key=key(notice_pk(job_id), notice_sk(target, transition)),
+        Key=key(notice_pk(subject), notice_sk(target, transition)),
         UpdateExpression="SET #state = :outcome REMOVE claimed_until",
         ExpressionAttributeNames={"#state": "state"},
         ExpressionAttributeValues={":outcome": {"S": outcome}},
@@ -76,3 +69,19 @@ def open_window(table: str, subject: str, now: int, window_sec: int) -> bool:
         ExpressionAttributeValues={":until": {"N": str(until)}, ":now": {"N": str(now)}},
     )
 
+
+
+CHECK_RUN_SK = "CHECK_RUN"
+
+
+def check_run_id(table: str, job_id: str) -> int | None:
+    """The GitHub check run a job's reports update (created by its first report)."""
+    item = client("dynamodb").get_item(TableName=table, Key=key(notice_pk(job_id), CHECK_RUN_SK), ConsistentRead=True).get("Item")
+    return int(item["check_run_id"]["N"]) if item else None
+
+
+def remember_check_run(table: str, job_id: str, run_id: int, ttl: int) -> None:
+    client("dynamodb").put_item(
+        TableName=table,
+        Item=to_attributes({"pk": notice_pk(job_id), "sk": CHECK_RUN_SK, "check_run_id": run_id, "ttl": ttl}),
+    )
