@@ -81,3 +81,14 @@ def test_a_project_file_carries_its_group_and_commit_status_to_the_api(tmp_path)
     loaded = load_project_file(path)
     assert (loaded.project.group, loaded.project.commit_status.provider, loaded.project.console_url) == ("ios", "gitlab", "https://relevo.example.com")
     assert loaded.document["group"] == "ios"  # what `relevo project apply` sends
+
+
+def test_the_demo_shows_the_recorded_slack_message_as_the_channel_would():
+    from relevo_cli.demo_scenarios import slack_text
+
+    [(notice, _)] = job_notices(job_transition(_job("running"), WAITING), "https://console/jobs/job_0000000000000000000000a")
+    shown = slack_text(slack_message(notice))
+    assert shown[0] == "# ios-app: deploy waits for approval"
+    assert "Project: ios-app" in shown[1] and "Stage: deploy" in shown[1] and "Actor: ana" in shown[1]
+    assert "`relevo approve job_0000000000000000000000a`" in shown
+    assert shown[-1] == "[Open the job] https://console/jobs/job_0000000000000000000000a"
