@@ -27,6 +27,8 @@ $(STAMP): $(LOCK) layers/core/pyproject.toml agent/pyproject.toml cli/pyproject.
 	# Precompiled bytecode: with PYTHONDONTWRITEBYTECODE set, every process would compile its imports.
 	$(BIN)/uv pip sync --quiet --compile-bytecode --python $(BIN)/python $(LOCK)
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e layers/core -e agent -e cli
+	# GitHub's REST description (npm @octokit/openapi, pinned with its integrity): the status tests check calls against it.
+	$(BIN)/python -m tests.helpers.github_openapi
 	@touch $(STAMP)
 
 $(SAM_STAMP): $(SAM_LOCK) $(STAMP)

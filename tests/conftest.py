@@ -46,7 +46,9 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalStack"]
     state_dir = tmp_path_factory.mktemp("stack")
     # No timers (the sweeper minute, project schedules): tests that need a sweep or a schedule
     # firing run it themselves with their own clock.
-    stack = LocalStack(state_dir=state_dir, parameters={"AdminPrincipals": TEST_ADMIN_ARN}, rule_schedules=False, project_schedules=False)
+    # Short timeouts for calls to GitHub and GitLab (a local recorder stands in for them).
+    parameters = {"AdminPrincipals": TEST_ADMIN_ARN, "StatusHttpTimeoutSeconds": "1", "StatusSendBudgetSeconds": "4"}
+    stack = LocalStack(state_dir=state_dir, parameters=parameters, rule_schedules=False, project_schedules=False)
     info = stack.start()
     # From here on the process calls the emulator as the stack's own IAM user.
     info.apply_to_environment()
@@ -78,3 +80,13 @@ def intake_settings(local_stack) -> "IntakeSettings":  # noqa: F821
         "Environment"
     ]["Variables"]
     return IntakeSettings.model_validate({name: str(value) for name, value in variables.items()})
+
+
+@pytest.fixture()
+def recorder() -> Iterator["Recorder"]:  # noqa: F821
+    """A local HTTP server standing in for GitHub, GitLab or Slack (tests/helpers/recorder.py)."""
+    from tests.helpers.recorder import Recorder
+
+    server = Recorder().start()
+    yield server
+    server.stop()

@@ -119,6 +119,18 @@ class RelevoApi:
     def unfreeze_key(self, idempotency_key: str) -> dict[str, Any]:
         return self.request("POST", f"/dlq/keys/{quote(idempotency_key, safe='')}/unfreeze", {})
 
+    def put_group(self, group: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("PUT", f"/groups/{group}", body)
+
+    def test_group(self, group: str) -> dict[str, Any]:
+        return self.request("POST", f"/groups/{group}/test", {})
+
+    def deliveries(self, project: str | None = None, failed: bool = False) -> dict[str, Any]:
+        params: dict[str, Any] = {"failed": "true"} if failed else {}
+        if project:
+            params["project"] = project
+        return self.request("GET", "/deliveries", params=params or None)
+
     def approve(self, job_id: str, reason: str | None = None) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/approve", {"reason": reason} if reason else {})
 

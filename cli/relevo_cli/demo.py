@@ -28,9 +28,9 @@ import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from rich.table import Table
 
@@ -50,10 +50,12 @@ from relevo_cli.demo_scenarios import (
     scenario_dlq,
     scenario_fleet,
     scenario_kill,
+    report_release_to,
     scenario_release,
     scenario_retry,
     seconds_between,
 )
+from relevo_cli.local.recorder import Recorder
 from relevo_cli.localrun import agent_process, local_stack, write_agent_config
 from relevo_cli.projects import apply_project_file
 
@@ -170,6 +172,15 @@ def keep_running(demo: Demo) -> None:
             pass
 
 
+@contextmanager
+def recording() -> Iterator[Recorder]:
+    forge = Recorder().start()
+    try:
+        yield forge
+    finally:
+        forge.stop()
+
+
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="relevo-demo-"))
     shared = work / "shared"
@@ -195,6 +206,8 @@ def main() -> int:
             say("setup", f"started {len(processes)} relevo-agent processes: {fleet}")
             demo = Demo(stack, stack_file, work, shared, processes)
 
+            # GitHub and Slack, played by a loopback recorder: what Relevo posts is shown from it.
+            forge = running.enter_context(recording())
             webhook_secret = secrets.token_urlsafe(24)
             os.environ["RELEVO_DEMO_WEBHOOK_SECRET"] = webhook_secret
             for path in sorted(PROJECTS.glob("*.yaml")):
@@ -202,11 +215,13 @@ def main() -> int:
                 gate = project["approval"]["before"] if project["approval"]["enabled"] else None
                 stages = " → ".join(("(approval) → " if s["name"] == gate else "") + s["name"] for s in project["stages"])
                 say("setup", f"project [bold]{project['id']}[/bold] ({project['region_affinity']}): {stages}")
+            report_release_to(demo, forge)
+            say("setup", f"release-app reports commit statuses and group release's Slack messages to {forge.url} (standing in for GitHub and Slack)")
 
             outcomes = guarded("two regions, two agents each", lambda: scenario_fleet(demo))
             # Independent projects: the scenarios run side by side.
             scenarios: list[tuple[str, Callable[[], ScenarioResult | list[ScenarioResult]]]] = [
-                ("signed webhook; 4 stages, approval gate", lambda: scenario_release(demo, webhook_secret)),
+                ("signed webhook; 4 stages, approval gate", lambda: scenario_release(demo, webhook_secret, forge)),
                 ("transient failure retried on another agent", lambda: scenario_retry(demo)),
                 ("non-retryable failure → DLQ → redriven", lambda: scenario_dlq(demo)),
                 ("agent SIGKILLed mid-stage, stage reconciled", lambda: scenario_kill(demo)),

@@ -21,9 +21,13 @@ import requests
 from rich.console import Console
 
 from relevo_cli.api import ApiError, RelevoApi
+from relevo_cli.local.recorder import Recorder
 from relevo_cli.localrun import random_commit
 from relevo_agent.stackfile import StackInfo
+from relevo_core.aws import client
+from relevo_core.models.group import Group
 from relevo_core.store import agents
+from relevo_core.store.groups import put_group
 from relevo_core.intake.webhooks.github import sign
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,7 +225,55 @@ def scenario_fleet(demo: Demo) -> ScenarioResult:
     return ScenarioResult("two regions, two agents each", True, evidence)
 
 
-def scenario_release(demo: Demo, secret: str) -> list[ScenarioResult]:
+def report_release_to(demo: Demo, forge: Recorder) -> None:
+    """release-app reports its commit statuses to `forge` (a loopback recorder standing in for
+    GitHub), and its group's Slack channel posts there too: tokens and the webhook URL in Secrets
+    Manager, as on AWS."""
+    stack, secretsmanager = demo.stack, client("secretsmanager")
+    token_ref = f"relevo/{stack.stack_name}/_status/release-app"
+    hook_ref = f"relevo/{stack.stack_name}/_notify/release/slack"
+    secretsmanager.create_secret(Name=token_ref, SecretString="demo-token-" + secrets.token_hex(8))
+    secretsmanager.create_secret(Name=hook_ref, SecretString=f"{forge.url}/services/DEMO/RELEASE/{secrets.token_hex(6)}")
+    # Groups are the stack admins' (PUT /groups); the demo's stack names none, so the group is
+    # stored as `relevo group apply` stores it.
+    group = Group.model_validate({"name": "release", "channels": [{"kind": "slack", "webhook_secret_ref": hook_ref}],
+                                  "events": ["job_waiting", "job_failed", "job_succeeded"]})
+    put_group(stack.table_name, group, "demo", datetime.now(timezone.utc))
+    project = demo.api.get_project("release-app")
+    project.update(group="release", commit_status={"provider": "github", "token_ref": token_ref, "api_url": forge.url})
+    demo.api.put_project("release-app", project)
+
+
+def slack_text(message: dict[str, Any]) -> list[str]:
+    """A recorded Slack message as the channel shows it, roughly: header, facts, command, link."""
+    shown = []
+    for block in message.get("blocks", []):
+        kind = block.get("type")
+        if kind == "header":
+            shown.append(f"# {block['text']['text']}")
+        elif kind == "section" and "fields" in block:
+            shown.append("  ".join(f["text"].replace("*", "").replace("\n", ": ") for f in block["fields"]))
+        elif kind == "section":
+            shown.append(block["text"]["text"].replace("*", ""))
+        elif kind == "actions":
+            shown += [f"[{e['text']['text']}] {e.get('url', '')}" for e in block["elements"]]
+    return shown
+
+
+def forge_evidence(forge: Recorder, commit: str) -> ScenarioResult:
+    statuses = [r.json() for r in forge.received(f"/statuses/{commit}")]
+    slack = [r.json() for r in forge.received("/services/DEMO/RELEASE/")]
+    states = [f"{s['state']}: {s['description']}" for s in statuses]
+    ok = bool(statuses) and statuses[-1]["state"] == "success" and any("waiting for approval" in s["description"] for s in statuses)
+    ok = ok and any(m["text"].endswith("waits for approval") for m in slack)
+    evidence = [f"commit status relevo/release-app → {state}" for state in states]
+    waiting = next((m for m in slack if m["text"].endswith("waits for approval")), None)
+    if waiting:
+        evidence += ["Slack message, as posted:"] + [f"  {line}" for line in slack_text(waiting)]
+    return ScenarioResult("commit statuses and the Slack message (recorded)", ok, evidence or ["nothing was sent"])
+
+
+def scenario_release(demo: Demo, secret: str, forge: Recorder | None = None) -> list[ScenarioResult]:
     """A signed push, its redelivery answered as a duplicate, four stages gated before deploy."""
     tag = "release"
     commit = random_commit()
@@ -271,7 +323,13 @@ def scenario_release(demo: Demo, secret: str) -> list[ScenarioResult]:
         ]
     except Exception as exc:  # noqa: BLE001 - reported as the gate's ✗ row
         gate.evidence = [f"{type(exc).__name__}: {exc}"]
-    return [webhook, gate]
+    if forge is None:
+        return [webhook, gate]
+    # The reporter reads the table's stream: its last report trails the job by a moment.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(r.json().get("state") == "success" for r in forge.received(f"/statuses/{commit}")):
+        time.sleep(0.5)
+    return [webhook, gate, forge_evidence(forge, commit)]
 
 
 def scenario_retry(demo: Demo) -> ScenarioResult:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from relevo_cli.cli_errors import RelevoGroup, set_debug
-from relevo_cli.commands import agents, artifacts, console, dlq, drill, jobs, local, projects, queue, stack
+from relevo_cli.commands import agents, artifacts, console, dlq, drill, groups, jobs, local, projects, queue, stack
 
 app = typer.Typer(cls=RelevoGroup, no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
 
@@ -36,6 +36,7 @@ COMMANDS = (
     ("logs", jobs.logs),
     ("drill", drill.drill_command),
     ("console", console.console_command),
+    ("deliveries", groups.deliveries),
 )
 SUB_APPS = (
     ("local", local.local_app),
@@ -45,6 +46,7 @@ SUB_APPS = (
     ("stack", stack.stack_app),
     ("aws", stack.aws_app),
     ("artifacts", artifacts.artifacts_app),
+    ("group", groups.group_app),
 )
 for name, command in COMMANDS:
     app.command(name)(command)

@@ -68,9 +68,9 @@ def _locator(root: yaml.Node | None) -> Locator:
     return locate
 
 
-def parse(path: Path) -> tuple[Any, Locator]:
+def parse(path: Path, what: str = "project file") -> tuple[Any, Locator]:
     """The YAML document of `path` and a locator for its values; a syntax error names its line."""
-    text = read_text(path, "project file")
+    text = read_text(path, what)
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()

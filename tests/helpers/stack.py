@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import secrets
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -249,3 +250,24 @@ def job_record(stack, job_id) -> dict:
 
 def lock_record(stack, project_id) -> dict:
     return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"LOCK#{project_id}")}["LOCK"]
+
+
+@contextmanager
+def stream_captured(stack: StackInfo) -> Iterator[list[dict[str, Any]]]:
+    """Every batch the table's stream delivers while the block runs, as Lambda would get it (a
+    poller of the test's own, beside the stack's)."""
+    from relevo_cli.local.streams import StreamPoller
+
+    table = client("dynamodb").describe_table(TableName=stack.table_name)["Table"]
+    batches: list[dict[str, Any]] = []
+    poller = StreamPoller(client("dynamodbstreams"), table["LatestStreamArn"], 100, batches.append, "test")
+    stopping = threading.Event()
+    poller.start(stopping, interval_sec=0.2)
+    try:
+        yield batches
+    finally:
+        stopping.set()
+
+
+def job_stream_records(batches: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
+    return [r for b in batches for r in b["Records"] if r["dynamodb"]["Keys"]["pk"]["S"] == f"JOB#{job_id}"]

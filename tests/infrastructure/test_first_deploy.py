@@ -35,6 +35,8 @@ RESERVED_WHEN_ON = {
     "ScheduleTriggerFunction": 10,
     "SweeperFunction": 1,
     "MetricsFunction": 2,
+    "StatusReporterFunction": 2,
+    "GroupsFunction": 2,
 }
 
 

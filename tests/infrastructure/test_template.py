@@ -23,6 +23,9 @@ WILDCARD_RESOURCE_SIDS = {
     ("JobStateMachine", "DeliverExecutionLogs"): "logs:",  # CloudWatch Logs log-delivery actions
     ("JobStateMachine", "Tracing"): "xray:",  # X-Ray actions
     ("TriggersFunction", "AnswerApprovalGates"): "states:SendTask",  # callback answers
+    # An email subscription's filter policy and its removal: these take no resource-level
+    # permission (Service Authorization Reference, Amazon SNS).
+    ("GroupsFunction", "ChangeGroupEmailSubscriptions"): ("sns:GetSubscriptionAttributes", "sns:SetSubscriptionAttributes", "sns:Unsubscribe"),
 }
 # The same for any owner: waking the head of a project's line answers a task token, and
 # states:SendTaskSuccess takes no resource-level permission (Service Authorization Reference).

@@ -3,14 +3,20 @@ functions/metrics/handler.py run on the records a real job's execution wrote."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
-from relevo_cli.local.streams import StreamPoller
-from relevo_core.aws import client
-from tests.helpers.stack import LambdaContext, emf_values, load_handler, metrics_printed, receive_stage, wait_for_execution
+from tests.helpers.stack import (
+    LambdaContext,
+    emf_values,
+    job_stream_records,
+    load_handler,
+    metrics_printed,
+    receive_stage,
+    stream_captured,
+    wait_for_execution,
+)
 from tests.helpers.state_machine import agent_runs, start_job
 
 
@@ -21,12 +27,7 @@ def metrics_handler(monkeypatch):
 
 
 def test_a_finished_job_stream_becomes_outcome_latency_and_retry_metrics(local_stack, project_id, metrics_handler, capsys):
-    table = client("dynamodb").describe_table(TableName=local_stack.table_name)["Table"]
-    batches: list[dict] = []
-    poller = StreamPoller(client("dynamodbstreams"), table["LatestStreamArn"], 100, batches.append, "test")
-    stopping = threading.Event()
-    poller.start(stopping, interval_sec=0.2)
-    try:
+    with stream_captured(local_stack) as batches:
         job_id = start_job(local_stack, project_id)
         for _ in ("build", "sign"):
             task, _ = receive_stage(local_stack, job_id)
@@ -34,7 +35,7 @@ def test_a_finished_job_stream_becomes_outcome_latency_and_retry_metrics(local_s
         assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
         def ours() -> list[dict]:
-            return [r for b in batches for r in b["Records"] if r["dynamodb"]["Keys"]["pk"]["S"] == f"JOB#{job_id}"]
+            return job_stream_records(batches, job_id)
 
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not any(
@@ -43,8 +44,6 @@ def test_a_finished_job_stream_becomes_outcome_latency_and_retry_metrics(local_s
             for r in ours()
         ):
             time.sleep(0.2)
-    finally:
-        stopping.set()
 
     records = ours()
     assert records, "the stream delivered none of the job's records"

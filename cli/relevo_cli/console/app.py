@@ -33,6 +33,7 @@ from starlette.types import ASGIApp
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.artifacts import ChecksumMismatch
 from relevo_cli.console import actions, archive, refs
+from relevo_cli.console.deliveries import deliveries_page
 from relevo_cli.console.security import ConsoleSecrets, guarded
 from relevo_cli.console.stream import StreamSettings, job_events
 from relevo_cli.console.summary import format_duration, job_summary
@@ -433,6 +434,7 @@ def create_app(console: Console, console_secrets: ConsoleSecrets, port: int) -> 
             Route("/dlq/keys/{key:path}/unfreeze", dlq_action, methods=["POST"]),
             Route("/dlq/{job_id}/redrive", dlq_action, methods=["POST"]),
             Route("/fleet", fleet_page),
+            Route("/deliveries", deliveries_page),
             Route("/projects/{project_id}/refs", project_refs),
             Route("/projects/{project_id}/run", run_submit, methods=["POST"]),
             Route("/jobs/{job_id}", job_detail),

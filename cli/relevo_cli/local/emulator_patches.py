@@ -256,10 +256,26 @@ def back_up_only_touched_items_in_transactions() -> None:
                 (DynamoType(hash_value), DynamoType(range_value) if range_value is not None else None)
             )
         _TRANSACTION_KEYS.by_table = by_table
+        # moto 5.2.5 rolls a cancelled transaction back by putting the backup Table in place, its
+        # stream shard a new object: readers holding an iterator of the live shard (the stack's
+        # stream pollers) then read a shard nothing writes to any more, and the records the
+        # failed transaction appended stay in it. DynamoDB writes nothing for a cancelled
+        # transaction, to the table or its stream; so the live shard is kept, cut back to its
+        # length before the transaction.
+        shards = {
+            name: (table.stream_shard, len(table.stream_shard.items))
+            for name in by_table
+            if (table := self.tables.get(name)) is not None and getattr(table, "stream_shard", None) is not None
+        }
         try:
             return original(self, transact_items)
         finally:
             _TRANSACTION_KEYS.by_table = None
+            for name, (shard, length) in shards.items():
+                restored = self.tables.get(name)
+                if restored is not None and restored.stream_shard is not shard:
+                    del shard.items[length:]
+                    shard.table, restored.stream_shard = restored, shard
 
     dynamodb_models.copy = SimpleNamespace(deepcopy=deepcopy, copy=real_copy.copy)
     dynamodb_models.DynamoDBBackend.transact_write_items = transact_write_items

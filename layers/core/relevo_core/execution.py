@@ -186,3 +186,9 @@ def fail_task(token: str, error: str, cause: str) -> None:
         if exc.response["Error"]["Code"] in _TASK_GONE:
             raise TaskGone(exc.response["Error"]["Code"]) from exc
         raise
+
+
+def send_report_dead_letter(queue_url: str, message: dict[str, Any]) -> None:
+    """A status or notification the reporter could not deliver, onto its own dead-letter queue
+    (StatusDeadLetterQueue): the event, the request less its headers, each attempt's failure."""
+    client("sqs").send_message(QueueUrl=queue_url, MessageBody=json.dumps(message))

@@ -76,6 +76,59 @@ class WebhookSecrets(BaseModel):
     )
 
 
+class GitHubAppSettings(BaseModel):
+    """A GitHub App the status reporter acts as: Check Runs instead of commit statuses."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    app_id: int = Field(ge=1, description="The App's id (its settings page, About).")
+    installation_id: int = Field(ge=1, description="Its installation on the repository's account (the installation's URL ends in it).")
+    private_key_ref: str = Field(
+        min_length=1, max_length=512, pattern=r"^relevo/[A-Za-z0-9-]+/_status/[A-Za-z0-9/_+=.@-]+$",
+        description="Secrets Manager name of the App's private key (PEM), under relevo/<stack>/_status/.",
+    )
+
+
+class CommitStatusSettings(BaseModel):
+    """Where a project's jobs report their status back to the commit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: Literal["github", "gitlab"] = Field(
+        description="github: a commit status (context relevo/<project>); gitlab: a commit status through GitLab's API."
+    )
+    token_ref: str | None = Field(
+        default=None, min_length=1, max_length=512, pattern=r"^relevo/[A-Za-z0-9-]+/_status/[A-Za-z0-9/_+=.@-]+$",
+        description="Secrets Manager name of the token (GitHub: a token with commit statuses write; GitLab: a project "
+        "access token with the api scope), under relevo/<stack>/_status/ (no project id starts with _): the reporter may read nothing else.",
+    )
+    api_url: str | None = Field(
+        default=None, max_length=512, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="The API's base URL; default https://api.github.com (GitHub) or https://gitlab.com/api/v4 (GitLab). "
+        "Set it for GitHub Enterprise Server or a self-managed GitLab.",
+    )
+    gitlab_project: str | None = Field(
+        default=None, max_length=256,
+        description="GitLab only: the project's numeric id or its path; default: the project's repo.",
+    )
+
+    app: GitHubAppSettings | None = Field(
+        default=None, description="GitHub only, instead of token_ref: report as this GitHub App, with Check Runs (a summary per stage)."
+    )
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> "CommitStatusSettings":
+        if self.provider == "gitlab" and (self.app is not None or self.token_ref is None):
+            raise ValueError("gitlab reports with a project access token: token_ref, and no app")
+        if self.provider == "github" and (self.app is None) == (self.token_ref is None):
+            raise ValueError("github reports with either a token (token_ref) or an App (app), exactly one of them")
+        return self
+
+    def base_url(self) -> str:
+        default = "https://api.github.com" if self.provider == "github" else "https://gitlab.com/api/v4"
+        return (self.api_url or default).rstrip("/")
+
+
 _RATE = re.compile(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)")
 # cron(minutes hours day-of-month month day-of-week year), EventBridge's six-field form.
 _CRON = re.compile(r"cron\(([^()\s]+(?: [^()\s]+){5})\)")
@@ -241,6 +294,14 @@ class Project(RunPlanMixin):
     )
     schedules: tuple[ProjectSchedule, ...] = Field(
         default=(), max_length=32, description="Timers that run the project (EventBridge Scheduler entries, kept by `relevo project apply`)."
+    )
+    commit_status: CommitStatusSettings | None = Field(
+        default=None, description="Report each job's status back to its commit (jobs that name a commit only)."
+    )
+    console_url: str | None = Field(
+        default=None, max_length=512, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="Where `relevo console` is served for the team: links in statuses and messages point at "
+        "<console_url>/jobs/<id> instead of the execution in the Step Functions console.",
     )
     fork_pull_requests: ForkPolicy = Field(
         default=ForkPolicy.HOLD,

@@ -149,3 +149,12 @@ class LogQuery(BaseModel):
         if self.from_seq is not None and self.before_seq is not None:
             raise ValueError("give from_seq (page forward) or before_seq (page back), not both")
         return self
+
+
+class DeliveryListQuery(BaseModel):
+    """Query string of `GET /deliveries`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    project: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    failed: bool = False

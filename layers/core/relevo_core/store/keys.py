@@ -144,3 +144,36 @@ def artifact_pk(job_id: str) -> str:
 
 def artifact_sk(stage: str, path: str) -> str:
     return f"{stage}#{path}"
+
+
+# Once-per-transition markers of the status reporter and notifier (store.notices): one item per
+# job and target/transition, so a redelivered stream record finds its marker and sends nothing.
+NOTICE_SK_PREFIX = "NOTICE#"
+# "Only on change" windows (e.g. agents_offline per region and group) live in their own partition.
+SUPPRESSION_SK = "SUPPRESS"
+# Delivery records (store.deliveries): outgoing statuses and notifications and incoming webhook
+# deliveries, newest last under their project's partition.
+DELIVERY_LOG_SK_PREFIX = "AT#"
+GROUP_SK = "GROUP"
+GROUP_KIND = "group"
+
+
+def notice_pk(subject: str) -> str:
+    # A job id, or what else a notice is about (a frozen key: key_frozen#<key>).
+    return f"NOTICES#{subject}"
+
+
+def notice_sk(target: str, transition: str) -> str:
+    return f"{NOTICE_SK_PREFIX}{target}#{transition}"
+
+
+def suppression_pk(subject: str) -> str:
+    return f"SUPPRESS#{subject}"
+
+
+def delivery_log_pk(project_id: str) -> str:
+    return f"DELIVERIES#{project_id}"
+
+
+def group_pk(group: str) -> str:
+    return f"GROUP#{group}"

@@ -18,6 +18,7 @@ from relevo_core.models.project import ForkPolicy, Project
 from relevo_core.models.status import HeldReason
 from relevo_core.intake.webhooks import github, gitlab
 from relevo_core.intake.webhooks.events import GitTrigger, Ignored, Pong
+from relevo_core.intake.webhooks.records import record_incoming
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -109,7 +110,10 @@ def receive_github(
     def parse(lower: dict[str, str], payload: dict[str, Any]) -> GitTrigger | Ignored | Pong:
         return github.parse_github(lower.get(github.EVENT_HEADER, ""), lower.get(github.DELIVERY_HEADER), payload)
 
-    return _receive(settings, project_id, headers, raw_body, verify, parse)
+    return record_incoming(
+        settings.table_name, settings.delivery_record_days, "github", project_id, headers, github.EVENT_HEADER,
+        github.DELIVERY_HEADER, lambda: _receive(settings, project_id, headers, raw_body, verify, parse),
+    )
 
 
 def receive_gitlab(
@@ -122,4 +126,7 @@ def receive_gitlab(
     def parse(lower: dict[str, str], payload: dict[str, Any]) -> GitTrigger | Ignored | Pong:
         return gitlab.parse_gitlab(lower.get(gitlab.EVENT_HEADER, ""), lower.get(gitlab.DELIVERY_HEADER), payload)
 
-    return _receive(settings, project_id, headers, raw_body, verify, parse)
+    return record_incoming(
+        settings.table_name, settings.delivery_record_days, "gitlab", project_id, headers, gitlab.EVENT_HEADER,
+        gitlab.DELIVERY_HEADER, lambda: _receive(settings, project_id, headers, raw_body, verify, parse),
+    )

@@ -1,0 +1,36 @@
+"""Table change stream → commit statuses (GitHub, GitLab) and group notifications (Slack, email),
+once per transition. Partial batch failures are reported per record; a remote service's failure
+is dead-lettered, never raised."""
+
+from __future__ import annotations
+
+import time
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+
+from relevo_core.notify.reporter import Reporter, reporter_from_environment
+from relevo_core.notify.transitions import stream_images
+from relevo_core.observability import lambda_entry
+
+# Stop starting deliveries this long before the function's timeout: what is left is dead-lettered.
+_DEADLINE_MARGIN_SEC = 5.0
+
+processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+_reporter: Reporter | None = None
+_deadline = 0.0
+
+
+def record_handler(record: DynamoDBRecord) -> None:
+    global _reporter
+    if _reporter is None:
+        _reporter = reporter_from_environment()
+    old, new = stream_images(record.raw_event)
+    _reporter.report_change(old, new, _deadline)
+
+
+@lambda_entry(correlation_id_path=None)
+def lambda_handler(event, context):
+    global _deadline
+    _deadline = time.time() + context.get_remaining_time_in_millis() / 1000 - _DEADLINE_MARGIN_SEC
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -1,0 +1,142 @@
+"""`relevo group apply` and `relevo group test`: a group's definition, its email subscriptions,
+and one test message per channel.
+
+Email addresses are subscriptions of the one group topic, each with a filter policy on the
+`group` message attribute ("Amazon SNS message filtering"). SNS keeps one subscription per
+endpoint and topic, and refuses a second Subscribe of it with other attributes ("Subscription
+already exists with different attributes"), so an address in two groups is one subscription whose
+policy lists both: applying a group rewrites the policy of each address it gains or loses.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from relevo_core.aws import client
+from relevo_core.config.notify import GroupApiSettings
+from relevo_core.models.delivery import DeliveryRecord, Direction, Outcome
+from relevo_core.models.envelope import validation_error
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.group import Group, GroupEvent
+from relevo_core.notify.messages import Notice, email_message, slack_message
+from relevo_core.notify.sending import Clock, OutgoingRequest, SendPolicy, Transport, send
+from relevo_core.projects.permissions import is_admin
+from relevo_core.store.deliveries import record_delivery
+from relevo_core.store.groups import get_group, put_group
+
+DAY = 86_400
+
+
+def _require_admin(settings: GroupApiSettings, caller: str) -> None:
+    # A group's channels hear every project in it: defining them is the stack admins' call.
+    if not is_admin(settings, caller):
+        raise RelevoError(ErrorCode.FORBIDDEN, f"{caller} is not an admin of this stack (AdminPrincipals); groups are theirs to define")
+
+
+def apply_group(settings: GroupApiSettings, name: str, body: Any, caller: str) -> dict[str, Any]:
+    _require_admin(settings, caller)
+    if not isinstance(body, dict):
+        raise RelevoError(ErrorCode.VALIDATION_FAILED, "(root): a group is a JSON object")
+    try:
+        group = Group.model_validate({**body, "name": body.get("name", name)})
+    except ValidationError as exc:
+        raise validation_error(exc) from exc
+    if group.name != name:
+        raise RelevoError(ErrorCode.VALIDATION_FAILED, f"name: the body names {group.name!r}, the path {name!r}")
+    subscriptions = sync_email_subscriptions(settings.group_topic_arn, group)
+    put_group(settings.table_name, group, caller, datetime.now(timezone.utc))
+    return {"group": group.model_dump(mode="json"), "email_subscriptions": subscriptions}
+
+
+def show_group(settings: GroupApiSettings, name: str, caller: str) -> Group:
+    _require_admin(settings, caller)
+    return get_group(settings.table_name, name)
+
+
+def _email_subscriptions(topic_arn: str) -> dict[str, tuple[str, list[str]]]:
+    """address → (subscription ARN, groups of its filter policy); pending ones are left out (SNS
+    takes no attribute change for them)."""
+    sns = client("sns")
+    found: dict[str, tuple[str, list[str]]] = {}
+    kwargs: dict[str, Any] = {"TopicArn": topic_arn}
+    while True:
+        page = sns.list_subscriptions_by_topic(**kwargs)
+        for sub in page.get("Subscriptions", []):
+            arn = sub.get("SubscriptionArn", "")
+            if sub.get("Protocol") != "email" or not arn.startswith("arn:"):
+                continue
+            policy = sns.get_subscription_attributes(SubscriptionArn=arn)["Attributes"].get("FilterPolicy") or "{}"
+            found[sub["Endpoint"].lower()] = (arn, list(json.loads(policy).get("group", [])))
+        if not page.get("NextToken"):
+            return found
+        kwargs["NextToken"] = page["NextToken"]
+
+
+def sync_email_subscriptions(topic_arn: str, group: Group) -> dict[str, list[str]]:
+    sns = client("sns")
+    wanted = {a.lower() for c in group.channels if c.kind == "email" for a in c.addresses or ()}
+    existing = _email_subscriptions(topic_arn)
+    changes: dict[str, list[str]] = {"subscribed": [], "kept": [], "removed": []}
+    for address in sorted(wanted - set(existing)):
+        sns.subscribe(
+            TopicArn=topic_arn, Protocol="email", Endpoint=address, ReturnSubscriptionArn=True,
+            Attributes={"FilterPolicy": json.dumps({"group": [group.name]})},
+        )
+        changes["subscribed"].append(address)
+    for address, (arn, groups) in sorted(existing.items()):
+        now_in = sorted((set(groups) - {group.name}) | ({group.name} if address in wanted else set()))
+        if now_in == sorted(groups):
+            if address in wanted:
+                changes["kept"].append(address)
+            continue
+        if now_in:
+            sns.set_subscription_attributes(SubscriptionArn=arn, AttributeName="FilterPolicy", AttributeValue=json.dumps({"group": now_in}))
+        else:
+            sns.unsubscribe(SubscriptionArn=arn)
+        changes["subscribed" if address in wanted else "removed"].append(address)
+    return changes
+
+
+def test_group(settings: GroupApiSettings, name: str, caller: str, transport: Transport, clock: Clock,
+               secret: Callable[[str], str]) -> dict[str, Any]:
+    """One test message per channel, sent now; each one's outcome, also as a delivery record."""
+    _require_admin(settings, caller)
+    group = get_group(settings.table_name, name)
+    notice = Notice(GroupEvent.JOB_WAITING, f"Relevo test message for group {name}",
+                    reason=f"sent by {caller}: `relevo group test {name}`")
+    policy = SendPolicy(settings.connect_timeout_sec, settings.read_timeout_sec, settings.attempts,
+                        settings.send_budget_sec, settings.backoff_base_sec)
+    results = []
+    for index, channel in enumerate(group.channels):
+        began = clock.now()
+        http_status, error, attempts = None, None, 1
+        if channel.kind == "slack":
+            try:
+                url = secret(channel.webhook_secret_ref)
+            except Exception as exc:  # reported, not raised: the other channels are still tried
+                error = f"the secret {channel.webhook_secret_ref} cannot be read ({type(exc).__name__})"
+            else:
+                result = send(OutgoingRequest("slack", "POST", url, slack_message(notice)), policy, transport, clock)
+                http_status, attempts = result.last.http_status, len(result.attempts)
+                error = None if result.delivered else result.reason
+        else:
+            subject, body = email_message(notice)
+            try:
+                client("sns").publish(TopicArn=settings.group_topic_arn, Subject=subject, Message=body,
+                                      MessageAttributes={"group": {"DataType": "String", "StringValue": name}})
+            except Exception as exc:  # reported, not raised
+                error = f"SNS publish failed ({type(exc).__name__})"
+        ended = clock.now()
+        outcome = Outcome.DELIVERED if error is None else Outcome.FAILED
+        record = DeliveryRecord(
+            direction=Direction.OUTGOING, project=f"group:{name}", target=channel.kind, event="test", outcome=outcome,
+            at=datetime.fromtimestamp(ended, timezone.utc).isoformat(timespec="milliseconds"), http_status=http_status,
+            attempt=attempts, latency_ms=int((ended - began) * 1000), reason=None if error is None else error[:512],
+        )
+        record_delivery(settings.table_name, record, ttl=int(ended) + settings.delivery_record_days * DAY)
+        results.append({"channel": index, "kind": channel.kind, "outcome": outcome.value, "http_status": http_status, "reason": error})
+    return {"group": name, "results": results}

@@ -1,0 +1,121 @@
+"""GitHub App mode: Check Runs instead of commit statuses, with a summary per stage.
+
+Authentication ("Authenticating as a GitHub App installation", docs.github.com/en/apps/
+creating-github-apps/authenticating-with-a-github-app): a JWT signed RS256 with the App's private
+key (`iss` the App id, `iat` 60 s in the past against clock drift, `exp` at most 10 minutes
+ahead), exchanged by POST /app/installations/{installation_id}/access_tokens for an installation
+token (valid one hour, reused here until five minutes before it expires).
+
+A job's first report creates its check run (POST /repos/{owner}/{repo}/check-runs, `external_id`
+the job id); each later one updates it (PATCH /repos/{owner}/{repo}/check-runs/{check_run_id}).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+from urllib.parse import quote
+
+import jwt
+
+from relevo_core.models.project import CommitStatusSettings, GitHubAppSettings
+from relevo_core.models.status import JobStatus
+from relevo_core.notify.commit_status import GITHUB_API_VERSION, describe
+from relevo_core.notify.sending import Clock, OutgoingRequest, SendPolicy, Transport, send
+from relevo_core.notify.transitions import APPROVAL_TIMEOUT, REJECTED, JobTransition
+
+JWT_LIFETIME_SEC = 540  # under GitHub's 10-minute maximum, with room for clock drift
+TOKEN_REUSE_MARGIN_SEC = 300
+SUMMARY_LIMIT = 65_535  # GitHub: output.summary, "Maximum length: 65535 characters"
+
+
+def app_jwt(app: GitHubAppSettings, private_key: str, now: float) -> str:
+    issued = int(now) - 60
+    return jwt.encode({"iat": issued, "exp": issued + JWT_LIFETIME_SEC, "iss": str(app.app_id)}, private_key, algorithm="RS256")
+
+
+def _headers(bearer: str) -> dict[str, str]:
+    return {"Accept": "application/vnd.github+json", "Authorization": f"Bearer {bearer}", "X-GitHub-Api-Version": GITHUB_API_VERSION}
+
+
+class TokenUnavailable(Exception):
+    pass
+
+
+@dataclass
+class InstallationTokens:
+    """Installation tokens, fetched when needed and reused while they last (per warm function)."""
+
+    transport: Transport
+    clock: Clock
+    secret: Callable[[str], str]
+    _cache: dict[tuple[str, int], tuple[str, float]] = field(default_factory=dict)
+
+    def token(self, settings: CommitStatusSettings, policy: SendPolicy, deadline: float) -> str:
+        app = settings.app
+        assert app is not None
+        cache_key = (settings.base_url(), app.installation_id)
+        cached = self._cache.get(cache_key)
+        if cached and cached[1] - TOKEN_REUSE_MARGIN_SEC > self.clock.now():
+            return cached[0]
+        bearer = app_jwt(app, self.secret(app.private_key_ref), self.clock.now())
+        url = f"{settings.base_url()}/app/installations/{app.installation_id}/access_tokens"
+        request = OutgoingRequest("github_app_token", "POST", url, {}, headers=_headers(bearer), shown_url=url)
+        result = send(request, policy, self.transport, self.clock, deadline)
+        if not result.delivered:
+            raise TokenUnavailable(result.reason or "no installation token")
+        answer = json.loads(result.body or b"{}")
+        expires = datetime.fromisoformat(str(answer["expires_at"]).replace("Z", "+00:00")).timestamp()
+        self._cache[cache_key] = (str(answer["token"]), expires)
+        return str(answer["token"])
+
+
+def check_run_state(transition: JobTransition) -> dict[str, Any]:
+    status = transition.status
+    if status in (JobStatus.QUEUED, JobStatus.HELD):
+        return {"status": "queued"}
+    if not status.terminal:
+        return {"status": "in_progress"}
+    if status is JobStatus.SUCCEEDED:
+        conclusion = "success"
+    elif status is JobStatus.CANCELED:
+        conclusion = "cancelled"
+    elif transition.error_name == APPROVAL_TIMEOUT:
+        conclusion = "timed_out"
+    else:
+        conclusion = "failure"
+    return {"status": "completed", "conclusion": conclusion}
+
+
+def stage_summary(transition: JobTransition, stages: list[dict[str, Any]]) -> str:
+    lines = [f"**{describe(transition)}**", "", "| stage | status | attempt | error |", "| --- | --- | --- | --- |"]
+    for stage in stages:
+        lines.append(
+            f"| {stage.get('stage_name') or stage.get('sk')} | {stage.get('status', '')} | {stage.get('attempt', '')} | {stage.get('error_class') or ''} |"
+        )
+    if transition.error_name == REJECTED:
+        lines += ["", f"Rejected at the approval of {transition.stage}."]
+    return "\n".join(lines)[:SUMMARY_LIMIT]
+
+
+def check_run_request(
+    transition: JobTransition, settings: CommitStatusSettings, repo: str, token: str, link: str,
+    run_id: int | None, summary: str, now: float,
+) -> OutgoingRequest:
+    owner, name = repo.split("/", 1)
+    base = f"{settings.base_url()}/repos/{quote(owner, safe='')}/{quote(name, safe='')}/check-runs"
+    body: dict[str, Any] = {
+        **check_run_state(transition),
+        "details_url": link,
+        "output": {"title": describe(transition), "summary": summary},
+    }
+    if body["status"] == "completed":
+        body["completed_at"] = datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if run_id is None:
+        body = {"name": f"relevo/{transition.project}", "head_sha": transition.commit, "external_id": transition.job_id, **body}
+        url, method = base, "POST"
+    else:
+        url, method = f"{base}/{run_id}", "PATCH"
+    return OutgoingRequest("github_check_run", method, url, body, headers=_headers(token), shown_url=url)

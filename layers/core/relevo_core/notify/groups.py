@@ -1,0 +1,168 @@
+"""Group channels: which notices a change stands for, and their delivery to each channel of the
+project's group (Slack incoming webhook, email through the group topic's SNS subscriptions).
+
+- job_waiting: once on entering a gate (marker `job_waiting#<stage>`), and once for its outcome
+  (approved, rejected, timed out: `job_waiting#<stage>#outcome`). A job ended by its gate gets no
+  job_failed: its ending was already told as the gate's outcome.
+- job_failed, job_succeeded (opt-in): once per job (`ended`).
+- key_frozen: once per freeze of an idempotency key.
+- agents_offline: when the last online agent of a region goes offline, at most once per
+  AGENTS_OFFLINE_WINDOW_SEC per group and region ("only on change": a flapping agent pages once).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable
+from urllib.parse import urlsplit
+
+from relevo_core.aws import client
+from relevo_core.models.delivery import Outcome
+from relevo_core.models.group import Group, GroupEvent
+from relevo_core.models.project import Project
+from relevo_core.models.status import JobStatus
+from relevo_core.notify.messages import Notice, email_message, slack_message
+from relevo_core.notify.sending import OutgoingRequest
+from relevo_core.notify.transitions import APPROVAL_TIMEOUT, REJECTED, JobTransition
+from relevo_core.store import agents
+from relevo_core.store.keys import FREEZE_SK
+from relevo_core.notify.report import Report, transition_report
+from relevo_core.store.notices import finish_notice, open_window
+
+if TYPE_CHECKING:
+    from relevo_core.notify.reporter import Reporter
+
+AGENTS_OFFLINE_WINDOW_SEC = 600
+
+
+def _reason(cause: str | None) -> str | None:
+    if not cause:
+        return None
+    try:
+        parsed = json.loads(cause)
+    except ValueError:
+        return cause[:500]
+    if isinstance(parsed, dict):
+        return str(parsed.get("reason") or parsed.get("cause") or parsed.get("error") or cause)[:500]
+    return cause[:500]
+
+
+def job_notices(transition: JobTransition, link: str) -> list[tuple[Notice, str]]:
+    """The notices one job transition stands for, each with the key of its marker."""
+    t = transition
+    common: dict[str, Any] = {"project": t.project, "job_id": t.job_id, "ref": t.ref, "actor": t.actor, "link": link}
+    if t.status is JobStatus.WAITING:
+        return [(Notice(GroupEvent.JOB_WAITING, f"{t.project}: {t.stage} waits for approval", stage=t.stage,
+                        command=f"relevo approve {t.job_id}", **common), f"job_waiting#{t.stage}")]
+    if t.gate and t.status is JobStatus.RUNNING:
+        return [(Notice(GroupEvent.JOB_WAITING, f"{t.project}: {t.gate} approved", stage=t.gate, **common),
+                 f"job_waiting#{t.gate}#outcome")]
+    if t.ended_at_gate:
+        gate = t.gate or t.stage
+        outcome = "rejected" if t.error_name == REJECTED else "timed out waiting for approval"
+        reason = _reason(t.error_cause) if t.error_name == REJECTED else None
+        return [(Notice(GroupEvent.JOB_WAITING, f"{t.project}: {gate} {outcome}", stage=gate, reason=reason,
+                        command=f"relevo rerun {t.job_id} --from-stage {gate}" if t.error_name == APPROVAL_TIMEOUT else None,
+                        **common), f"job_waiting#{gate}#outcome")]
+    if t.status is JobStatus.FAILED:
+        reason = t.error_name + (f": {_reason(t.error_cause)}" if t.error_cause else "") if t.error_name else None
+        return [(Notice(GroupEvent.JOB_FAILED, f"{t.project}: job failed", stage=t.stage, reason=reason,
+                        command=f"relevo rerun {t.job_id}" + (f" --from-stage {t.stage}" if t.stage else ""), **common), "ended")]
+    if t.status is JobStatus.SUCCEEDED:
+        return [(Notice(GroupEvent.JOB_SUCCEEDED, f"{t.project}: job succeeded", **common), "ended")]
+    return []
+
+
+def channel_target(group: Group, index: int) -> str:
+    channel = group.channels[index]
+    return f"{channel.kind}:{group.name}:{index}"
+
+
+def notify_job(reporter: "Reporter", transition: JobTransition, project: Project, deadline: float) -> None:
+    group = reporter.group(project.group) if project.group else None
+    if group is None:
+        return
+    for notice, key in job_notices(transition, reporter.link(transition, project)):
+        if notice.event not in group.events:
+            continue
+        for index in range(len(group.channels)):
+            report = transition_report(transition, channel_target(group, index), key=key, event=notice.event.value)
+            if reporter.claim(report):
+                send_to_channel(reporter, group, index, notice, report, deadline)
+
+
+def send_to_channel(reporter: "Reporter", group: Group, index: int, notice: Notice, report: Report, deadline: float,
+                    claimed: bool = True) -> None:
+    channel = group.channels[index]
+    if channel.kind == "slack":
+        try:
+            url = reporter.secret(channel.webhook_secret_ref)
+        except Exception as exc:  # an unreadable secret: dead-lettered, never raised
+            reporter.give_up(report, None, f"the secret {channel.webhook_secret_ref} cannot be read ({type(exc).__name__})", claimed=claimed)
+            return
+        # The webhook URL is the secret: what is shown of it is its host.
+        shown = f"{urlsplit(url).scheme}://{urlsplit(url).netloc}/… ({channel.webhook_secret_ref})"
+        request = OutgoingRequest("slack", "POST", url, slack_message(notice), shown_url=shown)
+        reporter.deliver(report, request, deadline, claimed=claimed)
+    elif channel.kind == "email":
+        publish_email(reporter, group, notice, report, claimed)
+
+
+def publish_email(reporter: "Reporter", group: Group, notice: Notice, report: Report, claimed: bool) -> None:
+    subject, body = email_message(notice)
+    began = reporter.clock.now()
+    try:
+        # One topic for every group: each address's subscription filters on the group attribute.
+        client("sns").publish(
+            TopicArn=reporter.settings.group_topic_arn, Subject=subject, Message=body,
+            MessageAttributes={"group": {"DataType": "String", "StringValue": group.name}},
+        )
+    except Exception as exc:  # SNS refused (throttled, key unusable): dead-lettered, never raised
+        reporter.give_up(report, None, f"SNS publish failed ({type(exc).__name__})", claimed=claimed)
+        return
+    ended = reporter.clock.now()
+    reporter.record(report, Outcome.DELIVERED, 1, None, int((ended - began) * 1000), None, ended)
+    if claimed:
+        finish_notice(reporter.settings.table_name, report.subject, report.target, report.key, "sent")
+
+
+def notify_other_change(reporter: "Reporter", old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float,
+                        projects: "Callable[[], list[Project]]") -> None:
+    """key_frozen (a freeze record's new freeze) and agents_offline (an agent's clean stop left
+    its region without an online agent)."""
+    if not new:
+        return
+    if new.get("sk") == FREEZE_SK and new.get("frozen_at") and new.get("frozen_at") != (old or {}).get("frozen_at"):
+        project = reporter.project(str(new.get("project")))
+        group = reporter.group(project.group) if project and project.group else None
+        if project is None or group is None or GroupEvent.KEY_FROZEN not in group.events:
+            return
+        key_id = str(new.get("pk", "")).removeprefix("FREEZE#")
+        notice = Notice(GroupEvent.KEY_FROZEN, f"{project.id}: automatic runs of a key are frozen", project=project.id,
+                        reason=f"the idempotency key {key_id} kept dead-lettering", command=f"relevo dlq unfreeze {key_id}")
+        for index in range(len(group.channels)):
+            report = Report(f"key_frozen#{key_id}", channel_target(group, index), str(new["frozen_at"]), "key_frozen",
+                            project.id, None, {"idempotency_key": key_id, "frozen_at": new["frozen_at"]})
+            if reporter.claim(report):
+                send_to_channel(reporter, group, index, notice, report, deadline)
+        return
+    pk = str(new.get("pk", ""))
+    if pk.startswith("AGENTS#") and new.get("online") is False and (old or {}).get("online") is not False:
+        region = pk.removeprefix("AGENTS#")
+        now = reporter.clock.now()
+        if agents.online_agents(reporter.settings.table_name, region, datetime.fromtimestamp(now, timezone.utc)):
+            return
+        groups = sorted({p.group for p in projects() if p.region_affinity == region and p.group})
+        for name in groups:
+            group = reporter.group(name)
+            if group is None or GroupEvent.AGENTS_OFFLINE not in group.events:
+                continue
+            if not open_window(reporter.settings.table_name, f"agents_offline#{name}#{region}", int(now), AGENTS_OFFLINE_WINDOW_SEC):
+                continue  # paged less than the window ago: only on change
+            notice = Notice(GroupEvent.AGENTS_OFFLINE, f"no agent online in {region}", region=region,
+                            reason=f"the last online agent, {new.get('agent_id')}, stopped", command="relevo agents")
+            for index in range(len(group.channels)):
+                report = Report(f"agents_offline#{region}", channel_target(group, index), str(int(now)), "agents_offline",
+                                f"group:{name}", None, {"region": region, "agent_id": new.get("agent_id")})
+                send_to_channel(reporter, group, index, notice, report, deadline, claimed=False)

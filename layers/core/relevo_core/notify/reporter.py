@@ -1,0 +1,194 @@
+"""The status reporter: one table change in, at most one report per target and transition out.
+
+Order for each report: claim its marker (store.notices: a repeat of the record stops here), read
+the secret, send with retries (notify.sending), record every attempt (store.deliveries), and on
+failure put the event and the failure on the reporter's dead-letter queue. Nothing here raises
+for a remote service's failure: the job never waits for, nor fails by, its reports.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from aws_lambda_powertools.utilities import parameters
+
+from relevo_core.config.notify import NotifySettings, notify_settings
+from relevo_core.execution import send_report_dead_letter
+from relevo_core.models.delivery import DeliveryRecord, Direction, Outcome
+from relevo_core.models.errors import RelevoError
+from relevo_core.models.group import Group
+from relevo_core.models.project import Project
+from relevo_core.notify.commit_status import status_request, wants_report
+from relevo_core.notify.github_app import InstallationTokens, TokenUnavailable, check_run_request, stage_summary
+from relevo_core.notify.groups import notify_job, notify_other_change
+from relevo_core.notify.report import Report, transition_report
+from relevo_core.notify.sending import Clock, OutgoingRequest, SendPolicy, SendResult, Transport, Urllib3Transport, send
+from relevo_core.notify.transitions import JobTransition, job_link, job_transition
+from relevo_core.observability import logger
+from relevo_core.store.deliveries import record_delivery
+from relevo_core.store.groups import find_group
+from relevo_core.store.projects import get_project, list_projects
+from relevo_core.store.job_stages import stage_records
+from relevo_core.store.notices import check_run_id, claim_notice, finish_notice, remember_check_run
+
+DAY = 86_400
+
+
+@dataclass
+class Reporter:
+    settings: NotifySettings
+    transport: Transport
+    clock: Clock
+    # A project by id (None once it is deleted), a group by name (None: not defined), a secret's value by name.
+    project: Callable[[str], Project | None]
+    secret: Callable[[str], str]
+    group: Callable[[str], Group | None] = lambda _name: None
+    # Every registered project (read only for a change that is about no one project: agents).
+    projects: Callable[[], list[Project]] = list
+    tokens: InstallationTokens | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens is None:
+            self.tokens = InstallationTokens(self.transport, self.clock, self.secret)
+
+    @property
+    def policy(self) -> SendPolicy:
+        s = self.settings
+        return SendPolicy(s.connect_timeout_sec, s.read_timeout_sec, s.attempts, s.send_budget_sec, s.backoff_base_sec)
+
+    def report_change(self, old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float) -> None:
+        transition = job_transition(old, new)
+        if transition is None:
+            if new and new.get("sk") != "JOB":
+                notify_other_change(self, old, new, deadline, self.projects)
+            return
+        project = self.project(transition.project)
+        if project is None:
+            return  # deleted since: nothing to report to
+        if project.commit_status is not None and wants_report(transition, project.commit_status):
+            self._commit_status(transition, project, deadline)
+        if project.group:
+            notify_job(self, transition, project, deadline)
+
+    def _commit_status(self, transition: JobTransition, project: Project, deadline: float) -> None:
+        settings = project.commit_status
+        assert settings is not None
+        if settings.app is not None:
+            self._check_run(transition, project, deadline)
+            return
+        report = transition_report(transition, f"{settings.provider}_status")
+        if not self.claim(report):
+            return
+        try:
+            token = self.secret(settings.token_ref)
+        except Exception as exc:  # a missing or unreadable secret: the report is dead-lettered, the job goes on
+            self.give_up(report, None, f"the secret {settings.token_ref} cannot be read ({type(exc).__name__})")
+            return
+        request = status_request(transition, settings, project.repo, token, self.link(transition, project))
+        if request is not None:
+            self.deliver(report, request, deadline)
+
+    def _check_run(self, transition: JobTransition, project: Project, deadline: float) -> None:
+        settings = project.commit_status
+        assert settings is not None and self.tokens is not None
+        report = transition_report(transition, "github_check_run")
+        if not self.claim(report):
+            return
+        try:
+            token = self.tokens.token(settings, self.policy, deadline)
+        except Exception as exc:  # no key, or GitHub refused the App: dead-lettered, the job goes on
+            self.give_up(report, None, f"no installation token: {exc if isinstance(exc, TokenUnavailable) else type(exc).__name__}")
+            return
+        table = self.settings.table_name
+        run_id = check_run_id(table, transition.job_id)
+        summary = stage_summary(transition, stage_records(table, transition.job_id))
+        request = check_run_request(transition, settings, project.repo, token, self.link(transition, project), run_id, summary, self.clock.now())
+        result = self.deliver(report, request, deadline)
+        if result.delivered and run_id is None:
+            created = json.loads(result.body or b"{}").get("id")
+            if isinstance(created, int):
+                remember_check_run(table, transition.job_id, created, int(self.clock.now()) + self.settings.notice_memory_days * DAY)
+
+    def link(self, transition: JobTransition, project: Project) -> str:
+        return job_link(transition, self.settings.state_machine_arn, project.console_url)
+
+    def claim(self, report: Report) -> bool:
+        now = int(self.clock.now())
+        # A claim outlives one delivery's budget: the invocation that took it is surely gone after.
+        claim_sec = int(self.settings.send_budget_sec) + 60
+        return claim_notice(
+            self.settings.table_name, report.subject, report.target, report.key, now, claim_sec,
+            ttl=now + self.settings.notice_memory_days * DAY,
+        )
+
+    def deliver(self, report: Report, request: OutgoingRequest, deadline: float, claimed: bool = True) -> SendResult:
+        """Send a report, record its attempts, dead-letter it when it fails."""
+        result = send(request, self.policy, self.transport, self.clock, deadline)
+        for attempt in result.attempts:
+            if attempt.error is None:
+                outcome = Outcome.DELIVERED
+            else:
+                outcome = Outcome.FAILED if attempt is result.last and not result.delivered else Outcome.RETRYING
+            self.record(report, outcome, attempt.number, attempt.http_status, attempt.latency_ms, attempt.error, attempt.ended_at)
+        if result.delivered:
+            if claimed:
+                finish_notice(self.settings.table_name, report.subject, report.target, report.key, "sent")
+        else:
+            self.give_up(report, request, result.reason or "failed", result, recorded=True, claimed=claimed)
+        return result
+
+    def record(self, report: Report, outcome: Outcome, attempt: int, http_status: int | None, latency_ms: int | None,
+               reason: str | None, at: float) -> None:
+        when = datetime.fromtimestamp(at, timezone.utc)
+        record = DeliveryRecord(
+            direction=Direction.OUTGOING, project=report.project, job_id=report.job_id, target=report.target.split(":")[0],
+            event=report.event, outcome=outcome, at=when.isoformat(timespec="milliseconds"), http_status=http_status,
+            attempt=attempt, latency_ms=latency_ms, reason=None if reason is None else reason[:512],
+        )
+        record_delivery(self.settings.table_name, record, ttl=int(at) + self.settings.delivery_record_days * DAY)
+
+    def give_up(self, report: Report, request: OutgoingRequest | None, reason: str, result: SendResult | None = None,
+                recorded: bool = False, claimed: bool = True) -> None:
+        if not recorded:
+            self.record(report, Outcome.FAILED, 1, None, None, reason, self.clock.now())
+        message = {
+            "event": report.detail,
+            "target": report.target,
+            # The request as sent, less its headers (they carry the token) and a secret URL.
+            "request": None if request is None else {"method": request.method, "url": request.shown_url, "body": request.body},
+            "failure": {
+                "reason": reason,
+                "attempts": [
+                    {"attempt": a.number, "http_status": a.http_status, "error": a.error, "latency_ms": a.latency_ms}
+                    for a in (result.attempts if result else ())
+                ],
+            },
+        }
+        send_report_dead_letter(self.settings.dead_letter_queue_url, message)
+        if claimed:
+            finish_notice(self.settings.table_name, report.subject, report.target, report.key, "dead_lettered")
+        logger.warning("report dead-lettered", extra={"subject": report.subject, "target": report.target, "reason": reason})
+
+
+def _project_or_none(table: str, project_id: str) -> Project | None:
+    try:
+        return get_project(table, project_id)
+    except RelevoError:
+        return None  # deleted since: nothing to report to
+
+
+def reporter_from_environment() -> Reporter:
+    """The reporter of StatusReporterFunction: its settings, the table's projects and groups,
+    secrets through Powertools' cache (SECRET_MAX_AGE_SEC)."""
+    settings = notify_settings()
+    table = settings.table_name
+    return Reporter(
+        settings, Urllib3Transport(), Clock(),
+        project=lambda project_id: _project_or_none(table, project_id),
+        secret=lambda name: str(parameters.get_secret(name, max_age=settings.secret_max_age_sec)),
+        group=lambda name: find_group(table, name),
+        projects=lambda: list_projects(table),
+    )

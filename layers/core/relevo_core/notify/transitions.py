@@ -1,0 +1,118 @@
+"""A job's transitions, read off the job record's change (the stream's OLD and NEW images).
+
+Every status change of the job record is one transition; its `key` names it so that a repeat of
+the same stream record, or of the same gate, is recognised: a gate is `waiting#<stage>`, the
+job's end is `ended` (a job ends once), anything else is the status and the moment it was
+written (a job runs again after its gate: `running#<updated_at>` twice, two transitions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from relevo_core.execution import execution_arn
+from relevo_core.models.status import JobStatus
+from relevo_core.store.codec import from_attributes
+from relevo_core.store.keys import JOB_SK
+
+REJECTED = "Relevo.Approval.Rejected"
+APPROVAL_TIMEOUT = "Relevo.Approval.Timeout"
+
+
+@dataclass(frozen=True)
+class JobTransition:
+    job_id: str
+    project: str
+    status: JobStatus
+    previous: JobStatus | None
+    key: str
+    ref: str
+    commit: str | None
+    trigger_source: str
+    actor: str | None
+    stage: str | None  # the gated stage while waiting, the last good stage at the end
+    error_name: str | None
+    held_reason: str | None
+    # The approval gate the job was at before this transition (left it: approved, rejected, timed out).
+    gate: str | None = None
+    error_cause: str | None = None
+
+    @property
+    def ended_at_gate(self) -> bool:
+        """Ended by the gate's reject or timeout: notified as the gate's outcome, not as a failure."""
+        return self.error_name in {REJECTED, APPROVAL_TIMEOUT}
+
+    def as_event(self) -> dict[str, Any]:
+        """The transition as it is dead-lettered and shown (no secrets: none are on the record)."""
+        return {
+            "job_id": self.job_id,
+            "project": self.project,
+            "status": self.status.value,
+            "previous": self.previous.value if self.previous else None,
+            "transition": self.key,
+            "ref": self.ref,
+            "commit": self.commit,
+            "stage": self.stage,
+            "error_name": self.error_name,
+        }
+
+
+def stream_images(record: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """A stream record's OLD and NEW images as plain values (DynamoDB JSON decoded)."""
+    change = record.get("dynamodb") or {}
+    old, new = change.get("OldImage"), change.get("NewImage")
+    return (from_attributes(old) if old else None), (from_attributes(new) if new else None)
+
+
+def _status(value: Any) -> JobStatus | None:
+    try:
+        return JobStatus(value)
+    except ValueError:
+        return None
+
+
+def job_transition(old: dict[str, Any] | None, new: dict[str, Any] | None) -> JobTransition | None:
+    """The transition one change of the table stands for; None for anything else."""
+    if not new or new.get("sk") != JOB_SK:
+        return None
+    status = _status(new.get("status"))
+    previous = _status((old or {}).get("status"))
+    if status is None or status == previous:
+        return None
+    envelope = new.get("envelope") or {}
+    trigger = envelope.get("trigger") or {}
+    if status is JobStatus.WAITING:
+        key = f"waiting#{new.get('waiting_stage')}"
+    elif status.terminal:
+        key = "ended"
+    else:
+        key = f"{status.value}#{new.get('updated_at')}"
+    stage = new.get("waiting_stage") if status is JobStatus.WAITING else new.get("last_successful_stage")
+    return JobTransition(
+        job_id=str(new.get("job_id")),
+        project=str(new.get("project")),
+        status=status,
+        previous=previous,
+        key=key,
+        ref=str(envelope.get("ref", "")),
+        commit=envelope.get("commit"),
+        trigger_source=str(trigger.get("source", "")),
+        actor=trigger.get("actor"),
+        stage=stage or (old or {}).get("waiting_stage"),
+        error_name=new.get("error_name"),
+        held_reason=new.get("held_reason"),
+        gate=(old or {}).get("waiting_stage") if previous is JobStatus.WAITING else None,
+        error_cause=new.get("error_cause"),
+    )
+
+
+def job_link(transition: JobTransition, state_machine_arn: str, console_url: str | None) -> str:
+    """Where a person opens the job: the project's console, else the execution in the Step
+    Functions console (anyone with console access to the account can open it)."""
+    if console_url:
+        return f"{console_url.rstrip('/')}/jobs/{transition.job_id}"
+    region = state_machine_arn.split(":")[3]
+    arn = execution_arn(state_machine_arn, transition.job_id)
+    return f"https://{region}.console.aws.amazon.com/states/home?region={region}#/v2/executions/details/{quote(arn, safe=':')}"

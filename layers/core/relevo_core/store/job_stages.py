@@ -1,0 +1,18 @@
+"""Access pattern: a job's stage records, in plan order (one Query of the job's partition)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relevo_core.store.keys import job_pk
+from relevo_core.store.paging import query_items
+
+
+def stage_records(table: str, job_id: str) -> list[dict[str, Any]]:
+    return list(query_items(
+        TableName=table,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :stage)",
+        ExpressionAttributeValues={":pk": {"S": job_pk(job_id)}, ":stage": {"S": "STAGE#"}},
+        ProjectionExpression="sk, stage_name, #status, attempt, error_class, retry_count",
+        ExpressionAttributeNames={"#status": "status"},
+    ))

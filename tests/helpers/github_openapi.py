@@ -1,0 +1,120 @@
+"""GitHub's published REST description (npm package @octokit/openapi, generated/api.github.com.json),
+pinned by version and integrity, fetched once by the setup step (`make .venv/.relevo-installed`
+runs `python -m tests.helpers.github_openapi`) and cached in the venv; and a check of one call
+against it: the method and path are an operation of the description, the path parameters are
+there, the body has the required fields, and every value with an enum is one of it.
+
+A test that needs the description and finds none fails, naming what to run: it never skips.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import re
+import sys
+import tarfile
+import urllib.request
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+PACKAGE = "@octokit/openapi"
+VERSION = "23.0.2"
+TARBALL = f"https://registry.npmjs.org/{PACKAGE}/-/openapi-{VERSION}.tgz"
+# `npm view @octokit/openapi@23.0.2 dist.integrity`
+INTEGRITY = "sha512-pV8M7L9GY23AybNvTmo2nyjmpmnt6+2sRE/tqr0ZLQcPS4lnw7u5eZGNmwRNkBC3D7gZXbFx5AHzLUVRBXGDhg=="
+MEMBER = "package/generated/api.github.com.json"
+ROOT = Path(__file__).resolve().parents[2]
+CACHED = ROOT / ".venv" / "share" / f"octokit-openapi-{VERSION}" / "api.github.com.json"
+
+
+class DescriptionMissing(AssertionError):
+    pass
+
+
+def fetch(target: Path = CACHED) -> Path:
+    if target.exists():
+        return target
+    with urllib.request.urlopen(TARBALL, timeout=120) as response:  # noqa: S310 (a pinned https URL)
+        data = response.read()
+    algorithm, expected = INTEGRITY.split("-", 1)
+    actual = base64.b64encode(hashlib.new(algorithm, data).digest()).decode()
+    if actual != expected:
+        raise SystemExit(f"{TARBALL}: integrity {algorithm}-{actual} is not the pinned {INTEGRITY}")
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+        member = archive.extractfile(MEMBER)
+        if member is None:
+            raise SystemExit(f"{TARBALL} holds no {MEMBER}")
+        content = member.read()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    partial.write_bytes(content)
+    partial.replace(target)
+    return target
+
+
+@lru_cache(maxsize=1)
+def description() -> dict[str, Any]:
+    if not CACHED.exists():
+        raise DescriptionMissing(
+            f"GitHub's REST description ({PACKAGE} {VERSION}) is not cached at {CACHED}: run "
+            f"`.venv/bin/python -m tests.helpers.github_openapi` (or `make .venv/.relevo-installed`) with the npm "
+            f"registry reachable"
+        )
+    return json.loads(CACHED.read_text())
+
+
+def _resolve(node: Any, spec: dict[str, Any], depth: int = 0) -> Any:
+    if depth > 20:
+        return node
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target: Any = spec
+            for part in node["$ref"].lstrip("#/").split("/"):
+                target = target[part]
+            return _resolve(target, spec, depth + 1)
+        return {k: _resolve(v, spec, depth + 1) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_resolve(v, spec, depth + 1) for v in node]
+    return node
+
+
+def _operation(method: str, path: str) -> tuple[str, dict[str, Any], dict[str, str]]:
+    spec = description()
+    for template, item in spec["paths"].items():
+        pattern = "^" + re.sub(r"\\\{([a-z_]+)\\\}", r"(?P<\1>[^/]+)", re.escape(template)) + "$"
+        found = re.match(pattern, path)
+        if found and method.lower() in item:
+            return template, _resolve(item[method.lower()], spec), found.groupdict()
+    raise AssertionError(f"{method} {path} is no operation of GitHub's REST description ({PACKAGE} {VERSION})")
+
+
+def check_call(method: str, path: str, body: Any) -> str:
+    """Raise AssertionError naming each way the call departs from the description; returns the
+    operation id."""
+    template, operation, values = _operation(method, path)
+    problems = []
+    for parameter in operation.get("parameters", []):
+        if parameter.get("in") == "path" and parameter.get("required") and not values.get(parameter["name"]):
+            problems.append(f"path parameter {parameter['name']} is missing")
+    schema = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+    if schema is not None:
+        problems += _check_value(body, schema, "body")
+    if problems:
+        raise AssertionError(f"{method} {path} ({operation.get('operationId')}, {template}): " + "; ".join(problems))
+    return str(operation.get("operationId"))
+
+
+def _check_value(value: Any, schema: dict[str, Any], where: str) -> list[str]:
+    from openapi_schema_validator import OAS30Validator
+
+    # The description is OpenAPI 3.0 (`nullable`): its own validator, the whole schema (types,
+    # required fields, enums, lengths).
+    return [f"{where}.{'.'.join(str(p) for p in error.path)}: {error.message}" for error in OAS30Validator(schema).iter_errors(value)]
+
+
+if __name__ == "__main__":
+    print(fetch(), file=sys.stderr)

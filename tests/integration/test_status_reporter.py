@@ -1,0 +1,230 @@
+"""Commit statuses on the local stack: real jobs (webhook, state machine, stage reports), the
+table's stream delivered to StatusReporterFunction as the template declares it, and a local
+recorder standing in for GitHub and GitLab. Every GitHub call is checked against GitHub's
+published REST description (tests/helpers/github_openapi.py)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+from relevo_cli.api import RelevoApi
+from relevo_core.aws import client
+from relevo_core.store.deliveries import project_deliveries
+from tests.helpers.github_openapi import check_call
+from tests.helpers.payloads import push_body
+from tests.helpers.stack import (
+    deliver,
+    job_record,
+    job_stream_records,
+    receive_stage,
+    register_project,
+    stream_captured,
+    table_items,
+    wait_for_execution,
+    wait_until,
+)
+from tests.helpers.state_machine import agent_runs
+
+BUILD = [{"name": "build", "run": "make"}]
+GATED = [{"name": "build", "run": "make"}, {"name": "deploy", "run": "fastlane deliver"}]
+
+
+@pytest.fixture()
+def forge(local_stack, project_id, recorder):
+    """Registers the test's project reporting to the recorder; `start()` pushes a commit."""
+    token = "tok_" + secrets.token_hex(16)
+    token_ref = f"relevo/{local_stack.stack_name}/_status/{project_id}"
+    client("secretsmanager").create_secret(Name=token_ref, SecretString=token)
+
+    class Forge:
+        def __init__(self) -> None:
+            self.token = token
+            self.commit = secrets.token_hex(20)
+
+        def register(self, stages=BUILD, provider="github", **extra) -> None:
+            self.secret = register_project(
+                local_stack, project_id, stages,
+                commit_status={"provider": provider, "token_ref": token_ref, "api_url": recorder.url + ("/api/v4" if provider == "gitlab" else "")},
+                **extra,
+            )
+
+        def push(self) -> str:
+            response = deliver(local_stack, project_id, push_body(f"acme/{project_id}", self.commit), self.secret)
+            assert response.status_code == 202, response.text
+            return response.json()["job_id"]
+
+        def statuses(self, count: int, timeout: float = 20) -> list:
+            return wait_until(lambda: (found := recorder.received(self.commit)) and len(found) >= count and found, timeout,
+                              f"{count} statuses for {self.commit}")
+
+    return Forge()
+
+
+def _run_all(stack, job_id, stages: int) -> None:
+    for _ in range(stages):
+        task, _ = receive_stage(stack, job_id)
+        agent_runs(stack, task)
+
+
+def _log(emulator) -> str:
+    path = emulator.state_dir / "logs" / "StatusReporterFunction.log"
+    return path.read_text() if path.exists() else ""
+
+
+def test_each_transition_is_one_github_status_and_a_repeated_record_sends_nothing(local_stack, emulator, project_id, forge, recorder):
+    with stream_captured(local_stack) as batches:
+        forge.register(GATED, approval={"enabled": True})
+        job_id = forge.push()
+        _run_all(local_stack, job_id, 1)
+        wait_until(lambda: job_record(local_stack, job_id).get("status") == "waiting", 15, "the gate")
+        RelevoApi.for_stack(local_stack).approve(job_id, "ship it")
+        _run_all(local_stack, job_id, 1)
+        assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+        sent = forge.statuses(5)
+
+    bodies = [r.json() for r in sent]
+    assert [(b["state"], b["description"]) for b in bodies] == [
+        ("pending", "queued"),
+        ("pending", "running"),
+        ("pending", f"waiting for approval of deploy: relevo approve {job_id}"),
+        ("pending", "running"),
+        ("success", "succeeded"),
+    ]
+    for request in sent:
+        assert check_call(request.method, urlsplit(request.path).path, request.json()) == "repos/create-commit-status"
+        assert request.path == f"/repos/acme/{project_id}/statuses/{forge.commit}"
+        assert request.headers["authorization"] == f"Bearer {forge.token}"
+    assert {b["context"] for b in bodies} == {f"relevo/{project_id}"}
+    assert bodies[0]["target_url"].endswith(f"#/v2/executions/details/{local_stack.state_machine_arn.replace(':stateMachine:', ':execution:')}:{job_id}")
+
+    records = [r for r in project_deliveries(local_stack.table_name, project_id) if r.direction.value == "outgoing"]
+    assert sorted((r.target, r.event, r.outcome.value, r.http_status, r.attempt) for r in records) == sorted(
+        [("github_status", e, "delivered", 201, 1) for e in ("queued", "running", "waiting", "running", "ended")]
+    )
+
+    # The same stream records again (a redelivery by the event source mapping): nothing is sent.
+    ours = job_stream_records(batches, job_id)
+    assert len(ours) >= 5
+    response = emulator._runtimes["StatusReporterFunction"].invoke({"Records": ours})
+    assert response == {"batchItemFailures": []}
+    time.sleep(0.5)
+    assert len(recorder.received(forge.commit)) == 5
+
+    # The token is nowhere but in the Authorization header it was sent in.
+    stored = json.dumps(table_items(local_stack, "DELIVERIES#") + table_items(local_stack, "NOTICES#"), default=str)
+    assert forge.token not in stored and forge.token not in _log(emulator)
+
+
+def test_500s_and_429s_are_retried_and_no_transition_is_lost(local_stack, project_id, forge, recorder):
+    forge.register()
+    recorder.answer(500)
+    recorder.answer(429, headers={"Retry-After": "1"})
+    recorder.answer(503)
+    job_id = forge.push()
+    _run_all(local_stack, job_id, 1)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+
+    sent = forge.statuses(6)  # 3 transitions, the first one after 3 failed attempts
+    assert [(r.json()["state"], r.json()["description"]) for r in sent] == [("pending", "queued")] * 4 + [
+        ("pending", "running"), ("success", "succeeded")
+    ]
+    attempts = sorted((r.event, r.attempt, r.http_status, r.outcome.value) for r in project_deliveries(local_stack.table_name, project_id)
+                      if r.direction.value == "outgoing")
+    assert attempts == [
+        ("ended", 1, 201, "delivered"),
+        ("queued", 1, 500, "retrying"), ("queued", 2, 429, "retrying"), ("queued", 3, 503, "retrying"), ("queued", 4, 201, "delivered"),
+        ("running", 1, 201, "delivered"),
+    ]
+    # The 429's Retry-After was honoured: its retry came a second or more after it.
+    assert sent[2].at - sent[1].at >= 1.0
+
+
+def test_gitlab_gets_its_commit_status_with_the_project_access_token(local_stack, project_id, forge, recorder):
+    forge.register(provider="gitlab")
+    job_id = forge.push()
+    _run_all(local_stack, job_id, 1)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    sent = forge.statuses(3)
+    assert [r.json()["state"] for r in sent] == ["pending", "running", "success"]
+    assert {r.path for r in sent} == {f"/api/v4/projects/acme%2F{project_id}/statuses/{forge.commit}"}
+    assert {r.headers["private-token"] for r in sent} == {forge.token}
+    assert {r.json()["name"] for r in sent} == {f"relevo/{project_id}"} and {r.json()["ref"] for r in sent} == {"main"}
+
+
+def test_a_hung_forge_never_delays_the_job_and_every_report_is_dead_lettered(local_stack, emulator, project_id, forge, recorder):
+    forge.register(GATED[:1] + [{"name": "sign", "run": "codesign"}])
+
+    def one_job() -> tuple[str, float]:
+        forge.commit = secrets.token_hex(20)
+        started = time.monotonic()
+        job_id = forge.push()
+        _run_all(local_stack, job_id, 2)
+        assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+        return job_id, time.monotonic() - started
+
+    _, healthy = one_job()
+    forge.statuses(3)  # the healthy job's reports are all sent before the forge hangs
+    recorder.hang_always(60)
+    job_id, hung = one_job()
+    # The same job beside a forge that never answers: its three reports take 4 s each
+    # (StatusSendBudgetSeconds in tests/conftest.py), and none of that is the job's time.
+    assert hung < healthy + 3, f"the job took {hung:.1f} s beside a hung forge, {healthy:.1f} s beside a healthy one"
+
+    sqs = client("sqs")
+    queue = local_stack.resources["StatusDeadLetterQueue"]
+    queue_url = queue if queue.startswith("http") else sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+    messages: list[dict] = []
+
+    def dead_lettered() -> bool:
+        for m in sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []):
+            messages.append(json.loads(m["Body"]))
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
+        return len([m for m in messages if m["event"]["job_id"] == job_id]) >= 3
+
+    wait_until(dead_lettered, 40, "three dead-lettered reports")
+    ours = [m for m in messages if m["event"]["job_id"] == job_id]
+    assert [m["event"]["status"] for m in ours] == ["queued", "running", "succeeded"]
+    assert all(m["target"] == "github_status" and m["request"]["body"]["context"] == f"relevo/{project_id}" for m in ours)
+    assert all(a["error"] == "ReadTimeoutError" for m in ours for a in m["failure"]["attempts"])
+    assert forge.token not in json.dumps(messages) and forge.token not in _log(emulator)
+    failed = project_deliveries(local_stack.table_name, project_id, failed_only=True)
+    assert {r.event for r in failed if r.outcome.value == "failed" and r.direction.value == "outgoing"} == {"queued", "running", "ended"}
+
+
+def test_github_app_mode_creates_one_check_run_and_updates_it_with_a_summary_per_stage(local_stack, project_id, recorder):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    key_ref = f"relevo/{local_stack.stack_name}/_status/{project_id}-app-key"
+    client("secretsmanager").create_secret(Name=key_ref, SecretString=pem)
+    recorder.route("POST", "/access_tokens", 201, {"token": "ghs_" + secrets.token_hex(8), "expires_at": "2999-01-01T00:00:00Z"})
+    recorder.route("POST", "/check-runs", 201, {"id": 4242})
+    recorder.route("PATCH", "/check-runs/4242", 200, {"id": 4242})
+    secret = register_project(local_stack, project_id, [{"name": "build", "run": "make"}, {"name": "sign", "run": "codesign"}], commit_status={
+        "provider": "github", "api_url": recorder.url, "app": {"app_id": 77, "installation_id": 5, "private_key_ref": key_ref}})
+    commit = secrets.token_hex(20)
+    response = deliver(local_stack, project_id, push_body(f"acme/{project_id}", commit), secret)
+    job_id = response.json()["job_id"]
+    _run_all(local_stack, job_id, 2)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+
+    runs = wait_until(lambda: (r := recorder.received("/check-runs")) and len(r) >= 3 and r[-1].json()["status"] == "completed" and r,
+                      20, "the check run's completion")
+    tokens = recorder.received("/access_tokens")
+    assert len(tokens) == 1  # one installation token, reused
+    assert [(r.method, r.path) for r in runs] == [("POST", f"/repos/acme/{project_id}/check-runs")] + [
+        ("PATCH", f"/repos/acme/{project_id}/check-runs/4242")] * (len(runs) - 1)
+    for request in tokens + runs:
+        check_call(request.method, urlsplit(request.path).path, request.json())
+    first, last = runs[0].json(), runs[-1].json()
+    assert (first["name"], first["head_sha"], first["external_id"], first["status"]) == (f"relevo/{project_id}", commit, job_id, "queued")
+    assert (last["status"], last["conclusion"]) == ("completed", "success")
+    assert "| build | succeeded |" in last["output"]["summary"] and "| sign | succeeded |" in last["output"]["summary"]
+    assert pem.splitlines()[1] not in json.dumps(table_items(local_stack, "DELIVERIES#") + table_items(local_stack, "NOTICES#"), default=str)
