@@ -6,6 +6,10 @@ it runs changes, the agent puts its record (agent id, region, capacity, running,
 last_seen); when it stops cleanly it marks the record offline. A failed write is logged and tried
 again at the next tick: presence never blocks or fails the work.
 
+Pauses: with every write (before it), the agent reads its own pause and its region's dispatch
+pause (relevo_agent.pause; two items, one BatchGetItem), and its record then says why it takes
+no new stage (`not_claiming`). So a pause takes effect within one presence interval.
+
 Placement: the dispatch of attempt N > 1 names the agents that ran the failed attempts
 (`avoid_agents`). An agent named there does not claim the stage while another agent of the
 region, not named, is online (its presence record fresh), whether that agent has a free slot or
@@ -40,7 +44,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from relevo_agent.attempt import utc_now
 from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
-from relevo_core.store import agents
+from relevo_agent.pause import PauseGate
+from relevo_core.store import agent_pauses, agents
 from relevo_core.store.agents import AgentPresence
 
 log = logging.getLogger(__name__)
@@ -113,6 +118,7 @@ class Presence:
         self._wake = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
+        self.pauses = PauseGate()
         # This process: one relevo-agent per agent_id at a time (see take).
         self.instance_id = uuid.uuid4().hex
         self.host = socket.gethostname()
@@ -172,14 +178,25 @@ class Presence:
             instance_id=self.instance_id,
             host=self.host,
             started_at=self.started_at,
+            not_claiming=self.pauses.reason(),
         )
 
     def write(self) -> None:
         agents.put_presence(self.table, self._record())
 
+    def read_pauses(self) -> None:
+        """This agent's pause and its region's, as of now; unreadable: the last read stands."""
+        try:
+            own, dispatch = agent_pauses.pauses_for_agent(self.table, self.config.region, self.config.agent_id)
+        except (BotoCoreError, ClientError) as exc:
+            log.warning("pauses unreadable (%s); keeping the last read", exc)
+            return
+        self.pauses.observe(own, dispatch, self._clock())
+
     def _loop(self) -> None:
         while not self._done.is_set():
             self._wake.clear()
+            self.read_pauses()
             try:
                 self.write()
             except agents.AgentIdInUse as taken:

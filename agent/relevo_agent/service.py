@@ -9,6 +9,11 @@ lease path makes is bounded by the time left before it (relevo_core.aws.call_bud
 fence comes from its own thread, so no network call can hold it back. A frozen agent's command
 is killed by its supervisor, a process of its own.
 
+Pause and drain (relevo_agent.pause, read with presence): a paused agent stops receiving and lets
+its running stages finish, their leases kept; a message received just before the pause was seen
+is handed straight back (visible at once) for another agent. A drained agent then exits 0 once no
+stage runs, as after a first signal.
+
 Shutdown (the signal handler only counts signals): 1st stop taking work and let running stages
 finish; 2nd cancel them (group SIGTERM, then SIGKILL) and report Relevo.Transient.AgentShutdown;
 3rd exit at once (each stage's supervisor still kills its process group).
@@ -156,6 +161,9 @@ class Agent:
             if self.signals >= 1 and not self.stopping.is_set():
                 log.info("shutdown: taking no more work; %d stage(s) running", self._active)
                 self.stopping.set()
+            if not self.stopping.is_set() and self.presence.pauses.drain_requested() and self._idle():
+                log.info("drained: no stage runs; exiting")
+                self.stopping.set()
             if self.signals >= 2 and not canceled:
                 canceled = True
                 log.warning("second signal: canceling running stages")
@@ -165,6 +173,10 @@ class Agent:
                 self.presence.stop()  # marks this agent offline: retries stop waiting for it
                 return 0
             time.sleep(0.1)
+
+    def _idle(self) -> bool:
+        with self._active_lock:
+            return self._active == 0
 
     def _exit_fatal(self) -> int:
         """One line says why; the running stages are stopped (their groups killed) first."""
@@ -182,7 +194,19 @@ class Agent:
     def _poll(self) -> None:
         log.info("agent %s polling %s (capacity %d)", self.config.agent_id, self.queue_url, self.config.capacity)
         self.presence.start()
+        paused_by: str | None = None
         while not self.stopping.is_set():
+            pause = self.presence.pauses.blocking()
+            if pause is not None:
+                if paused_by != pause.pause_id:
+                    paused_by = pause.pause_id
+                    what = "region dispatch" if pause.agent_id is None else ("drain" if pause.drain else "pause")
+                    log.info("%s until %s (%s): taking no new stage", what, pause.until.isoformat(timespec="seconds"), pause.note or "no note")
+                self.stopping.wait(0.5)
+                continue
+            if paused_by is not None:
+                paused_by = None
+                log.info("pause ended: taking stages again")
             if not self._slots.acquire(timeout=0.5):
                 continue  # no free capacity: do not take work we cannot start
             try:
@@ -202,6 +226,10 @@ class Agent:
                 received[0].give_back()
                 self._slots.release()
                 return
+            if self.presence.pauses.blocking() is not None:
+                received[0].give_back()  # paused during the long poll: not this agent's now
+                self._slots.release()
+                continue
             with self._active_lock:
                 self._active += 1
             threading.Thread(target=self._handle, args=(received[0],), name="stage", daemon=True).start()

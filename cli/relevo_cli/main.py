@@ -31,7 +31,6 @@ COMMANDS = (
     ("cancel", jobs.cancel),
     ("release", queue.release),
     ("queue", queue.queue),
-    ("agents", agents.agents_command),
     ("promote", queue.promote),
     ("logs", jobs.logs),
     ("drill", drill.drill_command),
@@ -45,6 +44,7 @@ SUB_APPS = (
     ("stack", stack.stack_app),
     ("aws", stack.aws_app),
     ("artifacts", artifacts.artifacts_app),
+    ("agents", agents.agents_app),
 )
 for name, command in COMMANDS:
     app.command(name)(command)

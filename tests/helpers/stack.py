@@ -249,3 +249,20 @@ def job_record(stack, job_id) -> dict:
 
 def lock_record(stack, project_id) -> dict:
     return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"LOCK#{project_id}")}["LOCK"]
+
+
+@contextmanager
+def regions_stack(state_dir: Path, regions: tuple[str, ...]) -> Iterator[tuple[StackInfo, Path]]:
+    """`relevo local up` with these region affinities, this process pointed at it: (its stack,
+    its stack.json), for a module's agents; the clients are dropped after it."""
+    import pytest
+
+    from relevo_cli.localrun import local_stack
+    from relevo_core.aws import reset_clients
+
+    with pytest.MonkeyPatch.context() as patch, local_stack(
+        state_dir, state_dir / "local-up.log", ["--region-affinities", ",".join(regions)]
+    ) as info:
+        use_stack(patch, info)
+        yield info, state_dir / "stack.json"
+    reset_clients()

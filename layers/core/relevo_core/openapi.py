@@ -23,6 +23,7 @@ from relevo_core.models.requests import (
     ArtifactQuery,
     JobListQuery,
     LogQuery,
+    PauseRequest,
     PriorityRequest,
     RerunRequest,
     RunRequest,
@@ -56,6 +57,8 @@ REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/jobs/{job_id}/approve"): ApprovalDecision,
     ("post", "/jobs/{job_id}/reject"): ApprovalDecision,
     ("post", "/jobs/{job_id}/priority"): PriorityRequest,
+    ("post", "/agents/{agent_id}/pause"): PauseRequest,
+    ("post", "/regions/{region}/pause"): PauseRequest,
 }
 # (method, path) → the model its query string is validated with.
 QUERY_MODELS: dict[tuple[str, str], type[BaseModel]] = {

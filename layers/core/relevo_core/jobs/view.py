@@ -5,12 +5,13 @@ artifacts and the tail of its log."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from relevo_core.jobs.artifacts import artifact_summary
 from relevo_core.jobs.logs import log_tail
 from relevo_core.models.status import JobStatus, QueueReason, StageStatus
 from relevo_core.store.artifacts import list_artifacts
+from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.models.envelope import read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
@@ -107,14 +108,33 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def agent_queue_reason(agents: Iterable[AgentPresence], now: datetime) -> QueueReason | None:
-    """Why a dispatched stage is unclaimed: no agent of its region online (`agent_offline`), or
-    every online agent at capacity (`agent_busy`). None when an online agent has a free slot:
-    the stage is about to be claimed."""
+def agent_queue_reason(
+    agents: Iterable[AgentPresence], now: datetime, pauses: Mapping[str | None, AgentPause] | None = None
+) -> QueueReason | None:
+    """Why a dispatched stage is unclaimed: no agent of its region online (`agent_offline`); the
+    region's dispatch paused, or every online agent paused (`agent_paused`, from the pauses the
+    operators set, or the reason an agent's presence gives); every online agent that claims at
+    capacity (`agent_busy`). None when an online agent has a free slot: the stage is about to be
+    claimed."""
+    pauses = pauses or {}
     online = [agent for agent in agents if agent.is_online(now)]
     if not online:
         return QueueReason.AGENT_OFFLINE
-    if all(agent.free == 0 for agent in online):
+    dispatch = pauses.get(None)
+    if dispatch is not None and dispatch.active(now):
+        return QueueReason.AGENT_PAUSED
+
+    def why_not(agent: AgentPresence) -> str | None:
+        pause = pauses.get(agent.agent_id)
+        if pause is not None and pause.active(now):
+            return QueueReason.AGENT_PAUSED.value
+        return agent.not_claiming
+
+    claiming = [agent for agent in online if why_not(agent) is None]
+    if not claiming:
+        reasons = [why_not(agent) for agent in online]
+        return QueueReason(QueueReason.AGENT_PAUSED.value if QueueReason.AGENT_PAUSED.value in reasons else reasons[0])
+    if all(agent.free == 0 for agent in claiming):
         return QueueReason.AGENT_BUSY
     return None
 
@@ -125,7 +145,8 @@ def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
     view = job_items_to_view(query_job_items(table, job_id))
     unclaimed = any(stage["status"] == StageStatus.DISPATCHED.value for stage in view["stages"])
     if unclaimed and view["queue_reason"] is None and not JobStatus(view["status"]).terminal:
-        reason = agent_queue_reason(agents_in_region(table, view["region_affinity"]), now)
+        region = view["region_affinity"]
+        reason = agent_queue_reason(agents_in_region(table, region), now, region_pauses(table, region))
         view["queue_reason"] = reason.value if reason else None
     view["artifacts"] = [artifact_summary(record) for record in list_artifacts(table, job_id)]
     # The last lines of the output, read back from the end of the log (never the whole log).

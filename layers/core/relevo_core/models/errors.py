@@ -46,6 +46,8 @@ class ErrorCode(str, Enum):
     ARTIFACT_AMBIGUOUS = "ARTIFACT_AMBIGUOUS"
     # A plan over a limit of what a job's execution can carry (relevo_core.plan_limits).
     PLAN_TOO_LARGE = "PLAN_TOO_LARGE"
+    # Pause, drain, resume: an agent no region of the fleet has a presence record of.
+    AGENT_NOT_FOUND = "AGENT_NOT_FOUND"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -84,6 +86,7 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     # Two stages of the job left a file of that name: the caller names the stage.
     ErrorCode.ARTIFACT_AMBIGUOUS: HTTPStatus.CONFLICT,
     ErrorCode.PLAN_TOO_LARGE: HTTPStatus.UNPROCESSABLE_ENTITY,
+    ErrorCode.AGENT_NOT_FOUND: HTTPStatus.NOT_FOUND,
 }
 
 

@@ -54,3 +54,5 @@ class QueueReason(str, Enum):
     PROJECT_RUNNING = "project_running"
     AGENT_BUSY = "agent_busy"
     AGENT_OFFLINE = "agent_offline"
+    # Every online agent of the region is paused (or draining), or the region's dispatch is.
+    AGENT_PAUSED = "agent_paused"

@@ -1,0 +1,184 @@
+"""Pause, drain and the region's dispatch pause with real relevo-agent processes on `relevo local up`
+(issue 20), driven through the `relevo agents` CLI: a paused agent finishes the stage it runs and
+takes nothing new, the waiting stage goes to another online agent; a drained agent exits once
+idle and, restarted as launchd would, stays paused until resumed; a paused region's agents take
+nothing until its dispatch resumes. One stack for the module, one region affinity per test."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from relevo_cli.api import RelevoApi
+from relevo_cli.localrun import agent_process, random_commit, write_agent_config
+from relevo_agent.stackfile import StackInfo
+from relevo_core.store import agents
+from tests.helpers.stack import regions_stack, use_stack, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-fleet-pause")]
+
+REGIONS = ("pause", "drain", "dispatch")
+PRESENCE_SEC = 0.5
+# Long enough to see that nothing is claimed: several presence intervals and polls.
+HOLD_SEC = 4 * PRESENCE_SEC + 1
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Path]]:
+    with regions_stack(tmp_path_factory.mktemp("fleet-stack"), REGIONS) as stack:
+        yield stack
+
+
+def _agent(running: ExitStack, tmp_path: Path, stack_file: Path, region: str, agent_id: str, capacity: int = 2) -> Any:
+    config = write_agent_config(
+        tmp_path / f"{agent_id}.toml", stack_file, region, agent_id, capacity=capacity, poll_wait_sec=1,
+        presence_interval_sec=PRESENCE_SEC,
+    )
+    return running.enter_context(agent_process(config, tmp_path / f"{agent_id}.log"))
+
+
+def _presence(info: StackInfo, region: str, agent_id: str) -> agents.AgentPresence | None:
+    now = datetime.now(timezone.utc)
+    return next((a for a in agents.online_agents(info.table_name, region, now) if a.agent_id == agent_id), None)
+
+
+def _relevo(stack_file: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "relevo_cli.main", *args, "--stack-file", str(stack_file)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done.stdout
+
+
+def _project(api: RelevoApi, region: str, command: str) -> str:
+    project_id = f"{region}-{secrets.token_hex(3)}"
+    api.put_project(
+        project_id,
+        {"repo": f"acme/{project_id}", "region_affinity": region, "lease_ttl_sec": 6, "queue_timeout_sec": 240,
+         "stages": [{"name": "build", "run": command}]},
+    )
+    return project_id
+
+
+def _run(api: RelevoApi, project_id: str) -> str:
+    return api.run_project(project_id, {"ref": "main", "commit": random_commit()})["job_id"]
+
+
+def _gated(gate: Path) -> str:
+    """A stage that runs until the test creates `gate`."""
+    return f'while [ ! -f "{gate}" ]; do sleep 0.1; done; echo built'
+
+
+def _ended(api: RelevoApi, job_id: str) -> dict[str, Any]:
+    return wait_until(lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j, 120, f"{job_id} ended")
+
+
+def _waits_as(api: RelevoApi, job_id: str, reason: str) -> dict[str, Any]:
+    return wait_until(lambda: (j := api.get_job(job_id))["queue_reason"] == reason and j, 30, f"{job_id} waiting as {reason}")
+
+
+def _stays_unclaimed(api: RelevoApi, job_id: str, reason: str) -> None:
+    """Once dispatched, for HOLD_SEC: the stage stays dispatched (no agent took it), said as `reason`."""
+    _waits_as(api, job_id, reason)
+    deadline = time.monotonic() + HOLD_SEC
+    while time.monotonic() < deadline:
+        job = api.get_job(job_id)
+        assert job["stages"][0]["status"] == "dispatched" and job["queue_reason"] == reason, job
+        time.sleep(0.2)
+
+
+def test_a_paused_agent_finishes_its_stage_takes_nothing_new_and_the_stage_goes_to_another(stack, tmp_path: Path):
+    info, stack_file = stack
+    api = RelevoApi.for_stack(info)
+    gate = tmp_path / "go"
+    with ExitStack() as running:
+        _agent(running, tmp_path, stack_file, "pause", "pause-1")
+        wait_until(lambda: _presence(info, "pause", "pause-1"), 60, "pause-1 online")
+        first = _run(api, _project(api, "pause", _gated(gate)))
+        wait_until(lambda: api.get_job(first)["stages"][0]["status"] == "running", 60, "pause-1 runs the first stage")
+
+        said = _relevo(stack_file, "agents", "pause", "pause-1", "--note", "Xcode update", "--timeout", "2h")
+        assert "pause-1 (pause) paused until" in said and "Xcode update" in said, said
+        wait_until(lambda: (p := _presence(info, "pause", "pause-1")) and p.not_claiming == "agent_paused", 30, "pause-1 says paused")
+        listing = json.loads(_relevo(stack_file, "agents", "--json"))["pause"]
+        assert listing[0]["paused"]["note"] == "Xcode update" and listing[0]["paused"]["timeout_sec"] == 7200, listing
+
+        # pause-1 has a free slot (capacity 2), and takes nothing new while paused.
+        second = _run(api, _project(api, "pause", "echo second"))
+        _waits_as(api, second, "agent_paused")
+        # The stage it ran finishes there, under its one lease: no retry, no second attempt.
+        gate.touch()
+        done = _ended(api, first)
+        assert done["status"] == "succeeded" and done["stages"][0]["agent_id"] == "pause-1", done
+        assert done["stages"][0]["attempt"] == 1 and done["stages"][0]["retry_count"] == 0, done["stages"][0]
+        _stays_unclaimed(api, second, "agent_paused")
+
+        # Another online agent of the region takes it.
+        _agent(running, tmp_path, stack_file, "pause", "pause-2")
+        taken = _ended(api, second)
+        assert taken["status"] == "succeeded" and taken["stages"][0]["agent_id"] == "pause-2", taken
+
+        said = _relevo(stack_file, "agents", "resume", "pause-1")
+        assert "pause-1 (pause) resumed" in said, said
+        wait_until(lambda: (p := _presence(info, "pause", "pause-1")) and p.not_claiming is None, 30, "pause-1 claims again")
+    assert "pause until" in (tmp_path / "pause-1.log").read_text()
+
+
+def test_a_drained_agent_exits_when_idle_and_restarts_paused(stack, tmp_path: Path):
+    info, stack_file = stack
+    api = RelevoApi.for_stack(info)
+    gate = tmp_path / "go"
+    with ExitStack() as running:
+        agent = _agent(running, tmp_path, stack_file, "drain", "drain-1")
+        wait_until(lambda: _presence(info, "drain", "drain-1"), 60, "drain-1 online")
+        job_id = _run(api, _project(api, "drain", _gated(gate)))
+        wait_until(lambda: api.get_job(job_id)["stages"][0]["status"] == "running", 60, "drain-1 runs the stage")
+
+        _relevo(stack_file, "agents", "drain", "drain-1", "--note", "macOS update", "--timeout", "1h")
+        wait_until(lambda: (p := _presence(info, "drain", "drain-1")) and p.not_claiming == "agent_paused", 30, "drain-1 says paused")
+        # Not idle: it stays up while its stage runs.
+        time.sleep(HOLD_SEC)
+        assert agent.poll() is None, (tmp_path / "drain-1.log").read_text()[-2000:]
+
+        gate.touch()
+        assert _ended(api, job_id)["status"] == "succeeded"
+        assert agent.wait(timeout=30) == 0
+        assert "drained: no stage runs; exiting" in (tmp_path / "drain-1.log").read_text()
+
+        # launchd starts it again (KeepAlive): it finds the drain already set, stays up, paused.
+        again = _agent(running, tmp_path, stack_file, "drain", "drain-1")
+        wait_until(lambda: (p := _presence(info, "drain", "drain-1")) and p.not_claiming == "agent_paused", 60, "drain-1 back, paused")
+        next_job = _run(api, _project(api, "drain", "echo next"))
+        _stays_unclaimed(api, next_job, "agent_paused")
+        assert again.poll() is None
+
+        _relevo(stack_file, "agents", "resume", "drain-1")
+        done = _ended(api, next_job)
+        assert done["status"] == "succeeded" and done["stages"][0]["agent_id"] == "drain-1", done
+
+
+def test_a_paused_region_takes_nothing_until_its_dispatch_resumes(stack, tmp_path: Path):
+    info, stack_file = stack
+    api = RelevoApi.for_stack(info)
+    with ExitStack() as running:
+        _agent(running, tmp_path, stack_file, "dispatch", "dispatch-1")
+        wait_until(lambda: _presence(info, "dispatch", "dispatch-1"), 60, "dispatch-1 online")
+        said = _relevo(stack_file, "agents", "pause-region", "dispatch", "--note", "network work", "--timeout", "30m")
+        assert "dispatch: dispatch paused until" in said, said
+        wait_until(lambda: (p := _presence(info, "dispatch", "dispatch-1")) and p.not_claiming == "agent_paused", 30, "dispatch-1 paused")
+        job_id = _run(api, _project(api, "dispatch", "echo hi"))
+        _stays_unclaimed(api, job_id, "agent_paused")
+        queue = api.queue()
+        assert [p["region"] for p in queue["paused_regions"]] == ["dispatch"], queue["paused_regions"]
+
+        _relevo(stack_file, "agents", "resume-region", "dispatch")
+        assert _ended(api, job_id)["status"] == "succeeded"
