@@ -10,6 +10,13 @@ Pauses: with every write (before it), the agent reads its own pause and its regi
 pause (relevo_agent.pause; two items, one BatchGetItem), and its record then says why it takes
 no new stage (`not_claiming`). So a pause takes effect within one presence interval.
 
+Requirements: a stage whose `requires` this agent does not meet (relevo_core.models.capabilities)
+is put back on the queue for one that does (Message.resend: a fresh copy, so the passes never
+count toward the redrive DLQ): visible again after `handoff_delay_sec` when an online agent of the
+region that claims meets them, after `requirement_recheck_sec` when none does (the job's view then
+says no_matching_agent). So with no matching agent online, each waiting stage costs one receive,
+one presence Query, one send and one delete per recheck interval, whatever the number of agents.
+
 Placement: the dispatch of attempt N > 1 names the agents that ran the failed attempts
 (`avoid_agents`). An agent named there does not claim the stage while another agent of the
 region, not named, is online (its presence record fresh), whether that agent has a free slot or
@@ -45,6 +52,7 @@ from relevo_agent.attempt import utc_now
 from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
 from relevo_agent.pause import PauseGate
+from relevo_core.models.capabilities import Capabilities, describe, unmet
 from relevo_core.store import agent_pauses, agents
 from relevo_core.store.agents import AgentPresence
 
@@ -119,6 +127,9 @@ class Presence:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
         self.pauses = PauseGate()
+        # Detected once at the start (relevo_agent.capabilities); free disk measured at each write.
+        self.capabilities: Capabilities | None = None
+        self.measure_disk: Callable[[], float | None] = lambda: None
         # This process: one relevo-agent per agent_id at a time (see take).
         self.instance_id = uuid.uuid4().hex
         self.host = socket.gethostname()
@@ -179,7 +190,13 @@ class Presence:
             host=self.host,
             started_at=self.started_at,
             not_claiming=self.pauses.reason(),
+            capabilities=self._capabilities(),
         )
+
+    def _capabilities(self) -> Capabilities | None:
+        if self.capabilities is None:
+            return None
+        return self.capabilities.model_copy(update={"free_disk_gb": self.measure_disk()})
 
     def write(self) -> None:
         agents.put_presence(self.table, self._record())
@@ -257,4 +274,34 @@ class Presence:
             # Keep this slot off the queue while the message is invisible, so the free agent's poll
             # is the one that receives it. (For a busy one the hop is long; this slot stays useful.)
             self._stopping.wait(invisible_sec + 1)
+        return True
+
+    def leave_to_matching(self, requires: dict[str, str], message: Message, what: str) -> bool:
+        """True when the stage's `requires` are not met here and the message went back on the
+        queue for an agent that meets them (or, none being online, for a later look)."""
+        missing = unmet(requires, self.capabilities)
+        if not missing:
+            return False
+        try:
+            region_agents = agents.online_agents(self.table, self.config.region, self._clock())
+        except (BotoCoreError, ClientError):
+            region_agents = []
+        now = self._clock()
+        matching = [
+            agent.agent_id for agent in region_agents
+            if agent.agent_id != self.config.agent_id and agent.is_online(now) and agent.not_claiming is None
+            and not unmet(requires, agent.capabilities)
+        ]
+        delay = self.config.handoff_delay_sec if matching else self.config.requirement_recheck_sec
+        try:
+            message.resend(delay)
+        except (BotoCoreError, ClientError) as exc:
+            log.warning("could not put %s back (%s); handing it back instead", what, exc)
+            message.give_back()
+        has = ", ".join(f"{key} {value or 'none'}" for key, value in missing.items())
+        log.info(
+            "passed on %s: it requires %s, this agent has %s; %s",
+            what, describe(requires), has,
+            f"visible again in {delay}s for {', '.join(matching)}" if matching else f"no matching agent online; looking again in {delay}s",
+        )
         return True

@@ -31,7 +31,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
-from relevo_agent import messages, restart
+from relevo_agent import capabilities, messages, restart
 from relevo_agent.attempt import StageMessage, utc_now
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import Journal
@@ -128,6 +128,8 @@ class Agent:
         """Supervise until shut down; returns the process exit status: 0 after a clean stop,
         EXIT_AGENT_ID_IN_USE when another process runs with this agent_id, EXIT_STACK_GONE when
         the stack went away or this agent_id was taken over, 130 at the third signal."""
+        self.presence.capabilities = capabilities.detect(self.config.workspace_root, self.config.labels)
+        self.presence.measure_disk = lambda: capabilities.free_disk_gb(self.config.workspace_root)
         try:
             self.presence.take(predecessor=self.journal.recall(INSTANCE_KEY))
             self.journal.remember(INSTANCE_KEY, self.presence.instance_id)
@@ -245,6 +247,8 @@ class Agent:
             return
         what = f"{task.job_id}/{task.stage} attempt {task.attempt}"
         try:
+            if task.requires and self.presence.leave_to_matching(task.requires, message, what):
+                return
             if self.presence.leave_to_another(task.avoid_agents, task.queue_timeout_sec, message, what):
                 return
             with self.presence.occupied():

@@ -66,19 +66,30 @@ def agents_command(
         if region in paused_regions:
             title += f"; dispatch {_pause_text(paused_regions[region])}"
         table = Table(title=title)
-        for column in ("agent", "state", "last seen", "used / capacity", "running stages", "version"):
+        for column in ("agent", "state", "last seen", "used / capacity", "running stages", "capabilities", "version"):
             table.add_column(column)
         for agent in here:
             stages = ", ".join(f"{s['job_id']} {s['stage']}#{s['attempt']}" for s in agent.get("running_stages", []))
             table.add_row(
                 agent["agent_id"], _state(agent),
                 f"{agent['last_seen'][:19]} ({_ago(agent['last_seen'])})", f"{agent['used']} / {agent['capacity']}",
-                stages or "-", agent["version"],
+                stages or "-", _capabilities(agent.get("capabilities")), agent["version"],
             )
         if here:
             console.print(table)
         else:
             console.print(f"{region}: no agents (a local one: relevo local agent --region {region})", markup=False, highlight=False, soft_wrap=True)
+
+
+def _capabilities(found: dict | None) -> str:
+    if not found:
+        return "-"
+    facts = [f"{found['os']} {found['arch']}"]
+    facts += [f"macOS {found['macos']}"] if found.get("macos") else []
+    facts += [f"Xcode {found['xcode']}" + (f" (of {', '.join(found['xcode_versions'])})" if found.get("xcode_versions") else "")] if found.get("xcode") else []
+    facts += [f"{found['free_disk_gb']:g} GB free"] if found.get("free_disk_gb") is not None else []
+    facts += [f"{name}={value}" for name, value in sorted(found.get("labels", {}).items())]
+    return ", ".join(facts)
 
 
 def _pause_text(pause: dict) -> str:

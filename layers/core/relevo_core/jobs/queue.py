@@ -10,8 +10,8 @@ from relevo_core.config.queue import QueueSettings
 from relevo_core.jobs.listing import list_jobs
 from relevo_core.models.requests import JOB_LIST_MAX_LIMIT, JobListQuery, PriorityRequest
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.jobs.view import agent_queue_reason, job_items_to_view
-from relevo_core.models.status import JobStatus, StageStatus
+from relevo_core.jobs.view import agent_queue_reason, job_items_to_view, no_match_detail
+from relevo_core.models.status import JobStatus, QueueReason, StageStatus
 from relevo_core.projects.permissions import visibility
 from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
@@ -41,6 +41,7 @@ def _agent_row(agent: AgentPresence, now: datetime, stages: list[dict[str, Any]]
         # The operator's pause or drain while it lasts; what the agent itself says keeps it from claiming.
         "paused": pause.model_dump(mode="json") if pause is not None and pause.active(now) else None,
         "not_claiming": agent.not_claiming if agent.is_online(now) else None,
+        "capabilities": agent.capabilities.model_dump(mode="json") if agent.capabilities else None,
     }
 
 
@@ -79,10 +80,11 @@ def queue_view(table: str, regions: tuple[str, ...], can_view: Callable[[str], b
         region = job["region_affinity"]
         if region not in presence:
             presence[region], pauses[region] = agents_in_region(table, region), region_pauses(table, region)
-        reason = agent_queue_reason(presence[region], now, pauses[region])
+        reason = agent_queue_reason(presence[region], now, pauses[region], stage["requires"])
         waiting.append({
             **job, "stage": stage["name"], "attempt": stage["attempt"], "dispatched_at": stage["dispatched_at"],
-            "queue_reason": reason.value if reason else None,
+            "queue_reason": reason.value if reason else None, "requires": stage["requires"],
+            "queue_detail": no_match_detail(stage["requires"], presence[region], now) if reason is QueueReason.NO_MATCHING_AGENT else None,
         })
     by_agent: dict[str, list[dict[str, Any]]] = {}
     for job, stage in live:

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
 from relevo_core.models.envelope import PROJECT_ID, REGION_AFFINITY
 from relevo_core.models.plan import (
     AWS_PROFILE,
@@ -60,6 +61,13 @@ class ProjectStage(BaseModel):
         default=None, pattern=AWS_PROFILE,
         description="The build user's AWS profile this stage runs with (AWS_PROFILE in its environment); the stage "
         "never sees the agent's own credentials.",
+    )
+    requires: Requirements = Field(
+        default_factory=dict, max_length=MAX_REQUIREMENTS,
+        description="What the agent must have to claim this stage, as `key: glob`, e.g. `{xcode: \"16.*\", arch: arm64}`: "
+        "`xcode` is the selected Xcode's version, `macos` the macOS version, `arch` the CPU architecture, `os` darwin or "
+        "linux; any other key is a label of the agent's TOML. Frozen into each job's plan. No agent of the region "
+        "matching: the job waits with queue reason no_matching_agent.",
     )
 
 
@@ -297,6 +305,7 @@ class Project(RunPlanMixin):
                     effect_probe=stage.effect_probe,
                     inputs=stage.inputs,
                     aws_profile=stage.aws_profile,
+                    requires=stage.requires,
                 )
                 for stage in self.stages
             )

@@ -56,3 +56,5 @@ class QueueReason(str, Enum):
     AGENT_OFFLINE = "agent_offline"
     # Every online agent of the region is paused (or draining), or the region's dispatch is.
     AGENT_PAUSED = "agent_paused"
+    # No online agent of the region meets the stage's `requires` (the view names the nearest).
+    NO_MATCHING_AGENT = "no_matching_agent"

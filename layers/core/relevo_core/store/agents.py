@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from relevo_core.aws import client
+from relevo_core.models.capabilities import Capabilities
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.keys import agent_sk, agents_pk, key
 from relevo_core.store.paging import query_items
@@ -47,6 +48,8 @@ class AgentPresence(BaseModel):
     # Why the agent takes no new stage now, as it sees it (a QueueReason value: agent_paused,
     # agent_low_disk), or None while it claims.
     not_claiming: str | None = None
+    # What it detected on its host and its TOML labels (stages' `requires` are matched to them).
+    capabilities: Capabilities | None = None
 
     @property
     def free(self) -> int:

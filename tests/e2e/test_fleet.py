@@ -1,12 +1,17 @@
-"""Pause, drain and the region's dispatch pause with real relevo-agent processes on `relevo local up`
-(issue 20), driven through the `relevo agents` CLI: a paused agent finishes the stage it runs and
-takes nothing new, the waiting stage goes to another online agent; a drained agent exits once
-idle and, restarted as launchd would, stays paused until resumed; a paused region's agents take
-nothing until its dispatch resumes. One stack for the module, one region affinity per test."""
+"""Running a fleet with real relevo-agent processes on `relevo local up` (issue 20). Pause, drain and
+the region's dispatch pause, driven through the `relevo agents` CLI: a paused agent finishes the
+stage it runs and takes nothing new, the waiting stage goes to another online agent; a drained
+agent exits once idle and, restarted as launchd would, stays paused until resumed; a paused
+region's agents take nothing until its dispatch resumes. Capabilities: a stage that requires
+`xcode: 16.*` waits as no_matching_agent while only a Linux agent is online (which passes it on,
+never to the redrive DLQ), then runs on the Mac agent that starts (its `xcode-select`,
+`xcodebuild` and `sw_vers` are doubles printing recorded outputs). One stack for the module, one
+region affinity per test."""
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -26,7 +31,8 @@ from tests.helpers.stack import regions_stack, use_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-fleet-pause")]
 
-REGIONS = ("pause", "drain", "dispatch")
+REGIONS = ("pause", "drain", "dispatch", "caps")
+RECORDED = Path(__file__).parents[1] / "unit" / "fixtures" / "capabilities"
 PRESENCE_SEC = 0.5
 # Long enough to see that nothing is claimed: several presence intervals and polls.
 HOLD_SEC = 4 * PRESENCE_SEC + 1
@@ -38,12 +44,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo,
         yield stack
 
 
-def _agent(running: ExitStack, tmp_path: Path, stack_file: Path, region: str, agent_id: str, capacity: int = 2) -> Any:
+def _agent(
+    running: ExitStack, tmp_path: Path, stack_file: Path, region: str, agent_id: str, capacity: int = 2,
+    env: dict[str, str] | None = None, **settings: int | float,
+) -> Any:
     config = write_agent_config(
         tmp_path / f"{agent_id}.toml", stack_file, region, agent_id, capacity=capacity, poll_wait_sec=1,
-        presence_interval_sec=PRESENCE_SEC,
+        presence_interval_sec=PRESENCE_SEC, **settings,
     )
-    return running.enter_context(agent_process(config, tmp_path / f"{agent_id}.log"))
+    return running.enter_context(agent_process(config, tmp_path / f"{agent_id}.log", env))
 
 
 def _presence(info: StackInfo, region: str, agent_id: str) -> agents.AgentPresence | None:
@@ -59,12 +68,12 @@ def _relevo(stack_file: Path, *args: str) -> str:
     return done.stdout
 
 
-def _project(api: RelevoApi, region: str, command: str) -> str:
+def _project(api: RelevoApi, region: str, command: str, **stage: Any) -> str:
     project_id = f"{region}-{secrets.token_hex(3)}"
     api.put_project(
         project_id,
         {"repo": f"acme/{project_id}", "region_affinity": region, "lease_ttl_sec": 6, "queue_timeout_sec": 240,
-         "stages": [{"name": "build", "run": command}]},
+         "stages": [{"name": "build", "run": command, **stage}]},
     )
     return project_id
 
@@ -182,3 +191,54 @@ def test_a_paused_region_takes_nothing_until_its_dispatch_resumes(stack, tmp_pat
 
         _relevo(stack_file, "agents", "resume-region", "dispatch")
         assert _ended(api, job_id)["status"] == "succeeded"
+
+
+def _mac_commands(bin_dir: Path) -> dict[str, str]:
+    """A PATH whose sw_vers, xcode-select and xcodebuild print the recorded outputs of a Mac."""
+    bin_dir.mkdir()
+    for name, recorded in [("sw_vers", "sw_vers-productVersion.txt"), ("xcode-select", "xcode-select-p.txt"),
+                           ("xcodebuild", "xcodebuild-version.txt")]:
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\ncat "{RECORDED / recorded}"\n')
+        script.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def _work_dead_letters(info: StackInfo, region: str) -> int:
+    from relevo_core.aws import client
+
+    sqs = client("sqs")
+    url = sqs.get_queue_url(QueueName=info.work_queues[region].rsplit("/", 1)[1] + "-dlq")["QueueUrl"]
+    return int(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"])
+
+
+def test_a_stage_needing_xcode_16_waits_as_no_matching_agent_until_a_mac_with_it_starts(stack, tmp_path: Path):
+    info, stack_file = stack
+    api = RelevoApi.for_stack(info)
+    recheck_sec = 2
+    with ExitStack() as running:
+        _agent(running, tmp_path, stack_file, "caps", "caps-linux", requirement_recheck_sec=recheck_sec)
+        wait_until(lambda: _presence(info, "caps", "caps-linux"), 60, "caps-linux online")
+        linux = _presence(info, "caps", "caps-linux")
+        assert linux.capabilities is not None and linux.capabilities.xcode is None and linux.capabilities.os == "linux"
+
+        job_id = _run(api, _project(api, "caps", "echo built on $(hostname)", requires={"xcode": "16.*"}))
+        waiting = _waits_as(api, job_id, "no_matching_agent")
+        assert waiting["queue_detail"] == "no online agent meets requires {xcode: 16.*}; nearest: caps-linux has xcode none", waiting
+        assert waiting["stages"][0]["requires"] == {"xcode": "16.*"}
+        waited_from = time.monotonic()
+        _stays_unclaimed(api, job_id, "no_matching_agent")
+
+        _agent(running, tmp_path, stack_file, "caps", "caps-mac", env=_mac_commands(tmp_path / "mac-bin"))
+        done = _ended(api, job_id)
+        waited_sec = time.monotonic() - waited_from
+        mac = _presence(info, "caps", "caps-mac")
+        assert mac is not None and (mac.capabilities.xcode, mac.capabilities.macos) == ("16.2", "15.2"), mac
+    assert done["status"] == "succeeded" and done["stages"][0]["agent_id"] == "caps-mac", done
+    assert done["stages"][0]["attempt"] == 1 and done["stages"][0]["retry_count"] == 0
+    # The ping-pong: the Linux agent passed the message on about once per recheck interval while
+    # nothing matched (plus the hand-overs once the Mac was online), and none reached the DLQ.
+    passes = (tmp_path / "caps-linux.log").read_text().count("passed on ")
+    print(f"caps-linux passed the stage on {passes} times in {waited_sec:.1f}s (recheck {recheck_sec}s)")
+    assert 1 <= passes <= waited_sec / recheck_sec + 3, passes
+    assert _work_dead_letters(info, "caps") == 0
