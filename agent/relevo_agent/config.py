@@ -65,7 +65,17 @@ class AgentConfig(BaseModel):
         "this long (SQS message timer, at most 900 s), by whichever agent received it.",
     )
     min_free_disk_gb: float = Field(
-        default=10, ge=0, description="`relevo-agent doctor` fails below this much free space under workspace_root."
+        default=10, ge=0,
+        description="Below this much free space under workspace_root the agent claims no stage (queue reason "
+        "agent_low_disk, said in its presence) and `relevo-agent doctor` fails.",
+    )
+    keep_workspaces: int = Field(
+        default=0, ge=0, le=1000,
+        description="Keep the workspaces of this many projects used last; older ones are removed while the agent is "
+        "idle, never one a lease holds. 0: keep every workspace.",
+    )
+    cleanup_timeout_sec: int = Field(
+        default=600, ge=1, le=7200, description="How long a project's workspace_cleanup command may run between stages."
     )
     poll_wait_sec: int = Field(default=20, ge=0, le=20, description="The long poll of the work queue, in seconds (SQS allows up to 20).")
     presence_interval_sec: float = Field(

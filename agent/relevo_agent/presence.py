@@ -8,7 +8,9 @@ again at the next tick: presence never blocks or fails the work.
 
 Pauses: with every write (before it), the agent reads its own pause and its region's dispatch
 pause (relevo_agent.pause; two items, one BatchGetItem), and its record then says why it takes
-no new stage (`not_claiming`). So a pause takes effect within one presence interval.
+no new stage (`not_claiming`). So a pause takes effect within one presence interval. So does low
+disk: the free space under workspace_root is measured before each write, and below
+min_free_disk_gb the agent takes no new stage (agent_low_disk) until it is back above.
 
 Requirements: a stage whose `requires` this agent does not meet (relevo_core.models.capabilities)
 is put back on the queue for one that does (Message.resend: a fresh copy, so the passes never
@@ -53,6 +55,7 @@ from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
 from relevo_agent.pause import PauseGate
 from relevo_core.models.capabilities import Capabilities, describe, unmet
+from relevo_core.models.status import QueueReason
 from relevo_core.store import agent_pauses, agents
 from relevo_core.store.agents import AgentPresence
 
@@ -129,7 +132,9 @@ class Presence:
         self.pauses = PauseGate()
         # Detected once at the start (relevo_agent.capabilities); free disk measured at each write.
         self.capabilities: Capabilities | None = None
+        # The free-disk probe (GB; injectable), measured before each write.
         self.measure_disk: Callable[[], float | None] = lambda: None
+        self._free_disk_gb: float | None = None
         # This process: one relevo-agent per agent_id at a time (see take).
         self.instance_id = uuid.uuid4().hex
         self.host = socket.gethostname()
@@ -189,14 +194,37 @@ class Presence:
             instance_id=self.instance_id,
             host=self.host,
             started_at=self.started_at,
-            not_claiming=self.pauses.reason(),
+            not_claiming=self.not_claiming(),
             capabilities=self._capabilities(),
         )
 
     def _capabilities(self) -> Capabilities | None:
         if self.capabilities is None:
             return None
-        return self.capabilities.model_copy(update={"free_disk_gb": self.measure_disk()})
+        return self.capabilities.model_copy(update={"free_disk_gb": self._free_disk_gb})
+
+    def measure(self) -> None:
+        """Free disk as of now (a failed probe keeps the last measure)."""
+        try:
+            free = self.measure_disk()
+        except OSError as exc:
+            log.warning("free disk unmeasurable (%s)", exc)
+            return
+        if free is not None:
+            low = free < self.config.min_free_disk_gb
+            if low != (self._free_disk_gb is not None and self._free_disk_gb < self.config.min_free_disk_gb):
+                log.warning("free disk %.1f GB is %s min_free_disk_gb %g: %s", free, "below" if low else "back above",
+                            self.config.min_free_disk_gb, "taking no new stage" if low else "taking stages again")
+            self._free_disk_gb = free
+
+    def not_claiming(self) -> str | None:
+        """Why this agent takes no new stage now (a queue reason), or None."""
+        paused = self.pauses.reason()
+        if paused is not None:
+            return paused
+        if self._free_disk_gb is not None and self._free_disk_gb < self.config.min_free_disk_gb:
+            return QueueReason.AGENT_LOW_DISK.value
+        return None
 
     def write(self) -> None:
         agents.put_presence(self.table, self._record())
@@ -214,6 +242,7 @@ class Presence:
         while not self._done.is_set():
             self._wake.clear()
             self.read_pauses()
+            self.measure()
             try:
                 self.write()
             except agents.AgentIdInUse as taken:

@@ -130,6 +130,7 @@ class Agent:
         the stack went away or this agent_id was taken over, 130 at the third signal."""
         self.presence.capabilities = capabilities.detect(self.config.workspace_root, self.config.labels)
         self.presence.measure_disk = lambda: capabilities.free_disk_gb(self.config.workspace_root)
+        self.presence.measure()
         try:
             self.presence.take(predecessor=self.journal.recall(INSTANCE_KEY))
             self.journal.remember(INSTANCE_KEY, self.presence.instance_id)
@@ -198,6 +199,8 @@ class Agent:
         self.presence.start()
         paused_by: str | None = None
         while not self.stopping.is_set():
+            if self._idle():
+                self.stages.hygiene.between_stages()  # no stage runs, and none starts meanwhile
             pause = self.presence.pauses.blocking()
             if pause is not None:
                 if paused_by != pause.pause_id:
@@ -209,6 +212,9 @@ class Agent:
             if paused_by is not None:
                 paused_by = None
                 log.info("pause ended: taking stages again")
+            if self.presence.not_claiming() is not None:  # low disk (said in presence and logged there)
+                self.stopping.wait(0.5)
+                continue
             if not self._slots.acquire(timeout=0.5):
                 continue  # no free capacity: do not take work we cannot start
             try:
@@ -228,8 +234,8 @@ class Agent:
                 received[0].give_back()
                 self._slots.release()
                 return
-            if self.presence.pauses.blocking() is not None:
-                received[0].give_back()  # paused during the long poll: not this agent's now
+            if self.presence.not_claiming() is not None:
+                received[0].give_back()  # paused (or low on disk) during the long poll: not this agent's now
                 self._slots.release()
                 continue
             with self._active_lock:

@@ -5,7 +5,9 @@ agent exits once idle and, restarted as launchd would, stays paused until resume
 region's agents take nothing until its dispatch resumes. Capabilities: a stage that requires
 `xcode: 16.*` waits as no_matching_agent while only a Linux agent is online (which passes it on,
 never to the redrive DLQ), then runs on the Mac agent that starts (its `xcode-select`,
-`xcodebuild` and `sw_vers` are doubles printing recorded outputs). One stack for the module, one
+`xcodebuild` and `sw_vers` are doubles printing recorded outputs). Disk: an agent below its
+min_free_disk_gb claims nothing (agent_low_disk); the stage goes to one with room, which runs the
+project's cleanup between stages and keeps only its last workspace. One stack for the module, one
 region affinity per test."""
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from tests.helpers.stack import regions_stack, use_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-fleet-pause")]
 
-REGIONS = ("pause", "drain", "dispatch", "caps")
+REGIONS = ("pause", "drain", "dispatch", "caps", "disk")
 RECORDED = Path(__file__).parents[1] / "unit" / "fixtures" / "capabilities"
 PRESENCE_SEC = 0.5
 # Long enough to see that nothing is claimed: several presence intervals and polls.
@@ -68,12 +70,12 @@ def _relevo(stack_file: Path, *args: str) -> str:
     return done.stdout
 
 
-def _project(api: RelevoApi, region: str, command: str, **stage: Any) -> str:
+def _project(api: RelevoApi, region: str, command: str, project: dict[str, Any] | None = None, **stage: Any) -> str:
     project_id = f"{region}-{secrets.token_hex(3)}"
     api.put_project(
         project_id,
         {"repo": f"acme/{project_id}", "region_affinity": region, "lease_ttl_sec": 6, "queue_timeout_sec": 240,
-         "stages": [{"name": "build", "run": command, **stage}]},
+         "stages": [{"name": "build", "run": command, **stage}], **(project or {})},
     )
     return project_id
 
@@ -242,3 +244,27 @@ def test_a_stage_needing_xcode_16_waits_as_no_matching_agent_until_a_mac_with_it
     print(f"caps-linux passed the stage on {passes} times in {waited_sec:.1f}s (recheck {recheck_sec}s)")
     assert 1 <= passes <= waited_sec / recheck_sec + 3, passes
     assert _work_dead_letters(info, "caps") == 0
+
+
+def test_a_low_disk_agent_stops_claiming_and_one_with_room_cleans_up_between_stages(stack, tmp_path: Path):
+    info, stack_file = stack
+    api = RelevoApi.for_stack(info)
+    with ExitStack() as running:
+        # No disk has this much free: the real probe puts the agent below its threshold.
+        _agent(running, tmp_path, stack_file, "disk", "disk-full", min_free_disk_gb=10**7)
+        wait_until(lambda: (p := _presence(info, "disk", "disk-full")) and p.not_claiming == "agent_low_disk", 60, "disk-full low")
+        cleaned = tmp_path / "cleaned"
+        first = _run(api, _project(api, "disk", "echo one", project={"workspace_cleanup": f'pwd >> "{cleaned}"'}))
+        _stays_unclaimed(api, first, "agent_low_disk")
+
+        _agent(running, tmp_path, stack_file, "disk", "disk-roomy", keep_workspaces=1)
+        done = _ended(api, first)
+        assert done["status"] == "succeeded" and done["stages"][0]["agent_id"] == "disk-roomy", done
+        workspaces = tmp_path / "disk-roomy-workspaces"
+        wait_until(lambda: cleaned.exists(), 30, "the cleanup ran between stages")
+        assert cleaned.read_text().splitlines() == [str(workspaces / done["project"])]
+        # A second project's job: its workspace is the one kept, the first one's is removed.
+        second = _ended(api, _run(api, _project(api, "disk", "echo two")))
+        assert second["stages"][0]["agent_id"] == "disk-roomy"
+        wait_until(lambda: sorted(p.name for p in workspaces.iterdir()) == [second["project"]], 30, "only the last workspace kept")
+    assert "below min_free_disk_gb" in (tmp_path / "disk-full.log").read_text()

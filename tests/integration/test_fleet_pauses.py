@@ -22,7 +22,8 @@ from relevo_core.store import agents
 from relevo_core.store.agents import AgentPresence
 from tests.helpers import TEST_ADMIN_ARN
 from tests.helpers.iam import iam_user
-from tests.helpers.stack import register_project, table_items, wait_until
+from relevo_core.aws import client
+from tests.helpers.stack import receive_stage, register_project, table_items, wait_until
 
 REGION = "eu-west"
 
@@ -103,6 +104,8 @@ def test_a_pause_shows_everywhere_until_resumed(local_stack, project_id, tmp_pat
             wait_until(lambda: admin.api.get_job(job_id)["queue_reason"] == "agent_paused", 30, "agent_paused")
         finally:
             RelevoApi.for_stack(local_stack).cancel_job(job_id)
+            _, receipt = receive_stage(local_stack, job_id)  # no agent of a later test may find it
+            client("sqs").delete_message(QueueUrl=local_stack.work_queues[REGION], ReceiptHandle=receipt)
 
     status, answer = admin.call("POST", f"/agents/{agent_id}/resume", None)
     assert status == 200 and answer["resumed"] is True and answer["ended"]["note"] == "Xcode update", answer

@@ -107,6 +107,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "error": record.get("error_name"),
         "error_cause": record.get("error_cause"),
         "stages": stages,
+        "artifact_max_job_bytes": envelope.artifact_max_job_bytes,
     }
 
 
@@ -177,6 +178,8 @@ def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
         if reason is QueueReason.NO_MATCHING_AGENT:
             view["queue_detail"] = no_match_detail(unclaimed["requires"], region_agents, now)
     view["artifacts"] = [artifact_summary(record) for record in list_artifacts(table, job_id)]
+    # The job's artifact total beside its project's bound (artifact.max_job_bytes), when it has one.
+    view["artifact_bytes"] = sum(artifact["size"] for artifact in view["artifacts"])
     # The last lines of the output, read back from the end of the log (never the whole log).
     view["log_tail"] = log_tail(table, job_id)
     return view

@@ -127,6 +127,8 @@ class ErrorClass(str, Enum):
     CHECKSUM = "Relevo.Fatal.Checksum"
     CLIENT_4XX = "Relevo.Fatal.Client4xx"
     COMMAND_FAILED = "Relevo.Fatal.ExitCode"
+    # The stage's artifacts would take the job past its project's artifact.max_job_bytes.
+    ARTIFACT_QUOTA = "Relevo.Fatal.ArtifactQuota"
     PRECONDITION_CHANGED = "Relevo.Precondition.Changed"
     # Reconciliation found an effect it cannot tie to the operation: the stage waits for an
     # operator (relevo job resolve); resolved as failed, it fails with the second name.

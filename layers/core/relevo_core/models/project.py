@@ -71,6 +71,18 @@ class ProjectStage(BaseModel):
     )
 
 
+class ArtifactLimits(BaseModel):
+    """Bounds on what a project's jobs store (issue 20)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_job_bytes: int | None = Field(
+        default=None, ge=1, le=5 * 10**12,
+        description="The most one job's artifacts may total: a stage whose files would take the job past it fails "
+        "with Relevo.Fatal.ArtifactQuota before anything is uploaded. Default: no bound.",
+    )
+
+
 class WebhookSecrets(BaseModel):
     """Where a project's webhook secrets live. Only references are stored, never values."""
 
@@ -236,6 +248,13 @@ class Project(RunPlanMixin):
         default=60, ge=3, le=3600,
         description="The lease an agent holds on a stage it runs, renewed every lease/3; when it lapses (the agent "
         "died or lost the network) the attempt fails with Relevo.Lease.Expired and is retried.",
+    )
+    artifact: ArtifactLimits = Field(default=ArtifactLimits(), description="Bounds on the artifacts of the project's jobs.")
+    workspace_cleanup: str | None = Field(
+        default=None, min_length=1, max_length=4096,
+        description="A command the agent runs in the project's workspace after its stages, between stages and never "
+        "during one (once the agent is idle), e.g. `rm -rf ~/Library/Developer/Xcode/DerivedData/*`; bounded by the "
+        "agent's cleanup_timeout_sec. Frozen into each job.",
     )
     retry: RetryPolicy = Field(default=RetryPolicy(), description="How failures of the project's stages are classified and retried.")
     approval: ApprovalSettings = Field(default=ApprovalSettings(), description="An approval gate before one stage.")
