@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from relevo_cli.cli_errors import RelevoGroup, set_debug
-from relevo_cli.commands import agents, artifacts, console, dlq, drill, jobs, local, projects, queue, stack
+from relevo_cli.commands import advise, agents, artifacts, console, dlq, drill, jobs, local, projects, queue, stack
 
 app = typer.Typer(cls=RelevoGroup, no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
 
@@ -35,6 +35,7 @@ COMMANDS = (
     ("logs", jobs.logs),
     ("drill", drill.drill_command),
     ("console", console.console_command),
+    ("advise", advise.advise_command),
 )
 SUB_APPS = (
     ("local", local.local_app),
