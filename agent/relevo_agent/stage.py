@@ -85,7 +85,11 @@ class StageRunner:
         self._running_lock = threading.Lock()
         # The workspace of each stage thread from before its claim to its end (retention keeps them).
         self._workspaces: dict[str, Path] = {}
-        self.hygiene = Hygiene(config, journal, lambda: set(self._workspaces.values()))
+        self.hygiene = Hygiene(config, journal, self._workspaces_in_use)
+
+    def _workspaces_in_use(self) -> set[Path]:
+        with self._running_lock:
+            return set(self._workspaces.values())
 
     def stop_all(self, reason: str) -> None:
         """Stop every running stage's command (a shutdown, a fatal exit)."""
@@ -116,12 +120,14 @@ class StageRunner:
             message.delete()
             return
         workspace = self.config.workspace_root / envelope.project
-        self._workspaces[op_id] = workspace
+        with self._running_lock:
+            self._workspaces[op_id] = workspace
         try:
             self.hygiene.used(workspace)
             self._run_in(workspace, envelope, plan, task, message, timeline, op_id, ref)
         finally:
-            self._workspaces.pop(op_id, None)
+            with self._running_lock:
+                self._workspaces.pop(op_id, None)
             self.hygiene.stage_ended(envelope.project, workspace, envelope.workspace_cleanup)
 
     def _run_in(
