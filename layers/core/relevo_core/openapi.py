@@ -71,7 +71,7 @@ COMMON_ERRORS = {
     "400": "malformed request",
     "401": "not authenticated, or a webhook signature that does not verify",
     "403": "the caller lacks the permission this route needs",
-    "404": "no such project, job, artifact or route",
+    "404": "no such project, job, artifact, agent or route",
     "409": "the target is not in a state that allows this",
     "413": "body over 1 MiB",
     "422": "a field fails validation, or a plan is over a limit of what a job can carry (PLAN_TOO_LARGE)",
