@@ -142,6 +142,22 @@ def bucket_region(bucket: str) -> str:
     return client("s3").get_bucket_location(Bucket=bucket).get("LocationConstraint") or "us-east-1"
 
 
+def check_job_quota(ref: StageRef, stage: str, files: list[Path], max_job_bytes: int | None) -> None:
+    """Before any upload: the job's artifacts recorded by its other stages plus this stage's files
+    must fit in max_job_bytes, or the stage fails Relevo.Fatal.ArtifactQuota with nothing uploaded.
+    (An earlier attempt of this stage left records the retry's files replace: they do not count.)"""
+    if max_job_bytes is None:
+        return
+    stored = sum(record.size for record in artifact_store.list_artifacts(ref.table, ref.job_id) if record.stage != stage)
+    these = sum(path.stat().st_size for path in files)
+    if stored + these > max_job_bytes:
+        raise ArtifactFailure(
+            ErrorClass.ARTIFACT_QUOTA,
+            f"{len(files)} file(s) of {these} bytes would bring the job's artifacts to {stored + these} bytes, over the "
+            f"project's artifact.max_job_bytes {max_job_bytes} (other stages: {stored} bytes); nothing was uploaded",
+        )
+
+
 def upload_artifacts(
     ref: StageRef,
     stage: str,
@@ -152,12 +168,19 @@ def upload_artifacts(
     expires_at: int,
     transfer_config: TransferConfig | None = None,
     progress_interval_sec: float = PROGRESS_INTERVAL_SEC,
+    max_job_bytes: int | None = None,
 ) -> UploadSummary:
     """Upload, verify and record every regular file under artifact_dir. Raises ArtifactFailure
     (with its error class) or LeaseLost (the records were refused: another attempt holds the stage)."""
     files = sorted(p for p in artifact_dir.rglob("*") if p.is_file() and not p.is_symlink())
     if not files:
         return UploadSummary(records=[])
+    try:
+        check_job_quota(ref, stage, files, max_job_bytes)
+    except ArtifactFailure:
+        raise
+    except Exception as exc:
+        raise ArtifactFailure(classify_storage_error(exc), f"the job's artifact records: {exc}") from exc
     parsed = urlparse(artifact_uri)
     bucket, prefix = parsed.netloc, parsed.path.lstrip("/")
     if prefix and not prefix.endswith("/"):
@@ -226,7 +249,10 @@ def upload_stage_artifacts(
 
     agent_region = config.aws_region or client("s3").meta.region_name
     try:
-        summary = upload_artifacts(ref, stage, artifact_dir, envelope.artifact_uri, agent_region, emit, expires_at=envelope.ttl)
+        summary = upload_artifacts(
+            ref, stage, artifact_dir, envelope.artifact_uri, agent_region, emit, expires_at=envelope.ttl,
+            max_job_bytes=envelope.artifact_max_job_bytes,
+        )
     except ArtifactFailure as exc:
         emit(f"[relevo] artifact upload failed: {exc.error_class.value}: {exc}")
         return exc.error_class

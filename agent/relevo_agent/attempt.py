@@ -42,6 +42,9 @@ class StageMessage(BaseModel):
     # Retries only: the agents that ran the failed attempts, to be left to another agent if one is free.
     avoid_agents: tuple[str, ...] = ()
     queue_timeout_sec: int | None = None
+    # What the claiming agent must have (relevo_core.models.capabilities); absent on messages of
+    # executions started before requirements existed.
+    requires: dict[str, str] = {}
 
 
 @dataclass

@@ -6,11 +6,12 @@ import re
 import socket
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from relevo_core.lease_timeline import MAX_CLOCK_SKEW_SEC
+from relevo_core.models.capabilities import REQUIREMENT_KEY
 from relevo_core.user_files import FileMistake, InvalidFile, Loc, Locator, field_name, read_text, validate
 
 # Retention the agent once took from its own config; now the stack's parameters (template.yaml).
@@ -53,8 +54,28 @@ class AgentConfig(BaseModel):
     mask: tuple[str, ...] = Field(
         default=(), description="Names of environment variables whose values are secrets: replaced by `******` in every log and probe output."
     )
+    labels: dict[Annotated[str, Field(pattern=REQUIREMENT_KEY)], Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=dict, max_length=32,
+        description="Facts of this Mac a stage's `requires` can name besides what the agent detects (os, macos, arch, "
+        "xcode), e.g. `labels = {signing = \"enterprise\"}`. A label never overrides a detected fact.",
+    )
+    requirement_recheck_sec: int = Field(
+        default=10, ge=1, le=900,
+        description="A stage whose `requires` no online agent of the region meets is put back on the queue, delayed "
+        "this long (SQS message timer, at most 900 s), by whichever agent received it.",
+    )
     min_free_disk_gb: float = Field(
-        default=10, ge=0, description="`relevo-agent doctor` fails below this much free space under workspace_root."
+        default=10, ge=0,
+        description="Below this much free space under workspace_root the agent claims no stage (queue reason "
+        "agent_low_disk, said in its presence) and `relevo-agent doctor` fails.",
+    )
+    keep_workspaces: int = Field(
+        default=0, ge=0, le=1000,
+        description="Keep the workspaces of this many projects used last; older ones are removed while the agent is "
+        "idle, never one a lease holds. 0: keep every workspace.",
+    )
+    cleanup_timeout_sec: int = Field(
+        default=600, ge=1, le=7200, description="How long a project's workspace_cleanup command may run between stages."
     )
     poll_wait_sec: int = Field(default=20, ge=0, le=20, description="The long poll of the work queue, in seconds (SQS allows up to 20).")
     presence_interval_sec: float = Field(

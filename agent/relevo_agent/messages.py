@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 # The system attributes every receive asks for: what sent_at and receive_count read.
 RECEIVE_ATTRIBUTES = ["SentTimestamp", "ApproximateReceiveCount"]
+# A message put back on the queue by an agent that does not meet its stage's `requires` (resend)
+# carries the first send time, so sent_at (the stage's enqueued_at, the hand-back's wait) stays.
+FIRST_SENT_ATTRIBUTE = "relevo_first_sent_ms"
 
 
 def receive(queue_url: str, wait_sec: int) -> list[Message]:
@@ -30,6 +33,7 @@ def receive(queue_url: str, wait_sec: int) -> list[Message]:
         MaxNumberOfMessages=1,
         WaitTimeSeconds=wait_sec,
         MessageSystemAttributeNames=RECEIVE_ATTRIBUTES,
+        MessageAttributeNames=[FIRST_SENT_ATTRIBUTE],
     )
     return [Message(queue_url, raw) for raw in response.get("Messages", [])]
 
@@ -60,8 +64,10 @@ class Message:
 
     @property
     def sent_at(self) -> datetime | None:
-        """When SQS accepted the message (its SentTimestamp attribute, epoch milliseconds)."""
-        sent_ms = self.raw.get("Attributes", {}).get("SentTimestamp")
+        """When SQS first accepted the message (its SentTimestamp attribute, epoch milliseconds; for
+        a resent one, the first send's)."""
+        first = self.raw.get("MessageAttributes", {}).get(FIRST_SENT_ATTRIBUTE, {}).get("StringValue")
+        sent_ms = first or self.raw.get("Attributes", {}).get("SentTimestamp")
         return datetime.fromtimestamp(int(sent_ms) / 1000, timezone.utc) if sent_ms else None
 
     def hide_for(self, seconds: int) -> None:
@@ -86,6 +92,23 @@ class Message:
                 pass
             time.sleep(RETRY_AFTER_FAILURE_SEC * 2**attempt)
         log.warning("could not hand a stage message back; it returns after its visibility timeout")
+
+    def resend(self, delay_sec: int) -> None:
+        """Put a copy back on the queue, visible after `delay_sec` (an SQS message timer, 0 to 900 s:
+        "Amazon SQS message timers", SQS Developer Guide), then delete this one. Unlike a hand-back
+        (ChangeMessageVisibility), the copy starts with a receive count of 0, so however often agents
+        that cannot run the stage pass it on, it never reaches the work queue's redrive DLQ
+        (maxReceiveCount 5). If the delete fails, both copies exist: the claim's conditional write
+        takes one and refuses the other, as for any SQS redelivery. Errors of the send are the
+        caller's (nothing was changed)."""
+        first_ms = int(self.sent_at.timestamp() * 1000) if self.sent_at else int(time.time() * 1000)
+        client("sqs").send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=self.body,
+            DelaySeconds=max(0, min(900, delay_sec)),
+            MessageAttributes={FIRST_SENT_ATTRIBUTE: {"DataType": "Number", "StringValue": str(first_ms)}},
+        )
+        self.delete()
 
     def delete(self) -> None:
         """The claim is the durable record; the message has done its job. A failed delete only

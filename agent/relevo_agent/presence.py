@@ -6,6 +6,19 @@ it runs changes, the agent puts its record (agent id, region, capacity, running,
 last_seen); when it stops cleanly it marks the record offline. A failed write is logged and tried
 again at the next tick: presence never blocks or fails the work.
 
+Pauses: with every write (before it), the agent reads its own pause and its region's dispatch
+pause (relevo_agent.pause; two items, one BatchGetItem), and its record then says why it takes
+no new stage (`not_claiming`). So a pause takes effect within one presence interval. So does low
+disk: the free space under workspace_root is measured before each write, and below
+min_free_disk_gb the agent takes no new stage (agent_low_disk) until it is back above.
+
+Requirements: a stage whose `requires` this agent does not meet (relevo_core.models.capabilities)
+is put back on the queue for one that does (Message.resend: a fresh copy, so the passes never
+count toward the redrive DLQ): visible again after `handoff_delay_sec` when an online agent of the
+region that claims meets them, after `requirement_recheck_sec` when none does (the job's view then
+says no_matching_agent). So with no matching agent online, each waiting stage costs one receive,
+one presence Query, one send and one delete per recheck interval, whatever the number of agents.
+
 Placement: the dispatch of attempt N > 1 names the agents that ran the failed attempts
 (`avoid_agents`). An agent named there does not claim the stage while another agent of the
 region, not named, is online (its presence record fresh), whether that agent has a free slot or
@@ -40,7 +53,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from relevo_agent.attempt import utc_now
 from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
-from relevo_core.store import agents
+from relevo_agent.pause import PauseGate
+from relevo_core.models.capabilities import Capabilities, describe, unmet
+from relevo_core.models.status import QueueReason
+from relevo_core.store import agent_pauses, agents
 from relevo_core.store.agents import AgentPresence
 
 log = logging.getLogger(__name__)
@@ -113,6 +129,12 @@ class Presence:
         self._wake = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
+        self.pauses = PauseGate()
+        # Detected once at the start (relevo_agent.capabilities); free disk measured at each write.
+        self.capabilities: Capabilities | None = None
+        # The free-disk probe (GB; injectable), measured before each write.
+        self.measure_disk: Callable[[], float | None] = lambda: None
+        self._free_disk_gb: float | None = None
         # This process: one relevo-agent per agent_id at a time (see take).
         self.instance_id = uuid.uuid4().hex
         self.host = socket.gethostname()
@@ -172,14 +194,55 @@ class Presence:
             instance_id=self.instance_id,
             host=self.host,
             started_at=self.started_at,
+            not_claiming=self.not_claiming(),
+            capabilities=self._capabilities(),
         )
+
+    def _capabilities(self) -> Capabilities | None:
+        if self.capabilities is None:
+            return None
+        return self.capabilities.model_copy(update={"free_disk_gb": self._free_disk_gb})
+
+    def measure(self) -> None:
+        """Free disk as of now (a failed probe keeps the last measure)."""
+        try:
+            free = self.measure_disk()
+        except OSError as exc:
+            log.warning("free disk unmeasurable (%s)", exc)
+            return
+        if free is not None:
+            low = free < self.config.min_free_disk_gb
+            if low != (self._free_disk_gb is not None and self._free_disk_gb < self.config.min_free_disk_gb):
+                log.warning("free disk %.1f GB is %s min_free_disk_gb %g: %s", free, "below" if low else "back above",
+                            self.config.min_free_disk_gb, "taking no new stage" if low else "taking stages again")
+            self._free_disk_gb = free
+
+    def not_claiming(self) -> str | None:
+        """Why this agent takes no new stage now (a queue reason), or None."""
+        paused = self.pauses.reason()
+        if paused is not None:
+            return paused
+        if self._free_disk_gb is not None and self._free_disk_gb < self.config.min_free_disk_gb:
+            return QueueReason.AGENT_LOW_DISK.value
+        return None
 
     def write(self) -> None:
         agents.put_presence(self.table, self._record())
 
+    def read_pauses(self) -> None:
+        """This agent's pause and its region's, as of now; unreadable: the last read stands."""
+        try:
+            own, dispatch = agent_pauses.pauses_for_agent(self.table, self.config.region, self.config.agent_id)
+        except (BotoCoreError, ClientError) as exc:
+            log.warning("pauses unreadable (%s); keeping the last read", exc)
+            return
+        self.pauses.observe(own, dispatch, self._clock())
+
     def _loop(self) -> None:
         while not self._done.is_set():
             self._wake.clear()
+            self.read_pauses()
+            self.measure()
             try:
                 self.write()
             except agents.AgentIdInUse as taken:
@@ -240,4 +303,34 @@ class Presence:
             # Keep this slot off the queue while the message is invisible, so the free agent's poll
             # is the one that receives it. (For a busy one the hop is long; this slot stays useful.)
             self._stopping.wait(invisible_sec + 1)
+        return True
+
+    def leave_to_matching(self, requires: dict[str, str], message: Message, what: str) -> bool:
+        """True when the stage's `requires` are not met here and the message went back on the
+        queue for an agent that meets them (or, none being online, for a later look)."""
+        missing = unmet(requires, self.capabilities)
+        if not missing:
+            return False
+        try:
+            region_agents = agents.online_agents(self.table, self.config.region, self._clock())
+        except (BotoCoreError, ClientError):
+            region_agents = []
+        now = self._clock()
+        matching = [
+            agent.agent_id for agent in region_agents
+            if agent.agent_id != self.config.agent_id and agent.is_online(now) and agent.not_claiming is None
+            and not unmet(requires, agent.capabilities)
+        ]
+        delay = self.config.handoff_delay_sec if matching else self.config.requirement_recheck_sec
+        try:
+            message.resend(delay)
+        except (BotoCoreError, ClientError) as exc:
+            log.warning("could not put %s back (%s); handing it back instead", what, exc)
+            message.give_back()
+        has = ", ".join(f"{key} {value or 'none'}" for key, value in missing.items())
+        log.info(
+            "passed on %s: it requires %s, this agent has %s; %s",
+            what, describe(requires), has,
+            f"visible again in {delay}s for {', '.join(matching)}" if matching else f"no matching agent online; looking again in {delay}s",
+        )
         return True

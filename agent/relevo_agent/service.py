@@ -9,6 +9,11 @@ lease path makes is bounded by the time left before it (relevo_core.aws.call_bud
 fence comes from its own thread, so no network call can hold it back. A frozen agent's command
 is killed by its supervisor, a process of its own.
 
+Pause and drain (relevo_agent.pause, read with presence): a paused agent stops receiving and lets
+its running stages finish, their leases kept; a message received just before the pause was seen
+is handed straight back (visible at once) for another agent. A drained agent then exits 0 once no
+stage runs, as after a first signal.
+
 Shutdown (the signal handler only counts signals): 1st stop taking work and let running stages
 finish; 2nd cancel them (group SIGTERM, then SIGKILL) and report Relevo.Transient.AgentShutdown;
 3rd exit at once (each stage's supervisor still kills its process group).
@@ -26,7 +31,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
-from relevo_agent import messages, restart
+from relevo_agent import capabilities, messages, restart
 from relevo_agent.attempt import StageMessage, utc_now
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import Journal
@@ -123,6 +128,9 @@ class Agent:
         """Supervise until shut down; returns the process exit status: 0 after a clean stop,
         EXIT_AGENT_ID_IN_USE when another process runs with this agent_id, EXIT_STACK_GONE when
         the stack went away or this agent_id was taken over, 130 at the third signal."""
+        self.presence.capabilities = capabilities.detect(self.config.workspace_root, self.config.labels)
+        self.presence.measure_disk = lambda: capabilities.free_disk_gb(self.config.workspace_root)
+        self.presence.measure()
         try:
             self.presence.take(predecessor=self.journal.recall(INSTANCE_KEY))
             self.journal.remember(INSTANCE_KEY, self.presence.instance_id)
@@ -156,6 +164,9 @@ class Agent:
             if self.signals >= 1 and not self.stopping.is_set():
                 log.info("shutdown: taking no more work; %d stage(s) running", self._active)
                 self.stopping.set()
+            if not self.stopping.is_set() and self.presence.pauses.drain_requested() and self._idle():
+                log.info("drained: no stage runs; exiting")
+                self.stopping.set()
             if self.signals >= 2 and not canceled:
                 canceled = True
                 log.warning("second signal: canceling running stages")
@@ -165,6 +176,10 @@ class Agent:
                 self.presence.stop()  # marks this agent offline: retries stop waiting for it
                 return 0
             time.sleep(0.1)
+
+    def _idle(self) -> bool:
+        with self._active_lock:
+            return self._active == 0
 
     def _exit_fatal(self) -> int:
         """One line says why; the running stages are stopped (their groups killed) first."""
@@ -182,7 +197,24 @@ class Agent:
     def _poll(self) -> None:
         log.info("agent %s polling %s (capacity %d)", self.config.agent_id, self.queue_url, self.config.capacity)
         self.presence.start()
+        paused_by: str | None = None
         while not self.stopping.is_set():
+            if self._idle():
+                self.stages.hygiene.between_stages()  # no stage runs, and none starts meanwhile
+            pause = self.presence.pauses.blocking()
+            if pause is not None:
+                if paused_by != pause.pause_id:
+                    paused_by = pause.pause_id
+                    what = "region dispatch" if pause.agent_id is None else ("drain" if pause.drain else "pause")
+                    log.info("%s until %s (%s): taking no new stage", what, pause.until.isoformat(timespec="seconds"), pause.note or "no note")
+                self.stopping.wait(0.5)
+                continue
+            if paused_by is not None:
+                paused_by = None
+                log.info("pause ended: taking stages again")
+            if self.presence.not_claiming() is not None:  # low disk (said in presence and logged there)
+                self.stopping.wait(0.5)
+                continue
             if not self._slots.acquire(timeout=0.5):
                 continue  # no free capacity: do not take work we cannot start
             try:
@@ -202,6 +234,10 @@ class Agent:
                 received[0].give_back()
                 self._slots.release()
                 return
+            if self.presence.not_claiming() is not None:
+                received[0].give_back()  # paused (or low on disk) during the long poll: not this agent's now
+                self._slots.release()
+                continue
             with self._active_lock:
                 self._active += 1
             threading.Thread(target=self._handle, args=(received[0],), name="stage", daemon=True).start()
@@ -217,6 +253,8 @@ class Agent:
             return
         what = f"{task.job_id}/{task.stage} attempt {task.attempt}"
         try:
+            if task.requires and self.presence.leave_to_matching(task.requires, message, what):
+                return
             if self.presence.leave_to_another(task.avoid_agents, task.queue_timeout_sec, message, what):
                 return
             with self.presence.occupied():

@@ -34,6 +34,7 @@ from relevo_agent.attempt import DEAD_TOKEN, StageMessage, StageReport, StageRun
 from relevo_agent.classify import classify
 from relevo_agent.config import AgentConfig
 from relevo_agent.executor import TAIL_BYTES, ExecResult, run_command
+from relevo_agent.hygiene import Hygiene
 from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
 from relevo_agent.lease import Lease, keep_fence, keep_lease
 from relevo_agent.logs import Masker, secret_values, start_shipper
@@ -82,6 +83,13 @@ class StageRunner:
         self._stack_gone = stack_gone
         self._running: dict[str, StageRun] = {}
         self._running_lock = threading.Lock()
+        # The workspace of each stage thread from before its claim to its end (retention keeps them).
+        self._workspaces: dict[str, Path] = {}
+        self.hygiene = Hygiene(config, journal, self._workspaces_in_use)
+
+    def _workspaces_in_use(self) -> set[Path]:
+        with self._running_lock:
+            return set(self._workspaces.values())
 
     def stop_all(self, reason: str) -> None:
         """Stop every running stage's command (a shutdown, a fatal exit)."""
@@ -112,6 +120,20 @@ class StageRunner:
             message.delete()
             return
         workspace = self.config.workspace_root / envelope.project
+        with self._running_lock:
+            self._workspaces[op_id] = workspace
+        try:
+            self.hygiene.used(workspace)
+            self._run_in(workspace, envelope, plan, task, message, timeline, op_id, ref)
+        finally:
+            with self._running_lock:
+                self._workspaces.pop(op_id, None)
+            self.hygiene.stage_ended(envelope.project, workspace, envelope.workspace_cleanup)
+
+    def _run_in(
+        self, workspace: Path, envelope: JobEnvelope, plan: StagePlan, task: StageMessage, message: Message,
+        timeline: LeaseTimeline, op_id: str, ref: stage_attempts.StageRef,
+    ) -> None:
         precondition = reconcile.precondition_version(workspace, envelope.ref, envelope.commit, plan.inputs)
         local = self.journal.get(op_id)
         # Journaled before the claim: every attempt this agent may hold is in its journal.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from relevo_cli.cli_errors import RelevoGroup, set_debug
-from relevo_cli.commands import agents, artifacts, console, dlq, drill, groups, jobs, local, projects, queue, stack
+from relevo_cli.commands import advise, agents, artifacts, console, dlq, drill, groups, jobs, local, projects, queue, stack
 
 app = typer.Typer(cls=RelevoGroup, no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
 
@@ -31,12 +31,12 @@ COMMANDS = (
     ("cancel", jobs.cancel),
     ("release", queue.release),
     ("queue", queue.queue),
-    ("agents", agents.agents_command),
     ("promote", queue.promote),
     ("logs", jobs.logs),
     ("drill", drill.drill_command),
     ("console", console.console_command),
     ("deliveries", groups.deliveries),
+    ("advise", advise.advise_command),
 )
 SUB_APPS = (
     ("local", local.local_app),
@@ -47,6 +47,7 @@ SUB_APPS = (
     ("aws", stack.aws_app),
     ("artifacts", artifacts.artifacts_app),
     ("group", groups.group_app),
+    ("agents", agents.agents_app),
 )
 for name, command in COMMANDS:
     app.command(name)(command)

@@ -15,12 +15,11 @@ from typing import Any, Iterator
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.localrun import agent_process, local_stack, random_commit, write_agent_config
-from relevo_core.aws import reset_clients
+from relevo_cli.localrun import agent_process, random_commit, write_agent_config
 from relevo_agent.stackfile import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.codec import from_attributes
-from tests.helpers.stack import table_items, use_stack, wait_until
+from tests.helpers.stack import regions_stack, table_items, use_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-agents-share-and-retry")]
 
@@ -33,13 +32,8 @@ FLAKY_ONCE = 'if [ "$RELEVO_ATTEMPT" = 1 ]; then echo "flaky network"; exit 75; 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Path]]:
-    state_dir = tmp_path_factory.mktemp("presence-stack")
-    with pytest.MonkeyPatch.context() as patch, local_stack(
-        state_dir, state_dir / "local-up.log", ["--region-affinities", ",".join(REGIONS)]
-    ) as info:
-        use_stack(patch, info)
-        yield info, state_dir / "stack.json"
-    reset_clients()
+    with regions_stack(tmp_path_factory.mktemp("presence-stack"), REGIONS) as stack:
+        yield stack
 
 
 def _agents(exit_stack: ExitStack, tmp_path: Path, stack_file: Path, region: str, *agent_ids: str) -> dict[str, Any]:

@@ -271,3 +271,20 @@ def stream_captured(stack: StackInfo) -> Iterator[list[dict[str, Any]]]:
 
 def job_stream_records(batches: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
     return [r for b in batches for r in b["Records"] if r["dynamodb"]["Keys"]["pk"]["S"] == f"JOB#{job_id}"]
+
+
+@contextmanager
+def regions_stack(state_dir: Path, regions: tuple[str, ...]) -> Iterator[tuple[StackInfo, Path]]:
+    """`relevo local up` with these region affinities, this process pointed at it: (its stack,
+    its stack.json), for a module's agents; the clients are dropped after it."""
+    import pytest
+
+    from relevo_cli.localrun import local_stack
+    from relevo_core.aws import reset_clients
+
+    with pytest.MonkeyPatch.context() as patch, local_stack(
+        state_dir, state_dir / "local-up.log", ["--region-affinities", ",".join(regions)]
+    ) as info:
+        use_stack(patch, info)
+        yield info, state_dir / "stack.json"
+    reset_clients()

@@ -89,7 +89,7 @@ def test_the_queue_shows_queued_jobs_in_run_order_and_each_agents_load(local_sta
         rows = {row["agent_id"]: row for row in view["agents"]}
         assert rows[f"mac-up-{suffix}"] == {
             "agent_id": f"mac-up-{suffix}", "region": "eu-west", "used": 1, "capacity": 2, "version": "1.4.0",
-            "last_seen": now.isoformat(), "online": True, "running_stages": [],
+            "last_seen": now.isoformat(), "online": True, "running_stages": [], "paused": None, "not_claiming": None, "capabilities": None,
         }
         assert rows[f"mac-gone-{suffix}"]["online"] is False and rows[f"mac-gone-{suffix}"]["region"] == "us-east"
         assert f"mac-odd-{suffix}" not in rows

@@ -25,7 +25,7 @@ def gate_line(job_id: str, stage: str) -> str:
 
 
 def render_job(job: dict) -> Table:
-    waiting = f" (waiting: {job['queue_reason']})" if job.get("queue_reason") else ""
+    waiting = f" (waiting: {job.get('queue_detail') or job['queue_reason']})" if job.get("queue_reason") else ""
     held = f" (held: {job['held_reason']}; relevo release starts it)" if job.get("held_reason") else ""
     table = Table(title=f"{job['job_id']}  {job['project']}  [bold]{job['status']}[/bold]{waiting}{held}")
     for column in ("#", "stage", "status", "attempt", "agent", "exit", "error"):

@@ -90,6 +90,8 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
                 "backoff_caps_sec": stage.retry.backoff_caps_sec(),
                 "gate": stage.name == gated,
                 "approval_timeout_sec": envelope.approval.effective_timeout_sec,
+                # On the stage's message: an agent that does not match leaves it to one that does.
+                "requires": stage.requires,
             }
             for index, stage in enumerate(envelope.stages)
             if index >= envelope.first_stage_index

@@ -23,6 +23,7 @@ from relevo_core.models.requests import (
     ArtifactQuery,
     JobListQuery,
     LogQuery,
+    PauseRequest,
     PriorityRequest,
     RerunRequest,
     RunRequest,
@@ -56,6 +57,8 @@ REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/jobs/{job_id}/approve"): ApprovalDecision,
     ("post", "/jobs/{job_id}/reject"): ApprovalDecision,
     ("post", "/jobs/{job_id}/priority"): PriorityRequest,
+    ("post", "/agents/{agent_id}/pause"): PauseRequest,
+    ("post", "/regions/{region}/pause"): PauseRequest,
 }
 # (method, path) → the model its query string is validated with.
 QUERY_MODELS: dict[tuple[str, str], type[BaseModel]] = {
@@ -68,7 +71,7 @@ COMMON_ERRORS = {
     "400": "malformed request",
     "401": "not authenticated, or a webhook signature that does not verify",
     "403": "the caller lacks the permission this route needs",
-    "404": "no such project, job, artifact or route",
+    "404": "no such project, job, artifact, agent or route",
     "409": "the target is not in a state that allows this",
     "413": "body over 1 MiB",
     "422": "a field fails validation, or a plan is over a limit of what a job can carry (PLAN_TOO_LARGE)",

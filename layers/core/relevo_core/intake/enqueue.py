@@ -126,6 +126,8 @@ def build_envelope(
         approval=project.approval,
         from_stage=from_stage,
         retry_of=retry_of,
+        workspace_cleanup=project.workspace_cleanup,
+        artifact_max_job_bytes=project.artifact.max_job_bytes,
     )
 
 

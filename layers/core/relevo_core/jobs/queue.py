@@ -10,9 +10,10 @@ from relevo_core.config.queue import QueueSettings
 from relevo_core.jobs.listing import list_jobs
 from relevo_core.models.requests import JOB_LIST_MAX_LIMIT, JobListQuery, PriorityRequest
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.jobs.view import agent_queue_reason, job_items_to_view
-from relevo_core.models.status import JobStatus, StageStatus
+from relevo_core.jobs.view import agent_queue_reason, job_items_to_view, no_match_detail
+from relevo_core.models.status import JobStatus, QueueReason, StageStatus
 from relevo_core.projects.permissions import visibility
+from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.audit import record_action
 from relevo_core.store.jobs import StatusChanged, get_job_record, query_job_items
@@ -26,7 +27,7 @@ _RUNNING = JobListQuery(status=JobStatus.RUNNING, limit=JOB_LIST_MAX_LIMIT)
 ENDED_STATUSES = frozenset(status.value for status in JobStatus if status.terminal)
 
 
-def _agent_row(agent: AgentPresence, now: datetime, stages: list[dict[str, Any]]) -> dict[str, Any]:
+def _agent_row(agent: AgentPresence, now: datetime, stages: list[dict[str, Any]], pause: AgentPause | None) -> dict[str, Any]:
     return {
         "agent_id": agent.agent_id,
         "region": agent.region,
@@ -37,6 +38,10 @@ def _agent_row(agent: AgentPresence, now: datetime, stages: list[dict[str, Any]]
         "online": agent.is_online(now),
         # The stages of viewable jobs this agent runs now (used counts every stage it runs).
         "running_stages": stages,
+        # The operator's pause or drain while it lasts; what the agent itself says keeps it from claiming.
+        "paused": pause.model_dump(mode="json") if pause is not None and pause.active(now) else None,
+        "not_claiming": agent.not_claiming if agent.is_online(now) else None,
+        "capabilities": agent.capabilities.model_dump(mode="json") if agent.capabilities else None,
     }
 
 
@@ -66,16 +71,20 @@ def queue_view(table: str, regions: tuple[str, ...], can_view: Callable[[str], b
     at `now`."""
     listing = list_jobs(table, _QUEUED, can_view=can_view)
     presence = {region: agents_in_region(table, region) for region in regions}
+    pauses = {region: region_pauses(table, region) for region in regions}
     live = _live_stages(table, can_view)
     waiting = []
     for job, stage in live:
         if stage["status"] != StageStatus.DISPATCHED.value:
             continue
         region = job["region_affinity"]
-        reason = agent_queue_reason(presence[region] if region in presence else agents_in_region(table, region), now)
+        if region not in presence:
+            presence[region], pauses[region] = agents_in_region(table, region), region_pauses(table, region)
+        reason = agent_queue_reason(presence[region], now, pauses[region], stage["requires"])
         waiting.append({
             **job, "stage": stage["name"], "attempt": stage["attempt"], "dispatched_at": stage["dispatched_at"],
-            "queue_reason": reason.value if reason else None,
+            "queue_reason": reason.value if reason else None, "requires": stage["requires"],
+            "queue_detail": no_match_detail(stage["requires"], presence[region], now) if reason is QueueReason.NO_MATCHING_AGENT else None,
         })
     by_agent: dict[str, list[dict[str, Any]]] = {}
     for job, stage in live:
@@ -83,8 +92,17 @@ def queue_view(table: str, regions: tuple[str, ...], can_view: Callable[[str], b
             by_agent.setdefault(stage["agent_id"], []).append(
                 {"job_id": job["job_id"], "project": job["project"], "stage": stage["name"], "attempt": stage["attempt"]}
             )
-    agents = [_agent_row(agent, now, by_agent.get(agent.agent_id, [])) for region in regions for agent in presence[region]]
-    return {**listing, "waiting_for_agent": waiting, "agents": agents}
+    agents = [
+        _agent_row(agent, now, by_agent.get(agent.agent_id, []), pauses[region].get(agent.agent_id))
+        for region in regions
+        for agent in presence[region]
+    ]
+    paused_regions = [
+        pauses[region][None].model_dump(mode="json")
+        for region in regions
+        if None in pauses[region] and pauses[region][None].active(now)
+    ]
+    return {**listing, "waiting_for_agent": waiting, "agents": agents, "paused_regions": paused_regions}
 
 
 def _change_priority(

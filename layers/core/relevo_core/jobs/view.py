@@ -5,12 +5,14 @@ artifacts and the tail of its log."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from relevo_core.jobs.artifacts import artifact_summary
 from relevo_core.jobs.logs import log_tail
+from relevo_core.models.capabilities import describe, unmet
 from relevo_core.models.status import JobStatus, QueueReason, StageStatus
 from relevo_core.store.artifacts import list_artifacts
+from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.models.envelope import read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
@@ -50,6 +52,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
             {
                 "index": index,
                 "name": stage.name,
+                "requires": stage.requires,
                 # Stages before from_stage are not run again: their results are the earlier job's.
                 "status": StageStatus.SKIPPED.value if skipped else found.get("status", never.value),
                 "reused_from": envelope.retry_of if skipped else None,
@@ -106,30 +109,79 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "error": record.get("error_name"),
         "error_cause": record.get("error_cause"),
         "stages": stages,
+        "artifact_max_job_bytes": envelope.artifact_max_job_bytes,
     }
 
 
-def agent_queue_reason(agents: Iterable[AgentPresence], now: datetime) -> QueueReason | None:
-    """Why a dispatched stage is unclaimed: no agent of its region online (`agent_offline`), or
-    every online agent at capacity (`agent_busy`). None when an online agent has a free slot:
-    the stage is about to be claimed."""
+def agent_queue_reason(
+    agents: Iterable[AgentPresence],
+    now: datetime,
+    pauses: Mapping[str | None, AgentPause] | None = None,
+    requires: Mapping[str, str] | None = None,
+) -> QueueReason | None:
+    """Why a dispatched stage is unclaimed: no agent of its region online (`agent_offline`); none
+    online meets the stage's `requires` (`no_matching_agent`); the region's dispatch paused, or
+    every matching online agent paused (`agent_paused`, from the pauses the operators set, or the
+    reason an agent's presence gives); every one that claims at capacity (`agent_busy`). None when
+    an online agent has a free slot: the stage is about to be claimed."""
+    pauses = pauses or {}
     online = [agent for agent in agents if agent.is_online(now)]
     if not online:
         return QueueReason.AGENT_OFFLINE
-    if all(agent.free == 0 for agent in online):
+    if requires:
+        online = [agent for agent in online if not unmet(dict(requires), agent.capabilities)]
+        if not online:
+            return QueueReason.NO_MATCHING_AGENT
+    dispatch = pauses.get(None)
+    if dispatch is not None and dispatch.active(now):
+        return QueueReason.AGENT_PAUSED
+
+    def why_not(agent: AgentPresence) -> str | None:
+        pause = pauses.get(agent.agent_id)
+        if pause is not None and pause.active(now):
+            return QueueReason.AGENT_PAUSED.value
+        return agent.not_claiming
+
+    claiming = [agent for agent in online if why_not(agent) is None]
+    if not claiming:
+        reasons = [why_not(agent) for agent in online]
+        return QueueReason(QueueReason.AGENT_PAUSED.value if QueueReason.AGENT_PAUSED.value in reasons else reasons[0])
+    if all(agent.free == 0 for agent in claiming):
         return QueueReason.AGENT_BUSY
     return None
+
+
+NEAREST_AGENTS = 3
+
+
+def no_match_detail(requires: Mapping[str, str], agents: Iterable[AgentPresence], now: datetime) -> str:
+    """`no_matching_agent`'s message: the requirement, and the online agents that come nearest
+    (fewest unmet keys) with what they have instead."""
+    rows = []
+    for agent in agents:
+        if agent.is_online(now):
+            missing = unmet(dict(requires), agent.capabilities)
+            rows.append((len(missing), agent.agent_id, ", ".join(f"{key} {value or 'none'}" for key, value in missing.items())))
+    nearest = "; ".join(f"{agent_id} has {has}" for _, agent_id, has in sorted(rows)[:NEAREST_AGENTS])
+    return f"no online agent meets requires {{{describe(dict(requires))}}}" + (f"; nearest: {nearest}" if nearest else "")
 
 
 def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
     """The job view; `queue_reason` also says agent_busy / agent_offline while a stage of a live
     job is dispatched and unclaimed (a reason the state machine recorded, project_running, stays)."""
     view = job_items_to_view(query_job_items(table, job_id))
-    unclaimed = any(stage["status"] == StageStatus.DISPATCHED.value for stage in view["stages"])
+    unclaimed = next((stage for stage in view["stages"] if stage["status"] == StageStatus.DISPATCHED.value), None)
+    view["queue_detail"] = None
     if unclaimed and view["queue_reason"] is None and not JobStatus(view["status"]).terminal:
-        reason = agent_queue_reason(agents_in_region(table, view["region_affinity"]), now)
+        region = view["region_affinity"]
+        region_agents = agents_in_region(table, region)
+        reason = agent_queue_reason(region_agents, now, region_pauses(table, region), unclaimed["requires"])
         view["queue_reason"] = reason.value if reason else None
+        if reason is QueueReason.NO_MATCHING_AGENT:
+            view["queue_detail"] = no_match_detail(unclaimed["requires"], region_agents, now)
     view["artifacts"] = [artifact_summary(record) for record in list_artifacts(table, job_id)]
+    # The job's artifact total beside its project's bound (artifact.max_job_bytes), when it has one.
+    view["artifact_bytes"] = sum(artifact["size"] for artifact in view["artifacts"])
     # The last lines of the output, read back from the end of the log (never the whole log).
     view["log_tail"] = log_tail(table, job_id)
     return view

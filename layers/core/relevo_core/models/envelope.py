@@ -89,6 +89,10 @@ class JobEnvelope(RunPlanMixin):
     approval: ApprovalSettings = ApprovalSettings()
     from_stage: str | None = Field(default=None, pattern=STAGE_NAME)
     retry_of: str | None = Field(default=None, pattern=r"^job_[0-9a-z]{20,40}$")
+    # The project's workspace_cleanup, run by the agent once idle after the job's stages.
+    workspace_cleanup: str | None = Field(default=None, max_length=4096)
+    # The project's artifact.max_job_bytes (None: no bound).
+    artifact_max_job_bytes: int | None = Field(default=None, ge=1)
 
     @field_validator("stages")
     @classmethod

@@ -48,6 +48,8 @@ class ErrorCode(str, Enum):
     # A plan over a limit of what a job's execution can carry (relevo_core.plan_limits).
     PLAN_TOO_LARGE = "PLAN_TOO_LARGE"
     GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
+    # Pause, drain, resume: an agent no region of the fleet has a presence record of.
+    AGENT_NOT_FOUND = "AGENT_NOT_FOUND"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -89,6 +91,7 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.ARTIFACT_AMBIGUOUS: HTTPStatus.CONFLICT,
     ErrorCode.PLAN_TOO_LARGE: HTTPStatus.UNPROCESSABLE_ENTITY,
     ErrorCode.GROUP_NOT_FOUND: HTTPStatus.NOT_FOUND,
+    ErrorCode.AGENT_NOT_FOUND: HTTPStatus.NOT_FOUND,
 }
 
 
@@ -129,6 +132,8 @@ class ErrorClass(str, Enum):
     CHECKSUM = "Relevo.Fatal.Checksum"
     CLIENT_4XX = "Relevo.Fatal.Client4xx"
     COMMAND_FAILED = "Relevo.Fatal.ExitCode"
+    # The stage's artifacts would take the job past its project's artifact.max_job_bytes.
+    ARTIFACT_QUOTA = "Relevo.Fatal.ArtifactQuota"
     PRECONDITION_CHANGED = "Relevo.Precondition.Changed"
     # Reconciliation found an effect it cannot tie to the operation: the stage waits for an
     # operator (relevo job resolve); resolved as failed, it fails with the second name.

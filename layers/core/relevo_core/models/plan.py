@@ -8,6 +8,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
 from relevo_core.models.errors import EX_TEMPFAIL, ErrorClass
 
 STAGE_NAME = r"^[a-z][a-z0-9_-]{0,62}$"
@@ -97,6 +98,8 @@ class StagePlan(_Frozen):
     # The AWS profile (of the build user's own configuration on the Mac) the command runs with;
     # a stage never sees the agent's credentials (relevo_agent.stage_env).
     aws_profile: str | None = Field(default=None, pattern=AWS_PROFILE)
+    # What an agent must have to claim the stage (relevo_core.models.capabilities).
+    requires: Requirements = Field(default_factory=dict, max_length=MAX_REQUIREMENTS)
 
 
 class ApprovalSettings(_Frozen):

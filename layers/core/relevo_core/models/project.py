@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
 from relevo_core.models.envelope import PROJECT_ID, REGION_AFFINITY
 from relevo_core.models.plan import (
     AWS_PROFILE,
@@ -60,6 +61,25 @@ class ProjectStage(BaseModel):
         default=None, pattern=AWS_PROFILE,
         description="The build user's AWS profile this stage runs with (AWS_PROFILE in its environment); the stage "
         "never sees the agent's own credentials.",
+    )
+    requires: Requirements = Field(
+        default_factory=dict, max_length=MAX_REQUIREMENTS,
+        description="What the agent must have to claim this stage, as `key: glob`, e.g. `{xcode: \"16.*\", arch: arm64}`: "
+        "`xcode` is the selected Xcode's version, `macos` the macOS version, `arch` the CPU architecture, `os` darwin or "
+        "linux; any other key is a label of the agent's TOML. Frozen into each job's plan. No agent of the region "
+        "matching: the job waits with queue reason no_matching_agent.",
+    )
+
+
+class ArtifactLimits(BaseModel):
+    """Bounds on what a project's jobs store (issue 20)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_job_bytes: int | None = Field(
+        default=None, ge=1, le=5 * 10**12,
+        description="The most one job's artifacts may total: a stage whose files would take the job past it fails "
+        "with Relevo.Fatal.ArtifactQuota before anything is uploaded. Default: no bound.",
     )
 
 
@@ -282,6 +302,13 @@ class Project(RunPlanMixin):
         description="The lease an agent holds on a stage it runs, renewed every lease/3; when it lapses (the agent "
         "died or lost the network) the attempt fails with Relevo.Lease.Expired and is retried.",
     )
+    artifact: ArtifactLimits = Field(default=ArtifactLimits(), description="Bounds on the artifacts of the project's jobs.")
+    workspace_cleanup: str | None = Field(
+        default=None, min_length=1, max_length=4096,
+        description="A command the agent runs in the project's workspace after its stages, between stages and never "
+        "during one (once the agent is idle), e.g. `rm -rf ~/Library/Developer/Xcode/DerivedData/*`; bounded by the "
+        "agent's cleanup_timeout_sec. Frozen into each job.",
+    )
     retry: RetryPolicy = Field(default=RetryPolicy(), description="How failures of the project's stages are classified and retried.")
     approval: ApprovalSettings = Field(default=ApprovalSettings(), description="An approval gate before one stage.")
     webhook: WebhookSecrets = Field(
@@ -358,6 +385,7 @@ class Project(RunPlanMixin):
                     effect_probe=stage.effect_probe,
                     inputs=stage.inputs,
                     aws_profile=stage.aws_profile,
+                    requires=stage.requires,
                 )
                 for stage in self.stages
             )

@@ -64,19 +64,47 @@ class Resolution(BaseModel):
     reason: str | None = Field(default=None, max_length=2048)
 
 
-class PriorityRequest(BaseModel):
+_Body = TypeVar("_Body", bound="BodyModel")
+
+
+class BodyModel(BaseModel):
+    """A route's JSON body: `from_body` validates it, a mistake is 422 VALIDATION_FAILED."""
+
+    @classmethod
+    def from_body(cls: type[_Body], body: Any) -> _Body:
+        try:
+            return cls.model_validate(body if body is not None else {})
+        except ValidationError as exc:
+            raise RelevoError(ErrorCode.VALIDATION_FAILED, problems_of(exc, "body")) from exc
+
+
+class PriorityRequest(BodyModel):
     """Body of `POST /jobs/{job_id}/priority`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     priority: int = Field(ge=-PRIORITY_BOUND, le=PRIORITY_BOUND, description="higher runs first")
 
-    @classmethod
-    def from_body(cls, body: Any) -> "PriorityRequest":
-        try:
-            return cls.model_validate(body if body is not None else {})
-        except ValidationError as exc:
-            raise RelevoError(ErrorCode.VALIDATION_FAILED, problems_of(exc, "body")) from exc
+
+# Pause and drain: 5 minutes unless told, a week at most (issue 20).
+PAUSE_DEFAULT_SEC = 300
+PAUSE_MAX_SEC = 7 * 24 * 3600
+
+
+class PauseRequest(BodyModel):
+    """Body of `POST /agents/{agent_id}/pause` and `POST /regions/{region}/pause`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    note: str = Field(default="", max_length=500, description="why, shown with the pause (e.g. \"Xcode update\")")
+    timeout_sec: int = Field(
+        default=PAUSE_DEFAULT_SEC, ge=1, le=PAUSE_MAX_SEC, description="the pause ends by itself after this long"
+    )
+    drain: bool = Field(default=False, description="agents only: also exit once no stage runs (for launchd)")
+    region: str | None = Field(
+        default=None, min_length=1, max_length=32,
+        description="agents only: the agent's region affinity; default: the region of its presence record",
+    )
 
 
 class JobListQuery(BaseModel):

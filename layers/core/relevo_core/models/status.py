@@ -54,3 +54,9 @@ class QueueReason(str, Enum):
     PROJECT_RUNNING = "project_running"
     AGENT_BUSY = "agent_busy"
     AGENT_OFFLINE = "agent_offline"
+    # Every online agent of the region is paused (or draining), or the region's dispatch is.
+    AGENT_PAUSED = "agent_paused"
+    # No online agent of the region meets the stage's `requires` (the view names the nearest).
+    NO_MATCHING_AGENT = "no_matching_agent"
+    # Every online agent of the region is below its min_free_disk_gb (its presence says so).
+    AGENT_LOW_DISK = "agent_low_disk"

@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from relevo_core.aws import client
+from relevo_core.models.capabilities import Capabilities
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.keys import agent_sk, agents_pk, key
 from relevo_core.store.paging import query_items
@@ -44,6 +45,11 @@ class AgentPresence(BaseModel):
     instance_id: str | None = None
     host: str | None = None
     started_at: datetime | None = None
+    # Why the agent takes no new stage now, as it sees it (a QueueReason value: agent_paused,
+    # agent_low_disk), or None while it claims.
+    not_claiming: str | None = None
+    # What it detected on its host and its TOML labels (stages' `requires` are matched to them).
+    capabilities: Capabilities | None = None
 
     @property
     def free(self) -> int:
@@ -148,8 +154,9 @@ def agents_in_region(table: str, region: str) -> list[AgentPresence]:
         AgentPresence.model_validate(item)
         for item in query_items(
             TableName=table,
-            KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": agents_pk(region)}},
+            # The partition also holds the region's pauses (relevo_core.store.agent_pauses).
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :agent)",
+            ExpressionAttributeValues={":pk": {"S": agents_pk(region)}, ":agent": {"S": agent_sk("")}},
             ConsistentRead=True,
         )
     ]
@@ -158,3 +165,14 @@ def agents_in_region(table: str, region: str) -> list[AgentPresence]:
 def online_agents(table: str, region: str, now: datetime) -> list[AgentPresence]:
     """The region's agents that are online at `now`, each with its capacity and free slots."""
     return [agent for agent in agents_in_region(table, region) if agent.is_online(now)]
+
+
+def find_agent(table: str, regions: tuple[str, ...], agent_id: str) -> AgentPresence | None:
+    """The agent's presence record in the first of `regions` that has one (one GetItem each)."""
+    for region in regions:
+        found = client("dynamodb").get_item(
+            TableName=table, Key=key(agents_pk(region), agent_sk(agent_id)), ConsistentRead=True
+        ).get("Item")
+        if found:
+            return AgentPresence.model_validate(from_attributes(found))
+    return None

@@ -93,6 +93,17 @@ def agent_sk(agent_id: str) -> str:
     return f"AGENT#{agent_id}"
 
 
+# Pauses share their region's presence partition, under sort keys no presence record has: one
+# per paused agent (PAUSE#id), and one for the region's dispatch (PAUSE); begins_with "PAUSE"
+# reads them all.
+PAUSE_SK_PREFIX = "PAUSE#"
+DISPATCH_PAUSE_SK = "PAUSE"
+
+
+def pause_sk(agent_id: str) -> str:
+    return f"{PAUSE_SK_PREFIX}{agent_id}"
+
+
 def freeze_pk(idempotency_key: str) -> str:
     return f"FREEZE#{idempotency_key}"
 

@@ -1,0 +1,93 @@
+"""Disk hygiene between stages: workspace retention and each project's cleanup command.
+
+Both run only while the agent is idle, on the poll thread, before it receives again: no stage
+runs, none can start meanwhile, so a cleanup never runs during a stage and a workspace is never
+removed under one. Retention (`keep_workspaces` N > 0) keeps the N workspaces used last and
+removes older ones, except any a lease holds: a stage of this process, or an attempt its journal
+still has in flight (one a restart is reconciling). The low-disk check itself is the presence's
+(relevo_agent.presence: below min_free_disk_gb the agent claims nothing, reason agent_low_disk).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from relevo_agent.config import AgentConfig
+from relevo_agent.journal import Journal
+
+log = logging.getLogger(__name__)
+
+_USED_KEY = "workspace_used:"
+
+
+class Hygiene:
+    def __init__(self, config: AgentConfig, journal: Journal, running_workspaces: Callable[[], set[Path]]) -> None:
+        self.config = config
+        self.journal = journal
+        self._running_workspaces = running_workspaces
+        self._lock = threading.Lock()
+        # (project, command, workspace) to run once idle; one entry per project.
+        self._cleanups: dict[str, tuple[str, Path]] = {}
+        self._prune_due = False
+
+    def used(self, workspace: Path) -> None:
+        """A stage of this workspace starts: it is the most recently used."""
+        self.journal.remember(_USED_KEY + workspace.name, datetime.now(timezone.utc).isoformat())
+
+    def stage_ended(self, project: str, workspace: Path, cleanup: str | None) -> None:
+        with self._lock:
+            if cleanup:
+                self._cleanups[project] = (cleanup, workspace)
+            self._prune_due = self.config.keep_workspaces > 0
+
+    def held(self) -> set[Path]:
+        """The workspaces a lease holds: this process's stages and the journal's in-flight attempts."""
+        return set(self._running_workspaces()) | {Path(op.resource_key) for op in self.journal.in_flight()}
+
+    def between_stages(self) -> None:
+        """Run what is due (the poll thread calls this only while no stage runs)."""
+        with self._lock:
+            cleanups, self._cleanups = self._cleanups, {}
+            prune, self._prune_due = self._prune_due, False
+        for project, (command, workspace) in sorted(cleanups.items()):
+            self._cleanup(project, command, workspace)
+        if prune:
+            self.prune()
+
+    def _cleanup(self, project: str, command: str, workspace: Path) -> None:
+        try:
+            done = subprocess.run(
+                ["bash", "-c", command], cwd=workspace if workspace.is_dir() else None, capture_output=True, text=True,
+                timeout=self.config.cleanup_timeout_sec, check=False, start_new_session=True,
+            )
+            log.info("cleanup of %s exited %d", project, done.returncode)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("cleanup of %s did not finish (%s)", project, exc)
+
+    def prune(self) -> list[Path]:
+        """Remove the workspaces beyond the `keep_workspaces` used last, never one a lease holds."""
+        root = self.config.workspace_root
+        if self.config.keep_workspaces <= 0 or not root.is_dir():
+            return []
+        workspaces = [path for path in root.iterdir() if path.is_dir() and not path.name.startswith(".")]
+
+        def last_used(path: Path) -> str:
+            return self.journal.recall(_USED_KEY + path.name) or datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat()
+
+        ordered = sorted(workspaces, key=last_used, reverse=True)
+        held = {path.resolve() for path in self.held()}
+        removed = []
+        for path in ordered[self.config.keep_workspaces:]:
+            if path.resolve() in held:
+                log.info("workspace %s is beyond keep_workspaces but a lease holds it; kept", path)
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+            log.info("removed workspace %s (keep_workspaces %d)", path, self.config.keep_workspaces)
+        return removed

@@ -1,0 +1,125 @@
+"""The fleet's pause routes through the local API Gateway (issue 20): only the stack's admin
+principals may pause, drain or resume an agent or a region's dispatch (an agent belongs to no
+project: no project grant covers it); bad input is refused with a stable code and writes nothing;
+a pause is stored with its wall-clock `until`, shows in the queue view, in `relevo agents`, in the
+console's fleet page and as the job's queue reason `agent_paused`, and resume removes it."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from relevo_cli.commands.common import console
+from relevo_cli.console.app import templates
+from relevo_cli.main import app
+from relevo_cli.api import RelevoApi
+from relevo_core.store import agents
+from relevo_core.store.agents import AgentPresence
+from tests.helpers import TEST_ADMIN_ARN
+from tests.helpers.iam import iam_user
+from relevo_core.aws import client
+from tests.helpers.stack import receive_stage, register_project, table_items, wait_until
+
+REGION = "eu-west"
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(console, "width", 250)
+
+
+def _presence(local_stack, agent_id: str, now: datetime) -> None:
+    agents.put_presence(
+        local_stack.table_name,
+        AgentPresence(agent_id=agent_id, region=REGION, capacity=1, running=0, version="test", last_seen=now, interval_sec=30),
+    )
+
+
+def _pause_items(local_stack) -> list[dict]:
+    return [i for i in table_items(local_stack, f"AGENTS#{REGION}") if i["sk"]["S"].startswith("PAUSE")]
+
+
+def test_only_admins_pause_and_bad_input_writes_nothing(local_stack):
+    agent_id = f"mac-{secrets.token_hex(3)}"
+    _presence(local_stack, agent_id, datetime.now(timezone.utc))
+    stranger = iam_user(local_stack, f"fleet-stranger-{secrets.token_hex(2)}")
+    admin = iam_user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
+    before = _pause_items(local_stack)
+    for path, body in [(f"/agents/{agent_id}/pause", {"note": "x"}), (f"/agents/{agent_id}/resume", None),
+                       (f"/regions/{REGION}/pause", {}), (f"/regions/{REGION}/resume", None)]:
+        status, answer = stranger.call("POST", path, body)
+        assert (status, answer["error"]) == (403, "FORBIDDEN"), (path, answer)
+        assert "AdminPrincipals" in answer["message"]
+    # The stack's own IAM user manages the projects it created; that is no fleet permission either.
+    owner = RelevoApi.for_stack(local_stack)
+    with pytest.raises(Exception, match="FORBIDDEN"):
+        owner.request("POST", f"/agents/{agent_id}/pause", {})
+    for path, body, expected in [
+        (f"/agents/{agent_id}/pause", {"timeout_sec": 7 * 24 * 3600 + 1}, (422, "VALIDATION_FAILED")),
+        (f"/agents/{agent_id}/pause", {"timeout_sec": 0}, (422, "VALIDATION_FAILED")),
+        (f"/agents/{agent_id}/pause", {"until": "tomorrow"}, (422, "VALIDATION_FAILED")),
+        (f"/agents/{agent_id}/pause", {"region": "nowhere"}, (422, "REGION_UNKNOWN")),
+        ("/agents/never-started/pause", {}, (404, "AGENT_NOT_FOUND")),
+        ("/regions/nowhere/pause", {}, (422, "REGION_UNKNOWN")),
+        (f"/regions/{REGION}/pause", {"drain": True}, (422, "VALIDATION_FAILED")),
+    ]:
+        status, answer = admin.call("POST", path, body)
+        assert (status, answer["error"]) == expected, (path, body, answer)
+    assert _pause_items(local_stack) == before
+
+
+def test_a_pause_shows_everywhere_until_resumed(local_stack, project_id, tmp_path: Path):
+    admin = iam_user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
+    # Only this agent online in the region for the test: older records of other tests go stale.
+    now = datetime.now(timezone.utc)
+    online = agents.online_agents(local_stack.table_name, REGION, now)
+    agent_id = f"mac-{secrets.token_hex(3)}"
+    _presence(local_stack, agent_id, now)
+
+    status, answer = admin.call("POST", f"/agents/{agent_id}/pause", {"note": "Xcode update", "timeout_sec": 7200})
+    assert status == 200, answer
+    pause = answer["paused"]
+    assert (pause["region"], pause["agent_id"], pause["note"], pause["drain"], pause["timeout_sec"]) == (REGION, agent_id, "Xcode update", False, 7200)
+    assert datetime.fromisoformat(pause["until"]) - datetime.fromisoformat(pause["set_at"]) == timedelta(hours=2)
+    assert pause["set_by"] == TEST_ADMIN_ARN
+
+    [row] = [a for a in admin.api.queue()["agents"] if a["agent_id"] == agent_id]
+    assert row["paused"]["note"] == "Xcode update"
+    stack_file = tmp_path / "stack.json"
+    stack_file.write_text(json.dumps(local_stack.model_dump()))
+    shown = CliRunner().invoke(app, ["agents", "--stack-file", str(stack_file)])
+    assert shown.exit_code == 0 and f"paused until {pause['until'][:19]}: Xcode update" in shown.output, shown.output
+    page = templates.get_template("fleet.html").render(regions=[(REGION, [row])])
+    assert f"paused until {pause['until'][:19]}: Xcode update" in page
+
+    if not online:  # the job view's reason is the region's: only when no other agent is online
+        register_project(local_stack, project_id, [{"name": "build", "run": "make"}], queue_timeout_sec=600)
+        job_id = RelevoApi.for_stack(local_stack).run_project(project_id, {"ref": "main"})["job_id"]
+        try:
+            wait_until(lambda: admin.api.get_job(job_id)["queue_reason"] == "agent_paused", 30, "agent_paused")
+        finally:
+            RelevoApi.for_stack(local_stack).cancel_job(job_id)
+            _, receipt = receive_stage(local_stack, job_id)  # no agent of a later test may find it
+            client("sqs").delete_message(QueueUrl=local_stack.work_queues[REGION], ReceiptHandle=receipt)
+
+    status, answer = admin.call("POST", f"/agents/{agent_id}/resume", None)
+    assert status == 200 and answer["resumed"] is True and answer["ended"]["note"] == "Xcode update", answer
+    [row] = [a for a in admin.api.queue()["agents"] if a["agent_id"] == agent_id]
+    assert row["paused"] is None
+    assert admin.call("POST", f"/agents/{agent_id}/resume", None)[1]["resumed"] is False
+
+
+def test_a_regions_dispatch_pause(local_stack):
+    admin = iam_user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
+    status, answer = admin.call("POST", f"/regions/{REGION}/pause", {"note": "network maintenance", "timeout_sec": 60})
+    assert status == 200 and answer["paused"]["agent_id"] is None, answer
+    try:
+        assert [(p["region"], p["note"]) for p in admin.api.queue()["paused_regions"]] == [(REGION, "network maintenance")]
+    finally:
+        assert admin.call("POST", f"/regions/{REGION}/resume", None)[1]["resumed"] is True
+    assert admin.api.queue()["paused_regions"] == []
