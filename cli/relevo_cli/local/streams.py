@@ -2,9 +2,11 @@
 
 The emulator records a table's stream but has no Lambda to hand it to, so a poller reads each
 shard from where it was when the stack came up (StartingPosition LATEST) and invokes the
-function with the event AWS's event source mapping would send. What the local poller does not
-do, and the function must not rely on: FilterCriteria (every record is delivered; the handler
-ignores what it has no use for) and redelivery of reported batch item failures (logged).
+function with the event AWS's event source mapping would send. The event source's
+FilterCriteria are applied as Lambda applies them ("Lambda event filtering": a record is sent
+when it matches any one filter, and a batch with none left is not sent), with moto's EventBridge
+pattern matcher, which reads the same pattern syntax. What the local poller does not do, and the
+function must not rely on: redelivery of reported batch item failures (logged).
 """
 
 from __future__ import annotations
@@ -14,10 +16,28 @@ import threading
 from typing import Any, Callable
 
 
+def record_filter(patterns: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
+    """Whether a record (as Lambda delivers it) passes the event source's filters; no filter
+    passes everything."""
+    from moto.events.models import EventPattern
+
+    compiled = [EventPattern.load(pattern) for pattern in patterns]
+    if not compiled:
+        return lambda _record: True
+    return lambda record: any(pattern.matches_event(record) for pattern in compiled)
+
+
 class StreamPoller:
     def __init__(
-        self, streams: Any, stream_arn: str, batch_size: int, invoke: Callable[[dict[str, Any]], Any], name: str
+        self,
+        streams: Any,
+        stream_arn: str,
+        batch_size: int,
+        invoke: Callable[[dict[str, Any]], Any],
+        name: str,
+        keep: Callable[[dict[str, Any]], bool] = lambda _record: True,
     ) -> None:
+        self.keep = keep
         self.streams = streams
         self.stream_arn = stream_arn
         self.batch_size = batch_size
@@ -56,7 +76,8 @@ class StreamPoller:
                 continue  # a closed shard, read to its end
             page = self.streams.get_records(ShardIterator=iterator, Limit=self.batch_size)
             self._iterators[shard_id] = page.get("NextShardIterator")
-            records = [_as_lambda_delivers(record, self.stream_arn) for record in page.get("Records", [])]
+            delivered_as = [_as_lambda_delivers(record, self.stream_arn) for record in page.get("Records", [])]
+            records = [record for record in delivered_as if self.keep(record)]
             if not records:
                 continue
             response = self.invoke({"Records": records})

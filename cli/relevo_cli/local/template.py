@@ -30,7 +30,8 @@ class SamFunction:
     routes: tuple[tuple[str, str, bool], ...]  # (method, path, iam_auth)
     schedules: tuple[tuple[str, float], ...] = ()  # (event name, period in seconds)
     # (event name, logical id of the table whose stream it reads, batch size)
-    streams: tuple[tuple[str, str, int], ...] = ()
+    # (event name, table, batch size, FilterCriteria patterns)
+    streams: tuple[tuple[str, str, int, tuple[str, ...]], ...] = ()
 
 
 def load_sam_template(path: Path, parameters: dict[str, str] | None = None) -> dict[str, Any]:
@@ -78,7 +79,8 @@ def sam_functions(template: dict[str, Any], root: Path) -> list[SamFunction]:
             if event.get("Type") == "DynamoDB":
                 stream = event["Properties"]["Stream"]
                 table_id = stream["Fn::GetAtt"][0] if isinstance(stream.get("Fn::GetAtt"), list) else stream["Fn::GetAtt"].split(".")[0]
-                streams.append((event_name, table_id, int(event["Properties"].get("BatchSize", 100))))
+                patterns = tuple(f["Pattern"] for f in event["Properties"].get("FilterCriteria", {}).get("Filters", []))
+                streams.append((event_name, table_id, int(event["Properties"].get("BatchSize", 100)), patterns))
                 continue
             if event.get("Type") in ("Schedule", "ScheduleV2"):
                 expression = event["Properties"].get("Schedule") or event["Properties"].get("ScheduleExpression")

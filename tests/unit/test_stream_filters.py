@@ -1,0 +1,45 @@
+"""The local stack's stream pollers apply each event source's FilterCriteria from template.yaml
+as Lambda does (relevo_cli.local.streams.record_filter), so a stream function is invoked for the
+records its filters name and no other (MetricsFunction and StatusReporterFunction were invoked for
+every write of the table: every log chunk and lease renewal)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from relevo_cli.local import template
+from relevo_cli.local.streams import record_filter
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _filters() -> dict[str, tuple[str, ...]]:
+    sam = template.load_sam_template(ROOT / "template.yaml")
+    return {fn.logical_id: fn.streams[0][3] for fn in template.sam_functions(sam, ROOT) if fn.streams}
+
+
+def _record(pk: str, sk: str, **new_image) -> dict:
+    return {"eventName": "MODIFY", "dynamodb": {"Keys": {"pk": {"S": pk}, "sk": {"S": sk}}, "NewImage": new_image}}
+
+
+@pytest.mark.parametrize(
+    "function, record, sent",
+    [
+        ("MetricsFunction", _record("JOB#j1", "JOB", status={"S": "running"}), True),
+        ("MetricsFunction", _record("JOB#j1", "STAGE#000"), True),
+        ("MetricsFunction", _record("LOGS#j1", "CHUNK#0000000001"), False),
+        ("MetricsFunction", _record("AGENTS#eu-west", "AGENT#mac-1", online={"BOOL": False}), False),
+        ("StatusReporterFunction", _record("JOB#j1", "JOB", status={"S": "waiting"}), True),
+        ("StatusReporterFunction", _record("JOB#j1", "STAGE#000"), False),
+        ("StatusReporterFunction", _record("AGENTS#eu-west", "AGENT#mac-1", online={"BOOL": False}), True),
+        ("StatusReporterFunction", _record("AGENTS#eu-west", "AGENT#mac-1", online={"BOOL": True}), False),
+    ],
+)
+def test_a_record_reaches_a_stream_function_only_when_one_of_its_filters_matches(function, record, sent):
+    assert record_filter(_filters()[function])(record) is sent
+
+
+def test_an_event_source_without_filters_gets_every_record():
+    assert record_filter(())(_record("LOGS#j1", "CHUNK#1")) is True
