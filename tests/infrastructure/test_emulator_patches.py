@@ -64,3 +64,16 @@ def test_each_patch_of_emulator_patches_names_the_moto_version_checked() -> None
 
 def _patches_in(function: ast.FunctionDef) -> bool:
     return any(isinstance(node, (ast.ImportFrom, ast.Import)) for node in ast.walk(function))
+
+
+def test_a_json_path_is_parsed_once_and_still_finds_what_it_names() -> None:
+    from moto.stepfunctions.parser.asl.utils import json_path
+
+    from relevo_cli.local.emulator_patches import parse_each_json_path_once
+
+    parse_each_json_path_once()
+    parse_each_json_path_once()  # idempotent: one cache, not a cache of a cache
+    assert json_path.parse("$.job.stages[0]") is json_path.parse("$.job.stages[0]")
+    data = {"job": {"stages": ["build", "sign"]}}
+    assert json_path.extract_json("$.job.stages[1]", data) == "sign"
+    assert json_path.extract_json("$.job.stages[0]", data) == "build"

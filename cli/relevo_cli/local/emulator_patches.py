@@ -42,6 +42,7 @@ ACCOUNT_ID = emulator_iam.ACCOUNT_ID
 def install() -> None:
     """The patches the emulator needs before it starts (idempotent: each one installs once)."""
     parse_each_state_machine_definition_once()
+    parse_each_json_path_once()
     heartbeat_timeout.name_heartbeat_timeouts()
     store_key_policies_as_json()
     answer_managed_policy_attributes()
@@ -103,6 +104,24 @@ def parse_each_state_machine_definition_once() -> None:
 
     parser_class.parse = staticmethod(parse)
     parser_class._relevo_tree_cache = True
+
+
+def parse_each_json_path_once() -> None:
+    """moto 5.2.5's interpreter parses a JSONPath with jsonpath_ng on every evaluation
+    (utils/json_path.extract_json for paths and intrinsic arguments, ResultPath for results), and
+    jsonpath_ng builds a new ply lexer and parser for each: about a sixth of a busy test worker's
+    CPU went there. A parsed path is an immutable expression tree that `find` and `update` only
+    read, so each path text is parsed once. Installed once, for the emulator in this process."""
+    from functools import lru_cache
+
+    from moto.stepfunctions.parser.asl.component.common.path import result_path
+    from moto.stepfunctions.parser.asl.utils import json_path
+
+    for module in (json_path, result_path):
+        if not getattr(module.parse, "_relevo_cached", False):
+            cached = lru_cache(maxsize=4096)(module.parse)
+            cached._relevo_cached = True  # type: ignore[attr-defined]
+            module.parse = cached
 
 
 def store_key_policies_as_json() -> None:
