@@ -184,7 +184,7 @@ def test_a_hung_forge_never_delays_the_job_and_every_report_is_dead_lettered(loc
         for m in sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []):
             messages.append(json.loads(m["Body"]))
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
-        return len([m for m in messages if m["event"]["job_id"] == job_id]) >= 3
+        return len([m for m in messages if m["event"].get("job_id") == job_id]) >= 3
 
     wait_until(dead_lettered, 40, "three dead-lettered reports")
     ours = [m for m in messages if m["event"]["job_id"] == job_id]

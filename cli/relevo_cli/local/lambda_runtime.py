@@ -150,13 +150,17 @@ class _Environment:
             except OSError:
                 pass
 
-    def close(self, timeout: float = 2) -> None:
+    def end_input(self) -> None:
         try:
             self._requests.close()  # end of input: the bootstrap's loop ends
         except OSError:
             pass
+
+    def close(self, deadline: float) -> None:
+        """Wait for the process to end after end_input, until the monotonic `deadline`; then kill it."""
+        self.end_input()
         try:
-            self.process.wait(timeout=timeout)
+            self.process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
         self.kill()
@@ -256,16 +260,31 @@ class FunctionRuntime:
             raise FunctionError(self.name, answer["error"])
         return answer["ok"]
 
-    def stop(self) -> None:
+    def stop(self, grace_sec: float = 2) -> None:
+        self.finish_stop(self.begin_stop(), time.monotonic() + grace_sec)
+
+    def begin_stop(self) -> list[_Environment]:
+        """Tell every idle environment its input ended and kill the busy ones; the idle ones are
+        returned for finish_stop. A stack stops all its functions' environments at once this way,
+        so one grace period is shared instead of paid once per environment (a stack of 16
+        functions with up to 4 environments each took over a minute to stop on a busy machine)."""
+        idle: list[_Environment] = []
         while True:
             try:
-                self._idle.get_nowait().close()
+                idle.append(self._idle.get_nowait())
             except queue.Empty:
                 break
+        for environment in idle:
+            environment.end_input()
         with self._lock:
-            busy, self._environments = self._environments, set()
-        for environment in busy:  # still in an invocation, or never idle
+            others, self._environments = self._environments - set(idle), set()
+        for environment in others:  # still in an invocation, or never idle
             environment.kill()
+        return idle
+
+    def finish_stop(self, idle: list[_Environment], deadline: float) -> None:
+        for environment in idle:
+            environment.close(deadline)
         if self._log:
             self._log.close()
 

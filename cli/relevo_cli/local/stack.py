@@ -130,8 +130,11 @@ class LocalStack:
         self._stopping.set()
         if self._adapter:
             self._adapter.stop()
-        for runtime in self._runtimes.values():
-            runtime.stop()
+        # Every function's environments are told to end at once, then share one grace period.
+        stopping = [(runtime, runtime.begin_stop()) for runtime in self._runtimes.values()]
+        deadline = time.monotonic() + 2
+        for runtime, idle in stopping:
+            runtime.finish_stop(idle, deadline)
         if self._server:
             self._server.stop()
         if self.trace_daemon:
