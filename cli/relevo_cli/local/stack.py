@@ -32,7 +32,7 @@ from relevo_cli.local.apigateway import ApiAdapter, Route
 from relevo_cli.local.sigv4 import Refusal
 from relevo_cli.local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
 from relevo_cli.local.scheduler import ScheduleFirer
-from relevo_cli.local.streams import StreamPoller, record_filter
+from relevo_cli.local.streams import StreamConsumer, StreamPoller, record_filter
 from relevo_agent.stackfile import LocalCredentials, StackInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -356,20 +356,25 @@ class LocalStack:
         """DynamoDB stream events: a poller per function and stream (see local/streams.py)."""
         dynamodb, streams = self._session.client("dynamodb"), self._session.client("dynamodbstreams")
         emulator_patches.install_for_streams()
+        by_stream: dict[str, StreamPoller] = {}  # one reader per stream, every function's source on it
         for fn in template.sam_functions(sam, self.root):
             for event_name, table_id, batch_size, patterns in fn.streams:
                 table = dynamodb.describe_table(TableName=str(physical[table_id]))["Table"]
                 emulator_patches.detach_emulator_stream_invoker(table["TableName"], ACCOUNT_ID, self.region)
-                poller = StreamPoller(
-                    streams,
-                    table["LatestStreamArn"],
+                consumer = StreamConsumer(
+                    f"{fn.logical_id}-{event_name}",
                     batch_size,
                     invoke=lambda event, name=fn.logical_id: self._runtimes[name].invoke(event),
-                    name=f"{fn.logical_id}-{event_name}",
                     keep=record_filter(patterns),
                 )
-                poller.start(self._stopping)
-                self.stream_pollers.append(poller)
+                arn = table["LatestStreamArn"]
+                if arn in by_stream:
+                    by_stream[arn].add_consumer(consumer)
+                else:
+                    by_stream[arn] = StreamPoller.reading_for(streams, arn, consumer)
+        for poller in by_stream.values():
+            poller.start(self._stopping)
+            self.stream_pollers.append(poller)
 
     def _start_schedules(self, sam: dict[str, Any]) -> None:
         """EventBridge rules from `Schedule` events: the emulator keeps the rule but cannot invoke

@@ -11,6 +11,7 @@ function must not rely on: redelivery of reported batch item failures (logged).
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 from typing import Any, Callable
@@ -27,7 +28,56 @@ def record_filter(patterns: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]
     return lambda record: any(pattern.matches_event(record) for pattern in compiled)
 
 
+DISCOVER_EVERY_POLLS = 20
+
+
+class StreamConsumer:
+    """One function's event source on a stream: its filters, its batch size, and, when its poller
+    runs, a thread of its own, so a slow or hung function delays only its own deliveries, as one
+    event source mapping does not wait for another on AWS."""
+
+    def __init__(self, name: str, batch_size: int, invoke: Callable[[dict[str, Any]], Any],
+                 keep: Callable[[dict[str, Any]], bool] = lambda _record: True) -> None:
+        self.name = name
+        self.batch_size = batch_size
+        self.invoke = invoke
+        self.keep = keep
+        self.delivered = 0
+        self._pending: queue.Queue[list[dict[str, Any]]] = queue.Queue()
+
+    def deliver(self, records: list[dict[str, Any]]) -> int:
+        """Invoke the function with the records its filters keep, at most batch_size a batch."""
+        kept = [record for record in records if self.keep(record)]
+        for first in range(0, len(kept), self.batch_size):
+            response = self.invoke({"Records": kept[first:first + self.batch_size]})
+            failures = (response or {}).get("batchItemFailures") if isinstance(response, dict) else None
+            if failures:
+                sys.stderr.write(f"stream {self.name}: {len(failures)} record(s) reported failed: {failures}\n")
+        self.delivered += len(kept)
+        return len(kept)
+
+    def start(self, stopping: threading.Event) -> threading.Thread:
+        thread = threading.Thread(target=self._run, args=(stopping,), daemon=True, name=f"stream-{self.name}")
+        thread.start()
+        return thread
+
+    def _run(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
+            try:
+                records = self._pending.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            try:
+                self.deliver(records)
+            except Exception as exc:  # a failed invocation must not end the stack's stream delivery
+                sys.stderr.write(f"stream {self.name}: {exc}\n")
+
+
 class StreamPoller:
+    """Reads a stream's shards once for every consumer of it: each GetRecords page goes to each
+    consumer. One reader per stream, not per function, because the calls themselves, through
+    the emulator's HTTP front and the SDK, were a steady share of an idle local stack's CPU."""
+
     def __init__(
         self,
         streams: Any,
@@ -37,14 +87,26 @@ class StreamPoller:
         name: str,
         keep: Callable[[dict[str, Any]], bool] = lambda _record: True,
     ) -> None:
-        self.keep = keep
         self.streams = streams
         self.stream_arn = stream_arn
-        self.batch_size = batch_size
-        self.invoke = invoke
         self.name = name
+        self.consumers = [StreamConsumer(name, batch_size, invoke, keep)]
         self._iterators: dict[str, str | None] = {}
-        self.delivered = 0
+        self._threaded = False
+
+    @classmethod
+    def reading_for(cls, streams: Any, stream_arn: str, consumer: StreamConsumer) -> "StreamPoller":
+        poller = cls(streams, stream_arn, consumer.batch_size, consumer.invoke, consumer.name, consumer.keep)
+        poller.consumers = [consumer]
+        return poller
+
+    def add_consumer(self, consumer: StreamConsumer) -> None:
+        """Another event source on the same stream, before start()."""
+        self.consumers.append(consumer)
+
+    @property
+    def delivered(self) -> int:
+        return sum(consumer.delivered for consumer in self.consumers)
 
     def _discover_shards(self, position: str) -> None:
         description = self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]
@@ -57,36 +119,48 @@ class StreamPoller:
 
     def start(self, stopping: threading.Event, interval_sec: float = 0.5) -> threading.Thread:
         self._discover_shards("LATEST")  # before returning: nothing written after start is missed
-        thread = threading.Thread(target=self._run, args=(stopping, interval_sec), daemon=True, name=f"stream-{self.name}")
+        self._threaded = True
+        for consumer in self.consumers:
+            consumer.start(stopping)
+        thread = threading.Thread(target=self._run, args=(stopping, interval_sec), daemon=True, name=f"stream-read-{self.name}")
         thread.start()
         return thread
 
     def _run(self, stopping: threading.Event, interval_sec: float) -> None:
+        polls = 0
         while not stopping.wait(interval_sec):
             try:
-                self._discover_shards("TRIM_HORIZON")  # shards that appear later are read whole
+                # Shards that appear later are read whole. They are looked for every
+                # DISCOVER_EVERY_POLLS polls, not every poll: DescribeStream on every poll was a
+                # steady share of an idle local stack's CPU, and a table's stream in the emulator
+                # keeps its one shard for the stack's life.
+                if polls % DISCOVER_EVERY_POLLS == 0:
+                    self._discover_shards("TRIM_HORIZON")
+                polls += 1
                 self.poll_once()
             except Exception as exc:  # a broken poll must not end the stack's stream delivery
                 sys.stderr.write(f"stream {self.name}: {exc}\n")
 
     def poll_once(self) -> int:
-        delivered = 0
+        """Read each shard's next page and hand it to every consumer: queued to each consumer's
+        thread once started, delivered here otherwise. Returns the records read."""
+        read = 0
+        limit = max(consumer.batch_size for consumer in self.consumers)
         for shard_id, iterator in list(self._iterators.items()):
             if iterator is None:
                 continue  # a closed shard, read to its end
-            page = self.streams.get_records(ShardIterator=iterator, Limit=self.batch_size)
+            page = self.streams.get_records(ShardIterator=iterator, Limit=limit)
             self._iterators[shard_id] = page.get("NextShardIterator")
-            delivered_as = [_as_lambda_delivers(record, self.stream_arn) for record in page.get("Records", [])]
-            records = [record for record in delivered_as if self.keep(record)]
+            records = [_as_lambda_delivers(record, self.stream_arn) for record in page.get("Records", [])]
             if not records:
                 continue
-            response = self.invoke({"Records": records})
-            failures = (response or {}).get("batchItemFailures") if isinstance(response, dict) else None
-            if failures:
-                sys.stderr.write(f"stream {self.name}: {len(failures)} record(s) reported failed: {failures}\n")
-            delivered += len(records)
-        self.delivered += delivered
-        return delivered
+            read += len(records)
+            for consumer in self.consumers:
+                if self._threaded:
+                    consumer._pending.put(records)
+                else:
+                    consumer.deliver(records)
+        return read
 
 
 def _as_lambda_delivers(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ in the order they will run."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from relevo_core.config import AccessSettings
 from relevo_core.models.requests import JobListQuery
@@ -94,7 +94,6 @@ def list_jobs(
     table: str,
     query: JobListQuery,
     can_view: Callable[[str], bool] = lambda _project: True,
-    project_ids: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Jobs matching `query` among the projects the caller may view.
 
@@ -113,7 +112,7 @@ def list_jobs(
         found.append(_summary(record))
         return True
 
-    if query.status is not None and not query.status.terminal and project_ids is None:
+    if query.status is not None and not query.status.terminal:
         # A live status: one query of the JobStatusIndex reads its jobs, of every project at
         # once, and never the ended jobs (which grow without bound). Live jobs are bounded by
         # the queue limit and the fleet, so all of them are read.
@@ -128,13 +127,12 @@ def list_jobs(
                 continue
             take(record)
     else:
-        if project_ids is None:
-            if query.group:
-                # A group is a field of the registered projects: the ProjectJobsIndex is then
-                # queried per project of the group, as for a project filter (no scan of the jobs).
-                project_ids = [p.id for p in list_projects(table) if p.group == query.group and query.project in (None, p.id)]
-            else:
-                project_ids = [query.project] if query.project else [p.id for p in list_projects(table)]
+        if query.group:
+            # A group is a field of the registered projects: the ProjectJobsIndex is then
+            # queried per project of the group, as for a project filter (no scan of the jobs).
+            project_ids = [p.id for p in list_projects(table) if p.group == query.group and query.project in (None, p.id)]
+        else:
+            project_ids = [query.project] if query.project else [p.id for p in list_projects(table)]
         for project_id in project_ids:
             if not can_view(project_id):
                 continue
