@@ -10,7 +10,8 @@ live jobs are never touched; when only they are left over the bound it is record
 item and logged once.
 
 The S3 delete comes before the mark: a crash between them leaves a stored-looking record whose
-object is gone, and the next run deletes again (a delete of a missing key succeeds) and marks it.
+object is gone, and the retried batch deletes again (a delete of a missing key succeeds) and marks
+it.
 The bucket is versioned, so the delete leaves a delete marker and the lifecycle rule's
 NoncurrentVersionExpiration (1 day) frees the bytes.
 """
@@ -122,10 +123,18 @@ def enforce(table: str, project_id: str, now: datetime, delete_object: DeleteObj
     usage = artifact_usage.get_usage(table, project_id)
     total = usage.bytes
     removed: list[ArtifactRecord] = []
+    # An ended job's artifact the remover refused (replaced meanwhile, or not counted yet): the
+    # overrun is not the live jobs' alone, and the next change comes back to it.
+    refused = False
     if total > bound:
         for job_id in _ended_jobs_oldest_first(table, project_id):
             stored = [record for record in list_artifacts(table, job_id) if record.removed_at is None]
             for artifact in sorted(stored, key=lambda record: (record.uploaded_at, record.stage, record.path)):
+                if artifact.size > total:
+                    # The total does not cover it yet (its upload is still to be counted): the
+                    # remover would refuse it, so its object stays; its count comes back here.
+                    refused = True
+                    continue
                 location = urlparse(artifact.uri)
                 delete_object(location.netloc, location.path.lstrip("/"))
                 if artifact_usage.remove_for_quota(table, project_id, artifact, bound, total, now):
@@ -133,11 +142,13 @@ def enforce(table: str, project_id: str, now: datetime, delete_object: DeleteObj
                     removed.append(artifact)
                     log.info("artifact %s of job %s stage %s (%d bytes) removed by artifact.max_total_bytes %d",
                              artifact.path, job_id, artifact.stage, artifact.size, bound)
+                else:
+                    refused = True
                 if total <= bound:
                     break
             if total <= bound:
                 break
-    live_over = total > bound
+    live_over = total > bound and not refused
     if live_over:
         if artifact_usage.note_live_over_bound(table, project_id, now):
             log.warning("project %s: %d bytes of artifacts, over artifact.max_total_bytes %d, all of live jobs (never removed)",
