@@ -35,6 +35,13 @@ def _record(pk: str, sk: str, **new_image) -> dict:
         ("StatusReporterFunction", _record("JOB#j1", "STAGE#000"), False),
         ("StatusReporterFunction", _record("AGENTS#eu-west", "AGENT#mac-1", online={"BOOL": False}), True),
         ("StatusReporterFunction", _record("AGENTS#eu-west", "AGENT#mac-1", online={"BOOL": True}), False),
+        # artifact.max_total_bytes: every artifact record change (a delete too), and jobs that ended.
+        ("ArtifactQuotaFunction", _record("ARTIFACTS#j1", "build#app.ipa", size={"N": "10"}), True),
+        ("ArtifactQuotaFunction", {"eventName": "REMOVE", "dynamodb": {"Keys": {"pk": {"S": "ARTIFACTS#j1"}, "sk": {"S": "build#a"}}}}, True),
+        ("ArtifactQuotaFunction", _record("JOB#j1", "JOB", status={"S": "canceled"}), True),
+        ("ArtifactQuotaFunction", _record("JOB#j1", "JOB", status={"S": "running"}), False),
+        ("ArtifactQuotaFunction", _record("LOGS#j1", "CHUNK#0000000001"), False),
+        ("ArtifactQuotaFunction", _record("USAGE#p", "ARTIFACTS", bytes={"N": "10"}), False),
     ],
 )
 def test_a_record_reaches_a_stream_function_only_when_one_of_its_filters_matches(function, record, sent):

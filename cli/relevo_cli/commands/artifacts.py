@@ -11,6 +11,14 @@ from rich.table import Table
 from relevo_cli.cli_errors import JobId
 from relevo_cli.commands.common import StackOption, console, errors, stack_api
 
+
+def removal_note(artifact: dict) -> str | None:
+    """'removed by quota at T' for an artifact artifact.max_total_bytes removed (no download link)."""
+    if not artifact.get("removed_at"):
+        return None
+    return f"removed by quota at {artifact['removed_at']}"
+
+
 artifacts_app = typer.Typer(no_args_is_help=True, help="Files the stages of a job uploaded.")
 
 @artifacts_app.command("list")
@@ -19,11 +27,18 @@ def artifacts_list(job_id: str = JobId, stack_file: Optional[Path] = StackOption
     with stack_api(stack_file) as api:
         job = api.get_job(job_id)
     table = Table(title=f"{len(job['artifacts'])} artifact(s) of {job_id}")
-    for column in ("stage", "name", "size", "sha256"):
+    for column in ("stage", "name", "size", "sha256", "stored"):
         table.add_column(column)
     for artifact in job["artifacts"]:
-        table.add_row(artifact["stage"], artifact["name"], str(artifact["size"]), artifact["sha256"])
+        table.add_row(artifact["stage"], artifact["name"], str(artifact["size"]), artifact["sha256"],
+                      "removed" if artifact.get("removed_at") else "yes")
     console.print(table)
+    # Whole lines under the table (never wrapped to a column's width).
+    for artifact in job["artifacts"]:
+        note = removal_note(artifact)
+        if note:
+            console.print(f"{artifact['stage']}/{artifact['name']}: {note} ({artifact['removed_reason']})",
+                          markup=False, highlight=False, soft_wrap=True)
 
 
 @artifacts_app.command("get")

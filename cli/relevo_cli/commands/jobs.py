@@ -60,6 +60,10 @@ def job_notes(job: dict) -> list[str]:
     if decision:
         reason = f": {decision['reason']}" if decision.get("reason") else ""
         notes.append(f"{decision['decision']} by {decision['actor']} before {decision['stage']}{reason}")
+    for artifact in job.get("artifacts") or []:
+        if artifact.get("removed_at"):
+            notes.append(f"artifact {artifact['stage']}/{artifact['name']} ({artifact['size']} bytes) "
+                         f"removed by quota at {artifact['removed_at']} ({artifact['removed_reason']})")
     return notes
 
 

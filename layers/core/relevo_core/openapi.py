@@ -73,6 +73,7 @@ COMMON_ERRORS = {
     "403": "the caller lacks the permission this route needs",
     "404": "no such project, job, artifact, agent or route",
     "409": "the target is not in a state that allows this",
+    "410": "the artifact was removed by the project's artifact.max_total_bytes (ARTIFACT_REMOVED)",
     "413": "body over 1 MiB",
     "422": "a field fails validation, or a plan is over a limit of what a job can carry (PLAN_TOO_LARGE)",
     "429": "the queue is full",

@@ -28,6 +28,9 @@ def artifact_summary(record: ArtifactRecord) -> dict[str, Any]:
         "attempt": record.attempt,
         "agent_id": record.agent_id,
         "uploaded_at": record.uploaded_at,
+        # Set when artifact.max_total_bytes deleted the object: the job view says so, no link is given.
+        "removed_at": record.removed_at,
+        "removed_reason": record.removed_reason,
     }
 
 
@@ -48,6 +51,12 @@ def find_artifact(table: str, job_id: str, name: str, stage: str | None = None) 
 
 def artifact_link(table: str, job_id: str, name: str, stage: str | None, now: datetime) -> dict[str, Any]:
     record = find_artifact(table, job_id, name, stage)
+    if record.removed_at is not None:
+        raise RelevoError(
+            ErrorCode.ARTIFACT_REMOVED,
+            f"artifact {record.path!r} of job {job_id} stage {record.stage!r} was removed by {record.removed_reason} at {record.removed_at}",
+            removed_at=record.removed_at, removed_reason=record.removed_reason,
+        )
     location = urlparse(record.uri)
     url = s3_presigner().generate_presigned_url(
         "get_object",

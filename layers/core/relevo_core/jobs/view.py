@@ -181,7 +181,8 @@ def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
             view["queue_detail"] = no_match_detail(unclaimed["requires"], region_agents, now)
     view["artifacts"] = [artifact_summary(record) for record in list_artifacts(table, job_id)]
     # The job's artifact total beside its project's bound (artifact.max_job_bytes), when it has one.
-    view["artifact_bytes"] = sum(artifact["size"] for artifact in view["artifacts"])
+    # Removed artifacts (artifact.max_total_bytes) are listed with removed_at but no longer count.
+    view["artifact_bytes"] = sum(artifact["size"] for artifact in view["artifacts"] if artifact["removed_at"] is None)
     # The last lines of the output, read back from the end of the log (never the whole log).
     view["log_tail"] = log_tail(table, job_id)
     return view

@@ -45,6 +45,8 @@ class ErrorCode(str, Enum):
     QUERY_INVALID = "QUERY_INVALID"
     ARTIFACT_NOT_FOUND = "ARTIFACT_NOT_FOUND"
     ARTIFACT_AMBIGUOUS = "ARTIFACT_AMBIGUOUS"
+    # The artifact's object was deleted by the project's artifact.max_total_bytes (its record stays).
+    ARTIFACT_REMOVED = "ARTIFACT_REMOVED"
     # A plan over a limit of what a job's execution can carry (relevo_core.plan_limits).
     PLAN_TOO_LARGE = "PLAN_TOO_LARGE"
     GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
@@ -89,6 +91,7 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.ARTIFACT_NOT_FOUND: HTTPStatus.NOT_FOUND,
     # Two stages of the job left a file of that name: the caller names the stage.
     ErrorCode.ARTIFACT_AMBIGUOUS: HTTPStatus.CONFLICT,
+    ErrorCode.ARTIFACT_REMOVED: HTTPStatus.GONE,
     ErrorCode.PLAN_TOO_LARGE: HTTPStatus.UNPROCESSABLE_ENTITY,
     ErrorCode.GROUP_NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.AGENT_NOT_FOUND: HTTPStatus.NOT_FOUND,

@@ -81,6 +81,12 @@ class ArtifactLimits(BaseModel):
         description="The most one job's artifacts may total: a stage whose files would take the job past it fails "
         "with Relevo.Fatal.ArtifactQuota before anything is uploaded. Default: no bound.",
     )
+    max_total_bytes: int | None = Field(
+        default=None, ge=1, le=10**15,
+        description="The most the project's stored artifacts may total: past it, the artifacts of the oldest ended jobs are "
+        "removed (their objects deleted, their records kept and marked removed by quota, each removal in the job's audit "
+        "trail) until the total is back within it. Artifacts of live jobs are never removed. Default: no bound.",
+    )
 
 
 class WebhookSecrets(BaseModel):

@@ -32,6 +32,10 @@ class ArtifactRecord(BaseModel):
     attempt: int
     agent_id: str
     uploaded_at: str
+    # Set when artifact.max_total_bytes removed the object (store/artifact_usage.py): the record
+    # stays so the job view says what was there and when it went.
+    removed_at: str | None = None
+    removed_reason: str | None = None
 
 
 def _lease_lost(ref: StageRef, exc: ClientError) -> LeaseLost:
@@ -44,7 +48,7 @@ def record(ref: StageRef, artifact: ArtifactRecord, expires_at: int) -> None:
     item: dict[str, Any] = {
         "pk": artifact_pk(artifact.job_id),
         "sk": artifact_sk(artifact.stage, artifact.path),
-        **artifact.model_dump(),
+        **artifact.model_dump(exclude_none=True),
         "ttl": expires_at,
     }
     try:

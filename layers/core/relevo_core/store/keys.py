@@ -135,6 +135,16 @@ def delivery_pk(source: str, delivery_id: str) -> str:
     return f"DELIVERY#{source}#{delivery_id}"
 
 
+# A project's running artifact total (artifact.max_total_bytes), and under the same partition one
+# marker per table-stream record already counted into it (a redelivered record adds nothing).
+ARTIFACT_USAGE_SK = "ARTIFACTS"
+COUNTED_SK_PREFIX = "COUNTED#"
+
+
+def usage_pk(project_id: str) -> str:
+    return f"USAGE#{project_id}"
+
+
 def key(pk: str, sk: str) -> dict[str, dict[str, str]]:
     return {"pk": {"S": pk}, "sk": {"S": sk}}
 

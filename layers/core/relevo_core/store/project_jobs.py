@@ -9,9 +9,10 @@ from relevo_core.store.paging import query_items
 
 
 def jobs_of_project(
-    table: str, project_id: str, since: str | None = None, until: str | None = None
+    table: str, project_id: str, since: str | None = None, until: str | None = None, oldest_first: bool = False
 ) -> Iterator[dict[str, Any]]:
-    """Job records of a project created in [since, until] (ISO 8601 UTC), newest first.
+    """Job records of a project created in [since, until] (ISO 8601 UTC), newest first (or
+    oldest first: the artifact quota removes from there).
 
     Only job records carry the index's key attribute (PROJECT_JOBS_ATTRIBUTE), so the index
     holds nothing else."""
@@ -31,5 +32,5 @@ def jobs_of_project(
         IndexName=PROJECT_JOBS_INDEX,
         KeyConditionExpression=condition,
         ExpressionAttributeValues=values,
-        ScanIndexForward=False,
+        ScanIndexForward=oldest_first,
     )
