@@ -35,6 +35,9 @@ def _record(pk: str, sk: str, **new_image) -> dict:
         ("StatusReporterFunction", _record("JOB#j1", "STAGE#000"), False),
         ("StatusReporterFunction", _record("AGENTS#eu-west", "AGENT#mac-1", online={"BOOL": False}), True),
         ("StatusReporterFunction", _record("AGENTS#eu-west", "AGENT#mac-1", online={"BOOL": True}), False),
+        # The sweeper's record of the region's change to none online, and back.
+        ("StatusReporterFunction", _record("AGENTS#eu-west", "ONLINE_AGENTS", online={"BOOL": False}), True),
+        ("StatusReporterFunction", _record("AGENTS#eu-west", "ONLINE_AGENTS", online={"BOOL": True}), False),
     ],
 )
 def test_a_record_reaches_a_stream_function_only_when_one_of_its_filters_matches(function, record, sent):

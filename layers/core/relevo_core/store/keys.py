@@ -98,6 +98,9 @@ def agent_sk(agent_id: str) -> str:
 # reads them all.
 PAUSE_SK_PREFIX = "PAUSE#"
 DISPATCH_PAUSE_SK = "PAUSE"
+# The region's own record in that partition: whether any of its agents was online at the last
+# change the sweeper saw (relevo_core.store.region_online). No presence or pause key has it.
+REGION_ONLINE_SK = "ONLINE_AGENTS"
 
 
 def pause_sk(agent_id: str) -> str:
