@@ -228,3 +228,67 @@ def test_github_app_mode_creates_one_check_run_and_updates_it_with_a_summary_per
     assert (last["status"], last["conclusion"]) == ("completed", "success")
     assert "| build | succeeded |" in last["output"]["summary"] and "| sign | succeeded |" in last["output"]["summary"]
     assert pem.splitlines()[1] not in json.dumps(table_items(local_stack, "DELIVERIES#") + table_items(local_stack, "NOTICES#"), default=str)
+
+
+def _dead_letters(stack, job_id: str, count: int) -> list[dict]:
+    """This job's messages on StatusDeadLetterQueue (others' are left for their own tests)."""
+    sqs = client("sqs")
+    queue = stack.resources["StatusDeadLetterQueue"]
+    queue_url = queue if queue.startswith("http") else sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+    found: list[dict] = []
+
+    def read() -> bool:
+        for m in sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=1).get("Messages", []):
+            body = json.loads(m["Body"])
+            if (body.get("event") or {}).get("job_id") == job_id:
+                found.append(body)
+                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
+        return len(found) >= count
+
+    wait_until(read, 30, f"{count} dead-lettered reports of {job_id}")
+    return found
+
+
+def test_a_dead_lettered_pending_replayed_after_success_is_superseded_not_sent(local_stack, emulator, project_id, forge, recorder):
+    forge.register()
+    recorder.answer(500, times=4)  # every attempt of the first report (SEND_ATTEMPTS): dead-lettered
+    job_id = forge.push()
+    _run_all(local_stack, job_id, 1)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    sent = forge.statuses(6)
+    assert [r.json()["description"] for r in sent] == ["queued"] * 4 + ["running", "succeeded"]
+    [pending] = _dead_letters(local_stack, job_id, 1)
+    assert pending["event"]["status"] == "queued" and pending["target"] == "github_status"
+
+    # Replayed by hand once the job succeeded and its success was on the commit.
+    response = emulator._runtimes["StatusReporterFunction"].invoke({"replay": [pending]})
+    assert response == {"replayed": ["superseded"]}
+    time.sleep(0.5)
+    assert len(recorder.received(forge.commit)) == 6  # the commit still says success
+    records = [r for r in project_deliveries(local_stack.table_name, project_id) if r.direction.value == "outgoing"]
+    assert [(r.event, r.outcome.value) for r in records if r.outcome.value == "superseded"] == [("queued", "superseded")]
+
+
+def test_a_stale_report_never_overwrites_a_newer_one_on_the_commit(local_stack, emulator, project_id, forge, recorder):
+    """The job's mark per target: a report of the job's status now (running), but written before
+    the newer running that was already delivered, is superseded too."""
+    forge.register(GATED, approval={"enabled": True})
+    job_id = forge.push()
+    forge.statuses(2)  # queued, running
+    recorder.answer(500, times=4)  # the next report, the gate's: dead-lettered
+    _run_all(local_stack, job_id, 1)
+    wait_until(lambda: job_record(local_stack, job_id).get("status") == "waiting", 15, "the gate")
+    [waiting] = _dead_letters(local_stack, job_id, 1)
+    RelevoApi.for_stack(local_stack).approve(job_id, "ship it")
+    wait_until(lambda: job_record(local_stack, job_id).get("status") == "running", 15, "the run after the gate")
+    sent = forge.statuses(7)  # queued, running, the gate's 4 failed attempts, running
+    assert [r.json()["description"] for r in sent][-1] == "running"
+    # The first running (before the gate), as if it had been dead-lettered and were replayed now.
+    first_running = dict(waiting, event={**waiting["event"], "status": "running", "previous": "queued", "gate": None,
+                                         "transition": "running#earlier", "at": waiting["event"]["at"] - 1})
+    runtime = emulator._runtimes["StatusReporterFunction"]
+    assert runtime.invoke({"replay": [first_running, waiting]}) == {"replayed": ["superseded", "superseded"]}
+    time.sleep(0.5)
+    assert [r.json()["description"] for r in recorder.received(forge.commit)][-1] == "running"
+    _run_all(local_stack, job_id, 1)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"

@@ -181,6 +181,15 @@ def notice_sk(target: str, transition: str) -> str:
     return f"{NOTICE_SK_PREFIX}{target}#{transition}"
 
 
+# The newest transition of a job delivered to each commit-status target (store.latest_reports),
+# beside the job's markers: a report older than it is superseded, never sent over it.
+LATEST_REPORT_SK_PREFIX = "LATEST#"
+
+
+def latest_report_sk(target: str) -> str:
+    return f"{LATEST_REPORT_SK_PREFIX}{target}"
+
+
 def suppression_pk(subject: str) -> str:
     return f"SUPPRESS#{subject}"
 
