@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 import pytest
@@ -28,7 +29,10 @@ from tests.helpers.stack import (
     wait_for_execution,
     wait_until,
 )
-from tests.helpers.state_machine import agent_runs
+from relevo_core.models.status import StageStatus
+from relevo_core.store import stage_attempts
+from relevo_core.store.job_stages import stage_records
+from tests.helpers.state_machine import agent_runs, claim_and_accept, wait_for_run_token
 
 BUILD = [{"name": "build", "run": "make"}]
 GATED = [{"name": "build", "run": "make"}, {"name": "deploy", "run": "fastlane deliver"}]
@@ -212,10 +216,33 @@ def test_github_app_mode_creates_one_check_run_and_updates_it_with_a_summary_per
     commit = secrets.token_hex(20)
     response = deliver(local_stack, project_id, push_body(f"acme/{project_id}", commit), secret)
     job_id = response.json()["job_id"]
-    _run_all(local_stack, job_id, 2)
+
+    def summary_saying(text: str) -> dict:
+        """A stage's own update (only the output: the run's status and conclusion are the job's
+        reports' to set) whose summary says `text`."""
+        return wait_until(lambda: next((b for r in recorder.received("/check-runs")
+                                        if set(b := r.json()) == {"output"} and text in b["output"]["summary"]), None),
+                          20, f"a stage's check run update with {text!r}")
+
+    # The summary follows each stage as it starts and ends, not only the job's transitions.
+    task, _ = receive_stage(local_stack, job_id)
+    ref = claim_and_accept(local_stack, task, "double-1")
+    started = summary_saying("| build | running |")
+    assert "| sign | pending |" in started["output"]["summary"]
+    run_token = wait_for_run_token(ref)
+    time.sleep(1.1)  # the build takes a second
+    stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(timezone.utc), 0, None, task["stage"])
+    client("stepfunctions").send_task_success(taskToken=run_token, output=json.dumps({"agent_id": "double-1"}))
+    ended = summary_saying("| build | succeeded |")["output"]["summary"]
+    [build_row] = [line for line in ended.splitlines() if line.startswith("| build |")]
+    record = stage_records(local_stack.table_name, job_id)[0]
+    took = datetime.fromisoformat(record["ended_at"]) - datetime.fromisoformat(record["started_at"])
+    assert took.total_seconds() >= 1.1
+    assert build_row == f"| build | succeeded | {took.total_seconds():.1f} s | 1 |  |"
+    _run_all(local_stack, job_id, 1)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
-    runs = wait_until(lambda: (r := recorder.received("/check-runs")) and len(r) >= 3 and r[-1].json()["status"] == "completed" and r,
+    runs = wait_until(lambda: (r := recorder.received("/check-runs")) and len(r) >= 3 and r[-1].json().get("status") == "completed" and r,
                       20, "the check run's completion")
     tokens = recorder.received("/access_tokens")
     assert len(tokens) == 1  # one installation token, reused

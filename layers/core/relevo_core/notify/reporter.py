@@ -9,7 +9,7 @@ for a remote service's failure: the job never waits for, nor fails by, its repor
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -22,12 +22,12 @@ from relevo_core.models.errors import RelevoError
 from relevo_core.models.group import Group
 from relevo_core.models.project import Project
 from relevo_core.models.status import JobStatus
-from relevo_core.notify.commit_status import status_request, wants_report
-from relevo_core.notify.github_app import InstallationTokens, TokenUnavailable, check_run_request, stage_summary
+from relevo_core.notify.commit_status import describe, status_request, wants_report
+from relevo_core.notify.github_app import InstallationTokens, TokenUnavailable, check_run_output_request, check_run_request, stage_summary
 from relevo_core.notify.groups import notify_job, notify_other_change
 from relevo_core.notify.report import Report, transition_report
 from relevo_core.notify.sending import Clock, OutgoingRequest, SendPolicy, SendResult, Transport, Urllib3Transport, send
-from relevo_core.notify.transitions import JobTransition, job_link, job_transition, transition_from_event
+from relevo_core.notify.transitions import REJECTED, JobTransition, job_link, job_transition, transition_from_event
 from relevo_core.observability import logger
 from relevo_core.store.deliveries import record_delivery
 from relevo_core.store.groups import find_group
@@ -54,8 +54,9 @@ class Reporter:
     # Every registered project (read only for a change that is about no one project: agents).
     projects: Callable[[], list[Project]] = list
     tokens: InstallationTokens | None = None
-    # A job's status now (None once it is gone): what a replayed report is checked against.
-    job_status: Callable[[str], JobStatus | None] = lambda _job_id: None
+    # A job's record now (None once it is gone): its plan (a check run's summary), and its status,
+    # which a replayed report is checked against.
+    job_record: Callable[[str], dict[str, Any] | None] = lambda _job_id: None
 
     def __post_init__(self) -> None:
         if self.tokens is None:
@@ -69,7 +70,9 @@ class Reporter:
     def report_change(self, old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float) -> None:
         transition = job_transition(old, new)
         if transition is None:
-            if new and new.get("sk") != "JOB":
+            if new and str(new.get("sk", "")).startswith("STAGE#"):
+                self._stage_change(old, new, deadline)
+            elif new and new.get("sk") != "JOB":
                 notify_other_change(self, old, new, deadline, self.projects)
             return
         project = self.project(transition.project)
@@ -118,7 +121,7 @@ class Reporter:
             return DEAD_LETTERED
         table = self.settings.table_name
         run_id = check_run_id(table, transition.job_id)
-        summary = stage_summary(transition, stage_records(table, transition.job_id))
+        summary = self.summary(transition, describe(transition))
         request = check_run_request(transition, settings, project.repo, token, self.link(transition, project), run_id, summary, self.clock.now())
         result = self.deliver(report, request, deadline, claimed=claimed)
         if result.delivered and run_id is None:
@@ -126,6 +129,45 @@ class Reporter:
             if isinstance(created, int):
                 remember_check_run(table, transition.job_id, created, int(self.clock.now()) + self.settings.notice_memory_days * DAY)
         return self.reported(report, transition, result)
+
+    def summary(self, transition: JobTransition, heading: str) -> str:
+        """The check run's summary: every stage of the job's plan as its records say now."""
+        table = self.settings.table_name
+        plan = [str(stage.get("name")) for stage in (self.job_record(transition.job_id) or {}).get("envelope", {}).get("stages", [])]
+        return stage_summary(heading, plan, stage_records(table, transition.job_id), self.clock.now(),
+                             rejected_at=transition.stage if transition.error_name == REJECTED else None)
+
+    def _stage_change(self, old: dict[str, Any] | None, new: dict[str, Any], deadline: float) -> None:
+        """A stage started or ended (the stream's filters pass no lease renewal): a job reporting
+        as a GitHub App check run gets its summary updated. Its status and conclusion are the job's
+        own reports' to set; a job that ended already told its final summary."""
+        status = new.get("status")
+        if status == (old or {}).get("status") or not new.get("pk"):
+            return
+        job_id = str(new["pk"]).removeprefix("JOB#")
+        record = self.job_record(job_id)
+        transition = job_transition(None, record) if record else None
+        if transition is None or transition.status.terminal:
+            return
+        project = self.project(transition.project)
+        settings = project.commit_status if project else None
+        if project is None or settings is None or settings.app is None or not transition.commit:
+            return
+        run_id = check_run_id(self.settings.table_name, job_id)
+        if run_id is None:
+            return  # the job's first report creates the run, with the summary as it is then
+        stage = replace(transition, key=f"stage#{new.get('sk')}#{new.get('attempt')}#{status}")
+        report = transition_report(stage, "github_check_run")
+        if not self.claim(report):
+            return
+        assert self.tokens is not None
+        try:
+            token = self.tokens.token(settings, self.policy, deadline)
+        except Exception as exc:  # no key, or GitHub refused the App: dead-lettered, the job goes on
+            self.give_up(report, None, f"no installation token: {exc if isinstance(exc, TokenUnavailable) else type(exc).__name__}")
+            return
+        request = check_run_output_request(stage, settings, project.repo, token, run_id, self.summary(stage, describe(stage)))
+        self.deliver(report, request, deadline)
 
     def superseded(self, report: Report, transition: JobTransition, claimed: bool) -> bool:
         """A report older than the newest one its target was told of for the job (a dead-lettered
@@ -161,7 +203,8 @@ class Reporter:
         project = self.project(transition.project)
         if project is None or project.commit_status is None or not wants_report(transition, project.commit_status):
             return NOT_REPLAYABLE
-        current = self.job_status(transition.job_id)
+        record = self.job_record(transition.job_id)
+        current = JobStatus(record["status"]) if record else None
         if current is not transition.status:
             report = transition_report(transition, str(message["target"]))
             self.drop_superseded(report, f"the job is {current.value if current else 'gone'} now", claimed=False)
@@ -236,9 +279,9 @@ def _project_or_none(table: str, project_id: str) -> Project | None:
         return None  # deleted since: nothing to report to
 
 
-def _job_status_or_none(table: str, job_id: str) -> JobStatus | None:
+def _job_or_none(table: str, job_id: str) -> dict[str, Any] | None:
     try:
-        return JobStatus(get_job_record(table, job_id)["status"])
+        return get_job_record(table, job_id)
     except RelevoError:
         return None  # expired (TTL) or never written
 
@@ -254,5 +297,5 @@ def reporter_from_environment() -> Reporter:
         secret=lambda name: str(parameters.get_secret(name, max_age=settings.secret_max_age_sec)),
         group=lambda name: find_group(table, name),
         projects=lambda: list_projects(table),
-        job_status=lambda job_id: _job_status_or_none(table, job_id),
+        job_record=lambda job_id: _job_or_none(table, job_id),
     )
