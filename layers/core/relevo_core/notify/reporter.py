@@ -20,7 +20,7 @@ from relevo_core.execution import send_report_dead_letter
 from relevo_core.models.delivery import DeliveryRecord, Direction, Outcome
 from relevo_core.models.errors import RelevoError
 from relevo_core.models.group import Group
-from relevo_core.models.project import Project
+from relevo_core.models.project import CommitStatusSettings, Project
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.commit_status import describe, status_request, wants_report
 from relevo_core.notify.github_app import InstallationTokens, TokenUnavailable, check_run_output_request, check_run_request, stage_summary
@@ -113,11 +113,8 @@ class Reporter:
             return None
         if self.superseded(report, transition, claimed):
             return SUPERSEDED
-        try:
-            token = self.tokens.token(settings, self.policy, deadline)
-        except Exception as exc:  # no key, or GitHub refused the App: dead-lettered, the job goes on
-            self.give_up(report, None, f"no installation token: {exc if isinstance(exc, TokenUnavailable) else type(exc).__name__}",
-                         claimed=claimed)
+        token = self.installation_token(report, settings, deadline, claimed)
+        if token is None:
             return DEAD_LETTERED
         table = self.settings.table_name
         run_id = check_run_id(table, transition.job_id)
@@ -129,6 +126,16 @@ class Reporter:
             if isinstance(created, int):
                 remember_check_run(table, transition.job_id, created, int(self.clock.now()) + self.settings.notice_memory_days * DAY)
         return self.reported(report, transition, result)
+
+    def installation_token(self, report: Report, settings: CommitStatusSettings, deadline: float, claimed: bool = True) -> str | None:
+        """The App's installation token; None when there is none (the report is dead-lettered)."""
+        assert self.tokens is not None
+        try:
+            return self.tokens.token(settings, self.policy, deadline)
+        except Exception as exc:  # no key, or GitHub refused the App: dead-lettered, the job goes on
+            self.give_up(report, None, f"no installation token: {exc if isinstance(exc, TokenUnavailable) else type(exc).__name__}",
+                         claimed=claimed)
+            return None
 
     def summary(self, transition: JobTransition, heading: str) -> str:
         """The check run's summary: every stage of the job's plan as its records say now."""
@@ -160,11 +167,8 @@ class Reporter:
         report = transition_report(stage, "github_check_run")
         if not self.claim(report):
             return
-        assert self.tokens is not None
-        try:
-            token = self.tokens.token(settings, self.policy, deadline)
-        except Exception as exc:  # no key, or GitHub refused the App: dead-lettered, the job goes on
-            self.give_up(report, None, f"no installation token: {exc if isinstance(exc, TokenUnavailable) else type(exc).__name__}")
+        token = self.installation_token(report, settings, deadline)
+        if token is None:
             return
         request = check_run_output_request(stage, settings, project.repo, token, run_id, self.summary(stage, describe(stage)))
         self.deliver(report, request, deadline)
