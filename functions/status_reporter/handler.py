@@ -1,6 +1,7 @@
 """Table change stream → commit statuses (GitHub, GitLab) and group notifications (Slack, email),
 once per transition. Partial batch failures are reported per record; a remote service's failure
-is dead-lettered, never raised."""
+is dead-lettered, never raised. Invoked by hand with `{"replay": [messages of
+StatusDeadLetterQueue]}`, it sends those reports again, each unless a newer one superseded it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
+from relevo_core.models.delivery import ReportReplay
 from relevo_core.notify.reporter import Reporter, reporter_from_environment
 from relevo_core.notify.transitions import stream_images
 from relevo_core.observability import lambda_entry
@@ -31,6 +33,10 @@ def record_handler(record: DynamoDBRecord) -> None:
 
 @lambda_entry(correlation_id_path=None)
 def lambda_handler(event, context):
-    global _deadline
+    global _deadline, _reporter
     _deadline = time.time() + context.get_remaining_time_in_millis() / 1000 - _DEADLINE_MARGIN_SEC
+    if "replay" in event:
+        replay = ReportReplay.model_validate(event)
+        _reporter = _reporter or reporter_from_environment()
+        return {"replayed": [_reporter.replay(message, _deadline) for message in replay.replay]}
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -1,8 +1,9 @@
 """Every minute (EventBridge schedule): count each region's online agents (metric OnlineAgents,
-dimension Region), start any accepted job whose execution never started, end the jobs of
-executions stopped, aborted or timed out outside Relevo (final status, queue slot back), free
-project locks and waiting places held by executions that have ended, and decide the DLQ freeze
-of newly dead-lettered idempotency keys."""
+dimension Region) and record a region's change to or from none online (agents_offline), start
+any accepted job whose execution never started, end the jobs of executions stopped, aborted or
+timed out outside Relevo (final status, queue slot back), free project locks and waiting places
+held by executions that have ended, and decide the DLQ freeze of newly dead-lettered idempotency
+keys."""
 
 from datetime import datetime, timezone
 

@@ -326,6 +326,12 @@ def test_the_dlq_page_redrives_a_failed_job_and_the_fleet_page_shows_the_agent(o
         _open(browser_page, server, "/fleet")
         agent = browser_page.locator("table.agents tr", has_text="console-mac")
         assert "online" in agent.inner_text() and "/ 2" in agent.inner_text()
+        # And the nav reaches the deliveries page, which shows the deliveries table
+        with browser_page.expect_navigation():
+            browser_page.get_by_role("navigation", name="Console").get_by_role("link", name="Deliveries", exact=True).click()
+        assert browser_page.url == server.origin + "/deliveries"
+        assert browser_page.get_by_role("heading", level=1).inner_text().startswith("Deliveries")
+        assert browser_page.locator("table.deliveries").count() == 1
 
 
 def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(operator_api, browser_page):

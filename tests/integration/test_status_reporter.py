@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 import pytest
@@ -28,7 +29,10 @@ from tests.helpers.stack import (
     wait_for_execution,
     wait_until,
 )
-from tests.helpers.state_machine import agent_runs
+from relevo_core.models.status import StageStatus
+from relevo_core.store import stage_attempts
+from relevo_core.store.job_stages import stage_records
+from tests.helpers.state_machine import agent_runs, claim_and_accept, wait_for_run_token
 
 BUILD = [{"name": "build", "run": "make"}]
 GATED = [{"name": "build", "run": "make"}, {"name": "deploy", "run": "fastlane deliver"}]
@@ -212,10 +216,33 @@ def test_github_app_mode_creates_one_check_run_and_updates_it_with_a_summary_per
     commit = secrets.token_hex(20)
     response = deliver(local_stack, project_id, push_body(f"acme/{project_id}", commit), secret)
     job_id = response.json()["job_id"]
-    _run_all(local_stack, job_id, 2)
+
+    def summary_saying(text: str) -> dict:
+        """A stage's own update (only the output: the run's status and conclusion are the job's
+        reports' to set) whose summary says `text`."""
+        return wait_until(lambda: next((b for r in recorder.received("/check-runs")
+                                        if set(b := r.json()) == {"output"} and text in b["output"]["summary"]), None),
+                          20, f"a stage's check run update with {text!r}")
+
+    # The summary follows each stage as it starts and ends, not only the job's transitions.
+    task, _ = receive_stage(local_stack, job_id)
+    ref = claim_and_accept(local_stack, task, "double-1")
+    started = summary_saying("| build | running |")
+    assert "| sign | pending |" in started["output"]["summary"]
+    run_token = wait_for_run_token(ref)
+    time.sleep(1.1)  # the build takes a second
+    stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(timezone.utc), 0, None, task["stage"])
+    client("stepfunctions").send_task_success(taskToken=run_token, output=json.dumps({"agent_id": "double-1"}))
+    ended = summary_saying("| build | succeeded |")["output"]["summary"]
+    [build_row] = [line for line in ended.splitlines() if line.startswith("| build |")]
+    record = stage_records(local_stack.table_name, job_id)[0]
+    took = datetime.fromisoformat(record["ended_at"]) - datetime.fromisoformat(record["started_at"])
+    assert took.total_seconds() >= 1.1
+    assert build_row == f"| build | succeeded | {took.total_seconds():.1f} s | 1 |  |"
+    _run_all(local_stack, job_id, 1)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
-    runs = wait_until(lambda: (r := recorder.received("/check-runs")) and len(r) >= 3 and r[-1].json()["status"] == "completed" and r,
+    runs = wait_until(lambda: (r := recorder.received("/check-runs")) and len(r) >= 3 and r[-1].json().get("status") == "completed" and r,
                       20, "the check run's completion")
     tokens = recorder.received("/access_tokens")
     assert len(tokens) == 1  # one installation token, reused
@@ -228,3 +255,67 @@ def test_github_app_mode_creates_one_check_run_and_updates_it_with_a_summary_per
     assert (last["status"], last["conclusion"]) == ("completed", "success")
     assert "| build | succeeded |" in last["output"]["summary"] and "| sign | succeeded |" in last["output"]["summary"]
     assert pem.splitlines()[1] not in json.dumps(table_items(local_stack, "DELIVERIES#") + table_items(local_stack, "NOTICES#"), default=str)
+
+
+def _dead_letters(stack, job_id: str, count: int) -> list[dict]:
+    """This job's messages on StatusDeadLetterQueue (others' are left for their own tests)."""
+    sqs = client("sqs")
+    queue = stack.resources["StatusDeadLetterQueue"]
+    queue_url = queue if queue.startswith("http") else sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+    found: list[dict] = []
+
+    def read() -> bool:
+        for m in sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=1).get("Messages", []):
+            body = json.loads(m["Body"])
+            if (body.get("event") or {}).get("job_id") == job_id:
+                found.append(body)
+                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
+        return len(found) >= count
+
+    wait_until(read, 30, f"{count} dead-lettered reports of {job_id}")
+    return found
+
+
+def test_a_dead_lettered_pending_replayed_after_success_is_superseded_not_sent(local_stack, emulator, project_id, forge, recorder):
+    forge.register()
+    recorder.answer(500, times=4)  # every attempt of the first report (SEND_ATTEMPTS): dead-lettered
+    job_id = forge.push()
+    _run_all(local_stack, job_id, 1)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    sent = forge.statuses(6)
+    assert [r.json()["description"] for r in sent] == ["queued"] * 4 + ["running", "succeeded"]
+    [pending] = _dead_letters(local_stack, job_id, 1)
+    assert pending["event"]["status"] == "queued" and pending["target"] == "github_status"
+
+    # Replayed by hand once the job succeeded and its success was on the commit.
+    response = emulator._runtimes["StatusReporterFunction"].invoke({"replay": [pending]})
+    assert response == {"replayed": ["superseded"]}
+    time.sleep(0.5)
+    assert len(recorder.received(forge.commit)) == 6  # the commit still says success
+    records = [r for r in project_deliveries(local_stack.table_name, project_id) if r.direction.value == "outgoing"]
+    assert [(r.event, r.outcome.value) for r in records if r.outcome.value == "superseded"] == [("queued", "superseded")]
+
+
+def test_a_stale_report_never_overwrites_a_newer_one_on_the_commit(local_stack, emulator, project_id, forge, recorder):
+    """The job's mark per target: a report of the job's status now (running), but written before
+    the newer running that was already delivered, is superseded too."""
+    forge.register(GATED, approval={"enabled": True})
+    job_id = forge.push()
+    forge.statuses(2)  # queued, running
+    recorder.answer(500, times=4)  # the next report, the gate's: dead-lettered
+    _run_all(local_stack, job_id, 1)
+    wait_until(lambda: job_record(local_stack, job_id).get("status") == "waiting", 15, "the gate")
+    [waiting] = _dead_letters(local_stack, job_id, 1)
+    RelevoApi.for_stack(local_stack).approve(job_id, "ship it")
+    wait_until(lambda: job_record(local_stack, job_id).get("status") == "running", 15, "the run after the gate")
+    sent = forge.statuses(7)  # queued, running, the gate's 4 failed attempts, running
+    assert [r.json()["description"] for r in sent][-1] == "running"
+    # The first running (before the gate), as if it had been dead-lettered and were replayed now.
+    first_running = dict(waiting, event={**waiting["event"], "status": "running", "previous": "queued", "gate": None,
+                                         "transition": "running#earlier", "at": waiting["event"]["at"] - 1})
+    runtime = emulator._runtimes["StatusReporterFunction"]
+    assert runtime.invoke({"replay": [first_running, waiting]}) == {"replayed": ["superseded", "superseded"]}
+    time.sleep(0.5)
+    assert [r.json()["description"] for r in recorder.received(forge.commit)][-1] == "running"
+    _run_all(local_stack, job_id, 1)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 import jwt
@@ -13,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from relevo_core.models.project import CommitStatusSettings
-from relevo_core.notify.github_app import InstallationTokens, app_jwt, check_run_request, stage_summary
+from relevo_core.notify.github_app import InstallationTokens, app_jwt, check_run_output_request, check_run_request, stage_summary
 from relevo_core.notify.sending import Clock, SendPolicy, Urllib3Transport
 from relevo_core.notify.transitions import job_transition
 from tests.helpers.github_openapi import check_call
@@ -69,10 +70,17 @@ def test_the_installation_token_is_fetched_once_and_reused():
 ])
 def test_check_runs_are_created_then_updated_as_github_describes_them(old, new, extra, state):
     transition = job_transition(_job(old) if old else None, _job(new, **extra))
-    stages = [{"sk": "STAGE#00", "stage_name": "build", "status": "succeeded", "attempt": 1},
-              {"sk": "STAGE#01", "stage_name": "deploy", "status": "running", "attempt": 2, "error_class": "retryable"}]
-    summary = stage_summary(transition, stages)
-    assert "| build | succeeded | 1 |" in summary and "| deploy | running | 2 | retryable |" in summary
+    stages = [{"sk": "STAGE#00", "stage_name": "build", "status": "succeeded", "attempt": 1,
+               "started_at": "2026-12-01T10:00:00+00:00", "ended_at": "2026-12-01T10:01:05.5+00:00"},
+              {"sk": "STAGE#01", "stage_name": "deploy", "status": "running", "attempt": 2, "error_class": "retryable",
+               "started_at": "2026-12-01T10:02:00Z"}]
+    now = datetime(2026, 12, 1, 10, 2, 12, 300000, tzinfo=timezone.utc).timestamp()
+    summary = stage_summary("running", ["build", "deploy", "notify"], stages, now)
+    assert "| build | succeeded | 1m 05s | 1 |  |" in summary and "| deploy | running | 12.3 s so far | 2 | retryable |" in summary
+    assert "| notify | pending |  |  |  |" in summary  # not dispatched yet: every stage of the plan is shown
+    output = check_run_output_request(transition, _settings(), "acme/ios-app", "ghs", 77, summary)
+    assert check_call(output.method, urlsplit(output.url).path, output.body) == "checks/update"
+    assert set(output.body) == {"output"}  # a stage's update never touches the run's status or conclusion
     created = check_run_request(transition, _settings(), "acme/ios-app", "ghs", "https://x/jobs/j", None, summary, time.time())
     assert check_call(created.method, urlsplit(created.url).path, created.body) == "checks/create"
     assert {k: created.body[k] for k in state} == state and created.body["head_sha"] == COMMIT

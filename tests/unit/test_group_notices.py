@@ -92,3 +92,31 @@ def test_the_demo_shows_the_recorded_slack_message_as_the_channel_would():
     assert "Project: ios-app" in shown[1] and "Stage: deploy" in shown[1] and "Actor: ana" in shown[1]
     assert "`relevo approve job_0000000000000000000000a`" in shown
     assert shown[-1] == "[Open the job] https://console/jobs/job_0000000000000000000000a"
+
+
+def _region(online):
+    return {"pk": "AGENTS#eu-west", "sk": "ONLINE_AGENTS", "online": online, "online_agents": int(online), "changed_at": 1.0}
+
+
+def _agent(online):
+    return {"pk": "AGENTS#eu-west", "sk": "AGENT#mac-1", "agent_id": "mac-1", "online": online}
+
+
+@pytest.mark.parametrize("old, new, paged", [
+    (_region(True), _region(False), True),  # the sweeper saw the region's last agent lost
+    (None, _region(False), False),  # the region's first record, with no agent yet: nothing was lost
+    (_region(False), _region(True), False),  # back online
+    (_agent(True), _agent(False), True),  # a clean stop
+    (_agent(False), _agent(False), False),
+])
+def test_agents_offline_is_heard_from_a_clean_stop_and_from_the_sweepers_record_of_the_region(monkeypatch, old, new, paged):
+    from relevo_core.notify import groups
+
+    heard = []
+    monkeypatch.setattr(groups, "notify_agents_offline", lambda _reporter, region, reason, agent_id, *_: heard.append((region, agent_id, reason)))
+    groups.notify_other_change(None, old, new, 0.0, projects=list)
+    assert bool(heard) is paged
+    if paged:
+        [(region, agent_id, reason)] = heard
+        assert region == "eu-west" and agent_id == new.get("agent_id")
+        assert ("stopped" in reason) is (agent_id is not None)

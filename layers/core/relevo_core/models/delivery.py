@@ -5,6 +5,8 @@
 
 from enum import Enum
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -18,6 +20,8 @@ class Outcome(str, Enum):
     DELIVERED = "delivered"
     RETRYING = "retrying"  # this attempt failed, another follows
     FAILED = "failed"  # the last attempt failed: the event went to the dead-letter queue
+    # not sent: a newer transition of the job was already reported to the target (a late replay)
+    SUPERSEDED = "superseded"
     # incoming (the webhook intake's answers)
     ACCEPTED = "accepted"
     DUPLICATE = "duplicate"
@@ -46,3 +50,12 @@ class DeliveryRecord(BaseModel):
     latency_ms: int | None = Field(default=None, ge=0)
     reason: str | None = Field(default=None, max_length=512, description="Why it failed, was ignored or refused (an error code or a short text)")
     delivery_id: str | None = None
+
+
+class ReportReplay(BaseModel):
+    """A by-hand replay of StatusReporterFunction (`aws lambda invoke --payload`): messages of
+    StatusDeadLetterQueue, each as the reporter wrote it (its `event`, `target`, `request`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    replay: list[dict[str, Any]] = Field(min_length=1, max_length=100)

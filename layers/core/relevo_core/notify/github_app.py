@@ -24,7 +24,7 @@ from relevo_core.models.project import CommitStatusSettings, GitHubAppSettings
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.commit_status import GITHUB_API_VERSION, describe
 from relevo_core.notify.sending import Clock, OutgoingRequest, SendPolicy, Transport, send
-from relevo_core.notify.transitions import APPROVAL_TIMEOUT, REJECTED, JobTransition
+from relevo_core.notify.transitions import APPROVAL_TIMEOUT, JobTransition
 
 JWT_LIFETIME_SEC = 540  # under GitHub's 10-minute maximum, with room for clock drift
 TOKEN_REUSE_MARGIN_SEC = 300
@@ -89,15 +89,48 @@ def check_run_state(transition: JobTransition) -> dict[str, Any]:
     return {"status": "completed", "conclusion": conclusion}
 
 
-def stage_summary(transition: JobTransition, stages: list[dict[str, Any]]) -> str:
-    lines = [f"**{describe(transition)}**", "", "| stage | status | attempt | error |", "| --- | --- | --- | --- |"]
-    for stage in stages:
-        lines.append(
-            f"| {stage.get('stage_name') or stage.get('sk')} | {stage.get('status', '')} | {stage.get('attempt', '')} | {stage.get('error_class') or ''} |"
-        )
-    if transition.error_name == REJECTED:
-        lines += ["", f"Rejected at the approval of {transition.stage}."]
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m {rest:02d}s" if minutes < 60 else f"{minutes // 60}h {minutes % 60:02d}m"
+
+
+def _moment(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
+def stage_summary(heading: str, plan: list[str], stages: list[dict[str, Any]], now: float, rejected_at: str | None = None) -> str:
+    """Every stage of the job's plan with its status and duration: ended − started, or how long
+    it has run so far (as of `now`); a stage not dispatched yet is pending."""
+    by_index = {int(str(stage.get("sk", "")).removeprefix("STAGE#") or -1): stage for stage in stages}
+    lines = [f"**{heading}**", "", "| stage | status | duration | attempt | error |", "| --- | --- | --- | --- | --- |"]
+    for index, name in enumerate(plan or [str(stage.get("stage_name") or stage.get("sk")) for stage in stages]):
+        stage = by_index.get(index, {})
+        started, ended = _moment(stage.get("started_at")), _moment(stage.get("ended_at"))
+        if started and ended:
+            duration = _duration(max(0.0, (ended - started).total_seconds()))
+        elif started:
+            duration = f"{_duration(max(0.0, now - started.timestamp()))} so far"
+        else:
+            duration = ""
+        lines.append(f"| {name} | {stage.get('status', 'pending')} | {duration} | {stage.get('attempt', '')} | {stage.get('error_class') or ''} |")
+    if rejected_at:
+        lines += ["", f"Rejected at the approval of {rejected_at}."]
     return "\n".join(lines)[:SUMMARY_LIMIT]
+
+
+def check_run_output_request(transition: JobTransition, settings: CommitStatusSettings, repo: str, token: str, run_id: int,
+                             summary: str) -> OutgoingRequest:
+    """A stage started or ended: the run's output only. Its status and conclusion stay as the
+    job's own reports set them, so an update that arrives late cannot reopen a completed run."""
+    owner, name = repo.split("/", 1)
+    url = f"{settings.base_url()}/repos/{quote(owner, safe='')}/{quote(name, safe='')}/check-runs/{run_id}"
+    body = {"output": {"title": describe(transition), "summary": summary}}
+    return OutgoingRequest("github_check_run", "PATCH", url, body, headers=_headers(token), shown_url=url)
 
 
 def check_run_request(

@@ -8,6 +8,9 @@ project's group (Slack incoming webhook, email through the group topic's SNS sub
 - key_frozen: once per freeze of an idempotency key.
 - agents_offline: when the last online agent of a region goes offline, at most once per
   AGENTS_OFFLINE_WINDOW_SEC per group and region ("only on change": a flapping agent pages once).
+  Heard two ways, one window for both: an agent's clean stop (its record's `online: false`), and
+  the sweeper's record of the region's change from some agent online to none (store.region_online),
+  which is how an agent killed, frozen or cut off is heard.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from relevo_core.notify.messages import Notice, email_message, slack_message
 from relevo_core.notify.sending import OutgoingRequest
 from relevo_core.notify.transitions import APPROVAL_TIMEOUT, REJECTED, JobTransition
 from relevo_core.store import agents
-from relevo_core.store.keys import FREEZE_SK
+from relevo_core.store.keys import FREEZE_SK, REGION_ONLINE_SK
 from relevo_core.notify.report import Report, transition_report
 from relevo_core.store.notices import finish_notice, open_window
 
@@ -129,8 +132,8 @@ def publish_email(reporter: "Reporter", group: Group, notice: Notice, report: Re
 
 def notify_other_change(reporter: "Reporter", old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float,
                         projects: "Callable[[], list[Project]]") -> None:
-    """key_frozen (a freeze record's new freeze) and agents_offline (an agent's clean stop left
-    its region without an online agent)."""
+    """key_frozen (a freeze record's new freeze) and agents_offline (an agent's clean stop, or
+    the sweeper's record of the region's change to none online, left it without an online agent)."""
     if not new:
         return
     if new.get("sk") == FREEZE_SK and new.get("frozen_at") and new.get("frozen_at") != (old or {}).get("frozen_at"):
@@ -148,21 +151,37 @@ def notify_other_change(reporter: "Reporter", old: dict[str, Any] | None, new: d
                 send_to_channel(reporter, group, index, notice, report, deadline)
         return
     pk = str(new.get("pk", ""))
-    if pk.startswith("AGENTS#") and new.get("online") is False and (old or {}).get("online") is not False:
-        region = pk.removeprefix("AGENTS#")
-        now = reporter.clock.now()
-        if agents.online_agents(reporter.settings.table_name, region, datetime.fromtimestamp(now, timezone.utc)):
+    if not pk.startswith("AGENTS#") or new.get("online") is not False:
+        return
+    if new.get("sk") == REGION_ONLINE_SK:
+        # Only a change from some agent online: a region's first record (no agent yet) is none.
+        if (old or {}).get("online") is not True:
             return
-        groups = sorted({p.group for p in projects() if p.region_affinity == region and p.group})
-        for name in groups:
-            group = reporter.group(name)
-            if group is None or GroupEvent.AGENTS_OFFLINE not in group.events:
-                continue
-            if not open_window(reporter.settings.table_name, f"agents_offline#{name}#{region}", int(now), AGENTS_OFFLINE_WINDOW_SEC):
-                continue  # paged less than the window ago: only on change
-            notice = Notice(GroupEvent.AGENTS_OFFLINE, f"no agent online in {region}", region=region,
-                            reason=f"the last online agent, {new.get('agent_id')}, stopped", command="relevo agents")
-            for index in range(len(group.channels)):
-                report = Report(f"agents_offline#{region}", channel_target(group, index), str(int(now)), "agents_offline",
-                                f"group:{name}", None, {"region": region, "agent_id": new.get("agent_id")})
-                send_to_channel(reporter, group, index, notice, report, deadline, claimed=False)
+        reason = "no agent of the region wrote its presence within its timeout (killed, frozen or cut off)"
+    elif (old or {}).get("online") is not False:
+        reason = f"the last online agent, {new.get('agent_id')}, stopped"
+    else:
+        return
+    notify_agents_offline(reporter, pk.removeprefix("AGENTS#"), reason, new.get("agent_id"), deadline, projects)
+
+
+def notify_agents_offline(reporter: "Reporter", region: str, reason: str, agent_id: str | None, deadline: float,
+                          projects: "Callable[[], list[Project]]") -> None:
+    """Each group with a project in `region` is paged, unless an agent is online again or the
+    group was paged for the region less than AGENTS_OFFLINE_WINDOW_SEC ago."""
+    now = reporter.clock.now()
+    if agents.online_agents(reporter.settings.table_name, region, datetime.fromtimestamp(now, timezone.utc)):
+        return
+    groups = sorted({p.group for p in projects() if p.region_affinity == region and p.group})
+    for name in groups:
+        group = reporter.group(name)
+        if group is None or GroupEvent.AGENTS_OFFLINE not in group.events:
+            continue
+        if not open_window(reporter.settings.table_name, f"agents_offline#{name}#{region}", int(now), AGENTS_OFFLINE_WINDOW_SEC):
+            continue  # paged less than the window ago: only on change
+        notice = Notice(GroupEvent.AGENTS_OFFLINE, f"no agent online in {region}", region=region,
+                        reason=reason, command="relevo agents")
+        for index in range(len(group.channels)):
+            report = Report(f"agents_offline#{region}", channel_target(group, index), str(int(now)), "agents_offline",
+                            f"group:{name}", None, {"region": region, "agent_id": agent_id})
+            send_to_channel(reporter, group, index, notice, report, deadline, claimed=False)

@@ -9,6 +9,7 @@ written (a job runs again after its gate: `running#<updated_at>` twice, two tran
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
@@ -38,6 +39,9 @@ class JobTransition:
     # The approval gate the job was at before this transition (left it: approved, rejected, timed out).
     gate: str | None = None
     error_cause: str | None = None
+    # When the job record's write that made this transition happened (its `updated_at`, epoch
+    # seconds): what orders two reports of one job (store.latest_reports).
+    at: float | None = None
 
     @property
     def ended_at_gate(self) -> bool:
@@ -56,7 +60,40 @@ class JobTransition:
             "commit": self.commit,
             "stage": self.stage,
             "error_name": self.error_name,
+            # The rest of the transition, so that a dead-lettered report can be replayed.
+            "error_cause": self.error_cause,
+            "trigger_source": self.trigger_source,
+            "actor": self.actor,
+            "held_reason": self.held_reason,
+            "gate": self.gate,
+            "at": self.at,
         }
+
+
+def transition_from_event(event: dict[str, Any]) -> JobTransition | None:
+    """The transition a dead-lettered report's `event` (as_event) stands for; None when it is not one."""
+    status = _status(event.get("status"))
+    if status is None or not event.get("job_id") or not event.get("transition"):
+        return None
+    at = event.get("at")
+    return JobTransition(
+        job_id=str(event["job_id"]), project=str(event.get("project", "")), status=status,
+        previous=_status(event.get("previous")), key=str(event["transition"]), ref=str(event.get("ref") or ""),
+        commit=event.get("commit"), trigger_source=str(event.get("trigger_source") or ""), actor=event.get("actor"),
+        stage=event.get("stage"), error_name=event.get("error_name"), held_reason=event.get("held_reason"),
+        gate=event.get("gate"), error_cause=event.get("error_cause"), at=float(at) if isinstance(at, (int, float)) else None,
+    )
+
+
+def written_at(value: Any) -> float | None:
+    """A record's `updated_at` (ISO 8601, as the state machine or the core wrote it) as epoch seconds."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def stream_images(record: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -105,6 +142,7 @@ def job_transition(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Jo
         held_reason=new.get("held_reason"),
         gate=(old or {}).get("waiting_stage") if previous is JobStatus.WAITING else None,
         error_cause=new.get("error_cause"),
+        at=written_at(new.get("updated_at")),
     )
 
 

@@ -30,7 +30,7 @@ from relevo_core.projects.lock_handoff import wake_next_waiter
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.observability import logger, metrics
-from relevo_core.store import agents, jobs, locks, stage_endings, wait_order
+from relevo_core.store import agents, jobs, locks, region_online, stage_endings, wait_order
 from relevo_core.store.jobs import clear_start_pending, get_envelope, start_pending_jobs
 
 # A job younger than this is probably being started right now by intake.
@@ -190,6 +190,10 @@ def sweep_minute(settings: SweeperSettings, now: datetime) -> dict[str, Any]:
     for region, count in fleet.items():
         with single_metric(name="OnlineAgents", unit=MetricUnit.Count, value=count, namespace=metrics.namespace) as metric:
             metric.add_dimension(name="Region", value=region)
+    # A region's change between "some agent online" and "none": recorded (once, whichever sweep
+    # sees it first) for the status reporter, which pages agents_offline on it. An agent killed,
+    # frozen or cut off never writes its own offline record; this is how its loss is heard.
+    changed = [region for region, count in fleet.items() if region_online.record_region_online(settings.table_name, region, count, now)]
     report = sweep(settings, now, settings.notification_topic_arn)
     metrics.add_metric(name="ForgottenJobsStarted", unit=MetricUnit.Count, value=len(report.started))
     metrics.add_metric(name="ProjectLocksFreed", unit=MetricUnit.Count, value=len(report.locks_freed))
@@ -197,4 +201,4 @@ def sweep_minute(settings: SweeperSettings, now: datetime) -> dict[str, Any]:
     metrics.add_metric(name="IdempotencyKeysFrozen", unit=MetricUnit.Count, value=len(report.keys_frozen))
     if report.started or report.jobs_ended or report.locks_freed or report.waiters_dropped or report.keys_frozen:
         logger.warning("sweep repaired state", extra=report.to_dict())
-    return {**report.to_dict(), "online_agents": fleet}
+    return {**report.to_dict(), "online_agents": fleet, "regions_changed": changed}

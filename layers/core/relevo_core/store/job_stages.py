@@ -13,6 +13,6 @@ def stage_records(table: str, job_id: str) -> list[dict[str, Any]]:
         TableName=table,
         KeyConditionExpression="pk = :pk AND begins_with(sk, :stage)",
         ExpressionAttributeValues={":pk": {"S": job_pk(job_id)}, ":stage": {"S": "STAGE#"}},
-        ProjectionExpression="sk, stage_name, #status, attempt, error_class, retry_count",
+        ProjectionExpression="sk, stage_name, #status, attempt, error_class, retry_count, started_at, ended_at",
         ExpressionAttributeNames={"#status": "status"},
     ))

@@ -98,6 +98,9 @@ def agent_sk(agent_id: str) -> str:
 # reads them all.
 PAUSE_SK_PREFIX = "PAUSE#"
 DISPATCH_PAUSE_SK = "PAUSE"
+# The region's own record in that partition: whether any of its agents was online at the last
+# change the sweeper saw (relevo_core.store.region_online). No presence or pause key has it.
+REGION_ONLINE_SK = "ONLINE_AGENTS"
 
 
 def pause_sk(agent_id: str) -> str:
@@ -186,6 +189,15 @@ def notice_pk(subject: str) -> str:
 
 def notice_sk(target: str, transition: str) -> str:
     return f"{NOTICE_SK_PREFIX}{target}#{transition}"
+
+
+# The newest transition of a job delivered to each commit-status target (store.latest_reports),
+# beside the job's markers: a report older than it is superseded, never sent over it.
+LATEST_REPORT_SK_PREFIX = "LATEST#"
+
+
+def latest_report_sk(target: str) -> str:
+    return f"{LATEST_REPORT_SK_PREFIX}{target}"
 
 
 def suppression_pk(subject: str) -> str:
