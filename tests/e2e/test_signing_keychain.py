@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Iterator
@@ -56,7 +57,7 @@ def _signing_project(api: RelevoApi, info: StackInfo, region: str, command: str,
     secretsmanager.create_secret(Name=f"{prefix}/dist.p12", SecretBinary=b"0\x82\x0c\x1f\x02\x01\x03p12")
     secretsmanager.create_secret(Name=f"{prefix}/dist.pass", SecretString=PASSPHRASE)
     api.put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": region, "lease_ttl_sec": 6, "queue_timeout_sec": 120,
+        "repo": f"acme/{project_id}", "region_affinity": region, "lease_ttl_sec": 20, "queue_timeout_sec": 120,
         "stages": [{"name": "sign", "run": command, **stage}],
         "signing": {"keychain": "temporary", "identities": [{"p12_ref": f"{prefix}/dist.p12", "passphrase_ref": f"{prefix}/dist.pass"}]},
     })
@@ -182,3 +183,48 @@ def test_a_keychain_a_crash_left_is_swept_when_the_agent_starts_again(stack, tmp
     retry = _keychains_made(tool)[1]
     assert Path(retry).name == f"{job_id}.sign.2.keychain-db"
     _assert_removed(tool, retry)
+
+
+def _plain_project(api: RelevoApi, region: str, command: str) -> str:
+    project_id = f"{region}-{secrets.token_hex(3)}"
+    api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": region, "lease_ttl_sec": 20, "queue_timeout_sec": 120,
+                                 "stages": [{"name": "build", "run": command}]})
+    return project_id
+
+
+def _stays_dispatched(api: RelevoApi, job_id: str, hold_sec: float = 3.0) -> None:
+    wait_until(lambda: api.get_job(job_id)["stages"][0]["status"] == "dispatched", 30, f"{job_id} dispatched")
+    deadline = time.monotonic() + hold_sec
+    while time.monotonic() < deadline:
+        assert api.get_job(job_id)["stages"][0]["status"] == "dispatched"
+        time.sleep(0.2)
+
+
+def test_a_signing_stage_runs_alone_on_its_agent(stack, tmp_path: Path):
+    """The search list is the user's: while a stage with a keychain runs, no other stage of the
+    agent does, and it waits for the stages running there (capacity 2 notwithstanding)."""
+    info, stack_file = stack
+    api = RelevoApi.for_stack(info)
+    tool = security_double.install(tmp_path / "bin")
+    started, release = tmp_path / "started", tmp_path / "release"
+    gated = f'touch "{started}"; while [ ! -f "{release}" ]; do sleep 0.1; done'
+    with ExitStack() as running:
+        agent_log, _ = _agent(running, tmp_path, stack_file, "signing", "signing-alone", tool)
+        plain = _run(api, _plain_project(api, "signing", gated))
+        wait_until(started.exists, 60, "the plain stage started")
+        signed = _run(api, _signing_project(api, info, "signing", "echo signed"))
+        _stays_dispatched(api, signed)
+        assert _keychains_made(tool) == []
+        release.touch()
+        assert _ended(api, plain)["status"] == "succeeded" and _ended(api, signed)["status"] == "succeeded"
+
+        started.unlink()
+        release.unlink()
+        signing = _run(api, _signing_project(api, info, "signing", gated))
+        wait_until(started.exists, 60, "the signing stage started")
+        other = _run(api, _plain_project(api, "signing", "echo built"))
+        _stays_dispatched(api, other)
+        release.touch()
+        assert _ended(api, signing)["status"] == "succeeded" and _ended(api, other)["status"] == "succeeded"
+    log = agent_log.read_text()
+    assert "a signing stage runs alone and others run here" in log and "a signing stage runs here alone" in log

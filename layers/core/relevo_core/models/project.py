@@ -37,7 +37,7 @@ class ProjectStage(BaseModel):
         min_length=1,
         description="The command (at most 16 KiB, refused as PLAN_TOO_LARGE): `bash -c` in the project's workspace on the agent, in its own process group, with "
         "RELEVO_JOB_ID, RELEVO_STAGE, RELEVO_REF, RELEVO_COMMIT, RELEVO_ATTEMPT, RELEVO_OPERATION_ID, RELEVO_WORKSPACE "
-        "and RELEVO_ARTIFACT_DIR set. "
+        "and RELEVO_ARTIFACT_DIR set (and RELEVO_KEYCHAIN, the path of the stage's signing keychain, when the project sets signing). "
         "Files left in $RELEVO_ARTIFACT_DIR are uploaded as the stage's artifacts.",
     )
     exec_timeout_sec: int = Field(
