@@ -144,6 +144,7 @@ def test_doctor_finds_an_agents_credentials_fit_and_names_excess_and_missing_one
     assert not too_much.ok
     assert "these credentials can write project items (dynamodb:PutItem); an agent's should not" in too_much.words
     assert "take us-east's stages" in too_much.words and "start executions" in too_much.words
+    assert "these credentials can read webhook secrets (secretsmanager:GetSecretValue)" in too_much.words
 
     # An agent of another region may not take this region's stages.
     with monkeypatch.context() as other:
@@ -152,6 +153,7 @@ def test_doctor_finds_an_agents_credentials_fit_and_names_excess_and_missing_one
     assert not wrong_region.ok
     assert "missing: " in wrong_region.words and "hand stage messages back (sqs:ChangeMessageVisibility)" in wrong_region.words
     assert "write presence in eu-west" in wrong_region.words
+    assert "cannot read eu-west's signing identities (secretsmanager:GetSecretValue)" in wrong_region.words
 
 
 def test_every_probe_of_doctor_is_harmless(local_stack, monkeypatch):
