@@ -77,6 +77,15 @@ class AgentConfig(BaseModel):
     cleanup_timeout_sec: int = Field(
         default=600, ge=1, le=7200, description="How long a project's workspace_cleanup command may run between stages."
     )
+    security_tool: Path | None = Field(
+        default=None,
+        description="The `security` command that makes a job's temporary signing keychain (a project's "
+        "signing.keychain: temporary). Default: /usr/bin/security on macOS; on another OS such a stage fails with "
+        "Relevo.Fatal.KeychainUnsupported. Set it only to use another build of the tool, or a recorded double in tests.",
+    )
+    security_timeout_sec: float = Field(
+        default=60, gt=0, le=600, description="How long one `security` command of a signing keychain may take."
+    )
     poll_wait_sec: int = Field(default=20, ge=0, le=20, description="The long poll of the work queue, in seconds (SQS allows up to 20).")
     presence_interval_sec: float = Field(
         default=30, gt=0, le=300,
@@ -134,6 +143,8 @@ class AgentConfig(BaseModel):
             "workspace_root": (base / config.workspace_root.expanduser()).resolve(),
             "journal": (base / config.journal.expanduser()).resolve(),
         }
+        if config.security_tool is not None:
+            updates["security_tool"] = (base / config.security_tool.expanduser()).resolve()
         if config.stack_file is not None:
             updates["stack_file"] = (base / config.stack_file.expanduser()).resolve()
         return config.model_copy(update=updates)

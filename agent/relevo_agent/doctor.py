@@ -140,7 +140,8 @@ def check_permissions(stack: StackInfo, region: str, identity: str | None) -> Ch
     findings = [
         permissions.run(probe)
         for probe in permissions.probes(
-            stack.table_name, region, queue_url, others, stack.resources.get("ArtifactBucket"), stack.resources.get("JobStateMachine")
+            stack.table_name, region, queue_url, others, stack.resources.get("ArtifactBucket"), stack.resources.get("JobStateMachine"),
+            stack.stack_name,
         )
     ]
     ok, words = permissions.summary(findings)

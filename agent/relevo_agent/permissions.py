@@ -60,7 +60,16 @@ def _update(table: str, pk: str, sk: str, attribute: str) -> Callable[[], Any]:
     )
 
 
-def probes(table: str, region: str, queue_url: str, other_queues: dict[str, str], bucket: str | None, state_machine_arn: str | None) -> list[Probe]:
+def _secret(name: str) -> Callable[[], Any]:
+    # A secret that does not exist: AWS authorizes GetSecretValue on the name's ARN first, so
+    # ResourceNotFoundException means allowed and AccessDeniedException refused.
+    return lambda: client("secretsmanager").get_secret_value(SecretId=name)
+
+
+def probes(
+    table: str, region: str, queue_url: str, other_queues: dict[str, str], bucket: str | None, state_machine_arn: str | None,
+    stack_name: str | None = None,
+) -> list[Probe]:
     job = f"JOB#{PROBE_ID}"
     found = [
         Probe("read jobs and stages", "dynamodb:GetItem", True, lambda: client("dynamodb").get_item(TableName=table, Key={"pk": {"S": job}, "sk": {"S": "STAGE#00"}})),
@@ -92,6 +101,11 @@ def probes(table: str, region: str, queue_url: str, other_queues: dict[str, str]
     for other, url in sorted(other_queues.items()):
         found.append(Probe(f"take {other}'s stages", "sqs:ChangeMessageVisibility", False,
                            lambda url=url: client("sqs").change_message_visibility(QueueUrl=url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0)))
+    if stack_name:
+        # Signing keychains (issue 20): its region's identities, no webhook secret.
+        found.append(Probe(f"read {region}'s signing identities", "secretsmanager:GetSecretValue", True,
+                           _secret(f"relevo/{stack_name}/_signing/{region}/{PROBE_ID}/none")))
+        found.append(Probe("read webhook secrets", "secretsmanager:GetSecretValue", False, _secret(f"relevo/{stack_name}/{PROBE_ID}/github")))
     if state_machine_arn:
         missing = state_machine_arn.rsplit(":", 1)[0] + f":{PROBE_ID}-none"
         found.append(Probe("start executions", "states:StartExecution", False,

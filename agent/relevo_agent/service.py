@@ -135,6 +135,8 @@ class Agent:
             self.presence.take(predecessor=self.journal.recall(INSTANCE_KEY))
             self.journal.remember(INSTANCE_KEY, self.presence.instance_id)
             restart.recover(self.journal, self.table_name, self.config.agent_id, self.outbox, self.stack_gone)
+            # Signing keychains a crash of an earlier run left (relevo_agent.keychain), before any stage.
+            self.stages.keychains.sweep()
         except AgentIdInUse as other:
             log.error("%s; not starting: stop it, or give this agent an agent_id of its own", other)
             return EXIT_AGENT_ID_IN_USE

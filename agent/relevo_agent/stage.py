@@ -36,6 +36,7 @@ from relevo_agent.config import AgentConfig
 from relevo_agent.executor import TAIL_BYTES, ExecResult, run_command
 from relevo_agent.hygiene import Hygiene
 from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
+from relevo_agent.keychain import KeychainFailure, Keychains, read_identities
 from relevo_agent.lease import Lease, keep_fence, keep_lease
 from relevo_agent.logs import Masker, secret_values, start_shipper
 from relevo_agent.messages import Message
@@ -86,6 +87,9 @@ class StageRunner:
         # The workspace of each stage thread from before its claim to its end (retention keeps them).
         self._workspaces: dict[str, Path] = {}
         self.hygiene = Hygiene(config, journal, self._workspaces_in_use)
+        # Temporary signing keychains (relevo_agent.keychain); the stages that hold one.
+        self.keychains = Keychains(config)
+        self._signing: set[str] = set()
 
     def _workspaces_in_use(self) -> set[Path]:
         with self._running_lock:
@@ -120,14 +124,32 @@ class StageRunner:
             message.delete()
             return
         workspace = self.config.workspace_root / envelope.project
+        signing = envelope.signing is not None
         with self._running_lock:
-            self._workspaces[op_id] = workspace
+            # The signing gate: a keychain goes on the user's search list, which every process of
+            # the user searches, so a stage with one runs alone on this agent.
+            busy = bool(self._workspaces) if signing else bool(self._signing)
+            if not busy:
+                self._workspaces[op_id] = workspace
+                if signing:
+                    self._signing.add(op_id)
+        if busy:
+            log.info("%s: %s; its message returns in %ds", op_id,
+                     "a signing stage runs alone and others run here" if signing else "a signing stage runs here alone",
+                     self.config.handoff_delay_sec)
+            # A fresh copy (Message.resend): however often it waits here, never the redrive DLQ.
+            try:
+                message.resend(max(1, self.config.handoff_delay_sec))
+            except (BotoCoreError, ClientError):
+                message.give_back_after(max(1, self.config.handoff_delay_sec))
+            return
         try:
             self.hygiene.used(workspace)
             self._run_in(workspace, envelope, plan, task, message, timeline, op_id, ref)
         finally:
             with self._running_lock:
                 self._workspaces.pop(op_id, None)
+                self._signing.discard(op_id)
             self.hygiene.stage_ended(envelope.project, workspace, envelope.workspace_cleanup)
 
     def _run_in(
@@ -374,6 +396,20 @@ class StageRunner:
         if run.reason is not None:  # stopped while reconciling or waiting
             self._abandon(run, op_id)
             return
+        keychain = None
+        if envelope.signing is not None:
+            try:
+                self.keychains.require()  # on an agent that cannot, before any secret is read
+                identities = read_identities(envelope.signing)
+                keychain = self.keychains.create(f"{ref.job_id}.{plan.name}.{ref.attempt}", identities, plan.exec_timeout_sec)
+            except KeychainFailure as failure:
+                log.warning("%s attempt %d: no signing keychain: %s", op_id, ref.attempt, failure.message)
+                cause = {"keychain": failure.message, "agent_id": self.config.agent_id, "attempt": ref.attempt}
+                self._conclude(
+                    run, op_id, StageStatus.FAILED, OperationOutcome.FAILED, None, error=failure.error_class, cause=json.dumps(cause),
+                )
+                return
+            env = {**env, "RELEVO_KEYCHAIN": str(keychain)}
         # Log shipping (relevo_agent.logs): masked, ordered chunks, never blocking the command,
         # each expiring when the job's envelope says (the stack's log retention).
         shipper = start_shipper(ref, plan.name, self.config, env, envelope.log_expires_at)
@@ -387,6 +423,10 @@ class StageRunner:
                 )
         finally:
             shipper.close()
+            if keychain is not None:
+                # Every ending of the command (exit, exec timeout, cancel, shutdown) comes here;
+                # a failed delete is logged and swept at the next start, never the stage's failure.
+                self.keychains.delete(keychain)
         if run.reason is not None:
             self._stopped(run, op_id, result.exit_code)
             return

@@ -144,6 +144,7 @@ def test_doctor_finds_an_agents_credentials_fit_and_names_excess_and_missing_one
     assert not too_much.ok
     assert "these credentials can write project items (dynamodb:PutItem); an agent's should not" in too_much.words
     assert "take us-east's stages" in too_much.words and "start executions" in too_much.words
+    assert "these credentials can read webhook secrets (secretsmanager:GetSecretValue)" in too_much.words
 
     # An agent of another region may not take this region's stages.
     with monkeypatch.context() as other:
@@ -152,6 +153,7 @@ def test_doctor_finds_an_agents_credentials_fit_and_names_excess_and_missing_one
     assert not wrong_region.ok
     assert "missing: " in wrong_region.words and "hand stage messages back (sqs:ChangeMessageVisibility)" in wrong_region.words
     assert "write presence in eu-west" in wrong_region.words
+    assert "cannot read eu-west's signing identities (secretsmanager:GetSecretValue)" in wrong_region.words
 
 
 def test_every_probe_of_doctor_is_harmless(local_stack, monkeypatch):
@@ -168,3 +170,40 @@ def test_every_probe_of_doctor_is_harmless(local_stack, monkeypatch):
                    ("AGENTS#eu-west", f"AGENT#{probe}"), (f"PROJECT#{probe}", "PROJECT"), (f"PROJECT#{probe}", f"GRANT#{probe}"),
                    (f"LOCK#{probe}", "LOCK"), (f"DEDUP#{probe}", "DEDUP")]:
         assert "Item" not in client("dynamodb").get_item(TableName=local_stack.table_name, Key={"pk": {"S": pk}, "sk": {"S": sk}}), (pk, sk)
+
+
+def test_an_agent_reads_its_own_regions_signing_identities_and_no_other_secret(local_stack):
+    """ReadSigningIdentities (issue 20): relevo/<stack>/_signing/<its region>/…, nothing wider.
+    AWS refuses an unauthorized GetSecretValue with AccessDeniedException (Secrets Manager API
+    Reference, GetSecretValue errors; "Authentication and access control for AWS Secrets Manager")."""
+    from relevo_agent.keychain import read_identities
+    from relevo_core.models.plan import SigningPlan
+
+    suffix, stack_name = secrets.token_hex(3), local_stack.stack_name
+    admin = client("secretsmanager")
+    names = {}
+    for key, name in {
+        "own_p12": f"relevo/{stack_name}/_signing/eu-west/app-{suffix}/dist.p12",
+        "own_pass": f"relevo/{stack_name}/_signing/eu-west/app-{suffix}/dist.pass",
+        "other_region": f"relevo/{stack_name}/_signing/us-east/app-{suffix}/dist.p12",
+        "webhook": f"relevo/{stack_name}/app-{suffix}/github",
+    }.items():
+        value = {"SecretBinary": b"\x30\x82p12"} if key in ("own_p12", "other_region") else {"SecretString": "pass phrase"}
+        names[key] = admin.create_secret(Name=name, **value)["Name"]
+    agent = _as_agent(local_stack, "eu-west", "secretsmanager")
+    assert agent.get_secret_value(SecretId=names["own_p12"])["SecretBinary"] == b"\x30\x82p12"
+    for refused in ("other_region", "webhook"):
+        assert refusal_code(lambda: agent.get_secret_value(SecretId=names[refused])) == "AccessDeniedException", refused
+
+    # The agent's reader: bytes of the SecretBinary, the passphrase's line; a .p12 kept as a
+    # SecretString is refused with what to do instead.
+    plan = SigningPlan(keychain="temporary", identities=[{"p12_ref": names["own_p12"], "passphrase_ref": names["own_pass"]}])
+    [identity] = read_identities(plan)
+    assert (identity.p12, identity.passphrase) == (b"\x30\x82p12", "pass phrase")
+    as_string = admin.create_secret(Name=f"relevo/{stack_name}/_signing/eu-west/app-{suffix}/b64.p12", SecretString="MIIMHwIBAzCC")["Name"]
+    from relevo_agent.keychain import KeychainFailure
+
+    with pytest.raises(KeychainFailure, match="is a SecretString: store the .p12 as SecretBinary"):
+        read_identities(SigningPlan(keychain="temporary", identities=[{"p12_ref": as_string, "passphrase_ref": names["own_pass"]}]))
+    with pytest.raises(KeychainFailure, match=r"Secrets Manager refused \(ResourceNotFoundException\)"):
+        read_identities(SigningPlan(keychain="temporary", identities=[{"p12_ref": as_string + "-gone", "passphrase_ref": names["own_pass"]}]))

@@ -208,3 +208,16 @@ def test_functions_trace_with_the_x_ray_sdk_the_layer_ships(emulator):
     segments = emulator.trace_daemon.segments()
     # Powertools' Tracer ran (no tracing turned off by the stack) and recorded the DynamoDB calls.
     assert any(segment.get("name") == "DynamoDB" or segment.get("namespace") == "aws" for segment in segments), segments[:3]
+
+
+def test_the_webhook_function_reads_webhook_secrets_and_no_signing_identity(emulator):
+    """Signing identities (relevo/<stack>/_signing/…, issue 20) are the agents' alone: the webhook
+    function's grant of relevo/<stack>/* leaves them out by an explicit Deny, which wins over any
+    Allow (IAM User Guide, "Policy evaluation logic")."""
+    stack = emulator.info
+    name = f"relevo/{stack.stack_name}/_signing/eu-west/iam-{secrets.token_hex(3)}/dist.p12"
+    client("secretsmanager").create_secret(Name=name, SecretBinary=b"p12")
+    hook = client("secretsmanager").create_secret(Name=f"relevo/{stack.stack_name}/iam-{secrets.token_hex(3)}/github", SecretString="s")["Name"]
+    webhook = _client(stack, "secretsmanager", _role_of(emulator, "WebhookFunction"))
+    assert webhook.get_secret_value(SecretId=hook)["SecretString"] == "s"
+    assert refusal_code(lambda: webhook.get_secret_value(SecretId=name)) == "AccessDeniedException"

@@ -128,6 +128,7 @@ def build_envelope(
         retry_of=retry_of,
         workspace_cleanup=project.workspace_cleanup,
         artifact_max_job_bytes=project.artifact.max_job_bytes,
+        signing=project.signing,
     )
 
 

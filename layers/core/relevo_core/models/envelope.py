@@ -17,6 +17,7 @@ from relevo_core.models.plan import (
     STAGE_NAME,
     ApprovalSettings,
     RunPlanMixin,
+    SigningPlan,
     StagePlan,
     check_stage_names,
 )
@@ -93,6 +94,9 @@ class JobEnvelope(RunPlanMixin):
     workspace_cleanup: str | None = Field(default=None, max_length=4096)
     # The project's artifact.max_job_bytes (None: no bound).
     artifact_max_job_bytes: int | None = Field(default=None, ge=1)
+    # The project's signing settings (a temporary keychain per stage on the agent), frozen like
+    # `requires`: a change to the project does not reach a job already enqueued.
+    signing: SigningPlan | None = None
 
     @field_validator("stages")
     @classmethod

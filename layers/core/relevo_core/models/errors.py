@@ -137,6 +137,12 @@ class ErrorClass(str, Enum):
     COMMAND_FAILED = "Relevo.Fatal.ExitCode"
     # The stage's artifacts would take the job past its project's artifact.max_job_bytes.
     ARTIFACT_QUOTA = "Relevo.Fatal.ArtifactQuota"
+    # A stage of a job with signing.keychain: temporary on an agent that cannot make a keychain
+    # (not macOS, and no security_tool in its config): never run unsigned.
+    KEYCHAIN_UNSUPPORTED = "Relevo.Fatal.KeychainUnsupported"
+    # Its signing keychain could not be made: an identity unreadable or stored wrong, or a
+    # `security` command failed.
+    KEYCHAIN_FAILED = "Relevo.Fatal.Keychain"
     PRECONDITION_CHANGED = "Relevo.Precondition.Changed"
     # Reconciliation found an effect it cannot tie to the operation: the stage waits for an
     # operator (relevo job resolve); resolved as failed, it fails with the second name.

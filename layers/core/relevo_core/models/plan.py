@@ -4,7 +4,7 @@
 # otherwise parse and evaluate each one again, at cold start, to build the models.
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -79,6 +79,45 @@ class RetryPolicy(_Frozen):
         if not error_class.retryable:
             return 1
         return self.attempts.get(error_class, self.default_attempts)
+
+
+# Where a project's signing identities live in Secrets Manager: relevo/<stack>/_signing/<region
+# affinity>/<project>/…, so that each region's agent role may read its own region's and nothing
+# wider (template.yaml, AgentPolicy: ReadSigningIdentities). No project id starts with _.
+SIGNING_SECRET = r"^relevo/[A-Za-z0-9-]+/_signing/[a-z][a-z0-9-]{0,31}/[a-z0-9][a-z0-9-]{0,62}/[A-Za-z0-9/_+=.@-]+$"
+
+
+class SigningIdentity(_Frozen):
+    """One code-signing identity (a certificate with its private key) the agent imports."""
+
+    p12_ref: str = Field(
+        max_length=512, pattern=SIGNING_SECRET,
+        description="Secrets Manager name of the identity's PKCS#12 (.p12) file, stored as SecretBinary "
+        "(`aws secretsmanager create-secret --secret-binary fileb://identity.p12`; a SecretString is refused), under "
+        "relevo/<stack>/_signing/<region_affinity>/<project>/.",
+    )
+    passphrase_ref: str = Field(
+        max_length=512, pattern=SIGNING_SECRET,
+        description="Secrets Manager name of the .p12's passphrase (SecretString, the passphrase itself, one line), "
+        "under the same prefix.",
+    )
+
+
+class SigningPlan(_Frozen):
+    """A temporary signing keychain for each stage of the job (macOS agents only)."""
+
+    keychain: Literal["temporary"] = Field(
+        description="temporary: before each stage of the job the agent creates a keychain of its own under "
+        "<workspace_root>/.relevo-keychains with a random password, imports the identities (codesign may use their "
+        "keys without a GUI prompt: key partition list apple-tool:,apple:,codesign:), unlocks it, puts it first on "
+        "the user's keychain search list and gives the stage its path as RELEVO_KEYCHAIN; after the stage, on every "
+        "ending, it takes it off the search list and deletes it. While such a stage runs, the agent runs no other "
+        "stage (the search list is the user's, not the process's). An agent that is not on macOS fails the stage "
+        "with Relevo.Fatal.KeychainUnsupported; a keychain that cannot be made fails it with Relevo.Fatal.Keychain."
+    )
+    identities: tuple[SigningIdentity, ...] = Field(
+        min_length=1, max_length=8, description="The identities to import (1 to 8), each a .p12 and its passphrase in Secrets Manager."
+    )
 
 
 class StagePlan(_Frozen):

@@ -17,6 +17,7 @@ from relevo_core.models.plan import (
     ApprovalSettings,
     RetryPolicy,
     RunPlanMixin,
+    SigningPlan,
     StagePlan,
     check_stage_names,
     require_unique,
@@ -36,7 +37,7 @@ class ProjectStage(BaseModel):
         min_length=1,
         description="The command (at most 16 KiB, refused as PLAN_TOO_LARGE): `bash -c` in the project's workspace on the agent, in its own process group, with "
         "RELEVO_JOB_ID, RELEVO_STAGE, RELEVO_REF, RELEVO_COMMIT, RELEVO_ATTEMPT, RELEVO_OPERATION_ID, RELEVO_WORKSPACE "
-        "and RELEVO_ARTIFACT_DIR set. "
+        "and RELEVO_ARTIFACT_DIR set (and RELEVO_KEYCHAIN, the path of the stage's signing keychain, when the project sets signing). "
         "Files left in $RELEVO_ARTIFACT_DIR are uploaded as the stage's artifacts.",
     )
     exec_timeout_sec: int = Field(
@@ -315,6 +316,13 @@ class Project(RunPlanMixin):
         "during one (once the agent is idle), e.g. `rm -rf ~/Library/Developer/Xcode/DerivedData/*`; bounded by the "
         "agent's cleanup_timeout_sec. Frozen into each job.",
     )
+    signing: SigningPlan | None = Field(
+        default=None,
+        description="Opt-in: a temporary signing keychain for each stage of the project's jobs, with the identities "
+        "named here imported from Secrets Manager (macOS agents only; see signing.keychain). Each ref must be under "
+        "relevo/<stack>/_signing/<region_affinity>/<id>/ of this project: the region's agents may read that and "
+        "nothing wider. Frozen into each job. Default: none.",
+    )
     retry: RetryPolicy = Field(default=RetryPolicy(), description="How failures of the project's stages are classified and retried.")
     approval: ApprovalSettings = Field(default=ApprovalSettings(), description="An approval gate before one stage.")
     webhook: WebhookSecrets = Field(
@@ -373,6 +381,21 @@ class Project(RunPlanMixin):
             unknown = [name for name in schedule.stages or [] if name not in known]
             if unknown:
                 raise ValueError(f"schedule {schedule.name}: stages {', '.join(unknown)} are not stages of the project")
+        return self
+
+    @model_validator(mode="after")
+    def _signing_refs_are_this_projects(self) -> "Project":
+        if self.signing is None:
+            return self
+        own = f"/_signing/{self.region_affinity}/{self.id}/"
+        for index, identity in enumerate(self.signing.identities):
+            for name in ("p12_ref", "passphrase_ref"):
+                ref = getattr(identity, name)
+                if own not in ref:
+                    raise ValueError(
+                        f"signing.identities[{index}].{name} {ref!r} is not under relevo/<stack>{own}: the agents of "
+                        f"region {self.region_affinity} may read only their own region's project identities"
+                    )
         return self
 
     def schedule(self, name: str) -> ProjectSchedule | None:
