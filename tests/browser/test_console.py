@@ -496,7 +496,7 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
             assert cost["transitions"] > 0 and cost["sqs_requests"] >= 2  # both stages were dispatched
             build = browser_page.locator("tr[data-stage=build]")
             assert build.locator("td.duration").inner_text().endswith("s")
-            assert build.locator("td.transfer").inner_text() == "1 file, 5,000 bytes uploaded"
+            assert build.locator("td.transfer").inner_text() == "1 file, 4.9 KiB uploaded"  # the agent's last reading
             artifact = browser_page.locator("table.artifacts tbody tr", has_text="app.bin")
             assert artifact.locator("td.size").inner_text() == "5,000 bytes"
             # The queued job: its place in the queue (the API's), why it waits, its priority

@@ -146,3 +146,23 @@ def test_a_failed_upload_says_how_far_it_got(final_writes):
     assert _ride(writer).describe() == "uploading 2 of 5 files, 412.0 MiB of 1.2 GiB (34 %)"
     writer.finish_quietly(succeeded=False)
     assert final_writes[-1].describe() == "upload failed after 1 of 5 files, 412.0 MiB of 1.2 GiB (34 %)"
+
+
+def test_relevo_job_show_prints_each_attempts_transfer():
+    from rich.console import Console
+
+    from relevo_cli.commands.jobs import job_notes, render_job
+
+    def reading(attempt: int, state: str, files_done: int, bytes_done: int) -> dict:
+        return TransferProgress(attempt=attempt, state=state, files_done=files_done, files_total=5, bytes_done=bytes_done,
+                                bytes_total=1200 * MIB, updated_at="2026-12-01T12:00:00+00:00").model_dump(mode="json")
+
+    stage = {"index": 0, "name": "upload", "status": "running", "attempt": 2, "agent_id": "mac-a", "exit_code": None,
+             "error_class": None, "transfer": reading(2, "uploading", 2, 412 * MIB),
+             "transfers": [reading(1, "failed", 1, 100 * MIB), reading(2, "uploading", 2, 412 * MIB)]}
+    job = {"job_id": "j-1", "project": "app", "status": "running", "queue_reason": None, "held_reason": None,
+           "ref": "main", "region_affinity": "eu", "stages": [stage]}
+    out = Console(width=250, record=True)
+    out.print(render_job(job))
+    assert "uploading 3 of 5 files, 412.0 MiB of 1.2 GiB (34 %)" in out.export_text()
+    assert "upload attempt 1: upload failed after 1 of 5 files, 100.0 MiB of 1.2 GiB (8 %)" in job_notes(job)

@@ -17,6 +17,11 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def uploaded_text(files: int, size: int) -> str:
+    """`5 files, 1.2 GiB uploaded`."""
+    return f"{files} file{'' if files == 1 else 's'}, {human_bytes(size)} uploaded"
+
+
 class TransferState(str, Enum):
     UPLOADING = "uploading"
     UPLOADED = "uploaded"
@@ -45,9 +50,9 @@ class TransferProgress(BaseModel):
 
     def describe(self) -> str:
         """`uploading 3 of 5 files, 412.0 MiB of 1.2 GiB (34 %)`; `5 files, 1.2 GiB uploaded`."""
-        files = f"{self.files_total} file{'' if self.files_total == 1 else 's'}"
         if self.state is TransferState.UPLOADED:
-            return f"{files}, {human_bytes(self.bytes_total)} uploaded"
+            return uploaded_text(self.files_total, self.bytes_total)
+        files = f"{self.files_total} file{'' if self.files_total == 1 else 's'}"
         moved = f"{human_bytes(self.bytes_done)} of {human_bytes(self.bytes_total)} ({self.percent} %)"
         if self.state is TransferState.FAILED:
             return f"upload failed after {self.files_done} of {files}, {moved}"
