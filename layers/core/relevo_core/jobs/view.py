@@ -11,6 +11,7 @@ from relevo_core.jobs.artifacts import artifact_summary
 from relevo_core.jobs.logs import log_tail
 from relevo_core.models.capabilities import describe, unmet
 from relevo_core.models.status import JobStatus, QueueReason, StageStatus
+from relevo_core.models.job_view import JobView
 from relevo_core.models.transfer import TransferProgress
 from relevo_core.store.artifacts import list_artifacts
 from relevo_core.store.agent_pauses import AgentPause, region_pauses
@@ -201,4 +202,5 @@ def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
     view["artifact_bytes"] = sum(artifact["size"] for artifact in view["artifacts"])
     # The last lines of the output, read back from the end of the log (never the whole log).
     view["log_tail"] = log_tail(table, job_id)
-    return view
+    # The API's answer as its OpenAPI document describes it (relevo_core.models.job_view).
+    return JobView.model_validate(view).model_dump(mode="json")
