@@ -90,7 +90,8 @@ class ProgressWriter:
 
     def finish(self, succeeded: bool) -> None:
         """The upload ended: its last reading is written (fenced) whatever a renewal is doing.
-        Raises LeaseLost when another attempt holds the stage."""
+        Raises LeaseLost when another attempt holds the stage; a write the network lost is only
+        logged (the artifacts are stored and recorded: the reading is what the page shows)."""
         with self._counts:
             if self._state is None:
                 return
@@ -101,15 +102,18 @@ class ProgressWriter:
             self._ended = True
             reading = self.reading()
             assert reading is not None
-            stage_attempts.record_transfer(self.ref, reading)
+            try:
+                stage_attempts.record_transfer(self.ref, reading)
+            except (BotoCoreError, ClientError) as exc:
+                log.warning("%s stage %d: the transfer's last reading was not written (%s)", self.ref.job_id, self.ref.stage_index, exc)
 
     def finish_quietly(self, succeeded: bool) -> None:
         """`finish` after the upload failed: the failure is what the stage reports, so a refused
-        or failed write of its last reading is only logged."""
+        write of its last reading is only logged too."""
         try:
             self.finish(succeeded)
-        except (stage_attempts.LeaseLost, BotoCoreError, ClientError) as exc:
-            log.warning("%s stage %d: the transfer's last reading was not written (%s)", self.ref.job_id, self.ref.stage_index, exc)
+        except stage_attempts.LeaseLost as exc:
+            log.warning("%s stage %d: the transfer's last reading was refused (%s)", self.ref.job_id, self.ref.stage_index, exc)
 
     # ---------------------------------------------------------------- the lease keeper's side
     @contextmanager

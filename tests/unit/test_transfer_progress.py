@@ -166,3 +166,26 @@ def test_relevo_job_show_prints_each_attempts_transfer():
     out.print(render_job(job))
     assert "uploading 3 of 5 files, 412.0 MiB of 1.2 GiB (34 %)" in out.export_text()
     assert "upload attempt 1: upload failed after 1 of 5 files, 100.0 MiB of 1.2 GiB (8 %)" in job_notes(job)
+
+
+def test_a_lost_end_write_does_not_fail_a_stored_upload_but_a_refused_one_says_so(monkeypatch):
+    from botocore.exceptions import EndpointConnectionError
+
+    writer = _writer(Clock())
+    writer.start(1, 10)
+
+    def lost(ref, reading):
+        raise EndpointConnectionError(endpoint_url="https://dynamodb")
+
+    monkeypatch.setattr(stage_attempts, "record_transfer", lost)
+    writer.finish(succeeded=True)  # logged only: the artifacts are stored and recorded
+
+    def refused(ref, reading):
+        raise stage_attempts.LeaseLost("job_x stage 0 attempt 2")
+
+    monkeypatch.setattr(stage_attempts, "record_transfer", refused)
+    fenced = _writer(Clock())
+    fenced.start(1, 10)
+    with pytest.raises(stage_attempts.LeaseLost):  # the stage's fenced flag is set by its caller
+        fenced.finish(succeeded=True)
+    fenced.finish_quietly(succeeded=False)  # after a failed upload: logged only

@@ -37,7 +37,7 @@ def _current_attempt(record: dict[str, Any]) -> dict[str, Any]:
     return {**{name: value for name, value in record.items() if name not in _ATTEMPT_FIELDS}, "attempt": dispatched}
 
 
-def stage_transfers(record: dict[str, Any]) -> dict[str, Any]:
+def _transfers_of(record: dict[str, Any]) -> dict[str, Any]:
     """`transfers` (every attempt's, by attempt) and `transfer` (the shown attempt's, or None)."""
     transfers = sorted(
         (TransferProgress.model_validate(value) for value in (record.get("transfers") or {}).values()),
@@ -94,7 +94,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 "resolution": found.get("resolution"),
                 # Each attempt's artifact upload (files and bytes done of the total), oldest
                 # attempt first, and the one of the attempt shown (live while it uploads).
-                **stage_transfers(found),
+                **_transfers_of(found),
             }
         )
     current = next(
