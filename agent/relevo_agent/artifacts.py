@@ -3,7 +3,8 @@ each file with its sha256, read each back and compare, then record it (fenced on
 
 A read-back that does not match is `Relevo.Fatal.Checksum`; storage 5xx and network faults are
 transient classes, other storage refusals `Relevo.Fatal.Client4xx`. Long uploads write progress
-lines (bytes, percent, rate) about every 3 s, then a completion line.
+lines (bytes, percent, rate) about every 3 s, then a completion line; the files and bytes done go
+to a ProgressWriter too, whose readings the stage record gets (relevo_agent.transfer).
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from botocore.exceptions import ClientError, ConnectionClosedError, ConnectTimeo
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.logs import LogShipper
+from relevo_agent.transfer import ProgressWriter
 from relevo_core.aws import client
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.errors import ErrorClass
+from relevo_core.models.transfer import human_bytes
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store.stage_attempts import LeaseLost, StageRef
 
@@ -78,14 +81,6 @@ def classify_storage_error(exc: BaseException) -> ErrorClass:
     return ErrorClass.NETWORK_TIMEOUT
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
 class Progress:
     """s3transfer callback: a progress line at most every `interval_sec`, a completion line at the end."""
 
@@ -96,8 +91,10 @@ class Progress:
         emit: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
         interval_sec: float = PROGRESS_INTERVAL_SEC,
+        on_bytes: Callable[[int], None] | None = None,
     ) -> None:
         self.name, self.total, self.emit, self.clock, self.interval_sec = name, total, emit, clock, interval_sec
+        self.on_bytes = on_bytes
         self.sent = 0
         self.started = clock()
         self._last = self.started
@@ -107,20 +104,22 @@ class Progress:
 
     def __call__(self, amount: int) -> None:
         self.sent += amount
+        if self.on_bytes is not None:
+            self.on_bytes(amount)  # an addition in memory: the stage record gets it with a lease renewal
         now = self.clock()
         if now - self._last >= self.interval_sec and self.sent < self.total:
             self._last = now
             percent = 100 * self.sent / self.total if self.total else 100
             self.emit(
-                f"[relevo] uploading {self.name}: {_size(self.sent)} of {_size(self.total)} "
-                f"({percent:.0f}%) at {_size(self._rate(now))}/s"
+                f"[relevo] uploading {self.name}: {human_bytes(self.sent)} of {human_bytes(self.total)} "
+                f"({percent:.0f}%) at {human_bytes(self._rate(now))}/s"
             )
 
     def done(self, sha256: str) -> None:
         now = self.clock()
         self.emit(
-            f"[relevo] uploaded {self.name}: {_size(self.total)} in {now - self.started:.1f}s "
-            f"({_size(self._rate(now))}/s), sha256 {sha256}"
+            f"[relevo] uploaded {self.name}: {human_bytes(self.total)} in {now - self.started:.1f}s "
+            f"({human_bytes(self._rate(now))}/s), sha256 {sha256}"
         )
 
 
@@ -169,9 +168,11 @@ def upload_artifacts(
     transfer_config: TransferConfig | None = None,
     progress_interval_sec: float = PROGRESS_INTERVAL_SEC,
     max_job_bytes: int | None = None,
+    transfer: ProgressWriter | None = None,
 ) -> UploadSummary:
     """Upload, verify and record every regular file under artifact_dir. Raises ArtifactFailure
-    (with its error class) or LeaseLost (the records were refused: another attempt holds the stage)."""
+    (with its error class) or LeaseLost (the records were refused: another attempt holds the stage).
+    `transfer` follows the files and bytes sent and writes the last reading when the upload ends."""
     files = sorted(p for p in artifact_dir.rglob("*") if p.is_file() and not p.is_symlink())
     if not files:
         return UploadSummary(records=[])
@@ -190,13 +191,17 @@ def upload_artifacts(
         region = bucket_region(bucket)
     except Exception as exc:
         raise ArtifactFailure(classify_storage_error(exc), f"bucket {bucket}: {exc}") from exc
+    if transfer is not None:
+        transfer.start(len(files), sum(path.stat().st_size for path in files))
     records: list[artifact_store.ArtifactRecord] = []
     for path in files:
         relative = path.relative_to(artifact_dir).as_posix()
         s3_key = f"{prefix}{stage}/{relative}"
         size = path.stat().st_size
         sha256 = sha256_file(path)
-        progress = Progress(relative, size, emit, interval_sec=progress_interval_sec)
+        if transfer is not None:
+            transfer.begin(relative)
+        progress = Progress(relative, size, emit, interval_sec=progress_interval_sec, on_bytes=transfer.sent if transfer else None)
         try:
             s3.upload_file(
                 str(path),
@@ -228,17 +233,22 @@ def upload_artifacts(
         )
         artifact_store.record(ref, record, expires_at)
         records.append(record)
+        if transfer is not None:
+            transfer.file_done()
     summary = UploadSummary(records=records)
     artifact_store.record_totals(ref, len(records), summary.total_bytes, summary.cross_region_bytes)
+    if transfer is not None:
+        transfer.finish(succeeded=True)
     return summary
 
 
 def upload_stage_artifacts(
     ref: StageRef, stage: str, artifact_dir: Path, envelope: JobEnvelope, config: AgentConfig, shipper: LogShipper,
-    fenced: threading.Event,
+    fenced: threading.Event, transfer: ProgressWriter | None = None,
 ) -> ErrorClass | None:
     """The service's call: None when every artifact is stored, verified and recorded; otherwise
-    the error class the stage fails with. Progress goes to the job's log and the agent's. A record
+    the error class the stage fails with. Progress goes to the job's log and the agent's, and to
+    `transfer` (the attempt's, which the lease keeper writes on the stage record). A record
     refused because another attempt holds the stage sets `fenced` (the stage's lease-lost flag).
     The objects go under the job's artifact_uri; the records expire with the job (its ttl)."""
 
@@ -251,9 +261,13 @@ def upload_stage_artifacts(
     try:
         summary = upload_artifacts(
             ref, stage, artifact_dir, envelope.artifact_uri, agent_region, emit, expires_at=envelope.ttl,
-            max_job_bytes=envelope.artifact_max_job_bytes,
+            max_job_bytes=envelope.artifact_max_job_bytes, transfer=transfer,
+            # s3transfer's max_bandwidth caps the bytes per second each file is read and sent at.
+            transfer_config=TransferConfig(max_bandwidth=config.artifact_upload_max_bandwidth),
         )
     except ArtifactFailure as exc:
+        if transfer is not None:
+            transfer.finish_quietly(succeeded=False)
         emit(f"[relevo] artifact upload failed: {exc.error_class.value}: {exc}")
         return exc.error_class
     except LeaseLost:
@@ -262,7 +276,7 @@ def upload_stage_artifacts(
         return None
     if summary.records:
         emit(
-            f"[relevo] {len(summary.records)} artifact(s), {_size(summary.total_bytes)} stored"
-            + (f", {_size(summary.cross_region_bytes)} across regions" if summary.cross_region_bytes else "")
+            f"[relevo] {len(summary.records)} artifact(s), {human_bytes(summary.total_bytes)} stored"
+            + (f", {human_bytes(summary.cross_region_bytes)} across regions" if summary.cross_region_bytes else "")
         )
     return None

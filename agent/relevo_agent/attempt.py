@@ -20,6 +20,7 @@ from relevo_core.store import stage_attempts
 
 if TYPE_CHECKING:
     from relevo_agent.lease import Lease
+    from relevo_agent.transfer import ProgressWriter
 
 # The execution no longer waits for this token (canceled, timed out, answered).
 DEAD_TOKEN = ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken")
@@ -64,6 +65,8 @@ class StageRun:
     done: threading.Event = field(default_factory=threading.Event)
     # Why the command is being stopped: lease_lost, fenced, canceled, no_run_token, shutdown.
     reason: str | None = None
+    # The attempt's artifact upload as it goes: the lease keeper writes its readings with renewals.
+    transfer: ProgressWriter | None = None
 
     def stop(self, reason: str) -> None:
         if self.reason is None:

@@ -109,6 +109,17 @@ class AgentConfig(BaseModel):
     outbox_interval_sec: float = Field(
         default=5.0, gt=0, le=300, description="How often reports the network lost are sent again from the journal's outbox."
     )
+    progress_interval_sec: float = Field(
+        default=2.0, gt=0, le=300,
+        description="The least time between two readings of an artifact upload's progress written on its stage (files "
+        "and bytes done, for `relevo job show` and the console's Steps). A reading rides on a lease renewal, so it is "
+        "also never more often than those (every min(lease/3, 3 s)); the upload's end is written at once.",
+    )
+    artifact_upload_max_bandwidth: int | None = Field(
+        default=None, ge=1024,
+        description="Bytes per second each artifact file is uploaded at, at most (none: as fast as the link allows), "
+        "so a Mac's uploads leave room on a shared link.",
+    )
     max_clock_skew_sec: float = Field(
         default=MAX_CLOCK_SKEW_SEC, ge=0, le=60,
         description="The clock skew allowed between this Mac and AWS: `relevo-agent doctor` fails beyond it, the lease "

@@ -7,7 +7,8 @@ time it did not have. The fence comes `fence_margin_sec` before the deadline; wh
 lease (the stage's dead-man supervisor, the keeper's fence thread) learns of each extension.
 
 Beside each stage, from its claim on, two threads keep the lease: `keep_lease` renews it (and
-heartbeats the task), `keep_fence` stops the command at the fence whatever the renewals are doing.
+heartbeats the task; a renewal also carries the attempt's upload progress when a reading is due,
+relevo_agent.transfer), `keep_fence` stops the command at the fence whatever the renewals are doing.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.attempt import DEAD_TOKEN, utc_now
 from relevo_core.aws import call_budget, client
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
+from relevo_core.models.transfer import TransferProgress
 from relevo_core.store import stage_attempts
 
 if TYPE_CHECKING:
@@ -85,6 +88,15 @@ class Lease:
 
 
 
+@contextmanager
+def _transfer_reading(run: StageRun) -> Iterator[TransferProgress | None]:
+    if run.transfer is None:
+        yield None
+        return
+    with run.transfer.riding() as reading:
+        yield reading
+
+
 def keep_lease(run: StageRun, op_id: str, stack_gone: Callable[[BaseException], bool]) -> None:
     """Beside the stage, from the claim on: renew the lease, and heartbeat the task once the
     run token is known, every min(lease/3, 3 s). Each round is bounded by the time left
@@ -103,8 +115,9 @@ def keep_lease(run: StageRun, op_id: str, stack_gone: Callable[[BaseException], 
         if lease.fenced(sent):
             return  # too late to renew: keep_fence has stopped the command
         try:
-            with call_budget(lease.fence_at - sent):
-                stage_attempts.renew_lease(ref, int(lease.timeline.lease_ttl_sec), utc_now())
+            with call_budget(lease.fence_at - sent), _transfer_reading(run) as transfer:
+                # An upload's progress rides on the renewal: no write of its own.
+                stage_attempts.renew_lease(ref, int(lease.timeline.lease_ttl_sec), utc_now(), transfer)
                 if run.run_token:
                     client("stepfunctions").send_task_heartbeat(taskToken=run.run_token)
             lease.extend(sent)

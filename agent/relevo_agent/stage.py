@@ -42,6 +42,7 @@ from relevo_agent.logs import Masker, secret_values, start_shipper
 from relevo_agent.messages import Message
 from relevo_agent.outbox import Outbox
 from relevo_agent.stage_env import stage_environment
+from relevo_agent.transfer import ProgressWriter
 from relevo_core.aws import call_budget, client
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
 from relevo_core.models.envelope import JobEnvelope
@@ -173,7 +174,8 @@ class StageRunner:
         log.info("claimed %s attempt %d", op_id, ref.attempt)
         # From the claim on, the lease is kept and fenced beside whatever this thread does: the
         # answer to the dispatch, the wait for the previous holder, the probe, the command.
-        run = StageRun(ref, Lease(timeline, claim_sent), exec_deadline=claim_sent + plan.exec_timeout_sec)
+        run = StageRun(ref, Lease(timeline, claim_sent), exec_deadline=claim_sent + plan.exec_timeout_sec,
+                       transfer=ProgressWriter(ref, self.config.progress_interval_sec))
         with self._running_lock:
             self._running[op_id] = run
         keepers = [
@@ -419,7 +421,7 @@ class StageRunner:
             artifact_error = None
             if result.exit_code == 0 and run.reason is None:
                 artifact_error = upload_stage_artifacts(
-                    ref, plan.name, Path(env["RELEVO_ARTIFACT_DIR"]), envelope, self.config, shipper, run.cancel
+                    ref, plan.name, Path(env["RELEVO_ARTIFACT_DIR"]), envelope, self.config, shipper, run.cancel, run.transfer
                 )
         finally:
             shipper.close()

@@ -24,6 +24,10 @@ MASKING_REGION = "console-masking"
 # A secret in that agent's environment that its `mask` names: stages can print it, logs never hold it.
 SECRET_VARIABLE = "RELEVO_CONSOLE_SECRET"
 SECRET_VALUE = f"s3cr3t-{secrets.token_hex(8)}"
+# The console agent's artifact uploads are capped at this (each file): a few files of some
+# hundred KiB take seconds, so a page can watch an upload under way. The other tests' files are
+# a few KiB.
+UPLOAD_BYTES_PER_SEC = 128 * 1024
 
 
 # Module scope: Playwright's sync API runs an event loop in this thread while it is started, and
@@ -56,7 +60,7 @@ def console_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInf
         use_stack(patch, info)
         config = write_agent_config(
             state_dir / "agent.toml", state_dir / "stack.json", CONSOLE_REGION, "console-mac", capacity=2, poll_wait_sec=1,
-            presence_interval_sec=1, outbox_interval_sec=0.2,
+            presence_interval_sec=1, outbox_interval_sec=0.2, artifact_upload_max_bandwidth=UPLOAD_BYTES_PER_SEC,
         )
         masking = write_agent_config(
             state_dir / "masking-agent.toml", state_dir / "stack.json", MASKING_REGION, "console-masking-mac", poll_wait_sec=1,

@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import random_commit
-from tests.browser.conftest import CONSOLE_REGION, MASKING_REGION, SECRET_VALUE, SECRET_VARIABLE
+from tests.browser.conftest import CONSOLE_REGION, MASKING_REGION, SECRET_VALUE, SECRET_VARIABLE, UPLOAD_BYTES_PER_SEC
 from tests.helpers.browser import console_server, git_remote
 from tests.helpers.iam import iam_user
 from tests.helpers.stack import wait_until
@@ -502,7 +502,7 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
             assert cost["transitions"] > 0 and cost["sqs_requests"] >= 2  # both stages were dispatched
             build = browser_page.locator("tr[data-stage=build]")
             assert build.locator("td.duration").inner_text().endswith("s")
-            assert build.locator("td.transfer").inner_text() == "1 file, 5,000 bytes uploaded"
+            assert build.locator("td.transfer").inner_text() == "1 file, 4.9 KiB uploaded"  # the agent's last reading
             artifact = browser_page.locator("table.artifacts tbody tr", has_text="app.bin")
             assert artifact.locator("td.size").inner_text() == "5,000 bytes"
             # The queued job: its place in the queue (the API's), why it waits, its priority
@@ -518,6 +518,52 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
         for job_id in (running, queued):
             if operator_api.get_job(job_id)["status"] not in ENDED:
                 operator_api.cancel_job(job_id)
+
+
+PARTIAL = re.compile(r"^uploading ([1-5]) of 5 files, (.+) of 3\.8 MiB \((\d+) %\)$")
+
+
+def test_the_steps_show_a_stages_upload_live_then_its_totals_without_a_reload(operator_api, browser_page, screenshots):
+    # Given a stage that leaves 5 files of 768 KiB, uploaded by an agent at 128 KiB/s a file (s3transfer's
+    # limiter lets bursts through: about 17 s)
+    size = 768 * 1024
+    assert 5 * size / UPLOAD_BYTES_PER_SEC >= 16  # long enough for several readings at one a renewal (3 s)
+    make = f'for i in 1 2 3 4 5; do head -c {size} /dev/urandom > "$RELEVO_ARTIFACT_DIR/part-$i.bin"; done; echo packaged'
+    project_id = _project(operator_api, [{"name": "package", "run": make}])
+    with console_server(operator_api) as server:
+        job_id = _run(operator_api, project_id)
+        _open(browser_page, server, f"/jobs/{job_id}")
+        browser_page.evaluate("() => { window.relevoOpenedOnce = true; }")  # gone if the page reloads
+        cell = browser_page.locator("tr[data-stage=package] td.transfer")
+        # When the upload is under way, the stage's cell says how far it got, reading after reading
+        seen: list[str] = []
+
+        api_readings: list[str] = []
+
+        def partial_readings() -> bool:
+            text = cell.inner_text()
+            stage = operator_api.get_job(job_id)["stages"][0]
+            api_readings.append(f"{stage['status']}: {stage['transfer']}")
+            if PARTIAL.match(text) and text not in seen:
+                seen.append(text)
+                if len(seen) == 2:
+                    _screenshot(browser_page, screenshots, "job-transfer-progress")
+            return len(seen) >= 2 or text.endswith("uploaded")
+
+        wait_until(partial_readings, 90, "two readings of the upload under way", interval=0.2)
+        assert len(seen) >= 2, f"the page showed {seen} before the totals; the API said {api_readings}"
+        percents = [int(PARTIAL.match(text).group(3)) for text in seen]
+        assert percents == sorted(percents) and percents[-1] < 100, seen
+        # Then the totals, on the same page (never reloaded)
+        expect(cell).to_have_text("5 files, 3.8 MiB uploaded", timeout=60_000)
+        assert browser_page.evaluate("() => window.relevoOpenedOnce === true")
+        job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+        assert job["status"] == "succeeded", job
+        transfer = job["stages"][0]["transfer"]
+        assert (transfer["state"], transfer["files_done"], transfer["bytes_done"]) == ("uploaded", 5, 5 * size)
+        assert [t["attempt"] for t in job["stages"][0]["transfers"]] == [1]
+        browser_page.locator("#job-status", has_text="succeeded").wait_for(timeout=30_000)  # the panel follows the end
+        _screenshot(browser_page, screenshots, "job-transfer-done")
 
 
 # Every button the issue names, by its accessible name (Download is a link: it is a download).

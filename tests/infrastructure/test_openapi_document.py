@@ -32,3 +32,16 @@ def test_every_refusal_is_documented_with_the_error_body():
             for status in ("400", "401", "403", "404", "422"):
                 schema = op["responses"][status]["content"]["application/json"]["schema"]
                 assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (method, path, status)
+
+
+def test_a_jobs_answer_is_documented_with_each_attempts_transfer():
+    """Issue 18: GET /jobs/{id} documents its answer, each stage's transfer progress included."""
+    document = json.loads(OUTPUT.read_text(encoding="utf-8"))
+    answer = document["paths"]["/jobs/{job_id}"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/JobView"}
+    schemas = document["components"]["schemas"]
+    stage = schemas["StageView"]["properties"]
+    assert stage["transfers"]["items"] == {"$ref": "#/components/schemas/TransferProgress"}
+    assert {"$ref": "#/components/schemas/TransferProgress"} in stage["transfer"]["anyOf"]
+    assert {"files_done", "files_total", "bytes_done", "bytes_total", "current_file", "updated_at", "state", "attempt"} <= set(
+        schemas["TransferProgress"]["properties"])

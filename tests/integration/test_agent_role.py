@@ -72,6 +72,18 @@ def test_what_an_agent_does_is_allowed(local_stack):
             ExpressionAttributeValues={":c": {"S": "c"}, ":o": {"M": {}}, ":j": {"S": "j"}},
         )
     assert raised.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    # Each attempt's upload progress: the claim makes the map, renewals and the upload's end set
+    # the attempt's entry in it (store/stage_attempts.claim, renew_lease, record_transfer).
+    for expression, names, values in (
+        ("SET transfers = if_not_exists(transfers, :none)", None, {":none": {"M": {}}}),
+        ("SET lease_expires_at = :l, transfers.#a = :t", {"#a": "1"}, {":l": {"N": "1"}, ":t": {"M": {"files_done": {"N": "1"}}}}),
+    ):
+        with pytest.raises(ClientError) as raised:
+            dynamodb.update_item(
+                TableName=table, Key=stage, UpdateExpression=expression, ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeValues=values, **({"ExpressionAttributeNames": names} if names else {}),
+            )
+        assert raised.value.response["Error"]["Code"] == "ConditionalCheckFailedException", expression
 
 
 @pytest.mark.parametrize(

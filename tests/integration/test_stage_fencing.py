@@ -176,3 +176,44 @@ def test_a_reset_before_the_claim_hands_the_message_back_at_once(local_stack, pr
     assert (again["attempt"], again["task_token"]) == (1, task["task_token"])
     assert "attempt" not in _stage(local_stack, job_id)  # nothing was claimed
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def _reading(attempt: int, files_done: int, bytes_done: int, state: str = "uploading") -> "TransferProgress":
+    from relevo_core.models.transfer import TransferProgress
+
+    return TransferProgress(attempt=attempt, state=state, files_done=files_done, files_total=3, bytes_done=bytes_done,
+                            bytes_total=3000, current_file=None if state != "uploading" else f"f{files_done}", updated_at=_now().isoformat())
+
+
+def test_a_fenced_out_attempt_cannot_write_its_transfer_progress(local_stack, project_id):
+    """Issue 18: an attempt's upload progress rides on its lease renewals and its end is written
+    once, both fenced on the attempt. Once another attempt holds the stage, the old holder's
+    readings are refused and leave the stage as its successor has it; each attempt keeps its own."""
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    now = _now()
+    first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
+    stage_attempts.claim(first, 10, now)
+    stage_attempts.renew_lease(first, 10, _now(), _reading(1, 1, 1000))
+    # Its lease runs out; attempt 2 takes the stage and reports progress of its own
+    second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
+    stage_attempts.claim(second, 10, now + timedelta(seconds=60))
+    stage_attempts.renew_lease(second, 10, _now(), _reading(2, 0, 500))
+
+    with pytest.raises(stage_attempts.LeaseLost):
+        stage_attempts.renew_lease(first, 10, _now(), _reading(1, 2, 2000))
+    with pytest.raises(stage_attempts.LeaseLost):
+        stage_attempts.record_transfer(first, _reading(1, 3, 3000, state="uploaded"))
+
+    stage = _stage(local_stack, job_id)
+    assert {attempt: (t["files_done"], t["bytes_done"], t["state"]) for attempt, t in stage["transfers"].items()} == {
+        "1": (1, 1000, "uploading"), "2": (0, 500, "uploading")}
+    view = RelevoApi.for_stack(local_stack).get_job(job_id)["stages"][0]
+    assert [(t["attempt"], t["bytes_done"]) for t in view["transfers"]] == [(1, 1000), (2, 500)]
+    assert view["transfer"]["attempt"] == 2  # the attempt the view shows
+    # A reading of another attempt than the writer's is a mistake, not a write
+    with pytest.raises(ValueError):
+        stage_attempts.record_transfer(second, _reading(1, 3, 3000, state="uploaded"))
+    stage_attempts.record_transfer(second, _reading(2, 3, 3000, state="uploaded"))
+    assert _stage(local_stack, job_id)["transfers"]["2"]["state"] == "uploaded"
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")

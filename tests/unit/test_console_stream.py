@@ -146,3 +146,28 @@ def test_a_stream_ends_itself_after_its_lifetime():
 def test_stream_settings_refuse_nonsense(bad):
     with pytest.raises(ValueError):
         StreamSettings(**bad)
+
+
+def test_a_stages_transfer_is_sent_as_progress_whenever_what_it_says_changes():
+    """Issue 18: the Steps' transfer cells follow an upload over the stream, without a reload."""
+    def stage(transfer: dict | None) -> dict[str, Any]:
+        return {"name": "build", "transfer": transfer, "transfers": [transfer] if transfer else []}
+
+    def reading(files_done: int, bytes_done: int, state: str = "uploading") -> dict[str, Any]:
+        return {"attempt": 1, "state": state, "files_done": files_done, "files_total": 2, "bytes_done": bytes_done,
+                "bytes_total": 2048, "current_file": None, "updated_at": "2026-12-01T12:00:00+00:00"}
+
+    jobs = [stage(None), stage(reading(0, 512)), stage(reading(0, 512)), stage(reading(1, 1536)), stage(reading(2, 2048, "uploaded"))]
+    script = Script(page([]), page([]), page([]), page([]), page([], status="succeeded"))
+
+    def read_job() -> dict[str, Any]:
+        return {"current_stage": "build", "stages": [jobs.pop(0) if len(jobs) > 1 else jobs[0]]}
+
+    async def collect() -> list[dict[str, Any]]:
+        settings = StreamSettings(poll_sec=0.01, state_sec=0.000001, retry_backoff_sec=0.01, lifetime_sec=60)
+        return [event async for event in job_events(script.read_logs, read_job, 0, settings, script.sleep)]
+
+    events = asyncio.run(collect())
+    progress = [json.loads(e["data"])["transfers"]["build"] for e in events if e["event"] == "progress"]
+    assert progress == ["uploading 1 of 2 files, 512 B of 2.0 KiB (25 %)", "uploading 2 of 2 files, 1.5 KiB of 2.0 KiB (75 %)",
+                        "2 files, 2.0 KiB uploaded"]

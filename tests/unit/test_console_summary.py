@@ -38,7 +38,7 @@ def test_the_summary_counts_from_the_first_stages_start_and_sums_each_stages_upl
     summary = job_summary(JOB, None, NOW)
     assert (summary["started_at"], summary["duration_sec"], summary["queue_position"]) == ("2026-12-01T12:00:00+00:00", 30, None)
     assert summary["stage_sec"] == {"build": 12, "sign": 17}
-    assert summary["transfers"] == {"build": (2, 1502)}
+    assert summary["transfers"] == {"build": "2 files, 1.5 KiB uploaded"}
     assert job_summary({**JOB, "status": "queued", "stages": []}, {"queue_position": 3}, NOW)["queue_position"] == 3
     assert [format_duration(s) for s in (None, 9, 125, 7322)] == ["—", "9s", "2m 5s", "2h 2m"]
 
@@ -48,5 +48,29 @@ def test_the_steps_show_every_failed_attempt_and_reconciliation_with_its_evidenc
         job=JOB, buttons=[], rerun_from=None, caller="arn:x", level="manage", summary=job_summary(JOB, None, NOW))
     assert "attempt 1 failed at 2026-12-01T11:59:50+00:00 on mac-2: Relevo.Transient.ExitCode (exit 75)" in html
     assert "reconciled attempt 2 on mac-1 at 2026-12-01T11:59:59+00:00: rerun; evidence: probe_exit=1" in html
-    assert "2 files, 1,502 bytes uploaded" in html and "1 retry" in html
+    assert "2 files, 1.5 KiB uploaded" in html and "1 retry" in html
     assert "api (api) by arn:aws:iam::123456789012:user/ana" in html
+
+
+def _transfer(attempt: int, state: str, files_done: int, bytes_done: int, current: str | None = None) -> dict:
+    return {"attempt": attempt, "state": state, "files_done": files_done, "files_total": 5, "bytes_done": bytes_done,
+            "bytes_total": 1200 * MIB, "current_file": current, "updated_at": "2026-12-01T12:00:20+00:00"}
+
+
+MIB = 1024 * 1024
+
+
+def test_each_attempts_transfer_is_in_the_steps_live_then_its_totals():
+    """Issue 18, Steps: per attempt, the upload as the agent last reported it. The attempt shown is
+    in its stage's row, an earlier one in its attempt row."""
+    uploading = _transfer(2, "uploading", 2, 412 * MIB, "App.ipa")
+    failed = _transfer(1, "failed", 1, 100 * MIB)
+    build = {**JOB["stages"][0], "status": "running", "transfer": uploading, "transfers": [failed, uploading]}
+    job = {**JOB, "stages": [build, JOB["stages"][1]], "artifacts": []}
+    html = templates.get_template("job_panel.html").render(
+        job=job, buttons=[], rerun_from=None, caller="arn:x", level="manage", summary=job_summary(job, None, NOW))
+    assert '<td class="transfer">uploading 3 of 5 files, 412.0 MiB of 1.2 GiB (34 %)</td>' in html
+    assert "attempt 1 failed at 2026-12-01T11:59:50+00:00 on mac-2: Relevo.Transient.ExitCode (exit 75); " \
+           '<span class="transfer">upload failed after 1 of 5 files, 100.0 MiB of 1.2 GiB (8 %)</span>' in html
+    done = {**build, "status": "succeeded", "transfer": _transfer(2, "uploaded", 5, 1200 * MIB)}
+    assert job_summary({**job, "stages": [done]}, None, NOW)["transfers"] == {"build": "5 files, 1.2 GiB uploaded"}

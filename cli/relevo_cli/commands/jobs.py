@@ -15,6 +15,7 @@ from rich.table import Table
 
 from relevo_cli.cli_errors import JobId, ProjectId
 from relevo_cli.commands.common import StackOption, console, errors, print_trigger, stack_api
+from relevo_core.models.transfer import TransferProgress
 
 job_app = typer.Typer(no_args_is_help=True, help="Operator actions on one job.")
 
@@ -28,7 +29,7 @@ def render_job(job: dict) -> Table:
     waiting = f" (waiting: {job.get('queue_detail') or job['queue_reason']})" if job.get("queue_reason") else ""
     held = f" (held: {job['held_reason']}; relevo release starts it)" if job.get("held_reason") else ""
     table = Table(title=f"{job['job_id']}  {job['project']}  [bold]{job['status']}[/bold]{waiting}{held}")
-    for column in ("#", "stage", "status", "attempt", "agent", "exit", "error"):
+    for column in ("#", "stage", "status", "attempt", "agent", "exit", "error", "transfer"):
         table.add_column(column)
     for stage in job["stages"]:
         table.add_row(
@@ -39,8 +40,14 @@ def render_job(job: dict) -> Table:
             stage["agent_id"] or "",
             "" if stage["exit_code"] in (None, -1) else str(stage["exit_code"]),
             stage["error_class"] or "",
+            transfer_text(stage.get("transfer")),
         )
     return table
+
+
+def transfer_text(transfer: dict | None) -> str:
+    """What the attempt's artifact upload says: under way (files, bytes, percent) or its totals."""
+    return TransferProgress.model_validate(transfer).describe() if transfer else ""
 
 
 def job_notes(job: dict) -> list[str]:
@@ -64,6 +71,11 @@ def job_notes(job: dict) -> list[str]:
         if artifact.get("removed_at"):
             notes.append(f"artifact {artifact['stage']}/{artifact['name']} ({artifact['size']} bytes) "
                          f"removed by quota at {artifact['removed_at']} ({artifact['removed_reason']})")
+    # The table shows the transfer of each stage's current attempt; earlier attempts' go here.
+    for stage in job["stages"]:
+        for transfer in stage.get("transfers") or []:
+            if transfer["attempt"] != stage.get("attempt"):
+                notes.append(f"{stage['name']} attempt {transfer['attempt']}: {transfer_text(transfer)}")
     return notes
 
 

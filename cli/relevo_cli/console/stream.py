@@ -5,6 +5,9 @@ point 5), polled from the Relevo API the way `relevo logs -f` polls it (relevo_c
   batch (a chunk is never split; one chunk longer than that is sent alone);
 - `event: state`: `{"status", "current_stage", "waiting_stage"}` whenever one of them changes
   (the first event of every stream is one);
+- `event: progress`: `{"transfers": {stage: text}}` whenever what a stage's transfer says changes
+  (an upload under way: "uploading 3 of 5 files, 412.0 MiB of 1.2 GiB (34 %)", then its totals),
+  read with the job, so the Steps' cells follow an upload without a reload;
 - `event: done`: the job ended and every chunk written before it ended was sent;
 - `event: refused`: the API refused the read (not transient): `{"status", "error", "message"}`;
 - `: ping` comments from sse-starlette every `ping_sec`, so an idle connection stays open.
@@ -24,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from relevo_cli.api import ApiError
+from relevo_cli.console.summary import stage_transfers
 from relevo_cli.follow import is_transient
 from relevo_core.models.requests import LOG_MAX_LIMIT
 
@@ -60,9 +64,12 @@ def batches(chunks: list[dict[str, Any]], max_lines: int) -> list[list[dict[str,
     return groups
 
 
-def _job_state(read_job: Callable[[], dict[str, Any]], page: dict[str, Any]) -> dict[str, Any]:
-    """The state event's body: status and gate from the log page, the current stage from the job."""
-    return {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": read_job()["current_stage"]}
+def _job_state(read_job: Callable[[], dict[str, Any]], page: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The state event's body (status and gate from the log page, the current stage from the job)
+    and the progress event's transfers (from the job)."""
+    job = read_job()
+    state = {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": job["current_stage"]}
+    return state, stage_transfers(job) if "stages" in job else {}
 
 
 def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> dict[str, Any]:
@@ -85,6 +92,8 @@ async def job_events(
     next_seq = from_seq
     started = clock()
     last_state: dict[str, Any] | None = None
+    last_transfers: dict[str, str] = {}
+    transfers: dict[str, str] = {}
     state_read_at: float | None = None
     while clock() - started < settings.lifetime_sec:
         polled_at = clock()
@@ -92,7 +101,7 @@ async def job_events(
             page = await run_in_threadpool(read_logs, next_seq)
             if last_state is None:
                 # The first event of every stream is the job's state.
-                last_state = await run_in_threadpool(_job_state, read_job, page)
+                last_state, transfers = await run_in_threadpool(_job_state, read_job, page)
                 state_read_at = clock()
                 yield _event("state", last_state)
             # New lines go out before the job is read again: a line is never late for a state read.
@@ -101,7 +110,7 @@ async def job_events(
                 yield _event("log", {"chunks": group, "next_seq": next_seq}, event_id=next_seq)
             state = {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": last_state["current_stage"]}
             if state["status"] != last_state["status"] or state_read_at is None or clock() - state_read_at >= settings.state_sec:
-                state = await run_in_threadpool(_job_state, read_job, page)
+                state, transfers = await run_in_threadpool(_job_state, read_job, page)
                 state_read_at = clock()
         except ApiError as exc:
             if is_transient(exc):
@@ -117,6 +126,9 @@ async def job_events(
         if state != last_state:
             yield _event("state", state)
             last_state = state
+        if transfers != last_transfers:
+            yield _event("progress", {"transfers": transfers})
+            last_transfers = transfers
         if page["more"]:
             continue
         if page["terminal"]:

@@ -1,17 +1,19 @@
 """What the job page's summary and steps show beyond the job view's own fields: when the job
-started, how long it ran, its place in the queue, and per stage its duration and the bytes its
-artifacts hold.
+started, how long it ran, its place in the queue, and per stage its duration and its transfer.
 
-Transfer progress: the agent reports an upload's progress only as log lines (`[relevo] uploading
-…`, relevo_agent.artifacts.Progress), and records nothing while it transfers; what the API keeps is
-one artifact record per file uploaded. So a stage's transfer is shown as the files and bytes of its
-artifact records, once uploaded.
+Transfer: the agent writes each attempt's upload progress on its stage record while it uploads
+(relevo_agent.transfer; the job view's `transfer` per stage, `transfers` for every attempt), so a
+stage's cell says "uploading 3 of 5 files, 412.0 MiB of 1.2 GiB (34 %)" and then its totals. A stage
+with artifact records and no transfer reading (uploaded by an agent from before readings) shows the
+files and bytes of its records.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+
+from relevo_core.models.transfer import TransferProgress, uploaded_text
 
 
 def _at(value: str | None) -> datetime | None:
@@ -32,13 +34,22 @@ def job_started_at(job: dict[str, Any]) -> str | None:
     return min(starts, key=datetime.fromisoformat) if starts else None
 
 
-def stage_transfers(artifacts: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
-    """Per stage: (files, bytes) of the artifacts it uploaded."""
+def stage_transfers(job: dict[str, Any]) -> dict[str, str]:
+    """Per stage: what its shown attempt's transfer says, else what its artifact records add up to."""
     totals: dict[str, tuple[int, int]] = {}
-    for artifact in artifacts:
+    for artifact in job.get("artifacts") or []:
         files, size = totals.get(artifact["stage"], (0, 0))
         totals[artifact["stage"]] = (files + 1, size + int(artifact["size"]))
-    return totals
+    texts = {name: uploaded_text(files, size) for name, (files, size) in totals.items()}
+    for stage in job["stages"]:
+        if stage.get("transfer"):
+            texts[stage["name"]] = TransferProgress.model_validate(stage["transfer"]).describe()
+    return texts
+
+
+def attempt_transfers(stage: dict[str, Any]) -> dict[int, str]:
+    """Per attempt of a stage: what its transfer says (the Steps' attempt rows)."""
+    return {transfer.attempt: transfer.describe() for transfer in map(TransferProgress.model_validate, stage.get("transfers") or [])}
 
 
 def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
@@ -49,7 +60,8 @@ def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetim
         "duration_sec": seconds_between(started, job.get("ended_at"), now),
         "queue_position": queued["queue_position"] if queued else None,
         "stage_sec": {stage["name"]: seconds_between(stage.get("started_at"), stage.get("ended_at"), now) for stage in job["stages"]},
-        "transfers": stage_transfers(job.get("artifacts") or []),
+        "transfers": stage_transfers(job),
+        "attempt_transfers": {stage["name"]: attempt_transfers(stage) for stage in job["stages"]},
     }
 
 

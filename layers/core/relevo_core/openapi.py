@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel, ConfigDict, Field
 
 from relevo_core.models.errors import ErrorCode
+from relevo_core.models.job_view import JobView
 from relevo_core.models.project import Project
 from relevo_core.models.requests import (
     ApprovalDecision,
@@ -66,6 +67,10 @@ QUERY_MODELS: dict[tuple[str, str], type[BaseModel]] = {
     ("get", "/jobs/{job_id}/logs"): LogQuery,
     ("get", "/jobs/{job_id}/artifacts/{name}"): ArtifactQuery,
 }
+# (method, path) → the model its 200 answer is.
+RESPONSE_BODIES: dict[tuple[str, str], type[BaseModel]] = {
+    ("get", "/jobs/{job_id}"): JobView,
+}
 # Refusals any operation may give (the API's own and API Gateway's IAM check).
 COMMON_ERRORS = {
     "400": "malformed request",
@@ -81,8 +86,8 @@ COMMON_ERRORS = {
 }
 
 
-def _schema_ref(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, str]:
-    schema = model.model_json_schema(ref_template="#/components/schemas/{model}", mode="validation")
+def _schema_ref(model: type[BaseModel], schemas: dict[str, Any], mode: str = "validation") -> dict[str, str]:
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}", mode=mode)
     for name, definition in schema.pop("$defs", {}).items():
         schemas.setdefault(name, definition)
     schemas[model.__name__] = schema
@@ -135,6 +140,12 @@ def build_document(apps: Iterable[Any], server_url: str = "/") -> dict[str, Any]
                     operation["requestBody"] = {
                         "required": False,
                         "content": {"application/json": {"schema": _schema_ref(REQUEST_BODIES[(method, path)], schemas)}},
+                    }
+                answer = RESPONSE_BODIES.get((method, path))
+                if answer is not None:
+                    operation["responses"]["200"] = {
+                        "description": "Successful Response",
+                        "content": {"application/json": {"schema": _schema_ref(answer, schemas, mode="serialization")}},
                     }
                 if (method, path) in QUERY_MODELS:
                     operation.setdefault("parameters", []).extend(_query_parameters(QUERY_MODELS[(method, path)], schemas))

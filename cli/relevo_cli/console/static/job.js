@@ -117,6 +117,14 @@
       refreshPanel();
       status = state.status;
     });
+    // An upload under way: each stage's Transfer cell says what the agent last reported.
+    source.addEventListener("progress", function (event) {
+      const transfers = JSON.parse(event.data).transfers;
+      for (const [stage, text] of Object.entries(transfers)) {
+        const cell = panel.querySelector("tr[data-stage=\"" + CSS.escape(stage) + "\"] td.transfer");
+        if (cell) cell.textContent = text;
+      }
+    });
     source.addEventListener("done", function (event) {
       source.close();
       source = null;

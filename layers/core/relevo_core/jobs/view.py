@@ -11,6 +11,8 @@ from relevo_core.jobs.artifacts import artifact_summary
 from relevo_core.jobs.logs import log_tail
 from relevo_core.models.capabilities import describe, unmet
 from relevo_core.models.status import JobStatus, QueueReason, StageStatus
+from relevo_core.models.job_view import JobView
+from relevo_core.models.transfer import TransferProgress
 from relevo_core.store.artifacts import list_artifacts
 from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
@@ -33,6 +35,19 @@ def _current_attempt(record: dict[str, Any]) -> dict[str, Any]:
     if record.get("status") != StageStatus.DISPATCHED.value or dispatched is None or claimed is None or dispatched <= claimed:
         return record
     return {**{name: value for name, value in record.items() if name not in _ATTEMPT_FIELDS}, "attempt": dispatched}
+
+
+def _transfers_of(record: dict[str, Any]) -> dict[str, Any]:
+    """`transfers` (every attempt's, by attempt) and `transfer` (the shown attempt's, or None)."""
+    transfers = sorted(
+        (TransferProgress.model_validate(value) for value in (record.get("transfers") or {}).values()),
+        key=lambda transfer: transfer.attempt,
+    )
+    current = next((transfer for transfer in transfers if transfer.attempt == record.get("attempt")), None)
+    return {
+        "transfers": [transfer.model_dump(mode="json") for transfer in transfers],
+        "transfer": current.model_dump(mode="json") if current else None,
+    }
 
 
 def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -77,6 +92,9 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 # Every reconciliation of the stage, oldest first (reconciled is the latest).
                 "reconciliations": found.get("reconciliations", []),
                 "resolution": found.get("resolution"),
+                # Each attempt's artifact upload (files and bytes done of the total), oldest
+                # attempt first, and the one of the attempt shown (live while it uploads).
+                **_transfers_of(found),
             }
         )
     current = next(
@@ -185,4 +203,5 @@ def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
     view["artifact_bytes"] = sum(artifact["size"] for artifact in view["artifacts"] if artifact["removed_at"] is None)
     # The last lines of the output, read back from the end of the log (never the whole log).
     view["log_tail"] = log_tail(table, job_id)
-    return view
+    # The API's answer as its OpenAPI document describes it (relevo_core.models.job_view).
+    return JobView.model_validate(view).model_dump(mode="json")

@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
+from relevo_core.models.transfer import TransferProgress
 from relevo_core.store.codec import from_attributes, to_attribute
 from relevo_core.store.keys import HELD_BY_INDEX, JOB_SK, job_pk, key, stage_sk
 from relevo_core.store.paging import query_items
@@ -182,7 +183,8 @@ def holds_attempt_check(ref: StageRef, **values: dict[str, Any]) -> dict[str, An
 
 
 def _update(
-    ref: StageRef, expression: str, condition: str, values: dict[str, object], return_old: bool = False
+    ref: StageRef, expression: str, condition: str, values: dict[str, object], return_old: bool = False,
+    names: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     request: dict[str, object] = {
         "TableName": ref.table,
@@ -194,9 +196,12 @@ def _update(
         # ReturnValuesOnConditionCheckFailure): who holds the stage now, or that it ended.
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
+    names = dict(names or {})
     if "#status" in expression or "#status" in condition:
         # DynamoDB refuses names the expressions do not use.
-        request["ExpressionAttributeNames"] = {"#status": "status"}
+        names["#status"] = "status"
+    if names:
+        request["ExpressionAttributeNames"] = names
     if return_old:
         request["ReturnValues"] = "ALL_OLD"
     try:
@@ -261,6 +266,10 @@ def claim(
         ":claim": claim_id,
         ":over": taken_over,
         ":journal": journal_id or "",
+        # Each attempt's artifact transfer goes in this map under its attempt number: a nested
+        # SET needs its parent map to exist (DynamoDB Developer Guide, "Using update expressions",
+        # adding nested map attributes), so the claim makes it, keeping earlier attempts' entries.
+        ":no_transfers": {},
         ":canceled": _ENDED[0],
         ":skipped": _ENDED[1],
         **_LIVE,
@@ -279,7 +288,7 @@ def claim(
             "SET #status = :running, agent_id = :agent, attempt = :attempt, lease_expires_at = :lease, "
             "lease_expires_iso = :lease_iso, started_at = :now, enqueued_at = :enqueued, last_writer = :writer, "
             "precondition_version = :pre, held_by = :agent, claim_id = :claim, claimed_over = :over, "
-            "journal_id = :journal "
+            "journal_id = :journal, transfers = if_not_exists(transfers, :no_transfers) "
             "REMOVE exit_code, error_class, ended_at, run_token, outcome, receipt",
             condition,
             values,
@@ -297,16 +306,37 @@ def _claimed_over(previous: dict[str, Any]) -> dict[str, Any]:
     return {name: previous[name] for name in _CLAIMED_OVER if name in previous}
 
 
-def renew_lease(ref: StageRef, lease_ttl_sec: int, now: datetime) -> None:
+def renew_lease(ref: StageRef, lease_ttl_sec: int, now: datetime, transfer: TransferProgress | None = None) -> None:
     """Refused (LeaseLost) once the attempt is no longer live: taken over, given up by the state
-    machine, or canceled with its job (`LeaseLost.ended`)."""
+    machine, or canceled with its job (`LeaseLost.ended`). `transfer`: the attempt's upload
+    progress, carried by the same write (no write of its own while the lease is kept)."""
     lease, lease_iso = _lease_until(now, lease_ttl_sec)
+    values: dict[str, object] = {":agent": ref.agent_id, ":attempt": ref.attempt, ":lease": lease, ":lease_iso": lease_iso, **_LIVE}
+    expression = "SET lease_expires_at = :lease, lease_expires_iso = :lease_iso"
+    names = None
+    if transfer is not None:
+        expression += ", transfers.#transfer_attempt = :transfer"
+        values[":transfer"] = _transfer_value(ref, transfer)
+        names = {"#transfer_attempt": str(ref.attempt)}
+    _update(ref, expression, _HOLDS_ATTEMPT, values, names=names)
+
+
+def record_transfer(ref: StageRef, transfer: TransferProgress) -> None:
+    """The attempt's transfer as its upload ended (totals, or how far it got), fenced on the
+    attempt: refused (LeaseLost) once another attempt holds the stage."""
     _update(
         ref,
-        "SET lease_expires_at = :lease, lease_expires_iso = :lease_iso",
+        "SET transfers.#transfer_attempt = :transfer",
         _HOLDS_ATTEMPT,
-        {":agent": ref.agent_id, ":attempt": ref.attempt, ":lease": lease, ":lease_iso": lease_iso, **_LIVE},
+        {":agent": ref.agent_id, ":attempt": ref.attempt, ":transfer": _transfer_value(ref, transfer), **_LIVE},
+        names={"#transfer_attempt": str(ref.attempt)},
     )
+
+
+def _transfer_value(ref: StageRef, transfer: TransferProgress) -> dict[str, Any]:
+    if transfer.attempt != ref.attempt:
+        raise ValueError(f"attempt {ref.attempt} cannot record attempt {transfer.attempt}'s transfer")
+    return transfer.model_dump(mode="json")
 
 
 def run_token(ref: StageRef) -> str | None:

@@ -1,0 +1,77 @@
+"""GET /jobs/{id}: a job as operators see it (relevo_core.jobs.view builds it), as the API answers it
+and its OpenAPI document describes it. Fields a later version adds pass through (extra="allow")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from relevo_core.models.transfer import TransferProgress
+
+
+class StageView(BaseModel):
+    """One stage of the plan and what its last attempt did."""
+
+    model_config = ConfigDict(extra="allow")
+
+    index: int
+    name: str
+    requires: dict[str, str] = {}
+    status: str = Field(description="a stage-attempt status (pending, dispatched, running, succeeded, failed, …)")
+    reused_from: str | None = Field(None, description="the earlier job whose result a stage before from_stage keeps")
+    retry_count: int = 0
+    cumulative_backoff_sec: float = 0
+    attempts_log: list[dict[str, Any]] = Field([], description="every failed attempt: attempt, agent, error, cause, at")
+    attempt: int | None = None
+    dispatched_attempt: int | None = None
+    agent_id: str | None = None
+    exit_code: int | None = None
+    error_class: str | None = None
+    dispatched_at: str | None = None
+    enqueued_at: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    last_writer: str | None = None
+    outcome: str | None = None
+    reconciled: dict[str, Any] | None = None
+    reconciliations: list[dict[str, Any]] = []
+    resolution: dict[str, Any] | None = None
+    transfers: list[TransferProgress] = Field([], description="each attempt's artifact upload, oldest attempt first")
+    transfer: TransferProgress | None = Field(None, description="the upload of the attempt shown (live while it uploads)")
+
+
+class JobView(BaseModel):
+    """A job, its stages in plan order, its artifacts and the tail of its log."""
+
+    model_config = ConfigDict(extra="allow")
+
+    job_id: str
+    project: str
+    status: str
+    trigger: dict[str, Any]
+    ref: str
+    commit: str | None = None
+    region_affinity: str
+    priority: int
+    queue_seq: int | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    ended_at: str | None = None
+    current_stage: str | None = None
+    queue_reason: str | None = None
+    queue_detail: str | None = None
+    held_reason: str | None = None
+    waiting_stage: str | None = None
+    approval_decision: dict[str, Any] | None = None
+    from_stage: str | None = None
+    retry_of: str | None = None
+    last_successful_stage: str | None = None
+    last_writer: str | None = None
+    error: str | None = None
+    error_cause: str | None = None
+    stages: list[StageView]
+    artifact_max_job_bytes: int | None = None
+    artifacts: list[dict[str, Any]] = []
+    artifact_bytes: int = 0
+    log_tail: dict[str, Any] | None = None
