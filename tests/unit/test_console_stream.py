@@ -171,3 +171,38 @@ def test_a_stages_transfer_is_sent_as_progress_whenever_what_it_says_changes():
     progress = [json.loads(e["data"])["transfers"]["build"] for e in events if e["event"] == "progress"]
     assert progress == ["uploading 1 of 2 files, 512 B of 2.0 KiB (25 %)", "uploading 2 of 2 files, 1.5 KiB of 2.0 KiB (75 %)",
                         "2 files, 2.0 KiB uploaded"]
+
+
+def test_the_periodic_job_read_runs_beside_the_polls_log_read_not_ahead_of_the_next_poll():
+    """A job read (every state_sec) once came after its poll's log read, so a slow one held back
+    the next poll's lines: the log read of a poll with a job read due now runs while it does."""
+    import threading
+
+    job_read_under_way, log_read_during_it = threading.Event(), threading.Event()
+    overlapped: list[bool] = []
+    job_reads = [0]
+
+    class Beside(Script):
+        def read_logs(self, from_seq: int) -> dict[str, Any]:
+            if job_read_under_way.wait(0.5):
+                log_read_during_it.set()
+            return super().read_logs(from_seq)
+
+    def read_job() -> dict[str, Any]:
+        job_reads[0] += 1
+        if job_reads[0] > 1:  # the first read opens the stream, before any poll has one due
+            job_read_under_way.set()
+            overlapped.append(log_read_during_it.wait(2))
+            job_read_under_way.clear()
+            log_read_during_it.clear()
+        return {"current_stage": "build"}
+
+    script = Beside(page([chunk(0)]), page([chunk(1)]), page([], status="succeeded"))
+
+    async def collect() -> list[dict[str, Any]]:
+        settings = StreamSettings(poll_sec=0.01, state_sec=0.000001, retry_backoff_sec=0.01, lifetime_sec=60)
+        return [event async for event in job_events(script.read_logs, read_job, 0, settings, script.sleep)]
+
+    events = asyncio.run(collect())
+    assert overlapped and all(overlapped), overlapped
+    assert [e["event"] for e in events] == ["state", "log", "log", "state", "done"]

@@ -19,6 +19,7 @@ after `lifetime_sec`: the page reconnects from where it was, as after any droppe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -64,10 +65,9 @@ def batches(chunks: list[dict[str, Any]], max_lines: int) -> list[list[dict[str,
     return groups
 
 
-def _job_state(read_job: Callable[[], dict[str, Any]], page: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def _job_state(job: dict[str, Any], page: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The state event's body (status and gate from the log page, the current stage from the job)
     and the progress event's transfers (from the job)."""
-    job = read_job()
     state = {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": job["current_stage"]}
     return state, stage_transfers(job) if "stages" in job else {}
 
@@ -97,11 +97,15 @@ async def job_events(
     state_read_at: float | None = None
     while clock() - started < settings.lifetime_sec:
         polled_at = clock()
+        # The job's periodic read (current stage, transfers) runs beside this poll's log read, not
+        # after it: read in turn, a slow job read held back the next poll's lines every state_sec.
+        due = state_read_at is not None and clock() - state_read_at >= settings.state_sec
+        job_read = asyncio.ensure_future(run_in_threadpool(read_job)) if due else None
         try:
             page = await run_in_threadpool(read_logs, next_seq)
             if last_state is None:
                 # The first event of every stream is the job's state.
-                last_state, transfers = await run_in_threadpool(_job_state, read_job, page)
+                last_state, transfers = _job_state(await run_in_threadpool(read_job), page)
                 state_read_at = clock()
                 yield _event("state", last_state)
             # New lines go out before the job is read again: a line is never late for a state read.
@@ -109,8 +113,11 @@ async def job_events(
                 next_seq = group[-1]["seq"] + 1
                 yield _event("log", {"chunks": group, "next_seq": next_seq}, event_id=next_seq)
             state = {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": last_state["current_stage"]}
-            if state["status"] != last_state["status"] or state_read_at is None or clock() - state_read_at >= settings.state_sec:
-                state, transfers = await run_in_threadpool(_job_state, read_job, page)
+            if job_read is not None:
+                state, transfers = _job_state(await job_read, page)
+                state_read_at = clock()
+            elif state["status"] != last_state["status"]:
+                state, transfers = _job_state(await run_in_threadpool(read_job), page)
                 state_read_at = clock()
         except ApiError as exc:
             if is_transient(exc):
@@ -123,6 +130,9 @@ async def job_events(
                 raise
             await sleep(settings.retry_backoff_sec)
             continue
+        finally:
+            if job_read is not None:  # a poll that failed leaves its job read's outcome unread: drop it
+                job_read.add_done_callback(lambda read: read.cancelled() or read.exception())
         if state != last_state:
             yield _event("state", state)
             last_state = state
