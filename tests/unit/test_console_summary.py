@@ -74,3 +74,20 @@ def test_each_attempts_transfer_is_in_the_steps_live_then_its_totals():
            '<span class="transfer">upload failed after 1 of 5 files, 100.0 MiB of 1.2 GiB (8 %)</span>' in html
     done = {**build, "status": "succeeded", "transfer": _transfer(2, "uploaded", 5, 1200 * MIB)}
     assert job_summary({**job, "stages": [done]}, None, NOW)["transfers"] == {"build": "5 files, 1.2 GiB uploaded"}
+
+
+def test_an_artifact_removed_by_the_projects_quota_is_shown_removed_with_no_download_link():
+    """artifact.max_total_bytes keeps a removed artifact's record (removed_at): its row says so, and
+    neither it nor its directory is offered for download (the API answers 410 ARTIFACT_REMOVED)."""
+    from relevo_cli.console.archive import artifact_directories
+
+    removed = {"stage": "build", "name": "dir/old.ipa", "size": 9, "sha256": "2" * 64,
+               "removed_at": "2026-12-01T12:30:00+00:00", "removed_reason": "artifact.max_total_bytes"}
+    job = {**JOB, "artifacts": [*JOB["artifacts"], removed]}
+    directories = artifact_directories(job["artifacts"])
+    html = templates.get_template("job_panel.html").render(
+        job=job, buttons=[], rerun_from=None, caller="arn:x", level="manage", summary=job_summary(job, None, NOW),
+        directories=directories)
+    assert "removed by quota at 2026-12-01T12:30:00+00:00 (artifact.max_total_bytes)" in html
+    assert "/artifacts/dir/old.ipa" not in html and 'title="Download a.bin"' in html
+    assert directories == [{"stage": "build", "name": "dir", "files": 1, "size": 2}]

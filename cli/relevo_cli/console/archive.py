@@ -28,10 +28,16 @@ def directory_of(name: str) -> str | None:
     return head if sep else None
 
 
+def stored(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The artifacts still stored: one removed by the project's artifact.max_total_bytes keeps
+    its record (removed_at) but has no object to download."""
+    return [artifact for artifact in artifacts if not artifact.get("removed_at")]
+
+
 def artifact_directories(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The top directories of each stage's artifacts: stage, name, files, size (in bytes)."""
+    """The top directories of each stage's stored artifacts: stage, name, files, size (in bytes)."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    for artifact in artifacts:
+    for artifact in stored(artifacts):
         directory = directory_of(artifact["name"])
         if directory is None:
             continue
@@ -48,7 +54,7 @@ class NoSuchDirectory(LookupError):
 def directory_tarball(api: RelevoApi, job: dict[str, Any], stage: str, directory: str, workdir: Path) -> Path:
     """Download the files of `directory` (from `stage`'s artifacts) and archive them as
     workdir/<directory>.tar.gz. Raises NoSuchDirectory, ApiError, or ChecksumMismatch."""
-    files = sorted((a for a in job.get("artifacts") or [] if a["stage"] == stage and directory_of(a["name"]) == directory),
+    files = sorted((a for a in stored(job.get("artifacts") or []) if a["stage"] == stage and directory_of(a["name"]) == directory),
                    key=lambda a: a["name"])
     if not files:
         raise NoSuchDirectory(f"job {job['job_id']} has no artifact directory {directory!r} of stage {stage!r}")
