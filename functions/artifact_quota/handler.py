@@ -5,17 +5,12 @@ removal once per artifact, so a repeat changes nothing that was done."""
 
 from datetime import datetime, timezone
 
-from relevo_core.aws import client
 from relevo_core.config import table_settings
 from relevo_core.jobs.artifact_quota import handle_changes
 from relevo_core.observability import lambda_entry
 
 
-def _delete_object(bucket: str, key: str) -> None:
-    client("s3").delete_object(Bucket=bucket, Key=key)
-
-
 @lambda_entry(correlation_id_path=None)
 def lambda_handler(event, context):
-    results = handle_changes(table_settings().table_name, event.get("Records") or [], datetime.now(timezone.utc), _delete_object)
+    results = handle_changes(table_settings().table_name, event.get("Records") or [], datetime.now(timezone.utc))
     return {"removed": sum(len(result.removed) for result in results), "projects": [result.project for result in results]}

@@ -50,6 +50,11 @@ def sweep(stack, monkeypatch):
     for name, value in deployed["Environment"]["Variables"].items():
         if not name.startswith("AWS_"):
             monkeypatch.setenv(name, str(value))
+    # The worker's shared Metrics object may have been built (without a namespace) by an earlier
+    # test: it takes the deployed one, as the function's own would at its cold start.
+    from relevo_core.observability import metrics
+
+    monkeypatch.setattr(metrics, "namespace", deployed["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"])
     sweeper_settings.cache_clear()
     handler = load_handler("sweeper")
     yield lambda: handler({}, LambdaContext("SweeperFunction"))

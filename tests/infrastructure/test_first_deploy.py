@@ -37,6 +37,7 @@ RESERVED_WHEN_ON = {
     "MetricsFunction": 2,
     "StatusReporterFunction": 2,
     "GroupsFunction": 2,
+    "ArtifactQuotaFunction": 2,
 }
 
 

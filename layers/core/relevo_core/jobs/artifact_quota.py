@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable
 from urllib.parse import urlparse
 
+from relevo_core.aws import client
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.transitions import stream_images
@@ -158,8 +159,14 @@ def enforce(table: str, project_id: str, now: datetime, delete_object: DeleteObj
     return Enforcement(project_id, bound, usage.bytes, total, removed, live_over)
 
 
+def delete_stored_object(bucket: str, key: str) -> None:
+    """The artifact's S3 object, deleted with the function's own role (s3:DeleteObject on the
+    artifact bucket only). Deleting an object already gone succeeds: a repeat is harmless."""
+    client("s3").delete_object(Bucket=bucket, Key=key)
+
+
 def handle_changes(
-    table: str, records: list[dict[str, Any]], now: datetime, delete_object: DeleteObject
+    table: str, records: list[dict[str, Any]], now: datetime, delete_object: DeleteObject = delete_stored_object
 ) -> list[Enforcement]:
     """One stream batch: count every change first, then check each project it touched."""
     projects: list[str] = []
