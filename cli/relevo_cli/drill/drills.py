@@ -189,7 +189,10 @@ def _whole_job_under(fleet: DrillFleet, number: int, name: str, mode: Mode, unti
     try:
         job_id = fleet.run(fleet.project("standard"))
         run.trial.jobs.append(job_id)
-        fleet.wait_stage_start(job_id)
+        # Under resets, any attempt: a claim whose answer the resets held past its lease is fenced
+        # before its stage starts (the agent's local deadline), and the next attempt starts. Under
+        # latency alone, the first attempt must be the one that starts (never fenced).
+        fleet.wait_stage_start(job_id, attempt=None if until_started else 1)
         if until_started:
             for agent in fleet.agents.values():
                 agent.proxy.heal()

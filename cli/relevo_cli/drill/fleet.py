@@ -261,14 +261,15 @@ class DrillFleet:
                 starts.append(StageStart(parts[0], int(parts[1]), int(parts[2]), float(parts[3])))
         return starts
 
-    def wait_stage_start(self, job_id: str, attempt: int = 1, timeout: float = 60) -> StageStart:
+    def wait_stage_start(self, job_id: str, attempt: int | None = 1, timeout: float = 60) -> StageStart:
+        """The deliver stage's start of this attempt (None: of whichever attempt starts first)."""
         found: list[StageStart] = []
 
         def started() -> bool:
-            found[:] = [s for s in self.stage_starts(job_id) if s.attempt == attempt]
+            found[:] = [s for s in self.stage_starts(job_id) if attempt is None or s.attempt == attempt]
             return bool(found)
 
-        wait_until(started, timeout, f"{job_id}:deliver attempt {attempt} started", poll=0.05)
+        wait_until(started, timeout, f"{job_id}:deliver attempt {attempt or 'any'} started", poll=0.05)
         return dataclasses.replace(found[0], seen=time.monotonic())
 
     def holder(self, job_id: str, attempt: int) -> DrillAgent:
