@@ -28,7 +28,8 @@ from relevo_core.store import agents
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, register_project, use_stack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+# One worker runs the module: its stack (a module fixture) is started once, not on each worker.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-reconcile")]
 
 LEASE = 3
 

@@ -134,6 +134,10 @@ def _stack_file(stack, directory: Path) -> Path:
     return path
 
 
+# The tests that read the followed job run on one worker: the job (a module fixture) is run once.
+FOLLOWED_ON_ONE_WORKER = pytest.mark.xdist_group("job-output-followed")
+
+
 @pytest.fixture(scope="module")
 def followed(local_stack, tmp_path_factory):
     """A two-stage job run by a real agent in a thread, followed from seq 0 while it runs through
@@ -192,6 +196,7 @@ def followed(local_stack, tmp_path_factory):
 
 
 @pytest.mark.timeout(240)
+@FOLLOWED_ON_ONE_WORKER
 def test_following_a_running_job_through_dropped_connections_prints_every_line_once(local_stack, followed):
     job_id, reads = followed["job"], followed["reads"]
     stored = _all_chunks(local_stack, job_id)
@@ -220,6 +225,7 @@ def test_following_a_running_job_through_dropped_connections_prints_every_line_o
     assert followed["follower"].next_seq == len(stored)
 
 
+@FOLLOWED_ON_ONE_WORKER
 def test_the_log_pages_forward_and_back_by_seq(local_stack, followed):
     api, job_id = RelevoApi.for_stack(local_stack), followed["job"]
     stored = [chunk.data for chunk in _all_chunks(local_stack, job_id)]
@@ -267,6 +273,7 @@ def test_the_log_pages_forward_and_back_by_seq(local_stack, followed):
     assert ([c["seq"] for c in middle["chunks"]], middle["before_seq"], middle["next_seq"]) == ([3, 4], 3, 5)
 
 
+@FOLLOWED_ON_ONE_WORKER
 def test_bad_log_queries_are_400_and_an_unknown_job_404(local_stack, followed):
     api, job_id = RelevoApi.for_stack(local_stack), followed["job"]
     for params in ({"from_seq": -1}, {"from_seq": "x"}, {"limit": 0}, {"limit": 1001}, {"from_seq": 1, "before_seq": 2}, {"tail": 5}):
@@ -284,6 +291,7 @@ def test_bad_log_queries_are_400_and_an_unknown_job_404(local_stack, followed):
     assert (hidden.value.status, hidden.value.code) == (403, "FORBIDDEN")
 
 
+@FOLLOWED_ON_ONE_WORKER
 def test_the_job_view_carries_the_last_200_lines_and_the_artifacts(local_stack, followed):
     job_id = followed["job"]
     job = RelevoApi.for_stack(local_stack).get_job(job_id)
@@ -310,6 +318,7 @@ def test_the_job_view_carries_the_last_200_lines_and_the_artifacts(local_stack, 
     assert lines[-1] in result.output and f"relevo logs {job_id} -f --from-seq {len(stored)}" in result.output
 
 
+@FOLLOWED_ON_ONE_WORKER
 def test_relevo_logs_prints_the_stored_log_and_follows_a_finished_job_to_its_exit_code(local_stack, followed):
     job_id, stack_file = followed["job"], str(_stack_file(local_stack, followed["tmp"]))
     everything = "".join(chunk.data for chunk in _all_chunks(local_stack, job_id))
@@ -339,6 +348,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@FOLLOWED_ON_ONE_WORKER
 def test_an_artifact_is_downloaded_through_a_two_minute_link_and_verified(local_stack, followed, tmp_path):
     api, job_id = RelevoApi.for_stack(local_stack), followed["job"]
     stack_file = str(_stack_file(local_stack, tmp_path))
