@@ -164,7 +164,8 @@ def test_a_stages_transfer_is_sent_as_progress_whenever_what_it_says_changes():
         return {"current_stage": "build", "stages": [jobs.pop(0) if len(jobs) > 1 else jobs[0]]}
 
     async def collect() -> list[dict[str, Any]]:
-        settings = StreamSettings(poll_sec=0.01, state_sec=0.000001, retry_backoff_sec=0.01, lifetime_sec=60)
+        # Each poll waits for its job read: one reading of the upload per poll.
+        settings = StreamSettings(poll_sec=0.01, state_sec=0.000001, job_read_wait_sec=30, retry_backoff_sec=0.01, lifetime_sec=60)
         return [event async for event in job_events(script.read_logs, read_job, 0, settings, script.sleep)]
 
     events = asyncio.run(collect())
@@ -190,7 +191,9 @@ def test_the_periodic_job_read_runs_beside_the_polls_log_read_not_ahead_of_the_n
 
     def read_job() -> dict[str, Any]:
         job_reads[0] += 1
-        if job_reads[0] > 1:  # the first read opens the stream, before any poll has one due
+        # The first read opens the stream, before any poll has one due; the last is the one the
+        # job's end causes, read after that poll's log read (the job moved since the log read began).
+        if job_reads[0] > 1 and script.pages:
             job_read_under_way.set()
             overlapped.append(log_read_during_it.wait(2))
             job_read_under_way.clear()
@@ -200,9 +203,61 @@ def test_the_periodic_job_read_runs_beside_the_polls_log_read_not_ahead_of_the_n
     script = Beside(page([chunk(0)]), page([chunk(1)]), page([], status="succeeded"))
 
     async def collect() -> list[dict[str, Any]]:
-        settings = StreamSettings(poll_sec=0.01, state_sec=0.000001, retry_backoff_sec=0.01, lifetime_sec=60)
+        settings = StreamSettings(poll_sec=0.01, state_sec=0.000001, job_read_wait_sec=30, retry_backoff_sec=0.01, lifetime_sec=60)
         return [event async for event in job_events(script.read_logs, read_job, 0, settings, script.sleep)]
 
     events = asyncio.run(collect())
     assert overlapped and all(overlapped), overlapped
     assert [e["event"] for e in events] == ["state", "log", "log", "state", "done"]
+
+
+def test_no_poll_waits_for_a_slow_job_read_its_answer_is_taken_once_it_is_in():
+    """A job read slower than several polls holds back none of their lines: they go out as they
+    are read, and the read's stage and transfer follow when it answers."""
+    import threading
+
+    reading, answer, answered = threading.Event(), threading.Event(), threading.Event()
+    polls_while_reading: list[int] = []
+
+    class Polls(Script):
+        def read_logs(self, from_seq: int) -> dict[str, Any]:
+            if len(self.asked) == 2:
+                assert reading.wait(10)  # the third poll begins once the job read is under way
+            if len(self.asked) == 4:
+                answer.set()  # the job read answers during the fifth poll
+            if len(self.asked) == 5:
+                assert answered.wait(10)
+            return super().read_logs(from_seq)
+
+    job_reads = [0]
+
+    def read_job() -> dict[str, Any]:
+        job_reads[0] += 1
+        if job_reads[0] == 2:  # the periodic read (the first opens the stream)
+            polls_while_reading.append(len(script.asked))
+            reading.set()
+            assert answer.wait(10)
+            polls_while_reading.append(len(script.asked))
+            answered.set()
+            return {"current_stage": "sign"}
+        return {"current_stage": "build"}
+
+    script = Polls(page([chunk(0)]), page([chunk(1)]), page([chunk(2)]), page([chunk(3)]), page([chunk(4)]),
+                   *[page([]) for _ in range(200)])
+
+    async def collect() -> list[dict[str, Any]]:
+        settings = StreamSettings(poll_sec=0.01, state_sec=0.000001, retry_backoff_sec=0.01, lifetime_sec=60)
+        seen: list[dict[str, Any]] = []
+        async for event in job_events(script.read_logs, read_job, 0, settings, script.sleep):
+            seen.append(event)
+            if event["event"] == "state" and json.loads(event["data"])["current_stage"] == "sign":
+                break
+        return seen
+
+    events = asyncio.run(collect())
+    # The third to fifth polls' lines went out while the job read was under way.
+    assert polls_while_reading[0] <= 3 and polls_while_reading[1] >= 5
+    logs = [e for e in events if e["event"] == "log"]
+    assert [json.loads(e["data"])["next_seq"] for e in logs] == [1, 2, 3, 4, 5]
+    assert events.index(logs[-1]) < len(events) - 1 and events[-1]["event"] == "state"
+    assert job_reads[0] == 2

@@ -13,6 +13,9 @@ import json
 import secrets
 import shutil
 import tempfile
+import threading
+import time
+from collections import OrderedDict
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +46,13 @@ HERE = Path(__file__).resolve().parent
 LOG_TAIL_LINES = 200
 # Chunks per page when the page's first view is read back from the end of the log.
 TAIL_PAGE_CHUNKS = 20
+# A job's cost is read from its execution history (GET /jobs/{id}/cost pages through
+# GetExecutionHistory), the panel's slowest read, and the panel re-renders on every state event
+# while the page streams the log. The history grows as the job moves (a status, a stage's status
+# or attempt): a cost is kept for the job as it was read, for at most JOB_COST_MAX_AGE_SEC (a
+# queued job's wait cycles add transitions without moving it), for the last JOB_COSTS_KEPT jobs.
+JOB_COST_MAX_AGE_SEC = 30.0
+JOB_COSTS_KEPT = 256
 
 
 @dataclass
@@ -54,12 +64,40 @@ class Console:
     caller: Callable[[], str] | None = None
     # Where `git ls-remote` finds a project's repository (None: GitHub's or GitLab's).
     git_base_url: str | None = None
+    clock: Callable[[], float] = time.monotonic
     _caller_arn: str | None = None
+    _costs: OrderedDict[str, tuple[tuple[Any, ...], float, dict[str, Any]]] = field(default_factory=OrderedDict)
+    _costs_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def caller_arn(self) -> str:
         if self._caller_arn is None:
             self._caller_arn = (self.caller or (lambda: actions.caller_arn(self.api)))()
         return self._caller_arn
+
+
+    def job_cost(self, job: dict[str, Any]) -> dict[str, Any]:
+        """The job's cost as the API counts it, read again only once the job has moved since."""
+        job_id, moved = job["job_id"], job_progress(job)
+        with self._costs_lock:
+            kept = self._costs.get(job_id)
+            if kept is not None and kept[0] == moved and self.clock() - kept[1] < JOB_COST_MAX_AGE_SEC:
+                self._costs.move_to_end(job_id)
+                return kept[2]
+        cost = self.api.job_cost(job_id)  # an ApiError (a held job has no execution yet) is not kept
+        with self._costs_lock:
+            self._costs[job_id] = (moved, self.clock(), cost)
+            self._costs.move_to_end(job_id)
+            while len(self._costs) > JOB_COSTS_KEPT:
+                self._costs.popitem(last=False)
+        return cost
+
+
+def job_progress(job: dict[str, Any]) -> tuple[Any, ...]:
+    """What changes whenever the job's execution takes steps: its status and stage, and each
+    stage's status and attempt."""
+    return (job["status"], job.get("current_stage"), job.get("waiting_stage"),
+            tuple((stage.get("name"), stage.get("status"), stage.get("attempt"), stage.get("retry_count"))
+                  for stage in job.get("stages") or []))
 
 
 templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
@@ -91,7 +129,7 @@ def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
     if job["status"] == "queued":
         queued = next((entry for entry in console.api.queue()["jobs"] if entry["job_id"] == job["job_id"]), None)
     try:
-        cost: dict[str, Any] | None = console.api.job_cost(job["job_id"])
+        cost: dict[str, Any] | None = console.job_cost(job)
     except ApiError as exc:  # a held job has no execution yet (409 JOB_NOT_STARTED)
         cost = {"unavailable": str(exc)}
     return {"job": job, "buttons": buttons, "rerun_from": rerun_from, "caller": caller, "cost": cost,

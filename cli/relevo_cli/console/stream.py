@@ -30,7 +30,6 @@ from starlette.concurrency import run_in_threadpool
 from relevo_cli.api import ApiError
 from relevo_cli.console.summary import stage_transfers
 from relevo_cli.follow import is_transient
-from relevo_core.models.requests import LOG_MAX_LIMIT
 
 
 class StreamSettings(BaseModel):
@@ -40,6 +39,8 @@ class StreamSettings(BaseModel):
 
     poll_sec: float = Field(0.5, gt=0, description="how often the log is read while nothing new is stored")
     state_sec: float = Field(2.0, gt=0, description="how often the job itself is read for stage changes")
+    job_read_wait_sec: float = Field(
+        0.0, ge=0, description="how long a poll waits for the periodic job read under way before it goes on without it")
     ping_sec: float = Field(15.0, gt=0, description="the keep-alive comment's interval")
     lifetime_sec: float = Field(600.0, gt=0, description="a stream ends itself after this long (the page reconnects)")
     batch_lines: int = Field(500, ge=1, description="at most this many lines in one `log` event")
@@ -72,6 +73,12 @@ def _job_state(job: dict[str, Any], page: dict[str, Any]) -> tuple[dict[str, Any
     return state, stage_transfers(job) if "stages" in job else {}
 
 
+def _forget(read: asyncio.Future[Any] | None) -> None:
+    """Let a job read finish unheard: its outcome (an error included) is consumed when it ends."""
+    if read is not None:
+        read.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+
 def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> dict[str, Any]:
     event: dict[str, Any] = {"event": name, "data": json.dumps(data)}
     if event_id is not None:
@@ -95,54 +102,60 @@ async def job_events(
     last_transfers: dict[str, str] = {}
     transfers: dict[str, str] = {}
     state_read_at: float | None = None
-    while clock() - started < settings.lifetime_sec:
-        polled_at = clock()
-        # The job's periodic read (current stage, transfers) runs beside this poll's log read, not
-        # after it: read in turn, a slow job read held back the next poll's lines every state_sec.
-        due = state_read_at is not None and clock() - state_read_at >= settings.state_sec
-        job_read = asyncio.ensure_future(run_in_threadpool(read_job)) if due else None
-        try:
-            page = await run_in_threadpool(read_logs, next_seq)
-            if last_state is None:
-                # The first event of every stream is the job's state.
-                last_state, transfers = _job_state(await run_in_threadpool(read_job), page)
-                state_read_at = clock()
-                yield _event("state", last_state)
-            # New lines go out before the job is read again: a line is never late for a state read.
-            for group in batches([c for c in page["chunks"] if c["seq"] >= next_seq], settings.batch_lines):
-                next_seq = group[-1]["seq"] + 1
-                yield _event("log", {"chunks": group, "next_seq": next_seq}, event_id=next_seq)
-            state = {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": last_state["current_stage"]}
-            if job_read is not None:
-                state, transfers = _job_state(await job_read, page)
-                state_read_at = clock()
-            elif state["status"] != last_state["status"]:
-                state, transfers = _job_state(await run_in_threadpool(read_job), page)
-                state_read_at = clock()
-        except ApiError as exc:
-            if is_transient(exc):
+    # The job's periodic read (current stage, transfers) runs beside the polls, and no poll waits
+    # for it: a poll takes its answer once it is in. Awaited in the poll that started it, a slow
+    # job read held back that poll's lines, and the next poll's, every state_sec.
+    job_read: asyncio.Future[dict[str, Any]] | None = None
+    try:
+        while clock() - started < settings.lifetime_sec:
+            polled_at = clock()
+            if job_read is None and state_read_at is not None and clock() - state_read_at >= settings.state_sec:
+                job_read = asyncio.ensure_future(run_in_threadpool(read_job))
+            try:
+                page = await run_in_threadpool(read_logs, next_seq)
+                if last_state is None:
+                    # The first event of every stream is the job's state.
+                    last_state, transfers = _job_state(await run_in_threadpool(read_job), page)
+                    state_read_at = clock()
+                    yield _event("state", last_state)
+                # New lines go out before the job is read again: a line is never late for a state read.
+                for group in batches([c for c in page["chunks"] if c["seq"] >= next_seq], settings.batch_lines):
+                    next_seq = group[-1]["seq"] + 1
+                    yield _event("log", {"chunks": group, "next_seq": next_seq}, event_id=next_seq)
+                state = {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": last_state["current_stage"]}
+                if state["status"] != last_state["status"]:
+                    # The job moved: read it now. A periodic read under way began before the move.
+                    _forget(job_read)
+                    job_read = None
+                    state, transfers = _job_state(await run_in_threadpool(read_job), page)
+                    state_read_at = clock()
+                elif job_read is not None and (await asyncio.wait({job_read}, timeout=settings.job_read_wait_sec))[0]:
+                    read, job_read = job_read, None
+                    state, transfers = _job_state(read.result(), page)
+                    state_read_at = clock()
+            except ApiError as exc:
+                if is_transient(exc):
+                    await sleep(settings.retry_backoff_sec)
+                    continue
+                yield _event("refused", {"status": exc.status, "error": exc.code, "message": str(exc)})
+                return
+            except Exception as exc:  # the network: wait it out, as the CLI follower does
+                if not is_transient(exc):
+                    raise
                 await sleep(settings.retry_backoff_sec)
                 continue
-            yield _event("refused", {"status": exc.status, "error": exc.code, "message": str(exc)})
-            return
-        except Exception as exc:  # the network: wait it out, as the CLI follower does
-            if not is_transient(exc):
-                raise
-            await sleep(settings.retry_backoff_sec)
-            continue
-        finally:
-            if job_read is not None:  # a poll that failed leaves its job read's outcome unread: drop it
-                job_read.add_done_callback(lambda read: read.cancelled() or read.exception())
-        if state != last_state:
-            yield _event("state", state)
-            last_state = state
-        if transfers != last_transfers:
-            yield _event("progress", {"transfers": transfers})
-            last_transfers = transfers
-        if page["more"]:
-            continue
-        if page["terminal"]:
-            yield _event("done", {"status": page["status"], "next_seq": next_seq})
-            return
-        # Polls keep a steady cadence: the reads' own time counts toward the interval.
-        await sleep(max(0.0, settings.poll_sec - (clock() - polled_at)))
+            if state != last_state:
+                yield _event("state", state)
+                last_state = state
+            if transfers != last_transfers:
+                yield _event("progress", {"transfers": transfers})
+                last_transfers = transfers
+            if page["more"]:
+                continue
+            if page["terminal"]:
+                yield _event("done", {"status": page["status"], "next_seq": next_seq})
+                return
+            # Polls keep a steady cadence: the reads' own time counts toward the interval.
+            await sleep(max(0.0, settings.poll_sec - (clock() - polled_at)))
+    finally:
+        _forget(job_read)  # a stream that ends (or is closed) with a job read under way
