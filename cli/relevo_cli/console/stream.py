@@ -109,13 +109,17 @@ async def job_events(
     try:
         while clock() - started < settings.lifetime_sec:
             polled_at = clock()
-            if job_read is None and state_read_at is not None and clock() - state_read_at >= settings.state_sec:
+            # The stream's first read of the job runs beside its first log read: the first event
+            # (the job's state) needs both, and lines printed meanwhile wait for the next poll.
+            if job_read is None and (state_read_at is None or clock() - state_read_at >= settings.state_sec):
                 job_read = asyncio.ensure_future(run_in_threadpool(read_job))
             try:
                 page = await run_in_threadpool(read_logs, next_seq)
                 if last_state is None:
                     # The first event of every stream is the job's state.
-                    last_state, transfers = _job_state(await run_in_threadpool(read_job), page)
+                    read, job_read = job_read, None
+                    assert read is not None
+                    last_state, transfers = _job_state(await read, page)
                     state_read_at = clock()
                     yield _event("state", last_state)
                 # New lines go out before the job is read again: a line is never late for a state read.

@@ -108,9 +108,11 @@
     clearTimeout(retry);
     setConnection("connecting");
     source = new EventSource("/jobs/" + encodeURIComponent(jobId) + "/stream?from_seq=" + nextSeq);
-    source.addEventListener("open", function () { setConnection("live"); });
     source.addEventListener("log", function (event) { appendChunks(JSON.parse(event.data).chunks); });
     source.addEventListener("state", function (event) {
+      // Live from the stream's first event (always a state), not from its opening: the server
+      // sends it once it has read the log and the job, and lines follow from then on.
+      if (connection.dataset.state !== "live") setConnection("live");
       const state = JSON.parse(event.data);
       showGate(state.waiting_stage);
       // The panel was rendered before the stream opened: the first state may already differ.
