@@ -77,6 +77,8 @@ def probes(
         Probe("write log chunks", "dynamodb:PutItem", True, _put(table, f"LOGS#{PROBE_ID}", "SEQ#000000000000")),
         Probe("write artifact records", "dynamodb:PutItem", True, _put(table, f"ARTIFACTS#{PROBE_ID}", "probe")),
         Probe(f"write presence in {region}", "dynamodb:PutItem", True, _put(table, f"AGENTS#{region}", f"AGENT#{PROBE_ID}")),
+        Probe(f"read pauses in {region}", "dynamodb:BatchGetItem", True, lambda: client("dynamodb").batch_get_item(
+            RequestItems={table: {"Keys": [{"pk": {"S": f"PAUSES#{region}"}, "sk": {"S": f"PAUSE#{PROBE_ID}"}}]}})),
         Probe(
             "find its held attempts", "dynamodb:Query", True,
             lambda: client("dynamodb").query(
@@ -92,12 +94,13 @@ def probes(
         Probe("write grants", "dynamodb:PutItem", False, _put(table, f"PROJECT#{PROBE_ID}", f"GRANT#{PROBE_ID}")),
         Probe("write project locks", "dynamodb:PutItem", False, _put(table, f"LOCK#{PROBE_ID}", "LOCK")),
         Probe("write dedup records", "dynamodb:PutItem", False, _put(table, f"DEDUP#{PROBE_ID}", "DEDUP")),
+        Probe("set or lift pauses", "dynamodb:PutItem", False, _put(table, f"PAUSES#{region}", f"PAUSE#{PROBE_ID}")),
         Probe("rewrite a job's envelope (its stage commands)", "dynamodb:UpdateItem", False, _update(table, job, "JOB", "envelope")),
         Probe("delete items", "dynamodb:DeleteItem", False,
               lambda: client("dynamodb").delete_item(TableName=table, Key={"pk": {"S": job}, "sk": {"S": "JOB"}}, ConditionExpression=NEVER)),
     ]
     if bucket:
-        found.insert(8, Probe("find the artifact bucket's region", "s3:GetBucketLocation", True, lambda: client("s3").get_bucket_location(Bucket=bucket)))
+        found.insert(9, Probe("find the artifact bucket's region", "s3:GetBucketLocation", True, lambda: client("s3").get_bucket_location(Bucket=bucket)))
     for other, url in sorted(other_queues.items()):
         found.append(Probe(f"take {other}'s stages", "sqs:ChangeMessageVisibility", False,
                            lambda url=url: client("sqs").change_message_visibility(QueueUrl=url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0)))

@@ -50,6 +50,9 @@ def test_what_an_agent_does_is_allowed(local_stack):
     dynamodb.get_item(
         TableName=table, Key={"pk": {"S": "AGENTS#eu-west"}, "sk": {"S": f"AGENT#agent-role-{suffix}"}}, ConsistentRead=True
     )
+    # With each presence write it reads its own pause and its region's (store/agent_pauses.pauses_for_agent).
+    dynamodb.batch_get_item(RequestItems={table: {"Keys": [
+        {"pk": {"S": "PAUSES#eu-west"}, "sk": {"S": f"PAUSE#agent-role-{suffix}"}}, {"pk": {"S": "PAUSES#eu-west"}, "sk": {"S": "PAUSE"}}]}})
     # Writes are authorized, then refused by a condition that never holds: the session's other
     # tests read every presence and log record, so none is left behind.
     never = {"ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(pk)"}
@@ -130,6 +133,32 @@ def test_an_agent_cannot_take_another_regions_stages_use_another_bucket_or_start
     assert refusal_code(lambda: secrets_manager.get_secret_value(SecretId=f"relevo/{local_stack.stack_name}/p/github")) == "AccessDeniedException"
 
 
+def test_an_agent_reads_the_pauses_it_obeys_and_can_set_or_lift_none(local_stack, monkeypatch):
+    """Pauses are the operators' (POST /agents/{id}/pause, admins only): an agent that could write
+    them could pause its peers, or lift or stretch its own. It reads its own and its region's with
+    every presence write; writing either, where the store keeps them, is refused."""
+    from datetime import datetime, timedelta, timezone
+
+    from relevo_core.store import agent_pauses
+
+    table, peer = local_stack.table_name, f"mac-{secrets.token_hex(3)}"
+    now = datetime.now(timezone.utc)
+    pause = agent_pauses.AgentPause(region="eu-west", agent_id=peer, note="forged", set_at=now, until=now + timedelta(days=7), timeout_sec=600)
+    with monkeypatch.context() as agent:
+        _with_credentials(agent, local_stack, local_stack.agent_credentials["eu-west"])
+        assert agent_pauses.pauses_for_agent(table, "eu-west", peer) == (None, None)
+        for what, write in (
+            ("pausing a peer", lambda: agent_pauses.put_pause(table, pause)),
+            ("pausing the region's dispatch", lambda: agent_pauses.put_pause(table, pause.model_copy(update={"agent_id": None}))),
+            ("lifting a pause", lambda: agent_pauses.delete_pause(table, "eu-west", peer)),
+        ):
+            assert refusal_code(write) == "AccessDeniedException", what
+    from relevo_core.aws import reset_clients
+
+    reset_clients()  # back to the test's own credentials: nothing was written
+    assert agent_pauses.region_pauses(table, "eu-west").get(peer) is None
+
+
 def _with_credentials(monkeypatch, stack, credentials) -> None:
     from relevo_core.aws import reset_clients
 
@@ -157,6 +186,7 @@ def test_doctor_finds_an_agents_credentials_fit_and_names_excess_and_missing_one
     assert "these credentials can write project items (dynamodb:PutItem); an agent's should not" in too_much.words
     assert "take us-east's stages" in too_much.words and "start executions" in too_much.words
     assert "these credentials can read webhook secrets (secretsmanager:GetSecretValue)" in too_much.words
+    assert "these credentials can set or lift pauses (dynamodb:PutItem); an agent's should not" in too_much.words
 
     # An agent of another region may not take this region's stages.
     with monkeypatch.context() as other:
@@ -164,7 +194,7 @@ def test_doctor_finds_an_agents_credentials_fit_and_names_excess_and_missing_one
         wrong_region = check_permissions(local_stack, "eu-west", None)
     assert not wrong_region.ok
     assert "missing: " in wrong_region.words and "hand stage messages back (sqs:ChangeMessageVisibility)" in wrong_region.words
-    assert "write presence in eu-west" in wrong_region.words
+    assert "write presence in eu-west" in wrong_region.words and "read pauses in eu-west" in wrong_region.words
     assert "cannot read eu-west's signing identities (secretsmanager:GetSecretValue)" in wrong_region.words
 
 
@@ -180,7 +210,7 @@ def test_every_probe_of_doctor_is_harmless(local_stack, monkeypatch):
     probe = permissions.PROBE_ID
     for pk, sk in [(f"JOB#{probe}", "STAGE#00"), (f"JOB#{probe}", "JOB"), (f"LOGS#{probe}", "SEQ#000000000000"), (f"ARTIFACTS#{probe}", "probe"),
                    ("AGENTS#eu-west", f"AGENT#{probe}"), (f"PROJECT#{probe}", "PROJECT"), (f"PROJECT#{probe}", f"GRANT#{probe}"),
-                   (f"LOCK#{probe}", "LOCK"), (f"DEDUP#{probe}", "DEDUP")]:
+                   (f"LOCK#{probe}", "LOCK"), (f"DEDUP#{probe}", "DEDUP"), ("PAUSES#eu-west", f"PAUSE#{probe}")]:
         assert "Item" not in client("dynamodb").get_item(TableName=local_stack.table_name, Key={"pk": {"S": pk}, "sk": {"S": sk}}), (pk, sk)
 
 

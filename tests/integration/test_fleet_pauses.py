@@ -41,7 +41,7 @@ def _presence(local_stack, agent_id: str, now: datetime) -> None:
 
 
 def _pause_items(local_stack) -> list[dict]:
-    return [i for i in table_items(local_stack, f"AGENTS#{REGION}") if i["sk"]["S"].startswith("PAUSE")]
+    return [i for i in table_items(local_stack, f"PAUSES#{REGION}") if i["sk"]["S"].startswith("PAUSE")]
 
 
 def test_only_admins_pause_and_bad_input_writes_nothing(local_stack):

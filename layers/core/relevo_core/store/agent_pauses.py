@@ -1,8 +1,8 @@
-"""Access pattern: pauses of the fleet, in each region's presence partition (AGENTS#{region}).
+"""Access pattern: pauses of the fleet, in each region's pause partition (PAUSES#{region}).
 
 An agent's pause (`PAUSE#{agent_id}`) keeps it from taking new stages; a drain also has it exit
 once idle. The region's dispatch pause (`DISPATCH_PAUSE`) keeps every agent of the region from
-taking new stages. Written by operators (the queue function), read by the agents with their
+taking new stages. Written by operators (the queue function), only read by the agents with their
 presence tick (`pauses_for_agent`: its own item and its region's, one BatchGetItem) and by the
 queue view (`region_pauses`: one Query). A pause ends at `until` (wall clock, stored) or at
 resume (the item deleted); the agent also ends it `timeout_sec` after it first saw it, on its own
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes, to_attributes
-from relevo_core.store.keys import DISPATCH_PAUSE_SK, agents_pk, key, pause_sk
+from relevo_core.store.keys import DISPATCH_PAUSE_SK, key, pause_sk, pauses_pk
 from relevo_core.store.paging import query_items
 
 PAUSE_TTL_AFTER_SEC = 24 * 3600
@@ -55,7 +55,7 @@ def _sk(agent_id: str | None) -> str:
 def put_pause(table: str, pause: AgentPause) -> None:
     """Set (or replace) the pause: the latest one wins."""
     item = {
-        "pk": agents_pk(pause.region),
+        "pk": pauses_pk(pause.region),
         "sk": _sk(pause.agent_id),
         **pause.model_dump(mode="json", exclude_none=True),
         "ttl": int((pause.until + timedelta(seconds=PAUSE_TTL_AFTER_SEC)).timestamp()),
@@ -66,7 +66,7 @@ def put_pause(table: str, pause: AgentPause) -> None:
 def delete_pause(table: str, region: str, agent_id: str | None) -> AgentPause | None:
     """Resume: the pause removed; the one that was there, if any."""
     old = client("dynamodb").delete_item(
-        TableName=table, Key=key(agents_pk(region), _sk(agent_id)), ReturnValues="ALL_OLD"
+        TableName=table, Key=key(pauses_pk(region), _sk(agent_id)), ReturnValues="ALL_OLD"
     ).get("Attributes")
     return AgentPause.model_validate(from_attributes(old)) if old else None
 
@@ -74,7 +74,7 @@ def delete_pause(table: str, region: str, agent_id: str | None) -> AgentPause | 
 def pauses_for_agent(table: str, region: str, agent_id: str) -> tuple[AgentPause | None, AgentPause | None]:
     """(the agent's own pause, its region's dispatch pause), read strongly consistent in one call:
     only these two items of the partition."""
-    keys = [key(agents_pk(region), pause_sk(agent_id)), key(agents_pk(region), DISPATCH_PAUSE_SK)]
+    keys = [key(pauses_pk(region), pause_sk(agent_id)), key(pauses_pk(region), DISPATCH_PAUSE_SK)]
     request: dict[str, Any] = {table: {"Keys": keys, "ConsistentRead": True}}
     found: list[dict[str, Any]] = []
     for _ in range(5):  # UnprocessedKeys: two small items are all but never left, but retry them
@@ -93,7 +93,7 @@ def region_pauses(table: str, region: str) -> dict[str | None, AgentPause]:
     items = query_items(
         TableName=table,
         KeyConditionExpression="pk = :pk AND begins_with(sk, :pause)",
-        ExpressionAttributeValues={":pk": {"S": agents_pk(region)}, ":pause": {"S": DISPATCH_PAUSE_SK}},
+        ExpressionAttributeValues={":pk": {"S": pauses_pk(region)}, ":pause": {"S": DISPATCH_PAUSE_SK}},
         ConsistentRead=True,
     )
     pauses = [AgentPause.model_validate(item) for item in items]

@@ -93,9 +93,15 @@ def agent_sk(agent_id: str) -> str:
     return f"AGENT#{agent_id}"
 
 
-# Pauses share their region's presence partition, under sort keys no presence record has: one
-# per paused agent (PAUSE#id), and one for the region's dispatch (PAUSE); begins_with "PAUSE"
-# reads them all.
+def pauses_pk(region: str) -> str:
+    # A region's pauses have a partition of their own, apart from presence: the agent role may
+    # write its region's presence partition but only read this one (IAM's dynamodb:LeadingKeys
+    # can tell partitions apart, not sort keys), so an agent cannot pause or resume another.
+    return f"PAUSES#{region}"
+
+
+# One pause item per paused agent (PAUSE#id), and one for the region's dispatch (PAUSE);
+# begins_with "PAUSE" reads them all.
 PAUSE_SK_PREFIX = "PAUSE#"
 DISPATCH_PAUSE_SK = "PAUSE"
 # The region's own record in that partition: whether any of its agents was online at the last
