@@ -74,7 +74,6 @@ class Console:
             self._caller_arn = (self.caller or (lambda: actions.caller_arn(self.api)))()
         return self._caller_arn
 
-
     def job_cost(self, job: dict[str, Any]) -> dict[str, Any]:
         """The job's cost as the API counts it, read again only once the job has moved since."""
         job_id, moved = job["job_id"], job_progress(job)
