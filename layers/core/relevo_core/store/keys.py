@@ -95,8 +95,9 @@ def agent_sk(agent_id: str) -> str:
 
 def pauses_pk(region: str) -> str:
     # A region's pauses have a partition of their own, apart from presence: the agent role may
-    # write its region's presence partition but only read this one (IAM's dynamodb:LeadingKeys
-    # can tell partitions apart, not sort keys), so an agent cannot pause or resume another.
+    # write its region's presence partition but only read this one, so an agent cannot pause or
+    # resume another. IAM's dynamodb:LeadingKeys matches partition key values only ("Using IAM
+    # policy conditions for fine-grained access control", DynamoDB Developer Guide).
     return f"PAUSES#{region}"
 
 
