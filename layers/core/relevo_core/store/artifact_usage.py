@@ -33,6 +33,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.store.artifacts import ArtifactRecord
 from relevo_core.store.codec import from_attributes, to_attribute
+from relevo_core.store.conditional import CONDITION_FAILED, transaction_cancellation, update_if
 from relevo_core.store.keys import ARTIFACT_USAGE_SK, COUNTED_SK_PREFIX, artifact_pk, artifact_sk, audit_pk, key, usage_pk
 
 # Stream records are kept 24 hours; a marker outlives any redelivery of its record.
@@ -48,10 +49,9 @@ class Usage:
 
 
 def _cancelled_on_condition(exc: ClientError) -> bool:
-    if exc.response["Error"]["Code"] != "TransactionCanceledException":
-        return False
-    reasons = exc.response.get("CancellationReasons") or []
-    return any(reason.get("Code") == "ConditionalCheckFailed" for reason in reasons)
+    """A transaction refused by one of its items' conditions (not throttled, not a conflict)."""
+    cancellation = transaction_cancellation(exc)
+    return cancellation is not None and CONDITION_FAILED in cancellation.codes
 
 
 def add_counted(table: str, project_id: str, event_id: str, delta: int, now_epoch: int) -> bool:
@@ -159,19 +159,8 @@ def remove_for_quota(table: str, project_id: str, artifact: ArtifactRecord, boun
 
 def _update_usage_if(table: str, project_id: str, update: str, condition: str, values: dict[str, Any] | None = None) -> bool:
     """A conditional update of the project's usage item; False when the condition did not hold."""
-    try:
-        client("dynamodb").update_item(
-            TableName=table,
-            Key=key(usage_pk(project_id), ARTIFACT_USAGE_SK),
-            UpdateExpression=update,
-            ConditionExpression=condition,
-            **({"ExpressionAttributeValues": values} if values else {}),
-        )
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
+    return update_if(TableName=table, Key=key(usage_pk(project_id), ARTIFACT_USAGE_SK), UpdateExpression=update,
+                     ConditionExpression=condition, **({"ExpressionAttributeValues": values} if values else {}))
 
 
 def note_live_over_bound(table: str, project_id: str, at: datetime) -> bool:
