@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -200,6 +201,8 @@ class StageRunner:
             env = self._stage_env(envelope, task, workspace)
             if accepted is None and not self._taken(run, op_id):
                 self._abandon(run, op_id)
+                if run.reason == "fenced":
+                    self._back_when_lease_ends(run, op_id, message)
                 return
             if stage_attempts.needs_reconcile(previous, ref.attempt):
                 if not self._after_previous_fence(run, op_id, previous):
@@ -275,6 +278,18 @@ class StageRunner:
             log.info("%s attempt %d: the state machine took the claim after all", op_id, run.ref.attempt)
             return True
         return False
+
+    def _back_when_lease_ends(self, run: StageRun, op_id: str, message: Message) -> None:
+        """Fenced before the state machine was seen to take the claim (the accept's answers were
+        lost): the dispatch may still be waiting for one, and only a claim of this same attempt
+        can give it. Such a claim is refused until the lease this one took has ended, so the
+        message comes back just after that, for this agent or another, instead of after the work
+        queue's 60 s visibility timeout. Had the state machine taken the claim after all, the
+        next claim's accept meets an answered token and lets the message go (its retry comes
+        from the lapsed heartbeat)."""
+        back_in = max(1, math.ceil(run.lease.deadline - time.monotonic()) + 1)
+        log.info("%s attempt %d: fenced before the claim was taken; its message returns in %ds", op_id, run.ref.attempt, back_in)
+        message.give_back_after(back_in)
 
     def _after_previous_fence(self, run: StageRun, op_id: str, previous: dict[str, Any]) -> bool:
         """A successor probes (or runs) only once the previous holder has fenced: after that

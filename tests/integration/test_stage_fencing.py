@@ -5,6 +5,7 @@ and no claim takes it; a claim can be sent again after a lost answer; a report t
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -217,3 +218,59 @@ def test_a_fenced_out_attempt_cannot_write_its_transfer_progress(local_stack, pr
     stage_attempts.record_transfer(second, _reading(2, 3, 3000, state="uploaded"))
     assert _stage(local_stack, job_id)["transfers"]["2"]["state"] == "uploaded"
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_a_claim_fenced_before_its_accept_got_through_comes_back_when_its_lease_ends(local_stack, project_id, tmp_path, monkeypatch):
+    """The resets drill: a claim landed, but every answer to the dispatch (the accept) was lost
+    until the holder's own clock fenced it, before its command started. The dispatch still
+    waits, and only a claim of the same attempt can answer it: the message used to wait out the
+    work queue's 60 s visibility timeout first, longer than the drill waits. It comes back just
+    after the lease ends, the next claim of attempt 1 answers the dispatch, and nothing ran."""
+    from botocore.exceptions import ConnectionClosedError
+
+    import relevo_agent.stage as stage_module
+    from relevo_agent.config import AgentConfig
+    from relevo_agent.journal import Journal, OperationOutcome, operation_id
+    from relevo_agent.messages import Message
+    from relevo_agent.service import Agent
+
+    marker = tmp_path / "ran"
+    lease_ttl_sec = 5
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": f"touch {marker}"}],
+                       lease_ttl_sec=lease_ttl_sec, queue_timeout_sec=120)
+    task, receipt = receive_stage(local_stack, job_id)
+    received = time.monotonic()
+
+    def reset(*_: object, **__: object) -> None:
+        raise ConnectionClosedError(endpoint_url=str(local_stack.aws_endpoint))
+
+    class AcceptLost:
+        """Step Functions as the agent sees it when every answer to it is reset."""
+
+        send_task_success = staticmethod(reset)
+
+    # From the claim on, the accept and every lease renewal are reset, so the holder's own
+    # clock fences it; reads, the claim and the message calls go through.
+    real_client, real_renew = stage_module.client, stage_attempts.renew_lease
+    monkeypatch.setattr(stage_module, "client", lambda name: AcceptLost() if name == "stepfunctions" else real_client(name))
+    monkeypatch.setattr(stage_attempts, "renew_lease", reset)
+    config = AgentConfig(agent_id="mac-lost", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3",
+                         max_clock_skew_sec=0.5)
+    agent = Agent(config, local_stack.table_name, local_stack.work_queues["eu-west"], Journal(config.journal))
+    agent._active = 1
+    agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+
+    assert agent.journal.get(operation_id(job_id, "upload")).outcome is OperationOutcome.ABANDONED
+    assert _stage(local_stack, job_id)["agent_id"] == "mac-lost"
+    monkeypatch.setattr(stage_module, "client", real_client)
+    monkeypatch.setattr(stage_attempts, "renew_lease", real_renew)
+    again, _ = receive_stage(local_stack, job_id, timeout=30)
+    back_after = time.monotonic() - received
+    # Back once the lease ended (a claim of attempt 1 is refused before), well before 60 s.
+    assert lease_ttl_sec <= back_after < 20, back_after
+    assert (again["attempt"], again["task_token"]) == (1, task["task_token"])
+    # The dispatch still waited: the next claim of attempt 1 answers it and gets its run token.
+    ref = claim_and_accept(local_stack, again, "mac-next")
+    assert wait_for_run_token(ref)
+    assert not marker.exists()
+    client("stepfunctions").stop_execution(executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}")
