@@ -378,16 +378,23 @@ def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_p
             picker = browser_page.get_by_label("Project")
             assert picker.input_value() == mobile
             # When the group filter leaves the selected project out, the first project left is selected
-            browser_page.get_by_label("Group").select_option(second_group)
+            with browser_page.expect_navigation():
+                browser_page.get_by_label("Group").select_option(second_group)
             expect(picker).to_have_value(min(desktop, tools), timeout=15_000)
             listed = picker.locator("option").evaluate_all("options => options.map(o => o.value)")
             assert sorted(listed) == sorted([desktop, tools])
-            picker.select_option(desktop)
+            # Picking a project opens its run page: wait for that page, or what follows would act
+            # on the page being left
+            with browser_page.expect_navigation():
+                picker.select_option(desktop)
             expect(picker).to_have_value(desktop, timeout=15_000)
             # And from-stage sign with deploy ticked asks for those two stages, at priority 25
             browser_page.get_by_label("From stage").select_option("sign")
             build, sign, deploy = (browser_page.get_by_role("checkbox", name=name) for name in ("build", "sign", "deploy"))
-            assert build.is_disabled() and not build.is_checked() and sign.is_checked() and deploy.is_checked()
+            expect(build).to_be_disabled()
+            expect(build).not_to_be_checked()
+            expect(sign).to_be_checked()
+            expect(deploy).to_be_checked()
             browser_page.get_by_label("Priority").fill("25")
             browser_page.locator("#run-refs-state", has_text="branches and tags").wait_for(timeout=30_000)
             _screenshot(browser_page, screenshots, "run-page")

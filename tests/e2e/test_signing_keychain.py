@@ -120,7 +120,9 @@ def test_the_keychain_is_made_for_the_stage_and_removed_on_success_failure_and_c
         assert Path(third).exists() and security_double.search_list(tool)[0] == third
         api.cancel_job(canceled)
         assert _ended(api, canceled)["status"] == "canceled"
-        wait_until(lambda: not Path(third).exists(), 30, "the canceled stage's keychain deleted")
+        # A cancel ends the job before the agent's stage thread removes the keychain, and the
+        # double records a command once it has done it: wait for that record, not the file.
+        wait_until(lambda: ["delete-keychain", third] in security_double.commands(tool), 30, "the canceled stage's keychain deleted")
         _assert_removed(tool, third)
 
         timed_out = _run(api, _signing_project(api, info, "signing", f"{_check_command(tool)} >/dev/null && sleep 60", exec_timeout_sec=2))
