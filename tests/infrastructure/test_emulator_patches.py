@@ -77,3 +77,22 @@ def test_a_json_path_is_parsed_once_and_still_finds_what_it_names() -> None:
     data = {"job": {"stages": ["build", "sign"]}}
     assert json_path.extract_json("$.job.stages[1]", data) == "sign"
     assert json_path.extract_json("$.job.stages[0]", data) == "build"
+
+
+def test_a_heartbeat_before_the_tasks_wait_is_taken_as_on_aws() -> None:
+    """moto 5.2.5 answered InvalidToken to a heartbeat sent after AwaitResult wrote the run token
+    but before its wait began (seen in the suite under load: agent_runs failed at its first
+    SendTaskHeartbeat). The token is live from the task's start on AWS."""
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackOutcomeSuccess, CallbackPoolManager
+
+    from relevo_cli.local.interpreter_patches import install
+
+    install()
+    pool = CallbackPoolManager(activity_store={})
+    endpoint = pool.add("token-1")
+    assert pool.heartbeat("token-1")  # before the wait: taken (unpatched: False, then InvalidToken)
+    assert not pool.heartbeat("no-such-token")
+    heartbeats = endpoint.setup_heartbeat_endpoint(heartbeat_seconds=1)
+    assert pool.heartbeat("token-1") and heartbeats.clear_and_wait()  # during the wait: resets the clock
+    pool.notify("token-1", CallbackOutcomeSuccess(callback_id="token-1", output="{}"))
+    assert endpoint.get_outcome() is not None

@@ -20,6 +20,15 @@ ends FAILED. Job executions park in such a task while they wait for their projec
 (WaitForProject), so stopping a waiting job would end it FAILED, minutes later. Here a stop
 interrupts the execution's waits for a token, and an error raised after the stop leaves it
 stopped: ABORTED, as on AWS.
+
+A heartbeat that comes before the task's wait. AWS generates a callback task's token "in the
+context object when a workflow enters a task state" (SendTaskHeartbeat, Step Functions API
+Reference), and the token answers SendTaskHeartbeat from then on. moto 5.2.5 registers the token
+before the task's service call, but sets up the heartbeat clock only once the call has returned
+and the wait begins; a heartbeat in between (the agent reads the run token AwaitResult's
+updateItem wrote, and heartbeats at once) finds no clock, is counted as no match, and answers
+InvalidToken, which an agent takes for a task that no longer waits. Here such a heartbeat is
+taken: the clock it would reset has not started.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ _CAMEL_CASE_SERVICES = frozenset({"stepfunctions"})
 def install() -> None:
     _map_aws_sdk_parameters_to_member_names()
     _end_a_stopped_execution_aborted()
+    _take_a_heartbeat_before_the_wait()
 
 
 def _map_aws_sdk_parameters_to_member_names() -> None:
@@ -82,3 +92,19 @@ def _end_a_stopped_execution_aborted() -> None:
     Environment.set_error = set_error_unless_stopped
     Environment.set_stop = set_stop_and_interrupt_waits
     Environment._relevo_stop_aborts = True
+
+
+def _take_a_heartbeat_before_the_wait() -> None:
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+
+    if getattr(CallbackEndpoint, "_relevo_early_heartbeat", False):
+        return
+    notify_heartbeat = CallbackEndpoint.notify_heartbeat
+
+    def notify_heartbeat_or_take_it_early(self: Any) -> bool:
+        if self._heartbeat_endpoint is None and self.get_outcome() is None:
+            return True  # the token is live; its heartbeat clock starts with the wait
+        return notify_heartbeat(self)
+
+    CallbackEndpoint.notify_heartbeat = notify_heartbeat_or_take_it_early
+    CallbackEndpoint._relevo_early_heartbeat = True
