@@ -91,6 +91,45 @@ def queued_counter(stack: StackInfo) -> int:
     return int(from_attributes(item).get("queued", 0)) if item else 0
 
 
+class QueueSlots:
+    """The stack-wide queued-jobs counter as one project's jobs move it.
+
+    The counter is the stack's, and jobs of earlier tests on the worker's stack (waiting behind
+    their project's lock, timing out, started by a late wake) still take and give back slots
+    while a test runs, so reading the counter before and after an action sees their moves too.
+    Each slot taken or given back is a job entering or leaving status queued in the transaction
+    that moves the counter. A reading therefore takes the counter with the set of queued jobs
+    (JobStatusIndex), read again until the two agree, and `change` leaves out what jobs of other
+    projects did between two readings."""
+
+    def __init__(self, stack: StackInfo, project_id: str) -> None:
+        self.stack, self.project_id = stack, project_id
+        self.count, self.queued = self._reading()
+
+    def _queued_jobs(self) -> set[tuple[str, str]]:
+        from relevo_core.store.jobs_by_status import jobs_with_status
+        from relevo_core.store.keys import PROJECT_JOBS_ATTRIBUTE
+
+        return {(item["job_id"], item[PROJECT_JOBS_ATTRIBUTE]) for item in jobs_with_status(self.stack.table_name, "queued")}
+
+    def _reading(self) -> tuple[int, set[tuple[str, str]]]:
+        while True:
+            before, count, after = self._queued_jobs(), queued_counter(self.stack), self._queued_jobs()
+            if before == after:
+                return count, after
+
+    def change(self) -> int:
+        """How far the counter moved since the last reading for this project's jobs: its move,
+        less the slots other projects' jobs took (entered queued) or gave back (left it)
+        meanwhile. With nothing of the project's moving, 0 whatever the rest of the stack does."""
+        count, queued = self._reading()
+        others_entered = sum(1 for _, project in queued - self.queued if project != self.project_id)
+        others_left = sum(1 for _, project in self.queued - queued if project != self.project_id)
+        moved = count - self.count - others_entered + others_left
+        self.count, self.queued = count, queued
+        return moved
+
+
 @contextmanager
 def queue_filled(stack: StackInfo, queue_limit: int) -> Iterator[None]:
     """The queued-jobs counter raised by `queue_limit` for the block, so anything that would take a

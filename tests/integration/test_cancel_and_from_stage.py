@@ -11,8 +11,7 @@ from botocore.exceptions import ClientError
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes
-from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
-from tests.helpers.stack import receive_stage, register_project, table_items, wait_for_execution
+from tests.helpers.stack import QueueSlots, receive_stage, register_project, table_items, wait_for_execution
 from tests.helpers.state_machine import agent_runs, claim_and_accept, wait_for_run_token
 
 STAGES = [{"name": "build", "run": "true"}, {"name": "sign", "run": "true"}, {"name": "upload", "run": "true"}]
@@ -24,10 +23,6 @@ def _job(stack, job_id):
 
 def _run(api, project_id):
     return api.run_project(project_id, {"ref": "main", "commit": secrets.token_hex(20)})["job_id"]
-
-
-def _queued() -> int:
-    return int(from_attributes(client("dynamodb").get_item(TableName=_queued.table, Key=key(QUEUE_COUNTER_PK, COUNTER_SK), ConsistentRead=True).get("Item", {})).get("queued", 0))
 
 
 def test_cancel_a_running_job_stops_it_refuses_its_heartbeats_and_frees_the_project(local_stack, project_id):
@@ -56,7 +51,6 @@ def test_cancel_a_running_job_stops_it_refuses_its_heartbeats_and_frees_the_proj
 
 
 def test_cancel_a_queued_job_gives_back_its_queue_slot_without_dispatch(local_stack, project_id):
-    _queued.table = local_stack.table_name
     register_project(local_stack, project_id, STAGES)
     api = RelevoApi.for_stack(local_stack)
     holder = _run(api, project_id)
@@ -66,11 +60,11 @@ def test_cancel_a_queued_job_gives_back_its_queue_slot_without_dispatch(local_st
         if _job(local_stack, queued).get("queue_reason") == "project_running":
             break
         time.sleep(0.1)
-    before = _queued()
+    slots = QueueSlots(local_stack, project_id)
 
     assert api.cancel_job(queued)["was"] == "queued"
 
-    assert _queued() == before - 1
+    assert slots.change() == -1
     assert _job(local_stack, queued)["status"] == "canceled"
     assert wait_for_execution(local_stack, queued, timeout=30)["status"] != "RUNNING"
     api.cancel_job(holder)

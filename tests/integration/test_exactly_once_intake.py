@@ -22,7 +22,7 @@ from relevo_core.store.projects import get_project
 from relevo_core.execution import execution_arn
 from relevo_core.recovery.sweeper import start_forgotten_jobs
 from tests.helpers.payloads import push_body
-from tests.helpers.stack import deliver, queue_filled, queued_counter, register_project, table_items
+from tests.helpers.stack import QueueSlots, deliver, queue_filled, register_project, table_items
 
 STAGES = [{"name": "build", "run": "true", "exec_timeout_sec": 60}]
 
@@ -206,7 +206,7 @@ def test_a_job_whose_execution_never_started_is_started_by_the_sweep(local_stack
 def test_the_execution_returns_the_queue_slot_exactly_once(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES)
     project = get_project(local_stack.table_name, project_id)
-    before = queued_counter(local_stack)
+    slots = QueueSlots(local_stack, project_id)
     commit = secrets.token_hex(20)
 
     result = enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit)
@@ -220,7 +220,7 @@ def test_the_execution_returns_the_queue_slot_exactly_once(local_stack, intake_s
         time.sleep(0.1)
     assert record["status"]["S"] == "running"
     assert "start_pending" not in record
-    assert queued_counter(local_stack) == before
+    assert slots.change() == 0  # taken at the enqueue, given back once at the start
 
 
 def test_unknown_stage_in_a_run_request_is_refused(local_stack, intake_settings, project_id):

@@ -23,7 +23,7 @@ from relevo_core.models.plan import StagePlan
 from relevo_core.plan_limits import MAX_ENVELOPE_BYTES, MAX_FAILURE_CAUSE_CHARS, STATE_PAYLOAD_QUOTA_BYTES, require_envelope_fits, state_bytes
 from relevo_core.store import jobs, locks
 from relevo_core.store.projects import get_project, put_project
-from tests.helpers.stack import history, queued_counter, receive_stage, register_project, table_items, wait_for_execution, wait_until
+from tests.helpers.stack import QueueSlots, history, receive_stage, register_project, table_items, wait_for_execution, wait_until
 from tests.helpers.state_machine import agent_runs, claim_and_accept, wait_for_run_token
 from tests.helpers.state_machine import enqueue_job
 from tests.helpers.stack import job_record
@@ -79,7 +79,7 @@ def test_enqueue_refuses_a_stored_plan_over_the_limit_and_writes_nothing(local_s
     grown = stored.model_copy(update={"stages": stored.stages[:2] + (grown_stage,) + stored.stages[3:]})
     put_project(local_stack.table_name, grown, "test")
     project_cache.clear()
-    before = queued_counter(local_stack)
+    slots = QueueSlots(local_stack, project_id)
 
     with pytest.raises(ApiError) as refused:
         RelevoApi.for_stack(local_stack).run_project(project_id, {"ref": "main", "commit": secrets.token_hex(20)})
@@ -89,7 +89,7 @@ def test_enqueue_refuses_a_stored_plan_over_the_limit_and_writes_nothing(local_s
     assert (refused.value.status, refused.value.code) == (422, "PLAN_TOO_LARGE")
     assert refused_by_intake.value.code is ErrorCode.PLAN_TOO_LARGE
     assert RelevoApi.for_stack(local_stack).list_jobs(project=project_id)["jobs"] == []
-    assert queued_counter(local_stack) == before
+    assert slots.change() == 0
 
 
 def test_the_largest_allowed_plan_runs_retries_and_reaches_the_dead_letter_queue(local_stack, intake_settings, project_id):

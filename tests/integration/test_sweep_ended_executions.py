@@ -11,10 +11,9 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.store import wait_order
 from relevo_core.store.codec import from_attributes
-from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
 from relevo_core.execution import execution_arn
 from relevo_core.recovery.sweeper import MIN_AGE, SweepReport, end_job_of_ended_execution, sweep
-from tests.helpers.stack import history, receive_stage, register_project, table_items, wait_until
+from tests.helpers.stack import QueueSlots, history, receive_stage, register_project, table_items, wait_until
 from tests.helpers.state_machine import claim_and_accept, wait_for_run_token
 from tests.helpers.state_machine import enqueue_job
 
@@ -31,11 +30,6 @@ def _job(stack, job_id) -> dict:
 
 def _lock(stack, project_id) -> dict:
     return _records(stack, f"LOCK#{project_id}")["LOCK"]
-
-
-def _queued(stack) -> int:
-    item = client("dynamodb").get_item(TableName=stack.table_name, Key=key(QUEUE_COUNTER_PK, COUNTER_SK), ConsistentRead=True)
-    return int(from_attributes(item.get("Item", {})).get("queued", 0))
 
 
 # The job's final status (and error cause) for the status a stopped execution reports.
@@ -106,7 +100,7 @@ def test_stopped_executions_end_their_jobs_free_the_lock_and_give_back_a_slot_on
     # Stopped from outside, neither job moved: the lock is held, the waiter keeps its place and slot.
     assert (_job(local_stack, running)["status"], _job(local_stack, waiting)["status"]) == ("running", "queued")
     assert _lock(local_stack, project_id)["holders"] == {running}
-    before = _queued(local_stack)
+    slots = QueueSlots(local_stack, project_id)
 
     report = sweep(intake_settings, datetime.now(timezone.utc))
 
@@ -114,7 +108,7 @@ def test_stopped_executions_end_their_jobs_free_the_lock_and_give_back_a_slot_on
     _assert_ended_by_sweeper(_job(local_stack, running), running_ended)
     _assert_ended_by_sweeper(_job(local_stack, waiting), "ABORTED")
     # Only the queued job held a slot (the running one gave its back when it started).
-    assert _queued(local_stack) == before - 1
+    assert slots.change() == -1
     assert f"{project_id}:{running}" in report.locks_freed and f"{project_id}:{waiting}" in report.waiters_dropped
     lock = _lock(local_stack, project_id)
     assert lock["count"] == 0 and "holders" not in lock and "waiters" not in lock
@@ -127,7 +121,7 @@ def test_stopped_executions_end_their_jobs_free_the_lock_and_give_back_a_slot_on
     assert not {running, waiting} & {entry.split(":")[0] for entry in again.jobs_ended}
     assert not any(project_id in entry for entry in again.locks_freed + again.waiters_dropped)
     assert {job_id: _job(local_stack, job_id) for job_id in (running, waiting)} == records
-    assert _queued(local_stack) == before - 1
+    assert slots.change() == 0
 
 
 def test_a_job_stopped_while_queued_is_found_among_unstarted_jobs_too(local_stack, intake_settings, project_id):
@@ -135,14 +129,14 @@ def test_a_job_stopped_while_queued_is_found_among_unstarted_jobs_too(local_stac
     only drops its place, and the slot still comes back once."""
     running, waiting, run_token = _running_and_waiting(local_stack, intake_settings, project_id)
     assert _stop(local_stack, waiting) == "ABORTED"
-    before = _queued(local_stack)
+    slots = QueueSlots(local_stack, project_id)
 
     report = sweep(intake_settings, datetime.now(timezone.utc) + MIN_AGE + timedelta(seconds=1))
 
     assert waiting in report.already_running and f"{waiting}:canceled" in report.jobs_ended
     assert f"{project_id}:{waiting}" in report.waiters_dropped
     _assert_ended_by_sweeper(_job(local_stack, waiting), "ABORTED")
-    assert _queued(local_stack) == before - 1
+    assert slots.change() == -1
     # The running job's execution is alive: untouched, it keeps the lock.
     assert _job(local_stack, running)["status"] == "running" and _lock(local_stack, project_id)["holders"] == {running}
     _stop(local_stack, running, run_token)
@@ -157,7 +151,7 @@ def test_an_execution_that_timed_out_or_failed_without_a_last_state_fails_its_jo
     timed_out, failed, run_token = _running_and_waiting(local_stack, intake_settings, project_id)
     _stop(local_stack, timed_out, run_token)
     _stop(local_stack, failed)
-    before = _queued(local_stack)
+    slots = QueueSlots(local_stack, project_id)
     now = datetime.now(timezone.utc)
     report = SweepReport()
 
@@ -173,12 +167,12 @@ def test_an_execution_that_timed_out_or_failed_without_a_last_state_fails_its_jo
         record = _job(local_stack, job_id)
         assert (record["status"], record["last_writer"], record["error_name"], record["error_cause"]) == ("failed", "sweeper", error, cause)
         assert record.get("ended_at") and not {"waiting_for", "queue_reason", "start_pending"} & set(record)
-    assert _queued(local_stack) == before - 1  # the queued one's slot
+    assert slots.change() == -1  # the queued one's slot
 
     records = {job_id: _job(local_stack, job_id) for job_id in (timed_out, failed)}
     sweep(intake_settings, now)  # frees the lock and the waiting place; the jobs stay as mirrored
     assert {job_id: _job(local_stack, job_id) for job_id in (timed_out, failed)} == records
-    assert _lock(local_stack, project_id)["count"] == 0 and _queued(local_stack) == before - 1
+    assert _lock(local_stack, project_id)["count"] == 0 and slots.change() == 0
 
 
 def test_a_running_succeeded_or_unknown_execution_never_changes_its_job(local_stack, intake_settings, project_id):

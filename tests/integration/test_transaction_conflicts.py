@@ -23,6 +23,7 @@ never on the details after it, which differ between SDKs.
 from __future__ import annotations
 
 import secrets
+import uuid
 from datetime import datetime, timezone
 
 from relevo_cli.api import RelevoApi
@@ -35,7 +36,7 @@ from relevo_core.models.status import JobStatus
 from relevo_core.store import jobs
 from relevo_core.store.projects import get_project
 from relevo_core.execution import execution_arn
-from tests.helpers.stack import history, queued_counter, receive_stage, register_project, table_items, wait_for_execution, wait_until
+from tests.helpers.stack import QueueSlots, history, receive_stage, register_project, table_items, wait_for_execution, wait_until
 from tests.helpers.state_machine import agent_runs
 from tests.integration.test_manual_review import _stage, _to_manual_review
 from tests.helpers.state_machine import enqueue_job, hold_outside, release_outside
@@ -107,7 +108,7 @@ def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
 
 def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES)
-    before = queued_counter(local_stack)
+    slots = QueueSlots(local_stack, project_id)
 
     with faults.transaction_conflicts(2, ACQUIRE_PROJECT_LOCK_AND_START) as conflicts:
         job_id = enqueue_job(local_stack, intake_settings, project_id)
@@ -116,7 +117,7 @@ def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(l
     assert len(conflicts.failed) == 2, "the state did not retry the conflict"
     record = job_record(local_stack, job_id)
     assert record["status"] == "running" and "start_pending" not in record
-    assert queued_counter(local_stack) == before
+    assert slots.change() == 0  # taken at the enqueue, given back once at the start
     assert lock_record(local_stack, project_id)["holders"] == {job_id}
     assert [cause.split(" (")[0] for cause in _conflicts_seen(local_stack, job_id)] == [
         "Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict, None, None]"
@@ -124,13 +125,13 @@ def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(l
     assert _entered(local_stack, job_id, "CheckLockHolder") == 0  # a conflict is not a refusal
     agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
-    assert queued_counter(local_stack) == before
+    assert slots.change() == 0
 
 
 def test_a_conflict_at_mark_started_is_retried_and_the_queue_slot_given_back_once(local_stack, intake_settings, project_id):
     """MarkStarted runs for a job that took the lock as the head of the line."""
     holder_task, waiter = _holder_and_waiter(local_stack, intake_settings, project_id)
-    before = queued_counter(local_stack)
+    slots = QueueSlots(local_stack, project_id)
 
     with faults.transaction_conflicts(2, MARK_STARTED) as conflicts:
         agent_runs(local_stack, holder_task)
@@ -139,18 +140,18 @@ def test_a_conflict_at_mark_started_is_retried_and_the_queue_slot_given_back_onc
     assert len(conflicts.failed) == 2, "the state did not retry the conflict"
     record = job_record(local_stack, waiter)
     assert record["status"] == "running" and "start_pending" not in record
-    assert queued_counter(local_stack) == before - 1  # the waiter's slot, given back once
+    assert slots.change() == -1  # the waiter's slot, given back once
     assert _entered(local_stack, waiter, "MarkStarted") == 3
     agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
-    assert queued_counter(local_stack) == before - 1
+    assert slots.change() == 0
 
 
 def test_a_conflict_at_mark_waiting_for_project_is_retried_and_the_job_joins_the_line(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES, queue_timeout_sec=600)
     holder = enqueue_job(local_stack, intake_settings, project_id)
     holder_task, _ = receive_stage(local_stack, holder)
-    before = queued_counter(local_stack)
+    slots = QueueSlots(local_stack, project_id)
 
     with faults.transaction_conflicts(2, MARK_WAITING_FOR_PROJECT) as conflicts:
         waiter = enqueue_job(local_stack, intake_settings, project_id)
@@ -162,17 +163,17 @@ def test_a_conflict_at_mark_waiting_for_project_is_retried_and_the_job_joins_the
     assert waiter in lock_record(local_stack, project_id)["waiters"]
     assert client("stepfunctions").describe_execution(
         executionArn=execution_arn(local_stack.state_machine_arn, waiter))["status"] == "RUNNING"
-    assert queued_counter(local_stack) == before + 1  # the waiter still holds its slot
+    assert slots.change() == 1  # the waiter still holds its slot
     agent_runs(local_stack, holder_task)
     task, _ = receive_stage(local_stack, waiter, timeout=60)
     agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
-    assert queued_counter(local_stack) == before
+    assert slots.change() == -1
 
 
 def test_a_conflict_at_acquire_as_queue_head_is_retried_in_place(local_stack, intake_settings, project_id):
     holder_task, waiter = _holder_and_waiter(local_stack, intake_settings, project_id)
-    before = queued_counter(local_stack)
+    slots = QueueSlots(local_stack, project_id)
     refusals_before = _entered(local_stack, waiter, "CheckLockHolder")
 
     with faults.transaction_conflicts(2, ACQUIRE_AS_QUEUE_HEAD) as conflicts:
@@ -184,7 +185,7 @@ def test_a_conflict_at_acquire_as_queue_head_is_retried_in_place(local_stack, in
     assert _entered(local_stack, waiter, "CheckLockHolder") == refusals_before
     record = job_record(local_stack, waiter)
     assert record["status"] == "running" and "waiting_for" not in record
-    assert queued_counter(local_stack) == before - 1
+    assert slots.change() == -1
     assert lock_record(local_stack, project_id)["holders"] == {waiter}
     agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
@@ -230,7 +231,7 @@ def test_a_conflict_while_parking_is_retried_and_the_job_stays_in_line(local_sta
 def test_a_conflict_while_giving_up_is_retried_and_the_queue_slot_given_back_once(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, STAGES, queue_timeout_sec=5)
     hold_outside(local_stack, project_id)
-    before = queued_counter(local_stack)
+    slots = QueueSlots(local_stack, project_id)
 
     with faults.transaction_conflicts(2, GIVE_UP_WAITING) as conflicts:
         waiter = enqueue_job(local_stack, intake_settings, project_id)
@@ -240,7 +241,7 @@ def test_a_conflict_while_giving_up_is_retried_and_the_queue_slot_given_back_onc
     assert (described["status"], described.get("error")) == ("FAILED", "Relevo.Timeout.Queue")
     assert job_record(local_stack, waiter)["status"] == "failed"
     assert waiter not in lock_record(local_stack, project_id).get("waiters", set())
-    assert queued_counter(local_stack) == before
+    assert slots.change() == 0
     release_outside(local_stack, project_id)
 
 
@@ -267,14 +268,14 @@ def test_a_job_canceled_before_it_joins_the_line_still_ends_not_queued(local_sta
     register_project(local_stack, project_id, STAGES, queue_timeout_sec=600)
     holder = enqueue_job(local_stack, intake_settings, project_id)
     holder_task, _ = receive_stage(local_stack, holder)
-    before = queued_counter(local_stack)
+    slots = QueueSlots(local_stack, project_id)
 
     job_id = _written_not_started(local_stack, intake_settings, project_id, JobStatus.CANCELED)
 
     described = wait_for_execution(local_stack, job_id, timeout=30)
     assert (described["status"], described.get("error")) == ("FAILED", "Relevo.Job.NotQueued")
     assert job_id not in lock_record(local_stack, project_id).get("waiters", set())
-    assert queued_counter(local_stack) == before
+    assert slots.change() == 0
     agent_runs(local_stack, holder_task)
 
 
@@ -283,25 +284,28 @@ def test_a_job_already_started_runs_its_stages_without_giving_back_a_second_slot
     applied, its answer lost, and the execution holds the lock) still goes on to the stages, and
     the slot is not given back twice."""
     register_project(local_stack, project_id, STAGES)
-    before = queued_counter(local_stack)
+    slots = QueueSlots(local_stack, project_id)
 
     job_id = _written_not_started(local_stack, intake_settings, project_id, JobStatus.RUNNING)
 
     task, _ = receive_stage(local_stack, job_id)
-    assert queued_counter(local_stack) == before
+    assert slots.change() == 0
     assert job_record(local_stack, job_id)["status"] == "running"
     agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
-    assert queued_counter(local_stack) == before
+    assert slots.change() == 0
 
 
 def test_the_switch_fails_a_transaction_the_way_dynamodb_does(local_stack):
     """Through moto's response path: HTTP 400, TransactionCanceledException, one reason per item."""
     table = local_stack.table_name
+    # Keys of no kind Relevo reads: a JOB# or COUNTER# item would be a record without its
+    # fields to every later test and sweep of the worker's stack.
+    probe = f"PROBE#{uuid.uuid4().hex}"
     items = [
-        {"Update": {"TableName": table, "Key": {"pk": {"S": "JOB#probe"}, "sk": {"S": "JOB"}}, "UpdateExpression": "SET a = :a",
+        {"Update": {"TableName": table, "Key": {"pk": {"S": probe}, "sk": {"S": "A"}}, "UpdateExpression": "SET a = :a",
                     "ExpressionAttributeValues": {":a": {"S": "1"}}}},
-        {"Update": {"TableName": table, "Key": {"pk": {"S": "COUNTER#probe"}, "sk": {"S": "COUNTER"}}, "UpdateExpression": "SET a = :a",
+        {"Update": {"TableName": table, "Key": {"pk": {"S": probe}, "sk": {"S": "B"}}, "UpdateExpression": "SET a = :a",
                     "ExpressionAttributeValues": {":a": {"S": "1"}}}},
     ]
     with faults.transaction_conflicts(1, MARK_STARTED, conflict_on=1) as conflicts:
@@ -316,4 +320,4 @@ def test_the_switch_fails_a_transaction_the_way_dynamodb_does(local_stack):
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 400
     assert response["Error"]["Message"].endswith("[None, TransactionConflict]")
     assert [reason["Code"] for reason in response["CancellationReasons"]] == ["None", "TransactionConflict"]
-    assert table_items(local_stack, "JOB#probe"), "the transaction after the injected one was not applied"
+    assert table_items(local_stack, probe), "the transaction after the injected one was not applied"

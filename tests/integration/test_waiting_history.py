@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from relevo_core.models.project import Project
-from tests.helpers.stack import history, queued_counter, receive_stage, register_project, table_items, wait_for_execution, wait_until
+from tests.helpers.stack import QueueSlots, history, receive_stage, register_project, table_items, wait_for_execution, wait_until
 from tests.helpers.state_machine import agent_runs
 from tests.helpers.state_machine import enqueue_job
 from tests.helpers.stack import job_record, lock_record
@@ -126,7 +126,7 @@ def test_waiting_for_a_project_costs_under_half_of_the_history_quota(local_stack
 def test_a_job_that_waits_out_its_queue_timeout_fails_leaves_the_line_and_gives_back_its_slot(local_stack, intake_settings, project_id):
     register_project(local_stack, project_id, [{"name": "build", "run": "true"}], queue_timeout_sec=5)
     hold_outside(local_stack, project_id)
-    before = queued_counter(local_stack)
+    slots = QueueSlots(local_stack, project_id)
 
     waiter = enqueue_job(local_stack, intake_settings, project_id)
 
@@ -136,7 +136,7 @@ def test_a_job_that_waits_out_its_queue_timeout_fails_leaves_the_line_and_gives_
     assert (record["status"], record["error_name"], record["last_writer"]) == ("failed", "Relevo.Timeout.Queue", f"state_machine:{waiter}")
     assert not {"waiting_for", "queue_reason", "start_pending", "wake_token"} & set(record)
     assert waiter not in lock_record(local_stack, project_id).get("waiters", set())
-    assert queued_counter(local_stack) == before
+    assert slots.change() == 0  # taken at the enqueue, given back when it gave up
     entry = {i["sk"]["S"]: i for i in table_items(local_stack, f"DLQ#{waiter}")}["DLQ"]
     assert entry["error"]["S"] == "Relevo.Timeout.Queue"
     release_outside(local_stack, project_id)
