@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 LOCAL = Path(__file__).resolve().parents[2] / "cli" / "relevo_cli" / "local"
 # The modules emulator_patches.install / install_identity / install_for_streams install.
 PATCH_MODULES = {
@@ -96,3 +98,31 @@ def test_a_heartbeat_before_the_tasks_wait_is_taken_as_on_aws() -> None:
     assert pool.heartbeat("token-1") and heartbeats.clear_and_wait()  # during the wait: resets the clock
     pool.notify("token-1", CallbackOutcomeSuccess(callback_id="token-1", output="{}"))
     assert endpoint.get_outcome() is not None
+
+
+def test_an_answer_to_a_task_whose_wait_ended_is_refused_as_on_aws() -> None:
+    """moto 5.2.5 took SendTaskSuccess for a callback task that had timed out (its endpoint stays
+    in the pool), so an agent answering a queue wait that had run out was told its claim was
+    taken. AWS refuses it with TaskTimedOut."""
+    from moto.stepfunctions.parser.asl.eval.callback.callback import (
+        CallbackNotifyConsumerError,
+        CallbackOutcomeSuccess,
+        CallbackPoolManager,
+    )
+
+    from relevo_cli.local.interpreter_patches import install
+
+    install()
+    pool = CallbackPoolManager(activity_store={})
+    endpoint = pool.add("token-2")
+    endpoint.wait(timeout=0.01)  # the task's wait runs out with no answer
+    endpoint.interrupt_all()  # what the interpreter does when a task's wait ends, whatever ended it
+    for answer in (lambda: pool.notify("token-2", CallbackOutcomeSuccess(callback_id="token-2", output="{}")),
+                   lambda: pool.heartbeat("token-2")):
+        with pytest.raises(CallbackNotifyConsumerError):  # the provider answers TaskTimedOut
+            answer()
+    # which the server can now send (unpatched: TypeError, an HTTP 500)
+    from moto.stepfunctions.parser.api import TaskTimedOut
+
+    error = TaskTimedOut()
+    assert (error.error_type, error.code) == ("TaskTimedOut", 400) and "does not exist anymore" in error.message

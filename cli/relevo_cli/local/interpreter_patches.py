@@ -29,6 +29,20 @@ and the wait begins; a heartbeat in between (the agent reads the run token Await
 updateItem wrote, and heartbeats at once) finds no clock, is counted as no match, and answers
 InvalidToken, which an agent takes for a task that no longer waits. Here such a heartbeat is
 taken: the clock it would reset has not started.
+
+A token whose task has ended. On AWS, SendTaskSuccess, SendTaskFailure and SendTaskHeartbeat
+with the token of a task that timed out (TimeoutSeconds, HeartbeatSeconds) or already ended are
+refused with TaskTimedOut ("Provided task does not exist anymore"; SendTaskSuccess, Step
+Functions API Reference, Errors). moto 5.2.5 keeps the task's callback open after its wait ends
+and takes an answer to it silently, so an agent answering the dispatch of a queue wait that ran
+out (a pause holds the stage and sends it again with a new token) was told its claim was taken
+and ran the stage, which on AWS is refused. Here a task's callback closes when its wait ends,
+whatever ended it, and a later answer to it is refused: moto answers TaskDoesNotExist there (it
+tests the type of the wrapper, not of the error it wraps) where AWS says TaskTimedOut; the agent
+takes both, and InvalidToken, as a dispatch that no longer waits. moto 5.2.5's own TaskTimedOut and
+TaskDoesNotExist cannot be raised as they are (they take no message, where their base class
+needs one, and name no error type), which answered HTTP 500: they get AWS's error type and a
+default message.
 """
 
 from __future__ import annotations
@@ -43,6 +57,7 @@ def install() -> None:
     _map_aws_sdk_parameters_to_member_names()
     _end_a_stopped_execution_aborted()
     _take_a_heartbeat_before_the_wait()
+    _close_a_callback_when_its_wait_ends()
 
 
 def _map_aws_sdk_parameters_to_member_names() -> None:
@@ -108,3 +123,29 @@ def _take_a_heartbeat_before_the_wait() -> None:
 
     CallbackEndpoint.notify_heartbeat = notify_heartbeat_or_take_it_early
     CallbackEndpoint._relevo_early_heartbeat = True
+
+
+def _close_a_callback_when_its_wait_ends() -> None:
+    from moto.stepfunctions.parser.api import TaskDoesNotExist, TaskTimedOut
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackConsumerTimeout, CallbackEndpoint
+
+    if getattr(CallbackEndpoint, "_relevo_closes", False):
+        return
+    for error, message in ((TaskTimedOut, "Task Timed Out: 'Provided task does not exist anymore'"),
+                           (TaskDoesNotExist, "Task Does Not Exist: 'Provided task does not exist'")):
+        error.TYPE = error.code
+
+        def __init__(self: Any, message: str = message) -> None:
+            type(self).__mro__[1].__init__(self, message)
+
+        error.__init__ = __init__
+    interrupt_all = CallbackEndpoint.interrupt_all
+
+    def interrupt_all_and_close(self: Any) -> None:
+        # The task's wait ended (an outcome, a timeout, a stop): every later answer is refused.
+        if self.consumer_error is None:
+            self.consumer_error = CallbackConsumerTimeout()
+        interrupt_all(self)
+
+    CallbackEndpoint.interrupt_all = interrupt_all_and_close
+    CallbackEndpoint._relevo_closes = True
