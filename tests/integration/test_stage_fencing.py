@@ -90,6 +90,30 @@ def test_a_claim_sent_again_after_a_lost_answer_still_returns_what_the_previous_
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
 
 
+def test_the_next_claimer_of_an_attempt_whose_claimer_lost_it_still_reconciles_the_attempt_before(local_stack, project_id):
+    """Attempt 1 left an unknown outcome (its agent was killed mid-stage). Attempt 2's first
+    claimer lost its lease before the state machine took its claim (its accept was lost, as in
+    the resets drill, or it died), so it ran nothing, and its message came back for another
+    agent. That agent's claim of attempt 2 must still return attempt 1's unknown outcome, or it
+    would run the stage without probing for attempt 1's effect: the claim used to return the
+    first claimer's attempt 2 instead (needs_reconcile False)."""
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    long_ago = _now() - timedelta(seconds=120)
+    first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
+    stage_attempts.claim(first, 10, long_ago, "commit=a;inputs=0")
+    stage_attempts.finish(first, StageStatus.FAILED, long_ago, -1, "Relevo.Transient.AgentShutdown", outcome=stage_attempts.AttemptOutcome.UNKNOWN)
+    lost = stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 10, long_ago + timedelta(seconds=30))
+    assert stage_attempts.needs_reconcile(lost, 2)
+
+    taken = stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-c"), 10, _now())
+
+    assert (taken["attempt"], taken["agent_id"], taken["outcome"]) == (1, "mac-a", "unknown")
+    assert stage_attempts.needs_reconcile(taken, 2)
+    assert _stage(local_stack, job_id)["claimed_over"] == taken  # and so for a claimer after it
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
 def test_a_finished_attempt_is_never_claimed_again_and_its_report_can_be_repeated(local_stack, project_id):
     job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)

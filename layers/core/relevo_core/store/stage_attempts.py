@@ -248,6 +248,13 @@ def claim(
     seen = previous.get("claim_id")
     if seen == claim_id:
         taken_over = previous.get("claimed_over") or {}  # this very claim landed before: what it read then
+    elif previous.get("attempt") == ref.attempt:
+        # This attempt claimed again: its earlier claimer's lease ended before the state machine
+        # took that claim (its accept was lost, it was fenced or died first). That claimer ran
+        # nothing (a command starts only once its claim is taken, and then the dispatch answers
+        # no other claim), so this claim takes over what that one had: the attempt before,
+        # whose unknown outcome must still be reconciled before anything runs.
+        taken_over = previous.get("claimed_over") or {}
     else:
         taken_over = _claimed_over(previous)
     epoch = int(now.timestamp())
@@ -304,6 +311,25 @@ _CLAIMED_OVER = ("attempt", "agent_id", "outcome", "receipt", "precondition_vers
 
 def _claimed_over(previous: dict[str, Any]) -> dict[str, Any]:
     return {name: previous[name] for name in _CLAIMED_OVER if name in previous}
+
+
+def let_go(ref: StageRef, now: datetime) -> bool:
+    """A claim whose dispatch no longer waited (answered by another claim, or its wait ran out
+    and the stage was sent again with a new token): the state machine never took it, so nothing
+    ran under it, and its lease ends now rather than making the next claim of this attempt wait
+    it out. Fenced on the attempt; False if it was no longer this agent's to let go."""
+    lease, lease_iso = _lease_until(now, -1)
+    try:
+        _update(
+            ref,
+            "SET lease_expires_at = :lease, lease_expires_iso = :lease_iso, last_writer = :writer REMOVE held_by",
+            _HOLDS_ATTEMPT,
+            {":agent": ref.agent_id, ":attempt": ref.attempt, ":lease": lease, ":lease_iso": lease_iso,
+             ":writer": f"agent:{ref.agent_id}", **_LIVE},
+        )
+    except LeaseLost:
+        return False
+    return True
 
 
 def renew_lease(ref: StageRef, lease_ttl_sec: int, now: datetime, transfer: TransferProgress | None = None) -> None:
