@@ -57,6 +57,11 @@ class PauseGate:
             self._dispatch = self._remember(self._dispatch, dispatch, now)
             self._reads += 1
 
+    def has_read(self) -> bool:
+        """Whether any read has come in: before it, this instance cannot know it is paused."""
+        with self._lock:
+            return self._reads > 0
+
     def _live(self, seen: _Seen | None) -> AgentPause | None:
         return seen.pause if seen is not None and self._monotonic() < seen.deadline else None
 

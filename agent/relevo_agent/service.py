@@ -201,6 +201,13 @@ class Agent:
         self.presence.start()
         paused_by: str | None = None
         while not self.stopping.is_set():
+            if not self.presence.pauses.has_read():
+                # Nothing is taken before this instance knows its pauses: launchd restarting a
+                # drained or paused agent must not claim a stage in the moment before its first read.
+                self.presence.read_pauses()
+                if not self.presence.pauses.has_read():
+                    self.stopping.wait(1)
+                    continue
             if self._idle():
                 self.stages.hygiene.between_stages()  # no stage runs, and none starts meanwhile
             pause = self.presence.pauses.blocking()

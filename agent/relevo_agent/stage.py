@@ -185,10 +185,12 @@ class StageRunner:
         ]
         for keeper in keepers:
             keeper.start()
+        refused = False
         try:
             accepted = self._accept(run, task.task_token)
             if accepted is False:
                 run.stop("not_taken")
+                refused = True
                 message.delete()
                 self._abandon(run, op_id)
                 return
@@ -215,6 +217,10 @@ class StageRunner:
             run.done.set()
             for keeper in keepers:
                 keeper.join(timeout=5)
+            if refused:
+                # Once the keeper has stopped renewing: the next claim of this attempt (the
+                # stage sent again after a pause held its wait) need not wait out this lease.
+                self._let_go(run, op_id)
             with self._running_lock:
                 self._running.pop(op_id, None)
 
@@ -278,6 +284,13 @@ class StageRunner:
             log.info("%s attempt %d: the state machine took the claim after all", op_id, run.ref.attempt)
             return True
         return False
+
+    def _let_go(self, run: StageRun, op_id: str) -> None:
+        try:
+            if stage_attempts.let_go(run.ref, utc_now()):
+                log.info("%s attempt %d: the dispatch no longer waited for this claim; let go of it", op_id, run.ref.attempt)
+        except (BotoCoreError, ClientError) as exc:
+            log.warning("%s attempt %d: could not let go of a claim nothing ran under (%s); it lapses with its lease", op_id, run.ref.attempt, exc)
 
     def _back_when_lease_ends(self, run: StageRun, op_id: str, message: Message) -> None:
         """Fenced before the state machine was seen to take the claim (the accept's answers were

@@ -123,3 +123,118 @@ def test_a_regions_dispatch_pause(local_stack):
     finally:
         assert admin.call("POST", f"/regions/{REGION}/resume", None)[1]["resumed"] is True
     assert admin.api.queue()["paused_regions"] == []
+
+
+def _job_messages(local_stack, job_id: str) -> list[dict]:
+    """Every message of the job on the region's queue (the bodies, each with its receipt handle)."""
+    sqs, found = client("sqs"), []
+    for _ in range(10):
+        answer = sqs.receive_message(QueueUrl=local_stack.work_queues[REGION], WaitTimeSeconds=1, MaxNumberOfMessages=10)
+        for message in answer.get("Messages", []):
+            body = json.loads(message["Body"])
+            if body["job_id"] == job_id:
+                found.append({**body, "receipt_handle": message["ReceiptHandle"]})
+            else:  # an earlier test's job nobody runs: visible again for its own test at once
+                sqs.change_message_visibility(QueueUrl=local_stack.work_queues[REGION], ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+        if len(found) >= 2:
+            break
+    return found
+
+
+def test_a_queue_wait_that_runs_out_while_the_region_is_paused_is_renewed_and_the_job_runs_after_resume(local_stack, project_id, tmp_path: Path):
+    """Issue 20: a job never fails because of a pause. With the region's dispatch paused, no agent
+    claims the stage, and its queue_timeout_sec (5 s) runs out: the state machine finds the pause
+    in force and sends the same attempt again with a longer wait, where it used to fail the job
+    with Relevo.Timeout.Queue. After the resume, an agent that gets the first message (its token no
+    longer waits) lets its claim go at once, and the stage runs from the second one."""
+    from relevo_agent.config import AgentConfig
+    from relevo_agent.journal import Journal
+    from relevo_agent.messages import Message
+    from relevo_agent.service import Agent
+    from tests.helpers.stack import wait_for_execution
+    from tests.helpers.state_machine import start_job
+
+    admin = iam_user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
+    status, answer = admin.call("POST", f"/regions/{REGION}/pause", {"note": "held queue wait", "timeout_sec": 300})
+    assert status == 200, answer
+    try:
+        job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], queue_timeout_sec=5)
+        stage = wait_until(lambda: (s := _stage_record(local_stack, job_id)).get("pause_holds") and s, 30, "the queue wait renewed")
+        assert (stage["status"], stage["pause_holds"]) == ("dispatched", 1)
+        assert RelevoApi.for_stack(local_stack).get_job(job_id)["status"] not in ("failed", "canceled")
+        assert client("stepfunctions").describe_execution(
+            executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}")["status"] == "RUNNING"
+    finally:
+        assert admin.call("POST", f"/regions/{REGION}/resume", None)[1]["resumed"] is True
+
+    first, second = _job_messages(local_stack, job_id)
+    assert (first["attempt"], second["attempt"]) == (1, 1) and first["task_token"] != second["task_token"]
+    config = AgentConfig(agent_id="mac-held", region=REGION, workspace_root=tmp_path, journal=tmp_path / "j.sqlite3", max_clock_skew_sec=0.5)
+    agent = Agent(config, local_stack.table_name, local_stack.work_queues[REGION], Journal(config.journal))
+    stale, live = sorted((first, second), key=lambda m: _dispatched_order(local_stack, job_id, m["task_token"]))
+    for message in (stale, live):
+        agent._active = 1
+        agent._handle(Message(agent.queue_url, {"Body": json.dumps({k: v for k, v in message.items() if k != "receipt_handle"}),
+                                                 "ReceiptHandle": message["receipt_handle"], "MessageId": "m"}))
+        if message is stale:
+            # Let go at once: the next claim of attempt 1 is not held off by this one's lease.
+            record = _stage_record(local_stack, job_id)
+            assert record["agent_id"] == "mac-held" and int(record["lease_expires_at"]) < int(datetime.now(timezone.utc).timestamp())
+
+    assert wait_for_execution(local_stack, job_id, timeout=60)["status"] == "SUCCEEDED"
+    done = RelevoApi.for_stack(local_stack).get_job(job_id)
+    assert done["status"] == "succeeded" and done["stages"][0]["attempt"] == 1
+
+
+def _stage_record(local_stack, job_id: str) -> dict:
+    from relevo_core.store.codec import from_attributes
+
+    return {i["sk"]["S"]: from_attributes(i) for i in table_items(local_stack, f"JOB#{job_id}")}.get("STAGE#00", {})
+
+
+def _dispatched_order(local_stack, job_id: str, token: str) -> int:
+    """Which dispatch of the execution sent this token (0: the first)."""
+    from tests.helpers.stack import history
+
+    sent = [e["taskScheduledEventDetails"]["parameters"] for e in history(local_stack, job_id)
+            if e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"]["resource"] == "sendMessage.waitForTaskToken"]
+    return next(i for i, parameters in enumerate(sent) if token in parameters)
+
+
+def test_a_fresh_agent_takes_nothing_before_it_has_read_its_pauses(local_stack, project_id, tmp_path: Path, monkeypatch):
+    """launchd restarts a drained or paused agent; the new instance's poll must not receive a
+    stage before its first read of the pauses. The read is slowed here so that the poll, which
+    used to start receiving at once, would claim the waiting stage first."""
+    import threading
+    import time
+
+    from relevo_agent import presence as presence_module
+    from relevo_agent.config import AgentConfig
+    from relevo_agent.journal import Journal
+    from relevo_agent.service import Agent
+    from relevo_core.store import agent_pauses
+    from tests.helpers.state_machine import start_job
+
+    admin = iam_user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
+    assert admin.call("POST", f"/regions/{REGION}/pause", {"note": "fresh agent", "timeout_sec": 120})[0] == 200
+    real_read = agent_pauses.pauses_for_agent
+
+    def slow_read(*args, **kwargs):
+        time.sleep(1.5)
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(presence_module.agent_pauses, "pauses_for_agent", slow_read)
+    config = AgentConfig(agent_id=f"mac-fresh-{secrets.token_hex(2)}", region=REGION, workspace_root=tmp_path, journal=tmp_path / "j.sqlite3")
+    agent = Agent(config, local_stack.table_name, local_stack.work_queues[REGION], Journal(config.journal))
+    try:
+        job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], queue_timeout_sec=120)
+        wait_until(lambda: _stage_record(local_stack, job_id).get("status") == "dispatched", 30, "the stage dispatched")
+        poller = threading.Thread(target=agent._poll, daemon=True)
+        poller.start()
+        time.sleep(4)
+        assert "agent_id" not in _stage_record(local_stack, job_id), "claimed while its region's dispatch was paused"
+    finally:
+        agent.stopping.set()
+        agent.presence.stop()
+        admin.call("POST", f"/regions/{REGION}/resume", None)
+    client("stepfunctions").stop_execution(executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}")
