@@ -299,13 +299,14 @@ def test_a_job_already_started_runs_its_stages_without_giving_back_a_second_slot
 def test_the_switch_fails_a_transaction_the_way_dynamodb_does(local_stack):
     """Through moto's response path: HTTP 400, TransactionCanceledException, one reason per item."""
     table = local_stack.table_name
-    # Keys of no kind Relevo reads: a JOB# or COUNTER# item would be a record without its
-    # fields to every later test and sweep of the worker's stack.
-    probe = f"PROBE#{uuid.uuid4().hex}"
+    # MarkStarted's key prefixes (JOB#, COUNTER#), the switch matches on them, but sort keys of no
+    # record Relevo reads: a JOB#…/JOB item without its fields would break every later listing
+    # and sweep of the worker's stack.
+    probe = uuid.uuid4().hex
     items = [
-        {"Update": {"TableName": table, "Key": {"pk": {"S": probe}, "sk": {"S": "A"}}, "UpdateExpression": "SET a = :a",
+        {"Update": {"TableName": table, "Key": {"pk": {"S": f"JOB#probe-{probe}"}, "sk": {"S": "PROBE"}}, "UpdateExpression": "SET a = :a",
                     "ExpressionAttributeValues": {":a": {"S": "1"}}}},
-        {"Update": {"TableName": table, "Key": {"pk": {"S": probe}, "sk": {"S": "B"}}, "UpdateExpression": "SET a = :a",
+        {"Update": {"TableName": table, "Key": {"pk": {"S": f"COUNTER#probe-{probe}"}, "sk": {"S": "PROBE"}}, "UpdateExpression": "SET a = :a",
                     "ExpressionAttributeValues": {":a": {"S": "1"}}}},
     ]
     with faults.transaction_conflicts(1, MARK_STARTED, conflict_on=1) as conflicts:
@@ -320,4 +321,4 @@ def test_the_switch_fails_a_transaction_the_way_dynamodb_does(local_stack):
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 400
     assert response["Error"]["Message"].endswith("[None, TransactionConflict]")
     assert [reason["Code"] for reason in response["CancellationReasons"]] == ["None", "TransactionConflict"]
-    assert table_items(local_stack, probe), "the transaction after the injected one was not applied"
+    assert table_items(local_stack, f"JOB#probe-{probe}"), "the transaction after the injected one was not applied"

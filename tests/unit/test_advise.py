@@ -4,6 +4,7 @@ writes; the project file it writes loads as a project file; docs/advise.md is th
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -32,7 +33,7 @@ ROWS = [
         ["--team-size", "5", "--cadence", "several-a-week", "--regions", "eu-west", "--no-compliance", "--tenants", "1"],
         "Recommended: A small team shipping several times a week - one project per app",
         "Interactive and CI accounts kept apart",
-        {"default": 'RegionAffinities="eu-west" QueueLimit=20 JobRetentionDays=30 LogRetentionDays=14 ArtifactRetentionDays=14'},
+        {"default": 'RegionAffinities="eu-west" QueueLimit=20 JobRetentionDays=30 LogRetentionDays=14 ArtifactRetentionDays=30'},
     ),
     (
         ["--team-size", "12", "--cadence", "daily", "--regions", "eu-west,us-east", "--no-compliance", "--tenants", "1"],
@@ -46,7 +47,7 @@ ROWS = [
         "Recommended: More than 30 people with parallel release branches - more region affinities, stricter DLQ governance",
         "You named one region (eu-west): give each Mac pool a region affinity of its own.",
         {"default": 'RegionAffinities="eu-west" QueueLimit=200 JobRetentionDays=60 LogRetentionDays=30 '
-                    'ArtifactRetentionDays=30 WorkQueueAgeAlarmSeconds=300 ReservedConcurrency="on"'},
+                    'ArtifactRetentionDays=60 WorkQueueAgeAlarmSeconds=300 ReservedConcurrency="on"'},
     ),
     (
         ["--team-size", "12", "--cadence", "weekly", "--regions", "eu-west", "--no-compliance", "--tenants", "2"],
@@ -71,6 +72,39 @@ def test_each_row_of_the_table(tmp_path: Path, args, first_line, says, overrides
     assert names <= _template_parameters()
     loaded = load_project_file(tmp_path / "setup" / "project.yaml")
     assert loaded.project.region_affinity == args[args.index("--regions") + 1].split(",")[0]
+
+
+GOLDEN = Path(__file__).parent / "fixtures" / "advise"
+
+
+@pytest.mark.parametrize("args, _first, _says, _overrides", ROWS, ids=["small", "daily-trunk", "parallel", "tenants"])
+def test_the_whole_answer_of_each_row_is_pinned(tmp_path: Path, request, args, _first, _says, _overrides):
+    """The whole of what `relevo advise` prints for each row, and the files it writes, against
+    tests/unit/fixtures/advise/ (RELEVO_UPDATE_GOLDEN=1 rewrites them after a deliberate change)."""
+    out = tmp_path / "setup"
+    result = runner.invoke(app, ["advise", *args, "--out", str(out)], terminal_width=120)
+    assert result.exit_code == 0, result.output
+    row = request.node.callspec.id
+    answer = {
+        f"{row}.txt": result.output.replace(str(out), "<out>"),
+        f"{row}.samconfig.toml": (out / "samconfig.toml").read_text(),
+        f"{row}.project.yaml": (out / "project.yaml").read_text(),
+    }
+    for name, text in answer.items():
+        pinned = GOLDEN / name
+        if os.environ.get("RELEVO_UPDATE_GOLDEN") == "1":
+            pinned.parent.mkdir(parents=True, exist_ok=True)
+            pinned.write_text(text)
+        assert text == pinned.read_text(), f"{name} differs from its pinned copy"
+
+
+def test_every_row_keeps_artifacts_at_least_as_long_as_job_records():
+    """template.yaml: keep ArtifactRetentionDays at least JobRetentionDays, or artifact records
+    outlive their objects. The advisor must not write a setup the template warns against."""
+    for row in load_table().rows:
+        parameters = row.parameters
+        if "ArtifactRetentionDays" in parameters or "JobRetentionDays" in parameters:
+            assert int(parameters.get("ArtifactRetentionDays", 30)) >= int(parameters.get("JobRetentionDays", 30)), row.id
 
 
 def test_compliance_alone_gives_a_stack_of_its_own(tmp_path: Path):

@@ -26,9 +26,9 @@ def _notices(old, new):
 WAITING = _job("waiting", waiting_stage="deploy")
 
 
-def test_a_gate_is_one_job_waiting_then_one_outcome_and_no_job_failed_after_a_reject_or_timeout():
+def test_a_gate_is_one_job_waiting_an_approval_adds_nothing_and_a_reject_or_timeout_ends_it_without_job_failed():
     assert _notices(_job("running"), WAITING) == [("job_waiting", "ios-app: deploy waits for approval", "job_waiting#deploy")]
-    assert _notices(WAITING, _job("running", updated_at="t2")) == [("job_waiting", "ios-app: deploy approved", "job_waiting#deploy#outcome")]
+    assert _notices(WAITING, _job("running", updated_at="t2")) == []
     rejected = _job("failed", error_name="Relevo.Approval.Rejected", error_cause='{"reason": "crash in QA"}', waiting_stage="deploy")
     assert _notices(WAITING, rejected) == [("job_waiting", "ios-app: deploy rejected", "job_waiting#deploy#outcome")]
     timed_out = _job("failed", error_name="Relevo.Approval.Timeout", waiting_stage="deploy")

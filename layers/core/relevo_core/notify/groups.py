@@ -58,9 +58,9 @@ def job_notices(transition: JobTransition, link: str) -> list[tuple[Notice, str]
     if t.status is JobStatus.WAITING:
         return [(Notice(GroupEvent.JOB_WAITING, f"{t.project}: {t.stage} waits for approval", stage=t.stage,
                         command=f"relevo approve {t.job_id}", **common), f"job_waiting#{t.stage}")]
-    if t.gate and t.status is JobStatus.RUNNING:
-        return [(Notice(GroupEvent.JOB_WAITING, f"{t.project}: {t.gate} approved", stage=t.gate, **common),
-                 f"job_waiting#{t.gate}#outcome")]
+    # An approval sends nothing: the job goes on, and one message per gate is what a release
+    # manager asked for. A reject or a timeout ends the job at the gate: that ending is told under
+    # job_waiting, once, and no job_failed follows it.
     if t.ended_at_gate:
         gate = t.gate or t.stage
         outcome = "rejected" if t.error_name == REJECTED else "timed out waiting for approval"
