@@ -20,6 +20,7 @@ import requests
 from playwright.sync_api import expect
 
 from relevo_cli.api import RelevoApi
+from relevo_cli.console.app import LOG_MAX_LINES
 from relevo_cli.localrun import random_commit
 from tests.browser.conftest import CONSOLE_REGION, MASKING_REGION, SECRET_VALUE, SECRET_VARIABLE, UPLOAD_BYTES_PER_SEC
 from tests.helpers.browser import console_server, git_remote
@@ -358,6 +359,64 @@ def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(op
         # Then the whole log is there once, in order
         assert _lines(browser_page) == expected
 
+
+# Every DOM change, the most log lines the page held (a MutationObserver's callback runs after the
+# script that changed the DOM: what a reader could ever see).
+COUNT_LOG_LINES = """() => {
+  window.relevoMostLines = 0;
+  new MutationObserver(function () {
+    const log = document.getElementById("log-lines");
+    if (log) window.relevoMostLines = Math.max(window.relevoMostLines, log.childElementCount);
+  }).observe(document, { childList: true, subtree: true });
+}"""
+
+
+def _numbered(page) -> list[int]:
+    """The log lines shown, each a number (`seq` printed them), checked to follow one another."""
+    shown = [int(line) for line in _lines(page)]
+    assert shown == list(range(shown[0], shown[0] + len(shown))), "a gap or a repeat in the lines shown"
+    return shown
+
+
+def test_lines_trimmed_past_the_cap_come_back_with_load_earlier_with_no_gap_or_repeat(operator_api, browser_page):
+    # Given a log of 1,000 lines more than the page keeps, printed by `seq` in bursts of 750 (a
+    # chunk each, or so: the cap falls inside one)
+    total, burst = LOG_MAX_LINES + 1000, 750
+    command = f"for b in $(seq 0 {total // burst - 1}); do seq $((b * {burst} + 1)) $((b * {burst} + {burst})); sleep 0.3; done"
+    project_id = _project(operator_api, [{"name": "build", "run": command}])
+    job_id = _run(operator_api, project_id)
+    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "succeeded"
+    browser_page.add_init_script(script=f"({COUNT_LOG_LINES})()")
+    with console_server(operator_api) as server:
+        # When the page streams the whole log (from seq 0), the oldest lines are trimmed
+        _open(browser_page, server, f"/jobs/{job_id}?from_seq=0")
+        browser_page.locator("#connection", has_text="ended").wait_for(timeout=60_000)
+        assert _numbered(browser_page) == list(range(total - LOG_MAX_LINES + 1, total + 1))
+        earlier = browser_page.get_by_role("button", name="Load earlier")
+        expect(earlier).to_be_enabled()
+        first_line = browser_page.locator("#log-lines .line").first
+        # Then "Load earlier" brings back the lines just before the first one shown, each press,
+        # the newest giving way so the page never holds more than it keeps
+        presses = 0
+        while earlier.is_enabled():  # read once a press's lines are in: the same script set both
+            before = _numbered(browser_page)
+            earlier.click()
+            presses += 1
+            expect(first_line).not_to_have_text(str(before[0]), timeout=15_000)
+            shown = _numbered(browser_page)
+            assert shown[0] < before[0] and len(shown) <= LOG_MAX_LINES
+        assert presses >= 1 and _numbered(browser_page) == list(range(1, LOG_MAX_LINES + 1))
+        expect(earlier).to_have_attribute("title", "the log starts here")
+        expect(browser_page.locator("#connection")).to_have_text(re.compile("^paused"))
+        # And Reconnect follows the end again from the first line no longer shown: trimmed anew,
+        # and loaded back again, with no gap or repeat either way
+        browser_page.get_by_role("button", name="Reconnect").click()
+        browser_page.locator("#connection", has_text="ended").wait_for(timeout=60_000)
+        assert _numbered(browser_page) == list(range(total - LOG_MAX_LINES + 1, total + 1))
+        earlier.click()
+        expect(first_line).to_have_text("1", timeout=15_000)
+        assert _numbered(browser_page) == list(range(1, LOG_MAX_LINES + 1))
+        assert browser_page.evaluate("() => window.relevoMostLines") == LOG_MAX_LINES
 
 def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_priority(operator_api, browser_page, tmp_path, screenshots):
     # Given two project groups, the selected project in the first, and in the second a project

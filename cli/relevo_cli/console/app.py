@@ -44,6 +44,8 @@ from relevo_core.models.requests import LOG_MAX_LIMIT
 
 HERE = Path(__file__).resolve().parent
 LOG_TAIL_LINES = 200
+# The job page keeps the newest this many log lines (static/job.js reads it from the page).
+LOG_MAX_LINES = 5000
 # Chunks per page when the page's first view is read back from the end of the log.
 TAIL_PAGE_CHUNKS = 20
 # A job's cost is read from its execution history (GET /jobs/{id}/cost pages through
@@ -344,7 +346,7 @@ async def job_detail(request: Request) -> Response:
             tail = await run_in_threadpool(last_chunks, console.api, job_id, end)
         except ApiError as exc:
             return _error_page(exc)
-    return _page("job.html", tail=tail, tail_json=json.dumps(tail), **context)
+    return _page("job.html", tail=tail, tail_json=json.dumps(tail), log_max_lines=LOG_MAX_LINES, **context)
 
 
 def last_chunks(api: RelevoApi, job_id: str, end: int, lines: int = LOG_TAIL_LINES) -> dict[str, Any]:
