@@ -463,7 +463,9 @@ async def artifact_directory_download(request: Request) -> Response:
                         background=BackgroundTask(shutil.rmtree, workdir, ignore_errors=True))
 
 
-def create_app(console: Console, console_secrets: ConsoleSecrets, port: int) -> ASGIApp:
+def create_app(console: Console, console_secrets: ConsoleSecrets, port: int, announce: Callable[[str], None] | None = None) -> ASGIApp:
+    """The console's routes behind its guard; `announce` gets a new sign-in link when a spent one
+    is opened by a browser without the session (relevo_cli.console.security)."""
     app = Starlette(
         routes=[
             Route("/", job_list),
@@ -487,4 +489,4 @@ def create_app(console: Console, console_secrets: ConsoleSecrets, port: int) -> 
         ]
     )
     app.state.console = console
-    return guarded(app, console_secrets, port)
+    return guarded(app, console_secrets, port, announce)
