@@ -571,6 +571,7 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
             assert build.locator("td.transfer").inner_text() == "1 file, 4.9 KiB uploaded"  # the agent's last reading
             artifact = browser_page.locator("table.artifacts tbody tr", has_text="app.bin")
             assert artifact.locator("td.size").inner_text() == "5,000 bytes"
+            assert artifact.locator("td.type").inner_text() == "file, application/octet-stream"
             # The queued job: its place in the queue (the API's), why it waits, its priority
             _open(browser_page, server, f"/jobs/{queued}")
             place = next(j for j in operator_api.queue()["jobs"] if j["job_id"] == queued)
@@ -717,6 +718,9 @@ def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_l
     with console_server(operator_api) as server:
         _open(browser_page, server, f"/jobs/{job_id}")
         row = browser_page.locator("table.artifacts tbody tr.directory", has_text="App.app/")
+        assert row.locator("td.type").inner_text() == "directory (.tar.gz)"
+        notes = browser_page.locator("table.artifacts tbody tr", has_text="notes.txt")
+        assert notes.locator("td.type").inner_text() == "file, text/plain"
         # When its Download is pressed, the browser saves one .tar.gz (a native download)
         with browser_page.expect_download(timeout=30_000) as download:
             row.get_by_role("link", name="Download").click()

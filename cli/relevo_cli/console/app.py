@@ -39,7 +39,7 @@ from relevo_cli.console import actions, archive, refs
 from relevo_cli.console.deliveries import deliveries_page
 from relevo_cli.console.security import ConsoleSecrets, guarded
 from relevo_cli.console.stream import StreamSettings, job_events
-from relevo_cli.console.summary import format_duration, job_summary
+from relevo_cli.console.summary import artifact_type, format_duration, job_summary
 from relevo_core.models.requests import LOG_MAX_LIMIT
 
 HERE = Path(__file__).resolve().parent
@@ -104,6 +104,7 @@ def job_progress(job: dict[str, Any]) -> tuple[Any, ...]:
 templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
 templates.filters["duration"] = format_duration
 templates.filters["thousands"] = lambda n: f"{int(n):,}"
+templates.filters["artifact_type"] = artifact_type
 
 
 def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
