@@ -248,15 +248,24 @@ async def dlq_action(request: Request) -> Response:
     return JSONResponse(result)
 
 
+def fleet_context(view: dict[str, Any]) -> dict[str, Any]:
+    """GET /queue's agents per region, and each region's dispatch pause (`paused_regions`): a
+    paused region is shown even when none of its agents has reported."""
+    agents = view["agents"]
+    paused = {pause["region"]: pause for pause in view.get("paused_regions") or []}
+    regions = sorted({agent["region"] for agent in agents} | set(paused))
+    return {"regions": [(region, [a for a in agents if a["region"] == region]) for region in regions], "paused_regions": paused}
+
+
 async def fleet_page(request: Request) -> Response:
-    """Agents per region: online or offline, last seen, capacity used, running stages, version."""
+    """Agents per region: online or offline, last seen, capacity used, running stages, version;
+    and a region's dispatch pause, with its note and until."""
     console: Console = request.app.state.console
     try:
-        agents = (await run_in_threadpool(console.api.queue))["agents"]
+        view = await run_in_threadpool(console.api.queue)
     except ApiError as exc:
         return _error_page(exc)
-    regions = sorted({agent["region"] for agent in agents})
-    return _page("fleet.html", regions=[(region, [a for a in agents if a["region"] == region]) for region in regions])
+    return _page("fleet.html", **fleet_context(view))
 
 
 def run_context(console: Console, selected: str | None, group: str | None = None) -> dict[str, Any]:
