@@ -11,6 +11,7 @@ import os
 import re
 import secrets
 import threading
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
@@ -740,3 +741,97 @@ def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_l
         members = {m.name: hashlib.sha256(archive.extractfile(m).read()).hexdigest() for m in archive.getmembers() if m.isfile()}
     assert members == {name: digest for name, digest in recorded.items() if name.startswith("App.app/")}
     assert members["App.app/Contents/MacOS/App"] == hashlib.sha256(body.encode()).hexdigest()
+
+
+def _wait_for(marker: Path) -> str:
+    """Shell that waits until the test creates `marker` (the agent runs on this machine)."""
+    return f"while [ ! -e {marker} ]; do sleep 0.1; done"
+
+
+@contextmanager
+def _ended_after(api: RelevoApi, *job_ids: str) -> Iterator[None]:
+    """Cancel each job not ended when the test is over (a failed check included), so that a stage
+    left waiting holds none of the agent's slots for the tests after it."""
+    try:
+        yield
+    finally:
+        for job_id in job_ids:
+            if api.get_job(job_id)["status"] not in ENDED:
+                api.cancel_job(job_id)
+
+
+def _at_bottom(page) -> bool:
+    return page.locator("#log-lines").evaluate("el => el.scrollTop + el.clientHeight >= el.scrollHeight - 4")
+
+
+def _line(page, text: str):
+    return page.locator("#log-lines .line", has_text=re.compile(f"^{re.escape(text)}$"))
+
+
+def test_the_log_scrolls_along_only_while_the_reader_is_at_the_bottom(operator_api, browser_page, tmp_path: Path):
+    # Given a stage that prints 100 lines (more than the log area shows), then 100 more each time
+    # the test lets it go on
+    go = [tmp_path / f"go-{n}" for n in range(3)]
+    command = "; ".join(["seq 1 100", *(f"{_wait_for(marker)}; seq {n * 100 + 101} {n * 100 + 200}" for n, marker in enumerate(go))])
+    project_id = _project(operator_api, [{"name": "build", "run": command, "kill_grace_sec": 1}])
+    job_id = _run(operator_api, project_id)
+    with console_server(operator_api) as server, _ended_after(operator_api, job_id):
+        _open(browser_page, server, f"/jobs/{job_id}")
+        _line(browser_page, "100").wait_for(timeout=60_000)
+        assert _at_bottom(browser_page)
+        # When lines arrive while the reader is at the bottom, the log scrolls along
+        go[0].touch()
+        _line(browser_page, "200").wait_for(timeout=30_000)
+        assert _at_bottom(browser_page)
+        # When the reader scrolled up, lines arriving leave the view where the reader put it
+        log = browser_page.locator("#log-lines")
+        log.evaluate("el => { el.scrollTop = 40; }")
+        go[1].touch()
+        _line(browser_page, "300").wait_for(timeout=30_000)
+        assert log.evaluate("el => el.scrollTop") == 40 and not _at_bottom(browser_page)
+        # And back at the bottom, it scrolls along again
+        log.evaluate("el => { el.scrollTop = el.scrollHeight; }")
+        go[2].touch()
+        _line(browser_page, "400").wait_for(timeout=30_000)
+        assert _at_bottom(browser_page)
+
+
+def test_the_log_controls_full_screen_clear_and_reconnect(operator_api, browser_page, tmp_path: Path):
+    # Given a stage that prints three lines, then three more and three more when the test lets it
+    first, second = tmp_path / "first", tmp_path / "second"
+    lines = {part: [f"{part} {i}" for i in (1, 2, 3)] for part in "abc"}
+    printing = {part: f'for i in 1 2 3; do echo "{part} $i"; done' for part in "abc"}
+    command = f"{printing['a']}; {_wait_for(first)}; {printing['b']}; {_wait_for(second)}; {printing['c']}"
+    project_id = _project(operator_api, [{"name": "build", "run": command, "kill_grace_sec": 1}])
+    job_id = _run(operator_api, project_id)
+    with console_server(operator_api) as server, _ended_after(operator_api, job_id):
+        _open(browser_page, server, f"/jobs/{job_id}")
+        connection = browser_page.locator("#connection")
+        _line(browser_page, "a 3").wait_for(timeout=60_000)
+        expect(connection).to_have_text("live")
+        # Full screen shows the log area alone; pressed again, it leaves full screen
+        full_screen = browser_page.get_by_role("button", name="Full screen", exact=True)
+        full_screen.click()
+        browser_page.wait_for_function("() => document.fullscreenElement !== null && document.fullscreenElement.matches('section.log')")
+        full_screen.click()
+        browser_page.wait_for_function("() => document.fullscreenElement === null")
+        # Clear empties the view; lines printed later still arrive, and Load earlier brings back
+        # what was cleared
+        browser_page.get_by_role("button", name="Clear", exact=True).click()
+        expect(browser_page.locator("#log-lines .line")).to_have_count(0)
+        first.touch()
+        _line(browser_page, "b 3").wait_for(timeout=30_000)
+        assert _lines(browser_page) == lines["b"]
+        browser_page.get_by_role("button", name="Load earlier").click()
+        expect(browser_page.locator("#log-lines .line").first).to_have_text("a 1", timeout=15_000)
+        assert _lines(browser_page) == lines["a"] + lines["b"]
+        # Reconnect opens a new stream from the seq after the last chunk shown: nothing missed or repeated
+        shown_up_to = operator_api.job_logs(job_id, from_seq=0, limit=100)["chunks"][-1]["seq"]
+        with browser_page.expect_request(lambda request: "/stream?" in request.url) as reconnect:
+            browser_page.get_by_role("button", name="Reconnect", exact=True).click()
+        assert re.search(r"from_seq=(\d+)", reconnect.value.url).group(1) == str(shown_up_to + 1)
+        expect(connection).to_have_text("live", timeout=15_000)
+        second.touch()
+        expect(connection).to_have_text("ended (succeeded)", timeout=60_000)
+        assert _lines(browser_page) == lines["a"] + lines["b"] + lines["c"]
+
