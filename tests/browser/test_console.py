@@ -12,6 +12,7 @@ import re
 import secrets
 import threading
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,9 +21,10 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from relevo_cli.api import RelevoApi
+from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.console.app import LOG_MAX_LINES
 from relevo_cli.localrun import random_commit
+from relevo_core.store import freezes
 from tests.browser.conftest import CONSOLE_REGION, MASKING_REGION, SECRET_VALUE, SECRET_VARIABLE, UPLOAD_BYTES_PER_SEC
 from tests.helpers.browser import console_server, git_remote
 from tests.helpers.iam import iam_user
@@ -835,3 +837,84 @@ def test_the_log_controls_full_screen_clear_and_reconnect(operator_api, browser_
         expect(connection).to_have_text("ended (succeeded)", timeout=60_000)
         assert _lines(browser_page) == lines["a"] + lines["b"] + lines["c"]
 
+
+def test_reject_at_the_gate_on_the_job_page_writes_the_rejection_with_its_reason(operator_api, browser_page):
+    project_id = _project(operator_api, TWO_STAGES, **GATED)
+    job_id = _run(operator_api, project_id)
+    _wait_job(operator_api, job_id, lambda job: job["status"] == "waiting")
+    with console_server(operator_api) as server, _ended_after(operator_api, job_id):
+        _open(browser_page, server, f"/jobs/{job_id}")
+        reject = browser_page.get_by_role("button", name="Reject", exact=True)
+        expect(reject).to_be_enabled(timeout=15_000)
+        # Without a reason, nothing is sent: the page asks for one
+        reject.click()
+        expect(browser_page.locator("#action-result")).to_have_text("Reject needs a reason.")
+        assert operator_api.get_job(job_id)["status"] == "waiting"
+        # With one, the API records the rejection, its reason and who rejected, and deploy never runs
+        browser_page.get_by_label("Reason").fill("crash on launch in 4.2 RC")
+        reject.click()
+        job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+        decision = job["approval_decision"]
+        assert (decision["decision"], decision["reason"]) == ("rejected", "crash on launch in 4.2 RC"), decision
+        assert decision["actor"] == operator_api.session.client("sts").get_caller_identity()["Arn"]
+        assert [stage["status"] for stage in job["stages"]][1] != "succeeded"
+        # The panel follows: the status the API gives, and the gate answered as it says
+        expect(browser_page.locator("#job-status")).to_have_text(job["status"], timeout=30_000)
+        expect(browser_page.locator(".summary dl")).to_contain_text(f"rejected by {decision['actor']}: crash on launch in 4.2 RC")
+
+
+def test_promote_on_the_job_page_puts_the_queued_job_first(operator_api, browser_page):
+    # Given a project busy with a long job and two more queued behind it (project_running)
+    project_id = _project(operator_api, [{"name": "build", "run": "sleep 60", "kill_grace_sec": 1}])
+    running = _run(operator_api, project_id)
+    _wait_job(operator_api, running, lambda job: job["status"] == "running")
+    first, second = _run(operator_api, project_id), _run(operator_api, project_id)
+    with _ended_after(operator_api, running, first, second), console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{second}")
+        queued = {job["job_id"]: job for job in operator_api.queue()["jobs"]}
+        assert queued[first]["queue_position"] < queued[second]["queue_position"]
+        # When Promote is pressed, the API gives the job the highest queued priority + 1...
+        promoted = max(job["priority"] for job in queued.values()) + 1
+        browser_page.get_by_role("button", name="Promote", exact=True).click()
+        wait_until(lambda: operator_api.get_job(second)["priority"] == promoted, 15, "the promote")
+        # ...so it is first in the queue, and the panel shows its new priority and place
+        order = [job["job_id"] for job in operator_api.queue()["jobs"] if job["job_id"] in (first, second)]
+        assert order == [second, first]
+        position = next(job["queue_position"] for job in operator_api.queue()["jobs"] if job["job_id"] == second)
+        wait_until(lambda: (_summary(browser_page)["Priority"], _summary(browser_page)["Queue position"]) == (str(promoted), str(position)),
+                   15, "the panel's priority and place")
+
+
+def test_delete_on_the_job_page_removes_the_ended_job_and_returns_to_the_list(operator_api, browser_page):
+    project_id = _project(operator_api, [{"name": "build", "run": "echo built"}])
+    job_id = _run(operator_api, project_id)
+    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "succeeded"
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        with browser_page.expect_navigation(url=server.origin + "/"):
+            browser_page.get_by_role("button", name="Delete", exact=True).click()
+        # The API no longer has the job, and the list does not show it
+        with pytest.raises(ApiError) as gone:
+            operator_api.get_job(job_id)
+        assert (gone.value.status, gone.value.code) == (404, "JOB_NOT_FOUND")
+        assert job_id not in _rows(browser_page)
+
+
+def test_unfreeze_on_the_dlq_page_lifts_a_frozen_key(operator_api, browser_page, console_stack):
+    # Given an idempotency key of the operator's project frozen by the dead-letter freeze
+    project_id = _project(operator_api, [{"name": "build", "run": "echo built"}])
+    key = f"{project_id}:ref:refs/heads/release-{secrets.token_hex(3)}:0123456789abcdef"
+    entries = [{"job_id": f"job_{n:026d}", "failed_at": "2026-12-01T10:00:00+00:00", "error": "Relevo.Fatal.ExitCode"} for n in range(3)]
+    assert freezes.freeze(console_stack.table_name, key, project_id, entries, datetime.now(timezone.utc), 0)
+    with console_server(operator_api) as server:
+        _open(browser_page, server, "/dlq")
+        row = browser_page.locator("table.frozen tbody tr", has_text=key)
+        assert row.locator("td").nth(3).inner_text() == ", ".join(entry["job_id"] for entry in entries)
+        # When Unfreeze is pressed, the page reloads with the key no longer frozen
+        with browser_page.expect_navigation():
+            row.get_by_role("button", name="Unfreeze", exact=True).click()
+        expect(browser_page.locator("table.frozen tbody tr", has_text=key)).to_have_count(0)
+    # Then the API lifted it: automatic runs of the key go again, and the record says who lifted it
+    assert key not in [k["idempotency_key"] for k in operator_api.dead_letters().get("frozen_keys") or []]
+    record = freezes.get_freeze(console_stack.table_name, key)
+    assert "frozen_at" not in record and record["unfrozen_by"] == operator_api.session.client("sts").get_caller_identity()["Arn"]
