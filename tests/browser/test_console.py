@@ -11,6 +11,8 @@ import os
 import re
 import secrets
 import threading
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,8 +21,10 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from relevo_cli.api import RelevoApi
+from relevo_cli.api import ApiError, RelevoApi
+from relevo_cli.console.app import LOG_MAX_LINES
 from relevo_cli.localrun import random_commit
+from relevo_core.store import freezes
 from tests.browser.conftest import CONSOLE_REGION, MASKING_REGION, SECRET_VALUE, SECRET_VARIABLE, UPLOAD_BYTES_PER_SEC
 from tests.helpers.browser import console_server, git_remote
 from tests.helpers.iam import iam_user
@@ -359,6 +363,64 @@ def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(op
         assert _lines(browser_page) == expected
 
 
+# Every DOM change, the most log lines the page held (a MutationObserver's callback runs after the
+# script that changed the DOM: what a reader could ever see).
+COUNT_LOG_LINES = """() => {
+  window.relevoMostLines = 0;
+  new MutationObserver(function () {
+    const log = document.getElementById("log-lines");
+    if (log) window.relevoMostLines = Math.max(window.relevoMostLines, log.childElementCount);
+  }).observe(document, { childList: true, subtree: true });
+}"""
+
+
+def _numbered(page) -> list[int]:
+    """The log lines shown, each a number (`seq` printed them), checked to follow one another."""
+    shown = [int(line) for line in _lines(page)]
+    assert shown == list(range(shown[0], shown[0] + len(shown))), "a gap or a repeat in the lines shown"
+    return shown
+
+
+def test_lines_trimmed_past_the_cap_come_back_with_load_earlier_with_no_gap_or_repeat(operator_api, browser_page):
+    # Given a log of 1,000 lines more than the page keeps, printed by `seq` in bursts of 750 (a
+    # chunk each, or so: the cap falls inside one)
+    total, burst = LOG_MAX_LINES + 1000, 750
+    command = f"for b in $(seq 0 {total // burst - 1}); do seq $((b * {burst} + 1)) $((b * {burst} + {burst})); sleep 0.3; done"
+    project_id = _project(operator_api, [{"name": "build", "run": command}])
+    job_id = _run(operator_api, project_id)
+    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "succeeded"
+    browser_page.add_init_script(script=f"({COUNT_LOG_LINES})()")
+    with console_server(operator_api) as server:
+        # When the page streams the whole log (from seq 0), the oldest lines are trimmed
+        _open(browser_page, server, f"/jobs/{job_id}?from_seq=0")
+        browser_page.locator("#connection", has_text="ended").wait_for(timeout=60_000)
+        assert _numbered(browser_page) == list(range(total - LOG_MAX_LINES + 1, total + 1))
+        earlier = browser_page.get_by_role("button", name="Load earlier")
+        expect(earlier).to_be_enabled()
+        first_line = browser_page.locator("#log-lines .line").first
+        # Then "Load earlier" brings back the lines just before the first one shown, each press,
+        # the newest giving way so the page never holds more than it keeps
+        presses = 0
+        while earlier.is_enabled():  # read once a press's lines are in: the same script set both
+            before = _numbered(browser_page)
+            earlier.click()
+            presses += 1
+            expect(first_line).not_to_have_text(str(before[0]), timeout=15_000)
+            shown = _numbered(browser_page)
+            assert shown[0] < before[0] and len(shown) <= LOG_MAX_LINES
+        assert presses >= 1 and _numbered(browser_page) == list(range(1, LOG_MAX_LINES + 1))
+        expect(earlier).to_have_attribute("title", "the log starts here")
+        expect(browser_page.locator("#connection")).to_have_text(re.compile("^paused"))
+        # And Reconnect follows the end again from the first line no longer shown: trimmed anew,
+        # and loaded back again, with no gap or repeat either way
+        browser_page.get_by_role("button", name="Reconnect").click()
+        browser_page.locator("#connection", has_text="ended").wait_for(timeout=60_000)
+        assert _numbered(browser_page) == list(range(total - LOG_MAX_LINES + 1, total + 1))
+        earlier.click()
+        expect(first_line).to_have_text("1", timeout=15_000)
+        assert _numbered(browser_page) == list(range(1, LOG_MAX_LINES + 1))
+        assert browser_page.evaluate("() => window.relevoMostLines") == LOG_MAX_LINES
+
 def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_priority(operator_api, browser_page, tmp_path, screenshots):
     # Given two project groups, the selected project in the first, and in the second a project
     # whose long build holds it (a job run of build alone), so the next job queues behind it
@@ -512,6 +574,7 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
             assert build.locator("td.transfer").inner_text() == "1 file, 4.9 KiB uploaded"  # the agent's last reading
             artifact = browser_page.locator("table.artifacts tbody tr", has_text="app.bin")
             assert artifact.locator("td.size").inner_text() == "5,000 bytes"
+            assert artifact.locator("td.type").inner_text() == "file, application/octet-stream"
             # The queued job: its place in the queue (the API's), why it waits, its priority
             _open(browser_page, server, f"/jobs/{queued}")
             place = next(j for j in operator_api.queue()["jobs"] if j["job_id"] == queued)
@@ -658,6 +721,9 @@ def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_l
     with console_server(operator_api) as server:
         _open(browser_page, server, f"/jobs/{job_id}")
         row = browser_page.locator("table.artifacts tbody tr.directory", has_text="App.app/")
+        assert row.locator("td.type").inner_text() == "directory (.tar.gz)"
+        notes = browser_page.locator("table.artifacts tbody tr", has_text="notes.txt")
+        assert notes.locator("td.type").inner_text() == "file, text/plain"
         # When its Download is pressed, the browser saves one .tar.gz (a native download)
         with browser_page.expect_download(timeout=30_000) as download:
             row.get_by_role("link", name="Download").click()
@@ -677,3 +743,178 @@ def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_l
         members = {m.name: hashlib.sha256(archive.extractfile(m).read()).hexdigest() for m in archive.getmembers() if m.isfile()}
     assert members == {name: digest for name, digest in recorded.items() if name.startswith("App.app/")}
     assert members["App.app/Contents/MacOS/App"] == hashlib.sha256(body.encode()).hexdigest()
+
+
+def _wait_for(marker: Path) -> str:
+    """Shell that waits until the test creates `marker` (the agent runs on this machine)."""
+    return f"while [ ! -e {marker} ]; do sleep 0.1; done"
+
+
+@contextmanager
+def _ended_after(api: RelevoApi, *job_ids: str) -> Iterator[None]:
+    """Cancel each job not ended when the test is over (a failed check included), so that a stage
+    left waiting holds none of the agent's slots for the tests after it."""
+    try:
+        yield
+    finally:
+        for job_id in job_ids:
+            if api.get_job(job_id)["status"] not in ENDED:
+                api.cancel_job(job_id)
+
+
+def _at_bottom(page) -> bool:
+    return page.locator("#log-lines").evaluate("el => el.scrollTop + el.clientHeight >= el.scrollHeight - 4")
+
+
+def _line(page, text: str):
+    return page.locator("#log-lines .line", has_text=re.compile(f"^{re.escape(text)}$"))
+
+
+def test_the_log_scrolls_along_only_while_the_reader_is_at_the_bottom(operator_api, browser_page, tmp_path: Path):
+    # Given a stage that prints 100 lines (more than the log area shows), then 100 more each time
+    # the test lets it go on
+    go = [tmp_path / f"go-{n}" for n in range(3)]
+    command = "; ".join(["seq 1 100", *(f"{_wait_for(marker)}; seq {n * 100 + 101} {n * 100 + 200}" for n, marker in enumerate(go))])
+    project_id = _project(operator_api, [{"name": "build", "run": command, "kill_grace_sec": 1}])
+    job_id = _run(operator_api, project_id)
+    with console_server(operator_api) as server, _ended_after(operator_api, job_id):
+        _open(browser_page, server, f"/jobs/{job_id}")
+        _line(browser_page, "100").wait_for(timeout=60_000)
+        assert _at_bottom(browser_page)
+        # When lines arrive while the reader is at the bottom, the log scrolls along
+        go[0].touch()
+        _line(browser_page, "200").wait_for(timeout=30_000)
+        assert _at_bottom(browser_page)
+        # When the reader scrolled up, lines arriving leave the view where the reader put it
+        log = browser_page.locator("#log-lines")
+        log.evaluate("el => { el.scrollTop = 40; }")
+        go[1].touch()
+        _line(browser_page, "300").wait_for(timeout=30_000)
+        assert log.evaluate("el => el.scrollTop") == 40 and not _at_bottom(browser_page)
+        # And back at the bottom, it scrolls along again
+        log.evaluate("el => { el.scrollTop = el.scrollHeight; }")
+        go[2].touch()
+        _line(browser_page, "400").wait_for(timeout=30_000)
+        assert _at_bottom(browser_page)
+
+
+def test_the_log_controls_full_screen_clear_and_reconnect(operator_api, browser_page, tmp_path: Path):
+    # Given a stage that prints three lines, then three more and three more when the test lets it
+    first, second = tmp_path / "first", tmp_path / "second"
+    lines = {part: [f"{part} {i}" for i in (1, 2, 3)] for part in "abc"}
+    printing = {part: f'for i in 1 2 3; do echo "{part} $i"; done' for part in "abc"}
+    command = f"{printing['a']}; {_wait_for(first)}; {printing['b']}; {_wait_for(second)}; {printing['c']}"
+    project_id = _project(operator_api, [{"name": "build", "run": command, "kill_grace_sec": 1}])
+    job_id = _run(operator_api, project_id)
+    with console_server(operator_api) as server, _ended_after(operator_api, job_id):
+        _open(browser_page, server, f"/jobs/{job_id}")
+        connection = browser_page.locator("#connection")
+        _line(browser_page, "a 3").wait_for(timeout=60_000)
+        expect(connection).to_have_text("live")
+        # Full screen shows the log area alone; pressed again, it leaves full screen
+        full_screen = browser_page.get_by_role("button", name="Full screen", exact=True)
+        full_screen.click()
+        browser_page.wait_for_function("() => document.fullscreenElement !== null && document.fullscreenElement.matches('section.log')")
+        full_screen.click()
+        browser_page.wait_for_function("() => document.fullscreenElement === null")
+        # Clear empties the view; lines printed later still arrive, and Load earlier brings back
+        # what was cleared
+        browser_page.get_by_role("button", name="Clear", exact=True).click()
+        expect(browser_page.locator("#log-lines .line")).to_have_count(0)
+        first.touch()
+        _line(browser_page, "b 3").wait_for(timeout=30_000)
+        assert _lines(browser_page) == lines["b"]
+        browser_page.get_by_role("button", name="Load earlier").click()
+        expect(browser_page.locator("#log-lines .line").first).to_have_text("a 1", timeout=15_000)
+        assert _lines(browser_page) == lines["a"] + lines["b"]
+        # Reconnect opens a new stream from the seq after the last chunk shown: nothing missed or repeated
+        shown_up_to = operator_api.job_logs(job_id, from_seq=0, limit=100)["chunks"][-1]["seq"]
+        with browser_page.expect_request(lambda request: "/stream?" in request.url) as reconnect:
+            browser_page.get_by_role("button", name="Reconnect", exact=True).click()
+        assert re.search(r"from_seq=(\d+)", reconnect.value.url).group(1) == str(shown_up_to + 1)
+        expect(connection).to_have_text("live", timeout=15_000)
+        second.touch()
+        expect(connection).to_have_text("ended (succeeded)", timeout=60_000)
+        assert _lines(browser_page) == lines["a"] + lines["b"] + lines["c"]
+
+
+def test_reject_at_the_gate_on_the_job_page_writes_the_rejection_with_its_reason(operator_api, browser_page):
+    project_id = _project(operator_api, TWO_STAGES, **GATED)
+    job_id = _run(operator_api, project_id)
+    _wait_job(operator_api, job_id, lambda job: job["status"] == "waiting")
+    with console_server(operator_api) as server, _ended_after(operator_api, job_id):
+        _open(browser_page, server, f"/jobs/{job_id}")
+        reject = browser_page.get_by_role("button", name="Reject", exact=True)
+        expect(reject).to_be_enabled(timeout=15_000)
+        # Without a reason, nothing is sent: the page asks for one
+        reject.click()
+        expect(browser_page.locator("#action-result")).to_have_text("Reject needs a reason.")
+        assert operator_api.get_job(job_id)["status"] == "waiting"
+        # With one, the API records the rejection, its reason and who rejected, and deploy never runs
+        browser_page.get_by_label("Reason").fill("crash on launch in 4.2 RC")
+        reject.click()
+        job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+        decision = job["approval_decision"]
+        assert (decision["decision"], decision["reason"]) == ("rejected", "crash on launch in 4.2 RC"), decision
+        assert decision["actor"] == operator_api.session.client("sts").get_caller_identity()["Arn"]
+        assert [stage["status"] for stage in job["stages"]][1] != "succeeded"
+        # The panel follows: the status the API gives, and the gate answered as it says
+        expect(browser_page.locator("#job-status")).to_have_text(job["status"], timeout=30_000)
+        expect(browser_page.locator(".summary dl")).to_contain_text(f"rejected by {decision['actor']}: crash on launch in 4.2 RC")
+
+
+def test_promote_on_the_job_page_puts_the_queued_job_first(operator_api, browser_page):
+    # Given a project busy with a long job and two more queued behind it (project_running)
+    project_id = _project(operator_api, [{"name": "build", "run": "sleep 60", "kill_grace_sec": 1}])
+    running = _run(operator_api, project_id)
+    _wait_job(operator_api, running, lambda job: job["status"] == "running")
+    first, second = _run(operator_api, project_id), _run(operator_api, project_id)
+    with _ended_after(operator_api, running, first, second), console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{second}")
+        queued = {job["job_id"]: job for job in operator_api.queue()["jobs"]}
+        assert queued[first]["queue_position"] < queued[second]["queue_position"]
+        # When Promote is pressed, the API gives the job the highest queued priority + 1...
+        promoted = max(job["priority"] for job in queued.values()) + 1
+        browser_page.get_by_role("button", name="Promote", exact=True).click()
+        wait_until(lambda: operator_api.get_job(second)["priority"] == promoted, 15, "the promote")
+        # ...so it is first in the queue, and the panel shows its new priority and place
+        order = [job["job_id"] for job in operator_api.queue()["jobs"] if job["job_id"] in (first, second)]
+        assert order == [second, first]
+        position = next(job["queue_position"] for job in operator_api.queue()["jobs"] if job["job_id"] == second)
+        wait_until(lambda: (_summary(browser_page)["Priority"], _summary(browser_page)["Queue position"]) == (str(promoted), str(position)),
+                   15, "the panel's priority and place")
+
+
+def test_delete_on_the_job_page_removes_the_ended_job_and_returns_to_the_list(operator_api, browser_page):
+    project_id = _project(operator_api, [{"name": "build", "run": "echo built"}])
+    job_id = _run(operator_api, project_id)
+    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "succeeded"
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        with browser_page.expect_navigation(url=server.origin + "/"):
+            browser_page.get_by_role("button", name="Delete", exact=True).click()
+        # The API no longer has the job, and the list does not show it
+        with pytest.raises(ApiError) as gone:
+            operator_api.get_job(job_id)
+        assert (gone.value.status, gone.value.code) == (404, "JOB_NOT_FOUND")
+        assert job_id not in _rows(browser_page)
+
+
+def test_unfreeze_on_the_dlq_page_lifts_a_frozen_key(operator_api, browser_page, console_stack):
+    # Given an idempotency key of the operator's project frozen by the dead-letter freeze
+    project_id = _project(operator_api, [{"name": "build", "run": "echo built"}])
+    key = f"{project_id}:ref:refs/heads/release-{secrets.token_hex(3)}:0123456789abcdef"
+    entries = [{"job_id": f"job_{n:026d}", "failed_at": "2026-12-01T10:00:00+00:00", "error": "Relevo.Fatal.ExitCode"} for n in range(3)]
+    assert freezes.freeze(console_stack.table_name, key, project_id, entries, datetime.now(timezone.utc), 0)
+    with console_server(operator_api) as server:
+        _open(browser_page, server, "/dlq")
+        row = browser_page.locator("table.frozen tbody tr", has_text=key)
+        assert row.locator("td").nth(3).inner_text() == ", ".join(entry["job_id"] for entry in entries)
+        # When Unfreeze is pressed, the page reloads with the key no longer frozen
+        with browser_page.expect_navigation():
+            row.get_by_role("button", name="Unfreeze", exact=True).click()
+        expect(browser_page.locator("table.frozen tbody tr", has_text=key)).to_have_count(0)
+    # Then the API lifted it: automatic runs of the key go again, and the record says who lifted it
+    assert key not in [k["idempotency_key"] for k in operator_api.dead_letters().get("frozen_keys") or []]
+    record = freezes.get_freeze(console_stack.table_name, key)
+    assert "frozen_at" not in record and record["unfrozen_by"] == operator_api.session.client("sts").get_caller_identity()["Arn"]

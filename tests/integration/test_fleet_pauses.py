@@ -238,3 +238,24 @@ def test_a_fresh_agent_takes_nothing_before_it_has_read_its_pauses(local_stack, 
         agent.presence.stop()
         admin.call("POST", f"/regions/{REGION}/resume", None)
     client("stepfunctions").stop_execution(executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}")
+
+
+def test_the_console_fleet_page_shows_each_regions_dispatch_pause_with_its_note_and_until():
+    """GET /queue's `paused_regions` (each pause as the API dumps it) on the console's fleet page: a
+    region's dispatch pause with its note, until and who set it, the region shown even when none
+    of its agents has reported."""
+    from relevo_cli.console.app import fleet_context
+    from relevo_core.store.agent_pauses import AgentPause
+
+    set_at = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+    noted = AgentPause(region=REGION, note="network maintenance", set_at=set_at, until=set_at + timedelta(hours=2),
+                       timeout_sec=7200, set_by=TEST_ADMIN_ARN)
+    bare = AgentPause(region="us-east", set_at=set_at, until=set_at + timedelta(minutes=30), timeout_sec=1800)
+    agent = {"agent_id": "mac-1", "region": REGION, "online": True, "paused": None, "not_claiming": None,
+             "last_seen": "2026-12-01T09:00:05+00:00", "used": 0, "capacity": 1, "running_stages": [], "version": "test"}
+    view = {"agents": [agent], "paused_regions": [noted.model_dump(mode="json"), bare.model_dump(mode="json")]}
+    page = templates.get_template("fleet.html").render(**fleet_context(view))
+    assert f"Dispatch paused until 2026-12-01T11:00:00: network maintenance (set by {TEST_ADMIN_ARN})</p>" in page
+    assert "<h2>us-east: 0 of 0 online</h2>" in page and "Dispatch paused until 2026-12-01T09:30:00</p>" in page
+    assert "No agent of this region has reported." in page
+    assert "Dispatch paused" not in templates.get_template("fleet.html").render(**fleet_context({**view, "paused_regions": []}))

@@ -60,6 +60,51 @@ def test_without_the_cookie_or_with_a_wrong_token_nothing_answers(client, secret
     assert client.get("/static/console.css").status_code == 401
 
 
+def _fresh_browser(client: TestClient) -> TestClient:
+    """Another browser on this console: the same app, no cookie."""
+    return TestClient(client.app, base_url=ORIGIN, follow_redirects=False)
+
+
+def test_the_token_is_spent_by_its_exchange_and_another_browser_using_it_is_refused(client, secrets_):
+    _signed_in(client, secrets_)
+    other = _fresh_browser(client)
+    response = other.get(f"/jobs/j-1?token={secrets_.token}")
+    assert response.status_code == 410
+    assert "set-cookie" not in response.headers
+    assert "This console link was already used" in response.text
+    assert other.get("/static/console.css").status_code == 401
+
+
+def test_a_signed_in_browser_opening_the_spent_link_again_keeps_its_session(client, secrets_):
+    first = _signed_in(client, secrets_).cookies.get(COOKIE)
+    response = client.get(f"/run?project=app&token={secrets_.token}")
+    assert response.status_code == 303 and response.headers["location"] == "/run?project=app"
+    assert "set-cookie" not in response.headers  # the session it has is the one it keeps
+    assert client.cookies.get(COOKIE) == first
+    assert client.get("/static/console.css").status_code == 200
+
+
+def test_a_spent_link_refused_announces_a_new_single_use_link_and_a_wrong_token_announces_nothing(secrets_):
+    announced: list[str] = []
+    api = RelevoApi(f"{UNREACHABLE}/v1", "us-east-1", boto3.session.Session(region_name="us-east-1"))
+    app = create_app(Console(api, caller=lambda: "arn:aws:iam::123456789012:user/nobody"), secrets_, PORT, announce=announced.append)
+    laptop, other, third = (TestClient(app, base_url=ORIGIN, follow_redirects=False) for _ in range(3))
+    assert laptop.get(f"/?token={secrets_.token}").status_code == 303
+    assert other.get("/?token=guessed").status_code == 403 and announced == []
+    refused = other.get(f"/?token={secrets_.token}")
+    assert refused.status_code == 410 and "new link was just printed in the terminal" in refused.text
+    [link] = announced
+    assert link.startswith(f"{ORIGIN}/?token=") and secrets_.token not in link
+    # The new link is the same until it is used (a second refusal hands it out again)...
+    assert third.get(f"/?token={secrets_.token}").status_code == 410 and announced == [link, link]
+    signed_in = other.get(link.removeprefix(ORIGIN))
+    assert signed_in.status_code == 303 and signed_in.headers["set-cookie"].startswith(f"{COOKIE}={secrets_.session};")
+    assert other.get("/static/console.css").status_code == 200
+    # ...and single-use too
+    assert third.get(link.removeprefix(ORIGIN)).status_code == 410
+    assert announced[-1] not in (link, f"{ORIGIN}/?token={secrets_.token}")
+
+
 def test_a_rebound_host_name_is_refused(client, secrets_):
     _signed_in(client, secrets_)
     # DNS rebinding: attacker.example resolves to 127.0.0.1, and the browser sends its name.

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
+import boto3
 import pytest
+import requests
 
-from relevo_cli.api import ApiError
+from relevo_cli.api import ApiError, RelevoApi
+from relevo_cli.console.app import Console
+from relevo_cli.console.security import COOKIE
+from relevo_cli.console.server import ConsoleServer
 from relevo_cli.console.stream import StreamSettings, batches, job_events
+from tests.helpers.stack_files import UNREACHABLE
 
 FAST = StreamSettings(poll_sec=0.01, state_sec=100, retry_backoff_sec=0.01, lifetime_sec=60)
 
@@ -261,3 +268,41 @@ def test_no_poll_waits_for_a_slow_job_read_its_answer_is_taken_once_it_is_in():
     assert [json.loads(e["data"])["next_seq"] for e in logs] == [1, 2, 3, 4, 5]
     assert events.index(logs[-1]) < len(events) - 1 and events[-1]["event"] == "state"
     assert job_reads[0] == 2
+
+
+class IdleJob(RelevoApi):
+    """A running job whose log stays empty: after its first state, a stream has nothing to send."""
+
+    def job_logs(self, job_id: str, from_seq: int | None = None, before_seq: int | None = None, limit: int | None = None) -> dict[str, Any]:
+        return page([])
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        return {"job_id": job_id, "current_stage": "build"}
+
+
+def test_an_idle_stream_sends_a_ping_comment_every_ping_interval():
+    """`: ping` comments keep an idle connection open through proxies, every 15 s unless the
+    server's settings say otherwise: here every 0.2 s, on a console served on loopback."""
+    assert StreamSettings().ping_sec == 15.0
+    interval = 0.2
+    api = IdleJob(f"{UNREACHABLE}/v1", "us-east-1", boto3.session.Session(region_name="us-east-1"))
+    settings = StreamSettings(ping_sec=interval, poll_sec=60, state_sec=60)
+    events: list[str] = []
+    pings: list[float] = []
+    with ConsoleServer(Console(api, settings=settings), port=0) as server:
+        signed_in = requests.get(server.url, allow_redirects=False, timeout=10)
+        cookies = {COOKIE: signed_in.cookies[COOKIE]}
+        opened = time.monotonic()
+        with requests.get(f"{server.origin}/jobs/j-1/stream", cookies=cookies, stream=True, timeout=10) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            for line in stream.iter_lines(decode_unicode=True):
+                if line.startswith(": ping"):
+                    pings.append(time.monotonic() - opened)
+                    if len(pings) == 3:
+                        break
+                elif line:
+                    events.append(line)
+    # Nothing but the first state was sent: the pings alone kept the stream going...
+    assert events == ["event: state", 'data: {"status": "running", "waiting_stage": null, "current_stage": "build"}']
+    # ...each at the interval, none sooner (the nth no earlier than n intervals after the stream opened)
+    assert all(at >= n * interval for n, at in enumerate(pings, start=1)), pings

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from relevo_cli.console.app import templates
-from relevo_cli.console.summary import format_duration, job_summary
+from relevo_cli.console.summary import artifact_type, format_duration, job_summary
 
 NOW = datetime(2026, 12, 1, 12, 0, 30, tzinfo=timezone.utc)
 
@@ -91,3 +91,8 @@ def test_an_artifact_removed_by_the_projects_quota_is_shown_removed_with_no_down
     assert "removed by quota at 2026-12-01T12:30:00+00:00 (artifact.max_total_bytes)" in html
     assert "/artifacts/dir/old.ipa" not in html and 'title="Download a.bin"' in html
     assert directories == [{"stage": "build", "name": "dir", "files": 1, "size": 2}]
+    # Each row's type: a directory (downloaded as one .tar.gz), or a file and what its name says it is
+    assert '<td>dir/ (1 file)</td><td>build</td><td class="type">directory (.tar.gz)</td>' in html
+    for name, kind in (("a.bin", "file, application/octet-stream"), ("dir/b.txt", "file, text/plain"), ("dir/old.ipa", "file, .ipa")):
+        assert f'<td>{name}</td><td>build</td><td class="type">{kind}</td>' in html
+    assert [artifact_type(name) for name in ("App.app/Contents/MacOS/App", "logs.tar.gz")] == ["file", "file, application/x-tar (gzip)"]

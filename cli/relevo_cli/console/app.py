@@ -39,11 +39,13 @@ from relevo_cli.console import actions, archive, refs
 from relevo_cli.console.deliveries import deliveries_page
 from relevo_cli.console.security import ConsoleSecrets, guarded
 from relevo_cli.console.stream import StreamSettings, job_events
-from relevo_cli.console.summary import format_duration, job_summary
+from relevo_cli.console.summary import artifact_type, format_duration, job_summary
 from relevo_core.models.requests import LOG_MAX_LIMIT
 
 HERE = Path(__file__).resolve().parent
 LOG_TAIL_LINES = 200
+# The job page keeps the newest this many log lines (static/job.js reads it from the page).
+LOG_MAX_LINES = 5000
 # Chunks per page when the page's first view is read back from the end of the log.
 TAIL_PAGE_CHUNKS = 20
 # A job's cost is read from its execution history (GET /jobs/{id}/cost pages through
@@ -102,6 +104,7 @@ def job_progress(job: dict[str, Any]) -> tuple[Any, ...]:
 templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
 templates.filters["duration"] = format_duration
 templates.filters["thousands"] = lambda n: f"{int(n):,}"
+templates.filters["artifact_type"] = artifact_type
 
 
 def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -245,15 +248,24 @@ async def dlq_action(request: Request) -> Response:
     return JSONResponse(result)
 
 
+def fleet_context(view: dict[str, Any]) -> dict[str, Any]:
+    """GET /queue's agents per region, and each region's dispatch pause (`paused_regions`): a
+    paused region is shown even when none of its agents has reported."""
+    agents = view["agents"]
+    paused = {pause["region"]: pause for pause in view.get("paused_regions") or []}
+    regions = sorted({agent["region"] for agent in agents} | set(paused))
+    return {"regions": [(region, [a for a in agents if a["region"] == region]) for region in regions], "paused_regions": paused}
+
+
 async def fleet_page(request: Request) -> Response:
-    """Agents per region: online or offline, last seen, capacity used, running stages, version."""
+    """Agents per region: online or offline, last seen, capacity used, running stages, version;
+    and a region's dispatch pause, with its note and until."""
     console: Console = request.app.state.console
     try:
-        agents = (await run_in_threadpool(console.api.queue))["agents"]
+        view = await run_in_threadpool(console.api.queue)
     except ApiError as exc:
         return _error_page(exc)
-    regions = sorted({agent["region"] for agent in agents})
-    return _page("fleet.html", regions=[(region, [a for a in agents if a["region"] == region]) for region in regions])
+    return _page("fleet.html", **fleet_context(view))
 
 
 def run_context(console: Console, selected: str | None, group: str | None = None) -> dict[str, Any]:
@@ -344,7 +356,7 @@ async def job_detail(request: Request) -> Response:
             tail = await run_in_threadpool(last_chunks, console.api, job_id, end)
         except ApiError as exc:
             return _error_page(exc)
-    return _page("job.html", tail=tail, tail_json=json.dumps(tail), **context)
+    return _page("job.html", tail=tail, tail_json=json.dumps(tail), log_max_lines=LOG_MAX_LINES, **context)
 
 
 def last_chunks(api: RelevoApi, job_id: str, end: int, lines: int = LOG_TAIL_LINES) -> dict[str, Any]:
@@ -461,7 +473,9 @@ async def artifact_directory_download(request: Request) -> Response:
                         background=BackgroundTask(shutil.rmtree, workdir, ignore_errors=True))
 
 
-def create_app(console: Console, console_secrets: ConsoleSecrets, port: int) -> ASGIApp:
+def create_app(console: Console, console_secrets: ConsoleSecrets, port: int, announce: Callable[[str], None] | None = None) -> ASGIApp:
+    """The console's routes behind its guard; `announce` gets a new sign-in link when a spent one
+    is opened by a browser without the session (relevo_cli.console.security)."""
     app = Starlette(
         routes=[
             Route("/", job_list),
@@ -485,4 +499,4 @@ def create_app(console: Console, console_secrets: ConsoleSecrets, port: int) -> 
         ]
     )
     app.state.console = console
-    return guarded(app, console_secrets, port)
+    return guarded(app, console_secrets, port, announce)

@@ -9,9 +9,12 @@ attacker controls can be made to resolve to it (DNS rebinding). So, on every req
   something (any method but GET/HEAD) must carry it (or, failing that, a same-origin `Referer`),
   and `Sec-Fetch-Site: cross-site` is refused outright. A page on another port of 127.0.0.1 is
   *same-site* for SameSite cookies, so the origin check is what stops its POST;
-- the session cookie: the random token in the URL `relevo console` prints is exchanged, once, for
-  an HttpOnly, SameSite=Strict cookie holding a second random value; without it nothing but that
-  exchange answers;
+- the session cookie: the random token in the URL `relevo console` prints is exchanged for an
+  HttpOnly, SameSite=Strict cookie holding a second random value, and spent by that exchange (a
+  link left in a browser's history or a shared screen signs no one else in); without the cookie
+  nothing but that exchange answers. A browser already signed in that opens the spent link again
+  keeps its session; any other is refused (410), and a new link is announced where the console
+  was started (its terminal), so the operator can sign in another browser without a restart;
 - every response carries a Content-Security-Policy that allows only this origin's own scripts,
   styles and connections: no inline script, no third-party origin.
 """
@@ -20,12 +23,13 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
+from typing import Callable
 from urllib.parse import urlsplit
 
 from starlette.datastructures import URL, Headers, QueryParams
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import cookie_parser
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 COOKIE = "relevo_console"
@@ -44,15 +48,61 @@ SECURITY_HEADERS = {
 }
 
 
+# What exchange() makes of a token.
+EXCHANGED, SPENT, WRONG = "exchanged", "spent", "wrong"
+
+
+def _token() -> str:
+    return secrets.token_urlsafe(32)
+
+
 @dataclass
 class ConsoleSecrets:
-    """The token printed in the URL, and the session value the cookie carries after the exchange."""
+    """The token printed in the URL, and the session value the cookie carries after the exchange.
+    Each token signs a browser in once: the printed one, and each new one a spent token's
+    refusal hands out (fresh_token)."""
 
-    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    token: str = field(default_factory=_token)
+    session: str = field(default_factory=_token)
+    _unused: list[str] = field(default_factory=list, init=False, repr=False)
+    _spent: list[str] = field(default_factory=list, init=False, repr=False)
 
-    def url(self, port: int) -> str:
-        return f"http://127.0.0.1:{port}/?token={self.token}"
+    def __post_init__(self) -> None:
+        self._unused.append(self.token)
+
+    def url(self, port: int, token: str | None = None) -> str:
+        """The sign-in link: the printed token's, or `token`'s."""
+        return f"http://127.0.0.1:{port}/?token={token or self.token}"
+
+    def exchange(self, token: str) -> str:
+        """EXCHANGED (the token was unused, and now is spent), SPENT or WRONG."""
+        for unused in self._unused:
+            if secrets.compare_digest(token, unused):
+                self._unused.remove(unused)
+                self._spent.append(unused)
+                return EXCHANGED
+        if any(secrets.compare_digest(token, spent) for spent in self._spent):
+            return SPENT
+        return WRONG
+
+    def fresh_token(self) -> str:
+        """A token not used yet: the one handed out before, while it is unused, else a new one
+        (at most one is unused at a time)."""
+        if not self._unused:
+            self._unused.append(_token())
+        return self._unused[-1]
+
+
+def spent_link_page(announced: bool) -> HTMLResponse:
+    """410 for a link used already, by a browser without the session: what happened, and how to
+    get in."""
+    where = ("A new link was just printed in the terminal where <code>relevo console</code> runs: open it in this browser."
+             if announced else "Open this console from the browser that used the link, or restart <code>relevo console</code> for a new one.")
+    body = ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Link already used · Relevo console</title></head>"
+            "<body><h1>This console link was already used</h1>"
+            "<p>A link <code>relevo console</code> prints signs one browser in, once: the browser that opened it first "
+            f"keeps its session.</p><p>{where}</p></body></html>")
+    return HTMLResponse(body, status_code=410)
 
 
 def allowed_origins(port: int) -> frozenset[str]:
@@ -85,10 +135,13 @@ class ConsoleGuard:
     """ASGI middleware: origin and session checks, the token exchange, and the security headers on
     every response (a refusal included)."""
 
-    def __init__(self, app: ASGIApp, console_secrets: ConsoleSecrets, port: int) -> None:
+    def __init__(self, app: ASGIApp, console_secrets: ConsoleSecrets, port: int,
+                 announce: Callable[[str], None] | None = None) -> None:
         self.app = app
         self.secrets = console_secrets
         self.port = port
+        # Where a new sign-in link goes when a spent one comes back (the console's terminal).
+        self.announce = announce
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -115,19 +168,27 @@ class ConsoleGuard:
             return PlainTextResponse(f"refused: {why}", status_code=403)
         url = URL(scope=scope)
         token = QueryParams(url.query).get("token")
+        cookie = cookie_parser(headers.get("cookie", "")).get(COOKIE)
+        signed_in = cookie is not None and secrets.compare_digest(cookie, self.secrets.session)
         if token is not None:
-            if not secrets.compare_digest(token, self.secrets.token):
+            outcome = self.secrets.exchange(token)
+            if outcome == WRONG:
                 return PlainTextResponse("refused: wrong token; open the URL `relevo console` printed", status_code=403)
+            if outcome == SPENT and not signed_in:
+                if self.announce is not None:
+                    self.announce(self.secrets.url(self.port, self.secrets.fresh_token()))
+                return spent_link_page(announced=self.announce is not None)
+            # The token leaves the address bar; a browser signed in already keeps its cookie.
             rest = url.remove_query_params("token")
             redirect = RedirectResponse(rest.path + (f"?{rest.query}" if rest.query else ""), status_code=303)
-            redirect.set_cookie(COOKIE, self.secrets.session, httponly=True, samesite="strict", path="/")
+            if outcome == EXCHANGED:
+                redirect.set_cookie(COOKIE, self.secrets.session, httponly=True, samesite="strict", path="/")
             return redirect
-        cookie = cookie_parser(headers.get("cookie", "")).get(COOKIE)
-        if cookie is None or not secrets.compare_digest(cookie, self.secrets.session):
+        if not signed_in:
             return PlainTextResponse("no console session: open the URL `relevo console` printed (it carries the token)", status_code=401)
         return None
 
 
-def guarded(app: ASGIApp, console_secrets: ConsoleSecrets, port: int) -> ASGIApp:
+def guarded(app: ASGIApp, console_secrets: ConsoleSecrets, port: int, announce: Callable[[str], None] | None = None) -> ASGIApp:
     """The app behind the host check (outermost: a rebound name is refused first), then the guard."""
-    return TrustedHostMiddleware(ConsoleGuard(app, console_secrets, port), allowed_hosts=list(LOOPBACK_HOSTS))
+    return TrustedHostMiddleware(ConsoleGuard(app, console_secrets, port, announce), allowed_hosts=list(LOOPBACK_HOSTS))

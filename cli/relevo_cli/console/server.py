@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import Callable
 
 import uvicorn
 
@@ -15,15 +16,21 @@ from relevo_cli.console.security import ConsoleSecrets
 LOOPBACK = "127.0.0.1"
 
 
+def print_new_link(url: str) -> None:
+    """Where `relevo console` runs: the link for another browser once the printed one was used."""
+    print(f"relevo console: that link was used already (a link signs one browser in, once); to sign in another browser, open {url}", flush=True)
+
+
 class ConsoleServer:
-    def __init__(self, console: Console, port: int = 8765, console_secrets: ConsoleSecrets | None = None) -> None:
+    def __init__(self, console: Console, port: int = 8765, console_secrets: ConsoleSecrets | None = None,
+                 announce: Callable[[str], None] = print_new_link) -> None:
         self.secrets = console_secrets or ConsoleSecrets()
         # Bound before the app is made: port 0 picks a free one, and the app must know which.
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind((LOOPBACK, port))
         self.port = self.socket.getsockname()[1]
-        app = create_app(console, self.secrets, self.port)
+        app = create_app(console, self.secrets, self.port, announce)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None

@@ -10,7 +10,9 @@ files and bytes of its records.
 
 from __future__ import annotations
 
+import mimetypes
 from datetime import datetime
+from pathlib import PurePosixPath
 from typing import Any
 
 from relevo_core.models.transfer import TransferProgress, uploaded_text
@@ -63,6 +65,20 @@ def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetim
         "transfers": stage_transfers(job),
         "attempt_transfers": {stage["name"]: attempt_transfers(stage) for stage in job["stages"]},
     }
+
+
+# The standard library's own table of extensions only (no /etc/mime.types): the same on every machine.
+_CONTENT_TYPES = mimetypes.MimeTypes()
+
+
+def artifact_type(name: str) -> str:
+    """What an artifact file is, from its name alone (an artifact record holds no content type):
+    "file, " and the content type its extension stands for, else its extension, else "file"."""
+    content_type, encoding = _CONTENT_TYPES.guess_type(name)
+    if content_type:
+        return f"file, {content_type}" + (f" ({encoding})" if encoding else "")
+    suffix = PurePosixPath(name).suffix
+    return f"file, {suffix}" if suffix else "file"
 
 
 def format_duration(seconds: int | None) -> str:

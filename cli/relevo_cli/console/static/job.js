@@ -3,19 +3,23 @@
 "use strict";
 
 (function () {
-  const MAX_LINES = 5000;
   const RECONNECT_MS = 1000;
   const panel = document.getElementById("job-panel");
   const jobId = panel.dataset.jobId;
   const logEl = document.getElementById("log-lines");
+  const MAX_LINES = Number(logEl.dataset.maxLines);  // the server's LOG_MAX_LINES
   const connection = document.getElementById("connection");
   const gateNote = document.getElementById("gate-note");
   const earlier = document.getElementById("log-earlier");
   const tail = JSON.parse(logEl.dataset.tail);
 
+  // A line's place in the log is where it starts: the seq of its chunk and the index of its start
+  // among the chunk's newline-separated parts (part 0 may instead end the previous chunk's line).
   // The page opens on whole chunks (the server read them back from the end of the log).
-  let nextSeq = tail.chunks.length ? tail.chunks[0].seq : tail.next_seq;  // where a stream resumes
-  let firstSeq = tail.chunks.length ? tail.chunks[0].seq : tail.next_seq;  // "Load earlier" pages back from here
+  let nextSeq = tail.chunks.length ? tail.chunks[0].seq : tail.next_seq;  // where a stream resumes...
+  let nextPart = 0;                // ...and the first part of that chunk not shown yet
+  let firstSeq = nextSeq;          // the first line shown: "Load earlier" pages back from here
+  let firstPart = 0;
   let openLine = null;             // the last line, while its chunk did not end it with a newline
   let source = null;
   let retry = null;
@@ -30,32 +34,64 @@
     return logEl.scrollTop + logEl.clientHeight >= logEl.scrollHeight - 4;
   }
 
-  function newLine(seq, text) {
+  function newLine(seq, part, text) {
     const line = document.createElement("span");
     line.className = "line";
     line.dataset.seq = String(seq);
+    line.dataset.part = String(part);
     line.textContent = text;
     return line;
   }
 
-  function trim() {
-    while (logEl.childElementCount > MAX_LINES) {
-      logEl.firstElementChild.remove();
-      earlier.disabled = false;
-      earlier.removeAttribute("title");
-    }
+  function setEarlier(enabled) {
+    earlier.disabled = !enabled;
+    if (enabled) earlier.removeAttribute("title"); else earlier.title = "the log starts here";
   }
 
-  // Chunk text appended after what is shown: a chunk may end in the middle of a line.
-  function appendText(seq, text) {
+  // Where the first line shown starts, read again whenever the top of the log changes.
+  function markFirst() {
+    const first = logEl.firstElementChild;
+    if (first === null) return;
+    firstSeq = Number(first.dataset.seq);
+    firstPart = Number(first.dataset.part);
+  }
+
+  // The newest MAX_LINES lines are kept: the oldest go, and "Load earlier" brings them back.
+  function trim() {
+    if (logEl.childElementCount <= MAX_LINES) return;
+    while (logEl.childElementCount > MAX_LINES) logEl.firstElementChild.remove();
+    markFirst();
+    setEarlier(true);
+  }
+
+  // Earlier lines loaded onto a full log push out the newest: the page stops following the end,
+  // which resumes (Reconnect) from the first line no longer shown.
+  function dropNewest() {
+    let dropped = null;
+    while (logEl.childElementCount > MAX_LINES) {
+      dropped = logEl.lastElementChild;
+      dropped.remove();
+    }
+    if (dropped === null) return;
+    nextSeq = Number(dropped.dataset.seq);
+    nextPart = Number(dropped.dataset.part);
+    openLine = null;  // the line dropped began after a newline: the one above it is whole
+    stopStream();
+    setConnection("paused: earlier lines shown, Reconnect follows the end");
+  }
+
+  // Chunk text appended after what is shown, from its part `fromPart` on (the parts before it are
+  // shown already): a chunk may end in the middle of a line.
+  function appendText(seq, text, fromPart) {
     const parts = text.split("\n");
     parts.forEach(function (part, index) {
+      if (index < fromPart) return;
       const last = index === parts.length - 1;
       if (last && part === "") { openLine = null; return; }
       if (openLine !== null && index === 0) {
         openLine.textContent += part;
       } else {
-        openLine = newLine(seq, part);
+        openLine = newLine(seq, index, part);
         logEl.appendChild(openLine);
       }
       if (!last) openLine = null;
@@ -66,8 +102,9 @@
     const follow = atBottom();
     for (const chunk of chunks) {
       if (chunk.seq < nextSeq) continue;  // already shown: never twice
-      appendText(chunk.seq, chunk.text);
+      appendText(chunk.seq, chunk.text, chunk.seq === nextSeq ? nextPart : 0);
       nextSeq = chunk.seq + 1;
+      nextPart = 0;
     }
     trim();
     if (follow) logEl.scrollTop = logEl.scrollHeight;
@@ -103,9 +140,14 @@
     if (control) control.focus();
   }
 
-  function connect() {
+  function stopStream() {
     if (source !== null) source.close();
+    source = null;
     clearTimeout(retry);
+  }
+
+  function connect() {
+    stopStream();
     setConnection("connecting");
     source = new EventSource("/jobs/" + encodeURIComponent(jobId) + "/stream?from_seq=" + nextSeq);
     source.addEventListener("log", function (event) { appendChunks(JSON.parse(event.data).chunks); });
@@ -148,30 +190,42 @@
     });
   }
 
+  // The lines just before the first one shown: the chunks before its chunk and, when it does not
+  // start its chunk (the lines above it were trimmed), that chunk's own parts before it.
   async function loadEarlier() {
-    const response = await fetch("/jobs/" + encodeURIComponent(jobId) + "/logs?before_seq=" + firstSeq, { credentials: "same-origin" });
+    const seq = firstSeq;
+    const part = firstPart;
+    const beforeSeq = part > 0 ? seq + 1 : seq;
+    const response = await fetch("/jobs/" + encodeURIComponent(jobId) + "/logs?before_seq=" + beforeSeq, { credentials: "same-origin" });
     if (!response.ok) return;
     const page = await response.json();
-    const earlierChunks = page.chunks.filter(function (chunk) { return chunk.seq < firstSeq; });
+    if (seq !== firstSeq || part !== firstPart) return;  // trimmed meanwhile: this page no longer joins the top
     const fragment = document.createDocumentFragment();
     let line = null;
-    for (const chunk of earlierChunks) {
-      chunk.text.split("\n").forEach(function (part, index, parts) {
-        if (index === parts.length - 1 && part === "") { line = null; return; }
-        if (line !== null && index === 0) { line.textContent += part; } else { line = newLine(chunk.seq, part); fragment.appendChild(line); }
+    for (const chunk of page.chunks) {
+      if (chunk.seq > seq || (chunk.seq === seq && part === 0)) continue;
+      chunk.text.split("\n").forEach(function (text, index, parts) {
+        if (chunk.seq === seq && index >= part) return;  // the first line shown starts here
+        if (index === parts.length - 1 && text === "") { line = null; return; }
+        if (line !== null && index === 0) { line.textContent += text; } else { line = newLine(chunk.seq, index, text); fragment.appendChild(line); }
         if (index < parts.length - 1) line = null;
       });
     }
-    // Text after the last newline of the earlier chunks begins the first line already shown.
+    // Text after the last newline of the earlier chunks begins the first line already shown (or,
+    // with nothing shown, the line the next chunk goes on).
     const first = logEl.firstElementChild;
     if (line !== null && first !== null) {
       first.textContent = line.textContent + first.textContent;
       first.dataset.seq = line.dataset.seq;
+      first.dataset.part = line.dataset.part;
       line.remove();
+    } else if (line !== null) {
+      openLine = line;
     }
-    if (earlierChunks.length) firstSeq = earlierChunks[0].seq;
     logEl.insertBefore(fragment, logEl.firstChild);
-    if (page.before_seq === null) { earlier.disabled = true; earlier.title = "the log starts here"; }
+    markFirst();
+    if (page.before_seq === null) setEarlier(false);
+    dropNewest();
   }
 
   async function act(button) {
@@ -202,7 +256,14 @@
     if (button && !button.disabled) act(button);
   });
   earlier.addEventListener("click", loadEarlier);
-  document.getElementById("log-clear").addEventListener("click", function () { logEl.replaceChildren(); openLine = null; });
+  // Clear empties the view; "Load earlier" then pages back from where it was cleared.
+  document.getElementById("log-clear").addEventListener("click", function () {
+    logEl.replaceChildren();
+    openLine = null;
+    firstSeq = nextSeq;
+    firstPart = nextPart;
+    setEarlier(firstSeq > 0 || firstPart > 0);
+  });
   document.getElementById("log-reconnect").addEventListener("click", connect);
   document.getElementById("log-fullscreen").addEventListener("click", function () {
     const area = logEl.closest(".log");
