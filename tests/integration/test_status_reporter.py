@@ -309,3 +309,53 @@ def test_a_stale_report_never_overwrites_a_newer_one_on_the_commit(local_stack, 
     assert [r.json()["description"] for r in recorder.received(forge.commit)][-1] == "running"
     _run_all(local_stack, job_id, 1)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+
+
+def test_a_report_whose_invocation_fails_after_its_claim_is_sent_by_the_streams_next_delivery(local_stack, forge, recorder, monkeypatch):
+    """A DynamoDB error between a report's claim and its send (here: reading the newest report
+    sent for the job) fails the stream record, which the stream delivers again within seconds.
+    The claim used to stand until it expired, so that delivery found it taken, counted the record
+    as done and the status was never sent. It is given back now: the next delivery sends it once."""
+    from botocore.exceptions import ClientError
+
+    import relevo_core.notify.reporter as reporter_module
+    from relevo_core.config.notify import NotifySettings
+    from relevo_core.notify.reporter import Reporter
+    from relevo_core.notify.sending import Clock, Urllib3Transport
+    from relevo_core.store.projects import get_project
+
+    forge.register()
+    real = job_record(local_stack, forge.push())
+    # The same job seen by another change: a job and commit of its own, so nothing else reports them.
+    commit = secrets.token_hex(20)
+    job_id = "job_" + secrets.token_hex(13)
+    new = {**real, "pk": f"JOB#{job_id}", "job_id": job_id, "status": "running", "updated_at": datetime.now(timezone.utc).isoformat(),
+           "envelope": {**real["envelope"], "job_id": job_id, "commit": commit}}
+    old = {**new, "status": "queued"}  # the images as the stream gives them (notify.transitions.stream_images)
+    settings = NotifySettings.model_validate({
+        "TABLE_NAME": local_stack.table_name, "STATE_MACHINE_ARN": local_stack.state_machine_arn,
+        "STATUS_DEAD_LETTER_QUEUE_URL": local_stack.resources["StatusDeadLetterQueue"],
+        "GROUP_TOPIC_ARN": local_stack.resources["GroupTopic"], "HTTP_READ_TIMEOUT_SEC": "2",
+    })
+    reporter = Reporter(settings, Urllib3Transport(), Clock(), project=lambda p: get_project(local_stack.table_name, p),
+                        secret=lambda name: client("secretsmanager").get_secret_value(SecretId=name)["SecretString"])
+    real_read = reporter_module.latest_reported_at
+    failures = iter([ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}}, "GetItem")])
+
+    def read_once_throttled(*args, **kwargs):
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(reporter_module, "latest_reported_at", read_once_throttled)
+    with pytest.raises(ClientError):
+        reporter.report_change(old, new, deadline=time.time() + 30)
+    assert not [i for i in table_items(local_stack, f"NOTICES#{job_id}")], "the claim was left standing"
+
+    reporter.report_change(old, new, deadline=time.time() + 30)  # the stream's next delivery
+
+    [sent] = wait_until(lambda: recorder.received(commit), 10, "the status")
+    assert sent.json()["state"] == "pending"
+    reporter.report_change(old, new, deadline=time.time() + 30)  # and a third delivery sends nothing more
+    assert len(recorder.received(commit)) == 1

@@ -9,7 +9,7 @@ for a remote service's failure: the job never waits for, nor fails by, its repor
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -35,7 +35,7 @@ from relevo_core.store.projects import get_project, list_projects
 from relevo_core.store.job_stages import stage_records
 from relevo_core.store.jobs import get_job_record
 from relevo_core.store.latest_reports import latest_reported_at, raise_latest_reported
-from relevo_core.store.notices import check_run_id, claim_notice, finish_notice, remember_check_run
+from relevo_core.store.notices import check_run_id, claim_notice, finish_notice, release_notice, remember_check_run
 
 DAY = 86_400
 SENT, SUPERSEDED, DEAD_LETTERED, NOT_REPLAYABLE = "sent", "superseded", "dead_lettered", "not_replayable"
@@ -57,6 +57,8 @@ class Reporter:
     # A job's record now (None once it is gone): its plan (a check run's summary), and its status,
     # which a replayed report is checked against.
     job_record: Callable[[str], dict[str, Any] | None] = lambda _job_id: None
+    # Claims taken for the change being reported that nothing was sent under yet (see report_change).
+    _held: list[Report] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tokens is None:
@@ -68,6 +70,22 @@ class Reporter:
         return SendPolicy(s.connect_timeout_sec, s.read_timeout_sec, s.attempts, s.send_budget_sec, s.backoff_base_sec)
 
     def report_change(self, old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float) -> None:
+        """One change of the table. An error that escapes (a DynamoDB error between a claim and its
+        send) gives back the claims nothing was sent under, then is raised, so the stream's next
+        delivery of the record sends them: left standing until they expired, a claim would have made
+        that delivery skip its report, which was then lost. A claim a send began under stands (a
+        second send could repeat a Slack message)."""
+        self._held.clear()
+        try:
+            self._report_change(old, new, deadline)
+        except Exception:
+            for report in self._held:
+                release_notice(self.settings.table_name, report.subject, report.target, report.key)
+            raise
+        finally:
+            self._held.clear()
+
+    def _report_change(self, old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float) -> None:
         transition = job_transition(old, new)
         if transition is None:
             if new and str(new.get("sk", "")).startswith("STAGE#"):
@@ -222,13 +240,17 @@ class Reporter:
         now = int(self.clock.now())
         # A claim outlives one delivery's budget: the invocation that took it is surely gone after.
         claim_sec = int(self.settings.send_budget_sec) + 60
-        return claim_notice(
+        taken = claim_notice(
             self.settings.table_name, report.subject, report.target, report.key, now, claim_sec,
             ttl=now + self.settings.notice_memory_days * DAY,
         )
+        if taken:
+            self._held.append(report)
+        return taken
 
     def deliver(self, report: Report, request: OutgoingRequest, deadline: float, claimed: bool = True) -> SendResult:
         """Send a report, record its attempts, dead-letter it when it fails."""
+        self._let_stand(report)  # from its first send on, its claim is never given back
         result = send(request, self.policy, self.transport, self.clock, deadline)
         for attempt in result.attempts:
             if attempt.error is None:
@@ -242,6 +264,9 @@ class Reporter:
         else:
             self.give_up(report, request, result.reason or "failed", result, recorded=True, claimed=claimed)
         return result
+
+    def _let_stand(self, report: Report) -> None:
+        self._held[:] = [held for held in self._held if held is not report]
 
     def record(self, report: Report, outcome: Outcome, attempt: int, http_status: int | None, latency_ms: int | None,
                reason: str | None, at: float) -> None:

@@ -44,6 +44,23 @@ def claim_notice(table: str, subject: str, target: str, transition: str, now: in
     return True
 
 
+def release_notice(table: str, subject: str, target: str, transition: str) -> None:
+    """A claim given back before anything was sent under it (its invocation failed first): the
+    stream delivers the record again within seconds, and finds the marker gone. Only a claim still
+    standing is removed; a finished marker stays."""
+    try:
+        client("dynamodb").delete_item(
+            TableName=table,
+            Key=key(notice_pk(subject), notice_sk(target, transition)),
+            ConditionExpression="#state = :claimed",
+            ExpressionAttributeNames={"#state": "state"},
+            ExpressionAttributeValues={":claimed": {"S": CLAIMED}},
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+
+
 def finish_notice(table: str, subject: str, target: str, transition: str, outcome: str) -> None:
     """The claim's end: `sent` or `dead_lettered`; either way it is never taken again."""
     client("dynamodb").update_item(
