@@ -110,6 +110,16 @@ def test_each_transition_is_one_github_status_and_a_repeated_record_sends_nothin
     assert sorted((r.target, r.event, r.outcome.value, r.http_status, r.attempt) for r in records) == sorted(
         [("github_status", e, "delivered", 201, 1) for e in ("queued", "running", "waiting", "running", "ended")]
     )
+    # Each with the latency of its attempt, and a TTL of its own: the function's delivery record
+    # days after the attempt (not the job's retention).
+    assert all(r.latency_ms is not None and 0 <= r.latency_ms < 10_000 for r in records)
+    from relevo_core.config.notify import NotifySettings
+
+    deployed = client("lambda").get_function_configuration(FunctionName=local_stack.resources["StatusReporterFunction"])
+    days = int(deployed["Environment"]["Variables"].get("DELIVERY_RECORD_DAYS", NotifySettings.model_fields["delivery_record_days"].default))
+    for item in table_items(local_stack, f"DELIVERIES#{project_id}"):
+        at = datetime.fromisoformat(item["record"]["M"]["at"]["S"]).timestamp()
+        assert int(item["ttl"]["N"]) - at == pytest.approx(days * 86_400, abs=2)
 
     # The same stream records again (a redelivery by the event source mapping): nothing is sent.
     ours = job_stream_records(batches, job_id)
