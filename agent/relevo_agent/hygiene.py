@@ -3,20 +3,27 @@
 Both run only while the agent is idle, on the poll thread, before it receives again: no stage
 runs, none can start meanwhile, so a cleanup never runs during a stage and a workspace is never
 removed under one. Retention (`keep_workspaces` N > 0) keeps the N workspaces used last and
-removes older ones, except any a lease holds: a stage of this process, or an attempt its journal
-still has in flight (one a restart is reconciling). The low-disk check itself is the presence's
-(relevo_agent.presence: below min_free_disk_gb the agent claims nothing, reason agent_low_disk).
+removes older ones, except any a lease holds: a stage of this process, an attempt its journal
+still has in flight (one a restart is reconciling), or a stage of another agent process on this
+machine sharing the workspace root (the default `~/relevo/workspaces` is the user's, so two agents
+of one Mac share it): every stage holds a shared lock on its workspace's lock file for its whole
+run (WorkspaceLocks), and a workspace is removed only under that lock taken exclusively, without
+waiting. The low-disk check itself is the presence's (relevo_agent.presence: below min_free_disk_gb
+the agent claims nothing, reason agent_low_disk).
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import shutil
 import subprocess
 import threading
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import Journal
@@ -24,6 +31,48 @@ from relevo_agent.journal import Journal
 log = logging.getLogger(__name__)
 
 _USED_KEY = "workspace_used:"
+# Beside the workspaces, a dot-directory retention never lists: a lock file outlives the workspace
+# it guards, so a removal and a stage starting in it always meet on the same file.
+_LOCKS_DIR = ".relevo-locks"
+
+
+class WorkspaceLocks:
+    """flock(2) locks on <workspace_root>/.relevo-locks/<workspace>.lock, shared between the agent
+    processes of one machine: a stage holds its workspace's shared, a removal takes it exclusive
+    without waiting. The kernel drops a process's locks when it dies, so a crashed agent holds none
+    (its journal says what it left in flight)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _open(self, workspace: Path) -> int:
+        directory = self.root / _LOCKS_DIR
+        directory.mkdir(parents=True, exist_ok=True)
+        return os.open(directory / f"{workspace.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+    @contextmanager
+    def using(self, workspace: Path) -> Iterator[None]:
+        """Held while a stage runs in `workspace` (waits for a removal under way to finish)."""
+        fd = self._open(workspace)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    @contextmanager
+    def removing(self, workspace: Path) -> Iterator[bool]:
+        """True while no stage of any process uses `workspace`, and none can start in it."""
+        fd = self._open(workspace)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
 
 
 class Hygiene:
@@ -35,6 +84,7 @@ class Hygiene:
         # (project, command, workspace) to run once idle; one entry per project.
         self._cleanups: dict[str, tuple[str, Path]] = {}
         self._prune_due = False
+        self.locks = WorkspaceLocks(config.workspace_root)
 
     def used(self, workspace: Path) -> None:
         """A stage of this workspace starts: it is the most recently used."""
@@ -87,7 +137,11 @@ class Hygiene:
             if path.resolve() in held:
                 log.info("workspace %s is beyond keep_workspaces but a lease holds it; kept", path)
                 continue
-            shutil.rmtree(path, ignore_errors=True)
+            with self.locks.removing(path) as free:
+                if not free:
+                    log.info("workspace %s is beyond keep_workspaces but a stage of another agent uses it; kept", path)
+                    continue
+                shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
             log.info("removed workspace %s (keep_workspaces %d)", path, self.config.keep_workspaces)
         return removed

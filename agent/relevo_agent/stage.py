@@ -147,7 +147,9 @@ class StageRunner:
             return
         try:
             self.hygiene.used(workspace)
-            self._run_in(workspace, envelope, plan, task, message, timeline, op_id, ref)
+            # Held for the whole stage: no agent process of this machine removes the workspace under it.
+            with self.hygiene.locks.using(workspace):
+                self._run_in(workspace, envelope, plan, task, message, timeline, op_id, ref)
         finally:
             with self._running_lock:
                 self._workspaces.pop(op_id, None)

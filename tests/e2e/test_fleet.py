@@ -33,7 +33,7 @@ from tests.helpers.stack import regions_stack, use_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-fleet-pause")]
 
-REGIONS = ("pause", "drain", "dispatch", "caps", "disk")
+REGIONS = ("pause", "drain", "dispatch", "caps", "disk", "shared", "quota")
 RECORDED = Path(__file__).parents[1] / "unit" / "fixtures" / "capabilities"
 PRESENCE_SEC = 0.5
 # Long enough to see that nothing is claimed: several presence intervals and polls.
@@ -48,12 +48,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo,
 
 def _agent(
     running: ExitStack, tmp_path: Path, stack_file: Path, region: str, agent_id: str, capacity: int = 2,
-    env: dict[str, str] | None = None, **settings: int | float,
+    env: dict[str, str] | None = None, workspace_root: Path | None = None, **settings: int | float,
 ) -> Any:
     config = write_agent_config(
         tmp_path / f"{agent_id}.toml", stack_file, region, agent_id, capacity=capacity, poll_wait_sec=1,
         presence_interval_sec=PRESENCE_SEC, **settings,
     )
+    if workspace_root is not None:  # several agents of one machine sharing it, as the default root is shared
+        config.write_text(config.read_text().replace(str(tmp_path / f"{agent_id}-workspaces"), str(workspace_root)))
     return running.enter_context(agent_process(config, tmp_path / f"{agent_id}.log", env))
 
 
@@ -266,5 +268,47 @@ def test_a_low_disk_agent_stops_claiming_and_one_with_room_cleans_up_between_sta
         # A second project's job: its workspace is the one kept, the first one's is removed.
         second = _ended(api, _run(api, _project(api, "disk", "echo two")))
         assert second["stages"][0]["agent_id"] == "disk-roomy"
-        wait_until(lambda: sorted(p.name for p in workspaces.iterdir()) == [second["project"]], 30, "only the last workspace kept")
+        wait_until(lambda: sorted(p.name for p in workspaces.iterdir() if not p.name.startswith(".")) == [second["project"]], 30,
+                   "only the last workspace kept")
     assert "below min_free_disk_gb" in (tmp_path / "disk-full.log").read_text()
+
+
+def test_retention_never_removes_a_workspace_another_agent_of_the_machine_runs_a_stage_in(stack, tmp_path: Path):
+    """Two agents of one Mac share its workspace root (the default one is the user's). One runs a
+    long stage of project P; the other, keeping one workspace, runs project Q's stage and prunes
+    while idle: P's workspace is older and beyond what it keeps, but the stage running in it holds
+    its lock, so it stays, and the stage finds its files intact at its end."""
+    info, stack_file = stack
+    api = RelevoApi.for_stack(info)
+    shared, gate = tmp_path / "shared-workspaces", tmp_path / "go"
+    with ExitStack() as running:
+        _agent(running, tmp_path, stack_file, "shared", "shared-long", capacity=1, workspace_root=shared)
+        long_job = _run(api, _project(api, "shared", f'echo mine > marker; {_gated(gate)}; test -f marker && echo intact'))
+        wait_until(lambda: api.get_job(long_job)["stages"][0]["status"] == "running", 60, "shared-long runs P's stage")
+        _agent(running, tmp_path, stack_file, "shared", "shared-idle", capacity=1, workspace_root=shared, keep_workspaces=1)
+        short = _ended(api, _run(api, _project(api, "shared", "echo q")))
+        assert short["status"] == "succeeded" and short["stages"][0]["agent_id"] == "shared-idle", short
+
+        idle_log = tmp_path / "shared-idle.log"
+        wait_until(lambda: "a stage of another agent uses it; kept" in idle_log.read_text(), 30, "shared-idle pruned, keeping P's")
+        assert (shared / api.get_job(long_job)["project"] / "marker").is_file()
+        gate.touch()
+        done = _ended(api, long_job)
+        assert done["status"] == "succeeded" and done["stages"][0]["agent_id"] == "shared-long", done
+        assert "intact" in "".join(c["text"] for c in api.job_logs(long_job, from_seq=0, limit=100)["chunks"])
+
+
+def test_a_stage_over_its_jobs_artifact_quota_fails_on_a_real_agent_with_nothing_uploaded(stack, tmp_path: Path):
+    """artifact.max_job_bytes with an agent process: the stage's files (5,000 bytes) would take the
+    job past its bound (1,000), so the stage fails Relevo.Fatal.ArtifactQuota, is not retried, and
+    nothing is stored or recorded."""
+    info, stack_file = stack
+    api = RelevoApi.for_stack(info)
+    with ExitStack() as running:
+        _agent(running, tmp_path, stack_file, "quota", "quota-1")
+        project_id = _project(api, "quota", 'head -c 5000 /dev/zero > "$RELEVO_ARTIFACT_DIR/app.ipa"',
+                              project={"artifact": {"max_job_bytes": 1000}})
+        done = _ended(api, _run(api, project_id))
+    stage = done["stages"][0]
+    assert (done["status"], stage["error_class"], stage["attempt"]) == ("failed", "Relevo.Fatal.ArtifactQuota", 1), done
+    assert done.get("artifacts", []) == [] and done.get("artifact_bytes", 0) == 0, done

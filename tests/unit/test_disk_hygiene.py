@@ -53,13 +53,13 @@ def test_retention_keeps_the_last_used_and_never_a_leased_workspace(tmp_path: Pa
 
     removed = hygiene.prune()
     assert [path.name for path in removed] == ["oldest"]
-    assert sorted(path.name for path in config.workspace_root.iterdir()) == ["newest", "old-leased-by-journal", "old-running", "recent"]
+    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == ["newest", "old-leased-by-journal", "old-running", "recent"]
 
     # Once the leases are gone, the next prune removes them too.
     running.clear()
     journal.record("job_x/build", 1, OperationOutcome.SUCCEEDED, 0, None)
     assert sorted(path.name for path in hygiene.prune()) == ["old-leased-by-journal", "old-running"]
-    assert sorted(path.name for path in config.workspace_root.iterdir()) == ["newest", "recent"]
+    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == ["newest", "recent"]
 
 
 def test_keep_workspaces_0_keeps_everything(tmp_path: Path):
@@ -68,7 +68,7 @@ def test_keep_workspaces_0_keeps_everything(tmp_path: Path):
     _workspaces(config, hygiene, "a", "b", "c")
     hygiene.stage_ended("a", config.workspace_root / "a", None)
     hygiene.between_stages()
-    assert sorted(path.name for path in config.workspace_root.iterdir()) == ["a", "b", "c"]
+    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == ["a", "b", "c"]
 
 
 def test_a_projects_cleanup_runs_once_between_stages_in_its_workspace(tmp_path: Path):
@@ -83,3 +83,20 @@ def test_a_projects_cleanup_runs_once_between_stages_in_its_workspace(tmp_path: 
     assert marker.read_text().splitlines() == [str(config.workspace_root / "app")]
     hygiene.between_stages()
     assert marker.read_text().splitlines() == [str(config.workspace_root / "app")]
+
+
+def test_retention_never_removes_a_workspace_another_agent_process_of_the_machine_uses(tmp_path: Path):
+    """Two agents of one Mac share the default workspace root. This agent is idle and prunes; the
+    other runs a stage in an older workspace, which this agent's own leases cannot know of: the
+    stage's lock on the workspace keeps it. Once that stage ends, the next prune removes it."""
+    config = _config(tmp_path, keep_workspaces=1)
+    hygiene = Hygiene(config, Journal(config.journal), set)
+    other = Hygiene(config.model_copy(update={"agent_id": "mac-2", "journal": tmp_path / "j2.sqlite3"}), Journal(tmp_path / "j2.sqlite3"), set)
+    _workspaces(config, hygiene, "used-by-the-other-agent", "newest")
+
+    with other.locks.using(config.workspace_root / "used-by-the-other-agent"):
+        assert hygiene.prune() == []
+        assert (config.workspace_root / "used-by-the-other-agent").is_dir()
+
+    assert [path.name for path in hygiene.prune()] == ["used-by-the-other-agent"]
+    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == ["newest"]
