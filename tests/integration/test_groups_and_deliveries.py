@@ -129,3 +129,35 @@ def test_every_webhook_delivery_is_recorded_with_its_answer(local_stack, project
     with pytest.raises(ApiError) as bad:
         admin.api.request("GET", "/deliveries", params={"failed": "maybe"})
     assert (bad.value.status, bad.value.code) == (400, "QUERY_INVALID")
+
+
+def test_group_test_answers_within_its_budget_however_many_channels_hang(local_stack, admin, recorder):
+    """`relevo group test` tried each channel in turn with a delivery budget of its own, so three
+    hung Slack channels took longer than API Gateway's 29 s, and the caller got a 504 instead of
+    any outcome. One deadline now covers them all: the channels not reached by then say so."""
+    import time
+
+    from relevo_core.config.notify import GroupApiSettings
+    from relevo_core.notify.channels import test_group
+    from relevo_core.notify.sending import Clock, Urllib3Transport
+
+    name = "g-" + secrets.token_hex(4)
+    refs = []
+    for n in range(3):
+        refs.append(f"relevo/{local_stack.stack_name}/_notify/{name}/slack-{n}")
+        client("secretsmanager").create_secret(Name=refs[-1], SecretString=f"{recorder.url}/services/T/B/{n}")
+    admin.api.put_group(name, {"name": name, "channels": [{"kind": "slack", "webhook_secret_ref": ref} for ref in refs]})
+    recorder.hang_always(30)
+    deployed = client("lambda").get_function_configuration(FunctionName=local_stack.resources["GroupsFunction"])["Environment"]["Variables"]
+    budget = 3.0
+    settings = GroupApiSettings.model_validate({**deployed, "GROUP_TEST_BUDGET_SEC": str(budget), "HTTP_READ_TIMEOUT_SEC": "1"})
+
+    began = time.monotonic()
+    answer = test_group(settings, name, TEST_ADMIN_ARN, Urllib3Transport(), Clock(),
+                        lambda ref: client("secretsmanager").get_secret_value(SecretId=ref)["SecretString"])
+    took = time.monotonic() - began
+
+    assert took < budget + 2, took  # one budget for all, not one per channel (unbounded: about 3 x 8 s)
+    outcomes = [(r["channel"], r["outcome"]) for r in answer["results"]]
+    assert outcomes == [(0, "failed"), (1, "failed"), (2, "failed")]
+    assert any("out of time" in (r["reason"] or "") for r in answer["results"]), answer

@@ -37,6 +37,10 @@ class NotifySettings(ChannelSettings):
 class GroupApiSettings(ChannelSettings, AccessSettings):
     """The groups and deliveries routes (GroupsFunction)."""
 
+    # `relevo group test` answers within this, all channels together: API Gateway waits 29 s at
+    # most for its integration (GroupsFunction's Timeout), and the records are written after it.
+    test_budget_sec: float = Field(default=20.0, alias="GROUP_TEST_BUDGET_SEC", gt=0, le=25)
+
 
 @lru_cache(maxsize=1)
 def notify_settings() -> NotifySettings:

@@ -110,6 +110,9 @@ def test_group(settings: GroupApiSettings, name: str, caller: str, transport: Tr
                     reason=f"sent by {caller}: `relevo group test {name}`")
     policy = SendPolicy(settings.connect_timeout_sec, settings.read_timeout_sec, settings.attempts,
                         settings.send_budget_sec, settings.backoff_base_sec)
+    # One deadline for every channel: several that hang one after another would outlast API
+    # Gateway's 29 s, and the caller would see a 504 instead of each channel's outcome.
+    deadline = clock.now() + settings.test_budget_sec
     results = []
     for index, channel in enumerate(group.channels):
         began = clock.now()
@@ -120,8 +123,9 @@ def test_group(settings: GroupApiSettings, name: str, caller: str, transport: Tr
             except Exception as exc:  # reported, not raised: the other channels are still tried
                 error = f"the secret {channel.webhook_secret_ref} cannot be read ({type(exc).__name__})"
             else:
-                result = send(OutgoingRequest("slack", "POST", url, slack_message(notice)), policy, transport, clock)
-                http_status, attempts = result.last.http_status, len(result.attempts)
+                result = send(OutgoingRequest("slack", "POST", url, slack_message(notice)), policy, transport, clock, deadline)
+                http_status = result.last.http_status if result.attempts else None
+                attempts = max(1, len(result.attempts))
                 error = None if result.delivered else result.reason
         else:
             subject, body = email_message(notice)
