@@ -40,6 +40,9 @@ def group_apply(file: Path = typer.Argument(..., help="the group file (YAML)"), 
         console.print(f"email subscriptions to confirm (SNS mails each address): {', '.join(subscriptions['subscribed'])}")
     if subscriptions["removed"]:
         console.print(f"email subscriptions removed: {', '.join(subscriptions['removed'])}")
+    if subscriptions.get("pending"):
+        console.print(f"email subscriptions still waiting for their address to confirm (SNS changes no filter before): "
+                      f"{', '.join(subscriptions['pending'])}; apply this group again once they have confirmed")
 
 
 @group_app.command("test")

@@ -14,6 +14,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from relevo_core.aws import client
@@ -57,36 +58,51 @@ def show_group(settings: GroupApiSettings, name: str, caller: str) -> Group:
     return get_group(settings.table_name, name)
 
 
-def _email_subscriptions(topic_arn: str) -> dict[str, tuple[str, list[str]]]:
-    """address → (subscription ARN, groups of its filter policy); pending ones are left out (SNS
-    takes no attribute change for them)."""
+def _email_subscriptions(topic_arn: str) -> tuple[dict[str, tuple[str, list[str]]], set[str]]:
+    """(address → (subscription ARN, groups of its filter policy) for the confirmed ones, the
+    addresses still pending confirmation). A pending subscription is listed without its ARN
+    ("PendingConfirmation", ListSubscriptionsByTopic), so neither its filter policy can be read
+    nor changed until its address confirms."""
     sns = client("sns")
     found: dict[str, tuple[str, list[str]]] = {}
+    pending: set[str] = set()
     kwargs: dict[str, Any] = {"TopicArn": topic_arn}
     while True:
         page = sns.list_subscriptions_by_topic(**kwargs)
         for sub in page.get("Subscriptions", []):
             arn = sub.get("SubscriptionArn", "")
-            if sub.get("Protocol") != "email" or not arn.startswith("arn:"):
+            if sub.get("Protocol") != "email":
+                continue
+            if not arn.startswith("arn:"):
+                pending.add(sub["Endpoint"].lower())
                 continue
             policy = sns.get_subscription_attributes(SubscriptionArn=arn)["Attributes"].get("FilterPolicy") or "{}"
             found[sub["Endpoint"].lower()] = (arn, list(json.loads(policy).get("group", [])))
         if not page.get("NextToken"):
-            return found
+            return found, pending
         kwargs["NextToken"] = page["NextToken"]
 
 
 def sync_email_subscriptions(topic_arn: str, group: Group) -> dict[str, list[str]]:
     sns = client("sns")
     wanted = {a.lower() for c in group.channels if c.kind == "email" for a in c.addresses or ()}
-    existing = _email_subscriptions(topic_arn)
-    changes: dict[str, list[str]] = {"subscribed": [], "kept": [], "removed": []}
+    existing, pending = _email_subscriptions(topic_arn)
+    changes: dict[str, list[str]] = {"subscribed": [], "kept": [], "removed": [], "pending": []}
     for address in sorted(wanted - set(existing)):
-        sns.subscribe(
-            TopicArn=topic_arn, Protocol="email", Endpoint=address, ReturnSubscriptionArn=True,
-            Attributes={"FilterPolicy": json.dumps({"group": [group.name]})},
-        )
-        changes["subscribed"].append(address)
+        try:
+            # For an address still pending with this group's filter, SNS sends the confirmation again.
+            sns.subscribe(
+                TopicArn=topic_arn, Protocol="email", Endpoint=address, ReturnSubscriptionArn=True,
+                Attributes={"FilterPolicy": json.dumps({"group": [group.name]})},
+            )
+        except ClientError as exc:
+            # Pending with another group's filter: SNS refuses a second subscription of the address
+            # with other attributes. It is set for this group too by an apply after the confirmation.
+            if address not in pending or exc.response["Error"]["Code"] != "InvalidParameter":
+                raise
+            changes["pending"].append(address)
+            continue
+        changes["pending" if address in pending else "subscribed"].append(address)
     for address, (arn, groups) in sorted(existing.items()):
         now_in = sorted((set(groups) - {group.name}) | ({group.name} if address in wanted else set()))
         if now_in == sorted(groups):
