@@ -126,7 +126,10 @@ def test_approve_at_the_gate_with_the_button_then_rerun_from_a_stage(operator_ap
         assert job["approval_decision"]["decision"] == "approved"
         assert job["approval_decision"]["reason"] == "release 4.2 signed off"
         browser_page.locator("#job-status", has_text="succeeded").wait_for(timeout=30_000)
-        assert browser_page.locator("#log-lines .line").all_inner_texts()[-1] == "deployed"
+        # (the stream's last lines may come after the state event that ended the job)
+        expect(browser_page.locator("#log-lines .line").last).to_have_text("deployed", timeout=15_000)
+        # What the action answered is still said after the panel followed the job to its end
+        expect(browser_page.locator("#action-result")).to_have_text("Approve: done")
         # And "Rerun from this stage" on deploy starts a new job from deploy
         browser_page.locator("tr[data-stage=deploy]").get_by_role("button", name="Rerun from this stage").click()
         browser_page.wait_for_url(re.compile(r"/jobs/(?!" + re.escape(job_id) + r")[^/]+$"), timeout=30_000)

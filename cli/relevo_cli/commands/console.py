@@ -34,7 +34,8 @@ def console_command(
         errors.print(f"[red]relevo console: cannot listen on 127.0.0.1:{port}: {exc.strerror}[/red]")
         raise typer.Exit(2) from exc
     print(server.url, flush=True)
-    console.print("serving on 127.0.0.1 only; the token in that URL is the key: Ctrl-C stops the console", highlight=False)
+    console.print("serving on 127.0.0.1 only; the token in that URL is the key and works once (another browser then "
+                  "gets a fresh link printed here): Ctrl-C stops the console", highlight=False)
     if not no_open:
         webbrowser.open(server.url)
     server.serve()

@@ -124,18 +124,23 @@
       (stage ? "[data-from-stage=\"" + CSS.escape(stage) + "\"]" : ":not([data-from-stage])");
   }
 
-  // The panel follows the job's state; what the reader typed as a reason and the control the
-  // keyboard is on stay as they were (a state event comes with every reconnect, too).
+  // The panel follows the job's state; what the reader typed as a reason, what the last action
+  // answered and the control the keyboard is on stay as they were (a state event follows every
+  // action, and comes with every reconnect, too).
   async function refreshPanel() {
     const response = await fetch("/jobs/" + encodeURIComponent(jobId) + "/panel", { credentials: "same-origin" });
     if (!response.ok) return;
     const html = await response.text();
     const reason = document.getElementById("action-reason");
     const typed = reason ? reason.value : "";
+    const result = document.getElementById("action-result");
+    const answered = result ? result.textContent : "";
     const focused = panel.contains(document.activeElement) ? controlSelector(document.activeElement) : null;
     panel.innerHTML = html;
     const again = document.getElementById("action-reason");
     if (again) again.value = typed;
+    const resultAgain = document.getElementById("action-result");
+    if (resultAgain) resultAgain.textContent = answered;
     const control = focused ? panel.querySelector(focused) : null;
     if (control) control.focus();
   }
