@@ -98,6 +98,7 @@ def test_log_lines_arrive_live_and_a_cut_stream_resumes_with_no_gap_or_repeat(op
         browser_page.locator("#log-lines .line", has_text=re.compile(r"^line 5$")).wait_for(timeout=60_000)
         assert "line " + str(count) not in _lines(browser_page)
         assert operator_api.get_job(job_id)["status"] == "running"
+        expect(browser_page.locator("#connection")).to_have_text("live", timeout=10_000)  # between two cuts
         _screenshot(browser_page, screenshots, "job-live-logs")
         _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
         browser_page.locator("#connection", has_text="ended").wait_for(timeout=30_000)
