@@ -32,6 +32,7 @@ def _cpus_granted() -> tuple[int, str]:
     return cpus, how
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own (a firstresult hook; this plugin loads first)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """One worker more than the CPUs granted: the suite's tests wait on real timers (leases, queue
     waits, agents' polls) for about two fifths of their time, which left the CPUs a third idle

@@ -12,15 +12,24 @@ from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes
 
 
-def update_if(**kwargs: Any) -> bool:
-    """UpdateItem with its ConditionExpression; False (nothing written) when the condition fails."""
+def _unless_refused(operation: str, kwargs: dict[str, Any]) -> bool:
     try:
-        client("dynamodb").update_item(**kwargs)
+        getattr(client("dynamodb"), operation)(**kwargs)
     except ClientError as exc:
         if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
             return False
         raise
     return True
+
+
+def update_if(**kwargs: Any) -> bool:
+    """UpdateItem with its ConditionExpression; False (nothing written) when the condition fails."""
+    return _unless_refused("update_item", kwargs)
+
+
+def delete_if(**kwargs: Any) -> bool:
+    """DeleteItem with its ConditionExpression; False (nothing deleted) when the condition fails."""
+    return _unless_refused("delete_item", kwargs)
 
 
 # A TransactWriteItems refusal: the whole transaction was cancelled, with one CancellationReason

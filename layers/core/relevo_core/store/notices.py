@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 
 from relevo_core.aws import client
 from relevo_core.store.codec import to_attributes
-from relevo_core.store.conditional import update_if
+from relevo_core.store.conditional import delete_if, update_if
 from relevo_core.store.keys import SUPPRESSION_SK, key, notice_pk, notice_sk, suppression_pk
 
 CLAIMED = "claimed"
@@ -48,17 +48,13 @@ def release_notice(table: str, subject: str, target: str, transition: str) -> No
     """A claim given back before anything was sent under it (its invocation failed first): the
     stream delivers the record again within seconds, and finds the marker gone. Only a claim still
     standing is removed; a finished marker stays."""
-    try:
-        client("dynamodb").delete_item(
-            TableName=table,
-            Key=key(notice_pk(subject), notice_sk(target, transition)),
-            ConditionExpression="#state = :claimed",
-            ExpressionAttributeNames={"#state": "state"},
-            ExpressionAttributeValues={":claimed": {"S": CLAIMED}},
-        )
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
+    delete_if(
+        TableName=table,
+        Key=key(notice_pk(subject), notice_sk(target, transition)),
+        ConditionExpression="#state = :claimed",
+        ExpressionAttributeNames={"#state": "state"},
+        ExpressionAttributeValues={":claimed": {"S": CLAIMED}},
+    )
 
 
 def finish_notice(table: str, subject: str, target: str, transition: str, outcome: str) -> None:
