@@ -126,3 +126,17 @@ def test_an_answer_to_a_task_whose_wait_ended_is_refused_as_on_aws() -> None:
 
     error = TaskTimedOut()
     assert (error.error_type, error.code) == ("TaskTimedOut", 400) and "does not exist anymore" in error.message
+
+
+def test_moto_lists_its_modules_once_and_still_finds_a_service_by_its_name() -> None:
+    from moto import backends
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    from relevo_cli.local.emulator_patches import list_moto_modules_once
+
+    list_moto_modules_once()
+    list_moto_modules_once()  # idempotent
+    assert backends.list_of_moto_modules() is backends.list_of_moto_modules()
+    assert {"dynamodb", "stepfunctions", "sqs"} <= set(backends.list_of_moto_modules())
+    dispatcher = DomainDispatcherApplication(create_app=lambda service: None)
+    assert dispatcher.get_backend_for_host("dynamodb") == "dynamodb"

@@ -8,6 +8,7 @@ when moto changes.
 
 Installed by `install()`, before the emulator starts:
 - parse_each_state_machine_definition_once: moto re-parses the ASL on every StartExecution;
+- list_moto_modules_once: moto's server lists its own package directory on every request;
 - heartbeat_timeout.name_heartbeat_timeouts: moto names a heartbeat lapse States.Timeout, AWS
   States.HeartbeatTimeout;
 - store_key_policies_as_json: moto's CloudFormation stores a KMS KeyPolicy as a parsed object;
@@ -43,6 +44,7 @@ def install() -> None:
     """The patches the emulator needs before it starts (idempotent: each one installs once)."""
     parse_each_state_machine_definition_once()
     parse_each_json_path_once()
+    list_moto_modules_once()
     heartbeat_timeout.name_heartbeat_timeouts()
     store_key_policies_as_json()
     answer_managed_policy_attributes()
@@ -122,6 +124,24 @@ def parse_each_json_path_once() -> None:
             cached = lru_cache(maxsize=4096)(module.parse)
             cached._relevo_cached = True  # type: ignore[attr-defined]
             module.parse = cached
+
+
+def list_moto_modules_once() -> None:
+    """moto 5.2.5's server finds a request's service by calling backends.list_of_moto_modules(),
+    which lists moto's package directory and stats each of its some 150 entries, on every request
+    (DomainDispatcherApplication.get_backend_for_host): about a sixteenth of a busy test worker's
+    CPU (py-spy). The package does not change while the emulator runs, so it is listed once."""
+    from moto import backends
+
+    if getattr(backends.list_of_moto_modules, "_relevo_listed_once", False):
+        return
+    modules = tuple(backends.list_of_moto_modules())
+
+    def listed_once() -> tuple[str, ...]:
+        return modules
+
+    listed_once._relevo_listed_once = True  # type: ignore[attr-defined]
+    backends.list_of_moto_modules = listed_once
 
 
 def store_key_policies_as_json() -> None:
