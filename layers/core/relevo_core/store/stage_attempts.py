@@ -246,14 +246,13 @@ def claim(
         client("dynamodb").get_item(TableName=ref.table, Key=ref.key, ConsistentRead=True).get("Item", {})
     )
     seen = previous.get("claim_id")
-    if seen == claim_id:
-        taken_over = previous.get("claimed_over") or {}  # this very claim landed before: what it read then
-    elif previous.get("attempt") == ref.attempt:
-        # This attempt claimed again: its earlier claimer's lease ended before the state machine
-        # took that claim (its accept was lost, it was fenced or died first). That claimer ran
-        # nothing (a command starts only once its claim is taken, and then the dispatch answers
-        # no other claim), so this claim takes over what that one had: the attempt before,
-        # whose unknown outcome must still be reconciled before anything runs.
+    if previous.get("attempt") == ref.attempt:
+        # This attempt was claimed before: by this very claim, whose answer was lost (what it
+        # read then), or by a claimer whose lease ended before the state machine took its claim
+        # (accept lost, fenced or died first). That claimer ran nothing (a command starts only
+        # once its claim is taken, and then the dispatch answers no other claim), so this claim
+        # takes over what that one had: the attempt before, whose unknown outcome must still be
+        # reconciled before anything runs.
         taken_over = previous.get("claimed_over") or {}
     else:
         taken_over = _claimed_over(previous)
