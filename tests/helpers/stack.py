@@ -179,8 +179,17 @@ def wait_for_execution(stack: StackInfo, job_id: str, timeout: float = 20) -> di
         if described["status"] != "RUNNING":
             return described
         if time.monotonic() > deadline:
-            raise TimeoutError(f"execution {job_id} still RUNNING")
+            raise TimeoutError(f"execution {job_id} still RUNNING after {timeout}s; its last events: {_last_events(stack, job_id)}")
         time.sleep(0.1)
+
+
+def _last_events(stack: StackInfo, job_id: str, count: int = 12) -> str:
+    """Where a stuck execution is: its last history events, each as type and state name."""
+    described = []
+    for event in history(stack, job_id)[-count:]:
+        details = next((value for key, value in event.items() if key.endswith("EventDetails")), {})
+        described.append(f"{event['type']}({details.get('name') or details.get('error') or details.get('resourceType') or ''})")
+    return ", ".join(described)
 
 
 def history(stack: StackInfo, job_id: str) -> list[dict[str, Any]]:

@@ -100,6 +100,24 @@ def test_a_heartbeat_before_the_tasks_wait_is_taken_as_on_aws() -> None:
     assert endpoint.get_outcome() is not None
 
 
+def test_an_answer_before_the_tasks_wait_ends_the_wait_as_on_aws() -> None:
+    """moto 5.2.5 lost SendTaskFailure sent after AwaitResult wrote the run token but before its
+    heartbeat clock was set up: the wait heard no heartbeat, ended States.HeartbeatTimeout, and the
+    stage was retried as a lost lease (seen in CI: the dead-letter test's execution stayed RUNNING
+    at its second dispatch). On AWS the token takes the answer from the task's start."""
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackOutcomeFailure, CallbackPoolManager
+
+    from relevo_cli.local.interpreter_patches import install
+
+    install()
+    pool = CallbackPoolManager(activity_store={})
+    endpoint = pool.add("token-3")
+    assert pool.notify("token-3", CallbackOutcomeFailure(callback_id="token-3", error="Relevo.Fatal.ExitCode", cause="exit 1"))
+    heartbeats = endpoint.setup_heartbeat_endpoint(heartbeat_seconds=5)  # the wait begins after the answer
+    assert heartbeats.clear_and_wait()  # woken at once (unpatched: 5 s, then False: a heartbeat timeout)
+    assert endpoint.get_outcome().error == "Relevo.Fatal.ExitCode"
+
+
 def test_an_answer_to_a_task_whose_wait_ended_is_refused_as_on_aws() -> None:
     """moto 5.2.5 took SendTaskSuccess for a callback task that had timed out (its endpoint stays
     in the pool), so an agent answering a queue wait that had run out was told its claim was

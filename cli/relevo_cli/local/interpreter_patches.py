@@ -30,6 +30,15 @@ updateItem wrote, and heartbeats at once) finds no clock, is counted as no match
 InvalidToken, which an agent takes for a task that no longer waits. Here such a heartbeat is
 taken: the clock it would reset has not started.
 
+An answer that comes before the task's wait. In that same window, SendTaskSuccess or
+SendTaskFailure (an agent whose command ends at once, or a test failing a stage as soon as it reads
+the run token) is stored on the callback, but the heartbeat clock, set up afterwards, never hears
+of it: moto 5.2.5's heartbeat wait looks at the answer only when a heartbeat arrives, so the task
+waited out its HeartbeatSeconds, ended States.HeartbeatTimeout, and the stage was retried as a
+lost lease: its effect ran twice on the emulator where AWS takes the answer (the token is live from
+the task's start). Seen in the suite under load: the dead-letter test's execution stayed RUNNING.
+Here a heartbeat clock set up after an answer starts already woken, so the wait takes the answer.
+
 A token whose task has ended. On AWS, SendTaskSuccess, SendTaskFailure and SendTaskHeartbeat
 with the token of a task that timed out (TimeoutSeconds, HeartbeatSeconds) or already ended are
 refused with TaskTimedOut ("Provided task does not exist anymore"; SendTaskSuccess, Step
@@ -57,6 +66,7 @@ def install() -> None:
     _map_aws_sdk_parameters_to_member_names()
     _end_a_stopped_execution_aborted()
     _take_a_heartbeat_before_the_wait()
+    _take_an_answer_before_the_wait()
     _close_a_callback_when_its_wait_ends()
 
 
@@ -123,6 +133,25 @@ def _take_a_heartbeat_before_the_wait() -> None:
 
     CallbackEndpoint.notify_heartbeat = notify_heartbeat_or_take_it_early
     CallbackEndpoint._relevo_early_heartbeat = True
+
+
+def _take_an_answer_before_the_wait() -> None:
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+
+    if getattr(CallbackEndpoint, "_relevo_early_answer", False):
+        return
+    setup_heartbeat_endpoint = CallbackEndpoint.setup_heartbeat_endpoint
+
+    def setup_heartbeat_endpoint_woken_by_an_early_answer(self: Any, heartbeat_seconds: int) -> Any:
+        heartbeats = setup_heartbeat_endpoint(self, heartbeat_seconds=heartbeat_seconds)
+        # notify() stores the answer before it looks for a clock, and this sets the clock before it
+        # looks for an answer: whichever runs second sees the other, so no answer goes unheard.
+        if self.get_outcome() is not None:
+            heartbeats.notify()
+        return heartbeats
+
+    CallbackEndpoint.setup_heartbeat_endpoint = setup_heartbeat_endpoint_woken_by_an_early_answer
+    CallbackEndpoint._relevo_early_answer = True
 
 
 def _close_a_callback_when_its_wait_ends() -> None:
