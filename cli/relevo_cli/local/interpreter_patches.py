@@ -65,8 +65,7 @@ _CAMEL_CASE_SERVICES = frozenset({"stepfunctions"})
 def install() -> None:
     _map_aws_sdk_parameters_to_member_names()
     _end_a_stopped_execution_aborted()
-    _take_a_heartbeat_before_the_wait()
-    _take_an_answer_before_the_wait()
+    _take_the_token_before_the_wait()
     _close_a_callback_when_its_wait_ends()
 
 
@@ -119,28 +118,19 @@ def _end_a_stopped_execution_aborted() -> None:
     Environment._relevo_stop_aborts = True
 
 
-def _take_a_heartbeat_before_the_wait() -> None:
+def _take_the_token_before_the_wait() -> None:
+    """Both answers in the window between a callback token's start and its heartbeat clock's
+    (an early heartbeat, an early success or failure): the clock is moto's only listener there."""
     from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 
-    if getattr(CallbackEndpoint, "_relevo_early_heartbeat", False):
+    if getattr(CallbackEndpoint, "_relevo_token_before_the_wait", False):
         return
-    notify_heartbeat = CallbackEndpoint.notify_heartbeat
+    notify_heartbeat, setup_heartbeat_endpoint = CallbackEndpoint.notify_heartbeat, CallbackEndpoint.setup_heartbeat_endpoint
 
     def notify_heartbeat_or_take_it_early(self: Any) -> bool:
         if self._heartbeat_endpoint is None and self.get_outcome() is None:
             return True  # the token is live; its heartbeat clock starts with the wait
         return notify_heartbeat(self)
-
-    CallbackEndpoint.notify_heartbeat = notify_heartbeat_or_take_it_early
-    CallbackEndpoint._relevo_early_heartbeat = True
-
-
-def _take_an_answer_before_the_wait() -> None:
-    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
-
-    if getattr(CallbackEndpoint, "_relevo_early_answer", False):
-        return
-    setup_heartbeat_endpoint = CallbackEndpoint.setup_heartbeat_endpoint
 
     def setup_heartbeat_endpoint_woken_by_an_early_answer(self: Any, heartbeat_seconds: int) -> Any:
         heartbeats = setup_heartbeat_endpoint(self, heartbeat_seconds=heartbeat_seconds)
@@ -150,8 +140,9 @@ def _take_an_answer_before_the_wait() -> None:
             heartbeats.notify()
         return heartbeats
 
+    CallbackEndpoint.notify_heartbeat = notify_heartbeat_or_take_it_early
     CallbackEndpoint.setup_heartbeat_endpoint = setup_heartbeat_endpoint_woken_by_an_early_answer
-    CallbackEndpoint._relevo_early_answer = True
+    CallbackEndpoint._relevo_token_before_the_wait = True
 
 
 def _close_a_callback_when_its_wait_ends() -> None:
