@@ -143,18 +143,10 @@ def bucket_region(bucket: str) -> str:
 
 def check_job_quota(ref: StageRef, stage: str, files: list[Path], max_job_bytes: int | None) -> None:
     """Before any upload: the job's artifacts recorded by its other stages plus this stage's files
-    must fit in max_job_bytes, or the stage fails Relevo.Fatal.ArtifactQuota with nothing uploaded.
-    (An earlier attempt of this stage left records the retry's files replace: they do not count.)"""
-    if max_job_bytes is None:
-        return
-    stored = sum(record.size for record in artifact_store.list_artifacts(ref.table, ref.job_id) if record.stage != stage)
+    must fit in max_job_bytes, or the stage fails Relevo.Fatal.ArtifactQuota with nothing uploaded
+    (relevo_core.store.artifacts.check_job_quota_bytes)."""
     these = sum(path.stat().st_size for path in files)
-    if stored + these > max_job_bytes:
-        raise ArtifactFailure(
-            ErrorClass.ARTIFACT_QUOTA,
-            f"{len(files)} file(s) of {these} bytes would bring the job's artifacts to {stored + these} bytes, over the "
-            f"project's artifact.max_job_bytes {max_job_bytes} (other stages: {stored} bytes); nothing was uploaded",
-        )
+    artifact_store.check_job_quota_bytes(ref, stage, these, max_job_bytes, what=f"{len(files)} file(s)")
 
 
 def upload_artifacts(
@@ -162,7 +154,7 @@ def upload_artifacts(
     stage: str,
     artifact_dir: Path,
     artifact_uri: str,
-    agent_aws_region: str,
+    agent_aws_region: str | None,
     emit: Callable[[str], None],
     expires_at: int,
     transfer_config: TransferConfig | None = None,
@@ -180,6 +172,8 @@ def upload_artifacts(
         check_job_quota(ref, stage, files, max_job_bytes)
     except ArtifactFailure:
         raise
+    except artifact_store.QuotaExceeded as exc:
+        raise ArtifactFailure(ErrorClass.ARTIFACT_QUOTA, str(exc)) from None
     except Exception as exc:
         raise ArtifactFailure(classify_storage_error(exc), f"the job's artifact records: {exc}") from exc
     parsed = urlparse(artifact_uri)
@@ -226,7 +220,8 @@ def upload_artifacts(
             size=size,
             sha256=sha256,
             bucket_region=region,
-            cross_region_bytes=size if region != agent_aws_region else 0,
+            # The Mac's own region against the bucket's (unknown: nothing is claimed to cross).
+            cross_region_bytes=size if agent_aws_region is not None and region != agent_aws_region else 0,
             attempt=ref.attempt,
             agent_id=ref.agent_id,
             uploaded_at=datetime.now(timezone.utc).isoformat(),
@@ -257,7 +252,8 @@ def upload_stage_artifacts(
         log.info("%s/%s %s", ref.job_id, stage, line)
         shipper.line(line)
 
-    agent_region = config.aws_region or client("s3").meta.region_name
+    # Where this Mac is (config network_region), not where the stack is: the bucket is the stack's.
+    agent_region = config.location_region
     try:
         summary = upload_artifacts(
             ref, stage, artifact_dir, envelope.artifact_uri, agent_region, emit, expires_at=envelope.ttl,

@@ -67,6 +67,14 @@ class StageRun:
     reason: str | None = None
     # The attempt's artifact upload as it goes: the lease keeper writes its readings with renewals.
     transfer: ProgressWriter | None = None
+    # The attempt's log (relevo_agent.logs.LogShipper), from its checkout to its end.
+    shipper: Any = None
+
+    def close_log(self) -> None:
+        """The log's backlog stored (once): before the report, which ends the attempt's lease."""
+        shipper, self.shipper = self.shipper, None
+        if shipper is not None:
+            shipper.close()
 
     def stop(self, reason: str) -> None:
         if self.reason is None:

@@ -73,6 +73,15 @@ def _startable(config: Path) -> tuple[AgentConfig, StackTarget]:
     """The config and the stack it points at, refused before anything starts when the config has
     a mistake or its region has no work queue in the stack."""
     settings = AgentConfig.load(config)
+    from relevo_agent.checkout import inside_git_work_tree
+
+    repository = inside_git_work_tree(settings.workspace_root)
+    if repository is not None:
+        raise config_mistake(
+            config, ("workspace_root",),
+            f"{settings.workspace_root} is inside the git work tree {repository}: git in a stage, or the checkout's "
+            "git clean, would act on that repository; choose a directory outside it",
+        )
     target = _resources(settings, config)
     if target.no_queue:
         raise config_mistake(config, ("region",) if settings.stack_file is not None else ("queue_url",), target.no_queue)

@@ -14,6 +14,9 @@ from relevo_core.lease_timeline import MAX_CLOCK_SKEW_SEC
 from relevo_core.models.capabilities import REQUIREMENT_KEY
 from relevo_core.user_files import FileMistake, InvalidFile, Loc, Locator, field_name, read_text, validate
 
+# An AWS region's name (eu-west-1, us-gov-west-1, ap-southeast-2).
+_AWS_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-[0-9]+$")
+
 # Retention the agent once took from its own config; now the stack's parameters (template.yaml).
 _STACK_RETENTION = {"log_retention_days": "LogRetentionDays", "artifact_retention_days": "JobRetentionDays"}
 
@@ -120,6 +123,24 @@ class AgentConfig(BaseModel):
         description="Bytes per second each artifact file is uploaded at, at most (none: as fast as the link allows), "
         "so a Mac's uploads leave room on a shared link.",
     )
+    handoff_cache_gb: float = Field(
+        default=20, ge=0, le=10_000,
+        description="This Mac's cache of handed-on files (under workspace_root/.relevo-cache), so that a later stage "
+        "here restores them without downloading, even after the checkout's git clean. Files no workspace holds any "
+        "more are removed between stages, oldest first, past this size. 0: no cache.",
+    )
+    prefer_previous_sec: int = Field(
+        default=10, ge=0, le=300,
+        description="A job's next stage waits up to this long for the Mac that ran its previous stage (its files are "
+        "there) while that Mac is online with a free slot and meets the stage's requires; then any Mac of the region "
+        "takes it. A retry still prefers another Mac. 0: no preference.",
+    )
+    network_region: str | None = Field(
+        default=None, pattern=r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-[0-9]+$",
+        description="The AWS region this Mac sits in or nearest to (its data center's, e.g. eu-central-1): bytes between "
+        "it and a bucket of another region count as cross_region_bytes. Default: the region affinity when it is an AWS "
+        "region's name; otherwise not known, and cross_region_bytes says so (null).",
+    )
     max_clock_skew_sec: float = Field(
         default=MAX_CLOCK_SKEW_SEC, ge=0, le=60,
         description="The clock skew allowed between this Mac and AWS: `relevo-agent doctor` fails beyond it, the lease "
@@ -138,6 +159,13 @@ class AgentConfig(BaseModel):
                         "and each job's envelope carries it to the agent; remove it from the config"
                     )
         return data
+
+    @property
+    def location_region(self) -> str | None:
+        """The AWS region this Mac's traffic counts as local to, when known."""
+        if self.network_region:
+            return self.network_region
+        return self.region if _AWS_REGION.match(self.region) else None
 
     @field_validator("capacity")
     @classmethod

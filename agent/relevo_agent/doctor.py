@@ -151,6 +151,16 @@ def check_permissions(stack: StackInfo, region: str, identity: str | None) -> Ch
     return Check("permissions", ok, words)
 
 
+def check_outside_repositories(workspace_root: Path) -> Check:
+    """A workspace inside someone's repository would have a stage's git act on that repository."""
+    from relevo_agent.checkout import inside_git_work_tree
+
+    repository = inside_git_work_tree(workspace_root)
+    if repository is not None:
+        return Check("workspace repository", False, f"{workspace_root} is inside the git work tree {repository}: move workspace_root out of it")
+    return Check("workspace repository", True, f"{workspace_root} is inside no git work tree")
+
+
 def run_checks(
     config: AgentConfig,
     table: str | None,
@@ -171,5 +181,6 @@ def run_checks(
     checks.append(check_stack(config.journal, table, queue_url, os.environ.get("AWS_ENDPOINT_URL")))
     checks.append(check_disk(config.workspace_root, config.min_free_disk_gb))
     checks.append(check_writable("workspaces", config.workspace_root))
+    checks.append(check_outside_repositories(config.workspace_root))
     checks.append(check_writable("journal", config.journal.parent))
     return checks

@@ -51,6 +51,8 @@ class Operation:
     run_token: str | None = None
     updated_at: str = ""
     pgid: int | None = None
+    # What the attempt's command wrote to $RELEVO_OUTPUT, journaled as it came (relevo_agent.outputs).
+    outputs: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 """
 # Columns added after the first release: journals written before them gain them on open.
-_ADDED_COLUMNS = {"operations": {"pgid": "INTEGER"}}
+_ADDED_COLUMNS = {"operations": {"pgid": "INTEGER", "outputs": "TEXT"}}
 
 
 def _now() -> str:
@@ -154,7 +156,7 @@ class Journal:
                 "INSERT INTO operations (operation_id, job_id, stage, stage_index, attempt, resource_key, "
                 "precondition_version, outcome, receipt, run_token, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT(operation_id) DO UPDATE SET attempt=excluded.attempt, resource_key=excluded.resource_key, "
-                "precondition_version=excluded.precondition_version, outcome=excluded.outcome, receipt=NULL, pgid=NULL, "
+                "precondition_version=excluded.precondition_version, outcome=excluded.outcome, receipt=NULL, pgid=NULL, outputs=NULL, "
                 "run_token=excluded.run_token, updated_at=excluded.updated_at",
                 (
                     op.operation_id,
@@ -178,6 +180,22 @@ class Journal:
             self._db.execute(
                 "UPDATE operations SET pgid=?, updated_at=? WHERE operation_id=? AND attempt=?",
                 (pgid, _now(), operation_id, attempt),
+            )
+
+    def set_outputs(self, operation_id: str, attempt: int, outputs: dict[str, str]) -> None:
+        """The attempt's values so far (all of them), before they are recorded anywhere else."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE operations SET outputs=?, updated_at=? WHERE operation_id=? AND attempt=?",
+                (json.dumps(outputs), _now(), operation_id, attempt),
+            )
+
+    def set_precondition(self, operation_id: str, attempt: int, precondition_version: str) -> None:
+        """The precondition once the workspace is the job's (checked out, handoffs restored)."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE operations SET precondition_version=?, updated_at=? WHERE operation_id=? AND attempt=?",
+                (precondition_version, _now(), operation_id, attempt),
             )
 
     def set_run_token(self, operation_id: str, attempt: int, token: str) -> None:
@@ -260,6 +278,7 @@ def _operation(row: sqlite3.Row) -> Operation:
         run_token=row["run_token"],
         updated_at=row["updated_at"],
         pgid=row["pgid"],
+        outputs=json.loads(row["outputs"]) if row["outputs"] else None,
     )
 
 

@@ -305,6 +305,38 @@ class Presence:
             self._stopping.wait(invisible_sec + 1)
         return True
 
+    def leave_to_previous(self, previous_agent: str, requires: dict[str, str], message: Message, what: str) -> bool:
+        """True when `what`, a job's next stage, was left to `previous_agent`, the Mac that ran its
+        previous stage (its workspace holds the files the stage restores: nothing to download).
+        Only while that agent is online with a free slot, claims, meets the stage's `requires`,
+        and the message is younger than `prefer_previous_sec` (and was received fewer than
+        HANDOFF_MAX_RECEIVES times): then any agent takes it."""
+        limit = self.config.prefer_previous_sec
+        now = self._clock()
+        waited_sec = (now - (message.sent_at or now)).total_seconds()
+        if limit <= 0 or waited_sec >= limit or message.receive_count >= HANDOFF_MAX_RECEIVES:
+            return False
+        try:
+            region_agents = agents.online_agents(self.table, self.config.region, now)
+        except (BotoCoreError, ClientError):
+            return False
+        preferred = next((agent for agent in region_agents if agent.agent_id == previous_agent), None)
+        if (
+            preferred is None or not preferred.is_online(now) or preferred.free <= 0 or preferred.not_claiming is not None
+            or unmet(dict(requires), preferred.capabilities)
+        ):
+            return False
+        invisible_sec = max(1, min(self.config.handoff_delay_sec, math.ceil(limit - waited_sec)))
+        try:
+            message.hide_for(invisible_sec)
+        except ClientError:
+            return False
+        log.info("left %s to %s, which ran the job's previous stage (its files are there; visible again in %ds)",
+                 what, previous_agent, invisible_sec)
+        # As for a retry left to a free agent: this slot stays off the queue meanwhile.
+        self._stopping.wait(invisible_sec + 1)
+        return True
+
     def leave_to_matching(self, requires: dict[str, str], message: Message, what: str) -> bool:
         """True when the stage's `requires` are not met here and the message went back on the
         queue for an agent that meets them (or, none being online, for a later look)."""

@@ -109,6 +109,29 @@ def decide(
     return Reconciliation(ReconcileAction.RERUN, evidence)
 
 
+def with_what_it_left(
+    reconciled: Reconciliation, handoff: tuple[str, ...], previous: dict[str, Any], outputs: dict[str, str]
+) -> Reconciliation:
+    """A success the probe found, with what the previous attempt left for the later stages: the
+    values it recorded as it ran, and the handoff it stored. A stage that hands files on but whose
+    previous attempt never stored them cannot be called done: the later stages would run without
+    them. It waits for a person instead (manual_review)."""
+    receipt = dict(reconciled.receipt or {})
+    if outputs:
+        receipt["outputs"] = outputs
+    if handoff:
+        stored = previous.get("handoff_stored")
+        if not isinstance(stored, dict) or stored.get("attempt") != previous.get("attempt"):
+            evidence = {
+                **reconciled.evidence,
+                "why": "the effect exists, but the files the stage hands on were never stored (its holder stopped first): "
+                "`relevo job resolve --as retry` runs it again",
+            }
+            return Reconciliation(ReconcileAction.MANUAL_REVIEW, evidence)
+        receipt["handoff"] = stored
+    return Reconciliation(reconciled.action, reconciled.evidence, receipt)
+
+
 def wants_probe(local: Operation | None, previous: dict[str, Any]) -> bool:
     """The probe runs only when no receipt already decides."""
     return success_receipt(local, previous) is None
@@ -123,11 +146,13 @@ def success_receipt(local: Operation | None, previous: dict[str, Any]) -> dict[s
     return None
 
 
-def precondition_version(workspace: Path, ref: str, commit: str | None, inputs: tuple[str, ...]) -> str:
+def precondition_version(workspace: Path, ref: str, commit: str | None, inputs: tuple[str, ...], pinned: bool = False) -> str:
     """`commit=<c>;inputs=<sha256>`. The commit is what `ref` resolves to in the workspace when it
-    is a git checkout (so a moved ref shows), else the job's commit; the hash covers the files the
-    stage declares as inputs (workspace-relative globs), names and contents."""
-    resolved = _resolve_ref(workspace, ref) or commit or ""
+    is a git checkout (so a moved ref shows), else the job's commit; with `pinned` (the agent
+    checked the job's commit out: a moved ref changes nothing it builds) the job's commit. The
+    hash covers the files the stage declares as inputs (workspace-relative globs), names and
+    contents, as they are once the earlier stages' handoffs are restored."""
+    resolved = (commit or "") if pinned else (_resolve_ref(workspace, ref) or commit or "")
     digest = hashlib.sha256()
     for pattern in inputs:
         for name in sorted(glob.glob(pattern, root_dir=workspace, recursive=True)):

@@ -81,6 +81,7 @@ class Agent:
         self.presence = Presence(config, table_name, self.stopping)
         self.presence.on_taken = lambda taken: self._die(f"{taken}: that process is this agent now; exiting")
         self.presence.on_error = self.stack_gone
+        self.stages.prefer_previous = self.presence.leave_to_previous
 
     # ------------------------------------------------------------------ fatal conditions
     def _die(self, reason: str) -> None:

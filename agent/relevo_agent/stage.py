@@ -31,6 +31,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent import reconcile
 from relevo_agent.artifacts import upload_stage_artifacts
+from relevo_agent.outputs import OutputInvalid, OutputWatch
+from relevo_agent.prepare import PrepareFailure, PrepareStopped, Prepared, handoff_cache, prepare
 from relevo_agent.attempt import DEAD_TOKEN, StageMessage, StageReport, StageRun, utc_now
 from relevo_agent.classify import classify
 from relevo_agent.config import AgentConfig
@@ -45,13 +47,15 @@ from relevo_agent.outbox import Outbox
 from relevo_agent.stage_env import stage_environment
 from relevo_agent.transfer import ProgressWriter
 from relevo_core.aws import call_budget, client
+from relevo_core.jobs.handoff_sources import JobContext, read_job_context
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.errors import ErrorClass, RelevoError
+from relevo_core.models.handoff import previous_output_variable
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import stage_attempts
-from relevo_core.store.jobs import get_envelope, get_job_record
+from relevo_core.store.jobs import get_job_record
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +93,9 @@ class StageRunner:
         # The workspace of each stage thread from before its claim to its end (retention keeps them).
         self._workspaces: dict[str, Path] = {}
         self.hygiene = Hygiene(config, journal, self._workspaces_in_use)
+        # (previous stage's agent, the stage's requires, message, what) -> whether the message was
+        # left to that agent (relevo_agent.presence); None: no preference.
+        self.prefer_previous: Callable[[str, dict[str, str], Message, str], bool] | None = None
         # Temporary signing keychains (relevo_agent.keychain); the stages that hold one.
         self.keychains = Keychains(config)
         self._signing: set[str] = set()
@@ -106,10 +113,19 @@ class StageRunner:
     # ------------------------------------------------------------------ one stage
     def run(self, task: StageMessage, message: Message) -> None:
         """The stage of `task` on this agent, to its conclusion: claimed, kept, run, reported."""
-        envelope = self._envelope(task, message)
-        if envelope is None:
+        context = self._context(task, message)
+        if context is None:
             return
+        envelope = context.envelope
         plan = envelope.stage(task.stage)
+        if task.attempt == 1 and self.prefer_previous is not None:
+            # A job's next stage goes to the Mac that ran its previous one, where its files are.
+            before = context.stage_before(task.stage_index)
+            previous_agent = before.get("agent_id") if before and before.get("status") == StageStatus.SUCCEEDED.value else None
+            if previous_agent and previous_agent != self.config.agent_id and self.prefer_previous(
+                str(previous_agent), task.requires, message, f"{task.job_id}/{task.stage}"
+            ):
+                return
         timeline = LeaseTimeline(envelope.lease_ttl_sec, plan.kill_grace_sec, self.config.max_clock_skew_sec)
         op_id = operation_id(task.job_id, task.stage)
         if not timeline.feasible:
@@ -149,7 +165,7 @@ class StageRunner:
             self.hygiene.used(workspace)
             # Held for the whole stage: no agent process of this machine removes the workspace under it.
             with self.hygiene.locks.using(workspace):
-                self._run_in(workspace, envelope, plan, task, message, timeline, op_id, ref)
+                self._run_in(workspace, context, plan, task, message, timeline, op_id, ref)
         finally:
             with self._running_lock:
                 self._workspaces.pop(op_id, None)
@@ -157,10 +173,13 @@ class StageRunner:
             self.hygiene.stage_ended(envelope.project, workspace, envelope.workspace_cleanup)
 
     def _run_in(
-        self, workspace: Path, envelope: JobEnvelope, plan: StagePlan, task: StageMessage, message: Message,
+        self, workspace: Path, context: JobContext, plan: StagePlan, task: StageMessage, message: Message,
         timeline: LeaseTimeline, op_id: str, ref: stage_attempts.StageRef,
     ) -> None:
-        precondition = reconcile.precondition_version(workspace, envelope.ref, envelope.commit, plan.inputs)
+        envelope = context.envelope
+        # With a checkout the workspace is not the job's until it is prepared: its precondition is
+        # recorded then (Prepared.precondition); without one, as the workspace stands.
+        precondition = "" if envelope.checkout else reconcile.precondition_version(workspace, envelope.ref, context.commit(), plan.inputs)
         local = self.journal.get(op_id)
         # Journaled before the claim: every attempt this agent may hold is in its journal.
         self.journal.begin(Operation(op_id, task.job_id, task.stage, task.stage_index, task.attempt, str(workspace), precondition))
@@ -176,7 +195,8 @@ class StageRunner:
             raise HandBack(f"the claim did not go through ({exc})") from exc
         log.info("claimed %s attempt %d", op_id, ref.attempt)
         # From the claim on, the lease is kept and fenced beside whatever this thread does: the
-        # answer to the dispatch, the wait for the previous holder, the probe, the command.
+        # answer to the dispatch, the wait for the previous holder, the checkout and restore, the
+        # probe, the command, the handoff.
         run = StageRun(ref, Lease(timeline, claim_sent), exec_deadline=claim_sent + plan.exec_timeout_sec,
                        transfer=ProgressWriter(ref, self.config.progress_interval_sec))
         with self._running_lock:
@@ -202,19 +222,34 @@ class StageRunner:
             watcher = threading.Thread(target=self._watch_for_run_token, args=(run, op_id, message), name="token", daemon=True)
             watcher.start()
             keepers.append(watcher)
-            env = self._stage_env(envelope, task, workspace)
             if accepted is None and not self._taken(run, op_id):
                 self._abandon(run, op_id)
                 if run.reason == "fenced":
                     self._back_when_lease_ends(run, op_id, message)
                 return
-            if stage_attempts.needs_reconcile(previous, ref.attempt):
-                if not self._after_previous_fence(run, op_id, previous):
-                    self._abandon(run, op_id)
+            reconciling = stage_attempts.needs_reconcile(previous, ref.attempt)
+            if reconciling and not self._after_previous_fence(run, op_id, previous):
+                self._abandon(run, op_id)
+                return
+            # Log shipping (relevo_agent.logs): masked, ordered chunks, never blocking the command,
+            # each expiring when the job's envelope says (the stack's log retention). From here
+            # on: the checkout and the restore say what they do in the job's log too.
+            shipper = start_shipper(ref, plan.name, self.config, stage_environment(os.environ, {}, None), envelope.log_expires_at)
+            run.shipper = shipper
+            try:
+                if reconciling and not reconcile.wants_probe(local, previous):
+                    # A receipt decides (a success never acknowledged): nothing to prepare or run.
+                    self._reconcile(run, plan, op_id, local, previous, precondition, workspace, {}, None)
                     return
-                if not self._reconcile(run, plan, op_id, local, previous, precondition, workspace, env):
+                prepared = self._prepare(run, context, plan, op_id, workspace, shipper)
+                if prepared is None:
                     return
-            self._execute(run, plan, op_id, workspace, env, envelope)
+                env = self._stage_env(envelope, task, workspace, prepared)
+                if reconciling and not self._reconcile(run, plan, op_id, local, previous, prepared.precondition, workspace, env, prepared):
+                    return
+                self._execute(run, plan, op_id, workspace, env, envelope, shipper, prepared)
+            finally:
+                run.close_log()
         finally:
             run.done.set()
             for keeper in keepers:
@@ -226,11 +261,54 @@ class StageRunner:
             with self._running_lock:
                 self._running.pop(op_id, None)
 
-    def _envelope(self, task: StageMessage, message: Message) -> JobEnvelope | None:
-        """The job's envelope. A job that is gone or unreadable fails the dispatch for good; a
-        network fault hands the message back."""
+    def _prepare(
+        self, run: StageRun, context: JobContext, plan: StagePlan, op_id: str, workspace: Path, shipper: Any
+    ) -> Prepared | None:
+        """Checkout and restore (relevo_agent.prepare). None when the attempt ended there: it failed
+        (concluded with the step's error class) or it was stopped."""
+        ref = run.ref
+
+        def emit(line: str) -> None:
+            line = shipper.masker.mask(line)
+            log.info("%s %s", op_id, line)
+            shipper.line(line)
+
         try:
-            return get_envelope(self.table_name, task.job_id)
+            prepared = prepare(self.config, context, plan, ref, workspace, run.exec_deadline, run.cancel, emit)
+        except PrepareStopped:
+            self._stopped(run, op_id, -1)
+            return None
+        except PrepareFailure as failure:
+            if run.reason is not None:
+                self._stopped(run, op_id, -1)
+                return None
+            emit(f"[relevo] {failure.error_class.value}: {failure.message}")
+            cause = {"prepare": failure.message, "agent_id": self.config.agent_id, "attempt": ref.attempt}
+            self._conclude(run, op_id, StageStatus.FAILED, OperationOutcome.FAILED, None, error=failure.error_class, cause=json.dumps(cause))
+            return None
+        if run.reason is not None:
+            self._stopped(run, op_id, -1)
+            return None
+        try:
+            with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):
+                if prepared.restored is not None:
+                    stage_attempts.record_restored(ref, prepared.restored)
+                if context.envelope.checkout is not None or prepared.restored is not None:
+                    stage_attempts.record_precondition(ref, prepared.precondition)
+        except stage_attempts.LeaseLost:
+            self._abandon(run, op_id)
+            return None
+        except (BotoCoreError, ClientError) as exc:
+            log.warning("%s attempt %d: what the restore did was not recorded (%s)", op_id, ref.attempt, exc)
+        self.journal.set_precondition(op_id, ref.attempt, prepared.precondition)
+        return prepared
+
+    def _context(self, task: StageMessage, message: Message) -> JobContext | None:
+        """The job's envelope and its stage records (one Query: what the earlier stages left). A
+        job that is gone or unreadable fails the dispatch for good; a network fault hands the
+        message back."""
+        try:
+            return read_job_context(self.table_name, task.job_id)
         except RelevoError as exc:
             try:
                 client("stepfunctions").send_task_failure(taskToken=task.task_token, error=exc.code.value, cause=exc.message)
@@ -322,7 +400,8 @@ class StageRunner:
         )
         return not run.cancel.wait(wait)
 
-    def _stage_env(self, envelope: JobEnvelope, task: StageMessage, workspace: Path) -> dict[str, str]:
+    def _stage_env(self, envelope: JobEnvelope, task: StageMessage, workspace: Path, prepared: Prepared) -> dict[str, str]:
+        # Made after the checkout (its git clean would remove it), inside the workspace as ever.
         artifact_dir = workspace / ".relevo-artifacts" / task.job_id / task.stage
         artifact_dir.mkdir(parents=True, exist_ok=True)
         relevo = {
@@ -333,10 +412,22 @@ class StageRunner:
             "RELEVO_WORKSPACE": str(workspace),
             "RELEVO_ARTIFACT_DIR": str(artifact_dir),
             "RELEVO_REF": envelope.ref,
-            "RELEVO_COMMIT": envelope.commit or "",
+            # The commit, and every earlier stage's values (RELEVO_OUT_<STAGE>_<KEY>).
+            **prepared.variables,
+            # A workspace is never taken for part of a repository around it: git in a stage looks
+            # no higher than the workspace root (without a checkout the workspace is no repository).
+            "GIT_CEILING_DIRECTORIES": str(self.config.workspace_root),
         }
         # Never the agent's credentials (relevo_agent.stage_env).
         return stage_environment(os.environ, relevo, envelope.stage(task.stage).aws_profile)
+
+    def _previous_outputs(self, local: Operation | None, previous: dict[str, Any]) -> dict[str, str]:
+        """What the previous attempt recorded of its values as it ran: on its stage record, or
+        (when it ran here) in this journal, which has them first."""
+        outputs = previous.get("outputs") if isinstance(previous.get("outputs"), dict) else {}
+        if local is not None and local.attempt == previous.get("attempt") and local.outputs:
+            outputs = {**outputs, **local.outputs}
+        return {str(key): str(value) for key, value in (outputs or {}).items()}
 
     def _reconcile(
         self,
@@ -348,12 +439,16 @@ class StageRunner:
         precondition: str,
         workspace: Path,
         env: dict[str, str],
+        prepared: Prepared | None,
     ) -> bool:
         """Decide the previous attempt's unknown outcome. True: run the stage; False: decided."""
         ref = run.ref
         probe = None
+        previous_outputs = self._previous_outputs(local, previous)
         if plan.effect_probe and reconcile.wants_probe(local, previous):
-            result = self._run(run, plan, plan.effect_probe, workspace, {**env, "RELEVO_PROBE": "1"}, lambda chunk: None, probe=True)
+            # The probe asks about what the previous attempt recorded (a submission id, say).
+            probe_env = {**env, "RELEVO_PROBE": "1", **{previous_output_variable(k): v for k, v in previous_outputs.items()}}
+            result = self._run(run, plan, plan.effect_probe, workspace, probe_env, lambda chunk: None, probe=True)
             if run.reason is not None:
                 self._stopped(run, op_id, result.exit_code)
                 return False
@@ -365,6 +460,8 @@ class StageRunner:
                 cut=len(result.output_tail.encode()) >= TAIL_BYTES,
             )
         reconciled = reconcile.decide(op_id, local, previous, precondition, probe)
+        if reconciled.action is reconcile.ReconcileAction.SUCCEEDED:
+            reconciled = reconcile.with_what_it_left(reconciled, plan.handoff, previous, previous_outputs)
         log.info("%s attempt %d reconciled: %s %s", op_id, ref.attempt, reconciled.action.value, reconciled.evidence)
         try:
             stage_attempts.record_reconciled(ref, reconciled.action.value, reconciled.evidence, utc_now())
@@ -422,7 +519,8 @@ class StageRunner:
         return result
 
     def _execute(
-        self, run: StageRun, plan: StagePlan, op_id: str, workspace: Path, env: dict[str, str], envelope: JobEnvelope
+        self, run: StageRun, plan: StagePlan, op_id: str, workspace: Path, env: dict[str, str], envelope: JobEnvelope,
+        shipper: Any, prepared: Prepared,
     ) -> None:
         ref = run.ref
         if run.reason is not None:  # stopped while reconciling or waiting
@@ -442,19 +540,34 @@ class StageRunner:
                 )
                 return
             env = {**env, "RELEVO_KEYCHAIN": str(keychain)}
-        # Log shipping (relevo_agent.logs): masked, ordered chunks, never blocking the command,
-        # each expiring when the job's envelope says (the stack's log retention).
-        shipper = start_shipper(ref, plan.name, self.config, env, envelope.log_expires_at)
+        # The stage's values ($RELEVO_OUTPUT, relevo_agent.outputs): journaled, then recorded
+        # (fenced) as each line completes, beside the command.
+        watch = OutputWatch.create(
+            self.config.workspace_root / ".relevo-outputs" / f"{ref.job_id}.{plan.name}.{ref.attempt}",
+            secret_values(self.config.mask, env), lambda values, changed: self._outputs_changed(run, op_id, shipper, values, changed),
+        )
+        env = {**env, "RELEVO_OUTPUT": str(watch.path)}
+        watch.start()
+        outputs: dict[str, str] = {}
+        error: ErrorClass | None = None
+        why: str | None = None
+        handoff = None
         try:
             result = self._run(run, plan, plan.command, workspace, env, shipper.write)
-            # Artifacts (relevo_agent.artifacts): uploaded after success while the lease is still kept.
-            artifact_error = None
-            if result.exit_code == 0 and run.reason is None:
-                artifact_error = upload_stage_artifacts(
+            try:
+                outputs = watch.stop()
+            except OutputInvalid as invalid:
+                outputs, error, why = dict(watch.parser.values), ErrorClass.OUTPUT_INVALID, str(invalid)
+            # Artifacts (relevo_agent.artifacts), then the handoff: stored after success while the
+            # lease is still kept, each record fenced on the attempt.
+            if result.exit_code == 0 and run.reason is None and error is None:
+                error = upload_stage_artifacts(
                     ref, plan.name, Path(env["RELEVO_ARTIFACT_DIR"]), envelope, self.config, shipper, run.cancel, run.transfer
                 )
+            if result.exit_code == 0 and run.reason is None and error is None and plan.handoff:
+                handoff, error, why = self._store_handoff(run, plan, workspace, envelope, shipper, prepared)
         finally:
-            shipper.close()
+            watch.path.unlink(missing_ok=True)
             if keychain is not None:
                 # Every ending of the command (exit, exec timeout, cancel, shutdown) comes here;
                 # a failed delete is logged and swept at the next start, never the stage's failure.
@@ -462,18 +575,24 @@ class StageRunner:
         if run.reason is not None:
             self._stopped(run, op_id, result.exit_code)
             return
-        receipt = {
+        receipt: dict[str, Any] = {
             "exit_code": result.exit_code,
             "duration_sec": round(result.duration_sec, 3),
             "artifacts": _checksums(Path(env["RELEVO_ARTIFACT_DIR"])),
             "agent_id": self.config.agent_id,
             "attempt": ref.attempt,
+            "outputs": outputs,
         }
-        if result.exit_code == 0 and artifact_error is None:
+        if handoff is not None:
+            receipt["handoff"] = handoff
+        if result.exit_code == 0 and error is None:
             self._conclude(run, op_id, StageStatus.SUCCEEDED, OperationOutcome.SUCCEEDED, receipt, exit_code=0)
             log.info("%s succeeded in %.1fs", op_id, result.duration_sec)
             return
-        cause = {"exit_code": result.exit_code, "agent_id": self.config.agent_id, "attempt": ref.attempt}
+        cause: dict[str, Any] = {"exit_code": result.exit_code, "agent_id": self.config.agent_id, "attempt": ref.attempt}
+        if why:
+            cause["why"] = why
+            shipper.line(f"[relevo] {error.value if error else ''}: {why}")
         if result.signaled and not result.timed_out:
             # Killed by a signal this agent did not send (an operator, the OOM killer): what it had
             # done is unknown, so it is retried and the retry reconciles before it runs anything.
@@ -484,11 +603,58 @@ class StageRunner:
             )
             log.warning("%s was killed by signal %d, not by this agent: retried, reconciled first", op_id, result.signaled)
             return
-        error = artifact_error or classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
+        error = error or classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
         self._conclude(
             run, op_id, StageStatus.FAILED, OperationOutcome.FAILED, receipt, exit_code=result.exit_code, error=error, cause=json.dumps(cause),
         )
         log.info("%s failed: %s (exit %d)", op_id, error.value, result.exit_code)
+
+    def _outputs_changed(self, run: StageRun, op_id: str, shipper: Any, values: dict[str, str], changed: list[str]) -> None:
+        """New values of the command's: journaled first, then recorded on the stage, fenced."""
+        ref = run.ref
+        self.journal.set_outputs(op_id, ref.attempt, values)
+        for key in changed:
+            shown = values[key] if len(values[key]) <= 200 else values[key][:200] + "…"
+            shipper.line(f"[relevo] output {key}={shown}" if "\n" not in shown else f"[relevo] output {key} ({values[key].count(chr(10)) + 1} lines)")
+        try:
+            with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):
+                stage_attempts.record_outputs(ref, values)
+        except stage_attempts.LeaseLost:
+            log.warning("%s attempt %d: its values were refused: the attempt is no longer held", op_id, ref.attempt)
+
+    def _store_handoff(
+        self, run: StageRun, plan: StagePlan, workspace: Path, envelope: JobEnvelope, shipper: Any, prepared: Prepared
+    ) -> tuple[dict[str, Any] | None, ErrorClass | None, str | None]:
+        """(the summary for the receipt, or the error class and why the stage fails)."""
+        from relevo_agent.artifacts import bucket_region
+        from relevo_agent.handoff import HandoffFailure
+        from relevo_agent.handoff.store import store_handoff
+
+        ref = run.ref
+
+        def emit(line: str) -> None:
+            line = shipper.masker.mask(line)
+            log.info("%s/%s %s", ref.job_id, plan.name, line)
+            shipper.line(line)
+
+        try:
+            region = bucket_region(envelope.artifact_uri.removeprefix("s3://").split("/", 1)[0])
+        except Exception:  # noqa: BLE001 - the store itself says what is wrong with the bucket
+            region = ""
+        location = self.config.location_region
+        try:
+            summary = store_handoff(
+                ref, plan.name, workspace, plan.handoff, envelope.artifact_uri, envelope.ttl, prepared.known, handoff_cache(self.config),
+                emit, run.cancel, max_job_bytes=envelope.artifact_max_job_bytes, bucket_region=region,
+                crosses_region=None if location is None or not region else region != location,
+            )
+        except HandoffFailure as failure:
+            return None, failure.error_class, failure.message
+        except stage_attempts.LeaseLost:
+            emit("[relevo] handoff records refused: the attempt is no longer held")
+            run.stop("lease_lost")
+            return None, None, None
+        return summary.model_dump(mode="json"), None, None
 
     def _stopped(self, run: StageRun, op_id: str, exit_code: int) -> None:
         """The command was stopped before its end: by a shutdown (reported, retryable, outcome
@@ -525,6 +691,8 @@ class StageRunner:
     ) -> None:
         """Journal first (outcome, receipt and the outbox entry in one transaction), then report."""
         ref = run.ref
+        # The log's last lines are stored while the attempt is still held: the report ends it.
+        run.close_log()
         # A fast command can end before the token is decided. The result is journaled either
         # way; without a token the report still makes its fenced stage write (relevo_agent.outbox).
         run.token_known.wait(RUN_TOKEN_WAIT_SEC + 5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import signal
@@ -69,12 +70,17 @@ def write_agent_config(
     capacity: int = 1,
     poll_wait_sec: int = 20,
     max_clock_skew_sec: float = 1.0,
-    **settings: int | float,
+    **settings: int | float | str | dict[str, str],
 ) -> Path:
-    """An agent TOML for the local stack; `settings` are further numeric keys (presence_interval_sec...).
+    """An agent TOML for the local stack; `settings` are further keys (presence_interval_sec,
+    labels as a dict...).
     Agents of the local stack share this host's clock with it: a small allowed skew keeps the
-    fence margin small (relevo_core.lease_timeline)."""
-    workspace = path.parent / f"{agent_id}-workspaces"
+    fence margin small (relevo_core.lease_timeline). Every path is written absolute (the agent
+    reads relative ones relative to the file). The workspaces go beside the file, unless that is
+    inside a git work tree (a state dir in your Relevo checkout): then under the user's cache, so
+    that no stage's git ever acts on that repository."""
+    path = path.resolve()
+    workspace = local_workspace_root(path.parent, agent_id)
     path.write_text(
         "\n".join(
             [
@@ -83,10 +89,10 @@ def write_agent_config(
                 f"capacity = {capacity}",
                 f'workspace_root = "{workspace}"',
                 f'journal = "{path.parent / (agent_id + "-journal.sqlite3")}"',
-                f'stack_file = "{stack_file}"',
+                f'stack_file = "{stack_file.resolve()}"',
                 f"poll_wait_sec = {poll_wait_sec}",
                 f"max_clock_skew_sec = {max_clock_skew_sec}",
-                *(f"{name} = {value}" for name, value in settings.items()),
+                *(f"{name} = {_toml_value(value)}" for name, value in settings.items()),
                 "",
             ]
         )
@@ -108,6 +114,26 @@ def agent_process(config: Path, log_file: Path, env: dict[str, str] | None = Non
         yield process
     finally:
         _stop(process, timeout=30)
+
+
+def _toml_value(value: int | float | str | dict[str, str]) -> str:
+    import json
+
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key} = {json.dumps(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return str(value)
+
+
+def local_workspace_root(home: Path, agent_id: str) -> Path:
+    from relevo_agent.checkout import inside_git_work_tree
+
+    if inside_git_work_tree(home) is None:
+        return home / f"{agent_id}-workspaces"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha256(str(home).encode()).hexdigest()[:12]
+    return cache / "relevo" / "local-workspaces" / digest / agent_id
 
 
 def random_commit() -> str:

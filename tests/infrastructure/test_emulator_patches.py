@@ -146,6 +146,31 @@ def test_an_answer_to_a_task_whose_wait_ended_is_refused_as_on_aws() -> None:
     assert (error.error_type, error.code) == ("TaskTimedOut", 400) and "does not exist anymore" in error.message
 
 
+def test_the_cause_of_a_task_failure_reaches_the_interpreter_as_on_aws() -> None:
+    """moto 5.2.5's SendTaskFailure endpoint read only `error`: a callback task's catcher got an
+    empty Cause, and a job's error said "no cause was reported" where the agent had said why.
+    AWS passes the cause on (SendTaskFailure, Step Functions API Reference)."""
+    from moto.stepfunctions.responses import StepFunctionResponse
+
+    from relevo_cli.local.interpreter_patches import install
+
+    install()
+    told: dict[str, object] = {}
+
+    class Backend:
+        def send_task_failure(self, task_token: str, error: str | None = None, cause: str | None = None) -> None:
+            told.update(token=task_token, error=error, cause=cause)
+
+    class Endpoint(StepFunctionResponse):
+        stepfunction_backend = property(lambda self: Backend())  # type: ignore[assignment]
+
+    response = Endpoint.__new__(Endpoint)
+    params = {"taskToken": "t-1", "error": "Relevo.Fatal.Checkout", "cause": '{"why": "no such commit"}'}
+    response._get_param = params.get  # type: ignore[method-assign]
+    response.send_task_failure()
+    assert told == {"token": "t-1", "error": "Relevo.Fatal.Checkout", "cause": '{"why": "no such commit"}'}
+
+
 def test_moto_lists_its_modules_once_and_still_finds_a_service_by_its_name() -> None:
     from moto import backends
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication

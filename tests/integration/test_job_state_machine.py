@@ -78,9 +78,10 @@ def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_sta
     detail = json.loads(entry["cause"])
     assert (detail["stage"], detail["error_class"], detail["attempts"], detail["retry_count"]) == ("sign", "Relevo.Fatal.ExitCode", 1, 0)
     assert detail["cumulative_backoff_sec"] == 0
-    # The agent's cause (exit code, agent) is passed on in AWS; moto 5.2.5 drops the cause of a
-    # failed aws-sdk callback task, and the definition then says so rather than failing.
-    assert detail["cause"] in ('{"exit_code": 2, "agent_id": "double-1"}', "no cause was reported")
+    # The agent's cause (exit code, agent) is passed on, as on AWS (the local stack passes
+    # SendTaskFailure's cause on: relevo_cli.local.interpreter_patches).
+    assert detail["cause"] == '{"exit_code": 2, "agent_id": "double-1"}'
+
     assert entry["artifacts"].startswith("s3://") and entry["logs"] == f"/jobs/{job_id}/logs"
 
 

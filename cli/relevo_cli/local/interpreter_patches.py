@@ -52,6 +52,13 @@ takes both, and InvalidToken, as a dispatch that no longer waits. moto 5.2.5's o
 TaskDoesNotExist cannot be raised as they are (they take no message, where their base class
 needs one, and name no error type), which answered HTTP 500: they get AWS's error type and a
 default message.
+
+The cause of SendTaskFailure. AWS hands a failed callback task's `cause` to its Catch with the
+error ("SendTaskFailure", Step Functions API Reference: cause, "A more detailed explanation of
+the cause of the failure"; a catcher's output is {Error, Cause}). moto 5.2.5's endpoint reads
+only `error` (StepFunctionResponse.send_task_failure), so every catcher saw an empty cause: the
+job's error said "no cause was reported" where the agent had said why (a checkout's missing
+commit, an exit code). Here the endpoint passes the cause on.
 """
 
 from __future__ import annotations
@@ -67,6 +74,22 @@ def install() -> None:
     _end_a_stopped_execution_aborted()
     _take_the_token_before_the_wait()
     _close_a_callback_when_its_wait_ends()
+    _pass_on_the_cause_of_a_task_failure()
+
+
+def _pass_on_the_cause_of_a_task_failure() -> None:
+    from moto.stepfunctions.responses import EmptyResult, StepFunctionResponse
+
+    if getattr(StepFunctionResponse, "_relevo_task_failure_cause", False):
+        return
+
+    def send_task_failure(self: Any) -> Any:
+        # The interpreter's backend (StepFunctionsParserBackend) takes the cause; moto's plain one has no executions to tell.
+        self.stepfunction_backend.send_task_failure(self._get_param("taskToken"), error=self._get_param("error"), cause=self._get_param("cause"))
+        return EmptyResult()
+
+    StepFunctionResponse.send_task_failure = send_task_failure
+    StepFunctionResponse._relevo_task_failure_cause = True
 
 
 def _map_aws_sdk_parameters_to_member_names() -> None:

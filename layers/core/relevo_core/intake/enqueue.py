@@ -129,6 +129,7 @@ def build_envelope(
         workspace_cleanup=project.workspace_cleanup,
         artifact_max_job_bytes=project.artifact.max_job_bytes,
         signing=project.signing,
+        checkout=project.checkout,
     )
 
 

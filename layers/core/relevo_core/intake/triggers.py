@@ -57,12 +57,20 @@ def rerun_job(settings: IntakeSettings, job_id: str, body: Any, actor: str) -> I
     project = get_project(settings.table_name, previous.project)
     if request.from_stage is not None and request.from_stage not in {s.name for s in project.stages}:
         raise RelevoError(ErrorCode.STAGE_UNKNOWN, f"from_stage: {request.from_stage} is not a stage of {project.id}")
+    from relevo_core.jobs.handoff_sources import require_handoffs_stored, resolved_commit  # reruns only: off the webhook's path
+
+    if request.from_stage is not None:
+        # What the skipped stages handed on must still be stored: refused now, not halfway.
+        names = [stage.name for stage in project.stages]
+        require_handoffs_stored(settings.table_name, job_id, names[: names.index(request.from_stage)])
+    # The commit the job built, even when its trigger named only a ref: a rerun builds the same.
+    commit = previous.commit or resolved_commit(settings.table_name, job_id)
     return enqueue(
         settings,
         project,
         Trigger(type=TriggerType.RETRY, source="api", actor=actor),
         ref=previous.ref,
-        commit=previous.commit,
+        commit=commit,
         identity=f"{previous.commit or previous.ref}:retry-of:{job_id}:{request.from_stage or ''}",
         priority=previous.priority,
         from_stage=request.from_stage,

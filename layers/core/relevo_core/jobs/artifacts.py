@@ -37,7 +37,7 @@ def artifact_summary(record: ArtifactRecord) -> dict[str, Any]:
 def find_artifact(table: str, job_id: str, name: str, stage: str | None = None) -> ArtifactRecord:
     """The record of `name` (its path under the stage's artifact directory); `stage` is needed
     only when several stages left a file of that name."""
-    matches = [record for record in list_artifacts(table, job_id, stage) if record.path == name]
+    matches = [record for record in list_artifacts(table, job_id, stage) if record.path == name and record.kind != "handoff"]
     if not matches:
         where = f" of stage {stage!r}" if stage else ""
         raise RelevoError(ErrorCode.ARTIFACT_NOT_FOUND, f"job {job_id} has no artifact {name!r}{where}")

@@ -50,6 +50,36 @@ def _transfers_of(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _handoff_of(record: dict[str, Any]) -> dict[str, Any] | None:
+    """What the stage handed on (its receipt's summary; while it runs, the attempt's stored one)
+    and what its Mac restored before its command: `files`/`bytes` handed on, `restored_bytes`
+    downloaded (0 when everything was already on that Mac)."""
+    receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
+    stored = receipt.get("handoff") or record.get("handoff_stored")
+    restored = record.get("restored") if isinstance(record.get("restored"), dict) else None
+    if not stored and not restored:
+        return None
+    view: dict[str, Any] = {}
+    if stored:
+        view.update({name: stored.get(name) for name in (
+            "files", "dirs", "symlinks", "bytes", "uploaded_bytes", "digest", "manifest", "stored_at", "attempt"
+        )})
+        view["cross_region_bytes"] = stored.get("cross_region_bytes")
+    if restored:
+        view["restored"] = restored
+        view["restored_bytes"] = restored.get("restored_bytes", 0)
+        view["restored_files"] = restored.get("files", 0)
+        view["restored_digest"] = restored.get("digest")
+    return view
+
+
+def _outputs_of(record: dict[str, Any]) -> dict[str, str]:
+    """The stage's $RELEVO_OUTPUT values: its receipt's once it succeeded, else as recorded so far."""
+    receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
+    outputs = receipt.get("outputs") if record.get("status") == StageStatus.SUCCEEDED.value and "outputs" in receipt else record.get("outputs")
+    return {str(key): str(value) for key, value in (outputs or {}).items()} if isinstance(outputs, dict) else {}
+
+
 def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge a job's record and stage records into one read model, stages in plan order."""
     record = next((item for item in items if item["sk"] == JOB_SK), None)
@@ -95,6 +125,9 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 # Each attempt's artifact upload (files and bytes done of the total), oldest
                 # attempt first, and the one of the attempt shown (live while it uploads).
                 **_transfers_of(found),
+                # What travels to the later stages (docs/handoff.md): its values and its files.
+                "outputs": _outputs_of(found),
+                "handoff": _handoff_of(found),
             }
         )
     current = next(
@@ -106,7 +139,9 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "status": record["status"],
         "trigger": envelope.trigger.model_dump(mode="json"),
         "ref": envelope.ref,
-        "commit": envelope.commit,
+        # The trigger's commit, or the one the job's first checkout resolved its ref to.
+        "commit": envelope.commit or next((r["checkout_commit"] for r in stage_records.values() if r.get("checkout_commit")), None),
+        "commit_source": "trigger" if envelope.commit else ("checkout" if any(r.get("checkout_commit") for r in stage_records.values()) else None),
         "region_affinity": envelope.region_affinity,
         "priority": record.get("priority", envelope.priority),
         "queue_seq": record.get("queue_seq"),
@@ -197,10 +232,13 @@ def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
         view["queue_reason"] = reason.value if reason else None
         if reason is QueueReason.NO_MATCHING_AGENT:
             view["queue_detail"] = no_match_detail(unclaimed["requires"], region_agents, now)
-    view["artifacts"] = [artifact_summary(record) for record in list_artifacts(table, job_id)]
-    # The job's artifact total beside its project's bound (artifact.max_job_bytes), when it has one.
-    # Removed artifacts (artifact.max_total_bytes) are listed with removed_at but no longer count.
-    view["artifact_bytes"] = sum(artifact["size"] for artifact in view["artifacts"] if artifact["removed_at"] is None)
+    records = list_artifacts(table, job_id)
+    view["artifacts"] = [artifact_summary(record) for record in records if record.kind != "handoff"]
+    # The job's artifact total beside its project's bound (artifact.max_job_bytes), when it has one:
+    # its handoffs' objects count too. Removed artifacts (artifact.max_total_bytes) are listed
+    # with removed_at but no longer count.
+    view["artifact_bytes"] = sum(record.size for record in records if record.removed_at is None)
+    view["handoff_bytes"] = sum(record.size for record in records if record.kind == "handoff" and record.removed_at is None)
     # The last lines of the output, read back from the end of the log (never the whole log).
     view["log_tail"] = log_tail(table, job_id)
     # The API's answer as its OpenAPI document describes it (relevo_core.models.job_view).

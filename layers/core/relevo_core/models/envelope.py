@@ -16,6 +16,7 @@ from relevo_core.models.plan import (
     MAX_QUEUE_TIMEOUT_SEC,
     STAGE_NAME,
     ApprovalSettings,
+    CheckoutPlan,
     RunPlanMixin,
     SigningPlan,
     StagePlan,
@@ -29,8 +30,10 @@ PRIORITY_BOUND = 1_000_000
 # 2 added `log_ttl`. A reader that knows only 1 refuses a 2 with ENVELOPE_VERSION_UNSUPPORTED,
 # not a VALIDATION_FAILED about an unknown field; a 1 still reads (its logs expire with the job).
 # 3 added a stage's `aws_profile`: an agent that would ignore it must not run the stage without it.
-ENVELOPE_SCHEMA_VERSION = 3
-SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3})
+# 4 added `checkout` and a stage's `handoff`: an agent that would ignore them would run a stage on
+# whatever its workspace held, without the files the earlier stages handed on.
+ENVELOPE_SCHEMA_VERSION = 4
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4})
 
 REGION_AFFINITY = r"^[a-z][a-z0-9-]{0,31}$"
 PROJECT_ID = r"^[a-z0-9][a-z0-9-]{0,62}$"
@@ -97,6 +100,8 @@ class JobEnvelope(RunPlanMixin):
     # The project's signing settings (a temporary keychain per stage on the agent), frozen like
     # `requires`: a change to the project does not reach a job already enqueued.
     signing: SigningPlan | None = None
+    # The project's checkout (the agent makes each stage's workspace the job's commit), frozen too.
+    checkout: CheckoutPlan | None = None
 
     @field_validator("stages")
     @classmethod

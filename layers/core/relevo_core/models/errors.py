@@ -52,6 +52,9 @@ class ErrorCode(str, Enum):
     GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
     # Pause, drain, resume: an agent no region of the fleet has a presence record of.
     AGENT_NOT_FOUND = "AGENT_NOT_FOUND"
+    # A rerun from a stage whose skipped stages' handoffs are no longer stored (expired, or removed
+    # by artifact.max_total_bytes): refused when asked for, never failing halfway.
+    HANDOFF_EXPIRED = "HANDOFF_EXPIRED"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -95,6 +98,7 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.PLAN_TOO_LARGE: HTTPStatus.UNPROCESSABLE_ENTITY,
     ErrorCode.GROUP_NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.AGENT_NOT_FOUND: HTTPStatus.NOT_FOUND,
+    ErrorCode.HANDOFF_EXPIRED: HTTPStatus.GONE,
 }
 
 
@@ -143,6 +147,20 @@ class ErrorClass(str, Enum):
     # Its signing keychain could not be made: an identity unreadable or stored wrong, or a
     # `security` command failed.
     KEYCHAIN_FAILED = "Relevo.Fatal.Keychain"
+    # The checkout could not make the workspace the job's commit for good: the commit is not in the
+    # repository, the credentials were refused, the repository or the ref does not exist.
+    # (Network trouble and timeouts of the fetch are the transient classes above.)
+    CHECKOUT_FAILED = "Relevo.Fatal.Checkout"
+    # A path the stage declares under `handoff:` matched nothing when its command ended: a build
+    # that "succeeded" without its output has failed.
+    HANDOFF_MISSING = "Relevo.Fatal.HandoffMissing"
+    # A handed-on path would lead out of the workspace (a symlink above it, a link target outside),
+    # at store or in a manifest at restore.
+    HANDOFF_PATH = "Relevo.Fatal.HandoffPath"
+    # An earlier stage's handoff is no longer stored (expired, removed by artifact.max_total_bytes).
+    HANDOFF_GONE = "Relevo.Fatal.HandoffGone"
+    # What the stage wrote to $RELEVO_OUTPUT is not key=value / heredoc lines, or is over a limit.
+    OUTPUT_INVALID = "Relevo.Fatal.Output"
     PRECONDITION_CHANGED = "Relevo.Precondition.Changed"
     # Reconciliation found an effect it cannot tie to the operation: the stage waits for an
     # operator (relevo job resolve); resolved as failed, it fails with the second name.

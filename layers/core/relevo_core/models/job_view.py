@@ -39,6 +39,12 @@ class StageView(BaseModel):
     resolution: dict[str, Any] | None = None
     transfers: list[TransferProgress] = Field([], description="each attempt's artifact upload, oldest attempt first")
     transfer: TransferProgress | None = Field(None, description="the upload of the attempt shown (live while it uploads)")
+    outputs: dict[str, str] = Field({}, description="the values the stage wrote to $RELEVO_OUTPUT (later stages get RELEVO_OUT_<STAGE>_<KEY>)")
+    handoff: dict[str, Any] | None = Field(
+        None,
+        description="what the stage handed on (files, bytes, digest, uploaded_bytes, manifest) and what its Mac restored before "
+        "its command (restored_bytes: downloaded; 0 when the files were already there); docs/handoff.md",
+    )
 
 
 class JobView(BaseModel):
@@ -52,6 +58,7 @@ class JobView(BaseModel):
     trigger: dict[str, Any]
     ref: str
     commit: str | None = None
+    commit_source: str | None = Field(None, description="trigger: the trigger named the commit; checkout: the job's first checkout resolved its ref")
     region_affinity: str
     priority: int
     queue_seq: int | None = None
@@ -74,4 +81,5 @@ class JobView(BaseModel):
     artifact_max_job_bytes: int | None = None
     artifacts: list[dict[str, Any]] = []
     artifact_bytes: int = 0
+    handoff_bytes: int = Field(0, description="of artifact_bytes, what the stages' handoffs store")
     log_tail: dict[str, Any] | None = None

@@ -15,13 +15,17 @@ from relevo_core.models.plan import (
     AWS_PROFILE,
     MAX_QUEUE_TIMEOUT_SEC,
     ApprovalSettings,
+    CheckoutPlan,
+    HandoffPattern,
     RetryPolicy,
     RunPlanMixin,
     SigningPlan,
     StagePlan,
+    check_handoff_patterns,
     check_stage_names,
     require_unique,
 )
+from relevo_core.models.handoff import MAX_PATTERNS, variable_part
 
 
 class ProjectStage(BaseModel):
@@ -70,6 +74,19 @@ class ProjectStage(BaseModel):
         "linux; any other key is a label of the agent's TOML. Frozen into each job's plan. No agent of the region "
         "matching: the job waits with queue reason no_matching_agent.",
     )
+    handoff: tuple[HandoffPattern, ...] = Field(
+        default=(), max_length=MAX_PATTERNS,
+        description="Workspace-relative paths or globs (`build/App.app`, `build/*.ipa`, `**/*.dSYM`) the stage hands on: "
+        "when its command succeeds the agent stores them (files, directories, symlinks, modes and mtimes, each file's "
+        "sha256) under the job's artifact_uri, and restores them at the same paths before every later stage of the job, "
+        "on whichever Mac, verifying every byte (Relevo.Fatal.Checksum). A path that matches nothing when the command "
+        "ends fails the stage (Relevo.Fatal.HandoffMissing). No absolute path, no '..', nothing under .git. See docs/handoff.md.",
+    )
+
+    @field_validator("handoff")
+    @classmethod
+    def _handoff(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        return check_handoff_patterns(patterns)
 
 
 class ArtifactLimits(BaseModel):
@@ -323,6 +340,14 @@ class Project(RunPlanMixin):
         "relevo/<stack>/_signing/<region_affinity>/<id>/ of this project: the region's agents may read that and "
         "nothing wider. Frozen into each job. Default: none.",
     )
+    checkout: CheckoutPlan | None = Field(
+        default=None,
+        description="Opt-in: before each stage's command the agent makes the workspace the job's commit (a per-Mac "
+        "mirror, a bounded fetch, a forced checkout, git clean), so every stage, retry and rerun builds the same commit "
+        "even if the branch moves. The commit is the trigger's; else the first checkout resolves the ref and records "
+        "it on the job. Frozen into each job. Without it the workspace is whatever the agent's earlier stages left "
+        "(RELEVO_COMMIT is then the trigger's commit, or empty). See docs/handoff.md.",
+    )
     retry: RetryPolicy = Field(default=RetryPolicy(), description="How failures of the project's stages are classified and retried.")
     approval: ApprovalSettings = Field(default=ApprovalSettings(), description="An approval gate before one stage.")
     webhook: WebhookSecrets = Field(
@@ -398,6 +423,29 @@ class Project(RunPlanMixin):
                     )
         return self
 
+    @model_validator(mode="after")
+    def _checkout_credentials_are_this_projects(self) -> "Project":
+        ref = self.checkout.credentials_ref if self.checkout else None
+        if ref is not None and f"/_git/{self.id}/" not in ref:
+            raise ValueError(
+                f"checkout.credentials_ref {ref!r} is not under relevo/<stack>/_git/{self.id}/: a project's git "
+                "credentials live under its own id"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _output_variables_apart(self) -> "Project":
+        # RELEVO_OUT_<STAGE>_<KEY>: two stage names that read the same there would mix their values.
+        seen: dict[str, str] = {}
+        for stage in self.stages:
+            other = seen.setdefault(variable_part(stage.name), stage.name)
+            if other != stage.name:
+                raise ValueError(
+                    f"stages {other} and {stage.name} would both hand on their values as "
+                    f"RELEVO_OUT_{variable_part(stage.name)}_…: rename one"
+                )
+        return self
+
     def schedule(self, name: str) -> ProjectSchedule | None:
         return next((schedule for schedule in self.schedules if schedule.name == name), None)
 
@@ -415,6 +463,7 @@ class Project(RunPlanMixin):
                     inputs=stage.inputs,
                     aws_profile=stage.aws_profile,
                     requires=stage.requires,
+                    handoff=stage.handoff,
                 )
                 for stage in self.stages
             )

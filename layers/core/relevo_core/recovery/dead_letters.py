@@ -81,6 +81,13 @@ def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> In
     entry = describe(raw)
     failed = _failed_envelope(settings.table_name, raw)
     now = datetime.now(timezone.utc)
+    from relevo_core.jobs.handoff_sources import require_handoffs_stored, resolved_commit
+
+    from_stage = entry["failed_stage"] or failed.from_stage
+    names = [stage.name for stage in failed.stages]
+    if from_stage in names:
+        # What the skipped stages handed on must still be stored: refused now, not halfway.
+        require_handoffs_stored(settings.table_name, job_id, names[: names.index(from_stage)])
     resumed = failed.model_copy(
         update={
             "job_id": new_job_id(now.timestamp()),
@@ -88,8 +95,10 @@ def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> In
             # A new job: retained from its own creation, not from the failed one's.
             **settings.expiry(now),
             "trigger": Trigger(type=TriggerType.RETRY, source="dlq", actor=actor),
-            "from_stage": entry["failed_stage"] or failed.from_stage,
+            "from_stage": from_stage,
             "retry_of": job_id,
+            # The commit the failed job built, also when only its first checkout knew it.
+            "commit": failed.commit or resolved_commit(settings.table_name, job_id),
         }
     )
     resumed = type(failed).model_validate(resumed.model_dump())

@@ -7,7 +7,7 @@ of the same paths. The stage item gets the totals (bytes, cross-region bytes), f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,6 +36,11 @@ class ArtifactRecord(BaseModel):
     # stays so the job view says what was there and when it went.
     removed_at: str | None = None
     removed_reason: str | None = None
+    # "handoff": an object of a stage's handoff (a pack, a blob or its manifest, under
+    # `.relevo-handoff/`), stored for the job's later stages: it counts against the artifact
+    # bounds and expires with the job's artifacts like any other, but is not one of the files the
+    # stage left in RELEVO_ARTIFACT_DIR.
+    kind: Literal["artifact", "handoff"] = "artifact"
 
 
 def _lease_lost(ref: StageRef, exc: ClientError) -> LeaseLost:
@@ -68,6 +73,60 @@ def record(ref: StageRef, artifact: ArtifactRecord, expires_at: int) -> None:
         if exc.response["Error"]["Code"] == "TransactionCanceledException":
             raise _lease_lost(ref, exc) from exc
         raise
+
+
+# One transaction holds at most 100 items ("TransactWriteItems", DynamoDB API Reference): the
+# fencing check or update, and 99 records.
+_RECORDS_PER_TRANSACTION = 99
+
+
+def record_handoff(ref: StageRef, records: list[ArtifactRecord], summary: dict[str, Any], expires_at: int) -> None:
+    """A stage attempt's handoff objects, and its summary on the stage record (`handoff_stored`,
+    what a reconcile of this attempt reads), all fenced on the attempt: the summary goes with the
+    last records, every earlier group with a condition check of the same attempt."""
+    groups = [records[start : start + _RECORDS_PER_TRANSACTION] for start in range(0, len(records), _RECORDS_PER_TRANSACTION)] or [[]]
+    for number, group in enumerate(groups, start=1):
+        fence: dict[str, Any]
+        if number < len(groups):
+            fence = {"ConditionCheck": {"TableName": ref.table, "Key": ref.key, **holds_attempt_check(ref)}}
+        else:
+            check = holds_attempt_check(ref, **{":summary": to_attribute(summary)})
+            fence = {"Update": {"TableName": ref.table, "Key": ref.key, "UpdateExpression": "SET handoff_stored = :summary", **check}}
+        puts = [
+            {
+                "Put": {
+                    "TableName": ref.table,
+                    "Item": to_attributes(
+                        {"pk": artifact_pk(r.job_id), "sk": artifact_sk(r.stage, r.path), **r.model_dump(exclude_none=True), "ttl": expires_at}
+                    ),
+                }
+            }
+            for r in group
+        ]
+        try:
+            client("dynamodb").transact_write_items(TransactItems=[fence, *puts])
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "TransactionCanceledException":
+                raise _lease_lost(ref, exc) from exc
+            raise
+
+
+class QuotaExceeded(Exception):
+    """What a stage would store takes the job past its project's artifact.max_job_bytes."""
+
+
+def check_job_quota_bytes(ref: StageRef, stage: str, adding: int, max_job_bytes: int | None, what: str) -> None:
+    """Before anything is uploaded: the job's artifacts recorded by its other stages plus `adding`
+    must fit in max_job_bytes. (An earlier attempt of this stage left records the retry's replace:
+    they do not count.) Raises QuotaExceeded, nothing written."""
+    if max_job_bytes is None or adding == 0:
+        return
+    stored = sum(record.size for record in list_artifacts(ref.table, ref.job_id) if record.stage != stage and record.removed_at is None)
+    if stored + adding > max_job_bytes:
+        raise QuotaExceeded(
+            f"{what} of {adding} bytes would bring the job's artifacts to {stored + adding} bytes, over the project's "
+            f"artifact.max_job_bytes {max_job_bytes} (other stages: {stored} bytes); nothing was uploaded"
+        )
 
 
 def record_totals(ref: StageRef, count: int, total_bytes: int, cross_region_bytes: int) -> None:

@@ -276,6 +276,7 @@ def claim(
         # SET needs its parent map to exist (DynamoDB Developer Guide, "Using update expressions",
         # adding nested map attributes), so the claim makes it, keeping earlier attempts' entries.
         ":no_transfers": {},
+        ":no_outputs": {},
         ":canceled": _ENDED[0],
         ":skipped": _ENDED[1],
         **_LIVE,
@@ -294,8 +295,8 @@ def claim(
             "SET #status = :running, agent_id = :agent, attempt = :attempt, lease_expires_at = :lease, "
             "lease_expires_iso = :lease_iso, started_at = :now, enqueued_at = :enqueued, last_writer = :writer, "
             "precondition_version = :pre, held_by = :agent, claim_id = :claim, claimed_over = :over, "
-            "journal_id = :journal, transfers = if_not_exists(transfers, :no_transfers) "
-            "REMOVE exit_code, error_class, ended_at, run_token, outcome, receipt",
+            "journal_id = :journal, transfers = if_not_exists(transfers, :no_transfers), outputs = :no_outputs "
+            "REMOVE exit_code, error_class, ended_at, run_token, outcome, receipt, handoff_stored, restored",
             condition,
             values,
         )
@@ -304,8 +305,11 @@ def claim(
     return taken_over
 
 
-# What a claim keeps of the attempt it took over, so a retried claim still knows it.
-_CLAIMED_OVER = ("attempt", "agent_id", "outcome", "receipt", "precondition_version", "lease_expires_iso", "status")
+# What a claim keeps of the attempt it took over, so a retried claim still knows it: with the
+# values it recorded as it ran (`outputs`, for the effect probe) and the handoff it stored.
+_CLAIMED_OVER = (
+    "attempt", "agent_id", "outcome", "receipt", "precondition_version", "lease_expires_iso", "status", "outputs", "handoff_stored",
+)
 
 
 def _claimed_over(previous: dict[str, Any]) -> dict[str, Any]:
@@ -362,6 +366,45 @@ def _transfer_value(ref: StageRef, transfer: TransferProgress) -> dict[str, Any]
     if transfer.attempt != ref.attempt:
         raise ValueError(f"attempt {ref.attempt} cannot record attempt {transfer.attempt}'s transfer")
     return transfer.model_dump(mode="json")
+
+
+def record_outputs(ref: StageRef, outputs: dict[str, str]) -> None:
+    """The values the attempt's command has written to $RELEVO_OUTPUT so far (all of them: the
+    latest write wins), fenced on the attempt: refused (LeaseLost) once it is no longer held."""
+    _update(ref, "SET outputs = :outputs", _HOLDS_ATTEMPT, {":outputs": outputs, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE})
+
+
+def record_restored(ref: StageRef, restored: dict[str, Any]) -> None:
+    """What the attempt's agent restored of the earlier stages' handoffs, fenced on the attempt."""
+    _update(ref, "SET restored = :restored", _HOLDS_ATTEMPT, {":restored": restored, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE})
+
+
+def record_checkout_commit(ref: StageRef, commit: str) -> str:
+    """The commit the job's ref resolved to at its first checkout, on this stage's record, fenced
+    on the attempt; a commit an earlier attempt recorded stays. Returns the commit on record: the
+    one every later stage, retry and rerun of the job builds."""
+    try:
+        _update(
+            ref, "SET checkout_commit = :commit",
+            f"({_HOLDS_ATTEMPT}) AND (attribute_not_exists(checkout_commit) OR checkout_commit = :commit)",
+            {":commit": commit, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE},
+        )
+    except LeaseLost as refused:
+        found = refused.item
+        held = (found.get("agent_id"), found.get("attempt"), found.get("status")) in (
+            (ref.agent_id, ref.attempt, status) for status in _LIVE.values()
+        )
+        if held and found.get("checkout_commit"):
+            return str(found["checkout_commit"])  # an earlier attempt's: the job's commit
+        raise
+    return commit
+
+
+def record_precondition(ref: StageRef, precondition_version: str) -> None:
+    """The precondition as it stands once the workspace is the job's (checked out, handoffs
+    restored): what a later attempt's reconcile compares with. Fenced on the attempt."""
+    _update(ref, "SET precondition_version = :pre", _HOLDS_ATTEMPT,
+            {":pre": precondition_version, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE})
 
 
 def run_token(ref: StageRef) -> str | None:

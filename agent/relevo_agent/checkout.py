@@ -1,0 +1,386 @@
+"""Before a stage's command: the workspace made the job's commit (a project's `checkout:`).
+
+    <workspace_root>/.relevo-git/<id>.git   a bare mirror of the repository, one per URL on this Mac,
+                                            shared by the agents of the Mac under an flock
+    <workspace_root>/<project>              the workspace: a repository of its own whose objects
+                                            come from the mirror (objects/info/alternates), so a
+                                            checkout moves nothing over the network that the Mac has
+
+1. Under the mirror's lock: a known commit already in the mirror needs no fetch at all; otherwise
+   the mirror fetches its branches and tags (and the ref, for refs/pull/… and the like), bounded by
+   `timeout_sec` and the stage's exec deadline, whichever comes first, on this process's monotonic
+   clock (the fetch's process group is killed then: Relevo.Transient.NetworkTimeout).
+2. Which commit: the trigger's; else the ref resolved in the mirror, recorded on the job through
+   `record_commit` (a fenced write that keeps the first commit recorded), so every later stage,
+   retry and rerun builds that commit even if the branch moves meanwhile.
+3. The workspace fetches that commit (and the tags) from the mirror, checks it out by force
+   (detached) and, unless `clean: false`, runs `git clean -ffdx`.
+
+Credentials (`credentials_ref`, Secrets Manager) reach only the git processes that talk to the
+remote: an askpass helper (https) or an identity file (ssh) in a private temporary directory,
+removed after each command. Never the stage's environment, its log, the workspace or any
+.git/config; the credential helpers of the Mac's git configuration are switched off for these
+commands (an osxkeychain helper would keep the token).
+
+Failures: a commit the repository does not have, credentials refused, a repository or ref that
+does not exist are Relevo.Fatal.Checkout; a timeout is Relevo.Transient.NetworkTimeout; any other
+trouble talking to the remote is Relevo.Transient.ConnectionReset (a checkout is safe to repeat).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from relevo_agent.stage_env import without_agent_credentials
+from relevo_core.aws import client
+from relevo_core.models.errors import ErrorClass
+from relevo_core.models.plan import CheckoutPlan
+
+log = logging.getLogger(__name__)
+
+MIRRORS_DIR = ".relevo-git"
+# Commands on the local mirror and workspace only (no network): a bound all the same.
+LOCAL_TIMEOUT_SEC = 600.0
+_COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
+
+# What git prints when retrying cannot help (checked first) and when the network failed.
+_REFUSED = (
+    "authentication failed", "permission denied", "could not read username", "could not read password",
+    "invalid username or password", "repository not found", "does not appear to be a git repository",
+    "the requested url returned error: 401", "the requested url returned error: 403", "the requested url returned error: 404",
+    "host key verification failed", "couldn't find remote ref", "not our ref", "no such remote", "access denied",
+    "not a git repository",
+)
+
+
+class CheckoutFailure(Exception):
+    def __init__(self, error_class: ErrorClass, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+
+
+class CheckoutStopped(Exception):
+    """The stage was stopped (fenced, canceled) while a git command ran: it was killed."""
+
+
+@dataclass(frozen=True)
+class CheckoutResult:
+    commit: str
+    fetched: bool
+    seconds: float
+
+
+def mirror_path(workspace_root: Path, url: str) -> Path:
+    return workspace_root / MIRRORS_DIR / f"{hashlib.sha256(url.encode()).hexdigest()[:24]}.git"
+
+
+def classify(stderr: str) -> ErrorClass:
+    lowered = stderr.lower()
+    if any(sign in lowered for sign in _REFUSED):
+        return ErrorClass.CHECKOUT_FAILED
+    return ErrorClass.CONNECTION_RESET
+
+
+# ------------------------------------------------------------------ credentials
+
+
+@contextmanager
+def git_credentials(credentials_ref: str | None) -> Iterator[tuple[dict[str, str], list[str]]]:
+    """(environment for the git processes that talk to the remote, secret values to mask)."""
+    if credentials_ref is None:
+        yield {}, []
+        return
+    try:
+        answer = client("secretsmanager").get_secret_value(SecretId=credentials_ref)
+    except Exception as exc:  # noqa: BLE001 - the stage fails saying why, never with the secret
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
+        retryable = code in ("InternalServiceError", "ThrottlingException") or not hasattr(exc, "response")
+        raise CheckoutFailure(
+            ErrorClass.CONNECTION_RESET if retryable else ErrorClass.CHECKOUT_FAILED,
+            f"checkout: the credentials {credentials_ref} could not be read ({code})",
+        ) from None
+    text = answer.get("SecretString") or ""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    secret = parsed if isinstance(parsed, dict) else {"password": text.strip()}
+    directory = Path(tempfile.mkdtemp(prefix="relevo-git-"))  # 0700, this user's only
+    try:
+        env: dict[str, str] = {}
+        masked: list[str] = []
+        if secret.get("ssh_private_key"):
+            key = directory / "identity"
+            _private_file(key, str(secret["ssh_private_key"]).rstrip("\n") + "\n")
+            options = ["-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"]
+            if secret.get("known_hosts"):
+                known = directory / "known_hosts"
+                _private_file(known, str(secret["known_hosts"]))
+                options += ["-o", f"UserKnownHostsFile={known}"]
+            env["GIT_SSH_COMMAND"] = " ".join(["ssh", *(_quote(option) for option in options)])
+            masked.append(str(secret["ssh_private_key"]))
+        else:
+            password = str(secret.get("password") or secret.get("token") or "")
+            username = str(secret.get("username") or "x-access-token")
+            _private_file(directory / "username", username)
+            _private_file(directory / "password", password)
+            askpass = directory / "askpass"
+            askpass.write_text(
+                '#!/bin/sh\ncase "$1" in\n  Username*) cat "$(dirname "$0")/username" ;;\n  *) cat "$(dirname "$0")/password" ;;\nesac\n'
+            )
+            askpass.chmod(0o700)
+            env["GIT_ASKPASS"] = str(askpass)
+            masked.append(password)
+        yield env, [value for value in masked if value]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _private_file(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+# ------------------------------------------------------------------ running git
+
+
+class Git:
+    """git commands of one stage's checkout, each killed (its process group) at the deadline or
+    when the stage is stopped, whichever comes first."""
+
+    # Every command: no prompt, no credential helper of the Mac's configuration, no hooks.
+    CONFIG = ("-c", "credential.helper=", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always", "-c", "advice.detachedHead=false")
+
+    def __init__(self, deadline: float, cancel: threading.Event, masked: list[str] | None = None) -> None:
+        self.deadline, self.cancel = deadline, cancel
+        self.masked = masked or []
+        base = without_agent_credentials(os.environ)
+        self.env = {**base, "GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1", "LC_ALL": "C"}
+
+    def mask(self, text: str) -> str:
+        for value in self.masked:
+            text = text.replace(value, "******")
+        return text
+
+    def run(self, args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None, limit: float | None = None,
+            check: bool = True, what: str | None = None) -> subprocess.CompletedProcess[str]:
+        deadline = self.deadline if limit is None else min(self.deadline, time.monotonic() + limit)
+        process = subprocess.Popen(
+            ["git", *self.CONFIG, *args], cwd=cwd, env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        while True:
+            try:
+                out, err = process.communicate(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                if self.cancel.is_set() or time.monotonic() >= deadline:
+                    _kill(process)
+                    process.communicate()
+                    if self.cancel.is_set():
+                        raise CheckoutStopped() from None
+                    raise CheckoutFailure(
+                        ErrorClass.NETWORK_TIMEOUT, f"checkout: `git {what or args[0]}` did not finish in time (checkout.timeout_sec or the stage's exec timeout); killed"
+                    ) from None
+        done = subprocess.CompletedProcess(args, process.returncode, out, err)
+        if check and done.returncode != 0:
+            message = self.mask(err.strip() or out.strip())[-1500:]
+            raise CheckoutFailure(classify(message), f"checkout: `git {what or args[0]}` failed (exit {done.returncode}): {message}")
+        return done
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=2)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextmanager
+def _locked(path: Path, deadline: float, cancel: threading.Event) -> Iterator[None]:
+    """flock(2) on `path`, waited for at most until the deadline: the agents of one Mac share a mirror."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if cancel.is_set():
+                    raise CheckoutStopped() from None
+                if time.monotonic() >= deadline:
+                    raise CheckoutFailure(ErrorClass.NETWORK_TIMEOUT, f"checkout: the mirror {path.stem} stayed locked by another agent of this Mac") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------ the checkout
+
+
+def _has_commit(git: Git, mirror: Path, commit: str) -> bool:
+    return git.run(["-C", str(mirror), "cat-file", "-e", f"{commit}^{{commit}}"], check=False, limit=LOCAL_TIMEOUT_SEC).returncode == 0
+
+
+def _refspecs(ref: str) -> list[str]:
+    specs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
+    if ref.startswith("refs/") and not ref.startswith(("refs/heads/", "refs/tags/")):
+        specs.append(f"+{ref}:refs/relevo/{ref.removeprefix('refs/')}")  # refs/pull/N/head, refs/merge-requests/N/head
+    return specs
+
+
+def _resolve(git: Git, mirror: Path, ref: str) -> str | None:
+    candidates = [ref] if ref.startswith("refs/") else [f"refs/heads/{ref}", f"refs/tags/{ref}", ref]
+    if ref.startswith("refs/") and not ref.startswith(("refs/heads/", "refs/tags/")):
+        candidates.insert(0, f"refs/relevo/{ref.removeprefix('refs/')}")
+    for candidate in candidates:
+        found = git.run(["-C", str(mirror), "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"], check=False, limit=LOCAL_TIMEOUT_SEC)
+        if found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip()
+    return None
+
+
+def _prepare_mirror(git: Git, mirror: Path, url: str) -> None:
+    if (mirror / "HEAD").exists():
+        return
+    partial = mirror.with_name(mirror.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    git.run(["init", "--bare", "--quiet", str(partial)], limit=LOCAL_TIMEOUT_SEC)
+    for name, value in (("remote.origin.url", url), ("uploadpack.allowAnySHA1InWant", "true"), ("gc.auto", "0")):
+        git.run(["-C", str(partial), "config", name, value], limit=LOCAL_TIMEOUT_SEC)
+    os.replace(partial, mirror)
+
+
+def _fetch(git: Git, mirror: Path, ref: str, commit: str | None, credentials: dict[str, str], timeout_sec: float) -> None:
+    git.run(["-C", str(mirror), "fetch", "--quiet", "--prune", "--force", "origin", *_refspecs(ref)], env=credentials, limit=timeout_sec,
+            what="fetch")
+    if commit and not _has_commit(git, mirror, commit):
+        # A commit no branch or tag reaches any more (a force-push): asked for by its id.
+        git.run(["-C", str(mirror), "fetch", "--quiet", "origin", commit], env=credentials, limit=timeout_sec, check=False, what="fetch")
+
+
+def checkout(
+    plan: CheckoutPlan,
+    workspace_root: Path,
+    workspace: Path,
+    ref: str,
+    commit: str | None,
+    record_commit: Callable[[str], str],
+    deadline: float,
+    cancel: threading.Event,
+    emit: Callable[[str], None],
+) -> CheckoutResult:
+    """Make `workspace` the job's commit; returns it. Raises CheckoutFailure or CheckoutStopped."""
+    started = time.monotonic()
+    mirror = mirror_path(workspace_root, plan.url)
+    fetched = False
+    with git_credentials(plan.credentials_ref) as (credentials, masked):
+        git = Git(deadline, cancel, masked)
+        with _locked(mirror.with_suffix(".lock"), deadline, cancel):
+            _prepare_mirror(git, mirror, plan.url)
+            if commit is None or not _has_commit(git, mirror, commit):
+                emit(f"[relevo] checkout: fetching {plan.url} ({'commit ' + commit[:12] if commit else 'ref ' + ref})")
+                _fetch(git, mirror, ref, commit, credentials, plan.timeout_sec)
+                fetched = True
+            if commit is None:
+                resolved = _resolve(git, mirror, ref)
+                if resolved is None:
+                    raise CheckoutFailure(ErrorClass.CHECKOUT_FAILED, f"checkout: {plan.url} has no branch, tag or ref {ref!r}")
+                commit = record_commit(resolved)
+                if commit != resolved:
+                    emit(f"[relevo] checkout: {ref} is {resolved[:12]} now; this job builds {commit[:12]}, the commit its first checkout recorded")
+                if not _has_commit(git, mirror, commit):
+                    _fetch(git, mirror, ref, commit, credentials, plan.timeout_sec)
+                    fetched = True
+            if not _COMMIT.match(commit) or not _has_commit(git, mirror, commit):
+                raise CheckoutFailure(
+                    ErrorClass.CHECKOUT_FAILED, f"checkout: commit {commit} is not in {plan.url} (after fetching its branches, tags and {ref})"
+                )
+            full = git.run(["-C", str(mirror), "rev-parse", f"{commit}^{{commit}}"], limit=LOCAL_TIMEOUT_SEC).stdout.strip()
+        _workspace_repository(git, mirror, workspace)
+        # From the mirror: local, no credentials (the workspace never knows the remote).
+        git.run(["-C", str(workspace), "fetch", "--quiet", "--force", "--no-write-fetch-head", str(mirror), full, "+refs/tags/*:refs/tags/*"],
+                limit=LOCAL_TIMEOUT_SEC, what="fetch (from the mirror)")
+        git.run(["-C", str(workspace), "checkout", "--quiet", "--force", "--detach", full], limit=LOCAL_TIMEOUT_SEC, what="checkout")
+        if plan.clean:
+            git.run(["-C", str(workspace), "clean", "-ffdx", "--quiet"], limit=LOCAL_TIMEOUT_SEC, what="clean")
+        if plan.submodules:
+            git.run(["-C", str(workspace), "submodule", "sync", "--quiet", "--recursive"], limit=LOCAL_TIMEOUT_SEC, what="submodule sync")
+            git.run(["-C", str(workspace), "submodule", "update", "--quiet", "--init", "--recursive", "--force"], env=credentials,
+                    limit=plan.timeout_sec, what="submodule update")
+            if plan.clean:
+                git.run(["-C", str(workspace), "submodule", "foreach", "--quiet", "--recursive", "git clean -ffdx --quiet"],
+                        limit=LOCAL_TIMEOUT_SEC, what="submodule clean")
+        if plan.lfs:
+            if shutil.which("git-lfs") is None:
+                raise CheckoutFailure(ErrorClass.CHECKOUT_FAILED, "checkout: lfs is on but git-lfs is not installed on this agent")
+            git.run(["-C", str(workspace), "-c", f"remote.origin.url={plan.url}", "lfs", "pull", plan.url], env={**credentials, "GIT_LFS_SKIP_SMUDGE": "0"},
+                    limit=plan.timeout_sec, what="lfs pull")
+    seconds = time.monotonic() - started
+    emit(f"[relevo] checkout: {full[:12]} ({ref}) in {seconds:.1f}s{' after a fetch' if fetched else ', nothing fetched'}")
+    return CheckoutResult(full, fetched, seconds)
+
+
+def _workspace_repository(git: Git, mirror: Path, workspace: Path) -> None:
+    """`workspace` a repository whose objects come from `mirror`; anything else there (a
+    workspace from before `checkout:`, another repository's) is replaced."""
+    alternates = workspace / ".git" / "objects" / "info" / "alternates"
+    objects = str((mirror / "objects").resolve())
+    try:
+        if alternates.read_text().strip() == objects:
+            return
+    except OSError:
+        pass
+    if workspace.exists():
+        shutil.rmtree(workspace)
+    workspace.mkdir(parents=True)
+    git.run(["init", "--quiet", str(workspace)], limit=LOCAL_TIMEOUT_SEC)
+    alternates.write_text(objects + "\n")
+    # The agent's own files in the workspace are not the build's: `git status` stays clean.
+    with open(workspace / ".git" / "info" / "exclude", "a") as exclude:
+        exclude.write("/.relevo-artifacts/\n")
+
+
+def inside_git_work_tree(path: Path) -> Path | None:
+    """The top of the git work tree `path` (or its nearest existing ancestor) lies in, or None."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        found = subprocess.run(
+            ["git", "-C", str(probe), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10,
+            env={**without_agent_credentials(os.environ), "GIT_CEILING_DIRECTORIES": ""},
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    top = found.stdout.strip()
+    return Path(top) if found.returncode == 0 and top else None

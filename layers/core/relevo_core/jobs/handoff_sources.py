@@ -1,0 +1,173 @@
+"""What a stage stands on: its job's envelope and the earlier stages whose files and values it
+gets (their receipts), read in one Query of the job's partition; for a job started from a later
+stage (a rerun --from-stage, a dead-letter redrive), the stages it skipped come from the job it
+retries, following the lineage.
+
+The agent reads it before each stage (it replaces the envelope's own read: still one call); the
+rerun and the redrive read it before anything is written, and refuse when what the skipped stages
+handed on is no longer stored (HANDOFF_EXPIRED), naming the stage and the date.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from relevo_core.aws import client
+from relevo_core.models.envelope import JobEnvelope, read_envelope
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.handoff import HandoffSummary
+from relevo_core.models.status import StageStatus
+from relevo_core.store.artifacts import list_artifacts
+from relevo_core.store.jobs import query_job_items
+from relevo_core.store.keys import JOB_SK
+
+# A rerun of a rerun of a rerun…: past this many earlier jobs, a skipped stage is not looked for.
+MAX_LINEAGE = 8
+
+
+@dataclass(frozen=True)
+class EarlierStage:
+    """A succeeded stage whose results a later stage gets."""
+
+    name: str
+    job_id: str
+    agent_id: str | None
+    handoff: HandoffSummary | None
+    outputs: dict[str, str]
+    # What its plan declares under `handoff:` (a succeeded stage that declares some and has no
+    # summary cannot be restored from: resolved by a person without them).
+    declared: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobContext:
+    envelope: JobEnvelope
+    # This job's stage records, by stage name.
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def commit(self) -> str | None:
+        """The commit the job builds: the trigger's, else the one its first checkout recorded."""
+        if self.envelope.commit:
+            return self.envelope.commit
+        return next(
+            (str(self.records[s.name]["checkout_commit"]) for s in self.envelope.stages if self.records.get(s.name, {}).get("checkout_commit")),
+            None,
+        )
+
+    def stage_before(self, index: int) -> dict[str, Any] | None:
+        """The record of the stage before `index`, when it ran in this job."""
+        if index <= self.envelope.first_stage_index:
+            return None
+        return self.records.get(self.envelope.stages[index - 1].name)
+
+
+def context_of(items: list[dict[str, Any]]) -> JobContext:
+    record = next((item for item in items if item["sk"] == JOB_SK), None)
+    if record is None:
+        raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
+    stages = {str(item.get("stage_name")): item for item in items if str(item["sk"]).startswith("STAGE#") and item.get("stage_name")}
+    return JobContext(read_envelope(record["envelope"]), stages)
+
+
+def read_job_context(table: str, job_id: str) -> JobContext:
+    items = query_job_items(table, job_id)
+    if not items:
+        raise RelevoError(ErrorCode.JOB_NOT_FOUND, f"no job {job_id!r}")
+    return context_of(items)
+
+
+def _earlier(job_id: str, name: str, record: dict[str, Any], declared: tuple[str, ...] = ()) -> EarlierStage | None:
+    if record.get("status") != StageStatus.SUCCEEDED.value:
+        return None
+    receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
+    handoff = receipt.get("handoff")
+    outputs = receipt.get("outputs") or {}
+    return EarlierStage(
+        name=name, job_id=job_id, agent_id=record.get("agent_id"),
+        handoff=HandoffSummary.model_validate(handoff) if isinstance(handoff, dict) else None,
+        outputs={str(k): str(v) for k, v in outputs.items()} if isinstance(outputs, dict) else {},
+        declared=declared,
+    )
+
+
+def earlier_stages(table: str, context: JobContext, index: int) -> list[EarlierStage]:
+    """The succeeded stages before `index`, in plan order: this job's own, and for the stages it
+    skipped, the lineage's. A skipped stage not found (its job deleted, or it never succeeded
+    there) is left out; the rerun refused it up front."""
+    envelope = context.envelope
+    found: list[EarlierStage] = []
+    first = envelope.first_stage_index
+    skipped = [stage.name for stage in envelope.stages[: min(first, index)]]
+    if skipped and envelope.retry_of:
+        found += _from_lineage(table, envelope.retry_of, skipped)
+    for stage in envelope.stages[first:index]:
+        earlier = _earlier(envelope.job_id, stage.name, context.records.get(stage.name, {}), stage.handoff)
+        if earlier is not None:
+            found.append(earlier)
+    return found
+
+
+def _from_lineage(table: str, job_id: str, names: list[str], depth: int = 0) -> list[EarlierStage]:
+    try:
+        context = read_job_context(table, job_id)
+    except RelevoError:
+        return []
+    envelope = context.envelope
+    ran = {stage.name for stage in envelope.stages[envelope.first_stage_index :]}
+    here = {name: _earlier(job_id, name, context.records.get(name, {}), envelope.stage(name).handoff) for name in names if name in ran}
+    further = [name for name in names if name not in ran]
+    deeper: dict[str, EarlierStage] = {}
+    if further and envelope.retry_of and depth < MAX_LINEAGE:
+        deeper = {stage.name: stage for stage in _from_lineage(table, envelope.retry_of, further, depth + 1)}
+    ordered = []
+    for name in names:
+        stage = here.get(name) or deeper.get(name)
+        if stage is not None:
+            ordered.append(stage)
+    return ordered
+
+
+def resolved_commit(table: str, job_id: str) -> str | None:
+    """The commit a job built (its trigger's, or its first checkout's), for a rerun to pin."""
+    try:
+        return read_job_context(table, job_id).commit()
+    except RelevoError:
+        return None
+
+
+def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]) -> None:
+    """Before a job that skips `skipped` (standing on `previous_job_id`) is written: every one of
+    them that handed files on still has them stored. Refused with HANDOFF_EXPIRED otherwise,
+    naming the stage and the date, so a rerun never fails halfway."""
+    if not skipped:
+        return
+    stages = _from_lineage(table, previous_job_id, skipped)
+    s3 = client("s3")
+    records: dict[str, list[Any]] = {}
+    for stage in stages:
+        if stage.handoff is None:
+            continue
+        kept = records.setdefault(stage.job_id, [r for r in list_artifacts(table, stage.job_id) if r.kind == "handoff"])
+        removed = [r for r in kept if r.stage == stage.name and r.attempt == stage.handoff.attempt and r.removed_at]
+        if removed:
+            raise RelevoError(
+                ErrorCode.HANDOFF_EXPIRED,
+                f"stage {stage.name} of {stage.job_id} handed on files that artifact.max_total_bytes removed on "
+                f"{removed[0].removed_at}: a rerun from a later stage cannot restore them; rerun from {stage.name} or earlier",
+                stage=stage.name, job_id=stage.job_id, removed_at=removed[0].removed_at,
+            )
+        bucket, _, key = stage.handoff.manifest.removeprefix("s3://").partition("/")
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                raise RelevoError(
+                    ErrorCode.HANDOFF_EXPIRED,
+                    f"stage {stage.name} of {stage.job_id} handed on files stored {stage.handoff.stored_at[:10]} that have expired "
+                    f"(the stack's ArtifactRetentionDays): a rerun from a later stage cannot restore them; rerun from {stage.name} or earlier",
+                    stage=stage.name, job_id=stage.job_id, stored_at=stage.handoff.stored_at,
+                ) from exc
+            raise

@@ -1,0 +1,217 @@
+"""What travels from one stage of a job to the next: the files a stage hands on (`handoff:`, kept
+with a manifest under the job's artifact_uri) and the values it writes to $RELEVO_OUTPUT.
+
+Shared by the project file's validation (a path that would escape the workspace is refused at
+`relevo project apply`), the agent (which stores and restores them) and the job view (which shows
+them). docs/handoff.md is the reference.
+"""
+
+# Annotations are evaluated as written (no `from __future__ import annotations`), as in plan.py.
+
+import hashlib
+import posixpath
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# ------------------------------------------------------------------ paths
+
+# A handoff pattern or a manifest path: workspace-relative, '/'-separated.
+MAX_PATH_CHARS = 1024
+MAX_PATTERNS = 32
+
+
+def path_problem(path: str, pattern: bool = False) -> str | None:
+    """Why `path` (a manifest path, or with `pattern` a declared glob) could reach outside the
+    workspace or into its repository, or None when it cannot: no absolute path, no `~`, no `..`,
+    no empty or `.` component, nothing under `.git`, no NUL or newline."""
+    if not path:
+        return "is empty"
+    if len(path) > MAX_PATH_CHARS:
+        return f"is longer than {MAX_PATH_CHARS} characters"
+    if "\0" in path or "\n" in path or "\r" in path:
+        return "holds a NUL or a line break"
+    if path.startswith("/"):
+        return "is absolute: handoff paths are relative to the workspace"
+    if path.startswith("~"):
+        return "starts with ~: handoff paths are relative to the workspace"
+    body = path[2:] if pattern and path.startswith("./") else path
+    parts = body.split("/")
+    if pattern and parts and parts[-1] == "":
+        parts = parts[:-1]  # `build/` names the directory
+    for part in parts:
+        if part == "..":
+            return "climbs out with '..': handoff paths stay inside the workspace"
+        if part in ("", "."):
+            return "has an empty or '.' component"
+        if part == ".git":
+            return "reaches into .git: the checkout's repository is the agent's, never handed on"
+    return None
+
+
+def normal_pattern(pattern: str) -> str:
+    """A declared pattern as the agent matches it (no leading './', no trailing '/')."""
+    pattern = pattern[2:] if pattern.startswith("./") else pattern
+    return pattern.rstrip("/")
+
+
+def link_target_problem(path: str, target: str) -> str | None:
+    """Why a symlink at `path` pointing at `target` would lead out of the workspace, or None.
+    Bundles link within themselves (`Versions/Current -> A`), relatively; an absolute target or
+    one that climbs above the workspace is refused, at store and at restore."""
+    if not target or "\0" in target:
+        return "has an empty target"
+    if target.startswith("/"):
+        return f"points at the absolute path {target!r}, outside the workspace"
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    if joined == ".." or joined.startswith("../"):
+        return f"points at {target!r}, outside the workspace"
+    if joined == ".git" or joined.startswith(".git/"):
+        return f"points at {target!r}, into the checkout's .git"
+    return None
+
+
+# ------------------------------------------------------------------ the manifest
+
+MANIFEST_VERSION = 1
+# Files at least this large are stored whole, one object each (blobs/<sha256>), uploaded and
+# fetched in parallel parts; smaller ones are packed together (packs/<sha256>), so a tree of
+# thousands of small files (an .xcarchive, a .framework) costs a few requests, not thousands.
+LARGE_FILE_BYTES = 8 * 1024 * 1024
+PACK_BYTES = 8 * 1024 * 1024
+
+EntryType = Literal["file", "dir", "symlink"]
+
+
+class ManifestEntry(BaseModel):
+    """One path of a handed-on tree, as the stage left it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(min_length=1, max_length=MAX_PATH_CHARS)
+    type: EntryType
+    # Permission bits (stat.S_IMODE): executables stay executable.
+    mode: int = Field(ge=0, le=0o7777)
+    mtime_ns: int
+    size: int = Field(default=0, ge=0)
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    target: str | None = Field(default=None, max_length=MAX_PATH_CHARS)
+    # Where a file's bytes are: an object key relative to the job's handoff prefix, and the
+    # offset of the file in it (a pack holds many files, a blob one).
+    object: str | None = Field(default=None, pattern=r"^(packs|blobs)/[0-9a-f]{64}$")
+    offset: int = Field(default=0, ge=0)
+    # The job whose prefix holds `object` (an earlier job of the lineage, for a file a rerun's
+    # stage handed on unchanged); None: the manifest's own job.
+    job_id: str | None = Field(default=None, pattern=r"^job_[0-9a-z]{20,40}$")
+
+
+class Manifest(BaseModel):
+    """Everything one stage attempt handed on (stored as JSON under the job's handoff prefix,
+    its sha256 in the stage's receipt, so a manifest altered in storage fails the restore)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = MANIFEST_VERSION
+    job_id: str
+    stage: str
+    attempt: int
+    patterns: tuple[str, ...]
+    entries: tuple[ManifestEntry, ...]
+
+    @property
+    def files(self) -> list[ManifestEntry]:
+        return [entry for entry in self.entries if entry.type == "file"]
+
+    @property
+    def bytes(self) -> int:
+        return sum(entry.size for entry in self.files)
+
+
+def tree_digest(entries: "list[ManifestEntry] | tuple[ManifestEntry, ...]") -> str:
+    """One sha256 over a tree: each path's type, permission bits, mtime (ns), and its content's
+    sha256 or its link target, in path order. Two trees with the same digest are the same for
+    codesign: same bytes, same links, same modes, same times. A symlink's own mode is left out
+    (Linux has none of its own)."""
+    digest = hashlib.sha256()
+    for entry in sorted(entries, key=lambda e: e.path):
+        mode = "" if entry.type == "symlink" else format(entry.mode, "o")
+        what = entry.sha256 if entry.type == "file" else (entry.target if entry.type == "symlink" else "")
+        digest.update(f"{entry.type}\0{entry.path}\0{mode}\0{entry.mtime_ns}\0{what}\n".encode())
+    return digest.hexdigest()
+
+
+class HandoffSummary(BaseModel):
+    """What a stage handed on, as its receipt and `relevo status --json` carry it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    manifest: str = Field(description="s3:// URI of the manifest")
+    manifest_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    attempt: int
+    files: int = 0
+    dirs: int = 0
+    symlinks: int = 0
+    bytes: int = Field(0, description="the size of every file handed on")
+    uploaded_bytes: int = Field(0, description="what this attempt stored anew (the rest was already stored for the job)")
+    digest: str = Field(description="tree_digest of what was handed on")
+    stored_at: str
+    cross_region_bytes: int | None = Field(
+        0, description="of uploaded_bytes, what crossed AWS regions (the Mac's network_region to the bucket's); None: the Mac's region is not known"
+    )
+    seconds: float = 0
+
+
+class RestoreSummary(BaseModel):
+    """What a stage's agent restored before its command (the stage record's `restored`)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    attempt: int
+    agent_id: str
+    from_stages: tuple[str, ...] = ()
+    files: int = 0
+    bytes: int = Field(0, description="the size of every file restored")
+    restored_bytes: int = Field(0, description="what this Mac downloaded: 0 when every file was already here")
+    cached_bytes: int = Field(0, description="copied from this Mac's handoff cache")
+    present_bytes: int = Field(0, description="already in the workspace, verified")
+    digest: str
+    cross_region_bytes: int | None = 0
+    seconds: float = 0
+
+
+# ------------------------------------------------------------------ values ($RELEVO_OUTPUT)
+
+OUTPUT_KEY = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
+_OUTPUT_KEY = re.compile(OUTPUT_KEY)
+# Why these: every value of every earlier stage is in a later stage's environment, and macOS
+# bounds a process's arguments and environment together by kern.argmax (1 MiB): 32 stages of
+# 16 KiB stay under half of it. The values also ride in the stage's receipt, a DynamoDB item of
+# at most 400 KB.
+MAX_OUTPUT_KEYS = 64
+MAX_OUTPUT_BYTES = 16 * 1024
+
+
+def output_key_problem(key: str) -> str | None:
+    if not _OUTPUT_KEY.match(key):
+        return f"{key!r} is not an output name (a letter or _, then letters, digits, _ and -, at most 64)"
+    return None
+
+
+def variable_part(name: str) -> str:
+    """A stage name or output key as it appears in a variable name: upper case, '-' as '_'."""
+    return name.upper().replace("-", "_")
+
+
+def output_variable(stage: str, key: str) -> str:
+    """What a later stage sees: RELEVO_OUT_<STAGE>_<KEY>."""
+    return f"RELEVO_OUT_{variable_part(stage)}_{variable_part(key)}"
+
+
+def previous_output_variable(key: str) -> str:
+    """What a reconcile's effect probe sees of the previous attempt's values."""
+    return f"RELEVO_PREVIOUS_OUT_{variable_part(key)}"
+
+
+def outputs_size(outputs: dict[str, str]) -> int:
+    return sum(len(key.encode()) + len(value.encode()) for key, value in outputs.items())

@@ -1,0 +1,209 @@
+"""What travels from stage to stage, by the real agent code (relevo_agent's Agent handling the
+real stage messages in this process) on the local stack: the job's commit checked out on each
+Mac, pinned by the first checkout even when the branch moves; files handed from one Mac to
+another; values as RELEVO_OUT_<STAGE>_<KEY>, recorded as they are written; a reconcile's probe
+asking about the previous attempt's values (RELEVO_PREVIOUS_OUT_<KEY>); the credentials of a
+checkout seen by git only."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from relevo_agent.config import AgentConfig
+from relevo_agent.messages import Message
+from relevo_agent.service import Agent
+from relevo_cli.api import RelevoApi
+from relevo_core.aws import client
+from relevo_core.store.codec import from_attributes
+from tests.helpers.stack import receive_stage, table_items, wait_for_execution, wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+                               "GIT_COMMITTER_EMAIL": "t@e", "HOME": str(cwd), "PATH": "/usr/bin:/bin"}).stdout.strip()
+
+
+def _repository(tmp_path: Path) -> tuple[Path, Path]:
+    """(a bare origin, a clone to commit and push from) with one commit on main."""
+    origin, work = tmp_path / "origin.git", tmp_path / "work"
+    _git("init", "--bare", "--quiet", "-b", "main", str(origin), cwd=tmp_path)
+    _git("clone", "--quiet", str(origin), str(work), cwd=tmp_path)
+    (work / "VERSION").write_text("1.4.0\n")
+    (work / "Makefile").write_text("build:\n\techo built\n")
+    _git("add", ".", cwd=work)
+    _git("commit", "--quiet", "-m", "1.4.0", cwd=work)
+    _git("push", "--quiet", "origin", "HEAD:main", cwd=work)
+    return origin, work
+
+
+def _push(work: Path, version: str) -> str:
+    (work / "VERSION").write_text(version + "\n")
+    _git("commit", "--quiet", "-am", version, cwd=work)
+    _git("push", "--quiet", "origin", "HEAD:main", cwd=work)
+    return _git("rev-parse", "HEAD", cwd=work)
+
+
+def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
+    config = AgentConfig(
+        agent_id=agent_id, region="eu-west", capacity=1, workspace_root=tmp_path / agent_id,
+        journal=tmp_path / f"{agent_id}.sqlite3", max_clock_skew_sec=0.5, prefer_previous_sec=0,
+    )
+    return Agent(config, stack.table_name, stack.work_queues["eu-west"])
+
+
+def _run_next(stack, agent: Agent, job_id: str) -> dict:
+    task, receipt = receive_stage(stack, job_id, timeout=30)
+    agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+    return task
+
+
+def _stages(stack, job_id: str) -> dict[str, dict]:
+    items = [from_attributes(i) for i in table_items(stack, f"JOB#{job_id}")]
+    return {item["stage_name"]: item for item in items if item["sk"].startswith("STAGE#")}
+
+
+BUILD = (
+    'echo "commit $RELEVO_COMMIT version $(cat VERSION)"; mkdir -p build/App.app; cp VERSION build/App.app/VERSION; '
+    'printf "#!/bin/sh\\necho app\\n" > build/App.app/App; chmod 755 build/App.app/App; ln -s App build/App.app/Current; '
+    'echo "version=$(cat VERSION | tr -d "\\n")" >> "$RELEVO_OUTPUT"; '
+    'printf "notes<<END\\nfirst\\nsecond\\nEND\\n" >> "$RELEVO_OUTPUT"; '
+    'git status --porcelain > build/status.txt; env > build/env.txt'
+)
+SIGN = (
+    'test -x build/App.app/App && test "$(readlink build/App.app/Current)" = App && '
+    'test "$(cat build/App.app/VERSION | tr -d "\\n")" = "$RELEVO_OUT_BUILD_VERSION" && '
+    'echo "sign got $RELEVO_OUT_BUILD_VERSION at $RELEVO_COMMIT, notes $(echo "$RELEVO_OUT_BUILD_NOTES" | wc -l)"; '
+    'echo "commit=$RELEVO_COMMIT" >> "$RELEVO_OUTPUT"; echo "tree=$(cat VERSION | tr -d "\\n")" >> "$RELEVO_OUTPUT"'
+)
+
+
+def test_a_three_stage_chain_on_two_macs_builds_the_jobs_commit_and_hands_on_files_and_values(local_stack, project_id, tmp_path):
+    # Given a project that checks out a repository and hands build's bundle and values on
+    origin, work = _repository(tmp_path)
+    first = _git("rev-parse", "HEAD", cwd=work)
+    api = RelevoApi.for_stack(local_stack)
+    api.put_project(project_id, {
+        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
+        "checkout": {"url": str(origin), "timeout_sec": 60},
+        "stages": [
+            {"name": "build", "run": BUILD, "handoff": ["build/App.app"]},
+            {"name": "sign", "run": SIGN},
+            {"name": "upload", "run": 'test ! -e build/status.txt && test -d build/App.app && echo "upload $RELEVO_OUT_SIGN_COMMIT"'},
+        ],
+    })
+    # When it runs from a ref only: build on Mac A, then the branch moves, then sign and upload on Mac B
+    job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
+    mac_a, mac_b = _agent(tmp_path, local_stack, "mac-a"), _agent(tmp_path, local_stack, "mac-b")
+    assert _run_next(local_stack, mac_a, job_id)["stage"] == "build"
+    moved = _push(work, "1.5.0")
+    assert moved != first
+    assert _run_next(local_stack, mac_b, job_id)["stage"] == "sign"
+    assert _run_next(local_stack, mac_b, job_id)["stage"] == "upload"
+
+    # Then the job succeeded, every stage built the commit main had when the job's first checkout ran
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    job = api.get_job(job_id)
+    assert (job["commit"], job["commit_source"]) == (first, "checkout")
+    stages = {stage["name"]: stage for stage in job["stages"]}
+    assert stages["sign"]["outputs"] == {"commit": first, "tree": "1.4.0"}
+    # and the values went from build to sign, multi-line ones too
+    assert stages["build"]["outputs"] == {"version": "1.4.0", "notes": "first\nsecond"}
+    # and the files came back on Mac B (sign's checks passed), with what each side moved
+    assert (stages["build"]["handoff"]["files"], stages["build"]["handoff"]["symlinks"]) == (2, 1)
+    assert stages["sign"]["handoff"]["restored_bytes"] > 0
+    assert stages["sign"]["handoff"]["restored_digest"] == stages["build"]["handoff"]["digest"]
+    # upload ran on the same Mac as sign: what it restored was already there, nothing downloaded
+    assert stages["upload"]["handoff"]["restored_bytes"] == 0
+    # and nothing of build's workspace beyond its handoff reached upload (the checkout's clean)
+    build_workspace = tmp_path / "mac-a" / project_id
+    env = (build_workspace / "build" / "env.txt").read_text()
+    assert f"RELEVO_COMMIT={first}" in env and "RELEVO_OUTPUT=" in env
+    # The workspace is the job's clean checkout: nothing but the agent's own files untracked.
+    assert (build_workspace / "build" / "status.txt").read_text().strip() == "?? build/"
+    assert "AWS_SECRET_ACCESS_KEY" not in env and "AWS_SESSION_TOKEN" not in env
+
+
+def test_credentials_of_a_checkout_reach_git_only(local_stack, project_id, tmp_path):
+    """https with a token: the askpass helper hands git the token; the stage's environment, its
+    log, the workspace's .git/config and the agent's own log never hold it."""
+    origin, _ = _repository(tmp_path)
+    token = "ghp_" + secrets.token_hex(16)
+    ref = f"relevo/{local_stack.stack_name}/_git/{project_id}/token"
+    client("secretsmanager").create_secret(Name=ref, SecretString=json.dumps({"username": "x-access-token", "password": token}))
+    # A repository behind an askpass: git asks for credentials only over https, so a file URL
+    # checks that they were handed over without ever being used in a URL or a config.
+    api = RelevoApi.for_stack(local_stack)
+    api.put_project(project_id, {
+        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
+        "checkout": {"url": str(origin), "credentials_ref": ref, "timeout_sec": 60},
+        "stages": [{"name": "build", "run": "env; cat .git/config; git config --list --show-origin"}],
+    })
+    job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
+    _run_next(local_stack, _agent(tmp_path, local_stack, "mac-a"), job_id)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    everything = json.dumps(table_items(local_stack, ""))
+    assert token not in everything  # no log chunk, no stage record
+    workspace = tmp_path / "mac-a" / project_id
+    assert token not in (workspace / ".git" / "config").read_text()
+    assert not any(token in p.read_text(errors="ignore") for p in workspace.rglob("*") if p.is_file() and p.stat().st_size < 10**6)
+
+
+def test_a_probe_asks_about_the_value_the_previous_attempt_recorded(local_stack, project_id, tmp_path):
+    """A notarization stage records its submission id right after submitting; its Mac dies; the
+    next attempt's probe asks about that id."""
+    submitted = tmp_path / "submitted"
+    api = RelevoApi.for_stack(local_stack)
+    api.put_project(project_id, {
+        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
+        "retry": {"backoff_base_sec": 0},
+        "stages": [{
+            "name": "notarize",
+            # The submission is the effect; its id is recorded at once; then the agent is shut down.
+            "run": f'echo "submission_id=sub-$RELEVO_JOB_ID" >> "$RELEVO_OUTPUT"; echo "$RELEVO_OPERATION_ID sub-$RELEVO_JOB_ID" >> {submitted}; '
+                   'if [ "$RELEVO_ATTEMPT" = 1 ]; then sleep 30; fi',
+            "effect_probe": f'grep -F "$RELEVO_PREVIOUS_OUT_SUBMISSION_ID" {submitted} || exit 1',
+            "exec_timeout_sec": 60, "kill_grace_sec": 1,
+        }],
+    })
+    job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
+    mac_a = _agent(tmp_path, local_stack, "mac-a")
+    import threading
+
+    runner = threading.Thread(target=_run_next, args=(local_stack, mac_a, job_id), daemon=True)
+    runner.start()
+    # Once the value is on record, the agent is shut down mid-command (as a second SIGTERM does).
+    wait_until(lambda: _stages(local_stack, job_id).get("notarize", {}).get("outputs", {}).get("submission_id"), 30, "the submission id on record")
+    mac_a.stages.stop_all("shutdown")
+    runner.join(timeout=30)
+    task = _run_next(local_stack, _agent(tmp_path, local_stack, "mac-b"), job_id)
+    assert task["attempt"] == 2
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    stage = _stages(local_stack, job_id)["notarize"]
+    assert stage["reconciled"]["decision"] == "succeeded", stage["reconciled"]
+    assert f"sub-{job_id}" in stage["reconciled"]["evidence"]["probe_output"]
+    # Submitted once: the probe found it, nothing ran again.
+    assert submitted.read_text().count(f"sub-{job_id}") == 1
+    assert stage["receipt"]["outputs"] == {"submission_id": f"sub-{job_id}"}
+
+
+def test_a_checkout_of_a_commit_the_repository_does_not_have_fails_for_good(local_stack, project_id, tmp_path):
+    origin, _ = _repository(tmp_path)
+    api = RelevoApi.for_stack(local_stack)
+    api.put_project(project_id, {
+        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
+        "checkout": {"url": str(origin), "timeout_sec": 60}, "stages": [{"name": "build", "run": "echo never"}],
+    })
+    job_id = api.run_project(project_id, {"ref": "main", "commit": "0123456789abcdef0123456789abcdef01234567"})["job_id"]
+    _run_next(local_stack, _agent(tmp_path, local_stack, "mac-a"), job_id)
+    assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
+    job = api.get_job(job_id)
+    assert job["error"] == "Relevo.Fatal.Checkout", job
+    assert "0123456789abcdef" in job["error_cause"]

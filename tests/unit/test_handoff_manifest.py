@@ -1,0 +1,172 @@
+"""The handoff's manifest without any storage: what a tree's scan records (types, modes, mtimes,
+link targets, empty directories), the tree digest, the path rules a project file and a crafted
+manifest meet, and how later stages' manifests win over earlier ones."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from relevo_agent.handoff import HandoffFailure
+from relevo_agent.handoff.restore import check_entries, merge
+from relevo_agent.handoff.tree import scan
+from relevo_core.models.errors import ErrorClass
+from relevo_core.models.handoff import Manifest, ManifestEntry, link_target_problem, path_problem, tree_digest
+from relevo_core.models.project import Project
+from tests.helpers.tree import make_bundle
+
+SHA = "a" * 64
+
+
+def _file(path: str, **extra) -> ManifestEntry:
+    fields = {"mode": 0o644, "mtime_ns": 1, "size": 1, "sha256": SHA, "object": "packs/" + SHA, **extra}
+    return ManifestEntry(path=path, type="file", **fields)
+
+
+def test_a_scan_records_every_path_of_a_bundle_as_it_is(tmp_path: Path) -> None:
+    make_bundle(tmp_path)
+    found = {entry.path: entry for entry in scan(tmp_path, ("build/App.app", "build/empty"))}
+    app = "build/App.app"
+    assert found[f"{app}/App"].type == "file" and found[f"{app}/App"].mode == 0o755
+    assert found[f"{app}/fr.lproj.strings"].mode == 0o640
+    link = found[f"{app}/Frameworks/Kit.framework/Versions/Current"]
+    assert (link.type, link.target) == ("symlink", "A")
+    assert found["build/empty"].type == "dir"
+    for path, entry in found.items():
+        info = os.lstat(tmp_path / path)
+        assert entry.mtime_ns == info.st_mtime_ns, path  # nanoseconds, not seconds
+        if entry.type != "symlink":
+            assert entry.mode == stat.S_IMODE(info.st_mode), path
+    # Nothing outside what the patterns name.
+    assert "build/notes.txt" not in found
+
+
+def test_the_tree_digest_changes_with_any_byte_mode_time_or_link(tmp_path: Path) -> None:
+    entries = [
+        ManifestEntry(path="a", type="dir", mode=0o755, mtime_ns=5),
+        _file("a/x"),
+        ManifestEntry(path="a/l", type="symlink", mode=0o777, mtime_ns=3, target="x"),
+    ]
+    base = tree_digest(entries)
+    assert tree_digest(list(reversed(entries))) == base  # order does not matter
+    variants = [
+        [entries[0], _file("a/x").model_copy(update={"sha256": "b" * 64}), entries[2]],
+        [entries[0], _file("a/x").model_copy(update={"mode": 0o755}), entries[2]],
+        [entries[0], _file("a/x").model_copy(update={"mtime_ns": 2}), entries[2]],
+        [entries[0], entries[1], entries[2].model_copy(update={"target": "y"})],
+        [entries[0].model_copy(update={"mtime_ns": 6}), entries[1], entries[2]],
+    ]
+    assert all(tree_digest(variant) != base for variant in variants)
+    # A symlink's own mode is not part of it (Linux has none of its own).
+    assert tree_digest([entries[0], entries[1], entries[2].model_copy(update={"mode": 0o755})]) == base
+
+
+@pytest.mark.parametrize(
+    "path, problem",
+    [
+        ("../x", "climbs out"),
+        ("build/../../x", "climbs out"),
+        ("/etc/passwd", "absolute"),
+        ("~/x", "starts with ~"),
+        (".git/config", ".git"),
+        ("sub/.git/hooks/post-checkout", ".git"),
+        ("a//b", "empty"),
+        ("a/./b", "empty or '.'"),
+        ("a\0b", "NUL"),
+        ("a\nb", "line break"),
+        ("", "empty"),
+    ],
+)
+def test_paths_that_could_leave_the_workspace_are_refused(path: str, problem: str) -> None:
+    found = path_problem(path)
+    assert found is not None and problem in found
+
+
+@pytest.mark.parametrize("path", ["build/App.app", "build/*.ipa", "**/*.dSYM", ".build/out", "a b/c", "build/..x"])
+def test_ordinary_paths_and_globs_pass(path: str) -> None:
+    assert path_problem(path, pattern=True) is None
+
+
+@pytest.mark.parametrize(
+    "path, target, ok",
+    [
+        ("F.framework/Versions/Current", "A", True),
+        ("F.framework/F", "Versions/Current/F", True),
+        ("a/b/c", "../../x", True),
+        ("a/b", "../../x", False),
+        ("a", "/usr/lib/libz.dylib", False),
+        ("a/l", "../.git/config", False),
+        ("a", "", False),
+    ],
+)
+def test_symlink_targets_stay_inside_the_workspace(path: str, target: str, ok: bool) -> None:
+    assert (link_target_problem(path, target) is None) is ok
+
+
+def test_a_project_file_with_an_escaping_handoff_path_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError) as refused:
+        Project.model_validate(
+            {"id": "p", "repo": "a/b", "region_affinity": "eu-west", "stages": [{"name": "build", "run": "x", "handoff": ["ok", "../up"]}]}
+        )
+    errors = refused.value.errors()  # type: ignore[attr-defined]
+    assert errors[0]["loc"] == ("stages", 0, "handoff", 1)
+    assert "climbs out" in errors[0]["msg"]
+
+
+@pytest.mark.parametrize(
+    "entries, what",
+    [
+        ([_file("../outside")], "climbs out"),
+        ([_file("/tmp/x")], "absolute"),
+        ([_file(".git/config")], ".git"),
+        ([_file("a"), _file("a")], "twice"),
+        ([ManifestEntry(path="lib", type="symlink", mode=0o777, mtime_ns=1, target="/etc"), _file("lib/passwd")], "symlink that"),
+        ([ManifestEntry(path="lib", type="symlink", mode=0o777, mtime_ns=1, target="real"), _file("lib/x")], "under 'lib', a symlink"),
+        ([_file("a"), _file("a/b")], "under 'a', a file"),
+        ([ManifestEntry(path="x", type="file", mode=0o644, mtime_ns=1, size=3)], "without its sha256"),
+    ],
+)
+def test_a_crafted_manifest_is_refused_before_anything_is_written(entries: list[ManifestEntry], what: str) -> None:
+    with pytest.raises(HandoffFailure) as refused:
+        check_entries("build", tuple(entries))
+    assert refused.value.error_class is ErrorClass.HANDOFF_PATH
+    assert what in refused.value.message
+
+
+def test_a_later_stage_wins_and_replaces_what_it_covers() -> None:
+    build = Manifest(job_id="job_" + "0" * 20, stage="build", attempt=1, patterns=("out",), entries=(
+        ManifestEntry(path="out", type="dir", mode=0o755, mtime_ns=1),
+        _file("out/app"),
+        _file("out/lib/a"),
+        ManifestEntry(path="out/lib", type="dir", mode=0o755, mtime_ns=1),
+    ))
+    sign = Manifest(job_id="job_" + "0" * 20, stage="sign", attempt=1, patterns=("out/lib", "out/app"), entries=(
+        _file("out/lib"),  # a directory before, a file now: what was under it goes
+        _file("out/app", mtime_ns=9),
+    ))
+    tree = merge([(build, "b", "p/"), (sign, "b", "p/")])
+    assert sorted(tree) == ["out", "out/app", "out/lib"]
+    assert tree["out/app"].entry.mtime_ns == 9 and tree["out/lib"].entry.type == "file"
+
+
+def test_only_files_dirs_and_links_can_be_handed_on(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        listener.bind(str(tmp_path / "out" / "sock"))
+        with pytest.raises(HandoffFailure) as refused:
+            scan(tmp_path, ("out",))
+        assert refused.value.error_class is ErrorClass.HANDOFF_PATH and "out/sock" in refused.value.message
+    finally:
+        listener.close()
+
+
+def test_a_glob_never_hands_on_the_checkouts_repository(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text("[core]\n")
+    (tmp_path / "app.ipa").write_text("ipa")
+    assert [entry.path for entry in scan(tmp_path, ("*",))] == ["app.ipa"]
