@@ -99,6 +99,9 @@ def run(ctx: typer.Context, config: Path = typer.Option(..., "--config", exists=
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from relevo_agent.memory import fewer_arenas
+
+    fewer_arenas()  # before any thread starts (relevo_agent.memory)
     agent = Agent(settings, str(target.table), str(target.queue_url))
 
     def _count(signum: int, _frame: object) -> None:

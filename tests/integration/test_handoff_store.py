@@ -24,7 +24,7 @@ from relevo_agent.handoff.restore import Source, restore_handoffs
 from relevo_agent.handoff.store import handoff_base, store_handoff
 from relevo_core.aws import client
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.handoff import HandoffSummary, LARGE_FILE_BYTES
+from relevo_core.models.handoff import ENTRY_FIELDS, LARGE_FILE_BYTES, HandoffSummary
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store import stage_attempts
 from tests.helpers.tree import make_bundle, tree_listing
@@ -146,7 +146,7 @@ def test_an_altered_manifest_is_refused_before_anything_of_it_is_used(local_stac
     summary = _store(local_stack, _claimed(local_stack, job_id, 0, "build"), near, ("build",), uri, [])
     bucket, key = summary.manifest.removeprefix("s3://").split("/", 1)
     manifest = json.loads(client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
-    manifest["entries"][0]["path"] = "../../outside"
+    manifest["entries"][0][0] = "../../outside"
     client("s3").put_object(Bucket=bucket, Key=key, Body=json.dumps(manifest).encode())
 
     with pytest.raises(HandoffFailure) as failed:
@@ -179,7 +179,8 @@ def test_a_crafted_manifest_cannot_write_outside_the_workspace(local_stack, tmp_
         ],
     }
     for name, entries in cases.items():
-        body = json.dumps({"version": 1, "job_id": job_id, "stage": "build", "attempt": 1, "patterns": ["build"], "entries": entries}).encode()
+        rows = [[entry.get(field, {"size": 0, "offset": 0}.get(field)) for field in ENTRY_FIELDS] for entry in entries]
+        body = json.dumps({"version": 1, "job_id": job_id, "stage": "build", "attempt": 1, "patterns": ["build"], "entries": rows}).encode()
         key = f"{prefix}manifests/{name.replace(' ', '-').replace(',', '')}.json"
         client("s3").put_object(Bucket=bucket, Key=key, Body=body)
         summary = HandoffSummary(manifest=f"s3://{bucket}/{key}", manifest_sha256=hashlib.sha256(body).hexdigest(), attempt=1,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,15 +55,15 @@ def test_the_tree_digest_changes_with_any_byte_mode_time_or_link(tmp_path: Path)
     base = tree_digest(entries)
     assert tree_digest(list(reversed(entries))) == base  # order does not matter
     variants = [
-        [entries[0], _file("a/x").model_copy(update={"sha256": "b" * 64}), entries[2]],
-        [entries[0], _file("a/x").model_copy(update={"mode": 0o755}), entries[2]],
-        [entries[0], _file("a/x").model_copy(update={"mtime_ns": 2}), entries[2]],
-        [entries[0], entries[1], entries[2].model_copy(update={"target": "y"})],
-        [entries[0].model_copy(update={"mtime_ns": 6}), entries[1], entries[2]],
+        [entries[0], replace(_file("a/x"), sha256="b" * 64), entries[2]],
+        [entries[0], replace(_file("a/x"), mode=0o755), entries[2]],
+        [entries[0], replace(_file("a/x"), mtime_ns=2), entries[2]],
+        [entries[0], entries[1], replace(entries[2], target="y")],
+        [replace(entries[0], mtime_ns=6), entries[1], entries[2]],
     ]
     assert all(tree_digest(variant) != base for variant in variants)
     # A symlink's own mode is not part of it (Linux has none of its own).
-    assert tree_digest([entries[0], entries[1], entries[2].model_copy(update={"mode": 0o755})]) == base
+    assert tree_digest([entries[0], entries[1], replace(entries[2], mode=0o755)]) == base
 
 
 @pytest.mark.parametrize(
@@ -135,6 +136,33 @@ def test_a_crafted_manifest_is_refused_before_anything_is_written(entries: list[
         check_entries("build", tuple(entries))
     assert refused.value.error_class is ErrorClass.HANDOFF_PATH
     assert what in refused.value.message
+
+
+@pytest.mark.parametrize(
+    "row, says",
+    [
+        (["a", "socket", 0o644, 1, 0, None, None, None, 0], "type 'socket'"),
+        (["a", "file", "644", 1, 0, None, None, None, 0], "mode is not an integer"),
+        (["a", "file", 0o644, 1, 0, "ab", None, None, 0], "sha256 is not 64 hex digits"),
+        (["a", "file", 0o644, 1, 0, "a" * 64, None, "../x", 0], "object is not"),
+        (["a", "file", 0o644, 1, -1, None, None, None, 0], "out of range"),
+        (["a", "file"], "a list of 9 values"),
+    ],
+)
+def test_a_manifest_row_that_is_not_an_entry_is_refused(row: list[object], says: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        ManifestEntry.from_row(row)
+    assert says in str(refused.value)
+
+
+def test_a_manifest_round_trips_as_rows() -> None:
+    manifest = Manifest(job_id="job_" + "0" * 20, stage="build", attempt=2, patterns=("out",), entries=(
+        ManifestEntry(path="out", type="dir", mode=0o755, mtime_ns=1), _file("out/app"),
+        ManifestEntry(path="out/l", type="symlink", mode=0o777, mtime_ns=2, target="app"),
+    ))
+    dumped = manifest.model_dump(mode="json")
+    assert dumped["entries"][1] == ["out/app", "file", 0o644, 1, 1, SHA, None, "packs/" + SHA, 0]
+    assert Manifest.model_validate(dumped) == manifest
 
 
 def test_a_later_stage_wins_and_replaces_what_it_covers() -> None:

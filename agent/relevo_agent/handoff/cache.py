@@ -53,6 +53,9 @@ class HandoffCache:
     def __init__(self, workspace_root: Path, max_bytes: int | None) -> None:
         self.root = workspace_root / CACHE_DIR / "sha256"
         self.max_bytes = max_bytes
+        # Once the file system says it makes no clones, entries are hard links without asking again.
+        self._clones = True
+        self._shards: set[str] = set()
 
     def path(self, sha256: str) -> Path:
         return self.root / sha256[:2] / sha256
@@ -63,12 +66,24 @@ class HandoffCache:
     def keep(self, source: Path, sha256: str) -> None:
         """`source` (whose bytes are `sha256`, just verified) becomes the entry, if there is none."""
         entry = self.path(sha256)
+        if sha256[:2] not in self._shards:
+            entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._shards.add(sha256[:2])
+        if not self._clones:
+            try:
+                os.link(source, entry)  # atomic: the entry is whole or absent
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSPC, errno.EMLINK, errno.EPERM):
+                    log.warning("handoff cache: could not keep %s (%s)", source, exc)
+            return
         if entry.exists():
             return
-        entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         partial = entry.with_name(f".{sha256}.{os.getpid()}.{id(source)}")
         try:
             if not _clone(source, partial):
+                self._clones = False
                 os.link(source, partial)
             os.replace(partial, entry)
         except OSError as exc:  # another file system, a full disk: no entry, nothing else changes

@@ -22,6 +22,7 @@ Extended attributes are not carried (docs/handoff.md says why).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -29,7 +30,6 @@ import shutil
 import stat
 import threading
 import time
-import uuid
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +41,7 @@ from pydantic import ValidationError
 from relevo_agent.artifacts import classify_storage_error
 from relevo_agent.handoff import HandoffFailure
 from relevo_agent.handoff.cache import HandoffCache
-from relevo_agent.handoff.store import BLOB_TRANSFER, PARALLEL_OBJECTS, Location, _Progress, base_of_manifest
+from relevo_agent.handoff.store import PARALLEL_OBJECTS, Location, _Progress, base_of_manifest
 from relevo_agent.handoff.tree import READ_BLOCK, real_parents, sha256_file
 from relevo_core.aws import client
 from relevo_core.models.errors import ErrorClass
@@ -121,14 +121,14 @@ def _read_manifest(source: Source) -> tuple[Manifest, str, str]:
 def check_entries(stage: str, entries: tuple[ManifestEntry, ...]) -> None:
     """A manifest's paths, as a crafted one might hold them: anything that could write outside
     the workspace (or into .git) is refused before anything is written."""
-    seen: set[str] = set()
+    by_path: dict[str, ManifestEntry] = {}
     for entry in entries:
         problem = path_problem(entry.path)
         if problem:
             raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest names {entry.path!r}, which {problem}")
-        if entry.path in seen:
+        if entry.path in by_path:
             raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest names {entry.path!r} twice")
-        seen.add(entry.path)
+        by_path[entry.path] = entry
         if entry.type == "symlink":
             problem = link_target_problem(entry.path, entry.target or "")
             if problem:
@@ -138,7 +138,7 @@ def check_entries(stage: str, entries: tuple[ManifestEntry, ...]) -> None:
     for entry in entries:
         parent = entry.path.rpartition("/")[0]
         while parent:
-            above = next((e for e in entries if e.path == parent), None)
+            above = by_path.get(parent)
             if above is not None and above.type != "dir":
                 raise HandoffFailure(
                     ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest puts {entry.path!r} under {parent!r}, a {above.type}"
@@ -146,21 +146,35 @@ def check_entries(stage: str, entries: tuple[ManifestEntry, ...]) -> None:
             parent = parent.rpartition("/")[0]
 
 
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:end]) for end in range(1, len(parts))]
+
+
 def merge(manifests: list[tuple[Manifest, str, str]]) -> dict[str, Placed]:
     """One tree of every manifest, later stages winning: a later path that is not a directory
     drops what an earlier one had under it, and a later path under an earlier non-directory
     drops that one."""
     tree: dict[str, Placed] = {}
+    # How many paths of the tree lie under each directory path: what a later non-directory replaces.
+    below: dict[str, int] = {}
+
+    def drop(path: str) -> None:
+        del tree[path]
+        for parent in _parents(path):
+            below[parent] -= 1
+
     for manifest, bucket, prefix in manifests:
         for entry in manifest.entries:
-            if entry.type != "dir":
+            if entry.type != "dir" and below.get(entry.path):
                 for path in [p for p in tree if p.startswith(entry.path + "/")]:
-                    del tree[path]
-            parent = entry.path.rpartition("/")[0]
-            while parent:
+                    drop(path)
+            for parent in _parents(entry.path):
                 if parent in tree and tree[parent].entry.type != "dir":
-                    del tree[parent]
-                parent = parent.rpartition("/")[0]
+                    drop(parent)
+            if entry.path not in tree:
+                for parent in _parents(entry.path):
+                    below[parent] = below.get(parent, 0) + 1
             tree[entry.path] = Placed(entry, bucket, prefix)
     return tree
 
@@ -195,13 +209,17 @@ def _remove(path: Path) -> None:
         os.unlink(path)
 
 
+_TEMPORARY = itertools.count()
+
+
 class _Writer:
     """A file's bytes into a temporary name beside it, hashed as they are written."""
 
     def __init__(self, workspace: Path, entry: ManifestEntry) -> None:
         self.entry = entry
         self.final = workspace / entry.path
-        self.temporary = self.final.with_name(f".{self.final.name}.relevo-{uuid.uuid4().hex[:12]}")
+        # A name of this process's own (its pid and a counter): no two writers share one.
+        self.temporary = self.final.with_name(f".{self.final.name}.relevo-{os.getpid()}-{next(_TEMPORARY)}")
         self.fd = os.open(self.temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         self.digest = hashlib.sha256()
         self.written = 0
@@ -302,23 +320,41 @@ def restore_handoffs(
                 extra = [child.name for child in children if child.name not in wanted]
             for name in extra:
                 _remove(workspace / entry.path / name)
-    fetch: list[Placed] = []
+    files_here: list[Placed] = []
     for item in placed:
         entry = item.entry
-        parent = entry.path.rpartition("/")[0]
         if entry.type == "dir":
             continue
-        _ensure_directory(workspace, parent)
+        _ensure_directory(workspace, entry.path.rpartition("/")[0])
         if real_parents(workspace, entry.path) is not None:  # cannot happen after _ensure_directory; never write through one
             raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: {entry.path} lies under a symlink of the workspace")
         if entry.type == "symlink":
             _place_link(workspace, entry)
-        elif _present(workspace, entry):
-            result.present_bytes += entry.size
+        else:
+            files_here.append(item)
+
+    def local(item: Placed) -> str:
+        """Where a file's bytes came from without the network: "present", "cache", or "" (fetch it)."""
+        entry = item.entry
+        if cancel.is_set():
+            raise Stopped()
+        if _present(workspace, entry):
             os.chmod(workspace / entry.path, entry.mode)
             os.utime(workspace / entry.path, ns=(entry.mtime_ns, entry.mtime_ns))
-        elif cache is not None and _from_cache(workspace, entry, cache):
-            result.cached_bytes += entry.size
+            return "present"
+        if cache is not None and _from_cache(workspace, entry, cache):
+            return "cache"
+        return ""
+
+    # Side by side (hashing and file system calls let go of the GIL), in path order of results.
+    with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-local") as pool:
+        sources = list(pool.map(local, files_here))
+    fetch: list[Placed] = []
+    for item, source in zip(files_here, sources):
+        if source == "present":
+            result.present_bytes += item.entry.size
+        elif source == "cache":
+            result.cached_bytes += item.entry.size
         else:
             fetch.append(item)
     if fetch:
@@ -373,7 +409,7 @@ def _place_link(workspace: Path, entry: ManifestEntry) -> None:
             return
     except OSError:
         pass
-    temporary = final.with_name(f".{final.name}.relevo-{uuid.uuid4().hex[:12]}")
+    temporary = final.with_name(f".{final.name}.relevo-{os.getpid()}-{next(_TEMPORARY)}")
     os.symlink(entry.target or "", temporary)
     _link_time(temporary, entry)
     _replace(temporary, final)
@@ -519,18 +555,15 @@ class _Stream:
 
 def _blob(s3, bucket: str, key: str, uri: str, workspace: Path, members: list[Placed], cache: HandoffCache | None,  # type: ignore[no-untyped-def]
           count: Callable[[int], None]) -> None:
+    """A large file in one stream, hashed as it is written (no second read). Objects are fetched
+    PARALLEL_OBJECTS at a time, so a tree's few large files still come side by side."""
     first = members[0]
     writer = _Writer(workspace, first.entry)
-    os.close(writer.fd)
-    writer.fd = -1
     try:
-        s3.download_file(bucket, key, str(writer.temporary), Config=BLOB_TRANSFER, Callback=count)
-        # Hashed from the file just written (its parts arrived in parallel, out of order).
-        writer.fd = os.open(writer.temporary, os.O_RDWR | os.O_NOFOLLOW)
-        with open(writer.temporary, "rb") as handle:
-            for block in iter(lambda: handle.read(READ_BLOCK), b""):
-                writer.digest.update(block)
-                writer.written += len(block)
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+        for block in iter(lambda: body.read(READ_BLOCK), b""):
+            count(len(block))
+            writer.write(block)
         writer.finish(uri)
     except BaseException:
         writer.abandon()

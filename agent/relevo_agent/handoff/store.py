@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import logging
 import os
+import queue
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -60,6 +62,8 @@ log = logging.getLogger(__name__)
 HANDOFF_DIR = ".relevo-handoff"
 # Objects in flight at once; each blob's upload also sends its parts in parallel (BLOB_TRANSFER).
 PARALLEL_OBJECTS = 4
+# Packs being filled or sent at once (each a PACK_BYTES buffer): the store's memory bound.
+PACK_BUFFERS = 3
 BLOB_TRANSFER = TransferConfig(multipart_threshold=LARGE_FILE_BYTES, multipart_chunksize=8 * 1024 * 1024, max_concurrency=4, max_io_queue=16)
 PROGRESS_INTERVAL_SEC = 3.0
 
@@ -106,8 +110,39 @@ class _Progress:
         self.emit(f"[relevo] handoff: {self.verb} {human_bytes(self.done)} of {human_bytes(self.total)} at {human_bytes(rate)}/s")
 
 
-def _md5(data: bytes) -> str:
+def _md5(data: bytes | bytearray | memoryview) -> str:
     return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+
+
+class _Bytes(io.RawIOBase):
+    """A request body read out of a buffer without copying it whole (botocore reads a file-like
+    body in blocks to sign and send it, and seeks back to retry)."""
+
+    def __init__(self, view: memoryview) -> None:
+        self._view, self._at = view, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, into) -> int:  # type: ignore[no-untyped-def, override]
+        piece = self._view[self._at : self._at + len(into)]
+        into[: len(piece)] = piece
+        self._at += len(piece)
+        return len(piece)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: len(self._view)}[whence]
+        self._at = max(0, min(len(self._view), base + offset))
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
+
+    def __len__(self) -> int:
+        return len(self._view)
 
 
 def store_handoff(
@@ -167,21 +202,32 @@ def store_handoff(
     stored: list[tuple[str, int]] = []  # (object key relative to the prefix, size)
     stored_lock = threading.Lock()
 
+    # One buffer per pack in flight, allocated once and filled in place for each pack: the
+    # store's memory stays PACK_BUFFERS × PACK_BYTES however many packs there are.
+    buffers: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+    for _ in range(min(PACK_BUFFERS, len(new_small))):
+        buffers.put(bytearray(PACK_BYTES))
+
     def put_pack(members: list[Found]) -> None:
-        body = bytearray()
-        offsets = {}
-        for member in members:
-            offsets[digests[member.path]] = len(body)
-            with open(workspace / member.path, "rb") as handle:
-                body += handle.read()
-        data = bytes(body)
-        sha = hashlib.sha256(data).hexdigest()
-        if cancel.is_set():
-            return
-        s3.put_object(Bucket=bucket, Key=f"{prefix}packs/{sha}", Body=data, ContentMD5=_md5(data), Metadata={"sha256": sha})
-        progress.add(len(data))
+        buffer = buffers.get()
+        try:
+            size = sum(member.size for member in members)
+            view = memoryview(buffer)[:size]
+            offsets, at = {}, 0
+            for member in members:
+                offsets[digests[member.path]] = at
+                with open(workspace / member.path, "rb") as handle:
+                    at += handle.readinto(view[at : at + member.size])
+            sha = hashlib.sha256(view).hexdigest()
+            if cancel.is_set():
+                return
+            s3.put_object(Bucket=bucket, Key=f"{prefix}packs/{sha}", Body=_Bytes(view), ContentMD5=_md5(view), Metadata={"sha256": sha})
+            view.release()
+        finally:
+            buffers.put(buffer)
+        progress.add(size)
         with stored_lock:
-            stored.append((f"packs/{sha}", len(data)))
+            stored.append((f"packs/{sha}", size))
             for digest, offset in offsets.items():
                 locations[digest] = Location(f"packs/{sha}", offset)
 
@@ -218,7 +264,7 @@ def store_handoff(
         raise HandoffFailure(ErrorClass.AGENT_SHUTDOWN, "handoff: stopped while storing")
     entries = tuple(_entry(entry, digests.get(entry.path), locations) for entry in found)
     manifest = Manifest(job_id=ref.job_id, stage=stage, attempt=ref.attempt, patterns=patterns, entries=entries)
-    data = json.dumps(manifest.model_dump(mode="json", exclude_defaults=True), separators=(",", ":"), sort_keys=True).encode()
+    data = json.dumps(manifest.model_dump(mode="json"), separators=(",", ":")).encode()
     manifest_sha = hashlib.sha256(data).hexdigest()
     manifest_key = f"{prefix}manifests/{stage}.{ref.attempt}.json"
     try:
