@@ -38,13 +38,16 @@ from relevo_cli.demo_scenarios import (
     AGENT_SETTINGS,
     CAPACITY,
     FLEET,
+    LABELS,
     PROJECTS,
     ROOT,
     Demo,
     ScenarioResult,
     console,
     elapsed,
+    check_out_release_from,
     guarded,
+    release_repository,
     restart_clock,
     say,
     scenario_dlq,
@@ -135,16 +138,32 @@ def summary(demo: Demo, outcomes: list[ScenarioResult]) -> bool:
 
 
 # ------------------------------------------------------------------------------------ main
-def start_fleet(demo_stack: ExitStack, work: Path, stack_file: Path, shared: Path) -> dict[str, subprocess.Popen[bytes]]:
+def agent_environment(shared: Path) -> dict[str, str]:
+    """What the demo's stage commands read: its shared directory, and the tree-digest tool with
+    the Python to run it (so that each side of the handoff computes its own digest)."""
+    return {"RELEVO_DEMO_DIR": str(shared), "RELEVO_DEMO_PYTHON": sys.executable, "RELEVO_DEMO_TOOLS": str(PROJECTS / "tools")}
+
+
+def start_fleet(demo_stack: ExitStack, work: Path, stack_file: Path, shared: Path) -> tuple[dict[str, subprocess.Popen[bytes]], Callable[[str], None]]:
+    """The four agents, and how to start one of them again (as launchd would after it died)."""
     processes = {}
+    configs = {}
     for region, agent_ids in FLEET.items():
         for agent_id in agent_ids:
             path = work / "agents" / f"{agent_id}.toml"
-            config = write_agent_config(path, stack_file, region, agent_id, CAPACITY[region], **AGENT_SETTINGS)
+            extra: dict[str, Any] = {"labels": LABELS[agent_id]} if agent_id in LABELS else {}
+            configs[agent_id] = write_agent_config(path, stack_file, region, agent_id, CAPACITY[region], **AGENT_SETTINGS, **extra)
             processes[agent_id] = demo_stack.enter_context(
-                agent_process(config, work / f"{agent_id}.log", env={"RELEVO_DEMO_DIR": str(shared)})
+                agent_process(configs[agent_id], work / f"{agent_id}.log", env=agent_environment(shared))
             )
-    return processes
+
+    def restart(agent_id: str) -> None:
+        if processes[agent_id].poll() is not None:
+            processes[agent_id] = demo_stack.enter_context(
+                agent_process(configs[agent_id], work / f"{agent_id}.log", env=agent_environment(shared))
+            )
+
+    return processes, restart
 
 
 def stop_all(processes: dict[str, subprocess.Popen[bytes]]) -> None:
@@ -198,13 +217,15 @@ def main() -> int:
             stack = running.enter_context(local_stack(state_dir, work / "local-up.log", ["--region-affinities", regions]))
             stack.apply_to_environment()
             say("setup", f"API {stack.api_url}, {len(stack.resources)} resources, work queues: {', '.join(stack.work_queues)}")
-            processes = start_fleet(running, work, stack_file, shared)
+            processes, restart = start_fleet(running, work, stack_file, shared)
             # On the way out, every agent is asked to stop at once (each then drains on its own)
             # before the ExitStack waits for them one by one and stops the stack.
             running.callback(stop_all, processes)
             fleet = ", ".join(f"{agent_id} ({region})" for region, ids in FLEET.items() for agent_id in ids)
             say("setup", f"started {len(processes)} relevo-agent processes: {fleet}")
-            demo = Demo(stack, stack_file, work, shared, processes)
+            demo = Demo(stack, stack_file, work, shared, processes, restart)
+            # acme/release-app itself: a local repository its stages check out at the pushed commit.
+            origin, release_commit = release_repository(work)
 
             # GitHub and Slack, played by a loopback recorder: what Relevo posts is shown from it.
             forge = running.enter_context(recording())
@@ -215,13 +236,14 @@ def main() -> int:
                 gate = project["approval"]["before"] if project["approval"]["enabled"] else None
                 stages = " → ".join(("(approval) → " if s["name"] == gate else "") + s["name"] for s in project["stages"])
                 say("setup", f"project [bold]{project['id']}[/bold] ({project['region_affinity']}): {stages}")
+            check_out_release_from(demo, origin)
             report_release_to(demo, forge)
             say("setup", f"release-app reports commit statuses and group release's Slack messages to {forge.url} (standing in for GitHub and Slack)")
 
             outcomes = guarded("two regions, two agents each", lambda: scenario_fleet(demo))
             # Independent projects: the scenarios run side by side.
             scenarios: list[tuple[str, Callable[[], ScenarioResult | list[ScenarioResult]]]] = [
-                ("signed webhook; 4 stages, approval gate", lambda: scenario_release(demo, webhook_secret, forge)),
+                ("signed webhook; 4 stages, approval gate", lambda: scenario_release(demo, webhook_secret, forge, release_commit)),
                 ("transient failure retried on another agent", lambda: scenario_retry(demo)),
                 ("non-retryable failure → DLQ → redriven", lambda: scenario_dlq(demo)),
                 ("agent SIGKILLed mid-stage, stage reconciled", lambda: scenario_kill(demo)),

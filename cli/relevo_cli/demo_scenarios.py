@@ -40,6 +40,8 @@ console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ e
 # nothing else.
 FLEET = {"eu-west": ("mac-eu-1", "mac-eu-2"), "us-east": ("mac-us-1", "mac-us-2")}
 CAPACITY = {"eu-west": 1, "us-east": 2}
+# release-app's build and sign stages `require` these: the bundle travels from one Mac to the other.
+LABELS = {"mac-eu-1": {"bay": "build"}, "mac-eu-2": {"bay": "sign"}}
 # Short presence and hand-back intervals and a short long-poll keep the demo quick; nothing else
 # is special-cased (see tests/e2e/test_agents_share_and_retry.py).
 AGENT_SETTINGS: dict[str, int | float] = {
@@ -48,6 +50,8 @@ AGENT_SETTINGS: dict[str, int | float] = {
     "handoff_delay_sec": 1,
     "handoff_max_wait_sec": 60,
     "outbox_interval_sec": 0.5,
+    # release-app's sign requires mac-eu-2; while it is busy (the kill scenario), look again soon.
+    "requirement_recheck_sec": 2,
 }
 TERMINAL = ("succeeded", "failed", "canceled")
 POLL_SEC = 1.0
@@ -104,6 +108,8 @@ class Demo:
     work: Path
     shared: Path  # RELEVO_DEMO_DIR of the stage commands: markers and effect files
     agents: dict[str, subprocess.Popen[bytes]]
+    # Starts an agent of the fleet again, as launchd's KeepAlive would after it died.
+    restart: Callable[[str], None] = lambda agent_id: None
     job_ids: list[str] = field(default_factory=list)  # every job the demo started, in order
     seen: dict[str, dict[str, tuple[Any, ...]]] = field(default_factory=dict)  # what watch() printed, per job
     stopping: threading.Event = field(default_factory=threading.Event)  # set on Ctrl-C: every wait gives up
@@ -169,7 +175,7 @@ def describe_stage(stage: dict[str, Any]) -> str:
         failed = stage["attempts_log"][-1] if stage["attempts_log"] else None
         return f"dispatched again after {failed['error']} on {failed['agent']}" if failed else "dispatched"
     if status == "skipped":
-        return f"skipped (done by {stage['reused_from']})"
+        return f"skipped (done by {stage['reused_from']})" if stage.get("reused_from") else "skipped"
     return f"{status} on {stage['agent_id']} (attempt {stage['attempt']})" if stage["agent_id"] else status
 
 
@@ -273,10 +279,56 @@ def forge_evidence(forge: Recorder, commit: str) -> ScenarioResult:
     return ScenarioResult("commit statuses and the Slack message (recorded)", ok, evidence or ["nothing was sent"])
 
 
-def scenario_release(demo: Demo, secret: str, forge: Recorder | None = None) -> list[ScenarioResult]:
-    """A signed push, its redelivery answered as a duplicate, four stages gated before deploy."""
+_GIT_IDENTITY = {"GIT_AUTHOR_NAME": "Release Bot", "GIT_AUTHOR_EMAIL": "release@acme.example",
+                 "GIT_COMMITTER_NAME": "Release Bot", "GIT_COMMITTER_EMAIL": "release@acme.example"}
+
+
+def release_repository(work: Path) -> tuple[Path, str]:
+    """acme/release-app as a local repository (the origin its checkout fetches from): VERSION and
+    a script the build packs as the app's executable. Returns (origin, the commit of main)."""
+    origin, clone = work / "release-app.git", work / "release-app"
+    env = {**os.environ, **_GIT_IDENTITY}
+
+    def git(*args: str, cwd: Path = work) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "--bare", "--quiet", "-b", "main", str(origin))
+    git("clone", "--quiet", str(origin), str(clone))
+    (clone / "VERSION").write_text("1.4.0\n")
+    (clone / "Sources").mkdir()
+    (clone / "Sources" / "release-app.sh").write_text('#!/bin/sh\necho "ReleaseApp $(cat "$(dirname "$0")/VERSION")"\n')
+    git("add", ".", cwd=clone)
+    git("commit", "--quiet", "-m", "Release 1.4.0", cwd=clone)
+    git("push", "--quiet", "origin", "HEAD:main", cwd=clone)
+    return origin, git("rev-parse", "HEAD", cwd=clone)
+
+
+def check_out_release_from(demo: Demo, origin: Path) -> None:
+    """release-app's checkout.url is the demo's local repository (the YAML names a placeholder)."""
+    project = demo.api.get_project("release-app")
+    project["checkout"] = {**project["checkout"], "url": str(origin)}
+    demo.api.put_project("release-app", project)
+
+
+def handoff_evidence(job: dict[str, Any]) -> list[str]:
+    """What travelled: the tree each side computed from its own disk, and the bytes each Mac moved."""
+    build, sign, upload = stage(job, "build"), stage(job, "sign"), stage(job, "upload")
+    handed = build.get("handoff") or {}
+    evidence = [
+        f"build on {build['agent_id']}: tree {build['outputs'].get('digest', '?')[:16]}…, {handed.get('files')} files, "
+        f"{handed.get('symlinks')} symlinks, {handed.get('bytes')} bytes handed on",
+        f"sign on {sign['agent_id']}: restored {(sign.get('handoff') or {}).get('restored_bytes')} bytes, tree "
+        f"{sign['outputs'].get('digest', '?')[:16]}… {'(the same)' if sign['outputs'].get('digest') == build['outputs'].get('digest') else '(DIFFERENT)'}",
+        f"upload on {upload['agent_id']}: restored {(upload.get('handoff') or {}).get('restored_bytes')} bytes (its files were on that Mac)",
+    ]
+    return evidence
+
+
+def scenario_release(demo: Demo, secret: str, forge: Recorder | None = None, commit: str | None = None) -> list[ScenarioResult]:
+    """A signed push, its redelivery answered as a duplicate, four stages gated before deploy, the
+    build handed from one Mac to the other."""
     tag = "release"
-    commit = random_commit()
+    commit = commit or random_commit()
     body = push_payload("acme/release-app", "refs/heads/main", commit)
     headers = {
         "Content-Type": "application/json",
@@ -306,11 +358,22 @@ def scenario_release(demo: Demo, secret: str, forge: Recorder | None = None) -> 
     )
 
     gate = ScenarioResult("4 stages, approval gate, approved from the CLI", False, [])
+    relay = ScenarioResult("the build handed from one Mac to another, verified", False, [])
     try:
-        job = demo.watch(tag, job_id, lambda j: j["status"] == "waiting", timeout=150)
+        job = demo.watch(tag, job_id, lambda j: j["status"] == "waiting", timeout=240)
         before = [s["status"] for s in job["stages"]]
         expect(before == ["succeeded", "succeeded", "succeeded", "pending"], f"at the gate the stages were {before}")
         demo.say(tag, "waiting for approval before deploy (build, sign, upload done)")
+        relay.evidence = handoff_evidence(job)
+        for line in relay.evidence:
+            demo.say(tag, line)
+        built, signed, uploaded = stage(job, "build"), stage(job, "sign"), stage(job, "upload")
+        relay.ok = (
+            built["agent_id"] != signed["agent_id"] and bool(built["outputs"].get("digest"))
+            and signed["outputs"].get("digest") == built["outputs"].get("digest")
+            and (signed.get("handoff") or {}).get("restored_bytes", 0) > 0
+            and (uploaded.get("handoff") or {}).get("restored_bytes") == 0 and job["commit"] == commit
+        )
         said = demo.cli(tag, "approve", job_id, "--reason", "release 1.4.0 signed off by QA")
         job = demo.watch(tag, job_id, timeout=90)
         statuses = [s["status"] for s in job["stages"]]
@@ -324,12 +387,12 @@ def scenario_release(demo: Demo, secret: str, forge: Recorder | None = None) -> 
     except Exception as exc:  # noqa: BLE001 - reported as the gate's ✗ row
         gate.evidence = [f"{type(exc).__name__}: {exc}"]
     if forge is None:
-        return [webhook, gate]
+        return [webhook, gate, relay]
     # The reporter reads the table's stream: its last report trails the job by a moment.
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not any(r.json().get("state") == "success" for r in forge.received(f"/statuses/{commit}")):
         time.sleep(0.5)
-    return [webhook, gate, forge_evidence(forge, commit)]
+    return [webhook, gate, relay, forge_evidence(forge, commit)]
 
 
 def scenario_retry(demo: Demo) -> ScenarioResult:
@@ -423,44 +486,49 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
     victim = stage(job, "upload")["agent_id"]
     demo.agents[victim].kill()  # SIGKILL: no handler runs, nothing is reported
     demo.agents[victim].wait()
-    killed_at = datetime.now(timezone.utc).isoformat()
-    demo.say(tag, f"[bold]SIGKILL {victim}[/bold] (pid {demo.agents[victim].pid}) mid-upload; the upload had landed")
-    job = demo.watch(tag, job_id, timeout=120)
-    upload = stage(job, "upload")
-    reconciled = upload.get("reconciled") or {}
-    evidence = reconciled.get("evidence") or {}
-    log = upload["attempts_log"]
-    if reconciled:
-        unchanged = evidence.get("precondition_before") == evidence.get("precondition_now")
-        demo.say(
-            tag,
-            f"reconciliation by {reconciled.get('agent_id')} (attempt {reconciled.get('attempt')}): "
-            f"[bold]{reconciled.get('decision')}[/bold] · probe exit {evidence.get('probe_exit')}, "
-            f"output {str(evidence.get('probe_output', '')).strip()!r} · previous agent {evidence.get('previous_agent')} · "
-            f"precondition {'unchanged' if unchanged else 'changed'}",
+    try:
+        killed_at = datetime.now(timezone.utc).isoformat()
+        demo.say(tag, f"[bold]SIGKILL {victim}[/bold] (pid {demo.agents[victim].pid}) mid-upload; the upload had landed")
+        job = demo.watch(tag, job_id, timeout=120)
+        upload = stage(job, "upload")
+        reconciled = upload.get("reconciled") or {}
+        evidence = reconciled.get("evidence") or {}
+        log = upload["attempts_log"]
+        if reconciled:
+            unchanged = evidence.get("precondition_before") == evidence.get("precondition_now")
+            demo.say(
+                tag,
+                f"reconciliation by {reconciled.get('agent_id')} (attempt {reconciled.get('attempt')}): "
+                f"[bold]{reconciled.get('decision')}[/bold] · probe exit {evidence.get('probe_exit')}, "
+                f"output {str(evidence.get('probe_output', '')).strip()!r} · previous agent {evidence.get('previous_agent')} · "
+                f"precondition {'unchanged' if unchanged else 'changed'}",
+            )
+        expect(job["status"] == "succeeded", f"job ended {job['status']}: {job.get('error')}")
+        expect(
+            [(e["attempt"], e["agent"], e["error"]) for e in log] == [(1, victim, "Relevo.Lease.Expired")],
+            f"failed attempts: {log}",
         )
-    expect(job["status"] == "succeeded", f"job ended {job['status']}: {job.get('error')}")
-    expect(
-        [(e["attempt"], e["agent"], e["error"]) for e in log] == [(1, victim, "Relevo.Lease.Expired")],
-        f"failed attempts: {log}",
-    )
-    expect(upload["agent_id"] != victim and upload["attempt"] == 2, f"attempt {upload['attempt']} on {upload['agent_id']}")
-    expect(
-        (reconciled.get("decision"), evidence.get("probe_exit")) == ("succeeded", 0),
-        f"reconciliation {reconciled}",
-    )
-    expect(lines(runs) == ["1"], f"the upload command ran for attempts {lines(runs)}")
-    expect(lines(uploads) == [f"{job_id}:upload"], f"uploads {lines(uploads)}")
-    lapse = seconds_between(killed_at, log[0].get("at"))
-    return ScenarioResult(
-        "agent SIGKILLed mid-stage, stage reconciled",
-        True,
-        [
-            f"{victim} killed during attempt 1 → {log[0]['error']}" + (f" {lapse:.1f}s later" if lapse is not None else ""),
-            f"{upload['agent_id']} probed the upload (exit 0) → reconciled as succeeded",
-            "not re-run: 1 run, 1 upload",
-        ],
-    )
+        expect(upload["agent_id"] != victim and upload["attempt"] == 2, f"attempt {upload['attempt']} on {upload['agent_id']}")
+        expect(
+            (reconciled.get("decision"), evidence.get("probe_exit")) == ("succeeded", 0),
+            f"reconciliation {reconciled}",
+        )
+        expect(lines(runs) == ["1"], f"the upload command ran for attempts {lines(runs)}")
+        expect(lines(uploads) == [f"{job_id}:upload"], f"uploads {lines(uploads)}")
+        lapse = seconds_between(killed_at, log[0].get("at"))
+        return ScenarioResult(
+            "agent SIGKILLed mid-stage, stage reconciled",
+            True,
+            [
+                f"{victim} killed during attempt 1 → {log[0]['error']}" + (f" {lapse:.1f}s later" if lapse is not None else ""),
+                f"{upload['agent_id']} probed the upload (exit 0) → reconciled as succeeded",
+                "not re-run: 1 run, 1 upload",
+            ],
+        )
+    finally:
+        # launchd's KeepAlive would start it again: the release's stages that require it can run.
+        demo.restart(victim)
+        demo.say(tag, f"{victim} started again (as launchd's KeepAlive would)")
 
 
 def guarded(name: str, run: Callable[[], ScenarioResult | list[ScenarioResult]]) -> list[ScenarioResult]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import secrets
 import signal
 import subprocess
@@ -73,6 +74,8 @@ def agent_environment(stack: StackInfo, endpoint: str, work: Path, agent_id: str
     env = {
         "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
         "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
+        # The handoff drill's stages compute their tree's digest with it (relevo_cli.drill.drills).
+        "RELEVO_DRILL_PYTHON": sys.executable,
     }
     if os.environ.get("AWS_SESSION_TOKEN"):
         env["AWS_SESSION_TOKEN"] = os.environ["AWS_SESSION_TOKEN"]
@@ -195,7 +198,9 @@ class DrillFleet:
             agent.proxy.close()
 
     # ------------------------------------------------------------------ projects and jobs
-    def project(self, kind: str, deliver: str | None = None, announce: str | None = None, **settings: Any) -> str:
+    def project(
+        self, kind: str, deliver: str | None = None, announce: str | None = None, handoff: list[str] | None = None, **settings: Any
+    ) -> str:
         """A project of two stages, `deliver` and `announce`. Both append their effect, named by
         the operation id, to one file and probe for it. By default deliver marks its start and
         lands its effect effect_after_sec in; a drill may give either command. Registered once
@@ -213,7 +218,8 @@ class DrillFleet:
             "queue_timeout_sec": self.timing.queue_timeout_sec,
             "retry": {"backoff_base_sec": 0},
             "stages": [
-                {"name": "deliver", "run": deliver, "effect_probe": probe, "kill_grace_sec": grace, "exec_timeout_sec": 120},
+                {"name": "deliver", "run": deliver, "effect_probe": probe, "kill_grace_sec": grace, "exec_timeout_sec": 120,
+                 **({"handoff": handoff} if handoff else {})},
                 {"name": "announce", "run": announce or self.effect_command(), "effect_probe": probe,
                  "kill_grace_sec": grace, "exec_timeout_sec": 60},
             ],
