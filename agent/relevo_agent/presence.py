@@ -97,6 +97,30 @@ def prefer_another(
     return max(candidates, key=lambda agent: (agent.free, agent.agent_id), default=None)
 
 
+def previous_mac(
+    previous_agent: str,
+    requires: dict[str, str],
+    region_agents: Iterable[AgentPresence],
+    now: datetime,
+    waited_sec: float,
+    receive_count: int,
+    limit_sec: float,
+) -> AgentPresence | None:
+    """The agent that ran a job's previous stage, when this next stage should be left to it: it is
+    online with a free slot, takes stages (not paused, not low on disk), meets the stage's
+    `requires`, and the stage has waited less than `limit_sec` and been received fewer than
+    HANDOFF_MAX_RECEIVES times. None: take the stage here."""
+    if limit_sec <= 0 or waited_sec >= limit_sec or receive_count >= HANDOFF_MAX_RECEIVES:
+        return None
+    preferred = next((agent for agent in region_agents if agent.agent_id == previous_agent), None)
+    if (
+        preferred is None or not preferred.is_online(now) or preferred.free <= 0 or preferred.not_claiming is not None
+        or unmet(dict(requires), preferred.capabilities)
+    ):
+        return None
+    return preferred
+
+
 def handback_sec(other: AgentPresence, waited_sec: float, receive_count: int, max_wait_sec: float, delay_sec: int) -> int:
     """How long a message handed back to `other` stays invisible (for a `prefer_another` answer).
 
@@ -315,16 +339,12 @@ class Presence:
         now = self._clock()
         waited_sec = (now - (message.sent_at or now)).total_seconds()
         if limit <= 0 or waited_sec >= limit or message.receive_count >= HANDOFF_MAX_RECEIVES:
-            return False
+            return False  # the common case after the bound costs no read
         try:
             region_agents = agents.online_agents(self.table, self.config.region, now)
         except (BotoCoreError, ClientError):
             return False
-        preferred = next((agent for agent in region_agents if agent.agent_id == previous_agent), None)
-        if (
-            preferred is None or not preferred.is_online(now) or preferred.free <= 0 or preferred.not_claiming is not None
-            or unmet(dict(requires), preferred.capabilities)
-        ):
+        if previous_mac(previous_agent, requires, region_agents, now, waited_sec, message.receive_count, limit) is None:
             return False
         invisible_sec = max(1, min(self.config.handoff_delay_sec, math.ceil(limit - waited_sec)))
         try:

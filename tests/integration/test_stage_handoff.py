@@ -131,29 +131,72 @@ def test_a_three_stage_chain_on_two_macs_builds_the_jobs_commit_and_hands_on_fil
     assert "AWS_SECRET_ACCESS_KEY" not in env and "AWS_SESSION_TOKEN" not in env
 
 
-def test_credentials_of_a_checkout_reach_git_only(local_stack, project_id, tmp_path):
-    """https with a token: the askpass helper hands git the token; the stage's environment, its
-    log, the workspace's .git/config and the agent's own log never hold it."""
+def _served_repository(tmp_path: Path) -> Path:
+    """A bare repository under a directory a GitHttpServer serves (as /app.git)."""
+    root = tmp_path / "forge"
+    root.mkdir()
     origin, _ = _repository(tmp_path)
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(origin), str(root / "app.git")], check=True)
+    return root
+
+
+def _checkout_project(api: RelevoApi, project_id: str, url: str, credentials_ref: str | None, run: str = "true", **extra) -> None:
+    api.put_project(project_id, {
+        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
+        "checkout": {"url": url, "timeout_sec": 30, **({"credentials_ref": credentials_ref} if credentials_ref else {})},
+        "stages": [{"name": "build", "run": run}], "retry": {"backoff_base_sec": 0}, **extra,
+    })
+
+
+def test_credentials_of_a_checkout_reach_git_only(local_stack, project_id, tmp_path):
+    """A token in Secrets Manager: git gets it from the askpass helper and the forge sees it; the
+    stage's environment, its log, the workspace, its .git/config and every record never hold it."""
+    from tests.helpers.git_http import GitHttpServer
+
     token = "ghp_" + secrets.token_hex(16)
     ref = f"relevo/{local_stack.stack_name}/_git/{project_id}/token"
     client("secretsmanager").create_secret(Name=ref, SecretString=json.dumps({"username": "x-access-token", "password": token}))
-    # A repository behind an askpass: git asks for credentials only over https, so a file URL
-    # checks that they were handed over without ever being used in a URL or a config.
     api = RelevoApi.for_stack(local_stack)
-    api.put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
-        "checkout": {"url": str(origin), "credentials_ref": ref, "timeout_sec": 60},
-        "stages": [{"name": "build", "run": "env; cat .git/config; git config --list --show-origin"}],
-    })
-    job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    _run_next(local_stack, _agent(tmp_path, local_stack, "mac-a"), job_id)
-    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    with GitHttpServer(_served_repository(tmp_path), "x-access-token", token) as forge:
+        _checkout_project(api, project_id, f"{forge.url}/app.git", ref, run="env; cat .git/config; git config --list --show-origin; git log --oneline")
+        job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
+        _run_next(local_stack, _agent(tmp_path, local_stack, "mac-a"), job_id)
+        assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+        # The forge was asked with the token (after git's first, anonymous try).
+        assert any(token in __import__("base64").b64decode(h.split()[1]).decode() for h in forge.authorizations if h)
     everything = json.dumps(table_items(local_stack, ""))
     assert token not in everything  # no log chunk, no stage record
+    assert "1.4.0" in everything  # the stage did print its checkout's log
     workspace = tmp_path / "mac-a" / project_id
     assert token not in (workspace / ".git" / "config").read_text()
-    assert not any(token in p.read_text(errors="ignore") for p in workspace.rglob("*") if p.is_file() and p.stat().st_size < 10**6)
+    assert not any(token in p.read_text(errors="ignore") for p in (tmp_path / "mac-a").rglob("*") if p.is_file() and p.stat().st_size < 10**6)
+
+
+def test_refused_credentials_fail_the_checkout_for_good_and_an_unreachable_remote_is_retried(local_stack, project_id, tmp_path):
+    from tests.helpers.git_http import GitHttpServer
+
+    ref = f"relevo/{local_stack.stack_name}/_git/{project_id}/token"
+    client("secretsmanager").create_secret(Name=ref, SecretString="ghp_revoked")
+    api = RelevoApi.for_stack(local_stack)
+    mac = _agent(tmp_path, local_stack, "mac-a")
+    with GitHttpServer(_served_repository(tmp_path), "x-access-token", "ghp_current") as forge:
+        _checkout_project(api, project_id, f"{forge.url}/app.git", ref)
+        refused = api.run_project(project_id, {"ref": "main"})["job_id"]
+        _run_next(local_stack, mac, refused)
+        assert wait_for_execution(local_stack, refused)["status"] == "FAILED"
+    job = api.get_job(refused)
+    assert job["error"] == "Relevo.Fatal.Checkout" and job["stages"][0]["attempt"] == 1, job
+    assert "Authentication failed" in job["error_cause"] or "401" in job["error_cause"], job["error_cause"]
+    assert "ghp_revoked" not in json.dumps(table_items(local_stack, ""))
+    # A remote nothing listens on: network trouble, retried (then it runs out of attempts).
+    other = f"{project_id}-down"
+    _checkout_project(api, other, "http://127.0.0.1:9/app.git", None, retry={"backoff_base_sec": 0, "attempts": {"Relevo.Transient.ConnectionReset": 2}})
+    down = api.run_project(other, {"ref": "main"})["job_id"]
+    for _ in range(2):
+        _run_next(local_stack, mac, down)
+    assert wait_for_execution(local_stack, down)["status"] == "FAILED"
+    job = api.get_job(down)
+    assert job["error"] == "Relevo.Transient.ConnectionReset" and job["stages"][0]["attempt"] == 2, job
 
 
 def test_a_probe_asks_about_the_value_the_previous_attempt_recorded(local_stack, project_id, tmp_path):
@@ -207,3 +250,51 @@ def test_a_checkout_of_a_commit_the_repository_does_not_have_fails_for_good(loca
     job = api.get_job(job_id)
     assert job["error"] == "Relevo.Fatal.Checkout", job
     assert "0123456789abcdef" in job["error_cause"]
+
+
+def test_a_rerun_whose_skipped_stages_handoff_is_gone_is_refused_when_asked_for(local_stack, project_id, tmp_path):
+    """Removed by artifact.max_total_bytes, or expired: refused at once (410 HANDOFF_EXPIRED),
+    naming the stage and the date, and nothing is written; never a job that fails halfway."""
+    from relevo_cli.api import ApiError
+
+    api = RelevoApi.for_stack(local_stack)
+    api.put_project(project_id, {
+        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
+        "stages": [{"name": "build", "run": "mkdir -p out && echo app > out/app", "handoff": ["out"]},
+                   {"name": "sign", "run": "test -f out/app"}],
+    })
+    job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
+    mac = _agent(tmp_path, local_stack, "mac-a")
+    _run_next(local_stack, mac, job_id)
+    _run_next(local_stack, mac, job_id)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    table = local_stack.table_name
+    records = [from_attributes(i) for i in table_items(local_stack, f"ARTIFACTS#{job_id}")]
+    pack = next(r for r in records if "/packs/" in r["path"])
+    jobs_before = len(api.list_jobs(project=project_id)["jobs"])
+
+    # Removed by quota: the record says when.
+    client("dynamodb").update_item(
+        TableName=table, Key={"pk": {"S": pack["pk"]}, "sk": {"S": pack["sk"]}},
+        UpdateExpression="SET removed_at = :at, removed_reason = :why",
+        ExpressionAttributeValues={":at": {"S": "2026-12-01T04:00:00+00:00"}, ":why": {"S": "artifact.max_total_bytes"}},
+    )
+    with pytest.raises(ApiError) as refused:
+        api.rerun_job(job_id, "sign")
+    assert (refused.value.status, refused.value.code) == (410, "HANDOFF_EXPIRED")
+    assert "stage build" in str(refused.value) and "2026-12-01T04:00:00" in str(refused.value)
+
+    # Expired: the manifest is gone from the bucket.
+    client("dynamodb").update_item(
+        TableName=table, Key={"pk": {"S": pack["pk"]}, "sk": {"S": pack["sk"]}}, UpdateExpression="REMOVE removed_at, removed_reason",
+    )
+    manifest = api.get_job(job_id)["stages"][0]["handoff"]["manifest"]
+    bucket, key = manifest.removeprefix("s3://").split("/", 1)
+    client("s3").delete_object(Bucket=bucket, Key=key)
+    with pytest.raises(ApiError) as expired:
+        api.rerun_job(job_id, "sign")
+    assert expired.value.code == "HANDOFF_EXPIRED" and "have expired" in str(expired.value) and "stage build" in str(expired.value)
+    # Nothing was written: no job of the refused reruns.
+    assert len(api.list_jobs(project=project_id)["jobs"]) == jobs_before
+    # A rerun from build itself needs nothing stored.
+    assert api.rerun_job(job_id, "build")["job_id"]

@@ -89,3 +89,43 @@ def test_with_debug_run_lets_the_config_mistake_through(tmp_path: Path):
 
     assert result.exit_code == 1
     assert "unknown key 'regoin'" in str(result.exception)
+
+
+def test_run_refuses_workspaces_inside_a_git_work_tree(tmp_path: Path):
+    """A stage's git (and a checkout's git clean) would act on that repository: the Relevo
+    checkout of the person running a local agent, a dotfiles repository holding the home."""
+    import subprocess
+
+    repository = tmp_path / "someones-repo"
+    subprocess.run(["git", "init", "--quiet", str(repository)], check=True)
+    config = _config(tmp_path, f'region = "eu-west"\nworkspace_root = "{repository / ".relevo" / "workspaces"}"\n')
+
+    result = runner.invoke(app, ["run", "--config", str(config)])
+
+    assert result.exit_code == 2
+    assert _lines(result.output) == [
+        f"{config}:4: workspace_root: {repository / '.relevo' / 'workspaces'} is inside the git work tree {repository}: git in a "
+        "stage, or the checkout's git clean, would act on that repository; choose a directory outside it"
+    ]
+
+
+def test_a_local_agents_workspaces_stay_out_of_a_checkout_and_its_paths_are_absolute(tmp_path: Path, monkeypatch):
+    """`relevo local agent` in a Relevo checkout (its state dir .relevo/local inside it): the
+    workspaces go under the user's cache, and no path of the TOML is relative (the agent reads a
+    relative one relative to the file: it came out doubled)."""
+    import subprocess
+    import tomllib
+
+    from relevo_cli.localrun import write_agent_config
+
+    checkout = tmp_path / "relevo"
+    subprocess.run(["git", "init", "--quiet", str(checkout)], check=True)
+    monkeypatch.chdir(checkout)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    home = Path(".relevo/local/agents/local-eu-west-1")
+    home.mkdir(parents=True)
+    stack = unreachable_stack_file(tmp_path)
+    written = tomllib.loads(write_agent_config(home / "agent.toml", stack, "eu-west", "local-eu-west-1").read_text())
+    assert all(Path(written[key]).is_absolute() for key in ("workspace_root", "journal", "stack_file"))
+    assert Path(written["workspace_root"]).is_relative_to(tmp_path / "cache" / "relevo")
+    assert Path(written["journal"]) == (checkout / home / "local-eu-west-1-journal.sqlite3").resolve()

@@ -140,3 +140,23 @@ def test_a_stack_that_is_not_running_is_one_line(stack_file: str):
 
     assert result.exit_code == 1
     assert _one_line(result).startswith("cannot reach http://127.0.0.1:9/v1/jobs/job_00mx2h2r7n38p1566llawdrdc6: is the stack running?")
+
+
+def test_a_handoff_path_that_escapes_the_workspace_is_one_line_naming_its_own_line(tmp_path: Path, stack_file: str):
+    content = GOOD + "    handoff:\n      - build/App.app\n      - ../../Library/Keychains\n"
+    path, result = _apply(tmp_path, stack_file, content)
+
+    assert result.exit_code == 2
+    assert _one_line(result) == (
+        f"{path}:9: stages[0].handoff[1]: '../../Library/Keychains' climbs out with '..': handoff paths stay inside the workspace"
+        " (got '../../Library/Keychains')"
+    )
+
+
+def test_a_checkout_url_with_credentials_in_it_is_refused(tmp_path: Path, stack_file: str):
+    content = GOOD + "checkout:\n  url: https://x-access-token:ghp_secret@github.com/acme/hello.git\n"
+    path, result = _apply(tmp_path, stack_file, content)
+
+    assert result.exit_code == 2
+    line = _one_line(result)
+    assert line.startswith(f"{path}:8: checkout.url: ") and "put them in Secrets Manager" in line

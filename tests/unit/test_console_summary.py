@@ -96,3 +96,25 @@ def test_an_artifact_removed_by_the_projects_quota_is_shown_removed_with_no_down
     for name, kind in (("a.bin", "file, application/octet-stream"), ("dir/b.txt", "file, text/plain"), ("dir/old.ipa", "file, .ipa")):
         assert f'<td>{name}</td><td>build</td><td class="type">{kind}</td>' in html
     assert [artifact_type(name) for name in ("App.app/Contents/MacOS/App", "logs.tar.gz")] == ["file", "file, application/x-tar (gzip)"]
+
+
+def test_the_job_page_shows_what_each_stage_handed_on_restored_and_wrote():
+    handed = {"files": 1834, "dirs": 211, "symlinks": 12, "bytes": 3 * MIB, "uploaded_bytes": 3 * MIB, "digest": "9f2c" + "0" * 60,
+              "manifest": "s3://b/p/j/.relevo-handoff/manifests/build.1.json", "stored_at": "2026-12-01T12:00:12+00:00", "attempt": 1}
+    restored = {"restored": {"from_stages": ["build"], "files": 1834, "restored_bytes": 3 * MIB, "cached_bytes": 0, "present_bytes": 0},
+                "restored_bytes": 3 * MIB, "restored_files": 1834, "restored_digest": "9f2c" + "0" * 60}
+    job = {**JOB, "stages": [
+        {**JOB["stages"][0], "handoff": handed, "outputs": {"version": "1.4.2", "notes": "<b>first</b>"}},
+        {**JOB["stages"][1], "handoff": restored, "outputs": {}},
+    ]}
+    html = templates.get_template("job_panel.html").render(
+        job=job, buttons=[], rerun_from=None, caller="arn:x", level="manage", summary=job_summary(job, None, NOW))
+    assert "<h2>Handoff</h2>" in html
+    assert "1834 files, 211 dirs, 12 symlinks, 3.0 MiB (3.0 MiB stored)" in html
+    assert "1834 files from build: 3.0 MiB downloaded" in html
+    assert "<code>version</code> = <span title=\"1.4.2\">1.4.2</span>" in html
+    assert "&lt;b&gt;first&lt;/b&gt;" in html and "<b>first</b>" not in html  # values are escaped
+    # A job of stages that hand nothing on shows no such section.
+    plain = templates.get_template("job_panel.html").render(
+        job=JOB, buttons=[], rerun_from=None, caller="arn:x", level="manage", summary=job_summary(JOB, None, NOW))
+    assert "<h2>Handoff</h2>" not in plain

@@ -99,3 +99,33 @@ def test_the_named_agent_receives_a_retry_for_a_busy_agent_at_most_the_bounded_n
         waited += handback_sec(other, waited, receives, max_wait_sec=60, delay_sec=2)
         receives += 1
     assert (waited, receives) == (60, HANDOFF_MAX_RECEIVES)
+
+
+def _previous(region_agents, waited_sec: float = 0, receive_count: int = 1, requires=None, limit_sec: float = 10):
+    from relevo_agent.presence import previous_mac
+
+    chosen = previous_mac("mac-b", requires or {}, region_agents, NOW, waited_sec, receive_count, limit_sec)
+    return chosen.agent_id if chosen else None
+
+
+def test_a_next_stage_is_left_to_the_mac_that_ran_the_previous_one_for_a_short_bound():
+    """Where its files are (docs/handoff.md, Placement): while that Mac is online with a free slot."""
+    assert _previous([_agent("mac-a"), _agent("mac-b")]) == "mac-b"
+    assert _previous([_agent("mac-b")], waited_sec=9.9) == "mac-b"
+    # then any Mac takes it: the bound passed, or it went round too often
+    assert _previous([_agent("mac-b")], waited_sec=10) is None
+    assert _previous([_agent("mac-b")], receive_count=HANDOFF_MAX_RECEIVES) is None
+    assert _previous([_agent("mac-b")], limit_sec=0) is None
+
+
+def test_a_busy_offline_paused_or_unfit_previous_mac_is_not_waited_for():
+    from relevo_core.models.capabilities import Capabilities
+
+    assert _previous([_agent("mac-b", running=1)]) is None
+    assert _previous([_agent("mac-b", online=False)]) is None
+    assert _previous([_agent("mac-b", age_sec=120)]) is None  # silent for 3 intervals: offline
+    assert _previous([_agent("mac-b").model_copy(update={"not_claiming": "agent_paused"})]) is None
+    fit = _agent("mac-b").model_copy(update={"capabilities": Capabilities(os="darwin", arch="arm64", xcode="16.2")})
+    assert _previous([fit], requires={"xcode": "16.*"}) == "mac-b"
+    assert _previous([fit], requires={"xcode": "15.*"}) is None
+    assert _previous([_agent("mac-c")]) is None  # it is gone from the region

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from relevo_cli.cli_errors import JobId, ProjectId
 from relevo_cli.commands.common import StackOption, console, errors, print_trigger, stack_api
-from relevo_core.models.transfer import TransferProgress
+from relevo_core.models.transfer import TransferProgress, human_bytes
 
 job_app = typer.Typer(no_args_is_help=True, help="Operator actions on one job.")
 
@@ -76,6 +76,31 @@ def job_notes(job: dict) -> list[str]:
         for transfer in stage.get("transfers") or []:
             if transfer["attempt"] != stage.get("attempt"):
                 notes.append(f"{stage['name']} attempt {transfer['attempt']}: {transfer_text(transfer)}")
+    notes += handoff_notes(job)
+    return notes
+
+
+def handoff_notes(job: dict) -> list[str]:
+    """What travelled between the stages (docs/handoff.md): each stage's files handed on, what its
+    Mac restored, and its values."""
+    notes = []
+    for stage in job["stages"]:
+        handoff = stage.get("handoff") or {}
+        if handoff.get("digest"):
+            notes.append(
+                f"{stage['name']} handed on {handoff['files']} files, {handoff['symlinks']} symlinks, {human_bytes(handoff['bytes'])} "
+                f"(tree {handoff['digest'][:12]})"
+            )
+        if handoff.get("restored"):
+            restored = handoff["restored"]
+            notes.append(
+                f"{stage['name']} restored {handoff['restored_files']} files from {', '.join(restored['from_stages'])} on "
+                f"{stage.get('agent_id') or 'its Mac'}: {human_bytes(handoff['restored_bytes'])} downloaded "
+                f"(tree {str(handoff.get('restored_digest'))[:12]})"
+            )
+        for key, value in sorted((stage.get("outputs") or {}).items()):
+            shown = value if len(value) <= 80 and "\n" not in value else value.splitlines()[0][:80] + " …"
+            notes.append(f"{stage['name']} output {key}={shown}")
     return notes
 
 

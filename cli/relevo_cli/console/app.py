@@ -39,6 +39,7 @@ from relevo_cli.console import actions, archive, refs
 from relevo_cli.console.deliveries import deliveries_page
 from relevo_cli.console.security import ConsoleSecrets, guarded
 from relevo_cli.console.stream import StreamSettings, job_events
+from relevo_core.models.transfer import human_bytes
 from relevo_cli.console.summary import artifact_type, format_duration, job_summary
 from relevo_core.models.requests import LOG_MAX_LIMIT
 
@@ -105,6 +106,7 @@ templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=
 templates.filters["duration"] = format_duration
 templates.filters["thousands"] = lambda n: f"{int(n):,}"
 templates.filters["artifact_type"] = artifact_type
+templates.filters["human_bytes"] = lambda n: human_bytes(n or 0)
 
 
 def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
