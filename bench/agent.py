@@ -366,7 +366,7 @@ def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[lis
     # the Put and a ConditionCheck on the stage item).
     dynamodb, size = client("dynamodb"), max(1, stored // len(chunks))
     piece, count = "x" * size, max(1, stored // size)
-    stage_key = {"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "STAGE#00"}}
+    stage_key = {"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}}
     rates = []
     for fenced in (False, True):
         began = time.perf_counter()

@@ -510,7 +510,7 @@ def report(
     # --- DynamoDB units
     print()
     job_item = sizes.get((f"JOB#{job_id}", "JOB"), 0)
-    stage_items = [size for (pk, sk), size in sizes.items() if pk == f"JOB#{job_id}" and sk.startswith("STAGE#")]
+    stage_items = [size for (pk, sk), size in sizes.items() if pk == f"STAGES#{job_id}" and sk.startswith("STAGE#")]
     others = {f"{pk}/{sk}": size for (pk, sk), size in sizes.items() if pk != f"JOB#{job_id}"}
     print("DynamoDB item sizes measured at the end of the run (names + values, DynamoDB's rules)")
     print(f"  job item (envelope JSON {envelope_json} B): {job_item} B; stage items: "

@@ -195,7 +195,7 @@ def measure(stack: Any, work: Path, total_bytes: int) -> tuple[list[str], bool]:
     job_id = "job_" + secrets.token_hex(12)
     uri = f"s3://{bucket}/bench/{job_id}/"
     ref = stage_attempts.StageRef(stack.table_name, job_id, 0, 1, "mac-a")
-    client("dynamodb").put_item(TableName=stack.table_name, Item={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "STAGE#00"}, "stage_name": {"S": "build"}})
+    client("dynamodb").put_item(TableName=stack.table_name, Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}, "stage_name": {"S": "build"}})
     stage_attempts.claim(ref, 3600, datetime.now(timezone.utc))
     ref_fields = {"table": ref.table, "job_id": ref.job_id, "stage_index": 0, "attempt": 1, "agent_id": "mac-a"}
 

@@ -62,9 +62,7 @@ class Outbox:
         try:
             stage_attempts.finish(
                 ref, status, utc_now(), report.exit_code, report.error,
-                report.stage if status is StageStatus.SUCCEEDED else None,
-                receipt=report.receipt, outcome=report.outcome,
-                lease_ended=report.lease_ended,
+                receipt=report.receipt, outcome=report.outcome, lease_ended=report.lease_ended,
             )
         except stage_attempts.LeaseLost:
             log.warning("%s:%s attempt %d: report refused, another attempt holds the stage", report.job_id, report.stage, report.attempt)

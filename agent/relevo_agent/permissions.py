@@ -70,10 +70,10 @@ def probes(
     table: str, region: str, queue_url: str, other_queues: dict[str, str], bucket: str | None, state_machine_arn: str | None,
     stack_name: str | None = None,
 ) -> list[Probe]:
-    job = f"JOB#{PROBE_ID}"
+    job, stages = f"JOB#{PROBE_ID}", f"STAGES#{PROBE_ID}"
     found = [
-        Probe("read jobs and stages", "dynamodb:GetItem", True, lambda: client("dynamodb").get_item(TableName=table, Key={"pk": {"S": job}, "sk": {"S": "STAGE#00"}})),
-        Probe("write stage attempts", "dynamodb:UpdateItem", True, _update(table, job, "STAGE#00", "status")),
+        Probe("read jobs and stages", "dynamodb:GetItem", True, lambda: client("dynamodb").get_item(TableName=table, Key={"pk": {"S": stages}, "sk": {"S": "STAGE#00"}})),
+        Probe("write stage attempts", "dynamodb:UpdateItem", True, _update(table, stages, "STAGE#00", "status")),
         Probe("write log chunks", "dynamodb:PutItem", True, _put(table, f"LOGS#{PROBE_ID}", "SEQ#000000000000")),
         Probe("write artifact records", "dynamodb:PutItem", True, _put(table, f"ARTIFACTS#{PROBE_ID}", "probe")),
         Probe(f"write presence in {region}", "dynamodb:PutItem", True, _put(table, f"AGENTS#{region}", f"AGENT#{PROBE_ID}")),
@@ -96,6 +96,7 @@ def probes(
         Probe("write dedup records", "dynamodb:PutItem", False, _put(table, f"DEDUP#{PROBE_ID}", "DEDUP")),
         Probe("set or lift pauses", "dynamodb:PutItem", False, _put(table, f"PAUSES#{region}", f"PAUSE#{PROBE_ID}")),
         Probe("rewrite a job's envelope (its stage commands)", "dynamodb:UpdateItem", False, _update(table, job, "JOB", "envelope")),
+        Probe("rewrite a job's outcome", "dynamodb:UpdateItem", False, _update(table, job, "JOB", "status")),
         Probe("delete items", "dynamodb:DeleteItem", False,
               lambda: client("dynamodb").delete_item(TableName=table, Key={"pk": {"S": job}, "sk": {"S": "JOB"}}, ConditionExpression=NEVER)),
     ]

@@ -19,7 +19,7 @@ from relevo_cli.localrun import agent_process, random_commit, write_agent_config
 from relevo_agent.stackfile import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.codec import from_attributes
-from tests.helpers.stack import regions_stack, table_items, use_stack, wait_until
+from tests.helpers.stack import job_items, regions_stack, use_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-agents-share-and-retry")]
 
@@ -82,7 +82,7 @@ def _finished(api: RelevoApi, job_id: str, logs: list[Path]) -> dict[str, Any]:
 
 
 def _stage(info: StackInfo, job_id: str) -> dict[str, Any]:
-    return next(from_attributes(i) for i in table_items(info, f"JOB#{job_id}") if i["sk"]["S"] == "STAGE#00")
+    return next(from_attributes(i) for i in job_items(info, job_id) if i["sk"]["S"] == "STAGE#00")
 
 
 def test_two_agents_of_a_region_share_work_within_their_capacity(stack, tmp_path: Path):

@@ -292,6 +292,13 @@ def use_stack(patch: Any, stack: StackInfo) -> None:
     reset_clients()
 
 
+def job_items(stack: StackInfo, job_id: str) -> list[dict[str, Any]]:
+    """A job's record and its stage records: the job partition and the stages partition
+    (store/keys.py), in raw attribute form."""
+    return [i for prefix in (f"JOB#{job_id}", f"STAGES#{job_id}") for i in table_items(stack, prefix)
+            if i["pk"]["S"] == prefix]
+
+
 def job_record(stack, job_id) -> dict:
     return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"JOB#{job_id}")}["JOB"]
 
@@ -318,7 +325,8 @@ def stream_captured(stack: StackInfo) -> Iterator[list[dict[str, Any]]]:
 
 
 def job_stream_records(batches: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
-    return [r for b in batches for r in b["Records"] if r["dynamodb"]["Keys"]["pk"]["S"] == f"JOB#{job_id}"]
+    return [r for b in batches for r in b["Records"]
+            if r["dynamodb"]["Keys"]["pk"]["S"] in (f"JOB#{job_id}", f"STAGES#{job_id}")]
 
 
 @contextmanager

@@ -29,7 +29,7 @@ def agent_runs(stack, task, succeed: bool = True, agent_id: str = "double-1", er
     sfn.send_task_heartbeat(taskToken=run_token)
     now = datetime.now(timezone.utc)
     if succeed:
-        stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None, task["stage"])
+        stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None)
         sfn.send_task_success(taskToken=run_token, output=json.dumps({"agent_id": agent_id}))
     else:
         stage_attempts.finish(ref, StageStatus.FAILED, now, 2, error)

@@ -20,7 +20,7 @@ from relevo_core.store import log_chunks, stage_attempts
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.jobs import get_envelope
 from tests.helpers.payloads import push_body
-from tests.helpers.stack import deliver, receive_stage, register_project, table_items, wait_for_execution
+from tests.helpers.stack import deliver, job_items, receive_stage, register_project, table_items, wait_for_execution
 from tests.helpers.state_machine import claim_and_accept, wait_for_run_token
 
 CANARY_VAR = "RELEVO_TEST_DEPLOY_TOKEN"
@@ -120,7 +120,7 @@ def test_logs_are_ordered_masked_and_continue_across_agents_and_attempts(local_s
     created = int(envelope.created_at.timestamp())
     assert (envelope.ttl, envelope.log_ttl) == (created + 30 * DAY, created + 14 * DAY)
     # (the job record and its stage records alike)
-    records = table_items(local_stack, f"JOB#{job_id}")
+    records = job_items(local_stack, job_id)
     assert sorted(i["sk"]["S"] for i in records) == ["JOB", "STAGE#00", "STAGE#01"]
     assert {int(item["ttl"]["N"]) for item in records} == {envelope.ttl}
     assert {int(item["ttl"]["N"]) for item in table_items(local_stack, f"LOGS#{job_id}")} == {envelope.log_ttl}
@@ -139,7 +139,7 @@ def test_logs_are_ordered_masked_and_continue_across_agents_and_attempts(local_s
         assert key.endswith(f"/{job_id}/build/{record.path}")
         assert (record.size, record.attempt, record.agent_id, record.cross_region_bytes) == (len(local), 1, "mac-a", 0)
     assert "[relevo] uploaded app.ipa" in text
-    stage = table_items(local_stack, f"JOB#{job_id}")
+    stage = job_items(local_stack, job_id)
     build = next(i for i in stage if i["sk"]["S"] == "STAGE#00")
     assert (build["artifact_count"]["N"], build["cross_region_bytes"]["N"]) == ("2", "0")
 
@@ -148,7 +148,7 @@ def _claimed(stack, job_id: str, agent_id: str, attempt: int = 1) -> stage_attem
     ref = stage_attempts.StageRef(stack.table_name, job_id, 0, attempt, agent_id)
     client("dynamodb").put_item(
         TableName=stack.table_name,
-        Item={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "STAGE#00"}, "stage": {"S": "build"}},
+        Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}, "stage": {"S": "build"}},
     )
     stage_attempts.claim(ref, 30, datetime.now(timezone.utc))
     return ref
@@ -231,7 +231,7 @@ def test_reconcile_evidence_is_masked_like_logs(local_stack, project_id, tmp_pat
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
     # Then the probe's output is recorded as evidence and receipt with the canary masked...
-    stage = from_attributes(next(i for i in table_items(local_stack, f"JOB#{job_id}") if i["sk"]["S"] == "STAGE#00"))
+    stage = from_attributes(next(i for i in job_items(local_stack, job_id) if i["sk"]["S"] == "STAGE#00"))
     shown = f"uploaded for {job_id}:upload token=******\n"
     assert (stage["reconciled"]["decision"], stage["reconciled"]["evidence"]["probe_output"]) == ("succeeded", shown)
     assert stage["receipt"]["probe_output"] == shown

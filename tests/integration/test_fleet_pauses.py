@@ -23,7 +23,7 @@ from relevo_core.store.agents import AgentPresence
 from tests.helpers import TEST_ADMIN_ARN
 from tests.helpers.iam import iam_user
 from relevo_core.aws import client
-from tests.helpers.stack import receive_stage, register_project, table_items, wait_until
+from tests.helpers.stack import job_items, receive_stage, register_project, table_items, wait_until
 
 REGION = "eu-west"
 
@@ -189,7 +189,7 @@ def test_a_queue_wait_that_runs_out_while_the_region_is_paused_is_renewed_and_th
 def _stage_record(local_stack, job_id: str) -> dict:
     from relevo_core.store.codec import from_attributes
 
-    return {i["sk"]["S"]: from_attributes(i) for i in table_items(local_stack, f"JOB#{job_id}")}.get("STAGE#00", {})
+    return {i["sk"]["S"]: from_attributes(i) for i in job_items(local_stack, job_id)}.get("STAGE#00", {})
 
 
 def _dispatched_order(local_stack, job_id: str, token: str) -> int:

@@ -16,7 +16,7 @@ from relevo_cli.api import RelevoApi
 from relevo_cli.commands.common import console
 from relevo_cli.main import app
 from relevo_core.store import agents
-from tests.helpers.stack import receive_stage, register_project, table_items, wait_until
+from tests.helpers.stack import job_items, receive_stage, register_project, wait_until
 from tests.helpers.state_machine import claim_and_accept, wait_for_run_token
 
 runner = CliRunner()
@@ -41,7 +41,7 @@ def _cli(stack_file: str, *args: str) -> str:
 
 def _dispatched(local_stack, job_id: str) -> None:
     wait_until(
-        lambda: any(i["sk"]["S"] == "STAGE#00" and i["status"]["S"] == "dispatched" for i in table_items(local_stack, f"JOB#{job_id}")),
+        lambda: any(i["sk"]["S"] == "STAGE#00" and i["status"]["S"] == "dispatched" for i in job_items(local_stack, job_id)),
         30, "stage dispatched",
     )
 

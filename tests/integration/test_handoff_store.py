@@ -36,7 +36,7 @@ def _claimed(stack, job_id: str, index: int, stage: str, agent: str = "mac-a", a
     ref = stage_attempts.StageRef(stack.table_name, job_id, index, attempt, agent)
     client("dynamodb").put_item(
         TableName=stack.table_name,
-        Item={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": f"STAGE#{index:02d}"}, "stage_name": {"S": stage}},
+        Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": f"STAGE#{index:02d}"}, "stage_name": {"S": stage}},
     )
     stage_attempts.claim(ref, 60, datetime.now(timezone.utc))
     return ref

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
-from tests.helpers.stack import history, receive_stage, table_items, wait_for_execution
+from tests.helpers.stack import history, job_items, receive_stage, wait_for_execution
 from tests.helpers.state_machine import agent_runs, start_job
 
 # Issue budget: at most 4 transitions per stage plus 6 per job on the success path.
@@ -18,7 +18,7 @@ TRANSITIONS_PER_JOB_BUDGET = 6
 
 
 def _job_record(stack, job_id):
-    items = table_items(stack, f"JOB#{job_id}")
+    items = job_items(stack, job_id)
     return {item["sk"]["S"]: item for item in items}
 
 

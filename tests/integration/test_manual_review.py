@@ -16,14 +16,14 @@ from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.audit import actions
 from relevo_core.store.codec import from_attributes
-from tests.helpers.stack import receive_stage, table_items, wait_for_execution
+from tests.helpers.stack import job_items, receive_stage, wait_for_execution
 from tests.helpers.state_machine import agent_runs, claim_and_accept, start_job, wait_for_run_token
 
 STAGES = [{"name": "upload", "run": "upload.sh", "effect_probe": "probe.sh"}, {"name": "notify", "run": "true"}]
 
 
 def _stage(stack, job_id, sk="STAGE#00"):
-    return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"JOB#{job_id}")}[sk]
+    return {i["sk"]["S"]: from_attributes(i) for i in job_items(stack, job_id)}[sk]
 
 
 def _to_manual_review(stack, project_id) -> str:

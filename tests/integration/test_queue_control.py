@@ -187,7 +187,7 @@ def _finished_job_with_output(stack, project_id: str, api: RelevoApi) -> str:
             ),
             expires_at,
         )
-    stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None, "build")
+    stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None)
     client("stepfunctions").send_task_success(taskToken=run_token, output=json.dumps({"agent_id": "mac-1"}))
     assert wait_for_execution(stack, job_id, timeout=30)["status"] == "SUCCEEDED"
     wait_until(lambda: api.get_job(job_id)["status"] == "succeeded", 10, "job record succeeded")
@@ -203,7 +203,7 @@ def test_delete_removes_an_ended_job_with_its_logs_and_artifact_records(local_st
 
     assert deleted.exit_code == 0, deleted.output
     assert f"with 1 stage record(s), {CHUNKS} log chunk(s) and 2 artifact record(s)" in " ".join(deleted.output.split())
-    for prefix in ("JOB#", "LOGS#", "ARTIFACTS#"):
+    for prefix in ("JOB#", "STAGES#", "LOGS#", "ARTIFACTS#"):
         assert table_items(local_stack, f"{prefix}{job_id}") == [], prefix
     trail = audit.actions(local_stack.table_name, job_id)
     assert [(e["action"], e["status"]) for e in trail if e["action"] == "delete"] == [("delete", "succeeded")]
@@ -217,7 +217,7 @@ def test_delete_removes_an_ended_job_with_its_logs_and_artifact_records(local_st
 def test_an_interrupted_delete_leaves_the_job_ended_and_the_next_delete_finishes_it(local_stack, project_id, api):
     job_id = _finished_job_with_output(local_stack, project_id, api)
     # A DELETE that died part-way: its stage record and first batch of log chunks went, nothing else.
-    assert delete_partition(local_stack.table_name, f"JOB#{job_id}", keep_sk="JOB") == 1
+    assert delete_partition(local_stack.table_name, f"STAGES#{job_id}") == 1
     for item in sorted(table_items(local_stack, log_pk(job_id)), key=lambda item: item["sk"]["S"])[:25]:
         client("dynamodb").delete_item(TableName=local_stack.table_name, Key={"pk": item["pk"], "sk": item["sk"]})
     assert api.get_job(job_id)["status"] == "succeeded"
@@ -228,7 +228,7 @@ def test_an_interrupted_delete_leaves_the_job_ended_and_the_next_delete_finishes
         "job_id": job_id, "deleted": True, "status": "succeeded",
         "removed": {"stages": 0, "log_chunks": CHUNKS - 25, "artifacts": 2},
     }
-    for prefix in ("JOB#", "LOGS#", "ARTIFACTS#"):
+    for prefix in ("JOB#", "STAGES#", "LOGS#", "ARTIFACTS#"):
         assert table_items(local_stack, f"{prefix}{job_id}") == [], prefix
     # Deleting what is already gone is harmless: the purge itself is safe to repeat.
     assert delete_partition(local_stack.table_name, log_pk(job_id)) == 0

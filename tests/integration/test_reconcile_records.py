@@ -11,13 +11,13 @@ from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
-from tests.helpers.stack import receive_stage, table_items
+from tests.helpers.stack import job_items, receive_stage
 from tests.helpers.state_machine import start_job
 from relevo_core.store.codec import from_attributes
 
 
 def _stage(stack, job_id):
-    return {i["sk"]["S"]: from_attributes(i) for i in table_items(stack, f"JOB#{job_id}")}["STAGE#00"]
+    return {i["sk"]["S"]: from_attributes(i) for i in job_items(stack, job_id)}["STAGE#00"]
 
 
 def test_a_claim_returns_what_the_previous_attempt_left_and_reconciliation_is_fenced(local_stack, project_id):
@@ -36,7 +36,7 @@ def test_a_claim_returns_what_the_previous_attempt_left_and_reconciliation_is_fe
     stage_attempts.record_reconciled(second, "rerun", {"probe_exit": 1}, now)
     with pytest.raises(stage_attempts.LeaseLost):
         stage_attempts.record_reconciled(first, "succeeded", {"probe_exit": 0}, now)
-    stage_attempts.finish(second, StageStatus.SUCCEEDED, now, 0, None, "upload", receipt={"exit_code": 0, "artifacts": {}})
+    stage_attempts.finish(second, StageStatus.SUCCEEDED, now, 0, None, receipt={"exit_code": 0, "artifacts": {}})
 
     stage = _stage(local_stack, job_id)
     assert (stage["status"], stage["outcome"], stage["receipt"]) == ("succeeded", "succeeded", {"exit_code": 0, "artifacts": {}})

@@ -4,12 +4,12 @@ agent double making the real calls), so relevo-agent can leave it to another age
 from __future__ import annotations
 
 from relevo_core.store.codec import from_attributes
-from tests.helpers.stack import receive_stage, table_items, wait_for_execution
+from tests.helpers.stack import job_items, receive_stage, wait_for_execution
 from tests.helpers.state_machine import agent_runs, claim_and_accept, start_job, wait_for_run_token
 
 
 def _stage(stack, job_id):
-    return next(from_attributes(i) for i in table_items(stack, f"JOB#{job_id}") if i["sk"]["S"] == "STAGE#00")
+    return next(from_attributes(i) for i in job_items(stack, job_id) if i["sk"]["S"] == "STAGE#00")
 
 
 def test_each_retry_carries_the_agents_of_the_failed_attempts(local_stack, project_id):

@@ -16,12 +16,12 @@ from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.codec import from_attributes
-from tests.helpers.stack import receive_stage, table_items
+from tests.helpers.stack import job_items, receive_stage
 from tests.helpers.state_machine import TWO_STAGES, claim_and_accept, start_job, wait_for_run_token
 
 
 def _stage(stack, job_id, sk: str = "STAGE#00") -> dict:
-    return {item["sk"]["S"]: from_attributes(item) for item in table_items(stack, f"JOB#{job_id}")}[sk]
+    return {item["sk"]["S"]: from_attributes(item) for item in job_items(stack, job_id)}[sk]
 
 
 def _now() -> datetime:
@@ -61,7 +61,7 @@ def test_a_report_after_the_state_machine_gave_the_attempt_up_is_refused(local_s
     assert retry["attempt"] == 2
 
     with pytest.raises(stage_attempts.LeaseLost):
-        stage_attempts.finish(zombie, StageStatus.SUCCEEDED, _now(), 0, None, "deliver")
+        stage_attempts.finish(zombie, StageStatus.SUCCEEDED, _now(), 0, None)
     with pytest.raises(stage_attempts.LeaseLost):
         stage_attempts.renew_lease(zombie, 3, _now())
     assert _stage(local_stack, job_id)["status"] == StageStatus.DISPATCHED.value
@@ -187,13 +187,14 @@ def test_a_reset_before_the_claim_hands_the_message_back_at_once(local_stack, pr
     agent = Agent(config, local_stack.table_name, local_stack.work_queues["eu-west"])
     with FaultProxy((host, int(port))) as proxy:
         # Every try of the envelope read is reset (botocore's max_attempts 3 counts retries: four
-        # tries, "Retries", boto3 guide); then the network is fine again.
-        proxy.set_mode(Mode.RESET, reset_probability=1.0, resets_left=4)
+        # tries, "Retries", boto3 guide), for each of its two queries (the job's partition and its
+        # stages', store/jobs.query_job_items); then the network is fine again.
+        proxy.set_mode(Mode.RESET, reset_probability=1.0, resets_left=8)
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         reset_clients()
         agent._active = 1
         agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
-        assert proxy.stats.resets == 4
+        assert proxy.stats.resets == 8
     monkeypatch.setenv("AWS_ENDPOINT_URL", str(local_stack.aws_endpoint))
     reset_clients()
 

@@ -20,7 +20,7 @@ from relevo_agent.service import Agent
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes
-from tests.helpers.stack import receive_stage, table_items, wait_for_execution, wait_until
+from tests.helpers.stack import job_items, receive_stage, table_items, wait_for_execution, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -55,6 +55,9 @@ def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
     config = AgentConfig(
         agent_id=agent_id, region="eu-west", capacity=1, workspace_root=tmp_path / agent_id,
         journal=tmp_path / f"{agent_id}.sqlite3", max_clock_skew_sec=0.5, prefer_previous_sec=0,
+        # A retry is this agent's to run: the presences earlier tests left on the worker's stack
+        # look online, and it would otherwise leave the retry to one of them (presence.leave_to_another).
+        handoff_max_wait_sec=0,
     )
     return Agent(config, stack.table_name, stack.work_queues["eu-west"])
 
@@ -66,7 +69,7 @@ def _run_next(stack, agent: Agent, job_id: str) -> dict:
 
 
 def _stages(stack, job_id: str) -> dict[str, dict]:
-    items = [from_attributes(i) for i in table_items(stack, f"JOB#{job_id}")]
+    items = [from_attributes(i) for i in job_items(stack, job_id)]
     return {item["stage_name"]: item for item in items if item["sk"].startswith("STAGE#")}
 
 

@@ -231,7 +231,7 @@ def test_github_app_mode_creates_one_check_run_and_updates_it_with_a_summary_per
     assert "| sign | pending |" in started["output"]["summary"]
     run_token = wait_for_run_token(ref)
     time.sleep(1.1)  # the build takes a second
-    stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(timezone.utc), 0, None, task["stage"])
+    stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(timezone.utc), 0, None)
     client("stepfunctions").send_task_success(taskToken=run_token, output=json.dumps({"agent_id": "double-1"}))
     ended = summary_saying("| build | succeeded |")["output"]["summary"]
     [build_row] = [line for line in ended.splitlines() if line.startswith("| build |")]

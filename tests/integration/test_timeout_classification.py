@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 from relevo_core.aws import client
 from relevo_core.store import stage_attempts
 from relevo_core.store.codec import from_attributes
-from tests.helpers.stack import history, receive_stage, table_items, wait_for_execution
+from tests.helpers.stack import history, job_items, receive_stage, wait_for_execution
 from tests.helpers.state_machine import agent_runs, claim_and_accept, start_job, wait_for_run_token
 
 
 def _stage(stack, job_id, sk: str = "STAGE#00") -> dict:
-    return {item["sk"]["S"]: from_attributes(item) for item in table_items(stack, f"JOB#{job_id}")}[sk]
+    return {item["sk"]["S"]: from_attributes(item) for item in job_items(stack, job_id)}[sk]
 
 
 def _renewing(ref: stage_attempts.StageRef, lease_ttl_sec: int, token: str | None, stop: threading.Event) -> threading.Thread:

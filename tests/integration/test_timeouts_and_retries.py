@@ -12,12 +12,12 @@ from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.codec import from_attributes
-from tests.helpers.stack import receive_stage, table_items, wait_for_execution
+from tests.helpers.stack import job_items, receive_stage, wait_for_execution
 from tests.helpers.state_machine import agent_runs, claim_and_accept, start_job, wait_for_run_token
 
 
 def _records(stack, job_id):
-    return {item["sk"]["S"]: from_attributes(item) for item in table_items(stack, f"JOB#{job_id}")}
+    return {item["sk"]["S"]: from_attributes(item) for item in job_items(stack, job_id)}
 
 
 def test_no_agent_claims_in_time_is_a_queue_timeout(local_stack, project_id):
@@ -27,7 +27,7 @@ def test_no_agent_claims_in_time_is_a_queue_timeout(local_stack, project_id):
 
     assert (described["status"], described.get("error")) == ("FAILED", "Relevo.Timeout.Queue")
     job = _records(local_stack, job_id)["JOB"]
-    assert job["error_name"] == "Relevo.Timeout.Queue" and "last_successful_stage" not in job
+    assert job["error_name"] == "Relevo.Timeout.Queue" and job.get("last_successful_stage") is None
 
 
 def test_a_transient_failure_is_retried_with_backoff_and_recorded(local_stack, project_id):

@@ -48,7 +48,7 @@ ACQUIRE_PROJECT_LOCK_AND_START = ("LOCK#", "JOB#", "COUNTER#")
 MARK_STARTED = ("JOB#", "COUNTER#")
 MARK_WAITING_FOR_PROJECT = ("JOB#", "LOCK#")
 ACQUIRE_AS_QUEUE_HEAD = ("LOCK#", "JOB#")
-RECORD_RESOLVED_SUCCEEDED = ("JOB#", "JOB#")
+RECORD_RESOLVED_SUCCEEDED = ("STAGES#", "JOB#")
 # WaitForProject's park names the same items as AcquireAsQueueHead; its first is a ConditionCheck.
 WAIT_FOR_PROJECT, PARK = ("LOCK#", "JOB#"), ("ConditionCheck", "Update")
 GIVE_UP_WAITING = ("JOB#", "COUNTER#", "LOCK#")

@@ -53,7 +53,7 @@ LIFE = [
 
 def test_each_status_change_is_one_transition_and_anything_else_none():
     assert _transition("running", "running") is None
-    assert job_transition(None, {"pk": "JOB#j", "sk": "STAGE#00", "status": "running"}) is None
+    assert job_transition(None, {"pk": "STAGES#j", "sk": "STAGE#00", "status": "running"}) is None
     keys = [_transition(old, new, **extra).key for old, new, extra in LIFE[:5]]
     assert keys == ["queued#2026-12-01T10:00:00+00:00", "running#2026-12-01T10:00:00+00:00", "waiting#deploy",
                     "running#2026-12-01T10:05:00+00:00", "ended"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from relevo_core.jobs.metrics import MetricPoint, metrics_for_change
 
 JOB = {"pk": "JOB#j1", "sk": "JOB", "created_at": "2026-11-29T10:00:00+00:00"}
-STAGE = {"pk": "JOB#j1", "sk": "STAGE#00", "dispatched_at": "2026-11-29T10:00:01.000Z"}
+STAGE = {"pk": "STAGES#j1", "sk": "STAGE#00", "dispatched_at": "2026-11-29T10:00:01.000Z"}
 
 
 def _names(points: list[MetricPoint]) -> dict[str, float]:

@@ -21,7 +21,7 @@ def _view(stage_record: dict) -> dict:
     envelope = minimal_envelope()
     items = [
         {"pk": "JOB#x", "sk": JOB_SK, "status": "running", "envelope": envelope},
-        {"pk": "JOB#x", "sk": "STAGE#000", "stage_name": "build", **stage_record},
+        {"pk": "STAGES#x", "sk": "STAGE#000", "stage_name": "build", **stage_record},
     ]
     return job_items_to_view(items)["stages"][0]
 

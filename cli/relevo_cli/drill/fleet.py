@@ -285,7 +285,7 @@ class DrillFleet:
 
         def claimed() -> bool:
             item = client("dynamodb").get_item(
-                TableName=self.stack.table_name, Key={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "STAGE#00"}}, ConsistentRead=True
+                TableName=self.stack.table_name, Key={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}}, ConsistentRead=True
             ).get("Item", {})
             found.update(from_attributes(item))
             return found.get("attempt") == attempt and found.get("agent_id") in self.agents

@@ -60,6 +60,10 @@ def lock_wait(queue_timeout_sec: int) -> dict[str, int]:
     return {"fallback_sec": fallback_sec, "cycles": math.ceil(queue_timeout_sec / fallback_sec)}
 
 
+def _attribute(name: str | None) -> dict[str, Any]:
+    return {"S": name} if name is not None else {"NULL": True}
+
+
 def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
     """What the state machine needs to drive the job; the agent reads the rest from the envelope.
     Timeouts, attempts and backoff all come from the frozen plan."""
@@ -77,6 +81,9 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
         # The streak of conflicts the current transactional state has retried (job.asl.json's
         # <State>Canceled choices retry at most 5, with backoff and full jitter).
         "conflict": {"retries": 0},
+        # The job's last successful stage once it succeeded (MarkSucceeded): the state machine
+        # writes it, never an agent.
+        "last_stage": envelope.stages[-1].name,
         # A job from a later stage runs only that stage on; the earlier ones show as skipped.
         "stages": [
             {
@@ -92,6 +99,10 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
                 "approval_timeout_sec": envelope.approval.effective_timeout_sec,
                 # On the stage's message: an agent that does not match leaves it to one that does.
                 "requires": stage.requires,
+                # The job's last successful stage should this one fail: the one before it, or
+                # for the first that runs, what the job stands on; as the DynamoDB attribute
+                # value the state machine writes (RecordLastSuccess), NULL for none.
+                "previous_success": _attribute(envelope.stages[index - 1].name if index > envelope.first_stage_index else envelope.stands_on),
             }
             for index, stage in enumerate(envelope.stages)
             if index >= envelope.first_stage_index

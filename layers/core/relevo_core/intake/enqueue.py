@@ -105,6 +105,7 @@ def build_envelope(
     priority: int | None = None,
     from_stage: str | None = None,
     retry_of: str | None = None,
+    stands_on: str | None = None,
 ) -> JobEnvelope:
     job_id = new_job_id(now.timestamp())
     return JobEnvelope(
@@ -130,6 +131,7 @@ def build_envelope(
         artifact_max_job_bytes=project.artifact.max_job_bytes,
         signing=project.signing,
         checkout=project.checkout,
+        stands_on=stands_on,
     )
 
 
@@ -161,20 +163,20 @@ def enqueue(
     require_stages_fit(project)
     stages = select_stages(project, stage_names)
     key = idempotency_key(project.id, identity, stages)
-    envelope = build_envelope(settings, project, trigger, ref, commit, stages, key, now, priority, from_stage, retry_of)
+    stands_on = None
+    names = [s.name for s in stages]
+    if from_stage is not None and from_stage in names and names.index(from_stage) > 0 and retry_of:
+        from relevo_core.jobs.lineage import last_successful_before  # reruns only: not on the webhook's path
+
+        stands_on = last_successful_before(settings.table_name, retry_of, names, names.index(from_stage))
+    envelope = build_envelope(settings, project, trigger, ref, commit, stages, key, now, priority, from_stage, retry_of, stands_on)
     require_envelope_fits(envelope)
     queue_url = work_queue_url(settings.work_queue_prefix, envelope.region_affinity)
     window, on_repeat = project.dedup_for(trigger.type.value)
     refuse_frozen = trigger.type in AUTOMATIC_TRIGGERS
-    stands_on = None
-    if envelope.first_stage_index > 0 and retry_of:
-        from relevo_core.jobs.lineage import last_successful_before  # reruns only: not on the webhook's path
-
-        stands_on = last_successful_before(settings.table_name, retry_of, [s.name for s in stages], envelope.first_stage_index)
 
     outcome = jobs.create_job(
-        settings.table_name, envelope, window, settings.queue_limit, now, held_reason=held_reason,
-        refuse_frozen=refuse_frozen, stands_on=stands_on,
+        settings.table_name, envelope, window, settings.queue_limit, now, held_reason=held_reason, refuse_frozen=refuse_frozen,
     )
     if isinstance(outcome, jobs.RepeatAfterWindow):
         if on_repeat is OnRepeat.SKIP:
@@ -190,7 +192,6 @@ def enqueue(
             held_reason=held_reason,
             replaces_expires_at=outcome.previous_expires_at,
             refuse_frozen=refuse_frozen,
-            stands_on=stands_on,
         )
     if isinstance(outcome, jobs.Created) and held_reason is not None:
         return IntakeResult(envelope.job_id, outcome="held")

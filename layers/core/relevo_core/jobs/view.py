@@ -80,6 +80,11 @@ def _outputs_of(record: dict[str, Any]) -> dict[str, str]:
     return {str(key): str(value) for key, value in (outputs or {}).items()} if isinstance(outputs, dict) else {}
 
 
+def _last_successful(record: dict[str, Any], stages: list[dict[str, Any]]) -> str | None:
+    ran = [stage["name"] for stage in stages if stage["status"] == StageStatus.SUCCEEDED.value and stage["reused_from"] is None]
+    return ran[-1] if ran else record.get("last_successful_stage")
+
+
 def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge a job's record and stage records into one read model, stages in plan order."""
     record = next((item for item in items if item["sk"] == JOB_SK), None)
@@ -157,7 +162,9 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "approval_decision": record.get("approval_decision"),
         "from_stage": envelope.from_stage,
         "retry_of": envelope.retry_of,
-        "last_successful_stage": record.get("last_successful_stage"),
+        # Recorded by the state machine when the job ends; while it runs, read off its stages:
+        # the last of them that succeeded in plan order (or what a rerun stands on).
+        "last_successful_stage": _last_successful(record, stages),
         "last_writer": record.get("last_writer"),
         "error": record.get("error_name"),
         "error_cause": record.get("error_cause"),

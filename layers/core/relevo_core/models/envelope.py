@@ -102,6 +102,9 @@ class JobEnvelope(RunPlanMixin):
     signing: SigningPlan | None = None
     # The project's checkout (the agent makes each stage's workspace the job's commit), frozen too.
     checkout: CheckoutPlan | None = None
+    # For a job from a later stage: the last of the skipped stages that succeeded in the job it
+    # retries (relevo_core.jobs.lineage), its last successful stage until one of its own succeeds.
+    stands_on: str | None = Field(default=None, pattern=STAGE_NAME)
 
     @field_validator("stages")
     @classmethod

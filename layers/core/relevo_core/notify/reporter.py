@@ -169,7 +169,7 @@ class Reporter:
         status = new.get("status")
         if status == (old or {}).get("status") or not new.get("pk"):
             return
-        job_id = str(new["pk"]).removeprefix("JOB#")
+        job_id = str(new["pk"]).removeprefix("STAGES#").removeprefix("JOB#")
         record = self.job_record(job_id)
         transition = job_transition(None, record) if record else None
         if transition is None or transition.status.terminal:

@@ -99,10 +99,10 @@ def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> In
             "retry_of": job_id,
             # The commit the failed job built, also when only its first checkout knew it.
             "commit": failed.commit or resolved_commit(settings.table_name, job_id),
+            "stands_on": last_successful_before(settings.table_name, job_id, names, names.index(from_stage)) if from_stage in names else None,
         }
     )
     resumed = type(failed).model_validate(resumed.model_dump())
-    stands_on = last_successful_before(settings.table_name, job_id, [s.name for s in resumed.stages], resumed.first_stage_index)
-    dead_letters.redrive(settings.table_name, job_id, resumed, settings.queue_limit, actor, now, stands_on)
+    dead_letters.redrive(settings.table_name, job_id, resumed, settings.queue_limit, actor, now)
     start_job_execution(settings, resumed)
     return IntakeResult(resumed.job_id, outcome="redriven", previous_job_id=job_id)

@@ -31,7 +31,7 @@ def get_entry(table: str, job_id: str) -> dict[str, Any]:
 
 
 def redrive(
-    table: str, failed_job_id: str, envelope: JobEnvelope, queue_limit: int, actor: str, now: datetime, stands_on: str | None = None
+    table: str, failed_job_id: str, envelope: JobEnvelope, queue_limit: int, actor: str, now: datetime
 ) -> None:
     """In one transaction: the entry is marked redriven (once), the new job is written with a
     queue slot, and the idempotency key's dedup record moves to the new job."""
@@ -53,7 +53,7 @@ def redrive(
                 {
                     "Put": {
                         "TableName": table,
-                        "Item": to_attributes(job_item(envelope, JobStatus.QUEUED, now, stands_on=stands_on)),
+                        "Item": to_attributes(job_item(envelope, JobStatus.QUEUED, now)),
                         "ConditionExpression": "attribute_not_exists(pk)",
                     }
                 },

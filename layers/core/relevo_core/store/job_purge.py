@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from botocore.exceptions import ClientError
 
 from relevo_core.aws import client
-from relevo_core.store.keys import JOB_SK, artifact_pk, job_pk, key, log_pk
+from relevo_core.store.keys import JOB_SK, artifact_pk, job_pk, key, log_pk, stages_pk
 
 # BatchWriteItem takes at most 25 requests.
 BATCH_SIZE = 25
@@ -79,7 +79,8 @@ def delete_job_children(table: str, job_id: str) -> dict[str, int]:
     (a ConditionCheck on the attempt's holder), so once it is gone no writer can add a chunk or
     an artifact record behind the purge."""
     return {
-        "stages": delete_partition(table, job_pk(job_id), keep_sk=JOB_SK),
+        # Stage records under the job's own partition too: a stack deployed before they had one.
+        "stages": delete_partition(table, stages_pk(job_id)) + delete_partition(table, job_pk(job_id), keep_sk=JOB_SK),
         "log_chunks": delete_partition(table, log_pk(job_id)),
         "artifacts": delete_partition(table, artifact_pk(job_id)),
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relevo_core.store.keys import job_pk
+from relevo_core.store.keys import stages_pk
 from relevo_core.store.paging import query_items
 
 
@@ -12,7 +12,7 @@ def stage_records(table: str, job_id: str) -> list[dict[str, Any]]:
     return list(query_items(
         TableName=table,
         KeyConditionExpression="pk = :pk AND begins_with(sk, :stage)",
-        ExpressionAttributeValues={":pk": {"S": job_pk(job_id)}, ":stage": {"S": "STAGE#"}},
+        ExpressionAttributeValues={":pk": {"S": stages_pk(job_id)}, ":stage": {"S": "STAGE#"}},
         ProjectionExpression="sk, stage_name, #status, attempt, error_class, retry_count, started_at, ended_at",
         ExpressionAttributeNames={"#status": "status"},
     ))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,7 @@ from relevo_core.store.keys import (
     dlq_pk,
     job_pk,
     key,
+    stages_pk,
     queue_seq,
     wait_order,
 )
@@ -102,12 +104,10 @@ def job_item(
     status: JobStatus,
     now: datetime,
     held_reason: HeldReason | None = None,
-    stands_on: str | None = None,
 ) -> dict[str, Any]:
     """A new job's record: the frozen envelope plus its status projection (a held job's record
-    says why it is held). `stands_on`: for a job from a later stage, the last of the skipped
-    stages that succeeded in the job it retries (relevo_core.jobs.lineage), its last successful
-    stage until one of its own succeeds.
+    says why it is held). A job from a later stage starts with its envelope's `stands_on` as its
+    last successful stage.
 
     `queue_seq` and `wait_order` place the job among the jobs waiting for its project; the order
     key only becomes visible in WaitOrderIndex once the state machine marks the job waiting.
@@ -130,8 +130,8 @@ def job_item(
         "last_writer": "intake",
         "ttl": envelope.ttl,
     }
-    if envelope.first_stage_index > 0 and stands_on is not None:
-        item["last_successful_stage"] = stands_on
+    if envelope.first_stage_index > 0 and envelope.stands_on is not None:
+        item["last_successful_stage"] = envelope.stands_on
     if held_reason is not None:
         item[HELD_REASON_ATTRIBUTE] = held_reason.value
     if status is JobStatus.QUEUED:
@@ -150,7 +150,6 @@ def create_job(
     held_reason: HeldReason | None = None,
     replaces_expires_at: int | None = None,
     refuse_frozen: bool = False,
-    stands_on: str | None = None,
 ) -> CreateOutcome:
     """Write the job in one transaction: dedup record, delivery record, envelope and queue slot.
 
@@ -209,7 +208,7 @@ def create_job(
             }
         )
     held = held_reason is not None
-    record = job_item(envelope, JobStatus.HELD if held else JobStatus.QUEUED, now, held_reason, stands_on)
+    record = job_item(envelope, JobStatus.HELD if held else JobStatus.QUEUED, now, held_reason)
     items.append({"Put": {"TableName": table, "Item": to_attributes(record), "ConditionExpression": "attribute_not_exists(pk)"}})
     counter_index = None
     if not held:
@@ -425,15 +424,17 @@ def clear_start_pending(table: str, job_id: str) -> None:
 
 
 def query_job_items(table: str, job_id: str) -> list[dict[str, Any]]:
-    """All items under a job (its record and its stages), in key order."""
-    return list(
-        query_items(
-            TableName=table,
-            KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": job_pk(job_id)}},
-            ConsistentRead=True,
-        )
-    )
+    """A job's record and its stage records, each in key order: two partitions (store/keys
+    stages_pk), read side by side. A job of a stack deployed before stages had a partition of
+    their own keeps them under its JOB# partition: they are read from there too."""
+    def partition(pk: str) -> list[dict[str, Any]]:
+        return list(query_items(
+            TableName=table, KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": pk}}, ConsistentRead=True,
+        ))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        record, stages = pool.map(partition, (job_pk(job_id), stages_pk(job_id)))
+    return record + stages
 
 
 def get_envelope(table: str, job_id: str) -> JobEnvelope:

@@ -64,6 +64,19 @@ def stage_sk(index: int) -> str:
     return f"STAGE#{index:02d}"
 
 
+def stages_pk(job_id: str) -> str:
+    # A job's stage records have a partition of their own, apart from the job record (JOB#): IAM's
+    # dynamodb:LeadingKeys tells partitions apart, never items of one ("Using IAM policy conditions
+    # for fine-grained access control", DynamoDB Developer Guide), so the agents that write a
+    # stage's attempt can be given its stages' partition and never the job record's status,
+    # envelope or outcome. Stacks deployed before it keep old jobs' stages under JOB# (store/job_purge).
+    return f"STAGES#{job_id}"
+
+
+def stage_key(job_id: str, index: int) -> dict[str, dict[str, str]]:
+    return key(stages_pk(job_id), stage_sk(index))
+
+
 def project_pk(project_id: str) -> str:
     return f"PROJECT#{project_id}"
 

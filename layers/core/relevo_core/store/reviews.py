@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store.codec import from_attributes, to_attribute
-from relevo_core.store.keys import job_pk, key, stage_sk
+from relevo_core.store.keys import stage_key
 
 
 class NotInReview(Exception):
@@ -22,7 +22,7 @@ def review(table: str, job_id: str, stage_index: int) -> dict[str, Any]:
     """The stage record's status, review token and reconciliation evidence ({} if none)."""
     item = client("dynamodb").get_item(
         TableName=table,
-        Key=key(job_pk(job_id), stage_sk(stage_index)),
+        Key=stage_key(job_id, stage_index),
         ConsistentRead=True,
         ProjectionExpression="#status, review_token, review_attempt, reconciled",
         ExpressionAttributeNames={"#status": "status"},
@@ -39,7 +39,7 @@ def record_resolution(
     try:
         client("dynamodb").update_item(
             TableName=table,
-            Key=key(job_pk(job_id), stage_sk(stage_index)),
+            Key=stage_key(job_id, stage_index),
             UpdateExpression="SET resolution = :entry, outcome = :resolved, last_writer = :writer",
             ConditionExpression="#status = :review AND review_token = :token",
             ExpressionAttributeNames={"#status": "status"},

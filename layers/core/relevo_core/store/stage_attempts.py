@@ -19,9 +19,8 @@ from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.models.transfer import TransferProgress
 from relevo_core.store.codec import from_attributes, to_attribute
-from relevo_core.store.keys import HELD_BY_INDEX, JOB_SK, job_pk, key, stage_sk
+from relevo_core.store.keys import HELD_BY_INDEX, stage_key, stages_pk
 from relevo_core.store.paging import query_items
-from relevo_core.store.conditional import transaction_cancellation
 
 # The writer holds the attempt, and the attempt is live: not yet finished, not given up by the
 # state machine (dispatched again, failed) and not ended with its job (canceled).
@@ -94,7 +93,7 @@ class HeldAttempt:
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> HeldAttempt:
         return cls(
-            job_id=str(item["pk"]).removeprefix(job_pk("")),
+            job_id=str(item["pk"]).removeprefix(stages_pk("")),
             stage_index=int(item["stage_index"]),
             stage_name=str(item.get("stage_name", "")),
             attempt=int(item["attempt"]),
@@ -160,7 +159,7 @@ class StageRef:
 
     @property
     def key(self) -> dict[str, dict[str, str]]:
-        return key(job_pk(self.job_id), stage_sk(self.stage_index))
+        return stage_key(self.job_id, self.stage_index)
 
 
 def holds_attempt_values(ref: StageRef) -> dict[str, dict[str, str]]:
@@ -429,13 +428,12 @@ def finish(
     now: datetime,
     exit_code: int | None,
     error_class: str | None,
-    stage_name: str | None = None,
     receipt: dict[str, Any] | None = None,
     outcome: AttemptOutcome | None = None,
     lease_ended: bool = True,
 ) -> None:
-    """Record the attempt's outcome, fenced on the attempt. A success also becomes the job's
-    last successful stage in the same transaction (the state machine spends no state on it).
+    """Record the attempt's outcome, fenced on the attempt. (The job's last successful stage is
+    the state machine's to record: at its end, and meanwhile read off the stage records.)
 
     `outcome` says what is known of the command's effect: a receipt goes with `succeeded` or
     `failed`; a command that was killed (fenced, canceled, shut down) is `unknown`, so the next
@@ -470,50 +468,10 @@ def finish(
         values[":receipt"] = receipt
     expression += " REMOVE held_by"
     try:
-        _finish(ref, expression, values, status, stage_name, now)
+        _update(ref, expression, _HOLDS_ATTEMPT, values)
     except LeaseLost as refused:
         found = refused.item
         if (found.get("agent_id"), found.get("attempt"), found.get("status")) != (ref.agent_id, ref.attempt, status.value):
             raise
         # Already recorded: this is a repeat of a report whose answer was lost.
 
-
-def _finish(
-    ref: StageRef, expression: str, values: dict[str, object], status: StageStatus, stage_name: str | None, now: datetime
-) -> None:
-    if status is not StageStatus.SUCCEEDED or stage_name is None:
-        _update(ref, expression, _HOLDS_ATTEMPT, values)
-        return
-    try:
-        client("dynamodb").transact_write_items(
-            TransactItems=[
-                {
-                    "Update": {
-                        "TableName": ref.table,
-                        "Key": ref.key,
-                        "UpdateExpression": expression,
-                        "ConditionExpression": _HOLDS_ATTEMPT,
-                        "ExpressionAttributeNames": {"#status": "status"},
-                        "ExpressionAttributeValues": {name: to_attribute(value) for name, value in values.items()},
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    }
-                },
-                {
-                    "Update": {
-                        "TableName": ref.table,
-                        "Key": key(job_pk(ref.job_id), JOB_SK),
-                        "UpdateExpression": "SET last_successful_stage = :stage, last_writer = :writer, updated_at = :now",
-                        "ExpressionAttributeValues": {
-                            ":stage": to_attribute(stage_name),
-                            ":writer": to_attribute(f"agent:{ref.agent_id}"),
-                            ":now": to_attribute(now.isoformat()),
-                        },
-                    }
-                },
-            ]
-        )
-    except ClientError as exc:
-        cancellation = transaction_cancellation(exc)
-        if cancellation is not None:
-            raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}", cancellation.item(0)) from exc
-        raise

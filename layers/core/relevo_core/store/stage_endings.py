@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store.codec import to_attributes
-from relevo_core.store.keys import job_pk
+from relevo_core.store.keys import stages_pk
 from relevo_core.store.paging import query_items
 
 _OPEN = (
@@ -38,7 +38,7 @@ def end_open_stages(table: str, job_id: str, status: StageStatus, now: datetime,
     for item in query_items(
         TableName=table,
         KeyConditionExpression="pk = :pk AND begins_with(sk, :stage)",
-        ExpressionAttributeValues={":pk": {"S": job_pk(job_id)}, ":stage": {"S": "STAGE#"}},
+        ExpressionAttributeValues={":pk": {"S": stages_pk(job_id)}, ":stage": {"S": "STAGE#"}},
         ConsistentRead=True,
     ):
         if item.get("status") not in {s.value for s in _OPEN}:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store.codec import from_attributes
-from relevo_core.store.keys import job_pk, key, stage_sk
+from relevo_core.store.keys import stage_key
 
 
 def succeeded_indexes(table: str, job_id: str, indexes: range) -> set[int]:
@@ -15,7 +15,7 @@ def succeeded_indexes(table: str, job_id: str, indexes: range) -> set[int]:
     found = set()
     for index in indexes:
         item = dynamodb.get_item(
-            TableName=table, Key=key(job_pk(job_id), stage_sk(index)), ConsistentRead=True,
+            TableName=table, Key=stage_key(job_id, index), ConsistentRead=True,
             ProjectionExpression="#status", ExpressionAttributeNames={"#status": "status"},
         ).get("Item")
         if item and from_attributes(item).get("status") == StageStatus.SUCCEEDED.value:
