@@ -82,8 +82,8 @@ def probes(
         Probe(
             "find its held attempts", "dynamodb:Query", True,
             lambda: client("dynamodb").query(
-                TableName=table, IndexName="HeldByIndex", KeyConditionExpression="held_by = :a",
-                ExpressionAttributeValues={":a": {"S": PROBE_ID}}, Limit=1,
+                TableName=table, IndexName="HeldAttemptsIndex", KeyConditionExpression="held_by = :a",
+                ExpressionAttributeValues={":a": {"S": PROBE_ID}}, ProjectionExpression="pk", Limit=1,
             ),
         ),
         Probe("hand stage messages back", "sqs:ChangeMessageVisibility", True,

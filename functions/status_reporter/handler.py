@@ -1,7 +1,10 @@
-"""Table change stream → commit statuses (GitHub, GitLab) and group notifications (Slack, email),
-once per transition. Partial batch failures are reported per record; a remote service's failure
-is dead-lettered, never raised. Invoked by hand with `{"replay": [messages of
-StatusDeadLetterQueue]}`, it sends those reports again, each unless a newer one superseded it."""
+"""Table change stream → commit statuses (GitHub, GitLab), group notifications (Slack, email),
+once per transition, and CloudWatch metrics (EMF): job outcomes and durations, handoff latency,
+retries, cross-region bytes. One function for both, as Lambda reads a stream with at most two
+("Concurrent shard reads in DynamoDB Streams"; notify/table_changes). Partial batch failures are
+reported per record; a remote service's failure is dead-lettered, never raised. Invoked by hand
+with `{"replay": [messages of StatusDeadLetterQueue]}`, it sends those reports again, each unless
+a newer one superseded it."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 
 from relevo_core.models.delivery import ReportReplay
 from relevo_core.notify.reporter import Reporter, reporter_from_environment
+from relevo_core.notify.table_changes import on_table_change
 from relevo_core.notify.transitions import stream_images
 from relevo_core.observability import lambda_entry
 
@@ -28,10 +32,10 @@ def record_handler(record: DynamoDBRecord) -> None:
     if _reporter is None:
         _reporter = reporter_from_environment()
     old, new = stream_images(record.raw_event)
-    _reporter.report_change(old, new, _deadline)
+    on_table_change(_reporter, old, new, _deadline)
 
 
-@lambda_entry(correlation_id_path=None)
+@lambda_entry(correlation_id_path=None, emits_metrics=True)
 def lambda_handler(event, context):
     global _deadline, _reporter
     _deadline = time.time() + context.get_remaining_time_in_millis() / 1000 - _DEADLINE_MARGIN_SEC

@@ -34,7 +34,6 @@ RESERVED_WHEN_ON = {
     "QueueFunction": 10,
     "ScheduleTriggerFunction": 10,
     "SweeperFunction": 1,
-    "MetricsFunction": 2,
     "StatusReporterFunction": 2,
     "GroupsFunction": 2,
     "ArtifactQuotaFunction": 2,

@@ -12,7 +12,7 @@ from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from tests.helpers.stack import job_items, receive_stage
-from tests.helpers.state_machine import start_job
+from tests.helpers.state_machine import start_job, wait_for_run_token
 from relevo_core.store.codec import from_attributes
 
 
@@ -72,11 +72,43 @@ def test_the_attempts_an_agent_holds_are_listed_until_it_finishes_them(local_sta
     now = datetime.now(timezone.utc)
     agent = "mac-" + project_id
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, agent)
-    stage_attempts.claim(ref, 10, now)
+    stage_attempts.claim(ref, 10, now, journal_id="journal-" + project_id)
 
+    # With the journal it was claimed from: HeldByIndex, which it replaced, did not project
+    # journal_id, so a restarted agent never recognised its own claims (issue 28).
     [held] = stage_attempts.held_by(local_stack.table_name, agent)
-    assert held == stage_attempts.HeldAttempt(job_id=job_id, stage_index=0, stage_name="upload", attempt=1, journal_id=None, run_token=None)
+    assert held == stage_attempts.HeldAttempt(
+        job_id=job_id, stage_index=0, stage_name="upload", attempt=1, journal_id="journal-" + project_id, run_token=None
+    )
 
     stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")
     assert stage_attempts.held_by(local_stack.table_name, agent) == []
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_a_restarted_agent_fails_at_once_what_its_journal_claimed_and_lost(local_stack, project_id, tmp_path):
+    """Restart recovery of an attempt this journal claimed that the journal no longer shows
+    (relevo_agent.restart): reported interrupted at once, so the retry comes well inside the
+    lease. While the index it read did not project journal_id, the attempt looked claimed from
+    another journal and waited out its lease (issue 28)."""
+    from relevo_agent.journal import Journal
+    from relevo_agent.outbox import Outbox
+    from relevo_agent.restart import recover
+
+    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], lease_ttl_sec=120)
+    task, _ = receive_stage(local_stack, job_id)
+    journal = Journal(tmp_path / "mac.sqlite3")
+    agent = "mac-" + project_id
+    ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, agent)
+    stage_attempts.claim(ref, 120, datetime.now(timezone.utc), journal_id=journal.journal_id)
+    client("stepfunctions").send_task_success(taskToken=task["task_token"], output='{"agent_id": "%s", "attempt": 1}' % agent)
+    wait_for_run_token(ref)
+
+    recover(journal, local_stack.table_name, agent, Outbox(journal, local_stack.table_name, agent, lambda exc: False), lambda exc: False)
+
+    retry, _ = receive_stage(local_stack, job_id, timeout=30)  # the lease has 120 s to go
+    assert retry["attempt"] == 2
+    assert stage_attempts.held_by(local_stack.table_name, agent) == []
+    view = RelevoApi.for_stack(local_stack).get_job(job_id)
+    assert [entry["error"] for entry in view["stages"][0]["attempts_log"]] == ["Relevo.Transient.AgentShutdown"]
+    client("stepfunctions").send_task_failure(taskToken=retry["task_token"], error="Test.Cleanup", cause="")

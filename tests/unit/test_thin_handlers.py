@@ -52,7 +52,7 @@ def test_a_handler_enters_through_the_one_entry_helper(handler: Path) -> None:
 
 # Functions no API Gateway route calls. What a module imports is work at every cold start: the
 # API's routing and permission plumbing (Powertools' event_handler) has no place in these.
-NOT_API_FUNCTIONS = ("sweeper", "metrics", "schedule_trigger")
+NOT_API_FUNCTIONS = ("sweeper", "status_reporter", "schedule_trigger")
 
 
 @pytest.mark.parametrize("function", NOT_API_FUNCTIONS)

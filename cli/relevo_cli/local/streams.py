@@ -29,6 +29,12 @@ def record_filter(patterns: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]
 
 
 DISCOVER_EVERY_POLLS = 20
+# Lambda functions that may read one DynamoDB stream at once (see StreamPoller.add_consumer).
+MAX_READERS_PER_STREAM = 2
+
+
+class TooManyStreamReaders(ValueError):
+    """A template gives one table stream more Lambda readers than AWS serves without throttling."""
 
 
 class StreamConsumer:
@@ -101,7 +107,16 @@ class StreamPoller:
         return poller
 
     def add_consumer(self, consumer: StreamConsumer) -> None:
-        """Another event source on the same stream, before start()."""
+        """Another event source on the same stream, before start(). AWS lets two functions read a
+        stream's shards at once and throttles a third (LimitExceededException from GetRecords;
+        "Concurrent shard reads in DynamoDB Streams", Lambda Developer Guide): the local stack
+        refuses the template that asks for one, where AWS would accept it and then throttle."""
+        if len(self.consumers) >= MAX_READERS_PER_STREAM:
+            raise TooManyStreamReaders(
+                f"{self.stream_arn}: {consumer.name} would be its reader number {len(self.consumers) + 1} "
+                f"(after {', '.join(c.name for c in self.consumers)}); AWS throttles more than "
+                f"{MAX_READERS_PER_STREAM} Lambda readers of a DynamoDB stream"
+            )
         self.consumers.append(consumer)
 
     @property

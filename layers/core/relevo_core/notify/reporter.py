@@ -27,7 +27,7 @@ from relevo_core.notify.github_app import InstallationTokens, TokenUnavailable, 
 from relevo_core.notify.groups import notify_job, notify_other_change
 from relevo_core.notify.report import Report, transition_report
 from relevo_core.notify.sending import Clock, OutgoingRequest, SendPolicy, SendResult, Transport, Urllib3Transport, send
-from relevo_core.notify.transitions import REJECTED, JobTransition, job_link, job_transition, transition_from_event
+from relevo_core.notify.transitions import REJECTED, JobTransition, job_link, job_transition, reported_stage_change, transition_from_event
 from relevo_core.observability import logger
 from relevo_core.store.deliveries import record_delivery
 from relevo_core.store.groups import find_group
@@ -89,7 +89,8 @@ class Reporter:
         transition = job_transition(old, new)
         if transition is None:
             if new and str(new.get("sk", "")).startswith("STAGE#"):
-                self._stage_change(old, new, deadline)
+                if reported_stage_change(old, new):
+                    self._stage_change(old, new, deadline)
             elif new and new.get("sk") != "JOB":
                 notify_other_change(self, old, new, deadline, self.projects)
             return

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from relevo_core.execution import execution_arn
-from relevo_core.models.status import JobStatus
+from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.keys import JOB_SK
 
@@ -101,6 +101,23 @@ def stream_images(record: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[s
     change = record.get("dynamodb") or {}
     old, new = change.get("OldImage"), change.get("NewImage")
     return (from_attributes(old) if old else None), (from_attributes(new) if new else None)
+
+
+# The changes of a stage record the reporter reports (a check run's summary per stage): the stage
+# starting, or ending. Its stream function also receives the stage changes the metrics read
+# (template.yaml: one function reads the stream for both), and keeps only these.
+_STARTED_FROM = {StageStatus.PENDING.value, StageStatus.DISPATCHED.value}
+_ENDED_FROM = _STARTED_FROM | {StageStatus.RUNNING.value, StageStatus.UNKNOWN.value, StageStatus.RECONCILED.value}
+_ENDED_AS = {status.value for status in StageStatus if status.terminal} | {StageStatus.MANUAL_REVIEW.value}
+
+
+def reported_stage_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """Whether a stage record's change is one the reporter reports: its start (from pending or
+    dispatched to running) or its end (from a live status to an ended one, or to manual review)."""
+    before, after = (old or {}).get("status"), (new or {}).get("status")
+    if after == StageStatus.RUNNING.value:
+        return before in _STARTED_FROM
+    return after in _ENDED_AS and before in _ENDED_FROM
 
 
 def _status(value: Any) -> JobStatus | None:

@@ -408,6 +408,7 @@ def start_pending_jobs(table: str, created_before: datetime) -> list[str]:
         "IndexName": START_PENDING_INDEX,
         "KeyConditionExpression": f"{START_PENDING_ATTRIBUTE} = :pending AND created_at < :before",
         "ExpressionAttributeValues": {":pending": {"S": START_PENDING}, ":before": {"S": created_before.isoformat()}},
+        "ProjectionExpression": "job_id",
     }
     while True:
         page = client("dynamodb").query(**kwargs)

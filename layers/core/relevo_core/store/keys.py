@@ -19,8 +19,11 @@ START_PENDING = "pending"
 START_PENDING_INDEX = "StartPendingIndex"
 # GSI over `kind` (projects, ...) sorted by pk: listings without scans.
 KIND_INDEX = "KindIndex"
-# Sparse GSI over `held_by`: the stage attempts an agent has claimed and not finished.
-HELD_BY_INDEX = "HeldByIndex"
+# Sparse GSI over `held_by`: the stage attempts an agent has claimed and not finished, with the
+# journal each was claimed from (restart recovery). It replaces HeldByIndex, which did not project
+# journal_id; a projection cannot change in place, and an update adds or deletes one GSI, so the
+# old index stays, read by nothing, until the release after (docs/operations.md, "Upgrades").
+HELD_ATTEMPTS_INDEX = "HeldAttemptsIndex"
 PROJECT_KIND = "project"
 # GSI over (project, created_at): a project's jobs by time, for listings and filters.
 PROJECT_JOBS_INDEX = "ProjectJobsIndex"

@@ -19,7 +19,7 @@ from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.models.transfer import TransferProgress
 from relevo_core.store.codec import from_attributes, to_attribute
-from relevo_core.store.keys import HELD_BY_INDEX, stage_key, stages_pk
+from relevo_core.store.keys import HELD_ATTEMPTS_INDEX, stage_key, stages_pk
 from relevo_core.store.paging import query_items
 
 # The writer holds the attempt, and the attempt is live: not yet finished, not given up by the
@@ -97,7 +97,7 @@ class HeldAttempt:
             stage_index=int(item["stage_index"]),
             stage_name=str(item.get("stage_name", "")),
             attempt=int(item["attempt"]),
-            journal_id=item.get("journal_id"),
+            journal_id=item.get("journal_id") or None,
             run_token=item.get("run_token"),
         )
 
@@ -107,8 +107,10 @@ def held_by(table: str, agent_id: str) -> list[HeldAttempt]:
     `held_by`, the fenced finish removes it). What a restarting agent compares with its journal."""
     items = query_items(
         TableName=table,
-        IndexName=HELD_BY_INDEX,
+        IndexName=HELD_ATTEMPTS_INDEX,
         KeyConditionExpression="held_by = :agent",
+        # What HeldAttempt reads: a GSI returns only what it projects (template.yaml).
+        ProjectionExpression="pk, attempt, journal_id, run_token, stage_index, stage_name",
         ExpressionAttributeValues={":agent": {"S": agent_id}},
     )
     return [HeldAttempt.from_item(item) for item in items]
