@@ -200,6 +200,22 @@ def test_every_attribute_read_from_an_index_query_is_projected_by_that_index(que
     assert query.reads <= query.named, f"{query}: reads {sorted(query.reads - query.named)} of the items, beyond its ProjectionExpression"
 
 
+@lru_cache(maxsize=1)
+def _reserved_words() -> frozenset[str]:
+    # AWS's list ("Reserved words in DynamoDB", DynamoDB Developer Guide), as moto ships it.
+    import moto.dynamodb.parsing.reserved_keywords as reserved
+
+    return frozenset(reserved.ReservedKeywords.get_reserved_keywords())
+
+
+@pytest.mark.parametrize("query", [q for q in _index_queries() if q.projection], ids=repr)
+def test_a_projection_names_no_reserved_word_but_through_an_alias(query: IndexQuery):
+    # DynamoDB refuses the whole Query ("ValidationException: ProjectionExpression: Attribute name
+    # is a reserved keyword; reserved keyword: project"); a name like #project stands in for it.
+    raw = {name.strip() for name in (query.projection or "").split(",") if name.strip() and not name.strip().startswith("#")}
+    assert {name for name in raw if name.upper() in _reserved_words()} == set(), f"{query}: alias these in ExpressionAttributeNames"
+
+
 def _definitions(table: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {index["IndexName"]: index for index in table.get("GlobalSecondaryIndexes", [])}
 

@@ -41,7 +41,9 @@ def pending_checks(table: str) -> list[dict[str, Any]]:
         KeyConditionExpression=f"{FREEZE_CHECK_ATTRIBUTE} = :pending",
         ExpressionAttributeValues={":pending": {"S": FREEZE_CHECK_PENDING}},
         # What recovery/key_freeze reads of each: the index returns only what it projects.
-        ProjectionExpression="job_id, project, idempotency_key, failed_at",
+        # project is a reserved word ("Reserved words in DynamoDB"): named through an alias.
+        ProjectionExpression="job_id, #project, idempotency_key, failed_at",
+        ExpressionAttributeNames={"#project": "project"},
     ))
 
 
@@ -52,8 +54,8 @@ def entries_of_key(table: str, idempotency_key: str) -> list[dict[str, Any]]:
         IndexName=DEAD_LETTER_KEY_INDEX,
         KeyConditionExpression="idempotency_key = :key",
         ExpressionAttributeValues={":key": {"S": idempotency_key}},
-        ProjectionExpression="job_id, project, #error, failed_at",
-        ExpressionAttributeNames={"#error": "error"},
+        ProjectionExpression="job_id, #project, #error, failed_at",
+        ExpressionAttributeNames={"#project": "project", "#error": "error"},
     ))
 
 
