@@ -262,9 +262,9 @@ def raw_sqs_latencies(count: int) -> list[float]:
 def stage_item(stack: Any, job_id: str, index: int = 0) -> dict[str, Any]:
     from relevo_core.aws import client
     from relevo_core.store.codec import from_attributes
-    from relevo_core.store.keys import key, job_pk, stage_sk
+    from relevo_core.store.keys import stage_key
 
-    return from_attributes(client("dynamodb").get_item(TableName=stack.table_name, Key=key(job_pk(job_id), stage_sk(index)))["Item"])
+    return from_attributes(client("dynamodb").get_item(TableName=stack.table_name, Key=stage_key(job_id, index))["Item"])
 
 
 def _seconds(a: str, b: str) -> float:
