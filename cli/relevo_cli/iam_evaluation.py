@@ -9,10 +9,18 @@ it. Supported: Principal `"*"` / `AWS` / `Service`, Action / NotAction, Resource
 (wildcards `*` and `?`), and the String, Arn, Bool and Null operators with `IfExists` and the
 `ForAllValues:` / `ForAnyValue:` qualifiers. A key absent from the context fails a positive
 operator and passes a negated one. Anything else raises UnsupportedPolicy instead of guessing.
+
+Policy variables (`${aws:PrincipalTag/job}`, with a default `${aws:PrincipalTag/job, 'none'}`)
+in Resource and condition values are replaced by the
+request context's value of that key ("IAM policy elements: Variables and tags", IAM User Guide). A
+variable with no value makes its whole statement not apply, as the guide warns it may ("If AWS
+cannot resolve a variable this might cause the entire statement to be invalid"): a grant that
+names a session tag the session lacks grants nothing.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -62,7 +70,64 @@ def _wildcard(pattern: str, value: str, ignore_case: bool = False) -> bool:
     return fnmatchcase(value, re.sub(r"([\[\]])", r"[\1]", pattern))
 
 
+_VARIABLE = re.compile(r"\$\{([^}]*)\}")
+
+
+class _Unresolved(Exception):
+    """A policy variable whose key has no value in the request context."""
+
+
+def _resolve(text: str, context: dict[str, str | list[str]]) -> str:
+    """`text` with each policy variable replaced by its value (raises _Unresolved)."""
+    values = {k.lower(): v for k, v in context.items()}
+
+    def one(found: re.Match[str]) -> str:
+        inside = found.group(1)
+        if inside in ("*", "?", "$"):
+            raise UnsupportedPolicy(f"the escape ${{{inside}}}")
+        key, _, default = inside.partition(",")
+        value = values.get(key.strip().lower())
+        if isinstance(value, list):
+            value = value[0] if len(value) == 1 else None  # a multivalued key is no variable
+        if value is None:
+            default = default.strip()
+            if default.startswith("'") and default.endswith("'") and len(default) >= 2:
+                return default[1:-1]
+            raise _Unresolved(inside)
+        return str(value)
+
+    return _VARIABLE.sub(one, text)
+
+
+def resolve_statement(statement: dict[str, Any], context: dict[str, str | list[str]]) -> dict[str, Any] | None:
+    """The statement with its Resource / NotResource and condition values resolved from the
+    request context; None when a variable has no value there (the statement then does not apply)."""
+    if "${" not in json.dumps(statement):
+        return statement
+    try:
+        return _with_variables(statement, context)
+    except _Unresolved:
+        return None
+
+
+def _with_variables(statement: dict[str, Any], context: dict[str, str | list[str]]) -> dict[str, Any]:
+    resolved = dict(statement)
+    for element in ("Resource", "NotResource"):
+        if element in statement:
+            resolved[element] = [_resolve(str(r), context) for r in _as_list(statement[element])]
+    if statement.get("Condition"):
+        resolved["Condition"] = {
+            operator: {key: [_resolve(str(v), context) if isinstance(v, str) else v for v in _as_list(values)] for key, values in block.items()}
+            for operator, block in statement["Condition"].items()
+        }
+    return resolved
+
+
 def _applies(statement: dict[str, Any], request: Request) -> bool:
+    resolved = resolve_statement(statement, request.context)
+    if resolved is None:
+        return False
+    statement = resolved
     if "NotPrincipal" in statement:
         raise UnsupportedPolicy("NotPrincipal")
     if "Principal" in statement and not _principal_matches(statement["Principal"], request.principal):

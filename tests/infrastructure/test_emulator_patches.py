@@ -16,7 +16,7 @@ LOCAL = Path(__file__).resolve().parents[2] / "cli" / "relevo_cli" / "local"
 # The modules emulator_patches.install / install_identity / install_for_streams install.
 PATCH_MODULES = {
     "emulator_patches.py", "interpreter_patches.py", "heartbeat_timeout.py", "faults.py", "emulator_iam.py",
-    "dynamodb_authorization.py",
+    "dynamodb_authorization.py", "sts_sessions.py",
 }
 
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import requests
 from botocore.credentials import Credentials
 
-from relevo_cli.local import dynamodb_authorization
+from relevo_cli.local import dynamodb_authorization, sts_sessions
 
 ACCOUNT_ID = "123456789012"
 LOCAL_USER = "relevo-local"
@@ -288,7 +288,8 @@ def trust_account_principals_as_iam_does() -> None:
     account principal (`arn:aws:iam::ACCOUNT:root`, or the bare account id) delegates to the
     account: any of its users and roles may assume the role when their own policies allow
     sts:AssumeRole ("AWS JSON policy elements: Principal", AWS account principals, IAM User
-    Guide). Match it that way; every other principal still matches literally."""
+    Guide). Match it that way; a role's ARN matches that role's sessions (relevo_cli.local.sts_sessions);
+    every other principal still matches literally."""
     if "account_principals" in _PATCHED:
         return
     from moto.iam.access_control import IAMPolicyStatement
@@ -303,7 +304,7 @@ def trust_account_principals_as_iam_does() -> None:
             return True
         return original(self, principal)
 
-    IAMPolicyStatement._check_principal = _check_principal
+    IAMPolicyStatement._check_principal = sts_sessions.role_principals_match_their_sessions(_check_principal)
     _PATCHED.add("account_principals")
 
 
@@ -400,6 +401,7 @@ _JSON_REFUSALS = {
     "AccessDenied": "AccessDeniedException",
     "InvalidClientTokenId": "UnrecognizedClientException",
     "SignatureDoesNotMatch": "InvalidSignatureException",
+    "ExpiredToken": "ExpiredTokenException",
 }
 
 
@@ -446,6 +448,7 @@ def install(sessions: RoleSessions) -> None:
     authorize_presigned_s3_urls()
     trust_account_principals_as_iam_does()
     refuse_json_requests_as_json()
+    sts_sessions.install()
     run_interpreter_as_execution_role(sessions)
 
 
