@@ -5,9 +5,10 @@
 Starts the embedded stack (moto + template.yaml), registers a four-stage project, and runs ONE job
 end to end: a signed GitHub push goes through functions/webhook/handler.py *in this process*
 (relevo_core.intake.webhooks.receive.receive_github underneath, as bench/intake.py calls it), then an agent
-double in this process takes each stage the way relevo-agent does (receive, read the envelope,
-claim + accept and wait for the run token as tests/integration/test_job_state_machine.py does,
-delete the message, record, report) until the execution SUCCEEDED.
+double in this process takes each stage the way relevo-agent does: receive; claim through the
+claim function (functions/agent_sessions/handler.py, in this process, as its own role), which
+answers with the envelope and the job's session; then with that session accept, wait for the run
+token, record and report; delete the message with its own credentials. Until the execution SUCCEEDED.
 
 Every AWS API call made in this process is recorded by wrapping botocore's
 Endpoint.make_request. Calls of the main thread are charged to the phase running (webhook, agent,
@@ -32,6 +33,7 @@ import threading
 import time
 import traceback
 from collections import Counter
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -69,7 +71,9 @@ WEBHOOK_MEMORY_GB = 512 / 1024
 MINUTES_PER_MONTH = 60 * 24 * 30
 IDLE_RECEIVES_PER_MIN = 3  # assumption: one agent long-polling with WaitTimeSeconds=20
 
-SOURCES = ("webhook", "agent", "state_machine")
+SOURCES = ("webhook", "claim", "agent", "state_machine")
+CLAIM_MEMORY_GB = 512 / 1024
+API_GATEWAY_PER_REQUEST = 3.50 / 1_000_000  # REST API, first 333 million requests a month
 
 
 # ------------------------------------------------------------------------------------------------
@@ -87,9 +91,14 @@ class Call:
     thread: str
 
 
+_PHASE: ContextVar[str | None] = ContextVar("bench_phase", default=None)
+
+
 class Recorder:
-    """Global Endpoint.make_request wrapper. Main-thread calls go to the current phase; calls of
-    other threads (moto's Step Functions interpreter) to `state_machine` when they name the job."""
+    """Global Endpoint.make_request wrapper. Calls of the main thread, and of the threads it hands
+    work to in its context (relevo_core.aws.in_this_context: the claim function's side-by-side
+    reads), go to the current phase; calls of other threads (moto's Step Functions interpreter)
+    to `state_machine` when they name the job."""
 
     def __init__(self) -> None:
         self.main = threading.get_ident()
@@ -97,6 +106,14 @@ class Recorder:
         self.markers: tuple[str, ...] = ()
         self.calls: list[Call] = []
         self._lock = threading.Lock()
+
+    @property
+    def phase(self) -> str:
+        return str(_PHASE.get())
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        _PHASE.set(value)
 
     def install(self) -> None:
         harness.record_aws_calls(self.record)
@@ -109,8 +126,8 @@ class Recorder:
         except json.JSONDecodeError:
             params = {}
         _, parsed = result
-        if threading.get_ident() == self.main:
-            source = self.phase
+        if _PHASE.get() is not None:
+            source = str(_PHASE.get())
         elif self.markers and any(marker in text for marker in self.markers):
             source = "state_machine"
         else:
@@ -264,8 +281,8 @@ def measure(stack: Any, recorder: Recorder) -> int:
     from relevo_core.config import intake_settings
     from relevo_core.execution import work_queue_url
     from relevo_core.models.status import StageStatus
+    from relevo_core.models.envelope import read_envelope
     from relevo_core.store import stage_attempts
-    from relevo_core.store.jobs import get_envelope
 
     project_id = "cost-" + secrets.token_hex(3)
     secret = harness.register_project(stack, project_id, STAGES)
@@ -298,9 +315,18 @@ def measure(stack: Any, recorder: Recorder) -> int:
     print(f"job {job_id} accepted in {webhook_sec * 1000:.1f} ms (handler wall time, in-process)")
 
     # (b) the agent double, one stage message at a time.
+    from relevo_agent.claims import new_claim_secret, session_credentials
+    from relevo_core.aws import JobCredentials, job_scope
+    from relevo_core.models.agent_session import ClaimGranted
+
+    claim_role = client("iam").get_role(RoleName=stack.resources["AgentSessionsRole"])["Role"]["Arn"]
+    harness.use_function_environment(stack, "AgentSessionsFunction")
+    with harness.as_role(claim_role):
+        claims = harness.cold_handler("agent_sessions")
     sqs = client("sqs")
     queue_url = stack.work_queues[REGION]
     empty_receives = 0
+    claim_secs: list[float] = []
     for index, stage in enumerate(STAGES):
         recorder.phase = "agent"
         deadline = time.monotonic() + 30
@@ -315,20 +341,32 @@ def measure(stack: Any, recorder: Recorder) -> int:
             message = got[0]
         task = json.loads(message["Body"])
         assert (task["job_id"], task["stage"], task["stage_index"]) == (job_id, stage["name"], index), task
-        envelope = get_envelope(stack.table_name, job_id)
-        # Claim the attempt and accept the stage's claim token, as relevo-agent does.
+        # The claim, through the claim function as its own role (an API Gateway request and a
+        # Lambda invocation per claim, charged below).
+        request = {"job_id": job_id, "stage_index": index, "attempt": task["attempt"], "agent_id": AGENT_ID,
+                   "claim_secret": new_claim_secret(), "dispatch_key": task["dispatch_key"], "dispatch_token": task["task_token"]}
+        recorder.phase = "claim"
+        with harness.as_role(claim_role):
+            started = time.perf_counter()
+            answer = claims.lambda_handler(harness.claim_event(REGION, request, f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}"),
+                                           harness.LambdaContext())
+            claim_secs.append(time.perf_counter() - started)
+        recorder.phase = "agent"
+        assert answer["statusCode"] == 200, answer
+        granted = ClaimGranted.model_validate_json(answer["body"])
+        envelope = read_envelope(granted.envelope)
         ref = stage_attempts.StageRef(stack.table_name, task["job_id"], task["stage_index"], task["attempt"], AGENT_ID)
-        stage_attempts.claim(ref, envelope.lease_ttl_sec, datetime.now(timezone.utc))
-        client("stepfunctions").send_task_success(
-            taskToken=task["task_token"], output=json.dumps({"agent_id": AGENT_ID, "attempt": task["attempt"]})
-        )
+        with job_scope(JobCredentials(session_credentials(granted.session))):
+            client("stepfunctions").send_task_success(
+                taskToken=task["task_token"], output=json.dumps({"agent_id": AGENT_ID, "attempt": task["attempt"]})
+            )
+            run_token = wait_for_run_token(ref)
+            # A zero-length stage: no lease renewal or heartbeat falls due (see the rate printed below).
+            stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(timezone.utc), 0, None)
+            client("stepfunctions").send_task_success(
+                taskToken=run_token, output=json.dumps({"stage": stage["name"], "attempt": ref.attempt, "agent_id": AGENT_ID})
+            )
         sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
-        run_token = wait_for_run_token(ref)
-        # A zero-length stage: no lease renewal or heartbeat falls due (see the rate printed below).
-        stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(timezone.utc), 0, None)
-        client("stepfunctions").send_task_success(
-            taskToken=run_token, output=json.dumps({"stage": stage["name"], "attempt": ref.attempt, "agent_id": AGENT_ID})
-        )
         recorder.phase = "bench"
 
     described = wait_for_execution(stack.state_machine_arn, job_id, timeout=60)
@@ -371,7 +409,7 @@ def measure(stack: Any, recorder: Recorder) -> int:
 
                 envelope_json = len(json.dumps(from_attributes({"e": item["envelope"]})["e"], default=_json_default))
 
-    return report(recorder, events, sizes, envelope_json, job_id, webhook_sec, memory_gb, sweeper_sec, empty_receives, envelope)
+    return report(recorder, events, sizes, envelope_json, job_id, webhook_sec, memory_gb, sweeper_sec, empty_receives, envelope, claim_secs)
 
 
 def poll(read: Any, timeout: float, what: str, interval: float) -> Any:
@@ -458,6 +496,7 @@ def report(
     sweeper_sec: float,
     empty_receives: int,
     envelope: Any,
+    claim_secs: list[float],
 ) -> int:
     n = len(STAGES)
     print()
@@ -551,12 +590,16 @@ def report(
     print(f"  idle polling, per agent (assumption {IDLE_RECEIVES_PER_MIN} ReceiveMessage/min, 20 s long poll): "
           f"{idle_month:,} requests/month = ${idle_month * SQS_PER_REQUEST:.4f}/agent-month (fixed, not per job)")
 
-    # --- Lambda
-    invocations = 1
-    gb_s = memory_gb * webhook_sec
+    # --- Lambda and API Gateway
+    invocations = 1 + len(claim_secs)
+    gb_s = memory_gb * webhook_sec + CLAIM_MEMORY_GB * sum(claim_secs)
+    api_requests = invocations  # the webhook delivery and each claim are one API Gateway request each
     print()
-    print(f"Lambda per job: {invocations} webhook invocation, {webhook_sec * 1000:.1f} ms measured handler wall time "
-          f"(warm container, in-process against the emulator) x {memory_gb * 1024:.0f} MB = {gb_s:.4f} GB-s")
+    print(f"Lambda per job: 1 webhook invocation, {webhook_sec * 1000:.1f} ms measured handler wall time "
+          f"(warm container, in-process against the emulator) x {memory_gb * 1024:.0f} MB; {len(claim_secs)} claims, "
+          f"{', '.join(f'{sec * 1000:.1f}' for sec in claim_secs)} ms (the first in a cold container) x "
+          f"{CLAIM_MEMORY_GB * 1024:.0f} MB; {gb_s:.4f} GB-s in all")
+    print(f"API Gateway per job: {api_requests} REST requests (the delivery, and each stage's claim)")
     print("  sweeper (rate 1 minute) and schedule-trigger (per project schedule slot) invocations are not per job:"
           " see fixed monthly cost")
 
@@ -572,8 +615,9 @@ def report(
         ("DynamoDB writes", f"{wru:g} WRU ({total.wru:g} table + {total.gsi_wru:g} GSI)", wru * DDB_PER_WRU * jobs, "$0.625/M WRU"),
         ("DynamoDB reads", f"{total.rru:g} RRU", total.rru * DDB_PER_RRU * jobs, "$0.125/M RRU"),
         ("SQS requests", f"{sqs_requests} requests", sqs_requests * SQS_PER_REQUEST * jobs, "$0.40/M requests"),
-        ("Lambda requests", f"{invocations} invocation", invocations * LAMBDA_PER_REQUEST * jobs, "$0.20/M requests"),
+        ("Lambda requests", f"{invocations} invocations", invocations * LAMBDA_PER_REQUEST * jobs, "$0.20/M requests"),
         ("Lambda duration (arm64)", f"{gb_s:.4f} GB-s", gb_s * LAMBDA_PER_GB_S * jobs, "$0.0000133334/GB-s"),
+        ("API Gateway (REST)", f"{api_requests} requests", api_requests * API_GATEWAY_PER_REQUEST * jobs, "$3.50/M requests"),
     ]
     total_dollars = sum(row[2] for row in table)
     print()
@@ -587,8 +631,9 @@ def report(
     print("  " + "-" * (len(header) - 2))
     print(f"  {'total':<28} {'':<34} {total_dollars:>14.5f}        (${total_dollars:.5f} per 1,000 jobs, "
           f"${total_dollars * 1000:.2f} per million)")
-    print("  not included: API Gateway REST ($3.50/M requests: $0.0035 per 1,000 jobs), CloudWatch Logs, X-Ray,"
-          " S3 artifacts, data transfer; lease renewals during a stage's run (below)")
+    print("  not included: CloudWatch Logs, X-Ray, S3 artifacts, data transfer, STS (AssumeRole is free);"
+          " lease renewals during a stage's run (below), and a renewal of a stage's credentials per hour it runs"
+          " (one API Gateway request and Lambda invocation: about $0.0037 per 1,000 stage-hours)")
     renew_interval = max(1.0, envelope.lease_ttl_sec / 3)
     per_min = 60 / renew_interval
     print(f"  + per stage-minute of run time: {per_min:g} lease renewals (UpdateItem, 1 WRU each; lease_ttl_sec "

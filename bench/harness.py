@@ -193,22 +193,21 @@ class LambdaContext:
         return int((self._deadline - time.monotonic()) * 1000)
 
 
-def webhook_event(project_id: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
-    """The API Gateway REST proxy event of a GitHub delivery to the webhook route."""
-    path = f"/webhooks/github/{project_id}"
-    now = time.time()
+def _api_event(resource: str, path: str, path_parameters: dict[str, str], headers: dict[str, str], body: str,
+               identity: dict[str, str]) -> dict[str, Any]:
+    """An API Gateway REST proxy event of a POST, as API Gateway sends it to the function."""
     return {
-        "resource": "/webhooks/github/{project_id}",
+        "resource": resource,
         "path": path,
         "httpMethod": "POST",
         "headers": headers,
         "multiValueHeaders": {name: [value] for name, value in headers.items()},
         "queryStringParameters": None,
         "multiValueQueryStringParameters": None,
-        "pathParameters": {"project_id": project_id},
+        "pathParameters": path_parameters,
         "stageVariables": None,
         "requestContext": {
-            "resourcePath": "/webhooks/github/{project_id}",
+            "resourcePath": resource,
             "httpMethod": "POST",
             "path": f"/v1{path}",
             "stage": "v1",
@@ -216,12 +215,52 @@ def webhook_event(project_id: str, headers: dict[str, str], body: bytes) -> dict
             "apiId": "bench",
             "protocol": "HTTP/1.1",
             "requestId": str(uuid.uuid4()),
-            "requestTimeEpoch": int(now * 1000),
-            "identity": {"sourceIp": "192.0.2.1", "userAgent": "GitHub-Hookshot/bench"},
+            "requestTimeEpoch": int(time.time() * 1000),
+            "identity": identity,
         },
-        "body": body.decode("utf-8"),
+        "body": body,
         "isBase64Encoded": False,
     }
+
+
+def webhook_event(project_id: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    """The API Gateway REST proxy event of a GitHub delivery to the webhook route."""
+    return _api_event(
+        "/webhooks/github/{project_id}", f"/webhooks/github/{project_id}", {"project_id": project_id}, headers,
+        body.decode("utf-8"), {"sourceIp": "192.0.2.1", "userAgent": "GitHub-Hookshot/bench"},
+    )
+
+
+def claim_event(region: str, body: dict[str, Any], caller_arn: str) -> dict[str, Any]:
+    """The API Gateway REST proxy event of an agent's claim (POST /regions/{region}/claims), as
+    API Gateway sends it once the caller's SigV4 signature and execute-api:Invoke passed."""
+    return _api_event(
+        "/regions/{region}/claims", f"/regions/{region}/claims", {"region": region}, {"Content-Type": "application/json"},
+        json.dumps(body), {"sourceIp": "192.0.2.1", "userAgent": "relevo-agent/bench", "userArn": caller_arn},
+    )
+
+
+@contextmanager
+def as_role(role_arn: str, service: str = "lambda.amazonaws.com") -> Iterator[None]:
+    """This process's AWS calls made as a session of `role_arn`, as the AWS service that runs
+    with that role would take it (the local stack's own role sessions)."""
+    from relevo_cli.local.emulator_iam import RoleSessions
+    from relevo_core.aws import reset_clients
+
+    credentials = RoleSessions(os.environ.get("AWS_DEFAULT_REGION", "us-east-1")).credentials(role_arn, service, "bench")
+    saved = {name: os.environ.get(name) for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")}
+    os.environ.update({"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key,
+                       "AWS_SESSION_TOKEN": credentials.token})
+    reset_clients()
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        reset_clients()
 
 
 def github_headers(secret: str, body: bytes, event: str = "push", delivery: str | None = None, signature: str | None = None) -> dict[str, str]:

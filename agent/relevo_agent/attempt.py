@@ -46,6 +46,15 @@ class StageMessage(BaseModel):
     # What the claiming agent must have (relevo_core.models.capabilities); absent on messages of
     # executions started before requirements existed.
     requires: dict[str, str] = {}
+    # The claim route claims the attempt only for a caller that shows this dispatch's key.
+    dispatch_key: str
+    # What the agent decides before it claims (the envelope comes with the claim's answer): the
+    # project's workspace, whether the lease leaves room to renew before the fence at all (the
+    # stage's kill grace, from the envelope, is checked after), and whether the plan signs (a
+    # signing stage runs alone on its Mac).
+    project: str
+    lease_ttl_sec: int
+    signs: bool = False
 
 
 @dataclass
@@ -69,6 +78,10 @@ class StageRun:
     transfer: ProgressWriter | None = None
     # The attempt's log (relevo_agent.logs.LogShipper), from its checkout to its end.
     shipper: Any = None
+    # The claim's proof, for its job credentials (relevo_agent.job_sessions).
+    claim_secret: str | None = None
+    # A report of the attempt is in the outbox, which lets its job credentials go once sent.
+    reported: bool = False
 
     def close_log(self) -> None:
         """The log's backlog stored (once): before the report, which ends the attempt's lease."""
@@ -110,7 +123,11 @@ class StageReport(BaseModel):
     receipt: dict[str, Any] | None = None
     # Nothing of this attempt runs any more here: its lease ends with the report.
     lease_ended: bool = False
+    # The claim's proof (relevo_agent.claims): the job credentials the report is sent with are
+    # asked for again with it when the agent restarted in between. Kept in the journal only.
+    claim_secret: str | None = None
 
     def payload(self) -> dict[str, Any]:
-        """The outbox entry (JSON-ready)."""
-        return self.model_dump(mode="json")
+        """The outbox entry (JSON-ready); a report without a claim secret keeps the shape the
+        journal held before there was one."""
+        return self.model_dump(mode="json", exclude={"claim_secret"} if self.claim_secret is None else None)

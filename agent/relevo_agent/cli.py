@@ -33,6 +33,8 @@ def _root(ctx: typer.Context, debug: bool = typer.Option(False, "--debug", help=
 class StackTarget:
     table: str | None
     queue_url: str | None
+    # The stack's API, where the agent claims its stages (None: not set).
+    api_url: str | None
     # Why there is no work queue to poll, in words that say what to change (None: there is one).
     no_queue: str | None = None
     # The stack file's stack (None: explicit names of a deployed stack).
@@ -60,13 +62,13 @@ def _resources(settings: AgentConfig, config: Path) -> StackTarget:
         no_queue = None if queue_url else (
             f"no work queue for region {settings.region!r} in the stack {settings.stack_file} (its region affinities: {regions})"
         )
-        return StackTarget(stack.table_name, queue_url, no_queue, stack)
+        return StackTarget(stack.table_name, queue_url, stack.api_url, no_queue, stack)
     if settings.aws_region:
         os.environ.setdefault("AWS_REGION", settings.aws_region)
         os.environ.setdefault("AWS_DEFAULT_REGION", settings.aws_region)
-    missing = [name for name in ("table_name", "queue_url") if not getattr(settings, name)]
-    no_queue = f"{' and '.join(missing)} not set: set stack_file, or table_name and queue_url" if missing else None
-    return StackTarget(settings.table_name, settings.queue_url, no_queue)
+    missing = [name for name in ("table_name", "queue_url", "api_url") if not getattr(settings, name)]
+    no_queue = f"{' and '.join(missing)} not set: set stack_file, or table_name, queue_url and api_url" if missing else None
+    return StackTarget(settings.table_name, settings.queue_url, settings.api_url, no_queue)
 
 
 def _startable(config: Path) -> tuple[AgentConfig, StackTarget]:
@@ -84,7 +86,8 @@ def _startable(config: Path) -> tuple[AgentConfig, StackTarget]:
         )
     target = _resources(settings, config)
     if target.no_queue:
-        raise config_mistake(config, ("region",) if settings.stack_file is not None else ("queue_url",), target.no_queue)
+        unset = next((name for name in ("table_name", "queue_url", "api_url") if not getattr(settings, name)), "queue_url")
+        raise config_mistake(config, ("region",) if settings.stack_file is not None else (unset,), target.no_queue)
     return settings, target
 
 
@@ -102,7 +105,7 @@ def run(ctx: typer.Context, config: Path = typer.Option(..., "--config", exists=
     from relevo_agent.memory import fewer_arenas
 
     fewer_arenas()  # before any thread starts (relevo_agent.memory)
-    agent = Agent(settings, str(target.table), str(target.queue_url))
+    agent = Agent(settings, str(target.table), str(target.queue_url), api_url=target.api_url)
 
     def _count(signum: int, _frame: object) -> None:
         # Only count: the supervisor loop decides (1 drain, 2 cancel running stages, 3 exit now).

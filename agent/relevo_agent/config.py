@@ -48,6 +48,11 @@ class AgentConfig(BaseModel):
     )
     table_name: str | None = Field(default=None, description="The deployed stack's table (its TableName output), without stack_file.")
     queue_url: str | None = Field(default=None, description="The URL of this region's work queue, without stack_file.")
+    api_url: str | None = Field(
+        default=None, pattern=r"^https?://[^\s]+$",
+        description="The deployed stack's API (its ApiUrl output), without stack_file: the agent claims each stage there "
+        "and gets the job's credentials with the claim.",
+    )
     aws_region: str | None = Field(default=None, description="The AWS region of the deployed stack, without stack_file.")
     aws_profile: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9_.@+-]{1,64}$",

@@ -57,10 +57,12 @@ def check_credentials() -> tuple[Check, datetime | None]:
     return Check("credentials", True, f"signed in as {identity.get('Arn', '?')}"), _server_date(identity)
 
 
-def check_table(table: str) -> Check:
+def check_table(table: str, region: str) -> Check:
     try:
-        # GetItem of a job's key is what the agent role allows; the key does not need to exist.
-        client("dynamodb").get_item(TableName=table, Key={"pk": {"S": "JOB#relevo-doctor"}, "sk": {"S": "JOB"}})
+        # A read of its region's presence partition is what the agent role allows on its own
+        # credentials (everything of a job it reads with that job's, after a claim); the key
+        # does not need to exist.
+        client("dynamodb").get_item(TableName=table, Key={"pk": {"S": f"AGENTS#{region}"}, "sk": {"S": "AGENT#relevo-doctor"}})
     except (ClientError, BotoCoreError) as exc:
         return Check("table", False, f"cannot read table {table} ({_why(exc)})")
     return Check("table", True, f"{table} is readable")
@@ -141,7 +143,7 @@ def check_permissions(stack: StackInfo, region: str, identity: str | None) -> Ch
         permissions.run(probe)
         for probe in permissions.probes(
             stack.table_name, region, queue_url, others, stack.resources.get("ArtifactBucket"), stack.resources.get("JobStateMachine"),
-            stack.stack_name,
+            stack.stack_name, stack.api_url, stack.region,
         )
     ]
     ok, words = permissions.summary(findings)
@@ -173,7 +175,7 @@ def run_checks(
     checks = [credentials, check_clock(server_time, now(), config.max_clock_skew_sec)]
     if stack is not None and credentials.ok and config.region in stack.work_queues:
         checks.append(check_permissions(stack, config.region, credentials.words.removeprefix("signed in as ")))
-    checks.append(check_table(table) if table else Check("table", False, "no table: set stack_file or table_name"))
+    checks.append(check_table(table, config.region) if table else Check("table", False, "no table: set stack_file or table_name"))
     if queue_url:
         checks.append(check_queue(queue_url))
     else:

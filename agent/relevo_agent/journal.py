@@ -53,6 +53,9 @@ class Operation:
     pgid: int | None = None
     # What the attempt's command wrote to $RELEVO_OUTPUT, journaled as it came (relevo_agent.outputs).
     outputs: dict[str, str] | None = None
+    # The claim's proof (relevo_agent.claims): what gets the attempt's job credentials again
+    # after a restart. This file is the agent's alone (docs/agent.md).
+    claim_secret: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 """
 # Columns added after the first release: journals written before them gain them on open.
-_ADDED_COLUMNS = {"operations": {"pgid": "INTEGER", "outputs": "TEXT"}}
+_ADDED_COLUMNS = {"operations": {"pgid": "INTEGER", "outputs": "TEXT", "claim_secret": "TEXT"}}
 
 
 def _now() -> str:
@@ -154,10 +157,10 @@ class Journal:
         with self._lock:
             self._db.execute(
                 "INSERT INTO operations (operation_id, job_id, stage, stage_index, attempt, resource_key, "
-                "precondition_version, outcome, receipt, run_token, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+                "precondition_version, outcome, receipt, run_token, updated_at, claim_secret) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT(operation_id) DO UPDATE SET attempt=excluded.attempt, resource_key=excluded.resource_key, "
                 "precondition_version=excluded.precondition_version, outcome=excluded.outcome, receipt=NULL, pgid=NULL, outputs=NULL, "
-                "run_token=excluded.run_token, updated_at=excluded.updated_at",
+                "run_token=excluded.run_token, updated_at=excluded.updated_at, claim_secret=excluded.claim_secret",
                 (
                     op.operation_id,
                     op.job_id,
@@ -170,6 +173,7 @@ class Journal:
                     None,
                     op.run_token,
                     _now(),
+                    op.claim_secret,
                 ),
             )
 
@@ -279,6 +283,7 @@ def _operation(row: sqlite3.Row) -> Operation:
         updated_at=row["updated_at"],
         pgid=row["pgid"],
         outputs=json.loads(row["outputs"]) if row["outputs"] else None,
+        claim_secret=row["claim_secret"],
     )
 
 

@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Mapping, Protocol
 from relevo_agent.config import AgentConfig
 from relevo_core.store.log_chunks import MAX_CHUNK_BYTES, ChunkWriter
 from relevo_core.store.stage_attempts import LeaseLost, StageRef
+from relevo_core.aws import in_this_context
 
 log = logging.getLogger("relevo_agent.logs")
 
@@ -174,7 +175,7 @@ class LogShipper:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._closing = False
-        self._thread = threading.Thread(target=self._ship_loop, name="log-shipper", daemon=True)
+        self._thread = threading.Thread(target=in_this_context(self._ship_loop), name="log-shipper", daemon=True)
 
     # ------------------------------------------------------------------ producer side
     def start(self) -> "LogShipper":

@@ -15,8 +15,10 @@ from typing import Callable
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.attempt import DEAD_TOKEN, StageReport, utc_now
+from relevo_agent.claims import RouteUnreachable
+from relevo_agent.job_sessions import AttemptNotHeld, JobSessions
 from relevo_agent.journal import Journal
-from relevo_core.aws import client
+from relevo_core.aws import client, job_scope
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
@@ -25,12 +27,17 @@ log = logging.getLogger(__name__)
 
 
 class Outbox:
-    """`stack_gone`: whether a failed send says the stack no longer exists (the agent then exits)."""
+    """`stack_gone`: whether a failed send says the stack no longer exists (the agent then exits).
+    `sessions`: the job credentials each report is sent with (resumed with the report's claim
+    secret when the agent restarted since)."""
 
-    def __init__(self, journal: Journal, table_name: str, agent_id: str, stack_gone: Callable[[BaseException], bool]) -> None:
+    def __init__(
+        self, journal: Journal, table_name: str, agent_id: str, stack_gone: Callable[[BaseException], bool], sessions: JobSessions,
+    ) -> None:
         self.journal = journal
         self.table_name = table_name
         self.agent_id = agent_id
+        self.sessions = sessions
         self._stack_gone = stack_gone
         self._lock = threading.Lock()
 
@@ -55,8 +62,26 @@ class Outbox:
                 log.exception("outbox flush failed")
 
     def _send(self, report: StageReport) -> bool:
-        """One report: the fenced stage write, then the task token. True when done with it (sent,
-        or refused for good because another attempt owns the stage); False to try again later."""
+        """One report, with its job's credentials. True when done with it (sent, or refused for
+        good); False to try again later. Done, its attempt's credentials are let go."""
+        key = (report.job_id, report.stage_index, report.attempt)
+        try:
+            credentials = self.sessions.for_attempt(key, report.claim_secret)
+        except AttemptNotHeld as refused:
+            log.warning("%s:%s attempt %d: report dropped, %s", report.job_id, report.stage, report.attempt, refused)
+            return True
+        except RouteUnreachable as exc:
+            log.warning("report of %s:%s deferred to the outbox (no job credentials yet: %s)", report.job_id, report.stage, exc)
+            return False
+        with job_scope(credentials):
+            done = self._send_as_job(report)
+        if done:
+            self.sessions.release(key)
+        return done
+
+    def _send_as_job(self, report: StageReport) -> bool:
+        """The fenced stage write, then the task token. True when done with it (sent, or refused
+        for good because another attempt owns the stage); False to try again later."""
         ref = stage_attempts.StageRef(self.table_name, report.job_id, report.stage_index, report.attempt, self.agent_id)
         status = report.status
         try:

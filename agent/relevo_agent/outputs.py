@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from relevo_core.models.handoff import MAX_OUTPUT_BYTES, MAX_OUTPUT_KEYS, output_key_problem, outputs_size
+from relevo_core.aws import in_this_context
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class OutputWatch:
         return cls(path, OutputParser(secrets), on_change)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="outputs", daemon=True)
+        self._thread = threading.Thread(target=in_this_context(self._loop), name="outputs", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:

@@ -3,10 +3,12 @@ and nothing an agent must never do?
 
 Each probe is a request that cannot change anything: a conditional write whose condition never
 holds, a visibility change of a receipt handle that does not exist, a task token that is no token,
-a state machine that does not exist. AWS authorizes a request before it looks at its condition or
+a state machine that does not exist, a claim with an empty body, an object nobody wrote. AWS authorizes a request before it looks at its condition or
 its parameters, so an answer other than AccessDenied means the credentials may do it. The lists
 follow the agent role of template.yaml (AgentPolicy per region affinity): an agent's credentials
-pass every "needed" probe and none of the "must not" ones.
+pass every "needed" probe and none of the "must not" ones. What an agent does for a job (its
+stage, log and artifact records, objects, signing identities, task tokens) it does with the job's
+own credentials from its claim (JobPolicy), so its own credentials must be refused all of it.
 """
 
 from __future__ import annotations
@@ -66,30 +68,40 @@ def _secret(name: str) -> Callable[[], Any]:
     return lambda: client("secretsmanager").get_secret_value(SecretId=name)
 
 
+def _route(api_url: str, region: str, aws_region: str) -> Callable[[], Any]:
+    """A claim of nothing on `region`'s claim route: API Gateway authorizes execute-api:Invoke
+    before the function reads the body, so a refusal of the body means the route is allowed."""
+    from relevo_agent.claims import ClaimRoutes, RouteError
+
+    def call() -> Any:
+        try:
+            return ClaimRoutes(api_url, region, aws_region)._post("claims", {})
+        except RouteError as refused:
+            # API Gateway's own refusal (template GatewayResponses ACCESS_DENIED, UNAUTHENTICATED).
+            code = "AccessDenied" if refused.status == 403 else str(refused.code)
+            raise ClientError({"Error": {"Code": code, "Message": refused.message}}, "Invoke") from refused
+
+    return call
+
+
 def probes(
     table: str, region: str, queue_url: str, other_queues: dict[str, str], bucket: str | None, state_machine_arn: str | None,
-    stack_name: str | None = None,
+    stack_name: str | None = None, api_url: str | None = None, aws_region: str | None = None,
 ) -> list[Probe]:
     job, stages = f"JOB#{PROBE_ID}", f"STAGES#{PROBE_ID}"
     found = [
-        Probe("read jobs and stages", "dynamodb:GetItem", True, lambda: client("dynamodb").get_item(TableName=table, Key={"pk": {"S": stages}, "sk": {"S": "STAGE#00"}})),
-        Probe("write stage attempts", "dynamodb:UpdateItem", True, _update(table, stages, "STAGE#00", "status")),
-        Probe("write log chunks", "dynamodb:PutItem", True, _put(table, f"LOGS#{PROBE_ID}", "SEQ#000000000000")),
-        Probe("write artifact records", "dynamodb:PutItem", True, _put(table, f"ARTIFACTS#{PROBE_ID}", "probe")),
         Probe(f"write presence in {region}", "dynamodb:PutItem", True, _put(table, f"AGENTS#{region}", f"AGENT#{PROBE_ID}")),
         Probe(f"read pauses in {region}", "dynamodb:BatchGetItem", True, lambda: client("dynamodb").batch_get_item(
             RequestItems={table: {"Keys": [{"pk": {"S": f"PAUSES#{region}"}, "sk": {"S": f"PAUSE#{PROBE_ID}"}}]}})),
-        Probe(
-            "find its held attempts", "dynamodb:Query", True,
-            lambda: client("dynamodb").query(
-                TableName=table, IndexName="HeldAttemptsIndex", KeyConditionExpression="held_by = :a",
-                ExpressionAttributeValues={":a": {"S": PROBE_ID}}, ProjectionExpression="pk", Limit=1,
-            ),
-        ),
         Probe("hand stage messages back", "sqs:ChangeMessageVisibility", True,
               lambda: client("sqs").change_message_visibility(QueueUrl=queue_url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0)),
-        Probe("answer stage tasks", "states:SendTaskHeartbeat", True, lambda: client("stepfunctions").send_task_heartbeat(taskToken=PROBE_ID)),
-        # What an agent must not do: its credentials are what a compromised build could borrow.
+        # What an agent must not do on its own credentials: they are what a compromised build
+        # could borrow. What it does for a job it does with that job's credentials, from its claim.
+        Probe("read jobs and stages", "dynamodb:GetItem", False, lambda: client("dynamodb").get_item(TableName=table, Key={"pk": {"S": stages}, "sk": {"S": "STAGE#00"}})),
+        Probe("write stage attempts", "dynamodb:UpdateItem", False, _update(table, stages, "STAGE#00", "status")),
+        Probe("write log chunks", "dynamodb:PutItem", False, _put(table, f"LOGS#{PROBE_ID}", "SEQ#000000000000")),
+        Probe("write artifact records", "dynamodb:PutItem", False, _put(table, f"ARTIFACTS#{PROBE_ID}", "probe")),
+        Probe("answer stage tasks", "states:SendTaskHeartbeat", False, lambda: client("stepfunctions").send_task_heartbeat(taskToken=PROBE_ID)),
         Probe("write project items", "dynamodb:PutItem", False, _put(table, f"PROJECT#{PROBE_ID}", "PROJECT")),
         Probe("write grants", "dynamodb:PutItem", False, _put(table, f"PROJECT#{PROBE_ID}", f"GRANT#{PROBE_ID}")),
         Probe("write project locks", "dynamodb:PutItem", False, _put(table, f"LOCK#{PROBE_ID}", "LOCK")),
@@ -101,14 +113,19 @@ def probes(
               lambda: client("dynamodb").delete_item(TableName=table, Key={"pk": {"S": job}, "sk": {"S": "JOB"}}, ConditionExpression=NEVER)),
     ]
     if bucket:
-        found.insert(9, Probe("find the artifact bucket's region", "s3:GetBucketLocation", True, lambda: client("s3").get_bucket_location(Bucket=bucket)))
+        found.append(Probe("read objects of the artifact bucket", "s3:GetObject", False,
+                           lambda: client("s3").get_object(Bucket=bucket, Key=f"{PROBE_ID}/{PROBE_ID}/none")))
+    if api_url:
+        found.insert(3, Probe(f"claim {region}'s stages", "execute-api:Invoke", True, _route(api_url, region, aws_region or "us-east-1")))
+        for other in sorted(other_queues):
+            found.append(Probe(f"claim {other}'s stages", "execute-api:Invoke", False, _route(api_url, other, aws_region or "us-east-1")))
     for other, url in sorted(other_queues.items()):
         found.append(Probe(f"take {other}'s stages", "sqs:ChangeMessageVisibility", False,
                            lambda url=url: client("sqs").change_message_visibility(QueueUrl=url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0)))
     if stack_name:
-        # Signing keychains (issue 20): its region's identities, no webhook secret.
-        found.append(Probe(f"read {region}'s signing identities", "secretsmanager:GetSecretValue", True,
+        found.append(Probe("read signing identities", "secretsmanager:GetSecretValue", False,
                            _secret(f"relevo/{stack_name}/_signing/{region}/{PROBE_ID}/none")))
+        found.append(Probe("read checkout credentials", "secretsmanager:GetSecretValue", False, _secret(f"relevo/{stack_name}/_git/{PROBE_ID}/none")))
         found.append(Probe("read webhook secrets", "secretsmanager:GetSecretValue", False, _secret(f"relevo/{stack_name}/{PROBE_ID}/github")))
     if state_machine_arn:
         missing = state_machine_arn.rsplit(":", 1)[0] + f":{PROBE_ID}-none"

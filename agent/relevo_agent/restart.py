@@ -1,7 +1,8 @@
 """What a restarted agent does, before it takes any work, with the attempts its previous run left.
 
 Every operation the journal shows in flight was interrupted (its supervisor killed the command
-when the agent died). Each is reported failed with cause agent_restart_interrupted and outcome
+when the agent died); the journal begins an operation before its claim is sent, so it knows every
+attempt this agent may hold. Each is reported failed with cause agent_restart_interrupted and outcome
 unknown: Relevo.Transient.AgentShutdown is retryable, and the next attempt reconciles before it
 runs anything. The report ends the attempt's lease only once its process group is seen gone, so
 a successor never probes beside a command still dying. Reports left in the outbox are sent.
@@ -12,12 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Callable
-
-from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.attempt import StageReport
-from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
+from relevo_agent.journal import Journal, Operation, OperationOutcome
 from relevo_agent.outbox import Outbox
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import StageStatus
@@ -31,41 +29,13 @@ RESTART_INTERRUPTED = "agent_restart_interrupted"
 RESTART_GROUP_WAIT_SEC = 30.0
 
 
-def recover(journal: Journal, table_name: str, agent_id: str, outbox: Outbox, stack_gone: Callable[[BaseException], bool]) -> None:
-    """Report what the journal shows in flight as interrupted, then send the outbox.
-
-    Attempts Relevo records as held by this agent_id that the journal does not know are taken
-    over only when this journal claimed them; any other (a lost journal, or another Mac
-    running with this agent_id) is left to its lease, which its own holder fences. An error that
-    says the stack is gone (`stack_gone`) is raised: the agent cannot start."""
+def recover(journal: Journal, outbox: Outbox) -> None:
+    """Report what the journal shows in flight as interrupted, then send the outbox: each report
+    with its attempt's job credentials, asked for again with the claim secret the journal kept
+    (relevo_agent.job_sessions). An attempt this agent no longer holds has nothing to report."""
     for op in journal.in_flight():
         log.warning("restart: %s attempt %d was in flight; reporting it interrupted", op.operation_id, op.attempt)
         _interrupted(journal, op, lease_ended=_group_gone(op.pgid))
-    try:
-        held = stage_attempts.held_by(table_name, agent_id)
-    except (BotoCoreError, ClientError) as exc:
-        if stack_gone(exc):
-            raise
-        log.warning("restart: cannot list the attempts this agent holds (%s); their leases will expire", exc)
-        held = []
-    for attempt in held:
-        job_id, stage = attempt.job_id, attempt.stage_name
-        known = journal.get(operation_id(job_id, stage))
-        if known is not None and known.attempt == attempt.attempt:
-            continue
-        if attempt.journal_id != journal.journal_id:
-            log.warning(
-                "restart: %s:%s attempt %s is held by agent_id %s but was claimed from another journal; left to its lease",
-                job_id, stage, attempt.attempt, agent_id,
-            )
-            continue
-        log.warning("restart: %s:%s attempt %s was claimed from this journal but is not in it; failing it", job_id, stage, attempt.attempt)
-        op = Operation(
-            operation_id(job_id, stage), job_id, stage, attempt.stage_index, attempt.attempt, "", "",
-            run_token=attempt.run_token,
-        )
-        journal.begin(op)
-        _interrupted(journal, op, lease_ended=False)
     outbox.flush()
 
 
@@ -81,6 +51,7 @@ def _interrupted(journal: Journal, op: Operation, lease_ended: bool) -> None:
         error=ErrorClass.AGENT_SHUTDOWN.value,
         cause=RESTART_INTERRUPTED,
         lease_ended=lease_ended,
+        claim_secret=op.claim_secret,
     )
     journal.record(op.operation_id, op.attempt, OperationOutcome.ABANDONED, None, report.payload())
 

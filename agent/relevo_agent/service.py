@@ -33,12 +33,15 @@ from pydantic import ValidationError
 
 from relevo_agent import capabilities, messages, restart
 from relevo_agent.attempt import StageMessage, utc_now
+from relevo_agent.claims import ClaimRoutes
 from relevo_agent.config import AgentConfig
+from relevo_agent.job_sessions import JobSessions
 from relevo_agent.journal import Journal
 from relevo_agent.messages import Message
 from relevo_agent.outbox import Outbox
 from relevo_agent.presence import Presence
 from relevo_agent.stage import HandBack, StageRunner
+from relevo_core.aws import aws_region
 from relevo_core.store.agents import AgentIdInUse
 
 log = logging.getLogger(__name__)
@@ -62,7 +65,9 @@ FATAL_STOP_WAIT_SEC = 10.0
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, table_name: str, queue_url: str, journal: Journal | None = None) -> None:
+    def __init__(
+        self, config: AgentConfig, table_name: str, queue_url: str, journal: Journal | None = None, api_url: str | None = None,
+    ) -> None:
         self.config = config
         self.table_name = table_name
         self.queue_url = queue_url
@@ -76,8 +81,11 @@ class Agent:
         # Stage threads started and not yet ended (from the receive to the slot's release).
         self._active = 0
         self._active_lock = threading.Lock()
-        self.outbox = Outbox(self.journal, table_name, config.agent_id, self.stack_gone)
-        self.stages = StageRunner(config, table_name, self.journal, self.outbox, self.stack_gone)
+        # The job credentials of the attempts it holds, from the claim routes of its region.
+        routes = ClaimRoutes(api_url, config.region, aws_region()) if api_url else None
+        self.sessions = JobSessions(routes, config.agent_id, self.stopping)
+        self.outbox = Outbox(self.journal, table_name, config.agent_id, self.stack_gone, self.sessions)
+        self.stages = StageRunner(config, table_name, self.journal, self.outbox, self.stack_gone, self.sessions)
         self.presence = Presence(config, table_name, self.stopping)
         self.presence.on_taken = lambda taken: self._die(f"{taken}: that process is this agent now; exiting")
         self.presence.on_error = self.stack_gone
@@ -135,7 +143,7 @@ class Agent:
         try:
             self.presence.take(predecessor=self.journal.recall(INSTANCE_KEY))
             self.journal.remember(INSTANCE_KEY, self.presence.instance_id)
-            restart.recover(self.journal, self.table_name, self.config.agent_id, self.outbox, self.stack_gone)
+            restart.recover(self.journal, self.outbox)
             # Signing keychains a crash of an earlier run left (relevo_agent.keychain), before any stage.
             self.stages.keychains.sweep()
         except AgentIdInUse as other:

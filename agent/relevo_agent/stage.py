@@ -34,10 +34,12 @@ from relevo_agent.artifacts import upload_stage_artifacts
 from relevo_agent.outputs import OutputInvalid, OutputWatch
 from relevo_agent.prepare import PrepareFailure, PrepareStopped, Prepared, handoff_cache, prepare
 from relevo_agent.attempt import DEAD_TOKEN, StageMessage, StageReport, StageRun, utc_now
+from relevo_agent.claims import RouteError, RouteUnreachable, new_claim_secret
 from relevo_agent.classify import classify
 from relevo_agent.config import AgentConfig
 from relevo_agent.executor import TAIL_BYTES, ExecResult, run_command
 from relevo_agent.hygiene import Hygiene
+from relevo_agent.job_sessions import JobSessions
 from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
 from relevo_agent.keychain import KeychainFailure, Keychains, read_identities
 from relevo_agent.lease import Lease, keep_fence, keep_lease
@@ -46,11 +48,12 @@ from relevo_agent.messages import Message
 from relevo_agent.outbox import Outbox
 from relevo_agent.stage_env import stage_environment
 from relevo_agent.transfer import ProgressWriter
-from relevo_core.aws import call_budget, client
-from relevo_core.jobs.handoff_sources import JobContext, read_job_context
+from relevo_core.aws import call_budget, client, in_this_context, job_scope
+from relevo_core.jobs.handoff_sources import JobContext
+from relevo_core.models.agent_session import ClaimGranted, ClaimRequest
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
-from relevo_core.models.envelope import JobEnvelope
-from relevo_core.models.errors import ErrorClass, RelevoError
+from relevo_core.models.envelope import JobEnvelope, read_envelope
+from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.handoff import previous_output_variable
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.status import JobStatus, StageStatus
@@ -65,6 +68,14 @@ RUN_TOKEN_WAIT_SEC = 30.0
 RUN_TOKEN_POLL_SEC = 0.05
 
 
+class _LeftToPrevious(Exception):
+    """The job's next stage was left to the Mac that ran the stage before it."""
+
+
+class _DispatchEnded(Exception):
+    """The dispatch is not this agent's to claim any more (stale, or its job is gone)."""
+
+
 class HandBack(Exception):
     """Trouble before the claim took (a connection reset, a timeout): the message goes straight
     back to the queue (visibility 0) for this agent or another to take, never waits out its
@@ -73,7 +84,8 @@ class HandBack(Exception):
 
 class StageRunner:
     """The stages this agent runs, one thread each (`run`). `stack_gone`: whether an error says
-    the stack no longer exists (the agent then exits)."""
+    the stack no longer exists (the agent then exits). `sessions`: the job credentials of the
+    attempts it holds (relevo_agent.job_sessions), which its claims are answered with."""
 
     def __init__(
         self,
@@ -82,11 +94,13 @@ class StageRunner:
         journal: Journal,
         outbox: Outbox,
         stack_gone: Callable[[BaseException], bool],
+        sessions: JobSessions,
     ) -> None:
         self.config = config
         self.table_name = table_name
         self.journal = journal
         self.outbox = outbox
+        self.sessions = sessions
         self._stack_gone = stack_gone
         self._running: dict[str, StageRun] = {}
         self._running_lock = threading.Lock()
@@ -113,26 +127,15 @@ class StageRunner:
     # ------------------------------------------------------------------ one stage
     def run(self, task: StageMessage, message: Message) -> None:
         """The stage of `task` on this agent, to its conclusion: claimed, kept, run, reported."""
-        context = self._context(task, message)
-        if context is None:
-            return
-        envelope = context.envelope
-        plan = envelope.stage(task.stage)
-        if task.attempt == 1 and self.prefer_previous is not None:
-            # A job's next stage goes to the Mac that ran its previous one, where its files are.
-            before = context.stage_before(task.stage_index)
-            previous_agent = before.get("agent_id") if before and before.get("status") == StageStatus.SUCCEEDED.value else None
-            if previous_agent and previous_agent != self.config.agent_id and self.prefer_previous(
-                str(previous_agent), task.requires, message, f"{task.job_id}/{task.stage}"
-            ):
-                return
-        timeline = LeaseTimeline(envelope.lease_ttl_sec, plan.kill_grace_sec, self.config.max_clock_skew_sec)
         op_id = operation_id(task.job_id, task.stage)
+        # What is decided before the claim comes with the message (the envelope comes with the
+        # claim). Whether a renewal fits before the fence depends on the lease and the allowed
+        # skew only (a kill grace the lease has no room for is cut short: relevo_core.lease_timeline).
+        timeline = LeaseTimeline(task.lease_ttl_sec, 0, self.config.max_clock_skew_sec)
         if not timeline.feasible:
             log.error(
-                "%s: a lease of %ds leaves no renewal before the fence with max_clock_skew_sec %g and kill grace %ds; "
-                "not taking it (raise the project's lease_ttl_sec)", op_id, envelope.lease_ttl_sec,
-                self.config.max_clock_skew_sec, plan.kill_grace_sec,
+                "%s: a lease of %ds leaves no renewal before the fence with max_clock_skew_sec %g; "
+                "not taking it (raise the project's lease_ttl_sec)", op_id, task.lease_ttl_sec, self.config.max_clock_skew_sec,
             )
             raise HandBack("the lease is too short for this agent")
         ref = stage_attempts.StageRef(self.table_name, task.job_id, task.stage_index, task.attempt, self.config.agent_id)
@@ -141,8 +144,8 @@ class StageRunner:
             log.info("%s is already running here; duplicate message dropped", op_id)
             message.delete()
             return
-        workspace = self.config.workspace_root / envelope.project
-        signing = envelope.signing is not None
+        workspace = self.config.workspace_root / task.project
+        signing = task.signs
         with self._running_lock:
             # The signing gate: a keychain goes on the user's search list, which every process of
             # the user searches, so a stage with one runs alone on this agent.
@@ -161,54 +164,95 @@ class StageRunner:
             except (BotoCoreError, ClientError):
                 message.give_back_after(max(1, self.config.handoff_delay_sec))
             return
+        # The project's workspace_cleanup, once the claim brought its envelope.
+        cleanup: list[str | None] = [None]
         try:
             self.hygiene.used(workspace)
             # Held for the whole stage: no agent process of this machine removes the workspace under it.
             with self.hygiene.locks.using(workspace):
-                self._run_in(workspace, context, plan, task, message, timeline, op_id, ref)
+                self._run_in(workspace, task, message, timeline, op_id, ref, cleanup)
         finally:
             with self._running_lock:
                 self._workspaces.pop(op_id, None)
                 self._signing.discard(op_id)
-            self.hygiene.stage_ended(envelope.project, workspace, envelope.workspace_cleanup)
+            self.hygiene.stage_ended(task.project, workspace, cleanup[0])
 
     def _run_in(
-        self, workspace: Path, context: JobContext, plan: StagePlan, task: StageMessage, message: Message,
-        timeline: LeaseTimeline, op_id: str, ref: stage_attempts.StageRef,
+        self, workspace: Path, task: StageMessage, message: Message, timeline: LeaseTimeline, op_id: str,
+        ref: stage_attempts.StageRef, cleanup: list[str | None],
     ) -> None:
-        envelope = context.envelope
-        # With a checkout the workspace is not the job's until it is prepared: its precondition is
-        # recorded then (Prepared.precondition); without one, as the workspace stands.
-        precondition = "" if envelope.checkout else reconcile.precondition_version(workspace, envelope.ref, context.commit(), plan.inputs)
         local = self.journal.get(op_id)
-        # Journaled before the claim: every attempt this agent may hold is in its journal.
-        self.journal.begin(Operation(op_id, task.job_id, task.stage, task.stage_index, task.attempt, str(workspace), precondition))
+        claim_secret = new_claim_secret()
+        # Journaled before the claim: every attempt this agent may hold is in its journal, with the
+        # secret that gets its job credentials again after a restart.
+        self.journal.begin(Operation(op_id, task.job_id, task.stage, task.stage_index, task.attempt, str(workspace), "", claim_secret=claim_secret))
         claim_sent = time.monotonic()
         try:
-            previous = self._claim(ref, timeline, precondition, message.sent_at)
+            granted = self._claim(task, message, ref, timeline, claim_secret)
         except stage_attempts.ClaimRefused as refused:
             self.journal.record(op_id, ref.attempt, OperationOutcome.ABANDONED, None, None)
             self._refused(op_id, ref, refused, message)
             return
-        except (BotoCoreError, ClientError) as exc:
+        except _LeftToPrevious:
+            self.journal.record(op_id, ref.attempt, OperationOutcome.ABANDONED, None, None)
+            return
+        except _DispatchEnded as ended:
+            self.journal.record(op_id, ref.attempt, OperationOutcome.ABANDONED, None, None)
+            log.warning("%s: %s; its message is deleted", op_id, ended)
+            message.delete()
+            return
+        except (RouteUnreachable, RouteError) as exc:
             self.journal.record(op_id, ref.attempt, OperationOutcome.ABANDONED, None, None)
             raise HandBack(f"the claim did not go through ({exc})") from exc
         log.info("claimed %s attempt %d", op_id, ref.attempt)
+        key = (ref.job_id, ref.stage_index, ref.attempt)
+        credentials = self.sessions.granted(key, claim_secret, granted.session)
+        context = JobContext(read_envelope(granted.envelope), {str(r.get("stage_name")): r for r in granted.records if r.get("stage_name")})
+        cleanup[0] = context.envelope.workspace_cleanup
+        plan = context.envelope.stage(task.stage)
+        # The lease as the job's plan has it (its kill grace sets the fence's SIGTERM grace),
+        # counted from the claim's first send.
+        timeline = LeaseTimeline(context.envelope.lease_ttl_sec, plan.kill_grace_sec, self.config.max_clock_skew_sec)
+        run = StageRun(ref, Lease(timeline, claim_sent), exec_deadline=claim_sent + plan.exec_timeout_sec,
+                       transfer=ProgressWriter(ref, self.config.progress_interval_sec), claim_secret=claim_secret)
+        try:
+            # From the claim on, everything done for the job is done with its credentials, on this
+            # thread and on those it starts (relevo_core.aws.in_this_context).
+            with job_scope(credentials):
+                self._claimed(workspace, context, task, message, run, op_id, local, granted.previous)
+        finally:
+            if not run.reported:
+                self.sessions.release(key)
+
+    def _claimed(
+        self, workspace: Path, context: JobContext, task: StageMessage, message: Message, run: StageRun, op_id: str,
+        local: Operation | None, previous: dict[str, Any],
+    ) -> None:
+        envelope = context.envelope
+        plan = envelope.stage(task.stage)
+        ref = run.ref
         # From the claim on, the lease is kept and fenced beside whatever this thread does: the
         # answer to the dispatch, the wait for the previous holder, the checkout and restore, the
         # probe, the command, the handoff.
-        run = StageRun(ref, Lease(timeline, claim_sent), exec_deadline=claim_sent + plan.exec_timeout_sec,
-                       transfer=ProgressWriter(ref, self.config.progress_interval_sec))
         with self._running_lock:
             self._running[op_id] = run
         keepers = [
-            threading.Thread(target=keep_lease, args=(run, op_id, self._stack_gone), name="lease", daemon=True),
-            threading.Thread(target=keep_fence, args=(run, op_id), name="fence", daemon=True),
+            threading.Thread(target=in_this_context(keep_lease), args=(run, op_id, self._stack_gone), name="lease", daemon=True),
+            threading.Thread(target=in_this_context(keep_fence), args=(run, op_id), name="fence", daemon=True),
         ]
         for keeper in keepers:
             keeper.start()
         refused = False
         try:
+            if (envelope.signing is not None) != task.signs or envelope.project != task.project:
+                # The message said otherwise than the job (a copy passed on by another agent):
+                # the gates were decided on the wrong facts, so the claim is let go, unused.
+                log.warning("%s: the stage message does not match its job's plan; letting the claim go", op_id)
+                run.stop("not_taken")
+                refused = True
+                message.give_back()
+                self._abandon(run, op_id)
+                return
             accepted = self._accept(run, task.task_token)
             if accepted is False:
                 run.stop("not_taken")
@@ -219,7 +263,7 @@ class StageRunner:
             # The state machine has taken this claim as the dispatch's answer (or may have: then
             # the run token it hands out decides): the stage starts now. The message and the run
             # token are seen to beside it (_watch_for_run_token).
-            watcher = threading.Thread(target=self._watch_for_run_token, args=(run, op_id, message), name="token", daemon=True)
+            watcher = threading.Thread(target=in_this_context(self._watch_for_run_token), args=(run, op_id, message), name="token", daemon=True)
             watcher.start()
             keepers.append(watcher)
             if accepted is None and not self._taken(run, op_id):
@@ -227,6 +271,11 @@ class StageRunner:
                 if run.reason == "fenced":
                     self._back_when_lease_ends(run, op_id, message)
                 return
+            # Without a checkout the workspace is the job's as it stands: its precondition now
+            # (with one, once it is prepared: Prepared.precondition).
+            precondition = "" if envelope.checkout else self._record_precondition(
+                run, op_id, reconcile.precondition_version(workspace, envelope.ref, context.commit(), plan.inputs)
+            )
             reconciling = stage_attempts.needs_reconcile(previous, ref.attempt)
             if reconciling and not self._after_previous_fence(run, op_id, previous):
                 self._abandon(run, op_id)
@@ -260,6 +309,19 @@ class StageRunner:
                 self._let_go(run, op_id)
             with self._running_lock:
                 self._running.pop(op_id, None)
+
+    def _record_precondition(self, run: StageRun, op_id: str, precondition: str) -> str:
+        """The precondition of a workspace without a checkout, journaled and on the stage record
+        (fenced) before anything runs: what a later attempt's reconcile compares with."""
+        self.journal.set_precondition(op_id, run.ref.attempt, precondition)
+        try:
+            with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):
+                stage_attempts.record_precondition(run.ref, precondition)
+        except stage_attempts.LeaseLost:
+            run.stop("lease_lost")
+        except (BotoCoreError, ClientError) as exc:
+            log.warning("%s attempt %d: its precondition was not recorded (%s)", op_id, run.ref.attempt, exc)
+        return precondition
 
     def _prepare(
         self, run: StageRun, context: JobContext, plan: StagePlan, op_id: str, workspace: Path, shipper: Any
@@ -303,39 +365,40 @@ class StageRunner:
         self.journal.set_precondition(op_id, ref.attempt, prepared.precondition)
         return prepared
 
-    def _context(self, task: StageMessage, message: Message) -> JobContext | None:
-        """The job's envelope and its stage records (one Query: what the earlier stages left). A
-        job that is gone or unreadable fails the dispatch for good; a network fault hands the
-        message back."""
-        try:
-            return read_job_context(self.table_name, task.job_id)
-        except RelevoError as exc:
-            try:
-                client("stepfunctions").send_task_failure(taskToken=task.task_token, error=exc.code.value, cause=exc.message)
-            except (BotoCoreError, ClientError) as failure:
-                raise HandBack(f"the dispatch could not be failed ({failure})") from failure
-            message.delete()
-            return None
-        except (BotoCoreError, ClientError) as exc:
-            raise HandBack(f"the envelope could not be read ({exc})") from exc
-
     def _claim(
-        self, ref: stage_attempts.StageRef, timeline: LeaseTimeline, precondition: str, enqueued_at: datetime | None
-    ) -> dict[str, Any]:
-        """The claim, sent again with the same claim id after a transient error (a reset may
-        have lost the answer of a claim that landed), for as long as the lease could still be
-        kept afterwards."""
-        claim_id, now = uuid.uuid4().hex, utc_now()
+        self, task: StageMessage, message: Message, ref: stage_attempts.StageRef, timeline: LeaseTimeline, claim_secret: str,
+    ) -> ClaimGranted:
+        """The claim (relevo_agent.claims), sent again with the same secret after a transient error
+        (a reset may have lost the answer of a claim that landed), for as long as the lease could
+        still be kept afterwards. A job's next stage is first offered to the Mac that ran the one
+        before (its files are there): the route says which, and the message may be left to it."""
+        request = ClaimRequest(
+            job_id=task.job_id, stage_index=task.stage_index, attempt=task.attempt, agent_id=self.config.agent_id,
+            claim_secret=claim_secret, dispatch_key=task.dispatch_key, dispatch_token=task.task_token,
+            journal_id=self.journal.journal_id, enqueued_at=message.sent_at,
+            leave_to_previous=task.attempt == 1 and self.prefer_previous is not None,
+        )
         give_up = time.monotonic() + max(0.0, timeline.fence_after_sec - timeline.renew_interval_sec)
         delay = RETRY_AFTER_FAILURE_SEC
         while True:
             try:
-                return stage_attempts.claim(
-                    ref, int(timeline.lease_ttl_sec), now, precondition, enqueued_at, claim_id, self.journal.journal_id
-                )
-            except stage_attempts.ClaimRefused:
+                with call_budget(max(0.5, give_up - time.monotonic())):
+                    return self.sessions.routes.claim(request)
+            except RouteError as refused:
+                if refused.code == ErrorCode.CLAIM_REFUSED.value:
+                    raise stage_attempts.ClaimRefused(str(refused), refused.details, ref.attempt, int(utc_now().timestamp())) from refused
+                if refused.code == ErrorCode.PREVIOUS_AGENT_PREFERRED.value and self.prefer_previous is not None:
+                    previous_agent = str(refused.details.get("agent_id"))
+                    if self.prefer_previous(previous_agent, task.requires, message, f"{task.job_id}/{task.stage}"):
+                        raise _LeftToPrevious(previous_agent) from refused
+                    request = request.model_copy(update={"leave_to_previous": False})
+                    continue
+                if refused.code in (ErrorCode.JOB_NOT_FOUND.value, ErrorCode.ENVELOPE_VERSION_UNSUPPORTED.value, ErrorCode.DISPATCH_NOT_FOUND.value):
+                    # The route failed the dispatch of a job that is gone or unreadable; one this
+                    # region was not handed (or under another key) is not this agent's to run.
+                    raise _DispatchEnded(str(refused)) from refused
                 raise
-            except (BotoCoreError, ClientError) as exc:
+            except RouteUnreachable as exc:
                 if time.monotonic() + delay > give_up:
                     raise
                 log.warning("%s/%d: claim failed (%s); sending it again", ref.job_id, ref.stage_index, exc)
@@ -709,8 +772,11 @@ class StageRunner:
             cause=cause,
             receipt=receipt,
             lease_ended=True,  # nothing of this attempt runs any more here
+            claim_secret=run.claim_secret,
         )
         self.journal.record(op_id, ref.attempt, outcome, receipt, report.payload())
+        # The report's sending lets the attempt's job credentials go (relevo_agent.outbox).
+        run.reported = True
         self.outbox.flush()
 
     # ------------------------------------------------------------------ claim handshake and run token

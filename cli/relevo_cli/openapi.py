@@ -17,7 +17,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "layers" / "core" / "relevo_core" / "openapi.json"
 # Functions whose resolvers serve API routes (the rest run on schedules and streams).
-API_FUNCTIONS = ("webhook", "projects", "jobs", "triggers", "openapi", "queue", "job_output", "groups")
+API_FUNCTIONS = ("webhook", "projects", "jobs", "triggers", "openapi", "queue", "job_output", "groups", "agent_sessions")
 # Placeholder settings: the handlers validate their environment lazily, never at import.
 PLACEHOLDER_ENV = {
     "TABLE_NAME": "relevo-Table",

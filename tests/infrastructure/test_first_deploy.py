@@ -31,6 +31,8 @@ RESERVED_WHEN_ON = {
     "JobsFunction": 20,
     "JobOutputFunction": 20,
     "TriggersFunction": 20,
+    # Every claim of every Mac goes through it (and each renewal of a job's credentials).
+    "AgentSessionsFunction": 20,
     "QueueFunction": 10,
     "ScheduleTriggerFunction": 10,
     "SweeperFunction": 1,

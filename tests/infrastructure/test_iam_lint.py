@@ -72,9 +72,15 @@ def test_the_lint_finds_every_role_and_policy_of_the_translated_template(sam: di
     owners = {(d.owner, d.kind) for d in baseline.documents}
     sam_owners = {
         name for name, r in sam["Resources"].items()
-        if r["Type"] in ("AWS::Serverless::Function", "AWS::Serverless::StateMachine")
+        if r["Type"] in ("AWS::Serverless::Function", "AWS::Serverless::StateMachine") and "Role" not in r["Properties"]
     }
     assert {(name, "trust") for name in sam_owners} <= owners
+    # A function with a role of its own (Role: !GetAtt X.Arn): that role and its policies are linted.
+    own_roles = {
+        r["Properties"]["Role"]["Fn::GetAtt"][0] for r in sam["Resources"].values()
+        if r["Type"] == "AWS::Serverless::Function" and "Role" in r["Properties"]
+    }
+    assert own_roles and {(name, "trust") for name in own_roles} <= owners
     with_policies = {name for name in sam_owners if sam["Resources"][name]["Properties"].get("Policies")}
     assert {(name, "identity") for name in with_policies} <= owners
     assert {("SchedulerInvokeRole", "trust"), ("SchedulerInvokeRole", "identity"), ("ArtifactBucketPolicy", "resource")} <= owners

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
+from relevo_agent.claims import new_claim_secret
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
 from relevo_agent.attempt import StageRun
@@ -24,6 +25,7 @@ from relevo_agent.service import Agent
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.models.agent_session import ClaimRequest
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.codec import from_attributes
@@ -42,14 +44,21 @@ class Claimed:
         task, self.receipt_handle = receive_stage(stack, self.job_id)
         self.queue_url = stack.work_queues["eu-west"]
         self.ref = stage_attempts.StageRef(stack.table_name, self.job_id, task["stage_index"], task["attempt"], "mac-k")
-        stage_attempts.claim(self.ref, LEASE_TTL_SEC, datetime.now(timezone.utc))
         config = AgentConfig(agent_id="mac-k", region="eu-west", capacity=1, workspace_root=tmp_path, journal=tmp_path / "j.sqlite3")
-        self.agent = Agent(config, stack.table_name, self.queue_url, Journal(config.journal))
+        self.agent = Agent(config, stack.table_name, self.queue_url, Journal(config.journal), api_url=stack.api_url)
+        # Claimed through the claim route, as the agent claims: its job credentials are held.
+        secret = new_claim_secret()
+        granted = self.agent.sessions.routes.claim(ClaimRequest(
+            job_id=self.job_id, stage_index=task["stage_index"], attempt=task["attempt"], agent_id="mac-k", claim_secret=secret,
+            dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"],
+        ))
+        self.agent.sessions.granted((self.job_id, task["stage_index"], task["attempt"]), secret, granted.session)
         self.op_id = operation_id(self.job_id, task["stage"])
         self.agent.journal.begin(
-            Operation(self.op_id, self.job_id, task["stage"], task["stage_index"], task["attempt"], str(tmp_path), "commit=c;inputs=0")
+            Operation(self.op_id, self.job_id, task["stage"], task["stage_index"], task["attempt"], str(tmp_path), "commit=c;inputs=0",
+                      claim_secret=secret)
         )
-        self.run = StageRun(self.ref, Lease(LeaseTimeline(LEASE_TTL_SEC, 10, 5), time.monotonic()))
+        self.run = StageRun(self.ref, Lease(LeaseTimeline(LEASE_TTL_SEC, 10, 5), time.monotonic()), claim_secret=secret)
         self.keeper = threading.Thread(
             target=self.agent.stages._watch_for_run_token,
             args=(self.run, self.op_id, Message(self.queue_url, {"ReceiptHandle": self.receipt_handle})),

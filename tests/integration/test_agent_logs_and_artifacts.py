@@ -50,7 +50,7 @@ def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
         mask=(CANARY_VAR,),
         max_clock_skew_sec=0.5,  # agents of one host: their 3 s leases leave room to renew
     )
-    return Agent(config, stack.table_name, stack.work_queues["eu-west"])
+    return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
 
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:

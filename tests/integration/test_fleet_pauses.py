@@ -170,7 +170,7 @@ def test_a_queue_wait_that_runs_out_while_the_region_is_paused_is_renewed_and_th
     first, second = _job_messages(local_stack, job_id)
     assert (first["attempt"], second["attempt"]) == (1, 1) and first["task_token"] != second["task_token"]
     config = AgentConfig(agent_id="mac-held", region=REGION, workspace_root=tmp_path, journal=tmp_path / "j.sqlite3", max_clock_skew_sec=0.5)
-    agent = Agent(config, local_stack.table_name, local_stack.work_queues[REGION], Journal(config.journal))
+    agent = Agent(config, local_stack.table_name, local_stack.work_queues[REGION], Journal(config.journal), api_url=local_stack.api_url)
     stale, live = sorted((first, second), key=lambda m: _dispatched_order(local_stack, job_id, m["task_token"]))
     for message in (stale, live):
         agent._active = 1
@@ -225,7 +225,7 @@ def test_a_fresh_agent_takes_nothing_before_it_has_read_its_pauses(local_stack, 
 
     monkeypatch.setattr(presence_module.agent_pauses, "pauses_for_agent", slow_read)
     config = AgentConfig(agent_id=f"mac-fresh-{secrets.token_hex(2)}", region=REGION, workspace_root=tmp_path, journal=tmp_path / "j.sqlite3")
-    agent = Agent(config, local_stack.table_name, local_stack.work_queues[REGION], Journal(config.journal))
+    agent = Agent(config, local_stack.table_name, local_stack.work_queues[REGION], Journal(config.journal), api_url=local_stack.api_url)
     try:
         job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], queue_timeout_sec=120)
         wait_until(lambda: _stage_record(local_stack, job_id).get("status") == "dispatched", 30, "the stage dispatched")

@@ -86,28 +86,37 @@ def test_the_attempts_an_agent_holds_are_listed_until_it_finishes_them(local_sta
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
 
 
-def test_a_restarted_agent_fails_at_once_what_its_journal_claimed_and_lost(local_stack, project_id, tmp_path):
-    """Restart recovery of an attempt this journal claimed that the journal no longer shows
-    (relevo_agent.restart): reported interrupted at once, so the retry comes well inside the
-    lease. While the index it read did not project journal_id, the attempt looked claimed from
-    another journal and waited out its lease (issue 28)."""
-    from relevo_agent.journal import Journal
+def test_a_restarted_agent_reports_at_once_what_its_journal_claimed_with_credentials_asked_for_again(local_stack, project_id, tmp_path):
+    """Restart recovery (relevo_agent.restart): the journal begins an operation, with its claim
+    secret, before the claim is sent, so a restarted agent knows every attempt it may hold. The
+    one in flight is reported interrupted at once, with the job credentials the claim route gives
+    again for that secret (the process that held them is gone), so the retry comes well inside
+    the lease instead of after it."""
+    from relevo_agent.claims import ClaimRoutes, new_claim_secret
+    from relevo_agent.job_sessions import JobSessions
+    from relevo_agent.journal import Journal, Operation, operation_id
     from relevo_agent.outbox import Outbox
     from relevo_agent.restart import recover
+    from relevo_core.models.agent_session import ClaimRequest
 
     job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], lease_ttl_sec=120)
     task, _ = receive_stage(local_stack, job_id)
     journal = Journal(tmp_path / "mac.sqlite3")
-    agent = "mac-" + project_id
-    ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, agent)
-    stage_attempts.claim(ref, 120, datetime.now(timezone.utc), journal_id=journal.journal_id)
+    agent, secret = "mac-" + project_id, new_claim_secret()
+    routes = ClaimRoutes(local_stack.api_url, "eu-west", local_stack.region)
+    journal.begin(Operation(operation_id(job_id, "upload"), job_id, "upload", 0, 1, str(tmp_path), "", claim_secret=secret))
+    routes.claim(ClaimRequest(job_id=job_id, stage_index=0, attempt=1, agent_id=agent, claim_secret=secret,
+                              dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"]))
     client("stepfunctions").send_task_success(taskToken=task["task_token"], output='{"agent_id": "%s", "attempt": 1}' % agent)
-    wait_for_run_token(ref)
+    wait_for_run_token(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, agent))
 
-    recover(journal, local_stack.table_name, agent, Outbox(journal, local_stack.table_name, agent, lambda exc: False), lambda exc: False)
+    # A new process: no credentials held, only the journal.
+    sessions = JobSessions(routes, agent)
+    recover(journal, Outbox(journal, local_stack.table_name, agent, lambda exc: False, sessions))
 
     retry, _ = receive_stage(local_stack, job_id, timeout=30)  # the lease has 120 s to go
     assert retry["attempt"] == 2
+    assert journal.pending() == [] and sessions.held() == []
     assert stage_attempts.held_by(local_stack.table_name, agent) == []
     view = RelevoApi.for_stack(local_stack).get_job(job_id)
     assert [entry["error"] for entry in view["stages"][0]["attempts_log"]] == ["Relevo.Transient.AgentShutdown"]

@@ -59,7 +59,7 @@ def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
         # look online, and it would otherwise leave the retry to one of them (presence.leave_to_another).
         handoff_max_wait_sec=0,
     )
-    return Agent(config, stack.table_name, stack.work_queues["eu-west"])
+    return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
 
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:

@@ -35,6 +35,11 @@ def test_a_journaled_report_reads_back_as_it_was_written():
     assert json.loads(json.dumps(report.payload())) == JOURNALED  # what the outbox stores is JSON
 
 
+def test_a_report_keeps_the_claim_secret_its_job_credentials_are_resumed_with():
+    report = StageReport.model_validate({**JOURNALED, "claim_secret": "a" * 64})
+    assert StageReport.model_validate(json.loads(json.dumps(report.payload()))).claim_secret == "a" * 64
+
+
 def test_a_report_journaled_without_the_later_keys_reads_with_their_defaults():
     older = {key: value for key, value in JOURNALED.items() if key not in ("run_token", "lease_ended")}
     report = StageReport.model_validate(older)

@@ -43,7 +43,7 @@ from relevo_agent.handoff import HandoffFailure
 from relevo_agent.handoff.cache import HandoffCache
 from relevo_agent.handoff.store import PARALLEL_OBJECTS, Location, _Progress, base_of_manifest
 from relevo_agent.handoff.tree import READ_BLOCK, real_parents, sha256_file
-from relevo_core.aws import client
+from relevo_core.aws import client, in_this_context
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.handoff import HandoffSummary, Manifest, ManifestEntry, link_target_problem, path_problem, tree_digest
 from relevo_core.models.transfer import human_bytes
@@ -348,7 +348,7 @@ def restore_handoffs(
 
     # Side by side (hashing and file system calls let go of the GIL), in path order of results.
     with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-local") as pool:
-        sources = list(pool.map(local, files_here))
+        sources = list(pool.map(in_this_context(local), files_here))
     fetch: list[Placed] = []
     for item, source in zip(files_here, sources):
         if source == "present":
@@ -460,7 +460,7 @@ def _fetch(workspace: Path, items: list[Placed], cache: HandoffCache | None, emi
             raise HandoffFailure(classify_storage_error(exc), f"handoff: fetching {uri}: {exc}") from exc
 
     with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-get") as pool:
-        futures = [pool.submit(one, key, members) for key, members in by_object.items()]
+        futures = [pool.submit(in_this_context(one), key, members) for key, members in by_object.items()]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         failed = next((future.exception() for future in done if future.exception() is not None), None)
         if failed is not None:

@@ -50,7 +50,7 @@ from relevo_agent.artifacts import classify_storage_error
 from relevo_agent.handoff import HandoffFailure
 from relevo_agent.handoff.cache import HandoffCache
 from relevo_agent.handoff.tree import Found, scan, sha256_file
-from relevo_core.aws import client
+from relevo_core.aws import client, in_this_context
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.handoff import LARGE_FILE_BYTES, PACK_BYTES, HandoffSummary, Manifest, ManifestEntry, tree_digest
 from relevo_core.models.transfer import human_bytes
@@ -252,8 +252,8 @@ def store_handoff(
         emit(f"[relevo] handoff: storing {len(new_blobs) + len(new_small)} new file(s), {human_bytes(adding)} "
              f"({len(files) - len(new_blobs) - len(new_small)} already stored for this job)")
     with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-put") as pool:
-        futures: list[Future[None]] = [pool.submit(put_pack, members) for members in packs if members]
-        futures += [pool.submit(put_blob, sha, entry) for sha, entry in new_blobs.items()]
+        futures: list[Future[None]] = [pool.submit(in_this_context(put_pack), members) for members in packs if members]
+        futures += [pool.submit(in_this_context(put_blob), sha, entry) for sha, entry in new_blobs.items()]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         failed = next((future.exception() for future in done if future.exception() is not None), None)
         if failed is not None:

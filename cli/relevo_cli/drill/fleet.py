@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from relevo_agent.supervisor import group_alive
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.drill.proxy import FaultProxy
+from relevo_cli.drill.proxy import FaultProxies, FaultProxy
 from relevo_cli.localrun import agent_process, random_commit
 from relevo_core.aws import client
 from relevo_agent.stackfile import StackInfo
@@ -65,12 +65,16 @@ class DrillTiming:
         return cls(lease_ttl_sec=5, effect_after_sec=8.0, max_clock_skew_sec=0.5)
 
 
-def agent_environment(stack: StackInfo, endpoint: str, work: Path, agent_id: str) -> tuple[Path, dict[str, str]]:
-    """The stack file an agent reads (the stack's own, its AWS endpoint replaced by `endpoint`,
-    the agent's fault proxy) and the variables its process gets on top of the drill's own (AWS
-    credentials). The one place to change when agents get credentials of their own."""
+def agent_environment(stack: StackInfo, endpoint: str, work: Path, agent_id: str, api_url: str | None = None) -> tuple[Path, dict[str, str]]:
+    """The stack file an agent reads (the stack's own, its AWS endpoint replaced by `endpoint`
+    and its API by `api_url`, the agent's fault proxies) and the variables its process gets on top
+    of the drill's own. The agent itself runs as its region's agent role (the stack file's
+    agent_credentials) and each stage with the job's credentials its claim returns."""
     stack_file = work / f"{agent_id}-stack.json"
-    stack_file.write_text(stack.model_copy(update={"aws_endpoint": endpoint}).model_dump_json())
+    update: dict[str, str] = {"aws_endpoint": endpoint}
+    if api_url:
+        update["api_url"] = api_url
+    stack_file.write_text(stack.model_copy(update=update).model_dump_json())
     env = {
         "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
         "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
@@ -85,7 +89,7 @@ def agent_environment(stack: StackInfo, endpoint: str, work: Path, agent_id: str
 @dataclass
 class DrillAgent:
     agent_id: str
-    proxy: FaultProxy
+    proxy: FaultProxies
     config: Path
     log: Path
     env: dict[str, str]
@@ -145,11 +149,13 @@ class DrillFleet:
     # ------------------------------------------------------------------ agents
     def start(self) -> "DrillFleet":
         target = urlsplit(str(self.stack.aws_endpoint))
+        api = urlsplit(self.stack.api_url)
         for agent_id in AGENT_IDS:
-            proxy = FaultProxy((target.hostname or "127.0.0.1", target.port or 80)).start()
-            stack_file, env = agent_environment(self.stack, proxy.url, self.work, agent_id)
+            to_aws = FaultProxy((target.hostname or "127.0.0.1", target.port or 80)).start()
+            to_api = FaultProxy((api.hostname or "127.0.0.1", api.port or 80)).start()
+            stack_file, env = agent_environment(self.stack, to_aws.url, self.work, agent_id, api_url=f"{to_api.url}{api.path}")
             config = self._agent_config(agent_id, stack_file)
-            agent = DrillAgent(agent_id, proxy, config, self.work / f"{agent_id}.log", env)
+            agent = DrillAgent(agent_id, FaultProxies([to_aws, to_api]), config, self.work / f"{agent_id}.log", env)
             agent.start()
             self.agents[agent_id] = agent
         self.wait_online()

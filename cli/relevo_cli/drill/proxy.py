@@ -24,6 +24,8 @@ closes itself after `lifetime_sec` even if nobody calls close().
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import random
 import socket
@@ -266,3 +268,25 @@ def _reset(writer: asyncio.StreamWriter) -> None:
         except OSError:
             pass
     writer.transport.abort()
+
+
+class FaultProxies:
+    """Every path of one agent to the stack (AWS's endpoint and the stack's API, where it claims),
+    each behind a FaultProxy, faulted together: a partition cuts the agent off from both."""
+
+    def __init__(self, proxies: list[FaultProxy]) -> None:
+        self.proxies = proxies
+
+    def set_mode(self, mode: Mode | str, **settings: Any) -> None:
+        for proxy in self.proxies:
+            proxy.set_mode(mode, **settings)
+
+    def partition(self) -> None:
+        self.set_mode(Mode.PARTITION)
+
+    def heal(self) -> None:
+        self.set_mode(Mode.PASS)
+
+    def close(self) -> None:
+        for proxy in self.proxies:
+            proxy.close()

@@ -1,7 +1,12 @@
 """boto3 clients, created on first use and reused for the life of the process.
 
 Never built at import time: cold start stays cheap and tests can point AWS_ENDPOINT_URL at the
-embedded stack before the first call. botocore itself honours AWS_ENDPOINT_URL. A client is
+embedded stack before the first call.
+
+Within `job_scope(credentials)` (the agent, for one stage attempt after its claim), the services a
+job's session serves (JOB_SERVICES) are called with that session, every other one (SQS: the
+region's queue) with the process's own credentials. A scope is a context variable: threads and
+pools that work for the attempt start in a copy of the context (`in_this_context`). botocore itself honours AWS_ENDPOINT_URL. A client is
 cached per endpoint, region and access key, so a process that points at a second stack (a CLI
 call, an e2e module's own stack, each with credentials of its own) and back never keeps talking
 to the one it left, nor with the credentials it used there.
@@ -9,13 +14,16 @@ to the one it left, nor with the credentials it used there.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import boto3
 from botocore.config import Config
@@ -50,6 +58,91 @@ def call_budget(seconds: float) -> Iterator[None]:
         _DEADLINE.reset(token)
 
 
+# What a job's session may be used for (template.yaml JobPolicy); anything else keeps the process's
+# own credentials, so an SQS call made while a stage runs is still the agent's.
+JOB_SERVICES = frozenset({"dynamodb", "s3", "stepfunctions", "secretsmanager"})
+
+
+@dataclass(frozen=True)
+class SessionCredentials:
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+    expiration: datetime
+
+
+class JobCredentials:
+    """The current session of one stage attempt's job: replaced when it is renewed, its clients
+    built on first use and dropped with the session they were built for."""
+
+    def __init__(self, credentials: SessionCredentials) -> None:
+        self._lock = threading.Lock()
+        self._current = credentials
+        self._clients: dict[tuple[Any, ...], Any] = {}
+
+    @property
+    def current(self) -> SessionCredentials:
+        with self._lock:
+            return self._current
+
+    def replace(self, credentials: SessionCredentials) -> None:
+        with self._lock:
+            self._current = credentials
+            self._clients.clear()
+
+    def client(self, service: str, endpoint: str | None, region: str | None, timeouts: tuple[float, float] | None) -> Any:
+        with self._lock:
+            credentials = self._current
+            cache_key = (service, endpoint, region, timeouts)
+            found = self._clients.get(cache_key)
+        if found is not None:
+            return found
+        config = _CLIENT_CONFIG
+        if timeouts is not None:
+            config = config.merge(Config(connect_timeout=timeouts[0], read_timeout=timeouts[1], retries={"mode": "standard", "total_max_attempts": 1}))
+        with _lock:
+            built = _session(_environment()[2]).client(
+                service, config=config, aws_access_key_id=credentials.access_key_id,
+                aws_secret_access_key=credentials.secret_access_key, aws_session_token=credentials.session_token,
+            )
+        with self._lock:
+            if self._current is credentials:
+                self._clients.setdefault(cache_key, built)
+        return built
+
+
+_JOB: ContextVar[JobCredentials | None] = ContextVar("relevo_job_credentials", default=None)
+
+
+@contextmanager
+def job_scope(credentials: JobCredentials | None) -> Iterator[None]:
+    """Within the block (and in the threads started with `in_this_context`), JOB_SERVICES are
+    called with the job's session."""
+    token = _JOB.set(credentials)
+    try:
+        yield
+    finally:
+        _JOB.reset(token)
+
+
+_T = TypeVar("_T")
+
+
+def in_this_context(target: Callable[..., _T]) -> Callable[..., _T]:
+    """`target`, to run on another thread in a copy of this thread's context: the job's session
+    and call budget it works under (threads do not inherit context variables)."""
+    context = contextvars.copy_context()
+    # A copy per call: one context cannot be entered by two threads at once (a pool's workers).
+    return lambda *args, **kwargs: context.copy().run(target, *args, **kwargs)
+
+
+def call_time_left() -> float | None:
+    """Seconds left in this thread's call budget (None: no budget): for calls made without a
+    boto3 client, such as the agent's signed requests to the claim routes."""
+    deadline = _DEADLINE.get()
+    return None if deadline is None else deadline - time.monotonic()
+
+
 def _environment() -> tuple[str | None, str | None, str | None]:
     return os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_DEFAULT_REGION"), os.environ.get("AWS_ACCESS_KEY_ID")
 
@@ -57,6 +150,9 @@ def _environment() -> tuple[str | None, str | None, str | None]:
 def client(service: str) -> Any:
     endpoint, region, access_key = _environment()
     deadline = _DEADLINE.get()
+    job = _JOB.get() if service in JOB_SERVICES else None
+    if job is not None:
+        return job.client(service, endpoint, region, _timeouts(deadline - time.monotonic()) if deadline is not None else None)
     if deadline is not None:
         connect, read = _timeouts(deadline - time.monotonic())
         return _bounded_client(service, endpoint, region, access_key, connect, read)
@@ -95,6 +191,19 @@ def _session(access_key: str | None) -> boto3.session.Session:
     resolved first): each session loads botocore's endpoint and retry data again, about 8 MB per
     client in an agent that keeps four (the agent's idle RSS budget)."""
     return boto3.session.Session()
+
+
+def aws_region() -> str:
+    """The AWS region this process's calls go to (its environment or AWS profile)."""
+    return str(_session(_environment()[2]).region_name or "us-east-1")
+
+
+def process_credentials() -> Any:
+    """The process's own credentials, frozen (botocore ReadOnlyCredentials; refreshed first when
+    they are about to expire), for what signs its own requests: the agent's calls of the claim
+    routes. None when there are none."""
+    found = _session(_environment()[2]).get_credentials()
+    return None if found is None else found.get_frozen_credentials()
 
 
 def s3_presigner() -> Any:

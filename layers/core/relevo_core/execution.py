@@ -75,6 +75,10 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
         "envelope": envelope.to_json_dict(),
         "queue_url": queue_url,
         "lease_ttl_sec": envelope.lease_ttl_sec,
+        # On each stage's message with the project and the lease, what an agent decides before it
+        # claims: whether the plan signs (a signing stage runs alone on its Mac). The claim's
+        # answer carries the envelope.
+        "signs": envelope.signing is not None,
         "queue_timeout_sec": envelope.queue_timeout_sec,
         # How a job waiting for its project's lock parks (see lock_wait).
         "lock_wait": lock_wait(envelope.queue_timeout_sec),

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from relevo_core.models.agent_session import ClaimGranted, ClaimRequest, SessionGranted, SessionRequest
 from relevo_core.models.errors import ErrorCode
 from relevo_core.models.job_view import JobView
 from relevo_core.models.project import Project
@@ -60,6 +61,8 @@ REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/jobs/{job_id}/priority"): PriorityRequest,
     ("post", "/agents/{agent_id}/pause"): PauseRequest,
     ("post", "/regions/{region}/pause"): PauseRequest,
+    ("post", "/regions/{region}/claims"): ClaimRequest,
+    ("post", "/regions/{region}/sessions"): SessionRequest,
 }
 # (method, path) → the model its query string is validated with.
 QUERY_MODELS: dict[tuple[str, str], type[BaseModel]] = {
@@ -70,6 +73,8 @@ QUERY_MODELS: dict[tuple[str, str], type[BaseModel]] = {
 # (method, path) → the model its 200 answer is.
 RESPONSE_BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("get", "/jobs/{job_id}"): JobView,
+    ("post", "/regions/{region}/claims"): ClaimGranted,
+    ("post", "/regions/{region}/sessions"): SessionGranted,
 }
 # Refusals any operation may give (the API's own and API Gateway's IAM check).
 COMMON_ERRORS = {
@@ -77,7 +82,7 @@ COMMON_ERRORS = {
     "401": "not authenticated, or a webhook signature that does not verify",
     "403": "the caller lacks the permission this route needs",
     "404": "no such project, job, artifact, agent or route",
-    "409": "the target is not in a state that allows this",
+    "409": "the target is not in a state that allows this (a claim of an attempt that is not free: CLAIM_REFUSED)",
     "410": "the artifact was removed by the project's artifact.max_total_bytes (ARTIFACT_REMOVED)",
     "413": "body over 1 MiB",
     "422": "a field fails validation, or a plan is over a limit of what a job can carry (PLAN_TOO_LARGE)",

@@ -37,6 +37,16 @@ class TableSettings(_Env):
         }
 
 
+class FleetRegions(_Env):
+    """The fleet's region affinities (the template's RegionAffinities, comma-separated)."""
+
+    fleet_regions: str = Field(default="", alias="FLEET_REGIONS", max_length=4096)
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        return tuple(r.strip() for r in self.fleet_regions.split(",") if r.strip())
+
+
 class AccessSettings(TableSettings):
     """What the permission check of every IAM route reads besides the grants in the table."""
 

@@ -5,20 +5,11 @@
 
 from functools import lru_cache
 
-from pydantic import Field
-
-from relevo_core.config import AccessSettings
+from relevo_core.config import AccessSettings, FleetRegions
 
 
-class QueueSettings(AccessSettings):
+class QueueSettings(AccessSettings, FleetRegions):
     """GET /queue: besides the table and the admins, the regions of the fleet (whose agents it shows)."""
-
-    # Comma-separated region affinities (the template's RegionAffinities).
-    fleet_regions: str = Field(default="", alias="FLEET_REGIONS", max_length=4096)
-
-    @property
-    def regions(self) -> tuple[str, ...]:
-        return tuple(r.strip() for r in self.fleet_regions.split(",") if r.strip())
 
 
 @lru_cache(maxsize=1)

@@ -120,7 +120,9 @@ def _from_lineage(table: str, job_id: str, names: list[str], depth: int = 0) -> 
     here = {name: _earlier(job_id, name, context.records.get(name, {}), envelope.stage(name).handoff) for name in names if name in ran}
     further = [name for name in names if name not in ran]
     deeper: dict[str, EarlierStage] = {}
-    if further and envelope.retry_of and depth < MAX_LINEAGE:
+    # At most MAX_LINEAGE jobs in all (depth counts from 0): what an agent's job credentials let
+    # it read (fleet/job_credentials LINEAGE_TAGS).
+    if further and envelope.retry_of and depth + 1 < MAX_LINEAGE:
         deeper = {stage.name: stage for stage in _from_lineage(table, envelope.retry_of, further, depth + 1)}
     ordered = []
     for name in names:

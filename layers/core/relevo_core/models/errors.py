@@ -55,9 +55,20 @@ class ErrorCode(str, Enum):
     # A rerun from a stage whose skipped stages' handoffs are no longer stored (expired, or removed
     # by artifact.max_total_bytes): refused when asked for, never failing halfway.
     HANDOFF_EXPIRED = "HANDOFF_EXPIRED"
+    # The claim routes (POST /regions/{region}/claims, /sessions): the attempt is another's, or
+    # over, or not held by this claim any more; a next stage left to the Mac of the one before.
+    CLAIM_REFUSED = "CLAIM_REFUSED"
+    # No dispatch of this attempt to this region under this key: stale, or never this region's.
+    DISPATCH_NOT_FOUND = "DISPATCH_NOT_FOUND"
+    ATTEMPT_NOT_HELD = "ATTEMPT_NOT_HELD"
+    PREVIOUS_AGENT_PREFERRED = "PREVIOUS_AGENT_PREFERRED"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
+    ErrorCode.CLAIM_REFUSED: HTTPStatus.CONFLICT,
+    ErrorCode.DISPATCH_NOT_FOUND: HTTPStatus.NOT_FOUND,
+    ErrorCode.ATTEMPT_NOT_HELD: HTTPStatus.CONFLICT,
+    ErrorCode.PREVIOUS_AGENT_PREFERRED: HTTPStatus.CONFLICT,
     ErrorCode.MALFORMED_JSON: HTTPStatus.BAD_REQUEST,
     ErrorCode.VALIDATION_FAILED: HTTPStatus.UNPROCESSABLE_ENTITY,
     ErrorCode.SIGNATURE_INVALID: HTTPStatus.UNAUTHORIZED,

@@ -11,7 +11,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, in_this_context
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import HeldReason, JobStatus
@@ -434,7 +434,7 @@ def query_job_items(table: str, job_id: str) -> list[dict[str, Any]]:
         ))
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        record, stages = pool.map(partition, (job_pk(job_id), stages_pk(job_id)))
+        record, stages = pool.map(in_this_context(partition), (job_pk(job_id), stages_pk(job_id)))
     return record + stages
 
 

@@ -230,6 +230,8 @@ def claim(
     enqueued_at: datetime | None = None,
     claim_id: str | None = None,
     journal_id: str | None = None,
+    dispatch_key: str | None = None,
+    previous: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Claim the operation's attempt. Returns what the previous attempt left on the stage record
     before the claim (attempt, agent, outcome, receipt, precondition, lease end, status): what
@@ -241,11 +243,16 @@ def claim(
     cannot tell whether the first one landed) and still return what the previous attempt left.
     It is refused (ClaimRefused) when a live holder has this attempt, a later attempt has the
     stage, this attempt already finished, or the stage is closed: ended with its job (canceled,
-    skipped) or the one its job failed on (`closed_at`, set by the state machine and the sweep)."""
+    skipped) or the one its job failed on (`closed_at`, set by the state machine and the sweep).
+
+    `dispatch_key`: the claim holds only while the stage record carries this dispatch's key (the
+    claim route passes the one its caller's stage message showed). `previous`: the stage record
+    as a consistent read just found it, saving the read here."""
     claim_id = claim_id or uuid.uuid4().hex
-    previous = from_attributes(
-        client("dynamodb").get_item(TableName=ref.table, Key=ref.key, ConsistentRead=True).get("Item", {})
-    )
+    if previous is None:
+        previous = from_attributes(
+            client("dynamodb").get_item(TableName=ref.table, Key=ref.key, ConsistentRead=True).get("Item", {})
+        )
     seen = previous.get("claim_id")
     if previous.get("attempt") == ref.attempt:
         # This attempt was claimed before: by this very claim, whose answer was lost (what it
@@ -290,6 +297,8 @@ def claim(
         f"{unchanged} AND (attribute_not_exists(attempt) OR attempt < :attempt OR (attempt = :attempt "
         "AND lease_expires_at < :epoch AND #status IN (:live_running, :live_reconciled))))"
     )
+    if dispatch_key is not None:
+        condition, values[":dispatch_key"] = f"dispatch_key = :dispatch_key AND ({condition})", dispatch_key
     try:
         _update(
             ref,
@@ -315,6 +324,27 @@ _CLAIMED_OVER = (
 
 def _claimed_over(previous: dict[str, Any]) -> dict[str, Any]:
     return {name: previous[name] for name in _CLAIMED_OVER if name in previous}
+
+
+@dataclass(frozen=True)
+class ClaimOnRecord:
+    """Who holds a stage's attempt by its record, for renewing that holder's job credentials."""
+
+    agent_id: str | None
+    attempt: int | None
+    claim_id: str | None
+    status: str | None
+
+
+def claim_on_record(table: str, job_id: str, stage_index: int) -> ClaimOnRecord:
+    item = from_attributes(
+        client("dynamodb").get_item(
+            TableName=table, Key=stage_key(job_id, stage_index), ConsistentRead=True,
+            ProjectionExpression="agent_id, attempt, claim_id, #status", ExpressionAttributeNames={"#status": "status"},
+        ).get("Item", {})
+    )
+    attempt = item.get("attempt")
+    return ClaimOnRecord(item.get("agent_id"), attempt if isinstance(attempt, int) else None, item.get("claim_id"), item.get("status"))
 
 
 def let_go(ref: StageRef, now: datetime) -> bool:

@@ -1,0 +1,37 @@
+"""POST /regions/{region}/claims (an agent's claim of a stage its region's queue handed it, with
+the job's credentials) and POST /regions/{region}/sessions (those credentials again, for the
+claim that holds the attempt) — IAM: the region's agent role (relevo_core.fleet.claims)."""
+
+from datetime import datetime, timezone
+from http import HTTPStatus
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+
+from relevo_core.config.agent_sessions import agent_sessions_settings
+from relevo_core.fleet.claims import claim_stage, renew_session
+from relevo_core.http import json_body, json_response, register_error_handlers
+from relevo_core.models.agent_session import ClaimRequest, SessionRequest
+from relevo_core.observability import correlate, lambda_entry
+
+app = APIGatewayRestResolver()
+register_error_handlers(app)
+
+
+@app.post("/regions/<region>/claims")
+def claim(region: str):
+    request = ClaimRequest.from_body(json_body(app))
+    correlate(request.job_id)
+    granted = claim_stage(agent_sessions_settings(), region, request, datetime.now(timezone.utc))
+    return json_response(HTTPStatus.OK, granted.model_dump(mode="json"))
+
+
+@app.post("/regions/<region>/sessions")
+def session(region: str):
+    request = SessionRequest.from_body(json_body(app))
+    correlate(request.job_id)
+    return json_response(HTTPStatus.OK, renew_session(agent_sessions_settings(), region, request).model_dump(mode="json"))
+
+
+@lambda_entry()
+def lambda_handler(event, context):
+    return app.resolve(event, context)

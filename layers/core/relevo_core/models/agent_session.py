@@ -1,0 +1,88 @@
+"""What an agent and the claim routes (POST /regions/{region}/claims and /sessions) say to each
+other: the claim of a dispatched stage attempt, and the job credentials it is answered with.
+
+The claim secret is the agent's proof, from then on, that it is the one that claimed the attempt:
+random, kept in its journal, never stored by Relevo (the stage record keeps its SHA-256 as
+`claim_id`), and asked for again to renew the job's credentials or to resume them after a restart.
+"""
+
+# Annotations are evaluated as written (no `from __future__ import annotations`): pydantic models.
+
+import hashlib
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from relevo_core.models.envelope import JOB_ID
+from relevo_core.models.requests import BodyModel
+
+CLAIM_SECRET = r"^[0-9a-f]{64}$"
+# States.UUID() of the dispatch (statemachines/job.asl.json MarkStageDispatched).
+DISPATCH_KEY = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
+def claim_id_of(claim_secret: str) -> str:
+    """What the stage record keeps of a claim secret (the secret itself is the agent's alone)."""
+    return hashlib.sha256(claim_secret.encode()).hexdigest()[:32]
+
+
+class _Attempt(BodyModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: str = Field(pattern=JOB_ID)
+    stage_index: int = Field(ge=0, le=99)
+    attempt: int = Field(ge=1, le=1000)
+    agent_id: str = Field(min_length=1, max_length=128)
+    claim_secret: str = Field(pattern=CLAIM_SECRET)
+
+
+class ClaimRequest(_Attempt):
+    """POST /regions/{region}/claims: claim the attempt a stage message of that region names."""
+
+    dispatch_key: str = Field(pattern=DISPATCH_KEY)
+    # The dispatch's task token: used only to fail a dispatch whose job is gone or unreadable.
+    dispatch_token: str = Field(min_length=1, max_length=2048)
+    journal_id: str = Field(default="", max_length=64)
+    # The workspace's precondition as the agent found it (reconciliation compares it).
+    precondition_version: str = Field(default="", max_length=200)
+    # When the queue accepted the message (SQS SentTimestamp).
+    enqueued_at: datetime | None = None
+    # A job's next stage prefers the Mac that ran the stage before it: when that stage ran on
+    # another agent, the claim is not made and the answer names that agent (PREFERS_PREVIOUS_AGENT).
+    leave_to_previous: bool = False
+
+
+class SessionRequest(_Attempt):
+    """POST /regions/{region}/sessions: the job credentials of an attempt this claim holds, again
+    (before they expire, or after the agent restarted)."""
+
+
+class JobSession(BaseModel):
+    """A session of the stack's JobRole tagged with one job (STS AssumeRole's Credentials)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+    expiration: datetime
+
+
+class ClaimGranted(BaseModel):
+    """The claim took: the job as it stands, what the attempt before left, and the job's session."""
+
+    model_config = ConfigDict(frozen=True)
+
+    envelope: dict[str, Any]
+    # The job's stage records (what the earlier stages left), as the table holds them.
+    records: list[dict[str, Any]]
+    # What the previous attempt left on the stage record before the claim (reconciliation).
+    previous: dict[str, Any]
+    session: JobSession
+
+
+class SessionGranted(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    session: JobSession

@@ -1,0 +1,156 @@
+"""The attacker's matrix with the IAM evaluator (relevo_cli.iam_evaluation), on the policies of the
+translated template as deployed (issue 28): what an agent of region eu-west may do on its own
+credentials (AgentPolicy) and with job X's credentials (JobPolicy, its session tagged with X),
+and that everything else is refused. The same matrix runs on the local stack under its own IAM
+enforcement with the credentials an agent really holds (tests/integration/test_agent_role.py).
+
+Request contexts follow "Using IAM policy conditions for fine-grained access control" (DynamoDB
+Developer Guide: dynamodb:LeadingKeys is the partition key, dynamodb:Attributes the attribute
+names a request names) and "IAM policy elements: Variables and tags" (aws:PrincipalTag/<key> is
+the session's tag).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relevo_cli import iam_lint
+from relevo_cli.iam_evaluation import PolicyDecision, Request, evaluate
+from relevo_cli.local.template import load_sam_template
+from relevo_core.fleet.job_credentials import LINEAGE_TAGS, NO_GRANT
+
+ROOT = Path(__file__).resolve().parents[2]
+X, Y, P, Q = "job_" + "x" * 26, "job_" + "y" * 26, "app-p", "app-q"
+
+
+@pytest.fixture(scope="module")
+def rendered() -> tuple[dict[str, Any], iam_lint.Renderer, dict[str, dict[str, Any]]]:
+    sam = load_sam_template(ROOT / "template.yaml")
+    cfn, renderer = iam_lint.render(sam, ROOT)
+    documents = {d.holder: d.document for d in iam_lint.policy_documents(cfn, sam, renderer) if d.kind == "identity"}
+    return cfn, renderer, documents
+
+
+def _tags(job: str = X, project: str = P, signing: str = NO_GRANT, git: str = NO_GRANT, lineage: tuple[str, ...] = ()) -> dict[str, str]:
+    tags = {"job": job, "project": project, "region": "eu-west", "signing": signing, "git": git}
+    for index, name in enumerate(LINEAGE_TAGS):
+        tags[name] = lineage[index] if index < len(lineage) else NO_GRANT
+    return {f"aws:PrincipalTag/{key}": value for key, value in tags.items()}
+
+
+def _dynamodb(table_arn: str, action: str, pk: str, *attributes: str) -> Request:
+    context: dict[str, Any] = {"dynamodb:LeadingKeys": [pk]}
+    if attributes:
+        context["dynamodb:Attributes"] = ["pk", "sk", *attributes]
+    return Request(f"dynamodb:{action}", table_arn, context=context)
+
+
+def _decide(documents: list[dict[str, Any]], request: Request, tags: dict[str, str] | None = None) -> PolicyDecision:
+    return evaluate(documents, Request(request.action, request.resource, context={**request.context, **(tags or {})}))
+
+
+def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
+    table = renderer.get_att("Table", "Arn")
+    bucket = renderer.get_att("ArtifactBucket", "Arn")
+    secret = f"arn:aws:secretsmanager:us-east-1:123456789012:secret:relevo/relevo"
+    return {
+        # What X's own attempt does.
+        "read X's envelope": _dynamodb(table, "GetItem", f"JOB#{X}"),
+        "write X's stage attempt": _dynamodb(table, "UpdateItem", f"STAGES#{X}", "status", "receipt", "outputs"),
+        "write X's log": _dynamodb(table, "PutItem", f"LOGS#{X}", "data", "ttl"),
+        "write X's artifact records": _dynamodb(table, "PutItem", f"ARTIFACTS#{X}", "sha256"),
+        "put X's objects": Request("s3:PutObject", f"{bucket}/{P}/{X}/build/app.ipa"),
+        "answer a stage task": Request("states:SendTaskSuccess", "*"),
+        # What nobody's agent may do.
+        "X's outcome": _dynamodb(table, "UpdateItem", f"JOB#{X}", "status"),
+        "X's envelope": _dynamodb(table, "UpdateItem", f"JOB#{X}", "envelope"),
+        "X's claim": _dynamodb(table, "UpdateItem", f"STAGES#{X}", "claim_id"),
+        "Y's envelope": _dynamodb(table, "GetItem", f"JOB#{Y}"),
+        "Y's stage attempt": _dynamodb(table, "UpdateItem", f"STAGES#{Y}", "status"),
+        "Y's log": _dynamodb(table, "PutItem", f"LOGS#{Y}", "data"),
+        "Y's artifact records": _dynamodb(table, "PutItem", f"ARTIFACTS#{Y}", "sha256"),
+        "Y's objects": Request("s3:PutObject", f"{bucket}/{Q}/{Y}/build/app.ipa"),
+        "Y's handoff": Request("s3:GetObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"),
+        "another job of P": Request("s3:PutObject", f"{bucket}/{P}/{Y}/build/app.ipa"),
+        "Q's signing identity": Request("secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{Q}/dist.p12-AbCdEf"),
+        "P's signing identity": Request("secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{P}/dist.p12-AbCdEf"),
+        "Q's checkout credentials": Request("secretsmanager:GetSecretValue", f"{secret}/_git/{Q}/token-AbCdEf"),
+        "a webhook secret": Request("secretsmanager:GetSecretValue", f"{secret}/{P}/github-AbCdEf"),
+        "a project's definition": _dynamodb(table, "PutItem", f"PROJECT#{P}"),
+        "a project lock": _dynamodb(table, "PutItem", f"LOCK#{P}"),
+        "start an execution": Request("states:StartExecution", renderer.ref("JobStateMachine")),
+    }
+
+
+JOB_MAY = {"read X's envelope", "write X's stage attempt", "write X's log", "write X's artifact records", "put X's objects", "answer a stage task"}
+
+
+def test_job_xs_session_does_its_own_job_and_nothing_else(rendered):
+    _, renderer, documents = rendered
+    job = [documents["JobPolicy"]]
+    for what, request in _cases(renderer).items():
+        expected = PolicyDecision.ALLOW if what in JOB_MAY else PolicyDecision.NO_MATCH
+        assert _decide(job, request, _tags()) is expected, what
+
+
+def test_a_session_of_the_job_role_without_tags_is_refused_everything_but_task_answers(rendered):
+    """A variable with no value makes its statement not apply: a session minted without the
+    tags (by mistake) reaches no partition, object or secret."""
+    _, renderer, documents = rendered
+    job = [documents["JobPolicy"]]
+    for what, request in _cases(renderer).items():
+        expected = PolicyDecision.ALLOW if what == "answer a stage task" else PolicyDecision.NO_MATCH
+        assert _decide(job, request) is expected, what
+
+
+def test_the_agent_role_alone_touches_no_job_object_secret_or_task(rendered):
+    _, renderer, documents = rendered
+    agent = [documents["AgentPolicyeuwest"]]
+    for what, request in _cases(renderer).items():
+        assert _decide(agent, request) is PolicyDecision.NO_MATCH, what
+    table = renderer.get_att("Table", "Arn")
+    assert _decide(agent, _dynamodb(table, "PutItem", "AGENTS#eu-west", "status")) is PolicyDecision.ALLOW
+    assert _decide(agent, _dynamodb(table, "PutItem", "AGENTS#us-east", "status")) is PolicyDecision.NO_MATCH
+    assert _decide(agent, _dynamodb(table, "BatchGetItem", "PAUSES#eu-west")) is PolicyDecision.ALLOW
+    assert _decide(agent, _dynamodb(table, "PutItem", "PAUSES#eu-west", "until")) is PolicyDecision.NO_MATCH
+    api = renderer.ref("Api")
+    route = f"arn:aws:execute-api:us-east-1:123456789012:{api}/v1/POST/regions"
+    assert _decide(agent, Request("execute-api:Invoke", f"{route}/eu-west/claims")) is PolicyDecision.ALLOW
+    assert _decide(agent, Request("execute-api:Invoke", f"{route}/eu-west/sessions")) is PolicyDecision.ALLOW
+    assert _decide(agent, Request("execute-api:Invoke", f"{route}/us-east/claims")) is PolicyDecision.NO_MATCH
+    assert _decide(agent, Request("execute-api:Invoke", f"arn:aws:execute-api:us-east-1:123456789012:{api}/v1/POST/jobs/{X}/approve")) is PolicyDecision.NO_MATCH
+
+
+def test_a_signing_plans_session_reads_its_projects_identities_only_and_a_reruns_its_lineage_read_only(rendered):
+    _, renderer, documents = rendered
+    job = [documents["JobPolicy"]]
+    cases = _cases(renderer)
+    signing = _tags(job=Y, project=Q, signing=f"eu-west/{Q}", git=Q)
+    assert _decide(job, cases["Q's signing identity"], signing) is PolicyDecision.ALLOW
+    assert _decide(job, cases["Q's checkout credentials"], signing) is PolicyDecision.ALLOW
+    assert _decide(job, cases["P's signing identity"], signing) is PolicyDecision.NO_MATCH
+    other_region = Request("secretsmanager:GetSecretValue", cases["Q's signing identity"].resource.replace("/eu-west/", "/us-east/"))
+    assert _decide(job, other_region, signing) is PolicyDecision.NO_MATCH
+    # A rerun of Y (job X standing on Y): Y's records and objects read, never written.
+    table, bucket = renderer.get_att("Table", "Arn"), renderer.get_att("ArtifactBucket", "Arn")
+    rerun = _tags(job=X, project=Q, lineage=(Y,))
+    assert _decide(job, _dynamodb(table, "Query", f"STAGES#{Y}"), rerun) is PolicyDecision.ALLOW
+    assert _decide(job, Request("s3:GetObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"), rerun) is PolicyDecision.ALLOW
+    assert _decide(job, Request("s3:PutObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"), rerun) is PolicyDecision.NO_MATCH
+    assert _decide(job, _dynamodb(table, "UpdateItem", f"STAGES#{Y}", "status"), rerun) is PolicyDecision.NO_MATCH
+
+
+def test_only_the_claim_function_may_mint_a_job_session(rendered):
+    cfn, renderer, documents = rendered
+    trust = renderer.value(cfn["Resources"]["JobRole"]["Properties"]["AssumeRolePolicyDocument"])
+    role = renderer.get_att("JobRole", "Arn")
+    minter = {"AWS": renderer.get_att("AgentSessionsRole", "Arn")}
+    for action in ("sts:AssumeRole", "sts:TagSession"):
+        assert evaluate([trust], Request(action, role, principal=minter)) is PolicyDecision.ALLOW
+    agent_role = {"AWS": renderer.get_att("AgentRoleeuwest", "Arn")}
+    assert evaluate([trust], Request("sts:AssumeRole", role, principal=agent_role)) is PolicyDecision.NO_MATCH
+    assert _decide([documents["AgentPolicyeuwest"]], Request("sts:AssumeRole", role)) is PolicyDecision.NO_MATCH
+    assert _decide([documents["AgentSessionsPolicy"]], Request("sts:TagSession", role)) is PolicyDecision.ALLOW
