@@ -15,6 +15,7 @@ import typer
 
 from relevo_agent import launchd
 from relevo_agent.config import AgentConfig, config_mistake
+from relevo_agent.private_files import write_private
 from relevo_agent.service import Agent
 from relevo_agent.stackfile import StackInfo, load_stack
 from relevo_core.user_files import InvalidFile
@@ -204,8 +205,7 @@ def init(
         raise typer.Exit(2)
     home = path.parent
     stack_file = write_stack_file(info.model_copy(update={"aws_profile": profile}), home / "stack.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(agent_toml(agent_id or socket.gethostname(), region_affinity, capacity, stack_file, profile, home))
+    write_private(path, agent_toml(agent_id or socket.gethostname(), region_affinity, capacity, stack_file, profile, home))
     AgentConfig.load(path)  # what was written is what the agent reads
     typer.echo(f"wrote {path} (stack {stack}, region affinity {region_affinity}) and {stack_file}")
     doctor(config=path)
