@@ -147,7 +147,8 @@ class AgentConfig(BaseModel):
         default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$",
         description="The OS user each stage's command, effect probe, checkout and workspace_cleanup run as (its uid, "
         "groups and home), who cannot read the agent's config, journal, stack file or AWS credentials. The agent must then "
-        "run as root and workspace_root must be reachable by that user. None: stages run as the agent's own user.",
+        "run as root (a LaunchDaemon) and workspace_root must be reachable by that user; a signing keychain is not made "
+        "then (docs/agent.md, \"A build user\"). None: stages run as the agent's own user.",
     )
     max_clock_skew_sec: float = Field(
         default=MAX_CLOCK_SKEW_SEC, ge=0, le=60,
