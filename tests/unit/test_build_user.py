@@ -3,7 +3,8 @@ processes, the test process standing for the agent (root): the command's uid, gr
 umask; what of the agent's it cannot read, each refused by the kernel to the command itself (its
 own `cat` says "Permission denied"); the workspace handed to it with modes, mtimes and links as
 they were, and no hard link followed; its whole process group killed on a timeout, a cancel and
-the fence; the agent reading the build user's repository without running anything of its config."""
+the fence; the agent reading the build user's repository without running anything of its config,
+and uploading no artifact through a link the build left."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Callable
 
 import pytest
 
+from relevo_agent.artifacts import ArtifactFailure, upload_artifacts
 from relevo_agent.build_user import BuildUser
 from relevo_agent.config import AgentConfig
 from relevo_agent.executor import ExecResult, run_command
@@ -28,6 +30,8 @@ from relevo_agent.private_files import write_private
 from relevo_agent.stackfile import LocalCredentials, StackInfo, write_stack_file
 from relevo_agent.stage_env import as_build_user
 from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.models.errors import ErrorClass
+from relevo_core.store.stage_attempts import StageRef
 from tests.helpers.processes import is_dead, wait_until
 from tests.helpers.tree import make_bundle, tree_listing
 
@@ -219,3 +223,18 @@ def test_the_workspace_cleanup_runs_as_the_build_user_without_the_agents_credent
     hygiene.between_stages()
 
     assert (workspace / "cleaned").read_text().split() == [str(build_user.uid), str(build_user.home), "none"]
+
+
+def test_an_artifact_directory_the_build_replaced_by_a_link_uploads_nothing(tmp_path: Path):
+    """Root would upload whatever the link points at (the agent's ~/.aws): refused before any call."""
+    secrets = tmp_path / "agent-home" / ".aws"
+    secrets.mkdir(parents=True)
+    (secrets / "credentials").write_text("[default]\naws_secret_access_key = x\n")
+    artifact_dir = tmp_path / "ws" / ".relevo-artifacts" / "job_1" / "build"
+    artifact_dir.parent.mkdir(parents=True)
+    artifact_dir.symlink_to(secrets)
+
+    with pytest.raises(ArtifactFailure) as refused:
+        upload_artifacts(StageRef("table", "job_1", 0, 1, "mac-1"), "build", artifact_dir, "s3://bucket/job_1/", None, lambda line: None, 0)
+
+    assert refused.value.error_class is ErrorClass.HANDOFF_PATH and "nothing uploaded" in str(refused.value)
