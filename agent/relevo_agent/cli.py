@@ -147,7 +147,7 @@ def doctor(config: Path = _CONFIG_OPTION) -> None:
             typer.echo(f"FAIL  config: {mistake}")
         raise typer.Exit(1) from exc
     typer.echo(f"ok    config: {path} (agent {settings.agent_id}, region {settings.region}, capacity {settings.capacity})")
-    checks = run_checks(settings, target.table, target.queue_url, target.no_queue, stack=target.stack)
+    checks = run_checks(settings, target.table, target.queue_url, target.no_queue, stack=target.stack, config_path=path)
     for check in checks:
         typer.echo(check.line())
     failed = [c.name for c in checks if not c.ok]

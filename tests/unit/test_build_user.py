@@ -1,10 +1,11 @@
 """A stage run as the build user (`run_as`, relevo_agent.build_user), with a real OS user and real
 processes, the test process standing for the agent (root): the command's uid, groups, home and
 umask; what of the agent's it cannot read, each refused by the kernel to the command itself (its
-own `cat` says "Permission denied"); the workspace handed to it with modes, mtimes and links as
-they were, and no hard link followed; its whole process group killed on a timeout, a cancel and
-the fence; the agent reading the build user's repository without running anything of its config,
-and uploading no artifact through a link the build left."""
+own `cat` says "Permission denied"), and doctor's warning while one is readable; the workspace
+handed to it with modes, mtimes and links as they were, and no hard link followed; its whole
+process group killed on a timeout, a cancel and the fence; the agent reading the build user's
+repository without running anything of its config, and uploading no artifact through a link the
+build left."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pytest
 from relevo_agent.artifacts import ArtifactFailure, upload_artifacts
 from relevo_agent.build_user import BuildUser
 from relevo_agent.config import AgentConfig
+from relevo_agent.doctor import check_build_user
 from relevo_agent.executor import ExecResult, run_command
 from relevo_agent.hygiene import Hygiene
 from relevo_agent.journal import Journal, Operation
@@ -103,6 +105,39 @@ def test_the_build_user_cannot_read_the_agents_config_journal_stack_file_aws_cre
         assert f"cat: {path}: Permission denied" in output, output
         assert f"exit 1 {path}" in output
     assert "SECRET" not in output
+
+
+def test_doctor_warns_of_each_private_file_the_build_user_could_read_until_the_agent_tightens_it(
+    build_user: BuildUser, shared_dir: Path, monkeypatch
+):
+    import sqlite3
+
+    # Given an older agent's journal and a stack file written with the umask's 0644
+    agent, home = shared_dir / "agent", shared_dir / "agent-home"
+    agent.mkdir(mode=0o755)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("AWS_SHARED_CREDENTIALS_FILE")
+    monkeypatch.delenv("AWS_CONFIG_FILE")
+    config_file = write_private(agent / "agent.toml", "")
+    journal, stack_file = agent / "journal.sqlite3", agent / "stack.json"
+    sqlite3.connect(journal).close()
+    stack_file.write_text("{}")
+    for path in (journal, stack_file):
+        path.chmod(0o644)
+    config = AgentConfig(region="eu-west", workspace_root=shared_dir / "ws", journal=journal, stack_file=stack_file, run_as=build_user.name)
+
+    # When doctor looks, then it says who stages run as, and warns of both
+    lines = [check.line() for check in check_build_user(config, config_file)]
+    assert lines == [
+        f"ok    build user: stages run as {build_user.name} (uid {build_user.uid}, gid {build_user.gid}, home {build_user.home})",
+        f"warn  private files: the build user {build_user.name} can read {journal} (-rw-r--r--), {stack_file} (-rw-r--r--): chmod 600 each",
+    ]
+    # and once the agent has opened its journal (it tightens it) and the stack file is 600, of none
+    Journal(journal).close()
+    stack_file.chmod(0o600)
+    assert [check.line() for check in check_build_user(config, config_file)][1] == (
+        f"ok    private files: the build user {build_user.name} can read none of the agent's config, journal, stack file and AWS files"
+    )
 
 
 def test_the_build_users_environment_names_nothing_of_the_agent_users():
