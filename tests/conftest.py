@@ -64,6 +64,27 @@ def local_stack(emulator) -> "StackInfo":  # noqa: F821
     return emulator.info
 
 
+@pytest.fixture(scope="session")
+def build_user() -> Iterator["BuildUser"]:  # noqa: F821
+    """A real OS user for `run_as`, made once per worker and removed with its home after. Making
+    one needs root: skipped otherwise (CI runs as root, so there it always runs)."""
+    if os.geteuid() != 0:
+        pytest.skip("making an OS user needs root (CI runs as root)")
+    from tests.helpers.os_users import os_user
+
+    with os_user() as user:
+        yield user
+
+
+@pytest.fixture()
+def shared_dir() -> Iterator["Path"]:  # noqa: F821
+    """A directory every user may search (tmp_path is its owner's alone), removed after."""
+    from tests.helpers.os_users import searchable_directory
+
+    with searchable_directory() as path:
+        yield path
+
+
 @pytest.fixture()
 def project_id() -> str:
     return "p-" + secrets.token_hex(4)

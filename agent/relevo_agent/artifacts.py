@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -165,6 +166,12 @@ def upload_artifacts(
     """Upload, verify and record every regular file under artifact_dir. Raises ArtifactFailure
     (with its error class) or LeaseLost (the records were refused: another attempt holds the stage).
     `transfer` follows the files and bytes sent and writes the last reading when the upload ends."""
+    if artifact_dir.exists() and os.path.realpath(artifact_dir) != os.path.abspath(artifact_dir):
+        # The build replaced it (or a directory above it) by a link: what it points at may be
+        # anything the agent can read and the build cannot (run_as). Nothing is uploaded.
+        raise ArtifactFailure(
+            ErrorClass.HANDOFF_PATH, f"{artifact_dir} is no longer the directory the agent made (a symlink leads elsewhere): nothing uploaded"
+        )
     files = sorted(p for p in artifact_dir.rglob("*") if p.is_file() and not p.is_symlink())
     if not files:
         return UploadSummary(records=[])

@@ -20,7 +20,9 @@ Credentials (`credentials_ref`, Secrets Manager) reach only the git processes th
 remote: an askpass helper (https) or an identity file (ssh) in a private temporary directory,
 removed after each command. Never the stage's environment, its log, the workspace or any
 .git/config; the credential helpers of the Mac's git configuration are switched off for these
-commands (an osxkeychain helper would keep the token).
+commands (an osxkeychain helper would keep the token). With a build user (`run_as`) the git of the
+workspace runs as that user (`checkout`), and its submodule and LFS steps get a copy of these
+files of their own, that user's while they run: the project's token, never the agent's.
 
 Failures: a commit the repository does not have, credentials refused, a repository or ref that
 does not exist are Relevo.Fatal.Checkout; a timeout is Relevo.Transient.NetworkTimeout; any other
@@ -35,18 +37,21 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
-from relevo_agent.stage_env import without_agent_credentials
+from relevo_agent.build_user import BuildUser
+from relevo_agent.stage_env import as_build_user, without_agent_credentials
 from relevo_core.aws import client
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.plan import CheckoutPlan
@@ -100,12 +105,8 @@ def classify(stderr: str) -> ErrorClass:
 # ------------------------------------------------------------------ credentials
 
 
-@contextmanager
-def git_credentials(credentials_ref: str | None) -> Iterator[tuple[dict[str, str], list[str]]]:
-    """(environment for the git processes that talk to the remote, secret values to mask)."""
-    if credentials_ref is None:
-        yield {}, []
-        return
+def _git_secret(credentials_ref: str) -> dict[str, Any]:
+    """The secret of `credentials_ref`: a JSON object of its fields, or a bare password or token."""
     try:
         answer = client("secretsmanager").get_secret_value(SecretId=credentials_ref)
     except Exception as exc:  # noqa: BLE001 - the stage fails saying why, never with the secret
@@ -120,8 +121,18 @@ def git_credentials(credentials_ref: str | None) -> Iterator[tuple[dict[str, str
         parsed = json.loads(text)
     except ValueError:
         parsed = None
-    secret = parsed if isinstance(parsed, dict) else {"password": text.strip()}
-    directory = Path(tempfile.mkdtemp(prefix="relevo-git-"))  # 0700, this user's only
+    return parsed if isinstance(parsed, dict) else {"password": text.strip()}
+
+
+@contextmanager
+def credential_files(
+    secret: dict[str, Any], owner: BuildUser | None = None, parent: Path | None = None
+) -> Iterator[tuple[dict[str, str], list[str]]]:
+    """(environment for the git processes that talk to the remote, secret values to mask): the
+    files git needs for `secret` in a private directory (under `parent`), removed after. With
+    `owner`: that user's once written, for the git it runs (a copy of its own: the agent's git
+    never runs a file the build user could have rewritten)."""
+    directory = Path(tempfile.mkdtemp(prefix="relevo-git-", dir=parent))  # 0700, this user's only
     try:
         env: dict[str, str] = {}
         masked: list[str] = []
@@ -147,6 +158,8 @@ def git_credentials(credentials_ref: str | None) -> Iterator[tuple[dict[str, str
             askpass.chmod(0o700)
             env["GIT_ASKPASS"] = str(askpass)
             masked.append(password)
+        if owner is not None:
+            owner.hand_over(directory)
         yield env, [value for value in masked if value]
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -172,11 +185,16 @@ class Git:
     # Every command: no prompt, no credential helper of the Mac's configuration, no hooks.
     CONFIG = ("-c", "credential.helper=", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always", "-c", "advice.detachedHead=false")
 
-    def __init__(self, deadline: float, cancel: threading.Event, masked: list[str] | None = None) -> None:
+    def __init__(self, deadline: float, cancel: threading.Event, masked: list[str] | None = None, user: BuildUser | None = None) -> None:
         self.deadline, self.cancel = deadline, cancel
         self.masked = masked or []
         base = without_agent_credentials(os.environ)
         self.env = {**base, "GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1", "LC_ALL": "C"}
+        # With a build user, every command runs as it (the workspace's git: relevo_agent.build_user).
+        self.spawn: dict[str, Any] = {}
+        if user is not None:
+            self.env = as_build_user(self.env, user)
+            self.spawn = user.popen()
 
     def mask(self, text: str) -> str:
         for value in self.masked:
@@ -188,7 +206,7 @@ class Git:
         deadline = self.deadline if limit is None else min(self.deadline, time.monotonic() + limit)
         process = subprocess.Popen(
             ["git", *self.CONFIG, *args], cwd=cwd, env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **self.spawn,
         )
         while True:
             try:
@@ -298,12 +316,21 @@ def checkout(
     deadline: float,
     cancel: threading.Event,
     emit: Callable[[str], None],
+    user: BuildUser | None = None,
 ) -> CheckoutResult:
-    """Make `workspace` the job's commit; returns it. Raises CheckoutFailure or CheckoutStopped."""
+    """Make `workspace` the job's commit; returns it. Raises CheckoutFailure or CheckoutStopped.
+
+    With a build `user`, the mirror stays the agent's and everything in the workspace is done as
+    that user: root never runs git in a repository whose config (core.fsmonitor, a filter driver,
+    a submodule's update command) a build could have written. The user's fetch from the mirror
+    names it safe for the upload-pack that reads it (git refuses a repository of another owner,
+    and passes no -c to that process)."""
     started = time.monotonic()
     mirror = mirror_path(workspace_root, plan.url)
     fetched = False
-    with git_credentials(plan.credentials_ref) as (credentials, masked):
+    secret = _git_secret(plan.credentials_ref) if plan.credentials_ref else None
+    with ExitStack() as stack:
+        credentials, masked = stack.enter_context(credential_files(secret)) if secret is not None else ({}, [])
         git = Git(deadline, cancel, masked)
         with _locked(mirror.with_suffix(".lock"), deadline, cancel):
             _prepare_mirror(git, mirror, plan.url)
@@ -326,13 +353,20 @@ def checkout(
                     ErrorClass.CHECKOUT_FAILED, f"checkout: commit {commit} is not in {plan.url} (after fetching its branches, tags and {ref})"
                 )
             full = git.run(["-C", str(mirror), "rev-parse", f"{commit}^{{commit}}"], limit=LOCAL_TIMEOUT_SEC).stdout.strip()
-        _workspace_repository(git, mirror, workspace)
+        _workspace_repository(git, mirror, workspace, user)
+        upload_pack: list[str] = []
+        if user is not None:
+            git = Git(deadline, cancel, masked, user)
+            upload_pack = [f"--upload-pack=git -c safe.directory={shlex.quote(str(mirror))} upload-pack"]
         # From the mirror: local, no credentials (the workspace never knows the remote).
-        git.run(["-C", str(workspace), "fetch", "--quiet", "--force", "--no-write-fetch-head", str(mirror), full, "+refs/tags/*:refs/tags/*"],
-                limit=LOCAL_TIMEOUT_SEC, what="fetch (from the mirror)")
+        git.run(["-C", str(workspace), "fetch", "--quiet", "--force", "--no-write-fetch-head", *upload_pack, str(mirror), full,
+                 "+refs/tags/*:refs/tags/*"], limit=LOCAL_TIMEOUT_SEC, what="fetch (from the mirror)")
         git.run(["-C", str(workspace), "checkout", "--quiet", "--force", "--detach", full], limit=LOCAL_TIMEOUT_SEC, what="checkout")
         if plan.clean:
             git.run(["-C", str(workspace), "clean", "-ffdx", "--quiet"], limit=LOCAL_TIMEOUT_SEC, what="clean")
+        if user is not None and secret is not None and (plan.submodules or plan.lfs):
+            # The steps that talk to the remote as the build user get a copy of their own.
+            credentials = stack.enter_context(credential_files(secret, user, mirror.parent))[0]
         if plan.submodules:
             git.run(["-C", str(workspace), "submodule", "sync", "--quiet", "--recursive"], limit=LOCAL_TIMEOUT_SEC, what="submodule sync")
             git.run(["-C", str(workspace), "submodule", "update", "--quiet", "--init", "--recursive", "--force"], env=credentials,
@@ -350,16 +384,16 @@ def checkout(
     return CheckoutResult(full, fetched, seconds)
 
 
-def _workspace_repository(git: Git, mirror: Path, workspace: Path) -> None:
+def _workspace_repository(git: Git, mirror: Path, workspace: Path, user: BuildUser | None) -> None:
     """`workspace` a repository whose objects come from `mirror`; anything else there (a
-    workspace from before `checkout:`, another repository's) is replaced."""
+    workspace from before `checkout:`, another repository's) is replaced. A new one is made by the
+    agent in a directory no one else can write yet, then handed to the build user, if any."""
     alternates = workspace / ".git" / "objects" / "info" / "alternates"
     objects = str((mirror / "objects").resolve())
-    try:
-        if alternates.read_text().strip() == objects:
-            return
-    except OSError:
-        pass
+    if _small_file(alternates).strip() == objects:
+        if user is not None:
+            user.adopt(workspace)  # an agent's workspace from before run_as
+        return
     if workspace.exists():
         shutil.rmtree(workspace)
     workspace.mkdir(parents=True)
@@ -368,6 +402,21 @@ def _workspace_repository(git: Git, mirror: Path, workspace: Path) -> None:
     # The agent's own files in the workspace are not the build's: `git status` stays clean.
     with open(workspace / ".git" / "info" / "exclude", "a") as exclude:
         exclude.write("/.relevo-artifacts/\n")
+    if user is not None:
+        user.hand_over(workspace)
+
+
+def _small_file(path: Path) -> str:
+    """The text of a small regular file of the workspace, or "": never through a link, never
+    waiting on a FIFO a build may have put there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, 65536).decode(errors="replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    finally:
+        os.close(fd)
 
 
 def inside_git_work_tree(path: Path) -> Path | None:

@@ -15,6 +15,7 @@ import typer
 
 from relevo_agent import launchd
 from relevo_agent.config import AgentConfig, config_mistake
+from relevo_agent.private_files import write_private
 from relevo_agent.service import Agent
 from relevo_agent.stackfile import StackInfo, load_stack
 from relevo_core.user_files import InvalidFile
@@ -149,7 +150,7 @@ def doctor(config: Path = _CONFIG_OPTION) -> None:
             typer.echo(f"FAIL  config: {mistake}")
         raise typer.Exit(1) from exc
     typer.echo(f"ok    config: {path} (agent {settings.agent_id}, region {settings.region}, capacity {settings.capacity})")
-    checks = run_checks(settings, target.table, target.queue_url, target.no_queue, stack=target.stack)
+    checks = run_checks(settings, target.table, target.queue_url, target.no_queue, stack=target.stack, config_path=path)
     for check in checks:
         typer.echo(check.line())
     failed = [c.name for c in checks if not c.ok]
@@ -207,51 +208,63 @@ def init(
         raise typer.Exit(2)
     home = path.parent
     stack_file = write_stack_file(info.model_copy(update={"aws_profile": profile}), home / "stack.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(agent_toml(agent_id or socket.gethostname(), region_affinity, capacity, stack_file, profile, home))
+    write_private(path, agent_toml(agent_id or socket.gethostname(), region_affinity, capacity, stack_file, profile, home))
     AgentConfig.load(path)  # what was written is what the agent reads
     typer.echo(f"wrote {path} (stack {stack}, region affinity {region_affinity}) and {stack_file}")
     doctor(config=path)
 
 
-service_app = typer.Typer(no_args_is_help=True, help="Run the agent as a launchd service of this user (macOS).")
+service_app = typer.Typer(no_args_is_help=True, help="Run the agent as a launchd service of this user, or as root (macOS).")
 app.add_typer(service_app, name="service")
 _LABEL_OPTION = typer.Option(launchd.DEFAULT_LABEL, "--label", help="launchd label (one per agent on this Mac)")
+_DAEMON_OPTION = typer.Option(
+    False, "--daemon", help="a LaunchDaemon run by root (/Library/LaunchDaemons): the agent of a config with run_as"
+)
+# Where a LaunchDaemon's plist and logs go (tests point it elsewhere).
+SYSTEM_ROOT = Path("/")
 
 
-def _paths(label: str) -> launchd.ServicePaths:
-    return launchd.ServicePaths(home=Path.home(), label=label)
+def _paths(label: str, daemon: bool = False) -> launchd.ServicePaths:
+    return launchd.ServicePaths(home=SYSTEM_ROOT if daemon else Path.home(), label=label, daemon=daemon)
 
 
 @service_app.command("install")
-def service_install(config: Path = _CONFIG_OPTION, label: str = _LABEL_OPTION) -> None:
-    """Write ~/Library/LaunchAgents/LABEL.plist (KeepAlive, logs in ~/Library/Logs/relevo-agent) and load it."""
+def service_install(config: Path = _CONFIG_OPTION, label: str = _LABEL_OPTION, daemon: bool = _DAEMON_OPTION) -> None:
+    """Write ~/Library/LaunchAgents/LABEL.plist (KeepAlive, logs in ~/Library/Logs/relevo-agent) and load it;
+    with --daemon, /Library/LaunchDaemons/LABEL.plist (logs in /Library/Logs/relevo-agent)."""
     path = config.expanduser()
     if not path.is_file():
         raise typer.BadParameter(f"{path} does not exist", param_hint="--config")
     try:
-        AgentConfig.load(path)  # refuse to install a config the agent could not start with
+        settings = AgentConfig.load(path)  # refuse to install a config the agent could not start with
     except InvalidFile as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
+    # Root runs stages only as a build user, and a build user needs root to start its stages.
+    if daemon and settings.run_as is None:
+        typer.echo(f"{path}: --daemon runs the agent as root: set run_as, so that its stages run as a build user", err=True)
+        raise typer.Exit(2)
+    if settings.run_as is not None and not daemon:
+        typer.echo(f"{path}: run_as needs the agent to run as root: install it with --daemon", err=True)
+        raise typer.Exit(2)
     load = launchd.launchctl_available()
-    for line in launchd.install(path, _paths(label), load=load):
+    for line in launchd.install(path, _paths(label, daemon), load=load):
         typer.echo(line)
     if not load:
         typer.echo("launchctl is not available (not macOS): the plist was written but not loaded")
 
 
 @service_app.command("uninstall")
-def service_uninstall(label: str = _LABEL_OPTION) -> None:
+def service_uninstall(label: str = _LABEL_OPTION, daemon: bool = _DAEMON_OPTION) -> None:
     """Stop the service, unload it and remove its plist."""
-    for line in launchd.uninstall(_paths(label), unload=launchd.launchctl_available()):
+    for line in launchd.uninstall(_paths(label, daemon), unload=launchd.launchctl_available()):
         typer.echo(line)
 
 
 @service_app.command("status")
-def service_status(label: str = _LABEL_OPTION) -> None:
+def service_status(label: str = _LABEL_OPTION, daemon: bool = _DAEMON_OPTION) -> None:
     """Whether the service is installed and running; exit 1 when it is not running."""
-    running, words = launchd.status(_paths(label), query=launchd.launchctl_available())
+    running, words = launchd.status(_paths(label, daemon), query=launchd.launchctl_available())
     typer.echo(words)
     if not running:
         raise typer.Exit(1)

@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from relevo_agent.build_user import BuildUser, BuildUserProblem
+from relevo_agent.build_user import check as check_build_user
 from relevo_core.lease_timeline import MAX_CLOCK_SKEW_SEC
 from relevo_core.models.capabilities import REQUIREMENT_KEY
 from relevo_core.user_files import FileMistake, InvalidFile, Loc, Locator, field_name, read_text, validate
@@ -146,6 +148,13 @@ class AgentConfig(BaseModel):
         "it and a bucket of another region count as cross_region_bytes. Default: the region affinity when it is an AWS "
         "region's name; otherwise not known, and cross_region_bytes says so (null).",
     )
+    run_as: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$",
+        description="The OS user each stage's command, effect probe, checkout and workspace_cleanup run as (its uid, "
+        "groups and home), who cannot read the agent's config, journal, stack file or AWS credentials. The agent must then "
+        "run as root (a LaunchDaemon) and workspace_root must be reachable by that user; a signing keychain is not made "
+        "then (docs/agent.md, \"A build user\"). None: stages run as the agent's own user.",
+    )
     max_clock_skew_sec: float = Field(
         default=MAX_CLOCK_SKEW_SEC, ge=0, le=60,
         description="The clock skew allowed between this Mac and AWS: `relevo-agent doctor` fails beyond it, the lease "
@@ -172,6 +181,11 @@ class AgentConfig(BaseModel):
             return self.network_region
         return self.region if _AWS_REGION.match(self.region) else None
 
+    @property
+    def build_user(self) -> BuildUser | None:
+        """The user stages run as (checked when the config was loaded), or None: the agent's own."""
+        return BuildUser.named(self.run_as) if self.run_as else None
+
     @field_validator("capacity")
     @classmethod
     def _at_least_one(cls, value: int) -> int:
@@ -191,7 +205,20 @@ class AgentConfig(BaseModel):
             updates["security_tool"] = (base / config.security_tool.expanduser()).resolve()
         if config.stack_file is not None:
             updates["stack_file"] = (base / config.stack_file.expanduser()).resolve()
-        return config.model_copy(update=updates)
+        config = config.model_copy(update=updates)
+        if config.run_as is not None:
+            try:
+                user = check_build_user(config.run_as)
+            except BuildUserProblem as problem:
+                raise config_mistake(path, ("run_as",), str(problem)) from None
+            unreachable = user.cannot_reach(config.workspace_root)
+            if unreachable:
+                raise config_mistake(
+                    path, ("workspace_root",),
+                    f"the build user {user.name!r} cannot reach {config.workspace_root} ({unreachable}): choose a workspace_root "
+                    "outside the agent's home, e.g. /Users/Shared/relevo/workspaces",
+                )
+        return config
 
 
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")

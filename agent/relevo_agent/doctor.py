@@ -1,11 +1,14 @@
 """`relevo-agent doctor`: checks what the agent needs before it can take work, and says in plain
 words what is wrong: AWS credentials, the table and the region's work queue, the clock (leases are
-compared across machines) and disk space for workspaces."""
+compared across machines), disk space for workspaces and, with run_as, what of the agent's the
+build user could read."""
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
+import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
@@ -30,9 +33,10 @@ class Check:
     name: str
     ok: bool
     words: str
+    warn: bool = False  # ok, but worth fixing: said, and doctor still passes
 
     def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.words}"
+        return f"{'FAIL' if not self.ok else 'warn' if self.warn else 'ok  '}  {self.name}: {self.words}"
 
 
 def _why(exc: Exception) -> str:
@@ -163,6 +167,35 @@ def check_outside_repositories(workspace_root: Path) -> Check:
     return Check("workspace repository", True, f"{workspace_root} is inside no git work tree")
 
 
+def agent_private_files(config: AgentConfig, config_path: Path | None) -> list[Path]:
+    """What the agent reads and a build must not: its config, its journal (and SQLite's -wal and
+    -shm beside it), its stack file, and the AWS configuration and credentials of its user."""
+    paths = [config_path] if config_path is not None else []
+    paths += [config.journal.with_name(config.journal.name + suffix) for suffix in ("", "-wal", "-shm")]
+    if config.stack_file is not None:
+        paths.append(config.stack_file)
+    homes = {os.environ.get("HOME") or "", pwd.getpwuid(os.geteuid()).pw_dir} - {""}
+    for name, default in (("AWS_SHARED_CREDENTIALS_FILE", "credentials"), ("AWS_CONFIG_FILE", "config")):
+        paths += [Path(os.environ[name])] if os.environ.get(name) else [Path(home) / ".aws" / default for home in sorted(homes)]
+    return [path for path in dict.fromkeys(paths) if path.is_file()]  # not /dev/null, as AWS_CONFIG_FILE may be
+
+
+def check_build_user(config: AgentConfig, config_path: Path | None) -> list[Check]:
+    """With run_as: who the stages run as, and a warning for each private file of the agent's that
+    user could read (by the mode bits and owners of the file and of the directories above it)."""
+    user = config.build_user
+    if user is None:
+        return []
+    checks = [Check("build user", True, f"stages run as {user.name} (uid {user.uid}, gid {user.gid}, home {user.home})")]
+    readable = [path for path in agent_private_files(config, config_path) if user.can_read(path)]
+    if readable:
+        shown = ", ".join(f"{path} ({stat.filemode(path.stat().st_mode)})" for path in readable)
+        checks.append(Check("private files", True, f"the build user {user.name} can read {shown}: chmod 600 each", warn=True))
+    else:
+        checks.append(Check("private files", True, f"the build user {user.name} can read none of the agent's config, journal, stack file and AWS files"))
+    return checks
+
+
 def run_checks(
     config: AgentConfig,
     table: str | None,
@@ -170,6 +203,7 @@ def run_checks(
     no_queue: str | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     stack: StackInfo | None = None,
+    config_path: Path | None = None,
 ) -> list[Check]:
     credentials, server_time = check_credentials()
     checks = [credentials, check_clock(server_time, now(), config.max_clock_skew_sec)]
@@ -185,4 +219,5 @@ def run_checks(
     checks.append(check_writable("workspaces", config.workspace_root))
     checks.append(check_outside_repositories(config.workspace_root))
     checks.append(check_writable("journal", config.journal.parent))
+    checks += check_build_user(config, config_path)
     return checks

@@ -1,6 +1,8 @@
 """Runs one stage command: `bash -c` in the project workspace, in its own process group, with
 SIGTERM then SIGKILL to the whole group on timeout or cancel, and beside it a dead-man supervisor
-process (relevo_agent/supervisor.py) that kills the group if this agent freezes or dies."""
+process (relevo_agent/supervisor.py) that kills the group if this agent freezes or dies. With a
+build user (`run_as`), the command is that user's and so is the workspace; the supervisor stays
+the agent's (relevo_agent.build_user)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
+from relevo_agent.build_user import BuildUser
 from relevo_agent.lease import Lease
+from relevo_agent.stage_env import as_build_user
 
 # The end of a command's output kept in its result (classification, probe evidence).
 TAIL_BYTES = 4096
@@ -128,20 +132,27 @@ def run_command(
     lease: Lease | None = None,
     stop_grace_sec: Callable[[], float] | None = None,
     on_start: Callable[[int], None] | None = None,
+    user: BuildUser | None = None,
 ) -> ExecResult:
     """Run `command` to its end, its timeout or `cancel` (SIGTERM to the group, SIGKILL after
     `stop_grace_sec()` if given, else `grace_sec`). With a `lease`, a dead-man supervisor process
     also kills the group (SIGTERM, then SIGKILL after the lease's fence grace) when the lease's
-    fence passes without an extension, or when this process dies meanwhile."""
+    fence passes without an extension, or when this process dies meanwhile. With `user`, the
+    workspace is handed to that user and the command runs as it."""
     workspace.mkdir(parents=True, exist_ok=True)
+    spawn: dict[str, Any] = {}
+    if user is not None:
+        user.hand_over(workspace)
+        env = as_build_user(env, user)
+        spawn = user.popen()
     supervisor = Supervisor(lease) if lease is not None else None
     started = time.monotonic()
     try:
         if supervisor is None:
-            process = _spawn(["bash", "-c", command], workspace, env, ())
+            process = _spawn(["bash", "-c", command], workspace, env, (), spawn)
         else:
             fd = supervisor.pipe
-            process = _spawn(["bash", "-c", _announcing(fd), "relevo-stage", command], workspace, env, (fd,))
+            process = _spawn(["bash", "-c", _announcing(fd), "relevo-stage", command], workspace, env, (fd,), spawn)
     except BaseException:
         if supervisor is not None:
             supervisor.done()
@@ -194,7 +205,9 @@ def run_command(
     )
 
 
-def _spawn(argv: list[str], workspace: Path, env: dict[str, str], pass_fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+def _spawn(
+    argv: list[str], workspace: Path, env: dict[str, str], pass_fds: tuple[int, ...], as_user: dict[str, Any]
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         argv,
         cwd=workspace,
@@ -204,4 +217,5 @@ def _spawn(argv: list[str], workspace: Path, env: dict[str, str], pass_fds: tupl
         stdin=subprocess.DEVNULL,
         pass_fds=pass_fds,
         start_new_session=True,  # its own session, hence its own process group
+        **as_user,
     )

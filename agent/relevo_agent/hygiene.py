@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import Journal
+from relevo_agent.stage_env import as_build_user, stage_environment
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +112,16 @@ class Hygiene:
             self.prune()
 
     def _cleanup(self, project: str, command: str, workspace: Path) -> None:
+        # The project's command, as a stage's: never the agent's credentials, as the build user if any.
+        env = stage_environment(os.environ, {}, None)
+        user = self.config.build_user
+        spawn = user.popen() if user is not None else {}
+        if user is not None:
+            env = as_build_user(env, user)
         try:
             done = subprocess.run(
                 ["bash", "-c", command], cwd=workspace if workspace.is_dir() else None, capture_output=True, text=True,
-                timeout=self.config.cleanup_timeout_sec, check=False, start_new_session=True,
+                timeout=self.config.cleanup_timeout_sec, check=False, start_new_session=True, env=env, **spawn,
             )
             log.info("cleanup of %s exited %d", project, done.returncode)
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -19,6 +19,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from relevo_agent.private_files import keep_private, tighten
+
 
 class OperationOutcome(str, Enum):
     # The command is running (or was, when the agent died): the outcome is not known yet.
@@ -113,6 +115,10 @@ class Journal:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # 0600 before SQLite opens it: its -wal and -shm files take the database's mode.
+        keep_private(path)
+        for companion in ("-wal", "-shm"):
+            tighten(path.with_name(path.name + companion))
         self.path = path
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)

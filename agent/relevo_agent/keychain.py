@@ -24,9 +24,10 @@ process of the user, the `dynamic` domain is the system's (smart cards), and `co
 or Xcode's OTHER_CODE_SIGN_FLAGS=--keychain pick the identity but still need the list for the
 certificate chain and Xcode's own identity lookup. So the keychain goes on the user's list and a
 stage with one runs alone on its agent (relevo_agent.stage: the signing gate): no other stage of
-this agent can see it. A crash leaves a keychain behind: `sweep`, at the agent's start, takes every
-keychain of <workspace_root>/.relevo-keychains off the list and deletes it. A delete that fails is
-logged and tried again at the next start; it never fails the job.
+this agent can see it. An agent with `run_as` makes none (`require` says why). A crash leaves a
+keychain behind: `sweep`, at the agent's start, takes every keychain of
+<workspace_root>/.relevo-keychains off the list and deletes it. A delete that fails is logged and
+tried again at the next start; it never fails the job.
 """
 
 from __future__ import annotations
@@ -155,9 +156,20 @@ class Keychains:
         self.system = system or platform.system()
         tool = config.security_tool or (MAC_SECURITY if self.system == "Darwin" else None)
         self.security = SecurityTool(tool, config.security_timeout_sec) if tool is not None else None
+        self.run_as = config.run_as
 
     def require(self) -> SecurityTool:
         """The security tool, or the failure of a stage that needs a keychain on an agent without one."""
+        if self.run_as is not None:
+            # A keychain and the search list codesign reads are a user's, kept by securityd and
+            # cfprefsd in that user's login session. The agent is root and the build user has no
+            # session: one made by root is root's, and `security` started as the build user from a
+            # daemon acts on a session nobody can vouch for. Refused, before any secret is read.
+            raise KeychainFailure(
+                ErrorClass.KEYCHAIN_UNSUPPORTED,
+                f"the project's signing.keychain: temporary is not made on an agent with run_as ({self.run_as}): the keychain "
+                "would be root's, not the build user's; run signing stages on agents without run_as (docs/agent.md, \"A build user\")",
+            )
         if self.security is None:
             raise KeychainFailure(
                 ErrorClass.KEYCHAIN_UNSUPPORTED,

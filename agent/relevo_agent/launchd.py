@@ -1,6 +1,8 @@
 """`relevo-agent service install|uninstall|status`: the agent as a launchd agent of the logged-in
 user (~/Library/LaunchAgents), started at login, restarted whenever it exits (KeepAlive), with
-its output in ~/Library/Logs/relevo-agent/.
+its output in ~/Library/Logs/relevo-agent/. With `--daemon`, for a config with `run_as`: a
+LaunchDaemon (/Library/LaunchDaemons, the `system` domain) that runs the agent as root from boot,
+without anyone logged in, its output in /Library/Logs/relevo-agent/.
 
 The plist is generated the same way on every OS (tests read it back with plistlib); loading and
 unloading it needs `launchctl`, i.e. macOS.
@@ -32,14 +34,24 @@ def _run(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(args), capture_output=True, text=True, check=False)
 
 
+# What a LaunchDaemon's agent creates is readable unless it says otherwise (its private files are
+# 0600 by themselves: relevo_agent.private_files), so that the build user reaches its workspaces.
+DAEMON_UMASK = 0o022
+
+
 @dataclass(frozen=True)
 class ServicePaths:
-    home: Path
+    home: Path  # the user's home; for a daemon, the system's root (/)
     label: str = DEFAULT_LABEL
+    daemon: bool = False
 
     @property
     def plist(self) -> Path:
-        return self.home / "Library" / "LaunchAgents" / f"{self.label}.plist"
+        return self.home / "Library" / ("LaunchDaemons" if self.daemon else "LaunchAgents") / f"{self.label}.plist"
+
+    @property
+    def domain(self) -> str:
+        return "system" if self.daemon else f"gui/{os.getuid()}"
 
     @property
     def log_dir(self) -> Path:
@@ -50,7 +62,9 @@ def plist_for(config: Path, paths: ServicePaths, python: str = sys.executable, e
     environ = dict(os.environ if environ is None else environ)
     env = {"PATH": SERVICE_PATH, "PYTHONUNBUFFERED": "1", "LANG": environ.get("LANG", "en_US.UTF-8")}
     env.update({name: environ[name] for name in PASSED_THROUGH if environ.get(name)})
+    daemon = {"Umask": DAEMON_UMASK} if paths.daemon else {}
     return {
+        **daemon,
         "Label": paths.label,
         "ProgramArguments": [python, "-m", "relevo_agent.cli", "run", "--config", str(config.expanduser().resolve())],
         "RunAtLoad": True,
@@ -65,10 +79,6 @@ def plist_for(config: Path, paths: ServicePaths, python: str = sys.executable, e
     }
 
 
-def _domain() -> str:
-    return f"gui/{os.getuid()}"
-
-
 def launchctl_available() -> bool:
     return sys.platform == "darwin" and shutil.which("launchctl") is not None
 
@@ -77,13 +87,13 @@ def install(config: Path, paths: ServicePaths, load: bool, run: Runner = _run) -
     """Write the plist (replacing an older one) and load it; returns what was done, in words."""
     done = []
     if load and paths.plist.exists():
-        run(["launchctl", "bootout", f"{_domain()}/{paths.label}"])  # an older version, if loaded
+        run(["launchctl", "bootout", f"{paths.domain}/{paths.label}"])  # an older version, if loaded
     paths.plist.parent.mkdir(parents=True, exist_ok=True)
     paths.log_dir.mkdir(parents=True, exist_ok=True)
     paths.plist.write_bytes(plistlib.dumps(plist_for(config, paths)))
     done.append(f"wrote {paths.plist}")
     if load:
-        result = run(["launchctl", "bootstrap", _domain(), str(paths.plist)])
+        result = run(["launchctl", "bootstrap", paths.domain, str(paths.plist)])
         if result.returncode != 0:
             raise RuntimeError(f"launchctl bootstrap failed: {(result.stderr or result.stdout).strip()}")
         done.append(f"loaded {paths.label}; logs in {paths.log_dir}")
@@ -93,7 +103,7 @@ def install(config: Path, paths: ServicePaths, load: bool, run: Runner = _run) -
 def uninstall(paths: ServicePaths, unload: bool, run: Runner = _run) -> list[str]:
     done = []
     if unload:
-        result = run(["launchctl", "bootout", f"{_domain()}/{paths.label}"])
+        result = run(["launchctl", "bootout", f"{paths.domain}/{paths.label}"])
         if result.returncode == 0:
             done.append(f"stopped and unloaded {paths.label}")
     if paths.plist.exists():
@@ -108,7 +118,7 @@ def status(paths: ServicePaths, query: bool, run: Runner = _run) -> tuple[bool, 
         return False, f"not installed ({paths.plist} does not exist)"
     if not query:
         return False, f"installed at {paths.plist}; launchctl is not available here to tell whether it runs"
-    result = run(["launchctl", "print", f"{_domain()}/{paths.label}"])
+    result = run(["launchctl", "print", f"{paths.domain}/{paths.label}"])
     if result.returncode != 0:
         return False, f"installed at {paths.plist} but not loaded"
     fields = dict(

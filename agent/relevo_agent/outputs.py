@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from relevo_agent.build_user import BuildUser
 from relevo_core.models.handoff import MAX_OUTPUT_BYTES, MAX_OUTPUT_KEYS, output_key_problem, outputs_size
 from relevo_core.aws import in_this_context
 
@@ -139,11 +140,21 @@ class OutputWatch:
     _thread: threading.Thread | None = None
 
     @classmethod
-    def create(cls, path: Path, secrets: Iterable[str], on_change: Callable[[dict[str, str], list[str]], None]) -> "OutputWatch":
+    def create(
+        cls, path: Path, secrets: Iterable[str], on_change: Callable[[dict[str, str], list[str]], None], owner: BuildUser | None = None
+    ) -> "OutputWatch":
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if owner is not None:
+            # The build user reaches its own file but lists, creates and replaces nothing here: what
+            # the agent reads back is the file it made, never a link the build put in its place.
+            os.chmod(path.parent, 0o711)
         # The stage's own file: empty, readable and writable by the stage's user only.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            if owner is not None:
+                owner.own(fd)
+        finally:
+            os.close(fd)
         return cls(path, OutputParser(secrets), on_change)
 
     def start(self) -> None:

@@ -100,7 +100,9 @@ def prepare(
             return stage_attempts.record_checkout_commit(ref, resolved)
 
         try:
-            commit = checkout(envelope.checkout, config.workspace_root, workspace, envelope.ref, commit, record, deadline, cancel, emit).commit
+            commit = checkout(
+                envelope.checkout, config.workspace_root, workspace, envelope.ref, commit, record, deadline, cancel, emit, config.build_user
+            ).commit
         except CheckoutStopped:
             raise PrepareStopped() from None
         except CheckoutFailure as failure:
@@ -128,6 +130,8 @@ def prepare(
     variables = {"RELEVO_COMMIT": commit or "", **output_variables(earlier)}
     prepared = Prepared(commit, "", variables, earlier)
     sources = [stage for stage in earlier if stage.handoff is not None]
+    if sources and config.build_user is not None:
+        config.build_user.adopt(workspace)  # restored files are the workspace owner's
     if sources:
         from relevo_agent.handoff import HandoffFailure
         from relevo_agent.handoff.restore import Source, Stopped, restore_handoffs

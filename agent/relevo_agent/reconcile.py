@@ -166,8 +166,12 @@ def _resolve_ref(workspace: Path, ref: str) -> str | None:
     if not (workspace / ".git").exists():
         return None
     try:
+        # With run_as the workspace is the build user's, whose repository git would refuse to read
+        # here. Named safe for this one command: rev-parse reads refs and objects, and runs no
+        # hook, filter or fsmonitor (switched off all the same) that the build could have set.
         found = subprocess.run(
-            ["git", "-C", str(workspace), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            ["git", "-c", f"safe.directory={workspace}", "-c", "core.fsmonitor=false", "-C", str(workspace),
+             "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
             capture_output=True,
             text=True,
             timeout=10,

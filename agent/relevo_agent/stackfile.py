@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from relevo_agent.private_files import write_private
+
 DEFAULT_STATE_DIR = Path(".relevo/local")
 STACK_FILE_ENV = "RELEVO_STACK_FILE"
 # Where `relevo stack use` writes the deployed stack the CLI uses when no local stack is up here.
@@ -191,8 +193,4 @@ def read_stack(name: str, aws: Any, endpoint_url: str | None = None) -> StackInf
 
 
 def write_stack_file(info: StackInfo, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(info.model_dump(exclude_none=True), indent=2) + "\n")
-    tmp.replace(path)
-    return path
+    return write_private(path, json.dumps(info.model_dump(exclude_none=True), indent=2) + "\n")

@@ -573,6 +573,7 @@ class StageRunner:
             lease=run.lease,
             stop_grace_sec=lambda: run.stop_grace(plan.kill_grace_sec),
             on_start=lambda pgid: self.journal.set_process_group(op_id, run.ref.attempt, pgid),
+            user=self.config.build_user,  # run_as: the command and the workspace are that user's
         )
         self.journal.set_process_group(op_id, run.ref.attempt, None)
         if run.reason is None and run.lease.fenced(result.ended_at):
@@ -608,6 +609,7 @@ class StageRunner:
         watch = OutputWatch.create(
             self.config.workspace_root / ".relevo-outputs" / f"{ref.job_id}.{plan.name}.{ref.attempt}",
             secret_values(self.config.mask, env), lambda values, changed: self._outputs_changed(run, op_id, shipper, values, changed),
+            owner=self.config.build_user,
         )
         env = {**env, "RELEVO_OUTPUT": str(watch.path)}
         watch.start()

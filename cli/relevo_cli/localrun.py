@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from relevo_cli.local.state_dir import Holder, running
+from relevo_agent.private_files import write_private
 from relevo_agent.stackfile import StackInfo, load_stack
 
 
@@ -81,7 +82,8 @@ def write_agent_config(
     that no stage's git ever acts on that repository."""
     path = path.resolve()
     workspace = local_workspace_root(path.parent, agent_id)
-    path.write_text(
+    write_private(
+        path,
         "\n".join(
             [
                 f'agent_id = "{agent_id}"',

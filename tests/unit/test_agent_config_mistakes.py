@@ -47,6 +47,62 @@ def test_run_refuses_a_mistake_in_one_line_naming_file_line_and_key(tmp_path: Pa
     assert _lines(result.output) == [f"{config}:" + expected.format(stack=tmp_path / "stack.json")]
 
 
+@pytest.mark.parametrize(
+    ("run_as", "expected"),
+    [
+        ("relevo-nobody-here", "4: run_as: no user 'relevo-nobody-here' on this machine: create it first (docs/agent.md, \"A build user\")"),
+        ("root", "4: run_as: 'root' is uid 0: a stage run as it could read everything the agent holds; name an unprivileged user"),
+    ],
+    ids=["unknown-user", "root"],
+)
+def test_run_refuses_a_build_user_that_is_not_there_or_is_root(tmp_path: Path, run_as: str, expected: str):
+    config = _config(tmp_path, f'region = "eu-west"\nrun_as = "{run_as}"\n')
+
+    result = runner.invoke(app, ["run", "--config", str(config)])
+
+    assert result.exit_code == 2
+    assert _lines(result.output) == [f"{config}:{expected}"]
+    doctor = runner.invoke(app, ["doctor", "--config", str(config)])
+    assert doctor.exit_code == 1 and _lines(doctor.output) == [f"FAIL  config: {config}:{expected}"]
+
+
+def test_run_refuses_a_build_user_the_agent_is_or_cannot_become(tmp_path: Path, build_user, shared_dir: Path, monkeypatch):
+    """Only root starts a command as another user; a build as the agent's own user reads what it holds."""
+    import os
+    import pwd
+
+    config = _config(tmp_path, f'region = "eu-west"\nrun_as = "{build_user.name}"\nworkspace_root = "{shared_dir / "ws"}"\n')
+    nobody = pwd.getpwnam("nobody")
+    refusals = {}
+    for euid in (build_user.uid, nobody.pw_uid):
+        monkeypatch.setattr(os, "geteuid", lambda: euid)
+        result = runner.invoke(app, ["run", "--config", str(config)])
+        assert result.exit_code == 2
+        [refusals[euid]] = _lines(result.output)
+
+    assert refusals[build_user.uid] == (
+        f"{config}:4: run_as: '{build_user.name}' is the user the agent runs as: its stages could read the agent's credentials, "
+        "journal and config; name another user"
+    )
+    assert refusals[nobody.pw_uid] == (
+        f"{config}:4: run_as: the agent runs as nobody (uid {nobody.pw_uid}), and only root can start a stage as '{build_user.name}': "
+        "run the agent as root (a LaunchDaemon: docs/agent.md, \"A build user\"), or remove run_as"
+    )
+
+
+def test_run_refuses_workspaces_the_build_user_cannot_reach(tmp_path: Path, build_user):
+    """pytest's tmp_path is root's alone (drwx------ above it), as ~/relevo is under /var/root."""
+    workspaces = tmp_path / "workspaces"
+    config = _config(tmp_path, f'region = "eu-west"\nrun_as = "{build_user.name}"\nworkspace_root = "{workspaces}"\n')
+
+    result = runner.invoke(app, ["run", "--config", str(config)])
+
+    assert result.exit_code == 2
+    [line] = _lines(result.output)
+    assert line.startswith(f"{config}:5: workspace_root: the build user '{build_user.name}' cannot reach {workspaces} (/")
+    assert line.endswith(" is drwx------ root): choose a workspace_root outside the agent's home, e.g. /Users/Shared/relevo/workspaces")
+
+
 def test_run_names_a_missing_stack_file_as_the_configs_mistake(tmp_path: Path):
     config = tmp_path / "agent.toml"
     config.write_text(f'region = "eu-west"\nstack_file = "{tmp_path / "gone.json"}"\n')

@@ -141,6 +141,48 @@ def test_service_install_refuses_a_broken_config(tmp_path: Path, monkeypatch: py
     assert not (tmp_path / "Library/LaunchAgents").exists()
 
 
+def test_a_daemon_is_the_systems_with_a_umask_its_build_user_can_work_under(tmp_path: Path):
+    paths = launchd.ServicePaths(home=tmp_path, daemon=True)
+    launchctl = Launchctl()
+
+    launchd.install(tmp_path / "agent.toml", paths, load=True, run=launchctl)
+
+    assert paths.plist == tmp_path / "Library/LaunchDaemons/dev.relevo.agent.plist"
+    plist = plistlib.loads(paths.plist.read_bytes())
+    assert plist["Umask"] == 0o022 and "UserName" not in plist  # root's, from boot
+    assert plist["StandardErrorPath"] == str(tmp_path / "Library/Logs/relevo-agent/agent.err.log")
+    assert launchctl.calls[-1] == ["launchctl", "bootstrap", "system", str(paths.plist)]
+    launchd.uninstall(paths, unload=True, run=launchctl)
+    assert launchctl.calls[-1] == ["launchctl", "bootout", "system/dev.relevo.agent"]
+
+
+def test_service_install_pairs_a_daemon_with_run_as(tmp_path: Path, build_user, shared_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    """Root runs stages only as a build user; a build user needs the agent to be root."""
+    from relevo_agent import cli
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(cli, "SYSTEM_ROOT", tmp_path / "system")
+    monkeypatch.setattr(launchd, "launchctl_available", lambda: False)
+    plain, with_run_as = tmp_path / "plain.toml", tmp_path / "run-as.toml"
+    plain.write_text('region = "eu-west"\n')
+    with_run_as.write_text(f'region = "eu-west"\nrun_as = "{build_user.name}"\nworkspace_root = "{shared_dir / "ws"}"\n')
+
+    daemon_without = CliRunner().invoke(app, ["service", "install", "--daemon", "--config", str(plain)])
+    run_as_without = CliRunner().invoke(app, ["service", "install", "--config", str(with_run_as)])
+    daemon = CliRunner().invoke(app, ["service", "install", "--daemon", "--config", str(with_run_as)])
+
+    assert daemon_without.exit_code == 2
+    assert daemon_without.output.strip() == f"{plain}: --daemon runs the agent as root: set run_as, so that its stages run as a build user"
+    assert run_as_without.exit_code == 2
+    assert run_as_without.output.strip() == f"{with_run_as}: run_as needs the agent to run as root: install it with --daemon"
+    assert daemon.exit_code == 0, daemon.output
+    plist = plistlib.loads((tmp_path / "system/Library/LaunchDaemons/dev.relevo.agent.plist").read_bytes())
+    assert plist["ProgramArguments"][-2:] == ["--config", str(with_run_as)]
+    assert not (tmp_path / "Library/LaunchAgents").exists()
+    assert CliRunner().invoke(app, ["service", "uninstall", "--daemon"]).exit_code == 0
+    assert not (tmp_path / "system/Library/LaunchDaemons/dev.relevo.agent.plist").exists()
+
+
 def test_clock_skew_is_reported_in_plain_words():
     aws = datetime(2026, 1, 1, tzinfo=timezone.utc)
     assert check_clock(aws, aws + timedelta(seconds=2)).ok

@@ -7,11 +7,11 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from relevo_agent.executor import ExecResult, run_command
+from tests.helpers.processes import is_dead, wait_until
 
 
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
@@ -39,31 +39,6 @@ def run(
         grace_sec=grace_sec,
         tail_bytes=tail_bytes,
     )
-
-
-def is_dead(pid: int) -> bool:
-    """Gone, or a zombie nobody has reaped yet (its code no longer runs)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    # The state follows the parenthesised command name, which may itself hold spaces or ')'.
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def read_pid(path: Path) -> int | None:

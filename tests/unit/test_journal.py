@@ -82,3 +82,21 @@ def test_a_record_for_an_attempt_the_journal_no_longer_holds_changes_nothing(tmp
     journal.record("job_1:build", 1, OperationOutcome.SUCCEEDED, {"exit_code": 0}, None)
 
     assert journal.get("job_1:build").outcome is OperationOutcome.RUNNING
+
+
+def test_the_journal_its_wal_and_shm_and_a_written_stack_file_are_the_agents_alone(tmp_path: Path):
+    """A build user (`run_as`) must not read them: 0600 whatever the umask, an older journal tightened."""
+    import os
+    import stat
+
+    from relevo_agent.stackfile import StackInfo, write_stack_file
+
+    older = tmp_path / "journal.sqlite3"
+    sqlite3.connect(older).close()
+    older.chmod(0o644)
+    journal = Journal(older)
+    journal.begin(_op())  # the -wal and -shm files exist while the journal is open
+    stack_file = write_stack_file(StackInfo(api_url="http://x", region="us-east-1", resources={}, work_queues={}), tmp_path / "stack.json")
+    modes = {path.name: stat.S_IMODE(os.stat(path).st_mode) for path in (older, Path(f"{older}-wal"), Path(f"{older}-shm"), stack_file)}
+    journal.close()
+    assert modes == {"journal.sqlite3": 0o600, "journal.sqlite3-wal": 0o600, "journal.sqlite3-shm": 0o600, "stack.json": 0o600}

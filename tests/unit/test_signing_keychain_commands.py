@@ -144,6 +144,20 @@ def test_an_agent_not_on_macos_without_a_security_tool_refuses(tmp_path: Path):
     assert _keychains(tmp_path, None, system="Linux").sweep() == []
 
 
+def test_an_agent_with_run_as_refuses_before_any_security_command_or_secret(tmp_path: Path, tool: Path):
+    """A keychain root makes is root's, not the build user's: no half-working signing (docs/agent.md)."""
+    config = AgentConfig(
+        region="eu-west", workspace_root=tmp_path / "workspaces", journal=tmp_path / "journal.sqlite3", security_tool=tool, run_as="relevo-build",
+    )
+    with pytest.raises(KeychainFailure) as refused:
+        Keychains(config, system="Darwin").require()  # the stage calls it before it reads any identity
+    assert refused.value.error_class is ErrorClass.KEYCHAIN_UNSUPPORTED
+    assert refused.value.message.startswith(
+        "the project's signing.keychain: temporary is not made on an agent with run_as (relevo-build): the keychain would be root's"
+    )
+    assert security_double.calls(tool) == []
+
+
 def _project(**signing) -> dict:
     return {"id": "app", "repo": "acme/app", "region_affinity": "eu-west", "stages": [{"name": "sign", "run": "true"}], "signing": signing}
 

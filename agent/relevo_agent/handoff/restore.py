@@ -12,11 +12,13 @@ it, never a write through a symlink). Then, per file:
 - else fetched (a pack's range, a blob in parallel parts), hashed as it is written.
 
 Nothing is written in place: each file goes to a temporary name in its directory and is renamed
-over the path once its bytes are verified, with its mode and mtime. A byte that does not match
-fails the stage with Relevo.Fatal.Checksum (never retried), a stored object that is gone with
-Relevo.Fatal.HandoffGone. A handed-on directory is restored exactly: what else is in it (an
-earlier job's leftover) is removed. Directories get their modes and mtimes last, deepest first.
-Extended attributes are not carried (docs/handoff.md says why).
+over the path once its bytes are verified, with its mode and mtime, and the workspace's owner
+(with `run_as` the build user's; directories and links are handed over before the command, by
+relevo_agent.build_user). A byte that does not match fails the stage with Relevo.Fatal.Checksum
+(never retried), a stored object that is gone with Relevo.Fatal.HandoffGone. A handed-on
+directory is restored exactly: what else is in it (an earlier job's leftover) is removed.
+Directories get their modes and mtimes last, deepest first. Extended attributes are not carried
+(docs/handoff.md says why).
 """
 
 from __future__ import annotations
@@ -221,6 +223,7 @@ class _Writer:
         # A name of this process's own (its pid and a counter): no two writers share one.
         self.temporary = self.final.with_name(f".{self.final.name}.relevo-{os.getpid()}-{next(_TEMPORARY)}")
         self.fd = os.open(self.temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        _owned_like(self.fd, workspace)
         self.digest = hashlib.sha256()
         self.written = 0
 
@@ -270,6 +273,15 @@ class _Writer:
                 except FileNotFoundError:
                     pass
             raise
+
+
+def _owned_like(fd: int, workspace: Path) -> None:
+    """A restored file is the workspace owner's: with `run_as`, the build user's (relevo_agent.
+    build_user). Given before its mode is set (a chown clears set-user-ID bits) and before the
+    cache links it (the agent never hands over a file with more than one link)."""
+    owner = os.stat(workspace)
+    if owner.st_uid != os.geteuid():
+        os.fchown(fd, owner.st_uid, owner.st_gid)
 
 
 def _replace(temporary: Path, final: Path) -> None:

@@ -33,6 +33,7 @@ from relevo_cli.local.sigv4 import Refusal
 from relevo_cli.local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
 from relevo_cli.local.scheduler import ScheduleFirer
 from relevo_cli.local.streams import StreamConsumer, StreamPoller, record_filter
+from relevo_agent.private_files import write_private
 from relevo_agent.stackfile import LocalCredentials, StackInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -244,10 +245,8 @@ class LocalStack:
                 if f"AgentRoleArn{region_logical_suffix(region)}" in outputs
             },
         )
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_dir / "stack.json.tmp"
-        tmp.write_text(json.dumps(info.model_dump(), indent=2) + "\n")
-        tmp.replace(self.state_dir / "stack.json")
+        # It holds the emulator's access keys: readable by this user only (relevo_agent.private_files).
+        write_private(self.state_dir / "stack.json", json.dumps(info.model_dump(), indent=2) + "\n")
         return info
 
     def _agent_sessions(self, physical: dict[str, str | None], work_queues: dict[str, str]) -> dict[str, LocalCredentials]:

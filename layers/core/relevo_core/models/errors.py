@@ -166,7 +166,7 @@ class ErrorClass(str, Enum):
     # that "succeeded" without its output has failed.
     HANDOFF_MISSING = "Relevo.Fatal.HandoffMissing"
     # A handed-on path would lead out of the workspace (a symlink above it, a link target outside),
-    # at store or in a manifest at restore.
+    # at store or in a manifest at restore; or the artifact directory was replaced by a link.
     HANDOFF_PATH = "Relevo.Fatal.HandoffPath"
     # An earlier stage's handoff is no longer stored (expired, removed by artifact.max_total_bytes).
     HANDOFF_GONE = "Relevo.Fatal.HandoffGone"

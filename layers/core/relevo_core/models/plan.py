@@ -113,8 +113,9 @@ class SigningPlan(_Frozen):
         "keys without a GUI prompt: key partition list apple-tool:,apple:,codesign:), unlocks it, puts it first on "
         "the user's keychain search list and gives the stage its path as RELEVO_KEYCHAIN; after the stage, on every "
         "ending, it takes it off the search list and deletes it. While such a stage runs, the agent runs no other "
-        "stage (the search list is the user's, not the process's). An agent that is not on macOS fails the stage "
-        "with Relevo.Fatal.KeychainUnsupported; a keychain that cannot be made fails it with Relevo.Fatal.Keychain."
+        "stage (the search list is the user's, not the process's). An agent that is not on macOS, or that runs stages "
+        "as a build user (run_as), fails the stage with Relevo.Fatal.KeychainUnsupported; a keychain that cannot be "
+        "made fails it with Relevo.Fatal.Keychain."
     )
     identities: tuple[SigningIdentity, ...] = Field(
         min_length=1, max_length=8, description="The identities to import (1 to 8), each a .p12 and its passphrase in Secrets Manager."
