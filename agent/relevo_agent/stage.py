@@ -378,12 +378,15 @@ class StageRunner:
             journal_id=self.journal.journal_id, enqueued_at=message.sent_at,
             leave_to_previous=task.attempt == 1 and self.prefer_previous is not None,
         )
+        routes = self.sessions.routes
+        if routes is None:
+            raise RouteError(0, None, "this agent knows no claim route: its stack file, or api_url in its config, names the stack's API")
         give_up = time.monotonic() + max(0.0, timeline.fence_after_sec - timeline.renew_interval_sec)
         delay = RETRY_AFTER_FAILURE_SEC
         while True:
             try:
                 with call_budget(max(0.5, give_up - time.monotonic())):
-                    return self.sessions.routes.claim(request)
+                    return routes.claim(request)
             except RouteError as refused:
                 if refused.code == ErrorCode.CLAIM_REFUSED.value:
                     raise stage_attempts.ClaimRefused(str(refused), refused.details, ref.attempt, int(utc_now().timestamp())) from refused
@@ -883,11 +886,13 @@ def _stage_outcome(status: StageStatus) -> stage_attempts.AttemptOutcome:
 
 
 def _checksums(directory: Path) -> dict[str, str]:
-    """sha256 of each file the stage left in its artifact directory (for the receipt)."""
-    if not directory.is_dir():
+    """sha256 of each file the stage left in its artifact directory (for the receipt): the files
+    the upload takes (relevo_agent.artifacts), never what a link points to, which may be a file of
+    the agent's the build cannot read itself (run_as)."""
+    if not directory.is_dir() or directory.is_symlink():
         return {}
     return {
         str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(directory.rglob("*"))
-        if path.is_file()
+        if path.is_file() and not path.is_symlink()
     }

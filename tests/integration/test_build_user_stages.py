@@ -110,7 +110,7 @@ def _agent(root: Path, journal: Path, stack, agent_id: str, user: str) -> Agent:
         agent_id=agent_id, region="eu-west", capacity=1, workspace_root=root / agent_id, journal=journal,
         max_clock_skew_sec=0.5, prefer_previous_sec=0, handoff_max_wait_sec=0, run_as=user,
     )
-    return Agent(config, stack.table_name, stack.work_queues["eu-west"])
+    return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
 
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:

@@ -73,3 +73,20 @@ def test_progress_lines_come_about_every_interval_then_a_completion_line():
     ]
     assert lines[3] == f"[relevo] uploaded app.ipa: 100.0 MiB in 10.0s (10.0 MiB/s), sha256 {'ab' * 32}"
     assert len(lines) == 4
+
+
+def test_the_receipts_checksums_never_follow_a_link_the_build_left(tmp_path):
+    """A link in RELEVO_ARTIFACT_DIR is not read (as the upload skips it): with run_as the agent
+    could otherwise hash a file of its own that the build cannot read, into the receipt."""
+    from relevo_agent.stage import _checksums
+
+    secret = tmp_path / "agent-only"
+    secret.write_text("agent's")
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    (artifacts / "app.ipa").write_bytes(b"ipa")
+    (artifacts / "stolen").symlink_to(secret)
+    assert set(_checksums(artifacts)) == {"app.ipa"}
+    linked = tmp_path / "linked"
+    linked.symlink_to(artifacts)
+    assert _checksums(linked) == {}
