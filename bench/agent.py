@@ -9,7 +9,7 @@ processes against it (the way `relevo local up` users run them), then:
 1. Idle. An agent polls an empty queue for --idle-sec; its RSS and CPU come from the OS
    (/proc, else `ps`), its SQS requests from the emulator's request recorder. Baseline: a bare
    Python process long-polling another empty queue with boto3 over the same window.
-   Targets: RSS <= 60 MB, CPU <= 1 %, <= 3 SQS requests per minute per queue.
+   Targets: RSS <= 55 MB, CPU <= 1 %, <= 3 SQS requests per minute per queue.
 2. Handoff latency. --handoffs jobs of one stage, one after the other: from the moment the
    stage is enqueued for the region's Macs (the SQS SentTimestamp of its message, which the
    claiming agent records on the stage as `enqueued_at`) to the moment the stage's command starts
@@ -18,14 +18,17 @@ processes against it (the way `relevo local up` users run them), then:
    only watches for the command's start file: its API polling (Lambda emulation in this process)
    begins after, so it does not load the emulator during the span it measures.
    Baseline: raw SQS send -> long-poll receive on a queue of its own, same count.
-   Target: p50 <= raw p50 + 100 ms.
+   Target: p50 <= raw p50 + 50 ms and p95 <= raw p95 + 100 ms, the claim route and the job's
+   credentials it mints included.
 3. Stage overhead. A 5 s command (`sleep 5`) through the agent, claim to result recorded, against
    `bash -c "sleep 5"` run bare. Target: <= 1.1 x bare + 0.5 s.
 4. Log shipping. A command printing --log-mb of numbered lines with a masked canary secret every
    1000 lines: MB/s from the claim to the last chunk stored, the command's own run time with and
    without the agent (output to /dev/null), and the stored chunks checked for order and masking.
-   Baseline: the same bytes put straight into DynamoDB as 64 KiB items from this process.
-   Target: >= 5 MB/s, every line in order, the canary never stored.
+   Baseline: the same bytes put straight into DynamoDB as items of the chunks' size from this
+   process. Target: >= 25 MB/s within AWS's limits (the busiest partition key's write units a
+   second <= 1,000, the busiest S3 prefix's PUTs a second <= 3,500, both computed from what was
+   stored), every line in order, the canary never stored.
 
 The emulator runs in this process, and the agents share the machine with it, so absolute figures
 are those of the emulator on this host; the ratios to the baselines are the point.
@@ -63,12 +66,20 @@ os.environ["MOTO_RECORDER_FILEPATH"] = str(_WORK / "requests.jsonl")
 
 from bench.harness import local_stack, register_project  # noqa: E402  (the repository root is on the path first)
 
-IDLE_RSS_MB = 60
+IDLE_RSS_MB = 55
 IDLE_CPU_PERCENT = 1.0
 IDLE_SQS_PER_MIN = 3
 OVERHEAD_RATIO, OVERHEAD_PLUS_SEC = 1.1, 0.5
-SHIP_MB_PER_SEC = 5.0
-HANDOFF_PLUS_MS = 100
+SHIP_MB_PER_SEC = 25.0
+# AWS's limits the shipping must stay within, whatever the emulator allows: write units a second
+# per DynamoDB partition key ("each individual partition is limited to 1000 write units per
+# second", DynamoDB Developer Guide) and PUTs a second per S3 prefix ("3,500 PUT/COPY/POST/DELETE
+# requests per second per partitioned prefix", Amazon S3 User Guide).
+PARTITION_WCU_PER_SEC = 1000
+S3_PUTS_PER_SEC = 3500
+# The handoff, with the claim route and the job credentials it mints (issue 29): p50 and p95.
+HANDOFF_PLUS_MS = 50
+HANDOFF_P95_PLUS_MS = 100
 CANARY_VAR = "BENCH_DEPLOY_TOKEN"
 STAGE_SEC = 5
 
@@ -296,11 +307,13 @@ def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str],
         return percentile(values, p) * 1000
 
     p50, r50 = ms(from_enqueue, 50), ms(raw, 50)
-    ok = p50 <= r50 + HANDOFF_PLUS_MS
+    p95, r95 = ms(from_enqueue, 95), ms(raw, 95)
+    ok = p50 <= r50 + HANDOFF_PLUS_MS and p95 <= r95 + HANDOFF_P95_PLUS_MS
     return [
         f"handoff, {count} jobs                 p50 ms    p95 ms",
-        f"  stage enqueued -> command start {p50:8.0f}  {ms(from_enqueue, 95):8.0f}   target p50 <= raw + {HANDOFF_PLUS_MS} = {r50 + HANDOFF_PLUS_MS:.0f}",
-        f"    of which enqueued -> claimed  {ms(to_claim, 50):8.0f}  {ms(to_claim, 95):8.0f}   (SQS receive, envelope read, journal, claim write)",
+        f"  stage enqueued -> command start {p50:8.0f}  {p95:8.0f}   target p50 <= raw + {HANDOFF_PLUS_MS} = {r50 + HANDOFF_PLUS_MS:.0f}, "
+        f"p95 <= raw + {HANDOFF_P95_PLUS_MS} = {r95 + HANDOFF_P95_PLUS_MS:.0f}",
+        f"    of which enqueued -> claimed  {ms(to_claim, 50):8.0f}  {ms(to_claim, 95):8.0f}   (SQS receive, journal, the claim route: dispatch check, claim write, job credentials)",
         f"  raw SQS send -> receive         {r50:8.0f}  {ms(raw, 95):8.0f}   (ratio p50 {p50 / max(r50, 1e-3):.1f}x)",
         f"  dispatch state -> command start {ms(from_dispatch, 50):8.0f}  {ms(from_dispatch, 95):8.0f}   (adds the emulated state machine's stage write and SQS send)",
         f"  API call -> command start       {ms(from_api, 50):8.0f}  {ms(from_api, 95):8.0f}   (adds intake and the emulated state machine)",
@@ -383,16 +396,68 @@ def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[lis
                 dynamodb.put_item(TableName=stack.table_name, Item=item)
         rates.append(count * size / 1024 / 1024 / (time.perf_counter() - began))
     raw_mb_s, fenced_mb_s = rates
-    ok = mb_s >= SHIP_MB_PER_SEC and in_order and masked
+    busiest_key, busiest_wcu, busiest_prefix, busiest_puts = shipping_rates(stack, job_id)
+    within = busiest_wcu <= PARTITION_WCU_PER_SEC and busiest_puts <= S3_PUTS_PER_SEC
+    ok = mb_s >= SHIP_MB_PER_SEC and in_order and masked and within
+    in_s3 = sum(1 for c in chunks if c.body)
     return [
-        f"log shipping, {stored / 1024 / 1024:.1f} MB in {len(chunks)} chunks",
+        f"log shipping, {stored / 1024 / 1024:.1f} MB in {len(chunks)} chunks ({in_s3} with their body in S3)",
         f"  command start -> last chunk stored {mb_s:7.1f} MB/s   target >= {SHIP_MB_PER_SEC}",
+        f"  within AWS's limits: busiest partition key {busiest_key} {busiest_wcu:.0f} WCU/s (<= {PARTITION_WCU_PER_SEC}), "
+        f"busiest S3 prefix {busiest_puts} PUT/s (<= {S3_PUTS_PER_SEC}): {'yes' if within else 'NO'}",
         f"  baseline, same chunks from here: PutItem {raw_mb_s:7.1f} MB/s ({mb_s / raw_mb_s:.2f}x), "
         f"fenced TransactWriteItems {fenced_mb_s:7.1f} MB/s ({mb_s / fenced_mb_s:.2f}x)",
         f"  the command itself          {cmd_in_agent:6.2f}s in the agent, {bare_cmd:6.2f}s bare (> /dev/null), ratio {cmd_in_agent / bare_cmd:.2f}x",
         f"  order kept: {'yes' if in_order else 'NO'}; canary masked everywhere: {'yes' if masked else 'NO'}"
         + ("" if masked else f" ({len(token_lines)} token lines, e.g. {token_lines[:2]})"),
     ], ok
+
+
+def _item_bytes(item: dict[str, Any]) -> int:
+    """An item's size as DynamoDB counts it, from above: names plus the text of each value."""
+    return sum(len(name.encode()) + len(json.dumps(value).encode()) for name, value in item.items())
+
+
+def shipping_rates(stack: Any, job_id: str) -> tuple[str, float, str, int]:
+    """The write units a second the log shipping took in its busiest partition key and second,
+    and the PUTs a second in its busiest S3 prefix and second, from what it stored: each
+    transaction's items (one `written_at` a transaction) at 2 units a started KB, and its
+    ConditionCheck on the stage item at 2 units a started KB of that item (DynamoDB Developer
+    Guide, "Capacity unit consumption for transactions"); each body's LastModified second."""
+    from collections import Counter
+
+    from relevo_core.aws import client
+
+    dynamodb = client("dynamodb")
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"TableName": stack.table_name, "KeyConditionExpression": "pk = :pk",
+                              "ExpressionAttributeValues": {":pk": {"S": f"LOGS#{job_id}"}}}
+    while True:
+        page = dynamodb.query(**kwargs)
+        items += page["Items"]
+        if "LastEvaluatedKey" not in page:
+            break
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    stage_kb = -(-_item_bytes(dynamodb.get_item(TableName=stack.table_name, Key={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}})["Item"]) // 1024)
+    units: Counter[tuple[str, int]] = Counter()
+    transactions: set[str] = set()
+    for item in items:
+        written = item["written_at"]["S"]
+        second = int(datetime.fromisoformat(written).timestamp())
+        units[(f"LOGS#{job_id}", second)] += 2 * -(-_item_bytes(item) // 1024)
+        if written not in transactions:
+            transactions.add(written)
+            units[(f"STAGES#{job_id}", second)] += 2 * stage_kb
+    (key, _), wcu = units.most_common(1)[0] if units else (("-", 0), 0)
+    puts: Counter[tuple[str, int]] = Counter()
+    bucket = stack.resources["ArtifactBucket"]
+    for page in client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for found in page.get("Contents", []):
+            if f"/{job_id}/.relevo-logs/" in found["Key"]:
+                prefix = found["Key"].rsplit("/", 1)[0]
+                puts[(prefix, int(found["LastModified"].timestamp()))] += 1
+    (prefix, _), put_rate = puts.most_common(1)[0] if puts else (("-", 0), 0)
+    return key, float(wcu), prefix, put_rate
 
 
 # ------------------------------------------------------------------------------------------------

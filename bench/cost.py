@@ -7,8 +7,8 @@ end to end: a signed GitHub push goes through functions/webhook/handler.py *in t
 (relevo_core.intake.webhooks.receive.receive_github underneath, as bench/intake.py calls it), then an agent
 double in this process takes each stage the way relevo-agent does: receive; claim through the
 claim function (functions/agent_sessions/handler.py, in this process, as its own role), which
-answers with the envelope and the job's session; then with that session accept, wait for the run
-token, record and report; delete the message with its own credentials. Until the execution SUCCEEDED.
+answers the dispatch and answers with the envelope and the job's session; then with that session
+wait for the run token, record and report; delete the message with its own credentials. Until the execution SUCCEEDED.
 
 Every AWS API call made in this process is recorded by wrapping botocore's
 Endpoint.make_request. Calls of the main thread are charged to the phase running (webhook, agent,
@@ -356,10 +356,8 @@ def measure(stack: Any, recorder: Recorder) -> int:
         granted = ClaimGranted.model_validate_json(answer["body"])
         envelope = read_envelope(granted.envelope)
         ref = stage_attempts.StageRef(stack.table_name, task["job_id"], task["stage_index"], task["attempt"], AGENT_ID)
+        assert granted.accepted is True, granted.accepted  # the claim function answered the dispatch
         with job_scope(JobCredentials(session_credentials(granted.session))):
-            client("stepfunctions").send_task_success(
-                taskToken=task["task_token"], output=json.dumps({"agent_id": AGENT_ID, "attempt": task["attempt"]})
-            )
             run_token = wait_for_run_token(ref)
             # A zero-length stage: no lease renewal or heartbeat falls due (see the rate printed below).
             stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(timezone.utc), 0, None)

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Callable, Iterable, Mapping, Protocol
 
 from relevo_agent.config import AgentConfig
-from relevo_core.store.log_chunks import MAX_CHUNK_BYTES, ChunkWriter
+from relevo_core.store.log_chunks import MAX_INLINE_CHUNK_BYTES, ChunkWriter
 from relevo_core.store.stage_attempts import LeaseLost, StageRef
 from relevo_core.aws import in_this_context
 
@@ -89,7 +89,7 @@ class Masker:
 
 
 class ChunkSink(Protocol):
-    def append(self, data: str, now: datetime) -> int: ...
+    def append_many(self, texts: list[str], now: datetime) -> list[int]: ...
 
 
 @dataclass
@@ -153,7 +153,8 @@ class LogShipper:
         sink: ChunkSink,
         masker: Masker,
         *,
-        max_chunk_bytes: int = MAX_CHUNK_BYTES,
+        max_chunk_bytes: int = MAX_INLINE_CHUNK_BYTES,
+        max_chunks_at_once: int = 8,
         max_buffer_chars: int = 8 * 1024 * 1024,
         flush_interval_sec: float = 0.2,
         retry_sec: float = 1.0,
@@ -163,6 +164,9 @@ class LogShipper:
         self.sink = sink
         self.masker = masker
         self.max_chunk_bytes = max_chunk_bytes
+        # A backlog of several full chunks is stored in one go (their bodies side by side, their
+        # index items in one transaction): what keeps up with a command printing fast.
+        self.max_chunks_at_once = max_chunks_at_once
         self.max_buffer_chars = max_buffer_chars
         self.flush_interval_sec = flush_interval_sec
         self.retry_sec = retry_sec
@@ -233,22 +237,30 @@ class LogShipper:
                 self._spool = None
         return b"".join(parts).decode()
 
+    def _take_many(self) -> list[str]:
+        """What is buffered, as chunks: one (however small), and more while full ones are there.
+        Called with the lock held."""
+        texts = [self._take()] if self._memory or self._spool is not None else []
+        while len(texts) < self.max_chunks_at_once and (self._memory_chars >= self.max_chunk_bytes or self._spool is not None):
+            texts.append(self._take())
+        return [text for text in texts if text]
+
     def _ship_loop(self) -> None:
         while True:
             with self._wake:
                 if self._memory_chars < self.max_chunk_bytes and self._spool is None and not self._closing:
                     self._wake.wait(self.flush_interval_sec)
-                text = self._take()
+                texts = self._take_many()
                 closing = self._closing
-            if text:
-                self._store(text)
+            if texts:
+                self._store(texts)
             elif closing:
                 return
 
-    def _store(self, text: str) -> None:
+    def _store(self, texts: list[str]) -> None:
         while True:
             try:
-                seq = self.sink.append(text, self.clock())
+                seqs = self.sink.append_many(texts, self.clock())
             except LeaseLost:
                 log.warning("log shipping stopped: the attempt is no longer held")
                 with self._wake:
@@ -264,11 +276,11 @@ class LogShipper:
                 log.warning("log chunk not stored (%s); retrying", exc)
                 time.sleep(self.retry_sec)
                 continue
-            self.stats.chunks += 1
-            self.stats.chars += len(text)
+            self.stats.chunks += len(texts)
+            self.stats.chars += sum(len(text) for text in texts)
             if self.stats.first_seq is None:
-                self.stats.first_seq = seq
-            self.stats.last_seq = seq
+                self.stats.first_seq = seqs[0]
+            self.stats.last_seq = seqs[-1]
             return
 
     def close(self, timeout_sec: float | None = 60) -> ShipStats:
@@ -282,8 +294,14 @@ class LogShipper:
         return self.stats
 
 
-def start_shipper(ref: StageRef, stage: str, config: AgentConfig, env: Mapping[str, str], expires_at: int) -> LogShipper:
+def start_shipper(
+    ref: StageRef, stage: str, config: AgentConfig, env: Mapping[str, str], expires_at: int, artifact_uri: str | None = None,
+) -> LogShipper:
     """A running shipper for one stage attempt, masking the values of the configured variables;
-    its chunks carry `expires_at` (epoch seconds) as their TTL."""
-    writer = ChunkWriter(ref, stage, expires_at)
-    return LogShipper(writer, Masker(secret_values(config.mask, env)), flush_interval_sec=config.log_flush_interval_sec).start()
+    its chunks carry `expires_at` (epoch seconds) as their TTL, and large ones' bodies go under
+    the job's `artifact_uri` (store/log_bodies)."""
+    writer = ChunkWriter(ref, stage, expires_at, artifact_uri)
+    return LogShipper(
+        writer, Masker(secret_values(config.mask, env)), max_chunk_bytes=writer.max_chunk_bytes,
+        flush_interval_sec=config.log_flush_interval_sec,
+    ).start()

@@ -25,14 +25,11 @@ import time
 import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent import reconcile
-from relevo_agent.artifacts import upload_stage_artifacts
-from relevo_agent.outputs import OutputInvalid, OutputWatch
-from relevo_agent.prepare import PrepareFailure, PrepareStopped, Prepared, handoff_cache, prepare
 from relevo_agent.attempt import DEAD_TOKEN, StageMessage, StageReport, StageRun, utc_now
 from relevo_agent.claims import RouteError, RouteUnreachable, new_claim_secret
 from relevo_agent.classify import classify
@@ -49,7 +46,6 @@ from relevo_agent.outbox import Outbox
 from relevo_agent.stage_env import stage_environment
 from relevo_agent.transfer import ProgressWriter
 from relevo_core.aws import call_budget, client, in_this_context, job_scope
-from relevo_core.jobs.handoff_sources import JobContext
 from relevo_core.models.agent_session import ClaimGranted, ClaimRequest
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
 from relevo_core.models.envelope import JobEnvelope, read_envelope
@@ -59,6 +55,10 @@ from relevo_core.models.plan import StagePlan
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.jobs import get_job_record
+
+if TYPE_CHECKING:
+    from relevo_agent.prepare import Prepared
+    from relevo_core.jobs.handoff_sources import JobContext
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +207,9 @@ class StageRunner:
         log.info("claimed %s attempt %d", op_id, ref.attempt)
         key = (ref.job_id, ref.stage_index, ref.attempt)
         credentials = self.sessions.granted(key, claim_secret, granted.session)
+        # What only a claimed attempt needs is imported here: an idle agent never loads it.
+        from relevo_core.jobs.handoff_sources import JobContext
+
         context = JobContext(read_envelope(granted.envelope), {str(r.get("stage_name")): r for r in granted.records if r.get("stage_name")})
         cleanup[0] = context.envelope.workspace_cleanup
         plan = context.envelope.stage(task.stage)
@@ -219,14 +222,14 @@ class StageRunner:
             # From the claim on, everything done for the job is done with its credentials, on this
             # thread and on those it starts (relevo_core.aws.in_this_context).
             with job_scope(credentials):
-                self._claimed(workspace, context, task, message, run, op_id, local, granted.previous)
+                self._claimed(workspace, context, task, message, run, op_id, local, granted.previous, granted.accepted)
         finally:
             if not run.reported:
                 self.sessions.release(key)
 
     def _claimed(
         self, workspace: Path, context: JobContext, task: StageMessage, message: Message, run: StageRun, op_id: str,
-        local: Operation | None, previous: dict[str, Any],
+        local: Operation | None, previous: dict[str, Any], granted_accepted: bool | None,
     ) -> None:
         envelope = context.envelope
         plan = envelope.stage(task.stage)
@@ -244,16 +247,8 @@ class StageRunner:
             keeper.start()
         refused = False
         try:
-            if (envelope.signing is not None) != task.signs or envelope.project != task.project:
-                # The message said otherwise than the job (a copy passed on by another agent):
-                # the gates were decided on the wrong facts, so the claim is let go, unused.
-                log.warning("%s: the stage message does not match its job's plan; letting the claim go", op_id)
-                run.stop("not_taken")
-                refused = True
-                message.give_back()
-                self._abandon(run, op_id)
-                return
-            accepted = self._accept(run, task.task_token)
+            # The claim route answered the dispatch with the claim (None: it could not tell).
+            accepted = granted_accepted if granted_accepted is not None else self._accept(run, task.task_token)
             if accepted is False:
                 run.stop("not_taken")
                 refused = True
@@ -283,7 +278,9 @@ class StageRunner:
             # Log shipping (relevo_agent.logs): masked, ordered chunks, never blocking the command,
             # each expiring when the job's envelope says (the stack's log retention). From here
             # on: the checkout and the restore say what they do in the job's log too.
-            shipper = start_shipper(ref, plan.name, self.config, stage_environment(os.environ, {}, None), envelope.log_expires_at)
+            shipper = start_shipper(
+                ref, plan.name, self.config, stage_environment(os.environ, {}, None), envelope.log_expires_at, envelope.artifact_uri,
+            )
             run.shipper = shipper
             try:
                 if reconciling and not reconcile.wants_probe(local, previous):
@@ -326,6 +323,8 @@ class StageRunner:
     def _prepare(
         self, run: StageRun, context: JobContext, plan: StagePlan, op_id: str, workspace: Path, shipper: Any
     ) -> Prepared | None:
+        from relevo_agent.prepare import PrepareFailure, PrepareStopped, prepare
+
         """Checkout and restore (relevo_agent.prepare). None when the attempt ended there: it failed
         (concluded with the step's error class) or it was stopped."""
         ref = run.ref
@@ -376,7 +375,7 @@ class StageRunner:
             job_id=task.job_id, stage_index=task.stage_index, attempt=task.attempt, agent_id=self.config.agent_id,
             claim_secret=claim_secret, dispatch_key=task.dispatch_key, dispatch_token=task.task_token,
             journal_id=self.journal.journal_id, enqueued_at=message.sent_at,
-            leave_to_previous=task.attempt == 1 and self.prefer_previous is not None,
+            leave_to_previous=task.attempt == 1 and self.prefer_previous is not None, project=task.project, signs=task.signs,
         )
         routes = self.sessions.routes
         if routes is None:
@@ -589,6 +588,9 @@ class StageRunner:
         self, run: StageRun, plan: StagePlan, op_id: str, workspace: Path, env: dict[str, str], envelope: JobEnvelope,
         shipper: Any, prepared: Prepared,
     ) -> None:
+        from relevo_agent.artifacts import upload_stage_artifacts
+        from relevo_agent.outputs import OutputInvalid, OutputWatch
+
         ref = run.ref
         if run.reason is not None:  # stopped while reconciling or waiting
             self._abandon(run, op_id)
@@ -697,6 +699,7 @@ class StageRunner:
         from relevo_agent.artifacts import bucket_region
         from relevo_agent.handoff import HandoffFailure
         from relevo_agent.handoff.store import store_handoff
+        from relevo_agent.prepare import handoff_cache
 
         ref = run.ref
 

@@ -50,7 +50,7 @@ class Claimed:
         secret = new_claim_secret()
         granted = self.agent.sessions.routes.claim(ClaimRequest(
             job_id=self.job_id, stage_index=task["stage_index"], attempt=task["attempt"], agent_id="mac-k", claim_secret=secret,
-            dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"],
+            dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"], accept=False,
         ))
         self.agent.sessions.granted((self.job_id, task["stage_index"], task["attempt"]), secret, granted.session)
         self.op_id = operation_id(self.job_id, task["stage"])

@@ -72,7 +72,7 @@ class Dispatched:
         return ClaimRequest(
             job_id=self.job_id, stage_index=self.task["stage_index"], attempt=self.task["attempt"], agent_id=agent_id,
             claim_secret=secret or new_claim_secret(), dispatch_key=self.task["dispatch_key"], dispatch_token=self.task["task_token"],
-            **changes,
+            accept=False, **changes,
         )
 
 

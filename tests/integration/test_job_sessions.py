@@ -52,7 +52,7 @@ def test_the_agent_renews_a_session_before_it_runs_out_and_the_new_one_works(loc
     agent, secret = _agent(tmp_path, local_stack), new_claim_secret()
     granted = agent.sessions.routes.claim(ClaimRequest(
         job_id=job_id, stage_index=0, attempt=1, agent_id="mac-s", claim_secret=secret,
-        dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"],
+        dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"], accept=False,
     ))
     key = (job_id, 0, 1)
     credentials = agent.sessions.granted(key, secret, granted.session)
@@ -68,3 +68,37 @@ def test_the_agent_renews_a_session_before_it_runs_out_and_the_new_one_works(loc
     from relevo_core.aws import client
 
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_the_claim_route_answers_the_dispatch_and_a_repeat_of_the_claim_cannot_tell(local_stack, project_id, tmp_path):
+    """The route answers the dispatch with the claim it made (the agent's command then starts
+    without a round trip of its own). The same claim sent again (its answer lost on the way back)
+    finds the dispatch answered: by this very claim, so it says it cannot tell, and the agent
+    watches for its run token rather than give the stage up."""
+    from relevo_agent.claims import RouteError
+    from tests.helpers.state_machine import wait_for_run_token
+    from relevo_core.store import stage_attempts
+
+    job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    routes = _agent(tmp_path, local_stack).sessions.routes
+    request = ClaimRequest(job_id=job_id, stage_index=0, attempt=1, agent_id="mac-s", claim_secret=new_claim_secret(),
+                           dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"], project=project_id, signs=False)
+    assert routes.claim(request).accepted is True
+    assert wait_for_run_token(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-s"))
+    assert routes.claim(request).accepted is None
+    other = request.model_copy(update={"agent_id": "mac-t", "claim_secret": new_claim_secret()})
+    try:
+        routes.claim(other)
+    except RouteError as refused:
+        assert (refused.status, refused.code, refused.details.get("agent_id")) == (409, "CLAIM_REFUSED", "mac-s")
+    else:
+        raise AssertionError("a second claim of a held attempt was not refused")
+    # A message that says otherwise than its job (the project, signing) claims nothing.
+    for changed in ({"project": "another"}, {"signs": True}):
+        try:
+            routes.claim(request.model_copy(update=changed))
+        except RouteError as refused:
+            assert (refused.status, refused.code) == (404, "DISPATCH_NOT_FOUND"), changed
+        else:
+            raise AssertionError(f"{changed} was claimed")

@@ -105,9 +105,9 @@ def test_a_restarted_agent_reports_at_once_what_its_journal_claimed_with_credent
     agent, secret = "mac-" + project_id, new_claim_secret()
     routes = ClaimRoutes(local_stack.api_url, "eu-west", local_stack.region)
     journal.begin(Operation(operation_id(job_id, "upload"), job_id, "upload", 0, 1, str(tmp_path), "", claim_secret=secret))
-    routes.claim(ClaimRequest(job_id=job_id, stage_index=0, attempt=1, agent_id=agent, claim_secret=secret,
-                              dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"]))
-    client("stepfunctions").send_task_success(taskToken=task["task_token"], output='{"agent_id": "%s", "attempt": 1}' % agent)
+    # The route answers the dispatch with the claim: the state machine hands it its run token.
+    assert routes.claim(ClaimRequest(job_id=job_id, stage_index=0, attempt=1, agent_id=agent, claim_secret=secret,
+                                     dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"])).accepted is True
     wait_for_run_token(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, agent))
 
     # A new process: no credentials held, only the journal.

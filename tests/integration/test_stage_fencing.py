@@ -275,6 +275,10 @@ def test_a_claim_fenced_before_its_accept_got_through_comes_back_when_its_lease_
     config = AgentConfig(agent_id="mac-lost", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3",
                          max_clock_skew_sec=0.5)
     agent = Agent(config, local_stack.table_name, local_stack.work_queues["eu-west"], Journal(config.journal), api_url=local_stack.api_url)
+    # The claim route's own answer to the dispatch got no answer either (it says it cannot tell):
+    # the agent answers it, and every one of those answers is lost.
+    routes, route_claim = agent.sessions.routes, agent.sessions.routes.claim
+    routes.claim = lambda request: route_claim(request.model_copy(update={"accept": False}))
     agent._active = 1
     agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
 

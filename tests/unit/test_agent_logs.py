@@ -22,6 +22,9 @@ class RecordingSink:
         self.lease_lost_after = lease_lost_after
         self.calls = 0
 
+    def append_many(self, texts: list[str], now: datetime) -> list[int]:
+        return [self.append(text, now) for text in texts]
+
     def append(self, data: str, now: datetime) -> int:
         self.calls += 1
         if self.calls <= self.fail_first:

@@ -7,8 +7,9 @@ shows: the key is drawn by the state machine for each dispatch and carried only 
 message, so an agent claims only what its queue handed it. What it gets: the claim (the fenced
 conditional write of store/stage_attempts), the job as it stands, and a session of JobRole tagged
 with that job (fleet/job_credentials): from then on the agent does nothing for the job with its
-own credentials. A renewal is given to the claim that still holds the attempt, proved by the claim
-secret only that agent knows.
+own credentials. The route also answers the dispatch with the claim (the agent's command starts
+once the state machine took it: one round trip fewer on the way to it). A renewal is given to the
+claim that still holds the attempt, proved by the claim secret only that agent knows.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_core.aws import in_this_context
 from relevo_core.config.agent_sessions import AgentSessionsSettings
-from relevo_core.execution import TaskGone, fail_task
+from relevo_core.execution import TaskGone, fail_task, succeed_task
 from relevo_core.fleet import job_credentials
 from relevo_core.jobs.handoff_sources import MAX_LINEAGE, context_of
 from relevo_core.models.agent_session import ClaimGranted, ClaimRequest, JobSession, SessionGranted, SessionRequest, claim_id_of
@@ -91,6 +92,12 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
     record = next((item for item in items if item["sk"] == stage_sk(index) and str(item["pk"]).startswith("STAGES#")), None)
     if envelope.region_affinity != region or record is None or record.get("dispatch_key") != request.dispatch_key:
         raise _not_dispatched_here(request, region)
+    if (request.project is not None and request.project != envelope.project) or (
+        request.signs is not None and request.signs != (envelope.signing is not None)
+    ):
+        # A copy of the message passed on by another agent of the region, changed on the way:
+        # the agent's decisions before its claim rested on it.
+        raise RelevoError(ErrorCode.DISPATCH_NOT_FOUND, f"the stage message of {request.job_id} does not say what its job is (project, signing)")
     if request.leave_to_previous and request.attempt == 1:
         before = context.stage_before(index)
         previous_agent = before.get("agent_id") if before and before.get("status") == StageStatus.SUCCEEDED.value else None
@@ -99,6 +106,9 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
                 ErrorCode.PREVIOUS_AGENT_PREFERRED, f"the stage before ran on {previous_agent}", agent_id=str(previous_agent)
             )
     ref = stage_attempts.StageRef(table, request.job_id, index, request.attempt, request.agent_id)
+    # This very claim made before (its answer lost on the way back): a dispatch that no longer
+    # waits may have been answered by that first request, so its answer is not known.
+    repeat = record.get("claim_id") == claim_id_of(request.claim_secret)
 
     def claim() -> dict[str, Any]:
         return stage_attempts.claim(
@@ -119,9 +129,23 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
         except stage_attempts.ClaimRefused as refused:
             found = {name: refused.item[name] for name in _REFUSAL_FIELDS if name in refused.item}
             raise RelevoError(ErrorCode.CLAIM_REFUSED, f"{request.job_id} stage {index} attempt {request.attempt} is not free", **found) from None
+        accepted = _accept(request, repeat) if request.accept else None
         session = minted.result()
     records = [item for item in items if str(item["pk"]).startswith("STAGES#") and item["sk"] != stage_sk(index)]
-    return ClaimGranted(envelope=envelope.to_json_dict(), records=records, previous=previous, session=session)
+    return ClaimGranted(envelope=envelope.to_json_dict(), records=records, previous=previous, session=session, accepted=accepted)
+
+
+def _accept(request: ClaimRequest, repeat: bool) -> bool | None:
+    """Answer the dispatch with the claim just made: the state machine then hands this claim its
+    run token (AwaitResult, only while the claim holds). None when it cannot be told."""
+    try:
+        succeed_task(request.dispatch_token, {"agent_id": request.agent_id, "attempt": request.attempt})
+    except TaskGone:
+        return None if repeat else False
+    except (ClientError, BotoCoreError) as exc:
+        logger.warning("the dispatch was not answered; the agent answers it", extra={"error": str(exc)})
+        return None
+    return True
 
 
 def renew_session(settings: AgentSessionsSettings, region: str, request: SessionRequest) -> SessionGranted:

@@ -41,7 +41,8 @@ class ClaimRequest(_Attempt):
     """POST /regions/{region}/claims: claim the attempt a stage message of that region names."""
 
     dispatch_key: str = Field(pattern=DISPATCH_KEY)
-    # The dispatch's task token: used only to fail a dispatch whose job is gone or unreadable.
+    # The dispatch's task token: answered with the claim (`accept`), or failed when the job is
+    # gone or unreadable.
     dispatch_token: str = Field(min_length=1, max_length=2048)
     journal_id: str = Field(default="", max_length=64)
     # The workspace's precondition as the agent found it (reconciliation compares it).
@@ -49,8 +50,15 @@ class ClaimRequest(_Attempt):
     # When the queue accepted the message (SQS SentTimestamp).
     enqueued_at: datetime | None = None
     # A job's next stage prefers the Mac that ran the stage before it: when that stage ran on
-    # another agent, the claim is not made and the answer names that agent (PREFERS_PREVIOUS_AGENT).
+    # another agent, the claim is not made and the answer names that agent (PREVIOUS_AGENT_PREFERRED).
     leave_to_previous: bool = False
+    # What the stage message said of its job, on which the agent decided before claiming (its
+    # workspace, whether it runs alone): a claim is refused when the job says otherwise.
+    project: str | None = Field(default=None, max_length=63)
+    signs: bool | None = None
+    # Answer the dispatch with this claim once it is made (one round trip fewer for the agent,
+    # whose command starts once the dispatch took its claim). False: the caller answers it.
+    accept: bool = True
 
 
 class SessionRequest(_Attempt):
@@ -80,6 +88,10 @@ class ClaimGranted(BaseModel):
     # What the previous attempt left on the stage record before the claim (reconciliation).
     previous: dict[str, Any]
     session: JobSession
+    # The dispatch's answer (ClaimRequest.accept): True, it took this claim; False, it no longer
+    # waited (answered, timed out, the job ended); None, not known (not asked, or no answer came:
+    # the agent asks again, or watches for its run token).
+    accepted: bool | None = None
 
 
 class SessionGranted(BaseModel):
