@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from relevo_core.models.envelope import PRIORITY_BOUND
+from relevo_core.models.shapes import PRIORITY_BOUND
 
 JOB_SK = "JOB"
 PROJECT_SK = "PROJECT"
