@@ -231,5 +231,15 @@ def delivery_log_pk(project_id: str) -> str:
     return f"DELIVERIES#{project_id}"
 
 
+def delivery_log_sk(at: str, tail: str) -> str:
+    """`at` (ISO 8601, UTC) sorts the partition; `tail` keeps apart two records of one instant."""
+    return f"{DELIVERY_LOG_SK_PREFIX}{at}#{tail}"
+
+
+# The tail of the one record of refused webhook deliveries a project gets per minute: its sort key
+# is the minute's own, so a second refusal of that minute finds it taken.
+REFUSED_MINUTE_TAIL = "refused"
+
+
 def group_pk(group: str) -> str:
     return f"GROUP#{group}"
