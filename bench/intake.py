@@ -284,9 +284,9 @@ def print_call_table(rows: list[Row], project_cache_sec: float) -> None:
 
 BASELINE_IMPORT = "import boto3, aws_lambda_powertools"
 HANDLER_IMPORT = "import handler"
-# What a container's first verified delivery imports on top (payload shapes, project, envelope, job
-# store): paid once per container, by its first verified delivery, never by a refusal.
-FIRST_VERIFIED_IMPORT = "import handler; import relevo_core.intake.webhooks.verified"
+# What a container's first verified GitHub delivery imports on top (payload shapes, project,
+# envelope, job store): paid once per container, by its first verified delivery, never by a refusal.
+FIRST_VERIFIED_IMPORT = "import handler; import relevo_core.intake.webhooks.verified, relevo_core.intake.webhooks.github"
 # The libraries the project's standards put in every API handler (pydantic models at the boundary,
 # Powertools logger/tracer/metrics, event handler, parameters), with none of Relevo's code: how
 # much of the handler's time is the stack it is built on, and how much is Relevo's own.
@@ -438,6 +438,7 @@ INSTRUCTION_STATEMENTS = [
     ),
     ("library floor (no Relevo code)", LIBRARY_FLOOR_IMPORT),
     ("handler", HANDLER_IMPORT),
+    ("handler + first verified delivery's imports", FIRST_VERIFIED_IMPORT),
 ]
 
 
