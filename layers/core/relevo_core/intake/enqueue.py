@@ -50,8 +50,6 @@ def idempotency_key(project_id: str, identity: str, stages: tuple[StagePlan, ...
     return f"{project_id}:{identity}:{artifact_set(stages)}"
 
 
-
-
 def select_stages(project: Project, names: list[str] | None) -> tuple[StagePlan, ...]:
     stages = project.frozen_stages()
     if not names:
