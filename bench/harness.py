@@ -14,6 +14,7 @@ import os
 import secrets
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from contextlib import ExitStack, contextmanager
@@ -105,12 +106,13 @@ def register_project(
 def record_aws_calls(
     on_call: Callable[[Any, dict[str, Any], Any], None],
     on_attempt: Callable[[], None] | None = None,
-) -> None:
-    """Wrap botocore's Endpoint for the rest of this process: `on_call(operation_model,
-    request_dict, (http_response, parsed))` after every API call whichever client made it
-    (relevo_core's cached clients and Powertools' own alike), and `on_attempt()` before each HTTP
-    attempt, so retries show. A call botocore gives up on (it raises) is not passed to `on_call`.
-    Both run in the calling thread: they tell threads apart themselves."""
+) -> Callable[[], None]:
+    """Wrap botocore's Endpoint: `on_call(operation_model, request_dict, (http_response, parsed))`
+    after every API call whichever client made it (relevo_core's cached clients and Powertools'
+    own alike), and `on_attempt()` before each HTTP attempt, so retries show. A call botocore
+    gives up on (it raises) is not passed to `on_call`. Both run in the calling thread: they tell
+    threads apart themselves. Returns what puts botocore back as it was (a bench leaves the
+    wrapper for the rest of its process; a test undoes it)."""
     from botocore.endpoint import Endpoint
 
     make_request = Endpoint.make_request
@@ -131,6 +133,49 @@ def record_aws_calls(
 
     Endpoint.make_request = recording_make_request  # type: ignore[method-assign]
     Endpoint._send = recording_send  # type: ignore[method-assign]
+
+    def restore() -> None:
+        Endpoint.make_request = make_request  # type: ignore[method-assign]
+        Endpoint._send = send  # type: ignore[method-assign]
+
+    return restore
+
+
+class ThreadCalls:
+    """The AWS API calls one thread makes between start() and stop(), as "service:Operation", and
+    its HTTP attempts. Calls of other threads (the embedded stack's own, moto's Step Functions
+    interpreter) are not counted."""
+
+    def __init__(self) -> None:
+        self.thread_id: int | None = None
+        self.calls: list[str] = []
+        self.attempts = 0
+        self._restore: Callable[[], None] | None = None
+
+    def install(self) -> "ThreadCalls":
+        self._restore = record_aws_calls(self._call, self._attempt)
+        return self
+
+    def uninstall(self) -> None:
+        if self._restore is not None:
+            self._restore()
+            self._restore = None
+
+    def _call(self, operation_model: Any, request_dict: Any, result: Any) -> None:
+        if self.thread_id == threading.get_ident():
+            self.calls.append(f"{operation_model.service_model.service_name}:{operation_model.name}")
+
+    def _attempt(self) -> None:
+        if self.thread_id == threading.get_ident():
+            self.attempts += 1
+
+    def start(self) -> None:
+        self.calls, self.attempts = [], 0
+        self.thread_id = threading.get_ident()
+
+    def stop(self) -> tuple[list[str], int]:
+        self.thread_id = None
+        return self.calls, self.attempts
 
 
 # ------------------------------------------------------------------------------------------------
@@ -153,17 +198,24 @@ def use_function_environment(stack: Any, logical_id: str) -> tuple[dict[str, Any
 def cold_handler(function: str) -> Any:
     """functions/<function>/handler.py imported as in a new container: the layer and the
     function's own directory on the path, and nothing a warm container keeps (cached clients,
-    settings, projects, secrets, queue URLs) left over in this process."""
+    settings, projects, secrets, queue URLs, the minutes of recorded refusals) left over in this
+    process."""
     from aws_lambda_powertools.utilities import parameters
 
     from relevo_core.aws import reset_clients
     from relevo_core.config import intake_settings
     from relevo_core.execution import work_queue_url
-    from relevo_core.intake.enqueue import project_cache
+    from relevo_core.intake.project_cache import project_cache
+    from relevo_core.intake.webhooks.refusals import refusal_minutes
+
+    from relevo_core.observability import metrics
 
     reset_clients()
     intake_settings.cache_clear()
     project_cache.clear()
+    refusal_minutes.clear()
+    # A new container's Metrics takes its namespace from the environment it starts in.
+    metrics.namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE")
     work_queue_url.cache_clear()
     parameters.clear_caches()
     function_dir = FUNCTIONS_DIR / function

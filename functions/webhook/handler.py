@@ -28,6 +28,7 @@ def gitlab_webhook(project_id: str):
     return _respond(receive_gitlab(intake_settings(), project_id, app.current_event.headers, raw_body(app)))
 
 
-@lambda_entry()
+# Each delivery's answer is counted (WebhookAccepted, WebhookDuplicates, WebhookIgnored, WebhookRefused).
+@lambda_entry(emits_metrics=True)
 def lambda_handler(event, context):
     return app.resolve(event, context)

@@ -121,6 +121,16 @@ def test_every_region_affinity_has_a_zero_online_agents_alarm_on_the_sweepers_co
     assert "MIN(OnlineAgents) FROM SCHEMA(Relevo, Region, service)" in dashboard
 
 
+def test_the_dashboard_shows_every_webhook_answer_the_intake_counts(template: dict[str, Any]) -> None:
+    """Each metric relevo_core.intake.webhooks.incoming emits, and the refusals by their reason."""
+    from relevo_core.intake.webhooks import incoming
+
+    dashboard = json.dumps(template["Resources"]["Dashboard"]["Properties"]["DashboardBody"])
+    for metric in (incoming.ACCEPTED, incoming.DUPLICATE, incoming.IGNORED, incoming.REFUSED):
+        assert f'\\"Relevo\\", \\"{metric}\\", \\"service\\", \\"relevo\\"' in dashboard, metric
+    assert f"SUM({incoming.REFUSED}) FROM SCHEMA(Relevo, Reason, service)" in dashboard
+
+
 # ---------------------------------------------------------------- retention
 
 

@@ -9,7 +9,7 @@ from functools import lru_cache
 from pydantic import Field, field_validator
 
 from relevo_core.config import IntakeSettings
-from relevo_core.models.envelope import REGION_AFFINITY
+from relevo_core.models.shapes import REGION_AFFINITY
 
 
 class SweeperSettings(IntakeSettings):

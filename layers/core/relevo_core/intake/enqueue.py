@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from relevo_core.config import IntakeSettings
 from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id
@@ -21,8 +19,9 @@ from relevo_core.models.plan import StagePlan
 from relevo_core.models.project import OnRepeat, Project
 from relevo_core.models.status import HeldReason
 from relevo_core.plan_limits import require_envelope_fits, require_stages_fit
+# Where intake's project cache lives; named here too for the callers that clear it beside enqueue.
+from relevo_core.intake.project_cache import project_cache  # noqa: F401
 from relevo_core.store import jobs
-from relevo_core.store.projects import get_project
 
 
 @dataclass(frozen=True)
@@ -49,36 +48,6 @@ def artifact_set(stages: tuple[StagePlan, ...]) -> str:
 def idempotency_key(project_id: str, identity: str, stages: tuple[StagePlan, ...]) -> str:
     """project + what is built (commit, or the trigger's own identity) + the artifact set."""
     return f"{project_id}:{identity}:{artifact_set(stages)}"
-
-
-class _ProjectCache:
-    """Projects read at most once per `max_age` per container: the warm path stays at two calls.
-
-    A project change reaches webhooks within max_age; a job already queued never changes, since
-    its plan is frozen in the envelope.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: dict[tuple[str, str], tuple[float, Project]] = {}
-
-    def get(self, table: str, project_id: str, max_age: float) -> Project:
-        now = time.monotonic()
-        with self._lock:
-            cached = self._entries.get((table, project_id))
-        if cached and now - cached[0] < max_age:
-            return cached[1]
-        project = get_project(table, project_id)
-        with self._lock:
-            self._entries[(table, project_id)] = (now, project)
-        return project
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-project_cache = _ProjectCache()
 
 
 def select_stages(project: Project, names: list[str] | None) -> tuple[StagePlan, ...]:
@@ -153,10 +122,14 @@ def enqueue(
     retry_of: str | None = None,
     now: datetime | None = None,
     held_reason: HeldReason | None = None,
+    delivery_record: Callable[[str, HeldReason | None], dict[str, Any]] | None = None,
 ) -> IntakeResult:
     """One trigger in; at most one job out. `identity` is what makes two triggers the same work
     (the commit for Git triggers, the schedule slot for timers, ...). With a `held_reason` (a pull
-    request from a fork) the job is written `held` and only a person's release starts it."""
+    request from a fork) the job is written `held` and only a person's release starts it.
+    `delivery_record(job_id, held_reason)` is the Put of the record of the webhook delivery that
+    asked for the job: it is written in the job's own transaction, so it costs no call and exists
+    exactly when the job does (a duplicate's transaction is cancelled, record and all)."""
     now = now or datetime.now(timezone.utc)
     # Refused before anything is written: a project stored under other limits may hold a plan
     # its jobs' executions could not carry (relevo_core.plan_limits).
@@ -175,8 +148,12 @@ def enqueue(
     window, on_repeat = project.dedup_for(trigger.type.value)
     refuse_frozen = trigger.type in AUTOMATIC_TRIGGERS
 
+    def also_write(held: HeldReason | None) -> list[dict[str, Any]]:
+        return [delivery_record(envelope.job_id, held)] if delivery_record is not None else []
+
     outcome = jobs.create_job(
         settings.table_name, envelope, window, settings.queue_limit, now, held_reason=held_reason, refuse_frozen=refuse_frozen,
+        also_write=also_write(held_reason),
     )
     if isinstance(outcome, jobs.RepeatAfterWindow):
         if on_repeat is OnRepeat.SKIP:
@@ -192,6 +169,7 @@ def enqueue(
             held_reason=held_reason,
             replaces_expires_at=outcome.previous_expires_at,
             refuse_frozen=refuse_frozen,
+            also_write=also_write(held_reason),
         )
     if isinstance(outcome, jobs.Created) and held_reason is not None:
         return IntakeResult(envelope.job_id, outcome="held")

@@ -22,10 +22,11 @@ MAX_REQUIREMENTS = 16
 DETECTED = ("os", "macos", "arch", "xcode")
 
 
+# Built on first use (defer_build): the run plan imports this module for `Requirements` only.
 class Capabilities(BaseModel):
     """What an agent detected on its host, and the labels of its TOML on top."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     os: str
     arch: str

@@ -52,10 +52,11 @@ class DeliveryRecord(BaseModel):
     delivery_id: str | None = None
 
 
+# Built on first use (defer_build): only the status reporter reads a replay.
 class ReportReplay(BaseModel):
     """A by-hand replay of StatusReporterFunction (`aws lambda invoke --payload`): messages of
     StatusDeadLetterQueue, each as the reporter wrote it (its `event`, `target`, `request`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     replay: list[dict[str, Any]] = Field(min_length=1, max_length=100)

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.shapes import JOB_ID, PRIORITY_BOUND, PROJECT_ID, REGION_AFFINITY
 from relevo_core.models.plan import (
     MAX_QUEUE_TIMEOUT_SEC,
     STAGE_NAME,
@@ -23,9 +24,6 @@ from relevo_core.models.plan import (
     check_stage_names,
 )
 
-# Priorities span -PRIORITY_BOUND..PRIORITY_BOUND; higher runs first.
-PRIORITY_BOUND = 1_000_000
-
 # Bump when a reader written for the old version would misread the new one.
 # 2 added `log_ttl`. A reader that knows only 1 refuses a 2 with ENVELOPE_VERSION_UNSUPPORTED,
 # not a VALIDATION_FAILED about an unknown field; a 1 still reads (its logs expire with the job).
@@ -35,9 +33,6 @@ PRIORITY_BOUND = 1_000_000
 ENVELOPE_SCHEMA_VERSION = 4
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4})
 
-REGION_AFFINITY = r"^[a-z][a-z0-9-]{0,31}$"
-PROJECT_ID = r"^[a-z0-9][a-z0-9-]{0,62}$"
-JOB_ID = r"^job_[0-9a-z]{20,40}$"
 
 
 class TriggerType(str, Enum):

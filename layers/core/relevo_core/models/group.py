@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from relevo_core.models.envelope import PROJECT_ID
+from relevo_core.models.shapes import PROJECT_ID
 
 
 class GroupEvent(str, Enum):

@@ -144,12 +144,15 @@ class ManifestEntry:
         return cls(*row)
 
 
+# The models below are built on their first use (defer_build): the run plan's validation imports
+# this module for its path and name rules only, and a function that reads projects (the webhook's)
+# never validates a manifest or a summary.
 class Manifest(BaseModel):
     """Everything one stage attempt handed on (stored as JSON under the job's handoff prefix,
     its sha256 in the stage's receipt, so a manifest altered in storage fails the restore).
     Entries travel as rows of ENTRY_FIELDS: a third of the JSON, and of the parsing."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True)
 
     version: Literal[1] = MANIFEST_VERSION
     job_id: str
@@ -202,7 +205,7 @@ def tree_digest(entries: "list[ManifestEntry] | tuple[ManifestEntry, ...]") -> s
 class HandoffSummary(BaseModel):
     """What a stage handed on, as its receipt and `relevo status --json` carry it."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     manifest: str = Field(description="s3:// URI of the manifest")
     manifest_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -223,7 +226,7 @@ class HandoffSummary(BaseModel):
 class RestoreSummary(BaseModel):
     """What a stage's agent restored before its command (the stage record's `restored`)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     attempt: int
     agent_id: str

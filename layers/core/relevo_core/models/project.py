@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
-from relevo_core.models.envelope import PROJECT_ID, REGION_AFFINITY
+from relevo_core.models.shapes import PROJECT_ID, REGION_AFFINITY
 from relevo_core.models.plan import (
     AWS_PROFILE,
     MAX_QUEUE_TIMEOUT_SEC,

@@ -1,5 +1,5 @@
-"""Refused conditions read as answers, not errors: a conditional UpdateItem, and the reasons a
-transaction was cancelled."""
+"""Refused conditions read as answers, not errors: a conditional PutItem, UpdateItem or DeleteItem,
+and the reasons a transaction was cancelled."""
 
 from __future__ import annotations
 
@@ -20,6 +20,11 @@ def _unless_refused(operation: str, kwargs: dict[str, Any]) -> bool:
             return False
         raise
     return True
+
+
+def put_if(**kwargs: Any) -> bool:
+    """PutItem with its ConditionExpression; False (nothing written) when the condition fails."""
+    return _unless_refused("put_item", kwargs)
 
 
 def update_if(**kwargs: Any) -> bool:

@@ -7,7 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Sequence
 
 from botocore.exceptions import ClientError
 
@@ -150,6 +150,7 @@ def create_job(
     held_reason: HeldReason | None = None,
     replaces_expires_at: int | None = None,
     refuse_frozen: bool = False,
+    also_write: Sequence[dict[str, Any]] = (),
 ) -> CreateOutcome:
     """Write the job in one transaction: dedup record, delivery record, envelope and queue slot.
 
@@ -159,6 +160,18 @@ def create_job(
     kept for an operator, `held_reason` saying why) takes no queue slot and starts no execution.
     `replaces_expires_at` takes over an expired dedup record, only if nobody else did first.
     `refuse_frozen` adds a check, inside the same transaction, that the key is not frozen.
+    `also_write`: unconditional Puts written with the job and only with it (the record of the
+    webhook delivery that asked for it), after the items above, whose positions the cancellation
+    reasons are read by.
+
+    Five actions of its own and `also_write` (intake's: one), the job's item within the envelope's
+    MAX_ENVELOPE_BYTES (plan_limits) and the others a few hundred bytes: TransactWriteItems takes
+    up to 100 actions, no two on one item, 4 MB in all ("TransactWriteItems", DynamoDB API
+    Reference; tests/unit/test_job_transaction.py). botocore fills in the call's
+    ClientRequestToken (an idempotency token in DynamoDB's service model), so its own retry of a
+    call whose answer was lost is answered as the first call was, with no second write (for 10
+    minutes, same reference); a repeat without it finds our own job id in the refused dedup or
+    delivery record, read below as Created.
     """
     epoch = int(now.timestamp())
     dedup_until = epoch + dedup_window_sec
@@ -218,6 +231,7 @@ def create_job(
     if refuse_frozen and not held:
         frozen_index = len(items)
         items.append(not_frozen_check(table, envelope.idempotency_key))
+    items.extend(also_write)
 
     for attempt in range(_CONFLICT_RETRIES):
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from relevo_core.models.envelope import PRIORITY_BOUND
+from relevo_core.models.shapes import PRIORITY_BOUND
 
 JOB_SK = "JOB"
 PROJECT_SK = "PROJECT"
@@ -229,6 +229,16 @@ def suppression_pk(subject: str) -> str:
 
 def delivery_log_pk(project_id: str) -> str:
     return f"DELIVERIES#{project_id}"
+
+
+def delivery_log_sk(at: str, tail: str) -> str:
+    """`at` (ISO 8601, UTC) sorts the partition; `tail` keeps apart two records of one instant."""
+    return f"{DELIVERY_LOG_SK_PREFIX}{at}#{tail}"
+
+
+# The tail of the one record of refused webhook deliveries a project gets per minute: its sort key
+# is the minute's own, so a second refusal of that minute finds it taken.
+REFUSED_MINUTE_TAIL = "refused"
 
 
 def group_pk(group: str) -> str:

@@ -1,14 +1,11 @@
-"""GitHub webhooks: signature check over the raw body, and the payload shapes Relevo reads."""
+"""GitHub webhooks: the payload shapes Relevo reads, and what each event means. The signature check
+over the raw body is in verify.py (imported here too)."""
 
 # Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
 # otherwise parse and evaluate each one again, at cold start, to build the models.
 
-import hashlib
-import hmac
-
 from pydantic import Field
 
-from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.intake.webhooks.events import (
     BRANCH_PREFIX,
     DELETED_FORK,
@@ -21,30 +18,24 @@ from relevo_core.intake.webhooks.events import (
     is_zero_sha,
     pull_request_ref,
 )
+# The signature check lives with GitLab's token check, apart from the payload shapes below.
+from relevo_core.intake.webhooks.verify import (  # noqa: F401  (sign, verify_signature: this module's API)
+    GITHUB_DELIVERY_HEADER,
+    GITHUB_EVENT_HEADER,
+    GITHUB_SIGNATURE_HEADER,
+    sign,
+    verify_signature,
+)
 
-SIGNATURE_HEADER = "x-hub-signature-256"
-EVENT_HEADER = "x-github-event"
-DELIVERY_HEADER = "x-github-delivery"
+SIGNATURE_HEADER = GITHUB_SIGNATURE_HEADER
+EVENT_HEADER = GITHUB_EVENT_HEADER
+DELIVERY_HEADER = GITHUB_DELIVERY_HEADER
 ZERO_SHA = "0" * 40
 SOURCE = "github"
 
 # pull_request actions that put new code at refs/pull/N/head; the rest (closed, edited, labeled, ...)
 # do not change what would be built.
 PULL_REQUEST_BUILD_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
-
-
-def sign(secret: str, raw_body: bytes) -> str:
-    """The X-Hub-Signature-256 value GitHub sends for this body."""
-    return "sha256=" + hmac.new(secret.encode(), raw_body, hashlib.sha256).hexdigest()
-
-
-def verify_signature(secret: str, raw_body: bytes, header_value: str | None) -> None:
-    """Refuse unless the header is the HMAC-SHA256 of the exact bytes received."""
-    if not header_value or not header_value.startswith("sha256="):
-        raise RelevoError(ErrorCode.SIGNATURE_INVALID, "X-Hub-Signature-256 is missing or not sha256=")
-    # compare_digest: constant time, so the signature cannot be guessed byte by byte.
-    if not hmac.compare_digest(sign(secret, raw_body).encode(), header_value.encode()):
-        raise RelevoError(ErrorCode.SIGNATURE_INVALID, "X-Hub-Signature-256 does not match the body")
 
 
 # ------------------------------------------------------------------------------------------------

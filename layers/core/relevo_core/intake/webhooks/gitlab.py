@@ -1,17 +1,15 @@
-"""GitLab webhooks: the shared-secret token check, and the payload shapes Relevo reads.
+"""GitLab webhooks: the payload shapes Relevo reads, and what each event means.
 
 GitLab does not sign bodies: it sends the webhook's secret token verbatim in X-Gitlab-Token, so the
-check is a constant-time comparison of that header with the project's secret.
+check (verify.py, imported here too) is a constant-time comparison of that header with the
+project's secret.
 """
 
 # Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
 # otherwise parse and evaluate each one again, at cold start, to build the models.
 
-import hmac
-
 from pydantic import Field
 
-from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.intake.webhooks.events import (
     BRANCH_PREFIX,
     TAG_PREFIX,
@@ -21,23 +19,21 @@ from relevo_core.intake.webhooks.events import (
     Sha,
     is_zero_sha,
 )
+# The token check lives with GitHub's signature check, apart from the payload shapes below.
+from relevo_core.intake.webhooks.verify import (  # noqa: F401  (verify_token: this module's API)
+    GITLAB_DELIVERY_HEADER,
+    GITLAB_EVENT_HEADER,
+    GITLAB_TOKEN_HEADER,
+    verify_token,
+)
 
-TOKEN_HEADER = "x-gitlab-token"
-EVENT_HEADER = "x-gitlab-event"
-DELIVERY_HEADER = "x-gitlab-event-uuid"
+TOKEN_HEADER = GITLAB_TOKEN_HEADER
+EVENT_HEADER = GITLAB_EVENT_HEADER
+DELIVERY_HEADER = GITLAB_DELIVERY_HEADER
 SOURCE = "gitlab"
 
 PUSH_HOOK = "Push Hook"
 TAG_PUSH_HOOK = "Tag Push Hook"
-
-
-def verify_token(secret: str, header_value: str | None) -> None:
-    """Refuse unless X-Gitlab-Token is exactly the project's secret token."""
-    if not header_value:
-        raise RelevoError(ErrorCode.SIGNATURE_INVALID, "X-Gitlab-Token is missing")
-    # compare_digest: constant time, so the token cannot be guessed byte by byte.
-    if not hmac.compare_digest(secret.encode(), header_value.encode()):
-        raise RelevoError(ErrorCode.SIGNATURE_INVALID, "X-Gitlab-Token does not match the webhook secret")
 
 
 class Project(Payload):
