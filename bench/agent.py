@@ -374,10 +374,14 @@ def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[lis
     token_lines = [line for line in text.splitlines() if "token=" in line]
     masked = os.environ[CANARY_VAR] not in text and token_lines == [f"line {i:08d} token=******" for i in range(1000, lines + 1, 1000)]
 
-    # Baselines: the same bytes in chunks of the same size, stored one after the other from this
-    # process, as plain PutItems and as the fenced form the agent uses (a TransactWriteItems of
-    # the Put and a ConditionCheck on the stage item).
-    dynamodb, size = client("dynamodb"), max(1, stored // len(chunks))
+    # Baselines: the same bytes in the largest chunks an item holds, stored one after the other
+    # from this process, as plain PutItems and as the fenced form inline chunks take (a
+    # TransactWriteItems of the Put and a ConditionCheck on the stage item): what one partition
+    # key would have to take, which AWS would not at this rate.
+    from relevo_core.store.log_chunks import MAX_INLINE_CHUNK_BYTES
+
+    # The largest chunk a DynamoDB item takes (bodies of larger ones are S3 objects now).
+    dynamodb, size = client("dynamodb"), min(max(1, stored // len(chunks)), MAX_INLINE_CHUNK_BYTES)
     piece, count = "x" * size, max(1, stored // size)
     stage_key = {"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}}
     rates = []

@@ -13,7 +13,7 @@ import json
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit
 
 import urllib3
@@ -21,7 +21,9 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 
 from relevo_core.aws import SessionCredentials, call_time_left, process_credentials
-from relevo_core.models.agent_session import ClaimGranted, ClaimRequest, JobSession, SessionRequest
+
+if TYPE_CHECKING:
+    from relevo_core.models.agent_session import ClaimGranted, ClaimRequest, JobSession, SessionRequest
 
 # Without a call budget: connect and read timeouts of one request.
 CONNECT_TIMEOUT_SEC = 3.0
@@ -66,9 +68,13 @@ class ClaimRoutes:
         self._http = urllib3.PoolManager(num_pools=2, maxsize=8, retries=False)
 
     def claim(self, request: ClaimRequest) -> ClaimGranted:
+        from relevo_core.models.agent_session import ClaimGranted
+
         return ClaimGranted.model_validate(self._post("claims", request.model_dump(mode="json")))
 
     def renew(self, request: SessionRequest) -> JobSession:
+        from relevo_core.models.agent_session import JobSession
+
         return JobSession.model_validate(self._post("sessions", request.model_dump(mode="json"))["session"])
 
     def _post(self, route: str, body: dict[str, Any]) -> dict[str, Any]:

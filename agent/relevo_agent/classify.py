@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.plan import RetryPolicy
+
+if TYPE_CHECKING:
+    from relevo_core.models.plan import RetryPolicy
 
 
 def classify(exit_code: int, output: str, policy: RetryPolicy, timed_out: bool) -> ErrorClass:

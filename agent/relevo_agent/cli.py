@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import json
-import logging
-import os
-import signal
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from relevo_agent import launchd
-from relevo_agent.config import AgentConfig, config_mistake
+from relevo_agent.config import AgentConfig
+from relevo_agent.launch import run_agent
+from relevo_agent.launch import stack_target as _resources
 from relevo_agent.private_files import write_private
-from relevo_agent.service import Agent
-from relevo_agent.stackfile import StackInfo, load_stack
 from relevo_core.user_files import InvalidFile
 
 app = typer.Typer(no_args_is_help=True, help="relevo-agent: runs Relevo stages on this Mac.")
@@ -30,93 +26,10 @@ def _root(ctx: typer.Context, debug: bool = typer.Option(False, "--debug", help=
     ctx.meta[_DEBUG] = debug
 
 
-@dataclass(frozen=True)
-class StackTarget:
-    table: str | None
-    queue_url: str | None
-    # The stack's API, where the agent claims its stages (None: not set).
-    api_url: str | None
-    # Why there is no work queue to poll, in words that say what to change (None: there is one).
-    no_queue: str | None = None
-    # The stack file's stack (None: explicit names of a deployed stack).
-    stack: StackInfo | None = None
-
-
-def _resources(settings: AgentConfig, config: Path) -> StackTarget:
-    """The table and the region's work queue, from the stack file or the explicit names; points
-    boto3 at the stack's endpoint and region. A stack file that cannot be read is a mistake of
-    the config that names it."""
-    if settings.aws_profile:
-        # The profile of the Mac's AWS configuration that takes the agent role (docs/operations.md, "Connect a Mac").
-        os.environ["AWS_PROFILE"] = settings.aws_profile
-    if settings.stack_file is not None:
-        try:
-            stack = load_stack(settings.stack_file)
-        except FileNotFoundError as exc:
-            raise config_mistake(config, ("stack_file",), str(exc)) from exc
-        except ValueError as exc:
-            raise config_mistake(config, ("stack_file",), f"{settings.stack_file} is not a stack.json ({type(exc).__name__})") from exc
-        # A local stack gives its agents a session of their region's agent role.
-        stack.apply_to_environment(agent_region=settings.region)
-        queue_url = stack.work_queues.get(settings.region)
-        regions = ", ".join(sorted(stack.work_queues)) or "none"
-        no_queue = None if queue_url else (
-            f"no work queue for region {settings.region!r} in the stack {settings.stack_file} (its region affinities: {regions})"
-        )
-        return StackTarget(stack.table_name, queue_url, stack.api_url, no_queue, stack)
-    if settings.aws_region:
-        os.environ.setdefault("AWS_REGION", settings.aws_region)
-        os.environ.setdefault("AWS_DEFAULT_REGION", settings.aws_region)
-    missing = [name for name in ("table_name", "queue_url", "api_url") if not getattr(settings, name)]
-    no_queue = f"{' and '.join(missing)} not set: set stack_file, or table_name, queue_url and api_url" if missing else None
-    return StackTarget(settings.table_name, settings.queue_url, settings.api_url, no_queue)
-
-
-def _startable(config: Path) -> tuple[AgentConfig, StackTarget]:
-    """The config and the stack it points at, refused before anything starts when the config has
-    a mistake or its region has no work queue in the stack."""
-    settings = AgentConfig.load(config)
-    from relevo_agent.checkout import inside_git_work_tree
-
-    repository = inside_git_work_tree(settings.workspace_root)
-    if repository is not None:
-        raise config_mistake(
-            config, ("workspace_root",),
-            f"{settings.workspace_root} is inside the git work tree {repository}: git in a stage, or the checkout's "
-            "git clean, would act on that repository; choose a directory outside it",
-        )
-    target = _resources(settings, config)
-    if target.no_queue:
-        unset = next((name for name in ("table_name", "queue_url", "api_url") if not getattr(settings, name)), "queue_url")
-        raise config_mistake(config, ("region",) if settings.stack_file is not None else (unset,), target.no_queue)
-    return settings, target
-
-
 @app.command()
 def run(ctx: typer.Context, config: Path = typer.Option(..., "--config", exists=True, dir_okay=False, help="agent TOML file")) -> None:
     """Long-poll the region's work queue and run the stages it hands out."""
-    try:
-        settings, target = _startable(config)
-    except InvalidFile as exc:
-        if ctx.meta.get(_DEBUG):
-            raise
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from exc
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    from relevo_agent.memory import fewer_arenas
-
-    fewer_arenas()  # before any thread starts (relevo_agent.memory)
-    agent = Agent(settings, str(target.table), str(target.queue_url), api_url=target.api_url)
-
-    def _count(signum: int, _frame: object) -> None:
-        # Only count: the supervisor loop decides (1 drain, 2 cancel running stages, 3 exit now).
-        agent.signals += 1
-
-    signal.signal(signal.SIGTERM, _count)
-    signal.signal(signal.SIGINT, _count)
-    # Non-zero exits (launchd's KeepAlive restarts the agent): 2 another relevo-agent runs with
-    # this agent_id, 3 the stack is gone or this agent_id was taken over; the log's last line says.
-    raise typer.Exit(agent.run())
+    raise typer.Exit(run_agent(config, debug=bool(ctx.meta.get(_DEBUG))))
 
 
 @app.command()

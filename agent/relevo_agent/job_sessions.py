@@ -14,10 +14,13 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from relevo_agent.claims import ClaimRoutes, RouteError, RouteUnreachable, session_credentials
 from relevo_core.aws import JobCredentials, call_budget
-from relevo_core.models.agent_session import JobSession, SessionRequest
+
+if TYPE_CHECKING:
+    from relevo_core.models.agent_session import JobSession
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,8 @@ class JobSessions:
             return list(self._held)
 
     def _renew(self, key: AttemptKey, claim_secret: str) -> JobSession:
+        from relevo_core.models.agent_session import SessionRequest
+
         assert self.routes is not None
         request = SessionRequest(job_id=key[0], stage_index=key[1], attempt=key[2], agent_id=self.agent_id, claim_secret=claim_secret)
         try:

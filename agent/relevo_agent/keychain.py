@@ -39,13 +39,16 @@ import secrets
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.config import AgentConfig
 from relevo_core.aws import client
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.plan import SigningPlan
+
+if TYPE_CHECKING:
+    from relevo_core.models.plan import SigningPlan
 
 log = logging.getLogger(__name__)
 

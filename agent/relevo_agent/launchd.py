@@ -66,7 +66,7 @@ def plist_for(config: Path, paths: ServicePaths, python: str = sys.executable, e
     return {
         **daemon,
         "Label": paths.label,
-        "ProgramArguments": [python, "-m", "relevo_agent.cli", "run", "--config", str(config.expanduser().resolve())],
+        "ProgramArguments": [python, "-m", "relevo_agent.launch", "--config", str(config.expanduser().resolve())],
         "RunAtLoad": True,
         "KeepAlive": True,
         "ThrottleInterval": 10,

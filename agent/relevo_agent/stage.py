@@ -46,19 +46,17 @@ from relevo_agent.outbox import Outbox
 from relevo_agent.stage_env import stage_environment
 from relevo_agent.transfer import ProgressWriter
 from relevo_core.aws import call_budget, client, in_this_context, job_scope
-from relevo_core.models.agent_session import ClaimGranted, ClaimRequest
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
-from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
-from relevo_core.models.handoff import previous_output_variable
-from relevo_core.models.plan import StagePlan
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import stage_attempts
-from relevo_core.store.jobs import get_job_record
 
 if TYPE_CHECKING:
     from relevo_agent.prepare import Prepared
     from relevo_core.jobs.handoff_sources import JobContext
+    from relevo_core.models.agent_session import ClaimGranted
+    from relevo_core.models.envelope import JobEnvelope
+    from relevo_core.models.plan import StagePlan
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +207,7 @@ class StageRunner:
         credentials = self.sessions.granted(key, claim_secret, granted.session)
         # What only a claimed attempt needs is imported here: an idle agent never loads it.
         from relevo_core.jobs.handoff_sources import JobContext
+        from relevo_core.models.envelope import read_envelope
 
         context = JobContext(read_envelope(granted.envelope), {str(r.get("stage_name")): r for r in granted.records if r.get("stage_name")})
         cleanup[0] = context.envelope.workspace_cleanup
@@ -269,7 +268,8 @@ class StageRunner:
             # Without a checkout the workspace is the job's as it stands: its precondition now
             # (with one, once it is prepared: Prepared.precondition).
             precondition = "" if envelope.checkout else self._record_precondition(
-                run, op_id, reconcile.precondition_version(workspace, envelope.ref, context.commit(), plan.inputs)
+                run, op_id, reconcile.precondition_version(workspace, envelope.ref, context.commit(), plan.inputs),
+                derived=not plan.inputs and not (workspace / ".git").exists(),
             )
             reconciling = stage_attempts.needs_reconcile(previous, ref.attempt)
             if reconciling and not self._after_previous_fence(run, op_id, previous):
@@ -307,10 +307,14 @@ class StageRunner:
             with self._running_lock:
                 self._running.pop(op_id, None)
 
-    def _record_precondition(self, run: StageRun, op_id: str, precondition: str) -> str:
+    def _record_precondition(self, run: StageRun, op_id: str, precondition: str, derived: bool = False) -> str:
         """The precondition of a workspace without a checkout, journaled and on the stage record
-        (fenced) before anything runs: what a later attempt's reconcile compares with."""
+        (fenced) before anything runs: what a later attempt's reconcile compares with. One that is
+        `derived` from the job alone (no repository in the workspace, no inputs: the job's commit)
+        is what any later attempt computes too, so the stage record is spared the write."""
         self.journal.set_precondition(op_id, run.ref.attempt, precondition)
+        if derived:
+            return precondition
         try:
             with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):
                 stage_attempts.record_precondition(run.ref, precondition)
@@ -371,6 +375,8 @@ class StageRunner:
         (a reset may have lost the answer of a claim that landed), for as long as the lease could
         still be kept afterwards. A job's next stage is first offered to the Mac that ran the one
         before (its files are there): the route says which, and the message may be left to it."""
+        from relevo_core.models.agent_session import ClaimRequest
+
         request = ClaimRequest(
             job_id=task.job_id, stage_index=task.stage_index, attempt=task.attempt, agent_id=self.config.agent_id,
             claim_secret=claim_secret, dispatch_key=task.dispatch_key, dispatch_token=task.task_token,
@@ -512,6 +518,8 @@ class StageRunner:
         previous_outputs = self._previous_outputs(local, previous)
         if plan.effect_probe and reconcile.wants_probe(local, previous):
             # The probe asks about what the previous attempt recorded (a submission id, say).
+            from relevo_core.models.handoff import previous_output_variable
+
             probe_env = {**env, "RELEVO_PROBE": "1", **{previous_output_variable(k): v for k, v in previous_outputs.items()}}
             result = self._run(run, plan, plan.effect_probe, workspace, probe_env, lambda chunk: None, probe=True)
             if run.reason is not None:
@@ -834,7 +842,7 @@ class StageRunner:
                 self.journal.set_run_token(op_id, ref.attempt, token)
                 run.run_token = token
                 return True
-            if check_job and JobStatus(get_job_record(self.table_name, ref.job_id)["status"]).terminal:
+            if check_job and JobStatus(_job_record(self.table_name, ref.job_id)["status"]).terminal:
                 log.warning("%s attempt %d: the job ended before its run token came; stopping", op_id, ref.attempt)
                 run.stop("canceled")
                 return True
@@ -882,6 +890,12 @@ class StageRunner:
         finally:
             run.token_known.set()  # whoever waits for the token is not left waiting
 
+
+
+def _job_record(table: str, job_id: str) -> dict[str, Any]:
+    from relevo_core.store.jobs import get_job_record
+
+    return get_job_record(table, job_id)
 
 
 def _stage_outcome(status: StageStatus) -> stage_attempts.AttemptOutcome:

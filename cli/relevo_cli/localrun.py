@@ -106,7 +106,7 @@ def write_agent_config(
 def agent_process(config: Path, log_file: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     with open(log_file, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "relevo_agent.cli", "run", "--config", str(config)],
+            [sys.executable, "-m", "relevo_agent.launch", "--config", str(config)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -134,7 +134,7 @@ def test_the_readme_deploy_sequence_connects_the_cli_and_a_mac_and_runs_a_job(tm
         agent_log = tmp_path / "mac-1.log"
         with open(agent_log, "wb") as log:
             agent = subprocess.Popen(
-                [sys.executable, "-m", "relevo_agent.cli", "run", "--config", str(config)],
+                [sys.executable, "-m", "relevo_agent.launch", "--config", str(config)],
                 env=mac_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         try:

@@ -433,7 +433,7 @@ def test_a_second_agent_with_the_same_agent_id_refuses_to_start_and_leaves_the_f
         job_id = fleet.push(secret)
         fleet.wait_started()
         clone = subprocess.run(
-            [sys.executable, "-m", "relevo_agent.cli", "run", "--config", str(fleet.config("mac-a", mac="mac-a-clone"))],
+            [sys.executable, "-m", "relevo_agent.launch", "--config", str(fleet.config("mac-a", mac="mac-a-clone"))],
             capture_output=True, text=True, timeout=60,
         )
         job = fleet.wait_job(job_id)

@@ -64,7 +64,7 @@ def test_the_plist_keeps_the_agent_alive_and_names_its_log_files(tmp_path: Path)
     )
     assert plist["Label"] == "dev.relevo.agent"
     assert plist["ProgramArguments"] == [
-        "/Users/ci/.local/pipx/venvs/relevo-agent/bin/python", "-m", "relevo_agent.cli", "run", "--config", str(config.resolve())
+        "/Users/ci/.local/pipx/venvs/relevo-agent/bin/python", "-m", "relevo_agent.launch", "--config", str(config.resolve())
     ]
     assert plist["KeepAlive"] is True and plist["RunAtLoad"] is True
     assert plist["StandardOutPath"] == str(tmp_path / "Library/Logs/relevo-agent/agent.out.log")

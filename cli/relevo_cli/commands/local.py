@@ -196,7 +196,7 @@ def local_agent(
             "(`relevo local up --region-affinities a,b` chooses them)"
         )
     try:
-        import relevo_agent.cli  # noqa: F401  (only to say clearly when it is missing)
+        import relevo_agent.launch  # noqa: F401  (only to say clearly when it is missing)
     except ImportError as exc:
         raise UserMistake("relevo-agent is not installed beside this CLI (pip install ./agent)") from exc
     home, lock_fd = _agent_home(state_dir, region, agent_id)
@@ -206,7 +206,7 @@ def local_agent(
     # The agent itself, in this process: signals reach it directly (its staged shutdown), and the
     # lock on its directory is inherited so no second agent takes the same id meanwhile.
     os.set_inheritable(lock_fd, True)
-    os.execv(sys.executable, [sys.executable, "-m", "relevo_agent.cli", "run", "--config", str(config)])
+    os.execv(sys.executable, [sys.executable, "-m", "relevo_agent.launch", "--config", str(config)])
 
 
 def _agent_home(state_dir: Path, region: str, agent_id: str | None) -> tuple[Path, int]:

@@ -101,7 +101,7 @@ class JobCredentials:
         if timeouts is not None:
             config = config.merge(Config(connect_timeout=timeouts[0], read_timeout=timeouts[1], retries={"mode": "standard", "total_max_attempts": 1}))
         with _lock:
-            built = _session(_environment()[2]).client(
+            built = _session(_environment()[2], _lean(service)).client(
                 service, config=config, aws_access_key_id=credentials.access_key_id,
                 aws_secret_access_key=credentials.secret_access_key, aws_session_token=credentials.session_token,
             )
@@ -174,7 +174,7 @@ def _bounded_client(service: str, endpoint: str | None, region: str | None, acce
         Config(connect_timeout=connect, read_timeout=read, retries={"mode": "standard", "total_max_attempts": 1})
     )
     with _lock:
-        return _session(access_key).client(service, config=config)
+        return _session(access_key, _lean(service)).client(service, config=config)
 
 
 @lru_cache(maxsize=None)
@@ -182,27 +182,61 @@ def _client(service: str, endpoint: str | None, region: str | None, access_key: 
     # The key carries the environment the client was built from; boto3 reads it again itself.
     # boto3 sessions are not thread-safe while they create clients: one lock for all creation.
     with _lock:
-        return _session(access_key).client(service, config=_CLIENT_CONFIG)
+        return _session(access_key, _lean(service)).client(service, config=_CLIENT_CONFIG)
+
+
+# Set by a process that creates its clients without botocore's table of every service's endpoints
+# (lean_endpoints): the agent, whose idle memory is a budget.
+_LEAN_ENDPOINTS = False
+# S3 keeps the table: its client takes its region from it ("A region must be set when sending
+# requests to S3" without), and it is created only once an attempt uploads or restores something.
+_NEEDS_ENDPOINTS_TABLE = frozenset({"s3"})
+
+
+def lean_endpoints() -> None:
+    """This process's clients (but S3's) do without botocore's endpoints.json, the table of every
+    service's endpoints in every partition: about 6 MB in memory (1 MB of JSON) of an idle agent's
+    55 MB budget, of which it uses nothing. A client's URL still comes from its service's rule set
+    (endpoint-rule-set-1.json) as for every client; its signing name, region and signature version
+    are found as botocore finds them for a service that table does not list
+    (ClientEndpointBridge._assume_endpoint: the service model's signing name, the client's region,
+    SigV4). tests/unit/test_aws_clients.py holds every request the agent makes of each service,
+    in every partition, to what the full table gives. Only the agent's own process sets this."""
+    global _LEAN_ENDPOINTS
+    _LEAN_ENDPOINTS = True
+    reset_clients()
+
+
+def _lean(service: str) -> bool:
+    return _LEAN_ENDPOINTS and service not in _NEEDS_ENDPOINTS_TABLE
 
 
 @lru_cache(maxsize=4)
-def _session(access_key: str | None) -> boto3.session.Session:
+def _session(access_key: str | None, lean: bool = False) -> boto3.session.Session:
     """One session for every client of a set of credentials (a session keeps the credentials it
     resolved first): each session loads botocore's endpoint and retry data again, about 8 MB per
     client in an agent that keeps four (the agent's idle RSS budget)."""
-    return boto3.session.Session()
+    session = boto3.session.Session()
+    if lean:
+        from botocore.regions import EndpointResolver
+
+        register = getattr(session._session, "_register_internal_component", None)
+        if register is not None:  # a botocore without it: the whole table, as any process has it
+            # No partition, no service listed: botocore assumes each endpoint (see lean_endpoints).
+            register("endpoint_resolver", EndpointResolver({"partitions": []}, uses_builtin_data=True))
+    return session
 
 
 def aws_region() -> str:
     """The AWS region this process's calls go to (its environment or AWS profile)."""
-    return str(_session(_environment()[2]).region_name or "us-east-1")
+    return str(_session(_environment()[2], _LEAN_ENDPOINTS).region_name or "us-east-1")
 
 
 def process_credentials() -> Any:
     """The process's own credentials, frozen (botocore ReadOnlyCredentials; refreshed first when
     they are about to expire), for what signs its own requests: the agent's calls of the claim
     routes. None when there are none."""
-    found = _session(_environment()[2]).get_credentials()
+    found = _session(_environment()[2], _LEAN_ENDPOINTS).get_credentials()
     return None if found is None else found.get_frozen_credentials()
 
 
