@@ -54,9 +54,16 @@ lint: $(STAMP)
 	$(BIN)/python -m relevo_cli.iam_lint template.yaml
 
 bench: $(STAMP)
-	@# Every bench runs (harness.py is what they share, not a bench); a missed target (exit 1) or a
-	@# broken bench (exit 2) fails the target at the end.
-	@rc=0; for b in $(filter-out bench/harness.py,$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || rc=1; done; exit $$rc
+	@# Every bench runs (harness.py and summary.py are what they share, not benches), each
+	@# reporting its figures into one file; the summary table ends the run, beside each figure its
+	@# target and the round's baseline, and writes it into bench/README.md. A missed target
+	@# (exit 1) or a broken bench (exit 2) fails the target at the end.
+	@figures=$$(mktemp); rc=0; \
+	for b in $(filter-out bench/harness.py bench/summary.py,$(wildcard bench/*.py)); do \
+		echo "== $$b"; RELEVO_BENCH_SUMMARY=$$figures $(BIN)/python $$b; code=$$?; [ $$code -eq 0 ] || rc=1; \
+		echo "{\"bench\": \"$$(basename $$b .py)\", \"exit\": $$code}" >> $$figures; \
+	done; \
+	$(BIN)/python bench/summary.py $$figures --readme bench/README.md || rc=1; rm -f $$figures; exit $$rc
 
 local-up: $(STAMP)
 	$(BIN)/relevo local up

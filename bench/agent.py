@@ -64,7 +64,7 @@ _WORK = Path(tempfile.mkdtemp(prefix="relevo-bench-agent-"))
 # The emulator's request recorder reads its file path when moto is imported: set it first.
 os.environ["MOTO_RECORDER_FILEPATH"] = str(_WORK / "requests.jsonl")
 
-from bench.harness import local_stack, register_project  # noqa: E402  (the repository root is on the path first)
+from bench.harness import local_stack, register_project, report  # noqa: E402  (the repository root is on the path first)
 
 IDLE_RSS_MB = 55
 IDLE_CPU_PERCENT = 1.0
@@ -199,6 +199,10 @@ def measure_idle(stack: Any, stack_file: Path, idle_sec: float) -> tuple[list[st
     per_min = {url: n * 60 / elapsed for url, n in counts.items()}
     a, b = process.pid, baseline.pid
     ok = peak[a] <= IDLE_RSS_MB and cpu[a] <= IDLE_CPU_PERCENT and per_min[agent_queue] <= IDLE_SQS_PER_MIN
+    report("agent", "idle agent RSS", peak[a], f"{peak[a]:.1f} MB", f"<= {IDLE_RSS_MB} MB", peak[a] <= IDLE_RSS_MB)
+    report("agent", "idle agent CPU", cpu[a], f"{cpu[a]:.2f} %", f"<= {IDLE_CPU_PERCENT} %", cpu[a] <= IDLE_CPU_PERCENT)
+    report("agent", "idle agent SQS requests / min", per_min[agent_queue], f"{per_min[agent_queue]:.1f}",
+           f"<= {IDLE_SQS_PER_MIN} per queue", per_min[agent_queue] <= IDLE_SQS_PER_MIN)
     lines = [
         f"idle over {elapsed:.0f}s                 agent        bare boto3 poller   target",
         f"  RSS peak (MB)             {peak[a]:8.1f}    {peak[b]:8.1f} ({peak[a] / peak[b]:.2f}x)   <= {IDLE_RSS_MB}",
@@ -309,6 +313,10 @@ def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str],
     p50, r50 = ms(from_enqueue, 50), ms(raw, 50)
     p95, r95 = ms(from_enqueue, 95), ms(raw, 95)
     ok = p50 <= r50 + HANDOFF_PLUS_MS and p95 <= r95 + HANDOFF_P95_PLUS_MS
+    report("agent", "stage enqueued -> command start, p50", p50, f"{p50:.0f} ms",
+           f"<= raw {r50:.0f} + {HANDOFF_PLUS_MS} ms", p50 <= r50 + HANDOFF_PLUS_MS)
+    report("agent", "stage enqueued -> command start, p95", p95, f"{p95:.0f} ms",
+           f"<= raw {r95:.0f} + {HANDOFF_P95_PLUS_MS} ms", p95 <= r95 + HANDOFF_P95_PLUS_MS)
     return [
         f"handoff, {count} jobs                 p50 ms    p95 ms",
         f"  stage enqueued -> command start {p50:8.0f}  {p95:8.0f}   target p50 <= raw + {HANDOFF_PLUS_MS} = {r50 + HANDOFF_PLUS_MS:.0f}, "
@@ -330,6 +338,8 @@ def measure_overhead(stack: Any) -> tuple[list[str], bool]:
     item = stage_item(stack, job_id)
     through = _seconds(item["started_at"], item["ended_at"])
     limit = OVERHEAD_RATIO * bare + OVERHEAD_PLUS_SEC
+    report("agent", f"stage overhead ({STAGE_SEC} s command), claim -> result", through, f"{through:.2f} s",
+           f"<= {OVERHEAD_RATIO} x bare {bare:.2f} + {OVERHEAD_PLUS_SEC} s", through <= limit)
     return [
         f"stage overhead ({STAGE_SEC} s command)",
         f"  claim -> result recorded  {through:6.2f}s   bare {bare:6.2f}s   ratio {through / bare:.3f}x   target <= {limit:.2f}s",
@@ -403,6 +413,12 @@ def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[lis
     busiest_key, busiest_wcu, busiest_prefix, busiest_puts = shipping_rates(stack, job_id)
     within = busiest_wcu <= PARTITION_WCU_PER_SEC and busiest_puts <= S3_PUTS_PER_SEC
     ok = mb_s >= SHIP_MB_PER_SEC and in_order and masked and within
+    report("agent", "log shipping", mb_s, f"{mb_s:.1f} MB/s", f">= {SHIP_MB_PER_SEC} MB/s", mb_s >= SHIP_MB_PER_SEC)
+    report("agent", "log shipping, busiest partition key", busiest_wcu, f"{busiest_wcu:.0f} WCU/s",
+           f"<= {PARTITION_WCU_PER_SEC} WCU/s", busiest_wcu <= PARTITION_WCU_PER_SEC)
+    report("agent", "log shipping, busiest S3 prefix", busiest_puts, f"{busiest_puts} PUT/s", f"<= {S3_PUTS_PER_SEC} PUT/s",
+           busiest_puts <= S3_PUTS_PER_SEC)
+    report("agent", "log shipping, order and masking", None, "kept" if in_order and masked else "LOST", "kept", in_order and masked)
     in_s3 = sum(1 for c in chunks if c.body)
     return [
         f"log shipping, {stored / 1024 / 1024:.1f} MB in {len(chunks)} chunks ({in_s3} with their body in S3)",

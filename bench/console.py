@@ -33,7 +33,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from bench.harness import report  # noqa: E402  (the repository root is on the path first)
+
 TARGET_P95_SEC = 1.0
+# `relevo logs -f`, printed line to line on the terminal (issue 30).
+TARGET_CLI_P95_SEC = 1.0
 REGION = "bench"
 # A chunk may end inside a line: the page then extends that line's text when the rest arrives,
 # so a line is timed by when its text first reads whole (a new node, or a line's text replaced).
@@ -212,9 +218,13 @@ def main() -> int:
     print(f"  console page   p50 {percentile(in_page, 0.5):.3f} s  p95 {p95:.3f} s  max {max(in_page):.3f} s   target p95 <= {TARGET_P95_SEC} s")
     print(f"    of which printed -> stored by the agent  p50 {percentile(to_store, 0.5):.3f} s  p95 {percentile(to_store, 0.95):.3f} s")
     print(f"    of which stored -> in the page           p50 {percentile(store_to_page, 0.5):.3f} s  p95 {percentile(store_to_page, 0.95):.3f} s")
-    print(f"  relevo logs -f p50 {percentile(in_cli, 0.5):.3f} s  p95 {percentile(in_cli, 0.95):.3f} s  max {max(in_cli):.3f} s")
+    print(f"  relevo logs -f p50 {percentile(in_cli, 0.5):.3f} s  p95 {percentile(in_cli, 0.95):.3f} s  max {max(in_cli):.3f} s   target p95 <= {TARGET_CLI_P95_SEC} s")
     print(f"render a job of {args.lines + args.render_lines} lines from seq 0: {render_sec:.2f} s ({shown} lines kept in the page)")
-    return 0 if p95 <= TARGET_P95_SEC else 1
+    cli_p95 = percentile(in_cli, 0.95)
+    report("console", "line printed -> in the console page, p95", p95, f"{p95:.3f} s", f"<= {TARGET_P95_SEC} s", p95 <= TARGET_P95_SEC)
+    report("console", "line printed -> relevo logs -f, p95", cli_p95, f"{cli_p95:.3f} s", f"<= {TARGET_CLI_P95_SEC} s",
+           cli_p95 <= TARGET_CLI_P95_SEC)
+    return 0 if p95 <= TARGET_P95_SEC and cli_p95 <= TARGET_CLI_P95_SEC else 1
 
 
 if __name__ == "__main__":

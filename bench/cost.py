@@ -57,6 +57,8 @@ AGENT_ID = "cost-double-1"
 
 TRANSITIONS_PER_STAGE_BUDGET = 4
 TRANSITIONS_PER_JOB_BUDGET = 6
+# Dollars per 1,000 jobs of STAGES on the success path (issue 31, the generated state machine).
+DOLLARS_PER_1000_JOBS = 0.50
 
 # us-east-1 list prices: the same numbers price a job's cost in the API (GET /jobs/{id}/cost).
 from relevo_core.jobs.cost import (  # noqa: E402
@@ -618,6 +620,10 @@ def report(
         ("API Gateway (REST)", f"{api_requests} requests", api_requests * API_GATEWAY_PER_REQUEST * jobs, "$3.50/M requests"),
     ]
     total_dollars = sum(row[2] for row in table)
+    harness.report("cost", f"state transitions per {n}-stage job", len(entered), f"{len(entered)}",
+                   f"<= {n}*{TRANSITIONS_PER_STAGE_BUDGET}+{TRANSITIONS_PER_JOB_BUDGET} = {budget}", transitions_ok)
+    harness.report("cost", f"$ per 1,000 {n}-stage jobs", total_dollars, f"${total_dollars:.3f}", f"<= ${DOLLARS_PER_1000_JOBS:.2f}",
+                   total_dollars <= DOLLARS_PER_1000_JOBS)
     print()
     print(f"dollars per 1,000 {n}-stage jobs, us-east-1 list prices")
     header = f"  {'component':<28} {'measured per job':<34} {'$ / 1,000 jobs':>14}  {'% ':>5}  price"
@@ -656,7 +662,9 @@ def report(
 
     print()
     print(f"transition budget: {'PASS' if transitions_ok else 'FAIL'}")
-    return 0 if transitions_ok else 1
+    cheap_enough = total_dollars <= DOLLARS_PER_1000_JOBS
+    print(f"${total_dollars:.3f} per 1,000 jobs <= ${DOLLARS_PER_1000_JOBS:.2f}: {'PASS' if cheap_enough else 'FAIL'}")
+    return 0 if transitions_ok and cheap_enough else 1
 
 
 def main() -> int:

@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import local_stack  # noqa: E402
+from harness import local_stack, report  # noqa: E402
 
 RATIO_TARGET = 1.25
 RSS_TARGET_MB = 100.0
@@ -230,6 +230,10 @@ def measure(stack: Any, work: Path, total_bytes: int) -> tuple[list[str], bool]:
         f"{same_mac['cached_bytes'] / 1024**2:.0f} MiB from the cache in {same_mac['seconds']:.1f}s",
         f"stored {stored['summary']['uploaded_bytes'] / 1024**2:.0f} MiB in {stored['summary']['files']} files' packs and blobs",
     ]
+    report("handoff", "store + restore of a 1 GiB tree", ratio, f"{ratio:.2f} x raw", f"<= {RATIO_TARGET} x raw boto3", ratio <= RATIO_TARGET)
+    report("handoff", "peak RSS", peak, f"{peak:.0f} MB", f"<= {RSS_TARGET_MB:.0f} MB", peak <= RSS_TARGET_MB)
+    report("handoff", "same-Mac restore downloads", same_mac["restored_bytes"], f"{same_mac['restored_bytes']} bytes", "0 bytes", same_ok)
+    report("handoff", "tree restored on another Mac", None, "equal" if exact else "DIFFERENT", "equal", exact)
     return lines, ratio <= RATIO_TARGET and peak <= RSS_TARGET_MB and same_ok and exact
 
 

@@ -340,3 +340,23 @@ def push_body(repo: str, commit: str, ref: str = "refs/heads/main") -> bytes:
             "pusher": {"name": "ci"},
         }
     ).encode()
+
+
+# ------------------------------------------------------------------------------------------------
+# The summary `make bench` ends with
+
+# Set by `make bench`: the JSON Lines file each bench's figures are appended to (bench/summary.py
+# reads it). Unset (a bench run by hand): figures are only printed by the bench itself.
+SUMMARY_FILE_ENV = "RELEVO_BENCH_SUMMARY"
+
+
+def report(bench: str, figure: str, value: float | None, shown: str, target: str, ok: bool) -> None:
+    """One figure of a bench for the summary table: its value (None: not a number, e.g. "equal"),
+    how it reads (`shown`, with its unit), its target in words and whether it was met. The
+    baseline beside it comes from bench/baselines.json, by bench and figure name."""
+    path = os.environ.get(SUMMARY_FILE_ENV)
+    if not path:
+        return
+    line = {"bench": bench, "figure": figure, "value": value, "shown": shown, "target": target, "ok": bool(ok)}
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")

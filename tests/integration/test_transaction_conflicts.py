@@ -5,7 +5,7 @@ On AWS a TransactWriteItems that overlaps another write of one of its items is c
 integration's error ServiceName.ErrorName), the item's cancellation reason `TransactionConflict`
 in the message Step Functions gives as the Cause (DynamoDB API Reference, TransactWriteItems,
 Errors). It never fails as `TransactionConflictException`, so a Retry on that name never
-matches. The local stack applies DynamoDB requests one at a time and never conflicts: these
+matches. The local stack applies DynamoDB actions one at a time and never conflicts: these
 tests switch the conflict on (relevo_cli.local.faults) for each transactional state, and check
 that the state retries it, that the job's status and its queue slot (the COUNTER# item) stay
 right, and that a real condition failure still goes where it went.

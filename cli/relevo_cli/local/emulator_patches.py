@@ -17,7 +17,8 @@ Installed by `install()`, before the emulator starts:
 - attach_managed_policies_of_stack_roles: moto's CloudFormation ignores a role's ManagedPolicyArns;
 - interpreter_patches.install: the Step Functions interpreter's aws-sdk parameters and stops;
 - faults.install: transaction conflicts a test can inject (inert until armed);
-- emulator_server: DynamoDB requests applied one at a time (moto's backend has no lock).
+- emulator_server: each DynamoDB action applied one at a time (moto's backend has no lock),
+  its request's parsing, authorization and answer outside the lock.
 Installed by `install_identity(sessions)`, once the stack's IAM user exists: emulator_iam.install
 (the interpreter runs as the execution role, IAM checks moto skips, DynamoDB authorization as AWS
 does it in dynamodb_authorization.py).
@@ -366,34 +367,56 @@ def detach_emulator_stream_invoker(table_name: str, account_id: str, region: str
 
 
 def emulator_server(host: str, port: int) -> Any:
-    """moto's ThreadedMotoServer (5.2.5), with DynamoDB requests applied one at a time.
-
-    moto's server handles requests on concurrent threads, and its DynamoDB backend has no lock:
-    two conditional writes (or transactions) on one item can both pass their condition, or fail
-    with a 500. DynamoDB itself applies conditional writes atomically and transactions
-    serializably, so serializing DynamoDB requests is what makes the emulator faithful here.
-    """
+    """moto's ThreadedMotoServer (5.2.5), with each DynamoDB action applied one at a time
+    (apply_dynamodb_actions_one_at_a_time)."""
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
-    dynamodb_lock = threading.Lock()
-
-    def serialized(app: Any) -> Any:
-        def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
-            if str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith("DynamoDB_"):
-                with dynamodb_lock:
-                    # Consume the whole response inside the lock.
-                    return list(app(environ, start_response))
-            return app(environ, start_response)
-
-        return wsgi
+    apply_dynamodb_actions_one_at_a_time()
 
     class Server(ThreadedMotoServer):
         def _server_entry(self) -> None:
-            app = serialized(DomainDispatcherApplication(create_backend_app))
+            app = DomainDispatcherApplication(create_backend_app)
             self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
             self._server_ready_event.set()
             self._server.serve_forever()
 
     return Server(ip_address=host, port=port, verbose=False)
+
+
+# The one lock every DynamoDB action of the emulator takes (apply_dynamodb_actions_one_at_a_time).
+DYNAMODB_ACTIONS = threading.Lock()
+
+
+def apply_dynamodb_actions_one_at_a_time() -> None:
+    """moto's server handles requests on concurrent threads, and its DynamoDB backend has no lock:
+    two conditional writes (or transactions) on one item can both pass their condition, or fail
+    with a 500. DynamoDB itself applies conditional writes atomically and transactions
+    serializably, so the emulator applies one DynamoDB action at a time (checked with moto 5.2.5).
+
+    The lock holds the action alone (moto's each operation's method of DynamoHandler, which
+    reads or writes the backend and builds its answer from copies of the items, Item.to_json);
+    parsing the request, IAM's authorization and serializing the answer (moto's shape-walking
+    serializer: most of a large Query's time) run outside it, side by side, as they do on AWS. A
+    lock around the whole request made two reads issued together wait for each other."""
+    from botocore import xform_name
+    from moto.dynamodb.responses import DynamoHandler
+
+    if getattr(DynamoHandler, "_relevo_one_at_a_time", False):
+        return
+    from moto.core.utils import get_service_model
+
+    for operation in get_service_model("dynamodb").operation_names:
+        name = xform_name(operation)
+        action = DynamoHandler.__dict__.get(name)
+        if action is None:
+            continue  # an operation moto does not implement: answered without the backend
+
+        def locked(self: Any, _action: Any = action) -> Any:
+            with DYNAMODB_ACTIONS:
+                return _action(self)
+
+        locked.__name__ = locked.__qualname__ = name
+        setattr(DynamoHandler, name, locked)
+    DynamoHandler._relevo_one_at_a_time = True  # type: ignore[attr-defined]

@@ -1,6 +1,6 @@
 """Faults AWS produces that the local stack would never produce by itself, switched on by tests.
 
-The local stack applies DynamoDB requests one at a time (see emulator_patches.emulator_server), so two
+The local stack applies DynamoDB actions one at a time (emulator_patches.apply_dynamodb_actions_one_at_a_time), so two
 transactions never overlap and DynamoDB's optimistic concurrency never cancels one. On AWS a
 `TransactWriteItems` that overlaps another transaction or write on one of its items is cancelled
 with `TransactionCanceledException`, the item's cancellation reason being `TransactionConflict`
