@@ -8,6 +8,7 @@ emulator_patches.py and the modules it installs assign anything onto moto's modu
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,115 @@ def test_a_json_path_is_parsed_once_and_still_finds_what_it_names() -> None:
     data = {"job": {"stages": ["build", "sign"]}}
     assert json_path.extract_json("$.job.stages[1]", data) == "sign"
     assert json_path.extract_json("$.job.stages[0]", data) == "build"
+
+
+def test_an_update_expression_is_parsed_once_and_a_bad_one_is_refused_each_time() -> None:
+    from moto.dynamodb.exceptions import InvalidUpdateExpression
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    from relevo_cli.local.emulator_patches import parse_each_update_expression_once
+
+    parse_each_update_expression_once()
+    parse_each_update_expression_once()  # idempotent
+    text = "SET #status = :running, lease_expires_at = :lease REMOVE exit_code"
+    tree = UpdateExpressionParser.make(text)
+    assert UpdateExpressionParser.make(text) is tree
+    assert {c.get_value_name() for c in tree.find_clauses([_attribute_value_class()])} == {":running", ":lease"}
+    for _ in range(2):
+        with pytest.raises(InvalidUpdateExpression):
+            UpdateExpressionParser.make("SET = :nothing")
+
+
+def test_an_update_expressions_form_is_checked_until_it_passes_once_and_the_item_is_still_checked_every_time() -> None:
+    from moto.dynamodb.exceptions import DuplicateUpdateExpression, MockValidationException
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+    from moto.dynamodb.parsing import validators
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    from relevo_cli.local.emulator_patches import check_each_update_expressions_form_once, parse_each_update_expression_once
+
+    parse_each_update_expression_once()
+    check_each_update_expressions_form_once()
+    check_each_update_expressions_form_once()  # idempotent
+
+    class Table:
+        table_key_attrs = ["pk"]
+        attribute_keys = ["pk"]
+        attr = []
+
+    def validator(text: str, values: dict, names: dict | None = None) -> validators.UpdateExpressionValidator:
+        item = Item(DynamoType({"S": "k"}), None, attrs={"pk": {"S": "k"}, "n": {"N": "1"}})
+        return validators.UpdateExpressionValidator(UpdateExpressionParser.make(text), names or {}, values, item, Table())
+
+    form_checks = (validators.ActionCountValidator, validators.OverlappingPathsValidator)
+    twice = "SET #a = :x, #a = :y"
+    for _ in range(2):  # refused each time: a failed form is never remembered
+        with pytest.raises(DuplicateUpdateExpression):
+            validator(twice, {":x": {"S": "1"}, ":y": {"S": "2"}}, {"#a": "a"}).validate()
+
+    text = "SET #a = :x REMOVE gone"
+    first = validator(text, {":x": {"S": "1"}}, {"#a": "a"})
+    assert any(isinstance(p, form_checks) for p in first.processors)
+    first.validate()
+    again = validator(text, {":x": {"S": "2"}}, {"#a": "a"})
+    assert not any(isinstance(p, form_checks) for p in again.processors)
+    again.validate()
+    # Other names: a form of its own, checked again.
+    assert any(isinstance(p, form_checks) for p in validator(text, {":x": {"S": "1"}}, {"#a": "b"}).processors)
+    # The item and the values are still checked on every use of a remembered form.
+    with pytest.raises(MockValidationException):
+        validator(text, {}, {"#a": "a"}).validate()  # :x not given
+
+
+def _attribute_value_class() -> type:
+    from moto.dynamodb.parsing.ast_nodes import ExpressionAttributeValue
+
+    return ExpressionAttributeValue
+
+
+def test_an_answer_of_plain_dicts_serializes_byte_for_byte_as_moto_would_with_each_members_keys_found_once() -> None:
+    """The memo of pick_members_of_plain_answers_once against moto's own walk, on a Query answer
+    holding every AttributeValue type, nested maps and lists, and a DescribeTable answer."""
+    from datetime import datetime, timezone
+
+    from moto.core import serialize
+    from moto.core.utils import get_service_model
+
+    from relevo_cli.local.emulator_patches import pick_members_of_plain_answers_once
+
+    pick_members_of_plain_answers_once()
+    item = {
+        "pk": {"S": "JOB#j1"}, "n": {"N": "12.5"}, "b": {"B": "AAEC"}, "ss": {"SS": ["a", "b"]}, "ns": {"NS": ["1", "2"]},
+        "bs": {"BS": ["AAE="]}, "null": {"NULL": True}, "flag": {"BOOL": False},
+        "m": {"M": {"inner": {"L": [{"S": "x"}, {"M": {"deep": {"N": "3"}}}]}, "dict_like": {"S": "key starts with dict"}}},
+    }
+    answers = {
+        "Query": {"Items": [item, item], "Count": 2, "ScannedCount": 2, "LastEvaluatedKey": {"pk": {"S": "JOB#j1"}}},
+        "DescribeTable": {"Table": {"TableName": "t", "TableStatus": "ACTIVE", "CreationDateTime": datetime(2026, 12, 3, tzinfo=timezone.utc),
+                                    "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}], "ItemCount": 3}},
+    }
+    service = get_service_model("dynamodb")
+    picker = serialize.XFormedAttributePicker
+
+    def serialized(operation: str) -> bytes:
+        serializer = serialize.get_serializer_class("dynamodb", "json")(
+            operation_model=service.operation_model(operation), value_picker=picker()
+        )
+        return serializer.serialize(answers[operation])["body"]
+
+    for operation in answers:
+        memoized = serialized(operation)
+        assert serialized(operation) == memoized  # from the memo this time
+        patched = picker.get_possible_keys
+        picker.get_possible_keys = picker._relevo_original_get_possible_keys
+        try:
+            assert serialized(operation) == memoized, operation
+        finally:
+            picker.get_possible_keys = patched
+    # What is not a blob comes back as it went in (moto's serializer encodes B and BS values itself).
+    assert {k: v for k, v in json.loads(serialized("Query"))["Items"][0].items() if k not in ("b", "bs")} == {
+        k: v for k, v in item.items() if k not in ("b", "bs")
+    }
 
 
 def test_a_heartbeat_before_the_tasks_wait_is_taken_as_on_aws() -> None:

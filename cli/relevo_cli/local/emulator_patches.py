@@ -8,6 +8,12 @@ when moto changes.
 
 Installed by `install()`, before the emulator starts:
 - parse_each_state_machine_definition_once: moto re-parses the ASL on every StartExecution;
+- parse_each_json_path_once: moto builds a JSONPath parser for every path it evaluates;
+- parse_each_update_expression_once: moto parses an UpdateExpression twice per UpdateItem;
+- check_each_update_expressions_form_once: moto checks an expression's clauses and paths on every
+  UpdateItem, once per node of its tree;
+- pick_members_of_plain_answers_once: moto's serializer asks six alias providers per member of
+  every structure of an answer (each attribute value of each item);
 - list_moto_modules_once: moto's server lists its own package directory on every request;
 - heartbeat_timeout.name_heartbeat_timeouts: moto names a heartbeat lapse States.Timeout, AWS
   States.HeartbeatTimeout;
@@ -45,6 +51,9 @@ def install() -> None:
     """The patches the emulator needs before it starts (idempotent: each one installs once)."""
     parse_each_state_machine_definition_once()
     parse_each_json_path_once()
+    parse_each_update_expression_once()
+    check_each_update_expressions_form_once()
+    pick_members_of_plain_answers_once()
     list_moto_modules_once()
     heartbeat_timeout.name_heartbeat_timeouts()
     store_key_policies_as_json()
@@ -125,6 +134,104 @@ def parse_each_json_path_once() -> None:
             cached = lru_cache(maxsize=4096)(module.parse)
             cached._relevo_cached = True  # type: ignore[attr-defined]
             module.parse = cached
+
+
+def parse_each_update_expression_once() -> None:
+    """moto 5.2.5 parses an UpdateExpression twice per UpdateItem (DynamoHandler.update_item checks
+    its placeholders, DynamoDBBackend.update_item applies it), with a tokenizer and recursive
+    parser written in Python: a fifth of the emulator's CPU for a stage claim. The parsed tree is
+    only read: UpdateExpressionValidator deep-copies it before its processors rewrite nodes, and
+    normalize() runs on that copy. So each expression text is parsed once; one that does not
+    parse raises each time, as before (lru_cache keeps no exception)."""
+    from functools import lru_cache
+
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    if getattr(UpdateExpressionParser, "_relevo_parsed_once", False):
+        return
+    make = UpdateExpressionParser.make.__func__
+
+    @lru_cache(maxsize=1024)
+    def parsed(expression: str) -> Any:
+        return make(UpdateExpressionParser, expression)
+
+    UpdateExpressionParser.make = classmethod(lambda cls, expression_str: parsed(expression_str) if cls is UpdateExpressionParser else make(cls, expression_str))
+    UpdateExpressionParser._relevo_parsed_once = True  # type: ignore[attr-defined]
+
+
+def check_each_update_expressions_form_once() -> None:
+    """moto 5.2.5 validates an UpdateExpression with ten passes over its tree on every UpdateItem;
+    two of them, ActionCountValidator (one SET, ADD, REMOVE clause each) and
+    OverlappingPathsValidator (no path set twice), look at the expression and its attribute names
+    alone, and do it for each of the tree's UpdateExpression nodes: a third of a stage claim's
+    CPU in the emulator. Their verdict on the same parsed expression (parse_each_update_expression_once
+    hands out one tree per text) with the same names is the same, so once an expression passed
+    them they are left out of its later validations; the passes that read the item and the
+    values all still run, and an expression that failed them is checked again each time."""
+    from moto.dynamodb.parsing import validators
+
+    validator = validators.UpdateExpressionValidator
+    if getattr(validator, "_relevo_form_once", False):
+        return
+    form_checks = (validators.ActionCountValidator, validators.OverlappingPathsValidator)
+    initialize, processors_of, validate = validator.__init__, validator.get_ast_processors, validator.validate
+    # (id of the parsed tree, its attribute names) -> the tree, kept so that its id is not reused.
+    passed: dict[tuple[int, tuple[tuple[str, str], ...]], Any] = {}
+
+    def __init__(self: Any, expression: Any, expression_attribute_names: Any, *args: Any, **kwargs: Any) -> None:
+        self._relevo_form = (id(expression), tuple(sorted((expression_attribute_names or {}).items())))
+        self._relevo_tree = expression
+        initialize(self, expression, expression_attribute_names, *args, **kwargs)
+
+    def get_ast_processors(self: Any) -> Any:
+        processors = processors_of(self)
+        if self._relevo_form in passed:
+            processors = [p for p in processors if not isinstance(p, form_checks)]
+        return processors
+
+    def validate_and_remember(self: Any) -> Any:
+        validated = validate(self)
+        if len(passed) > 4096:
+            passed.clear()
+        passed[self._relevo_form] = self._relevo_tree
+        return validated
+
+    validator.__init__ = __init__
+    validator.get_ast_processors = get_ast_processors
+    validator.validate = validate_and_remember
+    validator._relevo_form_once = True  # type: ignore[attr-defined]
+
+
+def pick_members_of_plain_answers_once() -> None:
+    """moto 5.2.5 serializes an answer by walking its operation's output shape, and for each member
+    of each structure asks six alias providers under which keys the value might be found
+    (XFormedAttributePicker.get_possible_keys): for a DynamoDB item every attribute value is an
+    AttributeValue structure of ten members, so this was about half the emulator's time for a
+    Query of a job's items. For a plain dict, what DynamoHandler answers with, the keys depend on
+    nothing but the member's shape and name: a dict has no Meta (ExplicitAlias), its class name is
+    always "dict" (ClassPrefixAlias), and a member shape is always a member of the same structure
+    (botocore caches StructureShape.members, so ShapePrefixAlias and ShapeNameAlias see the same
+    parent each time). So they are worked out once per shape member; for any other object, as
+    before."""
+    from moto.core import serialize
+
+    picker = serialize.XFormedAttributePicker
+    if getattr(picker, "_relevo_keys_once", False):
+        return
+    possible_keys = picker.get_possible_keys
+    known: dict[tuple[Any, str], tuple[str, ...]] = {}
+
+    def get_possible_keys(self: Any, context: Any) -> Any:
+        if type(context.obj) is not dict or self.alias_providers is not serialize.DEFAULT_ALIAS_PROVIDERS:
+            return possible_keys(self, context)
+        found = known.get((context.shape, context.key))
+        if found is None:
+            found = known[(context.shape, context.key)] = tuple(possible_keys(self, context))
+        return found
+
+    picker.get_possible_keys = get_possible_keys
+    picker._relevo_original_get_possible_keys = possible_keys  # type: ignore[attr-defined]
+    picker._relevo_keys_once = True  # type: ignore[attr-defined]
 
 
 def list_moto_modules_once() -> None:
