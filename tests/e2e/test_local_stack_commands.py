@@ -103,3 +103,47 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_and_stopped_by_d
     after = _relevo("local", "status", "--state-dir", str(state_dir))
     assert after.returncode == 1
     assert after.stdout.startswith(f"no local stack is running on {state_dir}")
+
+
+def _online_agents(state_dir: Path) -> list[str]:
+    done = _relevo("local", "status", "--state-dir", str(state_dir), "--json")
+    if done.returncode != 0:
+        return []
+    status = json.loads(done.stdout)
+    return [a["agent_id"] for a in status["agents"] if a["online"]] if isinstance(status["agents"], list) else []
+
+
+def test_a_local_agent_rejoins_a_restarted_stack_and_says_once_that_it_was_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The local stack is in memory: restarting it makes a new stack on the same state dir. An
+    agent of `relevo local agent` keeps running across it, says once that the stack cannot be
+    reached (not a line per retry), and is online in the new stack without being started again."""
+    state_dir = tmp_path / "state"
+    agent_log_path = tmp_path / "agent.log"
+    agent_log = open(agent_log_path, "wb")
+    agent = None
+    try:
+        with local_stack(state_dir, tmp_path / "local-up-1.log") as first:
+            use_stack(monkeypatch, first)
+            agent = subprocess.Popen(
+                [sys.executable, "-m", "relevo_cli.main", "local", "agent", "--region", "eu-west", "--state-dir", str(state_dir)],
+                stdout=agent_log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+            wait_until(lambda: _online_agents(state_dir) == ["local-eu-west-1"], 90, "the local agent online in the first stack")
+        # The first stack is stopped; the second takes as long to start as a person's restart.
+        stopped_at = agent_log_path.stat().st_size
+        with local_stack(state_dir, tmp_path / "local-up-2.log") as second:
+            use_stack(monkeypatch, second)
+            wait_until(lambda: _online_agents(state_dir) == ["local-eu-west-1"], 90, "the same agent online in the restarted stack")
+            assert agent.poll() is None, agent_log_path.read_text()[-3000:]
+            while_down = agent_log_path.read_bytes()[stopped_at:].decode(errors="replace").splitlines()
+            complaints = [line for line in while_down if " WARNING " in line or " ERROR " in line]
+            assert len(complaints) == 1, "\n".join(while_down)
+            assert "cannot reach the local stack" in complaints[0], complaints
+            os.killpg(agent.pid, signal.SIGINT)  # Ctrl-C in its terminal
+            assert agent.wait(timeout=60) == 0, agent_log_path.read_text()[-3000:]
+    finally:
+        if agent is not None and agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+        agent_log.close()
+    said = agent_log_path.read_text()
+    assert "stopped" in said.splitlines()[-1], said[-2000:]

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
@@ -49,17 +51,30 @@ def stack_api(stack_file: Optional[Path]) -> Iterator[RelevoApi]:
 # How a duplicate's existing job is named, by its status.
 _ALREADY = {"queued": "already queued as", "held": "already held as", "succeeded": "already ran as",
             "failed": "already ran as", "canceled": "already ran as"}
+# The exit status of a command that started nothing because the same work is already a job (its
+# id is printed): 0 is a new job, 1 a refusal, 2 a mistake on the command line.
+EXIT_DUPLICATE = 3
 
 
-def print_trigger(result: dict, api: RelevoApi, again: str | None = None) -> None:
+def print_trigger(result: dict, api: RelevoApi, again: str | None = None, quiet: bool = False, as_json: bool = False) -> None:
     """A new job, or the job a duplicate is: with its status (one more call), and for an ended
-    one the command (`again`) that runs the same work anew."""
-    if not result.get("duplicate"):
-        console.print(f"job [bold]{result['job_id']}[/bold] {result.get('outcome', 'queued')}")
-        return
+    one the command (`again`) that runs the same work anew. `quiet`: the id alone on stdout (what
+    a duplicate is goes to stderr); `as_json`: the API's answer with the job's status. A duplicate
+    exits EXIT_DUPLICATE, so a script tells it from a new job."""
     job_id = result["job_id"]
-    status = api.get_job(job_id)["status"]
+    duplicate = bool(result.get("duplicate"))
+    status = api.get_job(job_id)["status"] if duplicate else result.get("outcome", "queued")
+    if as_json:
+        sys.stdout.write(json.dumps({**result, "duplicate": duplicate, "status": status}, indent=2) + "\n")
+    elif quiet:
+        sys.stdout.write(job_id + "\n")
+    elif not duplicate:
+        console.print(f"job [bold]{job_id}[/bold] {result.get('outcome', 'queued')}")
+    if not duplicate:
+        return
     line = f"{_ALREADY.get(status, 'already running as')} {job_id} ({status})"
     if again and _ALREADY.get(status) == "already ran as":
         line += f"; `{again}` runs it again"
-    console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if not as_json:
+        (errors if quiet else console).print(line, markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_DUPLICATE)

@@ -185,9 +185,11 @@ def run(
     priority: Optional[int] = typer.Option(None, help="priority (manual runs default to 10)"),
     again: bool = typer.Option(False, "--again", help="a new run even if the same one is already queued"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the job id (JOB=$(relevo run P -q))"),
+    as_json: bool = typer.Option(False, "--json", help="print the answer as JSON: job_id, duplicate, status"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
-    """Run a project now (trigger: manual)."""
+    """Run a project now (trigger: manual). Exit 0: a new job; 3: the same run is already a job
+    (its id is printed, and what it is: queued, running or ended; --again runs it anew)."""
     import secrets
 
     body = {"trigger": "manual", "ref": ref, "commit": commit, "stages": stage or None, "priority": priority}
@@ -195,10 +197,7 @@ def run(
         body["request_id"] = secrets.token_hex(8)
     with stack_api(stack_file) as api:
         result = api.run_project(project_id, {k: v for k, v in body.items() if v is not None})
-        if quiet:
-            sys.stdout.write(result["job_id"] + "\n")
-            return
-        print_trigger(result, api, f"relevo run {project_id} --again")
+        print_trigger(result, api, f"relevo run {project_id} --again", quiet=quiet, as_json=as_json)
 
 
 def rerun(
