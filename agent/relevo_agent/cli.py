@@ -92,8 +92,27 @@ def _startable(config: Path) -> tuple[AgentConfig, StackTarget]:
     return settings, target
 
 
+# The libraries' own INFO lines ("Found credentials in environment variables.") are not the
+# agent's to say: its log is what it does.
+QUIET_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer")
+STACK_FILE_WAIT_SEC = 0.5
+
+
+def configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 @app.command()
-def run(ctx: typer.Context, config: Path = typer.Option(..., "--config", exists=True, dir_okay=False, help="agent TOML file")) -> None:
+def run(
+    ctx: typer.Context,
+    config: Path = typer.Option(..., "--config", exists=True, dir_okay=False, help="agent TOML file"),
+    follow_stack: bool = typer.Option(
+        False, "--follow-stack", help="when the stack file names another stack (a local stack restarted), start again "
+        "against it instead of exiting (`relevo local agent` runs agents so)",
+    ),
+) -> None:
     """Long-poll the region's work queue and run the stages it hands out."""
     try:
         settings, target = _startable(config)
@@ -102,21 +121,48 @@ def run(ctx: typer.Context, config: Path = typer.Option(..., "--config", exists=
             raise
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
     from relevo_agent.memory import fewer_arenas
 
     fewer_arenas()  # before any thread starts (relevo_agent.memory)
-    agent = Agent(settings, str(target.table), str(target.queue_url), api_url=target.api_url)
+    agent = Agent(settings, str(target.table), str(target.queue_url), api_url=target.api_url, follow_stack=follow_stack)
 
     def _count(signum: int, _frame: object) -> None:
         # Only count: the supervisor loop decides (1 drain, 2 cancel running stages, 3 exit now).
+        agent.signal_name = signal.Signals(signum).name
         agent.signals += 1
 
     signal.signal(signal.SIGTERM, _count)
     signal.signal(signal.SIGINT, _count)
     # Non-zero exits (launchd's KeepAlive restarts the agent): 2 another relevo-agent runs with
     # this agent_id, 3 the stack is gone or this agent_id was taken over; the log's last line says.
-    raise typer.Exit(agent.run())
+    code = agent.run()
+    if follow_stack and agent.stack_moved and agent.signals == 0 and settings.stack_file is not None:
+        _start_again_with_the_stack(agent, settings.stack_file, ctx.meta.get(_DEBUG, False), config)
+    raise typer.Exit(code)
+
+
+def _start_again_with_the_stack(agent: Agent, stack_file: Path, debug: bool, config: Path) -> None:
+    """This process again (same pid, its inherited locks kept) once the stack file names a stack
+    other than the one that went away; a signal meanwhile ends the wait (exit 0)."""
+    import sys
+    import time
+
+    gone = agent.stack_identity()
+    while agent.signals == 0:
+        try:
+            stack = load_stack(stack_file)
+        except (OSError, ValueError):
+            stack = None  # not there (the stack is down), or being written
+        if stack is not None and {"endpoint": stack.aws_endpoint, "table": stack.table_name,
+                                  "queue": stack.work_queues.get(agent.config.region)} != gone:
+            logging.getLogger("relevo_agent").info("the stack file %s names a running stack: starting again", stack_file)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            argv = [sys.executable, "-m", "relevo_agent.cli", *(["--debug"] if debug else []), "run", "--config", str(config), "--follow-stack"]
+            os.execv(sys.executable, argv)
+        time.sleep(STACK_FILE_WAIT_SEC)
+    raise typer.Exit(0)
 
 
 @app.command()

@@ -18,6 +18,7 @@ from relevo_agent.attempt import DEAD_TOKEN, StageReport, utc_now
 from relevo_agent.claims import RouteUnreachable
 from relevo_agent.job_sessions import AttemptNotHeld, JobSessions
 from relevo_agent.journal import Journal
+from relevo_agent.reachability import stack as reachability
 from relevo_core.aws import client, job_scope
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import StageStatus
@@ -94,7 +95,8 @@ class Outbox:
             return True
         except (BotoCoreError, ClientError) as exc:
             self._stack_gone(exc)
-            log.warning("report of %s:%s deferred to the outbox (%s)", report.job_id, report.stage, exc)
+            if not reachability.failed(exc):
+                log.warning("report of %s:%s deferred to the outbox (%s)", report.job_id, report.stage, exc)
             return False
         token = report.run_token or _stored_run_token(ref)
         if not token:
@@ -113,7 +115,8 @@ class Outbox:
             log.warning("report of %s:%s deferred to the outbox (%s)", report.job_id, report.stage, exc)
             return False
         except BotoCoreError as exc:
-            log.warning("report of %s:%s deferred to the outbox (%s)", report.job_id, report.stage, exc)
+            if not reachability.failed(exc):
+                log.warning("report of %s:%s deferred to the outbox (%s)", report.job_id, report.stage, exc)
             return False
         return True
 

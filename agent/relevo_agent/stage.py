@@ -48,6 +48,7 @@ from relevo_agent.messages import Message
 from relevo_agent.outbox import Outbox
 from relevo_agent.stage_env import stage_environment
 from relevo_agent.transfer import ProgressWriter
+from relevo_agent.reachability import stack as reachability
 from relevo_core.aws import call_budget, client, in_this_context, job_scope
 from relevo_core.jobs.handoff_sources import JobContext
 from relevo_core.models.agent_session import ClaimGranted, ClaimRequest
@@ -404,7 +405,8 @@ class StageRunner:
             except RouteUnreachable as exc:
                 if time.monotonic() + delay > give_up:
                     raise
-                log.warning("%s/%d: claim failed (%s); sending it again", ref.job_id, ref.stage_index, exc)
+                if not reachability.failed(exc):
+                    log.warning("%s/%d: claim failed (%s); sending it again", ref.job_id, ref.stage_index, exc)
                 time.sleep(delay)
                 delay = min(2 * delay, 2.0)
 
