@@ -9,7 +9,7 @@ on loopback and headless Chromium (the system `chromium`, through Playwright), t
 1. Latency. A stage prints --lines lines, --interval apart, each carrying the wall-clock time it
    was printed (`date +%s.%N`, this host's clock). The job page is open, and its stream live,
    before the stage prints its first line (the stage waits for the bench to say so), and a MutationObserver records when each line joins the log area (`Date.now()`, the same
-   clock). Beside it, in the same run, `relevo logs -f JOB` (the CLI follower) is read line by
+   clock). Beside it, in the same run, `relevo job logs -f JOB` (the CLI follower) is read line by
    line and each arrival timed. Target: the page's p95 <= 1 s. The follower's p95 is shown beside.
 2. Render. A stage prints --render-lines lines at once; once the job ended, its page is opened
    with the whole log streamed (`?from_seq=0`): the time from navigation to the last line in the
@@ -212,7 +212,7 @@ def main() -> int:
     print(f"  console page   p50 {percentile(in_page, 0.5):.3f} s  p95 {p95:.3f} s  max {max(in_page):.3f} s   target p95 <= {TARGET_P95_SEC} s")
     print(f"    of which printed -> stored by the agent  p50 {percentile(to_store, 0.5):.3f} s  p95 {percentile(to_store, 0.95):.3f} s")
     print(f"    of which stored -> in the page           p50 {percentile(store_to_page, 0.5):.3f} s  p95 {percentile(store_to_page, 0.95):.3f} s")
-    print(f"  relevo logs -f p50 {percentile(in_cli, 0.5):.3f} s  p95 {percentile(in_cli, 0.95):.3f} s  max {max(in_cli):.3f} s")
+    print(f"  relevo job logs -f p50 {percentile(in_cli, 0.5):.3f} s  p95 {percentile(in_cli, 0.95):.3f} s  max {max(in_cli):.3f} s")
     print(f"render a job of {args.lines + args.render_lines} lines from seq 0: {render_sec:.2f} s ({shown} lines kept in the page)")
     return 0 if p95 <= TARGET_P95_SEC else 1
 

@@ -1,4 +1,4 @@
-"""`relevo artifacts get`: download an artifact through its presigned link and check it against
+"""`relevo artifact download`: download an artifact through its presigned link and check it against
 the sha256 and size the agent recorded when it uploaded the file."""
 
 from __future__ import annotations

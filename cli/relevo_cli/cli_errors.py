@@ -30,7 +30,19 @@ def _say(text: str) -> None:
 
 class RelevoGroup(TyperGroup):
     """The root command: every subcommand runs inside its invoke, so this is the one place that
-    turns exceptions into the lines a person reads."""
+    turns exceptions into the lines a person reads. Its help (and every subcommand's) shows no
+    type tags (relevo_cli.help_text)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from relevo_cli.help_text import without_type_tags
+
+        without_type_tags(self)
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        """The nouns first (job, project, …), then the commands that are no noun's (console, …)."""
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda name: not hasattr(self.commands[name], "commands"))
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
@@ -57,6 +69,22 @@ class RelevoGroup(TyperGroup):
 
 def set_debug(ctx: typer.Context, debug: bool) -> None:
     ctx.meta[DEBUG_KEY] = debug
+
+
+def print_version(shown: bool) -> None:
+    """`relevo --version`: the CLI's version and the core's and agent's installed beside it."""
+    if not shown:
+        return
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    typer.echo(f"relevo {version('relevo-cli')} (relevo-core {version('relevo-core')}, relevo-agent {version('relevo-agent')})")
+    raise typer.Exit()
 
 
 def _checker(pattern: str, what: str, example: str) -> Any:

@@ -5,7 +5,7 @@ and the four projects of examples/demo/. Once every agent is online, four scenar
 side, each on its own project so none waits for another's lock (relevo_cli.demo_scenarios):
 
   release   a signed GitHub push, the same delivery again (a duplicate), four stages with an
-            approval gate before deploy, approved through `relevo approve`
+            approval gate before deploy, approved through `relevo job approve`
   retry     exit 75 on attempt 1, retried on the region's other agent
   dlq       a non-retryable failure, dead-lettered, then `relevo dlq redrive` from the failed
             stage under the same idempotency key

@@ -119,9 +119,9 @@ def test_your_first_project_as_the_readme_writes_it(tmp_path: Path):
         # What the steps promise, seen from outside them:
         assert ran[0] == 'export PATH="$PWD/.venv/bin:$PATH"'
         job_id = env["JOB"]
-        [follower] = [t for t in terminals if t.command.startswith("relevo logs")]
+        [follower] = [t for t in terminals if t.command.startswith("relevo job logs")]
         followed = follower.output()
-        assert f"waiting for approval before deploy: `relevo approve {job_id}`" in followed
+        assert f"waiting for approval before deploy: `relevo job approve {job_id}`" in followed
         assert f"deploying the build of {job_id}" in followed and followed.rstrip().endswith(f"job {job_id} succeeded")
         assert (work / "hello.txt").read_text().strip() == f"hello from {job_id}"
         # `relevo local down` was the last step: the stack's terminal has ended.

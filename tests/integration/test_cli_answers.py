@@ -63,7 +63,7 @@ def test_a_duplicate_names_the_jobs_status_and_how_to_run_it_again(local_stack, 
 
     status = api.get_job(job_id)["status"]
     assert while_queued.strip() in (f"already queued as {job_id} (queued)", f"already running as {job_id} (running)"), (while_queued, status)
-    assert after_success.strip() == f"already ran as {job_id} (succeeded); `relevo run {project_id} --again` runs it again"
+    assert after_success.strip() == f"already ran as {job_id} (succeeded); `relevo project run {project_id} --again` runs it again"
 
 
 def test_a_duplicate_run_is_told_apart_from_a_new_job_by_its_exit_status_and_json(local_stack, project_id, tmp_path: Path):
@@ -90,7 +90,7 @@ def test_a_duplicate_run_is_told_apart_from_a_new_job_by_its_exit_status_and_jso
     assert as_json.exit_code == 3, as_json.output
     assert (answer["job_id"], answer["duplicate"], answer["status"] in ("queued", "running")) == (job_id, True, True), answer
     assert (after_cancel.exit_code, after_cancel.stdout.strip()) == (3, job_id), after_cancel.output
-    assert after_cancel.stderr.strip() == f"already ran as {job_id} (canceled); `relevo run {project_id} --again` runs it again"
+    assert after_cancel.stderr.strip() == f"already ran as {job_id} (canceled); `relevo project run {project_id} --again` runs it again"
 
 
 def test_a_rejections_reason_and_actor_are_in_status_and_its_json(local_stack, project_id, tmp_path: Path):
@@ -144,7 +144,7 @@ def test_logs_follow_names_the_gate_and_the_command_that_opens_it(local_stack, p
                      approval={"enabled": True})
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    gate = f"waiting for approval before deploy: `relevo approve {job_id}` (or `relevo reject {job_id} --reason …`)"
+    gate = f"waiting for approval before deploy: `relevo job approve {job_id}` (or `relevo job reject {job_id} --reason …`)"
     follower = subprocess.Popen(
         [sys.executable, "-m", "relevo_cli.main", "logs", job_id, "-f", "--poll", "0.2", "--stack-file", stack_file],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from relevo_cli.api import RelevoApi
+from relevo_core.models.status import queue_reason_words
 from relevo_cli.commands.common import console
 from relevo_cli.main import app
 from relevo_core.store import agents
@@ -59,8 +60,9 @@ def test_the_queue_lists_a_running_job_whose_stage_waits_for_an_agent(local_stac
         [waiting] = [job for job in view["waiting_for_agent"] if job["job_id"] == job_id]
         # The same reason the job's own view gives, from the region's agent presence.
         assert (waiting["status"], waiting["stage"], waiting["queue_reason"]) == ("running", "build", api.get_job(job_id)["queue_reason"])
-        reason = waiting["queue_reason"] or "about to be claimed"
-        assert job_id in shown and f"{reason}: stage build on the eu-west queue" in shown, shown
+        # In words, with the reason's code beside them.
+        reason = f"{queue_reason_words(waiting['queue_reason'], 'eu-west')} ({waiting['queue_reason']})" if waiting["queue_reason"] else "about to be claimed (free agent)"
+        assert job_id in shown and f"stage build: {reason}" in shown, shown
     finally:
         api.cancel_job(job_id)
 

@@ -73,7 +73,7 @@ def test_the_github_states_follow_the_job():
     states = [status_request(_transition(o, n, **e), GITHUB, "acme/ios-app", "t", "l").body["state"] for o, n, e in LIFE]
     assert states == ["pending", "pending", "pending", "pending", "success", "failure", "error", "failure", "error"]
     waiting = status_request(_transition(*LIFE[2][:2], **LIFE[2][2]), GITHUB, "acme/ios-app", "t", "l").body
-    assert waiting["description"] == "waiting for approval of deploy: relevo approve job_0000000000000000000000a"
+    assert waiting["description"] == "waiting for approval of deploy: relevo job approve job_0000000000000000000000a"
 
 
 def test_the_check_names_what_github_would_refuse():

@@ -4,20 +4,41 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_agent.stackfile import StackInfo, load_stack
 
+# Piped (not a terminal, no COLUMNS), a table is as wide as its cells: nothing is cut to 80
+# columns, an id least of all (scripts have --json).
+PIPED_WIDTH = 400
+
+
+def _width() -> int | None:
+    return None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH
+
+
 # One console for the whole CLI: it takes its width when created (tests widen this one).
-console = Console()
+console = Console(width=_width())
 errors = Console(stderr=True)
+# Columns holding ids (job, agent, project, key): folded onto a second line in a narrow terminal,
+# never cut with an ellipsis.
+ID_COLUMNS = frozenset({"job", "agent", "id", "project", "idempotency key", "principal", "job / reason", "entries"})
+
+
+def add_column(table: Table, name: str, **options: Any) -> None:
+    """A column of a listing; an id column is never cut short (ID_COLUMNS)."""
+    if name in ID_COLUMNS:
+        options.setdefault("overflow", "fold")
+    table.add_column(name, **options)
 
 StackOption = typer.Option(None, "--stack-file", envvar="RELEVO_STACK_FILE", help="stack.json of the stack to use")
 

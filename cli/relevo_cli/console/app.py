@@ -305,7 +305,7 @@ async def project_refs(request: Request) -> Response:
 
 
 def start_run(api: RelevoApi, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    """POST /projects/{id}/run as `relevo run --again` sends it, then where the job stands: its
+    """POST /projects/{id}/run as `relevo project run --again` sends it, then where the job stands: its
     queue position while it is queued."""
     request = {"trigger": "manual", "request_id": secrets.token_hex(8),
                **{k: body[k] for k in ("ref", "stages", "priority") if body.get(k) not in (None, "", [])}}

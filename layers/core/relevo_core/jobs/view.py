@@ -1,4 +1,4 @@
-"""A job as operators see it (GET /jobs/{id}, `relevo status`): its records, plus why a stage that
+"""A job as operators see it (GET /jobs/{id}, `relevo job view`): its records, plus why a stage that
 was dispatched is still waiting for an agent, derived from the region's agent presence, its
 artifacts and the tail of its log."""
 
@@ -226,19 +226,25 @@ def no_match_detail(requires: Mapping[str, str], agents: Iterable[AgentPresence]
     return f"no online agent meets requires {{{describe(dict(requires))}}}" + (f"; nearest: {nearest}" if nearest else "")
 
 
+def waiting_reason(table: str, view: Mapping[str, Any], now: datetime) -> tuple[str | None, str | None]:
+    """(queue_reason, queue_detail) of a job view: the reason the state machine recorded
+    (project_running) stays; while a stage of a live job is dispatched and unclaimed, why no
+    agent took it (agent_offline, agent_busy, …), from the region's presence and pauses."""
+    unclaimed = next((stage for stage in view["stages"] if stage["status"] == StageStatus.DISPATCHED.value), None)
+    if view["queue_reason"] is not None or unclaimed is None or JobStatus(view["status"]).terminal:
+        return view["queue_reason"], None
+    region = view["region_affinity"]
+    region_agents = agents_in_region(table, region)
+    reason = agent_queue_reason(region_agents, now, region_pauses(table, region), unclaimed["requires"])
+    detail = no_match_detail(unclaimed["requires"], region_agents, now) if reason is QueueReason.NO_MATCHING_AGENT else None
+    return (reason.value if reason else None), detail
+
+
 def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
     """The job view; `queue_reason` also says agent_busy / agent_offline while a stage of a live
     job is dispatched and unclaimed (a reason the state machine recorded, project_running, stays)."""
     view = job_items_to_view(query_job_items(table, job_id))
-    unclaimed = next((stage for stage in view["stages"] if stage["status"] == StageStatus.DISPATCHED.value), None)
-    view["queue_detail"] = None
-    if unclaimed and view["queue_reason"] is None and not JobStatus(view["status"]).terminal:
-        region = view["region_affinity"]
-        region_agents = agents_in_region(table, region)
-        reason = agent_queue_reason(region_agents, now, region_pauses(table, region), unclaimed["requires"])
-        view["queue_reason"] = reason.value if reason else None
-        if reason is QueueReason.NO_MATCHING_AGENT:
-            view["queue_detail"] = no_match_detail(unclaimed["requires"], region_agents, now)
+    view["queue_reason"], view["queue_detail"] = waiting_reason(table, view, now)
     records = list_artifacts(table, job_id)
     view["artifacts"] = [artifact_summary(record) for record in records if record.kind != "handoff"]
     # The job's artifact total beside its project's bound (artifact.max_job_bytes), when it has one:

@@ -229,7 +229,7 @@ class ApprovalSettings(_Frozen):
     enabled: bool = Field(
         default=False,
         description="Ask before the gated stage: the job becomes waiting, and nothing of that stage runs until "
-        "`relevo approve JOB`; `relevo reject JOB --reason …` fails it (Relevo.Approval.Rejected).",
+        "`relevo job approve JOB`; `relevo job reject JOB --reason …` fails it (Relevo.Approval.Rejected).",
     )
     before: str | None = Field(
         default=None, pattern=STAGE_NAME, description="The gated stage. Default: the first stage whose name starts with deploy."

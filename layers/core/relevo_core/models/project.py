@@ -269,7 +269,7 @@ class DedupPolicy(BaseModel):
     on_repeat: OnRepeat | None = Field(
         default=None,
         description="What the same work after the window does: run (a new job), hold (a held job, started by "
-        "`relevo release`) or skip. Default: hold for webhooks, run for the others.",
+        "`relevo job release`) or skip. Default: hold for webhooks, run for the others.",
     )
 
 
@@ -311,7 +311,7 @@ class Project(RunPlanMixin):
     )
     priority: int = Field(
         default=0, ge=-1_000_000, le=1_000_000,
-        description="Priority of the project's webhook and schedule jobs; higher runs first (relevo run defaults to 10, the API to 0).",
+        description="Priority of the project's webhook and schedule jobs; higher runs first (relevo project run defaults to 10, the API to 0).",
     )
     stages: tuple[ProjectStage, ...] = Field(
         min_length=1, description="The stages (1 to 32, more is refused as PLAN_TOO_LARGE), run one after another, each on one agent of the region."
@@ -371,7 +371,7 @@ class Project(RunPlanMixin):
     )
     fork_pull_requests: ForkPolicy = Field(
         default=ForkPolicy.HOLD,
-        description="What a pull request from a fork does: hold (a held job, started by `relevo release JOB`), "
+        description="What a pull request from a fork does: hold (a held job, started by `relevo job release JOB`), "
         "ignore, or run (for trusted forks).",
     )
 

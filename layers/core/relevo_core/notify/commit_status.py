@@ -32,9 +32,9 @@ _NOT_THE_COMMITS_FAULT = ("Relevo.Timeout.Queue", "Relevo.Lease.", "Relevo.Agent
 def describe(transition: JobTransition) -> str:
     status = transition.status
     if status is JobStatus.HELD:
-        text = f"held ({transition.held_reason}): relevo release {transition.job_id}"
+        text = f"held ({transition.held_reason}): relevo job release {transition.job_id}"
     elif status is JobStatus.WAITING:
-        text = f"waiting for approval of {transition.stage}: relevo approve {transition.job_id}"
+        text = f"waiting for approval of {transition.stage}: relevo job approve {transition.job_id}"
     elif transition.error_name == REJECTED:
         text = f"rejected at the approval of {transition.stage}"
     elif transition.error_name == APPROVAL_TIMEOUT:
