@@ -98,3 +98,36 @@ def test_agents_lists_the_fleet_per_region_with_the_stages_each_runs(local_stack
         assert "eu-west:" in shown and "us-east:" in shown
     finally:
         api.cancel_job(job_id)
+
+
+def test_piped_listings_keep_every_id_whole(local_stack, project_id, tmp_path: Path):
+    """`relevo agents | cat` once showed `local-eu…` for two different agents: piped (no terminal,
+    no COLUMNS), a listing is as wide as its cells and no id is cut."""
+    import os
+    import subprocess
+    import sys
+
+    stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
+    now, suffix = datetime.now(timezone.utc), secrets.token_hex(3)
+    twins = [f"local-eu-west-mac-mini-in-the-second-rack-{suffix}-{n}" for n in (1, 2)]
+    for agent_id in twins:
+        agents.put_presence(local_stack.table_name, agents.AgentPresence(
+            agent_id=agent_id, region="eu-west", capacity=1, running=0, version="9.9.9", last_seen=now, interval_sec=30))
+    register_project(local_stack, project_id, [{"name": "build", "run": "make"}], queue_timeout_sec=600)
+    job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
+    env = {name: value for name, value in os.environ.items() if name not in ("COLUMNS", "LINES")}
+
+    def piped(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "relevo_cli.main", *args, "--stack-file", stack_file],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    try:
+        fleet, queue, listed = piped("agents"), piped("queue"), piped("jobs", "--project", project_id)
+        assert all(agent_id in fleet for agent_id in twins), fleet
+        assert all(agent_id in queue for agent_id in twins) and job_id in queue, queue
+        assert job_id in listed, listed
+        assert "…" not in fleet + queue + listed
+    finally:
+        api.cancel_job(job_id)
