@@ -95,6 +95,9 @@ class RelevoApi:
     def list_projects(self) -> dict[str, Any]:
         return self.request("GET", "/projects")
 
+    def delete_project(self, project_id: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/projects/{project_id}")
+
     def grant(self, project_id: str, principal: str, level: str) -> dict[str, Any]:
         return self.request("PUT", f"/projects/{project_id}/grants", {"principal": principal, "level": level})
 
@@ -158,6 +161,7 @@ class RelevoApi:
 
     def delete_job(self, job_id: str) -> dict[str, Any]:
         return self.request("DELETE", f"/jobs/{job_id}")
+
     def job_logs(self, job_id: str, from_seq: int | None = None, before_seq: int | None = None, limit: int | None = None) -> dict[str, Any]:
         params = {"from_seq": from_seq, "before_seq": before_seq, "limit": limit}
         return self.request("GET", f"/jobs/{job_id}/logs", params={k: v for k, v in params.items() if v is not None})

@@ -32,6 +32,29 @@ def project_apply(file: Path, stack_file: Optional[Path] = StackOption) -> None:
     console.print(f"project [bold]{project['id']}[/bold] applied ({len(project['stages'])} stages, region {project['region_affinity']})")
 
 
+@project_app.command("delete")
+def project_delete(
+    project_id: str = ProjectId,
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Delete a project (needs manage): its schedules, grants and webhook secrets. Refused while a job of it is held, queued or running; its ended jobs stay."""
+    from relevo_cli.projects import delete_secrets
+
+    if not yes:
+        typer.confirm(f"delete project {project_id} with its schedules, grants and webhook secrets?", abort=True)
+    stack = open_stack(stack_file)
+    try:
+        result = RelevoApi.for_stack(stack).delete_project(project_id)
+    except ApiError as exc:
+        fail(exc)
+    secrets = delete_secrets(stack, project_id)
+    removed = [f"{result['schedules_removed']} schedule(s)", f"{result['grants_removed']} grant(s)"]
+    removed += [f"secret {name}" for name in secrets]
+    console.print(f"project {project_id} deleted with {', '.join(removed)}; its ended jobs stay (relevo job delete JOB removes one)",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
 @project_app.command("schema")
 def project_schema() -> None:
     """Print the project file's JSON Schema (editors validate and complete with it; see docs/project-file.md)."""
