@@ -103,8 +103,10 @@ class Outbox:
             return True  # never handed this attempt: the state machine's timeouts decide
         sfn = client("stepfunctions")
         try:
-            if status is StageStatus.SUCCEEDED:
-                output = {"stage": report.stage, "attempt": report.attempt, "agent_id": self.agent_id}
+            if status.succeeded:
+                # The state machine keeps each stage's output (the job record's stage_outcomes): a
+                # `warning` stage is said there for the job's commit status.
+                output = {"stage": report.stage, "attempt": report.attempt, "agent_id": self.agent_id, "status": status.value}
                 sfn.send_task_success(taskToken=token, output=json.dumps(output))
             else:
                 sfn.send_task_failure(taskToken=token, error=report.error or ErrorClass.COMMAND_FAILED.value, cause=report.cause or "")

@@ -180,3 +180,13 @@ def test_the_shortest_lease_an_agent_takes_is_accepted(tmp_path: Path, stack_fil
     # 8 s: renewals every 2.67 s, the fence at 3 s. The file passes; the unreachable stack is next.
     _, result = _apply(tmp_path, stack_file, GOOD + "lease_ttl_sec: 8\n")
     assert "lease_ttl_sec" not in result.output and "cannot reach" in result.output, result.output
+
+
+def test_an_exit_code_both_a_warning_and_transient_is_refused(tmp_path: Path, stack_file: str):
+    content = GOOD + "    warning_exit_codes: [3, 75]\n"
+    path, result = _apply(tmp_path, stack_file, content)
+    assert result.exit_code == 2
+    assert _one_line(result).endswith(
+        "stages[0].warning_exit_codes: 75 also in retry.transient_exit_codes: an exit code is either a warning "
+        "(the job goes on) or transient (the stage is retried)"
+    )

@@ -216,6 +216,8 @@ class StagePlan(_Frozen):
     # Workspace-relative paths or globs the stage hands on to every later stage of the job
     # (relevo_core.models.handoff, docs/handoff.md).
     handoff: tuple[HandoffPattern, ...] = Field(default=(), max_length=MAX_PATTERNS)
+    # Non-zero exit codes that mean "succeeded, with warnings": the stage ends `warning`.
+    warning_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = Field(default=(), max_length=32)
 
     @field_validator("handoff")
     @classmethod

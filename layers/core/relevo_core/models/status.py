@@ -26,6 +26,9 @@ class StageStatus(str, Enum):
     DISPATCHED = "dispatched"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
+    # Succeeded with something to look at: it exited with one of its warning_exit_codes, or printed
+    # lines marked `::warning::`. The job goes on as after a success.
+    WARNING = "warning"
     FAILED = "failed"
     SKIPPED = "skipped"
     # Its job ended (canceled, failed elsewhere, swept) while the stage was still open: it stops
@@ -38,7 +41,16 @@ class StageStatus(str, Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in {StageStatus.SUCCEEDED, StageStatus.FAILED, StageStatus.SKIPPED, StageStatus.CANCELED}
+        return self in {StageStatus.SUCCEEDED, StageStatus.WARNING, StageStatus.FAILED, StageStatus.SKIPPED, StageStatus.CANCELED}
+
+    @property
+    def succeeded(self) -> bool:
+        """Its effect is done and the job goes on: succeeded, with warnings or not."""
+        return self in {StageStatus.SUCCEEDED, StageStatus.WARNING}
+
+
+# Stage record statuses a later stage, a rerun and the job's last successful stage count as done.
+SUCCEEDED_STAGE = frozenset({StageStatus.SUCCEEDED.value, StageStatus.WARNING.value})
 
 
 class HeldReason(str, Enum):

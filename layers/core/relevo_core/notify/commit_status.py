@@ -41,6 +41,9 @@ def describe(transition: JobTransition) -> str:
         text = f"the approval of {transition.stage} timed out"
     elif status is JobStatus.FAILED:
         text = f"failed: {transition.error_name or 'unknown error'}"
+    elif status is JobStatus.SUCCEEDED and transition.warning_stages:
+        # Still a success (GitHub's `success`): the description says what to look at.
+        text = f"succeeded, with warnings in {', '.join(transition.warning_stages)}"
     else:
         text = status.value
     return text[:DESCRIPTION_LIMIT]
