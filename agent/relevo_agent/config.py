@@ -33,7 +33,9 @@ class AgentConfig(BaseModel):
         description="This agent's name in stage records, presence and logs. Default: the host name.",
     )
     region: str = Field(
-        pattern=r"^[a-z][a-z0-9-]{0,31}$", description="The region affinity whose work queue this agent polls (one of the stack's RegionAffinities)."
+        pattern=r"^[a-z][a-z0-9-]{0,31}$",
+        description="The region affinity whose work queue this agent polls (one of the stack's RegionAffinities): a name "
+        "of the fleet's own, such as eu-west, not an AWS region (the stack file, or aws_region, gives that).",
     )
     capacity: int = Field(default=2, description="How many stages this agent runs at once; 0 or less means 1.")
     workspace_root: Path = Field(

@@ -9,6 +9,7 @@ from typing import Any
 
 import requests
 import typer
+from botocore.exceptions import NoCredentialsError, ProfileNotFound
 from rich.console import Console
 from typer.core import TyperGroup
 
@@ -59,6 +60,18 @@ class RelevoGroup(TyperGroup):
                 raise
             url = getattr(exc.request, "url", None) or "the stack's API"
             _say(f"cannot reach {url}: is the stack running? (`relevo local status`; --debug for details)")
+            raise typer.Exit(1) from exc
+        except ProfileNotFound as exc:
+            if ctx.meta.get(DEBUG_KEY):
+                raise
+            # AWS_PROFILE (or a stack file's aws_profile) names a profile this machine does not have.
+            _say(f"{exc}: `aws configure list-profiles` lists the profiles there are; set AWS_PROFILE to one of them (or unset it)")
+            raise typer.Exit(2) from exc
+        except NoCredentialsError as exc:
+            if ctx.meta.get(DEBUG_KEY):
+                raise
+            _say("no AWS credentials found to sign with: set AWS_PROFILE, or run `aws configure` or `aws sso login` "
+                 "(a local stack's stack.json carries its own)")
             raise typer.Exit(1) from exc
         except Exception as exc:
             if ctx.meta.get(DEBUG_KEY):

@@ -48,14 +48,14 @@ def open_stack(stack_file: Optional[Path]) -> StackInfo:
     try:
         stack = load_stack(stack_file)
     except FileNotFoundError as exc:
-        errors.print(f"[red]{exc}[/red]")
+        errors.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from exc
     stack.apply_to_environment()
     return stack
 
 
 def fail(exc: ApiError) -> None:
-    errors.print(f"[red]{exc}[/red]")
+    errors.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 

@@ -179,7 +179,7 @@ def local_down(
 
 @local_app.command("agent")
 def local_agent(
-    region: str = typer.Option(..., "--region", help="the region affinity whose work queue it polls"),
+    region: str = typer.Option(..., "--region", "--region-affinity", help="the region affinity whose work queue it polls (eu-west: a name of the stack's RegionAffinities, not an AWS region)"),
     capacity: int = typer.Option(2, "--capacity", min=1, help="stages at once"),
     agent_id: Optional[str] = typer.Option(None, "--agent-id", help="its name (default: local-REGION-N, the first free N)"),
     state_dir: Path = StateDirOption,
