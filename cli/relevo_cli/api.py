@@ -150,6 +150,18 @@ class RelevoApi:
     def release_job(self, job_id: str) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/release", {})
 
+    def pause_agent(self, agent_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", f"/agents/{agent_id}/pause", body)
+
+    def resume_agent(self, agent_id: str, region: str | None = None) -> dict[str, Any]:
+        return self.request("POST", f"/agents/{agent_id}/resume", params={"region": region} if region else None)
+
+    def pause_region(self, region: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", f"/regions/{region}/pause", body)
+
+    def resume_region(self, region: str) -> dict[str, Any]:
+        return self.request("POST", f"/regions/{region}/resume")
+
     def queue(self) -> dict[str, Any]:
         return self.request("GET", "/queue")
 

@@ -128,7 +128,7 @@ Region = typer.Option(None, "--region", help="the agent's region affinity (defau
 def _pause(agent_id: str, note: str, timeout: str, region: str | None, drain: bool, stack_file: Path | None) -> None:
     body = {"note": note, "timeout_sec": parse_duration(timeout), "drain": drain, **({"region": region} if region else {})}
     with stack_api(stack_file) as api:
-        pause = api.request("POST", f"/agents/{agent_id}/pause", body)["paused"]
+        pause = api.pause_agent(agent_id, body)["paused"]
     then = "finishes what it runs, then exits" if drain else "finishes what it runs"
     console.print(f"{agent_id} ({pause['region']}) {_pause_text(pause)}: takes no new stage within a presence interval, {then}", markup=False, highlight=False, soft_wrap=True)
 
@@ -161,7 +161,7 @@ def resume_command(
 ) -> None:
     """End an agent's pause or drain."""
     with stack_api(stack_file) as api:
-        result = api.request("POST", f"/agents/{agent_id}/resume", params={"region": region} if region else None)
+        result = api.resume_agent(agent_id, region)
     console.print(f"{agent_id} ({result['region']}) " + ("resumed" if result["resumed"] else "was not paused"), markup=False, highlight=False)
 
 
@@ -173,7 +173,7 @@ def pause_region_command(
 ) -> None:
     """Pause dispatch in a region: none of its agents takes a new stage; running stages finish."""
     with stack_api(stack_file) as api:
-        pause = api.request("POST", f"/regions/{region}/pause", {"note": note, "timeout_sec": parse_duration(timeout)})["paused"]
+        pause = api.pause_region(region, {"note": note, "timeout_sec": parse_duration(timeout)})["paused"]
     console.print(f"{region}: dispatch {_pause_text(pause)}", markup=False, highlight=False, soft_wrap=True)
 
 
@@ -182,5 +182,5 @@ def pause_region_command(
 def resume_region_command(region: str = typer.Argument(..., help="a region affinity"), stack_file: Optional[Path] = StackOption) -> None:
     """End a region's dispatch pause."""
     with stack_api(stack_file) as api:
-        result = api.request("POST", f"/regions/{region}/resume")
+        result = api.resume_region(region)
     console.print(f"{region}: dispatch " + ("resumed" if result["resumed"] else "was not paused"), markup=False, highlight=False)

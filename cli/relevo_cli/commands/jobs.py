@@ -16,6 +16,7 @@ from rich.table import Table
 
 from relevo_cli.cli_errors import JobId, ProjectId, UserMistake
 from relevo_cli.commands.common import StackOption, add_column, console, errors, print_trigger, stack_api
+from relevo_cli.words import error_sentence
 from relevo_core.models.status import queue_reason_words
 from relevo_core.models.transfer import TransferProgress, human_bytes
 
@@ -62,10 +63,17 @@ def job_notes(job: dict) -> list[str]:
     if job.get("last_writer"):
         parts.append(f"last writer: {job['last_writer']}")
     notes = [" · ".join(parts)]
+    failure = error_sentence(job)
+    if failure:
+        notes.append(failure)
     if job.get("queue_reason"):
         notes.append(f"waiting ({job['queue_reason']}): {queue_reason_words(job['queue_reason'], job.get('region_affinity'), job.get('queue_detail'))}")
     if job.get("held_reason"):
         notes.append(f"held ({job['held_reason']}): `relevo job release {job['job_id']}` starts it")
+    if job.get("warning_stages"):
+        warned = ", ".join(job["warning_stages"])
+        notes.append(f"succeeded with warnings in {warned}" if job["status"] == "succeeded" else f"warnings so far in {warned}")
+        notes += [f"{stage['name']} warning: {stage['warning']}" for stage in job["stages"] if stage.get("warning")]
     if job.get("waiting_stage"):
         notes.append(gate_line(job["job_id"], job["waiting_stage"]))
     decision = job.get("approval_decision")
