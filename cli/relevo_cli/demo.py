@@ -83,10 +83,11 @@ def handoff_latencies(jobs: list[dict[str, Any]]) -> list[float]:
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    mark = {"succeeded": "✓", "failed": "✗", "skipped": "–", "canceled": "⊘"}
+    mark = {"succeeded": "✓", "warning": "⚠", "failed": "✗", "skipped": "–", "canceled": "⊘"}
     table = Table(title="Jobs", title_justify="left")
     for column in ("job", "project", "region", "trigger", "status", "stages", "retries", "agents"):
-        table.add_column(column)
+        # A job id is never cut: the stages and agents columns wrap first.
+        table.add_column(column, no_wrap=column == "job", min_width=30 if column == "job" else None)
     for job in jobs:
         table.add_row(
             job["job_id"],
