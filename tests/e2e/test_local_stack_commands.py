@@ -147,3 +147,7 @@ def test_a_local_agent_rejoins_a_restarted_stack_and_says_once_that_it_was_down(
         agent_log.close()
     said = agent_log_path.read_text()
     assert "stopped" in said.splitlines()[-1], said[-2000:]
+    # It names the region affinity and the local stack it polls, never a queue URL that reads
+    # like AWS's us-east-1, and none of botocore's INFO lines
+    assert "polling the work queue of region affinity eu-west (relevo-work-eu-west) on the local stack at http://127.0.0.1:" in said, said[:2000]
+    assert "amazonaws.com" not in said and " INFO botocore" not in said, said[:2000]

@@ -171,6 +171,26 @@ def test_logs_follow_names_the_gate_and_the_command_that_opens_it(local_stack, p
     assert said[-1] == f"job {job_id} succeeded"
 
 
+def test_logs_of_a_job_waiting_for_an_agent_say_what_it_waits_for(local_stack, project_id, tmp_path: Path):
+    """`relevo logs JOB` of a job whose stage no agent takes printed nothing and exited 0; it now
+    says on stderr why the job waits, in words, as `relevo status` knows it."""
+    register_project(local_stack, project_id, [{"name": "build", "run": "make"}], region_affinity="us-east", queue_timeout_sec=600)
+    stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
+    job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
+    try:
+        job = wait_until(lambda: (j := api.get_job(job_id))["queue_reason"] and j, 30, "a queue reason")
+        printed = runner.invoke(app, ["logs", job_id, "--stack-file", stack_file])  # the spelling the issue used
+
+        assert printed.exit_code == 0 and printed.stdout == "", printed.output
+        said = printed.stderr.strip()
+        assert said.startswith(f"job {job_id} waits: "), said
+        reason = job["queue_reason"]
+        assert {"agent_offline": "no agent of region affinity us-east is online",
+                "agent_busy": "every agent of region affinity us-east has all its slots in use"}.get(reason, reason) in said, said
+    finally:
+        api.cancel_job(job_id)
+
+
 def test_a_job_without_a_commit_shows_no_empty_commit(local_stack, project_id, tmp_path: Path):
     register_project(local_stack, project_id, [{"name": "build", "run": "make"}])
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
