@@ -21,7 +21,6 @@ from relevo_agent.journal import Journal
 from relevo_agent.reachability import stack as reachability
 from relevo_core.aws import client, job_scope
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 
 log = logging.getLogger(__name__)

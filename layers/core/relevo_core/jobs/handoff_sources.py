@@ -19,7 +19,7 @@ from relevo_core.aws import client
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.handoff import HandoffSummary
-from relevo_core.models.status import SUCCEEDED_STAGE, StageStatus
+from relevo_core.models.status import SUCCEEDED_STAGE
 from relevo_core.store.artifacts import list_artifacts
 from relevo_core.store.jobs import query_job_items
 from relevo_core.store.keys import JOB_SK

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from relevo_core.aws import client
-from relevo_core.models.status import SUCCEEDED_STAGE, StageStatus
+from relevo_core.models.status import SUCCEEDED_STAGE
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.keys import stage_key
 
