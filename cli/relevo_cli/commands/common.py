@@ -34,10 +34,19 @@ errors = Console(stderr=True)
 ID_COLUMNS = frozenset({"job", "agent", "id", "project", "idempotency key", "principal", "job / reason", "entries"})
 
 
+# A job id's length (job_ and 26 characters): the job column keeps it on one line, the other
+# columns give way first.
+JOB_ID_WIDTH = 30
+
+
 def add_column(table: Table, name: str, **options: Any) -> None:
-    """A column of a listing; an id column is never cut short (ID_COLUMNS)."""
+    """A column of a listing; an id column is never cut short (ID_COLUMNS): a job id stays on one
+    line, another id folds onto a second one rather than end in `…`."""
     if name in ID_COLUMNS:
         options.setdefault("overflow", "fold")
+    if name == "job":
+        options.setdefault("min_width", JOB_ID_WIDTH)
+        options.setdefault("no_wrap", True)
     table.add_column(name, **options)
 
 StackOption = typer.Option(None, "--stack-file", envvar="RELEVO_STACK_FILE", help="stack.json of the stack to use")

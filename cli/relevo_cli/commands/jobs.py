@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -16,7 +17,7 @@ from rich.table import Table
 
 from relevo_cli.cli_errors import JobId, ProjectId, UserMistake
 from relevo_cli.commands.common import StackOption, add_column, console, errors, print_trigger, stack_api
-from relevo_cli.words import error_sentence
+from relevo_cli.words import error_sentence, time_ago
 from relevo_core.models.status import queue_reason_words
 from relevo_core.models.transfer import TransferProgress, human_bytes
 
@@ -171,6 +172,7 @@ def jobs(
         sys.stdout.write(json.dumps(listing, indent=2) + "\n")
         return
     queued = status == "queued"
+    now = datetime.now(timezone.utc)
     table = Table(title=f"{listing['count']} job(s){' (more not shown)' if listing['truncated'] else ''}")
     if queued:
         table.add_column("#", justify="right")
@@ -180,7 +182,7 @@ def jobs(
         row = [] if not queued else [str(job["queue_position"])]
         status_cell = f"{job['status']} ({job['held_reason']})" if job.get("held_reason") else job["status"]
         row += [job["job_id"], job["project"], status_cell, job["trigger"] or "", job["ref"] or "",
-                job["region_affinity"] or "", str(job["priority"]), (job["created_at"] or "")[:19],
+                job["region_affinity"] or "", str(job["priority"]), time_ago(job["created_at"], now),
                 (job["queue_reason"] or "") if queued else (job["last_successful_stage"] or "")]
         table.add_row(*row)
     console.print(table)
