@@ -9,8 +9,8 @@ on loopback and headless Chromium (the system `chromium`, through Playwright), t
 1. Latency. A stage prints --lines lines, --interval apart, each carrying the wall-clock time it
    was printed (`date +%s.%N`, this host's clock). The job page is open, and its stream live,
    before the stage prints its first line (the stage waits for the bench to say so), and a MutationObserver records when each line joins the log area (`Date.now()`, the same
-   clock). Beside it, in the same run, `relevo logs -f JOB` (the CLI follower) is read line by
-   line and each arrival timed. Target: the page's p95 <= 1 s. The follower's p95 is shown beside.
+   clock). Beside it, in the same run, `relevo job logs -f JOB` (the CLI follower) is read line by
+   line (its stage labels taken off) and each arrival timed. Target: p95 <= 1 s for both.
 2. Render. A stage prints --render-lines lines at once; once the job ended, its page is opened
    with the whole log streamed (`?from_seq=0`): the time from navigation to the last line in the
    log area. Shown only (no target in the issue).
@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
 from bench.harness import report  # noqa: E402  (the repository root is on the path first)
 
 TARGET_P95_SEC = 1.0
-# `relevo logs -f`, printed line to line on the terminal (issue 30).
+# `relevo job logs -f`, printed line to line on the terminal (issue 30).
 TARGET_CLI_P95_SEC = 1.0
 REGION = "bench"
 # A chunk may end inside a line: the page then extends that line's text when the rest arrives,
@@ -67,15 +67,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+# `relevo job logs` labels each line with its stage and attempt (`ticks#1 | tick 3 …`) and marks
+# where each stage begins and ends (`── ticks on bench-mac ──`).
+CLI_LABEL = re.compile(r"^\S+#\d+ \| ")
+
+
 def follow_with_cli(stack_file: Path, job_id: str, arrivals: dict[str, float]) -> threading.Thread:
     def read() -> None:
         process = subprocess.Popen(
-            [sys.executable, "-m", "relevo_cli.main", "logs", job_id, "-f", "--stack-file", str(stack_file)],
+            [sys.executable, "-m", "relevo_cli.main", "job", "logs", job_id, "-f", "--stack-file", str(stack_file)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
         assert process.stdout is not None
         for line in process.stdout:
-            arrivals.setdefault(line.rstrip("\n"), time.time())
+            if not line.startswith("── "):
+                arrivals.setdefault(CLI_LABEL.sub("", line.rstrip("\n")), time.time())
         process.wait()
 
     thread = threading.Thread(target=read, daemon=True)
@@ -213,16 +219,15 @@ def main() -> int:
                 render_sec = time.perf_counter() - began
                 shown = page.locator("#log-lines .line").count()
                 browser.close()
-    p95 = percentile(in_page, 0.95)
-    print(f"line printed -> line in the page ({args.lines} lines, {args.interval}s apart; {first_view} came with the page's first view, not timed):")
-    print(f"  console page   p50 {percentile(in_page, 0.5):.3f} s  p95 {p95:.3f} s  max {max(in_page):.3f} s   target p95 <= {TARGET_P95_SEC} s")
+    p95, cli_p95 = percentile(in_page, 0.95), percentile(in_cli, 0.95)
+    print(f"line printed -> line shown ({args.lines} lines, {args.interval}s apart; {first_view} came with the page's first view, not timed):")
+    print(f"  console page       p50 {percentile(in_page, 0.5):.3f} s  p95 {p95:.3f} s  max {max(in_page):.3f} s   target p95 <= {TARGET_P95_SEC} s")
     print(f"    of which printed -> stored by the agent  p50 {percentile(to_store, 0.5):.3f} s  p95 {percentile(to_store, 0.95):.3f} s")
     print(f"    of which stored -> in the page           p50 {percentile(store_to_page, 0.5):.3f} s  p95 {percentile(store_to_page, 0.95):.3f} s")
-    print(f"  relevo logs -f p50 {percentile(in_cli, 0.5):.3f} s  p95 {percentile(in_cli, 0.95):.3f} s  max {max(in_cli):.3f} s   target p95 <= {TARGET_CLI_P95_SEC} s")
+    print(f"  relevo job logs -f p50 {percentile(in_cli, 0.5):.3f} s  p95 {cli_p95:.3f} s  max {max(in_cli):.3f} s   target p95 <= {TARGET_CLI_P95_SEC} s")
     print(f"render a job of {args.lines + args.render_lines} lines from seq 0: {render_sec:.2f} s ({shown} lines kept in the page)")
-    cli_p95 = percentile(in_cli, 0.95)
     report("console", "line printed -> in the console page, p95", p95, f"{p95:.3f} s", f"<= {TARGET_P95_SEC} s", p95 <= TARGET_P95_SEC)
-    report("console", "line printed -> relevo logs -f, p95", cli_p95, f"{cli_p95:.3f} s", f"<= {TARGET_CLI_P95_SEC} s",
+    report("console", "line printed -> relevo job logs -f, p95", cli_p95, f"{cli_p95:.3f} s", f"<= {TARGET_CLI_P95_SEC} s",
            cli_p95 <= TARGET_CLI_P95_SEC)
     return 0 if p95 <= TARGET_P95_SEC and cli_p95 <= TARGET_CLI_P95_SEC else 1
 

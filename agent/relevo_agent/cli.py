@@ -27,9 +27,16 @@ def _root(ctx: typer.Context, debug: bool = typer.Option(False, "--debug", help=
 
 
 @app.command()
-def run(ctx: typer.Context, config: Path = typer.Option(..., "--config", exists=True, dir_okay=False, help="agent TOML file")) -> None:
+def run(
+    ctx: typer.Context,
+    config: Path = typer.Option(..., "--config", exists=True, dir_okay=False, help="agent TOML file"),
+    follow_stack: bool = typer.Option(
+        False, "--follow-stack", help="when the stack file names another stack (a local stack restarted), start again "
+        "against it instead of exiting (`relevo local agent` runs agents so)",
+    ),
+) -> None:
     """Long-poll the region's work queue and run the stages it hands out."""
-    raise typer.Exit(run_agent(config, debug=bool(ctx.meta.get(_DEBUG))))
+    raise typer.Exit(run_agent(config, debug=bool(ctx.meta.get(_DEBUG)), follow_stack=follow_stack))
 
 
 @app.command()

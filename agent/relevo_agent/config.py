@@ -33,7 +33,9 @@ class AgentConfig(BaseModel):
         description="This agent's name in stage records, presence and logs. Default: the host name.",
     )
     region: str = Field(
-        pattern=r"^[a-z][a-z0-9-]{0,31}$", description="The region affinity whose work queue this agent polls (one of the stack's RegionAffinities)."
+        pattern=r"^[a-z][a-z0-9-]{0,31}$",
+        description="The region affinity whose work queue this agent polls (one of the stack's RegionAffinities): a name "
+        "of the fleet's own, such as eu-west, not an AWS region (the stack file, or aws_region, gives that).",
     )
     capacity: int = Field(default=2, description="How many stages this agent runs at once; 0 or less means 1.")
     workspace_root: Path = Field(
@@ -114,7 +116,7 @@ class AgentConfig(BaseModel):
     log_flush_interval_sec: float = Field(
         default=0.2, gt=0, le=10,
         description="The longest a stage's printed line waits before it is stored in the job's log (a chunk that "
-        "fills sooner is stored at once): what `relevo logs -f` and the console can show is at most this late.",
+        "fills sooner is stored at once): what `relevo job logs -f` and the console can show is at most this late.",
     )
     outbox_interval_sec: float = Field(
         default=5.0, gt=0, le=300, description="How often reports the network lost are sent again from the journal's outbox."
@@ -122,7 +124,7 @@ class AgentConfig(BaseModel):
     progress_interval_sec: float = Field(
         default=2.0, gt=0, le=300,
         description="The least time between two readings of an artifact upload's progress written on its stage (files "
-        "and bytes done, for `relevo job show` and the console's Steps). A reading rides on a lease renewal, so it is "
+        "and bytes done, for `relevo job view` and the console's Steps). A reading rides on a lease renewal, so it is "
         "also never more often than those (every min(lease/3, 3 s)); the upload's end is written at once.",
     )
     artifact_upload_max_bandwidth: int | None = Field(

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from relevo_agent.claims import ClaimRoutes, RouteError, RouteUnreachable, session_credentials
+from relevo_agent.reachability import stack as reachability
 from relevo_core.aws import JobCredentials, call_budget
 
 if TYPE_CHECKING:
@@ -118,7 +119,8 @@ class JobSessions:
                 self.release(key)
                 continue
             except RouteUnreachable as exc:
-                log.warning("job credentials of %s stage %d attempt %d not renewed yet (%s)", key[0], key[1], key[2], exc)
+                if not reachability.failed(exc):
+                    log.warning("job credentials of %s stage %d attempt %d not renewed yet (%s)", key[0], key[1], key[2], exc)
                 continue
             held.credentials.replace(session_credentials(session))
             held.granted_at = _now()

@@ -15,10 +15,14 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from relevo_agent.config import AgentConfig, config_mistake
 from relevo_agent.stackfile import StackInfo, load_stack
 from relevo_core.user_files import InvalidFile
+
+if TYPE_CHECKING:
+    from relevo_agent.service import Agent
 
 
 @dataclass(frozen=True)
@@ -83,9 +87,23 @@ def startable(config: Path) -> tuple[AgentConfig, StackTarget]:
     return settings, target
 
 
-def run_agent(config: Path, debug: bool = False) -> int:
+# The libraries' own INFO lines ("Found credentials in environment variables.") are not the
+# agent's to say: its log is what it does.
+QUIET_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer")
+STACK_FILE_WAIT_SEC = 0.5
+
+
+def configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def run_agent(config: Path, debug: bool = False, follow_stack: bool = False) -> int:
     """Run the agent of `config` until it is shut down; its exit status. A mistake in the config
-    is one line naming the file, line and key (status 2; its traceback with `debug`)."""
+    is one line naming the file, line and key (status 2; its traceback with `debug`). With
+    `follow_stack`, a stack file that comes to name another stack (a local stack restarted) starts
+    the agent again against it, in this process, instead of exiting."""
     try:
         settings, target = startable(config)
     except InvalidFile as exc:
@@ -93,7 +111,7 @@ def run_agent(config: Path, debug: bool = False) -> int:
             raise
         print(str(exc), file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
     from relevo_agent.memory import fewer_arenas
 
     fewer_arenas()  # before any thread starts (relevo_agent.memory)
@@ -102,27 +120,61 @@ def run_agent(config: Path, debug: bool = False) -> int:
 
     lean_endpoints()  # 6 MB of an idle agent's 55 (relevo_core.aws)
 
-    agent = Agent(settings, str(target.table), str(target.queue_url), api_url=target.api_url)
+    agent = Agent(settings, str(target.table), str(target.queue_url), api_url=target.api_url, follow_stack=follow_stack)
 
     def _count(signum: int, _frame: object) -> None:
         # Only count: the supervisor loop decides (1 drain, 2 cancel running stages, 3 exit now).
+        agent.signal_name = signal.Signals(signum).name
         agent.signals += 1
 
     signal.signal(signal.SIGTERM, _count)
     signal.signal(signal.SIGINT, _count)
     # Non-zero exits (launchd's KeepAlive restarts the agent): 2 another relevo-agent runs with
     # this agent_id, 3 the stack is gone or this agent_id was taken over; the log's last line says.
-    return agent.run()
+    code = agent.run()
+    if follow_stack and agent.stack_moved and agent.signals == 0 and settings.stack_file is not None:
+        return _start_again_with_the_stack(agent, settings.stack_file, debug, config)
+    return code
+
+
+def _start_again_with_the_stack(agent: "Agent", stack_file: Path, debug: bool, config: Path) -> int:
+    """This process again (same pid, its inherited locks kept) once the stack file names a stack
+    other than the one that went away; a signal meanwhile ends the wait (exit 0)."""
+    import time
+
+    gone = agent.stack_identity()
+    while agent.signals == 0:
+        try:
+            stack = load_stack(stack_file)
+        except (OSError, ValueError):
+            stack = None  # not there (the stack is down), or being written
+        if stack is not None and {"endpoint": stack.aws_endpoint, "table": stack.table_name,
+                                  "queue": stack.work_queues.get(agent.config.region)} != gone:
+            logging.getLogger("relevo_agent").info("the stack file %s names a running stack: starting again", stack_file)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os.execv(sys.executable, [sys.executable, *launch_arguments(config, follow_stack=True, debug=debug)])
+        time.sleep(STACK_FILE_WAIT_SEC)
+    return 0
+
+
+def launch_arguments(config: Path, follow_stack: bool = False, debug: bool = False) -> list[str]:
+    """The interpreter's arguments that run the agent of `config` (this module)."""
+    return ["-m", "relevo_agent.launch", "--config", str(config), *(["--follow-stack"] if follow_stack else []), *(["--debug"] if debug else [])]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m relevo_agent.launch", description="Run relevo-agent (as `relevo-agent run`).")
     parser.add_argument("--config", type=Path, required=True, help="agent TOML file")
     parser.add_argument("--debug", action="store_true", help="show the traceback of a config error")
+    parser.add_argument(
+        "--follow-stack", action="store_true",
+        help="when the stack file names another stack (a local stack restarted), start again against it instead of exiting",
+    )
     args = parser.parse_args(argv)
     if not args.config.is_file():
         parser.error(f"--config {args.config}: no such file")
-    return run_agent(args.config, args.debug)
+    return run_agent(args.config, args.debug, args.follow_stack)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.attempt import DEAD_TOKEN, utc_now
+from relevo_agent.reachability import stack as reachability
 from relevo_core.aws import call_budget, client
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
 from relevo_core.models.transfer import TransferProgress
@@ -108,6 +109,9 @@ def keep_lease(run: StageRun, op_id: str, stack_gone: Callable[[BaseException], 
     # Due one interval after the claim was sent (the lease counts from there), not after
     # this thread happened to start.
     renew_at = lease.deadline - lease.timeline.lease_ttl_sec + interval
+    # Failed renewals in a row: the first is said (with the time left before the fence), the
+    # retries every RETRY_AFTER_FAILURE_SEC are not, and the first success after them is.
+    failed = 0
     while not run.done.wait(max(0.0, renew_at - time.monotonic())):
         if run.reason is not None:
             return
@@ -122,6 +126,10 @@ def keep_lease(run: StageRun, op_id: str, stack_gone: Callable[[BaseException], 
                     client("stepfunctions").send_task_heartbeat(taskToken=run.run_token)
             lease.extend(sent)
             renew_at = sent + interval
+            if failed:
+                log.info("%s: lease renewed again after %d failed tr%s", op_id, failed, "y" if failed == 1 else "ies")
+                failed = 0
+            reachability.answered()
             continue
         except stage_attempts.LeaseLost as lost:
             if lost.ended:
@@ -141,8 +149,12 @@ def keep_lease(run: StageRun, op_id: str, stack_gone: Callable[[BaseException], 
                 return
             why = exc.response["Error"]["Code"]
         except BotoCoreError as exc:
-            why = str(exc)
-        log.warning("%s: renewal failed (%s); %.1fs left before the fence", op_id, why, lease.fence_in())
+            why = "no answer" if reachability.failed(exc) else str(exc)
+        failed += 1
+        log.log(
+            logging.WARNING if failed == 1 else logging.DEBUG,
+            "%s: renewal failed (%s); %.1fs left before the fence, retrying every %gs", op_id, why, lease.fence_in(), RETRY_AFTER_FAILURE_SEC,
+        )
         renew_at = time.monotonic() + RETRY_AFTER_FAILURE_SEC
 
 

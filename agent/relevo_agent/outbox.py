@@ -18,9 +18,9 @@ from relevo_agent.attempt import DEAD_TOKEN, StageReport, utc_now
 from relevo_agent.claims import RouteUnreachable
 from relevo_agent.job_sessions import AttemptNotHeld, JobSessions
 from relevo_agent.journal import Journal
+from relevo_agent.reachability import stack as reachability
 from relevo_core.aws import client, job_scope
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,9 @@ class Outbox:
         self.sessions = sessions
         self._stack_gone = stack_gone
         self._lock = threading.Lock()
+        # The reports whose deferral was said: each is said once, its retries while the stack
+        # does not answer are not (relevo_agent.reachability).
+        self._deferred: set[tuple[str, str, int]] = set()
 
     def flush(self) -> int:
         """Send what the journal holds unsent, oldest first; stop at the first network failure.
@@ -71,12 +74,13 @@ class Outbox:
             log.warning("%s:%s attempt %d: report dropped, %s", report.job_id, report.stage, report.attempt, refused)
             return True
         except RouteUnreachable as exc:
-            log.warning("report of %s:%s deferred to the outbox (no job credentials yet: %s)", report.job_id, report.stage, exc)
+            self._defer(report, f"no job credentials yet: {exc}", exc)
             return False
         with job_scope(credentials):
             done = self._send_as_job(report)
         if done:
             self.sessions.release(key)
+            self._deferred.discard((report.job_id, report.stage, report.attempt))
         return done
 
     def _send_as_job(self, report: StageReport) -> bool:
@@ -94,15 +98,17 @@ class Outbox:
             return True
         except (BotoCoreError, ClientError) as exc:
             self._stack_gone(exc)
-            log.warning("report of %s:%s deferred to the outbox (%s)", report.job_id, report.stage, exc)
+            self._defer(report, str(exc), exc)
             return False
         token = report.run_token or _stored_run_token(ref)
         if not token:
             return True  # never handed this attempt: the state machine's timeouts decide
         sfn = client("stepfunctions")
         try:
-            if status is StageStatus.SUCCEEDED:
-                output = {"stage": report.stage, "attempt": report.attempt, "agent_id": self.agent_id}
+            if status.succeeded:
+                # The state machine keeps each stage's output (the job record's stage_outcomes): a
+                # `warning` stage is said there for the job's commit status.
+                output = {"stage": report.stage, "attempt": report.attempt, "agent_id": self.agent_id, "status": status.value}
                 sfn.send_task_success(taskToken=token, output=json.dumps(output))
             else:
                 sfn.send_task_failure(taskToken=token, error=report.error or ErrorClass.COMMAND_FAILED.value, cause=report.cause or "")
@@ -110,12 +116,21 @@ class Outbox:
             if exc.response["Error"]["Code"] in DEAD_TOKEN:
                 log.warning("%s:%s attempt %d: the execution no longer waits for this report", report.job_id, report.stage, report.attempt)
                 return True
-            log.warning("report of %s:%s deferred to the outbox (%s)", report.job_id, report.stage, exc)
+            self._defer(report, str(exc), exc)
             return False
         except BotoCoreError as exc:
-            log.warning("report of %s:%s deferred to the outbox (%s)", report.job_id, report.stage, exc)
+            self._defer(report, str(exc), exc)
             return False
         return True
+
+    def _defer(self, report: StageReport, why: str, exc: BaseException) -> None:
+        """Say that a report waits in the outbox: once per report, and again only for a failure
+        that says more than that the stack did not answer."""
+        key = (report.job_id, report.stage, report.attempt)
+        quiet = reachability.failed(exc) and key in self._deferred
+        self._deferred.add(key)
+        if not quiet:
+            log.warning("report of %s:%s attempt %d deferred to the outbox (%s)", report.job_id, report.stage, report.attempt, why)
 
 
 def _stored_run_token(ref: stage_attempts.StageRef) -> str | None:

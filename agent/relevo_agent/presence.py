@@ -54,6 +54,7 @@ from relevo_agent.attempt import utc_now
 from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
 from relevo_agent.pause import PauseGate
+from relevo_agent.reachability import stack as reachability
 from relevo_core.models.capabilities import Capabilities, describe, unmet
 from relevo_core.models.status import QueueReason
 from relevo_core.store import agent_pauses, agents
@@ -187,8 +188,9 @@ class Presence:
         self._thread.join(timeout=10)
         try:
             agents.mark_offline(self.table, self.config.region, self.config.agent_id, self._clock(), self.instance_id)
-        except (BotoCoreError, ClientError):
-            log.warning("could not mark %s offline; it will look online for a few more intervals", self.config.agent_id)
+        except (BotoCoreError, ClientError) as exc:
+            if not reachability.failed(exc):
+                log.warning("could not mark %s offline; it will look online for a few more intervals", self.config.agent_id)
 
     @contextmanager
     def occupied(self) -> Iterator[None]:
@@ -258,7 +260,8 @@ class Presence:
         try:
             own, dispatch = agent_pauses.pauses_for_agent(self.table, self.config.region, self.config.agent_id)
         except (BotoCoreError, ClientError) as exc:
-            log.warning("pauses unreadable (%s); keeping the last read", exc)
+            if not reachability.failed(exc):
+                log.warning("pauses unreadable (%s); keeping the last read", exc)
             return
         self.pauses.observe(own, dispatch, self._clock())
 
@@ -269,13 +272,15 @@ class Presence:
             self.measure()
             try:
                 self.write()
+                reachability.answered()
             except agents.AgentIdInUse as taken:
                 # Another process took this agent_id while this one could not write (frozen,
                 # cut off for 3 intervals): it is the agent now; this one stops.
                 self.on_taken(taken)
                 return
             except Exception as exc:  # never let presence take the agent down; try again next tick
-                log.warning("presence write failed (%s); retrying in %.0fs", exc, self.config.presence_interval_sec)
+                if not reachability.failed(exc):
+                    log.warning("presence write failed (%s); retrying in %.0fs", exc, self.config.presence_interval_sec)
                 self.on_error(exc)
             self._wake.wait(self.config.presence_interval_sec)
 

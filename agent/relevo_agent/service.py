@@ -32,6 +32,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from relevo_agent import capabilities, messages, restart
+from relevo_agent.reachability import stack as reachability
+from relevo_agent.reachability import stack_words
 from relevo_agent.attempt import StageMessage, utc_now
 from relevo_agent.claims import ClaimRoutes
 from relevo_agent.config import AgentConfig
@@ -67,13 +69,21 @@ FATAL_STOP_WAIT_SEC = 10.0
 class Agent:
     def __init__(
         self, config: AgentConfig, table_name: str, queue_url: str, journal: Journal | None = None, api_url: str | None = None,
+        follow_stack: bool = False,
     ) -> None:
         self.config = config
+        # `relevo local agent`: a stack file naming another stack (the local stack restarted) is
+        # not a reason to stop; the caller starts again against it (relevo_agent.launch run_agent).
+        self.follow_stack = follow_stack
+        # The stack this agent was started against is gone or replaced (not: its agent_id taken).
+        self.stack_moved = False
         self.table_name = table_name
         self.queue_url = queue_url
         self.journal = journal or Journal(config.journal)
         # Set by the signal handler, read by the supervisor loop: 1 drain, 2 cancel, 3 exit.
         self.signals = 0
+        # The name of the last signal counted (SIGINT: Ctrl-C in the agent's terminal).
+        self.signal_name = "SIGTERM"
         self.stopping = threading.Event()
         # Why this agent must exit (its stack is gone, another process took its agent_id).
         self.fatal: str | None = None
@@ -92,9 +102,10 @@ class Agent:
         self.stages.prefer_previous = self.presence.leave_to_previous
 
     # ------------------------------------------------------------------ fatal conditions
-    def _die(self, reason: str) -> None:
+    def _die(self, reason: str, stack_moved: bool = False) -> None:
         if self.fatal is None:
             self.fatal = reason
+            self.stack_moved = stack_moved
         self.stopping.set()
 
     def stack_gone(self, exc: BaseException | None) -> bool:
@@ -103,11 +114,13 @@ class Agent:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in _GONE:
                 what = _GONE[code].format(table=self.table_name, queue=self.queue_url)
-                self._die(f"the stack is gone: {what} does not exist ({code}); exiting so that a restart reads the stack file again")
+                then = "starting again once the stack file names a stack" if self.follow_stack else "exiting so that a restart reads the stack file again"
+                self._die(f"the stack is gone: {what} does not exist ({code}); {then}", stack_moved=True)
                 return True
         return False
 
-    def _stack_identity(self) -> dict[str, str | None]:
+    def stack_identity(self) -> dict[str, str | None]:
+        """The stack this agent runs against: its endpoint (None: AWS's), table and work queue."""
         return {"endpoint": os.environ.get("AWS_ENDPOINT_URL"), "table": self.table_name, "queue": self.queue_url}
 
     def _stack_file_changed(self, seen: dict[str, Any]) -> None:
@@ -127,10 +140,11 @@ class Agent:
         except (OSError, ValueError):
             return  # being rewritten, or gone for a moment: look again next time
         now = {"endpoint": stack.aws_endpoint, "table": stack.table_name, "queue": stack.work_queues.get(self.config.region)}
-        was = self._stack_identity()
+        was = self.stack_identity()
         changed = [f"{name} {was[name]} -> {now[name]}" for name in now if now[name] != was[name]]
         if changed:
-            self._die(f"the stack file {path} names another stack ({'; '.join(changed)}); exiting so that a restart uses it")
+            then = ": starting again against it" if self.follow_stack else "; exiting so that a restart uses it"
+            self._die(f"the stack file {path} names another stack ({'; '.join(changed)}){then}", stack_moved=True)
 
     # ------------------------------------------------------------------ loops
     def run(self) -> int:
@@ -154,7 +168,7 @@ class Agent:
                 raise
             log.error("%s", self.fatal)
             return EXIT_STACK_GONE
-        self.journal.remember("stack", json.dumps({**self._stack_identity(), "at": utc_now().isoformat()}))
+        self.journal.remember("stack", json.dumps({**self.stack_identity(), "at": utc_now().isoformat()}))
         poller = threading.Thread(target=self._poll, name="poll", daemon=True)
         flusher = threading.Thread(target=self.outbox.run_forever, args=(self.config.outbox_interval_sec,), name="outbox", daemon=True)
         poller.start()
@@ -173,7 +187,12 @@ class Agent:
                 log.warning("third signal: exiting now; the supervisors kill the running stages")
                 return 130
             if self.signals >= 1 and not self.stopping.is_set():
-                log.info("shutdown: taking no more work; %d stage(s) running", self._active)
+                what = "Ctrl-C" if self.signal_name == "SIGINT" else self.signal_name
+                if self._active:
+                    log.warning("%s: taking no new stage; waiting for %d running stage(s) to finish (%s again cancels them, "
+                                "a third time exits at once)", what, self._active, what)
+                else:
+                    log.info("%s: no stage runs; stopping once the work queue's long poll returns (at most %ds)", what, self.config.poll_wait_sec)
                 self.stopping.set()
             if not self.stopping.is_set() and self.presence.pauses.drain_requested() and self._idle():
                 log.info("drained: no stage runs; exiting")
@@ -185,6 +204,7 @@ class Agent:
             if self.stopping.is_set() and self._active == 0 and not poller.is_alive():
                 self.outbox.flush()
                 self.presence.stop()  # marks this agent offline: retries stop waiting for it
+                log.info("agent %s stopped", self.config.agent_id)
                 return 0
             time.sleep(0.1)
 
@@ -193,8 +213,9 @@ class Agent:
             return self._active == 0
 
     def _exit_fatal(self) -> int:
-        """One line says why; the running stages are stopped (their groups killed) first."""
-        log.error("%s", self.fatal)
+        """One line says why; the running stages are stopped (their groups killed) first. A stack
+        that moved, for an agent that follows its stack file, is no error: it starts again."""
+        log.log(logging.INFO if self.follow_stack and self.stack_moved else logging.ERROR, "%s", self.fatal)
         self.stages.stop_all("shutdown")
         deadline = time.monotonic() + FATAL_STOP_WAIT_SEC
         while self._active and time.monotonic() < deadline:
@@ -206,7 +227,12 @@ class Agent:
         return EXIT_STACK_GONE
 
     def _poll(self) -> None:
-        log.info("agent %s polling %s (capacity %d)", self.config.agent_id, self.queue_url, self.config.capacity)
+        # The region affinity is the fleet's own name for a set of Macs; its work queue lives in
+        # the stack's AWS region (or the local stack), whatever the queue's URL says.
+        log.info(
+            "agent %s (capacity %d) polling the work queue of region affinity %s (%s) on %s",
+            self.config.agent_id, self.config.capacity, self.config.region, self.queue_url.rstrip("/").rsplit("/", 1)[-1], stack_words(),
+        )
         self.presence.start()
         paused_by: str | None = None
         while not self.stopping.is_set():
@@ -241,9 +267,11 @@ class Agent:
                 self._slots.release()
                 if self.stack_gone(exc):
                     return
-                log.warning("receive failed (%s); retrying", exc)
+                if not reachability.failed(exc):
+                    log.warning("receive failed (%s); retrying", exc)
                 self.stopping.wait(1)
                 continue
+            reachability.answered()
             if not received:
                 self._slots.release()
                 continue

@@ -45,6 +45,9 @@ from relevo_agent.messages import Message
 from relevo_agent.outbox import Outbox
 from relevo_agent.stage_env import stage_environment
 from relevo_agent.transfer import ProgressWriter
+from relevo_agent import warning_lines
+from relevo_agent.reachability import stack as reachability
+from relevo_agent.warning_lines import WarningLines
 from relevo_core.aws import call_budget, client, in_this_context, job_scope
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
@@ -409,7 +412,8 @@ class StageRunner:
             except RouteUnreachable as exc:
                 if time.monotonic() + delay > give_up:
                     raise
-                log.warning("%s/%d: claim failed (%s); sending it again", ref.job_id, ref.stage_index, exc)
+                if not reachability.failed(exc):
+                    log.warning("%s/%d: claim failed (%s); sending it again", ref.job_id, ref.stage_index, exc)
                 time.sleep(delay)
                 delay = min(2 * delay, 2.0)
 
@@ -630,19 +634,22 @@ class StageRunner:
         error: ErrorClass | None = None
         why: str | None = None
         handoff = None
+        # Lines marked ::warning:: are counted on their way to the log (relevo_agent.warning_lines).
+        warnings = WarningLines(shipper.write)
         try:
-            result = self._run(run, plan, plan.command, workspace, env, shipper.write)
+            result = self._run(run, plan, plan.command, workspace, env, warnings.write)
+            ended_well = warning_lines.ended_well(plan, result.exit_code)
             try:
                 outputs = watch.stop()
             except OutputInvalid as invalid:
                 outputs, error, why = dict(watch.parser.values), ErrorClass.OUTPUT_INVALID, str(invalid)
             # Artifacts (relevo_agent.artifacts), then the handoff: stored after success while the
             # lease is still kept, each record fenced on the attempt.
-            if result.exit_code == 0 and run.reason is None and error is None:
+            if ended_well and run.reason is None and error is None:
                 error = upload_stage_artifacts(
                     ref, plan.name, Path(env["RELEVO_ARTIFACT_DIR"]), envelope, self.config, shipper, run.cancel, run.transfer
                 )
-            if result.exit_code == 0 and run.reason is None and error is None and plan.handoff:
+            if ended_well and run.reason is None and error is None and plan.handoff:
                 handoff, error, why = self._store_handoff(run, plan, workspace, envelope, shipper, prepared)
         finally:
             watch.path.unlink(missing_ok=True)
@@ -663,9 +670,14 @@ class StageRunner:
         }
         if handoff is not None:
             receipt["handoff"] = handoff
-        if result.exit_code == 0 and error is None:
-            self._conclude(run, op_id, StageStatus.SUCCEEDED, OperationOutcome.SUCCEEDED, receipt, exit_code=0)
-            log.info("%s succeeded in %.1fs", op_id, result.duration_sec)
+        if ended_well and error is None:
+            warned = warning_lines.warning_summary(plan, result.exit_code, warnings)
+            if warned is not None:
+                receipt["warnings"] = warned
+                shipper.line(f"[relevo] succeeded with warnings: {warned['text']}")
+            status = StageStatus.WARNING if warned else StageStatus.SUCCEEDED
+            self._conclude(run, op_id, status, OperationOutcome.SUCCEEDED, receipt, exit_code=result.exit_code)
+            log.info("%s %s in %.1fs", op_id, "succeeded with warnings" if warned else "succeeded", result.duration_sec)
             return
         cause: dict[str, Any] = {"exit_code": result.exit_code, "agent_id": self.config.agent_id, "attempt": ref.attempt}
         if why:
@@ -899,7 +911,7 @@ def _job_record(table: str, job_id: str) -> dict[str, Any]:
 
 
 def _stage_outcome(status: StageStatus) -> stage_attempts.AttemptOutcome:
-    return stage_attempts.AttemptOutcome.SUCCEEDED if status is StageStatus.SUCCEEDED else stage_attempts.AttemptOutcome.FAILED
+    return stage_attempts.AttemptOutcome.SUCCEEDED if status.succeeded else stage_attempts.AttemptOutcome.FAILED
 
 
 def _checksums(directory: Path) -> dict[str, str]:

@@ -95,6 +95,9 @@ class RelevoApi:
     def list_projects(self) -> dict[str, Any]:
         return self.request("GET", "/projects")
 
+    def delete_project(self, project_id: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/projects/{project_id}")
+
     def grant(self, project_id: str, principal: str, level: str) -> dict[str, Any]:
         return self.request("PUT", f"/projects/{project_id}/grants", {"principal": principal, "level": level})
 
@@ -147,6 +150,18 @@ class RelevoApi:
     def release_job(self, job_id: str) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/release", {})
 
+    def pause_agent(self, agent_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", f"/agents/{agent_id}/pause", body)
+
+    def resume_agent(self, agent_id: str, region: str | None = None) -> dict[str, Any]:
+        return self.request("POST", f"/agents/{agent_id}/resume", params={"region": region} if region else None)
+
+    def pause_region(self, region: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", f"/regions/{region}/pause", body)
+
+    def resume_region(self, region: str) -> dict[str, Any]:
+        return self.request("POST", f"/regions/{region}/resume")
+
     def queue(self) -> dict[str, Any]:
         return self.request("GET", "/queue")
 
@@ -158,6 +173,7 @@ class RelevoApi:
 
     def delete_job(self, job_id: str) -> dict[str, Any]:
         return self.request("DELETE", f"/jobs/{job_id}")
+
     def job_logs(self, job_id: str, from_seq: int | None = None, before_seq: int | None = None, limit: int | None = None) -> dict[str, Any]:
         params = {"from_seq": from_seq, "before_seq": before_seq, "limit": limit}
         return self.request("GET", f"/jobs/{job_id}/logs", params={k: v for k, v in params.items() if v is not None})

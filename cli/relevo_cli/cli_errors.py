@@ -9,6 +9,7 @@ from typing import Any
 
 import requests
 import typer
+from botocore.exceptions import NoCredentialsError, ProfileNotFound
 from rich.console import Console
 from typer.core import TyperGroup
 
@@ -30,7 +31,19 @@ def _say(text: str) -> None:
 
 class RelevoGroup(TyperGroup):
     """The root command: every subcommand runs inside its invoke, so this is the one place that
-    turns exceptions into the lines a person reads."""
+    turns exceptions into the lines a person reads. Its help (and every subcommand's) shows no
+    type tags (relevo_cli.help_text)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from relevo_cli.help_text import without_type_tags
+
+        without_type_tags(self)
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        """The nouns first (job, project, …), then the commands that are no noun's (console, …)."""
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda name: not hasattr(self.commands[name], "commands"))
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
@@ -48,6 +61,18 @@ class RelevoGroup(TyperGroup):
             url = getattr(exc.request, "url", None) or "the stack's API"
             _say(f"cannot reach {url}: is the stack running? (`relevo local status`; --debug for details)")
             raise typer.Exit(1) from exc
+        except ProfileNotFound as exc:
+            if ctx.meta.get(DEBUG_KEY):
+                raise
+            # AWS_PROFILE (or a stack file's aws_profile) names a profile this machine does not have.
+            _say(f"{exc}: `aws configure list-profiles` lists the profiles there are; set AWS_PROFILE to one of them (or unset it)")
+            raise typer.Exit(2) from exc
+        except NoCredentialsError as exc:
+            if ctx.meta.get(DEBUG_KEY):
+                raise
+            _say("no AWS credentials found to sign with: set AWS_PROFILE, or run `aws configure` or `aws sso login` "
+                 "(a local stack's stack.json carries its own)")
+            raise typer.Exit(1) from exc
         except Exception as exc:
             if ctx.meta.get(DEBUG_KEY):
                 raise
@@ -57,6 +82,22 @@ class RelevoGroup(TyperGroup):
 
 def set_debug(ctx: typer.Context, debug: bool) -> None:
     ctx.meta[DEBUG_KEY] = debug
+
+
+def print_version(shown: bool) -> None:
+    """`relevo --version`: the CLI's version and the core's and agent's installed beside it."""
+    if not shown:
+        return
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    typer.echo(f"relevo {version('relevo-cli')} (relevo-core {version('relevo-core')}, relevo-agent {version('relevo-agent')})")
+    raise typer.Exit()
 
 
 def _checker(pattern: str, what: str, example: str) -> Any:

@@ -5,7 +5,7 @@ and the four projects of examples/demo/. Once every agent is online, four scenar
 side, each on its own project so none waits for another's lock (relevo_cli.demo_scenarios):
 
   release   a signed GitHub push, the same delivery again (a duplicate), four stages with an
-            approval gate before deploy, approved through `relevo approve`
+            approval gate before deploy, approved through `relevo job approve`
   retry     exit 75 on attempt 1, retried on the region's other agent
   dlq       a non-retryable failure, dead-lettered, then `relevo dlq redrive` from the failed
             stage under the same idempotency key
@@ -83,10 +83,11 @@ def handoff_latencies(jobs: list[dict[str, Any]]) -> list[float]:
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    mark = {"succeeded": "✓", "failed": "✗", "skipped": "–", "canceled": "⊘"}
+    mark = {"succeeded": "✓", "warning": "⚠", "failed": "✗", "skipped": "–", "canceled": "⊘"}
     table = Table(title="Jobs", title_justify="left")
     for column in ("job", "project", "region", "trigger", "status", "stages", "retries", "agents"):
-        table.add_column(column)
+        # A job id is never cut: the stages and agents columns wrap first.
+        table.add_column(column, no_wrap=column == "job", min_width=30 if column == "job" else None)
     for job in jobs:
         table.add_row(
             job["job_id"],

@@ -23,6 +23,7 @@ from rich.console import Console
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.local.recorder import Recorder
 from relevo_cli.localrun import random_commit
+from relevo_cli.commands.jobs import stage_words  # relevo job watch's words for a stage
 from relevo_agent.stackfile import StackInfo
 from relevo_core.aws import client
 from relevo_core.models.group import Group
@@ -160,23 +161,12 @@ class Demo:
                 state = (stage["status"], stage["attempt"], stage["agent_id"], len(stage["attempts_log"]))
                 if seen.get(stage["name"]) != state and stage["status"] != "pending":
                     seen[stage["name"]] = state
-                    self.say(tag, f"  stage {stage['name']} → {describe_stage(stage)}")
+                    self.say(tag, f"  stage {stage['name']} → {stage_words(stage)}")
             if until(job):
                 return job
             expect(job["status"] not in TERMINAL, f"job {job_id} ended {job['status']} ({job.get('error')}) too early")
             expect(time.monotonic() < deadline, f"job {job_id} still {job['status']} after {timeout:.0f}s")
             self.pause()
-
-
-def describe_stage(stage: dict[str, Any]) -> str:
-    """A stage's state in a few words; a dispatch after a failed attempt says which failed where."""
-    status = stage["status"]
-    if status == "dispatched":
-        failed = stage["attempts_log"][-1] if stage["attempts_log"] else None
-        return f"dispatched again after {failed['error']} on {failed['agent']}" if failed else "dispatched"
-    if status == "skipped":
-        return f"skipped (done by {stage['reused_from']})" if stage.get("reused_from") else "skipped"
-    return f"{status} on {stage['agent_id']} (attempt {stage['attempt']})" if stage["agent_id"] else status
 
 
 def push_payload(repo: str, ref: str, commit: str) -> bytes:
@@ -374,7 +364,7 @@ def scenario_release(demo: Demo, secret: str, forge: Recorder | None = None, com
             and (signed.get("handoff") or {}).get("restored_bytes", 0) > 0
             and (uploaded.get("handoff") or {}).get("restored_bytes") == 0 and job["commit"] == commit
         )
-        said = demo.cli(tag, "approve", job_id, "--reason", "release 1.4.0 signed off by QA")
+        said = demo.cli(tag, "job", "approve", job_id, "--reason", "release 1.4.0 signed off by QA")
         job = demo.watch(tag, job_id, timeout=90)
         statuses = [s["status"] for s in job["stages"]]
         expect(statuses == ["succeeded"] * 4, f"job {job['status']}, stages {statuses}")

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoCredentialsError, PartialCredentialsError, ProfileNotFound
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from relevo_agent.stackfile import USABLE
 
@@ -99,6 +100,26 @@ def _why(exc: Exception) -> str:
     return str(exc)
 
 
+def credentials_finding(exc: BaseException, endpoint_url: str | None = None) -> Finding:
+    """Why the first call (STS GetCallerIdentity) failed, told apart: no credentials to sign with,
+    credentials AWS refused, or no answer at all (offline, a proxy, a wrong endpoint). Nothing else
+    was checked then."""
+    if isinstance(exc, ProfileNotFound):
+        return Finding("credentials", Verdict.FIX, f"{exc}: `aws configure list-profiles` lists the profiles there are; "
+                       "choose one with --profile or AWS_PROFILE")
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return Finding("credentials", Verdict.FIX, "no AWS credentials found (not in the environment, ~/.aws or an SSO "
+                       "session): set AWS_PROFILE, or run `aws configure` or `aws sso login`")
+    if isinstance(exc, (BotoConnectionError, HTTPClientError)):
+        where = endpoint_url or "AWS"
+        return Finding("credentials", Verdict.FIX, f"could not reach {where} ({exc}): offline, or a proxy or firewall in "
+                       "the way? Nothing was checked")
+    if isinstance(exc, ClientError):
+        return Finding("credentials", Verdict.FIX, f"AWS refused them ({_why(exc)}): they are wrong or expired; set "
+                       "AWS_PROFILE, or run `aws configure` (or `aws sso login` again)")
+    return Finding("credentials", Verdict.FIX, f"could not check them ({_why(exc)})")
+
+
 def concurrency_finding(plan: DeployPlan, limit: int, unreserved: int) -> Finding:
     if not plan.reserved_concurrency:
         return Finding("lambda concurrency", Verdict.OK, f"nothing reserved (ReservedConcurrency=off); the region's limit is {limit}")
@@ -121,7 +142,7 @@ def preflight(plan: DeployPlan, aws: boto3.session.Session, endpoint_url: str | 
     try:
         identity = call("sts", "get_caller_identity")
     except (ClientError, BotoCoreError) as exc:
-        return [Finding("credentials", Verdict.FIX, f"AWS refused them ({_why(exc)}): set AWS_PROFILE or run `aws configure`")]
+        return [credentials_finding(exc, endpoint_url)]
     findings.append(Finding("credentials", Verdict.OK, f"account {identity['Account']} as {identity['Arn']}"))
 
     try:

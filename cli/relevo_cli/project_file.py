@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from relevo_core.lease_timeline import infeasible_lease
 from relevo_core.models.project import Project
 from relevo_core.user_files import FileMistake, InvalidFile, Loc, Locator, field_name, read_text, validate
 
@@ -102,7 +103,13 @@ class LoadedProjectFile:
 
 
 def load_project_file(path: Path) -> LoadedProjectFile:
+    """The file, validated; a lease no agent would take (relevo_core.lease_timeline: it depends on
+    the lease and the agents' allowed clock skew, here their default) is a mistake of the file too."""
     document, locate = parse(path)
     if not isinstance(document, dict):
         raise InvalidFile.one(path, "a project file is a YAML mapping of keys (id:, repo:, stages:, ...)", 1)
-    return LoadedProjectFile(path, document, validate(ProjectFile, document, path, locate), locate)
+    loaded = LoadedProjectFile(path, document, validate(ProjectFile, document, path, locate), locate)
+    refused = infeasible_lease(loaded.project.lease_ttl_sec)
+    if refused:
+        raise loaded.mistake(("lease_ttl_sec",), refused)
+    return loaded

@@ -20,7 +20,7 @@ from relevo_core.aws import client
 from relevo_agent.stackfile import StackInfo
 from relevo_core.user_files import closest
 
-__all__ = ["apply_loaded", "apply_project_file", "load_project_file", "secret_name"]
+__all__ = ["apply_loaded", "apply_project_file", "delete_secrets", "load_project_file", "secret_name"]
 
 
 def secret_name(stack: StackInfo, project_id: str, kind: str) -> str:
@@ -122,3 +122,21 @@ def apply_loaded(stack: StackInfo, api: RelevoApi, loaded: LoadedProjectFile) ->
         for secret in reversed(written):
             secret.undo()
         raise
+
+
+def delete_secrets(stack: StackInfo, project_id: str) -> list[str]:
+    """The webhook secrets `project apply` stored for the project (relevo/<stack>/<id>/github,
+    gitlab), deleted without a recovery window so that the id can be applied again; the names
+    of those there were."""
+    secrets = client("secretsmanager")
+    deleted = []
+    for kind in ("github", "gitlab"):
+        name = secret_name(stack, project_id, kind)
+        try:
+            secrets.delete_secret(SecretId=name, ForceDeleteWithoutRecovery=True)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ResourceNotFoundException":
+                raise
+            continue
+        deleted.append(name)
+    return deleted

@@ -1,5 +1,5 @@
-"""PUT /projects/{project_id}, GET /projects/{project_id}, GET /projects, and who may do what to a
-project: PUT and GET /projects/{project_id}/grants (IAM)."""
+"""PUT, GET and DELETE /projects/{project_id}, GET /projects, and who may do what to a project:
+PUT and GET /projects/{project_id}/grants (IAM)."""
 
 from http import HTTPStatus
 
@@ -11,7 +11,7 @@ from relevo_core.http import caller_arn, json_body, json_response, register_erro
 from relevo_core.models.access import Level
 from relevo_core.observability import lambda_entry
 from relevo_core.projects.permissions import requires
-from relevo_core.projects.registry import apply_project, list_grants, set_grant, show_project, visible_projects
+from relevo_core.projects.registry import apply_project, delete_project, list_grants, set_grant, show_project, visible_projects
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
@@ -27,6 +27,11 @@ def put_project(project_id: str):
 @app.get("/projects/<project_id>", middlewares=[requires(Level.VIEW)])
 def project(project_id: str):
     return json_response(HTTPStatus.OK, show_project(access_settings(), project_id).model_dump(mode="json"))
+
+
+@app.delete("/projects/<project_id>", middlewares=[requires(Level.MANAGE)])
+def remove_project(project_id: str):
+    return json_response(HTTPStatus.OK, delete_project(access_settings(), project_id, scheduler_settings()))
 
 
 @app.get("/projects")

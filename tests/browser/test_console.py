@@ -24,6 +24,7 @@ from playwright.sync_api import expect
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.console.app import LOG_MAX_LINES
 from relevo_cli.localrun import random_commit
+from relevo_cli.words import exact_time
 from relevo_core.store import freezes
 from tests.browser.conftest import CONSOLE_REGION, MASKING_REGION, SECRET_VALUE, SECRET_VARIABLE, UPLOAD_BYTES_PER_SEC
 from tests.helpers.browser import console_server, git_remote
@@ -490,7 +491,7 @@ def _rows(page) -> list[str]:
     return page.locator("table.jobs tbody tr[data-job-id]").evaluate_all("rows => rows.map(r => r.dataset.jobId)")
 
 
-def test_the_job_list_filters_by_keyword_and_group_and_reruns_a_row_from_its_current_stage(operator_api, browser_page, screenshots):
+def test_the_job_list_filters_by_keyword_and_group_and_reruns_a_row_from_its_current_stage(operator_api, browser_page):
     # Given two groups' projects, each with a job that failed at sign (build succeeded), one of
     # them on a release branch whose name only it carries
     first_group, second_group = (f"team-{secrets.token_hex(3)}" for _ in range(2))
@@ -526,13 +527,14 @@ def test_the_job_list_filters_by_keyword_and_group_and_reruns_a_row_from_its_cur
         browser_page.get_by_label("Until (UTC)").fill("")
         with browser_page.expect_navigation():
             browser_page.get_by_role("button", name="Filter").click()
-        _screenshot(browser_page, screenshots, "jobs")
-        # A row's buttons follow its state: a failed job cannot be approved or promoted, and says why
+        # A row's buttons (in its Actions menu) follow its state: a failed job cannot be approved or
+        # promoted, and says why
         row = browser_page.locator(f"tr[data-job-id='{tagged}']")
+        row.locator("details.menu > summary").click()
         approve = row.get_by_role("button", name="Approve", exact=True)
         assert approve.is_disabled() and approve.get_attribute("title") == "only when the job is waiting at its gate (it is failed)"
         assert row.get_by_role("button", name="Promote").get_attribute("title") == "only when the job is queued (it is failed)"
-        assert row.get_by_role("link", name="Details").get_attribute("href") == f"/jobs/{tagged}"
+        assert row.get_by_role("link", name=tagged).get_attribute("href") == f"/jobs/{tagged}"
         # And "Rerun from the current stage" starts a job from sign, the stage it stopped at
         rerun = row.get_by_role("button", name="Rerun from the current stage")
         assert rerun.get_attribute("data-from-stage") == "sign"
@@ -550,6 +552,11 @@ def _summary(page) -> dict[str, str]:
     )
 
 
+def _exact(page, term: str) -> str:
+    """The exact time a summary entry shows on hover (its <time>'s title)."""
+    return page.locator(".summary dl dt", has_text=re.compile(f"^{term}$")).locator("xpath=following-sibling::dd[1]/time").get_attribute("title")
+
+
 def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queue_place(operator_api, browser_page):
     # Given a job whose build uploaded a 5,000-byte artifact and whose deploy still runs, and a
     # second job of the project queued behind it (project_running)
@@ -564,10 +571,13 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
             _open(browser_page, server, f"/jobs/{running}")
             job = operator_api.get_job(running)
             summary = _summary(browser_page)
-            assert summary["Agent"] == "console-mac"
+            assert summary["Macs"] == "console-mac (build, deploy)"
             assert summary["Trigger"] == f"api (api) by {job['trigger']['actor']}"
             assert (summary["Current stage"], summary["Progress"]) == ("deploy", "1 of 2 stages")
-            assert summary["Created"] == job["created_at"] and summary["Started"] == job["stages"][0]["started_at"]
+            # Times relative to now, the exact one (to the second, UTC) on hover
+            assert re.fullmatch(r"just now|\d+ s ago|\d+ min ago", summary["Created"]), summary
+            assert _exact(browser_page, "Created") == exact_time(job["created_at"])
+            assert _exact(browser_page, "Started") == exact_time(job["stages"][0]["started_at"])
             assert summary["Ended"] == "—" and re.fullmatch(r"\d+s \(running\)", summary["Duration"]), summary
             # The cost so far, as GET /jobs/{id}/cost counts it from the execution's history
             cost = operator_api.job_cost(running)
@@ -583,9 +593,9 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
             _open(browser_page, server, f"/jobs/{queued}")
             place = next(j for j in operator_api.queue()["jobs"] if j["job_id"] == queued)
             summary = _summary(browser_page)
-            assert summary["Agent"] == "not dispatched yet"
+            assert summary["Macs"] == "not dispatched yet"
             assert (summary["Queue position"], summary["Waiting"], summary["Priority"]) == (
-                str(place["queue_position"]), "project_running", "42")
+                str(place["queue_position"]), "another job of its project is running: it starts when that one ends", "42")
             assert summary["Started"] == "—"
             assert summary["Cost"].startswith("$")  # queued behind the lock: its execution runs already
     finally:
@@ -922,3 +932,167 @@ def test_unfreeze_on_the_dlq_page_lifts_a_frozen_key(operator_api, browser_page,
     assert key not in [k["idempotency_key"] for k in operator_api.dead_letters().get("frozen_keys") or []]
     record = freezes.get_freeze(console_stack.table_name, key)
     assert "frozen_at" not in record and record["unfrozen_by"] == operator_api.session.client("sts").get_caller_identity()["Arn"]
+
+
+HUMAN_TIME = re.compile(r"just now|\d+ s ago|\d+ min ago")
+
+
+def test_the_job_list_is_a_line_per_job_with_agent_progress_duration_and_human_times(operator_api, browser_page, screenshots):
+    # Given a group's jobs in different states: one that succeeded with a warning, one that failed
+    # at its second stage, one still running
+    group = f"team-{secrets.token_hex(3)}"
+    lint = {"name": "lint", "run": 'echo "2 style issues"; exit 3', "warning_exit_codes": [3]}
+    ok = _project(operator_api, [{"name": "build", "run": "echo built"}, lint], group=group)
+    failing = _project(operator_api, [{"name": "build", "run": "echo built"}, {"name": "sign", "run": "exit 1"}], group=group)
+    slow = _project(operator_api, [{"name": "build", "run": "sleep 60", "kill_grace_sec": 1}, {"name": "deploy", "run": "true"}], group=group)
+    warned, failed = _run(operator_api, ok), _run(operator_api, failing)
+    for job_id in (warned, failed):
+        _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+    running = _run(operator_api, slow)
+    _wait_job(operator_api, running, lambda job: job["stages"][0]["status"] == "running")
+    try:
+        with console_server(operator_api) as server:
+            _open(browser_page, server, f"/?group={group}")
+            assert sorted(_rows(browser_page)) == sorted([warned, failed, running])
+            listed = {job["job_id"]: job for job in operator_api.list_jobs(group=group)["jobs"]}
+
+            def cells(job_id: str) -> dict[str, str]:
+                row = browser_page.locator(f"tr[data-job-id='{job_id}']")
+                names = browser_page.locator("table.jobs thead th").all_inner_texts()
+                return dict(zip(names, row.locator("td").all_inner_texts()))
+
+            # Then each row says who ran it, how far it got and for how long, in one line
+            done = cells(warned)
+            assert done["Status"].split() == ["succeeded", "warnings"] and done["Agent"] == "console-mac"
+            assert done["Progress"].strip() == "2/2" and re.fullmatch(r"\d+s", done["Duration"]), done
+            assert cells(failed)["Progress"].strip() == "1/2" and cells(failed)["Status"] == "failed"
+            busy = cells(running)
+            assert busy["Progress"].strip() == "0/2 · build" and busy["Duration"].endswith("(running)"), busy
+            # with times relative to now, the exact time on hover, and no microseconds anywhere
+            created = browser_page.locator(f"tr[data-job-id='{warned}'] td.created time")
+            assert HUMAN_TIME.fullmatch(created.inner_text()), created.inner_text()
+            assert created.get_attribute("title") == exact_time(listed[warned]["created_at"])
+            assert not re.search(r"\d\d:\d\d:\d\d\.\d{6}|\+00:00", browser_page.locator("table.jobs tbody").inner_text())
+            _screenshot(browser_page, screenshots, "jobs")
+            # and each row is one line: the actions wait in a menu
+            heights = [box["height"] for box in browser_page.locator("table.jobs tbody tr").evaluate_all(
+                "rows => rows.map(r => r.getBoundingClientRect().toJSON())")]
+            assert max(heights) < 40, heights
+            assert browser_page.locator(f"tr[data-job-id='{warned}'] button.action").first.is_hidden()
+    finally:
+        operator_api.cancel_job(running)
+
+
+def test_the_job_page_shows_each_stages_mac_the_error_as_a_sentence_and_the_log_above_the_fold(operator_api, browser_page, screenshots):
+    # Given a job whose build succeeded and whose sign exited 1 (not retryable)
+    project_id = _project(operator_api, [{"name": "build", "run": "echo compiled"},
+                                         {"name": "sign", "run": 'echo "signing App.ipa"; echo "no identity found" >&2; exit 1'}])
+    job_id = _run(operator_api, project_id)
+    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "failed"
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        browser_page.locator("#log-lines .line", has_text="no identity found").wait_for(timeout=30_000)
+        # Then each stage says the Mac it ran on, and the failure is a sentence, not JSON
+        chips = [chip.split() for chip in browser_page.locator("ol.pipeline li").all_inner_texts()]
+        assert [chip[:4] for chip in chips] == [["build", "succeeded", "on", "console-mac"], ["sign", "failed", "on", "console-mac"]], chips
+        assert _summary(browser_page)["Macs"] == "console-mac (build, sign)"
+        error = browser_page.locator("#job-error").inner_text()
+        assert error == "sign failed on console-mac: its command exited 1 (Relevo.Fatal.ExitCode, 1 attempt).", error
+        assert "{" not in browser_page.locator(".summary").inner_text()
+        # And the log is above the fold, each stage's output under its label
+        box = browser_page.locator("#log-lines").bounding_box()
+        assert box["y"] + 100 < browser_page.viewport_size["height"], box
+        starts = browser_page.locator("#log-lines .line.stage-start").evaluate_all("lines => lines.map(l => l.dataset.where)")
+        assert starts == ["build · on console-mac", "sign · on console-mac"], starts
+        assert _lines(browser_page) == ["compiled", "signing App.ipa", "no identity found"]
+        _screenshot(browser_page, screenshots, "job-failed")
+
+
+def test_the_fleet_page_pauses_drains_and_resumes_agents_and_a_regions_dispatch(operator_api, browser_page, console_stack, screenshots):
+    # Given two agents of the masking region reporting (presence records: a drain of a real agent
+    # would stop its process), and an operator who is one of the stack's admins
+    from datetime import timedelta
+
+    from relevo_core.store import agents as agent_store
+
+    suffix = secrets.token_hex(3)
+    macs = [f"fleet-mac-{suffix}-{n}" for n in (1, 2)]
+    now = datetime.now(timezone.utc)
+    for mac in macs:
+        agent_store.put_presence(console_stack.table_name, agent_store.AgentPresence(
+            agent_id=mac, region=MASKING_REGION, capacity=1, running=0, version="test", last_seen=now, interval_sec=300))
+
+    def fleet() -> dict[str, dict]:
+        return {a["agent_id"]: a for a in operator_api.queue()["agents"] if a["agent_id"] in macs}
+
+    try:
+        with console_server(operator_api) as server:
+            _open(browser_page, server, "/fleet")
+            browser_page.get_by_label("Note").fill("Xcode 16.2 update")
+            browser_page.get_by_label("For").select_option(label="2 hours")
+            # When the first is paused and the second drained from their rows
+            with browser_page.expect_navigation():
+                browser_page.locator(f"tr[data-agent='{macs[0]}']").get_by_role("button", name="Pause", exact=True).click()
+            browser_page.get_by_label("Note").fill("OS update")
+            with browser_page.expect_navigation():
+                browser_page.locator(f"tr[data-agent='{macs[1]}']").get_by_role("button", name="Drain", exact=True).click()
+            # Then the API says so, with the note and about two hours
+            paused, drained = (fleet()[mac]["paused"] for mac in macs)
+            assert (paused["drain"], paused["note"], paused["timeout_sec"]) == (False, "Xcode 16.2 update", 7200), paused
+            assert (drained["drain"], drained["note"]) == (True, "OS update"), drained
+            row = browser_page.locator(f"tr[data-agent='{macs[0]}']")
+            assert row.locator("td.state").inner_text().startswith("paused until ")
+            assert row.get_by_role("button", name="Pause", exact=True).get_attribute("title") == "it is paused already"
+            # And a region's dispatch is paused and resumed the same way
+            region = browser_page.locator(f"section[data-region='{MASKING_REGION}']")
+            with browser_page.expect_navigation():
+                region.get_by_role("button", name="Pause dispatch").click()
+            assert [p["region"] for p in operator_api.queue()["paused_regions"]] == [MASKING_REGION]
+            assert browser_page.locator(f"p.dispatch-paused[data-region='{MASKING_REGION}']").inner_text().startswith("Dispatch paused until ")
+            _screenshot(browser_page, screenshots, "fleet")
+            with browser_page.expect_navigation():
+                browser_page.locator(f"section[data-region='{MASKING_REGION}']").get_by_role("button", name="Resume dispatch").click()
+            assert operator_api.queue()["paused_regions"] == []
+            # And Resume ends each agent's pause, as the API then says
+            for mac in macs:
+                with browser_page.expect_navigation():
+                    browser_page.locator(f"tr[data-agent='{mac}']").get_by_role("button", name="Resume", exact=True).click()
+            assert [fleet()[mac]["paused"] for mac in macs] == [None, None]
+        # A user who is no admin of the stack sees the buttons disabled, saying why
+        viewer = iam_user(console_stack, f"fleet-viewer-{suffix}")
+        with console_server(viewer.api) as server:
+            _open(browser_page, server, "/fleet")
+            pause = browser_page.locator(f"tr[data-agent='{macs[0]}']").get_by_role("button", name="Pause", exact=True)
+            assert pause.is_disabled()
+            assert pause.get_attribute("title").startswith(f"{viewer.arn} is not one of the stack's AdminPrincipals")
+    finally:
+        for mac in macs:
+            try:
+                operator_api.resume_agent(mac, MASKING_REGION)
+            except ApiError:
+                pass
+        operator_api.resume_region(MASKING_REGION)
+        for mac in macs:
+            agent_store.put_presence(console_stack.table_name, agent_store.AgentPresence(
+                agent_id=mac, region=MASKING_REGION, capacity=1, running=0, version="test",
+                last_seen=datetime.now(timezone.utc) - timedelta(days=1), interval_sec=300))
+
+
+def test_the_run_page_says_in_one_line_when_the_repository_cannot_be_reached_and_runs_a_typed_ref(operator_api, browser_page, screenshots):
+    # Given a project whose repository's host does not resolve (an offline laptop, a typo): .invalid never does
+    project_id = _project(operator_api, [{"name": "build", "run": "echo build"}])
+    with console_server(operator_api, git_base_url="https://git.invalid") as server:
+        _open(browser_page, server, f"/run?project={project_id}")
+        # Then the page says why in one line, no git "fatal:", and still takes a ref typed in
+        state = browser_page.locator("#run-refs-state")
+        expect(state).to_have_text(re.compile(r"^Could not list the branches: type a branch or tag \(git\.invalid could not be (resolved|reached)"), timeout=30_000)
+        assert "fatal" not in state.inner_text() and "\n" not in state.inner_text()
+        browser_page.get_by_label("Branch or tag").fill("release/5.0")
+        _screenshot(browser_page, screenshots, "run-page-unreachable")
+        browser_page.get_by_role("button", name="Run", exact=True).click()
+        link = browser_page.locator("#run-job")
+        link.wait_for(timeout=30_000)
+        job_id = link.inner_text()
+    job = operator_api.get_job(job_id)
+    assert (job["ref"], job["trigger"]["type"]) == ("release/5.0", "manual")
+    _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)

@@ -132,7 +132,7 @@ def test_a_region_whose_last_agent_is_killed_pages_each_group_once_and_a_flap_in
         assert [_pages(recorder, hook, region) for hook in hooks] == [1, 1]
 
     [message] = recorder.received(hooks[0])
-    assert "relevo agents" in message.body.decode()
+    assert "relevo agent list" in message.body.decode()
 
 
 def test_a_clean_stop_still_pages_once_although_the_sweep_records_the_same_change(stack, sweep, recorder, tmp_path: Path):

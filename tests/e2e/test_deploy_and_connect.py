@@ -36,7 +36,7 @@ README_COMMANDS = [
     "relevo stack show",
     "relevo-agent init --stack {stack} --region-affinity eu-west --profile relevo-agent",
     "relevo project apply {project_file}",
-    "relevo run {project} --ref main",
+    "relevo project run {project} --ref main",
 ]
 
 

@@ -1,11 +1,13 @@
 """The README's "Your first project", run step by step exactly as written, so it cannot drift.
 
-Each ```sh block is run with bash, in order, in a fresh directory (the one marked "in the
-checkout" in the repository), sharing shell variables from block to block the way one terminal
-would (`JOB=$(relevo run …)`). The yaml block is saved under the name the text gives it. A block
-marked "in a new terminal; ready when it prints …" is started in the background and the next step
-waits for that text; "then the terminal of … ends with exit 0" waits for that terminal to end and
-checks its exit status. Nothing is added: a step the README lacks is a step this test lacks."""
+Each ```sh block is run with bash, in order (the one marked "in the checkout" in the repository),
+sharing shell variables and the current directory from block to block the way one terminal would
+(`JOB=$(relevo project run …)`, `cd ~/relevo-hello`), with a home directory of its own. The yaml
+block is saved under the name the text gives it, in that directory. A block marked "in a new
+terminal; ready when it prints …" is started in the background there and the next step waits for
+that text; "then the terminal of … ends with exit 0" waits for that terminal to end and checks its
+exit status. Nothing is added: a step the README lacks is a step this test lacks. The checkout is
+left as it was (`git status` the same before and after)."""
 
 from __future__ import annotations
 
@@ -59,13 +61,20 @@ def _steps() -> list[Step]:
     return steps
 
 
-def _fresh_environment() -> dict[str, str]:
-    """A shell as a person opens it: nothing of this test session's stack or venv on it."""
+def _fresh_environment(home: Path) -> dict[str, str]:
+    """A shell as a person opens it: nothing of this test session's stack or venv on it, and a
+    home of its own (the user's cache stays where it is: the local stack's built layer)."""
     venv_bin = str(ROOT / ".venv" / "bin")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RELEVO_", "AWS_ENDPOINT_URL", "MOTO_", "PYTEST_", "COV_"))}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
     env["COLUMNS"] = "200"
+    env.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))
+    env["HOME"] = str(home)
     return env
+
+
+def _git_status() -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
 
 def _wait_for(terminal: Terminal, text: str, timeout: float) -> None:
@@ -80,9 +89,11 @@ def _wait_for(terminal: Terminal, text: str, timeout: float) -> None:
 
 def test_your_first_project_as_the_readme_writes_it(tmp_path: Path):
     steps = _steps()
-    work = tmp_path / "work"
-    work.mkdir()
-    env = _fresh_environment()
+    home = tmp_path / "home"
+    home.mkdir()
+    work = home  # where a terminal opens; the README's first block moves on from there
+    env = _fresh_environment(home)
+    checkout_before = _git_status()
     terminals: list[Terminal] = []
     ran: list[str] = []
     try:
@@ -110,6 +121,7 @@ def test_your_first_project_as_the_readme_writes_it(tmp_path: Path):
             done = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
             assert done.returncode == 0, f"step {number} failed ({done.returncode}):\n{step.body}\n{done.stdout}\n{done.stderr}"
             env = dict(entry.split("=", 1) for entry in dump.read_text().split("\0") if "=" in entry)
+            work = Path(env["PWD"])  # the shell's directory after the block (`cd` carries over)
             ends = ENDS.fullmatch(step.marker)
             if ends:
                 [terminal] = [t for t in terminals if t.command.startswith(ends["command"])]
@@ -117,17 +129,20 @@ def test_your_first_project_as_the_readme_writes_it(tmp_path: Path):
                 terminal.closed = True
 
         # What the steps promise, seen from outside them:
-        assert ran[0] == 'export PATH="$PWD/.venv/bin:$PATH"'
+        assert ran[0].splitlines()[0] == 'export PATH="$PWD/.venv/bin:$PATH"'
+        assert work == home / "relevo-hello" and (work / "hello.yaml").is_file()
         job_id = env["JOB"]
-        [follower] = [t for t in terminals if t.command.startswith("relevo logs")]
+        [follower] = [t for t in terminals if t.command.startswith("relevo job logs")]
         followed = follower.output()
-        assert f"waiting for approval before deploy: `relevo approve {job_id}`" in followed
+        assert f"waiting for approval before deploy: `relevo job approve {job_id}`" in followed
         assert f"deploying the build of {job_id}" in followed and followed.rstrip().endswith(f"job {job_id} succeeded")
         assert (work / "hello.txt").read_text().strip() == f"hello from {job_id}"
         # `relevo local down` was the last step: the stack's terminal has ended.
         [stack] = [t for t in terminals if t.command == "relevo local up"]
         assert stack.process.wait(timeout=60) == 0, stack.output()[-3000:]
         stack.closed = True
+        # The checkout is as it was: nothing of the project's files, the stack's state or the download
+        assert _git_status() == checkout_before
     finally:
         for terminal in terminals:
             if terminal.process.poll() is None:

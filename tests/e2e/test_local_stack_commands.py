@@ -1,7 +1,10 @@
 """The local stack as something one manages: `relevo local up` holds its state dir (a second one
 refuses, naming the first's pid and API, and the first stays reachable), says its state is in
 memory, `relevo local status` shows it with its regions, projects and agents, `relevo local agent`
-runs an agent on it (a region it has no queue for is refused), and `relevo local down` stops it."""
+runs an agent on it (a region it has no queue for is refused), and `relevo local down` stops it.
+The local stack is in memory: restarting it makes a new stack on the same state dir; the agent of
+`relevo local agent` keeps running across it, says once that the stack cannot be reached (not a
+line per retry), and is online in the new stack without being started again."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ def _relevo(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
     )
 
 
-def test_one_stack_per_state_dir_seen_by_status_with_its_agents_and_stopped_by_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_one_stack_per_state_dir_seen_by_status_with_its_agents_stopped_by_down_and_a_restart_keeps_its_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     state_dir = tmp_path / "state"
     log = tmp_path / "local-up.log"
     with local_stack(state_dir, log) as stack:
@@ -61,7 +64,7 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_and_stopped_by_d
             60, "the stranded job in the queue",
         )
         assert (queue[0]["stage"], queue[0]["queue_reason"]) == ("build", "agent_offline")
-        assert "agent_offline: stage build on the us-east queue" in _relevo("queue", "--stack-file", stack_file).stdout
+        assert "stage build: no agent of region affinity us-east is online (agent_offline)" in _relevo("queue", "--stack-file", stack_file).stdout
         fleet = _relevo("agents", "--stack-file", stack_file)
         assert "us-east: no agents (a local one: relevo local agent --region us-east)" in fleet.stdout, fleet.stdout
 
@@ -89,17 +92,42 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_and_stopped_by_d
             assert f"API {stack.api_url}" in shown.stdout and "regions: eu-west, us-east" in shown.stdout
             assert "agents (1 online of 1): local-eu-west-1 (eu-west, 0/1)" in shown.stdout
             assert "projects (1): offline-app (us-east)" in shown.stdout
+
+            # `local down` stops it and waits until it has stopped; its agent stays, and says once
+            # that the stack cannot be reached
+            down = _relevo("local", "down", "--state-dir", str(state_dir), timeout=120)
+            assert down.returncode == 0, down.stdout + down.stderr
+            assert down.stdout.startswith(f"local stack on {state_dir} stopped (pid {up_pid}")
+            assert not (state_dir / "stack.json").exists()
+            after = _relevo("local", "status", "--state-dir", str(state_dir))
+            assert after.returncode == 1
+            assert after.stdout.startswith(f"no local stack is running on {state_dir}")
+            stopped_at = (tmp_path / "agent.log").stat().st_size
+            # A restart of the stack (a new one on the same state dir): the same agent joins it
+            with local_stack(state_dir, tmp_path / "local-up-2.log") as second:
+                use_stack(monkeypatch, second)
+                wait_until(lambda: _online_agents(state_dir) == ["local-eu-west-1"], 90, "the same agent online in the restarted stack")
+                assert agent.poll() is None, (tmp_path / "agent.log").read_text()[-3000:]
+                while_down = (tmp_path / "agent.log").read_bytes()[stopped_at:].decode(errors="replace").splitlines()
+                complaints = [line for line in while_down if " WARNING " in line or " ERROR " in line]
+                assert len(complaints) == 1 and "cannot reach the local stack" in complaints[0], "\n".join(while_down)
+                os.killpg(agent.pid, signal.SIGINT)  # Ctrl-C in its terminal
+                assert agent.wait(timeout=60) == 0, (tmp_path / "agent.log").read_text()[-3000:]
         finally:
-            os.killpg(agent.pid, signal.SIGTERM)
-            agent.wait(timeout=60)
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
             agent_log.close()
+        said = (tmp_path / "agent.log").read_text()
+        assert said.splitlines()[-1].endswith("agent local-eu-west-1 stopped"), said[-2000:]
+        # It names the region affinity and the local stack it polls, never a queue URL that reads
+        # like AWS's us-east-1, and none of botocore's INFO lines
+        assert "polling the work queue of region affinity eu-west (relevo-work-eu-west) on the local stack at http://127.0.0.1:" in said, said[:2000]
+        assert "amazonaws.com" not in said and " INFO botocore" not in said, said[:2000]
 
-        # `local down` stops it and waits until it has stopped
-        down = _relevo("local", "down", "--state-dir", str(state_dir), timeout=120)
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert down.stdout.startswith(f"local stack on {state_dir} stopped (pid {up_pid}")
-        assert not (state_dir / "stack.json").exists()
 
-    after = _relevo("local", "status", "--state-dir", str(state_dir))
-    assert after.returncode == 1
-    assert after.stdout.startswith(f"no local stack is running on {state_dir}")
+def _online_agents(state_dir: Path) -> list[str]:
+    done = _relevo("local", "status", "--state-dir", str(state_dir), "--json")
+    if done.returncode != 0:
+        return []
+    status = json.loads(done.stdout)
+    return [a["agent_id"] for a in status["agents"] if a["online"]] if isinstance(status["agents"], list) else []

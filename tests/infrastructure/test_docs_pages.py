@@ -63,3 +63,12 @@ def test_every_old_readme_section_has_one_home() -> None:
 def test_the_readme_links_every_docs_page() -> None:
     text = README.read_text()
     assert [p.name for p in PAGES if f"](docs/{p.name})" not in text] == []
+
+
+def test_every_sam_deploy_the_docs_give_runs_without_telemetry():
+    """`make build` sets SAM_CLI_TELEMETRY=0; a deploy line copied from the docs must too, or SAM
+    prints its telemetry banner and reports home."""
+    lines = [line for page in (ROOT / "docs").glob("*.md") for line in page.read_text().splitlines()
+             if re.search(r"\bsam deploy\b", line) and "bin/sam" in line]
+    assert lines, "the docs give no sam deploy command"
+    assert all("SAM_CLI_TELEMETRY=0" in line for line in lines), [line for line in lines if "SAM_CLI_TELEMETRY=0" not in line]

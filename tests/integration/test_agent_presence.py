@@ -104,7 +104,7 @@ def test_the_job_view_and_relevo_status_say_why_a_dispatched_stage_waits(local_s
         shown = CliRunner().invoke(app, ["status", job_id, "--stack-file", str(stack_file)], terminal_width=200)
         # Read as words: rich lays the table out at its own width (80 columns here, not the
         # runner's), and may wrap the heading's reason onto a second line.
-        assert shown.exit_code == 0 and "waiting: agent_busy" in " ".join(shown.output.split()), shown.output
+        assert shown.exit_code == 0 and "waiting (agent_busy): every agent of region affinity us-east has all its slots in use" in shown.output, shown.output
         agents.put_presence(local_stack.table_name, _presence("us-east", f"busy-{project_id}", running=0, seen=now))
         assert api.get_job(job_id)["queue_reason"] is None  # a free agent is about to claim it
     finally:

@@ -31,8 +31,9 @@ def test_run_status_and_listings(local_stack, project_id, tmp_path):
     dlq = runner.invoke(app, ["dlq", "list", "--stack-file", stack_file])
 
     assert ran.exit_code == 0 and job_id.startswith("job_"), ran.output
-    # A duplicate names the job it is and that job's status (queued, or running once dispatched).
-    assert again.exit_code == 0 and f"as {job_id} (" in again.output, again.output
+    # A duplicate names the job it is and that job's status (queued, or running once dispatched),
+    # and exits 3: nothing new was started.
+    assert again.exit_code == 3 and f"as {job_id} (" in again.output, again.output
     assert status.exit_code == 0 and json.loads(status.output)["trigger"]["type"] == "manual"
     assert shown.exit_code == 0 and json.loads(shown.output)["job_id"] == job_id
     assert projects.exit_code == 0 and project_id in projects.output

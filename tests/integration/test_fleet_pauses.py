@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from relevo_cli.commands.common import console
 from relevo_cli.console.app import templates
 from relevo_cli.main import app
+from relevo_cli.words import exact_time
 from relevo_cli.api import RelevoApi
 from relevo_core.store import agents
 from relevo_core.store.agents import AgentPresence
@@ -94,8 +95,8 @@ def test_a_pause_shows_everywhere_until_resumed(local_stack, project_id, tmp_pat
     stack_file.write_text(json.dumps(local_stack.model_dump()))
     shown = CliRunner().invoke(app, ["agents", "--stack-file", str(stack_file)])
     assert shown.exit_code == 0 and f"paused until {pause['until'][:19]}: Xcode update" in shown.output, shown.output
-    page = templates.get_template("fleet.html").render(regions=[(REGION, [row])])
-    assert f"paused until {pause['until'][:19]}: Xcode update" in page
+    page = templates.get_template("fleet.html").render(regions=[(REGION, [row])], fleet_manage=True)
+    assert f"paused until {exact_time(pause['until'])}: Xcode update" in page
 
     if not online:  # the job view's reason is the region's: only when no other agent is online
         register_project(local_stack, project_id, [{"name": "build", "run": "make"}], queue_timeout_sec=600)
@@ -253,9 +254,12 @@ def test_the_console_fleet_page_shows_each_regions_dispatch_pause_with_its_note_
     bare = AgentPause(region="us-east", set_at=set_at, until=set_at + timedelta(minutes=30), timeout_sec=1800)
     agent = {"agent_id": "mac-1", "region": REGION, "online": True, "paused": None, "not_claiming": None,
              "last_seen": "2026-12-01T09:00:05+00:00", "used": 0, "capacity": 1, "running_stages": [], "version": "test"}
-    view = {"agents": [agent], "paused_regions": [noted.model_dump(mode="json"), bare.model_dump(mode="json")]}
-    page = templates.get_template("fleet.html").render(**fleet_context(view))
-    assert f"Dispatch paused until 2026-12-01T11:00:00: network maintenance (set by {TEST_ADMIN_ARN})</p>" in page
-    assert "<h2>us-east: 0 of 0 online</h2>" in page and "Dispatch paused until 2026-12-01T09:30:00</p>" in page
-    assert "No agent of this region has reported." in page
-    assert "Dispatch paused" not in templates.get_template("fleet.html").render(**fleet_context({**view, "paused_regions": []}))
+    view = {"agents": [agent], "paused_regions": [noted.model_dump(mode="json"), bare.model_dump(mode="json")],
+            "regions": [REGION, "us-east", "ap-south"], "fleet_manage": True}
+    page = templates.get_template("fleet.html").render(**fleet_context(view, TEST_ADMIN_ARN))
+    assert f"Dispatch paused until 2026-12-01 11:00:00 UTC: network maintenance (set by {TEST_ADMIN_ARN})</p>" in page
+    assert "<h2>us-east: 0 of 0 online</h2>" in page and "Dispatch paused until 2026-12-01 09:30:00 UTC</p>" in page
+    # A region of the stack no agent reported from is listed too, with how to start one
+    assert "<h2>ap-south: 0 of 0 online</h2>" in page
+    assert "No agent of this region has reported (a local one: <code>relevo local agent --region us-east</code>)." in page
+    assert "Dispatch paused" not in templates.get_template("fleet.html").render(**fleet_context({**view, "paused_regions": []}, TEST_ADMIN_ARN))

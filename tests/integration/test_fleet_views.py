@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from relevo_cli.api import RelevoApi
+from relevo_core.models.status import queue_reason_words
 from relevo_cli.commands.common import console
 from relevo_cli.main import app
 from relevo_core.store import agents
@@ -59,8 +60,9 @@ def test_the_queue_lists_a_running_job_whose_stage_waits_for_an_agent(local_stac
         [waiting] = [job for job in view["waiting_for_agent"] if job["job_id"] == job_id]
         # The same reason the job's own view gives, from the region's agent presence.
         assert (waiting["status"], waiting["stage"], waiting["queue_reason"]) == ("running", "build", api.get_job(job_id)["queue_reason"])
-        reason = waiting["queue_reason"] or "about to be claimed"
-        assert job_id in shown and f"{reason}: stage build on the eu-west queue" in shown, shown
+        # In words, with the reason's code beside them.
+        reason = f"{queue_reason_words(waiting['queue_reason'], 'eu-west')} ({waiting['queue_reason']})" if waiting["queue_reason"] else "about to be claimed (free agent)"
+        assert job_id in shown and f"stage build: {reason}" in shown, shown
     finally:
         api.cancel_job(job_id)
 
@@ -94,5 +96,38 @@ def test_agents_lists_the_fleet_per_region_with_the_stages_each_runs(local_stack
         gone_line = next(line for line in shown.splitlines() if gone in line)
         assert "offline" in gone_line and "(60m ago)" in gone_line
         assert "eu-west:" in shown and "us-east:" in shown
+    finally:
+        api.cancel_job(job_id)
+
+
+def test_piped_listings_keep_every_id_whole(local_stack, project_id, tmp_path: Path):
+    """`relevo agents | cat` once showed `local-eu…` for two different agents: piped (no terminal,
+    no COLUMNS), a listing is as wide as its cells and no id is cut."""
+    import os
+    import subprocess
+    import sys
+
+    stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
+    now, suffix = datetime.now(timezone.utc), secrets.token_hex(3)
+    twins = [f"local-eu-west-mac-mini-in-the-second-rack-{suffix}-{n}" for n in (1, 2)]
+    for agent_id in twins:
+        agents.put_presence(local_stack.table_name, agents.AgentPresence(
+            agent_id=agent_id, region="eu-west", capacity=1, running=0, version="9.9.9", last_seen=now, interval_sec=30))
+    register_project(local_stack, project_id, [{"name": "build", "run": "make"}], queue_timeout_sec=600)
+    job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
+    env = {name: value for name, value in os.environ.items() if name not in ("COLUMNS", "LINES")}
+
+    def piped(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "relevo_cli.main", *args, "--stack-file", stack_file],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    try:
+        fleet, queue, listed = piped("agents"), piped("queue"), piped("jobs", "--project", project_id)
+        assert all(agent_id in fleet for agent_id in twins), fleet
+        assert all(agent_id in queue for agent_id in twins) and job_id in queue, queue
+        assert job_id in listed, listed
+        assert "…" not in fleet + queue + listed
     finally:
         api.cancel_job(job_id)

@@ -124,7 +124,7 @@ def test_a_fork_pull_request_is_held_until_a_person_releases_it(local_stack, int
     # The CLI's console took its width when it was created; wide enough that no cell wraps.
     monkeypatch.setattr(console, "width", 300)
     shown = CliRunner().invoke(app, ["job", "show", job_id, "--stack-file", str(stack_file)])
-    assert shown.exit_code == 0 and "(held: fork_pull_request;" in " ".join(shown.output.split()), shown.output
+    assert shown.exit_code == 0 and f"held (fork_pull_request): `relevo job release {job_id}` starts it" in shown.output, shown.output
     held_jobs = api.list_jobs(project=project_id, status="held")["jobs"]
     assert [(job["job_id"], job["held_reason"]) for job in held_jobs] == [(job_id, "fork_pull_request")]
     listed = CliRunner().invoke(app, ["jobs", "--project", project_id, "--status", "held", "--stack-file", str(stack_file)])

@@ -100,7 +100,7 @@ def test_exactly_one_job_waiting_per_gate_then_its_outcome_and_nothing_more(loca
     messages = [r.json() for r in recorder.received(group.hook_path)]
     assert [m["text"] for m in messages] == expected_titles, described.get("error")
     assert all(check_message(m) == [] for m in messages)
-    assert f"`relevo approve {job_id}`" in json.dumps(messages[0])
+    assert f"`relevo job approve {job_id}`" in json.dumps(messages[0])
     mails = wait_until(lambda: len(group.read_mail()) >= len(expected_titles) and group.mails, 10, "the emails")
     assert [m.splitlines()[0] for m in mails] == expected_titles
     records = project_deliveries(local_stack.table_name, project_id)

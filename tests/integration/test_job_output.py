@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import re
 import secrets
 import threading
 import time
@@ -315,7 +316,7 @@ def test_the_job_view_carries_the_last_200_lines_and_the_artifacts(local_stack, 
     # `relevo status` prints the last lines under the job's table
     result = runner.invoke(cli, ["status", job_id, "--stack-file", str(_stack_file(local_stack, followed["tmp"]))])
     assert result.exit_code == 0, result.output
-    assert lines[-1] in result.output and f"relevo logs {job_id} -f --from-seq {len(stored)}" in result.output
+    assert lines[-1] in result.output and f"relevo job logs {job_id} -f --from-seq {len(stored)}" in result.output
 
 
 @FOLLOWED_ON_ONE_WORKER
@@ -325,10 +326,24 @@ def test_relevo_logs_prints_the_stored_log_and_follows_a_finished_job_to_its_exi
 
     printed = runner.invoke(cli, ["logs", job_id, "--stack-file", stack_file])
     from_three = runner.invoke(cli, ["logs", job_id, "-f", "--from-seq", "3", "--stack-file", stack_file])
+    only_sign = runner.invoke(cli, ["job", "logs", job_id, "--stage", "sign", "--stack-file", stack_file])
 
-    assert (printed.exit_code, printed.stdout) == (0, everything)
+    # Every line labelled with its stage and attempt, each stage between a line where it begins
+    # and one that says how it ended; without those, the stored text.
+    assert printed.exit_code == 0, printed.output
+    assert _unlabelled(printed.stdout) == everything.splitlines()
+    markers = [line for line in printed.stdout.splitlines() if line.startswith("── ")]
+    assert markers == ["── build on mac-out ──", "── build succeeded on mac-out ──", "── sign on mac-out ──", "── sign succeeded on mac-out ──"], markers
+    assert {line.split(" | ", 1)[0] for line in printed.stdout.splitlines() if " | " in line} == {"build#1", "sign#1"}
     skipped = "".join(chunk.data for chunk in _all_chunks(local_stack, job_id)[:3])
-    assert (from_three.exit_code, from_three.stdout) == (0, everything[len(skipped):])
+    assert from_three.exit_code == 0 and _unlabelled(from_three.stdout) == everything[len(skipped):].splitlines()
+    assert only_sign.exit_code == 0 and {line.split(" | ", 1)[0] for line in only_sign.stdout.splitlines() if " | " in line} == {"sign#1"}
+    assert only_sign.stdout.splitlines()[0] == "── sign on mac-out ──", only_sign.stdout[:300]
+
+
+def _unlabelled(printed: str) -> list[str]:
+    """The log's lines as stored: no stage markers, no `stage#attempt | ` labels."""
+    return [re.sub(r"^\S+#\d+ \| ", "", line) for line in printed.splitlines() if not line.startswith("── ")]
 
 
 @pytest.mark.timeout(120)
@@ -341,7 +356,9 @@ def test_following_a_failed_job_exits_1(local_stack, project_id, tmp_path):
     result = runner.invoke(cli, ["logs", job_id, "-f", "--stack-file", str(_stack_file(local_stack, tmp_path))])
 
     assert result.exit_code == 1
-    assert result.stdout.startswith("about to fail\n")
+    assert result.stdout.splitlines() == [
+        "── build on mac-fail ──", "build#1 | about to fail", "── build failed on mac-fail: exit 3, Relevo.Fatal.ExitCode ──",
+    ]
 
 
 def _sha256(path: Path) -> str:

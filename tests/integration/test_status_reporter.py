@@ -95,7 +95,7 @@ def test_each_transition_is_one_github_status_and_a_repeated_record_sends_nothin
     assert [(b["state"], b["description"]) for b in bodies] == [
         ("pending", "queued"),
         ("pending", "running"),
-        ("pending", f"waiting for approval of deploy: relevo approve {job_id}"),
+        ("pending", f"waiting for approval of deploy: relevo job approve {job_id}"),
         ("pending", "running"),
         ("success", "succeeded"),
     ]

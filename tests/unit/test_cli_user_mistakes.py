@@ -160,3 +160,33 @@ def test_a_checkout_url_with_credentials_in_it_is_refused(tmp_path: Path, stack_
     assert result.exit_code == 2
     line = _one_line(result)
     assert line.startswith(f"{path}:8: checkout.url: ") and "put them in Secrets Manager" in line
+
+
+def test_a_lease_no_agent_would_take_is_refused_with_the_arithmetic(tmp_path: Path, stack_file: str):
+    """An agent renews every lease/3 and fences itself max_clock_skew_sec (5 s by default) before
+    the lease ends: a lease of 6 s would fence at 1 s, before its first renewal at 2 s, so every
+    agent would hand the stage back until the queue timeout. Refused before anything is written."""
+    path, result = _apply(tmp_path, stack_file, GOOD + "lease_ttl_sec: 6\n")
+
+    assert result.exit_code == 2
+    assert _one_line(result) == (
+        f"{path}:7: lease_ttl_sec: a lease of 6 s leaves no renewal before the fence: an agent renews every 2 s "
+        "(lease/3) and fences itself 5 s before the lease ends (the default max_clock_skew_sec), at 1 s; "
+        "no agent with the default allowed skew would take a stage: use 8 s or more"
+    )
+
+
+def test_the_shortest_lease_an_agent_takes_is_accepted(tmp_path: Path, stack_file: str):
+    # 8 s: renewals every 2.67 s, the fence at 3 s. The file passes; the unreachable stack is next.
+    _, result = _apply(tmp_path, stack_file, GOOD + "lease_ttl_sec: 8\n")
+    assert "lease_ttl_sec" not in result.output and "cannot reach" in result.output, result.output
+
+
+def test_an_exit_code_both_a_warning_and_transient_is_refused(tmp_path: Path, stack_file: str):
+    content = GOOD + "    warning_exit_codes: [3, 75]\n"
+    path, result = _apply(tmp_path, stack_file, content)
+    assert result.exit_code == 2
+    assert _one_line(result).endswith(
+        "stages[0].warning_exit_codes: 75 also in retry.transient_exit_codes: an exit code is either a warning "
+        "(the job goes on) or transient (the stage is retried)"
+    )

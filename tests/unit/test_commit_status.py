@@ -73,7 +73,7 @@ def test_the_github_states_follow_the_job():
     states = [status_request(_transition(o, n, **e), GITHUB, "acme/ios-app", "t", "l").body["state"] for o, n, e in LIFE]
     assert states == ["pending", "pending", "pending", "pending", "success", "failure", "error", "failure", "error"]
     waiting = status_request(_transition(*LIFE[2][:2], **LIFE[2][2]), GITHUB, "acme/ios-app", "t", "l").body
-    assert waiting["description"] == "waiting for approval of deploy: relevo approve job_0000000000000000000000a"
+    assert waiting["description"] == "waiting for approval of deploy: relevo job approve job_0000000000000000000000a"
 
 
 def test_the_check_names_what_github_would_refuse():
@@ -117,3 +117,20 @@ def test_the_link_is_the_execution_or_the_project_s_console():
         "arn:aws:states:eu-west-1:123456789012:execution:relevo-jobs:job_0000000000000000000000a"
     )
     assert transition.status is JobStatus.RUNNING
+
+
+def test_a_success_with_warning_stages_is_a_success_whose_description_names_them():
+    # Given the job record the state machine wrote at the success: each stage's answer, lint's a warning
+    outcomes = '[{"stage":"build","attempt":1,"agent_id":"mac-1","status":"succeeded"},' \
+               '{"stage":"lint","attempt":1,"agent_id":"mac-1","status":"warning"},{"agent_id":"mac-2","attempt":2}]'
+    transition = _transition("running", "succeeded", stage_outcomes=outcomes)
+
+    github = status_request(transition, GITHUB, "acme/ios-app", "tok", "https://console/jobs/j").body
+    gitlab = status_request(transition, GITLAB, "group/ios-app", "glpat", "https://console/jobs/j").body
+
+    assert transition.warning_stages == ("lint",)
+    assert (github["state"], github["description"]) == ("success", "succeeded, with warnings in lint")
+    assert check_call("POST", "/repos/acme/ios-app/statuses/" + COMMIT, github) == "repos/create-commit-status"
+    assert (gitlab["state"], gitlab["description"]) == ("success", "succeeded, with warnings in lint")
+    # Without warnings, the same success as before
+    assert status_request(_transition("running", "succeeded"), GITHUB, "acme/ios-app", "t", "l").body["description"] == "succeeded"

@@ -56,7 +56,7 @@ def test_the_waiting_message_carries_what_a_release_manager_acts_on():
     message = slack_message(notice)
     assert check_message(message) == []
     text = str(message)
-    for shown in ("ios-app", "refs/tags/v1.4", "deploy", "ana", "`relevo approve job_0000000000000000000000a`", "https://console/jobs/"):
+    for shown in ("ios-app", "refs/tags/v1.4", "deploy", "ana", "`relevo job approve job_0000000000000000000000a`", "https://console/jobs/"):
         assert shown in text
 
 
@@ -90,7 +90,7 @@ def test_the_demo_shows_the_recorded_slack_message_as_the_channel_would():
     shown = slack_text(slack_message(notice))
     assert shown[0] == "# ios-app: deploy waits for approval"
     assert "Project: ios-app" in shown[1] and "Stage: deploy" in shown[1] and "Actor: ana" in shown[1]
-    assert "`relevo approve job_0000000000000000000000a`" in shown
+    assert "`relevo job approve job_0000000000000000000000a`" in shown
     assert shown[-1] == "[Open the job] https://console/jobs/job_0000000000000000000000a"
 
 

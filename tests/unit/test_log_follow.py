@@ -123,3 +123,25 @@ def test_what_counts_as_transient():
     assert is_transient(requests.ConnectionError()) and is_transient(requests.Timeout())
     assert is_transient(ApiError(503, {})) and is_transient(ApiError(429, {"error": "THROTTLED"}))
     assert not is_transient(ApiError(404, {"error": "JOB_NOT_FOUND"})) and not is_transient(ValueError())
+
+
+def test_the_gate_line_comes_after_the_lines_already_stored():
+    # Given a job waiting at its gate whose build printed three lines, stored over two pages
+    log, out, sleeps = Log(limit=2), [], []
+    log.chunks = ["line 0\n", "line 1\n", "line 2\n"]
+    log.status = "waiting"
+
+    def approved() -> None:
+        log.status = "succeeded"
+
+    def said(page: dict) -> None:
+        if page["status"] == "waiting":
+            out.append("waiting for approval before deploy")
+
+    follower = _follower(log, out, sleeps, on_sleep=approved, status_changed=said, poll_sec=0.5)
+
+    # When `relevo logs -f` follows it from the start
+    assert follower.run(follow=True) == 0
+
+    # Then the stored lines come first, and only then what the job waits for
+    assert out == ["line 0\n", "line 1\n", "line 2\n", "waiting for approval before deploy"]

@@ -85,7 +85,7 @@ def test_no_stream_function_has_more_filters_than_lambda_allows_by_default():
 REPORTED_STAGE_CHANGES = (
     '{"dynamodb": {"Keys": {"sk": {"S": [{"prefix": "STAGE#"}]}}, "OldImage": {"status": {"S": ["pending", "dispatched"]}}, "NewImage": {"status": {"S": ["running"]}}}}',
     '{"dynamodb": {"Keys": {"sk": {"S": [{"prefix": "STAGE#"}]}}, "OldImage": {"status": {"S": ["pending", "dispatched", "running", "unknown", "reconciled"]}}, '
-    '"NewImage": {"status": {"S": ["succeeded", "failed", "skipped", "canceled", "manual_review"]}}}}',
+    '"NewImage": {"status": {"S": ["succeeded", "warning", "failed", "skipped", "canceled", "manual_review"]}}}}',
 )
 STATUSES = [None, *(status.value for status in StageStatus)]
 

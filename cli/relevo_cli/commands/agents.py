@@ -1,5 +1,6 @@
-"""`relevo agents`: the fleet per region affinity, and taking agents (or a region's dispatch) out of
-rotation: pause, drain, resume, pause-region, resume-region."""
+"""`relevo agent list|pause|drain|resume` and `relevo region pause|resume`: the fleet per region
+affinity, and taking agents (or a region's dispatch) out of rotation. `relevo agent list` (with
+pause-region, resume-region) is the older spelling, kept as a hidden alias."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ import typer
 from rich.table import Table
 
 from relevo_cli.cli_errors import UserMistake
-from relevo_cli.commands.common import StackOption, console, open_stack, stack_api
+from relevo_cli.commands.common import StackOption, add_column, console, open_stack, stack_api
 from relevo_core.models.requests import PAUSE_DEFAULT_SEC, PAUSE_MAX_SEC
 
+agent_app = typer.Typer(no_args_is_help=True, help="The fleet's agents: list them; pause, drain and resume one.")
+region_app = typer.Typer(no_args_is_help=True, help="A region affinity's dispatch: pause it, resume it.")
+# The older spelling: `relevo agent list` lists, its subcommands act.
 agents_app = typer.Typer(help="The fleet per region affinity; pause, drain and resume agents and regions.")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"(\d+)([smhd])")
@@ -48,8 +52,16 @@ def agents_command(
     stack_file: Optional[Path] = StackOption,
 ) -> None:
     """The fleet per region affinity: each agent online or offline (paused, draining), last seen, capacity used / total, the stages it runs, its version."""
-    if ctx.invoked_subcommand is not None:
-        return
+    if ctx.invoked_subcommand is None:
+        agent_list(as_json, stack_file)
+
+
+@agent_app.command("list")
+def agent_list(
+    as_json: bool = typer.Option(False, "--json", help="print the fleet as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """The fleet per region affinity: each agent online or offline (paused, draining), last seen, capacity used / total, the stages it runs, its version."""
     stack = open_stack(stack_file)
     with stack_api(stack_file) as api:
         view = api.queue()
@@ -67,7 +79,7 @@ def agents_command(
             title += f"; dispatch {_pause_text(paused_regions[region])}"
         table = Table(title=title)
         for column in ("agent", "state", "last seen", "used / capacity", "running stages", "capabilities", "version"):
-            table.add_column(column)
+            add_column(table, column)
         for agent in here:
             stages = ", ".join(f"{s['job_id']} {s['stage']}#{s['attempt']}" for s in agent.get("running_stages", []))
             table.add_row(
@@ -108,7 +120,7 @@ def _state(agent: dict) -> str:
     return "[green]online[/green]"
 
 
-Note = typer.Option("", "--note", help="why (shown in `relevo agents`, the console and the queue)")
+Note = typer.Option("", "--note", help="why (shown in `relevo agent list`, the console and the queue)")
 Timeout = typer.Option(f"{PAUSE_DEFAULT_SEC // 60}m", "--timeout", help="ends by itself after this long (90s, 5m, 2h, 1d; at most 7d)")
 Region = typer.Option(None, "--region", help="the agent's region affinity (default: the region of its presence record)")
 
@@ -116,11 +128,12 @@ Region = typer.Option(None, "--region", help="the agent's region affinity (defau
 def _pause(agent_id: str, note: str, timeout: str, region: str | None, drain: bool, stack_file: Path | None) -> None:
     body = {"note": note, "timeout_sec": parse_duration(timeout), "drain": drain, **({"region": region} if region else {})}
     with stack_api(stack_file) as api:
-        pause = api.request("POST", f"/agents/{agent_id}/pause", body)["paused"]
+        pause = api.pause_agent(agent_id, body)["paused"]
     then = "finishes what it runs, then exits" if drain else "finishes what it runs"
     console.print(f"{agent_id} ({pause['region']}) {_pause_text(pause)}: takes no new stage within a presence interval, {then}", markup=False, highlight=False, soft_wrap=True)
 
 
+@agent_app.command("pause")
 @agents_app.command("pause")
 def pause_command(
     agent_id: str = typer.Argument(..., help="the agent's id"), note: str = Note, timeout: str = Timeout,
@@ -130,6 +143,7 @@ def pause_command(
     _pause(agent_id, note, timeout, region, False, stack_file)
 
 
+@agent_app.command("drain")
 @agents_app.command("drain")
 def drain_command(
     agent_id: str = typer.Argument(..., help="the agent's id"), note: str = Note, timeout: str = Timeout,
@@ -139,6 +153,7 @@ def drain_command(
     _pause(agent_id, note, timeout, region, True, stack_file)
 
 
+@agent_app.command("resume")
 @agents_app.command("resume")
 def resume_command(
     agent_id: str = typer.Argument(..., help="the agent's id"), region: Optional[str] = Region,
@@ -146,10 +161,11 @@ def resume_command(
 ) -> None:
     """End an agent's pause or drain."""
     with stack_api(stack_file) as api:
-        result = api.request("POST", f"/agents/{agent_id}/resume", params={"region": region} if region else None)
+        result = api.resume_agent(agent_id, region)
     console.print(f"{agent_id} ({result['region']}) " + ("resumed" if result["resumed"] else "was not paused"), markup=False, highlight=False)
 
 
+@region_app.command("pause")
 @agents_app.command("pause-region")
 def pause_region_command(
     region: str = typer.Argument(..., help="a region affinity"), note: str = Note, timeout: str = Timeout,
@@ -157,13 +173,14 @@ def pause_region_command(
 ) -> None:
     """Pause dispatch in a region: none of its agents takes a new stage; running stages finish."""
     with stack_api(stack_file) as api:
-        pause = api.request("POST", f"/regions/{region}/pause", {"note": note, "timeout_sec": parse_duration(timeout)})["paused"]
+        pause = api.pause_region(region, {"note": note, "timeout_sec": parse_duration(timeout)})["paused"]
     console.print(f"{region}: dispatch {_pause_text(pause)}", markup=False, highlight=False, soft_wrap=True)
 
 
+@region_app.command("resume")
 @agents_app.command("resume-region")
 def resume_region_command(region: str = typer.Argument(..., help="a region affinity"), stack_file: Optional[Path] = StackOption) -> None:
     """End a region's dispatch pause."""
     with stack_api(stack_file) as api:
-        result = api.request("POST", f"/regions/{region}/resume")
+        result = api.resume_region(region)
     console.print(f"{region}: dispatch " + ("resumed" if result["resumed"] else "was not paused"), markup=False, highlight=False)

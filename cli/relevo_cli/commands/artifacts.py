@@ -1,7 +1,10 @@
-"""`relevo artifacts …`: the files the stages of a job uploaded (list, get with its sha256 checked)."""
+"""`relevo artifact list|download`: the files the stages of a job uploaded, downloaded with their
+sha256 checked. `relevo artifact list|get` is the older spelling (a hidden alias)."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -9,7 +12,7 @@ import typer
 from rich.table import Table
 
 from relevo_cli.cli_errors import JobId
-from relevo_cli.commands.common import StackOption, console, errors, stack_api
+from relevo_cli.commands.common import StackOption, add_column, console, errors, stack_api
 
 
 def removal_note(artifact: dict) -> str | None:
@@ -19,16 +22,26 @@ def removal_note(artifact: dict) -> str | None:
     return f"removed by quota at {artifact['removed_at']}"
 
 
+artifact_app = typer.Typer(no_args_is_help=True, help="Files the stages of a job uploaded: list them, download one.")
 artifacts_app = typer.Typer(no_args_is_help=True, help="Files the stages of a job uploaded.")
 
+
+@artifact_app.command("list")
 @artifacts_app.command("list")
-def artifacts_list(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
+def artifacts_list(
+    job_id: str = JobId,
+    as_json: bool = typer.Option(False, "--json", help="print the artifacts as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
     """A job's artifacts, with the sha256 recorded at upload."""
     with stack_api(stack_file) as api:
         job = api.get_job(job_id)
+    if as_json:
+        sys.stdout.write(json.dumps(job["artifacts"], indent=2) + "\n")
+        return
     table = Table(title=f"{len(job['artifacts'])} artifact(s) of {job_id}")
     for column in ("stage", "name", "size", "sha256", "stored"):
-        table.add_column(column)
+        add_column(table, column)
     for artifact in job["artifacts"]:
         table.add_row(artifact["stage"], artifact["name"], str(artifact["size"]), artifact["sha256"],
                       "removed" if artifact.get("removed_at") else "yes")
@@ -41,6 +54,7 @@ def artifacts_list(job_id: str = JobId, stack_file: Optional[Path] = StackOption
                           markup=False, highlight=False, soft_wrap=True)
 
 
+@artifact_app.command("download")
 @artifacts_app.command("get")
 def artifacts_get(
     job_id: str = JobId,

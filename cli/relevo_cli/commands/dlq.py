@@ -11,19 +11,25 @@ import typer
 from rich.table import Table
 
 from relevo_cli.cli_errors import JobId
-from relevo_cli.commands.common import StackOption, console, print_trigger, stack_api
+from relevo_cli.commands.common import StackOption, add_column, console, print_trigger, stack_api
 
 dlq_app = typer.Typer(no_args_is_help=True, help="The job dead-letter queue.")
 
 
 @dlq_app.command("list")
-def dlq_list(stack_file: Optional[Path] = StackOption) -> None:
+def dlq_list(
+    as_json: bool = typer.Option(False, "--json", help="print the entries and frozen keys as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
     """Jobs that failed for good, newest first."""
     with stack_api(stack_file) as api:
         listing = api.dead_letters()
+    if as_json:
+        sys.stdout.write(json.dumps(listing, indent=2) + "\n")
+        return
     table = Table(title=f"{listing['count']} dead-lettered jobs")
     for column in ("job", "project", "failed stage", "error", "attempts", "last good stage", "state"):
-        table.add_column(column)
+        add_column(table, column)
     for entry in listing["entries"]:
         table.add_row(
             entry["job_id"], entry["project"], entry["failed_stage"] or "-", entry["error"],
@@ -34,7 +40,7 @@ def dlq_list(stack_file: Optional[Path] = StackOption) -> None:
     if frozen:
         keys = Table(title=f"{len(frozen)} frozen idempotency keys (automatic runs refused, no stage retries)")
         for column in ("idempotency key", "project", "frozen at", "entries"):
-            keys.add_column(column)
+            add_column(keys, column)
         for record in frozen:
             keys.add_row(
                 record["idempotency_key"], record["project"] or "-", record["frozen_at"] or "-",
@@ -44,7 +50,7 @@ def dlq_list(stack_file: Optional[Path] = StackOption) -> None:
         console.print("lift a freeze with: relevo dlq unfreeze KEY")
 
 
-@dlq_app.command("show")
+@dlq_app.command("view")
 def dlq_show(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
     """One dead-lettered job, with everything needed to resume it."""
     with stack_api(stack_file) as api:
@@ -64,3 +70,7 @@ def dlq_unfreeze(key: str, stack_file: Optional[Path] = StackOption) -> None:
     with stack_api(stack_file) as api:
         result = api.unfreeze_key(key)
     console.print(f"idempotency key [bold]{result['idempotency_key']}[/bold] unfrozen")
+
+
+# The older spelling.
+dlq_app.command("show", hidden=True)(dlq_show)

@@ -1,5 +1,6 @@
-"""`relevo group …` and `relevo deliveries`: project groups' notification channels, and the record
-of every delivery in (webhooks) and out (commit statuses, notifications)."""
+"""`relevo group apply|test` and `relevo delivery list`: project groups' notification channels, and
+the record of every delivery in (webhooks) and out (commit statuses, notifications). `relevo
+deliveries` is the older spelling (a hidden alias)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from relevo_cli.commands.common import StackOption, console, stack_api
+from relevo_cli.commands.common import StackOption, add_column, console, stack_api
 from relevo_cli.project_file import parse
 from relevo_core.models.group import Group
 from relevo_core.user_files import InvalidFile, validate
 
 group_app = typer.Typer(no_args_is_help=True, help="Project groups: the notification channels of every project in a group.")
+delivery_app = typer.Typer(no_args_is_help=True, help="Deliveries in (webhooks) and out (commit statuses, notifications).")
 
 
 def load_group_file(path: Path) -> dict:
@@ -52,7 +54,7 @@ def group_test(group: str = typer.Argument(..., help="the group's name"), stack_
         tested = api.test_group(group)
     table = Table(title=f"test messages of group {group}")
     for column in ("channel", "kind", "outcome", "HTTP", "reason"):
-        table.add_column(column)
+        add_column(table, column)
     for result in tested["results"]:
         table.add_row(str(result["channel"]), result["kind"], result["outcome"], str(result["http_status"] or "-"), result["reason"] or "")
     console.print(table)
@@ -60,6 +62,7 @@ def group_test(group: str = typer.Argument(..., help="the group's name"), stack_
         raise typer.Exit(1)
 
 
+@delivery_app.command("list")
 def deliveries(
     project: Optional[str] = typer.Option(None, "--project", help="one project's deliveries"),
     failed: bool = typer.Option(False, "--failed", help="only what failed, was refused or is being retried"),
@@ -74,7 +77,7 @@ def deliveries(
         return
     table = Table(title=f"{listed['count']} deliveries")
     for column in ("at", "", "project", "target", "event", "outcome", "HTTP", "attempt", "ms", "job / reason"):
-        table.add_column(column)
+        add_column(table, column)
     for r in listed["deliveries"]:
         table.add_row(
             r["at"], "in" if r["direction"] == "incoming" else "out", r["project"], r["target"], r["event"], r["outcome"],

@@ -1,11 +1,13 @@
-"""One job: `relevo status` / `job show` (its table, notes and log tail), `jobs` (the listing),
-`run`, `rerun`, `approve`, `reject`, `cancel`, `logs`, and the `relevo job …` sub-app (resolve,
-priority, delete)."""
+"""`relevo job …`: the listing (`list`), one job (`view`: its table, notes and log tail; `logs`,
+`watch`) and what can be done to it (`approve`, `reject`, `cancel`, `rerun`, `resolve`,
+`priority`, `delete`); and `project run`. main.py assembles them, with the older spellings
+(`relevo job view`, `relevo job list`, `relevo project run`, …) as hidden aliases."""
 
 from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -13,24 +15,25 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from relevo_cli.cli_errors import JobId, ProjectId
-from relevo_cli.commands.common import StackOption, console, errors, print_trigger, stack_api
+from relevo_cli.cli_errors import JobId, ProjectId, UserMistake
+from relevo_cli.commands.common import StackOption, add_column, console, errors, print_trigger, stack_api
+from relevo_cli.words import error_sentence, time_ago
+from relevo_core.models.status import queue_reason_words
 from relevo_core.models.transfer import TransferProgress, human_bytes
 
-job_app = typer.Typer(no_args_is_help=True, help="Operator actions on one job.")
+job_app = typer.Typer(no_args_is_help=True, help="Jobs: list them, view one, follow its log, act on it.")
 
 
 def gate_line(job_id: str, stage: str) -> str:
     """What a job waiting at its approval gate needs, and the command that gives it."""
-    return f"waiting for approval before {stage}: `relevo approve {job_id}` (or `relevo reject {job_id} --reason …`)"
+    return f"waiting for approval before {stage}: `relevo job approve {job_id}` (or `relevo job reject {job_id} --reason …`)"
 
 
 def render_job(job: dict) -> Table:
-    waiting = f" (waiting: {job.get('queue_detail') or job['queue_reason']})" if job.get("queue_reason") else ""
-    held = f" (held: {job['held_reason']}; relevo release starts it)" if job.get("held_reason") else ""
-    table = Table(title=f"{job['job_id']}  {job['project']}  [bold]{job['status']}[/bold]{waiting}{held}")
+    # The title stays short (rich wraps it to the table's width): why it waits is a note below.
+    table = Table(title=f"{job['job_id']}  {job['project']}  [bold]{job['status']}[/bold]")
     for column in ("#", "stage", "status", "attempt", "agent", "exit", "error", "transfer"):
-        table.add_column(column)
+        add_column(table, column)
     for stage in job["stages"]:
         table.add_row(
             str(stage["index"]),
@@ -61,6 +64,17 @@ def job_notes(job: dict) -> list[str]:
     if job.get("last_writer"):
         parts.append(f"last writer: {job['last_writer']}")
     notes = [" · ".join(parts)]
+    failure = error_sentence(job)
+    if failure:
+        notes.append(failure)
+    if job.get("queue_reason"):
+        notes.append(f"waiting ({job['queue_reason']}): {queue_reason_words(job['queue_reason'], job.get('region_affinity'), job.get('queue_detail'))}")
+    if job.get("held_reason"):
+        notes.append(f"held ({job['held_reason']}): `relevo job release {job['job_id']}` starts it")
+    if job.get("warning_stages"):
+        warned = ", ".join(job["warning_stages"])
+        notes.append(f"succeeded with warnings in {warned}" if job["status"] == "succeeded" else f"warnings so far in {warned}")
+        notes += [f"{stage['name']} warning: {stage['warning']}" for stage in job["stages"] if stage.get("warning")]
     if job.get("waiting_stage"):
         notes.append(gate_line(job["job_id"], job["waiting_stage"]))
     decision = job.get("approval_decision")
@@ -113,10 +127,10 @@ def _print_log_tail(job: dict) -> None:
     lines = tail["lines"][-STATUS_LOG_LINES:]
     if not lines:
         return
-    console.rule(f"last {len(lines)} log lines")
+    console.print(f"── last {len(lines)} log lines ──", markup=False, highlight=False, soft_wrap=True)
     for line in lines:
         console.print(f"{line['stage']}#{line['attempt']} | {line['text']}", markup=False, highlight=False, soft_wrap=True)
-    console.print(f"(all of it: relevo logs {job['job_id']}; follow: relevo logs {job['job_id']} -f --from-seq {tail['next_seq']})", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"(all of it: relevo job logs {job['job_id']}; follow: relevo job logs {job['job_id']} -f --from-seq {tail['next_seq']})", markup=False, highlight=False, soft_wrap=True)
 
 
 def status(
@@ -124,7 +138,7 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="print the job as JSON"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
-    """Show a job and its stages."""
+    """Show a job: its stages (where each ran, how it ended), its notes and the end of its log."""
     with stack_api(stack_file) as api:
         job = api.get_job(job_id)
     if as_json:
@@ -134,10 +148,6 @@ def status(
         for note in job_notes(job):
             console.print(note, markup=False, highlight=False, soft_wrap=True)
         _print_log_tail(job)
-
-
-# `relevo job show JOB` is the same view, beside the other one-job commands.
-job_app.command("show", help="Show a job and its stages (same as `relevo status`).")(status)
 
 
 def jobs(
@@ -162,16 +172,17 @@ def jobs(
         sys.stdout.write(json.dumps(listing, indent=2) + "\n")
         return
     queued = status == "queued"
+    now = datetime.now(timezone.utc)
     table = Table(title=f"{listing['count']} job(s){' (more not shown)' if listing['truncated'] else ''}")
     if queued:
         table.add_column("#", justify="right")
     for column in ("job", "project", "status", "trigger", "ref", "region", "priority", "created", "why waiting" if queued else "last good stage"):
-        table.add_column(column)
+        add_column(table, column)
     for job in listing["jobs"]:
         row = [] if not queued else [str(job["queue_position"])]
         status_cell = f"{job['status']} ({job['held_reason']})" if job.get("held_reason") else job["status"]
         row += [job["job_id"], job["project"], status_cell, job["trigger"] or "", job["ref"] or "",
-                job["region_affinity"] or "", str(job["priority"]), (job["created_at"] or "")[:19],
+                job["region_affinity"] or "", str(job["priority"]), time_ago(job["created_at"], now),
                 (job["queue_reason"] or "") if queued else (job["last_successful_stage"] or "")]
         table.add_row(*row)
     console.print(table)
@@ -184,10 +195,11 @@ def run(
     stage: Optional[list[str]] = typer.Option(None, "--stage", help="run only these stages (repeatable)"),
     priority: Optional[int] = typer.Option(None, help="priority (manual runs default to 10)"),
     again: bool = typer.Option(False, "--again", help="a new run even if the same one is already queued"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the job id (JOB=$(relevo run P -q))"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the job id (JOB=$(relevo project run P -q))"),
+    as_json: bool = typer.Option(False, "--json", help="print the answer as JSON: job_id, duplicate, status"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
-    """Run a project now (trigger: manual)."""
+    """Run a project now (trigger: manual). Exit 0: a new job; 3: the same run is already a job (its id is printed, and what it is: queued, running or ended; --again runs it anew)."""
     import secrets
 
     body = {"trigger": "manual", "ref": ref, "commit": commit, "stages": stage or None, "priority": priority}
@@ -195,10 +207,7 @@ def run(
         body["request_id"] = secrets.token_hex(8)
     with stack_api(stack_file) as api:
         result = api.run_project(project_id, {k: v for k, v in body.items() if v is not None})
-        if quiet:
-            sys.stdout.write(result["job_id"] + "\n")
-            return
-        print_trigger(result, api, f"relevo run {project_id} --again")
+        print_trigger(result, api, f"relevo project run {project_id} --again", quiet=quiet, as_json=as_json)
 
 
 def rerun(
@@ -232,6 +241,49 @@ def cancel(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> Non
     with stack_api(stack_file) as api:
         result = api.cancel_job(job_id)
     console.print(f"job [bold]{result['job_id']}[/bold] canceled (was {result['was']})")
+
+
+def stage_words(stage: dict) -> str:
+    """A stage's state in a few words: `running on mac-1 (attempt 2)`, `dispatched again after
+    Relevo.Transient.ExitCode on mac-2`, `skipped (done by job_…)`."""
+    status = stage["status"]
+    if status == "dispatched":
+        failed = stage["attempts_log"][-1] if stage.get("attempts_log") else None
+        return f"dispatched again after {failed['error']} on {failed['agent']}" if failed else "dispatched"
+    if status == "skipped":
+        return f"skipped (done by {stage['reused_from']})" if stage.get("reused_from") else "skipped"
+    return f"{status} on {stage['agent_id']} (attempt {stage['attempt']})" if stage.get("agent_id") else status
+
+
+WATCH_EXIT_CODES = {"succeeded": 0, "failed": 1, "canceled": 1}
+
+
+def watch(
+    job_id: str = JobId,
+    interval: float = typer.Option(2.0, "--interval", "-i", min=0.5, help="seconds between two looks at the job"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Follow a job's stages until it ends, a line each time one moves (like `gh run watch`); exit 0 if the job succeeded, 1 if it failed or was canceled."""
+    import time
+
+    said: dict[str, str] = {}
+    with stack_api(stack_file) as api:
+        while True:
+            job = api.get_job(job_id)
+            changes = {"job": f"job {job_id} {job['status']}" + (
+                f" (waiting: {queue_reason_words(job['queue_reason'], job.get('region_affinity'), job.get('queue_detail'))})"
+                if job.get("queue_reason") else "")}
+            changes.update({stage["name"]: f"  {stage['name']} {stage_words(stage)}" for stage in job["stages"] if stage["status"] != "pending"})
+            for key, line in changes.items():
+                if said.get(key) != line:
+                    said[key] = line
+                    console.print(line, markup=False, highlight=False, soft_wrap=True)
+            if job.get("waiting_stage") and said.get("gate") != job["waiting_stage"]:
+                said["gate"] = job["waiting_stage"]
+                console.print(gate_line(job_id, job["waiting_stage"]), markup=False, highlight=False, soft_wrap=True)
+            if job["status"] in WATCH_EXIT_CODES:
+                raise typer.Exit(WATCH_EXIT_CODES[job["status"]])
+            time.sleep(interval)
 
 
 class ResolveAs(str, Enum):
@@ -272,8 +324,7 @@ def job_delete(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
-    """Delete an ended job with its stage records, log chunks and artifact records (safe to repeat
-    if it was interrupted). The artifact files themselves expire by the bucket's lifecycle rule."""
+    """Delete an ended job with its stage records, log chunks and artifact records (safe to repeat if it was interrupted). The artifact files themselves expire by the bucket's lifecycle rule."""
     if not yes:
         typer.confirm(f"delete job {job_id} with its logs and artifact records?", abort=True)
     with stack_api(stack_file) as api:
@@ -285,33 +336,54 @@ def job_delete(
     )
 
 
+def wait_words(job_id: str, reason: str, region: str | None, detail: str | None) -> str:
+    """Why a job waits, in words, and what a person can do about it."""
+    words = queue_reason_words(reason, region, detail)
+    hint = {
+        "agent_offline": f" (`relevo local agent --region {region}` starts one on this machine; `relevo agent list` shows the fleet)",
+        "agent_paused": " (`relevo agent list` shows who paused them; `relevo agent resume AGENT` ends a pause)",
+    }.get(reason, "")
+    return f"job {job_id} waits: {words}{hint}"
+
+
 def logs(
     job_id: str = JobId,
     follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends; exit 0 if it succeeded, 1 if not"),
-    from_seq: int = typer.Option(0, "--from-seq", min=0, help="start at this chunk (job show's log_tail.next_seq: right after its tail)"),
-    poll_sec: float = typer.Option(1.0, "--poll", min=0.1, help="seconds between polls while following"),
+    stage: Optional[list[str]] = typer.Option(None, "--stage", "-s", help="only this stage's lines (repeatable)"),
+    from_seq: int = typer.Option(0, "--from-seq", min=0, help="start at this chunk (job view's log_tail.next_seq: right after its tail)"),
+    poll_sec: float = typer.Option(0.5, "--poll", min=0.1, help="seconds between polls while following"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
-    """Print a job's output (already masked); with -f follow it, across dropped connections."""
-    from relevo_cli.follow import LogFollower
+    """Print a job's output (already masked), each line labelled stage#attempt, with a line where each stage begins and ends; with -f follow it until the job ends, across dropped connections."""
+    from relevo_cli.follow import LogFollower, StageLog
 
     def write(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    def gate_reached(page: dict) -> None:
-        # Following goes quiet while the job waits for a person: say for whom, and what to run.
+    def what_it_does(page: dict) -> None:
+        # Said once each time it changes, after the lines stored before it: the gate it waits at,
+        # or why no stage of it runs.
         if page.get("waiting_stage"):
             errors.print(gate_line(job_id, page["waiting_stage"]), markup=False, highlight=False, soft_wrap=True)
+        elif page.get("queue_reason") and not page.get("terminal"):
+            errors.print(wait_words(job_id, page["queue_reason"], page.get("region_affinity"), page.get("queue_detail")),
+                         markup=False, highlight=False, soft_wrap=True)
 
     with stack_api(stack_file) as api:
+        if stage:
+            plan = [s["name"] for s in api.get_job(job_id)["stages"]]
+            unknown = [name for name in stage if name not in plan]
+            if unknown:
+                raise UserMistake(f"--stage {unknown[0]!r}: job {job_id} has no such stage; its stages: {', '.join(plan)}")
         follower = LogFollower(
             fetch=lambda seq: api.job_logs(job_id, from_seq=seq),
             write=write,
             warn=lambda message: errors.print(f"[yellow]{message}[/yellow]"),
-            status_changed=gate_reached,
+            status_changed=what_it_does,
             poll_sec=poll_sec,
             next_seq=from_seq,
+            render=StageLog(write, only=stage),
         )
         code = follower.run(follow)
     if follow:

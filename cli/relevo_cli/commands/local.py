@@ -179,7 +179,7 @@ def local_down(
 
 @local_app.command("agent")
 def local_agent(
-    region: str = typer.Option(..., "--region", help="the region affinity whose work queue it polls"),
+    region: str = typer.Option(..., "--region", "--region-affinity", help="the region affinity whose work queue it polls (eu-west: a name of the stack's RegionAffinities, not an AWS region)"),
     capacity: int = typer.Option(2, "--capacity", min=1, help="stages at once"),
     agent_id: Optional[str] = typer.Option(None, "--agent-id", help="its name (default: local-REGION-N, the first free N)"),
     state_dir: Path = StateDirOption,
@@ -201,12 +201,14 @@ def local_agent(
         raise UserMistake("relevo-agent is not installed beside this CLI (pip install ./agent)") from exc
     home, lock_fd = _agent_home(state_dir, region, agent_id)
     config = write_agent_config(home / "agent.toml", (state_dir / "stack.json").resolve(), region, home.name, capacity=capacity)
-    _say(f"agent {home.name} ({region}, capacity {capacity}) on the local stack {stack.api_url}; config {config}; Ctrl-C stops it")
+    _say(f"agent {home.name} (region affinity {region}, capacity {capacity}) on the local stack {stack.api_url}; "
+         f"config {config}; it stays across a restart of the stack; Ctrl-C stops it")
     sys.stdout.flush()
     # The agent itself, in this process: signals reach it directly (its staged shutdown), and the
-    # lock on its directory is inherited so no second agent takes the same id meanwhile.
+    # lock on its directory is inherited so no second agent takes the same id meanwhile. It follows
+    # the stack file: a restarted stack (a new one on this state dir) is joined, not a reason to exit.
     os.set_inheritable(lock_fd, True)
-    os.execv(sys.executable, [sys.executable, "-m", "relevo_agent.launch", "--config", str(config)])
+    os.execv(sys.executable, [sys.executable, "-m", "relevo_agent.launch", "--config", str(config), "--follow-stack"])
 
 
 def _agent_home(state_dir: Path, region: str, agent_id: str | None) -> tuple[Path, int]:

@@ -1,4 +1,5 @@
-"""`relevo project …`: the project registry (apply, schema, show, list, grant, grants)."""
+"""`relevo project …`: the project registry (apply, view, list, delete, schema, grant, grants) and
+`project run` (commands/jobs.py). `project show` is the older spelling of `view`."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from rich.table import Table
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.cli_errors import ProjectId
-from relevo_cli.commands.common import StackOption, console, fail, open_stack, stack_api
+from relevo_cli.commands.common import StackOption, add_column, console, fail, open_stack, stack_api
 
-project_app = typer.Typer(no_args_is_help=True, help="The project registry.")
+project_app = typer.Typer(no_args_is_help=True, help="Projects: apply a project file, list, view, run, delete; who may do what.")
 
 
 @project_app.command("apply")
@@ -31,6 +32,29 @@ def project_apply(file: Path, stack_file: Optional[Path] = StackOption) -> None:
     console.print(f"project [bold]{project['id']}[/bold] applied ({len(project['stages'])} stages, region {project['region_affinity']})")
 
 
+@project_app.command("delete")
+def project_delete(
+    project_id: str = ProjectId,
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Delete a project (needs manage): its schedules, grants and webhook secrets. Refused while a job of it is held, queued or running; its ended jobs stay."""
+    from relevo_cli.projects import delete_secrets
+
+    if not yes:
+        typer.confirm(f"delete project {project_id} with its schedules, grants and webhook secrets?", abort=True)
+    stack = open_stack(stack_file)
+    try:
+        result = RelevoApi.for_stack(stack).delete_project(project_id)
+    except ApiError as exc:
+        fail(exc)
+    secrets = delete_secrets(stack, project_id)
+    removed = [f"{result['schedules_removed']} schedule(s)", f"{result['grants_removed']} grant(s)"]
+    removed += [f"secret {name}" for name in secrets]
+    console.print(f"project {project_id} deleted with {', '.join(removed)}; its ended jobs stay (relevo job delete JOB removes one)",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
 @project_app.command("schema")
 def project_schema() -> None:
     """Print the project file's JSON Schema (editors validate and complete with it; see docs/project-file.md)."""
@@ -39,21 +63,30 @@ def project_schema() -> None:
     sys.stdout.write(json.dumps(project_file_schema(), indent=2) + "\n")
 
 
-@project_app.command("show")
+@project_app.command("view")
 def project_show(project_id: str = ProjectId, stack_file: Optional[Path] = StackOption) -> None:
-    """Print a project as stored."""
+    """Print a project as stored (JSON)."""
     with stack_api(stack_file) as api:
         sys.stdout.write(json.dumps(api.get_project(project_id), indent=2) + "\n")
 
 
+project_app.command("show", hidden=True)(project_show)
+
+
 @project_app.command("list")
-def project_list(stack_file: Optional[Path] = StackOption) -> None:
+def project_list(
+    as_json: bool = typer.Option(False, "--json", help="print the projects as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
     """List registered projects."""
     with stack_api(stack_file) as api:
         listing = api.list_projects()
+    if as_json:
+        sys.stdout.write(json.dumps(listing["projects"], indent=2) + "\n")
+        return
     table = Table(title=f"{listing['count']} projects")
     for column in ("id", "repo", "region", "stages", "priority"):
-        table.add_column(column)
+        add_column(table, column)
     for project in listing["projects"]:
         table.add_row(
             project["id"], project["repo"], project["region_affinity"], " → ".join(s["name"] for s in project["stages"]), str(project["priority"])
@@ -75,13 +108,20 @@ def project_grant(
 
 
 @project_app.command("grants")
-def project_grants(project_id: str = ProjectId, stack_file: Optional[Path] = StackOption) -> None:
+def project_grants(
+    project_id: str = ProjectId,
+    as_json: bool = typer.Option(False, "--json", help="print the grants as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
     """Who may do what to a project (needs view)."""
     with stack_api(stack_file) as api:
         listing = api.grants(project_id)
+    if as_json:
+        sys.stdout.write(json.dumps(listing["grants"], indent=2) + "\n")
+        return
     table = Table(title=f"{listing['count']} grants on {project_id}")
     for column in ("principal", "level", "granted by"):
-        table.add_column(column)
+        add_column(table, column)
     for grant in listing["grants"]:
         table.add_row(grant["principal"], grant["level"], "(AdminPrincipals)" if grant.get("admin") else grant.get("granted_by", ""))
     console.print(table)

@@ -1,5 +1,5 @@
-"""The run order: `relevo queue` (jobs waiting, why, and every agent's load), `promote`, and
-`release` (a held job into the queue)."""
+"""The run order: `relevo queue list` (jobs waiting, why, and every agent's load; plain `relevo
+queue` too), and `job promote` and `job release` (a held job into the queue)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import typer
 from rich.table import Table
 
 from relevo_cli.cli_errors import JobId
-from relevo_cli.commands.common import StackOption, console, print_trigger, stack_api
+from relevo_cli.commands.common import StackOption, add_column, console, print_trigger, stack_api
+from relevo_core.models.status import queue_reason_words
 
 
 def release(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
@@ -21,6 +22,21 @@ def release(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> No
         print_trigger(api.release_job(job_id), api)
 
 
+queue_app = typer.Typer(help="The run order: jobs waiting, why each waits, and every agent's load.")
+
+
+@queue_app.callback(invoke_without_command=True)
+def queue_command(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="print the queue as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
+    """Jobs waiting to run, in order, with why each waits, and every agent's load (`relevo queue list` alone lists it too)."""
+    if ctx.invoked_subcommand is None:
+        queue(as_json, stack_file)
+
+
+@queue_app.command("list")
 def queue(
     as_json: bool = typer.Option(False, "--json", help="print the queue as JSON"),
     stack_file: Optional[Path] = StackOption,
@@ -35,10 +51,11 @@ def queue(
     title = f"{view['count']} queued job(s){' (more not shown)' if view['truncated'] else ''}"
     jobs_table = Table(title=title + (f", {len(waiting)} running job(s) waiting for an agent" if waiting else ""))
     for column in ("#", "job", "project", "priority", "region", "trigger", "ref", "queued since", "why waiting"):
-        jobs_table.add_column(column, justify="right" if column in ("#", "priority") else "left")
+        add_column(jobs_table, column, justify="right" if column in ("#", "priority") else "left")
     # A dispatched stage is already past the project's lock: it goes to the first free agent.
     for job in waiting:
-        why = f"{job['queue_reason'] or 'about to be claimed'}: stage {job['stage']} on the {job['region_affinity']} queue"
+        reason = queue_reason_words(job["queue_reason"], job["region_affinity"], job.get("queue_detail")) if job["queue_reason"] else "about to be claimed"
+        why = f"stage {job['stage']}: {reason} ({job['queue_reason'] or 'free agent'})"
         jobs_table.add_row(
             "-", job["job_id"], job["project"], str(job["priority"]), job["region_affinity"] or "",
             job["trigger"] or "", job["ref"] or "", (job["dispatched_at"] or job["created_at"] or "")[:19], why,
@@ -46,12 +63,13 @@ def queue(
     for job in view["jobs"]:
         jobs_table.add_row(
             str(job["queue_position"]), job["job_id"], job["project"], str(job["priority"]), job["region_affinity"] or "",
-            job["trigger"] or "", job["ref"] or "", (job["created_at"] or "")[:19], job["queue_reason"] or "",
+            job["trigger"] or "", job["ref"] or "", (job["created_at"] or "")[:19],
+            f"{queue_reason_words(job['queue_reason'], job['region_affinity'])} ({job['queue_reason']})" if job["queue_reason"] else "",
         )
     console.print(jobs_table)
     agents_table = Table(title=f"{len(view['agents'])} agent(s)")
     for column in ("agent", "region", "used / capacity", "version", "last seen", "state"):
-        agents_table.add_column(column)
+        add_column(agents_table, column)
     for agent in view["agents"]:
         agents_table.add_row(
             agent["agent_id"], agent["region"], f"{agent['used']} / {agent['capacity']}", agent["version"],

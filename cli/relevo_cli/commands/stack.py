@@ -9,6 +9,7 @@ from typing import Optional
 
 import boto3
 import typer
+from botocore.exceptions import ProfileNotFound
 
 from relevo_cli import deployed
 from relevo_cli.commands.common import StackOption, console, errors
@@ -75,7 +76,12 @@ def aws_preflight(
     from relevo_cli import preflight
 
     plan = preflight.deploy_plan(REPO_ROOT, stack_name, reserved_concurrency, access_logging)
-    findings = preflight.preflight(plan, boto3.session.Session(region_name=region, profile_name=profile), endpoint_url)
+    try:
+        session = boto3.session.Session(region_name=region, profile_name=profile)
+    except ProfileNotFound as exc:
+        findings = [preflight.credentials_finding(exc)]
+    else:
+        findings = preflight.preflight(plan, session, endpoint_url)
     for finding in findings:
         console.print(finding.line(), soft_wrap=True)
     if any(finding.verdict is preflight.Verdict.FIX for finding in findings):

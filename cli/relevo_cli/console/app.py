@@ -40,8 +40,10 @@ from relevo_cli.console.deliveries import deliveries_page
 from relevo_cli.console.security import ConsoleSecrets, guarded
 from relevo_cli.console.stream import StreamSettings, job_events
 from relevo_core.models.transfer import human_bytes
-from relevo_cli.console.summary import artifact_type, format_duration, job_summary
+from relevo_cli.console.summary import artifact_type, format_duration, job_summary, seconds_between
 from relevo_core.models.requests import LOG_MAX_LIMIT
+from relevo_core.models.status import queue_reason_words
+from relevo_cli.words import attempt_words, exact_time, time_ago
 
 HERE = Path(__file__).resolve().parent
 LOG_TAIL_LINES = 200
@@ -107,6 +109,11 @@ templates.filters["duration"] = format_duration
 templates.filters["thousands"] = lambda n: f"{int(n):,}"
 templates.filters["artifact_type"] = artifact_type
 templates.filters["human_bytes"] = lambda n: human_bytes(n or 0)
+templates.filters["exact"] = exact_time
+templates.filters["attempt_words"] = attempt_words
+templates.filters["reason_words"] = lambda reason, region=None, detail=None: queue_reason_words(reason, region, detail) if reason else ""
+templates.filters["ago"] = lambda iso: time_ago(iso, datetime.now(timezone.utc))
+templates.filters["short_ref"] = lambda ref: next((ref[len(p):] for p in ("refs/heads/", "refs/tags/") if (ref or "").startswith(p)), ref or "")
 
 
 def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -136,8 +143,9 @@ def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
         cost: dict[str, Any] | None = console.job_cost(job)
     except ApiError as exc:  # a held job has no execution yet (409 JOB_NOT_STARTED)
         cost = {"unavailable": str(exc)}
+    summary = job_summary(job, queued, datetime.now(timezone.utc))
     return {"job": job, "buttons": buttons, "rerun_from": rerun_from, "caller": caller, "cost": cost,
-            "level": level.value if level else "no grant", "summary": job_summary(job, queued, datetime.now(timezone.utc)),
+            "level": level.value if level else "no grant", "summary": summary,
             "directories": archive.artifact_directories(job.get("artifacts") or [])}
 
 
@@ -165,7 +173,9 @@ def job_list_context(console: Console, filters: dict[str, str | None]) -> dict[s
     plans = {p["id"]: [stage["name"] for stage in p.get("stages") or []] for p in projects}
     caller = console.caller_arn()
     level_on = project_levels(console, caller)
-    rows = [{"job": job, "buttons": actions.row_buttons(job, caller, level_on(job["project"]), plans.get(job["project"], []))}
+    now = datetime.now(timezone.utc)
+    rows = [{"job": job, "buttons": actions.row_buttons(job, caller, level_on(job["project"]), plans.get(job["project"], [])),
+             "duration_sec": seconds_between(job.get("started_at"), job.get("ended_at"), now)}
             for job in listed["jobs"]]
     return {"rows": rows, "truncated": listed["truncated"], "filters": filters,
             "groups": sorted({p["group"] for p in projects if p.get("group")}), "projects": sorted(plans)}
@@ -250,13 +260,22 @@ async def dlq_action(request: Request) -> Response:
     return JSONResponse(result)
 
 
-def fleet_context(view: dict[str, Any]) -> dict[str, Any]:
-    """GET /queue's agents per region, and each region's dispatch pause (`paused_regions`): a
-    paused region is shown even when none of its agents has reported."""
+# The fleet page's pause lengths (a pause ends by itself; the API allows up to 7 days).
+FLEET_TIMEOUTS = ((300, "5 minutes"), (1800, "30 minutes"), (7200, "2 hours"), (86400, "1 day"), (7 * 86400, "7 days"))
+
+
+def fleet_context(view: dict[str, Any], caller: str) -> dict[str, Any]:
+    """GET /queue's agents per region affinity of the stack (a region no agent reported from, or
+    whose dispatch is paused, is listed too), each region's dispatch pause, and whether the caller
+    may pause, drain and resume (`fleet_manage`: the stack's admins; otherwise why not)."""
     agents = view["agents"]
     paused = {pause["region"]: pause for pause in view.get("paused_regions") or []}
-    regions = sorted({agent["region"] for agent in agents} | set(paused))
-    return {"regions": [(region, [a for a in agents if a["region"] == region]) for region in regions], "paused_regions": paused}
+    regions = sorted(set(view.get("regions") or ()) | {agent["region"] for agent in agents} | set(paused))
+    manage = bool(view.get("fleet_manage"))
+    why_not = None if manage else (f"{caller} is not one of the stack's AdminPrincipals: pausing, draining and resuming "
+                                   "agents changes where every project's stages run, so only they may")
+    return {"regions": [(region, [a for a in agents if a["region"] == region]) for region in regions], "paused_regions": paused,
+            "fleet_manage": manage, "why_not": why_not, "timeouts": FLEET_TIMEOUTS}
 
 
 async def fleet_page(request: Request) -> Response:
@@ -265,9 +284,37 @@ async def fleet_page(request: Request) -> Response:
     console: Console = request.app.state.console
     try:
         view = await run_in_threadpool(console.api.queue)
+        caller = await run_in_threadpool(console.caller_arn)
     except ApiError as exc:
         return _error_page(exc)
-    return _page("fleet.html", **fleet_context(view))
+    return _page("fleet.html", **fleet_context(view, caller))
+
+
+async def fleet_action(request: Request) -> Response:
+    """Pause, drain or resume an agent (POST /agents/{id}/pause, /resume), pause or resume a
+    region's dispatch (POST /regions/{region}/pause, /resume): the API decides, as for the CLI."""
+    console: Console = request.app.state.console
+    body = await _json_object(request)
+    if isinstance(body, Response):
+        return body
+    params, action = request.path_params, request.path_params["action"]
+    if action not in (("pause", "drain", "resume") if "agent_id" in params else ("pause", "resume")):
+        return JSONResponse({"error": "NOT_FOUND", "message": f"no action {action!r}"}, status_code=404)
+    pause = {"note": str(body.get("note") or ""), "timeout_sec": body.get("timeout_sec")}
+    try:
+        if "agent_id" in params:
+            if action == "resume":
+                result = await run_in_threadpool(console.api.resume_agent, params["agent_id"], body.get("region") or None)
+            else:
+                request_body = {**pause, "drain": action == "drain", **({"region": body["region"]} if body.get("region") else {})}
+                result = await run_in_threadpool(console.api.pause_agent, params["agent_id"], request_body)
+        elif action == "resume":
+            result = await run_in_threadpool(console.api.resume_region, params["region"])
+        else:
+            result = await run_in_threadpool(console.api.pause_region, params["region"], pause)
+    except ApiError as exc:
+        return _refusal(exc)
+    return JSONResponse(result)
 
 
 def run_context(console: Console, selected: str | None, group: str | None = None) -> dict[str, Any]:
@@ -305,7 +352,7 @@ async def project_refs(request: Request) -> Response:
 
 
 def start_run(api: RelevoApi, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    """POST /projects/{id}/run as `relevo run --again` sends it, then where the job stands: its
+    """POST /projects/{id}/run as `relevo project run --again` sends it, then where the job stands: its
     queue position while it is queued."""
     request = {"trigger": "manual", "request_id": secrets.token_hex(8),
                **{k: body[k] for k in ("ref", "stages", "priority") if body.get(k) not in (None, "", [])}}
@@ -383,14 +430,15 @@ def last_chunks(api: RelevoApi, job_id: str, end: int, lines: int = LOG_TAIL_LIN
 
 
 async def job_panel(request: Request) -> Response:
-    """The job's summary, steps, artifacts and actions alone: the page swaps it in on a state event."""
+    """The job's summary, stages and actions (above the log) and its steps, handoff and artifacts
+    (below it), each part for its section: the page swaps them in on a state event."""
     console: Console = request.app.state.console
     try:
         job = await run_in_threadpool(console.api.get_job, request.path_params["job_id"])
         context = await run_in_threadpool(job_panel_context, console, job)
     except ApiError as exc:
         return _error_page(exc)
-    return _page("job_panel.html", **context)
+    return _page("job_parts.html", **context)
 
 
 async def job_stream(request: Request) -> Response:
@@ -487,6 +535,8 @@ def create_app(console: Console, console_secrets: ConsoleSecrets, port: int, ann
             Route("/dlq/keys/{key:path}/unfreeze", dlq_action, methods=["POST"]),
             Route("/dlq/{job_id}/redrive", dlq_action, methods=["POST"]),
             Route("/fleet", fleet_page),
+            Route("/agents/{agent_id}/{action:str}", fleet_action, methods=["POST"]),
+            Route("/regions/{region}/{action:str}", fleet_action, methods=["POST"]),
             Route("/deliveries", deliveries_page),
             Route("/projects/{project_id}/refs", project_refs),
             Route("/projects/{project_id}/run", run_submit, methods=["POST"]),

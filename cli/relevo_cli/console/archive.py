@@ -2,7 +2,7 @@
 RELEVO_ARTIFACT_DIR file by file (one artifact record and one S3 object per file, named by its
 path: relevo_agent.artifacts); the console gathers the files whose path starts with the directory,
 each through its presigned link and checked against its recorded sha256 and size
-(relevo_cli.artifacts.download, as `relevo artifacts get` does), into a temporary directory, then
+(relevo_cli.artifacts.download, as `relevo artifact download` does), into a temporary directory, then
 writes the archive there. It is complete before the first byte is sent, so the response carries
 its Content-Length and the browser shows a native download with its size.
 

@@ -1,5 +1,5 @@
 """The console's deliveries page (GET /deliveries?project=&failed=): what Relevo answered each
-webhook delivery, and every commit status and notification it sent, as `relevo deliveries`."""
+webhook delivery, and every commit status and notification it sent, as `relevo delivery list`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`GET /jobs/{id}/stream?from_seq=N`: a job's output and state as Server-Sent Events (issue 18,
-point 5), polled from the Relevo API the way `relevo logs -f` polls it (relevo_cli.follow):
+point 5), polled from the Relevo API the way `relevo job logs -f` polls it (relevo_cli.follow):
 
 - `event: log`, `id: <next seq>`: `{"chunks": [...], "next_seq": N}`, at most `batch_lines` lines a
   batch (a chunk is never split; one chunk longer than that is sent alone);

@@ -1,5 +1,6 @@
 """What the job page's summary and steps show beyond the job view's own fields: when the job
-started, how long it ran, its place in the queue, and per stage its duration and its transfer.
+started, how long it ran, its place in the queue, its failure as a sentence, which Mac ran which
+stages and why it waits, and per stage its duration and its transfer.
 
 Transfer: the agent writes each attempt's upload progress on its stage record while it uploads
 (relevo_agent.transfer; the job view's `transfer` per stage, `transfers` for every attempt), so a
@@ -15,6 +16,8 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
 
+from relevo_cli.words import error_sentence, macs_by_stage
+from relevo_core.models.status import queue_reason_words
 from relevo_core.models.transfer import TransferProgress, uploaded_text
 
 
@@ -64,6 +67,11 @@ def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetim
         "stage_sec": {stage["name"]: seconds_between(stage.get("started_at"), stage.get("ended_at"), now) for stage in job["stages"]},
         "transfers": stage_transfers(job),
         "attempt_transfers": {stage["name"]: attempt_transfers(stage) for stage in job["stages"]},
+        # The failure as a sentence (the job view has its class and a JSON cause), which Mac ran
+        # which stages, and why it waits, in words.
+        "error": error_sentence(job),
+        "macs": macs_by_stage(job),
+        "waiting": queue_reason_words(job["queue_reason"], job.get("region_affinity"), job.get("queue_detail")) if job.get("queue_reason") else None,
     }
 
 

@@ -22,7 +22,7 @@ from relevo_cli.drill.proxy import Mode
 from relevo_core.aws import client
 from relevo_core.lease_timeline import LeaseTimeline
 
-# Issue 14: from `relevo cancel` to SIGTERM of the stage's process group, whatever the lease.
+# Issue 14: from `relevo job cancel` to SIGTERM of the stage's process group, whatever the lease.
 CANCEL_LIMIT_SEC = 5.0
 LATENCY_SEC = 0.5
 RESET_PROBABILITY = 0.5
@@ -219,7 +219,7 @@ def latency(fleet: DrillFleet, number: int) -> Trial:
 
 
 def cancel(fleet: DrillFleet, number: int) -> Trial:
-    """`relevo cancel` mid-stage: SIGTERM reaches the group within CANCEL_LIMIT_SEC whatever the
+    """`relevo job cancel` mid-stage: SIGTERM reaches the group within CANCEL_LIMIT_SEC whatever the
     lease, the job ends canceled and no stage of it stays running."""
     run = DrillRun(fleet, "cancel", number)
     job_id, start, _ = run.start_job()

@@ -84,3 +84,29 @@ class LeaseTimeline:
     def successor_probe_after_sec(self) -> float:
         """The earliest the successor probes or re-runs: the recorded lease end plus the skew."""
         return self.lease_ttl_sec + self.max_clock_skew_sec
+
+
+def shortest_feasible_lease_sec(max_clock_skew_sec: float = MAX_CLOCK_SKEW_SEC) -> int:
+    """The shortest whole-second lease an agent allowing this skew takes (see `feasible`)."""
+    lease = 1
+    while not LeaseTimeline(lease, 0, max_clock_skew_sec).feasible:
+        lease += 1
+    return lease
+
+
+def infeasible_lease(lease_ttl_sec: int, max_clock_skew_sec: float = MAX_CLOCK_SKEW_SEC) -> str | None:
+    """Why no agent allowing `max_clock_skew_sec` (by default the agents' default) would take a
+    stage with this lease, with the arithmetic; None when one would. Whether a renewal fits before
+    the fence depends on the lease and the skew only: a kill grace the lease has no room for is
+    cut short."""
+    timeline = LeaseTimeline(lease_ttl_sec, 0, max_clock_skew_sec)
+    if timeline.feasible:
+        return None
+    default = " (the default max_clock_skew_sec)" if max_clock_skew_sec == MAX_CLOCK_SKEW_SEC else " (max_clock_skew_sec)"
+    every = f"every {round(timeline.renew_interval_sec, 2):g} s (lease/3" + (")" if lease_ttl_sec <= 3 * RENEW_INTERVAL_MAX_SEC else f", at most {RENEW_INTERVAL_MAX_SEC:g} s)")
+    return (
+        f"a lease of {lease_ttl_sec} s leaves no renewal before the fence: an agent renews {every} and fences itself "
+        f"{max_clock_skew_sec:g} s before the lease ends{default}, at {round(timeline.fence_after_sec, 2):g} s; "
+        f"no agent with {'the default' if default.startswith(' (the default') else 'that'} allowed skew would take a stage: "
+        f"use {shortest_feasible_lease_sec(max_clock_skew_sec)} s or more"
+    )

@@ -5,6 +5,7 @@
 (function () {
   const RECONNECT_MS = 1000;
   const panel = document.getElementById("job-panel");
+  const details = document.getElementById("job-details");
   const jobId = panel.dataset.jobId;
   const logEl = document.getElementById("log-lines");
   const MAX_LINES = Number(logEl.dataset.maxLines);  // the server's LOG_MAX_LINES
@@ -34,13 +35,25 @@
     return logEl.scrollTop + logEl.clientHeight >= logEl.scrollHeight - 4;
   }
 
-  function newLine(seq, part, text) {
+  function newLine(seq, part, text, chunk) {
     const line = document.createElement("span");
     line.className = "line";
     line.dataset.seq = String(seq);
     line.dataset.part = String(part);
+    if (chunk && chunk.stage) {
+      // Which stage attempt printed it; the first line of each is marked (a CSS label, not text).
+      line.dataset.owner = chunk.stage + "#" + chunk.attempt;
+      line.dataset.where = chunk.stage + (chunk.attempt > 1 ? " · attempt " + chunk.attempt : "") + (chunk.agent_id ? " · on " + chunk.agent_id : "");
+    }
     line.textContent = text;
     return line;
+  }
+
+  // A line starts a stage attempt's output when the line before it is another's (or none).
+  function markStart(line) {
+    if (line === null || !line.dataset.owner) return;
+    const before = line.previousElementSibling;
+    line.classList.toggle("stage-start", before === null || before.dataset.owner !== line.dataset.owner);
   }
 
   function setEarlier(enabled) {
@@ -61,6 +74,7 @@
     if (logEl.childElementCount <= MAX_LINES) return;
     while (logEl.childElementCount > MAX_LINES) logEl.firstElementChild.remove();
     markFirst();
+    markStart(logEl.firstElementChild);
     setEarlier(true);
   }
 
@@ -82,8 +96,9 @@
 
   // Chunk text appended after what is shown, from its part `fromPart` on (the parts before it are
   // shown already): a chunk may end in the middle of a line.
-  function appendText(seq, text, fromPart) {
-    const parts = text.split("\n");
+  function appendText(chunk, fromPart) {
+    const seq = chunk.seq;
+    const parts = chunk.text.split("\n");
     parts.forEach(function (part, index) {
       if (index < fromPart) return;
       const last = index === parts.length - 1;
@@ -91,8 +106,9 @@
       if (openLine !== null && index === 0) {
         openLine.textContent += part;
       } else {
-        openLine = newLine(seq, index, part);
+        openLine = newLine(seq, index, part, chunk);
         logEl.appendChild(openLine);
+        markStart(openLine);
       }
       if (!last) openLine = null;
     });
@@ -102,7 +118,7 @@
     const follow = atBottom();
     for (const chunk of chunks) {
       if (chunk.seq < nextSeq) continue;  // already shown: never twice
-      appendText(chunk.seq, chunk.text, chunk.seq === nextSeq ? nextPart : 0);
+      appendText(chunk, chunk.seq === nextSeq ? nextPart : 0);
       nextSeq = chunk.seq + 1;
       nextPart = 0;
     }
@@ -127,21 +143,28 @@
   // The panel follows the job's state; what the reader typed as a reason, what the last action
   // answered and the control the keyboard is on stay as they were (a state event follows every
   // action, and comes with every reconnect, too).
+  // The panel (summary, stages, actions, above the log) and the details (steps, handoff,
+  // artifacts, below it) come in one answer, each part for its own section.
   async function refreshPanel() {
     const response = await fetch("/jobs/" + encodeURIComponent(jobId) + "/panel", { credentials: "same-origin" });
     if (!response.ok) return;
-    const html = await response.text();
+    const parsed = document.createElement("template");
+    parsed.innerHTML = await response.text();
     const reason = document.getElementById("action-reason");
     const typed = reason ? reason.value : "";
     const result = document.getElementById("action-result");
     const answered = result ? result.textContent : "";
-    const focused = panel.contains(document.activeElement) ? controlSelector(document.activeElement) : null;
-    panel.innerHTML = html;
+    const within = [panel, details].find(function (part) { return part.contains(document.activeElement); });
+    const focused = within ? controlSelector(document.activeElement) : null;
+    for (const part of parsed.content.querySelectorAll("[data-part]")) {
+      const section = document.getElementById(part.dataset.part);
+      if (section) section.replaceChildren(...part.childNodes);
+    }
     const again = document.getElementById("action-reason");
     if (again) again.value = typed;
     const resultAgain = document.getElementById("action-result");
     if (resultAgain) resultAgain.textContent = answered;
-    const control = focused ? panel.querySelector(focused) : null;
+    const control = focused ? within.querySelector(focused) : null;
     if (control) control.focus();
   }
 
@@ -170,7 +193,7 @@
     source.addEventListener("progress", function (event) {
       const transfers = JSON.parse(event.data).transfers;
       for (const [stage, text] of Object.entries(transfers)) {
-        const cell = panel.querySelector("tr[data-stage=\"" + CSS.escape(stage) + "\"] td.transfer");
+        const cell = details.querySelector("tr[data-stage=\"" + CSS.escape(stage) + "\"] td.transfer");
         if (cell) cell.textContent = text;
       }
     });
@@ -212,7 +235,7 @@
       chunk.text.split("\n").forEach(function (text, index, parts) {
         if (chunk.seq === seq && index >= part) return;  // the first line shown starts here
         if (index === parts.length - 1 && text === "") { line = null; return; }
-        if (line !== null && index === 0) { line.textContent += text; } else { line = newLine(chunk.seq, index, text); fragment.appendChild(line); }
+        if (line !== null && index === 0) { line.textContent += text; } else { line = newLine(chunk.seq, index, text, chunk); fragment.appendChild(line); markStart(line); }
         if (index < parts.length - 1) line = null;
       });
     }
@@ -227,7 +250,9 @@
     } else if (line !== null) {
       openLine = line;
     }
+    const shown = logEl.firstElementChild;
     logEl.insertBefore(fragment, logEl.firstChild);
+    markStart(shown);  // the line that was first may now follow a line of its own stage
     markFirst();
     if (page.before_seq === null) setEarlier(false);
     dropNewest();
@@ -256,9 +281,11 @@
     document.getElementById("action-result").textContent = button.textContent + ": done";
   }
 
-  panel.addEventListener("click", function (event) {
-    const button = event.target.closest("button.action");
-    if (button && !button.disabled) act(button);
+  [panel, details].forEach(function (part) {
+    part.addEventListener("click", function (event) {
+      const button = event.target.closest("button.action");
+      if (button && !button.disabled) act(button);
+    });
   });
   earlier.addEventListener("click", loadEarlier);
   // Clear empties the view; "Load earlier" then pages back from where it was cleared.

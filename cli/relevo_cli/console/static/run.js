@@ -60,6 +60,8 @@
       list.appendChild(option);
     }
     state.textContent = answer.error ? answer.error : (answer.refs.length + " branches and tags");
+    state.title = answer.detail || "";
+    state.classList.toggle("refusal", Boolean(answer.error));
   }
   document.getElementById("run-refresh-refs").addEventListener("click", refreshRefs);
 

@@ -28,7 +28,7 @@ from relevo_core.jobs.handoff_sources import MAX_LINEAGE, context_of
 from relevo_core.models.agent_session import ClaimGranted, ClaimRequest, JobSession, SessionGranted, SessionRequest, claim_id_of
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.status import JobStatus, StageStatus
+from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
 from relevo_core.observability import logger
 from relevo_core.store import stage_attempts
 from relevo_core.store.jobs import get_envelope, get_job_record, query_job_items
@@ -100,7 +100,7 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
         raise RelevoError(ErrorCode.DISPATCH_NOT_FOUND, f"the stage message of {request.job_id} does not say what its job is (project, signing)")
     if request.leave_to_previous and request.attempt == 1:
         before = context.stage_before(index)
-        previous_agent = before.get("agent_id") if before and before.get("status") == StageStatus.SUCCEEDED.value else None
+        previous_agent = before.get("agent_id") if before and before.get("status") in SUCCEEDED_STAGE else None
         if previous_agent and previous_agent != request.agent_id:
             raise RelevoError(
                 ErrorCode.PREVIOUS_AGENT_PREFERRED, f"the stage before ran on {previous_agent}", agent_id=str(previous_agent)

@@ -19,7 +19,7 @@ from relevo_core.aws import client
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.handoff import HandoffSummary
-from relevo_core.models.status import StageStatus
+from relevo_core.models.status import SUCCEEDED_STAGE
 from relevo_core.store.artifacts import list_artifacts
 from relevo_core.store.jobs import query_job_items
 from relevo_core.store.keys import JOB_SK
@@ -80,7 +80,7 @@ def read_job_context(table: str, job_id: str) -> JobContext:
 
 
 def _earlier(job_id: str, name: str, record: dict[str, Any], declared: tuple[str, ...] = ()) -> EarlierStage | None:
-    if record.get("status") != StageStatus.SUCCEEDED.value:
+    if record.get("status") not in SUCCEEDED_STAGE:
         return None
     receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
     handoff = receipt.get("handoff")

@@ -3,13 +3,16 @@ in the order they will run."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Callable
 
+from relevo_core.aws import in_this_context
 from relevo_core.config import AccessSettings
 from relevo_core.models.requests import JobListQuery
-from relevo_core.models.status import JobStatus
+from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
 from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
+from relevo_core.store.job_stages import stage_records
 from relevo_core.store.jobs_by_status import jobs_with_status
 from relevo_core.store.project_jobs import jobs_of_project
 from relevo_core.projects.permissions import visibility
@@ -23,6 +26,7 @@ def _iso(value: datetime | None) -> str | None:
 def _summary(record: dict[str, Any]) -> dict[str, Any]:
     envelope = record.get("envelope", {})
     trigger = envelope.get("trigger", {})
+    plan = [stage.get("name") for stage in envelope.get("stages") or []]
     return {
         "job_id": record["job_id"],
         "project": record["project"],
@@ -40,7 +44,41 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
         "queue_reason": record.get("queue_reason"),
         "held_reason": record.get(HELD_REASON_ATTRIBUTE),
         "last_writer": record.get("last_writer"),
+        "stages_total": len(plan),
+        # Stages before from_stage are not run again: they count as done (a rerun stands on them).
+        "stages_skipped": plan.index(envelope["from_stage"]) if envelope.get("from_stage") in plan else 0,
     }
+
+
+_LIVE_STAGE = {StageStatus.DISPATCHED.value, StageStatus.RUNNING.value, StageStatus.RECONCILED.value, StageStatus.MANUAL_REVIEW.value}
+_DONE_STAGE = SUCCEEDED_STAGE | {StageStatus.SKIPPED.value}
+# Stage records of the listed jobs are read side by side (one Query each).
+_STAGE_READERS = 8
+
+
+def with_stages(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each listed job with what its stage records say (one Query of its STAGES# partition each,
+    side by side): `stages_done` of `stages_total`, its `current_stage`, the `agents` that ran it
+    in plan order, when its first stage `started_at`, and its `warning_stages`."""
+    def stages_of(row: dict[str, Any]) -> list[dict[str, Any]]:
+        return stage_records(table, row["job_id"])
+
+    with ThreadPoolExecutor(max_workers=_STAGE_READERS) as pool:
+        found = list(pool.map(in_this_context(stages_of), rows))
+    for row, stages in zip(rows, found):
+        agents: list[str] = []
+        for stage in stages:
+            if stage.get("agent_id") and stage["agent_id"] not in agents:
+                agents.append(stage["agent_id"])
+        starts = [stage["started_at"] for stage in stages if stage.get("started_at")]
+        row.update({
+            "stages_done": row.pop("stages_skipped") + sum(1 for stage in stages if stage.get("status") in _DONE_STAGE),
+            "current_stage": next((stage.get("stage_name") for stage in stages if stage.get("status") in _LIVE_STAGE), None),
+            "agents": agents,
+            "started_at": min(starts) if starts else None,
+            "warning_stages": [stage.get("stage_name") for stage in stages if stage.get("status") == StageStatus.WARNING.value],
+        })
+    return rows
 
 
 def _keyword_fields(record: dict[str, Any]) -> tuple[str, ...]:
@@ -87,15 +125,17 @@ def queue_order_key(job: dict[str, Any]) -> tuple[int, str, str]:
 
 def caller_jobs(access: AccessSettings, caller: str, query: JobListQuery) -> dict[str, Any]:
     """GET /jobs: the jobs matching `query` among the projects `caller` may view."""
-    return list_jobs(access.table_name, query, can_view=visibility(access, caller).view)
+    return list_jobs(access.table_name, query, can_view=visibility(access, caller).view, stage_progress=True)
 
 
 def list_jobs(
     table: str,
     query: JobListQuery,
     can_view: Callable[[str], bool] = lambda _project: True,
+    stage_progress: bool = False,
 ) -> dict[str, Any]:
-    """Jobs matching `query` among the projects the caller may view.
+    """Jobs matching `query` among the projects the caller may view; with `stage_progress`, each
+    with what its stage records say (with_stages: one more Query per listed job).
 
     A live status (queued, running, waiting, …) is read from the JobStatusIndex, all of its jobs;
     queued jobs are then ordered as they will run. Otherwise the ProjectJobsIndex yields each
@@ -148,4 +188,9 @@ def list_jobs(
     else:
         found.sort(key=lambda job: (job.get("created_at") or "", job["job_id"]), reverse=True)
     page = found[: query.limit]
+    if stage_progress:
+        page = with_stages(table, page)
+    else:
+        for row in page:
+            row.pop("stages_skipped")
     return {"jobs": page, "count": len(page), "truncated": len(found) > len(page)}

@@ -4,18 +4,20 @@
 Every read is a Query on the job's `LOGS#` partition by seq range, never a scan. Chunks are
 stored already masked by the agent, and are returned as stored. The seqs of a job are contiguous
 (a writer only takes the seq after one that exists, see store/log_chunks.py), so a follower that
-asks for `next_seq` again and again sees every chunk exactly once. The job's status is read
-before the chunks: when a page says the job is terminal and no more chunks are stored, the
-follower has seen everything that was written before the job ended.
+asks for `next_seq` again and again sees every chunk exactly once. The job's status and its
+stages' states are read before the chunks: when a page says the job is terminal (or a stage
+ended) and no more chunks are stored, the follower has seen everything that was written before
+(an agent stores a stage's last output before it reports the stage's end).
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from relevo_core.models.requests import LogQuery
 from relevo_core.models.status import JobStatus
-from relevo_core.store.jobs import get_job_record
+from relevo_core.store.jobs import query_job_items
 from relevo_core.store.log_chunks import LogChunk, chunk_stored, read_chunks, read_chunks_before
 
 # The agent runs each command with stderr merged into stdout (executor.py), and adds its own lines
@@ -41,16 +43,41 @@ def chunk_view(chunk: LogChunk) -> dict[str, Any]:
     }
 
 
-def log_page(table: str, job_id: str, query: LogQuery) -> dict[str, Any]:
+def stage_marks(stage: dict[str, Any]) -> dict[str, Any]:
+    """What a reader of the log needs of a stage to mark where its output begins and ends: its
+    state, where it ran, how it ended, and each failed attempt's error."""
+    return {
+        "name": stage["name"],
+        "index": stage["index"],
+        "status": stage["status"],
+        "attempt": stage["attempt"],
+        "agent_id": stage["agent_id"],
+        "exit_code": stage["exit_code"],
+        "error_class": stage["error_class"] or None,
+        "reused_from": stage["reused_from"],
+        "warning": stage.get("warning"),
+        "failed_attempts": [
+            {"attempt": entry.get("attempt"), "agent": entry.get("agent") or entry.get("agent_id"), "error": entry.get("error")}
+            for entry in stage["attempts_log"]
+        ],
+    }
+
+
+def log_page(table: str, job_id: str, query: LogQuery, now: datetime | None = None) -> dict[str, Any]:
     """One page of the job's output, with where to go next in either direction.
 
     `next_seq`: the from_seq of the next forward page (the seq after the last chunk returned).
     `before_seq`: the before_seq of the next backward page, or None at the start of the log.
     `more`: chunks from next_seq on are already stored (read again at once rather than wait).
-    `status` / `terminal`: the job's status, read before the chunks; `waiting_stage` the stage
-    its approval gate holds back, while it waits there."""
-    record = get_job_record(table, job_id)
-    status = JobStatus(record["status"])
+    `status` / `terminal`: the job's status, and `stages` each stage's state (stage_marks), read
+    before the chunks: a stage that ended on this page has all its output stored. `waiting_stage`
+    the stage its approval gate holds back, while it waits there; `queue_reason` / `queue_detail`
+    why it waits for its project or an agent (as GET /jobs/{id} says it)."""
+    from relevo_core.jobs.view import job_items_to_view, waiting_reason  # the job view shows this log's tail
+
+    view = job_items_to_view(query_job_items(table, job_id))
+    status = JobStatus(view["status"])
+    reason, detail = waiting_reason(table, view, now or datetime.now(timezone.utc))
     if query.before_seq is None:
         start = query.from_seq or 0
         page = read_chunks(table, job_id, from_seq=start, limit=query.limit)
@@ -70,7 +97,11 @@ def log_page(table: str, job_id: str, query: LogQuery) -> dict[str, Any]:
         "status": status.value,
         "terminal": status.terminal,
         # While the job waits at its approval gate: the stage the gate holds back.
-        "waiting_stage": record.get("waiting_stage") if status is JobStatus.WAITING else None,
+        "waiting_stage": view["waiting_stage"],
+        "queue_reason": reason,
+        "queue_detail": detail,
+        "region_affinity": view["region_affinity"],
+        "stages": [stage_marks(stage) for stage in view["stages"]],
         "chunks": [chunk_view(chunk) for chunk in chunks],
         "next_seq": next_seq,
         "before_seq": before_seq,
@@ -113,7 +144,7 @@ def split_lines(chunks: list[LogChunk]) -> list[dict[str, Any]]:
 def log_tail(table: str, job_id: str, lines: int = TAIL_LINES) -> dict[str, Any]:
     """The last `lines` lines of the job's output, read back from the end of the log a page at a
     time until there are enough (or TAIL_MAX_CHARS were read). `truncated`: earlier output exists;
-    `next_seq`: where `relevo logs -f --from-seq` continues after what is shown."""
+    `next_seq`: where `relevo job logs -f --from-seq` continues after what is shown."""
     chunks: list[LogChunk] = []
     before: int | None = None
     newlines = chars = 0

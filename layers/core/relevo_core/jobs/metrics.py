@@ -16,7 +16,7 @@ from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store.keys import JOB_SK
 
 _TERMINAL_JOB = {status.value for status in JobStatus if status.terminal}
-_FINISHED_STAGE = {StageStatus.SUCCEEDED.value, StageStatus.FAILED.value}
+_FINISHED_STAGE = {StageStatus.SUCCEEDED.value, StageStatus.WARNING.value, StageStatus.FAILED.value}
 _OUTCOME_METRIC = {
     JobStatus.SUCCEEDED.value: "JobsSucceeded",
     JobStatus.FAILED.value: "JobsFailed",

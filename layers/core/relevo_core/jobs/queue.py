@@ -12,7 +12,7 @@ from relevo_core.models.requests import JOB_LIST_MAX_LIMIT, JobListQuery, Priori
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.jobs.view import agent_queue_reason, job_items_to_view, no_match_detail
 from relevo_core.models.status import JobStatus, QueueReason, StageStatus
-from relevo_core.projects.permissions import visibility
+from relevo_core.projects.permissions import is_admin, visibility
 from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.audit import record_action
@@ -58,8 +58,11 @@ def _live_stages(table: str, can_view: Callable[[str], bool]) -> list[tuple[dict
 
 
 def caller_queue(settings: QueueSettings, caller: str, now: datetime) -> dict[str, Any]:
-    """GET /queue: the queue as `caller` may see it (the projects it may view)."""
-    return queue_view(settings.table_name, settings.regions, visibility(settings, caller).view, now)
+    """GET /queue: the queue as `caller` may see it (the projects it may view), the stack's region
+    affinities (`regions`: a region no agent reported from is one too), and whether the caller may
+    pause, drain and resume agents and regions (`fleet_manage`: one of the stack's admins)."""
+    view = queue_view(settings.table_name, settings.regions, visibility(settings, caller).view, now)
+    return {**view, "regions": list(settings.regions), "fleet_manage": is_admin(settings, caller)}
 
 
 def queue_view(table: str, regions: tuple[str, ...], can_view: Callable[[str], bool], now: datetime) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""A job as operators see it (GET /jobs/{id}, `relevo status`): its records, plus why a stage that
+"""A job as operators see it (GET /jobs/{id}, `relevo job view`): its records, plus why a stage that
 was dispatched is still waiting for an agent, derived from the region's agent presence, its
 artifacts and the tail of its log."""
 
@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping
 from relevo_core.jobs.artifacts import artifact_summary
 from relevo_core.jobs.logs import log_tail
 from relevo_core.models.capabilities import describe, unmet
-from relevo_core.models.status import JobStatus, QueueReason, StageStatus
+from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, QueueReason, StageStatus
 from relevo_core.models.job_view import JobView
 from relevo_core.models.transfer import TransferProgress
 from relevo_core.store.artifacts import list_artifacts
@@ -76,12 +76,20 @@ def _handoff_of(record: dict[str, Any]) -> dict[str, Any] | None:
 def _outputs_of(record: dict[str, Any]) -> dict[str, str]:
     """The stage's $RELEVO_OUTPUT values: its receipt's once it succeeded, else as recorded so far."""
     receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
-    outputs = receipt.get("outputs") if record.get("status") == StageStatus.SUCCEEDED.value and "outputs" in receipt else record.get("outputs")
+    outputs = receipt.get("outputs") if record.get("status") in SUCCEEDED_STAGE and "outputs" in receipt else record.get("outputs")
     return {str(key): str(value) for key, value in (outputs or {}).items()} if isinstance(outputs, dict) else {}
 
 
+def _warning_of(record: dict[str, Any]) -> str | None:
+    if record.get("status") != StageStatus.WARNING.value:
+        return None
+    receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
+    warnings = receipt.get("warnings") if isinstance(receipt.get("warnings"), dict) else {}
+    return str(warnings.get("text") or "its command marked warnings")
+
+
 def _last_successful(record: dict[str, Any], stages: list[dict[str, Any]]) -> str | None:
-    ran = [stage["name"] for stage in stages if stage["status"] == StageStatus.SUCCEEDED.value and stage["reused_from"] is None]
+    ran = [stage["name"] for stage in stages if stage["status"] in SUCCEEDED_STAGE and stage["reused_from"] is None]
     return ran[-1] if ran else record.get("last_successful_stage")
 
 
@@ -133,6 +141,8 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 # What travels to the later stages (docs/handoff.md): its values and its files.
                 "outputs": _outputs_of(found),
                 "handoff": _handoff_of(found),
+                # A `warning` stage: what made it one, in a sentence (its receipt's warnings.text).
+                "warning": _warning_of(found),
             }
         )
     current = next(
@@ -168,6 +178,8 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "last_writer": record.get("last_writer"),
         "error": record.get("error_name"),
         "error_cause": record.get("error_cause"),
+        # The stages that ended `warning` (the job went on: it may still succeed).
+        "warning_stages": [stage["name"] for stage in stages if stage["status"] == StageStatus.WARNING.value],
         "stages": stages,
         "artifact_max_job_bytes": envelope.artifact_max_job_bytes,
     }
@@ -226,19 +238,25 @@ def no_match_detail(requires: Mapping[str, str], agents: Iterable[AgentPresence]
     return f"no online agent meets requires {{{describe(dict(requires))}}}" + (f"; nearest: {nearest}" if nearest else "")
 
 
+def waiting_reason(table: str, view: Mapping[str, Any], now: datetime) -> tuple[str | None, str | None]:
+    """(queue_reason, queue_detail) of a job view: the reason the state machine recorded
+    (project_running) stays; while a stage of a live job is dispatched and unclaimed, why no
+    agent took it (agent_offline, agent_busy, …), from the region's presence and pauses."""
+    unclaimed = next((stage for stage in view["stages"] if stage["status"] == StageStatus.DISPATCHED.value), None)
+    if view["queue_reason"] is not None or unclaimed is None or JobStatus(view["status"]).terminal:
+        return view["queue_reason"], None
+    region = view["region_affinity"]
+    region_agents = agents_in_region(table, region)
+    reason = agent_queue_reason(region_agents, now, region_pauses(table, region), unclaimed["requires"])
+    detail = no_match_detail(unclaimed["requires"], region_agents, now) if reason is QueueReason.NO_MATCHING_AGENT else None
+    return (reason.value if reason else None), detail
+
+
 def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
     """The job view; `queue_reason` also says agent_busy / agent_offline while a stage of a live
     job is dispatched and unclaimed (a reason the state machine recorded, project_running, stays)."""
     view = job_items_to_view(query_job_items(table, job_id))
-    unclaimed = next((stage for stage in view["stages"] if stage["status"] == StageStatus.DISPATCHED.value), None)
-    view["queue_detail"] = None
-    if unclaimed and view["queue_reason"] is None and not JobStatus(view["status"]).terminal:
-        region = view["region_affinity"]
-        region_agents = agents_in_region(table, region)
-        reason = agent_queue_reason(region_agents, now, region_pauses(table, region), unclaimed["requires"])
-        view["queue_reason"] = reason.value if reason else None
-        if reason is QueueReason.NO_MATCHING_AGENT:
-            view["queue_detail"] = no_match_detail(unclaimed["requires"], region_agents, now)
+    view["queue_reason"], view["queue_detail"] = waiting_reason(table, view, now)
     records = list_artifacts(table, job_id)
     view["artifacts"] = [artifact_summary(record) for record in records if record.kind != "handoff"]
     # The job's artifact total beside its project's bound (artifact.max_job_bytes), when it has one:

@@ -30,8 +30,10 @@ from relevo_core.models.plan import (
 # 3 added a stage's `aws_profile`: an agent that would ignore it must not run the stage without it.
 # 4 added `checkout` and a stage's `handoff`: an agent that would ignore them would run a stage on
 # whatever its workspace held, without the files the earlier stages handed on.
-ENVELOPE_SCHEMA_VERSION = 4
-SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4})
+# 5 added a stage's `warning_exit_codes`: an agent that would ignore them would fail a stage that
+# exits with one.
+ENVELOPE_SCHEMA_VERSION = 5
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4, 5})
 
 
 

@@ -62,6 +62,8 @@ class ErrorCode(str, Enum):
     DISPATCH_NOT_FOUND = "DISPATCH_NOT_FOUND"
     ATTEMPT_NOT_HELD = "ATTEMPT_NOT_HELD"
     PREVIOUS_AGENT_PREFERRED = "PREVIOUS_AGENT_PREFERRED"
+    # A project is deleted only once none of its jobs is held, queued or running.
+    PROJECT_HAS_LIVE_JOBS = "PROJECT_HAS_LIVE_JOBS"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -110,6 +112,7 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.GROUP_NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.AGENT_NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.HANDOFF_EXPIRED: HTTPStatus.GONE,
+    ErrorCode.PROJECT_HAS_LIVE_JOBS: HTTPStatus.CONFLICT,
 }
 
 

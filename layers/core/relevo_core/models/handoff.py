@@ -203,7 +203,7 @@ def tree_digest(entries: "list[ManifestEntry] | tuple[ManifestEntry, ...]") -> s
 
 
 class HandoffSummary(BaseModel):
-    """What a stage handed on, as its receipt and `relevo status --json` carry it."""
+    """What a stage handed on, as its receipt and `relevo job view --json` carry it."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 

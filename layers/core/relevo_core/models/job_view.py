@@ -18,7 +18,7 @@ class StageView(BaseModel):
     index: int
     name: str
     requires: dict[str, str] = {}
-    status: str = Field(description="a stage-attempt status (pending, dispatched, running, succeeded, failed, …)")
+    status: str = Field(description="a stage-attempt status (pending, dispatched, running, succeeded, warning, failed, …)")
     reused_from: str | None = Field(None, description="the earlier job whose result a stage before from_stage keeps")
     retry_count: int = 0
     cumulative_backoff_sec: float = 0
@@ -44,6 +44,9 @@ class StageView(BaseModel):
         None,
         description="what the stage handed on (files, bytes, digest, uploaded_bytes, manifest) and what its Mac restored before "
         "its command (restored_bytes: downloaded; 0 when the files were already there); docs/handoff.md",
+    )
+    warning: str | None = Field(
+        None, description="a `warning` stage: what made it one (a warning exit code, lines marked ::warning::), in a sentence",
     )
 
 
@@ -77,6 +80,7 @@ class JobView(BaseModel):
     last_writer: str | None = None
     error: str | None = None
     error_cause: str | None = None
+    warning_stages: list[str] = Field([], description="the stages that ended `warning` (succeeded, with something to look at)")
     stages: list[StageView]
     artifact_max_job_bytes: int | None = None
     artifacts: list[dict[str, Any]] = []

@@ -216,6 +216,8 @@ class StagePlan(_Frozen):
     # Workspace-relative paths or globs the stage hands on to every later stage of the job
     # (relevo_core.models.handoff, docs/handoff.md).
     handoff: tuple[HandoffPattern, ...] = Field(default=(), max_length=MAX_PATTERNS)
+    # Non-zero exit codes that mean "succeeded, with warnings": the stage ends `warning`.
+    warning_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = Field(default=(), max_length=32)
 
     @field_validator("handoff")
     @classmethod
@@ -229,7 +231,7 @@ class ApprovalSettings(_Frozen):
     enabled: bool = Field(
         default=False,
         description="Ask before the gated stage: the job becomes waiting, and nothing of that stage runs until "
-        "`relevo approve JOB`; `relevo reject JOB --reason …` fails it (Relevo.Approval.Rejected).",
+        "`relevo job approve JOB`; `relevo job reject JOB --reason …` fails it (Relevo.Approval.Rejected).",
     )
     before: str | None = Field(
         default=None, pattern=STAGE_NAME, description="The gated stage. Default: the first stage whose name starts with deploy."

@@ -82,6 +82,13 @@ class ProjectStage(BaseModel):
         "on whichever Mac, verifying every byte (Relevo.Fatal.Checksum). A path that matches nothing when the command "
         "ends fails the stage (Relevo.Fatal.HandoffMissing). No absolute path, no '..', nothing under .git. See docs/handoff.md.",
     )
+    warning_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = Field(
+        default=(), max_length=32,
+        description="Non-zero exit codes that mean \"succeeded, with warnings\" (e.g. a linter's 3): the stage ends "
+        "`warning` and the job goes on as after a success, its artifacts and handoff stored. A line the command prints "
+        "starting `::warning::` (GitHub Actions' spelling) makes a stage that exits 0 end `warning` too. `relevo job "
+        "view`, `relevo job logs`, the console and the commit status say so. None may be a retry.transient_exit_codes code.",
+    )
 
     @field_validator("handoff")
     @classmethod
@@ -269,7 +276,7 @@ class DedupPolicy(BaseModel):
     on_repeat: OnRepeat | None = Field(
         default=None,
         description="What the same work after the window does: run (a new job), hold (a held job, started by "
-        "`relevo release`) or skip. Default: hold for webhooks, run for the others.",
+        "`relevo job release`) or skip. Default: hold for webhooks, run for the others.",
     )
 
 
@@ -307,11 +314,12 @@ class Project(RunPlanMixin):
     region_affinity: str = Field(
         pattern=REGION_AFFINITY,
         description="Which Macs run the stages: the agents of this region affinity, one of the stack's RegionAffinities "
-        "(`relevo project apply` refuses one the stack has no work queue for).",
+        "(`relevo project apply` refuses one the stack has no work queue for). A name of the fleet's own (eu-west, "
+        "office-berlin), not an AWS region: the stack's AWS region (eu-west-1) holds every region affinity's work queue.",
     )
     priority: int = Field(
         default=0, ge=-1_000_000, le=1_000_000,
-        description="Priority of the project's webhook and schedule jobs; higher runs first (relevo run defaults to 10, the API to 0).",
+        description="Priority of the project's webhook and schedule jobs; higher runs first (relevo project run defaults to 10, the API to 0).",
     )
     stages: tuple[ProjectStage, ...] = Field(
         min_length=1, description="The stages (1 to 32, more is refused as PLAN_TOO_LARGE), run one after another, each on one agent of the region."
@@ -371,7 +379,7 @@ class Project(RunPlanMixin):
     )
     fork_pull_requests: ForkPolicy = Field(
         default=ForkPolicy.HOLD,
-        description="What a pull request from a fork does: hold (a held job, started by `relevo release JOB`), "
+        description="What a pull request from a fork does: hold (a held job, started by `relevo job release JOB`), "
         "ignore, or run (for trusted forks).",
     )
 
@@ -434,6 +442,18 @@ class Project(RunPlanMixin):
         return self
 
     @model_validator(mode="after")
+    def _warning_codes_are_not_transient(self) -> "Project":
+        transient = set(self.retry.transient_exit_codes)
+        for index, stage in enumerate(self.stages):
+            both = sorted(transient & set(stage.warning_exit_codes))
+            if both:
+                raise ValueError(
+                    f"stages[{index}].warning_exit_codes: {', '.join(map(str, both))} also in retry.transient_exit_codes: "
+                    "an exit code is either a warning (the job goes on) or transient (the stage is retried)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _output_variables_apart(self) -> "Project":
         # RELEVO_OUT_<STAGE>_<KEY>: two stage names that read the same there would mix their values.
         seen: dict[str, str] = {}
@@ -464,6 +484,7 @@ class Project(RunPlanMixin):
                     aws_profile=stage.aws_profile,
                     requires=stage.requires,
                     handoff=stage.handoff,
+                    warning_exit_codes=stage.warning_exit_codes,
                 )
                 for stage in self.stages
             )

@@ -26,6 +26,9 @@ class StageStatus(str, Enum):
     DISPATCHED = "dispatched"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
+    # Succeeded with something to look at: it exited with one of its warning_exit_codes, or printed
+    # lines marked `::warning::`. The job goes on as after a success.
+    WARNING = "warning"
     FAILED = "failed"
     SKIPPED = "skipped"
     # Its job ended (canceled, failed elsewhere, swept) while the stage was still open: it stops
@@ -38,7 +41,16 @@ class StageStatus(str, Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in {StageStatus.SUCCEEDED, StageStatus.FAILED, StageStatus.SKIPPED, StageStatus.CANCELED}
+        return self in {StageStatus.SUCCEEDED, StageStatus.WARNING, StageStatus.FAILED, StageStatus.SKIPPED, StageStatus.CANCELED}
+
+    @property
+    def succeeded(self) -> bool:
+        """Its effect is done and the job goes on: succeeded, with warnings or not."""
+        return self in {StageStatus.SUCCEEDED, StageStatus.WARNING}
+
+
+# Stage record statuses a later stage, a rerun and the job's last successful stage count as done.
+SUCCEEDED_STAGE = frozenset({StageStatus.SUCCEEDED.value, StageStatus.WARNING.value})
 
 
 class HeldReason(str, Enum):
@@ -60,3 +72,18 @@ class QueueReason(str, Enum):
     NO_MATCHING_AGENT = "no_matching_agent"
     # Every online agent of the region is below its min_free_disk_gb (its presence says so).
     AGENT_LOW_DISK = "agent_low_disk"
+
+
+def queue_reason_words(reason: str, region: str | None = None, detail: str | None = None) -> str:
+    """Why a job waits, in words (the API's reason codes stay the contract): what `relevo job
+    logs`, `relevo job view`, the queue and the console say."""
+    where = f"region affinity {region}" if region else "its region affinity"
+    words = {
+        QueueReason.PROJECT_RUNNING.value: "another job of its project is running: it starts when that one ends",
+        QueueReason.AGENT_OFFLINE.value: f"no agent of {where} is online",
+        QueueReason.AGENT_BUSY.value: f"every agent of {where} has all its slots in use",
+        QueueReason.AGENT_PAUSED.value: f"the agents of {where} are paused or draining, or its dispatch is paused",
+        QueueReason.NO_MATCHING_AGENT.value: detail or f"no online agent of {where} meets the stage's requires",
+        QueueReason.AGENT_LOW_DISK.value: f"every online agent of {where} is below its min_free_disk_gb of free disk",
+    }
+    return words.get(reason, detail or reason)

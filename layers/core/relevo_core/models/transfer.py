@@ -1,5 +1,5 @@
 """A stage attempt's artifact transfer as the agent reports it (files and bytes done of the total,
-the file under way) and as the job view, `relevo job show` and the console show it."""
+the file under way) and as the job view, `relevo job view` and the console show it."""
 
 from __future__ import annotations
 

@@ -32,15 +32,18 @@ _NOT_THE_COMMITS_FAULT = ("Relevo.Timeout.Queue", "Relevo.Lease.", "Relevo.Agent
 def describe(transition: JobTransition) -> str:
     status = transition.status
     if status is JobStatus.HELD:
-        text = f"held ({transition.held_reason}): relevo release {transition.job_id}"
+        text = f"held ({transition.held_reason}): relevo job release {transition.job_id}"
     elif status is JobStatus.WAITING:
-        text = f"waiting for approval of {transition.stage}: relevo approve {transition.job_id}"
+        text = f"waiting for approval of {transition.stage}: relevo job approve {transition.job_id}"
     elif transition.error_name == REJECTED:
         text = f"rejected at the approval of {transition.stage}"
     elif transition.error_name == APPROVAL_TIMEOUT:
         text = f"the approval of {transition.stage} timed out"
     elif status is JobStatus.FAILED:
         text = f"failed: {transition.error_name or 'unknown error'}"
+    elif status is JobStatus.SUCCEEDED and transition.warning_stages:
+        # Still a success (GitHub's `success`): the description says what to look at.
+        text = f"succeeded, with warnings in {', '.join(transition.warning_stages)}"
     else:
         text = status.value
     return text[:DESCRIPTION_LIMIT]

@@ -57,7 +57,7 @@ def job_notices(transition: JobTransition, link: str) -> list[tuple[Notice, str]
     common: dict[str, Any] = {"project": t.project, "job_id": t.job_id, "ref": t.ref, "actor": t.actor, "link": link}
     if t.status is JobStatus.WAITING:
         return [(Notice(GroupEvent.JOB_WAITING, f"{t.project}: {t.stage} waits for approval", stage=t.stage,
-                        command=f"relevo approve {t.job_id}", **common), f"job_waiting#{t.stage}")]
+                        command=f"relevo job approve {t.job_id}", **common), f"job_waiting#{t.stage}")]
     # An approval sends nothing: the job goes on, and one message per gate is what a release
     # manager asked for. A reject or a timeout ends the job at the gate: that ending is told under
     # job_waiting, once, and no job_failed follows it.
@@ -66,12 +66,12 @@ def job_notices(transition: JobTransition, link: str) -> list[tuple[Notice, str]
         outcome = "rejected" if t.error_name == REJECTED else "timed out waiting for approval"
         reason = _reason(t.error_cause) if t.error_name == REJECTED else None
         return [(Notice(GroupEvent.JOB_WAITING, f"{t.project}: {gate} {outcome}", stage=gate, reason=reason,
-                        command=f"relevo rerun {t.job_id} --from-stage {gate}" if t.error_name == APPROVAL_TIMEOUT else None,
+                        command=f"relevo job rerun {t.job_id} --from-stage {gate}" if t.error_name == APPROVAL_TIMEOUT else None,
                         **common), f"job_waiting#{gate}#outcome")]
     if t.status is JobStatus.FAILED:
         reason = t.error_name + (f": {_reason(t.error_cause)}" if t.error_cause else "") if t.error_name else None
         return [(Notice(GroupEvent.JOB_FAILED, f"{t.project}: job failed", stage=t.stage, reason=reason,
-                        command=f"relevo rerun {t.job_id}" + (f" --from-stage {t.stage}" if t.stage else ""), **common), "ended")]
+                        command=f"relevo job rerun {t.job_id}" + (f" --from-stage {t.stage}" if t.stage else ""), **common), "ended")]
     if t.status is JobStatus.SUCCEEDED:
         return [(Notice(GroupEvent.JOB_SUCCEEDED, f"{t.project}: job succeeded", **common), "ended")]
     return []
@@ -180,7 +180,7 @@ def notify_agents_offline(reporter: "Reporter", region: str, reason: str, agent_
         if not open_window(reporter.settings.table_name, f"agents_offline#{name}#{region}", int(now), AGENTS_OFFLINE_WINDOW_SEC):
             continue  # paged less than the window ago: only on change
         notice = Notice(GroupEvent.AGENTS_OFFLINE, f"no agent online in {region}", region=region,
-                        reason=reason, command="relevo agents")
+                        reason=reason, command="relevo agent list")
         for index in range(len(group.channels)):
             report = Report(f"agents_offline#{region}", channel_target(group, index), str(int(now)), "agents_offline",
                             f"group:{name}", None, {"region": region, "agent_id": agent_id})

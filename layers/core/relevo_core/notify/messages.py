@@ -29,7 +29,7 @@ class Notice:
     actor: str | None = None
     reason: str | None = None
     link: str | None = None
-    command: str | None = None  # what a person runs next, e.g. `relevo approve JOB`
+    command: str | None = None  # what a person runs next, e.g. `relevo job approve JOB`
     region: str | None = None
 
     def facts(self) -> list[tuple[str, str]]:

@@ -42,6 +42,8 @@ class JobTransition:
     # When the job record's write that made this transition happened (its `updated_at`, epoch
     # seconds): what orders two reports of one job (store.latest_reports).
     at: float | None = None
+    # At a success: the stages that ended `warning` (the job record's stage_outcomes).
+    warning_stages: tuple[str, ...] = ()
 
     @property
     def ended_at_gate(self) -> bool:
@@ -67,6 +69,7 @@ class JobTransition:
             "held_reason": self.held_reason,
             "gate": self.gate,
             "at": self.at,
+            "warning_stages": list(self.warning_stages),
         }
 
 
@@ -82,7 +85,20 @@ def transition_from_event(event: dict[str, Any]) -> JobTransition | None:
         commit=event.get("commit"), trigger_source=str(event.get("trigger_source") or ""), actor=event.get("actor"),
         stage=event.get("stage"), error_name=event.get("error_name"), held_reason=event.get("held_reason"),
         gate=event.get("gate"), error_cause=event.get("error_cause"), at=float(at) if isinstance(at, (int, float)) else None,
+        warning_stages=tuple(str(name) for name in event.get("warning_stages") or ()),
     )
+
+
+def warning_stages(stage_outcomes: Any) -> tuple[str, ...]:
+    """The stages a job record's `stage_outcomes` (the state machine's JSON of every stage's
+    answer, written at the job's success) says ended `warning`."""
+    import json
+
+    try:
+        outcomes = json.loads(stage_outcomes) if isinstance(stage_outcomes, str) else []
+    except ValueError:
+        return ()
+    return tuple(str(o.get("stage")) for o in outcomes if isinstance(o, dict) and o.get("status") == StageStatus.WARNING.value and o.get("stage"))
 
 
 def written_at(value: Any) -> float | None:
@@ -160,6 +176,7 @@ def job_transition(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Jo
         gate=(old or {}).get("waiting_stage") if previous is JobStatus.WAITING else None,
         error_cause=new.get("error_cause"),
         at=written_at(new.get("updated_at")),
+        warning_stages=warning_stages(new.get("stage_outcomes")),
     )
 
 

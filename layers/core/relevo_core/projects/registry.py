@@ -1,5 +1,5 @@
 """Project registry logic: validate a declaration, sync its schedules, and store it; who may see
-and change it (grants)."""
+and change it (grants); delete it once none of its jobs is live."""
 
 from __future__ import annotations
 
@@ -14,10 +14,13 @@ from relevo_core.models.access import GrantRequest, Level
 from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import Project
+from relevo_core.models.status import JobStatus
 from relevo_core.projects.permissions import require, visibility
 from relevo_core.plan_limits import require_project_fits
 from relevo_core.store import grants
 from relevo_core.store.grants import project_access
+from relevo_core.store.jobs_by_status import jobs_with_status
+from relevo_core.store.project_removal import delete_project_partition
 from relevo_core.store.project_creation import ProjectExists, create_project
 from relevo_core.store.projects import get_project, list_projects, put_project
 
@@ -77,6 +80,33 @@ def _change(
         sync_schedules(scheduler, project_id, project.schedules, get_project(settings.table_name, project_id).schedules)
     put_project(settings.table_name, project, actor)
     return project
+
+
+# A job in one of these statuses still needs its project (its plan, lock, grants).
+LIVE_STATUSES = tuple(status for status in JobStatus if not status.terminal)
+
+
+def delete_project(settings: AccessSettings, project_id: str, scheduler: SchedulerSettings | None = None) -> dict[str, Any]:
+    """DELETE /projects/{id} (the caller was checked for `manage`): its schedules, grants and
+    declaration, refused while a job of it is held, queued or running (409 PROJECT_HAS_LIVE_JOBS:
+    cancel it or let it end). Its ended jobs stay, readable by id; a project of the same id can be
+    applied again."""
+    table = settings.table_name
+    project = get_project(table, project_id)
+    for status in LIVE_STATUSES:
+        live = next(jobs_with_status(table, status.value, project_id), None)
+        if live is not None:
+            raise RelevoError(
+                ErrorCode.PROJECT_HAS_LIVE_JOBS,
+                f"project {project_id} has a {status.value} job, {live['job_id']}: cancel it (relevo job cancel) or let it end, then delete the project",
+                job_id=live["job_id"], status=status.value,
+            )
+    if scheduler is not None and project.schedules:
+        from relevo_core.intake.schedules import sync_schedules
+
+        sync_schedules(scheduler, project_id, (), project.schedules)
+    items = delete_project_partition(table, project_id)
+    return {"project": project_id, "deleted": True, "schedules_removed": len(project.schedules), "grants_removed": max(0, items - 1)}
 
 
 def show_project(settings: AccessSettings, project_id: str) -> Project:

@@ -1,4 +1,5 @@
-"""Access pattern: a job's stage records, in plan order (one Query of the job's partition)."""
+"""Access pattern: a job's stage records, in plan order (one Query of the job's partition): what the
+reporter's stage summary and the job listing's progress, agents and duration read."""
 
 from __future__ import annotations
 
@@ -13,6 +14,6 @@ def stage_records(table: str, job_id: str) -> list[dict[str, Any]]:
         TableName=table,
         KeyConditionExpression="pk = :pk AND begins_with(sk, :stage)",
         ExpressionAttributeValues={":pk": {"S": stages_pk(job_id)}, ":stage": {"S": "STAGE#"}},
-        ProjectionExpression="sk, stage_name, #status, attempt, error_class, retry_count, started_at, ended_at",
+        ProjectionExpression="sk, stage_name, #status, attempt, agent_id, error_class, retry_count, started_at, ended_at",
         ExpressionAttributeNames={"#status": "status"},
     ))

@@ -492,7 +492,7 @@ def finish(
         expression += ", lease_expires_at = :lease_end, lease_expires_iso = :lease_end_iso"
         values[":lease_end"], values[":lease_end_iso"] = lease_epoch, lease_iso
     if outcome is None:
-        outcome = AttemptOutcome.SUCCEEDED if status is StageStatus.SUCCEEDED else AttemptOutcome.FAILED
+        outcome = AttemptOutcome.SUCCEEDED if status.succeeded else AttemptOutcome.FAILED
     expression += ", outcome = :outcome"
     values[":outcome"] = outcome.value
     if receipt is not None:

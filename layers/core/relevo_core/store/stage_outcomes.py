@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from relevo_core.aws import client
-from relevo_core.models.status import StageStatus
+from relevo_core.models.status import SUCCEEDED_STAGE
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.keys import stage_key
 
@@ -18,6 +18,6 @@ def succeeded_indexes(table: str, job_id: str, indexes: range) -> set[int]:
             TableName=table, Key=stage_key(job_id, index), ConsistentRead=True,
             ProjectionExpression="#status", ExpressionAttributeNames={"#status": "status"},
         ).get("Item")
-        if item and from_attributes(item).get("status") == StageStatus.SUCCEEDED.value:
+        if item and from_attributes(item).get("status") in SUCCEEDED_STAGE:
             found.add(index)
     return found

@@ -1,0 +1,133 @@
+"""What the CLI and the console say of a job in words rather than as stored: a failure as a sentence
+(the stored error is a class name and a JSON cause), a time relative to now with its exact value
+beside it, and which Mac ran which stages."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+# What each failure class means, said of the stage that failed with it.
+_CLASS_WORDS = {
+    "Relevo.Fatal.ExitCode": "its command exited {exit}",
+    "Relevo.Transient.ExitCode": "its command exited {exit}, a code the project marks transient",
+    "Relevo.Transient.NetworkTimeout": "the network timed out",
+    "Relevo.Transient.ConnectionReset": "a connection was reset",
+    "Relevo.Transient.Storage5xx": "the artifact storage answered with a server error",
+    "Relevo.Transient.AgentShutdown": "its agent was shut down while it ran",
+    "Relevo.Lease.Expired": "its agent stopped renewing its lease (it stopped, or lost the network)",
+    "Relevo.Fatal.CertificateExpired": "a signing certificate has expired",
+    "Relevo.Fatal.ProfileMismatch": "the provisioning profile does not match",
+    "Relevo.Fatal.ToolchainDrift": "the Mac's toolchain is not the one the stage expects",
+    "Relevo.Fatal.Checksum": "a file handed on from an earlier stage did not match its checksum",
+    "Relevo.Fatal.Client4xx": "a service refused a request of the stage",
+    "Relevo.Fatal.ArtifactQuota": "its artifacts would take the job past its artifact.max_job_bytes",
+    "Relevo.Fatal.KeychainUnsupported": "its agent cannot make a signing keychain (not macOS, or run_as)",
+    "Relevo.Fatal.Keychain": "its signing keychain could not be made",
+    "Relevo.Fatal.Checkout": "the job's commit could not be checked out",
+    "Relevo.Fatal.HandoffMissing": "a path it hands on matched nothing",
+    "Relevo.Fatal.HandoffPath": "a path it hands on leads out of the workspace",
+    "Relevo.Fatal.HandoffGone": "an earlier stage's handed-on files are no longer stored",
+    "Relevo.Fatal.Output": "what it wrote to $RELEVO_OUTPUT is not key=value lines",
+    "Relevo.Precondition.Changed": "its inputs changed between attempts, so it was not run again",
+    "Relevo.Reconcile.ResolvedFailed": "an operator resolved its manual review as failed",
+    "Relevo.Timeout.Queue": "no agent claimed it within its queue_timeout_sec",
+    "Relevo.Timeout.Exec": "its command ran past its exec_timeout_sec",
+    "Relevo.Approval.Rejected": "it was rejected at the approval gate",
+    "Relevo.Approval.Timeout": "nobody answered its approval gate in time",
+}
+
+
+def _json(text: Any) -> dict[str, Any]:
+    if isinstance(text, dict):
+        return text
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def error_sentence(job: dict[str, Any]) -> str | None:
+    """A failed job's error as a sentence: which stage, on which Mac, what happened, after how many
+    attempts, and the class name for searching (`notarize failed on mac-us-1: its command exited 1
+    (Relevo.Fatal.ExitCode, 1 attempt).`). None when the job has no error."""
+    name = job.get("error")
+    if not name:
+        return None
+    detail = _json(job.get("error_cause"))
+    cause = _json(detail.get("cause"))
+    stage = detail.get("stage")
+    agent = cause.get("agent_id") or next(
+        (s.get("agent_id") for s in job.get("stages") or [] if s.get("name") == stage and s.get("agent_id")), None)
+    exit_code = cause.get("exit_code")
+    words = _CLASS_WORDS.get(name, "it failed").format(exit=exit_code if exit_code not in (None, -1) else "non-zero")
+    attempts = detail.get("attempts")
+    counted = f", {attempts} attempt{'s' if attempts != 1 else ''}" if isinstance(attempts, int) else ""
+    said = [f"{stage} failed" if stage else "The job failed"]
+    if agent:
+        said.append(f" on {agent}")
+    said.append(f": {words} ({name}{counted}).")
+    why = cause.get("why") or cause.get("keychain") or (detail.get("cause") if isinstance(detail.get("cause"), str) and not cause else None)
+    if why and why != "no cause was reported":
+        said.append(f" {str(why)[:300]}")
+    return "".join(said)
+
+
+def attempt_words(entry: dict[str, Any]) -> str:
+    """A failed attempt of the job view's attempts_log in words: `its command exited 75
+    (Relevo.Transient.ExitCode)`; its cause's own text, when it is not JSON, after it."""
+    name = entry.get("error") or entry.get("error_class") or ""
+    cause = _json(entry.get("cause"))
+    exit_code = cause.get("exit_code")
+    words = _CLASS_WORDS.get(name, "it failed").format(exit=exit_code if exit_code not in (None, -1) else "non-zero")
+    said = f"{words} ({name})" if name else words
+    why = cause.get("why") or (entry.get("cause") if isinstance(entry.get("cause"), str) and not cause else None)
+    return f"{said}: {why}" if why and why != "no cause was reported" else said
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def exact_time(value: str | None) -> str:
+    """`2026-12-02 12:25:37 UTC`: to the second, no microseconds, no offset to read."""
+    moment = parse_time(value)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
+
+
+def time_ago(value: str | None, now: datetime) -> str:
+    """`just now`, `42 s ago`, `5 min ago`, `3 h ago`, `2 days ago`, then the date."""
+    moment = parse_time(value)
+    if moment is None:
+        return ""
+    seconds = int((now - moment).total_seconds())
+    if seconds < 5:
+        return "just now"
+    if seconds < 60:
+        return f"{seconds} s ago"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    if seconds < 86400:
+        return f"{seconds // 3600} h ago"
+    if seconds < 7 * 86400:
+        days = seconds // 86400
+        return f"{days} day{'s' if days != 1 else ''} ago"
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d")
+
+
+def macs_by_stage(job: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """Which Mac ran which stages, in plan order: [(agent, [stages])]; a stage retried on another
+    Mac counts for the one that ran its last attempt."""
+    by_agent: dict[str, list[str]] = {}
+    for stage in job.get("stages") or []:
+        if stage.get("agent_id"):
+            by_agent.setdefault(stage["agent_id"], []).append(stage["name"])
+    return list(by_agent.items())
