@@ -21,12 +21,12 @@ PYTHON312_BIN ?= $(shell for p in python3.12 $$(pyenv root 2>/dev/null)/versions
 
 .PHONY: demo test lint bench local-up lock clean build
 
-$(STAMP): $(LOCK) layers/core/pyproject.toml agent/pyproject.toml cli/pyproject.toml
+$(STAMP): $(LOCK) layers/core/pyproject.toml agent/pyproject.toml cli/pyproject.toml local/pyproject.toml tools/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "uv==$(UV_VERSION)"
 	# Precompiled bytecode: with PYTHONDONTWRITEBYTECODE set, every process would compile its imports.
 	$(BIN)/uv pip sync --quiet --compile-bytecode --python $(BIN)/python $(LOCK)
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e layers/core -e agent -e cli
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e layers/core -e agent -e cli -e local -e tools
 	# GitHub's REST description (npm @octokit/openapi, pinned with its integrity): the status tests check calls against it.
 	$(BIN)/python -m tests.helpers.github_openapi
 	@touch $(STAMP)

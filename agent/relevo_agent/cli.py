@@ -13,7 +13,7 @@ from relevo_agent import launchd
 from relevo_agent.config import AgentConfig
 from relevo_agent.launch import run_agent
 from relevo_agent.launch import stack_target as _resources
-from relevo_agent.private_files import write_private
+from relevo_core.private_files import write_private
 from relevo_core.user_files import InvalidFile
 
 app = typer.Typer(no_args_is_help=True, help="relevo-agent: runs Relevo stages on this Mac.")
@@ -112,7 +112,7 @@ def init(
     """Write this Mac's agent config from a deployed stack, then run doctor."""
     import boto3
 
-    from relevo_agent.stackfile import StackProblem, read_stack, write_stack_file
+    from relevo_core.stackfile import StackProblem, read_stack, write_stack_file
 
     path = config.expanduser()
     if path.exists() and not force:

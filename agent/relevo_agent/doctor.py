@@ -21,7 +21,7 @@ from relevo_agent.config import AgentConfig
 from relevo_agent.journal import last_stack
 from relevo_core import lease_timeline
 from relevo_core.aws import client
-from relevo_agent.stackfile import StackInfo
+from relevo_core.stackfile import StackInfo
 
 # The allowed skew the lease timeline fences with (relevo_core.lease_timeline): one number. The
 # agent's max_clock_skew_sec sets it; SigV4 itself refuses requests more than 5 minutes off.

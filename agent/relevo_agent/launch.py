@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from relevo_agent.config import AgentConfig, config_mistake
-from relevo_agent.stackfile import StackInfo, load_stack
+from relevo_core.stackfile import StackInfo, load_stack
 from relevo_core.user_files import InvalidFile
 
 if TYPE_CHECKING:

@@ -134,7 +134,7 @@ class Agent:
             if seen.setdefault("mtime", stat) == stat:
                 return
             seen["mtime"] = stat
-            from relevo_agent.stackfile import load_stack
+            from relevo_core.stackfile import load_stack
 
             stack = load_stack(path)
         except (OSError, ValueError):

@@ -12,7 +12,7 @@ import requests
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 
-from relevo_agent.stackfile import StackInfo
+from relevo_core.stackfile import StackInfo
 
 
 class SigV4RequestAuth(requests.auth.AuthBase):

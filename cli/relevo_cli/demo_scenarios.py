@@ -24,7 +24,7 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.local.recorder import Recorder
 from relevo_cli.localrun import random_commit
 from relevo_cli.commands.jobs import stage_words  # relevo job watch's words for a stage
-from relevo_agent.stackfile import StackInfo
+from relevo_core.stackfile import StackInfo
 from relevo_core.aws import client
 from relevo_core.models.group import Group
 from relevo_core.store import agents

@@ -1,5 +1,5 @@
 """A deployed Relevo stack: `relevo stack show`'s checks that it can be reached (the stack is
-found by relevo_agent.stackfile.read_stack, which `relevo-agent init` uses too)."""
+found by relevo_core.stackfile.read_stack, which `relevo-agent init` uses too)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from relevo_agent.stackfile import StackInfo
+from relevo_core.stackfile import StackInfo
 
 @dataclass(frozen=True)
 class Reachable:

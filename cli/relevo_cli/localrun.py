@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Iterator
 
 from relevo_cli.local.state_dir import Holder, running
-from relevo_agent.private_files import write_private
-from relevo_agent.stackfile import StackInfo, load_stack
+from relevo_core.private_files import write_private
+from relevo_core.stackfile import StackInfo, load_stack
 
 
 class ProcessFailed(RuntimeError):

@@ -16,7 +16,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoCredentialsError, PartialCredentialsError, ProfileNotFound
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from relevo_agent.stackfile import USABLE
+from relevo_core.stackfile import USABLE
 
 # Lambda keeps this much of a region's concurrency unreserved ("Configuring reserved concurrency
 # for a function", AWS Lambda Developer Guide: you can reserve up to the account's concurrency

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from relevo_cli.api import RelevoApi
 from relevo_cli.project_file import LoadedProjectFile, load_project_file
 from relevo_core.aws import client
-from relevo_agent.stackfile import StackInfo
+from relevo_core.stackfile import StackInfo
 from relevo_core.user_files import closest
 
 __all__ = ["apply_loaded", "apply_project_file", "delete_secrets", "load_project_file", "secret_name"]

@@ -16,7 +16,7 @@ import pytest
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import agent_process, random_commit, write_agent_config
-from relevo_agent.stackfile import StackInfo
+from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.codec import from_attributes
 from tests.helpers.stack import job_items, regions_stack, use_stack, wait_until

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from relevo_agent.stackfile import StackInfo
+from relevo_core.stackfile import StackInfo
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import agent_process, write_agent_config
 from relevo_core.store import agents

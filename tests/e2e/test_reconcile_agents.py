@@ -23,7 +23,7 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.drill.proxy import FaultProxy, Mode
 from relevo_cli.localrun import agent_process, local_stack
 from relevo_core.aws import reset_clients
-from relevo_agent.stackfile import StackInfo
+from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, register_project, use_stack

@@ -21,7 +21,7 @@ import pytest
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import agent_process, random_commit, write_agent_config
-from relevo_agent.stackfile import StackInfo
+from relevo_core.stackfile import StackInfo
 from relevo_core.aws import client
 from tests.helpers import security_double
 from tests.helpers.stack import regions_stack, wait_until

@@ -17,9 +17,9 @@ import pytest
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
-from relevo_agent.private_files import write_private
+from relevo_core.private_files import write_private
 from relevo_agent.service import Agent
-from relevo_agent.stackfile import write_stack_file
+from relevo_core.stackfile import write_stack_file
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import agent_process
 from relevo_core.store import log_chunks

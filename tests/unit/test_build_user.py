@@ -28,8 +28,8 @@ from relevo_agent.hygiene import Hygiene
 from relevo_agent.journal import Journal, Operation
 from relevo_agent.lease import Lease
 from relevo_agent.outputs import OutputWatch
-from relevo_agent.private_files import write_private
-from relevo_agent.stackfile import LocalCredentials, StackInfo, write_stack_file
+from relevo_core.private_files import write_private
+from relevo_core.stackfile import LocalCredentials, StackInfo, write_stack_file
 from relevo_agent.stage_env import as_build_user
 from relevo_core.lease_timeline import LeaseTimeline
 from relevo_core.models.errors import ErrorClass

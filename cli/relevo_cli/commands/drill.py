@@ -26,7 +26,7 @@ from relevo_cli.drill.drills import DRILLS
 from relevo_cli.drill.fleet import DrillTiming
 from relevo_cli.drill.report import drill_table, summary_table
 from relevo_cli.drill.runner import run_drills
-from relevo_agent.stackfile import StackInfo, load_stack
+from relevo_core.stackfile import StackInfo, load_stack
 
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 

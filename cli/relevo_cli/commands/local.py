@@ -18,7 +18,7 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.cli_errors import UserMistake
 from relevo_cli.commands.common import console
 from relevo_cli.local.state_dir import AlreadyRunning, Holder, StateDirLock, running, try_lock
-from relevo_agent.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
+from relevo_core.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
 
 local_app = typer.Typer(no_args_is_help=True, help="The embedded local stack.")
 

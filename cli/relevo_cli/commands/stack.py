@@ -13,7 +13,7 @@ from botocore.exceptions import ProfileNotFound
 
 from relevo_cli import deployed
 from relevo_cli.commands.common import StackOption, console, errors
-from relevo_agent.stackfile import StackProblem, load_stack, read_stack, stack_file_in_use, user_stack_file, write_stack_file
+from relevo_core.stackfile import StackProblem, load_stack, read_stack, stack_file_in_use, user_stack_file, write_stack_file
 
 stack_app = typer.Typer(no_args_is_help=True, help="The deployed stack the CLI uses.")
 

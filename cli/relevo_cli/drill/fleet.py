@@ -31,7 +31,7 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.drill.proxy import FaultProxies, FaultProxy
 from relevo_cli.localrun import agent_process, random_commit
 from relevo_core.aws import client
-from relevo_agent.stackfile import StackInfo
+from relevo_core.stackfile import StackInfo
 from relevo_core.store.codec import from_attributes
 
 REGION = "eu-west"

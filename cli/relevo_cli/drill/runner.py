@@ -8,7 +8,7 @@ from typing import Callable
 
 from relevo_cli.drill.drills import DRILLS, LateFault, Trial
 from relevo_cli.drill.fleet import TERMINAL_JOB, DrillFleet, DrillTiming
-from relevo_agent.stackfile import StackInfo
+from relevo_core.stackfile import StackInfo
 
 
 def run_drills(

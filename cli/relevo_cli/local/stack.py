@@ -33,8 +33,8 @@ from relevo_cli.local.sigv4 import Refusal
 from relevo_cli.local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
 from relevo_cli.local.scheduler import ScheduleFirer
 from relevo_cli.local.streams import StreamConsumer, StreamPoller, record_filter
-from relevo_agent.private_files import write_private
-from relevo_agent.stackfile import LocalCredentials, StackInfo
+from relevo_core.private_files import write_private
+from relevo_core.stackfile import LocalCredentials, StackInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ACCOUNT_ID = emulator_iam.ACCOUNT_ID
@@ -245,7 +245,7 @@ class LocalStack:
                 if f"AgentRoleArn{region_logical_suffix(region)}" in outputs
             },
         )
-        # It holds the emulator's access keys: readable by this user only (relevo_agent.private_files).
+        # It holds the emulator's access keys: readable by this user only (relevo_core.private_files).
         write_private(self.state_dir / "stack.json", json.dumps(info.model_dump(), indent=2) + "\n")
         return info
 
