@@ -10,7 +10,7 @@ from relevo_core.models.status import JobStatus
 from relevo_core.store import keys
 
 from relevo_tools.job_machine import lock
-from relevo_tools.job_machine.asl import NOW, STATUS, TABLE, WRITER, States, formatted, get, job_key, string_at, update
+from relevo_tools.job_machine.asl import NOW, STATUS, TABLE, WRITER, States, formatted, get, job_key, lock_key, string_at, transaction, update
 from relevo_tools.job_machine.stage import run_stages
 
 COMMENT = ("Relevo job: run a frozen plan's stages, one at a time, on the Macs of the job's region. Every ARN and name comes "
@@ -18,26 +18,58 @@ COMMENT = ("Relevo job: run a frozen plan's stages, one at a time, on the Macs o
            "(python -m relevo_tools.job_machine): edit the builder, not this file.")
 
 
+def _job_succeeds() -> dict[str, Any]:
+    """The job record at the job's end: succeeded, its last stage its last successful one (the
+    state machine records it: agents cannot write the job record, store/keys.stages_pk; while the
+    job runs, the job view reads it off the stage records), and stage_outcomes, each stage's
+    answer (JSON), which says the stages that ended `warning` (the commit status and the listing
+    read it)."""
+    return update(
+        job_key(),
+        "SET #status = :succeeded, last_writer = :writer, updated_at = :now, ended_at = :now, last_successful_stage = :last, "
+        "stage_outcomes = :outcomes",
+        names=STATUS,
+        values={":succeeded": {"S": JobStatus.SUCCEEDED.value}, ":writer": WRITER, ":now": NOW,
+                ":last": string_at("$.last_stage"), ":outcomes": string_at("States.JsonToString($.stage_outcomes)")},
+    )
+
+
 def succeeded() -> States:
-    return {
-        "MarkSucceeded": {
-            "Type": "Task",
-            "Comment": "The job's last successful stage is its last stage: recorded here, by the state machine (agents cannot write "
-            "the job record: store/keys.stages_pk); while the job runs, the job view reads it off the stage records. stage_outcomes: "
-            "each stage's answer (JSON), which says the stages that ended `warning` (the commit status and the listing read it).",
-            "Resource": "arn:aws:states:::dynamodb:updateItem",
-            "Parameters": update(
-                job_key(),
-                "SET #status = :succeeded, last_writer = :writer, updated_at = :now, ended_at = :now, last_successful_stage = :last, "
-                "stage_outcomes = :outcomes",
-                names=STATUS,
-                values={":succeeded": {"S": JobStatus.SUCCEEDED.value}, ":writer": WRITER, ":now": NOW,
-                        ":last": string_at("$.last_stage"), ":outcomes": string_at("States.JsonToString($.stage_outcomes)")},
-            ),
-            "ResultPath": None,
-            "End": True,
-        },
+    """The stages succeeded. Nobody waiting for the project (the common case), one transaction
+    ends the job: the job succeeded and the lock released. Otherwise the lock is released, the
+    head of the line woken, and the job marked succeeded, one write each."""
+    states = transaction(
+        "ReleaseLockAndMarkSucceeded",
+        [
+            {"Update": _job_succeeds()},
+            {"Update": update(lock_key(), lock.RELEASE, condition=f"{lock.HOLDS} AND attribute_not_exists(waiters)", names=lock.COUNT,
+                              values=lock.RELEASE_VALUES)},
+        ],
+        comment="The job's end when nobody waits for the project: succeeded and the lock released in one transaction, which "
+        "spares the wake-up's query and a state transition of each write (\"AWS Step Functions pricing\": Standard workflows are "
+        "billed per state transition). Refused when someone waits (the lock has `waiters`) or this execution no longer holds "
+        "the lock (a sweep freed it): then the release and the wake-up go their own way.",
+        canceled_comment="Cancelled: a conflict is retried; anything else (or a conflict that kept coming) is a refusal: release "
+        "the lock and wake the head of the line, one step at a time.",
+        next_state=None,
+        refused="ReleaseProjectLock",
+        kept_conflicting="ReleaseProjectLock",
+    )
+    states |= lock.release(
+        "ReleaseProjectLock",
+        "The next job of the project may start: the lock's wake_seq moves (a waiter about to park sees it and reads the lock "
+        "again), then the head of the line is woken.",
+        next_state="FindHeadToWake",
+    )
+    states |= lock.wake_head(succeeded="MarkSucceeded", failed="JobFailed")
+    states["MarkSucceeded"] = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::dynamodb:updateItem",
+        "Parameters": _job_succeeds(),
+        "ResultPath": None,
+        "End": True,
     }
+    return states
 
 
 def failed() -> States:
@@ -128,14 +160,7 @@ def build() -> dict[str, Any]:
     """The definition SAM deploys (statemachines/job.asl.json)."""
     states: States = {}
     states |= lock.acquire(first_stage="RunStages")
-    states["RunStages"] = run_stages(next_state="ReleaseProjectLock", on_failure="MarkFailed")
-    states |= lock.release(
-        "ReleaseProjectLock",
-        "The next job of the project may start: the lock's wake_seq moves (a waiter about to park sees it and reads the lock "
-        "again), then the head of the line is woken.",
-        next_state="FindHeadToWake",
-    )
-    states |= lock.wake_head(succeeded="MarkSucceeded", failed="JobFailed")
+    states["RunStages"] = run_stages(next_state="ReleaseLockAndMarkSucceeded", on_failure="MarkFailed")
     states |= succeeded()
     states |= failed()
     return {"Comment": COMMENT, "StartAt": "AcquireProjectLockAndStart", "States": states}

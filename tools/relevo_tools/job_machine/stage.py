@@ -31,6 +31,16 @@ from relevo_tools.job_machine.asl import (
     update,
 )
 
+# The approval gate is the condition of the stage's dispatch write, picked by the stage's `gate`
+# (relevo_core.execution.execution_input: 1 for the gated stage, else 0): the gated stage's write
+# is refused until MarkApproved wrote approved_at on its record, and the refusal leads to the
+# approval states; nothing writes approved_at on any other stage, so theirs always holds. A
+# Choice before each dispatch would cost a state transition per stage of every job ("AWS Step
+# Functions pricing": Standard workflows are billed per state transition). The intrinsic
+# functions pick the text ("Intrinsic functions for JSONPath states in Step Functions":
+# States.Array, States.ArrayGetItem), and a Parameters field ending in .$ takes it.
+UNGATED, GATED = "attribute_not_exists(approved_at)", "attribute_exists(approved_at)"
+GATE_CONDITION = f"States.ArrayGetItem(States.Array('{UNGATED}', '{GATED}'), $.stage.gate)"
 FAILURE_NAMES = {
     "QueueTimedOut": (ErrorClass.QUEUE_TIMEOUT, "no agent claimed the stage within queue_timeout_sec"),
     "LeaseExpired": (ErrorClass.LEASE_EXPIRED, "the claiming agent stopped heartbeating for longer than its lease"),
@@ -61,8 +71,9 @@ def _catch_all(next_state: str, result_path: str | None = "$.failure") -> dict[s
 
 
 def approval_gate(dispatch: str) -> States:
-    """The plan's approval gate: the job waits for POST /jobs/{id}/approve or /reject, then the
-    gated stage goes on to `dispatch`; a rejection or a timeout fails the stage."""
+    """The plan's approval gate, where the gated stage's first dispatch was refused: the job
+    waits for POST /jobs/{id}/approve or /reject, then the stage goes on to `dispatch`; a
+    rejection or a timeout fails the stage."""
     return {
         "NotifyAwaitingApproval": _notify("job.waiting_for_approval", "AwaitApproval"),
         "AwaitApproval": {
@@ -84,30 +95,43 @@ def approval_gate(dispatch: str) -> States:
             ],
             "Next": "MarkApproved",
         },
-        "MarkApproved": {
-            "Type": "Task",
-            "Resource": "arn:aws:states:::dynamodb:updateItem",
-            "Parameters": update(
-                job_key(), "SET #status = :running, last_writer = :writer, updated_at = :now REMOVE approval_token, waiting_stage",
-                names=STATUS, values={":running": {"S": JobStatus.RUNNING.value}, ":writer": WRITER, ":now": NOW},
-            ),
-            "ResultPath": None,
-            "Next": dispatch,
-        },
+        **transaction(
+            "MarkApproved",
+            [
+                {"Update": update(
+                    job_key(), "SET #status = :running, last_writer = :writer, updated_at = :now REMOVE approval_token, waiting_stage",
+                    names=STATUS, values={":running": {"S": JobStatus.RUNNING.value}, ":writer": WRITER, ":now": NOW},
+                )},
+                # The stage's record, pending until its dispatch, says it was approved: its dispatch's gate condition.
+                {"Update": update(
+                    stage_key(),
+                    "SET approved_at = :now, #status = if_not_exists(#status, :pending), stage_name = :name, stage_index = :index, "
+                    "last_writer = :writer, #ttl = :ttl",
+                    names={**STATUS, "#ttl": "ttl"},
+                    values={":now": NOW, ":pending": {"S": StageStatus.PENDING.value}, ":name": string_at("$.stage.name"),
+                            ":index": number_at("$.stage.index"), ":writer": WRITER, ":ttl": number_at("$.ttl")},
+                )},
+            ],
+            comment="Approved: the job runs again, and the gated stage's record says so (approved_at), which lets its dispatch "
+            "through. Neither update has a condition, so a cancellation is a conflict (or a throttle) and is retried.",
+            next_state=dispatch,
+        ),
         "ApprovalTimedOut": _failure(ErrorClass.APPROVAL_TIMEOUT.value, "approval_timeout", "NotifyApprovalTimedOut"),
         "NotifyApprovalTimedOut": _notify("job.approval_timeout", "AssembleFailureDetail"),
         "NotifyRejected": _notify("job.rejected", "AssembleFailureDetail"),
     }
 
 
-def dispatch() -> States:
-    """Each attempt: the stage record says it is dispatched, the message goes to the region's
+def dispatch(gate: str) -> States:
+    """Each attempt: the stage record says it is dispatched (a gated stage not yet approved goes
+    to `gate` instead), the message goes to the region's
     queue and waits for a claim (renewed while a pause holds the region), then the claimer gets
     its run token and the attempt runs."""
     return {
         "MarkStageDispatched": {
             "Type": "Task",
-            "Comment": "Projection: the attempt is on the region's queue. `attempt` itself is written only by the claiming agent (it "
+            "Comment": "Projection: the attempt is on the region's queue, once the stage passed its approval gate (a gated stage's "
+            "write is refused until it was approved: see GATE_CONDITION in tools/relevo_tools/job_machine/stage.py). `attempt` itself is written only by the claiming agent (it "
             "is the fencing token). Draws the attempt's dispatch key (States.UUID), which only its stage message carries: the claim "
             "function claims the attempt only for a caller that shows it, so an agent claims nothing it was not handed. Returns the "
             "agents that ran the stage's failed attempts, which the dispatch carries so a retry prefers another agent. ALL_NEW rather "
@@ -135,10 +159,12 @@ def dispatch() -> States:
                         ":dispatch_key": string_at("States.UUID()"),
                     },
                 ),
+                "ConditionExpression.$": GATE_CONDITION,
                 "ReturnValues": "ALL_NEW",
             },
             "ResultSelector": {"avoid_agents.$": "$.Attributes.failed_agents.L[*].S", "dispatch_key.$": "$.Attributes.dispatch_key.S"},
             "ResultPath": "$.dispatch",
+            "Catch": [{"ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"], "ResultPath": None, "Next": gate}],
             "Next": "DispatchStage",
         },
         "DispatchStage": {
@@ -475,20 +501,13 @@ def stage_failure() -> States:
 def stage_states() -> tuple[str, States]:
     """Every state of one stage, and the one it starts at. The stage's input is one item of
     run_stages' ItemSelector; its output, the agent's answer."""
-    states: States = {
-        "CheckApprovalGate": {
-            "Type": "Choice",
-            "Comment": "The plan's approval gate: nothing of the gated stage is dispatched before approval.",
-            "Choices": [{"Variable": "$.stage.gate", "BooleanEquals": True, "Next": "NotifyAwaitingApproval"}],
-            "Default": "MarkStageDispatched",
-        },
-    }
+    states: States = {}
+    states |= dispatch(gate="NotifyAwaitingApproval")
     states |= approval_gate("MarkStageDispatched")
-    states |= dispatch()
     states |= manual_review("NextAttempt")
     states |= attempt_failure("MarkStageDispatched")
     states |= stage_failure()
-    return "CheckApprovalGate", states
+    return "MarkStageDispatched", states
 
 
 def run_stages(next_state: str, on_failure: str) -> State:
