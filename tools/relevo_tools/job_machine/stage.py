@@ -70,9 +70,9 @@ def _catch_all(next_state: str, result_path: str | None = "$.failure") -> dict[s
     return {"ErrorEquals": ["States.ALL"], "ResultPath": result_path, "Next": next_state}
 
 
-def approval_gate(dispatch: str) -> States:
+def approval_gate(approved: str) -> States:
     """The plan's approval gate, where the gated stage's first dispatch was refused: the job
-    waits for POST /jobs/{id}/approve or /reject, then the stage goes on to `dispatch`; a
+    waits for POST /jobs/{id}/approve or /reject, then the stage goes on to `approved`; a
     rejection or a timeout fails the stage."""
     return {
         "NotifyAwaitingApproval": _notify("job.waiting_for_approval", "AwaitApproval"),
@@ -114,7 +114,7 @@ def approval_gate(dispatch: str) -> States:
             ],
             comment="Approved: the job runs again, and the gated stage's record says so (approved_at), which lets its dispatch "
             "through. Neither update has a condition, so a cancellation is a conflict (or a throttle) and is retried.",
-            next_state=dispatch,
+            next_state=approved,
         ),
         "ApprovalTimedOut": _failure(ErrorClass.APPROVAL_TIMEOUT.value, "approval_timeout", "NotifyApprovalTimedOut"),
         "NotifyApprovalTimedOut": _notify("job.approval_timeout", "AssembleFailureDetail"),
