@@ -77,6 +77,9 @@ def test_an_approved_job_runs_the_gated_stage(local_stack, project_id, notificat
     agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     assert notifications(job_id) == ["job.waiting_for_approval"]
+    # The gate is the condition of the stage's dispatch: refused until the approval was written on its record.
+    gated = next(i for i in job_items(local_stack, job_id) if i["sk"]["S"] == "STAGE#01" and i["pk"]["S"].startswith("STAGES#"))
+    assert gated["approved_at"]["S"] and gated["status"]["S"] == "succeeded"
     [audit] = actions(local_stack.table_name, job_id)
     assert (audit["action"], audit["reason"], audit["actor"].startswith("arn:aws:")) == ("job.approve", "release 1.4 signed off", True)
     with pytest.raises(ApiError) as late:

@@ -42,8 +42,8 @@ def test_a_finished_jobs_cost_counts_its_transitions_and_the_requests_its_tasks_
     # Each stage was handed to the region's queue once (no retry): one SendMessage per stage.
     assert answer["sqs_requests"] == 2
     assert answer["dynamodb_writes"] > 0
-    # Within bench/cost.py's budget: 4 transitions per stage + 6 per job on the success path.
-    assert answer["transitions"] <= 2 * 4 + 6
+    # bench/cost.py's budget, exactly: 3 transitions per stage + 3 per job on the success path.
+    assert answer["transitions"] == 2 * 3 + 3
     expected = (answer["transitions"] * cost.SFN_PER_TRANSITION + answer["lambda_invocations"] * cost.LAMBDA_PER_REQUEST
                 + answer["dynamodb_reads"] * cost.DDB_PER_RRU + answer["dynamodb_writes"] * cost.DDB_PER_WRU
                 + answer["sqs_requests"] * cost.SQS_PER_REQUEST)

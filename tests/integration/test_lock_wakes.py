@@ -56,6 +56,15 @@ def test_the_releasing_execution_wakes_the_head_of_the_line(local_stack, intake_
              and e["taskSucceededEventDetails"].get("resource") == "transactWriteItems.waitForTaskToken"]
     assert woken, "the waiter's park did not return with a wake"
     assert "wake_token" not in job_record(local_stack, waiter)
+    # Someone waited, so the holder's one-transaction end was refused and it went the long way.
+    holder = holder_task["job_id"]
+    assert wait_for_execution(local_stack, holder)["status"] == "SUCCEEDED"
+    ended = [e["stateEnteredEventDetails"]["name"] for e in history(local_stack, holder) if e["type"].endswith("StateEntered")]
+    assert ended[ended.index("ReleaseLockAndMarkSucceeded"):] == [
+        "ReleaseLockAndMarkSucceeded", "ReleaseLockAndMarkSucceededCanceled", "ReleaseProjectLock", "FindHeadToWake",
+        "IsAnyoneWaiting", "ReadHeadWakeToken", "HasWakeToken", "WakeHead", "AfterWake", "MarkSucceeded",
+    ]
+    assert job_record(local_stack, holder)["status"] == "succeeded"
     agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
 

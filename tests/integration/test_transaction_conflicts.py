@@ -52,6 +52,8 @@ RECORD_RESOLVED_SUCCEEDED = ("STAGES#", "JOB#")
 # WaitForProject's park names the same items as AcquireAsQueueHead; its first is a ConditionCheck.
 WAIT_FOR_PROJECT, PARK = ("LOCK#", "JOB#"), ("ConditionCheck", "Update")
 GIVE_UP_WAITING = ("JOB#", "COUNTER#", "LOCK#")
+# The same items as MarkWaitingForProject: armed only where no job waits for the project.
+RELEASE_LOCK_AND_MARK_SUCCEEDED = ("JOB#", "LOCK#")
 
 
 def _entered(stack, job_id, state: str) -> int:
@@ -126,6 +128,24 @@ def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(l
     agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     assert slots.change() == 0
+
+
+def test_a_conflict_at_the_jobs_end_is_retried_in_place_and_the_lock_given_back(local_stack, intake_settings, project_id):
+    """Nobody waits: the job succeeds and gives the lock back in one transaction, retried on a conflict."""
+    register_project(local_stack, project_id, STAGES)
+    job_id = enqueue_job(local_stack, intake_settings, project_id)
+    task, _ = receive_stage(local_stack, job_id)
+
+    with faults.transaction_conflicts(2, RELEASE_LOCK_AND_MARK_SUCCEEDED) as conflicts:
+        agent_runs(local_stack, task)
+        assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+
+    assert len(conflicts.failed) == 2, "the state did not retry the conflict"
+    assert _entered(local_stack, job_id, "ReleaseLockAndMarkSucceeded") == 3
+    assert _entered(local_stack, job_id, "ReleaseProjectLock") == 0  # a conflict is not a refusal
+    record = job_record(local_stack, job_id)
+    assert (record["status"], record["last_successful_stage"]) == ("succeeded", STAGES[-1]["name"])
+    assert "holders" not in lock_record(local_stack, project_id)
 
 
 def test_a_conflict_at_mark_started_is_retried_and_the_queue_slot_given_back_once(local_stack, intake_settings, project_id):

@@ -99,7 +99,9 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
                 "exec_backstop_sec": stage.exec_timeout_sec + stage.kill_grace_sec + envelope.lease_ttl_sec,
                 "attempts": {key: stage.retry.attempts_for(error) for error, key in RETRY_KEYS.items()},
                 "backoff_caps_sec": stage.retry.backoff_caps_sec(),
-                "gate": stage.name == gated,
+                # 1 for the plan's gated stage, else 0: it picks the gate condition of the stage's
+                # dispatch in job.asl.json (tools/relevo_tools/job_machine/stage.py, GATE_CONDITION).
+                "gate": int(stage.name == gated),
                 "approval_timeout_sec": envelope.approval.effective_timeout_sec,
                 # On the stage's message: an agent that does not match leaves it to one that does.
                 "requires": stage.requires,

@@ -1,0 +1,81 @@
+"""statemachines/job.asl.json is what tools/relevo_tools/job_machine builds, every DynamoDB
+transaction in it retries a conflict, and the builder spells neither a transaction nor a key by hand."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+from relevo_tools.job_machine import asl, render
+from relevo_tools.job_machine.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[2]
+ASL = ROOT / "statemachines" / "job.asl.json"
+BUILDER = ROOT / "tools" / "relevo_tools" / "job_machine"
+
+
+def _scopes(states: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The machine's states, and those of every Map's item processor, one scope at a time."""
+    yield states
+    for state in states.values():
+        if state["Type"] == "Map":
+            yield from _scopes((state.get("ItemProcessor") or state["Iterator"])["States"])
+
+
+def _transactions() -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
+    for scope in _scopes(json.loads(ASL.read_text())["States"]):
+        for name, state in scope.items():
+            if state.get("Resource", "").startswith(asl.TRANSACT_WRITE):
+                yield scope, name, state
+
+
+def test_the_committed_definition_is_the_builders_output():
+    assert ASL.read_text() == render(), "statemachines/job.asl.json was edited by hand: run python -m relevo_tools.job_machine"
+
+
+def test_check_says_whether_a_file_differs(tmp_path, capsys):
+    current = tmp_path / "job.asl.json"
+    current.write_text(render())
+    assert main(["--check", str(current)]) == 0
+    current.write_text(render().replace("RunStages", "RunTheStages"))
+    assert main(["--check", str(current)]) == 1
+    assert "python -m relevo_tools.job_machine" in capsys.readouterr().err
+    assert main([str(current)]) == 0 and current.read_text() == render()
+
+
+def test_every_transaction_retries_a_conflict():
+    """A transaction with a condition tells a conflict from a refusal and retries the conflict
+    with backoff (`<name>Canceled` → `<name>ConflictBackoff` → `<name>ConflictWait` → itself);
+    one without any condition retries every cancellation."""
+    found = list(_transactions())
+    assert len(found) >= 7, [name for _, name, _ in found]
+    for scope, name, state in found:
+        items = [next(iter(item.values())) for item in state["Parameters"]["TransactItems"]]
+        catch = [c for c in state.get("Catch", []) if asl.TRANSACTION_CANCELED in c["ErrorEquals"]]
+        if not catch:
+            assert not any("ConditionExpression" in item for item in items), f"{name}: a refusable transaction without its Canceled choice"
+            assert any(asl.TRANSACTION_CANCELED in r["ErrorEquals"] for r in state.get("Retry", [])), f"{name}: a cancellation is not retried"
+            continue
+        assert catch[0]["Next"] == f"{name}Canceled", name
+        canceled = scope[f"{name}Canceled"]
+        first = canceled["Choices"][0]
+        assert first["Next"] == f"{name}ConflictBackoff" and {"Variable": "$.conflict.retries", "NumericLessThan": asl.CONFLICT_RETRIES} in first["And"]
+        assert {c["StringMatches"] for c in first["And"][0]["Or"]} == {f"*{reason}*" for reason in asl.CONFLICT_REASONS}
+        assert scope[f"{name}ConflictBackoff"]["Next"] == f"{name}ConflictWait"
+        assert scope[f"{name}ConflictWait"] == {"Type": "Wait", "SecondsPath": "$.conflict.delay_sec", "Next": name}
+
+
+def test_only_the_transaction_helper_writes_a_transaction_or_its_retry():
+    """No conflict-retry block (nor a TransactWriteItems task) is written by hand: asl.transaction is the one place."""
+    spelled = re.compile(r"TransactionCanceled|ConflictBackoff|ConflictWait|transactWriteItems|TransactItems")
+    by_hand = {path.name: spelled.findall(path.read_text()) for path in BUILDER.glob("*.py") if path.name != "asl.py"}
+    assert not any(by_hand.values()), by_hand
+
+
+def test_the_builder_spells_no_key_format():
+    """Key formats come from relevo_core.store.keys: no `PREFIX#` literal in the builder."""
+    literals = {path.name: re.findall(r"['\"][A-Z_]+#", path.read_text()) for path in BUILDER.glob("*.py")}
+    assert not any(literals.values()), literals
+    assert "States.Format('JOB#{}', $.job_id)" in ASL.read_text()  # ...and still the same keys in the definition
