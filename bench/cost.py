@@ -319,7 +319,8 @@ def measure(stack: Any, recorder: Recorder) -> int:
     print(f"job {job_id} accepted in {webhook_sec * 1000:.1f} ms (handler wall time, in-process)")
 
     # (b) the agent double, one stage message at a time.
-    from relevo_agent.claims import new_claim_secret, session_credentials
+    from relevo_agent.claim import new_claim_secret
+    from relevo_agent.claim_routes import session_credentials
     from relevo_core.aws import JobCredentials, job_scope
     from relevo_core.models.agent_session import ClaimGranted
 

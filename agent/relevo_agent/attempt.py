@@ -1,5 +1,6 @@
 """The records of one stage attempt on this agent: the stage message the state machine sent, the
-run the agent's threads share while the attempt lasts, and the report that ends it.
+run the agent's threads share while the attempt lasts, and the report that ends it; and HandBack,
+what a stage thread raises to give its message straight back.
 
 Every other agent module builds on these; this one imports none of them at run time.
 """
@@ -28,6 +29,12 @@ DEAD_TOKEN = ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken")
 
 def utc_now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+class HandBack(Exception):
+    """Trouble before the claim took (a connection reset, a timeout): the message goes straight
+    back to the queue (visibility 0) for this agent or another to take, never waits out its
+    visibility timeout."""
 
 
 class StageMessage(BaseModel):
@@ -123,7 +130,7 @@ class StageReport(BaseModel):
     receipt: dict[str, Any] | None = None
     # Nothing of this attempt runs any more here: its lease ends with the report.
     lease_ended: bool = False
-    # The claim's proof (relevo_agent.claims): the job credentials the report is sent with are
+    # The claim's proof (relevo_agent.claim): the job credentials the report is sent with are
     # asked for again with it when the agent restarted in between. Kept in the journal only.
     claim_secret: str | None = None
 

@@ -27,32 +27,32 @@ files of their own, that user's while they run: the project's token, never the a
 Failures: a commit the repository does not have, credentials refused, a repository or ref that
 does not exist are Relevo.Fatal.Checkout; a timeout is Relevo.Transient.NetworkTimeout; any other
 trouble talking to the remote is Relevo.Transient.ConnectionReset (a checkout is safe to repeat).
+
+The git commands themselves, bounded, and what they fail with are relevo_agent.git_commands'; the
+credentials' files relevo_agent.git_credentials'.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
 import logging
 import os
 import re
 import shlex
 import shutil
-import signal
 import stat
 import subprocess
-import tempfile
 import threading
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 from relevo_agent.build_user import BuildUser
-from relevo_agent.stage_env import as_build_user, without_agent_credentials
-from relevo_core.aws import client
+from relevo_agent.git_commands import CheckoutFailure, Git, locked
+from relevo_agent.git_credentials import credential_files, git_secret
+from relevo_agent.stage_env import without_agent_credentials
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.plan import CheckoutPlan
 
@@ -62,26 +62,6 @@ MIRRORS_DIR = ".relevo-git"
 # Commands on the local mirror and workspace only (no network): a bound all the same.
 LOCAL_TIMEOUT_SEC = 600.0
 _COMMIT = re.compile(r"^[0-9a-f]{7,64}$")
-
-# What git prints when retrying cannot help (checked first) and when the network failed.
-_REFUSED = (
-    "authentication failed", "permission denied", "could not read username", "could not read password",
-    "invalid username or password", "repository not found", "does not appear to be a git repository",
-    "the requested url returned error: 401", "the requested url returned error: 403", "the requested url returned error: 404",
-    "host key verification failed", "couldn't find remote ref", "not our ref", "no such remote", "access denied",
-    "not a git repository",
-)
-
-
-class CheckoutFailure(Exception):
-    def __init__(self, error_class: ErrorClass, message: str) -> None:
-        super().__init__(message)
-        self.error_class = error_class
-        self.message = message
-
-
-class CheckoutStopped(Exception):
-    """The stage was stopped (fenced, canceled) while a git command ran: it was killed."""
 
 
 @dataclass(frozen=True)
@@ -93,176 +73,6 @@ class CheckoutResult:
 
 def mirror_path(workspace_root: Path, url: str) -> Path:
     return workspace_root / MIRRORS_DIR / f"{hashlib.sha256(url.encode()).hexdigest()[:24]}.git"
-
-
-def classify(stderr: str) -> ErrorClass:
-    lowered = stderr.lower()
-    if any(sign in lowered for sign in _REFUSED):
-        return ErrorClass.CHECKOUT_FAILED
-    return ErrorClass.CONNECTION_RESET
-
-
-# ------------------------------------------------------------------ credentials
-
-
-def _git_secret(credentials_ref: str) -> dict[str, Any]:
-    """The secret of `credentials_ref`: a JSON object of its fields, or a bare password or token."""
-    try:
-        answer = client("secretsmanager").get_secret_value(SecretId=credentials_ref)
-    except Exception as exc:  # noqa: BLE001 - the stage fails saying why, never with the secret
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
-        retryable = code in ("InternalServiceError", "ThrottlingException") or not hasattr(exc, "response")
-        raise CheckoutFailure(
-            ErrorClass.CONNECTION_RESET if retryable else ErrorClass.CHECKOUT_FAILED,
-            f"checkout: the credentials {credentials_ref} could not be read ({code})",
-        ) from None
-    text = answer.get("SecretString") or ""
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = None
-    return parsed if isinstance(parsed, dict) else {"password": text.strip()}
-
-
-@contextmanager
-def credential_files(
-    secret: dict[str, Any], owner: BuildUser | None = None, parent: Path | None = None
-) -> Iterator[tuple[dict[str, str], list[str]]]:
-    """(environment for the git processes that talk to the remote, secret values to mask): the
-    files git needs for `secret` in a private directory (under `parent`), removed after. With
-    `owner`: that user's once written, for the git it runs (a copy of its own: the agent's git
-    never runs a file the build user could have rewritten)."""
-    directory = Path(tempfile.mkdtemp(prefix="relevo-git-", dir=parent))  # 0700, this user's only
-    try:
-        env: dict[str, str] = {}
-        masked: list[str] = []
-        if secret.get("ssh_private_key"):
-            key = directory / "identity"
-            _private_file(key, str(secret["ssh_private_key"]).rstrip("\n") + "\n")
-            options = ["-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"]
-            if secret.get("known_hosts"):
-                known = directory / "known_hosts"
-                _private_file(known, str(secret["known_hosts"]))
-                options += ["-o", f"UserKnownHostsFile={known}"]
-            env["GIT_SSH_COMMAND"] = " ".join(["ssh", *(_quote(option) for option in options)])
-            masked.append(str(secret["ssh_private_key"]))
-        else:
-            password = str(secret.get("password") or secret.get("token") or "")
-            username = str(secret.get("username") or "x-access-token")
-            _private_file(directory / "username", username)
-            _private_file(directory / "password", password)
-            askpass = directory / "askpass"
-            askpass.write_text(
-                '#!/bin/sh\ncase "$1" in\n  Username*) cat "$(dirname "$0")/username" ;;\n  *) cat "$(dirname "$0")/password" ;;\nesac\n'
-            )
-            askpass.chmod(0o700)
-            env["GIT_ASKPASS"] = str(askpass)
-            masked.append(password)
-        if owner is not None:
-            owner.hand_over(directory)
-        yield env, [value for value in masked if value]
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def _private_file(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-
-
-def _quote(value: str) -> str:
-    return "'" + value.replace("'", "'\\''") + "'"
-
-
-# ------------------------------------------------------------------ running git
-
-
-class Git:
-    """git commands of one stage's checkout, each killed (its process group) at the deadline or
-    when the stage is stopped, whichever comes first."""
-
-    # Every command: no prompt, no credential helper of the Mac's configuration, no hooks.
-    CONFIG = ("-c", "credential.helper=", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always", "-c", "advice.detachedHead=false")
-
-    def __init__(self, deadline: float, cancel: threading.Event, masked: list[str] | None = None, user: BuildUser | None = None) -> None:
-        self.deadline, self.cancel = deadline, cancel
-        self.masked = masked or []
-        base = without_agent_credentials(os.environ)
-        self.env = {**base, "GIT_TERMINAL_PROMPT": "0", "GIT_LFS_SKIP_SMUDGE": "1", "LC_ALL": "C"}
-        # With a build user, every command runs as it (the workspace's git: relevo_agent.build_user).
-        self.spawn: dict[str, Any] = {}
-        if user is not None:
-            self.env = as_build_user(self.env, user)
-            self.spawn = user.popen()
-
-    def mask(self, text: str) -> str:
-        for value in self.masked:
-            text = text.replace(value, "******")
-        return text
-
-    def run(self, args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None, limit: float | None = None,
-            check: bool = True, what: str | None = None) -> subprocess.CompletedProcess[str]:
-        deadline = self.deadline if limit is None else min(self.deadline, time.monotonic() + limit)
-        process = subprocess.Popen(
-            ["git", *self.CONFIG, *args], cwd=cwd, env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **self.spawn,
-        )
-        while True:
-            try:
-                out, err = process.communicate(timeout=0.1)
-                break
-            except subprocess.TimeoutExpired:
-                if self.cancel.is_set() or time.monotonic() >= deadline:
-                    _kill(process)
-                    process.communicate()
-                    if self.cancel.is_set():
-                        raise CheckoutStopped() from None
-                    raise CheckoutFailure(
-                        ErrorClass.NETWORK_TIMEOUT, f"checkout: `git {what or args[0]}` did not finish in time (checkout.timeout_sec or the stage's exec timeout); killed"
-                    ) from None
-        done = subprocess.CompletedProcess(args, process.returncode, out, err)
-        if check and done.returncode != 0:
-            message = self.mask(err.strip() or out.strip())[-1500:]
-            raise CheckoutFailure(classify(message), f"checkout: `git {what or args[0]}` failed (exit {done.returncode}): {message}")
-        return done
-
-
-def _kill(process: subprocess.Popen[str]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=2)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-@contextmanager
-def _locked(path: Path, deadline: float, cancel: threading.Event) -> Iterator[None]:
-    """flock(2) on `path`, waited for at most until the deadline: the agents of one Mac share a mirror."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if cancel.is_set():
-                    raise CheckoutStopped() from None
-                if time.monotonic() >= deadline:
-                    raise CheckoutFailure(ErrorClass.NETWORK_TIMEOUT, f"checkout: the mirror {path.stem} stayed locked by another agent of this Mac") from None
-                time.sleep(0.1)
-        yield
-    finally:
-        os.close(fd)
-
-
-# ------------------------------------------------------------------ the checkout
 
 
 def _has_commit(git: Git, mirror: Path, commit: str) -> bool:
@@ -328,11 +138,11 @@ def checkout(
     started = time.monotonic()
     mirror = mirror_path(workspace_root, plan.url)
     fetched = False
-    secret = _git_secret(plan.credentials_ref) if plan.credentials_ref else None
+    secret = git_secret(plan.credentials_ref) if plan.credentials_ref else None
     with ExitStack() as stack:
         credentials, masked = stack.enter_context(credential_files(secret)) if secret is not None else ({}, [])
         git = Git(deadline, cancel, masked)
-        with _locked(mirror.with_suffix(".lock"), deadline, cancel):
+        with locked(mirror.with_suffix(".lock"), deadline, cancel):
             _prepare_mirror(git, mirror, plan.url)
             if commit is None or not _has_commit(git, mirror, commit):
                 emit(f"[relevo] checkout: fetching {plan.url} ({'commit ' + commit[:12] if commit else 'ref ' + ref})")

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from relevo_agent.claims import ClaimRoutes, RouteError, RouteUnreachable, session_credentials
+from relevo_agent.claim_routes import ClaimRoutes, RouteError, RouteUnreachable, session_credentials
 from relevo_agent.reachability import stack as reachability
+from relevo_agent.stop import AgentStop
 from relevo_core.aws import JobCredentials, call_budget
 
 if TYPE_CHECKING:
@@ -52,12 +53,12 @@ class AttemptNotHeld(Exception):
 
 
 class JobSessions:
-    def __init__(self, routes: ClaimRoutes | None, agent_id: str, stopping: threading.Event | None = None) -> None:
+    def __init__(self, routes: ClaimRoutes | None, agent_id: str, stop: AgentStop | None = None) -> None:
         self.routes = routes
         self.agent_id = agent_id
         self._held: dict[AttemptKey, _Held] = {}
         self._lock = threading.Lock()
-        self._stopping = stopping or threading.Event()
+        self._stop = stop or AgentStop()
         self._thread: threading.Thread | None = None
 
     def granted(self, key: AttemptKey, claim_secret: str, session: JobSession) -> JobCredentials:
@@ -126,7 +127,7 @@ class JobSessions:
             held.granted_at = _now()
 
     def _renew_loop(self) -> None:
-        while not self._stopping.wait(RENEW_CHECK_SEC):
+        while not self._stop.wait(RENEW_CHECK_SEC):
             try:
                 self.renew_due()
             except Exception:  # noqa: BLE001 - the loop must outlive any one round

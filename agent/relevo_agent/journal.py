@@ -55,7 +55,7 @@ class Operation:
     pgid: int | None = None
     # What the attempt's command wrote to $RELEVO_OUTPUT, journaled as it came (relevo_agent.outputs).
     outputs: dict[str, str] | None = None
-    # The claim's proof (relevo_agent.claims): what gets the attempt's job credentials again
+    # The claim's proof (relevo_agent.claim): what gets the attempt's job credentials again
     # after a restart. This file is the agent's alone (docs/agent.md).
     claim_secret: str | None = None
 

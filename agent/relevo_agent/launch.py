@@ -132,7 +132,7 @@ def run_agent(config: Path, debug: bool = False, follow_stack: bool = False) -> 
     # Non-zero exits (launchd's KeepAlive restarts the agent): 2 another relevo-agent runs with
     # this agent_id, 3 the stack is gone or this agent_id was taken over; the log's last line says.
     code = agent.run()
-    if follow_stack and agent.stack_moved and agent.signals == 0 and settings.stack_file is not None:
+    if follow_stack and agent.stop.stack_moved and agent.signals == 0 and settings.stack_file is not None:
         return _start_again_with_the_stack(agent, settings.stack_file, debug, config)
     return code
 

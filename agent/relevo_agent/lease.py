@@ -6,32 +6,16 @@ that came back extends it, and it extends it from when it was sent, so a slow an
 time it did not have. The fence comes `fence_margin_sec` before the deadline; whoever watches the
 lease (the stage's dead-man supervisor, the keeper's fence thread) learns of each extension.
 
-Beside each stage, from its claim on, two threads keep the lease: `keep_lease` renews it (and
-heartbeats the task; a renewal also carries the attempt's upload progress when a reading is due,
-relevo_agent.transfer), `keep_fence` stops the command at the fence whatever the renewals are doing.
+The threads that keep the lease beside each stage are relevo_agent.keeper's.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from relevo_agent.attempt import DEAD_TOKEN, utc_now
-from relevo_agent.reachability import stack as reachability
-from relevo_core.aws import call_budget, client
-from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
-from relevo_core.models.transfer import TransferProgress
-from relevo_core.store import stage_attempts
-
-if TYPE_CHECKING:
-    from relevo_agent.attempt import StageRun
-
-log = logging.getLogger(__name__)
+from relevo_core.lease_timeline import LeaseTimeline
 
 Listener = Callable[["Lease"], None]
 
@@ -86,88 +70,3 @@ class Lease:
                     self._listeners.remove(listener)
 
         return unwatch
-
-
-
-@contextmanager
-def _transfer_reading(run: StageRun) -> Iterator[TransferProgress | None]:
-    if run.transfer is None:
-        yield None
-        return
-    with run.transfer.riding() as reading:
-        yield reading
-
-
-def keep_lease(run: StageRun, op_id: str, stack_gone: Callable[[BaseException], bool]) -> None:
-    """Beside the stage, from the claim on: renew the lease, and heartbeat the task once the
-    run token is known, every min(lease/3, 3 s). Each round is bounded by the time left
-    before the fence, and only a round that came back extends the lease, from when it was
-    sent. The fence itself is not this thread's: `keep_fence` keeps it even while a call hangs.
-    `stack_gone`: whether an error says the stack no longer exists (the agent then exits)."""
-    ref, lease = run.ref, run.lease
-    interval = lease.timeline.renew_interval_sec
-    # Due one interval after the claim was sent (the lease counts from there), not after
-    # this thread happened to start.
-    renew_at = lease.deadline - lease.timeline.lease_ttl_sec + interval
-    # Failed renewals in a row: the first is said (with the time left before the fence), the
-    # retries every RETRY_AFTER_FAILURE_SEC are not, and the first success after them is.
-    failed = 0
-    while not run.done.wait(max(0.0, renew_at - time.monotonic())):
-        if run.reason is not None:
-            return
-        sent = time.monotonic()
-        if lease.fenced(sent):
-            return  # too late to renew: keep_fence has stopped the command
-        try:
-            with call_budget(lease.fence_at - sent), _transfer_reading(run) as transfer:
-                # An upload's progress rides on the renewal: no write of its own.
-                stage_attempts.renew_lease(ref, int(lease.timeline.lease_ttl_sec), utc_now(), transfer)
-                if run.run_token:
-                    client("stepfunctions").send_task_heartbeat(taskToken=run.run_token)
-            lease.extend(sent)
-            renew_at = sent + interval
-            if failed:
-                log.info("%s: lease renewed again after %d failed tr%s", op_id, failed, "y" if failed == 1 else "ies")
-                failed = 0
-            reachability.answered()
-            continue
-        except stage_attempts.LeaseLost as lost:
-            if lost.ended:
-                log.warning("%s stage %d: canceled with its job; stopping the stage", ref.job_id, ref.stage_index)
-                run.stop("canceled")
-            else:
-                log.warning("%s stage %d: lease taken over; stopping the stage", ref.job_id, ref.stage_index)
-                run.stop("lease_lost")
-            return
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in DEAD_TOKEN:
-                log.warning("%s stage %d: the execution no longer waits for it; stopping", ref.job_id, ref.stage_index)
-                run.stop("canceled")
-                return
-            if stack_gone(exc):
-                run.stop("shutdown")
-                return
-            why = exc.response["Error"]["Code"]
-        except BotoCoreError as exc:
-            why = "no answer" if reachability.failed(exc) else str(exc)
-        failed += 1
-        log.log(
-            logging.WARNING if failed == 1 else logging.DEBUG,
-            "%s: renewal failed (%s); %.1fs left before the fence, retrying every %gs", op_id, why, lease.fence_in(), RETRY_AFTER_FAILURE_SEC,
-        )
-        renew_at = time.monotonic() + RETRY_AFTER_FAILURE_SEC
-
-
-def keep_fence(run: StageRun, op_id: str) -> None:
-    """At the lease deadline less the fence margin, by this process's monotonic clock, the
-    stage's command is stopped and its result withheld, whatever the network is doing. A
-    renewal that came back meanwhile has moved the fence; the wait follows it."""
-    lease = run.lease
-    while not run.done.wait(max(0.01, lease.fence_in())):
-        if lease.fenced():
-            log.warning(
-                "%s attempt %d: no renewal came back in time; fencing (SIGTERM now, SIGKILL after %.1fs)",
-                op_id, run.ref.attempt, lease.grace_sec,
-            )
-            run.stop("fenced")
-            return

@@ -10,12 +10,12 @@ import json
 import logging
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.attempt import DEAD_TOKEN, StageReport, utc_now
-from relevo_agent.claims import RouteUnreachable
+from relevo_agent.claim_routes import RouteUnreachable
 from relevo_agent.job_sessions import AttemptNotHeld, JobSessions
 from relevo_agent.journal import Journal
 from relevo_agent.reachability import stack as reachability
@@ -23,22 +23,25 @@ from relevo_core.aws import client, job_scope
 from relevo_core.models.errors import ErrorClass
 from relevo_core.store import stage_attempts
 
+if TYPE_CHECKING:
+    from relevo_agent.stop import AgentStop
+
 log = logging.getLogger(__name__)
 
 
 class Outbox:
-    """`stack_gone`: whether a failed send says the stack no longer exists (the agent then exits).
+    """`stop`: the agent's (a failed send that says the stack no longer exists stops it).
     `sessions`: the job credentials each report is sent with (resumed with the report's claim
     secret when the agent restarted since)."""
 
     def __init__(
-        self, journal: Journal, table_name: str, agent_id: str, stack_gone: Callable[[BaseException], bool], sessions: JobSessions,
+        self, journal: Journal, table_name: str, agent_id: str, stop: AgentStop, sessions: JobSessions,
     ) -> None:
         self.journal = journal
         self.table_name = table_name
         self.agent_id = agent_id
         self.sessions = sessions
-        self._stack_gone = stack_gone
+        self._stop = stop
         self._lock = threading.Lock()
         # The reports whose deferral was said: each is said once, its retries while the stack
         # does not answer are not (relevo_agent.reachability).
@@ -97,7 +100,7 @@ class Outbox:
             log.warning("%s:%s attempt %d: report refused, another attempt holds the stage", report.job_id, report.stage, report.attempt)
             return True
         except (BotoCoreError, ClientError) as exc:
-            self._stack_gone(exc)
+            self._stop.stack_gone(exc)
             self._defer(report, str(exc), exc)
             return False
         token = report.run_token or _stored_run_token(ref)

@@ -71,7 +71,7 @@ def _secret(name: str) -> Callable[[], Any]:
 def _route(api_url: str, region: str, aws_region: str) -> Callable[[], Any]:
     """A claim of nothing on `region`'s claim route: API Gateway authorizes execute-api:Invoke
     before the function reads the body, so a refusal of the body means the route is allowed."""
-    from relevo_agent.claims import ClaimRoutes, RouteError
+    from relevo_agent.claim_routes import ClaimRoutes, RouteError
 
     def call() -> Any:
         try:

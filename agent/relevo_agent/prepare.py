@@ -94,7 +94,8 @@ def prepare(
     commit = context.commit()
     workspace.mkdir(parents=True, exist_ok=True)
     if envelope.checkout is not None:
-        from relevo_agent.checkout import CheckoutFailure, CheckoutStopped, checkout
+        from relevo_agent.checkout import checkout
+        from relevo_agent.git_commands import CheckoutFailure, CheckoutStopped
 
         def record(resolved: str) -> str:
             return stage_attempts.record_checkout_commit(ref, resolved)

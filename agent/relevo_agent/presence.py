@@ -55,6 +55,7 @@ from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
 from relevo_agent.pause import PauseGate
 from relevo_agent.reachability import stack as reachability
+from relevo_agent.stop import AgentStop
 from relevo_core.models.capabilities import Capabilities, describe, unmet
 from relevo_core.models.status import QueueReason
 from relevo_core.store import agent_pauses, agents
@@ -141,12 +142,12 @@ class Presence:
         self,
         config: AgentConfig,
         table: str,
-        stopping: threading.Event,
+        stop: AgentStop,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.config = config
         self.table = table
-        self._stopping = stopping
+        self._stop = stop
         self._clock = clock
         self._version = _version()
         self._running = 0
@@ -164,10 +165,6 @@ class Presence:
         self.instance_id = uuid.uuid4().hex
         self.host = socket.gethostname()
         self.started_at = clock()
-        # Called (once) when another instance turns out to hold this agent_id; and with every
-        # other failed write (the agent tells a stack that is gone from a network fault).
-        self.on_taken: Callable[[agents.AgentIdInUse], None] = lambda _: None
-        self.on_error: Callable[[Exception], None] = lambda _: None
 
     # ------------------------------------------------------------------ the record
     def take(self, predecessor: str | None = None) -> None:
@@ -276,12 +273,12 @@ class Presence:
             except agents.AgentIdInUse as taken:
                 # Another process took this agent_id while this one could not write (frozen,
                 # cut off for 3 intervals): it is the agent now; this one stops.
-                self.on_taken(taken)
+                self._stop.ungracefully(f"{taken}: that process is this agent now; exiting")
                 return
             except Exception as exc:  # never let presence take the agent down; try again next tick
                 if not reachability.failed(exc):
                     log.warning("presence write failed (%s); retrying in %.0fs", exc, self.config.presence_interval_sec)
-                self.on_error(exc)
+                self._stop.stack_gone(exc)  # a stack that is gone, told from a network fault
             self._wake.wait(self.config.presence_interval_sec)
 
     # ------------------------------------------------------------------ placement
@@ -331,7 +328,7 @@ class Presence:
         if other.free > 0:
             # Keep this slot off the queue while the message is invisible, so the free agent's poll
             # is the one that receives it. (For a busy one the hop is long; this slot stays useful.)
-            self._stopping.wait(invisible_sec + 1)
+            self._stop.wait(invisible_sec + 1)
         return True
 
     def leave_to_previous(self, previous_agent: str, requires: dict[str, str], message: Message, what: str) -> bool:
@@ -359,7 +356,7 @@ class Presence:
         log.info("left %s to %s, which ran the job's previous stage (its files are there; visible again in %ds)",
                  what, previous_agent, invisible_sec)
         # As for a retry left to a free agent: this slot stays off the queue meanwhile.
-        self._stopping.wait(invisible_sec + 1)
+        self._stop.wait(invisible_sec + 1)
         return True
 
     def leave_to_matching(self, requires: dict[str, str], message: Message, what: str) -> bool:

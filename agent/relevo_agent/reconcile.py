@@ -26,6 +26,7 @@ import glob
 import hashlib
 import subprocess
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -179,3 +180,22 @@ def _resolve_ref(workspace: Path, ref: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return found.stdout.strip() or None if found.returncode == 0 else None
+
+
+def previous_outputs(local: Operation | None, previous: dict[str, Any]) -> dict[str, str]:
+    """What the previous attempt recorded of its values as it ran: on its stage record, or (when
+    it ran here) in this journal, which has them first."""
+    outputs = previous.get("outputs") if isinstance(previous.get("outputs"), dict) else {}
+    if local is not None and local.attempt == previous.get("attempt") and local.outputs:
+        outputs = {**outputs, **local.outputs}
+    return {str(key): str(value) for key, value in (outputs or {}).items()}
+
+
+def previous_fence_in(previous: dict[str, Any], max_clock_skew_sec: float, now: float) -> float:
+    """Seconds until the previous holder has fenced for sure, by this clock (`now`: time.time()):
+    its recorded lease end plus the allowed clock skew; 0 when that has passed or nothing is
+    recorded. A successor probes (or runs) only after it."""
+    lease_end = previous.get("lease_expires_iso")
+    if not lease_end:
+        return 0.0
+    return max(0.0, datetime.fromisoformat(str(lease_end)).timestamp() + max_clock_skew_sec - now)

@@ -4,6 +4,9 @@ stack that went away and an agent_id taken over. The poll takes a message while 
 capacity and dispatches it to a thread of its own, which leaves a retry to another agent
 (relevo_agent.presence) or runs the stage (relevo_agent.stage).
 
+Stopping is one AgentStop (relevo_agent.stop) that every loop holds; capacity is Slots
+(relevo_agent.slots).
+
 The lease is a deadline on this process's monotonic clock (relevo_agent.lease): every call the
 lease path makes is bounded by the time left before it (relevo_core.aws.call_budget), and the
 fence comes from its own thread, so no network call can hold it back. A frozen agent's command
@@ -34,15 +37,17 @@ from pydantic import ValidationError
 from relevo_agent import capabilities, messages, restart
 from relevo_agent.reachability import stack as reachability
 from relevo_agent.reachability import stack_words
-from relevo_agent.attempt import StageMessage, utc_now
-from relevo_agent.claims import ClaimRoutes
+from relevo_agent.attempt import HandBack, StageMessage, utc_now
+from relevo_agent.claim_routes import ClaimRoutes
 from relevo_agent.config import AgentConfig
 from relevo_agent.job_sessions import JobSessions
 from relevo_agent.journal import Journal
 from relevo_agent.messages import Message
 from relevo_agent.outbox import Outbox
 from relevo_agent.presence import Presence
-from relevo_agent.stage import HandBack, StageRunner
+from relevo_agent.slots import Slots
+from relevo_agent.stage import StageRunner
+from relevo_agent.stop import AgentStop
 from relevo_core.aws import aws_region
 from relevo_core.store.agents import AgentIdInUse
 
@@ -54,14 +59,6 @@ INSTANCE_KEY = "instance_id"
 # Exit statuses of `relevo-agent run` besides 0 (a clean stop) and 130 (the third signal).
 EXIT_AGENT_ID_IN_USE = 2
 EXIT_STACK_GONE = 3
-# Error codes that say a resource of the stack no longer exists (DynamoDB's table or index; SQS's
-# queue, in its query and JSON protocol spellings): retrying cannot help, a restart with the
-# current stack file can.
-_GONE = {
-    "ResourceNotFoundException": "the table {table}",
-    "AWS.SimpleQueueService.NonExistentQueue": "the work queue {queue}",
-    "QueueDoesNotExist": "the work queue {queue}",
-}
 STACK_FILE_CHECK_SEC = 5.0
 FATAL_STOP_WAIT_SEC = 10.0
 
@@ -75,8 +72,6 @@ class Agent:
         # `relevo local agent`: a stack file naming another stack (the local stack restarted) is
         # not a reason to stop; the caller starts again against it (relevo_agent.launch run_agent).
         self.follow_stack = follow_stack
-        # The stack this agent was started against is gone or replaced (not: its agent_id taken).
-        self.stack_moved = False
         self.table_name = table_name
         self.queue_url = queue_url
         self.journal = journal or Journal(config.journal)
@@ -84,41 +79,19 @@ class Agent:
         self.signals = 0
         # The name of the last signal counted (SIGINT: Ctrl-C in the agent's terminal).
         self.signal_name = "SIGTERM"
-        self.stopping = threading.Event()
-        # Why this agent must exit (its stack is gone, another process took its agent_id).
-        self.fatal: str | None = None
-        self._slots = threading.Semaphore(config.capacity)
-        # Stage threads started and not yet ended (from the receive to the slot's release).
-        self._active = 0
-        self._active_lock = threading.Lock()
+        # Why and how this agent stops, held by every loop of it (its stack gone, its agent_id taken, a signal).
+        self.stop = AgentStop(table_name, queue_url, follow_stack)
+        self.slots = Slots(config.capacity)
         # The job credentials of the attempts it holds, from the claim routes of its region.
         routes = ClaimRoutes(api_url, config.region, aws_region()) if api_url else None
-        self.sessions = JobSessions(routes, config.agent_id, self.stopping)
-        self.outbox = Outbox(self.journal, table_name, config.agent_id, self.stack_gone, self.sessions)
-        self.stages = StageRunner(config, table_name, self.journal, self.outbox, self.stack_gone, self.sessions)
-        self.presence = Presence(config, table_name, self.stopping)
-        self.presence.on_taken = lambda taken: self._die(f"{taken}: that process is this agent now; exiting")
-        self.presence.on_error = self.stack_gone
-        self.stages.prefer_previous = self.presence.leave_to_previous
+        self.sessions = JobSessions(routes, config.agent_id, self.stop)
+        self.outbox = Outbox(self.journal, table_name, config.agent_id, self.stop, self.sessions)
+        self.presence = Presence(config, table_name, self.stop)
+        self.stages = StageRunner(
+            config, table_name, self.journal, self.outbox, self.stop, self.sessions, prefer_previous=self.presence.leave_to_previous,
+        )
 
-    # ------------------------------------------------------------------ fatal conditions
-    def _die(self, reason: str, stack_moved: bool = False) -> None:
-        if self.fatal is None:
-            self.fatal = reason
-            self.stack_moved = stack_moved
-        self.stopping.set()
-
-    def stack_gone(self, exc: BaseException | None) -> bool:
-        """True (and the agent set to exit) when `exc` says the stack itself no longer exists."""
-        if isinstance(exc, ClientError):
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code in _GONE:
-                what = _GONE[code].format(table=self.table_name, queue=self.queue_url)
-                then = "starting again once the stack file names a stack" if self.follow_stack else "exiting so that a restart reads the stack file again"
-                self._die(f"the stack is gone: {what} does not exist ({code}); {then}", stack_moved=True)
-                return True
-        return False
-
+    # ------------------------------------------------------------------ the stack
     def stack_identity(self) -> dict[str, str | None]:
         """The stack this agent runs against: its endpoint (None: AWS's), table and work queue."""
         return {"endpoint": os.environ.get("AWS_ENDPOINT_URL"), "table": self.table_name, "queue": self.queue_url}
@@ -144,7 +117,7 @@ class Agent:
         changed = [f"{name} {was[name]} -> {now[name]}" for name in now if now[name] != was[name]]
         if changed:
             then = ": starting again against it" if self.follow_stack else "; exiting so that a restart uses it"
-            self._die(f"the stack file {path} names another stack ({'; '.join(changed)}){then}", stack_moved=True)
+            self.stop.ungracefully(f"the stack file {path} names another stack ({'; '.join(changed)}){then}", stack_moved=True)
 
     # ------------------------------------------------------------------ loops
     def run(self) -> int:
@@ -164,9 +137,9 @@ class Agent:
             log.error("%s; not starting: stop it, or give this agent an agent_id of its own", other)
             return EXIT_AGENT_ID_IN_USE
         except (BotoCoreError, ClientError) as exc:
-            if not self.stack_gone(exc):
+            if not self.stop.stack_gone(exc):
                 raise
-            log.error("%s", self.fatal)
+            log.error("%s", self.stop.fatal)
             return EXIT_STACK_GONE
         self.journal.remember("stack", json.dumps({**self.stack_identity(), "at": utc_now().isoformat()}))
         poller = threading.Thread(target=self._poll, name="poll", daemon=True)
@@ -178,7 +151,7 @@ class Agent:
         self._stack_file_changed(stack_file)  # notes the file as it is at the start
         checked = time.monotonic()
         while True:
-            if self.fatal is not None:
+            if self.stop.fatal is not None:
                 return self._exit_fatal()
             if time.monotonic() - checked >= STACK_FILE_CHECK_SEC:
                 checked = time.monotonic()
@@ -186,43 +159,39 @@ class Agent:
             if self.signals >= 3:
                 log.warning("third signal: exiting now; the supervisors kill the running stages")
                 return 130
-            if self.signals >= 1 and not self.stopping.is_set():
+            if self.signals >= 1 and not self.stop.is_set():
                 what = "Ctrl-C" if self.signal_name == "SIGINT" else self.signal_name
-                if self._active:
+                if self.slots.running:
                     log.warning("%s: taking no new stage; waiting for %d running stage(s) to finish (%s again cancels them, "
-                                "a third time exits at once)", what, self._active, what)
+                                "a third time exits at once)", what, self.slots.running, what)
                 else:
                     log.info("%s: no stage runs; stopping once the work queue's long poll returns (at most %ds)", what, self.config.poll_wait_sec)
-                self.stopping.set()
-            if not self.stopping.is_set() and self.presence.pauses.drain_requested() and self._idle():
+                self.stop.gracefully()
+            if not self.stop.is_set() and self.presence.pauses.drain_requested() and self.slots.idle():
                 log.info("drained: no stage runs; exiting")
-                self.stopping.set()
+                self.stop.gracefully()
             if self.signals >= 2 and not canceled:
                 canceled = True
                 log.warning("second signal: canceling running stages")
                 self.stages.stop_all("shutdown")
-            if self.stopping.is_set() and self._active == 0 and not poller.is_alive():
+            if self.stop.is_set() and self.slots.idle() and not poller.is_alive():
                 self.outbox.flush()
                 self.presence.stop()  # marks this agent offline: retries stop waiting for it
                 log.info("agent %s stopped", self.config.agent_id)
                 return 0
             time.sleep(0.1)
 
-    def _idle(self) -> bool:
-        with self._active_lock:
-            return self._active == 0
-
     def _exit_fatal(self) -> int:
         """One line says why; the running stages are stopped (their groups killed) first. A stack
         that moved, for an agent that follows its stack file, is no error: it starts again."""
-        log.log(logging.INFO if self.follow_stack and self.stack_moved else logging.ERROR, "%s", self.fatal)
+        log.log(logging.INFO if self.follow_stack and self.stop.stack_moved else logging.ERROR, "%s", self.stop.fatal)
         self.stages.stop_all("shutdown")
         deadline = time.monotonic() + FATAL_STOP_WAIT_SEC
-        while self._active and time.monotonic() < deadline:
+        while not self.slots.idle() and time.monotonic() < deadline:
             time.sleep(0.1)
         # The poll and presence loops end too: nothing of this agent outlives its exit (in a
         # process that lives on, such as a test's, they would go on polling and writing).
-        self.stopping.set()
+        self.stop.gracefully()
         self.presence.stop()
         return EXIT_STACK_GONE
 
@@ -235,67 +204,66 @@ class Agent:
         )
         self.presence.start()
         paused_by: str | None = None
-        while not self.stopping.is_set():
+        while not self.stop.is_set():
             if not self.presence.pauses.has_read():
                 # Nothing is taken before this instance knows its pauses: launchd restarting a
                 # drained or paused agent must not claim a stage in the moment before its first read.
                 self.presence.read_pauses()
                 if not self.presence.pauses.has_read():
-                    self.stopping.wait(1)
+                    self.stop.wait(1)
                     continue
-            if self._idle():
-                self.stages.hygiene.between_stages()  # no stage runs, and none starts meanwhile
+            if self.slots.idle():
+                self.stages.admission.hygiene.between_stages()  # no stage runs, and none starts meanwhile
             pause = self.presence.pauses.blocking()
             if pause is not None:
                 if paused_by != pause.pause_id:
                     paused_by = pause.pause_id
                     what = "region dispatch" if pause.agent_id is None else ("drain" if pause.drain else "pause")
                     log.info("%s until %s (%s): taking no new stage", what, pause.until.isoformat(timespec="seconds"), pause.note or "no note")
-                self.stopping.wait(0.5)
+                self.stop.wait(0.5)
                 continue
             if paused_by is not None:
                 paused_by = None
                 log.info("pause ended: taking stages again")
             if self.presence.not_claiming() is not None:  # low disk (said in presence and logged there)
-                self.stopping.wait(0.5)
+                self.stop.wait(0.5)
                 continue
-            if not self._slots.acquire(timeout=0.5):
+            if not self.slots.hold(timeout=0.5):
                 continue  # no free capacity: do not take work we cannot start
             try:
                 received = messages.receive(self.queue_url, self.config.poll_wait_sec)
             except (ClientError, BotoCoreError) as exc:
-                self._slots.release()
-                if self.stack_gone(exc):
+                self.slots.release()
+                if self.stop.stack_gone(exc):
                     return
                 if not reachability.failed(exc):
                     log.warning("receive failed (%s); retrying", exc)
-                self.stopping.wait(1)
+                self.stop.wait(1)
                 continue
             reachability.answered()
             if not received:
-                self._slots.release()
+                self.slots.release()
                 continue
-            if self.stopping.is_set():
+            if self.stop.is_set():
                 # Taken during the drain: hand it straight back to the other agents.
                 received[0].give_back()
-                self._slots.release()
+                self.slots.release()
                 return
             if self.presence.not_claiming() is not None:
                 received[0].give_back()  # paused (or low on disk) during the long poll: not this agent's now
-                self._slots.release()
+                self.slots.release()
                 continue
-            with self._active_lock:
-                self._active += 1
+            self.slots.started()
             threading.Thread(target=self._handle, args=(received[0],), name="stage", daemon=True).start()
 
     # ------------------------------------------------------------------ dispatch
     def _handle(self, message: Message) -> None:
-        """One received message, on a thread of its own."""
+        """One received message, on a thread of its own, which ends its slot (Slots.started)."""
         try:
             task = StageMessage.model_validate_json(message.body)
         except ValidationError:
             log.error("unreadable stage message %s: left for the queue's redrive DLQ", message.message_id)
-            self._release_slot()
+            self.slots.ended()
             return
         what = f"{task.job_id}/{task.stage} attempt {task.attempt}"
         try:
@@ -306,7 +274,7 @@ class Agent:
             with self.presence.occupied():
                 self.stages.run(task, message)
         except HandBack as why:
-            if self.stack_gone(why.__cause__):
+            if self.stop.stack_gone(why.__cause__):
                 return
             log.warning("%s: %s; handing the message back", what, why)
             message.give_back()
@@ -314,9 +282,4 @@ class Agent:
             log.exception("stage %s crashed in the agent; handing the message back", what)
             message.give_back()
         finally:
-            self._release_slot()
-
-    def _release_slot(self) -> None:
-        with self._active_lock:
-            self._active -= 1
-        self._slots.release()
+            self.slots.ended()

@@ -1,5 +1,5 @@
 """An accepted claim starts its command at once. The run token and the claimed message's deletion
-are seen to beside the command (relevo_agent.stage, StageRunner._watch_for_run_token); these tests
+are seen to beside the command (relevo_agent.claim, Claims.watch_for_run_token); these tests
 drive that watcher against the embedded stack with a stage the state machine dispatched. The
 dispatch is claimed but never answered, so the state machine itself hands out no run token: each
 test decides what happens instead.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from relevo_agent.claims import new_claim_secret
+from relevo_agent.claim import new_claim_secret
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
 from relevo_agent.attempt import StageRun
@@ -60,7 +60,7 @@ class Claimed:
         )
         self.run = StageRun(self.ref, Lease(LeaseTimeline(LEASE_TTL_SEC, 10, 5), time.monotonic()), claim_secret=secret)
         self.keeper = threading.Thread(
-            target=self.agent.stages._watch_for_run_token,
+            target=self.agent.stages.claims.watch_for_run_token,
             args=(self.run, self.op_id, Message(self.queue_url, {"ReceiptHandle": self.receipt_handle})),
             daemon=True,
         )
@@ -137,7 +137,7 @@ def test_a_result_without_a_run_token_is_still_journaled_and_its_fenced_stage_wr
     claimed.run.token_known.set()  # decided, and no token
     receipt = {"exit_code": 0, "artifacts": {}, "agent_id": "mac-k", "attempt": claimed.ref.attempt}
 
-    claimed.agent.stages._conclude(claimed.run, claimed.op_id, StageStatus.SUCCEEDED, OperationOutcome.SUCCEEDED, receipt, exit_code=0)
+    claimed.agent.stages.concluder.conclude(claimed.run, claimed.op_id, StageStatus.SUCCEEDED, OperationOutcome.SUCCEEDED, receipt, exit_code=0)
 
     operation = claimed.agent.journal.get(claimed.op_id)
     assert (operation.outcome, operation.receipt) == (OperationOutcome.SUCCEEDED, receipt)

@@ -72,7 +72,7 @@ def test_a_second_agent_with_a_live_agent_id_refuses_to_start_and_names_the_othe
         assert first.presence.host in line and first.presence.instance_id in line
         assert first.presence.started_at.isoformat(timespec="seconds") in line
         assert _instance(local_stack, agent_id) == first.presence.instance_id  # the second wrote nothing
-        assert running.is_alive() and first.fatal is None
+        assert running.is_alive() and first.stop.fatal is None
     finally:
         _stop(first, running)
 
@@ -125,7 +125,7 @@ def test_an_agent_whose_agent_id_was_taken_over_exits(local_stack, tmp_path, que
         client("dynamodb").put_item(TableName=local_stack.table_name, Item=agents.to_attributes(agents._item(other)))
         running.join(15)
         assert result.get("status") == EXIT_STACK_GONE  # it learns at its next presence write
-        assert "on host mac-mini-7" in (old.fatal or "") and "that process is this agent now" in (old.fatal or "")
+        assert "on host mac-mini-7" in (old.stop.fatal or "") and "that process is this agent now" in (old.stop.fatal or "")
     finally:
         _stop(old, running)
 
@@ -156,7 +156,7 @@ def test_an_agent_exits_when_its_stack_file_names_another_stack(local_stack, tmp
         stack_file.write_text(stack.model_copy(update={"resources": resources}).model_dump_json())
         running.join(20)
         assert result.get("status") == EXIT_STACK_GONE
-        assert f"table {local_stack.table_name} -> relevo-Table-NEW" in (agent.fatal or "")
+        assert f"table {local_stack.table_name} -> relevo-Table-NEW" in (agent.stop.fatal or "")
     finally:
         _stop(agent, running)
 

@@ -19,6 +19,7 @@ from relevo_core.store import artifacts as artifact_store
 from relevo_core.store import log_chunks, stage_attempts
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.jobs import get_envelope
+from tests.helpers.agents import handle_received
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, job_items, receive_stage, register_project, table_items, wait_for_execution
 from tests.helpers.state_machine import claim_and_accept, wait_for_run_token
@@ -55,7 +56,7 @@ def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:
     task, receipt = receive_stage(stack, job_id, timeout=30)
-    agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+    handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
     return task
 
 

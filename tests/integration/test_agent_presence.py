@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 from datetime import datetime, timedelta, timezone
 from importlib import metadata
 from pathlib import Path
@@ -16,6 +15,7 @@ from typer.testing import CliRunner
 from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
 from relevo_agent.presence import Presence
+from relevo_agent.stop import AgentStop
 from relevo_cli.api import RelevoApi
 from relevo_cli.main import app
 from relevo_core.aws import client
@@ -132,7 +132,7 @@ def _config(region: str, agent_id: str, tmp_path: Path, **extra) -> AgentConfig:
 
 def test_the_presence_writer_keeps_the_record_fresh_counts_running_stages_and_goes_offline(local_stack, tmp_path: Path):
     region = _region()
-    presence = Presence(_config(region, "mac-w", tmp_path, presence_interval_sec=0.2), local_stack.table_name, threading.Event())
+    presence = Presence(_config(region, "mac-w", tmp_path, presence_interval_sec=0.2), local_stack.table_name, AgentStop())
 
     def record():
         found = agents.agents_in_region(local_stack.table_name, region)
@@ -158,8 +158,8 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_free(local
     region = _region()
     sqs = client("sqs")
     queue_url = sqs.create_queue(QueueName=f"handback-{secrets.token_hex(4)}")["QueueUrl"]
-    stopping = threading.Event()
-    stopping.set()  # skip the slot's pause after a hand-back: this test polls the queue itself
+    stopping = AgentStop()
+    stopping.gracefully()  # skip the slot's pause after a hand-back: this test polls the queue itself
     presence = Presence(_config(region, "mac-a", tmp_path, handoff_delay_sec=1), local_stack.table_name, stopping)
     sqs.send_message(QueueUrl=queue_url, MessageBody="{}")
     receive = _receiver(queue_url)
@@ -193,7 +193,7 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_online_but
     region = _region()
     sqs = client("sqs")
     queue_url = sqs.create_queue(QueueName=f"handback-busy-{secrets.token_hex(4)}")["QueueUrl"]
-    stopping = threading.Event()
+    stopping = AgentStop()
     presence = Presence(_config(region, "mac-a", tmp_path, handoff_delay_sec=1), local_stack.table_name, stopping)
     sqs.send_message(QueueUrl=queue_url, MessageBody="{}")
     receive = _receiver(queue_url)

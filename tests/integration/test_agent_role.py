@@ -23,7 +23,8 @@ import pytest
 from botocore.credentials import ReadOnlyCredentials
 
 from relevo_agent import permissions
-from relevo_agent.claims import ClaimRoutes, RouteError, new_claim_secret
+from relevo_agent.claim import new_claim_secret
+from relevo_agent.claim_routes import ClaimRoutes, RouteError
 from relevo_agent.doctor import check_permissions
 from relevo_core.aws import client
 from relevo_core.models.agent_session import ClaimRequest, JobSession, SessionRequest

@@ -23,6 +23,7 @@ from relevo_core.stackfile import write_stack_file
 from relevo_cli.api import RelevoApi
 from relevo_cli.localrun import agent_process
 from relevo_core.store import log_chunks
+from tests.helpers.agents import handle_received
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, receive_stage, register_project, wait_for_execution
 from tests.helpers.tree import tree_listing
@@ -115,7 +116,7 @@ def _agent(root: Path, journal: Path, stack, agent_id: str, user: str) -> Agent:
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:
     task, receipt = receive_stage(stack, job_id, timeout=30)
-    agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+    handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
     return task
 
 

@@ -21,6 +21,7 @@ from relevo_cli.words import exact_time
 from relevo_cli.api import RelevoApi
 from relevo_core.store import agents
 from relevo_core.store.agents import AgentPresence
+from tests.helpers.agents import handle_received
 from tests.helpers import TEST_ADMIN_ARN
 from tests.helpers.iam import iam_user
 from relevo_core.aws import client
@@ -174,8 +175,7 @@ def test_a_queue_wait_that_runs_out_while_the_region_is_paused_is_renewed_and_th
     agent = Agent(config, local_stack.table_name, local_stack.work_queues[REGION], Journal(config.journal), api_url=local_stack.api_url)
     stale, live = sorted((first, second), key=lambda m: _dispatched_order(local_stack, job_id, m["task_token"]))
     for message in (stale, live):
-        agent._active = 1
-        agent._handle(Message(agent.queue_url, {"Body": json.dumps({k: v for k, v in message.items() if k != "receipt_handle"}),
+        handle_received(agent, Message(agent.queue_url, {"Body": json.dumps({k: v for k, v in message.items() if k != "receipt_handle"}),
                                                  "ReceiptHandle": message["receipt_handle"], "MessageId": "m"}))
         if message is stale:
             # Let go at once: the next claim of attempt 1 is not held off by this one's lease.
@@ -235,7 +235,7 @@ def test_a_fresh_agent_takes_nothing_before_it_has_read_its_pauses(local_stack, 
         time.sleep(4)
         assert "agent_id" not in _stage_record(local_stack, job_id), "claimed while its region's dispatch was paused"
     finally:
-        agent.stopping.set()
+        agent.stop.gracefully()
         agent.presence.stop()
         admin.call("POST", f"/regions/{REGION}/resume", None)
     client("stepfunctions").stop_execution(executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}")

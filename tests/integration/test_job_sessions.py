@@ -8,11 +8,12 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from relevo_agent.claims import new_claim_secret
+from relevo_agent.claim import new_claim_secret
 from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
 from relevo_agent.service import Agent
 from relevo_core.models.agent_session import ClaimRequest
+from tests.helpers.agents import handle_received
 from tests.helpers.iam import client_as
 from tests.helpers.stack import receive_stage, wait_for_execution
 from tests.helpers.state_machine import start_job
@@ -33,7 +34,7 @@ def test_a_stage_sees_neither_the_agents_credentials_nor_its_jobs(local_stack, p
     claim = routes.claim
     routes.claim = lambda request: granted.append(claim(request)) or granted[-1]  # what the agent got, for the test to look for
     task, receipt = receive_stage(local_stack, job_id)
-    agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+    handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     env = seen.read_text()
     [answer] = granted
@@ -75,7 +76,7 @@ def test_the_claim_route_answers_the_dispatch_and_a_repeat_of_the_claim_cannot_t
     without a round trip of its own). The same claim sent again (its answer lost on the way back)
     finds the dispatch answered: by this very claim, so it says it cannot tell, and the agent
     watches for its run token rather than give the stage up."""
-    from relevo_agent.claims import RouteError
+    from relevo_agent.claim_routes import RouteError
     from tests.helpers.state_machine import wait_for_run_token
     from relevo_core.store import stage_attempts
 

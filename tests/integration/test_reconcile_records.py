@@ -92,11 +92,13 @@ def test_a_restarted_agent_reports_at_once_what_its_journal_claimed_with_credent
     one in flight is reported interrupted at once, with the job credentials the claim route gives
     again for that secret (the process that held them is gone), so the retry comes well inside
     the lease instead of after it."""
-    from relevo_agent.claims import ClaimRoutes, new_claim_secret
+    from relevo_agent.claim import new_claim_secret
+    from relevo_agent.claim_routes import ClaimRoutes
     from relevo_agent.job_sessions import JobSessions
     from relevo_agent.journal import Journal, Operation, operation_id
     from relevo_agent.outbox import Outbox
     from relevo_agent.restart import recover
+    from relevo_agent.stop import AgentStop
     from relevo_core.models.agent_session import ClaimRequest
 
     job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], lease_ttl_sec=120)
@@ -112,7 +114,7 @@ def test_a_restarted_agent_reports_at_once_what_its_journal_claimed_with_credent
 
     # A new process: no credentials held, only the journal.
     sessions = JobSessions(routes, agent)
-    recover(journal, Outbox(journal, local_stack.table_name, agent, lambda exc: False, sessions))
+    recover(journal, Outbox(journal, local_stack.table_name, agent, AgentStop(), sessions))
 
     retry, _ = receive_stage(local_stack, job_id, timeout=30)  # the lease has 120 s to go
     assert retry["attempt"] == 2

@@ -16,6 +16,7 @@ from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.codec import from_attributes
+from tests.helpers.agents import handle_received
 from tests.helpers.stack import job_items, receive_stage
 from tests.helpers.state_machine import TWO_STAGES, claim_and_accept, start_job, wait_for_run_token
 
@@ -187,8 +188,7 @@ def test_a_reset_before_the_claim_hands_the_message_back_at_once(local_stack, pr
     with FaultProxy((host, int(port))) as proxy:
         proxy.set_mode(Mode.RESET, reset_probability=1.0, resets_left=1000)
         agent = Agent(config, local_stack.table_name, local_stack.work_queues["eu-west"], api_url=f"{proxy.url}/v1")
-        agent._active = 1
-        agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+        handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
         assert proxy.stats.resets >= 2  # sent again while its lease could still be kept, then given up
 
     again, _ = receive_stage(local_stack, job_id, timeout=20)  # visible again at once, well before its 60 s
@@ -246,7 +246,7 @@ def test_a_claim_fenced_before_its_accept_got_through_comes_back_when_its_lease_
     after the lease ends, the next claim of attempt 1 answers the dispatch, and nothing ran."""
     from botocore.exceptions import ConnectionClosedError
 
-    import relevo_agent.stage as stage_module
+    import relevo_agent.claim as claim_module
     from relevo_agent.config import AgentConfig
     from relevo_agent.journal import Journal, OperationOutcome, operation_id
     from relevo_agent.messages import Message
@@ -269,8 +269,8 @@ def test_a_claim_fenced_before_its_accept_got_through_comes_back_when_its_lease_
 
     # From the claim on, the accept and every lease renewal are reset, so the holder's own
     # clock fences it; reads, the claim and the message calls go through.
-    real_client, real_renew = stage_module.client, stage_attempts.renew_lease
-    monkeypatch.setattr(stage_module, "client", lambda name: AcceptLost() if name == "stepfunctions" else real_client(name))
+    real_client, real_renew = claim_module.client, stage_attempts.renew_lease
+    monkeypatch.setattr(claim_module, "client", lambda name: AcceptLost() if name == "stepfunctions" else real_client(name))
     monkeypatch.setattr(stage_attempts, "renew_lease", reset)
     config = AgentConfig(agent_id="mac-lost", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3",
                          max_clock_skew_sec=0.5)
@@ -279,12 +279,11 @@ def test_a_claim_fenced_before_its_accept_got_through_comes_back_when_its_lease_
     # the agent answers it, and every one of those answers is lost.
     routes, route_claim = agent.sessions.routes, agent.sessions.routes.claim
     routes.claim = lambda request: route_claim(request.model_copy(update={"accept": False}))
-    agent._active = 1
-    agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+    handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
 
     assert agent.journal.get(operation_id(job_id, "upload")).outcome is OperationOutcome.ABANDONED
     assert _stage(local_stack, job_id)["agent_id"] == "mac-lost"
-    monkeypatch.setattr(stage_module, "client", real_client)
+    monkeypatch.setattr(claim_module, "client", real_client)
     monkeypatch.setattr(stage_attempts, "renew_lease", real_renew)
     again, _ = receive_stage(local_stack, job_id, timeout=30)
     back_after = time.monotonic() - received

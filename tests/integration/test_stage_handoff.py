@@ -20,6 +20,7 @@ from relevo_agent.service import Agent
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes
+from tests.helpers.agents import handle_received
 from tests.helpers.stack import job_items, receive_stage, table_items, wait_for_execution, wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -64,7 +65,7 @@ def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:
     task, receipt = receive_stage(stack, job_id, timeout=30)
-    agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+    handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
     return task
 
 

@@ -19,6 +19,7 @@ from relevo_cli.api import RelevoApi
 from relevo_cli.commands.common import console
 from relevo_cli.main import app
 from relevo_core.notify.transitions import warning_stages
+from tests.helpers.agents import handle_received
 from tests.helpers.stack import job_record, receive_stage, register_project, wait_for_execution
 
 runner = CliRunner()
@@ -46,7 +47,7 @@ def test_a_stage_with_warnings_ends_warning_and_the_job_goes_on_to_succeed(local
     agent = _agent(tmp_path, local_stack)
     for _ in STAGES:
         task, receipt = receive_stage(local_stack, job_id, timeout=60)
-        agent._handle(Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+        handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
     job = api.get_job(job_id)

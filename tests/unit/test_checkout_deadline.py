@@ -17,7 +17,8 @@ from typing import Iterator
 
 import pytest
 
-from relevo_agent.checkout import CheckoutFailure, Git, checkout
+from relevo_agent.checkout import checkout
+from relevo_agent.git_commands import CheckoutFailure, Git
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.plan import CheckoutPlan
 

@@ -5,13 +5,13 @@ or an attempt the journal still has in flight); a project's cleanup runs between
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.hygiene import Hygiene
 from relevo_agent.journal import Journal, Operation, OperationOutcome
 from relevo_agent.presence import Presence
+from relevo_agent.stop import AgentStop
 
 
 def _config(tmp_path: Path, **settings) -> AgentConfig:
@@ -19,7 +19,7 @@ def _config(tmp_path: Path, **settings) -> AgentConfig:
 
 
 def test_below_min_free_disk_the_agent_says_agent_low_disk_and_above_it_claims_again(tmp_path: Path):
-    presence = Presence(_config(tmp_path, min_free_disk_gb=20), "table", threading.Event())
+    presence = Presence(_config(tmp_path, min_free_disk_gb=20), "table", AgentStop())
     free = {"gb": 50.0}
     presence.measure_disk = lambda: free["gb"]
     presence.measure()

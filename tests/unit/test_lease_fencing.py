@@ -21,7 +21,8 @@ from relevo_agent.config import AgentConfig
 from relevo_agent.executor import run_command
 from relevo_agent.journal import Journal
 from relevo_agent.attempt import StageRun
-from relevo_agent.lease import Lease, keep_fence, keep_lease
+from relevo_agent.keeper import keep_fence, keep_lease
+from relevo_agent.lease import Lease
 from relevo_agent.service import Agent
 from relevo_agent.supervisor import group_alive
 from relevo_core.aws import reset_clients
@@ -97,7 +98,7 @@ def _renewing_run(tmp_path: Path, timeline: LeaseTimeline) -> tuple[Agent, Stage
 
 
 def _start(agent: Agent, run: StageRun) -> tuple[threading.Thread, threading.Thread]:
-    keeper = threading.Thread(target=keep_lease, args=(run, "job_x:build", agent.stack_gone), daemon=True)
+    keeper = threading.Thread(target=keep_lease, args=(run, "job_x:build", agent.stop), daemon=True)
     fence = threading.Thread(target=keep_fence, args=(run, "job_x:build"), daemon=True)
     keeper.start()
     fence.start()

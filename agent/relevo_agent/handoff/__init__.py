@@ -21,3 +21,7 @@ class HandoffFailure(Exception):
         super().__init__(message)
         self.error_class = error_class
         self.message = message
+
+
+class Stopped(Exception):
+    """The stage was stopped (fenced, canceled, shut down) during the restore."""

@@ -1,6 +1,7 @@
-"""The agent's side of the claim routes (relevo_core.fleet.claims): the claim of a stage message
-its queue handed it, answered with the job as it stands and the job's credentials; and those
-credentials again, before they run out or after a restart.
+"""The agent's client of the claim routes (relevo_core.fleet.claims), the wire only: the claim of
+a stage message its queue handed it, answered with the job as it stands and the job's credentials;
+and those credentials again, before they run out or after a restart. What an agent claims, when it
+sends a claim again and what it does with the answer is relevo_agent.claim's.
 
 The requests are signed (SigV4, execute-api) with the agent's own credentials, the only thing
 they are still used for besides its queue, presence and pauses; every call is bounded by the
@@ -10,7 +11,6 @@ caller's call budget (relevo_core.aws.call_budget), so a claim cannot outlast a 
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -28,11 +28,6 @@ if TYPE_CHECKING:
 # Without a call budget: connect and read timeouts of one request.
 CONNECT_TIMEOUT_SEC = 3.0
 READ_TIMEOUT_SEC = 15.0
-
-
-def new_claim_secret() -> str:
-    """What proves, from the claim on, that this agent made it (journaled, never sent elsewhere)."""
-    return secrets.token_hex(32)
 
 
 class RouteError(Exception):

@@ -1,0 +1,131 @@
+"""The manifests a stage restores from (relevo_agent.handoff.store wrote them): each read and its
+sha256 compared with the receipt's before anything of it is used, its paths checked (a crafted
+manifest cannot write outside the workspace: no absolute path, no '..', nothing under .git, no
+link out of it), and all of them merged into one tree, a later stage's path winning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
+
+from relevo_agent.artifacts import classify_storage_error
+from relevo_agent.handoff import HandoffFailure
+from relevo_agent.handoff.store import base_of_manifest
+from relevo_core.aws import client
+from relevo_core.models.errors import ErrorClass
+from relevo_core.models.handoff import HandoffSummary, Manifest, ManifestEntry, link_target_problem, path_problem
+
+
+@dataclass(frozen=True)
+class Source:
+    """A succeeded stage whose handoff this stage restores (of this job, or of the job a rerun
+    stands on for a stage it skipped)."""
+
+    stage: str
+    job_id: str
+    summary: HandoffSummary
+
+
+@dataclass(frozen=True)
+class Placed:
+    entry: ManifestEntry
+    bucket: str
+    prefix: str  # the handoff prefix of the job that stored it
+
+
+def fail_checksum(what: str) -> HandoffFailure:
+    return HandoffFailure(ErrorClass.CHECKSUM, f"handoff: {what}")
+
+
+def read_manifest(source: Source) -> tuple[Manifest, str, str]:
+    bucket, prefix = base_of_manifest(source.summary.manifest)
+    key = source.summary.manifest.removeprefix(f"s3://{bucket}/")
+    try:
+        data = client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            raise HandoffFailure(
+                ErrorClass.HANDOFF_GONE,
+                f"handoff: the manifest of stage {source.stage} of {source.job_id} ({source.summary.manifest}) is no longer "
+                "stored (expired, or removed by artifact.max_total_bytes)",
+            ) from exc
+        raise HandoffFailure(classify_storage_error(exc), f"handoff: reading {source.summary.manifest}: {exc}") from exc
+    except Exception as exc:
+        raise HandoffFailure(classify_storage_error(exc), f"handoff: reading {source.summary.manifest}: {exc}") from exc
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != source.summary.manifest_sha256:
+        raise fail_checksum(
+            f"the manifest of stage {source.stage} ({source.summary.manifest}) has sha256 {actual}, its receipt says "
+            f"{source.summary.manifest_sha256}: it was altered in storage; nothing of it is used"
+        )
+    try:
+        manifest = Manifest.model_validate(json.loads(data))
+    except (ValueError, ValidationError) as exc:
+        raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: the manifest of stage {source.stage} cannot be read: {exc}") from exc
+    return manifest, bucket, prefix
+
+
+def check_entries(stage: str, entries: tuple[ManifestEntry, ...]) -> None:
+    """A manifest's paths, as a crafted one might hold them: anything that could write outside
+    the workspace (or into .git) is refused before anything is written."""
+    by_path: dict[str, ManifestEntry] = {}
+    for entry in entries:
+        problem = path_problem(entry.path)
+        if problem:
+            raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest names {entry.path!r}, which {problem}")
+        if entry.path in by_path:
+            raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest names {entry.path!r} twice")
+        by_path[entry.path] = entry
+        if entry.type == "symlink":
+            problem = link_target_problem(entry.path, entry.target or "")
+            if problem:
+                raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest has {entry.path!r}, a symlink that {problem}")
+        elif entry.type == "file" and (entry.sha256 is None or entry.object is None):
+            raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest has the file {entry.path!r} without its sha256 or object")
+    for entry in entries:
+        parent = entry.path.rpartition("/")[0]
+        while parent:
+            above = by_path.get(parent)
+            if above is not None and above.type != "dir":
+                raise HandoffFailure(
+                    ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest puts {entry.path!r} under {parent!r}, a {above.type}"
+                )
+            parent = parent.rpartition("/")[0]
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:end]) for end in range(1, len(parts))]
+
+
+def merge(manifests: list[tuple[Manifest, str, str]]) -> dict[str, Placed]:
+    """One tree of every manifest, later stages winning: a later path that is not a directory
+    drops what an earlier one had under it, and a later path under an earlier non-directory
+    drops that one."""
+    tree: dict[str, Placed] = {}
+    # How many paths of the tree lie under each directory path: what a later non-directory replaces.
+    below: dict[str, int] = {}
+
+    def drop(path: str) -> None:
+        del tree[path]
+        for parent in _parents(path):
+            below[parent] -= 1
+
+    for manifest, bucket, prefix in manifests:
+        for entry in manifest.entries:
+            if entry.type != "dir" and below.get(entry.path):
+                for path in [p for p in tree if p.startswith(entry.path + "/")]:
+                    drop(path)
+            for parent in _parents(entry.path):
+                if parent in tree and tree[parent].entry.type != "dir":
+                    drop(parent)
+            if entry.path not in tree:
+                for parent in _parents(entry.path):
+                    below[parent] = below.get(parent, 0) + 1
+            tree[entry.path] = Placed(entry, bucket, prefix)
+    return tree

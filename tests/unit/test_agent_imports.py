@@ -1,0 +1,204 @@
+"""The agent's import graph: what it may take from the shared core, and no circle of its own.
+
+Given every module of relevo_agent, when their imports are read from source, then
+- every relevo_core module an agent module imports (at module level, under TYPE_CHECKING or
+  lazily inside a function) is one of the core's agent surface below, and every module of that
+  surface is used: a new dependency of the agent on the core is a line added here, in review;
+- no agent module imports itself back through others at module level (TYPE_CHECKING blocks
+  included, `from . import` too); an import inside a function is left out, since that is how the
+  agent keeps what an idle agent never needs unloaded (relevo_agent.launch).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = ROOT / "agent" / "relevo_agent"
+CORE = ROOT / "layers" / "core" / "relevo_core"
+
+# What the agent may use of relevo_core, and why it needs it. Named here so that a new edge from
+# the agent into the core is a decision, never a side effect of a move.
+AGENT_SURFACE = {
+    "relevo_core.aws": "clients, call budgets, job credentials scopes",
+    "relevo_core.lease_timeline": "the lease's numbers, shared with the state machine and the drills",
+    "relevo_core.private_files": "the journal's and the keychain's private files",
+    "relevo_core.stackfile": "how an agent finds its stack",
+    "relevo_core.user_files": "reading the agent's config as a user file, its mistakes said by line",
+    "relevo_core.jobs.handoff_sources": "a claimed job's context: its commit and the stages it restores from",
+    "relevo_core.models.agent_session": "the claim routes' request and answer",
+    "relevo_core.models.capabilities": "what a Mac can run, and what a stage requires",
+    "relevo_core.models.envelope": "the job envelope a claim brings",
+    "relevo_core.models.errors": "error classes and codes",
+    "relevo_core.models.handoff": "manifests, outputs and their variables",
+    "relevo_core.models.plan": "a stage's plan",
+    "relevo_core.models.status": "job, stage and queue statuses",
+    "relevo_core.models.transfer": "an upload's progress",
+    "relevo_core.store.agent_pauses": "pauses and drains",
+    "relevo_core.store.agents": "the agent's presence record",
+    "relevo_core.store.artifacts": "artifact and handoff records",
+    "relevo_core.store.jobs": "the job's status, while a run token is slow to come",
+    "relevo_core.store.log_chunks": "the stage's log",
+    "relevo_core.store.stage_attempts": "the fenced writes of an attempt",
+}
+
+
+def _agent_modules() -> list[Path]:
+    return sorted(AGENT.rglob("*.py"))
+
+
+def _name(path: Path) -> str:
+    parts = path.relative_to(AGENT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def _exists(module: str) -> bool:
+    """Whether `module` (relevo_core.… or relevo_agent.…) is a module or package of this tree."""
+    base = CORE.parent if module.startswith("relevo_core") else AGENT.parent
+    path = base.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _imported(path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The modules `node` imports, as absolute names: `from X import y` is X.y where that is a
+    module, else X; relative imports are resolved against `path`'s package."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        package = _name(path).split(".")
+        if not _is_package(path):
+            package = package[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, *([base] if base else [])])
+    found = []
+    for alias in node.names:
+        candidate = f"{base}.{alias.name}"
+        found.append(candidate if _exists(candidate) else base)
+    return found
+
+
+def _module_level(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Imports that run when the module is loaded or type-checked: the module's own statements,
+    and those inside its top-level if / try blocks (TYPE_CHECKING included); none of a function's."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        statement = pending.pop(0)
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            found.append(statement)
+        elif isinstance(statement, ast.If):
+            pending.extend(statement.body + statement.orelse)
+        elif isinstance(statement, ast.Try):
+            pending.extend(statement.body + statement.orelse + statement.finalbody)
+            for handler in statement.handlers:
+                pending.extend(handler.body)
+    return found
+
+
+def _core_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {
+        module
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for module in _imported(path, node)
+        if module == "relevo_core" or module.startswith("relevo_core.")
+    }
+
+
+def _agent_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in _agent_modules():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        edges = {
+            module
+            for node in _module_level(tree)
+            for module in _imported(path, node)
+            if module.startswith("relevo_agent.") and module != _name(path)
+        }
+        graph[_name(path)] = edges
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each strongly connected group of more than one module (Tarjan), members sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def _ties(graph: dict[str, set[str]], group: list[str]) -> str:
+    return "; ".join(f"{a} -> {b}" for a in group for b in sorted(graph[a]) if b in group)
+
+
+def test_the_agent_takes_from_the_core_only_its_declared_surface() -> None:
+    outside = sorted(
+        f"{_name(path)} imports {module}"
+        for path in _agent_modules()
+        for module in _core_imports(path)
+        if module not in AGENT_SURFACE
+    )
+    assert outside == [], (
+        "the agent imports relevo_core modules outside AGENT_SURFACE (add one there, with why, if it is meant):\n" + "\n".join(outside)
+    )
+
+
+def test_every_module_of_the_agents_surface_is_used() -> None:
+    used = {module for path in _agent_modules() for module in _core_imports(path)}
+    assert sorted(set(AGENT_SURFACE) - used) == [], "no agent module imports these any more: take them out of AGENT_SURFACE"
+
+
+def test_the_surface_names_modules_of_the_core() -> None:
+    assert [module for module in AGENT_SURFACE if not _exists(module)] == []
+
+
+def test_no_import_circle_inside_the_agent() -> None:
+    graph = _agent_graph()
+    circles = [f"{' <-> '.join(group)}: {_ties(graph, group)}" for group in _circles(graph)]
+    assert circles == [], "agent modules that import each other (move the shared piece below both):\n" + "\n".join(circles)
+
+
+def test_the_circle_finder_sees_a_circle_through_a_package_and_a_type_checking_block() -> None:
+    """The finder itself, on a graph read the same way: `from . import b` in a package's module
+    and an import under `if TYPE_CHECKING:` are edges like any other."""
+    source = "from typing import TYPE_CHECKING\nfrom . import tree\nif TYPE_CHECKING:\n    from relevo_agent.handoff.store import x\n"
+    imports = _module_level(ast.parse(source))
+    restore = AGENT / "handoff" / "restore.py"
+    edges = {module for node in imports for module in _imported(restore, node)}
+    assert {"relevo_agent.handoff.tree", "relevo_agent.handoff.store"} <= edges
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _circles(graph) == [["a", "b", "c"]]
