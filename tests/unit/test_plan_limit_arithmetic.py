@@ -124,3 +124,65 @@ def test_limits_count_what_the_emulator_counts():
     value = {"a": "é\u0001\"", "b": [1, 2]}
     assert state_bytes(value) == len(json.dumps(value)) >= len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
     assert plan_limits.STATE_PAYLOAD_QUOTA_BYTES == 262_144
+
+
+def largest_fan_out(stages: list[dict[str, Any]], shards: int) -> list[dict[str, Any]]:
+    """The largest plan, its second stage run as `shards` shards (a matrix of one key)."""
+    fanned = [dict(stage) for stage in stages]
+    fanned[1]["matrix"] = {"k" * 32: [f"{index:02d}" + "v" * 62 for index in range(shards)]}
+    fanned[1]["fail_fast"] = False
+    fanned[1]["max_parallel"] = shards
+    return fanned
+
+
+def test_the_largest_fan_out_the_history_allows_is_accepted_and_its_arithmetic_holds():
+    """32 stages, one of them with the most shards the history arithmetic leaves (45 runs in
+    all): accepted, its worst case inside 80 % of the quota, one shard more over it."""
+    shards = plan_limits.MAX_SHARD_RUNS - (MAX_STAGES - 1)
+    stages = largest_fan_out([{"name": name, "run": "x"} for name in stage_names(MAX_STAGES)], shards)
+
+    require_project_fits(project(stages))
+    worst = (plan_limits.MAX_SHARD_RUNS * plan_limits.EVENTS_PER_STAGE_RUN_WORST + plan_limits.LOCK_WAIT_EVENTS
+             + plan_limits.JOB_EVENTS)
+    assert worst <= 0.8 * plan_limits.HISTORY_QUOTA_EVENTS
+    assert worst + plan_limits.EVENTS_PER_STAGE_RUN_WORST > 0.8 * plan_limits.HISTORY_QUOTA_EVENTS
+
+
+def test_one_shard_over_the_history_arithmetic_is_refused_with_the_arithmetic_in_one_line():
+    shards = plan_limits.MAX_SHARD_RUNS - (MAX_STAGES - 1) + 1
+    stages = largest_fan_out([{"name": name, "run": "x"} for name in stage_names(MAX_STAGES)], shards)
+
+    refused = refusal(stages)
+
+    assert refused.details == {"limit": "shard_runs", "size": 46, "allowed": 45}
+    assert "\n" not in refused.message
+    assert refused.message.startswith(f"stages: 46 stage runs ({stage_names(MAX_STAGES)[1]}: {shards}; 1 for each other stage); at most 45: ")
+    assert "45 × 240 events at worst + 9,000 waiting for the project + 200 of the job fit 80% of Step Functions' 25,000-event" in refused.message
+
+
+def test_a_parallel_stage_counts_its_shards_too():
+    refused = refusal([{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": plan_limits.MAX_SHARD_RUNS}])
+
+    assert refused.details == {"limit": "shard_runs", "size": 46, "allowed": 45}
+    require_project_fits(project([{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": 44}]))
+
+
+def test_the_dead_letter_path_of_the_largest_fan_out_fits_with_the_stated_margin():
+    """The largest plan with its largest fan-out: the envelope at its limit (the matrix counted
+    in it), the execution input's rest inside its line, the dead-letter state with the margin."""
+    shards = plan_limits.MAX_SHARD_RUNS - (MAX_STAGES - 1)
+    stages = largest_fan_out(largest_allowed_stages(), shards)
+    short = envelope_bytes(largest_envelope(project(stages)))
+    stages[-1]["run"] = stages[-1]["run"][: len(stages[-1]["run"]) - (short - MAX_ENVELOPE_BYTES)]
+    require_project_fits(project(stages))
+    envelope = largest_envelope(project(stages))
+    assert envelope_bytes(envelope) == MAX_ENVELOPE_BYTES
+
+    job_input = execution_input(envelope, "https://sqs.eu-west-1.amazonaws.com/123456789012/" + "q" * 80)
+    rest = {name: value for name, value in job_input.items() if name != "envelope"}
+    assert state_bytes(rest) <= 16 * KIB
+    detail = {"stage": envelope.stages[1].name, "stage_index": 1, "shard": shards - 1, "error_class": "E" * MAX_ERROR_CHARS,
+              "cause": "\u0001" * MAX_FAILURE_CAUSE_CHARS, "attempts": 5, "retry_count": 4, "cumulative_backoff_sec": 14_400}
+    state = {**job_input, "error": {"Error": "E" * MAX_ERROR_CHARS, "Cause": json.dumps(detail, separators=(",", ":"))},
+             "dead": {"record": {"envelope": to_attribute(envelope.to_json_dict())}}}
+    assert state_bytes(state) <= STATE_PAYLOAD_QUOTA_BYTES - STATED_MARGIN_BYTES

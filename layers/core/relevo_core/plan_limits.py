@@ -38,6 +38,26 @@ causes Relevo sends are short: the agent's are small JSON documents (its reconci
 tests/integration/test_plan_limits.py runs the largest plan these limits allow through success,
 a retry and the dead-letter path with such a cause, and shows the emulator's own limit where
 this arithmetic puts it.
+
+A stage with shards (`parallel`, `matrix`) adds to the execution input only its shard count, its
+fail-fast and concurrency settings and one list of shard indexes: at most MAX_SHARD_RUNS small
+numbers in all, under 1 KiB, inside the 16 KiB line above. What each shard's agent needs (its
+matrix values) it reads from the envelope, whose limit already counts the declaration.
+
+History. Step Functions keeps at most 25,000 events in one execution's history and fails the
+execution that needs more (Step Functions Developer Guide, "Step Functions service quotas":
+maximum execution history size, 25,000 events, a hard quota). moto does not enforce it
+(DESIGN.md), so the budget is arithmetic. Every stage run, and every shard of a stage with
+shards, is a run of the per-stage states (tools/relevo_tools/job_machine/stage.py); its worst
+case is MAX_ATTEMPTS attempts, each going the long way (dispatch, claim, run, failure, freeze
+check, backoff: at most 40 events), then the stage's failure (16 events), its Map iteration
+(3) and, for a shard, its stop when a sibling fails (10): EVENTS_PER_STAGE_RUN_WORST = 240
+events. Waiting for the project's lock costs at most LOCK_WAIT_EVENTS (measured under 9,000 in
+tests/integration/test_waiting_history.py), the job's own states at most JOB_EVENTS. With a
+fifth of the quota kept free, MAX_SHARD_RUNS stage runs fit one job:
+    (25,000 × 0.8 - 9,000 - 200) / 240 = 45
+a plan of 32 stages without shards takes 32 of them. (A pause of the region renews each
+waiting dispatch, shard or not, for at most 169 hours: that budget is the pause's, docs/fleet.md.)
 """
 
 from __future__ import annotations
@@ -58,6 +78,13 @@ MAX_PROBE_BYTES = 16 * 1024
 MAX_ENVELOPE_BYTES = 80 * 1024
 # The longest task-failure cause Relevo's agents and API send (see above).
 MAX_FAILURE_CAUSE_CHARS = 4096
+# The history arithmetic (see above).
+HISTORY_QUOTA_EVENTS = 25_000
+HISTORY_FREE_FRACTION = 0.2
+LOCK_WAIT_EVENTS = 9_000
+JOB_EVENTS = 200
+EVENTS_PER_STAGE_RUN_WORST = 240
+MAX_SHARD_RUNS = int((HISTORY_QUOTA_EVENTS * (1 - HISTORY_FREE_FRACTION) - LOCK_WAIT_EVENTS - JOB_EVENTS) // EVENTS_PER_STAGE_RUN_WORST)
 
 
 def state_bytes(value: Any) -> int:
@@ -91,7 +118,24 @@ def require_project_fits(project: Project) -> None:
     effect probe, or the envelope its largest job would freeze (the longest ref, trigger and key
     a job may carry)."""
     require_stages_fit(project)
+    require_shards_fit(project)
     require_envelope_fits(largest_envelope(project))
+
+
+def require_shards_fit(project: Project) -> None:
+    """Refuse (PLAN_TOO_LARGE) a plan whose stage runs (a stage without shards is one, a stage
+    with shards one per shard) could need more execution history than the quota leaves them."""
+    counts = [stage.shard_count for stage in project.frozen_stages()]
+    total = sum(counts)
+    if total > MAX_SHARD_RUNS:
+        sharded = ", ".join(f"{stage.name}: {count}" for stage, count in zip(project.stages, counts) if count > 1)
+        raise _too_large(
+            f"stages: {total} stage runs ({sharded}; 1 for each other stage); at most {MAX_SHARD_RUNS}: "
+            f"{MAX_SHARD_RUNS} × {EVENTS_PER_STAGE_RUN_WORST} events at worst + {LOCK_WAIT_EVENTS:,} waiting for the project + "
+            f"{JOB_EVENTS} of the job fit {1 - HISTORY_FREE_FRACTION:.0%} of Step Functions' {HISTORY_QUOTA_EVENTS:,}-event "
+            f"execution history; use fewer shards or a smaller matrix",
+            "shard_runs", total, MAX_SHARD_RUNS,
+        )
 
 
 def require_stages_fit(project: Project) -> None:

@@ -3,8 +3,9 @@
 # Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
 # otherwise parse and evaluate each one again, at cold start, to build the models.
 
+import itertools
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -194,6 +195,66 @@ def check_handoff_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
 HandoffPattern = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_safe_pattern)]
 
 
+# A stage's fan-out (issue 32): `parallel: N` runs N shards of it, `matrix` one shard per
+# combination of its values. How many shards a job may run in all is the history arithmetic's
+# (relevo_core.plan_limits.require_shards_fit); these bounds only keep a declaration sane.
+MATRIX_KEY = r"^[a-z][a-z0-9_]{0,31}$"
+MAX_MATRIX_KEYS = 4
+MAX_MATRIX_VALUES = 64
+MAX_DECLARED_SHARDS = 256
+MatrixValue = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f]+$")]
+Matrix = dict[Annotated[str, Field(pattern=MATRIX_KEY)], Annotated[tuple[MatrixValue, ...], Field(max_length=MAX_MATRIX_VALUES)]]
+
+
+class Shard(_Frozen):
+    """One shard of a stage: its 0-based index, the stage's shard count and, for a matrix, its
+    combination (key → value)."""
+
+    index: int = Field(ge=0)
+    count: int = Field(ge=1)
+    matrix: dict[str, str] = Field(default_factory=dict)
+
+    def environment(self) -> dict[str, str]:
+        """RELEVO_SHARD_INDEX, RELEVO_SHARD_COUNT and one RELEVO_MATRIX_<KEY> per matrix key."""
+        env = {"RELEVO_SHARD_INDEX": str(self.index), "RELEVO_SHARD_COUNT": str(self.count)}
+        env |= {f"RELEVO_MATRIX_{key.upper()}": value for key, value in self.matrix.items()}
+        return env
+
+    @property
+    def label(self) -> str:
+        """How logs and views name the shard: its index, and its combination for a matrix."""
+        combination = ",".join(f"{key}={value}" for key, value in self.matrix.items())
+        return f"shard {self.index + 1}/{self.count}" + (f" ({combination})" if combination else "")
+
+
+def check_fan_out(parallel: int | None, matrix: dict[str, Any] | None, fail_fast: bool | None, max_parallel: int | None) -> None:
+    """One way to fan a stage out: `parallel` or `matrix`, not both; `fail_fast` and
+    `max_parallel` only with one of them; a matrix with values under every key."""
+    if parallel is not None and matrix is not None:
+        raise ValueError("parallel and matrix are exclusive: a matrix already runs one shard per combination; keep one of them")
+    if parallel is None and matrix is None:
+        extra = [name for name, value in (("fail_fast", fail_fast), ("max_parallel", max_parallel)) if value is not None]
+        if extra:
+            raise ValueError(f"{' and '.join(extra)} apply to a stage with parallel or matrix, and this stage has neither")
+    if matrix is not None:
+        if not matrix:
+            raise ValueError("matrix: name at least one key with its values")
+        for key, values in matrix.items():
+            if not values:
+                raise ValueError(f"matrix.{key}: no values; give at least one")
+            require_unique(list(values), f"matrix.{key} value")
+
+
+def shard_count(parallel: int | None, matrix: dict[str, Any] | None) -> int:
+    """How many shards a stage runs: 1 without a fan-out."""
+    if matrix:
+        count = 1
+        for values in matrix.values():
+            count *= len(values)
+        return count
+    return parallel or 1
+
+
 class StagePlan(_Frozen):
     """One stage exactly as it will run: frozen into the envelope when the job is enqueued."""
 
@@ -218,11 +279,46 @@ class StagePlan(_Frozen):
     handoff: tuple[HandoffPattern, ...] = Field(default=(), max_length=MAX_PATTERNS)
     # Non-zero exit codes that mean "succeeded, with warnings": the stage ends `warning`.
     warning_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = Field(default=(), max_length=32)
+    # The fan-out (None, None: one run of the stage); fail_fast and max_parallel only with one.
+    parallel: int | None = Field(default=None, ge=2, le=MAX_DECLARED_SHARDS)
+    matrix: Matrix | None = Field(default=None, max_length=MAX_MATRIX_KEYS)
+    fail_fast: bool | None = None
+    max_parallel: int | None = Field(default=None, ge=1, le=MAX_DECLARED_SHARDS)
 
     @field_validator("handoff")
     @classmethod
     def _handoff(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
         return check_handoff_patterns(patterns)
+
+    @model_validator(mode="after")
+    def _fan_out(self) -> "StagePlan":
+        check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
+        return self
+
+    @property
+    def sharded(self) -> bool:
+        return self.parallel is not None or self.matrix is not None
+
+    @property
+    def shard_count(self) -> int:
+        return shard_count(self.parallel, self.matrix)
+
+    @property
+    def stops_siblings(self) -> bool:
+        """fail_fast, true unless the project said false: the first shard failing for good stops the others."""
+        return self.fail_fast is not False
+
+    def shards(self) -> list[Shard]:
+        """The stage's shards in order: 0 to parallel - 1, or the matrix's combinations, the
+        first key varying slowest (the order the project file lists them)."""
+        count = self.shard_count
+        if not self.matrix:
+            return [Shard(index=index, count=count) for index in range(count)]
+        keys = list(self.matrix)
+        return [
+            Shard(index=index, count=count, matrix=dict(zip(keys, combination)))
+            for index, combination in enumerate(itertools.product(*(self.matrix[key] for key in keys)))
+        ]
 
 
 class ApprovalSettings(_Frozen):

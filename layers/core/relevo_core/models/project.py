@@ -16,11 +16,15 @@ from relevo_core.models.plan import (
     MAX_QUEUE_TIMEOUT_SEC,
     ApprovalSettings,
     CheckoutPlan,
+    MAX_DECLARED_SHARDS,
+    MAX_MATRIX_KEYS,
     HandoffPattern,
+    Matrix,
     RetryPolicy,
     RunPlanMixin,
     SigningPlan,
     StagePlan,
+    check_fan_out,
     check_handoff_patterns,
     check_stage_names,
     require_unique,
@@ -89,11 +93,38 @@ class ProjectStage(BaseModel):
         "starting `::warning::` (GitHub Actions' spelling) makes a stage that exits 0 end `warning` too. `relevo job "
         "view`, `relevo job logs`, the console and the commit status say so. None may be a retry.transient_exit_codes code.",
     )
+    parallel: int | None = Field(
+        default=None, ge=2, le=MAX_DECLARED_SHARDS,
+        description="Run the stage as this many shards at once, each an attempt of its own on an agent of the region (its own "
+        "claim, lease, retries and reconcile), with RELEVO_SHARD_INDEX (0-based) and RELEVO_SHARD_COUNT set. How many shards "
+        "a job may run in all is checked at `relevo project apply` (PLAN_TOO_LARGE). Exclusive with matrix.",
+    )
+    matrix: Matrix | None = Field(
+        default=None, max_length=MAX_MATRIX_KEYS,
+        description="Run one shard per combination of these values, e.g. `{device: [\"iPhone 16\", \"iPad Air\"], os: [\"18.2\"]}`, "
+        "each with RELEVO_MATRIX_<KEY> (the key upper-cased) and RELEVO_SHARD_INDEX / RELEVO_SHARD_COUNT set. Keys: lowercase "
+        "letters, digits and _ (at most 4); values: 1 to 64 characters (at most 64 per key). Exclusive with parallel.",
+    )
+    fail_fast: bool | None = Field(
+        default=None,
+        description="With parallel or matrix (default true): the first shard that fails for good stops its running siblings "
+        "(their process groups are killed and they end canceled) and fails the stage. false: the others run to their end, "
+        "then the stage fails if any shard did.",
+    )
+    max_parallel: int | None = Field(
+        default=None, ge=1, le=MAX_DECLARED_SHARDS,
+        description="With parallel or matrix: at most this many shards run at once (default: all of them).",
+    )
 
     @field_validator("handoff")
     @classmethod
     def _handoff(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
         return check_handoff_patterns(patterns)
+
+    @model_validator(mode="after")
+    def _fan_out(self) -> "ProjectStage":
+        check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
+        return self
 
 
 class ArtifactLimits(BaseModel):
@@ -485,6 +516,10 @@ class Project(RunPlanMixin):
                     requires=stage.requires,
                     handoff=stage.handoff,
                     warning_exit_codes=stage.warning_exit_codes,
+                    parallel=stage.parallel,
+                    matrix=stage.matrix,
+                    fail_fast=stage.fail_fast,
+                    max_parallel=stage.max_parallel,
                 )
                 for stage in self.stages
             )
