@@ -59,6 +59,13 @@ AGENT_ID = "cost-double-1"
 # > AwaitResult, per job AcquireProjectLockAndStart > RunStages > ReleaseLockAndMarkSucceeded.
 TRANSITIONS_PER_STAGE_BUDGET = 3
 TRANSITIONS_PER_JOB_BUDGET = 3
+# A stage with shards (issue 32) on its success path: each shard the 3 of a stage
+# (ShardMarkStageDispatched > ShardDispatchStage > ShardAwaitResult), and the fan-out 7
+# (MarkStageDispatched refused > GatedOrSharded > StartShards > RunShards > AnyShardFailed >
+# RecordShardsSucceeded > ShardsSucceeded): 3 × shards + 7 for the stage. Held by
+# tests/integration/test_parallel_stages.py; this bench's job has no stage with shards.
+TRANSITIONS_PER_SHARD_BUDGET = 3
+TRANSITIONS_PER_FAN_OUT_BUDGET = 7
 # Dollars per 1,000 jobs of STAGES on the success path (issue 31, the generated state machine).
 DOLLARS_PER_1000_JOBS = 0.50
 

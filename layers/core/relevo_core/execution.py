@@ -15,8 +15,9 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.config import IntakeSettings
 from relevo_core.models.envelope import JobEnvelope
+from relevo_core.models.plan import StagePlan
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
-from relevo_core.store.keys import stage_sk
+from relevo_core.store.keys import shard_sk, stage_sk
 
 
 @lru_cache(maxsize=64)
@@ -64,6 +65,28 @@ def _attribute(name: str | None) -> dict[str, Any]:
     return {"S": name} if name is not None else {"NULL": True}
 
 
+# Added to a stage's `gate` when it has shards: its own dispatch write is refused, and the
+# refusal leads to the fan-out over its shards (job.asl.json: GatedOrSharded).
+FANS_OUT = 2
+
+
+def _fan_out(stage: StagePlan, index: int) -> dict[str, Any]:
+    """What the state machine needs to fan a stage with shards out: each shard's index and record
+    key, whether the first to fail stops the others, how many run at once (0: all). Each shard's
+    agent reads its matrix values from the envelope (StagePlan.shards), so the execution input
+    stays small (relevo_core.plan_limits)."""
+    if not stage.sharded:
+        return {}
+    return {
+        "shards": {
+            "items": [{"shard": shard, "stage_key": shard_sk(index, shard)} for shard in range(stage.shard_count)],
+            "count": stage.shard_count,
+            "fail_fast": stage.stops_siblings,
+            "max_parallel": stage.max_parallel or 0,
+        }
+    }
+
+
 def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
     """What the state machine needs to drive the job; the agent reads the rest from the envelope.
     Timeouts, attempts and backoff all come from the frozen plan."""
@@ -91,6 +114,7 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
         # A job from a later stage runs only that stage on; the earlier ones show as skipped.
         "stages": [
             {
+                **_fan_out(stage, index),
                 "index": index,
                 "name": stage.name,
                 "stage_key": stage_sk(index),
@@ -101,7 +125,7 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
                 "backoff_caps_sec": stage.retry.backoff_caps_sec(),
                 # 1 for the plan's gated stage, else 0: it picks the gate condition of the stage's
                 # dispatch in job.asl.json (tools/relevo_tools/job_machine/stage.py, GATE_CONDITION).
-                "gate": int(stage.name == gated),
+                "gate": int(stage.name == gated) + (FANS_OUT if stage.sharded else 0),
                 "approval_timeout_sec": envelope.approval.effective_timeout_sec,
                 # On the stage's message: an agent that does not match leaves it to one that does.
                 "requires": stage.requires,

@@ -19,15 +19,17 @@ The worst case on the dead-letter path, for an envelope of MAX_ENVELOPE_BYTES:
       machine sees them, ids, queue URL, wait and conflict
       bookkeeping, each stage's previous one (measured: 15.8
       KiB for 32 stages with 63-character names and the
-      longest timeouts)                                        ≤  16 KiB
+      longest timeouts), and the shards of stages with shards
+      (at most 45 stage runs, each shard's index and record key:
+      measured 16.4 KiB for 32 stages, one of 14 shards)        ≤  20 KiB
     the failure: Error ≤ 256 characters, and a Cause of at most
       MAX_FAILURE_CAUSE_CHARS inside the stage's failure detail
       (JSON inside a JSON string: a character JSON escapes,
       such as U+0001, takes up to 7 bytes)                     ≤  32 KiB
     waiting and waking: the lock read, the head of the line,
       the head's task token, the job's status and last stage   ≤   4 KiB
-    total                                                      ≤ 212 KiB
-which leaves 44 KiB (17 % of the quota); a cause of ordinary text leaves over 60 KiB. The
+    total                                                      ≤ 216 KiB
+which leaves 40 KiB (15 % of the quota); a cause of ordinary text leaves over 60 KiB. The
 dead-letter message (the envelope in both forms and the cause, ≤ 190 KiB) fits SQS's 256 KiB.
 
 Step Functions takes causes of up to 32,768 characters, and one that long, made of characters
@@ -39,10 +41,10 @@ tests/integration/test_plan_limits.py runs the largest plan these limits allow t
 a retry and the dead-letter path with such a cause, and shows the emulator's own limit where
 this arithmetic puts it.
 
-A stage with shards (`parallel`, `matrix`) adds to the execution input only its shard count, its
-fail-fast and concurrency settings and one list of shard indexes: at most MAX_SHARD_RUNS small
-numbers in all, under 1 KiB, inside the 16 KiB line above. What each shard's agent needs (its
-matrix values) it reads from the envelope, whose limit already counts the declaration.
+A stage with shards (`parallel`, `matrix`) adds to the execution input its shard count, its
+fail-fast and concurrency settings and each shard's index and record key (under 50 bytes a
+shard, at most MAX_SHARD_RUNS of them): inside the 20 KiB line above. What each shard's agent
+needs (its matrix values) it reads from the envelope, whose limit already counts the declaration.
 
 History. Step Functions keeps at most 25,000 events in one execution's history and fails the
 execution that needs more (Step Functions Developer Guide, "Step Functions service quotas":

@@ -30,6 +30,7 @@ from relevo_tools.job_machine.asl import (
     transaction,
     update,
 )
+from relevo_tools.job_machine.shards import fan_out
 
 # The approval gate is the condition of the stage's dispatch write, picked by the stage's `gate`
 # (relevo_core.execution.execution_input: 1 for the gated stage, else 0): the gated stage's write
@@ -40,7 +41,13 @@ from relevo_tools.job_machine.asl import (
 # functions pick the text ("Intrinsic functions for JSONPath states in Step Functions":
 # States.Array, States.ArrayGetItem), and a Parameters field ending in .$ takes it.
 UNGATED, GATED = "attribute_not_exists(approved_at)", "attribute_exists(approved_at)"
-GATE_CONDITION = f"States.ArrayGetItem(States.Array('{UNGATED}', '{GATED}'), $.stage.gate)"
+# A stage with shards (gate 2 or 3: relevo_core.execution.FANS_OUT) is never dispatched as one:
+# its write is always refused, and the refusal leads to its fan-out (GatedOrSharded), at no
+# transition for a stage without shards.
+FANS_OUT = "attribute_exists(pk) AND attribute_not_exists(pk)"
+GATE_CONDITION = f"States.ArrayGetItem(States.Array('{UNGATED}', '{GATED}', '{FANS_OUT}', '{FANS_OUT}'), $.stage.gate)"
+# A shard stopped by a sibling's failure (StopShards closes its record) is not dispatched again.
+SHARD_OPEN = "attribute_not_exists(closed_at)"
 FAILURE_NAMES = {
     "QueueTimedOut": (ErrorClass.QUEUE_TIMEOUT, "no agent claimed the stage within queue_timeout_sec"),
     "LeaseExpired": (ErrorClass.LEASE_EXPIRED, "the claiming agent stopped heartbeating for longer than its lease"),
@@ -122,11 +129,13 @@ def approval_gate(approved: str) -> States:
     }
 
 
-def dispatch(gate: str) -> States:
-    """Each attempt: the stage record says it is dispatched (a gated stage not yet approved goes
-    to `gate` instead), the message goes to the region's
+def dispatch(gate: str, shard: bool = False) -> States:
+    """Each attempt: the stage record says it is dispatched (a gated stage not yet approved, or a
+    stage with shards, goes to `gate` instead), the message goes to the region's
     queue and waits for a claim (renewed while a pause holds the region), then the claimer gets
-    its run token and the attempt runs."""
+    its run token and the attempt runs. For a shard (`shard`): its own record, closed to a
+    dispatch once a sibling's failure stopped it, and its index on the message."""
+    shard_message = {"shard.$": "$.stage.shard"} if shard else {}
     return {
         "MarkStageDispatched": {
             "Type": "Task",
@@ -143,7 +152,8 @@ def dispatch(gate: str) -> States:
                     stage_key(),
                     "SET #status = :dispatched, stage_name = :name, stage_index = :index, dispatched_at = :now, dispatched_attempt = "
                     ":attempt, retry_count = :retries, cumulative_backoff_sec = :backoff, last_writer = :writer, failed_agents = "
-                    "if_not_exists(failed_agents, :none), dispatch_key = :dispatch_key, #ttl = :ttl",
+                    "if_not_exists(failed_agents, :none), dispatch_key = :dispatch_key, #ttl = :ttl"
+                    + (", shard_index = :shard" if shard else ""),
                     names={**STATUS, "#ttl": "ttl"},
                     values={
                         ":dispatched": {"S": StageStatus.DISPATCHED.value},
@@ -157,9 +167,10 @@ def dispatch(gate: str) -> States:
                         ":writer": WRITER,
                         ":none": {"L": []},
                         ":dispatch_key": string_at("States.UUID()"),
+                        **({":shard": number_at("$.stage.shard")} if shard else {}),
                     },
                 ),
-                "ConditionExpression.$": GATE_CONDITION,
+                **({"ConditionExpression": SHARD_OPEN} if shard else {"ConditionExpression.$": GATE_CONDITION}),
                 "ReturnValues": "ALL_NEW",
             },
             "ResultSelector": {"avoid_agents.$": "$.Attributes.failed_agents.L[*].S", "dispatch_key.$": "$.Attributes.dispatch_key.S"},
@@ -192,6 +203,7 @@ def dispatch(gate: str) -> States:
                     "project.$": "$.project",
                     "lease_ttl_sec.$": "$.lease_ttl_sec",
                     "signs.$": "$.signs",
+                    **shard_message,
                 },
             },
             "TimeoutSecondsPath": "$.dispatch_wait_sec",
@@ -440,15 +452,19 @@ def attempt_failure(retry: str) -> States:
     return states
 
 
-def stage_failure() -> States:
+def stage_failure(shard: bool = False) -> States:
     """The stage fails the job: its record is closed, the job's last successful stage set, and
-    the Map fails with the stage's failure detail."""
-    return {
+    the Map fails with the stage's failure detail. A shard (`shard`) closes its own record and
+    names itself in the detail; with fail_fast its failure fails the fan-out at once (which
+    stops its siblings: shards.py), without it the shard ends with its failure as its output and
+    the siblings run on."""
+    states: States = {
         "AssembleFailureDetail": {
             "Type": "Pass",
             "Parameters": {
                 "stage.$": "$.stage.name",
                 "stage_index.$": "$.stage.index",
+                **({"shard.$": "$.stage.shard"} if shard else {}),
                 "error_class.$": "$.failure.Error",
                 "cause.$": "$.failure.Cause",
                 "attempts.$": "$.attempt",
@@ -496,17 +512,38 @@ def stage_failure() -> States:
         },
         "StageFailed": {"Type": "Fail", "ErrorPath": "$.failure.Error", "CausePath": "$.failure.Cause"},
     }
+    if shard:
+        # The job's last successful stage is the fan-out's to write (shards.py), once.
+        del states["RecordLastSuccess"]
+        states["MarkStageFailed"]["Next"] = "DescribeStageFailure"
+        states["MarkStageFailed"]["Catch"][0]["Next"] = "DescribeStageFailure"
+        states["DescribeStageFailure"]["Next"] = "StopsSiblings"
+        states["StopsSiblings"] = {
+            "Type": "Choice",
+            "Comment": "fail_fast: the shard's failure fails the fan-out now. Otherwise its failure is its output, and the "
+            "fan-out fails the stage once every shard ended.",
+            "Choices": [{"Variable": "$.stage.shards.fail_fast", "BooleanEquals": True, "Next": "StageFailed"}],
+            "Default": "ShardFailedAlone",
+        }
+        states["ShardFailedAlone"] = {"Type": "Pass", "Parameters": {"failed.$": "$.failure"}, "End": True}
+    return states
 
 
-def stage_states() -> tuple[str, States]:
+def stage_states(shard: bool = False) -> tuple[str, States]:
     """Every state of one stage, and the one it starts at. The stage's input is one item of
-    run_stages' ItemSelector; its output, the agent's answer."""
+    run_stages' ItemSelector; its output, the agent's answer. A shard's (`shard`): one item of
+    the fan-out's (shards.py), without the approval gate (the stage passed it before its fan-out)."""
     states: States = {}
-    states |= dispatch(gate="NotifyAwaitingApproval")
-    states |= approval_gate("MarkStageDispatched")
+    if shard:
+        states |= dispatch(gate="ShardStopped", shard=True)
+        states["ShardStopped"] = {"Type": "Succeed", "Comment": "A sibling's failure closed this shard before its dispatch."}
+    else:
+        states |= dispatch(gate="GatedOrSharded")
+        states |= approval_gate("MarkStageDispatched")
+        states |= fan_out("NotifyAwaitingApproval", *stage_states(shard=True))
     states |= manual_review("NextAttempt")
     states |= attempt_failure("MarkStageDispatched")
-    states |= stage_failure()
+    states |= stage_failure(shard)
     return "MarkStageDispatched", states
 
 

@@ -67,6 +67,21 @@ def stage_sk(index: int) -> str:
     return f"STAGE#{index:02d}"
 
 
+SHARD_INFIX = "#SHARD#"
+
+
+def shard_sk(index: int, shard: int) -> str:
+    """A shard's attempt record, beside its stage's (which says how the stage as a whole went):
+    zero-padded so the shards sort in order under their stage (at most 45 a job:
+    relevo_core.plan_limits)."""
+    return f"{stage_sk(index)}{SHARD_INFIX}{shard:02d}"
+
+
+def attempt_sk(index: int, shard: int | None) -> str:
+    """The record a stage attempt writes: its stage's, or for a stage with shards, its shard's."""
+    return stage_sk(index) if shard is None else shard_sk(index, shard)
+
+
 def stages_pk(job_id: str) -> str:
     # A job's stage records have a partition of their own, apart from the job record (JOB#): IAM's
     # dynamodb:LeadingKeys tells partitions apart, never items of one ("Using IAM policy conditions
@@ -76,8 +91,8 @@ def stages_pk(job_id: str) -> str:
     return f"STAGES#{job_id}"
 
 
-def stage_key(job_id: str, index: int) -> dict[str, dict[str, str]]:
-    return key(stages_pk(job_id), stage_sk(index))
+def stage_key(job_id: str, index: int, shard: int | None = None) -> dict[str, dict[str, str]]:
+    return key(stages_pk(job_id), attempt_sk(index, shard))
 
 
 def project_pk(project_id: str) -> str:

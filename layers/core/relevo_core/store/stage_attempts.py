@@ -158,10 +158,12 @@ class StageRef:
     stage_index: int
     attempt: int
     agent_id: str
+    # The shard of a stage with shards (its own record, keys.shard_sk); None for a stage without.
+    shard: int | None = None
 
     @property
     def key(self) -> dict[str, dict[str, str]]:
-        return stage_key(self.job_id, self.stage_index)
+        return stage_key(self.job_id, self.stage_index, self.shard)
 
 
 def holds_attempt_values(ref: StageRef) -> dict[str, dict[str, str]]:

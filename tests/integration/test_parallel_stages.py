@@ -1,0 +1,136 @@
+"""A stage with shards in statemachines/job.asl.json, executing in the emulator's Step Functions
+interpreter: each shard dispatched as a stage attempt of its own (its own record, dispatch key,
+claim and run token), the stage succeeding once every shard did; fail-fast stopping the
+siblings through their records; fail_fast false letting them finish; the DLQ naming the shards
+that failed. Driven by an agent double that makes the real SQS, DynamoDB and task-token calls."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from bench.cost import TRANSITIONS_PER_FAN_OUT_BUDGET, TRANSITIONS_PER_SHARD_BUDGET
+from relevo_core.aws import client
+from relevo_core.models.status import StageStatus
+from relevo_core.store import keys, stage_attempts
+from tests.helpers.stack import history, job_items, wait_for_execution, wait_until
+from tests.helpers.state_machine import agent_runs, start_job, wait_for_run_token
+
+BUILD = {"name": "build", "run": "make build"}
+
+
+def stage_messages(stack, job_id: str, count: int, timeout: float = 15) -> list[dict[str, Any]]:
+    """The next `count` stage messages of the job in the region's queue (other jobs' are dropped),
+    in shard order."""
+    sqs, found = client("sqs"), []
+    deadline = time.monotonic() + timeout
+    while len(found) < count and time.monotonic() < deadline:
+        for message in sqs.receive_message(QueueUrl=stack.work_queues["eu-west"], WaitTimeSeconds=1, MaxNumberOfMessages=10).get("Messages", []):
+            body = json.loads(message["Body"])
+            if body["job_id"] == job_id:
+                found.append(body)
+            sqs.delete_message(QueueUrl=stack.work_queues["eu-west"], ReceiptHandle=message["ReceiptHandle"])
+    assert len(found) == count, f"{len(found)} of {count} stage messages"
+    return sorted(found, key=lambda body: body.get("shard", -1))
+
+
+def claim_shard(stack, task: dict[str, Any], agent_id: str) -> tuple[stage_attempts.StageRef, str]:
+    """Claim one shard's attempt (fenced, on its own record), accept it, and wait for its run token."""
+    ref = stage_attempts.StageRef(stack.table_name, task["job_id"], task["stage_index"], task["attempt"], agent_id, shard=task["shard"])
+    stage_attempts.claim(ref, 10, datetime.now(timezone.utc))
+    client("stepfunctions").send_task_success(taskToken=task["task_token"], output=json.dumps({"agent_id": agent_id, "attempt": task["attempt"]}))
+    return ref, wait_for_run_token(ref)
+
+
+def report(ref: stage_attempts.StageRef, run_token: str, succeed: bool, error: str = "Relevo.Fatal.ExitCode") -> None:
+    sfn, now = client("stepfunctions"), datetime.now(timezone.utc)
+    if succeed:
+        stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None)
+        sfn.send_task_success(taskToken=run_token, output=json.dumps({"agent_id": ref.agent_id, "stage": "test", "status": "succeeded"}))
+    else:
+        stage_attempts.finish(ref, StageStatus.FAILED, now, 2, error)
+        sfn.send_task_failure(taskToken=run_token, error=error, cause=json.dumps({"exit_code": 2, "agent_id": ref.agent_id}))
+
+
+def records(stack, job_id: str) -> dict[str, dict[str, Any]]:
+    return {item["sk"]["S"]: item for item in job_items(stack, job_id)}
+
+
+def dead_letter(stack, job_id: str) -> dict[str, Any]:
+    for _ in range(20):
+        for message in client("sqs").receive_message(QueueUrl=stack.resources["JobDeadLetterQueue"], MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []):
+            body = json.loads(message["Body"])
+            if body["job_id"] == job_id:
+                return body
+    raise AssertionError(f"no dead letter for {job_id}")
+
+
+def test_four_shards_each_run_once_as_an_attempt_of_their_own_and_the_stage_succeeds_after_all(local_stack, project_id):
+    job_id = start_job(local_stack, project_id, [BUILD, {"name": "test", "run": "make test", "parallel": 4}])
+    agent_runs(local_stack, stage_messages(local_stack, job_id, 1)[0])
+
+    tasks = stage_messages(local_stack, job_id, 4)
+
+    assert [(task["stage"], task["stage_index"], task["shard"], task["attempt"]) for task in tasks] == [("test", 1, shard, 1) for shard in range(4)]
+    assert len({task["dispatch_key"] for task in tasks}) == 4
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in tasks]
+    for ref, token in runs:
+        report(ref, token, succeed=True)
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    found = records(local_stack, job_id)
+    shard_keys = [keys.shard_sk(1, shard) for shard in range(4)]
+    assert shard_keys == ["STAGE#01#SHARD#00", "STAGE#01#SHARD#01", "STAGE#01#SHARD#02", "STAGE#01#SHARD#03"]
+    assert [(found[key]["status"]["S"], found[key]["agent_id"]["S"], found[key]["shard_index"]["N"]) for key in shard_keys] == [
+        ("succeeded", f"mac-{shard}", str(shard)) for shard in range(4)
+    ]
+    assert (found["STAGE#01"]["status"]["S"], found["STAGE#01"]["shard_count"]["N"]) == ("succeeded", "4")
+    assert found["JOB"]["last_successful_stage"]["S"] == "test"
+    assert json.loads(found["JOB"]["stage_outcomes"]["S"])[1] == {"stage": "test", "status": "succeeded", "shards": 4}
+    entered = [e["stateEnteredEventDetails"]["name"] for e in history(local_stack, job_id) if e["type"].endswith("StateEntered")]
+    print(f"\nstate transitions: {len(entered)} for a stage and a stage of 4 shards: {' > '.join(entered)}")
+    # bench/cost.py's budget: 3 per shard, as a stage without shards, and 7 for the fan-out.
+    assert len(entered[5:-1]) == 4 * TRANSITIONS_PER_SHARD_BUDGET + TRANSITIONS_PER_FAN_OUT_BUDGET
+    assert entered[5:] == ["MarkStageDispatched", "GatedOrSharded", "StartShards", "RunShards",
+                           *(["ShardMarkStageDispatched"] * 4), *(["ShardDispatchStage"] * 4), *(["ShardAwaitResult"] * 4),
+                           "AnyShardFailed", "RecordShardsSucceeded", "ShardsSucceeded", "ReleaseLockAndMarkSucceeded"]
+
+
+def test_fail_fast_stops_the_running_siblings_through_their_records_and_the_dead_letter_names_the_shard(local_stack, project_id):
+    job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 3}])
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 3)]
+
+    report(*runs[1], succeed=False)
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
+    found = records(local_stack, job_id)
+    assert [found[keys.shard_sk(0, shard)]["status"]["S"] for shard in range(3)] == ["canceled", "failed", "canceled"]
+    assert all("closed_at" in found[keys.shard_sk(0, shard)] for shard in range(3))
+    # The siblings' agents learn it at their next fenced write, and stop their commands.
+    with pytest.raises(stage_attempts.LeaseLost):
+        stage_attempts.renew_lease(runs[0][0], 10, datetime.now(timezone.utc))
+    assert found["STAGE#00"]["status"]["S"] == "failed"
+    entry = dead_letter(local_stack, job_id)
+    detail = json.loads(entry["cause"])
+    assert (entry["error"], detail["stage"], detail["shard"], detail["attempts"]) == ("Relevo.Fatal.ExitCode", "test", 1, 1)
+
+
+def test_without_fail_fast_the_siblings_finish_then_the_stage_fails_naming_each_failed_shard(local_stack, project_id):
+    job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 3, "fail_fast": False}])
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 3)]
+
+    report(*runs[0], succeed=False)
+    report(*runs[2], succeed=False, error="Relevo.Fatal.Checksum")
+    wait_until(lambda: records(local_stack, job_id)[keys.shard_sk(0, 2)]["status"]["S"] == "failed", 10, "the third shard's failure")
+    report(*runs[1], succeed=True)
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
+    found = records(local_stack, job_id)
+    assert [found[keys.shard_sk(0, shard)]["status"]["S"] for shard in range(3)] == ["failed", "succeeded", "failed"]
+    entry = dead_letter(local_stack, job_id)
+    failed = [json.loads(failure["Cause"]) for failure in json.loads(entry["cause"])]
+    assert sorted((f["shard"], f["error_class"]) for f in failed) == [(0, "Relevo.Fatal.ExitCode"), (2, "Relevo.Fatal.Checksum")]
