@@ -134,3 +134,49 @@ def test_without_fail_fast_the_siblings_finish_then_the_stage_fails_naming_each_
     entry = dead_letter(local_stack, job_id)
     failed = [json.loads(failure["Cause"]) for failure in json.loads(entry["cause"])]
     assert sorted((f["shard"], f["error_class"]) for f in failed) == [(0, "Relevo.Fatal.ExitCode"), (2, "Relevo.Fatal.Checksum")]
+
+
+def test_the_claim_route_claims_each_shard_on_its_own_record_and_refuses_a_message_without_its_shard(local_stack, project_id, tmp_path):
+    """The route the agents claim through: a shard's message (its shard and dispatch key) claims
+    that shard's record only; the same dispatch key without the shard names the stage's own record,
+    which was never dispatched, so nothing is claimed; the session renews on the shard's record."""
+    from relevo_agent.claim import new_claim_secret
+    from relevo_agent.claim_routes import RouteError
+    from relevo_agent.config import AgentConfig
+    from relevo_agent.service import Agent
+    from relevo_core.models.agent_session import ClaimRequest, SessionRequest
+
+    config = AgentConfig(agent_id="mac-s", region="eu-west", capacity=1, workspace_root=tmp_path / "ws",
+                         journal=tmp_path / "j.sqlite3", max_clock_skew_sec=0.5, prefer_previous_sec=0, handoff_max_wait_sec=0)
+    routes = Agent(config, local_stack.table_name, local_stack.work_queues["eu-west"], api_url=local_stack.api_url).sessions.routes
+    job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 2}])
+    tasks = stage_messages(local_stack, job_id, 2)
+
+    def request(task: dict[str, Any], agent_id: str, **changed: Any) -> ClaimRequest:
+        fields = {"job_id": job_id, "stage_index": 0, "shard": task["shard"], "attempt": 1, "agent_id": agent_id,
+                  "claim_secret": new_claim_secret(), "dispatch_key": task["dispatch_key"], "dispatch_token": task["task_token"],
+                  "project": project_id, "signs": False}
+        return ClaimRequest(**(fields | changed))
+
+    with pytest.raises(RouteError) as refused:
+        routes.claim(request(tasks[0], "mac-a", shard=None))
+    assert (refused.value.status, refused.value.code) == (404, "DISPATCH_NOT_FOUND")
+    with pytest.raises(RouteError) as refused:
+        routes.claim(request(tasks[0], "mac-a", shard=1))  # shard 1's record, shard 0's dispatch key
+    assert (refused.value.status, refused.value.code) == (404, "DISPATCH_NOT_FOUND")
+    claims = [request(task, f"mac-{task['shard']}") for task in tasks]
+    for claim in claims:
+        assert routes.claim(claim).accepted is True
+
+    found = records(local_stack, job_id)
+    assert [(found[keys.shard_sk(0, shard)]["agent_id"]["S"], found[keys.shard_sk(0, shard)]["status"]["S"]) for shard in range(2)] == [
+        ("mac-0", "running"), ("mac-1", "running")
+    ]
+    assert "agent_id" not in found["STAGE#00"]
+    renewed = routes.renew(SessionRequest(job_id=job_id, stage_index=0, shard=1, attempt=1, agent_id="mac-1",
+                                          claim_secret=claims[1].claim_secret))
+    assert renewed.access_key_id
+    for claim in claims:
+        ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, claim.agent_id, shard=claim.shard)
+        report(ref, wait_for_run_token(ref), succeed=True)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"

@@ -32,7 +32,7 @@ from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
 from relevo_core.observability import logger
 from relevo_core.store import stage_attempts
 from relevo_core.store.jobs import get_envelope, get_job_record, query_job_items
-from relevo_core.store.keys import stage_sk
+from relevo_core.store.keys import attempt_sk, is_stage_sk
 
 # What a refused claim tells its caller of the stage record: enough to know whether to hand the
 # message back or drop it (relevo_agent's ClaimRefused.held), nothing of what the stage left.
@@ -89,7 +89,9 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
         raise
     envelope = context.envelope
     index = request.stage_index
-    record = next((item for item in items if item["sk"] == stage_sk(index) and str(item["pk"]).startswith("STAGES#")), None)
+    # The attempt's own record: the stage's, or for a stage with shards, the shard's.
+    own_sk = attempt_sk(index, request.shard)
+    record = next((item for item in items if item["sk"] == own_sk and str(item["pk"]).startswith("STAGES#")), None)
     if envelope.region_affinity != region or record is None or record.get("dispatch_key") != request.dispatch_key:
         raise _not_dispatched_here(request, region)
     if (request.project is not None and request.project != envelope.project) or (
@@ -105,7 +107,7 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
             raise RelevoError(
                 ErrorCode.PREVIOUS_AGENT_PREFERRED, f"the stage before ran on {previous_agent}", agent_id=str(previous_agent)
             )
-    ref = stage_attempts.StageRef(table, request.job_id, index, request.attempt, request.agent_id)
+    ref = stage_attempts.StageRef(table, request.job_id, index, request.attempt, request.agent_id, shard=request.shard)
     # This very claim made before (its answer lost on the way back): a dispatch that no longer
     # waits may have been answered by that first request, so its answer is not known.
     repeat = record.get("claim_id") == claim_id_of(request.claim_secret)
@@ -131,7 +133,9 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
             raise RelevoError(ErrorCode.CLAIM_REFUSED, f"{request.job_id} stage {index} attempt {request.attempt} is not free", **found) from None
         accepted = _accept(request, repeat) if request.accept else None
         session = minted.result()
-    records = [item for item in items if str(item["pk"]).startswith("STAGES#") and item["sk"] != stage_sk(index)]
+    # The other stages' own records (what their handoffs and values left); shards' records are
+    # not handed on yet (docs/parallel-stages.md).
+    records = [item for item in items if str(item["pk"]).startswith("STAGES#") and item["sk"] != own_sk and is_stage_sk(item["sk"])]
     return ClaimGranted(envelope=envelope.to_json_dict(), records=records, previous=previous, session=session, accepted=accepted)
 
 
@@ -156,7 +160,7 @@ def renew_session(settings: AgentSessionsSettings, region: str, request: Session
     table = settings.table_name
     with ThreadPoolExecutor(max_workers=2) as pool:
         job = pool.submit(in_this_context(get_job_record), table, request.job_id)
-        held = pool.submit(in_this_context(stage_attempts.claim_on_record), table, request.job_id, request.stage_index)
+        held = pool.submit(in_this_context(stage_attempts.claim_on_record), table, request.job_id, request.stage_index, request.shard)
         record, on_record = job.result(), held.result()
     envelope = context_of([record]).envelope
     if envelope.region_affinity != region:

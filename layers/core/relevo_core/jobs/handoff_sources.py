@@ -22,7 +22,7 @@ from relevo_core.models.handoff import HandoffSummary
 from relevo_core.models.status import SUCCEEDED_STAGE
 from relevo_core.store.artifacts import list_artifacts
 from relevo_core.store.jobs import query_job_items
-from relevo_core.store.keys import JOB_SK
+from relevo_core.store.keys import JOB_SK, is_stage_sk
 
 # A rerun of a rerun of a rerun…: past this many earlier jobs, a skipped stage is not looked for.
 MAX_LINEAGE = 8
@@ -68,7 +68,7 @@ def context_of(items: list[dict[str, Any]]) -> JobContext:
     record = next((item for item in items if item["sk"] == JOB_SK), None)
     if record is None:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
-    stages = {str(item.get("stage_name")): item for item in items if str(item["sk"]).startswith("STAGE#") and item.get("stage_name")}
+    stages = {str(item.get("stage_name")): item for item in items if is_stage_sk(str(item["sk"])) and item.get("stage_name")}
     return JobContext(read_envelope(record["envelope"]), stages)
 
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from relevo_core.models.status import JobStatus, StageStatus
-from relevo_core.store.keys import JOB_SK
+from relevo_core.store.keys import JOB_SK, is_stage_sk
 
 _TERMINAL_JOB = {status.value for status in JobStatus if status.terminal}
 _FINISHED_STAGE = {StageStatus.SUCCEEDED.value, StageStatus.WARNING.value, StageStatus.FAILED.value}
@@ -49,7 +49,7 @@ def metrics_for_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -
     sk = str(new.get("sk", ""))
     if sk == JOB_SK:
         return _job_metrics(old, new)
-    if sk.startswith("STAGE#"):
+    if is_stage_sk(sk):
         return _stage_metrics(old, new)
     return []
 

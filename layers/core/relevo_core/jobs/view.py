@@ -19,7 +19,7 @@ from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.models.envelope import read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
-from relevo_core.store.keys import JOB_SK
+from relevo_core.store.keys import JOB_SK, is_stage_sk
 
 
 # What one stage record says of the attempt that ran last; attempts_log keeps every attempt.
@@ -99,7 +99,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
     if record is None:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
     envelope = read_envelope(record["envelope"])
-    stage_records = {item.get("stage_name"): item for item in items if item["sk"].startswith("STAGE#")}
+    stage_records = {item.get("stage_name"): item for item in items if is_stage_sk(item["sk"])}
     # A stage never dispatched before its job ended will never run: it is skipped, not pending.
     never = StageStatus.SKIPPED if JobStatus(record["status"]).terminal else StageStatus.PENDING
     stages = []

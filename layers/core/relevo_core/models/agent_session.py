@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from relevo_core.models.envelope import JOB_ID
+from relevo_core.models.plan import MAX_DECLARED_SHARDS
 from relevo_core.models.requests import BodyModel
 
 CLAIM_SECRET = r"^[0-9a-f]{64}$"
@@ -32,6 +33,9 @@ class _Attempt(BodyModel):
 
     job_id: str = Field(pattern=JOB_ID)
     stage_index: int = Field(ge=0, le=99)
+    # The shard of a stage with shards, as its stage message names it (its own record); None
+    # for a stage without.
+    shard: int | None = Field(default=None, ge=0, le=MAX_DECLARED_SHARDS - 1)
     attempt: int = Field(ge=1, le=1000)
     agent_id: str = Field(min_length=1, max_length=128)
     claim_secret: str = Field(pattern=CLAIM_SECRET)

@@ -34,6 +34,7 @@ from relevo_core.store.groups import find_group
 from relevo_core.store.projects import get_project, list_projects
 from relevo_core.store.job_stages import stage_records
 from relevo_core.store.jobs import get_job_record
+from relevo_core.store.keys import is_stage_sk
 from relevo_core.store.latest_reports import latest_reported_at, raise_latest_reported
 from relevo_core.store.notices import check_run_id, claim_notice, finish_notice, release_notice, remember_check_run
 
@@ -88,7 +89,7 @@ class Reporter:
     def _report_change(self, old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float) -> None:
         transition = job_transition(old, new)
         if transition is None:
-            if new and str(new.get("sk", "")).startswith("STAGE#"):
+            if new and is_stage_sk(str(new.get("sk", ""))):
                 if reported_stage_change(old, new):
                     self._stage_change(old, new, deadline)
             elif new and new.get("sk") != "JOB":

@@ -77,6 +77,11 @@ def shard_sk(index: int, shard: int) -> str:
     return f"{stage_sk(index)}{SHARD_INFIX}{shard:02d}"
 
 
+def is_stage_sk(sk: str) -> bool:
+    """A stage's own record, not one of its shards' (which share its STAGE#nn prefix)."""
+    return sk.startswith("STAGE#") and SHARD_INFIX not in sk
+
+
 def attempt_sk(index: int, shard: int | None) -> str:
     """The record a stage attempt writes: its stage's, or for a stage with shards, its shard's."""
     return stage_sk(index) if shard is None else shard_sk(index, shard)

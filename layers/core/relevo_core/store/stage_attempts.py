@@ -338,10 +338,10 @@ class ClaimOnRecord:
     status: str | None
 
 
-def claim_on_record(table: str, job_id: str, stage_index: int) -> ClaimOnRecord:
+def claim_on_record(table: str, job_id: str, stage_index: int, shard: int | None = None) -> ClaimOnRecord:
     item = from_attributes(
         client("dynamodb").get_item(
-            TableName=table, Key=stage_key(job_id, stage_index), ConsistentRead=True,
+            TableName=table, Key=stage_key(job_id, stage_index, shard), ConsistentRead=True,
             ProjectionExpression="agent_id, attempt, claim_id, #status", ExpressionAttributeNames={"#status": "status"},
         ).get("Item", {})
     )
