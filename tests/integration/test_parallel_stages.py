@@ -180,3 +180,41 @@ def test_the_claim_route_claims_each_shard_on_its_own_record_and_refuses_a_messa
         ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, claim.agent_id, shard=claim.shard)
         report(ref, wait_for_run_token(ref), succeed=True)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+
+
+def test_cancel_stops_every_running_shard(local_stack, project_id):
+    """A job canceled while its shards run: every shard record ends canceled and closed, so each
+    agent's next fenced renewal is refused and it kills its command's process group."""
+    from relevo_cli.api import RelevoApi
+
+    job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 3}])
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 3)]
+
+    assert RelevoApi.for_stack(local_stack).cancel_job(job_id)["status"] == "canceled"
+
+    found = records(local_stack, job_id)
+    assert [(found[keys.shard_sk(0, shard)]["status"]["S"], "closed_at" in found[keys.shard_sk(0, shard)]) for shard in range(3)] == [
+        ("canceled", True)
+    ] * 3
+    for ref, _ in runs:
+        with pytest.raises(stage_attempts.LeaseLost):
+            stage_attempts.renew_lease(ref, 10, datetime.now(timezone.utc))
+    assert wait_for_execution(local_stack, job_id, timeout=30)["status"] != "RUNNING"
+
+
+def test_a_gated_stage_with_shards_waits_for_its_approval_then_fans_out(local_stack, project_id):
+    from relevo_cli.api import RelevoApi
+
+    job_id = start_job(local_stack, project_id, [BUILD, {"name": "deploy", "run": "make deploy", "parallel": 2}], approval={"enabled": True})
+    agent_runs(local_stack, stage_messages(local_stack, job_id, 1)[0])
+    wait_until(lambda: records(local_stack, job_id)["JOB"]["status"]["S"] == "waiting", 10, "the approval wait")
+    assert records(local_stack, job_id)["JOB"]["waiting_stage"]["S"] == "deploy"
+
+    RelevoApi.for_stack(local_stack).approve(job_id, "shipped")
+
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 2)]
+    for ref, token in runs:
+        report(ref, token, succeed=True)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    found = records(local_stack, job_id)
+    assert found["STAGE#01"]["approved_at"]["S"] and found["STAGE#01"]["status"]["S"] == "succeeded"
