@@ -45,6 +45,8 @@ class StageMessage(BaseModel):
     job_id: str
     stage: str
     stage_index: int
+    # The shard of a stage with shards: its own record, claim and operation (None: no shards).
+    shard: int | None = None
     attempt: int  # 1, 2, ...: the fencing token of this attempt
     task_token: str  # answers the dispatch (the claim); the run has a token of its own
     # Retries only: the agents that ran the failed attempts, to be left to another agent if one is free.
@@ -119,6 +121,7 @@ class StageReport(BaseModel):
     job_id: str
     stage: str
     stage_index: int
+    shard: int | None = None
     attempt: int
     # None when the attempt ended before the token came: the stage record's is used, if any.
     run_token: str | None = None
@@ -135,6 +138,7 @@ class StageReport(BaseModel):
     claim_secret: str | None = None
 
     def payload(self) -> dict[str, Any]:
-        """The outbox entry (JSON-ready); a report without a claim secret keeps the shape the
-        journal held before there was one."""
-        return self.model_dump(mode="json", exclude={"claim_secret"} if self.claim_secret is None else None)
+        """The outbox entry (JSON-ready); a report without a claim secret or a shard keeps the
+        shape the journal held before there were any."""
+        left_out = {name for name in ("claim_secret", "shard") if getattr(self, name) is None}
+        return self.model_dump(mode="json", exclude=left_out or None)

@@ -94,7 +94,8 @@ class Claims:
         claim_secret = new_claim_secret()
         # Journaled before the claim: every attempt this agent may hold is in its journal, with the
         # secret that gets its job credentials again after a restart.
-        self.journal.begin(Operation(op_id, task.job_id, task.stage, task.stage_index, task.attempt, str(workspace), "", claim_secret=claim_secret))
+        self.journal.begin(Operation(op_id, task.job_id, task.stage, task.stage_index, task.attempt, str(workspace), "", claim_secret=claim_secret,
+                                     shard=task.shard))
         sent_at = time.monotonic()
         try:
             return Claimed(self._claim(task, message, ref, timeline, claim_secret), claim_secret, sent_at)
@@ -122,7 +123,7 @@ class Claims:
         from relevo_core.models.agent_session import ClaimRequest
 
         request = ClaimRequest(
-            job_id=task.job_id, stage_index=task.stage_index, attempt=task.attempt, agent_id=self.config.agent_id,
+            job_id=task.job_id, stage_index=task.stage_index, shard=task.shard, attempt=task.attempt, agent_id=self.config.agent_id,
             claim_secret=claim_secret, dispatch_key=task.dispatch_key, dispatch_token=task.task_token,
             journal_id=self.journal.journal_id, enqueued_at=message.sent_at,
             leave_to_previous=task.attempt == 1 and self.prefer_previous is not None, project=task.project, signs=task.signs,

@@ -11,7 +11,7 @@ from typing import Any
 
 from relevo_agent.attempt import StageReport, StageRun
 from relevo_agent.claim import RUN_TOKEN_WAIT_SEC
-from relevo_agent.journal import Journal, OperationOutcome
+from relevo_agent.journal import Journal, OperationOutcome, stage_of
 from relevo_agent.outbox import Outbox
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import StageStatus
@@ -46,8 +46,9 @@ class Concluder:
         run.token_known.wait(RUN_TOKEN_WAIT_SEC + 5)
         report = StageReport(
             job_id=ref.job_id,
-            stage=op_id.split(":", 1)[1],
+            stage=stage_of(op_id),
             stage_index=ref.stage_index,
+            shard=ref.shard,
             attempt=ref.attempt,
             run_token=run.run_token,
             status=status,

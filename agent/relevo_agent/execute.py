@@ -50,12 +50,17 @@ class StageCommand:
     def environment(self, envelope: JobEnvelope, task: StageMessage, workspace: Path, prepared: Prepared) -> dict[str, str]:
         # Made after the checkout (its git clean would remove it), inside the workspace as ever.
         artifact_dir = workspace / ".relevo-artifacts" / task.job_id / task.stage
+        if task.shard is not None:
+            artifact_dir = artifact_dir / f"shard-{task.shard}"
         artifact_dir.mkdir(parents=True, exist_ok=True)
+        plan = envelope.stage(task.stage)
+        # A shard's index and count, and its matrix values (StagePlan.shards).
+        shard = plan.shards()[task.shard].environment() if task.shard is not None and plan.sharded else {}
         relevo = {
             "RELEVO_JOB_ID": task.job_id,
             "RELEVO_STAGE": task.stage,
             "RELEVO_ATTEMPT": str(task.attempt),
-            "RELEVO_OPERATION_ID": operation_id(task.job_id, task.stage),
+            "RELEVO_OPERATION_ID": operation_id(task.job_id, task.stage, task.shard),
             "RELEVO_WORKSPACE": str(workspace),
             "RELEVO_ARTIFACT_DIR": str(artifact_dir),
             "RELEVO_REF": envelope.ref,
@@ -64,9 +69,10 @@ class StageCommand:
             # A workspace is never taken for part of a repository around it: git in a stage looks
             # no higher than the workspace root (without a checkout the workspace is no repository).
             "GIT_CEILING_DIRECTORIES": str(self.config.workspace_root),
+            **shard,
         }
         # Never the agent's credentials (relevo_agent.stage_env).
-        return stage_environment(os.environ, relevo, envelope.stage(task.stage).aws_profile)
+        return stage_environment(os.environ, relevo, plan.aws_profile)
 
     def under_lease(
         self,
@@ -81,7 +87,7 @@ class StageCommand:
         """One command of the attempt under its lease: its exec time counts from the claim, its
         dead-man supervisor follows the lease, and the journal knows its process group while it
         runs. A command that ended at or after the fence was fenced, whoever killed it."""
-        op_id = operation_id(run.ref.job_id, plan.name)
+        op_id = operation_id(run.ref.job_id, plan.name, run.ref.shard)
         timeout = min(run.exec_left(), 300.0) if probe else run.exec_left()
         result = run_command(
             command,

@@ -14,7 +14,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from relevo_agent.claim_routes import ClaimRoutes, RouteError, RouteUnreachable, session_credentials
 from relevo_agent.reachability import stack as reachability
@@ -33,7 +33,13 @@ RENEW_AT_LEAST_SEC = 300.0
 RENEW_CHECK_SEC = 10.0
 RENEW_CALL_SEC = 10.0
 
-AttemptKey = tuple[str, int, int]  # job id, stage index, attempt
+class AttemptKey(NamedTuple):
+    """An attempt this agent holds credentials for; two shards of one stage are two attempts."""
+
+    job_id: str
+    stage_index: int
+    attempt: int
+    shard: int | None = None
 
 
 @dataclass
@@ -95,7 +101,8 @@ class JobSessions:
         from relevo_core.models.agent_session import SessionRequest
 
         assert self.routes is not None
-        request = SessionRequest(job_id=key[0], stage_index=key[1], attempt=key[2], agent_id=self.agent_id, claim_secret=claim_secret)
+        request = SessionRequest(job_id=key[0], stage_index=key[1], shard=getattr(key, "shard", None), attempt=key[2], agent_id=self.agent_id,
+                                 claim_secret=claim_secret)
         try:
             with call_budget(RENEW_CALL_SEC):
                 return self.routes.renew(request)

@@ -58,6 +58,8 @@ class Operation:
     # The claim's proof (relevo_agent.claim): what gets the attempt's job credentials again
     # after a restart. This file is the agent's alone (docs/agent.md).
     claim_secret: str | None = None
+    # The shard of a stage with shards (its record is the shard's: keys.shard_sk).
+    shard: int | None = None
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,18 @@ class Report:
     tries: int
 
 
-def operation_id(job_id: str, stage: str) -> str:
-    return f"{job_id}:{stage}"
+SHARD_MARK = "#shard-"
+
+
+def operation_id(job_id: str, stage: str, shard: int | None = None) -> str:
+    """The operation an attempt is of: the job's stage, or one shard of it (each shard its own
+    operation: its own journal entry, RELEVO_OPERATION_ID and effect probe)."""
+    return f"{job_id}:{stage}" + ("" if shard is None else f"{SHARD_MARK}{shard}")
+
+
+def stage_of(op_id: str) -> str:
+    """The stage name an operation id names."""
+    return op_id.split(":", 1)[1].split(SHARD_MARK, 1)[0]
 
 
 _SCHEMA = """
@@ -103,7 +115,7 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 """
 # Columns added after the first release: journals written before them gain them on open.
-_ADDED_COLUMNS = {"operations": {"pgid": "INTEGER", "outputs": "TEXT", "claim_secret": "TEXT"}}
+_ADDED_COLUMNS = {"operations": {"pgid": "INTEGER", "outputs": "TEXT", "claim_secret": "TEXT", "shard": "INTEGER"}}
 
 
 def _now() -> str:
@@ -163,7 +175,7 @@ class Journal:
         with self._lock:
             self._db.execute(
                 "INSERT INTO operations (operation_id, job_id, stage, stage_index, attempt, resource_key, "
-                "precondition_version, outcome, receipt, run_token, updated_at, claim_secret) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+                "precondition_version, outcome, receipt, run_token, updated_at, claim_secret, shard) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT(operation_id) DO UPDATE SET attempt=excluded.attempt, resource_key=excluded.resource_key, "
                 "precondition_version=excluded.precondition_version, outcome=excluded.outcome, receipt=NULL, pgid=NULL, outputs=NULL, "
                 "run_token=excluded.run_token, updated_at=excluded.updated_at, claim_secret=excluded.claim_secret",
@@ -180,6 +192,7 @@ class Journal:
                     op.run_token,
                     _now(),
                     op.claim_secret,
+                    op.shard,
                 ),
             )
 
@@ -290,6 +303,7 @@ def _operation(row: sqlite3.Row) -> Operation:
         pgid=row["pgid"],
         outputs=json.loads(row["outputs"]) if row["outputs"] else None,
         claim_secret=row["claim_secret"],
+        shard=row["shard"],
     )
 
 

@@ -16,7 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.attempt import DEAD_TOKEN, StageReport, utc_now
 from relevo_agent.claim_routes import RouteUnreachable
-from relevo_agent.job_sessions import AttemptNotHeld, JobSessions
+from relevo_agent.job_sessions import AttemptKey, AttemptNotHeld, JobSessions
 from relevo_agent.journal import Journal
 from relevo_agent.reachability import stack as reachability
 from relevo_core.aws import client, job_scope
@@ -70,7 +70,7 @@ class Outbox:
     def _send(self, report: StageReport) -> bool:
         """One report, with its job's credentials. True when done with it (sent, or refused for
         good); False to try again later. Done, its attempt's credentials are let go."""
-        key = (report.job_id, report.stage_index, report.attempt)
+        key = AttemptKey(report.job_id, report.stage_index, report.attempt, report.shard)
         try:
             credentials = self.sessions.for_attempt(key, report.claim_secret)
         except AttemptNotHeld as refused:
@@ -89,7 +89,7 @@ class Outbox:
     def _send_as_job(self, report: StageReport) -> bool:
         """The fenced stage write, then the task token. True when done with it (sent, or refused
         for good because another attempt owns the stage); False to try again later."""
-        ref = stage_attempts.StageRef(self.table_name, report.job_id, report.stage_index, report.attempt, self.agent_id)
+        ref = stage_attempts.StageRef(self.table_name, report.job_id, report.stage_index, report.attempt, self.agent_id, shard=report.shard)
         status = report.status
         try:
             stage_attempts.finish(

@@ -44,6 +44,7 @@ def _interrupted(journal: Journal, op: Operation, lease_ended: bool) -> None:
         job_id=op.job_id,
         stage=op.stage,
         stage_index=op.stage_index,
+        shard=op.shard,
         attempt=op.attempt,
         run_token=op.run_token,
         status=StageStatus.FAILED,

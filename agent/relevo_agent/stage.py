@@ -35,7 +35,7 @@ from relevo_agent.conclude import Concluder
 from relevo_agent.config import AgentConfig
 from relevo_agent.execute import StageCommand
 from relevo_agent.executor import TAIL_BYTES
-from relevo_agent.job_sessions import JobSessions
+from relevo_agent.job_sessions import AttemptKey, JobSessions
 from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
 from relevo_agent.keeper import keep
 from relevo_agent.keychain import Keychains
@@ -93,10 +93,10 @@ class StageRunner:
     # ------------------------------------------------------------------ one stage
     def run(self, task: StageMessage, message: Message) -> None:
         """The stage of `task` on this agent, to its conclusion: admitted, claimed, kept, run, reported."""
-        op_id = operation_id(task.job_id, task.stage)
+        op_id = operation_id(task.job_id, task.stage, task.shard)
         # What is decided before the claim comes with the message (the envelope comes with the claim).
         timeline = self.admission.timeline(task, op_id)
-        ref = stage_attempts.StageRef(self.table_name, task.job_id, task.stage_index, task.attempt, self.config.agent_id)
+        ref = stage_attempts.StageRef(self.table_name, task.job_id, task.stage_index, task.attempt, self.config.agent_id, shard=task.shard)
         if op_id in self._running:
             # A second delivery of a message this agent already claimed: the claim decides.
             log.info("%s is already running here; duplicate message dropped", op_id)
@@ -110,7 +110,7 @@ class StageRunner:
             if claimed is None:
                 return
             log.info("claimed %s attempt %d", op_id, ref.attempt)
-            key = (ref.job_id, ref.stage_index, ref.attempt)
+            key = AttemptKey(ref.job_id, ref.stage_index, ref.attempt, ref.shard)
             granted = claimed.granted
             credentials = self.sessions.granted(key, claimed.claim_secret, granted.session)
             # What only a claimed attempt needs is imported here: an idle agent never loads it.

@@ -218,3 +218,43 @@ def test_a_gated_stage_with_shards_waits_for_its_approval_then_fans_out(local_st
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     found = records(local_stack, job_id)
     assert found["STAGE#01"]["approved_at"]["S"] and found["STAGE#01"]["status"]["S"] == "succeeded"
+
+
+def test_a_matrix_of_two_by_two_runs_on_four_agents_each_shard_once_with_its_own_variables(local_stack, project_id, tmp_path):
+    """Real agents (in process): each claims one shard through the claim route, runs its command
+    with RELEVO_SHARD_INDEX / RELEVO_SHARD_COUNT / RELEVO_MATRIX_<KEY> and an operation id of its
+    own, and reports on its shard's record; the stage succeeds once all four did."""
+    from relevo_agent.config import AgentConfig
+    from relevo_agent.messages import Message
+    from relevo_agent.service import Agent
+    from tests.helpers.agents import handle_received
+
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    job_id = start_job(local_stack, project_id, [{
+        "name": "test", "matrix": {"device": ["iPhone 16", "iPad Air"], "os": ["18.2", "17.5"]},
+        "run": f'env | grep ^RELEVO_ | sort > "{seen}/$RELEVO_SHARD_INDEX.env"',
+    }])
+    tasks = stage_messages(local_stack, job_id, 4)
+
+    for task in tasks:
+        name = f"mac-{task['shard']}"
+        config = AgentConfig(agent_id=name, region="eu-west", capacity=1, workspace_root=tmp_path / name, journal=tmp_path / f"{name}.sqlite3",
+                             max_clock_skew_sec=0.5, prefer_previous_sec=0, handoff_max_wait_sec=0)
+        agent = Agent(config, local_stack.table_name, local_stack.work_queues["eu-west"], api_url=local_stack.api_url)
+        handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": "gone", "MessageId": name}))
+        assert agent.sessions.held() == []
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    combinations = [("iPhone 16", "18.2"), ("iPhone 16", "17.5"), ("iPad Air", "18.2"), ("iPad Air", "17.5")]
+    operations = set()
+    for shard, (device, os_version) in enumerate(combinations):
+        env = dict(line.split("=", 1) for line in (seen / f"{shard}.env").read_text().splitlines())
+        assert (env["RELEVO_SHARD_INDEX"], env["RELEVO_SHARD_COUNT"], env["RELEVO_MATRIX_DEVICE"], env["RELEVO_MATRIX_OS"]) == (
+            str(shard), "4", device, os_version)
+        operations.add(env["RELEVO_OPERATION_ID"])
+    assert operations == {f"{job_id}:test#shard-{shard}" for shard in range(4)}
+    found = records(local_stack, job_id)
+    assert [(found[keys.shard_sk(0, shard)]["status"]["S"], found[keys.shard_sk(0, shard)]["agent_id"]["S"]) for shard in range(4)] == [
+        ("succeeded", f"mac-{shard}") for shard in range(4)
+    ]

@@ -52,3 +52,8 @@ def test_a_failure_report_keeps_its_error_name():
         error=ErrorClass.AGENT_SHUTDOWN.value, cause="agent_restart_interrupted",
     )
     assert report.payload()["error"] == "Relevo.Transient.AgentShutdown" and report.payload()["receipt"] is None
+
+
+def test_a_shards_report_keeps_its_shard():
+    report = StageReport.model_validate({**JOURNALED, "shard": 3})
+    assert StageReport.model_validate(json.loads(json.dumps(report.payload()))).shard == 3

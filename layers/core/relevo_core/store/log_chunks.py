@@ -257,6 +257,8 @@ class ChunkWriter:
                 "stage": self.stage,
                 "attempt": self.ref.attempt,
                 "agent_id": self.ref.agent_id,
+                # A shard's lines say which shard wrote them (followed apart or interleaved).
+                **({} if self.ref.shard is None else {"shard": self.ref.shard}),
                 **entry,
                 "written_at": now.isoformat(),
                 "ttl": self.expires_at,
