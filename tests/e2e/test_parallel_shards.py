@@ -1,0 +1,63 @@
+"""A stage with shards on real relevo-agent processes on `relevo local up`: four shards on four
+agents of capacity 1, each shard run once, each on its own agent, the stage succeeding once all
+four did."""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from relevo_cli.api import RelevoApi
+from relevo_cli.localrun import agent_process, random_commit, write_agent_config
+from relevo_core.stackfile import StackInfo
+from relevo_core.store import agents, keys
+from relevo_core.store.codec import from_attributes
+from tests.helpers.stack import job_items, regions_stack, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-parallel-shards")]
+
+REGION = "shards"
+SHARDS = 4
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Path]]:
+    with regions_stack(tmp_path_factory.mktemp("shards-stack"), (REGION,)) as stack:
+        yield stack
+
+
+def test_four_shards_on_four_agents_each_run_once(stack, tmp_path: Path):
+    info, stack_file = stack
+    api = RelevoApi.for_stack(info)
+    started, runs = tmp_path / "started", tmp_path / "runs"
+    started.mkdir()
+    # Each shard says it started, then holds its agent until all four have: with capacity 1, no
+    # agent can take a second shard, so the four run on four agents at once (bounded: 60 s).
+    command = (f'echo "$RELEVO_SHARD_INDEX/$RELEVO_SHARD_COUNT" >> "{runs}"; touch "{started}/$RELEVO_SHARD_INDEX"; '
+               f'for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge {SHARDS} ] && exit 0; sleep 0.1; done; exit 1')
+    project_id = f"{REGION}-{secrets.token_hex(3)}"
+    api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": REGION, "lease_ttl_sec": 6, "queue_timeout_sec": 120,
+                                 "stages": [{"name": "test", "run": command, "parallel": SHARDS}]})
+    agent_ids = [f"shard-mac-{n}" for n in range(SHARDS)]
+    logs = [tmp_path / f"{agent_id}.log" for agent_id in agent_ids]
+    with ExitStack() as running:
+        for agent_id, log in zip(agent_ids, logs):
+            config = write_agent_config(tmp_path / f"{agent_id}.toml", stack_file, REGION, agent_id, capacity=1, poll_wait_sec=1,
+                                        presence_interval_sec=1)
+            running.enter_context(agent_process(config, log))
+        wait_until(lambda: {a.agent_id for a in agents.online_agents(info.table_name, REGION, datetime.now(timezone.utc))} >= set(agent_ids),
+                   60, "four agents online")
+        job_id = api.run_project(project_id, {"ref": "main", "commit": random_commit()})["job_id"]
+        job = wait_until(lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j, 120, f"{job_id} ended")
+
+    assert job["status"] == "succeeded", (job, [log.read_text()[-2000:] for log in logs])
+    assert sorted(runs.read_text().split()) == [f"{shard}/{SHARDS}" for shard in range(SHARDS)]
+    records = {item["sk"]["S"]: from_attributes(item) for item in job_items(info, job_id)}
+    shards = [records[keys.shard_sk(0, shard)] for shard in range(SHARDS)]
+    assert [(shard["status"], shard["attempt"]) for shard in shards] == [("succeeded", 1)] * SHARDS
+    assert sorted(shard["agent_id"] for shard in shards) == agent_ids
