@@ -57,8 +57,10 @@ def test_a_stage_without_a_fan_out_is_one_run():
         ({"matrix": {"os": ["18.2", "18.2"]}}, "matrix.os value names must be unique, repeated: 18.2"),
         ({"matrix": {"OS": ["18.2"]}}, "String should match pattern"),
         ({"parallel": 1}, "greater than or equal to 2"),
+        ({"parallel": 2, "handoff": ["build/out"]}, "handoff from a stage with shards is not supported yet"),
     ],
-    ids=["both", "fail_fast alone", "max_parallel alone", "empty matrix", "key without values", "repeated value", "key case", "one shard"],
+    ids=["both", "fail_fast alone", "max_parallel alone", "empty matrix", "key without values", "repeated value", "key case", "one shard",
+         "handoff"],
 )
 def test_a_fan_out_that_makes_no_sense_is_refused_with_one_line_saying_why(fields, message):
     with pytest.raises(ValidationError) as refused:

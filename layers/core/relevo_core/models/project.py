@@ -97,7 +97,7 @@ class ProjectStage(BaseModel):
         default=None, ge=2, le=MAX_DECLARED_SHARDS,
         description="Run the stage as this many shards at once, each an attempt of its own on an agent of the region (its own "
         "claim, lease, retries and reconcile), with RELEVO_SHARD_INDEX (0-based) and RELEVO_SHARD_COUNT set. How many shards "
-        "a job may run in all is checked at `relevo project apply` (PLAN_TOO_LARGE). Exclusive with matrix.",
+        "a job may run in all is checked at `relevo project apply` (PLAN_TOO_LARGE). Exclusive with matrix; no handoff yet.",
     )
     matrix: Matrix | None = Field(
         default=None, max_length=MAX_MATRIX_KEYS,
@@ -123,7 +123,7 @@ class ProjectStage(BaseModel):
 
     @model_validator(mode="after")
     def _fan_out(self) -> "ProjectStage":
-        check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
+        check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel, self.handoff)
         return self
 
 
