@@ -84,7 +84,8 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop) -> None:
             continue
         except stage_attempts.LeaseLost as lost:
             if lost.ended:
-                log.warning("%s stage %d: canceled with its job; stopping the stage", ref.job_id, ref.stage_index)
+                # Its job ended, or for a shard, a sibling failed for good (fail_fast).
+                log.warning("%s: canceled (its job ended, or a sibling shard failed); stopping the stage", op_id)
                 run.stop("canceled")
             else:
                 log.warning("%s stage %d: lease taken over; stopping the stage", ref.job_id, ref.stage_index)

@@ -61,3 +61,51 @@ def test_four_shards_on_four_agents_each_run_once(stack, tmp_path: Path):
     shards = [records[keys.shard_sk(0, shard)] for shard in range(SHARDS)]
     assert [(shard["status"], shard["attempt"]) for shard in shards] == [("succeeded", 1)] * SHARDS
     assert sorted(shard["agent_id"] for shard in shards) == agent_ids
+
+
+def test_fail_fast_kills_the_running_siblings_process_groups(stack, tmp_path: Path):
+    """Three shards on three agents: shard 1 fails for good once all three run; the other two,
+    which would run a minute, are stopped: their records end canceled, their agents log the
+    stop, and their commands' processes are gone."""
+    import os
+
+    info, stack_file = stack
+    api = RelevoApi.for_stack(info)
+    started = tmp_path / "started"
+    started.mkdir()
+    command = (f'echo $$ > "{started}/$RELEVO_SHARD_INDEX"; '
+               f'until [ "$(ls "{started}" | wc -l)" -ge 3 ]; do sleep 0.1; done; '
+               f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then echo "signing certificate expired"; exit 1; fi; '
+               f'for _ in $(seq 600); do sleep 0.1; done; touch "{tmp_path}/finished-$RELEVO_SHARD_INDEX"')
+    project_id = f"{REGION}-{secrets.token_hex(3)}"
+    api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": REGION, "lease_ttl_sec": 6, "queue_timeout_sec": 120,
+                                 "stages": [{"name": "test", "run": command, "parallel": 3}]})
+    agent_ids = [f"ff-mac-{n}" for n in range(3)]
+    logs = [tmp_path / f"{agent_id}.log" for agent_id in agent_ids]
+    with ExitStack() as running:
+        for agent_id, log in zip(agent_ids, logs):
+            config = write_agent_config(tmp_path / f"{agent_id}.toml", stack_file, REGION, agent_id, capacity=1, poll_wait_sec=1,
+                                        presence_interval_sec=1)
+            running.enter_context(agent_process(config, log))
+        wait_until(lambda: {a.agent_id for a in agents.online_agents(info.table_name, REGION, datetime.now(timezone.utc))} >= set(agent_ids),
+                   60, "three agents online")
+        job_id = api.run_project(project_id, {"ref": "main", "commit": random_commit()})["job_id"]
+        job = wait_until(lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j, 120, f"{job_id} ended")
+        pids = {shard: int((started / str(shard)).read_text()) for shard in (0, 2)}
+
+        def gone(pid: int) -> bool:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        # The siblings' agents see their records canceled at their next renewal (every 2 s for a
+        # 6 s lease) and kill the process groups.
+        wait_until(lambda: all(gone(pid) for pid in pids.values()), 15, "the siblings' commands stopped")
+
+    assert job["status"] == "failed", (job, [log.read_text()[-2000:] for log in logs])
+    records = {item["sk"]["S"]: from_attributes(item) for item in job_items(info, job_id)}
+    assert [records[keys.shard_sk(0, shard)]["status"] for shard in range(3)] == ["canceled", "failed", "canceled"]
+    assert sum("a sibling shard failed); stopping the stage" in log.read_text() for log in logs) == 2
+    assert not list(tmp_path.glob("finished-*"))

@@ -297,7 +297,7 @@ def test_a_canceled_job_has_its_process_group_killed_within_seconds_whatever_the
     # Noticed at a renewal (every 3 s), not when the 60 s lease ran out: the lease is the bound,
     # with room for a loaded machine.
     assert elapsed < 60 / 2
-    assert "canceled with its job; stopping the stage" in fleet.log("mac-a")
+    assert "canceled (its job ended, or a sibling shard failed); stopping the stage" in fleet.log("mac-a")
     assert (job["status"], [stage["status"] for stage in job["stages"]]) == ("canceled", ["canceled", "skipped"])
 
 
