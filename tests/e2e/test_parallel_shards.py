@@ -8,7 +8,7 @@ import secrets
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -17,6 +17,7 @@ from relevo_cli.localrun import agent_process, random_commit, write_agent_config
 from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents, keys
 from relevo_core.store.codec import from_attributes
+from tests.helpers.processes import is_dead
 from tests.helpers.stack import job_items, regions_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-parallel-shards")]
@@ -31,8 +32,34 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo,
         yield stack
 
 
-def test_four_shards_on_four_agents_each_run_once(stack, tmp_path: Path):
+def _project(api: RelevoApi, stage: dict[str, Any]) -> str:
+    project_id = f"{REGION}-{secrets.token_hex(3)}"
+    api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": REGION, "lease_ttl_sec": 6, "queue_timeout_sec": 120,
+                                 "stages": [stage]})
+    return project_id
+
+
+def _agents_online(running: ExitStack, stack: tuple[StackInfo, Path], tmp_path: Path, agent_ids: list[str]) -> list[Path]:
+    """relevo-agent processes of capacity 1, online in the region; their logs."""
     info, stack_file = stack
+    logs = [tmp_path / f"{agent_id}.log" for agent_id in agent_ids]
+    for agent_id, log in zip(agent_ids, logs):
+        config = write_agent_config(tmp_path / f"{agent_id}.toml", stack_file, REGION, agent_id, capacity=1, poll_wait_sec=1,
+                                    presence_interval_sec=1)
+        running.enter_context(agent_process(config, log))
+    wait_until(lambda: {a.agent_id for a in agents.online_agents(info.table_name, REGION, datetime.now(timezone.utc))} >= set(agent_ids),
+               60, f"{agent_ids} online")
+    return logs
+
+
+def _ended(api: RelevoApi, project_id: str) -> tuple[str, dict[str, Any]]:
+    """A job of the project, run to its end: its id and the job as the API shows it."""
+    job_id = api.run_project(project_id, {"ref": "main", "commit": random_commit()})["job_id"]
+    return job_id, wait_until(lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j, 120, f"{job_id} ended")
+
+
+def test_four_shards_on_four_agents_each_run_once(stack, tmp_path: Path):
+    info, _ = stack
     api = RelevoApi.for_stack(info)
     started, runs = tmp_path / "started", tmp_path / "runs"
     started.mkdir()
@@ -40,20 +67,11 @@ def test_four_shards_on_four_agents_each_run_once(stack, tmp_path: Path):
     # agent can take a second shard, so the four run on four agents at once (bounded: 60 s).
     command = (f'echo "$RELEVO_SHARD_INDEX/$RELEVO_SHARD_COUNT" >> "{runs}"; touch "{started}/$RELEVO_SHARD_INDEX"; '
                f'for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge {SHARDS} ] && exit 0; sleep 0.1; done; exit 1')
-    project_id = f"{REGION}-{secrets.token_hex(3)}"
-    api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": REGION, "lease_ttl_sec": 6, "queue_timeout_sec": 120,
-                                 "stages": [{"name": "test", "run": command, "parallel": SHARDS}]})
+    project_id = _project(api, {"name": "test", "run": command, "parallel": SHARDS})
     agent_ids = [f"shard-mac-{n}" for n in range(SHARDS)]
-    logs = [tmp_path / f"{agent_id}.log" for agent_id in agent_ids]
     with ExitStack() as running:
-        for agent_id, log in zip(agent_ids, logs):
-            config = write_agent_config(tmp_path / f"{agent_id}.toml", stack_file, REGION, agent_id, capacity=1, poll_wait_sec=1,
-                                        presence_interval_sec=1)
-            running.enter_context(agent_process(config, log))
-        wait_until(lambda: {a.agent_id for a in agents.online_agents(info.table_name, REGION, datetime.now(timezone.utc))} >= set(agent_ids),
-                   60, "four agents online")
-        job_id = api.run_project(project_id, {"ref": "main", "commit": random_commit()})["job_id"]
-        job = wait_until(lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j, 120, f"{job_id} ended")
+        logs = _agents_online(running, stack, tmp_path, agent_ids)
+        job_id, job = _ended(api, project_id)
 
     assert job["status"] == "succeeded", (job, [log.read_text()[-2000:] for log in logs])
     assert sorted(runs.read_text().split()) == [f"{shard}/{SHARDS}" for shard in range(SHARDS)]
@@ -67,9 +85,7 @@ def test_fail_fast_kills_the_running_siblings_process_groups(stack, tmp_path: Pa
     """Three shards on three agents: shard 1 fails for good once all three run; the other two,
     which would run a minute, are stopped: their records end canceled, their agents log the
     stop, and their commands' processes are gone."""
-    import os
-
-    info, stack_file = stack
+    info, _ = stack
     api = RelevoApi.for_stack(info)
     started = tmp_path / "started"
     started.mkdir()
@@ -77,32 +93,14 @@ def test_fail_fast_kills_the_running_siblings_process_groups(stack, tmp_path: Pa
                f'until [ "$(ls "{started}" | wc -l)" -ge 3 ]; do sleep 0.1; done; '
                f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then echo "signing certificate expired"; exit 1; fi; '
                f'for _ in $(seq 600); do sleep 0.1; done; touch "{tmp_path}/finished-$RELEVO_SHARD_INDEX"')
-    project_id = f"{REGION}-{secrets.token_hex(3)}"
-    api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": REGION, "lease_ttl_sec": 6, "queue_timeout_sec": 120,
-                                 "stages": [{"name": "test", "run": command, "parallel": 3}]})
-    agent_ids = [f"ff-mac-{n}" for n in range(3)]
-    logs = [tmp_path / f"{agent_id}.log" for agent_id in agent_ids]
+    project_id = _project(api, {"name": "test", "run": command, "parallel": 3})
     with ExitStack() as running:
-        for agent_id, log in zip(agent_ids, logs):
-            config = write_agent_config(tmp_path / f"{agent_id}.toml", stack_file, REGION, agent_id, capacity=1, poll_wait_sec=1,
-                                        presence_interval_sec=1)
-            running.enter_context(agent_process(config, log))
-        wait_until(lambda: {a.agent_id for a in agents.online_agents(info.table_name, REGION, datetime.now(timezone.utc))} >= set(agent_ids),
-                   60, "three agents online")
-        job_id = api.run_project(project_id, {"ref": "main", "commit": random_commit()})["job_id"]
-        job = wait_until(lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j, 120, f"{job_id} ended")
-        pids = {shard: int((started / str(shard)).read_text()) for shard in (0, 2)}
-
-        def gone(pid: int) -> bool:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return True
-            return False
-
+        logs = _agents_online(running, stack, tmp_path, [f"ff-mac-{n}" for n in range(3)])
+        job_id, job = _ended(api, project_id)
+        pids = [int((started / str(shard)).read_text()) for shard in (0, 2)]
         # The siblings' agents see their records canceled at their next renewal (every 2 s for a
         # 6 s lease) and kill the process groups.
-        wait_until(lambda: all(gone(pid) for pid in pids.values()), 15, "the siblings' commands stopped")
+        wait_until(lambda: all(is_dead(pid) for pid in pids), 15, "the siblings' commands stopped")
 
     assert job["status"] == "failed", (job, [log.read_text()[-2000:] for log in logs])
     records = {item["sk"]["S"]: from_attributes(item) for item in job_items(info, job_id)}
