@@ -258,3 +258,23 @@ def test_a_matrix_of_two_by_two_runs_on_four_agents_each_shard_once_with_its_own
     assert [(found[keys.shard_sk(0, shard)]["status"]["S"], found[keys.shard_sk(0, shard)]["agent_id"]["S"]) for shard in range(4)] == [
         ("succeeded", f"mac-{shard}") for shard in range(4)
     ]
+
+
+def test_a_shard_failing_transiently_is_retried_alone_on_its_own_record(local_stack, project_id):
+    """Retries by error class per shard: shard 0's transient failure dispatches its attempt 2
+    (its record, its message, naming the agent to avoid); shard 1 runs once."""
+    job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 2}], retry={"backoff_base_sec": 0})
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 2)]
+
+    report(*runs[0], succeed=False, error="Relevo.Transient.ExitCode")
+    [retry] = stage_messages(local_stack, job_id, 1)
+
+    assert (retry["shard"], retry["attempt"], retry["avoid_agents"]) == (0, 2, ["mac-0"])
+    report(*claim_shard(local_stack, retry, "mac-2"), succeed=True)
+    report(*runs[1], succeed=True)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    found = records(local_stack, job_id)
+    first, second = found[keys.shard_sk(0, 0)], found[keys.shard_sk(0, 1)]
+    assert (first["attempt"]["N"], first["agent_id"]["S"], first["retry_count"]["N"]) == ("2", "mac-2", "1")
+    assert [entry["M"]["error"]["S"] for entry in first["attempts_log"]["L"]] == ["Relevo.Transient.ExitCode"]
+    assert (second["attempt"]["N"], "attempts_log" in second) == ("1", False)
