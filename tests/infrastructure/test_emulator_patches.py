@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-LOCAL = Path(__file__).resolve().parents[2] / "cli" / "relevo_cli" / "local"
+LOCAL = Path(__file__).resolve().parents[2] / "local" / "relevo_local"
 # The modules emulator_patches.install / install_identity / install_for_streams install.
 PATCH_MODULES = {
     "emulator_patches.py", "interpreter_patches.py", "heartbeat_timeout.py", "faults.py", "emulator_iam.py",
@@ -72,7 +72,7 @@ def _patches_in(function: ast.FunctionDef) -> bool:
 def test_a_json_path_is_parsed_once_and_still_finds_what_it_names() -> None:
     from moto.stepfunctions.parser.asl.utils import json_path
 
-    from relevo_cli.local.emulator_patches import parse_each_json_path_once
+    from relevo_local.emulator_patches import parse_each_json_path_once
 
     parse_each_json_path_once()
     parse_each_json_path_once()  # idempotent: one cache, not a cache of a cache
@@ -86,7 +86,7 @@ def test_an_update_expression_is_parsed_once_and_a_bad_one_is_refused_each_time(
     from moto.dynamodb.exceptions import InvalidUpdateExpression
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    from relevo_cli.local.emulator_patches import parse_each_update_expression_once
+    from relevo_local.emulator_patches import parse_each_update_expression_once
 
     parse_each_update_expression_once()
     parse_each_update_expression_once()  # idempotent
@@ -105,7 +105,7 @@ def test_an_update_expressions_form_is_checked_until_it_passes_once_and_the_item
     from moto.dynamodb.parsing import validators
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    from relevo_cli.local.emulator_patches import check_each_update_expressions_form_once, parse_each_update_expression_once
+    from relevo_local.emulator_patches import check_each_update_expressions_form_once, parse_each_update_expression_once
 
     parse_each_update_expression_once()
     check_each_update_expressions_form_once()
@@ -154,7 +154,7 @@ def test_an_answer_of_plain_dicts_serializes_byte_for_byte_as_moto_would_with_ea
     from moto.core import serialize
     from moto.core.utils import get_service_model
 
-    from relevo_cli.local.emulator_patches import pick_members_of_plain_answers_once
+    from relevo_local.emulator_patches import pick_members_of_plain_answers_once
 
     pick_members_of_plain_answers_once()
     item = {
@@ -197,7 +197,7 @@ def test_a_heartbeat_before_the_tasks_wait_is_taken_as_on_aws() -> None:
     SendTaskHeartbeat). The token is live from the task's start on AWS."""
     from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackOutcomeSuccess, CallbackPoolManager
 
-    from relevo_cli.local.interpreter_patches import install
+    from relevo_local.interpreter_patches import install
 
     install()
     pool = CallbackPoolManager(activity_store={})
@@ -217,7 +217,7 @@ def test_an_answer_before_the_tasks_wait_ends_the_wait_as_on_aws() -> None:
     at its second dispatch). On AWS the token takes the answer from the task's start."""
     from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackOutcomeFailure, CallbackPoolManager
 
-    from relevo_cli.local.interpreter_patches import install
+    from relevo_local.interpreter_patches import install
 
     install()
     pool = CallbackPoolManager(activity_store={})
@@ -238,7 +238,7 @@ def test_an_answer_to_a_task_whose_wait_ended_is_refused_as_on_aws() -> None:
         CallbackPoolManager,
     )
 
-    from relevo_cli.local.interpreter_patches import install
+    from relevo_local.interpreter_patches import install
 
     install()
     pool = CallbackPoolManager(activity_store={})
@@ -262,7 +262,7 @@ def test_the_cause_of_a_task_failure_reaches_the_interpreter_as_on_aws() -> None
     AWS passes the cause on (SendTaskFailure, Step Functions API Reference)."""
     from moto.stepfunctions.responses import StepFunctionResponse
 
-    from relevo_cli.local.interpreter_patches import install
+    from relevo_local.interpreter_patches import install
 
     install()
     told: dict[str, object] = {}
@@ -285,7 +285,7 @@ def test_moto_lists_its_modules_once_and_still_finds_a_service_by_its_name() -> 
     from moto import backends
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
-    from relevo_cli.local.emulator_patches import list_moto_modules_once
+    from relevo_local.emulator_patches import list_moto_modules_once
 
     list_moto_modules_once()
     list_moto_modules_once()  # idempotent

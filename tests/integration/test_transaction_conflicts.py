@@ -6,7 +6,7 @@ integration's error ServiceName.ErrorName), the item's cancellation reason `Tran
 in the message Step Functions gives as the Cause (DynamoDB API Reference, TransactWriteItems,
 Errors). It never fails as `TransactionConflictException`, so a Retry on that name never
 matches. The local stack applies DynamoDB actions one at a time and never conflicts: these
-tests switch the conflict on (relevo_cli.local.faults) for each transactional state, and check
+tests switch the conflict on (relevo_local.faults) for each transactional state, and check
 that the state retries it, that the job's status and its queue slot (the COUNTER# item) stay
 right, and that a real condition failure still goes where it went.
 
@@ -27,7 +27,7 @@ import uuid
 from datetime import datetime, timezone
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.local import faults
+from relevo_local import faults
 from relevo_core.aws import client
 from relevo_core.execution import start_execution, work_queue_url
 from relevo_core.intake.enqueue import build_envelope, project_cache

@@ -42,7 +42,7 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-from relevo_cli.local import emulator_iam, faults, heartbeat_timeout, interpreter_patches
+from relevo_local import emulator_iam, faults, heartbeat_timeout, interpreter_patches
 
 ACCOUNT_ID = emulator_iam.ACCOUNT_ID
 

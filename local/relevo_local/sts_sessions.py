@@ -10,7 +10,7 @@ credentials rely on (moto 5.2.5 does none of it):
   (AccessDenied otherwise).
 - **Policy variables.** Each request of a tagged session is authorized against the role's
   policies with its variables resolved from the session's tags; a statement naming a tag the
-  session lacks does not apply (relevo_cli.iam_evaluation, which the DynamoDB check shares).
+  session lacks does not apply (relevo_local.iam_evaluation, which the DynamoDB check shares).
 - **Role chaining.** A role session that assumes a role may ask for at most one hour
   ("Role chaining", IAM User Guide; AssumeRole DurationSeconds: ValidationError past it), and
   nobody for more than the role's MaxSessionDuration.
@@ -33,7 +33,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from relevo_cli.iam_evaluation import resolve_statement
+from relevo_local.iam_evaluation import resolve_statement
 
 _PATCHED: set[str] = set()
 MAX_SESSION_TAGS = 50
@@ -115,7 +115,7 @@ def _denied(caller_arn: str, action: str, role_arn: str) -> Exception:
 
 
 def _policy_documents(policies: list[Any]) -> list[dict[str, Any]]:
-    from relevo_cli.local.dynamodb_authorization import _documents
+    from relevo_local.dynamodb_authorization import _documents
 
     return _documents(policies)
 
@@ -131,7 +131,7 @@ def _allows(documents: list[dict[str, Any]], action: str, resource: str, princip
 
 
 def _caller(headers: Any) -> Any:
-    from relevo_cli.local.emulator_iam import issued_key
+    from relevo_local.emulator_iam import issued_key
 
     authorization = str(headers.get("Authorization") or "")
     found = re.search(r"Credential=([^/]+)/", authorization)
@@ -242,7 +242,7 @@ def refuse_expired_sessions() -> None:
             if self.__class__.__name__.startswith("S3"):
                 # "Amazon S3 error responses": ExpiredToken, 400, "The provided token has expired."
                 raise S3ClientError("ExpiredToken", "The provided token has expired.")
-            # The JSON services say ExpiredTokenException (relevo_cli.local.emulator_iam maps it).
+            # The JSON services say ExpiredTokenException (relevo_local.emulator_iam maps it).
             error = _RESTError("ExpiredToken", "The security token included in the request is expired")
             error.code = 403
             raise error

@@ -5,7 +5,7 @@ moto 5.2.5 checks `dynamodb:TransactWriteItems` as an action of its own (no poli
 AWS) and ignores every condition but StringEquals, so `dynamodb:LeadingKeys` and
 `dynamodb:Attributes`, which keep each role to its own item kinds and attributes, were never
 checked locally. Here, after moto's own check of the action and resource passes, the caller's
-policies are evaluated again with the request's condition context (cli/relevo_cli/iam_evaluation).
+policies are evaluated again with the request's condition context (local/relevo_local/iam_evaluation).
 
 The context, after "Using IAM policy conditions for fine-grained access control" (Amazon DynamoDB
 Developer Guide):
@@ -176,7 +176,7 @@ def authorize_dynamodb_as_aws_does() -> None:
         return
     from moto.iam.access_control import IAMRequestBase
 
-    from relevo_cli.iam_evaluation import PolicyDecision, Request, evaluate
+    from relevo_local.iam_evaluation import PolicyDecision, Request, evaluate
 
     original: Callable[[Any, str], None] = IAMRequestBase.check_action_permitted
 

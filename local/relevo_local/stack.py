@@ -27,16 +27,16 @@ import boto3
 import requests
 from botocore.credentials import Credentials
 
-from relevo_cli.local import deferred, emulator_iam, emulator_patches, lambda_layer, sigv4, template
-from relevo_cli.local.apigateway import ApiAdapter, Route
-from relevo_cli.local.sigv4 import Refusal
-from relevo_cli.local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
-from relevo_cli.local.scheduler import ScheduleFirer
-from relevo_cli.local.streams import StreamConsumer, StreamPoller, record_filter
+from relevo_local import deferred, emulator_iam, emulator_patches, lambda_layer, sigv4, template
+from relevo_local.apigateway import ApiAdapter, Route
+from relevo_local.sigv4 import Refusal
+from relevo_local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
+from relevo_local.scheduler import ScheduleFirer
+from relevo_local.streams import StreamConsumer, StreamPoller, record_filter
 from relevo_core.private_files import write_private
 from relevo_core.stackfile import LocalCredentials, StackInfo
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ACCOUNT_ID = emulator_iam.ACCOUNT_ID
 # The key the emulator accepts before its IAM enforcement is on: only for creating the stack's
 # own IAM user, the first request the stack makes.

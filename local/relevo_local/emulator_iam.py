@@ -26,7 +26,7 @@ from typing import Any, Callable
 import requests
 from botocore.credentials import Credentials
 
-from relevo_cli.local import dynamodb_authorization, sts_sessions
+from relevo_local import dynamodb_authorization, sts_sessions
 
 ACCOUNT_ID = "123456789012"
 LOCAL_USER = "relevo-local"
@@ -288,7 +288,7 @@ def trust_account_principals_as_iam_does() -> None:
     account principal (`arn:aws:iam::ACCOUNT:root`, or the bare account id) delegates to the
     account: any of its users and roles may assume the role when their own policies allow
     sts:AssumeRole ("AWS JSON policy elements: Principal", AWS account principals, IAM User
-    Guide). Match it that way; a role's ARN matches that role's sessions (relevo_cli.local.sts_sessions);
+    Guide). Match it that way; a role's ARN matches that role's sessions (relevo_local.sts_sessions);
     every other principal still matches literally."""
     if "account_principals" in _PATCHED:
         return
