@@ -66,9 +66,15 @@ def local_up(
 ) -> None:
     """Start the embedded AWS stack in the foreground until SIGINT or SIGTERM (`relevo local down`)."""
     _require_emulator()
-    from relevo_local import emulator_iam
+    from relevo_local.identity import ACCOUNT_ID, LOCAL_USER
+    from relevo_local.moto import UnverifiedMoto, check_moto_version
     from relevo_local.stack import LocalStack
     from relevo_local.state_dir import AlreadyRunning, StateDirLock
+
+    try:
+        check_moto_version()  # before the state dir is taken: one line, nothing started
+    except UnverifiedMoto as exc:
+        raise UserMistake(str(exc)) from exc
 
     lock = StateDirLock(state_dir)
     try:
@@ -79,7 +85,7 @@ def local_up(
     (state_dir / "stack.json").unlink(missing_ok=True)
     # The stack's own IAM user, the one a person at this machine signs as, is its administrator:
     # a job that does not exist is 404 to them, not the 403 that hides existence from others.
-    parameters = {"AdminPrincipals": f"arn:aws:iam::{emulator_iam.ACCOUNT_ID}:user/{emulator_iam.LOCAL_USER}"}
+    parameters = {"AdminPrincipals": f"arn:aws:iam::{ACCOUNT_ID}:user/{LOCAL_USER}"}
     if region_affinities:
         parameters["RegionAffinities"] = region_affinities
     if queue_limit is not None:
