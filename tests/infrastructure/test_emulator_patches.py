@@ -1,6 +1,6 @@
 """The emulator's patches over moto: all in relevo_local/moto, each naming the moto release it was
-verified against, all applied by one install() that first refuses any other release (issues 17
-and 31); then, patch by patch, that it
+verified against, all applied by one install() that first refuses any other release, each listed
+in docs/emulator.md with a test that exists (issues 17 and 31); then, patch by patch, that it
 changes what it says and nothing else.
 
 Given the emulator's modules, when their assignments are read from source, then only the modules
@@ -21,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "local" / "relevo_local"
 PATCHES = LOCAL / "moto"
+CATALOGUE = ROOT / "docs" / "emulator.md"
 # Patches applied to the running emulator's state, by the stack, rather than installed.
 APPLIED_TO_THE_RUNNING_EMULATOR = {"point_api_url_output_at_the_adapter", "detach_emulator_stream_invoker"}
 UNVERIFIED = "5.3.0"
@@ -97,6 +98,18 @@ def test_install_applies_every_patch() -> None:
     called = {node.func.attr for node in ast.walk(install) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
     assert set(_patch_functions()) - APPLIED_TO_THE_RUNNING_EMULATOR == called - {"check_moto_version"}
 
+
+def test_every_patch_is_catalogued_with_a_test_that_exists() -> None:
+    catalogue = CATALOGUE.read_text(encoding="utf-8")
+    missing = sorted(name for name in _patch_functions() if f"`{name}`" not in catalogue)
+    assert missing == [], f"docs/emulator.md does not list: {missing}"
+    named = re.findall(r"(tests/[\w/]+\.py)::(test_\w+)", catalogue)
+    assert named
+    absent = [
+        f"{path}::{test}" for path, test in named
+        if not (ROOT / path).is_file() or not re.search(rf"^(async )?def {test}\(", (ROOT / path).read_text(encoding="utf-8"), re.M)
+    ]
+    assert absent == [], f"docs/emulator.md names tests that do not exist: {absent}"
 
 
 def test_install_refuses_an_unverified_moto_in_one_line_and_patches_nothing() -> None:
