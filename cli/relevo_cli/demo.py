@@ -58,8 +58,8 @@ from relevo_cli.demo_scenarios import (
     scenario_retry,
     seconds_between,
 )
-from relevo_cli.local.recorder import Recorder
-from relevo_cli.localrun import agent_process, local_stack, write_agent_config
+from relevo_local.recorder import Recorder
+from relevo_local.processes import agent_process, local_stack, write_agent_config
 from relevo_cli.projects import apply_project_file
 
 

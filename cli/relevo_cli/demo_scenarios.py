@@ -21,8 +21,8 @@ import requests
 from rich.console import Console
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.local.recorder import Recorder
-from relevo_cli.localrun import random_commit
+from relevo_local.recorder import Recorder
+from relevo_local.processes import random_commit
 from relevo_cli.commands.jobs import stage_words  # relevo job watch's words for a stage
 from relevo_core.stackfile import StackInfo
 from relevo_core.aws import client

@@ -49,7 +49,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Iterator
 
-from relevo_cli.local.template import load_sam_template, packaged_with, translate
+from relevo_local.template import load_sam_template, packaged_with, translate
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"

@@ -78,7 +78,7 @@ def reserved_total(template: dict[str, Any]) -> int:
 
 
 def deploy_plan(root: Path, stack_name: str | None, reserved: bool | None, logging: bool | None) -> DeployPlan:
-    from relevo_cli.local.template import load_sam_template
+    from relevo_local.template import load_sam_template
 
     samconfig = tomllib.loads((root / "samconfig.toml").read_text()) if (root / "samconfig.toml").is_file() else {}
     default = samconfig.get("default", {})

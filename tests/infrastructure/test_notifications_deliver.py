@@ -10,7 +10,7 @@ alarm history then says "CloudWatch Alarms does not have authorization to access
 encryption key". IAM principals publishing to an encrypted topic need the same two KMS actions.
 
 The documents of the rendered template (relevo_cli.iam_lint.render) are evaluated with
-relevo_cli.iam_evaluation, a small evaluator written for this (see its docstring for what it
+relevo_local.iam_evaluation, a small evaluator written for this (see its docstring for what it
 supports).
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from relevo_cli import iam_lint
-from relevo_cli.iam_evaluation import PolicyDecision, Request, UnsupportedPolicy, evaluate
-from relevo_cli.local.template import load_sam_template
+from relevo_local.iam_evaluation import PolicyDecision, Request, UnsupportedPolicy, evaluate
+from relevo_local.template import load_sam_template
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCOUNT, REGION = iam_lint.ACCOUNT, iam_lint.REGION

@@ -84,7 +84,7 @@ def _stack(running: ExitStack, stack_file: Path | None, work: Path) -> StackInfo
         except FileNotFoundError as exc:
             typer.echo(f"relevo drill: {exc}", err=True)
             raise typer.Exit(2) from exc
-    from relevo_cli.localrun import local_stack
+    from relevo_local.processes import local_stack
 
     console.print("[dim]starting a local stack (relevo local up)…[/dim]")
     return running.enter_context(local_stack(work / "stack", work / "local-up.log"))

@@ -29,7 +29,6 @@ from urllib.parse import urlsplit
 from relevo_agent.supervisor import group_alive
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.drill.proxy import FaultProxies, FaultProxy
-from relevo_cli.localrun import agent_process, random_commit
 from relevo_core.aws import client
 from relevo_core.stackfile import StackInfo
 from relevo_core.store.codec import from_attributes
@@ -102,6 +101,9 @@ class DrillAgent:
         return self.process.pid
 
     def start(self) -> None:
+        # The emulator's process helpers, imported when a drill runs (`relevo --help` never needs them).
+        from relevo_local.processes import agent_process
+
         self._exits = ExitStack()
         self.process = self._exits.enter_context(agent_process(self.config, self.log, env=self.env))
 
@@ -243,6 +245,8 @@ class DrillFleet:
         return f'echo "$RELEVO_OPERATION_ID $RELEVO_ATTEMPT $$ $(date +%s)" >> {self.starts}'
 
     def run(self, project_id: str) -> str:
+        from relevo_local.processes import random_commit
+
         answer = self.api.run_project(project_id, {"trigger": "api", "commit": random_commit()})
         self.last_jobs.append(str(answer["job_id"]))
         return str(answer["job_id"])

@@ -1,171 +1,21 @@
-"""IAM on the embedded emulator: enforcement on, each caller with its own credentials.
-
-AWS authorizes every request against the caller's policies. moto does too once its IAM
-enforcement is on (`POST /moto-api/reset-auth` with `0`), for what it implements: actions for
-every service, resources for SQS, S3, IAM and STS (DynamoDB and Step Functions are checked as
-`*`), no `ForAllValues:` conditions (checked on moto 5.2.5). The local stack turns it on, so:
-
-- the stack itself, the CLI, the tests and the demo call AWS as an IAM user of the emulator
-  (`LOCAL_USER`), never with a key IAM did not issue (enforcement refuses those);
-- each function calls AWS with its execution role's session credentials, as Lambda gives it;
-- the Step Functions interpreter calls each integrated service with the state machine's role.
-
-Two gaps of moto 5.2.5 are closed here (see each patch): its interpreter's fixed `ak`/`sk` key,
-and `TransactWriteItems` checked as an action of its own. Role sessions are made in-process, as
-the AWS service that owns the role (Lambda, Step Functions) would assume it, after checking that
-the role's trust policy lets that service assume it.
+"""Patches over moto's IAM enforcement, so that it authorizes as AWS does: the resource each request
+names, account and role principals in trust policies, presigned S3 URLs, requests without a body,
+and refusals in the JSON shape of the JSON-protocol services. moto 5.2.5 evaluates policies for
+what it implements: actions of every service, resources for SQS, S3, IAM and STS only, no
+`ForAllValues:` conditions. DynamoDB's fine-grained conditions are checked in
+dynamodb_authorization, STS's sessions in sts. Each docstring names the behaviour it changes;
+docs/emulator.md lists them with the test that pins each.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-import threading
-from typing import Any, Callable
+from typing import Any
 
-import requests
-from botocore.credentials import Credentials
+from relevo_local.identity import issued_key
+from relevo_local.moto import dynamodb_authorization, sts
 
-from relevo_cli.local import dynamodb_authorization, sts_sessions
-
-ACCOUNT_ID = "123456789012"
-LOCAL_USER = "relevo-local"
 _PATCHED: set[str] = set()
-
-
-class RoleNotAssumable(RuntimeError):
-    """The role's trust policy does not let the service assume it (Lambda and Step Functions
-    refuse such a role when the function or state machine is created)."""
-
-
-def create_user(iam: Any, name: str, policy: dict[str, Any]) -> Credentials:
-    """An IAM user of the emulator with one inline policy and an access key."""
-    iam.create_user(UserName=name)
-    iam.put_user_policy(UserName=name, PolicyName=f"{name}-policy", PolicyDocument=json.dumps(policy))
-    key = iam.create_access_key(UserName=name)["AccessKey"]
-    return Credentials(key["AccessKeyId"], key["SecretAccessKey"])
-
-
-def local_user(iam: Any) -> Credentials:
-    """The stack's own IAM user: may do everything in the emulator's account, like the account
-    administrator who deploys the stack."""
-    return create_user(
-        iam,
-        LOCAL_USER,
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]},
-    )
-
-
-def local_user_arn() -> str:
-    return f"arn:aws:iam::{ACCOUNT_ID}:user/{LOCAL_USER}"
-
-
-def enforce(endpoint: str) -> None:
-    """From now on the emulator authenticates and authorizes every request."""
-    requests.post(f"{endpoint}/moto-api/reset-auth", data=b"0", headers={"Content-Type": "text/plain"}, timeout=10).raise_for_status()
-
-
-def _trusts(document: Any, service: str) -> bool:
-    policy = json.loads(document) if isinstance(document, str) else document
-    statements = policy.get("Statement", [])
-    for statement in statements if isinstance(statements, list) else [statements]:
-        actions = statement.get("Action", [])
-        actions = actions if isinstance(actions, list) else [actions]
-        services = (statement.get("Principal") or {}).get("Service", [])
-        services = services if isinstance(services, list) else [services]
-        if statement.get("Effect") == "Allow" and "sts:AssumeRole" in actions and service in services:
-            return True
-    return False
-
-
-class RoleSessions:
-    """Session credentials of the stack's roles, made as the trusted service would make them;
-    one session per role and session name, reused (moto 5.2.5 does not expire sessions)."""
-
-    def __init__(self, region: str) -> None:
-        self.region = region
-        self._sessions: dict[tuple[str, str], Credentials] = {}
-        self._lock = threading.Lock()
-
-    def credentials(self, role_arn: str, service: str, session_name: str) -> Credentials:
-        with self._lock:
-            cached = self._sessions.get((role_arn, session_name))
-            if cached is not None:
-                return cached
-            from moto.iam.models import iam_backends
-            from moto.sts.models import sts_backends
-
-            role = iam_backends[ACCOUNT_ID]["aws"].get_role_by_arn(role_arn)
-            if not _trusts(role.assume_role_policy_document, service):
-                raise RoleNotAssumable(f"the trust policy of {role_arn} does not let {service} assume it")
-            session = sts_backends[ACCOUNT_ID]["aws"].assume_role(
-                region_name=self.region,
-                role_session_name=session_name,
-                role_arn=role_arn,
-                policy="",
-                duration=43200,
-                external_id="",
-            )
-            credentials = Credentials(session.access_key_id, session.secret_access_key, session.session_token)
-            self._sessions[(role_arn, session_name)] = credentials
-            return credentials
-
-
-def run_interpreter_as_execution_role(sessions: RoleSessions) -> None:
-    """moto 5.2.5's Step Functions interpreter calls every integrated service with the fixed key
-    `ak`/`sk` (moto/stepfunctions/parser/asl/utils/boto_client.py), which enforcement refuses. On
-    AWS a state machine calls them as its execution role, whose policy then decides: the client
-    is built with that role's session instead (same endpoint, same timeouts, no retries)."""
-    if "interpreter" in _PATCHED:
-        return
-    from botocore.config import Config
-    import boto3
-    from moto.settings import moto_server_port
-    from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import TimeoutSeconds
-    from moto.stepfunctions.parser.asl.utils import boto_client
-
-    original = boto_client.boto_client_for
-    # moto builds a new client for every task state it runs. Building one copies botocore's
-    # event emitter and loads the service model: tens of milliseconds holding the GIL, for each
-    # state of each execution. A client is safe to share between threads, so one per service and
-    # role session is built and kept (a renewed session gets its own).
-    clients: dict[tuple[str, str, str], Any] = {}
-    clients_lock = threading.Lock()
-
-    def boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
-        if state_credentials is None:
-            raise RuntimeError(f"the Step Functions interpreter called {service} without the execution's role")
-        credentials = sessions.credentials(state_credentials.role_arn, "states.amazonaws.com", "relevo-execution")
-        cache_key = (region, service, credentials.access_key)
-        with clients_lock:
-            if cache_key not in clients:
-                clients[cache_key] = _interpreter_client(region, service, credentials)
-            return clients[cache_key]
-
-    def _interpreter_client(region: str, service: str, credentials: Credentials) -> Any:
-        return boto3.client(
-            service_name=service,
-            region_name=region,
-            endpoint_url=f"http://localhost:{moto_server_port()}",
-            aws_access_key_id=credentials.access_key,
-            aws_secret_access_key=credentials.secret_key,
-            aws_session_token=credentials.token,
-            config=Config(
-                parameter_validation=False,
-                retries={"max_attempts": 0, "total_max_attempts": 1},
-                # Shared by every execution running at once (each holds a connection per call).
-                max_pool_connections=64,
-                connect_timeout=TimeoutSeconds.DEFAULT_TIMEOUT_SECONDS,
-                read_timeout=TimeoutSeconds.DEFAULT_TIMEOUT_SECONDS,
-            ),
-        )
-
-    boto_client.boto_client_for = boto_client_for
-    # The service modules imported the function by name: rebind it where they hold it.
-    for module in list(sys.modules.values()):
-        if module is not None and getattr(module, "boto_client_for", None) is original:
-            module.boto_client_for = boto_client_for
-    _PATCHED.add("interpreter")
 
 
 def sign_bodyless_requests_over_their_empty_body() -> None:
@@ -190,26 +40,6 @@ def sign_bodyless_requests_over_their_empty_body() -> None:
 
     IAMRequestBase._create_aws_request = _create_aws_request
     _PATCHED.add("bodyless")
-
-
-def read_inline_policies_created_by_cloudformation() -> None:
-    """moto 5.2.5's CloudFormation stores a role's inline `Policies` as parsed documents, and its
-    IAM authorization then fails (500, KeyError 'policy_document') on the first request a
-    stack-created role makes, since it expects each document as JSON text. Read those documents
-    as the JSON they are."""
-    if "inline_policies" in _PATCHED:
-        return
-    from moto.iam import access_control
-
-    original = access_control.IAMPolicy.__init__
-
-    def __init__(self: Any, policy: Any) -> None:
-        if isinstance(policy, dict) and "policy_document" not in policy:
-            policy = json.dumps(policy)
-        original(self, policy)
-
-    access_control.IAMPolicy.__init__ = __init__
-    _PATCHED.add("inline_policies")
 
 
 def _json_body(response: Any) -> dict[str, Any]:
@@ -288,7 +118,7 @@ def trust_account_principals_as_iam_does() -> None:
     account principal (`arn:aws:iam::ACCOUNT:root`, or the bare account id) delegates to the
     account: any of its users and roles may assume the role when their own policies allow
     sts:AssumeRole ("AWS JSON policy elements: Principal", AWS account principals, IAM User
-    Guide). Match it that way; a role's ARN matches that role's sessions (relevo_cli.local.sts_sessions);
+    Guide). Match it that way; a role's ARN matches that role's sessions (relevo_local.moto.sts);
     every other principal still matches literally."""
     if "account_principals" in _PATCHED:
         return
@@ -304,7 +134,7 @@ def trust_account_principals_as_iam_does() -> None:
             return True
         return original(self, principal)
 
-    IAMPolicyStatement._check_principal = sts_sessions.role_principals_match_their_sessions(_check_principal)
+    IAMPolicyStatement._check_principal = sts.role_principals_match_their_sessions(_check_principal)
     _PATCHED.add("account_principals")
 
 
@@ -437,41 +267,3 @@ def refuse_json_requests_as_json() -> None:
 
     BaseResponse._authenticate_and_authorize_normal_action = _authenticate_and_authorize_normal_action
     _PATCHED.add("json_refusals")
-
-
-def install(sessions: RoleSessions) -> None:
-    """Every patch above, for the emulator running in this process (each is installed once)."""
-    read_inline_policies_created_by_cloudformation()
-    name_the_resources_policies_scope()
-    dynamodb_authorization.authorize_dynamodb_as_aws_does()
-    sign_bodyless_requests_over_their_empty_body()
-    authorize_presigned_s3_urls()
-    trust_account_principals_as_iam_does()
-    refuse_json_requests_as_json()
-    sts_sessions.install()
-    run_interpreter_as_execution_role(sessions)
-
-
-def issued_key(access_key_id: str, session_token: str | None) -> Any:
-    """The emulator's record of a key it issued (an IAM user's key, or an STS session's with its
-    own token), or None. moto 5.2.5 has no API that returns a secret after issuing it, so its
-    IAM/STS backends (in this process) are asked, as its own IAM authentication does."""
-    from moto.iam.access_control import CreateAccessKeyFailure, create_access_key
-
-    try:
-        return create_access_key(ACCOUNT_ID, "aws", access_key_id, {"X-Amz-Security-Token": session_token} if session_token else {})
-    except CreateAccessKeyFailure:
-        return None
-
-
-def permits(access_key_id: str, session_token: str | None, action: str, resource: str) -> bool:
-    """Whether the principal of this emulator-issued key may do `action` on `resource` under its
-    identity policies (IAM's rule: an explicit deny wins, else some statement must allow). For
-    what another service authorizes on its own side, such as API Gateway's execute-api:Invoke."""
-    from moto.iam.access_control import IAMPolicy, PermissionResult
-
-    key = issued_key(access_key_id, session_token)
-    if key is None:
-        return False
-    results = {IAMPolicy(policy).is_action_permitted(action, resource) for policy in key.collect_policies()}
-    return PermissionResult.DENIED not in results and PermissionResult.PERMITTED in results

@@ -5,7 +5,7 @@ moto 5.2.5 checks `dynamodb:TransactWriteItems` as an action of its own (no poli
 AWS) and ignores every condition but StringEquals, so `dynamodb:LeadingKeys` and
 `dynamodb:Attributes`, which keep each role to its own item kinds and attributes, were never
 checked locally. Here, after moto's own check of the action and resource passes, the caller's
-policies are evaluated again with the request's condition context (cli/relevo_cli/iam_evaluation).
+policies are evaluated again with the request's condition context (relevo_local.iam_evaluation).
 
 The context, after "Using IAM policy conditions for fine-grained access control" (Amazon DynamoDB
 Developer Guide):
@@ -26,7 +26,9 @@ import json
 import re
 from typing import Any, Callable, Iterator
 
-ACCOUNT_ID = "123456789012"
+from relevo_local.iam_evaluation import PolicyDecision, Request, evaluate
+from relevo_local.identity import ACCOUNT_ID, policy_documents
+
 _PATCHED: set[str] = set()
 
 # AWS authorizes a transaction item by item, as the single-item action it performs ("Using IAM
@@ -154,29 +156,15 @@ def checks(action: str, request: dict[str, Any], region: str) -> Iterator[tuple[
         yield action, "", {}
 
 
-def _documents(policies: list[Any]) -> list[dict[str, Any]]:
-    """The caller's policies (moto keeps them as Policy objects, JSON text or documents) as documents."""
-    from moto.iam.models import Policy
-
-    documents = []
-    for policy in policies:
-        if isinstance(policy, Policy):
-            policy = next(version.document for version in policy.versions if version.is_default)
-        if isinstance(policy, dict) and "policy_document" in policy:
-            policy = policy["policy_document"]
-        documents.append(json.loads(policy) if isinstance(policy, str) else policy)
-    return documents
-
 
 def authorize_dynamodb_as_aws_does() -> None:
     """Check each DynamoDB request the way AWS does (module docstring): one check per item of a
     transaction or batch, each on its own action and table, then the caller's policies with the
-    request's condition context."""
+    request's condition context. moto 5.2.5 checks the whole request as one action (TransactWriteItems
+    too, which no policy can grant) and evaluates no condition but StringEquals."""
     if "dynamodb" in _PATCHED:
         return
     from moto.iam.access_control import IAMRequestBase
-
-    from relevo_cli.iam_evaluation import PolicyDecision, Request, evaluate
 
     original: Callable[[Any, str], None] = IAMRequestBase.check_action_permitted
 
@@ -191,7 +179,7 @@ def authorize_dynamodb_as_aws_does() -> None:
                 original(self, item_resource or resource)
                 if not context:
                     continue
-                decision = evaluate(_documents(self._access_key.collect_policies()), Request(action, item_resource, context=context))
+                decision = evaluate(policy_documents(self._access_key.collect_policies()), Request(action, item_resource, context=context))
                 if decision is not PolicyDecision.ALLOW:
                     self._raise_access_denied()
         finally:

@@ -5,7 +5,7 @@ enforcement on; template.yaml is deployed through moto's CloudFormation after th
 transforms `sam deploy` applies; API routes are served by the local API Gateway stand-in; each
 function runs from the layer as `sam build` makes it, under the Lambda runtime's Python when
 this machine has one, with its own execution role's credentials (see lambda_runtime.py and
-emulator_iam.py).
+identity.py). Every patch over moto is in relevo_local.moto, applied by its install().
 """
 
 from __future__ import annotations
@@ -27,17 +27,18 @@ import boto3
 import requests
 from botocore.credentials import Credentials
 
-from relevo_cli.local import deferred, emulator_iam, emulator_patches, lambda_layer, sigv4, template
-from relevo_cli.local.apigateway import ApiAdapter, Route
-from relevo_cli.local.sigv4 import Refusal
-from relevo_cli.local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
-from relevo_cli.local.scheduler import ScheduleFirer
-from relevo_cli.local.streams import StreamConsumer, StreamPoller, record_filter
+from relevo_local import deferred, identity, lambda_layer, sigv4, template
+from relevo_local import moto as moto_patches
+from relevo_local.apigateway import ApiAdapter, Route
+from relevo_local.sigv4 import Refusal
+from relevo_local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
+from relevo_local.scheduler import ScheduleFirer
+from relevo_local.streams import StreamConsumer, StreamPoller, record_filter
 from relevo_core.private_files import write_private
 from relevo_core.stackfile import LocalCredentials, StackInfo
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-ACCOUNT_ID = emulator_iam.ACCOUNT_ID
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ACCOUNT_ID = identity.ACCOUNT_ID
 # The key the emulator accepts before its IAM enforcement is on: only for creating the stack's
 # own IAM user, the first request the stack makes.
 _BOOTSTRAP_CREDENTIALS = {"aws_access_key_id": "bootstrap", "aws_secret_access_key": "bootstrap"}
@@ -92,7 +93,7 @@ class LocalStack:
         self._stopping = threading.Event()
         self.credentials: Credentials | None = None
         self.lambda_python: lambda_layer.LambdaPython | None = None
-        self.role_sessions = emulator_iam.RoleSessions(region)
+        self.role_sessions = identity.RoleSessions(region)
         self.trace_daemon: TraceDaemonSocket | None = None
         self._api_id, self._stage = "local", "v1"
 
@@ -100,8 +101,10 @@ class LocalStack:
     def start(self) -> StackInfo:
         for name in ("moto", "werkzeug", "botocore", "urllib3"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
-        emulator_patches.install()
-        self._server = emulator_patches.emulator_server(self.host, self.moto_port)
+        moto_patches.install(self.role_sessions)
+        from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+        self._server = ThreadedMotoServer(ip_address=self.host, port=self.moto_port, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
@@ -115,9 +118,8 @@ class LocalStack:
             f"{endpoint}/moto-api/config", json={"stepfunctions": {"execute_state_machine": True}}, timeout=10
         ).raise_for_status()
         bootstrap = boto3.session.Session(**_BOOTSTRAP_CREDENTIALS, region_name=self.region)
-        self.credentials = emulator_iam.local_user(bootstrap.client("iam", endpoint_url=endpoint))
-        emulator_patches.install_identity(self.role_sessions)
-        emulator_iam.enforce(endpoint)
+        self.credentials = identity.local_user(bootstrap.client("iam", endpoint_url=endpoint))
+        identity.enforce(endpoint)
         session = boto3.session.Session(
             aws_access_key_id=self.credentials.access_key,
             aws_secret_access_key=self.credentials.secret_key,
@@ -213,7 +215,7 @@ class LocalStack:
             gateway_responses=template.gateway_responses(sam),
         )
         self._adapter.start()
-        emulator_patches.point_api_url_output_at_the_adapter(self.stack_name, self.region, self._adapter.url)
+        moto_patches.cloudformation.point_api_url_output_at_the_adapter(self.stack_name, self.region, self._adapter.url)
         self._start_streams(sam, physical)
         if self.rule_schedules:
             self._start_schedules(sam)
@@ -354,12 +356,11 @@ class LocalStack:
     def _start_streams(self, sam: dict[str, Any], physical: dict[str, str | None]) -> None:
         """DynamoDB stream events: a poller per function and stream (see local/streams.py)."""
         dynamodb, streams = self._session.client("dynamodb"), self._session.client("dynamodbstreams")
-        emulator_patches.install_for_streams()
         by_stream: dict[str, StreamPoller] = {}  # one reader per stream, every function's source on it
         for fn in template.sam_functions(sam, self.root):
             for event_name, table_id, batch_size, patterns in fn.streams:
                 table = dynamodb.describe_table(TableName=str(physical[table_id]))["Table"]
-                emulator_patches.detach_emulator_stream_invoker(table["TableName"], ACCOUNT_ID, self.region)
+                moto_patches.dynamodb.detach_emulator_stream_invoker(table["TableName"], ACCOUNT_ID, self.region)
                 consumer = StreamConsumer(
                     f"{fn.logical_id}-{event_name}",
                     batch_size,
@@ -436,7 +437,7 @@ class LocalStack:
         # ("Control access to a REST API with IAM permissions", API Gateway Developer Guide).
         invoked = f"arn:aws:execute-api:{self.region}:{ACCOUNT_ID}:{self._api_id}{urlsplit(url).path}"
         invoked = invoked.replace(f"{self._api_id}/{self._stage}/", f"{self._api_id}/{self._stage}/{method}/", 1)
-        if not emulator_iam.permits(signer, token, "execute-api:Invoke", invoked):
+        if not identity.permits(signer, token, "execute-api:Invoke", invoked):
             return Refusal(f"User: {self._caller_arn(signer, token)} is not authorized to perform: execute-api:Invoke on resource: {invoked}", "ACCESS_DENIED")
         if signer not in self._identities:
             credentials = self._credentials_for(signer, token)
@@ -460,12 +461,12 @@ class LocalStack:
         return self._identities[signer]
 
     def _caller_arn(self, access_key: str, session_token: str | None) -> str:
-        return str(emulator_iam.issued_key(access_key, session_token).arn)
+        return str(identity.issued_key(access_key, session_token).arn)
 
     def _credentials_for(self, access_key: str, session_token: str | None) -> Credentials | None:
         """The credentials of a key the emulator issued (IAM user keys; STS session keys with
         their own session token)."""
-        key = emulator_iam.issued_key(access_key, session_token)
+        key = identity.issued_key(access_key, session_token)
         return None if key is None else key.create_credentials()
 
 

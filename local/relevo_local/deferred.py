@@ -162,7 +162,7 @@ def split(cfn: dict[str, Any], emulated_types: set[str]) -> tuple[dict[str, Any]
         del resources[logical_id]
     if unhandled:
         raise UnhandledResourceType(
-            "the emulator cannot create these and relevo_cli/local/deferred.py does not handle them: "
+            "the emulator cannot create these and relevo_local/deferred.py does not handle them: "
             + ", ".join(unhandled)
         )
     removed = {d.logical_id for d in deferred} | set(not_emulated)

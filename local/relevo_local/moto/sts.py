@@ -10,7 +10,7 @@ credentials rely on (moto 5.2.5 does none of it):
   (AccessDenied otherwise).
 - **Policy variables.** Each request of a tagged session is authorized against the role's
   policies with its variables resolved from the session's tags; a statement naming a tag the
-  session lacks does not apply (relevo_cli.iam_evaluation, which the DynamoDB check shares).
+  session lacks does not apply (relevo_local.iam_evaluation, which the DynamoDB check shares).
 - **Role chaining.** A role session that assumes a role may ask for at most one hour
   ("Role chaining", IAM User Guide; AssumeRole DurationSeconds: ValidationError past it), and
   nobody for more than the role's MaxSessionDuration.
@@ -33,7 +33,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from relevo_cli.iam_evaluation import resolve_statement
+from relevo_local.iam_evaluation import resolve_statement
+from relevo_local.identity import issued_key, policy_documents
 
 _PATCHED: set[str] = set()
 MAX_SESSION_TAGS = 50
@@ -114,11 +115,6 @@ def _denied(caller_arn: str, action: str, role_arn: str) -> Exception:
     return error
 
 
-def _policy_documents(policies: list[Any]) -> list[dict[str, Any]]:
-    from relevo_cli.local.dynamodb_authorization import _documents
-
-    return _documents(policies)
-
 
 def _allows(documents: list[dict[str, Any]], action: str, resource: str, principal: str | None = None) -> bool:
     from moto.iam.access_control import IAMPolicy, PermissionResult
@@ -131,8 +127,6 @@ def _allows(documents: list[dict[str, Any]], action: str, resource: str, princip
 
 
 def _caller(headers: Any) -> Any:
-    from relevo_cli.local.emulator_iam import issued_key
-
     authorization = str(headers.get("Authorization") or "")
     found = re.search(r"Credential=([^/]+)/", authorization)
     if not found:
@@ -161,7 +155,7 @@ def _check_assume_role(response: Any) -> tuple[list[tuple[str, str]], list[str]]
     if tags or transitive:
         _validate_tags(tags)
         if caller is not None:
-            own = _policy_documents(caller.collect_policies())
+            own = policy_documents(caller.collect_policies())
             trust = [json.loads(role.assume_role_policy_document) if isinstance(role.assume_role_policy_document, str) else role.assume_role_policy_document]
             if not _allows(own, "sts:TagSession", role_arn) or not _allows(trust, "sts:TagSession", role_arn, str(caller.arn)):
                 raise _denied(str(caller.arn), "sts:TagSession", role_arn)
@@ -169,7 +163,8 @@ def _check_assume_role(response: Any) -> tuple[list[tuple[str, str]], list[str]]
 
 
 def record_session_tags() -> None:
-    """AssumeRole as STS does it (module docstring): checked, then the session's tags kept."""
+    """AssumeRole as STS does it (module docstring): checked, then the session's tags kept.
+    moto 5.2.5 ignores Tags, TransitiveTagKeys and the chained-session limit."""
     if "assume_role" in _PATCHED:
         return
     from moto.sts.responses import TokenResponse
@@ -191,7 +186,8 @@ def record_session_tags() -> None:
 
 def resolve_policy_variables() -> None:
     """A tagged session's policies with their variables resolved from its tags, for every
-    service's check (moto's own and relevo's DynamoDB check both collect the policies here)."""
+    service's check (moto's own and relevo's DynamoDB check both collect the policies here).
+    moto 5.2.5 leaves `${aws:PrincipalTag/...}` as text, so a statement naming one never matches."""
     if "variables" in _PATCHED:
         return
     from moto.iam.access_control import AssumedRoleAccessKey
@@ -205,7 +201,7 @@ def resolve_policy_variables() -> None:
             return policies
         context = {f"aws:PrincipalTag/{key}": value for key, value in tags.items()}
         resolved = []
-        for document in _policy_documents(policies):
+        for document in policy_documents(policies):
             statements = document.get("Statement", [])
             statements = statements if isinstance(statements, list) else [statements]
             kept = [s for s in (resolve_statement(statement, context) for statement in statements) if s is not None]
@@ -217,7 +213,8 @@ def resolve_policy_variables() -> None:
 
 
 def refuse_expired_sessions() -> None:
-    """A tagged session past its Expiration is refused on every request (module docstring)."""
+    """A tagged session past its Expiration is refused on every request (module docstring);
+    moto 5.2.5 never expires a session."""
     if "expiry" in _PATCHED:
         return
     from moto.core.exceptions import _RESTError
@@ -242,7 +239,7 @@ def refuse_expired_sessions() -> None:
             if self.__class__.__name__.startswith("S3"):
                 # "Amazon S3 error responses": ExpiredToken, 400, "The provided token has expired."
                 raise S3ClientError("ExpiredToken", "The provided token has expired.")
-            # The JSON services say ExpiredTokenException (relevo_cli.local.emulator_iam maps it).
+            # The JSON services say ExpiredTokenException (relevo_local.moto.iam maps it).
             error = _RESTError("ExpiredToken", "The security token included in the request is expired")
             error.code = 403
             raise error
@@ -267,8 +264,3 @@ def role_principals_match_their_sessions(original: Callable[[Any, str], bool]) -
 
     return _check_principal
 
-
-def install() -> None:
-    record_session_tags()
-    resolve_policy_variables()
-    refuse_expired_sessions()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from relevo_cli.local.template import rate_seconds
+from relevo_local.template import rate_seconds
 
 
 @dataclass

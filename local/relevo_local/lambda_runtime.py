@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from relevo_cli.local.lambda_layer import LambdaPython
+from relevo_local.lambda_layer import LambdaPython
 
 BOOTSTRAP = Path(__file__).with_name("lambda_bootstrap.py")
 # What a Lambda environment's PATH holds, less /var/lang/bin: the runtime's Python is called by path.

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from relevo_cli.local.state_dir import Holder, running
+from relevo_local.state_dir import Holder, running
 from relevo_core.private_files import write_private
 from relevo_core.stackfile import StackInfo, load_stack
 

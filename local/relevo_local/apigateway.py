@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
-from relevo_cli.local.sigv4 import Refusal
+from relevo_local.sigv4 import Refusal
 
 MAX_PAYLOAD = 10 * 1024 * 1024  # API Gateway's own payload limit
 # Connections the kernel queues before the server accepts them. socketserver's default of 5 reset

@@ -1,6 +1,6 @@
 """Faults AWS produces that the local stack would never produce by itself, switched on by tests.
 
-The local stack applies DynamoDB actions one at a time (emulator_patches.apply_dynamodb_actions_one_at_a_time), so two
+The local stack applies DynamoDB actions one at a time (dynamodb.apply_dynamodb_actions_one_at_a_time), so two
 transactions never overlap and DynamoDB's optimistic concurrency never cancels one. On AWS a
 `TransactWriteItems` that overlaps another transaction or write on one of its items is cancelled
 with `TransactionCanceledException`, the item's cancellation reason being `TransactionConflict`
@@ -10,7 +10,7 @@ of a single-item write that meets an ongoing transaction.
 
 `transaction_conflicts` makes the next N matching `TransactWriteItems` calls fail that way. It
 acts inside moto's DynamoDB backend (moto 5.2.5: `DynamoDBBackend.transact_write_items`, in
-this process, like the other emulator patches, listed in emulator_patches.py) and raises moto's own
+this process, like the other patches of relevo_local.moto) and raises moto's own
 `TransactionCanceledException` before anything is written, so the error goes through moto's
 real response path (HTTP 400, `CancellationReasons`, the message listing the reasons) and
 through the Step Functions interpreter's real error mapping (`DynamoDb.TransactionCanceledException`,
@@ -98,7 +98,7 @@ def transaction_conflicts(
     start with `prefixes` (in order), and whose items are these `operations` when given, are
     cancelled: item `conflict_on` with reason TransactionConflict and the others with None, as
     DynamoDB reports them."""
-    install()
+    raise_armed_conflicts()
     injection = ConflictInjection(tuple(prefixes), count, conflict_on, tuple(operations) if operations else None)
     with _lock:
         _armed.append(injection)
@@ -113,7 +113,7 @@ def transaction_conflicts(
 def write_conflicts(count: int, prefix: str) -> Iterator[WriteConflictInjection]:
     """Within the block, the next `count` UpdateItem calls on an item whose partition key starts
     with `prefix` fail with TransactionConflictException, as while a transaction holds the item."""
-    install()
+    raise_armed_conflicts()
     injection = WriteConflictInjection(prefix, count)
     with _lock:
         _armed_writes.append(injection)
@@ -145,8 +145,11 @@ def _take(transact_items: Sequence[dict[str, Any]]) -> ConflictInjection | None:
     return None
 
 
-def install() -> None:
-    """Wrap the emulator's DynamoDB backend once per process; inert until a switch is armed."""
+def raise_armed_conflicts() -> None:
+    """moto 5.2.5 never cancels a transaction for a conflict, nor refuses a write for an ongoing
+    transaction (its actions run one at a time here): the conflicts a test arms above are raised
+    from inside its DynamoDB backend, as DynamoDB raises them (module docstring). Wraps the backend
+    once per process; inert until a switch is armed."""
     import moto.dynamodb.models as dynamodb_models
     from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException, TransactionCanceledException
 
