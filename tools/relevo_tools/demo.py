@@ -175,7 +175,7 @@ def stop_all(processes: dict[str, subprocess.Popen[bytes]]) -> None:
 
 def keep_running(demo: Demo) -> None:
     """The stack, its agents and a console on loopback left running for a look, until Ctrl-C."""
-    from relevo_cli.console.app import Console
+    from relevo_cli.console.state import Console
     from relevo_cli.console.server import ConsoleServer
 
     port = int(os.environ.get("RELEVO_DEMO_CONSOLE_PORT", "8765"))
