@@ -45,7 +45,7 @@ from relevo_agent.handoff import HandoffFailure
 from relevo_agent.handoff.cache import HandoffCache
 from relevo_agent.handoff.store import PARALLEL_OBJECTS, Location, _Progress, base_of_manifest
 from relevo_agent.handoff.tree import READ_BLOCK, real_parents, sha256_file
-from relevo_core.aws import client, in_this_context
+from relevo_core.aws import client, error_code, in_this_context
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.handoff import HandoffSummary, Manifest, ManifestEntry, link_target_problem, path_problem, tree_digest
 from relevo_core.models.transfer import human_bytes
@@ -98,7 +98,7 @@ def _read_manifest(source: Source) -> tuple[Manifest, str, str]:
     try:
         data = client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+        if error_code(exc) in ("NoSuchKey", "404", "NotFound"):
             raise HandoffFailure(
                 ErrorClass.HANDOFF_GONE,
                 f"handoff: the manifest of stage {source.stage} of {source.job_id} ({source.summary.manifest}) is no longer "
@@ -463,7 +463,7 @@ def _fetch(workspace: Path, items: list[Placed], cache: HandoffCache | None, emi
         except (HandoffFailure, Stopped):
             raise
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound", "InvalidRange"):
+            if error_code(exc) in ("NoSuchKey", "404", "NotFound", "InvalidRange"):
                 raise HandoffFailure(
                     ErrorClass.HANDOFF_GONE, f"handoff: {uri} is no longer stored (expired, or removed by artifact.max_total_bytes)"
                 ) from exc
