@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.drill.proxy import FaultProxy, Mode
+from relevo_tools.drill.proxy import FaultProxy, Mode
 from relevo_local.processes import agent_process, local_stack
 from relevo_core.aws import reset_clients
 from relevo_core.stackfile import StackInfo

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from relevo_cli import iam_lint
+from relevo_tools import iam_lint
 from relevo_local.template import load_sam_template
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from relevo_cli import iam_lint
+from relevo_tools import iam_lint
 from relevo_local.iam_evaluation import PolicyDecision, Request, evaluate
 from relevo_local.template import load_sam_template
 from relevo_core.fleet.job_credentials import LINEAGE_TAGS, NO_GRANT

@@ -21,7 +21,8 @@ CORE = ROOT / "layers" / "core" / "relevo_core"
 # What the agent may use of relevo_core, and why it needs it. Named here so that a new edge from
 # the agent into the core is a decision, never a side effect of a move.
 AGENT_SURFACE = {
-    "relevo_core.aws": "clients, call budgets, job credentials scopes",
+    "relevo_core.aws": "clients, call budgets, job credentials scopes, a refusal's error code",
+    "relevo_core.checks": "doctor's findings, the one check record every diagnosis prints",
     "relevo_core.lease_timeline": "the lease's numbers, shared with the state machine and the drills",
     "relevo_core.private_files": "the journal's and the keychain's private files",
     "relevo_core.stackfile": "how an agent finds its stack",

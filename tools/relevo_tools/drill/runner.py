@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from relevo_cli.drill.drills import DRILLS, LateFault, Trial
-from relevo_cli.drill.fleet import TERMINAL_JOB, DrillFleet, DrillTiming
+from relevo_tools.drill.drills import DRILLS, LateFault, Trial
+from relevo_tools.drill.fleet import TERMINAL_JOB, DrillFleet, DrillTiming
 from relevo_core.stackfile import StackInfo
 
 

@@ -31,7 +31,7 @@ the policy (for SAM, the function or state machine):
 
 A suppression needs a reason and must match a finding.
 
-`python -m relevo_cli.iam_lint [template.yaml] [--parameter Name=value ...]` prints one line per
+`python -m relevo_tools.iam_lint [template.yaml] [--parameter Name=value ...]` prints one line per
 finding (file:line: where: code: what) and exits 1 when there is any, 2 when the template cannot
 be rendered.
 """
@@ -577,7 +577,7 @@ def _line_of(lines: list[str], finding: Finding) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m relevo_cli.iam_lint", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m relevo_tools.iam_lint", description=__doc__.split("\n\n")[0])
     parser.add_argument("template", nargs="?", default="template.yaml", type=Path)
     parser.add_argument("--parameter", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)

@@ -2,7 +2,7 @@
 
 `relevo local up` with two regions (eu-west, us-east), two real relevo-agent processes in each
 and the four projects of examples/demo/. Once every agent is online, four scenarios run side by
-side, each on its own project so none waits for another's lock (relevo_cli.demo_scenarios):
+side, each on its own project so none waits for another's lock (relevo_tools.demo_scenarios):
 
   release   a signed GitHub push, the same delivery again (a duplicate), four stages with an
             approval gate before deploy, approved through `relevo job approve`
@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 
 from rich.table import Table
 
-from relevo_cli.demo_scenarios import (
+from relevo_tools.demo_scenarios import (
     AGENT_SETTINGS,
     CAPACITY,
     FLEET,
@@ -175,7 +175,7 @@ def stop_all(processes: dict[str, subprocess.Popen[bytes]]) -> None:
 
 def keep_running(demo: Demo) -> None:
     """The stack, its agents and a console on loopback left running for a look, until Ctrl-C."""
-    from relevo_cli.console.app import Console
+    from relevo_cli.console.state import Console
     from relevo_cli.console.server import ConsoleServer
 
     port = int(os.environ.get("RELEVO_DEMO_CONSOLE_PORT", "8765"))

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from relevo_agent.supervisor import group_alive
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.drill.proxy import FaultProxies, FaultProxy
+from relevo_tools.drill.proxy import FaultProxies, FaultProxy
 from relevo_core.aws import client
 from relevo_core.stackfile import StackInfo
 from relevo_core.store.codec import from_attributes
@@ -77,7 +77,7 @@ def agent_environment(stack: StackInfo, endpoint: str, work: Path, agent_id: str
     env = {
         "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
         "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
-        # The handoff drill's stages compute their tree's digest with it (relevo_cli.drill.drills).
+        # The handoff drill's stages compute their tree's digest with it (relevo_tools.drill.drills).
         "RELEVO_DRILL_PYTHON": sys.executable,
     }
     if os.environ.get("AWS_SESSION_TOKEN"):

@@ -6,17 +6,20 @@ from __future__ import annotations
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from relevo_cli.api import ApiError
+from relevo_cli.console.render import error_page, page
 
 
 async def deliveries_page(request: Request) -> Response:
-    from relevo_cli.console.app import _error_page, _page  # the app registers this route: imported at call time
-
     project = request.query_params.get("project") or None
     failed = request.query_params.get("failed") in ("1", "true", "on")
     try:
         listed = await run_in_threadpool(request.app.state.console.api.deliveries, project, failed)
     except ApiError as exc:
-        return _error_page(exc)
-    return _page("deliveries.html", deliveries=listed["deliveries"], project=project, failed=failed)
+        return error_page(exc)
+    return page("deliveries.html", deliveries=listed["deliveries"], project=project, failed=failed)
+
+
+ROUTES = [Route("/deliveries", deliveries_page)]

@@ -1,4 +1,4 @@
-"""The scenarios of `make demo` (see relevo_cli.demo), each on its own project so they run side
+"""The scenarios of `make demo` (see relevo_tools.demo), each on its own project so they run side
 by side, and what they share: the demo's API client, its story log, and the checks that decide
 whether a scenario held."""
 

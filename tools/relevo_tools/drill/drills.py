@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import Any, Callable
 
 from relevo_cli.api import ApiError
-from relevo_cli.drill.fleet import TERMINAL_STAGE, DrillAgent, DrillError, DrillFleet, GroupWatch, StageStart, wait_until
-from relevo_cli.drill.proxy import Mode
+from relevo_tools.drill.fleet import TERMINAL_STAGE, DrillAgent, DrillError, DrillFleet, GroupWatch, StageStart, wait_until
+from relevo_tools.drill.proxy import Mode
 from relevo_core.aws import client
 from relevo_core.lease_timeline import LeaseTimeline
 
