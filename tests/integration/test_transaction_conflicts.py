@@ -136,7 +136,7 @@ def test_a_conflict_at_the_jobs_end_is_retried_in_place_and_the_lock_given_back(
     job_id = enqueue_job(local_stack, intake_settings, project_id)
     task, _ = receive_stage(local_stack, job_id)
 
-    with faults.transaction_conflicts(2, RELEASE_LOCK_AND_MARK_SUCCEEDED) as conflicts:
+    with dynamodb_faults.transaction_conflicts(2, RELEASE_LOCK_AND_MARK_SUCCEEDED) as conflicts:
         agent_runs(local_stack, task)
         assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
