@@ -42,7 +42,7 @@ build: $(SAM_STAMP)
 	PATH="$(PYTHON312_BIN):$$PATH" SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam build --no-cached --build-dir $(BUILD_DIR)
 
 demo: $(STAMP)
-	$(BIN)/python -m relevo_cli.demo
+	$(BIN)/python -m relevo_tools.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -51,7 +51,7 @@ lint: $(STAMP)
 	$(BIN)/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(BIN)/statelint statemachines/*.asl.json
 	$(BIN)/checkov --quiet --compact --skip-download --framework cloudformation -f template.yaml
-	$(BIN)/python -m relevo_cli.iam_lint template.yaml
+	$(BIN)/python -m relevo_tools.iam_lint template.yaml
 
 bench: $(STAMP)
 	@# Every bench runs (harness.py and summary.py are what they share, not benches), each

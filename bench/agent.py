@@ -90,7 +90,7 @@ STAGE_SEC = 5
 
 @contextmanager
 def agent(stack_file: Path, region: str, agent_id: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    from relevo_cli.localrun import agent_process
+    from relevo_local.processes import agent_process
 
     config = _WORK / f"{agent_id}.toml"
     config.write_text(

@@ -156,9 +156,9 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     from relevo_cli.api import RelevoApi
-    from relevo_cli.console.app import Console
+    from relevo_cli.console.state import Console
     from relevo_cli.console.server import ConsoleServer
-    from relevo_cli.localrun import agent_process, local_stack, random_commit, write_agent_config
+    from relevo_local.processes import agent_process, local_stack, random_commit, write_agent_config
     from relevo_core.aws import reset_clients
 
     with tempfile.TemporaryDirectory(prefix="relevo-bench-console-") as scratch:

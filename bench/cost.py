@@ -4,7 +4,7 @@
 
 Starts the embedded stack (moto + template.yaml), registers a four-stage project, and runs ONE job
 end to end: a signed GitHub push goes through functions/webhook/handler.py *in this process*
-(relevo_core.intake.webhooks.receive.receive_github underneath, as bench/intake.py calls it), then an agent
+(relevo_core.intake.webhooks.receive.receive underneath, as bench/intake.py calls it), then an agent
 double in this process takes each stage the way relevo-agent does: receive; claim through the
 claim function (functions/agent_sessions/handler.py, in this process, as its own role), which
 answers the dispatch and answers with the envelope and the job's session; then with that session

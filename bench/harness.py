@@ -44,7 +44,7 @@ HANDLER_ENV = {
 def local_stack(state_dir: Path | None = None, prefix: str = "relevo-bench-", note: str = "") -> Iterator[Any]:
     """The embedded stack (moto + template.yaml) in this process, in `state_dir` or a temporary
     one, with this process pointed at it; stopped on the way out. Yields its StackInfo."""
-    from relevo_cli.local.stack import LocalStack
+    from relevo_local.stack import LocalStack
 
     with ExitStack() as scratch:
         directory = state_dir or Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
@@ -296,7 +296,7 @@ def claim_event(region: str, body: dict[str, Any], caller_arn: str) -> dict[str,
 def as_role(role_arn: str, service: str = "lambda.amazonaws.com") -> Iterator[None]:
     """This process's AWS calls made as a session of `role_arn`, as the AWS service that runs
     with that role would take it (the local stack's own role sessions)."""
-    from relevo_cli.local.emulator_iam import RoleSessions
+    from relevo_local.identity import RoleSessions
     from relevo_core.aws import reset_clients
 
     credentials = RoleSessions(os.environ.get("AWS_DEFAULT_REGION", "us-east-1")).credentials(role_arn, service, "bench")

@@ -40,7 +40,7 @@ def _environment_stays_in_its_test() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalStack"]:  # noqa: F821
     """The session's local stack itself (its role sessions, function runtimes, trace socket)."""
-    from relevo_cli.local.stack import LocalStack
+    from relevo_local.stack import LocalStack
     from relevo_core.aws import reset_clients
 
     state_dir = tmp_path_factory.mktemp("stack")

@@ -26,7 +26,7 @@ from botocore.exceptions import ClientError, ConnectionClosedError, ConnectTimeo
 from relevo_agent.config import AgentConfig
 from relevo_agent.logs import LogShipper
 from relevo_agent.transfer import ProgressWriter
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.transfer import human_bytes
@@ -75,7 +75,7 @@ def classify_storage_error(exc: BaseException) -> ErrorClass:
         cause = cause.__cause__ or cause.__context__
     if isinstance(cause, ClientError):
         status = int(cause.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        code = cause.response.get("Error", {}).get("Code", "")
+        code = error_code(cause)
         if status >= 500 or code in ("InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout"):
             return ErrorClass.STORAGE_5XX
         return ErrorClass.CLIENT_4XX

@@ -28,7 +28,7 @@ from relevo_agent.job_sessions import JobSessions
 from relevo_agent.journal import Journal, Operation, OperationOutcome
 from relevo_agent.messages import Message
 from relevo_agent.reachability import stack as reachability
-from relevo_core.aws import call_budget, client
+from relevo_core.aws import call_budget, client, error_code
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
@@ -193,7 +193,7 @@ class Claims:
                     client("stepfunctions").send_task_success(taskToken=dispatch_token, output=output)
                 return True
             except ClientError as exc:
-                code = exc.response["Error"]["Code"]
+                code = error_code(exc)
                 if code in DEAD_TOKEN:
                     if unsure:
                         return None

@@ -9,7 +9,6 @@ import os
 import pwd
 import shutil
 import stat
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -20,30 +19,13 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import last_stack
 from relevo_core import lease_timeline
-from relevo_core.aws import client
+from relevo_core.aws import client, error_words
+from relevo_core.checks import Check, Verdict
 from relevo_core.stackfile import StackInfo
 
 # The allowed skew the lease timeline fences with (relevo_core.lease_timeline): one number. The
 # agent's max_clock_skew_sec sets it; SigV4 itself refuses requests more than 5 minutes off.
 MAX_CLOCK_SKEW_SEC = lease_timeline.MAX_CLOCK_SKEW_SEC
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    words: str
-    warn: bool = False  # ok, but worth fixing: said, and doctor still passes
-
-    def line(self) -> str:
-        return f"{'FAIL' if not self.ok else 'warn' if self.warn else 'ok  '}  {self.name}: {self.words}"
-
-
-def _why(exc: Exception) -> str:
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        return f"{error.get('Code', 'error')}: {error.get('Message', '')}".strip(": ")
-    return str(exc)
 
 
 def _server_date(response: dict[str, Any]) -> datetime | None:
@@ -55,10 +37,10 @@ def check_credentials() -> tuple[Check, datetime | None]:
     try:
         identity = client("sts").get_caller_identity()
     except NoCredentialsError:
-        return Check("credentials", False, "no AWS credentials found (set AWS_PROFILE or run `aws configure`)"), None
+        return Check("credentials", Verdict.FAIL, "no AWS credentials found (set AWS_PROFILE or run `aws configure`)"), None
     except (ClientError, BotoCoreError) as exc:
-        return Check("credentials", False, f"AWS refused the credentials ({_why(exc)})"), None
-    return Check("credentials", True, f"signed in as {identity.get('Arn', '?')}"), _server_date(identity)
+        return Check("credentials", Verdict.FAIL, f"AWS refused the credentials ({error_words(exc)})"), None
+    return Check("credentials", Verdict.OK, f"signed in as {identity.get('Arn', '?')}"), _server_date(identity)
 
 
 def check_table(table: str, region: str) -> Check:
@@ -68,8 +50,8 @@ def check_table(table: str, region: str) -> Check:
         # does not need to exist.
         client("dynamodb").get_item(TableName=table, Key={"pk": {"S": f"AGENTS#{region}"}, "sk": {"S": "AGENT#relevo-doctor"}})
     except (ClientError, BotoCoreError) as exc:
-        return Check("table", False, f"cannot read table {table} ({_why(exc)})")
-    return Check("table", True, f"{table} is readable")
+        return Check("table", Verdict.FAIL, f"cannot read table {table} ({error_words(exc)})")
+    return Check("table", Verdict.OK, f"{table} is readable")
 
 
 def check_queue(queue_url: str) -> Check:
@@ -78,21 +60,21 @@ def check_queue(queue_url: str) -> Check:
             QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"]
         )["Attributes"]
     except (ClientError, BotoCoreError) as exc:
-        return Check("queue", False, f"cannot reach the work queue {queue_url} ({_why(exc)})")
-    return Check("queue", True, f"reachable, {attributes.get('ApproximateNumberOfMessages', '?')} stage(s) waiting")
+        return Check("queue", Verdict.FAIL, f"cannot reach the work queue {queue_url} ({error_words(exc)})")
+    return Check("queue", Verdict.OK, f"reachable, {attributes.get('ApproximateNumberOfMessages', '?')} stage(s) waiting")
 
 
 def check_clock(server: datetime | None, local: datetime, max_skew_sec: float = MAX_CLOCK_SKEW_SEC) -> Check:
     if server is None:
-        return Check("clock", False, "could not read AWS's time to compare with (see the credentials check)")
+        return Check("clock", Verdict.FAIL, "could not read AWS's time to compare with (see the credentials check)")
     skew = (local - server).total_seconds()
     # The Date header has whole seconds: allow that second on top.
     if abs(skew) > max_skew_sec + 1:
         ahead = "ahead of" if skew > 0 else "behind"
         return Check(
-            "clock", False, f"this Mac's clock is {abs(skew):.0f}s {ahead} AWS; turn on automatic time (sntp / System Settings)"
+            "clock", Verdict.FAIL, f"this Mac's clock is {abs(skew):.0f}s {ahead} AWS; turn on automatic time (sntp / System Settings)"
         )
-    return Check("clock", True, f"within {max_skew_sec:.0f}s of AWS")
+    return Check("clock", Verdict.OK, f"within {max_skew_sec:.0f}s of AWS")
 
 
 def check_stack(journal: Path, table: str | None, queue_url: str | None, endpoint: str | None) -> Check:
@@ -100,12 +82,12 @@ def check_stack(journal: Path, table: str | None, queue_url: str | None, endpoin
     config names now (an agent exits when its stack goes away; its restart reads the config)."""
     last = last_stack(journal)
     if last is None:
-        return Check("stack", True, "no earlier run of this agent recorded in its journal")
+        return Check("stack", Verdict.OK, "no earlier run of this agent recorded in its journal")
     now = {"endpoint": endpoint, "table": table, "queue": queue_url}
     changed = [f"{name} {last.get(name)} -> {now[name]}" for name in now if last.get(name) != now[name]]
     if not changed:
-        return Check("stack", True, f"the same stack as the agent's last run ({last.get('at', '?')}): table {table}")
-    return Check("stack", True, f"changed since the agent's last run ({last.get('at', '?')}): {'; '.join(changed)}")
+        return Check("stack", Verdict.OK, f"the same stack as the agent's last run ({last.get('at', '?')}): table {table}")
+    return Check("stack", Verdict.OK, f"changed since the agent's last run ({last.get('at', '?')}): {'; '.join(changed)}")
 
 
 def _existing(path: Path) -> Path:
@@ -117,15 +99,15 @@ def _existing(path: Path) -> Path:
 def check_disk(workspace_root: Path, min_free_gb: float) -> Check:
     free_gb = shutil.disk_usage(_existing(workspace_root)).free / 1024**3
     if free_gb < min_free_gb:
-        return Check("disk", False, f"only {free_gb:.1f} GiB free under {workspace_root}; at least {min_free_gb:g} GiB needed")
-    return Check("disk", True, f"{free_gb:.1f} GiB free under {workspace_root}")
+        return Check("disk", Verdict.FAIL, f"only {free_gb:.1f} GiB free under {workspace_root}; at least {min_free_gb:g} GiB needed")
+    return Check("disk", Verdict.OK, f"{free_gb:.1f} GiB free under {workspace_root}")
 
 
 def check_writable(name: str, directory: Path) -> Check:
     target = _existing(directory)
     if not os.access(target, os.W_OK):
-        return Check(name, False, f"{target} is not writable by this user")
-    return Check(name, True, f"{directory} can be written")
+        return Check(name, Verdict.FAIL, f"{target} is not writable by this user")
+    return Check(name, Verdict.OK, f"{directory} can be written")
 
 
 def _session_of(arn: str) -> str:
@@ -154,7 +136,7 @@ def check_permissions(stack: StackInfo, region: str, identity: str | None) -> Ch
     role = stack.agent_roles.get(region)
     if identity and role:
         words += f"; {'they are' if _session_of(identity) == role else 'not'} the agent role of {region} ({role})"
-    return Check("permissions", ok, words)
+    return Check("permissions", Verdict.OK if ok else Verdict.FAIL, words)
 
 
 def check_outside_repositories(workspace_root: Path) -> Check:
@@ -163,8 +145,8 @@ def check_outside_repositories(workspace_root: Path) -> Check:
 
     repository = inside_git_work_tree(workspace_root)
     if repository is not None:
-        return Check("workspace repository", False, f"{workspace_root} is inside the git work tree {repository}: move workspace_root out of it")
-    return Check("workspace repository", True, f"{workspace_root} is inside no git work tree")
+        return Check("workspace repository", Verdict.FAIL, f"{workspace_root} is inside the git work tree {repository}: move workspace_root out of it")
+    return Check("workspace repository", Verdict.OK, f"{workspace_root} is inside no git work tree")
 
 
 def agent_private_files(config: AgentConfig, config_path: Path | None) -> list[Path]:
@@ -186,13 +168,13 @@ def check_build_user(config: AgentConfig, config_path: Path | None) -> list[Chec
     user = config.build_user
     if user is None:
         return []
-    checks = [Check("build user", True, f"stages run as {user.name} (uid {user.uid}, gid {user.gid}, home {user.home})")]
+    checks = [Check("build user", Verdict.OK, f"stages run as {user.name} (uid {user.uid}, gid {user.gid}, home {user.home})")]
     readable = [path for path in agent_private_files(config, config_path) if user.can_read(path)]
     if readable:
         shown = ", ".join(f"{path} ({stat.filemode(path.stat().st_mode)})" for path in readable)
-        checks.append(Check("private files", True, f"the build user {user.name} can read {shown}: chmod 600 each", warn=True))
+        checks.append(Check("private files", Verdict.WARN, f"the build user {user.name} can read {shown}: chmod 600 each"))
     else:
-        checks.append(Check("private files", True, f"the build user {user.name} can read none of the agent's config, journal, stack file and AWS files"))
+        checks.append(Check("private files", Verdict.OK, f"the build user {user.name} can read none of the agent's config, journal, stack file and AWS files"))
     return checks
 
 
@@ -209,11 +191,11 @@ def run_checks(
     checks = [credentials, check_clock(server_time, now(), config.max_clock_skew_sec)]
     if stack is not None and credentials.ok and config.region in stack.work_queues:
         checks.append(check_permissions(stack, config.region, credentials.words.removeprefix("signed in as ")))
-    checks.append(check_table(table, config.region) if table else Check("table", False, "no table: set stack_file or table_name"))
+    checks.append(check_table(table, config.region) if table else Check("table", Verdict.FAIL, "no table: set stack_file or table_name"))
     if queue_url:
         checks.append(check_queue(queue_url))
     else:
-        checks.append(Check("queue", False, no_queue or f"no work queue for region {config.region!r}: set stack_file or queue_url"))
+        checks.append(Check("queue", Verdict.FAIL, no_queue or f"no work queue for region {config.region!r}: set stack_file or queue_url"))
     checks.append(check_stack(config.journal, table, queue_url, os.environ.get("AWS_ENDPOINT_URL")))
     checks.append(check_disk(config.workspace_root, config.min_free_disk_gb))
     checks.append(check_writable("workspaces", config.workspace_root))

@@ -16,7 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.attempt import DEAD_TOKEN, utc_now
 from relevo_agent.reachability import stack as reachability
-from relevo_core.aws import call_budget, client, in_this_context
+from relevo_core.aws import call_budget, client, error_code, in_this_context
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC
 from relevo_core.models.transfer import TransferProgress
 from relevo_core.store import stage_attempts
@@ -92,14 +92,14 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop) -> None:
                 run.stop("lease_lost")
             return
         except ClientError as exc:
-            if exc.response["Error"]["Code"] in DEAD_TOKEN:
+            if error_code(exc) in DEAD_TOKEN:
                 log.warning("%s stage %d: the execution no longer waits for it; stopping", ref.job_id, ref.stage_index)
                 run.stop("canceled")
                 return
             if stop.stack_gone(exc):
                 run.stop("shutdown")
                 return
-            why = exc.response["Error"]["Code"]
+            why = error_code(exc)
         except BotoCoreError as exc:
             why = "no answer" if reachability.failed(exc) else str(exc)
         failed += 1

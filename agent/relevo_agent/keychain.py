@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.config import AgentConfig
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.models.errors import ErrorClass
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def read_identities(plan: SigningPlan) -> list[Identity]:
             p12 = secretsmanager.get_secret_value(SecretId=identity.p12_ref)
             passphrase = secretsmanager.get_secret_value(SecretId=identity.passphrase_ref)
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
+            code = error_code(exc)
             raise KeychainFailure(ErrorClass.KEYCHAIN_FAILED, f"signing identity {identity.p12_ref}: Secrets Manager refused ({code})") from None
         except BotoCoreError as exc:
             raise KeychainFailure(ErrorClass.NETWORK_TIMEOUT, f"signing identity {identity.p12_ref}: Secrets Manager unreachable ({exc})") from None

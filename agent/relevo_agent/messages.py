@@ -14,7 +14,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class Message:
                 self.hide_for(seconds)
                 return
             except ClientError as exc:
-                if exc.response["Error"]["Code"] == "ReceiptHandleIsInvalid":
+                if error_code(exc) == "ReceiptHandleIsInvalid":
                     return  # deleted meanwhile (the claim it led to did)
             except BotoCoreError:
                 pass

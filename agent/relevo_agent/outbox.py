@@ -19,7 +19,7 @@ from relevo_agent.claim_routes import RouteUnreachable
 from relevo_agent.job_sessions import AttemptKey, AttemptNotHeld, JobSessions
 from relevo_agent.journal import Journal
 from relevo_agent.reachability import stack as reachability
-from relevo_core.aws import client, job_scope
+from relevo_core.aws import client, error_code, job_scope
 from relevo_core.models.errors import ErrorClass
 from relevo_core.store import stage_attempts
 
@@ -116,7 +116,7 @@ class Outbox:
             else:
                 sfn.send_task_failure(taskToken=token, error=report.error or ErrorClass.COMMAND_FAILED.value, cause=report.cause or "")
         except ClientError as exc:
-            if exc.response["Error"]["Code"] in DEAD_TOKEN:
+            if error_code(exc) in DEAD_TOKEN:
                 log.warning("%s:%s attempt %d: the execution no longer waits for this report", report.job_id, report.stage, report.attempt)
                 return True
             self._defer(report, str(exc), exc)

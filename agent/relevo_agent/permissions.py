@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 
 # A condition DynamoDB evaluates to false for every item, existing or not.
 NEVER = "attribute_exists(pk) AND attribute_not_exists(pk)"
@@ -138,7 +138,7 @@ def run(probe: Probe) -> Finding:
     try:
         probe.call()
     except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "")
+        code = error_code(exc)
         if code in _REFUSED:
             return Finding(probe, False, code)
         return Finding(probe, True, code)  # authorized, then refused for what it asked

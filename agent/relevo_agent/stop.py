@@ -18,6 +18,8 @@ import threading
 
 from botocore.exceptions import ClientError
 
+from relevo_core.aws import error_code
+
 # Error codes that say a resource of the stack no longer exists (DynamoDB's table or index; SQS's
 # queue, in its query and JSON protocol spellings).
 _GONE = {
@@ -65,7 +67,7 @@ class AgentStop:
         """True (and the agent stopping ungracefully) when `exc` says the stack itself no longer exists."""
         if not isinstance(exc, ClientError):
             return False
-        code = exc.response.get("Error", {}).get("Code", "")
+        code = error_code(exc)
         if code not in _GONE:
             return False
         what = _GONE[code].format(table=self.table, queue=self.queue)

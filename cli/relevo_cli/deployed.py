@@ -3,22 +3,15 @@ found by relevo_core.stackfile.read_stack, which `relevo-agent init` uses too)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_core.stackfile import StackInfo
-
-@dataclass(frozen=True)
-class Reachable:
-    name: str
-    ok: bool
-    words: str
+from relevo_core.aws import error_words
+from relevo_core.checks import Check, Verdict
 
 
-def check_reachable(info: StackInfo, aws: boto3.session.Session) -> list[Reachable]:
+def check_reachable(info: StackInfo, aws: boto3.session.Session) -> list[Check]:
     """What `relevo stack show` checks: who the credentials are, that the table and the API
     answer them. Each check says what failed, not a traceback."""
     from relevo_cli.api import ApiError, RelevoApi
@@ -27,27 +20,21 @@ def check_reachable(info: StackInfo, aws: boto3.session.Session) -> list[Reachab
     endpoint = info.aws_endpoint
     try:
         identity = aws.client("sts", endpoint_url=endpoint).get_caller_identity()
-        checks.append(Reachable("credentials", True, identity["Arn"]))
+        checks.append(Check("credentials", Verdict.OK, identity["Arn"]))
     except (ClientError, BotoCoreError) as exc:
-        checks.append(Reachable("credentials", False, f"refused: {exc}"))
+        checks.append(Check("credentials", Verdict.FAIL, f"refused: {exc}"))
         return checks
     try:
         table = aws.client("dynamodb", endpoint_url=endpoint).describe_table(TableName=info.table_name)["Table"]
-        checks.append(Reachable("table", True, f"{info.table_name} ({table['TableStatus']})"))
+        checks.append(Check("table", Verdict.OK, f"{info.table_name} ({table['TableStatus']})"))
     except (ClientError, BotoCoreError) as exc:
-        checks.append(Reachable("table", False, f"{info.table_name}: {_why(exc)}"))
+        checks.append(Check("table", Verdict.FAIL, f"{info.table_name}: {error_words(exc)}"))
     try:
         RelevoApi(info.api_url.rstrip("/"), info.region, aws).request("GET", "/projects")
-        checks.append(Reachable("api", True, f"{info.api_url} answers"))
+        checks.append(Check("api", Verdict.OK, f"{info.api_url} answers"))
     except ApiError as exc:
-        checks.append(Reachable("api", False, f"{info.api_url}: {exc}"))
+        checks.append(Check("api", Verdict.FAIL, f"{info.api_url}: {exc}"))
     except Exception as exc:  # a connection refused or a DNS failure says as much
-        checks.append(Reachable("api", False, f"{info.api_url}: {exc}"))
+        checks.append(Check("api", Verdict.FAIL, f"{info.api_url}: {exc}"))
     return checks
 
-
-def _why(exc: Exception) -> str:
-    if isinstance(exc, ClientError):
-        error: dict[str, Any] = exc.response.get("Error", {})
-        return f"{error.get('Code', 'error')}: {error.get('Message', '')}"
-    return str(exc)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,8 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoC
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from relevo_core.stackfile import USABLE
+from relevo_core.aws import error_words
+from relevo_core.checks import Check, Verdict
 
 # Lambda keeps this much of a region's concurrency unreserved ("Configuring reserved concurrency
 # for a function", AWS Lambda Developer Guide: you can reserve up to the account's concurrency
@@ -24,22 +25,6 @@ from relevo_core.stackfile import USABLE
 UNRESERVED_FLOOR = 100
 # The bucket `sam deploy` uploads to when samconfig.toml says resolve_s3 (SAM CLI's own stack).
 SAM_MANAGED_STACK = "aws-sam-cli-managed-default"
-
-
-class Verdict(str, Enum):
-    OK = "ok"
-    FIX = "FIX"
-    UNKNOWN = "??"
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    verdict: Verdict
-    words: str
-
-    def line(self) -> str:
-        return f"{self.verdict.value:<4}  {self.check}: {self.words}"
 
 
 @dataclass(frozen=True)
@@ -78,7 +63,7 @@ def reserved_total(template: dict[str, Any]) -> int:
 
 
 def deploy_plan(root: Path, stack_name: str | None, reserved: bool | None, logging: bool | None) -> DeployPlan:
-    from relevo_cli.local.template import load_sam_template
+    from relevo_local.template import load_sam_template
 
     samconfig = tomllib.loads((root / "samconfig.toml").read_text()) if (root / "samconfig.toml").is_file() else {}
     default = samconfig.get("default", {})
@@ -93,40 +78,33 @@ def deploy_plan(root: Path, stack_name: str | None, reserved: bool | None, loggi
     )
 
 
-def _why(exc: Exception) -> str:
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        return f"{error.get('Code')}: {error.get('Message', '')}".strip()
-    return str(exc)
-
-
-def credentials_finding(exc: BaseException, endpoint_url: str | None = None) -> Finding:
+def credentials_finding(exc: BaseException, endpoint_url: str | None = None) -> Check:
     """Why the first call (STS GetCallerIdentity) failed, told apart: no credentials to sign with,
     credentials AWS refused, or no answer at all (offline, a proxy, a wrong endpoint). Nothing else
     was checked then."""
     if isinstance(exc, ProfileNotFound):
-        return Finding("credentials", Verdict.FIX, f"{exc}: `aws configure list-profiles` lists the profiles there are; "
+        return Check("credentials", Verdict.FIX, f"{exc}: `aws configure list-profiles` lists the profiles there are; "
                        "choose one with --profile or AWS_PROFILE")
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-        return Finding("credentials", Verdict.FIX, "no AWS credentials found (not in the environment, ~/.aws or an SSO "
+        return Check("credentials", Verdict.FIX, "no AWS credentials found (not in the environment, ~/.aws or an SSO "
                        "session): set AWS_PROFILE, or run `aws configure` or `aws sso login`")
     if isinstance(exc, (BotoConnectionError, HTTPClientError)):
         where = endpoint_url or "AWS"
-        return Finding("credentials", Verdict.FIX, f"could not reach {where} ({exc}): offline, or a proxy or firewall in "
+        return Check("credentials", Verdict.FIX, f"could not reach {where} ({exc}): offline, or a proxy or firewall in "
                        "the way? Nothing was checked")
     if isinstance(exc, ClientError):
-        return Finding("credentials", Verdict.FIX, f"AWS refused them ({_why(exc)}): they are wrong or expired; set "
+        return Check("credentials", Verdict.FIX, f"AWS refused them ({error_words(exc)}): they are wrong or expired; set "
                        "AWS_PROFILE, or run `aws configure` (or `aws sso login` again)")
-    return Finding("credentials", Verdict.FIX, f"could not check them ({_why(exc)})")
+    return Check("credentials", Verdict.FIX, f"could not check them ({error_words(exc)})")
 
 
-def concurrency_finding(plan: DeployPlan, limit: int, unreserved: int) -> Finding:
+def concurrency_finding(plan: DeployPlan, limit: int, unreserved: int) -> Check:
     if not plan.reserved_concurrency:
-        return Finding("lambda concurrency", Verdict.OK, f"nothing reserved (ReservedConcurrency=off); the region's limit is {limit}")
+        return Check("lambda concurrency", Verdict.OK, f"nothing reserved (ReservedConcurrency=off); the region's limit is {limit}")
     left = unreserved - plan.reserved_total
     if left >= UNRESERVED_FLOOR:
-        return Finding("lambda concurrency", Verdict.OK, f"reserving {plan.reserved_total} of {unreserved} unreserved leaves {left} (≥ {UNRESERVED_FLOOR})")
-    return Finding(
+        return Check("lambda concurrency", Verdict.OK, f"reserving {plan.reserved_total} of {unreserved} unreserved leaves {left} (≥ {UNRESERVED_FLOOR})")
+    return Check(
         "lambda concurrency",
         Verdict.FIX,
         f"reserving {plan.reserved_total} of {unreserved} unreserved (limit {limit}) would leave {left}, below the {UNRESERVED_FLOOR} Lambda "
@@ -134,40 +112,40 @@ def concurrency_finding(plan: DeployPlan, limit: int, unreserved: int) -> Findin
     )
 
 
-def preflight(plan: DeployPlan, aws: boto3.session.Session, endpoint_url: str | None = None) -> list[Finding]:
+def preflight(plan: DeployPlan, aws: boto3.session.Session, endpoint_url: str | None = None) -> list[Check]:
     def call(service: str, operation: str, **kwargs: Any) -> Any:
         return getattr(aws.client(service, endpoint_url=endpoint_url), operation)(**kwargs)
 
-    findings: list[Finding] = []
+    findings: list[Check] = []
     try:
         identity = call("sts", "get_caller_identity")
     except (ClientError, BotoCoreError) as exc:
         return [credentials_finding(exc, endpoint_url)]
-    findings.append(Finding("credentials", Verdict.OK, f"account {identity['Account']} as {identity['Arn']}"))
+    findings.append(Check("credentials", Verdict.OK, f"account {identity['Account']} as {identity['Arn']}"))
 
     try:
         stack = call("cloudformation", "describe_stacks", StackName=plan.stack_name)["Stacks"][0]
         status = stack["StackStatus"]
         if status in USABLE:
-            findings.append(Finding("stack", Verdict.OK, f"{plan.stack_name} exists ({status}): sam deploy updates it"))
+            findings.append(Check("stack", Verdict.OK, f"{plan.stack_name} exists ({status}): sam deploy updates it"))
         elif status == "ROLLBACK_COMPLETE":
-            findings.append(Finding("stack", Verdict.FIX, f"{plan.stack_name} is ROLLBACK_COMPLETE (its first deploy failed): delete it with `aws cloudformation delete-stack --stack-name {plan.stack_name}`, then deploy"))
+            findings.append(Check("stack", Verdict.FIX, f"{plan.stack_name} is ROLLBACK_COMPLETE (its first deploy failed): delete it with `aws cloudformation delete-stack --stack-name {plan.stack_name}`, then deploy"))
         else:
-            findings.append(Finding("stack", Verdict.FIX, f"{plan.stack_name} is {status}: wait for it to settle"))
+            findings.append(Check("stack", Verdict.FIX, f"{plan.stack_name} is {status}: wait for it to settle"))
     except ClientError as exc:
         if "does not exist" in exc.response["Error"].get("Message", ""):
-            findings.append(Finding("stack", Verdict.OK, f"no stack {plan.stack_name} yet: sam deploy creates it"))
+            findings.append(Check("stack", Verdict.OK, f"no stack {plan.stack_name} yet: sam deploy creates it"))
         else:
-            findings.append(Finding("stack", Verdict.UNKNOWN, f"could not check ({_why(exc)})"))
+            findings.append(Check("stack", Verdict.UNKNOWN, f"could not check ({error_words(exc)})"))
 
     try:
         call("cloudformation", "describe_stacks", StackName=SAM_MANAGED_STACK)
-        findings.append(Finding("deployment bucket", Verdict.OK, f"SAM's managed stack {SAM_MANAGED_STACK} exists (resolve_s3)"))
+        findings.append(Check("deployment bucket", Verdict.OK, f"SAM's managed stack {SAM_MANAGED_STACK} exists (resolve_s3)"))
     except ClientError as exc:
         if "does not exist" in exc.response["Error"].get("Message", ""):
-            findings.append(Finding("deployment bucket", Verdict.OK, f"sam deploy creates SAM's managed bucket ({SAM_MANAGED_STACK}; needs s3:CreateBucket)"))
+            findings.append(Check("deployment bucket", Verdict.OK, f"sam deploy creates SAM's managed bucket ({SAM_MANAGED_STACK}; needs s3:CreateBucket)"))
         else:
-            findings.append(Finding("deployment bucket", Verdict.UNKNOWN, f"could not check ({_why(exc)})"))
+            findings.append(Check("deployment bucket", Verdict.UNKNOWN, f"could not check ({error_words(exc)})"))
 
     try:
         settings = call("lambda", "get_account_settings")
@@ -175,19 +153,19 @@ def preflight(plan: DeployPlan, aws: boto3.session.Session, endpoint_url: str | 
             concurrency_finding(plan, int(settings["AccountLimit"]["ConcurrentExecutions"]), int(settings["AccountLimit"]["UnreservedConcurrentExecutions"]))
         )
     except (ClientError, BotoCoreError, KeyError) as exc:
-        findings.append(Finding("lambda concurrency", Verdict.UNKNOWN, f"could not read the account's Lambda settings ({_why(exc)})"))
+        findings.append(Check("lambda concurrency", Verdict.UNKNOWN, f"could not read the account's Lambda settings ({error_words(exc)})"))
 
     if plan.access_logging:
         try:
             role = call("apigateway", "get_account").get("cloudwatchRoleArn")
             if role:
-                findings.append(Finding("api access logs", Verdict.OK, f"the account's API Gateway CloudWatch role is {role}"))
+                findings.append(Check("api access logs", Verdict.OK, f"the account's API Gateway CloudWatch role is {role}"))
             else:
-                findings.append(Finding("api access logs", Verdict.FIX, "ApiAccessLogging=on needs the account's API Gateway CloudWatch role in this region (docs/operations.md, 'Deploy to AWS'): set it, or deploy with ApiAccessLogging=off"))
+                findings.append(Check("api access logs", Verdict.FIX, "ApiAccessLogging=on needs the account's API Gateway CloudWatch role in this region (docs/operations.md, 'Deploy to AWS'): set it, or deploy with ApiAccessLogging=off"))
         except (ClientError, BotoCoreError) as exc:
-            findings.append(Finding("api access logs", Verdict.UNKNOWN, f"could not read API Gateway's account settings ({_why(exc)})"))
+            findings.append(Check("api access logs", Verdict.UNKNOWN, f"could not read API Gateway's account settings ({error_words(exc)})"))
     else:
-        findings.append(Finding("api access logs", Verdict.OK, "off (ApiAccessLogging=off): no account role needed"))
+        findings.append(Check("api access logs", Verdict.OK, "off (ApiAccessLogging=off): no account role needed"))
 
     for service, operation, kwargs, what in (
         ("stepfunctions", "list_state_machines", {"maxResults": 1}, "Step Functions"),
@@ -195,7 +173,7 @@ def preflight(plan: DeployPlan, aws: boto3.session.Session, endpoint_url: str | 
     ):
         try:
             call(service, operation, **kwargs)
-            findings.append(Finding(what, Verdict.OK, "available"))
+            findings.append(Check(what, Verdict.OK, "available"))
         except (ClientError, BotoCoreError) as exc:
-            findings.append(Finding(what, Verdict.FIX, f"not available to these credentials in this region ({_why(exc)})"))
+            findings.append(Check(what, Verdict.FIX, f"not available to these credentials in this region ({error_words(exc)})"))
     return findings

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.project_file import LoadedProjectFile, load_project_file
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.stackfile import StackInfo
 from relevo_core.user_files import closest
 
@@ -57,7 +57,7 @@ def _store_secret(name: str, value: str) -> WrittenSecret | None:
         secrets.create_secret(Name=name, SecretString=value)
         return WrittenSecret(name, None)
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "ResourceExistsException":
+        if error_code(exc) != "ResourceExistsException":
             raise
     previous = secrets.get_secret_value(SecretId=name)["SecretString"]
     if previous == value:
@@ -135,7 +135,7 @@ def delete_secrets(stack: StackInfo, project_id: str) -> list[str]:
         try:
             secrets.delete_secret(SecretId=name, ForceDeleteWithoutRecovery=True)
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ResourceNotFoundException":
+            if error_code(exc) != "ResourceNotFoundException":
                 raise
             continue
         deleted.append(name)

@@ -10,7 +10,7 @@ from typing import Iterator
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.localrun import agent_process, local_stack, write_agent_config
+from relevo_local.processes import agent_process, local_stack, write_agent_config
 from relevo_core.aws import reset_clients
 from relevo_core.stackfile import StackInfo
 from tests.helpers.browser import CHROMIUM_MISSING, chromium_path, no_chromium_verdict

@@ -22,8 +22,8 @@ import requests
 from playwright.sync_api import expect
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.console.app import LOG_MAX_LINES
-from relevo_cli.localrun import random_commit
+from relevo_cli.console.views.job import LOG_MAX_LINES
+from relevo_local.processes import random_commit
 from relevo_cli.words import exact_time
 from relevo_core.store import freezes
 from tests.browser.conftest import CONSOLE_REGION, MASKING_REGION, SECRET_VALUE, SECRET_VARIABLE, UPLOAD_BYTES_PER_SEC

@@ -24,7 +24,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from relevo_cli.localrun import local_stack
+from relevo_local.processes import local_stack
 from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

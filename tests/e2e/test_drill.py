@@ -13,10 +13,10 @@ from typing import Iterator
 
 import pytest
 
-from relevo_cli.drill.runner import run_trial
-from relevo_cli.drill.drills import DRILLS, Trial
-from relevo_cli.drill.fleet import DrillFleet, DrillTiming
-from relevo_cli.localrun import local_stack
+from relevo_tools.drill.runner import run_trial
+from relevo_tools.drill.drills import DRILLS, Trial
+from relevo_tools.drill.fleet import DrillFleet, DrillTiming
+from relevo_local.processes import local_stack
 from relevo_core.aws import reset_clients
 from tests.helpers.stack import use_stack
 

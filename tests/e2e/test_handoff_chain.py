@@ -26,7 +26,7 @@ import pytest
 
 from relevo_core.stackfile import StackInfo
 from relevo_cli.api import RelevoApi
-from relevo_cli.localrun import agent_process, write_agent_config
+from relevo_local.processes import agent_process, write_agent_config
 from relevo_core.store import agents
 from tests.helpers.stack import regions_stack, wait_until
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.localrun import local_stack
+from relevo_local.processes import local_stack
 from tests.helpers.stack import use_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

@@ -20,8 +20,8 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.drill.proxy import FaultProxy, Mode
-from relevo_cli.localrun import agent_process, local_stack
+from relevo_tools.drill.proxy import FaultProxy, Mode
+from relevo_local.processes import agent_process, local_stack
 from relevo_core.aws import reset_clients
 from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents

@@ -12,8 +12,8 @@ import pytest
 import requests
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.local.template import load_sam_template
-from relevo_cli.localrun import agent_process, local_stack, write_agent_config
+from relevo_local.template import load_sam_template
+from relevo_local.processes import agent_process, local_stack, write_agent_config
 from relevo_cli.projects import apply_project_file
 from relevo_core.aws import reset_clients
 from relevo_core.intake.webhooks.github import sign

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.console.app import Console
+from relevo_cli.console.state import Console
 from relevo_cli.console.server import ConsoleServer
 from relevo_cli.console.stream import StreamSettings
 

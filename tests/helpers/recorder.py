@@ -1,5 +1,5 @@
 """The loopback recorder that stands in for GitHub, GitLab or Slack (the demo uses it too)."""
 
-from relevo_cli.local.recorder import Answer, Recorded, Recorder
+from relevo_local.recorder import Answer, Recorded, Recorder
 
 __all__ = ["Answer", "Recorded", "Recorder"]

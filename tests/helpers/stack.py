@@ -311,7 +311,7 @@ def lock_record(stack, project_id) -> dict:
 def stream_captured(stack: StackInfo) -> Iterator[list[dict[str, Any]]]:
     """Every batch the table's stream delivers while the block runs, as Lambda would get it (a
     poller of the test's own, beside the stack's)."""
-    from relevo_cli.local.streams import StreamPoller
+    from relevo_local.streams import StreamPoller
 
     table = client("dynamodb").describe_table(TableName=stack.table_name)["Table"]
     batches: list[dict[str, Any]] = []
@@ -335,7 +335,7 @@ def regions_stack(state_dir: Path, regions: tuple[str, ...]) -> Iterator[tuple[S
     its stack.json), for a module's agents; the clients are dropped after it."""
     import pytest
 
-    from relevo_cli.localrun import local_stack
+    from relevo_local.processes import local_stack
     from relevo_core.aws import reset_clients
 
     with pytest.MonkeyPatch.context() as patch, local_stack(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from relevo_cli.local.template import load_sam_template
+from relevo_local.template import load_sam_template
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 

@@ -1,24 +1,34 @@
-"""Every change the local stack makes to moto is in local/emulator_patches.py or a module it
-installs, each naming the moto behaviour it changes and the version checked (issue 17).
+"""The emulator's patches over moto: all in relevo_local/moto, each naming the moto release it was
+verified against, all applied by one install() that first refuses any other release, each listed
+in docs/emulator.md with a test that exists (issues 17 and 31); then, patch by patch, that it
+changes what it says and nothing else.
 
-Given the local stack's modules, when their assignments are read from source, then only
-emulator_patches.py and the modules it installs assign anything onto moto's modules or classes.
+Given the emulator's modules, when their assignments are read from source, then only the modules
+of relevo_local/moto assign anything onto moto's modules or classes.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-LOCAL = Path(__file__).resolve().parents[2] / "cli" / "relevo_cli" / "local"
-# The modules emulator_patches.install / install_identity / install_for_streams install.
-PATCH_MODULES = {
-    "emulator_patches.py", "interpreter_patches.py", "heartbeat_timeout.py", "faults.py", "emulator_iam.py",
-    "dynamodb_authorization.py", "sts_sessions.py",
-}
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = ROOT / "local" / "relevo_local"
+PATCHES = LOCAL / "moto"
+CATALOGUE = ROOT / "docs" / "emulator.md"
+# Patches applied to the running emulator's state, by the stack, rather than installed.
+APPLIED_TO_THE_RUNNING_EMULATOR = {"point_api_url_output_at_the_adapter", "detach_emulator_stream_invoker"}
+UNVERIFIED = "5.3.0"
+REFUSAL = (
+    f"relevo local: moto {UNVERIFIED} is installed; the emulator's patches were verified against moto 5.2.5 "
+    "(pip install 'moto[server]==5.2.5')"
+)
 
 
 def _moto_names(tree: ast.AST) -> set[str]:
@@ -38,7 +48,7 @@ def _root(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _patches(path: Path) -> list[str]:
+def _assignments_onto_moto(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     moto = _moto_names(tree)
     found = []
@@ -46,33 +56,145 @@ def _patches(path: Path) -> list[str]:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
         for target in targets:
             if isinstance(target, ast.Attribute) and _root(target) in moto:
-                found.append(f"{path.name}:{node.lineno} assigns {ast.unparse(target)}")
+                found.append(f"{path.relative_to(LOCAL)}:{node.lineno} assigns {ast.unparse(target)}")
     return found
 
 
-def test_only_the_patch_modules_change_moto() -> None:
-    elsewhere = [p for path in sorted(LOCAL.glob("*.py")) if path.name not in PATCH_MODULES for p in _patches(path)]
-    assert elsewhere == [], "move these into local/emulator_patches.py:\n" + "\n".join(elsewhere)
+def _imports_moto(function: ast.FunctionDef) -> bool:
+    return any(
+        (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "moto")
+        or (isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "moto" for alias in node.names))
+        for node in ast.walk(function)
+    )
 
 
-def test_each_patch_of_emulator_patches_names_the_moto_version_checked() -> None:
-    tree = ast.parse((LOCAL / "emulator_patches.py").read_text(encoding="utf-8"))
-    undated = [
-        node.name
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef) and _patches_in(node) and "5.2.5" not in (ast.get_docstring(node) or "")
-    ]
+def _patch_functions() -> dict[str, ast.FunctionDef]:
+    """Every patch: a public function of a relevo_local.moto module that reaches into moto."""
+    found = {}
+    for path in sorted(PATCHES.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and _imports_moto(node):
+                found[node.name] = node
+    return found
+
+
+def test_only_the_moto_package_changes_moto() -> None:
+    elsewhere = [p for path in sorted(LOCAL.rglob("*.py")) if not path.is_relative_to(PATCHES) for p in _assignments_onto_moto(path)]
+    assert elsewhere == [], "move these into a module of local/relevo_local/moto:\n" + "\n".join(elsewhere)
+
+
+def test_each_patch_names_the_moto_release_it_was_verified_against() -> None:
+    from relevo_local.moto import VERIFIED_MOTO
+
+    undated = [name for name, node in _patch_functions().items() if f"moto {VERIFIED_MOTO}" not in (ast.get_docstring(node) or "")]
     assert undated == []
 
 
-def _patches_in(function: ast.FunctionDef) -> bool:
-    return any(isinstance(node, (ast.ImportFrom, ast.Import)) for node in ast.walk(function))
+def test_install_applies_every_patch() -> None:
+    tree = ast.parse((PATCHES / "__init__.py").read_text(encoding="utf-8"))
+    install = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "install")
+    called = {node.func.attr for node in ast.walk(install) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+    assert set(_patch_functions()) - APPLIED_TO_THE_RUNNING_EMULATOR == called - {"check_moto_version"}
+
+
+def test_every_patch_is_catalogued_with_a_test_that_exists() -> None:
+    catalogue = CATALOGUE.read_text(encoding="utf-8")
+    missing = sorted(name for name in _patch_functions() if f"`{name}`" not in catalogue)
+    assert missing == [], f"docs/emulator.md does not list: {missing}"
+    named = re.findall(r"(tests/[\w/]+\.py)::(test_\w+)", catalogue)
+    assert named
+    absent = [
+        f"{path}::{test}" for path, test in named
+        if not (ROOT / path).is_file() or not re.search(rf"^(async )?def {test}\(", (ROOT / path).read_text(encoding="utf-8"), re.M)
+    ]
+    assert absent == [], f"docs/emulator.md names tests that do not exist: {absent}"
+
+
+def test_install_refuses_an_unverified_moto_in_one_line_and_patches_nothing() -> None:
+    """In a fresh interpreter, moto's version faked (nothing installed): install() raises one line
+    before it imports a single moto module, so no patch can have been applied."""
+    script = f"""
+import sys
+from importlib import metadata
+version = metadata.version
+metadata.version = lambda name: {UNVERIFIED!r} if name == "moto" else version(name)
+from relevo_local import moto as patches
+from relevo_local.identity import RoleSessions
+try:
+    patches.install(RoleSessions("eu-west-1"))
+except patches.UnverifiedMoto as refused:
+    print(refused)
+print(sorted(name for name in sys.modules if name == "moto" or name.startswith("moto.")))
+"""
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert shown.splitlines() == [REFUSAL, "[]"]
+
+
+def test_relevo_local_up_refuses_an_unverified_moto_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from relevo_cli.main import app
+    from relevo_local import moto as patches
+
+    version = patches.metadata.version
+    monkeypatch.setattr(patches.metadata, "version", lambda name: UNVERIFIED if name == "moto" else version(name))
+    shown = CliRunner().invoke(app, ["local", "up", "--state-dir", str(tmp_path)])
+    assert (shown.exit_code, shown.output.strip()) == (2, REFUSAL)
+    assert not (tmp_path / "local-up.lock").exists()  # refused before it took the state dir
+
+
+def test_a_state_machine_definition_is_parsed_once_and_a_bad_one_is_refused_each_time() -> None:
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser, ASLParserException
+
+    from relevo_local.moto.stepfunctions import parse_each_state_machine_definition_once
+
+    parse_each_state_machine_definition_once()
+    parse_each_state_machine_definition_once()  # idempotent
+    definition = json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}})
+    first, second = AmazonStateLanguageParser.parse(definition), AmazonStateLanguageParser.parse(definition)
+    assert first[1] is second[1]  # one syntax tree per text
+    assert first[0] is not second[0]  # a program of its own for each execution
+    for _ in range(2):
+        with pytest.raises(ASLParserException):
+            AmazonStateLanguageParser.parse('{"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": ')
+
+
+def test_no_value_is_dropped_from_a_list_as_cloudformation_does() -> None:
+    import moto.cloudformation.parsing as parsing
+
+    from relevo_local.moto.cloudformation import drop_no_value_from_lists
+
+    drop_no_value_from_lists()
+    drop_no_value_from_lists()  # idempotent
+    resources = {"AWS::NoValue": None}  # what moto's ResourceMap resolves the pseudo parameter to
+    statements = [{"Effect": "Allow"}, {"Ref": "AWS::NoValue"}, "kept"]
+    assert parsing.clean_json(statements, resources) == [{"Effect": "Allow"}, "kept"]
+    assert parsing.clean_json({"a": {"Ref": "AWS::NoValue"}, "b": 1}, resources) == {"b": 1}  # maps as before
+
+
+def test_a_managed_policy_answers_its_arn_and_id_as_cloudformation_does() -> None:
+    from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+    from moto.iam.models import ManagedPolicy
+
+    from relevo_local.moto.cloudformation import answer_managed_policy_attributes
+
+    answer_managed_policy_attributes()
+    answer_managed_policy_attributes()  # idempotent
+    policy = ManagedPolicy("agent-policy", account_id="123456789012", region="us-east-1", default_version_id="v1",
+                           document=json.dumps({"Version": "2012-10-17", "Statement": []}))
+    assert ManagedPolicy.has_cfn_attr("PolicyArn") and ManagedPolicy.has_cfn_attr("PolicyId")
+    assert policy.get_cfn_attribute("PolicyArn") == policy.arn == "arn:aws:iam::123456789012:policy/agent-policy"
+    assert policy.get_cfn_attribute("PolicyId") == policy.id
+    with pytest.raises(UnformattedGetAttTemplateException):
+        policy.get_cfn_attribute("Nothing")
 
 
 def test_a_json_path_is_parsed_once_and_still_finds_what_it_names() -> None:
     from moto.stepfunctions.parser.asl.utils import json_path
 
-    from relevo_cli.local.emulator_patches import parse_each_json_path_once
+    from relevo_local.moto.stepfunctions import parse_each_json_path_once
 
     parse_each_json_path_once()
     parse_each_json_path_once()  # idempotent: one cache, not a cache of a cache
@@ -86,7 +208,7 @@ def test_an_update_expression_is_parsed_once_and_a_bad_one_is_refused_each_time(
     from moto.dynamodb.exceptions import InvalidUpdateExpression
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    from relevo_cli.local.emulator_patches import parse_each_update_expression_once
+    from relevo_local.moto.dynamodb import parse_each_update_expression_once
 
     parse_each_update_expression_once()
     parse_each_update_expression_once()  # idempotent
@@ -105,7 +227,7 @@ def test_an_update_expressions_form_is_checked_until_it_passes_once_and_the_item
     from moto.dynamodb.parsing import validators
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    from relevo_cli.local.emulator_patches import check_each_update_expressions_form_once, parse_each_update_expression_once
+    from relevo_local.moto.dynamodb import check_each_update_expressions_form_once, parse_each_update_expression_once
 
     parse_each_update_expression_once()
     check_each_update_expressions_form_once()
@@ -154,7 +276,7 @@ def test_an_answer_of_plain_dicts_serializes_byte_for_byte_as_moto_would_with_ea
     from moto.core import serialize
     from moto.core.utils import get_service_model
 
-    from relevo_cli.local.emulator_patches import pick_members_of_plain_answers_once
+    from relevo_local.moto.server import pick_members_of_plain_answers_once
 
     pick_members_of_plain_answers_once()
     item = {
@@ -197,9 +319,9 @@ def test_a_heartbeat_before_the_tasks_wait_is_taken_as_on_aws() -> None:
     SendTaskHeartbeat). The token is live from the task's start on AWS."""
     from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackOutcomeSuccess, CallbackPoolManager
 
-    from relevo_cli.local.interpreter_patches import install
+    from relevo_local.moto import stepfunctions
 
-    install()
+    stepfunctions.take_the_token_before_the_wait()
     pool = CallbackPoolManager(activity_store={})
     endpoint = pool.add("token-1")
     assert pool.heartbeat("token-1")  # before the wait: taken (unpatched: False, then InvalidToken)
@@ -217,9 +339,9 @@ def test_an_answer_before_the_tasks_wait_ends_the_wait_as_on_aws() -> None:
     at its second dispatch). On AWS the token takes the answer from the task's start."""
     from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackOutcomeFailure, CallbackPoolManager
 
-    from relevo_cli.local.interpreter_patches import install
+    from relevo_local.moto import stepfunctions
 
-    install()
+    stepfunctions.take_the_token_before_the_wait()
     pool = CallbackPoolManager(activity_store={})
     endpoint = pool.add("token-3")
     assert pool.notify("token-3", CallbackOutcomeFailure(callback_id="token-3", error="Relevo.Fatal.ExitCode", cause="exit 1"))
@@ -238,9 +360,10 @@ def test_an_answer_to_a_task_whose_wait_ended_is_refused_as_on_aws() -> None:
         CallbackPoolManager,
     )
 
-    from relevo_cli.local.interpreter_patches import install
+    from relevo_local.moto import stepfunctions
 
-    install()
+    stepfunctions.take_the_token_before_the_wait()
+    stepfunctions.close_a_callback_when_its_wait_ends()
     pool = CallbackPoolManager(activity_store={})
     endpoint = pool.add("token-2")
     endpoint.wait(timeout=0.01)  # the task's wait runs out with no answer
@@ -262,9 +385,9 @@ def test_the_cause_of_a_task_failure_reaches_the_interpreter_as_on_aws() -> None
     AWS passes the cause on (SendTaskFailure, Step Functions API Reference)."""
     from moto.stepfunctions.responses import StepFunctionResponse
 
-    from relevo_cli.local.interpreter_patches import install
+    from relevo_local.moto import stepfunctions
 
-    install()
+    stepfunctions.pass_on_the_cause_of_a_task_failure()
     told: dict[str, object] = {}
 
     class Backend:
@@ -285,7 +408,7 @@ def test_moto_lists_its_modules_once_and_still_finds_a_service_by_its_name() -> 
     from moto import backends
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
-    from relevo_cli.local.emulator_patches import list_moto_modules_once
+    from relevo_local.moto.server import list_moto_modules_once
 
     list_moto_modules_once()
     list_moto_modules_once()  # idempotent

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from relevo_cli import iam_lint
-from relevo_cli.local.template import load_sam_template
+from relevo_tools import iam_lint
+from relevo_local.template import load_sam_template
 
 ROOT = Path(__file__).resolve().parents[2]
 UNRESERVED_MINIMUM = 100  # Lambda's floor of unreserved concurrency per account and region

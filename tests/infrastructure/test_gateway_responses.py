@@ -18,9 +18,9 @@ from typing import Any, Iterator
 import boto3
 import pytest
 
-from relevo_cli.local.apigateway import ApiAdapter, Route
-from relevo_cli.local.sigv4 import Refusal
-from relevo_cli.local.template import gateway_responses, load_sam_template
+from relevo_local.apigateway import ApiAdapter, Route
+from relevo_local.sigv4 import Refusal
+from relevo_local.template import gateway_responses, load_sam_template
 
 ROOT = Path(__file__).resolve().parents[2]
 

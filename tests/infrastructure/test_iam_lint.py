@@ -1,4 +1,4 @@
-"""The offline IAM lint (relevo_cli.iam_lint, part of `make lint`) passes template.yaml, and it is
+"""The offline IAM lint (relevo_tools.iam_lint, part of `make lint`) passes template.yaml, and it is
 real: each kind of mistake AWS would refuse or silently widen, added to the template, is reported.
 
 The emulator cannot catch these: moto resolves IAM resources only for SQS, S3, IAM and STS, checks
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from relevo_cli import iam_lint
-from relevo_cli.local.template import load_sam_template
+from relevo_tools import iam_lint
+from relevo_local.template import load_sam_template
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -239,7 +239,7 @@ def test_a_suppression_without_a_reason_or_that_matches_nothing_is_an_error(sam:
 
 def _run_lint(path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "relevo_cli.iam_lint", str(path)], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-m", "relevo_tools.iam_lint", str(path)], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
 
 

@@ -1,4 +1,4 @@
-"""The attacker's matrix with the IAM evaluator (relevo_cli.iam_evaluation), on the policies of the
+"""The attacker's matrix with the IAM evaluator (relevo_local.iam_evaluation), on the policies of the
 translated template as deployed (issue 28): what an agent of region eu-west may do on its own
 credentials (AgentPolicy) and with job X's credentials (JobPolicy, its session tagged with X),
 and that everything else is refused. The same matrix runs on the local stack under its own IAM
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from relevo_cli import iam_lint
-from relevo_cli.iam_evaluation import PolicyDecision, Request, evaluate
-from relevo_cli.local.template import load_sam_template
+from relevo_tools import iam_lint
+from relevo_local.iam_evaluation import PolicyDecision, Request, evaluate
+from relevo_local.template import load_sam_template
 from relevo_core.fleet.job_credentials import LINEAGE_TAGS, NO_GRANT
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -49,7 +49,7 @@ def test_checkov_passes_the_template_and_inside_fn_foreach(tmp_path: Path) -> No
     Metadata. checkov does not expand Fn::ForEach, so it never sees the per-region queues and
     alarms: it must pass the expanded template too. One run reads both files (checkov's start
     is most of its time)."""
-    from relevo_cli.local.template import load_sam_template
+    from relevo_local.template import load_sam_template
 
     expanded = load_sam_template(ROOT / "template.yaml")
     assert "WorkQueueeuwest" in expanded["Resources"]

@@ -9,8 +9,8 @@ kms:GenerateDataKey* on the topic's key, which the AWS managed key alias/aws/sns
 alarm history then says "CloudWatch Alarms does not have authorization to access the SNS topic
 encryption key". IAM principals publishing to an encrypted topic need the same two KMS actions.
 
-The documents of the rendered template (relevo_cli.iam_lint.render) are evaluated with
-relevo_cli.iam_evaluation, a small evaluator written for this (see its docstring for what it
+The documents of the rendered template (relevo_tools.iam_lint.render) are evaluated with
+relevo_local.iam_evaluation, a small evaluator written for this (see its docstring for what it
 supports).
 """
 
@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from relevo_cli import iam_lint
-from relevo_cli.iam_evaluation import PolicyDecision, Request, UnsupportedPolicy, evaluate
-from relevo_cli.local.template import load_sam_template
+from relevo_tools import iam_lint
+from relevo_local.iam_evaluation import PolicyDecision, Request, UnsupportedPolicy, evaluate
+from relevo_local.template import load_sam_template
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCOUNT, REGION = iam_lint.ACCOUNT, iam_lint.REGION

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from relevo_cli.local import template
+from relevo_local import template
 from relevo_cli.openapi import OUTPUT, generate
 from relevo_core.openapi import QUERY_MODELS, REQUEST_BODIES
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from relevo_cli.local.template import load_sam_template, sam_functions
+from relevo_local.template import load_sam_template, sam_functions
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from relevo_cli.local import lambda_layer, template
-from relevo_cli.local.lambda_runtime import FunctionError, FunctionRuntime, FunctionSpec
+from relevo_local import lambda_layer, template
+from relevo_local.lambda_runtime import FunctionError, FunctionRuntime, FunctionSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 SAM = template.load_sam_template(ROOT / "template.yaml")

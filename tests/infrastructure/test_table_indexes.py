@@ -24,13 +24,12 @@ from typing import Any, Iterator
 
 import pytest
 
-from relevo_cli.local.template import load_sam_template
+from relevo_local.template import load_sam_template
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASED = Path(__file__).with_name("released_indexes.json")
-# Where Relevo's code queries the table (the emulator's own code and the tests are not Relevo's reads).
+# Where Relevo's code queries the table (the emulator, local/relevo_local, and the tests are not Relevo's reads).
 CODE = [ROOT / "layers" / "core" / "relevo_core", ROOT / "functions", ROOT / "agent" / "relevo_agent", ROOT / "cli" / "relevo_cli"]
-NOT_READS_OF_THE_TABLE = {ROOT / "cli" / "relevo_cli" / "local"}
 # Keys of a DynamoDB response and of an attribute value: what code reads that is no attribute.
 RESPONSE_KEYS = {"Items", "Item", "LastEvaluatedKey", "Count", "ScannedCount", "ConsumedCapacity", "Attributes", "Responses",
                  "S", "N", "B", "M", "L", "SS", "NS", "BS", "BOOL", "NULL"}
@@ -112,8 +111,6 @@ def _python_index_queries() -> Iterator[IndexQuery]:
     constants_of_keys = _index_names()
     for folder in CODE:
         for path in sorted(folder.rglob("*.py")):
-            if any(path.is_relative_to(skipped) for skipped in NOT_READS_OF_THE_TABLE):
-                continue
             tree = ast.parse(path.read_text(encoding="utf-8"))
             constants = dict(constants_of_keys)
             for node in tree.body:  # module-level string constants

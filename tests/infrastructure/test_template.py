@@ -10,8 +10,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from relevo_cli.local import deferred
-from relevo_cli.local.template import asl_placeholders, load_sam_template
+from relevo_local import deferred
+from relevo_local.template import asl_placeholders, load_sam_template
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"

@@ -5,9 +5,9 @@ the job, minted by the claim route). Every refusal is asserted by the error AWS 
 
 Who refuses what, locally:
 - moto's own IAM: actions of every service, and the SQS queue and S3 object a request names;
-- the local stack's DynamoDB authorization (cli/relevo_cli/local/dynamodb_authorization.py):
+- the local stack's DynamoDB authorization (local/relevo_local/moto/dynamodb_authorization.py):
   the table, `dynamodb:LeadingKeys` and `dynamodb:Attributes`;
-- the local stack's STS (cli/relevo_cli/local/sts_sessions.py): session tags, the policy
+- the local stack's STS (local/relevo_local/moto/sts.py): session tags, the policy
   variables they fill, and the expiry of a tagged session;
 - the local API Gateway: execute-api:Invoke of the claim route of another region.
 The same policies are evaluated offline with the IAM evaluator (tests/infrastructure/test_least_privilege.py).
@@ -122,7 +122,7 @@ def test_a_claim_is_answered_with_the_job_and_a_session_of_the_job_role_tagged_w
     identity = _as_job(local_stack, matrix.session, "sts").get_caller_identity()["Arn"]
     role = client("iam").get_role(RoleName=local_stack.resources["JobRole"])["Role"]["RoleName"]
     assert identity.endswith(f":assumed-role/{role}/{matrix.x.job_id}.0.1")
-    from relevo_cli.local.sts_sessions import session_tags
+    from relevo_local.moto.sts import session_tags
 
     tags = session_tags(matrix.session.access_key_id)
     assert tags is not None and tags["job"] == matrix.x.job_id and tags["project"] == matrix.x.project
@@ -248,7 +248,7 @@ def test_a_claim_in_another_region_is_refused(local_stack, matrix):
 
 
 def test_an_expired_session_is_refused_and_only_the_claims_secret_renews_it(local_stack, matrix):
-    from relevo_cli.local.sts_sessions import expire_now
+    from relevo_local.moto.sts import expire_now
 
     routes = _routes(local_stack, "eu-west")
     request = SessionRequest(job_id=matrix.x.job_id, stage_index=0, attempt=1, agent_id=matrix.agent_id, claim_secret=matrix.secret)

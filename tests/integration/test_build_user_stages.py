@@ -21,7 +21,7 @@ from relevo_core.private_files import write_private
 from relevo_agent.service import Agent
 from relevo_core.stackfile import write_stack_file
 from relevo_cli.api import RelevoApi
-from relevo_cli.localrun import agent_process
+from relevo_local.processes import agent_process
 from relevo_core.store import log_chunks
 from tests.helpers.agents import handle_received
 from tests.helpers.payloads import push_body

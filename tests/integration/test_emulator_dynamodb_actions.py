@@ -2,7 +2,7 @@
 atomically ("Condition expressions", DynamoDB Developer Guide: a conditional write succeeds only
 if the item's attributes meet the condition when it is applied), while the rest of each request
 (parsing, authorization, the answer's serialization) runs side by side
-(relevo_cli.local.emulator_patches.apply_dynamodb_actions_one_at_a_time)."""
+(relevo_local.moto.dynamodb.apply_dynamodb_actions_one_at_a_time)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_of_racing_conditional_writes_on_one_item_exactly_one_passes_its_conditi
 
 
 def test_an_action_waits_for_the_one_being_applied(local_stack) -> None:
-    from relevo_cli.local.emulator_patches import DYNAMODB_ACTIONS
+    from relevo_local.moto.dynamodb import DYNAMODB_ACTIONS
     from relevo_core.aws import client
 
     dynamodb, table = client("dynamodb"), local_stack.table_name

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from relevo_cli.commands.common import console
-from relevo_cli.console.app import templates
+from relevo_cli.console.render import templates
 from relevo_cli.main import app
 from relevo_cli.words import exact_time
 from relevo_cli.api import RelevoApi
@@ -245,7 +245,7 @@ def test_the_console_fleet_page_shows_each_regions_dispatch_pause_with_its_note_
     """GET /queue's `paused_regions` (each pause as the API dumps it) on the console's fleet page: a
     region's dispatch pause with its note, until and who set it, the region shown even when none
     of its agents has reported."""
-    from relevo_cli.console.app import fleet_context
+    from relevo_cli.console.views.fleet import fleet_context
     from relevo_core.store.agent_pauses import AgentPause
 
     set_at = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)

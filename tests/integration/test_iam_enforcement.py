@@ -18,8 +18,8 @@ import pytest
 import requests
 
 from relevo_cli.api import RelevoApi, SigV4RequestAuth
-from relevo_cli.local.dynamodb_authorization import checks
-from relevo_cli.local.emulator_iam import ACCOUNT_ID, RoleNotAssumable, local_user_arn
+from relevo_local.moto.dynamodb_authorization import checks
+from relevo_local.identity import ACCOUNT_ID, RoleNotAssumable, local_user_arn
 from relevo_core.aws import client, s3_presigner
 from tests.helpers.iam import client_as, refusal_code
 from tests.helpers.stack import wait_until

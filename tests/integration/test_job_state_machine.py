@@ -74,7 +74,7 @@ def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_sta
     assert (detail["stage"], detail["error_class"], detail["attempts"], detail["retry_count"]) == ("sign", "Relevo.Fatal.ExitCode", 1, 0)
     assert detail["cumulative_backoff_sec"] == 0
     # The agent's cause (exit code, agent) is passed on, as on AWS (the local stack passes
-    # SendTaskFailure's cause on: relevo_cli.local.interpreter_patches).
+    # SendTaskFailure's cause on: relevo_local.moto.stepfunctions).
     assert detail["cause"] == '{"exit_code": 2, "agent_id": "double-1"}'
 
     assert entry["artifacts"].startswith("s3://") and entry["logs"] == f"/jobs/{job_id}/logs"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from relevo_cli.local import template
-from relevo_cli.local.streams import record_filter
+from relevo_local import template
+from relevo_local.streams import record_filter
 from relevo_core.aws import client
 from relevo_core.config.notify import notify_settings
 

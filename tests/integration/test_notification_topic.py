@@ -1,6 +1,6 @@
 """The notification topic as deployed on the embedded stack: encrypted with the stack's own key,
 and with the template's topic policy (moto 5.2.5's CloudFormation has no AWS::SNS::TopicPolicy;
-the local stack writes it with SetTopicAttributes, cli/relevo_cli/local/deferred.py)."""
+the local stack writes it with SetTopicAttributes, local/relevo_local/deferred.py)."""
 
 from __future__ import annotations
 

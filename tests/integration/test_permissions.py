@@ -14,7 +14,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from relevo_cli.local.emulator_iam import local_user_arn
+from relevo_local.identity import local_user_arn
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from tests.helpers import TEST_ADMIN_ARN

@@ -9,7 +9,8 @@ import secrets
 from typer.testing import CliRunner
 
 from relevo_cli.main import app
-from relevo_cli.preflight import DeployPlan, Verdict, concurrency_finding
+from relevo_cli.preflight import DeployPlan, concurrency_finding
+from relevo_core.checks import Verdict
 from relevo_core.aws import client
 
 runner = CliRunner()

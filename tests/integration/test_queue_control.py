@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from typer.testing import CliRunner
 
-from relevo_cli.local.emulator_iam import local_user_arn
+from relevo_local.identity import local_user_arn
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.main import app
 from relevo_core.aws import client

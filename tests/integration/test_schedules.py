@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.local.scheduler import ScheduleFirer
+from relevo_local.scheduler import ScheduleFirer
 from relevo_core.aws import client
 from relevo_core.models.envelope import TriggerType
 from relevo_core.models.project import ProjectSchedule

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from relevo_agent.stage_env import stage_environment
-from relevo_cli.localrun import agent_process, write_agent_config
+from relevo_local.processes import agent_process, write_agent_config
 from relevo_core.store import log_chunks
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, register_project, wait_for_execution

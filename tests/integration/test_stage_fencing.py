@@ -178,7 +178,7 @@ def test_a_reset_before_the_claim_hands_the_message_back_at_once(local_stack, pr
     from relevo_agent.config import AgentConfig
     from relevo_agent.messages import Message
     from relevo_agent.service import Agent
-    from relevo_cli.drill.proxy import FaultProxy, Mode
+    from relevo_tools.drill.proxy import FaultProxy, Mode
 
     job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], queue_timeout_sec=120)
     task, receipt = receive_stage(local_stack, job_id)

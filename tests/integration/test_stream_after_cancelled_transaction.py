@@ -11,7 +11,7 @@ import secrets
 import pytest
 from botocore.exceptions import ClientError
 
-from relevo_cli.local.streams import StreamPoller
+from relevo_local.streams import StreamPoller
 from relevo_core.aws import client
 
 

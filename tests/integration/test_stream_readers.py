@@ -1,5 +1,5 @@
 """The local stack reads a table's stream once for all the functions it feeds
-(relevo_cli.local.streams): each page goes to every event source, through each one's own
+(relevo_local.streams): each page goes to every event source, through each one's own
 filters and batch size, and a function that hangs delays only its own deliveries, as one event
 source mapping never waits for another on AWS. Read from the session stack's own table stream."""
 
@@ -9,7 +9,7 @@ import secrets
 import threading
 from typing import Any
 
-from relevo_cli.local.streams import StreamConsumer, StreamPoller
+from relevo_local.streams import StreamConsumer, StreamPoller
 from relevo_core.aws import client
 
 

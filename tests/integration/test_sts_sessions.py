@@ -1,5 +1,5 @@
 """The local stack's STS does what the per-job credentials rely on, as AWS does it, and refuses
-as AWS refuses (cli/relevo_cli/local/sts_sessions.py; moto 5.2.5 does none of it):
+as AWS refuses (local/relevo_local/moto/sts.py; moto 5.2.5 does none of it):
 - session tags kept and named by `${aws:PrincipalTag/...}` in the role's policies;
 - sts:TagSession required of the caller and of the role's trust ("Passing session tags in AWS
   STS", IAM User Guide: "the role's trust policy must allow sts:TagSession");

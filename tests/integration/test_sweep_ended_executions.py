@@ -41,7 +41,7 @@ def _stop(stack, job_id: str, run_token: str | None = None) -> str:
 
     The holder of `run_token` keeps heartbeating (refused once it ended), as an agent would. AWS
     reports every stopped execution ABORTED; moto 5.2.5 reported one stopped inside the stage Map
-    FAILED until the local stack made a stop end its waits ABORTED (local/interpreter_patches.py),
+    FAILED until the local stack made a stop end its waits ABORTED (relevo_local/moto/stepfunctions.py),
     and the mirrored status still follows what the execution reports."""
     sfn = client("stepfunctions")
     arn = execution_arn(stack.state_machine_arn, job_id)

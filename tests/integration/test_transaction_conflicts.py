@@ -6,7 +6,7 @@ integration's error ServiceName.ErrorName), the item's cancellation reason `Tran
 in the message Step Functions gives as the Cause (DynamoDB API Reference, TransactWriteItems,
 Errors). It never fails as `TransactionConflictException`, so a Retry on that name never
 matches. The local stack applies DynamoDB actions one at a time and never conflicts: these
-tests switch the conflict on (relevo_cli.local.faults) for each transactional state, and check
+tests switch the conflict on (relevo_local.moto.dynamodb_faults) for each transactional state, and check
 that the state retries it, that the job's status and its queue slot (the COUNTER# item) stay
 right, and that a real condition failure still goes where it went.
 
@@ -27,7 +27,7 @@ import uuid
 from datetime import datetime, timezone
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.local import faults
+from relevo_local.moto import dynamodb_faults
 from relevo_core.aws import client
 from relevo_core.execution import start_execution, work_queue_url
 from relevo_core.intake.enqueue import build_envelope, project_cache
@@ -112,7 +112,7 @@ def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(l
     register_project(local_stack, project_id, STAGES)
     slots = QueueSlots(local_stack, project_id)
 
-    with faults.transaction_conflicts(2, ACQUIRE_PROJECT_LOCK_AND_START) as conflicts:
+    with dynamodb_faults.transaction_conflicts(2, ACQUIRE_PROJECT_LOCK_AND_START) as conflicts:
         job_id = enqueue_job(local_stack, intake_settings, project_id)
         task, _ = receive_stage(local_stack, job_id)
 
@@ -136,7 +136,7 @@ def test_a_conflict_at_the_jobs_end_is_retried_in_place_and_the_lock_given_back(
     job_id = enqueue_job(local_stack, intake_settings, project_id)
     task, _ = receive_stage(local_stack, job_id)
 
-    with faults.transaction_conflicts(2, RELEASE_LOCK_AND_MARK_SUCCEEDED) as conflicts:
+    with dynamodb_faults.transaction_conflicts(2, RELEASE_LOCK_AND_MARK_SUCCEEDED) as conflicts:
         agent_runs(local_stack, task)
         assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
@@ -153,7 +153,7 @@ def test_a_conflict_at_mark_started_is_retried_and_the_queue_slot_given_back_onc
     holder_task, waiter = _holder_and_waiter(local_stack, intake_settings, project_id)
     slots = QueueSlots(local_stack, project_id)
 
-    with faults.transaction_conflicts(2, MARK_STARTED) as conflicts:
+    with dynamodb_faults.transaction_conflicts(2, MARK_STARTED) as conflicts:
         agent_runs(local_stack, holder_task)
         task, _ = receive_stage(local_stack, waiter, timeout=60)
 
@@ -173,7 +173,7 @@ def test_a_conflict_at_mark_waiting_for_project_is_retried_and_the_job_joins_the
     holder_task, _ = receive_stage(local_stack, holder)
     slots = QueueSlots(local_stack, project_id)
 
-    with faults.transaction_conflicts(2, MARK_WAITING_FOR_PROJECT) as conflicts:
+    with dynamodb_faults.transaction_conflicts(2, MARK_WAITING_FOR_PROJECT) as conflicts:
         waiter = enqueue_job(local_stack, intake_settings, project_id)
         wait_until(lambda: job_record(local_stack, waiter).get("waiting_for") == project_id, 60, f"{waiter} joins the line")
 
@@ -196,7 +196,7 @@ def test_a_conflict_at_acquire_as_queue_head_is_retried_in_place(local_stack, in
     slots = QueueSlots(local_stack, project_id)
     refusals_before = _entered(local_stack, waiter, "CheckLockHolder")
 
-    with faults.transaction_conflicts(2, ACQUIRE_AS_QUEUE_HEAD) as conflicts:
+    with dynamodb_faults.transaction_conflicts(2, ACQUIRE_AS_QUEUE_HEAD) as conflicts:
         agent_runs(local_stack, holder_task)
         task, _ = receive_stage(local_stack, waiter, timeout=60)
 
@@ -214,7 +214,7 @@ def test_a_conflict_at_acquire_as_queue_head_is_retried_in_place(local_stack, in
 def test_a_conflict_at_record_resolved_succeeded_is_retried(local_stack, project_id):
     job_id = _to_manual_review(local_stack, project_id)
 
-    with faults.transaction_conflicts(2, RECORD_RESOLVED_SUCCEEDED) as conflicts:
+    with dynamodb_faults.transaction_conflicts(2, RECORD_RESOLVED_SUCCEEDED) as conflicts:
         RelevoApi.for_stack(local_stack).resolve_stage(job_id, "upload", "succeeded", "checked by hand")
         task, _ = receive_stage(local_stack, job_id)
 
@@ -232,7 +232,7 @@ def test_a_conflict_while_parking_is_retried_and_the_job_stays_in_line(local_sta
     waiter = enqueue_job(local_stack, intake_settings, project_id)
     wait_until(lambda: job_record(local_stack, waiter).get("wake_token"), 60, f"{waiter} parked")
 
-    with faults.transaction_conflicts(2, WAIT_FOR_PROJECT, operations=PARK) as conflicts:
+    with dynamodb_faults.transaction_conflicts(2, WAIT_FOR_PROJECT, operations=PARK) as conflicts:
         wait_until(lambda: len(conflicts.failed) == 2, 60, "two parks conflicting")
         parks = _entered(local_stack, waiter, "WaitForProject")
         wait_until(lambda: _entered(local_stack, waiter, "WaitForProject") > parks, 60, "parked again")
@@ -253,7 +253,7 @@ def test_a_conflict_while_giving_up_is_retried_and_the_queue_slot_given_back_onc
     hold_outside(local_stack, project_id)
     slots = QueueSlots(local_stack, project_id)
 
-    with faults.transaction_conflicts(2, GIVE_UP_WAITING) as conflicts:
+    with dynamodb_faults.transaction_conflicts(2, GIVE_UP_WAITING) as conflicts:
         waiter = enqueue_job(local_stack, intake_settings, project_id)
         described = wait_for_execution(local_stack, waiter, timeout=90)
 
@@ -272,7 +272,7 @@ def test_a_release_that_meets_a_transaction_on_the_lock_is_retried(local_stack, 
     job_id = enqueue_job(local_stack, intake_settings, project_id)
     task, _ = receive_stage(local_stack, job_id)
 
-    with faults.write_conflicts(2, "LOCK#") as conflicts:
+    with dynamodb_faults.write_conflicts(2, "LOCK#") as conflicts:
         agent_runs(local_stack, task)
         described = wait_for_execution(local_stack, job_id)
 
@@ -329,7 +329,7 @@ def test_the_switch_fails_a_transaction_the_way_dynamodb_does(local_stack):
         {"Update": {"TableName": table, "Key": {"pk": {"S": f"COUNTER#probe-{probe}"}, "sk": {"S": "PROBE"}}, "UpdateExpression": "SET a = :a",
                     "ExpressionAttributeValues": {":a": {"S": "1"}}}},
     ]
-    with faults.transaction_conflicts(1, MARK_STARTED, conflict_on=1) as conflicts:
+    with dynamodb_faults.transaction_conflicts(1, MARK_STARTED, conflict_on=1) as conflicts:
         try:
             client("dynamodb").transact_write_items(TransactItems=items)
             raise AssertionError("the switch did not fail the transaction")

@@ -172,7 +172,7 @@ def test_a_local_agents_workspaces_stay_out_of_a_checkout_and_its_paths_are_abso
     import subprocess
     import tomllib
 
-    from relevo_cli.localrun import write_agent_config
+    from relevo_local.processes import write_agent_config
 
     checkout = tmp_path / "relevo"
     subprocess.run(["git", "init", "--quiet", str(checkout)], check=True)

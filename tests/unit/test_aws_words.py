@@ -10,7 +10,8 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 from typer.testing import CliRunner
 
 from relevo_cli.main import app
-from relevo_cli.preflight import Verdict, credentials_finding
+from relevo_cli.preflight import credentials_finding
+from relevo_core.checks import Verdict
 from tests.helpers.stack_files import unreachable_stack_file
 
 runner = CliRunner()

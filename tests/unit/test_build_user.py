@@ -217,9 +217,10 @@ def test_a_build_users_command_is_killed_with_its_whole_group(build_user: BuildU
     cancel = threading.Event()
     lease = Lease(LeaseTimeline(lease_ttl_sec=1, kill_grace_sec=0.2, max_clock_skew_sec=0.1), time.monotonic()) if how == "fence" else None
 
-    # When its timeout passes, it is canceled, or its lease's fence passes (the supervisor, root's, kills)
+    # When its timeout passes, it is canceled, or its lease's fence passes (the supervisor, root's, kills);
+    # the timeout leaves the command time to start as the build user on a loaded machine (0.5 s did not).
     result, output = _run(
-        build_user, command, workspace, timeout_sec=0.5 if how == "timeout" else 30, cancel=cancel, grace_sec=0.2, lease=lease,
+        build_user, command, workspace, timeout_sec=2.0 if how == "timeout" else 30, cancel=cancel, grace_sec=0.2, lease=lease,
         on_output=lambda chunk: cancel.set() if how == "cancel" and b"started" in chunk else None,
     )
 

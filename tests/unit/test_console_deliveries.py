@@ -6,7 +6,8 @@ import boto3
 from starlette.testclient import TestClient
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.console.app import Console, create_app
+from relevo_cli.console.app import create_app
+from relevo_cli.console.state import Console
 from relevo_cli.console.security import ConsoleSecrets
 
 PORT = 8765

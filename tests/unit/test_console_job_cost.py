@@ -7,7 +7,7 @@ import boto3
 import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.console.app import JOB_COST_MAX_AGE_SEC, JOB_COSTS_KEPT, Console
+from relevo_cli.console.state import JOB_COST_MAX_AGE_SEC, JOB_COSTS_KEPT, Console
 
 
 class CountingApi(RelevoApi):

@@ -15,7 +15,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.console.app import HERE, Console, create_app
+from relevo_cli.console.app import create_app
+from relevo_cli.console.render import HERE
+from relevo_cli.console.state import Console
 from relevo_cli.console.security import COOKIE, ConsoleSecrets
 from relevo_cli.console.server import ConsoleServer
 from tests.helpers.stack_files import UNREACHABLE, unreachable_stack_file

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.console.app import Console
+from relevo_cli.console.state import Console
 from relevo_cli.console.security import COOKIE
 from relevo_cli.console.server import ConsoleServer
 from relevo_cli.console.stream import StreamSettings, batches, job_events

@@ -7,7 +7,7 @@ import re
 
 from datetime import datetime, timezone
 
-from relevo_cli.console.app import templates
+from relevo_cli.console.render import templates
 from relevo_cli.console.summary import artifact_type, format_duration, job_summary
 
 NOW = datetime(2026, 12, 1, 12, 0, 30, tzinfo=timezone.utc)

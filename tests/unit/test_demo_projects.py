@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from relevo_cli.demo import percentile
-from relevo_cli.demo_scenarios import FLEET, PROJECTS
+from relevo_tools.demo import percentile
+from relevo_tools.demo_scenarios import FLEET, PROJECTS
 from relevo_cli.projects import load_project_file
 from relevo_core.models.errors import EX_TEMPFAIL
 from relevo_core.models.project import Project

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relevo_cli.local.dynamodb_authorization import expression_attributes
+from relevo_local.moto.dynamodb_authorization import expression_attributes
 
 
 def test_top_level_attribute_names_of_expressions():

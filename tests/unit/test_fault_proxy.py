@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from relevo_cli.drill.proxy import FaultProxy, Mode
+from relevo_tools.drill.proxy import FaultProxy, Mode
 
 
 class _Echo(socketserver.BaseRequestHandler):

@@ -3,7 +3,7 @@ within what STS accepts at the longest names the stack allows, so no claim is ev
 credentials by AssumeRole ("Passing session tags in AWS STS", IAM User Guide: at most 50 tags,
 keys up to 128 and values up to 256 characters of [\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]; AssumeRole, STS
 API Reference: RoleSessionName [\\w+=,.@-]{2,64}, DurationSeconds from 900 to the role's maximum,
-one hour when a role's session takes it). The emulator enforces the same (relevo_cli.local.sts_sessions)."""
+one hour when a role's session takes it). The emulator enforces the same (relevo_local.moto.sts)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from relevo_agent.config import AgentConfig
-from relevo_cli.drill.fleet import DrillTiming
+from relevo_tools.drill.fleet import DrillTiming
 from relevo_core.lease_timeline import LeaseTimeline
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.plan import StagePlan

@@ -1,5 +1,5 @@
 """The local stack's stream pollers apply each event source's FilterCriteria from template.yaml
-as Lambda does (relevo_cli.local.streams.record_filter), so a stream function is invoked for the
+as Lambda does (relevo_local.streams.record_filter), so a stream function is invoked for the
 records its filters name and no other (MetricsFunction and StatusReporterFunction were invoked for
 every write of the table: every log chunk and lease renewal)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from relevo_cli.local import template
-from relevo_cli.local.streams import record_filter
+from relevo_local import template
+from relevo_local.streams import record_filter
 from relevo_core.jobs.metrics import metrics_for_change
 from relevo_core.models.status import StageStatus
 from relevo_core.notify.transitions import reported_stage_change
@@ -144,7 +144,7 @@ def test_the_table_stream_has_at_most_two_readers():
 
 def test_the_local_stack_refuses_a_third_reader_of_a_stream():
     """Where AWS would take the third event source mapping and then throttle its reads."""
-    from relevo_cli.local.streams import StreamConsumer, StreamPoller, TooManyStreamReaders
+    from relevo_local.streams import StreamConsumer, StreamPoller, TooManyStreamReaders
 
     def reader(name: str) -> StreamConsumer:
         return StreamConsumer(name, 10, invoke=lambda event: None)

@@ -19,7 +19,7 @@ from relevo_agent.handoff.manifests import Placed
 from relevo_agent.handoff.place import Writer
 from relevo_agent.handoff.store import PARALLEL_OBJECTS, _Progress
 from relevo_agent.handoff.tree import READ_BLOCK
-from relevo_core.aws import client, in_this_context
+from relevo_core.aws import client, error_code, in_this_context
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.transfer import human_bytes
 
@@ -55,7 +55,7 @@ def fetch_files(workspace: Path, items: list[Placed], cache: HandoffCache | None
         except (HandoffFailure, Stopped):
             raise
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound", "InvalidRange"):
+            if error_code(exc) in ("NoSuchKey", "404", "NotFound", "InvalidRange"):
                 raise HandoffFailure(
                     ErrorClass.HANDOFF_GONE, f"handoff: {uri} is no longer stored (expired, or removed by artifact.max_total_bytes)"
                 ) from exc

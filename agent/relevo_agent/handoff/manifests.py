@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from relevo_agent.artifacts import classify_storage_error
 from relevo_agent.handoff import HandoffFailure
 from relevo_agent.handoff.store import base_of_manifest
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.handoff import HandoffSummary, Manifest, ManifestEntry, link_target_problem, path_problem
 
@@ -48,7 +48,7 @@ def read_manifest(source: Source) -> tuple[Manifest, str, str]:
     try:
         data = client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+        if error_code(exc) in ("NoSuchKey", "404", "NotFound"):
             raise HandoffFailure(
                 ErrorClass.HANDOFF_GONE,
                 f"handoff: the manifest of stage {source.stage} of {source.job_id} ({source.summary.manifest}) is no longer "

@@ -24,7 +24,7 @@ def console_command(
     stack_file: Optional[Path] = StackOption,
 ) -> None:
     """Serve the web console on 127.0.0.1 (Ctrl-C stops it)."""
-    from relevo_cli.console.app import Console
+    from relevo_cli.console.state import Console
     from relevo_cli.console.server import ConsoleServer
 
     api = RelevoApi.for_stack(open_stack(stack_file))

@@ -7,6 +7,9 @@ It starts a local stack (or uses the one named), two relevo-agent processes of o
 behind a loopback fault proxy, and runs the named drills, N trials each; it prints a table per
 drill and a summary, and exits 1 on any duplicate or lost effect, wrongly failed job, stage left
 non-terminal, slow cancel or incomplete dead-letter entry (2 on a bad argument).
+
+The drills themselves are a development tool (relevo_tools.drill): the command imports them when
+it runs, so the rest of the CLI starts without them.
 """
 
 from __future__ import annotations
@@ -22,17 +25,13 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from relevo_cli.drill.drills import DRILLS
-from relevo_cli.drill.fleet import DrillTiming
-from relevo_cli.drill.report import drill_table, summary_table
-from relevo_cli.drill.runner import run_drills
 from relevo_core.stackfile import StackInfo, load_stack
 
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 
 
 def drill_command(
-    drills: list[str] = typer.Argument(..., help=f"drills to run ({', '.join(DRILLS)}), or all"),
+    drills: list[str] = typer.Argument(..., help="drills to run by name, or all (a name it does not know lists them)"),
     trials: int = typer.Option(1, "--trials", min=1, max=50, help="trials of each drill"),
     stack_file: Optional[Path] = typer.Option(None, "--stack-file", help="use this stack.json instead of starting a local stack"),
     lease: Optional[int] = typer.Option(None, "--lease", min=3, max=120, help="lease_ttl_sec of the drill's projects (default 6)"),
@@ -41,6 +40,11 @@ def drill_command(
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="where agent logs, journals and effects go (default: a new temp dir)"),
 ) -> None:
     """Run disaster drills against two agents behind fault proxies; exit 1 if any effect ran twice or got lost."""
+    from relevo_tools.drill.drills import DRILLS
+    from relevo_tools.drill.fleet import DrillTiming
+    from relevo_tools.drill.report import drill_table, summary_table
+    from relevo_tools.drill.runner import run_drills
+
     names = list(DRILLS) if drills == ["all"] else drills
     unknown = [name for name in names if name not in DRILLS]
     if unknown:
@@ -84,7 +88,7 @@ def _stack(running: ExitStack, stack_file: Path | None, work: Path) -> StackInfo
         except FileNotFoundError as exc:
             typer.echo(f"relevo drill: {exc}", err=True)
             raise typer.Exit(2) from exc
-    from relevo_cli.localrun import local_stack
+    from relevo_local.processes import local_stack
 
     console.print("[dim]starting a local stack (relevo local up)…[/dim]")
     return running.enter_context(local_stack(work / "stack", work / "local-up.log"))

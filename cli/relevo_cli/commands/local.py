@@ -1,5 +1,8 @@
 """`relevo local …`: the embedded local stack — start it (`up`), see it (`status`), stop it
-(`down`), and run an agent against it (`agent`)."""
+(`down`), and run an agent against it (`agent`).
+
+The emulator is a package of its own (relevo_local, moto and its patches): each command imports it
+when it runs, so the rest of the CLI starts without it."""
 
 from __future__ import annotations
 
@@ -10,15 +13,18 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from importlib.util import find_spec
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.cli_errors import UserMistake
 from relevo_cli.commands.common import console
-from relevo_cli.local.state_dir import AlreadyRunning, Holder, StateDirLock, running, try_lock
 from relevo_core.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
+
+if TYPE_CHECKING:
+    from relevo_local.state_dir import Holder
 
 local_app = typer.Typer(no_args_is_help=True, help="The embedded local stack.")
 
@@ -33,6 +39,11 @@ IN_MEMORY = (
     "(the emulator, moto 5.2.5, can only record and replay requests, which would run executions again "
     "rather than restore them, so no persistence is offered)."
 )
+
+
+def _require_emulator() -> None:
+    if find_spec("relevo_local") is None:
+        raise UserMistake("relevo local runs the emulator, relevo-local, which is not installed beside this CLI (pip install ./local)")
 
 
 def _say(line: str) -> None:
@@ -54,8 +65,16 @@ def local_up(
     api_port: int = typer.Option(0, help="port of the local API (0: any free port)"),
 ) -> None:
     """Start the embedded AWS stack in the foreground until SIGINT or SIGTERM (`relevo local down`)."""
-    from relevo_cli.local import emulator_iam
-    from relevo_cli.local.stack import LocalStack
+    _require_emulator()
+    from relevo_local.identity import ACCOUNT_ID, LOCAL_USER
+    from relevo_local.moto import UnverifiedMoto, check_moto_version
+    from relevo_local.stack import LocalStack
+    from relevo_local.state_dir import AlreadyRunning, StateDirLock
+
+    try:
+        check_moto_version()  # before the state dir is taken: one line, nothing started
+    except UnverifiedMoto as exc:
+        raise UserMistake(str(exc)) from exc
 
     lock = StateDirLock(state_dir)
     try:
@@ -66,7 +85,7 @@ def local_up(
     (state_dir / "stack.json").unlink(missing_ok=True)
     # The stack's own IAM user, the one a person at this machine signs as, is its administrator:
     # a job that does not exist is 404 to them, not the 403 that hides existence from others.
-    parameters = {"AdminPrincipals": f"arn:aws:iam::{emulator_iam.ACCOUNT_ID}:user/{emulator_iam.LOCAL_USER}"}
+    parameters = {"AdminPrincipals": f"arn:aws:iam::{ACCOUNT_ID}:user/{LOCAL_USER}"}
     if region_affinities:
         parameters["RegionAffinities"] = region_affinities
     if queue_limit is not None:
@@ -90,6 +109,9 @@ def local_up(
 
 
 def _running_stack(state_dir: Path) -> tuple[Holder, StackInfo | None]:
+    _require_emulator()
+    from relevo_local.state_dir import running
+
     holder = running(state_dir)
     if holder is None:
         raise typer.Exit(_say_not_running(state_dir))
@@ -162,6 +184,9 @@ def local_down(
     timeout_sec: float = typer.Option(60, "--timeout", min=1, help="seconds to wait for it to stop"),
 ) -> None:
     """Stop the local stack running on the state dir, and wait until it has stopped."""
+    _require_emulator()
+    from relevo_local.state_dir import running
+
     holder = running(state_dir)
     if holder is None:
         raise typer.Exit(_say_not_running(state_dir))
@@ -185,7 +210,7 @@ def local_agent(
     state_dir: Path = StateDirOption,
 ) -> None:
     """Run a relevo-agent against the local stack in the foreground (its TOML, workspaces, journal: STATE_DIR/agents/ID/)."""
-    from relevo_cli.localrun import write_agent_config
+    from relevo_local.processes import write_agent_config
 
     holder, stack = _running_stack(state_dir)
     if stack is None:
@@ -214,6 +239,8 @@ def local_agent(
 def _agent_home(state_dir: Path, region: str, agent_id: str | None) -> tuple[Path, int]:
     """STATE_DIR/agents/ID, locked for this agent: the id asked for, or local-REGION-N, the first N
     whose directory no running agent holds."""
+    from relevo_local.state_dir import try_lock
+
     candidates = [agent_id] if agent_id else [f"local-{region}-{n}" for n in range(1, 100)]
     for name in candidates:
         home = state_dir / "agents" / name

@@ -13,6 +13,7 @@ from botocore.exceptions import ProfileNotFound
 
 from relevo_cli import deployed
 from relevo_cli.commands.common import StackOption, console, errors
+from relevo_core.checks import Verdict
 from relevo_core.stackfile import StackProblem, load_stack, read_stack, stack_file_in_use, user_stack_file, write_stack_file
 
 stack_app = typer.Typer(no_args_is_help=True, help="The deployed stack the CLI uses.")
@@ -54,7 +55,7 @@ def stack_show(stack_file: Optional[Path] = StackOption) -> None:
     info.apply_to_environment()
     checks = deployed.check_reachable(info, boto3.session.Session(region_name=info.region))
     for check in checks:
-        console.print(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.words}")
+        console.print(check.line())
     if not all(check.ok for check in checks):
         raise typer.Exit(1)
 
@@ -84,5 +85,5 @@ def aws_preflight(
         findings = preflight.preflight(plan, session, endpoint_url)
     for finding in findings:
         console.print(finding.line(), soft_wrap=True)
-    if any(finding.verdict is preflight.Verdict.FIX for finding in findings):
+    if any(finding.verdict is Verdict.FIX for finding in findings):
         raise typer.Exit(1)

@@ -74,6 +74,18 @@ def caller_level(api: RelevoApi, caller: str, project: str) -> Level | None:
     return level_of(caller, [Grant.model_construct(principal=g["principal"], level=Level(g["level"])) for g in listed])
 
 
+def project_levels(api: RelevoApi, caller: str) -> Callable[[str], Level | None]:
+    """The caller's level on a project, probed once per project a page shows."""
+    levels: dict[str, Level | None] = {}
+
+    def level_on(project: str) -> Level | None:
+        if project not in levels:
+            levels[project] = caller_level(api, caller, project)
+        return levels[project]
+
+    return level_on
+
+
 def button_state(action: Action, job: dict[str, Any], caller: str, level: Level | None) -> str | None:
     """Why the button is disabled, or None: the caller's level first (what they cannot change)."""
     if level is None or not level.covers(action.level):

@@ -10,7 +10,8 @@ from typing import Callable
 
 import uvicorn
 
-from relevo_cli.console.app import Console, create_app
+from relevo_cli.console.app import create_app
+from relevo_cli.console.state import Console
 from relevo_cli.console.security import ConsoleSecrets
 
 LOOPBACK = "127.0.0.1"

@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 _CLIENT_CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 3},
@@ -258,3 +259,17 @@ def reset_clients() -> None:
     _bounded_client.cache_clear()
     _session.cache_clear()
     _presigner.cache_clear()
+
+
+def error_code(exc: ClientError) -> str:
+    """The error code AWS refused a call with ("" when its answer named none)."""
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def error_words(exc: BaseException) -> str:
+    """What went wrong, for a person: a refused AWS call as its code and message, anything else
+    (no answer, a bad profile) as its own words."""
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        return f"{error.get('Code', 'error')}: {error.get('Message', '')}".strip(": ")
+    return str(exc)

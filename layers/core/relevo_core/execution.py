@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.config import IntakeSettings
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.plan import StagePlan
@@ -26,7 +26,7 @@ def work_queue_url(prefix: str, region_affinity: str) -> str:
     try:
         return client("sqs").get_queue_url(QueueName=f"{prefix}{region_affinity}")["QueueUrl"]
     except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"):
+        if error_code(exc) in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"):
             raise RelevoError(
                 ErrorCode.REGION_UNKNOWN, f"region_affinity {region_affinity!r} has no work queue in this stack"
             ) from exc
@@ -151,7 +151,7 @@ def start_execution(state_machine_arn: str, envelope: JobEnvelope, queue_url: st
     except ClientError as exc:
         # AWS answers success for an open execution with the same name and input; the emulator
         # raises ExecutionAlreadyExists. Either way the job is already started.
-        if exc.response["Error"]["Code"] != "ExecutionAlreadyExists":
+        if error_code(exc) != "ExecutionAlreadyExists":
             raise
 
 
@@ -187,7 +187,7 @@ def execution_status(state_machine_arn: str, name: str) -> str:
     try:
         described = client("stepfunctions").describe_execution(executionArn=execution_arn(state_machine_arn, name))
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
+        if error_code(exc) != "ExecutionDoesNotExist":
             raise
         return MISSING
     return str(described["status"])
@@ -198,7 +198,7 @@ def stop_execution(state_machine_arn: str, name: str, cause: str) -> None:
     try:
         client("stepfunctions").stop_execution(executionArn=execution_arn(state_machine_arn, name), cause=cause)
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
+        if error_code(exc) != "ExecutionDoesNotExist":
             raise
 
 
@@ -216,8 +216,8 @@ def succeed_task(token: str, output: dict[str, Any]) -> None:
     try:
         client("stepfunctions").send_task_success(taskToken=token, output=json.dumps(output))
     except ClientError as exc:
-        if exc.response["Error"]["Code"] in _TASK_GONE:
-            raise TaskGone(exc.response["Error"]["Code"]) from exc
+        if error_code(exc) in _TASK_GONE:
+            raise TaskGone(error_code(exc)) from exc
         raise
 
 
@@ -226,8 +226,8 @@ def fail_task(token: str, error: str, cause: str) -> None:
     try:
         client("stepfunctions").send_task_failure(taskToken=token, error=error, cause=cause)
     except ClientError as exc:
-        if exc.response["Error"]["Code"] in _TASK_GONE:
-            raise TaskGone(exc.response["Error"]["Code"]) from exc
+        if error_code(exc) in _TASK_GONE:
+            raise TaskGone(error_code(exc)) from exc
         raise
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from relevo_core.aws import in_this_context
+from relevo_core.aws import error_code, in_this_context
 from relevo_core.config.agent_sessions import AgentSessionsSettings
 from relevo_core.execution import TaskGone, fail_task, succeed_task
 from relevo_core.fleet import job_credentials
@@ -73,7 +73,7 @@ def _fail_dispatch(token: str, error: RelevoError) -> None:
     except TaskGone:
         pass
     except ClientError as exc:
-        logger.warning("the dispatch of an unreadable job could not be failed", extra={"error": exc.response["Error"]["Code"]})
+        logger.warning("the dispatch of an unreadable job could not be failed", extra={"error": error_code(exc)})
 
 
 def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequest, now: datetime) -> ClaimGranted:

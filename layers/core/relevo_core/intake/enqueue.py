@@ -151,27 +151,13 @@ def enqueue(
     def also_write(held: HeldReason | None) -> list[dict[str, Any]]:
         return [delivery_record(envelope.job_id, held)] if delivery_record is not None else []
 
-    outcome = jobs.create_job(
-        settings.table_name, envelope, window, settings.queue_limit, now, held_reason=held_reason, refuse_frozen=refuse_frozen,
-        also_write=also_write(held_reason),
+    outcome = jobs.create_job_or_repeat(
+        settings.table_name, envelope, window, settings.queue_limit, now, on_repeat,
+        held_reason=held_reason, refuse_frozen=refuse_frozen, also_write=also_write,
     )
-    if isinstance(outcome, jobs.RepeatAfterWindow):
-        if on_repeat is OnRepeat.SKIP:
-            return IntakeResult(outcome.previous_job_id, duplicate=True, outcome="skipped")
-        if held_reason is None and on_repeat is OnRepeat.HOLD:
-            held_reason = HeldReason.REPEAT_AFTER_WINDOW
-        outcome = jobs.create_job(
-            settings.table_name,
-            envelope,
-            window,
-            settings.queue_limit,
-            now,
-            held_reason=held_reason,
-            replaces_expires_at=outcome.previous_expires_at,
-            refuse_frozen=refuse_frozen,
-            also_write=also_write(held_reason),
-        )
-    if isinstance(outcome, jobs.Created) and held_reason is not None:
+    if isinstance(outcome, jobs.RepeatAfterWindow) and on_repeat is OnRepeat.SKIP:
+        return IntakeResult(outcome.previous_job_id, duplicate=True, outcome="skipped")
+    if isinstance(outcome, jobs.Created) and outcome.held_reason is not None:
         return IntakeResult(envelope.job_id, outcome="held")
     if isinstance(outcome, jobs.Duplicate):
         return IntakeResult(

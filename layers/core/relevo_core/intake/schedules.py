@@ -14,7 +14,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.config import IntakeSettings
 from relevo_core.config.scheduler import SchedulerSettings
 from relevo_core.intake.enqueue import IntakeResult, enqueue
@@ -136,10 +136,6 @@ def schedule_request(settings: SchedulerSettings, project_id: str, schedule: Pro
     }
 
 
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
 def sync_schedules(
     settings: SchedulerSettings,
     project_id: str,
@@ -158,12 +154,12 @@ def sync_schedules(
         try:
             scheduler.update_schedule(**request)
         except ClientError as exc:
-            if _code(exc) != "ResourceNotFoundException":
+            if error_code(exc) != "ResourceNotFoundException":
                 raise
             try:
                 scheduler.create_schedule(**request)
             except ClientError as created:
-                if _code(created) != "ConflictException":  # created concurrently: update it
+                if error_code(created) != "ConflictException":  # created concurrently: update it
                     raise
                 scheduler.update_schedule(**request)
     kept = {schedule.name for schedule in wanted}
@@ -173,5 +169,5 @@ def sync_schedules(
         try:
             scheduler.delete_schedule(Name=scheduler_name(project_id, schedule.name), GroupName=settings.schedule_group)
         except ClientError as exc:
-            if _code(exc) != "ResourceNotFoundException":
+            if error_code(exc) != "ResourceNotFoundException":
                 raise

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from relevo_core.execution import execution_history
 from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.aws import error_code
 
 # us-east-1 list prices (bench/cost.py prices a whole job with the same numbers).
 SFN_PER_TRANSITION = 25 / 1e6
@@ -95,7 +96,7 @@ def job_cost(state_machine_arn: str, job_id: str) -> dict[str, Any]:
     except ClientError as exc:
         # A held job (never started) has no execution: GetExecutionHistory answers
         # ExecutionDoesNotExist ("GetExecutionHistory", Errors).
-        if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
+        if error_code(exc) != "ExecutionDoesNotExist":
             raise
         raise RelevoError(ErrorCode.JOB_NOT_STARTED, f"job {job_id} has no execution yet") from exc
     return {"job_id": job_id, **cost.model_dump()}

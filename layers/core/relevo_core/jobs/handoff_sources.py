@@ -15,7 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.handoff import HandoffSummary
@@ -165,7 +165,7 @@ def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]
         try:
             s3.head_object(Bucket=bucket, Key=key)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
                 raise RelevoError(
                     ErrorCode.HANDOFF_EXPIRED,
                     f"stage {stage.name} of {stage.job_id} handed on files stored {stage.handoff.stored_at[:10]} that have expired "

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.config.notify import GroupApiSettings
 from relevo_core.models.delivery import DeliveryRecord, Direction, Outcome
 from relevo_core.models.envelope import validation_error
@@ -98,7 +98,7 @@ def sync_email_subscriptions(topic_arn: str, group: Group) -> dict[str, list[str
         except ClientError as exc:
             # Pending with another group's filter: SNS refuses a second subscription of the address
             # with other attributes. It is set for this group too by an apply after the confirmation.
-            if address not in pending or exc.response["Error"]["Code"] != "InvalidParameter":
+            if address not in pending or error_code(exc) != "InvalidParameter":
                 raise
             changes["pending"].append(address)
             continue

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from relevo_core.aws import client
@@ -26,15 +26,13 @@ from relevo_core.models.group import Group, GroupEvent
 from relevo_core.models.project import Project
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.messages import Notice, email_message, slack_message
+from relevo_core.notify.outbound import Outbound
 from relevo_core.notify.sending import OutgoingRequest
 from relevo_core.notify.transitions import APPROVAL_TIMEOUT, REJECTED, JobTransition
 from relevo_core.store import agents
 from relevo_core.store.keys import FREEZE_SK, REGION_ONLINE_SK
 from relevo_core.notify.report import Report, transition_report
 from relevo_core.store.notices import finish_notice, open_window
-
-if TYPE_CHECKING:
-    from relevo_core.notify.reporter import Reporter
 
 AGENTS_OFFLINE_WINDOW_SEC = 600
 
@@ -82,63 +80,63 @@ def channel_target(group: Group, index: int) -> str:
     return f"{channel.kind}:{group.name}:{index}"
 
 
-def notify_job(reporter: "Reporter", transition: JobTransition, project: Project, deadline: float) -> None:
-    group = reporter.group(project.group) if project.group else None
+def notify_job(outbound: Outbound, transition: JobTransition, project: Project, deadline: float) -> None:
+    group = outbound.group(project.group) if project.group else None
     if group is None:
         return
-    for notice, key in job_notices(transition, reporter.link(transition, project)):
+    for notice, key in job_notices(transition, outbound.link(transition, project)):
         if notice.event not in group.events:
             continue
         for index in range(len(group.channels)):
             report = transition_report(transition, channel_target(group, index), key=key, event=notice.event.value)
-            if reporter.claim(report):
-                send_to_channel(reporter, group, index, notice, report, deadline)
+            if outbound.claim(report):
+                send_to_channel(outbound, group, index, notice, report, deadline)
 
 
-def send_to_channel(reporter: "Reporter", group: Group, index: int, notice: Notice, report: Report, deadline: float,
+def send_to_channel(outbound: Outbound, group: Group, index: int, notice: Notice, report: Report, deadline: float,
                     claimed: bool = True) -> None:
     channel = group.channels[index]
     if channel.kind == "slack":
         try:
-            url = reporter.secret(channel.webhook_secret_ref)
+            url = outbound.secret(channel.webhook_secret_ref)
         except Exception as exc:  # an unreadable secret: dead-lettered, never raised
-            reporter.give_up(report, None, f"the secret {channel.webhook_secret_ref} cannot be read ({type(exc).__name__})", claimed=claimed)
+            outbound.give_up(report, None, f"the secret {channel.webhook_secret_ref} cannot be read ({type(exc).__name__})", claimed=claimed)
             return
         # The webhook URL is the secret: what is shown of it is its host.
         shown = f"{urlsplit(url).scheme}://{urlsplit(url).netloc}/… ({channel.webhook_secret_ref})"
         request = OutgoingRequest("slack", "POST", url, slack_message(notice), shown_url=shown)
-        reporter.deliver(report, request, deadline, claimed=claimed)
+        outbound.deliver(report, request, deadline, claimed=claimed)
     elif channel.kind == "email":
-        publish_email(reporter, group, notice, report, claimed)
+        publish_email(outbound, group, notice, report, claimed)
 
 
-def publish_email(reporter: "Reporter", group: Group, notice: Notice, report: Report, claimed: bool) -> None:
+def publish_email(outbound: Outbound, group: Group, notice: Notice, report: Report, claimed: bool) -> None:
     subject, body = email_message(notice)
-    began = reporter.clock.now()
+    began = outbound.clock.now()
     try:
         # One topic for every group: each address's subscription filters on the group attribute.
         client("sns").publish(
-            TopicArn=reporter.settings.group_topic_arn, Subject=subject, Message=body,
+            TopicArn=outbound.settings.group_topic_arn, Subject=subject, Message=body,
             MessageAttributes={"group": {"DataType": "String", "StringValue": group.name}},
         )
     except Exception as exc:  # SNS refused (throttled, key unusable): dead-lettered, never raised
-        reporter.give_up(report, None, f"SNS publish failed ({type(exc).__name__})", claimed=claimed)
+        outbound.give_up(report, None, f"SNS publish failed ({type(exc).__name__})", claimed=claimed)
         return
-    ended = reporter.clock.now()
-    reporter.record(report, Outcome.DELIVERED, 1, None, int((ended - began) * 1000), None, ended)
+    ended = outbound.clock.now()
+    outbound.record(report, Outcome.DELIVERED, 1, None, int((ended - began) * 1000), None, ended)
     if claimed:
-        finish_notice(reporter.settings.table_name, report.subject, report.target, report.key, "sent")
+        finish_notice(outbound.settings.table_name, report.subject, report.target, report.key, "sent")
 
 
-def notify_other_change(reporter: "Reporter", old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float,
+def notify_other_change(outbound: Outbound, old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float,
                         projects: "Callable[[], list[Project]]") -> None:
     """key_frozen (a freeze record's new freeze) and agents_offline (an agent's clean stop, or
     the sweeper's record of the region's change to none online, left it without an online agent)."""
     if not new:
         return
     if new.get("sk") == FREEZE_SK and new.get("frozen_at") and new.get("frozen_at") != (old or {}).get("frozen_at"):
-        project = reporter.project(str(new.get("project")))
-        group = reporter.group(project.group) if project and project.group else None
+        project = outbound.project(str(new.get("project")))
+        group = outbound.group(project.group) if project and project.group else None
         if project is None or group is None or GroupEvent.KEY_FROZEN not in group.events:
             return
         key_id = str(new.get("pk", "")).removeprefix("FREEZE#")
@@ -147,8 +145,8 @@ def notify_other_change(reporter: "Reporter", old: dict[str, Any] | None, new: d
         for index in range(len(group.channels)):
             report = Report(f"key_frozen#{key_id}", channel_target(group, index), str(new["frozen_at"]), "key_frozen",
                             project.id, None, {"idempotency_key": key_id, "frozen_at": new["frozen_at"]})
-            if reporter.claim(report):
-                send_to_channel(reporter, group, index, notice, report, deadline)
+            if outbound.claim(report):
+                send_to_channel(outbound, group, index, notice, report, deadline)
         return
     pk = str(new.get("pk", ""))
     if not pk.startswith("AGENTS#") or new.get("online") is not False:
@@ -162,26 +160,26 @@ def notify_other_change(reporter: "Reporter", old: dict[str, Any] | None, new: d
         reason = f"the last online agent, {new.get('agent_id')}, stopped"
     else:
         return
-    notify_agents_offline(reporter, pk.removeprefix("AGENTS#"), reason, new.get("agent_id"), deadline, projects)
+    notify_agents_offline(outbound, pk.removeprefix("AGENTS#"), reason, new.get("agent_id"), deadline, projects)
 
 
-def notify_agents_offline(reporter: "Reporter", region: str, reason: str, agent_id: str | None, deadline: float,
+def notify_agents_offline(outbound: Outbound, region: str, reason: str, agent_id: str | None, deadline: float,
                           projects: "Callable[[], list[Project]]") -> None:
     """Each group with a project in `region` is paged, unless an agent is online again or the
     group was paged for the region less than AGENTS_OFFLINE_WINDOW_SEC ago."""
-    now = reporter.clock.now()
-    if agents.online_agents(reporter.settings.table_name, region, datetime.fromtimestamp(now, timezone.utc)):
+    now = outbound.clock.now()
+    if agents.online_agents(outbound.settings.table_name, region, datetime.fromtimestamp(now, timezone.utc)):
         return
     groups = sorted({p.group for p in projects() if p.region_affinity == region and p.group})
     for name in groups:
-        group = reporter.group(name)
+        group = outbound.group(name)
         if group is None or GroupEvent.AGENTS_OFFLINE not in group.events:
             continue
-        if not open_window(reporter.settings.table_name, f"agents_offline#{name}#{region}", int(now), AGENTS_OFFLINE_WINDOW_SEC):
+        if not open_window(outbound.settings.table_name, f"agents_offline#{name}#{region}", int(now), AGENTS_OFFLINE_WINDOW_SEC):
             continue  # paged less than the window ago: only on change
         notice = Notice(GroupEvent.AGENTS_OFFLINE, f"no agent online in {region}", region=region,
                         reason=reason, command="relevo agent list")
         for index in range(len(group.channels)):
             report = Report(f"agents_offline#{region}", channel_target(group, index), str(int(now)), "agents_offline",
                             f"group:{name}", None, {"region": region, "agent_id": agent_id})
-            send_to_channel(reporter, group, index, notice, report, deadline, claimed=False)
+            send_to_channel(outbound, group, index, notice, report, deadline, claimed=False)

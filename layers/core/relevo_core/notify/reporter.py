@@ -2,73 +2,57 @@
 
 Order for each report: claim its marker (store.notices: a repeat of the record stops here), read
 the secret, send with retries (notify.sending), record every attempt (store.deliveries), and on
-failure put the event and the failure on the reporter's dead-letter queue. Nothing here raises
-for a remote service's failure: the job never waits for, nor fails by, its reports.
+failure put the event and the failure on the reporter's dead-letter queue; the claim, the send,
+the records and the dead letter are notify.outbound's, which the group channels send through too.
+Nothing here raises for a remote service's failure: the job never waits for, nor fails by, its reports.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from aws_lambda_powertools.utilities import parameters
 
-from relevo_core.config.notify import NotifySettings, notify_settings
-from relevo_core.execution import send_report_dead_letter
-from relevo_core.models.delivery import DeliveryRecord, Direction, Outcome
+from relevo_core.config.notify import notify_settings
+from relevo_core.models.delivery import Outcome
 from relevo_core.models.errors import RelevoError
-from relevo_core.models.group import Group
 from relevo_core.models.project import CommitStatusSettings, Project
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.commit_status import describe, status_request, wants_report
 from relevo_core.notify.github_app import InstallationTokens, TokenUnavailable, check_run_output_request, check_run_request, stage_summary
 from relevo_core.notify.groups import notify_job, notify_other_change
+from relevo_core.notify.outbound import DAY, Outbound
 from relevo_core.notify.report import Report, transition_report
-from relevo_core.notify.sending import Clock, OutgoingRequest, SendPolicy, SendResult, Transport, Urllib3Transport, send
-from relevo_core.notify.transitions import REJECTED, JobTransition, job_link, job_transition, reported_stage_change, transition_from_event
+from relevo_core.notify.sending import Clock, SendResult, Urllib3Transport
+from relevo_core.notify.transitions import REJECTED, JobTransition, job_transition, reported_stage_change, transition_from_event
 from relevo_core.observability import logger
-from relevo_core.store.deliveries import record_delivery
 from relevo_core.store.groups import find_group
 from relevo_core.store.projects import get_project, list_projects
 from relevo_core.store.job_stages import stage_records
 from relevo_core.store.jobs import get_job_record
 from relevo_core.store.keys import is_stage_sk
 from relevo_core.store.latest_reports import latest_reported_at, raise_latest_reported
-from relevo_core.store.notices import check_run_id, claim_notice, finish_notice, release_notice, remember_check_run
+from relevo_core.store.notices import check_run_id, finish_notice, release_notice, remember_check_run
 
-DAY = 86_400
 SENT, SUPERSEDED, DEAD_LETTERED, NOT_REPLAYABLE = "sent", "superseded", "dead_lettered", "not_replayable"
 COMMIT_STATUS_TARGETS = ("github_status", "gitlab_status", "github_check_run")
 
 
 @dataclass
-class Reporter:
-    settings: NotifySettings
-    transport: Transport
-    clock: Clock
-    # A project by id (None once it is deleted), a group by name (None: not defined), a secret's value by name.
-    project: Callable[[str], Project | None]
-    secret: Callable[[str], str]
-    group: Callable[[str], Group | None] = lambda _name: None
-    # Every registered project (read only for a change that is about no one project: agents).
-    projects: Callable[[], list[Project]] = list
+class Reporter(Outbound):
+    """What one change of the table is reported as: a commit status or check run to the forge
+    (here), the group's channel notices (relevo_core.notify.groups); both sent through Outbound."""
+
     tokens: InstallationTokens | None = None
     # A job's record now (None once it is gone): its plan (a check run's summary), and its status,
     # which a replayed report is checked against.
     job_record: Callable[[str], dict[str, Any] | None] = lambda _job_id: None
-    # Claims taken for the change being reported that nothing was sent under yet (see report_change).
-    _held: list[Report] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tokens is None:
             self.tokens = InstallationTokens(self.transport, self.clock, self.secret)
-
-    @property
-    def policy(self) -> SendPolicy:
-        s = self.settings
-        return SendPolicy(s.connect_timeout_sec, s.read_timeout_sec, s.attempts, s.send_budget_sec, s.backoff_base_sec)
 
     def report_change(self, old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float) -> None:
         """One change of the table. An error that escapes (a DynamoDB error between a claim and its
@@ -234,73 +218,6 @@ class Reporter:
             self.drop_superseded(report, f"the job is {current.value if current else 'gone'} now", claimed=False)
             return SUPERSEDED
         return self._commit_status(transition, project, deadline, claimed=False) or NOT_REPLAYABLE
-
-    def link(self, transition: JobTransition, project: Project) -> str:
-        return job_link(transition, self.settings.state_machine_arn, project.console_url)
-
-    def claim(self, report: Report) -> bool:
-        now = int(self.clock.now())
-        # A claim outlives one delivery's budget: the invocation that took it is surely gone after.
-        claim_sec = int(self.settings.send_budget_sec) + 60
-        taken = claim_notice(
-            self.settings.table_name, report.subject, report.target, report.key, now, claim_sec,
-            ttl=now + self.settings.notice_memory_days * DAY,
-        )
-        if taken:
-            self._held.append(report)
-        return taken
-
-    def deliver(self, report: Report, request: OutgoingRequest, deadline: float, claimed: bool = True) -> SendResult:
-        """Send a report, record its attempts, dead-letter it when it fails."""
-        self._let_stand(report)  # from its first send on, its claim is never given back
-        result = send(request, self.policy, self.transport, self.clock, deadline)
-        for attempt in result.attempts:
-            if attempt.error is None:
-                outcome = Outcome.DELIVERED
-            else:
-                outcome = Outcome.FAILED if attempt is result.last and not result.delivered else Outcome.RETRYING
-            self.record(report, outcome, attempt.number, attempt.http_status, attempt.latency_ms, attempt.error, attempt.ended_at)
-        if result.delivered:
-            if claimed:
-                finish_notice(self.settings.table_name, report.subject, report.target, report.key, "sent")
-        else:
-            self.give_up(report, request, result.reason or "failed", result, recorded=True, claimed=claimed)
-        return result
-
-    def _let_stand(self, report: Report) -> None:
-        self._held[:] = [held for held in self._held if held is not report]
-
-    def record(self, report: Report, outcome: Outcome, attempt: int, http_status: int | None, latency_ms: int | None,
-               reason: str | None, at: float) -> None:
-        when = datetime.fromtimestamp(at, timezone.utc)
-        record = DeliveryRecord(
-            direction=Direction.OUTGOING, project=report.project, job_id=report.job_id, target=report.target.split(":")[0],
-            event=report.event, outcome=outcome, at=when.isoformat(timespec="milliseconds"), http_status=http_status,
-            attempt=attempt, latency_ms=latency_ms, reason=None if reason is None else reason[:512],
-        )
-        record_delivery(self.settings.table_name, record, ttl=int(at) + self.settings.delivery_record_days * DAY)
-
-    def give_up(self, report: Report, request: OutgoingRequest | None, reason: str, result: SendResult | None = None,
-                recorded: bool = False, claimed: bool = True) -> None:
-        if not recorded:
-            self.record(report, Outcome.FAILED, 1, None, None, reason, self.clock.now())
-        message = {
-            "event": report.detail,
-            "target": report.target,
-            # The request as sent, less its headers (they carry the token) and a secret URL.
-            "request": None if request is None else {"method": request.method, "url": request.shown_url, "body": request.body},
-            "failure": {
-                "reason": reason,
-                "attempts": [
-                    {"attempt": a.number, "http_status": a.http_status, "error": a.error, "latency_ms": a.latency_ms}
-                    for a in (result.attempts if result else ())
-                ],
-            },
-        }
-        send_report_dead_letter(self.settings.dead_letter_queue_url, message)
-        if claimed:
-            finish_notice(self.settings.table_name, report.subject, report.target, report.key, "dead_lettered")
-        logger.warning("report dead-lettered", extra={"subject": report.subject, "target": report.target, "reason": reason})
 
 
 def _project_or_none(table: str, project_id: str) -> Project | None:

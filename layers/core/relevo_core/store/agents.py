@@ -15,7 +15,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.models.capabilities import Capabilities
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.keys import agent_sk, agents_pk, key
@@ -121,7 +121,7 @@ def _put(table: str, presence: AgentPresence, condition: str, values: dict[str, 
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+        if error_code(exc) != "ConditionalCheckFailedException":
             raise
         raise AgentIdInUse(AgentPresence.model_validate(from_attributes(exc.response.get("Item", {})))) from exc
 
@@ -143,7 +143,7 @@ def mark_offline(table: str, region: str, agent_id: str, now: datetime, instance
             ExpressionAttributeValues=to_attributes(values),
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+        if error_code(exc) != "ConditionalCheckFailedException":
             raise
         # Never written (or already expired), or another instance's now: nothing to mark.
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.store.codec import from_attributes, to_attribute, to_attributes
 from relevo_core.store.keys import artifact_pk, artifact_sk
 from relevo_core.store.stage_attempts import LeaseLost, StageRef, holds_attempt_check
@@ -70,7 +70,7 @@ def record(ref: StageRef, artifact: ArtifactRecord, expires_at: int) -> None:
             ]
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "TransactionCanceledException":
+        if error_code(exc) == "TransactionCanceledException":
             raise _lease_lost(ref, exc) from exc
         raise
 
@@ -106,7 +106,7 @@ def record_handoff(ref: StageRef, records: list[ArtifactRecord], summary: dict[s
         try:
             client("dynamodb").transact_write_items(TransactItems=[fence, *puts])
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == "TransactionCanceledException":
+            if error_code(exc) == "TransactionCanceledException":
                 raise _lease_lost(ref, exc) from exc
             raise
 
@@ -145,7 +145,7 @@ def record_totals(ref: StageRef, count: int, total_bytes: int, cross_region_byte
             ),
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             raise _lease_lost(ref, exc) from exc
         raise
 

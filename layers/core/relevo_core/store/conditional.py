@@ -8,7 +8,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.store.codec import from_attributes
 
 
@@ -16,7 +16,7 @@ def _unless_refused(operation: str, kwargs: dict[str, Any]) -> bool:
     try:
         getattr(client("dynamodb"), operation)(**kwargs)
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             return False
         raise
     return True
@@ -71,6 +71,6 @@ class TransactionCancellation:
 
 def transaction_cancellation(exc: ClientError) -> TransactionCancellation | None:
     """The cancellation reasons of a TransactionCanceledException; None for any other error."""
-    if exc.response.get("Error", {}).get("Code") != TRANSACTION_CANCELED:
+    if error_code(exc) != TRANSACTION_CANCELED:
         return None
     return TransactionCancellation(tuple(exc.response.get("CancellationReasons") or ()))

@@ -13,7 +13,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.conditional import update_if
@@ -129,7 +129,7 @@ def unfreeze(table: str, idempotency_key: str, actor: str, now: datetime) -> dic
             ReturnValues="ALL_OLD",
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             raise RelevoError(ErrorCode.KEY_NOT_FROZEN, f"idempotency key {idempotency_key!r} is not frozen") from exc
         raise
     return from_attributes(response.get("Attributes") or {})

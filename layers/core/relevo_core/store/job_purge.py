@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.store.keys import JOB_SK, artifact_pk, job_pk, key, log_pk, stages_pk
 
 # BatchWriteItem takes at most 25 requests.
@@ -101,7 +101,7 @@ def delete_job_record(table: str, job_id: str, ended_statuses: Iterable[str]) ->
             ExpressionAttributeValues=placeholders,
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             return False
         raise
     return True

@@ -7,11 +7,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client, in_this_context
+from relevo_core.aws import client, error_code, in_this_context
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import HeldReason, JobStatus
@@ -43,6 +43,9 @@ from relevo_core.store.keys import (
 from relevo_core.store.paging import query_items
 from relevo_core.store.conditional import transaction_cancellation
 
+if TYPE_CHECKING:
+    from relevo_core.models.project import OnRepeat
+
 
 # A dedup record outlives its window by this much, so a repeat after the window is still
 # recognised as a repeat (and follows on_repeat) rather than mistaken for a first arrival.
@@ -56,6 +59,9 @@ HELD_REASON_ATTRIBUTE = "held_reason"
 @dataclass(frozen=True)
 class Created:
     job_id: str
+    # Why it was written held (None: queued); create_job_or_repeat's repeat after the window may
+    # hold a job its caller did not.
+    held_reason: HeldReason | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +278,36 @@ def create_job(
     raise RuntimeError("job transaction kept conflicting")
 
 
+
+def create_job_or_repeat(
+    table: str,
+    envelope: JobEnvelope,
+    dedup_window_sec: int,
+    queue_limit: int,
+    now: datetime,
+    on_repeat: "OnRepeat",
+    held_reason: HeldReason | None = None,
+    refuse_frozen: bool = False,
+    also_write: Callable[[HeldReason | None], Sequence[dict[str, Any]]] = lambda _held: (),
+) -> CreateOutcome:
+    """create_job, and for a repeat of work whose dedup window has passed, what the project's
+    `on_repeat` says: skip (RepeatAfterWindow is the answer), hold (written held,
+    repeat_after_window) or run; a held or run repeat takes the expired dedup record over in a
+    second transaction, and a RepeatAfterWindow from that one means a concurrent repeat took it
+    first. `also_write(held_reason)`: the Puts written with the job, for the reason it is held."""
+    from relevo_core.models.project import OnRepeat  # the caller has it loaded; this module's other users need not
+
+    outcome = create_job(table, envelope, dedup_window_sec, queue_limit, now, held_reason=held_reason,
+                         refuse_frozen=refuse_frozen, also_write=also_write(held_reason))
+    if not isinstance(outcome, RepeatAfterWindow) or on_repeat is OnRepeat.SKIP:
+        return Created(outcome.job_id, held_reason) if isinstance(outcome, Created) else outcome
+    if held_reason is None and on_repeat is OnRepeat.HOLD:
+        held_reason = HeldReason.REPEAT_AFTER_WINDOW
+    outcome = create_job(table, envelope, dedup_window_sec, queue_limit, now, held_reason=held_reason,
+                         replaces_expires_at=outcome.previous_expires_at, refuse_frozen=refuse_frozen,
+                         also_write=also_write(held_reason))
+    return Created(outcome.job_id, held_reason) if isinstance(outcome, Created) else outcome
+
 def get_job_record(table: str, job_id: str) -> dict[str, Any]:
     response = client("dynamodb").get_item(TableName=table, Key=key(job_pk(job_id), JOB_SK), ConsistentRead=True)
     if "Item" not in response:
@@ -342,7 +378,7 @@ def _end_job(
     try:
         client("dynamodb").transact_write_items(TransactItems=items)
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "TransactionCanceledException":
+        if error_code(exc) == "TransactionCanceledException":
             raise StatusChanged(job_id) from exc
         raise
 

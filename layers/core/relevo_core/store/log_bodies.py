@@ -24,7 +24,7 @@ import uuid
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 
 LOG_PREFIX = ".relevo-logs"
 
@@ -54,7 +54,7 @@ def get_body(bucket: str, key: str, sha256: str) -> str:
     try:
         data = client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("NoSuchKey", "404"):
+        if error_code(exc) in ("NoSuchKey", "404"):
             raise BodyMissing(f"s3://{bucket}/{key} is gone") from exc
         raise
     if hashlib.sha256(data).hexdigest() != sha256:

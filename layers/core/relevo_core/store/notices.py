@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.store.codec import to_attributes
 from relevo_core.store.conditional import delete_if, update_if
 from relevo_core.store.keys import SUPPRESSION_SK, key, notice_pk, notice_sk, suppression_pk
@@ -38,7 +38,7 @@ def claim_notice(table: str, subject: str, target: str, transition: str, now: in
             ExpressionAttributeValues={":claimed": {"S": CLAIMED}, ":now": {"N": str(now)}},
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             return False
         raise
     return True

@@ -8,7 +8,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.models.status import StageStatus
 from relevo_core.store.codec import from_attributes, to_attribute
 from relevo_core.store.keys import stage_key
@@ -52,6 +52,6 @@ def record_resolution(
             },
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             raise NotInReview(f"{job_id} stage {stage_index}") from exc
         raise

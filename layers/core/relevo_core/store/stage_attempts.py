@@ -15,7 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.models.status import StageStatus
 from relevo_core.models.transfer import TransferProgress
 from relevo_core.store.codec import from_attributes, to_attribute
@@ -210,7 +210,7 @@ def _update(
     try:
         response = client("dynamodb").update_item(**request)
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             found = from_attributes(exc.response.get("Item", {}))
             raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}", found) from exc
         raise

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.models.status import StageStatus
 from relevo_core.store.codec import to_attributes
 from relevo_core.store.keys import stages_pk
@@ -56,7 +56,7 @@ def end_open_stages(table: str, job_id: str, status: StageStatus, now: datetime,
                 ),
             )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             continue  # it finished meanwhile: its own ending stands
         ended.append(str(item.get("stage_name", item["sk"])))

@@ -15,7 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client
+from relevo_core.aws import client, error_code
 from relevo_core.models.status import JobStatus
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.conditional import update_if
@@ -87,7 +87,7 @@ def set_priority(table: str, job_id: str, priority: int, actor: str, now: dateti
             ),
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             raise StatusChanged(job_id) from exc
         raise
     return order

@@ -53,6 +53,7 @@ GITLAB = _Sender(
     "gitlab_token_ref",
     lambda secret, lower, raw_body: verify.verify_token(secret, lower.get(verify.GITLAB_TOKEN_HEADER)),
 )
+SENDERS = {sender.source: sender for sender in (GITHUB, GITLAB)}
 
 
 def _secret(settings: IntakeSettings, reference: str | None) -> str:
@@ -86,9 +87,6 @@ def _receive(settings: IntakeSettings, sender: _Sender, project_id: str, headers
     return WebhookOutcome(status, body)
 
 
-def receive_github(settings: IntakeSettings, project_id: str, headers: Mapping[str, str], raw_body: bytes) -> WebhookOutcome:
-    return _receive(settings, GITHUB, project_id, headers, raw_body)
-
-
-def receive_gitlab(settings: IntakeSettings, project_id: str, headers: Mapping[str, str], raw_body: bytes) -> WebhookOutcome:
-    return _receive(settings, GITLAB, project_id, headers, raw_body)
+def receive(settings: IntakeSettings, source: str, project_id: str, headers: Mapping[str, str], raw_body: bytes) -> WebhookOutcome:
+    """A delivery from `source` (a key of SENDERS: the path's /webhooks/{source}/{project_id})."""
+    return _receive(settings, SENDERS[source], project_id, headers, raw_body)

@@ -1,0 +1,59 @@
+"""The job page (GET /jobs/{id}): its panel (summary, stages, buttons, cost, artifacts) and the
+log's end as the page first shows it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from relevo_cli.api import ApiError, RelevoApi
+from relevo_cli.console import actions, archive
+from relevo_cli.console.state import Console
+from relevo_cli.console.summary import job_summary
+
+LOG_TAIL_LINES = 200
+# The job page keeps the newest this many log lines (static/job.js reads it from the page).
+LOG_MAX_LINES = 5000
+# Chunks per page when the page's first view is read back from the end of the log.
+TAIL_PAGE_CHUNKS = 20
+
+
+def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
+    """The job, its summary's computed fields, and for each button whether it is enabled (None)
+    or why not."""
+    caller = console.caller_arn()
+    level = actions.caller_level(console.api, caller, job["project"])
+    buttons = [(action, actions.button_state(action, job, caller, level)) for action in actions.ACTIONS]
+    rerun_from = actions.button_state(actions.RERUN_FROM, job, caller, level)
+    queued = None
+    if job["status"] == "queued":
+        queued = next((entry for entry in console.api.queue()["jobs"] if entry["job_id"] == job["job_id"]), None)
+    try:
+        cost: dict[str, Any] | None = console.job_cost(job)
+    except ApiError as exc:  # a held job has no execution yet (409 JOB_NOT_STARTED)
+        cost = {"unavailable": str(exc)}
+    summary = job_summary(job, queued, datetime.now(timezone.utc))
+    return {"job": job, "buttons": buttons, "rerun_from": rerun_from, "caller": caller, "cost": cost,
+            "level": level.value if level else "no grant", "summary": summary,
+            "directories": archive.artifact_directories(job.get("artifacts") or [])}
+
+
+def last_chunks(api: RelevoApi, job_id: str, end: int, lines: int = LOG_TAIL_LINES) -> dict[str, Any]:
+    """Whole chunks before seq `end`, read back a page at a time until they hold `lines` lines:
+    the log's end as the page first shows it. Whole chunks (not the job view's line tail) so that
+    "Load earlier" (before_seq = the first chunk's seq) joins them with no gap and no overlap."""
+    def count(held: list[dict[str, Any]]) -> int:
+        return sum(chunk["text"].count("\n") for chunk in held)
+
+    chunks: list[dict[str, Any]] = []
+    before: int | None = end if end > 0 else None
+    while before is not None and count(chunks) < lines:
+        page = api.job_logs(job_id, before_seq=before, limit=TAIL_PAGE_CHUNKS)
+        chunks[:0] = page["chunks"]
+        before = page["before_seq"]
+    # A page holds whole chunks: keep only those needed for `lines`.
+    while len(chunks) > 1 and count(chunks[1:]) >= lines:
+        chunks.pop(0)
+    # Seqs are contiguous from 0: a first chunk after 0 means earlier output to load.
+    first = chunks[0]["seq"] if chunks else 0
+    return {"chunks": chunks, "next_seq": chunks[-1]["seq"] + 1 if chunks else end, "before_seq": first or None}
