@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.localrun import agent_process, random_commit, write_agent_config
+from relevo_local.processes import agent_process, random_commit, write_agent_config
 from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents, keys
 from relevo_core.store.codec import from_attributes
