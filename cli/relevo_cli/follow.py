@@ -11,9 +11,10 @@ job's outcome as an exit code.
 What the job does besides printing (it waits at its gate, for an agent) is said only once the
 output stored so far is printed, so it always comes after the lines that came before it.
 
-`StageLog` labels each line with its stage and attempt and marks where each stage begins and
-ends, from the stages' states the page carries (read before its chunks, like the status): a
-chunk of the next stage is only printed once a page says the stage before it ended.
+`StageLog` labels each line with its stage and attempt (and its shard, for a stage with shards)
+and marks where each stage begins and ends, from the stages' states the page carries (read before
+its chunks, like the status): a chunk of the next stage is only printed once a page says the stage
+before it ended. The shards of one stage print side by side, their lines interleaved.
 """
 
 from __future__ import annotations
@@ -42,120 +43,189 @@ def _what_it_does(page: dict[str, Any]) -> tuple[Any, ...]:
     return (page["status"], page.get("waiting_stage"), page.get("queue_reason"), page.get("queue_detail"))
 
 
-Owner = tuple[str, int]
+# Who printed a chunk: its stage, its attempt, and its shard (None: a stage without shards).
+Owner = tuple[str, int, int | None]
+
+
+def _key(owner: Owner) -> tuple[str, int, int]:
+    """Shard order, then attempt order."""
+    return (owner[0], -1 if owner[2] is None else owner[2], owner[1])
 
 
 class StageLog:
-    """Lines as `stage#attempt | text`, with a marker line where a stage (or an attempt) begins
-    and where it ends. `only`: the stages to show (the others' lines and markers are left out).
-    A chunk may end inside a line: the rest of that line is waited for (and a line never joins
-    the output of two attempts)."""
+    """Lines as `stage#attempt | text` (a shard's as `stage[label]#attempt | text`, its label its
+    index or its matrix combination), with a marker line where a stage (or an attempt, or a
+    shard) begins and where it ends. `only`: the stages to show; `shards`: the shards to show, by
+    index (the others' lines and markers are left out; a stage's own markers too). A chunk may
+    end inside a line: the rest of that line is waited for, and a line never joins the output of
+    two attempts or two shards.
 
-    def __init__(self, write: Callable[[str], None], only: Collection[str] | None = None) -> None:
+    The shards of a stage run side by side, so their chunks interleave and are printed as they
+    come; the output of a later stage waits until the page says the one before it ended."""
+
+    def __init__(self, write: Callable[[str], None], only: Collection[str] | None = None,
+                 shards: Collection[int] | None = None) -> None:
         self._write = write
         self.only = set(only) if only else None
+        self.shards = set(shards) if shards is not None else None
         self.current: Owner | None = None
-        self.partial = ""
-        # Stage attempts whose end was said (or that need none any more).
+        # Each owner's last line while its chunk did not end it with a newline.
+        self.partials: dict[Owner, str] = {}
+        # Owners whose output began, and those whose end was said (or that need none any more).
+        self.opened: set[Owner] = set()
         self.closed: set[Owner] = set()
+        # Shard labels by (stage, shard index), from the pages' stages.
+        self.labels: dict[tuple[str, int], str] = {}
 
     # ------------------------------------------------------------------ what the page says
-    @staticmethod
-    def _stages(page: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        return {stage["name"]: stage for stage in page.get("stages") or []}
+    def _stages(self, page: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        stages = {stage["name"]: stage for stage in page.get("stages") or []}
+        for stage in stages.values():
+            for shard in stage.get("shards") or []:
+                self.labels[(stage["name"], shard["shard"])] = shard["label"]
+        return stages
 
     @staticmethod
-    def _ended(owner: Owner, stage: dict[str, Any] | None) -> bool:
-        if stage is None:
+    def _mark(owner: Owner, stages: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+        """What the page says of the owner: its stage's marks, or its shard's."""
+        stage = stages.get(owner[0])
+        if stage is None or owner[2] is None:
+            return stage
+        return next((shard for shard in stage.get("shards") or [] if shard["shard"] == owner[2]), None)
+
+    def _ended(self, owner: Owner, stages: dict[str, dict[str, Any]]) -> bool:
+        mark = self._mark(owner, stages)
+        if mark is None:
             return True  # a page without stages cannot hold a chunk back
-        return (stage.get("attempt") or 0) > owner[1] or stage["status"] in ENDED_STAGE
+        return (mark.get("attempt") or 0) > owner[1] or mark["status"] in ENDED_STAGE
+
+    def name(self, owner: Owner) -> str:
+        """`test`, or for a shard `test[2]` / `test[device=iPhone 16, os=18.2]`."""
+        stage, _, shard = owner
+        return stage if shard is None else f"{stage}[{self.labels.get((stage, shard), shard)}]"
 
     # ------------------------------------------------------------------ output
-    def _shown(self, stage: str) -> bool:
-        return self.only is None or stage in self.only
+    def _shown(self, owner: Owner) -> bool:
+        return (self.only is None or owner[0] in self.only) and (self.shards is None or owner[2] in self.shards)
 
     def _line(self, owner: Owner, text: str) -> None:
-        if self._shown(owner[0]):
-            self._write(f"{owner[0]}#{owner[1]} | {text}\n")
+        if self._shown(owner):
+            self._write(f"{self.name(owner)}#{owner[1]} | {text}\n")
 
-    def _marker(self, stage: str, words: str) -> None:
-        if self._shown(stage):
+    def _marker(self, owner: Owner, words: str) -> None:
+        if self._shown(owner):
             self._write(f"── {words} ──\n")
 
-    def _flush(self) -> None:
-        if self.current is not None and self.partial:
-            self._line(self.current, self.partial)
-        self.partial = ""
+    def _flush(self, owner: Owner) -> None:
+        partial = self.partials.pop(owner, "")
+        if partial:
+            self._line(owner, partial)
+
+    def _open(self) -> list[Owner]:
+        return sorted(self.opened - self.closed, key=_key)
 
     def chunk(self, chunk: dict[str, Any], page: dict[str, Any]) -> bool:
         """Print a chunk; False (nothing printed) when the page cannot tell that the stage
         attempt printing before it has ended (read the page again)."""
-        owner: Owner = (chunk.get("stage") or "?", int(chunk.get("attempt") or 0))
+        owner: Owner = (chunk.get("stage") or "?", int(chunk.get("attempt") or 0), chunk.get("shard"))
         if owner != self.current:
             stages = self._stages(page)
-            if self.current is not None and self.current not in self.closed:
-                if not self._ended(self.current, stages.get(self.current[0])):
+            before = self.current
+            # Shards of one stage run side by side: their output interleaves. Anything else
+            # follows the end of what printed before it.
+            siblings = before is not None and before[0] == owner[0] and before[2] is not None and owner[2] is not None
+            if before is not None and before not in self.closed and not siblings:
+                if not self._ended(before, stages):
                     return False
-                self._close(self.current, stages.get(self.current[0]))
+                self._close_stage(before[0], stages, before)
             self._close_silent_before(owner[0], stages)
+            if owner not in self.opened:
+                # An earlier attempt of the same shard ended (failed, retried) when this one began.
+                for earlier in self._open():
+                    if earlier[0] == owner[0] and earlier[2] == owner[2] and earlier[1] < owner[1]:
+                        self._close(earlier, stages)
+                self.opened.add(owner)
+                where = f" on {chunk['agent_id']}" if chunk.get("agent_id") else ""
+                self._marker(owner, f"{self.name(owner)}{f', attempt {owner[1]},' if owner[1] > 1 else ''}{where}")
             self.current = owner
-            where = f" on {chunk['agent_id']}" if chunk.get("agent_id") else ""
-            self._marker(owner[0], f"{owner[0]}{f', attempt {owner[1]},' if owner[1] > 1 else ''}{where}")
-        *whole, self.partial = (self.partial + chunk["text"]).split("\n")
+        *whole, rest = (self.partials.pop(owner, "") + chunk["text"]).split("\n")
+        if rest:
+            self.partials[owner] = rest
         for line in whole:
             self._line(owner, line)
         return True
 
     def _printing(self, name: str) -> bool:
-        """An attempt of this stage printed and its end is not said yet."""
-        return self.current is not None and self.current[0] == name and self.current not in self.closed
+        """An attempt (or a shard) of this stage printed and its end is not said yet."""
+        return any(owner[0] == name for owner in self._open())
 
-    def _close(self, owner: Owner, stage: dict[str, Any] | None) -> None:
-        """The end of a stage attempt: its partial last line, then how it ended."""
-        if owner == self.current:
-            self._flush()
+    def _close(self, owner: Owner, stages: dict[str, dict[str, Any]]) -> None:
+        """The end of a stage attempt (or a shard's): its partial last line, then how it ended."""
+        self._flush(owner)
         self.closed.add(owner)
-        self._marker(owner[0], end_words(owner, stage))
+        self._marker(owner, end_words(owner, self._mark(owner, stages), self.name(owner)))
+
+    def _close_stage(self, name: str, stages: dict[str, dict[str, Any]], owner: Owner) -> None:
+        """`owner` ended: for a shard, its stage did, so every shard of it still open ends, then
+        the stage itself."""
+        if owner[2] is None:
+            self._close(owner, stages)
+            return
+        for shard in [open_ for open_ in self._open() if open_[0] == name]:
+            self._close(shard, stages)
+        self._close_whole(name, stages)
+
+    def _close_whole(self, name: str, stages: dict[str, dict[str, Any]]) -> None:
+        """The end of a stage as a whole (a stage with shards, once its shards' ends are said)."""
+        stage = stages.get(name)
+        whole: Owner = (name, (stage or {}).get("attempt") or 0, None)
+        if whole not in self.closed:
+            self.closed.add(whole)
+            self._marker(whole, end_words(whole, stage, name))
 
     def _close_silent_before(self, name: str, stages: dict[str, dict[str, Any]]) -> None:
         """Stages before `name` in the plan that ended without printing anything: said too, in order."""
         for stage in stages.values():
             if stage["name"] == name:
                 return
-            owner = (stage["name"], stage.get("attempt") or 0)
-            if owner not in self.closed and stage["status"] in ENDED_STAGE and not self._printing(stage["name"]):
-                self.closed.add(owner)
-                self._marker(stage["name"], end_words(owner, stage))
+            if stage["status"] in ENDED_STAGE and not self._printing(stage["name"]):
+                self._close_whole(stage["name"], stages)
 
     def settle(self, page: dict[str, Any], final: bool = False) -> None:
         """Everything stored is printed: say the ends the page knows of, in plan order (`final`:
-        the job ended, so also a last line with no newline)."""
+        the job ended, so also the last lines with no newline)."""
         stages = self._stages(page)
-        if self.current is not None and self.current not in self.closed and self._ended(self.current, stages.get(self.current[0])):
-            self._close(self.current, stages.get(self.current[0]))
+        for owner in self._open():
+            if self._ended(owner, stages):
+                self._close(owner, stages)
         for stage in stages.values():
-            owner = (stage["name"], stage.get("attempt") or 0)
             if stage["status"] not in ENDED_STAGE:
                 break
-            if owner not in self.closed and not self._printing(stage["name"]):
-                self.closed.add(owner)
-                self._marker(stage["name"], end_words(owner, stage))
+            if not self._printing(stage["name"]):
+                self._close_whole(stage["name"], stages)
         if final:
-            self._flush()
+            for owner in sorted(self.partials, key=_key):
+                self._flush(owner)
 
     def give_up_waiting(self) -> None:
         """The page kept saying the stage attempt printing is not over although a later one
-        printed: end it without its outcome."""
-        if self.current is not None and self.current not in self.closed:
-            self._flush()
-            self.closed.add(self.current)
-            self._marker(self.current[0], f"{self.current[0]}#{self.current[1]} ended")
+        printed: end it (and its open siblings, for a shard) without its outcome."""
+        if self.current is None or self.current in self.closed:
+            return
+        ending = [owner for owner in self._open() if owner[0] == self.current[0]] if self.current[2] is not None else [self.current]
+        for owner in ending:
+            self._flush(owner)
+            self.closed.add(owner)
+            self._marker(owner, f"{self.name(owner)}#{owner[1]} ended")
 
 
-def end_words(owner: Owner, stage: dict[str, Any] | None) -> str:
-    """How a stage attempt ended, in a few words: `build succeeded on mac-1`, `test#1 failed on
-    mac-2: Relevo.Transient.ExitCode, retried`, `lint warning: exit 3 (a warning exit code)`."""
-    name, attempt = owner
+def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = None) -> str:
+    """How a stage attempt (or a shard's) ended, in a few words: `build succeeded on mac-1`,
+    `test#1 failed on mac-2: Relevo.Transient.ExitCode, retried`, `lint warning: exit 3 (a
+    warning exit code)`, `test[2] succeeded on mac-3`. `name`: how the owner is named (its
+    stage's name, or the shard's `stage[label]`)."""
+    name = name or owner[0]
+    attempt = owner[1]
     if stage is None:
         return f"{name}#{attempt} ended"
     if (stage.get("attempt") or 0) > attempt:

@@ -1,6 +1,6 @@
 """What the CLI and the console say of a job in words rather than as stored: a failure as a sentence
 (the stored error is a class name and a JSON cause), a time relative to now with its exact value
-beside it, and which Mac ran which stages."""
+beside it, how long something ran, and which Mac ran which stages (and shards)."""
 
 from __future__ import annotations
 
@@ -97,6 +97,29 @@ def parse_time(value: str | None) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
+def _at(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def seconds_between(start: str | None, end: str | None, now: datetime) -> int | None:
+    """Whole seconds from `start` to `end` (to `now` while there is no end); None before a start."""
+    began = _at(start)
+    if began is None:
+        return None
+    return max(0, int(((_at(end) or now) - began).total_seconds()))
+
+
+def format_duration(seconds: int | None) -> str:
+    """`42s`, `3m 5s`, `2h 7m`; `—` for none."""
+    if seconds is None:
+        return "—"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h {(seconds % 3600) // 60}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m {seconds % 60}s"
+    return f"{seconds}s"
+
+
 def exact_time(value: str | None) -> str:
     """`2026-12-02 12:25:37 UTC`: to the second, no microseconds, no offset to read."""
     moment = parse_time(value)
@@ -123,11 +146,19 @@ def time_ago(value: str | None, now: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d")
 
 
+def shard_name(stage: str, shard: dict[str, Any]) -> str:
+    """A shard as views and logs name it: `test[2]`, `test[device=iPhone 16, os=18.2]`."""
+    return f"{stage}[{shard['label']}]"
+
+
 def macs_by_stage(job: dict[str, Any]) -> list[tuple[str, list[str]]]:
     """Which Mac ran which stages, in plan order: [(agent, [stages])]; a stage retried on another
-    Mac counts for the one that ran its last attempt."""
+    Mac counts for the one that ran its last attempt; a stage with shards, each shard for its own."""
     by_agent: dict[str, list[str]] = {}
     for stage in job.get("stages") or []:
         if stage.get("agent_id"):
             by_agent.setdefault(stage["agent_id"], []).append(stage["name"])
+        for shard in stage.get("shards") or []:
+            if shard.get("agent_id"):
+                by_agent.setdefault(shard["agent_id"], []).append(shard_name(stage["name"], shard))
     return list(by_agent.items())

@@ -7,6 +7,7 @@ that failed. Driven by an agent double that makes the real SQS, DynamoDB and tas
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -17,6 +18,7 @@ from bench.cost import TRANSITIONS_PER_FAN_OUT_BUDGET, TRANSITIONS_PER_SHARD_BUD
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import keys, stage_attempts
+from tests.helpers.iam import client_as
 from tests.helpers.stack import history, job_items, wait_for_execution, wait_until
 from tests.helpers.state_machine import agent_runs, start_job, wait_for_run_token
 
@@ -165,8 +167,12 @@ def test_the_claim_route_claims_each_shard_on_its_own_record_and_refuses_a_messa
         routes.claim(request(tasks[0], "mac-a", shard=1))  # shard 1's record, shard 0's dispatch key
     assert (refused.value.status, refused.value.code) == (404, "DISPATCH_NOT_FOUND")
     claims = [request(task, f"mac-{task['shard']}") for task in tasks]
-    for claim in claims:
-        assert routes.claim(claim).accepted is True
+    granted = [routes.claim(claim) for claim in claims]
+    assert [grant.accepted for grant in granted] == [True, True]
+    # Each shard's job credentials are a session of their own, named after the shard (CloudTrail).
+    sessions = [client_as(local_stack, "sts", grant.session.access_key_id, grant.session.secret_access_key,
+                          grant.session.session_token).get_caller_identity()["Arn"] for grant in granted]
+    assert [arn.rsplit("/", 1)[1] for arn in sessions] == [f"{job_id}.0.shard-{shard}.1" for shard in range(2)]
 
     found = records(local_stack, job_id)
     assert [(found[keys.shard_sk(0, shard)]["agent_id"]["S"], found[keys.shard_sk(0, shard)]["status"]["S"]) for shard in range(2)] == [
@@ -278,3 +284,63 @@ def test_a_shard_failing_transiently_is_retried_alone_on_its_own_record(local_st
     assert (first["attempt"]["N"], first["agent_id"]["S"], first["retry_count"]["N"]) == ("2", "mac-2", "1")
     assert [entry["M"]["error"]["S"] for entry in first["attempts_log"]["L"]] == ["Relevo.Transient.ExitCode"]
     assert (second["attempt"]["N"], "attempts_log" in second) == ("1", False)
+
+
+def test_the_job_view_status_list_and_log_show_each_shard_and_count_its_runs(local_stack, project_id, tmp_path, monkeypatch):
+    """A job of three stages, the second of four shards: six runs. With build and two shards done,
+    the API's job view has a row per shard, `relevo job view` prints them under their stage, the
+    listing says 3/6 (the CLI's too), and `relevo job logs --stage test --shard 2` prints that
+    shard's lines only while the interleaved log labels each line with its shard."""
+    from typer.testing import CliRunner
+
+    from relevo_cli.api import RelevoApi
+    from relevo_cli.commands.common import console
+    from relevo_cli.main import app
+    from relevo_core.store.log_chunks import ChunkWriter
+
+    monkeypatch.setattr(console, "width", 250)
+
+    job_id = start_job(local_stack, project_id, [BUILD, {"name": "test", "run": "make test", "parallel": 4}, {"name": "ship", "run": "make ship"}])
+    agent_runs(local_stack, stage_messages(local_stack, job_id, 1)[0], agent_id="mac-b")
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 4)]
+    now = datetime.now(timezone.utc)
+    for ref, _ in runs:
+        ChunkWriter(ref, "test", expires_at=int(now.timestamp()) + 3600).append(f"shard {ref.shard} says hi\n", now)
+    report(*runs[0], succeed=True)
+    report(*runs[1], succeed=True)
+    wait_until(lambda: records(local_stack, job_id)[keys.shard_sk(1, 1)]["status"]["S"] == "succeeded", 10, "shard 1's end")
+    api = RelevoApi.for_stack(local_stack)
+
+    listed = next(job for job in api.list_jobs(project=project_id)["jobs"] if job["job_id"] == job_id)
+    assert (listed["runs_done"], listed["runs_total"], listed["stages_done"], listed["stages_total"]) == (3, 6, 1, 3)
+    assert listed["agents"] == ["mac-b", "mac-0", "mac-1", "mac-2", "mac-3"]
+    shards = api.get_job(job_id)["stages"][1]["shards"]
+    assert [(s["label"], s["status"], s["agent_id"], s["attempt"]) for s in shards] == [
+        ("0", "succeeded", "mac-0", 1), ("1", "succeeded", "mac-1", 1), ("2", "running", "mac-2", 1), ("3", "running", "mac-3", 1),
+    ]
+
+    stack_file = tmp_path / "stack.json"
+    stack_file.write_text(json.dumps(local_stack.model_dump()))
+    runner = CliRunner()
+    shown = runner.invoke(app, ["job", "view", job_id, "--stack-file", str(stack_file)])
+    assert shown.exit_code == 0, shown.output
+    rows = [[cell.strip() for cell in line.split("│")[2:6]] for line in shown.output.splitlines() if line.startswith("│")]
+    assert rows == [["build", "succeeded", "1", "mac-b"], ["test", "running", "", ""],
+                    ["├ 0", "succeeded", "1", "mac-0"], ["├ 1", "succeeded", "1", "mac-1"], ["├ 2", "running", "1", "mac-2"],
+                    ["└ 3", "running", "1", "mac-3"], ["ship", "pending", "", ""]]
+    assert "test[2]#1 | shard 2 says hi" in shown.output  # the log tail, each line labelled with its shard
+    listing = runner.invoke(app, ["job", "list", "--project", project_id, "--stack-file", str(stack_file)])
+    assert re.search(rf"{job_id}\s*│\s*{project_id}\s*│\s*running\s*│\s*3/6\s*│", listing.output), listing.output
+    one = runner.invoke(app, ["job", "logs", job_id, "--stage", "test", "--shard", "2", "--stack-file", str(stack_file)])
+    assert (one.exit_code, one.output.splitlines()) == (0, ["── test[2] on mac-2 ──", "test[2]#1 | shard 2 says hi"]), one.output
+    every = runner.invoke(app, ["job", "logs", job_id, "--stack-file", str(stack_file)])
+    assert [line for line in every.output.splitlines() if "says hi" in line] == [f"test[{shard}]#1 | shard {shard} says hi" for shard in range(4)]
+    refused = runner.invoke(app, ["job", "logs", job_id, "--stage", "test", "--shard", "4", "--stack-file", str(stack_file)])
+    assert refused.exit_code == 2 and "--shard '4': stage 'test' has no such shard; its shards: 0 to 3" in refused.output
+
+    for ref, token in runs[2:]:
+        report(ref, token, succeed=True)
+    agent_runs(local_stack, stage_messages(local_stack, job_id, 1)[0], agent_id="mac-b")
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    ended = next(job for job in api.list_jobs(project=project_id)["jobs"] if job["job_id"] == job_id)
+    assert (ended["runs_done"], ended["runs_total"]) == (6, 6)

@@ -67,6 +67,16 @@ def test_the_session_name_fits_at_the_longest_job_id_stage_and_attempt():
     assert re.match(r"^[\w+=,.@-]{2,64}$", name), name
 
 
+def test_a_shards_session_names_its_shard_and_fits_at_the_largest_shard_index():
+    """RoleSessionName: 2 to 64 of letters, digits and _=,.@- (AssumeRole, STS API Reference)."""
+    from relevo_core.models.plan import MAX_DECLARED_SHARDS
+
+    assert session_name("job_" + "a" * 26, 1, 2, shard=3) == "job_" + "a" * 26 + ".1.shard-3.2"
+    assert session_name("job_" + "a" * 26, 1, 2, shard=3) != session_name("job_" + "a" * 26, 1, 2, shard=4) != session_name("job_" + "a" * 26, 1, 2)
+    longest = session_name("job_" + "z" * 40, 99, 1000, shard=MAX_DECLARED_SHARDS - 1)
+    assert re.match(r"^[\w+=,.@-]{2,64}$", longest) and len(longest) == 62, longest
+
+
 def test_the_session_lasts_past_the_stages_own_deadlines_within_stss_bounds():
     long_stage = _envelope()  # exec_timeout_sec 86,400: renewed, an hour at a time
     assert session_seconds(long_stage, 0) == MAX_SESSION_SEC == 3600

@@ -36,7 +36,7 @@ def test_a_matrix_runs_one_shard_per_combination_the_first_key_varying_slowest()
     ]
     assert shards[2].environment() == {"RELEVO_SHARD_INDEX": "2", "RELEVO_SHARD_COUNT": "4",
                                        "RELEVO_MATRIX_DEVICE": "iPad Air", "RELEVO_MATRIX_OS": "18.2"}
-    assert shards[2].label == "shard 3/4 (device=iPad Air,os=18.2)"
+    assert shards[2].label == "device=iPad Air, os=18.2"
     assert not plan.stops_siblings and plan.max_parallel == 2
 
 

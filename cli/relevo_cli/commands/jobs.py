@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from relevo_cli.cli_errors import JobId, ProjectId, UserMistake
 from relevo_cli.commands.common import StackOption, add_column, console, errors, print_trigger, stack_api
-from relevo_cli.words import error_sentence, time_ago
+from relevo_cli.words import error_sentence, format_duration, seconds_between, shard_name, time_ago
 from relevo_core.models.status import queue_reason_words
 from relevo_core.models.transfer import TransferProgress, human_bytes
 
@@ -29,23 +30,39 @@ def gate_line(job_id: str, stage: str) -> str:
     return f"waiting for approval before {stage}: `relevo job approve {job_id}` (or `relevo job reject {job_id} --reason …`)"
 
 
-def render_job(job: dict) -> Table:
+def render_job(job: dict, now: datetime | None = None) -> Table:
+    """A row per stage; a stage with shards has a row per shard under it (its label: its index or
+    its matrix combination), each with the Mac that ran it, its attempt, duration and result."""
+    now = now or datetime.now(timezone.utc)
     # The title stays short (rich wraps it to the table's width): why it waits is a note below.
     table = Table(title=f"{job['job_id']}  {job['project']}  [bold]{job['status']}[/bold]")
-    for column in ("#", "stage", "status", "attempt", "agent", "exit", "error", "transfer"):
+    for column in ("#", "stage", "status", "attempt", "agent", "duration", "exit", "error", "transfer"):
         add_column(table, column)
     for stage in job["stages"]:
         table.add_row(
             str(stage["index"]),
-            stage["name"],
-            stage["status"],
-            str(stage["attempt"] or ""),
-            stage["agent_id"] or "",
-            "" if stage["exit_code"] in (None, -1) else str(stage["exit_code"]),
-            stage["error_class"] or "",
+            escape(stage["name"]),
+            *_attempt_cells(stage, now),
             transfer_text(stage.get("transfer")),
         )
+        shards = stage.get("shards") or []
+        for place, shard in enumerate(shards):
+            branch = "└" if place == len(shards) - 1 else "├"
+            table.add_row("", f"{branch} {escape(shard['label'])}", *_attempt_cells(shard, now), "")
     return table
+
+
+def _attempt_cells(run: dict, now: datetime) -> list[str]:
+    """status, attempt, agent, duration, exit, error of a stage's or a shard's shown attempt."""
+    seconds = seconds_between(run.get("started_at"), run.get("ended_at"), now)
+    return [
+        run["status"],
+        str(run["attempt"] or ""),
+        run["agent_id"] or "",
+        "" if seconds is None else format_duration(seconds),
+        "" if run["exit_code"] in (None, -1) else str(run["exit_code"]),
+        run["error_class"] or "",
+    ]
 
 
 def transfer_text(transfer: dict | None) -> str:
@@ -128,8 +145,11 @@ def _print_log_tail(job: dict) -> None:
     if not lines:
         return
     console.print(f"── last {len(lines)} log lines ──", markup=False, highlight=False, soft_wrap=True)
+    labels = {(stage["name"], shard["shard"]): shard["label"] for stage in job["stages"] for shard in stage.get("shards") or []}
     for line in lines:
-        console.print(f"{line['stage']}#{line['attempt']} | {line['text']}", markup=False, highlight=False, soft_wrap=True)
+        # A shard's line is labelled with its shard: `test[device=iPhone 16, os=18.2]#1 | …`.
+        where = line["stage"] if line.get("shard") is None else f"{line['stage']}[{labels.get((line['stage'], line['shard']), line['shard'])}]"
+        console.print(f"{where}#{line['attempt']} | {line['text']}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"(all of it: relevo job logs {job['job_id']}; follow: relevo job logs {job['job_id']} -f --from-seq {tail['next_seq']})", markup=False, highlight=False, soft_wrap=True)
 
 
@@ -176,16 +196,24 @@ def jobs(
     table = Table(title=f"{listing['count']} job(s){' (more not shown)' if listing['truncated'] else ''}")
     if queued:
         table.add_column("#", justify="right")
-    for column in ("job", "project", "status", "trigger", "ref", "region", "priority", "created", "why waiting" if queued else "last good stage"):
+    for column in ("job", "project", "status", "progress", "trigger", "ref", "region", "priority", "created",
+                   "why waiting" if queued else "last good stage"):
         add_column(table, column)
     for job in listing["jobs"]:
         row = [] if not queued else [str(job["queue_position"])]
         status_cell = f"{job['status']} ({job['held_reason']})" if job.get("held_reason") else job["status"]
-        row += [job["job_id"], job["project"], status_cell, job["trigger"] or "", job["ref"] or "",
+        row += [job["job_id"], job["project"], status_cell, progress_text(job), job["trigger"] or "", job["ref"] or "",
                 job["region_affinity"] or "", str(job["priority"]), time_ago(job["created_at"], now),
                 (job["queue_reason"] or "") if queued else (job["last_successful_stage"] or "")]
         table.add_row(*row)
     console.print(table)
+
+
+def progress_text(job: dict) -> str:
+    """`3/6`: the stage runs done of the job's runs (a stage with shards counts one run a shard)."""
+    if job.get("runs_total") is None:
+        return ""
+    return f"{job.get('runs_done') or 0}/{job['runs_total']}"
 
 
 def run(
@@ -274,6 +302,9 @@ def watch(
                 f" (waiting: {queue_reason_words(job['queue_reason'], job.get('region_affinity'), job.get('queue_detail'))})"
                 if job.get("queue_reason") else "")}
             changes.update({stage["name"]: f"  {stage['name']} {stage_words(stage)}" for stage in job["stages"] if stage["status"] != "pending"})
+            # Each shard of a stage with shards moves on its own.
+            changes.update({shard_name(stage["name"], shard): f"    {shard_name(stage['name'], shard)} {stage_words(shard)}"
+                            for stage in job["stages"] for shard in stage.get("shards") or [] if shard["status"] != "pending"})
             for key, line in changes.items():
                 if said.get(key) != line:
                     said[key] = line
@@ -346,15 +377,44 @@ def wait_words(job_id: str, reason: str, region: str | None, detail: str | None)
     return f"job {job_id} waits: {words}{hint}"
 
 
+def _combination(text: str) -> tuple[str, ...]:
+    """A matrix label's key=value pairs, however it is spaced after its commas."""
+    return tuple(part.strip() for part in text.split(","))
+
+
+def chosen_shards(job_id: str, stages: list[dict], stage: list[str], chosen: list[str]) -> list[int]:
+    """The shard indexes `--shard` names (an index, or a matrix combination as the job view labels
+    it) among the shards of the one `--stage` given; a mistake names what there is instead."""
+    if len(stage) != 1:
+        raise UserMistake(f"--shard: name the stage whose shards you mean with one --stage (job {job_id}'s stages with shards: "
+                          f"{', '.join(s['name'] for s in stages if s.get('shards')) or 'none'})")
+    found = next(s for s in stages if s["name"] == stage[0])
+    shards = found.get("shards") or []
+    if not shards:
+        raise UserMistake(f"--shard: stage {stage[0]!r} of job {job_id} has no shards (neither parallel nor matrix)")
+    indexes = []
+    for wanted in chosen:
+        match = next((s["shard"] for s in shards if wanted.strip() == str(s["shard"]) or _combination(wanted) == _combination(s["label"])), None)
+        if match is None:
+            said = f"0 to {len(shards) - 1}" if shards[0]["label"] == "0" else "; ".join(s["label"] for s in shards)
+            raise UserMistake(f"--shard {wanted!r}: stage {stage[0]!r} has no such shard; its shards: {said}")
+        indexes.append(match)
+    return indexes
+
+
 def logs(
     job_id: str = JobId,
     follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends; exit 0 if it succeeded, 1 if not"),
     stage: Optional[list[str]] = typer.Option(None, "--stage", "-s", help="only this stage's lines (repeatable)"),
+    shard: Optional[list[str]] = typer.Option(
+        None, "--shard", help="with one --stage that has shards: only this shard's lines, by index (RELEVO_SHARD_INDEX) or "
+        "matrix combination as `relevo job view` labels it, e.g. 'device=iPhone 16, os=18.2' (repeatable)",
+    ),
     from_seq: int = typer.Option(0, "--from-seq", min=0, help="start at this chunk (job view's log_tail.next_seq: right after its tail)"),
     poll_sec: float = typer.Option(0.5, "--poll", min=0.1, help="seconds between polls while following"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
-    """Print a job's output (already masked), each line labelled stage#attempt, with a line where each stage begins and ends; with -f follow it until the job ends, across dropped connections."""
+    """Print a job's output (already masked), each line labelled stage#attempt (a shard's stage[shard]#attempt, the shards of a stage interleaved), with a line where each stage begins and ends; with -f follow it until the job ends, across dropped connections."""
     from relevo_cli.follow import LogFollower, StageLog
 
     def write(text: str) -> None:
@@ -371,11 +431,15 @@ def logs(
                          markup=False, highlight=False, soft_wrap=True)
 
     with stack_api(stack_file) as api:
-        if stage:
-            plan = [s["name"] for s in api.get_job(job_id)["stages"]]
-            unknown = [name for name in stage if name not in plan]
+        shards: list[int] | None = None
+        if stage or shard:
+            stages = api.get_job(job_id)["stages"]
+            plan = [s["name"] for s in stages]
+            unknown = [name for name in stage or [] if name not in plan]
             if unknown:
                 raise UserMistake(f"--stage {unknown[0]!r}: job {job_id} has no such stage; its stages: {', '.join(plan)}")
+            if shard:
+                shards = chosen_shards(job_id, stages, stage or [], shard)
         follower = LogFollower(
             fetch=lambda seq: api.job_logs(job_id, from_seq=seq),
             write=write,
@@ -383,7 +447,7 @@ def logs(
             status_changed=what_it_does,
             poll_sec=poll_sec,
             next_seq=from_seq,
-            render=StageLog(write, only=stage),
+            render=StageLog(write, only=stage, shards=shards),
         )
         code = follower.run(follow)
     if follow:

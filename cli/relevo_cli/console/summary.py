@@ -16,21 +16,10 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
 
-from relevo_cli.words import error_sentence, macs_by_stage
+# seconds_between and format_duration: the CLI's too (relevo job view), imported from here by the console.
+from relevo_cli.words import error_sentence, format_duration, macs_by_stage, seconds_between
 from relevo_core.models.status import queue_reason_words
 from relevo_core.models.transfer import TransferProgress, uploaded_text
-
-
-def _at(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
-
-
-def seconds_between(start: str | None, end: str | None, now: datetime) -> int | None:
-    """Whole seconds from `start` to `end` (to `now` while there is no end); None before a start."""
-    began = _at(start)
-    if began is None:
-        return None
-    return max(0, int(((_at(end) or now) - began).total_seconds()))
 
 
 def job_started_at(job: dict[str, Any]) -> str | None:
@@ -65,6 +54,9 @@ def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetim
         "duration_sec": seconds_between(started, job.get("ended_at"), now),
         "queue_position": queued["queue_position"] if queued else None,
         "stage_sec": {stage["name"]: seconds_between(stage.get("started_at"), stage.get("ended_at"), now) for stage in job["stages"]},
+        # A stage with shards: each shard's, by stage then shard index (its own attempt's times).
+        "shard_sec": {stage["name"]: {shard["shard"]: seconds_between(shard.get("started_at"), shard.get("ended_at"), now)
+                                      for shard in stage.get("shards") or []} for stage in job["stages"]},
         "transfers": stage_transfers(job),
         "attempt_transfers": {stage["name"]: attempt_transfers(stage) for stage in job["stages"]},
         # The failure as a sentence (the job view has its class and a JSON cause), which Mac ran
@@ -87,14 +79,3 @@ def artifact_type(name: str) -> str:
         return f"file, {content_type}" + (f" ({encoding})" if encoding else "")
     suffix = PurePosixPath(name).suffix
     return f"file, {suffix}" if suffix else "file"
-
-
-def format_duration(seconds: int | None) -> str:
-    """`42s`, `3m 5s`, `2h 7m`; `—` for none."""
-    if seconds is None:
-        return "—"
-    if seconds >= 3600:
-        return f"{seconds // 3600}h {(seconds % 3600) // 60}m"
-    if seconds >= 60:
-        return f"{seconds // 60}m {seconds % 60}s"
-    return f"{seconds}s"

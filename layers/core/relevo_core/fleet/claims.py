@@ -119,7 +119,7 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
         )
 
     def mint() -> JobSession:
-        return job_credentials.mint(settings.job_role_arn, envelope, index, request.attempt, lineage_of(table, envelope))
+        return job_credentials.mint(settings.job_role_arn, envelope, index, request.attempt, lineage_of(table, envelope), request.shard)
 
     # Side by side: the session is thrown away if the claim is refused (it grants nothing another
     # claim of this region could not get for itself).
@@ -172,6 +172,8 @@ def renew_session(settings: AgentSessionsSettings, region: str, request: Session
         )
     if JobStatus(record["status"]).terminal and on_record.status not in _LIVE:
         raise RelevoError(ErrorCode.JOB_ALREADY_ENDED, f"{request.job_id} has ended")
-    session = job_credentials.mint(settings.job_role_arn, envelope, request.stage_index, request.attempt, lineage_of(table, envelope))
+    session = job_credentials.mint(
+        settings.job_role_arn, envelope, request.stage_index, request.attempt, lineage_of(table, envelope), request.shard,
+    )
     return SessionGranted(session=session)
 

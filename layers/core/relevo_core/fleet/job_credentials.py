@@ -56,16 +56,19 @@ def session_seconds(envelope: JobEnvelope, stage_index: int) -> int:
     return max(MIN_SESSION_SEC, min(MAX_SESSION_SEC, wanted))
 
 
-def session_name(job_id: str, stage_index: int, attempt: int) -> str:
-    """What CloudTrail shows of the session: `<job>.<stage index>.<attempt>` (RoleSessionName
-    allows [\\w+=,.@-], 2 to 64 characters; a job id has at most 44)."""
-    return f"{job_id}.{stage_index}.{attempt}"
+def session_name(job_id: str, stage_index: int, attempt: int, shard: int | None = None) -> str:
+    """What CloudTrail shows of the session: `<job>.<stage index>.<attempt>`, for a shard
+    `<job>.<stage index>.shard-<k>.<attempt>` (two shards of a stage are two sessions).
+    RoleSessionName allows letters, digits, `_` and `=,.@-`, 2 to 64 characters (AssumeRole, STS
+    API Reference): a job id has at most 44, a stage index 2 digits, a shard index 3
+    (MAX_DECLARED_SHARDS), which leaves 4 digits for the attempt (tests/unit/test_job_credentials.py)."""
+    return f"{job_id}.{stage_index}." + ("" if shard is None else f"shard-{shard}.") + str(attempt)
 
 
-def mint(role_arn: str, envelope: JobEnvelope, stage_index: int, attempt: int, lineage: list[str]) -> JobSession:
+def mint(role_arn: str, envelope: JobEnvelope, stage_index: int, attempt: int, lineage: list[str], shard: int | None = None) -> JobSession:
     answer = client("sts").assume_role(
         RoleArn=role_arn,
-        RoleSessionName=session_name(envelope.job_id, stage_index, attempt),
+        RoleSessionName=session_name(envelope.job_id, stage_index, attempt, shard),
         DurationSeconds=session_seconds(envelope, stage_index),
         Tags=[{"Key": key, "Value": value} for key, value in session_tags(envelope, lineage).items()],
     )["Credentials"]

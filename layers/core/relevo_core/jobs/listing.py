@@ -12,7 +12,8 @@ from relevo_core.config import AccessSettings
 from relevo_core.models.requests import JobListQuery
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
 from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
-from relevo_core.store.job_stages import stage_records
+from relevo_core.models.plan import shard_count
+from relevo_core.store.job_stages import stage_and_shard_records
 from relevo_core.store.jobs_by_status import jobs_with_status
 from relevo_core.store.project_jobs import jobs_of_project
 from relevo_core.projects.permissions import visibility
@@ -27,6 +28,9 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
     envelope = record.get("envelope", {})
     trigger = envelope.get("trigger", {})
     plan = [stage.get("name") for stage in envelope.get("stages") or []]
+    # A stage runs once, a stage with shards once a shard: the progress counts runs.
+    runs = [shard_count(stage.get("parallel"), stage.get("matrix")) for stage in envelope.get("stages") or []]
+    skipped = plan.index(envelope["from_stage"]) if envelope.get("from_stage") in plan else 0
     return {
         "job_id": record["job_id"],
         "project": record["project"],
@@ -45,8 +49,13 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
         "held_reason": record.get(HELD_REASON_ATTRIBUTE),
         "last_writer": record.get("last_writer"),
         "stages_total": len(plan),
+        "runs_total": sum(runs),
         # Stages before from_stage are not run again: they count as done (a rerun stands on them).
-        "stages_skipped": plan.index(envelope["from_stage"]) if envelope.get("from_stage") in plan else 0,
+        "stages_skipped": skipped,
+        "runs_skipped": sum(runs[:skipped]),
+        # Their runs are their shards' records (a matrix of one combination still runs as a shard).
+        "sharded_stages": [stage.get("name") for stage in envelope.get("stages") or []
+                           if stage.get("parallel") is not None or stage.get("matrix") is not None],
     }
 
 
@@ -58,20 +67,26 @@ _STAGE_READERS = 8
 
 def with_stages(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each listed job with what its stage records say (one Query of its STAGES# partition each,
-    side by side): `stages_done` of `stages_total`, its `current_stage`, the `agents` that ran it
-    in plan order, when its first stage `started_at`, and its `warning_stages`."""
-    def stages_of(row: dict[str, Any]) -> list[dict[str, Any]]:
-        return stage_records(table, row["job_id"])
+    side by side): `stages_done` of `stages_total`, `runs_done` of `runs_total` (a shard is a run
+    of its own), its `current_stage`, the `agents` that ran it in plan order, when its first stage
+    `started_at`, and its `warning_stages`."""
+    def stages_of(row: dict[str, Any]) -> Any:
+        return stage_and_shard_records(table, row["job_id"])
 
     with ThreadPoolExecutor(max_workers=_STAGE_READERS) as pool:
         found = list(pool.map(in_this_context(stages_of), rows))
-    for row, stages in zip(rows, found):
+    for row, (stages, shards) in zip(rows, found):
+        sharded = set(row.pop("sharded_stages"))
+        # A stage with shards ran where its shards did: its own record names no agent.
+        attempts = sorted([*stages, *shards], key=lambda record: str(record["sk"]))
         agents: list[str] = []
-        for stage in stages:
-            if stage.get("agent_id") and stage["agent_id"] not in agents:
-                agents.append(stage["agent_id"])
-        starts = [stage["started_at"] for stage in stages if stage.get("started_at")]
+        for record in attempts:
+            if record.get("agent_id") and record["agent_id"] not in agents:
+                agents.append(record["agent_id"])
+        starts = [record["started_at"] for record in attempts if record.get("started_at")]
+        runs_done = sum(1 for stage in stages if stage.get("stage_name") not in sharded and stage.get("status") in _DONE_STAGE)
         row.update({
+            "runs_done": row.pop("runs_skipped") + runs_done + sum(1 for shard in shards if shard.get("status") in _DONE_STAGE),
             "stages_done": row.pop("stages_skipped") + sum(1 for stage in stages if stage.get("status") in _DONE_STAGE),
             "current_stage": next((stage.get("stage_name") for stage in stages if stage.get("status") in _LIVE_STAGE), None),
             "agents": agents,
@@ -192,5 +207,6 @@ def list_jobs(
         page = with_stages(table, page)
     else:
         for row in page:
-            row.pop("stages_skipped")
+            for name in ("stages_skipped", "runs_skipped", "sharded_stages"):
+                row.pop(name)
     return {"jobs": page, "count": len(page), "truncated": len(found) > len(page)}

@@ -37,15 +37,25 @@ def chunk_view(chunk: LogChunk) -> dict[str, Any]:
         "stage": chunk.stage,
         "attempt": chunk.attempt,
         "agent_id": chunk.agent_id,
+        # A stage with shards: which shard wrote it (its index; the page's stages give its label).
+        "shard": chunk.shard,
         "stream": STREAM,
         "text": chunk.data,
         "written_at": chunk.written_at,
     }
 
 
+def _failed_attempts(run: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"attempt": entry.get("attempt"), "agent": entry.get("agent") or entry.get("agent_id"), "error": entry.get("error")}
+        for entry in run["attempts_log"]
+    ]
+
+
 def stage_marks(stage: dict[str, Any]) -> dict[str, Any]:
     """What a reader of the log needs of a stage to mark where its output begins and ends: its
-    state, where it ran, how it ended, and each failed attempt's error."""
+    state, where it ran, how it ended, and each failed attempt's error; for a stage with shards,
+    the same of each shard, with its label (its chunks carry its index)."""
     return {
         "name": stage["name"],
         "index": stage["index"],
@@ -56,9 +66,19 @@ def stage_marks(stage: dict[str, Any]) -> dict[str, Any]:
         "error_class": stage["error_class"] or None,
         "reused_from": stage["reused_from"],
         "warning": stage.get("warning"),
-        "failed_attempts": [
-            {"attempt": entry.get("attempt"), "agent": entry.get("agent") or entry.get("agent_id"), "error": entry.get("error")}
-            for entry in stage["attempts_log"]
+        "failed_attempts": _failed_attempts(stage),
+        "shards": [
+            {
+                "shard": shard["shard"],
+                "label": shard["label"],
+                "status": shard["status"],
+                "attempt": shard["attempt"],
+                "agent_id": shard["agent_id"],
+                "exit_code": shard["exit_code"],
+                "error_class": shard["error_class"] or None,
+                "failed_attempts": _failed_attempts(shard),
+            }
+            for shard in stage.get("shards") or []
         ],
     }
 
@@ -116,22 +136,24 @@ def _clip(text: str) -> str:
 
 
 def split_lines(chunks: list[LogChunk]) -> list[dict[str, Any]]:
-    """The lines of consecutive chunks, each with the seq of the chunk it starts in. A line never
-    joins the output of two attempts: the end of one attempt's output ends its last line."""
+    """The lines of consecutive chunks, each with the seq of the chunk it starts in (and its shard,
+    for a stage with shards). A line never joins the output of two attempts (or two shards): the
+    end of one attempt's output ends its last line."""
     lines: list[dict[str, Any]] = []
     pending: dict[str, Any] | None = None
-    owner: tuple[str, int, str] | None = None
+    owner: tuple[str, int, str, int | None] | None = None
     for chunk in chunks:
-        if owner != (chunk.stage, chunk.attempt, chunk.agent_id) and pending is not None:
+        if owner != (chunk.stage, chunk.attempt, chunk.agent_id, chunk.shard) and pending is not None:
             lines.append(pending)
             pending = None
-        owner = (chunk.stage, chunk.attempt, chunk.agent_id)
+        owner = (chunk.stage, chunk.attempt, chunk.agent_id, chunk.shard)
         parts = chunk.data.split("\n")
         for index, part in enumerate(parts):
             if pending is None:
                 if index == len(parts) - 1 and not part:
                     break  # the chunk ended with a newline: no line has started
-                pending = {"seq": chunk.seq, "stage": chunk.stage, "attempt": chunk.attempt, "text": ""}
+                pending = {"seq": chunk.seq, "stage": chunk.stage, "attempt": chunk.attempt, "text": "",
+                           **({} if chunk.shard is None else {"shard": chunk.shard})}
             pending["text"] += part
             if index < len(parts) - 1:
                 lines.append(pending)

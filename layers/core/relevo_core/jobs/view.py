@@ -19,7 +19,8 @@ from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.models.envelope import read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
-from relevo_core.store.keys import JOB_SK, is_stage_sk
+from relevo_core.models.plan import StagePlan
+from relevo_core.store.keys import JOB_SK, is_stage_sk, shard_of_sk
 
 
 # What one stage record says of the attempt that ran last; attempts_log keeps every attempt.
@@ -93,6 +94,32 @@ def _last_successful(record: dict[str, Any], stages: list[dict[str, Any]]) -> st
     return ran[-1] if ran else record.get("last_successful_stage")
 
 
+def _shards_of(plan: StagePlan, records: dict[int, dict[str, Any]], never: StageStatus) -> list[dict[str, Any]]:
+    """Each shard of a stage with shards, in shard order, from its own record (keys.shard_sk): a
+    shard not dispatched yet (max_parallel, or its stage not reached) has none and is `never`."""
+    shards = []
+    for shard in plan.shards():
+        found = _current_attempt(records.get(shard.index, {}))
+        shards.append({
+            "shard": shard.index,
+            "label": shard.label,
+            "matrix": shard.matrix,
+            "status": found.get("status", never.value),
+            "attempt": found.get("attempt"),
+            "dispatched_attempt": found.get("dispatched_attempt"),
+            "agent_id": found.get("agent_id"),
+            "exit_code": found.get("exit_code"),
+            "error_class": found.get("error_class"),
+            "retry_count": found.get("retry_count", 0),
+            "attempts_log": found.get("attempts_log", []),
+            "dispatched_at": found.get("dispatched_at"),
+            "started_at": found.get("started_at"),
+            "ended_at": found.get("ended_at"),
+            "last_writer": found.get("last_writer"),
+        })
+    return shards
+
+
 def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge a job's record and stage records into one read model, stages in plan order."""
     record = next((item for item in items if item["sk"] == JOB_SK), None)
@@ -100,6 +127,12 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
     envelope = read_envelope(record["envelope"])
     stage_records = {item.get("stage_name"): item for item in items if is_stage_sk(item["sk"])}
+    # Each stage's shards' records (STAGE#nn#SHARD#kk), by stage index then shard index.
+    shard_records: dict[int, dict[int, dict[str, Any]]] = {}
+    for item in items:
+        place = shard_of_sk(str(item["sk"]))
+        if place is not None:
+            shard_records.setdefault(place[0], {})[place[1]] = item
     # A stage never dispatched before its job ended will never run: it is skipped, not pending.
     never = StageStatus.SKIPPED if JobStatus(record["status"]).terminal else StageStatus.PENDING
     stages = []
@@ -143,6 +176,11 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 "handoff": _handoff_of(found),
                 # A `warning` stage: what made it one, in a sentence (its receipt's warnings.text).
                 "warning": _warning_of(found),
+                # A stage with shards: each shard's own attempt (the stage's record says how the
+                # stage as a whole went). Empty for a stage without.
+                "shards": [] if not stage.sharded else _shards_of(
+                    stage, shard_records.get(index, {}), StageStatus.SKIPPED if skipped else never,
+                ),
             }
         )
     current = next(

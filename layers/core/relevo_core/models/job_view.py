@@ -10,6 +10,28 @@ from pydantic import BaseModel, ConfigDict, Field
 from relevo_core.models.transfer import TransferProgress
 
 
+class ShardView(BaseModel):
+    """One shard of a stage with shards (`parallel` or `matrix`) and what its last attempt did."""
+
+    model_config = ConfigDict(extra="allow")
+
+    shard: int = Field(description="the shard's index, 0-based (RELEVO_SHARD_INDEX)")
+    label: str = Field(description="how views and logs name it: its matrix combination (`device=iPhone 16, os=18.2`), else its index")
+    matrix: dict[str, str] = Field({}, description="a matrix shard's values, by key (RELEVO_MATRIX_<KEY>)")
+    status: str = Field(description="a stage-attempt status; pending until the shard is dispatched, canceled when a sibling failed (fail_fast)")
+    attempt: int | None = None
+    dispatched_attempt: int | None = None
+    agent_id: str | None = Field(None, description="the Mac (agent) that claimed its attempt")
+    exit_code: int | None = None
+    error_class: str | None = None
+    retry_count: int = 0
+    attempts_log: list[dict[str, Any]] = Field([], description="every failed attempt of the shard: attempt, agent, error, cause, at")
+    dispatched_at: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    last_writer: str | None = None
+
+
 class StageView(BaseModel):
     """One stage of the plan and what its last attempt did."""
 
@@ -47,6 +69,9 @@ class StageView(BaseModel):
     )
     warning: str | None = Field(
         None, description="a `warning` stage: what made it one (a warning exit code, lines marked ::warning::), in a sentence",
+    )
+    shards: list[ShardView] = Field(
+        [], description="a stage with shards: each shard's own attempt, in shard order (empty for a stage without shards)",
     )
 
 

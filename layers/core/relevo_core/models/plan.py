@@ -222,9 +222,9 @@ class Shard(_Frozen):
 
     @property
     def label(self) -> str:
-        """How logs and views name the shard: its index, and its combination for a matrix."""
-        combination = ",".join(f"{key}={value}" for key, value in self.matrix.items())
-        return f"shard {self.index + 1}/{self.count}" + (f" ({combination})" if combination else "")
+        """How logs and views name the shard: a matrix's combination (`device=iPhone 16, os=18.2`),
+        else its index as RELEVO_SHARD_INDEX has it (what `relevo job logs --shard` takes too)."""
+        return ", ".join(f"{key}={value}" for key, value in self.matrix.items()) or str(self.index)
 
 
 def check_fan_out(

@@ -82,6 +82,14 @@ def is_stage_sk(sk: str) -> bool:
     return sk.startswith("STAGE#") and SHARD_INFIX not in sk
 
 
+def shard_of_sk(sk: str) -> tuple[int, int] | None:
+    """(stage index, shard index) of a shard's record key; None for any other key."""
+    stage, infix, shard = sk.partition(SHARD_INFIX)
+    if not infix or not stage.startswith("STAGE#"):
+        return None
+    return int(stage.removeprefix("STAGE#")), int(shard)
+
+
 def attempt_sk(index: int, shard: int | None) -> str:
     """The record a stage attempt writes: its stage's, or for a stage with shards, its shard's."""
     return stage_sk(index) if shard is None else shard_sk(index, shard)

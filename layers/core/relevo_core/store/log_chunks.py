@@ -55,6 +55,8 @@ class LogChunk(BaseModel):
     stage: str
     attempt: int
     agent_id: str
+    # The shard that wrote it, for a stage with shards (None: a stage without).
+    shard: int | None = None
     # The text, for a chunk kept in its item ("" for one whose body is in S3 until it is read).
     data: str = ""
     written_at: str
