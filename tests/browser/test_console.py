@@ -1096,3 +1096,35 @@ def test_the_run_page_says_in_one_line_when_the_repository_cannot_be_reached_and
     job = operator_api.get_job(job_id)
     assert (job["ref"], job["trigger"]["type"]) == ("release/5.0", "manual")
     _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
+
+
+def test_the_job_page_shows_a_row_per_shard_under_its_stage_and_the_list_counts_shard_runs(operator_api, browser_page, screenshots):
+    # Given a job whose test stage runs as a matrix of two devices, on the console's Mac
+    matrix = {"device": ["iPhone 16", "iPad Air"], "os": ["18.2"]}
+    project_id = _project(operator_api, [{"name": "build", "run": "echo compiled"},
+                                         {"name": "test", "run": 'echo "testing on $RELEVO_MATRIX_DEVICE"', "matrix": matrix}])
+    job_id = _run(operator_api, project_id)
+    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "succeeded"
+    labels = ["device=iPhone 16, os=18.2", "device=iPad Air, os=18.2"]
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        browser_page.locator("#log-lines .line", has_text="testing on iPad Air").wait_for(timeout=30_000)
+        # Then each shard is a row under its stage: its label, status, attempt, Mac and duration
+        order = browser_page.locator("table.steps tbody tr").evaluate_all(
+            "rows => rows.map(r => r.dataset.stage || (r.dataset.shardOf + '/' + r.dataset.shard))")
+        assert order == ["build", "test", "test/0", "test/1"], order
+        rows = [row.locator("td").all_inner_texts() for row in browser_page.locator("table.steps tr.shard[data-shard-of=test]").all()]
+        assert [row[1:5] for row in rows] == [[label, "succeeded", "1", "console-mac"] for label in labels], rows
+        assert all(re.fullmatch(r"\d+s", row[7]) for row in rows), rows
+        # the stage's chip counts its shards, and the Macs name the shards they ran
+        assert browser_page.locator("li.stage-chip[data-stage=test] .shards").inner_text() == "2/2 shards"
+        assert _summary(browser_page)["Macs"] == f"console-mac (build, test[{labels[0]}], test[{labels[1]}])"
+        # and the log names the shard each run of lines comes from
+        ipad = browser_page.locator("#log-lines .line", has_text="testing on iPad Air")
+        assert (ipad.get_attribute("data-shard"), ipad.get_attribute("data-where")) == ("1", f"test[{labels[1]}] · on console-mac")
+        _screenshot(browser_page, screenshots, "job-shards")
+        # The job list's progress counts runs: build, and one per shard
+        _open(browser_page, server, f"/?project={project_id}")
+        progress = browser_page.locator(f"tr[data-job-id='{job_id}'] td.progress")
+        assert progress.inner_text().strip() == "3/3"
+        assert progress.locator("progress").get_attribute("max") == "3"

@@ -22,7 +22,7 @@ from relevo_cli.console import actions, archive
 from relevo_cli.console.render import api_answer, error_page, invalid, json_object, no_such_action, page, refusal
 from relevo_cli.console.state import Console
 from relevo_cli.console.stream import job_events
-from relevo_cli.console.views.job import LOG_MAX_LINES, LOG_TAIL_LINES, job_panel_context, last_chunks
+from relevo_cli.console.views.job import LOG_MAX_LINES, LOG_TAIL_LINES, job_panel_context, last_chunks, shard_labels
 from relevo_core.models.requests import LOG_MAX_LIMIT
 
 
@@ -44,7 +44,8 @@ async def job_detail(request: Request) -> Response:
             tail = await run_in_threadpool(last_chunks, console.api, job_id, end)
         except ApiError as exc:
             return error_page(exc)
-    return page("job.html", tail=tail, tail_json=json.dumps(tail), log_max_lines=LOG_MAX_LINES, **context)
+    return page("job.html", tail=tail, tail_json=json.dumps(tail), shard_labels_json=json.dumps(shard_labels(job)),
+                log_max_lines=LOG_MAX_LINES, **context)
 
 
 async def job_panel(request: Request) -> Response:

@@ -13,6 +13,9 @@
   const gateNote = document.getElementById("gate-note");
   const earlier = document.getElementById("log-earlier");
   const tail = JSON.parse(logEl.dataset.tail);
+  // A stage with shards: each shard's label (its index, or its matrix combination) by stage and
+  // shard index; a chunk carries the index.
+  const shardLabels = JSON.parse(logEl.dataset.shardLabels || "{}");
 
   // A line's place in the log is where it starts: the seq of its chunk and the index of its start
   // among the chunk's newline-separated parts (part 0 may instead end the previous chunk's line).
@@ -41,9 +44,13 @@
     line.dataset.seq = String(seq);
     line.dataset.part = String(part);
     if (chunk && chunk.stage) {
-      // Which stage attempt printed it; the first line of each is marked (a CSS label, not text).
-      line.dataset.owner = chunk.stage + "#" + chunk.attempt;
-      line.dataset.where = chunk.stage + (chunk.attempt > 1 ? " · attempt " + chunk.attempt : "") + (chunk.agent_id ? " · on " + chunk.agent_id : "");
+      // Which stage attempt (or shard) printed it; the first line of each run of its lines is
+      // marked (a CSS label, not text): the shards of a stage print side by side.
+      const shard = chunk.shard === undefined || chunk.shard === null ? null : String(chunk.shard);
+      const name = shard === null ? chunk.stage : chunk.stage + "[" + ((shardLabels[chunk.stage] || {})[shard] || shard) + "]";
+      line.dataset.owner = name + "#" + chunk.attempt;
+      line.dataset.where = name + (chunk.attempt > 1 ? " · attempt " + chunk.attempt : "") + (chunk.agent_id ? " · on " + chunk.agent_id : "");
+      if (shard !== null) line.dataset.shard = shard;
     }
     line.textContent = text;
     return line;

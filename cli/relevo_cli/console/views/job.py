@@ -38,6 +38,11 @@ def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
             "directories": archive.artifact_directories(job.get("artifacts") or [])}
 
 
+def shard_labels(job: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each stage with shards: its shards' labels by index (static/job.js names a chunk's shard so)."""
+    return {stage["name"]: {str(shard["shard"]): shard["label"] for shard in stage["shards"]} for stage in job["stages"] if stage.get("shards")}
+
+
 def last_chunks(api: RelevoApi, job_id: str, end: int, lines: int = LOG_TAIL_LINES) -> dict[str, Any]:
     """Whole chunks before seq `end`, read back a page at a time until they hold `lines` lines:
     the log's end as the page first shows it. Whole chunks (not the job view's line tail) so that
