@@ -113,3 +113,20 @@ def test_the_job_role_trusts_the_claim_functions_sessions_and_no_one_else(local_
     agent = local_stack.agent_credentials["eu-west"]
     sts = client_as(local_stack, "sts", agent.access_key_id, agent.secret_access_key, agent.session_token)
     assert refusal_code(lambda: sts.assume_role(RoleArn=job_role, RoleSessionName="agent", Tags=tags)) == "AccessDenied"
+
+
+def test_the_longest_session_name_of_a_shards_job_credentials_is_taken_and_one_longer_is_refused(local_stack, roles):
+    """RoleSessionName: 2 to 64 characters (AssumeRole, STS API Reference). The longest a shard's
+    job credentials may carry (relevo_core.fleet.job_credentials.session_name) is taken, and so is
+    one of 64; one of 65 is refused, as AWS refuses it."""
+    from relevo_core.fleet.job_credentials import session_name
+    from relevo_core.models.plan import MAX_DECLARED_SHARDS
+
+    longest = session_name("job_" + "z" * 40, 99, 1000, shard=MAX_DECLARED_SHARDS - 1)
+    suffix = secrets.token_hex(3)
+    role = _role(f"names-{suffix}", _trusting(f"arn:aws:iam::{ACCOUNT}:root", ["sts:AssumeRole"]))
+    # A role's session takes it, as the claim function's does (botocore's own checks are off).
+    taken = roles["middle"].assume_role(RoleArn=role, RoleSessionName=longest)["AssumedRoleUser"]["Arn"]
+    assert taken.endswith(f"/{longest}") and len(longest) == 62
+    roles["middle"].assume_role(RoleArn=role, RoleSessionName=longest + "99")  # 64: the bound itself
+    assert refusal_code(lambda: roles["middle"].assume_role(RoleArn=role, RoleSessionName=longest + "999")) == "ValidationError"
