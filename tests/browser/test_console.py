@@ -1118,7 +1118,9 @@ def test_the_job_page_shows_a_row_per_shard_under_its_stage_and_the_list_counts_
         assert all(re.fullmatch(r"\d+s", row[7]) for row in rows), rows
         # the stage's chip counts its shards, and the Macs name the shards they ran
         assert browser_page.locator("li.stage-chip[data-stage=test] .shards").inner_text() == "2/2 shards"
-        assert _summary(browser_page)["Macs"] == f"console-mac (build, test[{labels[0]}], test[{labels[1]}])"
+        summary = _summary(browser_page)
+        assert summary["Macs"] == f"console-mac (build, test[{labels[0]}], test[{labels[1]}])"
+        assert summary["Progress"] == "2 of 2 stages (3 of 3 runs, a shard each)"
         # and the log names the shard each run of lines comes from
         ipad = browser_page.locator("#log-lines .line", has_text="testing on iPad Air")
         assert (ipad.get_attribute("data-shard"), ipad.get_attribute("data-where")) == ("1", f"test[{labels[1]}] · on console-mac")

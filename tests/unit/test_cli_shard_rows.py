@@ -59,6 +59,12 @@ def test_the_macs_of_a_job_name_the_shards_they_ran():
     assert macs_by_stage(_job()) == [("mac-1", ["build", "test[0]"]), ("mac-3", ["test[1]"])]
 
 
+def test_the_job_pages_progress_counts_stage_runs_a_shard_each():
+    from relevo_cli.console.summary import run_progress
+
+    assert run_progress(_job()) == (2, 6)  # done: build and test[0], of build, 3 test shards and 2 ui shards
+
+
 def test_the_list_progress_counts_stage_runs_a_shard_each():
     assert progress_text({"runs_done": 3, "runs_total": 6}) == "3/6"
     assert progress_text({"runs_total": 6}) == "0/6"

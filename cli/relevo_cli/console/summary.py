@@ -46,6 +46,15 @@ def attempt_transfers(stage: dict[str, Any]) -> dict[int, str]:
     return {transfer.attempt: transfer.describe() for transfer in map(TransferProgress.model_validate, stage.get("transfers") or [])}
 
 
+_DONE = ("succeeded", "warning", "skipped")
+
+
+def run_progress(job: dict[str, Any]) -> tuple[int, int]:
+    """(runs done, runs): a stage runs once, a stage with shards once a shard (as the listing counts)."""
+    runs = [run for stage in job["stages"] for run in (stage.get("shards") or [stage])]
+    return sum(1 for run in runs if run["status"] in _DONE), len(runs)
+
+
 def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
     """The summary's computed fields; `queued` is the job's entry in GET /queue, while it is queued."""
     started = job_started_at(job)
@@ -53,6 +62,7 @@ def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetim
         "started_at": started,
         "duration_sec": seconds_between(started, job.get("ended_at"), now),
         "queue_position": queued["queue_position"] if queued else None,
+        "runs": run_progress(job),
         "stage_sec": {stage["name"]: seconds_between(stage.get("started_at"), stage.get("ended_at"), now) for stage in job["stages"]},
         # A stage with shards: each shard's, by stage then shard index (its own attempt's times).
         "shard_sec": {stage["name"]: {shard["shard"]: seconds_between(shard.get("started_at"), shard.get("ended_at"), now)
