@@ -1,6 +1,7 @@
 """`relevo drill` in `make test`: one fast trial of each drill (short leases, DrillTiming.fast())
 on a stack of this module's own, two real relevo-agent processes of one region, each behind a
-loopback fault proxy. Each drill is the issue 14 fault it is named after; a trial fails on a
+loopback fault proxy (a third for the parallel drill's shards). Each drill is the issue 14 fault
+it is named after (parallel: issue 32's, on a stage's shards); a trial fails on a
 duplicate or lost effect, a wrongly failed job, a stage left non-terminal, a slow cancel or an
 incomplete dead-letter entry. `relevo drill all --trials 3` runs the full drill by hand."""
 
@@ -14,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from relevo_tools.drill.runner import run_trial
-from relevo_tools.drill.drills import DRILLS, Trial
+from relevo_tools.drill.drills import DRILLS, SIBLING_STOP_LIMIT_SEC, Trial
 from relevo_tools.drill.fleet import DrillFleet, DrillTiming
 from relevo_local.processes import local_stack
 from relevo_core.aws import reset_clients
@@ -49,6 +50,11 @@ def test_the_drill_holds(fleet: DrillFleet, name: str):
         # The faulted holder fenced before its lease ended (or its supervisor did), and the
         # other agent's attempt ran the effect once.
         assert trial.attempts == 2 and trial.fence_sec is not None and 0 < trial.fence_sec < fleet.timing.lease_ttl_sec
+    if name == "parallel":
+        # The killed shard's retry was claimed (by another Mac: the trial's problems say when not),
+        # and the failed shard's siblings were stopped within the issue's 5 s.
+        assert trial.takeover_sec is not None and trial.takeover_sec > 0
+        assert trial.fence_sec is not None and 0 < trial.fence_sec <= SIBLING_STOP_LIMIT_SEC
 
 
 def test_an_unknown_drill_is_refused_in_one_line_with_exit_2(tmp_path: Path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def _command(project: Project, stage: str) -> str:
 def test_the_demo_projects_are_valid_and_run_in_the_demo_regions():
     projects = _projects()
 
-    assert set(projects) == {"release-app", "flaky-tests", "notarize", "store-upload"}
+    assert set(projects) == {"release-app", "flaky-tests", "notarize", "store-upload", "ui-tests"}
     assert {p.region_affinity for p in projects.values()} == set(FLEET)
     release = projects["release-app"]
     assert [s.name for s in release.stages] == ["build", "sign", "upload", "deploy"]
@@ -77,6 +78,40 @@ def test_the_upload_probe_finds_only_its_own_operation(tmp_path: Path):
     assert _run(upload.effect_probe, tmp_path, job_id="job_a", stage="upload") == 1  # another job's upload
     (tmp_path / "store-uploads").write_text("job_b:upload\njob_a:upload\n")
     assert _run(upload.effect_probe, tmp_path, job_id="job_a", stage="upload") == 0
+
+
+def test_the_ui_test_shards_check_builds_products_and_split_the_tests_between_them(tmp_path: Path):
+    """build's products restored into each shard (here: the same workspace), checked against
+    build's digest; the three shards' slices are the test plan, each test once. A shard given other
+    products than build's fails."""
+    project = _projects()["ui-tests"]
+    [test] = [s for s in project.stages if s.name == "test"]
+    assert test.parallel == 3 and project.region_affinity == "ap-south" and len(FLEET["ap-south"]) == 3
+    shared, workspace = tmp_path / "shared", tmp_path / "workspace"
+    shared.mkdir()
+    workspace.mkdir()
+    env = {**os.environ, "RELEVO_DEMO_DIR": str(shared), "RELEVO_DEMO_PYTHON": sys.executable, "RELEVO_DEMO_TOOLS": str(PROJECTS / "tools"),
+           "RELEVO_JOB_ID": "job_x", "RELEVO_OUTPUT": str(tmp_path / "build.out")}
+
+    def run(command: str, **variables: str) -> int:
+        return subprocess.run(["bash", "-c", command], cwd=workspace, env={**env, **variables}, capture_output=True, timeout=20).returncode
+
+    assert run(_command(project, "build")) == 0
+    digest = dict(line.split("=", 1) for line in (tmp_path / "build.out").read_text().split())["digest"]
+    (shared / "ui-tests" / "job_x").mkdir(parents=True)
+    for shard in range(3):  # every shard started: none waits for the others
+        (shared / "ui-tests" / "job_x" / str(shard)).touch()
+    for shard in range(3):
+        assert run(test.run, RELEVO_OUT_BUILD_DIGEST=digest, RELEVO_SHARD_INDEX=str(shard), RELEVO_SHARD_COUNT="3",
+                   RELEVO_OPERATION_ID=f"job_x:test#shard-{shard}") == 0
+    runs = [line.split() for line in (shared / "ui-tests.runs").read_text().splitlines()]
+    assert [run[0] for run in runs] == [f"job_x:test#shard-{shard}" for shard in range(3)]
+    ran = [name for run in runs for name in run[1:]]
+    assert sorted(ran) == (workspace / "build" / "Products" / "tests.txt").read_text().split() and len(ran) == 12
+
+    (workspace / "build" / "Products" / "tests.txt").write_text("AppUITests/other\n")
+    assert run(test.run, RELEVO_OUT_BUILD_DIGEST=digest, RELEVO_SHARD_INDEX="0", RELEVO_SHARD_COUNT="3",
+               RELEVO_OPERATION_ID="job_x:test#shard-0") != 0
 
 
 @pytest.mark.parametrize(

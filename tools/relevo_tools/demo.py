@@ -1,8 +1,8 @@
 """`make demo`: the whole product on the embedded local stack, in a few minutes.
 
-`relevo local up` with two regions (eu-west, us-east), two real relevo-agent processes in each
-and the four projects of examples/demo/. Once every agent is online, four scenarios run side by
-side, each on its own project so none waits for another's lock (relevo_tools.demo_scenarios):
+`relevo local up` with three regions (eu-west, us-east with two real relevo-agent processes
+each, ap-south with three) and the five projects of examples/demo/. Once every agent is online,
+five scenarios run side by side, each on its own project so none waits for another's lock (relevo_tools.demo_scenarios):
 
   release   a signed GitHub push, the same delivery again (a duplicate), four stages with an
             approval gate before deploy, approved through `relevo job approve`
@@ -11,6 +11,8 @@ side, each on its own project so none waits for another's lock (relevo_tools.dem
             stage under the same idempotency key
   kill      the agent running an upload is SIGKILLed mid-stage; its lease expires and the other
             agent reconciles the attempt with the stage's effect probe
+  shards    a build, then its test stage as three shards over the three ap-south Macs, each
+            restoring the build's products through the handoff
 
 It ends with a summary (jobs, outcomes, retries, handoff latency, DLQ entries, one row per
 scenario) and exits 0 only if every scenario held. Everything it started is stopped, pass or fail.
@@ -50,12 +52,14 @@ from relevo_tools.demo_scenarios import (
     release_repository,
     restart_clock,
     say,
+    FLEET_SCENARIO,
     scenario_dlq,
     scenario_fleet,
     scenario_kill,
     report_release_to,
     scenario_release,
     scenario_retry,
+    scenario_shards,
     seconds_between,
 )
 from relevo_local.recorder import Recorder
@@ -241,13 +245,14 @@ def main() -> int:
             report_release_to(demo, forge)
             say("setup", f"release-app reports commit statuses and group release's Slack messages to {forge.url} (standing in for GitHub and Slack)")
 
-            outcomes = guarded("two regions, two agents each", lambda: scenario_fleet(demo))
+            outcomes = guarded(FLEET_SCENARIO, lambda: scenario_fleet(demo))
             # Independent projects: the scenarios run side by side.
             scenarios: list[tuple[str, Callable[[], ScenarioResult | list[ScenarioResult]]]] = [
                 ("signed webhook; 4 stages, approval gate", lambda: scenario_release(demo, webhook_secret, forge, release_commit)),
                 ("transient failure retried on another agent", lambda: scenario_retry(demo)),
                 ("non-retryable failure → DLQ → redriven", lambda: scenario_dlq(demo)),
                 ("agent SIGKILLed mid-stage, stage reconciled", lambda: scenario_kill(demo)),
+                ("build handed to 3 test shards on 3 Macs", lambda: scenario_shards(demo)),
             ]
             if outcomes[0].ok:
                 with ThreadPoolExecutor(max_workers=len(scenarios)) as pool:

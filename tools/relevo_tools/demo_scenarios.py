@@ -36,11 +36,11 @@ PROJECTS = ROOT / "examples" / "demo"
 # Piped or captured output (CI, a log file) gets a table-friendly width instead of rich's 80.
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 140)
 
-# Two agents per region. us-east agents take two stages each, so the agent that should take a
-# retry always has a free slot; eu-west agents take one, so the agent killed mid-upload runs
-# nothing else.
-FLEET = {"eu-west": ("mac-eu-1", "mac-eu-2"), "us-east": ("mac-us-1", "mac-us-2")}
-CAPACITY = {"eu-west": 1, "us-east": 2}
+# Two agents in eu-west and us-east. us-east agents take two stages each, so the agent that should
+# take a retry always has a free slot; eu-west agents take one, so the agent killed mid-upload runs
+# nothing else. ap-south's three take one each: ui-tests' three shards run one a Mac.
+FLEET = {"eu-west": ("mac-eu-1", "mac-eu-2"), "us-east": ("mac-us-1", "mac-us-2"), "ap-south": ("mac-ap-1", "mac-ap-2", "mac-ap-3")}
+CAPACITY = {"eu-west": 1, "us-east": 2, "ap-south": 1}
 # release-app's build and sign stages `require` these: the bundle travels from one Mac to the other.
 LABELS = {"mac-eu-1": {"bay": "build"}, "mac-eu-2": {"bay": "sign"}}
 # Short presence and hand-back intervals and a short long-poll keep the demo quick; nothing else
@@ -56,7 +56,7 @@ AGENT_SETTINGS: dict[str, int | float] = {
 }
 TERMINAL = ("succeeded", "failed", "canceled")
 POLL_SEC = 1.0
-TAG_STYLE = {"setup": "green", "fleet": "white", "release": "cyan", "retry": "magenta", "dlq": "yellow", "kill": "red"}
+TAG_STYLE = {"setup": "green", "fleet": "white", "release": "cyan", "retry": "magenta", "dlq": "yellow", "kill": "red", "shards": "blue"}
 _started = [time.monotonic()]
 
 
@@ -201,6 +201,8 @@ def seconds_between(start: str | None, end: str | None) -> float | None:
 
 
 # ------------------------------------------------------------------------------------ scenarios
+FLEET_SCENARIO = f"{len(FLEET)} regions, every agent online"
+
 def scenario_fleet(demo: Demo) -> ScenarioResult:
     """Both regions have both their agents online (their presence records)."""
     deadline = time.monotonic() + 90
@@ -218,7 +220,7 @@ def scenario_fleet(demo: Demo) -> ScenarioResult:
         demo.pause()
     evidence = [f"{region}: {', '.join(ids)} (capacity {CAPACITY[region]} each)" for region, ids in online.items()]
     demo.say("fleet", "online: " + " · ".join(evidence))
-    return ScenarioResult("two regions, two agents each", True, evidence)
+    return ScenarioResult(FLEET_SCENARIO, True, evidence)
 
 
 def report_release_to(demo: Demo, forge: Recorder) -> None:
@@ -519,6 +521,54 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
         # launchd's KeepAlive would start it again: the release's stages that require it can run.
         demo.restart(victim)
         demo.say(tag, f"{victim} started again (as launchd's KeepAlive would)")
+
+
+def shard_records(demo: Demo, job_id: str, index: int, count: int) -> list[dict[str, Any]]:
+    """A stage's shard records, in shard order: the job view shows the stage's own (its shards are
+    not surfaces yet, docs/parallel-stages.md)."""
+    from relevo_core.store.codec import from_attributes
+    from relevo_core.store.keys import shard_sk
+
+    dynamodb = client("dynamodb")
+    return [
+        from_attributes(dynamodb.get_item(TableName=demo.stack.table_name, Key={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": shard_sk(index, shard)}},
+                                          ConsistentRead=True).get("Item", {}))
+        for shard in range(count)
+    ]
+
+
+def scenario_shards(demo: Demo) -> ScenarioResult:
+    """build once, then test as three shards over the three ap-south Macs, each restoring build's
+    products through the handoff and running its slice of the tests, once."""
+    tag = "shards"
+    shards = 3
+    job_id = demo.run("ui-tests", random_commit())
+    demo.say(tag, f"ui-tests run → job {job_id}")
+    job = demo.watch(tag, job_id)
+    expect(job["status"] == "succeeded", f"job ended {job['status']}: {job.get('error')}")
+    build = stage(job, "build")
+    handed = build.get("handoff") or {}
+    records = shard_records(demo, job_id, 1, shards)
+    runs = [line.split() for line in (demo.shared / "ui-tests.runs").read_text().splitlines() if line.startswith(f"{job_id}:")]
+    evidence = [f"build on {build['agent_id']}: {handed.get('files')} files, {handed.get('bytes')} bytes handed on"]
+    for shard, record in enumerate(records):
+        restored = record.get("restored") or {}
+        tests = next((len(run) - 1 for run in runs if run[0] == f"{job_id}:test#shard-{shard}"), 0)
+        line = (f"shard {shard} on {record.get('agent_id')}: attempt {record.get('attempt')}, {record.get('status')}; restored "
+                f"{restored.get('restored_bytes')} bytes, products {'the same' if restored.get('digest') == handed.get('digest') else 'DIFFERENT'}; "
+                f"{tests} tests")
+        demo.say(tag, line)
+        evidence.append(line)
+    expect([(r.get("status"), r.get("attempt")) for r in records] == [("succeeded", 1)] * shards, f"shards {[(r.get('status'), r.get('attempt')) for r in records]}")
+    macs = {str(r.get("agent_id")) for r in records}
+    expect(macs == set(FLEET["ap-south"]), f"the shards ran on {sorted(macs)}, not one on each of {FLEET['ap-south']}")
+    expect(all((r.get("restored") or {}).get("digest") == handed.get("digest") for r in records), "a shard restored other products than build's")
+    expect(all((r.get("restored") or {}).get("restored_bytes", 0) > 0 for r in records if r.get("agent_id") != build["agent_id"]),
+           "a shard on another Mac than build's downloaded nothing")
+    ran = sorted(test for run in runs for test in run[1:])
+    expect(len(runs) == shards and len(ran) == 12 and len(set(ran)) == 12, f"{len(runs)} shard runs ran {len(ran)} tests ({len(set(ran))} distinct)")
+    evidence.append(f"{len(ran)} tests in all, each once, over {len(macs)} Macs")
+    return ScenarioResult("build handed to 3 test shards on 3 Macs", True, evidence)
 
 
 def guarded(name: str, run: Callable[[], ScenarioResult | list[ScenarioResult]]) -> list[ScenarioResult]:

@@ -3,10 +3,11 @@
     relevo drill all --trials 3
     relevo drill partition freeze --trials 5 --stack-file .relevo/local/stack.json
 
-It starts a local stack (or uses the one named), two relevo-agent processes of one region, each
-behind a loopback fault proxy, and runs the named drills, N trials each; it prints a table per
-drill and a summary, and exits 1 on any duplicate or lost effect, wrongly failed job, stage left
-non-terminal, slow cancel or incomplete dead-letter entry (2 on a bad argument).
+It starts a local stack (or uses the one named), two relevo-agent processes of one region (a
+third for the parallel drill), each behind a loopback fault proxy, and runs the named drills, N
+trials each; it prints a table per drill and a summary, and exits 1 on any duplicate or lost
+effect, wrongly failed job, stage left non-terminal, slow cancel or sibling stop or incomplete
+dead-letter entry (2 on a bad argument).
 
 The drills themselves are a development tool (relevo_tools.drill): the command imports them when
 it runs, so the rest of the CLI starts without them.

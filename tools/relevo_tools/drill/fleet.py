@@ -150,18 +150,28 @@ class DrillFleet:
 
     # ------------------------------------------------------------------ agents
     def start(self) -> "DrillFleet":
-        target = urlsplit(str(self.stack.aws_endpoint))
-        api = urlsplit(self.stack.api_url)
         for agent_id in AGENT_IDS:
-            to_aws = FaultProxy((target.hostname or "127.0.0.1", target.port or 80)).start()
-            to_api = FaultProxy((api.hostname or "127.0.0.1", api.port or 80)).start()
-            stack_file, env = agent_environment(self.stack, to_aws.url, self.work, agent_id, api_url=f"{to_api.url}{api.path}")
-            config = self._agent_config(agent_id, stack_file)
-            agent = DrillAgent(agent_id, FaultProxies([to_aws, to_api]), config, self.work / f"{agent_id}.log", env)
-            agent.start()
-            self.agents[agent_id] = agent
+            self._add_agent(agent_id)
         self.wait_online()
         return self
+
+    def _add_agent(self, agent_id: str) -> None:
+        target = urlsplit(str(self.stack.aws_endpoint))
+        api = urlsplit(self.stack.api_url)
+        to_aws = FaultProxy((target.hostname or "127.0.0.1", target.port or 80)).start()
+        to_api = FaultProxy((api.hostname or "127.0.0.1", api.port or 80)).start()
+        stack_file, env = agent_environment(self.stack, to_aws.url, self.work, agent_id, api_url=f"{to_api.url}{api.path}")
+        config = self._agent_config(agent_id, stack_file)
+        agent = DrillAgent(agent_id, FaultProxies([to_aws, to_api]), config, self.work / f"{agent_id}.log", env)
+        agent.start()
+        self.agents[agent_id] = agent
+
+    def ensure_agents(self, count: int) -> None:
+        """At least `count` agents, each behind its own proxies, all online: a drill that needs
+        more Macs than two (the parallel drill's shards) adds them; they stay for the drills after."""
+        for number in range(len(self.agents), count):
+            self._add_agent(f"drill-{chr(ord('a') + number)}")
+        self.wait_online()
 
     def _agent_config(self, agent_id: str, stack_file: Path) -> Path:
         settings: dict[str, Any] = {
@@ -207,12 +217,13 @@ class DrillFleet:
 
     # ------------------------------------------------------------------ projects and jobs
     def project(
-        self, kind: str, deliver: str | None = None, announce: str | None = None, handoff: list[str] | None = None, **settings: Any
+        self, kind: str, deliver: str | None = None, announce: str | None = None, handoff: list[str] | None = None,
+        fan_out: dict[str, Any] | None = None, **settings: Any
     ) -> str:
         """A project of two stages, `deliver` and `announce`. Both append their effect, named by
         the operation id, to one file and probe for it. By default deliver marks its start and
-        lands its effect effect_after_sec in; a drill may give either command. Registered once
-        per kind."""
+        lands its effect effect_after_sec in; a drill may give either command, and run deliver as
+        shards (`fan_out`: parallel, fail_fast...). Registered once per kind."""
         if kind in self._projects:
             return self._projects[kind]
         project_id = f"drill-{kind}-{secrets.token_hex(3)}"
@@ -227,7 +238,7 @@ class DrillFleet:
             "retry": {"backoff_base_sec": 0},
             "stages": [
                 {"name": "deliver", "run": deliver, "effect_probe": probe, "kill_grace_sec": grace, "exec_timeout_sec": 120,
-                 **({"handoff": handoff} if handoff else {})},
+                 **({"handoff": handoff} if handoff else {}), **(fan_out or {})},
                 {"name": "announce", "run": announce or self.effect_command(), "effect_probe": probe,
                  "kill_grace_sec": grace, "exec_timeout_sec": 60},
             ],

@@ -30,7 +30,8 @@ def _effects(trial: Trial) -> str:
 
 def drill_table(name: str, trials: list[Trial]) -> Table:
     table = Table(title=f"drill {name}", title_justify="left")
-    for column in ("trial", "outcome", "effects per operation", "attempts", "takeover", "fence" if name != "cancel" else "cancel→SIGTERM", "problems"):
+    timed = {"cancel": "cancel→SIGTERM", "parallel": "failure→siblings stopped"}.get(name, "fence")
+    for column in ("trial", "outcome", "effects per operation", "attempts", "takeover", timed, "problems"):
         table.add_column(column)
     for trial in trials:
         timing = trial.cancel_sec if name == "cancel" else trial.fence_sec
@@ -66,7 +67,7 @@ def _range(values: list[float]) -> str:
 
 def summary_table(results: dict[str, list[Trial]]) -> Table:
     table = Table(title="drill summary", title_justify="left")
-    columns = ("drill", "trials", "held", *PROBLEM_KINDS.values(), "other", "takeover (median)", "fence / cancel (median)")
+    columns = ("drill", "trials", "held", *PROBLEM_KINDS.values(), "other", "takeover (median)", "fence / cancel / stop (median)")
     for column in columns:
         table.add_column(column)
     for name, trials in results.items():

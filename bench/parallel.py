@@ -1,0 +1,157 @@
+"""A stage with shards against the same stage run once, on one stack in one run: four shards of
+a 20 s stage on four relevo-agent processes of capacity 1 (issue 32).
+
+    .venv/bin/python bench/parallel.py                 # ~1.5 min
+    .venv/bin/python bench/parallel.py --stage-sec 10  # a shorter stage
+
+Starts the embedded stack in this process and four real `relevo-agent run` processes against it,
+then runs, one after the other:
+
+1. single: a job of one stage, `sleep 20`, no shards. Its wall time (the job's `created_at` to
+   its `ended_at`, both written by the stack) less the command's 20 s is the handoff overhead of
+   this stack in this run: intake, the state machine, the dispatch, the claim, the report and
+   the job's end.
+2. sharded: the same stage with `parallel: 4`. Its wall time is measured the same way.
+
+Target: sharded ≤ 1.15 × one shard's time (the command's 20 s) + the measured overhead, i.e.
+the four shards run side by side on four Macs, costing at most 15 % of a shard beyond what one
+stage costs. Each shard is checked to have run once, on an agent of its own.
+
+The emulator runs in this process and the agents share the machine with it, so absolute figures
+are those of the emulator on this host; the comparison with the single run is the point.
+
+Exits 0 when the target is met, 1 when it is missed, 2 when the bench itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.harness import local_stack, register_project, report  # noqa: E402  (the repository root is on the path first)
+
+SHARDS = 4
+STAGE_SEC = 20
+RATIO = 1.15
+REGION = "eu-west"  # harness.register_project's region
+
+
+def _seconds(start: str, end: str) -> float:
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def start_agents(running: ExitStack, stack: Any, stack_file: Path, work: Path) -> list[str]:
+    """SHARDS relevo-agent processes of capacity 1, online in the region."""
+    from relevo_core.store import agents
+    from relevo_local.processes import agent_process, write_agent_config
+
+    agent_ids = [f"bench-mac-{n}" for n in range(SHARDS)]
+    processes = []
+    for agent_id in agent_ids:
+        config = write_agent_config(work / f"{agent_id}.toml", stack_file, REGION, agent_id, capacity=1, presence_interval_sec=1)
+        processes.append(running.enter_context(agent_process(config, work / f"{agent_id}.log")))
+    # On the way out all are asked to stop at once (each waits out its long poll), then awaited.
+    running.callback(lambda: [p.send_signal(signal.SIGTERM) for p in processes if p.poll() is None])
+    deadline = time.monotonic() + 90
+    while {a.agent_id for a in agents.online_agents(stack.table_name, REGION, datetime.now(timezone.utc))} < set(agent_ids):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{agent_ids} not all online after 90 s; see {work}/*.log")
+        time.sleep(0.5)
+    return agent_ids
+
+
+def run_to_end(stack: Any, project_id: str, timeout: float) -> dict[str, Any]:
+    """A job of the project, run to its end; the job as the API shows it. Polled every 0.5 s: the
+    figures come from the times the stack wrote, not from when the bench saw them."""
+    from relevo_cli.api import RelevoApi
+
+    api = RelevoApi.for_stack(stack)
+    job_id = api.run_project(project_id, {"ref": "refs/heads/main", "commit": secrets.token_hex(20)})["job_id"]
+    deadline = time.monotonic() + timeout
+    while (job := api.get_job(job_id))["status"] not in ("succeeded", "failed", "canceled"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} not finished in {timeout:.0f}s")
+        time.sleep(0.5)
+    if job["status"] != "succeeded" or not job.get("ended_at"):
+        raise RuntimeError(f"job {job_id} {job['status']} ({job.get('error')})")
+    return job
+
+
+def shard_records(stack: Any, job_id: str) -> list[dict[str, Any]]:
+    from relevo_core.store import keys
+    from relevo_core.store.jobs import query_job_items
+
+    items = {str(item["sk"]): item for item in query_job_items(stack.table_name, job_id)}
+    return [items.get(keys.shard_sk(0, shard), {}) for shard in range(SHARDS)]
+
+
+def measure(stack: Any, stack_file: Path, work: Path, stage_sec: int) -> tuple[list[str], bool]:
+    command = f"sleep {stage_sec}"
+    single_project = "bench-single-" + secrets.token_hex(3)
+    sharded_project = "bench-shards-" + secrets.token_hex(3)
+    register_project(stack, single_project, [{"name": "test", "run": command}], lease_ttl_sec=30, queue_timeout_sec=60, webhook=False)
+    register_project(stack, sharded_project, [{"name": "test", "run": command, "parallel": SHARDS}], lease_ttl_sec=30,
+                     queue_timeout_sec=60, webhook=False)
+    with ExitStack() as running:
+        agent_ids = start_agents(running, stack, stack_file, work)
+        single = run_to_end(stack, single_project, 4 * stage_sec + 120)
+        sharded = run_to_end(stack, sharded_project, 4 * stage_sec + 120)
+
+    single_sec = _seconds(single["created_at"], single["ended_at"])
+    overhead = single_sec - stage_sec
+    sharded_sec = _seconds(sharded["created_at"], sharded["ended_at"])
+    limit = RATIO * stage_sec + overhead
+    shards = shard_records(stack, sharded["job_id"])
+    ran = [(s.get("status"), s.get("attempt")) for s in shards]
+    on = [str(s.get("agent_id")) for s in shards]
+    once_each = ran == [("succeeded", 1)] * SHARDS and sorted(on) == sorted(agent_ids)
+    spans = [_seconds(s["started_at"], s["ended_at"]) for s in shards if s.get("started_at") and s.get("ended_at")]
+    starts = sorted(datetime.fromisoformat(s["started_at"]) for s in shards if s.get("started_at"))
+    spread = (starts[-1] - starts[0]).total_seconds() if starts else float("nan")
+    ok = sharded_sec <= limit and once_each
+    report("parallel", f"{SHARDS} shards of a {stage_sec} s stage on {SHARDS} agents", sharded_sec, f"{sharded_sec:.1f} s",
+           f"<= {RATIO} x {stage_sec} + overhead {overhead:.1f} = {limit:.1f} s", sharded_sec <= limit)
+    report("parallel", "each shard once, on an agent of its own", None, "yes" if once_each else "NO", "yes", once_each)
+    return [
+        f"single (no shards): {single['job_id']} created -> ended {single_sec:.1f}s; handoff overhead {overhead:.1f}s "
+        f"(the wall time less the command's {stage_sec}s)",
+        f"sharded ({SHARDS} shards): {sharded['job_id']} created -> ended {sharded_sec:.1f}s, target <= {RATIO} x {stage_sec} + "
+        f"{overhead:.1f} = {limit:.1f}s ({sharded_sec - single_sec:+.1f}s beside the single run)",
+        f"  shards claim -> result: {', '.join(f'{span:.1f}s' for span in spans)}; first to last start {spread:.1f}s",
+        f"  shards (status, attempt): {ran} on {on}" + ("" if once_each else "   << not each once on its own agent"),
+    ], ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stage-sec", type=int, default=STAGE_SEC)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="relevo-bench-parallel-"))
+    began = time.perf_counter()
+    try:
+        with local_stack(work / "stack", note=f"; work dir {work}") as info:
+            lines, ok = measure(info, work / "stack" / "stack.json", work, args.stage_sec)
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"bench error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines) + ("" if ok else "   << target missed"))
+    print(f"total {time.perf_counter() - began:.1f}s; {0 if ok else 1} target(s) missed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
