@@ -125,7 +125,7 @@ def prepare(
         except stage_attempts.LeaseLost:
             raise PrepareStopped() from None
     earlier = earlier_stages(ref.table, context, index)
-    _require_handoffs(envelope, earlier, index)
+    require_handoffs(envelope, earlier, index)
     variables = {"RELEVO_COMMIT": commit or "", **output_variables(earlier)}
     prepared = Prepared(commit, "", variables, earlier)
     sources = [stage for stage in earlier if stage.handoff is not None]
@@ -158,7 +158,7 @@ def prepare(
     return prepared
 
 
-def _require_handoffs(envelope: JobEnvelope, earlier: list[EarlierStage], index: int) -> None:
+def require_handoffs(envelope: JobEnvelope, earlier: list[EarlierStage], index: int) -> None:
     """Every earlier stage that hands files on (each shard of one with shards) left them: a
     succeeded run on record, with its handoff's summary."""
     found: dict[str, list[EarlierStage]] = {}

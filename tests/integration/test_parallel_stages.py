@@ -20,6 +20,7 @@ from relevo_core.store import keys, stage_attempts
 from relevo_core.store.codec import from_attributes
 from tests.helpers.stack import history, job_items, wait_for_execution, wait_until
 from tests.helpers.state_machine import agent_runs, start_job, wait_for_run_token
+from tests.helpers.tree import tree_listing
 
 BUILD = {"name": "build", "run": "make build"}
 
@@ -288,21 +289,6 @@ def _run(agent, task: dict[str, Any]) -> None:
     assert agent.sessions.held() == []
 
 
-def _tree(root) -> dict[str, tuple[str, int, int, str]]:
-    """Every path under `root`: (type, permission bits, mtime in ns, bytes' sha256 or link target)."""
-    import hashlib
-    import os
-    import stat
-
-    found = {}
-    for path in sorted(root.rglob("*")):
-        info = os.lstat(path)
-        kind = "link" if stat.S_ISLNK(info.st_mode) else "dir" if stat.S_ISDIR(info.st_mode) else "file"
-        what = os.readlink(path) if kind == "link" else hashlib.sha256(path.read_bytes()).hexdigest() if kind == "file" else ""
-        found[str(path.relative_to(root))] = (kind, stat.S_IMODE(info.st_mode) if kind != "link" else 0, info.st_mtime_ns, what)
-    return found
-
-
 SHARDS_HAND_ON = [
     {"name": "build", "handoff": ["build/"], "run": (
         'mkdir -p build/App.app && printf "#!/bin/sh\\necho app\\n" > build/App.app/App && chmod 755 build/App.app/App && '
@@ -339,11 +325,11 @@ def test_a_later_stage_gets_every_shards_values_and_files_exactly(local_stack, p
     env = dict(line.split("=", 1) for line in (seen / "report.env").read_text().splitlines())
     assert env == {"RELEVO_OUT_BUILD_VERSION": f"1.4.{job_id}",
                    **{f"RELEVO_OUT_TEST_SHARD{k}_PASSED": str(10 + k) for k in range(3)}}
-    restored = _tree(report_workspace / "results")
-    assert sorted(restored) == sorted([f"{k}" for k in range(3)] + [f"{k}/junit.xml" for k in range(3)] + [f"{k}/latest" for k in range(3)])
+    # Exactly what each shard left: type, bytes, mode, mtime, link target; the stale file gone.
+    assert sorted(path.name for path in (report_workspace / "results").iterdir()) == ["0", "1", "2"]
     for k in range(3):
-        handed = _tree(tmp_path / f"mac-{k}" / project_id / "results")
-        assert {path: what for path, what in restored.items() if path.startswith(f"{k}")} == handed
+        assert tree_listing(report_workspace, f"results/{k}") == tree_listing(tmp_path / f"mac-{k}" / project_id, f"results/{k}")
+        assert [row[1] for row in tree_listing(report_workspace, f"results/{k}")] == ["dir", "file", "symlink"]
         assert (report_workspace / "results" / str(k) / "junit.xml").read_text() == f"shard {k} of 1.4.{job_id}\n"
     found = {sk: from_attributes(item) for sk, item in records(local_stack, job_id).items()}
     report = found[keys.stage_sk(2)]
