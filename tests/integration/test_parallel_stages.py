@@ -363,3 +363,38 @@ def test_two_shards_handing_on_one_path_differently_fail_the_later_stage_naming_
     assert f"shards test#shard-0 and test#shard-1 of {job_id} both hand on 'results/junit.xml' (differently)" in json.dumps(letter)
     assert not (tmp_path / "report-ran").exists()
     assert not (tmp_path / "mac-r" / project_id / "results" / "junit.xml").exists()
+
+
+def test_a_rerun_from_a_later_stage_restores_every_shards_handoff_from_the_job_it_reruns(local_stack, project_id, tmp_path):
+    """The rerun's report, on a Mac that ran nothing, gets the first job's shards' values and
+    files; once a shard's manifest has expired, a rerun is refused up front naming that shard."""
+    from relevo_cli.api import ApiError, RelevoApi
+
+    seen = tmp_path / "seen.env"
+    job_id = start_job(local_stack, project_id, [
+        {"name": "test", "parallel": 2, "handoff": ["results/"], "run": (
+            'mkdir -p "results/$RELEVO_SHARD_INDEX" && echo "$RELEVO_JOB_ID" > "results/$RELEVO_SHARD_INDEX/junit.xml" && '
+            'echo "passed=$((10 + RELEVO_SHARD_INDEX))" >> "$RELEVO_OUTPUT"')},
+        {"name": "report", "run": f'cat results/0/junit.xml results/1/junit.xml > "{seen}" && env | grep ^RELEVO_OUT_ | sort >> "{seen}"'},
+    ])
+    for task in stage_messages(local_stack, job_id, 2):
+        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+    _run(_in_process_agent(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    seen.unlink()
+
+    api = RelevoApi.for_stack(local_stack)
+    rerun = api.rerun_job(job_id, "report")["job_id"]
+    _run(_in_process_agent(tmp_path, local_stack, "mac-new"), stage_messages(local_stack, rerun, 1)[0])
+
+    assert wait_for_execution(local_stack, rerun)["status"] == "SUCCEEDED"
+    assert seen.read_text().splitlines() == [job_id, job_id, "RELEVO_OUT_TEST_SHARD0_PASSED=10", "RELEVO_OUT_TEST_SHARD1_PASSED=11"]
+    restored = from_attributes(records(local_stack, rerun)[keys.stage_sk(1)])["restored"]
+    assert restored["from_stages"] == ["test#shard-0", "test#shard-1"] and restored["restored_bytes"] > 0
+
+    manifest = from_attributes(records(local_stack, job_id)[keys.shard_sk(0, 1)])["handoff_stored"]["manifest"]
+    bucket, key = manifest.removeprefix("s3://").split("/", 1)
+    client("s3").delete_object(Bucket=bucket, Key=key)
+    with pytest.raises(ApiError) as expired:
+        api.rerun_job(job_id, "report")
+    assert expired.value.code == "HANDOFF_EXPIRED" and f"stage test#shard-1 of {job_id} handed on files" in str(expired.value)
