@@ -168,7 +168,7 @@ def require_handoffs(envelope: JobEnvelope, earlier: list[EarlierStage], index: 
         runs = found.get(declared.name, [])
         if not declared.handoff and not any(run.declared for run in runs):
             continue
-        shards = range(len(declared.shards())) if declared.sharded else [None]
+        shards = range(declared.shard_count) if declared.sharded else [None]
         missing = sorted(set(shards) - {run.shard for run in runs}, key=lambda shard: -1 if shard is None else shard)
         if missing:
             which = declared.name if missing == [None] else f"{declared.name} (shard {', '.join(str(shard) for shard in missing)})"
