@@ -16,15 +16,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from relevo_agent import reconcile
 from relevo_agent.config import AgentConfig
 from relevo_core.jobs.handoff_sources import EarlierStage, JobContext, earlier_stages
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.handoff import output_variable
+from relevo_core.models.handoff import MAX_HANDED_ON_OUTPUT_BYTES, output_variable, outputs_size
 from relevo_core.models.plan import StagePlan
 from relevo_core.store import stage_attempts
+
+if TYPE_CHECKING:
+    from relevo_core.models.envelope import JobEnvelope
 
 log = logging.getLogger(__name__)
 
@@ -61,20 +64,31 @@ def handoff_cache(config: AgentConfig):  # type: ignore[no-untyped-def]
 
 
 def output_variables(earlier: list[EarlierStage]) -> dict[str, str]:
-    """RELEVO_OUT_<STAGE>_<KEY> of every earlier stage's values; two that would be the same
-    variable fail the stage (the project file refuses stage names that would; keys can still)."""
+    """RELEVO_OUT_<STAGE>_<KEY> of every earlier stage's values, a shard's as
+    RELEVO_OUT_<STAGE>_SHARD<k>_<KEY>; two that would be the same variable fail the stage (the
+    project file refuses stage names that would; keys can still), and so do values over
+    MAX_HANDED_ON_OUTPUT_BYTES together."""
     variables: dict[str, str] = {}
     origin: dict[str, str] = {}
     for stage in earlier:
         for key, value in stage.outputs.items():
-            name = output_variable(stage.name, key)
-            if name in origin and origin[name] != f"{stage.name}.{key}":
+            name = output_variable(stage.name, key, stage.shard)
+            if name in origin and origin[name] != f"{stage.label}.{key}":
                 raise PrepareFailure(
                     ErrorClass.OUTPUT_INVALID,
-                    f"the values {origin[name]} and {stage.name}.{key} would both be {name}: rename one of the keys",
+                    f"the values {origin[name]} and {stage.label}.{key} would both be {name}: rename one of the keys",
                 )
-            origin[name] = f"{stage.name}.{key}"
+            origin[name] = f"{stage.label}.{key}"
             variables[name] = value
+    size = sum(len(name.encode()) + len(value.encode()) + 2 for name, value in variables.items())
+    if size > MAX_HANDED_ON_OUTPUT_BYTES:
+        largest = sorted(earlier, key=lambda stage: -outputs_size(stage.outputs))[:3]
+        raise PrepareFailure(
+            ErrorClass.OUTPUT_INVALID,
+            f"the earlier stages' values come to {size} bytes as variables, over the {MAX_HANDED_ON_OUTPUT_BYTES} a stage is handed "
+            f"(half of macOS's kern.argmax); the largest: {', '.join(f'{s.label} {outputs_size(s.outputs)} bytes' for s in largest)}: "
+            "keep large data in a handoff file and pass its path",
+        )
     return variables
 
 
@@ -111,23 +125,7 @@ def prepare(
         except stage_attempts.LeaseLost:
             raise PrepareStopped() from None
     earlier = earlier_stages(ref.table, context, index)
-    found = {stage.name: stage for stage in earlier}
-    for declared in envelope.stages[:index]:
-        if not declared.handoff and not (declared.name in found and found[declared.name].declared):
-            continue
-        stage = found.get(declared.name)
-        if stage is None:
-            raise PrepareFailure(
-                ErrorClass.HANDOFF_GONE,
-                f"stage {declared.name} hands files on, but no succeeded run of it is on record for this job or the job it "
-                f"reruns ({envelope.retry_of or 'none'}): run the job from {declared.name}",
-            )
-        if stage.handoff is None:
-            raise PrepareFailure(
-                ErrorClass.HANDOFF_MISSING,
-                f"stage {stage.name} of {stage.job_id} declares handoff {', '.join(stage.declared) or '(its plan then)'} but handed "
-                "nothing on (its success was decided without them): run it again",
-            )
+    require_handoffs(envelope, earlier, index)
     variables = {"RELEVO_COMMIT": commit or "", **output_variables(earlier)}
     prepared = Prepared(commit, "", variables, earlier)
     sources = [stage for stage in earlier if stage.handoff is not None]
@@ -140,7 +138,7 @@ def prepare(
         started = time.monotonic()
         try:
             result = restore_handoffs(
-                [Source(stage.name, stage.job_id, stage.handoff) for stage in sources if stage.handoff is not None],
+                [Source(stage.name, stage.job_id, stage.handoff, stage.shard) for stage in sources if stage.handoff is not None],
                 workspace, handoff_cache(config), emit, cancel, this_job=ref.job_id,
             )
         except Stopped:
@@ -158,6 +156,34 @@ def prepare(
         }
     prepared.precondition = reconcile.precondition_version(workspace, envelope.ref, commit, plan.inputs, pinned=envelope.checkout is not None)
     return prepared
+
+
+def require_handoffs(envelope: JobEnvelope, earlier: list[EarlierStage], index: int) -> None:
+    """Every earlier stage that hands files on (each shard of one with shards) left them: a
+    succeeded run on record, with its handoff's summary."""
+    found: dict[str, list[EarlierStage]] = {}
+    for stage in earlier:
+        found.setdefault(stage.name, []).append(stage)
+    for declared in envelope.stages[:index]:
+        runs = found.get(declared.name, [])
+        if not declared.handoff and not any(run.declared for run in runs):
+            continue
+        shards = range(declared.shard_count) if declared.sharded else [None]
+        missing = sorted(set(shards) - {run.shard for run in runs}, key=lambda shard: -1 if shard is None else shard)
+        if missing:
+            which = declared.name if missing == [None] else f"{declared.name} (shard {', '.join(str(shard) for shard in missing)})"
+            raise PrepareFailure(
+                ErrorClass.HANDOFF_GONE,
+                f"stage {which} hands files on, but no succeeded run of it is on record for this job or the job it "
+                f"reruns ({envelope.retry_of or 'none'}): run the job from {declared.name}",
+            )
+        for stage in runs:
+            if stage.handoff is None:
+                raise PrepareFailure(
+                    ErrorClass.HANDOFF_MISSING,
+                    f"stage {stage.label} of {stage.job_id} declares handoff {', '.join(stage.declared) or '(its plan then)'} but "
+                    "handed nothing on (its success was decided without them): run it again",
+                )
 
 
 _REGIONS: dict[str, str] = {}

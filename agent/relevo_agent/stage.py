@@ -117,8 +117,7 @@ class StageRunner:
             from relevo_core.jobs.handoff_sources import JobContext
             from relevo_core.models.envelope import read_envelope
 
-            records = {str(r.get("stage_name")): r for r in granted.records if r.get("stage_name")}
-            context = JobContext(read_envelope(granted.envelope), records)
+            context = JobContext.of(read_envelope(granted.envelope), granted.records)
             reservation.cleanup = context.envelope.workspace_cleanup
             plan = context.envelope.stage(task.stage)
             # The lease as the job's plan has it (its kill grace sets the fence's SIGTERM grace),

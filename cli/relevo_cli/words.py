@@ -29,6 +29,7 @@ _CLASS_WORDS = {
     "Relevo.Fatal.HandoffMissing": "a path it hands on matched nothing",
     "Relevo.Fatal.HandoffPath": "a path it hands on leads out of the workspace",
     "Relevo.Fatal.HandoffGone": "an earlier stage's handed-on files are no longer stored",
+    "Relevo.Fatal.HandoffConflict": "two shards of an earlier stage hand on the same path differently",
     "Relevo.Fatal.Output": "what it wrote to $RELEVO_OUTPUT is not key=value lines",
     "Relevo.Precondition.Changed": "its inputs changed between attempts, so it was not run again",
     "Relevo.Reconcile.ResolvedFailed": "an operator resolved its manual review as failed",

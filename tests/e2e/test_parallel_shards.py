@@ -1,6 +1,7 @@
 """A stage with shards on real relevo-agent processes on `relevo local up`: four shards on four
 agents of capacity 1, each shard run once, each on its own agent, the stage succeeding once all
-four did."""
+four did; fail-fast stopping the siblings' commands; three shards on three agents handing on
+files and values that a later stage gets, every shard's, exactly."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from typing import Any, Iterator
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_local.processes import agent_process, random_commit, write_agent_config
+from relevo_local.processes import agent_process, local_workspace_root, random_commit, write_agent_config
 from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents, keys
 from relevo_core.store.codec import from_attributes
 from tests.helpers.processes import is_dead
 from tests.helpers.stack import job_items, regions_stack, wait_until
+from tests.helpers.tree import tree_listing
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-parallel-shards")]
 
@@ -32,10 +34,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo,
         yield stack
 
 
-def _project(api: RelevoApi, stage: dict[str, Any]) -> str:
+def _project(api: RelevoApi, *stages: dict[str, Any]) -> str:
     project_id = f"{REGION}-{secrets.token_hex(3)}"
     api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": REGION, "lease_ttl_sec": 6, "queue_timeout_sec": 120,
-                                 "stages": [stage]})
+                                 "stages": list(stages)})
     return project_id
 
 
@@ -107,3 +109,56 @@ def test_fail_fast_kills_the_running_siblings_process_groups(stack, tmp_path: Pa
     assert [records[keys.shard_sk(0, shard)]["status"] for shard in range(3)] == ["canceled", "failed", "canceled"]
     assert sum("a sibling shard failed); stopping the stage" in log.read_text() for log in logs) == 2
     assert not list(tmp_path.glob("finished-*"))
+
+
+# Build hands on a tool and its id; each shard checks it got them, then hands on results/<k>/: a
+# file of random bytes (shard 2's over the 8 MiB that makes it a blob of its own, the others'
+# packed) with its own mode and mtime, a link to it, and the file's sha256 as a value. Report
+# checks every shard's file against that shard's value.
+BUILD = ('set -e; mkdir -p build; printf "#!/bin/sh\\necho tool\\n" > build/tool; chmod 755 build/tool; '
+         'echo "$RELEVO_JOB_ID" > build/id; echo "id=$RELEVO_JOB_ID" >> "$RELEVO_OUTPUT"')
+SHARD = ('set -e; k=$RELEVO_SHARD_INDEX; test -x build/tool; test "$(cat build/id)" = "$RELEVO_OUT_BUILD_ID"; '
+         'mkdir -p "results/$k"; if [ "$k" = 2 ]; then size=9437184; else size=300000; fi; '
+         'head -c "$size" /dev/urandom > "results/$k/data.bin"; chmod 640 "results/$k/data.bin"; '
+         'touch -t "20210304050$k.06" "results/$k/data.bin"; ln -s data.bin "results/$k/latest"; '
+         'echo "sha=$(sha256sum "results/$k/data.bin" | cut -d" " -f1)" >> "$RELEVO_OUTPUT"; '
+         # Hold this agent until all three started: three shards on three Macs.
+         'touch "{started}/$k"; for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge 3 ] && exit 0; sleep 0.1; done; exit 1')
+REPORT = ('set -e; for k in 0 1 2; do eval want=\\$RELEVO_OUT_TEST_SHARD${{k}}_SHA; '
+          'test "$(sha256sum "results/$k/data.bin" | cut -d" " -f1)" = "$want"; test "$(readlink "results/$k/latest")" = data.bin; done; '
+          'env | grep ^RELEVO_OUT_ | sort > "{seen}"')
+
+
+def test_a_later_stage_gets_every_shards_values_and_files_exactly(stack, tmp_path: Path):
+    info, _ = stack
+    api = RelevoApi.for_stack(info)
+    started, seen = tmp_path / "started", tmp_path / "report.env"
+    started.mkdir()
+    project_id = _project(
+        api, {"name": "build", "run": BUILD, "handoff": ["build/"]},
+        {"name": "test", "parallel": 3, "run": SHARD.format(started=started), "handoff": ["results/"]},
+        {"name": "report", "run": REPORT.format(seen=seen)},
+    )
+    agent_ids = [f"relay-mac-{n}" for n in range(3)]
+    with ExitStack() as running:
+        logs = _agents_online(running, stack, tmp_path, agent_ids)
+        job_id, job = _ended(api, project_id)
+
+    assert job["status"] == "succeeded", (job, [log.read_text()[-3000:] for log in logs])
+    records = {item["sk"]["S"]: from_attributes(item) for item in job_items(info, job_id)}
+    shards = [records[keys.shard_sk(1, k)] for k in range(3)]
+    assert sorted(shard["agent_id"] for shard in shards) == agent_ids
+    # Every shard's value, under its index.
+    values = dict(line.split("=", 1) for line in seen.read_text().splitlines())
+    assert values == {"RELEVO_OUT_BUILD_ID": job_id, **{f"RELEVO_OUT_TEST_SHARD{k}_SHA": shards[k]["receipt"]["outputs"]["sha"] for k in range(3)}}
+    # Build's files reached every shard, the tree build stored.
+    assert {shard["restored"]["digest"] for shard in shards} == {records[keys.stage_sk(0)]["receipt"]["handoff"]["digest"]}
+    # Every shard's files on report's Mac exactly as that shard left them on its own: bytes, modes,
+    # mtimes, links; downloaded from the Macs that were not report's.
+    report = records[keys.stage_sk(2)]
+    report_workspace = local_workspace_root(tmp_path, report["agent_id"]) / project_id
+    for k, shard in enumerate(shards):
+        assert tree_listing(report_workspace, f"results/{k}") == tree_listing(local_workspace_root(tmp_path, shard["agent_id"]) / project_id, f"results/{k}")
+    assert sorted(path.name for path in (report_workspace / "results").iterdir()) == ["0", "1", "2"]
+    assert report["restored"]["from_stages"] == ["build", "test#shard-0", "test#shard-1", "test#shard-2"]
+    assert report["restored"]["restored_bytes"] >= 300000

@@ -2,7 +2,8 @@
 as two Macs would run them: what the far side restores is the near side's tree, byte for byte, with
 its symlinks, modes, mtimes and empty directories; a same-Mac restore after the checkout's clean
 moves 0 bytes; a byte altered in storage, a crafted manifest or a removed object fails the stage
-with its own class and writes nothing wrong; a zombie's records are refused."""
+with its own class and writes nothing wrong; a zombie's records are refused; the shards of a stage
+store a manifest each, restored together, two of them on one path refused naming both."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from relevo_core.aws import client
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.handoff import ENTRY_FIELDS, LARGE_FILE_BYTES, HandoffSummary
 from relevo_core.store import artifacts as artifact_store
-from relevo_core.store import stage_attempts
+from relevo_core.store import keys, stage_attempts
+from relevo_core.store.codec import from_attributes
 from tests.helpers.tree import make_bundle, tree_listing
 
 EXPIRES = 1_900_000_000
@@ -310,3 +312,72 @@ def test_modes_survive_even_without_write_permission(local_stack, tmp_path):
         for root in (near, far):
             if (root / "out" / "ro").exists():
                 os.chmod(root / "out" / "ro", 0o755)
+
+
+def _shard_claimed(stack, job_id: str, shard: int) -> stage_attempts.StageRef:
+    ref = stage_attempts.StageRef(stack.table_name, job_id, 0, 1, f"mac-{shard}", shard=shard)
+    client("dynamodb").put_item(
+        TableName=stack.table_name,
+        Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": keys.shard_sk(0, shard)}, "stage_name": {"S": "build"},
+              "shard_index": {"N": str(shard)}},
+    )
+    stage_attempts.claim(ref, 60, datetime.now(timezone.utc))
+    return ref
+
+
+def _shards_stored(stack, tmp_path: Path, job_id: str, uri: str, same_path: bool = False) -> list[HandoffSummary]:
+    """Two shards of build, each on its own Mac, storing results/<k>/ (or with `same_path`
+    results/junit.xml) of bytes of their own."""
+    summaries = []
+    for shard in range(2):
+        workspace = tmp_path / f"mac-{shard}"
+        path = workspace / "results" / ("junit.xml" if same_path else f"{shard}/junit.xml")
+        path.parent.mkdir(parents=True)
+        path.write_text(f"shard {shard}\n")
+        summaries.append(_store(stack, _shard_claimed(stack, job_id, shard), workspace, ("results",), uri, []))
+    return summaries
+
+
+def test_each_shard_stores_a_manifest_of_its_own_on_its_own_record_and_a_later_stage_restores_both(local_stack, tmp_path):
+    job_id, uri = _job(local_stack)
+    summaries = _shards_stored(local_stack, tmp_path, job_id, uri)
+
+    assert [summary.manifest.rsplit("/", 1)[1] for summary in summaries] == ["build.shard-0.1.json", "build.shard-1.1.json"]
+    stored = [from_attributes(client("dynamodb").get_item(TableName=local_stack.table_name, Key=keys.stage_key(job_id, 0, k))["Item"]) for k in range(2)]
+    assert [record["handoff_stored"]["manifest"] for record in stored] == [summary.manifest for summary in summaries]
+    later = tmp_path / "later"
+    restored = restore_handoffs([Source("build", job_id, summary, k) for k, summary in enumerate(summaries)], later, None, print,
+                                threading.Event(), job_id)
+    assert restored.from_stages == ("build#shard-0", "build#shard-1") and restored.files == 2
+    for shard in range(2):
+        assert tree_listing(later, f"results/{shard}") == tree_listing(tmp_path / f"mac-{shard}", f"results/{shard}")
+
+
+def test_a_shards_manifest_altered_in_storage_fails_the_restore_naming_the_shard(local_stack, tmp_path):
+    job_id, uri = _job(local_stack)
+    summaries = _shards_stored(local_stack, tmp_path, job_id, uri)
+    # Shard 1's manifest replaced by shard 0's (a valid manifest of the same job, not the one its receipt names).
+    bucket, key = summaries[1].manifest.removeprefix("s3://").split("/", 1)
+    other = summaries[0].manifest.removeprefix(f"s3://{bucket}/")
+    client("s3").put_object(Bucket=bucket, Key=key, Body=client("s3").get_object(Bucket=bucket, Key=other)["Body"].read())
+
+    with pytest.raises(HandoffFailure) as failed:
+        restore_handoffs([Source("build", job_id, summary, k) for k, summary in enumerate(summaries)], tmp_path / "later", None, print,
+                         threading.Event(), job_id)
+
+    assert failed.value.error_class is ErrorClass.CHECKSUM
+    assert "the manifest of stage build#shard-1" in failed.value.message and "altered in storage" in failed.value.message
+    assert not (tmp_path / "later" / "results").exists()
+
+
+def test_two_shards_storing_one_path_differently_are_refused_at_the_restore_before_anything_is_written(local_stack, tmp_path):
+    job_id, uri = _job(local_stack)
+    summaries = _shards_stored(local_stack, tmp_path, job_id, uri, same_path=True)
+
+    with pytest.raises(HandoffFailure) as refused:
+        restore_handoffs([Source("build", job_id, summary, k) for k, summary in enumerate(summaries)], tmp_path / "later", None, print,
+                         threading.Event(), job_id)
+
+    assert refused.value.error_class is ErrorClass.HANDOFF_CONFLICT and not refused.value.error_class.retryable
+    assert f"shards build#shard-0 and build#shard-1 of {job_id} both hand on 'results/junit.xml' (differently)" in refused.value.message
+    assert not (tmp_path / "later" / "results").exists()

@@ -18,9 +18,11 @@ from bench.cost import TRANSITIONS_PER_FAN_OUT_BUDGET, TRANSITIONS_PER_SHARD_BUD
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import keys, stage_attempts
+from relevo_core.store.codec import from_attributes
 from tests.helpers.iam import client_as
 from tests.helpers.stack import history, job_items, wait_for_execution, wait_until
 from tests.helpers.state_machine import agent_runs, start_job, wait_for_run_token
+from tests.helpers.tree import tree_listing
 
 BUILD = {"name": "build", "run": "make build"}
 
@@ -230,11 +232,6 @@ def test_a_matrix_of_two_by_two_runs_on_four_agents_each_shard_once_with_its_own
     """Real agents (in process): each claims one shard through the claim route, runs its command
     with RELEVO_SHARD_INDEX / RELEVO_SHARD_COUNT / RELEVO_MATRIX_<KEY> and an operation id of its
     own, and reports on its shard's record; the stage succeeds once all four did."""
-    from relevo_agent.config import AgentConfig
-    from relevo_agent.messages import Message
-    from relevo_agent.service import Agent
-    from tests.helpers.agents import handle_received
-
     seen = tmp_path / "seen"
     seen.mkdir()
     job_id = start_job(local_stack, project_id, [{
@@ -244,12 +241,7 @@ def test_a_matrix_of_two_by_two_runs_on_four_agents_each_shard_once_with_its_own
     tasks = stage_messages(local_stack, job_id, 4)
 
     for task in tasks:
-        name = f"mac-{task['shard']}"
-        config = AgentConfig(agent_id=name, region="eu-west", capacity=1, workspace_root=tmp_path / name, journal=tmp_path / f"{name}.sqlite3",
-                             max_clock_skew_sec=0.5, prefer_previous_sec=0, handoff_max_wait_sec=0)
-        agent = Agent(config, local_stack.table_name, local_stack.work_queues["eu-west"], api_url=local_stack.api_url)
-        handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": "gone", "MessageId": name}))
-        assert agent.sessions.held() == []
+        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
 
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     combinations = [("iPhone 16", "18.2"), ("iPhone 16", "17.5"), ("iPad Air", "18.2"), ("iPad Air", "17.5")]
@@ -349,3 +341,131 @@ def test_the_job_view_status_list_and_log_show_each_shard_and_count_its_runs(loc
         "── test[2] on mac-2 ──", "test[2]#1 | shard 2 says hi", "── test[2] succeeded on mac-2 ──"], followed.stdout
     watched = runner.invoke(app, ["job", "watch", job_id, "--stack-file", str(stack_file)])
     assert watched.exit_code == 0 and "    test[3] succeeded on mac-3 (attempt 1)" in watched.stdout.splitlines(), watched.stdout
+
+
+def _in_process_agent(tmp_path, stack, name: str):
+    from relevo_agent.config import AgentConfig
+    from relevo_agent.service import Agent
+
+    config = AgentConfig(agent_id=name, region="eu-west", capacity=1, workspace_root=tmp_path / name, journal=tmp_path / f"{name}.sqlite3",
+                         max_clock_skew_sec=0.5, prefer_previous_sec=0, handoff_max_wait_sec=0)
+    return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
+
+
+def _run(agent, task: dict[str, Any]) -> None:
+    from relevo_agent.messages import Message
+    from tests.helpers.agents import handle_received
+
+    handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": "gone", "MessageId": agent.config.agent_id}))
+    assert agent.sessions.held() == []
+
+
+SHARDS_HAND_ON = [
+    {"name": "build", "handoff": ["build/"], "run": (
+        'mkdir -p build/App.app && printf "#!/bin/sh\\necho app\\n" > build/App.app/App && chmod 755 build/App.app/App && '
+        'ln -s App build/App.app/Current && echo "version=1.4.$RELEVO_JOB_ID" >> "$RELEVO_OUTPUT"')},
+    {"name": "test", "parallel": 3, "handoff": ["results/"], "run": (
+        # The build's files and values reached every shard,
+        'test -x build/App.app/App && test "$(readlink build/App.app/Current)" = App && test -n "$RELEVO_OUT_BUILD_VERSION" && '
+        'test -z "$RELEVO_OUT_TEST_SHARD0_PASSED" && '
+        # then each shard hands on its own results and a value.
+        'mkdir -p "results/$RELEVO_SHARD_INDEX" && echo "shard $RELEVO_SHARD_INDEX of $RELEVO_OUT_BUILD_VERSION" > "results/$RELEVO_SHARD_INDEX/junit.xml" && '
+        'chmod 640 "results/$RELEVO_SHARD_INDEX/junit.xml" && touch -t 20200102030$RELEVO_SHARD_INDEX.05 "results/$RELEVO_SHARD_INDEX/junit.xml" && '
+        'ln -s junit.xml "results/$RELEVO_SHARD_INDEX/latest" && echo "passed=$((10 + RELEVO_SHARD_INDEX))" >> "$RELEVO_OUTPUT"')},
+]
+
+
+def test_a_later_stage_gets_every_shards_values_and_files_exactly(local_stack, project_id, tmp_path):
+    """Real agents (in process): build on one Mac; three shards of test on three others, each
+    restored build's files and values, each handing on its own results/<k>/ and a value; report on
+    a fifth Mac gets RELEVO_OUT_TEST_SHARD<k>_PASSED and every shard's files, byte for byte, with
+    their modes, mtimes and links, and nothing its workspace held before."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    job_id = start_job(local_stack, project_id, [*SHARDS_HAND_ON, {"name": "report", "run": f'env | grep ^RELEVO_OUT_ | sort > "{seen}/report.env"'}])
+    report_workspace = tmp_path / "mac-r" / project_id
+    (report_workspace / "results").mkdir(parents=True)
+    (report_workspace / "results" / "stale.xml").write_text("an earlier job's")
+
+    _run(_in_process_agent(tmp_path, local_stack, "mac-b"), stage_messages(local_stack, job_id, 1)[0])
+    for task in stage_messages(local_stack, job_id, 3):
+        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+    _run(_in_process_agent(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    env = dict(line.split("=", 1) for line in (seen / "report.env").read_text().splitlines())
+    assert env == {"RELEVO_OUT_BUILD_VERSION": f"1.4.{job_id}",
+                   **{f"RELEVO_OUT_TEST_SHARD{k}_PASSED": str(10 + k) for k in range(3)}}
+    # Exactly what each shard left: type, bytes, mode, mtime, link target; the stale file gone.
+    assert sorted(path.name for path in (report_workspace / "results").iterdir()) == ["0", "1", "2"]
+    for k in range(3):
+        assert tree_listing(report_workspace, f"results/{k}") == tree_listing(tmp_path / f"mac-{k}" / project_id, f"results/{k}")
+        assert [row[1] for row in tree_listing(report_workspace, f"results/{k}")] == ["dir", "file", "symlink"]
+        assert (report_workspace / "results" / str(k) / "junit.xml").read_text() == f"shard {k} of 1.4.{job_id}\n"
+    found = {sk: from_attributes(item) for sk, item in records(local_stack, job_id).items()}
+    report = found[keys.stage_sk(2)]
+    assert report["restored"]["from_stages"] == ["build", "test#shard-0", "test#shard-1", "test#shard-2"]
+    # Build's files were restored into every shard, exactly (the tree digest build stored).
+    build_digest = found[keys.stage_sk(0)]["receipt"]["handoff"]["digest"]
+    assert [(found[keys.shard_sk(1, k)]["restored"]["from_stages"], found[keys.shard_sk(1, k)]["restored"]["digest"]) for k in range(3)] == [
+        (["build"], build_digest)] * 3
+    # Each shard's handoff is its own: its manifest, its summary on its own record.
+    manifests = {found[keys.shard_sk(1, k)]["handoff_stored"]["manifest"].rsplit("/", 1)[1] for k in range(3)}
+    assert manifests == {f"test.shard-{k}.1.json" for k in range(3)}
+
+
+def test_two_shards_handing_on_one_path_differently_fail_the_later_stage_naming_both(local_stack, project_id, tmp_path):
+    job_id = start_job(local_stack, project_id, [
+        {"name": "test", "parallel": 2, "handoff": ["results/"],
+         "run": 'mkdir -p results && echo "shard $RELEVO_SHARD_INDEX" > results/junit.xml'},
+        {"name": "report", "run": f'touch "{tmp_path}/report-ran"'},
+    ])
+    for task in stage_messages(local_stack, job_id, 2):
+        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+    _run(_in_process_agent(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
+
+    execution = wait_for_execution(local_stack, job_id)
+    assert execution["status"] == "FAILED"
+    report = from_attributes(records(local_stack, job_id)[keys.stage_sk(1)])
+    assert (report["status"], report["error_class"]) == ("failed", "Relevo.Fatal.HandoffConflict")
+    # The job's failure (what the dead-letter queue and `relevo job view` carry) names both shards and the path.
+    letter = dead_letter(local_stack, job_id)
+    assert letter["error"] == "Relevo.Fatal.HandoffConflict", letter
+    assert f"shards test#shard-0 and test#shard-1 of {job_id} both hand on 'results/junit.xml' (differently)" in json.dumps(letter)
+    assert not (tmp_path / "report-ran").exists()
+    assert not (tmp_path / "mac-r" / project_id / "results" / "junit.xml").exists()
+
+
+def test_a_rerun_from_a_later_stage_restores_every_shards_handoff_from_the_job_it_reruns(local_stack, project_id, tmp_path):
+    """The rerun's report, on a Mac that ran nothing, gets the first job's shards' values and
+    files; once a shard's manifest has expired, a rerun is refused up front naming that shard."""
+    from relevo_cli.api import ApiError, RelevoApi
+
+    seen = tmp_path / "seen.env"
+    job_id = start_job(local_stack, project_id, [
+        {"name": "test", "parallel": 2, "handoff": ["results/"], "run": (
+            'mkdir -p "results/$RELEVO_SHARD_INDEX" && echo "$RELEVO_JOB_ID" > "results/$RELEVO_SHARD_INDEX/junit.xml" && '
+            'echo "passed=$((10 + RELEVO_SHARD_INDEX))" >> "$RELEVO_OUTPUT"')},
+        {"name": "report", "run": f'cat results/0/junit.xml results/1/junit.xml > "{seen}" && env | grep ^RELEVO_OUT_ | sort >> "{seen}"'},
+    ])
+    for task in stage_messages(local_stack, job_id, 2):
+        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+    _run(_in_process_agent(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    seen.unlink()
+
+    api = RelevoApi.for_stack(local_stack)
+    rerun = api.rerun_job(job_id, "report")["job_id"]
+    _run(_in_process_agent(tmp_path, local_stack, "mac-new"), stage_messages(local_stack, rerun, 1)[0])
+
+    assert wait_for_execution(local_stack, rerun)["status"] == "SUCCEEDED"
+    assert seen.read_text().splitlines() == [job_id, job_id, "RELEVO_OUT_TEST_SHARD0_PASSED=10", "RELEVO_OUT_TEST_SHARD1_PASSED=11"]
+    restored = from_attributes(records(local_stack, rerun)[keys.stage_sk(1)])["restored"]
+    assert restored["from_stages"] == ["test#shard-0", "test#shard-1"] and restored["restored_bytes"] > 0
+
+    manifest = from_attributes(records(local_stack, job_id)[keys.shard_sk(0, 1)])["handoff_stored"]["manifest"]
+    bucket, key = manifest.removeprefix("s3://").split("/", 1)
+    client("s3").delete_object(Bucket=bucket, Key=key)
+    with pytest.raises(ApiError) as expired:
+        api.rerun_job(job_id, "report")
+    assert expired.value.code == "HANDOFF_EXPIRED" and f"stage test#shard-1 of {job_id} handed on files" in str(expired.value)

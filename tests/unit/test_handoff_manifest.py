@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from relevo_agent.handoff import HandoffFailure
+from relevo_agent.handoff.manifests import Source, check_shards_apart
 from relevo_agent.handoff.restore import check_entries, merge
 from relevo_agent.handoff.tree import scan
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.handoff import Manifest, ManifestEntry, link_target_problem, path_problem, tree_digest
+from relevo_core.models.handoff import HandoffSummary, Manifest, ManifestEntry, link_target_problem, path_problem, tree_digest
 from relevo_core.models.project import Project
 from tests.helpers.tree import make_bundle
 
@@ -179,6 +180,63 @@ def test_a_later_stage_wins_and_replaces_what_it_covers() -> None:
     tree = merge([(build, "b", "p/"), (sign, "b", "p/")])
     assert sorted(tree) == ["out", "out/app", "out/lib"]
     assert tree["out/app"].entry.mtime_ns == 9 and tree["out/lib"].entry.type == "file"
+
+
+JOB = "job_" + "0" * 20
+
+
+def _shard(k: int, *entries: ManifestEntry, stage: str = "test", job_id: str = JOB) -> tuple[Source, Manifest]:
+    summary = HandoffSummary(manifest=f"s3://b/p/.relevo-handoff/manifests/{stage}.shard-{k}.1.json", manifest_sha256=SHA, attempt=1,
+                             digest=SHA, stored_at="2026-12-03T00:00:00+00:00")
+    return Source(stage, job_id, summary, k), Manifest(job_id=job_id, stage=stage, attempt=1, patterns=("results",), entries=entries)
+
+
+def _apart(*shards: tuple[Source, Manifest]) -> None:
+    check_shards_apart([source for source, _ in shards], [manifest for _, manifest in shards])
+
+
+def _dir(path: str, mtime_ns: int = 1) -> ManifestEntry:
+    return ManifestEntry(path=path, type="dir", mode=0o755, mtime_ns=mtime_ns)
+
+
+def test_shards_handing_on_paths_of_their_own_share_their_directories() -> None:
+    # Given three shards that each put their own file in results/ (the directory's mtime differs)
+    shards = [_shard(k, _dir("results", mtime_ns=k), _file(f"results/{k}.xml", sha256=str(k) * 64)) for k in range(3)]
+    # and each hands on unchanged the bundle they were all restored
+    shards += [_shard(3, _dir("results", mtime_ns=3), _file("build/App.app/App", mode=0o755))]
+    shards += [_shard(4, _file("build/App.app/App", mode=0o755))]
+
+    # Then they are apart, and the merge holds every shard's file once in one results/
+    _apart(*shards)
+    tree = merge([(manifest, "b", "p/") for _, manifest in shards])
+    assert sorted(tree) == ["build/App.app/App", "results", "results/0.xml", "results/1.xml", "results/2.xml"]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "path", "how"),
+    [
+        ((_file("results/junit.xml"),), (_file("results/junit.xml", sha256="b" * 64),), "results/junit.xml", "differently"),
+        ((_file("results/junit.xml"),), (_file("results/junit.xml", mode=0o600),), "results/junit.xml", "differently"),
+        ((_file("results/junit.xml"),), (_file("results/junit.xml", mtime_ns=7),), "results/junit.xml", "differently"),
+        ((_file("out"),), (_dir("out"),), "out", "as a file and as a dir"),
+        ((_file("out"),), (_dir("out"), _file("out/x")), "out", "as a file and as a dir"),
+        ((_file("out"),), (_file("out/x"),), "out", "as a file and as a directory holding out/x"),
+        ((ManifestEntry(path="l", type="symlink", mode=0o777, mtime_ns=1, target="a"),),
+         (ManifestEntry(path="l", type="symlink", mode=0o777, mtime_ns=1, target="b"),), "l", "differently"),
+    ],
+    ids=["bytes", "mode", "mtime", "file and dir", "file and dir with content", "file above a file", "link targets"],
+)
+def test_two_shards_handing_on_one_path_differently_are_refused_naming_both(first, second, path: str, how: str) -> None:
+    with pytest.raises(HandoffFailure) as refused:
+        _apart(_shard(0, _file("results/0.xml")), _shard(2, *first), _shard(1, *second))
+
+    assert refused.value.error_class is ErrorClass.HANDOFF_CONFLICT
+    assert f"shards test#shard-1 and test#shard-2 of {JOB} both hand on {path!r} ({how}" in refused.value.message
+
+
+def test_shards_of_different_stages_or_jobs_are_not_compared_a_later_stage_wins_as_ever() -> None:
+    _apart(_shard(0, _file("out")), _shard(1, _file("out", sha256="b" * 64), stage="lint"),
+           _shard(1, _file("out", sha256="c" * 64), job_id="job_" + "1" * 20))
 
 
 def test_only_files_dirs_and_links_can_be_handed_on(tmp_path: Path) -> None:

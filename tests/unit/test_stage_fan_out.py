@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from relevo_core.models.handoff import output_variable
 from relevo_core.models.project import Project
 
 BASE = {"id": "app", "repo": "acme/app", "region_affinity": "eu-west"}
@@ -57,13 +58,30 @@ def test_a_stage_without_a_fan_out_is_one_run():
         ({"matrix": {"os": ["18.2", "18.2"]}}, "matrix.os value names must be unique, repeated: 18.2"),
         ({"matrix": {"OS": ["18.2"]}}, "String should match pattern"),
         ({"parallel": 1}, "greater than or equal to 2"),
-        ({"parallel": 2, "handoff": ["build/out"]}, "handoff from a stage with shards is not supported yet"),
     ],
-    ids=["both", "fail_fast alone", "max_parallel alone", "empty matrix", "key without values", "repeated value", "key case", "one shard",
-         "handoff"],
+    ids=["both", "fail_fast alone", "max_parallel alone", "empty matrix", "key without values", "repeated value", "key case", "one shard"],
 )
 def test_a_fan_out_that_makes_no_sense_is_refused_with_one_line_saying_why(fields, message):
     with pytest.raises(ValidationError) as refused:
         stage(**fields)
 
     assert message in str(refused.value)
+
+
+def test_a_stage_with_shards_hands_files_on_and_each_shard_names_its_values():
+    (plan,) = stage(parallel=3, handoff=["results/"]).frozen_stages()
+
+    assert plan.handoff == ("results/",) and plan.shard_count == 3
+    assert [output_variable(plan.name, "passed", shard) for shard in range(3)] == [
+        "RELEVO_OUT_TEST_SHARD0_PASSED", "RELEVO_OUT_TEST_SHARD1_PASSED", "RELEVO_OUT_TEST_SHARD2_PASSED"
+    ]
+    assert output_variable("sign-app", "digest") == "RELEVO_OUT_SIGN_APP_DIGEST"
+
+
+def test_a_stage_named_like_a_shard_of_another_is_refused_naming_both():
+    with pytest.raises(ValidationError) as refused:
+        Project.model_validate({**BASE, "stages": [
+            {"name": "test", "run": "make test", "parallel": 2}, {"name": "test_shard1", "run": "true"},
+        ]})
+
+    assert "stages test and test_shard1 would both hand on their values as RELEVO_OUT_TEST_SHARD1_…: rename one" in str(refused.value)

@@ -13,7 +13,10 @@ import pytest
 from relevo_agent.outputs import OutputInvalid, OutputParser, OutputWatch
 from relevo_agent.prepare import PrepareFailure, output_variables
 from relevo_core.jobs.handoff_sources import EarlierStage
-from relevo_core.models.handoff import MAX_OUTPUT_BYTES, MAX_OUTPUT_KEYS, output_variable, previous_output_variable
+from relevo_core.models.errors import ErrorClass
+from relevo_core.models.handoff import (
+    MAX_HANDED_ON_OUTPUT_BYTES, MAX_OUTPUT_BYTES, MAX_OUTPUT_KEYS, output_variable, previous_output_variable,
+)
 
 
 def _parse(text: str) -> dict[str, str]:
@@ -101,6 +104,39 @@ def test_two_values_that_would_be_one_variable_fail_the_later_stage() -> None:
     with pytest.raises(PrepareFailure) as clash:
         output_variables(earlier)
     assert "a-b.c and a.b_c would both be RELEVO_OUT_A_B_C" in clash.value.message
+
+
+def test_each_shards_values_reach_later_stages_under_its_index() -> None:
+    earlier = [
+        EarlierStage("build", "job_x", "a", None, {"version": "1"}),
+        *(EarlierStage("ui-test", "job_x", f"mac-{k}", None, {"passed": str(10 + k)}, shard=k) for k in range(3)),
+    ]
+
+    assert output_variables(earlier) == {
+        "RELEVO_OUT_BUILD_VERSION": "1",
+        "RELEVO_OUT_UI_TEST_SHARD0_PASSED": "10", "RELEVO_OUT_UI_TEST_SHARD1_PASSED": "11", "RELEVO_OUT_UI_TEST_SHARD2_PASSED": "12",
+    }
+
+
+def test_a_shards_value_and_another_stages_that_would_be_one_variable_fail_naming_the_shard() -> None:
+    earlier = [EarlierStage("test", "job_x", "a", None, {"x": "1"}, shard=1), EarlierStage("test", "job_x", "b", None, {"shard1_x": "2"})]
+    with pytest.raises(PrepareFailure) as clash:
+        output_variables(earlier)
+    assert "test#shard-1.x and test.shard1_x would both be RELEVO_OUT_TEST_SHARD1_X" in clash.value.message
+
+
+def test_values_handed_on_past_half_of_kern_argmax_fail_the_stage_naming_the_largest() -> None:
+    """45 stage runs of 16 KiB each would be 720 KiB of environment: a stage is handed at most 512 KiB."""
+    full = {f"k{n}": "x" * (MAX_OUTPUT_BYTES // 4 - 8) for n in range(4)}
+    within = [EarlierStage("test", "job_x", "a", None, full, shard=k) for k in range(MAX_HANDED_ON_OUTPUT_BYTES // MAX_OUTPUT_BYTES - 1)]
+    assert len(output_variables(within)) == 4 * len(within)
+
+    over = [EarlierStage("test", "job_x", "a", None, full, shard=k) for k in range(45)]
+    with pytest.raises(PrepareFailure) as refused:
+        output_variables(over)
+    assert refused.value.error_class is ErrorClass.OUTPUT_INVALID
+    assert f"over the {MAX_HANDED_ON_OUTPUT_BYTES} a stage is handed" in refused.value.message
+    assert "the largest: test#shard-0 " in refused.value.message
 
 
 def test_the_watch_hands_each_value_on_while_the_command_still_runs(tmp_path: Path) -> None:

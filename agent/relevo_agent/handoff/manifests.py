@@ -29,6 +29,12 @@ class Source:
     stage: str
     job_id: str
     summary: HandoffSummary
+    # The shard of a stage with shards: each shard's manifest is a source of its own.
+    shard: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.stage if self.shard is None else f"{self.stage}#shard-{self.shard}"
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ def read_manifest(source: Source) -> tuple[Manifest, str, str]:
         if error_code(exc) in ("NoSuchKey", "404", "NotFound"):
             raise HandoffFailure(
                 ErrorClass.HANDOFF_GONE,
-                f"handoff: the manifest of stage {source.stage} of {source.job_id} ({source.summary.manifest}) is no longer "
+                f"handoff: the manifest of stage {source.label} of {source.job_id} ({source.summary.manifest}) is no longer "
                 "stored (expired, or removed by artifact.max_total_bytes)",
             ) from exc
         raise HandoffFailure(classify_storage_error(exc), f"handoff: reading {source.summary.manifest}: {exc}") from exc
@@ -60,13 +66,13 @@ def read_manifest(source: Source) -> tuple[Manifest, str, str]:
     actual = hashlib.sha256(data).hexdigest()
     if actual != source.summary.manifest_sha256:
         raise fail_checksum(
-            f"the manifest of stage {source.stage} ({source.summary.manifest}) has sha256 {actual}, its receipt says "
+            f"the manifest of stage {source.label} ({source.summary.manifest}) has sha256 {actual}, its receipt says "
             f"{source.summary.manifest_sha256}: it was altered in storage; nothing of it is used"
         )
     try:
         manifest = Manifest.model_validate(json.loads(data))
     except (ValueError, ValidationError) as exc:
-        raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: the manifest of stage {source.stage} cannot be read: {exc}") from exc
+        raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: the manifest of stage {source.label} cannot be read: {exc}") from exc
     return manifest, bucket, prefix
 
 
@@ -96,6 +102,47 @@ def check_entries(stage: str, entries: tuple[ManifestEntry, ...]) -> None:
                     ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest puts {entry.path!r} under {parent!r}, a {above.type}"
                 )
             parent = parent.rpartition("/")[0]
+
+
+def _same(one: ManifestEntry, other: ManifestEntry) -> bool:
+    """The same file or link: type, bytes or target, mode and mtime (where it is stored aside)."""
+    return (one.type, one.sha256, one.target, one.mode, one.mtime_ns) == (other.type, other.sha256, other.target, other.mode, other.mtime_ns)
+
+
+def check_shards_apart(sources: list[Source], manifests: list[Manifest]) -> None:
+    """The shards of one stage hand on paths of their own: a file or link two shards hand on
+    differently, or a path one shard has as a file and another as a directory (or under it),
+    fails the stage with Relevo.Fatal.HandoffConflict naming both shards and the path. Shared
+    directories are one directory holding what each put in it; the same file handed on
+    unchanged by several (what they were all restored from) is one file."""
+    groups: dict[tuple[str, str], list[tuple[Source, Manifest]]] = {}
+    for source, manifest in zip(sources, manifests):
+        if source.shard is not None:
+            groups.setdefault((source.job_id, source.stage), []).append((source, manifest))
+    for group in groups.values():
+        seen: dict[str, tuple[Source, ManifestEntry]] = {}
+        for source, manifest in group:
+            for entry in manifest.entries:
+                first = seen.get(entry.path)
+                if first is None:
+                    seen[entry.path] = (source, entry)
+                elif not (first[1].type == entry.type == "dir" or _same(first[1], entry)):
+                    what = "differently" if first[1].type == entry.type else f"as a {first[1].type} and as a {entry.type}"
+                    raise _conflict(first[0], source, entry.path, what)
+        for path, (source, entry) in seen.items():
+            for parent in _parents(path):
+                above = seen.get(parent)
+                if above is not None and above[1].type != "dir":
+                    raise _conflict(above[0], source, parent, f"as a {above[1].type} and as a directory holding {path}")
+
+
+def _conflict(first: Source, second: Source, path: str, what: str) -> HandoffFailure:
+    one, other = sorted((first, second), key=lambda source: source.shard or 0)
+    return HandoffFailure(
+        ErrorClass.HANDOFF_CONFLICT,
+        f"handoff: shards {one.label} and {other.label} of {one.job_id} both hand on {path!r} ({what}): a later stage cannot have "
+        "both; let each shard hand on paths of its own (e.g. under a directory named by $RELEVO_SHARD_INDEX)",
+    )
 
 
 def _parents(path: str) -> list[str]:

@@ -39,7 +39,7 @@ from typing import Callable
 from relevo_agent.handoff import HandoffFailure, Stopped
 from relevo_agent.handoff.cache import HandoffCache
 from relevo_agent.handoff.fetch import fetch_files
-from relevo_agent.handoff.manifests import Placed, Source, check_entries, fail_checksum, merge, read_manifest
+from relevo_agent.handoff.manifests import Placed, Source, check_entries, check_shards_apart, fail_checksum, merge, read_manifest
 from relevo_agent.handoff.place import Writer, ensure_directory, place_link, remove_path
 from relevo_agent.handoff.store import PARALLEL_OBJECTS, Location
 from relevo_agent.handoff.tree import real_parents, sha256_file
@@ -78,19 +78,20 @@ def restore_handoffs(
     """Restore every source into `workspace` (already the job's checkout, if it has one)."""
     started = time.monotonic()
     workspace.mkdir(parents=True, exist_ok=True)
-    result = RestoreResult(from_stages=tuple(source.stage for source in sources), known={})
+    result = RestoreResult(from_stages=tuple(source.label for source in sources), known={})
     if not sources:
         result.digest = tree_digest([])
         return result
     manifests = []
     for source in sources:
         manifest, bucket, prefix = read_manifest(source)
-        check_entries(source.stage, manifest.entries)
+        check_entries(source.label, manifest.entries)
         manifests.append((manifest, bucket, prefix))
         if source.job_id == this_job:
             for entry in manifest.files:
                 assert entry.sha256 is not None and entry.object is not None
                 result.known[entry.sha256] = Location(entry.object, entry.offset)  # type: ignore[index]
+    check_shards_apart(sources, [manifest for manifest, _, _ in manifests])
     tree = merge(manifests)
     placed = [tree[path] for path in sorted(tree)]
     files = [p for p in placed if p.entry.type == "file"]

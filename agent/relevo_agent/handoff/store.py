@@ -2,7 +2,7 @@
 
     packs/<sha256>          small files (< LARGE_FILE_BYTES) one after another, up to PACK_BYTES
     blobs/<sha256>          a large file, whole (a multipart upload in parallel parts)
-    manifests/<stage>.<attempt>.json
+    manifests/<stage>.<attempt>.json   (a shard's: <stage>.shard-<k>.<attempt>.json)
                             every path: type, mode, mtime, size, sha256, link target, and where
                             its bytes are (object and offset)
 
@@ -266,7 +266,8 @@ def store_handoff(
     manifest = Manifest(job_id=ref.job_id, stage=stage, attempt=ref.attempt, patterns=patterns, entries=entries)
     data = json.dumps(manifest.model_dump(mode="json"), separators=(",", ":")).encode()
     manifest_sha = hashlib.sha256(data).hexdigest()
-    manifest_key = f"{prefix}manifests/{stage}.{ref.attempt}.json"
+    # A shard's its own: the shards of a stage store side by side, each attempt numbered apart.
+    manifest_key = f"{prefix}manifests/{stage}{'' if ref.shard is None else f'.shard-{ref.shard}'}.{ref.attempt}.json"
     try:
         s3.put_object(Bucket=bucket, Key=manifest_key, Body=data, ContentMD5=_md5(data), ContentType="application/json",
                       Metadata={"sha256": manifest_sha})

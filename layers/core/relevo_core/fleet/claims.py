@@ -32,7 +32,7 @@ from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
 from relevo_core.observability import logger
 from relevo_core.store import stage_attempts
 from relevo_core.store.jobs import get_envelope, get_job_record, query_job_items
-from relevo_core.store.keys import attempt_sk, is_stage_sk
+from relevo_core.store.keys import SHARD_INFIX, attempt_sk, is_stage_sk, stage_sk
 
 # What a refused claim tells its caller of the stage record: enough to know whether to hand the
 # message back or drop it (relevo_agent's ClaimRefused.held), nothing of what the stage left.
@@ -133,9 +133,13 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
             raise RelevoError(ErrorCode.CLAIM_REFUSED, f"{request.job_id} stage {index} attempt {request.attempt} is not free", **found) from None
         accepted = _accept(request, repeat) if request.accept else None
         session = minted.result()
-    # The other stages' own records (what their handoffs and values left); shards' records are
-    # not handed on yet (docs/parallel-stages.md).
-    records = [item for item in items if str(item["pk"]).startswith("STAGES#") and item["sk"] != own_sk and is_stage_sk(item["sk"])]
+    # The other stages' records and their shards' (what their handoffs and values left); of its
+    # own stage, neither its own record nor a sibling shard's: a shard stands on earlier stages only.
+    siblings = f"{stage_sk(index)}{SHARD_INFIX}"
+    records = [
+        item for item in items
+        if str(item["pk"]).startswith("STAGES#") and item["sk"] != own_sk and (is_stage_sk(item["sk"]) or not item["sk"].startswith(siblings))
+    ]
     return ClaimGranted(envelope=envelope.to_json_dict(), records=records, previous=previous, session=session, accepted=accepted)
 
 

@@ -6,6 +6,9 @@ retries, following the lineage.
 The agent reads it before each stage (it replaces the envelope's own read: still one call); the
 rerun and the redrive read it before anything is written, and refuse when what the skipped stages
 handed on is no longer stored (HANDOFF_EXPIRED), naming the stage and the date.
+
+A stage with shards hands on through its shards' own records (STAGE#nn#SHARD#kk): once the stage
+succeeded, each shard is an earlier stage of its own here (`EarlierStage.shard`), in shard order.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from relevo_core.aws import client, error_code
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.handoff import HandoffSummary
+from relevo_core.models.plan import StagePlan
 from relevo_core.models.status import SUCCEEDED_STAGE
 from relevo_core.store.artifacts import list_artifacts
 from relevo_core.store.jobs import query_job_items
-from relevo_core.store.keys import JOB_SK, is_stage_sk
+from relevo_core.store.keys import JOB_SK, SHARD_INFIX, is_stage_sk
 
 # A rerun of a rerun of a rerun…: past this many earlier jobs, a skipped stage is not looked for.
 MAX_LINEAGE = 8
@@ -40,6 +44,14 @@ class EarlierStage:
     # What its plan declares under `handoff:` (a succeeded stage that declares some and has no
     # summary cannot be restored from: resolved by a person without them).
     declared: tuple[str, ...] = ()
+    # The shard of a stage with shards (its own record, its own values and files).
+    shard: int | None = None
+
+    @property
+    def label(self) -> str:
+        """How messages and the restore name it: `test`, or a shard's `test#shard-1` (as its
+        operation id does)."""
+        return self.name if self.shard is None else f"{self.name}#shard-{self.shard}"
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,24 @@ class JobContext:
     envelope: JobEnvelope
     # This job's stage records, by stage name.
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The shards' records of its stages with shards: stage name -> shard index -> record.
+    shards: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, envelope: JobEnvelope, items: list[dict[str, Any]]) -> "JobContext":
+        """The context of `envelope` from its job's stage and shard records (any other item is
+        left out)."""
+        records: dict[str, dict[str, Any]] = {}
+        shards: dict[str, dict[int, dict[str, Any]]] = {}
+        for item in items:
+            sk, name = str(item.get("sk", "")), item.get("stage_name")
+            if not name or not sk.startswith("STAGE#"):
+                continue
+            if is_stage_sk(sk):
+                records[str(name)] = item
+            elif SHARD_INFIX in sk and item.get("shard_index") is not None:
+                shards.setdefault(str(name), {})[int(item["shard_index"])] = item
+        return cls(envelope, records, shards)
 
     def commit(self) -> str | None:
         """The commit the job builds: the trigger's, else the one its first checkout recorded."""
@@ -68,8 +98,7 @@ def context_of(items: list[dict[str, Any]]) -> JobContext:
     record = next((item for item in items if item["sk"] == JOB_SK), None)
     if record is None:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
-    stages = {str(item.get("stage_name")): item for item in items if is_stage_sk(str(item["sk"])) and item.get("stage_name")}
-    return JobContext(read_envelope(record["envelope"]), stages)
+    return JobContext.of(read_envelope(record["envelope"]), items)
 
 
 def read_job_context(table: str, job_id: str) -> JobContext:
@@ -79,7 +108,7 @@ def read_job_context(table: str, job_id: str) -> JobContext:
     return context_of(items)
 
 
-def _earlier(job_id: str, name: str, record: dict[str, Any], declared: tuple[str, ...] = ()) -> EarlierStage | None:
+def _earlier(job_id: str, name: str, record: dict[str, Any], declared: tuple[str, ...] = (), shard: int | None = None) -> EarlierStage | None:
     if record.get("status") not in SUCCEEDED_STAGE:
         return None
     receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
@@ -89,14 +118,28 @@ def _earlier(job_id: str, name: str, record: dict[str, Any], declared: tuple[str
         name=name, job_id=job_id, agent_id=record.get("agent_id"),
         handoff=HandoffSummary.model_validate(handoff) if isinstance(handoff, dict) else None,
         outputs={str(k): str(v) for k, v in outputs.items()} if isinstance(outputs, dict) else {},
-        declared=declared,
+        declared=declared, shard=shard,
     )
 
 
+def _earlier_of(context: JobContext, plan: StagePlan) -> list[EarlierStage]:
+    """What a succeeded stage of `context`'s job left: its own record's, or once a stage with
+    shards succeeded as a whole, each succeeded shard's, in shard order."""
+    job_id, record = context.envelope.job_id, context.records.get(plan.name, {})
+    if not plan.sharded:
+        earlier = _earlier(job_id, plan.name, record, plan.handoff)
+        return [] if earlier is None else [earlier]
+    if record.get("status") not in SUCCEEDED_STAGE:
+        return []
+    shards = context.shards.get(plan.name, {})
+    found = (_earlier(job_id, plan.name, shards[index], plan.handoff, index) for index in sorted(shards))
+    return [earlier for earlier in found if earlier is not None]
+
+
 def earlier_stages(table: str, context: JobContext, index: int) -> list[EarlierStage]:
-    """The succeeded stages before `index`, in plan order: this job's own, and for the stages it
-    skipped, the lineage's. A skipped stage not found (its job deleted, or it never succeeded
-    there) is left out; the rerun refused it up front."""
+    """The succeeded stages (and shards) before `index`, in plan order: this job's own, and for
+    the stages it skipped, the lineage's. A skipped stage not found (its job deleted, or it never
+    succeeded there) is left out; the rerun refused it up front."""
     envelope = context.envelope
     found: list[EarlierStage] = []
     first = envelope.first_stage_index
@@ -104,9 +147,7 @@ def earlier_stages(table: str, context: JobContext, index: int) -> list[EarlierS
     if skipped and envelope.retry_of:
         found += _from_lineage(table, envelope.retry_of, skipped)
     for stage in envelope.stages[first:index]:
-        earlier = _earlier(envelope.job_id, stage.name, context.records.get(stage.name, {}), stage.handoff)
-        if earlier is not None:
-            found.append(earlier)
+        found += _earlier_of(context, stage)
     return found
 
 
@@ -117,18 +158,17 @@ def _from_lineage(table: str, job_id: str, names: list[str], depth: int = 0) -> 
         return []
     envelope = context.envelope
     ran = {stage.name for stage in envelope.stages[envelope.first_stage_index :]}
-    here = {name: _earlier(job_id, name, context.records.get(name, {}), envelope.stage(name).handoff) for name in names if name in ran}
+    here = {name: _earlier_of(context, envelope.stage(name)) for name in names if name in ran}
     further = [name for name in names if name not in ran]
-    deeper: dict[str, EarlierStage] = {}
+    deeper: dict[str, list[EarlierStage]] = {}
     # At most MAX_LINEAGE jobs in all (depth counts from 0): what an agent's job credentials let
     # it read (fleet/job_credentials LINEAGE_TAGS).
     if further and envelope.retry_of and depth + 1 < MAX_LINEAGE:
-        deeper = {stage.name: stage for stage in _from_lineage(table, envelope.retry_of, further, depth + 1)}
-    ordered = []
+        for stage in _from_lineage(table, envelope.retry_of, further, depth + 1):
+            deeper.setdefault(stage.name, []).append(stage)
+    ordered: list[EarlierStage] = []
     for name in names:
-        stage = here.get(name) or deeper.get(name)
-        if stage is not None:
-            ordered.append(stage)
+        ordered += here.get(name) or deeper.get(name) or []
     return ordered
 
 
@@ -157,7 +197,7 @@ def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]
         if removed:
             raise RelevoError(
                 ErrorCode.HANDOFF_EXPIRED,
-                f"stage {stage.name} of {stage.job_id} handed on files that artifact.max_total_bytes removed on "
+                f"stage {stage.label} of {stage.job_id} handed on files that artifact.max_total_bytes removed on "
                 f"{removed[0].removed_at}: a rerun from a later stage cannot restore them; rerun from {stage.name} or earlier",
                 stage=stage.name, job_id=stage.job_id, removed_at=removed[0].removed_at,
             )
@@ -168,7 +208,7 @@ def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]
             if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
                 raise RelevoError(
                     ErrorCode.HANDOFF_EXPIRED,
-                    f"stage {stage.name} of {stage.job_id} handed on files stored {stage.handoff.stored_at[:10]} that have expired "
+                    f"stage {stage.label} of {stage.job_id} handed on files stored {stage.handoff.stored_at[:10]} that have expired "
                     f"(the stack's ArtifactRetentionDays): a rerun from a later stage cannot restore them; rerun from {stage.name} or earlier",
                     stage=stage.name, job_id=stage.job_id, stored_at=stage.handoff.stored_at,
                 ) from exc

@@ -173,6 +173,9 @@ class ErrorClass(str, Enum):
     HANDOFF_PATH = "Relevo.Fatal.HandoffPath"
     # An earlier stage's handoff is no longer stored (expired, removed by artifact.max_total_bytes).
     HANDOFF_GONE = "Relevo.Fatal.HandoffGone"
+    # Two shards of an earlier stage hand on the same path differently: a later stage cannot
+    # restore both (relevo_agent.handoff.manifests.check_shards_apart).
+    HANDOFF_CONFLICT = "Relevo.Fatal.HandoffConflict"
     # What the stage wrote to $RELEVO_OUTPUT is not key=value / heredoc lines, or is over a limit.
     OUTPUT_INVALID = "Relevo.Fatal.Output"
     PRECONDITION_CHANGED = "Relevo.Precondition.Changed"

@@ -251,6 +251,11 @@ _OUTPUT_KEY = re.compile(OUTPUT_KEY)
 # at most 400 KB.
 MAX_OUTPUT_KEYS = 64
 MAX_OUTPUT_BYTES = 16 * 1024
+# What a stage is handed of every earlier stage's (and shard's) values together: that half of
+# kern.argmax. A job's 45 stage runs (relevo_core.plan_limits) could hand on 720 KiB, which with
+# the rest of the environment might not fit: past this the stage fails before its command, with
+# a line that says so, rather than with the exec's E2BIG.
+MAX_HANDED_ON_OUTPUT_BYTES = 512 * 1024
 
 
 def output_key_problem(key: str) -> str | None:
@@ -264,9 +269,16 @@ def variable_part(name: str) -> str:
     return name.upper().replace("-", "_")
 
 
-def output_variable(stage: str, key: str) -> str:
-    """What a later stage sees: RELEVO_OUT_<STAGE>_<KEY>."""
-    return f"RELEVO_OUT_{variable_part(stage)}_{variable_part(key)}"
+def shard_variable_part(stage: str, shard: int) -> str:
+    """How a shard's values are named: <STAGE>_SHARD<k> (k as RELEVO_SHARD_INDEX, 0-based)."""
+    return f"{variable_part(stage)}_SHARD{shard}"
+
+
+def output_variable(stage: str, key: str, shard: int | None = None) -> str:
+    """What a later stage sees: RELEVO_OUT_<STAGE>_<KEY>, or of a stage with shards, each shard's
+    as RELEVO_OUT_<STAGE>_SHARD<k>_<KEY> (docs/handoff.md, "Stages with shards")."""
+    where = variable_part(stage) if shard is None else shard_variable_part(stage, shard)
+    return f"RELEVO_OUT_{where}_{variable_part(key)}"
 
 
 def previous_output_variable(key: str) -> str:

@@ -228,19 +228,17 @@ class Shard(_Frozen):
 
 
 def check_fan_out(
-    parallel: int | None, matrix: dict[str, Any] | None, fail_fast: bool | None, max_parallel: int | None, handoff: tuple[str, ...] = (),
+    parallel: int | None, matrix: dict[str, Any] | None, fail_fast: bool | None, max_parallel: int | None,
 ) -> None:
     """One way to fan a stage out: `parallel` or `matrix`, not both; `fail_fast` and
-    `max_parallel` only with one of them; a matrix with values under every key; no handoff yet
-    (every shard would hand on the same paths: docs/parallel-stages.md, what is left)."""
+    `max_parallel` only with one of them; a matrix with values under every key. (Each shard hands
+    on its own paths: two that hand on one path differently fail the stage that restores them.)"""
     if parallel is not None and matrix is not None:
         raise ValueError("parallel and matrix are exclusive: a matrix already runs one shard per combination; keep one of them")
     if parallel is None and matrix is None:
         extra = [name for name, value in (("fail_fast", fail_fast), ("max_parallel", max_parallel)) if value is not None]
         if extra:
             raise ValueError(f"{' and '.join(extra)} apply to a stage with parallel or matrix, and this stage has neither")
-    if (parallel is not None or matrix is not None) and handoff:
-        raise ValueError("handoff from a stage with shards is not supported yet: every shard would hand on the same paths")
     if matrix is not None:
         if not matrix:
             raise ValueError("matrix: name at least one key with its values")
@@ -297,7 +295,7 @@ class StagePlan(_Frozen):
 
     @model_validator(mode="after")
     def _fan_out(self) -> "StagePlan":
-        check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel, self.handoff)
+        check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
         return self
 
     @property

@@ -28,8 +28,9 @@ from relevo_core.models.plan import (
     check_handoff_patterns,
     check_stage_names,
     require_unique,
+    shard_count,
 )
-from relevo_core.models.handoff import MAX_PATTERNS, variable_part
+from relevo_core.models.handoff import MAX_PATTERNS, shard_variable_part, variable_part
 
 
 class ProjectStage(BaseModel):
@@ -84,7 +85,9 @@ class ProjectStage(BaseModel):
         "when its command succeeds the agent stores them (files, directories, symlinks, modes and mtimes, each file's "
         "sha256) under the job's artifact_uri, and restores them at the same paths before every later stage of the job, "
         "on whichever Mac, verifying every byte (Relevo.Fatal.Checksum). A path that matches nothing when the command "
-        "ends fails the stage (Relevo.Fatal.HandoffMissing). No absolute path, no '..', nothing under .git. See docs/handoff.md.",
+        "ends fails the stage (Relevo.Fatal.HandoffMissing). No absolute path, no '..', nothing under .git. On a stage with "
+        "shards, each shard hands on its own: a later stage restores every shard's, and two shards handing on one path "
+        "differently fail it (Relevo.Fatal.HandoffConflict, naming both). See docs/handoff.md.",
     )
     warning_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = Field(
         default=(), max_length=32,
@@ -97,7 +100,8 @@ class ProjectStage(BaseModel):
         default=None, ge=2, le=MAX_DECLARED_SHARDS,
         description="Run the stage as this many shards at once, each an attempt of its own on an agent of the region (its own "
         "claim, lease, retries and reconcile), with RELEVO_SHARD_INDEX (0-based) and RELEVO_SHARD_COUNT set. How many shards "
-        "a job may run in all is checked at `relevo project apply` (PLAN_TOO_LARGE). Exclusive with matrix; no handoff yet.",
+        "a job may run in all is checked at `relevo project apply` (PLAN_TOO_LARGE). Exclusive with matrix. Each shard's "
+        "values reach later stages as RELEVO_OUT_<STAGE>_SHARD<k>_<KEY>.",
     )
     matrix: Matrix | None = Field(
         default=None, max_length=MAX_MATRIX_KEYS,
@@ -123,7 +127,7 @@ class ProjectStage(BaseModel):
 
     @model_validator(mode="after")
     def _fan_out(self) -> "ProjectStage":
-        check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel, self.handoff)
+        check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
         return self
 
 
@@ -486,15 +490,16 @@ class Project(RunPlanMixin):
 
     @model_validator(mode="after")
     def _output_variables_apart(self) -> "Project":
-        # RELEVO_OUT_<STAGE>_<KEY>: two stage names that read the same there would mix their values.
+        # RELEVO_OUT_<STAGE>_<KEY> (a shard's RELEVO_OUT_<STAGE>_SHARD<k>_<KEY>): two stages, or a
+        # stage and a shard, that read the same there would mix their values.
         seen: dict[str, str] = {}
         for stage in self.stages:
-            other = seen.setdefault(variable_part(stage.name), stage.name)
-            if other != stage.name:
-                raise ValueError(
-                    f"stages {other} and {stage.name} would both hand on their values as "
-                    f"RELEVO_OUT_{variable_part(stage.name)}_…: rename one"
-                )
+            count = shard_count(stage.parallel, stage.matrix)
+            names = [variable_part(stage.name)] + ([shard_variable_part(stage.name, k) for k in range(count)] if count > 1 else [])
+            for name in names:
+                other = seen.setdefault(name, stage.name)
+                if other != stage.name:
+                    raise ValueError(f"stages {other} and {stage.name} would both hand on their values as RELEVO_OUT_{name}_…: rename one")
         return self
 
     def schedule(self, name: str) -> ProjectSchedule | None:
