@@ -46,11 +46,12 @@ def claim_shard(stack, task: dict[str, Any], agent_id: str) -> tuple[stage_attem
     return ref, wait_for_run_token(ref)
 
 
-def report(ref: stage_attempts.StageRef, run_token: str, succeed: bool, error: str = "Relevo.Fatal.ExitCode") -> None:
+def report(ref: stage_attempts.StageRef, run_token: str, succeed: bool, error: str = "Relevo.Fatal.ExitCode",
+           status: StageStatus = StageStatus.SUCCEEDED) -> None:
     sfn, now = client("stepfunctions"), datetime.now(timezone.utc)
     if succeed:
-        stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None)
-        sfn.send_task_success(taskToken=run_token, output=json.dumps({"agent_id": ref.agent_id, "stage": "test", "status": "succeeded"}))
+        stage_attempts.finish(ref, status, now, 0, None)
+        sfn.send_task_success(taskToken=run_token, output=json.dumps({"agent_id": ref.agent_id, "stage": "test", "status": status.value}))
     else:
         stage_attempts.finish(ref, StageStatus.FAILED, now, 2, error)
         sfn.send_task_failure(taskToken=run_token, error=error, cause=json.dumps({"exit_code": 2, "agent_id": ref.agent_id}))
@@ -90,7 +91,9 @@ def test_four_shards_each_run_once_as_an_attempt_of_their_own_and_the_stage_succ
     ]
     assert (found["STAGE#01"]["status"]["S"], found["STAGE#01"]["shard_count"]["N"]) == ("succeeded", "4")
     assert found["JOB"]["last_successful_stage"]["S"] == "test"
-    assert json.loads(found["JOB"]["stage_outcomes"]["S"])[1] == {"stage": "test", "status": "succeeded", "shards": 4}
+    outcome = json.loads(found["JOB"]["stage_outcomes"]["S"])[1]
+    assert (outcome["stage"], outcome["status"], outcome["shards"]) == ("test", "succeeded", 4)
+    assert [answer["agent_id"] for answer in outcome["shard_outcomes"]] == [f"mac-{shard}" for shard in range(4)]
     entered = [e["stateEnteredEventDetails"]["name"] for e in history(local_stack, job_id) if e["type"].endswith("StateEntered")]
     print(f"\nstate transitions: {len(entered)} for a stage and a stage of 4 shards: {' > '.join(entered)}")
     # bench/cost.py's budget: 3 per shard, as a stage without shards, and 7 for the fan-out.
@@ -278,3 +281,63 @@ def test_a_shard_failing_transiently_is_retried_alone_on_its_own_record(local_st
     assert (first["attempt"]["N"], first["agent_id"]["S"], first["retry_count"]["N"]) == ("2", "mac-2", "1")
     assert [entry["M"]["error"]["S"] for entry in first["attempts_log"]["L"]] == ["Relevo.Transient.ExitCode"]
     assert (second["attempt"]["N"], "attempts_log" in second) == ("1", False)
+
+
+def test_a_shard_ending_warning_makes_its_stage_warning_in_the_job_view_and_the_notifications(local_stack, project_id):
+    """A shard's agent says `warning`: the stage's record ends `warning`, and the job's
+    stage_outcomes carry every shard's answer in shard order with the stage's status `warning`,
+    which the commit status and notifications read (notify.transitions.warning_stages)."""
+    from relevo_cli.api import RelevoApi
+    from relevo_core.notify.transitions import warning_stages
+
+    job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 3}])
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 3)]
+
+    for shard, (ref, token) in enumerate(runs):
+        report(ref, token, succeed=True, status=StageStatus.WARNING if shard == 1 else StageStatus.SUCCEEDED)
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    found = records(local_stack, job_id)
+    assert (found["STAGE#00"]["status"]["S"], found[keys.shard_sk(0, 1)]["status"]["S"]) == ("warning", "warning")
+    [outcome] = json.loads(found["JOB"]["stage_outcomes"]["S"])
+    assert (outcome["stage"], outcome["status"], outcome["shards"]) == ("test", "warning", 3)
+    assert [answer["status"] for answer in outcome["shard_outcomes"]] == ["succeeded", "warning", "succeeded"]
+    assert [answer["agent_id"] for answer in outcome["shard_outcomes"]] == ["mac-0", "mac-1", "mac-2"]
+    assert warning_stages(found["JOB"]["stage_outcomes"]["S"]) == ("test",)
+    job = RelevoApi.for_stack(local_stack).get_job(job_id)
+    assert (job["status"], job["warning_stages"]) == ("succeeded", ["test"])
+
+
+def test_a_shard_in_manual_review_is_resolved_on_its_own_record_and_the_job_stands_on_the_stage_only_once_all_succeeded(
+    local_stack, project_id
+):
+    """A shard's reconciliation finds an effect it cannot tie to its operation: that shard waits
+    for an operator (`relevo job resolve --stage test --shard 0`) while its sibling runs on.
+    Resolving it as succeeded ends the shard's record only: the job's last successful stage stays
+    the one before until the stage as a whole succeeded."""
+    from relevo_cli.api import ApiError, RelevoApi
+
+    api = RelevoApi.for_stack(local_stack)
+    job_id = start_job(local_stack, project_id, [BUILD, {"name": "test", "run": "make test", "parallel": 2}])
+    agent_runs(local_stack, stage_messages(local_stack, job_id, 1)[0])
+    (ref, token), sibling = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 2)]
+    now = datetime.now(timezone.utc)
+    stage_attempts.record_reconciled(ref, "manual_review", {"probe_exit": 0, "probe_output": "shard 0 results"}, now)
+    stage_attempts.finish(ref, StageStatus.MANUAL_REVIEW, now, None, "Relevo.Reconcile.ManualReview",
+                          outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW)
+    client("stepfunctions").send_task_failure(taskToken=token, error="Relevo.Reconcile.ManualReview", cause="{}")
+    wait_until(lambda: "review_token" in records(local_stack, job_id)[keys.shard_sk(1, 0)], 20, "shard 0 waiting for review")
+
+    with pytest.raises(ApiError) as refused:
+        api.resolve_stage(job_id, "test", "succeeded")  # the stage's own record is never in review: name the shard
+    assert (refused.value.status, refused.value.code) == (422, "VALIDATION_FAILED")
+    assert api.resolve_stage(job_id, "test", "succeeded", "checked by hand", shard=0)["shard"] == 0
+
+    wait_until(lambda: records(local_stack, job_id)[keys.shard_sk(1, 0)]["status"]["S"] == "succeeded", 10, "shard 0 resolved")
+    found = records(local_stack, job_id)
+    assert (found["JOB"].get("last_successful_stage", {}).get("S"), found["STAGE#01"]["status"]["S"]) == (None, "running")
+    report(*sibling, succeed=True)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    found = records(local_stack, job_id)
+    assert (found["JOB"]["last_successful_stage"]["S"], found["STAGE#01"]["status"]["S"]) == ("test", "succeeded")
+    assert found[keys.shard_sk(1, 0)]["resolution"]["M"]["as"]["S"] == "succeeded"

@@ -297,9 +297,11 @@ def dispatch(gate: str, shard: bool = False) -> States:
     }
 
 
-def manual_review(retry: str) -> States:
+def manual_review(retry: str, shard: bool = False) -> States:
     """Reconciliation found an effect it cannot tie to this operation: an operator resolves the
-    stage as succeeded, retry (on to `retry`) or failed."""
+    stage as succeeded, retry (on to `retry`) or failed. A shard resolved as succeeded writes its
+    own record only: the job's last successful stage is the fan-out's to write, once the stage as
+    a whole succeeded (shards.py, RecordShardsSucceeded)."""
     states: States = {
         "AwaitManualReview": {
             "Type": "Task",
@@ -330,13 +332,28 @@ def manual_review(retry: str) -> States:
         "UnknownResolution": _failure(ErrorClass.RESOLVED_FAILED.value, "the resolution was neither succeeded, retry nor failed"),
         "ResolvedRetry": {"Type": "Pass", "Parameters": {"delay_sec": 0}, "ResultPath": "$.backoff", "Next": retry},
     }
+    resolved = update(
+        stage_key(), "SET #status = :succeeded, ended_at = :now, last_writer = :writer REMOVE review_token", names=STATUS,
+        values={":succeeded": {"S": StageStatus.SUCCEEDED.value}, ":now": NOW, ":writer": WRITER},
+    )
+    if shard:
+        states["RecordResolvedSucceeded"] = {
+            "Type": "Task",
+            "Comment": "Resolved as succeeded: the shard's record only. Its output is the claim, as a stage's (the fan-out "
+            "keeps each shard's output).",
+            "Resource": "arn:aws:states:::dynamodb:updateItem",
+            "Parameters": resolved,
+            "ResultPath": None,
+            "OutputPath": "$.claim",
+            "Retry": [backoff_retry(["DynamoDB.InternalServerErrorException", "DynamoDB.ProvisionedThroughputExceededException",
+                                     "DynamoDB.RequestLimitExceeded", "DynamoDB.TransactionConflictException"], 3)],
+            "End": True,
+        }
+        return states
     states |= transaction(
         "RecordResolvedSucceeded",
         [
-            {"Update": update(
-                stage_key(), "SET #status = :succeeded, ended_at = :now, last_writer = :writer REMOVE review_token", names=STATUS,
-                values={":succeeded": {"S": StageStatus.SUCCEEDED.value}, ":now": NOW, ":writer": WRITER},
-            )},
+            {"Update": resolved},
             {"Update": update(job_key(), "SET last_successful_stage = :stage, last_writer = :writer, updated_at = :now",
                               values={":stage": string_at("$.stage.name"), ":now": NOW, ":writer": WRITER})},
         ],
@@ -536,12 +553,19 @@ def stage_states(shard: bool = False) -> tuple[str, States]:
     states: States = {}
     if shard:
         states |= dispatch(gate="ShardStopped", shard=True)
-        states["ShardStopped"] = {"Type": "Succeed", "Comment": "A sibling's failure closed this shard before its dispatch."}
+        states["ShardStopped"] = {
+            "Type": "Pass",
+            "Comment": "The shard's record was closed before its dispatch: a sibling's failure stopped it, or a redrive carried it "
+            "over as succeeded from the job it resumes (relevo_core.store.carried_shards). Its output says so, small: the "
+            "fan-out keeps every shard's.",
+            "Parameters": {"shard.$": "$.stage.shard", "dispatched": False},
+            "End": True,
+        }
     else:
         states |= dispatch(gate="GatedOrSharded")
         states |= approval_gate("MarkStageDispatched")
         states |= fan_out("NotifyAwaitingApproval", *stage_states(shard=True))
-    states |= manual_review("NextAttempt")
+    states |= manual_review("NextAttempt", shard)
     states |= attempt_failure("MarkStageDispatched")
     states |= stage_failure(shard)
     return "MarkStageDispatched", states
