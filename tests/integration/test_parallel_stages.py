@@ -341,3 +341,79 @@ def test_a_shard_in_manual_review_is_resolved_on_its_own_record_and_the_job_stan
     found = records(local_stack, job_id)
     assert (found["JOB"]["last_successful_stage"]["S"], found["STAGE#01"]["status"]["S"]) == ("test", "succeeded")
     assert found[keys.shard_sk(1, 0)]["resolution"]["M"]["as"]["S"] == "succeeded"
+
+
+def test_a_rerun_from_a_stage_with_shards_runs_every_shard_again_on_the_earlier_stages_of_the_job_it_retries(local_stack, project_id):
+    """`relevo job rerun --from-stage test`: a new job whose earlier stage is reused from the job
+    it retries, and whose stage with shards runs every shard again, each attempt 1 on its own
+    record, the one that succeeded before included."""
+    from relevo_cli.api import RelevoApi
+
+    api = RelevoApi.for_stack(local_stack)
+    original = start_job(local_stack, project_id, [BUILD, {"name": "test", "run": "make test", "parallel": 2}])
+    agent_runs(local_stack, stage_messages(local_stack, original, 1)[0])
+    first, second = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, original, 2)]
+    report(*first, succeed=True)
+    wait_until(lambda: records(local_stack, original)[keys.shard_sk(1, 0)]["status"]["S"] == "succeeded", 10, "shard 0's success")
+    report(*second, succeed=False)
+    assert wait_for_execution(local_stack, original)["status"] == "FAILED"
+
+    rerun = api.rerun_job(original, "test")["job_id"]
+
+    tasks = stage_messages(local_stack, rerun, 2)
+    assert [(task["stage"], task["shard"], task["attempt"]) for task in tasks] == [("test", 0, 1), ("test", 1, 1)]
+    for ref, token in [claim_shard(local_stack, task, f"mac-{task['shard'] + 2}") for task in tasks]:
+        report(ref, token, succeed=True)
+    assert wait_for_execution(local_stack, rerun)["status"] == "SUCCEEDED"
+    found = records(local_stack, rerun)
+    assert [(found[keys.shard_sk(1, shard)]["attempt"]["N"], found[keys.shard_sk(1, shard)]["agent_id"]["S"], "carried_from" in found[keys.shard_sk(1, shard)])
+            for shard in range(2)] == [("1", "mac-2", False), ("1", "mac-3", False)]
+    view = api.get_job(rerun)
+    assert [(stage["name"], stage["status"], stage["reused_from"]) for stage in view["stages"]] == [
+        ("build", "skipped", original), ("test", "succeeded", None)]
+    assert (view["from_stage"], view["retry_of"], view["last_successful_stage"]) == ("test", original, "test")
+
+
+def test_a_redrive_runs_only_the_shards_that_failed_and_carries_the_others_as_succeeded(local_stack, project_id):
+    """Three shards without fail_fast: shard 1 fails for good, 0 and 2 succeed, the job is
+    dead-lettered naming shard 1. Its redrive carries shards 0 and 2 over as succeeded (closed
+    records naming the job they ran in), so the new execution dispatches shard 1 alone: one agent
+    run of the stage, then the stage after it, and the job succeeds. No succeeded shard's effect
+    happens twice."""
+    from relevo_cli.api import RelevoApi
+
+    api = RelevoApi.for_stack(local_stack)
+    stages = [{"name": "test", "run": "make test", "parallel": 3, "fail_fast": False}, {"name": "notify", "run": "true"}]
+    failed = start_job(local_stack, project_id, stages)
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, failed, 3)]
+    report(*runs[0], succeed=True)
+    report(*runs[2], succeed=True)
+    wait_until(lambda: [records(local_stack, failed)[keys.shard_sk(0, shard)]["status"]["S"] for shard in (0, 2)] == ["succeeded"] * 2,
+               10, "shards 0 and 2 succeeded")
+    report(*runs[1], succeed=False)
+    assert wait_for_execution(local_stack, failed)["status"] == "FAILED"
+    entry = api.dead_letter(failed)
+    assert (entry["failed_stage"], entry["failed_shards"], entry["attempts"]) == ("test", [1], 1)
+
+    redriven = api.redrive(failed)["job_id"]
+
+    [task] = stage_messages(local_stack, redriven, 1)
+    assert (task["stage"], task["shard"], task["attempt"]) == ("test", 1, 1)
+    report(*claim_shard(local_stack, task, "mac-9"), succeed=True)
+    [notify] = stage_messages(local_stack, redriven, 1)
+    assert notify["stage"] == "notify"  # and no other shard's message came before it
+    agent_runs(local_stack, notify)
+    assert wait_for_execution(local_stack, redriven)["status"] == "SUCCEEDED"
+
+    entered = [e["stateEnteredEventDetails"]["name"] for e in history(local_stack, redriven) if e["type"].endswith("StateEntered")]
+    assert (entered.count("ShardDispatchStage"), entered.count("ShardClosedBeforeDispatch")) == (1, 2)
+    found = records(local_stack, redriven)
+    shards = [found[keys.shard_sk(0, shard)] for shard in range(3)]
+    assert [(s["status"]["S"], s["agent_id"]["S"], s.get("carried_from", {}).get("S")) for s in shards] == [
+        ("succeeded", "mac-0", failed), ("succeeded", "mac-9", None), ("succeeded", "mac-2", failed)]
+    assert not any("dispatch_key" in s or "run_token" in s for s in (shards[0], shards[2]))
+    assert (found["STAGE#00"]["status"]["S"], found["JOB"]["last_successful_stage"]["S"]) == ("succeeded", "notify")
+    outcome = json.loads(found["JOB"]["stage_outcomes"]["S"])[0]
+    assert [answer.get("dispatched", True) for answer in outcome["shard_outcomes"]] == [False, True, False]
+    # The carried shards keep the records of where they ran; the failed job's are unchanged.
+    assert records(local_stack, failed)[keys.shard_sk(0, 0)]["status"]["S"] == "succeeded"

@@ -126,13 +126,14 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
             "ItemSelector": _iteration_input(STAGE_AS_SHARD),
             "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": SHARD_PREFIX + shard_start,
                               "States": renamed(shard_states, SHARD_PREFIX)},
-            # Each failed shard's failure and its error on their own: a member of an array item
-            # (failed[0].Error) reads as a one-item list in moto 5.2.5's JSONPath, an intrinsic
-            # reads the same on both.
+            # Each failed shard's failure and its error on their own (ShardFailedAlone): a member of
+            # an array item (failed[0].Error) reads as a one-item list in moto 5.2.5's JSONPath, and
+            # $[*].failed.Error as a plain string when one shard failed; $[*].error is a list on
+            # both, and an intrinsic reads the same on both.
             # Whether a shard ended `warning` (its agent's answer says so), and every shard's output in
             # shard order, for the stage's outcome; `status` is the stage's unless ShardsWarned says
             # otherwise ("Intrinsic functions": States.ArrayContains).
-            "ResultSelector": {"failed.$": "$[*].failed", "errors.$": "$[*].failed.Error",
+            "ResultSelector": {"failed.$": "$[*].failed", "errors.$": "$[*].error",
                                "warned.$": f"States.ArrayContains($[*].status, '{StageStatus.WARNING.value}')",
                                "status": StageStatus.SUCCEEDED.value, "outcomes.$": "$"},
             "ResultPath": "$.shard_results",

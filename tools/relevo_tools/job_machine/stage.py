@@ -542,7 +542,9 @@ def stage_failure(shard: bool = False) -> States:
             "Choices": [{"Variable": "$.stage.shards.fail_fast", "BooleanEquals": True, "Next": "StageFailed"}],
             "Default": "ShardFailedAlone",
         }
-        states["ShardFailedAlone"] = {"Type": "Pass", "Parameters": {"failed.$": "$.failure"}, "End": True}
+        # Its error also on its own, a member of the output itself: moto 5.2.5 reads
+        # `$[*].failed.Error` as a plain string when one shard failed, `$[*].error` as a list.
+        states["ShardFailedAlone"] = {"Type": "Pass", "Parameters": {"failed.$": "$.failure", "error.$": "$.failure.Error"}, "End": True}
     return states
 
 
@@ -552,8 +554,8 @@ def stage_states(shard: bool = False) -> tuple[str, States]:
     the fan-out's (shards.py), without the approval gate (the stage passed it before its fan-out)."""
     states: States = {}
     if shard:
-        states |= dispatch(gate="ShardStopped", shard=True)
-        states["ShardStopped"] = {
+        states |= dispatch(gate="ClosedBeforeDispatch", shard=True)
+        states["ClosedBeforeDispatch"] = {
             "Type": "Pass",
             "Comment": "The shard's record was closed before its dispatch: a sibling's failure stopped it, or a redrive carried it "
             "over as succeeded from the job it resumes (relevo_core.store.carried_shards). Its output says so, small: the "
