@@ -417,3 +417,47 @@ def test_a_redrive_runs_only_the_shards_that_failed_and_carries_the_others_as_su
     assert [answer.get("dispatched", True) for answer in outcome["shard_outcomes"]] == [False, True, False]
     # The carried shards keep the records of where they ran; the failed job's are unchanged.
     assert records(local_stack, failed)[keys.shard_sk(0, 0)]["status"]["S"] == "succeeded"
+
+
+def test_a_paused_region_holds_a_stage_with_shards_each_shard_renewed_for_as_long_as_the_shards_waiting_then_releases_it(
+    local_stack, project_id
+):
+    """Issue 20 with shards: the region's dispatch is paused, nobody claims the two shards, and
+    their queue_timeout_sec (5 s) runs out. Neither fails: each is sent again (same attempt), its
+    wait renewed for an hour per shard that may wait (2 h), so the shards together renew no more
+    often than one stage (relevo_core.plan_limits: pause holds). After the resume both run from
+    their second messages and the job succeeds. Prints the history events one renewal costs."""
+    from relevo_core.plan_limits import EVENTS_PER_PAUSE_RENEWAL
+    from tests.helpers import TEST_ADMIN_ARN
+    from tests.helpers.iam import iam_user
+
+    def dispatch_waits() -> list[int]:
+        return [e["taskScheduledEventDetails"].get("timeoutInSeconds") for e in history(local_stack, job_id)
+                if e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"]["resource"] == "sendMessage.waitForTaskToken"]
+
+    admin = iam_user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
+    status, answer = admin.call("POST", "/regions/eu-west/pause", {"note": "held shards", "timeout_sec": 300})
+    assert status == 200, answer
+    try:
+        job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 2}], queue_timeout_sec=5)
+        stage_messages(local_stack, job_id, 2)  # the first messages, which nobody claims while the region is paused
+        before = len(list(history(local_stack, job_id)))
+        wait_until(lambda: len(dispatch_waits()) == 4, 30, "both shards' queue waits renewed")
+        holds = [records(local_stack, job_id)[keys.shard_sk(0, shard)] for shard in range(2)]
+        after = len(list(history(local_stack, job_id)))
+        assert [(hold["status"]["S"], hold["pause_holds"]["N"]) for hold in holds] == [("dispatched", "1")] * 2
+        assert client("stepfunctions").describe_execution(
+            executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}")["status"] == "RUNNING"
+    finally:
+        assert admin.call("POST", "/regions/eu-west/resume", None)[1]["resumed"] is True
+
+    assert dispatch_waits() == [5, 5, 2 * 3600, 2 * 3600]
+    per_renewal = (after - before) / 2
+    print(f"\nhistory events per pause renewal of a shard: {per_renewal} (plan_limits counts {EVENTS_PER_PAUSE_RENEWAL})")
+    assert per_renewal <= EVENTS_PER_PAUSE_RENEWAL
+    tasks = stage_messages(local_stack, job_id, 2)
+    assert [(task["shard"], task["attempt"]) for task in tasks] == [(0, 1), (1, 1)]
+    for ref, token in [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in tasks]:
+        report(ref, token, succeed=True)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    assert [records(local_stack, job_id)[keys.shard_sk(0, shard)]["attempt"]["N"] for shard in range(2)] == ["1", "1"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relevo_core.execution import RETRY_KEYS
+from relevo_core.execution import PAUSE_HOLD_SEC, RETRY_KEYS
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import keys
@@ -260,13 +260,22 @@ def dispatch(gate: str, shard: bool = False) -> States:
         "WaitLongerWhilePaused": {
             "Type": "Choice",
             "Comment": "While a pause holds the stage, each renewed wait lasts at least an hour (or the project's queue_timeout_sec if "
-            "longer): a pause of at most 7 days then costs at most 169 renewals, about 2,600 history events, whatever a short "
+            "longer): a pause of at most 7 days then costs at most 169 renewals, about 3,700 history events (22 each), whatever a short "
             "queue_timeout_sec, well within the 25,000-event quota. A resumed agent claims the waiting message at once; the wait "
-            "only bounds how long no agent does.",
-            "Choices": [{"Variable": "$.queue_timeout_sec", "NumericGreaterThanEquals": 3600, "Next": "DispatchStage"}],
+            "only bounds how long no agent does."
+            + (" A shard's lasts an hour for each shard that may wait beside it (stage.shards.pause_hold_sec: "
+               "relevo_core.execution.shard_pause_hold_sec), so the stage's shards together renew about as often as one stage "
+               "(relevo_core.plan_limits: pause holds)." if shard else ""),
+            "Choices": [
+                {"Variable": "$.queue_timeout_sec", "NumericGreaterThanEqualsPath": "$.stage.shards.pause_hold_sec", "Next": "DispatchStage"}
+                if shard else {"Variable": "$.queue_timeout_sec", "NumericGreaterThanEquals": PAUSE_HOLD_SEC, "Next": "DispatchStage"}
+            ],
             "Default": "PauseHoldWait",
         },
-        "PauseHoldWait": {"Type": "Pass", "Result": 3600, "ResultPath": "$.dispatch_wait_sec", "Next": "DispatchStage"},
+        "PauseHoldWait": (
+            {"Type": "Pass", "InputPath": "$.stage.shards.pause_hold_sec", "ResultPath": "$.dispatch_wait_sec", "Next": "DispatchStage"}
+            if shard else {"Type": "Pass", "Result": PAUSE_HOLD_SEC, "ResultPath": "$.dispatch_wait_sec", "Next": "DispatchStage"}
+        ),
         "AwaitResult": {
             "Type": "Task",
             "Comment": "Hands the claimer a run token through its stage record (written only if it still holds the attempt), then "
