@@ -461,3 +461,32 @@ def test_a_paused_region_holds_a_stage_with_shards_each_shard_renewed_for_as_lon
         report(ref, token, succeed=True)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     assert [records(local_stack, job_id)[keys.shard_sk(0, shard)]["attempt"]["N"] for shard in range(2)] == ["1", "1"]
+
+
+def test_a_redrive_after_fail_fast_runs_the_failed_shard_and_the_siblings_it_stopped_but_not_the_one_that_succeeded(
+    local_stack, project_id
+):
+    """With fail_fast, shard 1's failure stops shard 2 (canceled) after shard 0 succeeded: the
+    redrive dispatches shards 1 and 2, each attempt 1, and carries shard 0."""
+    from relevo_cli.api import RelevoApi
+
+    api = RelevoApi.for_stack(local_stack)
+    failed = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 3}])
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, failed, 3)]
+    report(*runs[0], succeed=True)
+    wait_until(lambda: records(local_stack, failed)[keys.shard_sk(0, 0)]["status"]["S"] == "succeeded", 10, "shard 0's success")
+    report(*runs[1], succeed=False)
+    assert wait_for_execution(local_stack, failed)["status"] == "FAILED"
+    assert [records(local_stack, failed)[keys.shard_sk(0, shard)]["status"]["S"] for shard in range(3)] == ["succeeded", "failed", "canceled"]
+    assert api.dead_letter(failed)["failed_shards"] == [1]
+
+    redriven = api.redrive(failed)["job_id"]
+
+    tasks = stage_messages(local_stack, redriven, 2)
+    assert [(task["shard"], task["attempt"]) for task in tasks] == [(1, 1), (2, 1)]
+    for ref, token in [claim_shard(local_stack, task, f"mac-{task['shard'] + 3}") for task in tasks]:
+        report(ref, token, succeed=True)
+    assert wait_for_execution(local_stack, redriven)["status"] == "SUCCEEDED"
+    found = records(local_stack, redriven)
+    assert [(found[keys.shard_sk(0, shard)]["agent_id"]["S"], found[keys.shard_sk(0, shard)].get("carried_from", {}).get("S"))
+            for shard in range(3)] == [("mac-0", failed), ("mac-4", None), ("mac-5", None)]
