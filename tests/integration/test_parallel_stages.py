@@ -304,6 +304,9 @@ def test_a_shard_ending_warning_makes_its_stage_warning_in_the_job_view_and_the_
     assert [answer["status"] for answer in outcome["shard_outcomes"]] == ["succeeded", "warning", "succeeded"]
     assert [answer["agent_id"] for answer in outcome["shard_outcomes"]] == ["mac-0", "mac-1", "mac-2"]
     assert warning_stages(found["JOB"]["stage_outcomes"]["S"]) == ("test",)
+    entered = [e["stateEnteredEventDetails"]["name"] for e in history(local_stack, job_id) if e["type"].endswith("StateEntered")]
+    # bench/cost.py: a warned stage's fan-out costs ShardsWarned more.
+    assert entered[2:-1].count("ShardsWarned") == 1 and len(entered[2:-1]) == 3 * TRANSITIONS_PER_SHARD_BUDGET + TRANSITIONS_PER_FAN_OUT_BUDGET + 1
     job = RelevoApi.for_stack(local_stack).get_job(job_id)
     assert (job["status"], job["warning_stages"]) == ("succeeded", ["test"])
 
@@ -406,7 +409,7 @@ def test_a_redrive_runs_only_the_shards_that_failed_and_carries_the_others_as_su
     assert wait_for_execution(local_stack, redriven)["status"] == "SUCCEEDED"
 
     entered = [e["stateEnteredEventDetails"]["name"] for e in history(local_stack, redriven) if e["type"].endswith("StateEntered")]
-    assert (entered.count("ShardDispatchStage"), entered.count("ShardClosedBeforeDispatch")) == (1, 2)
+    assert (entered.count("ShardMarkStageDispatched"), entered.count("ShardDispatchStage"), entered.count("ShardClosedBeforeDispatch")) == (3, 1, 2)
     found = records(local_stack, redriven)
     shards = [found[keys.shard_sk(0, shard)] for shard in range(3)]
     assert [(s["status"]["S"], s["agent_id"]["S"], s.get("carried_from", {}).get("S")) for s in shards] == [
