@@ -62,7 +62,9 @@ TRANSITIONS_PER_JOB_BUDGET = 3
 # A stage with shards (issue 32) on its success path: each shard the 3 of a stage
 # (ShardMarkStageDispatched > ShardDispatchStage > ShardAwaitResult), and the fan-out 7
 # (MarkStageDispatched refused > GatedOrSharded > StartShards > RunShards > AnyShardFailed >
-# RecordShardsSucceeded > ShardsSucceeded): 3 × shards + 7 for the stage. Held by
+# RecordShardsSucceeded > ShardsSucceeded): 3 × shards + 7 for the stage (a shard that ended
+# `warning` adds ShardsWarned: 8; a shard a redrive carried over as succeeded costs 2,
+# ShardMarkStageDispatched refused > ShardClosedBeforeDispatch). Held by
 # tests/integration/test_parallel_stages.py; this bench's job has no stage with shards.
 TRANSITIONS_PER_SHARD_BUDGET = 3
 TRANSITIONS_PER_FAN_OUT_BUDGET = 7

@@ -140,8 +140,8 @@ class RelevoApi:
     def reject(self, job_id: str, reason: str) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/reject", {"reason": reason})
 
-    def resolve_stage(self, job_id: str, stage: str, resolution: str, reason: str | None = None) -> dict[str, Any]:
-        body = {"as": resolution, **({"reason": reason} if reason else {})}
+    def resolve_stage(self, job_id: str, stage: str, resolution: str, reason: str | None = None, shard: int | None = None) -> dict[str, Any]:
+        body = {"as": resolution, **({"reason": reason} if reason else {}), **({"shard": shard} if shard is not None else {})}
         return self.request("POST", f"/jobs/{job_id}/stages/{stage}/resolve", body)
 
     def cancel_job(self, job_id: str) -> dict[str, Any]:

@@ -50,11 +50,12 @@ def claim_shard(stack, task: dict[str, Any], agent_id: str) -> tuple[stage_attem
     return ref, wait_for_run_token(ref)
 
 
-def report(ref: stage_attempts.StageRef, run_token: str, succeed: bool, error: str = "Relevo.Fatal.ExitCode") -> None:
+def report(ref: stage_attempts.StageRef, run_token: str, succeed: bool, error: str = "Relevo.Fatal.ExitCode",
+           status: StageStatus = StageStatus.SUCCEEDED) -> None:
     sfn, now = client("stepfunctions"), datetime.now(timezone.utc)
     if succeed:
-        stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None)
-        sfn.send_task_success(taskToken=run_token, output=json.dumps({"agent_id": ref.agent_id, "stage": "test", "status": "succeeded"}))
+        stage_attempts.finish(ref, status, now, 0, None)
+        sfn.send_task_success(taskToken=run_token, output=json.dumps({"agent_id": ref.agent_id, "stage": "test", "status": status.value}))
     else:
         stage_attempts.finish(ref, StageStatus.FAILED, now, 2, error)
         sfn.send_task_failure(taskToken=run_token, error=error, cause=json.dumps({"exit_code": 2, "agent_id": ref.agent_id}))
@@ -94,7 +95,9 @@ def test_four_shards_each_run_once_as_an_attempt_of_their_own_and_the_stage_succ
     ]
     assert (found["STAGE#01"]["status"]["S"], found["STAGE#01"]["shard_count"]["N"]) == ("succeeded", "4")
     assert found["JOB"]["last_successful_stage"]["S"] == "test"
-    assert json.loads(found["JOB"]["stage_outcomes"]["S"])[1] == {"stage": "test", "status": "succeeded", "shards": 4}
+    outcome = json.loads(found["JOB"]["stage_outcomes"]["S"])[1]
+    assert (outcome["stage"], outcome["status"], outcome["shards"]) == ("test", "succeeded", 4)
+    assert [answer["agent_id"] for answer in outcome["shard_outcomes"]] == [f"mac-{shard}" for shard in range(4)]
     entered = [e["stateEnteredEventDetails"]["name"] for e in history(local_stack, job_id) if e["type"].endswith("StateEntered")]
     print(f"\nstate transitions: {len(entered)} for a stage and a stage of 4 shards: {' > '.join(entered)}")
     # bench/cost.py's budget: 3 per shard, as a stage without shards, and 7 for the fan-out.
@@ -469,3 +472,215 @@ def test_a_rerun_from_a_later_stage_restores_every_shards_handoff_from_the_job_i
     with pytest.raises(ApiError) as expired:
         api.rerun_job(job_id, "report")
     assert expired.value.code == "HANDOFF_EXPIRED" and f"stage test#shard-1 of {job_id} handed on files" in str(expired.value)
+
+
+def test_a_shard_ending_warning_makes_its_stage_warning_in_the_job_view_and_the_notifications(local_stack, project_id):
+    """A shard's agent says `warning`: the stage's record ends `warning`, and the job's
+    stage_outcomes carry every shard's answer in shard order with the stage's status `warning`,
+    which the commit status and notifications read (notify.transitions.warning_stages)."""
+    from relevo_cli.api import RelevoApi
+    from relevo_core.notify.transitions import warning_stages
+
+    job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 3}])
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 3)]
+
+    for shard, (ref, token) in enumerate(runs):
+        report(ref, token, succeed=True, status=StageStatus.WARNING if shard == 1 else StageStatus.SUCCEEDED)
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    found = records(local_stack, job_id)
+    assert (found["STAGE#00"]["status"]["S"], found[keys.shard_sk(0, 1)]["status"]["S"]) == ("warning", "warning")
+    [outcome] = json.loads(found["JOB"]["stage_outcomes"]["S"])
+    assert (outcome["stage"], outcome["status"], outcome["shards"]) == ("test", "warning", 3)
+    assert [answer["status"] for answer in outcome["shard_outcomes"]] == ["succeeded", "warning", "succeeded"]
+    assert [answer["agent_id"] for answer in outcome["shard_outcomes"]] == ["mac-0", "mac-1", "mac-2"]
+    assert warning_stages(found["JOB"]["stage_outcomes"]["S"]) == ("test",)
+    entered = [e["stateEnteredEventDetails"]["name"] for e in history(local_stack, job_id) if e["type"].endswith("StateEntered")]
+    # bench/cost.py: a warned stage's fan-out costs ShardsWarned more.
+    assert entered[2:-1].count("ShardsWarned") == 1 and len(entered[2:-1]) == 3 * TRANSITIONS_PER_SHARD_BUDGET + TRANSITIONS_PER_FAN_OUT_BUDGET + 1
+    job = RelevoApi.for_stack(local_stack).get_job(job_id)
+    assert (job["status"], job["warning_stages"]) == ("succeeded", ["test"])
+
+
+def test_a_shard_in_manual_review_is_resolved_on_its_own_record_and_the_job_stands_on_the_stage_only_once_all_succeeded(
+    local_stack, project_id
+):
+    """A shard's reconciliation finds an effect it cannot tie to its operation: that shard waits
+    for an operator (`relevo job resolve --stage test --shard 0`) while its sibling runs on.
+    Resolving it as succeeded ends the shard's record only: the job's last successful stage stays
+    the one before until the stage as a whole succeeded."""
+    from relevo_cli.api import ApiError, RelevoApi
+
+    api = RelevoApi.for_stack(local_stack)
+    job_id = start_job(local_stack, project_id, [BUILD, {"name": "test", "run": "make test", "parallel": 2}])
+    agent_runs(local_stack, stage_messages(local_stack, job_id, 1)[0])
+    (ref, token), sibling = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 2)]
+    now = datetime.now(timezone.utc)
+    stage_attempts.record_reconciled(ref, "manual_review", {"probe_exit": 0, "probe_output": "shard 0 results"}, now)
+    stage_attempts.finish(ref, StageStatus.MANUAL_REVIEW, now, None, "Relevo.Reconcile.ManualReview",
+                          outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW)
+    client("stepfunctions").send_task_failure(taskToken=token, error="Relevo.Reconcile.ManualReview", cause="{}")
+    wait_until(lambda: "review_token" in records(local_stack, job_id)[keys.shard_sk(1, 0)], 20, "shard 0 waiting for review")
+
+    with pytest.raises(ApiError) as refused:
+        api.resolve_stage(job_id, "test", "succeeded")  # the stage's own record is never in review: name the shard
+    assert (refused.value.status, refused.value.code) == (422, "VALIDATION_FAILED")
+    assert api.resolve_stage(job_id, "test", "succeeded", "checked by hand", shard=0)["shard"] == 0
+
+    wait_until(lambda: records(local_stack, job_id)[keys.shard_sk(1, 0)]["status"]["S"] == "succeeded", 10, "shard 0 resolved")
+    found = records(local_stack, job_id)
+    assert (found["JOB"].get("last_successful_stage", {}).get("S"), found["STAGE#01"]["status"]["S"]) == (None, "running")
+    report(*sibling, succeed=True)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    found = records(local_stack, job_id)
+    assert (found["JOB"]["last_successful_stage"]["S"], found["STAGE#01"]["status"]["S"]) == ("test", "succeeded")
+    assert found[keys.shard_sk(1, 0)]["resolution"]["M"]["as"]["S"] == "succeeded"
+
+
+def test_a_rerun_from_a_stage_with_shards_runs_every_shard_again_on_the_earlier_stages_of_the_job_it_retries(local_stack, project_id):
+    """`relevo job rerun --from-stage test`: a new job whose earlier stage is reused from the job
+    it retries, and whose stage with shards runs every shard again, each attempt 1 on its own
+    record, the one that succeeded before included."""
+    from relevo_cli.api import RelevoApi
+
+    api = RelevoApi.for_stack(local_stack)
+    original = start_job(local_stack, project_id, [BUILD, {"name": "test", "run": "make test", "parallel": 2}])
+    agent_runs(local_stack, stage_messages(local_stack, original, 1)[0])
+    first, second = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, original, 2)]
+    report(*first, succeed=True)
+    wait_until(lambda: records(local_stack, original)[keys.shard_sk(1, 0)]["status"]["S"] == "succeeded", 10, "shard 0's success")
+    report(*second, succeed=False)
+    assert wait_for_execution(local_stack, original)["status"] == "FAILED"
+
+    rerun = api.rerun_job(original, "test")["job_id"]
+
+    tasks = stage_messages(local_stack, rerun, 2)
+    assert [(task["stage"], task["shard"], task["attempt"]) for task in tasks] == [("test", 0, 1), ("test", 1, 1)]
+    for ref, token in [claim_shard(local_stack, task, f"mac-{task['shard'] + 2}") for task in tasks]:
+        report(ref, token, succeed=True)
+    assert wait_for_execution(local_stack, rerun)["status"] == "SUCCEEDED"
+    found = records(local_stack, rerun)
+    assert [(found[keys.shard_sk(1, shard)]["attempt"]["N"], found[keys.shard_sk(1, shard)]["agent_id"]["S"], "carried_from" in found[keys.shard_sk(1, shard)])
+            for shard in range(2)] == [("1", "mac-2", False), ("1", "mac-3", False)]
+    view = api.get_job(rerun)
+    assert [(stage["name"], stage["status"], stage["reused_from"]) for stage in view["stages"]] == [
+        ("build", "skipped", original), ("test", "succeeded", None)]
+    assert (view["from_stage"], view["retry_of"], view["last_successful_stage"]) == ("test", original, "test")
+
+
+def test_a_redrive_runs_only_the_shards_that_failed_and_carries_the_others_as_succeeded(local_stack, project_id):
+    """Three shards without fail_fast: shard 1 fails for good, 0 and 2 succeed, the job is
+    dead-lettered naming shard 1. Its redrive carries shards 0 and 2 over as succeeded (closed
+    records naming the job they ran in), so the new execution dispatches shard 1 alone: one agent
+    run of the stage, then the stage after it, and the job succeeds. No succeeded shard's effect
+    happens twice."""
+    from relevo_cli.api import RelevoApi
+
+    api = RelevoApi.for_stack(local_stack)
+    stages = [{"name": "test", "run": "make test", "parallel": 3, "fail_fast": False}, {"name": "notify", "run": "true"}]
+    failed = start_job(local_stack, project_id, stages)
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, failed, 3)]
+    report(*runs[0], succeed=True)
+    report(*runs[2], succeed=True)
+    wait_until(lambda: [records(local_stack, failed)[keys.shard_sk(0, shard)]["status"]["S"] for shard in (0, 2)] == ["succeeded"] * 2,
+               10, "shards 0 and 2 succeeded")
+    report(*runs[1], succeed=False)
+    assert wait_for_execution(local_stack, failed)["status"] == "FAILED"
+    entry = api.dead_letter(failed)
+    assert (entry["failed_stage"], entry["failed_shards"], entry["attempts"]) == ("test", [1], 1)
+
+    redriven = api.redrive(failed)["job_id"]
+
+    [task] = stage_messages(local_stack, redriven, 1)
+    assert (task["stage"], task["shard"], task["attempt"]) == ("test", 1, 1)
+    report(*claim_shard(local_stack, task, "mac-9"), succeed=True)
+    [notify] = stage_messages(local_stack, redriven, 1)
+    assert notify["stage"] == "notify"  # and no other shard's message came before it
+    agent_runs(local_stack, notify)
+    assert wait_for_execution(local_stack, redriven)["status"] == "SUCCEEDED"
+
+    entered = [e["stateEnteredEventDetails"]["name"] for e in history(local_stack, redriven) if e["type"].endswith("StateEntered")]
+    assert (entered.count("ShardMarkStageDispatched"), entered.count("ShardDispatchStage"), entered.count("ShardClosedBeforeDispatch")) == (3, 1, 2)
+    found = records(local_stack, redriven)
+    shards = [found[keys.shard_sk(0, shard)] for shard in range(3)]
+    assert [(s["status"]["S"], s["agent_id"]["S"], s.get("carried_from", {}).get("S")) for s in shards] == [
+        ("succeeded", "mac-0", failed), ("succeeded", "mac-9", None), ("succeeded", "mac-2", failed)]
+    assert not any("dispatch_key" in s or "run_token" in s for s in (shards[0], shards[2]))
+    assert (found["STAGE#00"]["status"]["S"], found["JOB"]["last_successful_stage"]["S"]) == ("succeeded", "notify")
+    outcome = json.loads(found["JOB"]["stage_outcomes"]["S"])[0]
+    assert [answer.get("dispatched", True) for answer in outcome["shard_outcomes"]] == [False, True, False]
+    # The carried shards keep the records of where they ran; the failed job's are unchanged.
+    assert records(local_stack, failed)[keys.shard_sk(0, 0)]["status"]["S"] == "succeeded"
+
+
+def test_a_paused_region_holds_a_stage_with_shards_each_shard_renewed_for_as_long_as_the_shards_waiting_then_releases_it(
+    local_stack, project_id
+):
+    """Issue 20 with shards: the region's dispatch is paused, nobody claims the two shards, and
+    their queue_timeout_sec (5 s) runs out. Neither fails: each is sent again (same attempt), its
+    wait renewed for an hour per shard that may wait (2 h), so the shards together renew no more
+    often than one stage (relevo_core.plan_limits: pause holds). After the resume both run from
+    their second messages and the job succeeds. Prints the history events one renewal costs."""
+    from relevo_core.plan_limits import EVENTS_PER_PAUSE_RENEWAL
+    from tests.helpers import TEST_ADMIN_ARN
+    from tests.helpers.iam import iam_user
+
+    def dispatch_waits() -> list[int]:
+        return [e["taskScheduledEventDetails"].get("timeoutInSeconds") for e in history(local_stack, job_id)
+                if e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"]["resource"] == "sendMessage.waitForTaskToken"]
+
+    admin = iam_user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
+    status, answer = admin.call("POST", "/regions/eu-west/pause", {"note": "held shards", "timeout_sec": 300})
+    assert status == 200, answer
+    try:
+        job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 2}], queue_timeout_sec=5)
+        stage_messages(local_stack, job_id, 2)  # the first messages, which nobody claims while the region is paused
+        before = len(list(history(local_stack, job_id)))
+        wait_until(lambda: len(dispatch_waits()) == 4, 30, "both shards' queue waits renewed")
+        holds = [records(local_stack, job_id)[keys.shard_sk(0, shard)] for shard in range(2)]
+        after = len(list(history(local_stack, job_id)))
+        assert [(hold["status"]["S"], hold["pause_holds"]["N"]) for hold in holds] == [("dispatched", "1")] * 2
+        assert client("stepfunctions").describe_execution(
+            executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}")["status"] == "RUNNING"
+    finally:
+        assert admin.call("POST", "/regions/eu-west/resume", None)[1]["resumed"] is True
+
+    assert dispatch_waits() == [5, 5, 2 * 3600, 2 * 3600]
+    per_renewal = (after - before) / 2
+    print(f"\nhistory events per pause renewal of a shard: {per_renewal} (plan_limits counts {EVENTS_PER_PAUSE_RENEWAL})")
+    assert per_renewal <= EVENTS_PER_PAUSE_RENEWAL
+    tasks = stage_messages(local_stack, job_id, 2)
+    assert [(task["shard"], task["attempt"]) for task in tasks] == [(0, 1), (1, 1)]
+    for ref, token in [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in tasks]:
+        report(ref, token, succeed=True)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    assert [records(local_stack, job_id)[keys.shard_sk(0, shard)]["attempt"]["N"] for shard in range(2)] == ["1", "1"]
+
+
+def test_a_redrive_after_fail_fast_runs_the_failed_shard_and_the_siblings_it_stopped_but_not_the_one_that_succeeded(
+    local_stack, project_id
+):
+    """With fail_fast, shard 1's failure stops shard 2 (canceled) after shard 0 succeeded: the
+    redrive dispatches shards 1 and 2, each attempt 1, and carries shard 0."""
+    from relevo_cli.api import RelevoApi
+
+    api = RelevoApi.for_stack(local_stack)
+    failed = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 3}])
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, failed, 3)]
+    report(*runs[0], succeed=True)
+    wait_until(lambda: records(local_stack, failed)[keys.shard_sk(0, 0)]["status"]["S"] == "succeeded", 10, "shard 0's success")
+    report(*runs[1], succeed=False)
+    assert wait_for_execution(local_stack, failed)["status"] == "FAILED"
+    assert [records(local_stack, failed)[keys.shard_sk(0, shard)]["status"]["S"] for shard in range(3)] == ["succeeded", "failed", "canceled"]
+    assert api.dead_letter(failed)["failed_shards"] == [1]
+
+    redriven = api.redrive(failed)["job_id"]
+
+    tasks = stage_messages(local_stack, redriven, 2)
+    assert [(task["shard"], task["attempt"]) for task in tasks] == [(1, 1), (2, 1)]
+    for ref, token in [claim_shard(local_stack, task, f"mac-{task['shard'] + 3}") for task in tasks]:
+        report(ref, token, succeed=True)
+    assert wait_for_execution(local_stack, redriven)["status"] == "SUCCEEDED"
+    found = records(local_stack, redriven)
+    assert [(found[keys.shard_sk(0, shard)]["agent_id"]["S"], found[keys.shard_sk(0, shard)].get("carried_from", {}).get("S"))
+            for shard in range(3)] == [("mac-0", failed), ("mac-4", None), ("mac-5", None)]

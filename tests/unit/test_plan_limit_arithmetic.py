@@ -186,3 +186,49 @@ def test_the_dead_letter_path_of_the_largest_fan_out_fits_with_the_stated_margin
     state = {**job_input, "error": {"Error": "E" * MAX_ERROR_CHARS, "Cause": json.dumps(detail, separators=(",", ":"))},
              "dead": {"record": {"envelope": to_attribute(envelope.to_json_dict())}}}
     assert state_bytes(state) <= STATE_PAYLOAD_QUOTA_BYTES - STATED_MARGIN_BYTES
+
+
+def test_pause_holds_at_the_largest_fan_out_renew_as_one_stage_does_and_fit_the_free_fifth_of_the_history():
+    """Issue 32: a pause holding the most shards one stage may have. Each shard's renewed wait
+    lasts an hour per shard that may wait beside it (relevo_core.execution.shard_pause_hold_sec),
+    so over the longest pause (7 days) the shards renew no more than one stage would, plus one
+    first renewal each; the total fits the fifth of the history quota the stage runs leave free.
+    The wait stays under the work queue's message retention, so a resumed agent still finds the
+    message (template.yaml: MessageRetentionPeriod)."""
+    from relevo_core.execution import PAUSE_HOLD_SEC, shard_pause_hold_sec
+    from relevo_core.models.requests import PAUSE_MAX_SEC
+
+    shards = plan_limits.MAX_SHARD_RUNS - (MAX_STAGES - 1)
+    stages = largest_fan_out([{"name": name, "run": "x"} for name in stage_names(MAX_STAGES)], shards)
+    envelope = largest_envelope(project(stages))
+    fanned = execution_input(envelope, "https://sqs.eu-west-1.amazonaws.com/123456789012/q")["stages"][1]["shards"]
+    assert fanned["pause_hold_sec"] == shards * PAUSE_HOLD_SEC == 14 * 3600
+
+    def renewals(waiting: int, hold_sec: int) -> int:
+        """`waiting` dispatches renewed side by side through a whole pause, each every hold_sec
+        from its first renewal (the one its queue timeout met)."""
+        return waiting * (PAUSE_MAX_SEC // hold_sec + 1)
+
+    for count in range(1, plan_limits.MAX_SHARD_RUNS + 1):
+        for max_parallel in {None, 1, max(1, count // 2), count}:
+            waiting = min(count, max_parallel or count)
+            assert renewals(waiting, shard_pause_hold_sec(count, max_parallel)) <= PAUSE_MAX_SEC // PAUSE_HOLD_SEC + waiting
+    assert renewals(1, PAUSE_HOLD_SEC) == 169  # a stage without shards, as before
+    # The largest fan-out: 45 shards, each renewed every 45 h, against 45 × 169 were each renewed hourly.
+    largest = shard_pause_hold_sec(plan_limits.MAX_SHARD_RUNS, None)
+    assert (largest, renewals(plan_limits.MAX_SHARD_RUNS, largest)) == (45 * 3600, 180)
+    assert plan_limits.MAX_SHARD_RUNS * renewals(1, PAUSE_HOLD_SEC) * plan_limits.EVENTS_PER_PAUSE_RENEWAL > plan_limits.HISTORY_QUOTA_EVENTS
+    assert (plan_limits.PAUSE_HOLD_RENEWALS_WORST, plan_limits.PAUSE_HOLD_EVENTS_WORST) == (213, 4686)
+    assert plan_limits.PAUSE_HOLD_EVENTS_WORST <= plan_limits.HISTORY_FREE_FRACTION * plan_limits.HISTORY_QUOTA_EVENTS
+
+    assert largest < _work_queue_retention_sec() == 4 * 24 * 3600
+
+
+def _work_queue_retention_sec() -> int:
+    """The regions' work queues' MessageRetentionPeriod in template.yaml."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "template.yaml").read_text(encoding="utf-8")
+    work_queue = text[text.index("WorkQueue&{Region}:"): text.index("WorkDeadLetterQueue&{Region}:")]
+    return int(re.search(r"MessageRetentionPeriod: (\d+)", work_queue).group(1))

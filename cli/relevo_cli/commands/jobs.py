@@ -329,12 +329,14 @@ def job_resolve(
     stage: str = typer.Option(..., "--stage", help="the stage in manual review"),
     resolution: ResolveAs = typer.Option(..., "--as", help="succeeded: keep the effect; retry: run the stage again; failed: fail the job"),
     reason: Optional[str] = typer.Option(None, help="why (kept in the audit trail; required with --as failed)"),
+    shard: Optional[int] = typer.Option(None, "--shard", min=0, help="the shard in manual review, for a stage with shards (0-based)"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
-    """Finish a stage that reconciliation left in manual review."""
+    """Finish a stage (or one shard of it) that reconciliation left in manual review."""
     with stack_api(stack_file) as api:
-        result = api.resolve_stage(job_id, stage, resolution.value, reason)
-    console.print(f"job [bold]{job_id}[/bold] stage {result['stage']} resolved as {result['resolution']}")
+        result = api.resolve_stage(job_id, stage, resolution.value, reason, shard)
+    shard_text = f" shard {result['shard']}" if result.get("shard") is not None else ""
+    console.print(f"job [bold]{job_id}[/bold] stage {result['stage']}{shard_text} resolved as {result['resolution']}")
 
 
 @job_app.command("priority")

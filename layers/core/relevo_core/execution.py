@@ -69,6 +69,21 @@ def _attribute(name: str | None) -> dict[str, Any]:
 # refusal leads to the fan-out over its shards (job.asl.json: GatedOrSharded).
 FANS_OUT = 2
 
+# While a pause of the region holds a dispatch nobody claims, its wait is renewed lasting at least
+# PAUSE_HOLD_SEC (or queue_timeout_sec if longer): a 7-day pause then renews a stage's wait at
+# most 169 times. The shards of a stage wait side by side, up to `max_parallel` (0: all) of them,
+# so each shard's renewed wait lasts that many times longer: the stage's shards together renew
+# about as often as one stage does (relevo_core.plan_limits: pause holds). A resumed agent claims
+# a waiting message at once, however long its wait; the wait only bounds how long after a pause
+# the stage fails when no agent claims it, and stays under the work queue's message retention
+# (4 days) at the largest fan-out (45 h).
+PAUSE_HOLD_SEC = 3600
+
+
+def shard_pause_hold_sec(shard_count: int, max_parallel: int | None) -> int:
+    """How long a shard's queue wait lasts once renewed because a pause held it."""
+    return PAUSE_HOLD_SEC * min(shard_count, max_parallel or shard_count)
+
 
 def _fan_out(stage: StagePlan, index: int) -> dict[str, Any]:
     """What the state machine needs to fan a stage with shards out: each shard's index and record
@@ -83,6 +98,7 @@ def _fan_out(stage: StagePlan, index: int) -> dict[str, Any]:
             "count": stage.shard_count,
             "fail_fast": stage.stops_siblings,
             "max_parallel": stage.max_parallel or 0,
+            "pause_hold_sec": shard_pause_hold_sec(stage.shard_count, stage.max_parallel),
         }
     }
 

@@ -58,8 +58,19 @@ events. Waiting for the project's lock costs at most LOCK_WAIT_EVENTS (measured 
 tests/integration/test_waiting_history.py), the job's own states at most JOB_EVENTS. With a
 fifth of the quota kept free, MAX_SHARD_RUNS stage runs fit one job:
     (25,000 × 0.8 - 9,000 - 200) / 240 = 45
-a plan of 32 stages without shards takes 32 of them. (A pause of the region renews each
-waiting dispatch, shard or not, for at most 169 hours: that budget is the pause's, docs/fleet.md.)
+a plan of 32 stages without shards takes 32 of them.
+
+Pause holds. A dispatch whose queue wait runs out while a pause of its region is in force is
+sent again rather than failed, its renewed wait lasting at least PAUSE_HOLD_SEC, and for a shard
+that many times the shards that may wait beside it (relevo_core.execution.shard_pause_hold_sec):
+one renewal costs at most EVENTS_PER_PAUSE_RENEWAL events (measured in
+tests/integration/test_parallel_stages.py). Over a pause of at most PAUSE_MAX_SEC (7 days), the
+waits renewed side by side renew together about once an hour, whether one stage waits or 45
+shards of one stage do (each every 45 h), plus one first renewal for each stage run whose wait ran
+out in it: at most
+    PAUSE_MAX_SEC / PAUSE_HOLD_SEC + MAX_SHARD_RUNS = 168 + 45 = 213 renewals, 4,686 events,
+inside the fifth of the quota kept free (5,000 events). Were each shard to renew every hour on its
+own, 45 waiting shards would need 45 × 169 renewals, about 167,000 events: 6.7 times the quota.
 """
 
 from __future__ import annotations
@@ -68,9 +79,11 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+from relevo_core.execution import PAUSE_HOLD_SEC
 from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import Project
+from relevo_core.models.requests import PAUSE_MAX_SEC
 from relevo_core.store.codec import to_attribute
 
 STATE_PAYLOAD_QUOTA_BYTES = 256 * 1024
@@ -87,6 +100,12 @@ LOCK_WAIT_EVENTS = 9_000
 JOB_EVENTS = 200
 EVENTS_PER_STAGE_RUN_WORST = 240
 MAX_SHARD_RUNS = int((HISTORY_QUOTA_EVENTS * (1 - HISTORY_FREE_FRACTION) - LOCK_WAIT_EVENTS - JOB_EVENTS) // EVENTS_PER_STAGE_RUN_WORST)
+# The pause holds' arithmetic (see above): what a pause of PAUSE_MAX_SEC costs a job at most.
+# Measured 22 in the emulator: the timed-out dispatch, CheckRegionPauses, HeldByPause,
+# RecordPauseHold, WaitLongerWhilePaused, PauseHoldWait and the dispatch sent again.
+EVENTS_PER_PAUSE_RENEWAL = 22
+PAUSE_HOLD_RENEWALS_WORST = PAUSE_MAX_SEC // PAUSE_HOLD_SEC + MAX_SHARD_RUNS
+PAUSE_HOLD_EVENTS_WORST = PAUSE_HOLD_RENEWALS_WORST * EVENTS_PER_PAUSE_RENEWAL
 
 
 def state_bytes(value: Any) -> int:

@@ -126,18 +126,33 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
             "ItemSelector": _iteration_input(STAGE_AS_SHARD),
             "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": SHARD_PREFIX + shard_start,
                               "States": renamed(shard_states, SHARD_PREFIX)},
-            # Each failed shard's failure and its error on their own: a member of an array item
-            # (failed[0].Error) reads as a one-item list in moto 5.2.5's JSONPath, an intrinsic
-            # reads the same on both.
-            "ResultSelector": {"failed.$": "$[*].failed", "errors.$": "$[*].failed.Error"},
+            # Each failed shard's failure and its error on their own (ShardFailedAlone): a member of
+            # an array item (failed[0].Error) reads as a one-item list in moto 5.2.5's JSONPath, and
+            # $[*].failed.Error as a plain string when one shard failed; $[*].error is a list on
+            # both, and an intrinsic reads the same on both.
+            # Whether a shard ended `warning` (its agent's answer says so), and every shard's output in
+            # shard order, for the stage's outcome; `status` is the stage's unless ShardsWarned says
+            # otherwise ("Intrinsic functions": States.ArrayContains).
+            "ResultSelector": {"failed.$": "$[*].failed", "errors.$": "$[*].error",
+                               "warned.$": f"States.ArrayContains($[*].status, '{StageStatus.WARNING.value}')",
+                               "status": StageStatus.SUCCEEDED.value, "outcomes.$": "$"},
             "ResultPath": "$.shard_results",
             "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.failure", "Next": "StopShards"}],
             "Next": "AnyShardFailed",
         },
         "AnyShardFailed": {
             "Type": "Choice",
-            "Choices": [{"Variable": "$.shard_results.failed[0]", "IsPresent": True, "Next": "ShardsFailed"}],
+            "Choices": [{"Variable": "$.shard_results.failed[0]", "IsPresent": True, "Next": "ShardsFailed"},
+                        {"Variable": "$.shard_results.warned", "BooleanEquals": True, "Next": "ShardsWarned"}],
             "Default": "RecordShardsSucceeded",
+        },
+        "ShardsWarned": {
+            "Type": "Pass",
+            "Comment": "Every shard succeeded, some with warnings: the stage ends `warning`, as a stage without shards whose "
+            "agent said so (the job view and the commit status read it).",
+            "Result": StageStatus.WARNING.value,
+            "ResultPath": "$.shard_results.status",
+            "Next": "RecordShardsSucceeded",
         },
         "ShardsFailed": {
             "Type": "Pass",
@@ -150,19 +165,22 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         **transaction(
             "RecordShardsSucceeded",
             [
-                {"Update": update(stage_key(), "SET #status = :succeeded, ended_at = :now, last_writer = :writer", names=STATUS,
-                                  values={":succeeded": {"S": StageStatus.SUCCEEDED.value}, ":now": NOW, ":writer": WRITER})},
+                {"Update": update(stage_key(), "SET #status = :ended, ended_at = :now, last_writer = :writer", names=STATUS,
+                                  values={":ended": string_at("$.shard_results.status"), ":now": NOW, ":writer": WRITER})},
                 {"Update": update(job_key(), "SET last_successful_stage = :stage, last_writer = :writer, updated_at = :now",
                                   values={":stage": string_at("$.stage.name"), ":now": NOW, ":writer": WRITER})},
             ],
-            comment="Every shard succeeded: the stage's record and the job's last successful stage, in one transaction. Neither "
+            comment="Every shard succeeded (some perhaps with warnings): the stage's record and the job's last successful stage, "
+            "written here once the stage as a whole succeeded, in one transaction. Neither "
             "update has a condition, so a cancellation is a conflict (or a throttle) and is retried.",
             next_state="ShardsSucceeded",
         ),
         "ShardsSucceeded": {
             "Type": "Pass",
-            "Comment": "The stage's outcome, as the job's end reads it (stage_outcomes): its name, its status, its shards.",
-            "Parameters": {"stage.$": "$.stage.name", "status": StageStatus.SUCCEEDED.value, "shards.$": "$.stage.shards.count"},
+            "Comment": "The stage's outcome, as the job's end reads it (stage_outcomes): its name, its status (`warning` when a "
+            "shard's was), its shard count and each shard's output in shard order (its agent's answer).",
+            "Parameters": {"stage.$": "$.stage.name", "status.$": "$.shard_results.status", "shards.$": "$.stage.shards.count",
+                           "shard_outcomes.$": "$.shard_results.outcomes"},
             "End": True,
         },
         "StopShards": {

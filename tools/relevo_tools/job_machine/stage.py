@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relevo_core.execution import RETRY_KEYS
+from relevo_core.execution import PAUSE_HOLD_SEC, RETRY_KEYS
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import keys
@@ -260,13 +260,22 @@ def dispatch(gate: str, shard: bool = False) -> States:
         "WaitLongerWhilePaused": {
             "Type": "Choice",
             "Comment": "While a pause holds the stage, each renewed wait lasts at least an hour (or the project's queue_timeout_sec if "
-            "longer): a pause of at most 7 days then costs at most 169 renewals, about 2,600 history events, whatever a short "
+            "longer): a pause of at most 7 days then costs at most 169 renewals, about 3,700 history events (22 each), whatever a short "
             "queue_timeout_sec, well within the 25,000-event quota. A resumed agent claims the waiting message at once; the wait "
-            "only bounds how long no agent does.",
-            "Choices": [{"Variable": "$.queue_timeout_sec", "NumericGreaterThanEquals": 3600, "Next": "DispatchStage"}],
+            "only bounds how long no agent does."
+            + (" A shard's lasts an hour for each shard that may wait beside it (stage.shards.pause_hold_sec: "
+               "relevo_core.execution.shard_pause_hold_sec), so the stage's shards together renew about as often as one stage "
+               "(relevo_core.plan_limits: pause holds)." if shard else ""),
+            "Choices": [
+                {"Variable": "$.queue_timeout_sec", "NumericGreaterThanEqualsPath": "$.stage.shards.pause_hold_sec", "Next": "DispatchStage"}
+                if shard else {"Variable": "$.queue_timeout_sec", "NumericGreaterThanEquals": PAUSE_HOLD_SEC, "Next": "DispatchStage"}
+            ],
             "Default": "PauseHoldWait",
         },
-        "PauseHoldWait": {"Type": "Pass", "Result": 3600, "ResultPath": "$.dispatch_wait_sec", "Next": "DispatchStage"},
+        "PauseHoldWait": (
+            {"Type": "Pass", "InputPath": "$.stage.shards.pause_hold_sec", "ResultPath": "$.dispatch_wait_sec", "Next": "DispatchStage"}
+            if shard else {"Type": "Pass", "Result": PAUSE_HOLD_SEC, "ResultPath": "$.dispatch_wait_sec", "Next": "DispatchStage"}
+        ),
         "AwaitResult": {
             "Type": "Task",
             "Comment": "Hands the claimer a run token through its stage record (written only if it still holds the attempt), then "
@@ -297,9 +306,11 @@ def dispatch(gate: str, shard: bool = False) -> States:
     }
 
 
-def manual_review(retry: str) -> States:
+def manual_review(retry: str, shard: bool = False) -> States:
     """Reconciliation found an effect it cannot tie to this operation: an operator resolves the
-    stage as succeeded, retry (on to `retry`) or failed."""
+    stage as succeeded, retry (on to `retry`) or failed. A shard resolved as succeeded writes its
+    own record only: the job's last successful stage is the fan-out's to write, once the stage as
+    a whole succeeded (shards.py, RecordShardsSucceeded)."""
     states: States = {
         "AwaitManualReview": {
             "Type": "Task",
@@ -330,13 +341,28 @@ def manual_review(retry: str) -> States:
         "UnknownResolution": _failure(ErrorClass.RESOLVED_FAILED.value, "the resolution was neither succeeded, retry nor failed"),
         "ResolvedRetry": {"Type": "Pass", "Parameters": {"delay_sec": 0}, "ResultPath": "$.backoff", "Next": retry},
     }
+    resolved = update(
+        stage_key(), "SET #status = :succeeded, ended_at = :now, last_writer = :writer REMOVE review_token", names=STATUS,
+        values={":succeeded": {"S": StageStatus.SUCCEEDED.value}, ":now": NOW, ":writer": WRITER},
+    )
+    if shard:
+        states["RecordResolvedSucceeded"] = {
+            "Type": "Task",
+            "Comment": "Resolved as succeeded: the shard's record only. Its output is the claim, as a stage's (the fan-out "
+            "keeps each shard's output).",
+            "Resource": "arn:aws:states:::dynamodb:updateItem",
+            "Parameters": resolved,
+            "ResultPath": None,
+            "OutputPath": "$.claim",
+            "Retry": [backoff_retry(["DynamoDB.InternalServerErrorException", "DynamoDB.ProvisionedThroughputExceededException",
+                                     "DynamoDB.RequestLimitExceeded", "DynamoDB.TransactionConflictException"], 3)],
+            "End": True,
+        }
+        return states
     states |= transaction(
         "RecordResolvedSucceeded",
         [
-            {"Update": update(
-                stage_key(), "SET #status = :succeeded, ended_at = :now, last_writer = :writer REMOVE review_token", names=STATUS,
-                values={":succeeded": {"S": StageStatus.SUCCEEDED.value}, ":now": NOW, ":writer": WRITER},
-            )},
+            {"Update": resolved},
             {"Update": update(job_key(), "SET last_successful_stage = :stage, last_writer = :writer, updated_at = :now",
                               values={":stage": string_at("$.stage.name"), ":now": NOW, ":writer": WRITER})},
         ],
@@ -525,7 +551,9 @@ def stage_failure(shard: bool = False) -> States:
             "Choices": [{"Variable": "$.stage.shards.fail_fast", "BooleanEquals": True, "Next": "StageFailed"}],
             "Default": "ShardFailedAlone",
         }
-        states["ShardFailedAlone"] = {"Type": "Pass", "Parameters": {"failed.$": "$.failure"}, "End": True}
+        # Its error also on its own, a member of the output itself: moto 5.2.5 reads
+        # `$[*].failed.Error` as a plain string when one shard failed, `$[*].error` as a list.
+        states["ShardFailedAlone"] = {"Type": "Pass", "Parameters": {"failed.$": "$.failure", "error.$": "$.failure.Error"}, "End": True}
     return states
 
 
@@ -535,13 +563,20 @@ def stage_states(shard: bool = False) -> tuple[str, States]:
     the fan-out's (shards.py), without the approval gate (the stage passed it before its fan-out)."""
     states: States = {}
     if shard:
-        states |= dispatch(gate="ShardStopped", shard=True)
-        states["ShardStopped"] = {"Type": "Succeed", "Comment": "A sibling's failure closed this shard before its dispatch."}
+        states |= dispatch(gate="ClosedBeforeDispatch", shard=True)
+        states["ClosedBeforeDispatch"] = {
+            "Type": "Pass",
+            "Comment": "The shard's record was closed before its dispatch: a sibling's failure stopped it, or a redrive carried it "
+            "over as succeeded from the job it resumes (relevo_core.store.carried_shards). Its output says so, small: the "
+            "fan-out keeps every shard's.",
+            "Parameters": {"shard.$": "$.stage.shard", "dispatched": False},
+            "End": True,
+        }
     else:
         states |= dispatch(gate="GatedOrSharded")
         states |= approval_gate("MarkStageDispatched")
         states |= fan_out("NotifyAwaitingApproval", *stage_states(shard=True))
-    states |= manual_review("NextAttempt")
+    states |= manual_review("NextAttempt", shard)
     states |= attempt_failure("MarkStageDispatched")
     states |= stage_failure(shard)
     return "MarkStageDispatched", states

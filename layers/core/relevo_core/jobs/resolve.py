@@ -27,30 +27,38 @@ def resolve_stage(settings: TableSettings, job_id: str, stage: str, body: Any, a
         raise validation_error(exc) from exc
     if resolution.as_ == "failed" and not resolution.reason:
         raise RelevoError(ErrorCode.VALIDATION_FAILED, "reason: resolving as failed needs a reason")
-    names = [planned.name for planned in jobs.get_envelope(settings.table_name, job_id).stages]
+    planned = jobs.get_envelope(settings.table_name, job_id).stages
+    names = [stage_plan.name for stage_plan in planned]
     if stage not in names:
         raise RelevoError(ErrorCode.STAGE_UNKNOWN, f"job {job_id} has no stage {stage!r}")
-    index = names.index(stage)
-    record = reviews.review(settings.table_name, job_id, index)
+    index, shard = names.index(stage), resolution.shard
+    # A stage with shards is reviewed shard by shard (its own record is never in review); a
+    # stage without shards has none to name.
+    shards = planned[index].shard_count if planned[index].sharded else 0
+    if (shard is None) != (shards == 0) or (shard is not None and shard >= shards):
+        wanted = f"a shard between 0 and {shards - 1}" if shards else "no shard"
+        raise RelevoError(ErrorCode.VALIDATION_FAILED, f"shard: stage {stage} of {job_id} takes {wanted}")
+    named = stage if shard is None else f"{stage} shard {shard}"
+    record = reviews.review(settings.table_name, job_id, index, shard)
     token = record.get("review_token")
     if record.get("status") != StageStatus.MANUAL_REVIEW.value or not token:
         raise RelevoError(
-            ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {stage} of {job_id} is {record.get('status', 'pending')}, not in manual review"
+            ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {named} of {job_id} is {record.get('status', 'pending')}, not in manual review"
         )
     now = datetime.now(timezone.utc)
     try:
-        reviews.record_resolution(settings.table_name, job_id, index, token, resolution.as_, actor, resolution.reason, now)
+        reviews.record_resolution(settings.table_name, job_id, index, token, resolution.as_, actor, resolution.reason, now, shard)
     except reviews.NotInReview as exc:
-        raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {stage} of {job_id} was resolved meanwhile") from exc
+        raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {named} of {job_id} was resolved meanwhile") from exc
     try:
         if resolution.as_ == "failed":
             fail_task(token, ErrorClass.RESOLVED_FAILED.value, f"{actor}: {resolution.reason}")
         else:
             succeed_task(token, {"resolution": resolution.as_, "actor": actor, "reason": resolution.reason})
     except TaskGone as exc:
-        raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"job {job_id} no longer waits on stage {stage}") from exc
+        raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"job {job_id} no longer waits on stage {named}") from exc
     record_action(
         settings.table_name, job_id, "stage.resolve", actor, now, stage=stage, resolution=resolution.as_, reason=resolution.reason,
-        evidence=record.get("reconciled"),
+        evidence=record.get("reconciled"), **({"shard": shard} if shard is not None else {}),
     )
-    return {"job_id": job_id, "stage": stage, "resolution": resolution.as_, "actor": actor}
+    return {"job_id": job_id, "stage": stage, "resolution": resolution.as_, "actor": actor, **({"shard": shard} if shard is not None else {})}

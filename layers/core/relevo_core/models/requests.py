@@ -62,6 +62,8 @@ class Resolution(BaseModel):
 
     as_: Literal["succeeded", "retry", "failed"] = Field(alias="as")
     reason: str | None = Field(default=None, max_length=2048)
+    # Which shard of a stage with shards (0-based): each shard is reviewed on its own record.
+    shard: int | None = Field(default=None, ge=0)
 
 
 _Body = TypeVar("_Body", bound="BodyModel")

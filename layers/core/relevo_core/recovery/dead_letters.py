@@ -14,28 +14,43 @@ from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_j
 from relevo_core.models.access import Level
 from relevo_core.projects.permissions import require, visibility
 from relevo_core.recovery.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
-from relevo_core.store import dead_letters, jobs
+from relevo_core.store import carried_shards, dead_letters, jobs
 
 
-def _detail(entry: dict[str, Any]) -> dict[str, Any]:
-    """The failed stage's detail (stage, class, attempts, backoff) when the cause carries it."""
+def _json(text: Any) -> Any:
     try:
-        detail = json.loads(entry.get("cause") or "")
+        return json.loads(text) if isinstance(text, str) else None
     except ValueError:
-        return {}
-    return detail if isinstance(detail, dict) else {}
+        return None
+
+
+def _details(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The failed stage's detail (stage, shard, class, attempts, backoff) when the cause carries
+    it; a stage with shards and fail_fast false fails with a list of its failed shards' failures
+    ({Error, Cause}), each Cause such a detail: one detail each."""
+    cause = _json(entry.get("cause"))
+    if isinstance(cause, dict):
+        return [cause]
+    if isinstance(cause, list):
+        details = [_json(failure.get("Cause")) for failure in cause if isinstance(failure, dict)]
+        return [detail for detail in details if isinstance(detail, dict)]
+    return []
 
 
 def describe(entry: dict[str, Any]) -> dict[str, Any]:
     record = entry.get("job_record") or {}
     last_good = record.get("last_successful_stage")
-    detail = _detail(entry)
+    details = _details(entry)
+    detail = details[0] if details else {}
+    shards = sorted(d["shard"] for d in details if isinstance(d.get("shard"), int))
     return {
         "job_id": entry["job_id"],
         "project": entry["project"],
         "state": entry["state"],
         "error": entry["error"],
         "failed_stage": detail.get("stage"),
+        # A stage with shards: the shards that failed (with fail_fast, the one that stopped the others).
+        "failed_shards": shards or None,
         "attempts": detail.get("attempts"),
         "cumulative_backoff_sec": detail.get("cumulative_backoff_sec"),
         "cause": detail.get("cause", entry.get("cause")),
@@ -103,6 +118,11 @@ def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> In
         }
     )
     resumed = type(failed).model_validate(resumed.model_dump())
-    dead_letters.redrive(settings.table_name, job_id, resumed, settings.queue_limit, actor, now)
+    # A stage with shards runs again only the shards that did not succeed: the others are carried
+    # over as succeeded, so no shard's effect happens twice.
+    index = names.index(from_stage) if from_stage in names else None
+    succeeded = carried_shards.succeeded_shards(settings.table_name, job_id, index) if index is not None and failed.stages[index].sharded else []
+    carried = carried_shards.carried_puts(settings.table_name, succeeded, job_id, resumed.job_id, resumed.ttl, actor, now)
+    dead_letters.redrive(settings.table_name, job_id, resumed, settings.queue_limit, actor, now, carried)
     start_job_execution(settings, resumed)
     return IntakeResult(resumed.job_id, outcome="redriven", previous_job_id=job_id)

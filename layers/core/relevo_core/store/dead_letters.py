@@ -31,10 +31,14 @@ def get_entry(table: str, job_id: str) -> dict[str, Any]:
 
 
 def redrive(
-    table: str, failed_job_id: str, envelope: JobEnvelope, queue_limit: int, actor: str, now: datetime
+    table: str, failed_job_id: str, envelope: JobEnvelope, queue_limit: int, actor: str, now: datetime,
+    carried: list[dict[str, Any]] | None = None,
 ) -> None:
     """In one transaction: the entry is marked redriven (once), the new job is written with a
-    queue slot, and the idempotency key's dedup record moves to the new job."""
+    queue slot, the idempotency key's dedup record moves to the new job, and the `carried`
+    items (store/carried_shards: the failed stage's shards that succeeded) are written under it.
+    A transaction takes up to 100 items (DynamoDB API Reference, "TransactWriteItems"); a stage
+    has at most 45 shards (relevo_core.plan_limits)."""
     try:
         client("dynamodb").transact_write_items(
             TransactItems=[
@@ -66,6 +70,7 @@ def redrive(
                         "ExpressionAttributeValues": to_attributes({":new": envelope.job_id}),
                     }
                 },
+                *(carried or []),
             ]
         )
     except ClientError as exc:

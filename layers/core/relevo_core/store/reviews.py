@@ -18,11 +18,11 @@ class NotInReview(Exception):
     """The stage is not (or no longer) waiting for a resolution with that token."""
 
 
-def review(table: str, job_id: str, stage_index: int) -> dict[str, Any]:
-    """The stage record's status, review token and reconciliation evidence ({} if none)."""
+def review(table: str, job_id: str, stage_index: int, shard: int | None = None) -> dict[str, Any]:
+    """The stage record's (or the shard's) status, review token and reconciliation evidence ({} if none)."""
     item = client("dynamodb").get_item(
         TableName=table,
-        Key=stage_key(job_id, stage_index),
+        Key=stage_key(job_id, stage_index, shard),
         ConsistentRead=True,
         ProjectionExpression="#status, review_token, review_attempt, reconciled",
         ExpressionAttributeNames={"#status": "status"},
@@ -31,7 +31,8 @@ def review(table: str, job_id: str, stage_index: int) -> dict[str, Any]:
 
 
 def record_resolution(
-    table: str, job_id: str, stage_index: int, token: str, resolution: str, actor: str, reason: str | None, now: datetime
+    table: str, job_id: str, stage_index: int, token: str, resolution: str, actor: str, reason: str | None, now: datetime,
+    shard: int | None = None,
 ) -> None:
     """Written before the token is answered, and only while the stage still waits with that
     token: the next attempt then finds the outcome `resolved` and runs without reconciling."""
@@ -39,7 +40,7 @@ def record_resolution(
     try:
         client("dynamodb").update_item(
             TableName=table,
-            Key=stage_key(job_id, stage_index),
+            Key=stage_key(job_id, stage_index, shard),
             UpdateExpression="SET resolution = :entry, outcome = :resolved, last_writer = :writer",
             ConditionExpression="#status = :review AND review_token = :token",
             ExpressionAttributeNames={"#status": "status"},
