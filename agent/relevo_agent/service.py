@@ -271,8 +271,16 @@ class Agent:
                 return
             if self.presence.leave_to_another(task.avoid_agents, task.queue_timeout_sec, message, what):
                 return
-            with self.presence.occupied():
-                self.stages.run(task, message)
+            if task.shard is not None:
+                what = f"{what} shard {task.shard}"
+            left_for = None
+            with self.presence.occupied(None if task.shard is None else f"{task.job_id}:{task.stage}") as held_here:
+                left_for = self.presence.leave_to_spread(held_here, task, message, what)
+                if left_for is None:
+                    self.stages.run(task, message)
+            if left_for is not None:
+                # This slot stays off the queue while the shard is invisible, so the other agent's poll receives it.
+                self.stop.wait(left_for)
         except HandBack as why:
             if self.stop.stack_gone(why.__cause__):
                 return
