@@ -143,7 +143,18 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
             "Type": "Pass",
             "Comment": "fail_fast false: every shard ended and some failed. The stage fails with the first one's error, and a "
             "cause listing each failed shard's (its detail names the shard, its attempts and backoff).",
-            "Parameters": {"Error.$": "States.ArrayGetItem($.shard_results.errors, 0)", "Cause.$": "States.JsonToString($.shard_results.failed)"},
+            # The first failure by an intrinsic, its error by a plain path in ShardsFailedError: the
+            # wildcard `$[*].failed.Error` of a single failure reads as the string in moto 5.2.5
+            # (which unwraps one match), a one-item list on AWS, whose JsonPath (Jayway: "Using
+            # JSONPath paths", the Step Functions guide) makes every path with [*] a list.
+            "Parameters": {"first.$": "States.ArrayGetItem($.shard_results.failed, 0)", "Cause.$": "States.JsonToString($.shard_results.failed)"},
+            "ResultPath": "$.failure",
+            "Next": "ShardsFailedError",
+        },
+        "ShardsFailedError": {
+            "Type": "Pass",
+            "Comment": "The stage's failure: the first failed shard's error, the cause listing every failed shard.",
+            "Parameters": {"Error.$": "$.failure.first.Error", "Cause.$": "$.failure.Cause"},
             "ResultPath": "$.failure",
             "Next": "StopShards",
         },
