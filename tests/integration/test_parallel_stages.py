@@ -298,8 +298,9 @@ def test_a_shard_failing_transiently_is_retried_alone_on_its_own_record(local_st
 
 def test_the_job_view_says_why_each_unclaimed_shard_waits(local_stack, project_id):
     """The one agent meeting the stage's `requires` (a label of its own) is full: the shard not
-    claimed yet waits with agent_busy, named in `waiting_shards` and in the job's own reason; once
-    the agent has a free slot, the shard is about to be claimed (no reason)."""
+    claimed yet waits with agent_busy, named in `waiting_shards`, in the job's own reason and in
+    the queue's rows; once the agent has a free slot, the shard is about to be claimed (no reason)."""
+    from relevo_core.jobs.queue import queue_view
     from relevo_core.jobs.view import show_job
     from relevo_core.models.capabilities import Capabilities
     from relevo_core.store import agents
@@ -318,6 +319,10 @@ def test_the_job_view_says_why_each_unclaimed_shard_waits(local_stack, project_i
     view = show_job(local_stack.table_name, job_id, datetime.now(timezone.utc))
     assert view["waiting_shards"] == [{"stage": "test", "shard": 1, "attempt": 1, "queue_reason": "agent_busy", "queue_detail": None}]
     assert (view["queue_reason"], view["stages"][0]["status"]) == ("agent_busy", "running")
+    # The queue (GET /queue, relevo queue) lists the shard as waiting for an agent, and why.
+    queue = queue_view(local_stack.table_name, ("eu-west",), lambda project: True, datetime.now(timezone.utc))
+    assert [(row["stage"], row["shard"], row["queue_reason"]) for row in queue["waiting_for_agent"] if row["job_id"] == job_id] == [
+        ("test", 1, "agent_busy")]
 
     presence(running=0)
     view = show_job(local_stack.table_name, job_id, datetime.now(timezone.utc))

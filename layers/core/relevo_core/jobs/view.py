@@ -240,7 +240,8 @@ def no_match_detail(requires: Mapping[str, str], agents: Iterable[AgentPresence]
 
 def unclaimed_shards(items: Iterable[Mapping[str, Any]], view: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The shards of a job's stages that are dispatched and not claimed yet, in plan order:
-    `{stage, shard, attempt, requires}` (a shard's record is beside its stage's: keys.shard_sk)."""
+    `{stage, shard, attempt, requires, dispatched_at}` (a shard's record is beside its stage's:
+    keys.shard_sk)."""
     waiting = []
     for item in items:
         sk = str(item["sk"])
@@ -248,7 +249,8 @@ def unclaimed_shards(items: Iterable[Mapping[str, Any]], view: Mapping[str, Any]
             continue
         stage = view["stages"][int(sk.split("#")[1])]
         waiting.append({"stage": stage["name"], "shard": int(item.get("shard_index", sk.rsplit("#", 1)[1])),
-                        "attempt": item.get("dispatched_attempt", item.get("attempt")), "requires": stage["requires"]})
+                        "attempt": item.get("dispatched_attempt", item.get("attempt")), "requires": stage["requires"],
+                        "dispatched_at": item.get("dispatched_at")})
     return sorted(waiting, key=lambda shard: (str(shard["stage"]), int(shard["shard"])))
 
 
