@@ -24,10 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-# A shard looks at most this many workspaces of its project for a free one (far above any Mac's
-# capacity): beyond it the message goes back to its queue, as when the signing gate is closed.
-SHARD_WORKSPACES_MAX = 64
-
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.attempt import HandBack, StageMessage
@@ -38,6 +34,10 @@ from relevo_agent.messages import Message
 from relevo_core.lease_timeline import LeaseTimeline
 
 log = logging.getLogger(__name__)
+
+# A shard looks at most this many workspaces of its project for a free one (far above any Mac's
+# capacity): beyond it the message goes back to its queue, as when the signing gate is closed.
+SHARD_WORKSPACES_MAX = 64
 
 
 @dataclass
@@ -79,7 +79,8 @@ class Admission:
     @contextmanager
     def admitted(self, task: StageMessage, message: Message, op_id: str) -> Iterator[Reservation | None]:
         """The stage's workspace, reserved for the duration; None when the signing gate is closed
-        (the message was sent back to its queue for later)."""
+        or, for a shard, every workspace of its project is occupied (the message was sent back to
+        its queue for later)."""
         signing = task.signs
         with ExitStack() as held:
             with self._lock:
