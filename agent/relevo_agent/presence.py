@@ -38,9 +38,10 @@ times out in the queue because of the hand-back, and never reaches the work queu
 Shards spread: the presence record lists the stage of each shard the agent holds
 (`shard_stages`). An agent that already holds a shard of a stage leaves the next one to an online
 agent of the region that claims, has a free slot, meets the stage's `requires`, did not fail it
-and holds fewer of that stage's shards (the fewest first, then the freest); it keeps its slot off
-the queue for `handoff_delay_sec` meanwhile, so that agent's poll takes it. So shards share a Mac
-only when every other Mac is full or holds as many, and the same two bounds apply.
+and holds fewer of that stage's shards (the fewest first, then the freest); it starts no receive
+until the message is visible again (`handoff_delay_sec`, and a second more), so that agent's poll
+takes it. So shards share a Mac only when every other Mac is full or holds as many, and the same
+two bounds apply.
 """
 
 from __future__ import annotations
@@ -371,7 +372,7 @@ class Presence:
         return True
 
     def leave_to_spread(self, held_here: int, task: StageMessage, message: Message, what: str) -> int | None:
-        """Seconds this slot stays off the queue when `what`, a shard of a stage this agent holds
+        """Seconds this agent stays off the queue when `what`, a shard of a stage this agent holds
         `held_here` shards of already, was left to an agent holding fewer; None: take it here."""
         if held_here <= 0:
             return None  # the common case costs no read

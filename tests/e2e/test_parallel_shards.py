@@ -66,6 +66,13 @@ def _directory(path: Path) -> Path:
     return path
 
 
+def _held_until_all_started(started: Path, count: int, first: str) -> str:
+    """A shard's command: `first`, then it marks itself started and holds its slot until `count`
+    shards have (bounded: 60 s, then it fails), so that they all run at once."""
+    return (f'{first}; touch "{started}/$RELEVO_SHARD_INDEX"; '
+            f'for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge {count} ] && exit 0; sleep 0.1; done; exit 1')
+
+
 def _ended(api: RelevoApi, project_id: str) -> tuple[str, dict[str, Any]]:
     """A job of the project, run to its end: its id and the job as the API shows it."""
     job_id = api.run_project(project_id, {"ref": "main", "commit": random_commit()})["job_id"]
@@ -75,12 +82,10 @@ def _ended(api: RelevoApi, project_id: str) -> tuple[str, dict[str, Any]]:
 def test_four_shards_on_four_agents_each_run_once(stack, tmp_path: Path):
     info, _ = stack
     api = RelevoApi.for_stack(info)
-    started, runs = tmp_path / "started", tmp_path / "runs"
-    started.mkdir()
+    runs = tmp_path / "runs"
     # Each shard says it started, then holds its agent until all four have: with capacity 1, no
-    # agent can take a second shard, so the four run on four agents at once (bounded: 60 s).
-    command = (f'echo "$RELEVO_SHARD_INDEX/$RELEVO_SHARD_COUNT" >> "{runs}"; touch "{started}/$RELEVO_SHARD_INDEX"; '
-               f'for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge {SHARDS} ] && exit 0; sleep 0.1; done; exit 1')
+    # agent can take a second shard, so the four run on four agents at once.
+    command = _held_until_all_started(_directory(tmp_path / "started"), SHARDS, f'echo "$RELEVO_SHARD_INDEX/$RELEVO_SHARD_COUNT" >> "{runs}"')
     project_id = _project(api, {"name": "test", "run": command, "parallel": SHARDS})
     agent_ids = [f"shard-mac-{n}" for n in range(SHARDS)]
     with ExitStack() as running:
@@ -146,10 +151,8 @@ def test_four_shards_after_a_build_spread_two_and_two_over_two_agents_that_could
     and the two shards on one Mac run in two workspaces."""
     info, _ = stack
     api = RelevoApi.for_stack(info)
-    started = _directory(tmp_path / "started")
     places = tmp_path / "places"
-    command = (f'echo "$PWD" >> "{places}"; touch "{started}/$RELEVO_SHARD_INDEX"; '
-               f'for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge {SHARDS} ] && exit 0; sleep 0.1; done; exit 1')
+    command = _held_until_all_started(_directory(tmp_path / "started"), SHARDS, f'echo "$PWD" >> "{places}"')
     project_id = _project(api, {"name": "build", "run": "true"}, stages=[{"name": "test", "run": command, "parallel": SHARDS}])
     agent_ids = ["spread-mac-a", "spread-mac-b"]
     with ExitStack() as running:
@@ -169,6 +172,26 @@ def test_four_shards_after_a_build_spread_two_and_two_over_two_agents_that_could
         # shard run again may start once its siblings ended, in a workspace one of them left.
         workspaces = places.read_text().split()
         assert len(set(workspaces)) == SHARDS, workspaces
+
+
+def test_with_fewer_macs_than_shards_two_shards_share_a_mac_in_two_workspaces(stack, tmp_path: Path):
+    """One agent of capacity 2 online, two shards: they share its slots (there is no other Mac to
+    leave one to), run at once, each in a workspace of its own (the project's and `<project>.2`),
+    never both in one tree."""
+    info, _ = stack
+    api = RelevoApi.for_stack(info)
+    places = tmp_path / "places"
+    command = _held_until_all_started(_directory(tmp_path / "started"), 2, f'echo "$RELEVO_SHARD_INDEX $PWD" >> "{places}"')
+    project_id = _project(api, {"name": "test", "run": command, "parallel": 2})
+    with ExitStack() as running:
+        [log] = _agents_online(running, stack, tmp_path, ["alone-mac"], capacity=2)
+        job_id, job = _ended(api, project_id)
+
+    assert job["status"] == "succeeded", (job, log.read_text()[-2000:])
+    assert [shard["agent_id"] for shard in _shard_records(info, job_id, 2)] == ["alone-mac", "alone-mac"]
+    workspaces = sorted(Path(line.split(" ", 1)[1]).name for line in places.read_text().splitlines())
+    assert workspaces == [project_id, f"{project_id}.2"], workspaces
+    assert "shards spread over the Macs" not in log.read_text()
 
 
 def test_a_two_by_two_matrix_on_agent_processes_sets_each_shards_variables(stack, tmp_path: Path):
