@@ -6,13 +6,20 @@ reserved, marked used and locked against removal until the stage ends, when its 
 The signing gate: a temporary keychain goes on the user's search list, which every process of the
 user searches (relevo_agent.keychain), so a stage with one runs alone on this agent; a stage that
 finds the gate closed goes back to its queue for a while, as a fresh copy.
+
+One stage per workspace: a stage runs in `<workspace_root>/<project>`, and only one stage of any
+agent process of this Mac runs there at a time (WorkspaceLocks.occupying). A stage without shards
+always has it (the project's lock lets one of its jobs run at a time, one stage after another).
+Shards of one stage may share a Mac (fewer Macs than shards, relevo_agent.presence): a shard
+takes the first of `<project>`, `<project>.2`, `<project>.3`, … no other stage occupies, so two
+shards never check out, clean or build in one tree at once.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -27,6 +34,10 @@ from relevo_agent.messages import Message
 from relevo_core.lease_timeline import LeaseTimeline
 
 log = logging.getLogger(__name__)
+
+# A shard looks at most this many workspaces of its project for a free one (far above any Mac's
+# capacity): beyond it the message goes back to its queue, as when the signing gate is closed.
+SHARD_WORKSPACES_MAX = 64
 
 
 @dataclass
@@ -68,34 +79,61 @@ class Admission:
     @contextmanager
     def admitted(self, task: StageMessage, message: Message, op_id: str) -> Iterator[Reservation | None]:
         """The stage's workspace, reserved for the duration; None when the signing gate is closed
-        (the message was sent back to its queue for later)."""
-        workspace = self.config.workspace_root / task.project
+        or, for a shard, every workspace of its project is occupied (the message was sent back to
+        its queue for later)."""
         signing = task.signs
-        with self._lock:
-            busy = bool(self._workspaces) if signing else bool(self._signing)
-            if not busy:
-                self._workspaces[op_id] = workspace
-                if signing:
-                    self._signing.add(op_id)
-        if busy:
-            log.info("%s: %s; its message returns in %ds", op_id,
-                     "a signing stage runs alone and others run here" if signing else "a signing stage runs here alone",
-                     self.config.handoff_delay_sec)
-            # A fresh copy (Message.resend): however often it waits here, never the redrive DLQ.
-            try:
-                message.resend(max(1, self.config.handoff_delay_sec))
-            except (BotoCoreError, ClientError):
-                message.give_back_after(max(1, self.config.handoff_delay_sec))
-            yield None
-            return
-        reservation = Reservation(workspace)
-        try:
-            self.hygiene.used(workspace)
-            # Held for the whole stage: no agent process of this machine removes the workspace under it.
-            with self.hygiene.locks.using(workspace):
-                yield reservation
-        finally:
+        with ExitStack() as held:
             with self._lock:
-                self._workspaces.pop(op_id, None)
-                self._signing.discard(op_id)
-            self.hygiene.stage_ended(task.project, workspace, reservation.cleanup)
+                busy = bool(self._workspaces) if signing else bool(self._signing)
+                workspace = None if busy else self._free_workspace(task, held)
+                if workspace is not None:
+                    self._workspaces[op_id] = workspace
+                    if signing:
+                        self._signing.add(op_id)
+            if workspace is None:
+                self._send_back(message, op_id, "a signing stage runs alone and others run here" if signing and busy
+                                else "a signing stage runs here alone" if busy else "every workspace of its project is in use")
+                yield None
+                return
+            reservation = Reservation(workspace)
+            try:
+                self.hygiene.used(workspace)
+                # Held for the whole stage: no agent process of this machine removes the workspace under it.
+                with self.hygiene.locks.using(workspace):
+                    yield reservation
+            finally:
+                with self._lock:
+                    self._workspaces.pop(op_id, None)
+                    self._signing.discard(op_id)
+                self.hygiene.stage_ended(task.project, workspace, reservation.cleanup)
+
+    def _free_workspace(self, task: StageMessage, held: ExitStack) -> Path | None:
+        """The workspace the stage runs in, occupied (until `held` closes), or None: none is free.
+        A stage without shards has its project's; a shard the first of its project's no other
+        stage occupies."""
+        root = self.config.workspace_root
+        names = [task.project] if task.shard is None else [task.project] + [f"{task.project}.{n}" for n in range(2, SHARD_WORKSPACES_MAX + 1)]
+        in_use = set(self._workspaces.values())
+        for name in names:
+            workspace = root / name
+            if workspace in in_use:
+                continue
+            occupying = held.enter_context(ExitStack())
+            if occupying.enter_context(self.hygiene.locks.occupying(workspace)):
+                return workspace
+            occupying.close()  # another agent process of this Mac runs a stage there
+        if task.shard is None:
+            # The project's workspace occupied by another agent process of this Mac (a shard of
+            # another of its jobs' stages cannot be: one job of a project runs at a time): the
+            # stage runs there as it always did, rather than wait behind what should not be.
+            log.warning("%s: workspace %s is occupied by another stage of this Mac; running there all the same", task.project, root / task.project)
+            return root / task.project
+        return None
+
+    def _send_back(self, message: Message, op_id: str, why: str) -> None:
+        log.info("%s: %s; its message returns in %ds", op_id, why, self.config.handoff_delay_sec)
+        # A fresh copy (Message.resend): however often it waits here, never the redrive DLQ.
+        try:
+            message.resend(max(1, self.config.handoff_delay_sec))
+        except (BotoCoreError, ClientError):
+            message.give_back_after(max(1, self.config.handoff_delay_sec))

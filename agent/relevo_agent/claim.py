@@ -122,11 +122,13 @@ class Claims:
         one before (its files are there): the route says which, and the message may be left to it."""
         from relevo_core.models.agent_session import ClaimRequest
 
+        # A stage's shards are not offered to the previous stage's Mac (it would take all it has
+        # slots for): they spread over the region (relevo_agent.presence).
         request = ClaimRequest(
             job_id=task.job_id, stage_index=task.stage_index, shard=task.shard, attempt=task.attempt, agent_id=self.config.agent_id,
             claim_secret=claim_secret, dispatch_key=task.dispatch_key, dispatch_token=task.task_token,
             journal_id=self.journal.journal_id, enqueued_at=message.sent_at,
-            leave_to_previous=task.attempt == 1 and self.prefer_previous is not None, project=task.project, signs=task.signs,
+            leave_to_previous=task.attempt == 1 and task.shard is None and self.prefer_previous is not None, project=task.project, signs=task.signs,
         )
         routes = self.sessions.routes
         if routes is None:

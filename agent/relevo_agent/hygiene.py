@@ -46,10 +46,10 @@ class WorkspaceLocks:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def _open(self, workspace: Path) -> int:
+    def _open(self, workspace: Path, suffix: str = "lock") -> int:
         directory = self.root / _LOCKS_DIR
         directory.mkdir(parents=True, exist_ok=True)
-        return os.open(directory / f"{workspace.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        return os.open(directory / f"{workspace.name}.{suffix}", os.O_RDWR | os.O_CREAT, 0o600)
 
     @contextmanager
     def using(self, workspace: Path) -> Iterator[None]:
@@ -62,9 +62,22 @@ class WorkspaceLocks:
             os.close(fd)  # closing releases the lock
 
     @contextmanager
+    def occupying(self, workspace: Path) -> Iterator[bool]:
+        """True while this stage is the only one, of any agent process of this machine, that runs
+        in `workspace` (taken without waiting: False, someone else's stage runs there). flock(2)
+        locks belong to the open file, so two stages of one process exclude each other too."""
+        with self._exclusive(workspace, "occupied") as taken:
+            yield taken
+
+    @contextmanager
     def removing(self, workspace: Path) -> Iterator[bool]:
         """True while no stage of any process uses `workspace`, and none can start in it."""
-        fd = self._open(workspace)
+        with self._exclusive(workspace, "lock") as taken:
+            yield taken
+
+    @contextmanager
+    def _exclusive(self, workspace: Path, suffix: str) -> Iterator[bool]:
+        fd = self._open(workspace, suffix)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -82,8 +95,9 @@ class Hygiene:
         self.journal = journal
         self._running_workspaces = running_workspaces
         self._lock = threading.Lock()
-        # (project, command, workspace) to run once idle; one entry per project.
-        self._cleanups: dict[str, tuple[str, Path]] = {}
+        # (project, command) to run once idle; one entry per workspace (a project's shards may
+        # have used more than one).
+        self._cleanups: dict[Path, tuple[str, str]] = {}
         self._prune_due = False
         self.locks = WorkspaceLocks(config.workspace_root)
 
@@ -94,7 +108,7 @@ class Hygiene:
     def stage_ended(self, project: str, workspace: Path, cleanup: str | None) -> None:
         with self._lock:
             if cleanup:
-                self._cleanups[project] = (cleanup, workspace)
+                self._cleanups[workspace] = (project, cleanup)
             self._prune_due = self.config.keep_workspaces > 0
 
     def held(self) -> set[Path]:
@@ -106,7 +120,7 @@ class Hygiene:
         with self._lock:
             cleanups, self._cleanups = self._cleanups, {}
             prune, self._prune_due = self._prune_due, False
-        for project, (command, workspace) in sorted(cleanups.items()):
+        for workspace, (project, command) in sorted(cleanups.items()):
             self._cleanup(project, command, workspace)
         if prune:
             self.prune()

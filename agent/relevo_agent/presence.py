@@ -34,6 +34,14 @@ most half the job's queue timeout), or it has been received HANDOFF_MAX_RECEIVES
 never starves behind an agent that stays busy (or died less than 3 presence intervals ago), never
 times out in the queue because of the hand-back, and never reaches the work queue's redrive DLQ
 (maxReceiveCount 5).
+
+Shards spread: the presence record lists the stage of each shard the agent holds
+(`shard_stages`). An agent that already holds a shard of a stage leaves the next one to an online
+agent of the region that claims, has a free slot, meets the stage's `requires`, did not fail it
+and holds fewer of that stage's shards (the fewest first, then the freest); it starts no receive
+until the message is visible again (`handoff_delay_sec`, and a second more), so that agent's poll
+takes it. So shards share a Mac only when every other Mac is full or holds as many, and the same
+two bounds apply.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ from typing import Callable, Iterable, Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from relevo_agent.attempt import utc_now
+from relevo_agent.attempt import StageMessage, utc_now
 from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
 from relevo_agent.pause import PauseGate
@@ -97,6 +105,31 @@ def prefer_another(
         agent for agent in region_agents if agent.agent_id != agent_id and agent.agent_id not in avoid and agent.is_online(now)
     ]
     return max(candidates, key=lambda agent: (agent.free, agent.agent_id), default=None)
+
+
+def spread_to(
+    agent_id: str,
+    stage: str,
+    held_here: int,
+    task_requires: dict[str, str],
+    avoid_agents: Iterable[str],
+    region_agents: Iterable[AgentPresence],
+    now: datetime,
+    waited_sec: float,
+    receive_count: int,
+    max_wait_sec: float,
+) -> AgentPresence | None:
+    """The agent a shard of `stage` (`<job>:<stage>`) should be left to, when this agent holds
+    `held_here` shards of it already; None: take it here."""
+    if held_here <= 0 or waited_sec >= max_wait_sec or receive_count >= HANDOFF_MAX_RECEIVES:
+        return None
+    avoid = set(avoid_agents)
+    candidates = [
+        agent for agent in region_agents
+        if agent.agent_id != agent_id and agent.agent_id not in avoid and agent.is_online(now) and agent.not_claiming is None
+        and agent.free > 0 and agent.shards_of(stage) < held_here and not unmet(dict(task_requires), agent.capabilities)
+    ]
+    return min(candidates, key=lambda agent: (agent.shards_of(stage), -agent.free, agent.agent_id), default=None)
 
 
 def previous_mac(
@@ -151,6 +184,8 @@ class Presence:
         self._clock = clock
         self._version = _version()
         self._running = 0
+        # The stage (`<job>:<stage>`) of each shard this agent holds, once a shard.
+        self._shard_stages: list[str] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._done = threading.Event()
@@ -190,22 +225,28 @@ class Presence:
                 log.warning("could not mark %s offline; it will look online for a few more intervals", self.config.agent_id)
 
     @contextmanager
-    def occupied(self) -> Iterator[None]:
-        """A slot is in use for the duration (the record's `running`), written at once."""
-        self._count(+1)
-        try:
-            yield
-        finally:
-            self._count(-1)
-
-    def _count(self, delta: int) -> None:
+    def occupied(self, shard_of: str | None = None) -> Iterator[int]:
+        """A slot is in use for the duration (the record's `running`), written at once. For a
+        shard, `shard_of` is its stage (`<job>:<stage>`), listed meanwhile; yields how many
+        shards of that stage this agent held before this one (0 for a stage without shards)."""
         with self._lock:
-            self._running += delta
+            self._running += 1
+            held = self._shard_stages.count(shard_of) if shard_of else 0
+            if shard_of:
+                self._shard_stages.append(shard_of)
         self._wake.set()
+        try:
+            yield held
+        finally:
+            with self._lock:
+                self._running -= 1
+                if shard_of:
+                    self._shard_stages.remove(shard_of)
+            self._wake.set()
 
     def _record(self) -> AgentPresence:
         with self._lock:
-            running = self._running
+            running, shard_stages = self._running, tuple(self._shard_stages)
         return AgentPresence(
             agent_id=self.config.agent_id,
             region=self.config.region,
@@ -219,6 +260,7 @@ class Presence:
             started_at=self.started_at,
             not_claiming=self.not_claiming(),
             capabilities=self._capabilities(),
+            shard_stages=shard_stages,
         )
 
     def _capabilities(self) -> Capabilities | None:
@@ -297,9 +339,7 @@ class Presence:
         except (BotoCoreError, ClientError):
             log.warning("presence unreadable; taking %s here", what)
             return False
-        max_wait_sec: float = self.config.handoff_max_wait_sec
-        if queue_timeout_sec:
-            max_wait_sec = min(max_wait_sec, queue_timeout_sec / 2)  # never let the hand-back time the stage out
+        max_wait_sec = self._max_wait_sec(queue_timeout_sec)
         waited_sec = (now - (message.sent_at or now)).total_seconds()
         other = prefer_another(
             self.config.agent_id,
@@ -330,6 +370,40 @@ class Presence:
             # is the one that receives it. (For a busy one the hop is long; this slot stays useful.)
             self._stop.wait(invisible_sec + 1)
         return True
+
+    def leave_to_spread(self, held_here: int, task: StageMessage, message: Message, what: str) -> int | None:
+        """Seconds this agent stays off the queue when `what`, a shard of a stage this agent holds
+        `held_here` shards of already, was left to an agent holding fewer; None: take it here."""
+        if held_here <= 0:
+            return None  # the common case costs no read
+        now = self._clock()
+        try:
+            region_agents = agents.online_agents(self.table, self.config.region, now)
+        except (BotoCoreError, ClientError):
+            log.warning("presence unreadable; taking %s here", what)
+            return None
+        max_wait_sec = self._max_wait_sec(task.queue_timeout_sec)
+        waited_sec = (now - (message.sent_at or now)).total_seconds()
+        other = spread_to(self.config.agent_id, f"{task.job_id}:{task.stage}", held_here, task.requires, task.avoid_agents,
+                          region_agents, now, waited_sec, message.receive_count, max_wait_sec)
+        if other is None:
+            return None
+        invisible_sec = self.config.handoff_delay_sec
+        try:
+            message.hide_for(invisible_sec)
+        except ClientError:
+            log.warning("could not hand %s back; taking it here", what)
+            return None
+        log.info("left %s to %s (%d free, %d of its shards there, %d here; visible again in %ds): shards spread over the Macs",
+                 what, other.agent_id, other.free, other.shards_of(f"{task.job_id}:{task.stage}"), held_here, invisible_sec)
+        return invisible_sec + 1
+
+    def _max_wait_sec(self, queue_timeout_sec: int | None) -> float:
+        """How long a stage may wait for a better agent: never so long that the hand-back times it out in the queue."""
+        max_wait_sec: float = self.config.handoff_max_wait_sec
+        if queue_timeout_sec:
+            max_wait_sec = min(max_wait_sec, queue_timeout_sec / 2)
+        return max_wait_sec
 
     def leave_to_previous(self, previous_agent: str, requires: dict[str, str], message: Message, what: str) -> bool:
         """True when `what`, a job's next stage, was left to `previous_agent`, the Mac that ran its

@@ -82,6 +82,9 @@ class Agent:
         # Why and how this agent stops, held by every loop of it (its stack gone, its agent_id taken, a signal).
         self.stop = AgentStop(table_name, queue_url, follow_stack)
         self.slots = Slots(config.capacity)
+        # Monotonic: no receive starts before this (a shard left to another agent is visible again
+        # then, and this agent's polls would compete with that agent's for it).
+        self._quiet_until = 0.0
         # The job credentials of the attempts it holds, from the claim routes of its region.
         routes = ClaimRoutes(api_url, config.region, aws_region()) if api_url else None
         self.sessions = JobSessions(routes, config.agent_id, self.stop)
@@ -228,6 +231,10 @@ class Agent:
             if self.presence.not_claiming() is not None:  # low disk (said in presence and logged there)
                 self.stop.wait(0.5)
                 continue
+            quiet = self._quiet_until - time.monotonic()
+            if quiet > 0:
+                self.stop.wait(min(quiet, 0.5))
+                continue
             if not self.slots.hold(timeout=0.5):
                 continue  # no free capacity: do not take work we cannot start
             try:
@@ -271,8 +278,17 @@ class Agent:
                 return
             if self.presence.leave_to_another(task.avoid_agents, task.queue_timeout_sec, message, what):
                 return
-            with self.presence.occupied():
-                self.stages.run(task, message)
+            if task.shard is not None:
+                what = f"{what} shard {task.shard}"
+            left_for = None
+            with self.presence.occupied(None if task.shard is None else f"{task.job_id}:{task.stage}") as held_here:
+                left_for = self.presence.leave_to_spread(held_here, task, message, what)
+                if left_for is None:
+                    self.stages.run(task, message)
+            if left_for is not None:
+                # No receive of this agent's starts while the shard is invisible and just after, so
+                # the other agent's poll receives it (a receive under way may still: it is decided again).
+                self._quiet_until = max(self._quiet_until, time.monotonic() + left_for)
         except HandBack as why:
             if self.stop.stack_gone(why.__cause__):
                 return

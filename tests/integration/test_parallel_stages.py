@@ -143,6 +143,22 @@ def test_without_fail_fast_the_siblings_finish_then_the_stage_fails_naming_each_
     assert sorted((f["shard"], f["error_class"]) for f in failed) == [(0, "Relevo.Fatal.ExitCode"), (2, "Relevo.Fatal.Checksum")]
 
 
+def test_without_fail_fast_one_failed_shard_fails_the_stage_with_its_own_error(local_stack, project_id):
+    """One failure among the shards: moto's JSONPath reads `$[*].failed.Error` of a single match as
+    the string itself where AWS gives a one-item list, so the error is read off the first failure
+    (an intrinsic, then a plain path), which both read alike."""
+    job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 2, "fail_fast": False}])
+    runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 2)]
+
+    report(*runs[1], succeed=False, error="Relevo.Fatal.Checksum")
+    report(*runs[0], succeed=True)
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
+    entry = dead_letter(local_stack, job_id)
+    assert entry["error"] == "Relevo.Fatal.Checksum"
+    assert [json.loads(failure["Cause"])["shard"] for failure in json.loads(entry["cause"])] == [1]
+
+
 def test_the_claim_route_claims_each_shard_on_its_own_record_and_refuses_a_message_without_its_shard(local_stack, project_id, tmp_path):
     """The route the agents claim through: a shard's message (its shard and dispatch key) claims
     that shard's record only; the same dispatch key without the shard names the stage's own record,
@@ -684,3 +700,37 @@ def test_a_redrive_after_fail_fast_runs_the_failed_shard_and_the_siblings_it_sto
     found = records(local_stack, redriven)
     assert [(found[keys.shard_sk(0, shard)]["agent_id"]["S"], found[keys.shard_sk(0, shard)].get("carried_from", {}).get("S"))
             for shard in range(3)] == [("mac-0", failed), ("mac-4", None), ("mac-5", None)]
+
+
+def test_the_job_view_says_why_each_unclaimed_shard_waits(local_stack, project_id):
+    """The one agent meeting the stage's `requires` (a label of its own) is full: the shard not
+    claimed yet waits with agent_busy, named in `waiting_shards`, in the job's own reason and in
+    the queue's rows; once the agent has a free slot, the shard is about to be claimed (no reason)."""
+    from relevo_core.jobs.queue import queue_view
+    from relevo_core.jobs.view import show_job
+    from relevo_core.models.capabilities import Capabilities
+    from relevo_core.store import agents
+
+    pool = f"pool-{project_id}"
+    job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 2, "requires": {"pool": pool}}])
+    first, _ = stage_messages(local_stack, job_id, 2)
+    claim_shard(local_stack, first, "mac-0")
+
+    def presence(running: int) -> None:
+        agents.put_presence(local_stack.table_name, agents.AgentPresence(
+            agent_id=f"mac-{pool}", region="eu-west", capacity=1, running=running, version="0.1.0", last_seen=datetime.now(timezone.utc),
+            interval_sec=30, capabilities=Capabilities(os="darwin", arch="arm64", labels={"pool": pool})))
+
+    presence(running=1)
+    view = show_job(local_stack.table_name, job_id, datetime.now(timezone.utc))
+    assert view["waiting_shards"] == [{"stage": "test", "shard": 1, "attempt": 1, "queue_reason": "agent_busy", "queue_detail": None}]
+    assert (view["queue_reason"], view["stages"][0]["status"]) == ("agent_busy", "running")
+    # The queue (GET /queue, relevo queue) lists the shard as waiting for an agent, and why.
+    queue = queue_view(local_stack.table_name, ("eu-west",), lambda project: True, datetime.now(timezone.utc))
+    assert [(row["stage"], row["shard"], row["queue_reason"]) for row in queue["waiting_for_agent"] if row["job_id"] == job_id] == [
+        ("test", 1, "agent_busy")]
+
+    presence(running=0)
+    view = show_job(local_stack.table_name, job_id, datetime.now(timezone.utc))
+    assert [(shard["shard"], shard["queue_reason"]) for shard in view["waiting_shards"]] == [(1, None)]
+    assert view["queue_reason"] is None

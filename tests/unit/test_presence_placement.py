@@ -129,3 +129,69 @@ def test_a_busy_offline_paused_or_unfit_previous_mac_is_not_waited_for():
     assert _previous([fit], requires={"xcode": "16.*"}) == "mac-b"
     assert _previous([fit], requires={"xcode": "15.*"}) is None
     assert _previous([_agent("mac-c")]) is None  # it is gone from the region
+
+
+STAGE = "job_x:test"
+
+
+def _spread(held_here: int, region_agents, waited_sec: float = 0, receive_count: int = 1, avoid=(), requires=None):
+    from relevo_agent.presence import spread_to
+
+    chosen = spread_to("mac-a", STAGE, held_here, requires or {}, avoid, region_agents, NOW, waited_sec, receive_count, max_wait_sec=60)
+    return chosen.agent_id if chosen else None
+
+
+def _holding(agent_id: str, shards: int, capacity: int = 4, other_stage_shards: int = 0) -> AgentPresence:
+    return _agent(agent_id, capacity=capacity, running=shards + other_stage_shards).model_copy(
+        update={"shard_stages": (STAGE,) * shards + ("job_y:test",) * other_stage_shards}
+    )
+
+
+def test_an_agent_holding_no_shard_of_the_stage_takes_the_shard_without_reading_anything():
+    assert _spread(0, [_holding("mac-b", 0)]) is None
+
+
+def test_a_second_shard_goes_to_a_free_mac_holding_fewer_of_the_stage_fewest_first():
+    # Shards of another stage do not count, only the free slots they leave.
+    assert _spread(1, [_holding("mac-b", 0, other_stage_shards=2)]) == "mac-b"
+    assert _spread(2, [_holding("mac-b", 1), _holding("mac-c", 0, capacity=2)]) == "mac-c"
+    # Between Macs holding as few, the freest.
+    assert _spread(1, [_holding("mac-b", 0, capacity=2), _holding("mac-c", 0, capacity=8)]) == "mac-c"
+
+
+def test_shards_share_a_mac_only_when_no_other_mac_holds_fewer_and_has_a_free_slot():
+    assert _spread(1, [_holding("mac-b", 1)]) is None  # as many there: evenly spread already
+    assert _spread(1, [_holding("mac-b", 0, capacity=1, other_stage_shards=1)]) is None  # full
+    assert _spread(1, []) is None  # alone in the region
+    assert _spread(1, [_holding("mac-b", 0).model_copy(update={"online": False})]) is None
+    assert _spread(1, [_holding("mac-b", 0).model_copy(update={"not_claiming": "agent_paused"})]) is None
+
+
+def test_a_shards_retry_is_not_spread_to_the_mac_that_failed_it_nor_to_one_missing_its_requirements():
+    from relevo_core.models.capabilities import Capabilities
+
+    assert _spread(1, [_holding("mac-b", 0)], avoid=("mac-b",)) is None
+    old_xcode = _holding("mac-b", 0).model_copy(update={"capabilities": Capabilities(os="darwin", arch="arm64", xcode="15.4")})
+    assert _spread(1, [old_xcode], requires={"xcode": "16.*"}) is None
+
+
+def test_the_spread_is_bounded_like_a_retrys_hand_back():
+    assert _spread(1, [_holding("mac-b", 0)], waited_sec=59) == "mac-b"
+    assert _spread(1, [_holding("mac-b", 0)], waited_sec=60) is None
+    assert _spread(1, [_holding("mac-b", 0)], receive_count=HANDOFF_MAX_RECEIVES) is None
+
+
+def test_the_presence_record_lists_the_stage_of_each_shard_held_and_counts_the_ones_before():
+    from pathlib import Path
+
+    from relevo_agent.config import AgentConfig
+    from relevo_agent.presence import Presence
+    from relevo_agent.stop import AgentStop
+
+    presence = Presence(AgentConfig(agent_id="mac-a", region="eu", capacity=4, journal=Path("/nonexistent/j")), "table", AgentStop())
+    with presence.occupied(STAGE) as first, presence.occupied(None) as unsharded, presence.occupied(STAGE) as second:
+        assert (first, unsharded, second) == (0, 0, 1)
+        record = presence._record()
+        assert (record.running, record.shards_of(STAGE)) == (3, 2)
+    record = presence._record()
+    assert (record.running, record.shard_stages) == (0, ())

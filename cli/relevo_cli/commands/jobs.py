@@ -86,6 +86,10 @@ def job_notes(job: dict) -> list[str]:
         notes.append(failure)
     if job.get("queue_reason"):
         notes.append(f"waiting ({job['queue_reason']}): {queue_reason_words(job['queue_reason'], job.get('region_affinity'), job.get('queue_detail'))}")
+    for shard in job.get("waiting_shards") or []:
+        why = (f"waiting ({shard['queue_reason']}): {queue_reason_words(shard['queue_reason'], job.get('region_affinity'), shard.get('queue_detail'))}"
+               if shard.get("queue_reason") else "about to be claimed")
+        notes.append(f"{shard['stage']} shard {shard['shard']} (attempt {shard['attempt']}) {why}")
     if job.get("held_reason"):
         notes.append(f"held ({job['held_reason']}): `relevo job release {job['job_id']}` starts it")
     if job.get("warning_stages"):

@@ -55,7 +55,8 @@ def queue(
     # A dispatched stage is already past the project's lock: it goes to the first free agent.
     for job in waiting:
         reason = queue_reason_words(job["queue_reason"], job["region_affinity"], job.get("queue_detail")) if job["queue_reason"] else "about to be claimed"
-        why = f"stage {job['stage']}: {reason} ({job['queue_reason'] or 'free agent'})"
+        shard = f" shard {job['shard']}" if job.get("shard") is not None else ""
+        why = f"stage {job['stage']}{shard}: {reason} ({job['queue_reason'] or 'free agent'})"
         jobs_table.add_row(
             "-", job["job_id"], job["project"], str(job["priority"]), job["region_affinity"] or "",
             job["trigger"] or "", job["ref"] or "", (job["dispatched_at"] or job["created_at"] or "")[:19], why,

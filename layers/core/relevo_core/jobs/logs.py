@@ -95,9 +95,10 @@ def log_page(table: str, job_id: str, query: LogQuery, now: datetime | None = No
     why it waits for its project or an agent (as GET /jobs/{id} says it)."""
     from relevo_core.jobs.view import job_items_to_view, waiting_reason  # the job view shows this log's tail
 
-    view = job_items_to_view(query_job_items(table, job_id))
+    items = query_job_items(table, job_id)
+    view = job_items_to_view(items)
     status = JobStatus(view["status"])
-    reason, detail = waiting_reason(table, view, now or datetime.now(timezone.utc))
+    reason, detail, _ = waiting_reason(table, view, now or datetime.now(timezone.utc), items)
     if query.before_seq is None:
         start = query.from_seq or 0
         page = read_chunks(table, job_id, from_seq=start, limit=query.limit)

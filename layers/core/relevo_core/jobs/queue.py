@@ -10,7 +10,7 @@ from relevo_core.config.queue import QueueSettings
 from relevo_core.jobs.listing import list_jobs
 from relevo_core.models.requests import JOB_LIST_MAX_LIMIT, JobListQuery, PriorityRequest
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.jobs.view import agent_queue_reason, job_items_to_view, no_match_detail
+from relevo_core.jobs.view import agent_queue_reason, job_items_to_view, no_match_detail, unclaimed_shards
 from relevo_core.models.status import JobStatus, QueueReason, StageStatus
 from relevo_core.projects.permissions import is_admin, visibility
 from relevo_core.store.agent_pauses import AgentPause, region_pauses
@@ -46,14 +46,20 @@ def _agent_row(agent: AgentPresence, now: datetime, stages: list[dict[str, Any]]
 
 
 def _live_stages(table: str, can_view: Callable[[str], bool]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(job summary, stage view) of each stage of a running job that is on a queue or on an agent:
-    a running job's records are read (one Query each), so this is bounded by the running jobs."""
+    """(job summary, stage view) of each stage of a running job that is on a queue or on an agent,
+    and of each shard on a queue (`shard` set): a running job's records are read (one Query
+    each), so this is bounded by the running jobs."""
     running = list_jobs(table, _RUNNING, can_view=can_view)["jobs"]
     live = []
     for job in running:
-        for stage in job_items_to_view(query_job_items(table, job["job_id"]))["stages"]:
+        items = query_job_items(table, job["job_id"])
+        view = job_items_to_view(items)
+        for stage in view["stages"]:
             if stage["status"] in (StageStatus.DISPATCHED.value, StageStatus.RUNNING.value):
                 live.append((job, stage))
+        for shard in unclaimed_shards(items, view):
+            live.append((job, {"name": shard["stage"], "shard": shard["shard"], "status": StageStatus.DISPATCHED.value,
+                               "attempt": shard["attempt"], "dispatched_at": shard["dispatched_at"], "requires": shard["requires"]}))
     return live
 
 
@@ -68,7 +74,8 @@ def caller_queue(settings: QueueSettings, caller: str, now: datetime) -> dict[st
 def queue_view(table: str, regions: tuple[str, ...], can_view: Callable[[str], bool], now: datetime) -> dict[str, Any]:
     """Queued jobs of the projects the caller may view, in the order they will run (the
     `GET /jobs?status=queued` listing, positions counted among the rows shown); the running jobs
-    whose stage waits on its region's queue for an agent (`waiting_for_agent`, with why:
+    whose stage, or shard of a stage (`shard`), waits on its region's queue for an agent
+    (`waiting_for_agent`, with why:
     agent_offline, agent_busy, or none when a free agent is about to claim it); and every agent
     of the fleet's regions with its used / capacity, the stages it runs and whether it is online
     at `now`."""
@@ -85,7 +92,7 @@ def queue_view(table: str, regions: tuple[str, ...], can_view: Callable[[str], b
             presence[region], pauses[region] = agents_in_region(table, region), region_pauses(table, region)
         reason = agent_queue_reason(presence[region], now, pauses[region], stage["requires"])
         waiting.append({
-            **job, "stage": stage["name"], "attempt": stage["attempt"], "dispatched_at": stage["dispatched_at"],
+            **job, "stage": stage["name"], "shard": stage.get("shard"), "attempt": stage["attempt"], "dispatched_at": stage["dispatched_at"],
             "queue_reason": reason.value if reason else None, "requires": stage["requires"],
             "queue_detail": no_match_detail(stage["requires"], presence[region], now) if reason is QueueReason.NO_MATCHING_AGENT else None,
         })

@@ -276,25 +276,58 @@ def no_match_detail(requires: Mapping[str, str], agents: Iterable[AgentPresence]
     return f"no online agent meets requires {{{describe(dict(requires))}}}" + (f"; nearest: {nearest}" if nearest else "")
 
 
-def waiting_reason(table: str, view: Mapping[str, Any], now: datetime) -> tuple[str | None, str | None]:
-    """(queue_reason, queue_detail) of a job view: the reason the state machine recorded
-    (project_running) stays; while a stage of a live job is dispatched and unclaimed, why no
-    agent took it (agent_offline, agent_busy, …), from the region's presence and pauses."""
-    unclaimed = next((stage for stage in view["stages"] if stage["status"] == StageStatus.DISPATCHED.value), None)
-    if view["queue_reason"] is not None or unclaimed is None or JobStatus(view["status"]).terminal:
-        return view["queue_reason"], None
+def unclaimed_shards(items: Iterable[Mapping[str, Any]], view: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The shards of a job's stages that are dispatched and not claimed yet, in plan order:
+    `{stage, shard, attempt, requires, dispatched_at}` (a shard's record is beside its stage's:
+    keys.shard_sk)."""
+    waiting = []
+    for item in items:
+        sk = str(item["sk"])
+        if not sk.startswith("STAGE#") or is_stage_sk(sk) or item.get("status") != StageStatus.DISPATCHED.value:
+            continue
+        stage = view["stages"][int(sk.split("#")[1])]
+        waiting.append({"stage": stage["name"], "shard": int(item.get("shard_index", sk.rsplit("#", 1)[1])),
+                        "attempt": item.get("dispatched_attempt", item.get("attempt")), "requires": stage["requires"],
+                        "dispatched_at": item.get("dispatched_at")})
+    return sorted(waiting, key=lambda shard: (str(shard["stage"]), int(shard["shard"])))
+
+
+def waiting_reason(
+    table: str, view: Mapping[str, Any], now: datetime, items: Iterable[Mapping[str, Any]] = (),
+) -> tuple[str | None, str | None, list[dict[str, Any]]]:
+    """(queue_reason, queue_detail, waiting_shards) of a job view: the reason the state machine
+    recorded (project_running) stays; while a stage of a live job, or shards of one (from the
+    job's `items`), are dispatched and unclaimed, why no agent took them (agent_offline,
+    agent_busy, …), from the region's presence and pauses. `waiting_shards` says it of each
+    shard: `{stage, shard, attempt, queue_reason, queue_detail}`."""
+    unclaimed = [stage for stage in view["stages"] if stage["status"] == StageStatus.DISPATCHED.value][:1]
+    shards = unclaimed_shards(items, view)
+    if view["queue_reason"] is not None or not (unclaimed or shards) or JobStatus(view["status"]).terminal:
+        return view["queue_reason"], None, []
     region = view["region_affinity"]
     region_agents = agents_in_region(table, region)
-    reason = agent_queue_reason(region_agents, now, region_pauses(table, region), unclaimed["requires"])
-    detail = no_match_detail(unclaimed["requires"], region_agents, now) if reason is QueueReason.NO_MATCHING_AGENT else None
-    return (reason.value if reason else None), detail
+    pauses = region_pauses(table, region)
+
+    def why(requires: Mapping[str, str]) -> tuple[str | None, str | None]:
+        reason = agent_queue_reason(region_agents, now, pauses, requires)
+        detail = no_match_detail(requires, region_agents, now) if reason is QueueReason.NO_MATCHING_AGENT else None
+        return (reason.value if reason else None), detail
+
+    waiting_shards = [{**{name: shard[name] for name in ("stage", "shard", "attempt")}, **dict(zip(("queue_reason", "queue_detail"),
+                       why(shard["requires"])))} for shard in shards]
+    if unclaimed:
+        return (*why(unclaimed[0]["requires"]), waiting_shards)
+    first = waiting_shards[0]
+    return first["queue_reason"], first["queue_detail"], waiting_shards
 
 
 def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
     """The job view; `queue_reason` also says agent_busy / agent_offline while a stage of a live
-    job is dispatched and unclaimed (a reason the state machine recorded, project_running, stays)."""
-    view = job_items_to_view(query_job_items(table, job_id))
-    view["queue_reason"], view["queue_detail"] = waiting_reason(table, view, now)
+    job, or a shard of one, is dispatched and unclaimed (a reason the state machine recorded,
+    project_running, stays); `waiting_shards` says it of each shard that waits."""
+    items = query_job_items(table, job_id)
+    view = job_items_to_view(items)
+    view["queue_reason"], view["queue_detail"], view["waiting_shards"] = waiting_reason(table, view, now, items)
     records = list_artifacts(table, job_id)
     view["artifacts"] = [artifact_summary(record) for record in records if record.kind != "handoff"]
     # The job's artifact total beside its project's bound (artifact.max_job_bytes), when it has one:

@@ -96,6 +96,9 @@ class JobView(BaseModel):
     current_stage: str | None = None
     queue_reason: str | None = None
     queue_detail: str | None = None
+    waiting_shards: list[dict[str, Any]] = Field(
+        [], description="the shards dispatched and not claimed yet, each with why it waits: {stage, shard, attempt, queue_reason, queue_detail}"
+    )
     held_reason: str | None = None
     waiting_stage: str | None = None
     approval_decision: dict[str, Any] | None = None

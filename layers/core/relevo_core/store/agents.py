@@ -50,10 +50,17 @@ class AgentPresence(BaseModel):
     not_claiming: str | None = None
     # What it detected on its host and its TOML labels (stages' `requires` are matched to them).
     capabilities: Capabilities | None = None
+    # The stage of each shard it holds, `<job>:<stage>` once a shard: shards of one stage spread
+    # over the region's Macs by it (relevo_agent.presence).
+    shard_stages: tuple[str, ...] = ()
 
     @property
     def free(self) -> int:
         return max(0, self.capacity - self.running)
+
+    def shards_of(self, stage: str) -> int:
+        """How many shards of `stage` (`<job>:<stage>`) it holds."""
+        return self.shard_stages.count(stage)
 
     def is_online(self, now: datetime) -> bool:
         return self.online and now - self.last_seen <= timedelta(seconds=ONLINE_MULTIPLE * self.interval_sec)
