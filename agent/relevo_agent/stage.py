@@ -72,9 +72,10 @@ def _load_claimed_path() -> None:
         if _claimed_path_loaded:
             return
         _claimed_path_loaded = True
-    from relevo_agent import artifacts, outputs, prepare  # noqa: F401  (loaded, not used here)
+    # The claim's own models first: the stage thread needs them once its journal entry is written.
+    from relevo_core.models import agent_session, envelope  # noqa: F401  (loaded, not used here)
     from relevo_core.jobs import handoff_sources  # noqa: F401
-    from relevo_core.models import agent_session, envelope  # noqa: F401
+    from relevo_agent import artifacts, outputs, prepare  # noqa: F401
 
 
 class StageRunner:
