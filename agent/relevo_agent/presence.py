@@ -1,8 +1,8 @@
 """Presence and placement: the agent's presence record, written on a thread of its own, and the
 decision to leave a retry to another agent of the region.
 
-Presence: every `presence_interval_sec` (30 s by default), and at once when the number of stages
-it runs changes, the agent puts its record (agent id, region, capacity, running, version,
+Presence: every `presence_interval_sec` (30 s by default), and just after the number of stages it
+runs changes (COUNT_SETTLE_SEC), the agent puts its record (agent id, region, capacity, running, version,
 last_seen); when it stops cleanly it marks the record offline. A failed write is logged and tried
 again at the next tick: presence never blocks or fails the work.
 
@@ -74,6 +74,11 @@ log = logging.getLogger(__name__)
 # Below the work queue's maxReceiveCount (5, template.yaml): a message handed back this often is
 # taken by whoever receives it next, before SQS would move it to the redrive DLQ.
 HANDOFF_MAX_RECEIVES = 3
+# A change in the number of stages run is written this long after it rather than at once: the
+# write (a pause read and a put, some milliseconds of this process's CPU each) then does not
+# compete with the claim of the stage just taken, on the way to its command (issue 29, the stage
+# handoff). Placement reads the record at presence intervals; a quarter second changes nothing.
+COUNT_SETTLE_SEC = 0.25
 
 
 def _version() -> str:
@@ -189,6 +194,7 @@ class Presence:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._done = threading.Event()
+        self._count_changed = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
         self.pauses = PauseGate()
         # Detected once at the start (relevo_agent.capabilities); free disk measured at each write.
@@ -226,23 +232,28 @@ class Presence:
 
     @contextmanager
     def occupied(self, shard_of: str | None = None) -> Iterator[int]:
-        """A slot is in use for the duration (the record's `running`), written at once. For a
-        shard, `shard_of` is its stage (`<job>:<stage>`), listed meanwhile; yields how many
-        shards of that stage this agent held before this one (0 for a stage without shards)."""
+        """A slot is in use for the duration (the record's `running`), written just after
+        (COUNT_SETTLE_SEC). For a shard, `shard_of` is its stage (`<job>:<stage>`), listed
+        meanwhile; yields how many shards of that stage this agent held before this one (0 for a
+        stage without shards)."""
         with self._lock:
-            self._running += 1
             held = self._shard_stages.count(shard_of) if shard_of else 0
             if shard_of:
                 self._shard_stages.append(shard_of)
-        self._wake.set()
+        self._count(+1)
         try:
             yield held
         finally:
             with self._lock:
-                self._running -= 1
                 if shard_of:
                     self._shard_stages.remove(shard_of)
-            self._wake.set()
+            self._count(-1)
+
+    def _count(self, delta: int) -> None:
+        with self._lock:
+            self._running += delta
+        self._count_changed.set()
+        self._wake.set()
 
     def _record(self) -> AgentPresence:
         with self._lock:
@@ -322,6 +333,10 @@ class Presence:
                     log.warning("presence write failed (%s); retrying in %.0fs", exc, self.config.presence_interval_sec)
                 self._stop.stack_gone(exc)  # a stack that is gone, told from a network fault
             self._wake.wait(self.config.presence_interval_sec)
+            if self._count_changed.is_set():
+                # A stage just taken (or ended): written once its handoff is past, not beside it.
+                self._count_changed.clear()
+                self._done.wait(COUNT_SETTLE_SEC)
 
     # ------------------------------------------------------------------ placement
     def leave_to_another(

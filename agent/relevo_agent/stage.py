@@ -59,6 +59,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_claimed_path_loading = threading.Lock()
+_claimed_path_loaded = False
+
+
+def _load_claimed_path() -> None:
+    """What only a claimed attempt needs (an idle agent never loads it), loaded once, on a thread
+    of its own from the first stage message on: while the claim's round trip is under way, not
+    between the claim's answer and the command's start (some 100 ms of imports on a busy Mac)."""
+    global _claimed_path_loaded
+    with _claimed_path_loading:
+        if _claimed_path_loaded:
+            return
+        _claimed_path_loaded = True
+    # The claim's own models first: the stage thread needs them once its journal entry is written.
+    from relevo_core.models import agent_session, envelope  # noqa: F401  (loaded, not used here)
+    from relevo_core.jobs import handoff_sources  # noqa: F401
+    from relevo_agent import artifacts, outputs, prepare  # noqa: F401
+
 
 class StageRunner:
     """The stages this agent runs, one thread each (`run`). `stop`: the agent's (an error that
@@ -94,6 +112,8 @@ class StageRunner:
     def run(self, task: StageMessage, message: Message) -> None:
         """The stage of `task` on this agent, to its conclusion: admitted, claimed, kept, run, reported."""
         op_id = operation_id(task.job_id, task.stage, task.shard)
+        if not _claimed_path_loaded:
+            threading.Thread(target=_load_claimed_path, name="load", daemon=True).start()
         # What is decided before the claim comes with the message (the envelope comes with the claim).
         timeline = self.admission.timeline(task, op_id)
         ref = stage_attempts.StageRef(self.table_name, task.job_id, task.stage_index, task.attempt, self.config.agent_id, shard=task.shard)
@@ -113,7 +133,7 @@ class StageRunner:
             key = AttemptKey(ref.job_id, ref.stage_index, ref.attempt, ref.shard)
             granted = claimed.granted
             credentials = self.sessions.granted(key, claimed.claim_secret, granted.session)
-            # What only a claimed attempt needs is imported here: an idle agent never loads it.
+            # Loaded beside the claim (_load_claimed_path): found at once here.
             from relevo_core.jobs.handoff_sources import JobContext
             from relevo_core.models.envelope import read_envelope
 
@@ -192,7 +212,7 @@ class StageRunner:
                     # A receipt decides (a success never acknowledged): nothing to prepare or run.
                     self._reconcile(run, plan, op_id, local, previous, precondition, workspace, {})
                     return
-                prepared = self._prepare(run, context, plan, op_id, workspace, shipper)
+                prepared = self._prepare(run, context, plan, op_id, workspace, shipper, journaled=precondition)
                 if prepared is None:
                     return
                 env = self.command.environment(envelope, task, workspace, prepared)
@@ -230,10 +250,11 @@ class StageRunner:
         return precondition
 
     def _prepare(
-        self, run: StageRun, context: JobContext, plan: StagePlan, op_id: str, workspace: Path, shipper: Any
+        self, run: StageRun, context: JobContext, plan: StagePlan, op_id: str, workspace: Path, shipper: Any, journaled: str = "",
     ) -> Prepared | None:
         """Checkout and restore (relevo_agent.prepare). None when the attempt ended there: it failed
-        (concluded with the step's error class) or it was stopped."""
+        (concluded with the step's error class) or it was stopped. `journaled`: the precondition
+        the journal already holds for this attempt ("" when none)."""
         from relevo_agent.prepare import PrepareFailure, PrepareStopped, prepare
 
         ref = run.ref
@@ -270,7 +291,8 @@ class StageRunner:
             return None
         except (BotoCoreError, ClientError) as exc:
             log.warning("%s attempt %d: what the restore did was not recorded (%s)", op_id, ref.attempt, exc)
-        self.journal.set_precondition(op_id, ref.attempt, prepared.precondition)
+        if prepared.precondition != journaled:  # the same again (nothing checked out or restored) is not written twice
+            self.journal.set_precondition(op_id, ref.attempt, prepared.precondition)
         return prepared
 
     # ------------------------------------------------------------------ reconcile

@@ -8,13 +8,14 @@ from http import HTTPStatus
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from relevo_core.config.agent_sessions import agent_sessions_settings
-from relevo_core.fleet.claims import claim_stage, renew_session
+from relevo_core.fleet.claims import claim_stage, ready, renew_session
 from relevo_core.http import json_body, json_response, register_error_handlers
 from relevo_core.models.agent_session import ClaimRequest, SessionRequest
 from relevo_core.observability import correlate, lambda_entry
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
+ready()
 
 
 @app.post("/regions/<region>/claims")

@@ -14,13 +14,13 @@ claim that still holds the attempt, proved by the claim secret only that agent k
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from relevo_core.aws import error_code, in_this_context
+from relevo_core.aws import error_code, in_this_context, ready_clients, side_by_side
 from relevo_core.config.agent_sessions import AgentSessionsSettings
 from relevo_core.execution import TaskGone, fail_task, succeed_task
 from relevo_core.fleet import job_credentials
@@ -38,6 +38,12 @@ from relevo_core.store.keys import SHARD_INFIX, attempt_sk, is_stage_sk, stage_s
 # message back or drop it (relevo_agent's ClaimRefused.held), nothing of what the stage left.
 _REFUSAL_FIELDS = ("status", "attempt", "agent_id", "lease_expires_at")
 _LIVE = {StageStatus.RUNNING.value, StageStatus.RECONCILED.value}
+
+
+def ready() -> None:
+    """At the claim function's init: the clients every claim uses (its reads and claim, the job's
+    session, the answer to the dispatch), so that an environment's first claim builds none."""
+    ready_clients("dynamodb", "sts", "stepfunctions")
 
 
 def _known_region(settings: AgentSessionsSettings, region: str) -> None:
@@ -123,16 +129,20 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
 
     # Side by side: the session is thrown away if the claim is refused (it grants nothing another
     # claim of this region could not get for itself).
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        claimed = pool.submit(in_this_context(claim))
-        minted = pool.submit(in_this_context(mint))
-        try:
-            previous = claimed.result()
-        except stage_attempts.ClaimRefused as refused:
-            found = {name: refused.item[name] for name in _REFUSAL_FIELDS if name in refused.item}
-            raise RelevoError(ErrorCode.CLAIM_REFUSED, f"{request.job_id} stage {index} attempt {request.attempt} is not free", **found) from None
-        accepted = _accept(request, repeat) if request.accept else None
-        session = minted.result()
+    pool = side_by_side()
+    claimed = pool.submit(in_this_context(claim))
+    minted = pool.submit(in_this_context(mint))
+    try:
+        previous = claimed.result()
+    except stage_attempts.ClaimRefused as refused:
+        wait([minted])  # the mint ends before the request does: nothing of it runs on after its answer
+        found = {name: refused.item[name] for name in _REFUSAL_FIELDS if name in refused.item}
+        raise RelevoError(ErrorCode.CLAIM_REFUSED, f"{request.job_id} stage {index} attempt {request.attempt} is not free", **found) from None
+    except BaseException:
+        wait([minted])
+        raise
+    accepted = _accept(request, repeat) if request.accept else None
+    session = minted.result()
     # The other stages' records and their shards' (what their handoffs and values left); of its
     # own stage, neither its own record nor a sibling shard's: a shard stands on earlier stages only.
     siblings = f"{stage_sk(index)}{SHARD_INFIX}"
@@ -162,10 +172,11 @@ def renew_session(settings: AgentSessionsSettings, region: str, request: Session
     report of an attempt the agent ran)."""
     _known_region(settings, region)
     table = settings.table_name
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        job = pool.submit(in_this_context(get_job_record), table, request.job_id)
-        held = pool.submit(in_this_context(stage_attempts.claim_on_record), table, request.job_id, request.stage_index, request.shard)
-        record, on_record = job.result(), held.result()
+    pool = side_by_side()
+    job = pool.submit(in_this_context(get_job_record), table, request.job_id)
+    held = pool.submit(in_this_context(stage_attempts.claim_on_record), table, request.job_id, request.stage_index, request.shard)
+    wait([job, held])
+    record, on_record = job.result(), held.result()
     envelope = context_of([record]).envelope
     if envelope.region_affinity != region:
         raise _not_dispatched_here(request, region)

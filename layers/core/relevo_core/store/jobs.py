@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from botocore.exceptions import ClientError
 
-from relevo_core.aws import client, error_code, in_this_context
+from relevo_core.aws import client, error_code, in_this_context, side_by_side
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import HeldReason, JobStatus
@@ -483,8 +482,7 @@ def query_job_items(table: str, job_id: str) -> list[dict[str, Any]]:
             TableName=table, KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": pk}}, ConsistentRead=True,
         ))
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        record, stages = pool.map(in_this_context(partition), (job_pk(job_id), stages_pk(job_id)))
+    record, stages = side_by_side().map(in_this_context(partition), (job_pk(job_id), stages_pk(job_id)))
     return record + stages
 
 
