@@ -141,12 +141,20 @@ def test_without_fail_fast_the_siblings_finish_then_the_stage_fails_naming_each_
     entry = dead_letter(local_stack, job_id)
     failed = [json.loads(failure["Cause"]) for failure in json.loads(entry["cause"])]
     assert sorted((f["shard"], f["error_class"]) for f in failed) == [(0, "Relevo.Fatal.ExitCode"), (2, "Relevo.Fatal.Checksum")]
+    from relevo_cli.api import RelevoApi
+
+    # The entry as an operator reads it (GET /dlq/{job}, relevo dlq view): every failed shard, each with what it left.
+    described = RelevoApi.for_stack(local_stack).dead_letter(job_id)
+    assert described["failed_shards"] == [0, 2]
+    assert [(f["shard"], f["error_class"], f["attempts"]) for f in described["shard_failures"]] == [
+        (0, "Relevo.Fatal.ExitCode", 1), (2, "Relevo.Fatal.Checksum", 1)]
 
 
 def test_without_fail_fast_one_failed_shard_fails_the_stage_with_its_own_error(local_stack, project_id):
     """One failure among the shards: moto's JSONPath reads `$[*].failed.Error` of a single match as
-    the string itself where AWS gives a one-item list, so the error is read off the first failure
-    (an intrinsic, then a plain path), which both read alike."""
+    the string itself where AWS gives a one-item list, so the error is each failed shard's own
+    `error` (`$[*].error`, a list on both) taken by an intrinsic. The dead-letter entry names the
+    shard and what it left."""
     job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": 2, "fail_fast": False}])
     runs = [claim_shard(local_stack, task, f"mac-{task['shard']}") for task in stage_messages(local_stack, job_id, 2)]
 
@@ -157,6 +165,11 @@ def test_without_fail_fast_one_failed_shard_fails_the_stage_with_its_own_error(l
     entry = dead_letter(local_stack, job_id)
     assert entry["error"] == "Relevo.Fatal.Checksum"
     assert [json.loads(failure["Cause"])["shard"] for failure in json.loads(entry["cause"])] == [1]
+    from relevo_cli.api import RelevoApi
+
+    described = RelevoApi.for_stack(local_stack).dead_letter(job_id)
+    assert (described["failed_stage"], described["failed_shards"]) == ("test", [1])
+    assert [(f["shard"], f["error_class"], f["attempts"]) for f in described["shard_failures"]] == [(1, "Relevo.Fatal.Checksum", 1)]
 
 
 def test_the_claim_route_claims_each_shard_on_its_own_record_and_refuses_a_message_without_its_shard(local_stack, project_id, tmp_path):

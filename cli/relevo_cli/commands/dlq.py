@@ -31,8 +31,11 @@ def dlq_list(
     for column in ("job", "project", "failed stage", "error", "attempts", "last good stage", "state"):
         add_column(table, column)
     for entry in listing["entries"]:
+        failed_stage = entry["failed_stage"] or "-"
+        if entry.get("failed_shards"):
+            failed_stage += " (shard " + ", ".join(str(shard) for shard in entry["failed_shards"]) + ")"
         table.add_row(
-            entry["job_id"], entry["project"], entry["failed_stage"] or "-", entry["error"],
+            entry["job_id"], entry["project"], failed_stage, entry["error"],
             str(entry["attempts"] or "-"), entry["last_successful_stage"] or "-", entry["state"],
         )
     console.print(table)

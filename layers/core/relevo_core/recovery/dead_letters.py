@@ -42,7 +42,7 @@ def describe(entry: dict[str, Any]) -> dict[str, Any]:
     last_good = record.get("last_successful_stage")
     details = _details(entry)
     detail = details[0] if details else {}
-    shards = sorted(d["shard"] for d in details if isinstance(d.get("shard"), int))
+    shard_details = sorted((d for d in details if isinstance(d.get("shard"), int)), key=lambda d: d["shard"])
     return {
         "job_id": entry["job_id"],
         "project": entry["project"],
@@ -50,7 +50,14 @@ def describe(entry: dict[str, Any]) -> dict[str, Any]:
         "error": entry["error"],
         "failed_stage": detail.get("stage"),
         # A stage with shards: the shards that failed (with fail_fast, the one that stopped the others).
-        "failed_shards": shards or None,
+        "failed_shards": [d["shard"] for d in shard_details] or None,
+        # What each failed shard left: its error class, attempts, backoff and cause, so that an
+        # operator sees every shard's failure, not only the first.
+        "shard_failures": [
+            {"shard": d["shard"], "error_class": d.get("error_class"), "attempts": d.get("attempts"),
+             "cumulative_backoff_sec": d.get("cumulative_backoff_sec"), "cause": d.get("cause")}
+            for d in shard_details
+        ] or None,
         "attempts": detail.get("attempts"),
         "cumulative_backoff_sec": detail.get("cumulative_backoff_sec"),
         "cause": detail.get("cause", entry.get("cause")),
