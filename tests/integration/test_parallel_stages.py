@@ -11,6 +11,7 @@ import re
 import time
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -469,3 +470,48 @@ def test_a_rerun_from_a_later_stage_restores_every_shards_handoff_from_the_job_i
     with pytest.raises(ApiError) as expired:
         api.rerun_job(job_id, "report")
     assert expired.value.code == "HANDOFF_EXPIRED" and f"stage test#shard-1 of {job_id} handed on files" in str(expired.value)
+
+
+def test_each_shards_artifacts_are_its_own_listed_and_downloaded_by_shard(local_stack, project_id, tmp_path, monkeypatch):
+    """Real agents (in process): two shards leave app.ipa of bytes of their own. Each is stored
+    under test/shard-<k>/ with a record naming its shard (neither overwrites the other), the job
+    view and `relevo artifact list` name the shard, the name alone is ambiguous (409 naming the
+    shards), and `relevo artifact download --shard 1` gets shard 1's bytes, verified."""
+    from typer.testing import CliRunner
+
+    from relevo_cli.api import ApiError, RelevoApi
+    from relevo_cli.commands.common import console
+    from relevo_cli.main import app
+
+    monkeypatch.setattr(console, "width", 250)
+    job_id = start_job(local_stack, project_id, [
+        {"name": "test", "parallel": 2, "run": 'echo "built by shard $RELEVO_SHARD_INDEX" > "$RELEVO_ARTIFACT_DIR/app.ipa"'}])
+    for task in stage_messages(local_stack, job_id, 2):
+        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+
+    api = RelevoApi.for_stack(local_stack)
+    view = api.get_job(job_id)
+    assert sorted((a["stage"], a["shard"], a["name"], a["size"]) for a in view["artifacts"]) == [
+        ("test", 0, "app.ipa", len("built by shard 0\n")), ("test", 1, "app.ipa", len("built by shard 1\n"))]
+    for shard in range(2):
+        link = api.artifact_link(job_id, "app.ipa", shard=shard)
+        assert link["shard"] == shard and urlsplit(link["url"]).path.endswith(f"/{job_id}/test/shard-{shard}/app.ipa"), link["url"]
+    with pytest.raises(ApiError) as ambiguous:
+        api.artifact_link(job_id, "app.ipa")
+    assert (ambiguous.value.status, ambiguous.value.code) == (409, "ARTIFACT_AMBIGUOUS")
+    assert ambiguous.value.body["details"] == {"stages": ["test"], "shards": [0, 1]}
+    with pytest.raises(ApiError) as missing:
+        api.artifact_link(job_id, "app.ipa", shard=2)
+    assert (missing.value.status, missing.value.code) == (404, "ARTIFACT_NOT_FOUND")
+
+    stack_file = tmp_path / "stack.json"
+    stack_file.write_text(json.dumps(local_stack.model_dump()))
+    runner = CliRunner()
+    listed = runner.invoke(app, ["artifact", "list", job_id, "--stack-file", str(stack_file)])
+    assert listed.exit_code == 0 and "test#shard-0" in listed.stdout and "test#shard-1" in listed.stdout, listed.stdout
+    out = tmp_path / "dl" / "app.ipa"
+    got = runner.invoke(app, ["artifact", "download", job_id, "app.ipa", "--shard", "1", "-o", str(out), "--stack-file", str(stack_file)])
+    assert got.exit_code == 0, got.output
+    assert out.read_text() == "built by shard 1\n"
+

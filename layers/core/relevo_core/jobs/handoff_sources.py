@@ -193,7 +193,7 @@ def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]
         if stage.handoff is None:
             continue
         kept = records.setdefault(stage.job_id, [r for r in list_artifacts(table, stage.job_id) if r.kind == "handoff"])
-        removed = [r for r in kept if r.stage == stage.name and r.attempt == stage.handoff.attempt and r.removed_at]
+        removed = [r for r in kept if (r.stage, r.shard, r.attempt) == (stage.name, stage.shard, stage.handoff.attempt) and r.removed_at]
         if removed:
             raise RelevoError(
                 ErrorCode.HANDOFF_EXPIRED,

@@ -41,6 +41,13 @@ class ArtifactRecord(BaseModel):
     # bounds and expires with the job's artifacts like any other, but is not one of the files the
     # stage left in RELEVO_ARTIFACT_DIR.
     kind: Literal["artifact", "handoff"] = "artifact"
+    # The shard of a stage with shards that stored it (its object under `<stage>/shard-<k>/`);
+    # None for a stage without shards.
+    shard: int | None = Field(default=None, ge=0)
+
+    @property
+    def sk(self) -> str:
+        return artifact_sk(self.stage, self.path, self.shard)
 
 
 def _lease_lost(ref: StageRef, exc: ClientError) -> LeaseLost:
@@ -52,7 +59,7 @@ def record(ref: StageRef, artifact: ArtifactRecord, expires_at: int) -> None:
     with the job. The object in S3 goes by the bucket's lifecycle rule (ArtifactRetentionDays)."""
     item: dict[str, Any] = {
         "pk": artifact_pk(artifact.job_id),
-        "sk": artifact_sk(artifact.stage, artifact.path),
+        "sk": artifact.sk,
         **artifact.model_dump(exclude_none=True),
         "ttl": expires_at,
     }
@@ -97,7 +104,7 @@ def record_handoff(ref: StageRef, records: list[ArtifactRecord], summary: dict[s
                 "Put": {
                     "TableName": ref.table,
                     "Item": to_attributes(
-                        {"pk": artifact_pk(r.job_id), "sk": artifact_sk(r.stage, r.path), **r.model_dump(exclude_none=True), "ttl": expires_at}
+                        {"pk": artifact_pk(r.job_id), "sk": r.sk, **r.model_dump(exclude_none=True), "ttl": expires_at}
                     ),
                 }
             }
