@@ -130,3 +130,22 @@ def test_each_shards_files_are_stored_and_recorded_as_its_own(local_stack, tmp_p
     assert [obj["Key"] for obj in s3.list_objects_v2(Bucket=bucket, Prefix=f"shards/{job_id}/")["Contents"]] == [
         f"shards/{job_id}/test/shard-0/app.ipa", f"shards/{job_id}/test/shard-1/app.ipa"]
 
+
+def test_a_shards_quota_counts_its_siblings_files_and_not_its_own_earlier_attempts(local_stack, tmp_path: Path):
+    bucket = local_stack.resources["ArtifactBucket"]
+    job_id = "job_" + secrets.token_hex(8)
+    uri = f"s3://{bucket}/quota/{job_id}/"
+    upload_artifacts(_shard_claimed(local_stack, job_id, 0), "test", _files(tmp_path / "s0", app=3000), uri, "us-east-1", print, EXPIRES,
+                     max_job_bytes=5000)
+    upload_artifacts(_shard_claimed(local_stack, job_id, 1), "test", _files(tmp_path / "s1", app=1000), uri, "us-east-1", print, EXPIRES,
+                     max_job_bytes=5000)
+
+    # Shard 1's retry: its own first attempt does not count (it is replaced), shard 0's 3000 do.
+    retry = _shard_claimed(local_stack, job_id, 1, attempt=2)
+    with pytest.raises(ArtifactFailure) as refused:
+        upload_artifacts(retry, "test", _files(tmp_path / "s1-again", app=2500), uri, "us-east-1", print, EXPIRES, max_job_bytes=5000)
+    assert refused.value.error_class is ErrorClass.ARTIFACT_QUOTA
+    assert "to 5500 bytes, over the project's artifact.max_job_bytes 5000 (other stages and shards: 3000 bytes)" in str(refused.value)
+    assert sorted((record.shard, record.size) for record in artifact_store.list_artifacts(local_stack.table_name, job_id)) == [(0, 3000), (1, 1000)]
+    upload_artifacts(retry, "test", _files(tmp_path / "s1-fits", app=2000), uri, "us-east-1", print, EXPIRES, max_job_bytes=5000)
+    assert sorted((record.shard, record.size) for record in artifact_store.list_artifacts(local_stack.table_name, job_id)) == [(0, 3000), (1, 2000)]

@@ -123,16 +123,21 @@ class QuotaExceeded(Exception):
 
 
 def check_job_quota_bytes(ref: StageRef, stage: str, adding: int, max_job_bytes: int | None, what: str) -> None:
-    """Before anything is uploaded: the job's artifacts recorded by its other stages plus `adding`
-    must fit in max_job_bytes. (An earlier attempt of this stage left records the retry's replace:
-    they do not count.) Raises QuotaExceeded, nothing written."""
+    """Before anything is uploaded: the job's artifacts recorded by its other stages (and by this
+    stage's other shards) plus `adding` must fit in max_job_bytes. (An earlier attempt of this
+    stage, or of this shard, left records the retry's replace: they do not count; a sibling
+    shard's are the job's as much as another stage's.) Raises QuotaExceeded, nothing written."""
     if max_job_bytes is None or adding == 0:
         return
-    stored = sum(record.size for record in list_artifacts(ref.table, ref.job_id) if record.stage != stage and record.removed_at is None)
+    stored = sum(
+        record.size for record in list_artifacts(ref.table, ref.job_id)
+        if (record.stage, record.shard) != (stage, ref.shard) and record.removed_at is None
+    )
     if stored + adding > max_job_bytes:
+        others = "other stages" if ref.shard is None else "other stages and shards"
         raise QuotaExceeded(
             f"{what} of {adding} bytes would bring the job's artifacts to {stored + adding} bytes, over the project's "
-            f"artifact.max_job_bytes {max_job_bytes} (other stages: {stored} bytes); nothing was uploaded"
+            f"artifact.max_job_bytes {max_job_bytes} ({others}: {stored} bytes); nothing was uploaded"
         )
 
 
