@@ -63,7 +63,8 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
         "write X's log": _dynamodb(table, "PutItem", f"LOGS#{X}", "data", "ttl"),
         "write X's artifact records": _dynamodb(table, "PutItem", f"ARTIFACTS#{X}", "sha256"),
         "put X's objects": Request("s3:PutObject", f"{bucket}/{P}/{X}/build/app.ipa"),
-        # A shard's files go under <stage>/shard-<k>/ (docs/parallel-stages.md), still the job's prefix.
+        # A shard's files go under <stage>/shard-<k>/ (docs/parallel-stages.md), still the job's prefix:
+        # a trailing * matches across "/" too (IAM User Guide, "IAM JSON policy elements: Resource").
         "put X's shard's objects": Request("s3:PutObject", f"{bucket}/{P}/{X}/test/shard-1/app.ipa"),
         "answer a stage task": Request("states:SendTaskSuccess", "*"),
         # What nobody's agent may do.
