@@ -13,12 +13,7 @@ from rich.table import Table
 
 from relevo_cli.cli_errors import JobId
 from relevo_cli.commands.common import StackOption, add_column, console, errors, stack_api
-
-
-def stage_label(artifact: dict) -> str:
-    """The stage that left it, and for a stage with shards its shard: `test#shard-1` (as the
-    shard's operation id and handoff name it)."""
-    return artifact["stage"] if artifact.get("shard") is None else f"{artifact['stage']}#shard-{artifact['shard']}"
+from relevo_cli.words import artifact_stage
 
 
 def removal_note(artifact: dict) -> str | None:
@@ -49,14 +44,14 @@ def artifacts_list(
     for column in ("stage", "name", "size", "sha256", "stored"):
         add_column(table, column)
     for artifact in job["artifacts"]:
-        table.add_row(stage_label(artifact), artifact["name"], str(artifact["size"]), artifact["sha256"],
+        table.add_row(artifact_stage(artifact), artifact["name"], str(artifact["size"]), artifact["sha256"],
                       "removed" if artifact.get("removed_at") else "yes")
     console.print(table)
     # Whole lines under the table (never wrapped to a column's width).
     for artifact in job["artifacts"]:
         note = removal_note(artifact)
         if note:
-            console.print(f"{stage_label(artifact)}/{artifact['name']}: {note} ({artifact['removed_reason']})",
+            console.print(f"{artifact_stage(artifact)}/{artifact['name']}: {note} ({artifact['removed_reason']})",
                           markup=False, highlight=False, soft_wrap=True)
 
 
