@@ -195,9 +195,11 @@ def upload_artifacts(
     if transfer is not None:
         transfer.start(len(files), sum(path.stat().st_size for path in files))
     records: list[artifact_store.ArtifactRecord] = []
+    # A shard's files are its own: shards leaving one name never overwrite each other's object.
+    stage_folder = f"{stage}/" if ref.shard is None else f"{stage}/shard-{ref.shard}/"
     for path in files:
         relative = path.relative_to(artifact_dir).as_posix()
-        s3_key = f"{prefix}{stage}/{relative}"
+        s3_key = f"{prefix}{stage_folder}{relative}"
         size = path.stat().st_size
         sha256 = sha256_file(path)
         if transfer is not None:
@@ -232,6 +234,7 @@ def upload_artifacts(
             attempt=ref.attempt,
             agent_id=ref.agent_id,
             uploaded_at=datetime.now(timezone.utc).isoformat(),
+            shard=ref.shard,
         )
         artifact_store.record(ref, record, expires_at)
         records.append(record)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from relevo_agent import reconcile
 from relevo_agent.config import AgentConfig
 from relevo_core.jobs.handoff_sources import EarlierStage, JobContext, earlier_stages
-from relevo_core.models.errors import ErrorClass
+from relevo_core.models.errors import ErrorClass, RelevoError
 from relevo_core.models.handoff import MAX_HANDED_ON_OUTPUT_BYTES, output_variable, outputs_size
 from relevo_core.models.plan import StagePlan
 from relevo_core.store import stage_attempts
@@ -105,7 +105,10 @@ def prepare(
     """The workspace of `plan` made the job's; raises PrepareFailure or PrepareStopped."""
     envelope = context.envelope
     index = ref.stage_index
-    commit = context.commit()
+    try:
+        commit = context.commit()
+    except RelevoError as differ:  # COMMITS_DIFFER: the shards of the first checkout did not agree
+        raise PrepareFailure(ErrorClass.CHECKOUT_FAILED, f"checkout: {differ.message}") from None
     workspace.mkdir(parents=True, exist_ok=True)
     if envelope.checkout is not None:
         from relevo_agent.checkout import checkout

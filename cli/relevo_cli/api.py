@@ -178,6 +178,6 @@ class RelevoApi:
         params = {"from_seq": from_seq, "before_seq": before_seq, "limit": limit}
         return self.request("GET", f"/jobs/{job_id}/logs", params={k: v for k, v in params.items() if v is not None})
 
-    def artifact_link(self, job_id: str, name: str, stage: str | None = None) -> dict[str, Any]:
-        params = {"stage": stage} if stage else None
+    def artifact_link(self, job_id: str, name: str, stage: str | None = None, shard: int | None = None) -> dict[str, Any]:
+        params = {key: value for key, value in (("stage", stage), ("shard", shard)) if value is not None} or None
         return self.request("GET", f"/jobs/{job_id}/artifacts/{quote(name, safe='')}", params=params)

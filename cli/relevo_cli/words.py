@@ -152,6 +152,12 @@ def shard_name(stage: str, shard: dict[str, Any]) -> str:
     return f"{stage}[{shard['label']}]"
 
 
+def artifact_stage(artifact: dict[str, Any]) -> str:
+    """The stage that left an artifact, and for a stage with shards its shard: `test#shard-1`
+    (as its object's path `test/shard-1/`, its operation id and its handoff name it)."""
+    return artifact["stage"] if artifact.get("shard") is None else f"{artifact['stage']}#shard-{artifact['shard']}"
+
+
 def macs_by_stage(job: dict[str, Any]) -> list[tuple[str, list[str]]]:
     """Which Mac ran which stages, in plan order: [(agent, [stages])]; a stage retried on another
     Mac counts for the one that ran its last attempt; a stage with shards, each shard for its own."""

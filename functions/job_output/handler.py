@@ -33,7 +33,7 @@ def artifact(job_id: str, name: str):
     query = parse_query(ArtifactQuery, app.current_event.query_string_parameters)
     # A name under a subdirectory holds '/': the client percent-encodes it, and API Gateway
     # (REST) hands path parameters over still encoded.
-    link = artifact_link(table_settings().table_name, job_id, unquote(name), query.stage, datetime.now(timezone.utc))
+    link = artifact_link(table_settings().table_name, job_id, unquote(name), query.stage, datetime.now(timezone.utc), query.shard)
     return json_response(HTTPStatus.OK, link)
 
 

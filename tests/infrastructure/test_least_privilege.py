@@ -63,6 +63,9 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
         "write X's log": _dynamodb(table, "PutItem", f"LOGS#{X}", "data", "ttl"),
         "write X's artifact records": _dynamodb(table, "PutItem", f"ARTIFACTS#{X}", "sha256"),
         "put X's objects": Request("s3:PutObject", f"{bucket}/{P}/{X}/build/app.ipa"),
+        # A shard's files go under <stage>/shard-<k>/ (docs/parallel-stages.md), still the job's prefix:
+        # a trailing * matches across "/" too (IAM User Guide, "IAM JSON policy elements: Resource").
+        "put X's shard's objects": Request("s3:PutObject", f"{bucket}/{P}/{X}/test/shard-1/app.ipa"),
         "answer a stage task": Request("states:SendTaskSuccess", "*"),
         # What nobody's agent may do.
         "X's outcome": _dynamodb(table, "UpdateItem", f"JOB#{X}", "status"),
@@ -75,6 +78,7 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
         "Y's objects": Request("s3:PutObject", f"{bucket}/{Q}/{Y}/build/app.ipa"),
         "Y's handoff": Request("s3:GetObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"),
         "another job of P": Request("s3:PutObject", f"{bucket}/{P}/{Y}/build/app.ipa"),
+        "a shard's object of another job of P": Request("s3:PutObject", f"{bucket}/{P}/{Y}/test/shard-1/app.ipa"),
         "Q's signing identity": Request("secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{Q}/dist.p12-AbCdEf"),
         "P's signing identity": Request("secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{P}/dist.p12-AbCdEf"),
         "Q's checkout credentials": Request("secretsmanager:GetSecretValue", f"{secret}/_git/{Q}/token-AbCdEf"),
@@ -85,7 +89,10 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
     }
 
 
-JOB_MAY = {"read X's envelope", "write X's stage attempt", "write X's log", "write X's artifact records", "put X's objects", "answer a stage task"}
+JOB_MAY = {
+    "read X's envelope", "write X's stage attempt", "write X's log", "write X's artifact records", "put X's objects", "put X's shard's objects",
+    "answer a stage task",
+}
 
 
 def test_job_xs_session_does_its_own_job_and_nothing_else(rendered):

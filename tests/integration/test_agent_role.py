@@ -141,11 +141,13 @@ def test_what_the_job_credentials_do_for_their_own_job_is_allowed(local_stack, m
     # Writes are authorized, then refused by a condition that never holds: nothing is left behind.
     for args in (_update(table, f"STAGES#{x}", "STAGE#00", "status", "running"), ):
         assert refusal_code(lambda: dynamodb.update_item(**args, **NEVER)) == "ConditionalCheckFailedException"
-    for pk, sk in ((f"LOGS#{x}", "SEQ#000000000000"), (f"ARTIFACTS#{x}", "build/app.ipa")):
+    for pk, sk in ((f"LOGS#{x}", "SEQ#000000000000"), (f"ARTIFACTS#{x}", "build#app.ipa"), (f"ARTIFACTS#{x}", "test#shard-1/app.ipa")):
         assert refusal_code(lambda: dynamodb.put_item(**_put(table, pk, sk, data="x"), **NEVER)) == "ConditionalCheckFailedException"
     bucket = local_stack.resources["ArtifactBucket"]
-    s3.put_object(Bucket=bucket, Key=f"{matrix.x.project}/{x}/build/app.ipa", Body=b"ipa")
-    assert s3.get_object(Bucket=bucket, Key=f"{matrix.x.project}/{x}/build/app.ipa")["Body"].read() == b"ipa"
+    # A stage's files, and a shard's (under <stage>/shard-<k>/, docs/parallel-stages.md): both the job's prefix.
+    for key in (f"{matrix.x.project}/{x}/build/app.ipa", f"{matrix.x.project}/{x}/test/shard-1/app.ipa"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"ipa")
+        assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"ipa"
 
 
 @pytest.mark.parametrize(
@@ -167,6 +169,7 @@ def test_what_the_job_credentials_do_for_their_own_job_is_allowed(local_stack, m
         ("Y's artifact object", lambda t, m: ("s3", "put_object", {"Key": f"{m.y.project}/{m.y.job_id}/build/forged.ipa", "Body": b"x"}), "AccessDenied"),
         ("Y's handoff manifest", lambda t, m: ("s3", "get_object", {"Key": f"{m.y.project}/{m.y.job_id}/.relevo-handoff/build/manifest.json"}), "AccessDenied"),
         ("another job of X's project", lambda t, m: ("s3", "put_object", {"Key": f"{m.x.project}/job_{'0' * 26}/build/forged.ipa", "Body": b"x"}), "AccessDenied"),
+        ("a shard's object of another job of X's project", lambda t, m: ("s3", "put_object", {"Key": f"{m.x.project}/job_{'0' * 26}/test/shard-1/forged.ipa", "Body": b"x"}), "AccessDenied"),
         ("the bucket's top", lambda t, m: ("s3", "put_object", {"Key": "forged.ipa", "Body": b"x"}), "AccessDenied"),
         # Secrets: another project's signing identities and checkout credentials; X's own
         # project's signing identities too, since X's plan does not sign.

@@ -1,9 +1,11 @@
 """artifact.max_job_bytes (issue 20): a stage whose files would take its job's artifacts past the
 project's bound fails Relevo.Fatal.ArtifactQuota before anything is uploaded (no object, no
-record); what the job's other stages stored counts, an earlier attempt of the same stage does not."""
+record); what the job's other stages stored counts, an earlier attempt of the same stage does not.
+A stage's shards store and record their files each as its own, and count each other's."""
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,7 +17,7 @@ from relevo_core.aws import client
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.project import Project
 from relevo_core.store import artifacts as artifact_store
-from relevo_core.store import stage_attempts
+from relevo_core.store import keys, stage_attempts
 
 EXPIRES = 1_900_000_000
 
@@ -86,3 +88,64 @@ def test_the_job_view_gives_the_artifact_total_and_the_bound(local_stack, projec
         assert sorted(a["size"] for a in view["artifacts"]) == [300, 1200]
     finally:
         api.cancel_job(job_id)
+
+
+def _shard_claimed(stack, job_id: str, shard: int, attempt: int = 1) -> stage_attempts.StageRef:
+    ref = stage_attempts.StageRef(stack.table_name, job_id, 0, attempt, f"mac-{shard}", shard=shard)
+    client("dynamodb").put_item(
+        TableName=stack.table_name,
+        Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": keys.shard_sk(0, shard)}, "stage_name": {"S": "test"}, "shard_index": {"N": str(shard)}},
+    )
+    stage_attempts.claim(ref, 30, datetime.now(timezone.utc))
+    return ref
+
+
+def test_each_shards_files_are_stored_and_recorded_as_its_own(local_stack, tmp_path: Path):
+    """Two shards of one stage leaving the same name: each its own object (under
+    <stage>/shard-<k>/) and record (with its shard), neither overwriting the other; a retry of a
+    shard replaces that shard's only."""
+    bucket = local_stack.resources["ArtifactBucket"]
+    job_id = "job_" + secrets.token_hex(8)
+    uri = f"s3://{bucket}/shards/{job_id}/"
+    for shard in range(2):
+        out = tmp_path / f"shard-{shard}"
+        out.mkdir()
+        (out / "app.ipa").write_text(f"shard {shard}\n")
+        upload_artifacts(_shard_claimed(local_stack, job_id, shard), "test", out, uri, "us-east-1", print, EXPIRES)
+    retried = tmp_path / "shard-1-again"
+    retried.mkdir()
+    (retried / "app.ipa").write_text("shard 1, attempt 2\n")
+    upload_artifacts(_shard_claimed(local_stack, job_id, 1, attempt=2), "test", retried, uri, "us-east-1", print, EXPIRES)
+
+    found = sorted(artifact_store.list_artifacts(local_stack.table_name, job_id), key=lambda record: record.shard)
+    assert [(record.stage, record.shard, record.path, record.attempt, record.uri) for record in found] == [
+        ("test", 0, "app.ipa", 1, f"s3://{bucket}/shards/{job_id}/test/shard-0/app.ipa"),
+        ("test", 1, "app.ipa", 2, f"s3://{bucket}/shards/{job_id}/test/shard-1/app.ipa"),
+    ]
+    s3 = client("s3")
+    for record, body in zip(found, ("shard 0\n", "shard 1, attempt 2\n")):
+        key = record.uri.removeprefix(f"s3://{bucket}/")
+        assert s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode() == body
+        assert record.sha256 == hashlib.sha256(body.encode()).hexdigest()
+    assert [obj["Key"] for obj in s3.list_objects_v2(Bucket=bucket, Prefix=f"shards/{job_id}/")["Contents"]] == [
+        f"shards/{job_id}/test/shard-0/app.ipa", f"shards/{job_id}/test/shard-1/app.ipa"]
+
+
+def test_a_shards_quota_counts_its_siblings_files_and_not_its_own_earlier_attempts(local_stack, tmp_path: Path):
+    bucket = local_stack.resources["ArtifactBucket"]
+    job_id = "job_" + secrets.token_hex(8)
+    uri = f"s3://{bucket}/quota/{job_id}/"
+    upload_artifacts(_shard_claimed(local_stack, job_id, 0), "test", _files(tmp_path / "s0", app=3000), uri, "us-east-1", print, EXPIRES,
+                     max_job_bytes=5000)
+    upload_artifacts(_shard_claimed(local_stack, job_id, 1), "test", _files(tmp_path / "s1", app=1000), uri, "us-east-1", print, EXPIRES,
+                     max_job_bytes=5000)
+
+    # Shard 1's retry: its own first attempt does not count (it is replaced), shard 0's 3000 do.
+    retry = _shard_claimed(local_stack, job_id, 1, attempt=2)
+    with pytest.raises(ArtifactFailure) as refused:
+        upload_artifacts(retry, "test", _files(tmp_path / "s1-again", app=2500), uri, "us-east-1", print, EXPIRES, max_job_bytes=5000)
+    assert refused.value.error_class is ErrorClass.ARTIFACT_QUOTA
+    assert "to 5500 bytes, over the project's artifact.max_job_bytes 5000 (other stages and shards: 3000 bytes)" in str(refused.value)
+    assert sorted((record.shard, record.size) for record in artifact_store.list_artifacts(local_stack.table_name, job_id)) == [(0, 3000), (1, 1000)]
+    upload_artifacts(retry, "test", _files(tmp_path / "s1-fits", app=2000), uri, "us-east-1", print, EXPIRES, max_job_bytes=5000)
+    assert sorted((record.shard, record.size) for record in artifact_store.list_artifacts(local_stack.table_name, job_id)) == [(0, 3000), (1, 2000)]

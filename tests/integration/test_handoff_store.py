@@ -381,3 +381,33 @@ def test_two_shards_storing_one_path_differently_are_refused_at_the_restore_befo
     assert refused.value.error_class is ErrorClass.HANDOFF_CONFLICT and not refused.value.error_class.retryable
     assert f"shards build#shard-0 and build#shard-1 of {job_id} both hand on 'results/junit.xml' (differently)" in refused.value.message
     assert not (tmp_path / "later" / "results").exists()
+
+
+def test_a_shards_handoff_quota_counts_its_siblings_handoffs_and_not_its_own_earlier_attempt(local_stack, tmp_path):
+    """artifact.max_job_bytes for a shard's handoff: a sibling shard's stored objects are the
+    job's as much as another stage's (the check once left out every record of its stage's name);
+    the shard's own earlier attempt's are replaced by its retry, so they do not count."""
+    job_id, uri = _job(local_stack)
+    first = tmp_path / "mac-0"
+    (first / "results").mkdir(parents=True)
+    (first / "results" / "0.bin").write_bytes(b"0" * 3000)
+    store_handoff(_shard_claimed(local_stack, job_id, 0), "build", first, ("results",), uri, EXPIRES, {}, None, print, threading.Event(),
+                  max_job_bytes=5000)
+    records = artifact_store.list_artifacts(local_stack.table_name, job_id)
+    assert {record.shard for record in records} == {0} and sum(record.size for record in records) > 3000  # the pack and its manifest
+
+    second = tmp_path / "mac-1"
+    (second / "results").mkdir(parents=True)
+    (second / "results" / "1.bin").write_bytes(b"1" * 2500)
+    with pytest.raises(HandoffFailure) as refused:
+        store_handoff(_shard_claimed(local_stack, job_id, 1), "build", second, ("results",), uri, EXPIRES, {}, None, print, threading.Event(),
+                      max_job_bytes=5000)
+    assert refused.value.error_class is ErrorClass.ARTIFACT_QUOTA
+    assert "over the project's artifact.max_job_bytes 5000 (other stages and shards: " in str(refused.value)
+    assert {record.shard for record in artifact_store.list_artifacts(local_stack.table_name, job_id)} == {0}
+
+    # Shard 0's retry storing the same amount again: its first attempt's objects do not count.
+    retry = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-0", shard=0)
+    stage_attempts.claim(retry, 60, datetime.now(timezone.utc))
+    (first / "results" / "0.bin").write_bytes(b"2" * 3000)
+    store_handoff(retry, "build", first, ("results",), uri, EXPIRES, {}, None, print, threading.Event(), max_job_bytes=5000)

@@ -11,6 +11,7 @@ import re
 import time
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -747,3 +748,115 @@ def test_the_job_view_says_why_each_unclaimed_shard_waits(local_stack, project_i
     view = show_job(local_stack.table_name, job_id, datetime.now(timezone.utc))
     assert [(shard["shard"], shard["queue_reason"]) for shard in view["waiting_shards"]] == [(1, None)]
     assert view["queue_reason"] is None
+
+
+def test_each_shards_artifacts_are_its_own_listed_and_downloaded_by_shard(local_stack, project_id, tmp_path, monkeypatch):
+    """Real agents (in process): two shards leave app.ipa of bytes of their own. Each is stored
+    under test/shard-<k>/ with a record naming its shard (neither overwrites the other), the job
+    view and `relevo artifact list` name the shard, the name alone is ambiguous (409 naming the
+    shards), and `relevo artifact download --shard 1` gets shard 1's bytes, verified."""
+    from typer.testing import CliRunner
+
+    from relevo_cli.api import ApiError, RelevoApi
+    from relevo_cli.commands.common import console
+    from relevo_cli.main import app
+
+    monkeypatch.setattr(console, "width", 250)
+    job_id = start_job(local_stack, project_id, [
+        {"name": "test", "parallel": 2, "run": 'echo "built by shard $RELEVO_SHARD_INDEX" > "$RELEVO_ARTIFACT_DIR/app.ipa"'}])
+    for task in stage_messages(local_stack, job_id, 2):
+        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+
+    api = RelevoApi.for_stack(local_stack)
+    view = api.get_job(job_id)
+    assert sorted((a["stage"], a["shard"], a["name"], a["size"]) for a in view["artifacts"]) == [
+        ("test", 0, "app.ipa", len("built by shard 0\n")), ("test", 1, "app.ipa", len("built by shard 1\n"))]
+    for shard in range(2):
+        link = api.artifact_link(job_id, "app.ipa", shard=shard)
+        assert link["shard"] == shard and urlsplit(link["url"]).path.endswith(f"/{job_id}/test/shard-{shard}/app.ipa"), link["url"]
+    with pytest.raises(ApiError) as ambiguous:
+        api.artifact_link(job_id, "app.ipa")
+    assert (ambiguous.value.status, ambiguous.value.code) == (409, "ARTIFACT_AMBIGUOUS")
+    assert ambiguous.value.body["details"] == {"stages": ["test"], "shards": [0, 1]}
+    with pytest.raises(ApiError) as missing:
+        api.artifact_link(job_id, "app.ipa", shard=2)
+    assert (missing.value.status, missing.value.code) == (404, "ARTIFACT_NOT_FOUND")
+
+    stack_file = tmp_path / "stack.json"
+    stack_file.write_text(json.dumps(local_stack.model_dump()))
+    runner = CliRunner()
+    listed = runner.invoke(app, ["artifact", "list", job_id, "--stack-file", str(stack_file)])
+    assert listed.exit_code == 0 and "test#shard-0" in listed.stdout and "test#shard-1" in listed.stdout, listed.stdout
+    out = tmp_path / "dl" / "app.ipa"
+    got = runner.invoke(app, ["artifact", "download", job_id, "app.ipa", "--shard", "1", "-o", str(out), "--stack-file", str(stack_file)])
+    assert got.exit_code == 0, got.output
+    assert out.read_text() == "built by shard 1\n"
+
+
+def _sharded_first_checkout(local_stack, project_id: str, tmp_path) -> tuple[str, Any, str, list[dict[str, Any]]]:
+    """A job from the ref main of a project whose first stage to check out has two shards; a
+    report after it writes the commit it built. Returns (job, clone to push from, main's commit,
+    the shards' stage messages)."""
+    from relevo_cli.api import RelevoApi
+    from tests.integration.test_stage_handoff import _git, _repository
+
+    origin, work = _repository(tmp_path)
+    RelevoApi.for_stack(local_stack).put_project(project_id, {
+        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "checkout": {"url": str(origin), "timeout_sec": 60},
+        "stages": [{"name": "test", "parallel": 2, "run": "true"},
+                   {"name": "report", "run": f'echo "$RELEVO_COMMIT $(cat VERSION)" > "{tmp_path}/report-built"'}],
+    })
+    job_id = RelevoApi.for_stack(local_stack).run_project(project_id, {"ref": "main"})["job_id"]
+    return job_id, work, _git("rev-parse", "HEAD", cwd=work), stage_messages(local_stack, job_id, 2)
+
+
+@pytest.mark.timeout(240)
+def test_a_later_stage_builds_the_commit_the_shards_of_the_first_checkout_resolved(local_stack, project_id, tmp_path):
+    """Each shard records the commit it resolved on its own record; the later stage finds it
+    there, not the branch's tip after it moved."""
+    from tests.integration.test_stage_handoff import _push
+
+    job_id, work, first, tasks = _sharded_first_checkout(local_stack, project_id, tmp_path)
+    for task in tasks:
+        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+    assert _push(work, "1.5.0") != first
+    _run(_in_process_agent(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    assert (tmp_path / "report-built").read_text() == f"{first} 1.4.0\n"
+    found = {sk: from_attributes(item) for sk, item in records(local_stack, job_id).items()}
+    assert [found[keys.shard_sk(0, k)]["checkout_commit"] for k in range(2)] == [first, first]
+    from relevo_cli.api import RelevoApi
+
+    job = RelevoApi.for_stack(local_stack).get_job(job_id)
+    assert (job["commit"], job["commit_source"]) == (first, "checkout")
+
+
+@pytest.mark.timeout(240)
+def test_shards_that_checked_out_different_commits_fail_the_later_stage_naming_each_and_a_rerun_is_refused(local_stack, project_id, tmp_path):
+    """The branch moves between the two shards' checkouts: the job has no one commit. The later
+    stage fails for good before running (Relevo.Fatal.Checkout, naming each shard's commit), and
+    a rerun, which would pin the job's commit, is refused with COMMITS_DIFFER."""
+    from relevo_cli.api import ApiError, RelevoApi
+    from tests.integration.test_stage_handoff import _push
+
+    job_id, work, first, tasks = _sharded_first_checkout(local_stack, project_id, tmp_path)
+    _run(_in_process_agent(tmp_path, local_stack, "mac-0"), tasks[0])
+    moved = _push(work, "1.5.0")
+    _run(_in_process_agent(tmp_path, local_stack, "mac-1"), tasks[1])
+    _run(_in_process_agent(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
+
+    assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
+    assert not (tmp_path / "report-built").exists()
+    report = from_attributes(records(local_stack, job_id)[keys.stage_sk(1)])
+    assert (report["status"], report["error_class"]) == ("failed", "Relevo.Fatal.Checkout")
+    letter = dead_letter(local_stack, job_id)
+    assert letter["error"] == "Relevo.Fatal.Checkout", letter
+    assert f"the shards of stage test checked out main at different commits (shard 0 {first}, shard 1 {moved})" in json.dumps(letter)
+    api = RelevoApi.for_stack(local_stack)
+    assert api.get_job(job_id)["commit"] is None
+    with pytest.raises(ApiError) as refused:
+        api.rerun_job(job_id, None)
+    assert (refused.value.status, refused.value.code) == (409, "COMMITS_DIFFER")
+    assert refused.value.body["details"]["commits"] == {"0": first, "1": moved}

@@ -204,3 +204,12 @@ def test_the_log_page_marks_and_the_renderer_agree_on_the_shard_labels():
     log = StageLog(lambda _: None)
     log.chunk(_chunk("ui", "booted\n", shard=1), {"stages": marks})
     assert log.name(("ui", 1, 1)) == "ui[device=iPad Air, os=18.2]"
+
+
+def test_a_shards_artifact_removed_by_quota_is_noted_naming_its_shard():
+    from relevo_cli.commands.jobs import job_notes
+
+    removed = {"stage": "test", "shard": 2, "name": "app.ipa", "size": 9, "removed_at": AT.format(20), "removed_reason": "artifact.max_total_bytes"}
+    notes = job_notes({**_job(), "artifacts": [removed]})
+
+    assert f"artifact test#shard-2/app.ipa (9 bytes) removed by quota at {AT.format(20)} (artifact.max_total_bytes)" in notes

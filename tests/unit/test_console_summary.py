@@ -99,12 +99,32 @@ def test_an_artifact_removed_by_the_projects_quota_is_shown_removed_with_no_down
         directories=directories)
     assert "removed by quota 2026-12-01 12:30:00 UTC (artifact.max_total_bytes)" in _timeless(html)
     assert "/artifacts/dir/old.ipa" not in html and 'title="Download a.bin"' in html
-    assert directories == [{"stage": "build", "name": "dir", "files": 1, "size": 2}]
+    assert directories == [{"stage": "build", "shard": None, "name": "dir", "files": 1, "size": 2}]
     # Each row's type: a directory (downloaded as one .tar.gz), or a file and what its name says it is
     assert '<td>dir/ (1 file)</td><td>build</td><td class="type">directory (.tar.gz)</td>' in html
     for name, kind in (("a.bin", "file, application/octet-stream"), ("dir/b.txt", "file, text/plain"), ("dir/old.ipa", "file, .ipa")):
         assert f'<td>{name}</td><td>build</td><td class="type">{kind}</td>' in html
     assert [artifact_type(name) for name in ("App.app/Contents/MacOS/App", "logs.tar.gz")] == ["file", "file, application/x-tar (gzip)"]
+
+
+
+def test_each_shards_artifacts_and_directories_are_rows_of_their_own_linked_by_shard():
+    """Two shards of test leaving one name: a row each, naming the shard, each link asking for its
+    shard (the name alone is ambiguous); their directories are two, one a shard."""
+    from relevo_cli.console.archive import artifact_directories
+
+    shards = [{"stage": "test", "shard": k, "name": name, "size": 3 + k, "sha256": str(k) * 64} for k in (0, 1) for name in ("app.ipa", "logs/run.txt")]
+    job = {**JOB, "artifacts": shards}
+    directories = artifact_directories(job["artifacts"])
+    html = templates.get_template("job_parts.html").render(
+        job=job, buttons=[], rerun_from=None, caller="arn:x", level="manage", summary=job_summary(job, None, NOW),
+        directories=directories)
+    assert directories == [{"stage": "test", "shard": k, "name": "logs", "files": 1, "size": 3 + k} for k in (0, 1)]
+    for k in (0, 1):
+        assert f'<td>app.ipa</td><td>test#shard-{k}</td>' in html
+        assert f'href="/jobs/j-1/artifacts/app.ipa?stage=test&amp;shard={k}"' in html
+        assert f'<td>logs/ (1 file)</td><td>test#shard-{k}</td>' in html
+        assert f'href="/jobs/j-1/directories/logs.tar.gz?stage=test&amp;shard={k}"' in html
 
 
 def test_the_job_page_shows_what_each_stage_handed_on_restored_and_wrote():

@@ -13,7 +13,7 @@ import pytest
 from relevo_agent.prepare import PrepareFailure, require_handoffs
 from relevo_core.jobs.handoff_sources import JobContext, earlier_stages
 from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType
-from relevo_core.models.errors import ErrorClass
+from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.project import Project
 from relevo_core.store import keys
 
@@ -84,3 +84,32 @@ def test_a_shard_without_its_handoff_fails_the_later_stage_naming_it(changes, er
         require_handoffs(envelope, earlier, 2)
     assert refused.value.error_class is error
     assert says in refused.value.message
+
+
+def _first_checkout_sharded(*commits: str | None) -> JobContext:
+    """A job from a ref only whose first stage (test, with shards) checked out: each shard's
+    resolved commit on its own record (None: that shard recorded none)."""
+    project = Project.model_validate({"id": "app", "repo": "acme/app", "region_affinity": "eu-west", "checkout": {"url": "https://git.example/app.git"},
+                                      "stages": [{"name": "test", "run": "make test", "parallel": len(commits)}, {"name": "report", "run": "true"}]})
+    envelope = JobEnvelope(job_id=JOB, idempotency_key="k", project="app", region_affinity="eu-west", artifact_uri="s3://bucket/app/",
+                           created_at=datetime.now(timezone.utc), ttl=1, trigger=Trigger(type=TriggerType.API, source="api"), ref="main",
+                           stages=project.frozen_stages(), checkout=project.checkout)
+    shards = [
+        {**_record(keys.shard_sk(0, k), "test", shard=k, handoff=False), **({"checkout_commit": commit} if commit else {})}
+        for k, commit in enumerate(commits)
+    ]
+    return JobContext.of(envelope, [{**_record(keys.stage_sk(0), "test", handoff=False)}, *shards])
+
+
+def test_the_commit_a_stage_with_shards_checked_out_first_is_the_jobs():
+    assert _first_checkout_sharded("c" * 40, "c" * 40, None).commit() == "c" * 40
+
+
+def test_shards_that_checked_out_different_commits_leave_the_job_none_and_say_which():
+    context = _first_checkout_sharded("c" * 40, "d" * 40, "c" * 40)
+
+    with pytest.raises(RelevoError) as differ:
+        context.commit()
+    assert differ.value.code is ErrorCode.COMMITS_DIFFER and differ.value.status == 409
+    assert f"shard 0 {'c' * 40}, shard 1 {'d' * 40}, shard 2 {'c' * 40}" in differ.value.message
+    assert differ.value.details == {"stage": "test", "commits": {"0": "c" * 40, "1": "d" * 40, "2": "c" * 40}}

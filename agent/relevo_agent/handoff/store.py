@@ -295,6 +295,7 @@ def store_handoff(
             job_id=ref.job_id, stage=stage, path=f"{HANDOFF_DIR}/{key}", uri=f"s3://{bucket}/{prefix}{key}", size=size,
             sha256=key.rsplit("/", 1)[1] if not key.startswith("manifests/") else manifest_sha,
             bucket_region=bucket_region, cross_region_bytes=size if crosses_region else 0, attempt=ref.attempt, agent_id=ref.agent_id, uploaded_at=now, kind="handoff",
+            shard=ref.shard,
         )
         for key, size in stored
     ]

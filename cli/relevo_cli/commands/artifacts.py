@@ -13,6 +13,7 @@ from rich.table import Table
 
 from relevo_cli.cli_errors import JobId
 from relevo_cli.commands.common import StackOption, add_column, console, errors, stack_api
+from relevo_cli.words import artifact_stage
 
 
 def removal_note(artifact: dict) -> str | None:
@@ -43,14 +44,14 @@ def artifacts_list(
     for column in ("stage", "name", "size", "sha256", "stored"):
         add_column(table, column)
     for artifact in job["artifacts"]:
-        table.add_row(artifact["stage"], artifact["name"], str(artifact["size"]), artifact["sha256"],
+        table.add_row(artifact_stage(artifact), artifact["name"], str(artifact["size"]), artifact["sha256"],
                       "removed" if artifact.get("removed_at") else "yes")
     console.print(table)
     # Whole lines under the table (never wrapped to a column's width).
     for artifact in job["artifacts"]:
         note = removal_note(artifact)
         if note:
-            console.print(f"{artifact['stage']}/{artifact['name']}: {note} ({artifact['removed_reason']})",
+            console.print(f"{artifact_stage(artifact)}/{artifact['name']}: {note} ({artifact['removed_reason']})",
                           markup=False, highlight=False, soft_wrap=True)
 
 
@@ -61,13 +62,14 @@ def artifacts_get(
     name: str = typer.Argument(..., help="the file's path under the stage's artifact directory"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="file or directory to write (default: its name, here)"),
     stage: Optional[str] = typer.Option(None, "--stage", help="the stage that uploaded it (when several did)"),
+    shard: Optional[int] = typer.Option(None, "--shard", min=0, help="the shard (its index) of a stage with shards that uploaded it (when several did)"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:
     """Download an artifact (presigned link valid 2 minutes) and verify its sha256."""
     from relevo_cli.artifacts import ChecksumMismatch, download
 
     with stack_api(stack_file) as api:
-        link = api.artifact_link(job_id, name, stage)
+        link = api.artifact_link(job_id, name, stage, shard)
     try:
         path = download(link, output or Path(Path(name).name))
     except ChecksumMismatch as exc:

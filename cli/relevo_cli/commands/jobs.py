@@ -18,7 +18,7 @@ from rich.table import Table
 
 from relevo_cli.cli_errors import JobId, ProjectId, UserMistake
 from relevo_cli.commands.common import StackOption, add_column, console, errors, print_trigger, stack_api
-from relevo_cli.words import error_sentence, format_duration, seconds_between, shard_name, time_ago
+from relevo_cli.words import artifact_stage, error_sentence, format_duration, seconds_between, shard_name, time_ago
 from relevo_core.models.status import queue_reason_words
 from relevo_core.models.transfer import TransferProgress, human_bytes
 
@@ -104,7 +104,7 @@ def job_notes(job: dict) -> list[str]:
         notes.append(f"{decision['decision']} by {decision['actor']} before {decision['stage']}{reason}")
     for artifact in job.get("artifacts") or []:
         if artifact.get("removed_at"):
-            notes.append(f"artifact {artifact['stage']}/{artifact['name']} ({artifact['size']} bytes) "
+            notes.append(f"artifact {artifact_stage(artifact)}/{artifact['name']} ({artifact['size']} bytes) "
                          f"removed by quota at {artifact['removed_at']} ({artifact['removed_reason']})")
     # The table shows the transfer of each stage's current attempt; earlier attempts' go here.
     for stage in job["stages"]:

@@ -104,12 +104,20 @@ async def job_action(request: Request) -> Response:
     return JSONResponse(result if isinstance(result, dict) else {"result": result})
 
 
+def _shard(request: Request) -> int | None:
+    """`?shard=K` of a download link: the shard of a stage with shards whose file it is (the API
+    refuses anything but an index)."""
+    shard = request.query_params.get("shard")
+    return int(shard) if shard is not None and shard.isdigit() else None
+
+
 async def artifact_download(request: Request) -> Response:
     """A 2-minute presigned link from the API, followed by the browser (a native download)."""
     console: Console = request.app.state.console
     try:
         link = await run_in_threadpool(
-            console.api.artifact_link, request.path_params["job_id"], request.path_params["name"], request.query_params.get("stage")
+            console.api.artifact_link, request.path_params["job_id"], request.path_params["name"], request.query_params.get("stage"),
+            _shard(request),
         )
     except ApiError as exc:
         return error_page(exc)
@@ -124,7 +132,7 @@ async def artifact_directory_download(request: Request) -> Response:
     workdir = Path(tempfile.mkdtemp(prefix="relevo-console-"))
     try:
         job = await run_in_threadpool(console.api.get_job, job_id)
-        path = await run_in_threadpool(archive.directory_tarball, console.api, job, stage, directory, workdir)
+        path = await run_in_threadpool(archive.directory_tarball, console.api, job, stage, directory, workdir, _shard(request))
     except ApiError as exc:
         shutil.rmtree(workdir, ignore_errors=True)
         return error_page(exc)

@@ -22,6 +22,8 @@ def artifact_summary(record: ArtifactRecord) -> dict[str, Any]:
     """An artifact as the job view lists it (`name` is what GET .../artifacts/{name} takes)."""
     return {
         "stage": record.stage,
+        # The shard that left it, for a stage with shards (each shard's files are its own).
+        "shard": record.shard,
         "name": record.path,
         "size": record.size,
         "sha256": record.sha256,
@@ -34,27 +36,42 @@ def artifact_summary(record: ArtifactRecord) -> dict[str, Any]:
     }
 
 
-def find_artifact(table: str, job_id: str, name: str, stage: str | None = None) -> ArtifactRecord:
+def _where(record: ArtifactRecord) -> str:
+    return record.stage if record.shard is None else f"{record.stage}#shard-{record.shard}"
+
+
+def find_artifact(table: str, job_id: str, name: str, stage: str | None = None, shard: int | None = None) -> ArtifactRecord:
     """The record of `name` (its path under the stage's artifact directory); `stage` is needed
-    only when several stages left a file of that name."""
-    matches = [record for record in list_artifacts(table, job_id, stage) if record.path == name and record.kind != "handoff"]
+    only when several stages left a file of that name, `shard` when several shards of one did."""
+    matches = [
+        record for record in list_artifacts(table, job_id, stage)
+        if record.path == name and record.kind != "handoff" and (shard is None or record.shard == shard)
+    ]
     if not matches:
         where = f" of stage {stage!r}" if stage else ""
+        where += f" from shard {shard}" if shard is not None else ""
         raise RelevoError(ErrorCode.ARTIFACT_NOT_FOUND, f"job {job_id} has no artifact {name!r}{where}")
     if len(matches) > 1:
-        stages = sorted(record.stage for record in matches)
+        stages = sorted({record.stage for record in matches})
+        if len(stages) > 1:
+            raise RelevoError(
+                ErrorCode.ARTIFACT_AMBIGUOUS, f"stages {', '.join(stages)} each left {name!r}: name one with ?stage=", stages=stages
+            )
+        shards = sorted(record.shard for record in matches if record.shard is not None)
         raise RelevoError(
-            ErrorCode.ARTIFACT_AMBIGUOUS, f"stages {', '.join(stages)} each left {name!r}: name one with ?stage=", stages=stages
+            ErrorCode.ARTIFACT_AMBIGUOUS,
+            f"shards {', '.join(str(k) for k in shards)} of stage {stages[0]!r} each left {name!r}: name one with ?shard=",
+            stages=stages, shards=shards,
         )
     return matches[0]
 
 
-def artifact_link(table: str, job_id: str, name: str, stage: str | None, now: datetime) -> dict[str, Any]:
-    record = find_artifact(table, job_id, name, stage)
+def artifact_link(table: str, job_id: str, name: str, stage: str | None, now: datetime, shard: int | None = None) -> dict[str, Any]:
+    record = find_artifact(table, job_id, name, stage, shard)
     if record.removed_at is not None:
         raise RelevoError(
             ErrorCode.ARTIFACT_REMOVED,
-            f"artifact {record.path!r} of job {job_id} stage {record.stage!r} was removed by {record.removed_reason} at {record.removed_at}",
+            f"artifact {record.path!r} of job {job_id} stage {_where(record)!r} was removed by {record.removed_reason} at {record.removed_at}",
             removed_at=record.removed_at, removed_reason=record.removed_reason,
         )
     location = urlparse(record.uri)

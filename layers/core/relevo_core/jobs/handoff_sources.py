@@ -79,13 +79,31 @@ class JobContext:
         return cls(envelope, records, shards)
 
     def commit(self) -> str | None:
-        """The commit the job builds: the trigger's, else the one its first checkout recorded."""
+        """The commit the job builds: the trigger's, else the one its first checkout recorded:
+        on that stage's record, or for a stage with shards on each shard's record, where every
+        shard that checked out must have resolved the same one (raises RelevoError
+        COMMITS_DIFFER, naming each shard's, when the ref moved between their checkouts)."""
         if self.envelope.commit:
             return self.envelope.commit
-        return next(
-            (str(self.records[s.name]["checkout_commit"]) for s in self.envelope.stages if self.records.get(s.name, {}).get("checkout_commit")),
-            None,
-        )
+        for stage in self.envelope.stages:
+            if self.records.get(stage.name, {}).get("checkout_commit"):
+                return str(self.records[stage.name]["checkout_commit"])
+            by_shard = {
+                index: str(record["checkout_commit"])
+                for index, record in sorted(self.shards.get(stage.name, {}).items()) if record.get("checkout_commit")
+            }
+            if len(set(by_shard.values())) > 1:
+                raise RelevoError(
+                    ErrorCode.COMMITS_DIFFER,
+                    f"the shards of stage {stage.name} checked out {self.envelope.ref} at different commits "
+                    f"({', '.join(f'shard {index} {commit}' for index, commit in by_shard.items())}): "
+                    f"the branch moved between their checkouts, so job {self.envelope.job_id} has no one commit to build; "
+                    "run it again, or name the commit",
+                    stage=stage.name, commits={str(index): commit for index, commit in by_shard.items()},
+                )
+            if by_shard:
+                return next(iter(by_shard.values()))
+        return None
 
     def stage_before(self, index: int) -> dict[str, Any] | None:
         """The record of the stage before `index`, when it ran in this job."""
@@ -175,9 +193,10 @@ def _from_lineage(table: str, job_id: str, names: list[str], depth: int = 0) -> 
 def resolved_commit(table: str, job_id: str) -> str | None:
     """The commit a job built (its trigger's, or its first checkout's), for a rerun to pin."""
     try:
-        return read_job_context(table, job_id).commit()
+        context = read_job_context(table, job_id)
     except RelevoError:
         return None
+    return context.commit()  # COMMITS_DIFFER refuses the rerun: it has no one commit to pin
 
 
 def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]) -> None:
@@ -193,7 +212,7 @@ def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]
         if stage.handoff is None:
             continue
         kept = records.setdefault(stage.job_id, [r for r in list_artifacts(table, stage.job_id) if r.kind == "handoff"])
-        removed = [r for r in kept if r.stage == stage.name and r.attempt == stage.handoff.attempt and r.removed_at]
+        removed = [r for r in kept if (r.stage, r.shard, r.attempt) == (stage.name, stage.shard, stage.handoff.attempt) and r.removed_at]
         if removed:
             raise RelevoError(
                 ErrorCode.HANDOFF_EXPIRED,

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from relevo_core.jobs.artifacts import artifact_summary
+from relevo_core.jobs.handoff_sources import JobContext
 from relevo_core.jobs.logs import log_tail
 from relevo_core.models.capabilities import describe, unmet
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, QueueReason, StageStatus
@@ -133,6 +134,10 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         place = shard_of_sk(str(item["sk"]))
         if place is not None:
             shard_records.setdefault(place[0], {})[place[1]] = item
+    try:
+        commit = JobContext.of(envelope, items).commit()
+    except RelevoError:  # COMMITS_DIFFER: the shards did not agree; the failed stage says so
+        commit = None
     # A stage never dispatched before its job ended will never run: it is skipped, not pending.
     never = StageStatus.SKIPPED if JobStatus(record["status"]).terminal else StageStatus.PENDING
     stages = []
@@ -192,9 +197,10 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "status": record["status"],
         "trigger": envelope.trigger.model_dump(mode="json"),
         "ref": envelope.ref,
-        # The trigger's commit, or the one the job's first checkout resolved its ref to.
-        "commit": envelope.commit or next((r["checkout_commit"] for r in stage_records.values() if r.get("checkout_commit")), None),
-        "commit_source": "trigger" if envelope.commit else ("checkout" if any(r.get("checkout_commit") for r in stage_records.values()) else None),
+        # The trigger's commit, or the one the job's first checkout resolved its ref to (on its
+        # shards' records when that stage has shards).
+        "commit": commit,
+        "commit_source": "trigger" if envelope.commit else ("checkout" if commit else None),
         "region_affinity": envelope.region_affinity,
         "priority": record.get("priority", envelope.priority),
         "queue_seq": record.get("queue_seq"),

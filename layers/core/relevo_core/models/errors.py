@@ -64,6 +64,9 @@ class ErrorCode(str, Enum):
     PREVIOUS_AGENT_PREFERRED = "PREVIOUS_AGENT_PREFERRED"
     # A project is deleted only once none of its jobs is held, queued or running.
     PROJECT_HAS_LIVE_JOBS = "PROJECT_HAS_LIVE_JOBS"
+    # The shards of a job's first stage to check out resolved its ref to different commits (the
+    # branch moved between their checkouts): the job has no one commit to build or rerun.
+    COMMITS_DIFFER = "COMMITS_DIFFER"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -113,6 +116,7 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.AGENT_NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.HANDOFF_EXPIRED: HTTPStatus.GONE,
     ErrorCode.PROJECT_HAS_LIVE_JOBS: HTTPStatus.CONFLICT,
+    ErrorCode.COMMITS_DIFFER: HTTPStatus.CONFLICT,
 }
 
 

@@ -151,6 +151,7 @@ class ArtifactQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     stage: str | None = Field(default=None, min_length=1, max_length=64, description="the stage that left the file")
+    shard: int | None = Field(default=None, ge=0, description="the shard (0-based index) of a stage with shards that left the file")
 
 
 Query = TypeVar("Query", bound=BaseModel)

@@ -34,7 +34,7 @@ from relevo_core.aws import client
 from relevo_core.store.artifacts import ArtifactRecord
 from relevo_core.store.codec import from_attributes, to_attribute
 from relevo_core.store.conditional import CONDITION_FAILED, transaction_cancellation, update_if
-from relevo_core.store.keys import ARTIFACT_USAGE_SK, COUNTED_SK_PREFIX, artifact_pk, artifact_sk, audit_pk, key, usage_pk
+from relevo_core.store.keys import ARTIFACT_USAGE_SK, COUNTED_SK_PREFIX, artifact_pk, audit_pk, key, usage_pk
 
 # Stream records are kept 24 hours; a marker outlives any redelivery of its record.
 COUNTED_MARKER_TTL_SEC = 3 * 24 * 3600
@@ -108,7 +108,7 @@ def remove_for_quota(table: str, project_id: str, artifact: ArtifactRecord, boun
                 {
                     "Update": {
                         "TableName": table,
-                        "Key": key(artifact_pk(artifact.job_id), artifact_sk(artifact.stage, artifact.path)),
+                        "Key": key(artifact_pk(artifact.job_id), artifact.sk),
                         "UpdateExpression": "SET removed_at = :at, removed_reason = :reason",
                         "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(removed_at) "
                         "AND uploaded_at = :uploaded AND attempt = :attempt",

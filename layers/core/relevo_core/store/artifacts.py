@@ -41,6 +41,13 @@ class ArtifactRecord(BaseModel):
     # bounds and expires with the job's artifacts like any other, but is not one of the files the
     # stage left in RELEVO_ARTIFACT_DIR.
     kind: Literal["artifact", "handoff"] = "artifact"
+    # The shard of a stage with shards that stored it (its object under `<stage>/shard-<k>/`);
+    # None for a stage without shards.
+    shard: int | None = Field(default=None, ge=0)
+
+    @property
+    def sk(self) -> str:
+        return artifact_sk(self.stage, self.path, self.shard)
 
 
 def _lease_lost(ref: StageRef, exc: ClientError) -> LeaseLost:
@@ -52,7 +59,7 @@ def record(ref: StageRef, artifact: ArtifactRecord, expires_at: int) -> None:
     with the job. The object in S3 goes by the bucket's lifecycle rule (ArtifactRetentionDays)."""
     item: dict[str, Any] = {
         "pk": artifact_pk(artifact.job_id),
-        "sk": artifact_sk(artifact.stage, artifact.path),
+        "sk": artifact.sk,
         **artifact.model_dump(exclude_none=True),
         "ttl": expires_at,
     }
@@ -97,7 +104,7 @@ def record_handoff(ref: StageRef, records: list[ArtifactRecord], summary: dict[s
                 "Put": {
                     "TableName": ref.table,
                     "Item": to_attributes(
-                        {"pk": artifact_pk(r.job_id), "sk": artifact_sk(r.stage, r.path), **r.model_dump(exclude_none=True), "ttl": expires_at}
+                        {"pk": artifact_pk(r.job_id), "sk": r.sk, **r.model_dump(exclude_none=True), "ttl": expires_at}
                     ),
                 }
             }
@@ -116,16 +123,21 @@ class QuotaExceeded(Exception):
 
 
 def check_job_quota_bytes(ref: StageRef, stage: str, adding: int, max_job_bytes: int | None, what: str) -> None:
-    """Before anything is uploaded: the job's artifacts recorded by its other stages plus `adding`
-    must fit in max_job_bytes. (An earlier attempt of this stage left records the retry's replace:
-    they do not count.) Raises QuotaExceeded, nothing written."""
+    """Before anything is uploaded: the job's artifacts recorded by its other stages (and by this
+    stage's other shards) plus `adding` must fit in max_job_bytes. (An earlier attempt of this
+    stage, or of this shard, left records the retry's replace: they do not count; a sibling
+    shard's are the job's as much as another stage's.) Raises QuotaExceeded, nothing written."""
     if max_job_bytes is None or adding == 0:
         return
-    stored = sum(record.size for record in list_artifacts(ref.table, ref.job_id) if record.stage != stage and record.removed_at is None)
+    stored = sum(
+        record.size for record in list_artifacts(ref.table, ref.job_id)
+        if (record.stage, record.shard) != (stage, ref.shard) and record.removed_at is None
+    )
     if stored + adding > max_job_bytes:
+        others = "other stages" if ref.shard is None else "other stages and shards"
         raise QuotaExceeded(
             f"{what} of {adding} bytes would bring the job's artifacts to {stored + adding} bytes, over the project's "
-            f"artifact.max_job_bytes {max_job_bytes} (other stages: {stored} bytes); nothing was uploaded"
+            f"artifact.max_job_bytes {max_job_bytes} ({others}: {stored} bytes); nothing was uploaded"
         )
 
 

@@ -217,8 +217,10 @@ def artifact_pk(job_id: str) -> str:
     return f"ARTIFACTS#{job_id}"
 
 
-def artifact_sk(stage: str, path: str) -> str:
-    return f"{stage}#{path}"
+def artifact_sk(stage: str, path: str, shard: int | None = None) -> str:
+    """A stage's file, or a shard's: each shard's files are its own (as their objects are,
+    under `<stage>/shard-<k>/`), so two shards leaving one name never share a record."""
+    return f"{stage}#{path}" if shard is None else f"{stage}#shard-{shard}/{path}"
 
 
 # Once-per-transition markers of the status reporter and notifier (store.notices): one item per
