@@ -43,7 +43,11 @@ def _spec(name: str, code_dir: Path, handler: str, built: tuple[Path, Path], log
         layer_dirs=[layer],
         runtime_dir=runtime,
         handler=handler,
-        environment={"TABLE_NAME": "relevo-Table", "POWERTOOLS_SERVICE_NAME": "relevo", "AWS_REGION": "us-east-1"},
+        # Lambda sets both region variables in every environment (Lambda Developer Guide, "Defined
+        # runtime environment variables": AWS_REGION, AWS_DEFAULT_REGION); boto3 reads the second,
+        # and a function that builds its clients at init (the claim route's) needs it there.
+        environment={"TABLE_NAME": "relevo-Table", "POWERTOOLS_SERVICE_NAME": "relevo", "AWS_REGION": "us-east-1",
+                     "AWS_DEFAULT_REGION": "us-east-1"},
         timeout_sec=10,
         log_file=log,
     )
