@@ -2,7 +2,7 @@
 decision to leave a retry to another agent of the region.
 
 Presence: every `presence_interval_sec` (30 s by default), and just after the number of stages it
-runs changes (COUNT_SETTLE_SEC), the agent puts its record (agent id, region, capacity, running, version,
+runs changes (a stage taken: COUNT_SETTLE_SEC after), the agent puts its record (agent id, region, capacity, running, version,
 last_seen); when it stops cleanly it marks the record offline. A failed write is logged and tried
 again at the next tick: presence never blocks or fails the work.
 
@@ -74,10 +74,10 @@ log = logging.getLogger(__name__)
 # Below the work queue's maxReceiveCount (5, template.yaml): a message handed back this often is
 # taken by whoever receives it next, before SQS would move it to the redrive DLQ.
 HANDOFF_MAX_RECEIVES = 3
-# A change in the number of stages run is written this long after it rather than at once: the
-# write (a pause read and a put, some milliseconds of this process's CPU each) then does not
-# compete with the claim of the stage just taken, on the way to its command (issue 29, the stage
-# handoff). Placement reads the record at presence intervals; a quarter second changes nothing.
+# A stage taken is written this long after rather than at once: the write (a pause read and a
+# put, some milliseconds of this process's CPU each) then does not compete with the claim of the
+# stage just taken, on the way to its command (issue 29, the stage handoff). A slot freed is
+# written at once: the next stage of a job may be left to this agent because of it.
 COUNT_SETTLE_SEC = 0.25
 
 
@@ -232,8 +232,8 @@ class Presence:
 
     @contextmanager
     def occupied(self, shard_of: str | None = None) -> Iterator[int]:
-        """A slot is in use for the duration (the record's `running`), written just after
-        (COUNT_SETTLE_SEC). For a shard, `shard_of` is its stage (`<job>:<stage>`), listed
+        """A slot is in use for the duration (the record's `running`), written just after it is
+        taken (COUNT_SETTLE_SEC) and at once when it is freed. For a shard, `shard_of` is its stage (`<job>:<stage>`), listed
         meanwhile; yields how many shards of that stage this agent held before this one (0 for a
         stage without shards)."""
         with self._lock:
@@ -252,7 +252,11 @@ class Presence:
     def _count(self, delta: int) -> None:
         with self._lock:
             self._running += delta
-        self._count_changed.set()
+        if delta > 0:
+            # A stage taken: written once its handoff is past. A slot freed is written at once:
+            # the region's next stage may be left to this agent (leave_to_previous reads the
+            # record), and nothing of this agent competes with the write then.
+            self._count_changed.set()
         self._wake.set()
 
     def _record(self) -> AgentPresence:
@@ -334,7 +338,7 @@ class Presence:
                 self._stop.stack_gone(exc)  # a stack that is gone, told from a network fault
             self._wake.wait(self.config.presence_interval_sec)
             if self._count_changed.is_set():
-                # A stage just taken (or ended): written once its handoff is past, not beside it.
+                # A stage just taken: written once its handoff is past, not beside it.
                 self._count_changed.clear()
                 self._done.wait(COUNT_SETTLE_SEC)
 
@@ -476,4 +480,10 @@ class Presence:
             what, describe(requires), has,
             f"visible again in {delay}s for {', '.join(matching)}" if matching else f"no matching agent online; looking again in {delay}s",
         )
+        if matching:
+            # As for a stage left to the previous stage's Mac: this slot stays off the queue until
+            # the message is visible again and a second more, so the matching agent's receive gets
+            # it rather than this agent's next one (the emulator's long poll looks again once a
+            # second, so the agent that hid the message would otherwise be the first to see it).
+            self._stop.wait(delay + 1)
         return True

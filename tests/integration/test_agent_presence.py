@@ -216,3 +216,62 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_online_but
     agents.put_presence(local_stack.table_name, _presence(region, "mac-b", capacity=1, running=1, seen=stale))
     assert presence.leave_to_another(["mac-a"], 12, again) is False
     sqs.delete_queue(QueueUrl=queue_url)
+
+
+def test_a_stage_passed_on_to_an_agent_meeting_its_requires_keeps_this_slot_off_the_queue_until_it_is_visible_again(
+    local_stack, tmp_path: Path
+):
+    """An agent that passes a stage on for its `requires` holds the slot off the queue while the
+    message is invisible and a second more, as a stage left to the previous stage's Mac does: its
+    next receive would otherwise be the first to see the message again (the emulator's long poll
+    looks once a second, and the agent that hid it polls in step with it), and the agent meeting
+    the requires lost the message to it until the queue timeout (make demo, kill scenario then release)."""
+    from relevo_core.models.capabilities import Capabilities
+
+    region = _region()
+    sqs = client("sqs")
+    queue_url = sqs.create_queue(QueueName=f"pass-on-{secrets.token_hex(4)}")["QueueUrl"]
+    waits: list[float | None] = []
+    stopping = AgentStop()
+    stopping.wait = lambda timeout=None: waits.append(timeout) or False  # type: ignore[method-assign]
+    presence = Presence(_config(region, "mac-sign", tmp_path, handoff_delay_sec=1, requirement_recheck_sec=2), local_stack.table_name, stopping)
+    presence.capabilities = Capabilities(os="darwin", arch="arm64", labels={"bay": "sign"})
+    sqs.send_message(QueueUrl=queue_url, MessageBody="{}")
+    receive = _receiver(queue_url)
+
+    # Nobody meets the requires: put back for a later look, and this agent polls on.
+    assert presence.leave_to_matching({"bay": "build"}, receive(), "job/build attempt 1") is True
+    assert waits == []
+    builder = _presence(region, "mac-build", seen=datetime.now(timezone.utc)).model_copy(
+        update={"capabilities": Capabilities(os="darwin", arch="arm64", labels={"bay": "build"})})
+    agents.put_presence(local_stack.table_name, builder)
+    message = wait_until(lambda: receive(wait=1), timeout=10)
+    assert presence.leave_to_matching({"bay": "build"}, message, "job/build attempt 1") is True
+    assert waits == [2]  # handoff_delay_sec, then a second more
+    sqs.delete_queue(QueueUrl=queue_url)
+
+
+def test_a_slot_freed_is_written_at_once_a_slot_taken_after_the_settle(local_stack, tmp_path: Path, monkeypatch):
+    """A stage taken is written COUNT_SETTLE_SEC later (not beside its claim); a slot freed at
+    once: the job's next stage may be left to this agent because it is free (leave_to_previous
+    reads the record), and with the settle on both the next stage saw it busy and ran elsewhere."""
+    from relevo_agent import presence as presence_module
+
+    monkeypatch.setattr(presence_module, "COUNT_SETTLE_SEC", 3.0)
+    region = _region()
+    presence = Presence(_config(region, "mac-f", tmp_path, presence_interval_sec=60), local_stack.table_name, AgentStop())
+
+    def record():
+        found = agents.agents_in_region(local_stack.table_name, region)
+        return found[0] if found else None
+
+    presence.start()
+    try:
+        wait_until(record, 10)
+        with presence.occupied():
+            wait_until(lambda: record().running == 1, 10)
+        freed_at = datetime.now(timezone.utc)
+        wait_until(lambda: record().running == 0, 2)  # well inside the 3 s settle
+        assert (datetime.now(timezone.utc) - freed_at).total_seconds() < 2
+    finally:
+        presence.stop()
