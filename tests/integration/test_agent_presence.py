@@ -126,6 +126,12 @@ def _receiver(queue_url: str):
     return receive
 
 
+def _record(table: str, region: str) -> AgentPresence | None:
+    """The region's one agent record, as written (None before the first write)."""
+    found = agents.agents_in_region(table, region)
+    return found[0] if found else None
+
+
 def _config(region: str, agent_id: str, tmp_path: Path, **extra) -> AgentConfig:
     return AgentConfig(agent_id=agent_id, region=region, capacity=2, workspace_root=tmp_path, journal=tmp_path / "j.sqlite3", **extra)
 
@@ -135,8 +141,7 @@ def test_the_presence_writer_keeps_the_record_fresh_counts_running_stages_and_go
     presence = Presence(_config(region, "mac-w", tmp_path, presence_interval_sec=0.2), local_stack.table_name, AgentStop())
 
     def record():
-        found = agents.agents_in_region(local_stack.table_name, region)
-        return found[0] if found else None
+        return _record(local_stack.table_name, region)
 
     presence.start()
     try:
@@ -262,8 +267,7 @@ def test_a_slot_freed_is_written_at_once_a_slot_taken_after_the_settle(local_sta
     presence = Presence(_config(region, "mac-f", tmp_path, presence_interval_sec=60), local_stack.table_name, AgentStop())
 
     def record():
-        found = agents.agents_in_region(local_stack.table_name, region)
-        return found[0] if found else None
+        return _record(local_stack.table_name, region)
 
     presence.start()
     try:
