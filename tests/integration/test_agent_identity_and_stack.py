@@ -148,9 +148,19 @@ def test_an_agent_exits_when_its_stack_file_names_another_stack(local_stack, tmp
     stack = local_stack.model_copy(update={"work_queues": {"eu-west": queue_url}})
     stack_file.write_text(stack.model_dump_json())
     agent = _agent(tmp_path, local_stack.table_name, queue_url, "mac-" + secrets.token_hex(3), "moved", stack_file=stack_file)
+    # The agent notes the file at its first look (once started): rewritten before that, the new
+    # file is what it notes, and a loaded host may take longer than any fixed wait to get there.
+    looked = threading.Event()
+    look = agent._stack_file_changed
+
+    def noted(seen):
+        look(seen)
+        looked.set()
+
+    agent._stack_file_changed = noted  # type: ignore[method-assign]
     running, result = _run(agent)
     try:
-        agent.presence._done.wait(1)
+        assert looked.wait(30), "the agent never looked at its stack file"
         # `relevo local up` again: a new table (and ports) in the same stack file.
         resources = {**stack.resources, "Table": "relevo-Table-NEW"}
         stack_file.write_text(stack.model_copy(update={"resources": resources}).model_dump_json())
