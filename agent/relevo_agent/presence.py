@@ -88,6 +88,12 @@ def _version() -> str:
         return "unknown"
 
 
+def waited_enough(waited_sec: float, receive_count: int, max_wait_sec: float) -> bool:
+    """The safety bound of every hand-back: a message that waited this long, or was received this
+    often, is run where it is rather than starved waiting for a better agent."""
+    return waited_sec >= max_wait_sec or receive_count >= HANDOFF_MAX_RECEIVES
+
+
 def prefer_another(
     agent_id: str,
     avoid_agents: Iterable[str],
@@ -104,8 +110,8 @@ def prefer_another(
     avoid = {name for name in avoid_agents if name}
     if agent_id not in avoid:
         return None
-    if waited_sec >= max_wait_sec or receive_count >= HANDOFF_MAX_RECEIVES:
-        return None  # safety bound: waited long enough for a better agent, run it here rather than starve it
+    if waited_enough(waited_sec, receive_count, max_wait_sec):
+        return None
     candidates = [
         agent for agent in region_agents if agent.agent_id != agent_id and agent.agent_id not in avoid and agent.is_online(now)
     ]
@@ -126,7 +132,7 @@ def spread_to(
 ) -> AgentPresence | None:
     """The agent a shard of `stage` (`<job>:<stage>`) should be left to, when this agent holds
     `held_here` shards of it already; None: take it here."""
-    if held_here <= 0 or waited_sec >= max_wait_sec or receive_count >= HANDOFF_MAX_RECEIVES:
+    if held_here <= 0 or waited_enough(waited_sec, receive_count, max_wait_sec):
         return None
     avoid = set(avoid_agents)
     candidates = [
@@ -150,7 +156,7 @@ def previous_mac(
     online with a free slot, takes stages (not paused, not low on disk), meets the stage's
     `requires`, and the stage has waited less than `limit_sec` and been received fewer than
     HANDOFF_MAX_RECEIVES times. None: take the stage here."""
-    if limit_sec <= 0 or waited_sec >= limit_sec or receive_count >= HANDOFF_MAX_RECEIVES:
+    if limit_sec <= 0 or waited_enough(waited_sec, receive_count, limit_sec):
         return None
     preferred = next((agent for agent in region_agents if agent.agent_id == previous_agent), None)
     if (
@@ -433,7 +439,7 @@ class Presence:
         limit = self.config.prefer_previous_sec
         now = self._clock()
         waited_sec = (now - (message.sent_at or now)).total_seconds()
-        if limit <= 0 or waited_sec >= limit or message.receive_count >= HANDOFF_MAX_RECEIVES:
+        if limit <= 0 or waited_enough(waited_sec, message.receive_count, limit):
             return False  # the common case after the bound costs no read
         try:
             region_agents = agents.online_agents(self.table, self.config.region, now)
