@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import ast
 import json
+import random
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -311,6 +313,86 @@ def test_an_answer_of_plain_dicts_serializes_byte_for_byte_as_moto_would_with_ea
     assert {k: v for k, v in json.loads(serialized("Query"))["Items"][0].items() if k not in ("b", "bs")} == {
         k: v for k, v in item.items() if k not in ("b", "bs")
     }
+
+
+def _attribute_value(draw: random.Random, depth: int = 0) -> dict[str, Any]:
+    """One AttributeValue as moto answers with it: every type, maps and lists nested, blobs as
+    bytes (what moto's request parser stores) and as text."""
+    kinds = ["S", "N", "B", "SS", "NS", "BS", "NULL", "BOOL"] + (["M", "L"] if depth < 3 else [])
+    kind = draw.choice(kinds)
+    values: dict[str, Any] = {
+        "S": lambda: draw.choice(["", "x", "ünïcödé", "a" * 64]), "N": lambda: draw.choice(["1", "-2.5", "1E+10"]),
+        "B": lambda: draw.choice([b"\x00\x01", b"", "AAEC"]), "SS": lambda: ["a", "b"], "NS": lambda: ["1", "2"],
+        "BS": lambda: [b"\x01", "AAE="], "NULL": lambda: True, "BOOL": lambda: draw.choice([True, False]),
+        "M": lambda: {f"k{i}": _attribute_value(draw, depth + 1) for i in range(draw.randint(0, 4))},
+        "L": lambda: [_attribute_value(draw, depth + 1) for _ in range(draw.randint(0, 4))],
+    }
+    return {kind: values[kind]()}
+
+
+def test_attribute_values_serialize_byte_for_byte_as_moto_walks_them_without_the_walk() -> None:
+    """serialize_attribute_values_directly against moto's own walk: 200 rounds of answers of the
+    item operations (every AttributeValue type, nested maps and lists, blobs, capacity, keys),
+    each body identical byte for byte; a dict with a key that is no AttributeValue member still
+    takes moto's walk; and the direct way does not call moto's structure walk for an attribute value."""
+    from moto.core import serialize
+    from moto.core.utils import get_service_model
+
+    from relevo_local.moto.server import pick_members_of_plain_answers_once, serialize_attribute_values_directly
+
+    pick_members_of_plain_answers_once()
+    serialize_attribute_values_directly()
+    serialize_attribute_values_directly()  # idempotent
+    json_serializer = serialize.BaseJSONSerializer
+    service = get_service_model("dynamodb")
+    draw = random.Random(29)
+
+    def item() -> dict[str, Any]:
+        return {f"a{i}": _attribute_value(draw) for i in range(draw.randint(1, 12))}
+
+    def body(operation: str, answer: dict[str, Any]) -> str:
+        serializer = serialize.get_serializer_class("dynamodb", "json")(
+            operation_model=service.operation_model(operation), value_picker=serialize.XFormedAttributePicker()
+        )
+        return serializer.serialize(answer)["body"]
+
+    def walked(operation: str, answer: dict[str, Any]) -> str:
+        direct = json_serializer._serialize_type_structure
+        json_serializer._serialize_type_structure = json_serializer._relevo_original_serialize_type_structure
+        try:
+            return body(operation, answer)
+        finally:
+            json_serializer._serialize_type_structure = direct
+
+    for _ in range(200):
+        answers = {
+            "Query": {"Items": [item(), item()], "Count": 2, "ScannedCount": 2, "LastEvaluatedKey": item(),
+                      "ConsumedCapacity": {"TableName": "t", "CapacityUnits": 1.5, "Table": {"CapacityUnits": 1.5}}},
+            "GetItem": {"Item": item()},
+            "UpdateItem": {"Attributes": item()},
+            "TransactGetItems": {"Responses": [{"Item": item()}, {}]},
+            "BatchGetItem": {"Responses": {"t": [item(), item()]}, "UnprocessedKeys": {}},
+            "TransactWriteItems": {"ItemCollectionMetrics": {"t": [{"ItemCollectionKey": item(), "SizeEstimateRangeGB": [0.0, 1.0]}]}},
+        }
+        for operation, answer in answers.items():
+            assert body(operation, answer) == walked(operation, answer), operation
+    # A key no AttributeValue has (here the snake_case one moto's picker would also find): moto's walk.
+    odd = {"Item": {"a": {"s": "lower"}, "b": {"S": "x", "extra": 1}}}
+    assert body("GetItem", odd) == walked("GetItem", odd)
+    # moto's walk of a structure ends in ResponseSerializer's (BaseJSONSerializer's calls it through super()).
+    walks: list[str] = []
+    original = serialize.ResponseSerializer._serialize_type_structure
+
+    def counting(self: Any, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        walks.append(shape.name)
+        original(self, serialized, value, shape, key)
+
+    serialize.ResponseSerializer._serialize_type_structure = counting
+    try:
+        body("GetItem", {"Item": item()})
+    finally:
+        serialize.ResponseSerializer._serialize_type_structure = original
+    assert "AttributeValue" not in walks and walks == ["GetItemOutput"]
 
 
 def test_a_heartbeat_before_the_tasks_wait_is_taken_as_on_aws() -> None:

@@ -55,6 +55,7 @@ def install(sessions: RoleSessions) -> None:
     check_moto_version()
     server.list_moto_modules_once()
     server.pick_members_of_plain_answers_once()
+    server.serialize_attribute_values_directly()
     stepfunctions.parse_each_state_machine_definition_once()
     stepfunctions.parse_each_json_path_once()
     stepfunctions.name_heartbeat_timeouts()
