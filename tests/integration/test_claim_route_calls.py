@@ -8,9 +8,10 @@ thread and of the process's side-by-side pool (relevo_core.aws.side_by_side) rec
 botocore (bench/harness.py), when an agent claims a dispatched stage, then:
 
     a claim at a warm container   the job's two partitions read (Query, side by side), the claim
-                                  (UpdateItem) beside the job's session (AssumeRole), then the
-                                  dispatch answered (SendTaskSuccess): five calls, three one after
-                                  the other, no thread started
+                                  (UpdateItem), then the dispatch answered (SendTaskSuccess) beside
+                                  the job's session (AssumeRole): five calls, three one after the
+                                  other, no thread started
+    a refused claim               no AssumeRole: the session is minted once the claim holds
     the first claim of a new      no client built: the function's init built them (AWS: "Initialize
     container                     SDK clients ... outside of the function handler", Lambda Developer
                                   Guide, Best practices for working with AWS Lambda functions)
@@ -33,10 +34,10 @@ from tests.helpers.stack import receive_stage
 from tests.helpers.state_machine import start_job
 
 STAGES = [{"name": "build", "run": "true"}]
-# Per claim, in any order: each read and the claim and mint run on a pool thread.
+# Per claim, in any order: each read and the mint run on a pool thread.
 CLAIM_CALLS = sorted(["dynamodb:Query", "dynamodb:Query", "dynamodb:UpdateItem", "sts:AssumeRole", "stepfunctions:SendTaskSuccess"])
-# On the request's own thread: only the answer to the dispatch, once the claim has landed.
-REQUEST_THREAD_CALLS = ["stepfunctions:SendTaskSuccess"]
+# On the request's own thread: the claim, then the answer to the dispatch once it has landed.
+REQUEST_THREAD_CALLS = ["dynamodb:UpdateItem", "stepfunctions:SendTaskSuccess"]
 
 
 class RouteCalls:
@@ -78,10 +79,10 @@ def _dispatched(stack, project_id: str, count: int) -> list[dict[str, Any]]:
     return bodies
 
 
-def _claim(handler: Any, body: dict[str, Any]) -> dict[str, Any]:
+def _claim(handler: Any, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
     event = harness.claim_event("eu-west", body, "arn:aws:sts::123456789012:assumed-role/agent/mac-count")
     response = handler.lambda_handler(event, harness.LambdaContext())
-    assert response["statusCode"] == 200, response
+    assert response["statusCode"] == status, response
     return response
 
 
@@ -136,3 +137,18 @@ def test_a_warm_claim_makes_five_calls_three_in_a_row_and_starts_no_thread(local
     assert sorted(calls) == CLAIM_CALLS, calls
     assert [call for who, call in recorded.calls if who == "request"] == REQUEST_THREAD_CALLS
     assert started == [], started
+
+
+def test_a_refused_claim_mints_no_session(local_stack, project_id, claim_role, recorded):
+    """The claim of an attempt another claim holds (here: the same attempt again, under another
+    secret, while the first claim's lease runs) is refused before any AssumeRole."""
+    [body] = _dispatched(local_stack, project_id, 1)
+    with harness.as_role(claim_role):
+        handler = harness.cold_handler("agent_sessions")
+        _claim(handler, body)
+        recorded.request_thread = threading.get_ident()
+        refused = _claim(handler, {**body, "agent_id": "mac-other", "claim_secret": new_claim_secret()}, status=409)
+        recorded.request_thread = None
+    assert "CLAIM_REFUSED" in refused["body"], refused
+    calls = [call for _, call in recorded.calls]
+    assert "sts:AssumeRole" not in calls and "dynamodb:UpdateItem" in calls, calls

@@ -127,21 +127,20 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
     def mint() -> JobSession:
         return job_credentials.mint(settings.job_role_arn, envelope, index, request.attempt, lineage_of(table, envelope), request.shard)
 
-    # Side by side: the session is thrown away if the claim is refused (it grants nothing another
-    # claim of this region could not get for itself).
-    pool = side_by_side()
-    claimed = pool.submit(in_this_context(claim))
-    minted = pool.submit(in_this_context(mint))
+    # The job's session once the claim holds, beside the answer to the dispatch: as many calls in
+    # a row as beside the claim, and a refused claim (a message delivered twice, a lease still
+    # held) costs no AssumeRole, which STS rate-limits per account.
     try:
-        previous = claimed.result()
+        previous = claim()
     except stage_attempts.ClaimRefused as refused:
-        wait([minted])  # the mint ends before the request does: nothing of it runs on after its answer
         found = {name: refused.item[name] for name in _REFUSAL_FIELDS if name in refused.item}
         raise RelevoError(ErrorCode.CLAIM_REFUSED, f"{request.job_id} stage {index} attempt {request.attempt} is not free", **found) from None
+    minted = side_by_side().submit(in_this_context(mint))
+    try:
+        accepted = _accept(request, repeat) if request.accept else None
     except BaseException:
-        wait([minted])
+        wait([minted])  # the mint ends before the request does: nothing of it runs on after its answer
         raise
-    accepted = _accept(request, repeat) if request.accept else None
     session = minted.result()
     # The other stages' records and their shards' (what their handoffs and values left); of its
     # own stage, neither its own record nor a sibling shard's: a shard stands on earlier stages only.
