@@ -10,6 +10,7 @@ of relevo_local/moto assign anything onto moto's modules or classes.
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import random
 import re
@@ -262,6 +263,169 @@ def test_an_update_expressions_form_is_checked_until_it_passes_once_and_the_item
     # The item and the values are still checked on every use of a remembered form.
     with pytest.raises(MockValidationException):
         validator(text, {}, {"#a": "a"}).validate()  # :x not given
+
+
+def test_an_update_expression_validates_and_applies_as_moto_walks_it_with_each_passes_node_types_found_once() -> None:
+    """traverse_expression_trees_by_node_type against moto's own walk (each pass's processing map
+    built and isinstance asked at every node): the same items after each expression (SET with
+    arithmetic, if_not_exists, list_append, nested paths, REMOVE, ADD, DELETE) and the same error
+    for each refused one (a path that does not exist, a key attribute set, an empty key, a type
+    mismatch, two actions of a kind); the patched pass runs no processing map at a node it
+    already knows."""
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+    from moto.dynamodb.parsing import ast_nodes, validators
+    from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    from relevo_local.moto.dynamodb import traverse_expression_trees_by_node_type
+
+    traverse_expression_trees_by_node_type()
+    traverse_expression_trees_by_node_type()  # idempotent
+    traverser = ast_nodes.DepthFirstTraverser
+    patched = traverser.traverse_node_recursively
+
+    def moto_walk(self: Any, node: Any, child_id: int = -1) -> Any:
+        # moto 5.2.5's DepthFirstTraverser.traverse_node_recursively, as it reads.
+        if isinstance(node, ast_nodes.Node):
+            parent_node = node.parent
+            if node.children is not None:
+                for i, child_node in enumerate(node.children):
+                    self.pre_processing_of_child(node, i)
+                    self.traverse_node_recursively(child_node, i)
+            if isinstance(node, self.nodes_to_be_processed()):
+                node = self.process(node)
+                node.parent = parent_node
+                if parent_node:
+                    parent_node.children[child_id] = node
+        return node
+
+    class Table:
+        table_key_attrs = ["pk", "sk"]
+        attribute_keys = ["pk", "sk"]
+        attr = [{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}]
+
+    values = {
+        ":one": {"N": "1"}, ":s": {"S": "x"}, ":empty": {"S": ""}, ":list": {"L": [{"S": "a"}]}, ":set": {"SS": ["b"]},
+        ":map": {"M": {"k": {"N": "3"}}}, ":zero": {"N": "0"},
+    }
+    names = {"#status": "status", "#n": "count"}
+    expressions = [
+        "SET #status = :s, #n = if_not_exists(#n, :zero) + :one",
+        "SET tags = list_append(if_not_exists(tags, :list), :list), m.k = :one REMOVE gone, other",
+        "SET m.inner = :map, lst[0] = :s",
+        "ADD #n :one, strs :set",
+        "DELETE strs :set",
+        "SET nums = nums - :one",
+        "SET missing.deep = :s",  # a path under an attribute that does not exist
+        "SET pk = :s",  # a key attribute
+        "SET sk = :empty",
+        "SET nums = :s + :one",  # arithmetic on a string
+        "SET a = :s SET b = :s",  # two SET clauses
+        "SET a = :s, a = :one",  # one path twice
+        "REMOVE lst[0], m.k",
+    ]
+
+    def applied(text: str, walk: Any) -> Any:
+        traverser.traverse_node_recursively = walk
+        # moto's own copy of the tree with moto's own walk (copy_expression_trees_node_by_node's is
+        # pinned in its own test).
+        validators.deepcopy = own_copy if walk is patched else copy.deepcopy
+        try:
+            attrs = {"pk": {"S": "k"}, "sk": {"S": "r"}, "nums": {"N": "5"}, "strs": {"SS": ["a", "b"]},
+                     "m": {"M": {"k": {"N": "1"}}}, "lst": {"L": [{"S": "z"}]}, "gone": {"S": "g"}, "other": {"S": "o"}}
+            item = Item(DynamoType({"S": "k"}), DynamoType({"S": "r"}), attrs=attrs)
+            used = {k: v for k, v in values.items() if k in text}
+            tree = validators.UpdateExpressionValidator(
+                UpdateExpressionParser.make(text), {k: v for k, v in names.items() if k in text}, used, item, Table()
+            ).validate()
+            UpdateExpressionExecutor(tree, item, names).execute()
+            return item.to_json()
+        except Exception as refused:  # noqa: BLE001 (the refusal is what is compared)
+            return (type(refused).__name__, str(refused))
+        finally:
+            traverser.traverse_node_recursively = patched
+            validators.deepcopy = own_copy
+
+    own_copy = validators.deepcopy
+    outcomes = []
+    for text in expressions:
+        ours, moto_own = applied(text, patched), applied(text, moto_walk)
+        assert ours == moto_own, text
+        outcomes.append(ours)
+    assert sum(isinstance(outcome, tuple) for outcome in outcomes) >= 5  # the refused ones were refused
+    maps = 0
+    processing_map = validators.ExecuteOperations._processing_map
+
+    def counted(self: Any) -> Any:
+        nonlocal maps
+        maps += 1
+        return processing_map(self)
+
+    validators.ExecuteOperations._processing_map = counted
+    try:
+        applied("SET #status = :s, #n = if_not_exists(#n, :zero) + :one", patched)
+    finally:
+        validators.ExecuteOperations._processing_map = processing_map
+    assert maps <= 3, maps  # once per node processed, not at every node
+
+
+def test_an_expression_tree_is_copied_as_deepcopy_copies_it_node_by_node() -> None:
+    """copy_expression_trees_node_by_node against copy.deepcopy on parsed UpdateExpressions (with
+    the parents the validators set): the same tree, node for node and value for value, no node
+    shared with the original, each copied parent the parent of its copied children; a value
+    that is not a node (a DynamoType) is copied by its own __deepcopy__."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.parsing import ast_nodes, validators
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    from relevo_local.moto.dynamodb import copy_expression_trees_node_by_node
+
+    copy_expression_trees_node_by_node()
+    copy_expression_trees_node_by_node()  # idempotent
+
+    def shape(node: Any, seen: set[int]) -> Any:
+        if isinstance(node, ast_nodes.Node):
+            assert id(node) not in seen
+            seen.add(id(node))
+            fields = {name: (shape(value, seen) if name != "parent" else type(value).__name__) for name, value in vars(node).items()}
+            for child in node.children or []:
+                if isinstance(child, ast_nodes.Node) and child.parent is not None:
+                    assert child.parent is node
+            return (type(node).__name__, fields)
+        if isinstance(node, list):
+            return [shape(element, seen) for element in node]
+        if isinstance(node, DynamoType):
+            return ("DynamoType", node.type, repr(node.value))
+        return node
+
+    for text in (
+        "SET #status = :s, #n = if_not_exists(#n, :zero) + :one REMOVE gone, other",
+        "SET tags = list_append(if_not_exists(tags, :list), :list), m.k[2].x = :one",
+        "ADD #n :one, strs :set DELETE more :set",
+    ):
+        tree = UpdateExpressionParser.make(text)
+        for node in _nodes(tree):
+            for child in node.children or []:
+                if isinstance(child, ast_nodes.Node):
+                    child.parent = node
+        ours, theirs = validators.deepcopy(tree), copy.deepcopy(tree)
+        assert shape(ours, set()) == shape(theirs, set())
+        assert not {id(node) for node in _nodes(ours)} & {id(node) for node in _nodes(tree)}
+    value = DynamoType({"L": [{"S": "a"}]})
+    copied = validators.deepcopy(value)
+    assert copied == value and copied is not value and copied.value is not value.value
+
+
+def _nodes(tree: Any) -> list[Any]:
+    from moto.dynamodb.parsing import ast_nodes
+
+    found, pending = [], [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast_nodes.Node):
+            found.append(node)
+            pending.extend(node.children or [])
+    return found
 
 
 def _attribute_value_class() -> type:

@@ -67,6 +67,8 @@ def install(sessions: RoleSessions) -> None:
     stepfunctions.run_interpreter_as_execution_role(sessions)
     dynamodb.parse_each_update_expression_once()
     dynamodb.check_each_update_expressions_form_once()
+    dynamodb.traverse_expression_trees_by_node_type()
+    dynamodb.copy_expression_trees_node_by_node()
     dynamodb.apply_dynamodb_actions_one_at_a_time()
     dynamodb_faults.raise_armed_conflicts()  # inert until a test arms a fault
     dynamodb.share_stream_records_in_transaction_backups()

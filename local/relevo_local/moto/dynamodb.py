@@ -82,6 +82,104 @@ def check_each_update_expressions_form_once() -> None:
     validator._relevo_form_once = True  # type: ignore[attr-defined]
 
 
+def traverse_expression_trees_by_node_type() -> None:
+    """moto 5.2.5 validates an UpdateExpression with up to ten depth-first passes over its tree
+    (DepthFirstTraverser), and at every node of every pass builds the pass's processing map anew
+    and asks isinstance() of its node classes, which are abc.ABCMeta classes (their check goes
+    through Python): two fifths of the emulator's time in a stage claim's UpdateItem. Which node
+    classes a pass processes is fixed by its class (each _processing_map is a literal of the
+    pass's class), so whether a pass processes a node is worked out once per pass class and node
+    class; the walk itself is moto's: children first, left to right, each child's hook before it,
+    a processed node put in its parent's place."""
+    from moto.dynamodb.parsing import ast_nodes
+
+    traverser = ast_nodes.DepthFirstTraverser
+    if getattr(traverser, "_relevo_by_node_type", False):
+        return
+    node_class = ast_nodes.Node
+    # (pass class, node class) -> whether the pass processes nodes of that class; node class -> is a Node.
+    processes: dict[tuple[type, type], bool] = {}
+    is_node: dict[type, bool] = {}
+
+    def traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
+        kind = type(node)
+        node_like = is_node.get(kind)
+        if node_like is None:
+            node_like = is_node[kind] = issubclass(kind, node_class)
+        if not node_like:
+            return node
+        parent = node.parent
+        if node.children is not None:
+            for index, child in enumerate(node.children):
+                self.pre_processing_of_child(node, index)
+                self.traverse_node_recursively(child, index)
+        key = (type(self), kind)
+        processed = processes.get(key)
+        if processed is None:
+            processed = processes[key] = issubclass(kind, tuple(self._processing_map()))
+        if processed:
+            node = self.process(node)
+            node.parent = parent
+            if parent:
+                parent.children[child_id] = node
+        return node
+
+    traverser.traverse_node_recursively = traverse_node_recursively
+    traverser._relevo_by_node_type = True  # type: ignore[attr-defined]
+
+
+def copy_expression_trees_node_by_node() -> None:
+    """moto 5.2.5 deep-copies an UpdateExpression's parsed tree on every UpdateItem before its
+    validation passes rewrite it (Validator.__init__), with copy.deepcopy: reduce protocol and
+    memo for each of some 850 objects, a fifth of a stage claim's UpdateItem. A tree node is a
+    plain object (no __deepcopy__, __getstate__, __setstate__ or __slots__ on any class of
+    moto.dynamodb.parsing), so the validators' deepcopy copies nodes, their lists and dicts
+    itself, attribute by attribute, with the same memo (a node seen twice, such as a parent, is
+    copied once); anything else (a DynamoType, which has its own __deepcopy__) goes to
+    copy.deepcopy with that memo."""
+    from moto.dynamodb.parsing import ast_nodes, validators
+
+    if getattr(validators, "_relevo_node_by_node", False):
+        return
+    node_class = ast_nodes.Node
+    atoms = (str, int, float, bool, type(None))
+
+    def copied(value: Any, memo: dict[int, Any]) -> Any:
+        kind = type(value)
+        if kind in atoms:
+            return value
+        known = memo.get(id(value))
+        if known is not None:
+            return known
+        if kind is list:
+            new_list: list[Any] = []
+            memo[id(value)] = new_list
+            new_list.extend(copied(element, memo) for element in value)
+            return new_list
+        if kind is dict:
+            new_dict: dict[Any, Any] = {}
+            memo[id(value)] = new_dict
+            for key, element in value.items():
+                new_dict[copied(key, memo)] = copied(element, memo)
+            return new_dict
+        if issubclass(kind, node_class):
+            node = kind.__new__(kind)
+            memo[id(value)] = node
+            node.__dict__.update({name: copied(element, memo) for name, element in value.__dict__.items()})
+            return node
+        return copy.deepcopy(value, memo)
+
+    def deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+        # copy.deepcopy keeps what it copied alive in the memo under the memo's own id; so does this.
+        memo = {} if memo is None else memo
+        kept = memo.setdefault(id(memo), [])
+        kept.append(value)
+        return copied(value, memo)
+
+    validators.deepcopy = deepcopy
+    validators._relevo_node_by_node = True  # type: ignore[attr-defined]
+
+
 def apply_dynamodb_actions_one_at_a_time() -> None:
     """moto's server handles requests on concurrent threads, and its DynamoDB backend has no lock:
     two conditional writes (or transactions) on one item can both pass their condition, or fail
