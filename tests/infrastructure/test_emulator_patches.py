@@ -428,6 +428,94 @@ def _nodes(tree: Any) -> list[Any]:
     return found
 
 
+def test_a_tables_query_reads_its_partition_only_and_answers_as_moto_does() -> None:
+    """query_a_tables_partition_only against moto's own listing of the whole table: on a table of
+    many partitions (string and number hash keys, a number written two ways), every query (range
+    conditions, limit and start key, backwards, a filter, a projection, an empty partition, an
+    index) answers the same items in the same order with the same counts and last key; a table's
+    Query lists its partition only, an index's Query and a Scan the whole table."""
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    from relevo_local.moto.dynamodb import query_a_tables_partition_only
+
+    query_a_tables_partition_only()
+    query_a_tables_partition_only()  # idempotent
+    backend = DynamoDBBackend("us-east-1", "123456789012")
+
+    def table(name: str, hash_type: str) -> Table:
+        return backend.create_table(
+            name, schema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            throughput=None, attr=[{"AttributeName": "pk", "AttributeType": hash_type}, {"AttributeName": "sk", "AttributeType": "S"},
+                                   {"AttributeName": "g", "AttributeType": "S"}],
+            global_indexes=[{"IndexName": "by-g", "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                             "Projection": {"ProjectionType": "ALL"}}],
+            indexes=None, streams=None, billing_mode="PAY_PER_REQUEST", sse_specification=None, tags=[],
+            deletion_protection_enabled=None, warm_throughput=None,
+        )
+
+    strings, numbers = table("strings", "S"), table("numbers", "N")
+    for p in range(40):
+        for r in range(6):
+            attrs = {"sk": {"S": f"{r:02d}"}, "g": {"S": f"g{(p + r) % 3}"}, "n": {"N": str(r)}}
+            strings.put_item({"pk": {"S": f"JOB#{p:03d}"}, **attrs})
+            numbers.put_item({"pk": {"N": str(p)}, **attrs})
+    numbers.put_item({"pk": {"N": "7.0"}, "sk": {"S": "99"}, "g": {"S": "g0"}})  # the partition of 7, written 7.0
+
+    moto_listing = Table._relevo_original_all_items
+
+    def answered(target: Table, hash_value: dict, **options: object) -> object:
+        arguments = dict(range_comparison=None, range_objs=[], limit=None, exclusive_start_key=None,
+                         scan_index_forward=True, projection_expressions=None)
+        arguments.update(options)
+        items, scanned, last = target.query(DynamoType(hash_value) if hash_value else None, **arguments)
+        return [item.to_json() for item in items], scanned, last
+
+    def both(target: Table, hash_value: dict, **options: object) -> object:
+        ours = answered(target, hash_value, **options)
+        original = Table.all_items
+        Table.all_items = moto_listing  # moto's own: the whole table, every time
+        try:
+            assert answered(target, hash_value, **options) == ours, (hash_value, options)
+        finally:
+            Table.all_items = original
+        return ours
+
+    cases = [
+        (strings, {"S": "JOB#007"}, {}),
+        (strings, {"S": "JOB#007"}, {"range_comparison": "BETWEEN", "range_objs": [DynamoType({"S": "01"}), DynamoType({"S": "04"})]}),
+        (strings, {"S": "JOB#007"}, {"limit": 2, "exclusive_start_key": {"pk": {"S": "JOB#007"}, "sk": {"S": "01"}}}),
+        (strings, {"S": "JOB#007"}, {"scan_index_forward": False, "limit": 3}),
+        (strings, {"S": "JOB#007"}, {"projection_expressions": [["n"]]}),
+        (strings, {"S": "JOB#999"}, {}),
+        (numbers, {"N": "7"}, {}),
+        (numbers, {"N": "7.00"}, {"range_comparison": "BEGINS_WITH", "range_objs": [DynamoType({"S": "9"})]}),
+    ]
+    for target, hash_value, options in cases:
+        both(target, hash_value, **options)
+    assert len(both(numbers, {"N": "7"})[0]) == 7  # 7 and 7.0 are one partition
+
+    # What the whole-table listing is asked for: the index's Query and the Scan, not the table's Query.
+    patched_all_items = Table.all_items
+    seen: list[int] = []
+
+    def watched(self: Table) -> object:
+        listed = patched_all_items(self)
+        seen.append(len(listed))
+        return listed
+
+    Table.all_items = watched
+    try:
+        answered(strings, {"S": "JOB#007"})
+        answered(strings, {"S": "g1"}, index_name="by-g")
+        strings.scan(filters={}, limit=None, exclusive_start_key=None, filter_expression=None, index_name=None, consistent_read=False,
+                     projection_expression=None)
+    finally:
+        Table.all_items = patched_all_items
+    assert seen[0] == 6 and seen[1] == 240 and seen[2] == 240, seen
+
+
 def _attribute_value_class() -> type:
     from moto.dynamodb.parsing.ast_nodes import ExpressionAttributeValue
 

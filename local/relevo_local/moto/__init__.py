@@ -69,6 +69,7 @@ def install(sessions: RoleSessions) -> None:
     dynamodb.check_each_update_expressions_form_once()
     dynamodb.traverse_expression_trees_by_node_type()
     dynamodb.copy_expression_trees_node_by_node()
+    dynamodb.query_a_tables_partition_only()
     dynamodb.apply_dynamodb_actions_one_at_a_time()
     dynamodb_faults.raise_armed_conflicts()  # inert until a test arms a fault
     dynamodb.share_stream_records_in_transaction_backups()
@@ -87,3 +88,4 @@ def install(sessions: RoleSessions) -> None:
     sts.record_session_tags()
     sts.resolve_policy_variables()
     sts.refuse_expired_sessions()
+

@@ -6,6 +6,7 @@ docs/emulator.md lists them with the test that pins each."""
 from __future__ import annotations
 
 import copy
+import inspect
 import threading
 from types import SimpleNamespace
 from typing import Any
@@ -178,6 +179,51 @@ def copy_expression_trees_node_by_node() -> None:
 
     validators.deepcopy = deepcopy
     validators._relevo_node_by_node = True  # type: ignore[attr-defined]
+
+
+def query_a_tables_partition_only() -> None:
+    """moto 5.2.5 answers a Query of a table (no index) by listing every item of the table, sorting
+    them all by key (Table.all_items, comparing DynamoType values through Decimal and the like),
+    and keeping those of the queried partition: each Query costs as much as the table holds, so
+    the stack slowed as it lived (a third of a claim's reads of its job in bench/agent.py, more
+    as jobs accumulate). The items of a partition are the ones its hash key finds in the table's
+    items (moto's own GetItem looks them up so, and DynamoType hashes as it compares), so while
+    a table's Query runs, the listing it asks for is that partition's, in the same key order;
+    an index's Query and everything else still list the whole table."""
+    from moto.dynamodb.models.table import Table
+
+    if getattr(Table, "_relevo_partition_only", False):
+        return
+    list_all, query = Table.all_items, Table.query
+    querying = threading.local()
+
+    def all_items(self: Any) -> Any:
+        partition = getattr(querying, "partition", None)
+        if partition is None or partition[0] is not self:
+            return list_all(self)
+        found = self.items.get(partition[1])
+        if found is None:
+            return []
+        if not isinstance(found, dict):  # a table without a range key: the item itself
+            return [found]
+        return sorted(found.values(), key=lambda item: (item.hash_key, item.range_key) if item.range_key else item.hash_key)
+
+    signature = inspect.signature(query)
+
+    def table_query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        # DynamoDBBackend.query passes the index name by position.
+        if hash_key is None or signature.bind(self, hash_key, *args, **kwargs).arguments.get("index_name") is not None:
+            return query(self, hash_key, *args, **kwargs)
+        querying.partition = (self, hash_key)
+        try:
+            return query(self, hash_key, *args, **kwargs)
+        finally:
+            querying.partition = None
+
+    Table.all_items = all_items
+    Table.query = table_query
+    Table._relevo_original_all_items = list_all  # type: ignore[attr-defined]
+    Table._relevo_partition_only = True  # type: ignore[attr-defined]
 
 
 def apply_dynamodb_actions_one_at_a_time() -> None:
