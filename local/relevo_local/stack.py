@@ -27,7 +27,7 @@ import boto3
 import requests
 from botocore.credentials import Credentials
 
-from relevo_local import deferred, identity, lambda_layer, sigv4, template
+from relevo_local import deferred, heap, identity, lambda_layer, sigv4, template
 from relevo_local import moto as moto_patches
 from relevo_local.apigateway import ApiAdapter, Route
 from relevo_local.sigv4 import Refusal
@@ -91,6 +91,7 @@ class LocalStack:
         self._identities: dict[str, dict[str, str]] = {}
         self.info: StackInfo | None = None
         self._stopping = threading.Event()
+        self._heap_held = False
         self.credentials: Credentials | None = None
         self.lambda_python: lambda_layer.LambdaPython | None = None
         self.role_sessions = identity.RoleSessions(region)
@@ -127,6 +128,9 @@ class LocalStack:
         )
         self._session = _EndpointSession(session, endpoint)
         self.info = self._deploy(endpoint)
+        # No full collection walks the deployed emulator while it runs (relevo_local.heap).
+        heap.hold()
+        self._heap_held = True
         return self.info
 
     def stop(self) -> None:
@@ -142,6 +146,9 @@ class LocalStack:
             self._server.stop()
         if self.trace_daemon:
             self.trace_daemon.close()
+        if self._heap_held:
+            self._heap_held = False
+            heap.release()
         previous = getattr(self, "_previous_moto_port", None)
         if previous is None:
             os.environ.pop("MOTO_PORT", None)
