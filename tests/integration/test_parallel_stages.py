@@ -550,7 +550,7 @@ def test_a_shard_in_manual_review_is_resolved_on_its_own_record_and_the_job_stan
     stage_attempts.finish(ref, StageStatus.MANUAL_REVIEW, now, None, "Relevo.Reconcile.ManualReview",
                           outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW)
     client("stepfunctions").send_task_failure(taskToken=token, error="Relevo.Reconcile.ManualReview", cause="{}")
-    wait_until(lambda: "review_token" in records(local_stack, job_id)[keys.shard_sk(1, 0)], 20, "shard 0 waiting for review")
+    wait_until(lambda: "review_attempt" in records(local_stack, job_id)[keys.shard_sk(1, 0)], 20, "shard 0 waiting for review")
 
     with pytest.raises(ApiError) as refused:
         api.resolve_stage(job_id, "test", "succeeded")  # the stage's own record is never in review: name the shard
@@ -635,7 +635,7 @@ def test_a_redrive_runs_only_the_shards_that_failed_and_carries_the_others_as_su
     shards = [found[keys.shard_sk(0, shard)] for shard in range(3)]
     assert [(s["status"]["S"], s["agent_id"]["S"], s.get("carried_from", {}).get("S")) for s in shards] == [
         ("succeeded", "mac-0", failed), ("succeeded", "mac-9", None), ("succeeded", "mac-2", failed)]
-    assert not any("dispatch_key" in s or "run_token" in s for s in (shards[0], shards[2]))
+    assert not any("dispatch_key" in s or "run_handed_at" in s for s in (shards[0], shards[2]))
     assert (found["STAGE#00"]["status"]["S"], found["JOB"]["last_successful_stage"]["S"]) == ("succeeded", "notify")
     outcome = json.loads(found["JOB"]["stage_outcomes"]["S"])[0]
     assert [answer.get("dispatched", True) for answer in outcome["shard_outcomes"]] == [False, True, False]

@@ -17,7 +17,6 @@ JOURNALED = {
     "stage": "build",
     "stage_index": 0,
     "attempt": 2,
-    "run_token": "token-2",
     "status": "succeeded",
     "outcome": "succeeded",
     "exit_code": 0,
@@ -41,9 +40,16 @@ def test_a_report_keeps_the_claim_secret_its_job_credentials_are_resumed_with():
 
 
 def test_a_report_journaled_without_the_later_keys_reads_with_their_defaults():
-    older = {key: value for key, value in JOURNALED.items() if key not in ("run_token", "lease_ended")}
+    older = {key: value for key, value in JOURNALED.items() if key != "lease_ended"}
     report = StageReport.model_validate(older)
-    assert (report.run_token, report.lease_ended) == (None, False)
+    assert report.lease_ended is False
+
+
+def test_a_report_an_earlier_agent_journaled_with_its_run_token_reads_back_without_it():
+    """Earlier agents kept the run token in the report; the outcome route has it now, and the
+    token is not sent on nor kept in what the outbox stores again."""
+    report = StageReport.model_validate({**JOURNALED, "run_token": "token-2"})
+    assert "run_token" not in report.payload() and report.payload() == JOURNALED
 
 
 def test_a_failure_report_keeps_its_error_name():
