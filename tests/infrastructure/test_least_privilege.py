@@ -66,6 +66,9 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
         # A shard's files go under <stage>/shard-<k>/ (docs/parallel-stages.md), still the job's prefix:
         # a trailing * matches across "/" too (IAM User Guide, "IAM JSON policy elements: Resource").
         "put X's shard's objects": Request("s3:PutObject", f"{bucket}/{P}/{X}/test/shard-1/app.ipa"),
+        # Listing under its own prefix: what S3 asks before it tells a missing key from a refusal
+        # (Amazon S3 API Reference, GetObject, "Permissions").
+        "list X's prefix": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/{X}/.relevo-handoff/packs/{'0' * 64}"}),
         # What nobody's agent may do. A task token is a capability (issue 41): no job session reads
         # one (the job's token partition, with or without a projection) or answers any task.
         "answer a stage task": Request("states:SendTaskSuccess", "*"),
@@ -87,6 +90,10 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
         "Y's handoff": Request("s3:GetObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"),
         "another job of P": Request("s3:PutObject", f"{bucket}/{P}/{Y}/build/app.ipa"),
         "a shard's object of another job of P": Request("s3:PutObject", f"{bucket}/{P}/{Y}/test/shard-1/app.ipa"),
+        "list Y's prefix": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{Q}/{Y}/"}),
+        "list another job of P": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/{Y}/"}),
+        "list X's project": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/"}),
+        "list the bucket": Request("s3:ListBucket", bucket),
         "Q's signing identity": Request("secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{Q}/dist.p12-AbCdEf"),
         "P's signing identity": Request("secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{P}/dist.p12-AbCdEf"),
         "Q's checkout credentials": Request("secretsmanager:GetSecretValue", f"{secret}/_git/{Q}/token-AbCdEf"),
@@ -99,6 +106,7 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
 
 JOB_MAY = {
     "read X's envelope", "write X's stage attempt", "write X's log", "write X's artifact records", "put X's objects", "put X's shard's objects",
+    "list X's prefix",
 }
 
 
@@ -187,6 +195,8 @@ def test_a_signing_plans_session_reads_its_projects_identities_only_and_a_reruns
     assert _decide(job, Request("s3:GetObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"), rerun) is PolicyDecision.ALLOW
     assert _decide(job, Request("s3:PutObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"), rerun) is PolicyDecision.NO_MATCH
     assert _decide(job, _dynamodb(table, "UpdateItem", f"STAGES#{Y}", "status"), rerun) is PolicyDecision.NO_MATCH
+    assert _decide(job, Request("s3:ListBucket", bucket, context={"s3:prefix": f"{Q}/{Y}/.relevo-handoff/manifests/build.1.json"}), rerun) is PolicyDecision.ALLOW
+    assert _decide(job, Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/{Y}/.relevo-handoff/manifests/build.1.json"}), rerun) is PolicyDecision.NO_MATCH
 
 
 def test_only_the_claim_function_may_mint_a_job_session(rendered):

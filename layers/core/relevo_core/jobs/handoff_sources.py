@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client, error_code
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.handoff import HandoffSummary
+from relevo_core.models.handoff import HandoffSummary, manifest_key
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.status import SUCCEEDED_STAGE
 from relevo_core.store.artifacts import list_artifacts
@@ -46,6 +46,8 @@ class EarlierStage:
     declared: tuple[str, ...] = ()
     # The shard of a stage with shards (its own record, its own values and files).
     shard: int | None = None
+    # Its job's artifact_uri (the envelope's, written by the functions): where its handoff is stored.
+    artifact_uri: str | None = None
 
     @property
     def label(self) -> str:
@@ -126,7 +128,9 @@ def read_job_context(table: str, job_id: str) -> JobContext:
     return context_of(items)
 
 
-def _earlier(job_id: str, name: str, record: dict[str, Any], declared: tuple[str, ...] = (), shard: int | None = None) -> EarlierStage | None:
+def _earlier(
+    job_id: str, name: str, record: dict[str, Any], declared: tuple[str, ...] = (), shard: int | None = None, artifact_uri: str | None = None,
+) -> EarlierStage | None:
     if record.get("status") not in SUCCEEDED_STAGE:
         return None
     receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
@@ -136,21 +140,21 @@ def _earlier(job_id: str, name: str, record: dict[str, Any], declared: tuple[str
         name=name, job_id=job_id, agent_id=record.get("agent_id"),
         handoff=HandoffSummary.model_validate(handoff) if isinstance(handoff, dict) else None,
         outputs={str(k): str(v) for k, v in outputs.items()} if isinstance(outputs, dict) else {},
-        declared=declared, shard=shard,
+        declared=declared, shard=shard, artifact_uri=artifact_uri,
     )
 
 
 def _earlier_of(context: JobContext, plan: StagePlan) -> list[EarlierStage]:
     """What a succeeded stage of `context`'s job left: its own record's, or once a stage with
     shards succeeded as a whole, each succeeded shard's, in shard order."""
-    job_id, record = context.envelope.job_id, context.records.get(plan.name, {})
+    job_id, record, uri = context.envelope.job_id, context.records.get(plan.name, {}), context.envelope.artifact_uri
     if not plan.sharded:
-        earlier = _earlier(job_id, plan.name, record, plan.handoff)
+        earlier = _earlier(job_id, plan.name, record, plan.handoff, artifact_uri=uri)
         return [] if earlier is None else [earlier]
     if record.get("status") not in SUCCEEDED_STAGE:
         return []
     shards = context.shards.get(plan.name, {})
-    found = (_earlier(job_id, plan.name, shards[index], plan.handoff, index) for index in sorted(shards))
+    found = (_earlier(job_id, plan.name, shards[index], plan.handoff, index, uri) for index in sorted(shards))
     return [earlier for earlier in found if earlier is not None]
 
 
@@ -220,11 +224,21 @@ def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]
                 f"{removed[0].removed_at}: a rerun from a later stage cannot restore them; rerun from {stage.name} or earlier",
                 stage=stage.name, job_id=stage.job_id, removed_at=removed[0].removed_at,
             )
-        bucket, _, key = stage.handoff.manifest.removeprefix("s3://").partition("/")
+        # The manifest's key is derived from the job's artifact_uri, not read from the receipt an
+        # agent wrote, and lies where this function may read (template.yaml SeeHandoffManifests):
+        # so S3's 403 for it can only be its absence. Without s3:ListBucket, which this function
+        # need not hold, S3 answers a missing key with 403, not 404 (Amazon S3 API Reference,
+        # HeadObject, "Permissions"; botocore reports a HEAD's as "403").
+        if stage.artifact_uri:
+            bucket, key = manifest_key(stage.artifact_uri, stage.name, stage.shard, stage.handoff.attempt)
+            gone = ("404", "NoSuchKey", "NotFound", "403", "Forbidden", "AccessDenied")
+        else:  # a record without its job's prefix: only S3's own word that it is missing
+            bucket, _, key = stage.handoff.manifest.removeprefix("s3://").partition("/")
+            gone = ("404", "NoSuchKey", "NotFound")
         try:
             s3.head_object(Bucket=bucket, Key=key)
         except ClientError as exc:
-            if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+            if error_code(exc) in gone:
                 raise RelevoError(
                     ErrorCode.HANDOFF_EXPIRED,
                     f"stage {stage.label} of {stage.job_id} handed on files stored {stage.handoff.stored_at[:10]} that have expired "
