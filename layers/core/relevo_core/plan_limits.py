@@ -46,6 +46,17 @@ fail-fast and concurrency settings and each shard's index and record key (under 
 shard, at most MAX_SHARD_RUNS of them): inside the 20 KiB line above. What each shard's agent
 needs (its matrix values) it reads from the envelope, whose limit already counts the declaration.
 
+A stage with shards that fails without fail_fast fails with a summary, not with its shards'
+failures (job.asl.json: SummarizeShardFailures): its failed shards' indexes (at most
+MAX_SHARD_RUNS), the first one's class, and where each one's failure is (its own record:
+last_error, attempts_log), a few hundred bytes whatever the causes. A failed shard's iteration
+ends with its index and class only, so its cause (at most MAX_FAILURE_CAUSE_CHARS: an agent's
+longer one is cut, bounded_cause) stays in its own iteration's state. Every shard's failure in
+the stage's state and cause, as before, made 45 causes of 4,096 quote-heavy characters a cause
+of over 32,768 characters and a state of over 256 KiB: the execution died with
+States.DataLimitExceeded, and the dead-letter entry with it. tests/integration/test_parallel_stages.py
+runs that fan-out on the emulator and measures every state and cause of its history.
+
 History. Step Functions keeps at most 25,000 events in one execution's history and fails the
 execution that needs more (Step Functions Developer Guide, "Step Functions service quotas":
 maximum execution history size, 25,000 events, a hard quota). moto does not enforce it
@@ -91,8 +102,10 @@ MAX_STAGES = 32
 MAX_COMMAND_BYTES = 16 * 1024
 MAX_PROBE_BYTES = 16 * 1024
 MAX_ENVELOPE_BYTES = 80 * 1024
-# The longest task-failure cause Relevo's agents and API send (see above).
+# The longest task-failure cause Relevo's agents and API send (see above); an agent's longer cause
+# is cut to it (bounded_cause).
 MAX_FAILURE_CAUSE_CHARS = 4096
+CAUSE_CUT_MARK = " [cut from {total:,} characters]"
 # The history arithmetic (see above).
 HISTORY_QUOTA_EVENTS = 25_000
 HISTORY_FREE_FRACTION = 0.2
@@ -112,6 +125,15 @@ def state_bytes(value: Any) -> int:
     """Bytes of `value` as JSON, counted as the emulator counts a state's data (an upper bound of
     the compact UTF-8 JSON Step Functions counts)."""
     return len(json.dumps(value).encode("utf-8"))
+
+
+def bounded_cause(cause: str) -> str:
+    """`cause` as a failure may carry it: at most MAX_FAILURE_CAUSE_CHARS characters, its head kept
+    and the cut said, so that whatever an agent reports stays inside the arithmetic above."""
+    if len(cause) <= MAX_FAILURE_CAUSE_CHARS:
+        return cause
+    mark = CAUSE_CUT_MARK.format(total=len(cause))
+    return cause[: MAX_FAILURE_CAUSE_CHARS - len(mark)] + mark
 
 
 def envelope_bytes(envelope: JobEnvelope) -> int:
