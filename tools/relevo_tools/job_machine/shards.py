@@ -122,7 +122,8 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         },
         "RunShards": {
             "Type": "Map",
-            "Comment": "Every shard of the stage, at most max_parallel at once (0: all), each through the per-stage states. With "
+            "Comment": "Every shard of the stage, at most max_parallel at once (0: all; an inline Map runs at most 40 at once, "
+            "and relevo_core.plan_limits refuses a stage that would ask more), each through the per-stage states. With "
             "fail_fast a shard's failure fails the Map (Catch: StopShards); without, a failed shard's output is {failed: its index, error}.",
             "ItemsPath": "$.stage.shards.items",
             "MaxConcurrencyPath": "$.stage.shards.max_parallel",
