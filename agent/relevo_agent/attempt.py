@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from relevo_core.models.status import StageStatus
+from relevo_core.plan_limits import bounded_cause
 from relevo_core.store import stage_attempts
 
 if TYPE_CHECKING:
@@ -134,6 +135,15 @@ class StageReport(BaseModel):
     # The claim's proof (relevo_agent.claim): the outcome route answers only the claim that shows
     # it, also after a restart. Kept in the journal only.
     claim_secret: str | None = None
+
+    @field_validator("cause")
+    @classmethod
+    def _bounded(cls, cause: str | None) -> str | None:
+        """Cut to relevo_core.plan_limits.MAX_FAILURE_CAUSE_CHARS: the state machine carries the
+        cause (the stage's failure, the dead-letter path) inside Step Functions' quotas, which
+        plan_limits' arithmetic counts with that bound (SendTaskFailure itself refuses a cause
+        over 32,768 characters, which would leave the report in the outbox for good)."""
+        return bounded_cause(cause) if cause is not None else None
 
     def payload(self) -> dict[str, Any]:
         """The outbox entry (JSON-ready); a report without a claim secret or a shard keeps the

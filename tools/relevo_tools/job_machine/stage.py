@@ -585,9 +585,10 @@ def stage_failure(shard: bool = False) -> States:
             "Choices": [{"Variable": "$.stage.shards.fail_fast", "BooleanEquals": True, "Next": "StageFailed"}],
             "Default": "ShardFailedAlone",
         }
-        # Its error also on its own, a member of the output itself: moto 5.2.5 reads
-        # `$[*].failed.Error` as a plain string when one shard failed, `$[*].error` as a list.
-        states["ShardFailedAlone"] = {"Type": "Pass", "Parameters": {"failed.$": "$.failure", "error.$": "$.failure.Error"}, "End": True}
+        # Its output is small, whatever its cause: its index and its error class. Up to 45 shards'
+        # outputs meet in the fan-out's state, which Step Functions bounds (256 KiB); the shard's
+        # failure, cause and all, is on its own record (RecordAttemptFailure: last_error, attempts_log).
+        states["ShardFailedAlone"] = {"Type": "Pass", "Parameters": {"failed.$": "$.stage.shard", "error.$": "$.failure.Error"}, "End": True}
     return states
 
 
