@@ -16,6 +16,7 @@ import pytest
 
 from relevo_agent.logs import LogShipper, Masker
 from relevo_core.aws import client
+from relevo_core.job_objects import JobPrefix
 from relevo_core.store import log_chunks, stage_attempts
 from tests.helpers.stack import table_items
 
@@ -30,9 +31,11 @@ def _claimed(stack, job_id: str) -> stage_attempts.StageRef:
 
 
 def _read_all(stack, job_id: str) -> list[log_chunks.LogChunk]:
+    """The whole log, its bodies read under the job's prefix (these jobs have no job record to say it)."""
     chunks, from_seq = [], 0
+    home = JobPrefix.of(f"s3://{stack.resources['ArtifactBucket']}/p-logs/{job_id}/")
     while from_seq is not None:
-        page = log_chunks.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=100)
+        page = log_chunks.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=100, home=home)
         chunks += page.chunks
         from_seq = page.next_seq
     return chunks

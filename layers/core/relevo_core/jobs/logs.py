@@ -15,6 +15,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from relevo_core.job_objects import JobPrefix
+from relevo_core.jobs.handoff_sources import context_of
 from relevo_core.models.requests import LogQuery
 from relevo_core.models.status import JobStatus
 from relevo_core.store.jobs import query_job_items
@@ -97,18 +99,19 @@ def log_page(table: str, job_id: str, query: LogQuery, now: datetime | None = No
 
     items = query_job_items(table, job_id)
     view = job_items_to_view(items)
+    home = JobPrefix.of(context_of(items).envelope.artifact_uri)  # where the log's bodies must be
     status = JobStatus(view["status"])
     reason, detail, _ = waiting_reason(table, view, now or datetime.now(timezone.utc), items)
     if query.before_seq is None:
         start = query.from_seq or 0
-        page = read_chunks(table, job_id, from_seq=start, limit=query.limit)
+        page = read_chunks(table, job_id, from_seq=start, limit=query.limit, home=home)
         chunks = page.chunks
         next_seq = chunks[-1].seq + 1 if chunks else start
         first = chunks[0].seq if chunks else start
         before_seq = first if first > 0 else None
         more = page.next_seq is not None
     else:
-        page = read_chunks_before(table, job_id, query.before_seq, query.limit)
+        page = read_chunks_before(table, job_id, query.before_seq, query.limit, home=home)
         chunks = page.chunks
         next_seq = chunks[-1].seq + 1 if chunks else 0
         before_seq = page.next_seq
@@ -164,7 +167,7 @@ def split_lines(chunks: list[LogChunk]) -> list[dict[str, Any]]:
     return lines
 
 
-def log_tail(table: str, job_id: str, lines: int = TAIL_LINES) -> dict[str, Any]:
+def log_tail(table: str, job_id: str, lines: int = TAIL_LINES, home: JobPrefix | None = None) -> dict[str, Any]:
     """The last `lines` lines of the job's output, read back from the end of the log a page at a
     time until there are enough (or TAIL_MAX_CHARS were read). `truncated`: earlier output exists;
     `next_seq`: where `relevo job logs -f --from-seq` continues after what is shown."""
@@ -172,7 +175,7 @@ def log_tail(table: str, job_id: str, lines: int = TAIL_LINES) -> dict[str, Any]
     before: int | None = None
     newlines = chars = 0
     while True:
-        page = read_chunks_before(table, job_id, before, _TAIL_PAGE)
+        page = read_chunks_before(table, job_id, before, _TAIL_PAGE, home=home)
         chunks[:0] = page.chunks
         newlines += sum(chunk.data.count("\n") for chunk in page.chunks)
         chars += sum(len(chunk.data) for chunk in page.chunks)

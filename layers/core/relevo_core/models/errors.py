@@ -75,6 +75,9 @@ class ErrorCode(str, Enum):
     # The shards of a job's first stage to check out resolved its ref to different commits (the
     # branch moved between their checkouts): the job has no one commit to build or rerun.
     COMMITS_DIFFER = "COMMITS_DIFFER"
+    # A record an agent wrote names a location that is not one of its job's objects (another
+    # job's or project's, another bucket, a path trick): nothing is done with it (relevo_core.job_objects).
+    LOCATION_OUTSIDE_JOB = "LOCATION_OUTSIDE_JOB"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -128,6 +131,8 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.HANDOFF_EXPIRED: HTTPStatus.GONE,
     ErrorCode.PROJECT_HAS_LIVE_JOBS: HTTPStatus.CONFLICT,
     ErrorCode.COMMITS_DIFFER: HTTPStatus.CONFLICT,
+    # The request is sound; the job's stored record is not: no link is given for it.
+    ErrorCode.LOCATION_OUTSIDE_JOB: HTTPStatus.CONFLICT,
 }
 
 

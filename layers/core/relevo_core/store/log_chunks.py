@@ -23,9 +23,13 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
+from relevo_core import job_objects
 from relevo_core.aws import client, in_this_context
+from relevo_core.job_objects import JobPrefix
+from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.store import log_bodies
 from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.jobs import get_envelope
 from relevo_core.store.keys import key, log_pk, log_sk
 from relevo_core.store.stage_attempts import LeaseLost, StageRef, holds_attempt_check
 from relevo_core.store.conditional import transaction_cancellation
@@ -70,20 +74,42 @@ class LogChunk(BaseModel):
         return self.size if self.size is not None else len(self.data.encode())
 
 
-def _with_bodies(chunks: list[LogChunk]) -> list[LogChunk]:
+def job_home(table: str, job_id: str) -> JobPrefix | None:
+    """The job's prefix (its envelope's artifact_uri), where its log bodies must be; None once
+    the job record is gone."""
+    try:
+        return JobPrefix.of(get_envelope(table, job_id).artifact_uri)
+    except RelevoError as exc:
+        if exc.code is ErrorCode.JOB_NOT_FOUND:
+            return None
+        raise
+
+
+def _with_bodies(table: str, job_id: str, chunks: list[LogChunk], home: JobPrefix | None) -> list[LogChunk]:
     """The chunks with the text of each body kept in S3 read in (side by side), each verified
-    against the sha256 its item recorded; a body gone or altered reads as a line saying so."""
+    against the sha256 its item recorded; a body gone or altered reads as a line saying so. A
+    body's key is its writer's choice (a uuid, not derivable): only one under the job's own
+    prefix `home` is read (relevo_core.job_objects), any other reads as a line saying so."""
+    stored = [chunk for chunk in chunks if chunk.body]
+    if stored and home is None:
+        home = job_home(table, job_id)
+
     def filled(chunk: LogChunk) -> LogChunk:
         if chunk.body is None or chunk.body_sha256 is None:
             return chunk
-        bucket, _, object_key = chunk.body.removeprefix("s3://").partition("/")
         try:
-            text = log_bodies.get_body(bucket, object_key, chunk.body_sha256)
+            if home is None:
+                raise log_bodies.BodyMissing(f"job {job_id} is gone")
+            object_key = job_objects.object_key(home, chunk.body, (log_pk(job_id), log_sk(chunk.seq)))
+            text = log_bodies.get_body(home.bucket, object_key, chunk.body_sha256)
         except log_bodies.BodyMissing as missing:
             text = f"[relevo] chunk {chunk.seq} of this log cannot be shown: {missing}\n"
+        except RelevoError as refused:
+            if refused.code is not ErrorCode.LOCATION_OUTSIDE_JOB:
+                raise
+            text = f"[relevo] chunk {chunk.seq} of this log cannot be shown: its body is not one of the job's objects ({refused.code.value})\n"
         return chunk.model_copy(update={"data": text})
 
-    stored = [chunk for chunk in chunks if chunk.body]
     if len(stored) <= 1:
         return [filled(chunk) for chunk in chunks]
     with ThreadPoolExecutor(max_workers=min(PARALLEL_BODIES, len(stored)), thread_name_prefix="log-read") as pool:
@@ -133,9 +159,10 @@ def chunk_stored(table: str, job_id: str, seq: int) -> bool:
     return "Item" in response
 
 
-def read_chunks(table: str, job_id: str, from_seq: int = 0, limit: int = 100) -> LogPage:
+def read_chunks(table: str, job_id: str, from_seq: int = 0, limit: int = 100, home: JobPrefix | None = None) -> LogPage:
     """Page forward through a job's output: chunks with seq >= from_seq, at most `limit` and
-    PAGE_MAX_BYTES of text, bodies kept in S3 read in."""
+    PAGE_MAX_BYTES of text, bodies kept in S3 read in. `home`: the job's prefix, when the caller
+    has read its envelope already (else read from the job record when a body is to be read)."""
     response = client("dynamodb").query(
         TableName=table,
         KeyConditionExpression="pk = :pk AND sk >= :from",
@@ -146,10 +173,10 @@ def read_chunks(table: str, job_id: str, from_seq: int = 0, limit: int = 100) ->
     found = [LogChunk.model_validate(from_attributes(item)) for item in response.get("Items", [])]
     chunks = _within_page(found)
     more = ("LastEvaluatedKey" in response or len(chunks) < len(found)) and chunks
-    return LogPage(chunks=_with_bodies(chunks), next_seq=chunks[-1].seq + 1 if more else None)
+    return LogPage(chunks=_with_bodies(table, job_id, chunks, home), next_seq=chunks[-1].seq + 1 if more else None)
 
 
-def read_chunks_before(table: str, job_id: str, before_seq: int | None = None, limit: int = 100) -> LogPage:
+def read_chunks_before(table: str, job_id: str, before_seq: int | None = None, limit: int = 100, home: JobPrefix | None = None) -> LogPage:
     """Page back through a job's output: the last `limit` chunks with seq < before_seq (the end
     of the log when None), in ascending order; `next_seq` is the seq to page further back from
     (`before_seq` of the next call), or None when the page reaches the start of the log."""
@@ -168,7 +195,7 @@ def read_chunks_before(table: str, job_id: str, before_seq: int | None = None, l
     found = [LogChunk.model_validate(from_attributes(item)) for item in reversed(response.get("Items", []))]
     chunks = _within_page(found, from_end=True)
     more = ("LastEvaluatedKey" in response or len(chunks) < len(found)) and chunks and chunks[0].seq > 0
-    return LogPage(chunks=_with_bodies(chunks), next_seq=chunks[0].seq if more else None)
+    return LogPage(chunks=_with_bodies(table, job_id, chunks, home), next_seq=chunks[0].seq if more else None)
 
 
 class ChunkWriter:
