@@ -180,14 +180,15 @@ def split_lines(chunks: list[LogChunk]) -> list[dict[str, Any]]:
     """The lines of consecutive chunks, each with the seq of the chunk it starts in (and its shard,
     for a stage with shards). A line never joins the output of two attempts or two shards: each
     shard's line is pieced together from its own chunks (the shards' chunks interleave), and the
-    end of one attempt's output ends its last line. A line takes its place where it ends."""
+    end of one attempt's (or stage's) output ends its last line. A line takes its place where it ends."""
     lines: list[dict[str, Any]] = []
     # The line under way of each writer: (stage, shard) -> ((attempt, agent), line).
     pending: dict[tuple[str, int | None], tuple[tuple[int, str], dict[str, Any]]] = {}
     for chunk in chunks:
         writer, attempt = (chunk.stage, chunk.shard), (chunk.attempt, chunk.agent_id)
-        if writer in pending and pending[writer][0] != attempt:
-            lines.append(pending.pop(writer)[1])
+        # Another stage's output, or another attempt's, ends a line; a sibling shard's does not.
+        for other in [w for w in pending if w[0] != chunk.stage or (w == writer and pending[w][0] != attempt)]:
+            lines.append(pending.pop(other)[1])
         parts = chunk.data.split("\n")
         for index, part in enumerate(parts):
             if writer not in pending:
