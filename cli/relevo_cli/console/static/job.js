@@ -124,9 +124,12 @@
   function appendChunks(chunks) {
     const follow = atBottom();
     for (const chunk of chunks) {
-      if (chunk.seq < nextSeq) continue;  // already shown: never twice
-      appendText(chunk, chunk.seq === nextSeq ? nextPart : 0);
-      nextSeq = chunk.seq + 1;
+      // A job with shards reads its log by cursor (a string: each shard's place, docs/jobs.md): a
+      // page starts at the cursor asked for, and each chunk's `next` is the cursor after it.
+      const byCursor = typeof chunk.next === "string";
+      if (!byCursor && chunk.seq < nextSeq) continue;  // already shown: never twice
+      appendText(chunk, !byCursor && chunk.seq === nextSeq ? nextPart : 0);
+      nextSeq = chunk.next !== undefined ? chunk.next : chunk.seq + 1;
       nextPart = 0;
     }
     trim();
@@ -184,7 +187,7 @@
   function connect() {
     stopStream();
     setConnection("connecting");
-    source = new EventSource("/jobs/" + encodeURIComponent(jobId) + "/stream?from_seq=" + nextSeq);
+    source = new EventSource("/jobs/" + encodeURIComponent(jobId) + "/stream?from_seq=" + encodeURIComponent(nextSeq));
     source.addEventListener("log", function (event) { appendChunks(JSON.parse(event.data).chunks); });
     source.addEventListener("state", function (event) {
       // Live from the stream's first event (always a state), not from its opening: the server
