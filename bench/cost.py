@@ -372,12 +372,21 @@ def measure(stack: Any, recorder: Recorder) -> int:
         ref = stage_attempts.StageRef(stack.table_name, task["job_id"], task["stage_index"], task["attempt"], AGENT_ID)
         assert granted.accepted is True, granted.accepted  # the claim function answered the dispatch
         with job_scope(JobCredentials(session_credentials(granted.session))):
-            run_token = wait_for_run_token(ref)
-            # A zero-length stage: no lease renewal or heartbeat falls due (see the rate printed below).
-            stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(timezone.utc), 0, None)
-            client("stepfunctions").send_task_success(
-                taskToken=run_token, output=json.dumps({"stage": stage["name"], "attempt": ref.attempt, "agent_id": AGENT_ID})
+            wait_for_run_handed(ref)
+        # A zero-length stage: no lease renewal or heartbeat falls due (see the rate printed below).
+        # Its outcome goes through the outcome route, which records it and answers the run token
+        # (an API Gateway request and a Lambda invocation per stage, charged below).
+        outcome = {key: request[key] for key in ("job_id", "stage_index", "attempt", "agent_id", "claim_secret")}
+        recorder.phase = "claim"
+        with harness.as_role(claim_role):
+            started = time.perf_counter()
+            answer = claims.lambda_handler(
+                harness.claim_event(REGION, {**outcome, "status": "succeeded", "outcome": "succeeded", "exit_code": 0},
+                                    f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}", route="outcomes"),
+                harness.LambdaContext(),
             )
+            claim_secs.append(time.perf_counter() - started)
+        assert answer["statusCode"] == 200, answer
         sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
         recorder.phase = "bench"
 
@@ -434,11 +443,12 @@ def poll(read: Any, timeout: float, what: str, interval: float) -> Any:
     return value
 
 
-def wait_for_run_token(ref: Any) -> str:
-    """The token the state machine hands the holder of the attempt once it saw the claim."""
+def wait_for_run_handed(ref: Any) -> None:
+    """The state machine has handed the holder of the attempt its run token once it saw the claim
+    (the stage record says so; the token itself is the outcome route's to use)."""
     from relevo_core.store import stage_attempts
 
-    return str(poll(lambda: stage_attempts.run_token(ref), 10, "no run token", 0.05))
+    poll(lambda: stage_attempts.run_handed(ref) or None, 10, "no run token handed", 0.05)
 
 
 def wait_for_execution(state_machine_arn: str, job_id: str, timeout: float) -> dict[str, Any]:
@@ -605,13 +615,13 @@ def report(
     # --- Lambda and API Gateway
     invocations = 1 + len(claim_secs)
     gb_s = memory_gb * webhook_sec + CLAIM_MEMORY_GB * sum(claim_secs)
-    api_requests = invocations  # the webhook delivery and each claim are one API Gateway request each
+    api_requests = invocations  # the webhook delivery, each claim and each outcome are one API Gateway request each
     print()
     print(f"Lambda per job: 1 webhook invocation, {webhook_sec * 1000:.1f} ms measured handler wall time "
-          f"(warm container, in-process against the emulator) x {memory_gb * 1024:.0f} MB; {len(claim_secs)} claims, "
+          f"(warm container, in-process against the emulator) x {memory_gb * 1024:.0f} MB; {len(claim_secs)} claims and outcomes, "
           f"{', '.join(f'{sec * 1000:.1f}' for sec in claim_secs)} ms (the first in a cold container) x "
           f"{CLAIM_MEMORY_GB * 1024:.0f} MB; {gb_s:.4f} GB-s in all")
-    print(f"API Gateway per job: {api_requests} REST requests (the delivery, and each stage's claim)")
+    print(f"API Gateway per job: {api_requests} REST requests (the delivery, and each stage's claim and outcome)")
     print("  sweeper (rate 1 minute) and schedule-trigger (per project schedule slot) invocations are not per job:"
           " see fixed monthly cost")
 

@@ -283,11 +283,12 @@ def webhook_event(project_id: str, headers: dict[str, str], body: bytes) -> dict
     )
 
 
-def claim_event(region: str, body: dict[str, Any], caller_arn: str) -> dict[str, Any]:
-    """The API Gateway REST proxy event of an agent's claim (POST /regions/{region}/claims), as
-    API Gateway sends it once the caller's SigV4 signature and execute-api:Invoke passed."""
+def claim_event(region: str, body: dict[str, Any], caller_arn: str, route: str = "claims") -> dict[str, Any]:
+    """The API Gateway REST proxy event of an agent's claim (POST /regions/{region}/claims), or of
+    another of its region's routes (`route`: outcomes, heartbeats, accepts, sessions), as API
+    Gateway sends it once the caller's SigV4 signature and execute-api:Invoke passed."""
     return _api_event(
-        "/regions/{region}/claims", f"/regions/{region}/claims", {"region": region}, {"Content-Type": "application/json"},
+        f"/regions/{{region}}/{route}", f"/regions/{region}/{route}", {"region": region}, {"Content-Type": "application/json"},
         json.dumps(body), {"sourceIp": "192.0.2.1", "userAgent": "relevo-agent/bench", "userArn": caller_arn},
     )
 

@@ -14,17 +14,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from relevo_core.models.status import StageStatus
+from relevo_core.plan_limits import bounded_cause
 from relevo_core.store import stage_attempts
 
 if TYPE_CHECKING:
     from relevo_agent.lease import Lease
     from relevo_agent.transfer import ProgressWriter
-
-# The execution no longer waits for this token (canceled, timed out, answered).
-DEAD_TOKEN = ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken")
 
 
 def utc_now() -> datetime:
@@ -75,9 +73,11 @@ class StageRun:
     # Monotonic: the claim's send time plus the stage's exec_timeout_sec (the exec timeout counts
     # from the claim, probe and waits included).
     exec_deadline: float = math.inf
-    # Handed over by the state machine once it has seen the accepted claim; fetched beside the
-    # stage (the command does not wait for it). Every report and heartbeat needs it.
-    run_token: str | None = None
+    # The state machine has handed this attempt its run token (it took the claim): seen on the
+    # stage record beside the stage (the command does not wait for it). The token itself stays in
+    # the job's token partition, which no job session reads: heartbeats and the report go through
+    # the region's claim routes, which answer it for the claim that holds the attempt.
+    run_handed: bool = False
     token_known: threading.Event = field(default_factory=threading.Event)
     cancel: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
@@ -112,19 +112,18 @@ class StageRun:
 
 
 class StageReport(BaseModel):
-    """What an attempt ended with, as the journal's outbox keeps it until Relevo has it: the
-    fenced stage write, then the answer on the run token (relevo_agent.outbox). Its JSON form is
-    the outbox entry, so a report journaled by an earlier agent reads back unchanged."""
+    """What an attempt ended with, as the journal's outbox keeps it until Relevo has it: sent to
+    the region's outcome route, which makes the fenced stage write and answers the run token
+    (relevo_agent.outbox). Its JSON form is the outbox entry, so a report journaled by an earlier
+    agent reads back unchanged (a `run_token` such a report kept is ignored: the route has it)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     job_id: str
     stage: str
     stage_index: int
     shard: int | None = None
     attempt: int
-    # None when the attempt ended before the token came: the stage record's is used, if any.
-    run_token: str | None = None
     status: StageStatus
     outcome: stage_attempts.AttemptOutcome
     exit_code: int | None = None
@@ -133,9 +132,18 @@ class StageReport(BaseModel):
     receipt: dict[str, Any] | None = None
     # Nothing of this attempt runs any more here: its lease ends with the report.
     lease_ended: bool = False
-    # The claim's proof (relevo_agent.claim): the job credentials the report is sent with are
-    # asked for again with it when the agent restarted in between. Kept in the journal only.
+    # The claim's proof (relevo_agent.claim): the outcome route answers only the claim that shows
+    # it, also after a restart. Kept in the journal only.
     claim_secret: str | None = None
+
+    @field_validator("cause")
+    @classmethod
+    def _bounded(cls, cause: str | None) -> str | None:
+        """Cut to relevo_core.plan_limits.MAX_FAILURE_CAUSE_CHARS: the state machine carries the
+        cause (the stage's failure, the dead-letter path) inside Step Functions' quotas, which
+        plan_limits' arithmetic counts with that bound (SendTaskFailure itself refuses a cause
+        over 32,768 characters, which would leave the report in the outbox for good)."""
+        return bounded_cause(cause) if cause is not None else None
 
     def payload(self) -> dict[str, Any]:
         """The outbox entry (JSON-ready); a report without a claim secret or a shard keeps the

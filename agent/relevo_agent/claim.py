@@ -10,7 +10,6 @@ the claim does not take. The wire itself is relevo_agent.claim_routes'.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import secrets
@@ -21,14 +20,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from relevo_agent.attempt import DEAD_TOKEN, HandBack, StageMessage, StageRun, utc_now
+from relevo_agent.attempt import HandBack, StageMessage, StageRun, utc_now
 from relevo_agent.claim_routes import RouteError, RouteUnreachable
 from relevo_agent.config import AgentConfig
 from relevo_agent.job_sessions import JobSessions
 from relevo_agent.journal import Journal, Operation, OperationOutcome
 from relevo_agent.messages import Message
 from relevo_agent.reachability import stack as reachability
-from relevo_core.aws import call_budget, client, error_code
+from relevo_core.aws import call_budget
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
@@ -177,32 +176,42 @@ class Claims:
 
     # ------------------------------------------------------------------ the answer to the dispatch
     def accept(self, run: StageRun, dispatch_token: str) -> bool | None:
-        """Tell the state machine who claimed the stage. Once it has taken the answer, its next
-        state hands exactly this claim a run token (written only if the claim still holds), so the
-        command may start now: were the execution stopped or the stage taken over before the
-        token arrives, the keeper stops the command and no result is ever reported for it.
+        """Tell the state machine who claimed the stage, through the region's accept route (the
+        agent holds no task power: the route answers the dispatch for the claim that holds the
+        attempt). Once it has taken the answer, its next state hands exactly this claim a run token
+        (written only if the claim still holds), so the command may start now: were the execution
+        stopped or the stage taken over before the token arrives, the keeper stops the command and
+        no result is ever reported for it.
 
         A transient error is retried for as long as the lease keeps (the keeper renews it
-        meanwhile). True: taken. False: the dispatch no longer waits. None: cannot tell (an
-        answer was lost, and a repeat met a token already answered, maybe by the first send)."""
+        meanwhile). True: taken. False: the dispatch no longer waits (or the claim no longer
+        holds). None: cannot tell (an answer was lost, and a repeat met a token already answered,
+        maybe by the first send)."""
+        from relevo_core.models.agent_session import AcceptRequest
+
         ref = run.ref
-        output = json.dumps({"agent_id": self.config.agent_id, "attempt": ref.attempt})
+        routes = self.sessions.routes
+        if routes is None or not run.claim_secret:
+            return None
+        request = AcceptRequest(
+            job_id=ref.job_id, stage_index=ref.stage_index, shard=ref.shard, attempt=ref.attempt, agent_id=self.config.agent_id,
+            claim_secret=run.claim_secret, dispatch_token=dispatch_token,
+        )
         unsure = False
         delay = RETRY_AFTER_FAILURE_SEC
         while run.reason is None:
             try:
                 with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):  # one send per try: a repeat is ours to count
-                    client("stepfunctions").send_task_success(taskToken=dispatch_token, output=output)
+                    routes.accept(request)
                 return True
-            except ClientError as exc:
-                code = error_code(exc)
-                if code in DEAD_TOKEN:
+            except RouteError as refused:
+                if refused.code in (ErrorCode.TASK_GONE.value, ErrorCode.ATTEMPT_ENDED.value, ErrorCode.ATTEMPT_NOT_HELD.value):
                     if unsure:
                         return None
-                    log.warning("%s/%d: the dispatch is no longer waiting (%s)", ref.job_id, ref.stage_index, code)
+                    log.warning("%s/%d: the dispatch is no longer waiting for this claim (%s)", ref.job_id, ref.stage_index, refused.code)
                     return False
-                why = code
-            except BotoCoreError as exc:
+                why = str(refused)
+            except RouteUnreachable as exc:
                 why = str(exc)
             unsure = True
             log.warning("%s/%d: accept failed (%s); sending it again", ref.job_id, ref.stage_index, why)
@@ -211,11 +220,25 @@ class Claims:
             delay = min(2 * delay, 2.0)
         return None
 
+    def heartbeat(self, run: StageRun) -> None:
+        """The run's task heartbeat, through the region's heartbeat route (which sends it with the
+        run token the agent never sees, for the claim that holds the attempt). RouteError with the
+        route's code when refused; RouteUnreachable when no answer came."""
+        from relevo_core.models.agent_session import HeartbeatRequest
+
+        ref, routes = run.ref, self.sessions.routes
+        if routes is None or not run.claim_secret:
+            raise RouteError(0, None, "this agent knows no claim route to heartbeat through")
+        routes.heartbeat(HeartbeatRequest(
+            job_id=ref.job_id, stage_index=ref.stage_index, shard=ref.shard, attempt=ref.attempt, agent_id=self.config.agent_id,
+            claim_secret=run.claim_secret,
+        ))
+
     def taken(self, run: StageRun, op_id: str) -> bool:
         """After an accept whose answer was lost: the state machine took the claim if it hands
         this attempt its run token (the watcher looks)."""
         run.token_known.wait(RUN_TOKEN_WAIT_SEC + 5)
-        if run.run_token and run.reason is None:
+        if run.run_handed and run.reason is None:
             log.info("%s attempt %d: the state machine took the claim after all", op_id, run.ref.attempt)
             return True
         return False
@@ -243,9 +266,9 @@ class Claims:
 
     # ------------------------------------------------------------------ the run token
     def watch_for_run_token(self, run: StageRun, op_id: str, message: Message) -> None:
-        """Beside the stage, from the accepted claim on: look for the run token (every 50 ms
-        until it is decided), then delete the claimed message; both off the path to the
-        command's start, each call bounded by the time left before the fence."""
+        """Beside the stage, from the accepted claim on: look for the run token to be handed (its
+        stage record says so; every 50 ms until it is decided), then delete the claimed message;
+        both off the path to the command's start, each call bounded by the time left before the fence."""
         lease = run.lease
         started = time.monotonic()
         token_deadline, job_checked = started + RUN_TOKEN_WAIT_SEC, started
@@ -269,14 +292,13 @@ class Claims:
 
     def _look_for_run_token(self, run: StageRun, op_id: str, deadline: float, check_job: bool) -> bool:
         """One look for the run token the state machine hands the accepted claim. True once it is
-        decided: the token came (and is journaled), or the run was stopped because the stage
-        changed hands, the job ended without handing it out, or the deadline passed."""
+        decided: the token was handed (the stage record says when; the token itself stays where no
+        job session reads it), or the run was stopped because the stage changed hands, the job
+        ended without handing it out, or the deadline passed."""
         ref = run.ref
         try:
-            token = stage_attempts.run_token(ref)
-            if token:
-                self.journal.set_run_token(op_id, ref.attempt, token)
-                run.run_token = token
+            if stage_attempts.run_handed(ref):
+                run.run_handed = True
                 return True
             if check_job and JobStatus(_job_record(self.table_name, ref.job_id)["status"]).terminal:
                 log.warning("%s attempt %d: the job ended before its run token came; stopping", op_id, ref.attempt)

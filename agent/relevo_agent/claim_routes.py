@@ -1,6 +1,7 @@
 """The agent's client of the claim routes (relevo_core.fleet.claims), the wire only: the claim of
 a stage message its queue handed it, answered with the job as it stands and the job's credentials;
-and those credentials again, before they run out or after a restart. What an agent claims, when it
+those credentials again, before they run out or after a restart; and the attempt's answers to the
+state machine (accept, heartbeat, outcome), which the route sends with tokens the agent never sees. What an agent claims, when it
 sends a claim again and what it does with the answer is relevo_agent.claim's.
 
 The requests are signed (SigV4, execute-api) with the agent's own credentials, the only thing
@@ -23,7 +24,15 @@ from botocore.awsrequest import AWSRequest
 from relevo_core.aws import SessionCredentials, call_time_left, process_credentials
 
 if TYPE_CHECKING:
-    from relevo_core.models.agent_session import ClaimGranted, ClaimRequest, JobSession, SessionRequest
+    from relevo_core.models.agent_session import (
+        AcceptRequest,
+        ClaimGranted,
+        ClaimRequest,
+        HeartbeatRequest,
+        JobSession,
+        OutcomeReport,
+        SessionRequest,
+    )
 
 # Without a call budget: connect and read timeouts of one request.
 CONNECT_TIMEOUT_SEC = 3.0
@@ -71,6 +80,18 @@ class ClaimRoutes:
         from relevo_core.models.agent_session import JobSession
 
         return JobSession.model_validate(self._post("sessions", request.model_dump(mode="json"))["session"])
+
+    # The attempt's answers: the agent holds no task token (relevo_core.fleet.claims). Each raises
+    # RouteError with the route's stable code (ATTEMPT_NOT_HELD, ATTEMPT_ENDED, RUN_NOT_HANDED,
+    # TASK_GONE) when it is refused, RouteUnreachable when no answer came.
+    def accept(self, request: AcceptRequest) -> None:
+        self._post("accepts", request.model_dump(mode="json"))
+
+    def heartbeat(self, request: HeartbeatRequest) -> None:
+        self._post("heartbeats", request.model_dump(mode="json"))
+
+    def report(self, request: OutcomeReport) -> None:
+        self._post("outcomes", request.model_dump(mode="json"))
 
     def _post(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         url = f"{self.api_url.rstrip('/')}/regions/{self.region}/{route}"

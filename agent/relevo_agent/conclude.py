@@ -1,6 +1,6 @@
 """How a stage attempt ends on this agent: journal first (outcome, receipt and the outbox entry in
-one transaction, relevo_agent.journal), then report (relevo_agent.outbox: the fenced stage write
-and the answer on the run token). An attempt stopped before its end is concluded by why it was
+one transaction, relevo_agent.journal), then report (relevo_agent.outbox: the outcome route makes
+the fenced stage write and answers the run token). An attempt stopped before its end is concluded by why it was
 stopped; one that never ran anything is only journaled (abandoned).
 """
 
@@ -41,8 +41,9 @@ class Concluder:
         ref = run.ref
         # The log's last lines are stored while the attempt is still held: the report ends it.
         run.close_log()
-        # A fast command can end before the token is decided. The result is journaled either
-        # way; without a token the report still makes its fenced stage write (relevo_agent.outbox).
+        # A fast command can end before the run is known to be handed. The result is journaled
+        # either way; the outcome route makes the fenced stage write even when no run token was
+        # handed (relevo_agent.outbox).
         run.token_known.wait(RUN_TOKEN_WAIT_SEC + 5)
         report = StageReport(
             job_id=ref.job_id,
@@ -50,7 +51,6 @@ class Concluder:
             stage_index=ref.stage_index,
             shard=ref.shard,
             attempt=ref.attempt,
-            run_token=run.run_token,
             status=status,
             outcome=stage_outcome or _stage_outcome(status),
             exit_code=exit_code,

@@ -50,7 +50,6 @@ class Operation:
     precondition_version: str
     outcome: OperationOutcome = OperationOutcome.RUNNING
     receipt: dict[str, Any] | None = None
-    run_token: str | None = None
     updated_at: str = ""
     pgid: int | None = None
     # What the attempt's command wrote to $RELEVO_OUTPUT, journaled as it came (relevo_agent.outputs).
@@ -98,6 +97,7 @@ CREATE TABLE IF NOT EXISTS operations (
     precondition_version TEXT NOT NULL,
     outcome TEXT NOT NULL,
     receipt TEXT,
+    -- Unused: a run token never leaves the stack (earlier agents kept it here; cleared on open).
     run_token TEXT,
     updated_at TEXT NOT NULL
 );
@@ -146,6 +146,8 @@ class Journal:
             for column, kind in columns.items():
                 if column not in present:
                     self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        # A run token is a capability the stack keeps to itself now: none stays on this disk.
+        self._db.execute("UPDATE operations SET run_token=NULL WHERE run_token IS NOT NULL")
         # Which journal this is: a claim records it, and a restarted agent takes over only the
         # attempts its own journal claimed (an agent_id cloned onto another Mac has another one).
         self._db.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('journal_id', ?)", (uuid.uuid4().hex,))
@@ -175,10 +177,10 @@ class Journal:
         with self._lock:
             self._db.execute(
                 "INSERT INTO operations (operation_id, job_id, stage, stage_index, attempt, resource_key, "
-                "precondition_version, outcome, receipt, run_token, updated_at, claim_secret, shard) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                "precondition_version, outcome, receipt, updated_at, claim_secret, shard) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT(operation_id) DO UPDATE SET attempt=excluded.attempt, resource_key=excluded.resource_key, "
                 "precondition_version=excluded.precondition_version, outcome=excluded.outcome, receipt=NULL, pgid=NULL, outputs=NULL, "
-                "run_token=excluded.run_token, updated_at=excluded.updated_at, claim_secret=excluded.claim_secret",
+                "updated_at=excluded.updated_at, claim_secret=excluded.claim_secret",
                 (
                     op.operation_id,
                     op.job_id,
@@ -189,7 +191,6 @@ class Journal:
                     op.precondition_version,
                     op.outcome.value,
                     None,
-                    op.run_token,
                     _now(),
                     op.claim_secret,
                     op.shard,
@@ -219,13 +220,6 @@ class Journal:
             self._db.execute(
                 "UPDATE operations SET precondition_version=?, updated_at=? WHERE operation_id=? AND attempt=?",
                 (precondition_version, _now(), operation_id, attempt),
-            )
-
-    def set_run_token(self, operation_id: str, attempt: int, token: str) -> None:
-        with self._lock:
-            self._db.execute(
-                "UPDATE operations SET run_token=?, updated_at=? WHERE operation_id=? AND attempt=?",
-                (token, _now(), operation_id, attempt),
             )
 
     def record(
@@ -298,7 +292,6 @@ def _operation(row: sqlite3.Row) -> Operation:
         precondition_version=row["precondition_version"],
         outcome=OperationOutcome(row["outcome"]),
         receipt=json.loads(row["receipt"]) if row["receipt"] else None,
-        run_token=row["run_token"],
         updated_at=row["updated_at"],
         pgid=row["pgid"],
         outputs=json.loads(row["outputs"]) if row["outputs"] else None,

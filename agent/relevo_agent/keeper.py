@@ -10,13 +10,15 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from relevo_agent.attempt import DEAD_TOKEN, utc_now
+from relevo_agent.attempt import utc_now
+from relevo_agent.claim_routes import RouteError, RouteUnreachable
 from relevo_agent.reachability import stack as reachability
-from relevo_core.aws import call_budget, client, error_code, in_this_context
+from relevo_core.aws import call_budget, error_code, in_this_context
+from relevo_core.models.errors import ErrorCode
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC
 from relevo_core.models.transfer import TransferProgress
 from relevo_core.store import stage_attempts
@@ -28,11 +30,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def keep(run: StageRun, op_id: str, stop: AgentStop) -> list[threading.Thread]:
+def keep(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[StageRun], None]) -> list[threading.Thread]:
     """The lease keeper and the fence of `run`, started (with the job credentials of this
-    thread's scope); both end once `run.done` is set."""
+    thread's scope); both end once `run.done` is set. `heartbeat`: the run's task heartbeat
+    (relevo_agent.claim.Claims.heartbeat, through the region's route)."""
     keepers = [
-        threading.Thread(target=in_this_context(keep_lease), args=(run, op_id, stop), name="lease", daemon=True),
+        threading.Thread(target=in_this_context(keep_lease), args=(run, op_id, stop, heartbeat), name="lease", daemon=True),
         threading.Thread(target=in_this_context(keep_fence), args=(run, op_id), name="fence", daemon=True),
     ]
     for keeper in keepers:
@@ -49,9 +52,9 @@ def _transfer_reading(run: StageRun) -> Iterator[TransferProgress | None]:
         yield reading
 
 
-def keep_lease(run: StageRun, op_id: str, stop: AgentStop) -> None:
-    """Beside the stage, from the claim on: renew the lease, and heartbeat the task once the
-    run token is known, every min(lease/3, 3 s). Each round is bounded by the time left
+def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[StageRun], None]) -> None:
+    """Beside the stage, from the claim on: renew the lease, and heartbeat the task (through the
+    region's heartbeat route) once the run token was handed, every min(lease/3, 3 s). Each round is bounded by the time left
     before the fence, and only a round that came back extends the lease, from when it was
     sent. The fence itself is not this thread's: `keep_fence` keeps it even while a call hangs.
     `stop`: the agent's; an error that says the stack no longer exists stops it (and the stage)."""
@@ -73,8 +76,8 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop) -> None:
             with call_budget(lease.fence_at - sent), _transfer_reading(run) as transfer:
                 # An upload's progress rides on the renewal: no write of its own.
                 stage_attempts.renew_lease(ref, int(lease.timeline.lease_ttl_sec), utc_now(), transfer)
-                if run.run_token:
-                    client("stepfunctions").send_task_heartbeat(taskToken=run.run_token)
+                if run.run_handed:
+                    heartbeat(run)
             lease.extend(sent)
             renew_at = sent + interval
             if failed:
@@ -91,11 +94,19 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop) -> None:
                 log.warning("%s stage %d: lease taken over; stopping the stage", ref.job_id, ref.stage_index)
                 run.stop("lease_lost")
             return
-        except ClientError as exc:
-            if error_code(exc) in DEAD_TOKEN:
+        except RouteError as refused:
+            if refused.code == ErrorCode.TASK_GONE.value:
                 log.warning("%s stage %d: the execution no longer waits for it; stopping", ref.job_id, ref.stage_index)
                 run.stop("canceled")
                 return
+            if refused.code in (ErrorCode.ATTEMPT_ENDED.value, ErrorCode.ATTEMPT_NOT_HELD.value):
+                log.warning("%s stage %d: the heartbeat was refused (%s); stopping the stage", ref.job_id, ref.stage_index, refused.message)
+                run.stop("lease_lost")
+                return
+            why = str(refused)
+        except RouteUnreachable as exc:
+            why = "no answer" if reachability.failed(exc) else str(exc)
+        except ClientError as exc:
             if stop.stack_gone(exc):
                 run.stop("shutdown")
                 return

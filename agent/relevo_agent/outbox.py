@@ -1,38 +1,36 @@
 """The outbox: reports that must reach AWS. A stage's report is journaled with its outcome (one
 SQLite transaction, relevo_agent.journal) before it is sent, and stays in the journal until the
-fenced stage write and the answer on the run token are done; what the network lost is sent again
-by a loop of its own, oldest first.
+region's outcome route has made the fenced stage write and answered the run token; what the
+network lost is sent again by a loop of its own, oldest first.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from relevo_agent.attempt import DEAD_TOKEN, StageReport, utc_now
-from relevo_agent.claim_routes import RouteUnreachable
-from relevo_agent.job_sessions import AttemptKey, AttemptNotHeld, JobSessions
+from relevo_agent.attempt import StageReport
+from relevo_agent.claim_routes import RouteError, RouteUnreachable
+from relevo_agent.job_sessions import AttemptKey, JobSessions
 from relevo_agent.journal import Journal
 from relevo_agent.reachability import stack as reachability
-from relevo_core.aws import client, error_code, job_scope
-from relevo_core.models.errors import ErrorClass
-from relevo_core.store import stage_attempts
+from relevo_core.aws import call_budget
+from relevo_core.models.errors import ErrorCode
 
 if TYPE_CHECKING:
     from relevo_agent.stop import AgentStop
 
 log = logging.getLogger(__name__)
 
+# One report's round trip to the outcome route (a failed send is tried again by the loop).
+REPORT_CALL_SEC = 10.0
+
 
 class Outbox:
-    """`stop`: the agent's (a failed send that says the stack no longer exists stops it).
-    `sessions`: the job credentials each report is sent with (resumed with the report's claim
-    secret when the agent restarted since)."""
+    """`stop`: the agent's. `sessions`: the job credentials of the attempts this agent holds
+    (let go once an attempt's report is sent) and the claim routes the reports go to."""
 
     def __init__(
         self, journal: Journal, table_name: str, agent_id: str, stop: AgentStop, sessions: JobSessions,
@@ -68,60 +66,50 @@ class Outbox:
                 log.exception("outbox flush failed")
 
     def _send(self, report: StageReport) -> bool:
-        """One report, with its job's credentials. True when done with it (sent, or refused for
-        good); False to try again later. Done, its attempt's credentials are let go."""
+        """One report, to the region's outcome route: the fenced stage write and the answer on the
+        run token, both made by the route for the claim that shows this attempt's claim secret
+        (the agent holds no task token and no task power). True when done with it (recorded, or
+        refused for good); False to try again later. Done, its attempt's credentials are let go."""
         key = AttemptKey(report.job_id, report.stage_index, report.attempt, report.shard)
-        try:
-            credentials = self.sessions.for_attempt(key, report.claim_secret)
-        except AttemptNotHeld as refused:
-            log.warning("%s:%s attempt %d: report dropped, %s", report.job_id, report.stage, report.attempt, refused)
-            return True
-        except RouteUnreachable as exc:
-            self._defer(report, f"no job credentials yet: {exc}", exc)
-            return False
-        with job_scope(credentials):
-            done = self._send_as_job(report)
+        done = self._report(report)
         if done:
             self.sessions.release(key)
             self._deferred.discard((report.job_id, report.stage, report.attempt))
         return done
 
-    def _send_as_job(self, report: StageReport) -> bool:
-        """The fenced stage write, then the task token. True when done with it (sent, or refused
-        for good because another attempt owns the stage); False to try again later."""
-        ref = stage_attempts.StageRef(self.table_name, report.job_id, report.stage_index, report.attempt, self.agent_id, shard=report.shard)
-        status = report.status
-        try:
-            stage_attempts.finish(
-                ref, status, utc_now(), report.exit_code, report.error,
-                receipt=report.receipt, outcome=report.outcome, lease_ended=report.lease_ended,
-            )
-        except stage_attempts.LeaseLost:
-            log.warning("%s:%s attempt %d: report refused, another attempt holds the stage", report.job_id, report.stage, report.attempt)
+    def _report(self, report: StageReport) -> bool:
+        from relevo_core.models.agent_session import TASK_CAUSE_MAX, OutcomeReport
+
+        routes = self.sessions.routes
+        if routes is None or not report.claim_secret:
+            log.warning("%s:%s attempt %d: report dropped, no claim route or claim secret to send it with",
+                        report.job_id, report.stage, report.attempt)
             return True
-        except (BotoCoreError, ClientError) as exc:
-            self._stop.stack_gone(exc)
-            self._defer(report, str(exc), exc)
-            return False
-        token = report.run_token or _stored_run_token(ref)
-        if not token:
-            return True  # never handed this attempt: the state machine's timeouts decide
-        sfn = client("stepfunctions")
+        request = OutcomeReport(
+            job_id=report.job_id, stage_index=report.stage_index, shard=report.shard, attempt=report.attempt, agent_id=self.agent_id,
+            claim_secret=report.claim_secret, status=report.status.value, outcome=report.outcome.value, exit_code=report.exit_code,
+            error=report.error, cause=(report.cause or "")[:TASK_CAUSE_MAX] or None, receipt=report.receipt, lease_ended=report.lease_ended,
+        )
         try:
-            if status.succeeded:
-                # The state machine keeps each stage's output (the job record's stage_outcomes): a
-                # `warning` stage is said there for the job's commit status.
-                output = {"stage": report.stage, "attempt": report.attempt, "agent_id": self.agent_id, "status": status.value}
-                sfn.send_task_success(taskToken=token, output=json.dumps(output))
-            else:
-                sfn.send_task_failure(taskToken=token, error=report.error or ErrorClass.COMMAND_FAILED.value, cause=report.cause or "")
-        except ClientError as exc:
-            if error_code(exc) in DEAD_TOKEN:
+            with call_budget(REPORT_CALL_SEC):
+                routes.report(request)
+        except RouteError as refused:
+            if refused.code == ErrorCode.RUN_NOT_HANDED.value:
+                # Recorded; never handed a run token: the state machine's timeouts decide.
+                return True
+            if refused.code == ErrorCode.TASK_GONE.value:
                 log.warning("%s:%s attempt %d: the execution no longer waits for this report", report.job_id, report.stage, report.attempt)
                 return True
-            self._defer(report, str(exc), exc)
-            return False
-        except BotoCoreError as exc:
+            if refused.code in (ErrorCode.ATTEMPT_NOT_HELD.value, ErrorCode.ATTEMPT_ENDED.value):
+                log.warning("%s:%s attempt %d: report refused, %s", report.job_id, report.stage, report.attempt, refused.message)
+                return True
+            if refused.status in (401, 403):
+                # The route's IAM check: the agent's own credentials, not this report, are at fault.
+                self._defer(report, str(refused), refused)
+                return False
+            log.error("%s:%s attempt %d: report refused for good (%s)", report.job_id, report.stage, report.attempt, refused)
+            return True
+        except RouteUnreachable as exc:
             self._defer(report, str(exc), exc)
             return False
         return True
@@ -135,10 +123,3 @@ class Outbox:
         if not quiet:
             log.warning("report of %s:%s attempt %d deferred to the outbox (%s)", report.job_id, report.stage, report.attempt, why)
 
-
-def _stored_run_token(ref: stage_attempts.StageRef) -> str | None:
-    """The run token on the stage record, for a report journaled before the token was known."""
-    try:
-        return stage_attempts.run_token(ref)
-    except (stage_attempts.LeaseLost, ClientError, BotoCoreError):
-        return None

@@ -46,7 +46,6 @@ def _interrupted(journal: Journal, op: Operation, lease_ended: bool) -> None:
         stage_index=op.stage_index,
         shard=op.shard,
         attempt=op.attempt,
-        run_token=op.run_token,
         status=StageStatus.FAILED,
         outcome=stage_attempts.AttemptOutcome.UNKNOWN,
         error=ErrorClass.AGENT_SHUTDOWN.value,

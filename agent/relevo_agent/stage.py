@@ -166,7 +166,7 @@ class StageRunner:
         # probe, the command, the handoff.
         with self._running_lock:
             self._running[op_id] = run
-        keepers = keep(run, op_id, self.stop)
+        keepers = keep(run, op_id, self.stop, self.claims.heartbeat)
         refused = False
         try:
             # The claim route answered the dispatch with the claim (None: it could not tell).

@@ -1,6 +1,7 @@
 """POST /regions/{region}/claims (an agent's claim of a stage its region's queue handed it, with
-the job's credentials) and POST /regions/{region}/sessions (those credentials again, for the
-claim that holds the attempt) — IAM: the region's agent role (relevo_core.fleet.claims)."""
+the job's credentials), /sessions (those credentials again, for the claim whose attempt holds its
+lease), /accepts, /heartbeats and /outcomes (the attempt's tasks, answered for the claim that holds
+it: the agent never holds a task token) — IAM: the region's agent role (relevo_core.fleet.claims)."""
 
 from datetime import datetime, timezone
 from http import HTTPStatus
@@ -8,9 +9,9 @@ from http import HTTPStatus
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from relevo_core.config.agent_sessions import agent_sessions_settings
-from relevo_core.fleet.claims import claim_stage, ready, renew_session
+from relevo_core.fleet.claims import accept_dispatch, claim_stage, heartbeat, ready, renew_session, report_outcome
 from relevo_core.http import json_body, json_response, register_error_handlers
-from relevo_core.models.agent_session import ClaimRequest, SessionRequest
+from relevo_core.models.agent_session import AcceptRequest, ClaimRequest, HeartbeatRequest, OutcomeReport, SessionRequest
 from relevo_core.observability import correlate, lambda_entry
 
 app = APIGatewayRestResolver()
@@ -30,7 +31,32 @@ def claim(region: str):
 def session(region: str):
     request = SessionRequest.from_body(json_body(app))
     correlate(request.job_id)
-    return json_response(HTTPStatus.OK, renew_session(agent_sessions_settings(), region, request).model_dump(mode="json"))
+    granted = renew_session(agent_sessions_settings(), region, request, datetime.now(timezone.utc))
+    return json_response(HTTPStatus.OK, granted.model_dump(mode="json"))
+
+
+@app.post("/regions/<region>/accepts")
+def accept(region: str):
+    request = AcceptRequest.from_body(json_body(app))
+    correlate(request.job_id)
+    answered = accept_dispatch(agent_sessions_settings(), region, request, datetime.now(timezone.utc))
+    return json_response(HTTPStatus.OK, answered.model_dump(mode="json"))
+
+
+@app.post("/regions/<region>/heartbeats")
+def beat(region: str):
+    request = HeartbeatRequest.from_body(json_body(app))
+    correlate(request.job_id)
+    answered = heartbeat(agent_sessions_settings(), region, request, datetime.now(timezone.utc))
+    return json_response(HTTPStatus.OK, answered.model_dump(mode="json"))
+
+
+@app.post("/regions/<region>/outcomes")
+def outcome(region: str):
+    request = OutcomeReport.from_body(json_body(app))
+    correlate(request.job_id)
+    answered = report_outcome(agent_sessions_settings(), region, request, datetime.now(timezone.utc))
+    return json_response(HTTPStatus.OK, answered.model_dump(mode="json"))
 
 
 @lambda_entry()

@@ -4,6 +4,8 @@ restarted, signaled; the effect file every stage appends to shows what really ra
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import json
 import os
 import secrets
@@ -454,8 +456,14 @@ def test_an_agent_cut_off_longer_than_its_lease_fences_itself_and_the_outcome_is
     # Every connection is reset while cut: each call fails at once (the black hole of a
     # partition is relevo drill's and tests/e2e/test_fencing.py's).
     proxy = FaultProxy((host, int(port))).start()
+    # The stack's API too (the claim routes, which carry the heartbeats and the report): a cut
+    # Mac reaches neither.
+    api = urlsplit(str(fleet.stack.api_url))
+    api_proxy = FaultProxy((api.hostname, api.port)).start()
     proxied = fleet.tmp / "stack-proxied.json"
-    proxied.write_text(fleet.stack.model_copy(update={"aws_endpoint": proxy.url}).model_dump_json())
+    proxied.write_text(fleet.stack.model_copy(update={
+        "aws_endpoint": proxy.url, "api_url": f"{api_proxy.url.rstrip('/')}{api.path}",
+    }).model_dump_json())
     if effect_before_cut:
         # The effect lands at once; the command is still running when the network goes.
         build = f'echo "$RELEVO_OPERATION_ID" >> {fleet.effect}; echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 60'
@@ -468,6 +476,7 @@ def test_an_agent_cut_off_longer_than_its_lease_fences_itself_and_the_outcome_is
             job_id = fleet.push(secret)
             fleet.wait_started()
             proxy.set_mode(Mode.RESET, reset_probability=1.0)
+            api_proxy.set_mode(Mode.RESET, reset_probability=1.0)
             # Longer than the lease: the state machine gives the attempt up, the agent fences.
             wait_until(
                 lambda: any(e["error"] == "Relevo.Lease.Expired" for e in fleet.api.get_job(job_id)["stages"][0]["attempts_log"]),
@@ -479,9 +488,11 @@ def test_an_agent_cut_off_longer_than_its_lease_fences_itself_and_the_outcome_is
             else:
                 wait_until(lambda: "deferred to the outbox" in fleet.log("mac-a"), 30, "the report kept in the outbox")
             proxy.heal()
+            api_proxy.heal()
             job = fleet.wait_job(job_id)
     finally:
         proxy.close()
+        api_proxy.close()
 
     assert job["status"] == "succeeded", fleet.log("mac-a")[-4000:]
     build_stage = job["stages"][0]

@@ -13,7 +13,7 @@ from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.status import StageStatus
 from relevo_core.projects.lock_handoff import wake_next_waiter
-from relevo_core.store import locks, stage_attempts
+from relevo_core.store import locks, stage_attempts, task_tokens
 from relevo_core.store.projects import get_project
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, register_project
@@ -46,11 +46,14 @@ def claim_and_accept(stack, task, agent_id: str, lease_ttl_sec: int = 10) -> sta
 
 
 def wait_for_run_token(ref: stage_attempts.StageRef, timeout: float = 10) -> str:
+    """The run token the state machine handed `ref`'s claim, read from the job's token partition
+    with the test's own (unrestricted) credentials: the claim routes' read, which no agent makes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        token = stage_attempts.run_token(ref)
-        if token:
-            return token
+        token = task_tokens.run_token(ref.table, ref.job_id, ref.stage_index, ref.shard)
+        if token is not None and (token.agent_id, token.attempt) == (ref.agent_id, ref.attempt):
+            assert stage_attempts.run_handed(ref), "the stage record says when the run token was handed"
+            return token.token
         time.sleep(0.05)
     raise TimeoutError("no run token")
 

@@ -135,6 +135,25 @@ print(sorted(name for name in sys.modules if name == "moto" or name.startswith("
     assert shown.splitlines() == [REFUSAL, "[]"]
 
 
+def test_relevo_local_declares_exactly_the_moto_its_gate_accepts() -> None:
+    """local/pyproject.toml's moto requirement admits the one release check_moto_version lets
+    through and no other: `~=5.2.5` would let pip install a 5.2.6 the emulator then refuses."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    from relevo_local.moto import VERIFIED_MOTO
+
+    declared = tomllib.loads((ROOT / "local" / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    [moto] = [Requirement(line) for line in declared if Requirement(line).name == "moto"]
+    assert "server" in moto.extras
+    assert [(spec.operator, spec.version) for spec in moto.specifier] == [("==", VERIFIED_MOTO)]
+    major, minor, patch = (int(part) for part in VERIFIED_MOTO.split("."))
+    for other in (f"{major}.{minor}.{patch + 1}", f"{major}.{minor + 1}.0", f"{major}.{minor}.{patch - 1}" if patch else "0.0.1"):
+        assert not moto.specifier.contains(other), other
+    assert moto.specifier.contains(VERIFIED_MOTO)
+
+
 def test_relevo_local_up_refuses_an_unverified_moto_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -67,8 +67,19 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
         # A shard's files go under <stage>/shard-<k>/ (docs/parallel-stages.md), still the job's prefix:
         # a trailing * matches across "/" too (IAM User Guide, "IAM JSON policy elements: Resource").
         "put X's shard's objects": Request("s3:PutObject", f"{bucket}/{P}/{X}/test/shard-1/app.ipa"),
+        # Listing under its own prefix: what S3 asks before it tells a missing key from a refusal
+        # (Amazon S3 API Reference, GetObject, "Permissions").
+        "list X's prefix": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/{X}/.relevo-handoff/packs/{'0' * 64}"}),
+        # What nobody's agent may do. A task token is a capability (issue 41): no job session reads
+        # one (the job's token partition, with or without a projection) or answers any task.
         "answer a stage task": Request("states:SendTaskSuccess", "*"),
-        # What nobody's agent may do.
+        "fail a stage task": Request("states:SendTaskFailure", "*"),
+        "heartbeat a stage task": Request("states:SendTaskHeartbeat", "*"),
+        "read X's task tokens": _dynamodb(table, "GetItem", f"TOKENS#{X}"),
+        "read X's approval token by its attributes": _dynamodb(table, "GetItem", f"TOKENS#{X}", "token", "stage"),
+        "query X's task tokens": _dynamodb(table, "Query", f"TOKENS#{X}"),
+        "query X's run tokens by their attributes": _dynamodb(table, "Query", f"TOKENS#{X}", "token", "agent_id", "attempt"),
+        "write X's task tokens": _dynamodb(table, "PutItem", f"TOKENS#{X}", "token"),
         "X's outcome": _dynamodb(table, "UpdateItem", f"JOB#{X}", "status"),
         "X's envelope": _dynamodb(table, "UpdateItem", f"JOB#{X}", "envelope"),
         "X's claim": _dynamodb(table, "UpdateItem", f"STAGES#{X}", "claim_id"),
@@ -80,6 +91,10 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
         "Y's handoff": Request("s3:GetObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"),
         "another job of P": Request("s3:PutObject", f"{bucket}/{P}/{Y}/build/app.ipa"),
         "a shard's object of another job of P": Request("s3:PutObject", f"{bucket}/{P}/{Y}/test/shard-1/app.ipa"),
+        "list Y's prefix": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{Q}/{Y}/"}),
+        "list another job of P": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/{Y}/"}),
+        "list X's project": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/"}),
+        "list the bucket": Request("s3:ListBucket", bucket),
         "Q's signing identity": Request("secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{Q}/dist.p12-AbCdEf"),
         "P's signing identity": Request("secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{P}/dist.p12-AbCdEf"),
         "Q's checkout credentials": Request("secretsmanager:GetSecretValue", f"{secret}/_git/{Q}/token-AbCdEf"),
@@ -92,7 +107,7 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
 
 JOB_MAY = {
     "read X's envelope", "write X's stage attempt", "write X's log", "write X's artifact records", "put X's objects", "put X's shard's objects",
-    "answer a stage task",
+    "list X's prefix",
 }
 
 
@@ -104,14 +119,42 @@ def test_job_xs_session_does_its_own_job_and_nothing_else(rendered):
         assert _decide(job, request, _tags()) is expected, what
 
 
-def test_a_session_of_the_job_role_without_tags_is_refused_everything_but_task_answers(rendered):
+def test_a_session_of_the_job_role_without_tags_is_refused_everything(rendered):
     """A variable with no value makes its statement not apply: a session minted without the
-    tags (by mistake) reaches no partition, object or secret."""
+    tags (by mistake) reaches no partition, object, secret or task."""
     _, renderer, documents = rendered
     job = [documents["JobPolicy"]]
     for what, request in _cases(renderer).items():
-        expected = PolicyDecision.ALLOW if what == "answer a stage task" else PolicyDecision.NO_MATCH
-        assert _decide(job, request) is expected, what
+        assert _decide(job, request) is PolicyDecision.NO_MATCH, what
+
+
+def test_the_job_role_holds_no_task_power_at_all(rendered):
+    """SendTask* take no resource type (Service Authorization Reference, Step Functions), so any
+    grant of them would reach every token a session could come by: the JobPolicy names none."""
+    _, _, documents = rendered
+    actions = [
+        action for statement in documents["JobPolicy"]["Statement"]
+        for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+    ]
+    assert not [action for action in actions if action.lower().startswith("states:")], actions
+
+
+def test_only_the_state_machine_writes_task_tokens_and_only_the_answering_functions_read_them(rendered):
+    """The job's token partition: put by the state machine (in the transaction that makes a task
+    wait), read by the claim function (run tokens, for the claim that holds the attempt) and the
+    triggers function (approve, resolve); no agent, on its own credentials or a job's."""
+    _, renderer, documents = rendered
+    table = renderer.get_att("Table", "Arn")
+    read = _dynamodb(table, "GetItem", f"TOKENS#{X}")
+    put = _dynamodb(table, "PutItem", f"TOKENS#{X}", "token", "agent_id", "attempt", "written_at", "ttl")
+    machine = [document for holder, document in documents.items() if holder.startswith("JobStateMachine")]
+    assert machine and any(_decide([document], put) is PolicyDecision.ALLOW for document in machine)
+    assert _decide([documents["AgentSessionsPolicy"]], read) is PolicyDecision.ALLOW
+    assert _decide([documents["AgentSessionsPolicy"]], put) is PolicyDecision.NO_MATCH
+    assert _decide([documents["AgentSessionsPolicy"]], Request("states:SendTaskHeartbeat", "*")) is PolicyDecision.ALLOW
+    for agent_side in ("AgentPolicyeuwest", "JobPolicy"):
+        assert _decide([documents[agent_side]], read, _tags()) is PolicyDecision.NO_MATCH, agent_side
+        assert _decide([documents[agent_side]], put, _tags()) is PolicyDecision.NO_MATCH, agent_side
 
 
 def test_the_agent_role_alone_touches_no_job_object_secret_or_task(rendered):
@@ -128,6 +171,10 @@ def test_the_agent_role_alone_touches_no_job_object_secret_or_task(rendered):
     route = f"arn:aws:execute-api:us-east-1:123456789012:{api}/v1/POST/regions"
     assert _decide(agent, Request("execute-api:Invoke", f"{route}/eu-west/claims")) is PolicyDecision.ALLOW
     assert _decide(agent, Request("execute-api:Invoke", f"{route}/eu-west/sessions")) is PolicyDecision.ALLOW
+    # An attempt's answers go through its region's routes, which check the claim (no task token leaves the stack).
+    for answer in ("accepts", "heartbeats", "outcomes"):
+        assert _decide(agent, Request("execute-api:Invoke", f"{route}/eu-west/{answer}")) is PolicyDecision.ALLOW, answer
+        assert _decide(agent, Request("execute-api:Invoke", f"{route}/us-east/{answer}")) is PolicyDecision.NO_MATCH, answer
     assert _decide(agent, Request("execute-api:Invoke", f"{route}/us-east/claims")) is PolicyDecision.NO_MATCH
     assert _decide(agent, Request("execute-api:Invoke", f"arn:aws:execute-api:us-east-1:123456789012:{api}/v1/POST/jobs/{X}/approve")) is PolicyDecision.NO_MATCH
 
@@ -149,6 +196,8 @@ def test_a_signing_plans_session_reads_its_projects_identities_only_and_a_reruns
     assert _decide(job, Request("s3:GetObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"), rerun) is PolicyDecision.ALLOW
     assert _decide(job, Request("s3:PutObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"), rerun) is PolicyDecision.NO_MATCH
     assert _decide(job, _dynamodb(table, "UpdateItem", f"STAGES#{Y}", "status"), rerun) is PolicyDecision.NO_MATCH
+    assert _decide(job, Request("s3:ListBucket", bucket, context={"s3:prefix": f"{Q}/{Y}/.relevo-handoff/manifests/build.1.json"}), rerun) is PolicyDecision.ALLOW
+    assert _decide(job, Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/{Y}/.relevo-handoff/manifests/build.1.json"}), rerun) is PolicyDecision.NO_MATCH
 
 
 def test_only_the_claim_function_may_mint_a_job_session(rendered):

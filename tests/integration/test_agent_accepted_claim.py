@@ -1,5 +1,6 @@
-"""An accepted claim starts its command at once. The run token and the claimed message's deletion
-are seen to beside the command (relevo_agent.claim, Claims.watch_for_run_token); these tests
+"""An accepted claim starts its command at once. The run token's handing (the stage record says
+when; the token stays in the job's token partition) and the claimed message's deletion are seen
+to beside the command (relevo_agent.claim, Claims.watch_for_run_token); these tests
 drive that watcher against the embedded stack with a stage the state machine dispatched. The
 dispatch is claimed but never answered, so the state machine itself hands out no run token: each
 test decides what happens instead.
@@ -65,13 +66,14 @@ class Claimed:
             daemon=True,
         )
 
-    def hand_out_run_token(self, token: str) -> None:
-        """What the state machine's AwaitResult writes once it has taken the claim."""
+    def hand_out_run_token(self) -> None:
+        """What the state machine's AwaitResult writes on the stage record once it has taken the
+        claim (the token itself goes to the job's token partition, which the agent never reads)."""
         client("dynamodb").update_item(
             TableName=self.stack.table_name,
             Key=self.ref.key,
-            UpdateExpression="SET run_token = :token",
-            **stage_attempts.holds_attempt_check(self.ref, **{":token": {"S": token}}),
+            UpdateExpression="SET run_handed_at = :now",
+            **stage_attempts.holds_attempt_check(self.ref, **{":now": {"S": datetime.now(timezone.utc).isoformat()}}),
         )
 
     def stage_record(self) -> dict:
@@ -97,17 +99,16 @@ def claimed(local_stack, project_id, tmp_path: Path):
     claim.stop()
 
 
-def test_the_keeper_journals_the_run_token_when_it_comes_and_then_deletes_the_message(claimed: Claimed):
+def test_the_keeper_sees_the_run_token_handed_and_then_deletes_the_message(claimed: Claimed):
     claimed.keeper.start()
     assert not claimed.run.token_known.wait(0.5)  # nothing handed out yet: still looking
     assert not claimed.message_deleted()
 
-    claimed.hand_out_run_token("run-token-1")
+    claimed.hand_out_run_token()
 
     assert claimed.run.token_known.wait(10)
-    assert claimed.run.run_token == "run-token-1"
+    assert claimed.run.run_handed is True
     assert claimed.run.reason is None  # the command keeps running
-    assert claimed.agent.journal.get(claimed.op_id).run_token == "run-token-1"
     wait_until(claimed.message_deleted, 10, "the claimed message deleted")
 
 
@@ -118,7 +119,7 @@ def test_a_job_canceled_before_its_run_token_came_stops_the_command(claimed: Cla
     wait_until(lambda: claimed.run.reason is not None, 15, "the keeper stopping the stage")
     assert claimed.run.reason == "canceled"
     assert claimed.run.cancel.is_set() and claimed.run.token_known.is_set()
-    assert claimed.run.run_token is None
+    assert claimed.run.run_handed is False
 
 
 def test_a_stage_taken_over_before_its_run_token_came_stops_the_command(claimed: Claimed):
@@ -128,7 +129,7 @@ def test_a_stage_taken_over_before_its_run_token_came_stops_the_command(claimed:
 
     wait_until(lambda: claimed.run.reason is not None, 15, "the keeper stopping the stage")
     assert claimed.run.reason == "lease_lost"
-    assert claimed.run.run_token is None
+    assert claimed.run.run_handed is False
 
 
 def test_a_result_without_a_run_token_is_still_journaled_and_its_fenced_stage_write_made(claimed: Claimed):

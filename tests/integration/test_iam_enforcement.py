@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import boto3
 import pytest
 import requests
+from botocore.exceptions import ClientError
 
 from relevo_cli.api import RelevoApi, SigV4RequestAuth
 from relevo_local.moto.dynamodb_authorization import checks
@@ -221,3 +222,43 @@ def test_the_webhook_function_reads_webhook_secrets_and_no_signing_identity(emul
     webhook = _client(stack, "secretsmanager", _role_of(emulator, "WebhookFunction"))
     assert webhook.get_secret_value(SecretId=hook)["SecretString"] == "s"
     assert refusal_code(lambda: webhook.get_secret_value(SecretId=name)) == "AccessDeniedException"
+
+
+def test_a_missing_key_is_told_apart_only_to_a_caller_that_may_list_the_bucket(local_stack):
+    """Amazon S3 API Reference, GetObject and HeadObject, "Permissions": without s3:ListBucket a
+    missing object answers 403 Access Denied, with it 404 (the key asked as s3:prefix)."""
+    from relevo_local.identity import create_user
+
+    bucket = local_stack.resources["ArtifactBucket"]
+    prefix = f"iam-list-{secrets.token_hex(3)}/"
+    client("s3").put_object(Bucket=bucket, Key=f"{prefix}there", Body=b"x")
+    get_only = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/*"}
+    list_prefix = {
+        "Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
+        "Condition": {"StringLike": {"s3:prefix": f"{prefix}*"}},
+    }
+
+    def s3_of(*statements: dict[str, Any]) -> Any:
+        name = f"relevo-test-s3-{secrets.token_hex(3)}"
+        credentials = create_user(client("iam"), name, {"Version": "2012-10-17", "Statement": list(statements)})
+        return client_as(local_stack, "s3", credentials.access_key, credentials.secret_key, None)
+
+    def refused(call) -> tuple[int, str]:
+        with pytest.raises(ClientError) as error:
+            call()
+        return error.value.response["ResponseMetadata"]["HTTPStatusCode"], error.value.response["Error"]["Code"]
+
+    # Given a caller that may only GetObject
+    reader = s3_of(get_only)
+    # Then what exists is read, and a missing key is refused as S3 refuses it: 403 AccessDenied
+    # (a HEAD has no body: botocore says "403")
+    assert reader.get_object(Bucket=bucket, Key=f"{prefix}there")["Body"].read() == b"x"
+    assert refused(lambda: reader.get_object(Bucket=bucket, Key=f"{prefix}missing")) == (403, "AccessDenied")
+    assert refused(lambda: reader.head_object(Bucket=bucket, Key=f"{prefix}missing")) == (403, "403")
+
+    # Given a caller that may also list the bucket under that prefix
+    lister = s3_of(get_only, list_prefix)
+    # Then a missing key under the prefix is told apart (404), one outside it is not
+    assert refused(lambda: lister.get_object(Bucket=bucket, Key=f"{prefix}missing")) == (404, "NoSuchKey")
+    assert refused(lambda: lister.head_object(Bucket=bucket, Key=f"{prefix}missing")) == (404, "404")
+    assert refused(lambda: lister.get_object(Bucket=bucket, Key="elsewhere/missing")) == (403, "AccessDenied")

@@ -16,6 +16,7 @@ import pytest
 
 from relevo_agent.logs import LogShipper, Masker
 from relevo_core.aws import client
+from relevo_core.job_objects import JobPrefix
 from relevo_core.store import log_chunks, stage_attempts
 from tests.helpers.stack import table_items
 
@@ -30,9 +31,11 @@ def _claimed(stack, job_id: str) -> stage_attempts.StageRef:
 
 
 def _read_all(stack, job_id: str) -> list[log_chunks.LogChunk]:
+    """The whole log, its bodies read under the job's prefix (these jobs have no job record to say it)."""
     chunks, from_seq = [], 0
+    home = JobPrefix.of(f"s3://{stack.resources['ArtifactBucket']}/p-logs/{job_id}/")
     while from_seq is not None:
-        page = log_chunks.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=100)
+        page = log_chunks.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=100, home=home)
         chunks += page.chunks
         from_seq = page.next_seq
     return chunks
@@ -128,4 +131,37 @@ def test_the_job_view_and_the_log_route_read_bodies_in_s3_as_their_functions_rol
     assert [line["text"] for line in tail[-2:]] == ["printed 2999", "the end"]
     page = api.request("GET", f"/jobs/{job_id}/logs")
     assert "".join(chunk["text"] for chunk in page["chunks"]) == body + "the end\n"
+    client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
+
+
+def test_a_body_gone_is_shown_as_gone_and_the_rest_of_the_log_served_as_the_functions_roles(local_stack, project_id):
+    """The functions' roles may not list the bucket but for log bodies: S3 answers a missing body
+    404 to them, as a caller with s3:ListBucket, where it would answer 403 to one without (Amazon
+    S3 API Reference, GetObject, "Permissions"), so one body gone never fails a whole page."""
+    from relevo_cli.api import RelevoApi
+    from tests.helpers.stack import receive_stage
+    from tests.helpers.state_machine import start_job
+
+    # Given a job whose log holds two bodies in S3, one of them since gone (expired, deleted)
+    job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}])
+    task, _ = receive_stage(local_stack, job_id)
+    ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-logs")
+    stage_attempts.claim(ref, 60, datetime.now(timezone.utc))
+    bucket = local_stack.resources["ArtifactBucket"]
+    writer = log_chunks.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/{project_id}/{job_id}/")
+    first, second = ("".join(f"{name} {i}\n" for i in range(3000)) for name in ("first", "second"))
+    writer.append_many([first, second, "the end\n"], datetime.now(timezone.utc))
+    gone = next(chunk for chunk in _read_all(local_stack, job_id) if chunk.seq == 0)
+    client("s3").delete_object(Bucket=bucket, Key=gone.body.split("/", 3)[3])
+
+    # When the log route and the job view read it, each as its function's role
+    api = RelevoApi.for_stack(local_stack)
+    page = api.request("GET", f"/jobs/{job_id}/logs")
+    tail = api.get_job(job_id)["log_tail"]["lines"]
+
+    # Then the body gone is said to be gone where it stood, and every other line is served
+    texts = [chunk["text"] for chunk in page["chunks"]]
+    assert texts[0].startswith("[relevo] chunk 0 of this log cannot be shown:") and "is gone" in texts[0]
+    assert texts[1:] == [second, "the end\n"]
+    assert [line["text"] for line in tail[-2:]] == ["second 2999", "the end"]
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")

@@ -41,7 +41,7 @@ def _to_manual_review(stack, project_id) -> str:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         stage = _stage(stack, job_id)
-        if stage.get("review_token"):
+        if stage.get("status") == "manual_review" and stage.get("review_attempt"):
             return job_id
         time.sleep(0.1)
     raise TimeoutError("the stage never waited for review")

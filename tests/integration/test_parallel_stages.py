@@ -139,16 +139,19 @@ def test_without_fail_fast_the_siblings_finish_then_the_stage_fails_naming_each_
     assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
     found = records(local_stack, job_id)
     assert [found[keys.shard_sk(0, shard)]["status"]["S"] for shard in range(3)] == ["failed", "succeeded", "failed"]
+    # The failure is a summary (a bounded size whatever the shards' causes): the failed shards, the first one's class.
     entry = dead_letter(local_stack, job_id)
-    failed = [json.loads(failure["Cause"]) for failure in json.loads(entry["cause"])]
-    assert sorted((f["shard"], f["error_class"]) for f in failed) == [(0, "Relevo.Fatal.ExitCode"), (2, "Relevo.Fatal.Checksum")]
+    summary = json.loads(entry["cause"])
+    assert (entry["error"], summary["stage"], summary["failed_shards"], summary["failed_count"], summary["shards"]) == (
+        "Relevo.Fatal.ExitCode", "test", [0, 2], 2, 3)
+    assert summary["reason"] == "2 of 3 shards failed, the first (shard 0) with Relevo.Fatal.ExitCode"
     from relevo_cli.api import RelevoApi
 
-    # The entry as an operator reads it (GET /dlq/{job}, relevo dlq view): every failed shard, each with what it left.
+    # The entry as an operator reads it (GET /dlq/{job}, relevo dlq view): every failed shard, each with what it left on its record.
     described = RelevoApi.for_stack(local_stack).dead_letter(job_id)
     assert described["failed_shards"] == [0, 2]
-    assert [(f["shard"], f["error_class"], f["attempts"]) for f in described["shard_failures"]] == [
-        (0, "Relevo.Fatal.ExitCode", 1), (2, "Relevo.Fatal.Checksum", 1)]
+    assert [(f["shard"], f["error_class"], f["attempts"], json.loads(f["cause"])) for f in described["shard_failures"]] == [
+        (0, "Relevo.Fatal.ExitCode", 1, {"exit_code": 2, "agent_id": "mac-0"}), (2, "Relevo.Fatal.Checksum", 1, {"exit_code": 2, "agent_id": "mac-2"})]
 
 
 def test_without_fail_fast_one_failed_shard_fails_the_stage_with_its_own_error(local_stack, project_id):
@@ -165,7 +168,7 @@ def test_without_fail_fast_one_failed_shard_fails_the_stage_with_its_own_error(l
     assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
     entry = dead_letter(local_stack, job_id)
     assert entry["error"] == "Relevo.Fatal.Checksum"
-    assert [json.loads(failure["Cause"])["shard"] for failure in json.loads(entry["cause"])] == [1]
+    assert json.loads(entry["cause"])["failed_shards"] == [1]
     from relevo_cli.api import RelevoApi
 
     described = RelevoApi.for_stack(local_stack).dead_letter(job_id)
@@ -550,7 +553,7 @@ def test_a_shard_in_manual_review_is_resolved_on_its_own_record_and_the_job_stan
     stage_attempts.finish(ref, StageStatus.MANUAL_REVIEW, now, None, "Relevo.Reconcile.ManualReview",
                           outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW)
     client("stepfunctions").send_task_failure(taskToken=token, error="Relevo.Reconcile.ManualReview", cause="{}")
-    wait_until(lambda: "review_token" in records(local_stack, job_id)[keys.shard_sk(1, 0)], 20, "shard 0 waiting for review")
+    wait_until(lambda: "review_attempt" in records(local_stack, job_id)[keys.shard_sk(1, 0)], 20, "shard 0 waiting for review")
 
     with pytest.raises(ApiError) as refused:
         api.resolve_stage(job_id, "test", "succeeded")  # the stage's own record is never in review: name the shard
@@ -635,7 +638,7 @@ def test_a_redrive_runs_only_the_shards_that_failed_and_carries_the_others_as_su
     shards = [found[keys.shard_sk(0, shard)] for shard in range(3)]
     assert [(s["status"]["S"], s["agent_id"]["S"], s.get("carried_from", {}).get("S")) for s in shards] == [
         ("succeeded", "mac-0", failed), ("succeeded", "mac-9", None), ("succeeded", "mac-2", failed)]
-    assert not any("dispatch_key" in s or "run_token" in s for s in (shards[0], shards[2]))
+    assert not any("dispatch_key" in s or "run_handed_at" in s for s in (shards[0], shards[2]))
     assert (found["STAGE#00"]["status"]["S"], found["JOB"]["last_successful_stage"]["S"]) == ("succeeded", "notify")
     outcome = json.loads(found["JOB"]["stage_outcomes"]["S"])[0]
     assert [answer.get("dispatched", True) for answer in outcome["shard_outcomes"]] == [False, True, False]
@@ -860,3 +863,76 @@ def test_shards_that_checked_out_different_commits_fail_the_later_stage_naming_e
         api.rerun_job(job_id, None)
     assert (refused.value.status, refused.value.code) == (409, "COMMITS_DIFFER")
     assert refused.value.body["details"]["commits"] == {"0": first, "1": moved}
+
+
+def _fail_every_shard(stack, job_id: str, count: int, cause: str, timeout: float = 240) -> None:
+    """Play the agents of `count` shards, each failing for good with `cause`: claim, accept, record
+    and report each message of the job as it comes (max_parallel holds some back until others end)."""
+    sqs, failed = client("sqs"), set()
+    deadline = time.monotonic() + timeout
+    while len(failed) < count and time.monotonic() < deadline:
+        for message in sqs.receive_message(QueueUrl=stack.work_queues["eu-west"], WaitTimeSeconds=1, MaxNumberOfMessages=10).get("Messages", []):
+            sqs.delete_message(QueueUrl=stack.work_queues["eu-west"], ReceiptHandle=message["ReceiptHandle"])
+            task = json.loads(message["Body"])
+            if task["job_id"] != job_id or task["shard"] in failed:
+                continue
+            ref, token = claim_shard(stack, task, f"mac-{task['shard']}")
+            stage_attempts.finish(ref, StageStatus.FAILED, datetime.now(timezone.utc), 2, "Relevo.Fatal.ExitCode")
+            client("stepfunctions").send_task_failure(taskToken=token, error="Relevo.Fatal.ExitCode", cause=cause)
+            failed.add(task["shard"])
+    assert len(failed) == count, f"{len(failed)} of {count} shards failed"
+
+
+def test_every_shard_of_the_largest_fan_out_failing_with_the_longest_cause_keeps_each_state_and_cause_inside_the_quotas(
+    local_stack, project_id,
+):
+    """fail_fast false at the largest fan-out one stage may have (relevo_core.plan_limits.MAX_SHARD_RUNS
+    shards), every shard failing for good with the longest cause an agent reports
+    (MAX_FAILURE_CAUSE_CHARS), made of quotes and backslashes, which JSON escapes at every level.
+    Step Functions refuses a state input or output over 262,144 bytes of UTF-8 (States.DataLimitExceeded,
+    which no Catch takes: "Handling errors in Step Functions workflows") and keeps a cause of at most
+    32,768 characters (API Reference, ExecutionFailedEventDetails / TaskFailedEventDetails). The stage
+    fails with a summary (its failed shards, the first's class, where the rest is); each shard's own
+    record holds its failure, and the dead-letter entry's view and the job view name every shard
+    with its class and cause."""
+    from relevo_cli.api import RelevoApi
+    from relevo_core.plan_limits import MAX_FAILURE_CAUSE_CHARS, MAX_SHARD_RUNS, STATE_PAYLOAD_QUOTA_BYTES
+
+    # Given: one stage of as many shards as a job may run, at most 40 at once, fail_fast false
+    shards = MAX_SHARD_RUNS
+    cause = ('{"why": "\\"quoted\\" \\\\ path"}' * MAX_FAILURE_CAUSE_CHARS)[:MAX_FAILURE_CAUSE_CHARS]
+    job_id = start_job(local_stack, project_id, [{"name": "test", "run": "make test", "parallel": shards, "max_parallel": 40,
+                                                 "fail_fast": False}])
+
+    # When: every shard fails for good with the longest cause
+    _fail_every_shard(local_stack, job_id, shards, cause)
+
+    # Then: the job failed with the shards' own class, recorded and dead-lettered
+    ended = wait_for_execution(local_stack, job_id, timeout=60)
+    assert (ended["status"], ended["error"]) == ("FAILED", "Relevo.Fatal.ExitCode"), ended.get("cause", "")[:300]
+    events = history(local_stack, job_id)
+    largest_state, longest_cause = 0, 0
+    for event in events:
+        for details in (value for value in event.values() if isinstance(value, dict)):
+            for field in ("input", "output", "parameters"):
+                if isinstance(details.get(field), str):
+                    largest_state = max(largest_state, len(details[field].encode("utf-8")))
+            if isinstance(details.get("cause"), str):
+                longest_cause = max(longest_cause, len(details["cause"]))
+    print(f"\n{shards} failed shards: the largest state {largest_state:,} bytes, the longest cause {longest_cause:,} characters")
+    assert largest_state < STATE_PAYLOAD_QUOTA_BYTES
+    assert longest_cause <= 32_768
+    summary = json.loads(ended["cause"])
+    assert (summary["stage"], summary["failed_shards"], summary["error_class"]) == ("test", list(range(shards)), "Relevo.Fatal.ExitCode")
+    found = records(local_stack, job_id)
+    assert found["JOB"]["status"]["S"] == "failed" and json.loads(found["JOB"]["error_cause"]["S"])["failed_count"] == shards
+    # The dead-letter entry as an operator reads it: every failed shard, its class and cause, from its record.
+    described = RelevoApi.for_stack(local_stack).dead_letter(job_id)
+    assert (described["failed_stage"], described["failed_shards"]) == ("test", list(range(shards)))
+    assert [(f["shard"], f["error_class"], f["attempts"], f["cause"]) for f in described["shard_failures"]] == [
+        (shard, "Relevo.Fatal.ExitCode", 1, cause) for shard in range(shards)]
+    listed = next(entry for entry in RelevoApi.for_stack(local_stack).dead_letters()["entries"] if entry["job_id"] == job_id)
+    assert listed["failed_shards"] == list(range(shards))
+    view = RelevoApi.for_stack(local_stack).get_job(job_id)
+    assert [(s["shard"], s["status"], s["attempts_log"][-1]["error"], s["attempts_log"][-1]["cause"]) for s in view["stages"][0]["shards"]] == [
+        (shard, "failed", "Relevo.Fatal.ExitCode", cause) for shard in range(shards)]

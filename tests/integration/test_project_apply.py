@@ -111,3 +111,31 @@ def test_an_accepted_apply_stores_the_secret_and_the_reference(local_stack, proj
     assert _secret_value(name) == webhook_secret
     shown = runner.invoke(app, ["project", "show", project_id, "--stack-file", stack_file])
     assert json.loads(shown.output)["webhook"]["github_secret_ref"] == name
+
+
+def test_a_stage_of_more_shards_at_once_than_step_functions_runs_is_refused_at_apply_saying_how_it_could_run(
+    local_stack, project_id, tmp_path: Path,
+):
+    """An inline Map runs at most 40 iterations at once ("Using Map state in Inline mode"), and a
+    stage's shards are one (job.asl.json: RunShards): 41 or more without max_parallel would
+    silently wait on AWS, where the emulator runs them all. Refused at apply (PLAN_TOO_LARGE); the
+    same stage with max_parallel: 40 is applied."""
+    # Given: a project file with a stage of 41 shards and no max_parallel
+    path, stack_file = _files(local_stack, tmp_path, project_id)
+    path.write_text(path.read_text().replace("  - name: build\n    run: make\n", "  - name: test\n    run: make test\n    parallel: 41\n"))
+
+    # When: it is applied
+    result = runner.invoke(app, ["project", "apply", str(path), "--stack-file", stack_file])
+
+    # Then: refused, saying the limit and the ways that fit, and nothing stored
+    assert result.exit_code == 1, result.output
+    output = " ".join(result.output.split())
+    assert "PLAN_TOO_LARGE" in output
+    assert "stages.0 (test): 41 shards and no max_parallel, which would run them all at once; at most 40 of a stage's shards run at once" in output
+    assert "set max_parallel to 40 or less" in output and "split the stage" in output
+    assert table_items(local_stack, f"PROJECT#{project_id}") == []
+
+    # And: with max_parallel 40 it is applied
+    path.write_text(path.read_text().replace("    parallel: 41\n", "    parallel: 41\n    max_parallel: 40\n"))
+    result = runner.invoke(app, ["project", "apply", str(path), "--stack-file", stack_file])
+    assert result.exit_code == 0, result.output

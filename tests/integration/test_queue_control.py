@@ -203,7 +203,7 @@ def test_delete_removes_an_ended_job_with_its_logs_and_artifact_records(local_st
 
     assert deleted.exit_code == 0, deleted.output
     assert f"with 1 stage record(s), {CHUNKS} log chunk(s) and 2 artifact record(s)" in " ".join(deleted.output.split())
-    for prefix in ("JOB#", "STAGES#", "LOGS#", "ARTIFACTS#"):
+    for prefix in ("JOB#", "STAGES#", "LOGS#", "ARTIFACTS#", "TOKENS#"):
         assert table_items(local_stack, f"{prefix}{job_id}") == [], prefix
     trail = audit.actions(local_stack.table_name, job_id)
     assert [(e["action"], e["status"]) for e in trail if e["action"] == "delete"] == [("delete", "succeeded")]
@@ -226,9 +226,9 @@ def test_an_interrupted_delete_leaves_the_job_ended_and_the_next_delete_finishes
 
     assert finished == {
         "job_id": job_id, "deleted": True, "status": "succeeded",
-        "removed": {"stages": 0, "log_chunks": CHUNKS - 25, "artifacts": 2},
+        "removed": {"stages": 0, "log_chunks": CHUNKS - 25, "artifacts": 2, "task_tokens": 1},
     }
-    for prefix in ("JOB#", "STAGES#", "LOGS#", "ARTIFACTS#"):
+    for prefix in ("JOB#", "STAGES#", "LOGS#", "ARTIFACTS#", "TOKENS#"):
         assert table_items(local_stack, f"{prefix}{job_id}") == [], prefix
     # Deleting what is already gone is harmless: the purge itself is safe to repeat.
     assert delete_partition(local_stack.table_name, log_pk(job_id)) == 0

@@ -78,7 +78,7 @@ def test_the_attempts_an_agent_holds_are_listed_until_it_finishes_them(local_sta
     # journal_id, so a restarted agent never recognised its own claims (issue 28).
     [held] = stage_attempts.held_by(local_stack.table_name, agent)
     assert held == stage_attempts.HeldAttempt(
-        job_id=job_id, stage_index=0, stage_name="upload", attempt=1, journal_id="journal-" + project_id, run_token=None
+        job_id=job_id, stage_index=0, stage_name="upload", attempt=1, journal_id="journal-" + project_id
     )
 
     stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")

@@ -246,7 +246,7 @@ def test_a_claim_fenced_before_its_accept_got_through_comes_back_when_its_lease_
     after the lease ends, the next claim of attempt 1 answers the dispatch, and nothing ran."""
     from botocore.exceptions import ConnectionClosedError
 
-    import relevo_agent.claim as claim_module
+    from relevo_agent.claim_routes import RouteUnreachable
     from relevo_agent.config import AgentConfig
     from relevo_agent.journal import Journal, OperationOutcome, operation_id
     from relevo_agent.messages import Message
@@ -262,15 +262,13 @@ def test_a_claim_fenced_before_its_accept_got_through_comes_back_when_its_lease_
     def reset(*_: object, **__: object) -> None:
         raise ConnectionClosedError(endpoint_url=str(local_stack.aws_endpoint))
 
-    class AcceptLost:
-        """Step Functions as the agent sees it when every answer to it is reset."""
-
-        send_task_success = staticmethod(reset)
+    def accept_lost(*_: object, **__: object) -> None:
+        """The accept route as the agent sees it when every answer to it is reset."""
+        raise RouteUnreachable("POST accepts: connection reset")
 
     # From the claim on, the accept and every lease renewal are reset, so the holder's own
     # clock fences it; reads, the claim and the message calls go through.
-    real_client, real_renew = claim_module.client, stage_attempts.renew_lease
-    monkeypatch.setattr(claim_module, "client", lambda name: AcceptLost() if name == "stepfunctions" else real_client(name))
+    real_renew = stage_attempts.renew_lease
     monkeypatch.setattr(stage_attempts, "renew_lease", reset)
     config = AgentConfig(agent_id="mac-lost", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3",
                          max_clock_skew_sec=0.5)
@@ -279,11 +277,13 @@ def test_a_claim_fenced_before_its_accept_got_through_comes_back_when_its_lease_
     # the agent answers it, and every one of those answers is lost.
     routes, route_claim = agent.sessions.routes, agent.sessions.routes.claim
     routes.claim = lambda request: route_claim(request.model_copy(update={"accept": False}))
+    real_accept = routes.accept
+    routes.accept = accept_lost
     handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
 
     assert agent.journal.get(operation_id(job_id, "upload")).outcome is OperationOutcome.ABANDONED
     assert _stage(local_stack, job_id)["agent_id"] == "mac-lost"
-    monkeypatch.setattr(claim_module, "client", real_client)
+    routes.accept = real_accept
     monkeypatch.setattr(stage_attempts, "renew_lease", real_renew)
     again, _ = receive_stage(local_stack, job_id, timeout=30)
     back_after = time.monotonic() - received

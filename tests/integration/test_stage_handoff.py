@@ -302,3 +302,34 @@ def test_a_rerun_whose_skipped_stages_handoff_is_gone_is_refused_when_asked_for(
     assert len(api.list_jobs(project=project_id)["jobs"]) == jobs_before
     # A rerun from build itself needs nothing stored.
     assert api.rerun_job(job_id, "build")["job_id"]
+
+
+def test_a_handed_on_object_gone_before_the_next_stage_fails_it_as_gone_under_the_job_credentials(local_stack, project_id, tmp_path):
+    """The agent restores with its job's credentials (JobRole), which may list the bucket under the
+    job's and its lineage's prefixes only: S3 answers their missing object 404, where it answers
+    403 to a caller that may not list (Amazon S3 API Reference, GetObject, "Permissions"). So an
+    object gone is Relevo.Fatal.HandoffGone, as docs/handoff.md says, not Relevo.Fatal.Client4xx."""
+    api = RelevoApi.for_stack(local_stack)
+    api.put_project(project_id, {
+        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
+        "stages": [{"name": "build", "run": "mkdir -p out && echo app > out/app", "handoff": ["out"]},
+                   {"name": "sign", "run": "test -f out/app"}],
+    })
+    # Given build handed out/ on from one Mac
+    job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
+    _run_next(local_stack, _agent(tmp_path, local_stack, "mac-a"), job_id)
+    assert _stages(local_stack, job_id)["build"]["status"] == "succeeded"
+    # and its stored pack is gone since (expired, or removed by artifact.max_total_bytes)
+    records = [from_attributes(i) for i in table_items(local_stack, f"ARTIFACTS#{job_id}")]
+    pack = next(r for r in records if "/packs/" in r["path"])
+    bucket, key = pack["uri"].removeprefix("s3://").split("/", 1)
+    client("s3").delete_object(Bucket=bucket, Key=key)
+
+    # When another Mac, with nothing in its workspace, runs sign
+    _run_next(local_stack, _agent(tmp_path, local_stack, "mac-b"), job_id)
+
+    # Then sign fails for good as a handoff gone, naming the object
+    assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
+    job = api.get_job(job_id)
+    assert job["error"] == "Relevo.Fatal.HandoffGone", job
+    assert "is no longer stored" in job["error_cause"] and key in job["error_cause"]

@@ -34,6 +34,7 @@ AGENT_SURFACE = {
     "relevo_core.models.plan": "a stage's plan",
     "relevo_core.models.status": "job, stage and queue statuses",
     "relevo_core.models.transfer": "an upload's progress",
+    "relevo_core.plan_limits": "the longest failure cause a report carries (the state machine's quotas)",
     "relevo_core.store.agent_pauses": "pauses and drains",
     "relevo_core.store.agents": "the agent's presence record",
     "relevo_core.store.artifacts": "artifact and handoff records",

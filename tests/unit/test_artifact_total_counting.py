@@ -1,11 +1,12 @@
 """What one artifact record's change adds to its project's running total (artifact.max_total_bytes),
-read off the stream record's OLD and NEW images, and which project it belongs to."""
+read off the stream record's OLD and NEW images, and which project it belongs to once its job
+record is gone (while it is there, the job record says: tests/integration/test_agent_written_locations.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from relevo_core.jobs.artifact_quota import project_of_artifact, stored_delta
+from relevo_core.jobs.artifact_quota import home_after_job, stored_delta
 
 STORED = {"pk": "ARTIFACTS#job_1", "size": 700}
 REMOVED = {**STORED, "removed_at": "2026-12-01T21:00:00+00:00", "removed_reason": "artifact.max_total_bytes"}
@@ -27,6 +28,9 @@ def test_a_change_adds_what_it_stores_and_takes_off_what_it_no_longer_does(old, 
     assert stored_delta(old, new) == delta
 
 
-def test_the_project_is_the_key_segment_before_the_job_id():
-    assert project_of_artifact("s3://bucket/hello/job_1/build/out/app.ipa", "job_1") == "hello"
-    assert project_of_artifact("s3://bucket/job_1/build/app.ipa", "job_1") is None
+def test_once_its_job_is_gone_the_project_is_the_key_segment_before_the_job_id():
+    home = home_after_job({"uri": "s3://bucket/hello/job_1/build/out/app.ipa"}, "job_1")
+    assert home is not None and (home.project, home.prefix.bucket, home.prefix.prefix) == ("hello", "bucket", "hello/job_1/")
+    # Not the job's own prefix (the job id deeper down, or another job's): no project.
+    for uri in ("s3://bucket/job_1/build/app.ipa", "s3://bucket/hello/other/job_1/app.ipa", "s3://bucket/hello/job_1x/app.ipa"):
+        assert home_after_job({"uri": uri}, "job_1") is None, uri

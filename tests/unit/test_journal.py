@@ -40,13 +40,12 @@ def test_a_result_and_its_outbox_entry_are_written_together_and_survive_a_restar
     path = tmp_path / "j.sqlite3"
     journal = Journal(path)
     journal.begin(_op())
-    journal.set_run_token("job_1:build", 1, "tok")
     journal.record("job_1:build", 1, OperationOutcome.SUCCEEDED, {"exit_code": 0}, {"status": "succeeded"})
     journal.close()
 
     reopened = Journal(path)
     op = reopened.get("job_1:build")
-    assert (op.outcome, op.receipt, op.run_token) == (OperationOutcome.SUCCEEDED, {"exit_code": 0}, "tok")
+    assert (op.outcome, op.receipt) == (OperationOutcome.SUCCEEDED, {"exit_code": 0})
     [report] = reopened.pending()
     assert (report.operation_id, report.attempt, report.payload) == ("job_1:build", 1, {"status": "succeeded"})
 
@@ -100,3 +99,17 @@ def test_the_journal_its_wal_and_shm_and_a_written_stack_file_are_the_agents_alo
     modes = {path.name: stat.S_IMODE(os.stat(path).st_mode) for path in (older, Path(f"{older}-wal"), Path(f"{older}-shm"), stack_file)}
     journal.close()
     assert modes == {"journal.sqlite3": 0o600, "journal.sqlite3-wal": 0o600, "journal.sqlite3-shm": 0o600, "stack.json": 0o600}
+
+
+def test_a_run_token_an_earlier_agent_journaled_is_cleared_when_the_journal_opens(tmp_path: Path):
+    """A run token is a capability the stack keeps to itself: earlier agents kept it in the
+    journal, and none may stay on the Mac's disk once this agent opens it."""
+    path = tmp_path / "j.sqlite3"
+    journal = Journal(path)
+    journal.begin(_op())
+    journal.close()
+    with sqlite3.connect(path) as db:  # what an earlier agent left
+        db.execute("UPDATE operations SET run_token='AQCkAAAAKgAAAAMAAAAA-run-token'")
+    Journal(path).close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT run_token FROM operations").fetchall() == [(None,)]

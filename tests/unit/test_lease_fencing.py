@@ -93,12 +93,12 @@ def _renewing_run(tmp_path: Path, timeline: LeaseTimeline) -> tuple[Agent, Stage
     claimed = time.monotonic()
     run = StageRun(StageRef("table", "job_x", 0, 1, "mac-cut"), Lease(timeline, claimed))
     run.token_known.set()  # renewing: the phase in which the partition came
-    run.run_token = "token"
+    run.run_handed = True
     return agent, run, claimed
 
 
 def _start(agent: Agent, run: StageRun) -> tuple[threading.Thread, threading.Thread]:
-    keeper = threading.Thread(target=keep_lease, args=(run, "job_x:build", agent.stop), daemon=True)
+    keeper = threading.Thread(target=keep_lease, args=(run, "job_x:build", agent.stop, agent.stages.claims.heartbeat), daemon=True)
     fence = threading.Thread(target=keep_fence, args=(run, "job_x:build"), daemon=True)
     keeper.start()
     fence.start()

@@ -164,7 +164,7 @@ def test_a_parallel_stage_counts_its_shards_too():
     refused = refusal([{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": plan_limits.MAX_SHARD_RUNS}])
 
     assert refused.details == {"limit": "shard_runs", "size": 46, "allowed": 45}
-    require_project_fits(project([{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": 44}]))
+    require_project_fits(project([{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": 44, "max_parallel": 40}]))
 
 
 def test_the_dead_letter_path_of_the_largest_fan_out_fits_with_the_stated_margin():
@@ -232,3 +232,41 @@ def _work_queue_retention_sec() -> int:
     text = (Path(__file__).resolve().parents[2] / "template.yaml").read_text(encoding="utf-8")
     work_queue = text[text.index("WorkQueue&{Region}:"): text.index("WorkDeadLetterQueue&{Region}:")]
     return int(re.search(r"MessageRetentionPeriod: (\d+)", work_queue).group(1))
+
+
+# Step Functions Developer Guide, "Using Map state in Inline mode": "In this mode, the Map state
+# supports up to 40 concurrent iterations." A stage's shards are an inline Map's iterations
+# (job.asl.json: RunShards); the emulator runs as many as it is given, so the bound is checked here.
+INLINE_MAP_CONCURRENCY = 40
+
+
+@pytest.mark.parametrize(
+    ("fan_out", "size", "says"),
+    [
+        ({"parallel": 41}, 41, "41 shards and no max_parallel, which would run them all at once"),
+        ({"parallel": 44, "max_parallel": 41}, 41, "max_parallel 41 (of 44 shards)"),
+        ({"matrix": {"device": [f"d{index}" for index in range(11)], "os": ["17", "18", "26", "27"]}}, 44,
+         "44 shards and no max_parallel, which would run them all at once"),
+    ],
+    ids=["parallel past 40, no max_parallel", "max_parallel past 40", "a matrix of 44, no max_parallel"],
+)
+def test_a_stage_asking_more_than_40_shards_at_once_is_refused_saying_how_it_could_run(fan_out, size, says):
+    # Given: a stage whose shards would run more than an inline Map runs at once
+    # When: the plan is checked (relevo project apply)
+    refused = refusal([{"name": "build", "run": "x"}, {"name": "test", "run": "x", **fan_out}])
+
+    # Then: PLAN_TOO_LARGE naming the limit, the stage and both ways that fit
+    assert refused.details == {"limit": "concurrent_shards", "size": size, "allowed": INLINE_MAP_CONCURRENCY}
+    assert refused.message.startswith(f"stages.1 (test): {says}; ")
+    assert "at most 40 of a stage's shards run at once" in refused.message
+    assert "set max_parallel to 40 or less" in refused.message and "split the stage" in refused.message
+    assert "\n" not in refused.message
+
+
+def test_a_stage_of_up_to_40_shards_runs_them_all_at_once_and_more_run_40_at_a_time_with_max_parallel():
+    # Given / When / Then: 40 shards without max_parallel, and the largest fan-out 40 at a time, are accepted
+    assert plan_limits.MAX_CONCURRENT_SHARDS == INLINE_MAP_CONCURRENCY
+    require_project_fits(project([{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": 40}]))
+    require_project_fits(project([{"name": "test", "run": "x", "parallel": plan_limits.MAX_SHARD_RUNS, "max_parallel": 40}]))
+    # A max_parallel over the stage's shards asks no more than its shards at once.
+    require_project_fits(project([{"name": "test", "run": "x", "parallel": 4, "max_parallel": 256}]))

@@ -52,14 +52,15 @@ from relevo_agent.handoff.cache import HandoffCache
 from relevo_agent.handoff.tree import Found, scan, sha256_file
 from relevo_core.aws import client, in_this_context
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.handoff import LARGE_FILE_BYTES, PACK_BYTES, HandoffSummary, Manifest, ManifestEntry, tree_digest
+from relevo_core.models.handoff import (
+    HANDOFF_DIR, LARGE_FILE_BYTES, PACK_BYTES, HandoffSummary, Manifest, ManifestEntry, handoff_base, manifest_key, tree_digest,
+)
 from relevo_core.models.transfer import human_bytes
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store.stage_attempts import StageRef
 
 log = logging.getLogger(__name__)
 
-HANDOFF_DIR = ".relevo-handoff"
 # Objects in flight at once; each blob's upload also sends its parts in parallel (BLOB_TRANSFER).
 PARALLEL_OBJECTS = 4
 # Packs being filled or sent at once (each a PACK_BYTES buffer): the store's memory bound.
@@ -74,15 +75,6 @@ class Location:
 
     object: str
     offset: int
-
-
-def handoff_base(artifact_uri: str) -> tuple[str, str]:
-    """(bucket, key prefix of the job's handoff objects) for a job's artifact_uri."""
-    parsed = urlparse(artifact_uri)
-    prefix = parsed.path.lstrip("/")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    return parsed.netloc, f"{prefix}{HANDOFF_DIR}/"
 
 
 def base_of_manifest(manifest_uri: str) -> tuple[str, str]:
@@ -267,17 +259,17 @@ def store_handoff(
     data = json.dumps(manifest.model_dump(mode="json"), separators=(",", ":")).encode()
     manifest_sha = hashlib.sha256(data).hexdigest()
     # A shard's its own: the shards of a stage store side by side, each attempt numbered apart.
-    manifest_key = f"{prefix}manifests/{stage}{'' if ref.shard is None else f'.shard-{ref.shard}'}.{ref.attempt}.json"
+    _, manifest_object = manifest_key(artifact_uri, stage, ref.shard, ref.attempt)
     try:
-        s3.put_object(Bucket=bucket, Key=manifest_key, Body=data, ContentMD5=_md5(data), ContentType="application/json",
+        s3.put_object(Bucket=bucket, Key=manifest_object, Body=data, ContentMD5=_md5(data), ContentType="application/json",
                       Metadata={"sha256": manifest_sha})
     except Exception as exc:
-        raise HandoffFailure(classify_storage_error(exc), f"handoff: storing s3://{bucket}/{manifest_key}: {exc}") from exc
-    stored.append((manifest_key.removeprefix(prefix), len(data)))
+        raise HandoffFailure(classify_storage_error(exc), f"handoff: storing s3://{bucket}/{manifest_object}: {exc}") from exc
+    stored.append((manifest_object.removeprefix(prefix), len(data)))
     now = datetime.now(timezone.utc).isoformat()
     uploaded = sum(size for _, size in stored)
     summary = HandoffSummary(
-        manifest=f"s3://{bucket}/{manifest_key}",
+        manifest=f"s3://{bucket}/{manifest_object}",
         manifest_sha256=manifest_sha,
         attempt=ref.attempt,
         files=len(files),

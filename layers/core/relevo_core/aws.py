@@ -298,15 +298,30 @@ def process_credentials() -> Any:
 
 
 def s3_presigner() -> Any:
-    """An S3 client for presigned URLs: SigV4 always (S3 refuses other signatures for objects
-    encrypted with KMS, as the artifact bucket's are), cached like the others."""
+    """An S3 client for presigned URLs of the artifact bucket (the stack's own, in this process's
+    region), cached like the others. SigV4 always: S3 refuses other signatures for objects
+    encrypted with KMS, as the artifact bucket's are.
+
+    On AWS a link names the bucket's regional virtual-hosted endpoint,
+    `https://<bucket>.s3.<region>.amazonaws.com/...` (us-east-1's too), and its signature that
+    region: botocore would otherwise presign the legacy global endpoint `<bucket>.s3.amazonaws.com`,
+    which S3 answers for a new bucket with a 307 redirect to its region, and for a bucket of a
+    region launched after March 20, 2019 (ap-east-1, me-south-1, af-south-1...) with 400 Bad Request
+    ("Virtual hosting of buckets", "Request routing", Amazon S3 User Guide); and the host is signed,
+    so a link cannot be moved to another host once made. botocore's endpoint rules name each
+    partition's host (amazonaws.com.cn in China). Locally (AWS_ENDPOINT_URL) the link names the
+    emulator, path-style, as before."""
     return _presigner(*_environment())
 
 
 @lru_cache(maxsize=None)
 def _presigner(endpoint: str | None, region: str | None, access_key: str | None) -> Any:
+    s3: dict[str, Any] = {"us_east_1_regional_endpoint": "regional"}
+    if endpoint is None:
+        s3["addressing_style"] = "virtual"
+    config = _CLIENT_CONFIG.merge(Config(signature_version="s3v4", s3=s3))
     with _lock:
-        return _session(access_key).client("s3", config=_CLIENT_CONFIG.merge(Config(signature_version="s3v4")))
+        return _session(access_key).client("s3", config=config)
 
 
 def reset_clients() -> None:

@@ -247,6 +247,16 @@ def fail_task(token: str, error: str, cause: str) -> None:
         raise
 
 
+def heartbeat_task(token: str) -> None:
+    """Tell a waiting task (an attempt's run) that its worker is alive; TaskGone if it no longer waits."""
+    try:
+        client("stepfunctions").send_task_heartbeat(taskToken=token)
+    except ClientError as exc:
+        if error_code(exc) in _TASK_GONE:
+            raise TaskGone(error_code(exc)) from exc
+        raise
+
+
 def send_report_dead_letter(queue_url: str, message: dict[str, Any]) -> None:
     """A status or notification the reporter could not deliver, onto its own dead-letter queue
     (StatusDeadLetterQueue): the event, the request less its headers, each attempt's failure."""

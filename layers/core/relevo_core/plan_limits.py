@@ -46,6 +46,28 @@ fail-fast and concurrency settings and each shard's index and record key (under 
 shard, at most MAX_SHARD_RUNS of them): inside the 20 KiB line above. What each shard's agent
 needs (its matrix values) it reads from the envelope, whose limit already counts the declaration.
 
+A stage with shards that fails without fail_fast fails with a summary, not with its shards'
+failures (job.asl.json: SummarizeShardFailures): its failed shards' indexes (at most
+MAX_SHARD_RUNS), the first one's class, and where each one's failure is (its own record:
+last_error, attempts_log), a few hundred bytes whatever the causes. A failed shard's iteration
+ends with its index and class only, so its cause (at most MAX_FAILURE_CAUSE_CHARS: an agent's
+longer one is cut, bounded_cause) stays in its own iteration's state. Every shard's failure in
+the stage's state and cause, as before, made 45 causes of 4,096 quote-heavy characters a cause
+of over 32,768 characters and a state of over 256 KiB: the execution died with
+States.DataLimitExceeded, and the dead-letter entry with it. tests/integration/test_parallel_stages.py
+runs that fan-out on the emulator and measures every state and cause of its history.
+
+Shards at once. A stage's shards are the iterations of an inline Map (job.asl.json: RunShards),
+and an inline Map runs at most 40 iterations at once (Step Functions Developer Guide, "Using Map
+state in Inline mode": "In this mode, the Map state supports up to 40 concurrent iterations"):
+a MaxConcurrency of 0, or of more than 40, still runs 40 at a time there, and the emulator runs
+as many as it is given. A stage that would ask more (over 40 shards without max_parallel, or a
+max_parallel over 40 on as many shards) is refused at apply, saying the two ways that fit:
+max_parallel of at most 40 (the other shards start as earlier ones end), or the shards split over
+stages. A Distributed Map would run more at once (its iterations child executions, each with a
+history of its own), which Relevo does not use; the history arithmetic below caps a job at 45
+stage runs anyway.
+
 History. Step Functions keeps at most 25,000 events in one execution's history and fails the
 execution that needs more (Step Functions Developer Guide, "Step Functions service quotas":
 maximum execution history size, 25,000 events, a hard quota). moto does not enforce it
@@ -91,8 +113,10 @@ MAX_STAGES = 32
 MAX_COMMAND_BYTES = 16 * 1024
 MAX_PROBE_BYTES = 16 * 1024
 MAX_ENVELOPE_BYTES = 80 * 1024
-# The longest task-failure cause Relevo's agents and API send (see above).
+# The longest task-failure cause Relevo's agents and API send (see above); an agent's longer cause
+# is cut to it (bounded_cause).
 MAX_FAILURE_CAUSE_CHARS = 4096
+CAUSE_CUT_MARK = " [cut from {total:,} characters]"
 # The history arithmetic (see above).
 HISTORY_QUOTA_EVENTS = 25_000
 HISTORY_FREE_FRACTION = 0.2
@@ -100,6 +124,8 @@ LOCK_WAIT_EVENTS = 9_000
 JOB_EVENTS = 200
 EVENTS_PER_STAGE_RUN_WORST = 240
 MAX_SHARD_RUNS = int((HISTORY_QUOTA_EVENTS * (1 - HISTORY_FREE_FRACTION) - LOCK_WAIT_EVENTS - JOB_EVENTS) // EVENTS_PER_STAGE_RUN_WORST)
+# The most iterations of an inline Map that run at once (see above).
+MAX_CONCURRENT_SHARDS = 40
 # The pause holds' arithmetic (see above): what a pause of PAUSE_MAX_SEC costs a job at most.
 # Measured 22 in the emulator: the timed-out dispatch, CheckRegionPauses, HeldByPause,
 # RecordPauseHold, WaitLongerWhilePaused, PauseHoldWait and the dispatch sent again.
@@ -112,6 +138,15 @@ def state_bytes(value: Any) -> int:
     """Bytes of `value` as JSON, counted as the emulator counts a state's data (an upper bound of
     the compact UTF-8 JSON Step Functions counts)."""
     return len(json.dumps(value).encode("utf-8"))
+
+
+def bounded_cause(cause: str) -> str:
+    """`cause` as a failure may carry it: at most MAX_FAILURE_CAUSE_CHARS characters, its head kept
+    and the cut said, so that whatever an agent reports stays inside the arithmetic above."""
+    if len(cause) <= MAX_FAILURE_CAUSE_CHARS:
+        return cause
+    mark = CAUSE_CUT_MARK.format(total=len(cause))
+    return cause[: MAX_FAILURE_CAUSE_CHARS - len(mark)] + mark
 
 
 def envelope_bytes(envelope: JobEnvelope) -> int:
@@ -140,6 +175,7 @@ def require_project_fits(project: Project) -> None:
     a job may carry)."""
     require_stages_fit(project)
     require_shards_fit(project)
+    require_shards_at_once_fit(project)
     require_envelope_fits(largest_envelope(project))
 
 
@@ -156,6 +192,24 @@ def require_shards_fit(project: Project) -> None:
             f"{JOB_EVENTS} of the job fit {1 - HISTORY_FREE_FRACTION:.0%} of Step Functions' {HISTORY_QUOTA_EVENTS:,}-event "
             f"execution history; use fewer shards or a smaller matrix",
             "shard_runs", total, MAX_SHARD_RUNS,
+        )
+
+
+def require_shards_at_once_fit(project: Project) -> None:
+    """Refuse (PLAN_TOO_LARGE) a stage whose shards would run more at once than an inline Map
+    runs: MAX_CONCURRENT_SHARDS."""
+    for index, stage in enumerate(project.frozen_stages()):
+        at_once = min(stage.shard_count, stage.max_parallel or stage.shard_count)
+        if not stage.sharded or at_once <= MAX_CONCURRENT_SHARDS:
+            continue
+        asked = (f"max_parallel {stage.max_parallel} (of {stage.shard_count} shards)" if stage.max_parallel
+                 else f"{stage.shard_count} shards and no max_parallel, which would run them all at once")
+        raise _too_large(
+            f"stages.{index} ({stage.name}): {asked}; at most {MAX_CONCURRENT_SHARDS} of a stage's shards run at once "
+            f"(Step Functions runs an inline Map's iterations {MAX_CONCURRENT_SHARDS} at a time): set max_parallel to "
+            f"{MAX_CONCURRENT_SHARDS} or less (the other shards start as earlier ones end), or split the stage into stages "
+            f"of at most {MAX_CONCURRENT_SHARDS} shards",
+            "concurrent_shards", at_once, MAX_CONCURRENT_SHARDS,
         )
 
 

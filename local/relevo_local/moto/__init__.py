@@ -12,7 +12,8 @@ verified against only: `install` refuses any other before it changes anything.
 - dynamodb: expressions, transactions' backups, streams and one action at a time;
 - dynamodb_faults: conflicts a test arms, which AWS produces and the emulator never would;
 - cloudformation: template reading and the resources moto creates from it;
-- iam, dynamodb_authorization, sts: IAM enforcement as AWS does it.
+- iam, dynamodb_authorization, sts: IAM enforcement as AWS does it;
+- s3: what S3 answers a caller by its permissions (a missing key without s3:ListBucket).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from relevo_local.moto import cloudformation, dynamodb, dynamodb_authorization, dynamodb_faults, iam, server, stepfunctions, sts
+from relevo_local.moto import cloudformation, dynamodb, dynamodb_authorization, dynamodb_faults, iam, s3, server, stepfunctions, sts
 
 if TYPE_CHECKING:
     from relevo_local.identity import RoleSessions
@@ -84,6 +85,7 @@ def install(sessions: RoleSessions) -> None:
     iam.authorize_presigned_s3_urls()
     iam.trust_account_principals_as_iam_does()
     iam.refuse_json_requests_as_json()
+    s3.refuse_missing_keys_without_list_bucket()
     dynamodb_authorization.authorize_dynamodb_as_aws_does()
     sts.record_session_tags()
     sts.resolve_policy_variables()

@@ -68,6 +68,28 @@ def stage_key() -> dict[str, Any]:
     return {"pk": {"S.$": formatted(keys.stages_pk, "$.job_id")}, "sk": {"S.$": "$.stage.stage_key"}}
 
 
+def stage_token_sk(prefix: str) -> dict[str, str]:
+    """The sort key of a stage's (or shard's) token in the job's token partition: `prefix` (keys.RUN_TOKEN_PREFIX,
+    keys.REVIEW_TOKEN_PREFIX) before the stage record's own sort key, as keys.run_token_sk spells it."""
+    return {"S.$": f"States.Format('{prefix}{{}}', $.stage.stage_key)"}
+
+
+def token_item(sk: str | dict[str, str], attributes: dict[str, Any]) -> dict[str, Any]:
+    """A transaction's Put of this task's token into the job's token partition (keys.tokens_pk), which no job
+    session can read; it expires with the job."""
+    return {
+        "TableName": TABLE,
+        "Item": {
+            "pk": {"S.$": formatted(keys.tokens_pk, "$.job_id")},
+            "sk": {"S": sk} if isinstance(sk, str) else sk,
+            "token": {"S.$": "$$.Task.Token"},
+            **attributes,
+            "written_at": NOW,
+            "ttl": number_at("$.ttl"),
+        },
+    }
+
+
 def queue_counter_key() -> dict[str, Any]:
     return {"pk": {"S": keys.QUEUE_COUNTER_PK}, "sk": {"S": keys.COUNTER_SK}}
 
@@ -127,6 +149,9 @@ def transaction(
     result_path: str = "$.conflict",
     timeout_path: str | None = None,
     output_path: str | None = None,
+    answer_path: str | None = None,
+    heartbeat_path: str | None = None,
+    after_catch: list[dict[str, Any]] | None = None,
 ) -> States:
     """A TransactWriteItems task and its conflict retry, the only way this machine writes a
     transaction (tests/infrastructure/test_job_machine.py holds it).
@@ -140,6 +165,11 @@ def transaction(
     conflicts it goes to `kept_conflicting`. `refusals` are choices tried before the Default
     (`refused`). One that cannot be refused (no condition anywhere) simply retries its
     cancellation. $.conflict.retries counts the streak; the execution input starts it at 0.
+
+    A transaction that waits for its task token (`waits_for_token`) and whose answer matters puts
+    that answer at `answer_path` (whole: no selector), may say its `heartbeat_path`, and takes its
+    other catchers before (`before_catch`) and after (`after_catch`) the cancellation's. A retry
+    of a waiting transaction hands out a new token: the one it wrote never waited.
     """
     task: State = {"Type": "Task"}
     if comment:
@@ -148,19 +178,29 @@ def transaction(
     task["Parameters"] = {"TransactItems": items}
     if timeout_path:
         task["TimeoutSecondsPath"] = timeout_path
+    if heartbeat_path:
+        task["HeartbeatSecondsPath"] = heartbeat_path
     if refused is None:
-        task["ResultPath"] = None
+        task["ResultPath"] = answer_path
         if output_path:
             task["OutputPath"] = output_path
         task["Retry"] = [backoff_retry([TRANSACTION_CANCELED, INTERNAL_ERROR], CONFLICT_RETRIES)]
+        if before_catch or after_catch:
+            task["Catch"] = [*(before_catch or []), *(after_catch or [])]
         return {name: then(task, next_state)}
-    task["ResultSelector"] = result_selector if result_selector is not None else {"retries": 0}
-    task["ResultPath"] = result_path
+    if answer_path is not None:
+        task["ResultPath"] = answer_path
+    else:
+        task["ResultSelector"] = result_selector if result_selector is not None else {"retries": 0}
+        task["ResultPath"] = result_path
+    if output_path:
+        task["OutputPath"] = output_path
     if not waits_for_token:
         # A task token is handed out once: a waiting transaction is not retried on its own.
         task["Retry"] = [backoff_retry([INTERNAL_ERROR], CONFLICT_RETRIES)]
     task["Catch"] = [*(before_catch or []),
-                     {"ErrorEquals": [TRANSACTION_CANCELED], "ResultPath": "$.conflict.error", "Next": f"{name}Canceled"}]
+                     {"ErrorEquals": [TRANSACTION_CANCELED], "ResultPath": "$.conflict.error", "Next": f"{name}Canceled"},
+                     *(after_catch or [])]
     then(task, next_state)
     canceled: State = {"Type": "Choice"}
     if canceled_comment:

@@ -26,6 +26,9 @@ SHARD_PREFIX = "Shard"
 # (relevo_core.execution._fan_out) merged over them.
 STAGE_AS_SHARD = "States.JsonMerge($.stage, $$.Map.Item.Value, false)"
 ENDED_SHARD = [StageStatus.SUCCEEDED, StageStatus.WARNING, StageStatus.FAILED, StageStatus.CANCELED, StageStatus.SKIPPED]
+# Where a stage that failed without fail_fast keeps each failed shard's failure (its summary says).
+SHARD_FAILURES_WHERE = ("each failed shard's error class, attempts, backoff and cause are on its own record (STAGE#nn#SHARD#kk: "
+                        "last_error, attempts_log): relevo dlq view and relevo job view list them")
 
 
 def renamed(states: States, prefix: str) -> States:
@@ -119,17 +122,18 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         },
         "RunShards": {
             "Type": "Map",
-            "Comment": "Every shard of the stage, at most max_parallel at once (0: all), each through the per-stage states. With "
-            "fail_fast a shard's failure fails the Map (Catch: StopShards); without, a failed shard's output is {failed}.",
+            "Comment": "Every shard of the stage, at most max_parallel at once (0: all; an inline Map runs at most 40 at once, "
+            "and relevo_core.plan_limits refuses a stage that would ask more), each through the per-stage states. With "
+            "fail_fast a shard's failure fails the Map (Catch: StopShards); without, a failed shard's output is {failed: its index, error}.",
             "ItemsPath": "$.stage.shards.items",
             "MaxConcurrencyPath": "$.stage.shards.max_parallel",
             "ItemSelector": _iteration_input(STAGE_AS_SHARD),
             "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": SHARD_PREFIX + shard_start,
                               "States": renamed(shard_states, SHARD_PREFIX)},
-            # Each failed shard's failure and its error on their own (ShardFailedAlone): a member of
-            # an array item (failed[0].Error) reads as a one-item list in moto 5.2.5's JSONPath, and
-            # $[*].failed.Error as a plain string when one shard failed; $[*].error is a list on
-            # both, and an intrinsic reads the same on both.
+            # Each failed shard's index and its error (ShardFailedAlone), in shard order: $[*].failed
+            # and $[*].error are lists on AWS and in moto 5.2.5 alike, and an intrinsic reads them the
+            # same on both (a member of an array item, failed[0].Error, reads as a one-item list in
+            # moto's JSONPath). Its cause stays on its own record: see ShardsFailed.
             # Whether a shard ended `warning` (its agent's answer says so), and every shard's output in
             # shard order, for the stage's outcome; `status` is the stage's unless ShardsWarned says
             # otherwise ("Intrinsic functions": States.ArrayContains).
@@ -142,7 +146,7 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         },
         "AnyShardFailed": {
             "Type": "Choice",
-            "Choices": [{"Variable": "$.shard_results.failed[0]", "IsPresent": True, "Next": "ShardsFailed"},
+            "Choices": [{"Variable": "$.shard_results.failed[0]", "IsPresent": True, "Next": "SummarizeShardFailures"},
                         {"Variable": "$.shard_results.warned", "BooleanEquals": True, "Next": "ShardsWarned"}],
             "Default": "RecordShardsSucceeded",
         },
@@ -154,11 +158,33 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
             "ResultPath": "$.shard_results.status",
             "Next": "RecordShardsSucceeded",
         },
+        "SummarizeShardFailures": {
+            "Type": "Pass",
+            "Comment": "fail_fast false: every shard ended and some failed. The stage's failure is a summary of a bounded size "
+            "whatever the shards' causes: its failed shards (45 at most), the first one's error class, and where each failed "
+            "shard's own failure is (its record: last_error, attempts_log), which the dead-letter view and the job view read. "
+            "A failure listing every shard's cause would pass Step Functions' quotas: a cause of 32,768 characters at most, a "
+            "state of 256 KiB (States.DataLimitExceeded, which no Catch takes; relevo_core.plan_limits).",
+            "Parameters": {
+                "stage.$": "$.stage.name",
+                "stage_index.$": "$.stage.index",
+                "shards.$": "$.stage.shards.count",
+                "failed_count.$": "States.ArrayLength($.shard_results.failed)",
+                "failed_shards.$": "$.shard_results.failed",
+                "first_failed_shard.$": "States.ArrayGetItem($.shard_results.failed, 0)",
+                "error_class.$": "States.ArrayGetItem($.shard_results.errors, 0)",
+                "reason.$": "States.Format('{} of {} shards failed, the first (shard {}) with {}', "
+                "States.ArrayLength($.shard_results.failed), $.stage.shards.count, States.ArrayGetItem($.shard_results.failed, 0), "
+                "States.ArrayGetItem($.shard_results.errors, 0))",
+                "shard_failures": SHARD_FAILURES_WHERE,
+            },
+            "ResultPath": "$.failure_summary",
+            "Next": "ShardsFailed",
+        },
         "ShardsFailed": {
             "Type": "Pass",
-            "Comment": "fail_fast false: every shard ended and some failed. The stage fails with the first one's error, and a "
-            "cause listing each failed shard's (its detail names the shard, its attempts and backoff).",
-            "Parameters": {"Error.$": "States.ArrayGetItem($.shard_results.errors, 0)", "Cause.$": "States.JsonToString($.shard_results.failed)"},
+            "Comment": "The stage fails with the first failed shard's error and the summary as its cause.",
+            "Parameters": {"Error.$": "$.failure_summary.error_class", "Cause.$": "States.JsonToString($.failure_summary)"},
             "ResultPath": "$.failure",
             "Next": "StopShards",
         },

@@ -26,7 +26,9 @@ from relevo_tools.job_machine.asl import (
     job_key,
     number_at,
     stage_key,
+    stage_token_sk,
     string_at,
+    token_item,
     transaction,
     update,
 )
@@ -83,30 +85,34 @@ def approval_gate(approved: str) -> States:
     rejection or a timeout fails the stage."""
     return {
         "NotifyAwaitingApproval": _notify("job.waiting_for_approval", "AwaitApproval"),
-        "AwaitApproval": {
-            "Type": "Task",
-            "Comment": "The job waits; POST /jobs/{id}/approve or /reject answers the token kept on the job record.",
-            "Resource": "arn:aws:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken",
-            "Parameters": update(
-                job_key(),
-                "SET #status = :waiting, approval_token = :token, waiting_stage = :stage, last_writer = :writer, updated_at = :now",
-                names=STATUS,
-                values={":waiting": {"S": JobStatus.WAITING.value}, ":token": string_at("$$.Task.Token"),
-                        ":stage": string_at("$.stage.name"), ":writer": WRITER, ":now": NOW},
-            ),
-            "TimeoutSecondsPath": "$.stage.approval_timeout_sec",
-            "ResultPath": "$.approval",
-            "Catch": [
+        **transaction(
+            "AwaitApproval",
+            [
+                {"Update": update(
+                    job_key(), "SET #status = :waiting, waiting_stage = :stage, last_writer = :writer, updated_at = :now",
+                    names=STATUS,
+                    values={":waiting": {"S": JobStatus.WAITING.value}, ":stage": string_at("$.stage.name"), ":writer": WRITER, ":now": NOW},
+                )},
+                {"Put": token_item(keys.APPROVAL_TOKEN_SK, {"stage": string_at("$.stage.name")})},
+            ],
+            comment="The job waits; POST /jobs/{id}/approve or /reject answers the token, which is kept in the job's token "
+            "partition (TOKENS#, readable by no job session: docs/architecture.md, \"Trust boundaries\"), not on the job record "
+            "that the job's agents read. Neither item has a condition, so a cancelled transaction is a conflict (or a throttle) "
+            "and is retried with a new token; the approve route only ever fails this task with Relevo.Approval.Rejected.",
+            waits_for_token=True,
+            timeout_path="$.stage.approval_timeout_sec",
+            answer_path="$.approval",
+            before_catch=[
                 {"ErrorEquals": ["States.Timeout"], "ResultPath": None, "Next": "ApprovalTimedOut"},
                 {"ErrorEquals": [ErrorClass.APPROVAL_REJECTED.value], "ResultPath": "$.failure", "Next": "NotifyRejected"},
             ],
-            "Next": "MarkApproved",
-        },
+            next_state="MarkApproved",
+        ),
         **transaction(
             "MarkApproved",
             [
                 {"Update": update(
-                    job_key(), "SET #status = :running, last_writer = :writer, updated_at = :now REMOVE approval_token, waiting_stage",
+                    job_key(), "SET #status = :running, last_writer = :writer, updated_at = :now REMOVE waiting_stage",
                     names=STATUS, values={":running": {"S": JobStatus.RUNNING.value}, ":writer": WRITER, ":now": NOW},
                 )},
                 # The stage's record, pending until its dispatch, says it was approved: its dispatch's gate condition.
@@ -136,7 +142,7 @@ def dispatch(gate: str, shard: bool = False) -> States:
     its run token and the attempt runs. For a shard (`shard`): its own record, closed to a
     dispatch once a sibling's failure stopped it, and its index on the message."""
     shard_message = {"shard.$": "$.stage.shard"} if shard else {}
-    return {
+    states: States = {
         "MarkStageDispatched": {
             "Type": "Task",
             "Comment": "Projection: the attempt is on the region's queue, once the stage passed its approval gate (a gated stage's "
@@ -276,34 +282,59 @@ def dispatch(gate: str, shard: bool = False) -> States:
             {"Type": "Pass", "InputPath": "$.stage.shards.pause_hold_sec", "ResultPath": "$.dispatch_wait_sec", "Next": "DispatchStage"}
             if shard else {"Type": "Pass", "Result": PAUSE_HOLD_SEC, "ResultPath": "$.dispatch_wait_sec", "Next": "DispatchStage"}
         ),
-        "AwaitResult": {
-            "Type": "Task",
-            "Comment": "Hands the claimer a run token through its stage record (written only if it still holds the attempt), then "
-            "waits. The agent renews its lease and heartbeats every min(lease/3, 3 s) and ends the command itself at "
-            "exec_timeout_sec. A heartbeat lapse (HeartbeatSeconds = lease_ttl_sec) is a lost lease, retryable; TimeoutSeconds "
-            "(exec + kill grace + lease, counted from here, on this clock) is the backstop for a live agent that never ended its "
-            "command: an exec timeout. Each is caught by its own name, States.HeartbeatTimeout first: AWS scans catchers in order "
-            "and States.Timeout also names a heartbeat lapse. The queue wait is over, so it never counts against the lease. The "
-            "agent's fenced success also records the job's last successful stage. Its output is the agent's answer ({stage, "
-            "attempt, agent_id, status}): the Map keeps one per stage, and a stage that ended `warning` is said on the job record "
-            "at its end (MarkSucceeded).",
-            "Resource": "arn:aws:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken",
-            "Parameters": update(stage_key(), "SET run_token = :token", condition="agent_id = :agent AND attempt = :attempt",
-                                 values={":token": string_at("$$.Task.Token"), ":agent": string_at("$.claim.agent_id"),
-                                         ":attempt": number_at("$.claim.attempt")}),
-            "TimeoutSecondsPath": "$.stage.exec_backstop_sec",
-            "HeartbeatSecondsPath": "$.lease_ttl_sec",
-            "ResultPath": "$.result",
-            "OutputPath": "$.result",
-            "Catch": [
-                {"ErrorEquals": ["States.HeartbeatTimeout"], "ResultPath": None, "Next": "LeaseExpired"},
-                {"ErrorEquals": ["States.Timeout"], "ResultPath": None, "Next": "ExecTimedOut"},
-                {"ErrorEquals": [ErrorClass.MANUAL_REVIEW.value], "ResultPath": "$.failure", "Next": "AwaitManualReview"},
-                _catch_all("EnsureCause"),
-            ],
-            "End": True,
-        },
     }
+    states |= await_result()
+    return states
+
+
+def await_result() -> States:
+    """Hands the claimer its run token, then waits for the attempt's outcome. The token goes to the
+    job's token partition (keys.run_token_sk), readable by the claim function only; the stage record
+    only says that it was handed (run_handed_at), in the same transaction and only while the claim
+    still holds the attempt. The agent answers through its region's outcome and heartbeat routes,
+    which check that the caller holds this attempt before they use the token (relevo_core.fleet.claims)."""
+    states = transaction(
+        "AwaitResult",
+        [
+            {"Update": update(stage_key(), "SET run_handed_at = :now", condition="agent_id = :agent AND attempt = :attempt",
+                              values={":now": NOW, ":agent": string_at("$.claim.agent_id"), ":attempt": number_at("$.claim.attempt")})},
+            {"Put": token_item(stage_token_sk(keys.RUN_TOKEN_PREFIX),
+                               {"agent_id": string_at("$.claim.agent_id"), "attempt": number_at("$.claim.attempt")})},
+        ],
+        comment="Hands the claimer a run token (kept in the job's token partition, which no job session reads; the stage "
+        "record says run_handed_at, written only if the claim still holds the attempt), then waits. The agent renews its lease "
+        "and heartbeats through its region's heartbeat route every min(lease/3, 3 s), and ends the command itself at "
+        "exec_timeout_sec. A heartbeat lapse (HeartbeatSeconds = lease_ttl_sec) is a lost lease, retryable; TimeoutSeconds "
+        "(exec + kill grace + lease, counted from here, on this clock) is the backstop for a live agent that never ended its "
+        "command: an exec timeout. Each is caught by its own name, States.HeartbeatTimeout first: AWS scans catchers in order "
+        "and States.Timeout also names a heartbeat lapse. The queue wait is over, so it never counts against the lease. The "
+        "agent's outcome route answers with {stage, attempt, agent_id, status} of the fenced stage record: the Map keeps one "
+        "per stage, and a stage that ended `warning` is said on the job record at its end (MarkSucceeded). A cancelled "
+        "transaction is a conflict (retried with a new token) or the claim no longer holding the attempt (failed as before).",
+        canceled_comment="The run token was not handed: a conflict (the agent renewing its lease at that moment) is retried; "
+        "otherwise the claim no longer holds the attempt, and the attempt fails with DynamoDB's answer.",
+        waits_for_token=True,
+        timeout_path="$.stage.exec_backstop_sec",
+        before_catch=[
+            {"ErrorEquals": ["States.HeartbeatTimeout"], "ResultPath": None, "Next": "LeaseExpired"},
+            {"ErrorEquals": ["States.Timeout"], "ResultPath": None, "Next": "ExecTimedOut"},
+            {"ErrorEquals": [ErrorClass.MANUAL_REVIEW.value], "ResultPath": "$.failure", "Next": "AwaitManualReview"},
+        ],
+        after_catch=[_catch_all("EnsureCause")],
+        answer_path="$.result",
+        output_path="$.result",
+        heartbeat_path="$.lease_ttl_sec",
+        kept_conflicting="RunTokenRefused",
+        refused="RunTokenRefused",
+        next_state=None,
+    )
+    states["RunTokenRefused"] = {
+        "Type": "Pass",
+        "Parameters": {"Error.$": "$.conflict.error.Error", "Cause.$": "$.conflict.error.Cause"},
+        "ResultPath": "$.failure",
+        "Next": "EnsureCause",
+    }
+    return states
 
 
 def manual_review(retry: str, shard: bool = False) -> States:
@@ -312,22 +343,25 @@ def manual_review(retry: str, shard: bool = False) -> States:
     own record only: the job's last successful stage is the fan-out's to write, once the stage as
     a whole succeeded (shards.py, RecordShardsSucceeded)."""
     states: States = {
-        "AwaitManualReview": {
-            "Type": "Task",
-            "Comment": "Reconciliation found an effect it cannot tie to this operation: nothing is overwritten, and the stage waits "
+        **transaction(
+            "AwaitManualReview",
+            [
+                {"Update": update(
+                    stage_key(), "SET #status = :review, review_attempt = :attempt, last_writer = :writer",
+                    names=STATUS,
+                    values={":review": {"S": StageStatus.MANUAL_REVIEW.value}, ":attempt": number_at("$.attempt"), ":writer": WRITER},
+                )},
+                {"Put": token_item(stage_token_sk(keys.REVIEW_TOKEN_PREFIX), {"attempt": number_at("$.attempt")})},
+            ],
+            comment="Reconciliation found an effect it cannot tie to this operation: nothing is overwritten, and the stage waits "
             "for an operator without a timeout of its own (the execution's limit bounds it). POST /jobs/{id}/stages/{stage}/resolve "
-            "answers the token kept on the stage record: succeeded, retry (a new attempt of the same operation) or failed.",
-            "Resource": "arn:aws:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken",
-            "Parameters": update(
-                stage_key(), "SET #status = :review, review_token = :token, review_attempt = :attempt, last_writer = :writer",
-                names=STATUS,
-                values={":review": {"S": StageStatus.MANUAL_REVIEW.value}, ":token": string_at("$$.Task.Token"),
-                        ":attempt": number_at("$.attempt"), ":writer": WRITER},
-            ),
-            "ResultPath": "$.review",
-            "Catch": [_catch_all("EnsureCause")],
-            "Next": "ResolvedAs",
-        },
+            "answers the token, kept in the job's token partition (which no job session reads): succeeded, retry (a new attempt of "
+            "the same operation) or failed. Neither item has a condition, so a cancelled transaction is a conflict, retried.",
+            waits_for_token=True,
+            answer_path="$.review",
+            after_catch=[_catch_all("EnsureCause")],
+            next_state="ResolvedAs",
+        ),
         "ResolvedAs": {
             "Type": "Choice",
             "Comment": "An operator's resolution: succeeded ends the stage; retry dispatches the next attempt at once (it runs, it "
@@ -342,7 +376,7 @@ def manual_review(retry: str, shard: bool = False) -> States:
         "ResolvedRetry": {"Type": "Pass", "Parameters": {"delay_sec": 0}, "ResultPath": "$.backoff", "Next": retry},
     }
     resolved = update(
-        stage_key(), "SET #status = :succeeded, ended_at = :now, last_writer = :writer REMOVE review_token", names=STATUS,
+        stage_key(), "SET #status = :succeeded, ended_at = :now, last_writer = :writer", names=STATUS,
         values={":succeeded": {"S": StageStatus.SUCCEEDED.value}, ":now": NOW, ":writer": WRITER},
     )
     if shard:
@@ -551,9 +585,10 @@ def stage_failure(shard: bool = False) -> States:
             "Choices": [{"Variable": "$.stage.shards.fail_fast", "BooleanEquals": True, "Next": "StageFailed"}],
             "Default": "ShardFailedAlone",
         }
-        # Its error also on its own, a member of the output itself: moto 5.2.5 reads
-        # `$[*].failed.Error` as a plain string when one shard failed, `$[*].error` as a list.
-        states["ShardFailedAlone"] = {"Type": "Pass", "Parameters": {"failed.$": "$.failure", "error.$": "$.failure.Error"}, "End": True}
+        # Its output is small, whatever its cause: its index and its error class. Up to 45 shards'
+        # outputs meet in the fan-out's state, which Step Functions bounds (256 KiB); the shard's
+        # failure, cause and all, is on its own record (RecordAttemptFailure: last_error, attempts_log).
+        states["ShardFailedAlone"] = {"Type": "Pass", "Parameters": {"failed.$": "$.stage.shard", "error.$": "$.failure.Error"}, "End": True}
     return states
 
 

@@ -10,6 +10,12 @@ with that job (fleet/job_credentials): from then on the agent does nothing for t
 own credentials. The route also answers the dispatch with the claim (the agent's command starts
 once the state machine took it: one round trip fewer on the way to it). A renewal is given to the
 claim that still holds the attempt, proved by the claim secret only that agent knows.
+
+The attempt's task is answered here too, never by the agent: POST /regions/{region}/accepts (the
+dispatch, when the claim's answer could not tell), /heartbeats and /outcomes (the run, with the
+run token the state machine keeps in the job's token partition, which no job session can read or
+use: the job session holds no states:SendTask* at all). Each checks that the caller holds that
+very attempt (agent, attempt and claim secret on the stage record) before it answers.
 """
 
 from __future__ import annotations
@@ -22,15 +28,27 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_core.aws import error_code, in_this_context, ready_clients, side_by_side
 from relevo_core.config.agent_sessions import AgentSessionsSettings
-from relevo_core.execution import TaskGone, fail_task, succeed_task
+from relevo_core.execution import TaskGone, fail_task, heartbeat_task, succeed_task
 from relevo_core.fleet import job_credentials
 from relevo_core.jobs.handoff_sources import MAX_LINEAGE, context_of
-from relevo_core.models.agent_session import ClaimGranted, ClaimRequest, JobSession, SessionGranted, SessionRequest, claim_id_of
+from relevo_core.models.agent_session import (
+    AcceptRequest,
+    ClaimGranted,
+    ClaimRequest,
+    HeartbeatRequest,
+    JobSession,
+    OutcomeReport,
+    SessionGranted,
+    SessionRequest,
+    TaskAnswered,
+    AttemptRequest,
+    claim_id_of,
+)
 from relevo_core.models.envelope import JobEnvelope
-from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
 from relevo_core.observability import logger
-from relevo_core.store import stage_attempts
+from relevo_core.store import stage_attempts, task_tokens
 from relevo_core.store.jobs import get_envelope, get_job_record, query_job_items
 from relevo_core.store.keys import SHARD_INFIX, attempt_sk, is_stage_sk, stage_sk
 
@@ -165,10 +183,33 @@ def _accept(request: ClaimRequest, repeat: bool) -> bool | None:
     return True
 
 
-def renew_session(settings: AgentSessionsSettings, region: str, request: SessionRequest) -> SessionGranted:
-    """The job credentials again, for the claim that holds the attempt (its agent, attempt and
-    claim secret), while the job has not ended: before a session runs out, or after a restart (the
-    report of an attempt the agent ran)."""
+def _refuse_unless_mine(request: AttemptRequest, on_record: stage_attempts.ClaimOnRecord) -> None:
+    """The record names this agent, attempt and claim (the claim secret's hash): else 409
+    ATTEMPT_NOT_HELD. Only the agent that made the claim knows its secret."""
+    mine = (on_record.agent_id, on_record.attempt, on_record.claim_id) == (request.agent_id, request.attempt, claim_id_of(request.claim_secret))
+    if not mine:
+        raise RelevoError(
+            ErrorCode.ATTEMPT_NOT_HELD, f"{request.job_id} stage {request.stage_index} attempt {request.attempt} is not held by this claim"
+        )
+
+
+def _refuse_unless_holding(request: AttemptRequest, on_record: stage_attempts.ClaimOnRecord, now: datetime) -> None:
+    """This claim's attempt holds its lease now: live (not ended) and not past its lease's end
+    (an agent fences its own command before that end), else 409 ATTEMPT_ENDED."""
+    _refuse_unless_mine(request, on_record)
+    named = f"{request.job_id} stage {request.stage_index} attempt {request.attempt}"
+    if not on_record.live:
+        raise RelevoError(ErrorCode.ATTEMPT_ENDED, f"{named} has ended ({on_record.status})", status=on_record.status)
+    if on_record.lease_expires_at <= int(now.timestamp()):
+        raise RelevoError(ErrorCode.ATTEMPT_ENDED, f"{named} no longer holds its lease (it ran out: fenced)", status=on_record.status)
+
+
+def renew_session(settings: AgentSessionsSettings, region: str, request: SessionRequest, now: datetime) -> SessionGranted:
+    """The job credentials again, for the claim whose attempt holds its lease now (its agent,
+    attempt and claim secret): before a session runs out, or after a restart while the lease
+    still holds. An attempt that ended, ran out of lease, or whose job went on past it (it waits
+    at a later stage's approval gate) gets none: 409 ATTEMPT_ENDED. Its report needs no session
+    (POST /regions/{region}/outcomes)."""
     _known_region(settings, region)
     table = settings.table_name
     pool = side_by_side()
@@ -179,15 +220,119 @@ def renew_session(settings: AgentSessionsSettings, region: str, request: Session
     envelope = context_of([record]).envelope
     if envelope.region_affinity != region:
         raise _not_dispatched_here(request, region)
-    mine = (on_record.agent_id, on_record.attempt, on_record.claim_id) == (request.agent_id, request.attempt, claim_id_of(request.claim_secret))
-    if not mine:
-        raise RelevoError(
-            ErrorCode.ATTEMPT_NOT_HELD, f"{request.job_id} stage {request.stage_index} attempt {request.attempt} is not held by this claim"
-        )
-    if JobStatus(record["status"]).terminal and on_record.status not in _LIVE:
+    _refuse_unless_mine(request, on_record)
+    if JobStatus(record["status"]).terminal:
         raise RelevoError(ErrorCode.JOB_ALREADY_ENDED, f"{request.job_id} has ended")
+    _refuse_unless_holding(request, on_record, now)
+    gate = _waiting_gate_index(record, envelope)
+    if gate is not None and gate > request.stage_index:
+        raise RelevoError(
+            ErrorCode.ATTEMPT_ENDED,
+            f"{request.job_id} waits for approval before stage {record.get('waiting_stage')}, past stage {request.stage_index}",
+            status=on_record.status,
+        )
     session = job_credentials.mint(
         settings.job_role_arn, envelope, request.stage_index, request.attempt, lineage_of(table, envelope), request.shard,
     )
     return SessionGranted(session=session)
 
+
+def _waiting_gate_index(record: dict[str, Any], envelope: JobEnvelope) -> int | None:
+    """The index of the stage the job waits before for approval, when it waits at a gate."""
+    if record.get("status") != JobStatus.WAITING.value:
+        return None
+    names = [stage.name for stage in envelope.stages]
+    waiting = record.get("waiting_stage")
+    return names.index(waiting) if waiting in names else None
+
+
+def _record_and_run_token(
+    table: str, request: AttemptRequest,
+) -> tuple[stage_attempts.ClaimOnRecord, task_tokens.RunToken | None]:
+    """The stage record's claim and the attempt's run token, read side by side."""
+    pool = side_by_side()
+    held = pool.submit(in_this_context(stage_attempts.claim_on_record), table, request.job_id, request.stage_index, request.shard)
+    token = pool.submit(in_this_context(task_tokens.run_token), table, request.job_id, request.stage_index, request.shard)
+    wait([held, token])
+    return held.result(), token.result()
+
+
+def _this_attempts_token(request: AttemptRequest, token: task_tokens.RunToken | None) -> str:
+    """The run token the state machine handed exactly this claim's attempt, else 409 RUN_NOT_HANDED."""
+    if token is None or (token.agent_id, token.attempt) != (request.agent_id, request.attempt):
+        raise RelevoError(
+            ErrorCode.RUN_NOT_HANDED,
+            f"{request.job_id} stage {request.stage_index} attempt {request.attempt} was not handed a run token: the state machine "
+            "did not take this claim, and its timeouts decide the attempt",
+        )
+    return token.token
+
+
+def _task_gone(request: AttemptRequest, gone: TaskGone) -> RelevoError:
+    return RelevoError(
+        ErrorCode.TASK_GONE,
+        f"the execution no longer waits for {request.job_id} stage {request.stage_index} attempt {request.attempt} ({gone})",
+    )
+
+
+def accept_dispatch(settings: AgentSessionsSettings, region: str, request: AcceptRequest, now: datetime) -> TaskAnswered:
+    """Answer the dispatch with this claim, when the claim's own answer could not say whether it
+    was taken: only for the claim that holds the attempt now (the job session holds no task power)."""
+    _known_region(settings, region)
+    on_record = stage_attempts.claim_on_record(settings.table_name, request.job_id, request.stage_index, request.shard)
+    _refuse_unless_holding(request, on_record, now)
+    try:
+        succeed_task(request.dispatch_token, {"agent_id": request.agent_id, "attempt": request.attempt})
+    except TaskGone as gone:
+        raise _task_gone(request, gone) from gone
+    return TaskAnswered()
+
+
+def heartbeat(settings: AgentSessionsSettings, region: str, request: HeartbeatRequest, now: datetime) -> TaskAnswered:
+    """The task heartbeat of the attempt this claim holds now, sent with the run token the state
+    machine handed it (which the agent never sees)."""
+    _known_region(settings, region)
+    on_record, token = _record_and_run_token(settings.table_name, request)
+    _refuse_unless_holding(request, on_record, now)
+    try:
+        heartbeat_task(_this_attempts_token(request, token))
+    except TaskGone as gone:
+        raise _task_gone(request, gone) from gone
+    return TaskAnswered()
+
+
+def report_outcome(settings: AgentSessionsSettings, region: str, request: OutcomeReport, now: datetime) -> TaskAnswered:
+    """How the attempt this claim holds ended: recorded on its stage record (fenced on the claim:
+    a repeat of a report whose answer was lost counts as written), then the run token answered
+    with it. The answer is built from the fenced record's attempt and the report's status, never
+    from what another attempt left. An attempt never handed a run token has no task: 409
+    RUN_NOT_HANDED (the state machine's timeouts decide it)."""
+    _known_region(settings, region)
+    table = settings.table_name
+    on_record, token = _record_and_run_token(table, request)
+    _refuse_unless_mine(request, on_record)
+    status = StageStatus(request.status)
+    ref = stage_attempts.StageRef(table, request.job_id, request.stage_index, request.attempt, request.agent_id, shard=request.shard)
+    try:
+        stage_attempts.finish(
+            ref, status, now, request.exit_code, request.error, receipt=request.receipt,
+            outcome=stage_attempts.AttemptOutcome(request.outcome), lease_ended=request.lease_ended,
+        )
+    except stage_attempts.LeaseLost as lost:
+        raise RelevoError(
+            ErrorCode.ATTEMPT_ENDED,
+            f"{request.job_id} stage {request.stage_index} attempt {request.attempt} can no longer be reported: it is "
+            f"{lost.item.get('status')} (attempt {lost.item.get('attempt')}, {lost.item.get('agent_id')})",
+            status=lost.item.get("status"),
+        ) from None
+    run_token = _this_attempts_token(request, token)
+    try:
+        if status.succeeded:
+            # The state machine keeps each stage's output (the job record's stage_outcomes): a
+            # `warning` stage is said there for the job's commit status.
+            succeed_task(run_token, {"stage": on_record.stage_name, "attempt": request.attempt, "agent_id": request.agent_id, "status": status.value})
+        else:
+            fail_task(run_token, request.error or ErrorClass.COMMAND_FAILED.value, request.cause or "")
+    except TaskGone as gone:
+        raise _task_gone(request, gone) from gone
+    return TaskAnswered()

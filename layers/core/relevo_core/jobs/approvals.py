@@ -13,16 +13,19 @@ from relevo_core.execution import TaskGone, fail_task, succeed_task
 from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.requests import ApprovalDecision
-from relevo_core.store import jobs
+from relevo_core.store import jobs, task_tokens
 from relevo_core.store.audit import record_action
 
 
 def _waiting_token(settings: TableSettings, job_id: str) -> tuple[str, str]:
+    """The gate's token, from the job's token partition (which no job session reads), for the
+    stage the job record says it waits before."""
     record = jobs.get_job_record(settings.table_name, job_id)
-    token = record.get("approval_token")
-    if record.get("status") != "waiting" or not token:
+    stage = str(record.get("waiting_stage", ""))
+    gate = task_tokens.approval_token(settings.table_name, job_id) if record.get("status") == "waiting" else None
+    if gate is None or gate.stage != stage:
         raise RelevoError(ErrorCode.JOB_NOT_WAITING, f"job {job_id} is {record.get('status')}, not waiting for approval")
-    return str(token), str(record.get("waiting_stage", ""))
+    return gate.token, stage
 
 
 def answer_approval(settings: TableSettings, job_id: str, approve: bool, body: Any, actor: str) -> dict[str, Any]:

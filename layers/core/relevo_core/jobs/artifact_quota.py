@@ -14,6 +14,12 @@ object is gone, and the retried batch deletes again (a delete of a missing key s
 it.
 The bucket is versioned, so the delete leaves a delete marker and the lifecycle rule's
 NoncurrentVersionExpiration (1 day) frees the bytes.
+
+An artifact record is its agent's to write, whole: its job is the partition's (`ARTIFACTS#<job>`,
+held to it by IAM), never its `job_id` or `uri` attributes. Its project is its job record's, and
+the object deleted is the one its stage, shard and path give under the job's own prefix; a record
+whose `uri` names anything else (another project's object) is neither counted nor removed, only
+logged (relevo_core.job_objects: LOCATION_OUTSIDE_JOB).
 """
 
 from __future__ import annotations
@@ -22,15 +28,19 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable
-from urllib.parse import urlparse
+
+from pydantic import ValidationError
 
 from relevo_core.aws import client
+from relevo_core.job_objects import JobPrefix
+from relevo_core.jobs.artifacts import stored_object
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.transitions import stream_images
 from relevo_core.store import artifact_usage
 from relevo_core.store.artifacts import ArtifactRecord, list_artifacts
-from relevo_core.store.keys import JOB_SK
+from relevo_core.store.jobs import get_envelope
+from relevo_core.store.keys import JOB_SK, artifact_pk
 from relevo_core.store.project_jobs import jobs_of_project
 from relevo_core.store.projects import get_project
 
@@ -49,14 +59,56 @@ class Enforcement:
     live_over_bound: bool
 
 
-def project_of_artifact(uri: str, job_id: str) -> str | None:
-    """The project an artifact belongs to, from its object's key: intake gives every job the
-    prefix `{project}/{job_id}/` (intake/enqueue.py)."""
-    parts = urlparse(uri).path.lstrip("/").split("/")
-    for index in range(1, len(parts)):
-        if parts[index] == job_id:
-            return parts[index - 1]
-    return None
+@dataclass(frozen=True)
+class JobHome:
+    project: str
+    prefix: JobPrefix
+
+
+def job_home(table: str, job_id: str, homes: dict[str, JobHome | None]) -> JobHome | None:
+    """The job's project and prefix, from its record (the functions' writing); None once the job
+    record is gone. `homes`: what this batch already read."""
+    if job_id not in homes:
+        try:
+            envelope = get_envelope(table, job_id)
+            homes[job_id] = JobHome(envelope.project, JobPrefix.of(envelope.artifact_uri))
+        except RelevoError as exc:
+            if exc.code is not ErrorCode.JOB_NOT_FOUND:
+                raise
+            homes[job_id] = None
+    return homes[job_id]
+
+
+def home_after_job(image: dict[str, Any], job_id: str) -> JobHome | None:
+    """For a change that comes after its job record went (a job deleted, or expired: its records
+    go with it): the project the record's own location names, `<project>/<job>/` in its bucket.
+    Only the job's own records reach here once it is gone; what its agent wrote while the job was
+    there was checked against the job then."""
+    bucket, _, key = str(image.get("uri", "")).removeprefix("s3://").partition("/")
+    project, _, rest = key.partition("/")
+    if not project or not rest.startswith(f"{job_id}/"):
+        return None
+    return JobHome(project, JobPrefix(bucket, f"{project}/{job_id}/"))
+
+
+def checked_image(image: dict[str, Any] | None, job_id: str, home: JobHome) -> dict[str, Any] | None:
+    """The image when it is a readable record whose location is its own object under the job's
+    prefix; None (logged) otherwise: such a record counts for nothing."""
+    if not image:
+        return None
+    try:
+        record = ArtifactRecord.model_validate({**image, "job_id": job_id})
+        if record.sk != image.get("sk"):
+            raise ValueError(f"its stage, shard and path give {record.sk!r}")
+        stored_object(home.prefix, record)
+    except (ValidationError, ValueError) as exc:
+        log.warning("artifact record %s %s is not counted: %s", image.get("pk"), image.get("sk"), exc)
+        return None
+    except RelevoError as exc:
+        if exc.code is not ErrorCode.LOCATION_OUTSIDE_JOB:
+            raise
+        return None  # logged by job_objects, with the record's key and its location
+    return image
 
 
 def _is_artifact(image: dict[str, Any] | None) -> bool:
@@ -83,7 +135,7 @@ def _ended_job(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str | 
     return new.get("project") if ended and not was_ended else None
 
 
-def count_change(table: str, record: dict[str, Any], now_epoch: int) -> str | None:
+def count_change(table: str, record: dict[str, Any], now_epoch: int, homes: dict[str, JobHome | None] | None = None) -> str | None:
     """Count one stream record into its project's total (once, however often it is delivered).
     Returns the project to check against its bound, or None."""
     old, new = stream_images(record)
@@ -91,22 +143,26 @@ def count_change(table: str, record: dict[str, Any], now_epoch: int) -> str | No
         return _ended_job(old, new)
     image = new or old
     assert image is not None
-    project = project_of_artifact(str(image.get("uri", "")), str(image.get("job_id", "")))
-    if project is None:
-        log.warning("artifact record %s %s: no project in its uri %r", image.get("pk"), image.get("sk"), image.get("uri"))
+    job_id = str(image["pk"]).removeprefix("ARTIFACTS#")
+    home = job_home(table, job_id, {} if homes is None else homes) or home_after_job(image, job_id)
+    if home is None:
+        log.warning("artifact record %s %s: its job is gone and its uri %r names no project of it", image.get("pk"), image.get("sk"), image.get("uri"))
         return None
+    old, new = checked_image(old, job_id, home), checked_image(new, job_id, home)
+    project = home.project
     delta = stored_delta(old, new)
     if delta:
         artifact_usage.add_counted(table, project, record["eventID"], delta, now_epoch)
     return project
 
 
-def _ended_jobs_oldest_first(table: str, project_id: str) -> Iterable[str]:
+def _ended_jobs_oldest_first(table: str, project_id: str) -> Iterable[tuple[str, JobPrefix]]:
+    """(job id, the job's prefix from its envelope) of the project's ended jobs, oldest first."""
     for job in jobs_of_project(table, project_id, oldest_first=True):
         try:
             if JobStatus(job["status"]).terminal:
-                yield job["job_id"]
-        except (KeyError, ValueError):
+                yield job["job_id"], JobPrefix.of(job["envelope"]["artifact_uri"])
+        except (KeyError, TypeError, ValueError):
             continue
 
 
@@ -128,16 +184,22 @@ def enforce(table: str, project_id: str, now: datetime, delete_object: DeleteObj
     # overrun is not the live jobs' alone, and the next change comes back to it.
     refused = False
     if total > bound:
-        for job_id in _ended_jobs_oldest_first(table, project_id):
+        for job_id, home in _ended_jobs_oldest_first(table, project_id):
             stored = [record for record in list_artifacts(table, job_id) if record.removed_at is None]
             for artifact in sorted(stored, key=lambda record: (record.uploaded_at, record.stage, record.path)):
+                try:
+                    # The job's own object by the record's name, never the uri its agent wrote.
+                    object_key = stored_object(home, artifact)
+                except RelevoError as exc:
+                    if exc.code is not ErrorCode.LOCATION_OUTSIDE_JOB:
+                        raise
+                    continue  # never counted (count_change): nothing to delete, logged
                 if artifact.size > total:
                     # The total does not cover it yet (its upload is still to be counted): the
                     # remover would refuse it, so its object stays; its count comes back here.
                     refused = True
                     continue
-                location = urlparse(artifact.uri)
-                delete_object(location.netloc, location.path.lstrip("/"))
+                delete_object(home.bucket, object_key)
                 if artifact_usage.remove_for_quota(table, project_id, artifact, bound, total, now):
                     total -= artifact.size
                     removed.append(artifact)
@@ -170,8 +232,9 @@ def handle_changes(
 ) -> list[Enforcement]:
     """One stream batch: count every change first, then check each project it touched."""
     projects: list[str] = []
+    homes: dict[str, JobHome | None] = {}
     for record in records:
-        project = count_change(table, record, int(now.timestamp()))
+        project = count_change(table, record, int(now.timestamp()), homes)
         if project and project not in projects:
             projects.append(project)
     results = [enforce(table, project, now, delete_object) for project in projects]

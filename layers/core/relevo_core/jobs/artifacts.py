@@ -2,18 +2,23 @@
 job uploaded, with the sha256 and size the agent recorded, so the downloader can verify it.
 
 The link is an S3 presigned GET signed with the function's own credentials (its role allows
-s3:GetObject on the artifact bucket and nothing else in S3); nothing is read from S3 here.
+s3:GetObject on the whole artifact bucket and nothing else in S3); nothing is read from S3 here.
+So the object is never the record's `uri` as its writer (an agent) stored it: the key comes from
+the job's own prefix (its envelope's artifact_uri) and the record's stage, shard and path, and a
+record whose `uri` names anything else is refused, 409 LOCATION_OUTSIDE_JOB (relevo_core.job_objects).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlparse
 
 from relevo_core.aws import s3_presigner
+from relevo_core.job_objects import JobPrefix, artifact_key, expected_key
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.store.artifacts import ArtifactRecord, list_artifacts
+from relevo_core.store.jobs import get_envelope
+from relevo_core.store.keys import artifact_pk
 
 URL_EXPIRES_SEC = 120
 
@@ -34,6 +39,13 @@ def artifact_summary(record: ArtifactRecord) -> dict[str, Any]:
         "removed_at": record.removed_at,
         "removed_reason": record.removed_reason,
     }
+
+
+def stored_object(home: JobPrefix, record: ArtifactRecord) -> str:
+    """The key of the artifact's object: derived from the job's prefix and the record's own name,
+    and the record's `uri` must be that object (LOCATION_OUTSIDE_JOB otherwise)."""
+    derived = artifact_key(home, record.stage, record.path, record.shard, record.kind == "handoff")
+    return expected_key(home, record.uri, derived, (artifact_pk(record.job_id), record.sk))
 
 
 def _where(record: ArtifactRecord) -> str:
@@ -74,10 +86,10 @@ def artifact_link(table: str, job_id: str, name: str, stage: str | None, now: da
             f"artifact {record.path!r} of job {job_id} stage {_where(record)!r} was removed by {record.removed_reason} at {record.removed_at}",
             removed_at=record.removed_at, removed_reason=record.removed_reason,
         )
-    location = urlparse(record.uri)
+    home = JobPrefix.of(get_envelope(table, job_id).artifact_uri)
     url = s3_presigner().generate_presigned_url(
         "get_object",
-        Params={"Bucket": location.netloc, "Key": location.path.lstrip("/")},
+        Params={"Bucket": home.bucket, "Key": stored_object(home, record)},
         ExpiresIn=URL_EXPIRES_SEC,
     )
     return {

@@ -19,6 +19,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from relevo_core.aws import client, error_code
+from relevo_core.job_objects import JobPrefix, expected_key, manifest_key
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.handoff import HandoffSummary
@@ -46,6 +47,18 @@ class EarlierStage:
     declared: tuple[str, ...] = ()
     # The shard of a stage with shards (its own record, its own values and files).
     shard: int | None = None
+    # Its job's artifact_uri (the envelope's), under which its handoff manifest must be, and the
+    # key (pk, sk) of the record its receipt was read from (an agent's writing).
+    artifact_uri: str = ""
+    record_key: tuple[str, str] = ("", "")
+
+    def manifest_key(self) -> str:
+        """The key of its handoff manifest: derived from its job's prefix, its name, shard and
+        attempt, and the receipt's `manifest` must be that object (LOCATION_OUTSIDE_JOB otherwise)."""
+        assert self.handoff is not None
+        home = JobPrefix.of(self.artifact_uri)
+        derived = manifest_key(home, self.name, self.shard, self.handoff.attempt)
+        return expected_key(home, self.handoff.manifest, derived, self.record_key)
 
     @property
     def label(self) -> str:
@@ -126,7 +139,9 @@ def read_job_context(table: str, job_id: str) -> JobContext:
     return context_of(items)
 
 
-def _earlier(job_id: str, name: str, record: dict[str, Any], declared: tuple[str, ...] = (), shard: int | None = None) -> EarlierStage | None:
+def _earlier(
+    job_id: str, name: str, record: dict[str, Any], declared: tuple[str, ...] = (), shard: int | None = None, artifact_uri: str = ""
+) -> EarlierStage | None:
     if record.get("status") not in SUCCEEDED_STAGE:
         return None
     receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
@@ -136,21 +151,21 @@ def _earlier(job_id: str, name: str, record: dict[str, Any], declared: tuple[str
         name=name, job_id=job_id, agent_id=record.get("agent_id"),
         handoff=HandoffSummary.model_validate(handoff) if isinstance(handoff, dict) else None,
         outputs={str(k): str(v) for k, v in outputs.items()} if isinstance(outputs, dict) else {},
-        declared=declared, shard=shard,
+        declared=declared, shard=shard, artifact_uri=artifact_uri, record_key=(str(record.get("pk", "")), str(record.get("sk", ""))),
     )
 
 
 def _earlier_of(context: JobContext, plan: StagePlan) -> list[EarlierStage]:
     """What a succeeded stage of `context`'s job left: its own record's, or once a stage with
     shards succeeded as a whole, each succeeded shard's, in shard order."""
-    job_id, record = context.envelope.job_id, context.records.get(plan.name, {})
+    job_id, record, uri = context.envelope.job_id, context.records.get(plan.name, {}), context.envelope.artifact_uri
     if not plan.sharded:
-        earlier = _earlier(job_id, plan.name, record, plan.handoff)
+        earlier = _earlier(job_id, plan.name, record, plan.handoff, artifact_uri=uri)
         return [] if earlier is None else [earlier]
     if record.get("status") not in SUCCEEDED_STAGE:
         return []
     shards = context.shards.get(plan.name, {})
-    found = (_earlier(job_id, plan.name, shards[index], plan.handoff, index) for index in sorted(shards))
+    found = (_earlier(job_id, plan.name, shards[index], plan.handoff, index, uri) for index in sorted(shards))
     return [earlier for earlier in found if earlier is not None]
 
 
@@ -220,11 +235,18 @@ def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]
                 f"{removed[0].removed_at}: a rerun from a later stage cannot restore them; rerun from {stage.name} or earlier",
                 stage=stage.name, job_id=stage.job_id, removed_at=removed[0].removed_at,
             )
-        bucket, _, key = stage.handoff.manifest.removeprefix("s3://").partition("/")
+        # The manifest the stage's name gives under its job's prefix; a receipt naming another
+        # object (another job's or project's) refuses the rerun, LOCATION_OUTSIDE_JOB. The key is
+        # derived, and lies where this function may read (template.yaml SeeHandoffManifests): so
+        # S3's 403 for it can only be its absence. Without s3:ListBucket, which this function need
+        # not hold, S3 answers a missing key with 403, not 404 (Amazon S3 API Reference,
+        # HeadObject, "Permissions"; botocore reports a HEAD's as "403").
+        key = stage.manifest_key()
+        gone = ("404", "NoSuchKey", "NotFound", "403", "Forbidden", "AccessDenied")
         try:
-            s3.head_object(Bucket=bucket, Key=key)
+            s3.head_object(Bucket=JobPrefix.of(stage.artifact_uri).bucket, Key=key)
         except ClientError as exc:
-            if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+            if error_code(exc) in gone:
                 raise RelevoError(
                     ErrorCode.HANDOFF_EXPIRED,
                     f"stage {stage.label} of {stage.job_id} handed on files stored {stage.handoff.stored_at[:10]} that have expired "

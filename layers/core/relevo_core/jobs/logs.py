@@ -19,18 +19,16 @@ before it reports the stage's end).
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Any
 
-from relevo_core.models.requests import LogQuery
+from relevo_core.job_objects import JobPrefix
+from relevo_core.jobs.handoff_sources import context_of
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.requests import LOG_CURSOR, LogQuery
 from relevo_core.models.status import JobStatus
 from relevo_core.store.jobs import query_job_items
-from relevo_core.store.keys import JOB_SK
-import re
-
-from relevo_core.models.envelope import read_envelope
-from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.requests import LOG_CURSOR
 from relevo_core.store.log_chunks import LogChunk, LogPart, Position, job_log_parts, read_backward, read_forward, stored_after
 
 # The agent runs each command with stderr merged into stdout (executor.py), and adds its own lines
@@ -121,10 +119,11 @@ def stage_marks(stage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def log_parts(items: list[dict[str, Any]]) -> list[LogPart]:
-    """The job's log partitions, from the plan its record holds."""
-    record = next(item for item in items if item["sk"] == JOB_SK)
-    return job_log_parts(read_envelope(record["envelope"]))
+def log_places(items: list[dict[str, Any]]) -> tuple[list[LogPart], JobPrefix]:
+    """Where the job's log is, from its record: its partitions (the plan's) and its prefix (where
+    its log's bodies must be, relevo_core.job_objects)."""
+    envelope = context_of(items).envelope
+    return job_log_parts(envelope), JobPrefix.of(envelope.artifact_uri)
 
 
 def log_page(table: str, job_id: str, query: LogQuery, now: datetime | None = None) -> dict[str, Any]:
@@ -143,14 +142,14 @@ def log_page(table: str, job_id: str, query: LogQuery, now: datetime | None = No
     view = job_items_to_view(items)
     status = JobStatus(view["status"])
     reason, detail, _ = waiting_reason(table, view, now or datetime.now(timezone.utc), items)
-    parts = log_parts(items)
+    parts, home = log_places(items)
     if query.before_seq is None:
         start = cursor_position(query.from_seq or 0)
-        page = read_forward(table, job_id, parts, start, limit=query.limit)
+        page = read_forward(table, job_id, parts, start, limit=query.limit, home=home)
         before_seq = cursor_text(page.start) if any(page.start.values()) else None
         more = page.more
     else:
-        page = read_backward(table, job_id, parts, cursor_position(query.before_seq), query.limit)
+        page = read_backward(table, job_id, parts, cursor_position(query.before_seq), query.limit, home=home)
         before_seq = cursor_text(page.start) if page.more else None
         more = stored_after(table, job_id, page.end)
     return {
@@ -203,10 +202,12 @@ def split_lines(chunks: list[LogChunk]) -> list[dict[str, Any]]:
     return lines
 
 
-def log_tail(table: str, job_id: str, parts: list[LogPart] | None = None, lines: int = TAIL_LINES) -> dict[str, Any]:
+def log_tail(table: str, job_id: str, parts: list[LogPart] | None = None, lines: int = TAIL_LINES,
+             home: JobPrefix | None = None) -> dict[str, Any]:
     """The last `lines` lines of the job's output (its partitions merged: `parts`, the job's own
     alone when None), read back from the end of the log a page at a time until there are enough
-    (or TAIL_MAX_CHARS were read). `truncated`: earlier output exists; `next_seq`: the cursor
+    (or TAIL_MAX_CHARS were read); bodies only under the job's prefix `home` (read from the job
+    record when None). `truncated`: earlier output exists; `next_seq`: the cursor
     `relevo job logs -f --from-seq` continues from after what is shown."""
     parts = parts or [None]
     chunks: list[LogChunk] = []
@@ -215,7 +216,7 @@ def log_tail(table: str, job_id: str, parts: list[LogPart] | None = None, lines:
     newlines = chars = 0
     more = True
     while more:
-        page = read_backward(table, job_id, parts, before, _TAIL_PAGE)
+        page = read_backward(table, job_id, parts, before, _TAIL_PAGE, home=home)
         end = page.end if end is None else end
         chunks[:0] = page.chunks
         newlines += sum(chunk.data.count("\n") for chunk in page.chunks)

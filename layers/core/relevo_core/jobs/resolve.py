@@ -16,7 +16,7 @@ from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.requests import Resolution
 from relevo_core.models.status import StageStatus
-from relevo_core.store import jobs, reviews
+from relevo_core.store import jobs, reviews, task_tokens
 from relevo_core.store.audit import record_action
 
 
@@ -40,14 +40,17 @@ def resolve_stage(settings: TableSettings, job_id: str, stage: str, body: Any, a
         raise RelevoError(ErrorCode.VALIDATION_FAILED, f"shard: stage {stage} of {job_id} takes {wanted}")
     named = stage if shard is None else f"{stage} shard {shard}"
     record = reviews.review(settings.table_name, job_id, index, shard)
-    token = record.get("review_token")
-    if record.get("status") != StageStatus.MANUAL_REVIEW.value or not token:
+    # The review's token, from the job's token partition (which no job session reads), for the
+    # attempt the stage record says is in review.
+    waiting = task_tokens.review_token(settings.table_name, job_id, index, shard)
+    if record.get("status") != StageStatus.MANUAL_REVIEW.value or waiting is None or waiting.attempt != record.get("review_attempt"):
         raise RelevoError(
             ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {named} of {job_id} is {record.get('status', 'pending')}, not in manual review"
         )
+    token = waiting.token
     now = datetime.now(timezone.utc)
     try:
-        reviews.record_resolution(settings.table_name, job_id, index, token, resolution.as_, actor, resolution.reason, now, shard)
+        reviews.record_resolution(settings.table_name, job_id, index, waiting.attempt, resolution.as_, actor, resolution.reason, now, shard)
     except reviews.NotInReview as exc:
         raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {named} of {job_id} was resolved meanwhile") from exc
     try:

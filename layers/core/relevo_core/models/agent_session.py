@@ -10,7 +10,7 @@ random, kept in its journal, never stored by Relevo (the stage record keeps its 
 
 import hashlib
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,7 +28,7 @@ def claim_id_of(claim_secret: str) -> str:
     return hashlib.sha256(claim_secret.encode()).hexdigest()[:32]
 
 
-class _Attempt(BodyModel):
+class AttemptRequest(BodyModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     job_id: str = Field(pattern=JOB_ID)
@@ -41,7 +41,7 @@ class _Attempt(BodyModel):
     claim_secret: str = Field(pattern=CLAIM_SECRET)
 
 
-class ClaimRequest(_Attempt):
+class ClaimRequest(AttemptRequest):
     """POST /regions/{region}/claims: claim the attempt a stage message of that region names."""
 
     dispatch_key: str = Field(pattern=DISPATCH_KEY)
@@ -65,9 +65,52 @@ class ClaimRequest(_Attempt):
     accept: bool = True
 
 
-class SessionRequest(_Attempt):
+class SessionRequest(AttemptRequest):
     """POST /regions/{region}/sessions: the job credentials of an attempt this claim holds, again
     (before they expire, or after the agent restarted)."""
+
+
+class AcceptRequest(AttemptRequest):
+    """POST /regions/{region}/accepts: answer the dispatch with this claim, when the claim's own
+    answer could not say whether it was taken (the claim route answers it first)."""
+
+    dispatch_token: str = Field(min_length=1, max_length=2048)
+
+
+class HeartbeatRequest(AttemptRequest):
+    """POST /regions/{region}/heartbeats: the attempt this claim holds is alive (the route sends
+    the task heartbeat with the run token, which the agent never sees)."""
+
+
+# SendTaskFailure's `cause` holds at most 32,768 characters and `error` 256 (AWS Step Functions
+# API Reference, SendTaskFailure: Request Parameters).
+TASK_CAUSE_MAX = 32768
+TASK_ERROR_MAX = 256
+
+
+class OutcomeReport(AttemptRequest):
+    """POST /regions/{region}/outcomes: how the attempt this claim holds ended. The route records
+    it on the stage record (fenced on the claim) and answers the run token with it."""
+
+    # manual_review: reconciliation found an effect it cannot tie to this operation (a failure
+    # of class Relevo.Reconcile.ManualReview: the stage then waits for an operator).
+    status: Literal["succeeded", "warning", "failed", "manual_review"]
+    # What is known of the command's effect (relevo_core.store.stage_attempts.AttemptOutcome).
+    outcome: Literal["succeeded", "failed", "unknown", "manual_review", "resolved"]
+    exit_code: int | None = None
+    error: str | None = Field(default=None, max_length=TASK_ERROR_MAX)
+    cause: str | None = Field(default=None, max_length=TASK_CAUSE_MAX)
+    receipt: dict[str, Any] | None = None
+    # The command's process group is gone: the lease ends now, not at its deadline.
+    lease_ended: bool = True
+
+
+class TaskAnswered(BaseModel):
+    """What the accept, heartbeat and outcome routes say: the task took the answer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    answered: bool = True
 
 
 class JobSession(BaseModel):

@@ -61,18 +61,32 @@ class ErrorCode(str, Enum):
     # No dispatch of this attempt to this region under this key: stale, or never this region's.
     DISPATCH_NOT_FOUND = "DISPATCH_NOT_FOUND"
     ATTEMPT_NOT_HELD = "ATTEMPT_NOT_HELD"
+    # The attempt is this claim's but holds nothing any more: it ended, its lease ran out (fenced),
+    # or its job went on past it (waits at a later stage's gate): no session, heartbeat or answer.
+    ATTEMPT_ENDED = "ATTEMPT_ENDED"
+    # The outcome and heartbeat routes: the state machine has not handed this attempt a run token
+    # (it never took the claim), so there is no task to answer: its timeouts decide.
+    RUN_NOT_HANDED = "RUN_NOT_HANDED"
+    # The execution no longer waits for the task (answered, timed out, stopped).
+    TASK_GONE = "TASK_GONE"
     PREVIOUS_AGENT_PREFERRED = "PREVIOUS_AGENT_PREFERRED"
     # A project is deleted only once none of its jobs is held, queued or running.
     PROJECT_HAS_LIVE_JOBS = "PROJECT_HAS_LIVE_JOBS"
     # The shards of a job's first stage to check out resolved its ref to different commits (the
     # branch moved between their checkouts): the job has no one commit to build or rerun.
     COMMITS_DIFFER = "COMMITS_DIFFER"
+    # A record an agent wrote names a location that is not one of its job's objects (another
+    # job's or project's, another bucket, a path trick): nothing is done with it (relevo_core.job_objects).
+    LOCATION_OUTSIDE_JOB = "LOCATION_OUTSIDE_JOB"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.CLAIM_REFUSED: HTTPStatus.CONFLICT,
     ErrorCode.DISPATCH_NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.ATTEMPT_NOT_HELD: HTTPStatus.CONFLICT,
+    ErrorCode.ATTEMPT_ENDED: HTTPStatus.CONFLICT,
+    ErrorCode.RUN_NOT_HANDED: HTTPStatus.CONFLICT,
+    ErrorCode.TASK_GONE: HTTPStatus.GONE,
     ErrorCode.PREVIOUS_AGENT_PREFERRED: HTTPStatus.CONFLICT,
     ErrorCode.MALFORMED_JSON: HTTPStatus.BAD_REQUEST,
     ErrorCode.VALIDATION_FAILED: HTTPStatus.UNPROCESSABLE_ENTITY,
@@ -117,6 +131,8 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.HANDOFF_EXPIRED: HTTPStatus.GONE,
     ErrorCode.PROJECT_HAS_LIVE_JOBS: HTTPStatus.CONFLICT,
     ErrorCode.COMMITS_DIFFER: HTTPStatus.CONFLICT,
+    # The request is sound; the job's stored record is not: no link is given for it.
+    ErrorCode.LOCATION_OUTSIDE_JOB: HTTPStatus.CONFLICT,
 }
 
 

@@ -13,6 +13,7 @@ import posixpath
 import re
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
@@ -71,6 +72,28 @@ def link_target_problem(path: str, target: str) -> str | None:
     if joined == ".git" or joined.startswith(".git/"):
         return f"points at {target!r}, into the checkout's .git"
     return None
+
+
+# ------------------------------------------------------------------ where it is stored
+
+# Under the job's artifact_uri: the handoff's objects and manifests (relevo_agent.handoff.store).
+HANDOFF_DIR = ".relevo-handoff"
+
+
+def handoff_base(artifact_uri: str) -> tuple[str, str]:
+    """(bucket, key prefix of the job's handoff objects) for a job's artifact_uri."""
+    parsed = urlparse(artifact_uri)
+    prefix = parsed.path.lstrip("/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return parsed.netloc, f"{prefix}{HANDOFF_DIR}/"
+
+
+def manifest_key(artifact_uri: str, stage: str, shard: int | None, attempt: int) -> tuple[str, str]:
+    """(bucket, key) of the manifest an attempt of `stage` (or of its shard) stores: derived from
+    the job's artifact_uri, so whoever acts on it need not trust a location an agent recorded."""
+    bucket, prefix = handoff_base(artifact_uri)
+    return bucket, f"{prefix}manifests/{stage}{'' if shard is None else f'.shard-{shard}'}.{attempt}.json"
 
 
 # ------------------------------------------------------------------ the manifest

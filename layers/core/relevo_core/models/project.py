@@ -117,7 +117,10 @@ class ProjectStage(BaseModel):
     )
     max_parallel: int | None = Field(
         default=None, ge=1, le=MAX_DECLARED_SHARDS,
-        description="With parallel or matrix: at most this many shards run at once (default: all of them).",
+        description="With parallel or matrix: at most this many shards run at once (default: all of them); the others start "
+        "as earlier ones end. At most 40 of a stage's shards run at once (a Step Functions inline Map's limit): a stage of "
+        "more than 40 shards must set it to 40 or less, or be split; `relevo project apply` refuses it otherwise "
+        "(PLAN_TOO_LARGE).",
     )
 
     @field_validator("handoff")

@@ -14,7 +14,7 @@ from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_j
 from relevo_core.models.access import Level
 from relevo_core.projects.permissions import require, visibility
 from relevo_core.recovery.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
-from relevo_core.store import carried_shards, dead_letters, jobs
+from relevo_core.store import carried_shards, dead_letters, jobs, shard_failures
 
 
 def _json(text: Any) -> Any:
@@ -24,11 +24,30 @@ def _json(text: Any) -> Any:
         return None
 
 
-def _details(entry: dict[str, Any]) -> list[dict[str, Any]]:
+def _summarized(table: str, job_id: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stage with shards that failed without fail_fast names its failed shards in a summary
+    (job.asl.json: SummarizeShardFailures); each one's failure is on its own record. One detail a
+    failed shard, from its record, or only what the summary says once the job's records are gone."""
+    shards = [shard for shard in summary["failed_shards"] if isinstance(shard, int)]
+    found = shard_failures.shard_failures(table, job_id, summary.get("stage_index", -1), shards) if table and shards else {}
+    base = {"stage": summary.get("stage"), "stage_index": summary.get("stage_index")}
+    return [
+        {**base, **found[shard]} if shard in found else {
+            **base, "shard": shard, "cause": "its record is gone (the job was deleted)",
+            "error_class": summary.get("error_class") if shard == summary.get("first_failed_shard") else None,
+        }
+        for shard in shards
+    ]
+
+
+def _details(entry: dict[str, Any], table: str | None) -> list[dict[str, Any]]:
     """The failed stage's detail (stage, shard, class, attempts, backoff) when the cause carries
-    it; a stage with shards and fail_fast false fails with a list of its failed shards' failures
-    ({Error, Cause}), each Cause such a detail: one detail each."""
+    it. A stage with shards and fail_fast false fails with a summary naming its failed shards
+    (one detail each, read off their records); an entry written before the summary carries a list
+    of its failed shards' failures ({Error, Cause}), each Cause such a detail."""
     cause = _json(entry.get("cause"))
+    if isinstance(cause, dict) and isinstance(cause.get("failed_shards"), list):
+        return _summarized(table or "", entry["job_id"], cause)
     if isinstance(cause, dict):
         return [cause]
     if isinstance(cause, list):
@@ -37,10 +56,12 @@ def _details(entry: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
-def describe(entry: dict[str, Any]) -> dict[str, Any]:
+def describe(entry: dict[str, Any], table: str | None = None) -> dict[str, Any]:
+    """The entry as an operator reads it; `table` (where the failed job's records are) lets the
+    failed shards of a stage that failed without fail_fast be read off their own records."""
     record = entry.get("job_record") or {}
     last_good = record.get("last_successful_stage")
-    details = _details(entry)
+    details = _details(entry, table)
     detail = details[0] if details else {}
     shard_details = sorted((d for d in details if isinstance(d.get("shard"), int)), key=lambda d: d["shard"])
     return {
@@ -72,7 +93,7 @@ def dead_letter_overview(access: AccessSettings, caller: str) -> dict[str, Any]:
     """GET /dlq: the entries and the frozen idempotency keys of the projects the caller may view,
     newest first."""
     can = visibility(access, caller)
-    entries = [describe(entry) for entry in dead_letters.list_entries(access.table_name) if can.view(entry["project"])]
+    entries = [describe(entry, access.table_name) for entry in dead_letters.list_entries(access.table_name) if can.view(entry["project"])]
     return {"entries": entries, "count": len(entries), "frozen_keys": list_frozen_keys(access, can.view)}
 
 
@@ -86,7 +107,7 @@ def unfreeze_dead_letter_key(access: AccessSettings, idempotency_key: str, actor
 
 
 def show_dead_letter(settings: TableSettings, job_id: str) -> dict[str, Any]:
-    return describe(dead_letters.get_entry(settings.table_name, job_id))
+    return describe(dead_letters.get_entry(settings.table_name, job_id), settings.table_name)
 
 
 def _failed_envelope(table: str, raw_entry: dict[str, Any]) -> JobEnvelope:

@@ -7,15 +7,18 @@ of the same paths. The stage item gets the totals (bytes, cross-region bytes), f
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from relevo_core.aws import client, error_code
 from relevo_core.store.codec import from_attributes, to_attribute, to_attributes
 from relevo_core.store.keys import artifact_pk, artifact_sk
 from relevo_core.store.stage_attempts import LeaseLost, StageRef, holds_attempt_check
+
+log = logging.getLogger("relevo_core.store.artifacts")
 
 
 class ArtifactRecord(BaseModel):
@@ -177,7 +180,19 @@ def list_artifacts(table: str, job_id: str, stage: str | None = None) -> list[Ar
     records: list[ArtifactRecord] = []
     while True:
         page = client("dynamodb").query(**kwargs)
-        records.extend(ArtifactRecord.model_validate(from_attributes(item)) for item in page["Items"])
+        for item in map(from_attributes, page["Items"]):
+            # The job is the partition's (IAM's LeadingKeys holds its writer to it), never the
+            # `job_id` attribute its writer chose; a record whose key is not the one its own name
+            # gives is not listed (a remover would mark another record than the one it read).
+            try:
+                found = ArtifactRecord.model_validate({**item, "job_id": job_id})
+            except ValidationError as exc:
+                log.warning("artifact record %s %s cannot be read: not listed (%s)", item.get("pk"), item.get("sk"), exc)
+                continue
+            if found.sk != item.get("sk"):
+                log.warning("artifact record %s %s: its stage, shard and path give %r: not listed", item.get("pk"), item.get("sk"), found.sk)
+                continue
+            records.append(found)
         if "LastEvaluatedKey" not in page:
             return records
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -1,6 +1,7 @@
 """Access pattern: deleting a job's items — its stage records under `JOB#{job}`, its log chunks
 under `LOGS#{job}` and each shard's `LOGS#{job}/{stage}/{shard}` (which shards, from the job's plan:
-the record stays until last, so a purge run again still finds them) and its artifact records under `ARTIFACTS#{job}` — and, last, its record.
+the record stays until last, so a purge run again still finds them), its artifact records under
+`ARTIFACTS#{job}` and its task tokens under `TOKENS#{job}` — and, last, its record.
 
 A job may have thousands of log chunks, far beyond one transaction (100 items), so the items go
 in BatchWriteItem deletes of 25. Every delete here is safe to repeat (deleting a missing item is
@@ -17,7 +18,7 @@ from typing import Any, Iterable
 from botocore.exceptions import ClientError
 
 from relevo_core.aws import client, error_code
-from relevo_core.store.keys import JOB_SK, artifact_pk, job_pk, key, log_pk, stages_pk
+from relevo_core.store.keys import JOB_SK, artifact_pk, job_pk, key, log_pk, stages_pk, tokens_pk
 
 # BatchWriteItem takes at most 25 requests.
 BATCH_SIZE = 25
@@ -85,6 +86,8 @@ def delete_job_children(table: str, job_id: str, log_parts: Iterable[tuple[int, 
         "stages": delete_partition(table, stages_pk(job_id)) + delete_partition(table, job_pk(job_id), keep_sk=JOB_SK),
         "log_chunks": sum(delete_partition(table, log_pk(job_id) if part is None else log_pk(job_id, *part)) for part in log_parts),
         "artifacts": delete_partition(table, artifact_pk(job_id)),
+        # Tokens of tasks that no longer wait: the job has ended.
+        "task_tokens": delete_partition(table, tokens_pk(job_id)),
     }
 
 

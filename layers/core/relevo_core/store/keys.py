@@ -108,6 +108,31 @@ def stage_key(job_id: str, index: int, shard: int | None = None) -> dict[str, di
     return key(stages_pk(job_id), attempt_sk(index, shard))
 
 
+def tokens_pk(job_id: str) -> str:
+    # A job's task tokens (its approval gate's, each attempt's run token, each review's) have a
+    # partition of their own that no job session may read: a token is a capability (whoever holds
+    # it answers the task, and SendTask* take no resource, so IAM cannot scope them), and
+    # dynamodb:LeadingKeys scopes partitions, never attributes of an item another grant reads
+    # (docs/architecture.md, "Trust boundaries"). Written by the state machine only.
+    return f"TOKENS#{job_id}"
+
+
+# The job's approval gate (one at a time: a later gate's overwrites an earlier, answered one).
+APPROVAL_TOKEN_SK = "APPROVAL"
+RUN_TOKEN_PREFIX = "RUN#"
+REVIEW_TOKEN_PREFIX = "REVIEW#"
+
+
+def run_token_sk(index: int, shard: int | None = None) -> str:
+    """The run token of a stage's (or shard's) current attempt: AwaitResult writes it."""
+    return f"{RUN_TOKEN_PREFIX}{attempt_sk(index, shard)}"
+
+
+def review_token_sk(index: int, shard: int | None = None) -> str:
+    """The token of a stage (or shard) waiting in manual review: AwaitManualReview writes it."""
+    return f"{REVIEW_TOKEN_PREFIX}{attempt_sk(index, shard)}"
+
+
 def project_pk(project_id: str) -> str:
     return f"PROJECT#{project_id}"
 

@@ -30,9 +30,13 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
+from relevo_core import job_objects
 from relevo_core.aws import client, in_this_context
+from relevo_core.job_objects import JobPrefix
+from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.store import log_bodies
 from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.jobs import get_envelope
 from relevo_core.store.keys import key, log_pk, log_sk
 from relevo_core.store.stage_attempts import LeaseLost, StageRef, holds_attempt_check
 from relevo_core.store.conditional import transaction_cancellation
@@ -93,20 +97,46 @@ class LogChunk(BaseModel):
         return datetime.fromisoformat(self.written_at)
 
 
-def _with_bodies(chunks: list[LogChunk]) -> list[LogChunk]:
-    """The chunks with the text of each body kept in S3 read in (side by side), each verified
-    against the sha256 its item recorded; a body gone or altered reads as a line saying so."""
-    def filled(chunk: LogChunk) -> LogChunk:
+def job_home(table: str, job_id: str) -> JobPrefix | None:
+    """The job's prefix (its envelope's artifact_uri), where its log bodies must be; None once
+    the job record is gone."""
+    try:
+        return JobPrefix.of(get_envelope(table, job_id).artifact_uri)
+    except RelevoError as exc:
+        if exc.code is ErrorCode.JOB_NOT_FOUND:
+            return None
+        raise
+
+
+def _with_bodies(table: str, job_id: str, chunks: list[tuple[LogPart, LogChunk]], home: JobPrefix | None) -> list[LogChunk]:
+    """The chunks (each with the partition it was read from) with the text of each body kept in S3
+    read in (side by side), each verified against the sha256 its item recorded; a body gone or
+    altered reads as a line saying so. A body's key is its writer's choice (a uuid, not
+    derivable): only one under the job's own prefix `home` is read (relevo_core.job_objects), any
+    other reads as a line saying so. `home` None: read from the job record, once, when a chunk
+    has a body."""
+    stored = [chunk for _, chunk in chunks if chunk.body]
+    if stored and home is None:
+        home = job_home(table, job_id)
+
+    def filled(entry: tuple[LogPart, LogChunk]) -> LogChunk:
+        part, chunk = entry
         if chunk.body is None or chunk.body_sha256 is None:
             return chunk
-        bucket, _, object_key = chunk.body.removeprefix("s3://").partition("/")
         try:
-            text = log_bodies.get_body(bucket, object_key, chunk.body_sha256)
+            if home is None:
+                raise log_bodies.BodyMissing(f"job {job_id} is gone")
+            # The record's key is the partition it was read from (never its `shard` attribute).
+            object_key = job_objects.object_key(home, chunk.body, (_pk(job_id, part), log_sk(chunk.seq)))
+            text = log_bodies.get_body(home.bucket, object_key, chunk.body_sha256)
         except log_bodies.BodyMissing as missing:
             text = f"[relevo] chunk {chunk.seq} of this log cannot be shown: {missing}\n"
+        except RelevoError as refused:
+            if refused.code is not ErrorCode.LOCATION_OUTSIDE_JOB:
+                raise
+            text = f"[relevo] chunk {chunk.seq} of this log cannot be shown: its body is not one of the job's objects ({refused.code.value})\n"
         return chunk.model_copy(update={"data": text})
 
-    stored = [chunk for chunk in chunks if chunk.body]
     if len(stored) <= 1:
         return [filled(chunk) for chunk in chunks]
     with ThreadPoolExecutor(max_workers=min(PARALLEL_BODIES, len(stored)), thread_name_prefix="log-read") as pool:
@@ -242,22 +272,26 @@ def _walk(start: Position, taken: list[tuple[LogPart, LogChunk]]) -> list[dict[A
     return after
 
 
-def read_forward(table: str, job_id: str, parts: list[LogPart], position: Position, limit: int = 100) -> MergedPage:
+def read_forward(table: str, job_id: str, parts: list[LogPart], position: Position, limit: int = 100, home: JobPrefix | None = None) -> MergedPage:
     """The chunks after `position`, merged by time across `parts`: at most `limit` and
-    PAGE_MAX_BYTES of text, bodies kept in S3 read in. A follower that asks again from `end` sees
-    every chunk once: each partition's seqs are contiguous, and each is read from its own seq on."""
+    PAGE_MAX_BYTES of text, bodies kept in S3 read in (only those under the job's prefix `home`;
+    None: read from the job record when the page has a body). A follower that asks again from
+    `end` sees every chunk once: each partition's seqs are contiguous, and each is read from its
+    own seq on."""
     start = {part: position.get(part, 0) for part in parts}
     found = _each_part(parts, lambda part: _query(table, job_id, part, limit, from_seq=start[part]))
     taken, left = _merge(parts, found, limit, backward=False)
     after = _walk(start, taken)
-    chunks = _with_bodies([chunk for _, chunk in taken])
+    chunks = _with_bodies(table, job_id, taken, home)
     return MergedPage(chunks=chunks, after=after, start=start, end=after[-1] if after else start, more=left and bool(taken))
 
 
-def read_backward(table: str, job_id: str, parts: list[LogPart], position: Position | None = None, limit: int = 100) -> MergedPage:
+def read_backward(table: str, job_id: str, parts: list[LogPart], position: Position | None = None, limit: int = 100,
+                  home: JobPrefix | None = None) -> MergedPage:
     """The last chunks before `position` (the end of the log when None), merged by time across
-    `parts`, in ascending order: at most `limit` and PAGE_MAX_BYTES. `start` is where to page
-    further back from; `more` whether anything is stored before it."""
+    `parts`, in ascending order: at most `limit` and PAGE_MAX_BYTES, bodies read in as
+    read_forward does (`home`). `start` is where to page further back from; `more` whether
+    anything is stored before it."""
     readable = [part for part in parts if position is None or position.get(part, 0) > 0]
     found = dict.fromkeys(parts, ([], False))
     if readable:
@@ -270,7 +304,7 @@ def read_backward(table: str, job_id: str, parts: list[LogPart], position: Posit
     for part, chunk in reversed(taken):
         start[part] = chunk.seq
     after = _walk(start, taken)
-    chunks = _with_bodies([chunk for _, chunk in taken])
+    chunks = _with_bodies(table, job_id, taken, home)
     return MergedPage(chunks=chunks, after=after, start=start, end=end, more=left)
 
 
@@ -280,10 +314,12 @@ def stored_after(table: str, job_id: str, position: Position) -> bool:
     return any(_each_part(parts, lambda part: chunk_stored(table, job_id, position[part], part)).values())
 
 
-def read_chunks(table: str, job_id: str, from_seq: int = 0, limit: int = 100, part: LogPart = None) -> LogPage:
+def read_chunks(table: str, job_id: str, from_seq: int = 0, limit: int = 100, home: JobPrefix | None = None, part: LogPart = None) -> LogPage:
     """Page forward through one partition (the job's own by default): chunks with seq >= from_seq,
-    at most `limit` and PAGE_MAX_BYTES of text, bodies kept in S3 read in."""
-    page = read_forward(table, job_id, [part], {part: from_seq}, limit)
+    at most `limit` and PAGE_MAX_BYTES of text, bodies kept in S3 read in. `home`: the job's
+    prefix, when the caller has read its envelope already (else read from the job record when a
+    body is to be read)."""
+    page = read_forward(table, job_id, [part], {part: from_seq}, limit, home)
     return LogPage(chunks=page.chunks, next_seq=page.end[part] if page.more else None)
 
 

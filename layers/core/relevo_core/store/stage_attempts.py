@@ -85,10 +85,8 @@ class HeldAttempt:
     stage_index: int
     stage_name: str
     attempt: int
-    # The journal the claim came from (None when it named none), and the run token once
-    # the state machine handed it out.
+    # The journal the claim came from (None when it named none).
     journal_id: str | None
-    run_token: str | None
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> HeldAttempt:
@@ -98,7 +96,6 @@ class HeldAttempt:
             stage_name=str(item.get("stage_name", "")),
             attempt=int(item["attempt"]),
             journal_id=item.get("journal_id") or None,
-            run_token=item.get("run_token"),
         )
 
 
@@ -110,7 +107,7 @@ def held_by(table: str, agent_id: str) -> list[HeldAttempt]:
         IndexName=HELD_ATTEMPTS_INDEX,
         KeyConditionExpression="held_by = :agent",
         # What HeldAttempt reads: a GSI returns only what it projects (template.yaml).
-        ProjectionExpression="pk, attempt, journal_id, run_token, stage_index, stage_name",
+        ProjectionExpression="pk, attempt, journal_id, stage_index, stage_name",
         ExpressionAttributeValues={":agent": {"S": agent_id}},
     )
     return [HeldAttempt.from_item(item) for item in items]
@@ -308,7 +305,7 @@ def claim(
             "lease_expires_iso = :lease_iso, started_at = :now, enqueued_at = :enqueued, last_writer = :writer, "
             "precondition_version = :pre, held_by = :agent, claim_id = :claim, claimed_over = :over, "
             "journal_id = :journal, transfers = if_not_exists(transfers, :no_transfers), outputs = :no_outputs "
-            "REMOVE exit_code, error_class, ended_at, run_token, outcome, receipt, handoff_stored, restored",
+            "REMOVE exit_code, error_class, ended_at, run_handed_at, outcome, receipt, handoff_stored, restored",
             condition,
             values,
         )
@@ -330,23 +327,37 @@ def _claimed_over(previous: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ClaimOnRecord:
-    """Who holds a stage's attempt by its record, for renewing that holder's job credentials."""
+    """Who holds a stage's attempt by its record, and whether it holds anything now: what the
+    claim routes check before they renew a session or answer a task for it."""
 
     agent_id: str | None
     attempt: int | None
     claim_id: str | None
     status: str | None
+    # Epoch seconds; 0 when the record has none.
+    lease_expires_at: int = 0
+    run_handed_at: str | None = None
+    stage_name: str = ""
+
+    @property
+    def live(self) -> bool:
+        """Running (or reconciled, about to run): the attempt has not ended."""
+        return self.status in _LIVE.values()
 
 
 def claim_on_record(table: str, job_id: str, stage_index: int, shard: int | None = None) -> ClaimOnRecord:
     item = from_attributes(
         client("dynamodb").get_item(
             TableName=table, Key=stage_key(job_id, stage_index, shard), ConsistentRead=True,
-            ProjectionExpression="agent_id, attempt, claim_id, #status", ExpressionAttributeNames={"#status": "status"},
+            ProjectionExpression="agent_id, attempt, claim_id, #status, lease_expires_at, run_handed_at, stage_name",
+            ExpressionAttributeNames={"#status": "status"},
         ).get("Item", {})
     )
-    attempt = item.get("attempt")
-    return ClaimOnRecord(item.get("agent_id"), attempt if isinstance(attempt, int) else None, item.get("claim_id"), item.get("status"))
+    attempt, lease = item.get("attempt"), item.get("lease_expires_at")
+    return ClaimOnRecord(
+        item.get("agent_id"), attempt if isinstance(attempt, int) else None, item.get("claim_id"), item.get("status"),
+        int(lease) if isinstance(lease, (int, float)) else 0, item.get("run_handed_at"), str(item.get("stage_name", "")),
+    )
 
 
 def let_go(ref: StageRef, now: datetime) -> bool:
@@ -440,20 +451,22 @@ def record_precondition(ref: StageRef, precondition_version: str) -> None:
             {":pre": precondition_version, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE})
 
 
-def run_token(ref: StageRef) -> str | None:
-    """The token the state machine hands the holder of this attempt once it saw the claim."""
+def run_handed(ref: StageRef) -> bool:
+    """Whether the state machine has handed this attempt its run token (AwaitResult, only while
+    the claim held): the token itself is in the job's token partition, which no job session reads;
+    the stage record says when it was handed (`run_handed_at`)."""
     item = from_attributes(
         client("dynamodb").get_item(
             TableName=ref.table,
             Key=ref.key,
             ConsistentRead=True,
-            ProjectionExpression="agent_id, attempt, run_token, #status",
+            ProjectionExpression="agent_id, attempt, run_handed_at, #status",
             ExpressionAttributeNames={"#status": "status"},
         ).get("Item", {})
     )
     if (item.get("agent_id"), item.get("attempt")) != (ref.agent_id, ref.attempt) or item.get("status") in _ENDED:
         raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}", item)
-    return item.get("run_token")
+    return bool(item.get("run_handed_at"))
 
 
 def finish(
