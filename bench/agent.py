@@ -452,26 +452,43 @@ def shipping_rates(stack: Any, job_id: str) -> tuple[str, float, str, int]:
 
     from relevo_core.aws import client
 
+    from relevo_core.models.envelope import read_envelope
+    from relevo_core.store.codec import from_attributes
+    from relevo_core.store.keys import JOB_SK, attempt_sk, job_pk, log_pk, stages_pk
+    from relevo_core.store.log_chunks import job_log_parts
+
     dynamodb = client("dynamodb")
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"TableName": stack.table_name, "KeyConditionExpression": "pk = :pk",
-                              "ExpressionAttributeValues": {":pk": {"S": f"LOGS#{job_id}"}}}
-    while True:
-        page = dynamodb.query(**kwargs)
-        items += page["Items"]
-        if "LastEvaluatedKey" not in page:
-            break
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-    stage_kb = -(-_item_bytes(dynamodb.get_item(TableName=stack.table_name, Key={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}})["Item"]) // 1024)
+    # Every log partition of the job (its own, and each shard's: store/keys.log_partition), from its plan.
+    record = from_attributes(dynamodb.get_item(TableName=stack.table_name, Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_SK}})["Item"])
+    items: list[tuple[str, str, dict[str, Any]]] = []  # (log partition key, its fence's stage record key, item)
+    envelope = read_envelope(record["envelope"])
+    stage_index = {stage.name: index for index, stage in enumerate(envelope.stages)}
+    for part in job_log_parts(envelope):
+        pk = log_pk(job_id) if part is None else log_pk(job_id, *part)
+        kwargs: dict[str, Any] = {"TableName": stack.table_name, "KeyConditionExpression": "pk = :pk",
+                                  "ExpressionAttributeValues": {":pk": {"S": pk}}}
+        while True:
+            page = dynamodb.query(**kwargs)
+            for item in page["Items"]:
+                # The transaction's ConditionCheck: the shard's record, or the stage's.
+                fence = attempt_sk(part[0], part[1]) if part else attempt_sk(stage_index[item["stage"]["S"]], None)
+                items.append((pk, fence, item))
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    fence_kb: dict[str, int] = {}
     units: Counter[tuple[str, int]] = Counter()
-    transactions: set[str] = set()
-    for item in items:
+    transactions: set[tuple[str, str]] = set()
+    for pk, fence, item in items:
         written = item["written_at"]["S"]
         second = int(datetime.fromisoformat(written).timestamp())
-        units[(f"LOGS#{job_id}", second)] += 2 * -(-_item_bytes(item) // 1024)
-        if written not in transactions:
-            transactions.add(written)
-            units[(f"STAGES#{job_id}", second)] += 2 * stage_kb
+        units[(pk, second)] += 2 * -(-_item_bytes(item) // 1024)
+        if (pk, written) not in transactions:
+            transactions.add((pk, written))
+            if fence not in fence_kb:
+                found = dynamodb.get_item(TableName=stack.table_name, Key={"pk": {"S": stages_pk(job_id)}, "sk": {"S": fence}}).get("Item", {})
+                fence_kb[fence] = -(-_item_bytes(found) // 1024)
+            units[(stages_pk(job_id), second)] += 2 * fence_kb[fence]
     (key, _), wcu = units.most_common(1)[0] if units else (("-", 0), 0)
     puts: Counter[tuple[str, int]] = Counter()
     bucket = stack.resources["ArtifactBucket"]

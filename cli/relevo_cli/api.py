@@ -174,7 +174,7 @@ class RelevoApi:
     def delete_job(self, job_id: str) -> dict[str, Any]:
         return self.request("DELETE", f"/jobs/{job_id}")
 
-    def job_logs(self, job_id: str, from_seq: int | None = None, before_seq: int | None = None, limit: int | None = None) -> dict[str, Any]:
+    def job_logs(self, job_id: str, from_seq: int | str | None = None, before_seq: int | str | None = None, limit: int | None = None) -> dict[str, Any]:
         params = {"from_seq": from_seq, "before_seq": before_seq, "limit": limit}
         return self.request("GET", f"/jobs/{job_id}/logs", params={k: v for k, v in params.items() if v is not None})
 

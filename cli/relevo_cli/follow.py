@@ -250,11 +250,12 @@ def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = Non
 
 @dataclass
 class LogFollower:
-    """Prints chunks in seq order through `write` (through `render` when given: labelled by
-    stage, with its boundaries); `fetch(from_seq)` is one GET .../logs page. `sleep` and `clock`
+    """Prints chunks in the log's order through `write` (through `render` when given: labelled by
+    stage, with its boundaries); `fetch(cursor)` is one GET .../logs page from that cursor (the
+    API's from_seq: a seq, or for a job with shards the place in each shard's log, relevo_core.jobs.logs). `sleep` and `clock`
     are injected so the loop runs without real waits in tests."""
 
-    fetch: Callable[[int], dict[str, Any]]
+    fetch: Callable[[int | str], dict[str, Any]]
     write: Callable[[str], None]
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
@@ -267,7 +268,7 @@ class LogFollower:
     backoff_max_sec: float = 15.0
     # Give up after failing without a break for this long (the last error is raised).
     give_up_after_sec: float = 600.0
-    next_seq: int = 0
+    next_seq: int | str = 0
     status: str | None = None
     printed: int = 0
     failures: list[str] = field(default_factory=list)
@@ -302,14 +303,17 @@ class LogFollower:
     def _print(self, page: dict[str, Any]) -> bool:
         """The page's chunks from next_seq on; False when the renderer held one back."""
         for chunk in page["chunks"]:
-            if chunk["seq"] < self.next_seq:
+            # A page starts at the cursor asked for: each chunk after it, each once. A chunk's
+            # `next` is the cursor after it (an older API's pages have seqs only).
+            following = chunk.get("next", chunk["seq"] + 1)
+            if "next" not in chunk and chunk["seq"] < int(self.next_seq):
                 continue  # already printed (a page can only start later, never earlier: a guard)
             if self.render is None:
                 self.write(chunk["text"])
             elif not self.render.chunk(chunk, page):
                 return False
             self.printed += 1
-            self.next_seq = chunk["seq"] + 1
+            self.next_seq = following
         return True
 
     def run(self, follow: bool) -> int:

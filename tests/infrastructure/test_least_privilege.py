@@ -34,8 +34,9 @@ def rendered() -> tuple[dict[str, Any], iam_lint.Renderer, dict[str, dict[str, A
     return cfn, renderer, documents
 
 
-def _tags(job: str = X, project: str = P, signing: str = NO_GRANT, git: str = NO_GRANT, lineage: tuple[str, ...] = ()) -> dict[str, str]:
-    tags = {"job": job, "project": project, "region": "eu-west", "signing": signing, "git": git}
+def _tags(job: str = X, project: str = P, signing: str = NO_GRANT, git: str = NO_GRANT, lineage: tuple[str, ...] = (),
+          log: str | None = None) -> dict[str, str]:
+    tags = {"job": job, "project": project, "region": "eu-west", "signing": signing, "git": git, "log": log or job}
     for index, name in enumerate(LINEAGE_TAGS):
         tags[name] = lineage[index] if index < len(lineage) else NO_GRANT
     return {f"aws:PrincipalTag/{key}": value for key, value in tags.items()}
@@ -210,3 +211,41 @@ def test_only_the_claim_function_may_mint_a_job_session(rendered):
     assert evaluate([trust], Request("sts:AssumeRole", role, principal=agent_role)) is PolicyDecision.NO_MATCH
     assert _decide([documents["AgentPolicyeuwest"]], Request("sts:AssumeRole", role)) is PolicyDecision.NO_MATCH
     assert _decide([documents["AgentSessionsPolicy"]], Request("sts:TagSession", role)) is PolicyDecision.ALLOW
+
+
+def test_a_shards_session_writes_its_own_log_partition_and_no_siblings_or_other_jobs(rendered):
+    """Each shard logs to a partition of its own (relevo_core.store.keys.log_partition), and its
+    session's `log` tag names that partition only (relevo_core.fleet.job_credentials): dynamodb:LeadingKeys
+    compares whole partition keys ("Using IAM policy conditions for fine-grained access control",
+    DynamoDB Developer Guide), so neither a sibling shard's log, the job's own nor another job's matches."""
+    from relevo_core.fleet.job_credentials import session_tags
+    from relevo_core.store.keys import log_pk
+
+    _, renderer, documents = rendered
+    job, table = [documents["JobPolicy"]], renderer.get_att("Table", "Arn")
+    # Given the session of shard 0 of X's stage 1, tagged as the claim route tags it
+    shard_tag = session_tags(_envelope(X), [], stage_index=1, shard=0)["log"]
+    shard_session = _tags(log=shard_tag)
+
+    def writes(pk: str, tags: dict[str, str]) -> PolicyDecision:
+        return _decide(job, _dynamodb(table, "PutItem", pk, "data", "ttl"), tags)
+
+    # Then it writes (and reads back the tail of) its own partition
+    assert writes(log_pk(X, 1, 0), shard_session) is PolicyDecision.ALLOW
+    assert _decide(job, _dynamodb(table, "Query", log_pk(X, 1, 0)), shard_session) is PolicyDecision.ALLOW
+    # And nothing else's: a sibling shard's, another stage's shard, the job's own, another job's
+    for other in (log_pk(X, 1, 1), log_pk(X, 2, 0), log_pk(X), log_pk(Y, 1, 0), log_pk(Y), f"LOGS#{X}/01", f"LOGS#{X}/"):
+        assert writes(other, shard_session) is PolicyDecision.NO_MATCH, other
+    # And a stage without shards writes the job's own log, and no shard's
+    plain = _tags()
+    assert writes(log_pk(X), plain) is PolicyDecision.ALLOW
+    assert writes(log_pk(X, 1, 0), plain) is PolicyDecision.NO_MATCH
+
+
+def _envelope(job_id: str):
+    from relevo_core.models.project import Project
+    from relevo_core.plan_limits import largest_envelope
+
+    project = Project.model_validate({"id": P, "repo": "acme/app", "region_affinity": "eu-west",
+                                      "stages": [{"name": "build", "run": "make"}, {"name": "test", "run": "make test", "parallel": 2}]})
+    return largest_envelope(project).model_copy(update={"job_id": job_id})

@@ -381,3 +381,30 @@ def test_the_us_east_macs_cannot_turn_a_job_green_or_ship_a_forged_build(local_s
         assert refusal_code(lambda: dynamodb.update_item(**_update(table, pk, sk, "status", "succeeded"))) == "AccessDeniedException", (pk, sk)
     bucket = local_stack.resources["ArtifactBucket"]
     assert refusal_code(lambda: s3.put_object(Bucket=bucket, Key=f"{matrix.x.project}/{job}/forged.ipa", Body=b"x")) == "AccessDenied"
+
+
+def test_a_shards_session_writes_its_own_log_partition_and_no_siblings_the_jobs_or_another_jobs(local_stack, matrix):
+    """Each shard logs to a partition of its own, and the session its claim is answered with is
+    tagged with that partition only (`log`): a sibling shard's, the job's own and another job's are
+    refused by dynamodb:LeadingKeys, as AWS refuses them (AccessDeniedException)."""
+    from relevo_core.store.keys import log_pk
+    from tests.integration.test_parallel_stages import stage_messages
+
+    # Given a job whose one stage runs two shards, shard 1 claimed through the claim route
+    stack = local_stack
+    project = f"s-att-{secrets.token_hex(3)}"
+    job_id = start_job(stack, project, [{"name": "test", "run": "make test", "parallel": 2}])
+    tasks = stage_messages(stack, job_id, 2)
+    shard = Dispatched(job_id, project, tasks[1])
+    granted = _routes(stack, "eu-west").claim(shard.claim(stack, f"mac-shard-{job_id[-4:]}", shard=1))
+    dynamodb, table = _as_job(stack, granted.session, "dynamodb"), stack.table_name
+    # Then its own partition is authorized (the write is refused only by a condition that never holds)
+    own = log_pk(job_id, 0, 1)
+    assert refusal_code(lambda: dynamodb.put_item(**_put(table, own, "SEQ#000000000000", data="x"), **NEVER)) == "ConditionalCheckFailedException"
+    dynamodb.query(TableName=table, KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": own}}, Limit=1)
+    # And every other log partition is refused: its sibling's, the job's own, another job's (and its shards')
+    for other in (log_pk(job_id, 0, 0), log_pk(job_id), log_pk(matrix.x.job_id), log_pk(matrix.x.job_id, 0, 1), f"LOGS#{job_id}/00"):
+        assert refusal_code(lambda: dynamodb.put_item(**_put(table, other, "SEQ#000000000000", data="forged"))) == "AccessDeniedException", other
+    # And job X's session (a stage without shards) writes its own log and none of these shards'
+    as_x = _as_job(stack, matrix.session, "dynamodb")
+    assert refusal_code(lambda: as_x.put_item(**_put(table, log_pk(job_id, 0, 1), "SEQ#000000000000", data="forged"))) == "AccessDeniedException"

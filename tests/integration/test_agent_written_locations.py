@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,14 @@ from relevo_agent.artifacts import upload_artifacts
 from relevo_agent.claim import new_claim_secret
 from relevo_agent.claim_routes import ClaimRoutes
 from relevo_cli.api import ApiError, RelevoApi
+from relevo_cli.follow import LogFollower
 from relevo_core.aws import client
 from relevo_core.models.agent_session import ClaimRequest, JobSession
 from relevo_core.store import artifact_usage, stage_attempts
 from relevo_core.store import artifacts as artifact_store
+from relevo_core.store import log_chunks
+from relevo_core.store.jobs import get_envelope
+from relevo_core.store.keys import log_pk, log_sk
 from tests.helpers.iam import client_as
 from tests.helpers.stack import receive_stage, wait_until
 from tests.helpers.state_machine import start_job
@@ -43,6 +48,8 @@ class Attack:
     session: JobSession
     bucket: str
     q_key: str  # an object of project Q's, which X's session cannot even read
+    stage_index: int = 0
+    shard: int | None = None  # the shard claimed, for a stage with shards
 
     def dynamodb(self, stack) -> Any:
         return client_as(stack, "dynamodb", self.session.access_key_id, self.session.secret_access_key, self.session.session_token)
@@ -59,13 +66,14 @@ def _claimed(stack, tmp_path: Path, bound: int | None = None, stages: list[dict[
     agent_id = f"mac-{suffix}"
     routes = ClaimRoutes(stack.api_url, "eu-west", stack.region, credentials=lambda: _agent_credentials(stack))
     granted = routes.claim(ClaimRequest(
-        job_id=job_id, stage_index=task["stage_index"], attempt=task["attempt"], agent_id=agent_id, claim_secret=new_claim_secret(),
+        job_id=job_id, stage_index=task["stage_index"], shard=task.get("shard"), attempt=task["attempt"], agent_id=agent_id,
+        claim_secret=new_claim_secret(),
         dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"], accept=False,
     ))
     bucket = stack.resources["ArtifactBucket"]
     q_key = f"{q}/job_{'0' * 24}{suffix[:2]}/build/secret.ipa"
     client("s3").put_object(Bucket=bucket, Key=q_key, Body=SECRET)
-    return Attack(job_id, p, q, agent_id, granted.session, bucket, q_key)
+    return Attack(job_id, p, q, agent_id, granted.session, bucket, q_key, task["stage_index"], task.get("shard"))
 
 
 def _agent_credentials(stack):
@@ -159,6 +167,52 @@ def test_a_log_chunk_whose_body_is_another_projects_object_is_not_shown(local_st
         [chunk] = page["chunks"]
         assert chunk["text"].startswith("[relevo] chunk 0 of this log cannot be shown") and "LOCATION_OUTSIDE_JOB" in chunk["text"]
         assert SECRET.decode().strip() not in json.dumps(page) + json.dumps(tail)
+    finally:
+        api.cancel_job(attack.job_id)
+
+
+def test_a_shards_log_chunk_whose_body_is_another_projects_object_is_shown_by_no_reader(local_stack, tmp_path, caplog):
+    # Given a shard of job X, claimed: its session writes its own log partition (LOGS#<job>/<stage>/<shard>),
+    # a line, then a chunk whose body is an object of Q's (its sha256 the true one)
+    attack = _claimed(local_stack, tmp_path, stages=[{"name": "test", "run": "true", "parallel": 2}])
+    stage_index, shard = attack.stage_index, attack.shard
+    assert shard is not None
+    q_body = attack.q_key.replace("build/secret.ipa", ".relevo-logs/test/1/0123.log")
+    client("s3").put_object(Bucket=attack.bucket, Key=q_body, Body=SECRET)
+    now = datetime.now(timezone.utc)
+    common = {"pk": {"S": log_pk(attack.job_id, stage_index, shard)}, "job_id": {"S": attack.job_id}, "stage": {"S": "test"},
+              "shard": {"N": str(shard)}, "attempt": {"N": "1"}, "agent_id": {"S": attack.agent_id}}
+    for item in (
+        {**common, "sk": {"S": log_sk(0)}, "seq": {"N": "0"}, "data": {"S": "own line\n"}, "written_at": {"S": now.isoformat()}},
+        {**common, "sk": {"S": log_sk(1)}, "seq": {"N": "1"}, "data": {"S": ""}, "written_at": {"S": (now + timedelta(seconds=1)).isoformat()},
+         "body": {"S": f"s3://{attack.bucket}/{q_body}"}, "body_sha256": {"S": hashlib.sha256(SECRET).hexdigest()},
+         "size": {"N": str(len(SECRET))}},
+    ):
+        attack.dynamodb(local_stack).put_item(TableName=local_stack.table_name, Item=item)
+    api = RelevoApi.for_stack(local_stack)
+    caplog.set_level(logging.WARNING, logger="relevo_core.job_objects")
+    refused = "[relevo] chunk 1 of this log cannot be shown: its body is not one of the job's objects (LOCATION_OUTSIDE_JOB)\n"
+    try:
+        # When a viewer reads X's log forward, back from its end, the job view's tail, and a follower
+        forward = api.job_logs(attack.job_id)
+        back = api.job_logs(attack.job_id, before_seq=forward["next_seq"], limit=1)
+        tail = api.get_job(attack.job_id)["log_tail"]
+        printed: list[str] = []
+        LogFollower(fetch=lambda cursor: api.job_logs(attack.job_id, from_seq=cursor, limit=1), write=printed.append,
+                    sleep=lambda _: None).run(follow=False)
+        # Then each shows the shard's own line and, for the forged chunk, that it cannot be shown
+        assert [chunk["text"] for chunk in forward["chunks"]] == ["own line\n", refused]
+        assert [chunk["text"] for chunk in back["chunks"]] == [refused]
+        assert [line["text"] for line in tail["lines"]] == ["own line", refused.strip()]
+        assert printed == ["own line\n", refused]
+        # And not a byte of Q's body is in any of them
+        assert SECRET.decode().strip() not in json.dumps([forward, back, tail, printed])
+        # And read in this process (the job's prefix read from its record), the refusal is logged
+        # with the record's own key: the shard's partition
+        parts = log_chunks.job_log_parts(get_envelope(local_stack.table_name, attack.job_id))
+        page = log_chunks.read_forward(local_stack.table_name, attack.job_id, parts, {})
+        assert [chunk.data for chunk in page.chunks] == ["own line\n", refused]
+        assert f"record {log_pk(attack.job_id, stage_index, shard)} {log_sk(1)}: location" in caplog.text
     finally:
         api.cancel_job(attack.job_id)
 

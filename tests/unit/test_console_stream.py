@@ -24,7 +24,8 @@ FAST = StreamSettings(poll_sec=0.01, state_sec=100, retry_backoff_sec=0.01, life
 
 
 def chunk(seq: int, lines: int = 1) -> dict[str, Any]:
-    return {"seq": seq, "stage": "build", "attempt": 1, "text": "".join(f"{seq}.{i}\n" for i in range(lines))}
+    # `next`: the cursor after the chunk, as the API gives it (relevo_core.jobs.logs.chunk_view).
+    return {"seq": seq, "next": seq + 1, "stage": "build", "attempt": 1, "text": "".join(f"{seq}.{i}\n" for i in range(lines))}
 
 
 def page(chunks: list[dict[str, Any]], status: str = "running", more: bool = False, waiting_stage: str | None = None) -> dict[str, Any]:

@@ -185,3 +185,36 @@ def test_the_primitives_that_take_a_checked_key_are_called_by_checked_readers_on
                 callers[called].add(f"{module}::{name}")
     assert callers["get_body"] == {"relevo_core/store/log_chunks.py::_with_bodies.filled"}
     assert callers["delete_object"] == {"relevo_core/jobs/artifact_quota.py::enforce", "relevo_core/jobs/artifact_quota.py::delete_stored_object"}
+
+
+# Every path that reads a job's log bodies, from the route and the job view down to _with_bodies
+# (whose `filled` checks each body with object_key): its callers, each handing on the job's prefix
+# (`home`), which log_page and show_job read from the job's record once per page.
+LOG_BODY_CALLERS = {
+    "_with_bodies": {"relevo_core/store/log_chunks.py::read_forward", "relevo_core/store/log_chunks.py::read_backward"},
+    "read_forward": {"relevo_core/store/log_chunks.py::read_chunks", "relevo_core/jobs/logs.py::log_page"},
+    "read_backward": {"relevo_core/jobs/logs.py::log_page", "relevo_core/jobs/logs.py::log_tail"},
+    "log_tail": {"relevo_core/jobs/view.py::show_job"},
+}
+
+
+def _passes_home(call: ast.Call) -> bool:
+    return any(keyword.arg == "home" for keyword in call.keywords) or any(isinstance(arg, ast.Name) and arg.id == "home" for arg in call.args)
+
+
+def test_every_reader_of_a_jobs_log_bodies_hands_on_the_jobs_prefix():
+    # Given every call of the functions that lead to a log body being read,
+    callers: dict[str, set[str]] = {name: set() for name in LOG_BODY_CALLERS}
+    without_home: list[str] = []
+    for module, tree in _sources().items():
+        for name, function in _functions(tree):
+            for node in _own_nodes(function):
+                if isinstance(node, ast.Call):
+                    called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                    if called in callers:
+                        callers[called].add(f"{module}::{name}")
+                        if not _passes_home(node):
+                            without_home.append(f"{module}::{name} -> {called}")
+    # Then the paths are these (forward, back, the tail), and each call hands on the job's prefix.
+    assert callers == LOG_BODY_CALLERS
+    assert without_home == []

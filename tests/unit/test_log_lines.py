@@ -48,6 +48,9 @@ def test_lines_span_chunks_of_one_attempt_and_end_with_it():
         {"from_seq": "1", "before_seq": "5"},
         {"from_seq": str(10**12)},
         {"since": "yesterday"},
+        {"from_seq": "7,1.0:3"},
+        {"from_seq": "7,01.00:-3"},
+        {"before_seq": "07"},
     ],
 )
 def test_a_query_string_that_does_not_fit_is_query_invalid(params):
@@ -58,4 +61,6 @@ def test_a_query_string_that_does_not_fit_is_query_invalid(params):
 
 def test_the_query_defaults_to_the_start_of_the_log():
     assert parse_query(LogQuery, None) == LogQuery(from_seq=None, before_seq=None, limit=100)
-    assert parse_query(LogQuery, {"before_seq": "7", "limit": "5"}).before_seq == 7
+    assert parse_query(LogQuery, {"before_seq": "7", "limit": "5"}).before_seq == "7"
+    # A cursor of a job with shards: its own seq, then each shard's partition past its start.
+    assert parse_query(LogQuery, {"from_seq": "7,01.00:3,01.01:12"}).from_seq == "7,01.00:3,01.01:12"

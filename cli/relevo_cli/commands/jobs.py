@@ -416,7 +416,7 @@ def logs(
         None, "--shard", help="with one --stage that has shards: only this shard's lines, by index (RELEVO_SHARD_INDEX) or "
         "matrix combination as `relevo job view` labels it, e.g. 'device=iPhone 16, os=18.2' (repeatable)",
     ),
-    from_seq: int = typer.Option(0, "--from-seq", min=0, help="start at this chunk (job view's log_tail.next_seq: right after its tail)"),
+    from_seq: str = typer.Option("0", "--from-seq", help="start at this cursor (job view's log_tail.next_seq: right after its tail)"),
     poll_sec: float = typer.Option(0.5, "--poll", min=0.1, help="seconds between polls while following"),
     stack_file: Optional[Path] = StackOption,
 ) -> None:

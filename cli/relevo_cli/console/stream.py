@@ -87,9 +87,9 @@ def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> dict
 
 
 async def job_events(
-    read_logs: Callable[[int], dict[str, Any]],
+    read_logs: Callable[[int | str], dict[str, Any]],
     read_job: Callable[[], dict[str, Any]],
-    from_seq: int,
+    from_seq: int | str,
     settings: StreamSettings,
     sleep: Callable[[float], Awaitable[None]],
     clock: Callable[[], float] = time.monotonic,
@@ -123,8 +123,9 @@ async def job_events(
                     state_read_at = clock()
                     yield _event("state", last_state)
                 # New lines go out before the job is read again: a line is never late for a state read.
-                for group in batches([c for c in page["chunks"] if c["seq"] >= next_seq], settings.batch_lines):
-                    next_seq = group[-1]["seq"] + 1
+                # A page starts at the cursor asked for; each chunk's `next` is the cursor after it.
+                for group in batches(page["chunks"], settings.batch_lines):
+                    next_seq = group[-1]["next"]
                     yield _event("log", {"chunks": group, "next_seq": next_seq}, event_id=next_seq)
                 state = {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": last_state["current_stage"]}
                 if state["status"] != last_state["status"]:

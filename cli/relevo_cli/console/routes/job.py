@@ -4,6 +4,7 @@ artifacts' downloads."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,7 +24,7 @@ from relevo_cli.console.render import api_answer, error_page, invalid, json_obje
 from relevo_cli.console.state import Console
 from relevo_cli.console.stream import job_events
 from relevo_cli.console.views.job import LOG_MAX_LINES, LOG_TAIL_LINES, job_panel_context, last_chunks, shard_labels
-from relevo_core.models.requests import LOG_MAX_LIMIT
+from relevo_core.models.requests import LOG_CURSOR, LOG_MAX_LIMIT
 
 
 async def job_detail(request: Request) -> Response:
@@ -35,9 +36,10 @@ async def job_detail(request: Request) -> Response:
     except ApiError as exc:
         return error_page(exc)
     start = request.query_params.get("from_seq")
-    if start is not None and start.isdigit():
-        # The log from this seq on (`?from_seq=0`: the whole log, streamed) instead of its tail.
-        tail = {"chunks": [], "next_seq": int(start), "before_seq": int(start) or None}
+    if start is not None and re.fullmatch(LOG_CURSOR, start):
+        # The log from this cursor on (`?from_seq=0`: the whole log, streamed) instead of its tail.
+        cursor: int | str = int(start) if start.isdigit() else start
+        tail = {"chunks": [], "next_seq": cursor, "before_seq": None if start == "0" else cursor}
     else:
         end = (job.get("log_tail") or {}).get("next_seq", 0)
         try:
@@ -63,12 +65,9 @@ async def job_panel(request: Request) -> Response:
 async def job_stream(request: Request) -> Response:
     console: Console = request.app.state.console
     job_id = request.path_params["job_id"]
-    try:
-        from_seq = int(request.query_params.get("from_seq", "0"))
-    except ValueError:
-        return invalid("from_seq: not an integer")
-    if from_seq < 0:
-        return invalid("from_seq: must be >= 0")
+    from_seq = request.query_params.get("from_seq", "0")
+    if not re.fullmatch(LOG_CURSOR, from_seq):
+        return invalid("from_seq: not a log cursor (a page's next_seq)")
     events = job_events(
         lambda seq: console.api.job_logs(job_id, from_seq=seq, limit=LOG_MAX_LIMIT),
         lambda: console.api.get_job(job_id),
@@ -82,10 +81,9 @@ async def job_stream(request: Request) -> Response:
 async def job_logs_before(request: Request) -> Response:
     """"Load earlier": one page back from before_seq (the API's own paging)."""
     console: Console = request.app.state.console
-    try:
-        before_seq = int(request.query_params["before_seq"])
-    except (KeyError, ValueError):
-        return invalid("before_seq: an integer is required")
+    before_seq = request.query_params.get("before_seq", "")
+    if not re.fullmatch(LOG_CURSOR, before_seq):
+        return invalid("before_seq: a log cursor is required (a page's before_seq)")
     return await api_answer(console.api.job_logs, request.path_params["job_id"], None, before_seq, LOG_TAIL_LINES)
 
 

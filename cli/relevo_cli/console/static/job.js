@@ -17,13 +17,18 @@
   // shard index; a chunk carries the index.
   const shardLabels = JSON.parse(logEl.dataset.shardLabels || "{}");
 
-  // A line's place in the log is where it starts: the seq of its chunk and the index of its start
-  // among the chunk's newline-separated parts (part 0 may instead end the previous chunk's line).
-  // The page opens on whole chunks (the server read them back from the end of the log).
-  let nextSeq = tail.chunks.length ? tail.chunks[0].seq : tail.next_seq;  // where a stream resumes...
+  // A line's place in the log is where it starts: its chunk, named by the API's cursors before
+  // and after it, and the index of its start among the chunk's newline-separated parts (part 0 may
+  // instead end the previous chunk's line). A cursor is the chunk's seq for a job without shards,
+  // and for a job with shards each partition's place (a string, docs/jobs.md), which only the API
+  // compares: the page never compares seqs of different partitions. The page opens on whole chunks
+  // (the server read them back from the end of the log); the cursor before the first is the tail's.
+  let nextSeq = tail.chunks.length ? (tail.before_seq === null ? 0 : tail.before_seq) : tail.next_seq;  // where a stream resumes...
   let nextPart = 0;                // ...and the first part of that chunk not shown yet
-  let firstSeq = nextSeq;          // the first line shown: "Load earlier" pages back from here
+  let nextAfter = null;            // ...and the cursor after that chunk, while nextPart > 0
+  let firstSeq = nextSeq;          // the first line shown (the cursor before its chunk): "Load earlier" pages back from here
   let firstPart = 0;
+  let firstAfter = null;           // the cursor after the first line's chunk
   let openLine = null;             // the last line, while its chunk did not end it with a newline
   let source = null;
   let retry = null;
@@ -38,10 +43,29 @@
     return logEl.scrollTop + logEl.clientHeight >= logEl.scrollHeight - 4;
   }
 
-  function newLine(seq, part, text, chunk) {
+  // A chunk's cursor after it: its `next` (an older API's pages have seqs only).
+  function cursorAfter(chunk) {
+    return chunk.next !== undefined ? chunk.next : chunk.seq + 1;
+  }
+
+  // The chunks of one read, each with the cursor before it: the cursor the read started from for
+  // the first, the one after the chunk before it for each other (a read's chunks follow each other).
+  function placed(chunks, start) {
+    let before = start;
+    return chunks.map(function (chunk) {
+      const entry = { chunk: chunk, before: typeof chunk.next === "string" ? before : chunk.seq, after: cursorAfter(chunk) };
+      before = entry.after;
+      return entry;
+    });
+  }
+
+  function newLine(entry, part, text) {
+    const chunk = entry.chunk;
     const line = document.createElement("span");
     line.className = "line";
-    line.dataset.seq = String(seq);
+    line.dataset.seq = String(chunk.seq);
+    line.dataset.before = String(entry.before);
+    line.dataset.after = String(entry.after);
     line.dataset.part = String(part);
     if (chunk && chunk.stage) {
       // Which stage attempt (or shard) printed it; the first line of each run of its lines is
@@ -68,12 +92,18 @@
     if (enabled) earlier.removeAttribute("title"); else earlier.title = "the log starts here";
   }
 
+  // A cursor as a line's data holds it: a plain seq is a number again.
+  function cursorOf(text) {
+    return /^[0-9]+$/.test(text) ? Number(text) : text;
+  }
+
   // Where the first line shown starts, read again whenever the top of the log changes.
   function markFirst() {
     const first = logEl.firstElementChild;
     if (first === null) return;
-    firstSeq = Number(first.dataset.seq);
+    firstSeq = cursorOf(first.dataset.before);
     firstPart = Number(first.dataset.part);
+    firstAfter = cursorOf(first.dataset.after);
   }
 
   // The newest MAX_LINES lines are kept: the oldest go, and "Load earlier" brings them back.
@@ -94,8 +124,9 @@
       dropped.remove();
     }
     if (dropped === null) return;
-    nextSeq = Number(dropped.dataset.seq);
+    nextSeq = cursorOf(dropped.dataset.before);
     nextPart = Number(dropped.dataset.part);
+    nextAfter = cursorOf(dropped.dataset.after);
     openLine = null;  // the line dropped began after a newline: the one above it is whole
     stopStream();
     setConnection("paused: earlier lines shown, Reconnect follows the end");
@@ -103,9 +134,8 @@
 
   // Chunk text appended after what is shown, from its part `fromPart` on (the parts before it are
   // shown already): a chunk may end in the middle of a line.
-  function appendText(chunk, fromPart) {
-    const seq = chunk.seq;
-    const parts = chunk.text.split("\n");
+  function appendText(entry, fromPart) {
+    const parts = entry.chunk.text.split("\n");
     parts.forEach(function (part, index) {
       if (index < fromPart) return;
       const last = index === parts.length - 1;
@@ -113,7 +143,7 @@
       if (openLine !== null && index === 0) {
         openLine.textContent += part;
       } else {
-        openLine = newLine(seq, index, part, chunk);
+        openLine = newLine(entry, index, part);
         logEl.appendChild(openLine);
         markStart(openLine);
       }
@@ -123,11 +153,17 @@
 
   function appendChunks(chunks) {
     const follow = atBottom();
-    for (const chunk of chunks) {
-      if (chunk.seq < nextSeq) continue;  // already shown: never twice
-      appendText(chunk, chunk.seq === nextSeq ? nextPart : 0);
-      nextSeq = chunk.seq + 1;
+    for (const entry of placed(chunks, nextSeq)) {
+      // A job with shards reads its log by cursor (a string: each shard's place, docs/jobs.md): a
+      // page starts at the cursor asked for, its first chunk the one resumed (from nextPart on),
+      // and each chunk's `next` is the cursor after it.
+      const chunk = entry.chunk;
+      const byCursor = typeof chunk.next === "string";
+      if (!byCursor && chunk.seq < nextSeq) continue;  // already shown: never twice
+      appendText(entry, byCursor || chunk.seq === nextSeq ? nextPart : 0);
+      nextSeq = entry.after;
       nextPart = 0;
+      nextAfter = null;
     }
     trim();
     if (follow) logEl.scrollTop = logEl.scrollHeight;
@@ -184,7 +220,7 @@
   function connect() {
     stopStream();
     setConnection("connecting");
-    source = new EventSource("/jobs/" + encodeURIComponent(jobId) + "/stream?from_seq=" + nextSeq);
+    source = new EventSource("/jobs/" + encodeURIComponent(jobId) + "/stream?from_seq=" + encodeURIComponent(nextSeq));
     source.addEventListener("log", function (event) { appendChunks(JSON.parse(event.data).chunks); });
     source.addEventListener("state", function (event) {
       // Live from the stream's first event (always a state), not from its opening: the server
@@ -226,32 +262,38 @@
   }
 
   // The lines just before the first one shown: the chunks before its chunk and, when it does not
-  // start its chunk (the lines above it were trimmed), that chunk's own parts before it.
+  // start its chunk (the lines above it were trimmed), that chunk's own parts before it. The API
+  // pages back from a cursor: the one before that chunk, or the one after it to read it too.
   async function loadEarlier() {
     const seq = firstSeq;
     const part = firstPart;
-    const beforeSeq = part > 0 ? seq + 1 : seq;
-    const response = await fetch("/jobs/" + encodeURIComponent(jobId) + "/logs?before_seq=" + beforeSeq, { credentials: "same-origin" });
+    const after = firstAfter;
+    const beforeSeq = part > 0 ? after : seq;
+    const response = await fetch("/jobs/" + encodeURIComponent(jobId) + "/logs?before_seq=" + encodeURIComponent(beforeSeq), { credentials: "same-origin" });
     if (!response.ok) return;
     const page = await response.json();
     if (seq !== firstSeq || part !== firstPart) return;  // trimmed meanwhile: this page no longer joins the top
     const fragment = document.createDocumentFragment();
     let line = null;
-    for (const chunk of page.chunks) {
-      if (chunk.seq > seq || (chunk.seq === seq && part === 0)) continue;
-      chunk.text.split("\n").forEach(function (text, index, parts) {
-        if (chunk.seq === seq && index >= part) return;  // the first line shown starts here
+    const entries = placed(page.chunks, page.before_seq === null ? 0 : page.before_seq);
+    entries.forEach(function (entry, at) {
+      // Read to the cursor after the first line's chunk: the page's last chunk is that chunk.
+      const own = part > 0 && at === entries.length - 1 && String(entry.after) === String(after);
+      entry.chunk.text.split("\n").forEach(function (text, index, parts) {
+        if (own && index >= part) return;  // the first line shown starts here
         if (index === parts.length - 1 && text === "") { line = null; return; }
-        if (line !== null && index === 0) { line.textContent += text; } else { line = newLine(chunk.seq, index, text, chunk); fragment.appendChild(line); markStart(line); }
+        if (line !== null && index === 0) { line.textContent += text; } else { line = newLine(entry, index, text); fragment.appendChild(line); markStart(line); }
         if (index < parts.length - 1) line = null;
       });
-    }
+    });
     // Text after the last newline of the earlier chunks begins the first line already shown (or,
     // with nothing shown, the line the next chunk goes on).
     const first = logEl.firstElementChild;
     if (line !== null && first !== null) {
       first.textContent = line.textContent + first.textContent;
       first.dataset.seq = line.dataset.seq;
+      first.dataset.before = line.dataset.before;
+      first.dataset.after = line.dataset.after;
       first.dataset.part = line.dataset.part;
       line.remove();
     } else if (line !== null) {
@@ -301,7 +343,8 @@
     openLine = null;
     firstSeq = nextSeq;
     firstPart = nextPart;
-    setEarlier(firstSeq > 0 || firstPart > 0);
+    firstAfter = nextAfter;
+    setEarlier(String(firstSeq) !== "0" || firstPart > 0);
   });
   document.getElementById("log-reconnect").addEventListener("click", connect);
   document.getElementById("log-fullscreen").addEventListener("click", function () {

@@ -43,22 +43,23 @@ def shard_labels(job: dict[str, Any]) -> dict[str, dict[str, str]]:
     return {stage["name"]: {str(shard["shard"]): shard["label"] for shard in stage["shards"]} for stage in job["stages"] if stage.get("shards")}
 
 
-def last_chunks(api: RelevoApi, job_id: str, end: int, lines: int = LOG_TAIL_LINES) -> dict[str, Any]:
-    """Whole chunks before seq `end`, read back a page at a time until they hold `lines` lines:
-    the log's end as the page first shows it. Whole chunks (not the job view's line tail) so that
-    "Load earlier" (before_seq = the first chunk's seq) joins them with no gap and no overlap."""
+def last_chunks(api: RelevoApi, job_id: str, end: int | str, lines: int = LOG_TAIL_LINES) -> dict[str, Any]:
+    """Whole chunks before the cursor `end`, read back a page at a time until they hold `lines`
+    lines: the log's end as the page first shows it. Whole chunks (not the job view's line tail) so
+    that "Load earlier" (before_seq = the cursor before the first chunk) joins them with no gap and
+    no overlap."""
     def count(held: list[dict[str, Any]]) -> int:
         return sum(chunk["text"].count("\n") for chunk in held)
 
     chunks: list[dict[str, Any]] = []
-    before: int | None = end if end > 0 else None
+    before: int | str | None = end if str(end) != "0" else None
+    start = before
     while before is not None and count(chunks) < lines:
         page = api.job_logs(job_id, before_seq=before, limit=TAIL_PAGE_CHUNKS)
         chunks[:0] = page["chunks"]
-        before = page["before_seq"]
-    # A page holds whole chunks: keep only those needed for `lines`.
+        before = start = page["before_seq"]
+    # A page holds whole chunks: keep only those needed for `lines`; the cursor before the first
+    # kept is the one after the chunk dropped last.
     while len(chunks) > 1 and count(chunks[1:]) >= lines:
-        chunks.pop(0)
-    # Seqs are contiguous from 0: a first chunk after 0 means earlier output to load.
-    first = chunks[0]["seq"] if chunks else 0
-    return {"chunks": chunks, "next_seq": chunks[-1]["seq"] + 1 if chunks else end, "before_seq": first or None}
+        start = chunks.pop(0)["next"]
+    return {"chunks": chunks, "next_seq": chunks[-1]["next"] if chunks else end, "before_seq": start}

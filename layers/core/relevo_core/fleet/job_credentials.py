@@ -5,8 +5,12 @@ tags", IAM User Guide).
 
 Why tags and not a session policy per job: AWS caps an inline session policy at 2,048 characters
 of plaintext (AssumeRole, STS API Reference), and a rerun's lineage (a prefix and two partitions
-per earlier job) took a typical policy past it. Tags stay small and fixed in number: 13 here,
+per earlier job) took a typical policy past it. Tags stay small and fixed in number: 14 here,
 where STS allows 50 (keys up to 128 characters, values up to 256).
+
+A session is minted per attempt, so one tag can name what only that attempt writes: `log`, its
+log partition (relevo_core.store.keys.log_partition), the job's own for a stage without shards
+and its shard's own for a shard, so that no shard's session writes a sibling's log or the job's.
 
 Every tag is always set: one that grants nothing is "-", which names no job, project or region
 (none can be "-"), so a statement never rests on how AWS treats a variable without a value.
@@ -17,6 +21,7 @@ from __future__ import annotations
 from relevo_core.aws import client
 from relevo_core.models.agent_session import JobSession
 from relevo_core.models.envelope import JobEnvelope
+from relevo_core.store.keys import log_partition
 
 # What a job of a rerun's lineage may be read for: as many as the agent follows (handoff_sources).
 LINEAGE_TAGS = tuple(f"l{n}" for n in range(1, 9))
@@ -30,9 +35,10 @@ MAX_SESSION_SEC = 3600
 SESSION_MARGIN_SEC = 300
 
 
-def session_tags(envelope: JobEnvelope, lineage: list[str]) -> dict[str, str]:
-    """The tags of a session for `envelope`'s job; `lineage`: the jobs its skipped stages ran in,
-    nearest first (at most len(LINEAGE_TAGS))."""
+def session_tags(envelope: JobEnvelope, lineage: list[str], stage_index: int = 0, shard: int | None = None) -> dict[str, str]:
+    """The tags of a session for `envelope`'s job, for stage `stage_index` (its `shard`, for a
+    stage with shards); `lineage`: the jobs its skipped stages ran in, nearest first (at most
+    len(LINEAGE_TAGS))."""
     if len(lineage) > len(LINEAGE_TAGS):
         raise ValueError(f"a lineage of {len(lineage)} jobs: at most {len(LINEAGE_TAGS)} are read")
     checkout = envelope.checkout
@@ -42,6 +48,8 @@ def session_tags(envelope: JobEnvelope, lineage: list[str]) -> dict[str, str]:
         "region": envelope.region_affinity,
         "signing": f"{envelope.region_affinity}/{envelope.project}" if envelope.signing is not None else NO_GRANT,
         "git": envelope.project if checkout is not None and checkout.credentials_ref else NO_GRANT,
+        # The one log partition the attempt writes (JobPolicy's WriteItsLogAndArtifactRecords).
+        "log": log_partition(envelope.job_id, stage_index, shard),
     }
     for index, name in enumerate(LINEAGE_TAGS):
         tags[name] = lineage[index] if index < len(lineage) else NO_GRANT
@@ -70,7 +78,7 @@ def mint(role_arn: str, envelope: JobEnvelope, stage_index: int, attempt: int, l
         RoleArn=role_arn,
         RoleSessionName=session_name(envelope.job_id, stage_index, attempt, shard),
         DurationSeconds=session_seconds(envelope, stage_index),
-        Tags=[{"Key": key, "Value": value} for key, value in session_tags(envelope, lineage).items()],
+        Tags=[{"Key": key, "Value": value} for key, value in session_tags(envelope, lineage, stage_index, shard).items()],
     )["Credentials"]
     return JobSession(
         access_key_id=answer["AccessKeyId"],

@@ -18,7 +18,8 @@ from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.audit import record_action
 from relevo_core.store.jobs import StatusChanged, get_job_record, query_job_items
 from relevo_core.store.job_purge import delete_job_children, delete_job_record
-from relevo_core.models.envelope import PRIORITY_BOUND
+from relevo_core.models.envelope import PRIORITY_BOUND, read_envelope
+from relevo_core.store.log_chunks import job_log_parts
 from relevo_core.store.wait_order import set_priority
 
 _ATTEMPTS = 5
@@ -169,6 +170,6 @@ def delete_job(table: str, job_id: str, actor: str, now: datetime) -> dict[str, 
     if not status.terminal:
         raise RelevoError(ErrorCode.JOB_NOT_ENDED, f"job {job_id} is {status.value}; only an ended job can be deleted (cancel it first)")
     record_action(table, job_id, "delete", actor, now, status=status.value)
-    removed = delete_job_children(table, job_id)
+    removed = delete_job_children(table, job_id, job_log_parts(read_envelope(record["envelope"])))
     delete_job_record(table, job_id, ENDED_STATUSES)
     return {"job_id": job_id, "deleted": True, "status": status.value, "removed": removed}

@@ -8,9 +8,8 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from relevo_core.jobs.artifacts import artifact_summary
-from relevo_core.job_objects import JobPrefix
-from relevo_core.jobs.handoff_sources import JobContext, context_of
-from relevo_core.jobs.logs import log_tail
+from relevo_core.jobs.handoff_sources import JobContext
+from relevo_core.jobs.logs import log_places, log_tail
 from relevo_core.models.capabilities import describe, unmet
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, QueueReason, StageStatus
 from relevo_core.models.job_view import JobView
@@ -343,6 +342,7 @@ def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
     view["artifact_bytes"] = sum(record.size for record in records if record.removed_at is None)
     view["handoff_bytes"] = sum(record.size for record in records if record.kind == "handoff" and record.removed_at is None)
     # The last lines of the output, read back from the end of the log (never the whole log).
-    view["log_tail"] = log_tail(table, job_id, home=JobPrefix.of(context_of(items).envelope.artifact_uri))
+    parts, home = log_places(items)
+    view["log_tail"] = log_tail(table, job_id, parts, home=home)
     # The API's answer as its OpenAPI document describes it (relevo_core.models.job_view).
     return JobView.model_validate(view).model_dump(mode="json")

@@ -19,6 +19,9 @@ LOG_DEFAULT_LIMIT = 100
 LOG_MAX_LIMIT = 1000
 # Seqs are stored zero-padded to 12 digits (store/keys.py log_sk): larger ones would not sort.
 MAX_SEQ = 10**12 - 1
+# A place in a job's log (relevo_core.jobs.logs): the job's own seq, then `<stage>.<shard>:<seq>` of
+# each shard's log partition past its start (a job has at most 45 shards: plan_limits).
+LOG_CURSOR = r"^(0|[1-9][0-9]{0,11})(,[0-9]{2}\.[0-9]{2}:[0-9]{1,12}){0,45}$"
 
 
 def problems_of(exc: ValidationError, where: str) -> str:
@@ -171,8 +174,9 @@ class LogQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    from_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ, description="page forward: chunks with seq >= from_seq")
-    before_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ, description="page back: the last chunks with seq < before_seq")
+    # Cursors (a page's next_seq / before_seq, a chunk's next): a plain seq for a job without shards.
+    from_seq: str | None = Field(default=None, pattern=LOG_CURSOR, description="page forward: the chunks from this cursor on (a page's next_seq)")
+    before_seq: str | None = Field(default=None, pattern=LOG_CURSOR, description="page back: the last chunks before this cursor (a page's before_seq)")
     limit: int = Field(default=LOG_DEFAULT_LIMIT, ge=1, le=LOG_MAX_LIMIT, description="at most this many chunks")
 
     @model_validator(mode="after")

@@ -1,6 +1,7 @@
 """Access pattern: deleting a job's items — its stage records under `JOB#{job}`, its log chunks
-under `LOGS#{job}`, its artifact records under `ARTIFACTS#{job}` and its task tokens under
-`TOKENS#{job}` — and, last, its record.
+under `LOGS#{job}` and each shard's `LOGS#{job}/{stage}/{shard}` (which shards, from the job's plan:
+the record stays until last, so a purge run again still finds them), its artifact records under
+`ARTIFACTS#{job}` and its task tokens under `TOKENS#{job}` — and, last, its record.
 
 A job may have thousands of log chunks, far beyond one transaction (100 items), so the items go
 in BatchWriteItem deletes of 25. Every delete here is safe to repeat (deleting a missing item is
@@ -74,15 +75,16 @@ def delete_partition(table: str, pk: str, keep_sk: str | None = None) -> int:
     return deleted
 
 
-def delete_job_children(table: str, job_id: str) -> dict[str, int]:
+def delete_job_children(table: str, job_id: str, log_parts: Iterable[tuple[int, int] | None] = (None,)) -> dict[str, int]:
     """Delete the job's stage records, then its log chunks and artifact records; the job record
     stays. The stage records go first: log and artifact writes are fenced on the stage record
     (a ConditionCheck on the attempt's holder), so once it is gone no writer can add a chunk or
-    an artifact record behind the purge."""
+    an artifact record behind the purge. `log_parts`: the job's log partitions
+    (store/log_chunks.job_log_parts of its envelope)."""
     return {
         # Stage records under the job's own partition too: a stack deployed before they had one.
         "stages": delete_partition(table, stages_pk(job_id)) + delete_partition(table, job_pk(job_id), keep_sk=JOB_SK),
-        "log_chunks": delete_partition(table, log_pk(job_id)),
+        "log_chunks": sum(delete_partition(table, log_pk(job_id) if part is None else log_pk(job_id, *part)) for part in log_parts),
         "artifacts": delete_partition(table, artifact_pk(job_id)),
         # Tokens of tasks that no longer wait: the job has ended.
         "task_tokens": delete_partition(table, tokens_pk(job_id)),

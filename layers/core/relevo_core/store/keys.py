@@ -228,9 +228,20 @@ def key(pk: str, sk: str) -> dict[str, dict[str, str]]:
     return {"pk": {"S": pk}, "sk": {"S": sk}}
 
 
-def log_pk(job_id: str) -> str:
+def log_partition(job_id: str, stage_index: int | None = None, shard: int | None = None) -> str:
+    """What follows `LOGS#` in a log partition's key: the job's own log (stages without shards), or
+    one shard's, `<job>/<stage:02d>/<shard:02d>`. Each shard writes a partition of its own, with its
+    own seq: one partition takes at most 1,000 write units a second, a transaction's write costing
+    two ("Best practices for designing and using partition keys effectively", DynamoDB Developer
+    Guide), and shards sharing one seq collided and retried. The job session's `log` tag carries
+    this name (IAM's dynamodb:LeadingKeys grants that partition only, relevo_core.fleet.job_credentials):
+    a tag value allows no `#`, hence `/`, which no job id has (models/shapes.JOB_ID)."""
+    return job_id if shard is None else f"{job_id}/{stage_index:02d}/{shard:02d}"
+
+
+def log_pk(job_id: str, stage_index: int | None = None, shard: int | None = None) -> str:
     # Log chunks live under their own partition: reading a job never pages through its output.
-    return f"LOGS#{job_id}"
+    return f"LOGS#{log_partition(job_id, stage_index, shard)}"
 
 
 def log_sk(seq: int) -> str:
