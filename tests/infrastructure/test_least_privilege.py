@@ -210,3 +210,15 @@ def test_only_the_claim_function_may_mint_a_job_session(rendered):
     assert evaluate([trust], Request("sts:AssumeRole", role, principal=agent_role)) is PolicyDecision.NO_MATCH
     assert _decide([documents["AgentPolicyeuwest"]], Request("sts:AssumeRole", role)) is PolicyDecision.NO_MATCH
     assert _decide([documents["AgentSessionsPolicy"]], Request("sts:TagSession", role)) is PolicyDecision.ALLOW
+
+
+def test_the_functions_that_say_why_a_job_waits_read_its_projects_lock_and_nothing_else_of_it(rendered):
+    # A job queued behind its project says whose approval gate holds it (the lock's `gate`,
+    # relevo_core.jobs.project_wait): the job view, the listing, the queue and the log page read it.
+    _, renderer, documents = rendered
+    table = renderer.get_att("Table", "Arn")
+    for holder in ("JobsFunctionRole", "QueueFunctionRole", "JobOutputFunctionRole"):
+        assert _decide([documents[holder]], _dynamodb(table, "GetItem", f"LOCK#{P}")) is PolicyDecision.ALLOW, holder
+        for action in ("UpdateItem", "PutItem", "DeleteItem"):
+            assert _decide([documents[holder]], _dynamodb(table, action, f"LOCK#{P}")) is PolicyDecision.NO_MATCH, (holder, action)
+    assert _decide([documents["JobPolicy"]], _dynamodb(table, "GetItem", f"LOCK#{P}"), _tags()) is PolicyDecision.NO_MATCH
