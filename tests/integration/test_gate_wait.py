@@ -28,7 +28,7 @@ from tests.helpers.stack import (
     wait_for_execution,
     wait_until,
 )
-from tests.helpers.state_machine import agent_runs, enqueue_job, hold_outside, release_outside, OUTSIDE_HOLDER
+from tests.helpers.state_machine import agent_runs, answer_gate_outside, enqueue_job, gate_outside, hold_outside, release_outside
 
 runner = CliRunner()
 STAGES = [{"name": "build", "run": "make"}, {"name": "upload", "run": "fastlane upload"}]
@@ -173,21 +173,11 @@ def _lock(stack, project_id: str) -> dict:
     return lock_record(stack, project_id)
 
 
-def _gate_outside(stack, project_id: str, since: str) -> None:
-    """The outside holder of the lock waits at a gate, as AwaitApproval says it on the lock."""
-    client("dynamodb").update_item(
-        TableName=stack.table_name, Key={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}},
-        UpdateExpression="SET gate = :gate ADD wake_seq :one",
-        ExpressionAttributeValues={":gate": {"M": {"job_id": {"S": OUTSIDE_HOLDER}, "stage": {"S": "upload"}, "since": {"S": since}}},
-                                   ":one": {"N": "1"}},
-    )
-
-
 def test_the_queue_timeout_counts_again_once_the_gate_is_answered(local_stack, intake_settings, project_id):
     # Given a job queued behind a holder of its project's lock that waits at its gate
     register_project(local_stack, project_id, [{"name": "build", "run": "true"}], queue_timeout_sec=QUEUE_TIMEOUT_SEC)
     hold_outside(local_stack, project_id)
-    _gate_outside(local_stack, project_id, "2026-12-01T10:00:00Z")
+    gate_outside(local_stack, project_id, "2026-12-01T10:00:00Z")
     behind = enqueue_job(local_stack, intake_settings, project_id)
     joined = _joined_the_line(local_stack, behind)
     # it parks behind the gate, for long: it spends none of its queue timeout's cycles
@@ -198,10 +188,7 @@ def test_the_queue_timeout_counts_again_once_the_gate_is_answered(local_stack, i
     assert "CountWaitCycle" not in _entered(local_stack, behind)
 
     # When the gate is answered (the holder runs on: MarkApproved takes the gate off the lock) and the waiter reads the lock
-    client("dynamodb").update_item(
-        TableName=local_stack.table_name, Key={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}},
-        UpdateExpression="REMOVE gate ADD wake_seq :one", ExpressionAttributeValues={":one": {"N": "1"}},
-    )
+    answer_gate_outside(local_stack, project_id)
     wake_next_waiter(local_stack.table_name, project_id)
 
     # Then its queue timeout counts again: it gives up as a job behind a running job does
