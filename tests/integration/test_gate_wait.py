@@ -28,7 +28,15 @@ from tests.helpers.stack import (
     wait_for_execution,
     wait_until,
 )
-from tests.helpers.state_machine import agent_runs, answer_gate_outside, enqueue_job, gate_outside, hold_outside, release_outside
+from tests.helpers.state_machine import (
+    OUTSIDE_HOLDER,
+    agent_runs,
+    answer_gate_outside,
+    enqueue_job,
+    gate_outside,
+    hold_outside,
+    release_outside,
+)
 
 runner = CliRunner()
 STAGES = [{"name": "build", "run": "make"}, {"name": "upload", "run": "fastlane upload"}]
@@ -196,3 +204,24 @@ def test_the_queue_timeout_counts_again_once_the_gate_is_answered(local_stack, i
     assert (described["status"], described.get("error")) == ("FAILED", "Relevo.Timeout.Queue")
     assert job_record(local_stack, behind)["error_cause"] == "the project stayed busy for the whole queue_timeout_sec"
     release_outside(local_stack, project_id)
+
+
+def test_a_release_outside_the_state_machine_takes_the_gate_off_and_a_stale_gate_says_nothing(local_stack, project_id):
+    from relevo_core.store import locks
+
+    # Given a lock whose holder waits at its gate
+    register_project(local_stack, project_id, [{"name": "build", "run": "true"}])
+    hold_outside(local_stack, project_id)
+    gate_outside(local_stack, project_id, "2026-12-01T10:00:00Z")
+    assert locks.approval_gate(local_stack.table_name, project_id) == {
+        "job_id": OUTSIDE_HOLDER, "stage": "upload", "since": "2026-12-01T10:00:00Z"}
+
+    # When cancel or the sweep lets the lock go
+    assert locks.release(local_stack.table_name, project_id, OUTSIDE_HOLDER)
+
+    # Then the lock no longer says anyone waits at a gate
+    assert "gate" not in _lock(local_stack, project_id)
+    assert locks.approval_gate(local_stack.table_name, project_id) is None
+    # and a gate whose job holds no lock (written after a release) is not reported
+    gate_outside(local_stack, project_id, "2026-12-01T10:00:00Z")
+    assert locks.approval_gate(local_stack.table_name, project_id) is None
