@@ -39,6 +39,12 @@ _CLASS_WORDS = {
     "Relevo.Approval.Timeout": "nobody answered its approval gate in time",
 }
 
+# What a class means said of the job as a whole, where no stage failed: a job that waited for
+# its project's lock (job.asl.json's GiveUpWaiting) never reached an agent.
+_JOB_CLASS_WORDS = {
+    "Relevo.Timeout.Queue": "another job of its project held the project for its whole queue_timeout_sec, so it never started",
+}
+
 
 def _json(text: Any) -> dict[str, Any]:
     if isinstance(text, dict):
@@ -63,7 +69,8 @@ def error_sentence(job: dict[str, Any]) -> str | None:
     agent = cause.get("agent_id") or next(
         (s.get("agent_id") for s in job.get("stages") or [] if s.get("name") == stage and s.get("agent_id")), None)
     exit_code = cause.get("exit_code")
-    words = _CLASS_WORDS.get(name, "it failed").format(exit=exit_code if exit_code not in (None, -1) else "non-zero")
+    words = (_JOB_CLASS_WORDS.get(name) if not stage else None) or _CLASS_WORDS.get(name, "it failed").format(
+        exit=exit_code if exit_code not in (None, -1) else "non-zero")
     attempts = detail.get("attempts")
     counted = f", {attempts} attempt{'s' if attempts != 1 else ''}" if isinstance(attempts, int) else ""
     said = [f"{stage} failed" if stage else "The job failed"]

@@ -88,3 +88,21 @@ def release_outside(stack, project_id: str) -> None:
     """Let the lock go the way cancel and the sweeper do, waking the head of the line."""
     assert locks.release(stack.table_name, project_id, OUTSIDE_HOLDER)
     wake_next_waiter(stack.table_name, project_id)
+
+
+def gate_outside(stack, project_id: str, since: str) -> None:
+    """The outside holder of the lock waits at its approval gate, as AwaitApproval says it on the lock."""
+    client("dynamodb").update_item(
+        TableName=stack.table_name, Key={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}},
+        UpdateExpression="SET gate = :gate ADD wake_seq :one",
+        ExpressionAttributeValues={":gate": {"M": {"job_id": {"S": OUTSIDE_HOLDER}, "stage": {"S": "upload"}, "since": {"S": since}}},
+                                   ":one": {"N": "1"}},
+    )
+
+
+def answer_gate_outside(stack, project_id: str) -> None:
+    """The outside holder's gate is answered: the lock no longer says it, as MarkApproved leaves it."""
+    client("dynamodb").update_item(
+        TableName=stack.table_name, Key={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}},
+        UpdateExpression="REMOVE gate ADD wake_seq :one", ExpressionAttributeValues={":one": {"N": "1"}},
+    )

@@ -249,3 +249,15 @@ def _envelope(job_id: str):
     project = Project.model_validate({"id": P, "repo": "acme/app", "region_affinity": "eu-west",
                                       "stages": [{"name": "build", "run": "make"}, {"name": "test", "run": "make test", "parallel": 2}]})
     return largest_envelope(project).model_copy(update={"job_id": job_id})
+
+
+def test_the_functions_that_say_why_a_job_waits_read_its_projects_lock_and_nothing_else_of_it(rendered):
+    # A job queued behind its project says whose approval gate holds it (the lock's `gate`,
+    # relevo_core.jobs.project_wait): the job view, the listing, the queue and the log page read it.
+    _, renderer, documents = rendered
+    table = renderer.get_att("Table", "Arn")
+    for holder in ("JobsFunctionRole", "QueueFunctionRole", "JobOutputFunctionRole"):
+        assert _decide([documents[holder]], _dynamodb(table, "GetItem", f"LOCK#{P}")) is PolicyDecision.ALLOW, holder
+        for action in ("UpdateItem", "PutItem", "DeleteItem"):
+            assert _decide([documents[holder]], _dynamodb(table, action, f"LOCK#{P}")) is PolicyDecision.NO_MATCH, (holder, action)
+    assert _decide([documents["JobPolicy"]], _dynamodb(table, "GetItem", f"LOCK#{P}"), _tags()) is PolicyDecision.NO_MATCH

@@ -6,7 +6,9 @@ more fails (Step Functions Developer Guide, "Avoid reaching the history quota"; 
 here: the events one round of the waiting loop costs on the emulator, and the events of the wake
 that ends it, times the rounds the definition lets a wait take. The loop's period and its bound
 are read from job.asl.json, evaluated on the input intake gives a job with the longest
-queue_timeout_sec a project may declare. A job may wait that long using under half the quota.
+queue_timeout_sec a project may declare. A job may wait that long using under half the quota, and
+behind the longest approval gate as well (its parks behind a gate spend none of its queue
+timeout: execution.gate_wait), still under half.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from relevo_core.models.plan import ApprovalSettings
 from relevo_core.models.project import Project
 from tests.helpers.stack import QueueSlots, history, receive_stage, register_project, table_items, wait_for_execution, wait_until
 from tests.helpers.state_machine import agent_runs
 from tests.helpers.state_machine import enqueue_job
 from tests.helpers.stack import job_record, lock_record
-from tests.helpers.state_machine import hold_outside, release_outside
+from tests.helpers.state_machine import answer_gate_outside, gate_outside, hold_outside, release_outside
 
 ASL = Path(__file__).resolve().parents[2] / "statemachines" / "job.asl.json"
 HISTORY_QUOTA = 25_000
@@ -140,3 +143,80 @@ def test_a_job_that_waits_out_its_queue_timeout_fails_leaves_the_line_and_gives_
     entry = {i["sk"]["S"]: i for i in table_items(local_stack, f"DLQ#{waiter}")}["DLQ"]
     assert entry["error"]["S"] == "Relevo.Timeout.Queue"
     release_outside(local_stack, project_id)
+
+
+def _gate_round_states(asl: dict[str, Any]) -> list[str]:
+    """The states of one round of the waiting loop while the lock's holder waits at its approval
+    gate: as _round_states, but a Choice goes where the lock's gate sends it."""
+    states, name, round_ = asl["States"], ROUND_START, []
+    while True:
+        round_.append(name)
+        state = states[name]
+        timeout = next((c["Next"] for c in state.get("Catch", []) if "States.Timeout" in c["ErrorEquals"]), None)
+        if state["Type"] == "Choice":
+            gated = [c["Next"] for c in state["Choices"] if "$.peek.Item.gate" in json.dumps(c)]
+            name = gated[0] if gated else state["Default"]
+        else:
+            name = timeout if "TimeoutSecondsPath" in state and timeout else state["Next"]
+        if name == ROUND_START:
+            return round_
+
+
+def test_waiting_behind_the_longest_approval_gate_as_well_costs_under_half_of_the_history_quota(
+    local_stack, intake_settings, project_id, monkeypatch,
+):
+    import relevo_core.execution as execution
+
+    asl = json.loads(ASL.read_text())
+    round_, gate_round = _round_states(asl), _gate_round_states(asl)
+    assert "WaitBehindGate" in gate_round and "CountWaitCycle" not in gate_round
+    # Given a job queued behind a holder of its project's lock that waits at its gate, whose parks
+    # there last 1 s (intake's input otherwise: the rounds are counted, not their length)
+    register_project(local_stack, project_id, [{"name": "build", "run": "true"}], queue_timeout_sec=200)
+    hold_outside(local_stack, project_id)
+    gate_outside(local_stack, project_id, "2026-12-01T10:00:00Z")
+    monkeypatch.setattr(execution, "GATE_PARK_SEC", 1)
+    waiter = enqueue_job(local_stack, intake_settings, project_id)
+    monkeypatch.undo()
+
+    def rounds(name: str) -> int:
+        return sum(1 for e in history(local_stack, waiter) if _entered(e) == name)
+
+    wait_until(lambda: rounds("WaitBehindGate") >= 5, 90, "five rounds behind the gate")
+    # When the gate is answered, the job waits on (its queue timeout counting) and the holder lets the lock go
+    answer_gate_outside(local_stack, project_id)
+    wait_until(lambda: rounds("CountWaitCycle") >= 3, 90, "three rounds behind a running holder")
+    release_outside(local_stack, project_id)
+    task, _ = receive_stage(local_stack, waiter, timeout=30)
+
+    # Then each round behind the gate costs the same, and the rounds of a whole wait fit under half the quota
+    events = history(local_stack, waiter)
+    starts = [i for i, e in enumerate(events) if _entered(e) == ROUND_START]
+    acquired = next(i for i, e in enumerate(events) if _entered(e) == "AcquireAsQueueHead")
+    spans = [(starts[k], starts[k + 1]) for k in range(len(starts) - 2)]
+    names = [[_entered(e) for e in events[a:b] if _entered(e)] for a, b in spans]
+    gated = {b - a for (a, b), states in zip(spans, names) if "WaitBehindGate" in states and "IsQueueHead" not in states}
+    busy = {b - a for (a, b), states in zip(spans, names) if "WaitForProject" in states and "IsQueueHead" not in states}
+    assert gate_round in names and round_ in names
+    assert len(gated) == 1 and len(busy) == 1, (gated, busy)
+    per_gate_round, per_round, per_wake = gated.pop(), busy.pop(), acquired - starts[-2]
+    joining, leaving = starts[0], next(i for i, e in enumerate(events) if _entered(e) == "RunStages") - acquired
+
+    longest = _longest_wait_input(local_stack, intake_settings, project_id)
+    _, cycles = _period_and_bound(asl, round_, longest)
+    parks = longest["gate_wait"]["parks"]
+    # Every round of both kinds is counted as the dearest of all: one a wake ends.
+    worst_round = max(per_gate_round, per_round, per_wake)
+    whole_wait = joining + (cycles + parks) * worst_round + leaving
+    print(
+        f"\nwaiting behind an approval gate: {per_gate_round} events per round (every {longest['gate_wait']['park_sec']} s when "
+        f"nothing wakes the waiter), {per_round} behind a running holder, {per_wake} for a round a wake ends; the longest gate "
+        f"takes at most {parks} rounds, the longest queue_timeout_sec {cycles} more: {joining} + ({cycles} + {parks}) x "
+        f"{worst_round} + {leaving} = {whole_wait} events of the {HISTORY_QUOTA:,} an execution may hold"
+    )
+    # The parks cover the longest approval timeout, and the park an approval interrupts.
+    longest_gate = next(m.le for m in ApprovalSettings.model_fields["timeout_sec"].metadata if hasattr(m, "le"))
+    assert (parks - 1) * longest["gate_wait"]["park_sec"] >= longest_gate
+    assert whole_wait < HISTORY_QUOTA / 2
+    agent_runs(local_stack, task)
+    assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"

@@ -147,3 +147,23 @@ def test_the_job_page_shows_what_each_stage_handed_on_restored_and_wrote():
     plain = templates.get_template("job_parts.html").render(
         job=JOB, buttons=[], rerun_from=None, caller="arn:x", level="manage", summary=job_summary(JOB, None, NOW))
     assert "<h2>Handoff</h2>" not in plain
+
+
+def test_a_job_queued_behind_a_gate_names_the_job_its_stage_and_since_when():
+    # Given a queued job whose project's lock holder waits for approval before upload (the job view says so)
+    behind = {"job_id": "j-0", "stage": "upload", "since": "2026-12-01T11:00:00Z"}
+    job = {**JOB, "status": "queued", "current_stage": None, "stages": [_stage("build", 0), _stage("upload", 1)], "artifacts": [],
+           "queue_reason": "project_waiting_for_approval", "waiting_behind": behind,
+           "queue_detail": "job j-0 of its project waits for approval before upload since 2026-12-01T11:00:00Z: this one starts "
+                           "when that one ends, and its queue_timeout_sec does not run meanwhile"}
+
+    # When the job page is rendered
+    html = templates.get_template("job_parts.html").render(
+        job=job, buttons=[], rerun_from=None, caller="arn:x", level="manage", summary=job_summary(job, None, NOW))
+
+    # Then its Waiting row says why, in words, and links the job it waits behind
+    plain = _timeless(html)
+    assert 'title="project_waiting_for_approval"' in html
+    assert "job j-0 of its project waits for approval before upload since 2026-12-01T11:00:00Z" in plain
+    assert '<a href="/jobs/j-0">j-0</a>, waiting 2026-12-01 11:00:00 UTC' in plain
+    assert "another job of its project is running" not in plain

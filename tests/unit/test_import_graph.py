@@ -26,6 +26,7 @@ PLUMBING = {
     "execution_history",
     "execution_input",
     "lock_wait",
+    "gate_wait",
     "work_queue_url",
     "succeed_task",
     "fail_task",

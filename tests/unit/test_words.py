@@ -31,6 +31,16 @@ def test_a_failure_is_a_sentence_naming_the_stage_the_mac_what_happened_and_the_
     assert error_sentence({"error": None}) is None
 
 
+def test_a_job_that_gave_up_waiting_for_its_project_blames_the_project_not_the_agents():
+    # Given a job that waited out its queue timeout behind another job of its project (job.asl.json's GiveUpWaiting)
+    job = {"error": "Relevo.Timeout.Queue", "error_cause": "the project stayed busy for the whole queue_timeout_sec", "stages": []}
+
+    # When it is said in words, then the project's other job is named as the cause, not the agents
+    assert error_sentence(job) == (
+        "The job failed: another job of its project held the project for its whole queue_timeout_sec, so it never started "
+        "(Relevo.Timeout.Queue).")
+
+
 def test_times_are_relative_with_the_exact_one_beside_them():
     assert exact_time("2026-12-02T12:25:37.149180+00:00") == "2026-12-02 12:25:37 UTC"
     assert [time_ago(t, NOW) for t in ("2026-12-02T12:29:58+00:00", "2026-12-02T12:29:00+00:00", "2026-12-02T12:25:37.149180+00:00",

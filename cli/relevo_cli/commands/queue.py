@@ -65,7 +65,8 @@ def queue(
         jobs_table.add_row(
             str(job["queue_position"]), job["job_id"], job["project"], str(job["priority"]), job["region_affinity"] or "",
             job["trigger"] or "", job["ref"] or "", (job["created_at"] or "")[:19],
-            f"{queue_reason_words(job['queue_reason'], job['region_affinity'])} ({job['queue_reason']})" if job["queue_reason"] else "",
+            f"{queue_reason_words(job['queue_reason'], job['region_affinity'], job.get('queue_detail'))} ({job['queue_reason']})"
+            if job["queue_reason"] else "",
         )
     console.print(jobs_table)
     agents_table = Table(title=f"{len(view['agents'])} agent(s)")

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client, error_code
 from relevo_core.config import IntakeSettings
 from relevo_core.models.envelope import JobEnvelope
-from relevo_core.models.plan import StagePlan
+from relevo_core.models.plan import MAX_APPROVAL_TIMEOUT_SEC, StagePlan
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.store.keys import shard_sk, stage_sk
 
@@ -59,6 +59,23 @@ def lock_wait(queue_timeout_sec: int) -> dict[str, int]:
     period and the number of parks a wait of queue_timeout_sec may use."""
     fallback_sec = min(LOCK_WAIT_MAX_FALLBACK_SEC, max(1, math.ceil(queue_timeout_sec / LOCK_WAIT_READS)))
     return {"fallback_sec": fallback_sec, "cycles": math.ceil(queue_timeout_sec / fallback_sec)}
+
+
+# While the job holding the project's lock waits at its approval gate (AwaitApproval writes `gate`
+# on the lock, MarkApproved and every release take it off), a job queued behind it does not spend
+# its queue timeout, which is the wait for a Mac: it parks in WaitBehindGate for GATE_PARK_SEC at
+# a time, woken like any waiter when the lock is freed, and each such park spends one of `parks`,
+# enough for the longest gate and the park an approval interrupts. Its queue timeout counts
+# again from its next read of the lock, at most GATE_PARK_SEC after the approval. Once they are
+# spent (gates one after another) a gate's wait counts as any other, so a wait costs at most
+# lock_wait's cycles plus these parks of history (test_waiting_history.py).
+GATE_PARK_SEC = 2 * 3600
+
+
+def gate_wait() -> dict[str, int]:
+    """The parks job.asl.json's WaitBehindGate / CountGateCycle spend while the project's lock
+    holder waits for approval."""
+    return {"park_sec": GATE_PARK_SEC, "parks": math.ceil(MAX_APPROVAL_TIMEOUT_SEC / GATE_PARK_SEC) + 1}
 
 
 def _attribute(name: str | None) -> dict[str, Any]:
@@ -121,6 +138,8 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
         "queue_timeout_sec": envelope.queue_timeout_sec,
         # How a job waiting for its project's lock parks (see lock_wait).
         "lock_wait": lock_wait(envelope.queue_timeout_sec),
+        # How it parks while the job holding the lock waits at its approval gate (see gate_wait).
+        "gate_wait": gate_wait(),
         # The streak of conflicts the current transactional state has retried (job.asl.json's
         # <State>Canceled choices retry at most 5, with backoff and full jitter).
         "conflict": {"retries": 0},

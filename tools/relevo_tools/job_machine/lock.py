@@ -36,14 +36,19 @@ NOT_QUEUED = "NoLongerQueued"
 # The job leaves the queue: what intake and the wait wrote for a queued job goes.
 LEAVE_QUEUE = f"REMOVE {keys.START_PENDING_ATTRIBUTE}, queue_reason, {keys.WAITING_FOR_ATTRIBUTE}, {keys.WAKE_TOKEN_ATTRIBUTE}"
 COUNT = {"#count": "count"}
+# The lock's `gate`: the holder waits at its approval gate ({job_id, stage, since}), written by
+# AwaitApproval and taken off by MarkApproved (stage.py), by every release, and by an acquire
+# (a lock with room has no holder whose gate it could be). A job queued behind such a holder
+# parks in WaitBehindGate, which spends none of its queue timeout (execution.gate_wait).
+GATE = "gate"
 # Acquiring: one more holder, this execution, while the lock has room and this execution is not a holder yet.
-ACQUIRE = "SET #count = if_not_exists(#count, :zero) + :one, kind = :kind ADD holders :me"
+ACQUIRE = f"SET #count = if_not_exists(#count, :zero) + :one, kind = :kind REMOVE {GATE} ADD holders :me"
 HAS_ROOM = "(attribute_not_exists(#count) OR #count < :limit) AND NOT contains(holders, :name)"
 ACQUIRE_VALUES = {
     ":zero": {"N": "0"}, ":one": {"N": "1"}, ":limit": {"N": "1"}, ":kind": {"S": keys.LOCK_KIND}, ":me": ME,
     ":name": {"S.$": EXECUTION_NAME},
 }
-RELEASE = "ADD #count :minus_one, wake_seq :one DELETE holders :me"
+RELEASE = f"ADD #count :minus_one, wake_seq :one DELETE holders :me REMOVE {GATE}"
 HOLDS = "contains(holders, :name)"
 RELEASE_VALUES = {":minus_one": {"N": "-1"}, ":me": ME, ":name": {"S.$": EXECUTION_NAME}, ":one": {"N": "1"}}
 
@@ -80,6 +85,17 @@ def _wait_order_head(result_path: str, next_state: str, comment: str, **extra: A
         **extra,
         "Next": next_state,
     }
+
+
+def _park() -> list[dict[str, Any]]:
+    """A waiter's park: conditional on the lock's wake_seq it last read, its task token kept on
+    its record (wake_token) for whoever frees the lock, while the job is queued."""
+    return [
+        {"ConditionCheck": {"TableName": TABLE, "Key": lock_key(), "ConditionExpression": "wake_seq = :seen",
+                            "ExpressionAttributeValues": {":seen": {"N.$": "$.peek.Item.wake_seq.N"}}}},
+        {"Update": update(job_key(), f"SET {keys.WAKE_TOKEN_ATTRIBUTE} = :token", condition="#status = :queued", names=STATUS,
+                          values={":token": {"S.$": "$$.Task.Token"}, ":queued": {"S": JobStatus.QUEUED.value}})},
+    ]
 
 
 def acquire(first_stage: str) -> States:
@@ -162,11 +178,11 @@ def acquire(first_stage: str) -> States:
     states |= {
         "PeekProjectLock": {
             "Type": "Task",
-            "Comment": "A waiter reads the lock item (one strongly consistent GetItem): whether it is free, and its wake_seq, which "
-            "the waiter parks on. It asks who goes next only once the lock is free: the index query runs once per waiter per "
-            "handoff, not on every read.",
+            "Comment": "A waiter reads the lock item (one strongly consistent GetItem): whether it is free, its wake_seq, which "
+            "the waiter parks on, and whether its holder waits at its approval gate. It asks who goes next only once the lock is "
+            "free: the index query runs once per waiter per handoff, not on every read.",
             "Resource": "arn:aws:states:::dynamodb:getItem",
-            "Parameters": get(lock_key(), "#count, wake_seq", COUNT),
+            "Parameters": get(lock_key(), f"#count, wake_seq, {GATE}", COUNT),
             "ResultPath": "$.peek",
             "Next": "IsLockFree",
         },
@@ -175,6 +191,8 @@ def acquire(first_stage: str) -> States:
             "Choices": [
                 {"Variable": "$.peek.Item.count.N", "IsPresent": False, "Next": "FindQueueHead"},
                 {"Variable": "$.peek.Item.count.N", "StringEquals": "0", "Next": "FindQueueHead"},
+                {"And": [{"Variable": f"$.peek.Item.{GATE}", "IsPresent": True},
+                         {"Variable": "$.gate_wait.parks", "NumericGreaterThan": 0}], "Next": "WaitBehindGate"},
             ],
             "Default": "WaitForProject",
         },
@@ -195,12 +213,7 @@ def acquire(first_stage: str) -> States:
     }
     states |= transaction(
         "WaitForProject",
-        [
-            {"ConditionCheck": {"TableName": TABLE, "Key": lock_key(), "ConditionExpression": "wake_seq = :seen",
-                                "ExpressionAttributeValues": {":seen": {"N.$": "$.peek.Item.wake_seq.N"}}}},
-            {"Update": update(job_key(), f"SET {keys.WAKE_TOKEN_ATTRIBUTE} = :token", condition="#status = :queued", names=STATUS,
-                              values={":token": {"S.$": "$$.Task.Token"}, ":queued": {"S": JobStatus.QUEUED.value}})},
-        ],
+        _park(),
         comment="Park until woken. The job's record keeps this task's token (wake_token): whoever frees the lock or leaves the "
         "line (the releasing execution, cancel, the sweeper) sends it back to the first job of the waiting order, which then "
         "reads the lock again. Parking is refused when the lock's wake_seq moved since the waiter read it (a release or a "
@@ -218,7 +231,31 @@ def acquire(first_stage: str) -> States:
         next_state="CountWaitCycle",
         refused="CountWaitCycle",
     )
+    states |= transaction(
+        "WaitBehindGate",
+        _park(),
+        comment="Park while the job holding the lock waits at its approval gate: the queue timeout is the wait for a Mac, and "
+        "a person's sign-off is not, so this park spends none of the lock_wait cycles but one of the job's gate_wait parks, "
+        "each gate_wait.park_sec long. A release wakes it as it wakes WaitForProject (the same wake_token); an approval does "
+        "not, so the queue timeout counts again from the next read of the lock. With the gate_wait parks spent, a gated "
+        "holder's wait counts like any other (IsLockFree), which bounds the history.",
+        canceled_comment="Refused to park: a conflict is retried; the job's own condition (the second item) means it left the "
+        "queue; otherwise the lock's wake_seq moved since it was read, so the waiter reads it again.",
+        waits_for_token=True,
+        timeout_path="$.gate_wait.park_sec",
+        before_catch=[{"ErrorEquals": ["States.Timeout"], "ResultPath": None, "Next": "CountGateCycle"}],
+        refusals=[{"Variable": "$.conflict.error.Cause", "StringMatches": "*, ConditionalCheckFailed]*", "Next": NOT_QUEUED}],
+        kept_conflicting="CountGateCycle",
+        next_state="CountGateCycle",
+        refused="CountGateCycle",
+    )
     states |= {
+        "CountGateCycle": {
+            "Type": "Pass",
+            "Parameters": {"park_sec.$": "$.gate_wait.park_sec", "parks.$": "States.MathAdd($.gate_wait.parks, -1)"},
+            "ResultPath": "$.gate_wait",
+            "Next": "PeekProjectLock",
+        },
         "CountWaitCycle": {
             "Type": "Pass",
             "Parameters": {"fallback_sec.$": "$.lock_wait.fallback_sec", "cycles.$": "States.MathAdd($.lock_wait.cycles, -1)"},

@@ -24,6 +24,7 @@ from relevo_tools.job_machine.asl import (
     backoff_retry,
     formatted,
     job_key,
+    lock_key,
     number_at,
     stage_key,
     stage_token_sk,
@@ -32,6 +33,7 @@ from relevo_tools.job_machine.asl import (
     transaction,
     update,
 )
+from relevo_tools.job_machine.lock import GATE
 from relevo_tools.job_machine.shards import fan_out
 
 # The approval gate is the condition of the stage's dispatch write, picked by the stage's `gate`
@@ -94,10 +96,18 @@ def approval_gate(approved: str) -> States:
                     values={":waiting": {"S": JobStatus.WAITING.value}, ":stage": string_at("$.stage.name"), ":writer": WRITER, ":now": NOW},
                 )},
                 {"Put": token_item(keys.APPROVAL_TOKEN_SK, {"stage": string_at("$.stage.name")})},
+                # The project's lock says its holder waits for a person: the jobs queued behind it
+                # park without spending their queue timeout (lock.py, WaitBehindGate), and say why.
+                {"Update": update(
+                    lock_key(), f"SET {GATE} = :gate ADD wake_seq :one",
+                    values={":gate": {"M": {"job_id": string_at("$.job_id"), "stage": string_at("$.stage.name"), "since": NOW}},
+                            ":one": {"N": "1"}},
+                )},
             ],
             comment="The job waits; POST /jobs/{id}/approve or /reject answers the token, which is kept in the job's token "
             "partition (TOKENS#, readable by no job session: docs/architecture.md, \"Trust boundaries\"), not on the job record "
-            "that the job's agents read. Neither item has a condition, so a cancelled transaction is a conflict (or a throttle) "
+            "that the job's agents read. The project's lock it holds says so (`gate`), and its wake_seq moves so a waiter about "
+            "to park reads it first. No item has a condition, so a cancelled transaction is a conflict (or a throttle) "
             "and is retried with a new token; the approve route only ever fails this task with Relevo.Approval.Rejected.",
             waits_for_token=True,
             timeout_path="$.stage.approval_timeout_sec",
@@ -124,9 +134,12 @@ def approval_gate(approved: str) -> States:
                     values={":now": NOW, ":pending": {"S": StageStatus.PENDING.value}, ":name": string_at("$.stage.name"),
                             ":index": number_at("$.stage.index"), ":writer": WRITER, ":ttl": number_at("$.ttl")},
                 )},
+                # Its project runs again: the jobs behind it count their queue timeout again.
+                {"Update": update(lock_key(), f"REMOVE {GATE} ADD wake_seq :one", values={":one": {"N": "1"}})},
             ],
             comment="Approved: the job runs again, and the gated stage's record says so (approved_at), which lets its dispatch "
-            "through. Neither update has a condition, so a cancellation is a conflict (or a throttle) and is retried.",
+            "through; the project's lock no longer says its holder waits at a gate. No update has a condition, so a "
+            "cancellation is a conflict (or a throttle) and is retried.",
             next_state=approved,
         ),
         "ApprovalTimedOut": _failure(ErrorClass.APPROVAL_TIMEOUT.value, "approval_timeout", "NotifyApprovalTimedOut"),

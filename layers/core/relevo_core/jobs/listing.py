@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from relevo_core.aws import in_this_context
 from relevo_core.config import AccessSettings
+from relevo_core.jobs.project_wait import with_project_waits
 from relevo_core.models.requests import JobListQuery
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
 from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
@@ -202,7 +203,8 @@ def list_jobs(
             job["queue_position"] = position
     else:
         found.sort(key=lambda job: (job.get("created_at") or "", job["job_id"]), reverse=True)
-    page = found[: query.limit]
+    # A job queued for its project: whether a job of the project runs, or waits at its approval gate.
+    page = with_project_waits(table, found[: query.limit])
     if stage_progress:
         page = with_stages(table, page)
     else:

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping
 from relevo_core.jobs.artifacts import artifact_summary
 from relevo_core.jobs.handoff_sources import JobContext
 from relevo_core.jobs.logs import log_places, log_tail
+from relevo_core.jobs.project_wait import project_wait, waits_for_project
 from relevo_core.models.capabilities import describe, unmet
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, QueueReason, StageStatus
 from relevo_core.models.job_view import JobView
@@ -20,6 +21,7 @@ from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.models.envelope import read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
+from relevo_core.store.locks import approval_gate
 from relevo_core.models.plan import StagePlan
 from relevo_core.store.keys import JOB_SK, is_stage_sk, shard_of_sk
 
@@ -301,11 +303,32 @@ def unclaimed_shards(items: Iterable[Mapping[str, Any]], view: Mapping[str, Any]
 def waiting_reason(
     table: str, view: Mapping[str, Any], now: datetime, items: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[str | None, str | None, list[dict[str, Any]]]:
-    """(queue_reason, queue_detail, waiting_shards) of a job view: the reason the state machine
-    recorded (project_running) stays; while a stage of a live job, or shards of one (from the
-    job's `items`), are dispatched and unclaimed, why no agent took them (agent_offline,
-    agent_busy, …), from the region's presence and pauses. `waiting_shards` says it of each
-    shard: `{stage, shard, attempt, queue_reason, queue_detail}`."""
+    """(queue_reason, queue_detail, waiting_shards) of a job view (see queue_wait)."""
+    reason, detail, shards, _behind = queue_wait(table, view, now, items)
+    return reason, detail, shards
+
+
+def queue_wait(
+    table: str, view: Mapping[str, Any], now: datetime, items: Iterable[Mapping[str, Any]] = (),
+) -> tuple[str | None, str | None, list[dict[str, Any]], dict[str, Any] | None]:
+    """(queue_reason, queue_detail, waiting_shards, waiting_behind) of a job view. A job queued
+    for its project (the state machine recorded project_running) says project_running while a
+    job of the project runs, and project_waiting_for_approval, naming that job, its stage and
+    since when (`waiting_behind`), while the job holding the project's lock waits at its
+    approval gate (the lock says so: relevo_core.jobs.project_wait). While a stage of a live
+    job, or shards of one (from the job's `items`), are dispatched and unclaimed, why no agent
+    took them (agent_offline, agent_busy, …), from the region's presence and pauses.
+    `waiting_shards` says it of each shard: `{stage, shard, attempt, queue_reason, queue_detail}`."""
+    if waits_for_project(view):
+        reason, detail, behind = project_wait(view["queue_reason"], approval_gate(table, view["project"]))
+        return reason, detail, [], behind
+    reason, detail, shards = _agent_wait(table, view, now, items)
+    return reason, detail, shards, None
+
+
+def _agent_wait(
+    table: str, view: Mapping[str, Any], now: datetime, items: Iterable[Mapping[str, Any]] = (),
+) -> tuple[str | None, str | None, list[dict[str, Any]]]:
     unclaimed = [stage for stage in view["stages"] if stage["status"] == StageStatus.DISPATCHED.value][:1]
     shards = unclaimed_shards(items, view)
     if view["queue_reason"] is not None or not (unclaimed or shards) or JobStatus(view["status"]).terminal:
@@ -333,7 +356,7 @@ def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
     project_running, stays); `waiting_shards` says it of each shard that waits."""
     items = query_job_items(table, job_id)
     view = job_items_to_view(items)
-    view["queue_reason"], view["queue_detail"], view["waiting_shards"] = waiting_reason(table, view, now, items)
+    view["queue_reason"], view["queue_detail"], view["waiting_shards"], view["waiting_behind"] = queue_wait(table, view, now, items)
     records = list_artifacts(table, job_id)
     view["artifacts"] = [artifact_summary(record) for record in records if record.kind != "handoff"]
     # The job's artifact total beside its project's bound (artifact.max_job_bytes), when it has one:

@@ -75,6 +75,14 @@ class StageView(BaseModel):
     )
 
 
+class WaitingBehind(BaseModel):
+    """The job of the project a queued job waits behind, while that one waits at its approval gate."""
+
+    job_id: str
+    stage: str = Field(description="the stage it waits for approval before")
+    since: str = Field(description="when it began to wait there (ISO 8601)")
+
+
 class JobView(BaseModel):
     """A job, its stages in plan order, its artifacts and the tail of its log."""
 
@@ -94,8 +102,16 @@ class JobView(BaseModel):
     updated_at: str | None = None
     ended_at: str | None = None
     current_stage: str | None = None
-    queue_reason: str | None = None
-    queue_detail: str | None = None
+    queue_reason: str | None = Field(
+        None,
+        description="why a queued job, or a dispatched stage, waits: project_running (another job of its project runs), "
+        "project_waiting_for_approval (the job of its project ahead of it waits at its approval gate: waiting_behind), "
+        "agent_offline, agent_busy, agent_paused, no_matching_agent, agent_low_disk",
+    )
+    queue_detail: str | None = Field(None, description="the queue reason in a sentence, where it has more to say than its code")
+    waiting_behind: WaitingBehind | None = Field(
+        None, description="project_waiting_for_approval: the job that holds the project and waits for approval",
+    )
     waiting_shards: list[dict[str, Any]] = Field(
         [], description="the shards dispatched and not claimed yet, each with why it waits: {stage, shard, attempt, queue_reason, queue_detail}"
     )

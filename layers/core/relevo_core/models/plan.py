@@ -25,6 +25,9 @@ Attempts = Annotated[int, Field(ge=1, le=MAX_ATTEMPTS)]
 # 288 parks of history at most (execution.lock_wait): under half of Step Functions' 25,000-event
 # execution history quota (tests/integration/test_waiting_history.py).
 MAX_QUEUE_TIMEOUT_SEC = 24 * 3600
+# The longest an approval gate waits for its answer (ApprovalSettings.timeout_sec); a job queued
+# behind it waits that long without spending its queue timeout (execution.gate_wait).
+MAX_APPROVAL_TIMEOUT_SEC = 7 * 24 * 3600
 
 
 class _Frozen(BaseModel):
@@ -338,11 +341,11 @@ class ApprovalSettings(_Frozen):
     # Both spellings stay readable (stored projects and frozen envelopes carry them); the reference
     # documents timeout_sec, like every other timeout of a project.
     timeout_minutes: int = Field(
-        default=0, ge=0, le=7 * 24 * 60,
+        default=0, ge=0, le=MAX_APPROVAL_TIMEOUT_SEC // 60,
         description="The same wait in whole minutes (0: 24 hours), kept for older project files; timeout_sec wins when both are set.",
     )
     timeout_sec: int | None = Field(
-        default=None, ge=1, le=7 * 24 * 3600,
+        default=None, ge=1, le=MAX_APPROVAL_TIMEOUT_SEC,
         description="How long the gate waits for an answer, in seconds (default 86400, 24 hours); then the job fails "
         "with Relevo.Approval.Timeout.",
     )

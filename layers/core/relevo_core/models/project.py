@@ -365,7 +365,8 @@ class Project(RunPlanMixin):
     queue_timeout_sec: int = Field(
         default=900, ge=1, le=MAX_QUEUE_TIMEOUT_SEC,
         description="How long a stage waits on the region's queue for an agent to claim it, and a job for its "
-        "project's lock; then the attempt fails with Relevo.Timeout.Queue.",
+        "project's lock while another job of the project runs (not while that job waits at its approval gate); then the "
+        "attempt fails with Relevo.Timeout.Queue.",
     )
     lease_ttl_sec: int = Field(
         default=60, ge=3, le=3600,

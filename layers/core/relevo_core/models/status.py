@@ -63,7 +63,11 @@ class HeldReason(str, Enum):
 
 
 class QueueReason(str, Enum):
+    # Another job of its project holds the project's lock and runs.
     PROJECT_RUNNING = "project_running"
+    # The job holding the project's lock waits at its approval gate (the views name it, the stage
+    # and since when: relevo_core.jobs.project_wait); the queue timeout does not run meanwhile.
+    PROJECT_WAITING_FOR_APPROVAL = "project_waiting_for_approval"
     AGENT_BUSY = "agent_busy"
     AGENT_OFFLINE = "agent_offline"
     # Every online agent of the region is paused (or draining), or the region's dispatch is.
@@ -80,6 +84,8 @@ def queue_reason_words(reason: str, region: str | None = None, detail: str | Non
     where = f"region affinity {region}" if region else "its region affinity"
     words = {
         QueueReason.PROJECT_RUNNING.value: "another job of its project is running: it starts when that one ends",
+        QueueReason.PROJECT_WAITING_FOR_APPROVAL.value: detail
+        or "the job of its project ahead of it waits for approval: it starts when that one ends",
         QueueReason.AGENT_OFFLINE.value: f"no agent of {where} is online",
         QueueReason.AGENT_BUSY.value: f"every agent of {where} has all its slots in use",
         QueueReason.AGENT_PAUSED.value: f"the agents of {where} are paused or draining, or its dispatch is paused",

@@ -1,8 +1,13 @@
 """Access pattern: the per-project lock (a DynamoDB semaphore the state machine takes and gives
-back), seen from the sweeper, which frees holders whose execution has ended."""
+back), seen from the sweeper, which frees holders whose execution has ended, and from the views,
+which say whose approval gate a queued job waits behind."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from relevo_core.aws import client
+from relevo_core.store.codec import from_attributes
 from relevo_core.store.conditional import update_if
 from relevo_core.store.keys import LOCK_KIND, LOCK_SK, key, lock_pk
 from relevo_core.store.kinds import items_of_kind
@@ -34,10 +39,26 @@ def release(table: str, project_id: str, execution_name: str) -> bool:
     return update_if(
         TableName=table,
         Key=key(lock_pk(project_id), LOCK_SK),
-        UpdateExpression="ADD #count :minus_one, wake_seq :one DELETE holders :me",
+        # Its holder no longer waits at an approval gate either (job.asl.json's AwaitApproval writes `gate`).
+        UpdateExpression="ADD #count :minus_one, wake_seq :one DELETE holders :me REMOVE gate",
         ConditionExpression="contains(holders, :name)",
         ExpressionAttributeNames={"#count": "count"},
         ExpressionAttributeValues={
             ":minus_one": {"N": "-1"}, ":one": {"N": "1"}, ":me": {"SS": [execution_name]}, ":name": {"S": execution_name},
         },
     )
+
+
+def approval_gate(table: str, project_id: str) -> dict[str, Any] | None:
+    """`{job_id, stage, since}` while the job holding the project's lock waits at its approval
+    gate (job.asl.json's AwaitApproval writes it on the lock, MarkApproved and every release take
+    it off); None otherwise. One GetItem, eventually consistent: a view may say the gate a moment
+    after it was answered. A gate whose job no longer holds the lock says nothing."""
+    item = client("dynamodb").get_item(
+        TableName=table, Key=key(lock_pk(project_id), LOCK_SK), ProjectionExpression="gate, holders",
+    ).get("Item")
+    lock = from_attributes(item) if item else {}
+    gate = lock.get("gate")
+    if not gate or gate.get("job_id") not in (lock.get("holders") or set()):
+        return None
+    return {"job_id": gate["job_id"], "stage": gate.get("stage"), "since": gate.get("since")}
