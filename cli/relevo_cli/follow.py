@@ -26,10 +26,13 @@ from typing import Any, Callable, Collection
 import requests
 
 from relevo_cli.api import ApiError
+from relevo_cli.words import attempt_words
+from relevo_core.jobs.reconciliations import decided_by_reconcile, reconciled_line
 
 # Exit codes of `relevo job logs -f`: the job's outcome.
 OUTCOME_EXIT_CODES = {"succeeded": 0, "failed": 1, "canceled": 1}
-ENDED_STAGE = frozenset({"succeeded", "warning", "failed", "skipped", "canceled"})
+# manual_review: its attempt decided (reconciled) without running; a person's resolution follows.
+ENDED_STAGE = frozenset({"succeeded", "warning", "failed", "skipped", "canceled", "manual_review"})
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -235,6 +238,10 @@ def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = Non
     status = stage["status"]
     label = f"{name}#{attempt}" if attempt > 1 else name
     where = f" on {stage['agent_id']}" if stage.get("agent_id") else ""
+    # The attempt decided an earlier one's effect rather than run: said as such, whatever it ended.
+    reconciled = reconciled_line(name, decided_by_reconcile(stage)) if stage.get("attempt") == attempt else None
+    if reconciled:
+        return reconciled
     if status == "succeeded":
         return f"{label} succeeded{where}"
     if status == "warning":
@@ -242,10 +249,28 @@ def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = Non
     if status == "failed":
         exit_code = stage.get("exit_code")
         code = f"exit {exit_code}, " if exit_code not in (None, -1) else ""
-        return f"{label} failed{where}: {code}{stage.get('error_class') or 'no cause recorded'}"
+        return f"{label} failed{where}: " + (_failed_shards(name, stage) or f"{code}{stage.get('error_class') or 'no cause recorded'}")
     if status == "skipped":
+        rejected = stage.get("rejected")
+        if rejected:
+            return f"{name} skipped: rejected by {rejected.get('actor')} at its approval gate" + (
+                f": {rejected['reason']}" if rejected.get("reason") else "")
         return f"{name} skipped" + (f" (done by {stage['reused_from']})" if stage.get("reused_from") else "")
     return f"{label} {status}"
+
+
+def _failed_shards(name: str, stage: dict[str, Any]) -> str:
+    """A stage with shards that failed: which of its shards failed, and how the first did (its
+    command's exit in words, as `relevo job view` says it)."""
+    failed = [shard for shard in stage.get("shards") or [] if shard["shard"] in (stage.get("failed_shards") or [])]
+    if not failed:
+        return ""
+    first = failed[0]
+    exit_code = first.get("exit_code")
+    words = attempt_words({"error": first.get("error_class"), "cause": {"exit_code": exit_code}}) if first.get("error_class") else "failed"
+    where = f" on {first['agent_id']}" if first.get("agent_id") else ""
+    others = f" (and {len(failed) - 1} more shard{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
+    return f"{name}[{first.get('label', first['shard'])}] failed{where}: {words}{others}"
 
 
 @dataclass

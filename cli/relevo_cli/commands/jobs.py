@@ -19,6 +19,7 @@ from rich.table import Table
 from relevo_cli.cli_errors import JobId, ProjectId, UserMistake
 from relevo_cli.commands.common import StackOption, add_column, console, errors, print_trigger, stack_api
 from relevo_cli.words import artifact_stage, error_sentence, format_duration, seconds_between, shard_name, time_ago
+from relevo_core.jobs.reconciliations import reconciled_line, reconciled_status
 from relevo_core.models.status import queue_reason_words
 from relevo_core.models.transfer import TransferProgress, human_bytes
 
@@ -56,7 +57,8 @@ def _attempt_cells(run: dict, now: datetime) -> list[str]:
     """status, attempt, agent, duration, exit, error of a stage's or a shard's shown attempt."""
     seconds = seconds_between(run.get("started_at"), run.get("ended_at"), now)
     return [
-        run["status"],
+        # `reconciled`: the attempt found the earlier one's effect done and did not run (its note says how).
+        reconciled_status(run),
         str(run["attempt"] or ""),
         run["agent_id"] or "",
         "" if seconds is None else format_duration(seconds),
@@ -96,6 +98,7 @@ def job_notes(job: dict) -> list[str]:
         warned = ", ".join(job["warning_stages"])
         notes.append(f"succeeded with warnings in {warned}" if job["status"] == "succeeded" else f"warnings so far in {warned}")
         notes += [f"{stage['name']} warning: {stage['warning']}" for stage in job["stages"] if stage.get("warning")]
+    notes += reconciled_notes(job)
     if job.get("waiting_stage"):
         notes.append(gate_line(job["job_id"], job["waiting_stage"]))
     decision = job.get("approval_decision")
@@ -112,6 +115,21 @@ def job_notes(job: dict) -> list[str]:
             if transfer["attempt"] != stage.get("attempt"):
                 notes.append(f"{stage['name']} attempt {transfer['attempt']}: {transfer_text(transfer)}")
     notes += handoff_notes(job)
+    return notes
+
+
+def reconciled_notes(job: dict) -> list[str]:
+    """Each stage (or shard) whose attempt reconciled an earlier one's unknown outcome: what the
+    probe found and what was done (`upload#2 reconciled on mac-t1: the effect of attempt 1 exists
+    (probe exit 0); not run again`), every reconciliation of the stage, oldest first."""
+    notes = []
+    for stage in job["stages"]:
+        entries = stage.get("reconciliations") or ([stage["reconciled"]] if stage.get("reconciled") else [])
+        notes += [line for line in (reconciled_line(stage["name"], entry) for entry in entries) if line]
+        for shard in stage.get("shards") or []:
+            line = reconciled_line(shard_name(stage["name"], shard), shard.get("reconciled"))
+            if line:
+                notes.append(line)
     return notes
 
 
@@ -206,7 +224,9 @@ def jobs(
     for job in listing["jobs"]:
         row = [] if not queued else [str(job["queue_position"])]
         status_cell = f"{job['status']} ({job['held_reason']})" if job.get("held_reason") else job["status"]
-        row += [job["job_id"], job["project"], status_cell, progress_text(job), job["trigger"] or "", job["ref"] or "",
+        # The commit it builds: the trigger's, or the one its first checkout resolved the ref to.
+        ref_cell = (job["ref"] or "") + (f" @ {job['commit'][:8]}" if job.get("commit") else "")
+        row += [job["job_id"], job["project"], status_cell, progress_text(job), job["trigger"] or "", ref_cell,
                 job["region_affinity"] or "", str(job["priority"]), time_ago(job["created_at"], now),
                 (job["queue_reason"] or "") if queued else (job["last_successful_stage"] or "")]
         table.add_row(*row)

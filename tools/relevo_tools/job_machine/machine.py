@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import JobStatus
 from relevo_core.store import keys
 
@@ -87,7 +88,16 @@ def failed() -> States:
                         ":cause": string_at("$.error.Cause"), ":writer": WRITER, ":now": NOW},
             ),
             "ResultPath": None,
-            "Next": "ReadJobForDeadLetter",
+            "Next": "RejectedOrDeadLetter",
+        },
+        "RejectedOrDeadLetter": {
+            "Type": "Choice",
+            "Comment": "A job rejected at its approval gate is not dead-lettered: a person decided it, there is nothing to resume "
+            "or redrive, and it must not page anyone watching the DLQ nor count towards its key's DLQ freeze. Its record keeps "
+            "the error (Relevo.Approval.Rejected) and who rejected it and why (approval_decision); docs/architecture.md.",
+            "Choices": [{"Variable": "$.error.Error", "StringEquals": ErrorClass.APPROVAL_REJECTED.value,
+                         "Next": "ReleaseProjectLockAfterFailure"}],
+            "Default": "ReadJobForDeadLetter",
         },
         "ReadJobForDeadLetter": {
             "Type": "Task",
@@ -148,7 +158,7 @@ def failed() -> States:
         },
         **lock.release(
             "ReleaseProjectLockAfterFailure",
-            "Released after the failure is recorded and dead-lettered; a job that never held it (it gave up waiting) skips the "
+            "Released after the failure is recorded and dead-lettered (a rejection is recorded only: RejectedOrDeadLetter); a job that never held it (it gave up waiting) skips the "
             "release but still wakes the head of the line.",
             next_state="FindHeadToWake",
         ),

@@ -40,6 +40,8 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
         "trigger_source": trigger.get("source"),
         "ref": envelope.get("ref"),
         "commit": envelope.get("commit"),
+        # trigger: the trigger named it; checkout: the job's first checkout resolved its ref (with_stages).
+        "commit_source": "trigger" if envelope.get("commit") else None,
         "region_affinity": envelope.get("region_affinity"),
         "priority": int(record.get("priority", envelope.get("priority", 0))),
         "queue_seq": record.get("queue_seq"),
@@ -94,6 +96,11 @@ def with_stages(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "started_at": min(starts) if starts else None,
             "warning_stages": [stage.get("stage_name") for stage in stages if stage.get("status") == StageStatus.WARNING.value],
         })
+        if not row["commit"]:
+            # A run without a commit builds the one its first checkout resolved (the job view's
+            # JobContext.commit): the first recorded in plan order, a stage's or its shards'.
+            resolved = next((record["checkout_commit"] for record in attempts if record.get("checkout_commit")), None)
+            row.update({"commit": resolved, "commit_source": "checkout" if resolved else None})
     return rows
 
 

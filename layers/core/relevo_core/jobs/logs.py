@@ -88,10 +88,12 @@ def _failed_attempts(run: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def stage_marks(stage: dict[str, Any]) -> dict[str, Any]:
+def stage_marks(stage: dict[str, Any], approval: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a reader of the log needs of a stage to mark where its output begins and ends: its
     state, where it ran, how it ended, and each failed attempt's error; for a stage with shards,
-    the same of each shard, with its label (its chunks carry its index)."""
+    the same of each shard, with its label (its chunks carry its index). `approval`: the job's
+    approval decision (a rejection says why the stage it held back never ran)."""
+    rejected = approval if approval and approval.get("decision") == "rejected" and approval.get("stage") == stage["name"] else None
     return {
         "name": stage["name"],
         "index": stage["index"],
@@ -103,6 +105,10 @@ def stage_marks(stage: dict[str, Any]) -> dict[str, Any]:
         "reused_from": stage["reused_from"],
         "warning": stage.get("warning"),
         "failed_attempts": _failed_attempts(stage),
+        # The latest reconciliation: an attempt that decided an earlier one's effect, not ran.
+        "reconciled": stage.get("reconciled"),
+        "failed_shards": stage.get("failed_shards") or [],
+        "rejected": {key: rejected.get(key) for key in ("actor", "reason", "at")} if rejected else None,
         "shards": [
             {
                 "shard": shard["shard"],
@@ -113,6 +119,7 @@ def stage_marks(stage: dict[str, Any]) -> dict[str, Any]:
                 "exit_code": shard["exit_code"],
                 "error_class": shard["error_class"] or None,
                 "failed_attempts": _failed_attempts(shard),
+                "reconciled": shard.get("reconciled"),
             }
             for shard in stage.get("shards") or []
         ],
@@ -161,7 +168,7 @@ def log_page(table: str, job_id: str, query: LogQuery, now: datetime | None = No
         "queue_reason": reason,
         "queue_detail": detail,
         "region_affinity": view["region_affinity"],
-        "stages": [stage_marks(stage) for stage in view["stages"]],
+        "stages": [stage_marks(stage, view["approval_decision"]) for stage in view["stages"]],
         "chunks": [chunk_view(chunk, after) for chunk, after in zip(page.chunks, page.after)],
         "next_seq": cursor_text(page.end),
         "before_seq": before_seq,

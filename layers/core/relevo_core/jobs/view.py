@@ -119,8 +119,20 @@ def _shards_of(plan: StagePlan, records: dict[int, dict[str, Any]], never: Stage
             "started_at": found.get("started_at"),
             "ended_at": found.get("ended_at"),
             "last_writer": found.get("last_writer"),
+            # The latest reconciliation of the shard (as a stage's `reconciled`).
+            "reconciled": found.get("reconciled"),
         })
     return shards
+
+
+def _sharded_failure(record: dict[str, Any], shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """A stage with shards: its failed shards, in shard order, and the class it failed with. Its
+    own record keeps the state machine's `last_error` (the failed shard's class with fail_fast,
+    the first failed shard's without: job.asl.json MarkShardedStageFailed), never an agent's
+    `error_class`: its shards' agents report on the shards' records."""
+    failed = [shard for shard in shards if shard["status"] == StageStatus.FAILED.value]
+    error = record.get("error_class") or record.get("last_error") or next((s["error_class"] for s in failed if s["error_class"]), None)
+    return {"failed_shards": [shard["shard"] for shard in failed], "error_class": error or None}
 
 
 def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -146,6 +158,11 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
     for index, stage in enumerate(envelope.stages):
         found = _current_attempt(stage_records.get(stage.name, {}))
         skipped = index < envelope.first_stage_index
+        # A stage with shards: each shard's own attempt (the stage's record says how the stage
+        # as a whole went). Empty for a stage without.
+        shards = [] if not stage.sharded else _shards_of(
+            stage, shard_records.get(index, {}), StageStatus.SKIPPED if skipped else never,
+        )
         stages.append(
             {
                 "index": index,
@@ -183,11 +200,9 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 "handoff": _handoff_of(found),
                 # A `warning` stage: what made it one, in a sentence (its receipt's warnings.text).
                 "warning": _warning_of(found),
-                # A stage with shards: each shard's own attempt (the stage's record says how the
-                # stage as a whole went). Empty for a stage without.
-                "shards": [] if not stage.sharded else _shards_of(
-                    stage, shard_records.get(index, {}), StageStatus.SKIPPED if skipped else never,
-                ),
+                "shards": shards,
+                # A stage with shards: the shards that failed, and the class it failed with.
+                **(_sharded_failure(found, shards) if stage.sharded else {"failed_shards": []}),
             }
         )
     current = next(

@@ -30,6 +30,9 @@ class ShardView(BaseModel):
     started_at: str | None = None
     ended_at: str | None = None
     last_writer: str | None = None
+    reconciled: dict[str, Any] | None = Field(
+        None, description="the shard's latest reconciliation: attempt, agent_id, decision, evidence (probe_exit, previous_attempt, why), at",
+    )
 
 
 class StageView(BaseModel):
@@ -72,6 +75,9 @@ class StageView(BaseModel):
     )
     shards: list[ShardView] = Field(
         [], description="a stage with shards: each shard's own attempt, in shard order (empty for a stage without shards)",
+    )
+    failed_shards: list[int] = Field(
+        [], description="a stage with shards: the shards that failed, in shard order (its error_class: the class the stage failed with)",
     )
 
 

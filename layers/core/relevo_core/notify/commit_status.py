@@ -46,6 +46,9 @@ def describe(transition: JobTransition) -> str:
         text = f"succeeded, with warnings in {', '.join(transition.warning_stages)}"
     else:
         text = status.value
+    if transition.reconciled:
+        # "Did it upload twice?": a reconciled stage says what its probe found, and that it was not run again.
+        text += "; " + "; ".join(transition.reconciled)
     return text[:DESCRIPTION_LIMIT]
 
 

@@ -52,7 +52,8 @@ def _reason(cause: str | None) -> str | None:
 def job_notices(transition: JobTransition, link: str) -> list[tuple[Notice, str]]:
     """The notices one job transition stands for, each with the key of its marker."""
     t = transition
-    common: dict[str, Any] = {"project": t.project, "job_id": t.job_id, "ref": t.ref, "actor": t.actor, "link": link}
+    common: dict[str, Any] = {"project": t.project, "job_id": t.job_id, "ref": t.ref, "actor": t.actor, "link": link,
+                              "commit": t.commit, "notes": t.reconciled}
     if t.status is JobStatus.WAITING:
         return [(Notice(GroupEvent.JOB_WAITING, f"{t.project}: {t.stage} waits for approval", stage=t.stage,
                         command=f"relevo job approve {t.job_id}", **common), f"job_waiting#{t.stage}")]

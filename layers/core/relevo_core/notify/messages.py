@@ -31,10 +31,14 @@ class Notice:
     link: str | None = None
     command: str | None = None  # what a person runs next, e.g. `relevo job approve JOB`
     region: str | None = None
+    # The commit the job builds (its trigger's, or the one its first checkout resolved).
+    commit: str | None = None
+    # What else a person must know, a line each: a stage reconciled rather than run again.
+    notes: tuple[str, ...] = ()
 
     def facts(self) -> list[tuple[str, str]]:
-        named = [("Project", self.project), ("Job", self.job_id), ("Ref", self.ref), ("Stage", self.stage),
-                 ("Actor", self.actor), ("Region", self.region)]
+        named = [("Project", self.project), ("Job", self.job_id), ("Ref", self.ref), ("Commit", self.commit[:12] if self.commit else None),
+                 ("Stage", self.stage), ("Actor", self.actor), ("Region", self.region)]
         return [(name, value) for name, value in named if value]
 
 
@@ -57,6 +61,9 @@ def slack_message(notice: Notice) -> dict[str, Any]:
         blocks.append({"type": "section", "fields": fields})
     if notice.reason:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(f"*Reason*\n{_mrkdwn_escape(notice.reason)}", SLACK_LIMITS["section"])}})
+    if notice.notes:
+        noted = "\n".join(_mrkdwn_escape(line) for line in notice.notes)
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(noted, SLACK_LIMITS["section"])}})
     if notice.command:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(f"`{notice.command}`", SLACK_LIMITS["section"])}})
     if notice.link and len(notice.link) <= SLACK_LIMITS["url"]:
@@ -74,6 +81,8 @@ def email_message(notice: Notice) -> tuple[str, str]:
     lines = [notice.title, ""] + [f"{name}: {value}" for name, value in notice.facts()]
     if notice.reason:
         lines += ["", f"Reason: {notice.reason}"]
+    if notice.notes:
+        lines += ["", *notice.notes]
     if notice.command:
         lines += ["", f"Run: {notice.command}"]
     if notice.link:

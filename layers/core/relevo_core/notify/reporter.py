@@ -26,11 +26,13 @@ from relevo_core.notify.groups import notify_job, notify_other_change
 from relevo_core.notify.outbound import DAY, Outbound
 from relevo_core.notify.report import Report, transition_report
 from relevo_core.notify.sending import Clock, SendResult, Urllib3Transport
-from relevo_core.notify.transitions import REJECTED, JobTransition, job_transition, reported_stage_change, transition_from_event
+from relevo_core.notify.transitions import (
+    REJECTED, JobTransition, job_transition, reported_stage_change, transition_from_event, with_stage_records,
+)
 from relevo_core.observability import logger
 from relevo_core.store.groups import find_group
 from relevo_core.store.projects import get_project, list_projects
-from relevo_core.store.job_stages import stage_records
+from relevo_core.store.job_stages import stage_and_shard_records, stage_records
 from relevo_core.store.jobs import get_job_record
 from relevo_core.store.keys import is_stage_sk
 from relevo_core.store.latest_reports import latest_reported_at, raise_latest_reported
@@ -82,10 +84,21 @@ class Reporter(Outbound):
         project = self.project(transition.project)
         if project is None:
             return  # deleted since: nothing to report to
+        if project.commit_status is not None or project.group:
+            transition = self.with_stages(transition)
         if project.commit_status is not None and wants_report(transition, project.commit_status):
             self._commit_status(transition, project, deadline)
         if project.group:
             notify_job(self, transition, project, deadline)
+
+    def with_stages(self, transition: JobTransition) -> JobTransition:
+        """The transition with what its stage records add (one Query of the job's stage partition,
+        only when they add something): the commit a run without one resolved at its first
+        checkout, and at its end its reconciliations."""
+        if transition.commit and not transition.status.terminal:
+            return transition
+        stages, shards = stage_and_shard_records(self.settings.table_name, transition.job_id)
+        return with_stage_records(transition, stages, shards)
 
     def _commit_status(self, transition: JobTransition, project: Project, deadline: float, claimed: bool = True) -> str | None:
         """The report's outcome (sent, superseded, dead_lettered; None: another took it). `claimed`
@@ -160,6 +173,7 @@ class Reporter(Outbound):
         transition = job_transition(None, record) if record else None
         if transition is None or transition.status.terminal:
             return
+        transition = self.with_stages(transition)
         project = self.project(transition.project)
         settings = project.commit_status if project else None
         if project is None or settings is None or settings.app is None or not transition.commit:

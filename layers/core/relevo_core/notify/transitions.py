@@ -44,6 +44,11 @@ class JobTransition:
     at: float | None = None
     # At a success: the stages that ended `warning` (the job record's stage_outcomes).
     warning_stages: tuple[str, ...] = ()
+    # At the job's end: each reconciliation of its stages in words (jobs.reconciliations), read
+    # off its stage records by the reporter (with_stage_records).
+    reconciled: tuple[str, ...] = ()
+    # `commit` came from the job's first checkout, not its trigger (with_stage_records).
+    commit_resolved: bool = False
 
     @property
     def ended_at_gate(self) -> bool:
@@ -70,6 +75,8 @@ class JobTransition:
             "gate": self.gate,
             "at": self.at,
             "warning_stages": list(self.warning_stages),
+            "reconciled": list(self.reconciled),
+            "commit_resolved": self.commit_resolved,
         }
 
 
@@ -86,6 +93,8 @@ def transition_from_event(event: dict[str, Any]) -> JobTransition | None:
         stage=event.get("stage"), error_name=event.get("error_name"), held_reason=event.get("held_reason"),
         gate=event.get("gate"), error_cause=event.get("error_cause"), at=float(at) if isinstance(at, (int, float)) else None,
         warning_stages=tuple(str(name) for name in event.get("warning_stages") or ()),
+        reconciled=tuple(str(line) for line in event.get("reconciled") or ()),
+        commit_resolved=bool(event.get("commit_resolved")),
     )
 
 
@@ -178,6 +187,34 @@ def job_transition(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Jo
         at=written_at(new.get("updated_at")),
         warning_stages=warning_stages(new.get("stage_outcomes")),
     )
+
+
+def with_stage_records(transition: JobTransition, stages: list[dict[str, Any]], shards: list[dict[str, Any]]) -> JobTransition:
+    """The transition with what the job's stage records add (store.job_stages): the commit its
+    first checkout resolved, for a run whose trigger named none (the job view's JobContext.commit),
+    and at its end each reconciliation of its stages and shards, in words."""
+    from dataclasses import replace
+
+    from relevo_core.jobs.reconciliations import reconciled_line
+
+    records = sorted([*stages, *shards], key=lambda record: str(record.get("sk", "")))
+    update: dict[str, Any] = {}
+    if not transition.commit:
+        resolved = next((str(r["checkout_commit"]) for r in records if r.get("checkout_commit")), None)
+        if resolved:
+            update.update(commit=resolved, commit_resolved=True)
+    if transition.status.terminal:
+        lines = []
+        for record in records:
+            name = str(record.get("stage_name") or "?")
+            if record.get("shard_index") is not None:
+                name = f"{name}[{record['shard_index']}]"
+            for entry in record.get("reconciliations") or ([record["reconciled"]] if record.get("reconciled") else []):
+                line = reconciled_line(name, entry)
+                if line:
+                    lines.append(line)
+        update["reconciled"] = tuple(lines)
+    return replace(transition, **update) if update else transition
 
 
 def job_link(transition: JobTransition, state_machine_arn: str, console_url: str | None) -> str:

@@ -1,5 +1,6 @@
 """Access pattern: a job's stage records, in plan order (one Query of the job's partition): what the
-reporter's stage summary and the job listing's progress, agents and duration read. A stage with
+reporter's stage summary and the job listing's progress, agents, duration and the commit its first
+checkout resolved read. A stage with
 shards keeps each shard's attempt on a record of its own (STAGE#nn#SHARD#kk) beside the stage's."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def stage_and_shard_records(table: str, job_id: str) -> StageRecords:
         TableName=table,
         KeyConditionExpression="pk = :pk AND begins_with(sk, :stage)",
         ExpressionAttributeValues={":pk": {"S": stages_pk(job_id)}, ":stage": {"S": "STAGE#"}},
-        ProjectionExpression="sk, stage_name, shard_index, #status, attempt, agent_id, error_class, retry_count, started_at, ended_at",
+        ProjectionExpression="sk, stage_name, shard_index, #status, attempt, agent_id, error_class, retry_count, started_at, ended_at, "
+        "checkout_commit, reconciled, reconciliations",
         ExpressionAttributeNames={"#status": "status"},
     )
     stages, shards = [], []
