@@ -117,6 +117,9 @@ def _shards_of(plan: StagePlan, records: dict[int, dict[str, Any]], never: Stage
             "started_at": found.get("started_at"),
             "ended_at": found.get("ended_at"),
             "last_writer": found.get("last_writer"),
+            # What the shard hands on (its own record's receipt, docs/handoff.md "Stages with shards").
+            "outputs": _outputs_of(found),
+            "handoff": _handoff_of(found),
         })
     return shards
 

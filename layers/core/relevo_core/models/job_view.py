@@ -30,6 +30,10 @@ class ShardView(BaseModel):
     started_at: str | None = None
     ended_at: str | None = None
     last_writer: str | None = None
+    outputs: dict[str, str] = Field(
+        {}, description="the values the shard wrote to $RELEVO_OUTPUT (later stages get RELEVO_OUT_<STAGE>_SHARD<k>_<KEY>)")
+    handoff: dict[str, Any] | None = Field(
+        None, description="what the shard handed on and what its Mac restored before its command, as a stage's `handoff`")
 
 
 class StageView(BaseModel):
