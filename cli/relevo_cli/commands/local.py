@@ -105,7 +105,11 @@ def local_up(
     finally:
         stack.stop()
         (state_dir / "stack.json").unlink(missing_ok=True)
-        lock.release()
+        # The state dir's lock is not given back here: the kernel drops it when this process
+        # exits, which takes seconds more (the interpreter's teardown of the emulator's state).
+        # `relevo local down` waits for the lock, so it says "stopped" once the process is gone,
+        # and no new stack starts on this dir while this one still holds its ports.
+        lock.hold_until_exit()
 
 
 def _running_stack(state_dir: Path) -> tuple[Holder, StackInfo | None]:
