@@ -140,7 +140,7 @@
       if (saidBanners.has(mark.id)) continue;
       saidBanners.add(mark.id);
       const line = document.createElement("span");
-      line.className = "line banner";
+      line.className = "banner";  // not a `.line`: a line of the output is one the stage printed
       line.dataset.mark = mark.id;
       line.dataset.before = String(cursor);
       line.dataset.after = String(cursor);
@@ -322,7 +322,9 @@
     // Text after the last newline of the earlier chunks begins the first line already shown (or,
     // with nothing shown, the line the next chunk goes on).
     const first = logEl.firstElementChild;
-    if (line !== null && first !== null) {
+    if (line !== null && first !== null && first.classList.contains("banner")) {
+      // A banner ended the stage before the first line: the earlier line stays a line of its own.
+    } else if (line !== null && first !== null) {
       first.textContent = line.textContent + first.textContent;
       first.dataset.seq = line.dataset.seq;
       first.dataset.before = line.dataset.before;
