@@ -15,6 +15,13 @@ output stored so far is printed, so it always comes after the lines that came be
 and marks where each stage begins and ends, from the stages' states the page carries (read before
 its chunks, like the status): a chunk of the next stage is only printed once a page says the stage
 before it ended. The shards of one stage print side by side, their lines interleaved.
+
+A stage's begin line is printed once a page says its command runs (its claim: status `running`),
+not with its first output, and its end line once a page says it ended, with how long it ran; a
+stage that prints nothing for HEARTBEAT_SILENT_SEC gets a line saying it still runs, and again
+after each further HEARTBEAT_SILENT_SEC of silence (`build#1 still running on mac-eu-1, 2m
+silent`), so a quiet `xcodebuild -quiet` does not look hung. Silence is counted on the follower's
+own clock, from the last output it printed of that stage (or its begin line).
 """
 
 from __future__ import annotations
@@ -26,13 +33,18 @@ from typing import Any, Callable, Collection
 import requests
 
 from relevo_cli.api import ApiError
-from relevo_cli.words import attempt_words
+from relevo_cli.words import attempt_words, format_duration, parse_time
 from relevo_core.jobs.reconciliations import decided_by_reconcile, reconciled_line
 
 # Exit codes of `relevo job logs -f`: the job's outcome.
 OUTCOME_EXIT_CODES = {"succeeded": 0, "failed": 1, "canceled": 1}
 # manual_review: its attempt decided (reconciled) without running; a person's resolution follows.
 ENDED_STAGE = frozenset({"succeeded", "warning", "failed", "skipped", "canceled", "manual_review"})
+# A stage attempt whose command runs (claimed): its begin line is printed then.
+RUNNING_STAGE = "running"
+# `relevo job logs -f` says a stage still runs after this long without output, and again after
+# each further such stretch.
+HEARTBEAT_SILENT_SEC = 60.0
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -67,8 +79,11 @@ class StageLog:
     come; the output of a later stage waits until the page says the one before it ended."""
 
     def __init__(self, write: Callable[[str], None], only: Collection[str] | None = None,
-                 shards: Collection[int] | None = None) -> None:
+                 shards: Collection[int] | None = None, clock: Callable[[], float] = time.monotonic,
+                 silent_sec: float = HEARTBEAT_SILENT_SEC) -> None:
         self._write = write
+        self.clock = clock
+        self.silent_sec = silent_sec
         self.only = set(only) if only else None
         self.shards = set(shards) if shards is not None else None
         self.current: Owner | None = None
@@ -79,6 +94,12 @@ class StageLog:
         self.closed: set[Owner] = set()
         # Shard labels by (stage, shard index), from the pages' stages.
         self.labels: dict[tuple[str, int], str] = {}
+        # Each open owner's last output (or begin line) on `clock`, and the heartbeats said since.
+        self.heard: dict[Owner, float] = {}
+        self.beats: dict[Owner, int] = {}
+        # When each owner's attempt started, as a page said while it ran: a retried attempt's
+        # record is the retry's by the time its end is said.
+        self.started: dict[Owner, str] = {}
 
     # ------------------------------------------------------------------ what the page says
     def _stages(self, page: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -115,9 +136,19 @@ class StageLog:
         if self._shown(owner):
             self._write(f"{self.name(owner)}#{owner[1]} | {text}\n")
 
-    def _marker(self, owner: Owner, words: str) -> None:
+    def _marker(self, owner: Owner, words: str, kind: str = "begin") -> None:
+        """A boundary line: `kind` begin, end or beat (a stage silent for a while still runs)."""
         if self._shown(owner):
             self._write(f"── {words} ──\n")
+
+    def _begin(self, owner: Owner, agent_id: str | None, started_at: str | None = None) -> None:
+        """The line where a stage attempt (or a shard's) begins."""
+        self.opened.add(owner)
+        self.heard[owner] = self.clock()
+        if started_at:
+            self.started[owner] = started_at
+        where = f" on {agent_id}" if agent_id else ""
+        self._marker(owner, f"{self.name(owner)}{f', attempt {owner[1]},' if owner[1] > 1 else ''}{where}")
 
     def _flush(self, owner: Owner) -> None:
         partial = self.partials.pop(owner, "")
@@ -147,10 +178,10 @@ class StageLog:
                 for earlier in self._open():
                     if earlier[0] == owner[0] and earlier[2] == owner[2] and earlier[1] < owner[1]:
                         self._close(earlier, stages)
-                self.opened.add(owner)
-                where = f" on {chunk['agent_id']}" if chunk.get("agent_id") else ""
-                self._marker(owner, f"{self.name(owner)}{f', attempt {owner[1]},' if owner[1] > 1 else ''}{where}")
+                mark = self._mark(owner, stages) or {}
+                self._begin(owner, chunk.get("agent_id"), mark.get("started_at") if mark.get("attempt") == owner[1] else None)
             self.current = owner
+        self.heard[owner], self.beats[owner] = self.clock(), 0
         *whole, rest = (self.partials.pop(owner, "") + chunk["text"]).split("\n")
         if rest:
             self.partials[owner] = rest
@@ -166,7 +197,7 @@ class StageLog:
         """The end of a stage attempt (or a shard's): its partial last line, then how it ended."""
         self._flush(owner)
         self.closed.add(owner)
-        self._marker(owner, end_words(owner, self._mark(owner, stages), self.name(owner)))
+        self._marker(owner, end_words(owner, self._mark(owner, stages), self.name(owner), self.started.get(owner)), "end")
 
     def _close_stage(self, name: str, stages: dict[str, dict[str, Any]], owner: Owner) -> None:
         """`owner` ended: for a shard, its stage did, so every shard of it still open ends, then
@@ -184,7 +215,7 @@ class StageLog:
         whole: Owner = (name, (stage or {}).get("attempt") or 0, None)
         if whole not in self.closed:
             self.closed.add(whole)
-            self._marker(whole, end_words(whole, stage, name))
+            self._marker(whole, end_words(whole, stage, name), "end")
 
     def _close_silent_before(self, name: str, stages: dict[str, dict[str, Any]]) -> None:
         """Stages before `name` in the plan that ended without printing anything: said too, in order."""
@@ -209,6 +240,43 @@ class StageLog:
         if final:
             for owner in sorted(self.partials, key=_key):
                 self._flush(owner)
+        self._begin_running(stages)
+
+    def _begin_running(self, stages: dict[str, dict[str, Any]]) -> None:
+        """The begin line of each stage attempt (or shard) whose command the page says runs and
+        that printed nothing yet, in plan order (then shard order): said when it starts, not with
+        its first output. An earlier attempt of the same stage (or shard) still open ends first."""
+        for stage in stages.values():
+            runs = [(stage, None)] if not stage.get("shards") else [(shard, shard["shard"]) for shard in stage["shards"]]
+            for mark, shard in runs:
+                if mark["status"] != RUNNING_STAGE or not mark.get("attempt"):
+                    continue
+                owner: Owner = (stage["name"], int(mark["attempt"]), shard)
+                if mark.get("started_at") and owner not in self.started:
+                    self.started[owner] = mark["started_at"]
+                if owner in self.opened:
+                    continue
+                for earlier in self._open():
+                    if earlier[0] == owner[0] and earlier[2] == owner[2] and earlier[1] < owner[1]:
+                        self._close(earlier, stages)
+                self._begin(owner, mark.get("agent_id"), mark.get("started_at"))
+                self.current = owner
+
+    def beat(self, page: dict[str, Any]) -> None:
+        """While following: for each stage attempt (or shard) the page says still runs, a line
+        each HEARTBEAT_SILENT_SEC it printed nothing (`build#1 still running on mac-eu-1, 2m silent`)."""
+        stages = self._stages(page)
+        now = self.clock()
+        for owner in self._open():
+            mark = self._mark(owner, stages)
+            if mark is None or mark["status"] != RUNNING_STAGE or (mark.get("attempt") or 0) != owner[1]:
+                continue
+            silent = now - self.heard.setdefault(owner, now)
+            if silent < self.silent_sec * (self.beats.get(owner, 0) + 1):
+                continue
+            self.beats[owner] = self.beats.get(owner, 0) + 1
+            where = f" on {mark['agent_id']}" if mark.get("agent_id") else ""
+            self._marker(owner, f"{self.name(owner)}#{owner[1]} still running{where}, {silence_words(silent)} silent", "beat")
 
     def give_up_waiting(self) -> None:
         """The page kept saying the stage attempt printing is not over although a later one
@@ -219,14 +287,31 @@ class StageLog:
         for owner in ending:
             self._flush(owner)
             self.closed.add(owner)
-            self._marker(owner, f"{self.name(owner)}#{owner[1]} ended")
+            self._marker(owner, f"{self.name(owner)}#{owner[1]} ended", "end")
 
 
-def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = None) -> str:
-    """How a stage attempt (or a shard's) ended, in a few words: `build succeeded on mac-1`,
-    `test#1 failed on mac-2: Relevo.Transient.ExitCode, retried`, `lint warning: exit 3 (a
-    warning exit code)`, `test[2] succeeded on mac-3`. `name`: how the owner is named (its
-    stage's name, or the shard's `stage[label]`)."""
+def silence_words(seconds: float) -> str:
+    """`45s`, `2m`, `1h 5m`: how long a stage printed nothing, to the minute past one."""
+    if seconds < 60:
+        return f"{int(seconds)}s"
+    return format_duration(int(seconds) // 60 * 60).removesuffix(" 0s")
+
+
+def _ran_for(started_at: str | None, ended_at: str | None) -> str:
+    """` after 8s`: how long an attempt ran, when both ends are known."""
+    start, end = parse_time(started_at), parse_time(ended_at)
+    if start is None or end is None:
+        return ""
+    return f" after {format_duration(max(0, int((end - start).total_seconds())))}"
+
+
+def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = None, started_at: str | None = None) -> str:
+    """How a stage attempt (or a shard's) ended, in a few words, with how long it ran when the
+    page says when it started and ended: `build succeeded on mac-1 after 8s`, `test#1 failed on
+    mac-2 after 3s: Relevo.Transient.ExitCode, retried`, `lint warning: exit 3 (a warning exit
+    code)`, `test[2] succeeded on mac-3 after 1m 2s`. `name`: how the owner is named (its stage's
+    name, or the shard's `stage[label]`); `started_at`: when the attempt started, as a page said
+    while it ran (a retried attempt's start is gone from its record by then)."""
     name = name or owner[0]
     attempt = owner[1]
     if stage is None:
@@ -234,6 +319,7 @@ def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = Non
     if (stage.get("attempt") or 0) > attempt:
         failed = next((entry for entry in stage.get("failed_attempts") or [] if entry.get("attempt") == attempt), {})
         where = f" on {failed['agent']}" if failed.get("agent") else ""
+        where += _ran_for(started_at, failed.get("at"))
         return f"{name}#{attempt} failed{where}: {failed.get('error') or 'no outcome'}, retried as attempt {stage['attempt']}"
     status = stage["status"]
     label = f"{name}#{attempt}" if attempt > 1 else name
@@ -242,6 +328,8 @@ def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = Non
     reconciled = reconciled_line(name, decided_by_reconcile(stage)) if stage.get("attempt") == attempt else None
     if reconciled:
         return reconciled
+    if status != "skipped":
+        where += _ran_for(stage.get("started_at") or started_at, stage.get("ended_at"))
     if status == "succeeded":
         return f"{label} succeeded{where}"
     if status == "warning":
@@ -370,5 +458,7 @@ class LogFollower:
                 return 0
             if ended:
                 return OUTCOME_EXIT_CODES.get(page["status"], 1)
+            if self.render is not None:
+                self.render.beat(page)
             # Every poll_sec, the read's own time included.
             self.sleep(max(0.0, self.poll_sec - (self.clock() - started)))

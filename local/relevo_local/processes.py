@@ -93,6 +93,9 @@ def write_agent_config(
                 f'journal = "{path.parent / (agent_id + "-journal.sqlite3")}"',
                 f'stack_file = "{stack_file.resolve()}"',
                 f"poll_wait_sec = {poll_wait_sec}",
+                # One host, one clock with the local stack; a Mac keeps the default, 5 s
+                # (docs/agent-config.md, "On the local stack").
+                "# this host's clock is the local stack's: a smaller allowed skew than a Mac's 5 s",
                 f"max_clock_skew_sec = {max_clock_skew_sec}",
                 *(f"{name} = {_toml_value(value)}" for name, value in settings.items()),
                 "",

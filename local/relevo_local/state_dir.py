@@ -91,6 +91,11 @@ class StateDirLock:
         assert holder is not None and holder.pid == os.getpid(), "publish() needs the lock"
         self._write(Holder(holder.pid, holder.started_at, api_url, aws_endpoint))
 
+    def hold_until_exit(self) -> None:
+        """Keep the lock until this process exits, however it exits (the kernel drops it then):
+        whoever waits for the stack to stop waits for the process, not for its last cleanup step."""
+        assert self._fd is not None, "hold_until_exit() needs the lock"
+
     def release(self) -> None:
         if self._fd is None:
             return

@@ -333,12 +333,20 @@ def test_relevo_logs_prints_the_stored_log_and_follows_a_finished_job_to_its_exi
     assert printed.exit_code == 0, printed.output
     assert _unlabelled(printed.stdout) == everything.splitlines()
     markers = [line for line in printed.stdout.splitlines() if line.startswith("── ")]
-    assert markers == ["── build on mac-out ──", "── build succeeded on mac-out ──", "── sign on mac-out ──", "── sign succeeded on mac-out ──"], markers
+    assert [_without_duration(marker) for marker in markers] == [
+        "── build on mac-out ──", "── build succeeded on mac-out ──", "── sign on mac-out ──", "── sign succeeded on mac-out ──"], markers
+    # An end line says how long the stage ran (its record's started_at to ended_at)
+    assert re.fullmatch(r"── build succeeded on mac-out after \d+s ──", markers[1]), markers
     assert {line.split(" | ", 1)[0] for line in printed.stdout.splitlines() if " | " in line} == {"build#1", "sign#1"}
     skipped = "".join(chunk.data for chunk in _all_chunks(local_stack, job_id)[:3])
     assert from_three.exit_code == 0 and _unlabelled(from_three.stdout) == everything[len(skipped):].splitlines()
     assert only_sign.exit_code == 0 and {line.split(" | ", 1)[0] for line in only_sign.stdout.splitlines() if " | " in line} == {"sign#1"}
     assert only_sign.stdout.splitlines()[0] == "── sign on mac-out ──", only_sign.stdout[:300]
+
+
+def _without_duration(line: str) -> str:
+    """An end line without how long the stage ran (` after 3s`), which varies from run to run."""
+    return re.sub(r" after (?:\d+h \d+m|\d+m \d+s|\d+s)", "", line)
 
 
 def _unlabelled(printed: str) -> list[str]:
@@ -356,7 +364,7 @@ def test_following_a_failed_job_exits_1(local_stack, project_id, tmp_path):
     result = runner.invoke(cli, ["logs", job_id, "-f", "--stack-file", str(_stack_file(local_stack, tmp_path))])
 
     assert result.exit_code == 1
-    assert result.stdout.splitlines() == [
+    assert [_without_duration(line) for line in result.stdout.splitlines()] == [
         "── build on mac-fail ──", "build#1 | about to fail", "── build failed on mac-fail: exit 3, Relevo.Fatal.ExitCode ──",
     ]
 

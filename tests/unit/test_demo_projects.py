@@ -120,3 +120,23 @@ def test_the_ui_test_shards_check_builds_products_and_split_the_tests_between_th
 )
 def test_percentile_is_nearest_rank(values: list[float], share: float, expected: float):
     assert percentile(values, share) == expected
+
+
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def test_the_readme_and_the_demo_page_say_the_fleet_the_demo_starts():
+    # Given the fleet `make demo` starts (relevo_tools.demo_scenarios.FLEET)
+    regions, agents = len(FLEET), sum(len(ids) for ids in FLEET.values())
+    root = PROJECTS.parents[1]
+
+    # Then the README's one line on it, and the demo page's opening, say that fleet
+    readme = (root / "README.md").read_text()
+    line = next(line for line in readme.splitlines() if line.startswith("make demo"))
+    assert f"({NUMBERS[regions]} regions, {NUMBERS[agents]} agents)" in line, line
+    page = (root / "docs" / "demo.md").read_text()
+    opening = page.split("## The demo", 1)[1].split("\n| scenario", 1)[0]
+    assert f"--region-affinities {','.join(FLEET)}" in opening
+    assert f"{NUMBERS[agents]} real `relevo-agent`" in opening
+    for region, ids in FLEET.items():
+        assert all(f"`{agent_id}`" in opening for agent_id in ids), (region, ids)

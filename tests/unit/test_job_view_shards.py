@@ -34,7 +34,7 @@ RUNNING = {
                      "started_at": AT.format(7), "ended_at": AT.format(19), "exit_code": 0},
     shard_sk(1, 1): {"stage_name": "test", "shard_index": 1, "status": "running", "attempt": 2, "dispatched_attempt": 2, "agent_id": "mac-3",
                      "started_at": AT.format(12), "retry_count": 1,
-                     "attempts_log": [{"attempt": 1, "agent": "mac-2", "error": "Relevo.Transient.ExitCode"}]},
+                     "attempts_log": [{"attempt": 1, "agent": "mac-2", "error": "Relevo.Transient.ExitCode", "at": AT.format(11)}]},
 }
 
 
@@ -86,7 +86,10 @@ def test_the_log_pages_stage_marks_carry_each_shards_label_state_and_failed_atte
     assert [(m["shard"], m["label"], m["status"], m["attempt"], m["agent_id"]) for m in marks["shards"]] == [
         (0, "0", "succeeded", 1, "mac-1"), (1, "1", "running", 2, "mac-3"), (2, "2", "pending", None, None),
     ]
-    assert marks["shards"][1]["failed_attempts"] == [{"attempt": 1, "agent": "mac-2", "error": "Relevo.Transient.ExitCode"}]
+    assert marks["shards"][1]["failed_attempts"] == [{"attempt": 1, "agent": "mac-2", "error": "Relevo.Transient.ExitCode", "at": AT.format(11)}]
+    # When each shard's attempt started and ended: a follower says a shard began once it runs,
+    # and how long it ran when it ended
+    assert [(m["started_at"], m["ended_at"]) for m in marks["shards"]] == [(AT.format(7), AT.format(19)), (AT.format(12), None), (None, None)]
 
 
 def test_a_shard_record_key_reads_back_as_its_stage_and_shard_and_no_other_key_does():

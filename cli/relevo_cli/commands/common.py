@@ -86,6 +86,15 @@ _ALREADY = {"queued": "already queued as", "held": "already held as", "succeeded
 EXIT_DUPLICATE = 3
 
 
+# `-q` / `--json` of every command that starts a job (project run, job rerun, job release, dlq
+# redrive): the id alone on stdout, or the API's answer with the job's status (print_trigger).
+def quiet_option(example: str) -> Any:
+    return typer.Option(False, "--quiet", "-q", help=f"print only the job id ({example})")
+
+
+JsonTriggerOption = typer.Option(False, "--json", help="print the answer as JSON: job_id, duplicate, status")
+
+
 def print_trigger(result: dict, api: RelevoApi, again: str | None = None, quiet: bool = False, as_json: bool = False) -> None:
     """A new job, or the job a duplicate is: with its status (one more call), and for an ended
     one the command (`again`) that runs the same work anew. `quiet`: the id alone on stdout (what

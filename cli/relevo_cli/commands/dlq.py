@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from relevo_cli.cli_errors import JobId
-from relevo_cli.commands.common import StackOption, add_column, console, print_trigger, stack_api
+from relevo_cli.commands.common import JsonTriggerOption, StackOption, add_column, console, print_trigger, quiet_option, stack_api
 
 dlq_app = typer.Typer(no_args_is_help=True, help="The job dead-letter queue.")
 
@@ -53,18 +54,80 @@ def dlq_list(
         console.print("lift a freeze with: relevo dlq unfreeze KEY")
 
 
+def _text(value: Any) -> str:
+    """A field as a cell: a structured cause as compact JSON, nothing as `-`."""
+    if value is None or value == "":
+        return "-"
+    return value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
+
+
+def render_dead_letter(entry: dict[str, Any]) -> list[Any]:
+    """One dead-letter entry as `relevo job view` shows a job: a table of what failed and where it
+    stands (the failed stage and its shards, error class, attempts and backoff, the last good
+    stage, the cause, its key and whether it was redriven), a row per failed shard, and the
+    command that resumes it."""
+    table = Table(title=f"{entry['job_id']}  {entry['project']}  [bold]{entry['state']}[/bold]", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    failed_stage = entry.get("failed_stage") or "-"
+    if entry.get("failed_shards"):
+        failed_stage += " (shard " + ", ".join(str(shard) for shard in entry["failed_shards"]) + ")"
+    backoff = entry.get("cumulative_backoff_sec")
+    for name, value in (
+        ("failed stage", failed_stage),
+        ("error", entry.get("error")),
+        ("attempts", entry.get("attempts")),
+        ("backoff", None if backoff is None else f"{backoff}s in all"),
+        ("last good stage", entry.get("last_successful_stage")),
+        ("cause", entry.get("cause")),
+        ("failed at", entry.get("failed_at")),
+        ("idempotency key", entry.get("idempotency_key")),
+        ("redriven as", entry.get("redriven_as")),
+    ):
+        table.add_row(name, escape(_text(value)))
+    shown: list[Any] = [table]
+    if entry.get("shard_failures"):
+        shards = Table(title=f"{len(entry['shard_failures'])} failed shards of {entry.get('failed_stage') or 'its stage'}")
+        for column in ("shard", "error", "attempts", "backoff", "cause"):
+            add_column(shards, column)
+        for shard in entry["shard_failures"]:
+            shards.add_row(str(shard["shard"]), _text(shard.get("error_class")), _text(shard.get("attempts")),
+                           "-" if shard.get("cumulative_backoff_sec") is None else f"{shard['cumulative_backoff_sec']}s",
+                           escape(_text(shard.get("cause"))))
+        shown.append(shards)
+    if entry.get("redriven_as"):
+        shown.append(f"redriven as {entry['redriven_as']}: `relevo job view {entry['redriven_as']}`")
+    elif entry.get("state") == "open":
+        where = f" from {entry['failed_stage']}" if entry.get("failed_stage") else ""
+        shown.append(f"`relevo dlq redrive {entry['job_id']}` resumes it{where}, under the same idempotency key")
+    return shown
+
+
 @dlq_app.command("view")
-def dlq_show(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
+def dlq_show(
+    job_id: str = JobId,
+    as_json: bool = typer.Option(False, "--json", help="print the entry as JSON"),
+    stack_file: Optional[Path] = StackOption,
+) -> None:
     """One dead-lettered job, with everything needed to resume it."""
     with stack_api(stack_file) as api:
-        sys.stdout.write(json.dumps(api.dead_letter(job_id), indent=2) + "\n")
+        entry = api.dead_letter(job_id)
+    if as_json:
+        sys.stdout.write(json.dumps(entry, indent=2) + "\n")
+        return
+    for part in render_dead_letter(entry):
+        if isinstance(part, str):
+            console.print(part, markup=False, highlight=False, soft_wrap=True)
+        else:
+            console.print(part)
 
 
 @dlq_app.command("redrive")
-def dlq_redrive(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
+def dlq_redrive(job_id: str = JobId, quiet: bool = quiet_option("NEW=$(relevo dlq redrive JOB -q)"), as_json: bool = JsonTriggerOption,
+                stack_file: Optional[Path] = StackOption) -> None:
     """Resume a dead-lettered job from its failed stage, under the same idempotency key."""
     with stack_api(stack_file) as api:
-        print_trigger(api.redrive(job_id), api)
+        print_trigger(api.redrive(job_id), api, quiet=quiet, as_json=as_json)
 
 
 @dlq_app.command("unfreeze")

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from relevo_cli.cli_errors import JobId, ProjectId, UserMistake
-from relevo_cli.commands.common import StackOption, add_column, console, errors, print_trigger, stack_api
+from relevo_cli.commands.common import JsonTriggerOption, StackOption, add_column, console, errors, print_trigger, quiet_option, stack_api
 from relevo_cli.words import artifact_stage, error_sentence, format_duration, seconds_between, shard_name, time_ago
 from relevo_core.jobs.reconciliations import reconciled_line, reconciled_status
 from relevo_core.models.status import queue_reason_words
@@ -247,8 +247,8 @@ def run(
     stage: Optional[list[str]] = typer.Option(None, "--stage", help="run only these stages (repeatable)"),
     priority: Optional[int] = typer.Option(None, help="priority (manual runs default to 10)"),
     again: bool = typer.Option(False, "--again", help="a new run even if the same one is already queued"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the job id (JOB=$(relevo project run P -q))"),
-    as_json: bool = typer.Option(False, "--json", help="print the answer as JSON: job_id, duplicate, status"),
+    quiet: bool = quiet_option("JOB=$(relevo project run P -q)"),
+    as_json: bool = JsonTriggerOption,
     stack_file: Optional[Path] = StackOption,
 ) -> None:
     """Run a project now (trigger: manual). Exit 0: a new job; 3: the same run is already a job (its id is printed, and what it is: queued, running or ended; --again runs it anew)."""
@@ -265,11 +265,13 @@ def run(
 def rerun(
     job_id: str = JobId,
     from_stage: Optional[str] = typer.Option(None, "--from-stage", help="skip the stages before this one"),
+    quiet: bool = quiet_option("NEW=$(relevo job rerun JOB -q)"),
+    as_json: bool = JsonTriggerOption,
     stack_file: Optional[Path] = StackOption,
 ) -> None:
-    """Run a job again with the project's current configuration (trigger: retry)."""
+    """Run a job again with the project's current configuration (trigger: retry). Exit 0: a new job; 3: the same rerun is already a job (its id is printed)."""
     with stack_api(stack_file) as api:
-        print_trigger(api.rerun_job(job_id, from_stage), api)
+        print_trigger(api.rerun_job(job_id, from_stage), api, quiet=quiet, as_json=as_json)
 
 
 def approve(

@@ -105,7 +105,11 @@ def local_up(
     finally:
         stack.stop()
         (state_dir / "stack.json").unlink(missing_ok=True)
-        lock.release()
+        # The state dir's lock is not given back here: the kernel drops it when this process
+        # exits, which takes seconds more (the interpreter's teardown of the emulator's state).
+        # `relevo local down` waits for the lock, so it says "stopped" once the process is gone,
+        # and no new stack starts on this dir while this one still holds its ports.
+        lock.hold_until_exit()
 
 
 def _running_stack(state_dir: Path) -> tuple[Holder, StackInfo | None]:
@@ -207,11 +211,16 @@ def local_agent(
     region: str = typer.Option(..., "--region", "--region-affinity", help="the region affinity whose work queue it polls (eu-west: a name of the stack's RegionAffinities, not an AWS region)"),
     capacity: int = typer.Option(2, "--capacity", min=1, help="stages at once"),
     agent_id: Optional[str] = typer.Option(None, "--agent-id", help="its name (default: local-REGION-N, the first free N)"),
+    label: Optional[list[str]] = typer.Option(
+        None, "--label", metavar="KEY=VALUE",
+        help="a fact of this agent a stage's `requires` can name, e.g. --label bay=build (repeatable; the TOML's labels)",
+    ),
     state_dir: Path = StateDirOption,
 ) -> None:
     """Run a relevo-agent against the local stack in the foreground (its TOML, workspaces, journal: STATE_DIR/agents/ID/)."""
     from relevo_local.processes import write_agent_config
 
+    labels = agent_labels(label or [])
     holder, stack = _running_stack(state_dir)
     if stack is None:
         raise UserMistake(f"the local stack on {state_dir} is still starting; try again once `relevo local status` shows its API")
@@ -225,8 +234,10 @@ def local_agent(
     except ImportError as exc:
         raise UserMistake("relevo-agent is not installed beside this CLI (pip install ./agent)") from exc
     home, lock_fd = _agent_home(state_dir, region, agent_id)
-    config = write_agent_config(home / "agent.toml", (state_dir / "stack.json").resolve(), region, home.name, capacity=capacity)
-    _say(f"agent {home.name} (region affinity {region}, capacity {capacity}) on the local stack {stack.api_url}; "
+    config = write_agent_config(home / "agent.toml", (state_dir / "stack.json").resolve(), region, home.name, capacity=capacity,
+                                **({"labels": labels} if labels else {}))
+    said_labels = f", labels {', '.join(f'{key}={value}' for key, value in labels.items())}" if labels else ""
+    _say(f"agent {home.name} (region affinity {region}, capacity {capacity}{said_labels}) on the local stack {stack.api_url}; "
          f"config {config}; it stays across a restart of the stack; Ctrl-C stops it")
     sys.stdout.flush()
     # The agent itself, in this process: signals reach it directly (its staged shutdown), and the
@@ -234,6 +245,39 @@ def local_agent(
     # the stack file: a restarted stack (a new one on this state dir) is joined, not a reason to exit.
     os.set_inheritable(lock_fd, True)
     os.execv(sys.executable, [sys.executable, "-m", "relevo_agent.launch", "--config", str(config), "--follow-stack"])
+
+
+# The agent config's limits on labels (relevo_agent.config AgentConfig.labels), checked here so a
+# mistake is one line before anything is written or started.
+_MAX_LABELS = 32
+_MAX_LABEL_VALUE = 64
+
+
+def agent_labels(given: list[str]) -> dict[str, str]:
+    """`--label KEY=VALUE` options as the TOML's `labels`: each key a requirement key
+    (relevo_core.models.capabilities), each given once. A key the agent detects (os, arch, macos,
+    xcode) counts only where it detects nothing (a label never overrides a detected fact): on a
+    Linux machine `--label xcode=16.2` stands in for a Mac's Xcode."""
+    import re
+
+    from relevo_core.models.capabilities import REQUIREMENT_KEY
+
+    labels: dict[str, str] = {}
+    for text in given:
+        key, equals, value = text.partition("=")
+        key, value = key.strip(), value.strip()
+        if not equals or not key or not value:
+            raise UserMistake(f"--label {text!r}: give it as KEY=VALUE, e.g. --label bay=build")
+        if not re.fullmatch(REQUIREMENT_KEY, key):
+            raise UserMistake(f"--label {text!r}: {key!r} is not a label key (a lowercase letter, then up to 31 of a-z, 0-9, _ and -)")
+        if len(value) > _MAX_LABEL_VALUE:
+            raise UserMistake(f"--label {key}=…: its value is {len(value)} characters, at most {_MAX_LABEL_VALUE}")
+        if key in labels:
+            raise UserMistake(f"--label {key}: given twice ({key}={labels[key]} and {key}={value})")
+        labels[key] = value
+    if len(labels) > _MAX_LABELS:
+        raise UserMistake(f"--label: {len(labels)} labels, at most {_MAX_LABELS}")
+    return labels
 
 
 def _agent_home(state_dir: Path, region: str, agent_id: str | None) -> tuple[Path, int]:

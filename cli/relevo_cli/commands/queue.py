@@ -12,14 +12,15 @@ import typer
 from rich.table import Table
 
 from relevo_cli.cli_errors import JobId
-from relevo_cli.commands.common import StackOption, add_column, console, print_trigger, stack_api
+from relevo_cli.commands.common import JsonTriggerOption, StackOption, add_column, console, print_trigger, quiet_option, stack_api
 from relevo_core.models.status import queue_reason_words
 
 
-def release(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
+def release(job_id: str = JobId, quiet: bool = quiet_option("relevo job release JOB -q"), as_json: bool = JsonTriggerOption,
+            stack_file: Optional[Path] = StackOption) -> None:
     """Release a held job (a pull request from a fork, or a repeat after its dedup window) into the queue."""
     with stack_api(stack_file) as api:
-        print_trigger(api.release_job(job_id), api)
+        print_trigger(api.release_job(job_id), api, quiet=quiet, as_json=as_json)
 
 
 queue_app = typer.Typer(help="The run order: jobs waiting, why each waits, and every agent's load.")

@@ -8,6 +8,11 @@ point 5), polled from the Relevo API the way `relevo job logs -f` polls it (rele
 - `event: progress`: `{"transfers": {stage: text}}` whenever what a stage's transfer says changes
   (an upload under way: "uploading 3 of 5 files, 412.0 MiB of 1.2 GiB (34 %)", then its totals),
   read with the job, so the Steps' cells follow an upload without a reload;
+- each chunk carries `marks`: the banners to show before its text where a stage attempt (or a
+  shard, or a stage with shards) ended (`{"id", "text"}`: `build succeeded on mac-1 after 8s`,
+  relevo_cli.console.banners), and `event: marks` `{"marks": [...]}` the ends a read that reached
+  the end of the stored log says; a chunk whose stage's predecessor the page does not yet say
+  ended is read again (the CLI follower's rule), so a banner never comes after a later stage's lines;
 - `event: done`: the job ended and every chunk written before it ended was sent;
 - `event: refused`: the API refused the read (not transient): `{"status", "error", "message"}`;
 - `: ping` comments from sse-starlette every `ping_sec`, so an idle connection stays open.
@@ -28,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from relevo_cli.api import ApiError
+from relevo_cli.console.banners import HOLD_PAGES, Banners
 from relevo_cli.console.summary import stage_transfers
 from relevo_cli.follow import is_transient
 
@@ -106,6 +112,8 @@ async def job_events(
     # for it: a poll takes its answer once it is in. Awaited in the poll that started it, a slow
     # job read held back that poll's lines, and the next poll's, every state_sec.
     job_read: asyncio.Future[dict[str, Any]] | None = None
+    banners = Banners()
+    holds = 0
     try:
         while clock() - started < settings.lifetime_sec:
             polled_at = clock()
@@ -124,9 +132,17 @@ async def job_events(
                     yield _event("state", last_state)
                 # New lines go out before the job is read again: a line is never late for a state read.
                 # A page starts at the cursor asked for; each chunk's `next` is the cursor after it.
-                for group in batches(page["chunks"], settings.batch_lines):
+                chunks, held = banners.place(page, held="end" if holds >= HOLD_PAGES else "wait")
+                for group in batches(chunks, settings.batch_lines):
                     next_seq = group[-1]["next"]
                     yield _event("log", {"chunks": group, "next_seq": next_seq}, event_id=next_seq)
+                if held:
+                    # Read again from the chunk held back: at once the first time, then each poll.
+                    holds += 1
+                    if holds > 1:
+                        await sleep(settings.poll_sec)
+                    continue
+                holds = 0
                 state = {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": last_state["current_stage"]}
                 if state["status"] != last_state["status"]:
                     # The job moved: read it now. A periodic read under way began before the move.
@@ -157,6 +173,9 @@ async def job_events(
                 last_transfers = transfers
             if page["more"]:
                 continue
+            ends = banners.ends(page, final=page["terminal"])
+            if ends:
+                yield _event("marks", {"marks": ends})
             if page["terminal"]:
                 yield _event("done", {"status": page["status"], "next_seq": next_seq})
                 return

@@ -55,6 +55,21 @@ def run_progress(job: dict[str, Any]) -> tuple[int, int]:
     return sum(1 for run in runs if run["status"] in _DONE), len(runs)
 
 
+def handoff_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Handoff table's rows: each stage that handed files on, restored some or wrote values;
+    for a stage with shards, each such shard (`test[1]`, `ui[device=iPhone 16, os=18.2]`: each
+    shard's files and values are its own, and later stages get them all), after its stage's own
+    row when the stage has one."""
+    rows = []
+    for stage in job["stages"]:
+        runs = [(stage["name"], stage)] + [(f"{stage['name']}[{shard['label']}]", shard) for shard in stage.get("shards") or []]
+        for name, run in runs:
+            if run.get("handoff") or run.get("outputs"):
+                rows.append({"name": name, "stage": stage["name"], "shard": run.get("shard") if run is not stage else None,
+                             "handoff": run.get("handoff") or {}, "outputs": run.get("outputs") or {}})
+    return rows
+
+
 def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
     """The summary's computed fields; `queued` is the job's entry in GET /queue, while it is queued."""
     started = job_started_at(job)
@@ -68,6 +83,8 @@ def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetim
         "shard_sec": {stage["name"]: {shard["shard"]: seconds_between(shard.get("started_at"), shard.get("ended_at"), now)
                                       for shard in stage.get("shards") or []} for stage in job["stages"]},
         "transfers": stage_transfers(job),
+        # What travelled: a row per stage, and per shard of a stage with shards.
+        "handoff_rows": handoff_rows(job),
         "attempt_transfers": {stage["name"]: attempt_transfers(stage) for stage in job["stages"]},
         # The failure as a sentence (the job view has its class and a JSON cause), which Mac ran
         # which stages, and why it waits, in words.

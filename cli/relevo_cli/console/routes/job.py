@@ -23,7 +23,7 @@ from relevo_cli.console import actions, archive
 from relevo_cli.console.render import api_answer, error_page, invalid, json_object, no_such_action, page, refusal
 from relevo_cli.console.state import Console
 from relevo_cli.console.stream import job_events
-from relevo_cli.console.views.job import LOG_MAX_LINES, LOG_TAIL_LINES, job_panel_context, last_chunks, shard_labels
+from relevo_cli.console.views.job import LOG_MAX_LINES, LOG_TAIL_LINES, empty_log_note, job_panel_context, shard_labels, tail_for_page
 from relevo_core.models.requests import LOG_CURSOR, LOG_MAX_LIMIT
 
 
@@ -39,15 +39,14 @@ async def job_detail(request: Request) -> Response:
     if start is not None and re.fullmatch(LOG_CURSOR, start):
         # The log from this cursor on (`?from_seq=0`: the whole log, streamed) instead of its tail.
         cursor: int | str = int(start) if start.isdigit() else start
-        tail = {"chunks": [], "next_seq": cursor, "before_seq": None if start == "0" else cursor}
+        tail = {"chunks": [], "next_seq": cursor, "before_seq": None if start == "0" else cursor, "marks": []}
     else:
-        end = (job.get("log_tail") or {}).get("next_seq", 0)
         try:
-            tail = await run_in_threadpool(last_chunks, console.api, job_id, end)
+            tail = await run_in_threadpool(tail_for_page, console.api, job)
         except ApiError as exc:
             return error_page(exc)
     return page("job.html", tail=tail, tail_json=json.dumps(tail), shard_labels_json=json.dumps(shard_labels(job)),
-                log_max_lines=LOG_MAX_LINES, **context)
+                log_max_lines=LOG_MAX_LINES, log_empty=empty_log_note(job), **context)
 
 
 async def job_panel(request: Request) -> Response:

@@ -33,6 +33,7 @@
   let source = null;
   let retry = null;
   let status = null;               // the job's status as the last state event said
+  const saidBanners = new Set();   // the ids of the end banners shown: each once, however often a stream says it
 
   function setConnection(state) {
     connection.textContent = state;
@@ -132,6 +133,30 @@
     setConnection("paused: earlier lines shown, Reconnect follows the end");
   }
 
+  // Where a stage attempt's output ended (`── build succeeded on mac-1 after 8s ──`): a line of
+  // its own, with the cursor it follows (so the log's first line may be one), each id once.
+  function appendBanners(marks, cursor) {
+    for (const mark of marks || []) {
+      if (saidBanners.has(mark.id)) continue;
+      saidBanners.add(mark.id);
+      const line = document.createElement("span");
+      line.className = "banner";  // not a `.line`: a line of the output is one the stage printed
+      line.dataset.mark = mark.id;
+      line.dataset.before = String(cursor);
+      line.dataset.after = String(cursor);
+      line.dataset.part = "0";
+      line.textContent = "── " + mark.text + " ──";
+      logEl.appendChild(line);
+      openLine = null;  // a banner ends the line before it
+    }
+    showEmpty();
+  }
+
+  // An empty log is a short box saying so, not a tall empty one.
+  function showEmpty() {
+    logEl.classList.toggle("empty", logEl.childElementCount === 0);
+  }
+
   // Chunk text appended after what is shown, from its part `fromPart` on (the parts before it are
   // shown already): a chunk may end in the middle of a line.
   function appendText(entry, fromPart) {
@@ -160,12 +185,14 @@
       const chunk = entry.chunk;
       const byCursor = typeof chunk.next === "string";
       if (!byCursor && chunk.seq < nextSeq) continue;  // already shown: never twice
+      appendBanners(chunk.marks, entry.before);
       appendText(entry, byCursor || chunk.seq === nextSeq ? nextPart : 0);
       nextSeq = entry.after;
       nextPart = 0;
       nextAfter = null;
     }
     trim();
+    showEmpty();
     if (follow) logEl.scrollTop = logEl.scrollHeight;
   }
 
@@ -222,6 +249,12 @@
     setConnection("connecting");
     source = new EventSource("/jobs/" + encodeURIComponent(jobId) + "/stream?from_seq=" + encodeURIComponent(nextSeq));
     source.addEventListener("log", function (event) { appendChunks(JSON.parse(event.data).chunks); });
+    source.addEventListener("marks", function (event) {
+      const follow = atBottom();
+      appendBanners(JSON.parse(event.data).marks, nextSeq);
+      trim();
+      if (follow) logEl.scrollTop = logEl.scrollHeight;
+    });
     source.addEventListener("state", function (event) {
       // Live from the stream's first event (always a state), not from its opening: the server
       // sends it once it has read the log and the job, and lines follow from then on.
@@ -289,7 +322,9 @@
     // Text after the last newline of the earlier chunks begins the first line already shown (or,
     // with nothing shown, the line the next chunk goes on).
     const first = logEl.firstElementChild;
-    if (line !== null && first !== null) {
+    if (line !== null && first !== null && first.classList.contains("banner")) {
+      // A banner ended the stage before the first line: the earlier line stays a line of its own.
+    } else if (line !== null && first !== null) {
       first.textContent = line.textContent + first.textContent;
       first.dataset.seq = line.dataset.seq;
       first.dataset.before = line.dataset.before;
@@ -340,6 +375,7 @@
   // Clear empties the view; "Load earlier" then pages back from where it was cleared.
   document.getElementById("log-clear").addEventListener("click", function () {
     logEl.replaceChildren();
+    showEmpty();
     openLine = null;
     firstSeq = nextSeq;
     firstPart = nextPart;
@@ -353,6 +389,7 @@
   });
 
   appendChunks(tail.chunks);
+  appendBanners(tail.marks, nextSeq);
   logEl.scrollTop = logEl.scrollHeight;
   connect();
 })();

@@ -38,6 +38,19 @@ def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
             "directories": archive.artifact_directories(job.get("artifacts") or [])}
 
 
+def empty_log_note(job: dict[str, Any]) -> str:
+    """What the log box says while the job has printed nothing: why, in a few words."""
+    if job.get("waiting_stage"):
+        return f"No output yet: the job waits for approval before {job['waiting_stage']}."
+    if job["status"] == "queued":
+        return "No output yet: the job is queued (its place and why it waits are above)."
+    if job["status"] == "held":
+        return "No output yet: the job is held until it is released."
+    if job["status"] in ("succeeded", "failed", "canceled"):
+        return f"No output: the job {job['status']} without printing anything."
+    return "No output yet: a stage's lines appear here as it prints them."
+
+
 def shard_labels(job: dict[str, Any]) -> dict[str, dict[str, str]]:
     """Each stage with shards: its shards' labels by index (static/job.js names a chunk's shard so)."""
     return {stage["name"]: {str(shard["shard"]): shard["label"] for shard in stage["shards"]} for stage in job["stages"] if stage.get("shards")}
@@ -63,3 +76,13 @@ def last_chunks(api: RelevoApi, job_id: str, end: int | str, lines: int = LOG_TA
     while len(chunks) > 1 and count(chunks[1:]) >= lines:
         start = chunks.pop(0)["next"]
     return {"chunks": chunks, "next_seq": chunks[-1]["next"] if chunks else end, "before_seq": start}
+
+
+def tail_for_page(api: RelevoApi, job: dict[str, Any]) -> dict[str, Any]:
+    """The log's end as the job page first shows it (last_chunks), with the banners where each
+    stage attempt in it ended (`marks` on a chunk: before its text; the tail's `marks`: after it)."""
+    from relevo_cli.console.banners import tail_with_banners
+
+    tail = last_chunks(api, job["job_id"], (job.get("log_tail") or {}).get("next_seq", 0))
+    tail["chunks"], tail["marks"] = tail_with_banners(tail["chunks"], job)
+    return tail

@@ -83,16 +83,19 @@ def chunk_view(chunk: LogChunk, after: Position | None = None) -> dict[str, Any]
 
 def _failed_attempts(run: dict[str, Any]) -> list[dict[str, Any]]:
     return [
-        {"attempt": entry.get("attempt"), "agent": entry.get("agent") or entry.get("agent_id"), "error": entry.get("error")}
+        {"attempt": entry.get("attempt"), "agent": entry.get("agent") or entry.get("agent_id"), "error": entry.get("error"),
+         "at": entry.get("at")}
         for entry in run["attempts_log"]
     ]
 
 
 def stage_marks(stage: dict[str, Any], approval: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a reader of the log needs of a stage to mark where its output begins and ends: its
-    state, where it ran, how it ended, and each failed attempt's error; for a stage with shards,
-    the same of each shard, with its label (its chunks carry its index). `approval`: the job's
-    approval decision (a rejection says why the stage it held back never ran)."""
+    state, where it ran, when its attempt started and ended, how it ended, and each failed
+    attempt's error (and when it failed); for a stage with shards, the same of each shard, with
+    its label (its chunks carry its index). A follower says a stage began once it is `running`
+    (its command started), before any output. `approval`: the job's approval decision (a
+    rejection says why the stage it held back never ran)."""
     rejected = approval if approval and approval.get("decision") == "rejected" and approval.get("stage") == stage["name"] else None
     return {
         "name": stage["name"],
@@ -100,6 +103,8 @@ def stage_marks(stage: dict[str, Any], approval: dict[str, Any] | None = None) -
         "status": stage["status"],
         "attempt": stage["attempt"],
         "agent_id": stage["agent_id"],
+        "started_at": stage.get("started_at"),
+        "ended_at": stage.get("ended_at"),
         "exit_code": stage["exit_code"],
         "error_class": stage["error_class"] or None,
         "reused_from": stage["reused_from"],
@@ -116,6 +121,8 @@ def stage_marks(stage: dict[str, Any], approval: dict[str, Any] | None = None) -
                 "status": shard["status"],
                 "attempt": shard["attempt"],
                 "agent_id": shard["agent_id"],
+                "started_at": shard.get("started_at"),
+                "ended_at": shard.get("ended_at"),
                 "exit_code": shard["exit_code"],
                 "error_class": shard["error_class"] or None,
                 "failed_attempts": _failed_attempts(shard),

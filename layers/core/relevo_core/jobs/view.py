@@ -121,6 +121,9 @@ def _shards_of(plan: StagePlan, records: dict[int, dict[str, Any]], never: Stage
             "last_writer": found.get("last_writer"),
             # The latest reconciliation of the shard (as a stage's `reconciled`).
             "reconciled": found.get("reconciled"),
+            # What the shard hands on (its own record's receipt, docs/handoff.md "Stages with shards").
+            "outputs": _outputs_of(found),
+            "handoff": _handoff_of(found),
         })
     return shards
 

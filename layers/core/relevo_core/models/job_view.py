@@ -33,6 +33,10 @@ class ShardView(BaseModel):
     reconciled: dict[str, Any] | None = Field(
         None, description="the shard's latest reconciliation: attempt, agent_id, decision, evidence (probe_exit, previous_attempt, why), at",
     )
+    outputs: dict[str, str] = Field(
+        {}, description="the values the shard wrote to $RELEVO_OUTPUT (later stages get RELEVO_OUT_<STAGE>_SHARD<k>_<KEY>)")
+    handoff: dict[str, Any] | None = Field(
+        None, description="what the shard handed on and what its Mac restored before its command, as a stage's `handoff`")
 
 
 class StageView(BaseModel):
