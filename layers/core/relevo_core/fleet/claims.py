@@ -53,8 +53,10 @@ from relevo_core.store.jobs import get_envelope, get_job_record, query_job_items
 from relevo_core.store.keys import SHARD_INFIX, attempt_sk, is_stage_sk, stage_sk
 
 # What a refused claim tells its caller of the stage record: enough to know whether to hand the
-# message back or drop it (relevo_agent's ClaimRefused.held), nothing of what the stage left.
-_REFUSAL_FIELDS = ("status", "attempt", "agent_id", "lease_expires_at")
+# message back or drop it (relevo_agent's ClaimRefused.held), and whose claim holds it (the
+# journal and the claim secret's hash: an agent whose claim's answer was lost knows it for its
+# own; a hash tells nobody the secret), nothing of what the stage left.
+_REFUSAL_FIELDS = ("status", "attempt", "agent_id", "lease_expires_at", "journal_id", "claim_id")
 _LIVE = {StageStatus.RUNNING.value, StageStatus.RECONCILED.value}
 
 
