@@ -78,6 +78,19 @@ def _not_dispatched_here(request: ClaimRequest | SessionRequest, region: str) ->
     )
 
 
+def holds_files(record: dict[str, Any]) -> bool:
+    """Whether the Mac that ran a stage (by its record) holds files a later stage restores: the
+    handoff it stored (its receipt's summary, or the attempt's stored one) or the earlier stages'
+    files it restored."""
+    receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
+    stored = receipt.get("handoff") or record.get("handoff_stored")
+    restored = record.get("restored")
+    counted = [
+        int(found.get(name) or 0) for found in (stored, restored) if isinstance(found, dict) for name in ("files", "symlinks")
+    ]
+    return sum(counted) > 0
+
+
 def lineage_of(table: str, envelope: JobEnvelope) -> list[str]:
     """The jobs whose stages a job started from a later stage stands on (retry_of, and theirs
     while they skipped stages too), nearest first: what its agents may read for the handoff."""
@@ -128,7 +141,9 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
         raise RelevoError(ErrorCode.DISPATCH_NOT_FOUND, f"the stage message of {request.job_id} does not say what its job is (project, signing)")
     if request.leave_to_previous and request.attempt == 1:
         before = context.stage_before(index)
-        previous_agent = before.get("agent_id") if before and before.get("status") in SUCCEEDED_STAGE else None
+        # Only where files wait: the stage before handed some on, or restored some (the next stage
+        # restores the same). With none, any Mac is as good, and the first to look takes it.
+        previous_agent = before.get("agent_id") if before and before.get("status") in SUCCEEDED_STAGE and holds_files(before) else None
         if previous_agent and previous_agent != request.agent_id:
             raise RelevoError(
                 ErrorCode.PREVIOUS_AGENT_PREFERRED, f"the stage before ran on {previous_agent}", agent_id=str(previous_agent)
