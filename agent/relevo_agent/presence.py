@@ -417,6 +417,18 @@ class Presence:
         )
         if other is None:
             return False
+        if other.free > 0 and self._monotonic() < self.quiet_until:
+            # Received back by a receive of this agent's that was under way when it made the
+            # message visible for `other` (its watch, or a pass-on): visible again at once, and no
+            # new receive of this agent's competes for a moment, so `other`'s poll takes it.
+            try:
+                message.hide_for(0)
+            except ClientError:
+                log.warning("could not hand %s back; taking it here", what)
+                return False
+            self.quiet_for(PASSED_ON_QUIET_SEC)
+            log.info("left %s to %s (%d free, visible again now): this agent ran a failed attempt", what, other.agent_id, other.free)
+            return True
         invisible_sec = handback_sec(other, waited_sec, receive_count, max_wait_sec, self.config.handoff_delay_sec)
         try:
             message.hide_for(invisible_sec)

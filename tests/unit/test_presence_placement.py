@@ -284,6 +284,14 @@ def test_a_retry_handed_back_to_busy_agents_is_visible_again_within_a_look_of_a_
     assert presence.quiet_until == clock.monotonic() - clock.elapsed + shown_at + PASSED_ON_QUIET_SEC
     assert len(looks) == 2 + int(frees_at / HANDBACK_LOOK_SEC)  # the decision's read, then a look every HANDBACK_LOOK_SEC
 
+    # When a receive of mac-a's that was under way gets it back first (its new ones wait)
+    clock.elapsed += 0.4
+    again = _Message(clock, receive_count=2)
+    assert presence.leave_to_another(["mac-a"], 600, again, "job/test attempt 2")
+
+    # Then it is visible again at once too, and no slot of mac-a's is held for it
+    assert (again.visibility, clock.waits.count(3)) == ([(clock.elapsed, 0)], 0)
+
 
 def test_a_retry_whose_agents_stay_busy_waits_its_hop_and_the_watch_ends_before_it(monkeypatch):
     from relevo_agent.presence import HANDBACK_LOOK_SEC, HANDBACK_MARGIN_SEC
