@@ -64,11 +64,14 @@ class _DispatchEnded(Exception):
 @dataclass(frozen=True)
 class Claimed:
     """A claim that took: the route's answer, the secret it was made with, and its first send
-    (the lease counts from there, on this process's monotonic clock)."""
+    (the lease counts from there, on this process's monotonic clock). `repeated`: the claim was
+    sent more than once (an answer was lost on the way back), so the dispatch may have been
+    answered with it already: a token found answered then says nothing (Claims.accept)."""
 
     granted: ClaimGranted
     claim_secret: str
     sent_at: float
+    repeated: bool = False
 
 
 class Claims:
@@ -89,15 +92,23 @@ class Claims:
         self, task: StageMessage, message: Message, ref: stage_attempts.StageRef, timeline: LeaseTimeline, workspace: Path, op_id: str,
     ) -> Claimed | None:
         """The claim of `task`'s attempt; None when it did not take (journaled abandoned, and the
-        message seen to). Raises HandBack for trouble before the claim took."""
+        message seen to). Raises HandBack for trouble before the claim took.
+
+        A claim of this agent whose answer was lost (journaled UNANSWERED) and which the stage
+        record still names (this agent, this journal, its secret's hash, its lease live) is
+        resumed: sent again with its own secret, which the record takes as a repeat of it. Nothing
+        ran under it (a command starts only once a claim's answer came), so nothing runs twice."""
+        earlier = self.journal.get(op_id)
         claim_secret = new_claim_secret()
-        # Journaled before the claim: every attempt this agent may hold is in its journal, with the
-        # secret that gets its job credentials again after a restart.
-        self.journal.begin(Operation(op_id, task.job_id, task.stage, task.stage_index, task.attempt, str(workspace), "", claim_secret=claim_secret,
-                                     shard=task.shard))
-        sent_at = time.monotonic()
         try:
-            return Claimed(self._claim(task, message, ref, timeline, claim_secret), claim_secret, sent_at)
+            try:
+                return self._send_claim(task, message, ref, timeline, workspace, op_id, claim_secret)
+            except stage_attempts.ClaimRefused as refused:
+                own = self._own_unanswered_claim(refused, earlier, ref)
+                if own is None:
+                    raise
+                log.info("%s attempt %d: the stage record names this agent's own claim, whose answer was lost; resumed", op_id, ref.attempt)
+                return self._send_claim(task, message, ref, timeline, workspace, op_id, own, resumed=True)
         except stage_attempts.ClaimRefused as refused:
             self.journal.record(op_id, ref.attempt, OperationOutcome.ABANDONED, None, None)
             self._refused(op_id, ref, refused, message)
@@ -108,17 +119,52 @@ class Claims:
             log.warning("%s: %s; its message is deleted", op_id, ended)
             message.delete()
         except (RouteUnreachable, RouteError) as exc:
-            self.journal.record(op_id, ref.attempt, OperationOutcome.ABANDONED, None, None)
+            # No answer, or the gateway's 5xx: the claim may have landed (UNANSWERED: the next
+            # delivery to this agent finds out); a 4xx refused it.
+            lost = isinstance(exc, RouteUnreachable) or exc.status >= 500
+            self.journal.record(op_id, ref.attempt, OperationOutcome.UNANSWERED if lost else OperationOutcome.ABANDONED, None, None)
             raise HandBack(f"the claim did not go through ({exc})") from exc
         return None
 
+    def _send_claim(
+        self, task: StageMessage, message: Message, ref: stage_attempts.StageRef, timeline: LeaseTimeline, workspace: Path, op_id: str,
+        claim_secret: str, resumed: bool = False,
+    ) -> Claimed:
+        # Journaled before the claim: every attempt this agent may hold is in its journal, with the
+        # secret that gets its job credentials again after a restart.
+        self.journal.begin(Operation(op_id, task.job_id, task.stage, task.stage_index, task.attempt, str(workspace), "", claim_secret=claim_secret,
+                                     shard=task.shard))
+        sent_at = time.monotonic()
+        granted, repeated = self._claim(task, message, ref, timeline, claim_secret, resumed)
+        return Claimed(granted, claim_secret, sent_at, repeated or resumed)
+
+    def _own_unanswered_claim(
+        self, refused: stage_attempts.ClaimRefused, earlier: Operation | None, ref: stage_attempts.StageRef,
+    ) -> str | None:
+        """The secret of this agent's own claim of this attempt whose answer was lost, when the
+        refusal shows the stage record holding exactly it, live; else None."""
+        from relevo_core.models.agent_session import claim_id_of
+
+        if (
+            earlier is None or earlier.outcome is not OperationOutcome.UNANSWERED or earlier.attempt != ref.attempt
+            or not earlier.claim_secret or not refused.held
+        ):
+            return None
+        found = refused.item
+        mine = (found.get("agent_id"), found.get("journal_id"), found.get("claim_id")) == (
+            self.config.agent_id, self.journal.journal_id, claim_id_of(earlier.claim_secret)
+        )
+        return earlier.claim_secret if mine else None
+
     def _claim(
         self, task: StageMessage, message: Message, ref: stage_attempts.StageRef, timeline: LeaseTimeline, claim_secret: str,
-    ) -> ClaimGranted:
+        resumed: bool = False,
+    ) -> tuple[ClaimGranted, bool]:
         """The claim (relevo_agent.claim_routes), sent again with the same secret after a transient
         error (a reset may have lost the answer of a claim that landed), for as long as the lease
-        could still be kept afterwards. A job's next stage is first offered to the Mac that ran the
-        one before (its files are there): the route says which, and the message may be left to it."""
+        could still be kept afterwards; and whether it was sent more than once. A job's next stage
+        is first offered to the Mac that ran the one before (its files are there): the route says
+        which, and the message may be left to it. A `resumed` claim holds already: no offer."""
         from relevo_core.models.agent_session import ClaimRequest
 
         # A stage's shards are not offered to the previous stage's Mac (it would take all it has
@@ -127,17 +173,19 @@ class Claims:
             job_id=task.job_id, stage_index=task.stage_index, shard=task.shard, attempt=task.attempt, agent_id=self.config.agent_id,
             claim_secret=claim_secret, dispatch_key=task.dispatch_key, dispatch_token=task.task_token,
             journal_id=self.journal.journal_id, enqueued_at=message.sent_at,
-            leave_to_previous=task.attempt == 1 and task.shard is None and self.prefer_previous is not None, project=task.project, signs=task.signs,
+            leave_to_previous=not resumed and task.attempt == 1 and task.shard is None and self.prefer_previous is not None,
+            project=task.project, signs=task.signs,
         )
         routes = self.sessions.routes
         if routes is None:
             raise RouteError(0, None, "this agent knows no claim route: its stack file, or api_url in its config, names the stack's API")
         give_up = time.monotonic() + max(0.0, timeline.fence_after_sec - timeline.renew_interval_sec)
         delay = RETRY_AFTER_FAILURE_SEC
+        lost = False  # an earlier send's answer was lost: it may have landed
         while True:
             try:
                 with call_budget(max(0.5, give_up - time.monotonic())):
-                    return routes.claim(request)
+                    return routes.claim(request), lost
             except RouteError as refused:
                 if refused.code == ErrorCode.CLAIM_REFUSED.value:
                     raise stage_attempts.ClaimRefused(str(refused), refused.details, ref.attempt, int(utc_now().timestamp())) from refused
@@ -153,6 +201,7 @@ class Claims:
                     raise _DispatchEnded(str(refused)) from refused
                 raise
             except RouteUnreachable as exc:
+                lost = True
                 if time.monotonic() + delay > give_up:
                     raise
                 if not reachability.failed(exc):
@@ -175,7 +224,7 @@ class Claims:
         message.delete()
 
     # ------------------------------------------------------------------ the answer to the dispatch
-    def accept(self, run: StageRun, dispatch_token: str) -> bool | None:
+    def accept(self, run: StageRun, dispatch_token: str, unsure: bool = False) -> bool | None:
         """Tell the state machine who claimed the stage, through the region's accept route (the
         agent holds no task power: the route answers the dispatch for the claim that holds the
         attempt). Once it has taken the answer, its next state hands exactly this claim a run token
@@ -186,7 +235,8 @@ class Claims:
         A transient error is retried for as long as the lease keeps (the keeper renews it
         meanwhile). True: taken. False: the dispatch no longer waits (or the claim no longer
         holds). None: cannot tell (an answer was lost, and a repeat met a token already answered,
-        maybe by the first send)."""
+        maybe by the first send). `unsure`: the claim itself was sent more than once (Claimed.repeated),
+        so the token may have been answered with it before this send."""
         from relevo_core.models.agent_session import AcceptRequest
 
         ref = run.ref
@@ -197,7 +247,6 @@ class Claims:
             job_id=ref.job_id, stage_index=ref.stage_index, shard=ref.shard, attempt=ref.attempt, agent_id=self.config.agent_id,
             claim_secret=run.claim_secret, dispatch_token=dispatch_token,
         )
-        unsure = False
         delay = RETRY_AFTER_FAILURE_SEC
         while run.reason is None:
             try:

@@ -105,8 +105,8 @@ class AgentConfig(BaseModel):
     )
     handoff_delay_sec: int = Field(
         default=2, ge=0, le=60,
-        description="A retry that should go to another agent with a free slot is handed back for this long "
-        "(for a busy agent the hops are longer).",
+        description="A retry that should go to another agent with a free slot is handed back for this long (for a "
+        "busy agent the hops are longer, and the message is visible again as soon as a slot frees for it).",
     )
     handoff_max_wait_sec: int = Field(
         default=60, ge=0, le=3600,
@@ -140,9 +140,10 @@ class AgentConfig(BaseModel):
     )
     prefer_previous_sec: int = Field(
         default=10, ge=0, le=300,
-        description="A job's next stage waits up to this long for the Mac that ran its previous stage (its files are "
-        "there) while that Mac is online with a free slot and meets the stage's requires; then any Mac of the region "
-        "takes it. A retry still prefers another Mac. 0: no preference.",
+        description="When the stage before handed on or restored files, a job's next stage is passed on to the Mac "
+        "that ran it (the files are there) for up to this long, and only while that Mac waits for work (online, a free "
+        "slot, taking stages, meeting the stage's requires): a busy or absent Mac is not waited for. Then any Mac of "
+        "the region takes it. A retry still prefers another Mac. 0: no preference.",
     )
     network_region: str | None = Field(
         default=None, pattern=r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-[0-9]+$",

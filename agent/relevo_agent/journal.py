@@ -29,6 +29,10 @@ class OperationOutcome(str, Enum):
     FAILED = "failed"
     # The agent gave up the attempt (taken over, canceled, shut down): no result is claimed.
     ABANDONED = "abandoned"
+    # The claim was sent and its answer lost (no answer, or the gateway's 5xx): it may have landed
+    # on the stage record. Nothing ran under it; the message's next delivery to this agent resumes
+    # it when the record names it (relevo_agent.claim).
+    UNANSWERED = "unanswered"
     # The lease deadline came before the command ended: it was killed and its result withheld.
     FENCED = "fenced"
     # A reconciliation decided the attempt without running the command.

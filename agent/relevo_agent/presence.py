@@ -26,8 +26,10 @@ not: it makes the message invisible again and lets the other agent take it.
 - The other agent has a free slot: the message is visible again after `handoff_delay_sec`, and
   this slot stays off the queue meanwhile, so the other agent's poll takes it.
 - Every other online agent is busy: the remaining wait (see below) is split into equal hops, one
-  per receive still allowed, so the message is visible when a busy agent may have freed a slot
-  while this agent receives it at most HANDOFF_MAX_RECEIVES times.
+  per receive still allowed, so this agent receives it at most HANDOFF_MAX_RECEIVES times. During
+  a hop it watches the region's presence records (watch_handback): as soon as one shows an agent
+  that could take the retry, the message is visible at once, so a retry waits a look for a freed
+  slot, not the rest of its hop.
 The named agent runs the retry itself only when no other agent is online in the region. Two
 safety bounds make it take the stage anyway: the message was sent `handoff_max_wait_sec` ago (at
 most half the job's queue timeout), or it has been received HANDOFF_MAX_RECEIVES times. So a retry
@@ -50,6 +52,7 @@ import logging
 import math
 import socket
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from datetime import datetime
@@ -79,6 +82,18 @@ HANDOFF_MAX_RECEIVES = 3
 # stage just taken, on the way to its command (issue 29, the stage handoff). A slot freed is
 # written at once: the next stage of a job may be left to this agent because of it.
 COUNT_SETTLE_SEC = 0.25
+# A retry handed back while every other agent is busy is watched by the agent that handed it back:
+# it reads the region's presence records this often, and makes the message visible at once
+# (ChangeMessageVisibility 0) as soon as one shows a slot that could take it (a freed slot is
+# written at once: Presence._count). So it waits a look, not the rest of its hop.
+HANDBACK_LOOK_SEC = 0.5
+# The watch ends this long before the message's invisibility does: after that its receipt handle
+# may be refused ("ChangeMessageVisibility", Amazon SQS API Reference: a change or delete after the
+# visibility timeout "might result in an error"), and the message is visible anyway.
+HANDBACK_MARGIN_SEC = 1.0
+# After this agent made a message it passed on visible (or sent it again) it starts no receive for
+# this long: the agent it is meant for takes it.
+PASSED_ON_QUIET_SEC = 1.5
 
 
 def _version() -> str:
@@ -167,6 +182,19 @@ def previous_mac(
     return preferred
 
 
+def free_for(
+    agent_id: str, avoid_agents: Iterable[str], requires: dict[str, str], region_agents: Iterable[AgentPresence], now: datetime,
+) -> AgentPresence | None:
+    """An agent of the region that could take a handed-back retry now: online, taking stages,
+    with a free slot, not one that failed it (nor this one), meeting the stage's `requires`."""
+    avoid = {name for name in avoid_agents if name} | {agent_id}
+    return next((
+        agent for agent in region_agents
+        if agent.agent_id not in avoid and agent.is_online(now) and agent.not_claiming is None and agent.free > 0
+        and not unmet(dict(requires), agent.capabilities)
+    ), None)
+
+
 def handback_sec(other: AgentPresence, waited_sec: float, receive_count: int, max_wait_sec: float, delay_sec: int) -> int:
     """How long a message handed back to `other` stays invisible (for a `prefer_another` answer).
 
@@ -188,11 +216,18 @@ class Presence:
         table: str,
         stop: AgentStop,
         clock: Callable[[], datetime] = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.table = table
         self._stop = stop
         self._clock = clock
+        self._monotonic = monotonic
+        # Monotonic: no receive of this agent starts before this (a message it passed on is
+        # visible for the agent it is meant for; relevo_agent.service reads it).
+        self.quiet_until = 0.0
+        # The watches of retries handed back to busy agents (watch_handback), while they run.
+        self.watches: list[threading.Thread] = []
         self._version = _version()
         self._running = 0
         # The stage (`<job>:<stage>`) of each shard this agent holds, once a shard.
@@ -349,8 +384,13 @@ class Presence:
                 self._done.wait(COUNT_SETTLE_SEC)
 
     # ------------------------------------------------------------------ placement
+    def quiet_for(self, seconds: float) -> None:
+        """No receive of this agent starts for `seconds` from now."""
+        self.quiet_until = max(self.quiet_until, self._monotonic() + seconds)
+
     def leave_to_another(
-        self, avoid_agents: Iterable[str], queue_timeout_sec: int | None, message: Message, what: str = "a retry"
+        self, avoid_agents: Iterable[str], queue_timeout_sec: int | None, message: Message, what: str = "a retry",
+        requires: dict[str, str] | None = None,
     ) -> bool:
         """True when the message (`what`: job/stage attempt, for the log) was handed back for
         another agent of the region to take."""
@@ -377,6 +417,18 @@ class Presence:
         )
         if other is None:
             return False
+        if other.free > 0 and self._monotonic() < self.quiet_until:
+            # Received back by a receive of this agent's that was under way when it made the
+            # message visible for `other` (its watch, or a pass-on): visible again at once, and no
+            # new receive of this agent's competes for a moment, so `other`'s poll takes it.
+            try:
+                message.hide_for(0)
+            except ClientError:
+                log.warning("could not hand %s back; taking it here", what)
+                return False
+            self.quiet_for(PASSED_ON_QUIET_SEC)
+            log.info("left %s to %s (%d free, visible again now): this agent ran a failed attempt", what, other.agent_id, other.free)
+            return True
         invisible_sec = handback_sec(other, waited_sec, receive_count, max_wait_sec, self.config.handoff_delay_sec)
         try:
             message.hide_for(invisible_sec)
@@ -392,9 +444,44 @@ class Presence:
         )
         if other.free > 0:
             # Keep this slot off the queue while the message is invisible, so the free agent's poll
-            # is the one that receives it. (For a busy one the hop is long; this slot stays useful.)
+            # is the one that receives it.
             self._stop.wait(invisible_sec + 1)
+        else:
+            # Every other agent is busy: the hop is long, and this slot stays useful meanwhile. The
+            # message is watched instead, and visible again as soon as a slot frees for it.
+            watch = threading.Thread(
+                target=self.watch_handback, args=(message, avoid_agents, requires or {}, invisible_sec, what), name="handback", daemon=True,
+            )
+            with self._lock:
+                self.watches = [running for running in self.watches if running.is_alive()] + [watch]
+            watch.start()
         return True
+
+    def watch_handback(
+        self, message: Message, avoid_agents: Iterable[str], requires: dict[str, str], invisible_sec: float, what: str,
+    ) -> bool:
+        """While `message` (a retry this agent handed back for `invisible_sec`, every other agent
+        busy) is invisible: every HANDBACK_LOOK_SEC, the region's presence records; once one shows
+        an agent that could take it, the message is visible at once and this agent stays off the
+        queue a moment (PASSED_ON_QUIET_SEC), so that agent's poll takes it. True when it was made
+        visible so; False when its hop ended first (it is visible then anyway) or the agent stops
+        (it is made visible for the others)."""
+        ends = self._monotonic() + invisible_sec - HANDBACK_MARGIN_SEC
+        while self._monotonic() + HANDBACK_LOOK_SEC < ends:
+            if self._stop.wait(HANDBACK_LOOK_SEC):
+                message.give_back_after(0)  # this agent no longer watches: the others look
+                return False
+            try:
+                found = free_for(self.config.agent_id, avoid_agents, requires,
+                                 agents.online_agents(self.table, self.config.region, self._clock()), self._clock())
+            except (BotoCoreError, ClientError):
+                continue  # unreadable for a moment: the next look, or the hop's end
+            if found is not None:
+                self.quiet_for(PASSED_ON_QUIET_SEC)
+                message.give_back_after(0)
+                log.info("%s: a slot freed on %s; visible again now", what, found.agent_id)
+                return True
+        return False
 
     def leave_to_spread(self, held_here: int, task: StageMessage, message: Message, what: str) -> int | None:
         """Seconds this agent stays off the queue when `what`, a shard of a stage this agent holds
@@ -432,10 +519,11 @@ class Presence:
 
     def leave_to_previous(self, previous_agent: str, requires: dict[str, str], message: Message, what: str) -> bool:
         """True when `what`, a job's next stage, was left to `previous_agent`, the Mac that ran its
-        previous stage (its workspace holds the files the stage restores: nothing to download).
-        Only while that agent is online with a free slot, claims, meets the stage's `requires`,
-        and the message is younger than `prefer_previous_sec` (and was received fewer than
-        HANDOFF_MAX_RECEIVES times): then any agent takes it."""
+        previous stage (the claim route names it only when files wait there: nothing to download).
+        Only while that agent waits for work (online with a free slot, taking stages, meeting the
+        stage's `requires`: a busy or absent Mac is not waited for) and the message was first sent
+        less than `prefer_previous_sec` ago; then any agent takes it. The message is sent again at
+        once and this agent starts no receive for PASSED_ON_QUIET_SEC: no slot is held."""
         limit = self.config.prefer_previous_sec
         now = self._clock()
         waited_sec = (now - (message.sent_at or now)).total_seconds()
@@ -447,15 +535,16 @@ class Presence:
             return False
         if previous_mac(previous_agent, requires, region_agents, now, waited_sec, message.receive_count, limit) is None:
             return False
-        invisible_sec = max(1, min(self.config.handoff_delay_sec, math.ceil(limit - waited_sec)))
+        # Visible again at once, as a fresh copy: a send wakes the long polls waiting on the queue,
+        # the previous Mac's among them, and however many agents pass it on meanwhile, its receive
+        # count never nears the redrive DLQ's (Message.resend). This agent stays off the queue a
+        # moment, so it is that Mac's poll (or another's that was not offered it yet) that takes it.
+        self.quiet_for(PASSED_ON_QUIET_SEC)
         try:
-            message.hide_for(invisible_sec)
-        except ClientError:
-            return False
-        log.info("left %s to %s, which ran the job's previous stage (its files are there; visible again in %ds)",
-                 what, previous_agent, invisible_sec)
-        # As for a retry left to a free agent: this slot stays off the queue meanwhile.
-        self._stop.wait(invisible_sec + 1)
+            message.resend(0)
+        except (BotoCoreError, ClientError):
+            message.give_back()
+        log.info("left %s to %s, which ran the job's previous stage and waits for work (its files are there)", what, previous_agent)
         return True
 
     def leave_to_matching(self, requires: dict[str, str], message: Message, what: str) -> bool:

@@ -82,9 +82,6 @@ class Agent:
         # Why and how this agent stops, held by every loop of it (its stack gone, its agent_id taken, a signal).
         self.stop = AgentStop(table_name, queue_url, follow_stack)
         self.slots = Slots(config.capacity)
-        # Monotonic: no receive starts before this (a shard left to another agent is visible again
-        # then, and this agent's polls would compete with that agent's for it).
-        self._quiet_until = 0.0
         # The job credentials of the attempts it holds, from the claim routes of its region.
         routes = ClaimRoutes(api_url, config.region, aws_region()) if api_url else None
         self.sessions = JobSessions(routes, config.agent_id, self.stop)
@@ -231,7 +228,9 @@ class Agent:
             if self.presence.not_claiming() is not None:  # low disk (said in presence and logged there)
                 self.stop.wait(0.5)
                 continue
-            quiet = self._quiet_until - time.monotonic()
+            # A message this agent passed on (a shard spread, a retry or a next stage left to
+            # another Mac) is that agent's to receive: no receive of this one competes meanwhile.
+            quiet = self.presence.quiet_until - time.monotonic()
             if quiet > 0:
                 self.stop.wait(min(quiet, 0.5))
                 continue
@@ -276,7 +275,7 @@ class Agent:
         try:
             if task.requires and self.presence.leave_to_matching(task.requires, message, what):
                 return
-            if self.presence.leave_to_another(task.avoid_agents, task.queue_timeout_sec, message, what):
+            if self.presence.leave_to_another(task.avoid_agents, task.queue_timeout_sec, message, what, task.requires):
                 return
             if task.shard is not None:
                 what = f"{what} shard {task.shard}"
@@ -288,7 +287,7 @@ class Agent:
             if left_for is not None:
                 # No receive of this agent's starts while the shard is invisible and just after, so
                 # the other agent's poll receives it (a receive under way may still: it is decided again).
-                self._quiet_until = max(self._quiet_until, time.monotonic() + left_for)
+                self.presence.quiet_for(left_for)
         except HandBack as why:
             if self.stop.stack_gone(why.__cause__):
                 return

@@ -149,14 +149,15 @@ class StageRunner:
                 # From the claim on, everything done for the job is done with its credentials, on
                 # this thread and on those it starts (relevo_core.aws.in_this_context).
                 with job_scope(credentials):
-                    self._claimed(reservation.workspace, context, task, message, run, op_id, local, granted.previous, granted.accepted)
+                    self._claimed(reservation.workspace, context, task, message, run, op_id, local, granted.previous, granted.accepted,
+                                  claimed.repeated)
             finally:
                 if not run.reported:
                     self.sessions.release(key)
 
     def _claimed(
         self, workspace: Path, context: JobContext, task: StageMessage, message: Message, run: StageRun, op_id: str,
-        local: Operation | None, previous: dict[str, Any], granted_accepted: bool | None,
+        local: Operation | None, previous: dict[str, Any], granted_accepted: bool | None, repeated: bool = False,
     ) -> None:
         envelope = context.envelope
         plan = envelope.stage(task.stage)
@@ -169,8 +170,9 @@ class StageRunner:
         keepers = keep(run, op_id, self.stop, self.claims.heartbeat)
         refused = False
         try:
-            # The claim route answered the dispatch with the claim (None: it could not tell).
-            accepted = granted_accepted if granted_accepted is not None else self.claims.accept(run, task.task_token)
+            # The claim route answered the dispatch with the claim (None: it could not tell; a
+            # claim sent more than once may have answered it before, and the run token decides).
+            accepted = granted_accepted if granted_accepted is not None else self.claims.accept(run, task.task_token, unsure=repeated)
             if accepted is False:
                 run.stop("not_taken")
                 refused = True

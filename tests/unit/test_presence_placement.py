@@ -195,3 +195,182 @@ def test_the_presence_record_lists_the_stage_of_each_shard_held_and_counts_the_o
         assert (record.running, record.shards_of(STAGE)) == (3, 2)
     record = presence._record()
     assert (record.running, record.shard_stages) == (0, ())
+
+
+class _Time:
+    """The injected clocks: a wait on the agent's stop moves both on, no real time passes."""
+
+    def __init__(self) -> None:
+        self.elapsed = 0.0
+        self.waits: list[float] = []
+
+    def now(self) -> datetime:
+        return NOW + timedelta(seconds=self.elapsed)
+
+    def monotonic(self) -> float:
+        return 1000.0 + self.elapsed
+
+    # AgentStop's face
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout or 0.0)
+        self.elapsed += timeout or 0.0
+        return False
+
+    def is_set(self) -> bool:
+        return False
+
+
+class _Message:
+    """A received stage message: what the agent did with it, and when (by the injected clock)."""
+
+    def __init__(self, clock: _Time, receive_count: int = 1) -> None:
+        self.clock = clock
+        self.receive_count = receive_count
+        self.sent_at = clock.now()
+        self.visibility: list[tuple[float, int]] = []  # (at, seconds invisible from then)
+        self.resent: list[int] = []
+
+    def hide_for(self, seconds: int) -> None:
+        self.visibility.append((self.clock.elapsed, seconds))
+
+    def give_back_after(self, seconds: int, tries: int = 3) -> None:
+        self.hide_for(seconds)
+
+    def give_back(self) -> None:
+        self.hide_for(0)
+
+    def resend(self, delay_sec: int) -> None:
+        self.resent.append(delay_sec)
+
+
+def _presence(clock: _Time, monkeypatch, region_at, **config):
+    from pathlib import Path
+
+    from relevo_agent import presence as presence_module
+    from relevo_agent.config import AgentConfig
+    from relevo_agent.presence import Presence
+
+    looks: list[float] = []
+
+    def online_agents(table, region, now):
+        looks.append(clock.elapsed)
+        return region_at(clock.elapsed)
+
+    monkeypatch.setattr(presence_module.agents, "online_agents", online_agents)
+    agent_config = AgentConfig(agent_id="mac-a", region="eu", capacity=1, journal=Path("/nonexistent/j"), **config)
+    return Presence(agent_config, "table", clock, clock=clock.now, monotonic=clock.monotonic), looks
+
+
+def test_a_retry_handed_back_to_busy_agents_is_visible_again_within_a_look_of_a_slot_freeing(monkeypatch):
+    """Issue 42, finding 3: the retry waited out a 30 s hop while the siblings had freed their slots."""
+    from relevo_agent.presence import HANDBACK_LOOK_SEC, PASSED_ON_QUIET_SEC
+
+    # Given mac-a ran the failed attempt, and mac-b, the only other agent, is busy until 3.2 s from now
+    clock = _Time()
+    frees_at = 3.2
+    presence, looks = _presence(clock, monkeypatch, lambda t: [_agent("mac-a"), _agent("mac-b", running=0 if t >= frees_at else 1)])
+    message = _Message(clock)
+
+    # When mac-a receives the retry, and hands it back
+    assert presence.leave_to_another(["mac-a"], 600, message, "job/test attempt 2")
+    for watch in presence.watches:
+        watch.join(timeout=10)
+
+    # Then it is hidden for the busy agent's hop, and visible again within a look of mac-b's slot freeing
+    (hidden_at, hop), (shown_at, shown) = message.visibility
+    assert (hidden_at, hop, shown) == (0.0, 30, 0)
+    assert frees_at <= shown_at <= frees_at + HANDBACK_LOOK_SEC
+    # (mac-a starts no receive of its own for a moment, so mac-b's poll takes it)
+    assert presence.quiet_until == clock.monotonic() - clock.elapsed + shown_at + PASSED_ON_QUIET_SEC
+    assert len(looks) == 2 + int(frees_at / HANDBACK_LOOK_SEC)  # the decision's read, then a look every HANDBACK_LOOK_SEC
+
+    # When a receive of mac-a's that was under way gets it back first (its new ones wait)
+    clock.elapsed += 0.4
+    again = _Message(clock, receive_count=2)
+    assert presence.leave_to_another(["mac-a"], 600, again, "job/test attempt 2")
+
+    # Then it is visible again at once too, and no slot of mac-a's is held for it
+    assert (again.visibility, clock.waits.count(3)) == ([(clock.elapsed, 0)], 0)
+
+
+def test_a_retry_whose_agents_stay_busy_waits_its_hop_and_the_watch_ends_before_it(monkeypatch):
+    from relevo_agent.presence import HANDBACK_LOOK_SEC, HANDBACK_MARGIN_SEC
+
+    # Given every other agent stays busy, or frees a slot it could not take the retry with
+    clock = _Time()
+    paused = _agent("mac-c").model_copy(update={"not_claiming": "agent_paused"})
+    presence, looks = _presence(clock, monkeypatch, lambda t: [_agent("mac-a"), _agent("mac-b", running=1),
+                                                               paused if t >= 3 else _agent("mac-c", running=1)])
+    message = _Message(clock)
+
+    # When mac-a hands the retry back
+    assert presence.leave_to_another(["mac-a"], 600, message, "job/test attempt 2")
+    for watch in presence.watches:
+        watch.join(timeout=10)
+
+    # Then it stays hidden for its hop, and nothing touches its receipt once the hop nears its end
+    assert message.visibility == [(0.0, 30)]
+    assert clock.elapsed <= 30 - HANDBACK_MARGIN_SEC
+    assert len(looks) - 1 == int((30 - HANDBACK_MARGIN_SEC) / HANDBACK_LOOK_SEC) - 1
+
+
+def test_the_free_agent_for_a_retry_is_online_claiming_free_unnamed_and_fit():
+    from relevo_agent.presence import free_for
+    from relevo_core.models.capabilities import Capabilities
+
+    def found(region, requires=None):
+        chosen = free_for("mac-a", ["mac-a", "mac-x"], requires or {}, region, NOW)
+        return chosen.agent_id if chosen else None
+
+    assert found([_agent("mac-a"), _agent("mac-b")]) == "mac-b"
+    assert found([_agent("mac-b", running=1)]) is None
+    assert found([_agent("mac-x")]) is None  # it failed the stage too
+    assert found([_agent("mac-b", online=False)]) is None
+    assert found([_agent("mac-b").model_copy(update={"not_claiming": "agent_low_disk"})]) is None
+    old = _agent("mac-b").model_copy(update={"capabilities": Capabilities(os="darwin", arch="arm64", xcode="15.4")})
+    assert found([old], requires={"xcode": "16.*"}) is None
+
+
+def test_a_next_stage_passed_on_to_the_previous_mac_is_visible_again_at_once_and_holds_no_slot(monkeypatch):
+    """Issue 42, finding 4: it was hidden for 2 s and this agent's slot held 3 s, and the previous
+    Mac then raced every other idle agent for it."""
+    from relevo_agent.presence import PASSED_ON_QUIET_SEC
+
+    # Given mac-b ran the job's previous stage and waits for work
+    clock = _Time()
+    presence, _ = _presence(clock, monkeypatch, lambda t: [_agent("mac-a"), _agent("mac-b")])
+    message = _Message(clock)
+
+    # When mac-a receives the next stage and passes it on
+    assert presence.leave_to_previous("mac-b", {}, message, "job/sign")
+
+    # Then it is sent again for at once (a send wakes mac-b's long poll), nothing is waited for,
+    # and mac-a starts no receive of its own for a moment
+    assert (message.resent, message.visibility, clock.waits) == ([0], [], [])
+    assert presence.quiet_until == clock.monotonic() + PASSED_ON_QUIET_SEC
+
+
+@pytest.mark.parametrize("previous", [
+    _agent("mac-b", running=1),  # busy
+    _agent("mac-b", age_sec=120),  # absent: silent for 3 intervals
+    _agent("mac-b", online=False),  # stopped
+    _agent("mac-b").model_copy(update={"not_claiming": "agent_paused"}),
+], ids=["busy", "silent", "stopped", "paused"])
+def test_a_previous_mac_that_does_not_wait_for_work_is_not_waited_for(monkeypatch, previous):
+    # Given the Mac that ran the previous stage is not waiting for work
+    clock = _Time()
+    presence, _ = _presence(clock, monkeypatch, lambda t: [_agent("mac-a"), previous])
+    message = _Message(clock)
+
+    # When mac-a receives the next stage, Then it takes it here: nothing passed on or waited for
+    assert not presence.leave_to_previous("mac-b", {}, message, "job/sign")
+    assert (message.resent, message.visibility, clock.waits, presence.quiet_until) == ([], [], [], 0.0)
+
+
+def test_a_next_stage_is_passed_on_only_within_prefer_previous_sec(monkeypatch):
+    clock = _Time()
+    presence, looks = _presence(clock, monkeypatch, lambda t: [_agent("mac-b")], prefer_previous_sec=10)
+    message = _Message(clock)
+    clock.elapsed = 10.0  # the stage was sent 10 s ago
+    assert not presence.leave_to_previous("mac-b", {}, message, "job/sign")
+    assert looks == []  # past the bound, nothing is even read

@@ -53,8 +53,10 @@ from relevo_core.store.jobs import get_envelope, get_job_record, query_job_items
 from relevo_core.store.keys import SHARD_INFIX, attempt_sk, is_stage_sk, stage_sk
 
 # What a refused claim tells its caller of the stage record: enough to know whether to hand the
-# message back or drop it (relevo_agent's ClaimRefused.held), nothing of what the stage left.
-_REFUSAL_FIELDS = ("status", "attempt", "agent_id", "lease_expires_at")
+# message back or drop it (relevo_agent's ClaimRefused.held), and whose claim holds it (the
+# journal and the claim secret's hash: an agent whose claim's answer was lost knows it for its
+# own; a hash tells nobody the secret), nothing of what the stage left.
+_REFUSAL_FIELDS = ("status", "attempt", "agent_id", "lease_expires_at", "journal_id", "claim_id")
 _LIVE = {StageStatus.RUNNING.value, StageStatus.RECONCILED.value}
 
 
@@ -74,6 +76,19 @@ def _not_dispatched_here(request: ClaimRequest | SessionRequest, region: str) ->
         ErrorCode.DISPATCH_NOT_FOUND,
         f"{request.job_id} stage {request.stage_index} attempt {request.attempt} was not dispatched to region {region!r} under this key",
     )
+
+
+def holds_files(record: dict[str, Any]) -> bool:
+    """Whether the Mac that ran a stage (by its record) holds files a later stage restores: the
+    handoff it stored (its receipt's summary, or the attempt's stored one) or the earlier stages'
+    files it restored."""
+    receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
+    stored = receipt.get("handoff") or record.get("handoff_stored")
+    restored = record.get("restored")
+    counted = [
+        int(found.get(name) or 0) for found in (stored, restored) if isinstance(found, dict) for name in ("files", "symlinks")
+    ]
+    return sum(counted) > 0
 
 
 def lineage_of(table: str, envelope: JobEnvelope) -> list[str]:
@@ -126,7 +141,9 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
         raise RelevoError(ErrorCode.DISPATCH_NOT_FOUND, f"the stage message of {request.job_id} does not say what its job is (project, signing)")
     if request.leave_to_previous and request.attempt == 1:
         before = context.stage_before(index)
-        previous_agent = before.get("agent_id") if before and before.get("status") in SUCCEEDED_STAGE else None
+        # Only where files wait: the stage before handed some on, or restored some (the next stage
+        # restores the same). With none, any Mac is as good, and the first to look takes it.
+        previous_agent = before.get("agent_id") if before and before.get("status") in SUCCEEDED_STAGE and holds_files(before) else None
         if previous_agent and previous_agent != request.agent_id:
             raise RelevoError(
                 ErrorCode.PREVIOUS_AGENT_PREFERRED, f"the stage before ran on {previous_agent}", agent_id=str(previous_agent)

@@ -288,6 +288,9 @@ def claim(
         ":skipped": _ENDED[1],
         **_LIVE,
     }
+    # A repeat of this very claim keeps the run token's handing: the state machine handed it to
+    # this claim (its agent and attempt) and hands it no second time.
+    handed = "" if seen == claim_id else "run_handed_at, "
     unchanged = "attribute_not_exists(claim_id)"
     if seen and seen != claim_id:
         unchanged, values[":seen"] = "claim_id = :seen", seen
@@ -305,7 +308,7 @@ def claim(
             "lease_expires_iso = :lease_iso, started_at = :now, enqueued_at = :enqueued, last_writer = :writer, "
             "precondition_version = :pre, held_by = :agent, claim_id = :claim, claimed_over = :over, "
             "journal_id = :journal, transfers = if_not_exists(transfers, :no_transfers), outputs = :no_outputs "
-            "REMOVE exit_code, error_class, ended_at, run_handed_at, outcome, receipt, handoff_stored, restored",
+            f"REMOVE exit_code, error_class, ended_at, {handed}outcome, receipt, handoff_stored, restored",
             condition,
             values,
         )
