@@ -147,8 +147,13 @@ def test_500s_and_429s_are_retried_and_no_transition_is_lost(local_stack, projec
     assert [(r.json()["state"], r.json()["description"]) for r in sent] == [("pending", "queued")] * 4 + [
         ("pending", "running"), ("success", "succeeded")
     ]
-    attempts = sorted((r.event, r.attempt, r.http_status, r.outcome.value) for r in project_deliveries(local_stack.table_name, project_id)
-                      if r.direction.value == "outgoing")
+    # Each delivery is recorded once its answer came back, a moment after the forge answered it.
+    def outgoing() -> list[tuple[str, int, int, str]] | None:
+        found = sorted((r.event, r.attempt, r.http_status, r.outcome.value)
+                       for r in project_deliveries(local_stack.table_name, project_id) if r.direction.value == "outgoing")
+        return found if len(found) >= 6 else None
+
+    attempts = wait_until(outgoing, 15, "six delivery records")
     assert attempts == [
         ("ended", 1, 201, "delivered"),
         ("queued", 1, 500, "retrying"), ("queued", 2, 429, "retrying"), ("queued", 3, 503, "retrying"), ("queued", 4, 201, "delivered"),
