@@ -78,7 +78,7 @@ def _joined_the_line(stack, job_id: str) -> float:
 
 
 def test_a_job_behind_its_projects_approval_gate_outlives_its_queue_timeout_says_why_and_runs_after(
-    local_stack, intake_settings, project_id, api, stack_file,
+    local_stack, intake_settings, project_id, api, stack_file, monkeypatch,
 ):
     # Given job A waiting for approval before `upload`, and job B of the same project queued behind it
     gated = _at_gate(local_stack, api, project_id, QUEUE_TIMEOUT_SEC)
@@ -106,6 +106,7 @@ def test_a_job_behind_its_projects_approval_gate_outlives_its_queue_timeout_says
     listed = next(job for job in api.list_jobs(status="queued", project=project_id)["jobs"] if job["job_id"] == behind)
     assert listed["queue_reason"] == "project_waiting_for_approval"
     # and in the CLI
+    wide_console(monkeypatch)
     shown = runner.invoke(app, ["job", "view", behind, "--stack-file", stack_file], env={"COLUMNS": "400"})
     assert shown.exit_code == 0, shown.output
     assert "project_waiting_for_approval" in shown.output and gated in shown.output and "before upload" in shown.output
@@ -140,7 +141,7 @@ def test_a_job_behind_its_projects_approval_gate_outlives_its_queue_timeout_says
 
 
 def test_a_job_behind_a_running_job_says_project_running_until_that_job_waits_at_its_gate(
-    local_stack, intake_settings, project_id, api, stack_file,
+    local_stack, intake_settings, project_id, api, stack_file, monkeypatch,
 ):
     # Given job A running its first stage, and job B of the same project queued behind it
     register_project(local_stack, project_id, STAGES, approval=APPROVAL, queue_timeout_sec=600)
@@ -152,6 +153,7 @@ def test_a_job_behind_a_running_job_says_project_running_until_that_job_waits_at
     # Then B says a job of its project runs, and names no gate
     view = api.get_job(behind)
     assert (view["queue_reason"], view.get("waiting_behind")) == ("project_running", None)
+    wide_console(monkeypatch)
     shown = runner.invoke(app, ["job", "view", behind, "--stack-file", stack_file], env={"COLUMNS": "400"})
     assert "another job of its project is running" in shown.output and "approval" not in shown.output, shown.output
 
@@ -225,3 +227,11 @@ def test_a_release_outside_the_state_machine_takes_the_gate_off_and_a_stale_gate
     # and a gate whose job holds no lock (written after a release) is not reported
     gate_outside(local_stack, project_id, "2026-12-01T10:00:00Z")
     assert locks.approval_gate(local_stack.table_name, project_id) is None
+
+
+def wide_console(monkeypatch) -> None:
+    """The CLI's one console takes its width when first imported, in whichever test of this worker
+    came first: rows are read whole here, so it is made wide for the test."""
+    from relevo_cli.commands import common
+
+    monkeypatch.setattr(common.console, "width", 400)
