@@ -379,6 +379,12 @@ COUNT_LOG_LINES = """() => {
 }"""
 
 
+def _kept_lines(page) -> int:
+    """How many output lines the page keeps now: LOG_MAX_LINES places, less those the end banners
+    shown take (an end banner is not a `.line`, but it is one of the log's kept elements)."""
+    return LOG_MAX_LINES - page.locator("#log-lines .banner").count()
+
+
 def _numbered(page) -> list[int]:
     """The log lines shown, each a number (`seq` printed them), checked to follow one another."""
     shown = [int(line) for line in _lines(page)]
@@ -399,7 +405,8 @@ def test_lines_trimmed_past_the_cap_come_back_with_load_earlier_with_no_gap_or_r
         # When the page streams the whole log (from seq 0), the oldest lines are trimmed
         _open(browser_page, server, f"/jobs/{job_id}?from_seq=0")
         browser_page.locator("#connection", has_text="ended").wait_for(timeout=60_000)
-        assert _numbered(browser_page) == list(range(total - LOG_MAX_LINES + 1, total + 1))
+        # (the stage's end banner, after its last line, takes one of the places the page keeps)
+        assert _numbered(browser_page) == list(range(total - _kept_lines(browser_page) + 1, total + 1))
         earlier = browser_page.get_by_role("button", name="Load earlier")
         expect(earlier).to_be_enabled()
         first_line = browser_page.locator("#log-lines .line").first
@@ -413,17 +420,17 @@ def test_lines_trimmed_past_the_cap_come_back_with_load_earlier_with_no_gap_or_r
             expect(first_line).not_to_have_text(str(before[0]), timeout=15_000)
             shown = _numbered(browser_page)
             assert shown[0] < before[0] and len(shown) <= LOG_MAX_LINES
-        assert presses >= 1 and _numbered(browser_page) == list(range(1, LOG_MAX_LINES + 1))
+        assert presses >= 1 and _numbered(browser_page) == list(range(1, _kept_lines(browser_page) + 1))
         expect(earlier).to_have_attribute("title", "the log starts here")
         expect(browser_page.locator("#connection")).to_have_text(re.compile("^paused"))
         # And Reconnect follows the end again from the first line no longer shown: trimmed anew,
         # and loaded back again, with no gap or repeat either way
         browser_page.get_by_role("button", name="Reconnect").click()
         browser_page.locator("#connection", has_text="ended").wait_for(timeout=60_000)
-        assert _numbered(browser_page) == list(range(total - LOG_MAX_LINES + 1, total + 1))
+        assert _numbered(browser_page) == list(range(total - _kept_lines(browser_page) + 1, total + 1))
         earlier.click()
         expect(first_line).to_have_text("1", timeout=15_000)
-        assert _numbered(browser_page) == list(range(1, LOG_MAX_LINES + 1))
+        assert _numbered(browser_page) == list(range(1, _kept_lines(browser_page) + 1))
         assert browser_page.evaluate("() => window.relevoMostLines") == LOG_MAX_LINES
 
 def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_priority(operator_api, browser_page, tmp_path, screenshots):
