@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from relevo_core.models.errors import ErrorCode, RelevoError
+# A stage's handoff objects (packs, blobs, manifests) are under the job's prefix, in HANDOFF_DIR.
+from relevo_core.models.handoff import HANDOFF_DIR, manifest_name
 
 log = logging.getLogger("relevo_core.job_objects")
-
-# A stage's handoff objects (packs, blobs, manifests), under the job's prefix.
-HANDOFF_DIR = ".relevo-handoff"
 
 
 @dataclass(frozen=True)
@@ -125,4 +124,4 @@ def handoff_prefix(home: JobPrefix) -> str:
 
 def manifest_key(home: JobPrefix, stage: str, shard: int | None, attempt: int) -> str:
     """A stage attempt's handoff manifest (a shard's its own, each attempt numbered apart)."""
-    return f"{handoff_prefix(home)}manifests/{stage}{'' if shard is None else f'.shard-{shard}'}.{attempt}.json"
+    return f"{handoff_prefix(home)}{manifest_name(stage, shard, attempt)}"

@@ -89,11 +89,17 @@ def handoff_base(artifact_uri: str) -> tuple[str, str]:
     return parsed.netloc, f"{prefix}{HANDOFF_DIR}/"
 
 
+def manifest_name(stage: str, shard: int | None, attempt: int) -> str:
+    """The manifest of an attempt of `stage` (or of its shard), under the job's handoff directory:
+    the one spelling of it (relevo_core.job_objects derives the same key from a job's prefix)."""
+    return f"manifests/{stage}{'' if shard is None else f'.shard-{shard}'}.{attempt}.json"
+
+
 def manifest_key(artifact_uri: str, stage: str, shard: int | None, attempt: int) -> tuple[str, str]:
     """(bucket, key) of the manifest an attempt of `stage` (or of its shard) stores: derived from
     the job's artifact_uri, so whoever acts on it need not trust a location an agent recorded."""
     bucket, prefix = handoff_base(artifact_uri)
-    return bucket, f"{prefix}manifests/{stage}{'' if shard is None else f'.shard-{shard}'}.{attempt}.json"
+    return bucket, f"{prefix}{manifest_name(stage, shard, attempt)}"
 
 
 # ------------------------------------------------------------------ the manifest
