@@ -17,7 +17,6 @@ from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import HeldReason
 from relevo_core.store import jobs
-from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
 from relevo_core.store.projects import get_project
 from relevo_core.execution import execution_arn
 from relevo_core.recovery.sweeper import start_forgotten_jobs
@@ -89,18 +88,16 @@ def test_fifty_keys_delivered_four_times_each_make_fifty_jobs(local_stack, intak
 def test_queue_full_refuses_with_429_and_writes_nothing(local_stack, intake_settings, project_id):
     secret = register_project(local_stack, project_id, STAGES)
     limit = int(intake_settings.queue_limit)
-    dynamodb = client("dynamodb")
-    # Well past the limit: executions of earlier tests on this stack may still give slots back.
-    dynamodb.put_item(TableName=local_stack.table_name, Item={**key(QUEUE_COUNTER_PK, COUNTER_SK), "queued": {"N": str(limit + 1000)}})
-    try:
+    # Past the limit, by ADD up and down: executions of earlier tests on this stack may still give
+    # slots back meanwhile, and a reset to 0 afterwards would lose those (the counter would then
+    # stand below the jobs really queued, and a later test's full queue would not be full).
+    with queue_filled(local_stack, limit):
         body = push_body(f"acme/{project_id}", secrets.token_hex(20))
         response = deliver(local_stack, project_id, body, secret, **{"X-GitHub-Delivery": "full-" + secrets.token_hex(4)})
         assert (response.status_code, response.json()["error"]) == (429, "QUEUE_FULL")
         assert _jobs(local_stack, project_id) == []
         assert table_items(local_stack, f"DEDUP#{project_id}:") == []
         assert table_items(local_stack, "DELIVERY#github#full-") == []
-    finally:
-        dynamodb.put_item(TableName=local_stack.table_name, Item={**key(QUEUE_COUNTER_PK, COUNTER_SK), "queued": {"N": "0"}})
 
 
 def test_a_replayed_delivery_id_is_recognised_and_not_processed_twice(local_stack, project_id):
