@@ -111,3 +111,20 @@ def recorder() -> Iterator["Recorder"]:  # noqa: F821
     server = Recorder().start()
     yield server
     server.stop()
+
+
+# The operator's API and a stack file naming the local stack, as the CLI reads it.
+@pytest.fixture
+def api(local_stack):
+    from relevo_cli.api import RelevoApi
+
+    return RelevoApi.for_stack(local_stack)
+
+
+@pytest.fixture
+def stack_file(local_stack, tmp_path) -> str:
+    import json
+
+    path = tmp_path / "stack.json"
+    path.write_text(json.dumps(local_stack.model_dump()))
+    return str(path)

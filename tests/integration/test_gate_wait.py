@@ -6,13 +6,11 @@ job that runs it says project_running, and its queue timeout counts as before
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 from typer.testing import CliRunner
 
-from relevo_cli.api import RelevoApi
 from relevo_cli.main import app
 from relevo_core.aws import client
 from relevo_core import execution
@@ -44,17 +42,6 @@ APPROVAL = {"enabled": True, "before": "upload"}
 # Short enough that a job behind a running job gives up within seconds (1 s fallback reads, 5 of them).
 QUEUE_TIMEOUT_SEC = 5
 
-
-@pytest.fixture
-def api(local_stack) -> RelevoApi:
-    return RelevoApi.for_stack(local_stack)
-
-
-@pytest.fixture
-def stack_file(local_stack, tmp_path) -> str:
-    path = tmp_path / "stack.json"
-    path.write_text(json.dumps(local_stack.model_dump()))
-    return str(path)
 
 
 def _entered(stack, job_id: str) -> list[str]:

@@ -31,17 +31,6 @@ runner = CliRunner()
 CHUNKS = 60  # more than two BatchWriteItem batches of 25
 
 
-@pytest.fixture
-def api(local_stack) -> RelevoApi:
-    return RelevoApi.for_stack(local_stack)
-
-
-@pytest.fixture
-def stack_file(local_stack, tmp_path) -> str:
-    path = tmp_path / "stack.json"
-    path.write_text(json.dumps(local_stack.model_dump()))
-    return str(path)
-
 
 def _refusal(call) -> tuple[int, str]:
     with pytest.raises(ApiError) as refused:
