@@ -103,9 +103,11 @@ def test_four_shards_each_run_once_as_an_attempt_of_their_own_and_the_stage_succ
     print(f"\nstate transitions: {len(entered)} for a stage and a stage of 4 shards: {' > '.join(entered)}")
     # bench/cost.py's budget: 3 per shard, as a stage without shards, and 7 for the fan-out.
     assert len(entered[5:-1]) == 4 * TRANSITIONS_PER_SHARD_BUDGET + TRANSITIONS_PER_FAN_OUT_BUDGET
-    assert entered[5:] == ["MarkStageDispatched", "GatedOrSharded", "StartShards", "RunShards",
-                           *(["ShardMarkStageDispatched"] * 4), *(["ShardDispatchStage"] * 4), *(["ShardAwaitResult"] * 4),
-                           "AnyShardFailed", "RecordShardsSucceeded", "ShardsSucceeded", "ReleaseLockAndMarkSucceeded"]
+    assert entered[5:9] == ["MarkStageDispatched", "GatedOrSharded", "StartShards", "RunShards"]
+    # The shards' iterations run side by side: their states interleave as the threads go (each
+    # shard's own come in order, which the names alone cannot show), so they are counted.
+    assert sorted(entered[9:-4]) == sorted(["ShardMarkStageDispatched", "ShardDispatchStage", "ShardAwaitResult"] * 4)
+    assert entered[-4:] == ["AnyShardFailed", "RecordShardsSucceeded", "ShardsSucceeded", "ReleaseLockAndMarkSucceeded"]
 
 
 def test_fail_fast_stops_the_running_siblings_through_their_records_and_the_dead_letter_names_the_shard(local_stack, project_id):
