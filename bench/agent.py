@@ -54,10 +54,11 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -67,7 +68,11 @@ _WORK = Path(tempfile.mkdtemp(prefix="relevo-bench-agent-"))
 # The emulator's request recorder reads its file path when moto is imported: set it first.
 os.environ["MOTO_RECORDER_FILEPATH"] = str(_WORK / "requests.jsonl")
 
-from bench.harness import local_stack, register_project, report  # noqa: E402  (the repository root is on the path first)
+from bench.harness import (  # noqa: E402  (the repository root is on the path first)
+    local_stack,
+    register_project,
+    report,
+)
 
 IDLE_RSS_MB = 55
 IDLE_CPU_PERCENT = 1.0
@@ -92,7 +97,9 @@ STAGE_SEC = 5
 
 
 @contextmanager
-def agent(stack_file: Path, region: str, agent_id: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def agent(
+    stack_file: Path, region: str, agent_id: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     from relevo_local.processes import agent_process
 
     config = _WORK / f"{agent_id}.toml"
@@ -176,11 +183,15 @@ def measure_idle(stack: Any, stack_file: Path, idle_sec: float) -> tuple[list[st
 
     from relevo_core.aws import client
 
-    baseline_queue = client("sqs").create_queue(QueueName="bench-baseline-" + secrets.token_hex(3))["QueueUrl"]
+    baseline_queue = client("sqs").create_queue(QueueName="bench-baseline-" + secrets.token_hex(3))[
+        "QueueUrl"
+    ]
     agent_queue = stack.work_queues["us-east"]
     endpoint = str(stack.aws_endpoint)
     with agent(stack_file, "us-east", "bench-idle") as process:
-        baseline = subprocess.Popen([sys.executable, "-c", BASELINE_POLLER, baseline_queue], env=os.environ.copy())
+        baseline = subprocess.Popen(
+            [sys.executable, "-c", BASELINE_POLLER, baseline_queue], env=os.environ.copy()
+        )
         try:
             time.sleep(3)  # both past their imports and first poll
             requests.post(f"{endpoint}/moto-api/recorder/reset-recording", timeout=10)
@@ -202,10 +213,30 @@ def measure_idle(stack: Any, stack_file: Path, idle_sec: float) -> tuple[list[st
     per_min = {url: n * 60 / elapsed for url, n in counts.items()}
     a, b = process.pid, baseline.pid
     ok = peak[a] <= IDLE_RSS_MB and cpu[a] <= IDLE_CPU_PERCENT and per_min[agent_queue] <= IDLE_SQS_PER_MIN
-    report("agent", "idle agent RSS", peak[a], f"{peak[a]:.1f} MB", f"<= {IDLE_RSS_MB} MB", peak[a] <= IDLE_RSS_MB)
-    report("agent", "idle agent CPU", cpu[a], f"{cpu[a]:.2f} %", f"<= {IDLE_CPU_PERCENT} %", cpu[a] <= IDLE_CPU_PERCENT)
-    report("agent", "idle agent SQS requests / min", per_min[agent_queue], f"{per_min[agent_queue]:.1f}",
-           f"<= {IDLE_SQS_PER_MIN} per queue", per_min[agent_queue] <= IDLE_SQS_PER_MIN)
+    report(
+        "agent",
+        "idle agent RSS",
+        peak[a],
+        f"{peak[a]:.1f} MB",
+        f"<= {IDLE_RSS_MB} MB",
+        peak[a] <= IDLE_RSS_MB,
+    )
+    report(
+        "agent",
+        "idle agent CPU",
+        cpu[a],
+        f"{cpu[a]:.2f} %",
+        f"<= {IDLE_CPU_PERCENT} %",
+        cpu[a] <= IDLE_CPU_PERCENT,
+    )
+    report(
+        "agent",
+        "idle agent SQS requests / min",
+        per_min[agent_queue],
+        f"{per_min[agent_queue]:.1f}",
+        f"<= {IDLE_SQS_PER_MIN} per queue",
+        per_min[agent_queue] <= IDLE_SQS_PER_MIN,
+    )
     lines = [
         f"idle over {elapsed:.0f}s                 agent        bare boto3 poller   target",
         f"  RSS peak (MB)             {peak[a]:8.1f}    {peak[b]:8.1f} ({peak[a] / peak[b]:.2f}x)   <= {IDLE_RSS_MB}",
@@ -223,7 +254,9 @@ def register(stack: Any, project_id: str, stages: list[dict[str, Any]]) -> None:
     register_project(stack, project_id, stages, lease_ttl_sec=30, queue_timeout_sec=60, webhook=False)
 
 
-def run_job(stack: Any, project_id: str, timeout: float = 300, quiet_until: Path | None = None) -> tuple[str, float]:
+def run_job(
+    stack: Any, project_id: str, timeout: float = 300, quiet_until: Path | None = None
+) -> tuple[str, float]:
     """Enqueue through the API; returns the job id and the wall time just before the call.
     With `quiet_until` (a path formatted with the job id), the job's status is polled only once
     that file exists."""
@@ -231,7 +264,9 @@ def run_job(stack: Any, project_id: str, timeout: float = 300, quiet_until: Path
 
     api = RelevoApi.for_stack(stack)
     enqueued = time.time()
-    job_id = api.run_project(project_id, {"ref": "refs/heads/main", "commit": secrets.token_hex(20)})["job_id"]
+    job_id = api.run_project(project_id, {"ref": "refs/heads/main", "commit": secrets.token_hex(20)})[
+        "job_id"
+    ]
     deadline = time.monotonic() + timeout
     if quiet_until is not None:
         marker = Path(str(quiet_until).format(job_id=job_id))
@@ -282,7 +317,9 @@ def stage_item(stack: Any, job_id: str, index: int = 0) -> dict[str, Any]:
     from relevo_core.store.codec import from_attributes
     from relevo_core.store.keys import stage_key
 
-    return from_attributes(client("dynamodb").get_item(TableName=stack.table_name, Key=stage_key(job_id, index))["Item"])
+    return from_attributes(
+        client("dynamodb").get_item(TableName=stack.table_name, Key=stage_key(job_id, index))["Item"]
+    )
 
 
 def _seconds(a: str, b: str) -> float:
@@ -299,7 +336,11 @@ def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str],
     for _ in range(count):
         # A project per job: no job waits for the previous one's project lock to be given back.
         project_id = "bench-handoff-" + secrets.token_hex(3)
-        register(stack, project_id, [{"name": "go", "run": 'echo "${EPOCHREALTIME:-$(date +%s)}" > "started-$RELEVO_JOB_ID"'}])
+        register(
+            stack,
+            project_id,
+            [{"name": "go", "run": 'echo "${EPOCHREALTIME:-$(date +%s)}" > "started-$RELEVO_JOB_ID"'}],
+        )
         job_id, called = run_job(stack, project_id, quiet_until=workspace / project_id / "started-{job_id}")
         started = float((workspace / project_id / f"started-{job_id}").read_text().strip())
         stage = stage_item(stack, job_id)
@@ -316,10 +357,22 @@ def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str],
     p50, r50 = ms(from_enqueue, 50), ms(raw, 50)
     p95, r95 = ms(from_enqueue, 95), ms(raw, 95)
     ok = p50 <= r50 + HANDOFF_PLUS_MS and p95 <= r95 + HANDOFF_P95_PLUS_MS
-    report("agent", "stage enqueued -> command start, p50", p50, f"{p50:.0f} ms",
-           f"<= raw {r50:.0f} + {HANDOFF_PLUS_MS} ms", p50 <= r50 + HANDOFF_PLUS_MS)
-    report("agent", "stage enqueued -> command start, p95", p95, f"{p95:.0f} ms",
-           f"<= raw {r95:.0f} + {HANDOFF_P95_PLUS_MS} ms", p95 <= r95 + HANDOFF_P95_PLUS_MS)
+    report(
+        "agent",
+        "stage enqueued -> command start, p50",
+        p50,
+        f"{p50:.0f} ms",
+        f"<= raw {r50:.0f} + {HANDOFF_PLUS_MS} ms",
+        p50 <= r50 + HANDOFF_PLUS_MS,
+    )
+    report(
+        "agent",
+        "stage enqueued -> command start, p95",
+        p95,
+        f"{p95:.0f} ms",
+        f"<= raw {r95:.0f} + {HANDOFF_P95_PLUS_MS} ms",
+        p95 <= r95 + HANDOFF_P95_PLUS_MS,
+    )
     return [
         f"handoff, {count} jobs                 p50 ms    p95 ms",
         f"  stage enqueued -> command start {p50:8.0f}  {p95:8.0f}   target p50 <= raw + {HANDOFF_PLUS_MS} = {r50 + HANDOFF_PLUS_MS:.0f}, "
@@ -342,8 +395,14 @@ def measure_overhead(stack: Any) -> tuple[list[str], bool]:
     item = stage_item(stack, job_id)
     through = _seconds(item["started_at"], item["ended_at"])
     limit = OVERHEAD_RATIO * bare + OVERHEAD_PLUS_SEC
-    report("agent", f"stage overhead ({STAGE_SEC} s command), claim -> result", through, f"{through:.2f} s",
-           f"<= {OVERHEAD_RATIO} x bare {bare:.2f} + {OVERHEAD_PLUS_SEC} s", through <= limit)
+    report(
+        "agent",
+        f"stage overhead ({STAGE_SEC} s command), claim -> result",
+        through,
+        f"{through:.2f} s",
+        f"<= {OVERHEAD_RATIO} x bare {bare:.2f} + {OVERHEAD_PLUS_SEC} s",
+        through <= limit,
+    )
     return [
         f"stage overhead ({STAGE_SEC} s command)",
         f"  claim -> result recorded  {through:6.2f}s   bare {bare:6.2f}s   ratio {through / bare:.3f}x   target <= {limit:.2f}s",
@@ -351,9 +410,9 @@ def measure_overhead(stack: Any) -> tuple[list[str], bool]:
 
 
 LOG_COMMAND = (
-    "awk -v n={lines} -v tok=\"${canary}\" 'BEGIN {{ pad = sprintf(\"%0100d\", 0); "
-    "for (i = 1; i <= n; i++) {{ if (i % 1000 == 0) printf \"line %08d token=%s\\n\", i, tok; "
-    "else printf \"line %08d %s\\n\", i, pad }} }}'"
+    'awk -v n={lines} -v tok="${canary}" \'BEGIN {{ pad = sprintf("%0100d", 0); '
+    'for (i = 1; i <= n; i++) {{ if (i % 1000 == 0) printf "line %08d token=%s\\n", i, tok; '
+    'else printf "line %08d %s\\n", i, pad }} }}\''
 )
 
 
@@ -367,12 +426,18 @@ def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[lis
     project_id = "bench-logs-" + secrets.token_hex(3)
     register(stack, project_id, [{"name": "print", "run": timed}])
     began = time.perf_counter()
-    subprocess.run(["bash", "-c", f"{command} > /dev/null"], check=True, env={**os.environ, CANARY_VAR: os.environ[CANARY_VAR]})
+    subprocess.run(
+        ["bash", "-c", f"{command} > /dev/null"],
+        check=True,
+        env={**os.environ, CANARY_VAR: os.environ[CANARY_VAR]},
+    )
     bare_cmd = time.perf_counter() - began
 
     job_id, _ = run_job(stack, project_id, timeout=600)
     item = stage_item(stack, job_id)
-    cmd_in_agent = float((workspace / project_id / "t1").read_text()) - float((workspace / project_id / "t0").read_text())
+    cmd_in_agent = float((workspace / project_id / "t1").read_text()) - float(
+        (workspace / project_id / "t0").read_text()
+    )
     chunks, from_seq = [], 0
     while from_seq is not None:
         page = read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=200)
@@ -384,9 +449,13 @@ def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[lis
     window = datetime.fromisoformat(max(c.written_at for c in chunks)).timestamp() - t0
     mb_s = stored / 1024 / 1024 / window
     numbers = [int(line.split()[1]) for line in text.splitlines() if line.startswith("line ")]
-    in_order = numbers == list(range(1, lines + 1)) and [c.seq for c in chunks] == sorted({c.seq for c in chunks})
+    in_order = numbers == list(range(1, lines + 1)) and [c.seq for c in chunks] == sorted(
+        {c.seq for c in chunks}
+    )
     token_lines = [line for line in text.splitlines() if "token=" in line]
-    masked = os.environ[CANARY_VAR] not in text and token_lines == [f"line {i:08d} token=******" for i in range(1000, lines + 1, 1000)]
+    masked = os.environ[CANARY_VAR] not in text and token_lines == [
+        f"line {i:08d} token=******" for i in range(1000, lines + 1, 1000)
+    ]
 
     # Baselines: the same bytes in the largest chunks an item holds, stored one after the other
     # from this process, as plain PutItems and as the fenced form inline chunks take (a
@@ -406,8 +475,20 @@ def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[lis
             if fenced:
                 dynamodb.transact_write_items(
                     TransactItems=[
-                        {"Put": {"TableName": stack.table_name, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}},
-                        {"ConditionCheck": {"TableName": stack.table_name, "Key": stage_key, "ConditionExpression": "attribute_exists(pk)"}},
+                        {
+                            "Put": {
+                                "TableName": stack.table_name,
+                                "Item": item,
+                                "ConditionExpression": "attribute_not_exists(pk)",
+                            }
+                        },
+                        {
+                            "ConditionCheck": {
+                                "TableName": stack.table_name,
+                                "Key": stage_key,
+                                "ConditionExpression": "attribute_exists(pk)",
+                            }
+                        },
                     ]
                 )
             else:
@@ -417,12 +498,38 @@ def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[lis
     busiest_key, busiest_wcu, busiest_prefix, busiest_puts = shipping_rates(stack, job_id)
     within = busiest_wcu <= PARTITION_WCU_PER_SEC and busiest_puts <= S3_PUTS_PER_SEC
     ok = mb_s >= SHIP_MB_PER_SEC and in_order and masked and within
-    report("agent", "log shipping", mb_s, f"{mb_s:.1f} MB/s", f">= {SHIP_MB_PER_SEC} MB/s", mb_s >= SHIP_MB_PER_SEC)
-    report("agent", "log shipping, busiest partition key", busiest_wcu, f"{busiest_wcu:.0f} WCU/s",
-           f"<= {PARTITION_WCU_PER_SEC} WCU/s", busiest_wcu <= PARTITION_WCU_PER_SEC)
-    report("agent", "log shipping, busiest S3 prefix", busiest_puts, f"{busiest_puts} PUT/s", f"<= {S3_PUTS_PER_SEC} PUT/s",
-           busiest_puts <= S3_PUTS_PER_SEC)
-    report("agent", "log shipping, order and masking", None, "kept" if in_order and masked else "LOST", "kept", in_order and masked)
+    report(
+        "agent",
+        "log shipping",
+        mb_s,
+        f"{mb_s:.1f} MB/s",
+        f">= {SHIP_MB_PER_SEC} MB/s",
+        mb_s >= SHIP_MB_PER_SEC,
+    )
+    report(
+        "agent",
+        "log shipping, busiest partition key",
+        busiest_wcu,
+        f"{busiest_wcu:.0f} WCU/s",
+        f"<= {PARTITION_WCU_PER_SEC} WCU/s",
+        busiest_wcu <= PARTITION_WCU_PER_SEC,
+    )
+    report(
+        "agent",
+        "log shipping, busiest S3 prefix",
+        busiest_puts,
+        f"{busiest_puts} PUT/s",
+        f"<= {S3_PUTS_PER_SEC} PUT/s",
+        busiest_puts <= S3_PUTS_PER_SEC,
+    )
+    report(
+        "agent",
+        "log shipping, order and masking",
+        None,
+        "kept" if in_order and masked else "LOST",
+        "kept",
+        in_order and masked,
+    )
     in_s3 = sum(1 for c in chunks if c.body)
     return [
         f"log shipping, {stored / 1024 / 1024:.1f} MB in {len(chunks)} chunks ({in_s3} with their body in S3)",
@@ -451,7 +558,6 @@ def shipping_rates(stack: Any, job_id: str) -> tuple[str, float, str, int]:
     from collections import Counter
 
     from relevo_core.aws import client
-
     from relevo_core.models.envelope import read_envelope
     from relevo_core.store.codec import from_attributes
     from relevo_core.store.keys import JOB_SK, attempt_sk, job_pk, log_pk, stages_pk
@@ -459,19 +565,32 @@ def shipping_rates(stack: Any, job_id: str) -> tuple[str, float, str, int]:
 
     dynamodb = client("dynamodb")
     # Every log partition of the job (its own, and each shard's: store/keys.log_partition), from its plan.
-    record = from_attributes(dynamodb.get_item(TableName=stack.table_name, Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_SK}})["Item"])
-    items: list[tuple[str, str, dict[str, Any]]] = []  # (log partition key, its fence's stage record key, item)
+    record = from_attributes(
+        dynamodb.get_item(TableName=stack.table_name, Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_SK}})[
+            "Item"
+        ]
+    )
+    items: list[
+        tuple[str, str, dict[str, Any]]
+    ] = []  # (log partition key, its fence's stage record key, item)
     envelope = read_envelope(record["envelope"])
     stage_index = {stage.name: index for index, stage in enumerate(envelope.stages)}
     for part in job_log_parts(envelope):
         pk = log_pk(job_id) if part is None else log_pk(job_id, *part)
-        kwargs: dict[str, Any] = {"TableName": stack.table_name, "KeyConditionExpression": "pk = :pk",
-                                  "ExpressionAttributeValues": {":pk": {"S": pk}}}
+        kwargs: dict[str, Any] = {
+            "TableName": stack.table_name,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": pk}},
+        }
         while True:
             page = dynamodb.query(**kwargs)
             for item in page["Items"]:
                 # The transaction's ConditionCheck: the shard's record, or the stage's.
-                fence = attempt_sk(part[0], part[1]) if part else attempt_sk(stage_index[item["stage"]["S"]], None)
+                fence = (
+                    attempt_sk(part[0], part[1])
+                    if part
+                    else attempt_sk(stage_index[item["stage"]["S"]], None)
+                )
                 items.append((pk, fence, item))
             if "LastEvaluatedKey" not in page:
                 break
@@ -486,7 +605,9 @@ def shipping_rates(stack: Any, job_id: str) -> tuple[str, float, str, int]:
         if (pk, written) not in transactions:
             transactions.add((pk, written))
             if fence not in fence_kb:
-                found = dynamodb.get_item(TableName=stack.table_name, Key={"pk": {"S": stages_pk(job_id)}, "sk": {"S": fence}}).get("Item", {})
+                found = dynamodb.get_item(
+                    TableName=stack.table_name, Key={"pk": {"S": stages_pk(job_id)}, "sk": {"S": fence}}
+                ).get("Item", {})
                 fence_kb[fence] = -(-_item_bytes(found) // 1024)
             units[(stages_pk(job_id), second)] += 2 * fence_kb[fence]
     (key, _), wcu = units.most_common(1)[0] if units else (("-", 0), 0)

@@ -75,8 +75,20 @@ CLI_LABEL = re.compile(r"^\S+#\d+ \| ")
 def follow_with_cli(stack_file: Path, job_id: str, arrivals: dict[str, float]) -> threading.Thread:
     def read() -> None:
         process = subprocess.Popen(
-            [sys.executable, "-m", "relevo_cli.main", "job", "logs", job_id, "-f", "--stack-file", str(stack_file)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            [
+                sys.executable,
+                "-m",
+                "relevo_cli.main",
+                "job",
+                "logs",
+                job_id,
+                "-f",
+                "--stack-file",
+                str(stack_file),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         assert process.stdout is not None
         for line in process.stdout:
@@ -119,7 +131,10 @@ def warm_up(api) -> None:
     from relevo_cli.api import ApiError
 
     def touch() -> None:
-        for call in (lambda: api.job_logs("job_" + "0" * 26, from_seq=0), lambda: api.get_job("job_" + "0" * 26)):
+        for call in (
+            lambda: api.job_logs("job_" + "0" * 26, from_seq=0),
+            lambda: api.get_job("job_" + "0" * 26),
+        ):
             try:
                 call()
             except ApiError:
@@ -150,16 +165,19 @@ def main() -> int:
     args = parser.parse_args()
     chromium = os.environ.get("RELEVO_CHROMIUM") or shutil.which("chromium")
     if chromium is None:
-        print("bench/console.py: no Chromium: install Debian's chromium (apt-get install -y chromium)", file=sys.stderr)
+        print(
+            "bench/console.py: no Chromium: install Debian's chromium (apt-get install -y chromium)",
+            file=sys.stderr,
+        )
         return 2
 
     from playwright.sync_api import sync_playwright
 
     from relevo_cli.api import RelevoApi
-    from relevo_cli.console.state import Console
     from relevo_cli.console.server import ConsoleServer
-    from relevo_local.processes import agent_process, local_stack, random_commit, write_agent_config
+    from relevo_cli.console.state import Console
     from relevo_core.aws import reset_clients
+    from relevo_local.processes import agent_process, local_stack, random_commit, write_agent_config
 
     with tempfile.TemporaryDirectory(prefix="relevo-bench-console-") as scratch:
         work = Path(scratch)
@@ -167,19 +185,41 @@ def main() -> int:
             for name, value in stack.environment().items():
                 os.environ[name] = value
             reset_clients()
-            config = write_agent_config(work / "agent.toml", work / "stack.json", REGION, "bench-mac", poll_wait_sec=1, presence_interval_sec=1)
+            config = write_agent_config(
+                work / "agent.toml",
+                work / "stack.json",
+                REGION,
+                "bench-mac",
+                poll_wait_sec=1,
+                presence_interval_sec=1,
+            )
             api = RelevoApi.for_stack(stack)
             project = f"bench-{secrets.token_hex(3)}"
             # The stage prints once the page's stream is live (the bench touches `watching`): the
             # latency timed is the live stream's, not the page's first load catching up.
             watching = work / "watching"
-            ticks = (f'while [ ! -e {watching} ]; do sleep 0.05; done; '
-                     f'for i in $(seq 1 {args.lines}); do echo "tick $i $(date +%s.%N)"; sleep {args.interval}; done')
+            ticks = (
+                f"while [ ! -e {watching} ]; do sleep 0.05; done; "
+                f'for i in $(seq 1 {args.lines}); do echo "tick $i $(date +%s.%N)"; sleep {args.interval}; done'
+            )
             bulk = f'seq 1 {args.render_lines} | sed "s/^/bulk line /"'
-            api.put_project(project, {"repo": f"acme/{project}", "region_affinity": REGION, "queue_timeout_sec": 120,
-                                      "stages": [{"name": "ticks", "run": ticks}, {"name": "bulk", "run": bulk}]})
-            with agent_process(config, work / "agent.log"), ConsoleServer(Console(api), port=0) as server, sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+            api.put_project(
+                project,
+                {
+                    "repo": f"acme/{project}",
+                    "region_affinity": REGION,
+                    "queue_timeout_sec": 120,
+                    "stages": [{"name": "ticks", "run": ticks}, {"name": "bulk", "run": bulk}],
+                },
+            )
+            with (
+                agent_process(config, work / "agent.log"),
+                ConsoleServer(Console(api), port=0) as server,
+                sync_playwright() as playwright,
+            ):
+                browser = playwright.chromium.launch(
+                    executable_path=chromium, headless=True, args=["--no-sandbox"]
+                )
                 page = browser.new_page()
                 warm_up(api)
                 job_id = api.run_project(project, {"ref": "main", "commit": random_commit()})["job_id"]
@@ -192,43 +232,88 @@ def main() -> int:
                 page.evaluate(RECORD_LINES)
                 page.locator('#connection[data-state="live"]').wait_for(timeout=120_000)
                 watching.touch()
-                wait_for(lambda: api.get_job(job_id)["status"] in ("succeeded", "failed", "canceled"), 300, "the job to end")
+                wait_for(
+                    lambda: api.get_job(job_id)["status"] in ("succeeded", "failed", "canceled"),
+                    300,
+                    "the job to end",
+                )
                 follower.join(timeout=60)
                 page_arrivals: dict[str, float] = page.evaluate("window.__arrivals")
 
                 def latencies(arrivals: dict[str, float]) -> list[float]:
-                    return [at - float(line.split()[2]) for line, at in arrivals.items() if TICK_LINE.match(line) and at is not None]
+                    return [
+                        at - float(line.split()[2])
+                        for line, at in arrivals.items()
+                        if TICK_LINE.match(line) and at is not None
+                    ]
 
                 in_page, in_cli = latencies(page_arrivals), latencies(cli_arrivals)
-                first_view = sum(1 for line, at in page_arrivals.items() if TICK_LINE.match(line) and at is None)
+                first_view = sum(
+                    1 for line, at in page_arrivals.items() if TICK_LINE.match(line) and at is None
+                )
                 # Where the time goes: printed -> handed to the log store by the agent (the
                 # chunk's written_at), and from there -> in the page.
                 shipped_at = stored_times(api, job_id)
-                streamed = {line: at for line, at in page_arrivals.items() if at is not None and line in shipped_at}
+                streamed = {
+                    line: at for line, at in page_arrivals.items() if at is not None and line in shipped_at
+                }
                 to_store = [shipped_at[line] - float(line.split()[2]) for line in streamed]
                 store_to_page = [at - shipped_at[line] for line, at in streamed.items()]
                 if len(in_page) + first_view != args.lines or len(in_cli) != args.lines:
-                    missing = sorted({line.split()[1] for line in cli_arrivals if TICK_LINE.match(line)} - {line.split()[1] for line in page_arrivals if TICK_LINE.match(line)})
-                    print(f"bench/console.py: saw {len(in_page)} lines in the page and {len(in_cli)} from the CLI of {args.lines}"
-                          f" (not in the page: {missing}; page lines not whole ticks: {[line for line in page_arrivals if not TICK_LINE.match(line)][:5]})", file=sys.stderr)
+                    missing = sorted(
+                        {line.split()[1] for line in cli_arrivals if TICK_LINE.match(line)}
+                        - {line.split()[1] for line in page_arrivals if TICK_LINE.match(line)}
+                    )
+                    print(
+                        f"bench/console.py: saw {len(in_page)} lines in the page and {len(in_cli)} from the CLI of {args.lines}"
+                        f" (not in the page: {missing}; page lines not whole ticks: {[line for line in page_arrivals if not TICK_LINE.match(line)][:5]})",
+                        file=sys.stderr,
+                    )
                     return 2
                 # Render: the whole log of the ended job, streamed into a fresh page.
                 began = time.perf_counter()
                 page.goto(f"{server.origin}/jobs/{job_id}?from_seq=0")
-                page.locator("#log-lines .line", has_text=f"bulk line {args.render_lines}").wait_for(timeout=120_000)
+                page.locator("#log-lines .line", has_text=f"bulk line {args.render_lines}").wait_for(
+                    timeout=120_000
+                )
                 render_sec = time.perf_counter() - began
                 shown = page.locator("#log-lines .line").count()
                 browser.close()
     p95, cli_p95 = percentile(in_page, 0.95), percentile(in_cli, 0.95)
-    print(f"line printed -> line shown ({args.lines} lines, {args.interval}s apart; {first_view} came with the page's first view, not timed):")
-    print(f"  console page       p50 {percentile(in_page, 0.5):.3f} s  p95 {p95:.3f} s  max {max(in_page):.3f} s   target p95 <= {TARGET_P95_SEC} s")
-    print(f"    of which printed -> stored by the agent  p50 {percentile(to_store, 0.5):.3f} s  p95 {percentile(to_store, 0.95):.3f} s")
-    print(f"    of which stored -> in the page           p50 {percentile(store_to_page, 0.5):.3f} s  p95 {percentile(store_to_page, 0.95):.3f} s")
-    print(f"  relevo job logs -f p50 {percentile(in_cli, 0.5):.3f} s  p95 {cli_p95:.3f} s  max {max(in_cli):.3f} s   target p95 <= {TARGET_CLI_P95_SEC} s")
-    print(f"render a job of {args.lines + args.render_lines} lines from seq 0: {render_sec:.2f} s ({shown} lines kept in the page)")
-    report("console", "line printed -> in the console page, p95", p95, f"{p95:.3f} s", f"<= {TARGET_P95_SEC} s", p95 <= TARGET_P95_SEC)
-    report("console", "line printed -> relevo job logs -f, p95", cli_p95, f"{cli_p95:.3f} s", f"<= {TARGET_CLI_P95_SEC} s",
-           cli_p95 <= TARGET_CLI_P95_SEC)
+    print(
+        f"line printed -> line shown ({args.lines} lines, {args.interval}s apart; {first_view} came with the page's first view, not timed):"
+    )
+    print(
+        f"  console page       p50 {percentile(in_page, 0.5):.3f} s  p95 {p95:.3f} s  max {max(in_page):.3f} s   target p95 <= {TARGET_P95_SEC} s"
+    )
+    print(
+        f"    of which printed -> stored by the agent  p50 {percentile(to_store, 0.5):.3f} s  p95 {percentile(to_store, 0.95):.3f} s"
+    )
+    print(
+        f"    of which stored -> in the page           p50 {percentile(store_to_page, 0.5):.3f} s  p95 {percentile(store_to_page, 0.95):.3f} s"
+    )
+    print(
+        f"  relevo job logs -f p50 {percentile(in_cli, 0.5):.3f} s  p95 {cli_p95:.3f} s  max {max(in_cli):.3f} s   target p95 <= {TARGET_CLI_P95_SEC} s"
+    )
+    print(
+        f"render a job of {args.lines + args.render_lines} lines from seq 0: {render_sec:.2f} s ({shown} lines kept in the page)"
+    )
+    report(
+        "console",
+        "line printed -> in the console page, p95",
+        p95,
+        f"{p95:.3f} s",
+        f"<= {TARGET_P95_SEC} s",
+        p95 <= TARGET_P95_SEC,
+    )
+    report(
+        "console",
+        "line printed -> relevo job logs -f, p95",
+        cli_p95,
+        f"{cli_p95:.3f} s",
+        f"<= {TARGET_CLI_P95_SEC} s",
+        cli_p95 <= TARGET_CLI_P95_SEC,
+    )
     return 0 if p95 <= TARGET_P95_SEC and cli_p95 <= TARGET_CLI_P95_SEC else 1
 
 

@@ -35,7 +35,7 @@ import traceback
 from collections import Counter
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,7 @@ from relevo_core.jobs.cost import (  # noqa: E402
     SFN_PER_TRANSITION,
     SQS_PER_REQUEST,
 )
+
 WEBHOOK_MEMORY_GB = 512 / 1024
 MINUTES_PER_MONTH = 60 * 24 * 30
 IDLE_RECEIVES_PER_MIN = 3  # assumption: one agent long-polling with WaitTimeSeconds=20
@@ -293,8 +294,8 @@ def measure(stack: Any, recorder: Recorder) -> int:
 
     from relevo_core.config import intake_settings
     from relevo_core.execution import work_queue_url
-    from relevo_core.models.status import StageStatus
     from relevo_core.models.envelope import read_envelope
+    from relevo_core.models.status import StageStatus
     from relevo_core.store import stage_attempts
 
     project_id = "cost-" + secrets.token_hex(3)
@@ -306,7 +307,9 @@ def measure(stack: Any, recorder: Recorder) -> int:
     recorder.install()
 
     def invoke(event_name: str, body: bytes) -> tuple[dict[str, Any], float]:
-        event = harness.webhook_event(project_id, harness.github_headers(secret, body, event=event_name), body)
+        event = harness.webhook_event(
+            project_id, harness.github_headers(secret, body, event=event_name), body
+        )
         started = time.perf_counter()
         response = handler.lambda_handler(event, harness.LambdaContext())
         return response, time.perf_counter() - started
@@ -348,7 +351,9 @@ def measure(stack: Any, recorder: Recorder) -> int:
         while message is None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no message for stage {stage['name']}")
-            got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=1).get("Messages", [])
+            got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=1).get(
+                "Messages", []
+            )
             if not got:
                 empty_receives += 1
                 continue
@@ -357,32 +362,51 @@ def measure(stack: Any, recorder: Recorder) -> int:
         assert (task["job_id"], task["stage"], task["stage_index"]) == (job_id, stage["name"], index), task
         # The claim, through the claim function as its own role (an API Gateway request and a
         # Lambda invocation per claim, charged below).
-        request = {"job_id": job_id, "stage_index": index, "attempt": task["attempt"], "agent_id": AGENT_ID,
-                   "claim_secret": new_claim_secret(), "dispatch_key": task["dispatch_key"], "dispatch_token": task["task_token"]}
+        request = {
+            "job_id": job_id,
+            "stage_index": index,
+            "attempt": task["attempt"],
+            "agent_id": AGENT_ID,
+            "claim_secret": new_claim_secret(),
+            "dispatch_key": task["dispatch_key"],
+            "dispatch_token": task["task_token"],
+        }
         recorder.phase = "claim"
         with harness.as_role(claim_role):
             started = time.perf_counter()
-            answer = claims.lambda_handler(harness.claim_event(REGION, request, f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}"),
-                                           harness.LambdaContext())
+            answer = claims.lambda_handler(
+                harness.claim_event(
+                    REGION, request, f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}"
+                ),
+                harness.LambdaContext(),
+            )
             claim_secs.append(time.perf_counter() - started)
         recorder.phase = "agent"
         assert answer["statusCode"] == 200, answer
         granted = ClaimGranted.model_validate_json(answer["body"])
         envelope = read_envelope(granted.envelope)
-        ref = stage_attempts.StageRef(stack.table_name, task["job_id"], task["stage_index"], task["attempt"], AGENT_ID)
+        ref = stage_attempts.StageRef(
+            stack.table_name, task["job_id"], task["stage_index"], task["attempt"], AGENT_ID
+        )
         assert granted.accepted is True, granted.accepted  # the claim function answered the dispatch
         with job_scope(JobCredentials(session_credentials(granted.session))):
             wait_for_run_handed(ref)
         # A zero-length stage: no lease renewal or heartbeat falls due (see the rate printed below).
         # Its outcome goes through the outcome route, which records it and answers the run token
         # (an API Gateway request and a Lambda invocation per stage, charged below).
-        outcome = {key: request[key] for key in ("job_id", "stage_index", "attempt", "agent_id", "claim_secret")}
+        outcome = {
+            key: request[key] for key in ("job_id", "stage_index", "attempt", "agent_id", "claim_secret")
+        }
         recorder.phase = "claim"
         with harness.as_role(claim_role):
             started = time.perf_counter()
             answer = claims.lambda_handler(
-                harness.claim_event(REGION, {**outcome, "status": "succeeded", "outcome": "succeeded", "exit_code": 0},
-                                    f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}", route="outcomes"),
+                harness.claim_event(
+                    REGION,
+                    {**outcome, "status": "succeeded", "outcome": "succeeded", "exit_code": 0},
+                    f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}",
+                    route="outcomes",
+                ),
                 harness.LambdaContext(),
             )
             claim_secs.append(time.perf_counter() - started)
@@ -392,7 +416,9 @@ def measure(stack: Any, recorder: Recorder) -> int:
 
     described = wait_for_execution(stack.state_machine_arn, job_id, timeout=60)
     if described["status"] != "SUCCEEDED":
-        raise RuntimeError(f"execution ended {described['status']}: {described.get('error')} {described.get('cause')}")
+        raise RuntimeError(
+            f"execution ended {described['status']}: {described.get('error')} {described.get('cause')}"
+        )
     time.sleep(0.5)  # the last state's write has been answered; let stray threads settle
     events = execution_history(stack.state_machine_arn, job_id)
 
@@ -401,7 +427,7 @@ def measure(stack: Any, recorder: Recorder) -> int:
 
     recorder.phase = "sweeper"
     started = time.perf_counter()
-    sweep(settings, datetime.now(timezone.utc))
+    sweep(settings, datetime.now(UTC))
     sweeper_sec = time.perf_counter() - started
     recorder.phase = "bench"
 
@@ -416,11 +442,15 @@ def measure(stack: Any, recorder: Recorder) -> int:
     } | {
         _key_of(call.params["Key"])
         for call in recorder.calls
-        if call.service == "dynamodb" and call.op == "GetItem" and call.source in (*SOURCES, "warmup", "sweeper")
+        if call.service == "dynamodb"
+        and call.op == "GetItem"
+        and call.source in (*SOURCES, "warmup", "sweeper")
     }
     ddb = client("dynamodb")
     for key in sorted(touched):
-        item = ddb.get_item(TableName=stack.table_name, Key={"pk": {"S": key[0]}, "sk": {"S": key[1]}}, ConsistentRead=True).get("Item")
+        item = ddb.get_item(
+            TableName=stack.table_name, Key={"pk": {"S": key[0]}, "sk": {"S": key[1]}}, ConsistentRead=True
+        ).get("Item")
         if item:
             sizes[key] = item_size(item)
             if "kind" in item:
@@ -428,9 +458,23 @@ def measure(stack: Any, recorder: Recorder) -> int:
             if key == (f"JOB#{job_id}", "JOB"):
                 from relevo_core.store.codec import from_attributes
 
-                envelope_json = len(json.dumps(from_attributes({"e": item["envelope"]})["e"], default=_json_default))
+                envelope_json = len(
+                    json.dumps(from_attributes({"e": item["envelope"]})["e"], default=_json_default)
+                )
 
-    return report(recorder, events, sizes, envelope_json, job_id, webhook_sec, memory_gb, sweeper_sec, empty_receives, envelope, claim_secs)
+    return report(
+        recorder,
+        events,
+        sizes,
+        envelope_json,
+        job_id,
+        webhook_sec,
+        memory_gb,
+        sweeper_sec,
+        empty_receives,
+        envelope,
+        claim_secs,
+    )
 
 
 def poll(read: Any, timeout: float, what: str, interval: float) -> Any:
@@ -456,7 +500,9 @@ def wait_for_execution(state_machine_arn: str, job_id: str, timeout: float) -> d
     from relevo_core.execution import execution_arn
 
     def ended() -> dict[str, Any] | None:
-        described = client("stepfunctions").describe_execution(executionArn=execution_arn(state_machine_arn, job_id))
+        described = client("stepfunctions").describe_execution(
+            executionArn=execution_arn(state_machine_arn, job_id)
+        )
         return None if described["status"] == "RUNNING" else described
 
     return dict(poll(ended, timeout, f"execution {job_id} still RUNNING", 0.1))
@@ -466,7 +512,11 @@ def execution_history(state_machine_arn: str, job_id: str) -> list[dict[str, Any
     from relevo_core.aws import client
     from relevo_core.execution import execution_arn
 
-    pages = client("stepfunctions").get_paginator("get_execution_history").paginate(executionArn=execution_arn(state_machine_arn, job_id))
+    pages = (
+        client("stepfunctions")
+        .get_paginator("get_execution_history")
+        .paginate(executionArn=execution_arn(state_machine_arn, job_id))
+    )
     return [event for page in pages for event in page["events"]]
 
 
@@ -504,7 +554,10 @@ def stage_state_names() -> set[str]:
 
 def ops(calls: list[Call]) -> str:
     counted = Counter(f"{c.service}:{c.op}" + ("" if c.ok else "(failed)") for c in calls)
-    return ", ".join(f"{n}x {op}" for op, n in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))) or "(none)"
+    return (
+        ", ".join(f"{n}x {op}" for op, n in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])))
+        or "(none)"
+    )
 
 
 def report(
@@ -544,15 +597,23 @@ def report(
     print()
     print("state transitions (*StateEntered events in the execution history)")
     for index, names in enumerate(per_stage):
-        print(f"  stage {index} ({STAGES[index]['name'] if index < n else '?'}): {len(names)}  {' > '.join(names)}")
-    print(f"  per job (outside the stages): {len(job_entered)}  {' > '.join(e['stateEnteredEventDetails']['name'] for e in job_entered)}")
+        print(
+            f"  stage {index} ({STAGES[index]['name'] if index < n else '?'}): {len(names)}  {' > '.join(names)}"
+        )
+    print(
+        f"  per job (outside the stages): {len(job_entered)}  {' > '.join(e['stateEnteredEventDetails']['name'] for e in job_entered)}"
+    )
     stages_ok = len(per_stage) == n and all(len(names) <= TRANSITIONS_PER_STAGE_BUDGET for names in per_stage)
     job_ok = len(job_entered) <= TRANSITIONS_PER_JOB_BUDGET
     total_ok = len(entered) <= budget
-    print(f"  per stage <= {TRANSITIONS_PER_STAGE_BUDGET}: {'PASS' if stages_ok else 'FAIL'};"
-          f" per job <= {TRANSITIONS_PER_JOB_BUDGET}: {'PASS' if job_ok else 'FAIL'}")
-    print(f"  total {len(entered)} <= {n}*{TRANSITIONS_PER_STAGE_BUDGET}+{TRANSITIONS_PER_JOB_BUDGET} = {budget}: "
-          f"{'PASS' if total_ok else 'FAIL'}")
+    print(
+        f"  per stage <= {TRANSITIONS_PER_STAGE_BUDGET}: {'PASS' if stages_ok else 'FAIL'};"
+        f" per job <= {TRANSITIONS_PER_JOB_BUDGET}: {'PASS' if job_ok else 'FAIL'}"
+    )
+    print(
+        f"  total {len(entered)} <= {n}*{TRANSITIONS_PER_STAGE_BUDGET}+{TRANSITIONS_PER_JOB_BUDGET} = {budget}: "
+        f"{'PASS' if total_ok else 'FAIL'}"
+    )
     transitions_ok = stages_ok and job_ok and total_ok
 
     # --- AWS calls by source
@@ -562,8 +623,10 @@ def report(
         calls = recorder.of(source)
         print(f"  {source:<14} {len(calls):>3}  {ops(calls)}")
     if empty_receives:
-        print(f"  (agent double: {empty_receives} empty ReceiveMessage while the state machine had not sent yet; "
-              "not charged here, covered by the idle-polling line)")
+        print(
+            f"  (agent double: {empty_receives} empty ReceiveMessage while the state machine had not sent yet; "
+            "not charged here, covered by the idle-polling line)"
+        )
     stray = [c for c in recorder.calls if c.source == "other" and c.service in ("dynamodb", "sqs")]
     if stray:
         print(f"  unattributed DynamoDB/SQS calls of other threads (not charged): {ops(stray)}")
@@ -571,17 +634,25 @@ def report(
     # --- DynamoDB units
     print()
     job_item = sizes.get((f"JOB#{job_id}", "JOB"), 0)
-    stage_items = [size for (pk, sk), size in sizes.items() if pk == f"STAGES#{job_id}" and sk.startswith("STAGE#")]
+    stage_items = [
+        size for (pk, sk), size in sizes.items() if pk == f"STAGES#{job_id}" and sk.startswith("STAGE#")
+    ]
     others = {f"{pk}/{sk}": size for (pk, sk), size in sizes.items() if pk != f"JOB#{job_id}"}
     print("DynamoDB item sizes measured at the end of the run (names + values, DynamoDB's rules)")
-    print(f"  job item (envelope JSON {envelope_json} B): {job_item} B; stage items: "
-          f"{', '.join(str(s) for s in sorted(stage_items))} B")
+    print(
+        f"  job item (envelope JSON {envelope_json} B): {job_item} B; stage items: "
+        f"{', '.join(str(s) for s in sorted(stage_items))} B"
+    )
     print("  others: " + ", ".join(f"{k.split('#')[0]} {v} B" for k, v in sorted(others.items())))
     print("DynamoDB request units per job")
-    print("  rules: write <= 1 KB = 1 WRU (TransactWriteItems: 2 per item), final item size (upper bound)"
-          " used for updates; reads: strongly consistent <= 4 KB = 1 RRU, eventually consistent 0.5,")
-    print("  a GetItem is charged for the whole item whatever its ProjectionExpression; GSI writes:"
-          " KindIndex (ALL) per write of a `kind` item, StartPendingIndex 1 per write naming start_pending")
+    print(
+        "  rules: write <= 1 KB = 1 WRU (TransactWriteItems: 2 per item), final item size (upper bound)"
+        " used for updates; reads: strongly consistent <= 4 KB = 1 RRU, eventually consistent 0.5,"
+    )
+    print(
+        "  a GetItem is charged for the whole item whatever its ProjectionExpression; GSI writes:"
+        " KindIndex (ALL) per write of a `kind` item, StartPendingIndex 1 per write naming start_pending"
+    )
     total = Units()
     rows: list[tuple[str, Units]] = []
     for source in SOURCES:
@@ -596,56 +667,111 @@ def report(
         total.reads += units.reads
     print(f"  {'source':<14} {'writes':>6} {'WRU':>6} {'GSI WRU':>8} {'reads':>6} {'RRU':>6}")
     for source, units in [*rows, ("total", total)]:
-        print(f"  {source:<14} {units.writes:>6} {units.wru:>6g} {units.gsi_wru:>8g} {units.reads:>6} {units.rru:>6g}")
+        print(
+            f"  {source:<14} {units.writes:>6} {units.wru:>6g} {units.gsi_wru:>8g} {units.reads:>6} {units.rru:>6g}"
+        )
     naive_rru = total.reads
-    print(f"  (with every read taken as 1 RRU: {naive_rru} RRU; with every write item as 1 WRU and no GSI: "
-          f"{sum(len(written_keys(c)) for s in SOURCES for c in recorder.of(s, 'dynamodb'))} WRU)")
+    print(
+        f"  (with every read taken as 1 RRU: {naive_rru} RRU; with every write item as 1 WRU and no GSI: "
+        f"{sum(len(written_keys(c)) for s in SOURCES for c in recorder.of(s, 'dynamodb'))} WRU)"
+    )
 
     # --- SQS
     sqs_calls = [c for s in SOURCES for c in recorder.of(s, "sqs")]
     sqs_counts = Counter(c.op for c in sqs_calls)
     sqs_requests = len(sqs_calls)
     print()
-    print(f"SQS requests per job: {sqs_requests}  ({', '.join(f'{op} {k}' for op, k in sorted(sqs_counts.items()))};"
-          " each message < 64 KB = 1 request)")
+    print(
+        f"SQS requests per job: {sqs_requests}  ({', '.join(f'{op} {k}' for op, k in sorted(sqs_counts.items()))};"
+        " each message < 64 KB = 1 request)"
+    )
     idle_month = IDLE_RECEIVES_PER_MIN * MINUTES_PER_MONTH
-    print(f"  idle polling, per agent (assumption {IDLE_RECEIVES_PER_MIN} ReceiveMessage/min, 20 s long poll): "
-          f"{idle_month:,} requests/month = ${idle_month * SQS_PER_REQUEST:.4f}/agent-month (fixed, not per job)")
+    print(
+        f"  idle polling, per agent (assumption {IDLE_RECEIVES_PER_MIN} ReceiveMessage/min, 20 s long poll): "
+        f"{idle_month:,} requests/month = ${idle_month * SQS_PER_REQUEST:.4f}/agent-month (fixed, not per job)"
+    )
 
     # --- Lambda and API Gateway
     invocations = 1 + len(claim_secs)
     gb_s = memory_gb * webhook_sec + CLAIM_MEMORY_GB * sum(claim_secs)
-    api_requests = invocations  # the webhook delivery, each claim and each outcome are one API Gateway request each
+    api_requests = (
+        invocations  # the webhook delivery, each claim and each outcome are one API Gateway request each
+    )
     print()
-    print(f"Lambda per job: 1 webhook invocation, {webhook_sec * 1000:.1f} ms measured handler wall time "
-          f"(warm container, in-process against the emulator) x {memory_gb * 1024:.0f} MB; {len(claim_secs)} claims and outcomes, "
-          f"{', '.join(f'{sec * 1000:.1f}' for sec in claim_secs)} ms (the first in a cold container) x "
-          f"{CLAIM_MEMORY_GB * 1024:.0f} MB; {gb_s:.4f} GB-s in all")
-    print(f"API Gateway per job: {api_requests} REST requests (the delivery, and each stage's claim and outcome)")
-    print("  sweeper (rate 1 minute) and schedule-trigger (per project schedule slot) invocations are not per job:"
-          " see fixed monthly cost")
+    print(
+        f"Lambda per job: 1 webhook invocation, {webhook_sec * 1000:.1f} ms measured handler wall time "
+        f"(warm container, in-process against the emulator) x {memory_gb * 1024:.0f} MB; {len(claim_secs)} claims and outcomes, "
+        f"{', '.join(f'{sec * 1000:.1f}' for sec in claim_secs)} ms (the first in a cold container) x "
+        f"{CLAIM_MEMORY_GB * 1024:.0f} MB; {gb_s:.4f} GB-s in all"
+    )
+    print(
+        f"API Gateway per job: {api_requests} REST requests (the delivery, and each stage's claim and outcome)"
+    )
+    print(
+        "  sweeper (rate 1 minute) and schedule-trigger (per project schedule slot) invocations are not per job:"
+        " see fixed monthly cost"
+    )
 
     # --- Step Functions API calls are free; note them
     sfn_calls = [c for s in SOURCES for c in recorder.of(s, "stepfunctions")]
-    print(f"Step Functions API calls (not billed for Standard workflows): {len(sfn_calls)} ({ops(sfn_calls)})")
+    print(
+        f"Step Functions API calls (not billed for Standard workflows): {len(sfn_calls)} ({ops(sfn_calls)})"
+    )
 
     # --- dollars per 1,000 jobs
     jobs = 1000
     wru = total.wru + total.gsi_wru
     table = [
-        ("Step Functions transitions", f"{len(entered)} transitions", len(entered) * SFN_PER_TRANSITION * jobs, "$25/M transitions"),
-        ("DynamoDB writes", f"{wru:g} WRU ({total.wru:g} table + {total.gsi_wru:g} GSI)", wru * DDB_PER_WRU * jobs, "$0.625/M WRU"),
+        (
+            "Step Functions transitions",
+            f"{len(entered)} transitions",
+            len(entered) * SFN_PER_TRANSITION * jobs,
+            "$25/M transitions",
+        ),
+        (
+            "DynamoDB writes",
+            f"{wru:g} WRU ({total.wru:g} table + {total.gsi_wru:g} GSI)",
+            wru * DDB_PER_WRU * jobs,
+            "$0.625/M WRU",
+        ),
         ("DynamoDB reads", f"{total.rru:g} RRU", total.rru * DDB_PER_RRU * jobs, "$0.125/M RRU"),
-        ("SQS requests", f"{sqs_requests} requests", sqs_requests * SQS_PER_REQUEST * jobs, "$0.40/M requests"),
-        ("Lambda requests", f"{invocations} invocations", invocations * LAMBDA_PER_REQUEST * jobs, "$0.20/M requests"),
+        (
+            "SQS requests",
+            f"{sqs_requests} requests",
+            sqs_requests * SQS_PER_REQUEST * jobs,
+            "$0.40/M requests",
+        ),
+        (
+            "Lambda requests",
+            f"{invocations} invocations",
+            invocations * LAMBDA_PER_REQUEST * jobs,
+            "$0.20/M requests",
+        ),
         ("Lambda duration (arm64)", f"{gb_s:.4f} GB-s", gb_s * LAMBDA_PER_GB_S * jobs, "$0.0000133334/GB-s"),
-        ("API Gateway (REST)", f"{api_requests} requests", api_requests * API_GATEWAY_PER_REQUEST * jobs, "$3.50/M requests"),
+        (
+            "API Gateway (REST)",
+            f"{api_requests} requests",
+            api_requests * API_GATEWAY_PER_REQUEST * jobs,
+            "$3.50/M requests",
+        ),
     ]
     total_dollars = sum(row[2] for row in table)
-    harness.report("cost", f"state transitions per {n}-stage job", len(entered), f"{len(entered)}",
-                   f"<= {n}*{TRANSITIONS_PER_STAGE_BUDGET}+{TRANSITIONS_PER_JOB_BUDGET} = {budget}", transitions_ok)
-    harness.report("cost", f"$ per 1,000 {n}-stage jobs", total_dollars, f"${total_dollars:.3f}", f"<= ${DOLLARS_PER_1000_JOBS:.2f}",
-                   total_dollars <= DOLLARS_PER_1000_JOBS)
+    harness.report(
+        "cost",
+        f"state transitions per {n}-stage job",
+        len(entered),
+        f"{len(entered)}",
+        f"<= {n}*{TRANSITIONS_PER_STAGE_BUDGET}+{TRANSITIONS_PER_JOB_BUDGET} = {budget}",
+        transitions_ok,
+    )
+    harness.report(
+        "cost",
+        f"$ per 1,000 {n}-stage jobs",
+        total_dollars,
+        f"${total_dollars:.3f}",
+        f"<= ${DOLLARS_PER_1000_JOBS:.2f}",
+        total_dollars <= DOLLARS_PER_1000_JOBS,
+    )
     print()
     print(f"dollars per 1,000 {n}-stage jobs, us-east-1 list prices")
     header = f"  {'component':<28} {'measured per job':<34} {'$ / 1,000 jobs':>14}  {'% ':>5}  price"
@@ -655,37 +781,53 @@ def report(
         share = 100 * dollars / total_dollars if total_dollars else 0
         print(f"  {name:<28} {measured:<34} {dollars:>14.5f}  {share:>4.0f}%  {price}")
     print("  " + "-" * (len(header) - 2))
-    print(f"  {'total':<28} {'':<34} {total_dollars:>14.5f}        (${total_dollars:.5f} per 1,000 jobs, "
-          f"${total_dollars * 1000:.2f} per million)")
-    print("  not included: CloudWatch Logs, X-Ray, S3 artifacts, data transfer, STS (AssumeRole is free);"
-          " lease renewals during a stage's run (below), and a renewal of a stage's credentials per hour it runs"
-          " (one API Gateway request and Lambda invocation: about $0.0037 per 1,000 stage-hours)")
+    print(
+        f"  {'total':<28} {'':<34} {total_dollars:>14.5f}        (${total_dollars:.5f} per 1,000 jobs, "
+        f"${total_dollars * 1000:.2f} per million)"
+    )
+    print(
+        "  not included: CloudWatch Logs, X-Ray, S3 artifacts, data transfer, STS (AssumeRole is free);"
+        " lease renewals during a stage's run (below), and a renewal of a stage's credentials per hour it runs"
+        " (one API Gateway request and Lambda invocation: about $0.0037 per 1,000 stage-hours)"
+    )
     renew_interval = max(1.0, envelope.lease_ttl_sec / 3)
     per_min = 60 / renew_interval
-    print(f"  + per stage-minute of run time: {per_min:g} lease renewals (UpdateItem, 1 WRU each; lease_ttl_sec "
-          f"{envelope.lease_ttl_sec} -> every {renew_interval:g} s) = ${per_min * DDB_PER_WRU * jobs:.5f} per 1,000 "
-          "stage-minutes; the heartbeats that go with them are free API calls")
+    print(
+        f"  + per stage-minute of run time: {per_min:g} lease renewals (UpdateItem, 1 WRU each; lease_ttl_sec "
+        f"{envelope.lease_ttl_sec} -> every {renew_interval:g} s) = ${per_min * DDB_PER_WRU * jobs:.5f} per 1,000 "
+        "stage-minutes; the heartbeats that go with them are free API calls"
+    )
 
     # --- fixed monthly
     sweeper_calls = recorder.of("sweeper")
     sweeper_units, _ = units_of(sweeper_calls, sizes)
     ticks = MINUTES_PER_MONTH
     sweeper_lambda = ticks * (LAMBDA_PER_REQUEST + memory_gb * sweeper_sec * LAMBDA_PER_GB_S)
-    sweeper_ddb = ticks * (sweeper_units.rru * DDB_PER_RRU + (sweeper_units.wru + sweeper_units.gsi_wru) * DDB_PER_WRU)
+    sweeper_ddb = ticks * (
+        sweeper_units.rru * DDB_PER_RRU + (sweeper_units.wru + sweeper_units.gsi_wru) * DDB_PER_WRU
+    )
     warmup = recorder.of("warmup")
     print()
     print(f"fixed monthly cost (30 days = {ticks:,} minutes), not per job")
-    print(f"  sweeper, 1 tick/min: idle tick measured in-process: {sweeper_sec * 1000:.1f} ms, {ops(sweeper_calls)}"
-          f" = {sweeper_units.rru:g} RRU/tick")
-    print(f"    Lambda {ticks:,} invocations x (request + {memory_gb * 1024:.0f} MB x {sweeper_sec * 1000:.0f} ms) = "
-          f"${sweeper_lambda:.4f}/month; DynamoDB ${sweeper_ddb:.4f}/month; total ${sweeper_lambda + sweeper_ddb:.4f}/month")
-    print(f"  idle agents: ${idle_month * SQS_PER_REQUEST:.4f}/agent-month of ReceiveMessage (assumption above)")
+    print(
+        f"  sweeper, 1 tick/min: idle tick measured in-process: {sweeper_sec * 1000:.1f} ms, {ops(sweeper_calls)}"
+        f" = {sweeper_units.rru:g} RRU/tick"
+    )
+    print(
+        f"    Lambda {ticks:,} invocations x (request + {memory_gb * 1024:.0f} MB x {sweeper_sec * 1000:.0f} ms) = "
+        f"${sweeper_lambda:.4f}/month; DynamoDB ${sweeper_ddb:.4f}/month; total ${sweeper_lambda + sweeper_ddb:.4f}/month"
+    )
+    print(
+        f"  idle agents: ${idle_month * SQS_PER_REQUEST:.4f}/agent-month of ReceiveMessage (assumption above)"
+    )
     print(f"  cold webhook container, once per container: {ops(warmup)}")
 
     print()
     print(f"transition budget: {'PASS' if transitions_ok else 'FAIL'}")
     cheap_enough = total_dollars <= DOLLARS_PER_1000_JOBS
-    print(f"${total_dollars:.3f} per 1,000 jobs <= ${DOLLARS_PER_1000_JOBS:.2f}: {'PASS' if cheap_enough else 'FAIL'}")
+    print(
+        f"${total_dollars:.3f} per 1,000 jobs <= ${DOLLARS_PER_1000_JOBS:.2f}: {'PASS' if cheap_enough else 'FAIL'}"
+    )
     return 0 if transitions_ok and cheap_enough else 1
 
 

@@ -40,6 +40,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from datetime import UTC
+
 from harness import local_stack, report  # noqa: E402
 
 RATIO_TARGET = 1.25
@@ -60,7 +62,9 @@ def make_tree(root: Path, total_bytes: int) -> tuple[int, int]:
         directory = products / "Assets" / f"set{index // 256:03d}"
         if index % 256 == 0:
             directory.mkdir(parents=True, exist_ok=True)
-        (directory / f"image{index:05d}.png").write_bytes(index.to_bytes(4, "big") + os.urandom(SMALL_FILE_BYTES - 4))
+        (directory / f"image{index:05d}.png").write_bytes(
+            index.to_bytes(4, "big") + os.urandom(SMALL_FILE_BYTES - 4)
+        )
         count += 1
     for index in range(LARGE_FILES):
         path = archive / "dSYMs" / f"Part{index}.dSYM" / "Contents" / "Resources" / "DWARF" / "App"
@@ -84,7 +88,9 @@ def _child(args: list[str]) -> tuple[dict[str, Any], float]:
     """Run one side in a process of its own: (what it printed as JSON, its peak RSS in MB)."""
     done = subprocess.run([sys.executable, __file__, *args], stdout=subprocess.PIPE, env=os.environ.copy())
     if done.returncode != 0:
-        raise RuntimeError(f"{args[1]} failed (exit {done.returncode}): {done.stdout.decode(errors='replace')[-2000:]}")
+        raise RuntimeError(
+            f"{args[1]} failed (exit {done.returncode}): {done.stdout.decode(errors='replace')[-2000:]}"
+        )
     answer = json.loads(done.stdout.decode().strip().splitlines()[-1])
     return answer, answer.pop("peak_rss_mb")
 
@@ -97,7 +103,9 @@ def peak_rss_mb() -> float:
         for line in status.read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 * 1024 if sys.platform == "darwin" else 1024)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (
+        1024 * 1024 if sys.platform == "darwin" else 1024
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -122,7 +130,11 @@ def side_raw(archive: Path, bucket: str, key: str, into: Path) -> dict[str, Any]
     with open(into, "wb") as handle:
         for block in iter(lambda: body.read(1024 * 1024), b""):
             handle.write(block)
-    return {"upload_sec": uploaded - began, "download_file_sec": downloaded - uploaded, "one_get_sec": time.monotonic() - downloaded}
+    return {
+        "upload_sec": uploaded - began,
+        "download_file_sec": downloaded - uploaded,
+        "one_get_sec": time.monotonic() - downloaded,
+    }
 
 
 def side_store(ref: dict[str, Any], workspace: Path, uri: str, cache_root: Path) -> dict[str, Any]:
@@ -133,8 +145,18 @@ def side_store(ref: dict[str, Any], workspace: Path, uri: str, cache_root: Path)
     from relevo_core.store.stage_attempts import StageRef
 
     began = time.monotonic()
-    summary = store_handoff(StageRef(**ref), "build", workspace, ("build/App.xcarchive",), uri, 1_900_000_000, {},
-                            HandoffCache(cache_root, None), lambda line: None, threading.Event())
+    summary = store_handoff(
+        StageRef(**ref),
+        "build",
+        workspace,
+        ("build/App.xcarchive",),
+        uri,
+        1_900_000_000,
+        {},
+        HandoffCache(cache_root, None),
+        lambda line: None,
+        threading.Event(),
+    )
     return {"seconds": time.monotonic() - began, "summary": summary.model_dump(mode="json")}
 
 
@@ -146,10 +168,21 @@ def side_restore(summary: dict[str, Any], job_id: str, workspace: Path, cache_ro
     from relevo_core.models.handoff import HandoffSummary
 
     began = time.monotonic()
-    result = restore_handoffs([Source("build", job_id, HandoffSummary.model_validate(summary))], workspace,
-                              HandoffCache(cache_root, None), lambda line: None, threading.Event(), job_id)
-    return {"seconds": time.monotonic() - began, "restored_bytes": result.restored_bytes, "cached_bytes": result.cached_bytes,
-            "present_bytes": result.present_bytes, "digest": result.digest}
+    result = restore_handoffs(
+        [Source("build", job_id, HandoffSummary.model_validate(summary))],
+        workspace,
+        HandoffCache(cache_root, None),
+        lambda line: None,
+        threading.Event(),
+        job_id,
+    )
+    return {
+        "seconds": time.monotonic() - began,
+        "restored_bytes": result.restored_bytes,
+        "cached_bytes": result.cached_bytes,
+        "present_bytes": result.present_bytes,
+        "digest": result.digest,
+    }
 
 
 def run_side(argv: list[str]) -> int:
@@ -195,20 +228,77 @@ def measure(stack: Any, work: Path, total_bytes: int) -> tuple[list[str], bool]:
     job_id = "job_" + secrets.token_hex(12)
     uri = f"s3://{bucket}/bench/{job_id}/"
     ref = stage_attempts.StageRef(stack.table_name, job_id, 0, 1, "mac-a")
-    client("dynamodb").put_item(TableName=stack.table_name, Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}, "stage_name": {"S": "build"}})
-    stage_attempts.claim(ref, 3600, datetime.now(timezone.utc))
-    ref_fields = {"table": ref.table, "job_id": ref.job_id, "stage_index": 0, "attempt": 1, "agent_id": "mac-a"}
+    client("dynamodb").put_item(
+        TableName=stack.table_name,
+        Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}, "stage_name": {"S": "build"}},
+    )
+    stage_attempts.claim(ref, 3600, datetime.now(UTC))
+    ref_fields = {
+        "table": ref.table,
+        "job_id": ref.job_id,
+        "stage_index": 0,
+        "attempt": 1,
+        "agent_id": "mac-a",
+    }
 
-    raw, raw_rss = _child(["--side", "raw", "--arg", json.dumps(str(archive)), "--arg", json.dumps(bucket),
-                           "--arg", json.dumps(f"bench/raw/{job_id}.tar"), "--arg", json.dumps(str(work / "downloaded.tar"))])
+    raw, raw_rss = _child(
+        [
+            "--side",
+            "raw",
+            "--arg",
+            json.dumps(str(archive)),
+            "--arg",
+            json.dumps(bucket),
+            "--arg",
+            json.dumps(f"bench/raw/{job_id}.tar"),
+            "--arg",
+            json.dumps(str(work / "downloaded.tar")),
+        ]
+    )
     (work / "downloaded.tar").unlink()
-    stored, store_rss = _child(["--side", "store", "--arg", json.dumps(ref_fields), "--arg", json.dumps(str(near / "ws")),
-                                "--arg", json.dumps(uri), "--arg", json.dumps(str(near))])
-    restored, restore_rss = _child(["--side", "restore", "--arg", json.dumps(stored["summary"]), "--arg", json.dumps(job_id),
-                                    "--arg", json.dumps(str(far / "ws")), "--arg", json.dumps(str(far))])
+    stored, store_rss = _child(
+        [
+            "--side",
+            "store",
+            "--arg",
+            json.dumps(ref_fields),
+            "--arg",
+            json.dumps(str(near / "ws")),
+            "--arg",
+            json.dumps(uri),
+            "--arg",
+            json.dumps(str(near)),
+        ]
+    )
+    restored, restore_rss = _child(
+        [
+            "--side",
+            "restore",
+            "--arg",
+            json.dumps(stored["summary"]),
+            "--arg",
+            json.dumps(job_id),
+            "--arg",
+            json.dumps(str(far / "ws")),
+            "--arg",
+            json.dumps(str(far)),
+        ]
+    )
     shutil.rmtree(near / "ws" / "build")  # the next stage's checkout: git clean -ffdx
-    same_mac, same_rss = _child(["--side", "restore", "--arg", json.dumps(stored["summary"]), "--arg", json.dumps(job_id),
-                                 "--arg", json.dumps(str(near / "ws")), "--arg", json.dumps(str(near))])
+    same_mac, same_rss = _child(
+        [
+            "--side",
+            "restore",
+            "--arg",
+            json.dumps(stored["summary"]),
+            "--arg",
+            json.dumps(job_id),
+            "--arg",
+            json.dumps(str(near / "ws")),
+            "--arg",
+            json.dumps(str(near)),
+        ]
+    )
 
     raw["download_sec"] = min(raw["download_file_sec"] or raw["one_get_sec"], raw["one_get_sec"])
     raw_sec = raw["upload_sec"] + raw["download_sec"]
@@ -230,9 +320,23 @@ def measure(stack: Any, work: Path, total_bytes: int) -> tuple[list[str], bool]:
         f"{same_mac['cached_bytes'] / 1024**2:.0f} MiB from the cache in {same_mac['seconds']:.1f}s",
         f"stored {stored['summary']['uploaded_bytes'] / 1024**2:.0f} MiB in {stored['summary']['files']} files' packs and blobs",
     ]
-    report("handoff", "store + restore of a 1 GiB tree", ratio, f"{ratio:.2f} x raw", f"<= {RATIO_TARGET} x raw boto3", ratio <= RATIO_TARGET)
+    report(
+        "handoff",
+        "store + restore of a 1 GiB tree",
+        ratio,
+        f"{ratio:.2f} x raw",
+        f"<= {RATIO_TARGET} x raw boto3",
+        ratio <= RATIO_TARGET,
+    )
     report("handoff", "peak RSS", peak, f"{peak:.0f} MB", f"<= {RSS_TARGET_MB:.0f} MB", peak <= RSS_TARGET_MB)
-    report("handoff", "same-Mac restore downloads", same_mac["restored_bytes"], f"{same_mac['restored_bytes']} bytes", "0 bytes", same_ok)
+    report(
+        "handoff",
+        "same-Mac restore downloads",
+        same_mac["restored_bytes"],
+        f"{same_mac['restored_bytes']} bytes",
+        "0 bytes",
+        same_ok,
+    )
     report("handoff", "tree restored on another Mac", None, "equal" if exact else "DIFFERENT", "equal", exact)
     return lines, ratio <= RATIO_TARGET and peak <= RSS_TARGET_MB and same_ok and exact
 

@@ -17,9 +17,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS_DIR = ROOT / "functions"
@@ -41,7 +42,9 @@ HANDLER_ENV = {
 
 
 @contextmanager
-def local_stack(state_dir: Path | None = None, prefix: str = "relevo-bench-", note: str = "") -> Iterator[Any]:
+def local_stack(
+    state_dir: Path | None = None, prefix: str = "relevo-bench-", note: str = ""
+) -> Iterator[Any]:
     """The embedded stack (moto + template.yaml) in this process, in `state_dir` or a temporary
     one, with this process pointed at it; stopped on the way out. Yields its StackInfo."""
     from relevo_local.stack import LocalStack
@@ -152,7 +155,7 @@ class ThreadCalls:
         self.attempts = 0
         self._restore: Callable[[], None] | None = None
 
-    def install(self) -> "ThreadCalls":
+    def install(self) -> ThreadCalls:
         self._restore = record_aws_calls(self._call, self._attempt)
         return self
 
@@ -207,7 +210,6 @@ def cold_handler(function: str) -> Any:
     from relevo_core.execution import work_queue_url
     from relevo_core.intake.project_cache import project_cache
     from relevo_core.intake.webhooks.refusals import refusal_minutes
-
     from relevo_core.observability import metrics
 
     reset_clients()
@@ -245,8 +247,14 @@ class LambdaContext:
         return int((self._deadline - time.monotonic()) * 1000)
 
 
-def _api_event(resource: str, path: str, path_parameters: dict[str, str], headers: dict[str, str], body: str,
-               identity: dict[str, str]) -> dict[str, Any]:
+def _api_event(
+    resource: str,
+    path: str,
+    path_parameters: dict[str, str],
+    headers: dict[str, str],
+    body: str,
+    identity: dict[str, str],
+) -> dict[str, Any]:
     """An API Gateway REST proxy event of a POST, as API Gateway sends it to the function."""
     return {
         "resource": resource,
@@ -278,8 +286,12 @@ def _api_event(resource: str, path: str, path_parameters: dict[str, str], header
 def webhook_event(project_id: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
     """The API Gateway REST proxy event of a GitHub delivery to the webhook route."""
     return _api_event(
-        "/webhooks/github/{project_id}", f"/webhooks/github/{project_id}", {"project_id": project_id}, headers,
-        body.decode("utf-8"), {"sourceIp": "192.0.2.1", "userAgent": "GitHub-Hookshot/bench"},
+        "/webhooks/github/{project_id}",
+        f"/webhooks/github/{project_id}",
+        {"project_id": project_id},
+        headers,
+        body.decode("utf-8"),
+        {"sourceIp": "192.0.2.1", "userAgent": "GitHub-Hookshot/bench"},
     )
 
 
@@ -288,8 +300,12 @@ def claim_event(region: str, body: dict[str, Any], caller_arn: str, route: str =
     another of its region's routes (`route`: outcomes, heartbeats, accepts, sessions), as API
     Gateway sends it once the caller's SigV4 signature and execute-api:Invoke passed."""
     return _api_event(
-        f"/regions/{{region}}/{route}", f"/regions/{region}/{route}", {"region": region}, {"Content-Type": "application/json"},
-        json.dumps(body), {"sourceIp": "192.0.2.1", "userAgent": "relevo-agent/bench", "userArn": caller_arn},
+        f"/regions/{{region}}/{route}",
+        f"/regions/{region}/{route}",
+        {"region": region},
+        {"Content-Type": "application/json"},
+        json.dumps(body),
+        {"sourceIp": "192.0.2.1", "userAgent": "relevo-agent/bench", "userArn": caller_arn},
     )
 
 
@@ -297,13 +313,23 @@ def claim_event(region: str, body: dict[str, Any], caller_arn: str, route: str =
 def as_role(role_arn: str, service: str = "lambda.amazonaws.com") -> Iterator[None]:
     """This process's AWS calls made as a session of `role_arn`, as the AWS service that runs
     with that role would take it (the local stack's own role sessions)."""
-    from relevo_local.identity import RoleSessions
     from relevo_core.aws import reset_clients
+    from relevo_local.identity import RoleSessions
 
-    credentials = RoleSessions(os.environ.get("AWS_DEFAULT_REGION", "us-east-1")).credentials(role_arn, service, "bench")
-    saved = {name: os.environ.get(name) for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")}
-    os.environ.update({"AWS_ACCESS_KEY_ID": credentials.access_key, "AWS_SECRET_ACCESS_KEY": credentials.secret_key,
-                       "AWS_SESSION_TOKEN": credentials.token})
+    credentials = RoleSessions(os.environ.get("AWS_DEFAULT_REGION", "us-east-1")).credentials(
+        role_arn, service, "bench"
+    )
+    saved = {
+        name: os.environ.get(name)
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    }
+    os.environ.update(
+        {
+            "AWS_ACCESS_KEY_ID": credentials.access_key,
+            "AWS_SECRET_ACCESS_KEY": credentials.secret_key,
+            "AWS_SESSION_TOKEN": credentials.token,
+        }
+    )
     reset_clients()
     try:
         yield
@@ -316,7 +342,9 @@ def as_role(role_arn: str, service: str = "lambda.amazonaws.com") -> Iterator[No
         reset_clients()
 
 
-def github_headers(secret: str, body: bytes, event: str = "push", delivery: str | None = None, signature: str | None = None) -> dict[str, str]:
+def github_headers(
+    secret: str, body: bytes, event: str = "push", delivery: str | None = None, signature: str | None = None
+) -> dict[str, str]:
     """A GitHub delivery's headers, signed with the project's secret unless `signature` is given."""
     from relevo_core.intake.webhooks.github import sign
 
@@ -358,6 +386,13 @@ def report(bench: str, figure: str, value: float | None, shown: str, target: str
     path = os.environ.get(SUMMARY_FILE_ENV)
     if not path:
         return
-    line = {"bench": bench, "figure": figure, "value": value, "shown": shown, "target": target, "ok": bool(ok)}
+    line = {
+        "bench": bench,
+        "figure": figure,
+        "value": value,
+        "shown": shown,
+        "target": target,
+        "ok": bool(ok),
+    }
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps(line) + "\n")

@@ -48,10 +48,11 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -158,9 +159,15 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
         return read_at is None or time.monotonic() - read_at >= settings.project_cache_sec
 
     def deliver(
-        row: Row, body: bytes, signature: str | None = None, delivery: str | None = None, event_name: str = "push"
+        row: Row,
+        body: bytes,
+        signature: str | None = None,
+        delivery: str | None = None,
+        event_name: str = "push",
     ) -> None:
-        headers = harness.github_headers(secret, body, event=event_name, delivery=delivery, signature=signature)
+        headers = harness.github_headers(
+            secret, body, event=event_name, delivery=delivery, signature=signature
+        )
         event = harness.webhook_event(project_id, headers, body)
         expired = project_cache_expired()
         # Read-only too: would a refusal now be its project's first of the minute here?
@@ -175,7 +182,15 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
             elapsed = (time.perf_counter() - began) * 1000
             calls, attempts = recorder.stop()
         row.samples.append(
-            Sample(list(calls), attempts, int(response["statusCode"]), elapsed, str(response.get("body"))[:200], expired, record_due)
+            Sample(
+                list(calls),
+                attempts,
+                int(response["statusCode"]),
+                elapsed,
+                str(response.get("body"))[:200],
+                expired,
+                record_due,
+            )
         )
 
     def commit() -> str:
@@ -219,9 +234,20 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
             continue
         # The summary's figure: the mean over the row's samples that were allowed no call more
         # (each sample is still held to what it was allowed: row.ok).
-        plain = [len(sample.calls) for sample in row.samples if not sample.cache_expired and not sample.refusal_record_due]
+        plain = [
+            len(sample.calls)
+            for sample in row.samples
+            if not sample.cache_expired and not sample.refusal_record_due
+        ]
         calls = statistics.mean(plain) if plain else float(max(len(sample.calls) for sample in row.samples))
-        harness.report("intake", f"AWS calls: {row.kind.split(' (')[0]}", calls, f"{calls:.2f}", f"<= {row.target}", row.ok)
+        harness.report(
+            "intake",
+            f"AWS calls: {row.kind.split(' (')[0]}",
+            calls,
+            f"{calls:.2f}",
+            f"<= {row.target}",
+            row.ok,
+        )
     return rows, all(row.ok for row in rows)
 
 
@@ -262,19 +288,37 @@ def print_call_table(rows: list[Row], project_cache_sec: float) -> None:
         # Warm samples first, then those allowed a call more, each on a line of its own.
         groups: dict[tuple[bool, bool], list[Sample]] = {}
         for sample in row.samples:
-            groups.setdefault((False, False) if cold else (sample.cache_expired, sample.refusal_record_due), []).append(sample)
+            groups.setdefault(
+                (False, False) if cold else (sample.cache_expired, sample.refusal_record_due), []
+            ).append(sample)
         for (expired, record_due), samples in sorted(groups.items()):
             if not expired and not record_due:
                 print(_row_line(row.kind, row, samples, "-" if cold else f"<={row.target}"))
                 continue
             expired_seen, record_seen = expired_seen or expired, record_seen or record_due
-            why = ", ".join(label for label, on in (("project cache expired", expired), ("first refusal of the minute", record_due)) if on)
-            print(_row_line(f"  {row.kind.split(' (')[0].split(': ')[-1]}, {why}", row, samples, f"<={row.allowed(samples[0])}"))
+            why = ", ".join(
+                label
+                for label, on in (
+                    ("project cache expired", expired),
+                    ("first refusal of the minute", record_due),
+                )
+                if on
+            )
+            print(
+                _row_line(
+                    f"  {row.kind.split(' (')[0].split(': ')[-1]}, {why}",
+                    row,
+                    samples,
+                    f"<={row.allowed(samples[0])}",
+                )
+            )
         for sample in row.samples:
             if sample.status != row.expect_status:
                 print(f"{'':<4}expected status {row.expect_status}, got {sample.status}: {sample.body}")
                 break
-    print("calls: mean AWS API calls per request; http: mean HTTP attempts (retries included); ms: median latency")
+    print(
+        "calls: mean AWS API calls per request; http: mean HTTP attempts (retries included); ms: median latency"
+    )
     if expired_seen:
         print(
             f"project cache expired: the project was read {project_cache_sec:g} s (PROJECT_CACHE_SEC) or more "
@@ -294,14 +338,16 @@ BASELINE_IMPORT = "import boto3, aws_lambda_powertools"
 HANDLER_IMPORT = "import handler"
 # What a container's first verified GitHub delivery imports on top (payload shapes, project,
 # envelope, job store): paid once per container, by its first verified delivery, never by a refusal.
-FIRST_VERIFIED_IMPORT = "import handler; import relevo_core.intake.webhooks.verified, relevo_core.intake.webhooks.github"
+FIRST_VERIFIED_IMPORT = (
+    "import handler; import relevo_core.intake.webhooks.verified, relevo_core.intake.webhooks.github"
+)
 # The libraries the project's standards put in every API handler (pydantic models at the boundary,
 # Powertools logger/tracer/metrics, event handler, parameters), with none of Relevo's code: how
 # much of the handler's time is the stack it is built on, and how much is Relevo's own.
 LIBRARY_FLOOR_IMPORT = (
     "import boto3, aws_lambda_powertools; from pydantic import BaseModel, Field;"
     " exec('class Boundary(BaseModel):\\n    name: str = Field(min_length=1)');"
-    " from aws_lambda_powertools import Logger, Metrics, Tracer; Logger(); Metrics(); Tracer(patch_modules=(\"botocore\",));"
+    ' from aws_lambda_powertools import Logger, Metrics, Tracer; Logger(); Metrics(); Tracer(patch_modules=("botocore",));'
     " from aws_lambda_powertools.event_handler import APIGatewayRestResolver;"
     " from aws_lambda_powertools.utilities import parameters"
 )
@@ -347,12 +393,16 @@ def import_tree(statement: str) -> list[tuple[str, int, list[str]]]:
         cwd=ROOT,
         timeout=60,
     )
-    lines = [line for line in result.stderr.splitlines() if line.startswith("import time:") and "self [us]" not in line]
+    lines = [
+        line
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:") and "self [us]" not in line
+    ]
     # Children are printed before their parent: walk backwards so parents come first.
     modules: list[tuple[str, int, list[str]]] = []
     stack: list[str] = []
     for line in reversed(lines):
-        self_us, _, raw = line[len("import time:"):].split("|", 2)
+        self_us, _, raw = line[len("import time:") :].split("|", 2)
         level = (len(raw) - len(raw.lstrip()) - 1) // 2
         del stack[level:]
         name = raw.strip()
@@ -394,7 +444,9 @@ def explain_imports(runs: int) -> None:
             per_group.setdefault(group, [0.0] * run).append(totals.get(group, 0.0))
     medians = {group: statistics.median(values) for group, values in per_group.items()}
     total = sum(medians.values())
-    print(f"what the handler imports beyond the baseline, by what pulled it in (-X importtime self time, median of {runs}):")
+    print(
+        f"what the handler imports beyond the baseline, by what pulled it in (-X importtime self time, median of {runs}):"
+    )
     for group, millis in sorted(medians.items(), key=lambda item: -item[1])[:8]:
         print(f"  {group:<66} {millis:7.1f} ms  {100 * millis / total:3.0f}%")
     print(f"  {'total beyond the baseline':<66} {total:7.1f} ms")
@@ -415,19 +467,36 @@ def measure_imports(runs: int, explain: bool = False) -> bool:
     verified_median = statistics.median(times[FIRST_VERIFIED_IMPORT])
     ratio = handler_median / floor_median
     ok = ratio <= IMPORT_RATIO_TARGET
-    harness.report("intake", "webhook cold import, handler / library floor", ratio, f"{ratio:.2f} x", f"<= {IMPORT_RATIO_TARGET} x", ok)
+    harness.report(
+        "intake",
+        "webhook cold import, handler / library floor",
+        ratio,
+        f"{ratio:.2f} x",
+        f"<= {IMPORT_RATIO_TARGET} x",
+        ok,
+    )
     print()
     print(f"cold import time, fresh interpreter, median of {runs} runs")
-    print(f"  baseline  `{BASELINE_IMPORT}`: {base_median * 1000:7.1f} ms  (min {min(baseline) * 1000:.1f}, max {max(baseline) * 1000:.1f})")
-    print(f"  library floor (pydantic + Powertools logger/tracer/metrics/event handler/parameters, no Relevo code):"
-          f" {floor_median * 1000:7.1f} ms = {floor_median / base_median:.2f}x baseline")
-    print(f"  handler   functions/webhook/handler.py:   {handler_median * 1000:7.1f} ms  (min {min(handler) * 1000:.1f}, max {max(handler) * 1000:.1f})"
-          f" = {handler_median / base_median:.2f}x baseline; Relevo's own share {max(0.0, handler_median - floor_median) * 1000:.1f} ms")
-    print(f"  ratio handler / library floor {ratio:.2f}  target <= {IMPORT_RATIO_TARGET}  {'ok' if ok else 'FAIL'}"
-          f"  (ratio of minimums {min(handler) / min(floor):.2f})")
-    print(f"  handler + its first verified delivery's imports (payload shapes, project, envelope, job store):"
-          f" {verified_median * 1000:.1f} ms = {verified_median / floor_median:.2f}x floor (not a target: paid once per"
-          f" container by its first verified delivery, never by a refusal)")
+    print(
+        f"  baseline  `{BASELINE_IMPORT}`: {base_median * 1000:7.1f} ms  (min {min(baseline) * 1000:.1f}, max {max(baseline) * 1000:.1f})"
+    )
+    print(
+        f"  library floor (pydantic + Powertools logger/tracer/metrics/event handler/parameters, no Relevo code):"
+        f" {floor_median * 1000:7.1f} ms = {floor_median / base_median:.2f}x baseline"
+    )
+    print(
+        f"  handler   functions/webhook/handler.py:   {handler_median * 1000:7.1f} ms  (min {min(handler) * 1000:.1f}, max {max(handler) * 1000:.1f})"
+        f" = {handler_median / base_median:.2f}x baseline; Relevo's own share {max(0.0, handler_median - floor_median) * 1000:.1f} ms"
+    )
+    print(
+        f"  ratio handler / library floor {ratio:.2f}  target <= {IMPORT_RATIO_TARGET}  {'ok' if ok else 'FAIL'}"
+        f"  (ratio of minimums {min(handler) / min(floor):.2f})"
+    )
+    print(
+        f"  handler + its first verified delivery's imports (payload shapes, project, envelope, job store):"
+        f" {verified_median * 1000:.1f} ms = {verified_median / floor_median:.2f}x floor (not a target: paid once per"
+        f" container by its first verified delivery, never by a refusal)"
+    )
     if not ok or explain:
         explain_imports(5)
     return ok
@@ -438,8 +507,14 @@ def measure_imports(runs: int, explain: bool = False) -> bool:
 INSTRUCTION_STATEMENTS = [
     ("baseline", BASELINE_IMPORT),
     ("+ pydantic (BaseModel)", f"{BASELINE_IMPORT}; from pydantic import BaseModel"),
-    ("+ Powertools event handler", f"{BASELINE_IMPORT}; from aws_lambda_powertools.event_handler import APIGatewayRestResolver"),
-    ("+ Tracer patching botocore", f"{BASELINE_IMPORT}; from aws_lambda_powertools import Tracer; Tracer(patch_modules=('botocore',))"),
+    (
+        "+ Powertools event handler",
+        f"{BASELINE_IMPORT}; from aws_lambda_powertools.event_handler import APIGatewayRestResolver",
+    ),
+    (
+        "+ Tracer patching botocore",
+        f"{BASELINE_IMPORT}; from aws_lambda_powertools import Tracer; Tracer(patch_modules=('botocore',))",
+    ),
     (
         "+ pydantic + event handler (every API handler)",
         f"{BASELINE_IMPORT}; from pydantic import BaseModel;"
@@ -455,8 +530,14 @@ def count_instructions(statement: str) -> int:
     """CPU instructions a fresh interpreter executes for `statement`, start-up included."""
     with tempfile.TemporaryDirectory() as scratch:
         result = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/callgrind.out",
-             sys.executable, "-c", _child_code(statement)],
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={scratch}/callgrind.out",
+                sys.executable,
+                "-c",
+                _child_code(statement),
+            ],
             capture_output=True,
             text=True,
             env={**_child_env(), "PYTHONHASHSEED": "0"},
@@ -484,19 +565,27 @@ def measure_instructions() -> bool:
     counts = {label: total - start_up for (label, _), total in zip(INSTRUCTION_STATEMENTS, totals)}
     baseline = counts["baseline"]
     print()
-    print(f"import instructions (callgrind, PYTHONHASHSEED=0, interpreter start-up of {start_up / 1e6:.0f}M subtracted)")
+    print(
+        f"import instructions (callgrind, PYTHONHASHSEED=0, interpreter start-up of {start_up / 1e6:.0f}M subtracted)"
+    )
     for label, count in counts.items():
         print(f"  {label:<48} {count / 1e6:8.1f}M  {count / baseline:5.2f}x baseline")
-    print(f"  Relevo's own share (handler - library floor)     {(counts['handler'] - counts['library floor (no Relevo code)']) / 1e6:8.1f}M")
+    print(
+        f"  Relevo's own share (handler - library floor)     {(counts['handler'] - counts['library floor (no Relevo code)']) / 1e6:8.1f}M"
+    )
     return True
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--warm", type=int, default=20, help="warm accepted requests to average over")
-    parser.add_argument("--import-runs", type=int, default=7, help="fresh interpreters per import measurement")
+    parser.add_argument(
+        "--import-runs", type=int, default=7, help="fresh interpreters per import measurement"
+    )
     parser.add_argument("--explain-imports", action="store_true", help="always print the import breakdown")
-    parser.add_argument("--instructions", action="store_true", help="also count import instructions (callgrind)")
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count import instructions (callgrind)"
+    )
     parser.add_argument("--only", choices=("imports", "calls", "instructions"), help="run one part only")
     args = parser.parse_args()
 
@@ -507,7 +596,11 @@ def main() -> int:
         ("calls", lambda: measure_calls(args.warm)[1]),
         ("instructions", measure_instructions),
     ]
-    wanted = {args.only} if args.only else {"imports", "calls"} | ({"instructions"} if args.instructions else set())
+    wanted = (
+        {args.only}
+        if args.only
+        else {"imports", "calls"} | ({"instructions"} if args.instructions else set())
+    )
     steps = [(name, step) for name, step in steps if name in wanted]
     for name, step in steps:
         try:
@@ -516,7 +609,9 @@ def main() -> int:
             print(f"{name}: bench error: {type(exc).__name__}: {exc}", file=sys.stderr)
             raise SystemExit(2) from exc
     print()
-    print(f"total {time.perf_counter() - began:.1f}s: {'all targets met' if all(results) else 'TARGET MISSED'}")
+    print(
+        f"total {time.perf_counter() - began:.1f}s: {'all targets met' if all(results) else 'TARGET MISSED'}"
+    )
     return 0 if all(results) else 1
 
 

@@ -45,7 +45,7 @@ import tempfile
 import time
 import traceback
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.harness import local_stack, register_project, report  # noqa: E402  (the repository root is on the path first)
+from bench.harness import (  # noqa: E402  (the repository root is on the path first)
+    local_stack,
+    register_project,
+    report,
+)
 
 SHARDS = 4
 STAGE_SEC = 20
@@ -78,12 +82,16 @@ def start_agents(running: ExitStack, stack: Any, stack_file: Path, work: Path) -
     agent_ids = [f"bench-mac-{n}" for n in range(SHARDS)]
     processes = []
     for agent_id in agent_ids:
-        config = write_agent_config(work / f"{agent_id}.toml", stack_file, REGION, agent_id, capacity=1, presence_interval_sec=1)
+        config = write_agent_config(
+            work / f"{agent_id}.toml", stack_file, REGION, agent_id, capacity=1, presence_interval_sec=1
+        )
         processes.append(running.enter_context(agent_process(config, work / f"{agent_id}.log")))
     # On the way out all are asked to stop at once (each waits out its long poll), then awaited.
     running.callback(lambda: [p.send_signal(signal.SIGTERM) for p in processes if p.poll() is None])
     deadline = time.monotonic() + 90
-    while {a.agent_id for a in agents.online_agents(stack.table_name, REGION, datetime.now(timezone.utc))} < set(agent_ids):
+    while {a.agent_id for a in agents.online_agents(stack.table_name, REGION, datetime.now(UTC))} < set(
+        agent_ids
+    ):
         if time.monotonic() > deadline:
             raise RuntimeError(f"{agent_ids} not all online after 90 s; see {work}/*.log")
         time.sleep(0.5)
@@ -96,7 +104,9 @@ def run_to_end(stack: Any, project_id: str, timeout: float) -> dict[str, Any]:
     from relevo_cli.api import RelevoApi
 
     api = RelevoApi.for_stack(stack)
-    job_id = api.run_project(project_id, {"ref": "refs/heads/main", "commit": secrets.token_hex(20)})["job_id"]
+    job_id = api.run_project(project_id, {"ref": "refs/heads/main", "commit": secrets.token_hex(20)})[
+        "job_id"
+    ]
     deadline = time.monotonic() + timeout
     while (job := api.get_job(job_id))["status"] not in ("succeeded", "failed", "canceled"):
         if time.monotonic() > deadline:
@@ -115,7 +125,9 @@ def shard_records(stack: Any, job_id: str) -> list[dict[str, Any]]:
     return [items.get(keys.shard_sk(0, shard), {}) for shard in range(SHARDS)]
 
 
-def measure(stack: Any, stack_file: Path, work: Path, stage_sec: int, only: list[str] | None = None) -> tuple[list[str], bool]:
+def measure(
+    stack: Any, stack_file: Path, work: Path, stage_sec: int, only: list[str] | None = None
+) -> tuple[list[str], bool]:
     """Each part on the same four agents; `only`: those parts."""
     with ExitStack() as running:
         start_agents(running, stack, stack_file, work)
@@ -138,9 +150,22 @@ def measure_shards(stack: Any, work: Path, stage_sec: int) -> tuple[list[str], b
     command = f"sleep {stage_sec}"
     single_project = "bench-single-" + secrets.token_hex(3)
     sharded_project = "bench-shards-" + secrets.token_hex(3)
-    register_project(stack, single_project, [{"name": "test", "run": command}], lease_ttl_sec=30, queue_timeout_sec=60, webhook=False)
-    register_project(stack, sharded_project, [{"name": "test", "run": command, "parallel": SHARDS}], lease_ttl_sec=30,
-                     queue_timeout_sec=60, webhook=False)
+    register_project(
+        stack,
+        single_project,
+        [{"name": "test", "run": command}],
+        lease_ttl_sec=30,
+        queue_timeout_sec=60,
+        webhook=False,
+    )
+    register_project(
+        stack,
+        sharded_project,
+        [{"name": "test", "run": command, "parallel": SHARDS}],
+        lease_ttl_sec=30,
+        queue_timeout_sec=60,
+        webhook=False,
+    )
     agent_ids = [f"bench-mac-{n}" for n in range(SHARDS)]
     single = run_to_end(stack, single_project, 4 * stage_sec + 120)
     sharded = run_to_end(stack, sharded_project, 4 * stage_sec + 120)
@@ -153,20 +178,36 @@ def measure_shards(stack: Any, work: Path, stage_sec: int) -> tuple[list[str], b
     ran = [(s.get("status"), s.get("attempt")) for s in shards]
     on = [str(s.get("agent_id")) for s in shards]
     once_each = ran == [("succeeded", 1)] * SHARDS and sorted(on) == sorted(agent_ids)
-    spans = [_seconds(s["started_at"], s["ended_at"]) for s in shards if s.get("started_at") and s.get("ended_at")]
+    spans = [
+        _seconds(s["started_at"], s["ended_at"]) for s in shards if s.get("started_at") and s.get("ended_at")
+    ]
     starts = sorted(datetime.fromisoformat(s["started_at"]) for s in shards if s.get("started_at"))
     spread = (starts[-1] - starts[0]).total_seconds() if starts else float("nan")
     ok = sharded_sec <= limit and once_each
-    report("parallel", f"{SHARDS} shards of a {stage_sec} s stage on {SHARDS} agents", sharded_sec, f"{sharded_sec:.1f} s",
-           f"<= {RATIO} x {stage_sec} + overhead {overhead:.1f} = {limit:.1f} s", sharded_sec <= limit)
-    report("parallel", "each shard once, on an agent of its own", None, "yes" if once_each else "NO", "yes", once_each)
+    report(
+        "parallel",
+        f"{SHARDS} shards of a {stage_sec} s stage on {SHARDS} agents",
+        sharded_sec,
+        f"{sharded_sec:.1f} s",
+        f"<= {RATIO} x {stage_sec} + overhead {overhead:.1f} = {limit:.1f} s",
+        sharded_sec <= limit,
+    )
+    report(
+        "parallel",
+        "each shard once, on an agent of its own",
+        None,
+        "yes" if once_each else "NO",
+        "yes",
+        once_each,
+    )
     return [
         f"single (no shards): {single['job_id']} created -> ended {single_sec:.1f}s; handoff overhead {overhead:.1f}s "
         f"(the wall time less the command's {stage_sec}s)",
         f"sharded ({SHARDS} shards): {sharded['job_id']} created -> ended {sharded_sec:.1f}s, target <= {RATIO} x {stage_sec} + "
         f"{overhead:.1f} = {limit:.1f}s ({sharded_sec - single_sec:+.1f}s beside the single run)",
         f"  shards claim -> result: {', '.join(f'{span:.1f}s' for span in spans)}; first to last start {spread:.1f}s",
-        f"  shards (status, attempt): {ran} on {on}" + ("" if once_each else "   << not each once on its own agent"),
+        f"  shards (status, attempt): {ran} on {on}"
+        + ("" if once_each else "   << not each once on its own agent"),
     ], ok
 
 
@@ -177,18 +218,34 @@ def measure_retry(stack: Any, work: Path, stage_sec: int) -> tuple[list[str], bo
     marker = work / f"failed-once-{secrets.token_hex(3)}"
     command = f'if [ "$RELEVO_SHARD_INDEX" = 0 ] && [ ! -e {marker} ]; then touch {marker}; exit 75; fi; sleep {stage_sec}'
     project_id = "bench-retry-" + secrets.token_hex(3)
-    RelevoApi.for_stack(stack).put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": REGION, "lease_ttl_sec": 30, "queue_timeout_sec": 120,
-        "stages": [{"name": "test", "run": command, "parallel": SHARDS}],
-    })
+    RelevoApi.for_stack(stack).put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": REGION,
+            "lease_ttl_sec": 30,
+            "queue_timeout_sec": 120,
+            "stages": [{"name": "test", "run": command, "parallel": SHARDS}],
+        },
+    )
     job = run_to_end(stack, project_id, 4 * stage_sec + 180)
     shards = shard_records(stack, job["job_id"])
     retried, siblings = shards[0], shards[1:]
     first_free = min(datetime.fromisoformat(s["ended_at"]) for s in siblings)
     after_free = (datetime.fromisoformat(retried["started_at"]) - first_free).total_seconds()
-    ok = retried.get("attempt") == 2 and retried.get("status") == "succeeded" and after_free <= RETRY_AFTER_FREE_SEC
-    report("parallel", "a retried shard, first freed slot -> its claim", after_free, f"{after_free:.2f} s",
-           f"<= {RETRY_AFTER_FREE_SEC:g} s", ok)
+    ok = (
+        retried.get("attempt") == 2
+        and retried.get("status") == "succeeded"
+        and after_free <= RETRY_AFTER_FREE_SEC
+    )
+    report(
+        "parallel",
+        "a retried shard, first freed slot -> its claim",
+        after_free,
+        f"{after_free:.2f} s",
+        f"<= {RETRY_AFTER_FREE_SEC:g} s",
+        ok,
+    )
     wall = _seconds(job["created_at"], job["ended_at"])
     return [
         f"retried shard: {job['job_id']} created -> ended {wall:.1f}s; shard 0 attempt {retried.get('attempt')} "
@@ -205,17 +262,25 @@ def measure_approval(stack: Any, work: Path, count: int) -> tuple[list[str], boo
 
     api = RelevoApi.for_stack(stack)
     project_id = "bench-approval-" + secrets.token_hex(3)
-    api.put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": REGION, "lease_ttl_sec": 30, "queue_timeout_sec": 60,
-        "approval": {"enabled": True, "before": "deploy"},
-        "stages": [
-            {"name": "build", "run": "mkdir -p out && echo built > out/app", "handoff": ["out"]},
-            {"name": "deploy", "run": f'echo "$EPOCHREALTIME" > {work}/started-$RELEVO_JOB_ID'},
-        ],
-    })
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": REGION,
+            "lease_ttl_sec": 30,
+            "queue_timeout_sec": 60,
+            "approval": {"enabled": True, "before": "deploy"},
+            "stages": [
+                {"name": "build", "run": "mkdir -p out && echo built > out/app", "handoff": ["out"]},
+                {"name": "deploy", "run": f'echo "$EPOCHREALTIME" > {work}/started-$RELEVO_JOB_ID'},
+            ],
+        },
+    )
     spans: list[float] = []
     for _ in range(count):
-        job_id = api.run_project(project_id, {"ref": "refs/heads/main", "commit": secrets.token_hex(20)})["job_id"]
+        job_id = api.run_project(project_id, {"ref": "refs/heads/main", "commit": secrets.token_hex(20)})[
+            "job_id"
+        ]
         deadline = time.monotonic() + 60
         while api.get_job(job_id)["status"] != "waiting":
             if time.monotonic() > deadline:
@@ -234,10 +299,18 @@ def measure_approval(stack: Any, work: Path, count: int) -> tuple[list[str], boo
             time.sleep(0.2)
     p50 = statistics.median(spans)
     ok = p50 <= APPROVAL_P50_SEC
-    report("parallel", "a stage after an approval, approve -> command start, p50", p50, f"{p50:.2f} s",
-           f"<= {APPROVAL_P50_SEC:g} s", ok)
-    return [f"after an approval ({count} jobs, build hands files on): approve -> deploy's command start p50 {p50:.2f}s, "
-            f"max {max(spans):.2f}s (target p50 <= {APPROVAL_P50_SEC:g}s): {', '.join(f'{span:.2f}' for span in spans)}"], ok
+    report(
+        "parallel",
+        "a stage after an approval, approve -> command start, p50",
+        p50,
+        f"{p50:.2f} s",
+        f"<= {APPROVAL_P50_SEC:g} s",
+        ok,
+    )
+    return [
+        f"after an approval ({count} jobs, build hands files on): approve -> deploy's command start p50 {p50:.2f}s, "
+        f"max {max(spans):.2f}s (target p50 <= {APPROVAL_P50_SEC:g}s): {', '.join(f'{span:.2f}' for span in spans)}"
+    ], ok
 
 
 def main() -> int:

@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,16 @@ def read_rows(figures_file: Path, baselines: dict[str, str]) -> list[Row]:
             exits[item["bench"]] = int(item["exit"])
             continue
         key = f"{item['bench']}/{item['figure']}"
-        rows.append(Row(item["bench"], item["figure"], item["shown"], item["target"], baselines.get(key, "-"), bool(item["ok"])))
+        rows.append(
+            Row(
+                item["bench"],
+                item["figure"],
+                item["shown"],
+                item["target"],
+                baselines.get(key, "-"),
+                bool(item["ok"]),
+            )
+        )
     reported = {row.bench for row in rows}
     for bench, code in exits.items():
         if code == 2 or bench not in reported:
@@ -60,19 +69,26 @@ def read_rows(figures_file: Path, baselines: dict[str, str]) -> list[Row]:
 def table(rows: list[Row]) -> list[str]:
     """A Markdown table: readable on a terminal, and the README's section as it is."""
     header = ("bench", "figure", "now", "target", "round start", "")
-    cells = [header] + [(r.bench, r.figure, r.shown, r.target, r.baseline, "ok" if r.ok else "MISSED") for r in rows]
+    cells = [header] + [
+        (r.bench, r.figure, r.shown, r.target, r.baseline, "ok" if r.ok else "MISSED") for r in rows
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
 
     def line(row: tuple[str, ...]) -> str:
         return "| " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths)) + " |"
 
-    return [line(header), "|" + "|".join("-" * (width + 2) for width in widths) + "|"] + [line(row) for row in cells[1:]]
+    return [line(header), "|" + "|".join("-" * (width + 2) for width in widths) + "|"] + [
+        line(row) for row in cells[1:]
+    ]
 
 
 def measured_at() -> str:
     """The commit the run measured, marked when the work tree had changes beside it."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+        ).stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
@@ -83,8 +99,10 @@ def write_readme(readme: Path, lines: list[str], commit: str, baseline_commit: s
     text = readme.read_text(encoding="utf-8")
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{readme}: no '{BEGIN}' ... '{END}' section to write the figures into")
-    day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    section = "\n".join([BEGIN, "", f"`make bench` at {commit}, {day} (round start: {baseline_commit}):", "", *lines, "", END])
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    section = "\n".join(
+        [BEGIN, "", f"`make bench` at {commit}, {day} (round start: {baseline_commit}):", "", *lines, "", END]
+    )
     head, rest = text.split(BEGIN, 1)
     readme.write_text(head + section + rest.split(END, 1)[1], encoding="utf-8")
 
@@ -92,7 +110,9 @@ def write_readme(readme: Path, lines: list[str], commit: str, baseline_commit: s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("figures", type=Path, help="the JSON Lines file the benches reported into")
-    parser.add_argument("--readme", type=Path, help="write the table into this README's latest-figures section")
+    parser.add_argument(
+        "--readme", type=Path, help="write the table into this README's latest-figures section"
+    )
     args = parser.parse_args(argv)
     baselines = json.loads(BASELINES.read_text(encoding="utf-8"))
     rows = read_rows(args.figures, baselines["figures"])
@@ -101,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("== summary")
     print("\n".join(lines))
-    print(f"{len(rows) - len(missed)} of {len(rows)} met" + (f"; missed: {', '.join(f'{r.bench}/{r.figure}' for r in missed)}" if missed else ""))
+    print(
+        f"{len(rows) - len(missed)} of {len(rows)} met"
+        + (f"; missed: {', '.join(f'{r.bench}/{r.figure}' for r in missed)}" if missed else "")
+    )
     if args.readme is not None:
         write_readme(args.readme, lines, measured_at(), baselines["commit"])
     return 1 if missed or not rows else 0

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 import secrets
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from tests.helpers import TEST_ADMIN_ARN
-
 
 # Nothing in the suite may reach a real AWS account.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -20,7 +19,6 @@ os.environ.pop("AWS_PROFILE", None)
 # Nor read this machine's ~/.aws: the suite's credentials come from the stacks it starts.
 os.environ["AWS_CONFIG_FILE"] = os.devnull
 os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
-
 
 
 @pytest.fixture(autouse=True)
@@ -37,18 +35,25 @@ def _environment_stays_in_its_test() -> Iterator[None]:
         os.environ.update(saved)
         reset_clients()
 
+
 @pytest.fixture(scope="session")
-def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalStack"]:  # noqa: F821
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:  # noqa: F821
     """The session's local stack itself (its role sessions, function runtimes, trace socket)."""
-    from relevo_local.stack import LocalStack
     from relevo_core.aws import reset_clients
+    from relevo_local.stack import LocalStack
 
     state_dir = tmp_path_factory.mktemp("stack")
     # No timers (the sweeper minute, project schedules): tests that need a sweep or a schedule
     # firing run it themselves with their own clock.
     # Short timeouts for calls to GitHub and GitLab (a local recorder stands in for them).
-    parameters = {"AdminPrincipals": TEST_ADMIN_ARN, "StatusHttpTimeoutSeconds": "1", "StatusSendBudgetSeconds": "4"}
-    stack = LocalStack(state_dir=state_dir, parameters=parameters, rule_schedules=False, project_schedules=False)
+    parameters = {
+        "AdminPrincipals": TEST_ADMIN_ARN,
+        "StatusHttpTimeoutSeconds": "1",
+        "StatusSendBudgetSeconds": "4",
+    }
+    stack = LocalStack(
+        state_dir=state_dir, parameters=parameters, rule_schedules=False, project_schedules=False
+    )
     info = stack.start()
     # From here on the process calls the emulator as the stack's own IAM user.
     info.apply_to_environment()
@@ -60,12 +65,12 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator["LocalStack"]
 
 
 @pytest.fixture(scope="session")
-def local_stack(emulator) -> "StackInfo":  # noqa: F821
+def local_stack(emulator) -> StackInfo:  # noqa: F821
     return emulator.info
 
 
 @pytest.fixture(scope="session")
-def build_user() -> Iterator["BuildUser"]:  # noqa: F821
+def build_user() -> Iterator[BuildUser]:  # noqa: F821
     """A real OS user for `run_as`, made once per worker and removed with its home after. Making
     one needs root: skipped otherwise (CI runs as root, so there it always runs)."""
     if os.geteuid() != 0:
@@ -77,7 +82,7 @@ def build_user() -> Iterator["BuildUser"]:  # noqa: F821
 
 
 @pytest.fixture()
-def shared_dir() -> Iterator["Path"]:  # noqa: F821
+def shared_dir() -> Iterator[Path]:  # noqa: F821
     """A directory every user may search (tmp_path is its owner's alone), removed after."""
     from tests.helpers.os_users import searchable_directory
 
@@ -90,21 +95,20 @@ def project_id() -> str:
     return "p-" + secrets.token_hex(4)
 
 
-
 @pytest.fixture(scope="session")
-def intake_settings(local_stack) -> "IntakeSettings":  # noqa: F821
+def intake_settings(local_stack) -> IntakeSettings:  # noqa: F821
     """The webhook function's own settings, as deployed."""
     from relevo_core.aws import client
     from relevo_core.config import IntakeSettings
 
-    variables = client("lambda").get_function_configuration(FunctionName=local_stack.resources["WebhookFunction"])[
-        "Environment"
-    ]["Variables"]
+    variables = client("lambda").get_function_configuration(
+        FunctionName=local_stack.resources["WebhookFunction"]
+    )["Environment"]["Variables"]
     return IntakeSettings.model_validate({name: str(value) for name, value in variables.items()})
 
 
 @pytest.fixture()
-def recorder() -> Iterator["Recorder"]:  # noqa: F821
+def recorder() -> Iterator[Recorder]:  # noqa: F821
     """A local HTTP server standing in for GitHub, GitLab or Slack (tests/helpers/recorder.py)."""
     from tests.helpers.recorder import Recorder
 

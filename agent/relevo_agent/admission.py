@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -71,7 +71,10 @@ class Admission:
         if not timeline.feasible:
             log.error(
                 "%s: a lease of %ds leaves no renewal before the fence with max_clock_skew_sec %g; "
-                "not taking it (raise the project's lease_ttl_sec)", op_id, task.lease_ttl_sec, self.config.max_clock_skew_sec,
+                "not taking it (raise the project's lease_ttl_sec)",
+                op_id,
+                task.lease_ttl_sec,
+                self.config.max_clock_skew_sec,
             )
             raise HandBack("the lease is too short for this agent")
         return timeline
@@ -91,8 +94,15 @@ class Admission:
                     if signing:
                         self._signing.add(op_id)
             if workspace is None:
-                self._send_back(message, op_id, "a signing stage runs alone and others run here" if signing and busy
-                                else "a signing stage runs here alone" if busy else "every workspace of its project is in use")
+                self._send_back(
+                    message,
+                    op_id,
+                    "a signing stage runs alone and others run here"
+                    if signing and busy
+                    else "a signing stage runs here alone"
+                    if busy
+                    else "every workspace of its project is in use",
+                )
                 yield None
                 return
             reservation = Reservation(workspace)
@@ -112,7 +122,11 @@ class Admission:
         A stage without shards has its project's; a shard the first of its project's no other
         stage occupies."""
         root = self.config.workspace_root
-        names = [task.project] if task.shard is None else [task.project] + [f"{task.project}.{n}" for n in range(2, SHARD_WORKSPACES_MAX + 1)]
+        names = (
+            [task.project]
+            if task.shard is None
+            else [task.project] + [f"{task.project}.{n}" for n in range(2, SHARD_WORKSPACES_MAX + 1)]
+        )
         in_use = set(self._workspaces.values())
         for name in names:
             workspace = root / name
@@ -126,7 +140,11 @@ class Admission:
             # The project's workspace occupied by another agent process of this Mac (a shard of
             # another of its jobs' stages cannot be: one job of a project runs at a time): the
             # stage runs there as it always did, rather than wait behind what should not be.
-            log.warning("%s: workspace %s is occupied by another stage of this Mac; running there all the same", task.project, root / task.project)
+            log.warning(
+                "%s: workspace %s is occupied by another stage of this Mac; running there all the same",
+                task.project,
+                root / task.project,
+            )
             return root / task.project
         return None
 

@@ -14,14 +14,20 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterable
 from urllib.parse import urlparse
 
 from boto3.s3.transfer import TransferConfig
-from botocore.exceptions import ClientError, ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.logs import LogShipper
@@ -94,7 +100,13 @@ class Progress:
         interval_sec: float = PROGRESS_INTERVAL_SEC,
         on_bytes: Callable[[int], None] | None = None,
     ) -> None:
-        self.name, self.total, self.emit, self.clock, self.interval_sec = name, total, emit, clock, interval_sec
+        self.name, self.total, self.emit, self.clock, self.interval_sec = (
+            name,
+            total,
+            emit,
+            clock,
+            interval_sec,
+        )
         self.on_bytes = on_bytes
         self.sent = 0
         self.started = clock()
@@ -170,7 +182,8 @@ def upload_artifacts(
         # The build replaced it (or a directory above it) by a link: what it points at may be
         # anything the agent can read and the build cannot (run_as). Nothing is uploaded.
         raise ArtifactFailure(
-            ErrorClass.HANDOFF_PATH, f"{artifact_dir} is no longer the directory the agent made (a symlink leads elsewhere): nothing uploaded"
+            ErrorClass.HANDOFF_PATH,
+            f"{artifact_dir} is no longer the directory the agent made (a symlink leads elsewhere): nothing uploaded",
         )
     files = sorted(p for p in artifact_dir.rglob("*") if p.is_file() and not p.is_symlink())
     if not files:
@@ -204,7 +217,13 @@ def upload_artifacts(
         sha256 = sha256_file(path)
         if transfer is not None:
             transfer.begin(relative)
-        progress = Progress(relative, size, emit, interval_sec=progress_interval_sec, on_bytes=transfer.sent if transfer else None)
+        progress = Progress(
+            relative,
+            size,
+            emit,
+            interval_sec=progress_interval_sec,
+            on_bytes=transfer.sent if transfer else None,
+        )
         try:
             s3.upload_file(
                 str(path),
@@ -233,7 +252,7 @@ def upload_artifacts(
             cross_region_bytes=size if agent_aws_region is not None and region != agent_aws_region else 0,
             attempt=ref.attempt,
             agent_id=ref.agent_id,
-            uploaded_at=datetime.now(timezone.utc).isoformat(),
+            uploaded_at=datetime.now(UTC).isoformat(),
             shard=ref.shard,
         )
         artifact_store.record(ref, record, expires_at)
@@ -248,8 +267,14 @@ def upload_artifacts(
 
 
 def upload_stage_artifacts(
-    ref: StageRef, stage: str, artifact_dir: Path, envelope: JobEnvelope, config: AgentConfig, shipper: LogShipper,
-    fenced: threading.Event, transfer: ProgressWriter | None = None,
+    ref: StageRef,
+    stage: str,
+    artifact_dir: Path,
+    envelope: JobEnvelope,
+    config: AgentConfig,
+    shipper: LogShipper,
+    fenced: threading.Event,
+    transfer: ProgressWriter | None = None,
 ) -> ErrorClass | None:
     """The service's call: None when every artifact is stored, verified and recorded; otherwise
     the error class the stage fails with. Progress goes to the job's log and the agent's, and to
@@ -266,8 +291,15 @@ def upload_stage_artifacts(
     agent_region = config.location_region
     try:
         summary = upload_artifacts(
-            ref, stage, artifact_dir, envelope.artifact_uri, agent_region, emit, expires_at=envelope.ttl,
-            max_job_bytes=envelope.artifact_max_job_bytes, transfer=transfer,
+            ref,
+            stage,
+            artifact_dir,
+            envelope.artifact_uri,
+            agent_region,
+            emit,
+            expires_at=envelope.ttl,
+            max_job_bytes=envelope.artifact_max_job_bytes,
+            transfer=transfer,
             # s3transfer's max_bandwidth caps the bytes per second each file is read and sent at.
             transfer_config=TransferConfig(max_bandwidth=config.artifact_upload_max_bandwidth),
         )
@@ -283,6 +315,10 @@ def upload_stage_artifacts(
     if summary.records:
         emit(
             f"[relevo] {len(summary.records)} artifact(s), {human_bytes(summary.total_bytes)} stored"
-            + (f", {human_bytes(summary.cross_region_bytes)} across regions" if summary.cross_region_bytes else "")
+            + (
+                f", {human_bytes(summary.cross_region_bytes)} across regions"
+                if summary.cross_region_bytes
+                else ""
+            )
         )
     return None

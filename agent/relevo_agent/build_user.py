@@ -51,11 +51,13 @@ class BuildUser:
     home: Path
 
     @classmethod
-    def named(cls, name: str) -> "BuildUser":
+    def named(cls, name: str) -> BuildUser:
         try:
             entry = pwd.getpwnam(name)
         except KeyError:
-            raise BuildUserProblem(f"no user {name!r} on this machine: create it first (docs/agent.md, \"A build user\")") from None
+            raise BuildUserProblem(
+                f'no user {name!r} on this machine: create it first (docs/agent.md, "A build user")'
+            ) from None
         # macOS's setgroups takes at most NGROUPS_MAX (16); initgroups keeps the first ones too.
         groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))[: max(1, os.sysconf("SC_NGROUPS_MAX"))]
         return cls(entry.pw_name, entry.pw_uid, entry.pw_gid, groups, Path(entry.pw_dir))
@@ -94,7 +96,9 @@ class BuildUser:
         every directory above it. ACLs are not read: on macOS an ACL may grant more than the bits say."""
         real = Path(os.path.realpath(path))
         try:
-            return all(self._allowed(os.stat(step), _SEARCH) for step in real.parents) and self._allowed(os.stat(real), _READ)
+            return all(self._allowed(os.stat(step), _SEARCH) for step in real.parents) and self._allowed(
+                os.stat(real), _READ
+            )
         except FileNotFoundError:
             return False
 
@@ -120,7 +124,13 @@ class BuildUser:
                 # Directories are handed over as the walk enters them (a symlink to one is listed
                 # with them and was handled above); FIFOs and sockets only a build makes.
         if changed:
-            log.info("workspace %s: %d entr%s handed to the build user %s", top, changed, "y" if changed == 1 else "ies", self.name)
+            log.info(
+                "workspace %s: %d entr%s handed to the build user %s",
+                top,
+                changed,
+                "y" if changed == 1 else "ies",
+                self.name,
+            )
         return changed
 
     def _own_link(self, name: str, directory_fd: int, listed: os.stat_result) -> int:
@@ -145,10 +155,17 @@ class BuildUser:
 
     def _own_file(self, name: str, directory_fd: int, listed: os.stat_result) -> int:
         if listed.st_nlink > 1:
-            log.warning("%s: a file of uid %d with %d links is not handed to the build user", name, listed.st_uid, listed.st_nlink)
+            log.warning(
+                "%s: a file of uid %d with %d links is not handed to the build user",
+                name,
+                listed.st_uid,
+                listed.st_nlink,
+            )
             return 0
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory_fd)
+            fd = os.open(
+                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory_fd
+            )
         except (FileNotFoundError, OSError):
             return 0  # replaced meanwhile (by a link, say): not ours to follow
         try:
@@ -189,7 +206,9 @@ def check(name: str) -> BuildUser:
     """The build user `name`, if this agent can run stages as it; else BuildUserProblem saying why."""
     user = BuildUser.named(name)
     if user.uid == 0:
-        raise BuildUserProblem(f"{name!r} is uid 0: a stage run as it could read everything the agent holds; name an unprivileged user")
+        raise BuildUserProblem(
+            f"{name!r} is uid 0: a stage run as it could read everything the agent holds; name an unprivileged user"
+        )
     euid = os.geteuid()
     if user.uid == euid:
         raise BuildUserProblem(
@@ -198,6 +217,6 @@ def check(name: str) -> BuildUser:
     if euid != 0:
         raise BuildUserProblem(
             f"the agent runs as {user_name(euid)} (uid {euid}), and only root can start a stage as {name!r}: run the agent as root "
-            "(a LaunchDaemon: docs/agent.md, \"A build user\"), or remove run_as"
+            '(a LaunchDaemon: docs/agent.md, "A build user"), or remove run_as'
         )
     return user

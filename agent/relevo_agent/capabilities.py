@@ -16,8 +16,8 @@ import plistlib
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from relevo_core.models.capabilities import Capabilities
 
@@ -75,8 +75,14 @@ def detect(
     if applications.is_dir():
         versions = sorted({v for app in applications.glob("Xcode*.app") if (v := _bundle_version(app))})
     capabilities = Capabilities(
-        os=system, arch=arch, macos=macos, xcode=xcode, xcode_path=xcode_path, xcode_versions=tuple(versions),
-        free_disk_gb=disk(workspace_root), labels=dict(labels),
+        os=system,
+        arch=arch,
+        macos=macos,
+        xcode=xcode,
+        xcode_path=xcode_path,
+        xcode_versions=tuple(versions),
+        free_disk_gb=disk(workspace_root),
+        labels=dict(labels),
     )
     log.info("capabilities: %s", capabilities.facts())
     return capabilities

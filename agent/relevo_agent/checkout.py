@@ -44,10 +44,10 @@ import stat
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from relevo_agent.build_user import BuildUser
 from relevo_agent.git_commands import CheckoutFailure, Git, locked
@@ -76,13 +76,22 @@ def mirror_path(workspace_root: Path, url: str) -> Path:
 
 
 def _has_commit(git: Git, mirror: Path, commit: str) -> bool:
-    return git.run(["-C", str(mirror), "cat-file", "-e", f"{commit}^{{commit}}"], check=False, limit=LOCAL_TIMEOUT_SEC).returncode == 0
+    return (
+        git.run(
+            ["-C", str(mirror), "cat-file", "-e", f"{commit}^{{commit}}"],
+            check=False,
+            limit=LOCAL_TIMEOUT_SEC,
+        ).returncode
+        == 0
+    )
 
 
 def _refspecs(ref: str) -> list[str]:
     specs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
     if ref.startswith("refs/") and not ref.startswith(("refs/heads/", "refs/tags/")):
-        specs.append(f"+{ref}:refs/relevo/{ref.removeprefix('refs/')}")  # refs/pull/N/head, refs/merge-requests/N/head
+        specs.append(
+            f"+{ref}:refs/relevo/{ref.removeprefix('refs/')}"
+        )  # refs/pull/N/head, refs/merge-requests/N/head
     return specs
 
 
@@ -91,7 +100,11 @@ def _resolve(git: Git, mirror: Path, ref: str) -> str | None:
     if ref.startswith("refs/") and not ref.startswith(("refs/heads/", "refs/tags/")):
         candidates.insert(0, f"refs/relevo/{ref.removeprefix('refs/')}")
     for candidate in candidates:
-        found = git.run(["-C", str(mirror), "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"], check=False, limit=LOCAL_TIMEOUT_SEC)
+        found = git.run(
+            ["-C", str(mirror), "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"],
+            check=False,
+            limit=LOCAL_TIMEOUT_SEC,
+        )
         if found.returncode == 0 and found.stdout.strip():
             return found.stdout.strip()
     return None
@@ -103,17 +116,33 @@ def _prepare_mirror(git: Git, mirror: Path, url: str) -> None:
     partial = mirror.with_name(mirror.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     git.run(["init", "--bare", "--quiet", str(partial)], limit=LOCAL_TIMEOUT_SEC)
-    for name, value in (("remote.origin.url", url), ("uploadpack.allowAnySHA1InWant", "true"), ("gc.auto", "0")):
+    for name, value in (
+        ("remote.origin.url", url),
+        ("uploadpack.allowAnySHA1InWant", "true"),
+        ("gc.auto", "0"),
+    ):
         git.run(["-C", str(partial), "config", name, value], limit=LOCAL_TIMEOUT_SEC)
     os.replace(partial, mirror)
 
 
-def _fetch(git: Git, mirror: Path, ref: str, commit: str | None, credentials: dict[str, str], timeout_sec: float) -> None:
-    git.run(["-C", str(mirror), "fetch", "--quiet", "--prune", "--force", "origin", *_refspecs(ref)], env=credentials, limit=timeout_sec,
-            what="fetch")
+def _fetch(
+    git: Git, mirror: Path, ref: str, commit: str | None, credentials: dict[str, str], timeout_sec: float
+) -> None:
+    git.run(
+        ["-C", str(mirror), "fetch", "--quiet", "--prune", "--force", "origin", *_refspecs(ref)],
+        env=credentials,
+        limit=timeout_sec,
+        what="fetch",
+    )
     if commit and not _has_commit(git, mirror, commit):
         # A commit no branch or tag reaches any more (a force-push): asked for by its id.
-        git.run(["-C", str(mirror), "fetch", "--quiet", "origin", commit], env=credentials, limit=timeout_sec, check=False, what="fetch")
+        git.run(
+            ["-C", str(mirror), "fetch", "--quiet", "origin", commit],
+            env=credentials,
+            limit=timeout_sec,
+            check=False,
+            what="fetch",
+        )
 
 
 def checkout(
@@ -140,57 +169,116 @@ def checkout(
     fetched = False
     secret = git_secret(plan.credentials_ref) if plan.credentials_ref else None
     with ExitStack() as stack:
-        credentials, masked = stack.enter_context(credential_files(secret)) if secret is not None else ({}, [])
+        credentials, masked = (
+            stack.enter_context(credential_files(secret)) if secret is not None else ({}, [])
+        )
         git = Git(deadline, cancel, masked)
         with locked(mirror.with_suffix(".lock"), deadline, cancel):
             _prepare_mirror(git, mirror, plan.url)
             if commit is None or not _has_commit(git, mirror, commit):
-                emit(f"[relevo] checkout: fetching {plan.url} ({'commit ' + commit[:12] if commit else 'ref ' + ref})")
+                emit(
+                    f"[relevo] checkout: fetching {plan.url} ({'commit ' + commit[:12] if commit else 'ref ' + ref})"
+                )
                 _fetch(git, mirror, ref, commit, credentials, plan.timeout_sec)
                 fetched = True
             if commit is None:
                 resolved = _resolve(git, mirror, ref)
                 if resolved is None:
-                    raise CheckoutFailure(ErrorClass.CHECKOUT_FAILED, f"checkout: {plan.url} has no branch, tag or ref {ref!r}")
+                    raise CheckoutFailure(
+                        ErrorClass.CHECKOUT_FAILED, f"checkout: {plan.url} has no branch, tag or ref {ref!r}"
+                    )
                 commit = record_commit(resolved)
                 if commit != resolved:
-                    emit(f"[relevo] checkout: {ref} is {resolved[:12]} now; this job builds {commit[:12]}, the commit its first checkout recorded")
+                    emit(
+                        f"[relevo] checkout: {ref} is {resolved[:12]} now; this job builds {commit[:12]}, the commit its first checkout recorded"
+                    )
                 if not _has_commit(git, mirror, commit):
                     _fetch(git, mirror, ref, commit, credentials, plan.timeout_sec)
                     fetched = True
             if not _COMMIT.match(commit) or not _has_commit(git, mirror, commit):
                 raise CheckoutFailure(
-                    ErrorClass.CHECKOUT_FAILED, f"checkout: commit {commit} is not in {plan.url} (after fetching its branches, tags and {ref})"
+                    ErrorClass.CHECKOUT_FAILED,
+                    f"checkout: commit {commit} is not in {plan.url} (after fetching its branches, tags and {ref})",
                 )
-            full = git.run(["-C", str(mirror), "rev-parse", f"{commit}^{{commit}}"], limit=LOCAL_TIMEOUT_SEC).stdout.strip()
+            full = git.run(
+                ["-C", str(mirror), "rev-parse", f"{commit}^{{commit}}"], limit=LOCAL_TIMEOUT_SEC
+            ).stdout.strip()
         _workspace_repository(git, mirror, workspace, user)
         upload_pack: list[str] = []
         if user is not None:
             git = Git(deadline, cancel, masked, user)
             upload_pack = [f"--upload-pack=git -c safe.directory={shlex.quote(str(mirror))} upload-pack"]
         # From the mirror: local, no credentials (the workspace never knows the remote).
-        git.run(["-C", str(workspace), "fetch", "--quiet", "--force", "--no-write-fetch-head", *upload_pack, str(mirror), full,
-                 "+refs/tags/*:refs/tags/*"], limit=LOCAL_TIMEOUT_SEC, what="fetch (from the mirror)")
-        git.run(["-C", str(workspace), "checkout", "--quiet", "--force", "--detach", full], limit=LOCAL_TIMEOUT_SEC, what="checkout")
+        git.run(
+            [
+                "-C",
+                str(workspace),
+                "fetch",
+                "--quiet",
+                "--force",
+                "--no-write-fetch-head",
+                *upload_pack,
+                str(mirror),
+                full,
+                "+refs/tags/*:refs/tags/*",
+            ],
+            limit=LOCAL_TIMEOUT_SEC,
+            what="fetch (from the mirror)",
+        )
+        git.run(
+            ["-C", str(workspace), "checkout", "--quiet", "--force", "--detach", full],
+            limit=LOCAL_TIMEOUT_SEC,
+            what="checkout",
+        )
         if plan.clean:
-            git.run(["-C", str(workspace), "clean", "-ffdx", "--quiet"], limit=LOCAL_TIMEOUT_SEC, what="clean")
+            git.run(
+                ["-C", str(workspace), "clean", "-ffdx", "--quiet"], limit=LOCAL_TIMEOUT_SEC, what="clean"
+            )
         if user is not None and secret is not None and (plan.submodules or plan.lfs):
             # The steps that talk to the remote as the build user get a copy of their own.
             credentials = stack.enter_context(credential_files(secret, user, mirror.parent))[0]
         if plan.submodules:
-            git.run(["-C", str(workspace), "submodule", "sync", "--quiet", "--recursive"], limit=LOCAL_TIMEOUT_SEC, what="submodule sync")
-            git.run(["-C", str(workspace), "submodule", "update", "--quiet", "--init", "--recursive", "--force"], env=credentials,
-                    limit=plan.timeout_sec, what="submodule update")
+            git.run(
+                ["-C", str(workspace), "submodule", "sync", "--quiet", "--recursive"],
+                limit=LOCAL_TIMEOUT_SEC,
+                what="submodule sync",
+            )
+            git.run(
+                ["-C", str(workspace), "submodule", "update", "--quiet", "--init", "--recursive", "--force"],
+                env=credentials,
+                limit=plan.timeout_sec,
+                what="submodule update",
+            )
             if plan.clean:
-                git.run(["-C", str(workspace), "submodule", "foreach", "--quiet", "--recursive", "git clean -ffdx --quiet"],
-                        limit=LOCAL_TIMEOUT_SEC, what="submodule clean")
+                git.run(
+                    [
+                        "-C",
+                        str(workspace),
+                        "submodule",
+                        "foreach",
+                        "--quiet",
+                        "--recursive",
+                        "git clean -ffdx --quiet",
+                    ],
+                    limit=LOCAL_TIMEOUT_SEC,
+                    what="submodule clean",
+                )
         if plan.lfs:
             if shutil.which("git-lfs") is None:
-                raise CheckoutFailure(ErrorClass.CHECKOUT_FAILED, "checkout: lfs is on but git-lfs is not installed on this agent")
-            git.run(["-C", str(workspace), "-c", f"remote.origin.url={plan.url}", "lfs", "pull", plan.url], env={**credentials, "GIT_LFS_SKIP_SMUDGE": "0"},
-                    limit=plan.timeout_sec, what="lfs pull")
+                raise CheckoutFailure(
+                    ErrorClass.CHECKOUT_FAILED,
+                    "checkout: lfs is on but git-lfs is not installed on this agent",
+                )
+            git.run(
+                ["-C", str(workspace), "-c", f"remote.origin.url={plan.url}", "lfs", "pull", plan.url],
+                env={**credentials, "GIT_LFS_SKIP_SMUDGE": "0"},
+                limit=plan.timeout_sec,
+                what="lfs pull",
+            )
     seconds = time.monotonic() - started
-    emit(f"[relevo] checkout: {full[:12]} ({ref}) in {seconds:.1f}s{' after a fetch' if fetched else ', nothing fetched'}")
+    emit(
+        f"[relevo] checkout: {full[:12]} ({ref}) in {seconds:.1f}s{' after a fetch' if fetched else ', nothing fetched'}"
+    )
     return CheckoutResult(full, fetched, seconds)
 
 
@@ -236,7 +324,10 @@ def inside_git_work_tree(path: Path) -> Path | None:
         probe = probe.parent
     try:
         found = subprocess.run(
-            ["git", "-C", str(probe), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10,
+            ["git", "-C", str(probe), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            timeout=10,
             env={**without_agent_credentials(os.environ), "GIT_CEILING_DIRECTORIES": ""},
         )
     except (OSError, subprocess.TimeoutExpired):

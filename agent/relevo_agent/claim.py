@@ -14,9 +14,10 @@ import logging
 import math
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -79,7 +80,12 @@ class Claims:
     (None: no preference). `sessions`: whose claim routes the claims go through."""
 
     def __init__(
-        self, config: AgentConfig, table_name: str, journal: Journal, sessions: JobSessions, prefer_previous: PreferPrevious | None = None,
+        self,
+        config: AgentConfig,
+        table_name: str,
+        journal: Journal,
+        sessions: JobSessions,
+        prefer_previous: PreferPrevious | None = None,
     ) -> None:
         self.config = config
         self.table_name = table_name
@@ -89,7 +95,13 @@ class Claims:
 
     # ------------------------------------------------------------------ the claim
     def take(
-        self, task: StageMessage, message: Message, ref: stage_attempts.StageRef, timeline: LeaseTimeline, workspace: Path, op_id: str,
+        self,
+        task: StageMessage,
+        message: Message,
+        ref: stage_attempts.StageRef,
+        timeline: LeaseTimeline,
+        workspace: Path,
+        op_id: str,
     ) -> Claimed | None:
         """The claim of `task`'s attempt; None when it did not take (journaled abandoned, and the
         message seen to). Raises HandBack for trouble before the claim took.
@@ -107,7 +119,11 @@ class Claims:
                 own = self._own_unanswered_claim(refused, earlier, ref)
                 if own is None:
                     raise
-                log.info("%s attempt %d: the stage record names this agent's own claim, whose answer was lost; resumed", op_id, ref.attempt)
+                log.info(
+                    "%s attempt %d: the stage record names this agent's own claim, whose answer was lost; resumed",
+                    op_id,
+                    ref.attempt,
+                )
                 return self._send_claim(task, message, ref, timeline, workspace, op_id, own, resumed=True)
         except stage_attempts.ClaimRefused as refused:
             self.journal.record(op_id, ref.attempt, OperationOutcome.ABANDONED, None, None)
@@ -122,42 +138,79 @@ class Claims:
             # No answer, or the gateway's 5xx: the claim may have landed (UNANSWERED: the next
             # delivery to this agent finds out); a 4xx refused it.
             lost = isinstance(exc, RouteUnreachable) or exc.status >= 500
-            self.journal.record(op_id, ref.attempt, OperationOutcome.UNANSWERED if lost else OperationOutcome.ABANDONED, None, None)
+            self.journal.record(
+                op_id,
+                ref.attempt,
+                OperationOutcome.UNANSWERED if lost else OperationOutcome.ABANDONED,
+                None,
+                None,
+            )
             raise HandBack(f"the claim did not go through ({exc})") from exc
         return None
 
     def _send_claim(
-        self, task: StageMessage, message: Message, ref: stage_attempts.StageRef, timeline: LeaseTimeline, workspace: Path, op_id: str,
-        claim_secret: str, resumed: bool = False,
+        self,
+        task: StageMessage,
+        message: Message,
+        ref: stage_attempts.StageRef,
+        timeline: LeaseTimeline,
+        workspace: Path,
+        op_id: str,
+        claim_secret: str,
+        resumed: bool = False,
     ) -> Claimed:
         # Journaled before the claim: every attempt this agent may hold is in its journal, with the
         # secret that gets its job credentials again after a restart.
-        self.journal.begin(Operation(op_id, task.job_id, task.stage, task.stage_index, task.attempt, str(workspace), "", claim_secret=claim_secret,
-                                     shard=task.shard))
+        self.journal.begin(
+            Operation(
+                op_id,
+                task.job_id,
+                task.stage,
+                task.stage_index,
+                task.attempt,
+                str(workspace),
+                "",
+                claim_secret=claim_secret,
+                shard=task.shard,
+            )
+        )
         sent_at = time.monotonic()
         granted, repeated = self._claim(task, message, ref, timeline, claim_secret, resumed)
         return Claimed(granted, claim_secret, sent_at, repeated or resumed)
 
     def _own_unanswered_claim(
-        self, refused: stage_attempts.ClaimRefused, earlier: Operation | None, ref: stage_attempts.StageRef,
+        self,
+        refused: stage_attempts.ClaimRefused,
+        earlier: Operation | None,
+        ref: stage_attempts.StageRef,
     ) -> str | None:
         """The secret of this agent's own claim of this attempt whose answer was lost, when the
         refusal shows the stage record holding exactly it, live; else None."""
         from relevo_core.models.agent_session import claim_id_of
 
         if (
-            earlier is None or earlier.outcome is not OperationOutcome.UNANSWERED or earlier.attempt != ref.attempt
-            or not earlier.claim_secret or not refused.held
+            earlier is None
+            or earlier.outcome is not OperationOutcome.UNANSWERED
+            or earlier.attempt != ref.attempt
+            or not earlier.claim_secret
+            or not refused.held
         ):
             return None
         found = refused.item
         mine = (found.get("agent_id"), found.get("journal_id"), found.get("claim_id")) == (
-            self.config.agent_id, self.journal.journal_id, claim_id_of(earlier.claim_secret)
+            self.config.agent_id,
+            self.journal.journal_id,
+            claim_id_of(earlier.claim_secret),
         )
         return earlier.claim_secret if mine else None
 
     def _claim(
-        self, task: StageMessage, message: Message, ref: stage_attempts.StageRef, timeline: LeaseTimeline, claim_secret: str,
+        self,
+        task: StageMessage,
+        message: Message,
+        ref: stage_attempts.StageRef,
+        timeline: LeaseTimeline,
+        claim_secret: str,
         resumed: bool = False,
     ) -> tuple[ClaimGranted, bool]:
         """The claim (relevo_agent.claim_routes), sent again with the same secret after a transient
@@ -170,15 +223,30 @@ class Claims:
         # A stage's shards are not offered to the previous stage's Mac (it would take all it has
         # slots for): they spread over the region (relevo_agent.presence).
         request = ClaimRequest(
-            job_id=task.job_id, stage_index=task.stage_index, shard=task.shard, attempt=task.attempt, agent_id=self.config.agent_id,
-            claim_secret=claim_secret, dispatch_key=task.dispatch_key, dispatch_token=task.task_token,
-            journal_id=self.journal.journal_id, enqueued_at=message.sent_at,
-            leave_to_previous=not resumed and task.attempt == 1 and task.shard is None and self.prefer_previous is not None,
-            project=task.project, signs=task.signs,
+            job_id=task.job_id,
+            stage_index=task.stage_index,
+            shard=task.shard,
+            attempt=task.attempt,
+            agent_id=self.config.agent_id,
+            claim_secret=claim_secret,
+            dispatch_key=task.dispatch_key,
+            dispatch_token=task.task_token,
+            journal_id=self.journal.journal_id,
+            enqueued_at=message.sent_at,
+            leave_to_previous=not resumed
+            and task.attempt == 1
+            and task.shard is None
+            and self.prefer_previous is not None,
+            project=task.project,
+            signs=task.signs,
         )
         routes = self.sessions.routes
         if routes is None:
-            raise RouteError(0, None, "this agent knows no claim route: its stack file, or api_url in its config, names the stack's API")
+            raise RouteError(
+                0,
+                None,
+                "this agent knows no claim route: its stack file, or api_url in its config, names the stack's API",
+            )
         give_up = time.monotonic() + max(0.0, timeline.fence_after_sec - timeline.renew_interval_sec)
         delay = RETRY_AFTER_FAILURE_SEC
         lost = False  # an earlier send's answer was lost: it may have landed
@@ -188,14 +256,25 @@ class Claims:
                     return routes.claim(request), lost
             except RouteError as refused:
                 if refused.code == ErrorCode.CLAIM_REFUSED.value:
-                    raise stage_attempts.ClaimRefused(str(refused), refused.details, ref.attempt, int(utc_now().timestamp())) from refused
-                if refused.code == ErrorCode.PREVIOUS_AGENT_PREFERRED.value and self.prefer_previous is not None:
+                    raise stage_attempts.ClaimRefused(
+                        str(refused), refused.details, ref.attempt, int(utc_now().timestamp())
+                    ) from refused
+                if (
+                    refused.code == ErrorCode.PREVIOUS_AGENT_PREFERRED.value
+                    and self.prefer_previous is not None
+                ):
                     previous_agent = str(refused.details.get("agent_id"))
-                    if self.prefer_previous(previous_agent, task.requires, message, f"{task.job_id}/{task.stage}"):
+                    if self.prefer_previous(
+                        previous_agent, task.requires, message, f"{task.job_id}/{task.stage}"
+                    ):
                         raise _LeftToPrevious(previous_agent) from refused
                     request = request.model_copy(update={"leave_to_previous": False})
                     continue
-                if refused.code in (ErrorCode.JOB_NOT_FOUND.value, ErrorCode.ENVELOPE_VERSION_UNSUPPORTED.value, ErrorCode.DISPATCH_NOT_FOUND.value):
+                if refused.code in (
+                    ErrorCode.JOB_NOT_FOUND.value,
+                    ErrorCode.ENVELOPE_VERSION_UNSUPPORTED.value,
+                    ErrorCode.DISPATCH_NOT_FOUND.value,
+                ):
                     # The route failed the dispatch of a job that is gone or unreadable; one this
                     # region was not handed (or under another key) is not this agent's to run.
                     raise _DispatchEnded(str(refused)) from refused
@@ -205,21 +284,34 @@ class Claims:
                 if time.monotonic() + delay > give_up:
                     raise
                 if not reachability.failed(exc):
-                    log.warning("%s/%d: claim failed (%s); sending it again", ref.job_id, ref.stage_index, exc)
+                    log.warning(
+                        "%s/%d: claim failed (%s); sending it again", ref.job_id, ref.stage_index, exc
+                    )
                 time.sleep(delay)
                 delay = min(2 * delay, 2.0)
 
-    def _refused(self, op_id: str, ref: stage_attempts.StageRef, refused: stage_attempts.ClaimRefused, message: Message) -> None:
+    def _refused(
+        self, op_id: str, ref: stage_attempts.StageRef, refused: stage_attempts.ClaimRefused, message: Message
+    ) -> None:
         found = refused.item
         if refused.held:
             # A redelivery while the holder's lease lives: back when that lease would have ended.
-            log.info("%s attempt %d is held by %s; its message returns when that lease would end", op_id, ref.attempt, found.get("agent_id"))
+            log.info(
+                "%s attempt %d is held by %s; its message returns when that lease would end",
+                op_id,
+                ref.attempt,
+                found.get("agent_id"),
+            )
             back_in = int(found.get("lease_expires_at", 0)) - int(utc_now().timestamp()) + 1
             message.give_back_after(min(60, max(1, back_in)))
             return
         log.info(
             "%s attempt %d is over (%s attempt %s, %s): its message is deleted",
-            op_id, ref.attempt, found.get("status"), found.get("attempt"), found.get("agent_id"),
+            op_id,
+            ref.attempt,
+            found.get("status"),
+            found.get("attempt"),
+            found.get("agent_id"),
         )
         message.delete()
 
@@ -244,20 +336,36 @@ class Claims:
         if routes is None or not run.claim_secret:
             return None
         request = AcceptRequest(
-            job_id=ref.job_id, stage_index=ref.stage_index, shard=ref.shard, attempt=ref.attempt, agent_id=self.config.agent_id,
-            claim_secret=run.claim_secret, dispatch_token=dispatch_token,
+            job_id=ref.job_id,
+            stage_index=ref.stage_index,
+            shard=ref.shard,
+            attempt=ref.attempt,
+            agent_id=self.config.agent_id,
+            claim_secret=run.claim_secret,
+            dispatch_token=dispatch_token,
         )
         delay = RETRY_AFTER_FAILURE_SEC
         while run.reason is None:
             try:
-                with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):  # one send per try: a repeat is ours to count
+                with call_budget(
+                    min(5.0, max(0.5, run.lease.fence_in()))
+                ):  # one send per try: a repeat is ours to count
                     routes.accept(request)
                 return True
             except RouteError as refused:
-                if refused.code in (ErrorCode.TASK_GONE.value, ErrorCode.ATTEMPT_ENDED.value, ErrorCode.ATTEMPT_NOT_HELD.value):
+                if refused.code in (
+                    ErrorCode.TASK_GONE.value,
+                    ErrorCode.ATTEMPT_ENDED.value,
+                    ErrorCode.ATTEMPT_NOT_HELD.value,
+                ):
                     if unsure:
                         return None
-                    log.warning("%s/%d: the dispatch is no longer waiting for this claim (%s)", ref.job_id, ref.stage_index, refused.code)
+                    log.warning(
+                        "%s/%d: the dispatch is no longer waiting for this claim (%s)",
+                        ref.job_id,
+                        ref.stage_index,
+                        refused.code,
+                    )
                     return False
                 why = str(refused)
             except RouteUnreachable as exc:
@@ -278,10 +386,16 @@ class Claims:
         ref, routes = run.ref, self.sessions.routes
         if routes is None or not run.claim_secret:
             raise RouteError(0, None, "this agent knows no claim route to heartbeat through")
-        routes.heartbeat(HeartbeatRequest(
-            job_id=ref.job_id, stage_index=ref.stage_index, shard=ref.shard, attempt=ref.attempt, agent_id=self.config.agent_id,
-            claim_secret=run.claim_secret,
-        ))
+        routes.heartbeat(
+            HeartbeatRequest(
+                job_id=ref.job_id,
+                stage_index=ref.stage_index,
+                shard=ref.shard,
+                attempt=ref.attempt,
+                agent_id=self.config.agent_id,
+                claim_secret=run.claim_secret,
+            )
+        )
 
     def taken(self, run: StageRun, op_id: str) -> bool:
         """After an accept whose answer was lost: the state machine took the claim if it hands
@@ -297,9 +411,18 @@ class Claims:
         is no longer renewed: the next claim of this attempt need not wait out this lease."""
         try:
             if stage_attempts.let_go(run.ref, utc_now()):
-                log.info("%s attempt %d: the dispatch no longer waited for this claim; let go of it", op_id, run.ref.attempt)
+                log.info(
+                    "%s attempt %d: the dispatch no longer waited for this claim; let go of it",
+                    op_id,
+                    run.ref.attempt,
+                )
         except (BotoCoreError, ClientError) as exc:
-            log.warning("%s attempt %d: could not let go of a claim nothing ran under (%s); it lapses with its lease", op_id, run.ref.attempt, exc)
+            log.warning(
+                "%s attempt %d: could not let go of a claim nothing ran under (%s); it lapses with its lease",
+                op_id,
+                run.ref.attempt,
+                exc,
+            )
 
     def back_when_lease_ends(self, run: StageRun, op_id: str, message: Message) -> None:
         """Fenced before the state machine was seen to take the claim (the accept's answers were
@@ -310,7 +433,12 @@ class Claims:
         next claim's accept meets an answered token and lets the message go (its retry comes
         from the lapsed heartbeat)."""
         back_in = max(1, math.ceil(run.lease.deadline - time.monotonic()) + 1)
-        log.info("%s attempt %d: fenced before the claim was taken; its message returns in %ds", op_id, run.ref.attempt, back_in)
+        log.info(
+            "%s attempt %d: fenced before the claim was taken; its message returns in %ds",
+            op_id,
+            run.ref.attempt,
+            back_in,
+        )
         message.give_back_after(back_in)
 
     # ------------------------------------------------------------------ the run token
@@ -350,15 +478,23 @@ class Claims:
                 run.run_handed = True
                 return True
             if check_job and JobStatus(_job_record(self.table_name, ref.job_id)["status"]).terminal:
-                log.warning("%s attempt %d: the job ended before its run token came; stopping", op_id, ref.attempt)
+                log.warning(
+                    "%s attempt %d: the job ended before its run token came; stopping", op_id, ref.attempt
+                )
                 run.stop("canceled")
                 return True
         except stage_attempts.LeaseLost as lost:
             if lost.ended:
-                log.warning("%s attempt %d: the stage ended with its job before its run token came; stopping", op_id, ref.attempt)
+                log.warning(
+                    "%s attempt %d: the stage ended with its job before its run token came; stopping",
+                    op_id,
+                    ref.attempt,
+                )
                 run.stop("canceled")
             else:
-                log.warning("%s attempt %d: the stage changed hands before its run token came", op_id, ref.attempt)
+                log.warning(
+                    "%s attempt %d: the stage changed hands before its run token came", op_id, ref.attempt
+                )
                 run.stop("lease_lost")
             return True
         except RelevoError:  # the job record is gone: deleted once it ended
@@ -367,7 +503,12 @@ class Claims:
         except (ClientError, BotoCoreError) as exc:
             log.debug("%s attempt %d: run token read failed (%s)", op_id, ref.attempt, exc)
         if time.monotonic() >= deadline:
-            log.warning("%s attempt %d: no run token after %.0fs; stopping the stage", op_id, ref.attempt, RUN_TOKEN_WAIT_SEC)
+            log.warning(
+                "%s attempt %d: no run token after %.0fs; stopping the stage",
+                op_id,
+                ref.attempt,
+                RUN_TOKEN_WAIT_SEC,
+            )
             run.stop("no_run_token")
             return True
         return False

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import urllib3
@@ -42,7 +43,9 @@ READ_TIMEOUT_SEC = 15.0
 class RouteError(Exception):
     """The route refused: `status` and the body's stable `code`, and its `details`."""
 
-    def __init__(self, status: int, code: str | None, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, status: int, code: str | None, message: str, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(f"{status} {code or ''}: {message}")
         self.status = status
         self.code = code
@@ -55,7 +58,9 @@ class RouteUnreachable(Exception):
 
 
 def session_credentials(session: JobSession) -> SessionCredentials:
-    return SessionCredentials(session.access_key_id, session.secret_access_key, session.session_token, session.expiration)
+    return SessionCredentials(
+        session.access_key_id, session.secret_access_key, session.session_token, session.expiration
+    )
 
 
 @dataclass
@@ -98,8 +103,15 @@ class ClaimRoutes:
         data = json.dumps(body).encode()
         credentials = self.credentials()
         if credentials is None:
-            raise RouteError(401, "UNAUTHENTICATED", "this agent has no AWS credentials to sign its claim with")
-        signed = AWSRequest(method="POST", url=url, data=data, headers={"Content-Type": "application/json", "Host": urlsplit(url).netloc})
+            raise RouteError(
+                401, "UNAUTHENTICATED", "this agent has no AWS credentials to sign its claim with"
+            )
+        signed = AWSRequest(
+            method="POST",
+            url=url,
+            data=data,
+            headers={"Content-Type": "application/json", "Host": urlsplit(url).netloc},
+        )
         SigV4Auth(credentials, "execute-api", self.aws_region).add_auth(signed)
         left = call_time_left()
         if left is not None and left <= 0:
@@ -109,8 +121,12 @@ class ClaimRoutes:
         started = time.monotonic()
         try:
             answer = self._http.request(
-                "POST", url, body=data, headers=dict(signed.headers.items()),
-                timeout=urllib3.Timeout(connect=connect, read=read), redirect=False,
+                "POST",
+                url,
+                body=data,
+                headers=dict(signed.headers.items()),
+                timeout=urllib3.Timeout(connect=connect, read=read),
+                redirect=False,
             )
         except urllib3.exceptions.HTTPError as exc:
             raise RouteUnreachable(f"POST {url}: {exc} after {time.monotonic() - started:.2f}s") from exc
@@ -124,4 +140,9 @@ class ClaimRoutes:
             # API Gateway's or Lambda's trouble (throttled, a crash): the claim may have landed.
             raise RouteUnreachable(f"POST {url}: HTTP {answer.status}")
         found = parsed if isinstance(parsed, dict) else {}
-        raise RouteError(answer.status, found.get("error"), str(found.get("message") or answer.data[:200]), found.get("details"))
+        raise RouteError(
+            answer.status,
+            found.get("error"),
+            str(found.get("message") or answer.data[:200]),
+            found.get("details"),
+        )

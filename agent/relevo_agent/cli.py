@@ -21,7 +21,10 @@ _DEBUG = "relevo.debug"
 
 
 @app.callback()
-def _root(ctx: typer.Context, debug: bool = typer.Option(False, "--debug", help="show the traceback of a config error")) -> None:
+def _root(
+    ctx: typer.Context,
+    debug: bool = typer.Option(False, "--debug", help="show the traceback of a config error"),
+) -> None:
     """relevo-agent commands."""
     ctx.meta[_DEBUG] = debug
 
@@ -31,7 +34,9 @@ def run(
     ctx: typer.Context,
     config: Path = typer.Option(..., "--config", exists=True, dir_okay=False, help="agent TOML file"),
     follow_stack: bool = typer.Option(
-        False, "--follow-stack", help="when the stack file names another stack (a local stack restarted), start again "
+        False,
+        "--follow-stack",
+        help="when the stack file names another stack (a local stack restarted), start again "
         "against it instead of exiting (`relevo local agent` runs agents so)",
     ),
 ) -> None:
@@ -69,8 +74,12 @@ def doctor(config: Path = _CONFIG_OPTION) -> None:
         for mistake in exc.mistakes:
             typer.echo(f"FAIL  config: {mistake}")
         raise typer.Exit(1) from exc
-    typer.echo(f"ok    config: {path} (agent {settings.agent_id}, region {settings.region}, capacity {settings.capacity})")
-    checks = run_checks(settings, target.table, target.queue_url, target.no_queue, stack=target.stack, config_path=path)
+    typer.echo(
+        f"ok    config: {path} (agent {settings.agent_id}, region {settings.region}, capacity {settings.capacity})"
+    )
+    checks = run_checks(
+        settings, target.table, target.queue_url, target.no_queue, stack=target.stack, config_path=path
+    )
     for check in checks:
         typer.echo(check.line())
     failed = [c.name for c in checks if not c.ok]
@@ -80,7 +89,9 @@ def doctor(config: Path = _CONFIG_OPTION) -> None:
     typer.echo("all checks passed")
 
 
-def agent_toml(agent_id: str, region: str, capacity: int, stack_file: Path, aws_profile: str | None, home: Path) -> str:
+def agent_toml(
+    agent_id: str, region: str, capacity: int, stack_file: Path, aws_profile: str | None, home: Path
+) -> str:
     """The TOML `relevo-agent init` writes (every value one the config model validates)."""
     values: dict[str, object] = {
         "agent_id": agent_id,
@@ -94,19 +105,29 @@ def agent_toml(agent_id: str, region: str, capacity: int, stack_file: Path, aws_
         values["aws_profile"] = aws_profile
     # JSON strings are TOML basic strings for what these hold (no control characters).
     lines = [f"{name} = {json.dumps(value)}" for name, value in values.items()]
-    return "# Written by relevo-agent init; see docs/operations.md, \"Connect a Mac\".\n" + "\n".join(lines) + "\n"
+    return (
+        '# Written by relevo-agent init; see docs/operations.md, "Connect a Mac".\n' + "\n".join(lines) + "\n"
+    )
 
 
 @app.command()
 def init(
     stack: str = typer.Option(..., "--stack", help="the deployed stack's CloudFormation name"),
-    region_affinity: str = typer.Option(..., "--region-affinity", help="which of the stack's work queues this Mac serves"),
+    region_affinity: str = typer.Option(
+        ..., "--region-affinity", help="which of the stack's work queues this Mac serves"
+    ),
     config: Path = _CONFIG_OPTION,
     agent_id: str = typer.Option(None, help="this Mac's agent id (default: its host name)"),
     capacity: int = typer.Option(2, min=1, help="stages this Mac runs at once"),
-    profile: Optional[str] = typer.Option(None, help="AWS profile that takes the region's agent role (kept in the config)"),
-    region: Optional[str] = typer.Option(None, help="AWS region of the stack (default: your AWS configuration's)"),
-    endpoint_url: Optional[str] = typer.Option(None, help="an AWS endpoint other than AWS's (the local stack's emulator)"),
+    profile: str | None = typer.Option(
+        None, help="AWS profile that takes the region's agent role (kept in the config)"
+    ),
+    region: str | None = typer.Option(
+        None, help="AWS region of the stack (default: your AWS configuration's)"
+    ),
+    endpoint_url: str | None = typer.Option(
+        None, help="an AWS endpoint other than AWS's (the local stack's emulator)"
+    ),
     force: bool = typer.Option(False, help="replace an existing config"),
 ) -> None:
     """Write this Mac's agent config from a deployed stack, then run doctor."""
@@ -119,26 +140,40 @@ def init(
         typer.echo(f"{path} exists: pass --force to replace it", err=True)
         raise typer.Exit(2)
     try:
-        info = read_stack(stack, boto3.session.Session(region_name=region, profile_name=profile), endpoint_url)
+        info = read_stack(
+            stack, boto3.session.Session(region_name=region, profile_name=profile), endpoint_url
+        )
     except StackProblem as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
     if region_affinity not in info.work_queues:
-        typer.echo(f"stack {stack} has no work queue for region affinity {region_affinity!r}; it has {', '.join(sorted(info.work_queues))}", err=True)
+        typer.echo(
+            f"stack {stack} has no work queue for region affinity {region_affinity!r}; it has {', '.join(sorted(info.work_queues))}",
+            err=True,
+        )
         raise typer.Exit(2)
     home = path.parent
     stack_file = write_stack_file(info.model_copy(update={"aws_profile": profile}), home / "stack.json")
-    write_private(path, agent_toml(agent_id or socket.gethostname(), region_affinity, capacity, stack_file, profile, home))
+    write_private(
+        path,
+        agent_toml(agent_id or socket.gethostname(), region_affinity, capacity, stack_file, profile, home),
+    )
     AgentConfig.load(path)  # what was written is what the agent reads
     typer.echo(f"wrote {path} (stack {stack}, region affinity {region_affinity}) and {stack_file}")
     doctor(config=path)
 
 
-service_app = typer.Typer(no_args_is_help=True, help="Run the agent as a launchd service of this user, or as root (macOS).")
+service_app = typer.Typer(
+    no_args_is_help=True, help="Run the agent as a launchd service of this user, or as root (macOS)."
+)
 app.add_typer(service_app, name="service")
-_LABEL_OPTION = typer.Option(launchd.DEFAULT_LABEL, "--label", help="launchd label (one per agent on this Mac)")
+_LABEL_OPTION = typer.Option(
+    launchd.DEFAULT_LABEL, "--label", help="launchd label (one per agent on this Mac)"
+)
 _DAEMON_OPTION = typer.Option(
-    False, "--daemon", help="a LaunchDaemon run by root (/Library/LaunchDaemons): the agent of a config with run_as"
+    False,
+    "--daemon",
+    help="a LaunchDaemon run by root (/Library/LaunchDaemons): the agent of a config with run_as",
 )
 # Where a LaunchDaemon's plist and logs go (tests point it elsewhere).
 SYSTEM_ROOT = Path("/")
@@ -149,7 +184,9 @@ def _paths(label: str, daemon: bool = False) -> launchd.ServicePaths:
 
 
 @service_app.command("install")
-def service_install(config: Path = _CONFIG_OPTION, label: str = _LABEL_OPTION, daemon: bool = _DAEMON_OPTION) -> None:
+def service_install(
+    config: Path = _CONFIG_OPTION, label: str = _LABEL_OPTION, daemon: bool = _DAEMON_OPTION
+) -> None:
     """Write ~/Library/LaunchAgents/LABEL.plist (KeepAlive, logs in ~/Library/Logs/relevo-agent) and load it;
     with --daemon, /Library/LaunchDaemons/LABEL.plist (logs in /Library/Logs/relevo-agent)."""
     path = config.expanduser()
@@ -162,7 +199,10 @@ def service_install(config: Path = _CONFIG_OPTION, label: str = _LABEL_OPTION, d
         raise typer.Exit(2) from exc
     # Root runs stages only as a build user, and a build user needs root to start its stages.
     if daemon and settings.run_as is None:
-        typer.echo(f"{path}: --daemon runs the agent as root: set run_as, so that its stages run as a build user", err=True)
+        typer.echo(
+            f"{path}: --daemon runs the agent as root: set run_as, so that its stages run as a build user",
+            err=True,
+        )
         raise typer.Exit(2)
     if settings.run_as is not None and not daemon:
         typer.echo(f"{path}: run_as needs the agent to run as root: install it with --daemon", err=True)

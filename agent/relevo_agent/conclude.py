@@ -71,13 +71,23 @@ class Concluder:
         withheld), or taken over or canceled (nothing claimed: another attempt may own the stage)."""
         if run.reason == "shutdown":
             self.conclude(
-                run, op_id, StageStatus.FAILED, OperationOutcome.ABANDONED, None, exit_code=exit_code,
-                error=ErrorClass.AGENT_SHUTDOWN, cause="the agent was shut down while the stage ran",
+                run,
+                op_id,
+                StageStatus.FAILED,
+                OperationOutcome.ABANDONED,
+                None,
+                exit_code=exit_code,
+                error=ErrorClass.AGENT_SHUTDOWN,
+                cause="the agent was shut down while the stage ran",
                 stage_outcome=stage_attempts.AttemptOutcome.UNKNOWN,
             )
             return
         if run.reason == "fenced":
-            log.warning("%s attempt %d fenced: killed at the lease deadline less the margin; result withheld", op_id, run.ref.attempt)
+            log.warning(
+                "%s attempt %d fenced: killed at the lease deadline less the margin; result withheld",
+                op_id,
+                run.ref.attempt,
+            )
             self.journal.record(op_id, run.ref.attempt, OperationOutcome.FENCED, None, None)
             return
         log.warning("%s attempt %d stopped (%s); result withheld", op_id, run.ref.attempt, run.reason)
@@ -88,4 +98,6 @@ class Concluder:
 
 
 def _stage_outcome(status: StageStatus) -> stage_attempts.AttemptOutcome:
-    return stage_attempts.AttemptOutcome.SUCCEEDED if status.succeeded else stage_attempts.AttemptOutcome.FAILED
+    return (
+        stage_attempts.AttemptOutcome.SUCCEEDED if status.succeeded else stage_attempts.AttemptOutcome.FAILED
+    )

@@ -9,10 +9,11 @@ import os
 import pwd
 import shutil
 import stat
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timezone
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
@@ -37,10 +38,14 @@ def check_credentials() -> tuple[Check, datetime | None]:
     try:
         identity = client("sts").get_caller_identity()
     except NoCredentialsError:
-        return Check("credentials", Verdict.FAIL, "no AWS credentials found (set AWS_PROFILE or run `aws configure`)"), None
+        return Check(
+            "credentials", Verdict.FAIL, "no AWS credentials found (set AWS_PROFILE or run `aws configure`)"
+        ), None
     except (ClientError, BotoCoreError) as exc:
         return Check("credentials", Verdict.FAIL, f"AWS refused the credentials ({error_words(exc)})"), None
-    return Check("credentials", Verdict.OK, f"signed in as {identity.get('Arn', '?')}"), _server_date(identity)
+    return Check("credentials", Verdict.OK, f"signed in as {identity.get('Arn', '?')}"), _server_date(
+        identity
+    )
 
 
 def check_table(table: str, region: str) -> Check:
@@ -48,7 +53,9 @@ def check_table(table: str, region: str) -> Check:
         # A read of its region's presence partition is what the agent role allows on its own
         # credentials (everything of a job it reads with that job's, after a claim); the key
         # does not need to exist.
-        client("dynamodb").get_item(TableName=table, Key={"pk": {"S": f"AGENTS#{region}"}, "sk": {"S": "AGENT#relevo-doctor"}})
+        client("dynamodb").get_item(
+            TableName=table, Key={"pk": {"S": f"AGENTS#{region}"}, "sk": {"S": "AGENT#relevo-doctor"}}
+        )
     except (ClientError, BotoCoreError) as exc:
         return Check("table", Verdict.FAIL, f"cannot read table {table} ({error_words(exc)})")
     return Check("table", Verdict.OK, f"{table} is readable")
@@ -61,18 +68,26 @@ def check_queue(queue_url: str) -> Check:
         )["Attributes"]
     except (ClientError, BotoCoreError) as exc:
         return Check("queue", Verdict.FAIL, f"cannot reach the work queue {queue_url} ({error_words(exc)})")
-    return Check("queue", Verdict.OK, f"reachable, {attributes.get('ApproximateNumberOfMessages', '?')} stage(s) waiting")
+    return Check(
+        "queue",
+        Verdict.OK,
+        f"reachable, {attributes.get('ApproximateNumberOfMessages', '?')} stage(s) waiting",
+    )
 
 
 def check_clock(server: datetime | None, local: datetime, max_skew_sec: float = MAX_CLOCK_SKEW_SEC) -> Check:
     if server is None:
-        return Check("clock", Verdict.FAIL, "could not read AWS's time to compare with (see the credentials check)")
+        return Check(
+            "clock", Verdict.FAIL, "could not read AWS's time to compare with (see the credentials check)"
+        )
     skew = (local - server).total_seconds()
     # The Date header has whole seconds: allow that second on top.
     if abs(skew) > max_skew_sec + 1:
         ahead = "ahead of" if skew > 0 else "behind"
         return Check(
-            "clock", Verdict.FAIL, f"this Mac's clock is {abs(skew):.0f}s {ahead} AWS; turn on automatic time (sntp / System Settings)"
+            "clock",
+            Verdict.FAIL,
+            f"this Mac's clock is {abs(skew):.0f}s {ahead} AWS; turn on automatic time (sntp / System Settings)",
         )
     return Check("clock", Verdict.OK, f"within {max_skew_sec:.0f}s of AWS")
 
@@ -86,8 +101,16 @@ def check_stack(journal: Path, table: str | None, queue_url: str | None, endpoin
     now = {"endpoint": endpoint, "table": table, "queue": queue_url}
     changed = [f"{name} {last.get(name)} -> {now[name]}" for name in now if last.get(name) != now[name]]
     if not changed:
-        return Check("stack", Verdict.OK, f"the same stack as the agent's last run ({last.get('at', '?')}): table {table}")
-    return Check("stack", Verdict.OK, f"changed since the agent's last run ({last.get('at', '?')}): {'; '.join(changed)}")
+        return Check(
+            "stack",
+            Verdict.OK,
+            f"the same stack as the agent's last run ({last.get('at', '?')}): table {table}",
+        )
+    return Check(
+        "stack",
+        Verdict.OK,
+        f"changed since the agent's last run ({last.get('at', '?')}): {'; '.join(changed)}",
+    )
 
 
 def _existing(path: Path) -> Path:
@@ -99,7 +122,11 @@ def _existing(path: Path) -> Path:
 def check_disk(workspace_root: Path, min_free_gb: float) -> Check:
     free_gb = shutil.disk_usage(_existing(workspace_root)).free / 1024**3
     if free_gb < min_free_gb:
-        return Check("disk", Verdict.FAIL, f"only {free_gb:.1f} GiB free under {workspace_root}; at least {min_free_gb:g} GiB needed")
+        return Check(
+            "disk",
+            Verdict.FAIL,
+            f"only {free_gb:.1f} GiB free under {workspace_root}; at least {min_free_gb:g} GiB needed",
+        )
     return Check("disk", Verdict.OK, f"{free_gb:.1f} GiB free under {workspace_root}")
 
 
@@ -128,14 +155,23 @@ def check_permissions(stack: StackInfo, region: str, identity: str | None) -> Ch
     findings = [
         permissions.run(probe)
         for probe in permissions.probes(
-            stack.table_name, region, queue_url, others, stack.resources.get("ArtifactBucket"), stack.resources.get("JobStateMachine"),
-            stack.stack_name, stack.api_url, stack.region,
+            stack.table_name,
+            region,
+            queue_url,
+            others,
+            stack.resources.get("ArtifactBucket"),
+            stack.resources.get("JobStateMachine"),
+            stack.stack_name,
+            stack.api_url,
+            stack.region,
         )
     ]
     ok, words = permissions.summary(findings)
     role = stack.agent_roles.get(region)
     if identity and role:
-        words += f"; {'they are' if _session_of(identity) == role else 'not'} the agent role of {region} ({role})"
+        words += (
+            f"; {'they are' if _session_of(identity) == role else 'not'} the agent role of {region} ({role})"
+        )
     return Check("permissions", Verdict.OK if ok else Verdict.FAIL, words)
 
 
@@ -145,7 +181,11 @@ def check_outside_repositories(workspace_root: Path) -> Check:
 
     repository = inside_git_work_tree(workspace_root)
     if repository is not None:
-        return Check("workspace repository", Verdict.FAIL, f"{workspace_root} is inside the git work tree {repository}: move workspace_root out of it")
+        return Check(
+            "workspace repository",
+            Verdict.FAIL,
+            f"{workspace_root} is inside the git work tree {repository}: move workspace_root out of it",
+        )
     return Check("workspace repository", Verdict.OK, f"{workspace_root} is inside no git work tree")
 
 
@@ -158,8 +198,14 @@ def agent_private_files(config: AgentConfig, config_path: Path | None) -> list[P
         paths.append(config.stack_file)
     homes = {os.environ.get("HOME") or "", pwd.getpwuid(os.geteuid()).pw_dir} - {""}
     for name, default in (("AWS_SHARED_CREDENTIALS_FILE", "credentials"), ("AWS_CONFIG_FILE", "config")):
-        paths += [Path(os.environ[name])] if os.environ.get(name) else [Path(home) / ".aws" / default for home in sorted(homes)]
-    return [path for path in dict.fromkeys(paths) if path.is_file()]  # not /dev/null, as AWS_CONFIG_FILE may be
+        paths += (
+            [Path(os.environ[name])]
+            if os.environ.get(name)
+            else [Path(home) / ".aws" / default for home in sorted(homes)]
+        )
+    return [
+        path for path in dict.fromkeys(paths) if path.is_file()
+    ]  # not /dev/null, as AWS_CONFIG_FILE may be
 
 
 def check_build_user(config: AgentConfig, config_path: Path | None) -> list[Check]:
@@ -168,13 +214,29 @@ def check_build_user(config: AgentConfig, config_path: Path | None) -> list[Chec
     user = config.build_user
     if user is None:
         return []
-    checks = [Check("build user", Verdict.OK, f"stages run as {user.name} (uid {user.uid}, gid {user.gid}, home {user.home})")]
+    checks = [
+        Check(
+            "build user",
+            Verdict.OK,
+            f"stages run as {user.name} (uid {user.uid}, gid {user.gid}, home {user.home})",
+        )
+    ]
     readable = [path for path in agent_private_files(config, config_path) if user.can_read(path)]
     if readable:
         shown = ", ".join(f"{path} ({stat.filemode(path.stat().st_mode)})" for path in readable)
-        checks.append(Check("private files", Verdict.WARN, f"the build user {user.name} can read {shown}: chmod 600 each"))
+        checks.append(
+            Check(
+                "private files", Verdict.WARN, f"the build user {user.name} can read {shown}: chmod 600 each"
+            )
+        )
     else:
-        checks.append(Check("private files", Verdict.OK, f"the build user {user.name} can read none of the agent's config, journal, stack file and AWS files"))
+        checks.append(
+            Check(
+                "private files",
+                Verdict.OK,
+                f"the build user {user.name} can read none of the agent's config, journal, stack file and AWS files",
+            )
+        )
     return checks
 
 
@@ -183,19 +245,31 @@ def run_checks(
     table: str | None,
     queue_url: str | None,
     no_queue: str | None = None,
-    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
     stack: StackInfo | None = None,
     config_path: Path | None = None,
 ) -> list[Check]:
     credentials, server_time = check_credentials()
     checks = [credentials, check_clock(server_time, now(), config.max_clock_skew_sec)]
     if stack is not None and credentials.ok and config.region in stack.work_queues:
-        checks.append(check_permissions(stack, config.region, credentials.words.removeprefix("signed in as ")))
-    checks.append(check_table(table, config.region) if table else Check("table", Verdict.FAIL, "no table: set stack_file or table_name"))
+        checks.append(
+            check_permissions(stack, config.region, credentials.words.removeprefix("signed in as "))
+        )
+    checks.append(
+        check_table(table, config.region)
+        if table
+        else Check("table", Verdict.FAIL, "no table: set stack_file or table_name")
+    )
     if queue_url:
         checks.append(check_queue(queue_url))
     else:
-        checks.append(Check("queue", Verdict.FAIL, no_queue or f"no work queue for region {config.region!r}: set stack_file or queue_url"))
+        checks.append(
+            Check(
+                "queue",
+                Verdict.FAIL,
+                no_queue or f"no work queue for region {config.region!r}: set stack_file or queue_url",
+            )
+        )
     checks.append(check_stack(config.journal, table, queue_url, os.environ.get("AWS_ENDPOINT_URL")))
     checks.append(check_disk(config.workspace_root, config.min_free_disk_gb))
     checks.append(check_writable("workspaces", config.workspace_root))

@@ -41,13 +41,17 @@ log = logging.getLogger(__name__)
 class StageCommand:
     """`keychains`: this agent's temporary signing keychains (relevo_agent.keychain)."""
 
-    def __init__(self, config: AgentConfig, journal: Journal, keychains: Keychains, concluder: Concluder) -> None:
+    def __init__(
+        self, config: AgentConfig, journal: Journal, keychains: Keychains, concluder: Concluder
+    ) -> None:
         self.config = config
         self.journal = journal
         self.keychains = keychains
         self.concluder = concluder
 
-    def environment(self, envelope: JobEnvelope, task: StageMessage, workspace: Path, prepared: Prepared) -> dict[str, str]:
+    def environment(
+        self, envelope: JobEnvelope, task: StageMessage, workspace: Path, prepared: Prepared
+    ) -> dict[str, str]:
         # Made after the checkout (its git clean would remove it), inside the workspace as ever.
         artifact_dir = workspace / ".relevo-artifacts" / task.job_id / task.stage
         if task.shard is not None:
@@ -105,13 +109,24 @@ class StageCommand:
         self.journal.set_process_group(op_id, run.ref.attempt, None)
         if run.reason is None and run.lease.fenced(result.ended_at):
             # Its supervisor got there first (this agent was frozen, or slow to see the deadline).
-            log.warning("%s attempt %d: the command ended at the lease fence; its result is withheld", op_id, run.ref.attempt)
+            log.warning(
+                "%s attempt %d: the command ended at the lease fence; its result is withheld",
+                op_id,
+                run.ref.attempt,
+            )
             run.stop("fenced")
         return result
 
     def execute(
-        self, run: StageRun, plan: StagePlan, op_id: str, workspace: Path, env: dict[str, str], envelope: JobEnvelope,
-        shipper: Any, prepared: Prepared,
+        self,
+        run: StageRun,
+        plan: StagePlan,
+        op_id: str,
+        workspace: Path,
+        env: dict[str, str],
+        envelope: JobEnvelope,
+        shipper: Any,
+        prepared: Prepared,
     ) -> None:
         """The stage's command, then what it left (values, artifacts, handoff), to its conclusion."""
         from relevo_agent.artifacts import upload_stage_artifacts
@@ -126,12 +141,24 @@ class StageCommand:
             try:
                 self.keychains.require()  # on an agent that cannot, before any secret is read
                 identities = read_identities(envelope.signing)
-                keychain = self.keychains.create(f"{ref.job_id}.{plan.name}.{ref.attempt}", identities, plan.exec_timeout_sec)
+                keychain = self.keychains.create(
+                    f"{ref.job_id}.{plan.name}.{ref.attempt}", identities, plan.exec_timeout_sec
+                )
             except KeychainFailure as failure:
                 log.warning("%s attempt %d: no signing keychain: %s", op_id, ref.attempt, failure.message)
-                cause = {"keychain": failure.message, "agent_id": self.config.agent_id, "attempt": ref.attempt}
+                cause = {
+                    "keychain": failure.message,
+                    "agent_id": self.config.agent_id,
+                    "attempt": ref.attempt,
+                }
                 self.concluder.conclude(
-                    run, op_id, StageStatus.FAILED, OperationOutcome.FAILED, None, error=failure.error_class, cause=json.dumps(cause),
+                    run,
+                    op_id,
+                    StageStatus.FAILED,
+                    OperationOutcome.FAILED,
+                    None,
+                    error=failure.error_class,
+                    cause=json.dumps(cause),
                 )
                 return
             env = {**env, "RELEVO_KEYCHAIN": str(keychain)}
@@ -139,7 +166,8 @@ class StageCommand:
         # (fenced) as each line completes, beside the command.
         watch = OutputWatch.create(
             self.config.workspace_root / ".relevo-outputs" / f"{ref.job_id}.{plan.name}.{ref.attempt}",
-            secret_values(self.config.mask, env), lambda values, changed: self._outputs_changed(run, op_id, shipper, values, changed),
+            secret_values(self.config.mask, env),
+            lambda values, changed: self._outputs_changed(run, op_id, shipper, values, changed),
             owner=self.config.build_user,
         )
         env = {**env, "RELEVO_OUTPUT": str(watch.path)}
@@ -161,7 +189,14 @@ class StageCommand:
             # lease is still kept, each record fenced on the attempt.
             if ended_well and run.reason is None and error is None:
                 error = upload_stage_artifacts(
-                    ref, plan.name, Path(env["RELEVO_ARTIFACT_DIR"]), envelope, self.config, shipper, run.cancel, run.transfer
+                    ref,
+                    plan.name,
+                    Path(env["RELEVO_ARTIFACT_DIR"]),
+                    envelope,
+                    self.config,
+                    shipper,
+                    run.cancel,
+                    run.transfer,
                 )
             if ended_well and run.reason is None and error is None and plan.handoff:
                 handoff, error, why = self._store_handoff(run, plan, workspace, envelope, shipper, prepared)
@@ -190,10 +225,21 @@ class StageCommand:
                 receipt["warnings"] = warned
                 shipper.line(f"[relevo] succeeded with warnings: {warned['text']}")
             status = StageStatus.WARNING if warned else StageStatus.SUCCEEDED
-            self.concluder.conclude(run, op_id, status, OperationOutcome.SUCCEEDED, receipt, exit_code=result.exit_code)
-            log.info("%s %s in %.1fs", op_id, "succeeded with warnings" if warned else "succeeded", result.duration_sec)
+            self.concluder.conclude(
+                run, op_id, status, OperationOutcome.SUCCEEDED, receipt, exit_code=result.exit_code
+            )
+            log.info(
+                "%s %s in %.1fs",
+                op_id,
+                "succeeded with warnings" if warned else "succeeded",
+                result.duration_sec,
+            )
             return
-        cause: dict[str, Any] = {"exit_code": result.exit_code, "agent_id": self.config.agent_id, "attempt": ref.attempt}
+        cause: dict[str, Any] = {
+            "exit_code": result.exit_code,
+            "agent_id": self.config.agent_id,
+            "attempt": ref.attempt,
+        }
         if why:
             cause["why"] = why
             shipper.line(f"[relevo] {error.value if error else ''}: {why}")
@@ -202,32 +248,64 @@ class StageCommand:
             # done is unknown, so it is retried and the retry reconciles before it runs anything.
             cause["killed_by_signal"] = result.signaled
             self.concluder.conclude(
-                run, op_id, StageStatus.FAILED, OperationOutcome.FAILED, receipt, exit_code=result.exit_code,
-                error=ErrorClass.TRANSIENT_EXIT, cause=json.dumps(cause), stage_outcome=stage_attempts.AttemptOutcome.UNKNOWN,
+                run,
+                op_id,
+                StageStatus.FAILED,
+                OperationOutcome.FAILED,
+                receipt,
+                exit_code=result.exit_code,
+                error=ErrorClass.TRANSIENT_EXIT,
+                cause=json.dumps(cause),
+                stage_outcome=stage_attempts.AttemptOutcome.UNKNOWN,
             )
-            log.warning("%s was killed by signal %d, not by this agent: retried, reconciled first", op_id, result.signaled)
+            log.warning(
+                "%s was killed by signal %d, not by this agent: retried, reconciled first",
+                op_id,
+                result.signaled,
+            )
             return
         error = error or classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
         self.concluder.conclude(
-            run, op_id, StageStatus.FAILED, OperationOutcome.FAILED, receipt, exit_code=result.exit_code, error=error, cause=json.dumps(cause),
+            run,
+            op_id,
+            StageStatus.FAILED,
+            OperationOutcome.FAILED,
+            receipt,
+            exit_code=result.exit_code,
+            error=error,
+            cause=json.dumps(cause),
         )
         log.info("%s failed: %s (exit %d)", op_id, error.value, result.exit_code)
 
-    def _outputs_changed(self, run: StageRun, op_id: str, shipper: Any, values: dict[str, str], changed: list[str]) -> None:
+    def _outputs_changed(
+        self, run: StageRun, op_id: str, shipper: Any, values: dict[str, str], changed: list[str]
+    ) -> None:
         """New values of the command's: journaled first, then recorded on the stage, fenced."""
         ref = run.ref
         self.journal.set_outputs(op_id, ref.attempt, values)
         for key in changed:
             shown = values[key] if len(values[key]) <= 200 else values[key][:200] + "…"
-            shipper.line(f"[relevo] output {key}={shown}" if "\n" not in shown else f"[relevo] output {key} ({values[key].count(chr(10)) + 1} lines)")
+            shipper.line(
+                f"[relevo] output {key}={shown}"
+                if "\n" not in shown
+                else f"[relevo] output {key} ({values[key].count(chr(10)) + 1} lines)"
+            )
         try:
             with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):
                 stage_attempts.record_outputs(ref, values)
         except stage_attempts.LeaseLost:
-            log.warning("%s attempt %d: its values were refused: the attempt is no longer held", op_id, ref.attempt)
+            log.warning(
+                "%s attempt %d: its values were refused: the attempt is no longer held", op_id, ref.attempt
+            )
 
     def _store_handoff(
-        self, run: StageRun, plan: StagePlan, workspace: Path, envelope: JobEnvelope, shipper: Any, prepared: Prepared
+        self,
+        run: StageRun,
+        plan: StagePlan,
+        workspace: Path,
+        envelope: JobEnvelope,
+        shipper: Any,
+        prepared: Prepared,
     ) -> tuple[dict[str, Any] | None, ErrorClass | None, str | None]:
         """(the summary for the receipt, or the error class and why the stage fails)."""
         from relevo_agent.artifacts import bucket_region
@@ -249,8 +327,18 @@ class StageCommand:
         location = self.config.location_region
         try:
             summary = store_handoff(
-                ref, plan.name, workspace, plan.handoff, envelope.artifact_uri, envelope.ttl, prepared.known, handoff_cache(self.config),
-                emit, run.cancel, max_job_bytes=envelope.artifact_max_job_bytes, bucket_region=region,
+                ref,
+                plan.name,
+                workspace,
+                plan.handoff,
+                envelope.artifact_uri,
+                envelope.ttl,
+                prepared.known,
+                handoff_cache(self.config),
+                emit,
+                run.cancel,
+                max_job_bytes=envelope.artifact_max_job_bytes,
+                bucket_region=region,
                 crosses_region=None if location is None or not region else region != location,
             )
         except HandoffFailure as failure:

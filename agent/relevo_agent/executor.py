@@ -12,9 +12,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from relevo_agent.build_user import BuildUser
 from relevo_agent.lease import Lease
@@ -152,7 +153,9 @@ def run_command(
             process = _spawn(["bash", "-c", command], workspace, env, (), spawn)
         else:
             fd = supervisor.pipe
-            process = _spawn(["bash", "-c", _announcing(fd), "relevo-stage", command], workspace, env, (fd,), spawn)
+            process = _spawn(
+                ["bash", "-c", _announcing(fd), "relevo-stage", command], workspace, env, (fd,), spawn
+            )
     except BaseException:
         if supervisor is not None:
             supervisor.done()

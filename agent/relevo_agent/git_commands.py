@@ -13,9 +13,10 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from relevo_agent.build_user import BuildUser
 from relevo_agent.stage_env import as_build_user, without_agent_credentials
@@ -23,10 +24,21 @@ from relevo_core.models.errors import ErrorClass
 
 # What git prints when retrying cannot help (checked first) and when the network failed.
 _REFUSED = (
-    "authentication failed", "permission denied", "could not read username", "could not read password",
-    "invalid username or password", "repository not found", "does not appear to be a git repository",
-    "the requested url returned error: 401", "the requested url returned error: 403", "the requested url returned error: 404",
-    "host key verification failed", "couldn't find remote ref", "not our ref", "no such remote", "access denied",
+    "authentication failed",
+    "permission denied",
+    "could not read username",
+    "could not read password",
+    "invalid username or password",
+    "repository not found",
+    "does not appear to be a git repository",
+    "the requested url returned error: 401",
+    "the requested url returned error: 403",
+    "the requested url returned error: 404",
+    "host key verification failed",
+    "couldn't find remote ref",
+    "not our ref",
+    "no such remote",
+    "access denied",
     "not a git repository",
 )
 
@@ -49,15 +61,29 @@ def classify(stderr: str) -> ErrorClass:
     return ErrorClass.CONNECTION_RESET
 
 
-
 class Git:
     """git commands of one stage's checkout, each killed (its process group) at the deadline or
     when the stage is stopped, whichever comes first."""
 
     # Every command: no prompt, no credential helper of the Mac's configuration, no hooks.
-    CONFIG = ("-c", "credential.helper=", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always", "-c", "advice.detachedHead=false")
+    CONFIG = (
+        "-c",
+        "credential.helper=",
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "protocol.file.allow=always",
+        "-c",
+        "advice.detachedHead=false",
+    )
 
-    def __init__(self, deadline: float, cancel: threading.Event, masked: list[str] | None = None, user: BuildUser | None = None) -> None:
+    def __init__(
+        self,
+        deadline: float,
+        cancel: threading.Event,
+        masked: list[str] | None = None,
+        user: BuildUser | None = None,
+    ) -> None:
         self.deadline, self.cancel = deadline, cancel
         self.masked = masked or []
         base = without_agent_credentials(os.environ)
@@ -73,12 +99,26 @@ class Git:
             text = text.replace(value, "******")
         return text
 
-    def run(self, args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None, limit: float | None = None,
-            check: bool = True, what: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        args: list[str],
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        limit: float | None = None,
+        check: bool = True,
+        what: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         deadline = self.deadline if limit is None else min(self.deadline, time.monotonic() + limit)
         process = subprocess.Popen(
-            ["git", *self.CONFIG, *args], cwd=cwd, env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **self.spawn,
+            ["git", *self.CONFIG, *args],
+            cwd=cwd,
+            env={**self.env, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            **self.spawn,
         )
         while True:
             try:
@@ -91,12 +131,16 @@ class Git:
                     if self.cancel.is_set():
                         raise CheckoutStopped() from None
                     raise CheckoutFailure(
-                        ErrorClass.NETWORK_TIMEOUT, f"checkout: `git {what or args[0]}` did not finish in time (checkout.timeout_sec or the stage's exec timeout); killed"
+                        ErrorClass.NETWORK_TIMEOUT,
+                        f"checkout: `git {what or args[0]}` did not finish in time (checkout.timeout_sec or the stage's exec timeout); killed",
                     ) from None
         done = subprocess.CompletedProcess(args, process.returncode, out, err)
         if check and done.returncode != 0:
             message = self.mask(err.strip() or out.strip())[-1500:]
-            raise CheckoutFailure(classify(message), f"checkout: `git {what or args[0]}` failed (exit {done.returncode}): {message}")
+            raise CheckoutFailure(
+                classify(message),
+                f"checkout: `git {what or args[0]}` failed (exit {done.returncode}): {message}",
+            )
         return done
 
 
@@ -127,7 +171,10 @@ def locked(path: Path, deadline: float, cancel: threading.Event) -> Iterator[Non
                 if cancel.is_set():
                     raise CheckoutStopped() from None
                 if time.monotonic() >= deadline:
-                    raise CheckoutFailure(ErrorClass.NETWORK_TIMEOUT, f"checkout: the mirror {path.stem} stayed locked by another agent of this Mac") from None
+                    raise CheckoutFailure(
+                        ErrorClass.NETWORK_TIMEOUT,
+                        f"checkout: the mirror {path.stem} stayed locked by another agent of this Mac",
+                    ) from None
                 time.sleep(0.1)
         yield
     finally:

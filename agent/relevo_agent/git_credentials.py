@@ -10,14 +10,16 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from relevo_agent.build_user import BuildUser
 from relevo_agent.git_commands import CheckoutFailure
 from relevo_core.aws import client
 from relevo_core.models.errors import ErrorClass
+
 
 def git_secret(credentials_ref: str) -> dict[str, Any]:
     """The secret of `credentials_ref`: a JSON object of its fields, or a bare password or token."""
@@ -53,7 +55,16 @@ def credential_files(
         if secret.get("ssh_private_key"):
             key = directory / "identity"
             _private_file(key, str(secret["ssh_private_key"]).rstrip("\n") + "\n")
-            options = ["-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"]
+            options = [
+                "-i",
+                str(key),
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=yes",
+            ]
             if secret.get("known_hosts"):
                 known = directory / "known_hosts"
                 _private_file(known, str(secret["known_hosts"]))

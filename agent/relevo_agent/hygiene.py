@@ -20,10 +20,10 @@ import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import Journal
@@ -90,7 +90,9 @@ class WorkspaceLocks:
 
 
 class Hygiene:
-    def __init__(self, config: AgentConfig, journal: Journal, running_workspaces: Callable[[], set[Path]]) -> None:
+    def __init__(
+        self, config: AgentConfig, journal: Journal, running_workspaces: Callable[[], set[Path]]
+    ) -> None:
         self.config = config
         self.journal = journal
         self._running_workspaces = running_workspaces
@@ -103,7 +105,7 @@ class Hygiene:
 
     def used(self, workspace: Path) -> None:
         """A stage of this workspace starts: it is the most recently used."""
-        self.journal.remember(_USED_KEY + workspace.name, datetime.now(timezone.utc).isoformat())
+        self.journal.remember(_USED_KEY + workspace.name, datetime.now(UTC).isoformat())
 
     def stage_ended(self, project: str, workspace: Path, cleanup: str | None) -> None:
         with self._lock:
@@ -134,8 +136,15 @@ class Hygiene:
             env = as_build_user(env, user)
         try:
             done = subprocess.run(
-                ["bash", "-c", command], cwd=workspace if workspace.is_dir() else None, capture_output=True, text=True,
-                timeout=self.config.cleanup_timeout_sec, check=False, start_new_session=True, env=env, **spawn,
+                ["bash", "-c", command],
+                cwd=workspace if workspace.is_dir() else None,
+                capture_output=True,
+                text=True,
+                timeout=self.config.cleanup_timeout_sec,
+                check=False,
+                start_new_session=True,
+                env=env,
+                **spawn,
             )
             log.info("cleanup of %s exited %d", project, done.returncode)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -149,18 +158,24 @@ class Hygiene:
         workspaces = [path for path in root.iterdir() if path.is_dir() and not path.name.startswith(".")]
 
         def last_used(path: Path) -> str:
-            return self.journal.recall(_USED_KEY + path.name) or datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat()
+            return (
+                self.journal.recall(_USED_KEY + path.name)
+                or datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat()
+            )
 
         ordered = sorted(workspaces, key=last_used, reverse=True)
         held = {path.resolve() for path in self.held()}
         removed = []
-        for path in ordered[self.config.keep_workspaces:]:
+        for path in ordered[self.config.keep_workspaces :]:
             if path.resolve() in held:
                 log.info("workspace %s is beyond keep_workspaces but a lease holds it; kept", path)
                 continue
             with self.locks.removing(path) as free:
                 if not free:
-                    log.info("workspace %s is beyond keep_workspaces but a stage of another agent uses it; kept", path)
+                    log.info(
+                        "workspace %s is beyond keep_workspaces but a stage of another agent uses it; kept",
+                        path,
+                    )
                     continue
                 shutil.rmtree(path, ignore_errors=True)
             removed.append(path)

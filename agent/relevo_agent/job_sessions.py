@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import TYPE_CHECKING, NamedTuple
 
 from relevo_agent.claim_routes import ClaimRoutes, RouteError, RouteUnreachable, session_credentials
@@ -33,6 +33,7 @@ RENEW_AT_LEAST_SEC = 300.0
 RENEW_CHECK_SEC = 10.0
 RENEW_CALL_SEC = 10.0
 
+
 class AttemptKey(NamedTuple):
     """An attempt this agent holds credentials for; two shards of one stage are two attempts."""
 
@@ -51,7 +52,7 @@ class _Held:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class AttemptNotHeld(Exception):
@@ -85,7 +86,9 @@ class JobSessions:
         if held is not None:
             return held.credentials
         if not claim_secret or self.routes is None:
-            raise AttemptNotHeld(f"{key[0]} stage {key[1]} attempt {key[2]}: no claim secret to resume its credentials with")
+            raise AttemptNotHeld(
+                f"{key[0]} stage {key[1]} attempt {key[2]}: no claim secret to resume its credentials with"
+            )
         session = self._renew(key, claim_secret)
         return self.granted(key, claim_secret, session)
 
@@ -101,8 +104,14 @@ class JobSessions:
         from relevo_core.models.agent_session import SessionRequest
 
         assert self.routes is not None
-        request = SessionRequest(job_id=key[0], stage_index=key[1], shard=getattr(key, "shard", None), attempt=key[2], agent_id=self.agent_id,
-                                 claim_secret=claim_secret)
+        request = SessionRequest(
+            job_id=key[0],
+            stage_index=key[1],
+            shard=getattr(key, "shard", None),
+            attempt=key[2],
+            agent_id=self.agent_id,
+            claim_secret=claim_secret,
+        )
         try:
             with call_budget(RENEW_CALL_SEC):
                 return self.routes.renew(request)
@@ -123,12 +132,20 @@ class JobSessions:
             try:
                 session = self._renew(key, held.claim_secret)
             except AttemptNotHeld as refused:
-                log.warning("job credentials not renewed (%s): the attempt's next calls will be refused", refused)
+                log.warning(
+                    "job credentials not renewed (%s): the attempt's next calls will be refused", refused
+                )
                 self.release(key)
                 continue
             except RouteUnreachable as exc:
                 if not reachability.failed(exc):
-                    log.warning("job credentials of %s stage %d attempt %d not renewed yet (%s)", key[0], key[1], key[2], exc)
+                    log.warning(
+                        "job credentials of %s stage %d attempt %d not renewed yet (%s)",
+                        key[0],
+                        key[1],
+                        key[2],
+                        exc,
+                    )
                 continue
             held.credentials.replace(session_credentials(session))
             held.granted_at = _now()

@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -119,11 +119,13 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 """
 # Columns added after the first release: journals written before them gain them on open.
-_ADDED_COLUMNS = {"operations": {"pgid": "INTEGER", "outputs": "TEXT", "claim_secret": "TEXT", "shard": "INTEGER"}}
+_ADDED_COLUMNS = {
+    "operations": {"pgid": "INTEGER", "outputs": "TEXT", "claim_secret": "TEXT", "shard": "INTEGER"}
+}
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 class Journal:
@@ -154,7 +156,9 @@ class Journal:
         self._db.execute("UPDATE operations SET run_token=NULL WHERE run_token IS NOT NULL")
         # Which journal this is: a claim records it, and a restarted agent takes over only the
         # attempts its own journal claimed (an agent_id cloned onto another Mac has another one).
-        self._db.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('journal_id', ?)", (uuid.uuid4().hex,))
+        self._db.execute(
+            "INSERT OR IGNORE INTO meta (name, value) VALUES ('journal_id', ?)", (uuid.uuid4().hex,)
+        )
         self.journal_id: str = self._meta("journal_id") or ""
 
     def _meta(self, name: str) -> str | None:
@@ -164,7 +168,10 @@ class Journal:
     def remember(self, name: str, value: str) -> None:
         """A fact about this agent's past runs (the stack it last ran against, for doctor)."""
         with self._lock:
-            self._db.execute("INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value", (name, value))
+            self._db.execute(
+                "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+                (name, value),
+            )
 
     def recall(self, name: str) -> str | None:
         with self._lock:
@@ -227,14 +234,25 @@ class Journal:
             )
 
     def record(
-        self, operation_id: str, attempt: int, outcome: OperationOutcome, receipt: dict[str, Any] | None, report: dict[str, Any] | None
+        self,
+        operation_id: str,
+        attempt: int,
+        outcome: OperationOutcome,
+        receipt: dict[str, Any] | None,
+        report: dict[str, Any] | None,
     ) -> None:
         """The outcome and receipt, and (when there is something to tell Relevo) the outbox entry
         that reports it: one SQLite transaction, so neither exists without the other."""
         with self._lock, self._transaction():
             self._db.execute(
                 "UPDATE operations SET outcome=?, receipt=?, updated_at=? WHERE operation_id=? AND attempt=?",
-                (outcome.value, json.dumps(receipt) if receipt is not None else None, _now(), operation_id, attempt),
+                (
+                    outcome.value,
+                    json.dumps(receipt) if receipt is not None else None,
+                    _now(),
+                    operation_id,
+                    attempt,
+                ),
             )
             if report is not None:
                 self._db.execute(
@@ -244,14 +262,17 @@ class Journal:
 
     def get(self, operation_id: str) -> Operation | None:
         with self._lock:
-            row = self._db.execute("SELECT * FROM operations WHERE operation_id=?", (operation_id,)).fetchone()
+            row = self._db.execute(
+                "SELECT * FROM operations WHERE operation_id=?", (operation_id,)
+            ).fetchone()
         return _operation(row) if row else None
 
     def in_flight(self) -> list[Operation]:
         """Operations whose command was running when the agent last stopped."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT * FROM operations WHERE outcome=? ORDER BY updated_at", (OperationOutcome.RUNNING.value,)
+                "SELECT * FROM operations WHERE outcome=? ORDER BY updated_at",
+                (OperationOutcome.RUNNING.value,),
             ).fetchall()
         return [_operation(row) for row in rows]
 
@@ -259,7 +280,10 @@ class Journal:
     def pending(self, limit: int = 50) -> list[Report]:
         with self._lock:
             rows = self._db.execute("SELECT * FROM outbox ORDER BY id LIMIT ?", (limit,)).fetchall()
-        return [Report(row["id"], row["operation_id"], row["attempt"], json.loads(row["payload"]), row["tries"]) for row in rows]
+        return [
+            Report(row["id"], row["operation_id"], row["attempt"], json.loads(row["payload"]), row["tries"])
+            for row in rows
+        ]
 
     def sent(self, report_id: int) -> None:
         """Relevo has the report (or refused it for good): it leaves the outbox."""
@@ -270,7 +294,7 @@ class Journal:
         with self._lock:
             self._db.execute("UPDATE outbox SET tries = tries + 1 WHERE id=?", (report_id,))
 
-    def _transaction(self) -> "_Transaction":
+    def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
 
 

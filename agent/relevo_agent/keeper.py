@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -18,8 +19,8 @@ from relevo_agent.attempt import utc_now
 from relevo_agent.claim_routes import RouteError, RouteUnreachable
 from relevo_agent.reachability import stack as reachability
 from relevo_core.aws import call_budget, error_code, in_this_context
-from relevo_core.models.errors import ErrorCode
 from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC
+from relevo_core.models.errors import ErrorCode
 from relevo_core.models.transfer import TransferProgress
 from relevo_core.store import stage_attempts
 
@@ -30,12 +31,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def keep(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[StageRun], None]) -> list[threading.Thread]:
+def keep(
+    run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[StageRun], None]
+) -> list[threading.Thread]:
     """The lease keeper and the fence of `run`, started (with the job credentials of this
     thread's scope); both end once `run.done` is set. `heartbeat`: the run's task heartbeat
     (relevo_agent.claim.Claims.heartbeat, through the region's route)."""
     keepers = [
-        threading.Thread(target=in_this_context(keep_lease), args=(run, op_id, stop, heartbeat), name="lease", daemon=True),
+        threading.Thread(
+            target=in_this_context(keep_lease), args=(run, op_id, stop, heartbeat), name="lease", daemon=True
+        ),
         threading.Thread(target=in_this_context(keep_fence), args=(run, op_id), name="fence", daemon=True),
     ]
     for keeper in keepers:
@@ -81,14 +86,21 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[
             lease.extend(sent)
             renew_at = sent + interval
             if failed:
-                log.info("%s: lease renewed again after %d failed tr%s", op_id, failed, "y" if failed == 1 else "ies")
+                log.info(
+                    "%s: lease renewed again after %d failed tr%s",
+                    op_id,
+                    failed,
+                    "y" if failed == 1 else "ies",
+                )
                 failed = 0
             reachability.answered()
             continue
         except stage_attempts.LeaseLost as lost:
             if lost.ended:
                 # Its job ended, or for a shard, a sibling failed for good (fail_fast).
-                log.warning("%s: canceled (its job ended, or a sibling shard failed); stopping the stage", op_id)
+                log.warning(
+                    "%s: canceled (its job ended, or a sibling shard failed); stopping the stage", op_id
+                )
                 run.stop("canceled")
             else:
                 log.warning("%s stage %d: lease taken over; stopping the stage", ref.job_id, ref.stage_index)
@@ -96,11 +108,18 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[
             return
         except RouteError as refused:
             if refused.code == ErrorCode.TASK_GONE.value:
-                log.warning("%s stage %d: the execution no longer waits for it; stopping", ref.job_id, ref.stage_index)
+                log.warning(
+                    "%s stage %d: the execution no longer waits for it; stopping", ref.job_id, ref.stage_index
+                )
                 run.stop("canceled")
                 return
             if refused.code in (ErrorCode.ATTEMPT_ENDED.value, ErrorCode.ATTEMPT_NOT_HELD.value):
-                log.warning("%s stage %d: the heartbeat was refused (%s); stopping the stage", ref.job_id, ref.stage_index, refused.message)
+                log.warning(
+                    "%s stage %d: the heartbeat was refused (%s); stopping the stage",
+                    ref.job_id,
+                    ref.stage_index,
+                    refused.message,
+                )
                 run.stop("lease_lost")
                 return
             why = str(refused)
@@ -116,7 +135,11 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[
         failed += 1
         log.log(
             logging.WARNING if failed == 1 else logging.DEBUG,
-            "%s: renewal failed (%s); %.1fs left before the fence, retrying every %gs", op_id, why, lease.fence_in(), RETRY_AFTER_FAILURE_SEC,
+            "%s: renewal failed (%s); %.1fs left before the fence, retrying every %gs",
+            op_id,
+            why,
+            lease.fence_in(),
+            RETRY_AFTER_FAILURE_SEC,
         )
         renew_at = time.monotonic() + RETRY_AFTER_FAILURE_SEC
 
@@ -130,7 +153,9 @@ def keep_fence(run: StageRun, op_id: str) -> None:
         if lease.fenced():
             log.warning(
                 "%s attempt %d: no renewal came back in time; fencing (SIGTERM now, SIGKILL after %.1fs)",
-                op_id, run.ref.attempt, lease.grace_sec,
+                op_id,
+                run.ref.attempt,
+                lease.grace_sec,
             )
             run.stop("fenced")
             return

@@ -91,9 +91,15 @@ def read_identities(plan: SigningPlan) -> list[Identity]:
             passphrase = secretsmanager.get_secret_value(SecretId=identity.passphrase_ref)
         except ClientError as exc:
             code = error_code(exc)
-            raise KeychainFailure(ErrorClass.KEYCHAIN_FAILED, f"signing identity {identity.p12_ref}: Secrets Manager refused ({code})") from None
+            raise KeychainFailure(
+                ErrorClass.KEYCHAIN_FAILED,
+                f"signing identity {identity.p12_ref}: Secrets Manager refused ({code})",
+            ) from None
         except BotoCoreError as exc:
-            raise KeychainFailure(ErrorClass.NETWORK_TIMEOUT, f"signing identity {identity.p12_ref}: Secrets Manager unreachable ({exc})") from None
+            raise KeychainFailure(
+                ErrorClass.NETWORK_TIMEOUT,
+                f"signing identity {identity.p12_ref}: Secrets Manager unreachable ({exc})",
+            ) from None
         if "SecretBinary" not in p12:
             raise KeychainFailure(
                 ErrorClass.KEYCHAIN_FAILED,
@@ -101,15 +107,25 @@ def read_identities(plan: SigningPlan) -> list[Identity]:
                 "(aws secretsmanager put-secret-value --secret-binary fileb://identity.p12)",
             )
         if "SecretString" not in passphrase:
-            raise KeychainFailure(ErrorClass.KEYCHAIN_FAILED, f"signing passphrase {identity.passphrase_ref} must be a SecretString")
-        found.append(Identity(identity.p12_ref, bytes(p12["SecretBinary"]), str(passphrase["SecretString"]).rstrip("\r\n")))
+            raise KeychainFailure(
+                ErrorClass.KEYCHAIN_FAILED,
+                f"signing passphrase {identity.passphrase_ref} must be a SecretString",
+            )
+        found.append(
+            Identity(
+                identity.p12_ref, bytes(p12["SecretBinary"]), str(passphrase["SecretString"]).rstrip("\r\n")
+            )
+        )
     return found
 
 
 def _quoted(argument: str) -> str:
     """One argument of an interactive `security` line: double quotes, \\ and " escaped."""
     if any(ch in argument for ch in "\n\r\0"):
-        raise KeychainFailure(ErrorClass.KEYCHAIN_FAILED, "a signing passphrase or path holds a line break or NUL, which `security -i` cannot take")
+        raise KeychainFailure(
+            ErrorClass.KEYCHAIN_FAILED,
+            "a signing passphrase or path holds a line break or NUL, which `security -i` cannot take",
+        )
     return '"' + argument.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -126,23 +142,34 @@ class SecurityTool:
         """A command with secrets in it: a line on the stdin of `security -i`, never in argv."""
         line = " ".join(_quoted(argument) for argument in argv) + "\n"
         if len(line.encode()) > MAX_LINE:
-            raise KeychainFailure(ErrorClass.KEYCHAIN_FAILED, f"security {argv[0]}: the command is over {MAX_LINE} bytes")
+            raise KeychainFailure(
+                ErrorClass.KEYCHAIN_FAILED, f"security {argv[0]}: the command is over {MAX_LINE} bytes"
+            )
         return self._call([str(self.path), "-i"], line, argv[0], hidden)
 
     def _call(self, argv: list[str], stdin: str | None, what: str, hidden: tuple[str, ...]) -> str:
         try:
             done = subprocess.run(
-                argv, input=stdin if stdin is not None else "", capture_output=True, text=True, timeout=self.timeout_sec,
-                check=False, start_new_session=True,  # no controlling terminal: nothing can prompt on one
+                argv,
+                input=stdin if stdin is not None else "",
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_sec,
+                check=False,
+                start_new_session=True,  # no controlling terminal: nothing can prompt on one
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise KeychainFailure(ErrorClass.KEYCHAIN_FAILED, f"security {what} did not run ({exc.__class__.__name__})") from None
+            raise KeychainFailure(
+                ErrorClass.KEYCHAIN_FAILED, f"security {what} did not run ({exc.__class__.__name__})"
+            ) from None
         # Interactive mode may end 0 after a failed command: its message on stderr says so.
         if done.returncode != 0 or done.stderr.strip():
             said = done.stderr.strip()
             for secret in hidden:
                 said = said.replace(secret, "******")
-            raise KeychainFailure(ErrorClass.KEYCHAIN_FAILED, f"security {what} failed (exit {done.returncode}): {said[-500:]}")
+            raise KeychainFailure(
+                ErrorClass.KEYCHAIN_FAILED, f"security {what} failed (exit {done.returncode}): {said[-500:]}"
+            )
         return done.stdout
 
 
@@ -193,9 +220,18 @@ class Keychains:
             security.run_hidden(["unlock-keychain", "-p", password, str(path)], (password,))
             for index, identity in enumerate(identities):
                 self._import(path, index, identity)
-            security.run_hidden(["set-key-partition-list", "-S", PARTITION_LIST, "-s", "-k", password, str(path)], (password,))
+            security.run_hidden(
+                ["set-key-partition-list", "-S", PARTITION_LIST, "-s", "-k", password, str(path)], (password,)
+            )
             listed = self.search_list()
-            security.run("list-keychains", "-d", "user", "-s", str(path), *[other for other in listed if not self._ours(other)])
+            security.run(
+                "list-keychains",
+                "-d",
+                "user",
+                "-s",
+                str(path),
+                *[other for other in listed if not self._ours(other)],
+            )
         except BaseException:
             self.delete(path)
             raise
@@ -211,10 +247,13 @@ class Keychains:
                 handle.write(identity.p12)
             trusted = [argument for tool in TRUSTED_TOOLS for argument in ("-T", tool)]
             self.security.run_hidden(
-                ["import", str(p12), "-k", str(path), "-f", "pkcs12", "-P", identity.passphrase, *trusted], (identity.passphrase,)
+                ["import", str(p12), "-k", str(path), "-f", "pkcs12", "-P", identity.passphrase, *trusted],
+                (identity.passphrase,),
             )
         except KeychainFailure as failure:
-            raise KeychainFailure(failure.error_class, f"signing identity {identity.p12_ref}: {failure.message}") from None
+            raise KeychainFailure(
+                failure.error_class, f"signing identity {identity.p12_ref}: {failure.message}"
+            ) from None
         finally:
             p12.unlink(missing_ok=True)
 
@@ -234,15 +273,29 @@ class Keychains:
         try:
             listed = self.search_list()
             if any(self._ours(entry) and Path(entry).name == path.name for entry in listed):
-                self.security.run("list-keychains", "-d", "user", "-s", *[entry for entry in listed if Path(entry).name != path.name or not self._ours(entry)])
+                self.security.run(
+                    "list-keychains",
+                    "-d",
+                    "user",
+                    "-s",
+                    *[entry for entry in listed if Path(entry).name != path.name or not self._ours(entry)],
+                )
         except KeychainFailure as failure:
-            log.warning("signing keychain %s: could not take it off the search list (%s); the agent's next start tries again", path.name, failure)
+            log.warning(
+                "signing keychain %s: could not take it off the search list (%s); the agent's next start tries again",
+                path.name,
+                failure,
+            )
             deleted = False
         if path.exists():
             try:
                 self.security.run("delete-keychain", str(path))
             except KeychainFailure as failure:
-                log.warning("signing keychain %s: could not delete it (%s); the agent's next start tries again", path.name, failure)
+                log.warning(
+                    "signing keychain %s: could not delete it (%s); the agent's next start tries again",
+                    path.name,
+                    failure,
+                )
                 deleted = False
         if deleted:
             log.info("signing keychain %s deleted", path.name)
@@ -258,15 +311,30 @@ class Keychains:
         try:
             listed = self.search_list()
             if any(self._ours(entry) for entry in listed):
-                self.security.run("list-keychains", "-d", "user", "-s", *[entry for entry in listed if not self._ours(entry)])
+                self.security.run(
+                    "list-keychains",
+                    "-d",
+                    "user",
+                    "-s",
+                    *[entry for entry in listed if not self._ours(entry)],
+                )
         except KeychainFailure as failure:
-            log.warning("leftover signing keychains: could not clean the search list (%s); the next start tries again", failure)
+            log.warning(
+                "leftover signing keychains: could not clean the search list (%s); the next start tries again",
+                failure,
+            )
         removed = []
         for path in left:
-            log.warning("signing keychain %s was left by an earlier run of this agent; deleting it", path.name)
+            log.warning(
+                "signing keychain %s was left by an earlier run of this agent; deleting it", path.name
+            )
             try:
                 self.security.run("delete-keychain", str(path))
                 removed.append(path)
             except KeychainFailure as failure:
-                log.warning("signing keychain %s: could not delete it (%s); the next start tries again", path.name, failure)
+                log.warning(
+                    "signing keychain %s: could not delete it (%s); the next start tries again",
+                    path.name,
+                    failure,
+                )
         return removed

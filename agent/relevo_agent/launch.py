@@ -50,20 +50,30 @@ def stack_target(settings: AgentConfig, config: Path) -> StackTarget:
         except FileNotFoundError as exc:
             raise config_mistake(config, ("stack_file",), str(exc)) from exc
         except ValueError as exc:
-            raise config_mistake(config, ("stack_file",), f"{settings.stack_file} is not a stack.json ({type(exc).__name__})") from exc
+            raise config_mistake(
+                config, ("stack_file",), f"{settings.stack_file} is not a stack.json ({type(exc).__name__})"
+            ) from exc
         # A local stack gives its agents a session of their region's agent role.
         stack.apply_to_environment(agent_region=settings.region)
         queue_url = stack.work_queues.get(settings.region)
         regions = ", ".join(sorted(stack.work_queues)) or "none"
-        no_queue = None if queue_url else (
-            f"no work queue for region {settings.region!r} in the stack {settings.stack_file} (its region affinities: {regions})"
+        no_queue = (
+            None
+            if queue_url
+            else (
+                f"no work queue for region {settings.region!r} in the stack {settings.stack_file} (its region affinities: {regions})"
+            )
         )
         return StackTarget(stack.table_name, queue_url, stack.api_url, no_queue, stack)
     if settings.aws_region:
         os.environ.setdefault("AWS_REGION", settings.aws_region)
         os.environ.setdefault("AWS_DEFAULT_REGION", settings.aws_region)
     missing = [name for name in ("table_name", "queue_url", "api_url") if not getattr(settings, name)]
-    no_queue = f"{' and '.join(missing)} not set: set stack_file, or table_name, queue_url and api_url" if missing else None
+    no_queue = (
+        f"{' and '.join(missing)} not set: set stack_file, or table_name, queue_url and api_url"
+        if missing
+        else None
+    )
     return StackTarget(settings.table_name, settings.queue_url, settings.api_url, no_queue)
 
 
@@ -76,14 +86,20 @@ def startable(config: Path) -> tuple[AgentConfig, StackTarget]:
     repository = inside_git_work_tree(settings.workspace_root)
     if repository is not None:
         raise config_mistake(
-            config, ("workspace_root",),
+            config,
+            ("workspace_root",),
             f"{settings.workspace_root} is inside the git work tree {repository}: git in a stage, or the checkout's "
             "git clean, would act on that repository; choose a directory outside it",
         )
     target = stack_target(settings, config)
     if target.no_queue:
-        unset = next((name for name in ("table_name", "queue_url", "api_url") if not getattr(settings, name)), "queue_url")
-        raise config_mistake(config, ("region",) if settings.stack_file is not None else (unset,), target.no_queue)
+        unset = next(
+            (name for name in ("table_name", "queue_url", "api_url") if not getattr(settings, name)),
+            "queue_url",
+        )
+        raise config_mistake(
+            config, ("region",) if settings.stack_file is not None else (unset,), target.no_queue
+        )
     return settings, target
 
 
@@ -120,7 +136,9 @@ def run_agent(config: Path, debug: bool = False, follow_stack: bool = False) -> 
 
     lean_endpoints()  # 6 MB of an idle agent's 55 (relevo_core.aws)
 
-    agent = Agent(settings, str(target.table), str(target.queue_url), api_url=target.api_url, follow_stack=follow_stack)
+    agent = Agent(
+        settings, str(target.table), str(target.queue_url), api_url=target.api_url, follow_stack=follow_stack
+    )
 
     def _count(signum: int, _frame: object) -> None:
         # Only count: the supervisor loop decides (1 drain, 2 cancel running stages, 3 exit now).
@@ -137,7 +155,7 @@ def run_agent(config: Path, debug: bool = False, follow_stack: bool = False) -> 
     return code
 
 
-def _start_again_with_the_stack(agent: "Agent", stack_file: Path, debug: bool, config: Path) -> int:
+def _start_again_with_the_stack(agent: Agent, stack_file: Path, debug: bool, config: Path) -> int:
     """This process again (same pid, its inherited locks kept) once the stack file names a stack
     other than the one that went away; a signal meanwhile ends the wait (exit 0)."""
     import time
@@ -148,27 +166,48 @@ def _start_again_with_the_stack(agent: "Agent", stack_file: Path, debug: bool, c
             stack = load_stack(stack_file)
         except (OSError, ValueError):
             stack = None  # not there (the stack is down), or being written
-        if stack is not None and {"endpoint": stack.aws_endpoint, "table": stack.table_name,
-                                  "queue": stack.work_queues.get(agent.config.region)} != gone:
-            logging.getLogger("relevo_agent").info("the stack file %s names a running stack: starting again", stack_file)
+        if (
+            stack is not None
+            and {
+                "endpoint": stack.aws_endpoint,
+                "table": stack.table_name,
+                "queue": stack.work_queues.get(agent.config.region),
+            }
+            != gone
+        ):
+            logging.getLogger("relevo_agent").info(
+                "the stack file %s names a running stack: starting again", stack_file
+            )
             for handler in logging.getLogger().handlers:
                 handler.flush()
-            os.execv(sys.executable, [sys.executable, *launch_arguments(config, follow_stack=True, debug=debug)])
+            os.execv(
+                sys.executable, [sys.executable, *launch_arguments(config, follow_stack=True, debug=debug)]
+            )
         time.sleep(STACK_FILE_WAIT_SEC)
     return 0
 
 
 def launch_arguments(config: Path, follow_stack: bool = False, debug: bool = False) -> list[str]:
     """The interpreter's arguments that run the agent of `config` (this module)."""
-    return ["-m", "relevo_agent.launch", "--config", str(config), *(["--follow-stack"] if follow_stack else []), *(["--debug"] if debug else [])]
+    return [
+        "-m",
+        "relevo_agent.launch",
+        "--config",
+        str(config),
+        *(["--follow-stack"] if follow_stack else []),
+        *(["--debug"] if debug else []),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m relevo_agent.launch", description="Run relevo-agent (as `relevo-agent run`).")
+    parser = argparse.ArgumentParser(
+        prog="python -m relevo_agent.launch", description="Run relevo-agent (as `relevo-agent run`)."
+    )
     parser.add_argument("--config", type=Path, required=True, help="agent TOML file")
     parser.add_argument("--debug", action="store_true", help="show the traceback of a config error")
     parser.add_argument(
-        "--follow-stack", action="store_true",
+        "--follow-stack",
+        action="store_true",
         help="when the stack file names another stack (a local stack restarted), start again against it instead of exiting",
     )
     args = parser.parse_args(argv)

@@ -15,15 +15,21 @@ import plistlib
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 DEFAULT_LABEL = "dev.relevo.agent"
 # launchd's own PATH is /usr/bin:/bin:/usr/sbin:/sbin; stage commands need Homebrew and Xcode tools.
 SERVICE_PATH = "/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 # Passed through from the installing shell when set, so the service finds the same AWS identity.
-PASSED_THROUGH = ("AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
+PASSED_THROUGH = (
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+)
 # launchd sends SIGTERM, then SIGKILL after ExitTimeOut: leave running stages time to finish.
 EXIT_TIMEOUT_SEC = 300
 
@@ -47,7 +53,12 @@ class ServicePaths:
 
     @property
     def plist(self) -> Path:
-        return self.home / "Library" / ("LaunchDaemons" if self.daemon else "LaunchAgents") / f"{self.label}.plist"
+        return (
+            self.home
+            / "Library"
+            / ("LaunchDaemons" if self.daemon else "LaunchAgents")
+            / f"{self.label}.plist"
+        )
 
     @property
     def domain(self) -> str:
@@ -58,7 +69,9 @@ class ServicePaths:
         return self.home / "Library" / "Logs" / "relevo-agent"
 
 
-def plist_for(config: Path, paths: ServicePaths, python: str = sys.executable, environ: dict[str, str] | None = None) -> dict:
+def plist_for(
+    config: Path, paths: ServicePaths, python: str = sys.executable, environ: dict[str, str] | None = None
+) -> dict:
     environ = dict(os.environ if environ is None else environ)
     env = {"PATH": SERVICE_PATH, "PYTHONUNBUFFERED": "1", "LANG": environ.get("LANG", "en_US.UTF-8")}
     env.update({name: environ[name] for name in PASSED_THROUGH if environ.get(name)})
@@ -66,7 +79,13 @@ def plist_for(config: Path, paths: ServicePaths, python: str = sys.executable, e
     return {
         **daemon,
         "Label": paths.label,
-        "ProgramArguments": [python, "-m", "relevo_agent.launch", "--config", str(config.expanduser().resolve())],
+        "ProgramArguments": [
+            python,
+            "-m",
+            "relevo_agent.launch",
+            "--config",
+            str(config.expanduser().resolve()),
+        ],
         "RunAtLoad": True,
         "KeepAlive": True,
         "ThrottleInterval": 10,
@@ -122,7 +141,9 @@ def status(paths: ServicePaths, query: bool, run: Runner = _run) -> tuple[bool, 
     if result.returncode != 0:
         return False, f"installed at {paths.plist} but not loaded"
     fields = dict(
-        line.strip().split(" = ", 1) for line in result.stdout.splitlines() if " = " in line and line.startswith("\t") and not line.startswith("\t\t")
+        line.strip().split(" = ", 1)
+        for line in result.stdout.splitlines()
+        if " = " in line and line.startswith("\t") and not line.startswith("\t\t")
     )
     state, pid = fields.get("state", "unknown"), fields.get("pid")
     running = state == "running"

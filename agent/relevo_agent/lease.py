@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from relevo_core.lease_timeline import LeaseTimeline
 
@@ -21,7 +21,9 @@ Listener = Callable[["Lease"], None]
 
 
 class Lease:
-    def __init__(self, timeline: LeaseTimeline, sent_at: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, timeline: LeaseTimeline, sent_at: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.timeline = timeline
         self.clock = clock
         self._deadline = sent_at + timeline.lease_ttl_sec

@@ -16,14 +16,15 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable, Iterable, Mapping, Protocol
+from datetime import UTC, datetime, timezone
+from typing import Protocol
 
 from relevo_agent.config import AgentConfig
+from relevo_core.aws import in_this_context
 from relevo_core.store.log_chunks import MAX_INLINE_CHUNK_BYTES, ChunkWriter
 from relevo_core.store.stage_attempts import LeaseLost, StageRef
-from relevo_core.aws import in_this_context
 
 log = logging.getLogger("relevo_agent.logs")
 
@@ -159,7 +160,7 @@ class LogShipper:
         flush_interval_sec: float = 0.2,
         retry_sec: float = 1.0,
         spool_dir: str | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.sink = sink
         self.masker = masker
@@ -179,10 +180,12 @@ class LogShipper:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._closing = False
-        self._thread = threading.Thread(target=in_this_context(self._ship_loop), name="log-shipper", daemon=True)
+        self._thread = threading.Thread(
+            target=in_this_context(self._ship_loop), name="log-shipper", daemon=True
+        )
 
     # ------------------------------------------------------------------ producer side
-    def start(self) -> "LogShipper":
+    def start(self) -> LogShipper:
         self._thread.start()
         return self
 
@@ -241,7 +244,9 @@ class LogShipper:
         """What is buffered, as chunks: one (however small), and more while full ones are there.
         Called with the lock held."""
         texts = [self._take()] if self._memory or self._spool is not None else []
-        while len(texts) < self.max_chunks_at_once and (self._memory_chars >= self.max_chunk_bytes or self._spool is not None):
+        while len(texts) < self.max_chunks_at_once and (
+            self._memory_chars >= self.max_chunk_bytes or self._spool is not None
+        ):
             texts.append(self._take())
         return [text for text in texts if text]
 
@@ -290,18 +295,27 @@ class LogShipper:
             self._wake.notify()
         self._thread.join(timeout_sec)
         if self._thread.is_alive():
-            log.warning("log shipping still busy after %.0fs; the rest of the output is not stored", timeout_sec or 0)
+            log.warning(
+                "log shipping still busy after %.0fs; the rest of the output is not stored", timeout_sec or 0
+            )
         return self.stats
 
 
 def start_shipper(
-    ref: StageRef, stage: str, config: AgentConfig, env: Mapping[str, str], expires_at: int, artifact_uri: str | None = None,
+    ref: StageRef,
+    stage: str,
+    config: AgentConfig,
+    env: Mapping[str, str],
+    expires_at: int,
+    artifact_uri: str | None = None,
 ) -> LogShipper:
     """A running shipper for one stage attempt, masking the values of the configured variables;
     its chunks carry `expires_at` (epoch seconds) as their TTL, and large ones' bodies go under
     the job's `artifact_uri` (store/log_bodies)."""
     writer = ChunkWriter(ref, stage, expires_at, artifact_uri)
     return LogShipper(
-        writer, Masker(secret_values(config.mask, env)), max_chunk_bytes=writer.max_chunk_bytes,
+        writer,
+        Masker(secret_values(config.mask, env)),
+        max_chunk_bytes=writer.max_chunk_bytes,
         flush_interval_sec=config.log_flush_interval_sec,
     ).start()

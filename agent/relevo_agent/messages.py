@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -68,11 +68,13 @@ class Message:
         a resent one, the first send's)."""
         first = self.raw.get("MessageAttributes", {}).get(FIRST_SENT_ATTRIBUTE, {}).get("StringValue")
         sent_ms = first or self.raw.get("Attributes", {}).get("SentTimestamp")
-        return datetime.fromtimestamp(int(sent_ms) / 1000, timezone.utc) if sent_ms else None
+        return datetime.fromtimestamp(int(sent_ms) / 1000, UTC) if sent_ms else None
 
     def hide_for(self, seconds: int) -> None:
         """Invisible for `seconds` from now (ChangeMessageVisibility). Errors are the caller's."""
-        client("sqs").change_message_visibility(QueueUrl=self.queue_url, ReceiptHandle=self.receipt_handle, VisibilityTimeout=seconds)
+        client("sqs").change_message_visibility(
+            QueueUrl=self.queue_url, ReceiptHandle=self.receipt_handle, VisibilityTimeout=seconds
+        )
 
     def give_back(self) -> None:
         """Visible again at once ("ChangeMessageVisibility": VisibilityTimeout 0, the minimum)."""
@@ -116,4 +118,6 @@ class Message:
         try:
             client("sqs").delete_message(QueueUrl=self.queue_url, ReceiptHandle=self.receipt_handle)
         except (ClientError, BotoCoreError) as exc:
-            log.warning("could not delete a claimed stage message (%s); the claim refuses its redelivery", exc)
+            log.warning(
+                "could not delete a claimed stage message (%s); the claim refuses its redelivery", exc
+            )

@@ -33,7 +33,12 @@ class Outbox:
     (let go once an attempt's report is sent) and the claim routes the reports go to."""
 
     def __init__(
-        self, journal: Journal, table_name: str, agent_id: str, stop: AgentStop, sessions: JobSessions,
+        self,
+        journal: Journal,
+        table_name: str,
+        agent_id: str,
+        stop: AgentStop,
+        sessions: JobSessions,
     ) -> None:
         self.journal = journal
         self.table_name = table_name
@@ -82,13 +87,27 @@ class Outbox:
 
         routes = self.sessions.routes
         if routes is None or not report.claim_secret:
-            log.warning("%s:%s attempt %d: report dropped, no claim route or claim secret to send it with",
-                        report.job_id, report.stage, report.attempt)
+            log.warning(
+                "%s:%s attempt %d: report dropped, no claim route or claim secret to send it with",
+                report.job_id,
+                report.stage,
+                report.attempt,
+            )
             return True
         request = OutcomeReport(
-            job_id=report.job_id, stage_index=report.stage_index, shard=report.shard, attempt=report.attempt, agent_id=self.agent_id,
-            claim_secret=report.claim_secret, status=report.status.value, outcome=report.outcome.value, exit_code=report.exit_code,
-            error=report.error, cause=(report.cause or "")[:TASK_CAUSE_MAX] or None, receipt=report.receipt, lease_ended=report.lease_ended,
+            job_id=report.job_id,
+            stage_index=report.stage_index,
+            shard=report.shard,
+            attempt=report.attempt,
+            agent_id=self.agent_id,
+            claim_secret=report.claim_secret,
+            status=report.status.value,
+            outcome=report.outcome.value,
+            exit_code=report.exit_code,
+            error=report.error,
+            cause=(report.cause or "")[:TASK_CAUSE_MAX] or None,
+            receipt=report.receipt,
+            lease_ended=report.lease_ended,
         )
         try:
             with call_budget(REPORT_CALL_SEC):
@@ -98,16 +117,33 @@ class Outbox:
                 # Recorded; never handed a run token: the state machine's timeouts decide.
                 return True
             if refused.code == ErrorCode.TASK_GONE.value:
-                log.warning("%s:%s attempt %d: the execution no longer waits for this report", report.job_id, report.stage, report.attempt)
+                log.warning(
+                    "%s:%s attempt %d: the execution no longer waits for this report",
+                    report.job_id,
+                    report.stage,
+                    report.attempt,
+                )
                 return True
             if refused.code in (ErrorCode.ATTEMPT_NOT_HELD.value, ErrorCode.ATTEMPT_ENDED.value):
-                log.warning("%s:%s attempt %d: report refused, %s", report.job_id, report.stage, report.attempt, refused.message)
+                log.warning(
+                    "%s:%s attempt %d: report refused, %s",
+                    report.job_id,
+                    report.stage,
+                    report.attempt,
+                    refused.message,
+                )
                 return True
             if refused.status in (401, 403):
                 # The route's IAM check: the agent's own credentials, not this report, are at fault.
                 self._defer(report, str(refused), refused)
                 return False
-            log.error("%s:%s attempt %d: report refused for good (%s)", report.job_id, report.stage, report.attempt, refused)
+            log.error(
+                "%s:%s attempt %d: report refused for good (%s)",
+                report.job_id,
+                report.stage,
+                report.attempt,
+                refused,
+            )
             return True
         except RouteUnreachable as exc:
             self._defer(report, str(exc), exc)
@@ -121,5 +157,10 @@ class Outbox:
         quiet = reachability.failed(exc) and key in self._deferred
         self._deferred.add(key)
         if not quiet:
-            log.warning("report of %s:%s attempt %d deferred to the outbox (%s)", report.job_id, report.stage, report.attempt, why)
-
+            log.warning(
+                "report of %s:%s attempt %d deferred to the outbox (%s)",
+                report.job_id,
+                report.stage,
+                report.attempt,
+                why,
+            )

@@ -26,13 +26,13 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from relevo_agent.build_user import BuildUser
-from relevo_core.models.handoff import MAX_OUTPUT_BYTES, MAX_OUTPUT_KEYS, output_key_problem, outputs_size
 from relevo_core.aws import in_this_context
+from relevo_core.models.handoff import MAX_OUTPUT_BYTES, MAX_OUTPUT_KEYS, output_key_problem, outputs_size
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,9 @@ class OutputParser:
             self._take(rest, changed)
         if self._open is not None:
             key, delimiter, _, opened = self._open
-            raise OutputInvalid(f"$RELEVO_OUTPUT line {opened}: the value of {key!r} (<<{delimiter}) never ends: no line {delimiter!r} follows")
+            raise OutputInvalid(
+                f"$RELEVO_OUTPUT line {opened}: the value of {key!r} (<<{delimiter}) never ends: no line {delimiter!r} follows"
+            )
         return changed
 
     def _take(self, raw: bytes, changed: list[str]) -> None:
@@ -100,7 +102,9 @@ class OutputParser:
             return
         key, equals, value = line.partition("=")
         if not equals:
-            raise OutputInvalid(f"$RELEVO_OUTPUT line {self._line}: {line[:80]!r} is neither key=value nor key<<DELIMITER")
+            raise OutputInvalid(
+                f"$RELEVO_OUTPUT line {self._line}: {line[:80]!r} is neither key=value nor key<<DELIMITER"
+            )
         problem = output_key_problem(key)
         if problem:
             raise OutputInvalid(f"$RELEVO_OUTPUT line {self._line}: {problem}")
@@ -114,7 +118,9 @@ class OutputParser:
             return
         candidate = {**self.values, key: value}
         if len(candidate) > MAX_OUTPUT_KEYS:
-            raise OutputInvalid(f"$RELEVO_OUTPUT line {self._line}: {key!r} would be the stage's value number {len(candidate)}; at most {MAX_OUTPUT_KEYS}")
+            raise OutputInvalid(
+                f"$RELEVO_OUTPUT line {self._line}: {key!r} would be the stage's value number {len(candidate)}; at most {MAX_OUTPUT_KEYS}"
+            )
         if outputs_size(candidate) > MAX_OUTPUT_BYTES:
             raise OutputInvalid(
                 f"$RELEVO_OUTPUT line {self._line}: {key!r} would bring the stage's values to {outputs_size(candidate)} bytes; "
@@ -141,8 +147,12 @@ class OutputWatch:
 
     @classmethod
     def create(
-        cls, path: Path, secrets: Iterable[str], on_change: Callable[[dict[str, str], list[str]], None], owner: BuildUser | None = None
-    ) -> "OutputWatch":
+        cls,
+        path: Path,
+        secrets: Iterable[str],
+        on_change: Callable[[dict[str, str], list[str]], None],
+        owner: BuildUser | None = None,
+    ) -> OutputWatch:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if owner is not None:
             # The build user reaches its own file but lists, creates and replaces nothing here: what

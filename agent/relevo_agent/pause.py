@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable
 
 from relevo_core.models.status import QueueReason
 from relevo_core.store.agent_pauses import AgentPause

@@ -13,8 +13,9 @@ own credentials from its claim (JobPolicy), so its own credentials must be refus
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -85,52 +86,171 @@ def _route(api_url: str, region: str, aws_region: str) -> Callable[[], Any]:
 
 
 def probes(
-    table: str, region: str, queue_url: str, other_queues: dict[str, str], bucket: str | None, state_machine_arn: str | None,
-    stack_name: str | None = None, api_url: str | None = None, aws_region: str | None = None,
+    table: str,
+    region: str,
+    queue_url: str,
+    other_queues: dict[str, str],
+    bucket: str | None,
+    state_machine_arn: str | None,
+    stack_name: str | None = None,
+    api_url: str | None = None,
+    aws_region: str | None = None,
 ) -> list[Probe]:
     job, stages = f"JOB#{PROBE_ID}", f"STAGES#{PROBE_ID}"
     found = [
-        Probe(f"write presence in {region}", "dynamodb:PutItem", True, _put(table, f"AGENTS#{region}", f"AGENT#{PROBE_ID}")),
-        Probe(f"read pauses in {region}", "dynamodb:BatchGetItem", True, lambda: client("dynamodb").batch_get_item(
-            RequestItems={table: {"Keys": [{"pk": {"S": f"PAUSES#{region}"}, "sk": {"S": f"PAUSE#{PROBE_ID}"}}]}})),
-        Probe("hand stage messages back", "sqs:ChangeMessageVisibility", True,
-              lambda: client("sqs").change_message_visibility(QueueUrl=queue_url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0)),
+        Probe(
+            f"write presence in {region}",
+            "dynamodb:PutItem",
+            True,
+            _put(table, f"AGENTS#{region}", f"AGENT#{PROBE_ID}"),
+        ),
+        Probe(
+            f"read pauses in {region}",
+            "dynamodb:BatchGetItem",
+            True,
+            lambda: client("dynamodb").batch_get_item(
+                RequestItems={
+                    table: {"Keys": [{"pk": {"S": f"PAUSES#{region}"}, "sk": {"S": f"PAUSE#{PROBE_ID}"}}]}
+                }
+            ),
+        ),
+        Probe(
+            "hand stage messages back",
+            "sqs:ChangeMessageVisibility",
+            True,
+            lambda: client("sqs").change_message_visibility(
+                QueueUrl=queue_url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0
+            ),
+        ),
         # What an agent must not do on its own credentials: they are what a compromised build
         # could borrow. What it does for a job it does with that job's credentials, from its claim.
-        Probe("read jobs and stages", "dynamodb:GetItem", False, lambda: client("dynamodb").get_item(TableName=table, Key={"pk": {"S": stages}, "sk": {"S": "STAGE#00"}})),
-        Probe("write stage attempts", "dynamodb:UpdateItem", False, _update(table, stages, "STAGE#00", "status")),
-        Probe("write log chunks", "dynamodb:PutItem", False, _put(table, f"LOGS#{PROBE_ID}", "SEQ#000000000000")),
-        Probe("write artifact records", "dynamodb:PutItem", False, _put(table, f"ARTIFACTS#{PROBE_ID}", "probe")),
-        Probe("answer stage tasks", "states:SendTaskHeartbeat", False, lambda: client("stepfunctions").send_task_heartbeat(taskToken=PROBE_ID)),
-        Probe("write project items", "dynamodb:PutItem", False, _put(table, f"PROJECT#{PROBE_ID}", "PROJECT")),
-        Probe("write grants", "dynamodb:PutItem", False, _put(table, f"PROJECT#{PROBE_ID}", f"GRANT#{PROBE_ID}")),
+        Probe(
+            "read jobs and stages",
+            "dynamodb:GetItem",
+            False,
+            lambda: client("dynamodb").get_item(
+                TableName=table, Key={"pk": {"S": stages}, "sk": {"S": "STAGE#00"}}
+            ),
+        ),
+        Probe(
+            "write stage attempts", "dynamodb:UpdateItem", False, _update(table, stages, "STAGE#00", "status")
+        ),
+        Probe(
+            "write log chunks", "dynamodb:PutItem", False, _put(table, f"LOGS#{PROBE_ID}", "SEQ#000000000000")
+        ),
+        Probe(
+            "write artifact records", "dynamodb:PutItem", False, _put(table, f"ARTIFACTS#{PROBE_ID}", "probe")
+        ),
+        Probe(
+            "answer stage tasks",
+            "states:SendTaskHeartbeat",
+            False,
+            lambda: client("stepfunctions").send_task_heartbeat(taskToken=PROBE_ID),
+        ),
+        Probe(
+            "write project items", "dynamodb:PutItem", False, _put(table, f"PROJECT#{PROBE_ID}", "PROJECT")
+        ),
+        Probe(
+            "write grants", "dynamodb:PutItem", False, _put(table, f"PROJECT#{PROBE_ID}", f"GRANT#{PROBE_ID}")
+        ),
         Probe("write project locks", "dynamodb:PutItem", False, _put(table, f"LOCK#{PROBE_ID}", "LOCK")),
         Probe("write dedup records", "dynamodb:PutItem", False, _put(table, f"DEDUP#{PROBE_ID}", "DEDUP")),
-        Probe("set or lift pauses", "dynamodb:PutItem", False, _put(table, f"PAUSES#{region}", f"PAUSE#{PROBE_ID}")),
-        Probe("rewrite a job's envelope (its stage commands)", "dynamodb:UpdateItem", False, _update(table, job, "JOB", "envelope")),
+        Probe(
+            "set or lift pauses",
+            "dynamodb:PutItem",
+            False,
+            _put(table, f"PAUSES#{region}", f"PAUSE#{PROBE_ID}"),
+        ),
+        Probe(
+            "rewrite a job's envelope (its stage commands)",
+            "dynamodb:UpdateItem",
+            False,
+            _update(table, job, "JOB", "envelope"),
+        ),
         Probe("rewrite a job's outcome", "dynamodb:UpdateItem", False, _update(table, job, "JOB", "status")),
-        Probe("delete items", "dynamodb:DeleteItem", False,
-              lambda: client("dynamodb").delete_item(TableName=table, Key={"pk": {"S": job}, "sk": {"S": "JOB"}}, ConditionExpression=NEVER)),
+        Probe(
+            "delete items",
+            "dynamodb:DeleteItem",
+            False,
+            lambda: client("dynamodb").delete_item(
+                TableName=table, Key={"pk": {"S": job}, "sk": {"S": "JOB"}}, ConditionExpression=NEVER
+            ),
+        ),
     ]
     if bucket:
-        found.append(Probe("read objects of the artifact bucket", "s3:GetObject", False,
-                           lambda: client("s3").get_object(Bucket=bucket, Key=f"{PROBE_ID}/{PROBE_ID}/none")))
+        found.append(
+            Probe(
+                "read objects of the artifact bucket",
+                "s3:GetObject",
+                False,
+                lambda: client("s3").get_object(Bucket=bucket, Key=f"{PROBE_ID}/{PROBE_ID}/none"),
+            )
+        )
     if api_url:
-        found.insert(3, Probe(f"claim {region}'s stages", "execute-api:Invoke", True, _route(api_url, region, aws_region or "us-east-1")))
+        found.insert(
+            3,
+            Probe(
+                f"claim {region}'s stages",
+                "execute-api:Invoke",
+                True,
+                _route(api_url, region, aws_region or "us-east-1"),
+            ),
+        )
         for other in sorted(other_queues):
-            found.append(Probe(f"claim {other}'s stages", "execute-api:Invoke", False, _route(api_url, other, aws_region or "us-east-1")))
+            found.append(
+                Probe(
+                    f"claim {other}'s stages",
+                    "execute-api:Invoke",
+                    False,
+                    _route(api_url, other, aws_region or "us-east-1"),
+                )
+            )
     for other, url in sorted(other_queues.items()):
-        found.append(Probe(f"take {other}'s stages", "sqs:ChangeMessageVisibility", False,
-                           lambda url=url: client("sqs").change_message_visibility(QueueUrl=url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0)))
+        found.append(
+            Probe(
+                f"take {other}'s stages",
+                "sqs:ChangeMessageVisibility",
+                False,
+                lambda url=url: client("sqs").change_message_visibility(
+                    QueueUrl=url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0
+                ),
+            )
+        )
     if stack_name:
-        found.append(Probe("read signing identities", "secretsmanager:GetSecretValue", False,
-                           _secret(f"relevo/{stack_name}/_signing/{region}/{PROBE_ID}/none")))
-        found.append(Probe("read checkout credentials", "secretsmanager:GetSecretValue", False, _secret(f"relevo/{stack_name}/_git/{PROBE_ID}/none")))
-        found.append(Probe("read webhook secrets", "secretsmanager:GetSecretValue", False, _secret(f"relevo/{stack_name}/{PROBE_ID}/github")))
+        found.append(
+            Probe(
+                "read signing identities",
+                "secretsmanager:GetSecretValue",
+                False,
+                _secret(f"relevo/{stack_name}/_signing/{region}/{PROBE_ID}/none"),
+            )
+        )
+        found.append(
+            Probe(
+                "read checkout credentials",
+                "secretsmanager:GetSecretValue",
+                False,
+                _secret(f"relevo/{stack_name}/_git/{PROBE_ID}/none"),
+            )
+        )
+        found.append(
+            Probe(
+                "read webhook secrets",
+                "secretsmanager:GetSecretValue",
+                False,
+                _secret(f"relevo/{stack_name}/{PROBE_ID}/github"),
+            )
+        )
     if state_machine_arn:
         missing = state_machine_arn.rsplit(":", 1)[0] + f":{PROBE_ID}-none"
-        found.append(Probe("start executions", "states:StartExecution", False,
-                           lambda: client("stepfunctions").start_execution(stateMachineArn=missing, input="{}")))
+        found.append(
+            Probe(
+                "start executions",
+                "states:StartExecution",
+                False,
+                lambda: client("stepfunctions").start_execution(stateMachineArn=missing, input="{}"),
+            )
+        )
     return found
 
 
@@ -156,10 +276,19 @@ def summary(findings: list[Finding]) -> tuple[bool, str]:
     if missing:
         parts.append("missing: " + "; ".join(f"cannot {f.probe.what} ({f.probe.action})" for f in missing))
     if excess:
-        parts.append("excess: " + "; ".join(f"these credentials can {f.probe.what} ({f.probe.action}); an agent's should not" for f in excess))
+        parts.append(
+            "excess: "
+            + "; ".join(
+                f"these credentials can {f.probe.what} ({f.probe.action}); an agent's should not"
+                for f in excess
+            )
+        )
     if unknown:
         parts.append("could not check: " + "; ".join(f"{f.probe.what} ({f.why})" for f in unknown))
     if parts:
         return False, " · ".join(parts)
     needed = sum(1 for f in findings if f.probe.needed)
-    return True, f"all {needed} an agent needs are allowed, and the {len(findings) - needed} it must not have are refused"
+    return (
+        True,
+        f"all {needed} an agent needs are allowed, and the {len(findings) - needed} it must not have are refused",
+    )

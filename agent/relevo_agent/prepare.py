@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from relevo_agent import reconcile
 from relevo_agent.config import AgentConfig
@@ -60,7 +61,9 @@ class Prepared:
 def handoff_cache(config: AgentConfig):  # type: ignore[no-untyped-def]
     from relevo_agent.handoff.cache import HandoffCache
 
-    return HandoffCache(config.workspace_root, int(config.handoff_cache_gb * 1024**3) if config.handoff_cache_gb else None)
+    return HandoffCache(
+        config.workspace_root, int(config.handoff_cache_gb * 1024**3) if config.handoff_cache_gb else None
+    )
 
 
 def output_variables(earlier: list[EarlierStage]) -> dict[str, str]:
@@ -119,7 +122,16 @@ def prepare(
 
         try:
             commit = checkout(
-                envelope.checkout, config.workspace_root, workspace, envelope.ref, commit, record, deadline, cancel, emit, config.build_user
+                envelope.checkout,
+                config.workspace_root,
+                workspace,
+                envelope.ref,
+                commit,
+                record,
+                deadline,
+                cancel,
+                emit,
+                config.build_user,
             ).commit
         except CheckoutStopped:
             raise PrepareStopped() from None
@@ -141,8 +153,16 @@ def prepare(
         started = time.monotonic()
         try:
             result = restore_handoffs(
-                [Source(stage.name, stage.job_id, stage.handoff, stage.shard) for stage in sources if stage.handoff is not None],
-                workspace, handoff_cache(config), emit, cancel, this_job=ref.job_id,
+                [
+                    Source(stage.name, stage.job_id, stage.handoff, stage.shard)
+                    for stage in sources
+                    if stage.handoff is not None
+                ],
+                workspace,
+                handoff_cache(config),
+                emit,
+                cancel,
+                this_job=ref.job_id,
             )
         except Stopped:
             raise PrepareStopped() from None
@@ -152,12 +172,21 @@ def prepare(
             raise PrepareStopped()
         prepared.known = result.known or {}
         prepared.restored = {
-            "attempt": ref.attempt, "agent_id": ref.agent_id, "from_stages": list(result.from_stages), "files": result.files,
-            "bytes": result.bytes, "restored_bytes": result.restored_bytes, "cached_bytes": result.cached_bytes,
-            "present_bytes": result.present_bytes, "digest": result.digest, "seconds": round(time.monotonic() - started, 3),
+            "attempt": ref.attempt,
+            "agent_id": ref.agent_id,
+            "from_stages": list(result.from_stages),
+            "files": result.files,
+            "bytes": result.bytes,
+            "restored_bytes": result.restored_bytes,
+            "cached_bytes": result.cached_bytes,
+            "present_bytes": result.present_bytes,
+            "digest": result.digest,
+            "seconds": round(time.monotonic() - started, 3),
             "cross_region_bytes": cross_region(config, sources[0].handoff.manifest, result.restored_bytes),
         }
-    prepared.precondition = reconcile.precondition_version(workspace, envelope.ref, commit, plan.inputs, pinned=envelope.checkout is not None)
+    prepared.precondition = reconcile.precondition_version(
+        workspace, envelope.ref, commit, plan.inputs, pinned=envelope.checkout is not None
+    )
     return prepared
 
 
@@ -172,9 +201,15 @@ def require_handoffs(envelope: JobEnvelope, earlier: list[EarlierStage], index: 
         if not declared.handoff and not any(run.declared for run in runs):
             continue
         shards = range(declared.shard_count) if declared.sharded else [None]
-        missing = sorted(set(shards) - {run.shard for run in runs}, key=lambda shard: -1 if shard is None else shard)
+        missing = sorted(
+            set(shards) - {run.shard for run in runs}, key=lambda shard: -1 if shard is None else shard
+        )
         if missing:
-            which = declared.name if missing == [None] else f"{declared.name} (shard {', '.join(str(shard) for shard in missing)})"
+            which = (
+                declared.name
+                if missing == [None]
+                else f"{declared.name} (shard {', '.join(str(shard) for shard in missing)})"
+            )
             raise PrepareFailure(
                 ErrorClass.HANDOFF_GONE,
                 f"stage {which} hands files on, but no succeeded run of it is on record for this job or the job it "

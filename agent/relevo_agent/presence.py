@@ -54,10 +54,10 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from importlib import metadata
-from typing import Callable, Iterable, Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -128,7 +128,9 @@ def prefer_another(
     if waited_enough(waited_sec, receive_count, max_wait_sec):
         return None
     candidates = [
-        agent for agent in region_agents if agent.agent_id != agent_id and agent.agent_id not in avoid and agent.is_online(now)
+        agent
+        for agent in region_agents
+        if agent.agent_id != agent_id and agent.agent_id not in avoid and agent.is_online(now)
     ]
     return max(candidates, key=lambda agent: (agent.free, agent.agent_id), default=None)
 
@@ -151,11 +153,19 @@ def spread_to(
         return None
     avoid = set(avoid_agents)
     candidates = [
-        agent for agent in region_agents
-        if agent.agent_id != agent_id and agent.agent_id not in avoid and agent.is_online(now) and agent.not_claiming is None
-        and agent.free > 0 and agent.shards_of(stage) < held_here and not unmet(dict(task_requires), agent.capabilities)
+        agent
+        for agent in region_agents
+        if agent.agent_id != agent_id
+        and agent.agent_id not in avoid
+        and agent.is_online(now)
+        and agent.not_claiming is None
+        and agent.free > 0
+        and agent.shards_of(stage) < held_here
+        and not unmet(dict(task_requires), agent.capabilities)
     ]
-    return min(candidates, key=lambda agent: (agent.shards_of(stage), -agent.free, agent.agent_id), default=None)
+    return min(
+        candidates, key=lambda agent: (agent.shards_of(stage), -agent.free, agent.agent_id), default=None
+    )
 
 
 def previous_mac(
@@ -175,7 +185,10 @@ def previous_mac(
         return None
     preferred = next((agent for agent in region_agents if agent.agent_id == previous_agent), None)
     if (
-        preferred is None or not preferred.is_online(now) or preferred.free <= 0 or preferred.not_claiming is not None
+        preferred is None
+        or not preferred.is_online(now)
+        or preferred.free <= 0
+        or preferred.not_claiming is not None
         or unmet(dict(requires), preferred.capabilities)
     ):
         return None
@@ -183,19 +196,32 @@ def previous_mac(
 
 
 def free_for(
-    agent_id: str, avoid_agents: Iterable[str], requires: dict[str, str], region_agents: Iterable[AgentPresence], now: datetime,
+    agent_id: str,
+    avoid_agents: Iterable[str],
+    requires: dict[str, str],
+    region_agents: Iterable[AgentPresence],
+    now: datetime,
 ) -> AgentPresence | None:
     """An agent of the region that could take a handed-back retry now: online, taking stages,
     with a free slot, not one that failed it (nor this one), meeting the stage's `requires`."""
     avoid = {name for name in avoid_agents if name} | {agent_id}
-    return next((
-        agent for agent in region_agents
-        if agent.agent_id not in avoid and agent.is_online(now) and agent.not_claiming is None and agent.free > 0
-        and not unmet(dict(requires), agent.capabilities)
-    ), None)
+    return next(
+        (
+            agent
+            for agent in region_agents
+            if agent.agent_id not in avoid
+            and agent.is_online(now)
+            and agent.not_claiming is None
+            and agent.free > 0
+            and not unmet(dict(requires), agent.capabilities)
+        ),
+        None,
+    )
 
 
-def handback_sec(other: AgentPresence, waited_sec: float, receive_count: int, max_wait_sec: float, delay_sec: int) -> int:
+def handback_sec(
+    other: AgentPresence, waited_sec: float, receive_count: int, max_wait_sec: float, delay_sec: int
+) -> int:
     """How long a message handed back to `other` stays invisible (for a `prefer_another` answer).
 
     A free agent gets it after `delay_sec`. A busy one gets it in equal hops over the rest of the
@@ -266,10 +292,15 @@ class Presence:
         self._wake.set()
         self._thread.join(timeout=10)
         try:
-            agents.mark_offline(self.table, self.config.region, self.config.agent_id, self._clock(), self.instance_id)
+            agents.mark_offline(
+                self.table, self.config.region, self.config.agent_id, self._clock(), self.instance_id
+            )
         except (BotoCoreError, ClientError) as exc:
             if not reachability.failed(exc):
-                log.warning("could not mark %s offline; it will look online for a few more intervals", self.config.agent_id)
+                log.warning(
+                    "could not mark %s offline; it will look online for a few more intervals",
+                    self.config.agent_id,
+                )
 
     @contextmanager
     def occupied(self, shard_of: str | None = None) -> Iterator[int]:
@@ -334,8 +365,13 @@ class Presence:
         if free is not None:
             low = free < self.config.min_free_disk_gb
             if low != (self._free_disk_gb is not None and self._free_disk_gb < self.config.min_free_disk_gb):
-                log.warning("free disk %.1f GB is %s min_free_disk_gb %g: %s", free, "below" if low else "back above",
-                            self.config.min_free_disk_gb, "taking no new stage" if low else "taking stages again")
+                log.warning(
+                    "free disk %.1f GB is %s min_free_disk_gb %g: %s",
+                    free,
+                    "below" if low else "back above",
+                    self.config.min_free_disk_gb,
+                    "taking no new stage" if low else "taking stages again",
+                )
             self._free_disk_gb = free
 
     def not_claiming(self) -> str | None:
@@ -353,7 +389,9 @@ class Presence:
     def read_pauses(self) -> None:
         """This agent's pause and its region's, as of now; unreadable: the last read stands."""
         try:
-            own, dispatch = agent_pauses.pauses_for_agent(self.table, self.config.region, self.config.agent_id)
+            own, dispatch = agent_pauses.pauses_for_agent(
+                self.table, self.config.region, self.config.agent_id
+            )
         except (BotoCoreError, ClientError) as exc:
             if not reachability.failed(exc):
                 log.warning("pauses unreadable (%s); keeping the last read", exc)
@@ -375,7 +413,11 @@ class Presence:
                 return
             except Exception as exc:  # never let presence take the agent down; try again next tick
                 if not reachability.failed(exc):
-                    log.warning("presence write failed (%s); retrying in %.0fs", exc, self.config.presence_interval_sec)
+                    log.warning(
+                        "presence write failed (%s); retrying in %.0fs",
+                        exc,
+                        self.config.presence_interval_sec,
+                    )
                 self._stop.stack_gone(exc)  # a stack that is gone, told from a network fault
             self._wake.wait(self.config.presence_interval_sec)
             if self._count_changed.is_set():
@@ -389,7 +431,11 @@ class Presence:
         self.quiet_until = max(self.quiet_until, self._monotonic() + seconds)
 
     def leave_to_another(
-        self, avoid_agents: Iterable[str], queue_timeout_sec: int | None, message: Message, what: str = "a retry",
+        self,
+        avoid_agents: Iterable[str],
+        queue_timeout_sec: int | None,
+        message: Message,
+        what: str = "a retry",
         requires: dict[str, str] | None = None,
     ) -> bool:
         """True when the message (`what`: job/stage attempt, for the log) was handed back for
@@ -427,9 +473,16 @@ class Presence:
                 log.warning("could not hand %s back; taking it here", what)
                 return False
             self.quiet_for(PASSED_ON_QUIET_SEC)
-            log.info("left %s to %s (%d free, visible again now): this agent ran a failed attempt", what, other.agent_id, other.free)
+            log.info(
+                "left %s to %s (%d free, visible again now): this agent ran a failed attempt",
+                what,
+                other.agent_id,
+                other.free,
+            )
             return True
-        invisible_sec = handback_sec(other, waited_sec, receive_count, max_wait_sec, self.config.handoff_delay_sec)
+        invisible_sec = handback_sec(
+            other, waited_sec, receive_count, max_wait_sec, self.config.handoff_delay_sec
+        )
         try:
             message.hide_for(invisible_sec)
         except ClientError:
@@ -450,7 +503,10 @@ class Presence:
             # Every other agent is busy: the hop is long, and this slot stays useful meanwhile. The
             # message is watched instead, and visible again as soon as a slot frees for it.
             watch = threading.Thread(
-                target=self.watch_handback, args=(message, avoid_agents, requires or {}, invisible_sec, what), name="handback", daemon=True,
+                target=self.watch_handback,
+                args=(message, avoid_agents, requires or {}, invisible_sec, what),
+                name="handback",
+                daemon=True,
             )
             with self._lock:
                 self.watches = [running for running in self.watches if running.is_alive()] + [watch]
@@ -458,7 +514,12 @@ class Presence:
         return True
 
     def watch_handback(
-        self, message: Message, avoid_agents: Iterable[str], requires: dict[str, str], invisible_sec: float, what: str,
+        self,
+        message: Message,
+        avoid_agents: Iterable[str],
+        requires: dict[str, str],
+        invisible_sec: float,
+        what: str,
     ) -> bool:
         """While `message` (a retry this agent handed back for `invisible_sec`, every other agent
         busy) is invisible: every HANDBACK_LOOK_SEC, the region's presence records; once one shows
@@ -472,8 +533,13 @@ class Presence:
                 message.give_back_after(0)  # this agent no longer watches: the others look
                 return False
             try:
-                found = free_for(self.config.agent_id, avoid_agents, requires,
-                                 agents.online_agents(self.table, self.config.region, self._clock()), self._clock())
+                found = free_for(
+                    self.config.agent_id,
+                    avoid_agents,
+                    requires,
+                    agents.online_agents(self.table, self.config.region, self._clock()),
+                    self._clock(),
+                )
             except (BotoCoreError, ClientError):
                 continue  # unreadable for a moment: the next look, or the hop's end
             if found is not None:
@@ -496,8 +562,18 @@ class Presence:
             return None
         max_wait_sec = self._max_wait_sec(task.queue_timeout_sec)
         waited_sec = (now - (message.sent_at or now)).total_seconds()
-        other = spread_to(self.config.agent_id, f"{task.job_id}:{task.stage}", held_here, task.requires, task.avoid_agents,
-                          region_agents, now, waited_sec, message.receive_count, max_wait_sec)
+        other = spread_to(
+            self.config.agent_id,
+            f"{task.job_id}:{task.stage}",
+            held_here,
+            task.requires,
+            task.avoid_agents,
+            region_agents,
+            now,
+            waited_sec,
+            message.receive_count,
+            max_wait_sec,
+        )
         if other is None:
             return None
         invisible_sec = self.config.handoff_delay_sec
@@ -506,8 +582,15 @@ class Presence:
         except ClientError:
             log.warning("could not hand %s back; taking it here", what)
             return None
-        log.info("left %s to %s (%d free, %d of its shards there, %d here; visible again in %ds): shards spread over the Macs",
-                 what, other.agent_id, other.free, other.shards_of(f"{task.job_id}:{task.stage}"), held_here, invisible_sec)
+        log.info(
+            "left %s to %s (%d free, %d of its shards there, %d here; visible again in %ds): shards spread over the Macs",
+            what,
+            other.agent_id,
+            other.free,
+            other.shards_of(f"{task.job_id}:{task.stage}"),
+            held_here,
+            invisible_sec,
+        )
         return invisible_sec + 1
 
     def _max_wait_sec(self, queue_timeout_sec: int | None) -> float:
@@ -517,7 +600,9 @@ class Presence:
             max_wait_sec = min(max_wait_sec, queue_timeout_sec / 2)
         return max_wait_sec
 
-    def leave_to_previous(self, previous_agent: str, requires: dict[str, str], message: Message, what: str) -> bool:
+    def leave_to_previous(
+        self, previous_agent: str, requires: dict[str, str], message: Message, what: str
+    ) -> bool:
         """True when `what`, a job's next stage, was left to `previous_agent`, the Mac that ran its
         previous stage (the claim route names it only when files wait there: nothing to download).
         Only while that agent waits for work (online with a free slot, taking stages, meeting the
@@ -533,7 +618,12 @@ class Presence:
             region_agents = agents.online_agents(self.table, self.config.region, now)
         except (BotoCoreError, ClientError):
             return False
-        if previous_mac(previous_agent, requires, region_agents, now, waited_sec, message.receive_count, limit) is None:
+        if (
+            previous_mac(
+                previous_agent, requires, region_agents, now, waited_sec, message.receive_count, limit
+            )
+            is None
+        ):
             return False
         # Visible again at once, as a fresh copy: a send wakes the long polls waiting on the queue,
         # the previous Mac's among them, and however many agents pass it on meanwhile, its receive
@@ -544,7 +634,11 @@ class Presence:
             message.resend(0)
         except (BotoCoreError, ClientError):
             message.give_back()
-        log.info("left %s to %s, which ran the job's previous stage and waits for work (its files are there)", what, previous_agent)
+        log.info(
+            "left %s to %s, which ran the job's previous stage and waits for work (its files are there)",
+            what,
+            previous_agent,
+        )
         return True
 
     def leave_to_matching(self, requires: dict[str, str], message: Message, what: str) -> bool:
@@ -559,8 +653,11 @@ class Presence:
             region_agents = []
         now = self._clock()
         matching = [
-            agent.agent_id for agent in region_agents
-            if agent.agent_id != self.config.agent_id and agent.is_online(now) and agent.not_claiming is None
+            agent.agent_id
+            for agent in region_agents
+            if agent.agent_id != self.config.agent_id
+            and agent.is_online(now)
+            and agent.not_claiming is None
             and not unmet(requires, agent.capabilities)
         ]
         delay = self.config.handoff_delay_sec if matching else self.config.requirement_recheck_sec
@@ -572,8 +669,12 @@ class Presence:
         has = ", ".join(f"{key} {value or 'none'}" for key, value in missing.items())
         log.info(
             "passed on %s: it requires %s, this agent has %s; %s",
-            what, describe(requires), has,
-            f"visible again in {delay}s for {', '.join(matching)}" if matching else f"no matching agent online; looking again in {delay}s",
+            what,
+            describe(requires),
+            has,
+            f"visible again in {delay}s for {', '.join(matching)}"
+            if matching
+            else f"no matching agent online; looking again in {delay}s",
         )
         if matching:
             # As for a stage left to the previous stage's Mac: this slot stays off the queue until

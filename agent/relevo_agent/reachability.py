@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import urllib3
 from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -42,7 +42,9 @@ class Reachability:
     """Down since when (None: answering). `failed` says it at the first failure of a streak;
     `answered` at the first success after one."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, where: Callable[[], str] = stack_words) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, where: Callable[[], str] = stack_words
+    ) -> None:
         self._clock = clock
         self._where = where
         self._lock = threading.Lock()

@@ -57,7 +57,7 @@ class ProbeResult:
     shown: str
 
     @classmethod
-    def masked(cls, exit_code: int, output: str, masker: Masker, cut: bool = False) -> "ProbeResult":
+    def masked(cls, exit_code: int, output: str, masker: Masker, cut: bool = False) -> ProbeResult:
         """A probe's result; `cut` when `output` is only the end of what the probe printed."""
         return cls(exit_code, output, masker.mask_tail(output, EVIDENCE_CHARS, cut))
 
@@ -94,7 +94,9 @@ def decide(
         if probe.exit_code == PROBE_PRESENT:
             if operation_id in probe.output:
                 return Reconciliation(
-                    ReconcileAction.SUCCEEDED, evidence, {"reconciled": True, "exit_code": 0, "probe_output": probe.shown}
+                    ReconcileAction.SUCCEEDED,
+                    evidence,
+                    {"reconciled": True, "exit_code": 0, "probe_output": probe.shown},
                 )
             evidence["why"] = "the effect exists but does not name this operation"
             return Reconciliation(ReconcileAction.MANUAL_REVIEW, evidence)
@@ -147,7 +149,9 @@ def success_receipt(local: Operation | None, previous: dict[str, Any]) -> dict[s
     return None
 
 
-def precondition_version(workspace: Path, ref: str, commit: str | None, inputs: tuple[str, ...], pinned: bool = False) -> str:
+def precondition_version(
+    workspace: Path, ref: str, commit: str | None, inputs: tuple[str, ...], pinned: bool = False
+) -> str:
     """`commit=<c>;inputs=<sha256>`. The commit is what `ref` resolves to in the workspace when it
     is a git checkout (so a moved ref shows), else the job's commit; with `pinned` (the agent
     checked the job's commit out: a moved ref changes nothing it builds) the job's commit. The
@@ -171,8 +175,19 @@ def _resolve_ref(workspace: Path, ref: str) -> str | None:
         # here. Named safe for this one command: rev-parse reads refs and objects, and runs no
         # hook, filter or fsmonitor (switched off all the same) that the build could have set.
         found = subprocess.run(
-            ["git", "-c", f"safe.directory={workspace}", "-c", "core.fsmonitor=false", "-C", str(workspace),
-             "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            [
+                "git",
+                "-c",
+                f"safe.directory={workspace}",
+                "-c",
+                "core.fsmonitor=false",
+                "-C",
+                str(workspace),
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                f"{ref}^{{commit}}",
+            ],
             capture_output=True,
             text=True,
             timeout=10,

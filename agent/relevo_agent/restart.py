@@ -34,7 +34,9 @@ def recover(journal: Journal, outbox: Outbox) -> None:
     with its attempt's job credentials, asked for again with the claim secret the journal kept
     (relevo_agent.job_sessions). An attempt this agent no longer holds has nothing to report."""
     for op in journal.in_flight():
-        log.warning("restart: %s attempt %d was in flight; reporting it interrupted", op.operation_id, op.attempt)
+        log.warning(
+            "restart: %s attempt %d was in flight; reporting it interrupted", op.operation_id, op.attempt
+        )
         _interrupted(journal, op, lease_ended=_group_gone(op.pgid))
     outbox.flush()
 
@@ -70,6 +72,8 @@ def _group_gone(pgid: int | None, wait_sec: float = RESTART_GROUP_WAIT_SEC) -> b
         except PermissionError:
             pass  # another user's group now: not ours to wait for, and not known gone
         if time.monotonic() >= deadline:
-            log.warning("restart: process group %d is still there; the attempt's lease is left to run out", pgid)
+            log.warning(
+                "restart: process group %d is still there; the attempt's lease is left to run out", pgid
+            )
             return False
         time.sleep(0.1)

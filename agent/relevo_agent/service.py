@@ -35,8 +35,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from relevo_agent import capabilities, messages, restart
-from relevo_agent.reachability import stack as reachability
-from relevo_agent.reachability import stack_words
 from relevo_agent.attempt import HandBack, StageMessage, utc_now
 from relevo_agent.claim_routes import ClaimRoutes
 from relevo_agent.config import AgentConfig
@@ -45,6 +43,8 @@ from relevo_agent.journal import Journal
 from relevo_agent.messages import Message
 from relevo_agent.outbox import Outbox
 from relevo_agent.presence import Presence
+from relevo_agent.reachability import stack as reachability
+from relevo_agent.reachability import stack_words
 from relevo_agent.slots import Slots
 from relevo_agent.stage import StageRunner
 from relevo_agent.stop import AgentStop
@@ -65,7 +65,12 @@ FATAL_STOP_WAIT_SEC = 10.0
 
 class Agent:
     def __init__(
-        self, config: AgentConfig, table_name: str, queue_url: str, journal: Journal | None = None, api_url: str | None = None,
+        self,
+        config: AgentConfig,
+        table_name: str,
+        queue_url: str,
+        journal: Journal | None = None,
+        api_url: str | None = None,
         follow_stack: bool = False,
     ) -> None:
         self.config = config
@@ -88,13 +93,23 @@ class Agent:
         self.outbox = Outbox(self.journal, table_name, config.agent_id, self.stop, self.sessions)
         self.presence = Presence(config, table_name, self.stop)
         self.stages = StageRunner(
-            config, table_name, self.journal, self.outbox, self.stop, self.sessions, prefer_previous=self.presence.leave_to_previous,
+            config,
+            table_name,
+            self.journal,
+            self.outbox,
+            self.stop,
+            self.sessions,
+            prefer_previous=self.presence.leave_to_previous,
         )
 
     # ------------------------------------------------------------------ the stack
     def stack_identity(self) -> dict[str, str | None]:
         """The stack this agent runs against: its endpoint (None: AWS's), table and work queue."""
-        return {"endpoint": os.environ.get("AWS_ENDPOINT_URL"), "table": self.table_name, "queue": self.queue_url}
+        return {
+            "endpoint": os.environ.get("AWS_ENDPOINT_URL"),
+            "table": self.table_name,
+            "queue": self.queue_url,
+        }
 
     def _stack_file_changed(self, seen: dict[str, Any]) -> None:
         """A stack file that now names another stack (the local stack restarted: new table, new
@@ -112,12 +127,20 @@ class Agent:
             stack = load_stack(path)
         except (OSError, ValueError):
             return  # being rewritten, or gone for a moment: look again next time
-        now = {"endpoint": stack.aws_endpoint, "table": stack.table_name, "queue": stack.work_queues.get(self.config.region)}
+        now = {
+            "endpoint": stack.aws_endpoint,
+            "table": stack.table_name,
+            "queue": stack.work_queues.get(self.config.region),
+        }
         was = self.stack_identity()
         changed = [f"{name} {was[name]} -> {now[name]}" for name in now if now[name] != was[name]]
         if changed:
-            then = ": starting again against it" if self.follow_stack else "; exiting so that a restart uses it"
-            self.stop.ungracefully(f"the stack file {path} names another stack ({'; '.join(changed)}){then}", stack_moved=True)
+            then = (
+                ": starting again against it" if self.follow_stack else "; exiting so that a restart uses it"
+            )
+            self.stop.ungracefully(
+                f"the stack file {path} names another stack ({'; '.join(changed)}){then}", stack_moved=True
+            )
 
     # ------------------------------------------------------------------ loops
     def run(self) -> int:
@@ -143,7 +166,12 @@ class Agent:
             return EXIT_STACK_GONE
         self.journal.remember("stack", json.dumps({**self.stack_identity(), "at": utc_now().isoformat()}))
         poller = threading.Thread(target=self._poll, name="poll", daemon=True)
-        flusher = threading.Thread(target=self.outbox.run_forever, args=(self.config.outbox_interval_sec,), name="outbox", daemon=True)
+        flusher = threading.Thread(
+            target=self.outbox.run_forever,
+            args=(self.config.outbox_interval_sec,),
+            name="outbox",
+            daemon=True,
+        )
         poller.start()
         flusher.start()
         canceled = False
@@ -162,10 +190,19 @@ class Agent:
             if self.signals >= 1 and not self.stop.is_set():
                 what = "Ctrl-C" if self.signal_name == "SIGINT" else self.signal_name
                 if self.slots.running:
-                    log.warning("%s: taking no new stage; waiting for %d running stage(s) to finish (%s again cancels them, "
-                                "a third time exits at once)", what, self.slots.running, what)
+                    log.warning(
+                        "%s: taking no new stage; waiting for %d running stage(s) to finish (%s again cancels them, "
+                        "a third time exits at once)",
+                        what,
+                        self.slots.running,
+                        what,
+                    )
                 else:
-                    log.info("%s: no stage runs; stopping once the work queue's long poll returns (at most %ds)", what, self.config.poll_wait_sec)
+                    log.info(
+                        "%s: no stage runs; stopping once the work queue's long poll returns (at most %ds)",
+                        what,
+                        self.config.poll_wait_sec,
+                    )
                 self.stop.gracefully()
             if not self.stop.is_set() and self.presence.pauses.drain_requested() and self.slots.idle():
                 log.info("drained: no stage runs; exiting")
@@ -184,7 +221,11 @@ class Agent:
     def _exit_fatal(self) -> int:
         """One line says why; the running stages are stopped (their groups killed) first. A stack
         that moved, for an agent that follows its stack file, is no error: it starts again."""
-        log.log(logging.INFO if self.follow_stack and self.stop.stack_moved else logging.ERROR, "%s", self.stop.fatal)
+        log.log(
+            logging.INFO if self.follow_stack and self.stop.stack_moved else logging.ERROR,
+            "%s",
+            self.stop.fatal,
+        )
         self.stages.stop_all("shutdown")
         deadline = time.monotonic() + FATAL_STOP_WAIT_SEC
         while not self.slots.idle() and time.monotonic() < deadline:
@@ -200,7 +241,11 @@ class Agent:
         # the stack's AWS region (or the local stack), whatever the queue's URL says.
         log.info(
             "agent %s (capacity %d) polling the work queue of region affinity %s (%s) on %s",
-            self.config.agent_id, self.config.capacity, self.config.region, self.queue_url.rstrip("/").rsplit("/", 1)[-1], stack_words(),
+            self.config.agent_id,
+            self.config.capacity,
+            self.config.region,
+            self.queue_url.rstrip("/").rsplit("/", 1)[-1],
+            stack_words(),
         )
         self.presence.start()
         paused_by: str | None = None
@@ -218,8 +263,15 @@ class Agent:
             if pause is not None:
                 if paused_by != pause.pause_id:
                     paused_by = pause.pause_id
-                    what = "region dispatch" if pause.agent_id is None else ("drain" if pause.drain else "pause")
-                    log.info("%s until %s (%s): taking no new stage", what, pause.until.isoformat(timespec="seconds"), pause.note or "no note")
+                    what = (
+                        "region dispatch" if pause.agent_id is None else ("drain" if pause.drain else "pause")
+                    )
+                    log.info(
+                        "%s until %s (%s): taking no new stage",
+                        what,
+                        pause.until.isoformat(timespec="seconds"),
+                        pause.note or "no note",
+                    )
                 self.stop.wait(0.5)
                 continue
             if paused_by is not None:
@@ -275,12 +327,16 @@ class Agent:
         try:
             if task.requires and self.presence.leave_to_matching(task.requires, message, what):
                 return
-            if self.presence.leave_to_another(task.avoid_agents, task.queue_timeout_sec, message, what, task.requires):
+            if self.presence.leave_to_another(
+                task.avoid_agents, task.queue_timeout_sec, message, what, task.requires
+            ):
                 return
             if task.shard is not None:
                 what = f"{what} shard {task.shard}"
             left_for = None
-            with self.presence.occupied(None if task.shard is None else f"{task.job_id}:{task.stage}") as held_here:
+            with self.presence.occupied(
+                None if task.shard is None else f"{task.job_id}:{task.stage}"
+            ) as held_here:
                 left_for = self.presence.leave_to_spread(held_here, task, message, what)
                 if left_for is None:
                     self.stages.run(task, message)

@@ -1,18 +1,18 @@
 """Running one stage attempt to its conclusion on this agent: the flow, each step in a room of its own.
 
-    admission (relevo_agent.admission: a lease it can keep, the signing gate, the workspace reserved)
-      ─► claim (relevo_agent.claim: journaled first, fenced; returns what the previous attempt left)
-         ─► accept (the dispatch token)
-      ─► [beside the stage (relevo_agent.keeper, relevo_agent.claim): lease renewed, task heartbeat,
-          run token fetched, message deleted; and the fence: at the lease deadline less the margin
-          the command is killed]
-      ─► previous outcome unknown? wait until its holder has fenced (its lease end + the allowed
-         skew), then reconcile: resend receipt | probe ─► succeeded / manual_review /
-         precondition changed (reported, not run) | re-run
-      ─► checkout and restore (relevo_agent.prepare)
-      ─► execute (relevo_agent.execute: own process group, dead-man supervisor)
-      ─► conclude (relevo_agent.conclude: journal.record(outcome, receipt, outbox entry), then the
-         report through relevo_agent.outbox: fenced stage write + task token)
+admission (relevo_agent.admission: a lease it can keep, the signing gate, the workspace reserved)
+  ─► claim (relevo_agent.claim: journaled first, fenced; returns what the previous attempt left)
+     ─► accept (the dispatch token)
+  ─► [beside the stage (relevo_agent.keeper, relevo_agent.claim): lease renewed, task heartbeat,
+      run token fetched, message deleted; and the fence: at the lease deadline less the margin
+      the command is killed]
+  ─► previous outcome unknown? wait until its holder has fenced (its lease end + the allowed
+     skew), then reconcile: resend receipt | probe ─► succeeded / manual_review /
+     precondition changed (reported, not run) | re-run
+  ─► checkout and restore (relevo_agent.prepare)
+  ─► execute (relevo_agent.execute: own process group, dead-man supervisor)
+  ─► conclude (relevo_agent.conclude: journal.record(outcome, receipt, outbox entry), then the
+     report through relevo_agent.outbox: fenced stage write + task token)
 """
 
 from __future__ import annotations
@@ -73,9 +73,9 @@ def _load_claimed_path() -> None:
             return
         _claimed_path_loaded = True
     # The claim's own models first: the stage thread needs them once its journal entry is written.
-    from relevo_core.models import agent_session, envelope  # noqa: F401  (loaded, not used here)
-    from relevo_core.jobs import handoff_sources  # noqa: F401
     from relevo_agent import artifacts, outputs, prepare  # noqa: F401
+    from relevo_core.jobs import handoff_sources  # noqa: F401
+    from relevo_core.models import agent_session, envelope  # noqa: F401  (loaded, not used here)
 
 
 class StageRunner:
@@ -85,7 +85,13 @@ class StageRunner:
     job's next stage is left to the Mac that ran the one before (relevo_agent.presence)."""
 
     def __init__(
-        self, config: AgentConfig, table_name: str, journal: Journal, outbox: Outbox, stop: AgentStop, sessions: JobSessions,
+        self,
+        config: AgentConfig,
+        table_name: str,
+        journal: Journal,
+        outbox: Outbox,
+        stop: AgentStop,
+        sessions: JobSessions,
         prefer_previous: PreferPrevious | None = None,
     ) -> None:
         self.config = config
@@ -116,7 +122,14 @@ class StageRunner:
             threading.Thread(target=_load_claimed_path, name="load", daemon=True).start()
         # What is decided before the claim comes with the message (the envelope comes with the claim).
         timeline = self.admission.timeline(task, op_id)
-        ref = stage_attempts.StageRef(self.table_name, task.job_id, task.stage_index, task.attempt, self.config.agent_id, shard=task.shard)
+        ref = stage_attempts.StageRef(
+            self.table_name,
+            task.job_id,
+            task.stage_index,
+            task.attempt,
+            self.config.agent_id,
+            shard=task.shard,
+        )
         if op_id in self._running:
             # A second delivery of a message this agent already claimed: the claim decides.
             log.info("%s is already running here; duplicate message dropped", op_id)
@@ -142,22 +155,48 @@ class StageRunner:
             plan = context.envelope.stage(task.stage)
             # The lease as the job's plan has it (its kill grace sets the fence's SIGTERM grace),
             # counted from the claim's first send.
-            timeline = LeaseTimeline(context.envelope.lease_ttl_sec, plan.kill_grace_sec, self.config.max_clock_skew_sec)
-            run = StageRun(ref, Lease(timeline, claimed.sent_at), exec_deadline=claimed.sent_at + plan.exec_timeout_sec,
-                           transfer=ProgressWriter(ref, self.config.progress_interval_sec), claim_secret=claimed.claim_secret)
+            timeline = LeaseTimeline(
+                context.envelope.lease_ttl_sec, plan.kill_grace_sec, self.config.max_clock_skew_sec
+            )
+            run = StageRun(
+                ref,
+                Lease(timeline, claimed.sent_at),
+                exec_deadline=claimed.sent_at + plan.exec_timeout_sec,
+                transfer=ProgressWriter(ref, self.config.progress_interval_sec),
+                claim_secret=claimed.claim_secret,
+            )
             try:
                 # From the claim on, everything done for the job is done with its credentials, on
                 # this thread and on those it starts (relevo_core.aws.in_this_context).
                 with job_scope(credentials):
-                    self._claimed(reservation.workspace, context, task, message, run, op_id, local, granted.previous, granted.accepted,
-                                  claimed.repeated)
+                    self._claimed(
+                        reservation.workspace,
+                        context,
+                        task,
+                        message,
+                        run,
+                        op_id,
+                        local,
+                        granted.previous,
+                        granted.accepted,
+                        claimed.repeated,
+                    )
             finally:
                 if not run.reported:
                     self.sessions.release(key)
 
     def _claimed(
-        self, workspace: Path, context: JobContext, task: StageMessage, message: Message, run: StageRun, op_id: str,
-        local: Operation | None, previous: dict[str, Any], granted_accepted: bool | None, repeated: bool = False,
+        self,
+        workspace: Path,
+        context: JobContext,
+        task: StageMessage,
+        message: Message,
+        run: StageRun,
+        op_id: str,
+        local: Operation | None,
+        previous: dict[str, Any],
+        granted_accepted: bool | None,
+        repeated: bool = False,
     ) -> None:
         envelope = context.envelope
         plan = envelope.stage(task.stage)
@@ -172,7 +211,11 @@ class StageRunner:
         try:
             # The claim route answered the dispatch with the claim (None: it could not tell; a
             # claim sent more than once may have answered it before, and the run token decides).
-            accepted = granted_accepted if granted_accepted is not None else self.claims.accept(run, task.task_token, unsure=repeated)
+            accepted = (
+                granted_accepted
+                if granted_accepted is not None
+                else self.claims.accept(run, task.task_token, unsure=repeated)
+            )
             if accepted is False:
                 run.stop("not_taken")
                 refused = True
@@ -183,7 +226,10 @@ class StageRunner:
             # the run token it hands out decides): the stage starts now. The message and the run
             # token are seen to beside it (Claims.watch_for_run_token).
             watcher = threading.Thread(
-                target=in_this_context(self.claims.watch_for_run_token), args=(run, op_id, message), name="token", daemon=True,
+                target=in_this_context(self.claims.watch_for_run_token),
+                args=(run, op_id, message),
+                name="token",
+                daemon=True,
             )
             watcher.start()
             keepers.append(watcher)
@@ -194,9 +240,15 @@ class StageRunner:
                 return
             # Without a checkout the workspace is the job's as it stands: its precondition now
             # (with one, once it is prepared: Prepared.precondition).
-            precondition = "" if envelope.checkout else self._record_precondition(
-                run, op_id, reconcile.precondition_version(workspace, envelope.ref, context.commit(), plan.inputs),
-                derived=not plan.inputs and not (workspace / ".git").exists(),
+            precondition = (
+                ""
+                if envelope.checkout
+                else self._record_precondition(
+                    run,
+                    op_id,
+                    reconcile.precondition_version(workspace, envelope.ref, context.commit(), plan.inputs),
+                    derived=not plan.inputs and not (workspace / ".git").exists(),
+                )
             )
             reconciling = stage_attempts.needs_reconcile(previous, ref.attempt)
             if reconciling and not self._after_previous_fence(run, op_id, previous):
@@ -206,7 +258,12 @@ class StageRunner:
             # each expiring when the job's envelope says (the stack's log retention). From here
             # on: the checkout and the restore say what they do in the job's log too.
             shipper = start_shipper(
-                ref, plan.name, self.config, stage_environment(os.environ, {}, None), envelope.log_expires_at, envelope.artifact_uri,
+                ref,
+                plan.name,
+                self.config,
+                stage_environment(os.environ, {}, None),
+                envelope.log_expires_at,
+                envelope.artifact_uri,
             )
             run.shipper = shipper
             try:
@@ -214,11 +271,15 @@ class StageRunner:
                     # A receipt decides (a success never acknowledged): nothing to prepare or run.
                     self._reconcile(run, plan, op_id, local, previous, precondition, workspace, {})
                     return
-                prepared = self._prepare(run, context, plan, op_id, workspace, shipper, journaled=precondition)
+                prepared = self._prepare(
+                    run, context, plan, op_id, workspace, shipper, journaled=precondition
+                )
                 if prepared is None:
                     return
                 env = self.command.environment(envelope, task, workspace, prepared)
-                if reconciling and not self._reconcile(run, plan, op_id, local, previous, prepared.precondition, workspace, env):
+                if reconciling and not self._reconcile(
+                    run, plan, op_id, local, previous, prepared.precondition, workspace, env
+                ):
                     return
                 self.command.execute(run, plan, op_id, workspace, env, envelope, shipper, prepared)
             finally:
@@ -234,7 +295,9 @@ class StageRunner:
             with self._running_lock:
                 self._running.pop(op_id, None)
 
-    def _record_precondition(self, run: StageRun, op_id: str, precondition: str, derived: bool = False) -> str:
+    def _record_precondition(
+        self, run: StageRun, op_id: str, precondition: str, derived: bool = False
+    ) -> str:
         """The precondition of a workspace without a checkout, journaled and on the stage record
         (fenced) before anything runs: what a later attempt's reconcile compares with. One that is
         `derived` from the job alone (no repository in the workspace, no inputs: the job's commit)
@@ -252,7 +315,14 @@ class StageRunner:
         return precondition
 
     def _prepare(
-        self, run: StageRun, context: JobContext, plan: StagePlan, op_id: str, workspace: Path, shipper: Any, journaled: str = "",
+        self,
+        run: StageRun,
+        context: JobContext,
+        plan: StagePlan,
+        op_id: str,
+        workspace: Path,
+        shipper: Any,
+        journaled: str = "",
     ) -> Prepared | None:
         """Checkout and restore (relevo_agent.prepare). None when the attempt ended there: it failed
         (concluded with the step's error class) or it was stopped. `journaled`: the precondition
@@ -267,7 +337,9 @@ class StageRunner:
             shipper.line(line)
 
         try:
-            prepared = prepare(self.config, context, plan, ref, workspace, run.exec_deadline, run.cancel, emit)
+            prepared = prepare(
+                self.config, context, plan, ref, workspace, run.exec_deadline, run.cancel, emit
+            )
         except PrepareStopped:
             self.concluder.stopped(run, op_id, -1)
             return None
@@ -277,7 +349,15 @@ class StageRunner:
                 return None
             emit(f"[relevo] {failure.error_class.value}: {failure.message}")
             cause = {"prepare": failure.message, "agent_id": self.config.agent_id, "attempt": ref.attempt}
-            self.concluder.conclude(run, op_id, StageStatus.FAILED, OperationOutcome.FAILED, None, error=failure.error_class, cause=json.dumps(cause))
+            self.concluder.conclude(
+                run,
+                op_id,
+                StageStatus.FAILED,
+                OperationOutcome.FAILED,
+                None,
+                error=failure.error_class,
+                cause=json.dumps(cause),
+            )
             return None
         if run.reason is not None:
             self.concluder.stopped(run, op_id, -1)
@@ -293,7 +373,9 @@ class StageRunner:
             return None
         except (BotoCoreError, ClientError) as exc:
             log.warning("%s attempt %d: what the restore did was not recorded (%s)", op_id, ref.attempt, exc)
-        if prepared.precondition != journaled:  # the same again (nothing checked out or restored) is not written twice
+        if (
+            prepared.precondition != journaled
+        ):  # the same again (nothing checked out or restored) is not written twice
             self.journal.set_precondition(op_id, ref.attempt, prepared.precondition)
         return prepared
 
@@ -307,13 +389,25 @@ class StageRunner:
             return True
         log.info(
             "%s attempt %d: waiting %.1fs for attempt %s's holder to have fenced (its lease end %s plus %gs of skew)",
-            op_id, run.ref.attempt, wait, previous.get("attempt"), previous.get("lease_expires_iso"), self.config.max_clock_skew_sec,
+            op_id,
+            run.ref.attempt,
+            wait,
+            previous.get("attempt"),
+            previous.get("lease_expires_iso"),
+            self.config.max_clock_skew_sec,
         )
         return not run.cancel.wait(wait)
 
     def _reconcile(
-        self, run: StageRun, plan: StagePlan, op_id: str, local: Operation | None, previous: dict[str, Any], precondition: str,
-        workspace: Path, env: dict[str, str],
+        self,
+        run: StageRun,
+        plan: StagePlan,
+        op_id: str,
+        local: Operation | None,
+        previous: dict[str, Any],
+        precondition: str,
+        workspace: Path,
+        env: dict[str, str],
     ) -> bool:
         """Decide the previous attempt's unknown outcome. True: run the stage; False: decided."""
         ref = run.ref
@@ -323,8 +417,14 @@ class StageRunner:
             # The probe asks about what the previous attempt recorded (a submission id, say).
             from relevo_core.models.handoff import previous_output_variable
 
-            probe_env = {**env, "RELEVO_PROBE": "1", **{previous_output_variable(k): v for k, v in previous_outputs.items()}}
-            result = self.command.under_lease(run, plan, plan.effect_probe, workspace, probe_env, lambda chunk: None, probe=True)
+            probe_env = {
+                **env,
+                "RELEVO_PROBE": "1",
+                **{previous_output_variable(k): v for k, v in previous_outputs.items()},
+            }
+            result = self.command.under_lease(
+                run, plan, plan.effect_probe, workspace, probe_env, lambda chunk: None, probe=True
+            )
             if run.reason is not None:
                 self.concluder.stopped(run, op_id, result.exit_code)
                 return False
@@ -338,7 +438,13 @@ class StageRunner:
         reconciled = reconcile.decide(op_id, local, previous, precondition, probe)
         if reconciled.action is reconcile.ReconcileAction.SUCCEEDED:
             reconciled = reconcile.with_what_it_left(reconciled, plan.handoff, previous, previous_outputs)
-        log.info("%s attempt %d reconciled: %s %s", op_id, ref.attempt, reconciled.action.value, reconciled.evidence)
+        log.info(
+            "%s attempt %d reconciled: %s %s",
+            op_id,
+            ref.attempt,
+            reconciled.action.value,
+            reconciled.evidence,
+        )
         try:
             stage_attempts.record_reconciled(ref, reconciled.action.value, reconciled.evidence, utc_now())
         except stage_attempts.LeaseLost:
@@ -347,15 +453,33 @@ class StageRunner:
         if reconciled.action is reconcile.ReconcileAction.RERUN:
             return True
         if reconciled.action in (reconcile.ReconcileAction.RESEND, reconcile.ReconcileAction.SUCCEEDED):
-            self.concluder.conclude(run, op_id, StageStatus.SUCCEEDED, OperationOutcome.RECONCILED, reconciled.receipt, exit_code=0)
+            self.concluder.conclude(
+                run,
+                op_id,
+                StageStatus.SUCCEEDED,
+                OperationOutcome.RECONCILED,
+                reconciled.receipt,
+                exit_code=0,
+            )
         elif reconciled.action is reconcile.ReconcileAction.MANUAL_REVIEW:
             self.concluder.conclude(
-                run, op_id, StageStatus.MANUAL_REVIEW, OperationOutcome.RECONCILED, None,
-                error=ErrorClass.MANUAL_REVIEW, cause=json.dumps(reconciled.evidence), stage_outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW,
+                run,
+                op_id,
+                StageStatus.MANUAL_REVIEW,
+                OperationOutcome.RECONCILED,
+                None,
+                error=ErrorClass.MANUAL_REVIEW,
+                cause=json.dumps(reconciled.evidence),
+                stage_outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW,
             )
         else:
             self.concluder.conclude(
-                run, op_id, StageStatus.FAILED, OperationOutcome.RECONCILED, None,
-                error=ErrorClass.PRECONDITION_CHANGED, cause=json.dumps(reconciled.evidence),
+                run,
+                op_id,
+                StageStatus.FAILED,
+                OperationOutcome.RECONCILED,
+                None,
+                error=ErrorClass.PRECONDITION_CHANGED,
+                cause=json.dumps(reconciled.evidence),
             )
         return False

@@ -35,21 +35,32 @@ KEPT_AWS_VARIABLES = frozenset({"AWS_REGION", "AWS_DEFAULT_REGION"})
 # Relevo's own variables of the agent process that point at its credentials.
 AGENT_VARIABLES = frozenset({"RELEVO_STACK_FILE", "RELEVO_USER_STACK_FILE"})
 # The agent user's login session: agents, buses and tickets that act with that user's keys.
-AGENT_SESSION_VARIABLES = frozenset({
-    "SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XAUTHORITY",
-    "KRB5CCNAME", "MAIL",
-})
+AGENT_SESSION_VARIABLES = frozenset(
+    {
+        "SSH_AUTH_SOCK",
+        "SSH_AGENT_PID",
+        "GPG_AGENT_INFO",
+        "DBUS_SESSION_BUS_ADDRESS",
+        "XDG_RUNTIME_DIR",
+        "XAUTHORITY",
+        "KRB5CCNAME",
+        "MAIL",
+    }
+)
 
 
 def without_agent_credentials(parent: Mapping[str, str]) -> dict[str, str]:
     return {
         name: value
         for name, value in parent.items()
-        if not (name.upper().startswith("AWS_") and name.upper() not in KEPT_AWS_VARIABLES) and name.upper() not in AGENT_VARIABLES
+        if not (name.upper().startswith("AWS_") and name.upper() not in KEPT_AWS_VARIABLES)
+        and name.upper() not in AGENT_VARIABLES
     }
 
 
-def stage_environment(parent: Mapping[str, str], relevo: Mapping[str, str], aws_profile: str | None) -> dict[str, str]:
+def stage_environment(
+    parent: Mapping[str, str], relevo: Mapping[str, str], aws_profile: str | None
+) -> dict[str, str]:
     """The agent's environment without its credentials, Relevo's variables for the stage, and the
     project's AWS profile for the stage, if it names one."""
     env = {**without_agent_credentials(parent), **relevo}
@@ -58,14 +69,20 @@ def stage_environment(parent: Mapping[str, str], relevo: Mapping[str, str], aws_
     return env
 
 
-def as_build_user(env: Mapping[str, str], user: BuildUser, agent_homes: tuple[str, ...] | None = None) -> dict[str, str]:
+def as_build_user(
+    env: Mapping[str, str], user: BuildUser, agent_homes: tuple[str, ...] | None = None
+) -> dict[str, str]:
     """`env` of a stage for a command run as `user` (module docstring). `agent_homes`: the agent
     user's home directories (default: its HOME and its password entry's)."""
     given = [home for home in (agent_homes if agent_homes is not None else _agent_homes()) if home]
-    homes = {Path(path) for home in given for path in (os.path.normpath(home), os.path.realpath(home))} - {Path("/")}
+    homes = {Path(path) for home in given for path in (os.path.normpath(home), os.path.realpath(home))} - {
+        Path("/")
+    }
 
     def inside(entry: str) -> bool:
-        return os.path.isabs(entry) and any(Path(os.path.normpath(entry)).is_relative_to(home) for home in homes)
+        return os.path.isabs(entry) and any(
+            Path(os.path.normpath(entry)).is_relative_to(home) for home in homes
+        )
 
     kept: dict[str, str] = {}
     for name, value in env.items():

@@ -71,6 +71,10 @@ class AgentStop:
         if code not in _GONE:
             return False
         what = _GONE[code].format(table=self.table, queue=self.queue)
-        then = "starting again once the stack file names a stack" if self.follow_stack else "exiting so that a restart reads the stack file again"
+        then = (
+            "starting again once the stack file names a stack"
+            if self.follow_stack
+            else "exiting so that a restart reads the stack file again"
+        )
         self.ungracefully(f"the stack is gone: {what} does not exist ({code}); {then}", stack_moved=True)
         return True

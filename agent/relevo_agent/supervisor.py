@@ -51,8 +51,14 @@ def group_alive(pgid: int, zombies_are_dead: bool = False) -> bool:
         return True
     if not zombies_are_dead:
         return True
-    listed = subprocess.run(["ps", "-A", "-o", "pgid=,stat="], capture_output=True, text=True, check=False).stdout
-    states = [fields[1] for fields in (line.split() for line in listed.splitlines()) if len(fields) == 2 and fields[0] == str(pgid)]
+    listed = subprocess.run(
+        ["ps", "-A", "-o", "pgid=,stat="], capture_output=True, text=True, check=False
+    ).stdout
+    states = [
+        fields[1]
+        for fields in (line.split() for line in listed.splitlines())
+        if len(fields) == 2 and fields[0] == str(pgid)
+    ]
     # No line for a group signals still reach: ps could not tell (it failed), so it is alive.
     return not states or any(not state.startswith("Z") for state in states)
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Callable, Iterator
+from datetime import UTC, datetime, timezone
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -32,7 +32,7 @@ PROGRESS_INTERVAL_SEC = 2.0
 
 
 def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class ProgressWriter:
@@ -57,7 +57,11 @@ class ProgressWriter:
     # ---------------------------------------------------------------- the upload's side
     def start(self, files_total: int, bytes_total: int) -> None:
         with self._counts:
-            self._state, self._files_total, self._bytes_total = TransferState.UPLOADING, files_total, bytes_total
+            self._state, self._files_total, self._bytes_total = (
+                TransferState.UPLOADING,
+                files_total,
+                bytes_total,
+            )
             self._changes += 1
 
     def begin(self, name: str) -> None:
@@ -83,8 +87,13 @@ class ProgressWriter:
             if self._state is None:
                 return None
             return TransferProgress(
-                attempt=self.ref.attempt, state=self._state, files_done=self._files_done, files_total=self._files_total,
-                bytes_done=max(0, self._bytes_done), bytes_total=self._bytes_total, current_file=self._current,
+                attempt=self.ref.attempt,
+                state=self._state,
+                files_done=self._files_done,
+                files_total=self._files_total,
+                bytes_done=max(0, self._bytes_done),
+                bytes_total=self._bytes_total,
+                current_file=self._current,
                 updated_at=self.wall().isoformat(),
             )
 
@@ -105,7 +114,12 @@ class ProgressWriter:
             try:
                 stage_attempts.record_transfer(self.ref, reading)
             except (BotoCoreError, ClientError) as exc:
-                log.warning("%s stage %d: the transfer's last reading was not written (%s)", self.ref.job_id, self.ref.stage_index, exc)
+                log.warning(
+                    "%s stage %d: the transfer's last reading was not written (%s)",
+                    self.ref.job_id,
+                    self.ref.stage_index,
+                    exc,
+                )
 
     def finish_quietly(self, succeeded: bool) -> None:
         """`finish` after the upload failed: the failure is what the stage reports, so a refused
@@ -113,7 +127,12 @@ class ProgressWriter:
         try:
             self.finish(succeeded)
         except stage_attempts.LeaseLost as exc:
-            log.warning("%s stage %d: the transfer's last reading was refused (%s)", self.ref.job_id, self.ref.stage_index, exc)
+            log.warning(
+                "%s stage %d: the transfer's last reading was refused (%s)",
+                self.ref.job_id,
+                self.ref.stage_index,
+                exc,
+            )
 
     # ---------------------------------------------------------------- the lease keeper's side
     @contextmanager

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from relevo_core.models.plan import StagePlan
 
@@ -65,5 +66,13 @@ def warning_summary(plan: StagePlan, exit_code: int, lines: WarningLines) -> dic
     if exit_code != 0:
         said.append(f"exit {exit_code} (one of its warning_exit_codes)")
     if lines.count:
-        said.append(f"{lines.count} line{'s' if lines.count != 1 else ''} marked ::warning::" + (f", first: {lines.first[0]}" if lines.first else ""))
-    return {"exit_code": exit_code if exit_code != 0 else None, "lines": lines.count, "first": lines.first, "text": "; ".join(said)}
+        said.append(
+            f"{lines.count} line{'s' if lines.count != 1 else ''} marked ::warning::"
+            + (f", first: {lines.first[0]}" if lines.first else "")
+        )
+    return {
+        "exit_code": exit_code if exit_code != 0 else None,
+        "lines": lines.count,
+        "first": lines.first,
+        "text": "; ".join(said),
+    }

@@ -77,7 +77,9 @@ def pick(table: Table, situation: Situation) -> Row:
 
 
 def _tenant_names(situation: Situation) -> list[str]:
-    return [f"tenant-{n}" for n in range(1, situation.tenants + 1)] if situation.tenants > 1 else ["compliance"]
+    return (
+        [f"tenant-{n}" for n in range(1, situation.tenants + 1)] if situation.tenants > 1 else ["compliance"]
+    )
 
 
 def _override_value(value: Any) -> str:
@@ -89,7 +91,10 @@ def samconfig(row: Row, situation: Situation) -> str:
     parameters = {"RegionAffinities": ",".join(situation.regions), **row.parameters}
     overrides = " ".join(f"{name}={_override_value(value)}" for name, value in parameters.items())
     environments = _tenant_names(situation) if row.when.compliance_or_tenants else ["default"]
-    lines = [f"# Written by `relevo advise` ({row.id}): a starting point; review it before `sam deploy`.", "version = 0.1"]
+    lines = [
+        f"# Written by `relevo advise` ({row.id}): a starting point; review it before `sam deploy`.",
+        "version = 0.1",
+    ]
     for environment in environments:
         stack = "relevo" if environment == "default" else f"relevo-{environment}"
         lines += [
@@ -116,7 +121,11 @@ def project_file(row: Row, situation: Situation, project_id: str = "my-app") -> 
         **row.project,
         "stages": [
             {"name": "build", "run": "xcodebuild -scheme App build", "exec_timeout_sec": 3600},
-            {"name": "sign", "run": "xcodebuild -exportArchive -archivePath App.xcarchive -exportPath out", "exec_timeout_sec": 1800},
+            {
+                "name": "sign",
+                "run": "xcodebuild -exportArchive -archivePath App.xcarchive -exportPath out",
+                "exec_timeout_sec": 1800,
+            },
             {"name": "upload", "run": 'cp out/*.ipa "$RELEVO_ARTIFACT_DIR/"', "exec_timeout_sec": 1800},
         ],
     }
@@ -130,7 +139,9 @@ def advice_text(row: Row, situation: Situation) -> str:
     lines += ["", "Why:"]
     lines += [f"  - {item}" for item in row.reasons]
     if len(situation.regions) == 1 and row.id == "parallel-branches":
-        lines.append(f"  - You named one region ({situation.regions[0]}): give each Mac pool a region affinity of its own.")
+        lines.append(
+            f"  - You named one region ({situation.regions[0]}): give each Mac pool a region affinity of its own."
+        )
     if row.cost:
         lines += ["", f"Cost: {row.cost}"]
         if situation.tenants > 1:
@@ -166,7 +177,10 @@ def render_docs(table: Table) -> str:
         lines += ["", "Why:", ""] + [f"- {item}" for item in row.reasons]
         if row.cost:
             lines += ["", f"Cost: {row.cost}"]
-        lines += ["", "Parameters: " + ", ".join(f"`{name}={value}`" for name, value in row.parameters.items())]
+        lines += [
+            "",
+            "Parameters: " + ", ".join(f"`{name}={value}`" for name, value in row.parameters.items()),
+        ]
     return "\n".join(lines) + "\n"
 
 

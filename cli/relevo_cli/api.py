@@ -55,7 +55,7 @@ class RelevoApi:
     session: boto3.session.Session
 
     @classmethod
-    def for_stack(cls, stack: StackInfo) -> "RelevoApi":
+    def for_stack(cls, stack: StackInfo) -> RelevoApi:
         return cls(stack.api_url.rstrip("/"), stack.region, boto3.session.Session(region_name=stack.region))
 
     def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
@@ -140,8 +140,14 @@ class RelevoApi:
     def reject(self, job_id: str, reason: str) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/reject", {"reason": reason})
 
-    def resolve_stage(self, job_id: str, stage: str, resolution: str, reason: str | None = None, shard: int | None = None) -> dict[str, Any]:
-        body = {"as": resolution, **({"reason": reason} if reason else {}), **({"shard": shard} if shard is not None else {})}
+    def resolve_stage(
+        self, job_id: str, stage: str, resolution: str, reason: str | None = None, shard: int | None = None
+    ) -> dict[str, Any]:
+        body = {
+            "as": resolution,
+            **({"reason": reason} if reason else {}),
+            **({"shard": shard} if shard is not None else {}),
+        }
         return self.request("POST", f"/jobs/{job_id}/stages/{stage}/resolve", body)
 
     def cancel_job(self, job_id: str) -> dict[str, Any]:
@@ -154,7 +160,9 @@ class RelevoApi:
         return self.request("POST", f"/agents/{agent_id}/pause", body)
 
     def resume_agent(self, agent_id: str, region: str | None = None) -> dict[str, Any]:
-        return self.request("POST", f"/agents/{agent_id}/resume", params={"region": region} if region else None)
+        return self.request(
+            "POST", f"/agents/{agent_id}/resume", params={"region": region} if region else None
+        )
 
     def pause_region(self, region: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", f"/regions/{region}/pause", body)
@@ -174,10 +182,22 @@ class RelevoApi:
     def delete_job(self, job_id: str) -> dict[str, Any]:
         return self.request("DELETE", f"/jobs/{job_id}")
 
-    def job_logs(self, job_id: str, from_seq: int | str | None = None, before_seq: int | str | None = None, limit: int | None = None) -> dict[str, Any]:
+    def job_logs(
+        self,
+        job_id: str,
+        from_seq: int | str | None = None,
+        before_seq: int | str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
         params = {"from_seq": from_seq, "before_seq": before_seq, "limit": limit}
-        return self.request("GET", f"/jobs/{job_id}/logs", params={k: v for k, v in params.items() if v is not None})
+        return self.request(
+            "GET", f"/jobs/{job_id}/logs", params={k: v for k, v in params.items() if v is not None}
+        )
 
-    def artifact_link(self, job_id: str, name: str, stage: str | None = None, shard: int | None = None) -> dict[str, Any]:
-        params = {key: value for key, value in (("stage", stage), ("shard", shard)) if value is not None} or None
+    def artifact_link(
+        self, job_id: str, name: str, stage: str | None = None, shard: int | None = None
+    ) -> dict[str, Any]:
+        params = {
+            key: value for key, value in (("stage", stage), ("shard", shard)) if value is not None
+        } or None
         return self.request("GET", f"/jobs/{job_id}/artifacts/{quote(name, safe='')}", params=params)

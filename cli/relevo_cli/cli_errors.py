@@ -48,7 +48,12 @@ class RelevoGroup(TyperGroup):
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, typer.TyperException, BrokenPipeError):  # typer's own exits and usage errors
+        except (
+            typer.Exit,
+            typer.Abort,
+            typer.TyperException,
+            BrokenPipeError,
+        ):  # typer's own exits and usage errors
             raise
         except (InvalidFile, UserMistake) as exc:
             if ctx.meta.get(DEBUG_KEY):
@@ -65,13 +70,17 @@ class RelevoGroup(TyperGroup):
             if ctx.meta.get(DEBUG_KEY):
                 raise
             # AWS_PROFILE (or a stack file's aws_profile) names a profile this machine does not have.
-            _say(f"{exc}: `aws configure list-profiles` lists the profiles there are; set AWS_PROFILE to one of them (or unset it)")
+            _say(
+                f"{exc}: `aws configure list-profiles` lists the profiles there are; set AWS_PROFILE to one of them (or unset it)"
+            )
             raise typer.Exit(2) from exc
         except NoCredentialsError as exc:
             if ctx.meta.get(DEBUG_KEY):
                 raise
-            _say("no AWS credentials found to sign with: set AWS_PROFILE, or run `aws configure` or `aws sso login` "
-                 "(a local stack's stack.json carries its own)")
+            _say(
+                "no AWS credentials found to sign with: set AWS_PROFILE, or run `aws configure` or `aws sso login` "
+                "(a local stack's stack.json carries its own)"
+            )
             raise typer.Exit(1) from exc
         except Exception as exc:
             if ctx.meta.get(DEBUG_KEY):
@@ -96,7 +105,9 @@ def print_version(shown: bool) -> None:
         except metadata.PackageNotFoundError:
             return "not installed"
 
-    typer.echo(f"relevo {version('relevo-cli')} (relevo-core {version('relevo-core')}, relevo-agent {version('relevo-agent')})")
+    typer.echo(
+        f"relevo {version('relevo-cli')} (relevo-core {version('relevo-core')}, relevo-agent {version('relevo-agent')})"
+    )
     raise typer.Exit()
 
 

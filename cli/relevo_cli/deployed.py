@@ -6,9 +6,9 @@ from __future__ import annotations
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from relevo_core.stackfile import StackInfo
 from relevo_core.aws import error_words
 from relevo_core.checks import Check, Verdict
+from relevo_core.stackfile import StackInfo
 
 
 def check_reachable(info: StackInfo, aws: boto3.session.Session) -> list[Check]:
@@ -25,7 +25,9 @@ def check_reachable(info: StackInfo, aws: boto3.session.Session) -> list[Check]:
         checks.append(Check("credentials", Verdict.FAIL, f"refused: {exc}"))
         return checks
     try:
-        table = aws.client("dynamodb", endpoint_url=endpoint).describe_table(TableName=info.table_name)["Table"]
+        table = aws.client("dynamodb", endpoint_url=endpoint).describe_table(TableName=info.table_name)[
+            "Table"
+        ]
         checks.append(Check("table", Verdict.OK, f"{info.table_name} ({table['TableStatus']})"))
     except (ClientError, BotoCoreError) as exc:
         checks.append(Check("table", Verdict.FAIL, f"{info.table_name}: {error_words(exc)}"))
@@ -37,4 +39,3 @@ def check_reachable(info: StackInfo, aws: boto3.session.Session) -> list[Check]:
     except Exception as exc:  # a connection refused or a DNS failure says as much
         checks.append(Check("api", Verdict.FAIL, f"{info.api_url}: {exc}"))
     return checks
-

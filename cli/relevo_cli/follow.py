@@ -27,8 +27,9 @@ own clock, from the last output it printed of that stage (or its begin line).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection
+from typing import Any
 
 import requests
 
@@ -78,9 +79,14 @@ class StageLog:
     The shards of a stage run side by side, so their chunks interleave and are printed as they
     come; the output of a later stage waits until the page says the one before it ended."""
 
-    def __init__(self, write: Callable[[str], None], only: Collection[str] | None = None,
-                 shards: Collection[int] | None = None, clock: Callable[[], float] = time.monotonic,
-                 silent_sec: float = HEARTBEAT_SILENT_SEC) -> None:
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        only: Collection[str] | None = None,
+        shards: Collection[int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        silent_sec: float = HEARTBEAT_SILENT_SEC,
+    ) -> None:
         self._write = write
         self.clock = clock
         self.silent_sec = silent_sec
@@ -130,7 +136,9 @@ class StageLog:
 
     # ------------------------------------------------------------------ output
     def _shown(self, owner: Owner) -> bool:
-        return (self.only is None or owner[0] in self.only) and (self.shards is None or owner[2] in self.shards)
+        return (self.only is None or owner[0] in self.only) and (
+            self.shards is None or owner[2] in self.shards
+        )
 
     def _line(self, owner: Owner, text: str) -> None:
         if self._shown(owner):
@@ -167,7 +175,12 @@ class StageLog:
             before = self.current
             # Shards of one stage run side by side: their output interleaves. Anything else
             # follows the end of what printed before it.
-            siblings = before is not None and before[0] == owner[0] and before[2] is not None and owner[2] is not None
+            siblings = (
+                before is not None
+                and before[0] == owner[0]
+                and before[2] is not None
+                and owner[2] is not None
+            )
             if before is not None and before not in self.closed and not siblings:
                 if not self._ended(before, stages):
                     return False
@@ -179,7 +192,11 @@ class StageLog:
                     if earlier[0] == owner[0] and earlier[2] == owner[2] and earlier[1] < owner[1]:
                         self._close(earlier, stages)
                 mark = self._mark(owner, stages) or {}
-                self._begin(owner, chunk.get("agent_id"), mark.get("started_at") if mark.get("attempt") == owner[1] else None)
+                self._begin(
+                    owner,
+                    chunk.get("agent_id"),
+                    mark.get("started_at") if mark.get("attempt") == owner[1] else None,
+                )
             self.current = owner
         self.heard[owner], self.beats[owner] = self.clock(), 0
         *whole, rest = (self.partials.pop(owner, "") + chunk["text"]).split("\n")
@@ -197,7 +214,11 @@ class StageLog:
         """The end of a stage attempt (or a shard's): its partial last line, then how it ended."""
         self._flush(owner)
         self.closed.add(owner)
-        self._marker(owner, end_words(owner, self._mark(owner, stages), self.name(owner), self.started.get(owner)), "end")
+        self._marker(
+            owner,
+            end_words(owner, self._mark(owner, stages), self.name(owner), self.started.get(owner)),
+            "end",
+        )
 
     def _close_stage(self, name: str, stages: dict[str, dict[str, Any]], owner: Owner) -> None:
         """`owner` ended: for a shard, its stage did, so every shard of it still open ends, then
@@ -247,7 +268,11 @@ class StageLog:
         that printed nothing yet, in plan order (then shard order): said when it starts, not with
         its first output. An earlier attempt of the same stage (or shard) still open ends first."""
         for stage in stages.values():
-            runs = [(stage, None)] if not stage.get("shards") else [(shard, shard["shard"]) for shard in stage["shards"]]
+            runs = (
+                [(stage, None)]
+                if not stage.get("shards")
+                else [(shard, shard["shard"]) for shard in stage["shards"]]
+            )
             for mark, shard in runs:
                 if mark["status"] != RUNNING_STAGE or not mark.get("attempt"):
                     continue
@@ -276,14 +301,22 @@ class StageLog:
                 continue
             self.beats[owner] = self.beats.get(owner, 0) + 1
             where = f" on {mark['agent_id']}" if mark.get("agent_id") else ""
-            self._marker(owner, f"{self.name(owner)}#{owner[1]} still running{where}, {silence_words(silent)} silent", "beat")
+            self._marker(
+                owner,
+                f"{self.name(owner)}#{owner[1]} still running{where}, {silence_words(silent)} silent",
+                "beat",
+            )
 
     def give_up_waiting(self) -> None:
         """The page kept saying the stage attempt printing is not over although a later one
         printed: end it (and its open siblings, for a shard) without its outcome."""
         if self.current is None or self.current in self.closed:
             return
-        ending = [owner for owner in self._open() if owner[0] == self.current[0]] if self.current[2] is not None else [self.current]
+        ending = (
+            [owner for owner in self._open() if owner[0] == self.current[0]]
+            if self.current[2] is not None
+            else [self.current]
+        )
         for owner in ending:
             self._flush(owner)
             self.closed.add(owner)
@@ -305,7 +338,9 @@ def _ran_for(started_at: str | None, ended_at: str | None) -> str:
     return f" after {format_duration(max(0, int((end - start).total_seconds())))}"
 
 
-def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = None, started_at: str | None = None) -> str:
+def end_words(
+    owner: Owner, stage: dict[str, Any] | None, name: str | None = None, started_at: str | None = None
+) -> str:
     """How a stage attempt (or a shard's) ended, in a few words, with how long it ran when the
     page says when it started and ended: `build succeeded on mac-1 after 8s`, `test#1 failed on
     mac-2 after 3s: Relevo.Transient.ExitCode, retried`, `lint warning: exit 3 (a warning exit
@@ -317,7 +352,9 @@ def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = Non
     if stage is None:
         return f"{name}#{attempt} ended"
     if (stage.get("attempt") or 0) > attempt:
-        failed = next((entry for entry in stage.get("failed_attempts") or [] if entry.get("attempt") == attempt), {})
+        failed = next(
+            (entry for entry in stage.get("failed_attempts") or [] if entry.get("attempt") == attempt), {}
+        )
         where = f" on {failed['agent']}" if failed.get("agent") else ""
         where += _ran_for(started_at, failed.get("at"))
         return f"{name}#{attempt} failed{where}: {failed.get('error') or 'no outcome'}, retried as attempt {stage['attempt']}"
@@ -325,7 +362,9 @@ def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = Non
     label = f"{name}#{attempt}" if attempt > 1 else name
     where = f" on {stage['agent_id']}" if stage.get("agent_id") else ""
     # The attempt decided an earlier one's effect rather than run: said as such, whatever it ended.
-    reconciled = reconciled_line(name, decided_by_reconcile(stage)) if stage.get("attempt") == attempt else None
+    reconciled = (
+        reconciled_line(name, decided_by_reconcile(stage)) if stage.get("attempt") == attempt else None
+    )
     if reconciled:
         return reconciled
     if status != "skipped":
@@ -337,12 +376,15 @@ def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = Non
     if status == "failed":
         exit_code = stage.get("exit_code")
         code = f"exit {exit_code}, " if exit_code not in (None, -1) else ""
-        return f"{label} failed{where}: " + (_failed_shards(name, stage) or f"{code}{stage.get('error_class') or 'no cause recorded'}")
+        return f"{label} failed{where}: " + (
+            _failed_shards(name, stage) or f"{code}{stage.get('error_class') or 'no cause recorded'}"
+        )
     if status == "skipped":
         rejected = stage.get("rejected")
         if rejected:
             return f"{name} skipped: rejected by {rejected.get('actor')} at its approval gate" + (
-                f": {rejected['reason']}" if rejected.get("reason") else "")
+                f": {rejected['reason']}" if rejected.get("reason") else ""
+            )
         return f"{name} skipped" + (f" (done by {stage['reused_from']})" if stage.get("reused_from") else "")
     return f"{label} {status}"
 
@@ -350,12 +392,18 @@ def end_words(owner: Owner, stage: dict[str, Any] | None, name: str | None = Non
 def _failed_shards(name: str, stage: dict[str, Any]) -> str:
     """A stage with shards that failed: which of its shards failed, and how the first did (its
     command's exit in words, as `relevo job view` says it)."""
-    failed = [shard for shard in stage.get("shards") or [] if shard["shard"] in (stage.get("failed_shards") or [])]
+    failed = [
+        shard for shard in stage.get("shards") or [] if shard["shard"] in (stage.get("failed_shards") or [])
+    ]
     if not failed:
         return ""
     first = failed[0]
     exit_code = first.get("exit_code")
-    words = attempt_words({"error": first.get("error_class"), "cause": {"exit_code": exit_code}}) if first.get("error_class") else "failed"
+    words = (
+        attempt_words({"error": first.get("error_class"), "cause": {"exit_code": exit_code}})
+        if first.get("error_class")
+        else "failed"
+    )
     where = f" on {first['agent_id']}" if first.get("agent_id") else ""
     others = f" (and {len(failed) - 1} more shard{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
     return f"{name}[{first.get('label', first['shard'])}] failed{where}: {words}{others}"

@@ -11,16 +11,35 @@ from __future__ import annotations
 import typer
 
 from relevo_cli.cli_errors import RelevoGroup, print_version, set_debug
-from relevo_cli.commands import advise, agents, artifacts, console, dlq, drill, groups, jobs, local, projects, queue, stack
+from relevo_cli.commands import (
+    advise,
+    agents,
+    artifacts,
+    console,
+    dlq,
+    drill,
+    groups,
+    jobs,
+    local,
+    projects,
+    queue,
+    stack,
+)
 
-app = typer.Typer(cls=RelevoGroup, no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs.")
+app = typer.Typer(
+    cls=RelevoGroup, no_args_is_help=True, help="Relevo: one job per trigger, relayed across your Macs."
+)
 
 
 @app.callback()
 def _root(
     ctx: typer.Context,
-    debug: bool = typer.Option(False, "--debug", envvar="RELEVO_DEBUG", help="show the traceback of any error"),
-    version: bool = typer.Option(False, "--version", callback=print_version, is_eager=True, help="print the version and exit"),
+    debug: bool = typer.Option(
+        False, "--debug", envvar="RELEVO_DEBUG", help="show the traceback of any error"
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=print_version, is_eager=True, help="print the version and exit"
+    ),
 ) -> None:
     set_debug(ctx, debug)
 

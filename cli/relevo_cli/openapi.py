@@ -17,7 +17,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "layers" / "core" / "relevo_core" / "openapi.json"
 # Functions whose resolvers serve API routes (the rest run on schedules and streams).
-API_FUNCTIONS = ("webhook", "projects", "jobs", "triggers", "openapi", "queue", "job_output", "groups", "agent_sessions")
+API_FUNCTIONS = (
+    "webhook",
+    "projects",
+    "jobs",
+    "triggers",
+    "openapi",
+    "queue",
+    "job_output",
+    "groups",
+    "agent_sessions",
+)
 # Placeholder settings: the handlers validate their environment lazily, never at import.
 PLACEHOLDER_ENV = {
     "TABLE_NAME": "relevo-Table",
@@ -34,7 +44,9 @@ def resolvers() -> list[Any]:
         os.environ.setdefault(name, value)
     apps = []
     for name in API_FUNCTIONS:
-        spec = importlib.util.spec_from_file_location(f"relevo_api_{name}", ROOT / "functions" / name / "handler.py")
+        spec = importlib.util.spec_from_file_location(
+            f"relevo_api_{name}", ROOT / "functions" / name / "handler.py"
+        )
         module = importlib.util.module_from_spec(spec)
         assert spec.loader is not None
         spec.loader.exec_module(module)

@@ -43,7 +43,8 @@ class ProjectFile(Project):
     model_config = ConfigDict(frozen=True, extra="forbid", title="Relevo project file")
 
     webhook: WebhookSecretSources = Field(  # type: ignore[assignment]
-        default=WebhookSecretSources(), description="Where `relevo project apply` reads the webhook secrets from."
+        default=WebhookSecretSources(),
+        description="Where `relevo project apply` reads the webhook secrets from.",
     )
 
 
@@ -80,7 +81,10 @@ def parse(path: Path, what: str = "project file") -> tuple[Any, Locator]:
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(part for part in (exc.context, exc.problem) if part) or "not valid YAML"
         raise InvalidFile.one(
-            path, f"YAML syntax: {problem}", mark.line + 1 if mark else None, mark.column + 1 if mark else None
+            path,
+            f"YAML syntax: {problem}",
+            mark.line + 1 if mark else None,
+            mark.column + 1 if mark else None,
         ) from exc
     except yaml.YAMLError as exc:
         raise InvalidFile.one(path, f"YAML syntax: {exc}") from exc

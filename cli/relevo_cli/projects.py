@@ -95,7 +95,9 @@ def _secret_values(loaded: LoadedProjectFile) -> list[tuple[str, str, str]]:
             continue
         value = os.environ.get(variable)
         if not value:
-            raise loaded.mistake(("webhook", field), f"environment variable {variable} is not set (it holds the secret)")
+            raise loaded.mistake(
+                ("webhook", field), f"environment variable {variable} is not set (it holds the secret)"
+            )
         values.append((kind, reference, value))
     return values
 

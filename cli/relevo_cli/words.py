@@ -5,7 +5,7 @@ beside it, how long something ran, and which Mac ran which stages (and shards)."
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 # What each failure class means, said of the stage that failed with it.
@@ -67,17 +67,24 @@ def error_sentence(job: dict[str, Any]) -> str | None:
     cause = _json(detail.get("cause"))
     stage = detail.get("stage")
     agent = cause.get("agent_id") or next(
-        (s.get("agent_id") for s in job.get("stages") or [] if s.get("name") == stage and s.get("agent_id")), None)
+        (s.get("agent_id") for s in job.get("stages") or [] if s.get("name") == stage and s.get("agent_id")),
+        None,
+    )
     exit_code = cause.get("exit_code")
     words = (_JOB_CLASS_WORDS.get(name) if not stage else None) or _CLASS_WORDS.get(name, "it failed").format(
-        exit=exit_code if exit_code not in (None, -1) else "non-zero")
+        exit=exit_code if exit_code not in (None, -1) else "non-zero"
+    )
     attempts = detail.get("attempts")
     counted = f", {attempts} attempt{'s' if attempts != 1 else ''}" if isinstance(attempts, int) else ""
     said = [f"{stage} failed" if stage else "The job failed"]
     if agent:
         said.append(f" on {agent}")
     said.append(f": {words} ({name}{counted}).")
-    why = cause.get("why") or cause.get("keychain") or (detail.get("cause") if isinstance(detail.get("cause"), str) and not cause else None)
+    why = (
+        cause.get("why")
+        or cause.get("keychain")
+        or (detail.get("cause") if isinstance(detail.get("cause"), str) and not cause else None)
+    )
     if why and why != "no cause was reported":
         said.append(f" {str(why)[:300]}")
     return "".join(said)
@@ -89,9 +96,13 @@ def attempt_words(entry: dict[str, Any]) -> str:
     name = entry.get("error") or entry.get("error_class") or ""
     cause = _json(entry.get("cause"))
     exit_code = cause.get("exit_code")
-    words = _CLASS_WORDS.get(name, "it failed").format(exit=exit_code if exit_code not in (None, -1) else "non-zero")
+    words = _CLASS_WORDS.get(name, "it failed").format(
+        exit=exit_code if exit_code not in (None, -1) else "non-zero"
+    )
     said = f"{words} ({name})" if name else words
-    why = cause.get("why") or (entry.get("cause") if isinstance(entry.get("cause"), str) and not cause else None)
+    why = cause.get("why") or (
+        entry.get("cause") if isinstance(entry.get("cause"), str) and not cause else None
+    )
     return f"{said}: {why}" if why and why != "no cause was reported" else said
 
 
@@ -102,7 +113,7 @@ def parse_time(value: str | None) -> datetime | None:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _at(value: str | None) -> datetime | None:
@@ -131,7 +142,7 @@ def format_duration(seconds: int | None) -> str:
 def exact_time(value: str | None) -> str:
     """`2026-12-02 12:25:37 UTC`: to the second, no microseconds, no offset to read."""
     moment = parse_time(value)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
 
 
 def time_ago(value: str | None, now: datetime) -> str:
@@ -151,7 +162,7 @@ def time_ago(value: str | None, now: datetime) -> str:
     if seconds < 7 * 86400:
         days = seconds // 86400
         return f"{days} day{'s' if days != 1 else ''} ago"
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d")
+    return moment.astimezone(UTC).strftime("%Y-%m-%d")
 
 
 def shard_name(stage: str, shard: dict[str, Any]) -> str:
@@ -162,7 +173,11 @@ def shard_name(stage: str, shard: dict[str, Any]) -> str:
 def artifact_stage(artifact: dict[str, Any]) -> str:
     """The stage that left an artifact, and for a stage with shards its shard: `test#shard-1`
     (as its object's path `test/shard-1/`, its operation id and its handoff name it)."""
-    return artifact["stage"] if artifact.get("shard") is None else f"{artifact['stage']}#shard-{artifact['shard']}"
+    return (
+        artifact["stage"]
+        if artifact.get("shard") is None
+        else f"{artifact['stage']}#shard-{artifact['shard']}"
+    )
 
 
 def macs_by_stage(job: dict[str, Any]) -> list[tuple[str, list[str]]]:

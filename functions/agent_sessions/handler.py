@@ -3,15 +3,28 @@ the job's credentials), /sessions (those credentials again, for the claim whose 
 lease), /accepts, /heartbeats and /outcomes (the attempt's tasks, answered for the claim that holds
 it: the agent never holds a task token) — IAM: the region's agent role (relevo_core.fleet.claims)."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from relevo_core.config.agent_sessions import agent_sessions_settings
-from relevo_core.fleet.claims import accept_dispatch, claim_stage, heartbeat, ready, renew_session, report_outcome
+from relevo_core.fleet.claims import (
+    accept_dispatch,
+    claim_stage,
+    heartbeat,
+    ready,
+    renew_session,
+    report_outcome,
+)
 from relevo_core.http import json_body, json_response, register_error_handlers
-from relevo_core.models.agent_session import AcceptRequest, ClaimRequest, HeartbeatRequest, OutcomeReport, SessionRequest
+from relevo_core.models.agent_session import (
+    AcceptRequest,
+    ClaimRequest,
+    HeartbeatRequest,
+    OutcomeReport,
+    SessionRequest,
+)
 from relevo_core.observability import correlate, lambda_entry
 
 app = APIGatewayRestResolver()
@@ -23,7 +36,7 @@ ready()
 def claim(region: str):
     request = ClaimRequest.from_body(json_body(app))
     correlate(request.job_id)
-    granted = claim_stage(agent_sessions_settings(), region, request, datetime.now(timezone.utc))
+    granted = claim_stage(agent_sessions_settings(), region, request, datetime.now(UTC))
     return json_response(HTTPStatus.OK, granted.model_dump(mode="json"))
 
 
@@ -31,7 +44,7 @@ def claim(region: str):
 def session(region: str):
     request = SessionRequest.from_body(json_body(app))
     correlate(request.job_id)
-    granted = renew_session(agent_sessions_settings(), region, request, datetime.now(timezone.utc))
+    granted = renew_session(agent_sessions_settings(), region, request, datetime.now(UTC))
     return json_response(HTTPStatus.OK, granted.model_dump(mode="json"))
 
 
@@ -39,7 +52,7 @@ def session(region: str):
 def accept(region: str):
     request = AcceptRequest.from_body(json_body(app))
     correlate(request.job_id)
-    answered = accept_dispatch(agent_sessions_settings(), region, request, datetime.now(timezone.utc))
+    answered = accept_dispatch(agent_sessions_settings(), region, request, datetime.now(UTC))
     return json_response(HTTPStatus.OK, answered.model_dump(mode="json"))
 
 
@@ -47,7 +60,7 @@ def accept(region: str):
 def beat(region: str):
     request = HeartbeatRequest.from_body(json_body(app))
     correlate(request.job_id)
-    answered = heartbeat(agent_sessions_settings(), region, request, datetime.now(timezone.utc))
+    answered = heartbeat(agent_sessions_settings(), region, request, datetime.now(UTC))
     return json_response(HTTPStatus.OK, answered.model_dump(mode="json"))
 
 
@@ -55,7 +68,7 @@ def beat(region: str):
 def outcome(region: str):
     request = OutcomeReport.from_body(json_body(app))
     correlate(request.job_id)
-    answered = report_outcome(agent_sessions_settings(), region, request, datetime.now(timezone.utc))
+    answered = report_outcome(agent_sessions_settings(), region, request, datetime.now(UTC))
     return json_response(HTTPStatus.OK, answered.model_dump(mode="json"))
 
 

@@ -20,19 +20,25 @@ register_error_handlers(app)
 
 @app.put("/groups/<group>")
 def put_group(group: str):
-    return json_response(HTTPStatus.OK, apply_group(group_api_settings(), group, json_body(app), caller_arn(app)))
+    return json_response(
+        HTTPStatus.OK, apply_group(group_api_settings(), group, json_body(app), caller_arn(app))
+    )
 
 
 @app.get("/groups/<group>")
 def get_group(group: str):
-    return json_response(HTTPStatus.OK, show_group(group_api_settings(), group, caller_arn(app)).model_dump(mode="json"))
+    return json_response(
+        HTTPStatus.OK, show_group(group_api_settings(), group, caller_arn(app)).model_dump(mode="json")
+    )
 
 
 @app.post("/groups/<group>/test")
 def post_group_test(group: str):
     settings = group_api_settings()
     secret = lambda name: str(parameters.get_secret(name, max_age=settings.secret_max_age_sec))  # noqa: E731
-    return json_response(HTTPStatus.OK, test_group(settings, group, caller_arn(app), Urllib3Transport(), Clock(), secret))
+    return json_response(
+        HTTPStatus.OK, test_group(settings, group, caller_arn(app), Urllib3Transport(), Clock(), secret)
+    )
 
 
 @app.get("/deliveries")

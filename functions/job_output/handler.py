@@ -1,7 +1,7 @@
 """GET /jobs/{job_id}/logs (page forward with from_seq, back with before_seq) and
 GET /jobs/{job_id}/artifacts/{name} (a presigned download link valid 2 minutes) — IAM, view."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from http import HTTPStatus
 from urllib.parse import unquote
 
@@ -11,8 +11,8 @@ from relevo_core.config import table_settings
 from relevo_core.http import json_response, register_error_handlers
 from relevo_core.jobs.artifacts import artifact_link
 from relevo_core.jobs.logs import log_page
-from relevo_core.models.requests import ArtifactQuery, LogQuery, parse_query
 from relevo_core.models.access import Level
+from relevo_core.models.requests import ArtifactQuery, LogQuery, parse_query
 from relevo_core.observability import correlate, lambda_entry
 from relevo_core.projects.permissions import requires
 
@@ -33,7 +33,14 @@ def artifact(job_id: str, name: str):
     query = parse_query(ArtifactQuery, app.current_event.query_string_parameters)
     # A name under a subdirectory holds '/': the client percent-encodes it, and API Gateway
     # (REST) hands path parameters over still encoded.
-    link = artifact_link(table_settings().table_name, job_id, unquote(name), query.stage, datetime.now(timezone.utc), query.shard)
+    link = artifact_link(
+        table_settings().table_name,
+        job_id,
+        unquote(name),
+        query.stage,
+        datetime.now(UTC),
+        query.shard,
+    )
     return json_response(HTTPStatus.OK, link)
 
 

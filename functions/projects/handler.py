@@ -11,7 +11,14 @@ from relevo_core.http import caller_arn, json_body, json_response, register_erro
 from relevo_core.models.access import Level
 from relevo_core.observability import lambda_entry
 from relevo_core.projects.permissions import requires
-from relevo_core.projects.registry import apply_project, delete_project, list_grants, set_grant, show_project, visible_projects
+from relevo_core.projects.registry import (
+    apply_project,
+    delete_project,
+    list_grants,
+    set_grant,
+    show_project,
+    visible_projects,
+)
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
@@ -20,7 +27,9 @@ register_error_handlers(app)
 @app.put("/projects/<project_id>")
 def put_project(project_id: str):
     # Creating is open to any caller IAM lets through; changing needs manage (checked inside).
-    project = apply_project(access_settings(), project_id, json_body(app), caller_arn(app), scheduler_settings())
+    project = apply_project(
+        access_settings(), project_id, json_body(app), caller_arn(app), scheduler_settings()
+    )
     return json_response(HTTPStatus.OK, project.model_dump(mode="json"))
 
 
@@ -36,13 +45,17 @@ def remove_project(project_id: str):
 
 @app.get("/projects")
 def all_projects():
-    projects = [project.model_dump(mode="json") for project in visible_projects(access_settings(), caller_arn(app))]
+    projects = [
+        project.model_dump(mode="json") for project in visible_projects(access_settings(), caller_arn(app))
+    ]
     return json_response(HTTPStatus.OK, {"projects": projects, "count": len(projects)})
 
 
 @app.put("/projects/<project_id>/grants", middlewares=[requires(Level.MANAGE)])
 def put_grant(project_id: str):
-    return json_response(HTTPStatus.OK, set_grant(access_settings(), project_id, json_body(app), caller_arn(app)))
+    return json_response(
+        HTTPStatus.OK, set_grant(access_settings(), project_id, json_body(app), caller_arn(app))
+    )
 
 
 @app.get("/projects/<project_id>/grants", middlewares=[requires(Level.VIEW)])

@@ -4,26 +4,26 @@ DELETE /jobs/{job_id} (manage; ended jobs only, with their logs and artifact rec
 fleet's pauses: POST /agents/{agent_id}/pause|resume, /regions/{region}/pause|resume (the
 stack's admins) — IAM."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from relevo_core.config.queue import queue_settings
+from relevo_core.fleet.pauses import pause_agent, pause_dispatch, resume_agent, resume_dispatch
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
+from relevo_core.jobs.queue import caller_queue, delete_job, promote_job, set_job_priority
 from relevo_core.models.access import Level
+from relevo_core.models.requests import PauseRequest, PriorityRequest
 from relevo_core.observability import correlate, lambda_entry
 from relevo_core.projects.permissions import requires
-from relevo_core.jobs.queue import caller_queue, delete_job, promote_job, set_job_priority
-from relevo_core.fleet.pauses import pause_agent, pause_dispatch, resume_agent, resume_dispatch
-from relevo_core.models.requests import PauseRequest, PriorityRequest
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @app.get("/queue")
@@ -34,26 +34,34 @@ def queue():
 @app.post("/jobs/<job_id>/promote", middlewares=[requires(Level.MANAGE)])
 def promote(job_id: str):
     correlate(job_id)
-    return json_response(HTTPStatus.OK, promote_job(queue_settings().table_name, job_id, caller_arn(app), _now()))
+    return json_response(
+        HTTPStatus.OK, promote_job(queue_settings().table_name, job_id, caller_arn(app), _now())
+    )
 
 
 @app.post("/jobs/<job_id>/priority", middlewares=[requires(Level.MANAGE)])
 def priority(job_id: str):
     correlate(job_id)
     request = PriorityRequest.from_body(json_body(app))
-    return json_response(HTTPStatus.OK, set_job_priority(queue_settings().table_name, job_id, request, caller_arn(app), _now()))
+    return json_response(
+        HTTPStatus.OK, set_job_priority(queue_settings().table_name, job_id, request, caller_arn(app), _now())
+    )
 
 
 @app.delete("/jobs/<job_id>", middlewares=[requires(Level.MANAGE)])
 def delete(job_id: str):
     correlate(job_id)
-    return json_response(HTTPStatus.OK, delete_job(queue_settings().table_name, job_id, caller_arn(app), _now()))
+    return json_response(
+        HTTPStatus.OK, delete_job(queue_settings().table_name, job_id, caller_arn(app), _now())
+    )
 
 
 @app.post("/agents/<agent_id>/pause")
 def pause(agent_id: str):
     request = PauseRequest.from_body(json_body(app))
-    return json_response(HTTPStatus.OK, pause_agent(queue_settings(), agent_id, request, caller_arn(app), _now()))
+    return json_response(
+        HTTPStatus.OK, pause_agent(queue_settings(), agent_id, request, caller_arn(app), _now())
+    )
 
 
 @app.post("/agents/<agent_id>/resume")
@@ -65,7 +73,9 @@ def resume(agent_id: str):
 @app.post("/regions/<region>/pause")
 def pause_region(region: str):
     request = PauseRequest.from_body(json_body(app))
-    return json_response(HTTPStatus.OK, pause_dispatch(queue_settings(), region, request, caller_arn(app), _now()))
+    return json_response(
+        HTTPStatus.OK, pause_dispatch(queue_settings(), region, request, caller_arn(app), _now())
+    )
 
 
 @app.post("/regions/<region>/resume")

@@ -43,4 +43,6 @@ def lambda_handler(event, context):
         replay = ReportReplay.model_validate(event)
         _reporter = _reporter or reporter_from_environment()
         return {"replayed": [_reporter.replay(message, _deadline) for message in replay.replay]}
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

@@ -5,7 +5,7 @@ timed out outside Relevo (final status, queue slot back), free project locks and
 held by executions that have ended, and decide the DLQ freeze of newly dead-lettered idempotency
 keys."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from relevo_core.config.sweeper import sweeper_settings
 from relevo_core.observability import lambda_entry
@@ -14,4 +14,4 @@ from relevo_core.recovery.sweeper import sweep_minute
 
 @lambda_entry(correlation_id_path=None, emits_metrics=True)
 def lambda_handler(event, context):
-    return sweep_minute(sweeper_settings(), datetime.now(timezone.utc))
+    return sweep_minute(sweeper_settings(), datetime.now(UTC))

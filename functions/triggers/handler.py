@@ -8,18 +8,23 @@ from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-from relevo_core.jobs.approvals import answer_approval
-from relevo_core.jobs.cancel import cancel_job
 from relevo_core.config import access_settings, execution_settings, intake_settings, table_settings
-from relevo_core.recovery.dead_letters import dead_letter_overview, redrive_dead_letter, show_dead_letter, unfreeze_dead_letter_key
 from relevo_core.http import caller_arn, json_body, json_response, register_error_handlers
 from relevo_core.intake.enqueue import IntakeResult
+from relevo_core.intake.triggers import release_job, rerun_job, run_project
+from relevo_core.jobs.approvals import answer_approval
+from relevo_core.jobs.cancel import cancel_job
+from relevo_core.jobs.resolve import resolve_stage
 from relevo_core.models.access import Level
 from relevo_core.models.errors import ErrorCode
 from relevo_core.observability import correlate, lambda_entry
 from relevo_core.projects.permissions import requires
-from relevo_core.jobs.resolve import resolve_stage
-from relevo_core.intake.triggers import release_job, rerun_job, run_project
+from relevo_core.recovery.dead_letters import (
+    dead_letter_overview,
+    redrive_dead_letter,
+    show_dead_letter,
+    unfreeze_dead_letter_key,
+)
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
@@ -54,17 +59,23 @@ def cancel(job_id: str):
 
 @app.post("/jobs/<job_id>/approve", middlewares=[requires(Level.OPERATE)])
 def approve(job_id: str):
-    return json_response(HTTPStatus.OK, answer_approval(table_settings(), job_id, True, json_body(app), caller_arn(app)))
+    return json_response(
+        HTTPStatus.OK, answer_approval(table_settings(), job_id, True, json_body(app), caller_arn(app))
+    )
 
 
 @app.post("/jobs/<job_id>/reject", middlewares=[requires(Level.OPERATE)])
 def reject(job_id: str):
-    return json_response(HTTPStatus.OK, answer_approval(table_settings(), job_id, False, json_body(app), caller_arn(app)))
+    return json_response(
+        HTTPStatus.OK, answer_approval(table_settings(), job_id, False, json_body(app), caller_arn(app))
+    )
 
 
 @app.post("/jobs/<job_id>/stages/<stage>/resolve", middlewares=[requires(Level.MANAGE)])
 def resolve(job_id: str, stage: str):
-    return json_response(HTTPStatus.OK, resolve_stage(table_settings(), job_id, stage, json_body(app), caller_arn(app)))
+    return json_response(
+        HTTPStatus.OK, resolve_stage(table_settings(), job_id, stage, json_body(app), caller_arn(app))
+    )
 
 
 @app.get("/dlq")
@@ -86,7 +97,9 @@ def redrive(job_id: str):
 def unfreeze(key: str):
     # Idempotency keys hold ':' and may hold '/': the client percent-encodes the key, and API
     # Gateway (REST) hands path parameters over still encoded.
-    return json_response(HTTPStatus.OK, unfreeze_dead_letter_key(access_settings(), unquote(key), caller_arn(app)))
+    return json_response(
+        HTTPStatus.OK, unfreeze_dead_letter_key(access_settings(), unquote(key), caller_arn(app))
+    )
 
 
 @lambda_entry()

@@ -5,8 +5,8 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from relevo_core.config import intake_settings
 from relevo_core.http import json_response, raw_body, register_error_handlers
-from relevo_core.observability import correlate, lambda_entry
 from relevo_core.intake.webhooks.receive import receive
+from relevo_core.observability import correlate, lambda_entry
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)

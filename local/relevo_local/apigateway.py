@@ -11,9 +11,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from relevo_local.sigv4 import Refusal
@@ -39,7 +40,7 @@ class Route:
     pattern: re.Pattern[str]
 
     @classmethod
-    def of(cls, method: str, path: str, iam: bool, function: str) -> "Route":
+    def of(cls, method: str, path: str, iam: bool, function: str) -> Route:
         regex = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(path))
         return cls(method, path, iam, function, re.compile(f"^{regex}$"))
 
@@ -76,7 +77,11 @@ class ApiAdapter:
 
             def _serve(self) -> None:
                 status, headers, body = adapter.handle(
-                    self.command, self.path, dict(self.headers.items()), self._read_body(), self.client_address[0]
+                    self.command,
+                    self.path,
+                    dict(self.headers.items()),
+                    self._read_body(),
+                    self.client_address[0],
                 )
                 self.send_response(status)
                 for name, value in headers.items():
@@ -123,7 +128,7 @@ class ApiAdapter:
         prefix = f"/{self.stage}"
         if not (url.path == prefix or url.path.startswith(prefix + "/")):
             return self._gateway_response("MISSING_AUTHENTICATION_TOKEN", 403, "Missing Authentication Token")
-        path = url.path[len(prefix):] or "/"
+        path = url.path[len(prefix) :] or "/"
         if len(body) > MAX_PAYLOAD:
             return self._gateway_response("REQUEST_TOO_LARGE", 413, "Request Too Long")
         for route in self.routes:
@@ -150,7 +155,9 @@ class ApiAdapter:
             return _proxy_response(response)
         return self._gateway_response("MISSING_AUTHENTICATION_TOKEN", 403, "Missing Authentication Token")
 
-    def _gateway_response(self, response_type: str, status: int, message: str) -> tuple[int, dict[str, str], bytes]:
+    def _gateway_response(
+        self, response_type: str, status: int, message: str
+    ) -> tuple[int, dict[str, str], bytes]:
         """API Gateway's own refusal, shaped by the template's GatewayResponses: the type's entry,
         else DEFAULT_4XX / DEFAULT_5XX by status, else API Gateway's bare `{"message": ...}`."""
         default = "DEFAULT_5XX" if status >= 500 else "DEFAULT_4XX"
@@ -231,9 +238,11 @@ def render_gateway_response(body_template: str, context: dict[str, str]) -> str:
 
 
 def _gateway_error(status: int, message: str) -> tuple[int, dict[str, str], bytes]:
-    return status, {"Content-Type": "application/json", "x-amzn-ErrorType": "GatewayError"}, json.dumps(
-        {"message": message}
-    ).encode()
+    return (
+        status,
+        {"Content-Type": "application/json", "x-amzn-ErrorType": "GatewayError"},
+        json.dumps({"message": message}).encode(),
+    )
 
 
 def _proxy_response(response: Any) -> tuple[int, dict[str, str], bytes]:

@@ -8,8 +8,9 @@ is neither makes deployment fail, so nothing is ever dropped silently.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 # Created from the template's properties through the service API: type -> creator.
 Creator = Callable[[Any, str, str, dict[str, Any]], str]
@@ -38,7 +39,9 @@ def _create_alarm(session: Any, stack: str, logical_id: str, props: dict[str, An
 
 
 def _requires_tls(statement: dict[str, Any]) -> bool:
-    return statement.get("Effect") == "Deny" and "aws:SecureTransport" in json.dumps(statement.get("Condition", {}))
+    return statement.get("Effect") == "Deny" and "aws:SecureTransport" in json.dumps(
+        statement.get("Condition", {})
+    )
 
 
 def _create_bucket_policy(session: Any, stack: str, logical_id: str, props: dict[str, Any]) -> str:
@@ -65,7 +68,9 @@ def _create_topic_policy(session: Any, stack: str, logical_id: str, props: dict[
     # attribute, which SetTopicAttributes writes (and moto stores without enforcing on Publish).
     sns = session.client("sns")
     for topic_arn in props["Topics"]:
-        sns.set_topic_attributes(TopicArn=topic_arn, AttributeName="Policy", AttributeValue=json.dumps(props["PolicyDocument"]))
+        sns.set_topic_attributes(
+            TopicArn=topic_arn, AttributeName="Policy", AttributeValue=json.dumps(props["PolicyDocument"])
+        )
     return f"{stack}-{logical_id}"
 
 
@@ -98,16 +103,21 @@ class Deferred:
 
 
 def _is_intrinsic(value: Any) -> bool:
-    return isinstance(value, dict) and len(value) == 1 and next(iter(value)) in {
-        "Ref",
-        "Fn::GetAtt",
-        "Fn::Sub",
-        "Fn::Join",
-        "Fn::Select",
-        "Fn::If",
-        "Fn::ImportValue",
-        "Fn::FindInMap",
-    }
+    return (
+        isinstance(value, dict)
+        and len(value) == 1
+        and next(iter(value))
+        in {
+            "Ref",
+            "Fn::GetAtt",
+            "Fn::Sub",
+            "Fn::Join",
+            "Fn::Select",
+            "Fn::If",
+            "Fn::ImportValue",
+            "Fn::FindInMap",
+        }
+    )
 
 
 def _extract(value: Any, outputs: dict[str, Any], prefix: str) -> Any:
@@ -137,7 +147,9 @@ class UnhandledResourceType(Exception):
     pass
 
 
-def split(cfn: dict[str, Any], emulated_types: set[str]) -> tuple[dict[str, Any], list[Deferred], dict[str, str]]:
+def split(
+    cfn: dict[str, Any], emulated_types: set[str]
+) -> tuple[dict[str, Any], list[Deferred], dict[str, str]]:
     """Take out what the emulator's CloudFormation cannot create.
 
     Returns the template to create, the resources to create afterwards through the service API

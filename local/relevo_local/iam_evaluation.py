@@ -99,7 +99,9 @@ def _resolve(text: str, context: dict[str, str | list[str]]) -> str:
     return _VARIABLE.sub(one, text)
 
 
-def resolve_statement(statement: dict[str, Any], context: dict[str, str | list[str]]) -> dict[str, Any] | None:
+def resolve_statement(
+    statement: dict[str, Any], context: dict[str, str | list[str]]
+) -> dict[str, Any] | None:
     """The statement with its Resource / NotResource and condition values resolved from the
     request context; None when a variable has no value there (the statement then does not apply)."""
     if "${" not in json.dumps(statement):
@@ -117,7 +119,10 @@ def _with_variables(statement: dict[str, Any], context: dict[str, str | list[str
             resolved[element] = [_resolve(str(r), context) for r in _as_list(statement[element])]
     if statement.get("Condition"):
         resolved["Condition"] = {
-            operator: {key: [_resolve(str(v), context) if isinstance(v, str) else v for v in _as_list(values)] for key, values in block.items()}
+            operator: {
+                key: [_resolve(str(v), context) if isinstance(v, str) else v for v in _as_list(values)]
+                for key, values in block.items()
+            }
             for operator, block in statement["Condition"].items()
         }
     return resolved
@@ -133,9 +138,13 @@ def _applies(statement: dict[str, Any], request: Request) -> bool:
     if "Principal" in statement and not _principal_matches(statement["Principal"], request.principal):
         return False
     if "Action" in statement:
-        if not any(_wildcard(str(a), request.action, ignore_case=True) for a in _as_list(statement["Action"])):
+        if not any(
+            _wildcard(str(a), request.action, ignore_case=True) for a in _as_list(statement["Action"])
+        ):
             return False
-    elif any(_wildcard(str(a), request.action, ignore_case=True) for a in _as_list(statement.get("NotAction", []))):
+    elif any(
+        _wildcard(str(a), request.action, ignore_case=True) for a in _as_list(statement.get("NotAction", []))
+    ):
         return False
     if "Resource" in statement:
         if not any(_wildcard(str(r), request.resource) for r in _as_list(statement["Resource"])):
@@ -154,7 +163,7 @@ def _principal_matches(principal: Any, requester: dict[str, str] | None) -> bool
         raise UnsupportedPolicy("a resource policy (it has Principal) evaluated without a principal")
     if principal == "*":
         return True
-    (kind, who), = requester.items()
+    ((kind, who),) = requester.items()
     # Principal {"AWS": "*"} is every AWS account's principals, not AWS services.
     return any(p == who or (kind == "AWS" and p == "*") for p in _as_list(principal.get(kind, [])))
 

@@ -53,7 +53,9 @@ def local_user_arn() -> str:
 
 def enforce(endpoint: str) -> None:
     """From now on the emulator authenticates and authorizes every request."""
-    requests.post(f"{endpoint}/moto-api/reset-auth", data=b"0", headers={"Content-Type": "text/plain"}, timeout=10).raise_for_status()
+    requests.post(
+        f"{endpoint}/moto-api/reset-auth", data=b"0", headers={"Content-Type": "text/plain"}, timeout=10
+    ).raise_for_status()
 
 
 def _trusts(document: Any, service: str) -> bool:
@@ -109,7 +111,9 @@ def issued_key(access_key_id: str, session_token: str | None) -> Any:
     from moto.iam.access_control import CreateAccessKeyFailure, create_access_key
 
     try:
-        return create_access_key(ACCOUNT_ID, "aws", access_key_id, {"X-Amz-Security-Token": session_token} if session_token else {})
+        return create_access_key(
+            ACCOUNT_ID, "aws", access_key_id, {"X-Amz-Security-Token": session_token} if session_token else {}
+        )
     except CreateAccessKeyFailure:
         return None
 

@@ -63,7 +63,13 @@ def main():
     try:
         entry = getattr(importlib.import_module(module_name), function_name)
     except Exception as exc:  # Lambda answers every invocation with the init failure
-        kind = "Runtime.ImportModuleError" if isinstance(exc, ImportError) else "Runtime.HandlerNotFound" if isinstance(exc, AttributeError) else None
+        kind = (
+            "Runtime.ImportModuleError"
+            if isinstance(exc, ImportError)
+            else "Runtime.HandlerNotFound"
+            if isinstance(exc, AttributeError)
+            else None
+        )
         init_error = _error(exc, kind)
         init_error["errorMessage"] = f"Unable to import module '{module_name}': {exc}"
         sys.stderr.write(f"[ERROR] {init_error['errorType']}: {init_error['errorMessage']}\n")
@@ -83,7 +89,9 @@ def main():
             result = entry(request["event"], context)
         except Exception as exc:  # the invocation's error answer, as Lambda reports it
             error = _error(exc)
-            sys.stderr.write(f"[ERROR] {error['errorType']}: {error['errorMessage']}\n{''.join(error['stackTrace'])}")
+            sys.stderr.write(
+                f"[ERROR] {error['errorType']}: {error['errorMessage']}\n{''.join(error['stackTrace'])}"
+            )
             sys.stderr.flush()
             answer({"error": error})
             continue

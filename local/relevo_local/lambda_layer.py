@@ -89,7 +89,9 @@ def find_lambda_python(runtime: str) -> LambdaPython:
         if _version_of(candidate) == (major, minor):
             return LambdaPython(candidate, (major, minor), True)
     if os.environ.get(LAMBDA_PYTHON_ENV):
-        raise LayerBuildError(f"{LAMBDA_PYTHON_ENV}={os.environ[LAMBDA_PYTHON_ENV]} is not a working Python {wanted}")
+        raise LayerBuildError(
+            f"{LAMBDA_PYTHON_ENV}={os.environ[LAMBDA_PYTHON_ENV]} is not a working Python {wanted}"
+        )
     return LambdaPython(Path(sys.executable), sys.version_info[:2], False)
 
 
@@ -103,14 +105,27 @@ def _installer(python: LambdaPython, target: Path, requirements: list[str]) -> l
     uv = Path(sys.executable).parent / "uv"
     uv_path = str(uv) if uv.is_file() else shutil.which("uv")
     if uv_path:
-        return [uv_path, "pip", "install", "--quiet", "--compile-bytecode", "--target", str(target), "--python", str(python.executable), *requirements]
+        return [
+            uv_path,
+            "pip",
+            "install",
+            "--quiet",
+            "--compile-bytecode",
+            "--target",
+            str(target),
+            "--python",
+            str(python.executable),
+            *requirements,
+        ]
     return [str(python.executable), "-m", "pip", "install", "--quiet", "--target", str(target), *requirements]
 
 
 def _cached_install(python: LambdaPython, name: str, requirements: list[str]) -> Path:
     """Install `requirements` into a cache directory named by their hash and the interpreter;
     built once (under a file lock, so parallel test workers build it once) and reused."""
-    key = hashlib.sha256(json.dumps([python.tag, sys.platform, os.uname().machine, requirements]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps([python.tag, sys.platform, os.uname().machine, requirements]).encode()
+    ).hexdigest()[:16]
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{name}-py{python.tag}-{key}"
@@ -124,7 +139,9 @@ def _cached_install(python: LambdaPython, name: str, requirements: list[str]) ->
         result = subprocess.run(_installer(python, work, requirements), capture_output=True, text=True)
         if result.returncode != 0:
             shutil.rmtree(work, ignore_errors=True)
-            raise LayerBuildError(f"installing {name} for Python {python.tag} failed:\n{result.stderr[-4000:]}")
+            raise LayerBuildError(
+                f"installing {name} for Python {python.tag} failed:\n{result.stderr[-4000:]}"
+            )
         (work / ".complete").write_text("\n".join(requirements) + "\n")
         shutil.rmtree(final, ignore_errors=True)
         work.rename(final)
@@ -147,7 +164,11 @@ def _copy_source(source: Path, destination: Path) -> list[Path]:
         if entry.name in _SKIPPED or entry.name.endswith(".egg-info"):
             continue
         if entry.is_dir():
-            shutil.copytree(entry, destination / entry.name, ignore=shutil.ignore_patterns(*_SKIPPED, "*.egg-info", "*.pyc"))
+            shutil.copytree(
+                entry,
+                destination / entry.name,
+                ignore=shutil.ignore_patterns(*_SKIPPED, "*.egg-info", "*.pyc"),
+            )
             if (entry / "__init__.py").is_file():
                 copied.append(destination / entry.name)
         else:
@@ -175,10 +196,15 @@ def build_layer(content_dir: Path, python: LambdaPython, out_dir: Path) -> Path:
     # every function's first environment compiles them at its cold start, all at once.
     if not copied:
         return python_dir
-    compiled = subprocess.run([str(python.executable), "-I", "-m", "compileall", "-q", "-j", "0", *map(str, copied)],
-                              capture_output=True, text=True)
+    compiled = subprocess.run(
+        [str(python.executable), "-I", "-m", "compileall", "-q", "-j", "0", *map(str, copied)],
+        capture_output=True,
+        text=True,
+    )
     if compiled.returncode != 0:
-        raise LayerBuildError(f"compiling {content_dir.name} for Python {python.tag} failed:\n{(compiled.stdout + compiled.stderr)[-4000:]}")
+        raise LayerBuildError(
+            f"compiling {content_dir.name} for Python {python.tag} failed:\n{(compiled.stdout + compiled.stderr)[-4000:]}"
+        )
     return python_dir
 
 

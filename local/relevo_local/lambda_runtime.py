@@ -105,10 +105,21 @@ class _Environment:
         request_read, request_write = os.pipe()
         response_read, response_write = os.pipe()
         command = [
-            str(python.executable), "-I", "-S", str(BOOTSTRAP),
-            "--request-fd", str(request_read), "--response-fd", str(response_write),
-            "--handler", spec.handler,
-            *(arg for path in [spec.code_dir, *spec.layer_dirs, spec.runtime_dir] for arg in ("--path", str(path))),
+            str(python.executable),
+            "-I",
+            "-S",
+            str(BOOTSTRAP),
+            "--request-fd",
+            str(request_read),
+            "--response-fd",
+            str(response_write),
+            "--handler",
+            spec.handler,
+            *(
+                arg
+                for path in [spec.code_dir, *spec.layer_dirs, spec.runtime_dir]
+                for arg in ("--path", str(path))
+            ),
         ]
         try:
             self.process = subprocess.Popen(
@@ -171,7 +182,9 @@ class FunctionRuntime:
     every environment is busy, up to `max_concurrency`, the way Lambda scales out. An environment
     that timed out or died is replaced by a fresh one on the next invocation."""
 
-    def __init__(self, spec: FunctionSpec, python: LambdaPython, max_concurrency: int = 4, init_timeout: float = 120) -> None:
+    def __init__(
+        self, spec: FunctionSpec, python: LambdaPython, max_concurrency: int = 4, init_timeout: float = 120
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.arn = spec.arn
@@ -194,7 +207,10 @@ class FunctionRuntime:
         ready = environment.read(self.init_timeout)
         if ready is None:
             self._retire(environment)
-            raise FunctionError(self.name, {"errorType": "Runtime.InitTimeout", "errorMessage": f"no init within {self.init_timeout}s"})
+            raise FunctionError(
+                self.name,
+                {"errorType": "Runtime.InitTimeout", "errorMessage": f"no init within {self.init_timeout}s"},
+            )
         environment.init_error = ready.get("init_error")
         return environment
 
@@ -249,9 +265,15 @@ class FunctionRuntime:
             alive = environment.process.poll() is None
             self._retire(environment)
             if alive:  # Lambda stops the environment at the function's timeout
-                error = {"errorType": "Sandbox.Timedout", "errorMessage": f"{request_id} Task timed out after {self.spec.timeout_sec:.2f} seconds"}
+                error = {
+                    "errorType": "Sandbox.Timedout",
+                    "errorMessage": f"{request_id} Task timed out after {self.spec.timeout_sec:.2f} seconds",
+                }
             else:
-                error = {"errorType": "Runtime.ExitError", "errorMessage": f"RequestId: {request_id} Error: Runtime exited with error: exit status {environment.process.returncode}"}
+                error = {
+                    "errorType": "Runtime.ExitError",
+                    "errorMessage": f"RequestId: {request_id} Error: Runtime exited with error: exit status {environment.process.returncode}",
+                }
             if self._log:
                 self._log.write(f"[ERROR] {error['errorType']}: {error['errorMessage']}\n".encode())
             raise FunctionError(self.name, error)
@@ -304,7 +326,11 @@ class TraceDaemonSocket:
 
     def environment(self) -> dict[str, str]:
         host, port = self.address.split(":")
-        return {"AWS_XRAY_DAEMON_ADDRESS": self.address, "_AWS_XRAY_DAEMON_ADDRESS": host, "_AWS_XRAY_DAEMON_PORT": port}
+        return {
+            "AWS_XRAY_DAEMON_ADDRESS": self.address,
+            "_AWS_XRAY_DAEMON_ADDRESS": host,
+            "_AWS_XRAY_DAEMON_PORT": port,
+        }
 
     def segments(self) -> list[dict[str, Any]]:
         """The segment documents received so far (each datagram: a JSON header line, then the segment)."""

@@ -9,13 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from relevo_local.state_dir import Holder, running
 from relevo_core.private_files import write_private
 from relevo_core.stackfile import StackInfo, load_stack
+from relevo_local.state_dir import Holder, running
 
 
 class ProcessFailed(RuntimeError):
@@ -34,14 +34,25 @@ def _stop(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
 
 
 @contextmanager
-def local_stack(state_dir: Path, log_file: Path, extra_args: list[str] | None = None, timeout: float = 120) -> Iterator[StackInfo]:
+def local_stack(
+    state_dir: Path, log_file: Path, extra_args: list[str] | None = None, timeout: float = 120
+) -> Iterator[StackInfo]:
     """`relevo local up` in a child process; yields once it holds the state dir and its stack.json
     is written (a stack.json another stack left there is never taken for this one's)."""
     stack_file = state_dir / "stack.json"
     state_dir.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "relevo_cli.main", "local", "up", "--state-dir", str(state_dir), *(extra_args or [])],
+            [
+                sys.executable,
+                "-m",
+                "relevo_cli.main",
+                "local",
+                "up",
+                "--state-dir",
+                str(state_dir),
+                *(extra_args or []),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -100,13 +111,15 @@ def write_agent_config(
                 *(f"{name} = {_toml_value(value)}" for name, value in settings.items()),
                 "",
             ]
-        )
+        ),
     )
     return path
 
 
 @contextmanager
-def agent_process(config: Path, log_file: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def agent_process(
+    config: Path, log_file: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     with open(log_file, "ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "relevo_agent.launch", "--config", str(config)],

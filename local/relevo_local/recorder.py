@@ -49,7 +49,13 @@ class Recorder:
                 answer = recorder._next(self.command, self.path)
                 with recorder._lock:
                     recorder.requests.append(
-                        Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time())
+                        Recorded(
+                            self.command,
+                            self.path,
+                            {k.lower(): v for k, v in self.headers.items()},
+                            body,
+                            time.time(),
+                        )
                     )
                 if answer.hang_sec:
                     recorder._stopping.wait(answer.hang_sec)
@@ -75,7 +81,7 @@ class Recorder:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def start(self) -> "Recorder":
+    def start(self) -> Recorder:
         self._thread.start()
         return self
 
@@ -84,7 +90,9 @@ class Recorder:
         self._server.shutdown()
         self._server.server_close()
 
-    def answer(self, status: int, headers: dict[str, str] | None = None, body: bytes = b"{}", times: int = 1) -> None:
+    def answer(
+        self, status: int, headers: dict[str, str] | None = None, body: bytes = b"{}", times: int = 1
+    ) -> None:
         """The next `times` requests get this answer (then 201 again)."""
         with self._lock:
             self._answers.extend(Answer(status, dict(headers or {}), body) for _ in range(times))

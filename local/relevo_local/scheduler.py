@@ -15,9 +15,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime, timezone
+from typing import Any
 
 from relevo_local.template import rate_seconds
 
@@ -31,7 +32,7 @@ class _Timer:
 
 def scheduled_time(epoch: float) -> str:
     """What `<aws.scheduler.scheduled-time>` becomes: ISO 8601, whole seconds, UTC (Z)."""
-    return datetime.fromtimestamp(int(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def fill_context(template: str, schedule_arn: str, due: float) -> str:
@@ -91,7 +92,9 @@ class ScheduleFirer:
             except ValueError:
                 if arn not in self._not_fired:  # cron(...) / at(...): not fired locally
                     self._not_fired.add(arn)
-                    sys.stderr.write(f"schedule {summary['Name']}: {expression} is not fired on the local stack\n")
+                    sys.stderr.write(
+                        f"schedule {summary['Name']}: {expression} is not fired on the local stack\n"
+                    )
                 self._timers.pop(arn, None)
                 continue
             timer = self._timers.get(arn)

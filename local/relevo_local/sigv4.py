@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -41,7 +41,9 @@ BAD_SIGNATURE = Refusal(
     "Secret Access Key and signing method. Consult the service documentation for details.",
     "INVALID_SIGNATURE",
 )
-EXPIRED = Refusal("Signature expired: the request's X-Amz-Date is too far from the server's time.", "EXPIRED_TOKEN")
+EXPIRED = Refusal(
+    "Signature expired: the request's X-Amz-Date is too far from the server's time.", "EXPIRED_TOKEN"
+)
 
 
 def verify(
@@ -63,7 +65,7 @@ def verify(
     if credentials is None:
         return INVALID_KEY
     try:
-        signed_at = dt.datetime.strptime(lower.get("x-amz-date", ""), "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+        signed_at = dt.datetime.strptime(lower.get("x-amz-date", ""), "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
     except ValueError:
         return MISSING
     if abs(now - signed_at) > MAX_SKEW:
@@ -72,7 +74,10 @@ def verify(
     if "host" not in signed:
         return BAD_SIGNATURE
     request = AWSRequest(
-        method=method, url=url, data=body, headers={name: value for name, value in lower.items() if name in signed}
+        method=method,
+        url=url,
+        data=body,
+        headers={name: value for name, value in lower.items() if name in signed},
     )
     request.context["timestamp"] = lower["x-amz-date"]
     auth = SigV4Auth(credentials, found["service"], found["region"])

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,15 +27,15 @@ import boto3
 import requests
 from botocore.credentials import Credentials
 
+from relevo_core.private_files import write_private
+from relevo_core.stackfile import LocalCredentials, StackInfo
 from relevo_local import deferred, heap, identity, lambda_layer, sigv4, template
 from relevo_local import moto as moto_patches
 from relevo_local.apigateway import ApiAdapter, Route
-from relevo_local.sigv4 import Refusal
 from relevo_local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
 from relevo_local.scheduler import ScheduleFirer
+from relevo_local.sigv4 import Refusal
 from relevo_local.streams import StreamConsumer, StreamPoller, record_filter
-from relevo_core.private_files import write_private
-from relevo_core.stackfile import LocalCredentials, StackInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ACCOUNT_ID = identity.ACCOUNT_ID
@@ -186,7 +186,10 @@ class LocalStack:
         cloudformation.create_stack(
             StackName=self.stack_name,
             TemplateBody=json.dumps(cfn),
-            Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in {**list_defaults, **self.parameters}.items()],
+            Parameters=[
+                {"ParameterKey": k, "ParameterValue": v}
+                for k, v in {**list_defaults, **self.parameters}.items()
+            ],
             Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
         )
         stack = _wait_for_stack(cloudformation, self.stack_name)
@@ -222,7 +225,9 @@ class LocalStack:
             gateway_responses=template.gateway_responses(sam),
         )
         self._adapter.start()
-        moto_patches.cloudformation.point_api_url_output_at_the_adapter(self.stack_name, self.region, self._adapter.url)
+        moto_patches.cloudformation.point_api_url_output_at_the_adapter(
+            self.stack_name, self.region, self._adapter.url
+        )
         self._start_streams(sam, physical)
         if self.rule_schedules:
             self._start_schedules(sam)
@@ -258,20 +263,30 @@ class LocalStack:
         write_private(self.state_dir / "stack.json", json.dumps(info.model_dump(), indent=2) + "\n")
         return info
 
-    def _agent_sessions(self, physical: dict[str, str | None], work_queues: dict[str, str]) -> dict[str, LocalCredentials]:
+    def _agent_sessions(
+        self, physical: dict[str, str | None], work_queues: dict[str, str]
+    ) -> dict[str, LocalCredentials]:
         """For each region affinity, a session of its agent role, taken as a Mac takes it (an IAM
         principal of the account calls sts:AssumeRole; the role's trust policy allows it)."""
         sts, iam = self._session.client("sts"), self._session.client("iam")
         sessions = {}
         for region in work_queues:
-            role = iam.get_role(RoleName=str(physical[f"AgentRole{region_logical_suffix(region)}"]))["Role"]["Arn"]
-            issued = sts.assume_role(RoleArn=role, RoleSessionName=f"relevo-agent-{region}", DurationSeconds=43200)["Credentials"]
+            role = iam.get_role(RoleName=str(physical[f"AgentRole{region_logical_suffix(region)}"]))["Role"][
+                "Arn"
+            ]
+            issued = sts.assume_role(
+                RoleArn=role, RoleSessionName=f"relevo-agent-{region}", DurationSeconds=43200
+            )["Credentials"]
             sessions[region] = LocalCredentials(
-                access_key_id=issued["AccessKeyId"], secret_access_key=issued["SecretAccessKey"], session_token=issued["SessionToken"]
+                access_key_id=issued["AccessKeyId"],
+                secret_access_key=issued["SecretAccessKey"],
+                session_token=issued["SessionToken"],
             )
         return sessions
 
-    def _register_state_machines_with_interpreter(self, cfn: dict[str, Any], physical: dict[str, str | None]) -> None:
+    def _register_state_machines_with_interpreter(
+        self, cfn: dict[str, Any], physical: dict[str, str | None]
+    ) -> None:
         """moto 5.2.5 keeps two Step Functions backends: its CloudFormation creates state machines
         in the plain one, while with execute_state_machine on the API serves (and executes) only
         the interpreter's. Register each stack-created machine, as CloudFormation resolved it,
@@ -291,16 +306,24 @@ class LocalStack:
                 type=resource["Properties"].get("StateMachineType", "STANDARD"),
             )
             if created["stateMachineArn"] != machine.arn:
-                raise RuntimeError(f"{logical_id}: interpreter ARN {created['stateMachineArn']} != {machine.arn}")
+                raise RuntimeError(
+                    f"{logical_id}: interpreter ARN {created['stateMachineArn']} != {machine.arn}"
+                )
 
-    def _fill_layer_arns(self, sam: dict[str, Any], cfn: dict[str, Any], physical: dict[str, str | None]) -> None:
+    def _fill_layer_arns(
+        self, sam: dict[str, Any], cfn: dict[str, Any], physical: dict[str, str | None]
+    ) -> None:
         """SAM renames a layer to a content-hashed logical id, and the emulator reports no
         physical id for it: name both by the layer version's ARN."""
         lambda_client = self._session.client("lambda")
         for logical_id, resource in sam["Resources"].items():
             if resource["Type"] != "AWS::Serverless::LayerVersion":
                 continue
-            versions = [k for k, r in cfn["Resources"].items() if k.startswith(logical_id) and r["Type"] == "AWS::Lambda::LayerVersion"]
+            versions = [
+                k
+                for k, r in cfn["Resources"].items()
+                if k.startswith(logical_id) and r["Type"] == "AWS::Lambda::LayerVersion"
+            ]
             names = {cfn["Resources"][v]["Properties"].get("LayerName", v) for v in versions}
             arn = None
             for layer in lambda_client.list_layers().get("Layers", []):
@@ -319,7 +342,11 @@ class LocalStack:
         self.lambda_python = lambda_layer.find_lambda_python(runtime)
         build_dir = self.state_dir / "build"
         layer_dirs = [
-            lambda_layer.build_layer((self.root / resource["Properties"]["ContentUri"]).resolve(), self.lambda_python, build_dir / logical_id)
+            lambda_layer.build_layer(
+                (self.root / resource["Properties"]["ContentUri"]).resolve(),
+                self.lambda_python,
+                build_dir / logical_id,
+            )
             for logical_id, resource in sam["Resources"].items()
             if resource["Type"] == "AWS::Serverless::LayerVersion"
         ]
@@ -342,7 +369,9 @@ class LocalStack:
                 timeout_sec=float(config.get("Timeout", 3)),
                 log_file=logs / f"{fn.logical_id}.log",
                 # Lambda assumes the execution role for each environment.
-                credentials=lambda role=role, name=name: self.role_sessions.credentials(role, "lambda.amazonaws.com", name),
+                credentials=lambda role=role, name=name: self.role_sessions.credentials(
+                    role, "lambda.amazonaws.com", name
+                ),
                 extra_env={
                     "AWS_ENDPOINT_URL": self._session.endpoint,
                     "AWS_REGION": self.region,
@@ -357,7 +386,10 @@ class LocalStack:
         if failed:
             raise RuntimeError(
                 "functions fail at cold start with only their code, layers and the runtime's boto3 importable: "
-                + "; ".join(f"{name}: {error['errorType']}: {error['errorMessage']}" for name, error in sorted(failed.items()))
+                + "; ".join(
+                    f"{name}: {error['errorType']}: {error['errorMessage']}"
+                    for name, error in sorted(failed.items())
+                )
             )
 
     def _start_streams(self, sam: dict[str, Any], physical: dict[str, str | None]) -> None:
@@ -367,7 +399,9 @@ class LocalStack:
         for fn in template.sam_functions(sam, self.root):
             for event_name, table_id, batch_size, patterns in fn.streams:
                 table = dynamodb.describe_table(TableName=str(physical[table_id]))["Table"]
-                moto_patches.dynamodb.detach_emulator_stream_invoker(table["TableName"], ACCOUNT_ID, self.region)
+                moto_patches.dynamodb.detach_emulator_stream_invoker(
+                    table["TableName"], ACCOUNT_ID, self.region
+                )
                 consumer = StreamConsumer(
                     f"{fn.logical_id}-{event_name}",
                     batch_size,
@@ -389,7 +423,10 @@ class LocalStack:
         for fn in template.sam_functions(sam, self.root):
             for event_name, period in fn.schedules:
                 thread = threading.Thread(
-                    target=self._tick, args=(fn.logical_id, event_name, period), daemon=True, name=f"schedule-{event_name}"
+                    target=self._tick,
+                    args=(fn.logical_id, event_name, period),
+                    daemon=True,
+                    name=f"schedule-{event_name}",
                 )
                 thread.start()
 
@@ -403,7 +440,9 @@ class LocalStack:
                 "account": ACCOUNT_ID,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "region": self.region,
-                "resources": [f"arn:aws:events:{self.region}:{ACCOUNT_ID}:rule/{self.stack_name}-{function}{event_name}"],
+                "resources": [
+                    f"arn:aws:events:{self.region}:{ACCOUNT_ID}:rule/{self.stack_name}-{function}{event_name}"
+                ],
                 "detail": {},
             }
             try:
@@ -432,20 +471,27 @@ class LocalStack:
                 return runtime.invoke(event)
         raise LookupError(f"no function of this stack has the ARN {arn}")
 
-    def _authenticate(self, method: str, url: str, headers: dict[str, str], body: bytes) -> dict[str, str] | Refusal:
+    def _authenticate(
+        self, method: str, url: str, headers: dict[str, str], body: bytes
+    ) -> dict[str, str] | Refusal:
         """API Gateway's IAM authentication: the SigV4 signature is checked against the secret of
         the access key it names, then STS (called with that key's own credentials) says who the
         key belongs to. Nothing the client writes in a header names the caller."""
-        signer = sigv4.verify(method, url, headers, body, self._credentials_for, datetime.now(timezone.utc))
+        signer = sigv4.verify(method, url, headers, body, self._credentials_for, datetime.now(UTC))
         if isinstance(signer, Refusal):
             return signer
         token = next((v for k, v in headers.items() if k.lower() == "x-amz-security-token"), None)
         # Then IAM: the caller's policies must allow execute-api:Invoke on this method and path
         # ("Control access to a REST API with IAM permissions", API Gateway Developer Guide).
         invoked = f"arn:aws:execute-api:{self.region}:{ACCOUNT_ID}:{self._api_id}{urlsplit(url).path}"
-        invoked = invoked.replace(f"{self._api_id}/{self._stage}/", f"{self._api_id}/{self._stage}/{method}/", 1)
+        invoked = invoked.replace(
+            f"{self._api_id}/{self._stage}/", f"{self._api_id}/{self._stage}/{method}/", 1
+        )
         if not identity.permits(signer, token, "execute-api:Invoke", invoked):
-            return Refusal(f"User: {self._caller_arn(signer, token)} is not authorized to perform: execute-api:Invoke on resource: {invoked}", "ACCESS_DENIED")
+            return Refusal(
+                f"User: {self._caller_arn(signer, token)} is not authorized to perform: execute-api:Invoke on resource: {invoked}",
+                "ACCESS_DENIED",
+            )
         if signer not in self._identities:
             credentials = self._credentials_for(signer, token)
             assert credentials is not None  # verify() just found them

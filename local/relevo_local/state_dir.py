@@ -14,7 +14,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 
 LOCK_NAME = "local-up.lock"
@@ -33,7 +33,7 @@ class Holder:
 
     @property
     def uptime_sec(self) -> float:
-        return (datetime.now(timezone.utc) - datetime.fromisoformat(self.started_at)).total_seconds()
+        return (datetime.now(UTC) - datetime.fromisoformat(self.started_at)).total_seconds()
 
 
 class AlreadyRunning(Exception):
@@ -83,7 +83,7 @@ class StateDirLock:
                 raise AlreadyRunning(self.state_dir, _read(self.path))
             time.sleep(0.05)
         self._fd = fd
-        self._write(Holder(pid=os.getpid(), started_at=datetime.now(timezone.utc).isoformat()))
+        self._write(Holder(pid=os.getpid(), started_at=datetime.now(UTC).isoformat()))
 
     def publish(self, api_url: str, aws_endpoint: str | None) -> None:
         """Add the stack's URLs once it is ready."""
@@ -118,6 +118,6 @@ def running(state_dir: Path) -> Holder | None:
     fd = try_lock(path)
     if fd is None:
         # Held. Empty only between the holder's flock and its first write: pid 0, "starting".
-        return _read(path) or Holder(pid=0, started_at=datetime.now(timezone.utc).isoformat())
+        return _read(path) or Holder(pid=0, started_at=datetime.now(UTC).isoformat())
     os.close(fd)  # free: whatever the file says was written by a stack that has ended
     return None

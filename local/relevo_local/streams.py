@@ -14,7 +14,8 @@ from __future__ import annotations
 import queue
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def record_filter(patterns: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
@@ -42,8 +43,13 @@ class StreamConsumer:
     runs, a thread of its own, so a slow or hung function delays only its own deliveries, as one
     event source mapping does not wait for another on AWS."""
 
-    def __init__(self, name: str, batch_size: int, invoke: Callable[[dict[str, Any]], Any],
-                 keep: Callable[[dict[str, Any]], bool] = lambda _record: True) -> None:
+    def __init__(
+        self,
+        name: str,
+        batch_size: int,
+        invoke: Callable[[dict[str, Any]], Any],
+        keep: Callable[[dict[str, Any]], bool] = lambda _record: True,
+    ) -> None:
         self.name = name
         self.batch_size = batch_size
         self.invoke = invoke
@@ -55,10 +61,12 @@ class StreamConsumer:
         """Invoke the function with the records its filters keep, at most batch_size a batch."""
         kept = [record for record in records if self.keep(record)]
         for first in range(0, len(kept), self.batch_size):
-            response = self.invoke({"Records": kept[first:first + self.batch_size]})
+            response = self.invoke({"Records": kept[first : first + self.batch_size]})
             failures = (response or {}).get("batchItemFailures") if isinstance(response, dict) else None
             if failures:
-                sys.stderr.write(f"stream {self.name}: {len(failures)} record(s) reported failed: {failures}\n")
+                sys.stderr.write(
+                    f"stream {self.name}: {len(failures)} record(s) reported failed: {failures}\n"
+                )
         self.delivered += len(kept)
         return len(kept)
 
@@ -101,7 +109,7 @@ class StreamPoller:
         self._threaded = False
 
     @classmethod
-    def reading_for(cls, streams: Any, stream_arn: str, consumer: StreamConsumer) -> "StreamPoller":
+    def reading_for(cls, streams: Any, stream_arn: str, consumer: StreamConsumer) -> StreamPoller:
         poller = cls(streams, stream_arn, consumer.batch_size, consumer.invoke, consumer.name, consumer.keep)
         poller.consumers = [consumer]
         return poller
@@ -137,7 +145,9 @@ class StreamPoller:
         self._threaded = True
         for consumer in self.consumers:
             consumer.start(stopping)
-        thread = threading.Thread(target=self._run, args=(stopping, interval_sec), daemon=True, name=f"stream-read-{self.name}")
+        thread = threading.Thread(
+            target=self._run, args=(stopping, interval_sec), daemon=True, name=f"stream-read-{self.name}"
+        )
         thread.start()
         return thread
 

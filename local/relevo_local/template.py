@@ -13,9 +13,10 @@ import json
 import os
 import re
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 LANGUAGE_EXTENSIONS = "AWS::LanguageExtensions"
 
@@ -64,7 +65,11 @@ def load_sam_template(path: Path, parameters: dict[str, str] | None = None) -> d
 def sam_functions(template: dict[str, Any], root: Path) -> list[SamFunction]:
     globals_fn = template.get("Globals", {}).get("Function", {})
     default_iam = (
-        template.get("Resources", {}).get("Api", {}).get("Properties", {}).get("Auth", {}).get("DefaultAuthorizer")
+        template.get("Resources", {})
+        .get("Api", {})
+        .get("Properties", {})
+        .get("Auth", {})
+        .get("DefaultAuthorizer")
         == "AWS_IAM"
     )
     functions = []
@@ -78,12 +83,22 @@ def sam_functions(template: dict[str, Any], root: Path) -> list[SamFunction]:
         for event_name, event in props.get("Events", {}).items():
             if event.get("Type") == "DynamoDB":
                 stream = event["Properties"]["Stream"]
-                table_id = stream["Fn::GetAtt"][0] if isinstance(stream.get("Fn::GetAtt"), list) else stream["Fn::GetAtt"].split(".")[0]
-                patterns = tuple(f["Pattern"] for f in event["Properties"].get("FilterCriteria", {}).get("Filters", []))
-                streams.append((event_name, table_id, int(event["Properties"].get("BatchSize", 100)), patterns))
+                table_id = (
+                    stream["Fn::GetAtt"][0]
+                    if isinstance(stream.get("Fn::GetAtt"), list)
+                    else stream["Fn::GetAtt"].split(".")[0]
+                )
+                patterns = tuple(
+                    f["Pattern"] for f in event["Properties"].get("FilterCriteria", {}).get("Filters", [])
+                )
+                streams.append(
+                    (event_name, table_id, int(event["Properties"].get("BatchSize", 100)), patterns)
+                )
                 continue
             if event.get("Type") in ("Schedule", "ScheduleV2"):
-                expression = event["Properties"].get("Schedule") or event["Properties"].get("ScheduleExpression")
+                expression = event["Properties"].get("Schedule") or event["Properties"].get(
+                    "ScheduleExpression"
+                )
                 schedules.append((event_name, rate_seconds(expression)))
                 continue
             if event.get("Type") != "Api":
@@ -136,7 +151,9 @@ def package(template: dict[str, Any], root: Path, s3: Any, bucket: str) -> dict[
     return packaged_with(template, root, upload)
 
 
-def packaged_with(template: dict[str, Any], root: Path, store: Callable[[str, Callable[[], bytes]], str]) -> dict[str, Any]:
+def packaged_with(
+    template: dict[str, Any], root: Path, store: Callable[[str, Callable[[], bytes]], str]
+) -> dict[str, Any]:
     """The template with local code replaced by `store(key, zipped code)`'s S3 URI and each state
     machine's DefinitionUri inlined. The zip is built only when `store` calls for it."""
     packaged = copy.deepcopy(template)
@@ -149,7 +166,9 @@ def packaged_with(template: dict[str, Any], root: Path, store: Callable[[str, Ca
         elif kind == "AWS::Serverless::LayerVersion" and isinstance(props.get("ContentUri"), str):
             # `sam build` (BuildMethod python) places a layer's code under python/.
             content = root / props["ContentUri"]
-            props["ContentUri"] = store(f"layers/{logical_id}.zip", lambda content=content: _zip_dir(content, prefix="python/"))
+            props["ContentUri"] = store(
+                f"layers/{logical_id}.zip", lambda content=content: _zip_dir(content, prefix="python/")
+            )
         elif kind == "AWS::Serverless::StateMachine" and isinstance(props.get("DefinitionUri"), str):
             props["Definition"] = json.loads((root / props.pop("DefinitionUri")).read_text())
     return packaged
@@ -215,7 +234,11 @@ def fold_definition_substitutions(cfn: dict[str, Any]) -> None:
 
 def asl_placeholders(definition_text: str) -> set[str]:
     """The ${Name} placeholders of a definition (AWS pseudo parameters excluded)."""
-    return {name for name in re.findall(r"\$\{([A-Za-z0-9_.:]+)\}", definition_text) if not name.startswith("AWS::")}
+    return {
+        name
+        for name in re.findall(r"\$\{([A-Za-z0-9_.:]+)\}", definition_text)
+        if not name.startswith("AWS::")
+    }
 
 
 def gateway_responses(template: dict[str, Any]) -> dict[str, tuple[int | None, str]]:

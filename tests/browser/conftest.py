@@ -4,15 +4,15 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_local.processes import agent_process, local_stack, write_agent_config
 from relevo_core.aws import reset_clients
 from relevo_core.stackfile import StackInfo
+from relevo_local.processes import agent_process, local_stack, write_agent_config
 from tests.helpers.browser import CHROMIUM_MISSING, chromium_path, no_chromium_verdict
 from tests.helpers.stack import use_stack
 
@@ -33,7 +33,7 @@ UPLOAD_BYTES_PER_SEC = 128 * 1024
 # Module scope: Playwright's sync API runs an event loop in this thread while it is started, and
 # a later test of the same worker calling asyncio.run() would find it running.
 @pytest.fixture(scope="module")
-def chromium() -> Iterator["Browser"]:  # noqa: F821
+def chromium() -> Iterator[Browser]:  # noqa: F821
     path = chromium_path()
     if path is None:
         if no_chromium_verdict() == "fail":
@@ -54,22 +54,41 @@ def console_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInf
     """A stack of two regions of its own, no other test's work reaches them: one agent (capacity
     2) in the console's region, and one that masks a secret in the masking region."""
     state_dir = tmp_path_factory.mktemp("console-stack")
-    with pytest.MonkeyPatch.context() as patch, local_stack(
-        state_dir, state_dir / "local-up.log", ["--region-affinities", f"{CONSOLE_REGION},{MASKING_REGION}"]
-    ) as info:
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        local_stack(
+            state_dir,
+            state_dir / "local-up.log",
+            ["--region-affinities", f"{CONSOLE_REGION},{MASKING_REGION}"],
+        ) as info,
+    ):
         use_stack(patch, info)
         config = write_agent_config(
-            state_dir / "agent.toml", state_dir / "stack.json", CONSOLE_REGION, "console-mac", capacity=2, poll_wait_sec=1,
-            presence_interval_sec=1, outbox_interval_sec=0.2, artifact_upload_max_bandwidth=UPLOAD_BYTES_PER_SEC,
+            state_dir / "agent.toml",
+            state_dir / "stack.json",
+            CONSOLE_REGION,
+            "console-mac",
+            capacity=2,
+            poll_wait_sec=1,
+            presence_interval_sec=1,
+            outbox_interval_sec=0.2,
+            artifact_upload_max_bandwidth=UPLOAD_BYTES_PER_SEC,
         )
         masking = write_agent_config(
-            state_dir / "masking-agent.toml", state_dir / "stack.json", MASKING_REGION, "console-masking-mac", poll_wait_sec=1,
-            presence_interval_sec=1, outbox_interval_sec=0.2,
+            state_dir / "masking-agent.toml",
+            state_dir / "stack.json",
+            MASKING_REGION,
+            "console-masking-mac",
+            poll_wait_sec=1,
+            presence_interval_sec=1,
+            outbox_interval_sec=0.2,
         )
         with masking.open("a") as toml:
             toml.write(f'mask = ["{SECRET_VARIABLE}"]\n')
-        with agent_process(config, state_dir / "agent.log"), \
-                agent_process(masking, state_dir / "masking-agent.log", env={SECRET_VARIABLE: SECRET_VALUE}):
+        with (
+            agent_process(config, state_dir / "agent.log"),
+            agent_process(masking, state_dir / "masking-agent.log", env={SECRET_VARIABLE: SECRET_VALUE}),
+        ):
             yield info
     reset_clients()
 
@@ -80,7 +99,7 @@ def operator_api(console_stack: StackInfo) -> RelevoApi:
 
 
 @pytest.fixture()
-def browser_page(chromium) -> Iterator["Page"]:  # noqa: F821
+def browser_page(chromium) -> Iterator[Page]:  # noqa: F821
     context = chromium.new_context(accept_downloads=True, viewport={"width": 1280, "height": 1000})
     page = context.new_page()
     try:

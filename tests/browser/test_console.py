@@ -11,11 +11,12 @@ import os
 import re
 import secrets
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -23,10 +24,16 @@ from playwright.sync_api import expect
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.console.views.job import LOG_MAX_LINES
-from relevo_local.processes import random_commit
 from relevo_cli.words import exact_time
 from relevo_core.store import freezes
-from tests.browser.conftest import CONSOLE_REGION, MASKING_REGION, SECRET_VALUE, SECRET_VARIABLE, UPLOAD_BYTES_PER_SEC
+from relevo_local.processes import random_commit
+from tests.browser.conftest import (
+    CONSOLE_REGION,
+    MASKING_REGION,
+    SECRET_VALUE,
+    SECRET_VARIABLE,
+    UPLOAD_BYTES_PER_SEC,
+)
 from tests.helpers.browser import console_server, git_remote
 from tests.helpers.iam import iam_user
 from tests.helpers.stack import wait_until
@@ -38,8 +45,17 @@ ENDED = ("succeeded", "failed", "canceled")
 
 def _project(api: RelevoApi, stages: list[dict[str, Any]], **extra: Any) -> str:
     project_id = f"console-{secrets.token_hex(3)}"
-    api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": CONSOLE_REGION, "lease_ttl_sec": 10,
-                                 "queue_timeout_sec": 120, "stages": stages, **extra})
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": CONSOLE_REGION,
+            "lease_ttl_sec": 10,
+            "queue_timeout_sec": 120,
+            "stages": stages,
+            **extra,
+        },
+    )
     return project_id
 
 
@@ -85,13 +101,20 @@ GATED = {"approval": {"enabled": True, "before": "deploy"}}
 TWO_STAGES = [{"name": "build", "run": "echo compiled"}, {"name": "deploy", "run": "echo deployed"}]
 
 
-def test_log_lines_arrive_live_and_a_cut_stream_resumes_with_no_gap_or_repeat(operator_api, browser_page, screenshots):
+def test_log_lines_arrive_live_and_a_cut_stream_resumes_with_no_gap_or_repeat(
+    operator_api, browser_page, screenshots
+):
     # Given a stage that prints 60 numbered lines over about 6 s, and a console whose streams are
     # cut every 1.5 s (the server ends them; the page reconnects from the last seq it shows)
     count = 60
-    project_id = _project(operator_api, [{"name": "build", "run": f'for i in $(seq 1 {count}); do echo "line $i"; sleep 0.1; done'}])
+    project_id = _project(
+        operator_api,
+        [{"name": "build", "run": f'for i in $(seq 1 {count}); do echo "line $i"; sleep 0.1; done'}],
+    )
     streams: list[str] = []
-    browser_page.on("request", lambda request: streams.append(request.url) if "/stream?" in request.url else None)
+    browser_page.on(
+        "request", lambda request: streams.append(request.url) if "/stream?" in request.url else None
+    )
     with console_server(operator_api, lifetime_sec=1.5) as server:
         job_id = _run(operator_api, project_id)
         _open(browser_page, server, f"/jobs/{job_id}")
@@ -117,7 +140,9 @@ def test_approve_at_the_gate_with_the_button_then_rerun_from_a_stage(operator_ap
     with console_server(operator_api) as server:
         _open(browser_page, server, f"/jobs/{job_id}")
         # When the log says it waits and the operator approves with a reason
-        browser_page.locator("#gate-note", has_text="Waiting for approval before deploy").wait_for(timeout=60_000)
+        browser_page.locator("#gate-note", has_text="Waiting for approval before deploy").wait_for(
+            timeout=60_000
+        )
         approve = browser_page.get_by_role("button", name="Approve", exact=True)
         expect(approve).to_be_enabled(timeout=15_000)  # the panel follows the job's state events
         browser_page.get_by_label("Reason").fill("release 4.2 signed off")
@@ -133,7 +158,9 @@ def test_approve_at_the_gate_with_the_button_then_rerun_from_a_stage(operator_ap
         # What the action answered is still said after the panel followed the job to its end
         expect(browser_page.locator("#action-result")).to_have_text("Approve: done")
         # And "Rerun from this stage" on deploy starts a new job from deploy
-        browser_page.locator("tr[data-stage=deploy]").get_by_role("button", name="Rerun from this stage").click()
+        browser_page.locator("tr[data-stage=deploy]").get_by_role(
+            "button", name="Rerun from this stage"
+        ).click()
         browser_page.wait_for_url(re.compile(r"/jobs/(?!" + re.escape(job_id) + r")[^/]+$"), timeout=30_000)
         rerun_id = browser_page.url.rsplit("/", 1)[-1]
         rerun = operator_api.get_job(rerun_id)
@@ -142,7 +169,9 @@ def test_approve_at_the_gate_with_the_button_then_rerun_from_a_stage(operator_ap
 
 
 def test_cancel_a_running_job_with_the_button(operator_api, browser_page):
-    project_id = _project(operator_api, [{"name": "build", "run": "echo started; sleep 120", "kill_grace_sec": 1}])
+    project_id = _project(
+        operator_api, [{"name": "build", "run": "echo started; sleep 120", "kill_grace_sec": 1}]
+    )
     job_id = _run(operator_api, project_id)
     with console_server(operator_api) as server:
         _open(browser_page, server, f"/jobs/{job_id}")
@@ -159,7 +188,9 @@ def test_cancel_a_running_job_with_the_button(operator_api, browser_page):
 
 def test_download_an_artifact_and_check_its_sha256(operator_api, browser_page, tmp_path: Path):
     body = secrets.token_hex(4096)
-    project_id = _project(operator_api, [{"name": "build", "run": f'printf %s {body} > "$RELEVO_ARTIFACT_DIR/app.bin"'}])
+    project_id = _project(
+        operator_api, [{"name": "build", "run": f'printf %s {body} > "$RELEVO_ARTIFACT_DIR/app.bin"'}]
+    )
     job_id = _run(operator_api, project_id)
     job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
     assert job["status"] == "succeeded", job
@@ -174,7 +205,9 @@ def test_download_an_artifact_and_check_its_sha256(operator_api, browser_page, t
     assert digest == job["artifacts"][0]["sha256"]
 
 
-def test_a_view_only_user_sees_disabled_buttons_with_their_reasons(operator_api, browser_page, console_stack, screenshots):
+def test_a_view_only_user_sees_disabled_buttons_with_their_reasons(
+    operator_api, browser_page, console_stack, screenshots
+):
     project_id = _project(operator_api, TWO_STAGES, **GATED)
     viewer = iam_user(console_stack, f"viewer-{secrets.token_hex(3)}")
     operator_api.grant(project_id, viewer.arn, "view")
@@ -182,10 +215,18 @@ def test_a_view_only_user_sees_disabled_buttons_with_their_reasons(operator_api,
     _wait_job(operator_api, job_id, lambda job: job["status"] == "waiting")
     with console_server(viewer.api) as server:
         _open(browser_page, server, f"/jobs/{job_id}")
-        for name, needs in (("Approve", "operate"), ("Reject", "operate"), ("Cancel job", "manage"), ("Rerun", "manage")):
+        for name, needs in (
+            ("Approve", "operate"),
+            ("Reject", "operate"),
+            ("Cancel job", "manage"),
+            ("Rerun", "manage"),
+        ):
             button = browser_page.get_by_role("button", name=name, exact=True)
             assert button.is_disabled(), name
-            assert button.get_attribute("title") == f"{viewer.arn} has view on project {project_id}; {name} needs {needs}"
+            assert (
+                button.get_attribute("title")
+                == f"{viewer.arn} has view on project {project_id}; {name} needs {needs}"
+            )
         _screenshot(browser_page, screenshots, "job-view-only")
     assert operator_api.get_job(job_id)["status"] == "waiting"
     operator_api.cancel_job(job_id)
@@ -227,7 +268,9 @@ def attacker_site() -> Iterator[tuple[ThreadingHTTPServer, type[_AttackerPage]]]
         server.server_close()
 
 
-def test_a_cross_origin_post_to_approve_is_refused_and_writes_nothing(operator_api, browser_page, attacker_site):
+def test_a_cross_origin_post_to_approve_is_refused_and_writes_nothing(
+    operator_api, browser_page, attacker_site
+):
     project_id = _project(operator_api, TWO_STAGES, **GATED)
     job_id = _run(operator_api, project_id)
     _wait_job(operator_api, job_id, lambda job: job["status"] == "waiting")
@@ -235,7 +278,10 @@ def test_a_cross_origin_post_to_approve_is_refused_and_writes_nothing(operator_a
     with console_server(operator_api) as server:
         handler.target = f"{server.origin}/jobs/{job_id}/actions/approve"
         refusals: list[int] = []
-        browser_page.on("response", lambda response: refusals.append(response.status) if "/actions/" in response.url else None)
+        browser_page.on(
+            "response",
+            lambda response: refusals.append(response.status) if "/actions/" in response.url else None,
+        )
         # The operator is signed in to the console (the cookie is in this browser)...
         _open(browser_page, server, f"/jobs/{job_id}")
         # ...and opens the attacker's page in the same browser
@@ -245,7 +291,12 @@ def test_a_cross_origin_post_to_approve_is_refused_and_writes_nothing(operator_a
         assert refusals == [403]
         # A rebound name (attacker.example resolving to 127.0.0.1) is refused too
         cookies = {c["name"]: c["value"] for c in browser_page.context.cookies(server.origin)}
-        rebound = requests.get(f"{server.origin}/jobs/{job_id}", headers={"Host": f"attacker.example:{server.port}"}, cookies=cookies, timeout=10)
+        rebound = requests.get(
+            f"{server.origin}/jobs/{job_id}",
+            headers={"Host": f"attacker.example:{server.port}"},
+            cookies=cookies,
+            timeout=10,
+        )
         assert rebound.status_code == 400
         assert requests.get(f"{server.origin}/jobs/{job_id}", cookies=cookies, timeout=10).status_code == 200
     # Nothing was written: the job still waits at its gate, and no one answered it
@@ -254,9 +305,15 @@ def test_a_cross_origin_post_to_approve_is_refused_and_writes_nothing(operator_a
     operator_api.cancel_job(job_id)
 
 
-def test_the_run_page_starts_a_job_with_two_stages_ticked_on_a_listed_branch(operator_api, browser_page, tmp_path):
+def test_the_run_page_starts_a_job_with_two_stages_ticked_on_a_listed_branch(
+    operator_api, browser_page, tmp_path
+):
     # Given a project of three stages whose repository has a release branch and a tag
-    stages = [{"name": "build", "run": "echo build"}, {"name": "sign", "run": "echo sign"}, {"name": "deploy", "run": "echo deploy"}]
+    stages = [
+        {"name": "build", "run": "echo build"},
+        {"name": "sign", "run": "echo sign"},
+        {"name": "deploy", "run": "echo deploy"},
+    ]
     project_id = _project(operator_api, stages)
     git_remote(tmp_path / "git", f"acme/{project_id}", ("main", "release/4.2"), ("v4.2.0",))
     with console_server(operator_api, git_base_url=f"file://{tmp_path / 'git'}") as server:
@@ -265,7 +322,9 @@ def test_the_run_page_starts_a_job_with_two_stages_ticked_on_a_listed_branch(ope
         browser_page.locator("#run-refs-state", has_text="branches and tags").wait_for(timeout=30_000)
         listed = browser_page.locator("#run-refs option").evaluate_all("options => options.map(o => o.value)")
         assert sorted(listed) == ["main", "release/4.2", "v4.2.0"]
-        build, sign, deploy = (browser_page.get_by_role("checkbox", name=name) for name in ("build", "sign", "deploy"))
+        build, sign, deploy = (
+            browser_page.get_by_role("checkbox", name=name) for name in ("build", "sign", "deploy")
+        )
         # Unticking the first stage unticks the later ones; ticking sign ticks build again: no gaps
         build.uncheck()
         assert not sign.is_checked() and not deploy.is_checked()
@@ -297,15 +356,24 @@ def test_the_queue_page_promotes_reprioritises_and_cancels(operator_api, browser
             _screenshot(browser_page, screenshots, "queue")
             # When the second is promoted, it runs next
             with browser_page.expect_navigation():
-                browser_page.locator(f"tr[data-job-id='{second}']").get_by_role("button", name="Promote").click()
-            wait_until(lambda: [j["job_id"] for j in operator_api.queue()["jobs"] if j["job_id"] in (first, second)] == [second, first], 15, "promoted")
+                browser_page.locator(f"tr[data-job-id='{second}']").get_by_role(
+                    "button", name="Promote"
+                ).click()
+            wait_until(
+                lambda: [j["job_id"] for j in operator_api.queue()["jobs"] if j["job_id"] in (first, second)]
+                == [second, first],
+                15,
+                "promoted",
+            )
             # And a new priority and a cancel from the queue page are the API's
             row = browser_page.locator(f"tr[data-job-id='{first}']")
             row.get_by_label("Priority").fill("7")
             with browser_page.expect_navigation():
                 row.get_by_role("button", name="Set priority").click()
             wait_until(lambda: operator_api.get_job(first)["priority"] == 7, 15, "priority set")
-            browser_page.locator(f"tr[data-job-id='{first}']").get_by_role("button", name="Cancel job").click()
+            browser_page.locator(f"tr[data-job-id='{first}']").get_by_role(
+                "button", name="Cancel job"
+            ).click()
             _wait_job(operator_api, first, lambda job: job["status"] == "canceled", timeout=30)
     finally:
         for job_id in (running, first, second):
@@ -313,14 +381,25 @@ def test_the_queue_page_promotes_reprioritises_and_cancels(operator_api, browser
                 operator_api.cancel_job(job_id)
 
 
-def test_the_dlq_page_redrives_a_failed_job_and_the_fleet_page_shows_the_agent(operator_api, browser_page, tmp_path):
+def test_the_dlq_page_redrives_a_failed_job_and_the_fleet_page_shows_the_agent(
+    operator_api, browser_page, tmp_path
+):
     # Given a job whose stage fails for good on its first run (exit 1 is not retryable)
     marker = tmp_path / "failed-once"
-    project_id = _project(operator_api, [{"name": "build", "run": "echo ok"},
-                                         {"name": "sign", "run": f'[ -f {marker} ] || {{ touch {marker}; exit 1; }}; echo signed'}])
+    project_id = _project(
+        operator_api,
+        [
+            {"name": "build", "run": "echo ok"},
+            {"name": "sign", "run": f"[ -f {marker} ] || {{ touch {marker}; exit 1; }}; echo signed"},
+        ],
+    )
     job_id = _run(operator_api, project_id)
     assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "failed"
-    wait_until(lambda: any(e["job_id"] == job_id for e in operator_api.dead_letters()["entries"]), 60, "the DLQ entry")
+    wait_until(
+        lambda: any(e["job_id"] == job_id for e in operator_api.dead_letters()["entries"]),
+        60,
+        "the DLQ entry",
+    )
     with console_server(operator_api) as server:
         _open(browser_page, server, "/dlq")
         row = browser_page.locator("table.dlq tr", has=browser_page.get_by_role("link", name=job_id))
@@ -328,16 +407,32 @@ def test_the_dlq_page_redrives_a_failed_job_and_the_fleet_page_shows_the_agent(o
         assert row.locator("td").nth(5).inner_text() == "build"  # the last good stage
         # When it is redriven from the page, a new job resumes it from sign and succeeds
         with browser_page.expect_navigation():
-            row.get_by_role("button", name="Redrive", exact=True).click()  # its accessible name, as the issue names it
-        others = wait_until(lambda: [j["job_id"] for j in operator_api.list_jobs(project=project_id)["jobs"] if j["job_id"] != job_id], 30, "the redriven job")
+            row.get_by_role(
+                "button", name="Redrive", exact=True
+            ).click()  # its accessible name, as the issue names it
+        others = wait_until(
+            lambda: [
+                j["job_id"]
+                for j in operator_api.list_jobs(project=project_id)["jobs"]
+                if j["job_id"] != job_id
+            ],
+            30,
+            "the redriven job",
+        )
         redriven = _wait_job(operator_api, others[0], lambda job: job["status"] in ENDED)
-        assert (redriven["status"], redriven["retry_of"], redriven["from_stage"]) == ("succeeded", job_id, "sign")
+        assert (redriven["status"], redriven["retry_of"], redriven["from_stage"]) == (
+            "succeeded",
+            job_id,
+            "sign",
+        )
         _open(browser_page, server, "/fleet")
         agent = browser_page.locator("table.agents tr", has_text="console-mac")
         assert "online" in agent.inner_text() and "/ 2" in agent.inner_text()
         # And the nav reaches the deliveries page, which shows the deliveries table
         with browser_page.expect_navigation():
-            browser_page.get_by_role("navigation", name="Console").get_by_role("link", name="Deliveries", exact=True).click()
+            browser_page.get_by_role("navigation", name="Console").get_by_role(
+                "link", name="Deliveries", exact=True
+            ).click()
         assert browser_page.url == server.origin + "/deliveries"
         assert browser_page.get_by_role("heading", level=1).inner_text().startswith("Deliveries")
         assert browser_page.locator("table.deliveries").count() == 1
@@ -357,13 +452,15 @@ def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(op
         browser_page.locator("#connection", has_text="ended").wait_for(timeout=30_000)
         # The page opens on the end of the log (at least the last 200 lines, whole chunks)
         shown = _lines(browser_page)
-        assert 200 <= len(shown) < 3000 and shown == expected[-len(shown):]
+        assert 200 <= len(shown) < 3000 and shown == expected[-len(shown) :]
         earlier = browser_page.get_by_role("button", name="Load earlier")
         assert earlier.is_enabled()
         while earlier.is_enabled():
             count = len(_lines(browser_page))
             earlier.click()
-            wait_until(lambda: len(_lines(browser_page)) > count or earlier.is_disabled(), 15, "earlier lines")
+            wait_until(
+                lambda: len(_lines(browser_page)) > count or earlier.is_disabled(), 15, "earlier lines"
+            )
         # Then the whole log is there once, in order
         assert _lines(browser_page) == expected
 
@@ -392,7 +489,9 @@ def _numbered(page) -> list[int]:
     return shown
 
 
-def test_lines_trimmed_past_the_cap_come_back_with_load_earlier_with_no_gap_or_repeat(operator_api, browser_page):
+def test_lines_trimmed_past_the_cap_come_back_with_load_earlier_with_no_gap_or_repeat(
+    operator_api, browser_page
+):
     # Given a log of 1,000 lines more than the page keeps, printed by `seq` in bursts of 750 (a
     # chunk each, or so: the cap falls inside one)
     total, burst = LOG_MAX_LINES + 1000, 750
@@ -433,12 +532,18 @@ def test_lines_trimmed_past_the_cap_come_back_with_load_earlier_with_no_gap_or_r
         assert _numbered(browser_page) == list(range(1, _kept_lines(browser_page) + 1))
         assert browser_page.evaluate("() => window.relevoMostLines") == LOG_MAX_LINES
 
-def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_priority(operator_api, browser_page, tmp_path, screenshots):
+
+def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_priority(
+    operator_api, browser_page, tmp_path, screenshots
+):
     # Given two project groups, the selected project in the first, and in the second a project
     # whose long build holds it (a job run of build alone), so the next job queues behind it
     first_group, second_group = (f"team-{secrets.token_hex(3)}" for _ in range(2))
-    stages = [{"name": "build", "run": "sleep 60", "kill_grace_sec": 1}, {"name": "sign", "run": "echo signed"},
-              {"name": "deploy", "run": "echo deployed"}]
+    stages = [
+        {"name": "build", "run": "sleep 60", "kill_grace_sec": 1},
+        {"name": "sign", "run": "echo signed"},
+        {"name": "deploy", "run": "echo deployed"},
+    ]
     mobile = _project(operator_api, TWO_STAGES, group=first_group)
     desktop = _project(operator_api, stages, group=second_group)
     tools = _project(operator_api, TWO_STAGES, group=second_group)
@@ -464,7 +569,9 @@ def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_p
             expect(picker).to_have_value(desktop, timeout=15_000)
             # And from-stage sign with deploy ticked asks for those two stages, at priority 25
             browser_page.get_by_label("From stage").select_option("sign")
-            build, sign, deploy = (browser_page.get_by_role("checkbox", name=name) for name in ("build", "sign", "deploy"))
+            build, sign, deploy = (
+                browser_page.get_by_role("checkbox", name=name) for name in ("build", "sign", "deploy")
+            )
             expect(build).to_be_disabled()
             expect(build).not_to_be_checked()
             expect(sign).to_be_checked()
@@ -477,16 +584,27 @@ def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_p
             link.wait_for(timeout=30_000)
             started.append(link.inner_text())
             # The answer is the job and its place in the queue, as the API's queue has it
-            position = next(j["queue_position"] for j in operator_api.queue()["jobs"] if j["job_id"] == started[0])
-            assert browser_page.locator("#run-result").inner_text() == f"Job {started[0]} queued (position {position} in the queue)"
+            position = next(
+                j["queue_position"] for j in operator_api.queue()["jobs"] if j["job_id"] == started[0]
+            )
+            assert (
+                browser_page.locator("#run-result").inner_text()
+                == f"Job {started[0]} queued (position {position} in the queue)"
+            )
         job = operator_api.get_job(started[0])
-        assert ([s["name"] for s in job["stages"]], job["priority"], job["from_stage"]) == (["sign", "deploy"], 25, None)
+        assert ([s["name"] for s in job["stages"]], job["priority"], job["from_stage"]) == (
+            ["sign", "deploy"],
+            25,
+            None,
+        )
         # Then, once the build holding the project is canceled, the job runs sign and deploy
         operator_api.cancel_job(holder)
         job = _wait_job(operator_api, started[0], lambda job: job["status"] in ENDED)
         assert job["status"] == "succeeded", job
         assert [s["status"] for s in job["stages"]] == ["succeeded", "succeeded"]
-        text = "".join(chunk["text"] for chunk in operator_api.job_logs(started[0], from_seq=0, limit=100)["chunks"])
+        text = "".join(
+            chunk["text"] for chunk in operator_api.job_logs(started[0], from_seq=0, limit=100)["chunks"]
+        )
         assert text.splitlines() == ["signed", "deployed"]
     finally:
         for job_id in (holder, *started):
@@ -495,10 +613,14 @@ def test_the_run_page_filters_by_group_and_runs_two_stages_from_a_stage_with_a_p
 
 
 def _rows(page) -> list[str]:
-    return page.locator("table.jobs tbody tr[data-job-id]").evaluate_all("rows => rows.map(r => r.dataset.jobId)")
+    return page.locator("table.jobs tbody tr[data-job-id]").evaluate_all(
+        "rows => rows.map(r => r.dataset.jobId)"
+    )
 
 
-def test_the_job_list_filters_by_keyword_and_group_and_reruns_a_row_from_its_current_stage(operator_api, browser_page):
+def test_the_job_list_filters_by_keyword_and_group_and_reruns_a_row_from_its_current_stage(
+    operator_api, browser_page
+):
     # Given two groups' projects, each with a job that failed at sign (build succeeded), one of
     # them on a release branch whose name only it carries
     first_group, second_group = (f"team-{secrets.token_hex(3)}" for _ in range(2))
@@ -506,7 +628,9 @@ def test_the_job_list_filters_by_keyword_and_group_and_reruns_a_row_from_its_cur
     apps = _project(operator_api, stages, group=first_group)
     tools = _project(operator_api, stages, group=second_group)
     keyword = f"kw{secrets.token_hex(3)}"
-    tagged = operator_api.run_project(apps, {"ref": f"release/{keyword}", "commit": random_commit()})["job_id"]
+    tagged = operator_api.run_project(apps, {"ref": f"release/{keyword}", "commit": random_commit()})[
+        "job_id"
+    ]
     plain = _run(operator_api, apps)
     other = _run(operator_api, tools)
     for job_id in (tagged, plain, other):
@@ -539,8 +663,14 @@ def test_the_job_list_filters_by_keyword_and_group_and_reruns_a_row_from_its_cur
         row = browser_page.locator(f"tr[data-job-id='{tagged}']")
         row.locator("details.menu > summary").click()
         approve = row.get_by_role("button", name="Approve", exact=True)
-        assert approve.is_disabled() and approve.get_attribute("title") == "only when the job is waiting at its gate (it is failed)"
-        assert row.get_by_role("button", name="Promote").get_attribute("title") == "only when the job is queued (it is failed)"
+        assert (
+            approve.is_disabled()
+            and approve.get_attribute("title") == "only when the job is waiting at its gate (it is failed)"
+        )
+        assert (
+            row.get_by_role("button", name="Promote").get_attribute("title")
+            == "only when the job is queued (it is failed)"
+        )
         assert row.get_by_role("link", name=tagged).get_attribute("href") == f"/jobs/{tagged}"
         # And "Rerun from the current stage" starts a job from sign, the stage it stopped at
         rerun = row.get_by_role("button", name="Rerun from the current stage")
@@ -561,18 +691,32 @@ def _summary(page) -> dict[str, str]:
 
 def _exact(page, term: str) -> str:
     """The exact time a summary entry shows on hover (its <time>'s title)."""
-    return page.locator(".summary dl dt", has_text=re.compile(f"^{term}$")).locator("xpath=following-sibling::dd[1]/time").get_attribute("title")
+    return (
+        page.locator(".summary dl dt", has_text=re.compile(f"^{term}$"))
+        .locator("xpath=following-sibling::dd[1]/time")
+        .get_attribute("title")
+    )
 
 
-def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queue_place(operator_api, browser_page):
+def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queue_place(
+    operator_api, browser_page
+):
     # Given a job whose build uploaded a 5,000-byte artifact and whose deploy still runs, and a
     # second job of the project queued behind it (project_running)
-    stages = [{"name": "build", "run": 'head -c 5000 /dev/zero > "$RELEVO_ARTIFACT_DIR/app.bin"; echo built'},
-              {"name": "deploy", "run": "echo deploying; sleep 60", "kill_grace_sec": 1}]
+    stages = [
+        {"name": "build", "run": 'head -c 5000 /dev/zero > "$RELEVO_ARTIFACT_DIR/app.bin"; echo built'},
+        {"name": "deploy", "run": "echo deploying; sleep 60", "kill_grace_sec": 1},
+    ]
     project_id = _project(operator_api, stages)
     running = _run(operator_api, project_id)
-    _wait_job(operator_api, running, lambda job: job["current_stage"] == "deploy" and job["stages"][1]["status"] == "running")
-    queued = operator_api.run_project(project_id, {"ref": "main", "commit": random_commit(), "priority": 42})["job_id"]
+    _wait_job(
+        operator_api,
+        running,
+        lambda job: job["current_stage"] == "deploy" and job["stages"][1]["status"] == "running",
+    )
+    queued = operator_api.run_project(project_id, {"ref": "main", "commit": random_commit(), "priority": 42})[
+        "job_id"
+    ]
     try:
         with console_server(operator_api) as server:
             _open(browser_page, server, f"/jobs/{running}")
@@ -588,11 +732,16 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
             assert summary["Ended"] == "—" and re.fullmatch(r"\d+s \(running\)", summary["Duration"]), summary
             # The cost so far, as GET /jobs/{id}/cost counts it from the execution's history
             cost = operator_api.job_cost(running)
-            assert re.fullmatch(r"\$\d+\.\d{6}: \d+ transitions, \d+ Lambda invocations, \d+ DynamoDB and \d+ SQS requests", summary["Cost"]), summary
+            assert re.fullmatch(
+                r"\$\d+\.\d{6}: \d+ transitions, \d+ Lambda invocations, \d+ DynamoDB and \d+ SQS requests",
+                summary["Cost"],
+            ), summary
             assert cost["transitions"] > 0 and cost["sqs_requests"] >= 2  # both stages were dispatched
             build = browser_page.locator("tr[data-stage=build]")
             assert build.locator("td.duration").inner_text().endswith("s")
-            assert build.locator("td.transfer").inner_text() == "1 file, 4.9 KiB uploaded"  # the agent's last reading
+            assert (
+                build.locator("td.transfer").inner_text() == "1 file, 4.9 KiB uploaded"
+            )  # the agent's last reading
             artifact = browser_page.locator("table.artifacts tbody tr", has_text="app.bin")
             assert artifact.locator("td.size").inner_text() == "5,000 bytes"
             assert artifact.locator("td.type").inner_text() == "file, application/octet-stream"
@@ -602,7 +751,10 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
             summary = _summary(browser_page)
             assert summary["Macs"] == "not dispatched yet"
             assert (summary["Queue position"], summary["Waiting"], summary["Priority"]) == (
-                str(place["queue_position"]), "another job of its project is running: it starts when that one ends", "42")
+                str(place["queue_position"]),
+                "another job of its project is running: it starts when that one ends",
+                "42",
+            )
             assert summary["Started"] == "—"
             assert summary["Cost"].startswith("$")  # queued behind the lock: its execution runs already
     finally:
@@ -614,7 +766,9 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
 PARTIAL = re.compile(r"^uploading ([1-5]) of 5 files, (.+) of 3\.8 MiB \((\d+) %\)$")
 
 
-def test_the_steps_show_a_stages_upload_live_then_its_totals_without_a_reload(operator_api, browser_page, screenshots):
+def test_the_steps_show_a_stages_upload_live_then_its_totals_without_a_reload(
+    operator_api, browser_page, screenshots
+):
     # Given a stage that leaves 5 files of 768 KiB, uploaded by an agent at 128 KiB/s a file (s3transfer's
     # limiter lets bursts through: about 17 s)
     size = 768 * 1024
@@ -651,9 +805,15 @@ def test_the_steps_show_a_stages_upload_live_then_its_totals_without_a_reload(op
         job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
         assert job["status"] == "succeeded", job
         transfer = job["stages"][0]["transfer"]
-        assert (transfer["state"], transfer["files_done"], transfer["bytes_done"]) == ("uploaded", 5, 5 * size)
+        assert (transfer["state"], transfer["files_done"], transfer["bytes_done"]) == (
+            "uploaded",
+            5,
+            5 * size,
+        )
         assert [t["attempt"] for t in job["stages"][0]["transfers"]] == [1]
-        browser_page.locator("#job-status", has_text="succeeded").wait_for(timeout=30_000)  # the panel follows the end
+        browser_page.locator("#job-status", has_text="succeeded").wait_for(
+            timeout=30_000
+        )  # the panel follows the end
         _screenshot(browser_page, screenshots, "job-transfer-done")
 
 
@@ -662,12 +822,22 @@ NAMED_BUTTONS = ("Approve", "Reject", "Cancel job", "Rerun", "Rerun from this st
 
 
 def _focused_name(page) -> str:
-    return page.evaluate("() => { const el = document.activeElement; return el ? (el.getAttribute('aria-label') || el.textContent || '').trim() : ''; }")
+    return page.evaluate(
+        "() => { const el = document.activeElement; return el ? (el.getAttribute('aria-label') || el.textContent || '').trim() : ''; }"
+    )
 
 
-def test_approve_is_reached_and_pressed_with_the_keyboard_and_every_named_button_has_its_name(operator_api, browser_page):
-    project_id = _project(operator_api, [{"name": "build", "run": 'echo built > "$RELEVO_ARTIFACT_DIR/notes.txt"'},
-                                         {"name": "deploy", "run": "echo deployed"}], **GATED)
+def test_approve_is_reached_and_pressed_with_the_keyboard_and_every_named_button_has_its_name(
+    operator_api, browser_page
+):
+    project_id = _project(
+        operator_api,
+        [
+            {"name": "build", "run": 'echo built > "$RELEVO_ARTIFACT_DIR/notes.txt"'},
+            {"name": "deploy", "run": "echo deployed"},
+        ],
+        **GATED,
+    )
     job_id = _run(operator_api, project_id)
     _wait_job(operator_api, job_id, lambda job: job["status"] == "waiting")
     # Streams cut every 1.5 s: each reconnect's first state event re-renders the panel
@@ -679,13 +849,18 @@ def test_approve_is_reached_and_pressed_with_the_keyboard_and_every_named_button
         # Keyboard only: Tab to the reason and type it...
         for _ in range(40):
             browser_page.keyboard.press("Tab")
-            if browser_page.evaluate("() => document.activeElement && document.activeElement.id") == "action-reason":
+            if (
+                browser_page.evaluate("() => document.activeElement && document.activeElement.id")
+                == "action-reason"
+            ):
                 break
         else:
             raise AssertionError("Tab never reached the reason field")
         browser_page.keyboard.type("keyboard approval")
         # ...while the panel is re-rendered: the reason and the keyboard's place stay
-        browser_page.wait_for_event("response", lambda response: response.url.endswith("/panel"), timeout=15_000)
+        browser_page.wait_for_event(
+            "response", lambda response: response.url.endswith("/panel"), timeout=15_000
+        )
         browser_page.wait_for_timeout(200)
         assert browser_page.evaluate("() => document.activeElement.id") == "action-reason"
         # ...then Tab on to Approve and press Enter
@@ -699,7 +874,10 @@ def test_approve_is_reached_and_pressed_with_the_keyboard_and_every_named_button
         browser_page.keyboard.press("Enter")
         job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
     assert job["status"] == "succeeded", job
-    assert (job["approval_decision"]["decision"], job["approval_decision"]["reason"]) == ("approved", "keyboard approval")
+    assert (job["approval_decision"]["decision"], job["approval_decision"]["reason"]) == (
+        "approved",
+        "keyboard approval",
+    )
 
 
 def test_a_masked_value_stays_masked_in_the_log_view_live_and_after_reload(operator_api, browser_page):
@@ -707,8 +885,16 @@ def test_a_masked_value_stays_masked_in_the_log_view_live_and_after_reload(opera
     # holds back the last len(secret) - 1 characters it read, which may start a secret: the filler
     # line releases the first)
     filler = "-" * 64
-    project_id = _project(operator_api, [{"name": "build", "run": f'echo "token=${SECRET_VARIABLE}"; echo {filler}; sleep 8; echo "again ${SECRET_VARIABLE} done"'}],
-                          region_affinity=MASKING_REGION)
+    project_id = _project(
+        operator_api,
+        [
+            {
+                "name": "build",
+                "run": f'echo "token=${SECRET_VARIABLE}"; echo {filler}; sleep 8; echo "again ${SECRET_VARIABLE} done"',
+            }
+        ],
+        region_affinity=MASKING_REGION,
+    )
     job_id = _run(operator_api, project_id)
     with console_server(operator_api) as server:
         _open(browser_page, server, f"/jobs/{job_id}")
@@ -727,12 +913,16 @@ def test_a_masked_value_stays_masked_in_the_log_view_live_and_after_reload(opera
         assert SECRET_VALUE not in browser_page.content()
 
 
-def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_length(operator_api, browser_page, tmp_path: Path):
+def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_length(
+    operator_api, browser_page, tmp_path: Path
+):
     # Given a stage that leaves a directory (a nested one inside) and a file in its artifact dir
     body = secrets.token_hex(2048)
-    make = ('mkdir -p "$RELEVO_ARTIFACT_DIR/App.app/Contents/MacOS"; '
-            f'printf %s {body} > "$RELEVO_ARTIFACT_DIR/App.app/Contents/MacOS/App"; '
-            'echo "<plist/>" > "$RELEVO_ARTIFACT_DIR/App.app/Contents/Info.plist"; echo notes > "$RELEVO_ARTIFACT_DIR/notes.txt"')
+    make = (
+        'mkdir -p "$RELEVO_ARTIFACT_DIR/App.app/Contents/MacOS"; '
+        f'printf %s {body} > "$RELEVO_ARTIFACT_DIR/App.app/Contents/MacOS/App"; '
+        'echo "<plist/>" > "$RELEVO_ARTIFACT_DIR/App.app/Contents/Info.plist"; echo notes > "$RELEVO_ARTIFACT_DIR/notes.txt"'
+    )
     project_id = _project(operator_api, [{"name": "build", "run": make}])
     job_id = _run(operator_api, project_id)
     job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
@@ -753,7 +943,11 @@ def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_l
         download.value.save_as(saved)
         # The console answers it with its length (and the same archive every time)
         cookies = {c["name"]: c["value"] for c in browser_page.context.cookies(server.origin)}
-        answer = requests.get(server.origin + row.get_by_role("link", name="Download").get_attribute("href"), cookies=cookies, timeout=30)
+        answer = requests.get(
+            server.origin + row.get_by_role("link", name="Download").get_attribute("href"),
+            cookies=cookies,
+            timeout=30,
+        )
     assert answer.status_code == 200 and answer.headers["Content-Type"] == "application/gzip"
     assert int(answer.headers["Content-Length"]) == len(answer.content) == saved.stat().st_size
     assert hashlib.sha256(answer.content).hexdigest() == hashlib.sha256(saved.read_bytes()).hexdigest()
@@ -761,7 +955,11 @@ def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_l
     import tarfile
 
     with tarfile.open(saved, "r:gz") as archive:
-        members = {m.name: hashlib.sha256(archive.extractfile(m).read()).hexdigest() for m in archive.getmembers() if m.isfile()}
+        members = {
+            m.name: hashlib.sha256(archive.extractfile(m).read()).hexdigest()
+            for m in archive.getmembers()
+            if m.isfile()
+        }
     assert members == {name: digest for name, digest in recorded.items() if name.startswith("App.app/")}
     assert members["App.app/Contents/MacOS/App"] == hashlib.sha256(body.encode()).hexdigest()
 
@@ -791,11 +989,18 @@ def _line(page, text: str):
     return page.locator("#log-lines .line", has_text=re.compile(f"^{re.escape(text)}$"))
 
 
-def test_the_log_scrolls_along_only_while_the_reader_is_at_the_bottom(operator_api, browser_page, tmp_path: Path):
+def test_the_log_scrolls_along_only_while_the_reader_is_at_the_bottom(
+    operator_api, browser_page, tmp_path: Path
+):
     # Given a stage that prints 100 lines (more than the log area shows), then 100 more each time
     # the test lets it go on
     go = [tmp_path / f"go-{n}" for n in range(3)]
-    command = "; ".join(["seq 1 100", *(f"{_wait_for(marker)}; seq {n * 100 + 101} {n * 100 + 200}" for n, marker in enumerate(go))])
+    command = "; ".join(
+        [
+            "seq 1 100",
+            *(f"{_wait_for(marker)}; seq {n * 100 + 101} {n * 100 + 200}" for n, marker in enumerate(go)),
+        ]
+    )
     project_id = _project(operator_api, [{"name": "build", "run": command, "kill_grace_sec": 1}])
     job_id = _run(operator_api, project_id)
     with console_server(operator_api) as server, _ended_after(operator_api, job_id):
@@ -835,7 +1040,9 @@ def test_the_log_controls_full_screen_clear_and_reconnect(operator_api, browser_
         # Full screen shows the log area alone; pressed again, it leaves full screen
         full_screen = browser_page.get_by_role("button", name="Full screen", exact=True)
         full_screen.click()
-        browser_page.wait_for_function("() => document.fullscreenElement !== null && document.fullscreenElement.matches('section.log')")
+        browser_page.wait_for_function(
+            "() => document.fullscreenElement !== null && document.fullscreenElement.matches('section.log')"
+        )
         full_screen.click()
         browser_page.wait_for_function("() => document.fullscreenElement === null")
         # Clear empties the view; lines printed later still arrive, and Load earlier brings back
@@ -876,12 +1083,16 @@ def test_reject_at_the_gate_on_the_job_page_writes_the_rejection_with_its_reason
         reject.click()
         job = _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
         decision = job["approval_decision"]
-        assert (decision["decision"], decision["reason"]) == ("rejected", "crash on launch in 4.2 RC"), decision
+        assert (decision["decision"], decision["reason"]) == ("rejected", "crash on launch in 4.2 RC"), (
+            decision
+        )
         assert decision["actor"] == operator_api.session.client("sts").get_caller_identity()["Arn"]
         assert [stage["status"] for stage in job["stages"]][1] != "succeeded"
         # The panel follows: the status the API gives, and the gate answered as it says
         expect(browser_page.locator("#job-status")).to_have_text(job["status"], timeout=30_000)
-        expect(browser_page.locator(".summary dl")).to_contain_text(f"rejected by {decision['actor']}: crash on launch in 4.2 RC")
+        expect(browser_page.locator(".summary dl")).to_contain_text(
+            f"rejected by {decision['actor']}: crash on launch in 4.2 RC"
+        )
 
 
 def test_promote_on_the_job_page_puts_the_queued_job_first(operator_api, browser_page):
@@ -901,9 +1112,15 @@ def test_promote_on_the_job_page_puts_the_queued_job_first(operator_api, browser
         # ...so it is first in the queue, and the panel shows its new priority and place
         order = [job["job_id"] for job in operator_api.queue()["jobs"] if job["job_id"] in (first, second)]
         assert order == [second, first]
-        position = next(job["queue_position"] for job in operator_api.queue()["jobs"] if job["job_id"] == second)
-        wait_until(lambda: (_summary(browser_page)["Priority"], _summary(browser_page)["Queue position"]) == (str(promoted), str(position)),
-                   15, "the panel's priority and place")
+        position = next(
+            job["queue_position"] for job in operator_api.queue()["jobs"] if job["job_id"] == second
+        )
+        wait_until(
+            lambda: (_summary(browser_page)["Priority"], _summary(browser_page)["Queue position"])
+            == (str(promoted), str(position)),
+            15,
+            "the panel's priority and place",
+        )
 
 
 def test_delete_on_the_job_page_removes_the_ended_job_and_returns_to_the_list(operator_api, browser_page):
@@ -925,8 +1142,15 @@ def test_unfreeze_on_the_dlq_page_lifts_a_frozen_key(operator_api, browser_page,
     # Given an idempotency key of the operator's project frozen by the dead-letter freeze
     project_id = _project(operator_api, [{"name": "build", "run": "echo built"}])
     key = f"{project_id}:ref:refs/heads/release-{secrets.token_hex(3)}:0123456789abcdef"
-    entries = [{"job_id": f"job_{n:026d}", "failed_at": "2026-12-01T10:00:00+00:00", "error": "Relevo.Fatal.ExitCode"} for n in range(3)]
-    assert freezes.freeze(console_stack.table_name, key, project_id, entries, datetime.now(timezone.utc), 0)
+    entries = [
+        {
+            "job_id": f"job_{n:026d}",
+            "failed_at": "2026-12-01T10:00:00+00:00",
+            "error": "Relevo.Fatal.ExitCode",
+        }
+        for n in range(3)
+    ]
+    assert freezes.freeze(console_stack.table_name, key, project_id, entries, datetime.now(UTC), 0)
     with console_server(operator_api) as server:
         _open(browser_page, server, "/dlq")
         row = browser_page.locator("table.frozen tbody tr", has_text=key)
@@ -938,20 +1162,31 @@ def test_unfreeze_on_the_dlq_page_lifts_a_frozen_key(operator_api, browser_page,
     # Then the API lifted it: automatic runs of the key go again, and the record says who lifted it
     assert key not in [k["idempotency_key"] for k in operator_api.dead_letters().get("frozen_keys") or []]
     record = freezes.get_freeze(console_stack.table_name, key)
-    assert "frozen_at" not in record and record["unfrozen_by"] == operator_api.session.client("sts").get_caller_identity()["Arn"]
+    assert (
+        "frozen_at" not in record
+        and record["unfrozen_by"] == operator_api.session.client("sts").get_caller_identity()["Arn"]
+    )
 
 
 HUMAN_TIME = re.compile(r"just now|\d+ s ago|\d+ min ago")
 
 
-def test_the_job_list_is_a_line_per_job_with_agent_progress_duration_and_human_times(operator_api, browser_page, screenshots):
+def test_the_job_list_is_a_line_per_job_with_agent_progress_duration_and_human_times(
+    operator_api, browser_page, screenshots
+):
     # Given a group's jobs in different states: one that succeeded with a warning, one that failed
     # at its second stage, one still running
     group = f"team-{secrets.token_hex(3)}"
     lint = {"name": "lint", "run": 'echo "2 style issues"; exit 3', "warning_exit_codes": [3]}
     ok = _project(operator_api, [{"name": "build", "run": "echo built"}, lint], group=group)
-    failing = _project(operator_api, [{"name": "build", "run": "echo built"}, {"name": "sign", "run": "exit 1"}], group=group)
-    slow = _project(operator_api, [{"name": "build", "run": "sleep 60", "kill_grace_sec": 1}, {"name": "deploy", "run": "true"}], group=group)
+    failing = _project(
+        operator_api, [{"name": "build", "run": "echo built"}, {"name": "sign", "run": "exit 1"}], group=group
+    )
+    slow = _project(
+        operator_api,
+        [{"name": "build", "run": "sleep 60", "kill_grace_sec": 1}, {"name": "deploy", "run": "true"}],
+        group=group,
+    )
     warned, failed = _run(operator_api, ok), _run(operator_api, failing)
     for job_id in (warned, failed):
         _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
@@ -979,21 +1214,34 @@ def test_the_job_list_is_a_line_per_job_with_agent_progress_duration_and_human_t
             created = browser_page.locator(f"tr[data-job-id='{warned}'] td.created time")
             assert HUMAN_TIME.fullmatch(created.inner_text()), created.inner_text()
             assert created.get_attribute("title") == exact_time(listed[warned]["created_at"])
-            assert not re.search(r"\d\d:\d\d:\d\d\.\d{6}|\+00:00", browser_page.locator("table.jobs tbody").inner_text())
+            assert not re.search(
+                r"\d\d:\d\d:\d\d\.\d{6}|\+00:00", browser_page.locator("table.jobs tbody").inner_text()
+            )
             _screenshot(browser_page, screenshots, "jobs")
             # and each row is one line: the actions wait in a menu
-            heights = [box["height"] for box in browser_page.locator("table.jobs tbody tr").evaluate_all(
-                "rows => rows.map(r => r.getBoundingClientRect().toJSON())")]
+            heights = [
+                box["height"]
+                for box in browser_page.locator("table.jobs tbody tr").evaluate_all(
+                    "rows => rows.map(r => r.getBoundingClientRect().toJSON())"
+                )
+            ]
             assert max(heights) < 40, heights
             assert browser_page.locator(f"tr[data-job-id='{warned}'] button.action").first.is_hidden()
     finally:
         operator_api.cancel_job(running)
 
 
-def test_the_job_page_shows_each_stages_mac_the_error_as_a_sentence_and_the_log_above_the_fold(operator_api, browser_page, screenshots):
+def test_the_job_page_shows_each_stages_mac_the_error_as_a_sentence_and_the_log_above_the_fold(
+    operator_api, browser_page, screenshots
+):
     # Given a job whose build succeeded and whose sign exited 1 (not retryable)
-    project_id = _project(operator_api, [{"name": "build", "run": "echo compiled"},
-                                         {"name": "sign", "run": 'echo "signing App.ipa"; echo "no identity found" >&2; exit 1'}])
+    project_id = _project(
+        operator_api,
+        [
+            {"name": "build", "run": "echo compiled"},
+            {"name": "sign", "run": 'echo "signing App.ipa"; echo "no identity found" >&2; exit 1'},
+        ],
+    )
     job_id = _run(operator_api, project_id)
     assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "failed"
     with console_server(operator_api) as server:
@@ -1001,21 +1249,30 @@ def test_the_job_page_shows_each_stages_mac_the_error_as_a_sentence_and_the_log_
         browser_page.locator("#log-lines .line", has_text="no identity found").wait_for(timeout=30_000)
         # Then each stage says the Mac it ran on, and the failure is a sentence, not JSON
         chips = [chip.split() for chip in browser_page.locator("ol.pipeline li").all_inner_texts()]
-        assert [chip[:4] for chip in chips] == [["build", "succeeded", "on", "console-mac"], ["sign", "failed", "on", "console-mac"]], chips
+        assert [chip[:4] for chip in chips] == [
+            ["build", "succeeded", "on", "console-mac"],
+            ["sign", "failed", "on", "console-mac"],
+        ], chips
         assert _summary(browser_page)["Macs"] == "console-mac (build, sign)"
         error = browser_page.locator("#job-error").inner_text()
-        assert error == "sign failed on console-mac: its command exited 1 (Relevo.Fatal.ExitCode, 1 attempt).", error
+        assert (
+            error == "sign failed on console-mac: its command exited 1 (Relevo.Fatal.ExitCode, 1 attempt)."
+        ), error
         assert "{" not in browser_page.locator(".summary").inner_text()
         # And the log is above the fold, each stage's output under its label
         box = browser_page.locator("#log-lines").bounding_box()
         assert box["y"] + 100 < browser_page.viewport_size["height"], box
-        starts = browser_page.locator("#log-lines .line.stage-start").evaluate_all("lines => lines.map(l => l.dataset.where)")
+        starts = browser_page.locator("#log-lines .line.stage-start").evaluate_all(
+            "lines => lines.map(l => l.dataset.where)"
+        )
         assert starts == ["build · on console-mac", "sign · on console-mac"], starts
         assert _lines(browser_page) == ["compiled", "signing App.ipa", "no identity found"]
         _screenshot(browser_page, screenshots, "job-failed")
 
 
-def test_the_fleet_page_pauses_drains_and_resumes_agents_and_a_regions_dispatch(operator_api, browser_page, console_stack, screenshots):
+def test_the_fleet_page_pauses_drains_and_resumes_agents_and_a_regions_dispatch(
+    operator_api, browser_page, console_stack, screenshots
+):
     # Given two agents of the masking region reporting (presence records: a drain of a real agent
     # would stop its process), and an operator who is one of the stack's admins
     from datetime import timedelta
@@ -1024,10 +1281,20 @@ def test_the_fleet_page_pauses_drains_and_resumes_agents_and_a_regions_dispatch(
 
     suffix = secrets.token_hex(3)
     macs = [f"fleet-mac-{suffix}-{n}" for n in (1, 2)]
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for mac in macs:
-        agent_store.put_presence(console_stack.table_name, agent_store.AgentPresence(
-            agent_id=mac, region=MASKING_REGION, capacity=1, running=0, version="test", last_seen=now, interval_sec=300))
+        agent_store.put_presence(
+            console_stack.table_name,
+            agent_store.AgentPresence(
+                agent_id=mac,
+                region=MASKING_REGION,
+                capacity=1,
+                running=0,
+                version="test",
+                last_seen=now,
+                interval_sec=300,
+            ),
+        )
 
     def fleet() -> dict[str, dict]:
         return {a["agent_id"]: a for a in operator_api.queue()["agents"] if a["agent_id"] in macs}
@@ -1039,39 +1306,62 @@ def test_the_fleet_page_pauses_drains_and_resumes_agents_and_a_regions_dispatch(
             browser_page.get_by_label("For").select_option(label="2 hours")
             # When the first is paused and the second drained from their rows
             with browser_page.expect_navigation():
-                browser_page.locator(f"tr[data-agent='{macs[0]}']").get_by_role("button", name="Pause", exact=True).click()
+                browser_page.locator(f"tr[data-agent='{macs[0]}']").get_by_role(
+                    "button", name="Pause", exact=True
+                ).click()
             browser_page.get_by_label("Note").fill("OS update")
             with browser_page.expect_navigation():
-                browser_page.locator(f"tr[data-agent='{macs[1]}']").get_by_role("button", name="Drain", exact=True).click()
+                browser_page.locator(f"tr[data-agent='{macs[1]}']").get_by_role(
+                    "button", name="Drain", exact=True
+                ).click()
             # Then the API says so, with the note and about two hours
             paused, drained = (fleet()[mac]["paused"] for mac in macs)
-            assert (paused["drain"], paused["note"], paused["timeout_sec"]) == (False, "Xcode 16.2 update", 7200), paused
+            assert (paused["drain"], paused["note"], paused["timeout_sec"]) == (
+                False,
+                "Xcode 16.2 update",
+                7200,
+            ), paused
             assert (drained["drain"], drained["note"]) == (True, "OS update"), drained
             row = browser_page.locator(f"tr[data-agent='{macs[0]}']")
             assert row.locator("td.state").inner_text().startswith("paused until ")
-            assert row.get_by_role("button", name="Pause", exact=True).get_attribute("title") == "it is paused already"
+            assert (
+                row.get_by_role("button", name="Pause", exact=True).get_attribute("title")
+                == "it is paused already"
+            )
             # And a region's dispatch is paused and resumed the same way
             region = browser_page.locator(f"section[data-region='{MASKING_REGION}']")
             with browser_page.expect_navigation():
                 region.get_by_role("button", name="Pause dispatch").click()
             assert [p["region"] for p in operator_api.queue()["paused_regions"]] == [MASKING_REGION]
-            assert browser_page.locator(f"p.dispatch-paused[data-region='{MASKING_REGION}']").inner_text().startswith("Dispatch paused until ")
+            assert (
+                browser_page.locator(f"p.dispatch-paused[data-region='{MASKING_REGION}']")
+                .inner_text()
+                .startswith("Dispatch paused until ")
+            )
             _screenshot(browser_page, screenshots, "fleet")
             with browser_page.expect_navigation():
-                browser_page.locator(f"section[data-region='{MASKING_REGION}']").get_by_role("button", name="Resume dispatch").click()
+                browser_page.locator(f"section[data-region='{MASKING_REGION}']").get_by_role(
+                    "button", name="Resume dispatch"
+                ).click()
             assert operator_api.queue()["paused_regions"] == []
             # And Resume ends each agent's pause, as the API then says
             for mac in macs:
                 with browser_page.expect_navigation():
-                    browser_page.locator(f"tr[data-agent='{mac}']").get_by_role("button", name="Resume", exact=True).click()
+                    browser_page.locator(f"tr[data-agent='{mac}']").get_by_role(
+                        "button", name="Resume", exact=True
+                    ).click()
             assert [fleet()[mac]["paused"] for mac in macs] == [None, None]
         # A user who is no admin of the stack sees the buttons disabled, saying why
         viewer = iam_user(console_stack, f"fleet-viewer-{suffix}")
         with console_server(viewer.api) as server:
             _open(browser_page, server, "/fleet")
-            pause = browser_page.locator(f"tr[data-agent='{macs[0]}']").get_by_role("button", name="Pause", exact=True)
+            pause = browser_page.locator(f"tr[data-agent='{macs[0]}']").get_by_role(
+                "button", name="Pause", exact=True
+            )
             assert pause.is_disabled()
-            assert pause.get_attribute("title").startswith(f"{viewer.arn} is not one of the stack's AdminPrincipals")
+            assert pause.get_attribute("title").startswith(
+                f"{viewer.arn} is not one of the stack's AdminPrincipals"
+            )
     finally:
         for mac in macs:
             try:
@@ -1080,19 +1370,35 @@ def test_the_fleet_page_pauses_drains_and_resumes_agents_and_a_regions_dispatch(
                 pass
         operator_api.resume_region(MASKING_REGION)
         for mac in macs:
-            agent_store.put_presence(console_stack.table_name, agent_store.AgentPresence(
-                agent_id=mac, region=MASKING_REGION, capacity=1, running=0, version="test",
-                last_seen=datetime.now(timezone.utc) - timedelta(days=1), interval_sec=300))
+            agent_store.put_presence(
+                console_stack.table_name,
+                agent_store.AgentPresence(
+                    agent_id=mac,
+                    region=MASKING_REGION,
+                    capacity=1,
+                    running=0,
+                    version="test",
+                    last_seen=datetime.now(UTC) - timedelta(days=1),
+                    interval_sec=300,
+                ),
+            )
 
 
-def test_the_run_page_says_in_one_line_when_the_repository_cannot_be_reached_and_runs_a_typed_ref(operator_api, browser_page, screenshots):
+def test_the_run_page_says_in_one_line_when_the_repository_cannot_be_reached_and_runs_a_typed_ref(
+    operator_api, browser_page, screenshots
+):
     # Given a project whose repository's host does not resolve (an offline laptop, a typo): .invalid never does
     project_id = _project(operator_api, [{"name": "build", "run": "echo build"}])
     with console_server(operator_api, git_base_url="https://git.invalid") as server:
         _open(browser_page, server, f"/run?project={project_id}")
         # Then the page says why in one line, no git "fatal:", and still takes a ref typed in
         state = browser_page.locator("#run-refs-state")
-        expect(state).to_have_text(re.compile(r"^Could not list the branches: type a branch or tag \(git\.invalid could not be (resolved|reached)"), timeout=30_000)
+        expect(state).to_have_text(
+            re.compile(
+                r"^Could not list the branches: type a branch or tag \(git\.invalid could not be (resolved|reached)"
+            ),
+            timeout=30_000,
+        )
         assert "fatal" not in state.inner_text() and "\n" not in state.inner_text()
         browser_page.get_by_label("Branch or tag").fill("release/5.0")
         _screenshot(browser_page, screenshots, "run-page-unreachable")
@@ -1105,11 +1411,18 @@ def test_the_run_page_says_in_one_line_when_the_repository_cannot_be_reached_and
     _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
 
 
-def test_the_job_page_shows_a_row_per_shard_under_its_stage_and_the_list_counts_shard_runs(operator_api, browser_page, screenshots):
+def test_the_job_page_shows_a_row_per_shard_under_its_stage_and_the_list_counts_shard_runs(
+    operator_api, browser_page, screenshots
+):
     # Given a job whose test stage runs as a matrix of two devices, on the console's Mac
     matrix = {"device": ["iPhone 16", "iPad Air"], "os": ["18.2"]}
-    project_id = _project(operator_api, [{"name": "build", "run": "echo compiled"},
-                                         {"name": "test", "run": 'echo "testing on $RELEVO_MATRIX_DEVICE"', "matrix": matrix}])
+    project_id = _project(
+        operator_api,
+        [
+            {"name": "build", "run": "echo compiled"},
+            {"name": "test", "run": 'echo "testing on $RELEVO_MATRIX_DEVICE"', "matrix": matrix},
+        ],
+    )
     job_id = _run(operator_api, project_id)
     assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "succeeded"
     labels = ["device=iPhone 16, os=18.2", "device=iPad Air, os=18.2"]
@@ -1118,10 +1431,16 @@ def test_the_job_page_shows_a_row_per_shard_under_its_stage_and_the_list_counts_
         browser_page.locator("#log-lines .line", has_text="testing on iPad Air").wait_for(timeout=30_000)
         # Then each shard is a row under its stage: its label, status, attempt, Mac and duration
         order = browser_page.locator("table.steps tbody tr").evaluate_all(
-            "rows => rows.map(r => r.dataset.stage || (r.dataset.shardOf + '/' + r.dataset.shard))")
+            "rows => rows.map(r => r.dataset.stage || (r.dataset.shardOf + '/' + r.dataset.shard))"
+        )
         assert order == ["build", "test", "test/0", "test/1"], order
-        rows = [row.locator("td").all_inner_texts() for row in browser_page.locator("table.steps tr.shard[data-shard-of=test]").all()]
-        assert [row[1:5] for row in rows] == [[label, "succeeded", "1", "console-mac"] for label in labels], rows
+        rows = [
+            row.locator("td").all_inner_texts()
+            for row in browser_page.locator("table.steps tr.shard[data-shard-of=test]").all()
+        ]
+        assert [row[1:5] for row in rows] == [[label, "succeeded", "1", "console-mac"] for label in labels], (
+            rows
+        )
         assert all(re.fullmatch(r"\d+s", row[7]) for row in rows), rows
         # the stage's chip counts its shards, and the Macs name the shards they ran
         assert browser_page.locator("li.stage-chip[data-stage=test] .shards").inner_text() == "2/2 shards"
@@ -1130,7 +1449,10 @@ def test_the_job_page_shows_a_row_per_shard_under_its_stage_and_the_list_counts_
         assert summary["Progress"] == "2 of 2 stages (3 of 3 runs, a shard each)"
         # and the log names the shard each run of lines comes from
         ipad = browser_page.locator("#log-lines .line", has_text="testing on iPad Air")
-        assert (ipad.get_attribute("data-shard"), ipad.get_attribute("data-where")) == ("1", f"test[{labels[1]}] · on console-mac")
+        assert (ipad.get_attribute("data-shard"), ipad.get_attribute("data-where")) == (
+            "1",
+            f"test[{labels[1]}] · on console-mac",
+        )
         _screenshot(browser_page, screenshots, "job-shards")
         # The job list's progress counts runs: build, and one per shard
         _open(browser_page, server, f"/?project={project_id}")

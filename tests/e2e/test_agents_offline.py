@@ -12,21 +12,22 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_local.processes import agent_process, write_agent_config
-from relevo_core.stackfile import StackInfo
 from relevo_core.aws import client
 from relevo_core.config.sweeper import sweeper_settings
 from relevo_core.models.group import Group
+from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.groups import put_group
+from relevo_local.processes import agent_process, write_agent_config
 from tests.helpers.stack import LambdaContext, load_handler, regions_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-agents-offline")]
@@ -54,7 +55,9 @@ def sweep(stack, monkeypatch):
     # test: it takes the deployed one, as the function's own would at its cold start.
     from relevo_core.observability import metrics
 
-    monkeypatch.setattr(metrics, "namespace", deployed["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"])
+    monkeypatch.setattr(
+        metrics, "namespace", deployed["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"]
+    )
     sweeper_settings.cache_clear()
     handler = load_handler("sweeper")
     yield lambda: handler({}, LambdaContext("SweeperFunction"))
@@ -71,12 +74,28 @@ def _groups(info: StackInfo, recorder, region: str, count: int) -> list[str]:
         path = f"/services/T0/B0/{secrets.token_hex(12)}"
         ref = f"relevo/{info.stack_name}/_notify/{name}/slack"
         client("secretsmanager").create_secret(Name=ref, SecretString=recorder.url + path)
-        put_group(info.table_name, Group.model_validate({
-            "name": name, "events": ["agents_offline"], "channels": [{"kind": "slack", "webhook_secret_ref": ref}],
-        }), "test", datetime.now(timezone.utc))
+        put_group(
+            info.table_name,
+            Group.model_validate(
+                {
+                    "name": name,
+                    "events": ["agents_offline"],
+                    "channels": [{"kind": "slack", "webhook_secret_ref": ref}],
+                }
+            ),
+            "test",
+            datetime.now(UTC),
+        )
         project_id = f"{region}-{secrets.token_hex(3)}"
-        api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": region, "group": name,
-                                     "stages": [{"name": "build", "run": "make"}]})
+        api.put_project(
+            project_id,
+            {
+                "repo": f"acme/{project_id}",
+                "region_affinity": region,
+                "group": name,
+                "stages": [{"name": "build", "run": "make"}],
+            },
+        )
         paths.append(path)
     return paths
 
@@ -86,12 +105,20 @@ def _pages(recorder, path: str, region: str) -> int:
 
 
 def _online(info: StackInfo, region: str) -> list[str]:
-    return [a.agent_id for a in agents.online_agents(info.table_name, region, datetime.now(timezone.utc))]
+    return [a.agent_id for a in agents.online_agents(info.table_name, region, datetime.now(UTC))]
 
 
-def _start(running: ExitStack, info: StackInfo, tmp_path: Path, stack_file: Path, region: str, agent_id: str) -> Any:
-    config = write_agent_config(tmp_path / f"{agent_id}.toml", stack_file, region, agent_id, poll_wait_sec=1,
-                                presence_interval_sec=PRESENCE_SEC)
+def _start(
+    running: ExitStack, info: StackInfo, tmp_path: Path, stack_file: Path, region: str, agent_id: str
+) -> Any:
+    config = write_agent_config(
+        tmp_path / f"{agent_id}.toml",
+        stack_file,
+        region,
+        agent_id,
+        poll_wait_sec=1,
+        presence_interval_sec=PRESENCE_SEC,
+    )
     process = running.enter_context(agent_process(config, tmp_path / f"{agent_id}.log"))
     wait_until(lambda: agent_id in _online(info, region), 30, f"{agent_id} online")
     return process
@@ -135,7 +162,9 @@ def test_a_region_whose_last_agent_is_killed_pages_each_group_once_and_a_flap_in
     assert "relevo agent list" in message.body.decode()
 
 
-def test_a_clean_stop_still_pages_once_although_the_sweep_records_the_same_change(stack, sweep, recorder, tmp_path: Path):
+def test_a_clean_stop_still_pages_once_although_the_sweep_records_the_same_change(
+    stack, sweep, recorder, tmp_path: Path
+):
     info, stack_file = stack
     region = "stopped"
     [hook] = _groups(info, recorder, region, 1)
@@ -145,7 +174,9 @@ def test_a_clean_stop_still_pages_once_although_the_sweep_records_the_same_chang
         sweep()
         mac.send_signal(signal.SIGTERM)  # a clean stop: the agent marks itself offline
         mac.wait(timeout=30)
-        wait_until(lambda: _pages(recorder, hook, region) >= 1, 20, "the agents_offline page of the clean stop")
+        wait_until(
+            lambda: _pages(recorder, hook, region) >= 1, 20, "the agents_offline page of the clean stop"
+        )
         sweep()  # records the region's change to none online: the reporter hears it inside the window
         _settled()
     assert _pages(recorder, hook, region) == 1

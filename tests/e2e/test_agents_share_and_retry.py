@@ -7,21 +7,26 @@ from __future__ import annotations
 
 import secrets
 import signal
+from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_local.processes import agent_process, random_commit, write_agent_config
 from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.codec import from_attributes
+from relevo_local.processes import agent_process, random_commit, write_agent_config
 from tests.helpers.stack import job_items, regions_stack, use_stack, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-agents-share-and-retry")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(300),
+    pytest.mark.xdist_group("e2e-agents-share-and-retry"),
+]
 
 REGIONS = ("share", "retry", "solo")
 # Short presence and hand-back intervals keep the module fast; nothing else is special-cased.
@@ -36,11 +41,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo,
         yield stack
 
 
-def _agents(exit_stack: ExitStack, tmp_path: Path, stack_file: Path, region: str, *agent_ids: str) -> dict[str, Any]:
+def _agents(
+    exit_stack: ExitStack, tmp_path: Path, stack_file: Path, region: str, *agent_ids: str
+) -> dict[str, Any]:
     processes = {}
     for agent_id in agent_ids:
         config = write_agent_config(
-            tmp_path / f"{agent_id}.toml", stack_file, region, agent_id, capacity=1, poll_wait_sec=1, **AGENT_SETTINGS
+            tmp_path / f"{agent_id}.toml",
+            stack_file,
+            region,
+            agent_id,
+            capacity=1,
+            poll_wait_sec=1,
+            **AGENT_SETTINGS,
         )
         processes[agent_id] = exit_stack.enter_context(agent_process(config, tmp_path / f"{agent_id}.log"))
     return processes
@@ -48,7 +61,8 @@ def _agents(exit_stack: ExitStack, tmp_path: Path, stack_file: Path, region: str
 
 def _online(info: StackInfo, region: str, *agent_ids: str) -> None:
     wait_until(
-        lambda: {a.agent_id for a in agents.online_agents(info.table_name, region, datetime.now(timezone.utc))} >= set(agent_ids),
+        lambda: {a.agent_id for a in agents.online_agents(info.table_name, region, datetime.now(UTC))}
+        >= set(agent_ids),
         60,
         f"{agent_ids} online in {region}",
     )
@@ -76,7 +90,11 @@ def _run(api: RelevoApi, project_id: str) -> str:
 
 
 def _finished(api: RelevoApi, job_id: str, logs: list[Path]) -> dict[str, Any]:
-    job = wait_until(lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j, 120, f"{job_id} ended")
+    job = wait_until(
+        lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j,
+        120,
+        f"{job_id} ended",
+    )
     assert job["status"] == "succeeded", (job, [log.read_text()[-2000:] for log in logs])
     return job
 
@@ -105,7 +123,10 @@ def test_two_agents_of_a_region_share_work_within_their_capacity(stack, tmp_path
     # ...never more than one stage at a time on an agent of capacity 1...
     for agent_id, intervals in by_agent.items():
         ordered = sorted(intervals)
-        assert all(end <= next_start for (_, end), (next_start, _) in zip(ordered, ordered[1:])), (agent_id, ordered)
+        assert all(end <= next_start for (_, end), (next_start, _) in zip(ordered, ordered[1:])), (
+            agent_id,
+            ordered,
+        )
     # ...and the two agents ran stages at the same time.
     (a_start, a_end), (b_start, b_end) = by_agent["share-1"][0], by_agent["share-2"][0]
     assert a_start < b_end and b_start < a_end, by_agent
@@ -150,7 +171,9 @@ def test_with_one_agent_online_the_retry_falls_back_to_it(stack, tmp_path: Path)
 
         # No agent online: the dispatched stage waits with queue reason agent_offline.
         job_id = _run(api, _project(api, "solo", FLAKY_ONCE))
-        job = wait_until(lambda: (j := api.get_job(job_id))["stages"][0]["status"] == "dispatched" and j, 60, "dispatched")
+        job = wait_until(
+            lambda: (j := api.get_job(job_id))["stages"][0]["status"] == "dispatched" and j, 60, "dispatched"
+        )
         assert job["queue_reason"] == "agent_offline"
 
         _agents(running, tmp_path, stack_file, "solo", "solo-1")

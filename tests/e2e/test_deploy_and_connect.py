@@ -46,13 +46,17 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def _run(args: list[str], env: dict[str, str], endpoint: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], env: dict[str, str], endpoint: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     program, *rest = args
     module = {"relevo": "relevo_cli.main", "relevo-agent": "relevo_agent.cli"}[program]
     # --endpoint-url (where AWS is, here the emulator) is the one thing a real deploy does not pass.
     if rest[:1] in (["stack"], ["aws"]) and rest[1:2] in (["use"], ["preflight"]) or rest[:1] == ["init"]:
         rest = [*rest, "--endpoint-url", endpoint]
-    done = subprocess.run([sys.executable, "-m", module, *rest], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", module, *rest], env=env, capture_output=True, text=True, timeout=120
+    )
     if check and done.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return done
@@ -61,7 +65,13 @@ def _run(args: list[str], env: dict[str, str], endpoint: str, check: bool = True
 def test_the_readme_deploy_sequence_connects_the_cli_and_a_mac_and_runs_a_job(tmp_path: Path):
     readme = (ROOT / "docs" / "operations.md").read_text()
     for command in README_COMMANDS:
-        pattern = re.escape(command).replace(r"\{region\}", r"\S+").replace(r"\{stack\}", r"\S+").replace(r"\{project_file\}", r"\S+").replace(r"\{project\}", r"\S+")
+        pattern = (
+            re.escape(command)
+            .replace(r"\{region\}", r"\S+")
+            .replace(r"\{stack\}", r"\S+")
+            .replace(r"\{project_file\}", r"\S+")
+            .replace(r"\{project\}", r"\S+")
+        )
         assert re.search(pattern, readme), f"docs/operations.md's deploy sequence lacks: {command}"
 
     state = tmp_path / "state"
@@ -82,7 +92,9 @@ def test_the_readme_deploy_sequence_connects_the_cli_and_a_mac_and_runs_a_job(tm
             RELEVO_DEMO_WEBHOOK_SECRET="e2e-secret",
         )
         endpoint = str(stack.aws_endpoint)
-        preflight = _run(["relevo", "aws", "preflight", "--region", stack.region], operator, endpoint, check=False)
+        preflight = _run(
+            ["relevo", "aws", "preflight", "--region", stack.region], operator, endpoint, check=False
+        )
         assert "stack: relevo exists" in preflight.stdout, preflight.stdout
         _run(["relevo", "stack", "use", stack.stack_name, "--region", stack.region], operator, endpoint)
         shown = _run(["relevo", "stack", "show"], operator, endpoint)
@@ -92,26 +104,42 @@ def test_the_readme_deploy_sequence_connects_the_cli_and_a_mac_and_runs_a_job(tm
         outputs = {
             o["OutputKey"]: o["OutputValue"]
             for o in boto3.client(
-                "cloudformation", endpoint_url=endpoint, region_name=stack.region,
-                aws_access_key_id=stack.local_credentials.access_key_id, aws_secret_access_key=stack.local_credentials.secret_access_key,
+                "cloudformation",
+                endpoint_url=endpoint,
+                region_name=stack.region,
+                aws_access_key_id=stack.local_credentials.access_key_id,
+                aws_secret_access_key=stack.local_credentials.secret_access_key,
             ).describe_stacks(StackName=stack.stack_name)["Stacks"][0]["Outputs"]
         }
         role = outputs["AgentRoleArneuwest"]
         iam = boto3.client(
-            "iam", endpoint_url=endpoint, region_name=stack.region,
-            aws_access_key_id=stack.local_credentials.access_key_id, aws_secret_access_key=stack.local_credentials.secret_access_key,
+            "iam",
+            endpoint_url=endpoint,
+            region_name=stack.region,
+            aws_access_key_id=stack.local_credentials.access_key_id,
+            aws_secret_access_key=stack.local_credentials.secret_access_key,
         )
         iam.create_user(UserName="relevo-mac-1")
         iam.put_user_policy(
-            UserName="relevo-mac-1", PolicyName="take-agent-role",
-            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": role}]}),
+            UserName="relevo-mac-1",
+            PolicyName="take-agent-role",
+            PolicyDocument=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": role}],
+                }
+            ),
         )
         key = iam.create_access_key(UserName="relevo-mac-1")["AccessKey"]
         mac = tmp_path / "mac"
         (mac / ".aws").mkdir(parents=True)
         # The keychain item's JSON (credential_process answers with it); `security find-generic-password -w` on a Mac.
         keychain = mac / "keychain-item.json"
-        keychain.write_text(json.dumps({"Version": 1, "AccessKeyId": key["AccessKeyId"], "SecretAccessKey": key["SecretAccessKey"]}))
+        keychain.write_text(
+            json.dumps(
+                {"Version": 1, "AccessKeyId": key["AccessKeyId"], "SecretAccessKey": key["SecretAccessKey"]}
+            )
+        )
         keychain.chmod(0o600)
         (mac / ".aws" / "config").write_text(
             f"[profile relevo-mac-key]\ncredential_process = /bin/cat {keychain}\n\n"
@@ -119,14 +147,31 @@ def test_the_readme_deploy_sequence_connects_the_cli_and_a_mac_and_runs_a_job(tm
         )
         # AWS_ENDPOINT_URL: where "AWS" is for every client, the role-taking STS call included.
         mac_env = _clean_env(
-            AWS_CONFIG_FILE=str(mac / ".aws" / "config"), AWS_SHARED_CREDENTIALS_FILE=str(mac / ".aws" / "credentials"),
-            HOME=str(mac), AWS_ENDPOINT_URL=endpoint,
+            AWS_CONFIG_FILE=str(mac / ".aws" / "config"),
+            AWS_SHARED_CREDENTIALS_FILE=str(mac / ".aws" / "credentials"),
+            HOME=str(mac),
+            AWS_ENDPOINT_URL=endpoint,
         )
         config = mac / "relevo" / "agent.toml"
         init = _run(
-            ["relevo-agent", "init", "--stack", stack.stack_name, "--region-affinity", "eu-west", "--profile", "relevo-agent",
-             "--config", str(config), "--agent-id", "mac-1", "--region", stack.region],
-            mac_env, endpoint,
+            [
+                "relevo-agent",
+                "init",
+                "--stack",
+                stack.stack_name,
+                "--region-affinity",
+                "eu-west",
+                "--profile",
+                "relevo-agent",
+                "--config",
+                str(config),
+                "--agent-id",
+                "mac-1",
+                "--region",
+                stack.region,
+            ],
+            mac_env,
+            endpoint,
         )
         assert "all checks passed" in init.stdout, init.stdout
         assert "they are the agent role of eu-west" in init.stdout, init.stdout
@@ -135,11 +180,16 @@ def test_the_readme_deploy_sequence_connects_the_cli_and_a_mac_and_runs_a_job(tm
         with open(agent_log, "wb") as log:
             agent = subprocess.Popen(
                 [sys.executable, "-m", "relevo_agent.launch", "--config", str(config)],
-                env=mac_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env=mac_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         try:
             project_file = tmp_path / "project.yaml"
-            project_file.write_text((ROOT / "examples" / "demo-app.yaml").read_text().replace("id: demo-app", "id: connect-app"))
+            project_file.write_text(
+                (ROOT / "examples" / "demo-app.yaml").read_text().replace("id: demo-app", "id: connect-app")
+            )
             _run(["relevo", "project", "apply", str(project_file)], operator, endpoint)
             ran = _run(["relevo", "run", "connect-app", "--ref", "main"], operator, endpoint)
             job_id = re.search(r"job_[0-9a-z]+", ran.stdout).group(0)

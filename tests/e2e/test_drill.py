@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from relevo_tools.drill.runner import run_trial
+from relevo_core.aws import reset_clients
+from relevo_local.processes import local_stack
 from relevo_tools.drill.drills import DRILLS, SIBLING_STOP_LIMIT_SEC, Trial
 from relevo_tools.drill.fleet import DrillFleet, DrillTiming
-from relevo_local.processes import local_stack
-from relevo_core.aws import reset_clients
+from relevo_tools.drill.runner import run_trial
 from tests.helpers.stack import use_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-drill")]
@@ -38,7 +38,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DrillFleet]:
 
 
 def _held(fleet: DrillFleet, trial: Trial) -> None:
-    logs = "\n".join(f"--- {agent.log.name}\n{agent.log.read_text()[-3000:]}" for agent in fleet.agents.values())
+    logs = "\n".join(
+        f"--- {agent.log.name}\n{agent.log.read_text()[-3000:]}" for agent in fleet.agents.values()
+    )
     assert trial.ok, f"{trial.drill}: {trial.outcome}; {trial.problems}\n{logs}"
 
 
@@ -49,7 +51,11 @@ def test_the_drill_holds(fleet: DrillFleet, name: str):
     if name in ("partition", "freeze"):
         # The faulted holder fenced before its lease ended (or its supervisor did), and the
         # other agent's attempt ran the effect once.
-        assert trial.attempts == 2 and trial.fence_sec is not None and 0 < trial.fence_sec < fleet.timing.lease_ttl_sec
+        assert (
+            trial.attempts == 2
+            and trial.fence_sec is not None
+            and 0 < trial.fence_sec < fleet.timing.lease_ttl_sec
+        )
     if name == "parallel":
         # The killed shard's retry was claimed (by another Mac: the trial's problems say when not),
         # and the failed shard's siblings were stopped within the 5 s.
@@ -59,7 +65,10 @@ def test_the_drill_holds(fleet: DrillFleet, name: str):
 
 def test_an_unknown_drill_is_refused_in_one_line_with_exit_2(tmp_path: Path):
     done = subprocess.run(
-        [sys.executable, "-m", "relevo_cli.main", "drill", "flood", "--work-dir", str(tmp_path)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "relevo_cli.main", "drill", "flood", "--work-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [

@@ -26,7 +26,9 @@ from tests.helpers import ROOT
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 SECTION = re.search(r"^## Your first project\n(.*?)^## ", (ROOT / "README.md").read_text(), re.S | re.M)
-BLOCK = re.compile(r"(?:<!-- first-project: (?P<marker>[^>]*?) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)^```", re.S | re.M)
+BLOCK = re.compile(
+    r"(?:<!-- first-project: (?P<marker>[^>]*?) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)^```", re.S | re.M
+)
 READY = re.compile(r'in a new terminal; ready when it prints "(?P<text>[^"]+)"')
 ENDS = re.compile(r'then the terminal of "(?P<command>[^"]+)" ends with exit 0')
 
@@ -54,7 +56,7 @@ def _steps() -> list[Step]:
     assert SECTION, "README.md has no '## Your first project' section"
     text, steps, start = SECTION.group(1), [], 0
     for match in BLOCK.finditer(text):
-        before = text[start: match.start()]
+        before = text[start : match.start()]
         named = re.findall(r"[Ss]ave this as `([^`]+)`", before)
         steps.append(Step(match["lang"], match["body"], match["marker"] or "", named[-1] if named else None))
         start = match.end()
@@ -65,7 +67,11 @@ def _fresh_environment(home: Path) -> dict[str, str]:
     """A shell as a person opens it: nothing of this test session's stack or venv on it, and a
     home of its own (the user's cache stays where it is: the local stack's built layer)."""
     venv_bin = str(ROOT / ".venv" / "bin")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELEVO_", "AWS_ENDPOINT_URL", "MOTO_", "PYTEST_", "COV_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RELEVO_", "AWS_ENDPOINT_URL", "MOTO_", "PYTEST_", "COV_"))
+    }
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
     env["COLUMNS"] = "200"
     env.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))
@@ -74,16 +80,26 @@ def _fresh_environment(home: Path) -> dict[str, str]:
 
 
 def _git_status() -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def _wait_for(terminal: Terminal, text: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while text not in terminal.output():
         if terminal.process.poll() is not None:
-            raise AssertionError(f"`{terminal.command}` exited {terminal.process.returncode} before printing {text!r}:\n{terminal.output()[-3000:]}")
+            raise AssertionError(
+                f"`{terminal.command}` exited {terminal.process.returncode} before printing {text!r}:\n{terminal.output()[-3000:]}"
+            )
         if time.monotonic() > deadline:
-            raise AssertionError(f"`{terminal.command}` did not print {text!r} within {timeout}s:\n{terminal.output()[-3000:]}")
+            raise AssertionError(
+                f"`{terminal.command}` did not print {text!r} within {timeout}s:\n{terminal.output()[-3000:]}"
+            )
         time.sleep(0.2)
 
 
@@ -110,7 +126,12 @@ def test_your_first_project_as_the_readme_writes_it(tmp_path: Path):
                 log = tmp_path / f"terminal-{number}.log"
                 with open(log, "wb") as out:
                     process = subprocess.Popen(
-                        ["bash", "-c", step.body], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                        ["bash", "-c", step.body],
+                        cwd=cwd,
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
                     )
                 terminals.append(Terminal(step.body.strip(), process, log))
                 _wait_for(terminals[-1], ready["text"], timeout=240)
@@ -118,8 +139,12 @@ def test_your_first_project_as_the_readme_writes_it(tmp_path: Path):
             # One terminal's shell, step after step: its variables carry over (set -a exports them).
             dump = tmp_path / f"env-{number}"
             script = f"set -euo pipefail\nset -a\n{step.body}\nenv -0 > {dump}\n"
-            done = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
-            assert done.returncode == 0, f"step {number} failed ({done.returncode}):\n{step.body}\n{done.stdout}\n{done.stderr}"
+            done = subprocess.run(
+                ["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=180
+            )
+            assert done.returncode == 0, (
+                f"step {number} failed ({done.returncode}):\n{step.body}\n{done.stdout}\n{done.stderr}"
+            )
             env = dict(entry.split("=", 1) for entry in dump.read_text().split("\0") if "=" in entry)
             work = Path(env["PWD"])  # the shell's directory after the block (`cd` carries over)
             ends = ENDS.fullmatch(step.marker)
@@ -135,7 +160,9 @@ def test_your_first_project_as_the_readme_writes_it(tmp_path: Path):
         [follower] = [t for t in terminals if t.command.startswith("relevo job logs")]
         followed = follower.output()
         assert f"waiting for approval before deploy: `relevo job approve {job_id}`" in followed
-        assert f"deploying the build of {job_id}" in followed and followed.rstrip().endswith(f"job {job_id} succeeded")
+        assert f"deploying the build of {job_id}" in followed and followed.rstrip().endswith(
+            f"job {job_id} succeeded"
+        )
         assert (work / "hello.txt").read_text().strip() == f"hello from {job_id}"
         # `relevo local down` was the last step: the stack's terminal has ended.
         [stack] = [t for t in terminals if t.command == "relevo local up"]

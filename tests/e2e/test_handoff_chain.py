@@ -17,17 +17,18 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from relevo_core.stackfile import StackInfo
 from relevo_cli.api import RelevoApi
-from relevo_local.processes import agent_process, write_agent_config
+from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents
+from relevo_local.processes import agent_process, write_agent_config
 from tests.helpers.stack import regions_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420), pytest.mark.xdist_group("e2e-handoff-chain")]
@@ -35,7 +36,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420), pytest.mark.xdist_group
 ROOT = Path(__file__).resolve().parents[2]
 REGION = "relay"
 BIG_BYTES = 105 * 1024 * 1024
-SETTINGS = {"presence_interval_sec": 1, "handoff_delay_sec": 1, "poll_wait_sec": 1, "outbox_interval_sec": 0.5}
+SETTINGS = {
+    "presence_interval_sec": 1,
+    "handoff_delay_sec": 1,
+    "poll_wait_sec": 1,
+    "outbox_interval_sec": 0.5,
+}
 DIGEST = f'"$RELEVO_TEST_PYTHON" {ROOT}/tests/helpers/tree.py . build/App.app build/empty build/tools'
 
 BUILD = f"""
@@ -69,9 +75,17 @@ UPLOAD = 'set -e; test -x build/App.app/App; echo "uploading $RELEVO_OUT_BUILD_V
 
 
 def _git(*args: str, cwd: Path) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e",
-           "HOME": str(cwd), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env).stdout.strip()
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+        "HOME": str(cwd),
+        "PATH": "/usr/bin:/bin",
+    }
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 def _commit(work: Path, version: str) -> str:
@@ -95,30 +109,58 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         env = {"RELEVO_TEST_PYTHON": sys.executable, "RELEVO_TEST_DIR": str(signals)}
         (base / "agents").mkdir()
         for agent_id, bay in (("mac-a", "a"), ("mac-b", "b")):
-            config = write_agent_config(base / "agents" / f"{agent_id}.toml", stack_file, REGION, agent_id, capacity=1,
-                                        labels={"bay": bay}, **SETTINGS)
+            config = write_agent_config(
+                base / "agents" / f"{agent_id}.toml",
+                stack_file,
+                REGION,
+                agent_id,
+                capacity=1,
+                labels={"bay": bay},
+                **SETTINGS,
+            )
             running.enter_context(agent_process(config, base / f"{agent_id}.log", env=env))
         wait_until(
-            lambda: {a.agent_id for a in agents.online_agents(info.table_name, REGION, datetime.now(timezone.utc))} >= {"mac-a", "mac-b"},
-            60, "both agents online",
+            lambda: {a.agent_id for a in agents.online_agents(info.table_name, REGION, datetime.now(UTC))}
+            >= {"mac-a", "mac-b"},
+            60,
+            "both agents online",
         )
         api = RelevoApi.for_stack(info)
-        api.put_project("relay-app", {
-            "repo": "acme/relay-app", "region_affinity": REGION, "lease_ttl_sec": 20, "queue_timeout_sec": 120,
-            "checkout": {"url": str(origin), "timeout_sec": 60},
-            "stages": [
-                {"name": "build", "run": BUILD, "requires": {"bay": "a"}, "exec_timeout_sec": 240,
-                 "handoff": ["build/App.app", "build/empty", "build/tools"]},
-                {"name": "sign", "run": SIGN, "requires": {"bay": "b"}, "exec_timeout_sec": 240},
-                {"name": "upload", "run": UPLOAD, "requires": {"bay": "b"}, "exec_timeout_sec": 120},
-            ],
-        })
+        api.put_project(
+            "relay-app",
+            {
+                "repo": "acme/relay-app",
+                "region_affinity": REGION,
+                "lease_ttl_sec": 20,
+                "queue_timeout_sec": 120,
+                "checkout": {"url": str(origin), "timeout_sec": 60},
+                "stages": [
+                    {
+                        "name": "build",
+                        "run": BUILD,
+                        "requires": {"bay": "a"},
+                        "exec_timeout_sec": 240,
+                        "handoff": ["build/App.app", "build/empty", "build/tools"],
+                    },
+                    {"name": "sign", "run": SIGN, "requires": {"bay": "b"}, "exec_timeout_sec": 240},
+                    {"name": "upload", "run": UPLOAD, "requires": {"bay": "b"}, "exec_timeout_sec": 120},
+                ],
+            },
+        )
         yield {"info": info, "api": api, "work": work, "signals": signals, "base": base}
 
 
 def _ended(api: RelevoApi, job_id: str, logs: list[Path]) -> dict[str, Any]:
-    job = wait_until(lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j, 300, f"{job_id} ended")
-    assert job["status"] == "succeeded", (job.get("error"), job.get("error_cause"), [p.read_text()[-3000:] for p in logs])
+    job = wait_until(
+        lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j,
+        300,
+        f"{job_id} ended",
+    )
+    assert job["status"] == "succeeded", (
+        job.get("error"),
+        job.get("error_cause"),
+        [p.read_text()[-3000:] for p in logs],
+    )
     return job
 
 
@@ -128,7 +170,9 @@ def test_a_chain_across_two_macs_hands_on_an_exact_tree_at_the_jobs_commit(fleet
     first = _git("rev-parse", "HEAD", cwd=work)
     job_id = api.run_project("relay-app", {"ref": "main"})["job_id"]
     # While build runs (it waits for the go file), the branch moves on.
-    wait_until(lambda: (j := api.get_job(job_id))["stages"][0]["status"] == "running" and j, 120, "build running")
+    wait_until(
+        lambda: (j := api.get_job(job_id))["stages"][0]["status"] == "running" and j, 120, "build running"
+    )
     moved = _commit(work, "9.9.9")
     (signals / f"go-{job_id}").touch()
     job = _ended(api, job_id, logs)

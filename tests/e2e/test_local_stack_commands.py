@@ -27,12 +27,17 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 def _relevo(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     # Wide enough that no table cell wraps (rich reads COLUMNS when the CLI starts).
     return subprocess.run(
-        [sys.executable, "-m", "relevo_cli.main", *args], capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "relevo_cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "COLUMNS": "250"},
     )
 
 
-def test_one_stack_per_state_dir_seen_by_status_with_its_agents_stopped_by_down_and_a_restart_keeps_its_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_one_stack_per_state_dir_seen_by_status_with_its_agents_stopped_by_down_and_a_restart_keeps_its_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     state_dir = tmp_path / "state"
     log = tmp_path / "local-up.log"
     with local_stack(state_dir, log) as stack:
@@ -52,43 +57,90 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_stopped_by_down_
 
         # Its user is the stack's administrator: a job that does not exist is not found, not forbidden
         missing = _relevo("status", "job_" + "0" * 26, "--stack-file", str(state_dir / "stack.json"))
-        assert missing.returncode != 0 and "404 JOB_NOT_FOUND" in missing.stdout + missing.stderr, missing.stdout + missing.stderr
+        assert missing.returncode != 0 and "404 JOB_NOT_FOUND" in missing.stdout + missing.stderr, (
+            missing.stdout + missing.stderr
+        )
 
         # With no agent in us-east, a job there waits on agent_offline, and says so in `relevo queue`
         api = RelevoApi.for_stack(stack)
-        api.put_project("offline-app", {"repo": "acme/offline-app", "region_affinity": "us-east", "stages": [{"name": "build", "run": "true"}]})
+        api.put_project(
+            "offline-app",
+            {
+                "repo": "acme/offline-app",
+                "region_affinity": "us-east",
+                "stages": [{"name": "build", "run": "true"}],
+            },
+        )
         stranded = api.run_project("offline-app", {"ref": "main"})["job_id"]
         stack_file = str(state_dir / "stack.json")
         queue = wait_until(
-            lambda: [j for j in json.loads(_relevo("queue", "--json", "--stack-file", stack_file).stdout)["waiting_for_agent"] if j["job_id"] == stranded],
-            60, "the stranded job in the queue",
+            lambda: [
+                j
+                for j in json.loads(_relevo("queue", "--json", "--stack-file", stack_file).stdout)[
+                    "waiting_for_agent"
+                ]
+                if j["job_id"] == stranded
+            ],
+            60,
+            "the stranded job in the queue",
         )
         assert (queue[0]["stage"], queue[0]["queue_reason"]) == ("build", "agent_offline")
-        assert "stage build: no agent of region affinity us-east is online (agent_offline)" in _relevo("queue", "--stack-file", stack_file).stdout
+        assert (
+            "stage build: no agent of region affinity us-east is online (agent_offline)"
+            in _relevo("queue", "--stack-file", stack_file).stdout
+        )
         fleet = _relevo("agents", "--stack-file", stack_file)
-        assert "us-east: no agents (a local one: relevo local agent --region us-east)" in fleet.stdout, fleet.stdout
+        assert "us-east: no agents (a local one: relevo local agent --region us-east)" in fleet.stdout, (
+            fleet.stdout
+        )
 
         # `local agent` refuses a region the stack has no queue for, and runs one it has
         refused = _relevo("local", "agent", "--region", "ap-south", "--state-dir", str(state_dir))
         assert refused.returncode == 2
-        assert refused.stderr.strip().startswith("region 'ap-south' has no work queue in the local stack; its regions: eu-west, us-east")
+        assert refused.stderr.strip().startswith(
+            "region 'ap-south' has no work queue in the local stack; its regions: eu-west, us-east"
+        )
         agent_log = open(tmp_path / "agent.log", "wb")
         agent = subprocess.Popen(
-            [sys.executable, "-m", "relevo_cli.main", "local", "agent", "--region", "eu-west", "--capacity", "1", "--state-dir", str(state_dir)],
-            stdout=agent_log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "relevo_cli.main",
+                "local",
+                "agent",
+                "--region",
+                "eu-west",
+                "--capacity",
+                "1",
+                "--state-dir",
+                str(state_dir),
+            ],
+            stdout=agent_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             status = wait_until(
                 lambda: (done := _relevo("local", "status", "--state-dir", str(state_dir), "--json"))
-                and any(a["online"] for a in json.loads(done.stdout)["agents"]) and json.loads(done.stdout),
-                90, "the local agent online",
+                and any(a["online"] for a in json.loads(done.stdout)["agents"])
+                and json.loads(done.stdout),
+                90,
+                "the local agent online",
             )
-            assert (status["pid"], status["api_url"], sorted(status["work_queues"])) == (up_pid, stack.api_url, ["eu-west", "us-east"])
-            assert [(a["agent_id"], a["region"], a["capacity"]) for a in status["agents"]] == [("local-eu-west-1", "eu-west", 1)]
+            assert (status["pid"], status["api_url"], sorted(status["work_queues"])) == (
+                up_pid,
+                stack.api_url,
+                ["eu-west", "us-east"],
+            )
+            assert [(a["agent_id"], a["region"], a["capacity"]) for a in status["agents"]] == [
+                ("local-eu-west-1", "eu-west", 1)
+            ]
             assert (state_dir / "agents" / "local-eu-west-1" / "agent.toml").is_file()
             shown = _relevo("local", "status", "--state-dir", str(state_dir))
             assert shown.returncode == 0
-            assert shown.stdout.splitlines()[0].startswith(f"local stack up on {state_dir}: pid {up_pid}, up ")
+            assert shown.stdout.splitlines()[0].startswith(
+                f"local stack up on {state_dir}: pid {up_pid}, up "
+            )
             assert f"API {stack.api_url}" in shown.stdout and "regions: eu-west, us-east" in shown.stdout
             assert "agents (1 online of 1): local-eu-west-1 (eu-west, 0/1)" in shown.stdout
             assert "projects (1): offline-app (us-east)" in shown.stdout
@@ -106,11 +158,19 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_stopped_by_down_
             # A restart of the stack (a new one on the same state dir): the same agent joins it
             with local_stack(state_dir, tmp_path / "local-up-2.log") as second:
                 use_stack(monkeypatch, second)
-                wait_until(lambda: _online_agents(state_dir) == ["local-eu-west-1"], 90, "the same agent online in the restarted stack")
+                wait_until(
+                    lambda: _online_agents(state_dir) == ["local-eu-west-1"],
+                    90,
+                    "the same agent online in the restarted stack",
+                )
                 assert agent.poll() is None, (tmp_path / "agent.log").read_text()[-3000:]
-                while_down = (tmp_path / "agent.log").read_bytes()[stopped_at:].decode(errors="replace").splitlines()
+                while_down = (
+                    (tmp_path / "agent.log").read_bytes()[stopped_at:].decode(errors="replace").splitlines()
+                )
                 complaints = [line for line in while_down if " WARNING " in line or " ERROR " in line]
-                assert len(complaints) == 1 and "cannot reach the local stack" in complaints[0], "\n".join(while_down)
+                assert len(complaints) == 1 and "cannot reach the local stack" in complaints[0], "\n".join(
+                    while_down
+                )
                 os.killpg(agent.pid, signal.SIGINT)  # Ctrl-C in its terminal
                 assert agent.wait(timeout=60) == 0, (tmp_path / "agent.log").read_text()[-3000:]
         finally:
@@ -121,7 +181,10 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_stopped_by_down_
         assert said.splitlines()[-1].endswith("agent local-eu-west-1 stopped"), said[-2000:]
         # It names the region affinity and the local stack it polls, never a queue URL that reads
         # like AWS's us-east-1, and none of botocore's INFO lines
-        assert "polling the work queue of region affinity eu-west (relevo-work-eu-west) on the local stack at http://127.0.0.1:" in said, said[:2000]
+        assert (
+            "polling the work queue of region affinity eu-west (relevo-work-eu-west) on the local stack at http://127.0.0.1:"
+            in said
+        ), said[:2000]
         assert "amazonaws.com" not in said and " INFO botocore" not in said, said[:2000]
 
 
@@ -130,4 +193,6 @@ def _online_agents(state_dir: Path) -> list[str]:
     if done.returncode != 0:
         return []
     status = json.loads(done.stdout)
-    return [a["agent_id"] for a in status["agents"] if a["online"]] if isinstance(status["agents"], list) else []
+    return (
+        [a["agent_id"] for a in status["agents"] if a["online"]] if isinstance(status["agents"], list) else []
+    )

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_local.processes import agent_process, local_workspace_root, random_commit, write_agent_config
 from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents, keys
 from relevo_core.store.codec import from_attributes
+from relevo_local.processes import agent_process, local_workspace_root, random_commit, write_agent_config
 from tests.helpers.processes import is_dead
 from tests.helpers.stack import job_items, regions_stack, wait_until
 from tests.helpers.tree import tree_listing
@@ -38,27 +39,55 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo,
         yield stack
 
 
-def _project(api: RelevoApi, stage: dict[str, Any], lease_ttl_sec: int = 12, stages: Sequence[dict[str, Any]] = (), **settings: Any) -> str:
+def _project(
+    api: RelevoApi,
+    stage: dict[str, Any],
+    lease_ttl_sec: int = 12,
+    stages: Sequence[dict[str, Any]] = (),
+    **settings: Any,
+) -> str:
     """A project of `stage` (and `stages` after it) in the region. The lease is 12 s unless the
     test measures a stop: on a loaded host a claim's answer may take longer than a 6 s lease leaves
     it (the claim is then sent again or left to the lease, a second attempt the tests that count
     attempts would see)."""
     project_id = f"{REGION}-{secrets.token_hex(3)}"
-    api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": REGION, "lease_ttl_sec": lease_ttl_sec,
-                                 "queue_timeout_sec": 120, "stages": [stage, *stages], **settings})
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": REGION,
+            "lease_ttl_sec": lease_ttl_sec,
+            "queue_timeout_sec": 120,
+            "stages": [stage, *stages],
+            **settings,
+        },
+    )
     return project_id
 
 
-def _agents_online(running: ExitStack, stack: tuple[StackInfo, Path], tmp_path: Path, agent_ids: list[str], capacity: int = 1) -> list[Path]:
+def _agents_online(
+    running: ExitStack, stack: tuple[StackInfo, Path], tmp_path: Path, agent_ids: list[str], capacity: int = 1
+) -> list[Path]:
     """relevo-agent processes of `capacity`, online in the region; their logs."""
     info, stack_file = stack
     logs = [tmp_path / f"{agent_id}.log" for agent_id in agent_ids]
     for agent_id, log in zip(agent_ids, logs):
-        config = write_agent_config(tmp_path / f"{agent_id}.toml", stack_file, REGION, agent_id, capacity=capacity, poll_wait_sec=1,
-                                    presence_interval_sec=1)
+        config = write_agent_config(
+            tmp_path / f"{agent_id}.toml",
+            stack_file,
+            REGION,
+            agent_id,
+            capacity=capacity,
+            poll_wait_sec=1,
+            presence_interval_sec=1,
+        )
         running.enter_context(agent_process(config, log))
-    wait_until(lambda: {a.agent_id for a in agents.online_agents(info.table_name, REGION, datetime.now(timezone.utc))} >= set(agent_ids),
-               60, f"{agent_ids} online")
+    wait_until(
+        lambda: {a.agent_id for a in agents.online_agents(info.table_name, REGION, datetime.now(UTC))}
+        >= set(agent_ids),
+        60,
+        f"{agent_ids} online",
+    )
     return logs
 
 
@@ -71,14 +100,20 @@ def _directory(path: Path) -> Path:
 def _held_until_all_started(started: Path, count: int, first: str) -> str:
     """A shard's command: `first`, then it marks itself started and holds its slot until `count`
     shards have (bounded: 60 s, then it fails), so that they all run at once."""
-    return (f'{first}; touch "{started}/$RELEVO_SHARD_INDEX"; '
-            f'for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge {count} ] && exit 0; sleep 0.1; done; exit 1')
+    return (
+        f'{first}; touch "{started}/$RELEVO_SHARD_INDEX"; '
+        f'for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge {count} ] && exit 0; sleep 0.1; done; exit 1'
+    )
 
 
 def _ended(api: RelevoApi, project_id: str) -> tuple[str, dict[str, Any]]:
     """A job of the project, run to its end: its id and the job as the API shows it."""
     job_id = api.run_project(project_id, {"ref": "main", "commit": random_commit()})["job_id"]
-    return job_id, wait_until(lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j, 120, f"{job_id} ended")
+    return job_id, wait_until(
+        lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j,
+        120,
+        f"{job_id} ended",
+    )
 
 
 def test_four_shards_on_four_agents_each_run_once(stack, tmp_path: Path):
@@ -87,7 +122,11 @@ def test_four_shards_on_four_agents_each_run_once(stack, tmp_path: Path):
     runs = tmp_path / "runs"
     # Each shard says it started, then holds its agent until all four have: with capacity 1, no
     # agent can take a second shard, so the four run on four agents at once.
-    command = _held_until_all_started(_directory(tmp_path / "started"), SHARDS, f'echo "$RELEVO_SHARD_INDEX/$RELEVO_SHARD_COUNT" >> "{runs}"')
+    command = _held_until_all_started(
+        _directory(tmp_path / "started"),
+        SHARDS,
+        f'echo "$RELEVO_SHARD_INDEX/$RELEVO_SHARD_COUNT" >> "{runs}"',
+    )
     project_id = _project(api, {"name": "test", "run": command, "parallel": SHARDS})
     agent_ids = [f"shard-mac-{n}" for n in range(SHARDS)]
     with ExitStack() as running:
@@ -113,11 +152,15 @@ def test_fail_fast_kills_the_running_siblings_process_groups_within_5_s(stack, t
     api = RelevoApi.for_stack(info)
     started, stopped = _directory(tmp_path / "started"), _directory(tmp_path / "stopped")
     failed_at = tmp_path / "failed-at"
-    command = (f'trap \'date +%s.%N > "{stopped}/$RELEVO_SHARD_INDEX"; exit 143\' TERM; echo $$ > "{started}/$RELEVO_SHARD_INDEX"; '
-               f'until [ "$(ls "{started}" | wc -l)" -ge 3 ]; do sleep 0.1; done; '
-               f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then echo "signing certificate expired"; date +%s.%N > "{failed_at}"; exit 1; fi; '
-               f'for _ in $(seq 600); do sleep 0.1; done; touch "{tmp_path}/finished-$RELEVO_SHARD_INDEX"')
-    project_id = _project(api, {"name": "test", "run": command, "parallel": 3, "kill_grace_sec": 1}, lease_ttl_sec=6)
+    command = (
+        f'trap \'date +%s.%N > "{stopped}/$RELEVO_SHARD_INDEX"; exit 143\' TERM; echo $$ > "{started}/$RELEVO_SHARD_INDEX"; '
+        f'until [ "$(ls "{started}" | wc -l)" -ge 3 ]; do sleep 0.1; done; '
+        f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then echo "signing certificate expired"; date +%s.%N > "{failed_at}"; exit 1; fi; '
+        f'for _ in $(seq 600); do sleep 0.1; done; touch "{tmp_path}/finished-$RELEVO_SHARD_INDEX"'
+    )
+    project_id = _project(
+        api, {"name": "test", "run": command, "parallel": 3, "kill_grace_sec": 1}, lease_ttl_sec=6
+    )
     with ExitStack() as running:
         logs = _agents_online(running, stack, tmp_path, [f"ff-mac-{n}" for n in range(3)])
         job_id, job = _ended(api, project_id)
@@ -134,8 +177,10 @@ def test_fail_fast_kills_the_running_siblings_process_groups_within_5_s(stack, t
     failure = float(failed_at.read_text())
     closed = [datetime.fromisoformat(shards[shard]["closed_at"]).timestamp() - failure for shard in (0, 2)]
     stops = [float((stopped / str(shard)).read_text()) - failure for shard in (0, 2)]
-    print(f"\nfail-fast stop: the failing command's exit to the siblings' records closed {closed[0]:.2f} s / {closed[1]:.2f} s, "
-          f"to their processes' SIGTERM (trap, then exit) {stops[0]:.2f} s / {stops[1]:.2f} s")
+    print(
+        f"\nfail-fast stop: the failing command's exit to the siblings' records closed {closed[0]:.2f} s / {closed[1]:.2f} s, "
+        f"to their processes' SIGTERM (trap, then exit) {stops[0]:.2f} s / {stops[1]:.2f} s"
+    )
     assert max(stops) <= 5.0, stops
 
 
@@ -144,7 +189,9 @@ def _shard_records(info: StackInfo, job_id: str, count: int) -> list[dict[str, A
     return [records[keys.shard_sk(0, shard)] for shard in range(count)]
 
 
-def test_four_shards_after_a_build_spread_two_and_two_over_two_agents_that_could_each_take_all_four(stack, tmp_path: Path):
+def test_four_shards_after_a_build_spread_two_and_two_over_two_agents_that_could_each_take_all_four(
+    stack, tmp_path: Path
+):
     """A build, then four shards, on two agents of capacity 4 each. A next stage is offered to the
     Mac that ran the previous one while it has a free slot (its files are there), which would put
     all four shards on the build's Mac: shards are not, they spread, two and two (an agent
@@ -155,7 +202,9 @@ def test_four_shards_after_a_build_spread_two_and_two_over_two_agents_that_could
     api = RelevoApi.for_stack(info)
     places = tmp_path / "places"
     command = _held_until_all_started(_directory(tmp_path / "started"), SHARDS, f'echo "$PWD" >> "{places}"')
-    project_id = _project(api, {"name": "build", "run": "true"}, stages=[{"name": "test", "run": command, "parallel": SHARDS}])
+    project_id = _project(
+        api, {"name": "build", "run": "true"}, stages=[{"name": "test", "run": command, "parallel": SHARDS}]
+    )
     agent_ids = ["spread-mac-a", "spread-mac-b"]
     with ExitStack() as running:
         logs = _agents_online(running, stack, tmp_path, agent_ids, capacity=SHARDS)
@@ -183,7 +232,9 @@ def test_with_fewer_macs_than_shards_two_shards_share_a_mac_in_two_workspaces(st
     info, _ = stack
     api = RelevoApi.for_stack(info)
     places = tmp_path / "places"
-    command = _held_until_all_started(_directory(tmp_path / "started"), 2, f'echo "$RELEVO_SHARD_INDEX $PWD" >> "{places}"')
+    command = _held_until_all_started(
+        _directory(tmp_path / "started"), 2, f'echo "$RELEVO_SHARD_INDEX $PWD" >> "{places}"'
+    )
     project_id = _project(api, {"name": "test", "run": command, "parallel": 2})
     with ExitStack() as running:
         [log] = _agents_online(running, stack, tmp_path, ["alone-mac"], capacity=2)
@@ -200,8 +251,15 @@ def test_a_two_by_two_matrix_on_agent_processes_sets_each_shards_variables(stack
     info, _ = stack
     api = RelevoApi.for_stack(info)
     seen = tmp_path / "seen"
-    command = (f'echo "$RELEVO_SHARD_INDEX $RELEVO_SHARD_COUNT $RELEVO_MATRIX_DEVICE/$RELEVO_MATRIX_OS $RELEVO_OPERATION_ID" >> "{seen}"')
-    project_id = _project(api, {"name": "test", "run": command, "matrix": {"device": ["iPhone-16", "iPad-Air"], "os": ["18.2", "17.5"]}})
+    command = f'echo "$RELEVO_SHARD_INDEX $RELEVO_SHARD_COUNT $RELEVO_MATRIX_DEVICE/$RELEVO_MATRIX_OS $RELEVO_OPERATION_ID" >> "{seen}"'
+    project_id = _project(
+        api,
+        {
+            "name": "test",
+            "run": command,
+            "matrix": {"device": ["iPhone-16", "iPad-Air"], "os": ["18.2", "17.5"]},
+        },
+    )
     with ExitStack() as running:
         logs = _agents_online(running, stack, tmp_path, ["matrix-mac-a", "matrix-mac-b"], capacity=2)
         job_id, job = _ended(api, project_id)
@@ -217,30 +275,44 @@ def test_a_two_by_two_matrix_on_agent_processes_sets_each_shards_variables(stack
     assert [shard["status"] for shard in _shard_records(info, job_id, 4)] == ["succeeded"] * 4
 
 
-def test_without_fail_fast_the_siblings_on_agent_processes_run_to_their_end_and_the_job_fails_naming_the_shard(stack, tmp_path: Path):
+def test_without_fail_fast_the_siblings_on_agent_processes_run_to_their_end_and_the_job_fails_naming_the_shard(
+    stack, tmp_path: Path
+):
     """Shard 1 fails for good once all three run; shards 0 and 2 wait for that failure, then run
     on for longer than a renewal interval (2 s for the 6 s lease), and finish."""
     info, _ = stack
     api = RelevoApi.for_stack(info)
     started = _directory(tmp_path / "started")
     failed_marker = tmp_path / "shard-1-failed"
-    command = (f'touch "{started}/$RELEVO_SHARD_INDEX"; '
-               f'until [ "$(ls "{started}" | wc -l)" -ge 3 ]; do sleep 0.1; done; '
-               f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then touch "{failed_marker}"; echo "signing certificate expired"; exit 1; fi; '
-               f'until [ -e "{failed_marker}" ]; do sleep 0.1; done; sleep 5; touch "{tmp_path}/finished-$RELEVO_SHARD_INDEX"')
-    project_id = _project(api, {"name": "test", "run": command, "parallel": 3, "fail_fast": False}, lease_ttl_sec=6)
+    command = (
+        f'touch "{started}/$RELEVO_SHARD_INDEX"; '
+        f'until [ "$(ls "{started}" | wc -l)" -ge 3 ]; do sleep 0.1; done; '
+        f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then touch "{failed_marker}"; echo "signing certificate expired"; exit 1; fi; '
+        f'until [ -e "{failed_marker}" ]; do sleep 0.1; done; sleep 5; touch "{tmp_path}/finished-$RELEVO_SHARD_INDEX"'
+    )
+    project_id = _project(
+        api, {"name": "test", "run": command, "parallel": 3, "fail_fast": False}, lease_ttl_sec=6
+    )
     with ExitStack() as running:
         logs = _agents_online(running, stack, tmp_path, [f"nff-mac-{n}" for n in range(3)])
         job_id, job = _ended(api, project_id)
 
     assert job["status"] == "failed", (job, [log.read_text()[-2000:] for log in logs])
     assert sorted(path.name for path in tmp_path.glob("finished-*")) == ["finished-0", "finished-2"]
-    assert [shard["status"] for shard in _shard_records(info, job_id, 3)] == ["succeeded", "failed", "succeeded"]
+    assert [shard["status"] for shard in _shard_records(info, job_id, 3)] == [
+        "succeeded",
+        "failed",
+        "succeeded",
+    ]
     assert not any("a sibling shard failed" in log.read_text() for log in logs)
     assert job["error"] == "Relevo.Fatal.ExitCode"
     # The stage's failure names its failed shards; each one's cause is on its own record.
     summary = json.loads(job["error_cause"])
-    assert (summary["stage"], summary["failed_shards"], summary["error_class"]) == ("test", [1], "Relevo.Fatal.ExitCode"), summary
+    assert (summary["stage"], summary["failed_shards"], summary["error_class"]) == (
+        "test",
+        [1],
+        "Relevo.Fatal.ExitCode",
+    ), summary
     assert [entry["attempt"] for entry in job["stages"][0]["shards"][1]["attempts_log"]] == [1]
 
 
@@ -251,10 +323,12 @@ def test_a_shards_transient_failure_is_retried_on_the_other_mac(stack, tmp_path:
     api = RelevoApi.for_stack(info)
     runs = tmp_path / "runs"
     release = tmp_path / "release"
-    command = (f'echo "$RELEVO_SHARD_INDEX $RELEVO_ATTEMPT" >> "{runs}"; '
-               f'if [ "$RELEVO_SHARD_INDEX" = 0 ] && [ "$RELEVO_ATTEMPT" = 1 ]; then exit 75; fi; '
-               f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then until [ -e "{release}" ]; do sleep 0.1; done; fi; '
-               f'if [ "$RELEVO_SHARD_INDEX" = 0 ]; then touch "{release}"; fi')
+    command = (
+        f'echo "$RELEVO_SHARD_INDEX $RELEVO_ATTEMPT" >> "{runs}"; '
+        f'if [ "$RELEVO_SHARD_INDEX" = 0 ] && [ "$RELEVO_ATTEMPT" = 1 ]; then exit 75; fi; '
+        f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then until [ -e "{release}" ]; do sleep 0.1; done; fi; '
+        f'if [ "$RELEVO_SHARD_INDEX" = 0 ]; then touch "{release}"; fi'
+    )
     project_id = _project(api, {"name": "test", "run": command, "parallel": 2}, retry={"backoff_base_sec": 0})
     agent_ids = ["retry-mac-a", "retry-mac-b"]
     with ExitStack() as running:
@@ -279,26 +353,49 @@ def test_a_shards_unknown_outcome_is_reconciled_with_its_own_probe(stack, tmp_pa
     api = RelevoApi.for_stack(info)
     effect, probes, started = tmp_path / "effect", tmp_path / "probes", tmp_path / "started-1"
     effect.touch()
-    command = (f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then echo "$RELEVO_OPERATION_ID" >> "{effect}"; echo "$RELEVO_ATTEMPT" >> "{started}"; '
-               f'sleep 60; fi')
+    command = (
+        f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then echo "$RELEVO_OPERATION_ID" >> "{effect}"; echo "$RELEVO_ATTEMPT" >> "{started}"; '
+        f"sleep 60; fi"
+    )
     probe = f'echo "$RELEVO_OPERATION_ID" >> "{probes}"; grep -F "$RELEVO_OPERATION_ID" "{effect}"'
-    project_id = _project(api, {"name": "test", "run": command, "parallel": 2, "effect_probe": probe, "kill_grace_sec": 1},
-                          lease_ttl_sec=6, retry={"backoff_base_sec": 0})
+    project_id = _project(
+        api,
+        {"name": "test", "run": command, "parallel": 2, "effect_probe": probe, "kill_grace_sec": 1},
+        lease_ttl_sec=6,
+        retry={"backoff_base_sec": 0},
+    )
     agent_ids = ["probe-mac-a", "probe-mac-b"]
     with ExitStack() as running:
         processes = {}
         for agent_id in agent_ids:
-            config = write_agent_config(tmp_path / f"{agent_id}.toml", stack_file, REGION, agent_id, capacity=1, poll_wait_sec=1,
-                                        presence_interval_sec=1)
+            config = write_agent_config(
+                tmp_path / f"{agent_id}.toml",
+                stack_file,
+                REGION,
+                agent_id,
+                capacity=1,
+                poll_wait_sec=1,
+                presence_interval_sec=1,
+            )
             processes[agent_id] = running.enter_context(agent_process(config, tmp_path / f"{agent_id}.log"))
-        wait_until(lambda: {a.agent_id for a in agents.online_agents(info.table_name, REGION, datetime.now(timezone.utc))} >= set(agent_ids),
-                   60, f"{agent_ids} online")
+        wait_until(
+            lambda: {a.agent_id for a in agents.online_agents(info.table_name, REGION, datetime.now(UTC))}
+            >= set(agent_ids),
+            60,
+            f"{agent_ids} online",
+        )
         job_id = api.run_project(project_id, {"ref": "main", "commit": random_commit()})["job_id"]
         wait_until(lambda: started.exists() and started.read_text().strip(), 60, "shard 1 started")
         holder = _shard_records(info, job_id, 2)[1]["agent_id"]
-        processes[holder].kill()  # SIGKILL: the attempt's outcome is unknown to Relevo; its watchdog kills the command
+        processes[
+            holder
+        ].kill()  # SIGKILL: the attempt's outcome is unknown to Relevo; its watchdog kills the command
         processes[holder].wait()
-        job = wait_until(lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j, 120, f"{job_id} ended")
+        job = wait_until(
+            lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j,
+            120,
+            f"{job_id} ended",
+        )
 
     logs = [(tmp_path / f"{agent_id}.log").read_text()[-2000:] for agent_id in agent_ids]
     assert job["status"] == "succeeded", (job, logs)
@@ -318,18 +415,24 @@ def test_a_shards_unknown_outcome_is_reconciled_with_its_own_probe(stack, tmp_pa
 # file of random bytes (shard 2's over the 8 MiB that makes it a blob of its own, the others'
 # packed) with its own mode and mtime, a link to it, and the file's sha256 as a value. Report
 # checks every shard's file against that shard's value.
-BUILD = ('set -e; mkdir -p build; printf "#!/bin/sh\\necho tool\\n" > build/tool; chmod 755 build/tool; '
-         'echo "$RELEVO_JOB_ID" > build/id; echo "id=$RELEVO_JOB_ID" >> "$RELEVO_OUTPUT"')
-SHARD = ('set -e; k=$RELEVO_SHARD_INDEX; test -x build/tool; test "$(cat build/id)" = "$RELEVO_OUT_BUILD_ID"; '
-         'mkdir -p "results/$k"; if [ "$k" = 2 ]; then size=9437184; else size=300000; fi; '
-         'head -c "$size" /dev/urandom > "results/$k/data.bin"; chmod 640 "results/$k/data.bin"; '
-         'touch -t "20210304050$k.06" "results/$k/data.bin"; ln -s data.bin "results/$k/latest"; '
-         'echo "sha=$(sha256sum "results/$k/data.bin" | cut -d" " -f1)" >> "$RELEVO_OUTPUT"; '
-         # Hold this agent until all three started: three shards on three Macs.
-         'touch "{started}/$k"; for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge 3 ] && exit 0; sleep 0.1; done; exit 1')
-REPORT = ('set -e; for k in 0 1 2; do eval want=\\$RELEVO_OUT_TEST_SHARD${{k}}_SHA; '
-          'test "$(sha256sum "results/$k/data.bin" | cut -d" " -f1)" = "$want"; test "$(readlink "results/$k/latest")" = data.bin; done; '
-          'env | grep ^RELEVO_OUT_ | sort > "{seen}"')
+BUILD = (
+    'set -e; mkdir -p build; printf "#!/bin/sh\\necho tool\\n" > build/tool; chmod 755 build/tool; '
+    'echo "$RELEVO_JOB_ID" > build/id; echo "id=$RELEVO_JOB_ID" >> "$RELEVO_OUTPUT"'
+)
+SHARD = (
+    'set -e; k=$RELEVO_SHARD_INDEX; test -x build/tool; test "$(cat build/id)" = "$RELEVO_OUT_BUILD_ID"; '
+    'mkdir -p "results/$k"; if [ "$k" = 2 ]; then size=9437184; else size=300000; fi; '
+    'head -c "$size" /dev/urandom > "results/$k/data.bin"; chmod 640 "results/$k/data.bin"; '
+    'touch -t "20210304050$k.06" "results/$k/data.bin"; ln -s data.bin "results/$k/latest"; '
+    'echo "sha=$(sha256sum "results/$k/data.bin" | cut -d" " -f1)" >> "$RELEVO_OUTPUT"; '
+    # Hold this agent until all three started: three shards on three Macs.
+    'touch "{started}/$k"; for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge 3 ] && exit 0; sleep 0.1; done; exit 1'
+)
+REPORT = (
+    "set -e; for k in 0 1 2; do eval want=\\$RELEVO_OUT_TEST_SHARD${{k}}_SHA; "
+    'test "$(sha256sum "results/$k/data.bin" | cut -d" " -f1)" = "$want"; test "$(readlink "results/$k/latest")" = data.bin; done; '
+    'env | grep ^RELEVO_OUT_ | sort > "{seen}"'
+)
 
 
 def test_a_later_stage_gets_every_shards_values_and_files_exactly(stack, tmp_path: Path):
@@ -338,9 +441,12 @@ def test_a_later_stage_gets_every_shards_values_and_files_exactly(stack, tmp_pat
     started, seen = tmp_path / "started", tmp_path / "report.env"
     started.mkdir()
     project_id = _project(
-        api, {"name": "build", "run": BUILD, "handoff": ["build/"]},
-        stages=[{"name": "test", "parallel": 3, "run": SHARD.format(started=started), "handoff": ["results/"]},
-                {"name": "report", "run": REPORT.format(seen=seen)}],
+        api,
+        {"name": "build", "run": BUILD, "handoff": ["build/"]},
+        stages=[
+            {"name": "test", "parallel": 3, "run": SHARD.format(started=started), "handoff": ["results/"]},
+            {"name": "report", "run": REPORT.format(seen=seen)},
+        ],
     )
     agent_ids = [f"relay-mac-{n}" for n in range(3)]
     with ExitStack() as running:
@@ -353,15 +459,22 @@ def test_a_later_stage_gets_every_shards_values_and_files_exactly(stack, tmp_pat
     assert sorted(shard["agent_id"] for shard in shards) == agent_ids
     # Every shard's value, under its index.
     values = dict(line.split("=", 1) for line in seen.read_text().splitlines())
-    assert values == {"RELEVO_OUT_BUILD_ID": job_id, **{f"RELEVO_OUT_TEST_SHARD{k}_SHA": shards[k]["receipt"]["outputs"]["sha"] for k in range(3)}}
+    assert values == {
+        "RELEVO_OUT_BUILD_ID": job_id,
+        **{f"RELEVO_OUT_TEST_SHARD{k}_SHA": shards[k]["receipt"]["outputs"]["sha"] for k in range(3)},
+    }
     # Build's files reached every shard, the tree build stored.
-    assert {shard["restored"]["digest"] for shard in shards} == {records[keys.stage_sk(0)]["receipt"]["handoff"]["digest"]}
+    assert {shard["restored"]["digest"] for shard in shards} == {
+        records[keys.stage_sk(0)]["receipt"]["handoff"]["digest"]
+    }
     # Every shard's files on report's Mac exactly as that shard left them on its own: bytes, modes,
     # mtimes, links; downloaded from the Macs that were not report's.
     report = records[keys.stage_sk(2)]
     report_workspace = local_workspace_root(tmp_path, report["agent_id"]) / project_id
     for k, shard in enumerate(shards):
-        assert tree_listing(report_workspace, f"results/{k}") == tree_listing(local_workspace_root(tmp_path, shard["agent_id"]) / project_id, f"results/{k}")
+        assert tree_listing(report_workspace, f"results/{k}") == tree_listing(
+            local_workspace_root(tmp_path, shard["agent_id"]) / project_id, f"results/{k}"
+        )
     assert sorted(path.name for path in (report_workspace / "results").iterdir()) == ["0", "1", "2"]
     assert report["restored"]["from_stages"] == ["build", "test#shard-0", "test#shard-1", "test#shard-2"]
     assert report["restored"]["restored_bytes"] >= 300000

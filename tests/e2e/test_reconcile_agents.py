@@ -4,8 +4,6 @@ restarted, signaled; the effect file every stage appends to shows what really ra
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import json
 import os
 import secrets
@@ -14,19 +12,21 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_tools.drill.proxy import FaultProxy, Mode
-from relevo_local.processes import agent_process, local_stack
 from relevo_core.aws import reset_clients
 from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents
+from relevo_local.processes import agent_process, local_stack
+from relevo_tools.drill.proxy import FaultProxy, Mode
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, register_project, use_stack
 
@@ -60,7 +60,13 @@ class Fleet:
         self.stack_file.write_text(stack.model_dump_json())
         self.jobs: list[str] = []
 
-    def config(self, agent_id: str, workspace_root: Path | None = None, stack_file: Path | None = None, mac: str | None = None) -> Path:
+    def config(
+        self,
+        agent_id: str,
+        workspace_root: Path | None = None,
+        stack_file: Path | None = None,
+        mac: str | None = None,
+    ) -> Path:
         """`mac`: the Mac the agent runs on, when it is not the agent_id (a cloned image)."""
         mac = mac or agent_id
         path = self.tmp / f"{mac}.toml"
@@ -109,12 +115,23 @@ class Fleet:
         stage: dict[str, Any] = {"name": "build", "run": build, "exec_timeout_sec": 120, "kill_grace_sec": 1}
         if probe:
             stage["effect_probe"] = probe
-        upload = {"name": "upload", "run": f'echo "$RELEVO_OPERATION_ID" >> {self.effect}', "kill_grace_sec": 1}
-        settings = {"lease_ttl_sec": LEASE, "queue_timeout_sec": 120, "retry": {"backoff_base_sec": 0}, **project}
+        upload = {
+            "name": "upload",
+            "run": f'echo "$RELEVO_OPERATION_ID" >> {self.effect}',
+            "kill_grace_sec": 1,
+        }
+        settings = {
+            "lease_ttl_sec": LEASE,
+            "queue_timeout_sec": 120,
+            "retry": {"backoff_base_sec": 0},
+            **project,
+        }
         return register_project(self.stack, self.project_id, [stage, upload], **settings)
 
     def push(self, secret: str) -> str:
-        response = deliver(self.stack, self.project_id, push_body(f"acme/{self.project_id}", secrets.token_hex(20)), secret)
+        response = deliver(
+            self.stack, self.project_id, push_body(f"acme/{self.project_id}", secrets.token_hex(20)), secret
+        )
         assert response.status_code == 202, response.text
         self.jobs.append(response.json()["job_id"])
         return self.jobs[-1]
@@ -130,12 +147,18 @@ class Fleet:
             except ApiError:
                 pass
         for name in ("mac-a", "mac-b"):
-            agents.mark_offline(self.stack.table_name, "eu-west", self.agent_id(name), datetime.now(timezone.utc))
+            agents.mark_offline(self.stack.table_name, "eu-west", self.agent_id(name), datetime.now(UTC))
 
     def wait_started(self, count: int = 1, timeout: float = 60) -> None:
-        wait_until(lambda: self.started.exists() and len(self.started.read_text().split()) >= count, timeout, "stage start")
+        wait_until(
+            lambda: self.started.exists() and len(self.started.read_text().split()) >= count,
+            timeout,
+            "stage start",
+        )
 
-    def wait_job(self, job_id: str, until: Callable[[dict[str, Any]], bool] | None = None, timeout: float = 120) -> dict[str, Any]:
+    def wait_job(
+        self, job_id: str, until: Callable[[dict[str, Any]], bool] | None = None, timeout: float = 120
+    ) -> dict[str, Any]:
         done = until or (lambda job: job["status"] in ("succeeded", "failed", "canceled"))
         holder: dict[str, Any] = {}
 
@@ -150,7 +173,9 @@ class Fleet:
         return self.effect.read_text().splitlines()
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, detail: Callable[[], str] = lambda: "") -> None:
+def wait_until(
+    check: Callable[[], bool], timeout: float, what: str, detail: Callable[[], str] = lambda: ""
+) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
@@ -173,7 +198,9 @@ def fleet(stack: StackInfo, tmp_path: Path) -> Iterator[Fleet]:
     fleet.cancel_unfinished()
 
 
-def _kill_mid_build(fleet: Fleet, build: str, probe: str | None, **agent_b: Any) -> tuple[str, dict[str, Any]]:
+def _kill_mid_build(
+    fleet: Fleet, build: str, probe: str | None, **agent_b: Any
+) -> tuple[str, dict[str, Any]]:
     """mac-a starts the build and is SIGKILLed mid-stage; mac-b takes the retry."""
     secret = fleet.register(build, probe)
     with fleet.agent("mac-a") as mac_a:
@@ -216,7 +243,11 @@ def test_an_effect_the_probe_finds_is_reconciled_as_succeeded_and_not_run_again(
     assert fleet.effect_lines() == [f"{job_id}:build", f"{job_id}:upload"]
     assert fleet.started.read_text().split() == ["1"]  # attempt 2 never ran the command
     build = job["stages"][0]
-    assert (build["status"], build["attempt"], build["reconciled"]["decision"]) == ("succeeded", 2, "succeeded")
+    assert (build["status"], build["attempt"], build["reconciled"]["decision"]) == (
+        "succeeded",
+        2,
+        "succeeded",
+    )
     assert build["reconciled"]["evidence"]["probe_exit"] == 0
 
 
@@ -226,11 +257,17 @@ def test_a_moved_ref_stops_with_precondition_changed(fleet: Fleet):
     repo.mkdir(parents=True)
 
     def git(*args: str) -> None:
-        subprocess.run(["git", "-C", str(repo), "-c", "user.email=ci@acme", "-c", "user.name=ci", *args], check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(repo), "-c", "user.email=ci@acme", "-c", "user.name=ci", *args],
+            check=True,
+            capture_output=True,
+        )
 
     git("init", "-q", "-b", "main")
     git("commit", "-q", "--allow-empty", "-m", "release 41")
-    secret = fleet.register(f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 60; echo "$RELEVO_OPERATION_ID" >> {fleet.effect}')
+    secret = fleet.register(
+        f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 60; echo "$RELEVO_OPERATION_ID" >> {fleet.effect}'
+    )
     with fleet.agent("mac-a", workspace_root=shared) as mac_a:
         job_id = fleet.push(secret)
         fleet.wait_started()
@@ -240,7 +277,9 @@ def test_a_moved_ref_stops_with_precondition_changed(fleet: Fleet):
     with fleet.agent("mac-b", workspace_root=shared):
         job = fleet.wait_job(job_id)
 
-    assert (job["status"], job["error"]) == ("failed", "Relevo.Precondition.Changed"), fleet.log("mac-b")[-3000:]
+    assert (job["status"], job["error"]) == ("failed", "Relevo.Precondition.Changed"), fleet.log("mac-b")[
+        -3000:
+    ]
     build = job["stages"][0]
     assert build["reconciled"]["decision"] == "precondition_changed"
     evidence = build["reconciled"]["evidence"]
@@ -262,11 +301,30 @@ def test_an_effect_not_tied_to_the_operation_waits_in_manual_review_until_resolv
     with fleet.agent("mac-b"):
         job = fleet.wait_job(job_id, until=lambda job: job["stages"][0]["status"] == "manual_review")
         assert job["status"] == "running"
-        assert job["stages"][0]["reconciled"]["evidence"]["probe_output"].strip() == "release 41 uploaded by hand"
+        assert (
+            job["stages"][0]["reconciled"]["evidence"]["probe_output"].strip()
+            == "release 41 uploaded by hand"
+        )
         resolved = subprocess.run(
-            [sys.executable, "-m", "relevo_cli.main", "job", "resolve", job_id, "--stage", "build", "--as", "succeeded",
-             "--reason", "release 41 is this job's", "--stack-file", str(fleet.stack_file)],
-            capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "relevo_cli.main",
+                "job",
+                "resolve",
+                job_id,
+                "--stage",
+                "build",
+                "--as",
+                "succeeded",
+                "--reason",
+                "release 41 is this job's",
+                "--stack-file",
+                str(fleet.stack_file),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert resolved.returncode == 0, resolved.stderr
         job = fleet.wait_job(job_id)
@@ -283,7 +341,8 @@ def test_a_canceled_job_has_its_process_group_killed_within_seconds_whatever_the
     pid_file = fleet.tmp / "pid"
     # The command ignores SIGTERM: only the SIGKILL after the grace ends it.
     secret = fleet.register(
-        f'echo $$ > {pid_file}; echo 1 >> {fleet.started}; trap "" TERM; while true; do sleep 0.2; done', lease_ttl_sec=60
+        f'echo $$ > {pid_file}; echo 1 >> {fleet.started}; trap "" TERM; while true; do sleep 0.2; done',
+        lease_ttl_sec=60,
     )
     with fleet.agent("mac-a"):
         job_id = fleet.push(secret)
@@ -300,11 +359,16 @@ def test_a_canceled_job_has_its_process_group_killed_within_seconds_whatever_the
     # with room for a loaded machine.
     assert elapsed < 60 / 2
     assert "canceled (its job ended, or a sibling shard failed); stopping the stage" in fleet.log("mac-a")
-    assert (job["status"], [stage["status"] for stage in job["stages"]]) == ("canceled", ["canceled", "skipped"])
+    assert (job["status"], [stage["status"] for stage in job["stages"]]) == (
+        "canceled",
+        ["canceled", "skipped"],
+    )
 
 
 def test_first_sigterm_lets_the_running_stage_finish(fleet: Fleet):
-    secret = fleet.register(f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 2; echo "$RELEVO_OPERATION_ID" >> {fleet.effect}')
+    secret = fleet.register(
+        f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 2; echo "$RELEVO_OPERATION_ID" >> {fleet.effect}'
+    )
     with fleet.agent("mac-a") as mac_a:
         job_id = fleet.push(secret)
         fleet.wait_started()
@@ -339,13 +403,19 @@ def test_second_sigterm_cancels_the_stage_as_agent_shutdown_and_it_is_retried(fl
     assert job["status"] == "succeeded", fleet.log("mac-b")[-3000:]
     build = job["stages"][0]
     assert [entry["error"] for entry in build["attempts_log"]] == ["Relevo.Transient.AgentShutdown"]
-    assert (build["agent_id"], build["attempt"], build["reconciled"]["decision"]) == (fleet.agent_id("mac-b"), 2, "rerun")
+    assert (build["agent_id"], build["attempt"], build["reconciled"]["decision"]) == (
+        fleet.agent_id("mac-b"),
+        2,
+        "rerun",
+    )
     assert fleet.effect_lines() == [f"{job_id}:build", f"{job_id}:upload"]
 
 
 def test_third_signal_exits_at_once_and_the_watchdog_kills_the_stage(fleet: Fleet):
     pid_file = fleet.tmp / "pid"
-    secret = fleet.register(f'echo $$ > {pid_file}; echo 1 >> {fleet.started}; trap "" TERM; while true; do sleep 0.2; done')
+    secret = fleet.register(
+        f'echo $$ > {pid_file}; echo 1 >> {fleet.started}; trap "" TERM; while true; do sleep 0.2; done'
+    )
     with fleet.agent("mac-a") as mac_a:
         fleet.push(secret)
         fleet.wait_started()
@@ -376,7 +446,9 @@ def test_a_restarted_agent_fails_its_interrupted_attempts_and_they_are_reconcile
     # A lease far longer than the test: the retry comes from the restart's report.
     job_id = _mac_a_killed_mid_build(fleet, lease_ttl_sec=60)
     journal = fleet.journal("mac-a")
-    in_flight = sqlite3.connect(journal).execute("SELECT operation_id, pgid FROM operations WHERE outcome = 'running'")
+    in_flight = sqlite3.connect(journal).execute(
+        "SELECT operation_id, pgid FROM operations WHERE outcome = 'running'"
+    )
     [(operation, pgid)] = in_flight.fetchall()  # the journal knew what was in flight, and its process group
     assert operation == f"{job_id}:build" and pgid
     restarted = time.monotonic()
@@ -419,11 +491,16 @@ def test_a_restarted_agent_whose_journal_was_lost_leaves_the_attempt_to_its_leas
 
 
 def _online(fleet: Fleet, name: str) -> bool:
-    now = datetime.now(timezone.utc)
-    return any(a.agent_id == fleet.agent_id(name) and a.is_online(now) for a in agents.agents_in_region(fleet.stack.table_name, "eu-west"))
+    now = datetime.now(UTC)
+    return any(
+        a.agent_id == fleet.agent_id(name) and a.is_online(now)
+        for a in agents.agents_in_region(fleet.stack.table_name, "eu-west")
+    )
 
 
-def test_a_second_agent_with_the_same_agent_id_refuses_to_start_and_leaves_the_first_ones_stage_alone(fleet: Fleet):
+def test_a_second_agent_with_the_same_agent_id_refuses_to_start_and_leaves_the_first_ones_stage_alone(
+    fleet: Fleet,
+):
     """Issue 14: a cloned Mac image started a second agent with an agent_id in use; it failed the
     first one's live stage at startup and the two overwrote each other's presence."""
     secret = fleet.register(
@@ -435,8 +512,16 @@ def test_a_second_agent_with_the_same_agent_id_refuses_to_start_and_leaves_the_f
         job_id = fleet.push(secret)
         fleet.wait_started()
         clone = subprocess.run(
-            [sys.executable, "-m", "relevo_agent.launch", "--config", str(fleet.config("mac-a", mac="mac-a-clone"))],
-            capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "relevo_agent.launch",
+                "--config",
+                str(fleet.config("mac-a", mac="mac-a-clone")),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         job = fleet.wait_job(job_id)
 
@@ -450,7 +535,9 @@ def test_a_second_agent_with_the_same_agent_id_refuses_to_start_and_leaves_the_f
 
 # ---------------------------------------------------------------------------- cut off
 @pytest.mark.parametrize("effect_before_cut", [True, False], ids=["probe-decides", "journal-receipt-decides"])
-def test_an_agent_cut_off_longer_than_its_lease_fences_itself_and_the_outcome_is_reconciled(fleet: Fleet, effect_before_cut: bool):
+def test_an_agent_cut_off_longer_than_its_lease_fences_itself_and_the_outcome_is_reconciled(
+    fleet: Fleet, effect_before_cut: bool
+):
     endpoint = str(fleet.stack.aws_endpoint).split("//", 1)[1].rstrip("/")
     host, port = endpoint.split(":")
     # Every connection is reset while cut: each call fails at once (the black hole of a
@@ -461,9 +548,14 @@ def test_an_agent_cut_off_longer_than_its_lease_fences_itself_and_the_outcome_is
     api = urlsplit(str(fleet.stack.api_url))
     api_proxy = FaultProxy((api.hostname, api.port)).start()
     proxied = fleet.tmp / "stack-proxied.json"
-    proxied.write_text(fleet.stack.model_copy(update={
-        "aws_endpoint": proxy.url, "api_url": f"{api_proxy.url.rstrip('/')}{api.path}",
-    }).model_dump_json())
+    proxied.write_text(
+        fleet.stack.model_copy(
+            update={
+                "aws_endpoint": proxy.url,
+                "api_url": f"{api_proxy.url.rstrip('/')}{api.path}",
+            }
+        ).model_dump_json()
+    )
     if effect_before_cut:
         # The effect lands at once; the command is still running when the network goes.
         build = f'echo "$RELEVO_OPERATION_ID" >> {fleet.effect}; echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 60'
@@ -479,14 +571,25 @@ def test_an_agent_cut_off_longer_than_its_lease_fences_itself_and_the_outcome_is
             api_proxy.set_mode(Mode.RESET, reset_probability=1.0)
             # Longer than the lease: the state machine gives the attempt up, the agent fences.
             wait_until(
-                lambda: any(e["error"] == "Relevo.Lease.Expired" for e in fleet.api.get_job(job_id)["stages"][0]["attempts_log"]),
+                lambda: any(
+                    e["error"] == "Relevo.Lease.Expired"
+                    for e in fleet.api.get_job(job_id)["stages"][0]["attempts_log"]
+                ),
                 60,
                 "the lease expiry seen by the state machine",
             )
             if effect_before_cut:
-                wait_until(lambda: "fenced: killed at the lease deadline" in fleet.log("mac-a"), 30, "the agent fencing itself")
+                wait_until(
+                    lambda: "fenced: killed at the lease deadline" in fleet.log("mac-a"),
+                    30,
+                    "the agent fencing itself",
+                )
             else:
-                wait_until(lambda: "deferred to the outbox" in fleet.log("mac-a"), 30, "the report kept in the outbox")
+                wait_until(
+                    lambda: "deferred to the outbox" in fleet.log("mac-a"),
+                    30,
+                    "the report kept in the outbox",
+                )
             proxy.heal()
             api_proxy.heal()
             job = fleet.wait_job(job_id)

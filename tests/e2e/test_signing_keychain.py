@@ -13,23 +13,24 @@ import hashlib
 import re
 import secrets
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_local.processes import agent_process, random_commit, write_agent_config
-from relevo_core.stackfile import StackInfo
 from relevo_core.aws import client
+from relevo_core.stackfile import StackInfo
+from relevo_local.processes import agent_process, random_commit, write_agent_config
 from tests.helpers import security_double
 from tests.helpers.stack import regions_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-signing-keychain")]
 
 REGIONS = ("signing", "nosign")
-PASSPHRASE = "dist pass \"1\""
+PASSPHRASE = 'dist pass "1"'
 LOGIN = security_double.search_list(Path("/nonexistent/security"))
 
 
@@ -39,10 +40,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo,
         yield stack
 
 
-def _agent(running: ExitStack, tmp_path: Path, stack_file: Path, region: str, agent_id: str, tool: Path | None) -> tuple[Path, Any]:
+def _agent(
+    running: ExitStack, tmp_path: Path, stack_file: Path, region: str, agent_id: str, tool: Path | None
+) -> tuple[Path, Any]:
     config = tmp_path / f"{agent_id}.toml"
     if not config.exists():
-        write_agent_config(config, stack_file, region, agent_id, capacity=2, poll_wait_sec=1, presence_interval_sec=0.5)
+        write_agent_config(
+            config, stack_file, region, agent_id, capacity=2, poll_wait_sec=1, presence_interval_sec=0.5
+        )
         if tool is not None:
             config.write_text(config.read_text() + f'security_tool = "{tool}"\n')
     log = tmp_path / f"{agent_id}.log"
@@ -56,11 +61,20 @@ def _signing_project(api: RelevoApi, info: StackInfo, region: str, command: str,
     # A .p12 is binary: SecretBinary (the bytes here stand for one; the double does not parse them).
     secretsmanager.create_secret(Name=f"{prefix}/dist.p12", SecretBinary=b"0\x82\x0c\x1f\x02\x01\x03p12")
     secretsmanager.create_secret(Name=f"{prefix}/dist.pass", SecretString=PASSPHRASE)
-    api.put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": region, "lease_ttl_sec": 20, "queue_timeout_sec": 120,
-        "stages": [{"name": "sign", "run": command, **stage}],
-        "signing": {"keychain": "temporary", "identities": [{"p12_ref": f"{prefix}/dist.p12", "passphrase_ref": f"{prefix}/dist.pass"}]},
-    })
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": region,
+            "lease_ttl_sec": 20,
+            "queue_timeout_sec": 120,
+            "stages": [{"name": "sign", "run": command, **stage}],
+            "signing": {
+                "keychain": "temporary",
+                "identities": [{"p12_ref": f"{prefix}/dist.p12", "passphrase_ref": f"{prefix}/dist.pass"}],
+            },
+        },
+    )
     return project_id
 
 
@@ -69,7 +83,11 @@ def _run(api: RelevoApi, project_id: str) -> str:
 
 
 def _ended(api: RelevoApi, job_id: str) -> dict[str, Any]:
-    return wait_until(lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j, 120, f"{job_id} ended")
+    return wait_until(
+        lambda: (j := api.get_job(job_id))["status"] in ("succeeded", "failed", "canceled") and j,
+        120,
+        f"{job_id} ended",
+    )
 
 
 def _log_text(api: RelevoApi, job_id: str) -> str:
@@ -107,14 +125,23 @@ def test_the_keychain_is_made_for_the_stage_and_removed_on_success_failure_and_c
         assert Path(first).name == f"{succeeded}.sign.1.keychain-db"
         _assert_removed(tool, first)
 
-        failed = _run(api, _signing_project(api, info, "signing", _check_command(tool) + " >/dev/null && exit 3"))
+        failed = _run(
+            api, _signing_project(api, info, "signing", _check_command(tool) + " >/dev/null && exit 3")
+        )
         done = _ended(api, failed)
-        assert done["status"] == "failed" and done["stages"][0]["error_class"] == "Relevo.Fatal.ExitCode", done
+        assert done["status"] == "failed" and done["stages"][0]["error_class"] == "Relevo.Fatal.ExitCode", (
+            done
+        )
         second = _keychains_made(tool)[1]
         assert Path(second).name == f"{failed}.sign.1.keychain-db"
         _assert_removed(tool, second)
 
-        canceled = _run(api, _signing_project(api, info, "signing", f'{_check_command(tool)} >/dev/null && touch "{gate}" && sleep 60'))
+        canceled = _run(
+            api,
+            _signing_project(
+                api, info, "signing", f'{_check_command(tool)} >/dev/null && touch "{gate}" && sleep 60'
+            ),
+        )
         wait_until(gate.exists, 60, "the canceled stage started with its keychain")
         third = _keychains_made(tool)[2]
         assert Path(third).exists() and security_double.search_list(tool)[0] == third
@@ -122,10 +149,19 @@ def test_the_keychain_is_made_for_the_stage_and_removed_on_success_failure_and_c
         assert _ended(api, canceled)["status"] == "canceled"
         # A cancel ends the job before the agent's stage thread removes the keychain, and the
         # double records a command once it has done it: wait for that record, not the file.
-        wait_until(lambda: ["delete-keychain", third] in security_double.commands(tool), 30, "the canceled stage's keychain deleted")
+        wait_until(
+            lambda: ["delete-keychain", third] in security_double.commands(tool),
+            30,
+            "the canceled stage's keychain deleted",
+        )
         _assert_removed(tool, third)
 
-        timed_out = _run(api, _signing_project(api, info, "signing", f"{_check_command(tool)} >/dev/null && sleep 60", exec_timeout_sec=2))
+        timed_out = _run(
+            api,
+            _signing_project(
+                api, info, "signing", f"{_check_command(tool)} >/dev/null && sleep 60", exec_timeout_sec=2
+            ),
+        )
         done = _ended(api, timed_out)
         assert done["status"] == "failed" and done["stages"][0]["error_class"] == "Relevo.Timeout.Exec", done
         fourth = _keychains_made(tool)[3]
@@ -135,7 +171,9 @@ def test_the_keychain_is_made_for_the_stage_and_removed_on_success_failure_and_c
     # One password per keychain, each only ever on the stdin of `security -i`: no log of the
     # agent, no job's log stream (which printed the stage's whole environment) holds one.
     digests = set((tool.parent / "security-state" / "secrets.json").read_text().split('"')[1::2])
-    logs = agent_log.read_text() + "".join(_log_text(api, job) for job in (succeeded, failed, canceled, timed_out))
+    logs = agent_log.read_text() + "".join(
+        _log_text(api, job) for job in (succeeded, failed, canceled, timed_out)
+    )
     assert "RELEVO_KEYCHAIN=" in logs and PASSPHRASE not in logs
     candidates = set(re.findall(r"[0-9a-f]{64}", logs))
     assert not {c for c in candidates if hashlib.sha256(c.encode()).hexdigest() in digests}
@@ -152,7 +190,9 @@ def test_an_agent_that_cannot_make_a_keychain_fails_the_stage_and_runs_nothing(s
         _agent(running, tmp_path, stack_file, "nosign", "nosign-linux", None)
         job_id = _run(api, _signing_project(api, info, "nosign", f'touch "{ran}"'))
         done = _ended(api, job_id)
-    assert done["status"] == "failed" and done["stages"][0]["error_class"] == "Relevo.Fatal.KeychainUnsupported", done
+    assert (
+        done["status"] == "failed" and done["stages"][0]["error_class"] == "Relevo.Fatal.KeychainUnsupported"
+    ), done
     assert done["stages"][0]["attempt"] == 1  # fatal: not retried
     assert not ran.exists()
 
@@ -180,7 +220,10 @@ def test_a_keychain_a_crash_left_is_swept_when_the_agent_starts_again(stack, tmp
     commands = security_double.commands(tool)
     # Swept before the restarted agent made any keychain: off the list, then deleted.
     swept = commands.index(["delete-keychain", left])
-    assert commands[swept - 2:swept] == [["list-keychains", "-d", "user"], ["list-keychains", "-d", "user", "-s", *LOGIN]]
+    assert commands[swept - 2 : swept] == [
+        ["list-keychains", "-d", "user"],
+        ["list-keychains", "-d", "user", "-s", *LOGIN],
+    ]
     assert [c[-1] for c in commands[:swept] if c[0] == "create-keychain"] == [left]
     retry = _keychains_made(tool)[1]
     assert Path(retry).name == f"{job_id}.sign.2.keychain-db"
@@ -189,8 +232,16 @@ def test_a_keychain_a_crash_left_is_swept_when_the_agent_starts_again(stack, tmp
 
 def _plain_project(api: RelevoApi, region: str, command: str) -> str:
     project_id = f"{region}-{secrets.token_hex(3)}"
-    api.put_project(project_id, {"repo": f"acme/{project_id}", "region_affinity": region, "lease_ttl_sec": 20, "queue_timeout_sec": 120,
-                                 "stages": [{"name": "build", "run": command}]})
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": region,
+            "lease_ttl_sec": 20,
+            "queue_timeout_sec": 120,
+            "stages": [{"name": "build", "run": command}],
+        },
+    )
     return project_id
 
 
@@ -229,4 +280,6 @@ def test_a_signing_stage_runs_alone_on_its_agent(stack, tmp_path: Path):
         release.touch()
         assert _ended(api, signing)["status"] == "succeeded" and _ended(api, other)["status"] == "succeeded"
     log = agent_log.read_text()
-    assert "a signing stage runs alone and others run here" in log and "a signing stage runs here alone" in log
+    assert (
+        "a signing stage runs alone and others run here" in log and "a signing stage runs here alone" in log
+    )

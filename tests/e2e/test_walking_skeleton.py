@@ -12,11 +12,11 @@ import pytest
 import requests
 
 from relevo_cli.api import RelevoApi
-from relevo_local.template import load_sam_template
-from relevo_local.processes import agent_process, local_stack, write_agent_config
 from relevo_cli.projects import apply_project_file
 from relevo_core.aws import reset_clients
 from relevo_core.intake.webhooks.github import sign
+from relevo_local.processes import agent_process, local_stack, write_agent_config
+from relevo_local.template import load_sam_template
 from tests.helpers import ROOT
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import use_stack
@@ -30,14 +30,19 @@ def test_signed_push_runs_both_stages_on_a_real_agent(tmp_path: Path, monkeypatc
         # Given the stack that `relevo local up` wrote to its state dir
         use_stack(monkeypatch, stack)
         template_ids = set(load_sam_template(ROOT / "template.yaml")["Resources"])
-        assert template_ids <= set(stack.resources), f"missing from stack.json: {template_ids - set(stack.resources)}"
+        assert template_ids <= set(stack.resources), (
+            f"missing from stack.json: {template_ids - set(stack.resources)}"
+        )
         assert set(stack.work_queues) == {"eu-west", "us-east"}
         assert [i for i in template_ids if i not in stack.not_emulated and not stack.resources[i]] == []
 
         # and a project registered with `relevo project apply`'s code path
         project_file = tmp_path / "project.yaml"
         project_file.write_text(
-            (ROOT / "examples" / "demo-app.yaml").read_text().replace("id: demo-app", "id: e2e-app").replace("acme/demo-app", "acme/e2e-app")
+            (ROOT / "examples" / "demo-app.yaml")
+            .read_text()
+            .replace("id: demo-app", "id: e2e-app")
+            .replace("acme/demo-app", "acme/e2e-app")
         )
         webhook_secret = secrets.token_urlsafe(16)
         monkeypatch.setenv("RELEVO_DEMO_WEBHOOK_SECRET", webhook_secret)
@@ -72,6 +77,8 @@ def test_signed_push_runs_both_stages_on_a_real_agent(tmp_path: Path, monkeypatc
     ]
     assert job["commit"] == commit
     assert job["last_successful_stage"] == "sign"
-    artifact = tmp_path / "e2e-mac-workspaces" / "e2e-app" / ".relevo-artifacts" / job_id / "build" / "build.txt"
+    artifact = (
+        tmp_path / "e2e-mac-workspaces" / "e2e-app" / ".relevo-artifacts" / job_id / "build" / "build.txt"
+    )
     assert artifact.read_text().strip() == "build-ok"
     assert not (state_dir / "stack.json").exists(), "local up removes its stack.json when stopped"

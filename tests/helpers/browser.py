@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from relevo_cli.api import RelevoApi
-from relevo_cli.console.state import Console
 from relevo_cli.console.server import ConsoleServer
+from relevo_cli.console.state import Console
 from relevo_cli.console.stream import StreamSettings
 
 CHROMIUM_MISSING = (
@@ -38,9 +38,13 @@ def chromium_path() -> str | None:
 
 
 @contextmanager
-def console_server(api: RelevoApi, git_base_url: str | None = None, **stream: float) -> Iterator[ConsoleServer]:
+def console_server(
+    api: RelevoApi, git_base_url: str | None = None, **stream: float
+) -> Iterator[ConsoleServer]:
     """A console on a free loopback port for `api`'s caller; `stream`: StreamSettings overrides."""
-    with ConsoleServer(Console(api, settings=StreamSettings(**stream), git_base_url=git_base_url), port=0) as server:
+    with ConsoleServer(
+        Console(api, settings=StreamSettings(**stream), git_base_url=git_base_url), port=0
+    ) as server:
         yield server
 
 

@@ -12,13 +12,26 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-BACKEND = next((p for p in ("/usr/lib/git-core/git-http-backend", "/usr/libexec/git-core/git-http-backend",
-                            "/Library/Developer/CommandLineTools/usr/libexec/git-core/git-http-backend") if Path(p).exists()), None)
+BACKEND = next(
+    (
+        p
+        for p in (
+            "/usr/lib/git-core/git-http-backend",
+            "/usr/libexec/git-core/git-http-backend",
+            "/Library/Developer/CommandLineTools/usr/libexec/git-core/git-http-backend",
+        )
+        if Path(p).exists()
+    ),
+    None,
+)
 
 
 class GitHttpServer:
     def __init__(self, root: Path, username: str, password: str) -> None:
-        self.root, self.expected = root, "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+        self.root, self.expected = (
+            root,
+            "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode(),
+        )
         self.authorizations: list[str] = []
         server = self
 
@@ -44,11 +57,19 @@ class GitHttpServer:
                 path, _, query = self.path.partition("?")
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 env = {
-                    "GIT_PROJECT_ROOT": str(server.root), "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path, "QUERY_STRING": query,
-                    "REQUEST_METHOD": self.command, "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-                    "CONTENT_LENGTH": str(len(body)), "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
-                    "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""), "REMOTE_USER": "ci", "REMOTE_ADDR": "127.0.0.1",
-                    "GATEWAY_INTERFACE": "CGI/1.1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                    "GIT_PROJECT_ROOT": str(server.root),
+                    "GIT_HTTP_EXPORT_ALL": "1",
+                    "PATH_INFO": path,
+                    "QUERY_STRING": query,
+                    "REQUEST_METHOD": self.command,
+                    "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+                    "CONTENT_LENGTH": str(len(body)),
+                    "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+                    "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
+                    "REMOTE_USER": "ci",
+                    "REMOTE_ADDR": "127.0.0.1",
+                    "GATEWAY_INTERFACE": "CGI/1.1",
+                    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                 }
                 out = subprocess.run([BACKEND], input=body, env=env, capture_output=True, check=False).stdout
                 head, _, payload = out.partition(b"\r\n\r\n")
@@ -70,7 +91,7 @@ class GitHttpServer:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "GitHttpServer":
+    def __enter__(self) -> GitHttpServer:
         self._thread.start()
         return self
 

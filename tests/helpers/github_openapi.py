@@ -89,7 +89,9 @@ def _operation(method: str, path: str) -> tuple[str, dict[str, Any], dict[str, s
         found = re.match(pattern, path)
         if found and method.lower() in item:
             return template, _resolve(item[method.lower()], spec), found.groupdict()
-    raise AssertionError(f"{method} {path} is no operation of GitHub's REST description ({PACKAGE} {VERSION})")
+    raise AssertionError(
+        f"{method} {path} is no operation of GitHub's REST description ({PACKAGE} {VERSION})"
+    )
 
 
 def check_call(method: str, path: str, body: Any) -> str:
@@ -104,7 +106,9 @@ def check_call(method: str, path: str, body: Any) -> str:
     if schema is not None:
         problems += _check_value(body, schema, "body")
     if problems:
-        raise AssertionError(f"{method} {path} ({operation.get('operationId')}, {template}): " + "; ".join(problems))
+        raise AssertionError(
+            f"{method} {path} ({operation.get('operationId')}, {template}): " + "; ".join(problems)
+        )
     return str(operation.get("operationId"))
 
 
@@ -113,7 +117,10 @@ def _check_value(value: Any, schema: dict[str, Any], where: str) -> list[str]:
 
     # The description is OpenAPI 3.0 (`nullable`): its own validator, the whole schema (types,
     # required fields, enums, lengths).
-    return [f"{where}.{'.'.join(str(p) for p in error.path)}: {error.message}" for error in OAS30Validator(schema).iter_errors(value)]
+    return [
+        f"{where}.{'.'.join(str(p) for p in error.path)}: {error.message}"
+        for error in OAS30Validator(schema).iter_errors(value)
+    ]
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ credentials, the error code a refused call gives, and the API called as an IAM u
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import boto3
 import pytest
@@ -67,7 +68,14 @@ def iam_user(stack, name: str) -> Caller:
 
 
 # What IAM must allow before API Gateway calls the function at all; Relevo's grants decide next.
-INVOKE_API = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "execute-api:Invoke", "Resource": "arn:aws:execute-api:*:*:*/v1/*"}]})
+INVOKE_API = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "execute-api:Invoke", "Resource": "arn:aws:execute-api:*:*:*/v1/*"}
+        ],
+    }
+)
 
 
 def _new_user(stack, name: str) -> Caller:

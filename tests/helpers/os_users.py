@@ -9,9 +9,9 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from relevo_agent.build_user import BuildUser
 
@@ -19,7 +19,11 @@ from relevo_agent.build_user import BuildUser
 @contextmanager
 def os_user(prefix: str = "relevo-build") -> Iterator[BuildUser]:
     name = f"{prefix}-{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "--create-home", "--user-group", "--shell", "/bin/bash", name], check=True, capture_output=True)
+    subprocess.run(
+        ["useradd", "--create-home", "--user-group", "--shell", "/bin/bash", name],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield BuildUser.named(name)
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+
 def push_body(repo: str, commit: str, ref: str = "refs/heads/main", deleted: bool = False) -> bytes:
     return json.dumps(
         {
@@ -15,4 +16,3 @@ def push_body(repo: str, commit: str, ref: str = "refs/heads/main", deleted: boo
             "pusher": {"name": "ci"},
         }
     ).encode()
-

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def is_dead(pid: int) -> bool:

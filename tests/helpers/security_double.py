@@ -31,7 +31,12 @@ STATE = HERE / "security-state"
 # The recorded outputs, copied beside the installed double (`install`).
 FIXTURES = HERE / "security-fixtures"
 RECORDED = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "security"
-SECRET_FLAGS = {"create-keychain": "-p", "unlock-keychain": "-p", "set-key-partition-list": "-k", "import": "-P"}
+SECRET_FLAGS = {
+    "create-keychain": "-p",
+    "unlock-keychain": "-p",
+    "set-key-partition-list": "-k",
+    "import": "-P",
+}
 
 
 def install(directory: Path) -> Path:
@@ -65,7 +70,13 @@ def search_list(tool: Path) -> list[str]:
 
 
 def _initial_list() -> list[str]:
-    return [line.strip().strip('"') for line in ((FIXTURES if FIXTURES.is_dir() else RECORDED) / "list-keychains-d-user.txt").read_text().splitlines() if line.strip()]
+    return [
+        line.strip().strip('"')
+        for line in ((FIXTURES if FIXTURES.is_dir() else RECORDED) / "list-keychains-d-user.txt")
+        .read_text()
+        .splitlines()
+        if line.strip()
+    ]
 
 
 class Failed(Exception):
@@ -128,15 +139,22 @@ def _run(argv: list[str]) -> str:
         if password is None:
             raise Failed("security: create-keychain: no password given and no terminal to prompt on", 1)
         if Path(path).exists():
-            raise Failed(f"security: SecKeychainCreate {path}: A keychain with the same name already exists.", 48)
+            raise Failed(
+                f"security: SecKeychainCreate {path}: A keychain with the same name already exists.", 48
+            )
         Path(path).write_bytes(b"kych")
-        _keychain_state(path).write_text(json.dumps({"password": _digest(password), "unlocked": True, "identities": 0}))
+        _keychain_state(path).write_text(
+            json.dumps({"password": _digest(password), "unlocked": True, "identities": 0})
+        )
         return ""
     if command == "unlock-keychain":
         path, password = rest[-1], _option(rest, "-p")
         state = _load_keychain(path, "SecKeychainUnlock")
         if password is None or _digest(password) != state["password"]:
-            raise Failed(f"security: SecKeychainUnlock {path}: The user name or passphrase you entered is not correct.", 51)
+            raise Failed(
+                f"security: SecKeychainUnlock {path}: The user name or passphrase you entered is not correct.",
+                51,
+            )
         state["unlocked"] = True
         _keychain_state(path).write_text(json.dumps(state))
         return ""
@@ -151,7 +169,10 @@ def _run(argv: list[str]) -> str:
         if not state["unlocked"]:
             raise Failed("security: SecKeychainItemImport: User interaction is not allowed.", 1)
         if _option(rest, "-P") is None:
-            raise Failed("security: SecKeychainItemImport: MAC verification failed during PKCS12 import (wrong password?)", 1)
+            raise Failed(
+                "security: SecKeychainItemImport: MAC verification failed during PKCS12 import (wrong password?)",
+                1,
+            )
         state["identities"] += 1
         _keychain_state(path).write_text(json.dumps(state))
         return (FIXTURES / "import-p12.txt").read_text()
@@ -159,11 +180,16 @@ def _run(argv: list[str]) -> str:
         path, password = rest[-1], _option(rest, "-k")
         state = _load_keychain(path, "SecKeychainItemSetAccessWithPassword")
         if password is None or _digest(password) != state["password"]:
-            raise Failed("security: SecKeychainItemSetAccessWithPassword: The user name or passphrase you entered is not correct.", 1)
-        return (FIXTURES / "set-key-partition-list.txt").read_text().replace("%KEYCHAIN%", path) * state["identities"]
+            raise Failed(
+                "security: SecKeychainItemSetAccessWithPassword: The user name or passphrase you entered is not correct.",
+                1,
+            )
+        return (FIXTURES / "set-key-partition-list.txt").read_text().replace("%KEYCHAIN%", path) * state[
+            "identities"
+        ]
     if command == "list-keychains":
         if "-s" in rest:
-            _write_list(rest[rest.index("-s") + 1:])
+            _write_list(rest[rest.index("-s") + 1 :])
             return ""
         return "".join(f'    "{path}"\n' for path in search_list(HERE / "security"))
     if command == "delete-keychain":
@@ -171,9 +197,15 @@ def _run(argv: list[str]) -> str:
             _load_keychain(path, "SecKeychainDelete")
             Path(path).unlink()
             _keychain_state(path).unlink()
-            _write_list([entry for entry in search_list(HERE / "security") if Path(entry).resolve() != Path(path).resolve()])
+            _write_list(
+                [
+                    entry
+                    for entry in search_list(HERE / "security")
+                    if Path(entry).resolve() != Path(path).resolve()
+                ]
+            )
         return ""
-    raise Failed(f"security: unknown command \"{command}\"", 2)
+    raise Failed(f'security: unknown command "{command}"', 2)
 
 
 def main(argv: list[str]) -> int:

@@ -8,19 +8,20 @@ import secrets
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import requests
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.projects import secret_name
 from relevo_core.aws import client
+from relevo_core.intake.webhooks.github import sign
 from relevo_core.stackfile import StackInfo
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
-from relevo_core.intake.webhooks.github import sign
 
 
 def register_project(stack: StackInfo, project_id: str, stages: list[dict[str, Any]], **extra: Any) -> str:
@@ -43,7 +44,9 @@ def register_project(stack: StackInfo, project_id: str, stages: list[dict[str, A
     return secret
 
 
-def deliver(stack: StackInfo, project_id: str, body: bytes, secret: str, event: str = "push", **headers: str) -> requests.Response:
+def deliver(
+    stack: StackInfo, project_id: str, body: bytes, secret: str, event: str = "push", **headers: str
+) -> requests.Response:
     return requests.post(
         f"{stack.api_url}/webhooks/github/{project_id}",
         data=body,
@@ -62,9 +65,14 @@ def subscribe_to_notifications(stack: StackInfo, name: str) -> str:
     """A new SQS queue subscribed (raw delivery) to the stack's notification topic; its URL."""
     sqs = client("sqs")
     queue_url = sqs.create_queue(QueueName=name)["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
     client("sns").subscribe(
-        TopicArn=stack.resources["NotificationTopic"], Protocol="sqs", Endpoint=queue_arn, Attributes={"RawMessageDelivery": "true"}
+        TopicArn=stack.resources["NotificationTopic"],
+        Protocol="sqs",
+        Endpoint=queue_arn,
+        Attributes={"RawMessageDelivery": "true"},
     )
     return queue_url
 
@@ -87,7 +95,11 @@ def table_items(stack: StackInfo, prefix: str) -> list[dict[str, Any]]:
 
 def queued_counter(stack: StackInfo) -> int:
     """The stack-wide count of queued jobs (the counter intake checks against QueueLimit)."""
-    item = client("dynamodb").get_item(TableName=stack.table_name, Key=key(QUEUE_COUNTER_PK, COUNTER_SK), ConsistentRead=True).get("Item")
+    item = (
+        client("dynamodb")
+        .get_item(TableName=stack.table_name, Key=key(QUEUE_COUNTER_PK, COUNTER_SK), ConsistentRead=True)
+        .get("Item")
+    )
     return int(from_attributes(item).get("queued", 0)) if item else 0
 
 
@@ -110,7 +122,10 @@ class QueueSlots:
         from relevo_core.store.jobs_by_status import jobs_with_status
         from relevo_core.store.keys import PROJECT_JOBS_ATTRIBUTE
 
-        return {(item["job_id"], item[PROJECT_JOBS_ATTRIBUTE]) for item in jobs_with_status(self.stack.table_name, "queued")}
+        return {
+            (item["job_id"], item[PROJECT_JOBS_ATTRIBUTE])
+            for item in jobs_with_status(self.stack.table_name, "queued")
+        }
 
     def _reading(self) -> tuple[int, set[tuple[str, str]]]:
         while True:
@@ -136,15 +151,20 @@ def queue_filled(stack: StackInfo, queue_limit: int) -> Iterator[None]:
     queue slot is refused QUEUE_FULL. The counter is shared by every job of the stack, and jobs of
     earlier tests still give their slots back: ADD up and down keeps those changes, where reading
     before and after would see them."""
+
     def add(delta: int) -> None:
         client("dynamodb").update_item(
-            TableName=stack.table_name, Key=key(QUEUE_COUNTER_PK, COUNTER_SK),
-            UpdateExpression="ADD queued :delta", ExpressionAttributeValues={":delta": {"N": str(delta)}},
+            TableName=stack.table_name,
+            Key=key(QUEUE_COUNTER_PK, COUNTER_SK),
+            UpdateExpression="ADD queued :delta",
+            ExpressionAttributeValues={":delta": {"N": str(delta)}},
         )
 
     # A counter below zero (a test that set it by hand, or an emulator restart mid-run) would leave
     # the queue short of full: raised by that much more, and lowered by the same.
-    found = client("dynamodb").get_item(TableName=stack.table_name, Key=key(QUEUE_COUNTER_PK, COUNTER_SK), ConsistentRead=True)
+    found = client("dynamodb").get_item(
+        TableName=stack.table_name, Key=key(QUEUE_COUNTER_PK, COUNTER_SK), ConsistentRead=True
+    )
     delta = queue_limit + max(0, -int(found.get("Item", {}).get("queued", {}).get("N", "0")))
     add(delta)
     try:
@@ -153,7 +173,9 @@ def queue_filled(stack: StackInfo, queue_limit: int) -> Iterator[None]:
         add(-delta)
 
 
-def receive_stage(stack: StackInfo, job_id: str, region: str = "eu-west", timeout: float = 15) -> tuple[dict[str, Any], str]:
+def receive_stage(
+    stack: StackInfo, job_id: str, region: str = "eu-west", timeout: float = 15
+) -> tuple[dict[str, Any], str]:
     """What an agent would receive next for this job from the region's queue.
 
     Each test worker has its own stack and runs one test at a time, so stage messages of other
@@ -162,7 +184,9 @@ def receive_stage(stack: StackInfo, job_id: str, region: str = "eu-west", timeou
     sqs = client("sqs")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        response = sqs.receive_message(QueueUrl=stack.work_queues[region], WaitTimeSeconds=1, MaxNumberOfMessages=10)
+        response = sqs.receive_message(
+            QueueUrl=stack.work_queues[region], WaitTimeSeconds=1, MaxNumberOfMessages=10
+        )
         found = None
         for message in response.get("Messages", []):
             body = json.loads(message["Body"])
@@ -183,7 +207,9 @@ def wait_for_execution(stack: StackInfo, job_id: str, timeout: float = 20) -> di
         if described["status"] != "RUNNING":
             return described
         if time.monotonic() > deadline:
-            raise TimeoutError(f"execution {job_id} still RUNNING after {timeout}s; its last events: {_last_events(stack, job_id)}")
+            raise TimeoutError(
+                f"execution {job_id} still RUNNING after {timeout}s; its last events: {_last_events(stack, job_id)}"
+            )
         time.sleep(0.1)
 
 
@@ -192,7 +218,9 @@ def _last_events(stack: StackInfo, job_id: str, count: int = 12) -> str:
     described = []
     for event in history(stack, job_id)[-count:]:
         details = next((value for key, value in event.items() if key.endswith("EventDetails")), {})
-        described.append(f"{event['type']}({details.get('name') or details.get('error') or details.get('resourceType') or ''})")
+        described.append(
+            f"{event['type']}({details.get('name') or details.get('error') or details.get('resourceType') or ''})"
+        )
     return ", ".join(described)
 
 
@@ -242,7 +270,9 @@ class LambdaContext:
 
 def load_handler(function_dir: str) -> Callable[[dict[str, Any], Any], Any]:
     """`functions/<function_dir>/handler.py`'s lambda_handler, freshly imported."""
-    spec = importlib.util.spec_from_file_location(f"{function_dir}_handler", FUNCTIONS / function_dir / "handler.py")
+    spec = importlib.util.spec_from_file_location(
+        f"{function_dir}_handler", FUNCTIONS / function_dir / "handler.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -299,8 +329,12 @@ def use_stack(patch: Any, stack: StackInfo) -> None:
 def job_items(stack: StackInfo, job_id: str) -> list[dict[str, Any]]:
     """A job's record and its stage records: the job partition and the stages partition
     (store/keys.py), in raw attribute form."""
-    return [i for prefix in (f"JOB#{job_id}", f"STAGES#{job_id}") for i in table_items(stack, prefix)
-            if i["pk"]["S"] == prefix]
+    return [
+        i
+        for prefix in (f"JOB#{job_id}", f"STAGES#{job_id}")
+        for i in table_items(stack, prefix)
+        if i["pk"]["S"] == prefix
+    ]
 
 
 def job_record(stack, job_id) -> dict:
@@ -329,8 +363,12 @@ def stream_captured(stack: StackInfo) -> Iterator[list[dict[str, Any]]]:
 
 
 def job_stream_records(batches: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
-    return [r for b in batches for r in b["Records"]
-            if r["dynamodb"]["Keys"]["pk"]["S"] in (f"JOB#{job_id}", f"STAGES#{job_id}")]
+    return [
+        r
+        for b in batches
+        for r in b["Records"]
+        if r["dynamodb"]["Keys"]["pk"]["S"] in (f"JOB#{job_id}", f"STAGES#{job_id}")
+    ]
 
 
 @contextmanager
@@ -339,12 +377,15 @@ def regions_stack(state_dir: Path, regions: tuple[str, ...]) -> Iterator[tuple[S
     its stack.json), for a module's agents; the clients are dropped after it."""
     import pytest
 
-    from relevo_local.processes import local_stack
     from relevo_core.aws import reset_clients
+    from relevo_local.processes import local_stack
 
-    with pytest.MonkeyPatch.context() as patch, local_stack(
-        state_dir, state_dir / "local-up.log", ["--region-affinities", ",".join(regions)]
-    ) as info:
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        local_stack(
+            state_dir, state_dir / "local-up.log", ["--region-affinities", ",".join(regions)]
+        ) as info,
+    ):
         use_stack(patch, info)
         yield info, state_dir / "stack.json"
     reset_clients()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from relevo_core.aws import client
 from relevo_core.intake.enqueue import enqueue, project_cache
@@ -21,24 +21,30 @@ from tests.helpers.stack import deliver, register_project
 TWO_STAGES = [{"name": "build", "run": "make build"}, {"name": "sign", "run": "make sign"}]
 
 
-def agent_runs(stack, task, succeed: bool = True, agent_id: str = "double-1", error: str = "Relevo.Fatal.ExitCode") -> None:
+def agent_runs(
+    stack, task, succeed: bool = True, agent_id: str = "double-1", error: str = "Relevo.Fatal.ExitCode"
+) -> None:
     """What relevo-agent does with one message: claim (fenced), accept, run, record, report."""
     ref = claim_and_accept(stack, task, agent_id)
     run_token = wait_for_run_token(ref)
     sfn = client("stepfunctions")
     sfn.send_task_heartbeat(taskToken=run_token)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     if succeed:
         stage_attempts.finish(ref, StageStatus.SUCCEEDED, now, 0, None)
         sfn.send_task_success(taskToken=run_token, output=json.dumps({"agent_id": agent_id}))
     else:
         stage_attempts.finish(ref, StageStatus.FAILED, now, 2, error)
-        sfn.send_task_failure(taskToken=run_token, error=error, cause=json.dumps({"exit_code": 2, "agent_id": agent_id}))
+        sfn.send_task_failure(
+            taskToken=run_token, error=error, cause=json.dumps({"exit_code": 2, "agent_id": agent_id})
+        )
 
 
 def claim_and_accept(stack, task, agent_id: str, lease_ttl_sec: int = 10) -> stage_attempts.StageRef:
-    ref = stage_attempts.StageRef(stack.table_name, task["job_id"], task["stage_index"], task["attempt"], agent_id)
-    stage_attempts.claim(ref, lease_ttl_sec, datetime.now(timezone.utc))
+    ref = stage_attempts.StageRef(
+        stack.table_name, task["job_id"], task["stage_index"], task["attempt"], agent_id
+    )
+    stage_attempts.claim(ref, lease_ttl_sec, datetime.now(UTC))
     client("stepfunctions").send_task_success(
         taskToken=task["task_token"], output=json.dumps({"agent_id": agent_id, "attempt": task["attempt"]})
     )
@@ -69,7 +75,9 @@ def enqueue_job(stack, settings, project_id) -> str:
     project_cache.clear()
     project = get_project(stack.table_name, project_id)
     commit = secrets.token_hex(20)
-    return enqueue(settings, project, Trigger(type=TriggerType.API, source="api"), "main", commit, commit).job_id
+    return enqueue(
+        settings, project, Trigger(type=TriggerType.API, source="api"), "main", commit, commit
+    ).job_id
 
 
 # An execution name no execution has: a lock it holds stays held until the test lets it go.
@@ -79,8 +87,13 @@ OUTSIDE_HOLDER = "job_" + "0" * 25 + "h"
 def hold_outside(stack, project_id: str) -> None:
     client("dynamodb").put_item(
         TableName=stack.table_name,
-        Item={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}, "kind": {"S": "lock"}, "count": {"N": "1"},
-              "holders": {"SS": [OUTSIDE_HOLDER]}},
+        Item={
+            "pk": {"S": f"LOCK#{project_id}"},
+            "sk": {"S": "LOCK"},
+            "kind": {"S": "lock"},
+            "count": {"N": "1"},
+            "holders": {"SS": [OUTSIDE_HOLDER]},
+        },
     )
 
 
@@ -93,16 +106,23 @@ def release_outside(stack, project_id: str) -> None:
 def gate_outside(stack, project_id: str, since: str) -> None:
     """The outside holder of the lock waits at its approval gate, as AwaitApproval says it on the lock."""
     client("dynamodb").update_item(
-        TableName=stack.table_name, Key={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}},
+        TableName=stack.table_name,
+        Key={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}},
         UpdateExpression="SET gate = :gate ADD wake_seq :one",
-        ExpressionAttributeValues={":gate": {"M": {"job_id": {"S": OUTSIDE_HOLDER}, "stage": {"S": "upload"}, "since": {"S": since}}},
-                                   ":one": {"N": "1"}},
+        ExpressionAttributeValues={
+            ":gate": {
+                "M": {"job_id": {"S": OUTSIDE_HOLDER}, "stage": {"S": "upload"}, "since": {"S": since}}
+            },
+            ":one": {"N": "1"},
+        },
     )
 
 
 def answer_gate_outside(stack, project_id: str) -> None:
     """The outside holder's gate is answered: the lock no longer says it, as MarkApproved leaves it."""
     client("dynamodb").update_item(
-        TableName=stack.table_name, Key={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}},
-        UpdateExpression="REMOVE gate ADD wake_seq :one", ExpressionAttributeValues={":one": {"N": "1"}},
+        TableName=stack.table_name,
+        Key={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}},
+        UpdateExpression="REMOVE gate ADD wake_seq :one",
+        ExpressionAttributeValues={":one": {"N": "1"}},
     )

@@ -28,7 +28,10 @@ def make_bundle(root: Path, large_bytes: int = 0, seed: int = 1) -> None:
     (root / "build" / "empty").mkdir(parents=True)
     files = {
         app / "App": (b"\xcf\xfa\xed\xfe" + os.urandom(4000) + bytes([seed]), 0o755),
-        app / "Info.plist": (b"<plist><dict><key>CFBundleVersion</key><string>42</string></dict></plist>\n", 0o644),
+        app / "Info.plist": (
+            b"<plist><dict><key>CFBundleVersion</key><string>42</string></dict></plist>\n",
+            0o644,
+        ),
         app / "_CodeSignature" / "CodeResources": (os.urandom(900), 0o644),
         framework / "Versions" / "A" / "Kit": (b"\xcf\xfa\xed\xfe" + os.urandom(2500), 0o755),
         framework / "Versions" / "A" / "Resources" / "Info.plist": (b"<plist/>\n", 0o644),
@@ -45,7 +48,9 @@ def make_bundle(root: Path, large_bytes: int = 0, seed: int = 1) -> None:
     os.symlink("A", framework / "Versions" / "Current")
     os.symlink("Versions/Current/Kit", framework / "Kit")
     os.symlink("Versions/Current/Resources", framework / "Resources")
-    for number, directory in enumerate(sorted(p for p in (root / "build").rglob("*") if p.is_dir() and not p.is_symlink())):
+    for number, directory in enumerate(
+        sorted(p for p in (root / "build").rglob("*") if p.is_dir() and not p.is_symlink())
+    ):
         os.utime(directory, ns=(_MTIME, _MTIME + 7 + number))
     if os.utime in os.supports_follow_symlinks:
         for link in (framework / "Versions" / "Current", framework / "Kit"):

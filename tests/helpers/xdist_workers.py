@@ -14,14 +14,20 @@ def _cpus_granted() -> tuple[int, str]:
     xdist's own `auto` would start one worker (each with a local stack) per CPU of the host."""
     cpus, how = len(os.sched_getaffinity(0)), "CPU affinity"
     for path, parse in (
-        ("/sys/fs/cgroup/cpu.max", lambda text: text.split()),  # cgroup v2: "<quota> <period>" or "max <period>"
+        (
+            "/sys/fs/cgroup/cpu.max",
+            lambda text: text.split(),
+        ),  # cgroup v2: "<quota> <period>" or "max <period>"
         ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", None),  # cgroup v1: quota, with the period beside it
     ):
         try:
             if parse is not None:
                 quota, period = parse(open(path).read())
             else:
-                quota, period = open(path).read().strip(), open("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read().strip()
+                quota, period = (
+                    open(path).read().strip(),
+                    open("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read().strip(),
+                )
         except (OSError, ValueError):
             continue
         if quota not in ("max", "-1") and int(period) > 0:
@@ -44,4 +50,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     # At the end, where CI's log is read (addopts' -q leaves out the header).
     cpus, how = _cpus_granted()
     workers = getattr(config.option, "numprocesses", None)
-    terminalreporter.write_line(f"relevo: {cpus} CPU(s) granted ({how}; os.cpu_count() {os.cpu_count()}), xdist workers: {workers}")
+    terminalreporter.write_line(
+        f"relevo: {cpus} CPU(s) granted ({how}; os.cpu_count() {os.cpu_count()}), xdist workers: {workers}"
+    )

@@ -24,12 +24,21 @@ def _actions(statement: dict[str, Any]) -> list[str]:
 def test_the_quota_function_deletes_only_artifact_objects_and_never_scans() -> None:
     function = load_sam_template(TEMPLATE)["Resources"]["ArtifactQuotaFunction"]
     statements = _statements(function)
-    s3 = [(action, statement["Resource"]) for statement in statements for action in _actions(statement) if action.startswith("s3:")]
+    s3 = [
+        (action, statement["Resource"])
+        for statement in statements
+        for action in _actions(statement)
+        if action.startswith("s3:")
+    ]
     assert s3 == [("s3:DeleteObject", {"Fn::Sub": "${ArtifactBucket.Arn}/*"})]
     actions = {action for statement in statements for action in _actions(statement)}
     assert "dynamodb:Scan" not in actions and not any(action.endswith("*") for action in actions)
-    index_queries = [statement["Resource"] for statement in statements if statement["Resource"] != {"Fn::GetAtt": ["Table", "Arn"]}
-                     and not str(statement["Resource"]).startswith("{'Fn::Sub': '${ArtifactBucket")]
+    index_queries = [
+        statement["Resource"]
+        for statement in statements
+        if statement["Resource"] != {"Fn::GetAtt": ["Table", "Arn"]}
+        and not str(statement["Resource"]).startswith("{'Fn::Sub': '${ArtifactBucket")
+    ]
     assert index_queries == [{"Fn::Sub": "${Table.Arn}/index/ProjectJobsIndex"}]
     # Every table statement is held to the partitions it needs.
     for statement in statements:

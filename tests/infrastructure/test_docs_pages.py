@@ -17,13 +17,34 @@ PAGES = sorted((ROOT / "docs").glob("*.md"))
 
 # The `##` / `###` sections of the README before it was split.
 OLD_SECTIONS = [
-    "The two commands", "Your first project", "The demo", "How a job flows", "Same-project serial",
-    "Stage dispatch: three timeouts, classified retries", "Plan limits", "DLQ freeze", "Listing jobs",
-    "Queue control", "Live logs and artifacts", "Approval gate", "Metrics and the dashboard", "OpenAPI",
-    "The local stack", "Deploy to AWS", "Retention", "Connect a Mac",
-    "Journal, reconcile before retry, staged shutdown (relevo-agent)", "Fencing: the lease timeline",
-    "The disaster drill: `relevo drill`", "Agent presence and retry placement", "Stage output and artifacts",
-    "Triggers", "Exactly once", "Permissions", "Error codes", "Layout",
+    "The two commands",
+    "Your first project",
+    "The demo",
+    "How a job flows",
+    "Same-project serial",
+    "Stage dispatch: three timeouts, classified retries",
+    "Plan limits",
+    "DLQ freeze",
+    "Listing jobs",
+    "Queue control",
+    "Live logs and artifacts",
+    "Approval gate",
+    "Metrics and the dashboard",
+    "OpenAPI",
+    "The local stack",
+    "Deploy to AWS",
+    "Retention",
+    "Connect a Mac",
+    "Journal, reconcile before retry, staged shutdown (relevo-agent)",
+    "Fencing: the lease timeline",
+    "The disaster drill: `relevo drill`",
+    "Agent presence and retry placement",
+    "Stage output and artifacts",
+    "Triggers",
+    "Exactly once",
+    "Permissions",
+    "Error codes",
+    "Layout",
 ]
 
 
@@ -47,7 +68,9 @@ def test_each_docs_page_opens_with_what_it_covers_and_for_whom() -> None:
         opening = " ".join(lines[2:6])
         assert lines[1] == "" and opening.strip(), f"{page.name}: no opening paragraph"
         if page.name not in ("project-file.md", "agent-config.md"):  # generated reference pages
-            assert re.match(r"For (?:\w+ )*?(?:engineer|operator|whoever|anyone)", opening), f"{page.name}: says not who it is for"
+            assert re.match(r"For (?:\w+ )*?(?:engineer|operator|whoever|anyone)", opening), (
+                f"{page.name}: says not who it is for"
+            )
 
 
 def test_every_old_readme_section_has_one_home() -> None:
@@ -68,7 +91,13 @@ def test_the_readme_links_every_docs_page() -> None:
 def test_every_sam_deploy_the_docs_give_runs_without_telemetry():
     """`make build` sets SAM_CLI_TELEMETRY=0; a deploy line copied from the docs must too, or SAM
     prints its telemetry banner and reports home."""
-    lines = [line for page in (ROOT / "docs").glob("*.md") for line in page.read_text().splitlines()
-             if re.search(r"\bsam deploy\b", line) and "bin/sam" in line]
+    lines = [
+        line
+        for page in (ROOT / "docs").glob("*.md")
+        for line in page.read_text().splitlines()
+        if re.search(r"\bsam deploy\b", line) and "bin/sam" in line
+    ]
     assert lines, "the docs give no sam deploy command"
-    assert all("SAM_CLI_TELEMETRY=0" in line for line in lines), [line for line in lines if "SAM_CLI_TELEMETRY=0" not in line]
+    assert all("SAM_CLI_TELEMETRY=0" in line for line in lines), [
+        line for line in lines if "SAM_CLI_TELEMETRY=0" not in line
+    ]

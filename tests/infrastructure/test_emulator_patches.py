@@ -16,6 +16,7 @@ import random
 import re
 import subprocess
 import sys
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,11 @@ def _moto_names(tree: ast.AST) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("moto"):
             names.update(alias.asname or alias.name for alias in node.names)
         elif isinstance(node, ast.Import):
-            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name.startswith("moto"))
+            names.update(
+                (alias.asname or alias.name).split(".")[0]
+                for alias in node.names
+                if alias.name.startswith("moto")
+            )
     return names
 
 
@@ -56,7 +61,13 @@ def _assignments_onto_moto(path: Path) -> list[str]:
     moto = _moto_names(tree)
     found = []
     for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AugAssign)
+            else []
+        )
         for target in targets:
             if isinstance(target, ast.Attribute) and _root(target) in moto:
                 found.append(f"{path.relative_to(LOCAL)}:{node.lineno} assigns {ast.unparse(target)}")
@@ -84,21 +95,34 @@ def _patch_functions() -> dict[str, ast.FunctionDef]:
 
 
 def test_only_the_moto_package_changes_moto() -> None:
-    elsewhere = [p for path in sorted(LOCAL.rglob("*.py")) if not path.is_relative_to(PATCHES) for p in _assignments_onto_moto(path)]
+    elsewhere = [
+        p
+        for path in sorted(LOCAL.rglob("*.py"))
+        if not path.is_relative_to(PATCHES)
+        for p in _assignments_onto_moto(path)
+    ]
     assert elsewhere == [], "move these into a module of local/relevo_local/moto:\n" + "\n".join(elsewhere)
 
 
 def test_each_patch_names_the_moto_release_it_was_verified_against() -> None:
     from relevo_local.moto import VERIFIED_MOTO
 
-    undated = [name for name, node in _patch_functions().items() if f"moto {VERIFIED_MOTO}" not in (ast.get_docstring(node) or "")]
+    undated = [
+        name
+        for name, node in _patch_functions().items()
+        if f"moto {VERIFIED_MOTO}" not in (ast.get_docstring(node) or "")
+    ]
     assert undated == []
 
 
 def test_install_applies_every_patch() -> None:
     tree = ast.parse((PATCHES / "__init__.py").read_text(encoding="utf-8"))
     install = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "install")
-    called = {node.func.attr for node in ast.walk(install) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+    called = {
+        node.func.attr
+        for node in ast.walk(install)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
     assert set(_patch_functions()) - APPLIED_TO_THE_RUNNING_EMULATOR == called - {"check_moto_version"}
 
 
@@ -109,8 +133,10 @@ def test_every_patch_is_catalogued_with_a_test_that_exists() -> None:
     named = re.findall(r"(tests/[\w/]+\.py)::(test_\w+)", catalogue)
     assert named
     absent = [
-        f"{path}::{test}" for path, test in named
-        if not (ROOT / path).is_file() or not re.search(rf"^(async )?def {test}\(", (ROOT / path).read_text(encoding="utf-8"), re.M)
+        f"{path}::{test}"
+        for path, test in named
+        if not (ROOT / path).is_file()
+        or not re.search(rf"^(async )?def {test}\(", (ROOT / path).read_text(encoding="utf-8"), re.M)
     ]
     assert absent == [], f"docs/emulator.md names tests that do not exist: {absent}"
 
@@ -131,7 +157,9 @@ except patches.UnverifiedMoto as refused:
     print(refused)
 print(sorted(name for name in sys.modules if name == "moto" or name.startswith("moto.")))
 """
-    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True).stdout
+    shown = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     assert shown.splitlines() == [REFUSAL, "[]"]
 
 
@@ -144,24 +172,34 @@ def test_relevo_local_declares_exactly_the_moto_its_gate_accepts() -> None:
 
     from relevo_local.moto import VERIFIED_MOTO
 
-    declared = tomllib.loads((ROOT / "local" / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    declared = tomllib.loads((ROOT / "local" / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "dependencies"
+    ]
     [moto] = [Requirement(line) for line in declared if Requirement(line).name == "moto"]
     assert "server" in moto.extras
     assert [(spec.operator, spec.version) for spec in moto.specifier] == [("==", VERIFIED_MOTO)]
     major, minor, patch = (int(part) for part in VERIFIED_MOTO.split("."))
-    for other in (f"{major}.{minor}.{patch + 1}", f"{major}.{minor + 1}.0", f"{major}.{minor}.{patch - 1}" if patch else "0.0.1"):
+    for other in (
+        f"{major}.{minor}.{patch + 1}",
+        f"{major}.{minor + 1}.0",
+        f"{major}.{minor}.{patch - 1}" if patch else "0.0.1",
+    ):
         assert not moto.specifier.contains(other), other
     assert moto.specifier.contains(VERIFIED_MOTO)
 
 
-def test_relevo_local_up_refuses_an_unverified_moto_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_relevo_local_up_refuses_an_unverified_moto_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from typer.testing import CliRunner
 
     from relevo_cli.main import app
     from relevo_local import moto as patches
 
     version = patches.metadata.version
-    monkeypatch.setattr(patches.metadata, "version", lambda name: UNVERIFIED if name == "moto" else version(name))
+    monkeypatch.setattr(
+        patches.metadata, "version", lambda name: UNVERIFIED if name == "moto" else version(name)
+    )
     shown = CliRunner().invoke(app, ["local", "up", "--state-dir", str(tmp_path)])
     assert (shown.exit_code, shown.output.strip()) == (2, REFUSAL)
     assert not (tmp_path / "local-up.lock").exists()  # refused before it took the state dir
@@ -204,10 +242,17 @@ def test_a_managed_policy_answers_its_arn_and_id_as_cloudformation_does() -> Non
 
     answer_managed_policy_attributes()
     answer_managed_policy_attributes()  # idempotent
-    policy = ManagedPolicy("agent-policy", account_id="123456789012", region="us-east-1", default_version_id="v1",
-                           document=json.dumps({"Version": "2012-10-17", "Statement": []}))
+    policy = ManagedPolicy(
+        "agent-policy",
+        account_id="123456789012",
+        region="us-east-1",
+        default_version_id="v1",
+        document=json.dumps({"Version": "2012-10-17", "Statement": []}),
+    )
     assert ManagedPolicy.has_cfn_attr("PolicyArn") and ManagedPolicy.has_cfn_attr("PolicyId")
-    assert policy.get_cfn_attribute("PolicyArn") == policy.arn == "arn:aws:iam::123456789012:policy/agent-policy"
+    assert (
+        policy.get_cfn_attribute("PolicyArn") == policy.arn == "arn:aws:iam::123456789012:policy/agent-policy"
+    )
     assert policy.get_cfn_attribute("PolicyId") == policy.id
     with pytest.raises(UnformattedGetAttTemplateException):
         policy.get_cfn_attribute("Nothing")
@@ -237,19 +282,27 @@ def test_an_update_expression_is_parsed_once_and_a_bad_one_is_refused_each_time(
     text = "SET #status = :running, lease_expires_at = :lease REMOVE exit_code"
     tree = UpdateExpressionParser.make(text)
     assert UpdateExpressionParser.make(text) is tree
-    assert {c.get_value_name() for c in tree.find_clauses([_attribute_value_class()])} == {":running", ":lease"}
+    assert {c.get_value_name() for c in tree.find_clauses([_attribute_value_class()])} == {
+        ":running",
+        ":lease",
+    }
     for _ in range(2):
         with pytest.raises(InvalidUpdateExpression):
             UpdateExpressionParser.make("SET = :nothing")
 
 
-def test_an_update_expressions_form_is_checked_until_it_passes_once_and_the_item_is_still_checked_every_time() -> None:
+def test_an_update_expressions_form_is_checked_until_it_passes_once_and_the_item_is_still_checked_every_time() -> (
+    None
+):
     from moto.dynamodb.exceptions import DuplicateUpdateExpression, MockValidationException
     from moto.dynamodb.models.dynamo_type import DynamoType, Item
     from moto.dynamodb.parsing import validators
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    from relevo_local.moto.dynamodb import check_each_update_expressions_form_once, parse_each_update_expression_once
+    from relevo_local.moto.dynamodb import (
+        check_each_update_expressions_form_once,
+        parse_each_update_expression_once,
+    )
 
     parse_each_update_expression_once()
     check_each_update_expressions_form_once()
@@ -262,7 +315,9 @@ def test_an_update_expressions_form_is_checked_until_it_passes_once_and_the_item
 
     def validator(text: str, values: dict, names: dict | None = None) -> validators.UpdateExpressionValidator:
         item = Item(DynamoType({"S": "k"}), None, attrs={"pk": {"S": "k"}, "n": {"N": "1"}})
-        return validators.UpdateExpressionValidator(UpdateExpressionParser.make(text), names or {}, values, item, Table())
+        return validators.UpdateExpressionValidator(
+            UpdateExpressionParser.make(text), names or {}, values, item, Table()
+        )
 
     form_checks = (validators.ActionCountValidator, validators.OverlappingPathsValidator)
     twice = "SET #a = :x, #a = :y"
@@ -278,13 +333,17 @@ def test_an_update_expressions_form_is_checked_until_it_passes_once_and_the_item
     assert not any(isinstance(p, form_checks) for p in again.processors)
     again.validate()
     # Other names: a form of its own, checked again.
-    assert any(isinstance(p, form_checks) for p in validator(text, {":x": {"S": "1"}}, {"#a": "b"}).processors)
+    assert any(
+        isinstance(p, form_checks) for p in validator(text, {":x": {"S": "1"}}, {"#a": "b"}).processors
+    )
     # The item and the values are still checked on every use of a remembered form.
     with pytest.raises(MockValidationException):
         validator(text, {}, {"#a": "a"}).validate()  # :x not given
 
 
-def test_an_update_expression_validates_and_applies_as_moto_walks_it_with_each_passes_node_types_found_once() -> None:
+def test_an_update_expression_validates_and_applies_as_moto_walks_it_with_each_passes_node_types_found_once() -> (
+    None
+):
     """traverse_expression_trees_by_node_type against moto's own walk (each pass's processing map
     built and isinstance asked at every node): the same items after each expression (SET with
     arithmetic, if_not_exists, list_append, nested paths, REMOVE, ADD, DELETE) and the same error
@@ -324,8 +383,13 @@ def test_an_update_expression_validates_and_applies_as_moto_walks_it_with_each_p
         attr = [{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}]
 
     values = {
-        ":one": {"N": "1"}, ":s": {"S": "x"}, ":empty": {"S": ""}, ":list": {"L": [{"S": "a"}]}, ":set": {"SS": ["b"]},
-        ":map": {"M": {"k": {"N": "3"}}}, ":zero": {"N": "0"},
+        ":one": {"N": "1"},
+        ":s": {"S": "x"},
+        ":empty": {"S": ""},
+        ":list": {"L": [{"S": "a"}]},
+        ":set": {"SS": ["b"]},
+        ":map": {"M": {"k": {"N": "3"}}},
+        ":zero": {"N": "0"},
     }
     names = {"#status": "status", "#n": "count"}
     expressions = [
@@ -350,12 +414,24 @@ def test_an_update_expression_validates_and_applies_as_moto_walks_it_with_each_p
         # pinned in its own test).
         validators.deepcopy = own_copy if walk is patched else copy.deepcopy
         try:
-            attrs = {"pk": {"S": "k"}, "sk": {"S": "r"}, "nums": {"N": "5"}, "strs": {"SS": ["a", "b"]},
-                     "m": {"M": {"k": {"N": "1"}}}, "lst": {"L": [{"S": "z"}]}, "gone": {"S": "g"}, "other": {"S": "o"}}
+            attrs = {
+                "pk": {"S": "k"},
+                "sk": {"S": "r"},
+                "nums": {"N": "5"},
+                "strs": {"SS": ["a", "b"]},
+                "m": {"M": {"k": {"N": "1"}}},
+                "lst": {"L": [{"S": "z"}]},
+                "gone": {"S": "g"},
+                "other": {"S": "o"},
+            }
             item = Item(DynamoType({"S": "k"}), DynamoType({"S": "r"}), attrs=attrs)
             used = {k: v for k, v in values.items() if k in text}
             tree = validators.UpdateExpressionValidator(
-                UpdateExpressionParser.make(text), {k: v for k, v in names.items() if k in text}, used, item, Table()
+                UpdateExpressionParser.make(text),
+                {k: v for k, v in names.items() if k in text},
+                used,
+                item,
+                Table(),
             ).validate()
             UpdateExpressionExecutor(tree, item, names).execute()
             return item.to_json()
@@ -406,7 +482,10 @@ def test_an_expression_tree_is_copied_as_deepcopy_copies_it_node_by_node() -> No
         if isinstance(node, ast_nodes.Node):
             assert id(node) not in seen
             seen.add(id(node))
-            fields = {name: (shape(value, seen) if name != "parent" else type(value).__name__) for name, value in vars(node).items()}
+            fields = {
+                name: (shape(value, seen) if name != "parent" else type(value).__name__)
+                for name, value in vars(node).items()
+            }
             for child in node.children or []:
                 if isinstance(child, ast_nodes.Node) and child.parent is not None:
                     assert child.parent is node
@@ -465,13 +544,28 @@ def test_a_tables_query_reads_its_partition_only_and_answers_as_moto_does() -> N
 
     def table(name: str, hash_type: str) -> Table:
         return backend.create_table(
-            name, schema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            throughput=None, attr=[{"AttributeName": "pk", "AttributeType": hash_type}, {"AttributeName": "sk", "AttributeType": "S"},
-                                   {"AttributeName": "g", "AttributeType": "S"}],
-            global_indexes=[{"IndexName": "by-g", "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
-                             "Projection": {"ProjectionType": "ALL"}}],
-            indexes=None, streams=None, billing_mode="PAY_PER_REQUEST", sse_specification=None, tags=[],
-            deletion_protection_enabled=None, warm_throughput=None,
+            name,
+            schema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            throughput=None,
+            attr=[
+                {"AttributeName": "pk", "AttributeType": hash_type},
+                {"AttributeName": "sk", "AttributeType": "S"},
+                {"AttributeName": "g", "AttributeType": "S"},
+            ],
+            global_indexes=[
+                {
+                    "IndexName": "by-g",
+                    "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+            indexes=None,
+            streams=None,
+            billing_mode="PAY_PER_REQUEST",
+            sse_specification=None,
+            tags=[],
+            deletion_protection_enabled=None,
+            warm_throughput=None,
         )
 
     strings, numbers = table("strings", "S"), table("numbers", "N")
@@ -480,13 +574,21 @@ def test_a_tables_query_reads_its_partition_only_and_answers_as_moto_does() -> N
             attrs = {"sk": {"S": f"{r:02d}"}, "g": {"S": f"g{(p + r) % 3}"}, "n": {"N": str(r)}}
             strings.put_item({"pk": {"S": f"JOB#{p:03d}"}, **attrs})
             numbers.put_item({"pk": {"N": str(p)}, **attrs})
-    numbers.put_item({"pk": {"N": "7.0"}, "sk": {"S": "99"}, "g": {"S": "g0"}})  # the partition of 7, written 7.0
+    numbers.put_item(
+        {"pk": {"N": "7.0"}, "sk": {"S": "99"}, "g": {"S": "g0"}}
+    )  # the partition of 7, written 7.0
 
     moto_listing = Table._relevo_original_all_items
 
     def answered(target: Table, hash_value: dict, **options: object) -> object:
-        arguments = dict(range_comparison=None, range_objs=[], limit=None, exclusive_start_key=None,
-                         scan_index_forward=True, projection_expressions=None)
+        arguments = dict(
+            range_comparison=None,
+            range_objs=[],
+            limit=None,
+            exclusive_start_key=None,
+            scan_index_forward=True,
+            projection_expressions=None,
+        )
         arguments.update(options)
         items, scanned, last = target.query(DynamoType(hash_value) if hash_value else None, **arguments)
         return [item.to_json() for item in items], scanned, last
@@ -503,8 +605,16 @@ def test_a_tables_query_reads_its_partition_only_and_answers_as_moto_does() -> N
 
     cases = [
         (strings, {"S": "JOB#007"}, {}),
-        (strings, {"S": "JOB#007"}, {"range_comparison": "BETWEEN", "range_objs": [DynamoType({"S": "01"}), DynamoType({"S": "04"})]}),
-        (strings, {"S": "JOB#007"}, {"limit": 2, "exclusive_start_key": {"pk": {"S": "JOB#007"}, "sk": {"S": "01"}}}),
+        (
+            strings,
+            {"S": "JOB#007"},
+            {"range_comparison": "BETWEEN", "range_objs": [DynamoType({"S": "01"}), DynamoType({"S": "04"})]},
+        ),
+        (
+            strings,
+            {"S": "JOB#007"},
+            {"limit": 2, "exclusive_start_key": {"pk": {"S": "JOB#007"}, "sk": {"S": "01"}}},
+        ),
         (strings, {"S": "JOB#007"}, {"scan_index_forward": False, "limit": 3}),
         (strings, {"S": "JOB#007"}, {"projection_expressions": [["n"]]}),
         (strings, {"S": "JOB#999"}, {}),
@@ -528,8 +638,15 @@ def test_a_tables_query_reads_its_partition_only_and_answers_as_moto_does() -> N
     try:
         answered(strings, {"S": "JOB#007"})
         answered(strings, {"S": "g1"}, index_name="by-g")
-        strings.scan(filters={}, limit=None, exclusive_start_key=None, filter_expression=None, index_name=None, consistent_read=False,
-                     projection_expression=None)
+        strings.scan(
+            filters={},
+            limit=None,
+            exclusive_start_key=None,
+            filter_expression=None,
+            index_name=None,
+            consistent_read=False,
+            projection_expression=None,
+        )
     finally:
         Table.all_items = patched_all_items
     assert seen[0] == 6 and seen[1] == 240 and seen[2] == 240, seen
@@ -541,7 +658,9 @@ def _attribute_value_class() -> type:
     return ExpressionAttributeValue
 
 
-def test_an_answer_of_plain_dicts_serializes_byte_for_byte_as_moto_would_with_each_members_keys_found_once() -> None:
+def test_an_answer_of_plain_dicts_serializes_byte_for_byte_as_moto_would_with_each_members_keys_found_once() -> (
+    None
+):
     """The memo of pick_members_of_plain_answers_once against moto's own walk, on a Query answer
     holding every AttributeValue type, nested maps and lists, and a DescribeTable answer."""
     from datetime import datetime, timezone
@@ -553,14 +672,37 @@ def test_an_answer_of_plain_dicts_serializes_byte_for_byte_as_moto_would_with_ea
 
     pick_members_of_plain_answers_once()
     item = {
-        "pk": {"S": "JOB#j1"}, "n": {"N": "12.5"}, "b": {"B": "AAEC"}, "ss": {"SS": ["a", "b"]}, "ns": {"NS": ["1", "2"]},
-        "bs": {"BS": ["AAE="]}, "null": {"NULL": True}, "flag": {"BOOL": False},
-        "m": {"M": {"inner": {"L": [{"S": "x"}, {"M": {"deep": {"N": "3"}}}]}, "dict_like": {"S": "key starts with dict"}}},
+        "pk": {"S": "JOB#j1"},
+        "n": {"N": "12.5"},
+        "b": {"B": "AAEC"},
+        "ss": {"SS": ["a", "b"]},
+        "ns": {"NS": ["1", "2"]},
+        "bs": {"BS": ["AAE="]},
+        "null": {"NULL": True},
+        "flag": {"BOOL": False},
+        "m": {
+            "M": {
+                "inner": {"L": [{"S": "x"}, {"M": {"deep": {"N": "3"}}}]},
+                "dict_like": {"S": "key starts with dict"},
+            }
+        },
     }
     answers = {
-        "Query": {"Items": [item, item], "Count": 2, "ScannedCount": 2, "LastEvaluatedKey": {"pk": {"S": "JOB#j1"}}},
-        "DescribeTable": {"Table": {"TableName": "t", "TableStatus": "ACTIVE", "CreationDateTime": datetime(2026, 12, 3, tzinfo=timezone.utc),
-                                    "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}], "ItemCount": 3}},
+        "Query": {
+            "Items": [item, item],
+            "Count": 2,
+            "ScannedCount": 2,
+            "LastEvaluatedKey": {"pk": {"S": "JOB#j1"}},
+        },
+        "DescribeTable": {
+            "Table": {
+                "TableName": "t",
+                "TableStatus": "ACTIVE",
+                "CreationDateTime": datetime(2026, 12, 3, tzinfo=UTC),
+                "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+                "ItemCount": 3,
+            }
+        },
     }
     service = get_service_model("dynamodb")
     picker = serialize.XFormedAttributePicker
@@ -592,9 +734,14 @@ def _attribute_value(draw: random.Random, depth: int = 0) -> dict[str, Any]:
     kinds = ["S", "N", "B", "SS", "NS", "BS", "NULL", "BOOL"] + (["M", "L"] if depth < 3 else [])
     kind = draw.choice(kinds)
     values: dict[str, Any] = {
-        "S": lambda: draw.choice(["", "x", "ünïcödé", "a" * 64]), "N": lambda: draw.choice(["1", "-2.5", "1E+10"]),
-        "B": lambda: draw.choice([b"\x00\x01", b"", "AAEC"]), "SS": lambda: ["a", "b"], "NS": lambda: ["1", "2"],
-        "BS": lambda: [b"\x01", "AAE="], "NULL": lambda: True, "BOOL": lambda: draw.choice([True, False]),
+        "S": lambda: draw.choice(["", "x", "ünïcödé", "a" * 64]),
+        "N": lambda: draw.choice(["1", "-2.5", "1E+10"]),
+        "B": lambda: draw.choice([b"\x00\x01", b"", "AAEC"]),
+        "SS": lambda: ["a", "b"],
+        "NS": lambda: ["1", "2"],
+        "BS": lambda: [b"\x01", "AAE="],
+        "NULL": lambda: True,
+        "BOOL": lambda: draw.choice([True, False]),
         "M": lambda: {f"k{i}": _attribute_value(draw, depth + 1) for i in range(draw.randint(0, 4))},
         "L": lambda: [_attribute_value(draw, depth + 1) for _ in range(draw.randint(0, 4))],
     }
@@ -609,7 +756,10 @@ def test_attribute_values_serialize_byte_for_byte_as_moto_walks_them_without_the
     from moto.core import serialize
     from moto.core.utils import get_service_model
 
-    from relevo_local.moto.server import pick_members_of_plain_answers_once, serialize_attribute_values_directly
+    from relevo_local.moto.server import (
+        pick_members_of_plain_answers_once,
+        serialize_attribute_values_directly,
+    )
 
     pick_members_of_plain_answers_once()
     serialize_attribute_values_directly()
@@ -623,7 +773,8 @@ def test_attribute_values_serialize_byte_for_byte_as_moto_walks_them_without_the
 
     def body(operation: str, answer: dict[str, Any]) -> str:
         serializer = serialize.get_serializer_class("dynamodb", "json")(
-            operation_model=service.operation_model(operation), value_picker=serialize.XFormedAttributePicker()
+            operation_model=service.operation_model(operation),
+            value_picker=serialize.XFormedAttributePicker(),
         )
         return serializer.serialize(answer)["body"]
 
@@ -637,13 +788,22 @@ def test_attribute_values_serialize_byte_for_byte_as_moto_walks_them_without_the
 
     for _ in range(200):
         answers = {
-            "Query": {"Items": [item(), item()], "Count": 2, "ScannedCount": 2, "LastEvaluatedKey": item(),
-                      "ConsumedCapacity": {"TableName": "t", "CapacityUnits": 1.5, "Table": {"CapacityUnits": 1.5}}},
+            "Query": {
+                "Items": [item(), item()],
+                "Count": 2,
+                "ScannedCount": 2,
+                "LastEvaluatedKey": item(),
+                "ConsumedCapacity": {"TableName": "t", "CapacityUnits": 1.5, "Table": {"CapacityUnits": 1.5}},
+            },
             "GetItem": {"Item": item()},
             "UpdateItem": {"Attributes": item()},
             "TransactGetItems": {"Responses": [{"Item": item()}, {}]},
             "BatchGetItem": {"Responses": {"t": [item(), item()]}, "UnprocessedKeys": {}},
-            "TransactWriteItems": {"ItemCollectionMetrics": {"t": [{"ItemCollectionKey": item(), "SizeEstimateRangeGB": [0.0, 1.0]}]}},
+            "TransactWriteItems": {
+                "ItemCollectionMetrics": {
+                    "t": [{"ItemCollectionKey": item(), "SizeEstimateRangeGB": [0.0, 1.0]}]
+                }
+            },
         }
         for operation, answer in answers.items():
             assert body(operation, answer) == walked(operation, answer), operation
@@ -670,7 +830,10 @@ def test_a_heartbeat_before_the_tasks_wait_is_taken_as_on_aws() -> None:
     """moto 5.2.5 answered InvalidToken to a heartbeat sent after AwaitResult wrote the run token
     but before its wait began (seen in the suite under load: agent_runs failed at its first
     SendTaskHeartbeat). The token is live from the task's start on AWS."""
-    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackOutcomeSuccess, CallbackPoolManager
+    from moto.stepfunctions.parser.asl.eval.callback.callback import (
+        CallbackOutcomeSuccess,
+        CallbackPoolManager,
+    )
 
     from relevo_local.moto import stepfunctions
 
@@ -690,14 +853,20 @@ def test_an_answer_before_the_tasks_wait_ends_the_wait_as_on_aws() -> None:
     heartbeat clock was set up: the wait heard no heartbeat, ended States.HeartbeatTimeout, and the
     stage was retried as a lost lease (seen in CI: the dead-letter test's execution stayed RUNNING
     at its second dispatch). On AWS the token takes the answer from the task's start."""
-    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackOutcomeFailure, CallbackPoolManager
+    from moto.stepfunctions.parser.asl.eval.callback.callback import (
+        CallbackOutcomeFailure,
+        CallbackPoolManager,
+    )
 
     from relevo_local.moto import stepfunctions
 
     stepfunctions.take_the_token_before_the_wait()
     pool = CallbackPoolManager(activity_store={})
     endpoint = pool.add("token-3")
-    assert pool.notify("token-3", CallbackOutcomeFailure(callback_id="token-3", error="Relevo.Fatal.ExitCode", cause="exit 1"))
+    assert pool.notify(
+        "token-3",
+        CallbackOutcomeFailure(callback_id="token-3", error="Relevo.Fatal.ExitCode", cause="exit 1"),
+    )
     heartbeats = endpoint.setup_heartbeat_endpoint(heartbeat_seconds=5)  # the wait begins after the answer
     assert heartbeats.clear_and_wait()  # woken at once (unpatched: 5 s, then False: a heartbeat timeout)
     assert endpoint.get_outcome().error == "Relevo.Fatal.ExitCode"
@@ -721,15 +890,20 @@ def test_an_answer_to_a_task_whose_wait_ended_is_refused_as_on_aws() -> None:
     endpoint = pool.add("token-2")
     endpoint.wait(timeout=0.01)  # the task's wait runs out with no answer
     endpoint.interrupt_all()  # what the interpreter does when a task's wait ends, whatever ended it
-    for answer in (lambda: pool.notify("token-2", CallbackOutcomeSuccess(callback_id="token-2", output="{}")),
-                   lambda: pool.heartbeat("token-2")):
+    for answer in (
+        lambda: pool.notify("token-2", CallbackOutcomeSuccess(callback_id="token-2", output="{}")),
+        lambda: pool.heartbeat("token-2"),
+    ):
         with pytest.raises(CallbackNotifyConsumerError):  # the provider answers TaskTimedOut
             answer()
     # which the server can now send (unpatched: TypeError, an HTTP 500)
     from moto.stepfunctions.parser.api import TaskTimedOut
 
     error = TaskTimedOut()
-    assert (error.error_type, error.code) == ("TaskTimedOut", 400) and "does not exist anymore" in error.message
+    assert (error.error_type, error.code) == (
+        "TaskTimedOut",
+        400,
+    ) and "does not exist anymore" in error.message
 
 
 def test_the_cause_of_a_task_failure_reaches_the_interpreter_as_on_aws() -> None:
@@ -744,7 +918,9 @@ def test_the_cause_of_a_task_failure_reaches_the_interpreter_as_on_aws() -> None
     told: dict[str, object] = {}
 
     class Backend:
-        def send_task_failure(self, task_token: str, error: str | None = None, cause: str | None = None) -> None:
+        def send_task_failure(
+            self, task_token: str, error: str | None = None, cause: str | None = None
+        ) -> None:
             told.update(token=task_token, error=error, cause=cause)
 
     class Endpoint(StepFunctionResponse):

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from relevo_tools import iam_lint
 from relevo_local.template import load_sam_template
+from relevo_tools import iam_lint
 
 ROOT = Path(__file__).resolve().parents[2]
 UNRESERVED_MINIMUM = 100  # Lambda's floor of unreserved concurrency per account and region
@@ -58,7 +58,9 @@ def _reservations(parameters: dict[str, str] | None = None) -> dict[str, Any]:
 
 def test_by_default_no_function_reserves_concurrency() -> None:
     reservations = _reservations()
-    assert set(reservations) == set(RESERVED_WHEN_ON), "a function was added or removed: give it a figure here"
+    assert set(reservations) == set(RESERVED_WHEN_ON), (
+        "a function was added or removed: give it a figure here"
+    )
     assert {name: figure for name, figure in reservations.items() if figure is not None} == {}
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -51,7 +52,9 @@ def adapter(responses: dict[str, tuple[int | None, str]]) -> Iterator[ApiAdapter
     served.server.server_close()
 
 
-def _render(adapter: ApiAdapter, response_type: str, status: int, message: str) -> tuple[int, dict[str, str], Any]:
+def _render(
+    adapter: ApiAdapter, response_type: str, status: int, message: str
+) -> tuple[int, dict[str, str], Any]:
     code, headers, body = adapter._gateway_response(response_type, status, message)
     return code, headers, body.decode()
 
@@ -59,7 +62,9 @@ def _render(adapter: ApiAdapter, response_type: str, status: int, message: str) 
 def test_the_adapter_substitutes_message_string_as_a_quoted_json_string() -> None:
     """The substitution itself, on a body written the way AWS's documentation writes it."""
     bare = {"DEFAULT_4XX": (None, '{"error": "X", "message": $context.error.messageString}')}
-    adapter = ApiAdapter([], lambda *_: None, lambda *_: Refusal("x"), "v1", "local", "123456789012", gateway_responses=bare)
+    adapter = ApiAdapter(
+        [], lambda *_: None, lambda *_: Refusal("x"), "v1", "local", "123456789012", gateway_responses=bare
+    )
     try:
         _, _, body = _render(adapter, "ACCESS_DENIED", 403, AWKWARD)
     finally:
@@ -68,8 +73,17 @@ def test_the_adapter_substitutes_message_string_as_a_quoted_json_string() -> Non
 
 
 @pytest.mark.parametrize(
-    "response_type", ["MISSING_AUTHENTICATION_TOKEN", "INVALID_SIGNATURE", "EXPIRED_TOKEN", "ACCESS_DENIED",
-                      "REQUEST_TOO_LARGE", "THROTTLED", "DEFAULT_4XX", "DEFAULT_5XX"]
+    "response_type",
+    [
+        "MISSING_AUTHENTICATION_TOKEN",
+        "INVALID_SIGNATURE",
+        "EXPIRED_TOKEN",
+        "ACCESS_DENIED",
+        "REQUEST_TOO_LARGE",
+        "THROTTLED",
+        "DEFAULT_4XX",
+        "DEFAULT_5XX",
+    ],
 )
 def test_every_gateway_response_of_the_template_renders_as_json(
     adapter: ApiAdapter, responses: dict[str, tuple[int | None, str]], response_type: str

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from relevo_tools.job_machine import asl, render
 from relevo_tools.job_machine.__main__ import main
@@ -32,7 +33,9 @@ def _transactions() -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
 
 
 def test_the_committed_definition_is_the_builders_output():
-    assert ASL.read_text() == render(), "statemachines/job.asl.json was edited by hand: run python -m relevo_tools.job_machine"
+    assert ASL.read_text() == render(), (
+        "statemachines/job.asl.json was edited by hand: run python -m relevo_tools.job_machine"
+    )
 
 
 def test_check_says_whether_a_file_differs(tmp_path, capsys):
@@ -55,22 +58,37 @@ def test_every_transaction_retries_a_conflict():
         items = [next(iter(item.values())) for item in state["Parameters"]["TransactItems"]]
         catch = [c for c in state.get("Catch", []) if asl.TRANSACTION_CANCELED in c["ErrorEquals"]]
         if not catch:
-            assert not any("ConditionExpression" in item for item in items), f"{name}: a refusable transaction without its Canceled choice"
-            assert any(asl.TRANSACTION_CANCELED in r["ErrorEquals"] for r in state.get("Retry", [])), f"{name}: a cancellation is not retried"
+            assert not any("ConditionExpression" in item for item in items), (
+                f"{name}: a refusable transaction without its Canceled choice"
+            )
+            assert any(asl.TRANSACTION_CANCELED in r["ErrorEquals"] for r in state.get("Retry", [])), (
+                f"{name}: a cancellation is not retried"
+            )
             continue
         assert catch[0]["Next"] == f"{name}Canceled", name
         canceled = scope[f"{name}Canceled"]
         first = canceled["Choices"][0]
-        assert first["Next"] == f"{name}ConflictBackoff" and {"Variable": "$.conflict.retries", "NumericLessThan": asl.CONFLICT_RETRIES} in first["And"]
-        assert {c["StringMatches"] for c in first["And"][0]["Or"]} == {f"*{reason}*" for reason in asl.CONFLICT_REASONS}
+        assert (
+            first["Next"] == f"{name}ConflictBackoff"
+            and {"Variable": "$.conflict.retries", "NumericLessThan": asl.CONFLICT_RETRIES} in first["And"]
+        )
+        assert {c["StringMatches"] for c in first["And"][0]["Or"]} == {
+            f"*{reason}*" for reason in asl.CONFLICT_REASONS
+        }
         assert scope[f"{name}ConflictBackoff"]["Next"] == f"{name}ConflictWait"
-        assert scope[f"{name}ConflictWait"] == {"Type": "Wait", "SecondsPath": "$.conflict.delay_sec", "Next": name}
+        assert scope[f"{name}ConflictWait"] == {
+            "Type": "Wait",
+            "SecondsPath": "$.conflict.delay_sec",
+            "Next": name,
+        }
 
 
 def test_only_the_transaction_helper_writes_a_transaction_or_its_retry():
     """No conflict-retry block (nor a TransactWriteItems task) is written by hand: asl.transaction is the one place."""
     spelled = re.compile(r"TransactionCanceled|ConflictBackoff|ConflictWait|transactWriteItems|TransactItems")
-    by_hand = {path.name: spelled.findall(path.read_text()) for path in BUILDER.glob("*.py") if path.name != "asl.py"}
+    by_hand = {
+        path.name: spelled.findall(path.read_text()) for path in BUILDER.glob("*.py") if path.name != "asl.py"
+    }
     assert not any(by_hand.values()), by_hand
 
 
@@ -78,4 +96,6 @@ def test_the_builder_spells_no_key_format():
     """Key formats come from relevo_core.store.keys: no `PREFIX#` literal in the builder."""
     literals = {path.name: re.findall(r"['\"][A-Z_]+#", path.read_text()) for path in BUILDER.glob("*.py")}
     assert not any(literals.values()), literals
-    assert "States.Format('JOB#{}', $.job_id)" in ASL.read_text()  # ...and still the same keys in the definition
+    assert (
+        "States.Format('JOB#{}', $.job_id)" in ASL.read_text()
+    )  # ...and still the same keys in the definition

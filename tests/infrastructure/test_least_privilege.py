@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from relevo_tools import iam_lint
+from relevo_core.fleet.job_credentials import LINEAGE_TAGS, NO_GRANT
 from relevo_local.iam_evaluation import PolicyDecision, Request, evaluate
 from relevo_local.template import load_sam_template
-from relevo_core.fleet.job_credentials import LINEAGE_TAGS, NO_GRANT
+from relevo_tools import iam_lint
 
 ROOT = Path(__file__).resolve().parents[2]
 X, Y, P, Q = "job_" + "x" * 26, "job_" + "y" * 26, "app-p", "app-q"
@@ -30,13 +30,28 @@ X, Y, P, Q = "job_" + "x" * 26, "job_" + "y" * 26, "app-p", "app-q"
 def rendered() -> tuple[dict[str, Any], iam_lint.Renderer, dict[str, dict[str, Any]]]:
     sam = load_sam_template(ROOT / "template.yaml")
     cfn, renderer = iam_lint.render(sam, ROOT)
-    documents = {d.holder: d.document for d in iam_lint.policy_documents(cfn, sam, renderer) if d.kind == "identity"}
+    documents = {
+        d.holder: d.document for d in iam_lint.policy_documents(cfn, sam, renderer) if d.kind == "identity"
+    }
     return cfn, renderer, documents
 
 
-def _tags(job: str = X, project: str = P, signing: str = NO_GRANT, git: str = NO_GRANT, lineage: tuple[str, ...] = (),
-          log: str | None = None) -> dict[str, str]:
-    tags = {"job": job, "project": project, "region": "eu-west", "signing": signing, "git": git, "log": log or job}
+def _tags(
+    job: str = X,
+    project: str = P,
+    signing: str = NO_GRANT,
+    git: str = NO_GRANT,
+    lineage: tuple[str, ...] = (),
+    log: str | None = None,
+) -> dict[str, str]:
+    tags = {
+        "job": job,
+        "project": project,
+        "region": "eu-west",
+        "signing": signing,
+        "git": git,
+        "log": log or job,
+    }
     for index, name in enumerate(LINEAGE_TAGS):
         tags[name] = lineage[index] if index < len(lineage) else NO_GRANT
     return {f"aws:PrincipalTag/{key}": value for key, value in tags.items()}
@@ -49,18 +64,24 @@ def _dynamodb(table_arn: str, action: str, pk: str, *attributes: str) -> Request
     return Request(f"dynamodb:{action}", table_arn, context=context)
 
 
-def _decide(documents: list[dict[str, Any]], request: Request, tags: dict[str, str] | None = None) -> PolicyDecision:
-    return evaluate(documents, Request(request.action, request.resource, context={**request.context, **(tags or {})}))
+def _decide(
+    documents: list[dict[str, Any]], request: Request, tags: dict[str, str] | None = None
+) -> PolicyDecision:
+    return evaluate(
+        documents, Request(request.action, request.resource, context={**request.context, **(tags or {})})
+    )
 
 
 def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
     table = renderer.get_att("Table", "Arn")
     bucket = renderer.get_att("ArtifactBucket", "Arn")
-    secret = f"arn:aws:secretsmanager:us-east-1:123456789012:secret:relevo/relevo"
+    secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:relevo/relevo"
     return {
         # What X's own attempt does.
         "read X's envelope": _dynamodb(table, "GetItem", f"JOB#{X}"),
-        "write X's stage attempt": _dynamodb(table, "UpdateItem", f"STAGES#{X}", "status", "receipt", "outputs"),
+        "write X's stage attempt": _dynamodb(
+            table, "UpdateItem", f"STAGES#{X}", "status", "receipt", "outputs"
+        ),
         "write X's log": _dynamodb(table, "PutItem", f"LOGS#{X}", "data", "ttl"),
         "write X's artifact records": _dynamodb(table, "PutItem", f"ARTIFACTS#{X}", "sha256"),
         "put X's objects": Request("s3:PutObject", f"{bucket}/{P}/{X}/build/app.ipa"),
@@ -69,16 +90,22 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
         "put X's shard's objects": Request("s3:PutObject", f"{bucket}/{P}/{X}/test/shard-1/app.ipa"),
         # Listing under its own prefix: what S3 asks before it tells a missing key from a refusal
         # (Amazon S3 API Reference, GetObject, "Permissions").
-        "list X's prefix": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/{X}/.relevo-handoff/packs/{'0' * 64}"}),
+        "list X's prefix": Request(
+            "s3:ListBucket", bucket, context={"s3:prefix": f"{P}/{X}/.relevo-handoff/packs/{'0' * 64}"}
+        ),
         # What nobody's agent may do. A task token is a capability (issue 41): no job session reads
         # one (the job's token partition, with or without a projection) or answers any task.
         "answer a stage task": Request("states:SendTaskSuccess", "*"),
         "fail a stage task": Request("states:SendTaskFailure", "*"),
         "heartbeat a stage task": Request("states:SendTaskHeartbeat", "*"),
         "read X's task tokens": _dynamodb(table, "GetItem", f"TOKENS#{X}"),
-        "read X's approval token by its attributes": _dynamodb(table, "GetItem", f"TOKENS#{X}", "token", "stage"),
+        "read X's approval token by its attributes": _dynamodb(
+            table, "GetItem", f"TOKENS#{X}", "token", "stage"
+        ),
         "query X's task tokens": _dynamodb(table, "Query", f"TOKENS#{X}"),
-        "query X's run tokens by their attributes": _dynamodb(table, "Query", f"TOKENS#{X}", "token", "agent_id", "attempt"),
+        "query X's run tokens by their attributes": _dynamodb(
+            table, "Query", f"TOKENS#{X}", "token", "agent_id", "attempt"
+        ),
         "write X's task tokens": _dynamodb(table, "PutItem", f"TOKENS#{X}", "token"),
         "X's outcome": _dynamodb(table, "UpdateItem", f"JOB#{X}", "status"),
         "X's envelope": _dynamodb(table, "UpdateItem", f"JOB#{X}", "envelope"),
@@ -90,14 +117,22 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
         "Y's objects": Request("s3:PutObject", f"{bucket}/{Q}/{Y}/build/app.ipa"),
         "Y's handoff": Request("s3:GetObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"),
         "another job of P": Request("s3:PutObject", f"{bucket}/{P}/{Y}/build/app.ipa"),
-        "a shard's object of another job of P": Request("s3:PutObject", f"{bucket}/{P}/{Y}/test/shard-1/app.ipa"),
+        "a shard's object of another job of P": Request(
+            "s3:PutObject", f"{bucket}/{P}/{Y}/test/shard-1/app.ipa"
+        ),
         "list Y's prefix": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{Q}/{Y}/"}),
         "list another job of P": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/{Y}/"}),
         "list X's project": Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/"}),
         "list the bucket": Request("s3:ListBucket", bucket),
-        "Q's signing identity": Request("secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{Q}/dist.p12-AbCdEf"),
-        "P's signing identity": Request("secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{P}/dist.p12-AbCdEf"),
-        "Q's checkout credentials": Request("secretsmanager:GetSecretValue", f"{secret}/_git/{Q}/token-AbCdEf"),
+        "Q's signing identity": Request(
+            "secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{Q}/dist.p12-AbCdEf"
+        ),
+        "P's signing identity": Request(
+            "secretsmanager:GetSecretValue", f"{secret}/_signing/eu-west/{P}/dist.p12-AbCdEf"
+        ),
+        "Q's checkout credentials": Request(
+            "secretsmanager:GetSecretValue", f"{secret}/_git/{Q}/token-AbCdEf"
+        ),
         "a webhook secret": Request("secretsmanager:GetSecretValue", f"{secret}/{P}/github-AbCdEf"),
         "a project's definition": _dynamodb(table, "PutItem", f"PROJECT#{P}"),
         "a project lock": _dynamodb(table, "PutItem", f"LOCK#{P}"),
@@ -106,7 +141,12 @@ def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
 
 
 JOB_MAY = {
-    "read X's envelope", "write X's stage attempt", "write X's log", "write X's artifact records", "put X's objects", "put X's shard's objects",
+    "read X's envelope",
+    "write X's stage attempt",
+    "write X's log",
+    "write X's artifact records",
+    "put X's objects",
+    "put X's shard's objects",
     "list X's prefix",
 }
 
@@ -133,7 +173,8 @@ def test_the_job_role_holds_no_task_power_at_all(rendered):
     grant of them would reach every token a session could come by: the JobPolicy names none."""
     _, _, documents = rendered
     actions = [
-        action for statement in documents["JobPolicy"]["Statement"]
+        action
+        for statement in documents["JobPolicy"]["Statement"]
         for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
     ]
     assert not [action for action in actions if action.lower().startswith("states:")], actions
@@ -151,7 +192,10 @@ def test_only_the_state_machine_writes_task_tokens_and_only_the_answering_functi
     assert machine and any(_decide([document], put) is PolicyDecision.ALLOW for document in machine)
     assert _decide([documents["AgentSessionsPolicy"]], read) is PolicyDecision.ALLOW
     assert _decide([documents["AgentSessionsPolicy"]], put) is PolicyDecision.NO_MATCH
-    assert _decide([documents["AgentSessionsPolicy"]], Request("states:SendTaskHeartbeat", "*")) is PolicyDecision.ALLOW
+    assert (
+        _decide([documents["AgentSessionsPolicy"]], Request("states:SendTaskHeartbeat", "*"))
+        is PolicyDecision.ALLOW
+    )
     for agent_side in ("AgentPolicyeuwest", "JobPolicy"):
         assert _decide([documents[agent_side]], read, _tags()) is PolicyDecision.NO_MATCH, agent_side
         assert _decide([documents[agent_side]], put, _tags()) is PolicyDecision.NO_MATCH, agent_side
@@ -173,13 +217,29 @@ def test_the_agent_role_alone_touches_no_job_object_secret_or_task(rendered):
     assert _decide(agent, Request("execute-api:Invoke", f"{route}/eu-west/sessions")) is PolicyDecision.ALLOW
     # An attempt's answers go through its region's routes, which check the claim (no task token leaves the stack).
     for answer in ("accepts", "heartbeats", "outcomes"):
-        assert _decide(agent, Request("execute-api:Invoke", f"{route}/eu-west/{answer}")) is PolicyDecision.ALLOW, answer
-        assert _decide(agent, Request("execute-api:Invoke", f"{route}/us-east/{answer}")) is PolicyDecision.NO_MATCH, answer
+        assert (
+            _decide(agent, Request("execute-api:Invoke", f"{route}/eu-west/{answer}")) is PolicyDecision.ALLOW
+        ), answer
+        assert (
+            _decide(agent, Request("execute-api:Invoke", f"{route}/us-east/{answer}"))
+            is PolicyDecision.NO_MATCH
+        ), answer
     assert _decide(agent, Request("execute-api:Invoke", f"{route}/us-east/claims")) is PolicyDecision.NO_MATCH
-    assert _decide(agent, Request("execute-api:Invoke", f"arn:aws:execute-api:us-east-1:123456789012:{api}/v1/POST/jobs/{X}/approve")) is PolicyDecision.NO_MATCH
+    assert (
+        _decide(
+            agent,
+            Request(
+                "execute-api:Invoke",
+                f"arn:aws:execute-api:us-east-1:123456789012:{api}/v1/POST/jobs/{X}/approve",
+            ),
+        )
+        is PolicyDecision.NO_MATCH
+    )
 
 
-def test_a_signing_plans_session_reads_its_projects_identities_only_and_a_reruns_its_lineage_read_only(rendered):
+def test_a_signing_plans_session_reads_its_projects_identities_only_and_a_reruns_its_lineage_read_only(
+    rendered,
+):
     _, renderer, documents = rendered
     job = [documents["JobPolicy"]]
     cases = _cases(renderer)
@@ -187,17 +247,51 @@ def test_a_signing_plans_session_reads_its_projects_identities_only_and_a_reruns
     assert _decide(job, cases["Q's signing identity"], signing) is PolicyDecision.ALLOW
     assert _decide(job, cases["Q's checkout credentials"], signing) is PolicyDecision.ALLOW
     assert _decide(job, cases["P's signing identity"], signing) is PolicyDecision.NO_MATCH
-    other_region = Request("secretsmanager:GetSecretValue", cases["Q's signing identity"].resource.replace("/eu-west/", "/us-east/"))
+    other_region = Request(
+        "secretsmanager:GetSecretValue",
+        cases["Q's signing identity"].resource.replace("/eu-west/", "/us-east/"),
+    )
     assert _decide(job, other_region, signing) is PolicyDecision.NO_MATCH
     # A rerun of Y (job X standing on Y): Y's records and objects read, never written.
     table, bucket = renderer.get_att("Table", "Arn"), renderer.get_att("ArtifactBucket", "Arn")
     rerun = _tags(job=X, project=Q, lineage=(Y,))
     assert _decide(job, _dynamodb(table, "Query", f"STAGES#{Y}"), rerun) is PolicyDecision.ALLOW
-    assert _decide(job, Request("s3:GetObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"), rerun) is PolicyDecision.ALLOW
-    assert _decide(job, Request("s3:PutObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"), rerun) is PolicyDecision.NO_MATCH
-    assert _decide(job, _dynamodb(table, "UpdateItem", f"STAGES#{Y}", "status"), rerun) is PolicyDecision.NO_MATCH
-    assert _decide(job, Request("s3:ListBucket", bucket, context={"s3:prefix": f"{Q}/{Y}/.relevo-handoff/manifests/build.1.json"}), rerun) is PolicyDecision.ALLOW
-    assert _decide(job, Request("s3:ListBucket", bucket, context={"s3:prefix": f"{P}/{Y}/.relevo-handoff/manifests/build.1.json"}), rerun) is PolicyDecision.NO_MATCH
+    assert (
+        _decide(job, Request("s3:GetObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"), rerun)
+        is PolicyDecision.ALLOW
+    )
+    assert (
+        _decide(job, Request("s3:PutObject", f"{bucket}/{Q}/{Y}/.relevo-handoff/build/manifest.json"), rerun)
+        is PolicyDecision.NO_MATCH
+    )
+    assert (
+        _decide(job, _dynamodb(table, "UpdateItem", f"STAGES#{Y}", "status"), rerun)
+        is PolicyDecision.NO_MATCH
+    )
+    assert (
+        _decide(
+            job,
+            Request(
+                "s3:ListBucket",
+                bucket,
+                context={"s3:prefix": f"{Q}/{Y}/.relevo-handoff/manifests/build.1.json"},
+            ),
+            rerun,
+        )
+        is PolicyDecision.ALLOW
+    )
+    assert (
+        _decide(
+            job,
+            Request(
+                "s3:ListBucket",
+                bucket,
+                context={"s3:prefix": f"{P}/{Y}/.relevo-handoff/manifests/build.1.json"},
+            ),
+            rerun,
+        )
+        is PolicyDecision.NO_MATCH
+    )
 
 
 def test_only_the_claim_function_may_mint_a_job_session(rendered):
@@ -209,8 +303,12 @@ def test_only_the_claim_function_may_mint_a_job_session(rendered):
         assert evaluate([trust], Request(action, role, principal=minter)) is PolicyDecision.ALLOW
     agent_role = {"AWS": renderer.get_att("AgentRoleeuwest", "Arn")}
     assert evaluate([trust], Request("sts:AssumeRole", role, principal=agent_role)) is PolicyDecision.NO_MATCH
-    assert _decide([documents["AgentPolicyeuwest"]], Request("sts:AssumeRole", role)) is PolicyDecision.NO_MATCH
-    assert _decide([documents["AgentSessionsPolicy"]], Request("sts:TagSession", role)) is PolicyDecision.ALLOW
+    assert (
+        _decide([documents["AgentPolicyeuwest"]], Request("sts:AssumeRole", role)) is PolicyDecision.NO_MATCH
+    )
+    assert (
+        _decide([documents["AgentSessionsPolicy"]], Request("sts:TagSession", role)) is PolicyDecision.ALLOW
+    )
 
 
 def test_a_shards_session_writes_its_own_log_partition_and_no_siblings_or_other_jobs(rendered):
@@ -234,7 +332,15 @@ def test_a_shards_session_writes_its_own_log_partition_and_no_siblings_or_other_
     assert writes(log_pk(X, 1, 0), shard_session) is PolicyDecision.ALLOW
     assert _decide(job, _dynamodb(table, "Query", log_pk(X, 1, 0)), shard_session) is PolicyDecision.ALLOW
     # And nothing else's: a sibling shard's, another stage's shard, the job's own, another job's
-    for other in (log_pk(X, 1, 1), log_pk(X, 2, 0), log_pk(X), log_pk(Y, 1, 0), log_pk(Y), f"LOGS#{X}/01", f"LOGS#{X}/"):
+    for other in (
+        log_pk(X, 1, 1),
+        log_pk(X, 2, 0),
+        log_pk(X),
+        log_pk(Y, 1, 0),
+        log_pk(Y),
+        f"LOGS#{X}/01",
+        f"LOGS#{X}/",
+    ):
         assert writes(other, shard_session) is PolicyDecision.NO_MATCH, other
     # And a stage without shards writes the job's own log, and no shard's
     plain = _tags()
@@ -246,8 +352,14 @@ def _envelope(job_id: str):
     from relevo_core.models.project import Project
     from relevo_core.plan_limits import largest_envelope
 
-    project = Project.model_validate({"id": P, "repo": "acme/app", "region_affinity": "eu-west",
-                                      "stages": [{"name": "build", "run": "make"}, {"name": "test", "run": "make test", "parallel": 2}]})
+    project = Project.model_validate(
+        {
+            "id": P,
+            "repo": "acme/app",
+            "region_affinity": "eu-west",
+            "stages": [{"name": "build", "run": "make"}, {"name": "test", "run": "make test", "parallel": 2}],
+        }
+    )
     return largest_envelope(project).model_copy(update={"job_id": job_id})
 
 
@@ -257,7 +369,14 @@ def test_the_functions_that_say_why_a_job_waits_read_its_projects_lock_and_nothi
     _, renderer, documents = rendered
     table = renderer.get_att("Table", "Arn")
     for holder in ("JobsFunctionRole", "QueueFunctionRole", "JobOutputFunctionRole"):
-        assert _decide([documents[holder]], _dynamodb(table, "GetItem", f"LOCK#{P}")) is PolicyDecision.ALLOW, holder
+        assert (
+            _decide([documents[holder]], _dynamodb(table, "GetItem", f"LOCK#{P}")) is PolicyDecision.ALLOW
+        ), holder
         for action in ("UpdateItem", "PutItem", "DeleteItem"):
-            assert _decide([documents[holder]], _dynamodb(table, action, f"LOCK#{P}")) is PolicyDecision.NO_MATCH, (holder, action)
-    assert _decide([documents["JobPolicy"]], _dynamodb(table, "GetItem", f"LOCK#{P}"), _tags()) is PolicyDecision.NO_MATCH
+            assert (
+                _decide([documents[holder]], _dynamodb(table, action, f"LOCK#{P}")) is PolicyDecision.NO_MATCH
+            ), (holder, action)
+    assert (
+        _decide([documents["JobPolicy"]], _dynamodb(table, "GetItem", f"LOCK#{P}"), _tags())
+        is PolicyDecision.NO_MATCH
+    )

@@ -13,17 +13,26 @@ import pytest
 from relevo_core.observability import API_CORRELATION_PATH, lambda_entry, logger
 
 ROOT = Path(__file__).resolve().parents[2]
-API_HANDLERS = [p for p in sorted((ROOT / "functions").glob("*/handler.py")) if "APIGatewayRestResolver" in p.read_text()]
+API_HANDLERS = [
+    p for p in sorted((ROOT / "functions").glob("*/handler.py")) if "APIGatewayRestResolver" in p.read_text()
+]
 
 
 @pytest.mark.parametrize("handler", API_HANDLERS, ids=lambda p: p.parent.name)
 def test_api_functions_correlate_logs_by_job(handler: Path):
-    [entry] = [n for n in ast.parse(handler.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == "lambda_handler"]
+    [entry] = [
+        n
+        for n in ast.parse(handler.read_text()).body
+        if isinstance(n, ast.FunctionDef) and n.name == "lambda_handler"
+    ]
     [decorator] = entry.decorator_list
     # The default path, or the API path named; never another one.
     assert isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "lambda_entry"
     named = {k.arg: ast.unparse(k.value) for k in decorator.keywords}
-    assert not decorator.args and named.get("correlation_id_path", "API_CORRELATION_PATH") == "API_CORRELATION_PATH"
+    assert (
+        not decorator.args
+        and named.get("correlation_id_path", "API_CORRELATION_PATH") == "API_CORRELATION_PATH"
+    )
 
 
 @dataclass

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from relevo_tools import iam_lint
 from relevo_local.iam_evaluation import PolicyDecision, Request, UnsupportedPolicy, evaluate
 from relevo_local.template import load_sam_template
+from relevo_tools import iam_lint
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCOUNT, REGION = iam_lint.ACCOUNT, iam_lint.REGION
@@ -50,7 +50,11 @@ class Stack:
         self.resources = {k: v for k, v in self.cfn["Resources"].items() if self.renderer.exists(k)}
 
     def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
-        return {k: self.renderer.value(v.get("Properties", {})) for k, v in self.resources.items() if v["Type"] == kind}
+        return {
+            k: self.renderer.value(v.get("Properties", {}))
+            for k, v in self.resources.items()
+            if v["Type"] == kind
+        }
 
     def role_policies(self, role: str) -> tuple[dict[str, Any], ...]:
         props = self.of_type("AWS::IAM::Role")[role]
@@ -63,14 +67,26 @@ class Stack:
                 for arn in props.get(field, []):
                     if ":sns:" in arn:
                         source = self.renderer.get_att(name, "Arn")
-                        found.append(Publisher(f"{name} {field}", arn, {"Service": "cloudwatch.amazonaws.com"},
-                                               {"aws:SourceArn": source, "aws:SourceAccount": ACCOUNT}))
+                        found.append(
+                            Publisher(
+                                f"{name} {field}",
+                                arn,
+                                {"Service": "cloudwatch.amazonaws.com"},
+                                {"aws:SourceArn": source, "aws:SourceAccount": ACCOUNT},
+                            )
+                        )
         for name, props in self.of_type("AWS::Events::Rule").items():
             for target in props.get("Targets", []):
                 if ":sns:" in target["Arn"]:
                     source = self.renderer.get_att(name, "Arn")
-                    found.append(Publisher(f"{name} target", target["Arn"], {"Service": "events.amazonaws.com"},
-                                           {"aws:SourceArn": source, "aws:SourceAccount": ACCOUNT}))
+                    found.append(
+                        Publisher(
+                            f"{name} target",
+                            target["Arn"],
+                            {"Service": "events.amazonaws.com"},
+                            {"aws:SourceArn": source, "aws:SourceAccount": ACCOUNT},
+                        )
+                    )
         roles = {self.renderer.get_att(r, "Arn"): r for r in self.of_type("AWS::IAM::Role")}
         functions = self.of_type("AWS::Lambda::Function")
         for name, props in self.of_type("AWS::Lambda::EventSourceMapping").items():
@@ -78,13 +94,22 @@ class Stack:
             if ":sns:" in destination:
                 # Lambda sends to a destination with the function's execution role (AWS Lambda
                 # Developer Guide, "Capturing discarded batches for an event source mapping").
-                function = next(f for f in functions if props["FunctionName"] in (self.renderer.ref(f), self.renderer.get_att(f, "Arn")))
+                function = next(
+                    f
+                    for f in functions
+                    if props["FunctionName"] in (self.renderer.ref(f), self.renderer.get_att(f, "Arn"))
+                )
                 role_arn = functions[function]["Role"]
-                found.append(self._role_publisher(f"{name} OnFailure", destination, role_arn, roles[role_arn]))
+                found.append(
+                    self._role_publisher(f"{name} OnFailure", destination, role_arn, roles[role_arn])
+                )
         # Every role that may publish to a topic of the template (the sweeper, the state machine).
         for topic_arn in (self.renderer.ref(t) for t in self.of_type("AWS::SNS::Topic")):
             for role_arn, role in roles.items():
-                if evaluate(list(self.role_policies(role)), Request("sns:Publish", topic_arn)) is PolicyDecision.ALLOW:
+                if (
+                    evaluate(list(self.role_policies(role)), Request("sns:Publish", topic_arn))
+                    is PolicyDecision.ALLOW
+                ):
                     found.append(self._role_publisher(f"{role} sns:Publish", topic_arn, role_arn, role))
         return found
 
@@ -97,7 +122,11 @@ class Stack:
         return next(t for t in self.of_type("AWS::SNS::Topic") if self.renderer.ref(t) == topic_arn)
 
     def topic_policies(self, topic_arn: str) -> list[dict[str, Any]]:
-        return [p["PolicyDocument"] for p in self.of_type("AWS::SNS::TopicPolicy").values() if topic_arn in p["Topics"]]
+        return [
+            p["PolicyDocument"]
+            for p in self.of_type("AWS::SNS::TopicPolicy").values()
+            if topic_arn in p["Topics"]
+        ]
 
     def key_policy(self, key_reference: str) -> tuple[str, dict[str, Any]] | None:
         """The key a KmsMasterKeyId names (id, ARN or alias of a key of the template)."""
@@ -125,7 +154,9 @@ def refusals(stack: Stack, publisher: Publisher) -> list[str]:
         return problems
     if str(key_reference).startswith("alias/aws/"):
         if "Service" in publisher.principal:
-            problems.append(f"{key_reference} is an AWS managed key: its key policy cannot let {publisher.principal['Service']} use it")
+            problems.append(
+                f"{key_reference} is an AWS managed key: its key policy cannot let {publisher.principal['Service']} use it"
+            )
         return problems
     key = stack.key_policy(str(key_reference))
     if key is None:
@@ -134,9 +165,19 @@ def refusals(stack: Stack, publisher: Publisher) -> list[str]:
     for action in KMS_ACTIONS:
         direct = evaluate([key_policy], Request(action, key_arn, publisher.principal, publisher.context))
         # A key policy that allows the account root delegates to the principal's IAM policies.
-        delegated = publisher.identity and evaluate([key_policy], Request(action, key_arn, {"AWS": ROOT_PRINCIPAL}, publisher.context)) is PolicyDecision.ALLOW
-        identity = evaluate(list(publisher.identity), Request(action, key_arn, None, publisher.context)) if publisher.identity else PolicyDecision.NO_MATCH
-        if PolicyDecision.DENY in (direct, identity) or not (direct is PolicyDecision.ALLOW or (delegated and identity is PolicyDecision.ALLOW)):
+        delegated = (
+            publisher.identity
+            and evaluate([key_policy], Request(action, key_arn, {"AWS": ROOT_PRINCIPAL}, publisher.context))
+            is PolicyDecision.ALLOW
+        )
+        identity = (
+            evaluate(list(publisher.identity), Request(action, key_arn, None, publisher.context))
+            if publisher.identity
+            else PolicyDecision.NO_MATCH
+        )
+        if PolicyDecision.DENY in (direct, identity) or not (
+            direct is PolicyDecision.ALLOW or (delegated and identity is PolicyDecision.ALLOW)
+        ):
             problems.append(f"{action} on {key_arn} is not allowed to {publisher.principal}")
     return problems
 
@@ -153,7 +194,11 @@ def stack(sam: dict[str, Any]) -> Stack:
 
 def test_publishers_are_found(stack: Stack) -> None:
     who = {p.who for p in stack.publishers()}
-    assert {"JobDeadLetterAlarm AlarmActions", "WorkQueueAgeAlarmeuwest AlarmActions", "OnlineAgentsAlarmuseast OKActions"} <= who
+    assert {
+        "JobDeadLetterAlarm AlarmActions",
+        "WorkQueueAgeAlarmeuwest AlarmActions",
+        "OnlineAgentsAlarmuseast OKActions",
+    } <= who
     # The table stream's failure destinations are SQS queues (StatusDeadLetterQueue,
     # ArtifactQuotaDeadLetterQueue): none publishes to a topic since the metrics reader merged
     # into the status reporter. A mapping that sends to SNS again is found and checked below.
@@ -168,8 +213,14 @@ def test_every_alarm_action_and_failure_destination_can_publish(stack: Stack) ->
 
 def test_the_notification_key_rotates_and_the_account_administers_it(stack: Stack) -> None:
     topic = stack.of_type("AWS::SNS::Topic")["NotificationTopic"]
-    key_arn, policy = stack.key_policy(topic["KmsMasterKeyId"]) or pytest.fail("the topic's key is not a key of the template")
-    [key] = [props for name, props in stack.of_type("AWS::KMS::Key").items() if stack.renderer.get_att(name, "Arn") == key_arn]
+    key_arn, policy = stack.key_policy(topic["KmsMasterKeyId"]) or pytest.fail(
+        "the topic's key is not a key of the template"
+    )
+    [key] = [
+        props
+        for name, props in stack.of_type("AWS::KMS::Key").items()
+        if stack.renderer.get_att(name, "Arn") == key_arn
+    ]
     assert key["EnableKeyRotation"] is True
     for action in ("kms:PutKeyPolicy", "kms:ScheduleKeyDeletion", "kms:DescribeKey"):
         assert evaluate([policy], Request(action, key_arn, {"AWS": ROOT_PRINCIPAL})) is PolicyDecision.ALLOW
@@ -203,31 +254,79 @@ def test_a_key_policy_without_cloudwatch_is_refused(sam: dict[str, Any]) -> None
 
 def test_a_topic_policy_for_another_accounts_alarms_is_refused(stack: Stack) -> None:
     alarm = _alarm(stack)
-    foreign = Publisher(alarm.who, alarm.topic_arn, alarm.principal,
-                        {"aws:SourceArn": alarm.context["aws:SourceArn"].replace(ACCOUNT, "999999999999"), "aws:SourceAccount": "999999999999"})
+    foreign = Publisher(
+        alarm.who,
+        alarm.topic_arn,
+        alarm.principal,
+        {
+            "aws:SourceArn": alarm.context["aws:SourceArn"].replace(ACCOUNT, "999999999999"),
+            "aws:SourceAccount": "999999999999",
+        },
+    )
     assert any("topic policy" in why for why in refusals(stack, foreign))
 
 
 def test_a_role_without_kms_on_the_key_is_refused(stack: Stack) -> None:
     sweeper = next(p for p in stack.publishers() if p.who == "SweeperFunctionRole sns:Publish")
-    publish_only = ({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sns:Publish", "Resource": sweeper.topic_arn}]},)
+    publish_only = (
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "sns:Publish", "Resource": sweeper.topic_arn}],
+        },
+    )
     stripped = Publisher(sweeper.who, sweeper.topic_arn, sweeper.principal, sweeper.context, publish_only)
     assert any("kms:Decrypt" in why for why in refusals(stack, stripped))
 
 
 def test_the_evaluator_applies_denies_conditions_and_refuses_what_it_does_not_know() -> None:
-    allow = {"Effect": "Allow", "Principal": {"Service": "cloudwatch.amazonaws.com"}, "Action": "sns:Publish", "Resource": "*",
-             "Condition": {"ArnLike": {"aws:SourceArn": "arn:aws:cloudwatch:*:1:alarm:relevo-*"}}}
-    deny = {"Effect": "Deny", "Principal": "*", "Action": "sns:*", "Resource": "*", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
-    request = Request("SNS:Publish", "arn:aws:sns:us-east-1:1:t", {"Service": "cloudwatch.amazonaws.com"},
-                      {"aws:SourceArn": "arn:aws:cloudwatch:us-east-1:1:alarm:relevo-x", "aws:SecureTransport": "true"})
+    allow = {
+        "Effect": "Allow",
+        "Principal": {"Service": "cloudwatch.amazonaws.com"},
+        "Action": "sns:Publish",
+        "Resource": "*",
+        "Condition": {"ArnLike": {"aws:SourceArn": "arn:aws:cloudwatch:*:1:alarm:relevo-*"}},
+    }
+    deny = {
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "sns:*",
+        "Resource": "*",
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
+    request = Request(
+        "SNS:Publish",
+        "arn:aws:sns:us-east-1:1:t",
+        {"Service": "cloudwatch.amazonaws.com"},
+        {"aws:SourceArn": "arn:aws:cloudwatch:us-east-1:1:alarm:relevo-x", "aws:SecureTransport": "true"},
+    )
     assert evaluate([{"Statement": [allow, deny]}], request) is PolicyDecision.ALLOW
-    insecure = Request(request.action, request.resource, request.principal, {**request.context, "aws:SecureTransport": "false"})
+    insecure = Request(
+        request.action,
+        request.resource,
+        request.principal,
+        {**request.context, "aws:SecureTransport": "false"},
+    )
     assert evaluate([{"Statement": [allow, deny]}], insecure) is PolicyDecision.DENY
-    other_alarm = Request(request.action, request.resource, request.principal, {"aws:SourceArn": "arn:aws:cloudwatch:us-east-1:1:alarm:other"})
+    other_alarm = Request(
+        request.action,
+        request.resource,
+        request.principal,
+        {"aws:SourceArn": "arn:aws:cloudwatch:us-east-1:1:alarm:other"},
+    )
     assert evaluate([{"Statement": [allow]}], other_alarm) is PolicyDecision.NO_MATCH
     no_source = Request(request.action, request.resource, request.principal)
     assert evaluate([{"Statement": [allow]}], no_source) is PolicyDecision.NO_MATCH
-    assert evaluate([{"Statement": [{**allow, "Principal": {"AWS": "*"}}]}], request) is PolicyDecision.NO_MATCH
+    assert (
+        evaluate([{"Statement": [{**allow, "Principal": {"AWS": "*"}}]}], request) is PolicyDecision.NO_MATCH
+    )
     with pytest.raises(UnsupportedPolicy):
-        evaluate([{"Statement": [{**allow, "Condition": {"DateLessThan": {"aws:CurrentTime": "2030-01-01T00:00:00Z"}}}]}], request)
+        evaluate(
+            [
+                {
+                    "Statement": [
+                        {**allow, "Condition": {"DateLessThan": {"aws:CurrentTime": "2030-01-01T00:00:00Z"}}}
+                    ]
+                }
+            ],
+            request,
+        )

@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from relevo_local import template
 from relevo_cli.openapi import OUTPUT, generate
 from relevo_core.openapi import QUERY_MODELS, REQUEST_BODIES
+from relevo_local import template
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_published_document_is_what_the_resolvers_generate():
-    assert OUTPUT.read_text(encoding="utf-8") == generate(), "stale: run `.venv/bin/python -m relevo_cli.openapi`"
+    assert OUTPUT.read_text(encoding="utf-8") == generate(), (
+        "stale: run `.venv/bin/python -m relevo_cli.openapi`"
+    )
 
 
 def test_every_template_route_is_documented_and_nothing_else():
@@ -37,11 +39,21 @@ def test_every_refusal_is_documented_with_the_error_body():
 def test_a_jobs_answer_is_documented_with_each_attempts_transfer():
     """Issue 18: GET /jobs/{id} documents its answer, each stage's transfer progress included."""
     document = json.loads(OUTPUT.read_text(encoding="utf-8"))
-    answer = document["paths"]["/jobs/{job_id}"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    answer = document["paths"]["/jobs/{job_id}"]["get"]["responses"]["200"]["content"]["application/json"][
+        "schema"
+    ]
     assert answer == {"$ref": "#/components/schemas/JobView"}
     schemas = document["components"]["schemas"]
     stage = schemas["StageView"]["properties"]
     assert stage["transfers"]["items"] == {"$ref": "#/components/schemas/TransferProgress"}
     assert {"$ref": "#/components/schemas/TransferProgress"} in stage["transfer"]["anyOf"]
-    assert {"files_done", "files_total", "bytes_done", "bytes_total", "current_file", "updated_at", "state", "attempt"} <= set(
-        schemas["TransferProgress"]["properties"])
+    assert {
+        "files_done",
+        "files_total",
+        "bytes_done",
+        "bytes_total",
+        "current_file",
+        "updated_at",
+        "state",
+        "attempt",
+    } <= set(schemas["TransferProgress"]["properties"])

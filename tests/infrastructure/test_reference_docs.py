@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -34,7 +35,9 @@ def _properties(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_every_key_is_described(name: str):
-    undescribed = [key for key, prop in _properties(SCHEMAS[name]()) if not prop.get("description", "").strip()]
+    undescribed = [
+        key for key, prop in _properties(SCHEMAS[name]()) if not prop.get("description", "").strip()
+    ]
     assert undescribed == []
 
 
@@ -91,7 +94,9 @@ def test_relevo_project_schema_and_relevo_agent_schema_print_the_shipped_schemas
     agent = runner.invoke(agent_app, ["schema"])
 
     assert project.exit_code == 0 and agent.exit_code == 0
-    assert json.loads(project.output) == json.loads((ROOT / "schemas" / "project-file.schema.json").read_text())
+    assert json.loads(project.output) == json.loads(
+        (ROOT / "schemas" / "project-file.schema.json").read_text()
+    )
     assert json.loads(agent.output) == json.loads((ROOT / "schemas" / "agent-config.schema.json").read_text())
 
 

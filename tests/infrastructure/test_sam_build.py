@@ -35,7 +35,9 @@ def _python312() -> str | None:
         root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
         candidates += sorted(glob.glob(f"{root}/versions/3.12*/bin/python3.12"))
     for candidate in filter(None, candidates):
-        probe = subprocess.run([candidate, "-c", "import sys; sys.exit(sys.version_info[:2] != (3, 12))"], capture_output=True)
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; sys.exit(sys.version_info[:2] != (3, 12))"], capture_output=True
+        )
         if probe.returncode == 0:
             return candidate
     return None
@@ -44,15 +46,24 @@ def _python312() -> str | None:
 @pytest.fixture(scope="module")
 def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if _python312() is None:
-        pytest.skip("no Python 3.12 on this machine (neither python3.12 on PATH nor pyenv's 3.12): BuildMethod python3.12 cannot run")
+        pytest.skip(
+            "no Python 3.12 on this machine (neither python3.12 on PATH nor pyenv's 3.12): BuildMethod python3.12 cannot run"
+        )
     build_dir = tmp_path_factory.mktemp("sam") / "build"
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "MAKE"))}
     started = time.monotonic()
     result = subprocess.run(
-        ["make", "build", f"BUILD_DIR={build_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=850, env=environment
+        ["make", "build", f"BUILD_DIR={build_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=850,
+        env=environment,
     )
     print(f"make build took {time.monotonic() - started:.1f} s")
-    assert result.returncode == 0, f"make build exited {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, (
+        f"make build exited {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
+    )
     assert "Build Succeeded" in result.stdout + result.stderr
     return build_dir
 
@@ -85,7 +96,9 @@ def test_every_function_dir_holds_its_handler(build: Path) -> None:
     assert len(functions) >= 10
     for function in functions:
         module = function.handler.rsplit(".", 1)[0].replace(".", "/") + ".py"
-        assert (build / function.logical_id / module).is_file(), f"{function.logical_id}: no {module} in its built dir"
+        assert (build / function.logical_id / module).is_file(), (
+            f"{function.logical_id}: no {module} in its built dir"
+        )
 
 
 def test_the_built_template_still_carries_the_language_extensions(build: Path) -> None:

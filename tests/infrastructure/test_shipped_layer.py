@@ -30,7 +30,9 @@ def python() -> lambda_layer.LambdaPython:
 
 @pytest.fixture(scope="module")
 def built(python: lambda_layer.LambdaPython, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    layer = lambda_layer.build_layer(ROOT / "layers/core", python, tmp_path_factory.mktemp("build") / "CoreLayer")
+    layer = lambda_layer.build_layer(
+        ROOT / "layers/core", python, tmp_path_factory.mktemp("build") / "CoreLayer"
+    )
     return layer, lambda_layer.runtime_packages(python)
 
 
@@ -46,8 +48,12 @@ def _spec(name: str, code_dir: Path, handler: str, built: tuple[Path, Path], log
         # Lambda sets both region variables in every environment (Lambda Developer Guide, "Defined
         # runtime environment variables": AWS_REGION, AWS_DEFAULT_REGION); boto3 reads the second,
         # and a function that builds its clients at init (the claim route's) needs it there.
-        environment={"TABLE_NAME": "relevo-Table", "POWERTOOLS_SERVICE_NAME": "relevo", "AWS_REGION": "us-east-1",
-                     "AWS_DEFAULT_REGION": "us-east-1"},
+        environment={
+            "TABLE_NAME": "relevo-Table",
+            "POWERTOOLS_SERVICE_NAME": "relevo",
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        },
         timeout_sec=10,
         log_file=log,
     )
@@ -55,10 +61,15 @@ def _spec(name: str, code_dir: Path, handler: str, built: tuple[Path, Path], log
 
 @pytest.mark.parametrize("function", template.sam_functions(SAM, ROOT), ids=lambda fn: fn.logical_id)
 def test_each_function_starts_with_only_its_code_the_built_layer_and_the_runtime_boto3(
-    function: template.SamFunction, python: lambda_layer.LambdaPython, built: tuple[Path, Path], tmp_path: Path
+    function: template.SamFunction,
+    python: lambda_layer.LambdaPython,
+    built: tuple[Path, Path],
+    tmp_path: Path,
 ) -> None:
     log = tmp_path / "function.log"
-    runtime = FunctionRuntime(_spec(function.logical_id, function.code_dir, function.handler, built, log), python)
+    runtime = FunctionRuntime(
+        _spec(function.logical_id, function.code_dir, function.handler, built, log), python
+    )
     try:
         runtime.wait_ready()
         assert runtime.init_error is None, (
@@ -69,7 +80,7 @@ def test_each_function_starts_with_only_its_code_the_built_layer_and_the_runtime
         runtime.stop()
 
 
-PROBE = '''
+PROBE = """
 import sys, aws_xray_sdk, pydantic_core, relevo_core, boto3, botocore
 def lambda_handler(event, context):
     return {
@@ -79,7 +90,7 @@ def lambda_handler(event, context):
         "no_site": "site" not in sys.modules,
         "remaining_ms": context.get_remaining_time_in_millis(),
     }
-'''
+"""
 
 
 def test_a_function_sees_only_its_code_the_layer_the_runtime_and_the_standard_library(
@@ -89,7 +100,9 @@ def test_a_function_sees_only_its_code_the_layer_the_runtime_and_the_standard_li
     code.mkdir()
     (code / "handler.py").write_text(PROBE)
     layer, runtime_dir = built
-    runtime = FunctionRuntime(_spec("probe", code, "handler.lambda_handler", built, tmp_path / "probe.log"), python)
+    runtime = FunctionRuntime(
+        _spec("probe", code, "handler.lambda_handler", built, tmp_path / "probe.log"), python
+    )
     try:
         runtime.wait_ready()
         seen = runtime.invoke({})
@@ -97,7 +110,9 @@ def test_a_function_sees_only_its_code_the_layer_the_runtime_and_the_standard_li
         runtime.stop()
     stdlib = Path(python.executable).resolve().parents[1]
     for entry in seen["path"]:
-        assert entry in (str(code), str(layer), str(runtime_dir)) or Path(entry).resolve().is_relative_to(stdlib), entry
+        assert entry in (str(code), str(layer), str(runtime_dir)) or Path(entry).resolve().is_relative_to(
+            stdlib
+        ), entry
         assert "site-packages" not in entry or Path(entry).resolve().is_relative_to(stdlib), entry
     assert seen["no_site"]
     assert Path(seen["modules"]["aws_xray_sdk"]).is_relative_to(layer)
@@ -108,10 +123,14 @@ def test_a_function_sees_only_its_code_the_layer_the_runtime_and_the_standard_li
     assert 0 < seen["remaining_ms"] <= 10_000
 
 
-def test_the_runtime_python_is_the_lambda_runtime_version_where_this_machine_has_one(python: lambda_layer.LambdaPython) -> None:
+def test_the_runtime_python_is_the_lambda_runtime_version_where_this_machine_has_one(
+    python: lambda_layer.LambdaPython,
+) -> None:
     wanted = tuple(int(part) for part in RUNTIME.removeprefix("python").split("."))
     if not python.matches_runtime:
-        pytest.skip(f"no Python {RUNTIME.removeprefix('python')} on this machine (PATH or pyenv); the host's {python.tag} stands in")
+        pytest.skip(
+            f"no Python {RUNTIME.removeprefix('python')} on this machine (PATH or pyenv); the host's {python.tag} stands in"
+        )
     assert python.version == wanted
 
 
@@ -157,15 +176,25 @@ def _pins(lines: list[str]) -> dict[str, str]:
     return pins
 
 
-def test_the_layer_pins_every_package_it_installs_at_the_version_the_dev_lock_tests(built: tuple[Path, Path]) -> None:
+def test_the_layer_pins_every_package_it_installs_at_the_version_the_dev_lock_tests(
+    built: tuple[Path, Path],
+) -> None:
     requirements = lambda_layer.requirement_lines(ROOT / "layers/core/requirements.txt")
     assert all("==" in line for line in requirements), [line for line in requirements if "==" not in line]
     pinned = _pins(requirements)
-    locked = _pins([line for line in (ROOT / "requirements/dev.lock").read_text().splitlines() if "==" in line and not line.startswith(" ")])
+    locked = _pins(
+        [
+            line
+            for line in (ROOT / "requirements/dev.lock").read_text().splitlines()
+            if "==" in line and not line.startswith(" ")
+        ]
+    )
     assert {name: version for name, version in pinned.items() if locked.get(name) != version} == {}
     layer, _ = built
     installed = {
-        re.sub(r"-[^-]+\.dist-info$", "", path.name).lower().replace("_", "-"): re.search(r"-([^-]+)\.dist-info$", path.name).group(1)
+        re.sub(r"-[^-]+\.dist-info$", "", path.name).lower().replace("_", "-"): re.search(
+            r"-([^-]+)\.dist-info$", path.name
+        ).group(1)
         for path in layer.glob("*.dist-info")
     }
     # The closure pip resolved is exactly the pinned list: nothing arrives unpinned.

@@ -18,9 +18,10 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -29,10 +30,33 @@ from relevo_local.template import load_sam_template
 ROOT = Path(__file__).resolve().parents[2]
 RELEASED = Path(__file__).with_name("released_indexes.json")
 # Where Relevo's code queries the table (the emulator, local/relevo_local, and the tests are not Relevo's reads).
-CODE = [ROOT / "layers" / "core" / "relevo_core", ROOT / "functions", ROOT / "agent" / "relevo_agent", ROOT / "cli" / "relevo_cli"]
+CODE = [
+    ROOT / "layers" / "core" / "relevo_core",
+    ROOT / "functions",
+    ROOT / "agent" / "relevo_agent",
+    ROOT / "cli" / "relevo_cli",
+]
 # Keys of a DynamoDB response and of an attribute value: what code reads that is no attribute.
-RESPONSE_KEYS = {"Items", "Item", "LastEvaluatedKey", "Count", "ScannedCount", "ConsumedCapacity", "Attributes", "Responses",
-                 "S", "N", "B", "M", "L", "SS", "NS", "BS", "BOOL", "NULL"}
+RESPONSE_KEYS = {
+    "Items",
+    "Item",
+    "LastEvaluatedKey",
+    "Count",
+    "ScannedCount",
+    "ConsumedCapacity",
+    "Attributes",
+    "Responses",
+    "S",
+    "N",
+    "B",
+    "M",
+    "L",
+    "SS",
+    "NS",
+    "BS",
+    "BOOL",
+    "NULL",
+}
 
 
 @lru_cache(maxsize=1)
@@ -41,7 +65,11 @@ def _template() -> dict[str, Any]:
 
 
 def _tables(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: resource["Properties"] for name, resource in template["Resources"].items() if resource["Type"] == "AWS::DynamoDB::Table"}
+    return {
+        name: resource["Properties"]
+        for name, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::DynamoDB::Table"
+    }
 
 
 def _projected(table: dict[str, Any]) -> dict[str, set[str] | None]:
@@ -54,7 +82,11 @@ def _projected(table: dict[str, Any]) -> dict[str, set[str] | None]:
         if projection["ProjectionType"] == "ALL":
             found[index["IndexName"]] = None
         else:
-            found[index["IndexName"]] = keys | {k["AttributeName"] for k in index["KeySchema"]} | set(projection.get("NonKeyAttributes", []))
+            found[index["IndexName"]] = (
+                keys
+                | {k["AttributeName"] for k in index["KeySchema"]}
+                | set(projection.get("NonKeyAttributes", []))
+            )
     return found
 
 
@@ -62,7 +94,11 @@ def _index_names() -> dict[str, str]:
     """relevo_core.store.keys' constants that name an index: constant name -> index name."""
     from relevo_core.store import keys
 
-    return {name: value for name, value in vars(keys).items() if name.endswith("_INDEX") and isinstance(value, str)}
+    return {
+        name: value
+        for name, value in vars(keys).items()
+        if name.endswith("_INDEX") and isinstance(value, str)
+    }
 
 
 def _names_in(expression: str, aliases: dict[str, str]) -> set[str]:
@@ -82,8 +118,16 @@ def _literal(node: ast.AST | None, constants: dict[str, Any]) -> Any:
 
 
 class IndexQuery:
-    def __init__(self, where: str, index: str, projection: str | None, aliases: dict[str, str], reads: set[str]) -> None:
-        self.where, self.index, self.projection, self.aliases, self.reads = where, index, projection, aliases, reads
+    def __init__(
+        self, where: str, index: str, projection: str | None, aliases: dict[str, str], reads: set[str]
+    ) -> None:
+        self.where, self.index, self.projection, self.aliases, self.reads = (
+            where,
+            index,
+            projection,
+            aliases,
+            reads,
+        )
 
     @property
     def named(self) -> set[str] | None:
@@ -98,11 +142,21 @@ def _string_reads(nodes: list[ast.AST]) -> set[str]:
     found = set()
     for root in nodes:
         for node in ast.walk(root):
-            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.slice, ast.Constant)
+                and isinstance(node.slice.value, str)
+            ):
                 if isinstance(node.ctx, ast.Load):
                     found.add(node.slice.value)
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                  and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 found.add(node.args[0].value)
     return found - RESPONSE_KEYS
 
@@ -115,7 +169,9 @@ def _python_index_queries() -> Iterator[IndexQuery]:
             constants = dict(constants_of_keys)
             for node in tree.body:  # module-level string constants
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-                    constants.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
+                    constants.update(
+                        {t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)}
+                    )
             top = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
             for function in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
                 for request in _requests(function, constants):
@@ -124,8 +180,11 @@ def _python_index_queries() -> Iterator[IndexQuery]:
                     named = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} - {function.name}
                     helpers = [top[name] for name in named if name in top]
                     yield IndexQuery(
-                        f"{path.relative_to(ROOT)}:{function.name}", request["IndexName"], request.get("ProjectionExpression"),
-                        request.get("ExpressionAttributeNames") or {}, _string_reads([function, *helpers]) - _request_keys(function),
+                        f"{path.relative_to(ROOT)}:{function.name}",
+                        request["IndexName"],
+                        request.get("ProjectionExpression"),
+                        request.get("ExpressionAttributeNames") or {},
+                        _string_reads([function, *helpers]) - _request_keys(function),
                     )
 
 
@@ -135,8 +194,14 @@ def _requests(function: ast.FunctionDef, constants: dict[str, Any]) -> Iterator[
         fields: dict[str, Any] = {}
         if isinstance(node, ast.Call) and any(k.arg == "IndexName" for k in node.keywords):
             fields = {k.arg: _literal(k.value, constants) for k in node.keywords if k.arg}
-        elif isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "IndexName" for k in node.keys):
-            fields = {k.value: _literal(v, constants) for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)}
+        elif isinstance(node, ast.Dict) and any(
+            isinstance(k, ast.Constant) and k.value == "IndexName" for k in node.keys
+        ):
+            fields = {
+                k.value: _literal(v, constants)
+                for k, v in zip(node.keys, node.values)
+                if isinstance(k, ast.Constant)
+            }
         if fields.get("IndexName"):
             yield fields
 
@@ -145,7 +210,11 @@ def _request_keys(function: ast.FunctionDef) -> set[str]:
     """String subscripts the function sets or reads on its own request (kwargs["Limit"] = ...)."""
     found = set()
     for node in ast.walk(function):
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.ctx, ast.Store):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.ctx, ast.Store)
+        ):
             found.add(node.slice.value)
     return found | {"ExclusiveStartKey", "IndexName", "Limit"}
 
@@ -160,8 +229,13 @@ def _asl_index_queries() -> Iterator[IndexQuery]:
                 continue
             selected = json.dumps(state.get("ResultSelector") or {})
             reads = set(re.findall(r"\$\.Items(?:\[[^\]]*\])?\.(\w+)", selected)) - RESPONSE_KEYS
-            yield IndexQuery(f"{path.name}:{name}", parameters["IndexName"], parameters.get("ProjectionExpression"),
-                             parameters.get("ExpressionAttributeNames") or {}, reads)
+            yield IndexQuery(
+                f"{path.name}:{name}",
+                parameters["IndexName"],
+                parameters.get("ProjectionExpression"),
+                parameters.get("ExpressionAttributeNames") or {},
+                reads,
+            )
 
 
 def _states(states: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -182,7 +256,12 @@ def _index_queries() -> list[IndexQuery]:
 def test_every_index_the_code_queries_is_one_of_the_table():
     projected = _projected(_tables(_template())["Table"])
     queries = _index_queries()
-    assert {q.index for q in queries} >= {"HeldAttemptsIndex", "WaitOrderIndex", "StartPendingIndex", "FreezeCheckIndex"}, queries
+    assert {q.index for q in queries} >= {
+        "HeldAttemptsIndex",
+        "WaitOrderIndex",
+        "StartPendingIndex",
+        "FreezeCheckIndex",
+    }, queries
     assert [q for q in queries if q.index not in projected] == []
 
 
@@ -191,10 +270,18 @@ def test_every_attribute_read_from_an_index_query_is_projected_by_that_index(que
     projected = _projected(_tables(_template())["Table"])[query.index]
     if projected is None:
         return  # ProjectionType ALL: every attribute is there
-    assert query.reads <= projected, f"{query}: reads {sorted(query.reads - projected)} of the items; {query.index} does not project them"
-    assert query.named is not None, f"{query}: name what is read of {query.index} (ProjectionExpression): it projects only {sorted(projected)}"
-    assert query.named <= projected, f"{query}: {sorted(query.named - projected)} not projected by {query.index}"
-    assert query.reads <= query.named, f"{query}: reads {sorted(query.reads - query.named)} of the items, beyond its ProjectionExpression"
+    assert query.reads <= projected, (
+        f"{query}: reads {sorted(query.reads - projected)} of the items; {query.index} does not project them"
+    )
+    assert query.named is not None, (
+        f"{query}: name what is read of {query.index} (ProjectionExpression): it projects only {sorted(projected)}"
+    )
+    assert query.named <= projected, (
+        f"{query}: {sorted(query.named - projected)} not projected by {query.index}"
+    )
+    assert query.reads <= query.named, (
+        f"{query}: reads {sorted(query.reads - query.named)} of the items, beyond its ProjectionExpression"
+    )
 
 
 @lru_cache(maxsize=1)
@@ -209,8 +296,14 @@ def _reserved_words() -> frozenset[str]:
 def test_a_projection_names_no_reserved_word_but_through_an_alias(query: IndexQuery):
     # DynamoDB refuses the whole Query ("ValidationException: ProjectionExpression: Attribute name
     # is a reserved keyword; reserved keyword: project"); a name like #project stands in for it.
-    raw = {name.strip() for name in (query.projection or "").split(",") if name.strip() and not name.strip().startswith("#")}
-    assert {name for name in raw if name.upper() in _reserved_words()} == set(), f"{query}: alias these in ExpressionAttributeNames"
+    raw = {
+        name.strip()
+        for name in (query.projection or "").split(",")
+        if name.strip() and not name.strip().startswith("#")
+    }
+    assert {name for name in raw if name.upper() in _reserved_words()} == set(), (
+        f"{query}: alias these in ExpressionAttributeNames"
+    )
 
 
 def _definitions(table: dict[str, Any]) -> dict[str, dict[str, Any]]:

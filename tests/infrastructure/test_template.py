@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,11 @@ WILDCARD_RESOURCE_SIDS = {
     ("TriggersFunction", "AnswerApprovalGates"): "states:SendTask",  # callback answers
     # An email subscription's filter policy and its removal: these take no resource-level
     # permission (Service Authorization Reference, Amazon SNS).
-    ("GroupsFunction", "ChangeGroupEmailSubscriptions"): ("sns:GetSubscriptionAttributes", "sns:SetSubscriptionAttributes", "sns:Unsubscribe"),
+    ("GroupsFunction", "ChangeGroupEmailSubscriptions"): (
+        "sns:GetSubscriptionAttributes",
+        "sns:SetSubscriptionAttributes",
+        "sns:Unsubscribe",
+    ),
 }
 # The same for any owner: waking the head of a project's line answers a task token, and
 # states:SendTaskSuccess takes no resource-level permission (Service Authorization Reference).
@@ -62,7 +67,7 @@ def test_definition_substitutions_name_resources_of_the_template(template: dict[
     substitutions = template["Resources"]["JobStateMachine"]["Properties"]["DefinitionSubstitutions"]
     for key, value in substitutions.items():
         assert isinstance(value, dict) and len(value) == 1, f"{key}: {value!r} is not a single intrinsic"
-        (function, argument), = value.items()
+        ((function, argument),) = value.items()
         target = argument if function == "Ref" else _as_list(argument)[0].split(".")[0]
         assert function in {"Ref", "Fn::GetAtt"} and target in template["Resources"], f"{key}: {value!r}"
 
@@ -110,13 +115,18 @@ def test_every_region_affinity_has_a_zero_online_agents_alarm_on_the_sweepers_co
         props = alarms[f"OnlineAgentsAlarm{region.replace('-', '')}"]["Properties"]
         # What functions/sweeper prints: Relevo/OnlineAgents by Region (and Powertools' service).
         assert (props["Namespace"], props["MetricName"]) == ("Relevo", "OnlineAgents")
-        assert props["Dimensions"] == [{"Name": "Region", "Value": region}, {"Name": "service", "Value": "relevo"}]
+        assert props["Dimensions"] == [
+            {"Name": "Region", "Value": region},
+            {"Name": "service", "Value": "relevo"},
+        ]
         assert (props["ComparisonOperator"], props["Threshold"]) == ("LessThanThreshold", 1)
         # A sweeper that stopped counting is as alarming as an empty fleet.
         assert props["TreatMissingData"] == "breaching"
         assert props["AlarmActions"] == [{"Ref": "NotificationTopic"}]
     sweeper = resources["SweeperFunction"]["Properties"]
-    assert sweeper["Environment"]["Variables"]["REGION_AFFINITIES"] == {"Fn::Join": [",", {"Ref": "RegionAffinities"}]}
+    assert sweeper["Environment"]["Variables"]["REGION_AFFINITIES"] == {
+        "Fn::Join": [",", {"Ref": "RegionAffinities"}]
+    }
     dashboard = json.dumps(resources["Dashboard"]["Properties"]["DashboardBody"])
     assert "MIN(OnlineAgents) FROM SCHEMA(Relevo, Region, service)" in dashboard
 
@@ -134,17 +144,27 @@ def test_the_dashboard_shows_every_webhook_answer_the_intake_counts(template: di
 # ---------------------------------------------------------------- retention
 
 
-def test_retention_is_three_parameters_expired_by_dynamodb_ttl_and_an_s3_lifecycle_rule(template: dict[str, Any]) -> None:
+def test_retention_is_three_parameters_expired_by_dynamodb_ttl_and_an_s3_lifecycle_rule(
+    template: dict[str, Any],
+) -> None:
     parameters = template["Parameters"]
-    defaults = {name: parameters[name]["Default"] for name in ("JobRetentionDays", "LogRetentionDays", "ArtifactRetentionDays")}
+    defaults = {
+        name: parameters[name]["Default"]
+        for name in ("JobRetentionDays", "LogRetentionDays", "ArtifactRetentionDays")
+    }
     assert defaults == {"JobRetentionDays": 30, "LogRetentionDays": 14, "ArtifactRetentionDays": 30}
-    assert all(parameters[name]["Type"] == "Number" and parameters[name]["MinValue"] == 1 for name in defaults)
+    assert all(
+        parameters[name]["Type"] == "Number" and parameters[name]["MinValue"] == 1 for name in defaults
+    )
     # Jobs and log chunks: intake freezes both into the envelope from its environment...
     variables = template["Globals"]["Function"]["Environment"]["Variables"]
     assert variables["JOB_RETENTION_DAYS"] == {"Ref": "JobRetentionDays"}
     assert variables["LOG_RETENTION_DAYS"] == {"Ref": "LogRetentionDays"}
     # ...and DynamoDB expires them (and artifact records) by the attribute every store writes.
-    assert template["Resources"]["Table"]["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+    assert template["Resources"]["Table"]["Properties"]["TimeToLiveSpecification"] == {
+        "AttributeName": "ttl",
+        "Enabled": True,
+    }
     # Artifact objects: the bucket's lifecycle rule, old versions and stalled uploads included.
     [rule] = template["Resources"]["ArtifactBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
     assert rule["Status"] == "Enabled" and "Prefix" not in rule and "Filter" not in rule  # the whole bucket
@@ -229,14 +249,25 @@ def test_policies_are_least_privilege(template: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("owner", "statement"),
     [
-        ("JobsFunction", {"Sid": "Tracing", "Effect": "Allow", "Action": "xray:PutTraceSegments", "Resource": "*"}),
-        ("JobStateMachine", {"Sid": "Tracing", "Effect": "Allow", "Action": "sqs:SendMessage", "Resource": "*"}),
-        ("JobStateMachine", {"Sid": "Anything", "Effect": "Allow", "Action": "logs:GetLogDelivery", "Resource": "*"}),
+        (
+            "JobsFunction",
+            {"Sid": "Tracing", "Effect": "Allow", "Action": "xray:PutTraceSegments", "Resource": "*"},
+        ),
+        (
+            "JobStateMachine",
+            {"Sid": "Tracing", "Effect": "Allow", "Action": "sqs:SendMessage", "Resource": "*"},
+        ),
+        (
+            "JobStateMachine",
+            {"Sid": "Anything", "Effect": "Allow", "Action": "logs:GetLogDelivery", "Resource": "*"},
+        ),
         ("WebhookFunction", {"Sid": "All", "Effect": "Allow", "Action": "dynamodb:*", "Resource": "arn:x"}),
         ("ProjectsFunction", {"Effect": "Allow", "Action": ["*"], "Resource": "arn:x"}),
     ],
 )
-def test_least_privilege_check_catches_wildcards(template: dict[str, Any], owner: str, statement: dict) -> None:
+def test_least_privilege_check_catches_wildcards(
+    template: dict[str, Any], owner: str, statement: dict
+) -> None:
     """The check above is real: each of these added statements is reported."""
     broken = copy.deepcopy(template)
     broken["Resources"][owner]["Properties"]["Policies"].append({"Statement": [statement]})
@@ -274,7 +305,11 @@ def test_split_defers_an_alarm_with_its_intrinsics_as_outputs() -> None:
                     "AlarmActions": [action],
                 },
             },
-            "Dependent": {"Type": "AWS::SNS::Topic", "DependsOn": ["Alarm", "WorkQueueeuwest"], "Properties": {}},
+            "Dependent": {
+                "Type": "AWS::SNS::Topic",
+                "DependsOn": ["Alarm", "WorkQueueeuwest"],
+                "Properties": {},
+            },
         }
     }
     remaining, later, not_emulated = deferred.split(cfn, {"AWS::SQS::Queue", "AWS::SNS::Topic"})
@@ -318,7 +353,12 @@ def test_split_defers_an_alarm_with_its_intrinsics_as_outputs() -> None:
     assert params["Threshold"] == 900.0 and params["EvaluationPeriods"] == 3
 
 
-TRANSACTION_ITEM_ACTIONS = {"Update": "UpdateItem", "Put": "PutItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}
+TRANSACTION_ITEM_ACTIONS = {
+    "Update": "UpdateItem",
+    "Put": "PutItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
 
 
 def _asl_service_actions(node, found=None):
@@ -326,7 +366,11 @@ def _asl_service_actions(node, found=None):
     found = set() if found is None else found
     if isinstance(node, dict):
         resource = node.get("Resource")
-        if node.get("Type") == "Task" and isinstance(resource, str) and resource.startswith("arn:aws:states:::"):
+        if (
+            node.get("Type") == "Task"
+            and isinstance(resource, str)
+            and resource.startswith("arn:aws:states:::")
+        ):
             service_action = resource.removeprefix("arn:aws:states:::").removeprefix("aws-sdk:").split(".")[0]
             service, action = service_action.split(":")
             action = action[0].upper() + action[1:]
@@ -359,4 +403,3 @@ def test_the_state_machine_role_allows_every_action_its_definition_uses():
     needed = _asl_service_actions(json.loads((ROOT / "statemachines" / "job.asl.json").read_text()))
     assert needed, "no service integrations found"
     assert needed <= allowed, f"missing from the state machine role: {sorted(needed - allowed)}"
-

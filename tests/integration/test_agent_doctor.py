@@ -21,12 +21,17 @@ def _config(tmp_path: Path, stack, **extra: str) -> Path:
 
 
 def test_doctor_passes_against_a_reachable_stack(local_stack, tmp_path: Path):
-    result = CliRunner().invoke(app, ["doctor", "--config", str(_config(tmp_path, local_stack, min_free_disk_gb="0"))])
+    result = CliRunner().invoke(
+        app, ["doctor", "--config", str(_config(tmp_path, local_stack, min_free_disk_gb="0"))]
+    )
     assert result.exit_code == 0, result.output
     for name in ("credentials", "permissions", "clock", "table", "queue", "disk", "journal"):
         assert f"ok    {name}:" in result.output
     # The stack file gives the agent a session of its region's agent role, and doctor says so.
-    assert ":assumed-role/relevo-AgentRoleeuwest" in result.output and "they are the agent role of eu-west" in result.output
+    assert (
+        ":assumed-role/relevo-AgentRoleeuwest" in result.output
+        and "they are the agent role of eu-west" in result.output
+    )
     assert "all checks passed" in result.output
 
 

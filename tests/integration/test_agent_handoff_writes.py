@@ -26,7 +26,9 @@ from tests.helpers.state_machine import start_job
 STAGES = [{"name": "build", "run": 'echo "built $RELEVO_JOB_ID"'}]
 
 
-def test_a_stage_without_checkout_journals_its_precondition_once(local_stack, project_id, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_stage_without_checkout_journals_its_precondition_once(
+    local_stack, project_id, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     written: list[tuple[str, int, str]] = []
     set_precondition = Journal.set_precondition
 
@@ -35,13 +37,24 @@ def test_a_stage_without_checkout_journals_its_precondition_once(local_stack, pr
         set_precondition(journal, operation_id, attempt, precondition)
 
     monkeypatch.setattr(Journal, "set_precondition", counted)
-    config = AgentConfig(agent_id="mac-writes", region="eu-west", capacity=1, workspace_root=tmp_path / "ws", journal=tmp_path / "j.sqlite3",
-                         max_clock_skew_sec=0.5)
-    agent = Agent(config, local_stack.table_name, local_stack.work_queues["eu-west"], api_url=local_stack.api_url)
+    config = AgentConfig(
+        agent_id="mac-writes",
+        region="eu-west",
+        capacity=1,
+        workspace_root=tmp_path / "ws",
+        journal=tmp_path / "j.sqlite3",
+        max_clock_skew_sec=0.5,
+    )
+    agent = Agent(
+        config, local_stack.table_name, local_stack.work_queues["eu-west"], api_url=local_stack.api_url
+    )
     job_id = start_job(local_stack, project_id, STAGES)
     task, receipt = receive_stage(local_stack, job_id)
 
-    handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+    handle_received(
+        agent,
+        Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}),
+    )
 
     assert wait_for_execution(local_stack, job_id, timeout=60)["status"] == "SUCCEEDED"
     [(operation, attempt, precondition)] = written

@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from typer.testing import CliRunner
@@ -35,15 +35,28 @@ def queue_url() -> Iterator[str]:
 
 def _agent(tmp_path: Path, table: str, queue_url: str, agent_id: str, name: str, **settings) -> Agent:
     config = AgentConfig(
-        agent_id=agent_id, region="eu-west", capacity=1, workspace_root=tmp_path / f"{name}-ws",
-        journal=tmp_path / f"{name}.sqlite3", poll_wait_sec=1, presence_interval_sec=1, **settings,
+        agent_id=agent_id,
+        region="eu-west",
+        capacity=1,
+        workspace_root=tmp_path / f"{name}-ws",
+        journal=tmp_path / f"{name}.sqlite3",
+        poll_wait_sec=1,
+        presence_interval_sec=1,
+        **settings,
     )
     return Agent(config, table, queue_url)
 
 
 def _instance(stack, agent_id: str) -> str | None:
     """The instance the agent_id's presence record names."""
-    return next((a.instance_id for a in agents.agents_in_region(stack.table_name, "eu-west") if a.agent_id == agent_id), None)
+    return next(
+        (
+            a.instance_id
+            for a in agents.agents_in_region(stack.table_name, "eu-west")
+            if a.agent_id == agent_id
+        ),
+        None,
+    )
 
 
 def _run(agent: Agent) -> tuple[threading.Thread, dict[str, int]]:
@@ -58,12 +71,18 @@ def _stop(agent: Agent, thread: threading.Thread) -> None:
     thread.join(30)
 
 
-def test_a_second_agent_with_a_live_agent_id_refuses_to_start_and_names_the_other(local_stack, tmp_path, queue_url, caplog):
+def test_a_second_agent_with_a_live_agent_id_refuses_to_start_and_names_the_other(
+    local_stack, tmp_path, queue_url, caplog
+):
     agent_id = "mac-clone-" + secrets.token_hex(3)
     first = _agent(tmp_path, local_stack.table_name, queue_url, agent_id, "first")
     running, _ = _run(first)
     try:
-        wait_until(lambda: _instance(local_stack, agent_id) == first.presence.instance_id, 10, "the first agent's presence")
+        wait_until(
+            lambda: _instance(local_stack, agent_id) == first.presence.instance_id,
+            10,
+            "the first agent's presence",
+        )
         caplog.set_level(logging.ERROR, logger="relevo_agent")
         # A cloned Mac image: the same agent_id, a journal of its own.
         second = _agent(tmp_path, local_stack.table_name, queue_url, agent_id, "second")
@@ -77,7 +96,9 @@ def test_a_second_agent_with_a_live_agent_id_refuses_to_start_and_names_the_othe
         _stop(first, running)
 
 
-def test_an_agent_restarted_on_its_own_journal_takes_its_agent_id_back_at_once(local_stack, tmp_path, queue_url):
+def test_an_agent_restarted_on_its_own_journal_takes_its_agent_id_back_at_once(
+    local_stack, tmp_path, queue_url
+):
     # A relevo-agent SIGKILLed (or crashed) and restarted by launchd at once: its record still
     # looks online, but it names the instance this Mac's journal last ran as.
     agent_id = "mac-killed-" + secrets.token_hex(3)
@@ -94,7 +115,11 @@ def test_an_agent_restarted_on_its_own_journal_takes_its_agent_id_back_at_once(l
     restarted = _agent(tmp_path, local_stack.table_name, queue_url, agent_id, "mac")  # the same journal
     running, result = _run(restarted)
     try:
-        wait_until(lambda: _instance(local_stack, agent_id) == restarted.presence.instance_id, 10, "the restarted agent's presence")
+        wait_until(
+            lambda: _instance(local_stack, agent_id) == restarted.presence.instance_id,
+            10,
+            "the restarted agent's presence",
+        )
         assert running.is_alive() and "status" not in result
     finally:
         _stop(restarted, running)
@@ -104,8 +129,12 @@ def test_an_agent_id_whose_holder_went_silent_can_be_taken(local_stack, tmp_path
     agent_id = "mac-restart-" + secrets.token_hex(3)
     silent = _agent(tmp_path, local_stack.table_name, queue_url, agent_id, "silent")
     # Its last write was more than 3 presence intervals ago: dead, frozen or cut off.
-    stale = silent.presence._record().model_copy(update={"last_seen": datetime.now(timezone.utc) - timedelta(seconds=10)})
-    client("dynamodb").put_item(TableName=local_stack.table_name, Item=agents.to_attributes(agents._item(stale)))
+    stale = silent.presence._record().model_copy(
+        update={"last_seen": datetime.now(UTC) - timedelta(seconds=10)}
+    )
+    client("dynamodb").put_item(
+        TableName=local_stack.table_name, Item=agents.to_attributes(agents._item(stale))
+    )
 
     successor = _agent(tmp_path, local_stack.table_name, queue_url, agent_id, "successor")
     successor.presence.take()
@@ -120,12 +149,22 @@ def test_an_agent_whose_agent_id_was_taken_over_exits(local_stack, tmp_path, que
     old = _agent(tmp_path, local_stack.table_name, queue_url, agent_id, "old")
     running, result = _run(old)
     try:
-        wait_until(lambda: _instance(local_stack, agent_id) == old.presence.instance_id, 10, "the agent's own presence")
-        other = old.presence._record().model_copy(update={"instance_id": "another-process", "host": "mac-mini-7"})
-        client("dynamodb").put_item(TableName=local_stack.table_name, Item=agents.to_attributes(agents._item(other)))
+        wait_until(
+            lambda: _instance(local_stack, agent_id) == old.presence.instance_id,
+            10,
+            "the agent's own presence",
+        )
+        other = old.presence._record().model_copy(
+            update={"instance_id": "another-process", "host": "mac-mini-7"}
+        )
+        client("dynamodb").put_item(
+            TableName=local_stack.table_name, Item=agents.to_attributes(agents._item(other))
+        )
         running.join(15)
         assert result.get("status") == EXIT_STACK_GONE  # it learns at its next presence write
-        assert "on host mac-mini-7" in (old.stop.fatal or "") and "that process is this agent now" in (old.stop.fatal or "")
+        assert "on host mac-mini-7" in (old.stop.fatal or "") and "that process is this agent now" in (
+            old.stop.fatal or ""
+        )
     finally:
         _stop(old, running)
 
@@ -147,7 +186,14 @@ def test_an_agent_exits_when_its_stack_file_names_another_stack(local_stack, tmp
     stack_file = tmp_path / "stack.json"
     stack = local_stack.model_copy(update={"work_queues": {"eu-west": queue_url}})
     stack_file.write_text(stack.model_dump_json())
-    agent = _agent(tmp_path, local_stack.table_name, queue_url, "mac-" + secrets.token_hex(3), "moved", stack_file=stack_file)
+    agent = _agent(
+        tmp_path,
+        local_stack.table_name,
+        queue_url,
+        "mac-" + secrets.token_hex(3),
+        "moved",
+        stack_file=stack_file,
+    )
     # The agent notes the file at its first look (once started): rewritten before that, the new
     # file is what it notes, and a loaded host may take longer than any fixed wait to get there.
     looked = threading.Event()
@@ -173,7 +219,10 @@ def test_an_agent_exits_when_its_stack_file_names_another_stack(local_stack, tmp
 
 def test_doctor_says_what_changed_since_the_agents_last_run(local_stack, tmp_path, queue_url):
     agent = _agent(tmp_path, local_stack.table_name, queue_url, "mac-" + secrets.token_hex(3), "doc")
-    agent.journal.remember("stack", '{"endpoint": "http://127.0.0.1:1", "table": "relevo-Table-OLD", "queue": "q-old", "at": "2026-12-01T08:00:00+00:00"}')
+    agent.journal.remember(
+        "stack",
+        '{"endpoint": "http://127.0.0.1:1", "table": "relevo-Table-OLD", "queue": "q-old", "at": "2026-12-01T08:00:00+00:00"}',
+    )
     agent.journal.close()
     stack_file = tmp_path / "stack.json"
     stack_file.write_text(local_stack.model_dump_json())

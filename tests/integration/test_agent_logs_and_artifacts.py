@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,14 @@ from relevo_core.store.codec import from_attributes
 from relevo_core.store.jobs import get_envelope
 from tests.helpers.agents import handle_received
 from tests.helpers.payloads import push_body
-from tests.helpers.stack import deliver, job_items, receive_stage, register_project, table_items, wait_for_execution
+from tests.helpers.stack import (
+    deliver,
+    job_items,
+    receive_stage,
+    register_project,
+    table_items,
+    wait_for_execution,
+)
 from tests.helpers.state_machine import claim_and_accept, wait_for_run_token
 
 CANARY_VAR = "RELEVO_TEST_DEPLOY_TOKEN"
@@ -56,7 +63,10 @@ def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:
     task, receipt = receive_stage(stack, job_id, timeout=30)
-    handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+    handle_received(
+        agent,
+        Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}),
+    )
     return task
 
 
@@ -70,7 +80,9 @@ def _all_chunks(stack, job_id: str, page: int = 7) -> list[log_chunks.LogChunk]:
 
 
 @pytest.mark.timeout(180)
-def test_logs_are_ordered_masked_and_continue_across_agents_and_attempts(local_stack, project_id, tmp_path, monkeypatch):
+def test_logs_are_ordered_masked_and_continue_across_agents_and_attempts(
+    local_stack, project_id, tmp_path, monkeypatch
+):
     # Given a project whose build prints a masked canary secret and leaves artifacts
     canary = "canary-" + secrets.token_hex(12)
     monkeypatch.setenv(CANARY_VAR, canary)
@@ -80,7 +92,9 @@ def test_logs_are_ordered_masked_and_continue_across_agents_and_attempts(local_s
         [{"name": "build", "run": BUILD}, {"name": "sign", "run": SIGN}],
         retry={"backoff_base_sec": 0, "max_delay_sec": 0},
     )
-    response = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret)
+    response = deliver(
+        local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret
+    )
     job_id = response.json()["job_id"]
     mac_a, mac_b = _agent(tmp_path, local_stack, "mac-a"), _agent(tmp_path, local_stack, "mac-b")
 
@@ -124,8 +138,12 @@ def test_logs_are_ordered_masked_and_continue_across_agents_and_attempts(local_s
     records = job_items(local_stack, job_id)
     assert sorted(i["sk"]["S"] for i in records) == ["JOB", "STAGE#00", "STAGE#01"]
     assert {int(item["ttl"]["N"]) for item in records} == {envelope.ttl}
-    assert {int(item["ttl"]["N"]) for item in table_items(local_stack, f"LOGS#{job_id}")} == {envelope.log_ttl}
-    assert {int(item["ttl"]["N"]) for item in table_items(local_stack, f"ARTIFACTS#{job_id}")} == {envelope.ttl}
+    assert {int(item["ttl"]["N"]) for item in table_items(local_stack, f"LOGS#{job_id}")} == {
+        envelope.log_ttl
+    }
+    assert {int(item["ttl"]["N"]) for item in table_items(local_stack, f"ARTIFACTS#{job_id}")} == {
+        envelope.ttl
+    }
 
     # and the build's artifacts are in S3 with their sha256 recorded and verifiable
     records = artifact_store.list_artifacts(local_stack.table_name, job_id, "build")
@@ -135,10 +153,19 @@ def test_logs_are_ordered_masked_and_continue_across_agents_and_attempts(local_s
         local = (workspace / record.path).read_bytes()
         bucket, key = record.uri.removeprefix("s3://").split("/", 1)
         stored = client("s3").get_object(Bucket=bucket, Key=key)
-        assert hashlib.sha256(stored["Body"].read()).hexdigest() == record.sha256 == hashlib.sha256(local).hexdigest()
+        assert (
+            hashlib.sha256(stored["Body"].read()).hexdigest()
+            == record.sha256
+            == hashlib.sha256(local).hexdigest()
+        )
         assert stored["Metadata"]["sha256"] == record.sha256
         assert key.endswith(f"/{job_id}/build/{record.path}")
-        assert (record.size, record.attempt, record.agent_id, record.cross_region_bytes) == (len(local), 1, "mac-a", 0)
+        assert (record.size, record.attempt, record.agent_id, record.cross_region_bytes) == (
+            len(local),
+            1,
+            "mac-a",
+            0,
+        )
     assert "[relevo] uploaded app.ipa" in text
     stage = job_items(local_stack, job_id)
     build = next(i for i in stage if i["sk"]["S"] == "STAGE#00")
@@ -151,7 +178,7 @@ def _claimed(stack, job_id: str, agent_id: str, attempt: int = 1) -> stage_attem
         TableName=stack.table_name,
         Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}, "stage": {"S": "build"}},
     )
-    stage_attempts.claim(ref, 30, datetime.now(timezone.utc))
+    stage_attempts.claim(ref, 30, datetime.now(UTC))
     return ref
 
 
@@ -159,7 +186,7 @@ def test_concurrent_writers_never_share_a_seq_and_a_fenced_writer_is_refused(loc
     # Given two writers for one job whose seq counters both start from the stored tail
     job_id = "job_" + secrets.token_hex(8)
     ref = _claimed(local_stack, job_id, "mac-a")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     one = log_chunks.ChunkWriter(ref, "build", expires_at=1_900_000_000)
     two = log_chunks.ChunkWriter(ref, "build", expires_at=1_900_000_000)
     # When both append, interleaved (the second one's next seq is already taken every time)
@@ -186,13 +213,17 @@ def test_cross_region_bytes_are_counted_when_the_bucket_is_elsewhere(local_stack
 
     # Given an artifact bucket in another AWS region than the agent's
     bucket = "relevo-far-" + secrets.token_hex(4)
-    client("s3").create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "ap-southeast-2"})
+    client("s3").create_bucket(
+        Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "ap-southeast-2"}
+    )
     job_id = "job_" + secrets.token_hex(8)
     ref = _claimed(local_stack, job_id, "mac-a")
     (tmp_path / "out.bin").write_bytes(b"x" * 5000)
     lines: list[str] = []
     # When the stage's artifacts are uploaded
-    summary = upload_artifacts(ref, "build", tmp_path, f"s3://{bucket}/p/{job_id}/", "us-east-1", lines.append, 1_900_000_000)
+    summary = upload_artifacts(
+        ref, "build", tmp_path, f"s3://{bucket}/p/{job_id}/", "us-east-1", lines.append, 1_900_000_000
+    )
     # Then the bytes that crossed regions are recorded
     assert summary.cross_region_bytes == 5000
     [record] = artifact_store.list_artifacts(local_stack.table_name, job_id)
@@ -201,10 +232,13 @@ def test_cross_region_bytes_are_counted_when_the_bucket_is_elsewhere(local_stack
     assert item["ttl"]["N"] == "1900000000"
     assert lines[-1].startswith("[relevo] uploaded out.bin: 4.9 KiB in ")
     # and a fenced agent's record is refused
-    stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 30, datetime.now(timezone.utc))
+    stage_attempts.claim(
+        stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 30, datetime.now(UTC)
+    )
     with pytest.raises(stage_attempts.LeaseLost):
-        upload_artifacts(ref, "build", tmp_path, f"s3://{bucket}/p/{job_id}/", "us-east-1", lines.append, 1_900_000_000)
-
+        upload_artifacts(
+            ref, "build", tmp_path, f"s3://{bucket}/p/{job_id}/", "us-east-1", lines.append, 1_900_000_000
+        )
 
 
 @pytest.mark.timeout(120)
@@ -220,7 +254,9 @@ def test_reconcile_evidence_is_masked_like_logs(local_stack, project_id, tmp_pat
         lease_ttl_sec=3,
         retry={"backoff_base_sec": 0, "max_delay_sec": 0},
     )
-    job_id = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret).json()["job_id"]
+    job_id = deliver(
+        local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret
+    ).json()["job_id"]
     # and a first attempt whose agent vanished mid-stage (claimed, then silent: the lease expires)
     first, _ = receive_stage(local_stack, job_id)
     wait_for_run_token(claim_and_accept(local_stack, first, "mac-gone", lease_ttl_sec=3))
@@ -234,7 +270,10 @@ def test_reconcile_evidence_is_masked_like_logs(local_stack, project_id, tmp_pat
     # Then the probe's output is recorded as evidence and receipt with the canary masked...
     stage = from_attributes(next(i for i in job_items(local_stack, job_id) if i["sk"]["S"] == "STAGE#00"))
     shown = f"uploaded for {job_id}:upload token=******\n"
-    assert (stage["reconciled"]["decision"], stage["reconciled"]["evidence"]["probe_output"]) == ("succeeded", shown)
+    assert (stage["reconciled"]["decision"], stage["reconciled"]["evidence"]["probe_output"]) == (
+        "succeeded",
+        shown,
+    )
     assert stage["receipt"]["probe_output"] == shown
     # ...and the canary is nowhere: not in the table, not in the agent's own log
     assert canary not in json.dumps(table_items(local_stack, ""))

@@ -14,7 +14,7 @@ import json
 import logging
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,8 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.follow import LogFollower
 from relevo_core.aws import client
 from relevo_core.models.agent_session import ClaimRequest, JobSession
-from relevo_core.store import artifact_usage, stage_attempts
+from relevo_core.store import artifact_usage, log_chunks, stage_attempts
 from relevo_core.store import artifacts as artifact_store
-from relevo_core.store import log_chunks
 from relevo_core.store.jobs import get_envelope
 from relevo_core.store.keys import log_pk, log_sk
 from tests.helpers.iam import client_as
@@ -52,10 +51,18 @@ class Attack:
     shard: int | None = None  # the shard claimed, for a stage with shards
 
     def dynamodb(self, stack) -> Any:
-        return client_as(stack, "dynamodb", self.session.access_key_id, self.session.secret_access_key, self.session.session_token)
+        return client_as(
+            stack,
+            "dynamodb",
+            self.session.access_key_id,
+            self.session.secret_access_key,
+            self.session.session_token,
+        )
 
 
-def _claimed(stack, tmp_path: Path, bound: int | None = None, stages: list[dict[str, Any]] | None = None) -> Attack:
+def _claimed(
+    stack, tmp_path: Path, bound: int | None = None, stages: list[dict[str, Any]] | None = None
+) -> Attack:
     """Job X of a fresh project P, claimed by an eu-west agent through the claim route: the session
     its claim is answered with. Q's object stored beside it by Q (the test's admin)."""
     suffix = secrets.token_hex(3)
@@ -64,16 +71,28 @@ def _claimed(stack, tmp_path: Path, bound: int | None = None, stages: list[dict[
     job_id = start_job(stack, p, stages or [{"name": "build", "run": "true"}], **extra)
     task, _ = receive_stage(stack, job_id)
     agent_id = f"mac-{suffix}"
-    routes = ClaimRoutes(stack.api_url, "eu-west", stack.region, credentials=lambda: _agent_credentials(stack))
-    granted = routes.claim(ClaimRequest(
-        job_id=job_id, stage_index=task["stage_index"], shard=task.get("shard"), attempt=task["attempt"], agent_id=agent_id,
-        claim_secret=new_claim_secret(),
-        dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"], accept=False,
-    ))
+    routes = ClaimRoutes(
+        stack.api_url, "eu-west", stack.region, credentials=lambda: _agent_credentials(stack)
+    )
+    granted = routes.claim(
+        ClaimRequest(
+            job_id=job_id,
+            stage_index=task["stage_index"],
+            shard=task.get("shard"),
+            attempt=task["attempt"],
+            agent_id=agent_id,
+            claim_secret=new_claim_secret(),
+            dispatch_key=task["dispatch_key"],
+            dispatch_token=task["task_token"],
+            accept=False,
+        )
+    )
     bucket = stack.resources["ArtifactBucket"]
     q_key = f"{q}/job_{'0' * 24}{suffix[:2]}/build/secret.ipa"
     client("s3").put_object(Bucket=bucket, Key=q_key, Body=SECRET)
-    return Attack(job_id, p, q, agent_id, granted.session, bucket, q_key, task["stage_index"], task.get("shard"))
+    return Attack(
+        job_id, p, q, agent_id, granted.session, bucket, q_key, task["stage_index"], task.get("shard")
+    )
 
 
 def _agent_credentials(stack):
@@ -86,27 +105,38 @@ def _agent_credentials(stack):
 def _forged_artifact(attack: Attack, path: str, size: int, uploaded_at: str) -> dict[str, Any]:
     """An artifact record of X as an agent could put it, its `uri` Q's object."""
     return {
-        "pk": {"S": f"ARTIFACTS#{attack.job_id}"}, "sk": {"S": f"build#{path}"},
-        "job_id": {"S": attack.job_id}, "stage": {"S": "build"}, "path": {"S": path},
-        "uri": {"S": f"s3://{attack.bucket}/{attack.q_key}"}, "size": {"N": str(size)},
-        "sha256": {"S": hashlib.sha256(SECRET).hexdigest()}, "bucket_region": {"S": "us-east-1"},
-        "cross_region_bytes": {"N": "0"}, "attempt": {"N": "1"}, "agent_id": {"S": attack.agent_id},
-        "uploaded_at": {"S": uploaded_at}, "ttl": {"N": "1900000000"},
+        "pk": {"S": f"ARTIFACTS#{attack.job_id}"},
+        "sk": {"S": f"build#{path}"},
+        "job_id": {"S": attack.job_id},
+        "stage": {"S": "build"},
+        "path": {"S": path},
+        "uri": {"S": f"s3://{attack.bucket}/{attack.q_key}"},
+        "size": {"N": str(size)},
+        "sha256": {"S": hashlib.sha256(SECRET).hexdigest()},
+        "bucket_region": {"S": "us-east-1"},
+        "cross_region_bytes": {"N": "0"},
+        "attempt": {"N": "1"},
+        "agent_id": {"S": attack.agent_id},
+        "uploaded_at": {"S": uploaded_at},
+        "ttl": {"N": "1900000000"},
     }
 
 
 def _versions(attack: Attack) -> list[tuple[str, bool]]:
     """Every version and delete marker of Q's object: (kind, is latest)."""
     listed = client("s3").list_object_versions(Bucket=attack.bucket, Prefix=attack.q_key)
-    return ([("version", v["IsLatest"]) for v in listed.get("Versions", []) if v["Key"] == attack.q_key]
-            + [("delete marker", m["IsLatest"]) for m in listed.get("DeleteMarkers", []) if m["Key"] == attack.q_key])
+    return [("version", v["IsLatest"]) for v in listed.get("Versions", []) if v["Key"] == attack.q_key] + [
+        ("delete marker", m["IsLatest"]) for m in listed.get("DeleteMarkers", []) if m["Key"] == attack.q_key
+    ]
 
 
 def test_an_artifact_record_pointing_at_another_projects_object_gets_no_link(local_stack, tmp_path):
     # Given job X's agent, with X's own session, records an artifact whose uri is project Q's object,
     attack = _claimed(local_stack, tmp_path)
-    attack.dynamodb(local_stack).put_item(TableName=local_stack.table_name,
-                                          Item=_forged_artifact(attack, "app.ipa", len(SECRET), datetime.now(timezone.utc).isoformat()))
+    attack.dynamodb(local_stack).put_item(
+        TableName=local_stack.table_name,
+        Item=_forged_artifact(attack, "app.ipa", len(SECRET), datetime.now(UTC).isoformat()),
+    )
     api = RelevoApi.for_stack(local_stack)
     try:
         # When a viewer of X asks for the artifact's download link,
@@ -119,7 +149,9 @@ def test_an_artifact_record_pointing_at_another_projects_object_gets_no_link(loc
         api.cancel_job(attack.job_id)
 
 
-def test_the_quota_remover_deletes_nothing_of_another_project_and_still_removes_the_jobs_own(local_stack, tmp_path):
+def test_the_quota_remover_deletes_nothing_of_another_project_and_still_removes_the_jobs_own(
+    local_stack, tmp_path
+):
     # Given project P bounded at 100 bytes, its job X's own 300-byte artifact uploaded by its
     # agent, and an artifact record X's agent forged with X's session: its uri Q's object, its
     # upload the oldest (the remover's first pick) and its size covered by the total,
@@ -130,12 +162,26 @@ def test_the_quota_remover_deletes_nothing_of_another_project_and_still_removes_
     (files / "own.ipa").write_bytes(b"x" * 300)
     api = RelevoApi.for_stack(local_stack)
     try:
-        attack.dynamodb(local_stack).put_item(TableName=local_stack.table_name, Item=_forged_artifact(attack, "forged.ipa", 10, "2000-01-01T00:00:00+00:00"))
-        upload_artifacts(ref, "build", files, f"s3://{attack.bucket}/{attack.project}/{attack.job_id}/", "us-east-1", print, 1_900_000_000)
+        attack.dynamodb(local_stack).put_item(
+            TableName=local_stack.table_name,
+            Item=_forged_artifact(attack, "forged.ipa", 10, "2000-01-01T00:00:00+00:00"),
+        )
+        upload_artifacts(
+            ref,
+            "build",
+            files,
+            f"s3://{attack.bucket}/{attack.project}/{attack.job_id}/",
+            "us-east-1",
+            print,
+            1_900_000_000,
+        )
     finally:
         # When X ends (its artifacts become removable) and ArtifactQuotaFunction runs off the stream,
         api.cancel_job(attack.job_id)
-    stored = lambda: {r.path: r.removed_at is None for r in artifact_store.list_artifacts(local_stack.table_name, attack.job_id)}  # noqa: E731
+    stored = lambda: {
+        r.path: r.removed_at is None
+        for r in artifact_store.list_artifacts(local_stack.table_name, attack.job_id)
+    }  # noqa: E731
     wait_until(lambda: stored().get("own.ipa") is False, 30, "X's own artifact removed by the bound")
     # Then X's own artifact went (record marked, object deleted), the forged one was neither
     # counted nor removed, and Q's object is still there: one version, the latest, no delete marker.
@@ -151,13 +197,23 @@ def test_a_log_chunk_whose_body_is_another_projects_object_is_not_shown(local_st
     attack = _claimed(local_stack, tmp_path)
     q_body = attack.q_key.replace("build/secret.ipa", ".relevo-logs/build/1/0123.log")
     client("s3").put_object(Bucket=attack.bucket, Key=q_body, Body=SECRET)
-    attack.dynamodb(local_stack).put_item(TableName=local_stack.table_name, Item={
-        "pk": {"S": f"LOGS#{attack.job_id}"}, "sk": {"S": "SEQ#000000000000"}, "job_id": {"S": attack.job_id},
-        "seq": {"N": "0"}, "stage": {"S": "build"}, "attempt": {"N": "1"}, "agent_id": {"S": attack.agent_id},
-        "data": {"S": ""}, "written_at": {"S": datetime.now(timezone.utc).isoformat()},
-        "body": {"S": f"s3://{attack.bucket}/{q_body}"}, "body_sha256": {"S": hashlib.sha256(SECRET).hexdigest()},
-        "size": {"N": str(len(SECRET))},
-    })
+    attack.dynamodb(local_stack).put_item(
+        TableName=local_stack.table_name,
+        Item={
+            "pk": {"S": f"LOGS#{attack.job_id}"},
+            "sk": {"S": "SEQ#000000000000"},
+            "job_id": {"S": attack.job_id},
+            "seq": {"N": "0"},
+            "stage": {"S": "build"},
+            "attempt": {"N": "1"},
+            "agent_id": {"S": attack.agent_id},
+            "data": {"S": ""},
+            "written_at": {"S": datetime.now(UTC).isoformat()},
+            "body": {"S": f"s3://{attack.bucket}/{q_body}"},
+            "body_sha256": {"S": hashlib.sha256(SECRET).hexdigest()},
+            "size": {"N": str(len(SECRET))},
+        },
+    )
     api = RelevoApi.for_stack(local_stack)
     try:
         # When a viewer reads X's log (the log route, and the job view's tail),
@@ -165,13 +221,18 @@ def test_a_log_chunk_whose_body_is_another_projects_object_is_not_shown(local_st
         tail = api.get_job(attack.job_id)["log_tail"]["lines"]
         # Then the chunk says it cannot be shown, and not a byte of Q's body is.
         [chunk] = page["chunks"]
-        assert chunk["text"].startswith("[relevo] chunk 0 of this log cannot be shown") and "LOCATION_OUTSIDE_JOB" in chunk["text"]
+        assert (
+            chunk["text"].startswith("[relevo] chunk 0 of this log cannot be shown")
+            and "LOCATION_OUTSIDE_JOB" in chunk["text"]
+        )
         assert SECRET.decode().strip() not in json.dumps(page) + json.dumps(tail)
     finally:
         api.cancel_job(attack.job_id)
 
 
-def test_a_shards_log_chunk_whose_body_is_another_projects_object_is_shown_by_no_reader(local_stack, tmp_path, caplog):
+def test_a_shards_log_chunk_whose_body_is_another_projects_object_is_shown_by_no_reader(
+    local_stack, tmp_path, caplog
+):
     # Given a shard of job X, claimed: its session writes its own log partition (LOGS#<job>/<stage>/<shard>),
     # a line, then a chunk whose body is an object of Q's (its sha256 the true one)
     attack = _claimed(local_stack, tmp_path, stages=[{"name": "test", "run": "true", "parallel": 2}])
@@ -179,14 +240,33 @@ def test_a_shards_log_chunk_whose_body_is_another_projects_object_is_shown_by_no
     assert shard is not None
     q_body = attack.q_key.replace("build/secret.ipa", ".relevo-logs/test/1/0123.log")
     client("s3").put_object(Bucket=attack.bucket, Key=q_body, Body=SECRET)
-    now = datetime.now(timezone.utc)
-    common = {"pk": {"S": log_pk(attack.job_id, stage_index, shard)}, "job_id": {"S": attack.job_id}, "stage": {"S": "test"},
-              "shard": {"N": str(shard)}, "attempt": {"N": "1"}, "agent_id": {"S": attack.agent_id}}
+    now = datetime.now(UTC)
+    common = {
+        "pk": {"S": log_pk(attack.job_id, stage_index, shard)},
+        "job_id": {"S": attack.job_id},
+        "stage": {"S": "test"},
+        "shard": {"N": str(shard)},
+        "attempt": {"N": "1"},
+        "agent_id": {"S": attack.agent_id},
+    }
     for item in (
-        {**common, "sk": {"S": log_sk(0)}, "seq": {"N": "0"}, "data": {"S": "own line\n"}, "written_at": {"S": now.isoformat()}},
-        {**common, "sk": {"S": log_sk(1)}, "seq": {"N": "1"}, "data": {"S": ""}, "written_at": {"S": (now + timedelta(seconds=1)).isoformat()},
-         "body": {"S": f"s3://{attack.bucket}/{q_body}"}, "body_sha256": {"S": hashlib.sha256(SECRET).hexdigest()},
-         "size": {"N": str(len(SECRET))}},
+        {
+            **common,
+            "sk": {"S": log_sk(0)},
+            "seq": {"N": "0"},
+            "data": {"S": "own line\n"},
+            "written_at": {"S": now.isoformat()},
+        },
+        {
+            **common,
+            "sk": {"S": log_sk(1)},
+            "seq": {"N": "1"},
+            "data": {"S": ""},
+            "written_at": {"S": (now + timedelta(seconds=1)).isoformat()},
+            "body": {"S": f"s3://{attack.bucket}/{q_body}"},
+            "body_sha256": {"S": hashlib.sha256(SECRET).hexdigest()},
+            "size": {"N": str(len(SECRET))},
+        },
     ):
         attack.dynamodb(local_stack).put_item(TableName=local_stack.table_name, Item=item)
     api = RelevoApi.for_stack(local_stack)
@@ -198,8 +278,11 @@ def test_a_shards_log_chunk_whose_body_is_another_projects_object_is_shown_by_no
         back = api.job_logs(attack.job_id, before_seq=forward["next_seq"], limit=1)
         tail = api.get_job(attack.job_id)["log_tail"]
         printed: list[str] = []
-        LogFollower(fetch=lambda cursor: api.job_logs(attack.job_id, from_seq=cursor, limit=1), write=printed.append,
-                    sleep=lambda _: None).run(follow=False)
+        LogFollower(
+            fetch=lambda cursor: api.job_logs(attack.job_id, from_seq=cursor, limit=1),
+            write=printed.append,
+            sleep=lambda _: None,
+        ).run(follow=False)
         # Then each shows the shard's own line and, for the forged chunk, that it cannot be shown
         assert [chunk["text"] for chunk in forward["chunks"]] == ["own line\n", refused]
         assert [chunk["text"] for chunk in back["chunks"]] == [refused]
@@ -217,18 +300,31 @@ def test_a_shards_log_chunk_whose_body_is_another_projects_object_is_shown_by_no
         api.cancel_job(attack.job_id)
 
 
-def test_a_rerun_standing_on_a_manifest_outside_the_job_is_refused_before_anything_is_written(local_stack, tmp_path):
+def test_a_rerun_standing_on_a_manifest_outside_the_job_is_refused_before_anything_is_written(
+    local_stack, tmp_path
+):
     # Given X's agent records its build stage succeeded, handing on files whose manifest is Q's object,
-    attack = _claimed(local_stack, tmp_path, stages=[{"name": "build", "run": "true"}, {"name": "test", "run": "true"}])
-    receipt = {"handoff": {
-        "manifest": f"s3://{attack.bucket}/{attack.q_key}", "manifest_sha256": hashlib.sha256(SECRET).hexdigest(), "attempt": 1,
-        "files": 1, "bytes": 1, "digest": "0" * 64, "stored_at": datetime.now(timezone.utc).isoformat(),
-    }}
+    attack = _claimed(
+        local_stack, tmp_path, stages=[{"name": "build", "run": "true"}, {"name": "test", "run": "true"}]
+    )
+    receipt = {
+        "handoff": {
+            "manifest": f"s3://{attack.bucket}/{attack.q_key}",
+            "manifest_sha256": hashlib.sha256(SECRET).hexdigest(),
+            "attempt": 1,
+            "files": 1,
+            "bytes": 1,
+            "digest": "0" * 64,
+            "stored_at": datetime.now(UTC).isoformat(),
+        }
+    }
     from relevo_core.store.codec import to_attribute
 
     attack.dynamodb(local_stack).update_item(
-        TableName=local_stack.table_name, Key={"pk": {"S": f"STAGES#{attack.job_id}"}, "sk": {"S": "STAGE#00"}},
-        UpdateExpression="SET #status = :succeeded, receipt = :receipt", ExpressionAttributeNames={"#status": "status"},
+        TableName=local_stack.table_name,
+        Key={"pk": {"S": f"STAGES#{attack.job_id}"}, "sk": {"S": "STAGE#00"}},
+        UpdateExpression="SET #status = :succeeded, receipt = :receipt",
+        ExpressionAttributeNames={"#status": "status"},
         ExpressionAttributeValues={":succeeded": {"S": "succeeded"}, ":receipt": to_attribute(receipt)},
     )
     api = RelevoApi.for_stack(local_stack)

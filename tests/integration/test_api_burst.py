@@ -40,5 +40,9 @@ def test_a_burst_of_signed_deliveries_of_one_push_is_answered_with_one_job(local
 
     assert failures == [], f"{len(failures)} of {BURST} failed: {Counter(failures).most_common(3)}"
     assert Counter(answers) == {202: 1, 200: BURST - 1}
-    jobs = [item for item in table_items(local_stack, "JOB#") if item["sk"]["S"] == "JOB" and item["project"]["S"] == project_id]
+    jobs = [
+        item
+        for item in table_items(local_stack, "JOB#")
+        if item["sk"]["S"] == "JOB" and item["project"]["S"] == project_id
+    ]
     assert len(jobs) == 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -23,7 +23,9 @@ def test_a_double_clicked_manual_run_makes_one_job_with_manual_priority(local_st
 
     first = api.run_project(project_id, {"trigger": "manual", "ref": "main"})
     second = api.run_project(project_id, {"trigger": "manual", "ref": "main"})
-    again = api.run_project(project_id, {"trigger": "manual", "ref": "main", "request_id": secrets.token_hex(4)})
+    again = api.run_project(
+        project_id, {"trigger": "manual", "ref": "main", "request_id": secrets.token_hex(4)}
+    )
 
     assert second == {"job_id": first["job_id"], "duplicate": True}
     assert again["job_id"] != first["job_id"]
@@ -34,7 +36,9 @@ def test_a_double_clicked_manual_run_makes_one_job_with_manual_priority(local_st
 
 def test_api_run_of_some_stages_freezes_only_those(local_stack, project_id):
     register_project(local_stack, project_id, STAGES)
-    result = RelevoApi.for_stack(local_stack).run_project(project_id, {"ref": "release/1.4", "stages": ["sign"]})
+    result = RelevoApi.for_stack(local_stack).run_project(
+        project_id, {"ref": "release/1.4", "stages": ["sign"]}
+    )
     envelope = get_envelope(local_stack.table_name, result["job_id"])
     assert [s.name for s in envelope.stages] == ["sign"] and envelope.priority == 0
 
@@ -47,7 +51,11 @@ def test_rerun_from_a_stage_is_a_new_retry_job(local_stack, project_id):
     rerun = api.rerun_job(original["job_id"], "sign")
 
     envelope = get_envelope(local_stack.table_name, rerun["job_id"])
-    assert (envelope.trigger.type, envelope.retry_of, envelope.from_stage) == (TriggerType.RETRY, original["job_id"], "sign")
+    assert (envelope.trigger.type, envelope.retry_of, envelope.from_stage) == (
+        TriggerType.RETRY,
+        original["job_id"],
+        "sign",
+    )
     with pytest.raises(ApiError) as refused:
         api.rerun_job(original["job_id"], "deploy")
     assert (refused.value.status, refused.value.code) == (422, "STAGE_UNKNOWN")
@@ -60,7 +68,15 @@ def test_a_held_job_starts_when_released_and_only_then(local_stack, intake_setti
     window, _ = project.dedup_for("webhook")
     commit = secrets.token_hex(20)
     trigger = Trigger(type=TriggerType.WEBHOOK, source="github")
-    enqueue(intake_settings, project, trigger, "refs/heads/main", commit, commit, now=datetime.now(timezone.utc) - timedelta(seconds=window + 5))
+    enqueue(
+        intake_settings,
+        project,
+        trigger,
+        "refs/heads/main",
+        commit,
+        commit,
+        now=datetime.now(UTC) - timedelta(seconds=window + 5),
+    )
     held = enqueue(intake_settings, project, trigger, "refs/heads/main", commit, commit)
     assert held.outcome == "held"
     api = RelevoApi.for_stack(local_stack)
@@ -80,7 +96,12 @@ def test_a_held_job_starts_when_released_and_only_then(local_stack, intake_setti
     from relevo_core.aws import client
     from relevo_core.execution import execution_arn
 
-    assert client("stepfunctions").describe_execution(executionArn=execution_arn(local_stack.state_machine_arn, held.job_id))["name"] == held.job_id
+    assert (
+        client("stepfunctions").describe_execution(
+            executionArn=execution_arn(local_stack.state_machine_arn, held.job_id)
+        )["name"]
+        == held.job_id
+    )
 
 
 def test_projects_are_listed(local_stack, project_id):

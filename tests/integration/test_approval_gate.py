@@ -34,7 +34,9 @@ def notifications(local_stack, project_id):
         time.sleep(settle_sec)
         events = []
         while True:
-            batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get("Messages", [])
+            batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get(
+                "Messages", []
+            )
             if not batch:
                 break
             for message in batch:
@@ -78,10 +80,18 @@ def test_an_approved_job_runs_the_gated_stage(local_stack, project_id, notificat
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     assert notifications(job_id) == ["job.waiting_for_approval"]
     # The gate is the condition of the stage's dispatch: refused until the approval was written on its record.
-    gated = next(i for i in job_items(local_stack, job_id) if i["sk"]["S"] == "STAGE#01" and i["pk"]["S"].startswith("STAGES#"))
+    gated = next(
+        i
+        for i in job_items(local_stack, job_id)
+        if i["sk"]["S"] == "STAGE#01" and i["pk"]["S"].startswith("STAGES#")
+    )
     assert gated["approved_at"]["S"] and gated["status"]["S"] == "succeeded"
     [audit] = actions(local_stack.table_name, job_id)
-    assert (audit["action"], audit["reason"], audit["actor"].startswith("arn:aws:")) == ("job.approve", "release 1.4 signed off", True)
+    assert (audit["action"], audit["reason"], audit["actor"].startswith("arn:aws:")) == (
+        "job.approve",
+        "release 1.4 signed off",
+        True,
+    )
     with pytest.raises(ApiError) as late:
         api.approve(job_id)
     assert (late.value.status, late.value.code) == (409, "JOB_NOT_WAITING")

@@ -17,12 +17,12 @@ import pytest
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
-from relevo_core.private_files import write_private
 from relevo_agent.service import Agent
-from relevo_core.stackfile import write_stack_file
 from relevo_cli.api import RelevoApi
-from relevo_local.processes import agent_process
+from relevo_core.private_files import write_private
+from relevo_core.stackfile import write_stack_file
 from relevo_core.store import log_chunks
+from relevo_local.processes import agent_process
 from tests.helpers.agents import handle_received
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, receive_stage, register_project, wait_for_execution
@@ -55,20 +55,43 @@ def test_a_stage_of_a_real_agent_cannot_read_its_credential_sources_or_its_journ
     credentials.chmod(0o600)
     stack_file = write_stack_file(local_stack, agent_dir / "stack.json")
     journal = agent_dir / "journal.sqlite3"
-    config = write_private(agent_dir / "agent.toml", "\n".join([
-        f'agent_id = "mac-runas-{secrets.token_hex(3)}"', 'region = "eu-west"', "capacity = 1",
-        f'workspace_root = "{shared_dir / "workspaces"}"', f'journal = "{journal}"', f'stack_file = "{stack_file}"',
-        "poll_wait_sec = 1", "max_clock_skew_sec = 1.0", f'run_as = "{build_user.name}"', "",
-    ]))
-    private = [str(config), str(journal), f"{journal}-wal", f"{journal}-shm", str(stack_file), str(credentials)]
+    config = write_private(
+        agent_dir / "agent.toml",
+        "\n".join(
+            [
+                f'agent_id = "mac-runas-{secrets.token_hex(3)}"',
+                'region = "eu-west"',
+                "capacity = 1",
+                f'workspace_root = "{shared_dir / "workspaces"}"',
+                f'journal = "{journal}"',
+                f'stack_file = "{stack_file}"',
+                "poll_wait_sec = 1",
+                "max_clock_skew_sec = 1.0",
+                f'run_as = "{build_user.name}"',
+                "",
+            ]
+        ),
+    )
+    private = [
+        str(config),
+        str(journal),
+        f"{journal}-wal",
+        f"{journal}-shm",
+        str(stack_file),
+        str(credentials),
+    ]
     reads = " ".join(f'"{path}"' for path in private)
-    command = f'id -u; for f in {reads} "/proc/$PPID/environ"; do cat "$f" > /dev/null; echo "exit $? $f"; done'
+    command = (
+        f'id -u; for f in {reads} "/proc/$PPID/environ"; do cat "$f" > /dev/null; echo "exit $? $f"; done'
+    )
     secret = register_project(local_stack, project_id, [{"name": "build", "run": command}])
 
     # When the agent runs a job's stage
     environment = {"HOME": str(home), "AWS_SHARED_CREDENTIALS_FILE": str(credentials)}
     with agent_process(config, tmp_path / "agent.log", env=environment) as agent:
-        job_id = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret).json()["job_id"]
+        job_id = deliver(
+            local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret
+        ).json()["job_id"]
         execution = wait_for_execution(local_stack, job_id, timeout=120)
         agent_pid = agent.pid
     assert execution["status"] == "SUCCEEDED", (tmp_path / "agent.log").read_text()[-3000:]
@@ -83,9 +106,21 @@ def test_a_stage_of_a_real_agent_cannot_read_its_credential_sources_or_its_journ
 
 
 def _git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
-                               "GIT_COMMITTER_EMAIL": "t@e", "HOME": str(cwd), "PATH": "/usr/bin:/bin"}).stdout.strip()
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@e",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@e",
+            "HOME": str(cwd),
+            "PATH": "/usr/bin:/bin",
+        },
+    ).stdout.strip()
 
 
 # A bundle as a build leaves it: a set-user-ID executable, a symlink, odd mtimes with nanoseconds.
@@ -108,15 +143,25 @@ SIGN = (
 
 def _agent(root: Path, journal: Path, stack, agent_id: str, user: str) -> Agent:
     config = AgentConfig(
-        agent_id=agent_id, region="eu-west", capacity=1, workspace_root=root / agent_id, journal=journal,
-        max_clock_skew_sec=0.5, prefer_previous_sec=0, handoff_max_wait_sec=0, run_as=user,
+        agent_id=agent_id,
+        region="eu-west",
+        capacity=1,
+        workspace_root=root / agent_id,
+        journal=journal,
+        max_clock_skew_sec=0.5,
+        prefer_previous_sec=0,
+        handoff_max_wait_sec=0,
+        run_as=user,
     )
     return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
 
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:
     task, receipt = receive_stage(stack, job_id, timeout=30)
-    handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+    handle_received(
+        agent,
+        Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}),
+    )
     return task
 
 
@@ -132,11 +177,21 @@ def test_a_checkout_and_handoff_on_two_macs_leave_workspaces_the_build_users_wit
     _git("commit", "--quiet", "-m", "1.4.0", cwd=work)
     _git("push", "--quiet", "origin", "HEAD:main", cwd=work)
     api = RelevoApi.for_stack(local_stack)
-    api.put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
-        "checkout": {"url": str(origin), "timeout_sec": 60},
-        "stages": [{"name": "build", "run": BUILD, "handoff": ["build/App.app"]}, {"name": "sign", "run": SIGN}, {"name": "upload", "run": "true"}],
-    })
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": "eu-west",
+            "lease_ttl_sec": 10,
+            "queue_timeout_sec": 60,
+            "checkout": {"url": str(origin), "timeout_sec": 60},
+            "stages": [
+                {"name": "build", "run": BUILD, "handoff": ["build/App.app"]},
+                {"name": "sign", "run": SIGN},
+                {"name": "upload", "run": "true"},
+            ],
+        },
+    )
     mac_a = _agent(shared_dir, tmp_path / "a.sqlite3", local_stack, "mac-a", build_user.name)
     mac_b = _agent(shared_dir, tmp_path / "b.sqlite3", local_stack, "mac-b", build_user.name)
 
@@ -150,11 +205,16 @@ def test_a_checkout_and_handoff_on_two_macs_leave_workspaces_the_build_users_wit
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     stages = {stage["name"]: stage for stage in api.get_job(job_id)["stages"]}
     assert stages["build"]["outputs"] == {"uid": str(build_user.uid), "home": str(build_user.home)}
-    assert stages["sign"]["outputs"] == {"uid": str(build_user.uid)} and stages["sign"]["handoff"]["restored_bytes"] > 0
+    assert (
+        stages["sign"]["outputs"] == {"uid": str(build_user.uid)}
+        and stages["sign"]["handoff"]["restored_bytes"] > 0
+    )
     # and what Mac B restored is what the build left on Mac A: types, modes (set-user-ID too), mtimes, bytes, link targets
     made, restored = shared_dir / "mac-a" / project_id, shared_dir / "mac-b" / project_id
     assert tree_listing(restored, "build/App.app") == tree_listing(made, "build/App.app")
-    assert ("build/App.app/App", "file", "0o4755", "1700000000123456789") == tree_listing(restored, "build/App.app/App")[0][:4]
+    assert ("build/App.app/App", "file", "0o4755", "1700000000123456789") == tree_listing(
+        restored, "build/App.app/App"
+    )[0][:4]
     # and every entry of Mac B's workspace, checkout and restore alike, is the build user's
     others = [path for path in [restored, *restored.rglob("*")] if os.lstat(path).st_uid != build_user.uid]
     assert others == []

@@ -11,10 +11,21 @@ from botocore.exceptions import ClientError
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes
-from tests.helpers.stack import QueueSlots, job_items, receive_stage, register_project, table_items, wait_for_execution
+from tests.helpers.stack import (
+    QueueSlots,
+    job_items,
+    receive_stage,
+    register_project,
+    table_items,
+    wait_for_execution,
+)
 from tests.helpers.state_machine import agent_runs, claim_and_accept, wait_for_run_token
 
-STAGES = [{"name": "build", "run": "true"}, {"name": "sign", "run": "true"}, {"name": "upload", "run": "true"}]
+STAGES = [
+    {"name": "build", "run": "true"},
+    {"name": "sign", "run": "true"},
+    {"name": "upload", "run": "true"},
+]
 
 
 def _job(stack, job_id):
@@ -93,7 +104,11 @@ def test_rerun_from_a_stage_skips_the_earlier_ones_and_runs_the_rest(local_stack
         ("sign", "succeeded", None),
         ("upload", "succeeded", None),
     ]
-    assert (view["from_stage"], view["retry_of"], view["last_successful_stage"]) == ("sign", original, "upload")
+    assert (view["from_stage"], view["retry_of"], view["last_successful_stage"]) == (
+        "sign",
+        original,
+        "upload",
+    )
 
 
 def test_cancel_a_dispatched_stage_nobody_claimed(local_stack, project_id):

@@ -16,9 +16,9 @@ from relevo_agent.config import AgentConfig
 from relevo_agent.journal import Operation, OperationOutcome, operation_id
 from relevo_agent.messages import Message
 from relevo_agent.service import Agent
+from relevo_core.aws import client
 from relevo_core.store import stage_attempts
 from relevo_core.store.codec import from_attributes
-from relevo_core.aws import client
 from relevo_core.store.keys import stage_key
 from tests.helpers.agents import handle_received
 from tests.helpers.stack import receive_stage, wait_for_execution
@@ -26,17 +26,34 @@ from tests.helpers.state_machine import start_job
 
 
 def _agent(tmp_path: Path, stack) -> Agent:
-    config = AgentConfig(agent_id="mac-own", region="eu-west", capacity=1, workspace_root=tmp_path / "ws",
-                         journal=tmp_path / "j.sqlite3", max_clock_skew_sec=0.5, prefer_previous_sec=0, handoff_max_wait_sec=0)
+    config = AgentConfig(
+        agent_id="mac-own",
+        region="eu-west",
+        capacity=1,
+        workspace_root=tmp_path / "ws",
+        journal=tmp_path / "j.sqlite3",
+        max_clock_skew_sec=0.5,
+        prefer_previous_sec=0,
+        handoff_max_wait_sec=0,
+    )
     return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
 
 
 def _message(agent: Agent, task: dict, receipt: str, receives: int) -> Message:
-    return Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m",
-                                     "Attributes": {"ApproximateReceiveCount": str(receives)}})
+    return Message(
+        agent.queue_url,
+        {
+            "Body": json.dumps(task),
+            "ReceiptHandle": receipt,
+            "MessageId": "m",
+            "Attributes": {"ApproximateReceiveCount": str(receives)},
+        },
+    )
 
 
-def test_a_claim_whose_answer_was_lost_is_resumed_by_its_agent_not_waited_out(local_stack, project_id, tmp_path, caplog):
+def test_a_claim_whose_answer_was_lost_is_resumed_by_its_agent_not_waited_out(
+    local_stack, project_id, tmp_path, caplog
+):
     # Given a stage whose command counts its runs, and an agent whose first claim lands on the
     # route (which answers the dispatch with it) while its answer is lost on the way back
     ran = tmp_path / "ran.txt"
@@ -50,16 +67,24 @@ def test_a_claim_whose_answer_was_lost_is_resumed_by_its_agent_not_waited_out(lo
         sent.append(request.claim_secret)
         answer = claim(request)
         if len(sent) == 1:
-            raise RouteError(504, None, "Endpoint request timed out")  # the gateway gave up; the claim had landed
+            raise RouteError(
+                504, None, "Endpoint request timed out"
+            )  # the gateway gave up; the claim had landed
         return answer
 
     routes.claim = lost_once
     task, receipt = receive_stage(local_stack, job_id)
     handle_received(agent, _message(agent, task, receipt, 1))
     op_id = operation_id(job_id, "build")
-    record = from_attributes(client("dynamodb").get_item(TableName=local_stack.table_name, Key=stage_key(job_id, 0))["Item"])
+    record = from_attributes(
+        client("dynamodb").get_item(TableName=local_stack.table_name, Key=stage_key(job_id, 0))["Item"]
+    )
     # (the stage record names this agent and its journal: the claim is there, nothing ran)
-    assert (record["agent_id"], record["journal_id"], record["status"]) == ("mac-own", agent.journal.journal_id, "running")
+    assert (record["agent_id"], record["journal_id"], record["status"]) == (
+        "mac-own",
+        agent.journal.journal_id,
+        "running",
+    )
     assert agent.journal.get(op_id).outcome is OperationOutcome.UNANSWERED
     assert not ran.exists()
 
@@ -88,13 +113,25 @@ def test_a_claim_another_agent_holds_is_still_waited_out(local_stack, project_id
     job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}])
     agent = _agent(tmp_path, local_stack)
     task, receipt = receive_stage(local_stack, job_id)
-    agent.sessions.routes.claim(ClaimRequest(
-        job_id=job_id, stage_index=0, attempt=1, agent_id="mac-other", claim_secret=new_claim_secret(),
-        dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"], accept=False,
-    ))
+    agent.sessions.routes.claim(
+        ClaimRequest(
+            job_id=job_id,
+            stage_index=0,
+            attempt=1,
+            agent_id="mac-other",
+            claim_secret=new_claim_secret(),
+            dispatch_key=task["dispatch_key"],
+            dispatch_token=task["task_token"],
+            accept=False,
+        )
+    )
     op_id = operation_id(job_id, "build")
-    agent.journal.begin(Operation(op_id, job_id, "build", 0, 1, str(tmp_path), "", claim_secret=new_claim_secret()))
-    agent.journal.record(op_id, 1, OperationOutcome.UNANSWERED, None, None)  # a claim of its own that never landed
+    agent.journal.begin(
+        Operation(op_id, job_id, "build", 0, 1, str(tmp_path), "", claim_secret=new_claim_secret())
+    )
+    agent.journal.record(
+        op_id, 1, OperationOutcome.UNANSWERED, None, None
+    )  # a claim of its own that never landed
     resumed: list = []
     claim = agent.sessions.routes.claim
     agent.sessions.routes.claim = lambda request: resumed.append(request) or claim(request)

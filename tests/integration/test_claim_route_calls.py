@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -35,7 +36,15 @@ from tests.helpers.state_machine import start_job
 
 STAGES = [{"name": "build", "run": "true"}]
 # Per claim, in any order: each read and the mint run on a pool thread.
-CLAIM_CALLS = sorted(["dynamodb:Query", "dynamodb:Query", "dynamodb:UpdateItem", "sts:AssumeRole", "stepfunctions:SendTaskSuccess"])
+CLAIM_CALLS = sorted(
+    [
+        "dynamodb:Query",
+        "dynamodb:Query",
+        "dynamodb:UpdateItem",
+        "sts:AssumeRole",
+        "stepfunctions:SendTaskSuccess",
+    ]
+)
 # On the request's own thread: the claim, then the answer to the dispatch once it has landed.
 REQUEST_THREAD_CALLS = ["dynamodb:UpdateItem", "stepfunctions:SendTaskSuccess"]
 
@@ -50,10 +59,14 @@ class RouteCalls:
 
     def on_call(self, operation_model: Any, request_dict: Any, result: Any) -> None:
         thread = threading.current_thread()
-        if self.request_thread is not None and (thread.ident == self.request_thread or thread.name.startswith("side-by-side")):
+        if self.request_thread is not None and (
+            thread.ident == self.request_thread or thread.name.startswith("side-by-side")
+        ):
             with self._lock:
                 who = "request" if thread.ident == self.request_thread else "pool"
-                self.calls.append((who, f"{operation_model.service_model.service_name}:{operation_model.name}"))
+                self.calls.append(
+                    (who, f"{operation_model.service_model.service_name}:{operation_model.name}")
+                )
 
 
 @pytest.fixture()
@@ -72,10 +85,17 @@ def _dispatched(stack, project_id: str, count: int) -> list[dict[str, Any]]:
     for index in range(count):
         job_id = start_job(stack, f"{project_id}-{index}", STAGES)
         task, _ = receive_stage(stack, job_id)
-        bodies.append({
-            "job_id": job_id, "stage_index": task["stage_index"], "attempt": task["attempt"], "agent_id": "mac-count",
-            "claim_secret": new_claim_secret(), "dispatch_key": task["dispatch_key"], "dispatch_token": task["task_token"],
-        })
+        bodies.append(
+            {
+                "job_id": job_id,
+                "stage_index": task["stage_index"],
+                "attempt": task["attempt"],
+                "agent_id": "mac-count",
+                "claim_secret": new_claim_secret(),
+                "dispatch_key": task["dispatch_key"],
+                "dispatch_token": task["task_token"],
+            }
+        )
     return bodies
 
 
@@ -89,7 +109,9 @@ def _claim(handler: Any, body: dict[str, Any], status: int = 200) -> dict[str, A
 @pytest.fixture()
 def claim_role(local_stack) -> str:
     role = client("iam").get_role(RoleName=local_stack.resources["AgentSessionsRole"])["Role"]["Arn"]
-    harness.use_function_environment(local_stack, "AgentSessionsFunction")  # conftest puts os.environ back after
+    harness.use_function_environment(
+        local_stack, "AgentSessionsFunction"
+    )  # conftest puts os.environ back after
     return role
 
 
@@ -112,7 +134,9 @@ def test_a_new_containers_first_claim_builds_no_client(local_stack, project_id, 
     assert built == [], built
 
 
-def test_a_warm_claim_makes_five_calls_three_in_a_row_and_starts_no_thread(local_stack, project_id, claim_role, recorded, monkeypatch):
+def test_a_warm_claim_makes_five_calls_three_in_a_row_and_starts_no_thread(
+    local_stack, project_id, claim_role, recorded, monkeypatch
+):
     first, second = _dispatched(local_stack, project_id, 2)
     started: list[str] = []
     start = threading.Thread.start
@@ -147,7 +171,9 @@ def test_a_refused_claim_mints_no_session(local_stack, project_id, claim_role, r
         handler = harness.cold_handler("agent_sessions")
         _claim(handler, body)
         recorded.request_thread = threading.get_ident()
-        refused = _claim(handler, {**body, "agent_id": "mac-other", "claim_secret": new_claim_secret()}, status=409)
+        refused = _claim(
+            handler, {**body, "agent_id": "mac-other", "claim_secret": new_claim_secret()}, status=409
+        )
         recorded.request_thread = None
     assert "CLAIM_REFUSED" in refused["body"], refused
     calls = [call for _, call in recorded.calls]

@@ -43,7 +43,9 @@ def test_run_status_and_listings(local_stack, project_id, tmp_path):
 
 def test_a_refusal_prints_its_code_and_exits_1(local_stack, tmp_path):
     # A job that does not exist is one the caller may not view: FORBIDDEN, never a hint it is missing.
-    result = runner.invoke(app, ["status", "job_" + "0" * 26, "--stack-file", _stack_file(local_stack, tmp_path)])
+    result = runner.invoke(
+        app, ["status", "job_" + "0" * 26, "--stack-file", _stack_file(local_stack, tmp_path)]
+    )
     assert result.exit_code == 1
     assert "FORBIDDEN" in result.output
 

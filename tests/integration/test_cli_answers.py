@@ -47,12 +47,18 @@ def _cli(stack_file: str, *args: str, exit_code: int = 0):
 
 
 def _status(api: RelevoApi, job_id: str, wanted: str) -> dict:
-    return wait_until(lambda: (job := api.get_job(job_id))["status"] == wanted and job, 30, f"{job_id} {wanted}")
+    return wait_until(
+        lambda: (job := api.get_job(job_id))["status"] == wanted and job, 30, f"{job_id} {wanted}"
+    )
 
 
 def test_a_duplicate_names_the_jobs_status_and_how_to_run_it_again(local_stack, project_id, tmp_path: Path):
     register_project(local_stack, project_id, [{"name": "build", "run": "make"}], queue_timeout_sec=600)
-    stack_file, api, commit = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack), secrets.token_hex(20)
+    stack_file, api, commit = (
+        _stack_file(local_stack, tmp_path),
+        RelevoApi.for_stack(local_stack),
+        secrets.token_hex(20),
+    )
     job_id = _cli(stack_file, "run", project_id, "--commit", commit).split()[1]
 
     while_queued = _cli(stack_file, "run", project_id, "--commit", commit, exit_code=3)
@@ -62,11 +68,19 @@ def test_a_duplicate_names_the_jobs_status_and_how_to_run_it_again(local_stack, 
     after_success = _cli(stack_file, "run", project_id, "--commit", commit, exit_code=3)
 
     status = api.get_job(job_id)["status"]
-    assert while_queued.strip() in (f"already queued as {job_id} (queued)", f"already running as {job_id} (running)"), (while_queued, status)
-    assert after_success.strip() == f"already ran as {job_id} (succeeded); `relevo project run {project_id} --again` runs it again"
+    assert while_queued.strip() in (
+        f"already queued as {job_id} (queued)",
+        f"already running as {job_id} (running)",
+    ), (while_queued, status)
+    assert (
+        after_success.strip()
+        == f"already ran as {job_id} (succeeded); `relevo project run {project_id} --again` runs it again"
+    )
 
 
-def test_a_duplicate_run_is_told_apart_from_a_new_job_by_its_exit_status_and_json(local_stack, project_id, tmp_path: Path):
+def test_a_duplicate_run_is_told_apart_from_a_new_job_by_its_exit_status_and_json(
+    local_stack, project_id, tmp_path: Path
+):
     """`JOB=$(relevo run P -q)` twice: the second is the first job again, which a script sees in
     the exit status (3) and `--json` (duplicate: true, with that job's status), and a person on
     stderr; an ended job (here canceled) is never handed back as a new run."""
@@ -85,17 +99,31 @@ def test_a_duplicate_run_is_told_apart_from_a_new_job_by_its_exit_status_and_jso
 
     assert first.exit_code == 0 and job_id.startswith("job_"), first.output
     assert (while_queued.exit_code, while_queued.stdout.strip()) == (3, job_id), while_queued.output
-    assert f"already queued as {job_id}" in while_queued.stderr or f"already running as {job_id}" in while_queued.stderr
+    assert (
+        f"already queued as {job_id}" in while_queued.stderr
+        or f"already running as {job_id}" in while_queued.stderr
+    )
     answer = json.loads(as_json.stdout)
     assert as_json.exit_code == 3, as_json.output
-    assert (answer["job_id"], answer["duplicate"], answer["status"] in ("queued", "running")) == (job_id, True, True), answer
+    assert (answer["job_id"], answer["duplicate"], answer["status"] in ("queued", "running")) == (
+        job_id,
+        True,
+        True,
+    ), answer
     assert (after_cancel.exit_code, after_cancel.stdout.strip()) == (3, job_id), after_cancel.output
-    assert after_cancel.stderr.strip() == f"already ran as {job_id} (canceled); `relevo project run {project_id} --again` runs it again"
+    assert (
+        after_cancel.stderr.strip()
+        == f"already ran as {job_id} (canceled); `relevo project run {project_id} --again` runs it again"
+    )
 
 
 def test_a_rejections_reason_and_actor_are_in_status_and_its_json(local_stack, project_id, tmp_path: Path):
-    register_project(local_stack, project_id, [{"name": "build", "run": "make"}, {"name": "deploy", "run": "ship"}],
-                     approval={"enabled": True})
+    register_project(
+        local_stack,
+        project_id,
+        [{"name": "build", "run": "make"}, {"name": "deploy", "run": "ship"}],
+        approval={"enabled": True},
+    )
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     task, _ = receive_stage(local_stack, job_id)
@@ -111,7 +139,10 @@ def test_a_rejections_reason_and_actor_are_in_status_and_its_json(local_stack, p
     assert f"rejected by {me} before deploy: crash on launch in QA" in shown
     assert as_json["error"] == "Relevo.Approval.Rejected"
     assert {k: as_json["approval_decision"][k] for k in ("decision", "actor", "reason", "stage")} == {
-        "decision": "rejected", "actor": me, "reason": "crash on launch in QA", "stage": "deploy",
+        "decision": "rejected",
+        "actor": me,
+        "reason": "crash on launch in QA",
+        "stage": "deploy",
     }
     # Not read from error_cause: on AWS its cause is the reason (SendTaskFailure's cause), but moto
     # 5.2.5's SendTaskFailure handler passes only the error on, so locally that cause is null.
@@ -119,7 +150,11 @@ def test_a_rejections_reason_and_actor_are_in_status_and_its_json(local_stack, p
 
 def test_the_last_successful_stage_of_a_rerun_is_one_that_succeeded(local_stack, project_id, tmp_path: Path):
     # Given a job whose build succeeded and whose longrun was canceled while it ran
-    stages = [{"name": "build", "run": "make"}, {"name": "longrun", "run": "sleep 600"}, {"name": "ship", "run": "ship"}]
+    stages = [
+        {"name": "build", "run": "make"},
+        {"name": "longrun", "run": "sleep 600"},
+        {"name": "ship", "run": "ship"},
+    ]
     register_project(local_stack, project_id, stages)
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main", "commit": secrets.token_hex(20)})["job_id"]
@@ -140,17 +175,36 @@ def test_the_last_successful_stage_of_a_rerun_is_one_that_succeeded(local_stack,
 
 
 def test_logs_follow_names_the_gate_and_the_command_that_opens_it(local_stack, project_id, tmp_path: Path):
-    register_project(local_stack, project_id, [{"name": "build", "run": "make"}, {"name": "deploy", "run": "ship"}],
-                     approval={"enabled": True})
+    register_project(
+        local_stack,
+        project_id,
+        [{"name": "build", "run": "make"}, {"name": "deploy", "run": "ship"}],
+        approval={"enabled": True},
+    )
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     gate = f"waiting for approval before deploy: `relevo job approve {job_id}` (or `relevo job reject {job_id} --reason …`)"
     follower = subprocess.Popen(
-        [sys.executable, "-m", "relevo_cli.main", "logs", job_id, "-f", "--poll", "0.2", "--stack-file", stack_file],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "relevo_cli.main",
+            "logs",
+            job_id,
+            "-f",
+            "--poll",
+            "0.2",
+            "--stack-file",
+            stack_file,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     said: list[str] = []
-    reader = threading.Thread(target=lambda: said.extend(line.rstrip("\n") for line in follower.stderr), daemon=True)
+    reader = threading.Thread(
+        target=lambda: said.extend(line.rstrip("\n") for line in follower.stderr), daemon=True
+    )
     reader.start()
     try:
         task, _ = receive_stage(local_stack, job_id)
@@ -174,19 +228,29 @@ def test_logs_follow_names_the_gate_and_the_command_that_opens_it(local_stack, p
 def test_logs_of_a_job_waiting_for_an_agent_say_what_it_waits_for(local_stack, project_id, tmp_path: Path):
     """`relevo logs JOB` of a job whose stage no agent takes printed nothing and exited 0; it now
     says on stderr why the job waits, in words, as `relevo status` knows it."""
-    register_project(local_stack, project_id, [{"name": "build", "run": "make"}], region_affinity="us-east", queue_timeout_sec=600)
+    register_project(
+        local_stack,
+        project_id,
+        [{"name": "build", "run": "make"}],
+        region_affinity="us-east",
+        queue_timeout_sec=600,
+    )
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     try:
         job = wait_until(lambda: (j := api.get_job(job_id))["queue_reason"] and j, 30, "a queue reason")
-        printed = runner.invoke(app, ["logs", job_id, "--stack-file", stack_file])  # the spelling the issue used
+        printed = runner.invoke(
+            app, ["logs", job_id, "--stack-file", stack_file]
+        )  # the spelling the issue used
 
         assert printed.exit_code == 0 and printed.stdout == "", printed.output
         said = printed.stderr.strip()
         assert said.startswith(f"job {job_id} waits: "), said
         reason = job["queue_reason"]
-        assert {"agent_offline": "no agent of region affinity us-east is online",
-                "agent_busy": "every agent of region affinity us-east has all its slots in use"}.get(reason, reason) in said, said
+        assert {
+            "agent_offline": "no agent of region affinity us-east is online",
+            "agent_busy": "every agent of region affinity us-east has all its slots in use",
+        }.get(reason, reason) in said, said
     finally:
         api.cancel_job(job_id)
 

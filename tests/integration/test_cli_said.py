@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -47,32 +47,61 @@ def _cli(stack_file: str, *args: str, exit_code: int = 0) -> str:
 
 
 def test_a_reconciled_upload_is_said_reconciled_by_job_view_and_job_logs(
-    local_stack, project_id, tmp_path: Path,
+    local_stack,
+    project_id,
+    tmp_path: Path,
 ):
     # Given a run without a commit whose upload's first Mac was killed after its first checkout
-    register_project(local_stack, project_id, [{"name": "upload", "run": "upload", "effect_probe": "probe"}],
-                     retry={"backoff_base_sec": 0})
+    register_project(
+        local_stack,
+        project_id,
+        [{"name": "upload", "run": "upload", "effect_probe": "probe"}],
+        retry={"backoff_base_sec": 0},
+    )
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     task, _ = receive_stage(local_stack, job_id)
     first = claim_and_accept(local_stack, task, "mac-t2")
     first_token = wait_for_run_token(first)
     stage_attempts.record_checkout_commit(first, secrets.token_hex(20))
-    stage_attempts.finish(first, StageStatus.FAILED, datetime.now(timezone.utc), -1, "Relevo.Transient.AgentShutdown",
-                          outcome=stage_attempts.AttemptOutcome.UNKNOWN)
-    client("stepfunctions").send_task_failure(taskToken=first_token, error="Relevo.Transient.AgentShutdown",
-                                              cause=json.dumps({"agent_id": "mac-t2"}))
+    stage_attempts.finish(
+        first,
+        StageStatus.FAILED,
+        datetime.now(UTC),
+        -1,
+        "Relevo.Transient.AgentShutdown",
+        outcome=stage_attempts.AttemptOutcome.UNKNOWN,
+    )
+    client("stepfunctions").send_task_failure(
+        taskToken=first_token,
+        error="Relevo.Transient.AgentShutdown",
+        cause=json.dumps({"agent_id": "mac-t2"}),
+    )
 
     # When attempt 2 reconciles (the probe finds attempt 1's effect) and reports, as the agent does
     retry, _ = receive_stage(local_stack, job_id, timeout=30)
     second = claim_and_accept(local_stack, retry, "mac-t1")
     second_token = wait_for_run_token(second)
-    evidence = {"previous_attempt": 1, "previous_agent": "mac-t2", "precondition_before": None, "precondition_now": "commit=x",
-                "probe_exit": 0, "probe_output": "uploaded"}
-    stage_attempts.record_reconciled(second, "succeeded", evidence, datetime.now(timezone.utc))
-    stage_attempts.finish(second, StageStatus.SUCCEEDED, datetime.now(timezone.utc), 0, None,
-                          receipt={"reconciled": True, "exit_code": 0})
-    client("stepfunctions").send_task_success(taskToken=second_token, output=json.dumps({"agent_id": "mac-t1"}))
+    evidence = {
+        "previous_attempt": 1,
+        "previous_agent": "mac-t2",
+        "precondition_before": None,
+        "precondition_now": "commit=x",
+        "probe_exit": 0,
+        "probe_output": "uploaded",
+    }
+    stage_attempts.record_reconciled(second, "succeeded", evidence, datetime.now(UTC))
+    stage_attempts.finish(
+        second,
+        StageStatus.SUCCEEDED,
+        datetime.now(UTC),
+        0,
+        None,
+        receipt={"reconciled": True, "exit_code": 0},
+    )
+    client("stepfunctions").send_task_success(
+        taskToken=second_token, output=json.dumps({"agent_id": "mac-t1"})
+    )
     wait_until(lambda: api.get_job(job_id)["status"] == "succeeded", 30, f"{job_id} succeeded")
 
     # Then `relevo job view` says reconciled, with the probe's verdict and the attempt that did it
@@ -85,7 +114,9 @@ def test_a_reconciled_upload_is_said_reconciled_by_job_view_and_job_logs(
     assert f"── {said} ──" in _cli(stack_file, "job", "logs", job_id).splitlines()
 
 
-def test_the_job_list_shows_the_commit_a_run_without_one_resolved_at_its_first_checkout(local_stack, project_id, tmp_path: Path):
+def test_the_job_list_shows_the_commit_a_run_without_one_resolved_at_its_first_checkout(
+    local_stack, project_id, tmp_path: Path
+):
     # Given a run without a commit whose first stage checked out main
     register_project(local_stack, project_id, [{"name": "build", "run": "make"}])
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
@@ -97,8 +128,11 @@ def test_the_job_list_shows_the_commit_a_run_without_one_resolved_at_its_first_c
     stage_attempts.record_checkout_commit(ref, commit)
 
     # Then `relevo job list` shows the commit its first checkout resolved, in its table and its JSON
-    [listed] = [job for job in json.loads(_cli(stack_file, "job", "list", "--project", project_id, "--json"))["jobs"]
-                if job["job_id"] == job_id]
+    [listed] = [
+        job
+        for job in json.loads(_cli(stack_file, "job", "list", "--project", project_id, "--json"))["jobs"]
+        if job["job_id"] == job_id
+    ]
     assert (listed["commit"], listed["commit_source"]) == (commit, "checkout"), listed
     assert f"main @ {commit[:8]}" in _cli(stack_file, "job", "list", "--project", project_id)
     client("stepfunctions").send_task_failure(taskToken=run_token, error="Test.Cleanup", cause="")
@@ -106,8 +140,12 @@ def test_the_job_list_shows_the_commit_a_run_without_one_resolved_at_its_first_c
 
 def _rejected(local_stack, project_id: str, stack_file: str) -> str:
     """A job rejected at its approval gate before deploy (`relevo job reject`), once its execution ended."""
-    register_project(local_stack, project_id, [{"name": "build", "run": "make"}, {"name": "deploy", "run": "ship"}],
-                     approval={"enabled": True})
+    register_project(
+        local_stack,
+        project_id,
+        [{"name": "build", "run": "make"}, {"name": "deploy", "run": "ship"}],
+        approval={"enabled": True},
+    )
     api = RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     task, _ = receive_stage(local_stack, job_id)

@@ -12,7 +12,11 @@ from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, receive_stage, register_project, wait_for_execution
 from tests.helpers.state_machine import agent_runs
 
-STAGES = [{"name": "build", "run": "make"}, {"name": "sign", "run": "codesign"}, {"name": "upload", "run": "altool"}]
+STAGES = [
+    {"name": "build", "run": "make"},
+    {"name": "sign", "run": "codesign"},
+    {"name": "upload", "run": "altool"},
+]
 
 
 def _dead_lettered_job(stack, project_id) -> tuple[str, bytes, str]:
@@ -36,16 +40,33 @@ def test_a_dead_lettered_job_is_listed_and_redriven_from_its_failed_stage(local_
     listed = {e["job_id"]: e for e in api.dead_letters()["entries"]}
 
     assert listed[job_id] == entry
-    assert (entry["failed_stage"], entry["error"], entry["attempts"], entry["last_successful_stage"], entry["state"]) == (
-        "sign", "Relevo.Fatal.ProfileMismatch", 1, "build", "open",
+    assert (
+        entry["failed_stage"],
+        entry["error"],
+        entry["attempts"],
+        entry["last_successful_stage"],
+        entry["state"],
+    ) == (
+        "sign",
+        "Relevo.Fatal.ProfileMismatch",
+        1,
+        "build",
+        "open",
     )
 
     resumed = api.redrive(job_id)
 
     new_id = resumed["job_id"]
     assert resumed["outcome"] == "redriven" and new_id != job_id
-    original, redriven = get_envelope(local_stack.table_name, job_id), get_envelope(local_stack.table_name, new_id)
-    assert (redriven.idempotency_key, redriven.retry_of, redriven.from_stage) == (original.idempotency_key, job_id, "sign")
+    original, redriven = (
+        get_envelope(local_stack.table_name, job_id),
+        get_envelope(local_stack.table_name, new_id),
+    )
+    assert (redriven.idempotency_key, redriven.retry_of, redriven.from_stage) == (
+        original.idempotency_key,
+        job_id,
+        "sign",
+    )
     assert redriven.stages == original.stages  # its own frozen plan
     # A new job, retained from its own creation (template defaults: 30 days, logs 14).
     created = int(redriven.created_at.timestamp())
@@ -78,7 +99,10 @@ def test_an_entry_still_resumes_its_job_after_the_failed_job_was_deleted(local_s
 
     redriven = get_envelope(local_stack.table_name, resumed["job_id"])
     assert (redriven.idempotency_key, redriven.retry_of, redriven.from_stage, redriven.stages) == (
-        original.idempotency_key, job_id, "sign", original.stages,
+        original.idempotency_key,
+        job_id,
+        "sign",
+        original.stages,
     )
     for expected in ("sign", "upload"):
         task, _ = receive_stage(local_stack, resumed["job_id"])

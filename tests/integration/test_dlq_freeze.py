@@ -5,25 +5,25 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from typer.testing import CliRunner
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.main import app
-from relevo_core.recovery import key_freeze
 from relevo_core.aws import client
 from relevo_core.config.sweeper import SweeperSettings
 from relevo_core.intake.enqueue import enqueue, idempotency_key, project_cache
+from relevo_core.intake.schedules import fire_schedule
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.intake.schedules import fire_schedule
+from relevo_core.recovery import key_freeze
+from relevo_core.recovery.sweeper import sweep
 from relevo_core.store import freezes
 from relevo_core.store.codec import to_attributes
 from relevo_core.store.jobs import get_envelope
 from relevo_core.store.projects import get_project
-from relevo_core.recovery.sweeper import sweep
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import (
     deliver,
@@ -47,11 +47,15 @@ def frozen_notices(local_stack, project_id):
     seen: list[dict] = []
 
     def read(idempotency_key: str) -> list[dict]:
-        while batch := sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []):
+        while batch := sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
+            "Messages", []
+        ):
             for message in batch:
                 seen.append(json.loads(message["Body"]))
                 sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
-        return [n for n in seen if n.get("event") == "dlq.key_frozen" and n["idempotency_key"] == idempotency_key]
+        return [
+            n for n in seen if n.get("event") == "dlq.key_frozen" and n["idempotency_key"] == idempotency_key
+        ]
 
     return read
 
@@ -64,7 +68,9 @@ def _fails(stack, job_id, error="Relevo.Fatal.ExitCode") -> None:
 
 def _judge(stack) -> list[str]:
     """What the sweep does each minute (the stack's own timer may have done it first)."""
-    return key_freeze.evaluate_pending(stack.table_name, stack.resources["NotificationTopic"], datetime.now(timezone.utc))
+    return key_freeze.evaluate_pending(
+        stack.table_name, stack.resources["NotificationTopic"], datetime.now(UTC)
+    )
 
 
 def _frozen(stack, key) -> bool:
@@ -82,7 +88,9 @@ def _automatic_repeat(stack, settings, project_id, commit, now):
 # Three jobs fail through the emulator's state machine one after the other: more than the
 # default 120 s on a loaded test worker.
 @pytest.mark.timeout(300)
-def test_three_dead_letters_in_a_day_freeze_the_key_until_it_is_unfrozen(local_stack, intake_settings, project_id, frozen_notices, tmp_path):
+def test_three_dead_letters_in_a_day_freeze_the_key_until_it_is_unfrozen(
+    local_stack, intake_settings, project_id, frozen_notices, tmp_path
+):
     secret = register_project(local_stack, project_id, STAGES, dedup={"webhook": {"on_repeat": "run"}})
     commit = secrets.token_hex(20)
     first = deliver(local_stack, project_id, push_body(f"acme/{project_id}", commit), secret).json()["job_id"]
@@ -102,8 +110,10 @@ def test_three_dead_letters_in_a_day_freeze_the_key_until_it_is_unfrozen(local_s
     assert _frozen(local_stack, key)
     # RecordDeadLetter may run twice: the repeat rewrites the same entry, and no second notice goes.
     client("dynamodb").update_item(
-        TableName=local_stack.table_name, Key={"pk": {"S": f"DLQ#{third}"}, "sk": {"S": "DLQ"}},
-        UpdateExpression="SET freeze_check = :p", ExpressionAttributeValues={":p": {"S": "pending"}},
+        TableName=local_stack.table_name,
+        Key={"pk": {"S": f"DLQ#{third}"}, "sk": {"S": "DLQ"}},
+        UpdateExpression="SET freeze_check = :p",
+        ExpressionAttributeValues={":p": {"S": "pending"}},
     )
     _judge(local_stack)
     [notice] = frozen_notices(key)
@@ -114,7 +124,7 @@ def test_three_dead_letters_in_a_day_freeze_the_key_until_it_is_unfrozen(local_s
     assert [entry["job_id"] for entry in listed["entries"]] == [first, second, third]
 
     # Automatic runs of the key are refused ...
-    later = datetime.now(timezone.utc) + timedelta(hours=25)
+    later = datetime.now(UTC) + timedelta(hours=25)
     with pytest.raises(RelevoError) as refused:
         _automatic_repeat(local_stack, intake_settings, project_id, commit, later)
     assert (refused.value.code, refused.value.status) == (ErrorCode.KEY_FROZEN, 409)
@@ -145,9 +155,18 @@ def _record_dead_letter(stack, project_id, key, failed_at: datetime) -> str:
         TableName=stack.table_name,
         Item=to_attributes(
             {
-                "pk": f"DLQ#{job_id}", "sk": "DLQ", "kind": "dlq", "job_id": job_id, "project": project_id, "state": "open",
-                "idempotency_key": key, "error": "Relevo.Fatal.ExitCode", "cause": "{}",
-                "failed_at": failed_at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z", "job_record": {}, "freeze_check": "pending",
+                "pk": f"DLQ#{job_id}",
+                "sk": "DLQ",
+                "kind": "dlq",
+                "job_id": job_id,
+                "project": project_id,
+                "state": "open",
+                "idempotency_key": key,
+                "error": "Relevo.Fatal.ExitCode",
+                "cause": "{}",
+                "failed_at": failed_at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+                "job_record": {},
+                "freeze_check": "pending",
             }
         ),
     )
@@ -155,7 +174,9 @@ def _record_dead_letter(stack, project_id, key, failed_at: datetime) -> str:
 
 
 def _deployed_sweeper_settings(stack) -> SweeperSettings:
-    variables = client("lambda").get_function_configuration(FunctionName=stack.resources["SweeperFunction"])["Environment"]["Variables"]
+    variables = client("lambda").get_function_configuration(FunctionName=stack.resources["SweeperFunction"])[
+        "Environment"
+    ]["Variables"]
     return SweeperSettings.model_validate({name: str(value) for name, value in variables.items()})
 
 
@@ -164,7 +185,7 @@ def test_entries_older_than_a_day_do_not_count(local_stack, project_id, frozen_n
     register_project(local_stack, project_id, [{"name": "build", "run": "true"}])
     # A ref's identity: the key holds '/' as well as ':', and still travels in the unfreeze URL.
     key = f"{project_id}:ref:refs/heads/{secrets.token_hex(4)}:0123456789abcdef"
-    now = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
     _record_dead_letter(local_stack, project_id, key, now - timedelta(hours=30))
     _record_dead_letter(local_stack, project_id, key, now - timedelta(hours=24))
     _record_dead_letter(local_stack, project_id, key, now)
@@ -174,7 +195,7 @@ def test_entries_older_than_a_day_do_not_count(local_stack, project_id, frozen_n
     recent = [_record_dead_letter(local_stack, project_id, key, now + timedelta(hours=h)) for h in (1, 2)]
     # The sweep as deployed (its environment names the topic) decides.
     settings = _deployed_sweeper_settings(local_stack)
-    sweep(settings, datetime.now(timezone.utc), settings.notification_topic_arn)
+    sweep(settings, datetime.now(UTC), settings.notification_topic_arn)
 
     assert _frozen(local_stack, key)  # now, 1 h and 2 h later: three within 24 h
     [notice] = frozen_notices(key)
@@ -184,7 +205,7 @@ def test_entries_older_than_a_day_do_not_count(local_stack, project_id, frozen_n
 
 
 def test_counted_entries_window_and_unfreeze():
-    at = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+    at = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
     entries = [{"failed_at": (at - timedelta(hours=h)).isoformat()} for h in (25, 24, 23, 1, 0)]
     assert len(key_freeze.counted_entries(entries, at, None)) == 3  # 24 h ago exactly is outside
     assert len(key_freeze.counted_entries(entries, at, at - timedelta(hours=2))) == 2
@@ -194,7 +215,7 @@ def test_counted_entries_window_and_unfreeze():
 
 
 def _freeze_by_entries(stack, project_id, key) -> None:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for minutes in (3, 2, 1):
         _record_dead_letter(stack, project_id, key, now - timedelta(minutes=minutes))
     _judge(stack)
@@ -202,15 +223,23 @@ def _freeze_by_entries(stack, project_id, key) -> None:
 
 
 def test_webhook_and_schedule_runs_of_a_frozen_key_are_refused(local_stack, intake_settings, project_id):
-    secret = register_project(local_stack, project_id, STAGES, schedules=[{"name": "nightly", "expression": "rate(1 day)"}])
+    secret = register_project(
+        local_stack, project_id, STAGES, schedules=[{"name": "nightly", "expression": "rate(1 day)"}]
+    )
     project = get_project(local_stack.table_name, project_id)
     commit = secrets.token_hex(20)
     slot = "2026-03-01T03:00:00Z"
     _freeze_by_entries(local_stack, project_id, idempotency_key(project_id, commit, project.frozen_stages()))
-    _freeze_by_entries(local_stack, project_id, idempotency_key(project_id, f"schedule:nightly:{slot}", project.frozen_stages()))
+    _freeze_by_entries(
+        local_stack,
+        project_id,
+        idempotency_key(project_id, f"schedule:nightly:{slot}", project.frozen_stages()),
+    )
 
     pushed = deliver(local_stack, project_id, push_body(f"acme/{project_id}", commit), secret)
-    fired = fire_schedule(intake_settings, {"project_id": project_id, "schedule": "nightly", "scheduled_time": slot})
+    fired = fire_schedule(
+        intake_settings, {"project_id": project_id, "schedule": "nightly", "scheduled_time": slot}
+    )
 
     assert (pushed.status_code, pushed.json()["error"]) == (409, "KEY_FROZEN")
     assert fired is None  # acknowledged and logged: Scheduler retrying it could not help
@@ -226,7 +255,9 @@ def test_while_frozen_a_persons_run_goes_but_its_stages_are_not_retried(local_st
     key = idempotency_key(project_id, commit, project.frozen_stages())
     _freeze_by_entries(local_stack, project_id, key)
 
-    job_id = RelevoApi.for_stack(local_stack).run_project(project_id, {"ref": "main", "commit": commit})["job_id"]
+    job_id = RelevoApi.for_stack(local_stack).run_project(project_id, {"ref": "main", "commit": commit})[
+        "job_id"
+    ]
 
     assert get_envelope(local_stack.table_name, job_id).idempotency_key == key
     # A transient failure is retried up to 3 attempts by default; with the key frozen, none.

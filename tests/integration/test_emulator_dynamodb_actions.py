@@ -27,7 +27,10 @@ def test_of_racing_conditional_writes_on_one_item_exactly_one_passes_its_conditi
         start.wait()
         try:
             dynamodb.update_item(
-                TableName=table, Key=key, UpdateExpression="SET version = :next", ConditionExpression="version = :seen",
+                TableName=table,
+                Key=key,
+                UpdateExpression="SET version = :next",
+                ConditionExpression="version = :seen",
                 ExpressionAttributeValues={":seen": {"N": str(version)}, ":next": {"N": str(version + 1)}},
             )
         except ClientError as exc:
@@ -39,13 +42,15 @@ def test_of_racing_conditional_writes_on_one_item_exactly_one_passes_its_conditi
         for version in range(5):
             passed = list(pool.map(bump, [version] * 12))
             start.reset()
-            assert passed.count(True) == 1, f"round {version}: {passed.count(True)} writes passed the same condition"
+            assert passed.count(True) == 1, (
+                f"round {version}: {passed.count(True)} writes passed the same condition"
+            )
     assert dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]["version"] == {"N": "5"}
 
 
 def test_an_action_waits_for_the_one_being_applied(local_stack) -> None:
-    from relevo_local.moto.dynamodb import DYNAMODB_ACTIONS
     from relevo_core.aws import client
+    from relevo_local.moto.dynamodb import DYNAMODB_ACTIONS
 
     dynamodb, table = client("dynamodb"), local_stack.table_name
     key = {"pk": {"S": "TEST#held"}, "sk": {"S": "ITEM"}}

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import secrets
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from relevo_core.aws import client
+from relevo_core.execution import execution_arn
 from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import HeldReason
+from relevo_core.recovery.sweeper import start_forgotten_jobs
 from relevo_core.store import jobs
 from relevo_core.store.projects import get_project
-from relevo_core.execution import execution_arn
-from relevo_core.recovery.sweeper import start_forgotten_jobs
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import QueueSlots, deliver, queue_filled, register_project, table_items
 
@@ -31,7 +31,9 @@ def _webhook(delivery_id: str | None = None) -> Trigger:
 
 
 def _jobs(stack, project_id):
-    return [i for i in table_items(stack, "JOB#") if i["sk"]["S"] == "JOB" and i["project"]["S"] == project_id]
+    return [
+        i for i in table_items(stack, "JOB#") if i["sk"]["S"] == "JOB" and i["project"]["S"] == project_id
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +71,15 @@ def test_fifty_keys_delivered_four_times_each_make_fifty_jobs(local_stack, intak
     roomy = intake_settings.model_copy(update={"queue_limit": 100_000})
 
     def deliver_once(commit):
-        return enqueue(roomy, project, _webhook(), "refs/heads/main", commit, identity=commit, held_reason=HeldReason.FORK_PULL_REQUEST)
+        return enqueue(
+            roomy,
+            project,
+            _webhook(),
+            "refs/heads/main",
+            commit,
+            identity=commit,
+            held_reason=HeldReason.FORK_PULL_REQUEST,
+        )
 
     with ThreadPoolExecutor(max_workers=32) as pool:
         results = list(pool.map(deliver_once, commits * 4))
@@ -93,7 +103,9 @@ def test_queue_full_refuses_with_429_and_writes_nothing(local_stack, intake_sett
     # stand below the jobs really queued, and a later test's full queue would not be full).
     with queue_filled(local_stack, limit):
         body = push_body(f"acme/{project_id}", secrets.token_hex(20))
-        response = deliver(local_stack, project_id, body, secret, **{"X-GitHub-Delivery": "full-" + secrets.token_hex(4)})
+        response = deliver(
+            local_stack, project_id, body, secret, **{"X-GitHub-Delivery": "full-" + secrets.token_hex(4)}
+        )
         assert (response.status_code, response.json()["error"]) == (429, "QUEUE_FULL")
         assert _jobs(local_stack, project_id) == []
         assert table_items(local_stack, f"DEDUP#{project_id}:") == []
@@ -103,25 +115,50 @@ def test_queue_full_refuses_with_429_and_writes_nothing(local_stack, intake_sett
 def test_a_replayed_delivery_id_is_recognised_and_not_processed_twice(local_stack, project_id):
     secret = register_project(local_stack, project_id, STAGES)
     delivery = "replay-" + secrets.token_hex(8)
-    first = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret, **{"X-GitHub-Delivery": delivery})
+    first = deliver(
+        local_stack,
+        project_id,
+        push_body(f"acme/{project_id}", secrets.token_hex(20)),
+        secret,
+        **{"X-GitHub-Delivery": delivery},
+    )
 
     # The same delivery id, even with another body (a replay GitHub signed again), is not new work.
-    replay = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret, **{"X-GitHub-Delivery": delivery})
+    replay = deliver(
+        local_stack,
+        project_id,
+        push_body(f"acme/{project_id}", secrets.token_hex(20)),
+        secret,
+        **{"X-GitHub-Delivery": delivery},
+    )
 
     assert first.status_code == 202
     assert replay.status_code == 200
-    assert replay.json() == {"job_id": first.json()["job_id"], "duplicate": True, "outcome": "replayed_delivery"}
+    assert replay.json() == {
+        "job_id": first.json()["job_id"],
+        "duplicate": True,
+        "outcome": "replayed_delivery",
+    }
     assert len(_jobs(local_stack, project_id)) == 1
 
 
-@pytest.mark.parametrize("on_repeat, expect_status, expect_new_job", [("hold", "held", True), ("skip", None, False), ("run", "queued", True)])
-def test_a_repeat_after_the_window_follows_on_repeat(local_stack, intake_settings, project_id, on_repeat, expect_status, expect_new_job):
-    register_project(local_stack, project_id, STAGES, dedup={"webhook": {"window_sec": 120, "on_repeat": on_repeat}})
+@pytest.mark.parametrize(
+    "on_repeat, expect_status, expect_new_job",
+    [("hold", "held", True), ("skip", None, False), ("run", "queued", True)],
+)
+def test_a_repeat_after_the_window_follows_on_repeat(
+    local_stack, intake_settings, project_id, on_repeat, expect_status, expect_new_job
+):
+    register_project(
+        local_stack, project_id, STAGES, dedup={"webhook": {"window_sec": 120, "on_repeat": on_repeat}}
+    )
     project = get_project(local_stack.table_name, project_id)
     window, _ = project.dedup_for("webhook")
     commit = secrets.token_hex(20)
-    then = datetime.now(timezone.utc) - timedelta(seconds=window + 5)
-    first = enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit, now=then)
+    then = datetime.now(UTC) - timedelta(seconds=window + 5)
+    first = enqueue(
+        intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit, now=then
+    )
 
     repeat = enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit)
     again = enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit)
@@ -129,7 +166,9 @@ def test_a_repeat_after_the_window_follows_on_repeat(local_stack, intake_setting
     records = {j["job_id"]["S"]: j for j in _jobs(local_stack, project_id)}
     if expect_new_job:
         assert repeat.job_id != first.job_id and not repeat.duplicate
-        assert records[repeat.job_id]["status"]["S"] in ({expect_status} if expect_status == "held" else {"queued", "running"})
+        assert records[repeat.job_id]["status"]["S"] in (
+            {expect_status} if expect_status == "held" else {"queued", "running"}
+        )
         # Inside the new window, a third delivery is a plain duplicate of the repeat.
         assert (again.job_id, again.duplicate) == (repeat.job_id, True)
         assert len(records) == 2
@@ -138,27 +177,55 @@ def test_a_repeat_after_the_window_follows_on_repeat(local_stack, intake_setting
         assert list(records) == [first.job_id]
     if on_repeat == "hold":
         with pytest.raises(client("stepfunctions").exceptions.ExecutionDoesNotExist):
-            client("stepfunctions").describe_execution(executionArn=execution_arn(local_stack.state_machine_arn, repeat.job_id))
+            client("stepfunctions").describe_execution(
+                executionArn=execution_arn(local_stack.state_machine_arn, repeat.job_id)
+            )
         assert "start_pending" not in records[repeat.job_id]
         assert records[repeat.job_id]["held_reason"]["S"] == "repeat_after_window"
 
 
 @pytest.mark.parametrize("on_repeat", ["run", "hold"])
-def test_a_held_fork_pull_request_is_held_on_first_arrival_and_after_the_window(local_stack, intake_settings, project_id, on_repeat):
+def test_a_held_fork_pull_request_is_held_on_first_arrival_and_after_the_window(
+    local_stack, intake_settings, project_id, on_repeat
+):
     """A trigger intake is told to hold (a fork pull request) is written held on its first arrival,
     takes no queue slot and starts nothing; repeated after its window it is held again, for the same
     reason, whatever on_repeat says. The queue is full throughout: a held job takes no slot."""
-    register_project(local_stack, project_id, STAGES, dedup={"webhook": {"window_sec": 120, "on_repeat": on_repeat}})
+    register_project(
+        local_stack, project_id, STAGES, dedup={"webhook": {"window_sec": 120, "on_repeat": on_repeat}}
+    )
     project = get_project(local_stack.table_name, project_id)
     window, _ = project.dedup_for("webhook")
     commit = secrets.token_hex(20)
-    then = datetime.now(timezone.utc) - timedelta(seconds=window + 5)
+    then = datetime.now(UTC) - timedelta(seconds=window + 5)
 
     with queue_filled(local_stack, intake_settings.queue_limit):
-        first = enqueue(intake_settings, project, _webhook(), "refs/pull/7/head", commit, identity=commit, now=then, held_reason=HeldReason.FORK_PULL_REQUEST)
-        repeat = enqueue(intake_settings, project, _webhook(), "refs/pull/7/head", commit, identity=commit, held_reason=HeldReason.FORK_PULL_REQUEST)
+        first = enqueue(
+            intake_settings,
+            project,
+            _webhook(),
+            "refs/pull/7/head",
+            commit,
+            identity=commit,
+            now=then,
+            held_reason=HeldReason.FORK_PULL_REQUEST,
+        )
+        repeat = enqueue(
+            intake_settings,
+            project,
+            _webhook(),
+            "refs/pull/7/head",
+            commit,
+            identity=commit,
+            held_reason=HeldReason.FORK_PULL_REQUEST,
+        )
 
-    assert (first.outcome, first.duplicate, repeat.outcome, repeat.duplicate) == ("held", False, "held", False)
+    assert (first.outcome, first.duplicate, repeat.outcome, repeat.duplicate) == (
+        "held",
+        False,
+        "held",
+        False,
+    )
     assert repeat.job_id != first.job_id
     records = {j["job_id"]["S"]: j for j in _jobs(local_stack, project_id)}
     assert {job_id: (r["status"]["S"], r["held_reason"]["S"]) for job_id, r in records.items()} == {
@@ -168,10 +235,14 @@ def test_a_held_fork_pull_request_is_held_on_first_arrival_and_after_the_window(
     assert not any("start_pending" in record for record in records.values())
     for job_id in records:
         with pytest.raises(client("stepfunctions").exceptions.ExecutionDoesNotExist):
-            client("stepfunctions").describe_execution(executionArn=execution_arn(local_stack.state_machine_arn, job_id))
+            client("stepfunctions").describe_execution(
+                executionArn=execution_arn(local_stack.state_machine_arn, job_id)
+            )
 
 
-def test_a_job_whose_execution_never_started_is_started_by_the_sweep(local_stack, intake_settings, project_id):
+def test_a_job_whose_execution_never_started_is_started_by_the_sweep(
+    local_stack, intake_settings, project_id
+):
     """Given a job written but never started (intake died between its two calls), when the sweep
     runs, then its execution exists under the job id; a second sweep starts nothing."""
     from relevo_core.intake.enqueue import build_envelope, idempotency_key
@@ -179,25 +250,36 @@ def test_a_job_whose_execution_never_started_is_started_by_the_sweep(local_stack
     register_project(local_stack, project_id, STAGES)
     project = get_project(local_stack.table_name, project_id)
     commit = secrets.token_hex(20)
-    written_at = datetime.now(timezone.utc) - timedelta(minutes=1)
+    written_at = datetime.now(UTC) - timedelta(minutes=1)
     stages = project.frozen_stages()
     envelope = build_envelope(
-        intake_settings, project, _webhook(), "refs/heads/main", commit, stages, idempotency_key(project.id, commit, stages), written_at
+        intake_settings,
+        project,
+        _webhook(),
+        "refs/heads/main",
+        commit,
+        stages,
+        idempotency_key(project.id, commit, stages),
+        written_at,
     )
-    assert isinstance(jobs.create_job(local_stack.table_name, envelope, 3600, 10_000, written_at), jobs.Created)
+    assert isinstance(
+        jobs.create_job(local_stack.table_name, envelope, 3600, 10_000, written_at), jobs.Created
+    )
 
-    report = start_forgotten_jobs(intake_settings, datetime.now(timezone.utc))
+    report = start_forgotten_jobs(intake_settings, datetime.now(UTC))
 
     assert envelope.job_id in report.started
-    described = client("stepfunctions").describe_execution(executionArn=execution_arn(local_stack.state_machine_arn, envelope.job_id))
+    described = client("stepfunctions").describe_execution(
+        executionArn=execution_arn(local_stack.state_machine_arn, envelope.job_id)
+    )
     assert described["name"] == envelope.job_id
     import time
 
     for _ in range(50):  # the execution's first state clears the sweeper's marker
-        if envelope.job_id not in start_forgotten_jobs(intake_settings, datetime.now(timezone.utc)).already_running:
+        if envelope.job_id not in start_forgotten_jobs(intake_settings, datetime.now(UTC)).already_running:
             break
         time.sleep(0.1)
-    assert envelope.job_id not in start_forgotten_jobs(intake_settings, datetime.now(timezone.utc)).started
+    assert envelope.job_id not in start_forgotten_jobs(intake_settings, datetime.now(UTC)).started
 
 
 def test_the_execution_returns_the_queue_slot_exactly_once(local_stack, intake_settings, project_id):
@@ -225,6 +307,11 @@ def test_unknown_stage_in_a_run_request_is_refused(local_stack, intake_settings,
     from relevo_core.intake.triggers import run_project
 
     with pytest.raises(RelevoError) as refused:
-        run_project(intake_settings, project_id, {"ref": "main", "stages": ["deploy"]}, "arn:aws:iam::123456789012:user/ops")
+        run_project(
+            intake_settings,
+            project_id,
+            {"ref": "main", "stages": ["deploy"]},
+            "arn:aws:iam::123456789012:user/ops",
+        )
     assert refused.value.code is ErrorCode.STAGE_UNKNOWN
     assert _jobs(local_stack, project_id) == []

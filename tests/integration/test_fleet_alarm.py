@@ -4,7 +4,7 @@ stack's list on the embedded stack, and prints one OnlineAgents document per reg
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 import pytest
 
@@ -19,7 +19,9 @@ from tests.helpers.stack import LambdaContext, emf_documents, load_handler, metr
 def sweeper_env(local_stack, monkeypatch):
     """The sweeper's environment as deployed, with two regions of this test's own in place of the
     stack's list (nobody else writes presence there); returns those regions."""
-    deployed = client("lambda").get_function_configuration(FunctionName=local_stack.resources["SweeperFunction"])
+    deployed = client("lambda").get_function_configuration(
+        FunctionName=local_stack.resources["SweeperFunction"]
+    )
     variables = {name: str(value) for name, value in deployed["Environment"]["Variables"].items()}
     # The template hands the sweeper the stack's region list (the RegionAffinities parameter).
     assert variables["REGION_AFFINITIES"] == ",".join(sorted(local_stack.work_queues))
@@ -57,14 +59,30 @@ def test_a_sweep_counts_every_region_even_one_nobody_ever_joined(local_stack, sw
     assert response["online_agents"] == {first: 0, second: 0}
 
     # An agent of the first region writes its presence now; one of the second stopped cleanly.
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     agents.put_presence(
         local_stack.table_name,
-        AgentPresence(agent_id="mac-1", region=first, capacity=2, running=0, version="0.1.0", last_seen=now, interval_sec=30),
+        AgentPresence(
+            agent_id="mac-1",
+            region=first,
+            capacity=2,
+            running=0,
+            version="0.1.0",
+            last_seen=now,
+            interval_sec=30,
+        ),
     )
     agents.put_presence(
         local_stack.table_name,
-        AgentPresence(agent_id="mac-2", region=second, capacity=1, running=0, version="0.1.0", last_seen=now, interval_sec=30),
+        AgentPresence(
+            agent_id="mac-2",
+            region=second,
+            capacity=1,
+            running=0,
+            version="0.1.0",
+            last_seen=now,
+            interval_sec=30,
+        ),
     )
     agents.mark_offline(local_stack.table_name, second, "mac-2", now)
 
@@ -78,9 +96,14 @@ def test_the_stack_has_a_zero_online_alarm_per_region_that_treats_silence_as_bre
     topic = local_stack.resources["NotificationTopic"]
     for region in local_stack.work_queues:
         suffix = "".join(ch for ch in region if ch.isalnum())
-        [alarm] = client("cloudwatch").describe_alarms(AlarmNames=[f"{local_stack.stack_name}-OnlineAgentsAlarm{suffix}"])["MetricAlarms"]
+        [alarm] = client("cloudwatch").describe_alarms(
+            AlarmNames=[f"{local_stack.stack_name}-OnlineAgentsAlarm{suffix}"]
+        )["MetricAlarms"]
         assert (alarm["Namespace"], alarm["MetricName"]) == ("Relevo", "OnlineAgents")
-        assert sorted((d["Name"], d["Value"]) for d in alarm["Dimensions"]) == [("Region", region), ("service", "relevo")]
+        assert sorted((d["Name"], d["Value"]) for d in alarm["Dimensions"]) == [
+            ("Region", region),
+            ("service", "relevo"),
+        ]
         assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("LessThanThreshold", 1.0)
         assert alarm["TreatMissingData"] == "breaching"
         assert alarm["AlarmActions"] == [topic]

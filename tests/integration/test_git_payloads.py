@@ -15,8 +15,8 @@ from relevo_cli.commands.common import console
 from relevo_cli.main import app
 from relevo_cli.projects import secret_name
 from relevo_core.aws import client
-from relevo_core.store.jobs import get_envelope
 from relevo_core.execution import execution_arn
+from relevo_core.store.jobs import get_envelope
 from tests.helpers.stack import deliver, queue_filled, table_items, wait_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures"
@@ -35,7 +35,13 @@ def _register(stack, project_id: str, repo: str, **extra) -> tuple[str, str]:
         refs[f"{kind}_secret_ref" if kind == "github" else "gitlab_token_ref"] = name
     RelevoApi.for_stack(stack).put_project(
         project_id,
-        {"repo": repo, "region_affinity": "us-east", "stages": [{"name": "build", "run": "true"}], "webhook": refs, **extra},
+        {
+            "repo": repo,
+            "region_affinity": "us-east",
+            "stages": [{"name": "build", "run": "true"}],
+            "webhook": refs,
+            **extra,
+        },
     )
     return github_secret, gitlab_token
 
@@ -44,14 +50,32 @@ def test_github_tag_push_and_pull_request_start_jobs_for_the_right_ref(local_sta
     github_secret, _ = _register(local_stack, project_id, "Codertocat/Hello-World")
 
     tag = deliver(local_stack, project_id, _fixture("github_push_tag.json"), github_secret, event="push")
-    pr = deliver(local_stack, project_id, _fixture("github_pull_request_opened.json"), github_secret, event="pull_request")
-    closed = deliver(local_stack, project_id, _fixture("github_pull_request_closed.json"), github_secret, event="pull_request")
-    deleted = deliver(local_stack, project_id, _fixture("github_push_branch_deleted.json"), github_secret, event="push")
+    pr = deliver(
+        local_stack,
+        project_id,
+        _fixture("github_pull_request_opened.json"),
+        github_secret,
+        event="pull_request",
+    )
+    closed = deliver(
+        local_stack,
+        project_id,
+        _fixture("github_pull_request_closed.json"),
+        github_secret,
+        event="pull_request",
+    )
+    deleted = deliver(
+        local_stack, project_id, _fixture("github_push_branch_deleted.json"), github_secret, event="push"
+    )
 
     assert tag.status_code == 202 and pr.status_code == 202, (tag.text, pr.text)
     assert get_envelope(local_stack.table_name, tag.json()["job_id"]).ref == "refs/tags/v1.4.0"
     pr_job = get_envelope(local_stack.table_name, pr.json()["job_id"])
-    assert pr_job.ref.startswith("refs/pull/") and pr_job.commit == json.loads(_fixture("github_pull_request_opened.json"))["pull_request"]["head"]["sha"]
+    assert (
+        pr_job.ref.startswith("refs/pull/")
+        and pr_job.commit
+        == json.loads(_fixture("github_pull_request_opened.json"))["pull_request"]["head"]["sha"]
+    )
     assert closed.status_code == 202 and "ignored" in closed.json()
     assert deleted.status_code == 202 and "ignored" in deleted.json()
 
@@ -61,18 +85,27 @@ def test_gitlab_push_hook_is_checked_by_token(local_stack, project_id):
     url = f"{local_stack.api_url}/webhooks/gitlab/{project_id}"
     body = _fixture("gitlab_push_hook.json")
 
-    forged = requests.post(url, data=body, headers={"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": "guess"}, timeout=60)
+    forged = requests.post(
+        url, data=body, headers={"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": "guess"}, timeout=60
+    )
     accepted = requests.post(
         url,
         data=body,
-        headers={"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": token, "X-Gitlab-Event-UUID": secrets.token_hex(8)},
+        headers={
+            "X-Gitlab-Event": "Push Hook",
+            "X-Gitlab-Token": token,
+            "X-Gitlab-Event-UUID": secrets.token_hex(8),
+        },
         timeout=60,
     )
 
     assert (forged.status_code, forged.json()["error"]) == (401, "SIGNATURE_INVALID")
     assert accepted.status_code == 202, accepted.text
     envelope = get_envelope(local_stack.table_name, accepted.json()["job_id"])
-    assert (envelope.trigger.source, envelope.commit) == ("gitlab", "da1560886d4f094c3e6c9ef40349f7d38b5d27d7")
+    assert (envelope.trigger.source, envelope.commit) == (
+        "gitlab",
+        "da1560886d4f094c3e6c9ef40349f7d38b5d27d7",
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -87,7 +120,9 @@ def _job_record(stack, job_id: str) -> dict:
 
 def _execution_exists(stack, job_id: str) -> bool:
     try:
-        client("stepfunctions").describe_execution(executionArn=execution_arn(stack.state_machine_arn, job_id))
+        client("stepfunctions").describe_execution(
+            executionArn=execution_arn(stack.state_machine_arn, job_id)
+        )
     except client("stepfunctions").exceptions.ExecutionDoesNotExist:
         return False
     return True
@@ -99,7 +134,9 @@ def _project_items(stack, project_id: str) -> list[dict]:
     return jobs + table_items(stack, f"DEDUP#{project_id}:")
 
 
-def test_a_fork_pull_request_is_held_until_a_person_releases_it(local_stack, intake_settings, project_id, tmp_path, monkeypatch):
+def test_a_fork_pull_request_is_held_until_a_person_releases_it(
+    local_stack, intake_settings, project_id, tmp_path, monkeypatch
+):
     """Given a project with the default fork_pull_requests (hold), when a signed pull_request from a
     fork arrives, then its job is written held with the reason, takes no queue slot (it is accepted
     while the queue is full) and starts no execution; a redelivery of the same commit is a
@@ -118,16 +155,25 @@ def test_a_fork_pull_request_is_held_until_a_person_releases_it(local_stack, int
     assert not _execution_exists(local_stack, job_id)
     api = RelevoApi.for_stack(local_stack)
     view = api.get_job(job_id)
-    assert (view["status"], view["held_reason"], view["ref"]) == ("held", "fork_pull_request", "refs/pull/2/head")
+    assert (view["status"], view["held_reason"], view["ref"]) == (
+        "held",
+        "fork_pull_request",
+        "refs/pull/2/head",
+    )
     stack_file = tmp_path / "stack.json"
     stack_file.write_text(json.dumps(local_stack.model_dump()))
     # The CLI's console took its width when it was created; wide enough that no cell wraps.
     monkeypatch.setattr(console, "width", 300)
     shown = CliRunner().invoke(app, ["job", "show", job_id, "--stack-file", str(stack_file)])
-    assert shown.exit_code == 0 and f"held (fork_pull_request): `relevo job release {job_id}` starts it" in shown.output, shown.output
+    assert (
+        shown.exit_code == 0
+        and f"held (fork_pull_request): `relevo job release {job_id}` starts it" in shown.output
+    ), shown.output
     held_jobs = api.list_jobs(project=project_id, status="held")["jobs"]
     assert [(job["job_id"], job["held_reason"]) for job in held_jobs] == [(job_id, "fork_pull_request")]
-    listed = CliRunner().invoke(app, ["jobs", "--project", project_id, "--status", "held", "--stack-file", str(stack_file)])
+    listed = CliRunner().invoke(
+        app, ["jobs", "--project", project_id, "--status", "held", "--stack-file", str(stack_file)]
+    )
     assert listed.exit_code == 0 and "held (fork_pull_request)" in listed.output, listed.output
 
     again = deliver(local_stack, project_id, _fixture(FORK_PR), github_secret, event="pull_request")
@@ -150,7 +196,9 @@ def test_a_canceled_held_fork_pull_request_no_longer_says_it_is_held(local_stack
     then the job ends canceled without an execution and its record and view drop the held reason
     (the CLI would otherwise still say `relevo release` starts it)."""
     github_secret, _ = _register(local_stack, project_id, "Codertocat/Hello-World")
-    job_id = deliver(local_stack, project_id, _fixture(FORK_PR), github_secret, event="pull_request").json()["job_id"]
+    job_id = deliver(local_stack, project_id, _fixture(FORK_PR), github_secret, event="pull_request").json()[
+        "job_id"
+    ]
     api = RelevoApi.for_stack(local_stack)
 
     canceled = api.cancel_job(job_id)
@@ -165,7 +213,9 @@ def test_a_canceled_held_fork_pull_request_no_longer_says_it_is_held(local_stack
 def test_a_fork_pull_request_is_ignored_when_the_project_says_so(local_stack, project_id):
     """Given fork_pull_requests: ignore, when a fork's pull request arrives, then it is answered
     202 ignored with the pull request and the fork named, and nothing is written."""
-    github_secret, _ = _register(local_stack, project_id, "Codertocat/Hello-World", fork_pull_requests="ignore")
+    github_secret, _ = _register(
+        local_stack, project_id, "Codertocat/Hello-World", fork_pull_requests="ignore"
+    )
     before = _project_items(local_stack, project_id)
 
     response = deliver(local_stack, project_id, _fixture(FORK_PR), github_secret, event="pull_request")
@@ -198,7 +248,13 @@ def test_a_pull_request_from_the_repository_itself_is_not_held(local_stack, proj
     arrives, then it starts a job at once: the policy is for forks only."""
     github_secret, _ = _register(local_stack, project_id, "Codertocat/Hello-World", fork_pull_requests=policy)
 
-    response = deliver(local_stack, project_id, _fixture("github_pull_request_opened.json"), github_secret, event="pull_request")
+    response = deliver(
+        local_stack,
+        project_id,
+        _fixture("github_pull_request_opened.json"),
+        github_secret,
+        event="pull_request",
+    )
 
     assert response.status_code == 202, response.text
     job_id = response.json()["job_id"]

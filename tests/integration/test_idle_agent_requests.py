@@ -31,7 +31,7 @@ class _SqsRequests:
         self.seen: list[tuple[float, str, dict]] = []
         self._lock = threading.Lock()
 
-    def __enter__(self) -> "_SqsRequests":
+    def __enter__(self) -> _SqsRequests:
         from botocore.endpoint import Endpoint
 
         self._original = original = Endpoint.make_request
@@ -54,7 +54,9 @@ class _SqsRequests:
         Endpoint.make_request = self._original
 
 
-def test_an_idle_agent_only_long_polls_its_queue_at_most_three_times_a_minute(local_stack, tmp_path: Path) -> None:
+def test_an_idle_agent_only_long_polls_its_queue_at_most_three_times_a_minute(
+    local_stack, tmp_path: Path
+) -> None:
     from relevo_agent.config import AgentConfig
     from relevo_agent.journal import Journal
     from relevo_agent.service import Agent
@@ -63,10 +65,16 @@ def test_an_idle_agent_only_long_polls_its_queue_at_most_three_times_a_minute(lo
     # A queue of its own: nothing arrives, no other test's agent polls it.
     queue_url = client("sqs").create_queue(QueueName=f"idle-{secrets.token_hex(4)}")["QueueUrl"]
     config = AgentConfig(
-        agent_id=f"mac-idle-{secrets.token_hex(3)}", region="eu-west", workspace_root=tmp_path / "ws",
-        journal=tmp_path / "j.sqlite3", poll_wait_sec=WAIT_SEC, presence_interval_sec=300,
+        agent_id=f"mac-idle-{secrets.token_hex(3)}",
+        region="eu-west",
+        workspace_root=tmp_path / "ws",
+        journal=tmp_path / "j.sqlite3",
+        poll_wait_sec=WAIT_SEC,
+        presence_interval_sec=300,
     )
-    agent = Agent(config, local_stack.table_name, queue_url, Journal(config.journal), api_url=local_stack.api_url)
+    agent = Agent(
+        config, local_stack.table_name, queue_url, Journal(config.journal), api_url=local_stack.api_url
+    )
     with _SqsRequests(queue_url) as requests:
         runner = threading.Thread(target=agent.run, daemon=True)
         runner.start()
@@ -81,10 +89,16 @@ def test_an_idle_agent_only_long_polls_its_queue_at_most_three_times_a_minute(lo
     assert not runner.is_alive()
     window = [(at, name, body) for at, name, body in requests.seen if at - began <= WINDOW_SEC]
 
-    assert {name for _, name, _ in window} == {"ReceiveMessage"}, "an idle agent asks SQS for nothing but messages"
-    assert all(body["WaitTimeSeconds"] == WAIT_SEC and body["MaxNumberOfMessages"] == 1 for _, _, body in window)
+    assert {name for _, name, _ in window} == {"ReceiveMessage"}, (
+        "an idle agent asks SQS for nothing but messages"
+    )
+    assert all(
+        body["WaitTimeSeconds"] == WAIT_SEC and body["MaxNumberOfMessages"] == 1 for _, _, body in window
+    )
     # One poll after the other: never more than the window holds waits (and the one under way).
-    assert 1 <= len(window) <= math.ceil(WINDOW_SEC / WAIT_SEC) + 1, [round(at - began, 2) for at, _, _ in window]
+    assert 1 <= len(window) <= math.ceil(WINDOW_SEC / WAIT_SEC) + 1, [
+        round(at - began, 2) for at, _, _ in window
+    ]
     gaps = [later - earlier for (earlier, _, _), (later, _, _) in zip(window, window[1:])]
     assert all(gap >= WAIT_SEC * 0.9 for gap in gaps), gaps
 

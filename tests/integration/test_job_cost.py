@@ -26,7 +26,9 @@ def _history(arn: str) -> list[dict]:
 
 
 def test_a_finished_jobs_cost_counts_its_transitions_and_the_requests_its_tasks_made(local_stack, project_id):
-    register_project(local_stack, project_id, [{"name": "build", "run": "true"}, {"name": "sign", "run": "true"}])
+    register_project(
+        local_stack, project_id, [{"name": "build", "run": "true"}, {"name": "sign", "run": "true"}]
+    )
     api = RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main", "request_id": secrets.token_hex(4)})["job_id"]
     for _ in range(2):
@@ -44,9 +46,13 @@ def test_a_finished_jobs_cost_counts_its_transitions_and_the_requests_its_tasks_
     assert answer["dynamodb_writes"] > 0
     # bench/cost.py's budget, exactly: 3 transitions per stage + 3 per job on the success path.
     assert answer["transitions"] == 2 * 3 + 3
-    expected = (answer["transitions"] * cost.SFN_PER_TRANSITION + answer["lambda_invocations"] * cost.LAMBDA_PER_REQUEST
-                + answer["dynamodb_reads"] * cost.DDB_PER_RRU + answer["dynamodb_writes"] * cost.DDB_PER_WRU
-                + answer["sqs_requests"] * cost.SQS_PER_REQUEST)
+    expected = (
+        answer["transitions"] * cost.SFN_PER_TRANSITION
+        + answer["lambda_invocations"] * cost.LAMBDA_PER_REQUEST
+        + answer["dynamodb_reads"] * cost.DDB_PER_RRU
+        + answer["dynamodb_writes"] * cost.DDB_PER_WRU
+        + answer["sqs_requests"] * cost.SQS_PER_REQUEST
+    )
     assert answer["dollars"] == pytest.approx(expected)
     assert "not the agent's" in answer["basis"]
 
@@ -57,4 +63,3 @@ def test_a_job_with_no_execution_is_refused_with_a_code(local_stack):
     with pytest.raises(RelevoError) as refused:
         cost.job_cost(local_stack.state_machine_arn, "job_" + secrets.token_hex(8))
     assert (refused.value.code, refused.value.status) == (ErrorCode.JOB_NOT_STARTED, 409)
-

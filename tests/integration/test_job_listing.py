@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -47,9 +47,9 @@ def test_queued_jobs_are_listed_in_run_order_with_position_and_reason(local_stac
     also_low = _run(api, project_id, priority=1)
     try:
         listing = _wait_for(
-            lambda: (
-                page := api.list_jobs(project=project_id, status="queued")
-            )["count"] == 3 and all(job["queue_reason"] == "project_running" for job in page["jobs"]) and page
+            lambda: (page := api.list_jobs(project=project_id, status="queued"))["count"] == 3
+            and all(job["queue_reason"] == "project_running" for job in page["jobs"])
+            and page
         )
         assert [job["job_id"] for job in listing["jobs"]] == [high, low, also_low]
         assert [job["queue_position"] for job in listing["jobs"]] == [1, 2, 3]
@@ -79,7 +79,7 @@ def test_filters_combine_and_limit_truncates(local_stack, api, project_id):
         page = api.list_jobs(project=project_id, limit=1)
         assert page["count"] == 1 and page["truncated"] and page["jobs"][0]["job_id"] == scripted
         # A time range that ends before these jobs existed holds none of them.
-        before = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat()
+        before = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
         assert api.list_jobs(project=project_id, until=before)["count"] == 0
         assert api.list_jobs(project=project_id, since=before)["count"] == 2
         # Across projects (no project filter), both projects' jobs are found.
@@ -134,8 +134,10 @@ def test_a_live_listing_reads_the_live_jobs_and_none_of_the_ended_ones(local_sta
     dynamodb = client("dynamodb")
     dynamodb.meta.events.register("after-call.dynamodb.Query", count_items)
     try:
-        status = _wait_for(lambda: {j: api.get_job(j)["status"] for j in ended} == dict.fromkeys(ended, "canceled")
-                           and api.get_job(live)["status"])
+        status = _wait_for(
+            lambda: {j: api.get_job(j)["status"] for j in ended} == dict.fromkeys(ended, "canceled")
+            and api.get_job(live)["status"]
+        )
         listing = list_jobs(local_stack.table_name, JobListQuery(status=status, project=project_id))
         assert [job["job_id"] for job in listing["jobs"]] == [live]
         assert sum(read) == 1  # the one live job: no ended job was read
@@ -163,7 +165,15 @@ def test_agent_filter_finds_jobs_an_agent_claimed(local_stack, api, project_id):
 
 
 @pytest.mark.parametrize(
-    "params", [{"status": "sleeping"}, {"limit": "0"}, {"since": "yesterday"}, {"colour": "blue"}, {"q": ""}, {"group": "x" * 65}]
+    "params",
+    [
+        {"status": "sleeping"},
+        {"limit": "0"},
+        {"since": "yesterday"},
+        {"colour": "blue"},
+        {"q": ""},
+        {"group": "x" * 65},
+    ],
 )
 def test_bad_filters_are_refused_with_a_code(api, params):
     with pytest.raises(ApiError) as refused:
@@ -174,11 +184,17 @@ def test_bad_filters_are_refused_with_a_code(api, params):
 
 def test_agent_filter_finds_a_job_whose_failed_attempt_ran_on_the_agent(local_stack, api, project_id):
     # attempts_log entries are written by job.asl.json as {attempt, agent, error, cause, at}
-    job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}], retry={"backoff_base_sec": 0})
+    job_id = start_job(
+        local_stack, project_id, stages=[{"name": "upload", "run": "true"}], retry={"backoff_base_sec": 0}
+    )
     first, _ = receive_stage(local_stack, job_id)
-    agent_runs(local_stack, first, succeed=False, agent_id=f"{project_id}-mac-a", error="Relevo.Transient.ExitCode")
+    agent_runs(
+        local_stack, first, succeed=False, agent_id=f"{project_id}-mac-a", error="Relevo.Transient.ExitCode"
+    )
     second, _ = receive_stage(local_stack, job_id, timeout=20)
     agent_runs(local_stack, second, agent_id=f"{project_id}-mac-b")
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     for agent in (f"{project_id}-mac-a", f"{project_id}-mac-b"):
-        assert [j["job_id"] for j in api.list_jobs(project=project_id, agent=agent)["jobs"]] == [job_id], agent
+        assert [j["job_id"] for j in api.list_jobs(project=project_id, agent=agent)["jobs"]] == [job_id], (
+            agent
+        )

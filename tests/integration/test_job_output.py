@@ -31,10 +31,10 @@ from relevo_core.models.requests import MAX_SEQ
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store.log_chunks import read_chunks
 from tests.helpers import TEST_ADMIN_ARN
+from tests.helpers.iam import iam_user
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, register_project, wait_for_execution
 from tests.integration.test_agent_logs_and_artifacts import _agent, _run_next
-from tests.helpers.iam import iam_user
 
 BUILD_LINES, SIGN_LINES = 300, 40
 BUILD = (
@@ -83,7 +83,9 @@ class FlakyRelay:
                     return  # closed without an answer
                 if since in relay.bad_gateway:
                     relay.dropped.append(("502", self.path))
-                    self._answer(502, b'{"message": "Internal server error"}', {"Content-Type": "application/json"})
+                    self._answer(
+                        502, b'{"message": "Internal server error"}', {"Content-Type": "application/json"}
+                    )
                     return
                 upstream = http.client.HTTPConnection(relay.upstream_host, relay.upstream_port, timeout=30)
                 upstream.request("GET", self.path, headers=dict(self.headers.items()))
@@ -96,7 +98,11 @@ class FlakyRelay:
                     relay.output_began = index if relay.output_began is None else relay.output_began
                     relay.dropped.append(("lost", self.path))
                     return  # the API answered; the client never hears it
-                self._answer(response.status, body, {"Content-Type": response.getheader("Content-Type") or "application/json"})
+                self._answer(
+                    response.status,
+                    body,
+                    {"Content-Type": response.getheader("Content-Type") or "application/json"},
+                )
 
             def _answer(self, status: int, body: bytes, headers: dict[str, str]) -> None:
                 self.send_response(status)
@@ -145,8 +151,12 @@ def followed(local_stack, tmp_path_factory):
     a relay that refuses connections, answers 502 and loses pages that carried chunks."""
     tmp_path = tmp_path_factory.mktemp("job-output")
     project_id = "out-" + secrets.token_hex(4)
-    secret = register_project(local_stack, project_id, [{"name": "build", "run": BUILD}, {"name": "sign", "run": SIGN}])
-    job_id = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret).json()["job_id"]
+    secret = register_project(
+        local_stack, project_id, [{"name": "build", "run": BUILD}, {"name": "sign", "run": SIGN}]
+    )
+    job_id = deliver(
+        local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret
+    ).json()["job_id"]
 
     agent, agent_failures = _agent(tmp_path, local_stack, "mac-out"), []
 
@@ -167,7 +177,9 @@ def followed(local_stack, tmp_path_factory):
         except (requests.ConnectionError, ApiError) as exc:
             reads.append({"from_seq": from_seq, "error": type(exc).__name__})
             raise
-        reads.append({"from_seq": from_seq, "status": page["status"], "seqs": [c["seq"] for c in page["chunks"]]})
+        reads.append(
+            {"from_seq": from_seq, "status": page["status"], "seqs": [c["seq"] for c in page["chunks"]]}
+        )
         return page
 
     printed: list[str] = []
@@ -190,8 +202,15 @@ def followed(local_stack, tmp_path_factory):
     assert not agent_failures, agent_failures
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     return {
-        "project": project_id, "job": job_id, "code": code, "printed": printed, "reads": reads,
-        "dropped": relay.dropped, "sleeps": sleeps, "follower": follower, "workspace": tmp_path / "mac-out",
+        "project": project_id,
+        "job": job_id,
+        "code": code,
+        "printed": printed,
+        "reads": reads,
+        "dropped": relay.dropped,
+        "sleeps": sleeps,
+        "follower": follower,
+        "workspace": tmp_path / "mac-out",
         "tmp": tmp_path,
     }
 
@@ -219,8 +238,12 @@ def test_following_a_running_job_through_dropped_connections_prints_every_line_o
     # Then what was printed is the stored log exactly: no gap, no repeat, in order
     assert followed["printed"] == [chunk.data for chunk in stored]
     lines = "".join(followed["printed"]).splitlines()
-    assert [line for line in lines if line.startswith("build line ")] == [f"build line {i}" for i in range(1, BUILD_LINES + 1)]
-    assert [line for line in lines if line.startswith("sign line ")] == [f"sign line {i}" for i in range(1, SIGN_LINES + 1)]
+    assert [line for line in lines if line.startswith("build line ")] == [
+        f"build line {i}" for i in range(1, BUILD_LINES + 1)
+    ]
+    assert [line for line in lines if line.startswith("sign line ")] == [
+        f"sign line {i}" for i in range(1, SIGN_LINES + 1)
+    ]
     # and the follower ended with the job, exit code 0 for succeeded
     assert (followed["code"], followed["follower"].status) == (0, "succeeded")
     assert followed["follower"].next_seq == len(stored)
@@ -247,7 +270,12 @@ def test_the_log_pages_forward_and_back_by_seq(local_stack, followed):
     assert pages[0]["before_seq"] is None and pages[1]["before_seq"] == 3
     assert {(p["status"], p["terminal"]) for p in pages} == {("succeeded", True)}
     first = forward[0]
-    assert (first["stage"], first["attempt"], first["agent_id"], first["stream"]) == ("build", 1, "mac-out", "combined")
+    assert (first["stage"], first["attempt"], first["agent_id"], first["stream"]) == (
+        "build",
+        1,
+        "mac-out",
+        "combined",
+    )
     # past the end: nothing, and next_seq stays where a follower waits
     assert api.job_logs(job_id, from_seq=len(stored))["chunks"] == []
     assert api.job_logs(job_id, from_seq=len(stored))["next_seq"] == len(stored)
@@ -255,7 +283,10 @@ def test_the_log_pages_forward_and_back_by_seq(local_stack, followed):
     # Back from the end (the job view's log_tail.next_seq), three at a time: before_seq chains
     # the pages until the start
     end = api.get_job(job_id)["log_tail"]["next_seq"]
-    assert api.job_logs(job_id, before_seq=MAX_SEQ, limit=3)["chunks"] == api.job_logs(job_id, before_seq=end, limit=3)["chunks"]
+    assert (
+        api.job_logs(job_id, before_seq=MAX_SEQ, limit=3)["chunks"]
+        == api.job_logs(job_id, before_seq=end, limit=3)["chunks"]
+    )
     backward, before, first_page = [], end, True
     while True:
         page = api.job_logs(job_id, before_seq=before, limit=3)
@@ -277,7 +308,14 @@ def test_the_log_pages_forward_and_back_by_seq(local_stack, followed):
 @FOLLOWED_ON_ONE_WORKER
 def test_bad_log_queries_are_400_and_an_unknown_job_404(local_stack, followed):
     api, job_id = RelevoApi.for_stack(local_stack), followed["job"]
-    for params in ({"from_seq": -1}, {"from_seq": "x"}, {"limit": 0}, {"limit": 1001}, {"from_seq": 1, "before_seq": 2}, {"tail": 5}):
+    for params in (
+        {"from_seq": -1},
+        {"from_seq": "x"},
+        {"limit": 0},
+        {"limit": 1001},
+        {"from_seq": 1, "before_seq": 2},
+        {"tail": 5},
+    ):
         with pytest.raises(ApiError) as refused:
             api.request("GET", f"/jobs/{job_id}/logs", params=params)
         assert (refused.value.status, refused.value.code) == (400, "QUERY_INVALID"), params
@@ -307,16 +345,26 @@ def test_the_job_view_carries_the_last_200_lines_and_the_artifacts(local_stack, 
         chunk = by_seq[line["seq"]]
         assert (line["stage"], line["attempt"]) == (chunk.stage, chunk.attempt)
         assert line["text"] in chunk.data or chunk.data.endswith(line["text"][:10])
-    assert tail["lines"][-1]["stage"] == "sign" and "build line 300" in [line["text"] for line in tail["lines"]]
+    assert tail["lines"][-1]["stage"] == "sign" and "build line 300" in [
+        line["text"] for line in tail["lines"]
+    ]
 
     assert sorted((a["stage"], a["name"]) for a in job["artifacts"]) == [
-        ("build", "app.ipa"), ("build", "report.txt"), ("build", "sub/app.dsym"), ("sign", "report.txt")
+        ("build", "app.ipa"),
+        ("build", "report.txt"),
+        ("build", "sub/app.dsym"),
+        ("sign", "report.txt"),
     ]
 
     # `relevo status` prints the last lines under the job's table
-    result = runner.invoke(cli, ["status", job_id, "--stack-file", str(_stack_file(local_stack, followed["tmp"]))])
+    result = runner.invoke(
+        cli, ["status", job_id, "--stack-file", str(_stack_file(local_stack, followed["tmp"]))]
+    )
     assert result.exit_code == 0, result.output
-    assert lines[-1] in result.output and f"relevo job logs {job_id} -f --from-seq {len(stored)}" in result.output
+    assert (
+        lines[-1] in result.output
+        and f"relevo job logs {job_id} -f --from-seq {len(stored)}" in result.output
+    )
 
 
 @FOLLOWED_ON_ONE_WORKER
@@ -334,13 +382,25 @@ def test_relevo_logs_prints_the_stored_log_and_follows_a_finished_job_to_its_exi
     assert _unlabelled(printed.stdout) == everything.splitlines()
     markers = [line for line in printed.stdout.splitlines() if line.startswith("── ")]
     assert [_without_duration(marker) for marker in markers] == [
-        "── build on mac-out ──", "── build succeeded on mac-out ──", "── sign on mac-out ──", "── sign succeeded on mac-out ──"], markers
+        "── build on mac-out ──",
+        "── build succeeded on mac-out ──",
+        "── sign on mac-out ──",
+        "── sign succeeded on mac-out ──",
+    ], markers
     # An end line says how long the stage ran (its record's started_at to ended_at)
     assert re.fullmatch(r"── build succeeded on mac-out after \d+s ──", markers[1]), markers
-    assert {line.split(" | ", 1)[0] for line in printed.stdout.splitlines() if " | " in line} == {"build#1", "sign#1"}
+    assert {line.split(" | ", 1)[0] for line in printed.stdout.splitlines() if " | " in line} == {
+        "build#1",
+        "sign#1",
+    }
     skipped = "".join(chunk.data for chunk in _all_chunks(local_stack, job_id)[:3])
-    assert from_three.exit_code == 0 and _unlabelled(from_three.stdout) == everything[len(skipped):].splitlines()
-    assert only_sign.exit_code == 0 and {line.split(" | ", 1)[0] for line in only_sign.stdout.splitlines() if " | " in line} == {"sign#1"}
+    assert (
+        from_three.exit_code == 0
+        and _unlabelled(from_three.stdout) == everything[len(skipped) :].splitlines()
+    )
+    assert only_sign.exit_code == 0 and {
+        line.split(" | ", 1)[0] for line in only_sign.stdout.splitlines() if " | " in line
+    } == {"sign#1"}
     assert only_sign.stdout.splitlines()[0] == "── sign on mac-out ──", only_sign.stdout[:300]
 
 
@@ -356,16 +416,24 @@ def _unlabelled(printed: str) -> list[str]:
 
 @pytest.mark.timeout(120)
 def test_following_a_failed_job_exits_1(local_stack, project_id, tmp_path):
-    secret = register_project(local_stack, project_id, [{"name": "build", "run": 'echo "about to fail"; exit 3'}])
-    job_id = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret).json()["job_id"]
+    secret = register_project(
+        local_stack, project_id, [{"name": "build", "run": 'echo "about to fail"; exit 3'}]
+    )
+    job_id = deliver(
+        local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret
+    ).json()["job_id"]
     _run_next(local_stack, _agent(tmp_path, local_stack, "mac-fail"), job_id)
     assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
 
-    result = runner.invoke(cli, ["logs", job_id, "-f", "--stack-file", str(_stack_file(local_stack, tmp_path))])
+    result = runner.invoke(
+        cli, ["logs", job_id, "-f", "--stack-file", str(_stack_file(local_stack, tmp_path))]
+    )
 
     assert result.exit_code == 1
     assert [_without_duration(line) for line in result.stdout.splitlines()] == [
-        "── build on mac-fail ──", "build#1 | about to fail", "── build failed on mac-fail: exit 3, Relevo.Fatal.ExitCode ──",
+        "── build on mac-fail ──",
+        "build#1 | about to fail",
+        "── build failed on mac-fail: exit 3, Relevo.Fatal.ExitCode ──",
     ]
 
 
@@ -377,7 +445,11 @@ def _sha256(path: Path) -> str:
 def test_an_artifact_is_downloaded_through_a_two_minute_link_and_verified(local_stack, followed, tmp_path):
     api, job_id = RelevoApi.for_stack(local_stack), followed["job"]
     stack_file = str(_stack_file(local_stack, tmp_path))
-    record = next(r for r in artifact_store.list_artifacts(local_stack.table_name, job_id, "build") if r.path == "app.ipa")
+    record = next(
+        r
+        for r in artifact_store.list_artifacts(local_stack.table_name, job_id, "build")
+        if r.path == "app.ipa"
+    )
     built = followed["workspace"] / followed["project"] / ".relevo-artifacts" / job_id / "build" / "app.ipa"
 
     # The link: a presigned S3 GET valid for 120 s, with the recorded sha256 and size
@@ -389,11 +461,15 @@ def test_an_artifact_is_downloaded_through_a_two_minute_link_and_verified(local_
 
     # `relevo artifacts get` downloads it and checks the sha256
     out = tmp_path / "dl" / "app.ipa"
-    result = runner.invoke(cli, ["artifacts", "get", job_id, "app.ipa", "-o", str(out), "--stack-file", stack_file])
+    result = runner.invoke(
+        cli, ["artifacts", "get", job_id, "app.ipa", "-o", str(out), "--stack-file", stack_file]
+    )
     assert result.exit_code == 0, result.output
     assert _sha256(out) == record.sha256 == _sha256(built)
     # a name under a subdirectory, into a directory
-    result = runner.invoke(cli, ["artifacts", "get", job_id, "sub/app.dsym", "-o", str(tmp_path), "--stack-file", stack_file])
+    result = runner.invoke(
+        cli, ["artifacts", "get", job_id, "sub/app.dsym", "-o", str(tmp_path), "--stack-file", stack_file]
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "app.dsym").read_text() == "dsym\n"
 
@@ -402,18 +478,27 @@ def test_an_artifact_is_downloaded_through_a_two_minute_link_and_verified(local_
         api.artifact_link(job_id, "report.txt")
     assert (ambiguous.value.status, ambiguous.value.code) == (409, "ARTIFACT_AMBIGUOUS")
     assert ambiguous.value.body["details"] == {"stages": ["build", "sign"]}
-    assert requests.get(api.artifact_link(job_id, "report.txt", stage="sign")["url"], timeout=30).text == "sign\n"
+    assert (
+        requests.get(api.artifact_link(job_id, "report.txt", stage="sign")["url"], timeout=30).text
+        == "sign\n"
+    )
     for name, stage in (("nothing.bin", None), ("app.ipa", "sign")):
         with pytest.raises(ApiError) as missing:
             api.artifact_link(job_id, name, stage)
         assert (missing.value.status, missing.value.code) == (404, "ARTIFACT_NOT_FOUND")
 
     # A file changed in the bucket after it was recorded is refused, and nothing is left behind
-    dsym = next(r for r in artifact_store.list_artifacts(local_stack.table_name, job_id, "build") if r.path == "sub/app.dsym")
+    dsym = next(
+        r
+        for r in artifact_store.list_artifacts(local_stack.table_name, job_id, "build")
+        if r.path == "sub/app.dsym"
+    )
     bucket, key = dsym.uri.removeprefix("s3://").split("/", 1)
     client("s3").put_object(Bucket=bucket, Key=key, Body=b"tampered\n")
     target = tmp_path / "tampered"
     target.mkdir()
-    result = runner.invoke(cli, ["artifacts", "get", job_id, "sub/app.dsym", "-o", str(target), "--stack-file", stack_file])
+    result = runner.invoke(
+        cli, ["artifacts", "get", job_id, "sub/app.dsym", "-o", str(target), "--stack-file", stack_file]
+    )
     assert result.exit_code == 1
     assert "sha256" in result.output and list(target.iterdir()) == []

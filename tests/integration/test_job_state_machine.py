@@ -4,7 +4,7 @@ driven by an agent double that makes the real SQS, DynamoDB and task-token calls
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
@@ -39,7 +39,11 @@ def test_stages_run_in_order_and_the_job_record_mirrors_the_execution(local_stac
     assert [records[f"STAGE#0{i}"]["status"]["S"] for i in (0, 1)] == ["succeeded", "succeeded"]
     assert records["STAGE#00"]["agent_id"]["S"] == "double-1"
 
-    entered = [e["stateEnteredEventDetails"]["name"] for e in history(local_stack, job_id) if e["type"].endswith("StateEntered")]
+    entered = [
+        e["stateEnteredEventDetails"]["name"]
+        for e in history(local_stack, job_id)
+        if e["type"].endswith("StateEntered")
+    ]
     print(f"\nstate transitions: {len(entered)} for 2 stages: {' > '.join(entered)}")
     assert entered == [*JOB_STATES[:2], *STAGE_STATES, *STAGE_STATES, JOB_STATES[2]]
 
@@ -59,7 +63,15 @@ def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_sta
     assert job["last_successful_stage"]["S"] == "build"
     dead = []
     for _ in range(20):
-        for message in client("sqs").receive_message(QueueUrl=local_stack.resources["JobDeadLetterQueue"], MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []):
+        for message in (
+            client("sqs")
+            .receive_message(
+                QueueUrl=local_stack.resources["JobDeadLetterQueue"],
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=1,
+            )
+            .get("Messages", [])
+        ):
             body = json.loads(message["Body"])
             if body["job_id"] == job_id:
                 dead.append(body)
@@ -71,7 +83,12 @@ def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_sta
     assert entry["envelope"]["job_id"] == job_id and entry["envelope"]["stages"][1]["command"] == "make sign"
     assert entry["job_record"]["last_successful_stage"] == {"S": "build"}
     detail = json.loads(entry["cause"])
-    assert (detail["stage"], detail["error_class"], detail["attempts"], detail["retry_count"]) == ("sign", "Relevo.Fatal.ExitCode", 1, 0)
+    assert (detail["stage"], detail["error_class"], detail["attempts"], detail["retry_count"]) == (
+        "sign",
+        "Relevo.Fatal.ExitCode",
+        1,
+        0,
+    )
     assert detail["cumulative_backoff_sec"] == 0
     # The agent's cause (exit code, agent) is passed on, as on AWS (the local stack passes
     # SendTaskFailure's cause on: relevo_local.moto.stepfunctions).
@@ -84,7 +101,7 @@ def test_a_zombie_cannot_overwrite_its_successor(local_stack, project_id):
     """Fencing: once attempt 2 holds the stage, attempt 1's writes are refused."""
     job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
     second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
     stage_attempts.claim(first, 10, now)

@@ -17,9 +17,13 @@ from tests.helpers.state_machine import agent_runs
 runner = CliRunner()
 
 
-def test_watch_follows_the_stages_and_exits_with_the_jobs_outcome(local_stack, project_id, tmp_path: Path, monkeypatch):
+def test_watch_follows_the_stages_and_exits_with_the_jobs_outcome(
+    local_stack, project_id, tmp_path: Path, monkeypatch
+):
     monkeypatch.setattr(console, "width", 250)
-    register_project(local_stack, project_id, [{"name": "build", "run": "make"}, {"name": "sign", "run": "make sign"}])
+    register_project(
+        local_stack, project_id, [{"name": "build", "run": "make"}, {"name": "sign", "run": "make sign"}]
+    )
     stack_file = tmp_path / "stack.json"
     stack_file.write_text(json.dumps(local_stack.model_dump()))
     api = RelevoApi.for_stack(local_stack)

@@ -6,17 +6,21 @@ seconds of the release was woken."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
-from relevo_core.execution import lock_wait
-from relevo_core.execution import execution_arn
+from relevo_core.execution import execution_arn, lock_wait
 from relevo_core.recovery.sweeper import sweep
-from tests.helpers.stack import history, receive_stage, register_project, wait_for_execution, wait_until
-from tests.helpers.state_machine import agent_runs
-from tests.helpers.state_machine import enqueue_job
-from tests.helpers.stack import job_record
+from tests.helpers.stack import (
+    history,
+    job_record,
+    receive_stage,
+    register_project,
+    wait_for_execution,
+    wait_until,
+)
+from tests.helpers.state_machine import agent_runs, enqueue_job
 
 STAGES = [{"name": "build", "run": "true"}]
 QUEUE_TIMEOUT_SEC = 3600
@@ -25,7 +29,11 @@ WOKEN_WITHIN_SEC = 12
 
 
 def _parked(stack, job_id: str) -> bool:
-    entered = [e["stateEnteredEventDetails"]["name"] for e in history(stack, job_id) if e["type"].endswith("StateEntered")]
+    entered = [
+        e["stateEnteredEventDetails"]["name"]
+        for e in history(stack, job_id)
+        if e["type"].endswith("StateEntered")
+    ]
     return bool(entered) and entered[-1] == "WaitForProject"
 
 
@@ -35,7 +43,9 @@ def _holder_and_parked_waiter(stack, settings, project_id) -> tuple[dict, str]:
     holder = enqueue_job(stack, settings, project_id)
     holder_task, _ = receive_stage(stack, holder)
     waiter = enqueue_job(stack, settings, project_id)
-    wait_until(lambda: job_record(stack, waiter).get("wake_token") and _parked(stack, waiter), 60, f"{waiter} parked")
+    wait_until(
+        lambda: job_record(stack, waiter).get("wake_token") and _parked(stack, waiter), 60, f"{waiter} parked"
+    )
     return holder_task, waiter
 
 
@@ -52,17 +62,33 @@ def test_the_releasing_execution_wakes_the_head_of_the_line(local_stack, intake_
     agent_runs(local_stack, holder_task)
 
     task = _started_within(local_stack, waiter, released)
-    woken = [e for e in history(local_stack, waiter) if e["type"] == "TaskSucceeded"
-             and e["taskSucceededEventDetails"].get("resource") == "transactWriteItems.waitForTaskToken"]
+    woken = [
+        e
+        for e in history(local_stack, waiter)
+        if e["type"] == "TaskSucceeded"
+        and e["taskSucceededEventDetails"].get("resource") == "transactWriteItems.waitForTaskToken"
+    ]
     assert woken, "the waiter's park did not return with a wake"
     assert "wake_token" not in job_record(local_stack, waiter)
     # Someone waited, so the holder's one-transaction end was refused and it went the long way.
     holder = holder_task["job_id"]
     assert wait_for_execution(local_stack, holder)["status"] == "SUCCEEDED"
-    ended = [e["stateEnteredEventDetails"]["name"] for e in history(local_stack, holder) if e["type"].endswith("StateEntered")]
-    assert ended[ended.index("ReleaseLockAndMarkSucceeded"):] == [
-        "ReleaseLockAndMarkSucceeded", "ReleaseLockAndMarkSucceededCanceled", "ReleaseProjectLock", "FindHeadToWake",
-        "IsAnyoneWaiting", "ReadHeadWakeToken", "HasWakeToken", "WakeHead", "AfterWake", "MarkSucceeded",
+    ended = [
+        e["stateEnteredEventDetails"]["name"]
+        for e in history(local_stack, holder)
+        if e["type"].endswith("StateEntered")
+    ]
+    assert ended[ended.index("ReleaseLockAndMarkSucceeded") :] == [
+        "ReleaseLockAndMarkSucceeded",
+        "ReleaseLockAndMarkSucceededCanceled",
+        "ReleaseProjectLock",
+        "FindHeadToWake",
+        "IsAnyoneWaiting",
+        "ReadHeadWakeToken",
+        "HasWakeToken",
+        "WakeHead",
+        "AfterWake",
+        "MarkSucceeded",
     ]
     assert job_record(local_stack, holder)["status"] == "succeeded"
     agent_runs(local_stack, task)
@@ -80,15 +106,19 @@ def test_cancel_wakes_the_head_of_the_line(local_stack, intake_settings, project
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
 
 
-def test_the_sweeper_wakes_the_head_of_the_line_when_it_frees_a_stopped_holder(local_stack, intake_settings, project_id):
+def test_the_sweeper_wakes_the_head_of_the_line_when_it_frees_a_stopped_holder(
+    local_stack, intake_settings, project_id
+):
     holder_task, waiter = _holder_and_parked_waiter(local_stack, intake_settings, project_id)
     holder = holder_task["job_id"]
     sfn = client("stepfunctions")
-    sfn.stop_execution(executionArn=execution_arn(local_stack.state_machine_arn, holder), cause="operator abort")
+    sfn.stop_execution(
+        executionArn=execution_arn(local_stack.state_machine_arn, holder), cause="operator abort"
+    )
     assert wait_for_execution(local_stack, holder, timeout=30)["status"] == "ABORTED"
 
     swept = time.monotonic()
-    report = sweep(intake_settings, datetime.now(timezone.utc))
+    report = sweep(intake_settings, datetime.now(UTC))
 
     assert f"{project_id}:{holder}" in report.locks_freed
     task = _started_within(local_stack, waiter, swept)

@@ -10,7 +10,7 @@ own (1 request per chunk, 2 write units a KB in one partition key: about 0.5 MB/
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 import pytest
 
@@ -25,8 +25,10 @@ CANARY = "canary-" + "s" * 12
 
 def _claimed(stack, job_id: str) -> stage_attempts.StageRef:
     ref = stage_attempts.StageRef(stack.table_name, job_id, 0, 1, "mac-logs")
-    client("dynamodb").put_item(TableName=stack.table_name, Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}})
-    stage_attempts.claim(ref, 60, datetime.now(timezone.utc))
+    client("dynamodb").put_item(
+        TableName=stack.table_name, Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}}
+    )
+    stage_attempts.claim(ref, 60, datetime.now(UTC))
     return ref
 
 
@@ -48,7 +50,7 @@ class _Writes:
         self.count = 0
         self._dynamodb = client("dynamodb")
 
-    def __enter__(self) -> "_Writes":
+    def __enter__(self) -> _Writes:
         self._dynamodb.meta.events.register("before-call.dynamodb.*", self._seen)
         return self
 
@@ -60,14 +62,21 @@ class _Writes:
         self._dynamodb.meta.events.unregister("before-call.dynamodb.*", self._seen)
 
 
-def test_a_fast_printing_commands_log_goes_to_s3_in_few_writes_and_reads_back_whole_in_order_and_masked(local_stack):
+def test_a_fast_printing_commands_log_goes_to_s3_in_few_writes_and_reads_back_whole_in_order_and_masked(
+    local_stack,
+):
     job_id = "job_" + secrets.token_hex(10)
     ref = _claimed(local_stack, job_id)
     bucket = local_stack.resources["ArtifactBucket"]
     writer = log_chunks.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/p-logs/{job_id}/")
-    lines = [f"line {i:08d} {'x' * 100}\n" if i % 1000 else f"line {i:08d} token={CANARY}\n" for i in range(1, 60_001)]
+    lines = [
+        f"line {i:08d} {'x' * 100}\n" if i % 1000 else f"line {i:08d} token={CANARY}\n"
+        for i in range(1, 60_001)
+    ]
     with _Writes() as writes:
-        shipper = LogShipper(writer, Masker([CANARY]), max_chunk_bytes=writer.max_chunk_bytes, flush_interval_sec=0.05).start()
+        shipper = LogShipper(
+            writer, Masker([CANARY]), max_chunk_bytes=writer.max_chunk_bytes, flush_interval_sec=0.05
+        ).start()
         for line in lines:
             shipper.write(line.encode())
         stats = shipper.close(timeout_sec=120)
@@ -76,7 +85,9 @@ def test_a_fast_printing_commands_log_goes_to_s3_in_few_writes_and_reads_back_wh
     assert text == "".join(lines).replace(CANARY, "******")  # every line, in order, masked
     assert [chunk.seq for chunk in chunks] == list(range(len(chunks))) == list(range(stats.chunks))
     in_s3 = [chunk for chunk in chunks if chunk.body]
-    assert in_s3 and all(chunk.body.startswith(f"s3://{bucket}/p-logs/{job_id}/.relevo-logs/build/1/") for chunk in in_s3)
+    assert in_s3 and all(
+        chunk.body.startswith(f"s3://{bucket}/p-logs/{job_id}/.relevo-logs/build/1/") for chunk in in_s3
+    )
     assert max(chunk.byte_size for chunk in chunks) <= log_chunks.MAX_CHUNK_BYTES
     # The counts: fewer write requests than chunks (one per chunk before), and the log's partition
     # takes 2 write units (a transaction's item under 1 KB) per chunk of up to a MiB: below 3 per
@@ -84,7 +95,9 @@ def test_a_fast_printing_commands_log_goes_to_s3_in_few_writes_and_reads_back_wh
     assert writes.count < stats.chunks, (writes.count, stats.chunks)
     assert writer.transactions == writes.count
     items = table_items(local_stack, f"LOGS#{job_id}")
-    units = sum(2 * -(-len(str(item).encode()) // 1024) for item in items)  # an upper bound of each item's size
+    units = sum(
+        2 * -(-len(str(item).encode()) // 1024) for item in items
+    )  # an upper bound of each item's size
     assert units / (len(text.encode()) / 2**20) < 3, units
 
 
@@ -93,7 +106,7 @@ def test_a_body_gone_or_altered_says_so_where_it_stood_and_a_fenced_writer_store
     ref = _claimed(local_stack, job_id)
     bucket = local_stack.resources["ArtifactBucket"]
     writer = log_chunks.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/p-logs/{job_id}/")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     big = ["a" * 40_000 + "\n", "b" * 40_000 + "\n", "c" * 40_000 + "\n"]
     assert writer.append_many(["small\n", *big], now) == [0, 1, 2, 3]
     chunks = {chunk.seq: chunk for chunk in _read_all(local_stack, job_id)}
@@ -121,11 +134,11 @@ def test_the_job_view_and_the_log_route_read_bodies_in_s3_as_their_functions_rol
     job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-logs")
-    stage_attempts.claim(ref, 60, datetime.now(timezone.utc))
+    stage_attempts.claim(ref, 60, datetime.now(UTC))
     bucket = local_stack.resources["ArtifactBucket"]
     writer = log_chunks.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/{project_id}/{job_id}/")
     body = "".join(f"printed {i}\n" for i in range(3000))
-    writer.append_many([body, "the end\n"], datetime.now(timezone.utc))
+    writer.append_many([body, "the end\n"], datetime.now(UTC))
     api = RelevoApi.for_stack(local_stack)
     tail = api.get_job(job_id)["log_tail"]["lines"]
     assert [line["text"] for line in tail[-2:]] == ["printed 2999", "the end"]
@@ -134,7 +147,9 @@ def test_the_job_view_and_the_log_route_read_bodies_in_s3_as_their_functions_rol
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
 
 
-def test_a_body_gone_is_shown_as_gone_and_the_rest_of_the_log_served_as_the_functions_roles(local_stack, project_id):
+def test_a_body_gone_is_shown_as_gone_and_the_rest_of_the_log_served_as_the_functions_roles(
+    local_stack, project_id
+):
     """The functions' roles may not list the bucket but for log bodies: S3 answers a missing body
     404 to them, as a caller with s3:ListBucket, where it would answer 403 to one without (Amazon
     S3 API Reference, GetObject, "Permissions"), so one body gone never fails a whole page."""
@@ -146,11 +161,11 @@ def test_a_body_gone_is_shown_as_gone_and_the_rest_of_the_log_served_as_the_func
     job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-logs")
-    stage_attempts.claim(ref, 60, datetime.now(timezone.utc))
+    stage_attempts.claim(ref, 60, datetime.now(UTC))
     bucket = local_stack.resources["ArtifactBucket"]
     writer = log_chunks.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/{project_id}/{job_id}/")
     first, second = ("".join(f"{name} {i}\n" for i in range(3000)) for name in ("first", "second"))
-    writer.append_many([first, second, "the end\n"], datetime.now(timezone.utc))
+    writer.append_many([first, second, "the end\n"], datetime.now(UTC))
     gone = next(chunk for chunk in _read_all(local_stack, job_id) if chunk.seq == 0)
     client("s3").delete_object(Bucket=bucket, Key=gone.body.split("/", 3)[3])
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 import pytest
 
@@ -19,7 +19,10 @@ from relevo_core.store.codec import from_attributes
 from tests.helpers.stack import job_items, receive_stage, wait_for_execution
 from tests.helpers.state_machine import agent_runs, claim_and_accept, start_job, wait_for_run_token
 
-STAGES = [{"name": "upload", "run": "upload.sh", "effect_probe": "probe.sh"}, {"name": "notify", "run": "true"}]
+STAGES = [
+    {"name": "upload", "run": "upload.sh", "effect_probe": "probe.sh"},
+    {"name": "notify", "run": "true"},
+]
 
 
 def _stage(stack, job_id, sk="STAGE#00"):
@@ -32,12 +35,19 @@ def _to_manual_review(stack, project_id) -> str:
     task, _ = receive_stage(stack, job_id)
     ref = claim_and_accept(stack, task, "mac-a", lease_ttl_sec=3)
     token = wait_for_run_token(ref)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     stage_attempts.record_reconciled(ref, "manual_review", {"probe_exit": 0, "probe_output": "build 41"}, now)
     stage_attempts.finish(
-        ref, StageStatus.MANUAL_REVIEW, now, None, "Relevo.Reconcile.ManualReview", outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW
+        ref,
+        StageStatus.MANUAL_REVIEW,
+        now,
+        None,
+        "Relevo.Reconcile.ManualReview",
+        outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW,
     )
-    client("stepfunctions").send_task_failure(taskToken=token, error="Relevo.Reconcile.ManualReview", cause="{}")
+    client("stepfunctions").send_task_failure(
+        taskToken=token, error="Relevo.Reconcile.ManualReview", cause="{}"
+    )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         stage = _stage(stack, job_id)
@@ -47,7 +57,9 @@ def _to_manual_review(stack, project_id) -> str:
     raise TimeoutError("the stage never waited for review")
 
 
-def test_a_stage_in_manual_review_waits_longer_than_its_lease_and_resolves_as_succeeded(local_stack, project_id):
+def test_a_stage_in_manual_review_waits_longer_than_its_lease_and_resolves_as_succeeded(
+    local_stack, project_id
+):
     job_id = _to_manual_review(local_stack, project_id)
     api = RelevoApi.for_stack(local_stack)
 
@@ -65,7 +77,11 @@ def test_a_stage_in_manual_review_waits_longer_than_its_lease_and_resolves_as_su
     agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     stage = _stage(local_stack, job_id)
-    assert (stage["status"], stage["outcome"], stage["resolution"]["as"]) == ("succeeded", "resolved", "succeeded")
+    assert (stage["status"], stage["outcome"], stage["resolution"]["as"]) == (
+        "succeeded",
+        "resolved",
+        "succeeded",
+    )
     assert [a["action"] for a in actions(local_stack.table_name, job_id)] == ["stage.resolve"]
     with pytest.raises(ApiError) as refused:
         api.resolve_stage(job_id, "upload", "retry")
@@ -80,7 +96,7 @@ def test_resolved_as_retry_runs_a_new_attempt_of_the_same_operation(local_stack,
     task, _ = receive_stage(local_stack, job_id)
     assert (task["stage"], task["attempt"]) == ("upload", 2)
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
-    previous = stage_attempts.claim(ref, 5, datetime.now(timezone.utc))
+    previous = stage_attempts.claim(ref, 5, datetime.now(UTC))
     # The operator decided: the next attempt runs without reconciling again.
     assert previous["outcome"] == "resolved" and not stage_attempts.needs_reconcile(previous, 2)
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
@@ -124,9 +140,15 @@ def test_the_cli_resolves_and_prints_a_refusal_with_its_code(local_stack, projec
     stack_file = _stack_file(local_stack, tmp_path)
     job_id = _to_manual_review(local_stack, project_id)
 
-    resolved = runner.invoke(app, ["job", "resolve", job_id, "--stage", "upload", "--as", "retry", "--stack-file", stack_file])
-    again = runner.invoke(app, ["job", "resolve", job_id, "--stage", "upload", "--as", "retry", "--stack-file", stack_file])
-    unknown = runner.invoke(app, ["job", "resolve", job_id, "--stage", "upload", "--as", "maybe", "--stack-file", stack_file])
+    resolved = runner.invoke(
+        app, ["job", "resolve", job_id, "--stage", "upload", "--as", "retry", "--stack-file", stack_file]
+    )
+    again = runner.invoke(
+        app, ["job", "resolve", job_id, "--stage", "upload", "--as", "retry", "--stack-file", stack_file]
+    )
+    unknown = runner.invoke(
+        app, ["job", "resolve", job_id, "--stage", "upload", "--as", "maybe", "--stack-file", stack_file]
+    )
 
     assert resolved.exit_code == 0 and "resolved as retry" in resolved.output, resolved.output
     assert again.exit_code == 1 and "STAGE_NOT_IN_REVIEW" in again.output

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from relevo_local import template
-from relevo_local.streams import record_filter
 from relevo_core.aws import client
 from relevo_core.config.notify import notify_settings
-
+from relevo_local import template
+from relevo_local.streams import record_filter
 from tests.helpers.stack import (
     LambdaContext,
     emf_values,
@@ -27,13 +26,14 @@ from tests.helpers.stack import (
 )
 from tests.helpers.state_machine import agent_runs, start_job
 
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def reporter_handler(local_stack, monkeypatch):
-    deployed = client("lambda").get_function_configuration(FunctionName=local_stack.resources["StatusReporterFunction"])
+    deployed = client("lambda").get_function_configuration(
+        FunctionName=local_stack.resources["StatusReporterFunction"]
+    )
     for name, value in deployed["Environment"]["Variables"].items():
         if not name.startswith("AWS_"):
             monkeypatch.setenv(name, str(value))
@@ -51,7 +51,9 @@ def _delivered(records: list[dict]) -> list[dict]:
     return [record for record in records if passes(record)]
 
 
-def test_a_finished_job_stream_becomes_outcome_latency_and_retry_metrics(local_stack, project_id, reporter_handler, capsys):
+def test_a_finished_job_stream_becomes_outcome_latency_and_retry_metrics(
+    local_stack, project_id, reporter_handler, capsys
+):
     with stream_captured(local_stack) as batches:
         job_id = start_job(local_stack, project_id)
         for _ in ("build", "sign"):

@@ -10,7 +10,9 @@ from relevo_core.aws import client
 
 
 def test_the_topic_carries_its_key_and_the_templates_topic_policy(local_stack):
-    attributes = client("sns").get_topic_attributes(TopicArn=local_stack.resources["NotificationTopic"])["Attributes"]
+    attributes = client("sns").get_topic_attributes(TopicArn=local_stack.resources["NotificationTopic"])[
+        "Attributes"
+    ]
     assert attributes["KmsMasterKeyId"] == local_stack.resources["NotificationKey"]
     policy = json.loads(attributes["Policy"])
     assert [s["Sid"] for s in policy["Statement"]] == ["StackAlarmsPublish", "StackRulesPublish"]

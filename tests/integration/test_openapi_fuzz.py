@@ -45,7 +45,9 @@ def signed_by_the_test_principal(local_stack):
 def test_the_served_document_is_the_published_one(local_stack):
     import json
 
-    assert RelevoApi.for_stack(local_stack).request("GET", "/openapi.json") == json.loads(published_document())
+    assert RelevoApi.for_stack(local_stack).request("GET", "/openapi.json") == json.loads(
+        published_document()
+    )
 
 
 # Every operation runs inside this one test (schemathesis subtests): a budget for all of them.
@@ -58,7 +60,12 @@ def test_no_5xx_no_schema_violation_and_a_code_on_every_4xx(case, local_stack, s
     response = case.call(base_url=local_stack.api_url, auth=signed_by_the_test_principal, timeout=30)
     case.validate_response(
         response,
-        checks=[not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance],
+        checks=[
+            not_a_server_error,
+            status_code_conformance,
+            content_type_conformance,
+            response_schema_conformance,
+        ],
     )
     if 400 <= response.status_code < 500:
         body = response.json()

@@ -14,9 +14,9 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from relevo_local.identity import local_user_arn
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
+from relevo_local.identity import local_user_arn
 from tests.helpers import TEST_ADMIN_ARN
 from tests.helpers.iam import ACCOUNT, INVOKE_API, Caller, api_as, iam_user
 from tests.helpers.stack import receive_stage, wait_for_execution
@@ -24,8 +24,13 @@ from tests.helpers.state_machine import agent_runs
 
 LEVELS = ["none", "view", "operate", "manage"]
 RANK = {level: rank for rank, level in enumerate(LEVELS)}
-DECLARATION = {"repo": "acme/perm", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 30,
-               "stages": [{"name": "build", "run": "make"}]}
+DECLARATION = {
+    "repo": "acme/perm",
+    "region_affinity": "eu-west",
+    "lease_ttl_sec": 10,
+    "queue_timeout_sec": 30,
+    "stages": [{"name": "build", "run": "make"}],
+}
 
 
 def _snapshot(stack, project_id: str) -> dict[tuple[str, str], Any]:
@@ -76,7 +81,9 @@ def world(local_stack):
     no job in flight to disturb the before/after snapshots."""
     suffix = secrets.token_hex(3)
     project_id = f"perm-{suffix}"
-    owner = Caller(local_user_arn(), RelevoApi.for_stack(local_stack))  # the stack's own IAM user: A's creator
+    owner = Caller(
+        local_user_arn(), RelevoApi.for_stack(local_stack)
+    )  # the stack's own IAM user: A's creator
     users = {level: iam_user(local_stack, f"perm-{level}-{suffix}") for level in LEVELS}
     admin = iam_user(local_stack, TEST_ADMIN_ARN.rsplit("/", 1)[1])
     owner.api.put_project(project_id, DECLARATION)
@@ -93,7 +100,14 @@ def world(local_stack):
     agent_runs(local_stack, receive_stage(local_stack, doomed)[0])
     assert wait_for_execution(local_stack, doomed)["status"] == "SUCCEEDED"
     owner.api.put_project(project_id, {**DECLARATION, "region_affinity": "nowhere"})
-    return {"project": project_id, "job": job_id, "doomed": doomed, "owner": owner, "users": users, "admin": admin}
+    return {
+        "project": project_id,
+        "job": job_id,
+        "doomed": doomed,
+        "owner": owner,
+        "users": users,
+        "admin": admin,
+    }
 
 
 def _routes(project_id: str, job_id: str, doomed: str) -> list[tuple[str, str, Any, str]]:
@@ -112,7 +126,12 @@ def _routes(project_id: str, job_id: str, doomed: str) -> list[tuple[str, str, A
         ("POST", f"/jobs/{job_id}/approve", {}, "operate"),
         ("POST", f"/jobs/{job_id}/reject", {"reason": "no"}, "operate"),
         ("PUT", f"/projects/{project_id}", {**DECLARATION, "region_affinity": "nowhere"}, "manage"),
-        ("PUT", f"/projects/{project_id}/grants", {"principal": f"arn:aws:iam::{ACCOUNT}:user/bystander", "level": "view"}, "manage"),
+        (
+            "PUT",
+            f"/projects/{project_id}/grants",
+            {"principal": f"arn:aws:iam::{ACCOUNT}:user/bystander", "level": "view"},
+            "manage",
+        ),
         ("POST", f"/jobs/{job_id}/cancel", {}, "manage"),
         ("POST", f"/jobs/{job_id}/rerun", {}, "manage"),
         ("POST", f"/jobs/{job_id}/promote", {}, "manage"),
@@ -133,27 +152,47 @@ def test_every_route_allows_exactly_the_levels_it_needs_and_a_denied_call_writes
         before = _snapshot(local_stack, project_id)
         for level in denied:
             status, answer = users[level].call(method, path, body)
-            cells.append(f"{method} {path.replace(project_id, '{p}').replace(job_id, '{j}')} as {level}: {status}")
+            cells.append(
+                f"{method} {path.replace(project_id, '{p}').replace(job_id, '{j}')} as {level}: {status}"
+            )
             assert (status, answer["error"]) == (403, "FORBIDDEN"), (method, path, level, answer)
-        assert _snapshot(local_stack, project_id) == before, f"a denied {method} {path} ({denied}) wrote to the table"
+        assert _snapshot(local_stack, project_id) == before, (
+            f"a denied {method} {path} ({denied}) wrote to the table"
+        )
         for level in allowed:
             status, answer = users[level].call(method, path, body)
-            cells.append(f"{method} {path.replace(project_id, '{p}').replace(job_id, '{j}')} as {level}: {status}")
+            cells.append(
+                f"{method} {path.replace(project_id, '{p}').replace(job_id, '{j}')} as {level}: {status}"
+            )
             assert status != 403, (method, path, level, answer)
             if path.endswith("/redrive") and status == 200:
                 world["owner"].api.cancel_job(answer["job_id"])  # leave no job in flight
     # The allowed DELETE removed its ended job (an admin learns it is gone).
     assert world["admin"].call("GET", f"/jobs/{world['doomed']}")[1]["error"] == "JOB_NOT_FOUND"
     # Callers with view learn why they are refused; callers without it learn nothing more.
-    assert users["view"].call("POST", f"/jobs/{job_id}/cancel", {})[1]["details"] == {"required": "manage", "level": "view"}
+    assert users["view"].call("POST", f"/jobs/{job_id}/cancel", {})[1]["details"] == {
+        "required": "manage",
+        "level": "view",
+    }
     print("\n".join(cells))
 
 
 def test_the_admin_principal_manages_every_project(world):
-    status, answer = world["admin"].call("PUT", f"/projects/{world['project']}/grants", {"principal": world["users"]["none"].arn, "level": "view"})
+    status, answer = world["admin"].call(
+        "PUT",
+        f"/projects/{world['project']}/grants",
+        {"principal": world["users"]["none"].arn, "level": "view"},
+    )
     assert status == 200 and answer["level"] == "view"
     assert world["users"]["none"].call("GET", f"/projects/{world['project']}")[0] == 200
-    assert world["admin"].call("PUT", f"/projects/{world['project']}/grants", {"principal": world["users"]["none"].arn, "level": "none"})[0] == 200
+    assert (
+        world["admin"].call(
+            "PUT",
+            f"/projects/{world['project']}/grants",
+            {"principal": world["users"]["none"].arn, "level": "none"},
+        )[0]
+        == 200
+    )
     assert world["users"]["none"].call("GET", f"/projects/{world['project']}")[0] == 403
 
 
@@ -165,13 +204,21 @@ def test_a_missing_target_looks_the_same_as_one_the_caller_may_not_view(world):
     def refusal(caller: Caller, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         return caller.call(method, path, body)
 
-    for path, body, method in [("/jobs/{}", None, "GET"), ("/jobs/{}/cancel", {}, "POST"), ("/dlq/{}", None, "GET"),
-                               ("/jobs/{}", None, "DELETE"), ("/jobs/{}/promote", {}, "POST"),
-                               ("/jobs/{}/logs", None, "GET"), ("/jobs/{}/artifacts/app.ipa", None, "GET")]:
+    for path, body, method in [
+        ("/jobs/{}", None, "GET"),
+        ("/jobs/{}/cancel", {}, "POST"),
+        ("/dlq/{}", None, "GET"),
+        ("/jobs/{}", None, "DELETE"),
+        ("/jobs/{}/promote", {}, "POST"),
+        ("/jobs/{}/logs", None, "GET"),
+        ("/jobs/{}/artifacts/app.ipa", None, "GET"),
+    ]:
         hidden = refusal(stranger, method, path.format(world["job"]), body)
         absent = refusal(stranger, method, path.format(missing_job), body)
         assert hidden[0] == absent[0] == 403
-        assert hidden[1]["message"].replace(world["job"], "ID") == absent[1]["message"].replace(missing_job, "ID")
+        assert hidden[1]["message"].replace(world["job"], "ID") == absent[1]["message"].replace(
+            missing_job, "ID"
+        )
         assert refusal(manager, method, path.format(missing_job), body)[0] == 403
     assert refusal(admin, "GET", f"/jobs/{missing_job}")[1]["error"] == "JOB_NOT_FOUND"
     assert refusal(admin, "GET", f"/dlq/{missing_job}")[1]["error"] == "DLQ_ENTRY_NOT_FOUND"
@@ -179,7 +226,9 @@ def test_a_missing_target_looks_the_same_as_one_the_caller_may_not_view(world):
     hidden = refusal(stranger, "GET", f"/projects/{world['project']}")
     absent = refusal(stranger, "GET", f"/projects/{missing_project}")
     assert (hidden[0], absent[0]) == (403, 403)
-    assert hidden[1]["message"].replace(world["project"], "ID") == absent[1]["message"].replace(missing_project, "ID")
+    assert hidden[1]["message"].replace(world["project"], "ID") == absent[1]["message"].replace(
+        missing_project, "ID"
+    )
     assert refusal(admin, "GET", f"/projects/{missing_project}")[1]["error"] == "PROJECT_NOT_FOUND"
 
 
@@ -221,7 +270,10 @@ def test_a_project_is_created_by_anyone_and_then_changed_only_by_its_managers(lo
     assert {(g["principal"], g["level"]) for g in grants if not g.get("admin")} == {(creator.arn, "manage")}
     assert (status, answer["error"]) == (403, "FORBIDDEN")
     assert _snapshot(local_stack, project_id) == before
-    assert creator.call("PUT", f"/projects/{project_id}/grants", {"principal": other.arn, "level": "manage"})[0] == 200
+    assert (
+        creator.call("PUT", f"/projects/{project_id}/grants", {"principal": other.arn, "level": "manage"})[0]
+        == 200
+    )
     assert other.call("PUT", f"/projects/{project_id}", {**DECLARATION, "repo": "acme/moved"})[0] == 200
 
 
@@ -231,31 +283,50 @@ def test_a_wildcard_grant_covers_every_session_of_a_role_and_nothing_else(local_
     owner = world["owner"]
     owner.api.put_project(project_id, {**DECLARATION, "region_affinity": "nowhere"})
     iam, sts = client("iam"), client("sts")
-    trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "sts:AssumeRole"}]})
+    trust = json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"},
+                    "Action": "sts:AssumeRole",
+                }
+            ],
+        }
+    )
     sessions = {}
     for role in (f"ReleaseBot{suffix}", f"OtherBot{suffix}"):
         arn = iam.create_role(RoleName=role, AssumeRolePolicyDocument=trust)["Role"]["Arn"]
         iam.put_role_policy(RoleName=role, PolicyName="invoke-relevo-api", PolicyDocument=INVOKE_API)
         for session in ("deploy-1", "deploy-2"):
             credentials = sts.assume_role(RoleArn=arn, RoleSessionName=session)["Credentials"]
-            api = api_as(local_stack, {
-                "aws_access_key_id": credentials["AccessKeyId"],
-                "aws_secret_access_key": credentials["SecretAccessKey"],
-                "aws_session_token": credentials["SessionToken"],
-            })
+            api = api_as(
+                local_stack,
+                {
+                    "aws_access_key_id": credentials["AccessKeyId"],
+                    "aws_secret_access_key": credentials["SecretAccessKey"],
+                    "aws_session_token": credentials["SessionToken"],
+                },
+            )
             sessions[(role, session)] = Caller(f"arn:aws:sts::{ACCOUNT}:assumed-role/{role}/{session}", api)
     owner.api.grant(project_id, f"arn:aws:sts::{ACCOUNT}:assumed-role/ReleaseBot{suffix}/*", "operate")
 
     for (role, session), caller in sessions.items():
         run = caller.call("POST", f"/projects/{project_id}/run", {"ref": "main"})
-        manage = caller.call("PUT", f"/projects/{project_id}/grants", {"principal": caller.arn, "level": "manage"})
+        manage = caller.call(
+            "PUT", f"/projects/{project_id}/grants", {"principal": caller.arn, "level": "manage"}
+        )
         if role.startswith("ReleaseBot"):
             # Allowed: refused only afterwards, for the region without a work queue.
             assert (run[0], run[1]["error"]) == (422, "REGION_UNKNOWN"), session
             assert (manage[0], manage[1]["error"]) == (403, "FORBIDDEN"), session
         else:
             assert (run[0], run[1]["error"]) == (403, "FORBIDDEN"), session
-    listed = {(role, s): project_id in {p["id"] for p in c.api.list_projects()["projects"]} for (role, s), c in sessions.items()}
+    listed = {
+        (role, s): project_id in {p["id"] for p in c.api.list_projects()["projects"]}
+        for (role, s), c in sessions.items()
+    }
     assert listed == {key: key[0].startswith("ReleaseBot") for key in sessions}
 
     # A grant to the role's ARN names its sessions too (they never call as the role itself).
@@ -280,13 +351,17 @@ def test_only_a_verified_signature_names_the_caller(local_stack, world):
     unknown = signed_get(Credentials("AKIA" + "Z" * 16, "whatever"))
     # A header the client chooses does not name the caller either: the key that signed does.
     stranger = world["users"]["none"].api.session.get_credentials().get_frozen_credentials()
-    claimed = signed_get(Credentials(stranger.access_key, stranger.secret_key), **{"X-Amz-User-Arn": TEST_ADMIN_ARN})
+    claimed = signed_get(
+        Credentials(stranger.access_key, stranger.secret_key), **{"X-Amz-User-Arn": TEST_ADMIN_ARN}
+    )
 
     assert (forged.status_code, forged.json()["message"].split(".")[0]) == (
-        403, "The request signature we calculated does not match the signature you provided"
+        403,
+        "The request signature we calculated does not match the signature you provided",
     )
     assert (unknown.status_code, unknown.json()) == (
-        403, {"error": "UNAUTHENTICATED", "message": "The security token included in the request is invalid."}
+        403,
+        {"error": "UNAUTHENTICATED", "message": "The security token included in the request is invalid."},
     )
     assert forged.json()["error"] == "UNAUTHENTICATED"
     assert (claimed.status_code, claimed.json()["error"]) == (403, "FORBIDDEN")

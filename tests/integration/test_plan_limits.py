@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 import pytest
@@ -20,13 +20,26 @@ from relevo_core.intake.enqueue import build_envelope, enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
-from relevo_core.plan_limits import MAX_ENVELOPE_BYTES, MAX_FAILURE_CAUSE_CHARS, STATE_PAYLOAD_QUOTA_BYTES, require_envelope_fits, state_bytes
+from relevo_core.plan_limits import (
+    MAX_ENVELOPE_BYTES,
+    MAX_FAILURE_CAUSE_CHARS,
+    STATE_PAYLOAD_QUOTA_BYTES,
+    require_envelope_fits,
+    state_bytes,
+)
 from relevo_core.store import jobs, locks
 from relevo_core.store.projects import get_project, put_project
-from tests.helpers.stack import QueueSlots, history, receive_stage, register_project, table_items, wait_for_execution, wait_until
-from tests.helpers.state_machine import agent_runs, claim_and_accept, wait_for_run_token
-from tests.helpers.state_machine import enqueue_job
-from tests.helpers.stack import job_record
+from tests.helpers.stack import (
+    QueueSlots,
+    history,
+    job_record,
+    receive_stage,
+    register_project,
+    table_items,
+    wait_for_execution,
+    wait_until,
+)
+from tests.helpers.state_machine import agent_runs, claim_and_accept, enqueue_job, wait_for_run_token
 from tests.unit.test_plan_limit_arithmetic import largest_allowed_stages
 
 MARGIN_BYTES = 44 * 1024  # relevo_core.plan_limits' stated margin
@@ -34,7 +47,14 @@ MARGIN_BYTES = 44 * 1024  # relevo_core.plan_limits' stated margin
 
 def _declaration(project_id: str, **settings: Any) -> dict[str, Any]:
     """What tests.helpers.stack.register_project declares, but the stages and webhook."""
-    return {"id": project_id, "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 30, **settings}
+    return {
+        "id": project_id,
+        "repo": f"acme/{project_id}",
+        "region_affinity": "eu-west",
+        "lease_ttl_sec": 10,
+        "queue_timeout_sec": 30,
+        **settings,
+    }
 
 
 def _largest_state_bytes(stack, job_id: str) -> int:
@@ -61,14 +81,25 @@ def test_apply_refuses_a_plan_one_byte_over_and_writes_nothing(local_stack, proj
         register_project(local_stack, project_id, over)
 
     assert (refused.value.status, refused.value.code) == (422, "PLAN_TOO_LARGE")
-    assert f"{MAX_ENVELOPE_BYTES + 1:,} bytes" in refused.value.body["message"] and f"{MAX_ENVELOPE_BYTES:,}" in refused.value.body["message"]
-    assert refused.value.body["details"] == {"limit": "envelope_bytes", "size": MAX_ENVELOPE_BYTES + 1, "allowed": MAX_ENVELOPE_BYTES}
+    assert (
+        f"{MAX_ENVELOPE_BYTES + 1:,} bytes" in refused.value.body["message"]
+        and f"{MAX_ENVELOPE_BYTES:,}" in refused.value.body["message"]
+    )
+    assert refused.value.body["details"] == {
+        "limit": "envelope_bytes",
+        "size": MAX_ENVELOPE_BYTES + 1,
+        "allowed": MAX_ENVELOPE_BYTES,
+    }
     assert table_items(local_stack, f"PROJECT#{project_id}") == []
-    RelevoApi.for_stack(local_stack).put_project(project_id, {**_declaration(project_id), "stages": stages})  # at the limit: accepted
+    RelevoApi.for_stack(local_stack).put_project(
+        project_id, {**_declaration(project_id), "stages": stages}
+    )  # at the limit: accepted
     assert len(get_project(local_stack.table_name, project_id).stages) == 32
 
 
-def test_enqueue_refuses_a_stored_plan_over_the_limit_and_writes_nothing(local_stack, intake_settings, project_id):
+def test_enqueue_refuses_a_stored_plan_over_the_limit_and_writes_nothing(
+    local_stack, intake_settings, project_id
+):
     """A plan stored under other limits (here: written past the API) is refused when a job of it
     is enqueued, through the API's run and through intake itself. (A job's own fields are shorter
     than the longest apply allows for, so the plan grows by more than that slack.)"""
@@ -82,9 +113,18 @@ def test_enqueue_refuses_a_stored_plan_over_the_limit_and_writes_nothing(local_s
     slots = QueueSlots(local_stack, project_id)
 
     with pytest.raises(ApiError) as refused:
-        RelevoApi.for_stack(local_stack).run_project(project_id, {"ref": "main", "commit": secrets.token_hex(20)})
+        RelevoApi.for_stack(local_stack).run_project(
+            project_id, {"ref": "main", "commit": secrets.token_hex(20)}
+        )
     with pytest.raises(RelevoError) as refused_by_intake:
-        enqueue(intake_settings, grown, Trigger(type=TriggerType.API, source="api"), "main", None, secrets.token_hex(8))
+        enqueue(
+            intake_settings,
+            grown,
+            Trigger(type=TriggerType.API, source="api"),
+            "main",
+            None,
+            secrets.token_hex(8),
+        )
 
     assert (refused.value.status, refused.value.code) == (422, "PLAN_TOO_LARGE")
     assert refused_by_intake.value.code is ErrorCode.PLAN_TOO_LARGE
@@ -92,7 +132,9 @@ def test_enqueue_refuses_a_stored_plan_over_the_limit_and_writes_nothing(local_s
     assert slots.change() == 0
 
 
-def test_the_largest_allowed_plan_runs_retries_and_reaches_the_dead_letter_queue(local_stack, intake_settings, project_id):
+def test_the_largest_allowed_plan_runs_retries_and_reaches_the_dead_letter_queue(
+    local_stack, intake_settings, project_id
+):
     settings = {"queue_timeout_sec": 600, "retry": {"backoff_base_sec": 0}}
     stages = largest_allowed_stages(_declaration(project_id, **settings))
     register_project(local_stack, project_id, stages, **settings)
@@ -102,7 +144,9 @@ def test_the_largest_allowed_plan_runs_retries_and_reaches_the_dead_letter_queue
     project_cache.clear()
     commit = secrets.token_hex(20)
     trigger = Trigger(type=TriggerType.API, source="s" * 64, delivery_id="d" * 128, actor="a" * 512)
-    failing = enqueue(intake_settings, get_project(local_stack.table_name, project_id), trigger, "r" * 256, commit, commit).job_id
+    failing = enqueue(
+        intake_settings, get_project(local_stack.table_name, project_id), trigger, "r" * 256, commit, commit
+    ).job_id
     wait_until(lambda: job_record(local_stack, failing).get("wake_token"), 60, f"{failing} parked")
 
     task, _ = receive_stage(local_stack, running)
@@ -133,11 +177,26 @@ def _started_past_the_limits(stack, settings, project_id: str, commands: list[in
     project_cache.clear()
     stored = get_project(stack.table_name, project_id)
     plan = tuple(StagePlan(name=f"s{index}", command="x" * length) for index, length in enumerate(commands))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     commit = secrets.token_hex(20)
-    envelope = build_envelope(settings, stored, Trigger(type=TriggerType.API, source="api"), "main", commit, plan, f"{project_id}:{commit}:x", now)
-    assert isinstance(jobs.create_job(stack.table_name, envelope, 600, settings.queue_limit, now), jobs.Created)
-    start_execution(settings.state_machine_arn, envelope, work_queue_url(settings.work_queue_prefix, envelope.region_affinity))
+    envelope = build_envelope(
+        settings,
+        stored,
+        Trigger(type=TriggerType.API, source="api"),
+        "main",
+        commit,
+        plan,
+        f"{project_id}:{commit}:x",
+        now,
+    )
+    assert isinstance(
+        jobs.create_job(stack.table_name, envelope, 600, settings.queue_limit, now), jobs.Created
+    )
+    start_execution(
+        settings.state_machine_arn,
+        envelope,
+        work_queue_url(settings.work_queue_prefix, envelope.region_affinity),
+    )
     return envelope.job_id
 
 
@@ -147,20 +206,30 @@ def _fails_first_stage(stack, job_id: str) -> dict:
     return wait_for_execution(stack, job_id, timeout=60)
 
 
-def test_enqueue_refuses_a_stored_command_over_its_limit_without_a_server_error(local_stack, intake_settings, project_id):
+def test_enqueue_refuses_a_stored_command_over_its_limit_without_a_server_error(
+    local_stack, intake_settings, project_id
+):
     register_project(local_stack, project_id, [{"name": "build", "run": "true"}])
     stored = get_project(local_stack.table_name, project_id)
-    put_project(local_stack.table_name, stored.model_copy(update={"stages": (stored.stages[0].model_copy(update={"run": "x" * 20_000}),)}), "test")
+    put_project(
+        local_stack.table_name,
+        stored.model_copy(update={"stages": (stored.stages[0].model_copy(update={"run": "x" * 20_000}),)}),
+        "test",
+    )
     project_cache.clear()
 
     with pytest.raises(ApiError) as refused:
-        RelevoApi.for_stack(local_stack).run_project(project_id, {"ref": "main", "commit": secrets.token_hex(20)})
+        RelevoApi.for_stack(local_stack).run_project(
+            project_id, {"ref": "main", "commit": secrets.token_hex(20)}
+        )
 
     assert (refused.value.status, refused.value.code) == (422, "PLAN_TOO_LARGE")
     assert refused.value.body["details"] == {"limit": "command_bytes", "size": 20_000, "allowed": 16_384}
 
 
-def test_the_emulator_refuses_the_dead_letter_path_where_the_arithmetic_puts_it(local_stack, intake_settings, project_id):
+def test_the_emulator_refuses_the_dead_letter_path_where_the_arithmetic_puts_it(
+    local_stack, intake_settings, project_id
+):
     register_project(local_stack, project_id, [{"name": "s0", "run": "true"}], queue_timeout_sec=600)
     full = [16_384] * 7
     probe = _started_past_the_limits(local_stack, intake_settings, project_id, full + [1_000])
@@ -176,7 +245,9 @@ def test_the_emulator_refuses_the_dead_letter_path_where_the_arithmetic_puts_it(
     over = _started_past_the_limits(local_stack, intake_settings, project_id, full + [longest_last + 1])
     over_ended = _fails_first_stage(local_stack, over)
 
-    print(f"\nthe dead-letter path reaches {STATE_PAYLOAD_QUOTA_BYTES:,} bytes with a plan of {sum(full) + longest_last + 1:,} command characters")
+    print(
+        f"\nthe dead-letter path reaches {STATE_PAYLOAD_QUOTA_BYTES:,} bytes with a plan of {sum(full) + longest_last + 1:,} command characters"
+    )
     assert (fits_ended["status"], fits_ended["error"]) == ("FAILED", "Relevo.Fatal.ExitCode")
     assert table_items(local_stack, f"DLQ#{fits}")
     # The largest state is the last of the path (the wake of the next waiter, after the entry is

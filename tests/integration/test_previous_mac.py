@@ -23,34 +23,65 @@ from tests.helpers.state_machine import start_job
 
 
 def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
-    config = AgentConfig(agent_id=agent_id, region="eu-west", capacity=1, workspace_root=tmp_path / agent_id,
-                         journal=tmp_path / f"{agent_id}.sqlite3", max_clock_skew_sec=0.5, prefer_previous_sec=0, handoff_max_wait_sec=0)
+    config = AgentConfig(
+        agent_id=agent_id,
+        region="eu-west",
+        capacity=1,
+        workspace_root=tmp_path / agent_id,
+        journal=tmp_path / f"{agent_id}.sqlite3",
+        max_clock_skew_sec=0.5,
+        prefer_previous_sec=0,
+        handoff_max_wait_sec=0,
+    )
     return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
 
 
-@pytest.mark.parametrize(("archive", "offered"), [
-    ({"name": "archive", "run": "true"}, False),
-    ({"name": "archive", "run": "mkdir -p out && echo built > out/app", "handoff": ["out"]}, True),
-], ids=["nothing-handed-on", "files-handed-on"])
-def test_a_next_stage_is_offered_to_the_previous_mac_only_when_files_wait_there(local_stack, project_id, tmp_path, archive, offered):
+@pytest.mark.parametrize(
+    ("archive", "offered"),
+    [
+        ({"name": "archive", "run": "true"}, False),
+        ({"name": "archive", "run": "mkdir -p out && echo built > out/app", "handoff": ["out"]}, True),
+    ],
+    ids=["nothing-handed-on", "files-handed-on"],
+)
+def test_a_next_stage_is_offered_to_the_previous_mac_only_when_files_wait_there(
+    local_stack, project_id, tmp_path, archive, offered
+):
     # Given a job whose archive stage ran on mac-x
     job_id = start_job(local_stack, project_id, stages=[archive, {"name": "notify", "run": "true"}])
     mac_x = _agent(tmp_path, local_stack, "mac-x")
     task, receipt = receive_stage(local_stack, job_id)
-    handle_received(mac_x, Message(mac_x.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+    handle_received(
+        mac_x,
+        Message(mac_x.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}),
+    )
 
     # When mac-y, another Mac, claims notify asking to leave it to the previous stage's Mac
     task, _ = receive_stage(local_stack, job_id)
     assert task["stage"] == "notify"
-    request = ClaimRequest(job_id=job_id, stage_index=1, attempt=1, agent_id="mac-y", claim_secret=new_claim_secret(),
-                           dispatch_key=task["dispatch_key"], dispatch_token=task["task_token"], accept=False,
-                           leave_to_previous=True, project=project_id, signs=False)
+    request = ClaimRequest(
+        job_id=job_id,
+        stage_index=1,
+        attempt=1,
+        agent_id="mac-y",
+        claim_secret=new_claim_secret(),
+        dispatch_key=task["dispatch_key"],
+        dispatch_token=task["task_token"],
+        accept=False,
+        leave_to_previous=True,
+        project=project_id,
+        signs=False,
+    )
     try:
         granted = _agent(tmp_path, local_stack, "mac-y").sessions.routes.claim(request)
     except RouteError as refused:
         # Then with files handed on, the route names mac-x (the agent may leave the stage to it)
         assert offered, f"a stage with nothing to reuse was offered to the previous Mac: {refused}"
-        assert (refused.status, refused.code, refused.details.get("agent_id")) == (409, "PREVIOUS_AGENT_PREFERRED", "mac-x")
+        assert (refused.status, refused.code, refused.details.get("agent_id")) == (
+            409,
+            "PREVIOUS_AGENT_PREFERRED",
+            "mac-x",
+        )
     else:
         # Then with nothing handed on, mac-y has it at once
         assert not offered, "a stage whose previous Mac holds its files was not offered to it"

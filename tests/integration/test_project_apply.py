@@ -53,7 +53,9 @@ def webhook_secret(monkeypatch: pytest.MonkeyPatch) -> str:
     return value
 
 
-def test_a_region_without_a_work_queue_is_refused_before_anything_is_written(local_stack, project_id, tmp_path: Path):
+def test_a_region_without_a_work_queue_is_refused_before_anything_is_written(
+    local_stack, project_id, tmp_path: Path
+):
     path, stack_file = _files(local_stack, tmp_path, project_id, region_affinity="ap-south")
 
     result = runner.invoke(app, ["project", "apply", str(path), "--stack-file", stack_file])
@@ -87,7 +89,9 @@ def test_a_project_the_api_refuses_leaves_no_secret_it_created(local_stack, tmp_
     assert table_items(local_stack, f"PROJECT#{project_id}") == []
 
 
-def test_a_refused_apply_gives_a_secret_it_changed_its_previous_value_back(local_stack, tmp_path: Path, webhook_secret):
+def test_a_refused_apply_gives_a_secret_it_changed_its_previous_value_back(
+    local_stack, tmp_path: Path, webhook_secret
+):
     # Given the project's webhook secret as an earlier apply stored it
     project_id, path, stack_file = _refused_by_the_api(local_stack, tmp_path)
     name = secret_name(local_stack, project_id, "github")
@@ -101,7 +105,9 @@ def test_a_refused_apply_gives_a_secret_it_changed_its_previous_value_back(local
     assert _secret_value(name) == "the-earlier-secret"
 
 
-def test_an_accepted_apply_stores_the_secret_and_the_reference(local_stack, project_id, tmp_path: Path, webhook_secret):
+def test_an_accepted_apply_stores_the_secret_and_the_reference(
+    local_stack, project_id, tmp_path: Path, webhook_secret
+):
     path, stack_file = _files(local_stack, tmp_path, project_id)
 
     result = runner.invoke(app, ["project", "apply", str(path), "--stack-file", stack_file])
@@ -114,7 +120,9 @@ def test_an_accepted_apply_stores_the_secret_and_the_reference(local_stack, proj
 
 
 def test_a_stage_of_more_shards_at_once_than_step_functions_runs_is_refused_at_apply_saying_how_it_could_run(
-    local_stack, project_id, tmp_path: Path,
+    local_stack,
+    project_id,
+    tmp_path: Path,
 ):
     """An inline Map runs at most 40 iterations at once ("Using Map state in Inline mode"), and a
     stage's shards are one (job.asl.json: RunShards): 41 or more without max_parallel would
@@ -122,7 +130,11 @@ def test_a_stage_of_more_shards_at_once_than_step_functions_runs_is_refused_at_a
     same stage with max_parallel: 40 is applied."""
     # Given: a project file with a stage of 41 shards and no max_parallel
     path, stack_file = _files(local_stack, tmp_path, project_id)
-    path.write_text(path.read_text().replace("  - name: build\n    run: make\n", "  - name: test\n    run: make test\n    parallel: 41\n"))
+    path.write_text(
+        path.read_text().replace(
+            "  - name: build\n    run: make\n", "  - name: test\n    run: make test\n    parallel: 41\n"
+        )
+    )
 
     # When: it is applied
     result = runner.invoke(app, ["project", "apply", str(path), "--stack-file", stack_file])
@@ -131,11 +143,16 @@ def test_a_stage_of_more_shards_at_once_than_step_functions_runs_is_refused_at_a
     assert result.exit_code == 1, result.output
     output = " ".join(result.output.split())
     assert "PLAN_TOO_LARGE" in output
-    assert "stages.0 (test): 41 shards and no max_parallel, which would run them all at once; at most 40 of a stage's shards run at once" in output
+    assert (
+        "stages.0 (test): 41 shards and no max_parallel, which would run them all at once; at most 40 of a stage's shards run at once"
+        in output
+    )
     assert "set max_parallel to 40 or less" in output and "split the stage" in output
     assert table_items(local_stack, f"PROJECT#{project_id}") == []
 
     # And: with max_parallel 40 it is applied
-    path.write_text(path.read_text().replace("    parallel: 41\n", "    parallel: 41\n    max_parallel: 40\n"))
+    path.write_text(
+        path.read_text().replace("    parallel: 41\n", "    parallel: 41\n    max_parallel: 40\n")
+    )
     result = runner.invoke(app, ["project", "apply", str(path), "--stack-file", stack_file])
     assert result.exit_code == 0, result.output

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from relevo_core.aws import client
 from relevo_core.execution import execution_arn
@@ -25,7 +25,9 @@ def _no_stage_message_for(stack, job_id, seconds: float) -> bool:
     return False
 
 
-def test_two_jobs_of_one_project_never_overlap_while_other_projects_run(local_stack, intake_settings, project_id):
+def test_two_jobs_of_one_project_never_overlap_while_other_projects_run(
+    local_stack, intake_settings, project_id
+):
     other_project = project_id + "-b"
     register_project(local_stack, project_id, STAGES)
     register_project(local_stack, other_project, STAGES)
@@ -45,7 +47,9 @@ def test_two_jobs_of_one_project_never_overlap_while_other_projects_run(local_st
 
     agent_runs(local_stack, first_task)
     assert wait_for_execution(local_stack, first)["status"] == "SUCCEEDED"
-    second_task, _ = receive_stage(local_stack, second, timeout=60)  # the waiter polls the lock every lease/3; the emulator is slow under a loaded worker
+    second_task, _ = receive_stage(
+        local_stack, second, timeout=60
+    )  # the waiter polls the lock every lease/3; the emulator is slow under a loaded worker
     started = _job(local_stack, second)
     assert started["status"]["S"] == "running" and "queue_reason" not in started
     agent_runs(local_stack, second_task)
@@ -58,13 +62,15 @@ def test_the_sweep_frees_the_lock_of_a_stopped_execution(local_stack, intake_set
     register_project(local_stack, project_id, STAGES)
     stuck = enqueue_job(local_stack, intake_settings, project_id)
     receive_stage(local_stack, stuck)
-    client("stepfunctions").stop_execution(executionArn=execution_arn(local_stack.state_machine_arn, stuck), cause="operator abort")
+    client("stepfunctions").stop_execution(
+        executionArn=execution_arn(local_stack.state_machine_arn, stuck), cause="operator abort"
+    )
     # The emulator ends a stopped execution that waits for a task token within about ten seconds.
     assert wait_for_execution(local_stack, stuck, timeout=30)["status"] != "RUNNING"
     waiting = enqueue_job(local_stack, intake_settings, project_id)
     assert _no_stage_message_for(local_stack, waiting, 3)
 
-    report = sweep(intake_settings, datetime.now(timezone.utc))
+    report = sweep(intake_settings, datetime.now(UTC))
 
     assert f"{project_id}:{stuck}" in report.locks_freed
     task, _ = receive_stage(local_stack, waiting, timeout=60)
@@ -72,15 +78,22 @@ def test_the_sweep_frees_the_lock_of_a_stopped_execution(local_stack, intake_set
     assert wait_for_execution(local_stack, waiting)["status"] == "SUCCEEDED"
 
 
-def test_a_job_that_finds_the_lock_free_but_others_waiting_joins_the_line(local_stack, intake_settings, project_id):
+def test_a_job_that_finds_the_lock_free_but_others_waiting_joins_the_line(
+    local_stack, intake_settings, project_id
+):
     """A free lock stores no holders at all. A job refused because others wait (here one whose
     execution already ended, so the line is only the lock's record of it) must read that as "not
     held by me" and queue, not fail on the missing attribute; heading the waiting order, it runs."""
     register_project(local_stack, project_id, STAGES)
     client("dynamodb").put_item(
         TableName=local_stack.table_name,
-        Item={"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}, "kind": {"S": "lock"}, "count": {"N": "0"},
-              "waiters": {"SS": ["job_" + "0" * 26]}},
+        Item={
+            "pk": {"S": f"LOCK#{project_id}"},
+            "sk": {"S": "LOCK"},
+            "kind": {"S": "lock"},
+            "count": {"N": "0"},
+            "waiters": {"SS": ["job_" + "0" * 26]},
+        },
     )
 
     job_id = enqueue_job(local_stack, intake_settings, project_id)

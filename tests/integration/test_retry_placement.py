@@ -14,7 +14,11 @@ def _stage(stack, job_id):
 
 def test_each_retry_carries_the_agents_of_the_failed_attempts(local_stack, project_id):
     job_id = start_job(
-        local_stack, project_id, stages=[{"name": "upload", "run": "true"}], retry={"backoff_base_sec": 0}, queue_timeout_sec=40
+        local_stack,
+        project_id,
+        stages=[{"name": "upload", "run": "true"}],
+        retry={"backoff_base_sec": 0},
+        queue_timeout_sec=40,
     )
     first, _ = receive_stage(local_stack, job_id)
     # A first attempt avoids nobody; every dispatch tells agents its queue timeout.
@@ -41,7 +45,11 @@ def test_each_retry_carries_the_agents_of_the_failed_attempts(local_stack, proje
 
 def test_a_lost_lease_makes_the_retry_avoid_the_silent_agent(local_stack, project_id):
     job_id = start_job(
-        local_stack, project_id, stages=[{"name": "sign", "run": "true"}], lease_ttl_sec=3, retry={"backoff_base_sec": 0}
+        local_stack,
+        project_id,
+        stages=[{"name": "sign", "run": "true"}],
+        lease_ttl_sec=3,
+        retry={"backoff_base_sec": 0},
     )
     task, _ = receive_stage(local_stack, job_id)
     wait_for_run_token(claim_and_accept(local_stack, task, "mac-silent", lease_ttl_sec=3))  # ...then silence
@@ -49,6 +57,8 @@ def test_a_lost_lease_makes_the_retry_avoid_the_silent_agent(local_stack, projec
     retry, _ = receive_stage(local_stack, job_id, timeout=30)
 
     assert (retry["attempt"], retry["avoid_agents"]) == (2, ["mac-silent"])
-    assert [(a["agent"], a["error"]) for a in _stage(local_stack, job_id)["attempts_log"]] == [("mac-silent", "Relevo.Lease.Expired")]
+    assert [(a["agent"], a["error"]) for a in _stage(local_stack, job_id)["attempts_log"]] == [
+        ("mac-silent", "Relevo.Lease.Expired")
+    ]
     agent_runs(local_stack, retry, agent_id="mac-alive")
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"

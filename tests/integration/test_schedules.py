@@ -9,12 +9,12 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_local.scheduler import ScheduleFirer
 from relevo_core.aws import client
+from relevo_core.intake.schedules import fire_schedule
 from relevo_core.models.envelope import TriggerType
 from relevo_core.models.project import ProjectSchedule
-from relevo_core.intake.schedules import fire_schedule
 from relevo_core.store.jobs import get_envelope
+from relevo_local.scheduler import ScheduleFirer
 
 STAGES = [{"name": "build", "run": "true"}, {"name": "sign", "run": "true"}]
 
@@ -24,7 +24,9 @@ def _group(stack) -> str:
 
 
 def _function_arn(stack, logical_id: str) -> str:
-    return client("lambda").get_function_configuration(FunctionName=stack.resources[logical_id])["FunctionArn"]
+    return client("lambda").get_function_configuration(FunctionName=stack.resources[logical_id])[
+        "FunctionArn"
+    ]
 
 
 def _role_arn(stack, logical_id: str) -> str:
@@ -52,7 +54,14 @@ class _Clock:
 
 @pytest.mark.parametrize(
     "expression",
-    ["rate(1 minute)", "rate(5 minutes)", "rate(1 hour)", "rate(2 days)", "cron(0 3 * * ? *)", "cron(15 10 ? * MON-FRI *)"],
+    [
+        "rate(1 minute)",
+        "rate(5 minutes)",
+        "rate(1 hour)",
+        "rate(2 days)",
+        "cron(0 3 * * ? *)",
+        "cron(15 10 ? * MON-FRI *)",
+    ],
 )
 def test_schedule_expressions_of_eventbridge_are_accepted(expression):
     assert ProjectSchedule(name="nightly", expression=expression).expression == expression
@@ -60,7 +69,16 @@ def test_schedule_expressions_of_eventbridge_are_accepted(expression):
 
 @pytest.mark.parametrize(
     "expression",
-    ["rate(0 minutes)", "rate(1 minutes)", "rate(5 minute)", "rate(1 week)", "cron(0 3 * * *)", "cron(0 3 * * * *)", "every day", "at(2026-01-01T00:00:00)"],
+    [
+        "rate(0 minutes)",
+        "rate(1 minutes)",
+        "rate(5 minute)",
+        "rate(1 week)",
+        "cron(0 3 * * *)",
+        "cron(0 3 * * * *)",
+        "every day",
+        "at(2026-01-01T00:00:00)",
+    ],
 )
 def test_other_schedule_expressions_are_refused(expression):
     with pytest.raises(ValidationError):
@@ -89,7 +107,14 @@ def test_applying_a_project_creates_updates_and_deletes_its_schedules(local_stac
         local_stack,
         project_id,
         STAGES,
-        schedules=[{"name": "nightly", "expression": "cron(0 3 * * ? *)", "timezone": "Europe/Paris", "stages": ["build"]}],
+        schedules=[
+            {
+                "name": "nightly",
+                "expression": "cron(0 3 * * ? *)",
+                "timezone": "Europe/Paris",
+                "stages": ["build"],
+            }
+        ],
     )
 
     created = scheduler.get_schedule(Name=f"{project_id}--nightly", GroupName=_group(local_stack))
@@ -103,8 +128,15 @@ def test_applying_a_project_creates_updates_and_deletes_its_schedules(local_stac
         "scheduled_time": "<aws.scheduler.scheduled-time>",
     }
 
-    register_project(local_stack, project_id, STAGES, schedules=[{"name": "nightly", "expression": "rate(6 hours)"}])
-    assert scheduler.get_schedule(Name=f"{project_id}--nightly", GroupName=_group(local_stack))["ScheduleExpression"] == "rate(6 hours)"
+    register_project(
+        local_stack, project_id, STAGES, schedules=[{"name": "nightly", "expression": "rate(6 hours)"}]
+    )
+    assert (
+        scheduler.get_schedule(Name=f"{project_id}--nightly", GroupName=_group(local_stack))[
+            "ScheduleExpression"
+        ]
+        == "rate(6 hours)"
+    )
 
     register_project(local_stack, project_id, STAGES)
     with pytest.raises(ClientError) as gone:
@@ -117,7 +149,10 @@ def test_applying_a_project_creates_updates_and_deletes_its_schedules(local_stac
 
 def test_a_slot_fired_twice_makes_one_schedule_job(local_stack, intake_settings, project_id):
     register_project(
-        local_stack, project_id, STAGES, schedules=[{"name": "hourly", "expression": "rate(1 hour)", "ref": "develop", "stages": ["sign"]}]
+        local_stack,
+        project_id,
+        STAGES,
+        schedules=[{"name": "hourly", "expression": "rate(1 hour)", "ref": "develop", "stages": ["sign"]}],
     )
     event = {"project_id": project_id, "schedule": "hourly", "scheduled_time": "2026-11-29T18:00:00Z"}
 
@@ -133,12 +168,18 @@ def test_a_slot_fired_twice_makes_one_schedule_job(local_stack, intake_settings,
     assert (envelope.ref, envelope.commit, [s.name for s in envelope.stages]) == ("develop", None, ["sign"])
 
 
-def test_the_same_schedule_name_and_slot_in_two_projects_makes_two_jobs(local_stack, intake_settings, project_id):
+def test_the_same_schedule_name_and_slot_in_two_projects_makes_two_jobs(
+    local_stack, intake_settings, project_id
+):
     other = project_id + "-x"
     for pid in (project_id, other):
-        register_project(local_stack, pid, STAGES, schedules=[{"name": "nightly", "expression": "rate(1 day)"}])
+        register_project(
+            local_stack, pid, STAGES, schedules=[{"name": "nightly", "expression": "rate(1 day)"}]
+        )
     slot = "2026-11-29T03:00:00Z"
-    one = fire_schedule(intake_settings, {"project_id": project_id, "schedule": "nightly", "scheduled_time": slot})
+    one = fire_schedule(
+        intake_settings, {"project_id": project_id, "schedule": "nightly", "scheduled_time": slot}
+    )
     two = fire_schedule(intake_settings, {"project_id": other, "schedule": "nightly", "scheduled_time": slot})
     assert one and two and one.job_id != two.job_id and not two.duplicate
     assert get_envelope(local_stack.table_name, one.job_id).ref == "main"
@@ -146,9 +187,19 @@ def test_the_same_schedule_name_and_slot_in_two_projects_makes_two_jobs(local_st
 
 def test_a_vanished_project_or_schedule_is_ignored(local_stack, intake_settings, project_id):
     slot = "2026-11-29T03:00:00Z"
-    assert fire_schedule(intake_settings, {"project_id": project_id, "schedule": "nightly", "scheduled_time": slot}) is None
+    assert (
+        fire_schedule(
+            intake_settings, {"project_id": project_id, "schedule": "nightly", "scheduled_time": slot}
+        )
+        is None
+    )
     register_project(local_stack, project_id, STAGES)
-    assert fire_schedule(intake_settings, {"project_id": project_id, "schedule": "nightly", "scheduled_time": slot}) is None
+    assert (
+        fire_schedule(
+            intake_settings, {"project_id": project_id, "schedule": "nightly", "scheduled_time": slot}
+        )
+        is None
+    )
     assert fire_schedule(intake_settings, {"project_id": project_id}) is None
 
 
@@ -157,7 +208,10 @@ def test_the_local_stack_fires_a_rate_schedule_when_due(local_stack, intake_sett
         local_stack,
         project_id,
         STAGES,
-        schedules=[{"name": "often", "expression": "rate(1 minute)"}, {"name": "nightly", "expression": "cron(0 3 * * ? *)"}],
+        schedules=[
+            {"name": "often", "expression": "rate(1 minute)"},
+            {"name": "nightly", "expression": "cron(0 3 * * ? *)"},
+        ],
     )
     target_arn = _function_arn(local_stack, "ScheduleTriggerFunction")
     invoked: list[tuple[str, dict]] = []
@@ -191,4 +245,7 @@ def test_the_local_stack_fires_a_rate_schedule_when_due(local_stack, intake_sett
     # Each slot made its job through intake.
     first = fire_schedule(intake_settings, mine[0][1])
     assert first is not None and first.duplicate
-    assert get_envelope(local_stack.table_name, first.job_id).trigger.delivery_id == f"{project_id}--often:2027-01-15T08:01:00Z"
+    assert (
+        get_envelope(local_stack.table_name, first.job_id).trigger.delivery_id
+        == f"{project_id}--often:2027-01-15T08:01:00Z"
+    )

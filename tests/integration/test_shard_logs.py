@@ -10,7 +10,7 @@ effectively", DynamoDB Developer Guide); shards writing one job's log shared tha
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.follow import LogFollower
@@ -20,14 +20,16 @@ from tests.helpers.stack import table_items, wait_for_execution
 from tests.helpers.state_machine import start_job
 from tests.integration.test_parallel_stages import claim_shard, report, stage_messages
 
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TEST = {"name": "test", "run": "make test", "parallel": 2}
 
 
 def _shards(stack, project_id: str) -> tuple[str, list]:
     """A job of one stage with two shards, each claimed by a Mac of its own: (job, [(ref, run token)])."""
     job_id = start_job(stack, project_id, [TEST])
-    return job_id, [claim_shard(stack, task, f"mac-{task['shard']}") for task in stage_messages(stack, job_id, 2)]
+    return job_id, [
+        claim_shard(stack, task, f"mac-{task['shard']}") for task in stage_messages(stack, job_id, 2)
+    ]
 
 
 def _writers(runs: list) -> list[ChunkWriter]:
@@ -42,7 +44,9 @@ def _seqs(stack, pk: str) -> list[int]:
     return sorted(int(item["seq"]["N"]) for item in _partition(stack, pk))
 
 
-def test_two_shards_logging_side_by_side_write_partitions_of_their_own_without_a_collision(local_stack, project_id):
+def test_two_shards_logging_side_by_side_write_partitions_of_their_own_without_a_collision(
+    local_stack, project_id
+):
     # Given two shards of one job, each with its writer (each starts after its partition's stored tail)
     job_id, runs = _shards(local_stack, project_id)
     zero, one = _writers(runs)
@@ -65,7 +69,9 @@ def _texts(chunks: list[dict]) -> list[str]:
     return [chunk["text"] for chunk in chunks]
 
 
-def test_the_jobs_log_merges_its_shards_by_time_across_pages_back_and_forth_the_tail_and_a_follower(local_stack, project_id):
+def test_the_jobs_log_merges_its_shards_by_time_across_pages_back_and_forth_the_tail_and_a_follower(
+    local_stack, project_id
+):
     # Given two shards whose lines interleave in time, shard 1's first line stored after shard 0's
     # second (its Mac shipped it late), and shard 1 writing two lines in a row at one point
     job_id, runs = _shards(local_stack, project_id)
@@ -108,17 +114,25 @@ def test_the_jobs_log_merges_its_shards_by_time_across_pages_back_and_forth_the_
 
     # And the job view's tail shows both shards' lines in that order, and its cursor is the log's end
     tail = api.get_job(job_id)["log_tail"]
-    assert [(line.get("shard"), line["text"]) for line in tail["lines"]] == [(int(t.startswith("one")), t.strip()) for t in merged]
+    assert [(line.get("shard"), line["text"]) for line in tail["lines"]] == [
+        (int(t.startswith("one")), t.strip()) for t in merged
+    ]
     assert api.job_logs(job_id, from_seq=tail["next_seq"])["chunks"] == []
 
     # When `relevo job logs -f` follows the job from the tail while both shards write on, and the shards end
     printed: list[str] = []
-    later = iter([
-        lambda: one.append("one 3\n", T0 + timedelta(seconds=6)),
-        lambda: zero.append("zero 3\n", T0 + timedelta(seconds=7)),
-        lambda: (one.append("one 4\n", T0 + timedelta(seconds=8)), zero.append("zero 4\n", T0 + timedelta(seconds=9))),
-        lambda: [report(ref, token, succeed=True) for ref, token in runs] and wait_for_execution(local_stack, job_id),
-    ])
+    later = iter(
+        [
+            lambda: one.append("one 3\n", T0 + timedelta(seconds=6)),
+            lambda: zero.append("zero 3\n", T0 + timedelta(seconds=7)),
+            lambda: (
+                one.append("one 4\n", T0 + timedelta(seconds=8)),
+                zero.append("zero 4\n", T0 + timedelta(seconds=9)),
+            ),
+            lambda: [report(ref, token, succeed=True) for ref, token in runs]
+            and wait_for_execution(local_stack, job_id),
+        ]
+    )
 
     def fetch(cursor):
         page = api.job_logs(job_id, from_seq=cursor, limit=1)

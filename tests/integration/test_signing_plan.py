@@ -16,8 +16,13 @@ from relevo_core.store.jobs import get_envelope
 def _project(project_id: str, stack_name: str, region: str = "eu-west") -> dict:
     prefix = f"relevo/{stack_name}/_signing/{region}/{project_id}"
     return {
-        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "stages": [{"name": "sign", "run": "true"}],
-        "signing": {"keychain": "temporary", "identities": [{"p12_ref": f"{prefix}/a.p12", "passphrase_ref": f"{prefix}/a.pass"}]},
+        "repo": f"acme/{project_id}",
+        "region_affinity": "eu-west",
+        "stages": [{"name": "sign", "run": "true"}],
+        "signing": {
+            "keychain": "temporary",
+            "identities": [{"p12_ref": f"{prefix}/a.p12", "passphrase_ref": f"{prefix}/a.pass"}],
+        },
     }
 
 
@@ -37,7 +42,11 @@ def test_signing_refs_outside_the_projects_prefix_are_refused_and_a_job_freezes_
     changed.pop("signing")
     api.put_project(project_id, changed)
     frozen = get_envelope(local_stack.table_name, job_id).signing
-    assert frozen is not None and frozen.identities[0].p12_ref == f"relevo/{local_stack.stack_name}/_signing/eu-west/{project_id}/a.p12"
+    assert (
+        frozen is not None
+        and frozen.identities[0].p12_ref
+        == f"relevo/{local_stack.stack_name}/_signing/eu-west/{project_id}/a.p12"
+    )
     later = api.run_project(project_id, {"ref": "main", "commit": "a" * 40})["job_id"]
     assert get_envelope(local_stack.table_name, later).signing is None
     for job in (job_id, later):

@@ -25,13 +25,25 @@ def _env(emulator) -> dict[str, str]:
     }
 
 
-def test_stack_use_writes_the_stack_file_the_tools_read(emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_stack_use_writes_the_stack_file_the_tools_read(
+    emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     local = emulator.info
     written = tmp_path / "stack.json"
     used = runner.invoke(
         app,
-        ["stack", "use", local.stack_name, "--endpoint-url", str(local.aws_endpoint), "--region", local.region, "-o", str(written)],
+        [
+            "stack",
+            "use",
+            local.stack_name,
+            "--endpoint-url",
+            str(local.aws_endpoint),
+            "--region",
+            local.region,
+            "-o",
+            str(written),
+        ],
         env=_env(emulator),
     )
     assert used.exit_code == 0, used.output
@@ -41,11 +53,15 @@ def test_stack_use_writes_the_stack_file_the_tools_read(emulator, tmp_path: Path
     assert found["work_queues"] == local.work_queues
     assert found["resources"]["Table"] == local.table_name
     assert found["resources"]["JobStateMachine"] == local.state_machine_arn
-    assert "local_credentials" not in found  # CloudFormation knows no secrets; the user's own credentials apply
+    assert (
+        "local_credentials" not in found
+    )  # CloudFormation knows no secrets; the user's own credentials apply
 
     shown = runner.invoke(app, ["stack", "show", "--stack-file", str(written)], env=_env(emulator))
     assert shown.exit_code == 0, shown.output
-    assert "ok    credentials" in shown.output and "ok    table" in shown.output and "ok    api" in shown.output
+    assert (
+        "ok    credentials" in shown.output and "ok    table" in shown.output and "ok    api" in shown.output
+    )
 
     # The CLI then works through it.
     listed = runner.invoke(app, ["project", "list", "--stack-file", str(written)], env=_env(emulator))
@@ -55,7 +71,18 @@ def test_stack_use_writes_the_stack_file_the_tools_read(emulator, tmp_path: Path
 def test_a_stack_that_does_not_exist_is_one_clear_line(emulator, tmp_path: Path):
     local = emulator.info
     missing = runner.invoke(
-        app, ["stack", "use", "no-such-stack", "--endpoint-url", str(local.aws_endpoint), "--region", local.region, "-o", str(tmp_path / "s.json")],
+        app,
+        [
+            "stack",
+            "use",
+            "no-such-stack",
+            "--endpoint-url",
+            str(local.aws_endpoint),
+            "--region",
+            local.region,
+            "-o",
+            str(tmp_path / "s.json"),
+        ],
         env=_env(emulator),
     )
     assert missing.exit_code == 2
@@ -69,16 +96,32 @@ def test_a_stack_that_is_not_relevo_or_not_deployed_says_so(emulator, tmp_path: 
     cloudformation = client("cloudformation")
     cloudformation.create_stack(
         StackName="not-relevo",
-        TemplateBody=json.dumps({"Resources": {"Queue": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": "not-relevo-q"}}}}),
+        TemplateBody=json.dumps(
+            {"Resources": {"Queue": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": "not-relevo-q"}}}}
+        ),
     )
-    args = ["stack", "use", "not-relevo", "--endpoint-url", str(local.aws_endpoint), "--region", local.region, "-o", str(tmp_path / "s.json")]
+    args = [
+        "stack",
+        "use",
+        "not-relevo",
+        "--endpoint-url",
+        str(local.aws_endpoint),
+        "--region",
+        local.region,
+        "-o",
+        str(tmp_path / "s.json"),
+    ]
     other = runner.invoke(app, args, env=_env(emulator))
     assert other.exit_code == 2 and "has no output ApiUrl" in other.output, other.output
 
     # A stack whose deploy failed (the emulator's record of it set as CloudFormation would).
     from moto.cloudformation.models import cloudformation_backends
 
-    stack = next(s for s in cloudformation_backends["123456789012"][local.region].stacks.values() if s.name == "not-relevo")
+    stack = next(
+        s
+        for s in cloudformation_backends["123456789012"][local.region].stacks.values()
+        if s.name == "not-relevo"
+    )
     stack.status = "ROLLBACK_COMPLETE"
     failed = runner.invoke(app, args, env=_env(emulator))
     assert failed.exit_code == 2 and "is ROLLBACK_COMPLETE, not deployed" in failed.output, failed.output

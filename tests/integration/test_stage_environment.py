@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from relevo_agent.stage_env import stage_environment
-from relevo_local.processes import agent_process, write_agent_config
 from relevo_core.store import log_chunks
+from relevo_local.processes import agent_process, write_agent_config
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, register_project, wait_for_execution
 
@@ -32,7 +32,9 @@ def _stage_logs(stack, job_id: str) -> dict[str, str]:
 
 
 @pytest.mark.timeout(180)
-def test_a_stage_prints_its_environment_and_no_agent_credential_is_in_it(local_stack, project_id, tmp_path: Path):
+def test_a_stage_prints_its_environment_and_no_agent_credential_is_in_it(
+    local_stack, project_id, tmp_path: Path
+):
     # Given a relevo-agent process whose environment carries every way to find its credentials.
     # (A process of its own: setting these in the test's process would reach the emulator too.)
     credentials_file = tmp_path / "credentials"
@@ -54,23 +56,47 @@ def test_a_stage_prints_its_environment_and_no_agent_credential_is_in_it(local_s
     secret = register_project(
         local_stack,
         project_id,
-        [{"name": "build", "run": PRINT_ENV}, {"name": "upload", "run": PRINT_ENV, "aws_profile": "ios-upload"}],
+        [
+            {"name": "build", "run": PRINT_ENV},
+            {"name": "upload", "run": PRINT_ENV, "aws_profile": "ios-upload"},
+        ],
     )
-    config = write_agent_config(tmp_path / "agent.toml", stack_file, "eu-west", f"mac-env-{secrets.token_hex(3)}", poll_wait_sec=1)
+    config = write_agent_config(
+        tmp_path / "agent.toml", stack_file, "eu-west", f"mac-env-{secrets.token_hex(3)}", poll_wait_sec=1
+    )
 
     # When that agent runs both stages of a job
     with agent_process(config, tmp_path / "agent.log", env=agent_environment):
-        job_id = deliver(local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret).json()["job_id"]
+        job_id = deliver(
+            local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret
+        ).json()["job_id"]
         execution = wait_for_execution(local_stack, job_id, timeout=120)
     assert execution["status"] == "SUCCEEDED", (tmp_path / "agent.log").read_text()[-3000:]
 
     # Then neither stage's environment names the agent's keys, profile, files or stack file
     logs = _stage_logs(local_stack, job_id)
     log = "".join(logs.values())
-    assert all("RELEVO_JOB_ID=" + job_id in logs[stage] for stage in ("build", "upload"))  # each printed its environment
-    for leaked in (agent_key, agent_secret, "SESSIONTOKENOFTHEAGENT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                   "AWS_SHARED_CREDENTIALS_FILE", str(credentials_file), "AWS_CONFIG_FILE", str(config_file), "AWS_CONTAINER_CREDENTIALS",
-                   "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ENDPOINT_URL", "RELEVO_STACK_FILE", str(stack_file), "relevo-agent"):
+    assert all(
+        "RELEVO_JOB_ID=" + job_id in logs[stage] for stage in ("build", "upload")
+    )  # each printed its environment
+    for leaked in (
+        agent_key,
+        agent_secret,
+        "SESSIONTOKENOFTHEAGENT",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        str(credentials_file),
+        "AWS_CONFIG_FILE",
+        str(config_file),
+        "AWS_CONTAINER_CREDENTIALS",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ENDPOINT_URL",
+        "RELEVO_STACK_FILE",
+        str(stack_file),
+        "relevo-agent",
+    ):
         assert leaked not in log, leaked
     # and only the stage that names a profile has one: the project's, not the agent's
     assert "AWS_PROFILE=" not in logs["build"]
@@ -79,8 +105,21 @@ def test_a_stage_prints_its_environment_and_no_agent_credential_is_in_it(local_s
 
 def test_only_region_variables_of_the_agent_reach_the_stage():
     parent = {
-        "AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "eu-west-1", "aws_secret_access_key": "lower", "AWS_SECURITY_TOKEN": "t",
-        "AWS_CONFIG_FILE": "/x", "AWS_ROLE_ARN": "arn", "AWS_CA_BUNDLE": "/ca", "PATH": "/bin", "HOME": "/Users/build",
+        "AWS_REGION": "eu-west-1",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+        "aws_secret_access_key": "lower",
+        "AWS_SECURITY_TOKEN": "t",
+        "AWS_CONFIG_FILE": "/x",
+        "AWS_ROLE_ARN": "arn",
+        "AWS_CA_BUNDLE": "/ca",
+        "PATH": "/bin",
+        "HOME": "/Users/build",
     }
     env = stage_environment(parent, {"RELEVO_STAGE": "build"}, None)
-    assert env == {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "eu-west-1", "PATH": "/bin", "HOME": "/Users/build", "RELEVO_STAGE": "build"}
+    assert env == {
+        "AWS_REGION": "eu-west-1",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+        "PATH": "/bin",
+        "HOME": "/Users/build",
+        "RELEVO_STAGE": "build",
+    }

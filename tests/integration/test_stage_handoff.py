@@ -27,9 +27,21 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def _git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
-                               "GIT_COMMITTER_EMAIL": "t@e", "HOME": str(cwd), "PATH": "/usr/bin:/bin"}).stdout.strip()
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@e",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@e",
+            "HOME": str(cwd),
+            "PATH": "/usr/bin:/bin",
+        },
+    ).stdout.strip()
 
 
 def _repository(tmp_path: Path) -> tuple[Path, Path]:
@@ -54,8 +66,13 @@ def _push(work: Path, version: str) -> str:
 
 def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
     config = AgentConfig(
-        agent_id=agent_id, region="eu-west", capacity=1, workspace_root=tmp_path / agent_id,
-        journal=tmp_path / f"{agent_id}.sqlite3", max_clock_skew_sec=0.5, prefer_previous_sec=0,
+        agent_id=agent_id,
+        region="eu-west",
+        capacity=1,
+        workspace_root=tmp_path / agent_id,
+        journal=tmp_path / f"{agent_id}.sqlite3",
+        max_clock_skew_sec=0.5,
+        prefer_previous_sec=0,
         # A retry is this agent's to run: the presences earlier tests left on the worker's stack
         # look online, and it would otherwise leave the retry to one of them (presence.leave_to_another).
         handoff_max_wait_sec=0,
@@ -65,7 +82,10 @@ def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:
     task, receipt = receive_stage(stack, job_id, timeout=30)
-    handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+    handle_received(
+        agent,
+        Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}),
+    )
     return task
 
 
@@ -79,7 +99,7 @@ BUILD = (
     'printf "#!/bin/sh\\necho app\\n" > build/App.app/App; chmod 755 build/App.app/App; ln -s App build/App.app/Current; '
     'echo "version=$(cat VERSION | tr -d "\\n")" >> "$RELEVO_OUTPUT"; '
     'printf "notes<<END\\nfirst\\nsecond\\nEND\\n" >> "$RELEVO_OUTPUT"; '
-    'git status --porcelain > build/status.txt; env > build/env.txt'
+    "git status --porcelain > build/status.txt; env > build/env.txt"
 )
 SIGN = (
     'test -x build/App.app/App && test "$(readlink build/App.app/Current)" = App && '
@@ -89,20 +109,31 @@ SIGN = (
 )
 
 
-def test_a_three_stage_chain_on_two_macs_builds_the_jobs_commit_and_hands_on_files_and_values(local_stack, project_id, tmp_path):
+def test_a_three_stage_chain_on_two_macs_builds_the_jobs_commit_and_hands_on_files_and_values(
+    local_stack, project_id, tmp_path
+):
     # Given a project that checks out a repository and hands build's bundle and values on
     origin, work = _repository(tmp_path)
     first = _git("rev-parse", "HEAD", cwd=work)
     api = RelevoApi.for_stack(local_stack)
-    api.put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
-        "checkout": {"url": str(origin), "timeout_sec": 60},
-        "stages": [
-            {"name": "build", "run": BUILD, "handoff": ["build/App.app"]},
-            {"name": "sign", "run": SIGN},
-            {"name": "upload", "run": 'test ! -e build/status.txt && test -d build/App.app && echo "upload $RELEVO_OUT_SIGN_COMMIT"'},
-        ],
-    })
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": "eu-west",
+            "lease_ttl_sec": 10,
+            "queue_timeout_sec": 60,
+            "checkout": {"url": str(origin), "timeout_sec": 60},
+            "stages": [
+                {"name": "build", "run": BUILD, "handoff": ["build/App.app"]},
+                {"name": "sign", "run": SIGN},
+                {
+                    "name": "upload",
+                    "run": 'test ! -e build/status.txt && test -d build/App.app && echo "upload $RELEVO_OUT_SIGN_COMMIT"',
+                },
+            ],
+        },
+    )
     # When it runs from a ref only: build on Mac A, then the branch moves, then sign and upload on Mac B
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     mac_a, mac_b = _agent(tmp_path, local_stack, "mac-a"), _agent(tmp_path, local_stack, "mac-b")
@@ -144,12 +175,26 @@ def _served_repository(tmp_path: Path) -> Path:
     return root
 
 
-def _checkout_project(api: RelevoApi, project_id: str, url: str, credentials_ref: str | None, run: str = "true", **extra) -> None:
-    api.put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
-        "checkout": {"url": url, "timeout_sec": 30, **({"credentials_ref": credentials_ref} if credentials_ref else {})},
-        "stages": [{"name": "build", "run": run}], "retry": {"backoff_base_sec": 0}, **extra,
-    })
+def _checkout_project(
+    api: RelevoApi, project_id: str, url: str, credentials_ref: str | None, run: str = "true", **extra
+) -> None:
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": "eu-west",
+            "lease_ttl_sec": 10,
+            "queue_timeout_sec": 60,
+            "checkout": {
+                "url": url,
+                "timeout_sec": 30,
+                **({"credentials_ref": credentials_ref} if credentials_ref else {}),
+            },
+            "stages": [{"name": "build", "run": run}],
+            "retry": {"backoff_base_sec": 0},
+            **extra,
+        },
+    )
 
 
 def test_credentials_of_a_checkout_reach_git_only(local_stack, project_id, tmp_path):
@@ -159,24 +204,40 @@ def test_credentials_of_a_checkout_reach_git_only(local_stack, project_id, tmp_p
 
     token = "ghp_" + secrets.token_hex(16)
     ref = f"relevo/{local_stack.stack_name}/_git/{project_id}/token"
-    client("secretsmanager").create_secret(Name=ref, SecretString=json.dumps({"username": "x-access-token", "password": token}))
+    client("secretsmanager").create_secret(
+        Name=ref, SecretString=json.dumps({"username": "x-access-token", "password": token})
+    )
     api = RelevoApi.for_stack(local_stack)
     with GitHttpServer(_served_repository(tmp_path), "x-access-token", token) as forge:
-        _checkout_project(api, project_id, f"{forge.url}/app.git", ref, run="env; cat .git/config; git config --list --show-origin; git log --oneline")
+        _checkout_project(
+            api,
+            project_id,
+            f"{forge.url}/app.git",
+            ref,
+            run="env; cat .git/config; git config --list --show-origin; git log --oneline",
+        )
         job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
         _run_next(local_stack, _agent(tmp_path, local_stack, "mac-a"), job_id)
         assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
         # The forge was asked with the token (after git's first, anonymous try).
-        assert any(token in __import__("base64").b64decode(h.split()[1]).decode() for h in forge.authorizations if h)
+        assert any(
+            token in __import__("base64").b64decode(h.split()[1]).decode() for h in forge.authorizations if h
+        )
     everything = json.dumps(table_items(local_stack, ""))
     assert token not in everything  # no log chunk, no stage record
     assert "1.4.0" in everything  # the stage did print its checkout's log
     workspace = tmp_path / "mac-a" / project_id
     assert token not in (workspace / ".git" / "config").read_text()
-    assert not any(token in p.read_text(errors="ignore") for p in (tmp_path / "mac-a").rglob("*") if p.is_file() and p.stat().st_size < 10**6)
+    assert not any(
+        token in p.read_text(errors="ignore")
+        for p in (tmp_path / "mac-a").rglob("*")
+        if p.is_file() and p.stat().st_size < 10**6
+    )
 
 
-def test_refused_credentials_fail_the_checkout_for_good_and_an_unreachable_remote_is_retried(local_stack, project_id, tmp_path):
+def test_refused_credentials_fail_the_checkout_for_good_and_an_unreachable_remote_is_retried(
+    local_stack, project_id, tmp_path
+):
     from tests.helpers.git_http import GitHttpServer
 
     ref = f"relevo/{local_stack.stack_name}/_git/{project_id}/token"
@@ -194,7 +255,13 @@ def test_refused_credentials_fail_the_checkout_for_good_and_an_unreachable_remot
     assert "ghp_revoked" not in json.dumps(table_items(local_stack, ""))
     # A remote nothing listens on: network trouble, retried (then it runs out of attempts).
     other = f"{project_id}-down"
-    _checkout_project(api, other, "http://127.0.0.1:9/app.git", None, retry={"backoff_base_sec": 0, "attempts": {"Relevo.Transient.ConnectionReset": 2}})
+    _checkout_project(
+        api,
+        other,
+        "http://127.0.0.1:9/app.git",
+        None,
+        retry={"backoff_base_sec": 0, "attempts": {"Relevo.Transient.ConnectionReset": 2}},
+    )
     down = api.run_project(other, {"ref": "main"})["job_id"]
     for _ in range(2):
         _run_next(local_stack, mac, down)
@@ -208,18 +275,27 @@ def test_a_probe_asks_about_the_value_the_previous_attempt_recorded(local_stack,
     next attempt's probe asks about that id."""
     submitted = tmp_path / "submitted"
     api = RelevoApi.for_stack(local_stack)
-    api.put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
-        "retry": {"backoff_base_sec": 0},
-        "stages": [{
-            "name": "notarize",
-            # The submission is the effect; its id is recorded at once; then the agent is shut down.
-            "run": f'echo "submission_id=sub-$RELEVO_JOB_ID" >> "$RELEVO_OUTPUT"; echo "$RELEVO_OPERATION_ID sub-$RELEVO_JOB_ID" >> {submitted}; '
-                   'if [ "$RELEVO_ATTEMPT" = 1 ]; then sleep 30; fi',
-            "effect_probe": f'grep -F "$RELEVO_PREVIOUS_OUT_SUBMISSION_ID" {submitted} || exit 1',
-            "exec_timeout_sec": 60, "kill_grace_sec": 1,
-        }],
-    })
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": "eu-west",
+            "lease_ttl_sec": 10,
+            "queue_timeout_sec": 60,
+            "retry": {"backoff_base_sec": 0},
+            "stages": [
+                {
+                    "name": "notarize",
+                    # The submission is the effect; its id is recorded at once; then the agent is shut down.
+                    "run": f'echo "submission_id=sub-$RELEVO_JOB_ID" >> "$RELEVO_OUTPUT"; echo "$RELEVO_OPERATION_ID sub-$RELEVO_JOB_ID" >> {submitted}; '
+                    'if [ "$RELEVO_ATTEMPT" = 1 ]; then sleep 30; fi',
+                    "effect_probe": f'grep -F "$RELEVO_PREVIOUS_OUT_SUBMISSION_ID" {submitted} || exit 1',
+                    "exec_timeout_sec": 60,
+                    "kill_grace_sec": 1,
+                }
+            ],
+        },
+    )
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     mac_a = _agent(tmp_path, local_stack, "mac-a")
     import threading
@@ -227,7 +303,11 @@ def test_a_probe_asks_about_the_value_the_previous_attempt_recorded(local_stack,
     runner = threading.Thread(target=_run_next, args=(local_stack, mac_a, job_id), daemon=True)
     runner.start()
     # Once the value is on record, the agent is shut down mid-command (as a second SIGTERM does).
-    wait_until(lambda: _stages(local_stack, job_id).get("notarize", {}).get("outputs", {}).get("submission_id"), 30, "the submission id on record")
+    wait_until(
+        lambda: _stages(local_stack, job_id).get("notarize", {}).get("outputs", {}).get("submission_id"),
+        30,
+        "the submission id on record",
+    )
     mac_a.stages.stop_all("shutdown")
     runner.join(timeout=30)
     task = _run_next(local_stack, _agent(tmp_path, local_stack, "mac-b"), job_id)
@@ -241,14 +321,25 @@ def test_a_probe_asks_about_the_value_the_previous_attempt_recorded(local_stack,
     assert stage["receipt"]["outputs"] == {"submission_id": f"sub-{job_id}"}
 
 
-def test_a_checkout_of_a_commit_the_repository_does_not_have_fails_for_good(local_stack, project_id, tmp_path):
+def test_a_checkout_of_a_commit_the_repository_does_not_have_fails_for_good(
+    local_stack, project_id, tmp_path
+):
     origin, _ = _repository(tmp_path)
     api = RelevoApi.for_stack(local_stack)
-    api.put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
-        "checkout": {"url": str(origin), "timeout_sec": 60}, "stages": [{"name": "build", "run": "echo never"}],
-    })
-    job_id = api.run_project(project_id, {"ref": "main", "commit": "0123456789abcdef0123456789abcdef01234567"})["job_id"]
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": "eu-west",
+            "lease_ttl_sec": 10,
+            "queue_timeout_sec": 60,
+            "checkout": {"url": str(origin), "timeout_sec": 60},
+            "stages": [{"name": "build", "run": "echo never"}],
+        },
+    )
+    job_id = api.run_project(
+        project_id, {"ref": "main", "commit": "0123456789abcdef0123456789abcdef01234567"}
+    )["job_id"]
     _run_next(local_stack, _agent(tmp_path, local_stack, "mac-a"), job_id)
     assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
     job = api.get_job(job_id)
@@ -256,17 +347,27 @@ def test_a_checkout_of_a_commit_the_repository_does_not_have_fails_for_good(loca
     assert "0123456789abcdef" in job["error_cause"]
 
 
-def test_a_rerun_whose_skipped_stages_handoff_is_gone_is_refused_when_asked_for(local_stack, project_id, tmp_path):
+def test_a_rerun_whose_skipped_stages_handoff_is_gone_is_refused_when_asked_for(
+    local_stack, project_id, tmp_path
+):
     """Removed by artifact.max_total_bytes, or expired: refused at once (410 HANDOFF_EXPIRED),
     naming the stage and the date, and nothing is written; never a job that fails halfway."""
     from relevo_cli.api import ApiError
 
     api = RelevoApi.for_stack(local_stack)
-    api.put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
-        "stages": [{"name": "build", "run": "mkdir -p out && echo app > out/app", "handoff": ["out"]},
-                   {"name": "sign", "run": "test -f out/app"}],
-    })
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": "eu-west",
+            "lease_ttl_sec": 10,
+            "queue_timeout_sec": 60,
+            "stages": [
+                {"name": "build", "run": "mkdir -p out && echo app > out/app", "handoff": ["out"]},
+                {"name": "sign", "run": "test -f out/app"},
+            ],
+        },
+    )
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     mac = _agent(tmp_path, local_stack, "mac-a")
     _run_next(local_stack, mac, job_id)
@@ -279,9 +380,13 @@ def test_a_rerun_whose_skipped_stages_handoff_is_gone_is_refused_when_asked_for(
 
     # Removed by quota: the record says when.
     client("dynamodb").update_item(
-        TableName=table, Key={"pk": {"S": pack["pk"]}, "sk": {"S": pack["sk"]}},
+        TableName=table,
+        Key={"pk": {"S": pack["pk"]}, "sk": {"S": pack["sk"]}},
         UpdateExpression="SET removed_at = :at, removed_reason = :why",
-        ExpressionAttributeValues={":at": {"S": "2026-12-01T04:00:00+00:00"}, ":why": {"S": "artifact.max_total_bytes"}},
+        ExpressionAttributeValues={
+            ":at": {"S": "2026-12-01T04:00:00+00:00"},
+            ":why": {"S": "artifact.max_total_bytes"},
+        },
     )
     with pytest.raises(ApiError) as refused:
         api.rerun_job(job_id, "sign")
@@ -290,31 +395,47 @@ def test_a_rerun_whose_skipped_stages_handoff_is_gone_is_refused_when_asked_for(
 
     # Expired: the manifest is gone from the bucket.
     client("dynamodb").update_item(
-        TableName=table, Key={"pk": {"S": pack["pk"]}, "sk": {"S": pack["sk"]}}, UpdateExpression="REMOVE removed_at, removed_reason",
+        TableName=table,
+        Key={"pk": {"S": pack["pk"]}, "sk": {"S": pack["sk"]}},
+        UpdateExpression="REMOVE removed_at, removed_reason",
     )
     manifest = api.get_job(job_id)["stages"][0]["handoff"]["manifest"]
     bucket, key = manifest.removeprefix("s3://").split("/", 1)
     client("s3").delete_object(Bucket=bucket, Key=key)
     with pytest.raises(ApiError) as expired:
         api.rerun_job(job_id, "sign")
-    assert expired.value.code == "HANDOFF_EXPIRED" and "have expired" in str(expired.value) and "stage build" in str(expired.value)
+    assert (
+        expired.value.code == "HANDOFF_EXPIRED"
+        and "have expired" in str(expired.value)
+        and "stage build" in str(expired.value)
+    )
     # Nothing was written: no job of the refused reruns.
     assert len(api.list_jobs(project=project_id)["jobs"]) == jobs_before
     # A rerun from build itself needs nothing stored.
     assert api.rerun_job(job_id, "build")["job_id"]
 
 
-def test_a_handed_on_object_gone_before_the_next_stage_fails_it_as_gone_under_the_job_credentials(local_stack, project_id, tmp_path):
+def test_a_handed_on_object_gone_before_the_next_stage_fails_it_as_gone_under_the_job_credentials(
+    local_stack, project_id, tmp_path
+):
     """The agent restores with its job's credentials (JobRole), which may list the bucket under the
     job's and its lineage's prefixes only: S3 answers their missing object 404, where it answers
     403 to a caller that may not list (Amazon S3 API Reference, GetObject, "Permissions"). So an
     object gone is Relevo.Fatal.HandoffGone, as docs/handoff.md says, not Relevo.Fatal.Client4xx."""
     api = RelevoApi.for_stack(local_stack)
-    api.put_project(project_id, {
-        "repo": f"acme/{project_id}", "region_affinity": "eu-west", "lease_ttl_sec": 10, "queue_timeout_sec": 60,
-        "stages": [{"name": "build", "run": "mkdir -p out && echo app > out/app", "handoff": ["out"]},
-                   {"name": "sign", "run": "test -f out/app"}],
-    })
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": "eu-west",
+            "lease_ttl_sec": 10,
+            "queue_timeout_sec": 60,
+            "stages": [
+                {"name": "build", "run": "mkdir -p out && echo app > out/app", "handoff": ["out"]},
+                {"name": "sign", "run": "test -f out/app"},
+            ],
+        },
+    )
     # Given build handed out/ on from one Mac
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     _run_next(local_stack, _agent(tmp_path, local_stack, "mac-a"), job_id)

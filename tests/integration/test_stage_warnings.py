@@ -28,19 +28,30 @@ STAGES = [
     # A linter's "found something, not fatal" exit code.
     {"name": "lint", "run": 'echo "3 style issues"; exit 3', "warning_exit_codes": [3]},
     # Exits 0 but marks a line as a warning (GitHub Actions' spelling).
-    {"name": "build", "run": 'echo compiling; echo "::warning file=App.swift,line=12::deprecated API"; echo done'},
+    {
+        "name": "build",
+        "run": 'echo compiling; echo "::warning file=App.swift,line=12::deprecated API"; echo done',
+    },
     {"name": "deploy", "run": "echo deployed"},
 ]
 
 
 def _agent(tmp_path: Path, stack) -> Agent:
-    config = AgentConfig(agent_id="mac-warn", region="eu-west", capacity=1, workspace_root=tmp_path / "ws",
-                         journal=tmp_path / "journal.sqlite3", max_clock_skew_sec=0.5)
+    config = AgentConfig(
+        agent_id="mac-warn",
+        region="eu-west",
+        capacity=1,
+        workspace_root=tmp_path / "ws",
+        journal=tmp_path / "journal.sqlite3",
+        max_clock_skew_sec=0.5,
+    )
     return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
 
 
 @pytest.mark.timeout(180)
-def test_a_stage_with_warnings_ends_warning_and_the_job_goes_on_to_succeed(local_stack, project_id, tmp_path, monkeypatch):
+def test_a_stage_with_warnings_ends_warning_and_the_job_goes_on_to_succeed(
+    local_stack, project_id, tmp_path, monkeypatch
+):
     monkeypatch.setattr(console, "width", 250)
     register_project(local_stack, project_id, STAGES, queue_timeout_sec=120)
     api = RelevoApi.for_stack(local_stack)
@@ -48,12 +59,19 @@ def test_a_stage_with_warnings_ends_warning_and_the_job_goes_on_to_succeed(local
     agent = _agent(tmp_path, local_stack)
     for _ in STAGES:
         task, receipt = receive_stage(local_stack, job_id, timeout=60)
-        handle_received(agent, Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}))
+        handle_received(
+            agent,
+            Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}),
+        )
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
     job = api.get_job(job_id)
     assert job["status"] == "succeeded"
-    assert [(s["name"], s["status"], s["exit_code"]) for s in job["stages"]] == [("lint", "warning", 3), ("build", "warning", 0), ("deploy", "succeeded", 0)]
+    assert [(s["name"], s["status"], s["exit_code"]) for s in job["stages"]] == [
+        ("lint", "warning", 3),
+        ("build", "warning", 0),
+        ("deploy", "succeeded", 0),
+    ]
     assert job["warning_stages"] == ["lint", "build"]
     assert job["stages"][0]["warning"] == "exit 3 (one of its warning_exit_codes)"
     assert job["stages"][1]["warning"] == "1 line marked ::warning::, first: deprecated API"
@@ -70,7 +88,12 @@ def test_a_stage_with_warnings_ends_warning_and_the_job_goes_on_to_succeed(local
     assert logs.exit_code == 0, logs.output
     # (each end line says how long its stage ran: ` after 1s`, left out here)
     said = re.sub(r" after (?:\d+h \d+m|\d+m \d+s|\d+s)", "", logs.stdout)
-    assert "── lint succeeded with warnings on mac-warn: exit 3 (one of its warning_exit_codes) ──" in said, logs.stdout
-    assert "── build succeeded with warnings on mac-warn: 1 line marked ::warning::, first: deprecated API ──" in said
+    assert "── lint succeeded with warnings on mac-warn: exit 3 (one of its warning_exit_codes) ──" in said, (
+        logs.stdout
+    )
+    assert (
+        "── build succeeded with warnings on mac-warn: 1 line marked ::warning::, first: deprecated API ──"
+        in said
+    )
     assert "build#1 | ::warning file=App.swift,line=12::deprecated API" in said
     assert "── deploy succeeded on mac-warn ──" in said

@@ -11,15 +11,21 @@ import secrets
 import pytest
 from botocore.exceptions import ClientError
 
-from relevo_local.streams import StreamPoller
 from relevo_core.aws import client
+from relevo_local.streams import StreamPoller
 
 
 def test_a_cancelled_transaction_neither_writes_to_the_stream_nor_cuts_off_its_readers(local_stack):
     dynamodb, table = client("dynamodb"), local_stack.table_name
     arn = dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
     seen: list[str] = []
-    poller = StreamPoller(client("dynamodbstreams"), arn, 100, lambda e: seen.extend(r["dynamodb"]["Keys"]["pk"]["S"] for r in e["Records"]), "t")
+    poller = StreamPoller(
+        client("dynamodbstreams"),
+        arn,
+        100,
+        lambda e: seen.extend(r["dynamodb"]["Keys"]["pk"]["S"] for r in e["Records"]),
+        "t",
+    )
     poller._discover_shards("LATEST")
     tag = secrets.token_hex(4)
 
@@ -28,11 +34,18 @@ def test_a_cancelled_transaction_neither_writes_to_the_stream_nor_cuts_off_its_r
 
     put(f"T#{tag}#before")
     with pytest.raises(ClientError) as cancelled:
-        dynamodb.transact_write_items(TransactItems=[
-            {"Put": {"TableName": table, "Item": {"pk": {"S": f"T#{tag}#in-tx"}, "sk": {"S": "T"}}}},
-            {"Put": {"TableName": table, "Item": {"pk": {"S": f"T#{tag}#before"}, "sk": {"S": "T"}},
-                     "ConditionExpression": "attribute_not_exists(pk)"}},
-        ])
+        dynamodb.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": {"pk": {"S": f"T#{tag}#in-tx"}, "sk": {"S": "T"}}}},
+                {
+                    "Put": {
+                        "TableName": table,
+                        "Item": {"pk": {"S": f"T#{tag}#before"}, "sk": {"S": "T"}},
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+            ]
+        )
     assert cancelled.value.response["Error"]["Code"] == "TransactionCanceledException"
     put(f"T#{tag}#after")
     poller.poll_once()

@@ -9,8 +9,8 @@ import secrets
 import threading
 from typing import Any
 
-from relevo_local.streams import StreamConsumer, StreamPoller
 from relevo_core.aws import client
+from relevo_local.streams import StreamConsumer, StreamPoller
 
 
 def _reader(local_stack, first: StreamConsumer) -> StreamPoller:
@@ -23,7 +23,9 @@ def _put(local_stack, pk: str) -> None:
 
 
 def _keys(event: dict[str, Any], tag: str) -> list[str]:
-    return [r["dynamodb"]["Keys"]["pk"]["S"] for r in event["Records"] if tag in r["dynamodb"]["Keys"]["pk"]["S"]]
+    return [
+        r["dynamodb"]["Keys"]["pk"]["S"] for r in event["Records"] if tag in r["dynamodb"]["Keys"]["pk"]["S"]
+    ]
 
 
 def test_one_read_serves_every_consumer_with_its_own_filter_and_batch_size(local_stack):
@@ -31,9 +33,14 @@ def test_one_read_serves_every_consumer_with_its_own_filter_and_batch_size(local
     every: list[list[str]] = []
     jobs_only: list[list[str]] = []
     poller = _reader(local_stack, StreamConsumer("all", 100, lambda e: every.append(_keys(e, tag))))
-    poller.add_consumer(StreamConsumer(
-        "jobs", 2, lambda e: jobs_only.append(_keys(e, tag)),
-        keep=lambda record: record["dynamodb"]["Keys"]["pk"]["S"].startswith(f"T#{tag}#JOB")))
+    poller.add_consumer(
+        StreamConsumer(
+            "jobs",
+            2,
+            lambda e: jobs_only.append(_keys(e, tag)),
+            keep=lambda record: record["dynamodb"]["Keys"]["pk"]["S"].startswith(f"T#{tag}#JOB"),
+        )
+    )
     poller._discover_shards("LATEST")
     for n in range(5):
         _put(local_stack, f"T#{tag}#JOB{n}")
@@ -42,7 +49,11 @@ def test_one_read_serves_every_consumer_with_its_own_filter_and_batch_size(local
     read = poller.poll_once()
     assert read >= 6  # the session stack's own writes may be on the stream too
     assert [k for batch in every for k in batch] == [f"T#{tag}#JOB{n}" for n in range(5)] + [f"T#{tag}#LOGS"]
-    assert [batch for batch in jobs_only if batch] == [[f"T#{tag}#JOB0", f"T#{tag}#JOB1"], [f"T#{tag}#JOB2", f"T#{tag}#JOB3"], [f"T#{tag}#JOB4"]]
+    assert [batch for batch in jobs_only if batch] == [
+        [f"T#{tag}#JOB0", f"T#{tag}#JOB1"],
+        [f"T#{tag}#JOB2", f"T#{tag}#JOB3"],
+        [f"T#{tag}#JOB4"],
+    ]
 
 
 def test_a_hung_consumer_delays_only_its_own_deliveries(local_stack):

@@ -12,7 +12,7 @@ own clock, never by comparing the lease an agent wrote with the state machine's 
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from relevo_core.aws import client
 from relevo_core.store import stage_attempts
@@ -25,13 +25,15 @@ def _stage(stack, job_id, sk: str = "STAGE#00") -> dict:
     return {item["sk"]["S"]: from_attributes(item) for item in job_items(stack, job_id)}[sk]
 
 
-def _renewing(ref: stage_attempts.StageRef, lease_ttl_sec: int, token: str | None, stop: threading.Event) -> threading.Thread:
+def _renewing(
+    ref: stage_attempts.StageRef, lease_ttl_sec: int, token: str | None, stop: threading.Event
+) -> threading.Thread:
     """An agent whose lease renewals land every second; its heartbeats only when `token` is given."""
 
     def loop() -> None:
         while not stop.wait(1):
             try:
-                stage_attempts.renew_lease(ref, lease_ttl_sec, datetime.now(timezone.utc))
+                stage_attempts.renew_lease(ref, lease_ttl_sec, datetime.now(UTC))
                 if token:
                     client("stepfunctions").send_task_heartbeat(taskToken=token)
             except Exception:
@@ -45,7 +47,10 @@ def _renewing(ref: stage_attempts.StageRef, lease_ttl_sec: int, token: str | Non
 def _claimed_then_silent(stack, project_id: str, agent_id: str) -> str:
     """A one-attempt job whose stage an agent claims and then never heartbeats."""
     job_id = start_job(
-        stack, project_id, stages=[{"name": "deliver", "run": "true"}], lease_ttl_sec=3,
+        stack,
+        project_id,
+        stages=[{"name": "deliver", "run": "true"}],
+        lease_ttl_sec=3,
         retry={"backoff_base_sec": 0, "attempts": {"Relevo.Lease.Expired": 1}},
     )
     task, _ = receive_stage(stack, job_id)
@@ -56,8 +61,11 @@ def _claimed_then_silent(stack, project_id: str, agent_id: str) -> str:
 def test_a_heartbeat_lapse_with_a_live_lease_is_a_lost_lease_and_is_retried(local_stack, project_id):
     # The partition of the issue: the renewal landed just before the cut, the heartbeat did not.
     job_id = start_job(
-        local_stack, project_id, stages=[{"name": "deliver", "run": "true", "exec_timeout_sec": 120}],
-        lease_ttl_sec=3, retry={"backoff_base_sec": 0},
+        local_stack,
+        project_id,
+        stages=[{"name": "deliver", "run": "true", "exec_timeout_sec": 120}],
+        lease_ttl_sec=3,
+        retry={"backoff_base_sec": 0},
     )
     task, _ = receive_stage(local_stack, job_id)
     ref = claim_and_accept(local_stack, task, "mac-cut-off", lease_ttl_sec=3)
@@ -70,7 +78,9 @@ def test_a_heartbeat_lapse_with_a_live_lease_is_a_lost_lease_and_is_retried(loca
         stop.set()
 
     assert retry["attempt"] == 2
-    assert [entry["error"] for entry in _stage(local_stack, job_id)["attempts_log"]] == ["Relevo.Lease.Expired"]
+    assert [entry["error"] for entry in _stage(local_stack, job_id)["attempts_log"]] == [
+        "Relevo.Lease.Expired"
+    ]
     agent_runs(local_stack, retry, agent_id="mac-alive")
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
@@ -99,7 +109,9 @@ def test_a_job_failed_by_a_timeout_leaves_its_stage_failed(local_stack, project_
 
 def test_a_live_agent_past_the_backstop_is_an_exec_timeout_and_its_stage_is_failed(local_stack, project_id):
     job_id = start_job(
-        local_stack, project_id, stages=[{"name": "build", "run": "true", "exec_timeout_sec": 1, "kill_grace_sec": 0}],
+        local_stack,
+        project_id,
+        stages=[{"name": "build", "run": "true", "exec_timeout_sec": 1, "kill_grace_sec": 0}],
         lease_ttl_sec=3,
     )
     task, _ = receive_stage(local_stack, job_id)
@@ -116,18 +128,24 @@ def test_a_live_agent_past_the_backstop_is_an_exec_timeout_and_its_stage_is_fail
     assert _stage(local_stack, job_id)["status"] == "failed"
 
 
-def test_a_late_claim_of_a_stage_its_job_failed_is_refused_and_the_stage_stays_failed(local_stack, project_id):
+def test_a_late_claim_of_a_stage_its_job_failed_is_refused_and_the_stage_stays_failed(
+    local_stack, project_id
+):
     """The queue timed out (no agent came); an agent that comes online later still receives the
     message: its claim must not bring the failed job's stage back to `running`."""
     import pytest
 
-    job_id = start_job(local_stack, project_id, stages=[{"name": "deliver", "run": "true"}], queue_timeout_sec=2)
+    job_id = start_job(
+        local_stack, project_id, stages=[{"name": "deliver", "run": "true"}], queue_timeout_sec=2
+    )
     assert wait_for_execution(local_stack, job_id, timeout=30)["error"] == "Relevo.Timeout.Queue"
     task, _ = receive_stage(local_stack, job_id)
 
-    late = stage_attempts.StageRef(local_stack.table_name, job_id, task["stage_index"], task["attempt"], "mac-late")
+    late = stage_attempts.StageRef(
+        local_stack.table_name, job_id, task["stage_index"], task["attempt"], "mac-late"
+    )
     with pytest.raises(stage_attempts.ClaimRefused) as refused:
-        stage_attempts.claim(late, 3, datetime.now(timezone.utc))
+        stage_attempts.claim(late, 3, datetime.now(UTC))
 
     assert not refused.value.held  # stale: the agent deletes the message
     assert _stage(local_stack, job_id)["status"] == "failed"

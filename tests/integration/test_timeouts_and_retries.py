@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
@@ -21,7 +21,9 @@ def _records(stack, job_id):
 
 
 def test_no_agent_claims_in_time_is_a_queue_timeout(local_stack, project_id):
-    job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}], queue_timeout_sec=2)
+    job_id = start_job(
+        local_stack, project_id, stages=[{"name": "build", "run": "true"}], queue_timeout_sec=2
+    )
 
     described = wait_for_execution(local_stack, job_id, timeout=30)
 
@@ -46,7 +48,12 @@ def test_a_transient_failure_is_retried_with_backoff_and_recorded(local_stack, p
 
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     stage = _records(local_stack, job_id)["STAGE#00"]
-    assert (stage["status"], stage["agent_id"], stage["attempt"], stage["retry_count"]) == ("succeeded", "mac-b", 2, 1)
+    assert (stage["status"], stage["agent_id"], stage["attempt"], stage["retry_count"]) == (
+        "succeeded",
+        "mac-b",
+        2,
+        1,
+    )
     # Full jitter up to min(2, 2 * 2^0): AWS draws below the cap, the emulator up to it inclusive.
     assert 0 <= stage["cumulative_backoff_sec"] <= 2
     assert [(a["attempt"], a["error"]) for a in stage["attempts_log"]] == [(1, "Relevo.Transient.ExitCode")]
@@ -71,7 +78,11 @@ def test_retries_stop_at_the_plans_attempts_for_the_class(local_stack, project_i
 
 def test_an_agent_that_stops_heartbeating_loses_its_lease_and_the_stage_moves(local_stack, project_id):
     job_id = start_job(
-        local_stack, project_id, stages=[{"name": "sign", "run": "true"}], lease_ttl_sec=3, retry={"backoff_base_sec": 0}
+        local_stack,
+        project_id,
+        stages=[{"name": "sign", "run": "true"}],
+        lease_ttl_sec=3,
+        retry={"backoff_base_sec": 0},
     )
     task, _ = receive_stage(local_stack, job_id)
     ref = claim_and_accept(local_stack, task, "mac-dead", lease_ttl_sec=3)
@@ -88,7 +99,7 @@ def test_an_agent_that_stops_heartbeating_loses_its_lease_and_the_stage_moves(lo
     import pytest
 
     with pytest.raises(stage_attempts.LeaseLost):
-        stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(timezone.utc), 0, None)
+        stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(UTC), 0, None)
 
 
 def test_a_live_agent_past_the_exec_backstop_is_an_exec_timeout_not_a_lease_loss(local_stack, project_id):
@@ -106,7 +117,7 @@ def test_a_live_agent_past_the_exec_backstop_is_an_exec_timeout_not_a_lease_loss
     def heartbeat():  # alive and renewing, but never ending the command
         while not stop.wait(1):
             try:
-                stage_attempts.renew_lease(ref, 3, datetime.now(timezone.utc))
+                stage_attempts.renew_lease(ref, 3, datetime.now(UTC))
                 client("stepfunctions").send_task_heartbeat(taskToken=token)
             except Exception:
                 return

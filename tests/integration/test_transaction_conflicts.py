@@ -24,23 +24,30 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from relevo_cli.api import RelevoApi
-from relevo_local.moto import dynamodb_faults
 from relevo_core.aws import client
-from relevo_core.execution import start_execution, work_queue_url
+from relevo_core.execution import execution_arn, start_execution, work_queue_url
 from relevo_core.intake.enqueue import build_envelope, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.status import JobStatus
 from relevo_core.store import jobs
 from relevo_core.store.projects import get_project
-from relevo_core.execution import execution_arn
-from tests.helpers.stack import QueueSlots, history, receive_stage, register_project, table_items, wait_for_execution, wait_until
-from tests.helpers.state_machine import agent_runs
+from relevo_local.moto import dynamodb_faults
+from tests.helpers.stack import (
+    QueueSlots,
+    history,
+    job_record,
+    lock_record,
+    receive_stage,
+    register_project,
+    table_items,
+    wait_for_execution,
+    wait_until,
+)
+from tests.helpers.state_machine import agent_runs, enqueue_job, hold_outside, release_outside
 from tests.integration.test_manual_review import _stage, _to_manual_review
-from tests.helpers.state_machine import enqueue_job, hold_outside, release_outside
-from tests.helpers.stack import job_record, lock_record
 
 STAGES = [{"name": "build", "run": "true"}]
 # The partition-key prefixes of each transactional state's items, in the order the state names them.
@@ -57,7 +64,9 @@ RELEASE_LOCK_AND_MARK_SUCCEEDED = ("JOB#", "LOCK#")
 
 
 def _entered(stack, job_id, state: str) -> int:
-    return sum(1 for e in history(stack, job_id) if e.get("stateEnteredEventDetails", {}).get("name") == state)
+    return sum(
+        1 for e in history(stack, job_id) if e.get("stateEnteredEventDetails", {}).get("name") == state
+    )
 
 
 def _conflicts_seen(stack, job_id) -> list[str]:
@@ -65,7 +74,8 @@ def _conflicts_seen(stack, job_id) -> list[str]:
     return [
         e["taskFailedEventDetails"]["cause"]
         for e in history(stack, job_id)
-        if e["type"] == "TaskFailed" and e["taskFailedEventDetails"].get("error") == "DynamoDb.TransactionCanceledException"
+        if e["type"] == "TaskFailed"
+        and e["taskFailedEventDetails"].get("error") == "DynamoDb.TransactionCanceledException"
     ]
 
 
@@ -79,36 +89,65 @@ def _holder_and_waiter(stack, settings, project_id) -> tuple[dict, str]:
     return holder_task, waiter
 
 
-
-
 def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
     """A job written as intake writes it, moved to `status` before its execution starts (as a
     cancel, or an earlier MarkStarted whose answer was lost, would), then started."""
     project_cache.clear()
     project = get_project(stack.table_name, project_id)
     commit = secrets.token_hex(20)
-    now = datetime.now(timezone.utc)
-    envelope = build_envelope(settings, project, Trigger(type=TriggerType.API, source="api"), "main", commit, project.frozen_stages(),
-                              f"{project_id}:{commit}:x", now)
-    assert isinstance(jobs.create_job(stack.table_name, envelope, 600, settings.queue_limit, now), jobs.Created)
+    now = datetime.now(UTC)
+    envelope = build_envelope(
+        settings,
+        project,
+        Trigger(type=TriggerType.API, source="api"),
+        "main",
+        commit,
+        project.frozen_stages(),
+        f"{project_id}:{commit}:x",
+        now,
+    )
+    assert isinstance(
+        jobs.create_job(stack.table_name, envelope, 600, settings.queue_limit, now), jobs.Created
+    )
     if status is JobStatus.CANCELED:
-        jobs.mark_canceled(stack.table_name, envelope.job_id, JobStatus.QUEUED, "test", settings.queue_limit, now)
+        jobs.mark_canceled(
+            stack.table_name, envelope.job_id, JobStatus.QUEUED, "test", settings.queue_limit, now
+        )
     else:  # what an applied start leaves: the lock held by the job's execution, the job running, its slot given back
         client("dynamodb").transact_write_items(
             TransactItems=[
-                {"Update": {"TableName": stack.table_name, "Key": {"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}},
-                            "UpdateExpression": "SET #count = :one, kind = :kind ADD holders :me",
-                            "ExpressionAttributeNames": {"#count": "count"},
-                            "ExpressionAttributeValues": {":one": {"N": "1"}, ":kind": {"S": "lock"}, ":me": {"SS": [envelope.job_id]}}}},
-                {"Update": jobs._transition(stack.table_name, envelope.job_id, JobStatus.QUEUED, status, "test", now)},
+                {
+                    "Update": {
+                        "TableName": stack.table_name,
+                        "Key": {"pk": {"S": f"LOCK#{project_id}"}, "sk": {"S": "LOCK"}},
+                        "UpdateExpression": "SET #count = :one, kind = :kind ADD holders :me",
+                        "ExpressionAttributeNames": {"#count": "count"},
+                        "ExpressionAttributeValues": {
+                            ":one": {"N": "1"},
+                            ":kind": {"S": "lock"},
+                            ":me": {"SS": [envelope.job_id]},
+                        },
+                    }
+                },
+                {
+                    "Update": jobs._transition(
+                        stack.table_name, envelope.job_id, JobStatus.QUEUED, status, "test", now
+                    )
+                },
                 jobs.queue_counter_update(stack.table_name, settings.queue_limit, -1),
             ]
         )
-    start_execution(settings.state_machine_arn, envelope, work_queue_url(settings.work_queue_prefix, envelope.region_affinity))
+    start_execution(
+        settings.state_machine_arn,
+        envelope,
+        work_queue_url(settings.work_queue_prefix, envelope.region_affinity),
+    )
     return envelope.job_id
 
 
-def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(local_stack, intake_settings, project_id):
+def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(
+    local_stack, intake_settings, project_id
+):
     register_project(local_stack, project_id, STAGES)
     slots = QueueSlots(local_stack, project_id)
 
@@ -130,7 +169,9 @@ def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(l
     assert slots.change() == 0
 
 
-def test_a_conflict_at_the_jobs_end_is_retried_in_place_and_the_lock_given_back(local_stack, intake_settings, project_id):
+def test_a_conflict_at_the_jobs_end_is_retried_in_place_and_the_lock_given_back(
+    local_stack, intake_settings, project_id
+):
     """Nobody waits: the job succeeds and gives the lock back in one transaction, retried on a conflict."""
     register_project(local_stack, project_id, STAGES)
     job_id = enqueue_job(local_stack, intake_settings, project_id)
@@ -148,7 +189,9 @@ def test_a_conflict_at_the_jobs_end_is_retried_in_place_and_the_lock_given_back(
     assert "holders" not in lock_record(local_stack, project_id)
 
 
-def test_a_conflict_at_mark_started_is_retried_and_the_queue_slot_given_back_once(local_stack, intake_settings, project_id):
+def test_a_conflict_at_mark_started_is_retried_and_the_queue_slot_given_back_once(
+    local_stack, intake_settings, project_id
+):
     """MarkStarted runs for a job that took the lock as the head of the line."""
     holder_task, waiter = _holder_and_waiter(local_stack, intake_settings, project_id)
     slots = QueueSlots(local_stack, project_id)
@@ -167,7 +210,9 @@ def test_a_conflict_at_mark_started_is_retried_and_the_queue_slot_given_back_onc
     assert slots.change() == 0
 
 
-def test_a_conflict_at_mark_waiting_for_project_is_retried_and_the_job_joins_the_line(local_stack, intake_settings, project_id):
+def test_a_conflict_at_mark_waiting_for_project_is_retried_and_the_job_joins_the_line(
+    local_stack, intake_settings, project_id
+):
     register_project(local_stack, project_id, STAGES, queue_timeout_sec=600)
     holder = enqueue_job(local_stack, intake_settings, project_id)
     holder_task, _ = receive_stage(local_stack, holder)
@@ -175,14 +220,22 @@ def test_a_conflict_at_mark_waiting_for_project_is_retried_and_the_job_joins_the
 
     with dynamodb_faults.transaction_conflicts(2, MARK_WAITING_FOR_PROJECT) as conflicts:
         waiter = enqueue_job(local_stack, intake_settings, project_id)
-        wait_until(lambda: job_record(local_stack, waiter).get("waiting_for") == project_id, 60, f"{waiter} joins the line")
+        wait_until(
+            lambda: job_record(local_stack, waiter).get("waiting_for") == project_id,
+            60,
+            f"{waiter} joins the line",
+        )
 
     assert len(conflicts.failed) == 2
     record = job_record(local_stack, waiter)
     assert (record["status"], record["queue_reason"]) == ("queued", "project_running")
     assert waiter in lock_record(local_stack, project_id)["waiters"]
-    assert client("stepfunctions").describe_execution(
-        executionArn=execution_arn(local_stack.state_machine_arn, waiter))["status"] == "RUNNING"
+    assert (
+        client("stepfunctions").describe_execution(
+            executionArn=execution_arn(local_stack.state_machine_arn, waiter)
+        )["status"]
+        == "RUNNING"
+    )
     assert slots.change() == 1  # the waiter still holds its slot
     agent_runs(local_stack, holder_task)
     task, _ = receive_stage(local_stack, waiter, timeout=60)
@@ -226,7 +279,9 @@ def test_a_conflict_at_record_resolved_succeeded_is_retried(local_stack, project
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
 
-def test_a_conflict_while_parking_is_retried_and_the_job_stays_in_line(local_stack, intake_settings, project_id):
+def test_a_conflict_while_parking_is_retried_and_the_job_stays_in_line(
+    local_stack, intake_settings, project_id
+):
     register_project(local_stack, project_id, STAGES, queue_timeout_sec=200)
     hold_outside(local_stack, project_id)
     waiter = enqueue_job(local_stack, intake_settings, project_id)
@@ -240,15 +295,21 @@ def test_a_conflict_while_parking_is_retried_and_the_job_stays_in_line(local_sta
     record = job_record(local_stack, waiter)
     assert (record["status"], record["waiting_for"]) == ("queued", project_id)
     assert _entered(local_stack, waiter, "NoLongerQueued") == 0
-    assert client("stepfunctions").describe_execution(
-        executionArn=execution_arn(local_stack.state_machine_arn, waiter))["status"] == "RUNNING"
+    assert (
+        client("stepfunctions").describe_execution(
+            executionArn=execution_arn(local_stack.state_machine_arn, waiter)
+        )["status"]
+        == "RUNNING"
+    )
     release_outside(local_stack, project_id)
     task, _ = receive_stage(local_stack, waiter, timeout=30)
     agent_runs(local_stack, task)
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
 
 
-def test_a_conflict_while_giving_up_is_retried_and_the_queue_slot_given_back_once(local_stack, intake_settings, project_id):
+def test_a_conflict_while_giving_up_is_retried_and_the_queue_slot_given_back_once(
+    local_stack, intake_settings, project_id
+):
     register_project(local_stack, project_id, STAGES, queue_timeout_sec=5)
     hold_outside(local_stack, project_id)
     slots = QueueSlots(local_stack, project_id)
@@ -282,7 +343,9 @@ def test_a_release_that_meets_a_transaction_on_the_lock_is_retried(local_stack, 
     assert lock["count"] == 0 and "holders" not in lock
 
 
-def test_a_job_canceled_before_it_joins_the_line_still_ends_not_queued(local_stack, intake_settings, project_id):
+def test_a_job_canceled_before_it_joins_the_line_still_ends_not_queued(
+    local_stack, intake_settings, project_id
+):
     """A real condition failure of MarkWaitingForProject (the job is no longer queued) still ends
     the execution as Relevo.Job.NotQueued, and the job never joins the line."""
     register_project(local_stack, project_id, STAGES, queue_timeout_sec=600)
@@ -299,7 +362,9 @@ def test_a_job_canceled_before_it_joins_the_line_still_ends_not_queued(local_sta
     agent_runs(local_stack, holder_task)
 
 
-def test_a_job_already_started_runs_its_stages_without_giving_back_a_second_slot(local_stack, intake_settings, project_id):
+def test_a_job_already_started_runs_its_stages_without_giving_back_a_second_slot(
+    local_stack, intake_settings, project_id
+):
     """A real condition failure of MarkStarted (the job is running already: an earlier start was
     applied, its answer lost, and the execution holds the lock) still goes on to the stages, and
     the slot is not given back twice."""
@@ -324,10 +389,22 @@ def test_the_switch_fails_a_transaction_the_way_dynamodb_does(local_stack):
     # and sweep of the worker's stack.
     probe = uuid.uuid4().hex
     items = [
-        {"Update": {"TableName": table, "Key": {"pk": {"S": f"JOB#probe-{probe}"}, "sk": {"S": "PROBE"}}, "UpdateExpression": "SET a = :a",
-                    "ExpressionAttributeValues": {":a": {"S": "1"}}}},
-        {"Update": {"TableName": table, "Key": {"pk": {"S": f"COUNTER#probe-{probe}"}, "sk": {"S": "PROBE"}}, "UpdateExpression": "SET a = :a",
-                    "ExpressionAttributeValues": {":a": {"S": "1"}}}},
+        {
+            "Update": {
+                "TableName": table,
+                "Key": {"pk": {"S": f"JOB#probe-{probe}"}, "sk": {"S": "PROBE"}},
+                "UpdateExpression": "SET a = :a",
+                "ExpressionAttributeValues": {":a": {"S": "1"}},
+            }
+        },
+        {
+            "Update": {
+                "TableName": table,
+                "Key": {"pk": {"S": f"COUNTER#probe-{probe}"}, "sk": {"S": "PROBE"}},
+                "UpdateExpression": "SET a = :a",
+                "ExpressionAttributeValues": {":a": {"S": "1"}},
+            }
+        },
     ]
     with dynamodb_faults.transaction_conflicts(1, MARK_STARTED, conflict_on=1) as conflicts:
         try:
@@ -341,4 +418,6 @@ def test_the_switch_fails_a_transaction_the_way_dynamodb_does(local_stack):
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 400
     assert response["Error"]["Message"].endswith("[None, TransactionConflict]")
     assert [reason["Code"] for reason in response["CancellationReasons"]] == ["None", "TransactionConflict"]
-    assert table_items(local_stack, f"JOB#probe-{probe}"), "the transaction after the injected one was not applied"
+    assert table_items(local_stack, f"JOB#probe-{probe}"), (
+        "the transaction after the injected one was not applied"
+    )

@@ -6,17 +6,17 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
+from relevo_core.execution import execution_arn
 from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
+from relevo_core.recovery.sweeper import sweep
 from relevo_core.store import wait_order
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.projects import get_project
-from relevo_core.execution import execution_arn
-from relevo_core.recovery.sweeper import sweep
 from tests.helpers.stack import receive_stage, register_project, table_items, wait_for_execution
 from tests.helpers.state_machine import agent_runs
 
@@ -52,7 +52,9 @@ def _next_dispatched(stack, candidates: set[str], timeout: float = 60) -> dict:
     queue = stack.work_queues["eu-west"]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for message in sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=1, MaxNumberOfMessages=10).get("Messages", []):
+        for message in sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=1, MaxNumberOfMessages=10).get(
+            "Messages", []
+        ):
             sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
             body = json.loads(message["Body"])
             if body["job_id"] in candidates:
@@ -76,7 +78,9 @@ def _held_project_with_waiters(stack, settings, project_id, priorities: list[int
 
 def test_waiting_jobs_run_by_priority_then_queue_seq(local_stack, intake_settings, project_id):
     # Arrival order: low, mid, high, mid again.
-    holder_task, arrivals = _held_project_with_waiters(local_stack, intake_settings, project_id, [0, 5, 10, 5])
+    holder_task, arrivals = _held_project_with_waiters(
+        local_stack, intake_settings, project_id, [0, 5, 10, 5]
+    )
     low, mid, high, mid_later = arrivals
     seqs = [_job(local_stack, job_id)["queue_seq"] for job_id in arrivals]
     assert seqs == sorted(seqs) and len(set(seqs)) == 4
@@ -97,15 +101,19 @@ def test_waiting_jobs_run_by_priority_then_queue_seq(local_stack, intake_setting
 
 
 def test_canceled_and_ended_waiters_leave_the_order(local_stack, intake_settings, project_id):
-    holder_task, (canceled, stopped, last) = _held_project_with_waiters(local_stack, intake_settings, project_id, [10, 5, 0])
+    holder_task, (canceled, stopped, last) = _held_project_with_waiters(
+        local_stack, intake_settings, project_id, [10, 5, 0]
+    )
     assert wait_order.waiting_jobs(local_stack.table_name, project_id) == [canceled, stopped, last]
 
     RelevoApi.for_stack(local_stack).cancel_job(canceled)
     assert wait_order.waiting_jobs(local_stack.table_name, project_id) == [stopped, last]
     # An execution stopped from outside Relevo has no last state: only the sweep can drop it.
-    client("stepfunctions").stop_execution(executionArn=execution_arn(local_stack.state_machine_arn, stopped), cause="operator abort")
+    client("stepfunctions").stop_execution(
+        executionArn=execution_arn(local_stack.state_machine_arn, stopped), cause="operator abort"
+    )
     assert wait_for_execution(local_stack, stopped, timeout=30)["status"] != "RUNNING"
-    sweep(intake_settings, datetime.now(timezone.utc))
+    sweep(intake_settings, datetime.now(UTC))
     assert wait_order.waiting_jobs(local_stack.table_name, project_id) == [last]
 
     agent_runs(local_stack, holder_task)
@@ -116,10 +124,12 @@ def test_canceled_and_ended_waiters_leave_the_order(local_stack, intake_settings
 
 
 def test_a_priority_change_reorders_a_waiting_job(local_stack, intake_settings, project_id):
-    holder_task, (first, second) = _held_project_with_waiters(local_stack, intake_settings, project_id, [5, 5])
+    holder_task, (first, second) = _held_project_with_waiters(
+        local_stack, intake_settings, project_id, [5, 5]
+    )
     assert wait_order.waiting_jobs(local_stack.table_name, project_id) == [first, second]
 
-    wait_order.set_priority(local_stack.table_name, second, 50, "tester", datetime.now(timezone.utc))
+    wait_order.set_priority(local_stack.table_name, second, 50, "tester", datetime.now(UTC))
 
     assert wait_order.waiting_jobs(local_stack.table_name, project_id) == [second, first]
     assert _job(local_stack, second)["priority"] == 50

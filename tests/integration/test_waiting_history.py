@@ -15,17 +15,31 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from relevo_core.models.plan import ApprovalSettings
 from relevo_core.models.project import Project
-from tests.helpers.stack import QueueSlots, history, receive_stage, register_project, table_items, wait_for_execution, wait_until
-from tests.helpers.state_machine import agent_runs
-from tests.helpers.state_machine import enqueue_job
-from tests.helpers.stack import job_record, lock_record
-from tests.helpers.state_machine import answer_gate_outside, gate_outside, hold_outside, release_outside
+from tests.helpers.stack import (
+    QueueSlots,
+    history,
+    job_record,
+    lock_record,
+    receive_stage,
+    register_project,
+    table_items,
+    wait_for_execution,
+    wait_until,
+)
+from tests.helpers.state_machine import (
+    agent_runs,
+    answer_gate_outside,
+    enqueue_job,
+    gate_outside,
+    hold_outside,
+    release_outside,
+)
 
 ASL = Path(__file__).resolve().parents[2] / "statemachines" / "job.asl.json"
 HISTORY_QUOTA = 25_000
@@ -52,7 +66,9 @@ def _round_states(asl: dict[str, Any]) -> list[str]:
     while True:
         round_.append(name)
         state = states[name]
-        timeout = next((c["Next"] for c in state.get("Catch", []) if "States.Timeout" in c["ErrorEquals"]), None)
+        timeout = next(
+            (c["Next"] for c in state.get("Catch", []) if "States.Timeout" in c["ErrorEquals"]), None
+        )
         if state["Type"] == "Choice":
             busy = [c["Next"] for c in state["Choices"] if c.get("NumericGreaterThan") == 0]  # a budget left
             name = busy[0] if busy else state["Default"]
@@ -67,11 +83,22 @@ def _period_and_bound(asl: dict[str, Any], round_: list[str], job_input: dict[st
     task's TimeoutSecondsPath), and how many rounds the definition lets one wait take: the budget
     a Choice of the round counts down, or, with none, as many as fit in the wait."""
     states = asl["States"]
-    (period_path,) = [states[n].get("SecondsPath") or states[n]["TimeoutSecondsPath"] for n in round_
-                      if "SecondsPath" in states[n] or "TimeoutSecondsPath" in states[n]]
+    (period_path,) = [
+        states[n].get("SecondsPath") or states[n]["TimeoutSecondsPath"]
+        for n in round_
+        if "SecondsPath" in states[n] or "TimeoutSecondsPath" in states[n]
+    ]
     period = int(_path(job_input, period_path))
-    budgets = [c["Variable"] for n in round_ if states[n]["Type"] == "Choice" for c in states[n]["Choices"] if c.get("NumericGreaterThan") == 0]
-    bound = int(_path(job_input, budgets[0])) if budgets else math.ceil(job_input["queue_timeout_sec"] / period)
+    budgets = [
+        c["Variable"]
+        for n in round_
+        if states[n]["Type"] == "Choice"
+        for c in states[n]["Choices"]
+        if c.get("NumericGreaterThan") == 0
+    ]
+    bound = (
+        int(_path(job_input, budgets[0])) if budgets else math.ceil(job_input["queue_timeout_sec"] / period)
+    )
     return period, bound
 
 
@@ -82,20 +109,42 @@ def _longest_wait_input(stack, settings, project_id) -> dict[str, Any]:
     from relevo_core.models.envelope import Trigger, TriggerType
 
     longest = next(m.le for m in Project.model_fields["queue_timeout_sec"].metadata if hasattr(m, "le"))
-    project = Project.model_validate({"id": project_id, "repo": "acme/x", "region_affinity": "eu-west", "stages": [{"name": "build", "run": "true"}],
-                                      "queue_timeout_sec": longest})
-    now = datetime.now(timezone.utc)
-    envelope = build_envelope(settings, project, Trigger(type=TriggerType.API, source="api"), "main", None, project.frozen_stages(), "k", now)
+    project = Project.model_validate(
+        {
+            "id": project_id,
+            "repo": "acme/x",
+            "region_affinity": "eu-west",
+            "stages": [{"name": "build", "run": "true"}],
+            "queue_timeout_sec": longest,
+        }
+    )
+    now = datetime.now(UTC)
+    envelope = build_envelope(
+        settings,
+        project,
+        Trigger(type=TriggerType.API, source="api"),
+        "main",
+        None,
+        project.frozen_stages(),
+        "k",
+        now,
+    )
     return execution_input(envelope, "https://queue")
 
 
-def test_waiting_for_a_project_costs_under_half_of_the_history_quota(local_stack, intake_settings, project_id):
+def test_waiting_for_a_project_costs_under_half_of_the_history_quota(
+    local_stack, intake_settings, project_id
+):
     asl = json.loads(ASL.read_text())
     round_ = _round_states(asl)
     register_project(local_stack, project_id, [{"name": "build", "run": "true"}], queue_timeout_sec=200)
     hold_outside(local_stack, project_id)
     waiter = enqueue_job(local_stack, intake_settings, project_id)
-    wait_until(lambda: sum(1 for e in history(local_stack, waiter) if _entered(e) == ROUND_START) >= 5, 90, "five rounds of waiting")
+    wait_until(
+        lambda: sum(1 for e in history(local_stack, waiter) if _entered(e) == ROUND_START) >= 5,
+        90,
+        "five rounds of waiting",
+    )
 
     release_outside(local_stack, project_id)
     task, _ = receive_stage(local_stack, waiter, timeout=30)
@@ -106,12 +155,17 @@ def test_waiting_for_a_project_costs_under_half_of_the_history_quota(local_stack
     busy_rounds = [starts[k + 1] - starts[k] for k in range(len(starts) - 2)]
     assert len(set(busy_rounds)) == 1, busy_rounds
     per_round = busy_rounds[0]
-    assert [_entered(e) for e in events[starts[1]:starts[2]] if _entered(e)] == round_
+    assert [_entered(e) for e in events[starts[1] : starts[2]] if _entered(e)] == round_
     # The last round: from the last park (or wait) through the wake to the lock taken.
     per_wake = acquired - starts[-2]
-    joining, leaving = starts[0], next(i for i, e in enumerate(events) if _entered(e) == "RunStages") - acquired
+    joining, leaving = (
+        starts[0],
+        next(i for i, e in enumerate(events) if _entered(e) == "RunStages") - acquired,
+    )
 
-    period, bound = _period_and_bound(asl, round_, _longest_wait_input(local_stack, intake_settings, project_id))
+    period, bound = _period_and_bound(
+        asl, round_, _longest_wait_input(local_stack, intake_settings, project_id)
+    )
     worst_round = max(per_round, per_wake)
     per_hour = math.ceil(3600 / period) * per_round
     whole_wait = joining + bound * worst_round + leaving
@@ -126,7 +180,9 @@ def test_waiting_for_a_project_costs_under_half_of_the_history_quota(local_stack
     assert wait_for_execution(local_stack, waiter)["status"] == "SUCCEEDED"
 
 
-def test_a_job_that_waits_out_its_queue_timeout_fails_leaves_the_line_and_gives_back_its_slot(local_stack, intake_settings, project_id):
+def test_a_job_that_waits_out_its_queue_timeout_fails_leaves_the_line_and_gives_back_its_slot(
+    local_stack, intake_settings, project_id
+):
     register_project(local_stack, project_id, [{"name": "build", "run": "true"}], queue_timeout_sec=5)
     hold_outside(local_stack, project_id)
     slots = QueueSlots(local_stack, project_id)
@@ -136,7 +192,11 @@ def test_a_job_that_waits_out_its_queue_timeout_fails_leaves_the_line_and_gives_
     described = wait_for_execution(local_stack, waiter, timeout=90)
     assert (described["status"], described.get("error")) == ("FAILED", "Relevo.Timeout.Queue")
     record = job_record(local_stack, waiter)
-    assert (record["status"], record["error_name"], record["last_writer"]) == ("failed", "Relevo.Timeout.Queue", f"state_machine:{waiter}")
+    assert (record["status"], record["error_name"], record["last_writer"]) == (
+        "failed",
+        "Relevo.Timeout.Queue",
+        f"state_machine:{waiter}",
+    )
     assert not {"waiting_for", "queue_reason", "start_pending", "wake_token"} & set(record)
     assert waiter not in lock_record(local_stack, project_id).get("waiters", set())
     assert slots.change() == 0  # taken at the enqueue, given back when it gave up
@@ -152,7 +212,9 @@ def _gate_round_states(asl: dict[str, Any]) -> list[str]:
     while True:
         round_.append(name)
         state = states[name]
-        timeout = next((c["Next"] for c in state.get("Catch", []) if "States.Timeout" in c["ErrorEquals"]), None)
+        timeout = next(
+            (c["Next"] for c in state.get("Catch", []) if "States.Timeout" in c["ErrorEquals"]), None
+        )
         if state["Type"] == "Choice":
             gated = [c["Next"] for c in state["Choices"] if "$.peek.Item.gate" in json.dumps(c)]
             name = gated[0] if gated else state["Default"]
@@ -163,7 +225,10 @@ def _gate_round_states(asl: dict[str, Any]) -> list[str]:
 
 
 def test_waiting_behind_the_longest_approval_gate_as_well_costs_under_half_of_the_history_quota(
-    local_stack, intake_settings, project_id, monkeypatch,
+    local_stack,
+    intake_settings,
+    project_id,
+    monkeypatch,
 ):
     import relevo_core.execution as execution
 
@@ -195,12 +260,23 @@ def test_waiting_behind_the_longest_approval_gate_as_well_costs_under_half_of_th
     acquired = next(i for i, e in enumerate(events) if _entered(e) == "AcquireAsQueueHead")
     spans = [(starts[k], starts[k + 1]) for k in range(len(starts) - 2)]
     names = [[_entered(e) for e in events[a:b] if _entered(e)] for a, b in spans]
-    gated = {b - a for (a, b), states in zip(spans, names) if "WaitBehindGate" in states and "IsQueueHead" not in states}
-    busy = {b - a for (a, b), states in zip(spans, names) if "WaitForProject" in states and "IsQueueHead" not in states}
+    gated = {
+        b - a
+        for (a, b), states in zip(spans, names)
+        if "WaitBehindGate" in states and "IsQueueHead" not in states
+    }
+    busy = {
+        b - a
+        for (a, b), states in zip(spans, names)
+        if "WaitForProject" in states and "IsQueueHead" not in states
+    }
     assert gate_round in names and round_ in names
     assert len(gated) == 1 and len(busy) == 1, (gated, busy)
     per_gate_round, per_round, per_wake = gated.pop(), busy.pop(), acquired - starts[-2]
-    joining, leaving = starts[0], next(i for i, e in enumerate(events) if _entered(e) == "RunStages") - acquired
+    joining, leaving = (
+        starts[0],
+        next(i for i, e in enumerate(events) if _entered(e) == "RunStages") - acquired,
+    )
 
     longest = _longest_wait_input(local_stack, intake_settings, project_id)
     _, cycles = _period_and_bound(asl, round_, longest)
@@ -215,7 +291,9 @@ def test_waiting_behind_the_longest_approval_gate_as_well_costs_under_half_of_th
         f"{worst_round} + {leaving} = {whole_wait} events of the {HISTORY_QUOTA:,} an execution may hold"
     )
     # The parks cover the longest approval timeout, and the park an approval interrupts.
-    longest_gate = next(m.le for m in ApprovalSettings.model_fields["timeout_sec"].metadata if hasattr(m, "le"))
+    longest_gate = next(
+        m.le for m in ApprovalSettings.model_fields["timeout_sec"].metadata if hasattr(m, "le")
+    )
     assert (parks - 1) * longest["gate_wait"]["park_sec"] >= longest_gate
     assert whole_wait < HISTORY_QUOTA / 2
     agent_runs(local_stack, task)

@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 import secrets
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -53,10 +54,14 @@ class Container:
     def deliver(
         self, body: bytes, signature: str | None = None, delivery: str | None = None, event: str = "push"
     ) -> tuple[int, list[str]]:
-        headers = harness.github_headers(self.secret, body, event=event, delivery=delivery, signature=signature)
+        headers = harness.github_headers(
+            self.secret, body, event=event, delivery=delivery, signature=signature
+        )
         self.calls.start()
         try:
-            response = self.handler.lambda_handler(harness.webhook_event(self.project_id, headers, body), harness.LambdaContext())
+            response = self.handler.lambda_handler(
+                harness.webhook_event(self.project_id, headers, body), harness.LambdaContext()
+            )
         finally:
             made, _ = self.calls.stop()
         return int(response["statusCode"]), list(made)
@@ -76,7 +81,7 @@ def _records(stack, project_id: str) -> list[dict[str, Any]]:
 @pytest.fixture()
 def minute(monkeypatch: pytest.MonkeyPatch) -> datetime:
     """The refusals' clock, held at the middle of the current minute."""
-    now = datetime.now(timezone.utc).replace(second=30, microsecond=0)
+    now = datetime.now(UTC).replace(second=30, microsecond=0)
     monkeypatch.setattr(refusal_minutes, "clock", lambda: now)
     return now
 
@@ -112,10 +117,14 @@ def container(new_container) -> Container:
     return warm
 
 
-def test_a_cold_accepted_delivery_reads_the_project_secret_and_queue_then_writes_once_and_starts(new_container):
+def test_a_cold_accepted_delivery_reads_the_project_secret_and_queue_then_writes_once_and_starts(
+    new_container,
+):
     status, made = new_container().push()
     assert status == 202
-    assert made == ["dynamodb:GetItem", "secretsmanager:GetSecretValue", "sqs:GetQueueUrl", *ACCEPTED], f"{len(made)} calls"
+    assert made == ["dynamodb:GetItem", "secretsmanager:GetSecretValue", "sqs:GetQueueUrl", *ACCEPTED], (
+        f"{len(made)} calls"
+    )
 
 
 def test_a_warm_accepted_delivery_takes_two_calls(container, local_stack):
@@ -176,29 +185,42 @@ def test_a_refused_delivery_makes_no_call_once_the_minute_is_recorded(container,
     else:
         answer = container.deliver(OVER_ONE_MIB)
 
-    assert answer == ({"forged signature": 401, "malformed JSON": 400, "body over 1 MiB": 413}[kind], []), f"{len(answer[1])} calls"
+    assert answer == ({"forged signature": 401, "malformed JSON": 400, "body over 1 MiB": 413}[kind], []), (
+        f"{len(answer[1])} calls"
+    )
 
 
-def test_refusals_store_one_record_per_project_and_minute(container, local_stack, minute, monkeypatch, capsys, caplog):
+def test_refusals_store_one_record_per_project_and_minute(
+    container, local_stack, minute, monkeypatch, capsys, caplog
+):
     """A flood of refusals: the minute's first makes one conditional PutItem, the rest none, and
     each is counted (WebhookRefused, in all and by reason); the next minute gets one record again;
     a second container's write of a recorded minute is refused by DynamoDB
     (ConditionalCheckFailedException) and stores nothing."""
     capsys.readouterr()
     caplog.clear()
-    answers = [container.forged(), container.deliver(b"{not json"), container.deliver(OVER_ONE_MIB)] + [container.forged() for _ in range(5)]
+    answers = [container.forged(), container.deliver(b"{not json"), container.deliver(OVER_ONE_MIB)] + [
+        container.forged() for _ in range(5)
+    ]
     assert [made for _, made in answers] == [RECORD] + [[]] * 7
     assert [status for status, _ in answers] == [401, 400, 413] + [401] * 5
     printed = capsys.readouterr().out
     assert sum(emf_values(printed)["WebhookRefused"]) == 2 * 8  # each in all, and by reason
-    reasons = [json.loads(line)["Reason"] for line in printed.splitlines() if '"Reason"' in line and '"_aws"' in line]
+    reasons = [
+        json.loads(line)["Reason"] for line in printed.splitlines() if '"Reason"' in line and '"_aws"' in line
+    ]
     assert sorted(reasons) == sorted(["SIGNATURE_INVALID"] * 6 + ["MALFORMED_JSON", "PAYLOAD_TOO_LARGE"])
     warned = [r for r in caplog.records if r.getMessage() == "webhook delivery refused"]
     assert [(r.levelname, r.reason, r.http_status) for r in warned[:3]] == [
-        ("WARNING", "SIGNATURE_INVALID", 401), ("WARNING", "MALFORMED_JSON", 400), ("WARNING", "PAYLOAD_TOO_LARGE", 413)]
+        ("WARNING", "SIGNATURE_INVALID", 401),
+        ("WARNING", "MALFORMED_JSON", 400),
+        ("WARNING", "PAYLOAD_TOO_LARGE", 413),
+    ]
     assert len(warned) == 8 and {r.project for r in warned} == {container.project_id}
     logged = printed + "".join(str(vars(r)) for r in caplog.records)
-    assert container.secret not in logged and "not json" not in logged and "xxxx" not in logged  # no body, no secret
+    assert (
+        container.secret not in logged and "not json" not in logged and "xxxx" not in logged
+    )  # no body, no secret
 
     later = minute + timedelta(minutes=1)
     monkeypatch.setattr(refusal_minutes, "clock", lambda: later)

@@ -16,7 +16,9 @@ def test_a_form_encoded_delivery_is_refused_with_the_setting_to_change(local_sta
     secret = register_project(local_stack, project_id, [{"name": "build", "run": "make"}])
     form = urlencode({"payload": push_body(f"acme/{project_id}", secrets.token_hex(20)).decode()}).encode()
 
-    response = deliver(local_stack, project_id, form, secret, **{"Content-Type": "application/x-www-form-urlencoded"})
+    response = deliver(
+        local_stack, project_id, form, secret, **{"Content-Type": "application/x-www-form-urlencoded"}
+    )
 
     assert response.status_code == 400
     assert response.json() == {

@@ -17,7 +17,11 @@ STAGES = [{"name": "build", "run": "true"}]
 
 
 def _jobs_of(stack, project_id):
-    return [item for item in table_items(stack, "JOB#") if item.get("project", {}).get("S") == project_id and item["sk"]["S"] == "JOB"]
+    return [
+        item
+        for item in table_items(stack, "JOB#")
+        if item.get("project", {}).get("S") == project_id and item["sk"]["S"] == "JOB"
+    ]
 
 
 def test_signed_push_creates_one_job_and_starts_its_execution(local_stack, project_id):
@@ -59,7 +63,11 @@ def test_redelivery_is_answered_as_duplicate_and_writes_nothing(local_stack, pro
 @pytest.mark.parametrize(
     "mutate, status, code",
     [
-        (lambda body, secret: {"X-Hub-Signature-256": sign("not-the-secret", body)}, 401, "SIGNATURE_INVALID"),
+        (
+            lambda body, secret: {"X-Hub-Signature-256": sign("not-the-secret", body)},
+            401,
+            "SIGNATURE_INVALID",
+        ),
         (lambda body, secret: {"X-Hub-Signature-256": ""}, 401, "SIGNATURE_INVALID"),
     ],
 )
@@ -102,7 +110,13 @@ def test_ping_branch_deletion_and_other_repos_start_nothing(local_stack, project
     secret = register_project(local_stack, project_id, STAGES)
     repo = f"acme/{project_id}"
 
-    ping = deliver(local_stack, project_id, json.dumps({"zen": "Keep it logically awesome."}).encode(), secret, event="ping")
+    ping = deliver(
+        local_stack,
+        project_id,
+        json.dumps({"zen": "Keep it logically awesome."}).encode(),
+        secret,
+        event="ping",
+    )
     deletion = deliver(local_stack, project_id, push_body(repo, "", deleted=True), secret)
     other = deliver(local_stack, project_id, push_body("acme/other", secrets.token_hex(20)), secret)
 

@@ -27,7 +27,9 @@ def test_a_read_back_that_differs_is_a_checksum_failure():
 
 
 def _client_error(status: int, code: str) -> ClientError:
-    return ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject")
+    return ClientError(
+        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject"
+    )
 
 
 def _wrapped(error: ClientError) -> S3UploadFailedError:

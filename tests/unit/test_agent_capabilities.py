@@ -5,6 +5,7 @@ print on macOS 15 with Xcode 16.2), and how a stage's `requires` match it."""
 from __future__ import annotations
 
 import plistlib
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -46,11 +47,24 @@ def _applications(tmp_path: Path, *versions: str) -> Path:
 
 def test_a_mac_reports_macos_the_selected_xcode_every_xcode_arch_and_disk(tmp_path: Path):
     run, calls = _recorded(_mac_outputs())
-    found = detect(tmp_path, {"signing": "enterprise"}, run=run, system="Darwin", machine="arm64",
-                   applications=_applications(tmp_path / "Applications", "15.4", "16.2"), disk=lambda _: 412.5)
+    found = detect(
+        tmp_path,
+        {"signing": "enterprise"},
+        run=run,
+        system="Darwin",
+        machine="arm64",
+        applications=_applications(tmp_path / "Applications", "15.4", "16.2"),
+        disk=lambda _: 412.5,
+    )
     assert found == Capabilities(
-        os="darwin", arch="arm64", macos="15.2", xcode="16.2", xcode_path="/Applications/Xcode-16.2.app/Contents/Developer",
-        xcode_versions=("15.4", "16.2"), free_disk_gb=412.5, labels={"signing": "enterprise"},
+        os="darwin",
+        arch="arm64",
+        macos="15.2",
+        xcode="16.2",
+        xcode_path="/Applications/Xcode-16.2.app/Contents/Developer",
+        xcode_versions=("15.4", "16.2"),
+        free_disk_gb=412.5,
+        labels={"signing": "enterprise"},
     )
     assert calls == [("sw_vers", "-productVersion"), ("xcode-select", "-p"), ("xcodebuild", "-version")]
 
@@ -58,13 +72,27 @@ def test_a_mac_reports_macos_the_selected_xcode_every_xcode_arch_and_disk(tmp_pa
 def test_a_mac_without_a_selected_xcode_has_none(tmp_path: Path):
     # xcode-select -p fails (exit 2, the stderr in fixtures): xcodebuild is not asked.
     run, calls = _recorded({("sw_vers", "-productVersion"): "14.6\n"})
-    found = detect(tmp_path, {}, run=run, system="Darwin", machine="x86_64", applications=tmp_path / "none", disk=lambda _: 20.0)
+    found = detect(
+        tmp_path,
+        {},
+        run=run,
+        system="Darwin",
+        machine="x86_64",
+        applications=tmp_path / "none",
+        disk=lambda _: 20.0,
+    )
     assert (found.macos, found.xcode, found.xcode_path, found.arch) == ("14.6", None, None, "x86_64")
     assert ("xcodebuild", "-version") not in calls
 
 
 def test_linux_reports_what_it_can(tmp_path: Path):
-    found = detect(tmp_path, {"xcode": "16.2", "pool": "ci"}, system="Linux", machine="aarch64", applications=tmp_path / "none")
+    found = detect(
+        tmp_path,
+        {"xcode": "16.2", "pool": "ci"},
+        system="Linux",
+        machine="aarch64",
+        applications=tmp_path / "none",
+    )
     # Nothing of macOS is there to run (the real commands, absent here); the disk is measured.
     assert (found.os, found.arch, found.macos, found.xcode) == ("linux", "arm64", None, None)
     assert found.free_disk_gb is not None and found.free_disk_gb > 0
@@ -89,7 +117,9 @@ def test_a_label_never_overrides_a_detected_fact():
     ],
 )
 def test_requirements_match_globs(requires, missing):
-    mac = Capabilities(os="darwin", arch="arm64", macos="15.2", xcode="16.2", labels={"signing": "enterprise"})
+    mac = Capabilities(
+        os="darwin", arch="arm64", macos="15.2", xcode="16.2", labels={"signing": "enterprise"}
+    )
     assert unmet(requires, mac) == missing
 
 
@@ -100,7 +130,10 @@ def test_an_agent_that_reported_nothing_meets_no_requirement():
 
 def test_requires_is_validated_and_frozen_into_the_plan():
     stage = ProjectStage(name="build", run="make", requires={"xcode": "16.*", "arch": "arm64"})
-    assert StagePlan(name="build", command="make", requires=stage.requires).requires == {"xcode": "16.*", "arch": "arm64"}
+    assert StagePlan(name="build", command="make", requires=stage.requires).requires == {
+        "xcode": "16.*",
+        "arch": "arm64",
+    }
     with pytest.raises(ValueError):
         ProjectStage(name="build", run="make", requires={"Xcode Version": "16"})
     with pytest.raises(ValueError):
@@ -114,13 +147,25 @@ def test_no_matching_agent_names_the_requirement_and_the_nearest_agents():
     from relevo_core.models.status import QueueReason
     from relevo_core.store.agents import AgentPresence
 
-    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
 
     def agent(agent_id: str, **facts) -> AgentPresence:
-        return AgentPresence(agent_id=agent_id, region="eu", capacity=1, running=0, version="1", last_seen=now, interval_sec=30,
-                             capabilities=Capabilities(**{"os": "darwin", "arch": "arm64", **facts}))
+        return AgentPresence(
+            agent_id=agent_id,
+            region="eu",
+            capacity=1,
+            running=0,
+            version="1",
+            last_seen=now,
+            interval_sec=30,
+            capabilities=Capabilities(**{"os": "darwin", "arch": "arm64", **facts}),
+        )
 
-    fleet = [agent("mac-old", xcode="15.4"), agent("mac-intel", xcode="15.4", arch="x86_64"), agent("linux-1", os="linux")]
+    fleet = [
+        agent("mac-old", xcode="15.4"),
+        agent("mac-intel", xcode="15.4", arch="x86_64"),
+        agent("linux-1", os="linux"),
+    ]
     requires = {"xcode": "16.*", "arch": "arm64"}
     assert agent_queue_reason(fleet, now, {}, requires) is QueueReason.NO_MATCHING_AGENT
     assert no_match_detail(requires, fleet, now) == (

@@ -31,10 +31,16 @@ def _lines(output: str) -> list[str]:
     ("body", "expected"),
     [
         ('region = "eu-west"\ncapacity = = 2\n', "4:12: TOML syntax: Invalid value"),
-        ('region = "eu-west"\ncapacity = "two"\n', "4: capacity: Input should be a valid integer, unable to parse string as an integer (got 'two')"),
+        (
+            'region = "eu-west"\ncapacity = "two"\n',
+            "4: capacity: Input should be a valid integer, unable to parse string as an integer (got 'two')",
+        ),
         ('regoin = "eu-west"\n', "3: unknown key 'regoin' (did you mean 'region'?)"),
         # stack_file is set: the stack's regions are named, not "set stack_file or queue_url"
-        ('region = "ap-south"\n', "3: region: no work queue for region 'ap-south' in the stack {stack} (its region affinities: eu-west, us-east)"),
+        (
+            'region = "ap-south"\n',
+            "3: region: no work queue for region 'ap-south' in the stack {stack} (its region affinities: eu-west, us-east)",
+        ),
     ],
     ids=["toml-syntax", "wrong-type", "typo", "region-without-queue"],
 )
@@ -50,8 +56,14 @@ def test_run_refuses_a_mistake_in_one_line_naming_file_line_and_key(tmp_path: Pa
 @pytest.mark.parametrize(
     ("run_as", "expected"),
     [
-        ("relevo-nobody-here", "4: run_as: no user 'relevo-nobody-here' on this machine: create it first (docs/agent.md, \"A build user\")"),
-        ("root", "4: run_as: 'root' is uid 0: a stage run as it could read everything the agent holds; name an unprivileged user"),
+        (
+            "relevo-nobody-here",
+            "4: run_as: no user 'relevo-nobody-here' on this machine: create it first (docs/agent.md, \"A build user\")",
+        ),
+        (
+            "root",
+            "4: run_as: 'root' is uid 0: a stage run as it could read everything the agent holds; name an unprivileged user",
+        ),
     ],
     ids=["unknown-user", "root"],
 )
@@ -66,12 +78,17 @@ def test_run_refuses_a_build_user_that_is_not_there_or_is_root(tmp_path: Path, r
     assert doctor.exit_code == 1 and _lines(doctor.output) == [f"FAIL  config: {config}:{expected}"]
 
 
-def test_run_refuses_a_build_user_the_agent_is_or_cannot_become(tmp_path: Path, build_user, shared_dir: Path, monkeypatch):
+def test_run_refuses_a_build_user_the_agent_is_or_cannot_become(
+    tmp_path: Path, build_user, shared_dir: Path, monkeypatch
+):
     """Only root starts a command as another user; a build as the agent's own user reads what it holds."""
     import os
     import pwd
 
-    config = _config(tmp_path, f'region = "eu-west"\nrun_as = "{build_user.name}"\nworkspace_root = "{shared_dir / "ws"}"\n')
+    config = _config(
+        tmp_path,
+        f'region = "eu-west"\nrun_as = "{build_user.name}"\nworkspace_root = "{shared_dir / "ws"}"\n',
+    )
     nobody = pwd.getpwnam("nobody")
     refusals = {}
     for euid in (build_user.uid, nobody.pw_uid):
@@ -86,21 +103,27 @@ def test_run_refuses_a_build_user_the_agent_is_or_cannot_become(tmp_path: Path, 
     )
     assert refusals[nobody.pw_uid] == (
         f"{config}:4: run_as: the agent runs as nobody (uid {nobody.pw_uid}), and only root can start a stage as '{build_user.name}': "
-        "run the agent as root (a LaunchDaemon: docs/agent.md, \"A build user\"), or remove run_as"
+        'run the agent as root (a LaunchDaemon: docs/agent.md, "A build user"), or remove run_as'
     )
 
 
 def test_run_refuses_workspaces_the_build_user_cannot_reach(tmp_path: Path, build_user):
     """pytest's tmp_path is root's alone (drwx------ above it), as ~/relevo is under /var/root."""
     workspaces = tmp_path / "workspaces"
-    config = _config(tmp_path, f'region = "eu-west"\nrun_as = "{build_user.name}"\nworkspace_root = "{workspaces}"\n')
+    config = _config(
+        tmp_path, f'region = "eu-west"\nrun_as = "{build_user.name}"\nworkspace_root = "{workspaces}"\n'
+    )
 
     result = runner.invoke(app, ["run", "--config", str(config)])
 
     assert result.exit_code == 2
     [line] = _lines(result.output)
-    assert line.startswith(f"{config}:5: workspace_root: the build user '{build_user.name}' cannot reach {workspaces} (/")
-    assert line.endswith(" is drwx------ root): choose a workspace_root outside the agent's home, e.g. /Users/Shared/relevo/workspaces")
+    assert line.startswith(
+        f"{config}:5: workspace_root: the build user '{build_user.name}' cannot reach {workspaces} (/"
+    )
+    assert line.endswith(
+        " is drwx------ root): choose a workspace_root outside the agent's home, e.g. /Users/Shared/relevo/workspaces"
+    )
 
 
 def test_run_names_a_missing_stack_file_as_the_configs_mistake(tmp_path: Path):
@@ -154,7 +177,9 @@ def test_run_refuses_workspaces_inside_a_git_work_tree(tmp_path: Path):
 
     repository = tmp_path / "someones-repo"
     subprocess.run(["git", "init", "--quiet", str(repository)], check=True)
-    config = _config(tmp_path, f'region = "eu-west"\nworkspace_root = "{repository / ".relevo" / "workspaces"}"\n')
+    config = _config(
+        tmp_path, f'region = "eu-west"\nworkspace_root = "{repository / ".relevo" / "workspaces"}"\n'
+    )
 
     result = runner.invoke(app, ["run", "--config", str(config)])
 
@@ -165,7 +190,9 @@ def test_run_refuses_workspaces_inside_a_git_work_tree(tmp_path: Path):
     ]
 
 
-def test_a_local_agents_workspaces_stay_out_of_a_checkout_and_its_paths_are_absolute(tmp_path: Path, monkeypatch):
+def test_a_local_agents_workspaces_stay_out_of_a_checkout_and_its_paths_are_absolute(
+    tmp_path: Path, monkeypatch
+):
     """`relevo local agent` in a Relevo checkout (its state dir .relevo/local inside it): the
     workspaces go under the user's cache, and no path of the TOML is relative (the agent reads a
     relative one relative to the file: it came out doubled)."""
@@ -181,7 +208,9 @@ def test_a_local_agents_workspaces_stay_out_of_a_checkout_and_its_paths_are_abso
     home = Path(".relevo/local/agents/local-eu-west-1")
     home.mkdir(parents=True)
     stack = unreachable_stack_file(tmp_path)
-    written = tomllib.loads(write_agent_config(home / "agent.toml", stack, "eu-west", "local-eu-west-1").read_text())
+    written = tomllib.loads(
+        write_agent_config(home / "agent.toml", stack, "eu-west", "local-eu-west-1").read_text()
+    )
     assert all(Path(written[key]).is_absolute() for key in ("workspace_root", "journal", "stack_file"))
     assert Path(written["workspace_root"]).is_relative_to(tmp_path / "cache" / "relevo")
     assert Path(written["journal"]) == (checkout / home / "local-eu-west-1-journal.sqlite3").resolve()

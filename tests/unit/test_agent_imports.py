@@ -102,13 +102,16 @@ def test_the_agent_takes_from_the_core_only_its_declared_surface() -> None:
         if module not in AGENT_SURFACE
     )
     assert outside == [], (
-        "the agent imports relevo_core modules outside AGENT_SURFACE (add one there, with why, if it is meant):\n" + "\n".join(outside)
+        "the agent imports relevo_core modules outside AGENT_SURFACE (add one there, with why, if it is meant):\n"
+        + "\n".join(outside)
     )
 
 
 def test_every_module_of_the_agents_surface_is_used() -> None:
     used = {module for path in _agent_modules() for module in _core_imports(path)}
-    assert sorted(set(AGENT_SURFACE) - used) == [], "no agent module imports these any more: take them out of AGENT_SURFACE"
+    assert sorted(set(AGENT_SURFACE) - used) == [], (
+        "no agent module imports these any more: take them out of AGENT_SURFACE"
+    )
 
 
 def test_the_surface_names_modules_of_the_core() -> None:

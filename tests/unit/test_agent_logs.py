@@ -81,7 +81,9 @@ def test_only_set_and_non_empty_variables_are_secrets():
 def test_chunks_keep_every_line_in_order_and_never_the_secret():
     # Given a shipper with small chunks and a small memory bound (so text spills to disk)
     sink = RecordingSink()
-    shipper = LogShipper(sink, Masker([CANARY]), max_chunk_bytes=100, max_buffer_chars=300, flush_interval_sec=0.01)
+    shipper = LogShipper(
+        sink, Masker([CANARY]), max_chunk_bytes=100, max_buffer_chars=300, flush_interval_sec=0.01
+    )
     lines = [f"line {i:05d} {CANARY if i % 7 == 0 else ''}\n" for i in range(2000)]
     blob = "".join(lines).encode()
     # When output arrives in reads that cut lines and secrets anywhere (before the shipper runs)
@@ -109,7 +111,9 @@ def test_write_never_waits_for_the_sink():
             return super().append(data, now)
 
     sink = BlockedSink()
-    shipper = LogShipper(sink, Masker([]), max_chunk_bytes=1000, max_buffer_chars=5000, flush_interval_sec=0.01).start()
+    shipper = LogShipper(
+        sink, Masker([]), max_chunk_bytes=1000, max_buffer_chars=5000, flush_interval_sec=0.01
+    ).start()
     # When far more than the buffer is written while the sink is stuck
     for i in range(2000):
         shipper.write(f"{i}\n".encode() * 10)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import plistlib
 import socket
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -43,7 +43,10 @@ def test_a_capacity_of_zero_or_less_means_one(tmp_path: Path, given: int, expect
 
 
 def test_paths_are_relative_to_the_config_file_and_mask_is_a_list_of_names(tmp_path: Path):
-    config = _load(tmp_path, 'region = "us-east"\nworkspace_root = "ws"\njournal = "j.sqlite3"\nmask = ["ASC_KEY", "MATCH_PASSWORD"]\n')
+    config = _load(
+        tmp_path,
+        'region = "us-east"\nworkspace_root = "ws"\njournal = "j.sqlite3"\nmask = ["ASC_KEY", "MATCH_PASSWORD"]\n',
+    )
     assert config.workspace_root == tmp_path / "ws"
     assert config.journal == tmp_path / "j.sqlite3"
     assert config.mask == ("ASC_KEY", "MATCH_PASSWORD")
@@ -59,12 +62,21 @@ def test_the_plist_keeps_the_agent_alive_and_names_its_log_files(tmp_path: Path)
     config = tmp_path / "relevo" / "agent.toml"
     plist = plistlib.loads(
         plistlib.dumps(
-            launchd.plist_for(config, paths, python="/Users/ci/.local/pipx/venvs/relevo-agent/bin/python", environ={"AWS_PROFILE": "relevo", "HOME": "x"})
+            launchd.plist_for(
+                config,
+                paths,
+                python="/Users/ci/.local/pipx/venvs/relevo-agent/bin/python",
+                environ={"AWS_PROFILE": "relevo", "HOME": "x"},
+            )
         )
     )
     assert plist["Label"] == "dev.relevo.agent"
     assert plist["ProgramArguments"] == [
-        "/Users/ci/.local/pipx/venvs/relevo-agent/bin/python", "-m", "relevo_agent.launch", "--config", str(config.resolve())
+        "/Users/ci/.local/pipx/venvs/relevo-agent/bin/python",
+        "-m",
+        "relevo_agent.launch",
+        "--config",
+        str(config.resolve()),
     ]
     assert plist["KeepAlive"] is True and plist["RunAtLoad"] is True
     assert plist["StandardOutPath"] == str(tmp_path / "Library/Logs/relevo-agent/agent.out.log")
@@ -93,7 +105,9 @@ def test_install_writes_then_bootstraps_and_uninstall_boots_out(tmp_path: Path):
     launchd.install(tmp_path / "agent.toml", paths, load=True, run=launchctl)
     assert paths.plist == tmp_path / "Library/LaunchAgents/dev.relevo.agent.plist"
     assert plistlib.loads(paths.plist.read_bytes())["Label"] == "dev.relevo.agent"
-    assert launchctl.calls[-1][:2] == ["launchctl", "bootstrap"] and launchctl.calls[-1][-1] == str(paths.plist)
+    assert launchctl.calls[-1][:2] == ["launchctl", "bootstrap"] and launchctl.calls[-1][-1] == str(
+        paths.plist
+    )
     # a second install replaces the loaded one
     launchd.install(tmp_path / "agent.toml", paths, load=True, run=launchctl)
     assert [c[1] for c in launchctl.calls] == ["bootstrap", "bootout", "bootstrap"]
@@ -104,7 +118,10 @@ def test_install_writes_then_bootstraps_and_uninstall_boots_out(tmp_path: Path):
 
 def test_status_reads_launchctl_print(tmp_path: Path):
     paths = launchd.ServicePaths(home=tmp_path)
-    assert launchd.status(paths, query=True, run=Launchctl()) == (False, f"not installed ({paths.plist} does not exist)")
+    assert launchd.status(paths, query=True, run=Launchctl()) == (
+        False,
+        f"not installed ({paths.plist} does not exist)",
+    )
     launchd.install(tmp_path / "agent.toml", paths, load=False)
     output = "gui/501/dev.relevo.agent = {\n\tactive count = 1\n\tstate = running\n\tpid = 4242\n\tlast exit code = (never exited)\n}\n"
     running, words = launchd.status(paths, query=True, run=Launchctl(output))
@@ -156,7 +173,9 @@ def test_a_daemon_is_the_systems_with_a_umask_its_build_user_can_work_under(tmp_
     assert launchctl.calls[-1] == ["launchctl", "bootout", "system/dev.relevo.agent"]
 
 
-def test_service_install_pairs_a_daemon_with_run_as(tmp_path: Path, build_user, shared_dir: Path, monkeypatch: pytest.MonkeyPatch):
+def test_service_install_pairs_a_daemon_with_run_as(
+    tmp_path: Path, build_user, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
     """Root runs stages only as a build user; a build user needs the agent to be root."""
     from relevo_agent import cli
 
@@ -165,16 +184,24 @@ def test_service_install_pairs_a_daemon_with_run_as(tmp_path: Path, build_user, 
     monkeypatch.setattr(launchd, "launchctl_available", lambda: False)
     plain, with_run_as = tmp_path / "plain.toml", tmp_path / "run-as.toml"
     plain.write_text('region = "eu-west"\n')
-    with_run_as.write_text(f'region = "eu-west"\nrun_as = "{build_user.name}"\nworkspace_root = "{shared_dir / "ws"}"\n')
+    with_run_as.write_text(
+        f'region = "eu-west"\nrun_as = "{build_user.name}"\nworkspace_root = "{shared_dir / "ws"}"\n'
+    )
 
     daemon_without = CliRunner().invoke(app, ["service", "install", "--daemon", "--config", str(plain)])
     run_as_without = CliRunner().invoke(app, ["service", "install", "--config", str(with_run_as)])
     daemon = CliRunner().invoke(app, ["service", "install", "--daemon", "--config", str(with_run_as)])
 
     assert daemon_without.exit_code == 2
-    assert daemon_without.output.strip() == f"{plain}: --daemon runs the agent as root: set run_as, so that its stages run as a build user"
+    assert (
+        daemon_without.output.strip()
+        == f"{plain}: --daemon runs the agent as root: set run_as, so that its stages run as a build user"
+    )
     assert run_as_without.exit_code == 2
-    assert run_as_without.output.strip() == f"{with_run_as}: run_as needs the agent to run as root: install it with --daemon"
+    assert (
+        run_as_without.output.strip()
+        == f"{with_run_as}: run_as needs the agent to run as root: install it with --daemon"
+    )
     assert daemon.exit_code == 0, daemon.output
     plist = plistlib.loads((tmp_path / "system/Library/LaunchDaemons/dev.relevo.agent.plist").read_bytes())
     assert plist["ProgramArguments"][-2:] == ["--config", str(with_run_as)]
@@ -184,7 +211,7 @@ def test_service_install_pairs_a_daemon_with_run_as(tmp_path: Path, build_user, 
 
 
 def test_clock_skew_is_reported_in_plain_words():
-    aws = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    aws = datetime(2026, 1, 1, tzinfo=UTC)
     assert check_clock(aws, aws + timedelta(seconds=2)).ok
     skewed = check_clock(aws, aws - timedelta(seconds=90))
     assert not skewed.ok and "90s behind AWS" in skewed.words

@@ -37,10 +37,16 @@ def test_a_queue_that_is_gone_is_said_as_the_work_queue_and_a_follower_starts_ag
 
     assert stop.stack_gone(_error(code))
 
-    assert stop.fatal == f"the stack is gone: the work queue https://sqs/q does not exist ({code}); starting again once the stack file names a stack"
+    assert (
+        stop.fatal
+        == f"the stack is gone: the work queue https://sqs/q does not exist ({code}); starting again once the stack file names a stack"
+    )
 
 
-@pytest.mark.parametrize("exc", [_error("ThrottlingException"), EndpointConnectionError(endpoint_url="http://x"), None, ValueError("x")])
+@pytest.mark.parametrize(
+    "exc",
+    [_error("ThrottlingException"), EndpointConnectionError(endpoint_url="http://x"), None, ValueError("x")],
+)
 def test_any_other_error_stops_nothing(exc):
     stop = AgentStop("t", "q")
 

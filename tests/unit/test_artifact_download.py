@@ -7,10 +7,10 @@ import hashlib
 import os
 import stat
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -54,7 +54,11 @@ def _link(url: str, body: bytes = BODY) -> dict:
     return {"url": url, "name": "hello.txt", "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
 
 
-@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)], ids=["umask-022", "umask-077", "umask-002"])
+@pytest.mark.parametrize(
+    "mask, mode",
+    [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)],
+    ids=["umask-022", "umask-077", "umask-002"],
+)
 def test_a_downloaded_artifact_gets_the_mode_the_umask_gives(tmp_path: Path, mask: int, mode: int):
     # Given the user's umask, as `touch` or `curl -o` would honour it
     with _served(BODY) as url, _umask(mask):

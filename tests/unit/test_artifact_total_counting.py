@@ -30,7 +30,15 @@ def test_a_change_adds_what_it_stores_and_takes_off_what_it_no_longer_does(old, 
 
 def test_once_its_job_is_gone_the_project_is_the_key_segment_before_the_job_id():
     home = home_after_job({"uri": "s3://bucket/hello/job_1/build/out/app.ipa"}, "job_1")
-    assert home is not None and (home.project, home.prefix.bucket, home.prefix.prefix) == ("hello", "bucket", "hello/job_1/")
+    assert home is not None and (home.project, home.prefix.bucket, home.prefix.prefix) == (
+        "hello",
+        "bucket",
+        "hello/job_1/",
+    )
     # Not the job's own prefix (the job id deeper down, or another job's): no project.
-    for uri in ("s3://bucket/job_1/build/app.ipa", "s3://bucket/hello/other/job_1/app.ipa", "s3://bucket/hello/job_1x/app.ipa"):
+    for uri in (
+        "s3://bucket/job_1/build/app.ipa",
+        "s3://bucket/hello/other/job_1/app.ipa",
+        "s3://bucket/hello/job_1x/app.ipa",
+    ):
         assert home_after_job({"uri": uri}, "job_1") is None, uri

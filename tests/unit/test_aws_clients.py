@@ -39,7 +39,9 @@ def black_hole():
     listener.close()
 
 
-def test_a_call_under_a_budget_gives_up_within_it_and_makes_one_attempt(monkeypatch: pytest.MonkeyPatch, black_hole: str):
+def test_a_call_under_a_budget_gives_up_within_it_and_makes_one_attempt(
+    monkeypatch: pytest.MonkeyPatch, black_hole: str
+):
     import time
 
     from botocore.exceptions import ReadTimeoutError
@@ -96,8 +98,16 @@ def test_clients_follow_the_credentials_too(monkeypatch: pytest.MonkeyPatch):
 # What the agent calls of each service (its own credentials and its jobs'), one operation each:
 # where botocore sends the request and what it signs it for depend on the service and region only.
 AGENT_CALLS = [
-    ("sqs", "receive_message", {"QueueUrl": "https://sqs.{region}.amazonaws.com/123456789012/relevo-work-eu-west"}),
-    ("dynamodb", "get_item", {"TableName": "relevo-Table", "Key": {"pk": {"S": "AGENTS#eu-west"}, "sk": {"S": "AGENT#a"}}}),
+    (
+        "sqs",
+        "receive_message",
+        {"QueueUrl": "https://sqs.{region}.amazonaws.com/123456789012/relevo-work-eu-west"},
+    ),
+    (
+        "dynamodb",
+        "get_item",
+        {"TableName": "relevo-Table", "Key": {"pk": {"S": "AGENTS#eu-west"}, "sk": {"S": "AGENT#a"}}},
+    ),
     ("stepfunctions", "send_task_heartbeat", {"taskToken": "token"}),
     ("secretsmanager", "get_secret_value", {"SecretId": "relevo/relevo/_signing/eu-west/app/dist.p12"}),
     ("sts", "get_caller_identity", {}),
@@ -122,15 +132,21 @@ def _sent(session, service: str, region: str, operation: str, params: dict) -> t
         seen["region"], seen["service"] = re.search(r"Credential=[^/]+/\d+/([^/]+)/([^/]+)/", auth).groups()
         raise Sent()
 
-    made = session.client(service, region_name=region, aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret")
+    made = session.client(
+        service, region_name=region, aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret"
+    )
     made.meta.events.register("before-send", before_send)
     with pytest.raises(Sent):
-        getattr(made, operation)(**{k: v.format(region=region) if isinstance(v, str) else v for k, v in params.items()})
+        getattr(made, operation)(
+            **{k: v.format(region=region) if isinstance(v, str) else v for k, v in params.items()}
+        )
     return seen["url"], seen["region"], seen["service"]
 
 
 @pytest.mark.parametrize("region", REGIONS)
-def test_the_agents_lean_clients_send_and_sign_as_clients_with_botocores_whole_endpoint_table(region, monkeypatch):
+def test_the_agents_lean_clients_send_and_sign_as_clients_with_botocores_whole_endpoint_table(
+    region, monkeypatch
+):
     """relevo_core.aws.lean_endpoints (the agent's 6 MB): without endpoints.json, every request
     the agent makes of each service still goes where, and is signed for what, a client with the
     whole table sends and signs it, in every partition (aws, aws-us-gov, aws-cn)."""
@@ -139,7 +155,9 @@ def test_the_agents_lean_clients_send_and_sign_as_clients_with_botocores_whole_e
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     lean, full = aws._session.__wrapped__(None, True), aws._session.__wrapped__(None, False)
     for service, operation, params in AGENT_CALLS:
-        assert _sent(lean, service, region, operation, params) == _sent(full, service, region, operation, params), service
+        assert _sent(lean, service, region, operation, params) == _sent(
+            full, service, region, operation, params
+        ), service
     # And the lean session indeed goes without the table: what it loaded names no endpoints.json.
     loader = lean._session.get_component("data_loader")
     assert not [key for key in loader._cache if "endpoints" in str(key)]

@@ -20,7 +20,9 @@ def test_ci_asks_for_the_browser_tests_before_make_test() -> None:
 
 
 @pytest.mark.parametrize(("value", "verdict"), [("1", "fail"), (None, "skip"), ("0", "skip")])
-def test_a_missing_chromium_fails_only_where_the_browser_tests_are_required(monkeypatch, value, verdict) -> None:
+def test_a_missing_chromium_fails_only_where_the_browser_tests_are_required(
+    monkeypatch, value, verdict
+) -> None:
     if value is None:
         monkeypatch.delenv(REQUIRE_BROWSER, raising=False)
     else:

@@ -12,8 +12,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -70,8 +70,17 @@ def test_a_remote_that_never_answers_fails_the_checkout_at_the_stages_deadline(t
     plan = CheckoutPlan(url=silent_remote, timeout_sec=900)
     started = time.monotonic()
     with pytest.raises(CheckoutFailure) as failure:
-        checkout(plan, tmp_path / "root", tmp_path / "root" / "app", "main", None, lambda commit: commit,
-                 deadline=started + 1.0, cancel=threading.Event(), emit=lambda line: None)
+        checkout(
+            plan,
+            tmp_path / "root",
+            tmp_path / "root" / "app",
+            "main",
+            None,
+            lambda commit: commit,
+            deadline=started + 1.0,
+            cancel=threading.Event(),
+            emit=lambda line: None,
+        )
     took = time.monotonic() - started
     assert failure.value.error_class is ErrorClass.NETWORK_TIMEOUT, failure.value
     assert "did not finish in time" in str(failure.value)
@@ -87,7 +96,11 @@ def test_a_fetch_is_cut_at_its_own_limit_when_the_stage_has_time_left(tmp_path, 
     git.run(["-C", str(mirror), "remote", "add", "origin", silent_remote])
     started = time.monotonic()
     with pytest.raises(CheckoutFailure) as failure:
-        git.run(["-C", str(mirror), "fetch", "--quiet", "origin", "+refs/heads/*:refs/heads/*"], limit=1.0, what="fetch")
+        git.run(
+            ["-C", str(mirror), "fetch", "--quiet", "origin", "+refs/heads/*:refs/heads/*"],
+            limit=1.0,
+            what="fetch",
+        )
     assert failure.value.error_class is ErrorClass.NETWORK_TIMEOUT
     assert time.monotonic() - started < 1.0 + 3.0
     assert _git_processes_naming(silent_remote) == []

@@ -27,8 +27,18 @@ def bench_imports_of_tests(root: Path) -> list[str]:
     found = []
     for path in sorted((root / "bench").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            found += [f"{path.name}:{node.lineno} imports {m}" for m in modules if m == "tests" or m.startswith("tests.")]
+            modules = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            found += [
+                f"{path.name}:{node.lineno} imports {m}"
+                for m in modules
+                if m == "tests" or m.startswith("tests.")
+            ]
     return found
 
 
@@ -38,7 +48,13 @@ def harness_work_outside_the_harness(root: Path) -> list[str]:
         if path.name == "harness.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            name = (
+                node.id
+                if isinstance(node, ast.Name)
+                else node.attr
+                if isinstance(node, ast.Attribute)
+                else None
+            )
             if name in HARNESS_ONLY:
                 found.append(f"{path.name}:{node.lineno} uses {name}")
     return found

@@ -44,7 +44,9 @@ ALIASES = {
 def _options(args: tuple[str, ...]) -> list[str]:
     shown = runner.invoke(app, [*args, "--help"], terminal_width=200)
     assert shown.exit_code == 0, shown.output
-    options = shown.output.split("─ Options ─", 1)[1].split("╰", 1)[0]  # its own options, not its subcommands' help
+    options = shown.output.split("─ Options ─", 1)[1].split("╰", 1)[
+        0
+    ]  # its own options, not its subcommands' help
     return sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", options)))
 
 
@@ -56,11 +58,38 @@ def test_an_older_spelling_is_the_same_command_as_the_new_one(old: tuple[str, ..
 def test_the_older_spellings_are_left_out_of_help_and_every_listed_command_is_noun_then_verb():
     shown = runner.invoke(app, ["--help"], terminal_width=200).output
     listed = re.findall(r"^│ (\w[\w-]*) ", shown, re.M)
-    assert listed == ["job", "project", "queue", "agent", "region", "artifact", "dlq", "group", "delivery", "local", "stack",
-                      "aws", "console", "drill", "advise"], shown
+    assert listed == [
+        "job",
+        "project",
+        "queue",
+        "agent",
+        "region",
+        "artifact",
+        "dlq",
+        "group",
+        "delivery",
+        "local",
+        "stack",
+        "aws",
+        "console",
+        "drill",
+        "advise",
+    ], shown
     job = runner.invoke(app, ["job", "--help"], terminal_width=200).output
     assert re.findall(r"^│ (\w[\w-]*) ", job, re.M) == [
-        "list", "view", "logs", "watch", "approve", "reject", "cancel", "rerun", "promote", "release", "resolve", "priority", "delete",
+        "list",
+        "view",
+        "logs",
+        "watch",
+        "approve",
+        "reject",
+        "cancel",
+        "rerun",
+        "promote",
+        "release",
+        "resolve",
+        "priority",
+        "delete",
     ], job
 
 
@@ -73,7 +102,9 @@ def test_version_names_the_cli_and_what_it_runs_with():
     )
 
 
-@pytest.mark.parametrize("args", [(), ("job", "list"), ("job", "logs"), ("local", "agent"), ("job", "resolve")])
+@pytest.mark.parametrize(
+    "args", [(), ("job", "list"), ("job", "logs"), ("local", "agent"), ("job", "resolve")]
+)
 def test_help_shows_no_type_tags(args: tuple[str, ...]):
     shown = runner.invoke(app, [*args, "--help"], terminal_width=200).output
     assert not re.search(r"<(bool|str|int|float|path|int range)>|\[x>=|<=x", shown), shown

@@ -42,8 +42,21 @@ def _toml(state_dir: Path, agent_id: str = "local-eu-west-1") -> dict[str, Any]:
 def test_labels_given_on_the_command_line_are_the_agents_labels(tmp_path: Path, execs: list[list[str]]):
     # Given a running local stack
     # When an agent is started with two labels (one standing in for a Mac's Xcode on this machine)
-    result = runner.invoke(app, ["local", "agent", "--region", "eu-west", "--label", "bay=build", "--label", "xcode=16.2",
-                                 "--state-dir", str(tmp_path)])
+    result = runner.invoke(
+        app,
+        [
+            "local",
+            "agent",
+            "--region",
+            "eu-west",
+            "--label",
+            "bay=build",
+            "--label",
+            "xcode=16.2",
+            "--state-dir",
+            str(tmp_path),
+        ],
+    )
 
     # Then it became the agent, with a TOML whose labels are those, which the agent's config reads
     assert result.exit_code == 0 and len(execs) == 1, result.output
@@ -51,7 +64,11 @@ def test_labels_given_on_the_command_line_are_the_agents_labels(tmp_path: Path, 
     written = _toml(tmp_path)
     assert written["labels"] == {"bay": "build", "xcode": "16.2"}
     assert AgentConfig.model_validate(written).labels == {"bay": "build", "xcode": "16.2"}
-    assert execs[0][-3:] == ["--config", str((tmp_path / "agents" / "local-eu-west-1" / "agent.toml").resolve()), "--follow-stack"]
+    assert execs[0][-3:] == [
+        "--config",
+        str((tmp_path / "agents" / "local-eu-west-1" / "agent.toml").resolve()),
+        "--follow-stack",
+    ]
 
 
 def test_without_labels_the_toml_has_none(tmp_path: Path, execs: list[list[str]]):
@@ -61,18 +78,36 @@ def test_without_labels_the_toml_has_none(tmp_path: Path, execs: list[list[str]]
     assert "labels" not in _toml(tmp_path)
 
 
-@pytest.mark.parametrize(("given", "said"), [
-    (["bay"], "--label 'bay': give it as KEY=VALUE, e.g. --label bay=build"),
-    (["bay="], "--label 'bay=': give it as KEY=VALUE, e.g. --label bay=build"),
-    (["Bay=build"], "--label 'Bay=build': 'Bay' is not a label key (a lowercase letter, then up to 31 of a-z, 0-9, _ and -)"),
-    (["bay=" + "x" * 65], "--label bay=…: its value is 65 characters, at most 64"),
-    (["bay=build", "bay=sign"], "--label bay: given twice (bay=build and bay=sign)"),
-])
-def test_a_label_mistake_is_one_line_and_starts_nothing(tmp_path: Path, execs: list[list[str]], given: list[str], said: str):
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["bay"], "--label 'bay': give it as KEY=VALUE, e.g. --label bay=build"),
+        (["bay="], "--label 'bay=': give it as KEY=VALUE, e.g. --label bay=build"),
+        (
+            ["Bay=build"],
+            "--label 'Bay=build': 'Bay' is not a label key (a lowercase letter, then up to 31 of a-z, 0-9, _ and -)",
+        ),
+        (["bay=" + "x" * 65], "--label bay=…: its value is 65 characters, at most 64"),
+        (["bay=build", "bay=sign"], "--label bay: given twice (bay=build and bay=sign)"),
+    ],
+)
+def test_a_label_mistake_is_one_line_and_starts_nothing(
+    tmp_path: Path, execs: list[list[str]], given: list[str], said: str
+):
     # Given a label the agent's config would refuse
     # When the agent is asked for with it
-    result = runner.invoke(app, ["local", "agent", "--region", "eu-west", *[arg for g in given for arg in ("--label", g)],
-                                 "--state-dir", str(tmp_path)])
+    result = runner.invoke(
+        app,
+        [
+            "local",
+            "agent",
+            "--region",
+            "eu-west",
+            *[arg for g in given for arg in ("--label", g)],
+            "--state-dir",
+            str(tmp_path),
+        ],
+    )
 
     # Then the command refuses it in one line (exit 2), and no agent is started, no TOML written
     assert result.exit_code == 2, result.output
@@ -82,7 +117,9 @@ def test_a_label_mistake_is_one_line_and_starts_nothing(tmp_path: Path, execs: l
 
 def test_the_local_agents_allowed_skew_is_smaller_than_a_macs_and_the_docs_say_why(tmp_path: Path):
     # Given the TOML `relevo local agent` writes, and the default of a hand-written one
-    local_skew = tomllib.loads(write_agent_config(tmp_path / "a.toml", tmp_path / "stack.json", "eu-west", "a").read_text())["max_clock_skew_sec"]
+    local_skew = tomllib.loads(
+        write_agent_config(tmp_path / "a.toml", tmp_path / "stack.json", "eu-west", "a").read_text()
+    )["max_clock_skew_sec"]
     mac_skew = AgentConfig.model_fields["max_clock_skew_sec"].default
 
     # Then a real Mac keeps the safe default, the local stack's agents (one host, one clock) less,

@@ -20,5 +20,7 @@ def test_importing_the_cli_loads_no_emulator_or_tool_module() -> None:
         "import sys, relevo_cli.main\n"
         f"print(sorted(name for name in sys.modules if name.split('.')[0] in {NOT_AT_START!r}))\n"
     )
-    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    shown = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
     assert shown.stdout.strip() == "[]", shown.stdout

@@ -106,7 +106,9 @@ def test_a_document_that_is_not_a_mapping_is_refused_in_a_sentence(tmp_path: Pat
     path, result = _apply(tmp_path, stack_file, "- just\n- a list\n")
 
     assert result.exit_code == 2
-    assert _one_line(result) == f"{path}:1: a project file is a YAML mapping of keys (id:, repo:, stages:, ...)"
+    assert (
+        _one_line(result) == f"{path}:1: a project file is a YAML mapping of keys (id:, repo:, stages:, ...)"
+    )
 
 
 def test_with_debug_the_mistake_comes_with_its_traceback(tmp_path: Path, stack_file: str):
@@ -119,30 +121,46 @@ def test_with_debug_the_mistake_comes_with_its_traceback(tmp_path: Path, stack_f
 
 @pytest.mark.parametrize(
     "command",
-    [["status", "job-123"], ["logs", "JOB_1"], ["approve", "job_ab/cd"], ["cancel", "12345"], ["rerun", "job_short"]],
+    [
+        ["status", "job-123"],
+        ["logs", "JOB_1"],
+        ["approve", "job_ab/cd"],
+        ["cancel", "12345"],
+        ["rerun", "job_short"],
+    ],
 )
 def test_a_malformed_job_id_is_refused_before_any_call(stack_file: str, command: list[str]):
     result = runner.invoke(app, [*command, "--stack-file", stack_file])
 
     assert result.exit_code == 2
-    assert _one_line(result) == f"{command[1]!r} is not a job id (job ids look like job_00mx2h2r7n38p1566llawdrdc6)"
+    assert (
+        _one_line(result)
+        == f"{command[1]!r} is not a job id (job ids look like job_00mx2h2r7n38p1566llawdrdc6)"
+    )
 
 
 def test_a_malformed_project_id_is_refused_before_any_call(stack_file: str):
     result = runner.invoke(app, ["run", "My_App", "--stack-file", stack_file])
 
     assert result.exit_code == 2
-    assert _one_line(result) == "'My_App' is not a project id (project ids look like ios-app: lowercase letters, digits and '-')"
+    assert (
+        _one_line(result)
+        == "'My_App' is not a project id (project ids look like ios-app: lowercase letters, digits and '-')"
+    )
 
 
 def test_a_stack_that_is_not_running_is_one_line(stack_file: str):
     result = runner.invoke(app, ["status", "job_00mx2h2r7n38p1566llawdrdc6", "--stack-file", stack_file])
 
     assert result.exit_code == 1
-    assert _one_line(result).startswith("cannot reach http://127.0.0.1:9/v1/jobs/job_00mx2h2r7n38p1566llawdrdc6: is the stack running?")
+    assert _one_line(result).startswith(
+        "cannot reach http://127.0.0.1:9/v1/jobs/job_00mx2h2r7n38p1566llawdrdc6: is the stack running?"
+    )
 
 
-def test_a_handoff_path_that_escapes_the_workspace_is_one_line_naming_its_own_line(tmp_path: Path, stack_file: str):
+def test_a_handoff_path_that_escapes_the_workspace_is_one_line_naming_its_own_line(
+    tmp_path: Path, stack_file: str
+):
     content = GOOD + "    handoff:\n      - build/App.app\n      - ../../Library/Keychains\n"
     path, result = _apply(tmp_path, stack_file, content)
 

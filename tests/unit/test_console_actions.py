@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import re
 
-from relevo_cli.console.actions import ACTIONS, REDRIVE, RERUN_FROM, RERUN_FROM_CURRENT, SET_PRIORITY, button_state, row_buttons, stopped_stage
+from relevo_cli.console.actions import (
+    ACTIONS,
+    REDRIVE,
+    RERUN_FROM,
+    RERUN_FROM_CURRENT,
+    SET_PRIORITY,
+    button_state,
+    row_buttons,
+    stopped_stage,
+)
 from relevo_core.models.access import Level
 from tests.helpers import ROOT
 
@@ -31,7 +40,14 @@ def test_every_button_needs_the_level_its_api_route_declares():
 
 def test_the_buttons_have_the_issues_accessible_names():
     assert [a.label for a in ACTIONS] + [RERUN_FROM.label] == [
-        "Approve", "Reject", "Promote", "Cancel job", "Rerun", "Delete", "Rerun from this stage"]
+        "Approve",
+        "Reject",
+        "Promote",
+        "Cancel job",
+        "Rerun",
+        "Delete",
+        "Rerun from this stage",
+    ]
 
 
 JOB = {"job_id": "j-1", "project": "app", "status": "waiting"}
@@ -40,15 +56,24 @@ VIEWER = "arn:aws:iam::123456789012:user/viewer"
 
 def test_a_button_the_caller_may_not_use_says_which_level_it_needs():
     approve = next(a for a in ACTIONS if a.name == "approve")
-    assert button_state(approve, JOB, VIEWER, Level.VIEW) == f"{VIEWER} has view on project app; Approve needs operate"
-    assert button_state(approve, JOB, VIEWER, None) == f"{VIEWER} has no grant on project app; Approve needs operate"
+    assert (
+        button_state(approve, JOB, VIEWER, Level.VIEW)
+        == f"{VIEWER} has view on project app; Approve needs operate"
+    )
+    assert (
+        button_state(approve, JOB, VIEWER, None)
+        == f"{VIEWER} has no grant on project app; Approve needs operate"
+    )
     assert button_state(approve, JOB, VIEWER, Level.OPERATE) is None
 
 
 def test_a_button_the_jobs_state_rules_out_says_so():
     cancel = next(a for a in ACTIONS if a.name == "cancel")
     rerun = next(a for a in ACTIONS if a.name == "rerun")
-    assert button_state(cancel, {**JOB, "status": "succeeded"}, VIEWER, Level.MANAGE) == "the job already ended (succeeded)"
+    assert (
+        button_state(cancel, {**JOB, "status": "succeeded"}, VIEWER, Level.MANAGE)
+        == "the job already ended (succeeded)"
+    )
     assert button_state(rerun, JOB, VIEWER, Level.MANAGE) == "only when the job is ended (it is waiting)"
     assert button_state(cancel, JOB, VIEWER, Level.MANAGE) is None
 
@@ -61,16 +86,33 @@ def test_the_job_lists_rerun_starts_from_the_stage_the_job_stopped_at():
     assert stopped_stage({**failed, "last_successful_stage": "build"}, PLAN) == ("sign", None)
     assert stopped_stage({**failed, "last_successful_stage": None}, PLAN) == ("build", None)
     assert stopped_stage({**JOB, "status": "succeeded", "last_successful_stage": "deploy"}, PLAN) == (
-        None, "every stage succeeded: nothing after the last one")
-    assert stopped_stage({**failed, "last_successful_stage": "lint"}, PLAN) == (None, "the project's plan no longer has stage lint")
+        None,
+        "every stage succeeded: nothing after the last one",
+    )
+    assert stopped_stage({**failed, "last_successful_stage": "lint"}, PLAN) == (
+        None,
+        "the project's plan no longer has stage lint",
+    )
 
 
 def test_a_job_list_row_offers_every_action_in_the_issues_order():
-    buttons = row_buttons({**JOB, "status": "failed", "last_successful_stage": "build"}, VIEWER, Level.MANAGE, PLAN)
+    buttons = row_buttons(
+        {**JOB, "status": "failed", "last_successful_stage": "build"}, VIEWER, Level.MANAGE, PLAN
+    )
     assert [b["action"].label for b in buttons] == [
-        "Approve", "Reject", "Promote", "Cancel job", "Rerun", "Rerun from the current stage", "Delete"]
+        "Approve",
+        "Reject",
+        "Promote",
+        "Cancel job",
+        "Rerun",
+        "Rerun from the current stage",
+        "Delete",
+    ]
     assert {b["action"].label: b["why_not"] for b in buttons if b["why_not"] is None} == {
-        "Rerun": None, "Rerun from the current stage": None, "Delete": None}
+        "Rerun": None,
+        "Rerun from the current stage": None,
+        "Delete": None,
+    }
     assert [b["from_stage"] for b in buttons if b["action"] is RERUN_FROM_CURRENT] == ["sign"]
     viewer = row_buttons({**JOB, "status": "failed"}, VIEWER, Level.VIEW, PLAN)
     assert all(b["why_not"] for b in viewer), viewer

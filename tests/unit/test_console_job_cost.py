@@ -24,8 +24,12 @@ class CountingApi(RelevoApi):
 
 
 def job(job_id="job_a", status="running", stage="build", stage_status="running", attempt=1):
-    return {"job_id": job_id, "status": status, "current_stage": stage,
-            "stages": [{"name": "build", "status": stage_status, "attempt": attempt, "retry_count": attempt - 1}]}
+    return {
+        "job_id": job_id,
+        "status": status,
+        "current_stage": stage,
+        "stages": [{"name": "build", "status": stage_status, "attempt": attempt, "retry_count": attempt - 1}],
+    }
 
 
 class Clock:

@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.console.app import create_app
-from relevo_cli.console.state import Console
 from relevo_cli.console.security import ConsoleSecrets
+from relevo_cli.console.state import Console
 from tests.helpers.stack_files import UNREACHABLE
 
 PORT = 8765
@@ -41,13 +41,20 @@ class GrantedApi(RelevoApi):
     def grants(self, project_id: str) -> dict[str, Any]:
         level = self.levels.get(project_id)
         if level is None:
-            raise ApiError(403, {"error": "FORBIDDEN", "message": f"{CALLER} has no view permission on project {project_id}"})
+            raise ApiError(
+                403,
+                {"error": "FORBIDDEN", "message": f"{CALLER} has no view permission on project {project_id}"},
+            )
         return {"grants": [{"principal": CALLER, "level": level}]}
 
 
 def _run_page(levels: dict[str, str | None], query: str = "") -> str:
     secrets_ = ConsoleSecrets()
-    client = TestClient(create_app(Console(GrantedApi(levels), caller=lambda: CALLER), secrets_, PORT), base_url=ORIGIN, follow_redirects=False)
+    client = TestClient(
+        create_app(Console(GrantedApi(levels), caller=lambda: CALLER), secrets_, PORT),
+        base_url=ORIGIN,
+        follow_redirects=False,
+    )
     assert client.get(f"/?token={secrets_.token}").status_code == 303
     page = client.get(f"/run{query}")
     assert page.status_code == 200
@@ -63,7 +70,11 @@ def test_the_run_page_offers_only_the_projects_the_caller_may_operate():
     levels = {"ios-app": "operate", "android-app": "view", "tools": "manage", "billing": None}
     html = _run_page(levels)
     assert _options(html, "run-project") == ["ios-app", "tools"]
-    assert _options(html, "run-group") == ["", "infra", "mobile"]  # "all groups", then the runnable ones' groups
+    assert _options(html, "run-group") == [
+        "",
+        "infra",
+        "mobile",
+    ]  # "all groups", then the runnable ones' groups
     assert "android" not in html and "billing" not in html
     # Asked for by name, a project the caller can only view is not selected: the first runnable one is
     html = _run_page(levels, "?project=android-app")

@@ -17,9 +17,9 @@ from starlette.testclient import TestClient
 from relevo_cli.api import RelevoApi
 from relevo_cli.console.app import create_app
 from relevo_cli.console.render import HERE
-from relevo_cli.console.state import Console
 from relevo_cli.console.security import COOKIE, ConsoleSecrets
 from relevo_cli.console.server import ConsoleServer
+from relevo_cli.console.state import Console
 from tests.helpers.stack_files import UNREACHABLE, unreachable_stack_file
 
 PORT = 8765
@@ -89,7 +89,12 @@ def test_a_signed_in_browser_opening_the_spent_link_again_keeps_its_session(clie
 def test_a_spent_link_refused_announces_a_new_single_use_link_and_a_wrong_token_announces_nothing(secrets_):
     announced: list[str] = []
     api = RelevoApi(f"{UNREACHABLE}/v1", "us-east-1", boto3.session.Session(region_name="us-east-1"))
-    app = create_app(Console(api, caller=lambda: "arn:aws:iam::123456789012:user/nobody"), secrets_, PORT, announce=announced.append)
+    app = create_app(
+        Console(api, caller=lambda: "arn:aws:iam::123456789012:user/nobody"),
+        secrets_,
+        PORT,
+        announce=announced.append,
+    )
     laptop, other, third = (TestClient(app, base_url=ORIGIN, follow_redirects=False) for _ in range(3))
     assert laptop.get(f"/?token={secrets_.token}").status_code == 303
     assert other.get("/?token=guessed").status_code == 403 and announced == []
@@ -100,7 +105,9 @@ def test_a_spent_link_refused_announces_a_new_single_use_link_and_a_wrong_token_
     # The new link is the same until it is used (a second refusal hands it out again)...
     assert third.get(f"/?token={secrets_.token}").status_code == 410 and announced == [link, link]
     signed_in = other.get(link.removeprefix(ORIGIN))
-    assert signed_in.status_code == 303 and signed_in.headers["set-cookie"].startswith(f"{COOKIE}={secrets_.session};")
+    assert signed_in.status_code == 303 and signed_in.headers["set-cookie"].startswith(
+        f"{COOKIE}={secrets_.session};"
+    )
     assert other.get("/static/console.css").status_code == 200
     # ...and single-use too
     assert third.get(link.removeprefix(ORIGIN)).status_code == 410
@@ -130,7 +137,9 @@ def test_a_rebound_host_name_is_refused(client, secrets_):
 )
 def test_a_cross_origin_post_is_refused_before_the_route_runs(client, secrets_, headers):
     _signed_in(client, secrets_)
-    response = client.post("/jobs/j-1/actions/approve", content=b"{}", headers={"Content-Type": "text/plain", **headers})
+    response = client.post(
+        "/jobs/j-1/actions/approve", content=b"{}", headers={"Content-Type": "text/plain", **headers}
+    )
     assert response.status_code == 403
     assert response.text.startswith("refused: ")
 
@@ -179,8 +188,20 @@ def test_the_server_binds_loopback_only():
 def test_relevo_console_prints_its_url_with_the_token_first(tmp_path: Path):
     stack_file = unreachable_stack_file(tmp_path)
     process = subprocess.Popen(
-        [sys.executable, "-m", "relevo_cli.main", "console", "--no-open", "--port", "0", "--stack-file", str(stack_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "relevo_cli.main",
+            "console",
+            "--no-open",
+            "--port",
+            "0",
+            "--stack-file",
+            str(stack_file),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         first = process.stdout.readline().strip()

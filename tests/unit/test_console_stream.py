@@ -14,9 +14,9 @@ import pytest
 import requests
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_cli.console.state import Console
 from relevo_cli.console.security import COOKIE
 from relevo_cli.console.server import ConsoleServer
+from relevo_cli.console.state import Console
 from relevo_cli.console.stream import StreamSettings, batches, job_events
 from tests.helpers.stack_files import UNREACHABLE
 
@@ -25,12 +25,29 @@ FAST = StreamSettings(poll_sec=0.01, state_sec=100, retry_backoff_sec=0.01, life
 
 def chunk(seq: int, lines: int = 1) -> dict[str, Any]:
     # `next`: the cursor after the chunk, as the API gives it (relevo_core.jobs.logs.chunk_view).
-    return {"seq": seq, "next": seq + 1, "stage": "build", "attempt": 1, "text": "".join(f"{seq}.{i}\n" for i in range(lines))}
+    return {
+        "seq": seq,
+        "next": seq + 1,
+        "stage": "build",
+        "attempt": 1,
+        "text": "".join(f"{seq}.{i}\n" for i in range(lines)),
+    }
 
 
-def page(chunks: list[dict[str, Any]], status: str = "running", more: bool = False, waiting_stage: str | None = None) -> dict[str, Any]:
+def page(
+    chunks: list[dict[str, Any]],
+    status: str = "running",
+    more: bool = False,
+    waiting_stage: str | None = None,
+) -> dict[str, Any]:
     terminal = status in ("succeeded", "failed", "canceled")
-    return {"status": status, "terminal": terminal, "waiting_stage": waiting_stage, "chunks": chunks, "more": more}
+    return {
+        "status": status,
+        "terminal": terminal,
+        "waiting_stage": waiting_stage,
+        "chunks": chunks,
+        "more": more,
+    }
 
 
 class Script:
@@ -54,7 +71,9 @@ class Script:
 
 def run(script: Script, from_seq: int = 0, settings: StreamSettings = FAST) -> list[dict[str, Any]]:
     async def collect() -> list[dict[str, Any]]:
-        events = job_events(script.read_logs, lambda: {"current_stage": "build"}, from_seq, settings, script.sleep)
+        events = job_events(
+            script.read_logs, lambda: {"current_stage": "build"}, from_seq, settings, script.sleep
+        )
         return [event async for event in events]
 
     return asyncio.run(collect())
@@ -79,15 +98,26 @@ def test_a_single_chunk_longer_than_a_batch_is_sent_alone_and_whole():
 
 
 def test_state_is_sent_when_the_status_or_gate_changes_and_done_after_the_last_chunk():
-    script = Script(page([chunk(0)]), page([]), page([], status="waiting", waiting_stage="deploy"), page([chunk(1)], status="succeeded"))
+    script = Script(
+        page([chunk(0)]),
+        page([]),
+        page([], status="waiting", waiting_stage="deploy"),
+        page([chunk(1)], status="succeeded"),
+    )
     events = run(script)
     states = [json.loads(e["data"]) for e in events if e["event"] == "state"]
-    assert [(s["status"], s["waiting_stage"]) for s in states] == [("running", None), ("waiting", "deploy"), ("succeeded", None)]
+    assert [(s["status"], s["waiting_stage"]) for s in states] == [
+        ("running", None),
+        ("waiting", "deploy"),
+        ("succeeded", None),
+    ]
     assert states[0]["current_stage"] == "build"
     # The last lines go out before the state read that follows them, and done comes last.
     assert [e["event"] for e in events[-3:]] == ["log", "state", "done"]
     assert json.loads(events[-1]["data"]) == {"status": "succeeded", "next_seq": 2}
-    assert len(script.sleeps) == 3 and all(0 <= s <= 0.01 for s in script.sleeps)  # polled between pages with nothing more stored
+    assert len(script.sleeps) == 3 and all(
+        0 <= s <= 0.01 for s in script.sleeps
+    )  # polled between pages with nothing more stored
 
 
 def test_polls_keep_their_cadence_the_reads_time_counting_toward_the_interval():
@@ -102,7 +132,14 @@ def test_polls_keep_their_cadence_the_reads_time_counting_toward_the_interval():
 
     async def collect() -> list[dict[str, Any]]:
         settings = StreamSettings(poll_sec=0.5, state_sec=100, lifetime_sec=60)
-        events = job_events(script.read_logs, lambda: {"current_stage": "build"}, 0, settings, script.sleep, clock=lambda: now[0])
+        events = job_events(
+            script.read_logs,
+            lambda: {"current_stage": "build"},
+            0,
+            settings,
+            script.sleep,
+            clock=lambda: now[0],
+        )
         return [event async for event in events]
 
     asyncio.run(collect())
@@ -125,8 +162,13 @@ def test_lines_are_sent_before_the_job_is_read_again():
 
     order = asyncio.run(collect())
     # chunk 1 arrives with the status change: it is sent before the job read that change causes.
-    assert order == ["state after 1 job reads", "log after 1 job reads", "log after 1 job reads",
-                     "state after 2 job reads", "done after 2 job reads"]
+    assert order == [
+        "state after 1 job reads",
+        "log after 1 job reads",
+        "log after 1 job reads",
+        "state after 2 job reads",
+        "done after 2 job reads",
+    ]
 
 
 def test_a_refusal_ends_the_stream_with_the_apis_answer_and_a_5xx_is_waited_out():
@@ -142,7 +184,14 @@ def test_a_stream_ends_itself_after_its_lifetime():
 
     async def collect() -> list[dict[str, Any]]:
         settings = StreamSettings(poll_sec=0.01, lifetime_sec=3)
-        events = job_events(script.read_logs, lambda: {"current_stage": None}, 0, settings, script.sleep, clock=lambda: next(ticks))
+        events = job_events(
+            script.read_logs,
+            lambda: {"current_stage": None},
+            0,
+            settings,
+            script.sleep,
+            clock=lambda: next(ticks),
+        )
         return [event async for event in events]
 
     events = asyncio.run(collect())
@@ -158,14 +207,29 @@ def test_stream_settings_refuse_nonsense(bad):
 
 def test_a_stages_transfer_is_sent_as_progress_whenever_what_it_says_changes():
     """Issue 18: the Steps' transfer cells follow an upload over the stream, without a reload."""
+
     def stage(transfer: dict | None) -> dict[str, Any]:
         return {"name": "build", "transfer": transfer, "transfers": [transfer] if transfer else []}
 
     def reading(files_done: int, bytes_done: int, state: str = "uploading") -> dict[str, Any]:
-        return {"attempt": 1, "state": state, "files_done": files_done, "files_total": 2, "bytes_done": bytes_done,
-                "bytes_total": 2048, "current_file": None, "updated_at": "2026-12-01T12:00:00+00:00"}
+        return {
+            "attempt": 1,
+            "state": state,
+            "files_done": files_done,
+            "files_total": 2,
+            "bytes_done": bytes_done,
+            "bytes_total": 2048,
+            "current_file": None,
+            "updated_at": "2026-12-01T12:00:00+00:00",
+        }
 
-    jobs = [stage(None), stage(reading(0, 512)), stage(reading(0, 512)), stage(reading(1, 1536)), stage(reading(2, 2048, "uploaded"))]
+    jobs = [
+        stage(None),
+        stage(reading(0, 512)),
+        stage(reading(0, 512)),
+        stage(reading(1, 1536)),
+        stage(reading(2, 2048, "uploaded")),
+    ]
     script = Script(page([]), page([]), page([]), page([]), page([], status="succeeded"))
 
     def read_job() -> dict[str, Any]:
@@ -173,13 +237,18 @@ def test_a_stages_transfer_is_sent_as_progress_whenever_what_it_says_changes():
 
     async def collect() -> list[dict[str, Any]]:
         # Each poll waits for its job read: one reading of the upload per poll.
-        settings = StreamSettings(poll_sec=0.01, state_sec=0.000001, job_read_wait_sec=30, retry_backoff_sec=0.01, lifetime_sec=60)
+        settings = StreamSettings(
+            poll_sec=0.01, state_sec=0.000001, job_read_wait_sec=30, retry_backoff_sec=0.01, lifetime_sec=60
+        )
         return [event async for event in job_events(script.read_logs, read_job, 0, settings, script.sleep)]
 
     events = asyncio.run(collect())
     progress = [json.loads(e["data"])["transfers"]["build"] for e in events if e["event"] == "progress"]
-    assert progress == ["uploading 1 of 2 files, 512 B of 2.0 KiB (25 %)", "uploading 2 of 2 files, 1.5 KiB of 2.0 KiB (75 %)",
-                        "2 files, 2.0 KiB uploaded"]
+    assert progress == [
+        "uploading 1 of 2 files, 512 B of 2.0 KiB (25 %)",
+        "uploading 2 of 2 files, 1.5 KiB of 2.0 KiB (75 %)",
+        "2 files, 2.0 KiB uploaded",
+    ]
 
 
 def test_the_periodic_job_read_runs_beside_the_polls_log_read_not_ahead_of_the_next_poll():
@@ -211,7 +280,9 @@ def test_the_periodic_job_read_runs_beside_the_polls_log_read_not_ahead_of_the_n
     script = Beside(page([chunk(0)]), page([chunk(1)]), page([], status="succeeded"))
 
     async def collect() -> list[dict[str, Any]]:
-        settings = StreamSettings(poll_sec=0.01, state_sec=0.000001, job_read_wait_sec=30, retry_backoff_sec=0.01, lifetime_sec=60)
+        settings = StreamSettings(
+            poll_sec=0.01, state_sec=0.000001, job_read_wait_sec=30, retry_backoff_sec=0.01, lifetime_sec=60
+        )
         return [event async for event in job_events(script.read_logs, read_job, 0, settings, script.sleep)]
 
     events = asyncio.run(collect())
@@ -250,8 +321,14 @@ def test_no_poll_waits_for_a_slow_job_read_its_answer_is_taken_once_it_is_in():
             return {"current_stage": "sign"}
         return {"current_stage": "build"}
 
-    script = Polls(page([chunk(0)]), page([chunk(1)]), page([chunk(2)]), page([chunk(3)]), page([chunk(4)]),
-                   *[page([]) for _ in range(200)])
+    script = Polls(
+        page([chunk(0)]),
+        page([chunk(1)]),
+        page([chunk(2)]),
+        page([chunk(3)]),
+        page([chunk(4)]),
+        *[page([]) for _ in range(200)],
+    )
 
     async def collect() -> list[dict[str, Any]]:
         settings = StreamSettings(poll_sec=0.01, state_sec=0.000001, retry_backoff_sec=0.01, lifetime_sec=60)
@@ -274,7 +351,13 @@ def test_no_poll_waits_for_a_slow_job_read_its_answer_is_taken_once_it_is_in():
 class IdleJob(RelevoApi):
     """A running job whose log stays empty: after its first state, a stream has nothing to send."""
 
-    def job_logs(self, job_id: str, from_seq: int | None = None, before_seq: int | None = None, limit: int | None = None) -> dict[str, Any]:
+    def job_logs(
+        self,
+        job_id: str,
+        from_seq: int | None = None,
+        before_seq: int | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
         return page([])
 
     def get_job(self, job_id: str) -> dict[str, Any]:
@@ -294,7 +377,9 @@ def test_an_idle_stream_sends_a_ping_comment_every_ping_interval():
         signed_in = requests.get(server.url, allow_redirects=False, timeout=10)
         cookies = {COOKIE: signed_in.cookies[COOKIE]}
         opened = time.monotonic()
-        with requests.get(f"{server.origin}/jobs/j-1/stream", cookies=cookies, stream=True, timeout=10) as stream:
+        with requests.get(
+            f"{server.origin}/jobs/j-1/stream", cookies=cookies, stream=True, timeout=10
+        ) as stream:
             assert stream.headers["content-type"].startswith("text/event-stream")
             for line in stream.iter_lines(decode_unicode=True):
                 if line.startswith(": ping"):
@@ -304,6 +389,9 @@ def test_an_idle_stream_sends_a_ping_comment_every_ping_interval():
                 elif line:
                     events.append(line)
     # Nothing but the first state was sent: the pings alone kept the stream going...
-    assert events == ["event: state", 'data: {"status": "running", "waiting_stage": null, "current_stage": "build"}']
+    assert events == [
+        "event: state",
+        'data: {"status": "running", "waiting_stage": null, "current_stage": "build"}',
+    ]
     # ...each at the interval, none sooner (the nth no earlier than n intervals after the stream opened)
     assert all(at >= n * interval for n, at in enumerate(pings, start=1)), pings

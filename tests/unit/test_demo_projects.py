@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from relevo_tools.demo import percentile
-from relevo_tools.demo_scenarios import FLEET, PROJECTS
 from relevo_cli.projects import load_project_file
 from relevo_core.models.errors import EX_TEMPFAIL
 from relevo_core.models.project import Project
+from relevo_tools.demo import percentile
+from relevo_tools.demo_scenarios import FLEET, PROJECTS
 
 
 def _projects() -> dict[str, Project]:
@@ -90,11 +90,19 @@ def test_the_ui_test_shards_check_builds_products_and_split_the_tests_between_th
     shared, workspace = tmp_path / "shared", tmp_path / "workspace"
     shared.mkdir()
     workspace.mkdir()
-    env = {**os.environ, "RELEVO_DEMO_DIR": str(shared), "RELEVO_DEMO_PYTHON": sys.executable, "RELEVO_DEMO_TOOLS": str(PROJECTS / "tools"),
-           "RELEVO_JOB_ID": "job_x", "RELEVO_OUTPUT": str(tmp_path / "build.out")}
+    env = {
+        **os.environ,
+        "RELEVO_DEMO_DIR": str(shared),
+        "RELEVO_DEMO_PYTHON": sys.executable,
+        "RELEVO_DEMO_TOOLS": str(PROJECTS / "tools"),
+        "RELEVO_JOB_ID": "job_x",
+        "RELEVO_OUTPUT": str(tmp_path / "build.out"),
+    }
 
     def run(command: str, **variables: str) -> int:
-        return subprocess.run(["bash", "-c", command], cwd=workspace, env={**env, **variables}, capture_output=True, timeout=20).returncode
+        return subprocess.run(
+            ["bash", "-c", command], cwd=workspace, env={**env, **variables}, capture_output=True, timeout=20
+        ).returncode
 
     assert run(_command(project, "build")) == 0
     digest = dict(line.split("=", 1) for line in (tmp_path / "build.out").read_text().split())["digest"]
@@ -102,21 +110,44 @@ def test_the_ui_test_shards_check_builds_products_and_split_the_tests_between_th
     for shard in range(3):  # every shard started: none waits for the others
         (shared / "ui-tests" / "job_x" / str(shard)).touch()
     for shard in range(3):
-        assert run(test.run, RELEVO_OUT_BUILD_DIGEST=digest, RELEVO_SHARD_INDEX=str(shard), RELEVO_SHARD_COUNT="3",
-                   RELEVO_OPERATION_ID=f"job_x:test#shard-{shard}") == 0
+        assert (
+            run(
+                test.run,
+                RELEVO_OUT_BUILD_DIGEST=digest,
+                RELEVO_SHARD_INDEX=str(shard),
+                RELEVO_SHARD_COUNT="3",
+                RELEVO_OPERATION_ID=f"job_x:test#shard-{shard}",
+            )
+            == 0
+        )
     runs = [line.split() for line in (shared / "ui-tests.runs").read_text().splitlines()]
     assert [run[0] for run in runs] == [f"job_x:test#shard-{shard}" for shard in range(3)]
     ran = [name for run in runs for name in run[1:]]
-    assert sorted(ran) == (workspace / "build" / "Products" / "tests.txt").read_text().split() and len(ran) == 12
+    assert (
+        sorted(ran) == (workspace / "build" / "Products" / "tests.txt").read_text().split() and len(ran) == 12
+    )
 
     (workspace / "build" / "Products" / "tests.txt").write_text("AppUITests/other\n")
-    assert run(test.run, RELEVO_OUT_BUILD_DIGEST=digest, RELEVO_SHARD_INDEX="0", RELEVO_SHARD_COUNT="3",
-               RELEVO_OPERATION_ID="job_x:test#shard-0") != 0
+    assert (
+        run(
+            test.run,
+            RELEVO_OUT_BUILD_DIGEST=digest,
+            RELEVO_SHARD_INDEX="0",
+            RELEVO_SHARD_COUNT="3",
+            RELEVO_OPERATION_ID="job_x:test#shard-0",
+        )
+        != 0
+    )
 
 
 @pytest.mark.parametrize(
     ("values", "share", "expected"),
-    [([3.0], 0.5, 3.0), ([3.0], 0.95, 3.0), ([float(n) for n in range(1, 21)], 0.5, 10.0), ([float(n) for n in range(20, 0, -1)], 0.95, 19.0)],
+    [
+        ([3.0], 0.5, 3.0),
+        ([3.0], 0.95, 3.0),
+        ([float(n) for n in range(1, 21)], 0.5, 10.0),
+        ([float(n) for n in range(20, 0, -1)], 0.95, 19.0),
+    ],
 )
 def test_percentile_is_nearest_rank(values: list[float], share: float, expected: float):
     assert percentile(values, share) == expected

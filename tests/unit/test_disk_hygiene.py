@@ -15,7 +15,13 @@ from relevo_agent.stop import AgentStop
 
 
 def _config(tmp_path: Path, **settings) -> AgentConfig:
-    return AgentConfig(agent_id="mac-1", region="eu", workspace_root=tmp_path / "ws", journal=tmp_path / "j.sqlite3", **settings)
+    return AgentConfig(
+        agent_id="mac-1",
+        region="eu",
+        workspace_root=tmp_path / "ws",
+        journal=tmp_path / "j.sqlite3",
+        **settings,
+    )
 
 
 def test_below_min_free_disk_the_agent_says_agent_low_disk_and_above_it_claims_again(tmp_path: Path):
@@ -48,18 +54,30 @@ def test_retention_keeps_the_last_used_and_never_a_leased_workspace(tmp_path: Pa
     hygiene = Hygiene(config, journal, lambda: running)
     _workspaces(config, hygiene, "oldest", "old-leased-by-journal", "old-running", "recent", "newest")
     # An attempt still in flight in the journal (a restart reconciles it), and a running stage.
-    journal.begin(Operation("job_x/build", "job_x", "build", 0, 1, str(config.workspace_root / "old-leased-by-journal"), "v1"))
+    journal.begin(
+        Operation(
+            "job_x/build", "job_x", "build", 0, 1, str(config.workspace_root / "old-leased-by-journal"), "v1"
+        )
+    )
     running.add(config.workspace_root / "old-running")
 
     removed = hygiene.prune()
     assert [path.name for path in removed] == ["oldest"]
-    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == ["newest", "old-leased-by-journal", "old-running", "recent"]
+    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == [
+        "newest",
+        "old-leased-by-journal",
+        "old-running",
+        "recent",
+    ]
 
     # Once the leases are gone, the next prune removes them too.
     running.clear()
     journal.record("job_x/build", 1, OperationOutcome.SUCCEEDED, 0, None)
     assert sorted(path.name for path in hygiene.prune()) == ["old-leased-by-journal", "old-running"]
-    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == ["newest", "recent"]
+    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == [
+        "newest",
+        "recent",
+    ]
 
 
 def test_keep_workspaces_0_keeps_everything(tmp_path: Path):
@@ -68,7 +86,11 @@ def test_keep_workspaces_0_keeps_everything(tmp_path: Path):
     _workspaces(config, hygiene, "a", "b", "c")
     hygiene.stage_ended("a", config.workspace_root / "a", None)
     hygiene.between_stages()
-    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == ["a", "b", "c"]
+    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == [
+        "a",
+        "b",
+        "c",
+    ]
 
 
 def test_a_projects_cleanup_runs_once_between_stages_in_its_workspace(tmp_path: Path):
@@ -91,7 +113,11 @@ def test_retention_never_removes_a_workspace_another_agent_process_of_the_machin
     stage's lock on the workspace keeps it. Once that stage ends, the next prune removes it."""
     config = _config(tmp_path, keep_workspaces=1)
     hygiene = Hygiene(config, Journal(config.journal), set)
-    other = Hygiene(config.model_copy(update={"agent_id": "mac-2", "journal": tmp_path / "j2.sqlite3"}), Journal(tmp_path / "j2.sqlite3"), set)
+    other = Hygiene(
+        config.model_copy(update={"agent_id": "mac-2", "journal": tmp_path / "j2.sqlite3"}),
+        Journal(tmp_path / "j2.sqlite3"),
+        set,
+    )
     _workspaces(config, hygiene, "used-by-the-other-agent", "newest")
 
     with other.locks.using(config.workspace_root / "used-by-the-other-agent"):
@@ -99,4 +125,6 @@ def test_retention_never_removes_a_workspace_another_agent_process_of_the_machin
         assert (config.workspace_root / "used-by-the-other-agent").is_dir()
 
     assert [path.name for path in hygiene.prune()] == ["used-by-the-other-agent"]
-    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == ["newest"]
+    assert sorted(path.name for path in config.workspace_root.iterdir() if not path.name.startswith(".")) == [
+        "newest"
+    ]

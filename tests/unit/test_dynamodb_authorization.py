@@ -16,6 +16,12 @@ def test_top_level_attribute_names_of_expressions():
         None,
     ) == {"pk", "attempt", "lease_expires_at"}
     # Nested paths count as their top-level attribute; values and functions are not attributes.
-    assert expression_attributes("SET envelope.stages[0].command = :c, #n.x = :y", {"#n": "notes"}) == {"envelope", "notes"}
-    assert expression_attributes("size(receipt) > :zero AND begins_with(sk, :prefix)", None) == {"receipt", "sk"}
+    assert expression_attributes("SET envelope.stages[0].command = :c, #n.x = :y", {"#n": "notes"}) == {
+        "envelope",
+        "notes",
+    }
+    assert expression_attributes("size(receipt) > :zero AND begins_with(sk, :prefix)", None) == {
+        "receipt",
+        "sk",
+    }
     assert expression_attributes(None, None) == set()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from http import HTTPStatus
 from typing import Any
 
@@ -13,6 +13,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from relevo_core.config import IntakeSettings
+from relevo_core.intake.enqueue import build_envelope
 from relevo_core.models.envelope import (
     PROJECT_ID,
     REGION_AFFINITY,
@@ -32,14 +34,13 @@ from relevo_core.models.plan import (
     RetryPolicy,
     StagePlan,
 )
-from relevo_core.config import IntakeSettings
-from relevo_core.intake.enqueue import build_envelope
 from relevo_core.models.project import Project
 from relevo_core.store.codec import from_attributes, to_attributes
 
 # --------------------------------------------------------------------------------------------
 # Strategies: every field of a valid envelope, within the model's own bounds.
 # --------------------------------------------------------------------------------------------
+
 
 def bounded_text(min_size: int, max_size: int) -> st.SearchStrategy[str]:
     """Arbitrary unicode, minus lone surrogates (pydantic refuses those as strings, see below)."""
@@ -60,9 +61,7 @@ zones = st.integers(min_value=-(24 * 60 - 1), max_value=24 * 60 - 1).map(
     lambda minutes: timezone(timedelta(minutes=minutes))
 )
 # Kept away from datetime.min/max so that the conversion to UTC cannot overflow.
-created_ats = st.datetimes(
-    min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1), timezones=zones
-)
+created_ats = st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1), timezones=zones)
 
 output_rules = st.builds(
     OutputRule,
@@ -229,16 +228,30 @@ def test_a_new_jobs_ttl_and_log_ttl_count_the_stacks_retention_days_from_its_cre
         }
     )
     project = Project.model_validate(
-        {"id": "demo", "repo": "acme/demo", "region_affinity": "eu-west", "stages": [{"name": "build", "run": "make"}]}
+        {
+            "id": "demo",
+            "repo": "acme/demo",
+            "region_affinity": "eu-west",
+            "stages": [{"name": "build", "run": "make"}],
+        }
     )
-    created = datetime(2026, 11, 29, 12, 0, 0, 500_000, tzinfo=timezone.utc)
+    created = datetime(2026, 11, 29, 12, 0, 0, 500_000, tzinfo=UTC)
     envelope = build_envelope(
-        settings, project, Trigger(type="api", source="api"), "main", None, project.frozen_stages(), "k", created
+        settings,
+        project,
+        Trigger(type="api", source="api"),
+        "main",
+        None,
+        project.frozen_stages(),
+        "k",
+        created,
     )
     epoch = int(created.timestamp())
     assert (envelope.ttl, envelope.log_ttl) == (epoch + 9 * 86400, epoch + 2 * 86400)
     # The defaults are the template's: 30 days for jobs, 14 for logs.
-    defaults = IntakeSettings.model_validate(settings.model_dump(by_alias=True, exclude={"job_retention_days", "log_retention_days"}))
+    defaults = IntakeSettings.model_validate(
+        settings.model_dump(by_alias=True, exclude={"job_retention_days", "log_retention_days"})
+    )
     assert defaults.expiry(created) == {"ttl": epoch + 30 * 86400, "log_ttl": epoch + 14 * 86400}
 
 
@@ -280,9 +293,18 @@ def test_new_envelopes_are_version_5_and_older_envelopes_still_read() -> None:
     assert old.schema_version == 1 and old.log_ttl is None and old.log_expires_at == old.ttl
     two = read_envelope(minimal_envelope(schema_version=2, log_ttl=1_710_000_000))
     assert two.schema_version == 2
-    assert JobEnvelope.model_validate({k: v for k, v in old.to_json_dict().items() if k != "schema_version"}).schema_version == 5
+    assert (
+        JobEnvelope.model_validate(
+            {k: v for k, v in old.to_json_dict().items() if k != "schema_version"}
+        ).schema_version
+        == 5
+    )
     three = read_envelope(minimal_envelope(schema_version=3))
-    assert three.schema_version == 3 and three.checkout is None and all(stage.handoff == () for stage in three.stages)
+    assert (
+        three.schema_version == 3
+        and three.checkout is None
+        and all(stage.handoff == () for stage in three.stages)
+    )
     four = read_envelope(minimal_envelope(schema_version=4))
     assert four.schema_version == 4 and all(stage.warning_exit_codes == () for stage in four.stages)
 
@@ -318,7 +340,11 @@ def test_duplicate_stage_names_are_refused() -> None:
 def test_an_enabled_gate_defaults_to_the_first_deploy_stage_or_is_refused() -> None:
     """Given approval enabled without `before`, the gate is the first deploy stage; without any
     deploy stage the plan is refused, naming the field."""
-    stages = [{"name": "build", "command": "make"}, {"name": "deploy-prod", "command": "ship"}, {"name": "deploy-eu", "command": "ship"}]
+    stages = [
+        {"name": "build", "command": "make"},
+        {"name": "deploy-prod", "command": "ship"},
+        {"name": "deploy-eu", "command": "ship"},
+    ]
     envelope = read_envelope(minimal_envelope(stages=stages, approval={"enabled": True}))
     assert envelope.approval.gated_stage([s.name for s in envelope.stages]) == "deploy-prod"
     no_deploy = [{"name": "build", "command": "make"}, {"name": "sign", "command": "codesign"}]

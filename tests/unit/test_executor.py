@@ -13,7 +13,6 @@ import pytest
 from relevo_agent.executor import ExecResult, run_command
 from tests.helpers.processes import is_dead, wait_until
 
-
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
 
 

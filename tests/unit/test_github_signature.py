@@ -7,8 +7,8 @@ import hmac
 
 import pytest
 
-from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.intake.webhooks import github
+from relevo_core.models.errors import ErrorCode, RelevoError
 
 # GitHub's published test vector, from "Validating webhook deliveries":
 # https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries

@@ -17,7 +17,14 @@ from relevo_agent.handoff.manifests import Source, check_shards_apart
 from relevo_agent.handoff.restore import check_entries, merge
 from relevo_agent.handoff.tree import scan
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.handoff import HandoffSummary, Manifest, ManifestEntry, link_target_problem, path_problem, tree_digest
+from relevo_core.models.handoff import (
+    HandoffSummary,
+    Manifest,
+    ManifestEntry,
+    link_target_problem,
+    path_problem,
+    tree_digest,
+)
 from relevo_core.models.project import Project
 from tests.helpers.tree import make_bundle
 
@@ -88,7 +95,9 @@ def test_paths_that_could_leave_the_workspace_are_refused(path: str, problem: st
     assert found is not None and problem in found
 
 
-@pytest.mark.parametrize("path", ["build/App.app", "build/*.ipa", "**/*.dSYM", ".build/out", "a b/c", "build/..x"])
+@pytest.mark.parametrize(
+    "path", ["build/App.app", "build/*.ipa", "**/*.dSYM", ".build/out", "a b/c", "build/..x"]
+)
 def test_ordinary_paths_and_globs_pass(path: str) -> None:
     assert path_problem(path, pattern=True) is None
 
@@ -112,7 +121,12 @@ def test_symlink_targets_stay_inside_the_workspace(path: str, target: str, ok: b
 def test_a_project_file_with_an_escaping_handoff_path_is_refused_naming_it() -> None:
     with pytest.raises(ValueError) as refused:
         Project.model_validate(
-            {"id": "p", "repo": "a/b", "region_affinity": "eu-west", "stages": [{"name": "build", "run": "x", "handoff": ["ok", "../up"]}]}
+            {
+                "id": "p",
+                "repo": "a/b",
+                "region_affinity": "eu-west",
+                "stages": [{"name": "build", "run": "x", "handoff": ["ok", "../up"]}],
+            }
         )
     errors = refused.value.errors()  # type: ignore[attr-defined]
     assert errors[0]["loc"] == ("stages", 0, "handoff", 1)
@@ -126,13 +140,27 @@ def test_a_project_file_with_an_escaping_handoff_path_is_refused_naming_it() -> 
         ([_file("/tmp/x")], "absolute"),
         ([_file(".git/config")], ".git"),
         ([_file("a"), _file("a")], "twice"),
-        ([ManifestEntry(path="lib", type="symlink", mode=0o777, mtime_ns=1, target="/etc"), _file("lib/passwd")], "symlink that"),
-        ([ManifestEntry(path="lib", type="symlink", mode=0o777, mtime_ns=1, target="real"), _file("lib/x")], "under 'lib', a symlink"),
+        (
+            [
+                ManifestEntry(path="lib", type="symlink", mode=0o777, mtime_ns=1, target="/etc"),
+                _file("lib/passwd"),
+            ],
+            "symlink that",
+        ),
+        (
+            [
+                ManifestEntry(path="lib", type="symlink", mode=0o777, mtime_ns=1, target="real"),
+                _file("lib/x"),
+            ],
+            "under 'lib', a symlink",
+        ),
         ([_file("a"), _file("a/b")], "under 'a', a file"),
         ([ManifestEntry(path="x", type="file", mode=0o644, mtime_ns=1, size=3)], "without its sha256"),
     ],
 )
-def test_a_crafted_manifest_is_refused_before_anything_is_written(entries: list[ManifestEntry], what: str) -> None:
+def test_a_crafted_manifest_is_refused_before_anything_is_written(
+    entries: list[ManifestEntry], what: str
+) -> None:
     with pytest.raises(HandoffFailure) as refused:
         check_entries("build", tuple(entries))
     assert refused.value.error_class is ErrorClass.HANDOFF_PATH
@@ -157,26 +185,45 @@ def test_a_manifest_row_that_is_not_an_entry_is_refused(row: list[object], says:
 
 
 def test_a_manifest_round_trips_as_rows() -> None:
-    manifest = Manifest(job_id="job_" + "0" * 20, stage="build", attempt=2, patterns=("out",), entries=(
-        ManifestEntry(path="out", type="dir", mode=0o755, mtime_ns=1), _file("out/app"),
-        ManifestEntry(path="out/l", type="symlink", mode=0o777, mtime_ns=2, target="app"),
-    ))
+    manifest = Manifest(
+        job_id="job_" + "0" * 20,
+        stage="build",
+        attempt=2,
+        patterns=("out",),
+        entries=(
+            ManifestEntry(path="out", type="dir", mode=0o755, mtime_ns=1),
+            _file("out/app"),
+            ManifestEntry(path="out/l", type="symlink", mode=0o777, mtime_ns=2, target="app"),
+        ),
+    )
     dumped = manifest.model_dump(mode="json")
     assert dumped["entries"][1] == ["out/app", "file", 0o644, 1, 1, SHA, None, "packs/" + SHA, 0]
     assert Manifest.model_validate(dumped) == manifest
 
 
 def test_a_later_stage_wins_and_replaces_what_it_covers() -> None:
-    build = Manifest(job_id="job_" + "0" * 20, stage="build", attempt=1, patterns=("out",), entries=(
-        ManifestEntry(path="out", type="dir", mode=0o755, mtime_ns=1),
-        _file("out/app"),
-        _file("out/lib/a"),
-        ManifestEntry(path="out/lib", type="dir", mode=0o755, mtime_ns=1),
-    ))
-    sign = Manifest(job_id="job_" + "0" * 20, stage="sign", attempt=1, patterns=("out/lib", "out/app"), entries=(
-        _file("out/lib"),  # a directory before, a file now: what was under it goes
-        _file("out/app", mtime_ns=9),
-    ))
+    build = Manifest(
+        job_id="job_" + "0" * 20,
+        stage="build",
+        attempt=1,
+        patterns=("out",),
+        entries=(
+            ManifestEntry(path="out", type="dir", mode=0o755, mtime_ns=1),
+            _file("out/app"),
+            _file("out/lib/a"),
+            ManifestEntry(path="out/lib", type="dir", mode=0o755, mtime_ns=1),
+        ),
+    )
+    sign = Manifest(
+        job_id="job_" + "0" * 20,
+        stage="sign",
+        attempt=1,
+        patterns=("out/lib", "out/app"),
+        entries=(
+            _file("out/lib"),  # a directory before, a file now: what was under it goes
+            _file("out/app", mtime_ns=9),
+        ),
+    )
     tree = merge([(build, "b", "p/"), (sign, "b", "p/")])
     assert sorted(tree) == ["out", "out/app", "out/lib"]
     assert tree["out/app"].entry.mtime_ns == 9 and tree["out/lib"].entry.type == "file"
@@ -185,10 +232,19 @@ def test_a_later_stage_wins_and_replaces_what_it_covers() -> None:
 JOB = "job_" + "0" * 20
 
 
-def _shard(k: int, *entries: ManifestEntry, stage: str = "test", job_id: str = JOB) -> tuple[Source, Manifest]:
-    summary = HandoffSummary(manifest=f"s3://b/p/.relevo-handoff/manifests/{stage}.shard-{k}.1.json", manifest_sha256=SHA, attempt=1,
-                             digest=SHA, stored_at="2026-12-03T00:00:00+00:00")
-    return Source(stage, job_id, summary, k), Manifest(job_id=job_id, stage=stage, attempt=1, patterns=("results",), entries=entries)
+def _shard(
+    k: int, *entries: ManifestEntry, stage: str = "test", job_id: str = JOB
+) -> tuple[Source, Manifest]:
+    summary = HandoffSummary(
+        manifest=f"s3://b/p/.relevo-handoff/manifests/{stage}.shard-{k}.1.json",
+        manifest_sha256=SHA,
+        attempt=1,
+        digest=SHA,
+        stored_at="2026-12-03T00:00:00+00:00",
+    )
+    return Source(stage, job_id, summary, k), Manifest(
+        job_id=job_id, stage=stage, attempt=1, patterns=("results",), entries=entries
+    )
 
 
 def _apart(*shards: tuple[Source, Manifest]) -> None:
@@ -201,7 +257,10 @@ def _dir(path: str, mtime_ns: int = 1) -> ManifestEntry:
 
 def test_shards_handing_on_paths_of_their_own_share_their_directories() -> None:
     # Given three shards that each put their own file in results/ (the directory's mtime differs)
-    shards = [_shard(k, _dir("results", mtime_ns=k), _file(f"results/{k}.xml", sha256=str(k) * 64)) for k in range(3)]
+    shards = [
+        _shard(k, _dir("results", mtime_ns=k), _file(f"results/{k}.xml", sha256=str(k) * 64))
+        for k in range(3)
+    ]
     # and each hands on unchanged the bundle they were all restored
     shards += [_shard(3, _dir("results", mtime_ns=3), _file("build/App.app/App", mode=0o755))]
     shards += [_shard(4, _file("build/App.app/App", mode=0o755))]
@@ -215,28 +274,62 @@ def test_shards_handing_on_paths_of_their_own_share_their_directories() -> None:
 @pytest.mark.parametrize(
     ("first", "second", "path", "how"),
     [
-        ((_file("results/junit.xml"),), (_file("results/junit.xml", sha256="b" * 64),), "results/junit.xml", "differently"),
-        ((_file("results/junit.xml"),), (_file("results/junit.xml", mode=0o600),), "results/junit.xml", "differently"),
-        ((_file("results/junit.xml"),), (_file("results/junit.xml", mtime_ns=7),), "results/junit.xml", "differently"),
+        (
+            (_file("results/junit.xml"),),
+            (_file("results/junit.xml", sha256="b" * 64),),
+            "results/junit.xml",
+            "differently",
+        ),
+        (
+            (_file("results/junit.xml"),),
+            (_file("results/junit.xml", mode=0o600),),
+            "results/junit.xml",
+            "differently",
+        ),
+        (
+            (_file("results/junit.xml"),),
+            (_file("results/junit.xml", mtime_ns=7),),
+            "results/junit.xml",
+            "differently",
+        ),
         ((_file("out"),), (_dir("out"),), "out", "as a file and as a dir"),
         ((_file("out"),), (_dir("out"), _file("out/x")), "out", "as a file and as a dir"),
         ((_file("out"),), (_file("out/x"),), "out", "as a file and as a directory holding out/x"),
-        ((ManifestEntry(path="l", type="symlink", mode=0o777, mtime_ns=1, target="a"),),
-         (ManifestEntry(path="l", type="symlink", mode=0o777, mtime_ns=1, target="b"),), "l", "differently"),
+        (
+            (ManifestEntry(path="l", type="symlink", mode=0o777, mtime_ns=1, target="a"),),
+            (ManifestEntry(path="l", type="symlink", mode=0o777, mtime_ns=1, target="b"),),
+            "l",
+            "differently",
+        ),
     ],
-    ids=["bytes", "mode", "mtime", "file and dir", "file and dir with content", "file above a file", "link targets"],
+    ids=[
+        "bytes",
+        "mode",
+        "mtime",
+        "file and dir",
+        "file and dir with content",
+        "file above a file",
+        "link targets",
+    ],
 )
-def test_two_shards_handing_on_one_path_differently_are_refused_naming_both(first, second, path: str, how: str) -> None:
+def test_two_shards_handing_on_one_path_differently_are_refused_naming_both(
+    first, second, path: str, how: str
+) -> None:
     with pytest.raises(HandoffFailure) as refused:
         _apart(_shard(0, _file("results/0.xml")), _shard(2, *first), _shard(1, *second))
 
     assert refused.value.error_class is ErrorClass.HANDOFF_CONFLICT
-    assert f"shards test#shard-1 and test#shard-2 of {JOB} both hand on {path!r} ({how}" in refused.value.message
+    assert (
+        f"shards test#shard-1 and test#shard-2 of {JOB} both hand on {path!r} ({how}" in refused.value.message
+    )
 
 
 def test_shards_of_different_stages_or_jobs_are_not_compared_a_later_stage_wins_as_ever() -> None:
-    _apart(_shard(0, _file("out")), _shard(1, _file("out", sha256="b" * 64), stage="lint"),
-           _shard(1, _file("out", sha256="c" * 64), job_id="job_" + "1" * 20))
+    _apart(
+        _shard(0, _file("out")),
+        _shard(1, _file("out", sha256="b" * 64), stage="lint"),
+        _shard(1, _file("out", sha256="c" * 64), job_id="job_" + "1" * 20),
+    )
 
 
 def test_only_files_dirs_and_links_can_be_handed_on(tmp_path: Path) -> None:

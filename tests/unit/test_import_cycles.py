@@ -23,6 +23,8 @@ PACKAGES = {
     "relevo_local": ROOT / "local",
     "relevo_tools": ROOT / "tools",
 }
+
+
 def _modules() -> dict[str, Path]:
     found = {}
     for package, root in PACKAGES.items():

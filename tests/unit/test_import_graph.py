@@ -85,4 +85,6 @@ def test_no_module_takes_execution_plumbing_from_a_sibling() -> None:
 
 def test_only_the_execution_module_calls_step_functions_or_sqs() -> None:
     calls = [found for path in _sources() if path != EXECUTION for found in _plumbing_calls(path)]
-    assert calls == [], "Step Functions and SQS calls belong in relevo_core/execution.py:\n" + "\n".join(calls)
+    assert calls == [], "Step Functions and SQS calls belong in relevo_core/execution.py:\n" + "\n".join(
+        calls
+    )

@@ -8,7 +8,7 @@ one hour when a role's session takes it). The emulator enforces the same (relevo
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from relevo_core.fleet.job_credentials import (
     LINEAGE_TAGS,
@@ -29,21 +29,35 @@ LONGEST = {"id": "p" * 63, "repo": "acme/app", "region_affinity": "r" * 32, "lea
 
 
 def _envelope():
-    return largest_envelope(Project.model_validate({**LONGEST, "stages": [{"name": "build", "run": "make", "exec_timeout_sec": 86_400}]}))
+    return largest_envelope(
+        Project.model_validate(
+            {**LONGEST, "stages": [{"name": "build", "run": "make", "exec_timeout_sec": 86_400}]}
+        )
+    )
 
 
 def test_the_tags_of_the_longest_names_and_a_full_lineage_fit_sts():
     ref = "relevo/relevo/_signing/" + "r" * 32 + "/" + "p" * 63 + "/dist.p12"
-    envelope = _envelope().model_copy(update={
-        "signing": SigningPlan(keychain="temporary", identities=[{"p12_ref": ref, "passphrase_ref": ref + ".pass"}]),
-        "checkout": CheckoutPlan(url="https://git.example.com/app.git", credentials_ref="relevo/relevo/_git/" + "p" * 63 + "/token"),
-    })
-    lineage = [new_job_id(datetime(2026, 1, day, tzinfo=timezone.utc).timestamp()) for day in range(1, 9)]
+    envelope = _envelope().model_copy(
+        update={
+            "signing": SigningPlan(
+                keychain="temporary", identities=[{"p12_ref": ref, "passphrase_ref": ref + ".pass"}]
+            ),
+            "checkout": CheckoutPlan(
+                url="https://git.example.com/app.git",
+                credentials_ref="relevo/relevo/_git/" + "p" * 63 + "/token",
+            ),
+        }
+    )
+    lineage = [new_job_id(datetime(2026, 1, day, tzinfo=UTC).timestamp()) for day in range(1, 9)]
     tags = session_tags(envelope, lineage)
     assert len(tags) <= 50 and len(tags) == 6 + len(LINEAGE_TAGS)
     for key, value in tags.items():
         assert 1 <= len(key) <= 128 and TAG_TEXT.match(key), key
-        assert len(value) <= 256 and TAG_TEXT.match(value) and "*" not in value and "?" not in value, (key, value)
+        assert len(value) <= 256 and TAG_TEXT.match(value) and "*" not in value and "?" not in value, (
+            key,
+            value,
+        )
     assert tags["signing"] == f"{'r' * 32}/{'p' * 63}" and tags["git"] == "p" * 63
     assert [tags[name] for name in LINEAGE_TAGS] == lineage
 
@@ -72,7 +86,11 @@ def test_a_shards_session_names_its_shard_and_fits_at_the_largest_shard_index():
     from relevo_core.models.plan import MAX_DECLARED_SHARDS
 
     assert session_name("job_" + "a" * 26, 1, 2, shard=3) == "job_" + "a" * 26 + ".1.shard-3.2"
-    assert session_name("job_" + "a" * 26, 1, 2, shard=3) != session_name("job_" + "a" * 26, 1, 2, shard=4) != session_name("job_" + "a" * 26, 1, 2)
+    assert (
+        session_name("job_" + "a" * 26, 1, 2, shard=3)
+        != session_name("job_" + "a" * 26, 1, 2, shard=4)
+        != session_name("job_" + "a" * 26, 1, 2)
+    )
     longest = session_name("job_" + "z" * 40, 99, 1000, shard=MAX_DECLARED_SHARDS - 1)
     assert re.match(r"^[\w+=,.@-]{2,64}$", longest) and len(longest) == 62, longest
 
@@ -80,7 +98,15 @@ def test_a_shards_session_names_its_shard_and_fits_at_the_largest_shard_index():
 def test_the_session_lasts_past_the_stages_own_deadlines_within_stss_bounds():
     long_stage = _envelope()  # exec_timeout_sec 86,400: renewed, an hour at a time
     assert session_seconds(long_stage, 0) == MAX_SESSION_SEC == 3600
-    short = Project.model_validate({**LONGEST, "lease_ttl_sec": 30, "stages": [{"name": "build", "run": "make", "exec_timeout_sec": 60}]})
+    short = Project.model_validate(
+        {**LONGEST, "lease_ttl_sec": 30, "stages": [{"name": "build", "run": "make", "exec_timeout_sec": 60}]}
+    )
     assert session_seconds(largest_envelope(short), 0) == MIN_SESSION_SEC == 900
-    middle = Project.model_validate({**LONGEST, "lease_ttl_sec": 60, "stages": [{"name": "build", "run": "make", "exec_timeout_sec": 1200, "kill_grace_sec": 20}]})
+    middle = Project.model_validate(
+        {
+            **LONGEST,
+            "lease_ttl_sec": 60,
+            "stages": [{"name": "build", "run": "make", "exec_timeout_sec": 1200, "kill_grace_sec": 20}],
+        }
+    )
     assert session_seconds(largest_envelope(middle), 0) == 1200 + 20 + 60 + 300

@@ -18,7 +18,9 @@ def test_a_job_reaching_a_terminal_status_counts_its_outcome_and_duration_once()
     assert _names(metrics_for_change(running, ended)) == {"JobsSucceeded": 1, "JobDurationMs": 150_000}
     # A later write to an ended job (an operator note, a TTL refresh) is not a second outcome.
     assert metrics_for_change(ended, {**ended, "last_writer": "operator"}) == []
-    assert _names(metrics_for_change({**JOB, "status": "queued"}, {**JOB, "status": "canceled"})) == {"JobsCanceled": 1}
+    assert _names(metrics_for_change({**JOB, "status": "queued"}, {**JOB, "status": "canceled"})) == {
+        "JobsCanceled": 1
+    }
     assert "JobsFailed" in _names(metrics_for_change(running, {**JOB, "status": "failed", "ended_at": "bad"}))
 
 

@@ -20,7 +20,9 @@ RECORD = ("ARTIFACTS#job_x", "build#app.ipa")
 
 def test_an_object_under_the_jobs_own_prefix_is_its_key():
     assert object_key(HOME, "s3://relevo-artifacts/p/job_x/build/app.ipa", RECORD) == "p/job_x/build/app.ipa"
-    assert object_key(HOME, "s3://relevo-artifacts/p/job_x/build/a%20b.txt", RECORD) == "p/job_x/build/a%20b.txt"
+    assert (
+        object_key(HOME, "s3://relevo-artifacts/p/job_x/build/a%20b.txt", RECORD) == "p/job_x/build/a%20b.txt"
+    )
     assert JobPrefix.of("s3://relevo-artifacts/p/job_x") == HOME
 
 
@@ -48,7 +50,9 @@ def test_an_object_under_the_jobs_own_prefix_is_its_key():
         "",
     ],
 )
-def test_a_location_outside_the_job_is_refused_with_its_code_and_logged_with_the_records_key(location, caplog):
+def test_a_location_outside_the_job_is_refused_with_its_code_and_logged_with_the_records_key(
+    location, caplog
+):
     # Given a location an agent wrote into its job's record, When it is checked against the job,
     with caplog.at_level(logging.WARNING, logger="relevo_core.job_objects"):
         with pytest.raises(RelevoError) as refused:
@@ -63,13 +67,18 @@ def test_a_derived_key_is_taken_only_when_the_stored_location_is_that_very_objec
     derived = artifact_key(HOME, "build", "app.ipa", None, handoff=False)
     assert derived == "p/job_x/build/app.ipa"
     assert artifact_key(HOME, "test", "app.ipa", 1, handoff=False) == "p/job_x/test/shard-1/app.ipa"
-    assert artifact_key(HOME, "build", ".relevo-handoff/packs/ab", None, handoff=True) == "p/job_x/.relevo-handoff/packs/ab"
+    assert (
+        artifact_key(HOME, "build", ".relevo-handoff/packs/ab", None, handoff=True)
+        == "p/job_x/.relevo-handoff/packs/ab"
+    )
     assert manifest_key(HOME, "build", None, 2) == "p/job_x/.relevo-handoff/manifests/build.2.json"
     assert manifest_key(HOME, "test", 1, 1) == "p/job_x/.relevo-handoff/manifests/test.shard-1.1.json"
     assert expected_key(HOME, f"s3://relevo-artifacts/{derived}", derived, RECORD) == derived
     # Another object of the job than the record's own name gives, or a name that climbs out.
-    for location, key in (("s3://relevo-artifacts/p/job_x/build/other.ipa", derived),
-                          ("s3://relevo-artifacts/p/job_x/build/../../q/y", "p/job_x/build/../../q/y")):
+    for location, key in (
+        ("s3://relevo-artifacts/p/job_x/build/other.ipa", derived),
+        ("s3://relevo-artifacts/p/job_x/build/../../q/y", "p/job_x/build/../../q/y"),
+    ):
         with pytest.raises(RelevoError) as refused:
             expected_key(HOME, location, key, RECORD)
         assert refused.value.code is ErrorCode.LOCATION_OUTSIDE_JOB
@@ -79,8 +88,18 @@ def test_a_derived_key_is_taken_only_when_the_stored_location_is_that_very_objec
 
 # S3 object calls, and reads of a stored location (an artifact's `uri`, a handoff's `manifest`, a
 # log chunk's `body`), in the core and the functions.
-S3_OBJECT_CALLS = {"generate_presigned_url", "delete_object", "delete_objects", "get_object", "head_object", "copy_object",
-                   "put_object", "upload_file", "download_file", "get_object_attributes"}
+S3_OBJECT_CALLS = {
+    "generate_presigned_url",
+    "delete_object",
+    "delete_objects",
+    "get_object",
+    "head_object",
+    "copy_object",
+    "put_object",
+    "upload_file",
+    "download_file",
+    "get_object_attributes",
+}
 LOCATIONS = {"uri", "manifest"}
 # `body` is a location only beside log chunks (elsewhere: HTTP bodies).
 LOG_LOCATION = "body"
@@ -135,7 +154,10 @@ def _own_nodes(function: ast.AST) -> list[ast.AST]:
 def _touches_a_location(nodes: list[ast.AST], log_chunks_module: bool) -> bool:
     names = LOCATIONS | ({LOG_LOCATION} if log_chunks_module else set())
     for node in nodes:
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in S3_OBJECT_CALLS:
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) in S3_OBJECT_CALLS
+        ):
             return True
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in names:
             return True
@@ -155,8 +177,12 @@ def _calls(nodes: list[ast.AST]) -> set[str]:
 
 def _sources() -> dict[str, ast.AST]:
     files = [*(ROOT / "layers" / "core").rglob("relevo_core/**/*.py"), *(ROOT / "functions").rglob("*.py")]
-    return {str(path.relative_to(ROOT / "layers" / "core") if "layers" in path.parts else path.relative_to(ROOT)): ast.parse(path.read_text())
-            for path in files}
+    return {
+        str(
+            path.relative_to(ROOT / "layers" / "core") if "layers" in path.parts else path.relative_to(ROOT)
+        ): ast.parse(path.read_text())
+        for path in files
+    }
 
 
 def test_every_reader_and_remover_of_an_agent_written_location_goes_through_the_check():
@@ -184,14 +210,20 @@ def test_the_primitives_that_take_a_checked_key_are_called_by_checked_readers_on
             for called in _calls(_own_nodes(function)) & set(callers):
                 callers[called].add(f"{module}::{name}")
     assert callers["get_body"] == {"relevo_core/store/log_chunks.py::_with_bodies.filled"}
-    assert callers["delete_object"] == {"relevo_core/jobs/artifact_quota.py::enforce", "relevo_core/jobs/artifact_quota.py::delete_stored_object"}
+    assert callers["delete_object"] == {
+        "relevo_core/jobs/artifact_quota.py::enforce",
+        "relevo_core/jobs/artifact_quota.py::delete_stored_object",
+    }
 
 
 # Every path that reads a job's log bodies, from the route and the job view down to _with_bodies
 # (whose `filled` checks each body with object_key): its callers, each handing on the job's prefix
 # (`home`), which log_page and show_job read from the job's record once per page.
 LOG_BODY_CALLERS = {
-    "_with_bodies": {"relevo_core/store/log_chunks.py::read_forward", "relevo_core/store/log_chunks.py::read_backward"},
+    "_with_bodies": {
+        "relevo_core/store/log_chunks.py::read_forward",
+        "relevo_core/store/log_chunks.py::read_backward",
+    },
     "read_forward": {"relevo_core/store/log_chunks.py::read_chunks", "relevo_core/jobs/logs.py::log_page"},
     "read_backward": {"relevo_core/jobs/logs.py::log_page", "relevo_core/jobs/logs.py::log_tail"},
     "log_tail": {"relevo_core/jobs/view.py::show_job"},
@@ -199,7 +231,9 @@ LOG_BODY_CALLERS = {
 
 
 def _passes_home(call: ast.Call) -> bool:
-    return any(keyword.arg == "home" for keyword in call.keywords) or any(isinstance(arg, ast.Name) and arg.id == "home" for arg in call.args)
+    return any(keyword.arg == "home" for keyword in call.keywords) or any(
+        isinstance(arg, ast.Name) and arg.id == "home" for arg in call.args
+    )
 
 
 def test_every_reader_of_a_jobs_log_bodies_hands_on_the_jobs_prefix():
@@ -210,7 +244,11 @@ def test_every_reader_of_a_jobs_log_bodies_hands_on_the_jobs_prefix():
         for name, function in _functions(tree):
             for node in _own_nodes(function):
                 if isinstance(node, ast.Call):
-                    called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                    called = (
+                        node.func.attr
+                        if isinstance(node.func, ast.Attribute)
+                        else getattr(node.func, "id", "")
+                    )
                     if called in callers:
                         callers[called].add(f"{module}::{name}")
                         if not _passes_home(node):

@@ -17,8 +17,9 @@ sent once with a client token, and each cancellation reads as the answer it is.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timezone
+from typing import Any
 
 import boto3
 import pytest
@@ -27,12 +28,18 @@ from relevo_core.intake.webhooks.incoming import IncomingDelivery
 from relevo_core.intake.webhooks.records import incoming_record
 from relevo_core.models.delivery import Outcome
 from relevo_core.models.project import Project
-from relevo_core.plan_limits import MAX_COMMAND_BYTES, MAX_ENVELOPE_BYTES, MAX_STAGES, envelope_bytes, largest_envelope
+from relevo_core.plan_limits import (
+    MAX_COMMAND_BYTES,
+    MAX_ENVELOPE_BYTES,
+    MAX_STAGES,
+    envelope_bytes,
+    largest_envelope,
+)
 from relevo_core.store import jobs
 from relevo_core.store.deliveries import delivery_put
 
 TABLE = "relevo-Table"
-NOW = datetime(2026, 12, 1, 10, 15, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 1, 10, 15, 30, tzinfo=UTC)
 MAX_ACTIONS = 100
 MAX_TRANSACTION_BYTES = 4 * 1024 * 1024
 MAX_ITEM_BYTES = 400 * 1024
@@ -45,7 +52,9 @@ def _largest_envelope():
     stages = [{"name": name, "run": "x"} for name in names]
 
     def envelope():
-        project = Project.model_validate({"id": "p" * 63, "repo": "acme/app", "region_affinity": "r" * 32, "stages": stages})
+        project = Project.model_validate(
+            {"id": "p" * 63, "repo": "acme/app", "region_affinity": "r" * 32, "stages": stages}
+        )
         return largest_envelope(project)
 
     for stage in stages:
@@ -69,7 +78,9 @@ class Dynamo:
 
     def __init__(self, answer: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]) -> None:
         self.sent: list[dict[str, Any]] = []
-        self.client = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+        self.client = boto3.client(
+            "dynamodb", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+        )
 
         def before_call(params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
             body = json.loads(params["body"])
@@ -91,7 +102,10 @@ def _create(monkeypatch: pytest.MonkeyPatch, dynamo: Dynamo, envelope: Any) -> j
 
 
 def _cancelled(reasons: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
-    return 400, {"Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"}, "CancellationReasons": reasons}
+    return 400, {
+        "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+        "CancellationReasons": reasons,
+    }
 
 
 def test_the_largest_job_transaction_is_within_what_dynamodb_takes(monkeypatch):
@@ -103,8 +117,14 @@ def test_the_largest_job_transaction_is_within_what_dynamodb_takes(monkeypatch):
     [request] = dynamo.sent
     actions = request["TransactItems"]
     assert len(actions) == 6 <= MAX_ACTIONS  # dedup, delivery id, job, queue slot, frozen check, the record
-    keys = [json.dumps(next(iter(action.values())).get("Key") or {k: v for k, v in next(iter(action.values()))["Item"].items()
-                                                                  if k in ("pk", "sk")}, sort_keys=True) for action in actions]
+    keys = [
+        json.dumps(
+            next(iter(action.values())).get("Key")
+            or {k: v for k, v in next(iter(action.values()))["Item"].items() if k in ("pk", "sk")},
+            sort_keys=True,
+        )
+        for action in actions
+    ]
     assert len(set(keys)) == len(keys)  # no two actions on one item
     # JSON of an item is longer than DynamoDB's count of it (names and values): an upper bound.
     sizes = [len(json.dumps(next(iter(action.values())).get("Item", {}))) for action in actions]
@@ -122,19 +142,30 @@ def test_the_transaction_goes_out_once_with_a_client_request_token(monkeypatch):
 
 def test_a_duplicate_cancels_the_transaction_record_and_all(monkeypatch):
     """The dedup record's condition refuses: one call, nothing of it written, the existing job named."""
-    dynamo = Dynamo(lambda body: _cancelled(
-        [{"Code": "ConditionalCheckFailed", "Item": {"job_id": {"S": "job_earlier"}, "expires_at": {"N": str(10**10)}}}]
-        + [{"Code": "None"}] * (len(body["TransactItems"]) - 1)
-    ))
-    assert _create(monkeypatch, dynamo, _largest_envelope()) == jobs.Duplicate("job_earlier", "idempotency_key")
+    dynamo = Dynamo(
+        lambda body: _cancelled(
+            [
+                {
+                    "Code": "ConditionalCheckFailed",
+                    "Item": {"job_id": {"S": "job_earlier"}, "expires_at": {"N": str(10**10)}},
+                }
+            ]
+            + [{"Code": "None"}] * (len(body["TransactItems"]) - 1)
+        )
+    )
+    assert _create(monkeypatch, dynamo, _largest_envelope()) == jobs.Duplicate(
+        "job_earlier", "idempotency_key"
+    )
     assert len(dynamo.sent) == 1
 
 
 def test_a_replayed_delivery_id_cancels_it_too(monkeypatch):
-    dynamo = Dynamo(lambda body: _cancelled(
-        [{"Code": "None"}, {"Code": "ConditionalCheckFailed", "Item": {"job_id": {"S": "job_earlier"}}}]
-        + [{"Code": "None"}] * (len(body["TransactItems"]) - 2)
-    ))
+    dynamo = Dynamo(
+        lambda body: _cancelled(
+            [{"Code": "None"}, {"Code": "ConditionalCheckFailed", "Item": {"job_id": {"S": "job_earlier"}}}]
+            + [{"Code": "None"}] * (len(body["TransactItems"]) - 2)
+        )
+    )
     assert _create(monkeypatch, dynamo, _largest_envelope()) == jobs.Duplicate("job_earlier", "delivery")
     assert len(dynamo.sent) == 1
 
@@ -144,9 +175,16 @@ def test_our_own_write_met_again_is_the_job_created(monkeypatch):
     token's 10 minutes) is cancelled by its own dedup record: it reads as created, and writes no
     second record."""
     envelope = _largest_envelope()
-    dynamo = Dynamo(lambda body: _cancelled(
-        [{"Code": "ConditionalCheckFailed", "Item": {"job_id": {"S": envelope.job_id}, "expires_at": {"N": str(10**10)}}}]
-        + [{"Code": "None"}] * (len(body["TransactItems"]) - 1)
-    ))
+    dynamo = Dynamo(
+        lambda body: _cancelled(
+            [
+                {
+                    "Code": "ConditionalCheckFailed",
+                    "Item": {"job_id": {"S": envelope.job_id}, "expires_at": {"N": str(10**10)}},
+                }
+            ]
+            + [{"Code": "None"}] * (len(body["TransactItems"]) - 1)
+        )
+    )
     assert _create(monkeypatch, dynamo, envelope) == jobs.Created(envelope.job_id)
     assert len(dynamo.sent) == 1

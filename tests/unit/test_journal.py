@@ -32,7 +32,10 @@ def test_the_journal_is_in_wal_mode_and_keys_operations_by_job_and_stage(tmp_pat
     found = journal.get("job_1:build")
     assert found is not None
     assert (found.attempt, found.outcome, found.resource_key, found.precondition_version) == (
-        1, OperationOutcome.RUNNING, "/ws/app", "commit=abc;inputs=00"
+        1,
+        OperationOutcome.RUNNING,
+        "/ws/app",
+        "commit=abc;inputs=00",
     )
 
 
@@ -47,7 +50,11 @@ def test_a_result_and_its_outbox_entry_are_written_together_and_survive_a_restar
     op = reopened.get("job_1:build")
     assert (op.outcome, op.receipt) == (OperationOutcome.SUCCEEDED, {"exit_code": 0})
     [report] = reopened.pending()
-    assert (report.operation_id, report.attempt, report.payload) == ("job_1:build", 1, {"status": "succeeded"})
+    assert (report.operation_id, report.attempt, report.payload) == (
+        "job_1:build",
+        1,
+        {"status": "succeeded"},
+    )
 
     reopened.failed_to_send(report.id)
     assert reopened.pending()[0].tries == 1
@@ -95,10 +102,21 @@ def test_the_journal_its_wal_and_shm_and_a_written_stack_file_are_the_agents_alo
     older.chmod(0o644)
     journal = Journal(older)
     journal.begin(_op())  # the -wal and -shm files exist while the journal is open
-    stack_file = write_stack_file(StackInfo(api_url="http://x", region="us-east-1", resources={}, work_queues={}), tmp_path / "stack.json")
-    modes = {path.name: stat.S_IMODE(os.stat(path).st_mode) for path in (older, Path(f"{older}-wal"), Path(f"{older}-shm"), stack_file)}
+    stack_file = write_stack_file(
+        StackInfo(api_url="http://x", region="us-east-1", resources={}, work_queues={}),
+        tmp_path / "stack.json",
+    )
+    modes = {
+        path.name: stat.S_IMODE(os.stat(path).st_mode)
+        for path in (older, Path(f"{older}-wal"), Path(f"{older}-shm"), stack_file)
+    }
     journal.close()
-    assert modes == {"journal.sqlite3": 0o600, "journal.sqlite3-wal": 0o600, "journal.sqlite3-shm": 0o600, "stack.json": 0o600}
+    assert modes == {
+        "journal.sqlite3": 0o600,
+        "journal.sqlite3-wal": 0o600,
+        "journal.sqlite3-shm": 0o600,
+        "stack.json": 0o600,
+    }
 
 
 def test_a_run_token_an_earlier_agent_journaled_is_cleared_when_the_journal_opens(tmp_path: Path):

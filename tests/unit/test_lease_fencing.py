@@ -12,15 +12,15 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
+from relevo_agent.attempt import StageRun
 from relevo_agent.config import AgentConfig
 from relevo_agent.executor import run_command
 from relevo_agent.journal import Journal
-from relevo_agent.attempt import StageRun
 from relevo_agent.keeper import keep_fence, keep_lease
 from relevo_agent.lease import Lease
 from relevo_agent.service import Agent
@@ -45,13 +45,20 @@ def _wait(check: Callable[[], bool], timeout: float) -> bool:
 
 
 def _read_pid(path: Path, timeout: float = 10) -> int:
-    assert _wait(lambda: path.exists() and path.read_text().strip().isdigit(), timeout), "the stage never started"
+    assert _wait(lambda: path.exists() and path.read_text().strip().isdigit(), timeout), (
+        "the stage never started"
+    )
     return int(path.read_text())
 
 
 def test_the_timeline_of_the_issue_and_of_the_defaults():
     defaults = LeaseTimeline(60, 10, 5)
-    assert (defaults.renew_interval_sec, defaults.fence_margin_sec, defaults.fence_after_sec, defaults.kill_after_sec) == (3, 15, 45, 55)
+    assert (
+        defaults.renew_interval_sec,
+        defaults.fence_margin_sec,
+        defaults.fence_after_sec,
+        defaults.kill_after_sec,
+    ) == (3, 15, 45, 55)
     assert (defaults.successor_claim_after_sec, defaults.successor_probe_after_sec) == (60, 65)
     # A lease too short for the whole grace gets what is left of it; the group still dies `skew`
     # before the lease ends, and two renewals fit before the fence.
@@ -88,7 +95,9 @@ def black_hole(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def _renewing_run(tmp_path: Path, timeline: LeaseTimeline) -> tuple[Agent, StageRun, float]:
-    config = AgentConfig(agent_id="mac-cut", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3")
+    config = AgentConfig(
+        agent_id="mac-cut", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3"
+    )
     agent = Agent(config, "table", "http://127.0.0.1:1/queue", Journal(config.journal))
     claimed = time.monotonic()
     run = StageRun(StageRef("table", "job_x", 0, 1, "mac-cut"), Lease(timeline, claimed))
@@ -98,7 +107,9 @@ def _renewing_run(tmp_path: Path, timeline: LeaseTimeline) -> tuple[Agent, Stage
 
 
 def _start(agent: Agent, run: StageRun) -> tuple[threading.Thread, threading.Thread]:
-    keeper = threading.Thread(target=keep_lease, args=(run, "job_x:build", agent.stop, agent.stages.claims.heartbeat), daemon=True)
+    keeper = threading.Thread(
+        target=keep_lease, args=(run, "job_x:build", agent.stop, agent.stages.claims.heartbeat), daemon=True
+    )
     fence = threading.Thread(target=keep_fence, args=(run, "job_x:build"), daemon=True)
     keeper.start()
     fence.start()
@@ -161,8 +172,14 @@ def test_the_supervisor_kills_the_group_at_the_fence_when_nobody_extends_the_lea
     started = time.monotonic()
     # The agent here never notices (its own stop is not set): only the supervisor acts.
     result = run_command(
-        f"echo $$ > {pid_file}; trap '' TERM; sleep 10; touch {late}", tmp_path, {"PATH": os.environ["PATH"]}, 60,
-        threading.Event(), lambda chunk: None, grace_sec=1, lease=lease,
+        f"echo $$ > {pid_file}; trap '' TERM; sleep 10; touch {late}",
+        tmp_path,
+        {"PATH": os.environ["PATH"]},
+        60,
+        threading.Event(),
+        lambda chunk: None,
+        grace_sec=1,
+        lease=lease,
     )
     took = time.monotonic() - started
     assert result.signaled == signal.SIGKILL  # TERM was ignored, KILL came after the fence grace
@@ -181,7 +198,15 @@ def test_extensions_keep_the_supervisor_from_killing(tmp_path: Path):
 
     threading.Thread(target=renew, daemon=True).start()
     try:
-        result = run_command("sleep 4; echo finished", tmp_path, {"PATH": os.environ["PATH"]}, 60, threading.Event(), lambda c: None, lease=lease)
+        result = run_command(
+            "sleep 4; echo finished",
+            tmp_path,
+            {"PATH": os.environ["PATH"]},
+            60,
+            threading.Event(),
+            lambda c: None,
+            lease=lease,
+        )
     finally:
         renewing.set()
     assert (result.exit_code, result.output_tail) == (0, "finished\n")  # 4 s > the 2 s fence of one lease
@@ -207,7 +232,13 @@ def test_a_frozen_agents_stage_is_killed_by_its_supervisor(tmp_path: Path):
     on (a process of its own, in a session of its own) and kills the group at the fence."""
     pid_file, late = tmp_path / "pid", tmp_path / "late"
     agent = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(_FROZEN_AGENT), f"echo $$ > {pid_file}; sleep 8; touch {late}", str(tmp_path)],
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(_FROZEN_AGENT),
+            f"echo $$ > {pid_file}; sleep 8; touch {late}",
+            str(tmp_path),
+        ],
         start_new_session=True,
     )
     try:

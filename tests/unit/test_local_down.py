@@ -58,16 +58,28 @@ def _wait_for(condition, what: str, limit: float = 60) -> None:
 def test_down_says_stopped_only_once_the_stacks_process_has_exited(tmp_path: Path):
     # Given `relevo local up` running on a state dir
     state_dir = tmp_path / "state"
-    up = subprocess.Popen([sys.executable, "-c", UP, str(state_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    up = subprocess.Popen(
+        [sys.executable, "-c", UP, str(state_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
-        _wait_for(lambda: (holder := running(state_dir)) is not None and holder.api_url is not None, "the stack ready")
+        _wait_for(
+            lambda: (holder := running(state_dir)) is not None and holder.api_url is not None,
+            "the stack ready",
+        )
 
         # When `relevo local down` stops it, and its process lingers after its stack stopped
         said: list[str] = []
-        down = threading.Thread(target=lambda: said.append(runner.invoke(app, ["local", "down", "--state-dir", str(state_dir)]).output))
+        down = threading.Thread(
+            target=lambda: said.append(
+                runner.invoke(app, ["local", "down", "--state-dir", str(state_dir)]).output
+            )
+        )
         down.start()
         lines = []
-        _wait_for(lambda: lines.append(up.stdout.readline()) or "lingering\n" in lines, "the process lingering after its stack stopped")
+        _wait_for(
+            lambda: lines.append(up.stdout.readline()) or "lingering\n" in lines,
+            "the process lingering after its stack stopped",
+        )
 
         # Then while the process is there, the state dir still says a stack runs there, and down has said nothing
         assert up.poll() is None

@@ -12,7 +12,10 @@ import pytest
 from relevo_core.observability import API_CORRELATION_PATH, correlate, logger
 
 CONTEXT = SimpleNamespace(
-    function_name="f", memory_limit_in_mb=256, invoked_function_arn="arn:aws:lambda:us-east-1:1:function:f", aws_request_id="r"
+    function_name="f",
+    memory_limit_in_mb=256,
+    invoked_function_arn="arn:aws:lambda:us-east-1:1:function:f",
+    aws_request_id="r",
 )
 
 

@@ -40,7 +40,9 @@ class Log:
         }
 
 
-def _follower(log: Log, out: list[str], sleeps: list[float], on_sleep=lambda: None, **kwargs: Any) -> LogFollower:
+def _follower(
+    log: Log, out: list[str], sleeps: list[float], on_sleep=lambda: None, **kwargs: Any
+) -> LogFollower:
     now = [0.0]
 
     def sleep(seconds: float) -> None:
@@ -82,7 +84,13 @@ def test_following_prints_every_chunk_once_through_failures_and_exits_with_the_o
     # and after each failure the same seq was asked for again, after a growing backoff
     assert [log.asked[i] == log.asked[i + 1] for i in (2, 3, 4, 7, 9)] == [True] * 5
     assert sleeps[sleeps.index(0.5) : sleeps.index(0.5) + 3] == [0.5, 1.0, 2.0]
-    assert follower.failures == ["ConnectionError", "ConnectionError", "Timeout", "ConnectionError", "ApiError"]
+    assert follower.failures == [
+        "ConnectionError",
+        "ConnectionError",
+        "Timeout",
+        "ConnectionError",
+        "ApiError",
+    ]
 
 
 @pytest.mark.parametrize(("status", "code"), [("succeeded", 0), ("failed", 1), ("canceled", 1)])

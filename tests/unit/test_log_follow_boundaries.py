@@ -39,12 +39,16 @@ class Run:
     def mark(self, now: float) -> dict[str, Any]:
         state = self.state(now)
         return {
-            "status": state, "attempt": None if state == "pending" else self.attempt,
+            "status": state,
+            "attempt": None if state == "pending" else self.attempt,
             "agent_id": None if state == "pending" else self.agent,
             "started_at": None if state == "pending" else _at(self.start),
             "ended_at": _at(self.end) if state not in ("pending", "running") else None,
-            "exit_code": None if state in ("pending", "running") else (0 if self.status == "succeeded" else 1),
-            "error_class": "Relevo.Fatal.ExitCode" if state == "failed" else None, "failed_attempts": [],
+            "exit_code": None
+            if state in ("pending", "running")
+            else (0 if self.status == "succeeded" else 1),
+            "error_class": "Relevo.Fatal.ExitCode" if state == "failed" else None,
+            "failed_attempts": [],
         }
 
 
@@ -61,27 +65,77 @@ class Job:
         marks = []
         for index, (name, runs) in enumerate(self.stages):
             if runs[0].shard is None:
-                marks.append({"name": name, "index": index, "reused_from": None, "warning": None, "shards": [], **runs[0].mark(now)})
+                marks.append(
+                    {
+                        "name": name,
+                        "index": index,
+                        "reused_from": None,
+                        "warning": None,
+                        "shards": [],
+                        **runs[0].mark(now),
+                    }
+                )
                 continue
             states = [run.state(now) for run in runs]
-            whole = "pending" if all(s == "pending" for s in states) else "running" if any(s in ("pending", "running") for s in states) else "succeeded"
-            marks.append({"name": name, "index": index, "status": whole, "attempt": None, "agent_id": None, "started_at": None,
-                          "ended_at": None, "exit_code": None, "error_class": None, "reused_from": None, "warning": None,
-                          "failed_attempts": [],
-                          "shards": [{"shard": run.shard, "label": str(run.shard), **run.mark(now)} for run in runs]})
+            whole = (
+                "pending"
+                if all(s == "pending" for s in states)
+                else "running"
+                if any(s in ("pending", "running") for s in states)
+                else "succeeded"
+            )
+            marks.append(
+                {
+                    "name": name,
+                    "index": index,
+                    "status": whole,
+                    "attempt": None,
+                    "agent_id": None,
+                    "started_at": None,
+                    "ended_at": None,
+                    "exit_code": None,
+                    "error_class": None,
+                    "reused_from": None,
+                    "warning": None,
+                    "failed_attempts": [],
+                    "shards": [
+                        {"shard": run.shard, "label": str(run.shard), **run.mark(now)} for run in runs
+                    ],
+                }
+            )
         written = sorted(
             (at, run, text) for _, runs in self.stages for run in runs for at, text in run.prints if at <= now
         )
         chunks = [
-            {"seq": seq, "stage": run.name, "attempt": run.attempt, "agent_id": run.agent, "shard": run.shard, "text": text}
+            {
+                "seq": seq,
+                "stage": run.name,
+                "attempt": run.attempt,
+                "agent_id": run.agent,
+                "shard": run.shard,
+                "text": text,
+            }
             for seq, (_, run, text) in enumerate(written)
-        ][int(cursor):]
-        terminal = all(mark["status"] in ("succeeded", "failed") for mark in marks) or any(m["status"] == "failed" for m in marks)
-        return {"status": "succeeded" if terminal else "running", "terminal": terminal, "stages": marks, "chunks": chunks,
-                "next_seq": int(cursor) + len(chunks), "more": False, "waiting_stage": None, "queue_reason": None, "queue_detail": None}
+        ][int(cursor) :]
+        terminal = all(mark["status"] in ("succeeded", "failed") for mark in marks) or any(
+            m["status"] == "failed" for m in marks
+        )
+        return {
+            "status": "succeeded" if terminal else "running",
+            "terminal": terminal,
+            "stages": marks,
+            "chunks": chunks,
+            "next_seq": int(cursor) + len(chunks),
+            "more": False,
+            "waiting_stage": None,
+            "queue_reason": None,
+            "queue_detail": None,
+        }
 
 
-def _follow(job: Job, clock: list[float], silent_sec: float = HEARTBEAT_SILENT_SEC) -> list[tuple[float, str]]:
+def _follow(
+    job: Job, clock: list[float], silent_sec: float = HEARTBEAT_SILENT_SEC
+) -> list[tuple[float, str]]:
     """Follow the job to its end; every line printed, with the clock's time it was printed at."""
     printed: list[tuple[float, str]] = []
 
@@ -91,8 +145,14 @@ def _follow(job: Job, clock: list[float], silent_sec: float = HEARTBEAT_SILENT_S
     def sleep(seconds: float) -> None:
         clock[0] += max(seconds, 0.0)
 
-    follower = LogFollower(fetch=job.page, write=write, sleep=sleep, clock=lambda: clock[0], poll_sec=0.5,
-                           render=StageLog(write, clock=lambda: clock[0], silent_sec=silent_sec))
+    follower = LogFollower(
+        fetch=job.page,
+        write=write,
+        sleep=sleep,
+        clock=lambda: clock[0],
+        poll_sec=0.5,
+        render=StageLog(write, clock=lambda: clock[0], silent_sec=silent_sec),
+    )
     assert follower.run(follow=True) == 0
     return printed
 
@@ -100,10 +160,13 @@ def _follow(job: Job, clock: list[float], silent_sec: float = HEARTBEAT_SILENT_S
 def test_a_quiet_stage_begins_when_its_command_starts_and_ends_with_its_duration():
     # Given `sleep 8; echo archived` on mac-1, claimed at 1 s, then a stage that prints at once
     clock = [0.0]
-    job = Job([
-        ("archive", [Run("archive", "mac-1", start=1.0, end=9.2, prints=[(9.0, "archived\n")])]),
-        ("notify", [Run("notify", "mac-2", start=10.0, end=10.5, prints=[(10.2, "sent\n")])]),
-    ], clock)
+    job = Job(
+        [
+            ("archive", [Run("archive", "mac-1", start=1.0, end=9.2, prints=[(9.0, "archived\n")])]),
+            ("notify", [Run("notify", "mac-2", start=10.0, end=10.5, prints=[(10.2, "sent\n")])]),
+        ],
+        clock,
+    )
 
     # When `relevo job logs -f` follows it
     printed = _follow(job, clock)
@@ -128,7 +191,10 @@ def test_a_quiet_stage_begins_when_its_command_starts_and_ends_with_its_duration
 def test_a_stage_silent_for_a_minute_is_said_to_still_run_each_minute_until_it_prints():
     # Given a notarization wait that prints nothing for 150 s, then a line, then nothing for 70 s
     clock = [0.0]
-    job = Job([("notarize", [Run("notarize", "mac-eu-1", start=0.0, end=230.0, prints=[(150.0, "Accepted\n")])])], clock)
+    job = Job(
+        [("notarize", [Run("notarize", "mac-eu-1", start=0.0, end=230.0, prints=[(150.0, "Accepted\n")])])],
+        clock,
+    )
 
     # When it is followed (the silence threshold is the constant's: 60 s)
     printed = _follow(job, clock)
@@ -164,10 +230,18 @@ def test_the_silence_threshold_is_a_setting():
 def test_each_shard_begins_when_it_starts_and_its_lines_name_the_shard():
     # Given a stage of two shards that start 2 s apart and stay quiet, one printing at the end
     clock = [0.0]
-    job = Job([("test", [
-        Run("test", "mac-1", start=0.0, end=70.0, shard=0, prints=[(69.0, "ok\n")]),
-        Run("test", "mac-2", start=2.0, end=40.0, shard=1),
-    ])], clock)
+    job = Job(
+        [
+            (
+                "test",
+                [
+                    Run("test", "mac-1", start=0.0, end=70.0, shard=0, prints=[(69.0, "ok\n")]),
+                    Run("test", "mac-2", start=2.0, end=40.0, shard=1),
+                ],
+            )
+        ],
+        clock,
+    )
 
     # When it is followed
     printed = _follow(job, clock)
@@ -184,7 +258,9 @@ def test_each_shard_begins_when_it_starts_and_its_lines_name_the_shard():
         "── test succeeded ──",
     ]
     when = {line: at for at, line in printed}
-    assert when["── test[1] on mac-2 ──"] <= 2.5 and when["── test[1] succeeded on mac-2 after 38s ──"] <= 40.5
+    assert (
+        when["── test[1] on mac-2 ──"] <= 2.5 and when["── test[1] succeeded on mac-2 after 38s ──"] <= 40.5
+    )
 
 
 def test_a_retried_attempt_ends_with_how_long_it_ran_before_the_retry_begins():
@@ -192,12 +268,40 @@ def test_a_retried_attempt_ends_with_how_long_it_ran_before_the_retry_begins():
     log = StageLog(lambda _: None)
     out: list[str] = []
     log._write = out.append
-    running = {"stages": [{"name": "test", "index": 0, "status": "running", "attempt": 1, "agent_id": "mac-1",
-                           "started_at": _at(0), "ended_at": None, "exit_code": None, "error_class": None, "reused_from": None,
-                           "warning": None, "failed_attempts": [], "shards": []}]}
+    running = {
+        "stages": [
+            {
+                "name": "test",
+                "index": 0,
+                "status": "running",
+                "attempt": 1,
+                "agent_id": "mac-1",
+                "started_at": _at(0),
+                "ended_at": None,
+                "exit_code": None,
+                "error_class": None,
+                "reused_from": None,
+                "warning": None,
+                "failed_attempts": [],
+                "shards": [],
+            }
+        ]
+    }
     log.settle(running)
-    retried = {"stages": [{**running["stages"][0], "status": "running", "attempt": 2, "agent_id": "mac-2", "started_at": _at(9),
-                           "failed_attempts": [{"attempt": 1, "agent": "mac-1", "error": "Relevo.Transient.ExitCode", "at": _at(5)}]}]}
+    retried = {
+        "stages": [
+            {
+                **running["stages"][0],
+                "status": "running",
+                "attempt": 2,
+                "agent_id": "mac-2",
+                "started_at": _at(9),
+                "failed_attempts": [
+                    {"attempt": 1, "agent": "mac-1", "error": "Relevo.Transient.ExitCode", "at": _at(5)}
+                ],
+            }
+        ]
+    }
 
     # When a page says attempt 2 runs
     log.settle(retried)

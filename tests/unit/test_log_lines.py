@@ -6,13 +6,15 @@ from __future__ import annotations
 import pytest
 
 from relevo_core.jobs.logs import split_lines
-from relevo_core.models.requests import LogQuery, parse_query
 from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.requests import LogQuery, parse_query
 from relevo_core.store.log_chunks import LogChunk
 
 
 def _chunk(seq: int, data: str, stage: str = "build", attempt: int = 1, agent: str = "mac-a") -> LogChunk:
-    return LogChunk(job_id="j", seq=seq, stage=stage, attempt=attempt, agent_id=agent, data=data, written_at="t")
+    return LogChunk(
+        job_id="j", seq=seq, stage=stage, attempt=attempt, agent_id=agent, data=data, written_at="t"
+    )
 
 
 def test_lines_span_chunks_of_one_attempt_and_end_with_it():

@@ -4,7 +4,7 @@ instance that was running when it appeared. The injected monotonic clock stands 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -16,7 +16,7 @@ from relevo_core.models.status import QueueReason
 from relevo_core.store.agent_pauses import AgentPause
 from relevo_core.store.agents import AgentPresence
 
-T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 class Clock:
@@ -27,8 +27,17 @@ class Clock:
         return self.now
 
 
-def _pause(timeout_sec: int = 300, drain: bool = False, set_at: datetime = T0, agent_id: str | None = "mac-1") -> AgentPause:
-    return AgentPause(region="eu", agent_id=agent_id, drain=drain, set_at=set_at, until=set_at + timedelta(seconds=timeout_sec), timeout_sec=timeout_sec)
+def _pause(
+    timeout_sec: int = 300, drain: bool = False, set_at: datetime = T0, agent_id: str | None = "mac-1"
+) -> AgentPause:
+    return AgentPause(
+        region="eu",
+        agent_id=agent_id,
+        drain=drain,
+        set_at=set_at,
+        until=set_at + timedelta(seconds=timeout_sec),
+        timeout_sec=timeout_sec,
+    )
 
 
 def test_a_pause_ends_on_the_monotonic_clock_even_when_the_wall_clock_is_behind():
@@ -91,7 +100,16 @@ def test_a_drain_exits_only_the_instance_that_was_running_when_it_appeared():
 
 
 def _agent(agent_id: str, running: int = 0, not_claiming: str | None = None) -> AgentPresence:
-    return AgentPresence(agent_id=agent_id, region="eu", capacity=1, running=running, version="1", last_seen=T0, interval_sec=30, not_claiming=not_claiming)
+    return AgentPresence(
+        agent_id=agent_id,
+        region="eu",
+        capacity=1,
+        running=running,
+        version="1",
+        last_seen=T0,
+        interval_sec=30,
+        not_claiming=not_claiming,
+    )
 
 
 def test_queue_reasons_with_pauses():
@@ -101,14 +119,19 @@ def test_queue_reasons_with_pauses():
     # mac-1 paused by an operator (before it even said so): the busy mac-2 is the one left.
     assert agent_queue_reason([one, two], now, {"mac-1": _pause(60)}) is QueueReason.AGENT_BUSY
     assert agent_queue_reason([one], now, {"mac-1": _pause(60)}) is QueueReason.AGENT_PAUSED
-    assert agent_queue_reason([_agent("mac-1", not_claiming="agent_paused")], now, {}) is QueueReason.AGENT_PAUSED
+    assert (
+        agent_queue_reason([_agent("mac-1", not_claiming="agent_paused")], now, {})
+        is QueueReason.AGENT_PAUSED
+    )
     assert agent_queue_reason([one, two], now, {None: _pause(60, agent_id=None)}) is QueueReason.AGENT_PAUSED
     # An expired pause counts for nothing.
     assert agent_queue_reason([one], T0 + timedelta(seconds=61), {"mac-1": _pause(60)}) is None
     assert agent_queue_reason([], now, {None: _pause(60, agent_id=None)}) is QueueReason.AGENT_OFFLINE
 
 
-@pytest.mark.parametrize("text, seconds", [("90s", 90), ("5m", 300), ("2h", 7200), ("1d12h", 129600), ("45", 45), ("7d", 604800)])
+@pytest.mark.parametrize(
+    "text, seconds", [("90s", 90), ("5m", 300), ("2h", 7200), ("1d12h", 129600), ("45", 45), ("7d", 604800)]
+)
 def test_pause_durations(text: str, seconds: int):
     assert parse_duration(text) == seconds
 

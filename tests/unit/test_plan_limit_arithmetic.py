@@ -38,8 +38,14 @@ def stage_names(count: int) -> list[str]:
 
 
 # A declaration whose every field other than the stages is at its longest.
-LONGEST = {"id": "p" * 63, "repo": "acme/app", "region_affinity": "r" * 32, "queue_timeout_sec": 86_400, "lease_ttl_sec": 3600,
-           "retry": {"default_attempts": 5, "backoff_base_sec": 600, "max_delay_sec": 3600}}
+LONGEST = {
+    "id": "p" * 63,
+    "repo": "acme/app",
+    "region_affinity": "r" * 32,
+    "queue_timeout_sec": 86_400,
+    "lease_ttl_sec": 3600,
+    "retry": {"default_attempts": 5, "backoff_base_sec": 600, "max_delay_sec": 3600},
+}
 
 
 def project(stages: list[dict[str, Any]], declaration: dict[str, Any] = LONGEST) -> Project:
@@ -76,9 +82,24 @@ def test_a_plan_at_every_limit_is_accepted():
     ("grow", "limit", "size", "allowed"),
     [
         (lambda stages: stages + [{"name": "extra", "run": "true"}], "stages", MAX_STAGES + 1, MAX_STAGES),
-        (lambda stages: [{**stages[0], "run": "c" * (MAX_COMMAND_BYTES + 1)}] + stages[1:], "command_bytes", MAX_COMMAND_BYTES + 1, MAX_COMMAND_BYTES),
-        (lambda stages: [{**stages[0], "effect_probe": "é" * (MAX_PROBE_BYTES // 2) + "p"}] + stages[1:], "effect_probe_bytes", MAX_PROBE_BYTES + 1, MAX_PROBE_BYTES),
-        (lambda stages: stages[:-1] + [{**stages[-1], "run": stages[-1]["run"] + "x"}], "envelope_bytes", MAX_ENVELOPE_BYTES + 1, MAX_ENVELOPE_BYTES),
+        (
+            lambda stages: [{**stages[0], "run": "c" * (MAX_COMMAND_BYTES + 1)}] + stages[1:],
+            "command_bytes",
+            MAX_COMMAND_BYTES + 1,
+            MAX_COMMAND_BYTES,
+        ),
+        (
+            lambda stages: [{**stages[0], "effect_probe": "é" * (MAX_PROBE_BYTES // 2) + "p"}] + stages[1:],
+            "effect_probe_bytes",
+            MAX_PROBE_BYTES + 1,
+            MAX_PROBE_BYTES,
+        ),
+        (
+            lambda stages: stages[:-1] + [{**stages[-1], "run": stages[-1]["run"] + "x"}],
+            "envelope_bytes",
+            MAX_ENVELOPE_BYTES + 1,
+            MAX_ENVELOPE_BYTES,
+        ),
     ],
     ids=["stages", "command", "probe (bytes, not characters)", "envelope"],
 )
@@ -98,8 +119,15 @@ def test_the_dead_letter_path_of_the_largest_plan_fits_with_the_stated_margin():
     job_input = execution_input(envelope, "https://sqs.eu-west-1.amazonaws.com/123456789012/" + "q" * 80)
     rest = {name: value for name, value in job_input.items() if name != "envelope"}
     assert state_bytes(rest) <= 16 * KIB
-    detail = {"stage": envelope.stages[0].name, "stage_index": 0, "error_class": "E" * MAX_ERROR_CHARS, "cause": "\u0001" * MAX_FAILURE_CAUSE_CHARS,
-              "attempts": 5, "retry_count": 4, "cumulative_backoff_sec": 14_400}
+    detail = {
+        "stage": envelope.stages[0].name,
+        "stage_index": 0,
+        "error_class": "E" * MAX_ERROR_CHARS,
+        "cause": "\u0001" * MAX_FAILURE_CAUSE_CHARS,
+        "attempts": 5,
+        "retry_count": 4,
+        "cumulative_backoff_sec": 14_400,
+    }
     token = "t" * 2048  # SendTaskSuccess: a task token of at most 2,048 characters
     state = {
         **job_input,
@@ -110,9 +138,18 @@ def test_the_dead_letter_path_of_the_largest_plan_fits_with_the_stated_margin():
         "lock": {"held": False},
         # DescribeStageFailure's States.JsonToString: compact JSON.
         "error": {"Error": "E" * MAX_ERROR_CHARS, "Cause": json.dumps(detail, separators=(",", ":"))},
-        "dead": {"record": {"status": to_attribute("failed"), "last_successful_stage": to_attribute(envelope.stages[-2].name),
-                            "envelope": to_attribute(envelope.to_json_dict())}},
-        "wake": {"count": 1, "items": [{"job_id": {"S": envelope.job_id}}], "head": {"Item": {"wake_token": {"S": token}}}},
+        "dead": {
+            "record": {
+                "status": to_attribute("failed"),
+                "last_successful_stage": to_attribute(envelope.stages[-2].name),
+                "envelope": to_attribute(envelope.to_json_dict()),
+            }
+        },
+        "wake": {
+            "count": 1,
+            "items": [{"job_id": {"S": envelope.job_id}}],
+            "head": {"Item": {"wake_token": {"S": token}}},
+        },
     }
 
     assert state_bytes(state) <= STATE_PAYLOAD_QUOTA_BYTES - STATED_MARGIN_BYTES
@@ -121,8 +158,12 @@ def test_the_dead_letter_path_of_the_largest_plan_fits_with_the_stated_margin():
 def test_limits_count_what_the_emulator_counts():
     """ASCII escapes and the default separators, as moto's interpreter measures a state: never less
     than compact UTF-8, which AWS counts."""
-    value = {"a": "é\u0001\"", "b": [1, 2]}
-    assert state_bytes(value) == len(json.dumps(value)) >= len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    value = {"a": 'é\u0001"', "b": [1, 2]}
+    assert (
+        state_bytes(value)
+        == len(json.dumps(value))
+        >= len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    )
     assert plan_limits.STATE_PAYLOAD_QUOTA_BYTES == 262_144
 
 
@@ -142,8 +183,11 @@ def test_the_largest_fan_out_the_history_allows_is_accepted_and_its_arithmetic_h
     stages = largest_fan_out([{"name": name, "run": "x"} for name in stage_names(MAX_STAGES)], shards)
 
     require_project_fits(project(stages))
-    worst = (plan_limits.MAX_SHARD_RUNS * plan_limits.EVENTS_PER_STAGE_RUN_WORST + plan_limits.LOCK_WAIT_EVENTS
-             + plan_limits.JOB_EVENTS)
+    worst = (
+        plan_limits.MAX_SHARD_RUNS * plan_limits.EVENTS_PER_STAGE_RUN_WORST
+        + plan_limits.LOCK_WAIT_EVENTS
+        + plan_limits.JOB_EVENTS
+    )
     assert worst <= 0.8 * plan_limits.HISTORY_QUOTA_EVENTS
     assert worst + plan_limits.EVENTS_PER_STAGE_RUN_WORST > 0.8 * plan_limits.HISTORY_QUOTA_EVENTS
 
@@ -156,15 +200,26 @@ def test_one_shard_over_the_history_arithmetic_is_refused_with_the_arithmetic_in
 
     assert refused.details == {"limit": "shard_runs", "size": 46, "allowed": 45}
     assert "\n" not in refused.message
-    assert refused.message.startswith(f"stages: 46 stage runs ({stage_names(MAX_STAGES)[1]}: {shards}; 1 for each other stage); at most 45: ")
-    assert "45 × 240 events at worst + 9,000 waiting for the project + 200 of the job fit 80% of Step Functions' 25,000-event" in refused.message
+    assert refused.message.startswith(
+        f"stages: 46 stage runs ({stage_names(MAX_STAGES)[1]}: {shards}; 1 for each other stage); at most 45: "
+    )
+    assert (
+        "45 × 240 events at worst + 9,000 waiting for the project + 200 of the job fit 80% of Step Functions' 25,000-event"
+        in refused.message
+    )
 
 
 def test_a_parallel_stage_counts_its_shards_too():
-    refused = refusal([{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": plan_limits.MAX_SHARD_RUNS}])
+    refused = refusal(
+        [{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": plan_limits.MAX_SHARD_RUNS}]
+    )
 
     assert refused.details == {"limit": "shard_runs", "size": 46, "allowed": 45}
-    require_project_fits(project([{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": 44, "max_parallel": 40}]))
+    require_project_fits(
+        project(
+            [{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": 44, "max_parallel": 40}]
+        )
+    )
 
 
 def test_the_dead_letter_path_of_the_largest_fan_out_fits_with_the_stated_margin():
@@ -181,10 +236,21 @@ def test_the_dead_letter_path_of_the_largest_fan_out_fits_with_the_stated_margin
     job_input = execution_input(envelope, "https://sqs.eu-west-1.amazonaws.com/123456789012/" + "q" * 80)
     rest = {name: value for name, value in job_input.items() if name != "envelope"}
     assert state_bytes(rest) <= 20 * KIB
-    detail = {"stage": envelope.stages[1].name, "stage_index": 1, "shard": shards - 1, "error_class": "E" * MAX_ERROR_CHARS,
-              "cause": "\u0001" * MAX_FAILURE_CAUSE_CHARS, "attempts": 5, "retry_count": 4, "cumulative_backoff_sec": 14_400}
-    state = {**job_input, "error": {"Error": "E" * MAX_ERROR_CHARS, "Cause": json.dumps(detail, separators=(",", ":"))},
-             "dead": {"record": {"envelope": to_attribute(envelope.to_json_dict())}}}
+    detail = {
+        "stage": envelope.stages[1].name,
+        "stage_index": 1,
+        "shard": shards - 1,
+        "error_class": "E" * MAX_ERROR_CHARS,
+        "cause": "\u0001" * MAX_FAILURE_CAUSE_CHARS,
+        "attempts": 5,
+        "retry_count": 4,
+        "cumulative_backoff_sec": 14_400,
+    }
+    state = {
+        **job_input,
+        "error": {"Error": "E" * MAX_ERROR_CHARS, "Cause": json.dumps(detail, separators=(",", ":"))},
+        "dead": {"record": {"envelope": to_attribute(envelope.to_json_dict())}},
+    }
     assert state_bytes(state) <= STATE_PAYLOAD_QUOTA_BYTES - STATED_MARGIN_BYTES
 
 
@@ -201,7 +267,9 @@ def test_pause_holds_at_the_largest_fan_out_renew_as_one_stage_does_and_fit_the_
     shards = plan_limits.MAX_SHARD_RUNS - (MAX_STAGES - 1)
     stages = largest_fan_out([{"name": name, "run": "x"} for name in stage_names(MAX_STAGES)], shards)
     envelope = largest_envelope(project(stages))
-    fanned = execution_input(envelope, "https://sqs.eu-west-1.amazonaws.com/123456789012/q")["stages"][1]["shards"]
+    fanned = execution_input(envelope, "https://sqs.eu-west-1.amazonaws.com/123456789012/q")["stages"][1][
+        "shards"
+    ]
     assert fanned["pause_hold_sec"] == shards * PAUSE_HOLD_SEC == 14 * 3600
 
     def renewals(waiting: int, hold_sec: int) -> int:
@@ -212,14 +280,23 @@ def test_pause_holds_at_the_largest_fan_out_renew_as_one_stage_does_and_fit_the_
     for count in range(1, plan_limits.MAX_SHARD_RUNS + 1):
         for max_parallel in {None, 1, max(1, count // 2), count}:
             waiting = min(count, max_parallel or count)
-            assert renewals(waiting, shard_pause_hold_sec(count, max_parallel)) <= PAUSE_MAX_SEC // PAUSE_HOLD_SEC + waiting
+            assert (
+                renewals(waiting, shard_pause_hold_sec(count, max_parallel))
+                <= PAUSE_MAX_SEC // PAUSE_HOLD_SEC + waiting
+            )
     assert renewals(1, PAUSE_HOLD_SEC) == 169  # a stage without shards, as before
     # The largest fan-out: 45 shards, each renewed every 45 h, against 45 × 169 were each renewed hourly.
     largest = shard_pause_hold_sec(plan_limits.MAX_SHARD_RUNS, None)
     assert (largest, renewals(plan_limits.MAX_SHARD_RUNS, largest)) == (45 * 3600, 180)
-    assert plan_limits.MAX_SHARD_RUNS * renewals(1, PAUSE_HOLD_SEC) * plan_limits.EVENTS_PER_PAUSE_RENEWAL > plan_limits.HISTORY_QUOTA_EVENTS
+    assert (
+        plan_limits.MAX_SHARD_RUNS * renewals(1, PAUSE_HOLD_SEC) * plan_limits.EVENTS_PER_PAUSE_RENEWAL
+        > plan_limits.HISTORY_QUOTA_EVENTS
+    )
     assert (plan_limits.PAUSE_HOLD_RENEWALS_WORST, plan_limits.PAUSE_HOLD_EVENTS_WORST) == (213, 4686)
-    assert plan_limits.PAUSE_HOLD_EVENTS_WORST <= plan_limits.HISTORY_FREE_FRACTION * plan_limits.HISTORY_QUOTA_EVENTS
+    assert (
+        plan_limits.PAUSE_HOLD_EVENTS_WORST
+        <= plan_limits.HISTORY_FREE_FRACTION * plan_limits.HISTORY_QUOTA_EVENTS
+    )
 
     assert largest < _work_queue_retention_sec() == 4 * 24 * 3600
 
@@ -230,7 +307,7 @@ def _work_queue_retention_sec() -> int:
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[2] / "template.yaml").read_text(encoding="utf-8")
-    work_queue = text[text.index("WorkQueue&{Region}:"): text.index("WorkDeadLetterQueue&{Region}:")]
+    work_queue = text[text.index("WorkQueue&{Region}:") : text.index("WorkDeadLetterQueue&{Region}:")]
     return int(re.search(r"MessageRetentionPeriod: (\d+)", work_queue).group(1))
 
 
@@ -245,8 +322,11 @@ INLINE_MAP_CONCURRENCY = 40
     [
         ({"parallel": 41}, 41, "41 shards and no max_parallel, which would run them all at once"),
         ({"parallel": 44, "max_parallel": 41}, 41, "max_parallel 41 (of 44 shards)"),
-        ({"matrix": {"device": [f"d{index}" for index in range(11)], "os": ["17", "18", "26", "27"]}}, 44,
-         "44 shards and no max_parallel, which would run them all at once"),
+        (
+            {"matrix": {"device": [f"d{index}" for index in range(11)], "os": ["17", "18", "26", "27"]}},
+            44,
+            "44 shards and no max_parallel, which would run them all at once",
+        ),
     ],
     ids=["parallel past 40, no max_parallel", "max_parallel past 40", "a matrix of 44, no max_parallel"],
 )
@@ -266,7 +346,11 @@ def test_a_stage_asking_more_than_40_shards_at_once_is_refused_saying_how_it_cou
 def test_a_stage_of_up_to_40_shards_runs_them_all_at_once_and_more_run_40_at_a_time_with_max_parallel():
     # Given / When / Then: 40 shards without max_parallel, and the largest fan-out 40 at a time, are accepted
     assert plan_limits.MAX_CONCURRENT_SHARDS == INLINE_MAP_CONCURRENCY
-    require_project_fits(project([{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": 40}]))
-    require_project_fits(project([{"name": "test", "run": "x", "parallel": plan_limits.MAX_SHARD_RUNS, "max_parallel": 40}]))
+    require_project_fits(
+        project([{"name": "build", "run": "x"}, {"name": "test", "run": "x", "parallel": 40}])
+    )
+    require_project_fits(
+        project([{"name": "test", "run": "x", "parallel": plan_limits.MAX_SHARD_RUNS, "max_parallel": 40}])
+    )
     # A max_parallel over the stage's shards asks no more than its shards at once.
     require_project_fits(project([{"name": "test", "run": "x", "parallel": 4, "max_parallel": 256}]))

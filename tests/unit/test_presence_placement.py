@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from relevo_agent.presence import HANDOFF_MAX_RECEIVES, handback_sec, prefer_another
 from relevo_core.store.agents import AgentPresence
 
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-def _agent(agent_id: str, capacity: int = 1, running: int = 0, age_sec: float = 0, online: bool = True) -> AgentPresence:
+def _agent(
+    agent_id: str, capacity: int = 1, running: int = 0, age_sec: float = 0, online: bool = True
+) -> AgentPresence:
     return AgentPresence(
         agent_id=agent_id,
         region="eu-west",
@@ -43,7 +45,12 @@ def test_a_named_agent_leaves_it_to_the_freest_other_online_agent():
 def test_a_named_agent_leaves_it_to_another_online_agent_even_a_busy_one():
     assert _decide(["mac-a"], [_agent("mac-a"), _agent("mac-b", running=1)]) == "mac-b"
     # Free slots still decide between several: the freest goes first.
-    region = [_agent("mac-a"), _agent("mac-b", running=1), _agent("mac-c", capacity=2, running=2), _agent("mac-d", capacity=2, running=1)]
+    region = [
+        _agent("mac-a"),
+        _agent("mac-b", running=1),
+        _agent("mac-c", capacity=2, running=2),
+        _agent("mac-d", capacity=2, running=1),
+    ]
     assert _decide(["mac-a"], region) == "mac-d"
 
 
@@ -75,7 +82,16 @@ def test_the_wait_for_another_agent_is_bounded(other):
 
 def test_a_retry_left_to_a_free_agent_is_visible_again_after_the_short_delay():
     assert handback_sec(_agent("mac-b"), waited_sec=0, receive_count=1, max_wait_sec=60, delay_sec=2) == 2
-    assert handback_sec(_agent("mac-b", capacity=2, running=1), waited_sec=40, receive_count=2, max_wait_sec=60, delay_sec=2) == 2
+    assert (
+        handback_sec(
+            _agent("mac-b", capacity=2, running=1),
+            waited_sec=40,
+            receive_count=2,
+            max_wait_sec=60,
+            delay_sec=2,
+        )
+        == 2
+    )
 
 
 def test_a_retry_left_to_a_busy_agent_waits_in_equal_hops_up_to_the_bound():
@@ -95,13 +111,17 @@ def test_the_named_agent_receives_a_retry_for_a_busy_agent_at_most_the_bounded_n
     bound, having received it HANDOFF_MAX_RECEIVES times (below the queue's maxReceiveCount 5)."""
     busy = [_agent("mac-b", running=1)]
     waited, receives = 0.0, 1
-    while (other := prefer_another("mac-a", ["mac-a"], busy, NOW, waited, receives, max_wait_sec=60)) is not None:
+    while (
+        other := prefer_another("mac-a", ["mac-a"], busy, NOW, waited, receives, max_wait_sec=60)
+    ) is not None:
         waited += handback_sec(other, waited, receives, max_wait_sec=60, delay_sec=2)
         receives += 1
     assert (waited, receives) == (60, HANDOFF_MAX_RECEIVES)
 
 
-def _previous(region_agents, waited_sec: float = 0, receive_count: int = 1, requires=None, limit_sec: float = 10):
+def _previous(
+    region_agents, waited_sec: float = 0, receive_count: int = 1, requires=None, limit_sec: float = 10
+):
     from relevo_agent.presence import previous_mac
 
     chosen = previous_mac("mac-b", requires or {}, region_agents, NOW, waited_sec, receive_count, limit_sec)
@@ -125,7 +145,9 @@ def test_a_busy_offline_paused_or_unfit_previous_mac_is_not_waited_for():
     assert _previous([_agent("mac-b", online=False)]) is None
     assert _previous([_agent("mac-b", age_sec=120)]) is None  # silent for 3 intervals: offline
     assert _previous([_agent("mac-b").model_copy(update={"not_claiming": "agent_paused"})]) is None
-    fit = _agent("mac-b").model_copy(update={"capabilities": Capabilities(os="darwin", arch="arm64", xcode="16.2")})
+    fit = _agent("mac-b").model_copy(
+        update={"capabilities": Capabilities(os="darwin", arch="arm64", xcode="16.2")}
+    )
     assert _previous([fit], requires={"xcode": "16.*"}) == "mac-b"
     assert _previous([fit], requires={"xcode": "15.*"}) is None
     assert _previous([_agent("mac-c")]) is None  # it is gone from the region
@@ -134,10 +156,23 @@ def test_a_busy_offline_paused_or_unfit_previous_mac_is_not_waited_for():
 STAGE = "job_x:test"
 
 
-def _spread(held_here: int, region_agents, waited_sec: float = 0, receive_count: int = 1, avoid=(), requires=None):
+def _spread(
+    held_here: int, region_agents, waited_sec: float = 0, receive_count: int = 1, avoid=(), requires=None
+):
     from relevo_agent.presence import spread_to
 
-    chosen = spread_to("mac-a", STAGE, held_here, requires or {}, avoid, region_agents, NOW, waited_sec, receive_count, max_wait_sec=60)
+    chosen = spread_to(
+        "mac-a",
+        STAGE,
+        held_here,
+        requires or {},
+        avoid,
+        region_agents,
+        NOW,
+        waited_sec,
+        receive_count,
+        max_wait_sec=60,
+    )
     return chosen.agent_id if chosen else None
 
 
@@ -171,7 +206,9 @@ def test_a_shards_retry_is_not_spread_to_the_mac_that_failed_it_nor_to_one_missi
     from relevo_core.models.capabilities import Capabilities
 
     assert _spread(1, [_holding("mac-b", 0)], avoid=("mac-b",)) is None
-    old_xcode = _holding("mac-b", 0).model_copy(update={"capabilities": Capabilities(os="darwin", arch="arm64", xcode="15.4")})
+    old_xcode = _holding("mac-b", 0).model_copy(
+        update={"capabilities": Capabilities(os="darwin", arch="arm64", xcode="15.4")}
+    )
     assert _spread(1, [old_xcode], requires={"xcode": "16.*"}) is None
 
 
@@ -188,8 +225,16 @@ def test_the_presence_record_lists_the_stage_of_each_shard_held_and_counts_the_o
     from relevo_agent.presence import Presence
     from relevo_agent.stop import AgentStop
 
-    presence = Presence(AgentConfig(agent_id="mac-a", region="eu", capacity=4, journal=Path("/nonexistent/j")), "table", AgentStop())
-    with presence.occupied(STAGE) as first, presence.occupied(None) as unsharded, presence.occupied(STAGE) as second:
+    presence = Presence(
+        AgentConfig(agent_id="mac-a", region="eu", capacity=4, journal=Path("/nonexistent/j")),
+        "table",
+        AgentStop(),
+    )
+    with (
+        presence.occupied(STAGE) as first,
+        presence.occupied(None) as unsharded,
+        presence.occupied(STAGE) as second,
+    ):
         assert (first, unsharded, second) == (0, 0, 1)
         record = presence._record()
         assert (record.running, record.shards_of(STAGE)) == (3, 2)
@@ -257,7 +302,9 @@ def _presence(clock: _Time, monkeypatch, region_at, **config):
         return region_at(clock.elapsed)
 
     monkeypatch.setattr(presence_module.agents, "online_agents", online_agents)
-    agent_config = AgentConfig(agent_id="mac-a", region="eu", capacity=1, journal=Path("/nonexistent/j"), **config)
+    agent_config = AgentConfig(
+        agent_id="mac-a", region="eu", capacity=1, journal=Path("/nonexistent/j"), **config
+    )
     return Presence(agent_config, "table", clock, clock=clock.now, monotonic=clock.monotonic), looks
 
 
@@ -268,7 +315,9 @@ def test_a_retry_handed_back_to_busy_agents_is_visible_again_within_a_look_of_a_
     # Given mac-a ran the failed attempt, and mac-b, the only other agent, is busy until 3.2 s from now
     clock = _Time()
     frees_at = 3.2
-    presence, looks = _presence(clock, monkeypatch, lambda t: [_agent("mac-a"), _agent("mac-b", running=0 if t >= frees_at else 1)])
+    presence, looks = _presence(
+        clock, monkeypatch, lambda t: [_agent("mac-a"), _agent("mac-b", running=0 if t >= frees_at else 1)]
+    )
     message = _Message(clock)
 
     # When mac-a receives the retry, and hands it back
@@ -282,7 +331,9 @@ def test_a_retry_handed_back_to_busy_agents_is_visible_again_within_a_look_of_a_
     assert frees_at <= shown_at <= frees_at + HANDBACK_LOOK_SEC
     # (mac-a starts no receive of its own for a moment, so mac-b's poll takes it)
     assert presence.quiet_until == clock.monotonic() - clock.elapsed + shown_at + PASSED_ON_QUIET_SEC
-    assert len(looks) == 2 + int(frees_at / HANDBACK_LOOK_SEC)  # the decision's read, then a look every HANDBACK_LOOK_SEC
+    assert len(looks) == 2 + int(
+        frees_at / HANDBACK_LOOK_SEC
+    )  # the decision's read, then a look every HANDBACK_LOOK_SEC
 
     # When a receive of mac-a's that was under way gets it back first (its new ones wait)
     clock.elapsed += 0.4
@@ -299,8 +350,15 @@ def test_a_retry_whose_agents_stay_busy_waits_its_hop_and_the_watch_ends_before_
     # Given every other agent stays busy, or frees a slot it could not take the retry with
     clock = _Time()
     paused = _agent("mac-c").model_copy(update={"not_claiming": "agent_paused"})
-    presence, looks = _presence(clock, monkeypatch, lambda t: [_agent("mac-a"), _agent("mac-b", running=1),
-                                                               paused if t >= 3 else _agent("mac-c", running=1)])
+    presence, looks = _presence(
+        clock,
+        monkeypatch,
+        lambda t: [
+            _agent("mac-a"),
+            _agent("mac-b", running=1),
+            paused if t >= 3 else _agent("mac-c", running=1),
+        ],
+    )
     message = _Message(clock)
 
     # When mac-a hands the retry back
@@ -327,7 +385,9 @@ def test_the_free_agent_for_a_retry_is_online_claiming_free_unnamed_and_fit():
     assert found([_agent("mac-x")]) is None  # it failed the stage too
     assert found([_agent("mac-b", online=False)]) is None
     assert found([_agent("mac-b").model_copy(update={"not_claiming": "agent_low_disk"})]) is None
-    old = _agent("mac-b").model_copy(update={"capabilities": Capabilities(os="darwin", arch="arm64", xcode="15.4")})
+    old = _agent("mac-b").model_copy(
+        update={"capabilities": Capabilities(os="darwin", arch="arm64", xcode="15.4")}
+    )
     assert found([old], requires={"xcode": "16.*"}) is None
 
 
@@ -350,12 +410,16 @@ def test_a_next_stage_passed_on_to_the_previous_mac_is_visible_again_at_once_and
     assert presence.quiet_until == clock.monotonic() + PASSED_ON_QUIET_SEC
 
 
-@pytest.mark.parametrize("previous", [
-    _agent("mac-b", running=1),  # busy
-    _agent("mac-b", age_sec=120),  # absent: silent for 3 intervals
-    _agent("mac-b", online=False),  # stopped
-    _agent("mac-b").model_copy(update={"not_claiming": "agent_paused"}),
-], ids=["busy", "silent", "stopped", "paused"])
+@pytest.mark.parametrize(
+    "previous",
+    [
+        _agent("mac-b", running=1),  # busy
+        _agent("mac-b", age_sec=120),  # absent: silent for 3 intervals
+        _agent("mac-b", online=False),  # stopped
+        _agent("mac-b").model_copy(update={"not_claiming": "agent_paused"}),
+    ],
+    ids=["busy", "silent", "stopped", "paused"],
+)
 def test_a_previous_mac_that_does_not_wait_for_work_is_not_waited_for(monkeypatch, previous):
     # Given the Mac that ran the previous stage is not waiting for work
     clock = _Time()

@@ -38,10 +38,16 @@ def test_a_link_names_the_buckets_regional_endpoint_and_is_signed_for_that_regio
     # Given the function in `region`, an opt-in region (launched after March 2019) or us-east-1
     on_aws(region)
     # When it presigns a GET of an artifact
-    url = s3_presigner().generate_presigned_url("get_object", Params={"Bucket": BUCKET, "Key": KEY}, ExpiresIn=120)
+    url = s3_presigner().generate_presigned_url(
+        "get_object", Params={"Bucket": BUCKET, "Key": KEY}, ExpiresIn=120
+    )
     # Then the link names the bucket on its region's own endpoint, virtual-hosted
     parts = urlsplit(url)
-    assert (parts.scheme, parts.netloc, parts.path) == ("https", f"{BUCKET}.s3.{region}.amazonaws.com", f"/{KEY}")
+    assert (parts.scheme, parts.netloc, parts.path) == (
+        "https",
+        f"{BUCKET}.s3.{region}.amazonaws.com",
+        f"/{KEY}",
+    )
     # and its signature covers that host, in that region's credential scope
     query = parse_qs(parts.query)
     assert query["X-Amz-SignedHeaders"] == ["host"]

@@ -4,14 +4,15 @@ from the constants and defaults it names."""
 from __future__ import annotations
 
 import re
+from datetime import UTC
 from pathlib import Path
 
 from relevo_agent.config import AgentConfig
-from relevo_tools.drill.fleet import DrillTiming
 from relevo_core.lease_timeline import LeaseTimeline
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.project import Project, ProjectStage
+from relevo_tools.drill.fleet import DrillTiming
 
 README = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
@@ -44,7 +45,10 @@ def _numbers(timeline: LeaseTimeline) -> dict[str, float]:
 
 def test_the_defaults_agree_wherever_they_are_declared():
     assert JobEnvelope.model_fields["lease_ttl_sec"].default == Project.model_fields["lease_ttl_sec"].default
-    assert StagePlan.model_fields["kill_grace_sec"].default == ProjectStage.model_fields["kill_grace_sec"].default
+    assert (
+        StagePlan.model_fields["kill_grace_sec"].default
+        == ProjectStage.model_fields["kill_grace_sec"].default
+    )
 
 
 def test_the_readme_timeline_is_the_codes():
@@ -59,9 +63,13 @@ def test_the_readme_timeline_is_the_codes():
 
     assert set(table) == set(_numbers(defaults)), "the README's rows and the timeline's events differ"
     for event, expected in _numbers(defaults).items():
-        assert table[event][0] == expected, f"{event}: README says {table[event][0]} s, the defaults give {expected} s"
+        assert table[event][0] == expected, (
+            f"{event}: README says {table[event][0]} s, the defaults give {expected} s"
+        )
     for event, expected in _numbers(drilled).items():
-        assert table[event][1] == expected, f"{event}: README says {table[event][1]} s, relevo drill uses {expected} s"
+        assert table[event][1] == expected, (
+            f"{event}: README says {table[event][1]} s, relevo drill uses {expected} s"
+        )
 
 
 def test_the_doctors_limit_is_the_allowed_skew(tmp_path: Path):
@@ -69,7 +77,7 @@ def test_the_doctors_limit_is_the_allowed_skew(tmp_path: Path):
 
     from relevo_agent.doctor import check_clock
 
-    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
     config = AgentConfig(region="eu-west", max_clock_skew_sec=2)
     # The Date header has whole seconds: one second on top of the limit is allowed.
     assert check_clock(now, now + timedelta(seconds=3), config.max_clock_skew_sec).ok
@@ -82,9 +90,13 @@ def test_doctor_checks_the_clock_against_the_agents_own_allowed_skew(monkeypatch
 
     from relevo_agent import doctor
 
-    server = datetime(2026, 12, 1, tzinfo=timezone.utc)
-    monkeypatch.setattr(doctor, "check_credentials", lambda: (doctor.Check("credentials", True, "test"), server))
-    config = AgentConfig(region="eu-west", max_clock_skew_sec=1, workspace_root=tmp_path, journal=tmp_path / "j.sqlite3")
+    server = datetime(2026, 12, 1, tzinfo=UTC)
+    monkeypatch.setattr(
+        doctor, "check_credentials", lambda: (doctor.Check("credentials", True, "test"), server)
+    )
+    config = AgentConfig(
+        region="eu-west", max_clock_skew_sec=1, workspace_root=tmp_path, journal=tmp_path / "j.sqlite3"
+    )
     checks = doctor.run_checks(config, None, None, now=lambda: server + timedelta(seconds=3))
     clock = next(check for check in checks if check.name == "clock")
     assert not clock.ok  # 3 s off fails an agent that fences with 1 s of skew (5 s would pass)

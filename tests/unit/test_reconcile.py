@@ -8,10 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from relevo_agent.journal import Operation, OperationOutcome
 from relevo_agent.executor import TAIL_BYTES, run_command
+from relevo_agent.journal import Operation, OperationOutcome
 from relevo_agent.logs import MASK, Masker, secret_values
-from relevo_agent.reconcile import EVIDENCE_CHARS, ReconcileAction, ProbeResult, decide, precondition_version, wants_probe
+from relevo_agent.reconcile import (
+    EVIDENCE_CHARS,
+    ProbeResult,
+    ReconcileAction,
+    decide,
+    precondition_version,
+    wants_probe,
+)
 from relevo_core.store.stage_attempts import needs_reconcile
 
 OP = "job_1:upload"
@@ -135,7 +142,11 @@ def test_a_secret_in_the_probe_output_never_reaches_the_evidence_or_the_receipt(
     result = decide(OP, None, LOST, PRE, _probe(0, f"uploaded {OP} with token={CANARY}\n", (CANARY,)))
 
     assert result.action is ReconcileAction.SUCCEEDED  # tied to the operation on the output as printed
-    assert result.evidence["probe_output"] == result.receipt["probe_output"] == f"uploaded {OP} with token={MASK}\n"
+    assert (
+        result.evidence["probe_output"]
+        == result.receipt["probe_output"]
+        == f"uploaded {OP} with token={MASK}\n"
+    )
     assert CANARY not in repr(result)
 
 
@@ -157,7 +168,9 @@ def test_the_kept_tail_is_masked_before_it_is_cut_and_a_cut_secret_leaves_no_pie
     # may start inside a secret: that piece is masked too.
     begins_mid_secret = CANARY[5:] + " then the effect of " + OP
     shown = _probe(0, begins_mid_secret, (CANARY,), cut=True).shown
-    assert CANARY[5:] not in shown and CANARY[-4:] not in shown and shown.startswith(MASK) and shown.endswith(OP)
+    assert (
+        CANARY[5:] not in shown and CANARY[-4:] not in shown and shown.startswith(MASK) and shown.endswith(OP)
+    )
 
 
 def test_a_real_probe_printing_a_masked_variable_is_recorded_masked(tmp_path: Path):
@@ -165,10 +178,24 @@ def test_a_real_probe_printing_a_masked_variable_is_recorded_masked(tmp_path: Pa
     with the values of the agent's `mask` variables (as logs are) before it is decided on."""
     env = {"PATH": "/usr/bin:/bin", "DEPLOY_TOKEN": CANARY, "RELEVO_OPERATION_ID": OP}
     probe = 'head -c 5000 /dev/zero | tr "\\0" "p"; echo; echo "effect of $RELEVO_OPERATION_ID token=$DEPLOY_TOKEN"'
-    ran = run_command(probe, tmp_path, env, timeout_sec=30, cancel=threading.Event(), on_output=lambda chunk: None, grace_sec=1)
+    ran = run_command(
+        probe,
+        tmp_path,
+        env,
+        timeout_sec=30,
+        cancel=threading.Event(),
+        on_output=lambda chunk: None,
+        grace_sec=1,
+    )
 
     cut = len(ran.output_tail.encode()) >= TAIL_BYTES
-    result = decide(OP, None, LOST, PRE, ProbeResult.masked(ran.exit_code, ran.output_tail, Masker(secret_values(["DEPLOY_TOKEN"], env)), cut))
+    result = decide(
+        OP,
+        None,
+        LOST,
+        PRE,
+        ProbeResult.masked(ran.exit_code, ran.output_tail, Masker(secret_values(["DEPLOY_TOKEN"], env)), cut),
+    )
 
     assert cut and CANARY in ran.output_tail  # the secret was there to leak
     assert result.action is ReconcileAction.SUCCEEDED

@@ -15,13 +15,28 @@ from relevo_agent.messages import Message
 
 
 def _admission(tmp_path: Path, agent_id: str = "mac-1") -> Admission:
-    config = AgentConfig(agent_id=agent_id, region="eu", capacity=4, workspace_root=tmp_path / "ws", journal=tmp_path / f"{agent_id}.sqlite3")
+    config = AgentConfig(
+        agent_id=agent_id,
+        region="eu",
+        capacity=4,
+        workspace_root=tmp_path / "ws",
+        journal=tmp_path / f"{agent_id}.sqlite3",
+    )
     return Admission(config, Journal(config.journal))
 
 
 def _task(shard: int | None, project: str = "app") -> StageMessage:
-    return StageMessage(job_id="job_" + "a" * 20, stage="test", stage_index=0, shard=shard, attempt=1, task_token="t",
-                        dispatch_key="k", project=project, lease_ttl_sec=60)
+    return StageMessage(
+        job_id="job_" + "a" * 20,
+        stage="test",
+        stage_index=0,
+        shard=shard,
+        attempt=1,
+        task_token="t",
+        dispatch_key="k",
+        project=project,
+        lease_ttl_sec=60,
+    )
 
 
 # Admission touches the message only to send it back, which these cases never do.
@@ -29,7 +44,9 @@ _MESSAGE = Message("http://queue", {"Body": "{}", "ReceiptHandle": "r"})
 
 
 def _admit(admission: Admission, stack: ExitStack, shard: int | None, project: str = "app") -> Path:
-    reservation = stack.enter_context(admission.admitted(_task(shard, project), _MESSAGE, f"op-{project}-{shard}"))
+    reservation = stack.enter_context(
+        admission.admitted(_task(shard, project), _MESSAGE, f"op-{project}-{shard}")
+    )
     assert reservation is not None
     return reservation.workspace
 

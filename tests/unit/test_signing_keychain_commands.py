@@ -30,12 +30,20 @@ def tool(tmp_path: Path) -> Path:
 
 
 def _keychains(tmp_path: Path, tool: Path | None, system: str = "Linux") -> Keychains:
-    config = AgentConfig(region="eu-west", workspace_root=tmp_path / "workspaces", journal=tmp_path / "journal.sqlite3", security_tool=tool)
+    config = AgentConfig(
+        region="eu-west",
+        workspace_root=tmp_path / "workspaces",
+        journal=tmp_path / "journal.sqlite3",
+        security_tool=tool,
+    )
     return Keychains(config, system=system)
 
 
 def _identities(*passphrases: str) -> list[Identity]:
-    return [Identity(f"relevo/s/_signing/eu-west/app/id{n}", b"\x30\x82p12-" + bytes([n]), p) for n, p in enumerate(passphrases)]
+    return [
+        Identity(f"relevo/s/_signing/eu-west/app/id{n}", b"\x30\x82p12-" + bytes([n]), p)
+        for n, p in enumerate(passphrases)
+    ]
 
 
 def test_the_keychain_is_made_and_removed_by_this_exact_security_sequence(tmp_path: Path, tool: Path):
@@ -50,8 +58,28 @@ def test_the_keychain_is_made_and_removed_by_this_exact_security_sequence(tmp_pa
         ["create-keychain", "-p", "<secret 1>", k],
         ["set-keychain-settings", "-lut", "900", k],
         ["unlock-keychain", "-p", "<secret 1>", k],
-        ["import", str(directory / "job_1.sign.1.0.p12"), "-k", k, "-f", "pkcs12", "-P", "<secret 2>", *TRUSTED],
-        ["import", str(directory / "job_1.sign.1.1.p12"), "-k", k, "-f", "pkcs12", "-P", "<secret 3>", *TRUSTED],
+        [
+            "import",
+            str(directory / "job_1.sign.1.0.p12"),
+            "-k",
+            k,
+            "-f",
+            "pkcs12",
+            "-P",
+            "<secret 2>",
+            *TRUSTED,
+        ],
+        [
+            "import",
+            str(directory / "job_1.sign.1.1.p12"),
+            "-k",
+            k,
+            "-f",
+            "pkcs12",
+            "-P",
+            "<secret 3>",
+            *TRUSTED,
+        ],
         ["set-key-partition-list", "-S", "apple-tool:,apple:,codesign:", "-s", "-k", "<secret 1>", k],
         ["list-keychains", "-d", "user"],
         ["list-keychains", "-d", "user", "-s", k, *LOGIN],
@@ -70,7 +98,12 @@ def test_secrets_go_only_through_the_stdin_of_security_i(tmp_path: Path, tool: P
     calls = security_double.calls(tool)
     interactive = [call for call in calls if call["argv"] == ["-i"]]
     # create, unlock, import, partition list: one `security -i` each, its command on stdin.
-    assert [call["lines"][0][0] for call in interactive] == ["create-keychain", "unlock-keychain", "import", "set-key-partition-list"]
+    assert [call["lines"][0][0] for call in interactive] == [
+        "create-keychain",
+        "unlock-keychain",
+        "import",
+        "set-key-partition-list",
+    ]
     assert all(call["stdin"] and len(call["lines"]) == 1 for call in interactive)
     others = [call for call in calls if call["argv"] != ["-i"]]
     assert others and not any(call["stdin"] for call in others)
@@ -91,7 +124,10 @@ def test_a_failed_step_removes_what_was_made_and_names_no_secret(tmp_path: Path,
     assert failed.value.message == (
         "security set-key-partition-list failed (exit 1): security: set-key-partition-list: The operation couldn't be completed. (injected failure)"
     )
-    assert security_double.commands(tool)[-2:] == [["list-keychains", "-d", "user"], ["delete-keychain", failed_path(tmp_path, "job_3")]]
+    assert security_double.commands(tool)[-2:] == [
+        ["list-keychains", "-d", "user"],
+        ["delete-keychain", failed_path(tmp_path, "job_3")],
+    ]
     assert security_double.search_list(tool) == LOGIN
     assert list((tmp_path / "workspaces" / KEYCHAIN_DIR).iterdir()) == []
 
@@ -105,7 +141,9 @@ def test_a_wrong_passphrase_fails_the_import_with_the_tools_message(tmp_path: Pa
     (tool.parent / "security-state" / "fail").write_text("import")
     with pytest.raises(KeychainFailure) as failed:
         _keychains(tmp_path, tool).create("job_4.sign.1", _identities(PASSPHRASE), lock_after_sec=60)
-    assert failed.value.message.startswith("signing identity relevo/s/_signing/eu-west/app/id0: security import failed (exit 1)")
+    assert failed.value.message.startswith(
+        "signing identity relevo/s/_signing/eu-west/app/id0: security import failed (exit 1)"
+    )
 
 
 def test_a_failed_delete_is_logged_and_the_next_start_sweeps_it(tmp_path: Path, tool: Path, caplog):
@@ -138,7 +176,10 @@ def test_an_agent_not_on_macos_without_a_security_tool_refuses(tmp_path: Path):
     with pytest.raises(KeychainFailure) as refused:
         _keychains(tmp_path, None, system="Linux").create("job_7.sign.1", _identities("x"), lock_after_sec=60)
     assert refused.value.error_class is ErrorClass.KEYCHAIN_UNSUPPORTED
-    assert refused.value.error_class.value == "Relevo.Fatal.KeychainUnsupported" and not refused.value.error_class.retryable
+    assert (
+        refused.value.error_class.value == "Relevo.Fatal.KeychainUnsupported"
+        and not refused.value.error_class.retryable
+    )
     assert "this agent runs on Linux and was given no security_tool" in refused.value.message
     assert _keychains(tmp_path, None, system="Darwin").security.path == MAC_SECURITY
     assert _keychains(tmp_path, None, system="Linux").sweep() == []
@@ -147,7 +188,11 @@ def test_an_agent_not_on_macos_without_a_security_tool_refuses(tmp_path: Path):
 def test_an_agent_with_run_as_refuses_before_any_security_command_or_secret(tmp_path: Path, tool: Path):
     """A keychain root makes is root's, not the build user's: no half-working signing (docs/agent.md)."""
     config = AgentConfig(
-        region="eu-west", workspace_root=tmp_path / "workspaces", journal=tmp_path / "journal.sqlite3", security_tool=tool, run_as="relevo-build",
+        region="eu-west",
+        workspace_root=tmp_path / "workspaces",
+        journal=tmp_path / "journal.sqlite3",
+        security_tool=tool,
+        run_as="relevo-build",
     )
     with pytest.raises(KeychainFailure) as refused:
         Keychains(config, system="Darwin").require()  # the stage calls it before it reads any identity
@@ -159,18 +204,32 @@ def test_an_agent_with_run_as_refuses_before_any_security_command_or_secret(tmp_
 
 
 def _project(**signing) -> dict:
-    return {"id": "app", "repo": "acme/app", "region_affinity": "eu-west", "stages": [{"name": "sign", "run": "true"}], "signing": signing}
+    return {
+        "id": "app",
+        "repo": "acme/app",
+        "region_affinity": "eu-west",
+        "stages": [{"name": "sign", "run": "true"}],
+        "signing": signing,
+    }
 
 
 def test_a_projects_identities_must_be_under_its_own_regions_signing_prefix():
-    ok = {"p12_ref": "relevo/stk/_signing/eu-west/app/dist.p12", "passphrase_ref": "relevo/stk/_signing/eu-west/app/dist.pass"}
+    ok = {
+        "p12_ref": "relevo/stk/_signing/eu-west/app/dist.p12",
+        "passphrase_ref": "relevo/stk/_signing/eu-west/app/dist.pass",
+    }
     project = Project.model_validate(_project(keychain="temporary", identities=[ok]))
     assert project.signing is not None and project.signing.identities[0].p12_ref == ok["p12_ref"]
     other_region = {**ok, "p12_ref": "relevo/stk/_signing/us-east/app/dist.p12"}
-    with pytest.raises(ValueError, match=r"signing.identities\[0\].p12_ref .* is not under relevo/<stack>/_signing/eu-west/app/"):
+    with pytest.raises(
+        ValueError,
+        match=r"signing.identities\[0\].p12_ref .* is not under relevo/<stack>/_signing/eu-west/app/",
+    ):
         Project.model_validate(_project(keychain="temporary", identities=[other_region]))
     with pytest.raises(ValueError, match="String should match pattern"):  # a webhook secret is no identity
-        Project.model_validate(_project(keychain="temporary", identities=[{**ok, "passphrase_ref": "relevo/stk/app/github"}]))
+        Project.model_validate(
+            _project(keychain="temporary", identities=[{**ok, "passphrase_ref": "relevo/stk/app/github"}])
+        )
     with pytest.raises(ValueError, match="Input should be 'temporary'"):
         Project.model_validate(_project(keychain="login", identities=[ok]))
     with pytest.raises(ValueError, match="at least 1 item"):

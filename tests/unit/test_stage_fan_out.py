@@ -28,15 +28,23 @@ def test_parallel_gives_each_shard_its_index_and_the_count():
 
 
 def test_a_matrix_runs_one_shard_per_combination_the_first_key_varying_slowest():
-    (plan,) = stage(matrix={"device": ["iPhone 16", "iPad Air"], "os": ["18.2", "17.5"]}, fail_fast=False, max_parallel=2).frozen_stages()
+    (plan,) = stage(
+        matrix={"device": ["iPhone 16", "iPad Air"], "os": ["18.2", "17.5"]}, fail_fast=False, max_parallel=2
+    ).frozen_stages()
 
     shards = plan.shards()
     assert [shard.matrix for shard in shards] == [
-        {"device": "iPhone 16", "os": "18.2"}, {"device": "iPhone 16", "os": "17.5"},
-        {"device": "iPad Air", "os": "18.2"}, {"device": "iPad Air", "os": "17.5"},
+        {"device": "iPhone 16", "os": "18.2"},
+        {"device": "iPhone 16", "os": "17.5"},
+        {"device": "iPad Air", "os": "18.2"},
+        {"device": "iPad Air", "os": "17.5"},
     ]
-    assert shards[2].environment() == {"RELEVO_SHARD_INDEX": "2", "RELEVO_SHARD_COUNT": "4",
-                                       "RELEVO_MATRIX_DEVICE": "iPad Air", "RELEVO_MATRIX_OS": "18.2"}
+    assert shards[2].environment() == {
+        "RELEVO_SHARD_INDEX": "2",
+        "RELEVO_SHARD_COUNT": "4",
+        "RELEVO_MATRIX_DEVICE": "iPad Air",
+        "RELEVO_MATRIX_OS": "18.2",
+    }
     assert shards[2].label == "device=iPad Air, os=18.2"
     assert not plan.stops_siblings and plan.max_parallel == 2
 
@@ -59,7 +67,16 @@ def test_a_stage_without_a_fan_out_is_one_run():
         ({"matrix": {"OS": ["18.2"]}}, "String should match pattern"),
         ({"parallel": 1}, "greater than or equal to 2"),
     ],
-    ids=["both", "fail_fast alone", "max_parallel alone", "empty matrix", "key without values", "repeated value", "key case", "one shard"],
+    ids=[
+        "both",
+        "fail_fast alone",
+        "max_parallel alone",
+        "empty matrix",
+        "key without values",
+        "repeated value",
+        "key case",
+        "one shard",
+    ],
 )
 def test_a_fan_out_that_makes_no_sense_is_refused_with_one_line_saying_why(fields, message):
     with pytest.raises(ValidationError) as refused:
@@ -73,15 +90,26 @@ def test_a_stage_with_shards_hands_files_on_and_each_shard_names_its_values():
 
     assert plan.handoff == ("results/",) and plan.shard_count == 3
     assert [output_variable(plan.name, "passed", shard) for shard in range(3)] == [
-        "RELEVO_OUT_TEST_SHARD0_PASSED", "RELEVO_OUT_TEST_SHARD1_PASSED", "RELEVO_OUT_TEST_SHARD2_PASSED"
+        "RELEVO_OUT_TEST_SHARD0_PASSED",
+        "RELEVO_OUT_TEST_SHARD1_PASSED",
+        "RELEVO_OUT_TEST_SHARD2_PASSED",
     ]
     assert output_variable("sign-app", "digest") == "RELEVO_OUT_SIGN_APP_DIGEST"
 
 
 def test_a_stage_named_like_a_shard_of_another_is_refused_naming_both():
     with pytest.raises(ValidationError) as refused:
-        Project.model_validate({**BASE, "stages": [
-            {"name": "test", "run": "make test", "parallel": 2}, {"name": "test_shard1", "run": "true"},
-        ]})
+        Project.model_validate(
+            {
+                **BASE,
+                "stages": [
+                    {"name": "test", "run": "make test", "parallel": 2},
+                    {"name": "test_shard1", "run": "true"},
+                ],
+            }
+        )
 
-    assert "stages test and test_shard1 would both hand on their values as RELEVO_OUT_TEST_SHARD1_…: rename one" in str(refused.value)
+    assert (
+        "stages test and test_shard1 would both hand on their values as RELEVO_OUT_TEST_SHARD1_…: rename one"
+        in str(refused.value)
+    )

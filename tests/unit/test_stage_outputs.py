@@ -15,7 +15,11 @@ from relevo_agent.prepare import PrepareFailure, output_variables
 from relevo_core.jobs.handoff_sources import EarlierStage
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.handoff import (
-    MAX_HANDED_ON_OUTPUT_BYTES, MAX_OUTPUT_BYTES, MAX_OUTPUT_KEYS, output_variable, previous_output_variable,
+    MAX_HANDED_ON_OUTPUT_BYTES,
+    MAX_OUTPUT_BYTES,
+    MAX_OUTPUT_KEYS,
+    output_variable,
+    previous_output_variable,
 )
 
 
@@ -27,7 +31,9 @@ def _parse(text: str) -> dict[str, str]:
 
 
 def test_key_value_lines_and_heredocs() -> None:
-    assert _parse("version=1.4.2\nnotes<<EOF\nfirst line\n\nsecond=line\nEOF\nempty=\nurl=https://x/?a=b\n") == {
+    assert _parse(
+        "version=1.4.2\nnotes<<EOF\nfirst line\n\nsecond=line\nEOF\nempty=\nurl=https://x/?a=b\n"
+    ) == {
         "version": "1.4.2",
         "notes": "first line\n\nsecond=line",
         "empty": "",
@@ -95,12 +101,18 @@ def test_later_stages_get_each_value_as_relevo_out_stage_key() -> None:
     assert output_variable("build", "version") == "RELEVO_OUT_BUILD_VERSION"
     assert output_variable("app-store", "build-number") == "RELEVO_OUT_APP_STORE_BUILD_NUMBER"
     assert previous_output_variable("submission-id") == "RELEVO_PREVIOUS_OUT_SUBMISSION_ID"
-    earlier = [EarlierStage("build", "job_x", "a", None, {"version": "1"}), EarlierStage("sign", "job_x", "b", None, {"id": "7"})]
+    earlier = [
+        EarlierStage("build", "job_x", "a", None, {"version": "1"}),
+        EarlierStage("sign", "job_x", "b", None, {"id": "7"}),
+    ]
     assert output_variables(earlier) == {"RELEVO_OUT_BUILD_VERSION": "1", "RELEVO_OUT_SIGN_ID": "7"}
 
 
 def test_two_values_that_would_be_one_variable_fail_the_later_stage() -> None:
-    earlier = [EarlierStage("a-b", "job_x", "a", None, {"c": "1"}), EarlierStage("a", "job_x", "b", None, {"b_c": "2"})]
+    earlier = [
+        EarlierStage("a-b", "job_x", "a", None, {"c": "1"}),
+        EarlierStage("a", "job_x", "b", None, {"b_c": "2"}),
+    ]
     with pytest.raises(PrepareFailure) as clash:
         output_variables(earlier)
     assert "a-b.c and a.b_c would both be RELEVO_OUT_A_B_C" in clash.value.message
@@ -109,17 +121,25 @@ def test_two_values_that_would_be_one_variable_fail_the_later_stage() -> None:
 def test_each_shards_values_reach_later_stages_under_its_index() -> None:
     earlier = [
         EarlierStage("build", "job_x", "a", None, {"version": "1"}),
-        *(EarlierStage("ui-test", "job_x", f"mac-{k}", None, {"passed": str(10 + k)}, shard=k) for k in range(3)),
+        *(
+            EarlierStage("ui-test", "job_x", f"mac-{k}", None, {"passed": str(10 + k)}, shard=k)
+            for k in range(3)
+        ),
     ]
 
     assert output_variables(earlier) == {
         "RELEVO_OUT_BUILD_VERSION": "1",
-        "RELEVO_OUT_UI_TEST_SHARD0_PASSED": "10", "RELEVO_OUT_UI_TEST_SHARD1_PASSED": "11", "RELEVO_OUT_UI_TEST_SHARD2_PASSED": "12",
+        "RELEVO_OUT_UI_TEST_SHARD0_PASSED": "10",
+        "RELEVO_OUT_UI_TEST_SHARD1_PASSED": "11",
+        "RELEVO_OUT_UI_TEST_SHARD2_PASSED": "12",
     }
 
 
 def test_a_shards_value_and_another_stages_that_would_be_one_variable_fail_naming_the_shard() -> None:
-    earlier = [EarlierStage("test", "job_x", "a", None, {"x": "1"}, shard=1), EarlierStage("test", "job_x", "b", None, {"shard1_x": "2"})]
+    earlier = [
+        EarlierStage("test", "job_x", "a", None, {"x": "1"}, shard=1),
+        EarlierStage("test", "job_x", "b", None, {"shard1_x": "2"}),
+    ]
     with pytest.raises(PrepareFailure) as clash:
         output_variables(earlier)
     assert "test#shard-1.x and test.shard1_x would both be RELEVO_OUT_TEST_SHARD1_X" in clash.value.message
@@ -128,7 +148,10 @@ def test_a_shards_value_and_another_stages_that_would_be_one_variable_fail_namin
 def test_values_handed_on_past_half_of_kern_argmax_fail_the_stage_naming_the_largest() -> None:
     """45 stage runs of 16 KiB each would be 720 KiB of environment: a stage is handed at most 512 KiB."""
     full = {f"k{n}": "x" * (MAX_OUTPUT_BYTES // 4 - 8) for n in range(4)}
-    within = [EarlierStage("test", "job_x", "a", None, full, shard=k) for k in range(MAX_HANDED_ON_OUTPUT_BYTES // MAX_OUTPUT_BYTES - 1)]
+    within = [
+        EarlierStage("test", "job_x", "a", None, full, shard=k)
+        for k in range(MAX_HANDED_ON_OUTPUT_BYTES // MAX_OUTPUT_BYTES - 1)
+    ]
     assert len(output_variables(within)) == 4 * len(within)
 
     over = [EarlierStage("test", "job_x", "a", None, full, shard=k) for k in range(45)]
@@ -141,7 +164,9 @@ def test_values_handed_on_past_half_of_kern_argmax_fail_the_stage_naming_the_lar
 
 def test_the_watch_hands_each_value_on_while_the_command_still_runs(tmp_path: Path) -> None:
     seen: list[dict[str, str]] = []
-    watch = OutputWatch.create(tmp_path / "outputs" / "job.stage.1", [], lambda values, changed: seen.append(values))
+    watch = OutputWatch.create(
+        tmp_path / "outputs" / "job.stage.1", [], lambda values, changed: seen.append(values)
+    )
     watch.interval_sec = 0.02
     watch.start()
     with open(watch.path, "a") as handle:

@@ -29,7 +29,11 @@ JOURNALED = {
 
 def test_a_journaled_report_reads_back_as_it_was_written():
     report = StageReport.model_validate(JOURNALED)
-    assert (report.status, report.outcome, report.error) == (StageStatus.SUCCEEDED, AttemptOutcome.SUCCEEDED, None)
+    assert (report.status, report.outcome, report.error) == (
+        StageStatus.SUCCEEDED,
+        AttemptOutcome.SUCCEEDED,
+        None,
+    )
     assert report.payload() == JOURNALED
     assert json.loads(json.dumps(report.payload())) == JOURNALED  # what the outbox stores is JSON
 
@@ -54,10 +58,18 @@ def test_a_report_an_earlier_agent_journaled_with_its_run_token_reads_back_witho
 
 def test_a_failure_report_keeps_its_error_name():
     report = StageReport(
-        job_id="job_1", stage="build", stage_index=0, attempt=1, status=StageStatus.FAILED, outcome=AttemptOutcome.UNKNOWN,
-        error=ErrorClass.AGENT_SHUTDOWN.value, cause="agent_restart_interrupted",
+        job_id="job_1",
+        stage="build",
+        stage_index=0,
+        attempt=1,
+        status=StageStatus.FAILED,
+        outcome=AttemptOutcome.UNKNOWN,
+        error=ErrorClass.AGENT_SHUTDOWN.value,
+        cause="agent_restart_interrupted",
     )
-    assert report.payload()["error"] == "Relevo.Transient.AgentShutdown" and report.payload()["receipt"] is None
+    assert (
+        report.payload()["error"] == "Relevo.Transient.AgentShutdown" and report.payload()["receipt"] is None
+    )
 
 
 def test_a_shards_report_keeps_its_shard():
@@ -74,13 +86,21 @@ def test_a_failure_reports_cause_is_cut_to_the_longest_the_state_machine_carries
     from relevo_core.plan_limits import MAX_FAILURE_CAUSE_CHARS
 
     # Given: a cause at the bound, and one far over it
-    at_bound = "\"" * MAX_FAILURE_CAUSE_CHARS
-    over = json.dumps({"why": "\"quoted\" \\ " * 10_000})
+    at_bound = '"' * MAX_FAILURE_CAUSE_CHARS
+    over = json.dumps({"why": '"quoted" \\ ' * 10_000})
 
     # When: each is reported
     def reported(cause: str) -> str:
-        report = StageReport(job_id="job_1", stage="build", stage_index=0, attempt=1, status=StageStatus.FAILED,
-                             outcome=AttemptOutcome.FAILED, error=ErrorClass.COMMAND_FAILED.value, cause=cause)
+        report = StageReport(
+            job_id="job_1",
+            stage="build",
+            stage_index=0,
+            attempt=1,
+            status=StageStatus.FAILED,
+            outcome=AttemptOutcome.FAILED,
+            error=ErrorClass.COMMAND_FAILED.value,
+            cause=cause,
+        )
         return StageReport.model_validate(json.loads(json.dumps(report.payload()))).cause
 
     # Then: the one at the bound is unchanged, the other cut to the bound, saying from how long

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 
-
 from relevo_core.notify.sending import Clock, OutgoingRequest, SendPolicy, Urllib3Transport, send
 
 
@@ -27,14 +26,33 @@ class FakeTime:
 
 
 def _policy(**overrides):
-    return SendPolicy(**{"connect_timeout_sec": 1.0, "read_timeout_sec": 1.0, "attempts": 4, "budget_sec": 60.0, "backoff_base_sec": 1.0, **overrides})
+    return SendPolicy(
+        **{
+            "connect_timeout_sec": 1.0,
+            "read_timeout_sec": 1.0,
+            "attempts": 4,
+            "budget_sec": 60.0,
+            "backoff_base_sec": 1.0,
+            **overrides,
+        }
+    )
 
 
 def _send(recorder, policy=None, fake=None):
     fake = fake or FakeTime()
-    request = OutgoingRequest("github_status", "POST", recorder.url + "/repos/acme/app/statuses/abc1234", {"state": "pending"},
-                              headers={"Authorization": "Bearer s3cr3t"})
-    return send(request, policy or _policy(), Urllib3Transport(), Clock(now=fake.now, sleep=fake.sleep, jitter=lambda a, b: b)), fake
+    request = OutgoingRequest(
+        "github_status",
+        "POST",
+        recorder.url + "/repos/acme/app/statuses/abc1234",
+        {"state": "pending"},
+        headers={"Authorization": "Bearer s3cr3t"},
+    )
+    return send(
+        request,
+        policy or _policy(),
+        Urllib3Transport(),
+        Clock(now=fake.now, sleep=fake.sleep, jitter=lambda a, b: b),
+    ), fake
 
 
 def test_two_500s_then_success_is_delivered_on_the_third_attempt_after_backoff(recorder):
@@ -61,7 +79,9 @@ def test_github_primary_rate_limit_waits_until_the_reset(recorder):
 
 
 def test_github_secondary_rate_limit_with_retry_after_is_a_403_to_retry(recorder):
-    recorder.answer(403, headers={"retry-after": "3"}, body=b'{"message": "You have exceeded a secondary rate limit"}')
+    recorder.answer(
+        403, headers={"retry-after": "3"}, body=b'{"message": "You have exceeded a secondary rate limit"}'
+    )
     result, fake = _send(recorder)
     assert result.delivered and fake.slept == [3.0]
 

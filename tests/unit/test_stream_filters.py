@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from relevo_local import template
-from relevo_local.streams import record_filter
 from relevo_core.jobs.metrics import metrics_for_change
 from relevo_core.models.status import StageStatus
 from relevo_core.notify.transitions import reported_stage_change
+from relevo_local import template
+from relevo_local.streams import record_filter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,10 @@ def _filters() -> dict[str, tuple[str, ...]]:
 
 
 def _record(pk: str, sk: str, **new_image) -> dict:
-    return {"eventName": "MODIFY", "dynamodb": {"Keys": {"pk": {"S": pk}, "sk": {"S": sk}}, "NewImage": new_image}}
+    return {
+        "eventName": "MODIFY",
+        "dynamodb": {"Keys": {"pk": {"S": pk}, "sk": {"S": sk}}, "NewImage": new_image},
+    }
 
 
 def _change(pk: str, sk: str, old_status: str, new_status: str) -> dict:
@@ -56,7 +59,14 @@ def _change(pk: str, sk: str, old_status: str, new_status: str) -> dict:
         ("StatusReporterFunction", _record("AGENTS#eu-west", "AGENT#mac-1", online={"BOOL": True}), False),
         # artifact.max_total_bytes: every artifact record change (a delete too), and jobs that ended.
         ("ArtifactQuotaFunction", _record("ARTIFACTS#j1", "build#app.ipa", size={"N": "10"}), True),
-        ("ArtifactQuotaFunction", {"eventName": "REMOVE", "dynamodb": {"Keys": {"pk": {"S": "ARTIFACTS#j1"}, "sk": {"S": "build#a"}}}}, True),
+        (
+            "ArtifactQuotaFunction",
+            {
+                "eventName": "REMOVE",
+                "dynamodb": {"Keys": {"pk": {"S": "ARTIFACTS#j1"}, "sk": {"S": "build#a"}}},
+            },
+            True,
+        ),
         ("ArtifactQuotaFunction", _record("JOB#j1", "JOB", status={"S": "canceled"}), True),
         ("ArtifactQuotaFunction", _record("JOB#j1", "JOB", status={"S": "running"}), False),
         ("ArtifactQuotaFunction", _record("LOGS#j1", "CHUNK#0000000001"), False),
@@ -90,14 +100,37 @@ REPORTED_STAGE_CHANGES = (
 STATUSES = [None, *(status.value for status in StageStatus)]
 
 
-def _stage_change(old_status: str | None, new_status: str | None, old_attempt: int = 1, new_attempt: int = 1) -> tuple[dict, dict | None, dict]:
+def _stage_change(
+    old_status: str | None, new_status: str | None, old_attempt: int = 1, new_attempt: int = 1
+) -> tuple[dict, dict | None, dict]:
     """(stream record, old image, new image) of one change of a stage record."""
-    old = None if old_status is None else {"pk": "STAGES#j1", "sk": "STAGE#00", "status": old_status, "attempt": old_attempt,
-                                            "dispatched_at": "2026-12-01T10:00:00+00:00"}
-    new = {"pk": "STAGES#j1", "sk": "STAGE#00", "attempt": new_attempt, "dispatched_at": "2026-12-01T10:00:00+00:00",
-           "started_at": "2026-12-01T10:00:01+00:00", "retry_count": 0, **({"status": new_status} if new_status else {})}
-    record = {"eventName": "MODIFY" if old else "INSERT", "dynamodb": {"Keys": {"pk": {"S": "STAGES#j1"}, "sk": {"S": "STAGE#00"}},
-              "NewImage": {"status": {"S": new_status}} if new_status else {}}}
+    old = (
+        None
+        if old_status is None
+        else {
+            "pk": "STAGES#j1",
+            "sk": "STAGE#00",
+            "status": old_status,
+            "attempt": old_attempt,
+            "dispatched_at": "2026-12-01T10:00:00+00:00",
+        }
+    )
+    new = {
+        "pk": "STAGES#j1",
+        "sk": "STAGE#00",
+        "attempt": new_attempt,
+        "dispatched_at": "2026-12-01T10:00:00+00:00",
+        "started_at": "2026-12-01T10:00:01+00:00",
+        "retry_count": 0,
+        **({"status": new_status} if new_status else {}),
+    }
+    record = {
+        "eventName": "MODIFY" if old else "INSERT",
+        "dynamodb": {
+            "Keys": {"pk": {"S": "STAGES#j1"}, "sk": {"S": "STAGE#00"}},
+            "NewImage": {"status": {"S": new_status}} if new_status else {},
+        },
+    }
     if old_status is not None:
         record["dynamodb"]["OldImage"] = {"status": {"S": old_status}}
     return record, old, new
@@ -105,7 +138,9 @@ def _stage_change(old_status: str | None, new_status: str | None, old_attempt: i
 
 @pytest.mark.parametrize("old_status", STATUSES)
 @pytest.mark.parametrize("new_status", STATUSES)
-def test_the_reporter_reports_the_stage_changes_it_reported_while_it_read_the_stream_alone(old_status, new_status):
+def test_the_reporter_reports_the_stage_changes_it_reported_while_it_read_the_stream_alone(
+    old_status, new_status
+):
     record, old, new = _stage_change(old_status, new_status)
 
     assert reported_stage_change(old, new) is record_filter(REPORTED_STAGE_CHANGES)(record)
@@ -114,7 +149,9 @@ def test_the_reporter_reports_the_stage_changes_it_reported_while_it_read_the_st
 @pytest.mark.parametrize("old_status", STATUSES)
 @pytest.mark.parametrize("new_status", STATUSES)
 @pytest.mark.parametrize("new_attempt", [1, 2])
-def test_every_stage_change_a_metric_counts_reaches_the_function_that_counts_it(old_status, new_status, new_attempt):
+def test_every_stage_change_a_metric_counts_reaches_the_function_that_counts_it(
+    old_status, new_status, new_attempt
+):
     """MetricsFunction read every job and stage change; its metrics now come from the status
     reporter's function, whose filters must pass each change that counts one."""
     record, old, new = _stage_change(old_status, new_status, new_attempt=new_attempt)
@@ -149,7 +186,9 @@ def test_the_local_stack_refuses_a_third_reader_of_a_stream():
     def reader(name: str) -> StreamConsumer:
         return StreamConsumer(name, 10, invoke=lambda event: None)
 
-    poller = StreamPoller.reading_for(None, "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/1", reader("first"))
+    poller = StreamPoller.reading_for(
+        None, "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/1", reader("first")
+    )
     poller.add_consumer(reader("second"))
     with pytest.raises(TooManyStreamReaders, match="reader number 3 .*more than 2 Lambda readers"):
         poller.add_consumer(reader("third"))

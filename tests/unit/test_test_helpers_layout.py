@@ -16,12 +16,19 @@ def _imports(path: Path) -> list[str]:
 
 
 def test_no_test_imports_a_helper_from_conftest_or_an_old_home() -> None:
-    found = [f"{path.relative_to(TESTS)} imports {module}" for path in TESTS.rglob("*.py") for module in _imports(path) if module in OLD_HOMES]
+    found = [
+        f"{path.relative_to(TESTS)} imports {module}"
+        for path in TESTS.rglob("*.py")
+        for module in _imports(path)
+        if module in OLD_HOMES
+    ]
     assert found == []
 
 
 def test_conftest_defines_fixtures_only() -> None:
     tree = ast.parse((TESTS / "conftest.py").read_text(encoding="utf-8"))
     functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
-    not_fixtures = [f.name for f in functions if not any("fixture" in ast.unparse(d) for d in f.decorator_list)]
+    not_fixtures = [
+        f.name for f in functions if not any("fixture" in ast.unparse(d) for d in f.decorator_list)
+    ]
     assert functions and not_fixtures == []

@@ -37,14 +37,22 @@ def test_a_handler_reads_no_store_and_calls_no_aws(handler: Path) -> None:
     tree = _tree(handler)
     imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
     assert [m for m in imported if m.startswith(NOT_FOR_HANDLERS)] == []
-    called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    called = {
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
     assert "client" not in called
     assert called & INLINE_CHECKS == set(), "permission checks belong in logic or in the route's middlewares"
 
 
 @pytest.mark.parametrize("handler", HANDLERS, ids=lambda p: p.parent.name)
 def test_a_handler_enters_through_the_one_entry_helper(handler: Path) -> None:
-    [entry] = [node for node in _tree(handler).body if isinstance(node, ast.FunctionDef) and node.name == "lambda_handler"]
+    [entry] = [
+        node
+        for node in _tree(handler).body
+        if isinstance(node, ast.FunctionDef) and node.name == "lambda_handler"
+    ]
     decorators = [ast.unparse(d) for d in entry.decorator_list]
     assert len(decorators) == 1 and decorators[0].startswith("lambda_entry("), decorators
     assert "inject_lambda_context" not in handler.read_text(encoding="utf-8")
@@ -61,7 +69,11 @@ def test_a_function_no_route_calls_imports_no_api_plumbing(function: str) -> Non
     import sys
 
     probe = "import handler, sys; print(sorted(m for m in sys.modules if m.startswith('aws_lambda_powertools.event_handler')))"
-    env = {"PATH": "/usr/bin:/bin", "TABLE_NAME": "relevo-Table", "PYTHONPATH": f"{ROOT / 'layers' / 'core'}:{ROOT / 'functions' / function}"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TABLE_NAME": "relevo-Table",
+        "PYTHONPATH": f"{ROOT / 'layers' / 'core'}:{ROOT / 'functions' / function}",
+    }
     ran = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "[]"

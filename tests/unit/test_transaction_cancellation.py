@@ -23,7 +23,10 @@ def test_reasons_are_read_by_item_index() -> None:
     cancellation = transaction_cancellation(
         _error(
             "TransactionCanceledException",
-            [{"Code": "None"}, {"Code": "ConditionalCheckFailed", "Item": {"job_id": {"S": "j1"}, "n": {"N": "3"}}}],
+            [
+                {"Code": "None"},
+                {"Code": "ConditionalCheckFailed", "Item": {"job_id": {"S": "j1"}, "n": {"N": "3"}}},
+            ],
         )
     )
     assert cancellation is not None
@@ -35,7 +38,9 @@ def test_reasons_are_read_by_item_index() -> None:
 
 
 def test_an_index_past_the_reasons_did_not_refuse() -> None:
-    cancellation = transaction_cancellation(_error("TransactionCanceledException", [{"Code": "TransactionConflict"}]))
+    cancellation = transaction_cancellation(
+        _error("TransactionCanceledException", [{"Code": "TransactionConflict"}])
+    )
     assert cancellation is not None
     assert cancellation.code(3) == "None"
     assert not cancellation.condition_failed(3)

@@ -5,7 +5,7 @@ changed; the upload's end is written at once, and nothing older is written after
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 import pytest
 
@@ -27,7 +27,7 @@ class Clock:
 
 
 def _writer(clock: Clock, interval: float = 2.0) -> ProgressWriter:
-    return ProgressWriter(REF, interval, clock=clock, wall=lambda: datetime(2026, 12, 1, tzinfo=timezone.utc))
+    return ProgressWriter(REF, interval, clock=clock, wall=lambda: datetime(2026, 12, 1, tzinfo=UTC))
 
 
 def _ride(writer: ProgressWriter) -> TransferProgress | None:
@@ -56,7 +56,11 @@ def test_renewals_carry_a_reading_at_most_every_interval_and_only_when_it_change
     first = _ride(writer)
     # Then the first renewal after the start carries one reading of all of them
     assert first is not None and (first.state, first.files_done, first.bytes_done, first.current_file) == (
-        TransferState.UPLOADING, 0, 400 * 1024, "a.ipa")
+        TransferState.UPLOADING,
+        0,
+        400 * 1024,
+        "a.ipa",
+    )
     assert first.attempt == 2
     # and the next renewals within the interval carry none, however much was sent
     writer.sent(MIB)
@@ -101,7 +105,8 @@ def test_the_end_is_written_at_once_and_no_older_reading_after_it(final_writes):
     writer.finish(succeeded=True)
     # Then its totals are written at once
     assert [(r.state, r.files_done, r.bytes_done, r.current_file) for r in final_writes] == [
-        (TransferState.UPLOADED, 2, 3 * MIB, None)]
+        (TransferState.UPLOADED, 2, 3 * MIB, None)
+    ]
     assert final_writes[0].describe() == "2 files, 3.0 MiB uploaded"
     # and no renewal carries a reading after it, however long it waits
     clock.now += 60
@@ -154,14 +159,37 @@ def test_relevo_job_show_prints_each_attempts_transfer():
     from relevo_cli.commands.jobs import job_notes, render_job
 
     def reading(attempt: int, state: str, files_done: int, bytes_done: int) -> dict:
-        return TransferProgress(attempt=attempt, state=state, files_done=files_done, files_total=5, bytes_done=bytes_done,
-                                bytes_total=1200 * MIB, updated_at="2026-12-01T12:00:00+00:00").model_dump(mode="json")
+        return TransferProgress(
+            attempt=attempt,
+            state=state,
+            files_done=files_done,
+            files_total=5,
+            bytes_done=bytes_done,
+            bytes_total=1200 * MIB,
+            updated_at="2026-12-01T12:00:00+00:00",
+        ).model_dump(mode="json")
 
-    stage = {"index": 0, "name": "upload", "status": "running", "attempt": 2, "agent_id": "mac-a", "exit_code": None,
-             "error_class": None, "transfer": reading(2, "uploading", 2, 412 * MIB),
-             "transfers": [reading(1, "failed", 1, 100 * MIB), reading(2, "uploading", 2, 412 * MIB)]}
-    job = {"job_id": "j-1", "project": "app", "status": "running", "queue_reason": None, "held_reason": None,
-           "ref": "main", "region_affinity": "eu", "stages": [stage]}
+    stage = {
+        "index": 0,
+        "name": "upload",
+        "status": "running",
+        "attempt": 2,
+        "agent_id": "mac-a",
+        "exit_code": None,
+        "error_class": None,
+        "transfer": reading(2, "uploading", 2, 412 * MIB),
+        "transfers": [reading(1, "failed", 1, 100 * MIB), reading(2, "uploading", 2, 412 * MIB)],
+    }
+    job = {
+        "job_id": "j-1",
+        "project": "app",
+        "status": "running",
+        "queue_reason": None,
+        "held_reason": None,
+        "ref": "main",
+        "region_affinity": "eu",
+        "stages": [stage],
+    }
     out = Console(width=250, record=True)
     out.print(render_job(job))
     assert "uploading 3 of 5 files, 412.0 MiB of 1.2 GiB (34 %)" in out.export_text()

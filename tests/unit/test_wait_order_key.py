@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 from relevo_core.store.keys import PRIORITY_BOUND, queue_seq, wait_order
 
 
 def test_order_key_sorts_by_priority_desc_then_queue_seq_then_job_id():
-    t0 = datetime(2026, 11, 29, 20, 0, tzinfo=timezone.utc)
+    t0 = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)
     jobs = [
         ("a", 0, t0),
         ("b", 5, t0 + timedelta(microseconds=1)),
@@ -22,4 +22,4 @@ def test_order_key_sorts_by_priority_desc_then_queue_seq_then_job_id():
 
 
 def test_queue_seq_is_enqueue_time_in_microseconds():
-    assert queue_seq(datetime(1970, 1, 1, 0, 0, 1, 5, tzinfo=timezone.utc)) == 1_000_005
+    assert queue_seq(datetime(1970, 1, 1, 0, 0, 1, 5, tzinfo=UTC)) == 1_000_005

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.intake.webhooks import github, gitlab
 from relevo_core.intake.webhooks.events import GitTrigger, Ignored, Pong
+from relevo_core.models.errors import ErrorCode, RelevoError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DELIVERY = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
@@ -281,8 +281,16 @@ def test_pushes_and_tags_are_never_forks() -> None:
 
 def test_a_fork_pull_request_names_its_number() -> None:
     """Given a pull request trigger, when asked, then it gives N of refs/pull/N/head; a push gives None."""
-    assert as_trigger(github.parse_github("pull_request", DELIVERY, load("github_pull_request_from_fork"))).pull_request_number == "2"
-    assert as_trigger(github.parse_github("push", DELIVERY, load("github_push_branch"))).pull_request_number is None
+    assert (
+        as_trigger(
+            github.parse_github("pull_request", DELIVERY, load("github_pull_request_from_fork"))
+        ).pull_request_number
+        == "2"
+    )
+    assert (
+        as_trigger(github.parse_github("push", DELIVERY, load("github_push_branch"))).pull_request_number
+        is None
+    )
 
 
 def test_github_pull_request_reopened_is_a_trigger() -> None:
@@ -374,9 +382,20 @@ GITHUB_MALFORMED = [
     ("pull_request", lambda: _with(load("github_pull_request_opened"), 0, "pull_request", "number")),
     ("pull_request", lambda: _with(load("github_pull_request_opened"), True, "pull_request", "number")),
     ("pull_request", lambda: _with(load("github_pull_request_closed"), None, "repository")),
-    ("pull_request", lambda: _without(load("github_pull_request_from_fork"), "pull_request", "head", "repo", "full_name")),
-    ("pull_request", lambda: _with(load("github_pull_request_from_fork"), "", "pull_request", "head", "repo", "full_name")),
-    ("pull_request", lambda: _with(load("github_pull_request_from_fork"), "octo-fork/Hello-World", "pull_request", "head", "repo")),
+    (
+        "pull_request",
+        lambda: _without(load("github_pull_request_from_fork"), "pull_request", "head", "repo", "full_name"),
+    ),
+    (
+        "pull_request",
+        lambda: _with(load("github_pull_request_from_fork"), "", "pull_request", "head", "repo", "full_name"),
+    ),
+    (
+        "pull_request",
+        lambda: _with(
+            load("github_pull_request_from_fork"), "octo-fork/Hello-World", "pull_request", "head", "repo"
+        ),
+    ),
 ]
 
 

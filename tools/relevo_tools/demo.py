@@ -29,42 +29,43 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from rich.table import Table
 
+from relevo_cli.projects import apply_project_file
+from relevo_local.processes import agent_process, local_stack, write_agent_config
+from relevo_local.recorder import Recorder
 from relevo_tools.demo_scenarios import (
     AGENT_SETTINGS,
     CAPACITY,
     FLEET,
+    FLEET_SCENARIO,
     LABELS,
     PROJECTS,
     ROOT,
     Demo,
     ScenarioResult,
+    check_out_release_from,
     console,
     elapsed,
-    check_out_release_from,
     guarded,
     release_repository,
+    report_release_to,
     restart_clock,
     say,
-    FLEET_SCENARIO,
     scenario_dlq,
     scenario_fleet,
     scenario_kill,
-    report_release_to,
     scenario_release,
     scenario_retry,
     scenario_shards,
     seconds_between,
 )
-from relevo_local.recorder import Recorder
-from relevo_local.processes import agent_process, local_stack, write_agent_config
-from relevo_cli.projects import apply_project_file
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -121,7 +122,9 @@ def totals_table(jobs: list[dict[str, Any]], dead_letters: list[dict[str, Any]])
     table.add_row(
         "handoff latency",
         f"p50 {percentile(handoffs, 0.5):.2f}s · p95 {percentile(handoffs, 0.95):.2f}s "
-        f"(dispatch → claim, {len(handoffs)} stage claims)" if handoffs else "no claims",
+        f"(dispatch → claim, {len(handoffs)} stage claims)"
+        if handoffs
+        else "no claims",
     )
     entries = [f"{e['job_id']} {e['project']} {e['error']}: {e['state']}" for e in dead_letters]
     table.add_row("DLQ entries", "\n".join([str(len(dead_letters)), *entries]))
@@ -137,7 +140,11 @@ def summary(demo: Demo, outcomes: list[ScenarioResult]) -> bool:
     for column in ("", "scenario", "evidence"):
         scenarios.add_column(column)
     for outcome in outcomes:
-        scenarios.add_row("[green]✓[/green]" if outcome.ok else "[red]✗[/red]", outcome.scenario, "\n".join(outcome.evidence))
+        scenarios.add_row(
+            "[green]✓[/green]" if outcome.ok else "[red]✗[/red]",
+            outcome.scenario,
+            "\n".join(outcome.evidence),
+        )
     console.print(scenarios)
     return all(outcome.ok for outcome in outcomes)
 
@@ -146,10 +153,16 @@ def summary(demo: Demo, outcomes: list[ScenarioResult]) -> bool:
 def agent_environment(shared: Path) -> dict[str, str]:
     """What the demo's stage commands read: its shared directory, and the tree-digest tool with
     the Python to run it (so that each side of the handoff computes its own digest)."""
-    return {"RELEVO_DEMO_DIR": str(shared), "RELEVO_DEMO_PYTHON": sys.executable, "RELEVO_DEMO_TOOLS": str(PROJECTS / "tools")}
+    return {
+        "RELEVO_DEMO_DIR": str(shared),
+        "RELEVO_DEMO_PYTHON": sys.executable,
+        "RELEVO_DEMO_TOOLS": str(PROJECTS / "tools"),
+    }
 
 
-def start_fleet(demo_stack: ExitStack, work: Path, stack_file: Path, shared: Path) -> tuple[dict[str, subprocess.Popen[bytes]], Callable[[str], None]]:
+def start_fleet(
+    demo_stack: ExitStack, work: Path, stack_file: Path, shared: Path
+) -> tuple[dict[str, subprocess.Popen[bytes]], Callable[[str], None]]:
     """The four agents, and how to start one of them again (as launchd would after it died)."""
     processes = {}
     configs = {}
@@ -157,7 +170,9 @@ def start_fleet(demo_stack: ExitStack, work: Path, stack_file: Path, shared: Pat
         for agent_id in agent_ids:
             path = work / "agents" / f"{agent_id}.toml"
             extra: dict[str, Any] = {"labels": LABELS[agent_id]} if agent_id in LABELS else {}
-            configs[agent_id] = write_agent_config(path, stack_file, region, agent_id, CAPACITY[region], **AGENT_SETTINGS, **extra)
+            configs[agent_id] = write_agent_config(
+                path, stack_file, region, agent_id, CAPACITY[region], **AGENT_SETTINGS, **extra
+            )
             processes[agent_id] = demo_stack.enter_context(
                 agent_process(configs[agent_id], work / f"{agent_id}.log", env=agent_environment(shared))
             )
@@ -179,13 +194,19 @@ def stop_all(processes: dict[str, subprocess.Popen[bytes]]) -> None:
 
 def keep_running(demo: Demo) -> None:
     """The stack, its agents and a console on loopback left running for a look, until Ctrl-C."""
-    from relevo_cli.console.state import Console
     from relevo_cli.console.server import ConsoleServer
+    from relevo_cli.console.state import Console
 
     port = int(os.environ.get("RELEVO_DEMO_CONSOLE_PORT", "8765"))
     with ConsoleServer(Console(demo.api), port=port) as server:
-        console.print(f"[bold]relevo console[/bold]: {server.url}", markup=True, highlight=False, soft_wrap=True)
-        console.print(f"stack file {demo.stack_file}: `relevo --help` commands take `--stack-file {demo.stack_file}`; Ctrl-C stops everything", highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold]relevo console[/bold]: {server.url}", markup=True, highlight=False, soft_wrap=True
+        )
+        console.print(
+            f"stack file {demo.stack_file}: `relevo --help` commands take `--stack-file {demo.stack_file}`; Ctrl-C stops everything",
+            highlight=False,
+            soft_wrap=True,
+        )
         stop = threading.Event()
         # Ctrl-C in the terminal, or SIGTERM from a supervisor (a background job ignores SIGINT).
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -218,10 +239,18 @@ def main() -> int:
     try:
         with ExitStack() as running:
             regions = ",".join(FLEET)
-            say("setup", f"starting the local stack: moto + template.yaml + statemachines/job.asl.json, regions {regions}…")
-            stack = running.enter_context(local_stack(state_dir, work / "local-up.log", ["--region-affinities", regions]))
+            say(
+                "setup",
+                f"starting the local stack: moto + template.yaml + statemachines/job.asl.json, regions {regions}…",
+            )
+            stack = running.enter_context(
+                local_stack(state_dir, work / "local-up.log", ["--region-affinities", regions])
+            )
             stack.apply_to_environment()
-            say("setup", f"API {stack.api_url}, {len(stack.resources)} resources, work queues: {', '.join(stack.work_queues)}")
+            say(
+                "setup",
+                f"API {stack.api_url}, {len(stack.resources)} resources, work queues: {', '.join(stack.work_queues)}",
+            )
             processes, restart = start_fleet(running, work, stack_file, shared)
             # On the way out, every agent is asked to stop at once (each then drains on its own)
             # before the ExitStack waits for them one by one and stops the stack.
@@ -239,16 +268,24 @@ def main() -> int:
             for path in sorted(PROJECTS.glob("*.yaml")):
                 project = apply_project_file(stack, demo.api, path)
                 gate = project["approval"]["before"] if project["approval"]["enabled"] else None
-                stages = " → ".join(("(approval) → " if s["name"] == gate else "") + s["name"] for s in project["stages"])
+                stages = " → ".join(
+                    ("(approval) → " if s["name"] == gate else "") + s["name"] for s in project["stages"]
+                )
                 say("setup", f"project [bold]{project['id']}[/bold] ({project['region_affinity']}): {stages}")
             check_out_release_from(demo, origin)
             report_release_to(demo, forge)
-            say("setup", f"release-app reports commit statuses and group release's Slack messages to {forge.url} (standing in for GitHub and Slack)")
+            say(
+                "setup",
+                f"release-app reports commit statuses and group release's Slack messages to {forge.url} (standing in for GitHub and Slack)",
+            )
 
             outcomes = guarded(FLEET_SCENARIO, lambda: scenario_fleet(demo))
             # Independent projects: the scenarios run side by side.
             scenarios: list[tuple[str, Callable[[], ScenarioResult | list[ScenarioResult]]]] = [
-                ("signed webhook; 4 stages, approval gate", lambda: scenario_release(demo, webhook_secret, forge, release_commit)),
+                (
+                    "signed webhook; 4 stages, approval gate",
+                    lambda: scenario_release(demo, webhook_secret, forge, release_commit),
+                ),
                 ("transient failure retried on another agent", lambda: scenario_retry(demo)),
                 ("non-retryable failure → DLQ → redriven", lambda: scenario_dlq(demo)),
                 ("agent SIGKILLed mid-stage, stage reconciled", lambda: scenario_kill(demo)),
@@ -263,20 +300,28 @@ def main() -> int:
                         demo.stopping.set()
                         raise
             else:
-                outcomes += [ScenarioResult(name, False, ["not run: the fleet never came online"]) for name, _ in scenarios]
+                outcomes += [
+                    ScenarioResult(name, False, ["not run: the fleet never came online"])
+                    for name, _ in scenarios
+                ]
             console.print()
             passed = summary(demo, outcomes)
             if os.environ.get("RELEVO_DEMO_KEEP"):
                 keep_running(demo)
             else:
-                say("setup", "to look around after it, run `RELEVO_DEMO_KEEP=1 make demo`: the stack, the agents and `relevo console` stay up until Ctrl-C")
+                say(
+                    "setup",
+                    "to look around after it, run `RELEVO_DEMO_KEEP=1 make demo`: the stack, the agents and `relevo console` stay up until Ctrl-C",
+                )
             say("setup", "stopping the agents and the local stack…")
         seconds = elapsed()
         if passed:
             console.print(f"[green]✓ demo passed: every scenario held ({seconds:.0f}s)[/green]")
             return 0
         failed = [outcome.scenario for outcome in outcomes if not outcome.ok]
-        console.print(f"[red]✗ demo failed ({seconds:.0f}s): {'; '.join(failed)} did not hold (logs in {work})[/red]")
+        console.print(
+            f"[red]✗ demo failed ({seconds:.0f}s): {'; '.join(failed)} did not hold (logs in {work})[/red]"
+        )
         return 1
     except Exception as exc:  # the demo's job is to say what went wrong
         console.print(f"[red]✗ demo failed: {type(exc).__name__}: {exc}[/red]")

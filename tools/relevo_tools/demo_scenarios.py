@@ -12,24 +12,25 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import requests
 from rich.console import Console
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_local.recorder import Recorder
-from relevo_local.processes import random_commit
 from relevo_cli.commands.jobs import stage_words  # relevo job watch's words for a stage
-from relevo_core.stackfile import StackInfo
 from relevo_core.aws import client
+from relevo_core.intake.webhooks.github import sign
 from relevo_core.models.group import Group
+from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.groups import put_group
-from relevo_core.intake.webhooks.github import sign
+from relevo_local.processes import random_commit
+from relevo_local.recorder import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECTS = ROOT / "examples" / "demo"
@@ -39,7 +40,11 @@ console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ e
 # Two agents in eu-west and us-east. us-east agents take two stages each, so the agent that should
 # take a retry always has a free slot; eu-west agents take one, so the agent killed mid-upload runs
 # nothing else. ap-south's three take one each: ui-tests' three shards run one a Mac.
-FLEET = {"eu-west": ("mac-eu-1", "mac-eu-2"), "us-east": ("mac-us-1", "mac-us-2"), "ap-south": ("mac-ap-1", "mac-ap-2", "mac-ap-3")}
+FLEET = {
+    "eu-west": ("mac-eu-1", "mac-eu-2"),
+    "us-east": ("mac-us-1", "mac-us-2"),
+    "ap-south": ("mac-ap-1", "mac-ap-2", "mac-ap-3"),
+}
 CAPACITY = {"eu-west": 1, "us-east": 2, "ap-south": 1}
 # release-app's build and sign stages `require` these: the bundle travels from one Mac to the other.
 LABELS = {"mac-eu-1": {"bay": "build"}, "mac-eu-2": {"bay": "sign"}}
@@ -56,7 +61,15 @@ AGENT_SETTINGS: dict[str, int | float] = {
 }
 TERMINAL = ("succeeded", "failed", "canceled")
 POLL_SEC = 1.0
-TAG_STYLE = {"setup": "green", "fleet": "white", "release": "cyan", "retry": "magenta", "dlq": "yellow", "kill": "red", "shards": "blue"}
+TAG_STYLE = {
+    "setup": "green",
+    "fleet": "white",
+    "release": "cyan",
+    "retry": "magenta",
+    "dlq": "yellow",
+    "kill": "red",
+    "shards": "blue",
+}
 _started = [time.monotonic()]
 
 
@@ -144,7 +157,11 @@ class Demo:
         return job_id
 
     def watch(
-        self, tag: str, job_id: str, until: Callable[[dict[str, Any]], bool] | None = None, timeout: float = 120
+        self,
+        tag: str,
+        job_id: str,
+        until: Callable[[dict[str, Any]], bool] | None = None,
+        timeout: float = 120,
     ) -> dict[str, Any]:
         """Follow a job, printing every change of its status and of its stages, until `until`
         holds (by default: the job ended)."""
@@ -164,7 +181,10 @@ class Demo:
                     self.say(tag, f"  stage {stage['name']} → {stage_words(stage)}")
             if until(job):
                 return job
-            expect(job["status"] not in TERMINAL, f"job {job_id} ended {job['status']} ({job.get('error')}) too early")
+            expect(
+                job["status"] not in TERMINAL,
+                f"job {job_id} ended {job['status']} ({job.get('error')}) too early",
+            )
             expect(time.monotonic() < deadline, f"job {job_id} still {job['status']} after {timeout:.0f}s")
             self.pause()
 
@@ -203,13 +223,15 @@ def seconds_between(start: str | None, end: str | None) -> float | None:
 # ------------------------------------------------------------------------------------ scenarios
 FLEET_SCENARIO = f"{len(FLEET)} regions, every agent online"
 
+
 def scenario_fleet(demo: Demo) -> ScenarioResult:
     """Both regions have both their agents online (their presence records)."""
     deadline = time.monotonic() + 90
     while True:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         online = {
-            region: sorted(a.agent_id for a in agents.online_agents(demo.stack.table_name, region, now)) for region in FLEET
+            region: sorted(a.agent_id for a in agents.online_agents(demo.stack.table_name, region, now))
+            for region in FLEET
         }
         if all(set(online[region]) >= set(ids) for region, ids in FLEET.items()):
             break
@@ -218,7 +240,9 @@ def scenario_fleet(demo: Demo) -> ScenarioResult:
             expect(process.poll() is None, f"relevo-agent {agent_id} exited {process.returncode}; see {log}")
         expect(time.monotonic() < deadline, f"agents online after 90 s: {online}")
         demo.pause()
-    evidence = [f"{region}: {', '.join(ids)} (capacity {CAPACITY[region]} each)" for region, ids in online.items()]
+    evidence = [
+        f"{region}: {', '.join(ids)} (capacity {CAPACITY[region]} each)" for region, ids in online.items()
+    ]
     demo.say("fleet", "online: " + " · ".join(evidence))
     return ScenarioResult(FLEET_SCENARIO, True, evidence)
 
@@ -231,14 +255,23 @@ def report_release_to(demo: Demo, forge: Recorder) -> None:
     token_ref = f"relevo/{stack.stack_name}/_status/release-app"
     hook_ref = f"relevo/{stack.stack_name}/_notify/release/slack"
     secretsmanager.create_secret(Name=token_ref, SecretString="demo-token-" + secrets.token_hex(8))
-    secretsmanager.create_secret(Name=hook_ref, SecretString=f"{forge.url}/services/DEMO/RELEASE/{secrets.token_hex(6)}")
+    secretsmanager.create_secret(
+        Name=hook_ref, SecretString=f"{forge.url}/services/DEMO/RELEASE/{secrets.token_hex(6)}"
+    )
     # Groups are the stack admins' (PUT /groups); the demo's stack names none, so the group is
     # stored as `relevo group apply` stores it.
-    group = Group.model_validate({"name": "release", "channels": [{"kind": "slack", "webhook_secret_ref": hook_ref}],
-                                  "events": ["job_waiting", "job_failed", "job_succeeded"]})
-    put_group(stack.table_name, group, "demo", datetime.now(timezone.utc))
+    group = Group.model_validate(
+        {
+            "name": "release",
+            "channels": [{"kind": "slack", "webhook_secret_ref": hook_ref}],
+            "events": ["job_waiting", "job_failed", "job_succeeded"],
+        }
+    )
+    put_group(stack.table_name, group, "demo", datetime.now(UTC))
     project = demo.api.get_project("release-app")
-    project.update(group="release", commit_status={"provider": "github", "token_ref": token_ref, "api_url": forge.url})
+    project.update(
+        group="release", commit_status={"provider": "github", "token_ref": token_ref, "api_url": forge.url}
+    )
     demo.api.put_project("release-app", project)
 
 
@@ -262,17 +295,27 @@ def forge_evidence(forge: Recorder, commit: str) -> ScenarioResult:
     statuses = [r.json() for r in forge.received(f"/statuses/{commit}")]
     slack = [r.json() for r in forge.received("/services/DEMO/RELEASE/")]
     states = [f"{s['state']}: {s['description']}" for s in statuses]
-    ok = bool(statuses) and statuses[-1]["state"] == "success" and any("waiting for approval" in s["description"] for s in statuses)
+    ok = (
+        bool(statuses)
+        and statuses[-1]["state"] == "success"
+        and any("waiting for approval" in s["description"] for s in statuses)
+    )
     ok = ok and any(m["text"].endswith("waits for approval") for m in slack)
     evidence = [f"commit status relevo/release-app → {state}" for state in states]
     waiting = next((m for m in slack if m["text"].endswith("waits for approval")), None)
     if waiting:
         evidence += ["Slack message, as posted:"] + [f"  {line}" for line in slack_text(waiting)]
-    return ScenarioResult("commit statuses and the Slack message (recorded)", ok, evidence or ["nothing was sent"])
+    return ScenarioResult(
+        "commit statuses and the Slack message (recorded)", ok, evidence or ["nothing was sent"]
+    )
 
 
-_GIT_IDENTITY = {"GIT_AUTHOR_NAME": "Release Bot", "GIT_AUTHOR_EMAIL": "release@acme.example",
-                 "GIT_COMMITTER_NAME": "Release Bot", "GIT_COMMITTER_EMAIL": "release@acme.example"}
+_GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "Release Bot",
+    "GIT_AUTHOR_EMAIL": "release@acme.example",
+    "GIT_COMMITTER_NAME": "Release Bot",
+    "GIT_COMMITTER_EMAIL": "release@acme.example",
+}
 
 
 def release_repository(work: Path) -> tuple[Path, str]:
@@ -282,13 +325,17 @@ def release_repository(work: Path) -> tuple[Path, str]:
     env = {**os.environ, **_GIT_IDENTITY}
 
     def git(*args: str, cwd: Path = work) -> str:
-        return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
+        ).stdout.strip()
 
     git("init", "--bare", "--quiet", "-b", "main", str(origin))
     git("clone", "--quiet", str(origin), str(clone))
     (clone / "VERSION").write_text("1.4.0\n")
     (clone / "Sources").mkdir()
-    (clone / "Sources" / "release-app.sh").write_text('#!/bin/sh\necho "ReleaseApp $(cat "$(dirname "$0")/VERSION")"\n')
+    (clone / "Sources" / "release-app.sh").write_text(
+        '#!/bin/sh\necho "ReleaseApp $(cat "$(dirname "$0")/VERSION")"\n'
+    )
     git("add", ".", cwd=clone)
     git("commit", "--quiet", "-m", "Release 1.4.0", cwd=clone)
     git("push", "--quiet", "origin", "HEAD:main", cwd=clone)
@@ -316,7 +363,9 @@ def handoff_evidence(job: dict[str, Any]) -> list[str]:
     return evidence
 
 
-def scenario_release(demo: Demo, secret: str, forge: Recorder | None = None, commit: str | None = None) -> list[ScenarioResult]:
+def scenario_release(
+    demo: Demo, secret: str, forge: Recorder | None = None, commit: str | None = None
+) -> list[ScenarioResult]:
     """A signed push, its redelivery answered as a duplicate, four stages gated before deploy, the
     build handed from one Mac to the other."""
     tag = "release"
@@ -354,17 +403,22 @@ def scenario_release(demo: Demo, secret: str, forge: Recorder | None = None, com
     try:
         job = demo.watch(tag, job_id, lambda j: j["status"] == "waiting", timeout=240)
         before = [s["status"] for s in job["stages"]]
-        expect(before == ["succeeded", "succeeded", "succeeded", "pending"], f"at the gate the stages were {before}")
+        expect(
+            before == ["succeeded", "succeeded", "succeeded", "pending"],
+            f"at the gate the stages were {before}",
+        )
         demo.say(tag, "waiting for approval before deploy (build, sign, upload done)")
         relay.evidence = handoff_evidence(job)
         for line in relay.evidence:
             demo.say(tag, line)
         built, signed, uploaded = stage(job, "build"), stage(job, "sign"), stage(job, "upload")
         relay.ok = (
-            built["agent_id"] != signed["agent_id"] and bool(built["outputs"].get("digest"))
+            built["agent_id"] != signed["agent_id"]
+            and bool(built["outputs"].get("digest"))
             and signed["outputs"].get("digest") == built["outputs"].get("digest")
             and (signed.get("handoff") or {}).get("restored_bytes", 0) > 0
-            and (uploaded.get("handoff") or {}).get("restored_bytes") == 0 and job["commit"] == commit
+            and (uploaded.get("handoff") or {}).get("restored_bytes") == 0
+            and job["commit"] == commit
         )
         said = demo.cli(tag, "job", "approve", job_id, "--reason", "release 1.4.0 signed off by QA")
         job = demo.watch(tag, job_id, timeout=90)
@@ -382,7 +436,9 @@ def scenario_release(demo: Demo, secret: str, forge: Recorder | None = None, com
         return [webhook, gate, relay]
     # The reporter reads the table's stream: its last report trails the job by a moment.
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not any(r.json().get("state") == "success" for r in forge.received(f"/statuses/{commit}")):
+    while time.monotonic() < deadline and not any(
+        r.json().get("state") == "success" for r in forge.received(f"/statuses/{commit}")
+    ):
         time.sleep(0.5)
     return [webhook, gate, relay, forge_evidence(forge, commit)]
 
@@ -398,7 +454,10 @@ def scenario_retry(demo: Demo) -> ScenarioResult:
     expect(job["status"] == "succeeded", f"job ended {job['status']}: {job.get('error')}")
     expect(len(log) == 1 and log[0]["error"] == "Relevo.Transient.ExitCode", f"failed attempts: {log}")
     first, second = log[0]["agent"], test["agent_id"]
-    expect(test["attempt"] == 2 and first != second, f"attempt 1 on {first}, attempt {test['attempt']} on {second}")
+    expect(
+        test["attempt"] == 2 and first != second,
+        f"attempt 1 on {first}, attempt {test['attempt']} on {second}",
+    )
     return ScenarioResult(
         "transient failure retried on another agent",
         True,
@@ -435,7 +494,13 @@ def scenario_dlq(demo: Demo) -> ScenarioResult:
         f"last good stage {entry['last_successful_stage']}",
     )
     expect(
-        (entry["failed_stage"], entry["error"], entry["attempts"], entry["last_successful_stage"], entry["state"])
+        (
+            entry["failed_stage"],
+            entry["error"],
+            entry["attempts"],
+            entry["last_successful_stage"],
+            entry["state"],
+        )
         == ("notarize", "Relevo.Fatal.ExitCode", 1, "archive", "open"),
         f"DLQ entry {entry}",
     )
@@ -448,14 +513,20 @@ def scenario_dlq(demo: Demo) -> ScenarioResult:
     demo.track(resumed_id)
     resumed = demo.watch(tag, resumed_id)
     statuses = [s["status"] for s in resumed["stages"]]
-    expect(resumed["status"] == "succeeded", f"the redriven job ended {resumed['status']}: {resumed.get('error')}")
+    expect(
+        resumed["status"] == "succeeded",
+        f"the redriven job ended {resumed['status']}: {resumed.get('error')}",
+    )
     lineage = (resumed["retry_of"], resumed["from_stage"], statuses)
     expected = (job_id, "notarize", ["skipped", "succeeded", "succeeded"])
     expect(lineage == expected, f"redriven job (retry_of, from_stage, stages): {lineage}")
     # The same run asked for again is the resumed job: the redrive kept the idempotency key.
     same = demo.api.run_project("notarize", {"ref": "main", "commit": commit})
     demo.say(tag, f"the same run again → {json.dumps(same)}")
-    expect(same.get("duplicate") is True and same.get("job_id") == resumed_id, f"the same run again answered {same}")
+    expect(
+        same.get("duplicate") is True and same.get("job_id") == resumed_id,
+        f"the same run again answered {same}",
+    )
     return ScenarioResult(
         "non-retryable failure → DLQ → redriven",
         True,
@@ -474,13 +545,18 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
     runs, uploads = demo.shared / "store-upload.runs", demo.shared / "store-uploads"
     job_id = demo.run("store-upload", random_commit())
     demo.say(tag, f"store-upload run → job {job_id}")
-    job = demo.watch(tag, job_id, lambda j: lines(uploads) != [] and stage(j, "upload")["status"] == "running")
+    job = demo.watch(
+        tag, job_id, lambda j: lines(uploads) != [] and stage(j, "upload")["status"] == "running"
+    )
     victim = stage(job, "upload")["agent_id"]
     demo.agents[victim].kill()  # SIGKILL: no handler runs, nothing is reported
     demo.agents[victim].wait()
     try:
-        killed_at = datetime.now(timezone.utc).isoformat()
-        demo.say(tag, f"[bold]SIGKILL {victim}[/bold] (pid {demo.agents[victim].pid}) mid-upload; the upload had landed")
+        killed_at = datetime.now(UTC).isoformat()
+        demo.say(
+            tag,
+            f"[bold]SIGKILL {victim}[/bold] (pid {demo.agents[victim].pid}) mid-upload; the upload had landed",
+        )
         job = demo.watch(tag, job_id, timeout=120)
         upload = stage(job, "upload")
         reconciled = upload.get("reconciled") or {}
@@ -500,7 +576,10 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
             [(e["attempt"], e["agent"], e["error"]) for e in log] == [(1, victim, "Relevo.Lease.Expired")],
             f"failed attempts: {log}",
         )
-        expect(upload["agent_id"] != victim and upload["attempt"] == 2, f"attempt {upload['attempt']} on {upload['agent_id']}")
+        expect(
+            upload["agent_id"] != victim and upload["attempt"] == 2,
+            f"attempt {upload['attempt']} on {upload['agent_id']}",
+        )
         expect(
             (reconciled.get("decision"), evidence.get("probe_exit")) == ("succeeded", 0),
             f"reconciliation {reconciled}",
@@ -512,7 +591,8 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
             "agent SIGKILLed mid-stage, stage reconciled",
             True,
             [
-                f"{victim} killed during attempt 1 → {log[0]['error']}" + (f" {lapse:.1f}s later" if lapse is not None else ""),
+                f"{victim} killed during attempt 1 → {log[0]['error']}"
+                + (f" {lapse:.1f}s later" if lapse is not None else ""),
                 f"{upload['agent_id']} probed the upload (exit 0) → reconciled as succeeded",
                 "not re-run: 1 run, 1 upload",
             ],
@@ -531,8 +611,13 @@ def shard_records(demo: Demo, job_id: str, index: int, count: int) -> list[dict[
 
     dynamodb = client("dynamodb")
     return [
-        from_attributes(dynamodb.get_item(TableName=demo.stack.table_name, Key={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": shard_sk(index, shard)}},
-                                          ConsistentRead=True).get("Item", {}))
+        from_attributes(
+            dynamodb.get_item(
+                TableName=demo.stack.table_name,
+                Key={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": shard_sk(index, shard)}},
+                ConsistentRead=True,
+            ).get("Item", {})
+        )
         for shard in range(count)
     ]
 
@@ -549,24 +634,50 @@ def scenario_shards(demo: Demo) -> ScenarioResult:
     build = stage(job, "build")
     handed = build.get("handoff") or {}
     records = shard_records(demo, job_id, 1, shards)
-    runs = [line.split() for line in (demo.shared / "ui-tests.runs").read_text().splitlines() if line.startswith(f"{job_id}:")]
-    evidence = [f"build on {build['agent_id']}: {handed.get('files')} files, {handed.get('bytes')} bytes handed on"]
+    runs = [
+        line.split()
+        for line in (demo.shared / "ui-tests.runs").read_text().splitlines()
+        if line.startswith(f"{job_id}:")
+    ]
+    evidence = [
+        f"build on {build['agent_id']}: {handed.get('files')} files, {handed.get('bytes')} bytes handed on"
+    ]
     for shard, record in enumerate(records):
         restored = record.get("restored") or {}
         tests = next((len(run) - 1 for run in runs if run[0] == f"{job_id}:test#shard-{shard}"), 0)
-        line = (f"shard {shard} on {record.get('agent_id')}: attempt {record.get('attempt')}, {record.get('status')}; restored "
-                f"{restored.get('restored_bytes')} bytes, products {'the same' if restored.get('digest') == handed.get('digest') else 'DIFFERENT'}; "
-                f"{tests} tests")
+        line = (
+            f"shard {shard} on {record.get('agent_id')}: attempt {record.get('attempt')}, {record.get('status')}; restored "
+            f"{restored.get('restored_bytes')} bytes, products {'the same' if restored.get('digest') == handed.get('digest') else 'DIFFERENT'}; "
+            f"{tests} tests"
+        )
         demo.say(tag, line)
         evidence.append(line)
-    expect([(r.get("status"), r.get("attempt")) for r in records] == [("succeeded", 1)] * shards, f"shards {[(r.get('status'), r.get('attempt')) for r in records]}")
+    expect(
+        [(r.get("status"), r.get("attempt")) for r in records] == [("succeeded", 1)] * shards,
+        f"shards {[(r.get('status'), r.get('attempt')) for r in records]}",
+    )
     macs = {str(r.get("agent_id")) for r in records}
-    expect(macs == set(FLEET["ap-south"]), f"the shards ran on {sorted(macs)}, not one on each of {FLEET['ap-south']}")
-    expect(all((r.get("restored") or {}).get("digest") == handed.get("digest") for r in records), "a shard restored other products than build's")
-    expect(all((r.get("restored") or {}).get("restored_bytes", 0) > 0 for r in records if r.get("agent_id") != build["agent_id"]),
-           "a shard on another Mac than build's downloaded nothing")
+    expect(
+        macs == set(FLEET["ap-south"]),
+        f"the shards ran on {sorted(macs)}, not one on each of {FLEET['ap-south']}",
+    )
+    expect(
+        all((r.get("restored") or {}).get("digest") == handed.get("digest") for r in records),
+        "a shard restored other products than build's",
+    )
+    expect(
+        all(
+            (r.get("restored") or {}).get("restored_bytes", 0) > 0
+            for r in records
+            if r.get("agent_id") != build["agent_id"]
+        ),
+        "a shard on another Mac than build's downloaded nothing",
+    )
     ran = sorted(test for run in runs for test in run[1:])
-    expect(len(runs) == shards and len(ran) == 12 and len(set(ran)) == 12, f"{len(runs)} shard runs ran {len(ran)} tests ({len(set(ran))} distinct)")
+    expect(
+        len(runs) == shards and len(ran) == 12 and len(set(ran)) == 12,
+        f"{len(runs)} shard runs ran {len(ran)} tests ({len(set(ran))} distinct)",
+    )
     evidence.append(f"{len(ran)} tests in all, each once, over {len(macs)} Macs")
     return ScenarioResult("build handed to 3 test shards on 3 Macs", True, evidence)
 
@@ -580,6 +691,3 @@ def guarded(name: str, run: Callable[[], ScenarioResult | list[ScenarioResult]])
     except Exception as exc:  # noqa: BLE001 - an error is this scenario's ✗ row, the others still report
         return [ScenarioResult(name, False, [f"{type(exc).__name__}: {exc}"])]
     return result if isinstance(result, list) else [result]
-
-
-

@@ -44,10 +44,11 @@ import re
 import sys
 import warnings
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from relevo_local.template import load_sam_template, packaged_with, translate
 
@@ -78,55 +79,115 @@ class RenderError(ValueError):
 # (name property, Ref value, {attribute: value}); values are formats over name, arn, partition,
 # region, account. A type that is missing here makes rendering fail, never guess.
 _PHYSICAL: dict[str, tuple[str | None, str, dict[str, str]]] = {
-    "AWS::DynamoDB::Table": ("TableName", "{name}", {
-        "Arn": "arn:{partition}:dynamodb:{region}:{account}:table/{name}",
-        "StreamArn": "arn:{partition}:dynamodb:{region}:{account}:table/{name}/stream/2026-01-01T00:00:00.000",
-    }),
-    "AWS::SQS::Queue": ("QueueName", "https://sqs.{region}.amazonaws.com/{account}/{name}", {
-        "Arn": "arn:{partition}:sqs:{region}:{account}:{name}",
-        "QueueName": "{name}",
-        "QueueUrl": "https://sqs.{region}.amazonaws.com/{account}/{name}",
-    }),
-    "AWS::SNS::Topic": ("TopicName", "arn:{partition}:sns:{region}:{account}:{name}", {
-        "TopicArn": "arn:{partition}:sns:{region}:{account}:{name}",
-        "TopicName": "{name}",
-    }),
-    "AWS::StepFunctions::StateMachine": ("StateMachineName", "arn:{partition}:states:{region}:{account}:stateMachine:{name}", {
-        "Arn": "arn:{partition}:states:{region}:{account}:stateMachine:{name}",
-        "Name": "{name}",
-    }),
-    "AWS::Lambda::Function": ("FunctionName", "{name}", {
-        "Arn": "arn:{partition}:lambda:{region}:{account}:function:{name}",
-    }),
-    "AWS::Lambda::LayerVersion": ("LayerName", "arn:{partition}:lambda:{region}:{account}:layer:{name}:1", {}),
-    "AWS::IAM::Role": ("RoleName", "{name}", {
-        "Arn": "arn:{partition}:iam::{account}:role/{name}",
-        "RoleId": "AROASAMPLE{name}",
-    }),
-    "AWS::IAM::ManagedPolicy": ("ManagedPolicyName", "arn:{partition}:iam::{account}:policy/{name}", {
-        "PolicyArn": "arn:{partition}:iam::{account}:policy/{name}",
-    }),
-    "AWS::S3::Bucket": ("BucketName", "{lower_name}", {
-        "Arn": "arn:{partition}:s3:::{lower_name}",
-    }),
-    "AWS::Logs::LogGroup": ("LogGroupName", "{name}", {
-        "Arn": "arn:{partition}:logs:{region}:{account}:log-group:{name}:*",
-    }),
-    "AWS::KMS::Key": (None, "0a1b2c3d-4e5f-6071-8293-{key_suffix}", {
-        "Arn": "arn:{partition}:kms:{region}:{account}:key/0a1b2c3d-4e5f-6071-8293-{key_suffix}",
-        "KeyId": "0a1b2c3d-4e5f-6071-8293-{key_suffix}",
-    }),
+    "AWS::DynamoDB::Table": (
+        "TableName",
+        "{name}",
+        {
+            "Arn": "arn:{partition}:dynamodb:{region}:{account}:table/{name}",
+            "StreamArn": "arn:{partition}:dynamodb:{region}:{account}:table/{name}/stream/2026-01-01T00:00:00.000",
+        },
+    ),
+    "AWS::SQS::Queue": (
+        "QueueName",
+        "https://sqs.{region}.amazonaws.com/{account}/{name}",
+        {
+            "Arn": "arn:{partition}:sqs:{region}:{account}:{name}",
+            "QueueName": "{name}",
+            "QueueUrl": "https://sqs.{region}.amazonaws.com/{account}/{name}",
+        },
+    ),
+    "AWS::SNS::Topic": (
+        "TopicName",
+        "arn:{partition}:sns:{region}:{account}:{name}",
+        {
+            "TopicArn": "arn:{partition}:sns:{region}:{account}:{name}",
+            "TopicName": "{name}",
+        },
+    ),
+    "AWS::StepFunctions::StateMachine": (
+        "StateMachineName",
+        "arn:{partition}:states:{region}:{account}:stateMachine:{name}",
+        {
+            "Arn": "arn:{partition}:states:{region}:{account}:stateMachine:{name}",
+            "Name": "{name}",
+        },
+    ),
+    "AWS::Lambda::Function": (
+        "FunctionName",
+        "{name}",
+        {
+            "Arn": "arn:{partition}:lambda:{region}:{account}:function:{name}",
+        },
+    ),
+    "AWS::Lambda::LayerVersion": (
+        "LayerName",
+        "arn:{partition}:lambda:{region}:{account}:layer:{name}:1",
+        {},
+    ),
+    "AWS::IAM::Role": (
+        "RoleName",
+        "{name}",
+        {
+            "Arn": "arn:{partition}:iam::{account}:role/{name}",
+            "RoleId": "AROASAMPLE{name}",
+        },
+    ),
+    "AWS::IAM::ManagedPolicy": (
+        "ManagedPolicyName",
+        "arn:{partition}:iam::{account}:policy/{name}",
+        {
+            "PolicyArn": "arn:{partition}:iam::{account}:policy/{name}",
+        },
+    ),
+    "AWS::S3::Bucket": (
+        "BucketName",
+        "{lower_name}",
+        {
+            "Arn": "arn:{partition}:s3:::{lower_name}",
+        },
+    ),
+    "AWS::Logs::LogGroup": (
+        "LogGroupName",
+        "{name}",
+        {
+            "Arn": "arn:{partition}:logs:{region}:{account}:log-group:{name}:*",
+        },
+    ),
+    "AWS::KMS::Key": (
+        None,
+        "0a1b2c3d-4e5f-6071-8293-{key_suffix}",
+        {
+            "Arn": "arn:{partition}:kms:{region}:{account}:key/0a1b2c3d-4e5f-6071-8293-{key_suffix}",
+            "KeyId": "0a1b2c3d-4e5f-6071-8293-{key_suffix}",
+        },
+    ),
     "AWS::KMS::Alias": ("AliasName", "{name}", {}),
-    "AWS::Scheduler::ScheduleGroup": ("Name", "{name}", {
-        "Arn": "arn:{partition}:scheduler:{region}:{account}:schedule-group/{name}",
-    }),
-    "AWS::CloudWatch::Alarm": ("AlarmName", "{name}", {
-        "Arn": "arn:{partition}:cloudwatch:{region}:{account}:alarm:{name}",
-    }),
-    "AWS::Events::Rule": ("Name", "{name}", {
-        "Arn": "arn:{partition}:events:{region}:{account}:rule/{name}",
-    }),
-    "AWS::SecretsManager::Secret": ("Name", "arn:{partition}:secretsmanager:{region}:{account}:secret:{name}-AbCdEf", {}),
+    "AWS::Scheduler::ScheduleGroup": (
+        "Name",
+        "{name}",
+        {
+            "Arn": "arn:{partition}:scheduler:{region}:{account}:schedule-group/{name}",
+        },
+    ),
+    "AWS::CloudWatch::Alarm": (
+        "AlarmName",
+        "{name}",
+        {
+            "Arn": "arn:{partition}:cloudwatch:{region}:{account}:alarm:{name}",
+        },
+    ),
+    "AWS::Events::Rule": (
+        "Name",
+        "{name}",
+        {
+            "Arn": "arn:{partition}:events:{region}:{account}:rule/{name}",
+        },
+    ),
+    "AWS::SecretsManager::Secret": (
+        "Name",
+        "arn:{partition}:secretsmanager:{region}:{account}:secret:{name}-AbCdEf",
+        {},
+    ),
     "AWS::ApiGateway::RestApi": (None, "a1b2c3d4e5", {"RootResourceId": "r00t1d"}),
     "AWS::ApiGateway::Deployment": (None, "d3pl0y", {}),
 }
@@ -174,7 +235,7 @@ class Renderer:
         if not isinstance(node, dict):
             return node
         if len(node) == 1:
-            (key, argument), = node.items()
+            ((key, argument),) = node.items()
             if key == "Ref":
                 return self.ref(argument)
             if key == "Fn::GetAtt":
@@ -223,7 +284,9 @@ class Renderer:
         attributes = self._physical(logical_id)[1]
         if attribute not in attributes:
             kind = self.resources[logical_id]["Type"]
-            raise RenderError(f"the IAM lint does not know {kind} attribute {attribute} ({logical_id}.{attribute})")
+            raise RenderError(
+                f"the IAM lint does not know {kind} attribute {attribute} ({logical_id}.{attribute})"
+            )
         return attributes[attribute]
 
     def sub(self, argument: Any) -> str:
@@ -248,7 +311,9 @@ class Renderer:
             raise RenderError(f"Ref to {logical_id}, which is neither a parameter nor a resource")
         kind = resource["Type"]
         if kind not in _PHYSICAL:
-            raise RenderError(f"the IAM lint does not know how AWS names a {kind} ({logical_id}); add it to _PHYSICAL")
+            raise RenderError(
+                f"the IAM lint does not know how AWS names a {kind} ({logical_id}); add it to _PHYSICAL"
+            )
         name_property, ref_format, attribute_formats = _PHYSICAL[kind]
         explicit = resource.get("Properties", {}).get(name_property) if name_property else None
         # CloudFormation's generated names: stack-LogicalId-SUFFIX.
@@ -320,14 +385,26 @@ def policy_documents(cfn: dict[str, Any], sam: dict[str, Any], renderer: Rendere
         if kind == "AWS::IAM::Role":
             role_arn = renderer.get_att(logical_id, "Arn")
             # A trust policy's resource is the role itself.
-            add("AssumeRolePolicyDocument", "trust", _with_resource(props["AssumeRolePolicyDocument"], role_arn, only_missing=True))
+            add(
+                "AssumeRolePolicyDocument",
+                "trust",
+                _with_resource(props["AssumeRolePolicyDocument"], role_arn, only_missing=True),
+            )
             for policy in props.get("Policies", []):
                 add(policy["PolicyName"], "identity", policy["PolicyDocument"])
         elif kind in ("AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
-            add(props.get("ManagedPolicyName") or props.get("PolicyName") or logical_id, "identity", props["PolicyDocument"])
+            add(
+                props.get("ManagedPolicyName") or props.get("PolicyName") or logical_id,
+                "identity",
+                props["PolicyDocument"],
+            )
         elif kind == "AWS::KMS::Key":
             # In a key policy, Resource "*" means this key (AWS KMS guide, "Key policies").
-            add("KeyPolicy", "resource", _with_resource(props["KeyPolicy"], renderer.get_att(logical_id, "Arn")))
+            add(
+                "KeyPolicy",
+                "resource",
+                _with_resource(props["KeyPolicy"], renderer.get_att(logical_id, "Arn")),
+            )
         elif kind in ("AWS::SNS::TopicPolicy", "AWS::SQS::QueuePolicy", "AWS::S3::BucketPolicy"):
             add("PolicyDocument", "resource", props["PolicyDocument"])
     return found
@@ -405,7 +482,11 @@ def _expanded(actions: list[str]) -> list[str]:
 
 
 def _parliament_findings(document: dict[str, Any], statement: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    single = {"Version": document.get("Version"), "Statement": [statement]} if "Version" in document else {"Statement": [statement]}
+    single = (
+        {"Version": document.get("Version"), "Statement": [statement]}
+        if "Version" in document
+        else {"Statement": [statement]}
+    )
     parliament = _parliament()
     for finding in parliament.analyze_policy_string(json.dumps(single)).findings:
         parliament.enhance_finding(finding)
@@ -428,28 +509,46 @@ def _resource_fit(statement: dict[str, Any]) -> Iterator[tuple[str, str]]:
         if privilege is None:
             continue  # parliament reports unknown actions
         service_resources = privilege["service_resources"]
-        types = {t: service_resources[t]["arn"] for t in privilege["resource_types"] if t and t in service_resources}
+        types = {
+            t: service_resources[t]["arn"]
+            for t in privilege["resource_types"]
+            if t and t in service_resources
+        }
         if not types:
             # Only an action the statement names must have "*"; a wildcard (kms:* in a key
             # policy) merely also covers actions that take no resource.
             if "*" not in resources and action.lower() in named:
-                yield "RESOURCE_FIT", f'{action} takes no resource type (Service Authorization Reference): its Resource must be "*", not {", ".join(resources)}'
+                yield (
+                    "RESOURCE_FIT",
+                    f'{action} takes no resource type (Service Authorization Reference): its Resource must be "*", not {", ".join(resources)}',
+                )
             continue
         typed = True
         fitting = [r for r in arns if any(does_arn_match(r, arn_format) for arn_format in types.values())]
         for r in fitting:
             taken_by[r].append(action)
         if not fitting and "*" not in resources:
-            yield "RESOURCE_FIT", f"{action} takes {', '.join(sorted(types))} ({'; '.join(sorted(types.values()))}); none of {', '.join(resources)} is one"
+            yield (
+                "RESOURCE_FIT",
+                f"{action} takes {', '.join(sorted(types))} ({'; '.join(sorted(types.values()))}); none of {', '.join(resources)} is one",
+            )
     for resource, actions in taken_by.items():
         if not actions and typed:
-            yield "RESOURCE_FIT", f"{resource} is of no resource type that {', '.join(str(a) for a in _as_list(statement['Action']))} take"
+            yield (
+                "RESOURCE_FIT",
+                f"{resource} is of no resource type that {', '.join(str(a) for a in _as_list(statement['Action']))} take",
+            )
 
 
 def _index_names(statement: dict[str, Any], tables: dict[str, set[str]]) -> Iterator[tuple[str, str]]:
     for resource in _as_list(statement.get("Resource", [])):
         found = re.fullmatch(r"arn:[^:]+:dynamodb:[^:]*:[^:]*:table/([^/]+)/index/([^/]+)", str(resource))
-        if found and found.group(1) in tables and found.group(2) != "*" and found.group(2) not in tables[found.group(1)]:
+        if (
+            found
+            and found.group(1) in tables
+            and found.group(2) != "*"
+            and found.group(2) not in tables[found.group(1)]
+        ):
             known = ", ".join(sorted(tables[found.group(1)])) or "none"
             yield "UNKNOWN_INDEX", f"table {found.group(1)} has no index {found.group(2)} (it has {known})"
 
@@ -473,13 +572,19 @@ def _set_operators(statement: dict[str, Any]) -> Iterator[tuple[str, str]]:
         for key in block if isinstance(block, dict) else {}:
             multivalued = _key_is_multivalued(key)
             if multivalued is False and set_operator in ("ForAllValues", "ForAnyValue"):
-                yield "SET_OPERATOR_ON_SINGLE_VALUED_KEY", (
-                    f"{operator} on {key}, a single-valued key: ForAllValues matches when the key is absent "
-                    "and is too permissive; use the operator without the set qualifier"
+                yield (
+                    "SET_OPERATOR_ON_SINGLE_VALUED_KEY",
+                    (
+                        f"{operator} on {key}, a single-valued key: ForAllValues matches when the key is absent "
+                        "and is too permissive; use the operator without the set qualifier"
+                    ),
                 )
             if multivalued and set_operator is None and operator != "Null":
-                yield "MULTIVALUED_KEY_WITHOUT_SET_OPERATOR", (
-                    f"{operator} on {key}, a multivalued key: qualify it with ForAllValues: or ForAnyValue:"
+                yield (
+                    "MULTIVALUED_KEY_WITHOUT_SET_OPERATOR",
+                    (
+                        f"{operator} on {key}, a multivalued key: qualify it with ForAllValues: or ForAnyValue:"
+                    ),
                 )
 
 
@@ -498,7 +603,9 @@ def findings_of(document: PolicyDocument, tables: dict[str, set[str]]) -> list[F
     statements = _as_list(document.document.get("Statement", []))
     sids = [s.get("Sid") for s in statements if s.get("Sid")]
     for sid in sorted({s for s in sids if sids.count(s) > 1}):
-        found.append(Finding(document.owner, document.name, sid, "DUPLICATE_SID", f"Sid {sid} is used more than once"))
+        found.append(
+            Finding(document.owner, document.name, sid, "DUPLICATE_SID", f"Sid {sid} is used more than once")
+        )
     for statement in statements:
         sid = str(statement.get("Sid", ""))
         for code, message in (
@@ -514,9 +621,16 @@ def findings_of(document: PolicyDocument, tables: dict[str, set[str]]) -> list[F
 # ---------------------------------------------------------------- the template
 
 
-def render(sam: dict[str, Any], root: Path, parameters: dict[str, str] | None = None) -> tuple[dict[str, Any], Renderer]:
+def render(
+    sam: dict[str, Any], root: Path, parameters: dict[str, str] | None = None
+) -> tuple[dict[str, Any], Renderer]:
     """The translated template (SAM transform, offline) and its renderer for the sample stack."""
-    pseudo = {"AWS::StackName": STACK, "AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::Partition": PARTITION}
+    pseudo = {
+        "AWS::StackName": STACK,
+        "AWS::Region": REGION,
+        "AWS::AccountId": ACCOUNT,
+        "AWS::Partition": PARTITION,
+    }
     packaged = packaged_with(sam, root, lambda key, _body: f"s3://{STACK}-sample-deployment/{key}")
     cfn = translate(packaged, {**(parameters or {}), **pseudo}, None)
     return cfn, Renderer(cfn, parameters or {})
@@ -533,8 +647,14 @@ def lint(sam: dict[str, Any], root: Path, parameters: dict[str, str] | None = No
     for document in documents:
         for finding in findings_of(document, tables):
             match = next(
-                (i for i, s in enumerate(suppressions) if s["owner"] == finding.owner and s["finding"] == finding.code
-                 and s.get("sid", finding.sid) == finding.sid and s.get("policy", finding.policy) == finding.policy),
+                (
+                    i
+                    for i, s in enumerate(suppressions)
+                    if s["owner"] == finding.owner
+                    and s["finding"] == finding.code
+                    and s.get("sid", finding.sid) == finding.sid
+                    and s.get("policy", finding.policy) == finding.policy
+                ),
                 None,
             )
             if match is None:
@@ -544,7 +664,9 @@ def lint(sam: dict[str, Any], root: Path, parameters: dict[str, str] | None = No
                 report.suppressed.append((finding, suppressions[match]["reason"]))
     for index, suppression in enumerate(suppressions):
         if index not in used:
-            report.errors.append(f"{suppression['owner']}: suppression {suppression['entry']} matches no finding; remove it")
+            report.errors.append(
+                f"{suppression['owner']}: suppression {suppression['entry']} matches no finding; remove it"
+            )
     return report
 
 
@@ -553,18 +675,26 @@ def _suppressions(sam: dict[str, Any], report: Report) -> list[dict[str, str]]:
     for owner, resource in sam.get("Resources", {}).items():
         entries = ((resource.get("Metadata") or {}).get(SUPPRESS_KEY) or {}).get("suppress", [])
         for entry in entries:
-            if not isinstance(entry, dict) or not entry.get("finding") or not ({"sid", "policy"} & set(entry)):
+            if (
+                not isinstance(entry, dict)
+                or not entry.get("finding")
+                or not ({"sid", "policy"} & set(entry))
+            ):
                 report.errors.append(f"{owner}: suppression {entry!r} needs `finding` and `sid` or `policy`")
             elif not str(entry.get("reason", "")).strip():
                 report.errors.append(f"{owner}: suppression {entry!r} gives no reason")
             else:
-                found.append({**{k: str(v) for k, v in entry.items()}, "owner": owner, "entry": json.dumps(entry)})
+                found.append(
+                    {**{k: str(v) for k, v in entry.items()}, "owner": owner, "entry": json.dumps(entry)}
+                )
     return found
 
 
 def _line_of(lines: list[str], finding: Finding) -> int:
     """Best effort: the line of the statement's Sid inside its owner's block, else the owner's."""
-    start = next((i for i, line in enumerate(lines) if re.match(rf"\s+{re.escape(finding.owner)}:\s*$", line)), None)
+    start = next(
+        (i for i, line in enumerate(lines) if re.match(rf"\s+{re.escape(finding.owner)}:\s*$", line)), None
+    )
     if start is None:
         return 0
     if finding.sid:
@@ -577,7 +707,9 @@ def _line_of(lines: list[str], finding: Finding) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m relevo_tools.iam_lint", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m relevo_tools.iam_lint", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("template", nargs="?", default="template.yaml", type=Path)
     parser.add_argument("--parameter", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
@@ -590,7 +722,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     lines = args.template.read_text().splitlines()
     for finding in report.findings:
-        print(f"{args.template}:{_line_of(lines, finding)}: {finding.where()}: {finding.code}: {finding.message}")
+        print(
+            f"{args.template}:{_line_of(lines, finding)}: {finding.where()}: {finding.code}: {finding.message}"
+        )
     for error in report.errors:
         print(f"{args.template}: {error}")
     statements = sum(len(_as_list(d.document.get("Statement", []))) for d in report.documents)

@@ -6,9 +6,9 @@ and kept in this Mac's handoff cache; paths with the same bytes copied from the 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Callable
 
 from botocore.exceptions import ClientError
 
@@ -24,7 +24,13 @@ from relevo_core.models.errors import ErrorClass
 from relevo_core.models.transfer import human_bytes
 
 
-def fetch_files(workspace: Path, items: list[Placed], cache: HandoffCache | None, emit: Callable[[str], None], cancel: threading.Event) -> int:
+def fetch_files(
+    workspace: Path,
+    items: list[Placed],
+    cache: HandoffCache | None,
+    emit: Callable[[str], None],
+    cancel: threading.Event,
+) -> int:
     """Download and verify `items`, PARALLEL_OBJECTS objects at a time; returns the bytes downloaded."""
     by_object: dict[tuple[str, str, str], list[Placed]] = {}
     for item in items:
@@ -35,7 +41,9 @@ def fetch_files(workspace: Path, items: list[Placed], cache: HandoffCache | None
     downloaded = [0]
     lock = threading.Lock()
     s3 = client("s3")
-    emit(f"[relevo] handoff: downloading {len(items)} file(s), {human_bytes(total)}, from {len(by_object)} object(s)")
+    emit(
+        f"[relevo] handoff: downloading {len(items)} file(s), {human_bytes(total)}, from {len(by_object)} object(s)"
+    )
 
     def count(amount: int) -> None:
         with lock:
@@ -57,7 +65,8 @@ def fetch_files(workspace: Path, items: list[Placed], cache: HandoffCache | None
         except ClientError as exc:
             if error_code(exc) in ("NoSuchKey", "404", "NotFound", "InvalidRange"):
                 raise HandoffFailure(
-                    ErrorClass.HANDOFF_GONE, f"handoff: {uri} is no longer stored (expired, or removed by artifact.max_total_bytes)"
+                    ErrorClass.HANDOFF_GONE,
+                    f"handoff: {uri} is no longer stored (expired, or removed by artifact.max_total_bytes)",
                 ) from exc
             raise HandoffFailure(classify_storage_error(exc), f"handoff: fetching {uri}: {exc}") from exc
         except Exception as exc:
@@ -95,8 +104,17 @@ def _copies(workspace: Path, first: Placed, others: list[Placed]) -> None:
             raise
 
 
-def _pack(s3, bucket: str, key: str, uri: str, workspace: Path, members: list[Placed], cache: HandoffCache | None,  # type: ignore[no-untyped-def]
-          count: Callable[[int], None], cancel: threading.Event) -> None:
+def _pack(
+    s3,
+    bucket: str,
+    key: str,
+    uri: str,
+    workspace: Path,
+    members: list[Placed],
+    cache: HandoffCache | None,  # type: ignore[no-untyped-def]
+    count: Callable[[int], None],
+    cancel: threading.Event,
+) -> None:
     groups = _same_bytes(members)
     firsts = sorted((group[0] for group in groups.values()), key=lambda m: m.entry.offset)
     start = firsts[0].entry.offset
@@ -157,8 +175,16 @@ class _Stream:
         return piece
 
 
-def _blob(s3, bucket: str, key: str, uri: str, workspace: Path, members: list[Placed], cache: HandoffCache | None,  # type: ignore[no-untyped-def]
-          count: Callable[[int], None]) -> None:
+def _blob(
+    s3,
+    bucket: str,
+    key: str,
+    uri: str,
+    workspace: Path,
+    members: list[Placed],
+    cache: HandoffCache | None,  # type: ignore[no-untyped-def]
+    count: Callable[[int], None],
+) -> None:
     """A large file in one stream, hashed as it is written (no second read). Objects are fetched
     PARALLEL_OBJECTS at a time, so a tree's few large files still come side by side."""
     first = members[0]

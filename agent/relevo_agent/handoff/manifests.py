@@ -18,7 +18,13 @@ from relevo_agent.handoff import HandoffFailure
 from relevo_agent.handoff.store import base_of_manifest
 from relevo_core.aws import client, error_code
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.handoff import HandoffSummary, Manifest, ManifestEntry, link_target_problem, path_problem
+from relevo_core.models.handoff import (
+    HandoffSummary,
+    Manifest,
+    ManifestEntry,
+    link_target_problem,
+    path_problem,
+)
 
 
 @dataclass(frozen=True)
@@ -60,9 +66,13 @@ def read_manifest(source: Source) -> tuple[Manifest, str, str]:
                 f"handoff: the manifest of stage {source.label} of {source.job_id} ({source.summary.manifest}) is no longer "
                 "stored (expired, or removed by artifact.max_total_bytes)",
             ) from exc
-        raise HandoffFailure(classify_storage_error(exc), f"handoff: reading {source.summary.manifest}: {exc}") from exc
+        raise HandoffFailure(
+            classify_storage_error(exc), f"handoff: reading {source.summary.manifest}: {exc}"
+        ) from exc
     except Exception as exc:
-        raise HandoffFailure(classify_storage_error(exc), f"handoff: reading {source.summary.manifest}: {exc}") from exc
+        raise HandoffFailure(
+            classify_storage_error(exc), f"handoff: reading {source.summary.manifest}: {exc}"
+        ) from exc
     actual = hashlib.sha256(data).hexdigest()
     if actual != source.summary.manifest_sha256:
         raise fail_checksum(
@@ -72,7 +82,9 @@ def read_manifest(source: Source) -> tuple[Manifest, str, str]:
     try:
         manifest = Manifest.model_validate(json.loads(data))
     except (ValueError, ValidationError) as exc:
-        raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: the manifest of stage {source.label} cannot be read: {exc}") from exc
+        raise HandoffFailure(
+            ErrorClass.HANDOFF_PATH, f"handoff: the manifest of stage {source.label} cannot be read: {exc}"
+        ) from exc
     return manifest, bucket, prefix
 
 
@@ -83,30 +95,48 @@ def check_entries(stage: str, entries: tuple[ManifestEntry, ...]) -> None:
     for entry in entries:
         problem = path_problem(entry.path)
         if problem:
-            raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest names {entry.path!r}, which {problem}")
+            raise HandoffFailure(
+                ErrorClass.HANDOFF_PATH,
+                f"handoff: stage {stage}'s manifest names {entry.path!r}, which {problem}",
+            )
         if entry.path in by_path:
-            raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest names {entry.path!r} twice")
+            raise HandoffFailure(
+                ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest names {entry.path!r} twice"
+            )
         by_path[entry.path] = entry
         if entry.type == "symlink":
             problem = link_target_problem(entry.path, entry.target or "")
             if problem:
-                raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest has {entry.path!r}, a symlink that {problem}")
+                raise HandoffFailure(
+                    ErrorClass.HANDOFF_PATH,
+                    f"handoff: stage {stage}'s manifest has {entry.path!r}, a symlink that {problem}",
+                )
         elif entry.type == "file" and (entry.sha256 is None or entry.object is None):
-            raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest has the file {entry.path!r} without its sha256 or object")
+            raise HandoffFailure(
+                ErrorClass.HANDOFF_PATH,
+                f"handoff: stage {stage}'s manifest has the file {entry.path!r} without its sha256 or object",
+            )
     for entry in entries:
         parent = entry.path.rpartition("/")[0]
         while parent:
             above = by_path.get(parent)
             if above is not None and above.type != "dir":
                 raise HandoffFailure(
-                    ErrorClass.HANDOFF_PATH, f"handoff: stage {stage}'s manifest puts {entry.path!r} under {parent!r}, a {above.type}"
+                    ErrorClass.HANDOFF_PATH,
+                    f"handoff: stage {stage}'s manifest puts {entry.path!r} under {parent!r}, a {above.type}",
                 )
             parent = parent.rpartition("/")[0]
 
 
 def _same(one: ManifestEntry, other: ManifestEntry) -> bool:
     """The same file or link: type, bytes or target, mode and mtime (where it is stored aside)."""
-    return (one.type, one.sha256, one.target, one.mode, one.mtime_ns) == (other.type, other.sha256, other.target, other.mode, other.mtime_ns)
+    return (one.type, one.sha256, one.target, one.mode, one.mtime_ns) == (
+        other.type,
+        other.sha256,
+        other.target,
+        other.mode,
+        other.mtime_ns,
+    )
 
 
 def check_shards_apart(sources: list[Source], manifests: list[Manifest]) -> None:
@@ -127,13 +157,19 @@ def check_shards_apart(sources: list[Source], manifests: list[Manifest]) -> None
                 if first is None:
                     seen[entry.path] = (source, entry)
                 elif not (first[1].type == entry.type == "dir" or _same(first[1], entry)):
-                    what = "differently" if first[1].type == entry.type else f"as a {first[1].type} and as a {entry.type}"
+                    what = (
+                        "differently"
+                        if first[1].type == entry.type
+                        else f"as a {first[1].type} and as a {entry.type}"
+                    )
                     raise _conflict(first[0], source, entry.path, what)
         for path, (source, entry) in seen.items():
             for parent in _parents(path):
                 above = seen.get(parent)
                 if above is not None and above[1].type != "dir":
-                    raise _conflict(above[0], source, parent, f"as a {above[1].type} and as a directory holding {path}")
+                    raise _conflict(
+                        above[0], source, parent, f"as a {above[1].type} and as a directory holding {path}"
+                    )
 
 
 def _conflict(first: Source, second: Source, path: str, what: str) -> HandoffFailure:

@@ -28,7 +28,9 @@ def ensure_directory(workspace: Path, relative: str) -> None:
             os.mkdir(current)  # as mkdir -p would (the umask's mode); a handed-on one gets its own last
             continue
         if stat.S_ISDIR(info.st_mode):
-            if info.st_mode & 0o700 != 0o700:  # a handed-on directory's own mode comes last; writing into it first
+            if (
+                info.st_mode & 0o700 != 0o700
+            ):  # a handed-on directory's own mode comes last; writing into it first
                 os.chmod(current, stat.S_IMODE(info.st_mode) | 0o700)
             continue
         os.unlink(current)

@@ -31,15 +31,23 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from relevo_agent.handoff import HandoffFailure, Stopped
 from relevo_agent.handoff.cache import HandoffCache
 from relevo_agent.handoff.fetch import fetch_files
-from relevo_agent.handoff.manifests import Placed, Source, check_entries, check_shards_apart, fail_checksum, merge, read_manifest
+from relevo_agent.handoff.manifests import (
+    Placed,
+    Source,
+    check_entries,
+    check_shards_apart,
+    fail_checksum,
+    merge,
+    read_manifest,
+)
 from relevo_agent.handoff.place import Writer, ensure_directory, place_link, remove_path
 from relevo_agent.handoff.store import PARALLEL_OBJECTS, Location
 from relevo_agent.handoff.tree import real_parents, sha256_file
@@ -112,8 +120,12 @@ def restore_handoffs(
         if entry.type == "dir":
             continue
         ensure_directory(workspace, entry.path.rpartition("/")[0])
-        if real_parents(workspace, entry.path) is not None:  # cannot happen after ensure_directory; never write through one
-            raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: {entry.path} lies under a symlink of the workspace")
+        if (
+            real_parents(workspace, entry.path) is not None
+        ):  # cannot happen after ensure_directory; never write through one
+            raise HandoffFailure(
+                ErrorClass.HANDOFF_PATH, f"handoff: {entry.path} lies under a symlink of the workspace"
+            )
         if entry.type == "symlink":
             place_link(workspace, entry)
         else:
@@ -193,9 +205,19 @@ def _confirm(workspace: Path, placed: list[Placed]) -> None:
     for item in placed:
         entry = item.entry
         info = os.lstat(workspace / entry.path)
-        kind = "dir" if stat.S_ISDIR(info.st_mode) else "symlink" if stat.S_ISLNK(info.st_mode) else "file" if stat.S_ISREG(info.st_mode) else "other"
+        kind = (
+            "dir"
+            if stat.S_ISDIR(info.st_mode)
+            else "symlink"
+            if stat.S_ISLNK(info.st_mode)
+            else "file"
+            if stat.S_ISREG(info.st_mode)
+            else "other"
+        )
         mode_differs = entry.type != "symlink" and stat.S_IMODE(info.st_mode) != entry.mode
-        time_differs = (entry.type != "symlink" or os.utime in os.supports_follow_symlinks) and info.st_mtime_ns != entry.mtime_ns
+        time_differs = (
+            entry.type != "symlink" or os.utime in os.supports_follow_symlinks
+        ) and info.st_mtime_ns != entry.mtime_ns
         if kind != entry.type or mode_differs or time_differs:
             raise fail_checksum(
                 f"{entry.path} is a {kind} with mode {stat.S_IMODE(info.st_mode):o} and mtime {info.st_mtime_ns} after the restore; "

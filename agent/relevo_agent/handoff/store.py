@@ -36,11 +36,11 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlparse
 
 from boto3.s3.transfer import TransferConfig
@@ -53,7 +53,15 @@ from relevo_agent.handoff.tree import Found, scan, sha256_file
 from relevo_core.aws import client, in_this_context
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.handoff import (
-    HANDOFF_DIR, LARGE_FILE_BYTES, PACK_BYTES, HandoffSummary, Manifest, ManifestEntry, handoff_base, manifest_key, tree_digest,
+    HANDOFF_DIR,
+    LARGE_FILE_BYTES,
+    PACK_BYTES,
+    HandoffSummary,
+    Manifest,
+    ManifestEntry,
+    handoff_base,
+    manifest_key,
+    tree_digest,
 )
 from relevo_core.models.transfer import human_bytes
 from relevo_core.store import artifacts as artifact_store
@@ -65,7 +73,12 @@ log = logging.getLogger(__name__)
 PARALLEL_OBJECTS = 4
 # Packs being filled or sent at once (each a PACK_BYTES buffer): the store's memory bound.
 PACK_BUFFERS = 3
-BLOB_TRANSFER = TransferConfig(multipart_threshold=LARGE_FILE_BYTES, multipart_chunksize=8 * 1024 * 1024, max_concurrency=4, max_io_queue=16)
+BLOB_TRANSFER = TransferConfig(
+    multipart_threshold=LARGE_FILE_BYTES,
+    multipart_chunksize=8 * 1024 * 1024,
+    max_concurrency=4,
+    max_io_queue=16,
+)
 PROGRESS_INTERVAL_SEC = 3.0
 
 
@@ -99,7 +112,9 @@ class _Progress:
                 return
             self._last = now
             rate = self.done / max(now - self.started, 1e-6)
-        self.emit(f"[relevo] handoff: {self.verb} {human_bytes(self.done)} of {human_bytes(self.total)} at {human_bytes(rate)}/s")
+        self.emit(
+            f"[relevo] handoff: {self.verb} {human_bytes(self.done)} of {human_bytes(self.total)} at {human_bytes(rate)}/s"
+        )
 
 
 def _md5(data: bytes | bytearray | memoryview) -> str:
@@ -161,7 +176,9 @@ def store_handoff(
     files = [entry for entry in found if entry.type == "file"]
     # Pass 1: every file's sha256 (large ones side by side: hashlib lets go of the GIL).
     with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-hash") as pool:
-        digests = dict(zip((f.path for f in files), pool.map(lambda f: sha256_file(workspace / f.path), files)))
+        digests = dict(
+            zip((f.path for f in files), pool.map(lambda f: sha256_file(workspace / f.path), files))
+        )
     if cache is not None:
         for entry in files:
             cache.keep(workspace / entry.path, digests[entry.path])
@@ -186,7 +203,13 @@ def store_handoff(
             new_blobs.pop(sha)
     adding = sum(entry.size for entry in new_blobs.values()) + sum(entry.size for entry in new_small.values())
     try:
-        artifact_store.check_job_quota_bytes(ref, stage, adding, max_job_bytes, what=f"the handoff's {len(new_blobs) + len(new_small)} new file(s)")
+        artifact_store.check_job_quota_bytes(
+            ref,
+            stage,
+            adding,
+            max_job_bytes,
+            what=f"the handoff's {len(new_blobs) + len(new_small)} new file(s)",
+        )
     except artifact_store.QuotaExceeded as exc:
         raise HandoffFailure(ErrorClass.ARTIFACT_QUOTA, f"handoff: {exc}") from None
     progress = _Progress(emit, "stored", adding)
@@ -213,7 +236,13 @@ def store_handoff(
             sha = hashlib.sha256(view).hexdigest()
             if cancel.is_set():
                 return
-            s3.put_object(Bucket=bucket, Key=f"{prefix}packs/{sha}", Body=_Bytes(view), ContentMD5=_md5(view), Metadata={"sha256": sha})
+            s3.put_object(
+                Bucket=bucket,
+                Key=f"{prefix}packs/{sha}",
+                Body=_Bytes(view),
+                ContentMD5=_md5(view),
+                Metadata={"sha256": sha},
+            )
             view.release()
         finally:
             buffers.put(buffer)
@@ -227,8 +256,12 @@ def store_handoff(
         if cancel.is_set():
             return
         s3.upload_file(
-            str(workspace / entry.path), bucket, f"{prefix}blobs/{sha}",
-            ExtraArgs={"Metadata": {"sha256": sha}, "ChecksumAlgorithm": "SHA256"}, Config=BLOB_TRANSFER, Callback=progress.add,
+            str(workspace / entry.path),
+            bucket,
+            f"{prefix}blobs/{sha}",
+            ExtraArgs={"Metadata": {"sha256": sha}, "ChecksumAlgorithm": "SHA256"},
+            Config=BLOB_TRANSFER,
+            Callback=progress.add,
         )
         with stored_lock:
             stored.append((f"blobs/{sha}", entry.size))
@@ -241,32 +274,48 @@ def store_handoff(
             packs.append([])
         packs[-1].append(entry)
     if adding:
-        emit(f"[relevo] handoff: storing {len(new_blobs) + len(new_small)} new file(s), {human_bytes(adding)} "
-             f"({len(files) - len(new_blobs) - len(new_small)} already stored for this job)")
+        emit(
+            f"[relevo] handoff: storing {len(new_blobs) + len(new_small)} new file(s), {human_bytes(adding)} "
+            f"({len(files) - len(new_blobs) - len(new_small)} already stored for this job)"
+        )
     with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-put") as pool:
-        futures: list[Future[None]] = [pool.submit(in_this_context(put_pack), members) for members in packs if members]
+        futures: list[Future[None]] = [
+            pool.submit(in_this_context(put_pack), members) for members in packs if members
+        ]
         futures += [pool.submit(in_this_context(put_blob), sha, entry) for sha, entry in new_blobs.items()]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         failed = next((future.exception() for future in done if future.exception() is not None), None)
         if failed is not None:
             for future in futures:
                 future.cancel()
-            raise HandoffFailure(classify_storage_error(failed), f"handoff: storing under s3://{bucket}/{prefix}: {failed}") from failed
+            raise HandoffFailure(
+                classify_storage_error(failed), f"handoff: storing under s3://{bucket}/{prefix}: {failed}"
+            ) from failed
     if cancel.is_set():
         raise HandoffFailure(ErrorClass.AGENT_SHUTDOWN, "handoff: stopped while storing")
     entries = tuple(_entry(entry, digests.get(entry.path), locations) for entry in found)
-    manifest = Manifest(job_id=ref.job_id, stage=stage, attempt=ref.attempt, patterns=patterns, entries=entries)
+    manifest = Manifest(
+        job_id=ref.job_id, stage=stage, attempt=ref.attempt, patterns=patterns, entries=entries
+    )
     data = json.dumps(manifest.model_dump(mode="json"), separators=(",", ":")).encode()
     manifest_sha = hashlib.sha256(data).hexdigest()
     # A shard's its own: the shards of a stage store side by side, each attempt numbered apart.
     _, manifest_object = manifest_key(artifact_uri, stage, ref.shard, ref.attempt)
     try:
-        s3.put_object(Bucket=bucket, Key=manifest_object, Body=data, ContentMD5=_md5(data), ContentType="application/json",
-                      Metadata={"sha256": manifest_sha})
+        s3.put_object(
+            Bucket=bucket,
+            Key=manifest_object,
+            Body=data,
+            ContentMD5=_md5(data),
+            ContentType="application/json",
+            Metadata={"sha256": manifest_sha},
+        )
     except Exception as exc:
-        raise HandoffFailure(classify_storage_error(exc), f"handoff: storing s3://{bucket}/{manifest_object}: {exc}") from exc
+        raise HandoffFailure(
+            classify_storage_error(exc), f"handoff: storing s3://{bucket}/{manifest_object}: {exc}"
+        ) from exc
     stored.append((manifest_object.removeprefix(prefix), len(data)))
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     uploaded = sum(size for _, size in stored)
     summary = HandoffSummary(
         manifest=f"s3://{bucket}/{manifest_object}",
@@ -284,9 +333,18 @@ def store_handoff(
     )
     records = [
         artifact_store.ArtifactRecord(
-            job_id=ref.job_id, stage=stage, path=f"{HANDOFF_DIR}/{key}", uri=f"s3://{bucket}/{prefix}{key}", size=size,
+            job_id=ref.job_id,
+            stage=stage,
+            path=f"{HANDOFF_DIR}/{key}",
+            uri=f"s3://{bucket}/{prefix}{key}",
+            size=size,
             sha256=key.rsplit("/", 1)[1] if not key.startswith("manifests/") else manifest_sha,
-            bucket_region=bucket_region, cross_region_bytes=size if crosses_region else 0, attempt=ref.attempt, agent_id=ref.agent_id, uploaded_at=now, kind="handoff",
+            bucket_region=bucket_region,
+            cross_region_bytes=size if crosses_region else 0,
+            attempt=ref.attempt,
+            agent_id=ref.agent_id,
+            uploaded_at=now,
+            kind="handoff",
             shard=ref.shard,
         )
         for key, size in stored
@@ -309,10 +367,18 @@ def _exists(s3, bucket: str, key: str) -> bool:  # type: ignore[no-untyped-def]
 
 def _entry(found: Found, sha256: str | None, locations: dict[str, Location]) -> ManifestEntry:
     if found.type != "file":
-        return ManifestEntry(path=found.path, type=found.type, mode=found.mode, mtime_ns=found.mtime_ns, target=found.target)  # type: ignore[arg-type]
+        return ManifestEntry(
+            path=found.path, type=found.type, mode=found.mode, mtime_ns=found.mtime_ns, target=found.target
+        )  # type: ignore[arg-type]
     assert sha256 is not None
     where = locations[sha256]
     return ManifestEntry(
-        path=found.path, type="file", mode=found.mode, mtime_ns=found.mtime_ns, size=found.size, sha256=sha256,
-        object=where.object, offset=where.offset,
+        path=found.path,
+        type="file",
+        mode=found.mode,
+        mtime_ns=found.mtime_ns,
+        size=found.size,
+        sha256=sha256,
+        object=where.object,
+        offset=where.offset,
     )

@@ -80,7 +80,8 @@ def _found(workspace: Path, relative: str, info: os.stat_result) -> Found:
     if stat.S_ISREG(mode):
         return Found(relative, "file", stat.S_IMODE(mode), info.st_mtime_ns, size=info.st_size)
     raise HandoffFailure(
-        ErrorClass.HANDOFF_PATH, f"handoff: {relative} is neither a file, a directory nor a symlink (only those are handed on)"
+        ErrorClass.HANDOFF_PATH,
+        f"handoff: {relative} is neither a file, a directory nor a symlink (only those are handed on)",
     )
 
 

@@ -19,17 +19,29 @@ def _regions(text: str) -> tuple[str, ...]:
     regions = tuple(part.strip() for part in text.split(",") if part.strip())
     bad = [region for region in regions if not re.match(REGION_AFFINITY, region)]
     if bad or not regions:
-        raise UserMistake(f"--regions {text!r}: region affinities are lowercase names like eu-west, comma-separated")
+        raise UserMistake(
+            f"--regions {text!r}: region affinities are lowercase names like eu-west, comma-separated"
+        )
     return regions
 
 
 def advise_command(
-    team_size: Optional[int] = typer.Option(None, "--team-size", help="people who build and release"),
-    cadence: Optional[str] = typer.Option(None, "--cadence", help=f"how often you release: {', '.join(CADENCES)}"),
-    regions: Optional[str] = typer.Option(None, "--regions", help="region affinities of your Macs, comma-separated (e.g. eu-west,us-east)"),
-    compliance: Optional[bool] = typer.Option(None, "--compliance/--no-compliance", help="audited isolation required"),
-    tenants: Optional[int] = typer.Option(None, "--tenants", help="separate customers or business units on one Relevo (1: none)"),
-    out: Path = typer.Option(Path("relevo-setup"), "--out", help="where samconfig.toml and project.yaml are written"),
+    team_size: int | None = typer.Option(None, "--team-size", help="people who build and release"),
+    cadence: str | None = typer.Option(
+        None, "--cadence", help=f"how often you release: {', '.join(CADENCES)}"
+    ),
+    regions: str | None = typer.Option(
+        None, "--regions", help="region affinities of your Macs, comma-separated (e.g. eu-west,us-east)"
+    ),
+    compliance: bool | None = typer.Option(
+        None, "--compliance/--no-compliance", help="audited isolation required"
+    ),
+    tenants: int | None = typer.Option(
+        None, "--tenants", help="separate customers or business units on one Relevo (1: none)"
+    ),
+    out: Path = typer.Option(
+        Path("relevo-setup"), "--out", help="where samconfig.toml and project.yaml are written"
+    ),
     force: bool = typer.Option(False, "--force", help="overwrite files already in --out"),
 ) -> None:
     """Recommend a Relevo setup for your team (flags, or it asks), and write a starting samconfig.toml and project file."""
@@ -42,18 +54,33 @@ def advise_command(
     if compliance is None:
         compliance = typer.confirm("Do you need audited isolation (compliance)?", default=False)
     if tenants is None:
-        tenants = typer.prompt("How many tenants (separate customers or business units)?", type=int, default=1)
+        tenants = typer.prompt(
+            "How many tenants (separate customers or business units)?", type=int, default=1
+        )
     if cadence not in CADENCES:
         raise UserMistake(f"--cadence {cadence!r}: one of {', '.join(CADENCES)}")
     try:
-        situation = Situation(team_size=team_size, cadence=cadence, regions=_regions(regions), compliance=compliance, tenants=tenants)
+        situation = Situation(
+            team_size=team_size,
+            cadence=cadence,
+            regions=_regions(regions),
+            compliance=compliance,
+            tenants=tenants,
+        )
     except ValidationError as exc:
-        raise UserMistake("; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in exc.errors())) from None
+        raise UserMistake(
+            "; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in exc.errors())
+        ) from None
     row = pick(load_table(), situation)
-    files = {out / "samconfig.toml": samconfig(row, situation), out / "project.yaml": project_file(row, situation)}
+    files = {
+        out / "samconfig.toml": samconfig(row, situation),
+        out / "project.yaml": project_file(row, situation),
+    }
     existing = [str(path) for path in files if path.exists()]
     if existing and not force:
-        raise UserMistake(f"{', '.join(existing)} already exist: choose another --out, or --force to overwrite")
+        raise UserMistake(
+            f"{', '.join(existing)} already exist: choose another --out, or --force to overwrite"
+        )
     out.mkdir(parents=True, exist_ok=True)
     for path, text in files.items():
         path.write_text(text, encoding="utf-8")

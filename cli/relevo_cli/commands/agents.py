@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -18,7 +18,9 @@ from relevo_cli.cli_errors import UserMistake
 from relevo_cli.commands.common import StackOption, add_column, console, open_stack, stack_api
 from relevo_core.models.requests import PAUSE_DEFAULT_SEC, PAUSE_MAX_SEC
 
-agent_app = typer.Typer(no_args_is_help=True, help="The fleet's agents: list them; pause, drain and resume one.")
+agent_app = typer.Typer(
+    no_args_is_help=True, help="The fleet's agents: list them; pause, drain and resume one."
+)
 region_app = typer.Typer(no_args_is_help=True, help="A region affinity's dispatch: pause it, resume it.")
 # The older spelling: `relevo agent list` lists, its subcommands act.
 agents_app = typer.Typer(help="The fleet per region affinity; pause, drain and resume agents and regions.")
@@ -41,15 +43,21 @@ def parse_duration(text: str) -> int:
 
 
 def _ago(iso: str) -> str:
-    seconds = max(0, int((datetime.now(timezone.utc) - datetime.fromisoformat(iso)).total_seconds()))
-    return f"{seconds}s ago" if seconds < 120 else f"{seconds // 60}m ago" if seconds < 7200 else f"{seconds // 3600}h ago"
+    seconds = max(0, int((datetime.now(UTC) - datetime.fromisoformat(iso)).total_seconds()))
+    return (
+        f"{seconds}s ago"
+        if seconds < 120
+        else f"{seconds // 60}m ago"
+        if seconds < 7200
+        else f"{seconds // 3600}h ago"
+    )
 
 
 @agents_app.callback(invoke_without_command=True)
 def agents_command(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="print the fleet as JSON"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """The fleet per region affinity: each agent online or offline (paused, draining), last seen, capacity used / total, the stages it runs, its version."""
     if ctx.invoked_subcommand is None:
@@ -59,7 +67,7 @@ def agents_command(
 @agent_app.command("list")
 def agent_list(
     as_json: bool = typer.Option(False, "--json", help="print the fleet as JSON"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """The fleet per region affinity: each agent online or offline (paused, draining), last seen, capacity used / total, the stages it runs, its version."""
     stack = open_stack(stack_file)
@@ -69,7 +77,10 @@ def agent_list(
     paused_regions = {pause["region"]: pause for pause in view.get("paused_regions", [])}
     regions = sorted(set(stack.work_queues) | {agent["region"] for agent in agents})
     if as_json:
-        sys.stdout.write(json.dumps({region: [a for a in agents if a["region"] == region] for region in regions}, indent=2) + "\n")
+        sys.stdout.write(
+            json.dumps({region: [a for a in agents if a["region"] == region] for region in regions}, indent=2)
+            + "\n"
+        )
         return
     for region in regions:
         here = [agent for agent in agents if agent["region"] == region]
@@ -78,19 +89,38 @@ def agent_list(
         if region in paused_regions:
             title += f"; dispatch {_pause_text(paused_regions[region])}"
         table = Table(title=title)
-        for column in ("agent", "state", "last seen", "used / capacity", "running stages", "capabilities", "version"):
+        for column in (
+            "agent",
+            "state",
+            "last seen",
+            "used / capacity",
+            "running stages",
+            "capabilities",
+            "version",
+        ):
             add_column(table, column)
         for agent in here:
-            stages = ", ".join(f"{s['job_id']} {s['stage']}#{s['attempt']}" for s in agent.get("running_stages", []))
+            stages = ", ".join(
+                f"{s['job_id']} {s['stage']}#{s['attempt']}" for s in agent.get("running_stages", [])
+            )
             table.add_row(
-                agent["agent_id"], _state(agent),
-                f"{agent['last_seen'][:19]} ({_ago(agent['last_seen'])})", f"{agent['used']} / {agent['capacity']}",
-                stages or "-", _capabilities(agent.get("capabilities")), agent["version"],
+                agent["agent_id"],
+                _state(agent),
+                f"{agent['last_seen'][:19]} ({_ago(agent['last_seen'])})",
+                f"{agent['used']} / {agent['capacity']}",
+                stages or "-",
+                _capabilities(agent.get("capabilities")),
+                agent["version"],
             )
         if here:
             console.print(table)
         else:
-            console.print(f"{region}: no agents (a local one: relevo local agent --region {region})", markup=False, highlight=False, soft_wrap=True)
+            console.print(
+                f"{region}: no agents (a local one: relevo local agent --region {region})",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def _capabilities(found: dict | None) -> str:
@@ -98,7 +128,14 @@ def _capabilities(found: dict | None) -> str:
         return "-"
     facts = [f"{found['os']} {found['arch']}"]
     facts += [f"macOS {found['macos']}"] if found.get("macos") else []
-    facts += [f"Xcode {found['xcode']}" + (f" (of {', '.join(found['xcode_versions'])})" if found.get("xcode_versions") else "")] if found.get("xcode") else []
+    facts += (
+        [
+            f"Xcode {found['xcode']}"
+            + (f" (of {', '.join(found['xcode_versions'])})" if found.get("xcode_versions") else "")
+        ]
+        if found.get("xcode")
+        else []
+    )
     facts += [f"{found['free_disk_gb']:g} GB free"] if found.get("free_disk_gb") is not None else []
     facts += [f"{name}={value}" for name, value in sorted(found.get("labels", {}).items())]
     return ", ".join(facts)
@@ -121,23 +158,44 @@ def _state(agent: dict) -> str:
 
 
 Note = typer.Option("", "--note", help="why (shown in `relevo agent list`, the console and the queue)")
-Timeout = typer.Option(f"{PAUSE_DEFAULT_SEC // 60}m", "--timeout", help="ends by itself after this long (90s, 5m, 2h, 1d; at most 7d)")
-Region = typer.Option(None, "--region", help="the agent's region affinity (default: the region of its presence record)")
+Timeout = typer.Option(
+    f"{PAUSE_DEFAULT_SEC // 60}m",
+    "--timeout",
+    help="ends by itself after this long (90s, 5m, 2h, 1d; at most 7d)",
+)
+Region = typer.Option(
+    None, "--region", help="the agent's region affinity (default: the region of its presence record)"
+)
 
 
-def _pause(agent_id: str, note: str, timeout: str, region: str | None, drain: bool, stack_file: Path | None) -> None:
-    body = {"note": note, "timeout_sec": parse_duration(timeout), "drain": drain, **({"region": region} if region else {})}
+def _pause(
+    agent_id: str, note: str, timeout: str, region: str | None, drain: bool, stack_file: Path | None
+) -> None:
+    body = {
+        "note": note,
+        "timeout_sec": parse_duration(timeout),
+        "drain": drain,
+        **({"region": region} if region else {}),
+    }
     with stack_api(stack_file) as api:
         pause = api.pause_agent(agent_id, body)["paused"]
     then = "finishes what it runs, then exits" if drain else "finishes what it runs"
-    console.print(f"{agent_id} ({pause['region']}) {_pause_text(pause)}: takes no new stage within a presence interval, {then}", markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        f"{agent_id} ({pause['region']}) {_pause_text(pause)}: takes no new stage within a presence interval, {then}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @agent_app.command("pause")
 @agents_app.command("pause")
 def pause_command(
-    agent_id: str = typer.Argument(..., help="the agent's id"), note: str = Note, timeout: str = Timeout,
-    region: Optional[str] = Region, stack_file: Optional[Path] = StackOption,
+    agent_id: str = typer.Argument(..., help="the agent's id"),
+    note: str = Note,
+    timeout: str = Timeout,
+    region: str | None = Region,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """Stop an agent taking new stages; what it runs finishes. It resumes by itself after --timeout."""
     _pause(agent_id, note, timeout, region, False, stack_file)
@@ -146,8 +204,11 @@ def pause_command(
 @agent_app.command("drain")
 @agents_app.command("drain")
 def drain_command(
-    agent_id: str = typer.Argument(..., help="the agent's id"), note: str = Note, timeout: str = Timeout,
-    region: Optional[str] = Region, stack_file: Optional[Path] = StackOption,
+    agent_id: str = typer.Argument(..., help="the agent's id"),
+    note: str = Note,
+    timeout: str = Timeout,
+    region: str | None = Region,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """Pause an agent and have it exit once idle (launchd restarts it paused, until resume or --timeout)."""
     _pause(agent_id, note, timeout, region, True, stack_file)
@@ -156,20 +217,27 @@ def drain_command(
 @agent_app.command("resume")
 @agents_app.command("resume")
 def resume_command(
-    agent_id: str = typer.Argument(..., help="the agent's id"), region: Optional[str] = Region,
-    stack_file: Optional[Path] = StackOption,
+    agent_id: str = typer.Argument(..., help="the agent's id"),
+    region: str | None = Region,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """End an agent's pause or drain."""
     with stack_api(stack_file) as api:
         result = api.resume_agent(agent_id, region)
-    console.print(f"{agent_id} ({result['region']}) " + ("resumed" if result["resumed"] else "was not paused"), markup=False, highlight=False)
+    console.print(
+        f"{agent_id} ({result['region']}) " + ("resumed" if result["resumed"] else "was not paused"),
+        markup=False,
+        highlight=False,
+    )
 
 
 @region_app.command("pause")
 @agents_app.command("pause-region")
 def pause_region_command(
-    region: str = typer.Argument(..., help="a region affinity"), note: str = Note, timeout: str = Timeout,
-    stack_file: Optional[Path] = StackOption,
+    region: str = typer.Argument(..., help="a region affinity"),
+    note: str = Note,
+    timeout: str = Timeout,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """Pause dispatch in a region: none of its agents takes a new stage; running stages finish."""
     with stack_api(stack_file) as api:
@@ -179,8 +247,14 @@ def pause_region_command(
 
 @region_app.command("resume")
 @agents_app.command("resume-region")
-def resume_region_command(region: str = typer.Argument(..., help="a region affinity"), stack_file: Optional[Path] = StackOption) -> None:
+def resume_region_command(
+    region: str = typer.Argument(..., help="a region affinity"), stack_file: Path | None = StackOption
+) -> None:
     """End a region's dispatch pause."""
     with stack_api(stack_file) as api:
         result = api.resume_region(region)
-    console.print(f"{region}: dispatch " + ("resumed" if result["resumed"] else "was not paused"), markup=False, highlight=False)
+    console.print(
+        f"{region}: dispatch " + ("resumed" if result["resumed"] else "was not paused"),
+        markup=False,
+        highlight=False,
+    )

@@ -23,7 +23,9 @@ def removal_note(artifact: dict) -> str | None:
     return f"removed by quota at {artifact['removed_at']}"
 
 
-artifact_app = typer.Typer(no_args_is_help=True, help="Files the stages of a job uploaded: list them, download one.")
+artifact_app = typer.Typer(
+    no_args_is_help=True, help="Files the stages of a job uploaded: list them, download one."
+)
 artifacts_app = typer.Typer(no_args_is_help=True, help="Files the stages of a job uploaded.")
 
 
@@ -32,7 +34,7 @@ artifacts_app = typer.Typer(no_args_is_help=True, help="Files the stages of a jo
 def artifacts_list(
     job_id: str = JobId,
     as_json: bool = typer.Option(False, "--json", help="print the artifacts as JSON"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """A job's artifacts, with the sha256 recorded at upload."""
     with stack_api(stack_file) as api:
@@ -44,15 +46,24 @@ def artifacts_list(
     for column in ("stage", "name", "size", "sha256", "stored"):
         add_column(table, column)
     for artifact in job["artifacts"]:
-        table.add_row(artifact_stage(artifact), artifact["name"], str(artifact["size"]), artifact["sha256"],
-                      "removed" if artifact.get("removed_at") else "yes")
+        table.add_row(
+            artifact_stage(artifact),
+            artifact["name"],
+            str(artifact["size"]),
+            artifact["sha256"],
+            "removed" if artifact.get("removed_at") else "yes",
+        )
     console.print(table)
     # Whole lines under the table (never wrapped to a column's width).
     for artifact in job["artifacts"]:
         note = removal_note(artifact)
         if note:
-            console.print(f"{artifact_stage(artifact)}/{artifact['name']}: {note} ({artifact['removed_reason']})",
-                          markup=False, highlight=False, soft_wrap=True)
+            console.print(
+                f"{artifact_stage(artifact)}/{artifact['name']}: {note} ({artifact['removed_reason']})",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 @artifact_app.command("download")
@@ -60,10 +71,17 @@ def artifacts_list(
 def artifacts_get(
     job_id: str = JobId,
     name: str = typer.Argument(..., help="the file's path under the stage's artifact directory"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="file or directory to write (default: its name, here)"),
-    stage: Optional[str] = typer.Option(None, "--stage", help="the stage that uploaded it (when several did)"),
-    shard: Optional[int] = typer.Option(None, "--shard", min=0, help="the shard (its index) of a stage with shards that uploaded it (when several did)"),
-    stack_file: Optional[Path] = StackOption,
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="file or directory to write (default: its name, here)"
+    ),
+    stage: str | None = typer.Option(None, "--stage", help="the stage that uploaded it (when several did)"),
+    shard: int | None = typer.Option(
+        None,
+        "--shard",
+        min=0,
+        help="the shard (its index) of a stage with shards that uploaded it (when several did)",
+    ),
+    stack_file: Path | None = StackOption,
 ) -> None:
     """Download an artifact (presigned link valid 2 minutes) and verify its sha256."""
     from relevo_cli.artifacts import ChecksumMismatch, download

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -31,7 +32,9 @@ console = Console(width=_width())
 errors = Console(stderr=True)
 # Columns holding ids (job, agent, project, key): folded onto a second line in a narrow terminal,
 # never cut with an ellipsis.
-ID_COLUMNS = frozenset({"job", "agent", "id", "project", "idempotency key", "principal", "job / reason", "entries"})
+ID_COLUMNS = frozenset(
+    {"job", "agent", "id", "project", "idempotency key", "principal", "job / reason", "entries"}
+)
 
 
 # A job id's length (job_ and 26 characters): the job column keeps it on one line, the other
@@ -49,10 +52,13 @@ def add_column(table: Table, name: str, **options: Any) -> None:
         options.setdefault("no_wrap", True)
     table.add_column(name, **options)
 
-StackOption = typer.Option(None, "--stack-file", envvar="RELEVO_STACK_FILE", help="stack.json of the stack to use")
+
+StackOption = typer.Option(
+    None, "--stack-file", envvar="RELEVO_STACK_FILE", help="stack.json of the stack to use"
+)
 
 
-def open_stack(stack_file: Optional[Path]) -> StackInfo:
+def open_stack(stack_file: Path | None) -> StackInfo:
     """The stack the CLI uses, applied to this process's environment; exit 2 when there is none."""
     try:
         stack = load_stack(stack_file)
@@ -69,7 +75,7 @@ def fail(exc: ApiError) -> None:
 
 
 @contextmanager
-def stack_api(stack_file: Optional[Path]) -> Iterator[RelevoApi]:
+def stack_api(stack_file: Path | None) -> Iterator[RelevoApi]:
     """The API of the stack, with a refusal printed as its code and message (exit 1)."""
     api = RelevoApi.for_stack(open_stack(stack_file))
     try:
@@ -79,8 +85,13 @@ def stack_api(stack_file: Optional[Path]) -> Iterator[RelevoApi]:
 
 
 # How a duplicate's existing job is named, by its status.
-_ALREADY = {"queued": "already queued as", "held": "already held as", "succeeded": "already ran as",
-            "failed": "already ran as", "canceled": "already ran as"}
+_ALREADY = {
+    "queued": "already queued as",
+    "held": "already held as",
+    "succeeded": "already ran as",
+    "failed": "already ran as",
+    "canceled": "already ran as",
+}
 # The exit status of a command that started nothing because the same work is already a job (its
 # id is printed): 0 is a new job, 1 a refusal, 2 a mistake on the command line.
 EXIT_DUPLICATE = 3
@@ -95,7 +106,9 @@ def quiet_option(example: str) -> Any:
 JsonTriggerOption = typer.Option(False, "--json", help="print the answer as JSON: job_id, duplicate, status")
 
 
-def print_trigger(result: dict, api: RelevoApi, again: str | None = None, quiet: bool = False, as_json: bool = False) -> None:
+def print_trigger(
+    result: dict, api: RelevoApi, again: str | None = None, quiet: bool = False, as_json: bool = False
+) -> None:
     """A new job, or the job a duplicate is: with its status (one more call), and for an ended
     one the command (`again`) that runs the same work anew. `quiet`: the id alone on stdout (what
     a duplicate is goes to stderr); `as_json`: the API's answer with the job's status. A duplicate

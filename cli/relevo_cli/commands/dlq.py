@@ -12,7 +12,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from relevo_cli.cli_errors import JobId
-from relevo_cli.commands.common import JsonTriggerOption, StackOption, add_column, console, print_trigger, quiet_option, stack_api
+from relevo_cli.commands.common import (
+    JsonTriggerOption,
+    StackOption,
+    add_column,
+    console,
+    print_trigger,
+    quiet_option,
+    stack_api,
+)
 
 dlq_app = typer.Typer(no_args_is_help=True, help="The job dead-letter queue.")
 
@@ -20,7 +28,7 @@ dlq_app = typer.Typer(no_args_is_help=True, help="The job dead-letter queue.")
 @dlq_app.command("list")
 def dlq_list(
     as_json: bool = typer.Option(False, "--json", help="print the entries and frozen keys as JSON"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """Jobs that failed for good, newest first."""
     with stack_api(stack_file) as api:
@@ -36,18 +44,27 @@ def dlq_list(
         if entry.get("failed_shards"):
             failed_stage += " (shard " + ", ".join(str(shard) for shard in entry["failed_shards"]) + ")"
         table.add_row(
-            entry["job_id"], entry["project"], failed_stage, entry["error"],
-            str(entry["attempts"] or "-"), entry["last_successful_stage"] or "-", entry["state"],
+            entry["job_id"],
+            entry["project"],
+            failed_stage,
+            entry["error"],
+            str(entry["attempts"] or "-"),
+            entry["last_successful_stage"] or "-",
+            entry["state"],
         )
     console.print(table)
     frozen = listing.get("frozen_keys") or []
     if frozen:
-        keys = Table(title=f"{len(frozen)} frozen idempotency keys (automatic runs refused, no stage retries)")
+        keys = Table(
+            title=f"{len(frozen)} frozen idempotency keys (automatic runs refused, no stage retries)"
+        )
         for column in ("idempotency key", "project", "frozen at", "entries"):
             add_column(keys, column)
         for record in frozen:
             keys.add_row(
-                record["idempotency_key"], record["project"] or "-", record["frozen_at"] or "-",
+                record["idempotency_key"],
+                record["project"] or "-",
+                record["frozen_at"] or "-",
                 ", ".join(entry["job_id"] for entry in record["entries"]),
             )
         console.print(keys)
@@ -66,7 +83,9 @@ def render_dead_letter(entry: dict[str, Any]) -> list[Any]:
     stands (the failed stage and its shards, error class, attempts and backoff, the last good
     stage, the cause, its key and whether it was redriven), a row per failed shard, and the
     command that resumes it."""
-    table = Table(title=f"{entry['job_id']}  {entry['project']}  [bold]{entry['state']}[/bold]", show_header=False)
+    table = Table(
+        title=f"{entry['job_id']}  {entry['project']}  [bold]{entry['state']}[/bold]", show_header=False
+    )
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     failed_stage = entry.get("failed_stage") or "-"
@@ -87,19 +106,27 @@ def render_dead_letter(entry: dict[str, Any]) -> list[Any]:
         table.add_row(name, escape(_text(value)))
     shown: list[Any] = [table]
     if entry.get("shard_failures"):
-        shards = Table(title=f"{len(entry['shard_failures'])} failed shards of {entry.get('failed_stage') or 'its stage'}")
+        shards = Table(
+            title=f"{len(entry['shard_failures'])} failed shards of {entry.get('failed_stage') or 'its stage'}"
+        )
         for column in ("shard", "error", "attempts", "backoff", "cause"):
             add_column(shards, column)
         for shard in entry["shard_failures"]:
-            shards.add_row(str(shard["shard"]), _text(shard.get("error_class")), _text(shard.get("attempts")),
-                           "-" if shard.get("cumulative_backoff_sec") is None else f"{shard['cumulative_backoff_sec']}s",
-                           escape(_text(shard.get("cause"))))
+            shards.add_row(
+                str(shard["shard"]),
+                _text(shard.get("error_class")),
+                _text(shard.get("attempts")),
+                "-" if shard.get("cumulative_backoff_sec") is None else f"{shard['cumulative_backoff_sec']}s",
+                escape(_text(shard.get("cause"))),
+            )
         shown.append(shards)
     if entry.get("redriven_as"):
         shown.append(f"redriven as {entry['redriven_as']}: `relevo job view {entry['redriven_as']}`")
     elif entry.get("state") == "open":
         where = f" from {entry['failed_stage']}" if entry.get("failed_stage") else ""
-        shown.append(f"`relevo dlq redrive {entry['job_id']}` resumes it{where}, under the same idempotency key")
+        shown.append(
+            f"`relevo dlq redrive {entry['job_id']}` resumes it{where}, under the same idempotency key"
+        )
     return shown
 
 
@@ -107,7 +134,7 @@ def render_dead_letter(entry: dict[str, Any]) -> list[Any]:
 def dlq_show(
     job_id: str = JobId,
     as_json: bool = typer.Option(False, "--json", help="print the entry as JSON"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """One dead-lettered job, with everything needed to resume it."""
     with stack_api(stack_file) as api:
@@ -123,15 +150,19 @@ def dlq_show(
 
 
 @dlq_app.command("redrive")
-def dlq_redrive(job_id: str = JobId, quiet: bool = quiet_option("NEW=$(relevo dlq redrive JOB -q)"), as_json: bool = JsonTriggerOption,
-                stack_file: Optional[Path] = StackOption) -> None:
+def dlq_redrive(
+    job_id: str = JobId,
+    quiet: bool = quiet_option("NEW=$(relevo dlq redrive JOB -q)"),
+    as_json: bool = JsonTriggerOption,
+    stack_file: Path | None = StackOption,
+) -> None:
     """Resume a dead-lettered job from its failed stage, under the same idempotency key."""
     with stack_api(stack_file) as api:
         print_trigger(api.redrive(job_id), api, quiet=quiet, as_json=as_json)
 
 
 @dlq_app.command("unfreeze")
-def dlq_unfreeze(key: str, stack_file: Optional[Path] = StackOption) -> None:
+def dlq_unfreeze(key: str, stack_file: Path | None = StackOption) -> None:
     """Lift the freeze of an idempotency key: automatic runs and stage retries resume."""
     with stack_api(stack_file) as api:
         result = api.unfreeze_key(key)

@@ -32,13 +32,23 @@ console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ e
 
 
 def drill_command(
-    drills: list[str] = typer.Argument(..., help="drills to run by name, or all (a name it does not know lists them)"),
+    drills: list[str] = typer.Argument(
+        ..., help="drills to run by name, or all (a name it does not know lists them)"
+    ),
     trials: int = typer.Option(1, "--trials", min=1, max=50, help="trials of each drill"),
-    stack_file: Optional[Path] = typer.Option(None, "--stack-file", help="use this stack.json instead of starting a local stack"),
-    lease: Optional[int] = typer.Option(None, "--lease", min=3, max=120, help="lease_ttl_sec of the drill's projects (default 6)"),
-    effect_after: Optional[float] = typer.Option(None, "--effect-after", min=1, help="when the faulted stage's effect lands (default 10 s)"),
+    stack_file: Path | None = typer.Option(
+        None, "--stack-file", help="use this stack.json instead of starting a local stack"
+    ),
+    lease: int | None = typer.Option(
+        None, "--lease", min=3, max=120, help="lease_ttl_sec of the drill's projects (default 6)"
+    ),
+    effect_after: float | None = typer.Option(
+        None, "--effect-after", min=1, help="when the faulted stage's effect lands (default 10 s)"
+    ),
     fast: bool = typer.Option(False, "--fast", help="short leases and stages (what make test runs)"),
-    work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="where agent logs, journals and effects go (default: a new temp dir)"),
+    work_dir: Path | None = typer.Option(
+        None, "--work-dir", help="where agent logs, journals and effects go (default: a new temp dir)"
+    ),
 ) -> None:
     """Run disaster drills against two agents behind fault proxies; exit 1 if any effect ran twice or got lost."""
     from relevo_tools.drill.drills import DRILLS
@@ -49,26 +59,38 @@ def drill_command(
     names = list(DRILLS) if drills == ["all"] else drills
     unknown = [name for name in names if name not in DRILLS]
     if unknown:
-        typer.echo(f"relevo drill: unknown drill {unknown[0]!r}; choose from {', '.join(DRILLS)} or all", err=True)
+        typer.echo(
+            f"relevo drill: unknown drill {unknown[0]!r}; choose from {', '.join(DRILLS)} or all", err=True
+        )
         raise typer.Exit(2)
     timing = DrillTiming.fast() if fast else DrillTiming()
     if lease is not None or effect_after is not None:
         timing = DrillTiming(
             lease_ttl_sec=lease or timing.lease_ttl_sec,
-            effect_after_sec=effect_after or max(timing.effect_after_sec, (lease or timing.lease_ttl_sec) + 4),
+            effect_after_sec=effect_after
+            or max(timing.effect_after_sec, (lease or timing.lease_ttl_sec) + 4),
             kill_grace_sec=timing.kill_grace_sec,
             max_clock_skew_sec=timing.max_clock_skew_sec,
         )
     work = Path(tempfile.mkdtemp(prefix="relevo-drill-")) if work_dir is None else work_dir
     work.mkdir(parents=True, exist_ok=True)
-    console.print(f"[bold]relevo drill[/bold] {' '.join(names)} × {trials} (lease {timing.lease_ttl_sec}s, effect {timing.effect_after_sec:g}s in; logs in {work})")
+    console.print(
+        f"[bold]relevo drill[/bold] {' '.join(names)} × {trials} (lease {timing.lease_ttl_sec}s, effect {timing.effect_after_sec:g}s in; logs in {work})"
+    )
     with ExitStack() as running:
         stack = _stack(running, stack_file, work)
         stack.apply_to_environment()
         results = run_drills(
-            names, trials, timing, stack, work,
+            names,
+            trials,
+            timing,
+            stack,
+            work,
             say=lambda line: console.print(f"[dim]{line}[/dim]"),
-            on_trial=lambda t: console.print(f"  {'✓' if t.ok else '✗'} {t.drill} {t.number}: {t.outcome}" + "".join(f"\n    {p}" for p in t.problems)),
+            on_trial=lambda t: console.print(
+                f"  {'✓' if t.ok else '✗'} {t.drill} {t.number}: {t.outcome}"
+                + "".join(f"\n    {p}" for p in t.problems)
+            ),
         )
     for name, done in results.items():
         console.print(drill_table(name, done))
@@ -77,7 +99,9 @@ def drill_command(
     if failed:
         console.print(f"[red]✗ {len(failed)} trial(s) did not hold (logs in {work})[/red]")
         raise typer.Exit(1)
-    console.print("[green]✓ every trial held: no duplicate or lost effect, no wrongly failed job, no stage left non-terminal[/green]")
+    console.print(
+        "[green]✓ every trial held: no duplicate or lost effect, no wrongly failed job, no stage left non-terminal[/green]"
+    )
     if work_dir is None:
         shutil.rmtree(work, ignore_errors=True)
 

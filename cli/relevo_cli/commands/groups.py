@@ -17,8 +17,12 @@ from relevo_cli.project_file import parse
 from relevo_core.models.group import Group
 from relevo_core.user_files import InvalidFile, validate
 
-group_app = typer.Typer(no_args_is_help=True, help="Project groups: the notification channels of every project in a group.")
-delivery_app = typer.Typer(no_args_is_help=True, help="Deliveries in (webhooks) and out (commit statuses, notifications).")
+group_app = typer.Typer(
+    no_args_is_help=True, help="Project groups: the notification channels of every project in a group."
+)
+delivery_app = typer.Typer(
+    no_args_is_help=True, help="Deliveries in (webhooks) and out (commit statuses, notifications)."
+)
 
 
 def load_group_file(path: Path) -> dict:
@@ -31,24 +35,34 @@ def load_group_file(path: Path) -> dict:
 
 
 @group_app.command("apply")
-def group_apply(file: Path = typer.Argument(..., help="the group file (YAML)"), stack_file: Optional[Path] = StackOption) -> None:
+def group_apply(
+    file: Path = typer.Argument(..., help="the group file (YAML)"), stack_file: Path | None = StackOption
+) -> None:
     """Define a group's channels (Slack webhook secret, email addresses) and the events it hears."""
     document = load_group_file(file)
     with stack_api(stack_file) as api:
         applied = api.put_group(document["name"], document)
     group, subscriptions = applied["group"], applied["email_subscriptions"]
-    console.print(f"group [bold]{group['name']}[/bold]: {len(group['channels'])} channels, events {', '.join(group['events'])}")
+    console.print(
+        f"group [bold]{group['name']}[/bold]: {len(group['channels'])} channels, events {', '.join(group['events'])}"
+    )
     if subscriptions["subscribed"]:
-        console.print(f"email subscriptions to confirm (SNS mails each address): {', '.join(subscriptions['subscribed'])}")
+        console.print(
+            f"email subscriptions to confirm (SNS mails each address): {', '.join(subscriptions['subscribed'])}"
+        )
     if subscriptions["removed"]:
         console.print(f"email subscriptions removed: {', '.join(subscriptions['removed'])}")
     if subscriptions.get("pending"):
-        console.print(f"email subscriptions still waiting for their address to confirm (SNS changes no filter before): "
-                      f"{', '.join(subscriptions['pending'])}; apply this group again once they have confirmed")
+        console.print(
+            f"email subscriptions still waiting for their address to confirm (SNS changes no filter before): "
+            f"{', '.join(subscriptions['pending'])}; apply this group again once they have confirmed"
+        )
 
 
 @group_app.command("test")
-def group_test(group: str = typer.Argument(..., help="the group's name"), stack_file: Optional[Path] = StackOption) -> None:
+def group_test(
+    group: str = typer.Argument(..., help="the group's name"), stack_file: Path | None = StackOption
+) -> None:
     """Send one test message to each of the group's channels; exit 1 when one was not delivered."""
     with stack_api(stack_file) as api:
         tested = api.test_group(group)
@@ -56,7 +70,13 @@ def group_test(group: str = typer.Argument(..., help="the group's name"), stack_
     for column in ("channel", "kind", "outcome", "HTTP", "reason"):
         add_column(table, column)
     for result in tested["results"]:
-        table.add_row(str(result["channel"]), result["kind"], result["outcome"], str(result["http_status"] or "-"), result["reason"] or "")
+        table.add_row(
+            str(result["channel"]),
+            result["kind"],
+            result["outcome"],
+            str(result["http_status"] or "-"),
+            result["reason"] or "",
+        )
     console.print(table)
     if any(result["outcome"] != "delivered" for result in tested["results"]):
         raise typer.Exit(1)
@@ -64,10 +84,10 @@ def group_test(group: str = typer.Argument(..., help="the group's name"), stack_
 
 @delivery_app.command("list")
 def deliveries(
-    project: Optional[str] = typer.Option(None, "--project", help="one project's deliveries"),
+    project: str | None = typer.Option(None, "--project", help="one project's deliveries"),
     failed: bool = typer.Option(False, "--failed", help="only what failed, was refused or is being retried"),
     as_json: bool = typer.Option(False, "--json", help="print the records as JSON"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """Deliveries in (webhooks: accepted, duplicate, ignored, refused) and out (commit statuses, notifications), newest first."""
     with stack_api(stack_file) as api:
@@ -76,12 +96,30 @@ def deliveries(
         sys.stdout.write(json.dumps(listed["deliveries"], indent=2) + "\n")
         return
     table = Table(title=f"{listed['count']} deliveries")
-    for column in ("at", "", "project", "target", "event", "outcome", "HTTP", "attempt", "ms", "job / reason"):
+    for column in (
+        "at",
+        "",
+        "project",
+        "target",
+        "event",
+        "outcome",
+        "HTTP",
+        "attempt",
+        "ms",
+        "job / reason",
+    ):
         add_column(table, column)
     for r in listed["deliveries"]:
         table.add_row(
-            r["at"], "in" if r["direction"] == "incoming" else "out", r["project"], r["target"], r["event"], r["outcome"],
-            str(r.get("http_status", "-")), str(r.get("attempt", "")), str(r.get("latency_ms", "")),
+            r["at"],
+            "in" if r["direction"] == "incoming" else "out",
+            r["project"],
+            r["target"],
+            r["event"],
+            r["outcome"],
+            str(r.get("http_status", "-")),
+            str(r.get("attempt", "")),
+            str(r.get("latency_ms", "")),
             " ".join(x for x in (r.get("job_id"), r.get("reason")) if x),
         )
     console.print(table)

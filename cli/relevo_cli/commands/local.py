@@ -12,8 +12,8 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from importlib.util import find_spec
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 local_app = typer.Typer(no_args_is_help=True, help="The embedded local stack.")
 
-StateDirOption = typer.Option(DEFAULT_STATE_DIR, "--state-dir", help="the stack's state dir (where stack.json is)")
+StateDirOption = typer.Option(
+    DEFAULT_STATE_DIR, "--state-dir", help="the stack's state dir (where stack.json is)"
+)
 
 # moto 5.2.5 keeps every service's state in the server's memory. Its only persistence feature is
 # the recorder (moto-api/recorder), which records requests and replays them: a replay would start
@@ -43,7 +45,9 @@ IN_MEMORY = (
 
 def _require_emulator() -> None:
     if find_spec("relevo_local") is None:
-        raise UserMistake("relevo local runs the emulator, relevo-local, which is not installed beside this CLI (pip install ./local)")
+        raise UserMistake(
+            "relevo local runs the emulator, relevo-local, which is not installed beside this CLI (pip install ./local)"
+        )
 
 
 def _say(line: str) -> None:
@@ -60,8 +64,8 @@ def _duration(seconds: float) -> str:
 @local_app.command("up")
 def local_up(
     state_dir: Path = typer.Option(DEFAULT_STATE_DIR, "--state-dir", help="where stack.json is written"),
-    region_affinities: Optional[str] = typer.Option(None, help="comma-separated region affinities"),
-    queue_limit: Optional[int] = typer.Option(None, help="QueueLimit parameter"),
+    region_affinities: str | None = typer.Option(None, help="comma-separated region affinities"),
+    queue_limit: int | None = typer.Option(None, help="QueueLimit parameter"),
     api_port: int = typer.Option(0, help="port of the local API (0: any free port)"),
 ) -> None:
     """Start the embedded AWS stack in the foreground until SIGINT or SIGTERM (`relevo local down`)."""
@@ -97,10 +101,16 @@ def local_up(
     try:
         info = stack.start()
         lock.publish(info.api_url, info.aws_endpoint)
-        print(f"Relevo local stack ready: API {info.api_url} (AWS endpoint {info.aws_endpoint}, {state_dir / 'stack.json'})", flush=True)
+        print(
+            f"Relevo local stack ready: API {info.api_url} (AWS endpoint {info.aws_endpoint}, {state_dir / 'stack.json'})",
+            flush=True,
+        )
         print(IN_MEMORY, flush=True)
         first = sorted(info.work_queues)[0] if info.work_queues else "REGION"
-        print(f"Next: relevo local agent --region {first} · relevo local status · relevo local down (or Ctrl-C)", flush=True)
+        print(
+            f"Next: relevo local agent --region {first} · relevo local status · relevo local down (or Ctrl-C)",
+            flush=True,
+        )
         stop.wait()
     finally:
         stack.stop()
@@ -124,7 +134,9 @@ def _running_stack(state_dir: Path) -> tuple[Holder, StackInfo | None]:
 
 
 def _say_not_running(state_dir: Path) -> int:
-    _say(f"no local stack is running on {state_dir} (start one with `relevo local up --state-dir {state_dir}`)")
+    _say(
+        f"no local stack is running on {state_dir} (start one with `relevo local up --state-dir {state_dir}`)"
+    )
     return 1
 
 
@@ -152,13 +164,29 @@ def local_status(
     holder, stack = _running_stack(state_dir)
     projects, agents = _fleet(stack) if stack else ([], [])
     if as_json:
-        sys.stdout.write(json.dumps({
-            "state_dir": str(state_dir), "pid": holder.pid, "started_at": holder.started_at, "uptime_sec": int(holder.uptime_sec),
-            "ready": stack is not None, "api_url": holder.api_url, "aws_endpoint": holder.aws_endpoint,
-            "work_queues": stack.work_queues if stack else {}, "projects": projects, "agents": agents,
-        }, indent=2) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "state_dir": str(state_dir),
+                    "pid": holder.pid,
+                    "started_at": holder.started_at,
+                    "uptime_sec": int(holder.uptime_sec),
+                    "ready": stack is not None,
+                    "api_url": holder.api_url,
+                    "aws_endpoint": holder.aws_endpoint,
+                    "work_queues": stack.work_queues if stack else {},
+                    "projects": projects,
+                    "agents": agents,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         return
-    lines = [f"local stack up on {state_dir}: pid {holder.pid}, up {_duration(holder.uptime_sec)}" + ("" if stack else " (starting)")]
+    lines = [
+        f"local stack up on {state_dir}: pid {holder.pid}, up {_duration(holder.uptime_sec)}"
+        + ("" if stack else " (starting)")
+    ]
     if stack:
         lines += [
             f"API {stack.api_url} · AWS endpoint {stack.aws_endpoint} · {state_dir / 'stack.json'}",
@@ -167,15 +195,26 @@ def local_status(
         if isinstance(projects, str):
             lines.append(f"projects: {projects}")
         else:
-            lines.append(f"projects ({len(projects)}): " + (", ".join(f"{p['id']} ({p['region_affinity']})" for p in projects) or "none yet (relevo project apply FILE)"))
+            lines.append(
+                f"projects ({len(projects)}): "
+                + (
+                    ", ".join(f"{p['id']} ({p['region_affinity']})" for p in projects)
+                    or "none yet (relevo project apply FILE)"
+                )
+            )
         if isinstance(agents, str):
             lines.append(f"agents: {agents}")
         else:
             online = [a for a in agents if a["online"]]
             lines.append(
                 f"agents ({len(online)} online of {len(agents)}): "
-                + (", ".join(f"{a['agent_id']} ({a['region']}, {a['used']}/{a['capacity']}{'' if a['online'] else ', offline'})" for a in agents)
-                   or "none yet (relevo local agent --region R)")
+                + (
+                    ", ".join(
+                        f"{a['agent_id']} ({a['region']}, {a['used']}/{a['capacity']}{'' if a['online'] else ', offline'})"
+                        for a in agents
+                    )
+                    or "none yet (relevo local agent --region R)"
+                )
             )
         lines.append(IN_MEMORY)
     for line in lines:
@@ -208,11 +247,20 @@ def local_down(
 
 @local_app.command("agent")
 def local_agent(
-    region: str = typer.Option(..., "--region", "--region-affinity", help="the region affinity whose work queue it polls (eu-west: a name of the stack's RegionAffinities, not an AWS region)"),
+    region: str = typer.Option(
+        ...,
+        "--region",
+        "--region-affinity",
+        help="the region affinity whose work queue it polls (eu-west: a name of the stack's RegionAffinities, not an AWS region)",
+    ),
     capacity: int = typer.Option(2, "--capacity", min=1, help="stages at once"),
-    agent_id: Optional[str] = typer.Option(None, "--agent-id", help="its name (default: local-REGION-N, the first free N)"),
-    label: Optional[list[str]] = typer.Option(
-        None, "--label", metavar="KEY=VALUE",
+    agent_id: str | None = typer.Option(
+        None, "--agent-id", help="its name (default: local-REGION-N, the first free N)"
+    ),
+    label: list[str] | None = typer.Option(
+        None,
+        "--label",
+        metavar="KEY=VALUE",
         help="a fact of this agent a stage's `requires` can name, e.g. --label bay=build (repeatable; the TOML's labels)",
     ),
     state_dir: Path = StateDirOption,
@@ -223,7 +271,9 @@ def local_agent(
     labels = agent_labels(label or [])
     holder, stack = _running_stack(state_dir)
     if stack is None:
-        raise UserMistake(f"the local stack on {state_dir} is still starting; try again once `relevo local status` shows its API")
+        raise UserMistake(
+            f"the local stack on {state_dir} is still starting; try again once `relevo local status` shows its API"
+        )
     if region not in stack.work_queues:
         raise UserMistake(
             f"region {region!r} has no work queue in the local stack; its regions: {', '.join(sorted(stack.work_queues))} "
@@ -234,17 +284,28 @@ def local_agent(
     except ImportError as exc:
         raise UserMistake("relevo-agent is not installed beside this CLI (pip install ./agent)") from exc
     home, lock_fd = _agent_home(state_dir, region, agent_id)
-    config = write_agent_config(home / "agent.toml", (state_dir / "stack.json").resolve(), region, home.name, capacity=capacity,
-                                **({"labels": labels} if labels else {}))
+    config = write_agent_config(
+        home / "agent.toml",
+        (state_dir / "stack.json").resolve(),
+        region,
+        home.name,
+        capacity=capacity,
+        **({"labels": labels} if labels else {}),
+    )
     said_labels = f", labels {', '.join(f'{key}={value}' for key, value in labels.items())}" if labels else ""
-    _say(f"agent {home.name} (region affinity {region}, capacity {capacity}{said_labels}) on the local stack {stack.api_url}; "
-         f"config {config}; it stays across a restart of the stack; Ctrl-C stops it")
+    _say(
+        f"agent {home.name} (region affinity {region}, capacity {capacity}{said_labels}) on the local stack {stack.api_url}; "
+        f"config {config}; it stays across a restart of the stack; Ctrl-C stops it"
+    )
     sys.stdout.flush()
     # The agent itself, in this process: signals reach it directly (its staged shutdown), and the
     # lock on its directory is inherited so no second agent takes the same id meanwhile. It follows
     # the stack file: a restarted stack (a new one on this state dir) is joined, not a reason to exit.
     os.set_inheritable(lock_fd, True)
-    os.execv(sys.executable, [sys.executable, "-m", "relevo_agent.launch", "--config", str(config), "--follow-stack"])
+    os.execv(
+        sys.executable,
+        [sys.executable, "-m", "relevo_agent.launch", "--config", str(config), "--follow-stack"],
+    )
 
 
 # The agent config's limits on labels (relevo_agent.config AgentConfig.labels), checked here so a
@@ -269,9 +330,13 @@ def agent_labels(given: list[str]) -> dict[str, str]:
         if not equals or not key or not value:
             raise UserMistake(f"--label {text!r}: give it as KEY=VALUE, e.g. --label bay=build")
         if not re.fullmatch(REQUIREMENT_KEY, key):
-            raise UserMistake(f"--label {text!r}: {key!r} is not a label key (a lowercase letter, then up to 31 of a-z, 0-9, _ and -)")
+            raise UserMistake(
+                f"--label {text!r}: {key!r} is not a label key (a lowercase letter, then up to 31 of a-z, 0-9, _ and -)"
+            )
         if len(value) > _MAX_LABEL_VALUE:
-            raise UserMistake(f"--label {key}=…: its value is {len(value)} characters, at most {_MAX_LABEL_VALUE}")
+            raise UserMistake(
+                f"--label {key}=…: its value is {len(value)} characters, at most {_MAX_LABEL_VALUE}"
+            )
         if key in labels:
             raise UserMistake(f"--label {key}: given twice ({key}={labels[key]} and {key}={value})")
         labels[key] = value

@@ -15,11 +15,13 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.cli_errors import ProjectId
 from relevo_cli.commands.common import StackOption, add_column, console, fail, open_stack, stack_api
 
-project_app = typer.Typer(no_args_is_help=True, help="Projects: apply a project file, list, view, run, delete; who may do what.")
+project_app = typer.Typer(
+    no_args_is_help=True, help="Projects: apply a project file, list, view, run, delete; who may do what."
+)
 
 
 @project_app.command("apply")
-def project_apply(file: Path, stack_file: Optional[Path] = StackOption) -> None:
+def project_apply(file: Path, stack_file: Path | None = StackOption) -> None:
     """Validate and store a project; webhook secrets go to Secrets Manager."""
     from relevo_cli.projects import apply_loaded, load_project_file
 
@@ -29,20 +31,24 @@ def project_apply(file: Path, stack_file: Optional[Path] = StackOption) -> None:
         project = apply_loaded(stack, RelevoApi.for_stack(stack), loaded)
     except ApiError as exc:
         fail(exc)
-    console.print(f"project [bold]{project['id']}[/bold] applied ({len(project['stages'])} stages, region {project['region_affinity']})")
+    console.print(
+        f"project [bold]{project['id']}[/bold] applied ({len(project['stages'])} stages, region {project['region_affinity']})"
+    )
 
 
 @project_app.command("delete")
 def project_delete(
     project_id: str = ProjectId,
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """Delete a project (needs manage): its schedules, grants and webhook secrets. Refused while a job of it is held, queued or running; its ended jobs stay."""
     from relevo_cli.projects import delete_secrets
 
     if not yes:
-        typer.confirm(f"delete project {project_id} with its schedules, grants and webhook secrets?", abort=True)
+        typer.confirm(
+            f"delete project {project_id} with its schedules, grants and webhook secrets?", abort=True
+        )
     stack = open_stack(stack_file)
     try:
         result = RelevoApi.for_stack(stack).delete_project(project_id)
@@ -51,8 +57,12 @@ def project_delete(
     secrets = delete_secrets(stack, project_id)
     removed = [f"{result['schedules_removed']} schedule(s)", f"{result['grants_removed']} grant(s)"]
     removed += [f"secret {name}" for name in secrets]
-    console.print(f"project {project_id} deleted with {', '.join(removed)}; its ended jobs stay (relevo job delete JOB removes one)",
-                  markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        f"project {project_id} deleted with {', '.join(removed)}; its ended jobs stay (relevo job delete JOB removes one)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @project_app.command("schema")
@@ -64,7 +74,7 @@ def project_schema() -> None:
 
 
 @project_app.command("view")
-def project_show(project_id: str = ProjectId, stack_file: Optional[Path] = StackOption) -> None:
+def project_show(project_id: str = ProjectId, stack_file: Path | None = StackOption) -> None:
     """Print a project as stored (JSON)."""
     with stack_api(stack_file) as api:
         sys.stdout.write(json.dumps(api.get_project(project_id), indent=2) + "\n")
@@ -76,7 +86,7 @@ project_app.command("show", hidden=True)(project_show)
 @project_app.command("list")
 def project_list(
     as_json: bool = typer.Option(False, "--json", help="print the projects as JSON"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """List registered projects."""
     with stack_api(stack_file) as api:
@@ -89,7 +99,11 @@ def project_list(
         add_column(table, column)
     for project in listing["projects"]:
         table.add_row(
-            project["id"], project["repo"], project["region_affinity"], " → ".join(s["name"] for s in project["stages"]), str(project["priority"])
+            project["id"],
+            project["repo"],
+            project["region_affinity"],
+            " → ".join(s["name"] for s in project["stages"]),
+            str(project["priority"]),
         )
     console.print(table)
 
@@ -97,9 +111,11 @@ def project_list(
 @project_app.command("grant")
 def project_grant(
     project_id: str = ProjectId,
-    principal: str = typer.Argument(..., help="IAM user or role ARN; a trailing /* matches a role's sessions"),
+    principal: str = typer.Argument(
+        ..., help="IAM user or role ARN; a trailing /* matches a role's sessions"
+    ),
     level: str = typer.Argument(..., help="view, operate, manage, or none (revoke)"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """Give a principal a level on a project (needs manage)."""
     with stack_api(stack_file) as api:
@@ -111,7 +127,7 @@ def project_grant(
 def project_grants(
     project_id: str = ProjectId,
     as_json: bool = typer.Option(False, "--json", help="print the grants as JSON"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """Who may do what to a project (needs view)."""
     with stack_api(stack_file) as api:
@@ -123,5 +139,9 @@ def project_grants(
     for column in ("principal", "level", "granted by"):
         add_column(table, column)
     for grant in listing["grants"]:
-        table.add_row(grant["principal"], grant["level"], "(AdminPrincipals)" if grant.get("admin") else grant.get("granted_by", ""))
+        table.add_row(
+            grant["principal"],
+            grant["level"],
+            "(AdminPrincipals)" if grant.get("admin") else grant.get("granted_by", ""),
+        )
     console.print(table)

@@ -12,12 +12,24 @@ import typer
 from rich.table import Table
 
 from relevo_cli.cli_errors import JobId
-from relevo_cli.commands.common import JsonTriggerOption, StackOption, add_column, console, print_trigger, quiet_option, stack_api
+from relevo_cli.commands.common import (
+    JsonTriggerOption,
+    StackOption,
+    add_column,
+    console,
+    print_trigger,
+    quiet_option,
+    stack_api,
+)
 from relevo_core.models.status import queue_reason_words
 
 
-def release(job_id: str = JobId, quiet: bool = quiet_option("relevo job release JOB -q"), as_json: bool = JsonTriggerOption,
-            stack_file: Optional[Path] = StackOption) -> None:
+def release(
+    job_id: str = JobId,
+    quiet: bool = quiet_option("relevo job release JOB -q"),
+    as_json: bool = JsonTriggerOption,
+    stack_file: Path | None = StackOption,
+) -> None:
     """Release a held job (a pull request from a fork, or a repeat after its dedup window) into the queue."""
     with stack_api(stack_file) as api:
         print_trigger(api.release_job(job_id), api, quiet=quiet, as_json=as_json)
@@ -30,7 +42,7 @@ queue_app = typer.Typer(help="The run order: jobs waiting, why each waits, and e
 def queue_command(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="print the queue as JSON"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """Jobs waiting to run, in order, with why each waits, and every agent's load (`relevo queue list` alone lists it too)."""
     if ctx.invoked_subcommand is None:
@@ -40,7 +52,7 @@ def queue_command(
 @queue_app.command("list")
 def queue(
     as_json: bool = typer.Option(False, "--json", help="print the queue as JSON"),
-    stack_file: Optional[Path] = StackOption,
+    stack_file: Path | None = StackOption,
 ) -> None:
     """Jobs waiting to run, in order, with why each waits (the project's lock, or no free agent), and every agent's load."""
     with stack_api(stack_file) as api:
@@ -50,24 +62,54 @@ def queue(
         return
     waiting = view.get("waiting_for_agent", [])
     title = f"{view['count']} queued job(s){' (more not shown)' if view['truncated'] else ''}"
-    jobs_table = Table(title=title + (f", {len(waiting)} running job(s) waiting for an agent" if waiting else ""))
-    for column in ("#", "job", "project", "priority", "region", "trigger", "ref", "queued since", "why waiting"):
+    jobs_table = Table(
+        title=title + (f", {len(waiting)} running job(s) waiting for an agent" if waiting else "")
+    )
+    for column in (
+        "#",
+        "job",
+        "project",
+        "priority",
+        "region",
+        "trigger",
+        "ref",
+        "queued since",
+        "why waiting",
+    ):
         add_column(jobs_table, column, justify="right" if column in ("#", "priority") else "left")
     # A dispatched stage is already past the project's lock: it goes to the first free agent.
     for job in waiting:
-        reason = queue_reason_words(job["queue_reason"], job["region_affinity"], job.get("queue_detail")) if job["queue_reason"] else "about to be claimed"
+        reason = (
+            queue_reason_words(job["queue_reason"], job["region_affinity"], job.get("queue_detail"))
+            if job["queue_reason"]
+            else "about to be claimed"
+        )
         shard = f" shard {job['shard']}" if job.get("shard") is not None else ""
         why = f"stage {job['stage']}{shard}: {reason} ({job['queue_reason'] or 'free agent'})"
         jobs_table.add_row(
-            "-", job["job_id"], job["project"], str(job["priority"]), job["region_affinity"] or "",
-            job["trigger"] or "", job["ref"] or "", (job["dispatched_at"] or job["created_at"] or "")[:19], why,
+            "-",
+            job["job_id"],
+            job["project"],
+            str(job["priority"]),
+            job["region_affinity"] or "",
+            job["trigger"] or "",
+            job["ref"] or "",
+            (job["dispatched_at"] or job["created_at"] or "")[:19],
+            why,
         )
     for job in view["jobs"]:
         jobs_table.add_row(
-            str(job["queue_position"]), job["job_id"], job["project"], str(job["priority"]), job["region_affinity"] or "",
-            job["trigger"] or "", job["ref"] or "", (job["created_at"] or "")[:19],
+            str(job["queue_position"]),
+            job["job_id"],
+            job["project"],
+            str(job["priority"]),
+            job["region_affinity"] or "",
+            job["trigger"] or "",
+            job["ref"] or "",
+            (job["created_at"] or "")[:19],
             f"{queue_reason_words(job['queue_reason'], job['region_affinity'], job.get('queue_detail'))} ({job['queue_reason']})"
-            if job["queue_reason"] else "",
+            if job["queue_reason"]
+            else "",
         )
     console.print(jobs_table)
     agents_table = Table(title=f"{len(view['agents'])} agent(s)")
@@ -75,14 +117,20 @@ def queue(
         add_column(agents_table, column)
     for agent in view["agents"]:
         agents_table.add_row(
-            agent["agent_id"], agent["region"], f"{agent['used']} / {agent['capacity']}", agent["version"],
-            agent["last_seen"][:19], "[green]online[/green]" if agent["online"] else "[red]offline[/red]",
+            agent["agent_id"],
+            agent["region"],
+            f"{agent['used']} / {agent['capacity']}",
+            agent["version"],
+            agent["last_seen"][:19],
+            "[green]online[/green]" if agent["online"] else "[red]offline[/red]",
         )
     console.print(agents_table)
 
 
-def promote(job_id: str = JobId, stack_file: Optional[Path] = StackOption) -> None:
+def promote(job_id: str = JobId, stack_file: Path | None = StackOption) -> None:
     """Move a queued job to the front: its priority becomes the highest queued priority + 1."""
     with stack_api(stack_file) as api:
         result = api.promote_job(job_id)
-    console.print(f"job [bold]{result['job_id']}[/bold] promoted: priority {result['previous_priority']} -> {result['priority']}")
+    console.print(
+        f"job [bold]{result['job_id']}[/bold] promoted: priority {result['previous_priority']} -> {result['priority']}"
+    )

@@ -11,8 +11,9 @@ core's own rule (relevo_core.projects.permissions.level_of).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.models.access import Grant, Level
@@ -32,28 +33,64 @@ class Action:
 
 
 def _when(statuses: tuple[str, ...], what: str) -> Callable[[dict[str, Any]], str | None]:
-    return lambda job: None if job["status"] in statuses else f"only when the job is {what} (it is {job['status']})"
+    return (
+        lambda job: None
+        if job["status"] in statuses
+        else f"only when the job is {what} (it is {job['status']})"
+    )
 
 
 ACTIONS = (
-    Action("approve", "Approve", Level.OPERATE, "POST /jobs/{job_id}/approve", _when(("waiting",), "waiting at its gate")),
-    Action("reject", "Reject", Level.OPERATE, "POST /jobs/{job_id}/reject", _when(("waiting",), "waiting at its gate")),
+    Action(
+        "approve",
+        "Approve",
+        Level.OPERATE,
+        "POST /jobs/{job_id}/approve",
+        _when(("waiting",), "waiting at its gate"),
+    ),
+    Action(
+        "reject",
+        "Reject",
+        Level.OPERATE,
+        "POST /jobs/{job_id}/reject",
+        _when(("waiting",), "waiting at its gate"),
+    ),
     Action("promote", "Promote", Level.MANAGE, "POST /jobs/{job_id}/promote", _when(("queued",), "queued")),
-    Action("cancel", "Cancel job", Level.MANAGE, "POST /jobs/{job_id}/cancel",
-           lambda job: f"the job already ended ({job['status']})" if job["status"] in ENDED else None),
+    Action(
+        "cancel",
+        "Cancel job",
+        Level.MANAGE,
+        "POST /jobs/{job_id}/cancel",
+        lambda job: f"the job already ended ({job['status']})" if job["status"] in ENDED else None,
+    ),
     Action("rerun", "Rerun", Level.MANAGE, "POST /jobs/{job_id}/rerun", _when(ENDED, "ended")),
     Action("delete", "Delete", Level.MANAGE, "DELETE /jobs/{job_id}", _when(ENDED, "ended")),
 )
-RERUN_FROM = Action("rerun", "Rerun from this stage", Level.MANAGE, "POST /jobs/{job_id}/rerun", _when(ENDED, "ended"), per_stage=True)
+RERUN_FROM = Action(
+    "rerun",
+    "Rerun from this stage",
+    Level.MANAGE,
+    "POST /jobs/{job_id}/rerun",
+    _when(ENDED, "ended"),
+    per_stage=True,
+)
 # On the job list: a rerun from the stage the job stopped at (stopped_stage).
-RERUN_FROM_CURRENT = Action("rerun", "Rerun from the current stage", Level.MANAGE, "POST /jobs/{job_id}/rerun",
-                            _when(ENDED, "ended"), per_stage=True)
+RERUN_FROM_CURRENT = Action(
+    "rerun",
+    "Rerun from the current stage",
+    Level.MANAGE,
+    "POST /jobs/{job_id}/rerun",
+    _when(ENDED, "ended"),
+    per_stage=True,
+)
 # On the DLQ page: resume a dead-lettered job; lift the freeze of an idempotency key (manage on
 # its project, checked inside the route: relevo_core.recovery.key_freeze).
 REDRIVE = Action("redrive", "Redrive", Level.MANAGE, "POST /dlq/{job_id}/redrive", lambda entry: None)
 UNFREEZE = Action("unfreeze", "Unfreeze", Level.MANAGE, "POST /dlq/keys/{key}/unfreeze", lambda record: None)
 # On the queue page, beside Promote and Cancel job.
-SET_PRIORITY = Action("priority", "Set priority", Level.MANAGE, "POST /jobs/{job_id}/priority", _when(("queued",), "queued"))
+SET_PRIORITY = Action(
+    "priority", "Set priority", Level.MANAGE, "POST /jobs/{job_id}/priority", _when(("queued",), "queued")
+)
 BY_NAME = {action.name: action for action in (*ACTIONS, SET_PRIORITY)}
 
 
@@ -71,7 +108,9 @@ def caller_level(api: RelevoApi, caller: str, project: str) -> Level | None:
             return None
         raise
     # The stack's admins are listed without granted_by/at: only principal and level are matched.
-    return level_of(caller, [Grant.model_construct(principal=g["principal"], level=Level(g["level"])) for g in listed])
+    return level_of(
+        caller, [Grant.model_construct(principal=g["principal"], level=Level(g["level"])) for g in listed]
+    )
 
 
 def project_levels(api: RelevoApi, caller: str) -> Callable[[str], Level | None]:
@@ -109,14 +148,22 @@ def stopped_stage(job: dict[str, Any], plan: list[str]) -> tuple[str | None, str
     return plan[after], None
 
 
-def row_buttons(job: dict[str, Any], caller: str, level: Level | None, plan: list[str]) -> list[dict[str, Any]]:
+def row_buttons(
+    job: dict[str, Any], caller: str, level: Level | None, plan: list[str]
+) -> list[dict[str, Any]]:
     """The job list's buttons for one job: each action, and the rerun from its stopped stage."""
-    buttons = [{"action": a, "why_not": button_state(a, job, caller, level), "from_stage": None} for a in ACTIONS if a.name != "delete"]
+    buttons = [
+        {"action": a, "why_not": button_state(a, job, caller, level), "from_stage": None}
+        for a in ACTIONS
+        if a.name != "delete"
+    ]
     why_not = button_state(RERUN_FROM_CURRENT, job, caller, level)
     stage, none_because = stopped_stage(job, plan)
     buttons.append({"action": RERUN_FROM_CURRENT, "why_not": why_not or none_because, "from_stage": stage})
     delete = BY_NAME["delete"]
-    buttons.append({"action": delete, "why_not": button_state(delete, job, caller, level), "from_stage": None})
+    buttons.append(
+        {"action": delete, "why_not": button_state(delete, job, caller, level), "from_stage": None}
+    )
     return buttons
 
 

@@ -9,7 +9,7 @@ pages can later sit behind another authentication (a per-user RelevoApi) without
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -25,7 +25,12 @@ from relevo_cli.console.state import Console
 PAGES = (jobs, queue, run, dlq, fleet, deliveries, job)
 
 
-def create_app(console: Console, console_secrets: ConsoleSecrets, port: int, announce: Callable[[str], None] | None = None) -> ASGIApp:
+def create_app(
+    console: Console,
+    console_secrets: ConsoleSecrets,
+    port: int,
+    announce: Callable[[str], None] | None = None,
+) -> ASGIApp:
     """The console's routes behind its guard; `announce` gets a new sign-in link when a spent one
     is opened by a browser without the session (relevo_cli.console.security)."""
     routes = [route for page in PAGES for route in page.ROUTES]

@@ -43,8 +43,10 @@ def artifact_directories(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]
         if directory is None:
             continue
         shard = artifact.get("shard")
-        entry = found.setdefault((artifact["stage"], -1 if shard is None else shard, directory),
-                                 {"stage": artifact["stage"], "shard": shard, "name": directory, "files": 0, "size": 0})
+        entry = found.setdefault(
+            (artifact["stage"], -1 if shard is None else shard, directory),
+            {"stage": artifact["stage"], "shard": shard, "name": directory, "files": 0, "size": 0},
+        )
         entry["files"] += 1
         entry["size"] += int(artifact["size"])
     return [found[key] for key in sorted(found)]
@@ -54,23 +56,35 @@ class NoSuchDirectory(LookupError):
     pass
 
 
-def directory_tarball(api: RelevoApi, job: dict[str, Any], stage: str, directory: str, workdir: Path, shard: int | None = None) -> Path:
+def directory_tarball(
+    api: RelevoApi, job: dict[str, Any], stage: str, directory: str, workdir: Path, shard: int | None = None
+) -> Path:
     """Download the files of `directory` (from `stage`'s artifacts, or its shard's) and archive
     them as workdir/<directory>.tar.gz. Raises NoSuchDirectory, ApiError, or ChecksumMismatch."""
-    files = sorted((a for a in stored(job.get("artifacts") or [])
-                    if a["stage"] == stage and a.get("shard") == shard and directory_of(a["name"]) == directory),
-                   key=lambda a: a["name"])
+    files = sorted(
+        (
+            a
+            for a in stored(job.get("artifacts") or [])
+            if a["stage"] == stage and a.get("shard") == shard and directory_of(a["name"]) == directory
+        ),
+        key=lambda a: a["name"],
+    )
     if not files:
         of_shard = "" if shard is None else f" shard {shard}"
-        raise NoSuchDirectory(f"job {job['job_id']} has no artifact directory {directory!r} of stage {stage!r}{of_shard}")
+        raise NoSuchDirectory(
+            f"job {job['job_id']} has no artifact directory {directory!r} of stage {stage!r}{of_shard}"
+        )
     tree = workdir / "files"
     for artifact in files:
         target = tree / artifact["name"]
         target.parent.mkdir(parents=True, exist_ok=True)
         download(api.artifact_link(job["job_id"], artifact["name"], stage, shard), target)
     archive = workdir / f"{directory}.tar.gz"
-    with archive.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped, \
-            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        archive.open("wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped,
+        tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for artifact in files:
             path = tree / artifact["name"]
             info = tarfile.TarInfo(artifact["name"])

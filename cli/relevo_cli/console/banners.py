@@ -77,7 +77,9 @@ class Banners(StageLog):
         return self._taken(since)
 
 
-def tail_with_banners(chunks: list[dict[str, Any]], job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def tail_with_banners(
+    chunks: list[dict[str, Any]], job: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """The job page's first lines with their banners, from the job view's stages (read before the
     log): (the chunks with their `marks`, the banners after the last one)."""
     from relevo_core.jobs.logs import stage_marks

@@ -13,14 +13,34 @@ LS_REMOTE_TIMEOUT_SEC = 20
 TYPE_ONE = "Could not list the branches: type a branch or tag"
 # git's words for why `ls-remote` failed, and what they mean to the person at the page.
 _GIT_SAYS = (
-    (("could not resolve host", "name or service not known", "temporary failure in name resolution"),
-     "{host} could not be resolved: offline, or no DNS"),
-    (("connection refused", "connection timed out", "network is unreachable", "failed to connect", "couldn't connect"),
-     "{host} could not be reached"),
-    (("authentication failed", "could not read username", "terminal prompts disabled", "permission denied", "403"),
-     "your git credentials cannot read {url}"),
-    (("repository not found", "not found", "does not appear to be a git repository", "404"),
-     "no repository at {url} that your git credentials can see"),
+    (
+        ("could not resolve host", "name or service not known", "temporary failure in name resolution"),
+        "{host} could not be resolved: offline, or no DNS",
+    ),
+    (
+        (
+            "connection refused",
+            "connection timed out",
+            "network is unreachable",
+            "failed to connect",
+            "couldn't connect",
+        ),
+        "{host} could not be reached",
+    ),
+    (
+        (
+            "authentication failed",
+            "could not read username",
+            "terminal prompts disabled",
+            "permission denied",
+            "403",
+        ),
+        "your git credentials cannot read {url}",
+    ),
+    (
+        ("repository not found", "not found", "does not appear to be a git repository", "404"),
+        "no repository at {url} that your git credentials can see",
+    ),
 )
 
 
@@ -52,13 +72,19 @@ def list_refs(url: str) -> dict[str, Any]:
     try:
         listed = subprocess.run(
             ["git", "ls-remote", "--heads", "--tags", url],
-            capture_output=True, text=True, timeout=LS_REMOTE_TIMEOUT_SEC,
+            capture_output=True,
+            text=True,
+            timeout=LS_REMOTE_TIMEOUT_SEC,
             env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},  # never wait for a password prompt
         )
     except FileNotFoundError:
         return {"refs": [], "error": f"{TYPE_ONE} (git is not installed on this machine)", "detail": None}
     except subprocess.TimeoutExpired:
-        return {"refs": [], "error": f"{TYPE_ONE} ({_host(url)} did not answer within {LS_REMOTE_TIMEOUT_SEC} s)", "detail": None}
+        return {
+            "refs": [],
+            "error": f"{TYPE_ONE} ({_host(url)} did not answer within {LS_REMOTE_TIMEOUT_SEC} s)",
+            "detail": None,
+        }
     if listed.returncode != 0:
         last = (listed.stderr.strip().splitlines() or [f"exit {listed.returncode}"])[-1]
         return {"refs": [], "error": f"{TYPE_ONE} ({why_not_listed(url, listed.stderr)})", "detail": last}
@@ -69,5 +95,5 @@ def list_refs(url: str) -> dict[str, Any]:
             continue  # a tag's peeled commit: the tag itself is listed already
         for prefix, kind in (("refs/heads/", "branch"), ("refs/tags/", "tag")):
             if name.startswith(prefix):
-                refs.append({"name": name[len(prefix):], "kind": kind})
+                refs.append({"name": name[len(prefix) :], "kind": kind})
     return {"refs": refs, "error": None, "detail": None}

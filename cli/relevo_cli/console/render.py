@@ -5,9 +5,10 @@ not a JSON object."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
@@ -29,9 +30,13 @@ templates.filters["artifact_type"] = artifact_type
 templates.filters["human_bytes"] = lambda n: human_bytes(n or 0)
 templates.filters["exact"] = exact_time
 templates.filters["attempt_words"] = attempt_words
-templates.filters["reason_words"] = lambda reason, region=None, detail=None: queue_reason_words(reason, region, detail) if reason else ""
-templates.filters["ago"] = lambda iso: time_ago(iso, datetime.now(timezone.utc))
-templates.filters["short_ref"] = lambda ref: next((ref[len(p):] for p in ("refs/heads/", "refs/tags/") if (ref or "").startswith(p)), ref or "")
+templates.filters["reason_words"] = (
+    lambda reason, region=None, detail=None: queue_reason_words(reason, region, detail) if reason else ""
+)
+templates.filters["ago"] = lambda iso: time_ago(iso, datetime.now(UTC))
+templates.filters["short_ref"] = lambda ref: next(
+    (ref[len(p) :] for p in ("refs/heads/", "refs/tags/") if (ref or "").startswith(p)), ref or ""
+)
 
 
 def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:

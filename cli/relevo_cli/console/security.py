@@ -22,8 +22,8 @@ attacker controls can be made to resolve to it (DNS rebinding). So, on every req
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 from urllib.parse import urlsplit
 
 from starlette.datastructures import URL, Headers, QueryParams
@@ -96,12 +96,17 @@ class ConsoleSecrets:
 def spent_link_page(announced: bool) -> HTMLResponse:
     """410 for a link used already, by a browser without the session: what happened, and how to
     get in."""
-    where = ("A new link was just printed in the terminal where <code>relevo console</code> runs: open it in this browser."
-             if announced else "Open this console from the browser that used the link, or restart <code>relevo console</code> for a new one.")
-    body = ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Link already used · Relevo console</title></head>"
-            "<body><h1>This console link was already used</h1>"
-            "<p>A link <code>relevo console</code> prints signs one browser in, once: the browser that opened it first "
-            f"keeps its session.</p><p>{where}</p></body></html>")
+    where = (
+        "A new link was just printed in the terminal where <code>relevo console</code> runs: open it in this browser."
+        if announced
+        else "Open this console from the browser that used the link, or restart <code>relevo console</code> for a new one."
+    )
+    body = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Link already used · Relevo console</title></head>'
+        "<body><h1>This console link was already used</h1>"
+        "<p>A link <code>relevo console</code> prints signs one browser in, once: the browser that opened it first "
+        f"keeps its session.</p><p>{where}</p></body></html>"
+    )
     return HTMLResponse(body, status_code=410)
 
 
@@ -135,8 +140,13 @@ class ConsoleGuard:
     """ASGI middleware: origin and session checks, the token exchange, and the security headers on
     every response (a refusal included)."""
 
-    def __init__(self, app: ASGIApp, console_secrets: ConsoleSecrets, port: int,
-                 announce: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        console_secrets: ConsoleSecrets,
+        port: int,
+        announce: Callable[[str], None] | None = None,
+    ) -> None:
         self.app = app
         self.secrets = console_secrets
         self.port = port
@@ -150,7 +160,11 @@ class ConsoleGuard:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = [(name, value) for name, value in message.get("headers", []) if name.decode().lower() not in SECURITY_HEADERS]
+                headers = [
+                    (name, value)
+                    for name, value in message.get("headers", [])
+                    if name.decode().lower() not in SECURITY_HEADERS
+                ]
                 headers += [(name.encode(), value.encode()) for name, value in SECURITY_HEADERS.items()]
                 message = {**message, "headers": headers}
             await send(message)
@@ -173,7 +187,9 @@ class ConsoleGuard:
         if token is not None:
             outcome = self.secrets.exchange(token)
             if outcome == WRONG:
-                return PlainTextResponse("refused: wrong token; open the URL `relevo console` printed", status_code=403)
+                return PlainTextResponse(
+                    "refused: wrong token; open the URL `relevo console` printed", status_code=403
+                )
             if outcome == SPENT and not signed_in:
                 if self.announce is not None:
                     self.announce(self.secrets.url(self.port, self.secrets.fresh_token()))
@@ -185,10 +201,17 @@ class ConsoleGuard:
                 redirect.set_cookie(COOKIE, self.secrets.session, httponly=True, samesite="strict", path="/")
             return redirect
         if not signed_in:
-            return PlainTextResponse("no console session: open the URL `relevo console` printed (it carries the token)", status_code=401)
+            return PlainTextResponse(
+                "no console session: open the URL `relevo console` printed (it carries the token)",
+                status_code=401,
+            )
         return None
 
 
-def guarded(app: ASGIApp, console_secrets: ConsoleSecrets, port: int, announce: Callable[[str], None] | None = None) -> ASGIApp:
+def guarded(
+    app: ASGIApp, console_secrets: ConsoleSecrets, port: int, announce: Callable[[str], None] | None = None
+) -> ASGIApp:
     """The app behind the host check (outermost: a rebound name is refused first), then the guard."""
-    return TrustedHostMiddleware(ConsoleGuard(app, console_secrets, port, announce), allowed_hosts=list(LOOPBACK_HOSTS))
+    return TrustedHostMiddleware(
+        ConsoleGuard(app, console_secrets, port, announce), allowed_hosts=list(LOOPBACK_HOSTS)
+    )

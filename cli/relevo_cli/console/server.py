@@ -6,25 +6,33 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import uvicorn
 
 from relevo_cli.console.app import create_app
-from relevo_cli.console.state import Console
 from relevo_cli.console.security import ConsoleSecrets
+from relevo_cli.console.state import Console
 
 LOOPBACK = "127.0.0.1"
 
 
 def print_new_link(url: str) -> None:
     """Where `relevo console` runs: the link for another browser once the printed one was used."""
-    print(f"relevo console: that link was used already (a link signs one browser in, once); to sign in another browser, open {url}", flush=True)
+    print(
+        f"relevo console: that link was used already (a link signs one browser in, once); to sign in another browser, open {url}",
+        flush=True,
+    )
 
 
 class ConsoleServer:
-    def __init__(self, console: Console, port: int = 8765, console_secrets: ConsoleSecrets | None = None,
-                 announce: Callable[[str], None] = print_new_link) -> None:
+    def __init__(
+        self,
+        console: Console,
+        port: int = 8765,
+        console_secrets: ConsoleSecrets | None = None,
+        announce: Callable[[str], None] = print_new_link,
+    ) -> None:
         self.secrets = console_secrets or ConsoleSecrets()
         # Bound before the app is made: port 0 picks a free one, and the app must know which.
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -32,7 +40,9 @@ class ConsoleServer:
         self.socket.bind((LOOPBACK, port))
         self.port = self.socket.getsockname()[1]
         app = create_app(console, self.secrets, self.port, announce)
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+        )
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
@@ -48,7 +58,7 @@ class ConsoleServer:
     def serve(self) -> None:
         self.server.run(sockets=[self.socket])
 
-    def start(self, timeout: float = 15) -> "ConsoleServer":
+    def start(self, timeout: float = 15) -> ConsoleServer:
         self._thread = threading.Thread(target=self.serve, name="relevo-console", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout
@@ -64,7 +74,7 @@ class ConsoleServer:
             self._thread.join(timeout=10)
         self.socket.close()
 
-    def __enter__(self) -> "ConsoleServer":
+    def __enter__(self) -> ConsoleServer:
         return self.start()
 
     def __exit__(self, *_exc: object) -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.console import actions
@@ -33,7 +34,9 @@ class Console:
     git_base_url: str | None = None
     clock: Callable[[], float] = time.monotonic
     _caller_arn: str | None = None
-    _costs: OrderedDict[str, tuple[tuple[Any, ...], float, dict[str, Any]]] = field(default_factory=OrderedDict)
+    _costs: OrderedDict[str, tuple[tuple[Any, ...], float, dict[str, Any]]] = field(
+        default_factory=OrderedDict
+    )
     _costs_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def caller_arn(self) -> str:
@@ -61,6 +64,12 @@ class Console:
 def job_progress(job: dict[str, Any]) -> tuple[Any, ...]:
     """What changes whenever the job's execution takes steps: its status and stage, and each
     stage's status and attempt."""
-    return (job["status"], job.get("current_stage"), job.get("waiting_stage"),
-            tuple((stage.get("name"), stage.get("status"), stage.get("attempt"), stage.get("retry_count"))
-                  for stage in job.get("stages") or []))
+    return (
+        job["status"],
+        job.get("current_stage"),
+        job.get("waiting_stage"),
+        tuple(
+            (stage.get("name"), stage.get("status"), stage.get("attempt"), stage.get("retry_count"))
+            for stage in job.get("stages") or []
+        ),
+    )

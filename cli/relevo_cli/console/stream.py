@@ -27,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -46,9 +47,14 @@ class StreamSettings(BaseModel):
     poll_sec: float = Field(0.5, gt=0, description="how often the log is read while nothing new is stored")
     state_sec: float = Field(2.0, gt=0, description="how often the job itself is read for stage changes")
     job_read_wait_sec: float = Field(
-        0.0, ge=0, description="how long a poll waits for the periodic job read under way before it goes on without it")
+        0.0,
+        ge=0,
+        description="how long a poll waits for the periodic job read under way before it goes on without it",
+    )
     ping_sec: float = Field(15.0, gt=0, description="the keep-alive comment's interval")
-    lifetime_sec: float = Field(600.0, gt=0, description="a stream ends itself after this long (the page reconnects)")
+    lifetime_sec: float = Field(
+        600.0, gt=0, description="a stream ends itself after this long (the page reconnects)"
+    )
     batch_lines: int = Field(500, ge=1, description="at most this many lines in one `log` event")
     retry_backoff_sec: float = Field(1.0, gt=0, description="wait after a transient API failure")
 
@@ -75,7 +81,11 @@ def batches(chunks: list[dict[str, Any]], max_lines: int) -> list[list[dict[str,
 def _job_state(job: dict[str, Any], page: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The state event's body (status and gate from the log page, the current stage from the job)
     and the progress event's transfers (from the job)."""
-    state = {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": job["current_stage"]}
+    state = {
+        "status": page["status"],
+        "waiting_stage": page["waiting_stage"],
+        "current_stage": job["current_stage"],
+    }
     return state, stage_transfers(job) if "stages" in job else {}
 
 
@@ -143,14 +153,21 @@ async def job_events(
                         await sleep(settings.poll_sec)
                     continue
                 holds = 0
-                state = {"status": page["status"], "waiting_stage": page["waiting_stage"], "current_stage": last_state["current_stage"]}
+                state = {
+                    "status": page["status"],
+                    "waiting_stage": page["waiting_stage"],
+                    "current_stage": last_state["current_stage"],
+                }
                 if state["status"] != last_state["status"]:
                     # The job moved: read it now. A periodic read under way began before the move.
                     _forget(job_read)
                     job_read = None
                     state, transfers = _job_state(await run_in_threadpool(read_job), page)
                     state_read_at = clock()
-                elif job_read is not None and (await asyncio.wait({job_read}, timeout=settings.job_read_wait_sec))[0]:
+                elif (
+                    job_read is not None
+                    and (await asyncio.wait({job_read}, timeout=settings.job_read_wait_sec))[0]
+                ):
                     read, job_read = job_read, None
                     state, transfers = _job_state(read.result(), page)
                     state_read_at = clock()

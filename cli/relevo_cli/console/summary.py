@@ -43,7 +43,10 @@ def stage_transfers(job: dict[str, Any]) -> dict[str, str]:
 
 def attempt_transfers(stage: dict[str, Any]) -> dict[int, str]:
     """Per attempt of a stage: what its transfer says (the Steps' attempt rows)."""
-    return {transfer.attempt: transfer.describe() for transfer in map(TransferProgress.model_validate, stage.get("transfers") or [])}
+    return {
+        transfer.attempt: transfer.describe()
+        for transfer in map(TransferProgress.model_validate, stage.get("transfers") or [])
+    }
 
 
 _DONE = ("succeeded", "warning", "skipped")
@@ -62,11 +65,20 @@ def handoff_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
     row when the stage has one."""
     rows = []
     for stage in job["stages"]:
-        runs = [(stage["name"], stage)] + [(f"{stage['name']}[{shard['label']}]", shard) for shard in stage.get("shards") or []]
+        runs = [(stage["name"], stage)] + [
+            (f"{stage['name']}[{shard['label']}]", shard) for shard in stage.get("shards") or []
+        ]
         for name, run in runs:
             if run.get("handoff") or run.get("outputs"):
-                rows.append({"name": name, "stage": stage["name"], "shard": run.get("shard") if run is not stage else None,
-                             "handoff": run.get("handoff") or {}, "outputs": run.get("outputs") or {}})
+                rows.append(
+                    {
+                        "name": name,
+                        "stage": stage["name"],
+                        "shard": run.get("shard") if run is not stage else None,
+                        "handoff": run.get("handoff") or {},
+                        "outputs": run.get("outputs") or {},
+                    }
+                )
     return rows
 
 
@@ -78,10 +90,18 @@ def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetim
         "duration_sec": seconds_between(started, job.get("ended_at"), now),
         "queue_position": queued["queue_position"] if queued else None,
         "runs": run_progress(job),
-        "stage_sec": {stage["name"]: seconds_between(stage.get("started_at"), stage.get("ended_at"), now) for stage in job["stages"]},
+        "stage_sec": {
+            stage["name"]: seconds_between(stage.get("started_at"), stage.get("ended_at"), now)
+            for stage in job["stages"]
+        },
         # A stage with shards: each shard's, by stage then shard index (its own attempt's times).
-        "shard_sec": {stage["name"]: {shard["shard"]: seconds_between(shard.get("started_at"), shard.get("ended_at"), now)
-                                      for shard in stage.get("shards") or []} for stage in job["stages"]},
+        "shard_sec": {
+            stage["name"]: {
+                shard["shard"]: seconds_between(shard.get("started_at"), shard.get("ended_at"), now)
+                for shard in stage.get("shards") or []
+            }
+            for stage in job["stages"]
+        },
         "transfers": stage_transfers(job),
         # What travelled: a row per stage, and per shard of a stage with shards.
         "handoff_rows": handoff_rows(job),
@@ -90,7 +110,11 @@ def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetim
         # which stages, and why it waits, in words.
         "error": error_sentence(job),
         "macs": macs_by_stage(job),
-        "waiting": queue_reason_words(job["queue_reason"], job.get("region_affinity"), job.get("queue_detail")) if job.get("queue_reason") else None,
+        "waiting": queue_reason_words(
+            job["queue_reason"], job.get("region_affinity"), job.get("queue_detail")
+        )
+        if job.get("queue_reason")
+        else None,
     }
 
 

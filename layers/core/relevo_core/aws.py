@@ -21,12 +21,13 @@ import contextvars
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 from botocore.config import Config
@@ -94,7 +95,9 @@ class JobCredentials:
             self._current = credentials
             self._clients.clear()
 
-    def client(self, service: str, endpoint: str | None, region: str | None, timeouts: tuple[float, float] | None) -> Any:
+    def client(
+        self, service: str, endpoint: str | None, region: str | None, timeouts: tuple[float, float] | None
+    ) -> Any:
         with self._lock:
             credentials = self._current
             cache_key = (service, endpoint, region, timeouts)
@@ -103,15 +106,24 @@ class JobCredentials:
             return found
         config = _CLIENT_CONFIG
         if timeouts is not None:
-            config = config.merge(Config(connect_timeout=timeouts[0], read_timeout=timeouts[1], retries={"mode": "standard", "total_max_attempts": 1}))
+            config = config.merge(
+                Config(
+                    connect_timeout=timeouts[0],
+                    read_timeout=timeouts[1],
+                    retries={"mode": "standard", "total_max_attempts": 1},
+                )
+            )
         with _lock:
             with self._lock:  # another thread may have built it while this one waited for the lock
                 found = self._clients.get(cache_key) if self._current is credentials else None
             if found is not None:
                 return found
             built = _session(_environment()[2], _lean(service)).client(
-                service, config=config, aws_access_key_id=credentials.access_key_id,
-                aws_secret_access_key=credentials.secret_access_key, aws_session_token=credentials.session_token,
+                service,
+                config=config,
+                aws_access_key_id=credentials.access_key_id,
+                aws_secret_access_key=credentials.secret_access_key,
+                aws_session_token=credentials.session_token,
             )
         with self._lock:
             if self._current is credentials:
@@ -184,7 +196,11 @@ def call_time_left() -> float | None:
 
 
 def _environment() -> tuple[str | None, str | None, str | None]:
-    return os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_DEFAULT_REGION"), os.environ.get("AWS_ACCESS_KEY_ID")
+    return (
+        os.environ.get("AWS_ENDPOINT_URL"),
+        os.environ.get("AWS_DEFAULT_REGION"),
+        os.environ.get("AWS_ACCESS_KEY_ID"),
+    )
 
 
 def client(service: str) -> Any:
@@ -192,7 +208,12 @@ def client(service: str) -> Any:
     deadline = _DEADLINE.get()
     job = _JOB.get() if service in JOB_SERVICES else None
     if job is not None:
-        return job.client(service, endpoint, region, _timeouts(deadline - time.monotonic()) if deadline is not None else None)
+        return job.client(
+            service,
+            endpoint,
+            region,
+            _timeouts(deadline - time.monotonic()) if deadline is not None else None,
+        )
     if deadline is not None:
         connect, read = _timeouts(deadline - time.monotonic())
         return _bounded_client(service, endpoint, region, access_key, connect, read)
@@ -201,6 +222,7 @@ def client(service: str) -> Any:
 
 def _timeouts(left: float) -> tuple[float, float]:
     """(connect, read) for a call that has `left` seconds, the read rounded down to a step."""
+
     def step(seconds: float) -> float:
         return max([s for s in _READ_TIMEOUT_STEPS if s <= seconds], default=_READ_TIMEOUT_STEPS[0])
 
@@ -228,10 +250,21 @@ def _built_once(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         return found
 
 
-def _bounded_client(service: str, endpoint: str | None, region: str | None, access_key: str | None, connect: float, read: float) -> Any:
+def _bounded_client(
+    service: str,
+    endpoint: str | None,
+    region: str | None,
+    access_key: str | None,
+    connect: float,
+    read: float,
+) -> Any:
     def build() -> Any:
         config = _CLIENT_CONFIG.merge(
-            Config(connect_timeout=connect, read_timeout=read, retries={"mode": "standard", "total_max_attempts": 1})
+            Config(
+                connect_timeout=connect,
+                read_timeout=read,
+                retries={"mode": "standard", "total_max_attempts": 1},
+            )
         )
         return _session(access_key, _lean(service)).client(service, config=config)
 
@@ -239,7 +272,10 @@ def _bounded_client(service: str, endpoint: str | None, region: str | None, acce
 
 
 def _client(service: str, endpoint: str | None, region: str | None, access_key: str | None) -> Any:
-    return _built_once((service, endpoint, region, access_key), lambda: _session(access_key, _lean(service)).client(service, config=_CLIENT_CONFIG))
+    return _built_once(
+        (service, endpoint, region, access_key),
+        lambda: _session(access_key, _lean(service)).client(service, config=_CLIENT_CONFIG),
+    )
 
 
 # Set by a process that creates its clients without botocore's table of every service's endpoints
@@ -314,7 +350,7 @@ def s3_presigner() -> Any:
     return _presigner(*_environment())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _presigner(endpoint: str | None, region: str | None, access_key: str | None) -> Any:
     s3: dict[str, Any] = {"us_east_1_regional_endpoint": "regional"}
     if endpoint is None:

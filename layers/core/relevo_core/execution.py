@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from relevo_core.aws import client, error_code
 from relevo_core.config import IntakeSettings
 from relevo_core.models.envelope import JobEnvelope
-from relevo_core.models.plan import MAX_APPROVAL_TIMEOUT_SEC, StagePlan
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
+from relevo_core.models.plan import MAX_APPROVAL_TIMEOUT_SEC, StagePlan
 from relevo_core.store.keys import shard_sk, stage_sk
 
 
@@ -28,7 +29,8 @@ def work_queue_url(prefix: str, region_affinity: str) -> str:
     except ClientError as exc:
         if error_code(exc) in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"):
             raise RelevoError(
-                ErrorCode.REGION_UNKNOWN, f"region_affinity {region_affinity!r} has no work queue in this stack"
+                ErrorCode.REGION_UNKNOWN,
+                f"region_affinity {region_affinity!r} has no work queue in this stack",
             ) from exc
         raise
 
@@ -111,7 +113,9 @@ def _fan_out(stage: StagePlan, index: int) -> dict[str, Any]:
         return {}
     return {
         "shards": {
-            "items": [{"shard": shard, "stage_key": shard_sk(index, shard)} for shard in range(stage.shard_count)],
+            "items": [
+                {"shard": shard, "stage_key": shard_sk(index, shard)} for shard in range(stage.shard_count)
+            ],
             "count": stage.shard_count,
             "fail_fast": stage.stops_siblings,
             "max_parallel": stage.max_parallel or 0,
@@ -167,7 +171,11 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
                 # The job's last successful stage should this one fail: the one before it, or
                 # for the first that runs, what the job stands on; as the DynamoDB attribute
                 # value the state machine writes (RecordLastSuccess), NULL for none.
-                "previous_success": _attribute(envelope.stages[index - 1].name if index > envelope.first_stage_index else envelope.stands_on),
+                "previous_success": _attribute(
+                    envelope.stages[index - 1].name
+                    if index > envelope.first_stage_index
+                    else envelope.stands_on
+                ),
             }
             for index, stage in enumerate(envelope.stages)
             if index >= envelope.first_stage_index
@@ -192,7 +200,11 @@ def start_execution(state_machine_arn: str, envelope: JobEnvelope, queue_url: st
 
 def start_job_execution(settings: IntakeSettings, envelope: JobEnvelope) -> None:
     """Start the execution of a job already written (a release, a redrive, a forgotten start)."""
-    start_execution(settings.state_machine_arn, envelope, work_queue_url(settings.work_queue_prefix, envelope.region_affinity))
+    start_execution(
+        settings.state_machine_arn,
+        envelope,
+        work_queue_url(settings.work_queue_prefix, envelope.region_affinity),
+    )
 
 
 def execution_arn(state_machine_arn: str, name: str) -> str:
@@ -203,7 +215,11 @@ def execution_history(state_machine_arn: str, name: str) -> Iterator[dict[str, A
     """Every event of the execution's history, oldest first, without its inputs and outputs;
     ExecutionDoesNotExist (a ClientError) when no execution has that name."""
     stepfunctions = client("stepfunctions")
-    kwargs: dict[str, Any] = {"executionArn": execution_arn(state_machine_arn, name), "maxResults": 1000, "includeExecutionData": False}
+    kwargs: dict[str, Any] = {
+        "executionArn": execution_arn(state_machine_arn, name),
+        "maxResults": 1000,
+        "includeExecutionData": False,
+    }
     while True:
         page = stepfunctions.get_execution_history(**kwargs)
         yield from page["events"]
@@ -220,7 +236,9 @@ def execution_status(state_machine_arn: str, name: str) -> str:
     """RUNNING, SUCCEEDED, FAILED, TIMED_OUT, ABORTED, PENDING_REDRIVE, or MISSING when no
     execution has that name (DescribeExecution: ExecutionDoesNotExist)."""
     try:
-        described = client("stepfunctions").describe_execution(executionArn=execution_arn(state_machine_arn, name))
+        described = client("stepfunctions").describe_execution(
+            executionArn=execution_arn(state_machine_arn, name)
+        )
     except ClientError as exc:
         if error_code(exc) != "ExecutionDoesNotExist":
             raise
@@ -231,7 +249,9 @@ def execution_status(state_machine_arn: str, name: str) -> str:
 def stop_execution(state_machine_arn: str, name: str, cause: str) -> None:
     """Stop the job's execution; one that does not exist (a job never started) is already stopped."""
     try:
-        client("stepfunctions").stop_execution(executionArn=execution_arn(state_machine_arn, name), cause=cause)
+        client("stepfunctions").stop_execution(
+            executionArn=execution_arn(state_machine_arn, name), cause=cause
+        )
     except ClientError as exc:
         if error_code(exc) != "ExecutionDoesNotExist":
             raise

@@ -56,4 +56,6 @@ def register_error_handlers(app: BaseRouter) -> None:
 
     @app.not_found
     def _not_found(_: Exception) -> Response:
-        return json_response(HTTPStatus.NOT_FOUND, {"error": ErrorCode.ROUTE_NOT_FOUND.value, "message": "no such route"})
+        return json_response(
+            HTTPStatus.NOT_FOUND, {"error": ErrorCode.ROUTE_NOT_FOUND.value, "message": "no such route"}
+        )

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from relevo_core.models.errors import ErrorCode, RelevoError
+
 # A stage's handoff objects (packs, blobs, manifests) are under the job's prefix, in HANDOFF_DIR.
 from relevo_core.models.handoff import HANDOFF_DIR, manifest_name
 
@@ -36,7 +37,7 @@ class JobPrefix:
     prefix: str  # `<project>/<job>/`, always ending in '/'
 
     @classmethod
-    def of(cls, artifact_uri: str) -> "JobPrefix":
+    def of(cls, artifact_uri: str) -> JobPrefix:
         bucket, _, prefix = artifact_uri.removeprefix("s3://").partition("/")
         if not artifact_uri.startswith("s3://") or not bucket or not prefix.strip("/"):
             raise ValueError(f"{artifact_uri!r} is not a job's artifact_uri (s3://bucket/project/job/)")
@@ -89,7 +90,8 @@ def object_key(home: JobPrefix, location: str, record: tuple[str, str]) -> str:
     raise RelevoError(
         ErrorCode.LOCATION_OUTSIDE_JOB,
         f"record {pk} {sk} names a location that {problem}: it is not one of the job's objects ({home}), so nothing is done with it",
-        pk=pk, sk=sk,
+        pk=pk,
+        sk=sk,
     )
 
 
@@ -100,11 +102,14 @@ def expected_key(home: JobPrefix, location: str, derived: str, record: tuple[str
     key = object_key(home, location, record)
     if key != derived:
         pk, sk = record
-        log.warning("record %s %s: location %r is not its own object %r: refused", pk, sk, location, home.uri(derived))
+        log.warning(
+            "record %s %s: location %r is not its own object %r: refused", pk, sk, location, home.uri(derived)
+        )
         raise RelevoError(
             ErrorCode.LOCATION_OUTSIDE_JOB,
             f"record {pk} {sk} names {location!r}, not the object its name gives ({home.uri(derived)}): nothing is done with it",
-            pk=pk, sk=sk,
+            pk=pk,
+            sk=sk,
         )
     # The derived key passes the same check (a record's own name could hold a `..`).
     return object_key(home, home.uri(derived), record)

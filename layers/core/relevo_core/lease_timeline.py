@@ -102,8 +102,14 @@ def infeasible_lease(lease_ttl_sec: int, max_clock_skew_sec: float = MAX_CLOCK_S
     timeline = LeaseTimeline(lease_ttl_sec, 0, max_clock_skew_sec)
     if timeline.feasible:
         return None
-    default = " (the default max_clock_skew_sec)" if max_clock_skew_sec == MAX_CLOCK_SKEW_SEC else " (max_clock_skew_sec)"
-    every = f"every {round(timeline.renew_interval_sec, 2):g} s (lease/3" + (")" if lease_ttl_sec <= 3 * RENEW_INTERVAL_MAX_SEC else f", at most {RENEW_INTERVAL_MAX_SEC:g} s)")
+    default = (
+        " (the default max_clock_skew_sec)"
+        if max_clock_skew_sec == MAX_CLOCK_SKEW_SEC
+        else " (max_clock_skew_sec)"
+    )
+    every = f"every {round(timeline.renew_interval_sec, 2):g} s (lease/3" + (
+        ")" if lease_ttl_sec <= 3 * RENEW_INTERVAL_MAX_SEC else f", at most {RENEW_INTERVAL_MAX_SEC:g} s)"
+    )
     return (
         f"a lease of {lease_ttl_sec} s leaves no renewal before the fence: an agent renews {every} and fences itself "
         f"{max_clock_skew_sec:g} s before the lease ends{default}, at {round(timeline.fence_after_sec, 2):g} s; "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
@@ -21,7 +22,9 @@ API_CORRELATION_PATH = "pathParameters.job_id || requestContext.requestId"
 Handler = Callable[[Any, Any], Any]
 
 
-def lambda_entry(correlation_id_path: str | None = API_CORRELATION_PATH, emits_metrics: bool = False) -> Callable[[Handler], Handler]:
+def lambda_entry(
+    correlation_id_path: str | None = API_CORRELATION_PATH, emits_metrics: bool = False
+) -> Callable[[Handler], Handler]:
     """Every function's `lambda_handler` is wrapped by this, and only this: its log lines carry
     the Lambda context and the correlation id found at `correlation_id_path` in the event (for
     the API routes, the job id of the path, else API Gateway's request id; None where an event

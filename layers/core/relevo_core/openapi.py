@@ -11,8 +11,9 @@ body that all refusals share. The document is generated into `openapi.json` besi
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from importlib import resources
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,7 +49,9 @@ class ErrorBody(BaseModel):
 class ProjectInput(Project):
     """A project as applied: the id comes from the path."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra={"required": ["repo", "region_affinity", "stages"]})
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", json_schema_extra={"required": ["repo", "region_affinity", "stages"]}
+    )
 
 
 # (method, path) → the model its JSON body is validated with.
@@ -123,7 +126,11 @@ def build_document(apps: Iterable[Any], server_url: str = "/") -> dict[str, Any]
     """Merge the resolvers' generated paths into one document with bodies, queries and errors."""
     document: dict[str, Any] = {
         "openapi": "3.1.0",
-        "info": {"title": TITLE, "version": VERSION, "description": "Relevo's API (SigV4 for every route but webhooks)."},
+        "info": {
+            "title": TITLE,
+            "version": VERSION,
+            "description": "Relevo's API (SigV4 for every route but webhooks).",
+        },
         "servers": [{"url": server_url}],
         "paths": {},
         "components": {"schemas": {}},
@@ -131,7 +138,9 @@ def build_document(apps: Iterable[Any], server_url: str = "/") -> dict[str, Any]
     schemas = document["components"]["schemas"]
     error_ref = _schema_ref(ErrorBody, schemas)
     for app in apps:
-        generated = app.get_openapi_schema(title=TITLE, version=VERSION).model_dump(mode="json", by_alias=True, exclude_none=True)
+        generated = app.get_openapi_schema(title=TITLE, version=VERSION).model_dump(
+            mode="json", by_alias=True, exclude_none=True
+        )
         for path, operations in generated.get("paths", {}).items():
             for method, operation in operations.items():
                 operation.setdefault("responses", {})
@@ -144,16 +153,24 @@ def build_document(apps: Iterable[Any], server_url: str = "/") -> dict[str, Any]
                 if (method, path) in REQUEST_BODIES:
                     operation["requestBody"] = {
                         "required": False,
-                        "content": {"application/json": {"schema": _schema_ref(REQUEST_BODIES[(method, path)], schemas)}},
+                        "content": {
+                            "application/json": {
+                                "schema": _schema_ref(REQUEST_BODIES[(method, path)], schemas)
+                            }
+                        },
                     }
                 answer = RESPONSE_BODIES.get((method, path))
                 if answer is not None:
                     operation["responses"]["200"] = {
                         "description": "Successful Response",
-                        "content": {"application/json": {"schema": _schema_ref(answer, schemas, mode="serialization")}},
+                        "content": {
+                            "application/json": {"schema": _schema_ref(answer, schemas, mode="serialization")}
+                        },
                     }
                 if (method, path) in QUERY_MODELS:
-                    operation.setdefault("parameters", []).extend(_query_parameters(QUERY_MODELS[(method, path)], schemas))
+                    operation.setdefault("parameters", []).extend(
+                        _query_parameters(QUERY_MODELS[(method, path)], schemas)
+                    )
                 document["paths"].setdefault(path, {})[method] = operation
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)

@@ -98,7 +98,7 @@ own, 45 waiting shards would need 45 × 169 renewals, about 167,000 events: 6.7 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from relevo_core.execution import PAUSE_HOLD_SEC
@@ -123,7 +123,10 @@ HISTORY_FREE_FRACTION = 0.2
 LOCK_WAIT_EVENTS = 9_000
 JOB_EVENTS = 200
 EVENTS_PER_STAGE_RUN_WORST = 240
-MAX_SHARD_RUNS = int((HISTORY_QUOTA_EVENTS * (1 - HISTORY_FREE_FRACTION) - LOCK_WAIT_EVENTS - JOB_EVENTS) // EVENTS_PER_STAGE_RUN_WORST)
+MAX_SHARD_RUNS = int(
+    (HISTORY_QUOTA_EVENTS * (1 - HISTORY_FREE_FRACTION) - LOCK_WAIT_EVENTS - JOB_EVENTS)
+    // EVENTS_PER_STAGE_RUN_WORST
+)
 # The most iterations of an inline Map that run at once (see above).
 MAX_CONCURRENT_SHARDS = 40
 # The pause holds' arithmetic (see above): what a pause of PAUSE_MAX_SEC costs a job at most.
@@ -165,7 +168,9 @@ def require_envelope_fits(envelope: JobEnvelope) -> None:
         raise _too_large(
             f"the job's envelope is {size:,} bytes as the state machine carries it; at most {MAX_ENVELOPE_BYTES:,} fit "
             f"(Step Functions' {STATE_PAYLOAD_QUOTA_BYTES:,}-byte payload quota): shorten commands or probes, or split stages",
-            "envelope_bytes", size, MAX_ENVELOPE_BYTES,
+            "envelope_bytes",
+            size,
+            MAX_ENVELOPE_BYTES,
         )
 
 
@@ -185,13 +190,17 @@ def require_shards_fit(project: Project) -> None:
     counts = [stage.shard_count for stage in project.frozen_stages()]
     total = sum(counts)
     if total > MAX_SHARD_RUNS:
-        sharded = ", ".join(f"{stage.name}: {count}" for stage, count in zip(project.stages, counts) if count > 1)
+        sharded = ", ".join(
+            f"{stage.name}: {count}" for stage, count in zip(project.stages, counts) if count > 1
+        )
         raise _too_large(
             f"stages: {total} stage runs ({sharded}; 1 for each other stage); at most {MAX_SHARD_RUNS}: "
             f"{MAX_SHARD_RUNS} × {EVENTS_PER_STAGE_RUN_WORST} events at worst + {LOCK_WAIT_EVENTS:,} waiting for the project + "
             f"{JOB_EVENTS} of the job fit {1 - HISTORY_FREE_FRACTION:.0%} of Step Functions' {HISTORY_QUOTA_EVENTS:,}-event "
             f"execution history; use fewer shards or a smaller matrix",
-            "shard_runs", total, MAX_SHARD_RUNS,
+            "shard_runs",
+            total,
+            MAX_SHARD_RUNS,
         )
 
 
@@ -202,35 +211,50 @@ def require_shards_at_once_fit(project: Project) -> None:
         at_once = min(stage.shard_count, stage.max_parallel or stage.shard_count)
         if not stage.sharded or at_once <= MAX_CONCURRENT_SHARDS:
             continue
-        asked = (f"max_parallel {stage.max_parallel} (of {stage.shard_count} shards)" if stage.max_parallel
-                 else f"{stage.shard_count} shards and no max_parallel, which would run them all at once")
+        asked = (
+            f"max_parallel {stage.max_parallel} (of {stage.shard_count} shards)"
+            if stage.max_parallel
+            else f"{stage.shard_count} shards and no max_parallel, which would run them all at once"
+        )
         raise _too_large(
             f"stages.{index} ({stage.name}): {asked}; at most {MAX_CONCURRENT_SHARDS} of a stage's shards run at once "
             f"(Step Functions runs an inline Map's iterations {MAX_CONCURRENT_SHARDS} at a time): set max_parallel to "
             f"{MAX_CONCURRENT_SHARDS} or less (the other shards start as earlier ones end), or split the stage into stages "
             f"of at most {MAX_CONCURRENT_SHARDS} shards",
-            "concurrent_shards", at_once, MAX_CONCURRENT_SHARDS,
+            "concurrent_shards",
+            at_once,
+            MAX_CONCURRENT_SHARDS,
         )
 
 
 def require_stages_fit(project: Project) -> None:
     """Refuse (PLAN_TOO_LARGE) a project with too many stages, or a command or an effect probe over its limit."""
     if len(project.stages) > MAX_STAGES:
-        raise _too_large(f"stages: {len(project.stages)} stages; at most {MAX_STAGES}", "stages", len(project.stages), MAX_STAGES)
+        raise _too_large(
+            f"stages: {len(project.stages)} stages; at most {MAX_STAGES}",
+            "stages",
+            len(project.stages),
+            MAX_STAGES,
+        )
     for index, stage in enumerate(project.stages):
-        for field, text, allowed in (("run", stage.run, MAX_COMMAND_BYTES), ("effect_probe", stage.effect_probe, MAX_PROBE_BYTES)):
+        for field, text, allowed in (
+            ("run", stage.run, MAX_COMMAND_BYTES),
+            ("effect_probe", stage.effect_probe, MAX_PROBE_BYTES),
+        ):
             size = len((text or "").encode("utf-8"))
             if size > allowed:
                 raise _too_large(
-                    f"stages.{index}.{field}: {size:,} bytes; at most {allowed:,}", f"{'command' if field == 'run' else 'effect_probe'}_bytes",
-                    size, allowed,
+                    f"stages.{index}.{field}: {size:,} bytes; at most {allowed:,}",
+                    f"{'command' if field == 'run' else 'effect_probe'}_bytes",
+                    size,
+                    allowed,
                 )
 
 
 def largest_envelope(project: Project) -> JobEnvelope:
     """The envelope of the project's largest possible job: every field a job brings of its own
     (ref, commit, trigger, idempotency key, artifact bucket, priority, resumed stage) at its longest."""
-    now = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2000, 1, 1, tzinfo=UTC)
     stages = project.frozen_stages()
     longest_stage = max((stage.name for stage in stages), key=len)
     job_id = new_job_id(now.timestamp())

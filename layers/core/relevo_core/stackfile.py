@@ -125,7 +125,13 @@ def load_stack(path: str | os.PathLike[str] | None = None) -> StackInfo:
 
 
 # A stack whose resources are all there and settled (CloudFormation's stack status values).
-USABLE = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE", "IMPORT_ROLLBACK_COMPLETE"}
+USABLE = {
+    "CREATE_COMPLETE",
+    "UPDATE_COMPLETE",
+    "UPDATE_ROLLBACK_COMPLETE",
+    "IMPORT_COMPLETE",
+    "IMPORT_ROLLBACK_COMPLETE",
+}
 REQUIRED_OUTPUTS = ("ApiUrl", "TableName", "StateMachineArn", "ArtifactBucketName", "NotificationTopicArn")
 
 
@@ -146,24 +152,36 @@ def read_stack(name: str, aws: Any, endpoint_url: str | None = None) -> StackInf
     try:
         stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
     except NoCredentialsError as exc:
-        raise StackProblem("no AWS credentials: set AWS_PROFILE, pass --profile, or run `aws configure`") from exc
+        raise StackProblem(
+            "no AWS credentials: set AWS_PROFILE, pass --profile, or run `aws configure`"
+        ) from exc
     except ClientError as exc:
         message = exc.response["Error"].get("Message", "")
         if "does not exist" in message:
             region = aws.region_name or "the default region"
-            raise StackProblem(f"no stack named {name!r} in {region}: deploy it with `sam deploy --guided`, or pass --region") from exc
-        raise StackProblem(f"cannot read stack {name!r}: {exc.response['Error'].get('Code')}: {message}") from exc
+            raise StackProblem(
+                f"no stack named {name!r} in {region}: deploy it with `sam deploy --guided`, or pass --region"
+            ) from exc
+        raise StackProblem(
+            f"cannot read stack {name!r}: {exc.response['Error'].get('Code')}: {message}"
+        ) from exc
     except BotoCoreError as exc:
         raise StackProblem(f"cannot reach CloudFormation: {exc}") from exc
     stack = stacks[0]
     status = stack["StackStatus"]
     if status not in USABLE:
-        hint = "wait for it to finish" if status.endswith("_IN_PROGRESS") else "see its events in the CloudFormation console, fix, and deploy again"
+        hint = (
+            "wait for it to finish"
+            if status.endswith("_IN_PROGRESS")
+            else "see its events in the CloudFormation console, fix, and deploy again"
+        )
         raise StackProblem(f"stack {name!r} is {status}, not deployed: {hint}")
     outputs = {output["OutputKey"]: output["OutputValue"] for output in stack.get("Outputs", [])}
     missing = [key for key in REQUIRED_OUTPUTS if key not in outputs]
     if missing:
-        raise StackProblem(f"stack {name!r} has no output {', '.join(missing)}: is it a Relevo stack, deployed from this version's template.yaml?")
+        raise StackProblem(
+            f"stack {name!r} has no output {', '.join(missing)}: is it a Relevo stack, deployed from this version's template.yaml?"
+        )
     resources: dict[str, str | None] = {}
     for page in cloudformation.get_paginator("list_stack_resources").paginate(StackName=name):
         for summary in page["StackResourceSummaries"]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import difflib
 import types
 import typing
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -47,7 +48,7 @@ class InvalidFile(ValueError):
         super().__init__("\n".join(str(mistake) for mistake in self.mistakes))
 
     @classmethod
-    def one(cls, path: Path, message: str, line: int | None = None, column: int | None = None) -> "InvalidFile":
+    def one(cls, path: Path, message: str, line: int | None = None, column: int | None = None) -> InvalidFile:
         return cls([FileMistake(path, message, line, column)])
 
 
@@ -110,7 +111,9 @@ def keys_at(model: type[BaseModel], loc: Loc) -> list[str]:
                     following.append(candidate.model_fields[part].annotation)
             following += _container_value(annotation)
         annotations = following
-    return sorted({name for annotation in annotations for m in _models_in(annotation) for name in m.model_fields})
+    return sorted(
+        {name for annotation in annotations for m in _models_in(annotation) for name in m.model_fields}
+    )
 
 
 def _message(error: dict[str, Any]) -> str:
@@ -118,14 +121,20 @@ def _message(error: dict[str, Any]) -> str:
     if kind == "missing":
         return "required, but not set"
     if message.startswith("Value error, "):
-        message = message[len("Value error, "):]
-    if kind not in ("model_type", "dict_type") and "input" in error and not isinstance(error["input"], (dict, list)):
+        message = message[len("Value error, ") :]
+    if (
+        kind not in ("model_type", "dict_type")
+        and "input" in error
+        and not isinstance(error["input"], (dict, list))
+    ):
         given = repr(error["input"])
         message += f" (got {given if len(given) <= 60 else given[:57] + '...'})"
     return message
 
 
-def mistakes_of(exc: ValidationError, model: type[BaseModel], path: Path, locate: Locator) -> list[FileMistake]:
+def mistakes_of(
+    exc: ValidationError, model: type[BaseModel], path: Path, locate: Locator
+) -> list[FileMistake]:
     """The file's mistakes, one per problem pydantic found, minus the side effects of a typo: an
     unknown key that looks like a known one (`stage` for `stages`) is reported with a "did you
     mean", and the error that the known key is then missing is left out."""
@@ -140,17 +149,30 @@ def mistakes_of(exc: ValidationError, model: type[BaseModel], path: Path, locate
         hint = f" (did you mean {close!r}?)" if close else ""
         if close:
             meant.add(loc[:-1] + (close,))
-        mistakes.append(FileMistake(path, f"unknown key {loc[-1]!r}{hint}", locate(loc), field=field_name(loc[:-1]) if loc[:-1] else None))
+        mistakes.append(
+            FileMistake(
+                path,
+                f"unknown key {loc[-1]!r}{hint}",
+                locate(loc),
+                field=field_name(loc[:-1]) if loc[:-1] else None,
+            )
+        )
     for error in errors:
         loc = tuple(error["loc"])
         if error["type"] == "extra_forbidden":
             continue
         if any(loc[: len(target)] == target for target in meant):
             continue  # the key the typo meant: its absence is the typo's doing, not a mistake of its own
-        if error["type"] == "too_short" and any(len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc for other in errors):
+        if error["type"] == "too_short" and any(
+            len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc for other in errors
+        ):
             continue  # "at least 1 item": pydantic counts only the items that validated, so a bad item says it too
         # A model-wide check (loc empty) names its fields in its message and has no line of its own.
-        mistakes.append(FileMistake(path, _message(error), locate(loc) if loc else None, field=field_name(loc) if loc else None))
+        mistakes.append(
+            FileMistake(
+                path, _message(error), locate(loc) if loc else None, field=field_name(loc) if loc else None
+            )
+        )
     return sorted(mistakes, key=lambda m: (m.line or 0, m.field or ""))
 
 

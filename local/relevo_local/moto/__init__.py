@@ -21,7 +21,17 @@ from __future__ import annotations
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from relevo_local.moto import cloudformation, dynamodb, dynamodb_authorization, dynamodb_faults, iam, s3, server, stepfunctions, sts
+from relevo_local.moto import (
+    cloudformation,
+    dynamodb,
+    dynamodb_authorization,
+    dynamodb_faults,
+    iam,
+    s3,
+    server,
+    stepfunctions,
+    sts,
+)
 
 if TYPE_CHECKING:
     from relevo_local.identity import RoleSessions
@@ -90,4 +100,3 @@ def install(sessions: RoleSessions) -> None:
     sts.record_session_tags()
     sts.resolve_policy_variables()
     sts.refuse_expired_sessions()
-

@@ -40,10 +40,15 @@ def store_key_policies_as_json() -> None:
         return
     original = kms_models.Key.create_from_cloudformation_json.__func__
 
-    def create_from_cloudformation_json(cls: Any, resource_name: str, cloudformation_json: Any, *args: Any, **kwargs: Any) -> Any:
+    def create_from_cloudformation_json(
+        cls: Any, resource_name: str, cloudformation_json: Any, *args: Any, **kwargs: Any
+    ) -> Any:
         properties = cloudformation_json.get("Properties", {})
         if isinstance(properties.get("KeyPolicy"), dict):
-            cloudformation_json = {**cloudformation_json, "Properties": {**properties, "KeyPolicy": json.dumps(properties["KeyPolicy"])}}
+            cloudformation_json = {
+                **cloudformation_json,
+                "Properties": {**properties, "KeyPolicy": json.dumps(properties["KeyPolicy"])},
+            }
         return original(cls, resource_name, cloudformation_json, *args, **kwargs)
 
     kms_models.Key.create_from_cloudformation_json = classmethod(create_from_cloudformation_json)
@@ -86,7 +91,14 @@ def attach_managed_policies_of_stack_roles() -> None:
         return
     original = Role.create_from_cloudformation_json.__func__
 
-    def create_from_cloudformation_json(cls: Any, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any) -> Any:
+    def create_from_cloudformation_json(
+        cls: Any,
+        resource_name: str,
+        cloudformation_json: Any,
+        account_id: str,
+        region_name: str,
+        **kwargs: Any,
+    ) -> Any:
         role = original(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
         backend = iam_backends[account_id]["aws"]
         known = {policy.arn for policy in backend.managed_policies.values()}
@@ -118,6 +130,7 @@ def read_inline_policies_created_by_cloudformation() -> None:
 
     access_control.IAMPolicy.__init__ = __init__
     access_control.IAMPolicy._relevo_inline_policies_as_json = True
+
 
 def point_api_url_output_at_the_adapter(stack_name: str, region: str, url: str) -> None:
     """On AWS the stack's ApiUrl output is the API's invoke URL. Locally the API is served by the

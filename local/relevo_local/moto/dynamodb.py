@@ -36,7 +36,11 @@ def parse_each_update_expression_once() -> None:
     def parsed(expression: str) -> Any:
         return make(UpdateExpressionParser, expression)
 
-    UpdateExpressionParser.make = classmethod(lambda cls, expression_str: parsed(expression_str) if cls is UpdateExpressionParser else make(cls, expression_str))
+    UpdateExpressionParser.make = classmethod(
+        lambda cls, expression_str: parsed(expression_str)
+        if cls is UpdateExpressionParser
+        else make(cls, expression_str)
+    )
     UpdateExpressionParser._relevo_parsed_once = True  # type: ignore[attr-defined]
 
 
@@ -59,7 +63,9 @@ def check_each_update_expressions_form_once() -> None:
     # (id of the parsed tree, its attribute names) -> the tree, kept so that its id is not reused.
     passed: dict[tuple[int, tuple[tuple[str, str], ...]], Any] = {}
 
-    def __init__(self: Any, expression: Any, expression_attribute_names: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self: Any, expression: Any, expression_attribute_names: Any, *args: Any, **kwargs: Any
+    ) -> None:
         self._relevo_form = (id(expression), tuple(sorted((expression_attribute_names or {}).items())))
         self._relevo_tree = expression
         initialize(self, expression, expression_attribute_names, *args, **kwargs)
@@ -206,13 +212,19 @@ def query_a_tables_partition_only() -> None:
             return []
         if not isinstance(found, dict):  # a table without a range key: the item itself
             return [found]
-        return sorted(found.values(), key=lambda item: (item.hash_key, item.range_key) if item.range_key else item.hash_key)
+        return sorted(
+            found.values(),
+            key=lambda item: (item.hash_key, item.range_key) if item.range_key else item.hash_key,
+        )
 
     signature = inspect.signature(query)
 
     def table_query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
         # DynamoDBBackend.query passes the index name by position.
-        if hash_key is None or signature.bind(self, hash_key, *args, **kwargs).arguments.get("index_name") is not None:
+        if (
+            hash_key is None
+            or signature.bind(self, hash_key, *args, **kwargs).arguments.get("index_name") is not None
+        ):
             return query(self, hash_key, *args, **kwargs)
         querying.partition = (self, hash_key)
         try:
@@ -329,7 +341,8 @@ def back_up_only_touched_items_in_transactions() -> None:
         shards = {
             name: (table.stream_shard, len(table.stream_shard.items))
             for name in by_table
-            if (table := self.tables.get(name)) is not None and getattr(table, "stream_shard", None) is not None
+            if (table := self.tables.get(name)) is not None
+            and getattr(table, "stream_shard", None) is not None
         }
         try:
             return original(self, transact_items)

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from relevo_local.iam_evaluation import PolicyDecision, Request, evaluate
 from relevo_local.identity import ACCOUNT_ID, policy_documents
@@ -81,7 +82,9 @@ def _string(value: dict[str, Any] | None) -> str | None:
 def _query_partition_value(request: dict[str, Any], hash_key: str) -> str | None:
     names = request.get("ExpressionAttributeNames") or {}
     for alias, target in [(hash_key, hash_key), *((a, t) for a, t in names.items() if t == hash_key)]:
-        found = re.search(rf"(?<![\w#]){re.escape(alias)}\s*=\s*(:\w+)", request.get("KeyConditionExpression") or "")
+        found = re.search(
+            rf"(?<![\w#]){re.escape(alias)}\s*=\s*(:\w+)", request.get("KeyConditionExpression") or ""
+        )
         if found:
             return _string((request.get("ExpressionAttributeValues") or {}).get(found.group(1)))
     return None
@@ -99,7 +102,9 @@ def item_context(operation: str, request: dict[str, Any], region: str) -> dict[s
         attributes |= set(item)
         key_value = _string(item.get(_hash_key(region, table))) if table else None
     elif operation == "Query":
-        key_value = None if request.get("IndexName") else _query_partition_value(request, _hash_key(region, table))
+        key_value = (
+            None if request.get("IndexName") else _query_partition_value(request, _hash_key(region, table))
+        )
         attributes |= expression_attributes(request.get("ProjectionExpression"), names)
         if request.get("Select"):
             context["dynamodb:Select"] = [request["Select"]]
@@ -132,29 +137,46 @@ _SINGLE = {
 }
 
 
-def checks(action: str, request: dict[str, Any], region: str) -> Iterator[tuple[str, str, dict[str, list[str]]]]:
+def checks(
+    action: str, request: dict[str, Any], region: str
+) -> Iterator[tuple[str, str, dict[str, list[str]]]]:
     """Each (action, resource, condition context) AWS authorizes for one DynamoDB request."""
     if action in ("dynamodb:TransactWriteItems", "dynamodb:TransactGetItems"):
         for item in request.get("TransactItems", []):
             for kind, operation in item.items():
-                yield TRANSACTION_ITEM_ACTIONS[kind], table_arn(region, operation["TableName"]), item_context(kind, operation, region)
+                yield (
+                    TRANSACTION_ITEM_ACTIONS[kind],
+                    table_arn(region, operation["TableName"]),
+                    item_context(kind, operation, region),
+                )
     elif action == "dynamodb:BatchWriteItem":
         for table, writes in (request.get("RequestItems") or {}).items():
             for write in writes:
                 kind, operation = next(iter(write.items()))
                 single = {"TableName": table, **operation}
-                yield action, table_arn(region, table), item_context("Put" if kind == "PutRequest" else "Delete", single, region)
+                yield (
+                    action,
+                    table_arn(region, table),
+                    item_context("Put" if kind == "PutRequest" else "Delete", single, region),
+                )
     elif action == "dynamodb:BatchGetItem":
         for table, reads in (request.get("RequestItems") or {}).items():
             for key in reads.get("Keys", []):
-                single = {"TableName": table, "Key": key, "ProjectionExpression": reads.get("ProjectionExpression"),
-                          "ExpressionAttributeNames": reads.get("ExpressionAttributeNames")}
+                single = {
+                    "TableName": table,
+                    "Key": key,
+                    "ProjectionExpression": reads.get("ProjectionExpression"),
+                    "ExpressionAttributeNames": reads.get("ExpressionAttributeNames"),
+                }
                 yield action, table_arn(region, table), item_context("Get", single, region)
     elif action in _SINGLE and request.get("TableName"):
-        yield action, table_arn(region, request["TableName"], request.get("IndexName")), item_context(_SINGLE[action], request, region)
+        yield (
+            action,
+            table_arn(region, request["TableName"], request.get("IndexName")),
+            item_context(_SINGLE[action], request, region),
+        )
     else:
         yield action, "", {}
-
 
 
 def authorize_dynamodb_as_aws_does() -> None:
@@ -179,7 +201,10 @@ def authorize_dynamodb_as_aws_does() -> None:
                 original(self, item_resource or resource)
                 if not context:
                     continue
-                decision = evaluate(policy_documents(self._access_key.collect_policies()), Request(action, item_resource, context=context))
+                decision = evaluate(
+                    policy_documents(self._access_key.collect_policies()),
+                    Request(action, item_resource, context=context),
+                )
                 if decision is not PolicyDecision.ALLOW:
                     self._raise_access_denied()
         finally:

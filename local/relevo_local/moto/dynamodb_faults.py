@@ -32,9 +32,10 @@ stack may change, while the items a transaction names identify the state exactly
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 CONFLICT_CODE = "TransactionConflict"
 # DynamoDB's message for this reason (CancellationReason.Message).
@@ -99,7 +100,9 @@ def transaction_conflicts(
     cancelled: item `conflict_on` with reason TransactionConflict and the others with None, as
     DynamoDB reports them."""
     raise_armed_conflicts()
-    injection = ConflictInjection(tuple(prefixes), count, conflict_on, tuple(operations) if operations else None)
+    injection = ConflictInjection(
+        tuple(prefixes), count, conflict_on, tuple(operations) if operations else None
+    )
     with _lock:
         _armed.append(injection)
     try:
@@ -163,7 +166,8 @@ def raise_armed_conflicts() -> None:
         if _take_write(key):
             # moto 5.2.5 has no class for this error: its generic one with DynamoDB's error type.
             raise DynamodbException(
-                ERROR_TYPE_PREFIX + "TransactionConflictException", "Operation was rejected because there is an ongoing transaction for the item"
+                ERROR_TYPE_PREFIX + "TransactionConflictException",
+                "Operation was rejected because there is an ongoing transaction for the item",
             )
         return original_update_item(self, table_name, key, *args, **kwargs)
 
@@ -172,7 +176,9 @@ def raise_armed_conflicts() -> None:
         if injection is not None:
             raise TransactionCanceledException(
                 [
-                    (CONFLICT_CODE, CONFLICT_MESSAGE, None) if index == injection.conflict_on else (None, None, None)
+                    (CONFLICT_CODE, CONFLICT_MESSAGE, None)
+                    if index == injection.conflict_on
+                    else (None, None, None)
                     for index in range(len(transact_items))
                 ]
             )

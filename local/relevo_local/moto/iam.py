@@ -75,7 +75,11 @@ def name_the_resources_policies_scope() -> None:
 
     def dynamodb_resource(self: Any) -> str:
         body = _json_body(self)
-        return dynamodb_authorization.table_arn(self.region, body["TableName"], body.get("IndexName")) if body.get("TableName") else "*"
+        return (
+            dynamodb_authorization.table_arn(self.region, body["TableName"], body.get("IndexName"))
+            if body.get("TableName")
+            else "*"
+        )
 
     def stepfunctions_resource(self: Any) -> str:
         body = _json_body(self)
@@ -93,8 +97,12 @@ def name_the_resources_policies_scope() -> None:
         from moto.secretsmanager.models import secretsmanager_backends
 
         try:
-            return str(secretsmanager_backends[self.current_account][self.region].describe_secret(secret_id).arn)
-        except Exception:  # no such secret: AWS checks the name's ARN pattern; the call then fails as not found
+            return str(
+                secretsmanager_backends[self.current_account][self.region].describe_secret(secret_id).arn
+            )
+        except (
+            Exception
+        ):  # no such secret: AWS checks the name's ARN pattern; the call then fails as not found
             return f"arn:aws:secretsmanager:{self.region}:{self.current_account}:secret:{secret_id}"
 
     DynamoHandler._determine_resource = dynamodb_resource
@@ -127,9 +135,15 @@ def trust_account_principals_as_iam_does() -> None:
     original = IAMPolicyStatement._check_principal
 
     def _check_principal(self: Any, principal: str) -> bool:
-        expected = (self._statement.get("Principal") or {}).get("AWS") if isinstance(self._statement.get("Principal"), dict) else None
+        expected = (
+            (self._statement.get("Principal") or {}).get("AWS")
+            if isinstance(self._statement.get("Principal"), dict)
+            else None
+        )
         expected = [expected] if isinstance(expected, str) else expected or []
-        account = principal.split(":")[4] if principal.startswith("arn:") and principal.count(":") >= 5 else None
+        account = (
+            principal.split(":")[4] if principal.startswith("arn:") and principal.count(":") >= 5 else None
+        )
         if account and any(value in (account, f"arn:aws:iam::{account}:root") for value in expected):
             return True
         return original(self, principal)
@@ -175,7 +189,10 @@ def authorize_presigned_s3_urls() -> None:
         if "X-Amz-Signature" not in fields:
             s3 = iam_request_cls.__name__.startswith("S3")
             if "AWSAccessKeyId" in fields and s3:  # a SigV2 query signature
-                raise S3ClientError("InvalidRequest", "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.")
+                raise S3ClientError(
+                    "InvalidRequest",
+                    "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
+                )
             # Unsigned: S3 treats it as anonymous (refused: nothing here is public), other
             # services as missing its authentication (moto would fail with a 500).
             if s3:
@@ -188,9 +205,11 @@ def authorize_presigned_s3_urls() -> None:
         key = issued_key(key_id, token)
         if key is None:
             raise S3InvalidAccessKeyIdError()
-        signed_at = dt.datetime.strptime(fields.get("X-Amz-Date", "19700101T000000Z"), "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+        signed_at = dt.datetime.strptime(
+            fields.get("X-Amz-Date", "19700101T000000Z"), "%Y%m%dT%H%M%SZ"
+        ).replace(tzinfo=dt.UTC)
         expires = int(fields.get("X-Amz-Expires", "0"))
-        if dt.datetime.now(dt.timezone.utc) > signed_at + dt.timedelta(seconds=expires):
+        if dt.datetime.now(dt.UTC) > signed_at + dt.timedelta(seconds=expires):
             raise AccessForbidden("Request has expired")
         unsigned = urlencode([(name, value) for name, value in query if name != "X-Amz-Signature"])
         request = AWSRequest(
@@ -200,7 +219,10 @@ def authorize_presigned_s3_urls() -> None:
         )
         request.context["timestamp"] = fields["X-Amz-Date"]
         auth = S3SigV4QueryAuth(key.create_credentials(), service, region, expires=expires)
-        if auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request) != fields["X-Amz-Signature"]:
+        if (
+            auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+            != fields["X-Amz-Signature"]
+        ):
             raise S3SignatureDoesNotMatchError()
         # Authorize as the signer: the IAM request reads who signed from an Authorization header.
         headers = dict(self.headers)

@@ -76,7 +76,9 @@ def refuse_missing_keys_without_list_bucket() -> None:
                 raise
             raise S3AccessDeniedError() from missing
 
-    def head_object(self: Any, bucket_name: str, query: dict[str, Any], key_name: str, headers: dict[str, Any]) -> Any:
+    def head_object(
+        self: Any, bucket_name: str, query: dict[str, Any], key_name: str, headers: dict[str, Any]
+    ) -> Any:
         status, response_headers, body = original_head(self, bucket_name, query, key_name, headers)
         if status == 404 and not _may_list(self, bucket_name, key_name):
             return 403, {}, ""

@@ -100,8 +100,12 @@ def serialize_attribute_values_directly() -> None:
 
     def _serialize_type_structure(self: Any, serialized: Any, value: Any, shape: Any, key: str) -> None:
         if (
-            key and type(value) is dict and shape.name == "AttributeValue" and not shape.is_document_type
-            and value.keys() <= shape.members.keys() and not getattr(self._value_picker, "response_transformers", None)
+            key
+            and type(value) is dict
+            and shape.name == "AttributeValue"
+            and not shape.is_document_type
+            and value.keys() <= shape.members.keys()
+            and not getattr(self._value_picker, "response_transformers", None)
         ):
             serialized[self.get_serialized_name(shape, key)] = attribute_value(self, value, shape)
             return

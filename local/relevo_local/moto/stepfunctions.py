@@ -88,7 +88,9 @@ def name_heartbeat_timeouts() -> None:
     from moto.stepfunctions.parser.api import HistoryEventType, TaskTimedOutEventDetails
     from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent
     from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+        StatesErrorNameType,
+    )
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
         StateTaskServiceCallback,
     )
@@ -143,7 +145,12 @@ def map_aws_sdk_parameters_to_member_names() -> None:
     original = StateTaskServiceAwsSdk._normalise_parameters
     session = get_session()
 
-    def _normalise_parameters(self: Any, parameters: dict, boto_service_name: str | None = None, service_action_name: str | None = None) -> None:
+    def _normalise_parameters(
+        self: Any,
+        parameters: dict,
+        boto_service_name: str | None = None,
+        service_action_name: str | None = None,
+    ) -> None:
         service = self._get_boto_service_name(boto_service_name)
         if service in _CAMEL_CASE_SERVICES:
             action = self._get_boto_service_action(service_action_name)
@@ -212,7 +219,10 @@ def take_the_token_before_the_wait() -> None:
 
     if getattr(CallbackEndpoint, "_relevo_token_before_the_wait", False):
         return
-    notify_heartbeat, setup_heartbeat_endpoint = CallbackEndpoint.notify_heartbeat, CallbackEndpoint.setup_heartbeat_endpoint
+    notify_heartbeat, setup_heartbeat_endpoint = (
+        CallbackEndpoint.notify_heartbeat,
+        CallbackEndpoint.setup_heartbeat_endpoint,
+    )
 
     def notify_heartbeat_or_take_it_early(self: Any) -> bool:
         if self._heartbeat_endpoint is None and self.get_outcome() is None:
@@ -251,8 +261,10 @@ def close_a_callback_when_its_wait_ends() -> None:
 
     if getattr(CallbackEndpoint, "_relevo_closes", False):
         return
-    for error, message in ((TaskTimedOut, "Task Timed Out: 'Provided task does not exist anymore'"),
-                           (TaskDoesNotExist, "Task Does Not Exist: 'Provided task does not exist'")):
+    for error, message in (
+        (TaskTimedOut, "Task Timed Out: 'Provided task does not exist anymore'"),
+        (TaskDoesNotExist, "Task Does Not Exist: 'Provided task does not exist'"),
+    ):
         error.TYPE = error.code
 
         def __init__(self: Any, message: str = message) -> None:
@@ -285,7 +297,9 @@ def pass_on_the_cause_of_a_task_failure() -> None:
 
     def send_task_failure(self: Any) -> Any:
         # The interpreter's backend (StepFunctionsParserBackend) takes the cause; moto's plain one has no executions to tell.
-        self.stepfunction_backend.send_task_failure(self._get_param("taskToken"), error=self._get_param("error"), cause=self._get_param("cause"))
+        self.stepfunction_backend.send_task_failure(
+            self._get_param("taskToken"), error=self._get_param("error"), cause=self._get_param("cause")
+        )
         return EmptyResult()
 
     StepFunctionResponse.send_task_failure = send_task_failure
@@ -317,8 +331,12 @@ def run_interpreter_as_execution_role(sessions: RoleSessions) -> None:
 
     def boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
         if state_credentials is None:
-            raise RuntimeError(f"the Step Functions interpreter called {service} without the execution's role")
-        credentials = sessions.credentials(state_credentials.role_arn, "states.amazonaws.com", "relevo-execution")
+            raise RuntimeError(
+                f"the Step Functions interpreter called {service} without the execution's role"
+            )
+        credentials = sessions.credentials(
+            state_credentials.role_arn, "states.amazonaws.com", "relevo-execution"
+        )
         cache_key = (region, service, credentials.access_key)
         with clients_lock:
             if cache_key not in clients:

@@ -30,8 +30,9 @@ import datetime as dt
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from relevo_local.iam_evaluation import resolve_statement
 from relevo_local.identity import issued_key, policy_documents
@@ -46,7 +47,7 @@ _TAG_TEXT = re.compile(r"^[\w\s.:/=+\-@]*$", re.UNICODE)
 
 def clock() -> dt.datetime:
     """Now, as the emulator's STS sees it (naive UTC, as moto keeps expirations)."""
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 @dataclass
@@ -95,28 +96,39 @@ def _validate_tags(tags: list[tuple[str, str]]) -> None:
     from moto.sts.exceptions import STSValidationError
 
     if len(tags) > MAX_SESSION_TAGS:
-        raise STSValidationError(f"1 validation error detected: Value at 'tags' failed to satisfy constraint: Member must have length less than or equal to {MAX_SESSION_TAGS}")
+        raise STSValidationError(
+            f"1 validation error detected: Value at 'tags' failed to satisfy constraint: Member must have length less than or equal to {MAX_SESSION_TAGS}"
+        )
     seen: set[str] = set()
     for key, value in tags:
         if not 1 <= len(key) <= MAX_TAG_KEY or not _TAG_TEXT.match(key):
-            raise STSValidationError(f"1 validation error detected: Value '{key}' at 'tags.key' failed to satisfy constraint: Member must have length less than or equal to {MAX_TAG_KEY} and match pattern [\\p{{L}}\\p{{Z}}\\p{{N}}_.:/=+\\-@]+")
+            raise STSValidationError(
+                f"1 validation error detected: Value '{key}' at 'tags.key' failed to satisfy constraint: Member must have length less than or equal to {MAX_TAG_KEY} and match pattern [\\p{{L}}\\p{{Z}}\\p{{N}}_.:/=+\\-@]+"
+            )
         if len(value) > MAX_TAG_VALUE or not _TAG_TEXT.match(value):
-            raise STSValidationError(f"1 validation error detected: Value '{value}' at 'tags.value' failed to satisfy constraint: Member must have length less than or equal to {MAX_TAG_VALUE} and match pattern [\\p{{L}}\\p{{Z}}\\p{{N}}_.:/=+\\-@]*")
+            raise STSValidationError(
+                f"1 validation error detected: Value '{value}' at 'tags.value' failed to satisfy constraint: Member must have length less than or equal to {MAX_TAG_VALUE} and match pattern [\\p{{L}}\\p{{Z}}\\p{{N}}_.:/=+\\-@]*"
+            )
         if key.lower() in seen:
-            raise STSValidationError(f"Duplicate tag keys found. Please note that Tag keys are case insensitive. (key {key})")
+            raise STSValidationError(
+                f"Duplicate tag keys found. Please note that Tag keys are case insensitive. (key {key})"
+            )
         seen.add(key.lower())
 
 
 def _denied(caller_arn: str, action: str, role_arn: str) -> Exception:
     from moto.core.exceptions import _RESTError
 
-    error = _RESTError("AccessDenied", f"User: {caller_arn} is not authorized to perform: {action} on resource: {role_arn}")
+    error = _RESTError(
+        "AccessDenied", f"User: {caller_arn} is not authorized to perform: {action} on resource: {role_arn}"
+    )
     error.code = 403
     return error
 
 
-
-def _allows(documents: list[dict[str, Any]], action: str, resource: str, principal: str | None = None) -> bool:
+def _allows(
+    documents: list[dict[str, Any]], action: str, resource: str, principal: str | None = None
+) -> bool:
     from moto.iam.access_control import IAMPolicy, PermissionResult
 
     results = {
@@ -146,18 +158,30 @@ def _check_assume_role(response: Any) -> tuple[list[tuple[str, str]], list[str]]
     caller = _caller(response.headers)
     role = iam_backends[response.current_account]["aws"].get_role_by_arn(role_arn)
     if duration < 900:
-        raise STSValidationError(f"1 validation error detected: Value '{duration}' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900")
+        raise STSValidationError(
+            f"1 validation error detected: Value '{duration}' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900"
+        )
     chained = caller is not None and ":assumed-role/" in str(caller.arn)
     if chained and duration > CHAINED_MAX_SEC:
-        raise STSValidationError("The requested DurationSeconds exceeds the 1 hour session limit for roles assumed by role chaining.")
+        raise STSValidationError(
+            "The requested DurationSeconds exceeds the 1 hour session limit for roles assumed by role chaining."
+        )
     if duration > int(role.max_session_duration or 3600):
-        raise STSValidationError("The requested DurationSeconds exceeds the MaxSessionDuration set for this role.")
+        raise STSValidationError(
+            "The requested DurationSeconds exceeds the MaxSessionDuration set for this role."
+        )
     if tags or transitive:
         _validate_tags(tags)
         if caller is not None:
             own = policy_documents(caller.collect_policies())
-            trust = [json.loads(role.assume_role_policy_document) if isinstance(role.assume_role_policy_document, str) else role.assume_role_policy_document]
-            if not _allows(own, "sts:TagSession", role_arn) or not _allows(trust, "sts:TagSession", role_arn, str(caller.arn)):
+            trust = [
+                json.loads(role.assume_role_policy_document)
+                if isinstance(role.assume_role_policy_document, str)
+                else role.assume_role_policy_document
+            ]
+            if not _allows(own, "sts:TagSession", role_arn) or not _allows(
+                trust, "sts:TagSession", role_arn, str(caller.arn)
+            ):
                 raise _denied(str(caller.arn), "sts:TagSession", role_arn)
     return tags, transitive
 
@@ -204,7 +228,11 @@ def resolve_policy_variables() -> None:
         for document in policy_documents(policies):
             statements = document.get("Statement", [])
             statements = statements if isinstance(statements, list) else [statements]
-            kept = [s for s in (resolve_statement(statement, context) for statement in statements) if s is not None]
+            kept = [
+                s
+                for s in (resolve_statement(statement, context) for statement in statements)
+                if s is not None
+            ]
             resolved.append(json.dumps({**document, "Statement": kept}))
         return resolved
 
@@ -223,7 +251,9 @@ def refuse_expired_sessions() -> None:
 
     original_create = access_control.create_access_key
 
-    def create_access_key(account_id: str, partition: str, access_key_id: str, headers: dict[str, str]) -> Any:
+    def create_access_key(
+        account_id: str, partition: str, access_key_id: str, headers: dict[str, str]
+    ) -> Any:
         if _expired(access_key_id):
             raise access_control.CreateAccessKeyFailure(reason="ExpiredToken")
         return original_create(account_id, partition, access_key_id, headers)
@@ -257,10 +287,16 @@ def role_principals_match_their_sessions(original: Callable[[Any, str], bool]) -
         session = re.match(r"^arn:aws:sts::(\d{12}):assumed-role/([^/]+)/[^/]+$", principal)
         if not session:
             return False
-        expected = (self._statement.get("Principal") or {}).get("AWS") if isinstance(self._statement.get("Principal"), dict) else None
+        expected = (
+            (self._statement.get("Principal") or {}).get("AWS")
+            if isinstance(self._statement.get("Principal"), dict)
+            else None
+        )
         expected = [expected] if isinstance(expected, str) else expected or []
         account, role = session.groups()
-        return any(re.match(rf"^arn:aws:iam::{account}:role/(.+/)?{re.escape(role)}$", str(value)) for value in expected)
+        return any(
+            re.match(rf"^arn:aws:iam::{account}:role/(.+/)?{re.escape(role)}$", str(value))
+            for value in expected
+        )
 
     return _check_principal
-

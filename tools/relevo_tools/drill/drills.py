@@ -12,15 +12,24 @@ import os
 import shlex
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from relevo_cli.api import ApiError
-from relevo_tools.drill.fleet import TERMINAL_STAGE, DrillAgent, DrillError, DrillFleet, GroupWatch, StageStart, wait_until
-from relevo_tools.drill.proxy import Mode
 from relevo_core.aws import client
 from relevo_core.lease_timeline import LeaseTimeline
+from relevo_tools.drill.fleet import (
+    TERMINAL_STAGE,
+    DrillAgent,
+    DrillError,
+    DrillFleet,
+    GroupWatch,
+    StageStart,
+    wait_until,
+)
+from relevo_tools.drill.proxy import Mode
 
 # Issue 14: from `relevo job cancel` to SIGTERM of the stage's process group, whatever the lease.
 CANCEL_LIMIT_SEC = 5.0
@@ -45,7 +54,9 @@ class Trial:
     outcome: str = ""
     # operation id -> effect lines, for every stage of every job of the trial
     effects: dict[str, int] = field(default_factory=dict)
-    fence_sec: float | None = None  # fault → the faulted command's process group gone (parallel: a shard's failure → its siblings' groups gone)
+    fence_sec: float | None = (
+        None  # fault → the faulted command's process group gone (parallel: a shard's failure → its siblings' groups gone)
+    )
     takeover_sec: float | None = None  # fault → the next attempt claimed by the other agent
     cancel_sec: float | None = None  # cancel → the process group gone (SIGTERM, no trap)
     attempts: int = 0
@@ -67,7 +78,9 @@ class DrillRun:
     def __init__(self, fleet: DrillFleet, name: str, number: int) -> None:
         self.fleet = fleet
         self.timing = fleet.timing
-        self.lease = LeaseTimeline(self.timing.lease_ttl_sec, self.timing.kill_grace_sec, self.timing.max_clock_skew_sec)
+        self.lease = LeaseTimeline(
+            self.timing.lease_ttl_sec, self.timing.kill_grace_sec, self.timing.max_clock_skew_sec
+        )
         self.trial = Trial(name, number)
 
     # ------------------------------------------------------------------ shared steps
@@ -83,7 +96,9 @@ class DrillRun:
         late = time.monotonic() - start.seen
         if late > self.timing.effect_after_sec / 2:
             # A loaded machine kept the drill from faulting in time: the effect could land first.
-            raise LateFault(f"the fault came {late:.1f}s into a stage whose effect lands at {self.timing.effect_after_sec:g}s")
+            raise LateFault(
+                f"the fault came {late:.1f}s into a stage whose effect lands at {self.timing.effect_after_sec:g}s"
+            )
         return job_id, start, holder
 
     def judge(self, job_id: str, expected: str, fault_wall: float | None = None) -> dict[str, Any]:
@@ -91,7 +106,9 @@ class DrillRun:
         counts = self.fleet.effect_counts(job_id)
         if job["status"] != expected:
             kind = "wrongly failed job" if expected == "succeeded" else "unexpected outcome"
-            self.trial.problems.append(f"{kind}: {job_id} {job['status']} ({job.get('error') or '-'}), expected {expected}")
+            self.trial.problems.append(
+                f"{kind}: {job_id} {job['status']} ({job.get('error') or '-'}), expected {expected}"
+            )
         for stage in job["stages"]:
             operation = f"{job_id}:{stage['name']}"
             effects = counts.get(operation, 0)
@@ -129,7 +146,12 @@ Drill = Callable[[DrillFleet, int], Trial]
 
 
 def _cut_off(
-    fleet: DrillFleet, number: int, name: str, fault: Callable[[Any, StageStart], None], heal: Callable[[Any], None], hold_sec: float
+    fleet: DrillFleet,
+    number: int,
+    name: str,
+    fault: Callable[[Any, StageStart], None],
+    heal: Callable[[Any], None],
+    hold_sec: float,
 ) -> Trial:
     """A fault on the agent holding the stage, mid-stage, held for `hold_sec`, then healed."""
     run = DrillRun(fleet, name, number)
@@ -152,14 +174,30 @@ def partition(fleet: DrillFleet, number: int) -> Trial:
     """The holder's network is black-holed for twice the lease: it must fence before its lease
     ends, and the other agent's attempt must find no effect yet and run it once."""
     hold = 2 * fleet.timing.lease_ttl_sec
-    return _cut_off(fleet, number, "partition", lambda agent, _: agent.proxy.partition(), lambda agent: agent.proxy.heal(), hold)
+    return _cut_off(
+        fleet,
+        number,
+        "partition",
+        lambda agent, _: agent.proxy.partition(),
+        lambda agent: agent.proxy.heal(),
+        hold,
+    )
 
 
 def short_partition(fleet: DrillFleet, number: int) -> Trial:
     """Shorter than the fence window: renewals resume, nothing is fenced or taken over."""
-    lease = LeaseTimeline(fleet.timing.lease_ttl_sec, fleet.timing.kill_grace_sec, fleet.timing.max_clock_skew_sec)
+    lease = LeaseTimeline(
+        fleet.timing.lease_ttl_sec, fleet.timing.kill_grace_sec, fleet.timing.max_clock_skew_sec
+    )
     hold = 0.6 * (lease.fence_after_sec - lease.renew_interval_sec)
-    return _cut_off(fleet, number, "short-partition", lambda agent, _: agent.proxy.partition(), lambda agent: agent.proxy.heal(), hold)
+    return _cut_off(
+        fleet,
+        number,
+        "short-partition",
+        lambda agent, _: agent.proxy.partition(),
+        lambda agent: agent.proxy.heal(),
+        hold,
+    )
 
 
 def freeze(fleet: DrillFleet, number: int) -> Trial:
@@ -167,7 +205,9 @@ def freeze(fleet: DrillFleet, number: int) -> Trial:
     of its own, kills the stage's group when the lease deadline passes unextended."""
     hold = 2 * fleet.timing.lease_ttl_sec
     return _cut_off(
-        fleet, number, "freeze",
+        fleet,
+        number,
+        "freeze",
         lambda agent, _: os.kill(agent.pid, signal.SIGSTOP),
         lambda agent: os.kill(agent.pid, signal.SIGCONT),
         hold,
@@ -176,6 +216,7 @@ def freeze(fleet: DrillFleet, number: int) -> Trial:
 
 def kill(fleet: DrillFleet, number: int) -> Trial:
     """SIGKILL of the holder: its supervisor sees the pipe close and kills the group at once."""
+
     def sigkill(agent: Any, _: StageStart) -> None:
         agent.process.kill()
         agent.process.wait()
@@ -186,10 +227,19 @@ def kill(fleet: DrillFleet, number: int) -> Trial:
 def kill_stage(fleet: DrillFleet, number: int) -> Trial:
     """SIGKILL of the stage's own process (its bash leader): the outcome is unknown, so the
     retry reconciles before it runs anything."""
-    return _cut_off(fleet, number, "kill-stage", lambda _, start: os.kill(start.pgid, signal.SIGKILL), lambda agent: None, 0)
+    return _cut_off(
+        fleet,
+        number,
+        "kill-stage",
+        lambda _, start: os.kill(start.pgid, signal.SIGKILL),
+        lambda agent: None,
+        0,
+    )
 
 
-def _whole_job_under(fleet: DrillFleet, number: int, name: str, mode: Mode, until_started: bool, **mode_settings: Any) -> Trial:
+def _whole_job_under(
+    fleet: DrillFleet, number: int, name: str, mode: Mode, until_started: bool, **mode_settings: Any
+) -> Trial:
     run = DrillRun(fleet, name, number)
     for agent in fleet.agents.values():
         agent.proxy.set_mode(mode, **mode_settings)
@@ -235,7 +285,9 @@ def cancel(fleet: DrillFleet, number: int) -> Trial:
     gone = watch.wait(30)
     run.trial.cancel_sec = gone - canceled if gone is not None else None
     if run.trial.cancel_sec is None or run.trial.cancel_sec > CANCEL_LIMIT_SEC:
-        run.trial.problems.append(f"slow cancel: the stage's group was still running {run.trial.cancel_sec or 30:.1f}s after the cancel")
+        run.trial.problems.append(
+            f"slow cancel: the stage's group was still running {run.trial.cancel_sec or 30:.1f}s after the cancel"
+        )
     job = fleet.wait_job(job_id)
     # Settled once the agent let go of it; a stage a holder still shows would be non-terminal.
     time.sleep(run.lease.renew_interval_sec)
@@ -257,7 +309,9 @@ def exhaust(fleet: DrillFleet, number: int) -> Trial:
     # A project per trial: its announce command names this trial's "fixed" file (projects are
     # registered once per kind, and an earlier trial's file is there already).
     project = fleet.project(
-        f"exhaust-{number}", deliver=fleet.effect_command(), announce=announce,
+        f"exhaust-{number}",
+        deliver=fleet.effect_command(),
+        announce=announce,
         retry={"backoff_base_sec": 0, "attempts": {"Relevo.Transient.ExitCode": 2}},
     )
     job_id = fleet.run(project)
@@ -265,7 +319,9 @@ def exhaust(fleet: DrillFleet, number: int) -> Trial:
     failed = fleet.wait_job(job_id)
     run.judge(job_id, "failed")
     run.trial.problems += _dead_letter_problems(fleet, job_id)
-    wait_until(lambda: _has_dead_letter(fleet, job_id), 30, f"{job_id} in relevo dlq")  # recorded after the queue's message
+    wait_until(
+        lambda: _has_dead_letter(fleet, job_id), 30, f"{job_id} in relevo dlq"
+    )  # recorded after the queue's message
     fixed.touch()
     resumed_id = str(fleet.api.redrive(job_id)["job_id"])
     run.trial.jobs.append(resumed_id)
@@ -303,12 +359,18 @@ def _dead_letter_problems(fleet: DrillFleet, job_id: str) -> list[str]:
     except ValueError:
         detail = {}
     if (detail.get("stage"), detail.get("attempts")) != ("announce", 2):
-        problems.append(f"dead letter: failed stage and attempts {detail.get('stage')!r}/{detail.get('attempts')!r}")
+        problems.append(
+            f"dead letter: failed stage and attempts {detail.get('stage')!r}/{detail.get('attempts')!r}"
+        )
     if message.get("logs") != f"/jobs/{job_id}/logs":
         problems.append(f"dead letter: log pointer {message.get('logs')!r}")
     else:
         chunks = fleet.api.job_logs(job_id).get("chunks", [])
-        if not any("the store is down" in chunk.get("text", "") for chunk in chunks if chunk.get("stage") == "announce"):
+        if not any(
+            "the store is down" in chunk.get("text", "")
+            for chunk in chunks
+            if chunk.get("stage") == "announce"
+        ):
             problems.append("dead letter: the log pointer leads to no output of the failed stage")
     return problems
 
@@ -319,7 +381,9 @@ def _dead_letter_message(fleet: DrillFleet, job_id: str, timeout: float = 20) ->
     sqs = client("sqs")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for message in sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=0).get("Messages", []):
+        for message in sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=0
+        ).get("Messages", []):
             body = json.loads(message["Body"])
             if body.get("job_id") == job_id:
                 return body
@@ -350,9 +414,7 @@ _TREE_DIGEST = f'"$RELEVO_DRILL_PYTHON" -c {shlex.quote(_DIGEST_PY)} out'
 
 
 def _handoff_project(fleet: DrillFleet, kind: str, **settings: Any) -> str:
-    deliver = (
-        f"{fleet.start_marker()}; {_HANDOFF_TREE} && echo \"digest=$({_TREE_DIGEST})\" >> \"$RELEVO_OUTPUT\" && {fleet.effect_command()}"
-    )
+    deliver = f'{fleet.start_marker()}; {_HANDOFF_TREE} && echo "digest=$({_TREE_DIGEST})" >> "$RELEVO_OUTPUT" && {fleet.effect_command()}'
     announce = (
         f'test "$({_TREE_DIGEST})" = "$RELEVO_OUT_DELIVER_DIGEST" && test "$(cat out/App.app/BUILD)" = "$RELEVO_JOB_ID" && '
         f"{fleet.effect_command()}"
@@ -370,7 +432,10 @@ def handoff(fleet: DrillFleet, number: int) -> Trial:
     job_id = fleet.run(_handoff_project(fleet, "handoff"))
     run.trial.jobs.append(job_id)
     fleet.wait_stage_start(job_id)
-    reported = fleet.wait_job(job_id, lambda job: job["stages"][0]["status"] == "succeeded" or job["status"] in ("failed", "canceled"))
+    reported = fleet.wait_job(
+        job_id,
+        lambda job: job["stages"][0]["status"] == "succeeded" or job["status"] in ("failed", "canceled"),
+    )
     builder = fleet.agents.get(str(reported["stages"][0].get("agent_id")))
     if builder is not None and builder.alive():
         builder.process.kill()  # type: ignore[union-attr]
@@ -382,23 +447,37 @@ def handoff(fleet: DrillFleet, number: int) -> Trial:
     # claims announce before the kill reaches it (the drill sees deliver's report by polling). The
     # other Mac then decides that attempt from the receipt it left and downloads nothing; the trial
     # still holds when the effects land once (run.judge), but it did not test a download.
-    taken_by_builder = builder is not None and any(entry.get("agent") == builder.agent_id for entry in announce.get("attempts_log", []))
+    taken_by_builder = builder is not None and any(
+        entry.get("agent") == builder.agent_id for entry in announce.get("attempts_log", [])
+    )
     if builder is not None and announce.get("agent_id") == builder.agent_id:
         run.trial.problems.append(f"announce ran on {builder.agent_id}, the agent killed after deliver")
     if not taken_by_builder:
-        if (announce.get("handoff") or {}).get("restored_digest") != (deliver.get("handoff") or {}).get("digest"):
+        if (announce.get("handoff") or {}).get("restored_digest") != (deliver.get("handoff") or {}).get(
+            "digest"
+        ):
             run.trial.problems.append("the restored tree's digest is not the one deliver stored")
         if job["status"] == "succeeded" and (announce.get("handoff") or {}).get("restored_bytes", 0) <= 0:
             run.trial.problems.append("announce ran on another Mac without downloading the handoff")
-    first = run.describe(job) + f", announce on {announce.get('agent_id')}" + (
-        f" (its first attempt was the killed {builder.agent_id}'s, decided from its receipt)" if taken_by_builder and builder else ""
+    first = (
+        run.describe(job)
+        + f", announce on {announce.get('agent_id')}"
+        + (
+            f" (its first attempt was the killed {builder.agent_id}'s, decided from its receipt)"
+            if taken_by_builder and builder
+            else ""
+        )
     )
 
     # (2) The byte flip, at an approval gate between the two stages.
     fleet.heal_all()
-    flipped = fleet.run(_handoff_project(fleet, "handoff-gate", approval={"enabled": True, "before": "announce"}))
+    flipped = fleet.run(
+        _handoff_project(fleet, "handoff-gate", approval={"enabled": True, "before": "announce"})
+    )
     run.trial.jobs.append(flipped)
-    gated = fleet.wait_job(flipped, lambda j: j["status"] == "waiting" or j["status"] in TERMINAL_JOB_STATUSES)
+    gated = fleet.wait_job(
+        flipped, lambda j: j["status"] == "waiting" or j["status"] in TERMINAL_JOB_STATUSES
+    )
     # The Mac that stored it stops (a clean stop: offline at once), so announce restores on the
     # other one, from storage: a same-Mac restore reads its own verified copies, not the store.
     holder = fleet.agents.get(str(gated["stages"][0].get("agent_id")))
@@ -408,7 +487,10 @@ def handoff(fleet: DrillFleet, number: int) -> Trial:
     bucket, _, key = stored.removeprefix("s3://").partition("/")
     prefix = key[: key.rfind("manifests/")]
     s3 = client("s3")
-    packs = [item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}packs/").get("Contents", [])]
+    packs = [
+        item["Key"]
+        for item in s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}packs/").get("Contents", [])
+    ]
     if not packs:
         run.trial.problems.append(f"no stored pack to alter under s3://{bucket}/{prefix}")
     for pack in packs:
@@ -420,13 +502,19 @@ def handoff(fleet: DrillFleet, number: int) -> Trial:
     ended = fleet.wait_job(flipped)
     counts = fleet.effect_counts(flipped)
     if ended["status"] != "failed" or ended.get("error") != "Relevo.Fatal.Checksum":
-        run.trial.problems.append(f"altered handoff: {flipped} ended {ended['status']} ({ended.get('error')}), expected failed Relevo.Fatal.Checksum")
+        run.trial.problems.append(
+            f"altered handoff: {flipped} ended {ended['status']} ({ended.get('error')}), expected failed Relevo.Fatal.Checksum"
+        )
     if counts.get(f"{flipped}:announce", 0):
-        run.trial.problems.append(f"altered handoff: announce ran ({counts[f'{flipped}:announce']} effect(s)) on altered files")
+        run.trial.problems.append(
+            f"altered handoff: announce ran ({counts[f'{flipped}:announce']} effect(s)) on altered files"
+        )
     if (ended["stages"][1].get("attempt") or 0) > 1:
         run.trial.problems.append("altered handoff: a checksum failure was retried")
     if counts.get(f"{flipped}:deliver", 0) != 1:
-        run.trial.problems.append(f"altered handoff: deliver's effect landed {counts.get(f'{flipped}:deliver', 0)} times")
+        run.trial.problems.append(
+            f"altered handoff: deliver's effect landed {counts.get(f'{flipped}:deliver', 0)} times"
+        )
     for stage in ended["stages"]:
         if stage["status"] not in TERMINAL_STAGE:
             run.trial.problems.append(f"non-terminal stage: {flipped}:{stage['name']} left {stage['status']}")
@@ -460,18 +548,25 @@ def _shard_starts(fleet: DrillFleet, job_id: str) -> dict[tuple[int, int], Stage
 
 def _shard_records(fleet: DrillFleet, job_id: str) -> list[dict[str, Any]]:
     """The deliver stage's shard records, in shard order (read from the table, as holder() does)."""
-    from relevo_core.store.keys import shard_sk
     from relevo_core.store.codec import from_attributes
+    from relevo_core.store.keys import shard_sk
 
     dynamodb = client("dynamodb")
     return [
-        from_attributes(dynamodb.get_item(TableName=fleet.stack.table_name, Key={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": shard_sk(0, shard)}},
-                                          ConsistentRead=True).get("Item", {}))
+        from_attributes(
+            dynamodb.get_item(
+                TableName=fleet.stack.table_name,
+                Key={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": shard_sk(0, shard)}},
+                ConsistentRead=True,
+            ).get("Item", {})
+        )
         for shard in range(PARALLEL_SHARDS)
     ]
 
 
-def _judge_shards(run: DrillRun, job_id: str, expected: str, effects_expected: dict[str, int]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _judge_shards(
+    run: DrillRun, job_id: str, expected: str, effects_expected: dict[str, int]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The job's outcome, every record of it terminal, and each operation's effects as expected
     (the shards' and announce's): more is a duplicate, fewer is lost."""
     job = run.fleet.job(job_id)
@@ -479,13 +574,17 @@ def _judge_shards(run: DrillRun, job_id: str, expected: str, effects_expected: d
     counts = run.fleet.effect_counts(job_id)
     if job["status"] != expected:
         kind = "wrongly failed job" if expected == "succeeded" else "unexpected outcome"
-        run.trial.problems.append(f"{kind}: {job_id} {job['status']} ({job.get('error') or '-'}), expected {expected}")
+        run.trial.problems.append(
+            f"{kind}: {job_id} {job['status']} ({job.get('error') or '-'}), expected {expected}"
+        )
     for stage in job["stages"]:
         if stage["status"] not in TERMINAL_STAGE:
             run.trial.problems.append(f"non-terminal stage: {job_id}:{stage['name']} left {stage['status']}")
     for shard, record in enumerate(shards):
         if record.get("status") not in TERMINAL_STAGE:
-            run.trial.problems.append(f"non-terminal stage: {job_id}:deliver#shard-{shard} left {record.get('status')}")
+            run.trial.problems.append(
+                f"non-terminal stage: {job_id}:deliver#shard-{shard} left {record.get('status')}"
+            )
     for operation, wanted in effects_expected.items():
         landed = counts.get(operation, 0)
         run.trial.effects[operation] = landed
@@ -529,10 +628,19 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
     wait_until(claimed, 30, f"{job_id}: shard {victim_shard} claimed", poll=0.05)
     victim = fleet.agents[str(holders["agent_id"])]
     # Mid-run, after a renewal: the kill lands well before the effect would.
-    time.sleep(max(0.0, seen + min(run.lease.renew_interval_sec * 1.5, fleet.timing.effect_after_sec / 4) - time.monotonic()))
+    time.sleep(
+        max(
+            0.0,
+            seen
+            + min(run.lease.renew_interval_sec * 1.5, fleet.timing.effect_after_sec / 4)
+            - time.monotonic(),
+        )
+    )
     late = time.monotonic() - seen
     if late > fleet.timing.effect_after_sec / 2:
-        raise LateFault(f"the kill came {late:.1f}s into a shard whose effect lands at {fleet.timing.effect_after_sec:g}s")
+        raise LateFault(
+            f"the kill came {late:.1f}s into a shard whose effect lands at {fleet.timing.effect_after_sec:g}s"
+        )
     fault_wall = time.time()
     victim.process.kill()  # type: ignore[union-attr]  # the Mac dies: its agent, then its command
     victim.process.wait()  # type: ignore[union-attr]
@@ -541,10 +649,14 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
     except ProcessLookupError:
         pass  # its supervisor saw the agent's pipe close first
     fleet.wait_job(job_id)
-    operations = {f"{job_id}:deliver#shard-{shard}": 1 for shard in range(PARALLEL_SHARDS)} | {f"{job_id}:announce": 1}
+    operations = {f"{job_id}:deliver#shard-{shard}": 1 for shard in range(PARALLEL_SHARDS)} | {
+        f"{job_id}:announce": 1
+    }
     job, shards = _judge_shards(run, job_id, "succeeded", operations)
     retried = shards[victim_shard]
-    if (retried.get("attempt"), retried.get("status")) != (2, "succeeded") or retried.get("agent_id") == victim.agent_id:
+    if (retried.get("attempt"), retried.get("status")) != (2, "succeeded") or retried.get(
+        "agent_id"
+    ) == victim.agent_id:
         run.trial.problems.append(
             f"the killed shard ended {retried.get('status')} at attempt {retried.get('attempt')} on {retried.get('agent_id')}, "
             f"expected succeeded at attempt 2 on another Mac than {victim.agent_id}"
@@ -553,24 +665,48 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
     # (its operation id) before it runs anything.
     decision = (retried.get("reconciled") or {}).get("decision")
     if retried.get("attempt") == 2 and decision != "rerun":
-        run.trial.problems.append(f"the killed shard's retry was not reconciled as a rerun first (decision {decision!r})")
+        run.trial.problems.append(
+            f"the killed shard's retry was not reconciled as a rerun first (decision {decision!r})"
+        )
     # A sibling's command starts once (an attempt whose claim answer was lost never started it).
     starts = _shard_starts(fleet, job_id)
-    again = {shard: sorted(a for s, a in starts if s == shard) for shard in range(PARALLEL_SHARDS) if shard != victim_shard}
+    again = {
+        shard: sorted(a for s, a in starts if s == shard)
+        for shard in range(PARALLEL_SHARDS)
+        if shard != victim_shard
+    }
     again = {shard: attempts for shard, attempts in again.items() if len(attempts) > 1}
     # Unless a sibling's own heartbeats lapsed on a live Mac (the emulator answering in seconds on
     # a loaded machine): that sibling is then rightly fenced and retried, effect once, and the
     # trial no longer tests the kill alone. Anything else found stands as a problem.
-    lapsed = {shard: [e.get("agent") for e in shards[shard].get("attempts_log") or [] if e.get("error") == "Relevo.Lease.Expired"]
-              for shard in again}
-    if again and not run.trial.problems and all(lapsed[shard] and victim.agent_id not in lapsed[shard] for shard in again):
-        raise StalledFleet(f"sibling shard(s) {sorted(again)} lost their own leases on live Macs ({lapsed}): the stack stalled")
+    lapsed = {
+        shard: [
+            e.get("agent")
+            for e in shards[shard].get("attempts_log") or []
+            if e.get("error") == "Relevo.Lease.Expired"
+        ]
+        for shard in again
+    }
+    if (
+        again
+        and not run.trial.problems
+        and all(lapsed[shard] and victim.agent_id not in lapsed[shard] for shard in again)
+    ):
+        raise StalledFleet(
+            f"sibling shard(s) {sorted(again)} lost their own leases on live Macs ({lapsed}): the stack stalled"
+        )
     if again:
-        run.trial.problems.append(f"siblings of the killed shard ran again: their commands started at attempts {again}")
+        run.trial.problems.append(
+            f"siblings of the killed shard ran again: their commands started at attempts {again}"
+        )
     claimed_again = _seconds(retried.get("started_at"))
-    run.trial.takeover_sec = claimed_again - fault_wall if claimed_again and retried.get("attempt") == 2 else None
-    first = (f"{job['status']}, shard {victim_shard} (killed {victim.agent_id}) attempt {retried.get('attempt')} on "
-             f"{retried.get('agent_id')} ({decision})")
+    run.trial.takeover_sec = (
+        claimed_again - fault_wall if claimed_again and retried.get("attempt") == 2 else None
+    )
+    first = (
+        f"{job['status']}, shard {victim_shard} (killed {victim.agent_id}) attempt {retried.get('attempt')} on "
+        f"{retried.get('agent_id')} ({decision})"
+    )
 
     # (2) fail-fast: FAILING_SHARD fails for good once all three run; the others would land their
     # effect effect_after_sec later, unless stopped first.
@@ -584,7 +720,9 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
         f'echo "signing certificate expired"; exit 1; fi; '
         f"sleep {fleet.timing.effect_after_sec}; {fleet.effect_command()}"
     )
-    stopped_job = fleet.run(fleet.project("parallel-fail-fast", deliver=deliver, fan_out={"parallel": PARALLEL_SHARDS}))
+    stopped_job = fleet.run(
+        fleet.project("parallel-fail-fast", deliver=deliver, fan_out={"parallel": PARALLEL_SHARDS})
+    )
     run.trial.jobs.append(stopped_job)
     siblings = [shard for shard in range(PARALLEL_SHARDS) if shard != FAILING_SHARD]
     sibling_starts: dict[tuple[int, int], StageStart] = {}
@@ -597,17 +735,23 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
     wait_until(siblings_started, 60, f"{stopped_job}: the siblings started", poll=0.05)
     # Wall clock to monotonic, both of this host: the failure's time is the command's own clock.
     offset = time.time() - time.monotonic()
-    first_starts = {shard: sibling_starts[min(key for key in sibling_starts if key[0] == shard)] for shard in siblings}
+    first_starts = {
+        shard: sibling_starts[min(key for key in sibling_starts if key[0] == shard)] for shard in siblings
+    }
     watches = {shard: GroupWatch(start.pgid) for shard, start in first_starts.items()}
     failed_file = gate / f"{stopped_job}.failed"
     wait_until(failed_file.exists, 60, f"{stopped_job}: shard {FAILING_SHARD} failed", poll=0.05)
-    wait_until(lambda: failed_file.read_text().strip() != "", 5, f"{stopped_job}: the failure's time", poll=0.05)
+    wait_until(
+        lambda: failed_file.read_text().strip() != "", 5, f"{stopped_job}: the failure's time", poll=0.05
+    )
     failed_at = float(failed_file.read_text())
     gone = {shard: watch.wait(30) for shard, watch in watches.items()}
     fleet.wait_job(stopped_job)
     # What the siblings would have landed lands effect_after_sec after the failure: wait past it.
     time.sleep(max(0.0, failed_at + fleet.timing.effect_after_sec + 1 - time.time()))
-    effects = {f"{stopped_job}:deliver#shard-{shard}": 0 for shard in range(PARALLEL_SHARDS)} | {f"{stopped_job}:announce": 0}
+    effects = {f"{stopped_job}:deliver#shard-{shard}": 0 for shard in range(PARALLEL_SHARDS)} | {
+        f"{stopped_job}:announce": 0
+    }
     ended, stopped = _judge_shards(run, stopped_job, "failed", effects)
     statuses = [record.get("status") for record in stopped]
     wanted = ["failed" if shard == FAILING_SHARD else "canceled" for shard in range(PARALLEL_SHARDS)]
@@ -617,7 +761,9 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
     run.trial.fence_sec = None if None in stops else max(s for s in stops if s is not None)
     if run.trial.fence_sec is None or run.trial.fence_sec > SIBLING_STOP_LIMIT_SEC:
         shown = "not within 30s" if run.trial.fence_sec is None else f"{run.trial.fence_sec:.1f}s"
-        run.trial.problems.append(f"slow stop: a sibling's process group was gone {shown} after the failure (limit {SIBLING_STOP_LIMIT_SEC:g}s)")
+        run.trial.problems.append(
+            f"slow stop: a sibling's process group was gone {shown} after the failure (limit {SIBLING_STOP_LIMIT_SEC:g}s)"
+        )
     stopped_in = "—" if run.trial.fence_sec is None else f"{run.trial.fence_sec:.1f}s"
     run.trial.outcome = f"{first}; fail-fast: {ended['status']}, shards {' '.join(str(s) for s in statuses)}, siblings stopped in {stopped_in}"
     return run.trial

@@ -13,25 +13,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 import secrets
 import signal
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from relevo_agent.supervisor import group_alive
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_tools.drill.proxy import FaultProxies, FaultProxy
 from relevo_core.aws import client
 from relevo_core.stackfile import StackInfo
 from relevo_core.store.codec import from_attributes
+from relevo_tools.drill.proxy import FaultProxies, FaultProxy
 
 REGION = "eu-west"
 AGENT_IDS = ("drill-a", "drill-b")
@@ -59,12 +60,14 @@ class DrillTiming:
     trial_timeout_sec: float = 150.0
 
     @classmethod
-    def fast(cls) -> "DrillTiming":
+    def fast(cls) -> DrillTiming:
         """`make test`: one quick trial of each drill."""
         return cls(lease_ttl_sec=5, effect_after_sec=8.0, max_clock_skew_sec=0.5)
 
 
-def agent_environment(stack: StackInfo, endpoint: str, work: Path, agent_id: str, api_url: str | None = None) -> tuple[Path, dict[str, str]]:
+def agent_environment(
+    stack: StackInfo, endpoint: str, work: Path, agent_id: str, api_url: str | None = None
+) -> tuple[Path, dict[str, str]]:
     """The stack file an agent reads (the stack's own, its AWS endpoint replaced by `endpoint`
     and its API by `api_url`, the agent's fault proxies) and the variables its process gets on top
     of the drill's own. The agent itself runs as its region's agent role (the stack file's
@@ -134,7 +137,9 @@ class StageStart:
 class DrillFleet:
     """Two agents of one region, each behind its own fault proxy, and the drill's projects."""
 
-    def __init__(self, stack: StackInfo, work: Path, timing: DrillTiming, say: Callable[[str], None] = lambda _: None) -> None:
+    def __init__(
+        self, stack: StackInfo, work: Path, timing: DrillTiming, say: Callable[[str], None] = lambda _: None
+    ) -> None:
         self.stack = stack
         self.work = work
         self.timing = timing
@@ -149,7 +154,7 @@ class DrillFleet:
         self.last_jobs: list[str] = []  # the jobs of the trial running now (the runner clears it)
 
     # ------------------------------------------------------------------ agents
-    def start(self) -> "DrillFleet":
+    def start(self) -> DrillFleet:
         for agent_id in AGENT_IDS:
             self._add_agent(agent_id)
         self.wait_online()
@@ -160,9 +165,13 @@ class DrillFleet:
         api = urlsplit(self.stack.api_url)
         to_aws = FaultProxy((target.hostname or "127.0.0.1", target.port or 80)).start()
         to_api = FaultProxy((api.hostname or "127.0.0.1", api.port or 80)).start()
-        stack_file, env = agent_environment(self.stack, to_aws.url, self.work, agent_id, api_url=f"{to_api.url}{api.path}")
+        stack_file, env = agent_environment(
+            self.stack, to_aws.url, self.work, agent_id, api_url=f"{to_api.url}{api.path}"
+        )
         config = self._agent_config(agent_id, stack_file)
-        agent = DrillAgent(agent_id, FaultProxies([to_aws, to_api]), config, self.work / f"{agent_id}.log", env)
+        agent = DrillAgent(
+            agent_id, FaultProxies([to_aws, to_api]), config, self.work / f"{agent_id}.log", env
+        )
         agent.start()
         self.agents[agent_id] = agent
 
@@ -195,7 +204,7 @@ class DrillFleet:
         from relevo_core.store import agents as presence
 
         def online() -> bool:
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             seen = {a.agent_id for a in presence.online_agents(self.stack.table_name, REGION, now)}
             return all(agent_id in seen for agent_id, agent in self.agents.items() if agent.alive())
 
@@ -217,8 +226,13 @@ class DrillFleet:
 
     # ------------------------------------------------------------------ projects and jobs
     def project(
-        self, kind: str, deliver: str | None = None, announce: str | None = None, handoff: list[str] | None = None,
-        fan_out: dict[str, Any] | None = None, **settings: Any
+        self,
+        kind: str,
+        deliver: str | None = None,
+        announce: str | None = None,
+        handoff: list[str] | None = None,
+        fan_out: dict[str, Any] | None = None,
+        **settings: Any,
     ) -> str:
         """A project of two stages, `deliver` and `announce`. Both append their effect, named by
         the operation id, to one file and probe for it. By default deliver marks its start and
@@ -228,7 +242,9 @@ class DrillFleet:
             return self._projects[kind]
         project_id = f"drill-{kind}-{secrets.token_hex(3)}"
         probe = f'grep -F "$RELEVO_OPERATION_ID attempt=" {self.effects}'
-        deliver = deliver or f"{self.start_marker()}; sleep {self.timing.effect_after_sec}; {self.effect_command()}"
+        deliver = (
+            deliver or f"{self.start_marker()}; sleep {self.timing.effect_after_sec}; {self.effect_command()}"
+        )
         grace = self.timing.kill_grace_sec
         body = {
             "repo": f"drill/{project_id}",
@@ -237,10 +253,22 @@ class DrillFleet:
             "queue_timeout_sec": self.timing.queue_timeout_sec,
             "retry": {"backoff_base_sec": 0},
             "stages": [
-                {"name": "deliver", "run": deliver, "effect_probe": probe, "kill_grace_sec": grace, "exec_timeout_sec": 120,
-                 **({"handoff": handoff} if handoff else {}), **(fan_out or {})},
-                {"name": "announce", "run": announce or self.effect_command(), "effect_probe": probe,
-                 "kill_grace_sec": grace, "exec_timeout_sec": 60},
+                {
+                    "name": "deliver",
+                    "run": deliver,
+                    "effect_probe": probe,
+                    "kill_grace_sec": grace,
+                    "exec_timeout_sec": 120,
+                    **({"handoff": handoff} if handoff else {}),
+                    **(fan_out or {}),
+                },
+                {
+                    "name": "announce",
+                    "run": announce or self.effect_command(),
+                    "effect_probe": probe,
+                    "kill_grace_sec": grace,
+                    "exec_timeout_sec": 60,
+                },
             ],
             **settings,
         }
@@ -265,7 +293,9 @@ class DrillFleet:
     def job(self, job_id: str) -> dict[str, Any]:
         return self.api.get_job(job_id)
 
-    def wait_job(self, job_id: str, until: Callable[[dict[str, Any]], bool] | None = None, timeout: float | None = None) -> dict[str, Any]:
+    def wait_job(
+        self, job_id: str, until: Callable[[dict[str, Any]], bool] | None = None, timeout: float | None = None
+    ) -> dict[str, Any]:
         done = until or (lambda job: job["status"] in TERMINAL_JOB)
         seen: dict[str, Any] = {}
 
@@ -305,9 +335,15 @@ class DrillFleet:
         found: dict[str, Any] = {}
 
         def claimed() -> bool:
-            item = client("dynamodb").get_item(
-                TableName=self.stack.table_name, Key={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}}, ConsistentRead=True
-            ).get("Item", {})
+            item = (
+                client("dynamodb")
+                .get_item(
+                    TableName=self.stack.table_name,
+                    Key={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}},
+                    ConsistentRead=True,
+                )
+                .get("Item", {})
+            )
             found.update(from_attributes(item))
             return found.get("attempt") == attempt and found.get("agent_id") in self.agents
 

@@ -24,8 +24,6 @@ closes itself after `lifetime_sec` even if nobody calls close().
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
 import random
 import socket
@@ -34,6 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 
@@ -83,7 +82,7 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._run, name=f"fault-proxy->{target[1]}", daemon=True)
 
     # ------------------------------------------------------------------ control (any thread)
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         self._thread.start()
         if not self._ready.wait(10) or not self.port:
             raise RuntimeError("the fault proxy did not start")
@@ -120,7 +119,7 @@ class FaultProxy:
         self._call(lambda: self._closed.set() if self._closed else None)  # type: ignore[union-attr]
         self._thread.join(timeout=10)
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         return self.start()
 
     def __exit__(self, *_: object) -> None:
@@ -151,7 +150,7 @@ class FaultProxy:
         self._ready.set()
         try:
             await asyncio.wait_for(self._closed.wait(), timeout=self.lifetime_sec)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass  # the lifetime is over: close by itself
         self._closed.set()
         self._flowing.set()  # nothing stays held
@@ -168,18 +167,24 @@ class FaultProxy:
         else:
             self._flowing.set()
 
-    async def _connection(self, agent_reader: asyncio.StreamReader, agent_writer: asyncio.StreamWriter) -> None:
+    async def _connection(
+        self, agent_reader: asyncio.StreamReader, agent_writer: asyncio.StreamWriter
+    ) -> None:
         self.stats.connections += 1
         upstream_writer: asyncio.StreamWriter | None = None
         drawn = [-1]  # the epoch this connection's reset was drawn in
         try:
             try:
-                upstream_reader, upstream_writer = await asyncio.wait_for(asyncio.open_connection(*self.target), 10)
-            except (OSError, asyncio.TimeoutError):
+                upstream_reader, upstream_writer = await asyncio.wait_for(
+                    asyncio.open_connection(*self.target), 10
+                )
+            except (TimeoutError, OSError):
                 return
             await asyncio.gather(
                 self._pump(agent_reader, upstream_writer, from_agent=True, peer=agent_writer, drawn=drawn),
-                self._pump(upstream_reader, agent_writer, from_agent=False, peer=upstream_writer, drawn=drawn),
+                self._pump(
+                    upstream_reader, agent_writer, from_agent=False, peer=upstream_writer, drawn=drawn
+                ),
             )
         except _Closing as why:
             if str(why) == "reset":
@@ -213,7 +218,7 @@ class FaultProxy:
             while True:
                 try:
                     data = await asyncio.wait_for(reader.read(65536), timeout=self.idle_sec)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     raise _Closing("idle") from None
                 if not data:
                     break
@@ -250,7 +255,7 @@ class FaultProxy:
 
     @staticmethod
     async def _write_at(
-        writer: asyncio.StreamWriter, data: bytes, due: float, previous: "asyncio.Task[None] | None"
+        writer: asyncio.StreamWriter, data: bytes, due: float, previous: asyncio.Task[None] | None
     ) -> None:
         if previous is not None:
             await previous

@@ -52,7 +52,9 @@ def counts(trials: list[Trial]) -> dict[str, int]:
     found["other"] = 0
     for trial in trials:
         for problem in trial.problems:
-            kind = next((column for prefix, column in PROBLEM_KINDS.items() if problem.startswith(prefix)), "other")
+            kind = next(
+                (column for prefix, column in PROBLEM_KINDS.items() if problem.startswith(prefix)), "other"
+            )
             found[kind] += 1
     return found
 
@@ -67,7 +69,15 @@ def _range(values: list[float]) -> str:
 
 def summary_table(results: dict[str, list[Trial]]) -> Table:
     table = Table(title="drill summary", title_justify="left")
-    columns = ("drill", "trials", "held", *PROBLEM_KINDS.values(), "other", "takeover (median)", "fence / cancel / stop (median)")
+    columns = (
+        "drill",
+        "trials",
+        "held",
+        *PROBLEM_KINDS.values(),
+        "other",
+        "takeover (median)",
+        "fence / cancel / stop (median)",
+    )
     for column in columns:
         table.add_column(column)
     for name, trials in results.items():

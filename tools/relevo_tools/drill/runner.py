@@ -3,12 +3,12 @@ fault proxies, the fleet settled between trials (`relevo drill`, relevo_cli.comm
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
+from relevo_core.stackfile import StackInfo
 from relevo_tools.drill.drills import DRILLS, LateFault, Trial
 from relevo_tools.drill.fleet import TERMINAL_JOB, DrillFleet, DrillTiming
-from relevo_core.stackfile import StackInfo
 
 
 def run_drills(
@@ -43,7 +43,9 @@ def run_drills(
 LATE_FAULT_RETRIES = 2
 
 
-def run_trial(fleet: DrillFleet, name: str, number: int, say: Callable[[str], None] = lambda _: None) -> Trial:
+def run_trial(
+    fleet: DrillFleet, name: str, number: int, say: Callable[[str], None] = lambda _: None
+) -> Trial:
     """One trial of the drill, run again when its fault came too late to be valid; the fleet is
     settled afterwards (every job ended, every agent back)."""
     for retry in range(LATE_FAULT_RETRIES + 1):
@@ -57,7 +59,9 @@ def run_trial(fleet: DrillFleet, name: str, number: int, say: Callable[[str], No
                 continue
             trial = Trial(name, number, outcome="not completed", problems=[f"drill error: {late}"])
         except Exception as exc:  # the drill could not observe what it needed
-            trial = Trial(name, number, outcome="not completed", problems=[f"drill error: {type(exc).__name__}: {exc}"])
+            trial = Trial(
+                name, number, outcome="not completed", problems=[f"drill error: {type(exc).__name__}: {exc}"]
+            )
         _settle(fleet, trial)
         return trial
     raise AssertionError("unreachable")

@@ -9,7 +9,8 @@ machine, generated").
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from relevo_core.store import keys
 
@@ -94,7 +95,9 @@ def queue_counter_key() -> dict[str, Any]:
     return {"pk": {"S": keys.QUEUE_COUNTER_PK}, "sk": {"S": keys.COUNTER_SK}}
 
 
-def expression(body: dict[str, Any], names: dict[str, str] | None, values: dict[str, Any] | None) -> dict[str, Any]:
+def expression(
+    body: dict[str, Any], names: dict[str, str] | None, values: dict[str, Any] | None
+) -> dict[str, Any]:
     if names:
         body["ExpressionAttributeNames"] = names
     if values:
@@ -102,8 +105,14 @@ def expression(body: dict[str, Any], names: dict[str, str] | None, values: dict[
     return body
 
 
-def update(key: dict[str, Any], update_expression: str, *, condition: str | None = None,
-           names: dict[str, str] | None = None, values: dict[str, Any] | None = None) -> dict[str, Any]:
+def update(
+    key: dict[str, Any],
+    update_expression: str,
+    *,
+    condition: str | None = None,
+    names: dict[str, str] | None = None,
+    values: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The parameters of an UpdateItem (or a transaction's Update) of the table."""
     body: dict[str, Any] = {"TableName": TABLE, "Key": key, "UpdateExpression": update_expression}
     if condition:
@@ -113,7 +122,11 @@ def update(key: dict[str, Any], update_expression: str, *, condition: str | None
 
 def get(key: dict[str, Any], projection: str, names: dict[str, str] | None = None) -> dict[str, Any]:
     """A strongly consistent GetItem of a few attributes."""
-    return expression({"TableName": TABLE, "Key": key, "ConsistentRead": True, "ProjectionExpression": projection}, names, None)
+    return expression(
+        {"TableName": TABLE, "Key": key, "ConsistentRead": True, "ProjectionExpression": projection},
+        names,
+        None,
+    )
 
 
 def then(state: State, next_state: str | None) -> State:
@@ -126,11 +139,19 @@ def then(state: State, next_state: str | None) -> State:
 
 
 def backoff_retry(errors: list[str], attempts: int) -> dict[str, Any]:
-    return {"ErrorEquals": errors, "IntervalSeconds": 1, "MaxAttempts": attempts, "BackoffRate": 2.0, "JitterStrategy": "FULL"}
+    return {
+        "ErrorEquals": errors,
+        "IntervalSeconds": 1,
+        "MaxAttempts": attempts,
+        "BackoffRate": 2.0,
+        "JitterStrategy": "FULL",
+    }
 
 
 def _conflict() -> list[dict[str, Any]]:
-    return [{"Variable": "$.conflict.error.Cause", "StringMatches": f"*{reason}*"} for reason in CONFLICT_REASONS]
+    return [
+        {"Variable": "$.conflict.error.Cause", "StringMatches": f"*{reason}*"} for reason in CONFLICT_REASONS
+    ]
 
 
 def transaction(
@@ -198,16 +219,23 @@ def transaction(
     if not waits_for_token:
         # A task token is handed out once: a waiting transaction is not retried on its own.
         task["Retry"] = [backoff_retry([INTERNAL_ERROR], CONFLICT_RETRIES)]
-    task["Catch"] = [*(before_catch or []),
-                     {"ErrorEquals": [TRANSACTION_CANCELED], "ResultPath": "$.conflict.error", "Next": f"{name}Canceled"},
-                     *(after_catch or [])]
+    task["Catch"] = [
+        *(before_catch or []),
+        {"ErrorEquals": [TRANSACTION_CANCELED], "ResultPath": "$.conflict.error", "Next": f"{name}Canceled"},
+        *(after_catch or []),
+    ]
     then(task, next_state)
     canceled: State = {"Type": "Choice"}
     if canceled_comment:
         canceled["Comment"] = canceled_comment
     canceled["Choices"] = [
-        {"And": [{"Or": _conflict()}, {"Variable": "$.conflict.retries", "NumericLessThan": CONFLICT_RETRIES}],
-         "Next": f"{name}ConflictBackoff"},
+        {
+            "And": [
+                {"Or": _conflict()},
+                {"Variable": "$.conflict.retries", "NumericLessThan": CONFLICT_RETRIES},
+            ],
+            "Next": f"{name}ConflictBackoff",
+        },
         {"Or": _conflict(), "Next": kept_conflicting},
         *(refusals or []),
     ]

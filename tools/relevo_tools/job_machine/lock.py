@@ -12,7 +12,6 @@ from typing import Any
 
 from relevo_core.models.status import JobStatus, QueueReason
 from relevo_core.store import keys
-
 from relevo_tools.job_machine.asl import (
     EXECUTION_NAME,
     KEPT_CONFLICTING,
@@ -45,7 +44,11 @@ GATE = "gate"
 ACQUIRE = f"SET #count = if_not_exists(#count, :zero) + :one, kind = :kind REMOVE {GATE} ADD holders :me"
 HAS_ROOM = "(attribute_not_exists(#count) OR #count < :limit) AND NOT contains(holders, :name)"
 ACQUIRE_VALUES = {
-    ":zero": {"N": "0"}, ":one": {"N": "1"}, ":limit": {"N": "1"}, ":kind": {"S": keys.LOCK_KIND}, ":me": ME,
+    ":zero": {"N": "0"},
+    ":one": {"N": "1"},
+    ":limit": {"N": "1"},
+    ":kind": {"S": keys.LOCK_KIND},
+    ":me": ME,
     ":name": {"S.$": EXECUTION_NAME},
 }
 RELEASE = f"ADD #count :minus_one, wake_seq :one DELETE holders :me REMOVE {GATE}"
@@ -55,15 +58,26 @@ RELEASE_VALUES = {":minus_one": {"N": "-1"}, ":me": ME, ":name": {"S.$": EXECUTI
 
 def _starts_running() -> dict[str, Any]:
     """The job record: queued → running, out of the queue."""
-    return {"Update": update(
-        job_key(), f"SET #status = :running, last_writer = :writer, updated_at = :now {LEAVE_QUEUE}",
-        condition="#status = :queued", names=STATUS,
-        values={":running": {"S": JobStatus.RUNNING.value}, ":queued": {"S": JobStatus.QUEUED.value}, ":writer": WRITER, ":now": NOW},
-    )}
+    return {
+        "Update": update(
+            job_key(),
+            f"SET #status = :running, last_writer = :writer, updated_at = :now {LEAVE_QUEUE}",
+            condition="#status = :queued",
+            names=STATUS,
+            values={
+                ":running": {"S": JobStatus.RUNNING.value},
+                ":queued": {"S": JobStatus.QUEUED.value},
+                ":writer": WRITER,
+                ":now": NOW,
+            },
+        )
+    }
 
 
 def _gives_back_queue_slot() -> dict[str, Any]:
-    return {"Update": update(queue_counter_key(), "ADD queued :minus_one", values={":minus_one": {"N": "-1"}})}
+    return {
+        "Update": update(queue_counter_key(), "ADD queued :minus_one", values={":minus_one": {"N": "-1"}})
+    }
 
 
 def _wait_order_head(result_path: str, next_state: str, comment: str, **extra: Any) -> dict[str, Any]:
@@ -91,10 +105,23 @@ def _park() -> list[dict[str, Any]]:
     """A waiter's park: conditional on the lock's wake_seq it last read, its task token kept on
     its record (wake_token) for whoever frees the lock, while the job is queued."""
     return [
-        {"ConditionCheck": {"TableName": TABLE, "Key": lock_key(), "ConditionExpression": "wake_seq = :seen",
-                            "ExpressionAttributeValues": {":seen": {"N.$": "$.peek.Item.wake_seq.N"}}}},
-        {"Update": update(job_key(), f"SET {keys.WAKE_TOKEN_ATTRIBUTE} = :token", condition="#status = :queued", names=STATUS,
-                          values={":token": {"S.$": "$$.Task.Token"}, ":queued": {"S": JobStatus.QUEUED.value}})},
+        {
+            "ConditionCheck": {
+                "TableName": TABLE,
+                "Key": lock_key(),
+                "ConditionExpression": "wake_seq = :seen",
+                "ExpressionAttributeValues": {":seen": {"N.$": "$.peek.Item.wake_seq.N"}},
+            }
+        },
+        {
+            "Update": update(
+                job_key(),
+                f"SET {keys.WAKE_TOKEN_ATTRIBUTE} = :token",
+                condition="#status = :queued",
+                names=STATUS,
+                values={":token": {"S.$": "$$.Task.Token"}, ":queued": {"S": JobStatus.QUEUED.value}},
+            )
+        },
     ]
 
 
@@ -105,8 +132,15 @@ def acquire(first_stage: str) -> States:
     states |= transaction(
         "AcquireProjectLockAndStart",
         [
-            {"Update": update(lock_key(), ACQUIRE, condition=f"{HAS_ROOM} AND attribute_not_exists(waiters)", names=COUNT,
-                              values=ACQUIRE_VALUES)},
+            {
+                "Update": update(
+                    lock_key(),
+                    ACQUIRE,
+                    condition=f"{HAS_ROOM} AND attribute_not_exists(waiters)",
+                    names=COUNT,
+                    values=ACQUIRE_VALUES,
+                )
+            },
             _starts_running(),
             _gives_back_queue_slot(),
         ],
@@ -141,7 +175,12 @@ def acquire(first_stage: str) -> States:
             "ResultPath": "$.lock",
             "Next": "HoldsProjectLock",
         },
-        "NoLockHolders": {"Type": "Pass", "Result": {"held": False}, "ResultPath": "$.lock", "Next": "HoldsProjectLock"},
+        "NoLockHolders": {
+            "Type": "Pass",
+            "Result": {"held": False},
+            "ResultPath": "$.lock",
+            "Next": "HoldsProjectLock",
+        },
         "HoldsProjectLock": {
             "Type": "Choice",
             "Choices": [
@@ -154,14 +193,28 @@ def acquire(first_stage: str) -> States:
     states |= transaction(
         "MarkWaitingForProject",
         [
-            {"Update": update(
-                job_key(), f"SET queue_reason = :reason, {keys.WAITING_FOR_ATTRIBUTE} = :project, last_writer = :writer, updated_at = :now",
-                condition="#status = :queued", names=STATUS,
-                values={":reason": {"S": QueueReason.PROJECT_RUNNING.value}, ":project": string_at("$.project"),
-                        ":queued": {"S": JobStatus.QUEUED.value}, ":writer": WRITER, ":now": NOW},
-            )},
-            {"Update": update(lock_key(), "SET wake_seq = if_not_exists(wake_seq, :zero) ADD waiters :me",
-                              values={":zero": {"N": "0"}, ":me": ME})},
+            {
+                "Update": update(
+                    job_key(),
+                    f"SET queue_reason = :reason, {keys.WAITING_FOR_ATTRIBUTE} = :project, last_writer = :writer, updated_at = :now",
+                    condition="#status = :queued",
+                    names=STATUS,
+                    values={
+                        ":reason": {"S": QueueReason.PROJECT_RUNNING.value},
+                        ":project": string_at("$.project"),
+                        ":queued": {"S": JobStatus.QUEUED.value},
+                        ":writer": WRITER,
+                        ":now": NOW,
+                    },
+                )
+            },
+            {
+                "Update": update(
+                    lock_key(),
+                    "SET wake_seq = if_not_exists(wake_seq, :zero) ADD waiters :me",
+                    values={":zero": {"N": "0"}, ":me": ME},
+                )
+            },
         ],
         comment="Projection and place in line, atomically: the job waits because its project is running another job, joins the "
         "lock's waiters (which stops newcomers taking a freed lock first) and becomes visible in WaitOrderIndex. The lock's "
@@ -191,13 +244,19 @@ def acquire(first_stage: str) -> States:
             "Choices": [
                 {"Variable": "$.peek.Item.count.N", "IsPresent": False, "Next": "FindQueueHead"},
                 {"Variable": "$.peek.Item.count.N", "StringEquals": "0", "Next": "FindQueueHead"},
-                {"And": [{"Variable": f"$.peek.Item.{GATE}", "IsPresent": True},
-                         {"Variable": "$.gate_wait.parks", "NumericGreaterThan": 0}], "Next": "WaitBehindGate"},
+                {
+                    "And": [
+                        {"Variable": f"$.peek.Item.{GATE}", "IsPresent": True},
+                        {"Variable": "$.gate_wait.parks", "NumericGreaterThan": 0},
+                    ],
+                    "Next": "WaitBehindGate",
+                },
             ],
             "Default": "WaitForProject",
         },
         "FindQueueHead": _wait_order_head(
-            "$.queue", "IsQueueHead",
+            "$.queue",
+            "IsQueueHead",
             "Who goes next: the first job of the project's waiting order (priority desc, then queue_seq asc).",
         ),
         "IsQueueHead": {
@@ -206,7 +265,11 @@ def acquire(first_stage: str) -> States:
             "waiter) lets the job try: the lock write stays conditional, so exclusion never rests on the index.",
             "Choices": [
                 {"Variable": "$.queue.count", "NumericEquals": 0, "Next": "AcquireAsQueueHead"},
-                {"Variable": "$.queue.items[0].job_id.S", "StringEqualsPath": "$.job_id", "Next": "AcquireAsQueueHead"},
+                {
+                    "Variable": "$.queue.items[0].job_id.S",
+                    "StringEqualsPath": "$.job_id",
+                    "Next": "AcquireAsQueueHead",
+                },
             ],
             "Default": "WaitForProject",
         },
@@ -226,7 +289,13 @@ def acquire(first_stage: str) -> States:
         timeout_path="$.lock_wait.fallback_sec",
         before_catch=[{"ErrorEquals": ["States.Timeout"], "ResultPath": None, "Next": "CountWaitCycle"}],
         # The reasons list the items in order: a failed condition on the job's (second) item.
-        refusals=[{"Variable": "$.conflict.error.Cause", "StringMatches": "*, ConditionalCheckFailed]*", "Next": NOT_QUEUED}],
+        refusals=[
+            {
+                "Variable": "$.conflict.error.Cause",
+                "StringMatches": "*, ConditionalCheckFailed]*",
+                "Next": NOT_QUEUED,
+            }
+        ],
         kept_conflicting="CountWaitCycle",
         next_state="CountWaitCycle",
         refused="CountWaitCycle",
@@ -244,7 +313,13 @@ def acquire(first_stage: str) -> States:
         waits_for_token=True,
         timeout_path="$.gate_wait.park_sec",
         before_catch=[{"ErrorEquals": ["States.Timeout"], "ResultPath": None, "Next": "CountGateCycle"}],
-        refusals=[{"Variable": "$.conflict.error.Cause", "StringMatches": "*, ConditionalCheckFailed]*", "Next": NOT_QUEUED}],
+        refusals=[
+            {
+                "Variable": "$.conflict.error.Cause",
+                "StringMatches": "*, ConditionalCheckFailed]*",
+                "Next": NOT_QUEUED,
+            }
+        ],
         kept_conflicting="CountGateCycle",
         next_state="CountGateCycle",
         refused="CountGateCycle",
@@ -252,25 +327,36 @@ def acquire(first_stage: str) -> States:
     states |= {
         "CountGateCycle": {
             "Type": "Pass",
-            "Parameters": {"park_sec.$": "$.gate_wait.park_sec", "parks.$": "States.MathAdd($.gate_wait.parks, -1)"},
+            "Parameters": {
+                "park_sec.$": "$.gate_wait.park_sec",
+                "parks.$": "States.MathAdd($.gate_wait.parks, -1)",
+            },
             "ResultPath": "$.gate_wait",
             "Next": "PeekProjectLock",
         },
         "CountWaitCycle": {
             "Type": "Pass",
-            "Parameters": {"fallback_sec.$": "$.lock_wait.fallback_sec", "cycles.$": "States.MathAdd($.lock_wait.cycles, -1)"},
+            "Parameters": {
+                "fallback_sec.$": "$.lock_wait.fallback_sec",
+                "cycles.$": "States.MathAdd($.lock_wait.cycles, -1)",
+            },
             "ResultPath": "$.lock_wait",
             "Next": "WaitBudgetLeft",
         },
         "WaitBudgetLeft": {
             "Type": "Choice",
-            "Choices": [{"Variable": "$.lock_wait.cycles", "NumericGreaterThan": 0, "Next": "PeekProjectLock"}],
+            "Choices": [
+                {"Variable": "$.lock_wait.cycles", "NumericGreaterThan": 0, "Next": "PeekProjectLock"}
+            ],
             "Default": "ProjectWaitTimedOut",
         },
         "ProjectWaitTimedOut": {
             "Type": "Pass",
             "Comment": "The job waited for its project for its whole queue_timeout_sec.",
-            "Result": {"Error": "Relevo.Timeout.Queue", "Cause": "the project stayed busy for the whole queue_timeout_sec"},
+            "Result": {
+                "Error": "Relevo.Timeout.Queue",
+                "Cause": "the project stayed busy for the whole queue_timeout_sec",
+            },
             "ResultPath": "$.error",
             "Next": "GiveUpWaiting",
         },
@@ -278,17 +364,32 @@ def acquire(first_stage: str) -> States:
     states |= transaction(
         "GiveUpWaiting",
         [
-            {"Update": update(
-                job_key(),
-                "SET #status = :failed, error_name = :error, error_cause = :cause, last_writer = :writer, updated_at = :now, "
-                f"ended_at = :now {LEAVE_QUEUE}",
-                condition="#status = :queued", names=STATUS,
-                values={":failed": {"S": JobStatus.FAILED.value}, ":queued": {"S": JobStatus.QUEUED.value},
-                        ":error": string_at("$.error.Error"), ":cause": string_at("$.error.Cause"), ":writer": WRITER, ":now": NOW},
-            )},
+            {
+                "Update": update(
+                    job_key(),
+                    "SET #status = :failed, error_name = :error, error_cause = :cause, last_writer = :writer, updated_at = :now, "
+                    f"ended_at = :now {LEAVE_QUEUE}",
+                    condition="#status = :queued",
+                    names=STATUS,
+                    values={
+                        ":failed": {"S": JobStatus.FAILED.value},
+                        ":queued": {"S": JobStatus.QUEUED.value},
+                        ":error": string_at("$.error.Error"),
+                        ":cause": string_at("$.error.Cause"),
+                        ":writer": WRITER,
+                        ":now": NOW,
+                    },
+                )
+            },
             _gives_back_queue_slot(),
-            {"Update": update(lock_key(), "DELETE waiters :me ADD wake_seq :one", condition="contains(waiters, :name)",
-                              values={":me": ME, ":name": {"S.$": EXECUTION_NAME}, ":one": {"N": "1"}})},
+            {
+                "Update": update(
+                    lock_key(),
+                    "DELETE waiters :me ADD wake_seq :one",
+                    condition="contains(waiters, :name)",
+                    values={":me": ME, ":name": {"S.$": EXECUTION_NAME}, ":one": {"N": "1"}},
+                )
+            },
         ],
         comment="The job fails, leaves the line and gives back its queue slot, atomically; then it is dead-lettered like any "
         "failed job (it can be redriven), and the next waiter is woken.",
@@ -299,8 +400,20 @@ def acquire(first_stage: str) -> States:
     states |= transaction(
         "AcquireAsQueueHead",
         [
-            {"Update": update(lock_key(), f"{ACQUIRE} DELETE waiters :me", condition=HAS_ROOM, names=COUNT, values=ACQUIRE_VALUES)},
-            {"Update": update(job_key(), f"REMOVE {keys.WAITING_FOR_ATTRIBUTE}, {keys.WAKE_TOKEN_ATTRIBUTE}")},
+            {
+                "Update": update(
+                    lock_key(),
+                    f"{ACQUIRE} DELETE waiters :me",
+                    condition=HAS_ROOM,
+                    names=COUNT,
+                    values=ACQUIRE_VALUES,
+                )
+            },
+            {
+                "Update": update(
+                    job_key(), f"REMOVE {keys.WAITING_FOR_ATTRIBUTE}, {keys.WAKE_TOKEN_ATTRIBUTE}"
+                )
+            },
         ],
         comment="The head takes the freed lock and leaves the waiting order in one transaction.",
         canceled_comment="Cancelled: a conflict is retried (and after the last retry the lock is read again); anything else is a "
@@ -341,17 +454,34 @@ def acquire(first_stage: str) -> States:
 def release(name: str, comment: str, *, next_state: str) -> States:
     """This execution gives the lock back and moves its wake_seq (a waiter about to park sees
     it and reads the lock again); a lock it no longer holds (a sweep freed it) is left alone."""
-    return {name: {
-        "Type": "Task",
-        "Comment": comment,
-        "Resource": "arn:aws:states:::dynamodb:updateItem",
-        "Parameters": update(lock_key(), RELEASE, condition=HOLDS, names=COUNT, values=RELEASE_VALUES),
-        "ResultPath": None,
-        "Retry": [backoff_retry(["DynamoDB.InternalServerErrorException", "DynamoDB.ProvisionedThroughputExceededException",
-                                 "DynamoDB.RequestLimitExceeded", "DynamoDB.TransactionConflictException"], 3)],
-        "Catch": [{"ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"], "ResultPath": None, "Next": next_state}],
-        "Next": next_state,
-    }}
+    return {
+        name: {
+            "Type": "Task",
+            "Comment": comment,
+            "Resource": "arn:aws:states:::dynamodb:updateItem",
+            "Parameters": update(lock_key(), RELEASE, condition=HOLDS, names=COUNT, values=RELEASE_VALUES),
+            "ResultPath": None,
+            "Retry": [
+                backoff_retry(
+                    [
+                        "DynamoDB.InternalServerErrorException",
+                        "DynamoDB.ProvisionedThroughputExceededException",
+                        "DynamoDB.RequestLimitExceeded",
+                        "DynamoDB.TransactionConflictException",
+                    ],
+                    3,
+                )
+            ],
+            "Catch": [
+                {
+                    "ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"],
+                    "ResultPath": None,
+                    "Next": next_state,
+                }
+            ],
+            "Next": next_state,
+        }
+    }
 
 
 def wake_head(*, succeeded: str, failed: str) -> States:
@@ -360,7 +490,8 @@ def wake_head(*, succeeded: str, failed: str) -> States:
     fallback read of the lock."""
     return {
         "FindHeadToWake": _wait_order_head(
-            "$.wake", "IsAnyoneWaiting",
+            "$.wake",
+            "IsAnyoneWaiting",
             "Who heads the project's line now (priority desc, then queue_seq asc), to be woken. A wake that fails here only "
             "delays the head until its fallback read of the lock.",
             Catch=[{"ErrorEquals": ["States.ALL"], "ResultPath": None, "Next": "AfterWake"}],
@@ -369,7 +500,13 @@ def wake_head(*, succeeded: str, failed: str) -> States:
             "Type": "Choice",
             "Comment": "Nobody waits (the common case): straight on, one transition.",
             "Choices": [
-                {"And": [{"Variable": "$.wake.count", "NumericEquals": 0}, {"Variable": "$.error", "IsPresent": False}], "Next": succeeded},
+                {
+                    "And": [
+                        {"Variable": "$.wake.count", "NumericEquals": 0},
+                        {"Variable": "$.error", "IsPresent": False},
+                    ],
+                    "Next": succeeded,
+                },
                 {"Variable": "$.wake.count", "NumericEquals": 0, "Next": failed},
             ],
             "Default": "ReadHeadWakeToken",
@@ -385,7 +522,13 @@ def wake_head(*, succeeded: str, failed: str) -> States:
         "HasWakeToken": {
             "Type": "Choice",
             "Comment": "No token: the head is between two parks, and it reads the lock before it parks again.",
-            "Choices": [{"Variable": f"$.wake.head.Item.{keys.WAKE_TOKEN_ATTRIBUTE}.S", "IsPresent": True, "Next": "WakeHead"}],
+            "Choices": [
+                {
+                    "Variable": f"$.wake.head.Item.{keys.WAKE_TOKEN_ATTRIBUTE}.S",
+                    "IsPresent": True,
+                    "Next": "WakeHead",
+                }
+            ],
             "Default": "AfterWake",
         },
         "WakeHead": {
@@ -393,7 +536,10 @@ def wake_head(*, succeeded: str, failed: str) -> States:
             "Comment": "The head's park returns and it reads the lock. A token that is no longer live (the head parked again, or "
             "ended) is refused, which changes nothing.",
             "Resource": "arn:aws:states:::aws-sdk:sfn:sendTaskSuccess",
-            "Parameters": {"TaskToken.$": f"$.wake.head.Item.{keys.WAKE_TOKEN_ATTRIBUTE}.S", "Output": "{\"woken\": true}"},
+            "Parameters": {
+                "TaskToken.$": f"$.wake.head.Item.{keys.WAKE_TOKEN_ATTRIBUTE}.S",
+                "Output": '{"woken": true}',
+            },
             "ResultPath": None,
             "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": None, "Next": "AfterWake"}],
             "Next": "AfterWake",
@@ -404,4 +550,3 @@ def wake_head(*, succeeded: str, failed: str) -> States:
             "Default": succeeded,
         },
     }
-

@@ -18,17 +18,36 @@ from __future__ import annotations
 from typing import Any
 
 from relevo_core.models.status import StageStatus
-
-from relevo_tools.job_machine.asl import NOW, STATUS, WRITER, State, States, job_key, number_at, stage_key, string_at, transaction, update
+from relevo_tools.job_machine.asl import (
+    NOW,
+    STATUS,
+    WRITER,
+    State,
+    States,
+    job_key,
+    number_at,
+    stage_key,
+    string_at,
+    transaction,
+    update,
+)
 
 SHARD_PREFIX = "Shard"
 # What a shard's iteration is given: the stage's fields, with the shard's own record key and index
 # (relevo_core.execution._fan_out) merged over them.
 STAGE_AS_SHARD = "States.JsonMerge($.stage, $$.Map.Item.Value, false)"
-ENDED_SHARD = [StageStatus.SUCCEEDED, StageStatus.WARNING, StageStatus.FAILED, StageStatus.CANCELED, StageStatus.SKIPPED]
+ENDED_SHARD = [
+    StageStatus.SUCCEEDED,
+    StageStatus.WARNING,
+    StageStatus.FAILED,
+    StageStatus.CANCELED,
+    StageStatus.SKIPPED,
+]
 # Where a stage that failed without fail_fast keeps each failed shard's failure (its summary says).
-SHARD_FAILURES_WHERE = ("each failed shard's error class, attempts, backoff and cause are on its own record (STAGE#nn#SHARD#kk: "
-                        "last_error, attempts_log): relevo dlq view and relevo job view list them")
+SHARD_FAILURES_WHERE = (
+    "each failed shard's error class, attempts, backoff and cause are on its own record (STAGE#nn#SHARD#kk: "
+    "last_error, attempts_log): relevo dlq view and relevo job view list them"
+)
 
 
 def renamed(states: States, prefix: str) -> States:
@@ -38,7 +57,10 @@ def renamed(states: States, prefix: str) -> States:
 
     def walk(value: Any) -> Any:
         if isinstance(value, dict):
-            return {key: (prefix + item if key in ("Next", "Default") and item in names else walk(item)) for key, item in value.items()}
+            return {
+                key: (prefix + item if key in ("Next", "Default") and item in names else walk(item))
+                for key, item in value.items()
+            }
         if isinstance(value, list):
             return [walk(item) for item in value]
         return value
@@ -68,8 +90,13 @@ def _iteration_input(stage: str) -> dict[str, Any]:
 
 
 def _stage_record(expression: str, values: dict[str, Any], condition: str | None = None) -> dict[str, Any]:
-    return update(stage_key(), expression, condition=condition, names={**STATUS, "#ttl": "ttl"} if "#ttl" in expression else STATUS,
-                  values=values)
+    return update(
+        stage_key(),
+        expression,
+        condition=condition,
+        names={**STATUS, "#ttl": "ttl"} if "#ttl" in expression else STATUS,
+        values=values,
+    )
 
 
 def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
@@ -84,13 +111,26 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         "Parameters": update(
             stage_key(),
             "SET #status = :canceled, ended_at = :now, closed_at = :now, last_writer = :writer, #ttl = :ttl REMOVE held_by",
-            condition="attribute_not_exists(#status) OR NOT #status IN (" + ", ".join(f":{status.value}" for status in ENDED_SHARD) + ")",
+            condition="attribute_not_exists(#status) OR NOT #status IN ("
+            + ", ".join(f":{status.value}" for status in ENDED_SHARD)
+            + ")",
             names={**STATUS, "#ttl": "ttl"},
-            values={":canceled": {"S": StageStatus.CANCELED.value}, ":now": NOW, ":writer": WRITER, ":ttl": number_at("$.ttl"),
-                    **{f":{status.value}": {"S": status.value} for status in ENDED_SHARD}},
+            values={
+                ":canceled": {"S": StageStatus.CANCELED.value},
+                ":now": NOW,
+                ":writer": WRITER,
+                ":ttl": number_at("$.ttl"),
+                **{f":{status.value}": {"S": status.value} for status in ENDED_SHARD},
+            },
         ),
         "ResultPath": None,
-        "Catch": [{"ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"], "ResultPath": None, "Next": "ShardHadEnded"}],
+        "Catch": [
+            {
+                "ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"],
+                "ResultPath": None,
+                "Next": "ShardHadEnded",
+            }
+        ],
         "End": True,
     }
     return {
@@ -109,15 +149,27 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
                 **_stage_record(
                     "SET #status = :running, stage_name = :name, stage_index = :index, shard_count = :count, dispatched_at = :now, "
                     "last_writer = :writer, #ttl = :ttl",
-                    {":running": {"S": StageStatus.RUNNING.value}, ":name": string_at("$.stage.name"),
-                     ":index": number_at("$.stage.index"), ":count": number_at("$.stage.shards.count"), ":now": NOW,
-                     ":writer": WRITER, ":ttl": number_at("$.ttl")},
+                    {
+                        ":running": {"S": StageStatus.RUNNING.value},
+                        ":name": string_at("$.stage.name"),
+                        ":index": number_at("$.stage.index"),
+                        ":count": number_at("$.stage.shards.count"),
+                        ":now": NOW,
+                        ":writer": WRITER,
+                        ":ttl": number_at("$.ttl"),
+                    },
                 ),
                 "ConditionExpression.$": "States.ArrayGetItem(States.Array('attribute_not_exists(approved_at)', "
                 "'attribute_exists(approved_at)', 'attribute_not_exists(approved_at)', 'attribute_exists(approved_at)'), $.stage.gate)",
             },
             "ResultPath": None,
-            "Catch": [{"ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"], "ResultPath": None, "Next": on_gate}],
+            "Catch": [
+                {
+                    "ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"],
+                    "ResultPath": None,
+                    "Next": on_gate,
+                }
+            ],
             "Next": "RunShards",
         },
         "RunShards": {
@@ -128,8 +180,11 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
             "ItemsPath": "$.stage.shards.items",
             "MaxConcurrencyPath": "$.stage.shards.max_parallel",
             "ItemSelector": _iteration_input(STAGE_AS_SHARD),
-            "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": SHARD_PREFIX + shard_start,
-                              "States": renamed(shard_states, SHARD_PREFIX)},
+            "ItemProcessor": {
+                "ProcessorConfig": {"Mode": "INLINE"},
+                "StartAt": SHARD_PREFIX + shard_start,
+                "States": renamed(shard_states, SHARD_PREFIX),
+            },
             # Each failed shard's index and its error (ShardFailedAlone), in shard order: $[*].failed
             # and $[*].error are lists on AWS and in moto 5.2.5 alike, and an intrinsic reads them the
             # same on both (a member of an array item, failed[0].Error, reads as a one-item list in
@@ -137,17 +192,27 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
             # Whether a shard ended `warning` (its agent's answer says so), and every shard's output in
             # shard order, for the stage's outcome; `status` is the stage's unless ShardsWarned says
             # otherwise ("Intrinsic functions": States.ArrayContains).
-            "ResultSelector": {"failed.$": "$[*].failed", "errors.$": "$[*].error",
-                               "warned.$": f"States.ArrayContains($[*].status, '{StageStatus.WARNING.value}')",
-                               "status": StageStatus.SUCCEEDED.value, "outcomes.$": "$"},
+            "ResultSelector": {
+                "failed.$": "$[*].failed",
+                "errors.$": "$[*].error",
+                "warned.$": f"States.ArrayContains($[*].status, '{StageStatus.WARNING.value}')",
+                "status": StageStatus.SUCCEEDED.value,
+                "outcomes.$": "$",
+            },
             "ResultPath": "$.shard_results",
             "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.failure", "Next": "StopShards"}],
             "Next": "AnyShardFailed",
         },
         "AnyShardFailed": {
             "Type": "Choice",
-            "Choices": [{"Variable": "$.shard_results.failed[0]", "IsPresent": True, "Next": "SummarizeShardFailures"},
-                        {"Variable": "$.shard_results.warned", "BooleanEquals": True, "Next": "ShardsWarned"}],
+            "Choices": [
+                {
+                    "Variable": "$.shard_results.failed[0]",
+                    "IsPresent": True,
+                    "Next": "SummarizeShardFailures",
+                },
+                {"Variable": "$.shard_results.warned", "BooleanEquals": True, "Next": "ShardsWarned"},
+            ],
             "Default": "RecordShardsSucceeded",
         },
         "ShardsWarned": {
@@ -184,17 +249,35 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         "ShardsFailed": {
             "Type": "Pass",
             "Comment": "The stage fails with the first failed shard's error and the summary as its cause.",
-            "Parameters": {"Error.$": "$.failure_summary.error_class", "Cause.$": "States.JsonToString($.failure_summary)"},
+            "Parameters": {
+                "Error.$": "$.failure_summary.error_class",
+                "Cause.$": "States.JsonToString($.failure_summary)",
+            },
             "ResultPath": "$.failure",
             "Next": "StopShards",
         },
         **transaction(
             "RecordShardsSucceeded",
             [
-                {"Update": update(stage_key(), "SET #status = :ended, ended_at = :now, last_writer = :writer", names=STATUS,
-                                  values={":ended": string_at("$.shard_results.status"), ":now": NOW, ":writer": WRITER})},
-                {"Update": update(job_key(), "SET last_successful_stage = :stage, last_writer = :writer, updated_at = :now",
-                                  values={":stage": string_at("$.stage.name"), ":now": NOW, ":writer": WRITER})},
+                {
+                    "Update": update(
+                        stage_key(),
+                        "SET #status = :ended, ended_at = :now, last_writer = :writer",
+                        names=STATUS,
+                        values={
+                            ":ended": string_at("$.shard_results.status"),
+                            ":now": NOW,
+                            ":writer": WRITER,
+                        },
+                    )
+                },
+                {
+                    "Update": update(
+                        job_key(),
+                        "SET last_successful_stage = :stage, last_writer = :writer, updated_at = :now",
+                        values={":stage": string_at("$.stage.name"), ":now": NOW, ":writer": WRITER},
+                    )
+                },
             ],
             comment="Every shard succeeded (some perhaps with warnings): the stage's record and the job's last successful stage, "
             "written here once the stage as a whole succeeded, in one transaction. Neither "
@@ -205,8 +288,12 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
             "Type": "Pass",
             "Comment": "The stage's outcome, as the job's end reads it (stage_outcomes): its name, its status (`warning` when a "
             "shard's was), its shard count and each shard's output in shard order (its agent's answer).",
-            "Parameters": {"stage.$": "$.stage.name", "status.$": "$.shard_results.status", "shards.$": "$.stage.shards.count",
-                           "shard_outcomes.$": "$.shard_results.outcomes"},
+            "Parameters": {
+                "stage.$": "$.stage.name",
+                "status.$": "$.shard_results.status",
+                "shards.$": "$.stage.shards.count",
+                "shard_outcomes.$": "$.shard_results.outcomes",
+            },
             "End": True,
         },
         "StopShards": {
@@ -229,8 +316,13 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
             "Parameters": _stage_record(
                 "SET #status = :failed, ended_at = :now, closed_at = :now, last_error = :error, failed_shards = :cause, "
                 "last_writer = :writer",
-                {":failed": {"S": StageStatus.FAILED.value}, ":now": NOW, ":error": string_at("$.failure.Error"),
-                 ":cause": string_at("$.failure.Cause"), ":writer": WRITER},
+                {
+                    ":failed": {"S": StageStatus.FAILED.value},
+                    ":now": NOW,
+                    ":error": string_at("$.failure.Error"),
+                    ":cause": string_at("$.failure.Cause"),
+                    ":writer": WRITER,
+                },
             ),
             "ResultPath": None,
             "Next": "RecordLastSuccessBeforeShards",
@@ -239,11 +331,18 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
             "Type": "Task",
             "Comment": "As RecordLastSuccess for a stage without shards: the job's last successful stage, should it end here.",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
-            "Parameters": update(job_key(), "SET last_successful_stage = :last, last_writer = :writer",
-                                 values={":last.$": "$.stage.previous_success", ":writer": WRITER}),
+            "Parameters": update(
+                job_key(),
+                "SET last_successful_stage = :last, last_writer = :writer",
+                values={":last.$": "$.stage.previous_success", ":writer": WRITER},
+            ),
             "ResultPath": None,
             "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": None, "Next": "ShardedStageFailed"}],
             "Next": "ShardedStageFailed",
         },
-        "ShardedStageFailed": {"Type": "Fail", "ErrorPath": "$.failure.Error", "CausePath": "$.failure.Cause"},
+        "ShardedStageFailed": {
+            "Type": "Fail",
+            "ErrorPath": "$.failure.Error",
+            "CausePath": "$.failure.Cause",
+        },
     }

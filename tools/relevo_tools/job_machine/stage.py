@@ -13,7 +13,6 @@ from relevo_core.execution import PAUSE_HOLD_SEC, RETRY_KEYS
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import keys
-
 from relevo_tools.job_machine.asl import (
     NOW,
     STATUS,
@@ -49,13 +48,21 @@ UNGATED, GATED = "attribute_not_exists(approved_at)", "attribute_exists(approved
 # its write is always refused, and the refusal leads to its fan-out (GatedOrSharded), at no
 # transition for a stage without shards.
 FANS_OUT = "attribute_exists(pk) AND attribute_not_exists(pk)"
-GATE_CONDITION = f"States.ArrayGetItem(States.Array('{UNGATED}', '{GATED}', '{FANS_OUT}', '{FANS_OUT}'), $.stage.gate)"
+GATE_CONDITION = (
+    f"States.ArrayGetItem(States.Array('{UNGATED}', '{GATED}', '{FANS_OUT}', '{FANS_OUT}'), $.stage.gate)"
+)
 # A shard stopped by a sibling's failure (StopShards closes its record) is not dispatched again.
 SHARD_OPEN = "attribute_not_exists(closed_at)"
 FAILURE_NAMES = {
     "QueueTimedOut": (ErrorClass.QUEUE_TIMEOUT, "no agent claimed the stage within queue_timeout_sec"),
-    "LeaseExpired": (ErrorClass.LEASE_EXPIRED, "the claiming agent stopped heartbeating for longer than its lease"),
-    "ExecTimedOut": (ErrorClass.EXEC_TIMEOUT, "the stage ran past its exec timeout and the agent did not end it"),
+    "LeaseExpired": (
+        ErrorClass.LEASE_EXPIRED,
+        "the claiming agent stopped heartbeating for longer than its lease",
+    ),
+    "ExecTimedOut": (
+        ErrorClass.EXEC_TIMEOUT,
+        "the stage ran past its exec timeout and the agent did not end it",
+    ),
 }
 
 
@@ -66,7 +73,12 @@ def _notify(event: str, next_state: str) -> State:
         "Parameters": {
             "TopicArn": "${NotificationTopicArn}",
             "Subject": f"Relevo {event}",
-            "Message": {"event": event, "job_id.$": "$.job_id", "project.$": "$.project", "stage.$": "$.stage.name"},
+            "Message": {
+                "event": event,
+                "job_id.$": "$.job_id",
+                "project.$": "$.project",
+                "stage.$": "$.stage.name",
+            },
         },
         "ResultPath": None,
         "Next": next_state,
@@ -74,7 +86,12 @@ def _notify(event: str, next_state: str) -> State:
 
 
 def _failure(error: str, cause: str, next_state: str = "RecordAttemptFailure") -> State:
-    return {"Type": "Pass", "Result": {"Error": error, "Cause": cause}, "ResultPath": "$.failure", "Next": next_state}
+    return {
+        "Type": "Pass",
+        "Result": {"Error": error, "Cause": cause},
+        "ResultPath": "$.failure",
+        "Next": next_state,
+    }
 
 
 def _catch_all(next_state: str, result_path: str | None = "$.failure") -> dict[str, Any]:
@@ -90,22 +107,41 @@ def approval_gate(approved: str) -> States:
         **transaction(
             "AwaitApproval",
             [
-                {"Update": update(
-                    job_key(), "SET #status = :waiting, waiting_stage = :stage, last_writer = :writer, updated_at = :now",
-                    names=STATUS,
-                    values={":waiting": {"S": JobStatus.WAITING.value}, ":stage": string_at("$.stage.name"), ":writer": WRITER, ":now": NOW},
-                )},
+                {
+                    "Update": update(
+                        job_key(),
+                        "SET #status = :waiting, waiting_stage = :stage, last_writer = :writer, updated_at = :now",
+                        names=STATUS,
+                        values={
+                            ":waiting": {"S": JobStatus.WAITING.value},
+                            ":stage": string_at("$.stage.name"),
+                            ":writer": WRITER,
+                            ":now": NOW,
+                        },
+                    )
+                },
                 {"Put": token_item(keys.APPROVAL_TOKEN_SK, {"stage": string_at("$.stage.name")})},
                 # The project's lock says its holder waits for a person: the jobs queued behind it
                 # park without spending their queue timeout (lock.py, WaitBehindGate), and say why.
-                {"Update": update(
-                    lock_key(), f"SET {GATE} = :gate ADD wake_seq :one",
-                    values={":gate": {"M": {"job_id": string_at("$.job_id"), "stage": string_at("$.stage.name"), "since": NOW}},
-                            ":one": {"N": "1"}},
-                )},
+                {
+                    "Update": update(
+                        lock_key(),
+                        f"SET {GATE} = :gate ADD wake_seq :one",
+                        values={
+                            ":gate": {
+                                "M": {
+                                    "job_id": string_at("$.job_id"),
+                                    "stage": string_at("$.stage.name"),
+                                    "since": NOW,
+                                }
+                            },
+                            ":one": {"N": "1"},
+                        },
+                    )
+                },
             ],
             comment="The job waits; POST /jobs/{id}/approve or /reject answers the token, which is kept in the job's token "
-            "partition (TOKENS#, readable by no job session: docs/architecture.md, \"Trust boundaries\"), not on the job record "
+            'partition (TOKENS#, readable by no job session: docs/architecture.md, "Trust boundaries"), not on the job record '
             "that the job's agents read. The project's lock it holds says so (`gate`), and its wake_seq moves so a waiter about "
             "to park reads it first. No item has a condition, so a cancelled transaction is a conflict (or a throttle) "
             "and is retried with a new token; the approve route only ever fails this task with Relevo.Approval.Rejected.",
@@ -114,35 +150,57 @@ def approval_gate(approved: str) -> States:
             answer_path="$.approval",
             before_catch=[
                 {"ErrorEquals": ["States.Timeout"], "ResultPath": None, "Next": "ApprovalTimedOut"},
-                {"ErrorEquals": [ErrorClass.APPROVAL_REJECTED.value], "ResultPath": "$.failure", "Next": "NotifyRejected"},
+                {
+                    "ErrorEquals": [ErrorClass.APPROVAL_REJECTED.value],
+                    "ResultPath": "$.failure",
+                    "Next": "NotifyRejected",
+                },
             ],
             next_state="MarkApproved",
         ),
         **transaction(
             "MarkApproved",
             [
-                {"Update": update(
-                    job_key(), "SET #status = :running, last_writer = :writer, updated_at = :now REMOVE waiting_stage",
-                    names=STATUS, values={":running": {"S": JobStatus.RUNNING.value}, ":writer": WRITER, ":now": NOW},
-                )},
+                {
+                    "Update": update(
+                        job_key(),
+                        "SET #status = :running, last_writer = :writer, updated_at = :now REMOVE waiting_stage",
+                        names=STATUS,
+                        values={":running": {"S": JobStatus.RUNNING.value}, ":writer": WRITER, ":now": NOW},
+                    )
+                },
                 # The stage's record, pending until its dispatch, says it was approved: its dispatch's gate condition.
-                {"Update": update(
-                    stage_key(),
-                    "SET approved_at = :now, #status = if_not_exists(#status, :pending), stage_name = :name, stage_index = :index, "
-                    "last_writer = :writer, #ttl = :ttl",
-                    names={**STATUS, "#ttl": "ttl"},
-                    values={":now": NOW, ":pending": {"S": StageStatus.PENDING.value}, ":name": string_at("$.stage.name"),
-                            ":index": number_at("$.stage.index"), ":writer": WRITER, ":ttl": number_at("$.ttl")},
-                )},
+                {
+                    "Update": update(
+                        stage_key(),
+                        "SET approved_at = :now, #status = if_not_exists(#status, :pending), stage_name = :name, stage_index = :index, "
+                        "last_writer = :writer, #ttl = :ttl",
+                        names={**STATUS, "#ttl": "ttl"},
+                        values={
+                            ":now": NOW,
+                            ":pending": {"S": StageStatus.PENDING.value},
+                            ":name": string_at("$.stage.name"),
+                            ":index": number_at("$.stage.index"),
+                            ":writer": WRITER,
+                            ":ttl": number_at("$.ttl"),
+                        },
+                    )
+                },
                 # Its project runs again: the jobs behind it count their queue timeout again.
-                {"Update": update(lock_key(), f"REMOVE {GATE} ADD wake_seq :one", values={":one": {"N": "1"}})},
+                {
+                    "Update": update(
+                        lock_key(), f"REMOVE {GATE} ADD wake_seq :one", values={":one": {"N": "1"}}
+                    )
+                },
             ],
             comment="Approved: the job runs again, and the gated stage's record says so (approved_at), which lets its dispatch "
             "through; the project's lock no longer says its holder waits at a gate. No update has a condition, so a "
             "cancellation is a conflict (or a throttle) and is retried.",
             next_state=approved,
         ),
-        "ApprovalTimedOut": _failure(ErrorClass.APPROVAL_TIMEOUT.value, "approval_timeout", "NotifyApprovalTimedOut"),
+        "ApprovalTimedOut": _failure(
+            ErrorClass.APPROVAL_TIMEOUT.value, "approval_timeout", "NotifyApprovalTimedOut"
+        ),
         "NotifyApprovalTimedOut": _notify("job.approval_timeout", "AssembleFailureDetail"),
         "NotifyRejected": _notify("job.rejected", "AssembleFailureDetail"),
     }
@@ -189,12 +247,25 @@ def dispatch(gate: str, shard: bool = False) -> States:
                         **({":shard": number_at("$.stage.shard")} if shard else {}),
                     },
                 ),
-                **({"ConditionExpression": SHARD_OPEN} if shard else {"ConditionExpression.$": GATE_CONDITION}),
+                **(
+                    {"ConditionExpression": SHARD_OPEN}
+                    if shard
+                    else {"ConditionExpression.$": GATE_CONDITION}
+                ),
                 "ReturnValues": "ALL_NEW",
             },
-            "ResultSelector": {"avoid_agents.$": "$.Attributes.failed_agents.L[*].S", "dispatch_key.$": "$.Attributes.dispatch_key.S"},
+            "ResultSelector": {
+                "avoid_agents.$": "$.Attributes.failed_agents.L[*].S",
+                "dispatch_key.$": "$.Attributes.dispatch_key.S",
+            },
             "ResultPath": "$.dispatch",
-            "Catch": [{"ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"], "ResultPath": None, "Next": gate}],
+            "Catch": [
+                {
+                    "ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"],
+                    "ResultPath": None,
+                    "Next": gate,
+                }
+            ],
             "Next": "DispatchStage",
         },
         "DispatchStage": {
@@ -228,7 +299,11 @@ def dispatch(gate: str, shard: bool = False) -> States:
             "TimeoutSecondsPath": "$.dispatch_wait_sec",
             "ResultPath": "$.claim",
             "Catch": [
-                {"ErrorEquals": ["States.Timeout", "States.HeartbeatTimeout"], "ResultPath": None, "Next": "CheckRegionPauses"},
+                {
+                    "ErrorEquals": ["States.Timeout", "States.HeartbeatTimeout"],
+                    "ResultPath": None,
+                    "Next": "CheckRegionPauses",
+                },
                 _catch_all("EnsureCause"),
             ],
             "Next": "AwaitResult",
@@ -262,7 +337,9 @@ def dispatch(gate: str, shard: bool = False) -> States:
         },
         "HeldByPause": {
             "Type": "Choice",
-            "Choices": [{"Variable": "$.pauses.in_force", "NumericGreaterThan": 0, "Next": "RecordPauseHold"}],
+            "Choices": [
+                {"Variable": "$.pauses.in_force", "NumericGreaterThan": 0, "Next": "RecordPauseHold"}
+            ],
             "Default": "QueueTimedOut",
         },
         "RecordPauseHold": {
@@ -271,8 +348,11 @@ def dispatch(gate: str, shard: bool = False) -> States:
             "last_pause_hold_at) for the job view. The same attempt is sent again with a new token; a claim of the earlier message's "
             "token is answered as no longer waiting, and that agent lets its claim go at once (relevo_agent.stage).",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
-            "Parameters": update(stage_key(), "ADD pause_holds :one SET last_pause_hold_at = :now, last_writer = :writer",
-                                 values={":one": {"N": "1"}, ":now": NOW, ":writer": WRITER}),
+            "Parameters": update(
+                stage_key(),
+                "ADD pause_holds :one SET last_pause_hold_at = :now, last_writer = :writer",
+                values={":one": {"N": "1"}, ":now": NOW, ":writer": WRITER},
+            ),
             "ResultPath": None,
             "Next": "WaitLongerWhilePaused",
         },
@@ -282,18 +362,42 @@ def dispatch(gate: str, shard: bool = False) -> States:
             "longer): a pause of at most 7 days then costs at most 169 renewals, about 3,700 history events (22 each), whatever a short "
             "queue_timeout_sec, well within the 25,000-event quota. A resumed agent claims the waiting message at once; the wait "
             "only bounds how long no agent does."
-            + (" A shard's lasts an hour for each shard that may wait beside it (stage.shards.pause_hold_sec: "
-               "relevo_core.execution.shard_pause_hold_sec), so the stage's shards together renew about as often as one stage "
-               "(relevo_core.plan_limits: pause holds)." if shard else ""),
+            + (
+                " A shard's lasts an hour for each shard that may wait beside it (stage.shards.pause_hold_sec: "
+                "relevo_core.execution.shard_pause_hold_sec), so the stage's shards together renew about as often as one stage "
+                "(relevo_core.plan_limits: pause holds)."
+                if shard
+                else ""
+            ),
             "Choices": [
-                {"Variable": "$.queue_timeout_sec", "NumericGreaterThanEqualsPath": "$.stage.shards.pause_hold_sec", "Next": "DispatchStage"}
-                if shard else {"Variable": "$.queue_timeout_sec", "NumericGreaterThanEquals": PAUSE_HOLD_SEC, "Next": "DispatchStage"}
+                {
+                    "Variable": "$.queue_timeout_sec",
+                    "NumericGreaterThanEqualsPath": "$.stage.shards.pause_hold_sec",
+                    "Next": "DispatchStage",
+                }
+                if shard
+                else {
+                    "Variable": "$.queue_timeout_sec",
+                    "NumericGreaterThanEquals": PAUSE_HOLD_SEC,
+                    "Next": "DispatchStage",
+                }
             ],
             "Default": "PauseHoldWait",
         },
         "PauseHoldWait": (
-            {"Type": "Pass", "InputPath": "$.stage.shards.pause_hold_sec", "ResultPath": "$.dispatch_wait_sec", "Next": "DispatchStage"}
-            if shard else {"Type": "Pass", "Result": PAUSE_HOLD_SEC, "ResultPath": "$.dispatch_wait_sec", "Next": "DispatchStage"}
+            {
+                "Type": "Pass",
+                "InputPath": "$.stage.shards.pause_hold_sec",
+                "ResultPath": "$.dispatch_wait_sec",
+                "Next": "DispatchStage",
+            }
+            if shard
+            else {
+                "Type": "Pass",
+                "Result": PAUSE_HOLD_SEC,
+                "ResultPath": "$.dispatch_wait_sec",
+                "Next": "DispatchStage",
+            }
         ),
     }
     states |= await_result()
@@ -309,10 +413,24 @@ def await_result() -> States:
     states = transaction(
         "AwaitResult",
         [
-            {"Update": update(stage_key(), "SET run_handed_at = :now", condition="agent_id = :agent AND attempt = :attempt",
-                              values={":now": NOW, ":agent": string_at("$.claim.agent_id"), ":attempt": number_at("$.claim.attempt")})},
-            {"Put": token_item(stage_token_sk(keys.RUN_TOKEN_PREFIX),
-                               {"agent_id": string_at("$.claim.agent_id"), "attempt": number_at("$.claim.attempt")})},
+            {
+                "Update": update(
+                    stage_key(),
+                    "SET run_handed_at = :now",
+                    condition="agent_id = :agent AND attempt = :attempt",
+                    values={
+                        ":now": NOW,
+                        ":agent": string_at("$.claim.agent_id"),
+                        ":attempt": number_at("$.claim.attempt"),
+                    },
+                )
+            },
+            {
+                "Put": token_item(
+                    stage_token_sk(keys.RUN_TOKEN_PREFIX),
+                    {"agent_id": string_at("$.claim.agent_id"), "attempt": number_at("$.claim.attempt")},
+                )
+            },
         ],
         comment="Hands the claimer a run token (kept in the job's token partition, which no job session reads; the stage "
         "record says run_handed_at, written only if the claim still holds the attempt), then waits. The agent renews its lease "
@@ -331,7 +449,11 @@ def await_result() -> States:
         before_catch=[
             {"ErrorEquals": ["States.HeartbeatTimeout"], "ResultPath": None, "Next": "LeaseExpired"},
             {"ErrorEquals": ["States.Timeout"], "ResultPath": None, "Next": "ExecTimedOut"},
-            {"ErrorEquals": [ErrorClass.MANUAL_REVIEW.value], "ResultPath": "$.failure", "Next": "AwaitManualReview"},
+            {
+                "ErrorEquals": [ErrorClass.MANUAL_REVIEW.value],
+                "ResultPath": "$.failure",
+                "Next": "AwaitManualReview",
+            },
         ],
         after_catch=[_catch_all("EnsureCause")],
         answer_path="$.result",
@@ -359,12 +481,23 @@ def manual_review(retry: str, shard: bool = False) -> States:
         **transaction(
             "AwaitManualReview",
             [
-                {"Update": update(
-                    stage_key(), "SET #status = :review, review_attempt = :attempt, last_writer = :writer",
-                    names=STATUS,
-                    values={":review": {"S": StageStatus.MANUAL_REVIEW.value}, ":attempt": number_at("$.attempt"), ":writer": WRITER},
-                )},
-                {"Put": token_item(stage_token_sk(keys.REVIEW_TOKEN_PREFIX), {"attempt": number_at("$.attempt")})},
+                {
+                    "Update": update(
+                        stage_key(),
+                        "SET #status = :review, review_attempt = :attempt, last_writer = :writer",
+                        names=STATUS,
+                        values={
+                            ":review": {"S": StageStatus.MANUAL_REVIEW.value},
+                            ":attempt": number_at("$.attempt"),
+                            ":writer": WRITER,
+                        },
+                    )
+                },
+                {
+                    "Put": token_item(
+                        stage_token_sk(keys.REVIEW_TOKEN_PREFIX), {"attempt": number_at("$.attempt")}
+                    )
+                },
             ],
             comment="Reconciliation found an effect it cannot tie to this operation: nothing is overwritten, and the stage waits "
             "for an operator without a timeout of its own (the execution's limit bounds it). POST /jobs/{id}/stages/{stage}/resolve "
@@ -380,16 +513,29 @@ def manual_review(retry: str, shard: bool = False) -> States:
             "Comment": "An operator's resolution: succeeded ends the stage; retry dispatches the next attempt at once (it runs, it "
             "is not reconciled again); failed arrives as a task failure instead.",
             "Choices": [
-                {"Variable": "$.review.resolution", "StringEquals": "succeeded", "Next": "RecordResolvedSucceeded"},
+                {
+                    "Variable": "$.review.resolution",
+                    "StringEquals": "succeeded",
+                    "Next": "RecordResolvedSucceeded",
+                },
                 {"Variable": "$.review.resolution", "StringEquals": "retry", "Next": "ResolvedRetry"},
             ],
             "Default": "UnknownResolution",
         },
-        "UnknownResolution": _failure(ErrorClass.RESOLVED_FAILED.value, "the resolution was neither succeeded, retry nor failed"),
-        "ResolvedRetry": {"Type": "Pass", "Parameters": {"delay_sec": 0}, "ResultPath": "$.backoff", "Next": retry},
+        "UnknownResolution": _failure(
+            ErrorClass.RESOLVED_FAILED.value, "the resolution was neither succeeded, retry nor failed"
+        ),
+        "ResolvedRetry": {
+            "Type": "Pass",
+            "Parameters": {"delay_sec": 0},
+            "ResultPath": "$.backoff",
+            "Next": retry,
+        },
     }
     resolved = update(
-        stage_key(), "SET #status = :succeeded, ended_at = :now, last_writer = :writer", names=STATUS,
+        stage_key(),
+        "SET #status = :succeeded, ended_at = :now, last_writer = :writer",
+        names=STATUS,
         values={":succeeded": {"S": StageStatus.SUCCEEDED.value}, ":now": NOW, ":writer": WRITER},
     )
     if shard:
@@ -401,8 +547,17 @@ def manual_review(retry: str, shard: bool = False) -> States:
             "Parameters": resolved,
             "ResultPath": None,
             "OutputPath": "$.claim",
-            "Retry": [backoff_retry(["DynamoDB.InternalServerErrorException", "DynamoDB.ProvisionedThroughputExceededException",
-                                     "DynamoDB.RequestLimitExceeded", "DynamoDB.TransactionConflictException"], 3)],
+            "Retry": [
+                backoff_retry(
+                    [
+                        "DynamoDB.InternalServerErrorException",
+                        "DynamoDB.ProvisionedThroughputExceededException",
+                        "DynamoDB.RequestLimitExceeded",
+                        "DynamoDB.TransactionConflictException",
+                    ],
+                    3,
+                )
+            ],
             "End": True,
         }
         return states
@@ -410,8 +565,13 @@ def manual_review(retry: str, shard: bool = False) -> States:
         "RecordResolvedSucceeded",
         [
             {"Update": resolved},
-            {"Update": update(job_key(), "SET last_successful_stage = :stage, last_writer = :writer, updated_at = :now",
-                              values={":stage": string_at("$.stage.name"), ":now": NOW, ":writer": WRITER})},
+            {
+                "Update": update(
+                    job_key(),
+                    "SET last_successful_stage = :stage, last_writer = :writer, updated_at = :now",
+                    values={":stage": string_at("$.stage.name"), ":now": NOW, ":writer": WRITER},
+                )
+            },
         ],
         comment="Resolved as succeeded: the stage and the job's last successful stage, in one transaction. Neither update has a "
         "condition, so a cancellation is a conflict (or a throttle) and is retried.",
@@ -450,13 +610,19 @@ def attempt_failure(retry: str) -> States:
                 values={
                     ":error": string_at("$.failure.Error"),
                     ":none": {"L": []},
-                    ":this": {"L": [{"M": {
-                        "attempt": number_at("$.attempt"),
-                        "agent": string_at("$.claim.agent_id"),
-                        "error": string_at("$.failure.Error"),
-                        "cause": string_at("$.failure.Cause"),
-                        "at": NOW,
-                    }}]},
+                    ":this": {
+                        "L": [
+                            {
+                                "M": {
+                                    "attempt": number_at("$.attempt"),
+                                    "agent": string_at("$.claim.agent_id"),
+                                    "error": string_at("$.failure.Error"),
+                                    "cause": string_at("$.failure.Cause"),
+                                    "at": NOW,
+                                }
+                            }
+                        ]
+                    },
                     ":writer": WRITER,
                     ":agent": {"L": [string_at("$.claim.agent_id")]},
                 },
@@ -471,7 +637,10 @@ def attempt_failure(retry: str) -> States:
             "Resource": "arn:aws:states:::dynamodb:getItem",
             "Parameters": {
                 "TableName": TABLE,
-                "Key": {"pk": string_at(formatted(keys.freeze_pk, "$.idempotency_key")), "sk": {"S": keys.FREEZE_SK}},
+                "Key": {
+                    "pk": string_at(formatted(keys.freeze_pk, "$.idempotency_key")),
+                    "sk": {"S": keys.FREEZE_SK},
+                },
                 "ConsistentRead": True,
                 "ProjectionExpression": "frozen_at",
             },
@@ -485,9 +654,13 @@ def attempt_failure(retry: str) -> States:
             "Choices": [
                 {"Variable": "$.freeze.Item.frozen_at", "IsPresent": True, "Next": "AssembleFailureDetail"},
                 *(
-                    {"And": [{"Variable": "$.failure.Error", "StringEquals": error.value},
-                             {"Variable": "$.attempt", "NumericLessThanPath": f"$.stage.attempts.{key}"}],
-                     "Next": "ComputeBackoff"}
+                    {
+                        "And": [
+                            {"Variable": "$.failure.Error", "StringEquals": error.value},
+                            {"Variable": "$.attempt", "NumericLessThanPath": f"$.stage.attempts.{key}"},
+                        ],
+                        "Next": "ComputeBackoff",
+                    }
                     for error, key in RETRY_KEYS.items()
                 ),
             ],
@@ -496,7 +669,9 @@ def attempt_failure(retry: str) -> States:
         "ComputeBackoff": {
             "Type": "Pass",
             "Comment": "Exponential backoff with full jitter: a random delay below min(max_delay, base * 2^(attempt-1)).",
-            "Parameters": {"delay_sec.$": "States.MathRandom(0, States.ArrayGetItem($.stage.backoff_caps_sec, $.attempt))"},
+            "Parameters": {
+                "delay_sec.$": "States.MathRandom(0, States.ArrayGetItem($.stage.backoff_caps_sec, $.attempt))"
+            },
             "ResultPath": "$.backoff",
             "Next": "BackoffWait",
         },
@@ -556,11 +731,18 @@ def stage_failure(shard: bool = False) -> States:
             "Parameters": update(
                 stage_key(),
                 "SET #status = :failed, ended_at = if_not_exists(ended_at, :now), closed_at = :now, last_writer = :writer REMOVE held_by",
-                condition="attribute_exists(pk)", names=STATUS,
+                condition="attribute_exists(pk)",
+                names=STATUS,
                 values={":failed": {"S": StageStatus.FAILED.value}, ":now": NOW, ":writer": WRITER},
             ),
             "ResultPath": None,
-            "Catch": [{"ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"], "ResultPath": None, "Next": "RecordLastSuccess"}],
+            "Catch": [
+                {
+                    "ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"],
+                    "ResultPath": None,
+                    "Next": "RecordLastSuccess",
+                }
+            ],
             "Next": "RecordLastSuccess",
         },
         "RecordLastSuccess": {
@@ -570,8 +752,11 @@ def stage_failure(shard: bool = False) -> States:
             "it as an attribute value, so one write covers both. Written by the state machine only: agents cannot write the job "
             "record (store/keys.stages_pk). Best effort: the job view reads it off the stage records anyway.",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
-            "Parameters": update(job_key(), "SET last_successful_stage = :last, last_writer = :writer",
-                                 values={":last.$": "$.stage.previous_success", ":writer": WRITER}),
+            "Parameters": update(
+                job_key(),
+                "SET last_successful_stage = :last, last_writer = :writer",
+                values={":last.$": "$.stage.previous_success", ":writer": WRITER},
+            ),
             "ResultPath": None,
             "Catch": [_catch_all("DescribeStageFailure", None)],
             "Next": "DescribeStageFailure",
@@ -595,13 +780,19 @@ def stage_failure(shard: bool = False) -> States:
             "Type": "Choice",
             "Comment": "fail_fast: the shard's failure fails the fan-out now. Otherwise its failure is its output, and the "
             "fan-out fails the stage once every shard ended.",
-            "Choices": [{"Variable": "$.stage.shards.fail_fast", "BooleanEquals": True, "Next": "StageFailed"}],
+            "Choices": [
+                {"Variable": "$.stage.shards.fail_fast", "BooleanEquals": True, "Next": "StageFailed"}
+            ],
             "Default": "ShardFailedAlone",
         }
         # Its output is small, whatever its cause: its index and its error class. Up to 45 shards'
         # outputs meet in the fan-out's state, which Step Functions bounds (256 KiB); the shard's
         # failure, cause and all, is on its own record (RecordAttemptFailure: last_error, attempts_log).
-        states["ShardFailedAlone"] = {"Type": "Pass", "Parameters": {"failed.$": "$.stage.shard", "error.$": "$.failure.Error"}, "End": True}
+        states["ShardFailedAlone"] = {
+            "Type": "Pass",
+            "Parameters": {"failed.$": "$.stage.shard", "error.$": "$.failure.Error"},
+            "End": True,
+        }
     return states
 
 

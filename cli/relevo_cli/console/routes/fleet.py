@@ -39,11 +39,16 @@ async def fleet_action(request: Request) -> Response:
     if "agent_id" in params:
         if action == "resume":
             return await api_answer(console.api.resume_agent, params["agent_id"], body.get("region") or None)
-        request_body = {**pause, "drain": action == "drain", **({"region": body["region"]} if body.get("region") else {})}
+        request_body = {
+            **pause,
+            "drain": action == "drain",
+            **({"region": body["region"]} if body.get("region") else {}),
+        }
         return await api_answer(console.api.pause_agent, params["agent_id"], request_body)
     if action == "resume":
         return await api_answer(console.api.resume_region, params["region"])
     return await api_answer(console.api.pause_region, params["region"], pause)
+
 
 ROUTES = [
     Route("/fleet", fleet_page),

@@ -20,10 +20,25 @@ from starlette.routing import Route
 from relevo_cli.api import ApiError
 from relevo_cli.artifacts import ChecksumMismatch
 from relevo_cli.console import actions, archive
-from relevo_cli.console.render import api_answer, error_page, invalid, json_object, no_such_action, page, refusal
+from relevo_cli.console.render import (
+    api_answer,
+    error_page,
+    invalid,
+    json_object,
+    no_such_action,
+    page,
+    refusal,
+)
 from relevo_cli.console.state import Console
 from relevo_cli.console.stream import job_events
-from relevo_cli.console.views.job import LOG_MAX_LINES, LOG_TAIL_LINES, empty_log_note, job_panel_context, shard_labels, tail_for_page
+from relevo_cli.console.views.job import (
+    LOG_MAX_LINES,
+    LOG_TAIL_LINES,
+    empty_log_note,
+    job_panel_context,
+    shard_labels,
+    tail_for_page,
+)
 from relevo_core.models.requests import LOG_CURSOR, LOG_MAX_LIMIT
 
 
@@ -45,8 +60,15 @@ async def job_detail(request: Request) -> Response:
             tail = await run_in_threadpool(tail_for_page, console.api, job)
         except ApiError as exc:
             return error_page(exc)
-    return page("job.html", tail=tail, tail_json=json.dumps(tail), shard_labels_json=json.dumps(shard_labels(job)),
-                log_max_lines=LOG_MAX_LINES, log_empty=empty_log_note(job), **context)
+    return page(
+        "job.html",
+        tail=tail,
+        tail_json=json.dumps(tail),
+        shard_labels_json=json.dumps(shard_labels(job)),
+        log_max_lines=LOG_MAX_LINES,
+        log_empty=empty_log_note(job),
+        **context,
+    )
 
 
 async def job_panel(request: Request) -> Response:
@@ -78,12 +100,14 @@ async def job_stream(request: Request) -> Response:
 
 
 async def job_logs_before(request: Request) -> Response:
-    """"Load earlier": one page back from before_seq (the API's own paging)."""
+    """ "Load earlier": one page back from before_seq (the API's own paging)."""
     console: Console = request.app.state.console
     before_seq = request.query_params.get("before_seq", "")
     if not re.fullmatch(LOG_CURSOR, before_seq):
         return invalid("before_seq: a log cursor is required (a page's before_seq)")
-    return await api_answer(console.api.job_logs, request.path_params["job_id"], None, before_seq, LOG_TAIL_LINES)
+    return await api_answer(
+        console.api.job_logs, request.path_params["job_id"], None, before_seq, LOG_TAIL_LINES
+    )
 
 
 async def job_action(request: Request) -> Response:
@@ -95,7 +119,9 @@ async def job_action(request: Request) -> Response:
     if isinstance(body, Response):
         return body
     try:
-        result = await run_in_threadpool(actions.api_call, console.api, name, request.path_params["job_id"], body)
+        result = await run_in_threadpool(
+            actions.api_call, console.api, name, request.path_params["job_id"], body
+        )
     except ApiError as exc:
         return refusal(exc)
     return JSONResponse(result if isinstance(result, dict) else {"result": result})
@@ -113,7 +139,10 @@ async def artifact_download(request: Request) -> Response:
     console: Console = request.app.state.console
     try:
         link = await run_in_threadpool(
-            console.api.artifact_link, request.path_params["job_id"], request.path_params["name"], request.query_params.get("stage"),
+            console.api.artifact_link,
+            request.path_params["job_id"],
+            request.path_params["name"],
+            request.query_params.get("stage"),
             _shard(request),
         )
     except ApiError as exc:
@@ -129,7 +158,9 @@ async def artifact_directory_download(request: Request) -> Response:
     workdir = Path(tempfile.mkdtemp(prefix="relevo-console-"))
     try:
         job = await run_in_threadpool(console.api.get_job, job_id)
-        path = await run_in_threadpool(archive.directory_tarball, console.api, job, stage, directory, workdir, _shard(request))
+        path = await run_in_threadpool(
+            archive.directory_tarball, console.api, job, stage, directory, workdir, _shard(request)
+        )
     except ApiError as exc:
         shutil.rmtree(workdir, ignore_errors=True)
         return error_page(exc)
@@ -139,8 +170,12 @@ async def artifact_directory_download(request: Request) -> Response:
     except ChecksumMismatch as exc:
         shutil.rmtree(workdir, ignore_errors=True)
         return JSONResponse({"error": "CHECKSUM_MISMATCH", "message": str(exc)}, status_code=502)
-    return FileResponse(path, media_type="application/gzip", filename=path.name,
-                        background=BackgroundTask(shutil.rmtree, workdir, ignore_errors=True))
+    return FileResponse(
+        path,
+        media_type="application/gzip",
+        filename=path.name,
+        background=BackgroundTask(shutil.rmtree, workdir, ignore_errors=True),
+    )
 
 
 ROUTES = [

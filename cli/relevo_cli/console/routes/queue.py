@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -19,7 +19,7 @@ async def queue_page(request: Request) -> Response:
     console: Console = request.app.state.console
     try:
         view = await run_in_threadpool(console.api.queue)
-        context = await run_in_threadpool(queue_context, console, view, datetime.now(timezone.utc))
+        context = await run_in_threadpool(queue_context, console, view, datetime.now(UTC))
     except ApiError as exc:
         return error_page(exc)
     return page("queue.html", **context)

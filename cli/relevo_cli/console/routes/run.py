@@ -18,7 +18,9 @@ async def run_page(request: Request) -> Response:
     console: Console = request.app.state.console
     query = request.query_params
     try:
-        context = await run_in_threadpool(run_context, console, query.get("project"), query.get("group") or None)
+        context = await run_in_threadpool(
+            run_context, console, query.get("project"), query.get("group") or None
+        )
     except ApiError as exc:
         return error_page(exc)
     return page("run.html", **context)
@@ -30,7 +32,9 @@ async def project_refs(request: Request) -> Response:
         project = await run_in_threadpool(console.api.get_project, request.path_params["project_id"])
     except ApiError as exc:
         return refusal(exc)
-    return JSONResponse(await run_in_threadpool(refs.list_refs, refs.remote_url(project, console.git_base_url)))
+    return JSONResponse(
+        await run_in_threadpool(refs.list_refs, refs.remote_url(project, console.git_base_url))
+    )
 
 
 async def run_submit(request: Request) -> Response:

@@ -20,5 +20,8 @@ def dlq_context(console: Console) -> dict[str, Any]:
         return actions.button_state(action, {"project": project or "?"}, caller, levels[project])
 
     entries = [{"entry": e, "why_not": why_not(actions.REDRIVE, e["project"])} for e in listing["entries"]]
-    frozen = [{"key": k, "why_not": why_not(actions.UNFREEZE, k.get("project"))} for k in listing.get("frozen_keys") or []]
+    frozen = [
+        {"key": k, "why_not": why_not(actions.UNFREEZE, k.get("project"))}
+        for k in listing.get("frozen_keys") or []
+    ]
     return {"entries": entries, "frozen": frozen}

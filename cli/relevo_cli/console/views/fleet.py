@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 # The fleet page's pause lengths (a pause ends by itself; the API allows up to 7 days).
-FLEET_TIMEOUTS = ((300, "5 minutes"), (1800, "30 minutes"), (7200, "2 hours"), (86400, "1 day"), (7 * 86400, "7 days"))
+FLEET_TIMEOUTS = (
+    (300, "5 minutes"),
+    (1800, "30 minutes"),
+    (7200, "2 hours"),
+    (86400, "1 day"),
+    (7 * 86400, "7 days"),
+)
 
 
 def fleet_context(view: dict[str, Any], caller: str) -> dict[str, Any]:
@@ -17,7 +23,18 @@ def fleet_context(view: dict[str, Any], caller: str) -> dict[str, Any]:
     paused = {pause["region"]: pause for pause in view.get("paused_regions") or []}
     regions = sorted(set(view.get("regions") or ()) | {agent["region"] for agent in agents} | set(paused))
     manage = bool(view.get("fleet_manage"))
-    why_not = None if manage else (f"{caller} is not one of the stack's AdminPrincipals: pausing, draining and resuming "
-                                   "agents changes where every project's stages run, so only they may")
-    return {"regions": [(region, [a for a in agents if a["region"] == region]) for region in regions], "paused_regions": paused,
-            "fleet_manage": manage, "why_not": why_not, "timeouts": FLEET_TIMEOUTS}
+    why_not = (
+        None
+        if manage
+        else (
+            f"{caller} is not one of the stack's AdminPrincipals: pausing, draining and resuming "
+            "agents changes where every project's stages run, so only they may"
+        )
+    )
+    return {
+        "regions": [(region, [a for a in agents if a["region"] == region]) for region in regions],
+        "paused_regions": paused,
+        "fleet_manage": manage,
+        "why_not": why_not,
+        "timeouts": FLEET_TIMEOUTS,
+    }

@@ -3,7 +3,7 @@ log's end as the page first shows it."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from relevo_cli.api import ApiError, RelevoApi
@@ -27,15 +27,24 @@ def job_panel_context(console: Console, job: dict[str, Any]) -> dict[str, Any]:
     rerun_from = actions.button_state(actions.RERUN_FROM, job, caller, level)
     queued = None
     if job["status"] == "queued":
-        queued = next((entry for entry in console.api.queue()["jobs"] if entry["job_id"] == job["job_id"]), None)
+        queued = next(
+            (entry for entry in console.api.queue()["jobs"] if entry["job_id"] == job["job_id"]), None
+        )
     try:
         cost: dict[str, Any] | None = console.job_cost(job)
     except ApiError as exc:  # a held job has no execution yet (409 JOB_NOT_STARTED)
         cost = {"unavailable": str(exc)}
-    summary = job_summary(job, queued, datetime.now(timezone.utc))
-    return {"job": job, "buttons": buttons, "rerun_from": rerun_from, "caller": caller, "cost": cost,
-            "level": level.value if level else "no grant", "summary": summary,
-            "directories": archive.artifact_directories(job.get("artifacts") or [])}
+    summary = job_summary(job, queued, datetime.now(UTC))
+    return {
+        "job": job,
+        "buttons": buttons,
+        "rerun_from": rerun_from,
+        "caller": caller,
+        "cost": cost,
+        "level": level.value if level else "no grant",
+        "summary": summary,
+        "directories": archive.artifact_directories(job.get("artifacts") or []),
+    }
 
 
 def empty_log_note(job: dict[str, Any]) -> str:
@@ -53,7 +62,11 @@ def empty_log_note(job: dict[str, Any]) -> str:
 
 def shard_labels(job: dict[str, Any]) -> dict[str, dict[str, str]]:
     """Each stage with shards: its shards' labels by index (static/job.js names a chunk's shard so)."""
-    return {stage["name"]: {str(shard["shard"]): shard["label"] for shard in stage["shards"]} for stage in job["stages"] if stage.get("shards")}
+    return {
+        stage["name"]: {str(shard["shard"]): shard["label"] for shard in stage["shards"]}
+        for stage in job["stages"]
+        if stage.get("shards")
+    }
 
 
 def last_chunks(api: RelevoApi, job_id: str, end: int | str, lines: int = LOG_TAIL_LINES) -> dict[str, Any]:
@@ -61,6 +74,7 @@ def last_chunks(api: RelevoApi, job_id: str, end: int | str, lines: int = LOG_TA
     lines: the log's end as the page first shows it. Whole chunks (not the job view's line tail) so
     that "Load earlier" (before_seq = the cursor before the first chunk) joins them with no gap and
     no overlap."""
+
     def count(held: list[dict[str, Any]]) -> int:
         return sum(chunk["text"].count("\n") for chunk in held)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from relevo_cli.console import actions
@@ -21,9 +21,21 @@ def job_list_context(console: Console, filters: dict[str, str | None]) -> dict[s
     plans = {p["id"]: [stage["name"] for stage in p.get("stages") or []] for p in projects}
     caller = console.caller_arn()
     level_on = actions.project_levels(console.api, caller)
-    now = datetime.now(timezone.utc)
-    rows = [{"job": job, "buttons": actions.row_buttons(job, caller, level_on(job["project"]), plans.get(job["project"], [])),
-             "duration_sec": seconds_between(job.get("started_at"), job.get("ended_at"), now)}
-            for job in listed["jobs"]]
-    return {"rows": rows, "truncated": listed["truncated"], "filters": filters,
-            "groups": sorted({p["group"] for p in projects if p.get("group")}), "projects": sorted(plans)}
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "job": job,
+            "buttons": actions.row_buttons(
+                job, caller, level_on(job["project"]), plans.get(job["project"], [])
+            ),
+            "duration_sec": seconds_between(job.get("started_at"), job.get("ended_at"), now),
+        }
+        for job in listed["jobs"]
+    ]
+    return {
+        "rows": rows,
+        "truncated": listed["truncated"],
+        "filters": filters,
+        "groups": sorted({p["group"] for p in projects if p.get("group")}),
+        "projects": sorted(plans),
+    }

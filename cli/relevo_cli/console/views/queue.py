@@ -22,9 +22,16 @@ def queue_context(console: Console, view: dict[str, Any], now: datetime) -> dict
     rows = []
     for job in view["jobs"]:
         level = level_on(job["project"])
-        buttons = [(action, actions.button_state(action, job, caller, level))
-                   for action in (actions.BY_NAME["promote"], actions.SET_PRIORITY, actions.BY_NAME["cancel"])]
+        buttons = [
+            (action, actions.button_state(action, job, caller, level))
+            for action in (actions.BY_NAME["promote"], actions.SET_PRIORITY, actions.BY_NAME["cancel"])
+        ]
         rows.append({"job": job, "waited_sec": _waited_sec(job.get("created_at"), now), "buttons": buttons})
     waits = [row["waited_sec"] for row in rows if row["waited_sec"] is not None]
-    return {"rows": rows, "oldest_wait_sec": max(waits, default=None), "agents": view["agents"],
-            "waiting_for_agent": view.get("waiting_for_agent", []), "truncated": view["truncated"]}
+    return {
+        "rows": rows,
+        "oldest_wait_sec": max(waits, default=None),
+        "agents": view["agents"],
+        "waiting_for_agent": view.get("waiting_for_agent", []),
+        "truncated": view["truncated"],
+    }

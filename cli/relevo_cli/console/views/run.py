@@ -23,14 +23,23 @@ def run_context(console: Console, selected: str | None, group: str | None = None
     groups = sorted({p["group"] for p in runnable if p.get("group")})
     shown = [p for p in runnable if p.get("group") == group] if group else runnable
     chosen = next((p for p in shown if p["id"] == selected), shown[0] if shown else None)
-    return {"projects": shown, "project": chosen, "groups": groups, "group": group, "runnable": bool(runnable)}
+    return {
+        "projects": shown,
+        "project": chosen,
+        "groups": groups,
+        "group": group,
+        "runnable": bool(runnable),
+    }
 
 
 def start_run(api: RelevoApi, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """POST /projects/{id}/run as `relevo project run --again` sends it, then where the job stands: its
     queue position while it is queued."""
-    request = {"trigger": "manual", "request_id": secrets.token_hex(8),
-               **{k: body[k] for k in ("ref", "stages", "priority") if body.get(k) not in (None, "", [])}}
+    request = {
+        "trigger": "manual",
+        "request_id": secrets.token_hex(8),
+        **{k: body[k] for k in ("ref", "stages", "priority") if body.get(k) not in (None, "", [])},
+    }
     result = api.run_project(project_id, request)
     if result.get("outcome", "queued") == "queued" and not result.get("duplicate"):
         queued = next((job for job in api.queue()["jobs"] if job["job_id"] == result["job_id"]), None)

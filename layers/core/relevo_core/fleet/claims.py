@@ -33,6 +33,7 @@ from relevo_core.fleet import job_credentials
 from relevo_core.jobs.handoff_sources import MAX_LINEAGE, context_of
 from relevo_core.models.agent_session import (
     AcceptRequest,
+    AttemptRequest,
     ClaimGranted,
     ClaimRequest,
     HeartbeatRequest,
@@ -41,7 +42,6 @@ from relevo_core.models.agent_session import (
     SessionGranted,
     SessionRequest,
     TaskAnswered,
-    AttemptRequest,
     claim_id_of,
 )
 from relevo_core.models.envelope import JobEnvelope
@@ -68,7 +68,10 @@ def ready() -> None:
 
 def _known_region(settings: AgentSessionsSettings, region: str) -> None:
     if region not in settings.regions:
-        raise RelevoError(ErrorCode.REGION_UNKNOWN, f"region affinity {region!r} is not one of this stack's {list(settings.regions)}")
+        raise RelevoError(
+            ErrorCode.REGION_UNKNOWN,
+            f"region affinity {region!r} is not one of this stack's {list(settings.regions)}",
+        )
 
 
 def _not_dispatched_here(request: ClaimRequest | SessionRequest, region: str) -> RelevoError:
@@ -86,7 +89,10 @@ def holds_files(record: dict[str, Any]) -> bool:
     stored = receipt.get("handoff") or record.get("handoff_stored")
     restored = record.get("restored")
     counted = [
-        int(found.get(name) or 0) for found in (stored, restored) if isinstance(found, dict) for name in ("files", "symlinks")
+        int(found.get(name) or 0)
+        for found in (stored, restored)
+        if isinstance(found, dict)
+        for name in ("files", "symlinks")
     ]
     return sum(counted) > 0
 
@@ -112,10 +118,14 @@ def _fail_dispatch(token: str, error: RelevoError) -> None:
     except TaskGone:
         pass
     except ClientError as exc:
-        logger.warning("the dispatch of an unreadable job could not be failed", extra={"error": error_code(exc)})
+        logger.warning(
+            "the dispatch of an unreadable job could not be failed", extra={"error": error_code(exc)}
+        )
 
 
-def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequest, now: datetime) -> ClaimGranted:
+def claim_stage(
+    settings: AgentSessionsSettings, region: str, request: ClaimRequest, now: datetime
+) -> ClaimGranted:
     _known_region(settings, region)
     table = settings.table_name
     items = query_job_items(table, request.job_id)
@@ -130,37 +140,68 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
     index = request.stage_index
     # The attempt's own record: the stage's, or for a stage with shards, the shard's.
     own_sk = attempt_sk(index, request.shard)
-    record = next((item for item in items if item["sk"] == own_sk and str(item["pk"]).startswith("STAGES#")), None)
-    if envelope.region_affinity != region or record is None or record.get("dispatch_key") != request.dispatch_key:
+    record = next(
+        (item for item in items if item["sk"] == own_sk and str(item["pk"]).startswith("STAGES#")), None
+    )
+    if (
+        envelope.region_affinity != region
+        or record is None
+        or record.get("dispatch_key") != request.dispatch_key
+    ):
         raise _not_dispatched_here(request, region)
     if (request.project is not None and request.project != envelope.project) or (
         request.signs is not None and request.signs != (envelope.signing is not None)
     ):
         # A copy of the message passed on by another agent of the region, changed on the way:
         # the agent's decisions before its claim rested on it.
-        raise RelevoError(ErrorCode.DISPATCH_NOT_FOUND, f"the stage message of {request.job_id} does not say what its job is (project, signing)")
+        raise RelevoError(
+            ErrorCode.DISPATCH_NOT_FOUND,
+            f"the stage message of {request.job_id} does not say what its job is (project, signing)",
+        )
     if request.leave_to_previous and request.attempt == 1:
         before = context.stage_before(index)
         # Only where files wait: the stage before handed some on, or restored some (the next stage
         # restores the same). With none, any Mac is as good, and the first to look takes it.
-        previous_agent = before.get("agent_id") if before and before.get("status") in SUCCEEDED_STAGE and holds_files(before) else None
+        previous_agent = (
+            before.get("agent_id")
+            if before and before.get("status") in SUCCEEDED_STAGE and holds_files(before)
+            else None
+        )
         if previous_agent and previous_agent != request.agent_id:
             raise RelevoError(
-                ErrorCode.PREVIOUS_AGENT_PREFERRED, f"the stage before ran on {previous_agent}", agent_id=str(previous_agent)
+                ErrorCode.PREVIOUS_AGENT_PREFERRED,
+                f"the stage before ran on {previous_agent}",
+                agent_id=str(previous_agent),
             )
-    ref = stage_attempts.StageRef(table, request.job_id, index, request.attempt, request.agent_id, shard=request.shard)
+    ref = stage_attempts.StageRef(
+        table, request.job_id, index, request.attempt, request.agent_id, shard=request.shard
+    )
     # This very claim made before (its answer lost on the way back): a dispatch that no longer
     # waits may have been answered by that first request, so its answer is not known.
     repeat = record.get("claim_id") == claim_id_of(request.claim_secret)
 
     def claim() -> dict[str, Any]:
         return stage_attempts.claim(
-            ref, envelope.lease_ttl_sec, now, request.precondition_version, request.enqueued_at,
-            claim_id_of(request.claim_secret), request.journal_id, dispatch_key=request.dispatch_key, previous=record,
+            ref,
+            envelope.lease_ttl_sec,
+            now,
+            request.precondition_version,
+            request.enqueued_at,
+            claim_id_of(request.claim_secret),
+            request.journal_id,
+            dispatch_key=request.dispatch_key,
+            previous=record,
         )
 
     def mint() -> JobSession:
-        return job_credentials.mint(settings.job_role_arn, envelope, index, request.attempt, lineage_of(table, envelope), request.shard)
+        return job_credentials.mint(
+            settings.job_role_arn,
+            envelope,
+            index,
+            request.attempt,
+            lineage_of(table, envelope),
+            request.shard,
+        )
 
     # The job's session once the claim holds, beside the answer to the dispatch: as many calls in
     # a row as beside the claim, and a refused claim (a message delivered twice, a lease still
@@ -169,7 +210,11 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
         previous = claim()
     except stage_attempts.ClaimRefused as refused:
         found = {name: refused.item[name] for name in _REFUSAL_FIELDS if name in refused.item}
-        raise RelevoError(ErrorCode.CLAIM_REFUSED, f"{request.job_id} stage {index} attempt {request.attempt} is not free", **found) from None
+        raise RelevoError(
+            ErrorCode.CLAIM_REFUSED,
+            f"{request.job_id} stage {index} attempt {request.attempt} is not free",
+            **found,
+        ) from None
     minted = side_by_side().submit(in_this_context(mint))
     try:
         accepted = _accept(request, repeat) if request.accept else None
@@ -181,10 +226,19 @@ def claim_stage(settings: AgentSessionsSettings, region: str, request: ClaimRequ
     # own stage, neither its own record nor a sibling shard's: a shard stands on earlier stages only.
     siblings = f"{stage_sk(index)}{SHARD_INFIX}"
     records = [
-        item for item in items
-        if str(item["pk"]).startswith("STAGES#") and item["sk"] != own_sk and (is_stage_sk(item["sk"]) or not item["sk"].startswith(siblings))
+        item
+        for item in items
+        if str(item["pk"]).startswith("STAGES#")
+        and item["sk"] != own_sk
+        and (is_stage_sk(item["sk"]) or not item["sk"].startswith(siblings))
     ]
-    return ClaimGranted(envelope=envelope.to_json_dict(), records=records, previous=previous, session=session, accepted=accepted)
+    return ClaimGranted(
+        envelope=envelope.to_json_dict(),
+        records=records,
+        previous=previous,
+        session=session,
+        accepted=accepted,
+    )
 
 
 def _accept(request: ClaimRequest, repeat: bool) -> bool | None:
@@ -203,25 +257,40 @@ def _accept(request: ClaimRequest, repeat: bool) -> bool | None:
 def _refuse_unless_mine(request: AttemptRequest, on_record: stage_attempts.ClaimOnRecord) -> None:
     """The record names this agent, attempt and claim (the claim secret's hash): else 409
     ATTEMPT_NOT_HELD. Only the agent that made the claim knows its secret."""
-    mine = (on_record.agent_id, on_record.attempt, on_record.claim_id) == (request.agent_id, request.attempt, claim_id_of(request.claim_secret))
+    mine = (on_record.agent_id, on_record.attempt, on_record.claim_id) == (
+        request.agent_id,
+        request.attempt,
+        claim_id_of(request.claim_secret),
+    )
     if not mine:
         raise RelevoError(
-            ErrorCode.ATTEMPT_NOT_HELD, f"{request.job_id} stage {request.stage_index} attempt {request.attempt} is not held by this claim"
+            ErrorCode.ATTEMPT_NOT_HELD,
+            f"{request.job_id} stage {request.stage_index} attempt {request.attempt} is not held by this claim",
         )
 
 
-def _refuse_unless_holding(request: AttemptRequest, on_record: stage_attempts.ClaimOnRecord, now: datetime) -> None:
+def _refuse_unless_holding(
+    request: AttemptRequest, on_record: stage_attempts.ClaimOnRecord, now: datetime
+) -> None:
     """This claim's attempt holds its lease now: live (not ended) and not past its lease's end
     (an agent fences its own command before that end), else 409 ATTEMPT_ENDED."""
     _refuse_unless_mine(request, on_record)
     named = f"{request.job_id} stage {request.stage_index} attempt {request.attempt}"
     if not on_record.live:
-        raise RelevoError(ErrorCode.ATTEMPT_ENDED, f"{named} has ended ({on_record.status})", status=on_record.status)
+        raise RelevoError(
+            ErrorCode.ATTEMPT_ENDED, f"{named} has ended ({on_record.status})", status=on_record.status
+        )
     if on_record.lease_expires_at <= int(now.timestamp()):
-        raise RelevoError(ErrorCode.ATTEMPT_ENDED, f"{named} no longer holds its lease (it ran out: fenced)", status=on_record.status)
+        raise RelevoError(
+            ErrorCode.ATTEMPT_ENDED,
+            f"{named} no longer holds its lease (it ran out: fenced)",
+            status=on_record.status,
+        )
 
 
-def renew_session(settings: AgentSessionsSettings, region: str, request: SessionRequest, now: datetime) -> SessionGranted:
+def renew_session(
+    settings: AgentSessionsSettings, region: str, request: SessionRequest, now: datetime
+) -> SessionGranted:
     """The job credentials again, for the claim whose attempt holds its lease now (its agent,
     attempt and claim secret): before a session runs out, or after a restart while the lease
     still holds. An attempt that ended, ran out of lease, or whose job went on past it (it waits
@@ -231,7 +300,13 @@ def renew_session(settings: AgentSessionsSettings, region: str, request: Session
     table = settings.table_name
     pool = side_by_side()
     job = pool.submit(in_this_context(get_job_record), table, request.job_id)
-    held = pool.submit(in_this_context(stage_attempts.claim_on_record), table, request.job_id, request.stage_index, request.shard)
+    held = pool.submit(
+        in_this_context(stage_attempts.claim_on_record),
+        table,
+        request.job_id,
+        request.stage_index,
+        request.shard,
+    )
     wait([job, held])
     record, on_record = job.result(), held.result()
     envelope = context_of([record]).envelope
@@ -249,7 +324,12 @@ def renew_session(settings: AgentSessionsSettings, region: str, request: Session
             status=on_record.status,
         )
     session = job_credentials.mint(
-        settings.job_role_arn, envelope, request.stage_index, request.attempt, lineage_of(table, envelope), request.shard,
+        settings.job_role_arn,
+        envelope,
+        request.stage_index,
+        request.attempt,
+        lineage_of(table, envelope),
+        request.shard,
     )
     return SessionGranted(session=session)
 
@@ -264,12 +344,21 @@ def _waiting_gate_index(record: dict[str, Any], envelope: JobEnvelope) -> int | 
 
 
 def _record_and_run_token(
-    table: str, request: AttemptRequest,
+    table: str,
+    request: AttemptRequest,
 ) -> tuple[stage_attempts.ClaimOnRecord, task_tokens.RunToken | None]:
     """The stage record's claim and the attempt's run token, read side by side."""
     pool = side_by_side()
-    held = pool.submit(in_this_context(stage_attempts.claim_on_record), table, request.job_id, request.stage_index, request.shard)
-    token = pool.submit(in_this_context(task_tokens.run_token), table, request.job_id, request.stage_index, request.shard)
+    held = pool.submit(
+        in_this_context(stage_attempts.claim_on_record),
+        table,
+        request.job_id,
+        request.stage_index,
+        request.shard,
+    )
+    token = pool.submit(
+        in_this_context(task_tokens.run_token), table, request.job_id, request.stage_index, request.shard
+    )
     wait([held, token])
     return held.result(), token.result()
 
@@ -292,11 +381,15 @@ def _task_gone(request: AttemptRequest, gone: TaskGone) -> RelevoError:
     )
 
 
-def accept_dispatch(settings: AgentSessionsSettings, region: str, request: AcceptRequest, now: datetime) -> TaskAnswered:
+def accept_dispatch(
+    settings: AgentSessionsSettings, region: str, request: AcceptRequest, now: datetime
+) -> TaskAnswered:
     """Answer the dispatch with this claim, when the claim's own answer could not say whether it
     was taken: only for the claim that holds the attempt now (the job session holds no task power)."""
     _known_region(settings, region)
-    on_record = stage_attempts.claim_on_record(settings.table_name, request.job_id, request.stage_index, request.shard)
+    on_record = stage_attempts.claim_on_record(
+        settings.table_name, request.job_id, request.stage_index, request.shard
+    )
     _refuse_unless_holding(request, on_record, now)
     try:
         succeed_task(request.dispatch_token, {"agent_id": request.agent_id, "attempt": request.attempt})
@@ -305,7 +398,9 @@ def accept_dispatch(settings: AgentSessionsSettings, region: str, request: Accep
     return TaskAnswered()
 
 
-def heartbeat(settings: AgentSessionsSettings, region: str, request: HeartbeatRequest, now: datetime) -> TaskAnswered:
+def heartbeat(
+    settings: AgentSessionsSettings, region: str, request: HeartbeatRequest, now: datetime
+) -> TaskAnswered:
     """The task heartbeat of the attempt this claim holds now, sent with the run token the state
     machine handed it (which the agent never sees)."""
     _known_region(settings, region)
@@ -318,7 +413,9 @@ def heartbeat(settings: AgentSessionsSettings, region: str, request: HeartbeatRe
     return TaskAnswered()
 
 
-def report_outcome(settings: AgentSessionsSettings, region: str, request: OutcomeReport, now: datetime) -> TaskAnswered:
+def report_outcome(
+    settings: AgentSessionsSettings, region: str, request: OutcomeReport, now: datetime
+) -> TaskAnswered:
     """How the attempt this claim holds ended: recorded on its stage record (fenced on the claim:
     a repeat of a report whose answer was lost counts as written), then the run token answered
     with it. The answer is built from the fenced record's attempt and the report's status, never
@@ -329,11 +426,19 @@ def report_outcome(settings: AgentSessionsSettings, region: str, request: Outcom
     on_record, token = _record_and_run_token(table, request)
     _refuse_unless_mine(request, on_record)
     status = StageStatus(request.status)
-    ref = stage_attempts.StageRef(table, request.job_id, request.stage_index, request.attempt, request.agent_id, shard=request.shard)
+    ref = stage_attempts.StageRef(
+        table, request.job_id, request.stage_index, request.attempt, request.agent_id, shard=request.shard
+    )
     try:
         stage_attempts.finish(
-            ref, status, now, request.exit_code, request.error, receipt=request.receipt,
-            outcome=stage_attempts.AttemptOutcome(request.outcome), lease_ended=request.lease_ended,
+            ref,
+            status,
+            now,
+            request.exit_code,
+            request.error,
+            receipt=request.receipt,
+            outcome=stage_attempts.AttemptOutcome(request.outcome),
+            lease_ended=request.lease_ended,
         )
     except stage_attempts.LeaseLost as lost:
         raise RelevoError(
@@ -347,7 +452,15 @@ def report_outcome(settings: AgentSessionsSettings, region: str, request: Outcom
         if status.succeeded:
             # The state machine keeps each stage's output (the job record's stage_outcomes): a
             # `warning` stage is said there for the job's commit status.
-            succeed_task(run_token, {"stage": on_record.stage_name, "attempt": request.attempt, "agent_id": request.agent_id, "status": status.value})
+            succeed_task(
+                run_token,
+                {
+                    "stage": on_record.stage_name,
+                    "attempt": request.attempt,
+                    "agent_id": request.agent_id,
+                    "status": status.value,
+                },
+            )
         else:
             fail_task(run_token, request.error or ErrorClass.COMMAND_FAILED.value, request.cause or "")
     except TaskGone as gone:

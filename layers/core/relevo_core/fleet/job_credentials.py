@@ -35,7 +35,9 @@ MAX_SESSION_SEC = 3600
 SESSION_MARGIN_SEC = 300
 
 
-def session_tags(envelope: JobEnvelope, lineage: list[str], stage_index: int = 0, shard: int | None = None) -> dict[str, str]:
+def session_tags(
+    envelope: JobEnvelope, lineage: list[str], stage_index: int = 0, shard: int | None = None
+) -> dict[str, str]:
     """The tags of a session for `envelope`'s job, for stage `stage_index` (its `shard`, for a
     stage with shards); `lineage`: the jobs its skipped stages ran in, nearest first (at most
     len(LINEAGE_TAGS))."""
@@ -46,7 +48,9 @@ def session_tags(envelope: JobEnvelope, lineage: list[str], stage_index: int = 0
         "job": envelope.job_id,
         "project": envelope.project,
         "region": envelope.region_affinity,
-        "signing": f"{envelope.region_affinity}/{envelope.project}" if envelope.signing is not None else NO_GRANT,
+        "signing": f"{envelope.region_affinity}/{envelope.project}"
+        if envelope.signing is not None
+        else NO_GRANT,
         "git": envelope.project if checkout is not None and checkout.credentials_ref else NO_GRANT,
         # The one log partition the attempt writes (JobPolicy's WriteItsLogAndArtifactRecords).
         "log": log_partition(envelope.job_id, stage_index, shard),
@@ -73,12 +77,22 @@ def session_name(job_id: str, stage_index: int, attempt: int, shard: int | None 
     return f"{job_id}.{stage_index}." + ("" if shard is None else f"shard-{shard}.") + str(attempt)
 
 
-def mint(role_arn: str, envelope: JobEnvelope, stage_index: int, attempt: int, lineage: list[str], shard: int | None = None) -> JobSession:
+def mint(
+    role_arn: str,
+    envelope: JobEnvelope,
+    stage_index: int,
+    attempt: int,
+    lineage: list[str],
+    shard: int | None = None,
+) -> JobSession:
     answer = client("sts").assume_role(
         RoleArn=role_arn,
         RoleSessionName=session_name(envelope.job_id, stage_index, attempt, shard),
         DurationSeconds=session_seconds(envelope, stage_index),
-        Tags=[{"Key": key, "Value": value} for key, value in session_tags(envelope, lineage, stage_index, shard).items()],
+        Tags=[
+            {"Key": key, "Value": value}
+            for key, value in session_tags(envelope, lineage, stage_index, shard).items()
+        ],
     )["Credentials"]
     return JobSession(
         access_key_id=answer["AccessKeyId"],

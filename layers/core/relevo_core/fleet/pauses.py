@@ -33,7 +33,10 @@ def _require_admin(settings: QueueSettings, caller: str) -> None:
 
 def _known_region(settings: QueueSettings, region: str) -> str:
     if region not in settings.regions:
-        raise RelevoError(ErrorCode.REGION_UNKNOWN, f"region affinity {region!r} is not one of this stack's {list(settings.regions)}")
+        raise RelevoError(
+            ErrorCode.REGION_UNKNOWN,
+            f"region affinity {region!r} is not one of this stack's {list(settings.regions)}",
+        )
     return region
 
 
@@ -53,12 +56,20 @@ def _describe(pause: AgentPause) -> dict[str, Any]:
     return pause.model_dump(mode="json")
 
 
-def pause_agent(settings: QueueSettings, agent_id: str, request: PauseRequest, caller: str, now: datetime) -> dict[str, Any]:
+def pause_agent(
+    settings: QueueSettings, agent_id: str, request: PauseRequest, caller: str, now: datetime
+) -> dict[str, Any]:
     _require_admin(settings, caller)
     region = _agent_region(settings, agent_id, request.region)
     pause = AgentPause(
-        region=region, agent_id=agent_id, note=request.note, drain=request.drain, set_at=now,
-        until=now + timedelta(seconds=request.timeout_sec), timeout_sec=request.timeout_sec, set_by=caller,
+        region=region,
+        agent_id=agent_id,
+        note=request.note,
+        drain=request.drain,
+        set_at=now,
+        until=now + timedelta(seconds=request.timeout_sec),
+        timeout_sec=request.timeout_sec,
+        set_by=caller,
     )
     put_pause(settings.table_name, pause)
     return {"paused": _describe(pause)}
@@ -68,16 +79,29 @@ def resume_agent(settings: QueueSettings, agent_id: str, region: str | None, cal
     _require_admin(settings, caller)
     region = _agent_region(settings, agent_id, region)
     ended = delete_pause(settings.table_name, region, agent_id)
-    return {"agent_id": agent_id, "region": region, "resumed": ended is not None, "ended": _describe(ended) if ended else None}
+    return {
+        "agent_id": agent_id,
+        "region": region,
+        "resumed": ended is not None,
+        "ended": _describe(ended) if ended else None,
+    }
 
 
-def pause_dispatch(settings: QueueSettings, region: str, request: PauseRequest, caller: str, now: datetime) -> dict[str, Any]:
+def pause_dispatch(
+    settings: QueueSettings, region: str, request: PauseRequest, caller: str, now: datetime
+) -> dict[str, Any]:
     _require_admin(settings, caller)
     if request.drain or request.region is not None:
-        raise RelevoError(ErrorCode.VALIDATION_FAILED, "body: drain and region apply to an agent's pause, not a region's")
+        raise RelevoError(
+            ErrorCode.VALIDATION_FAILED, "body: drain and region apply to an agent's pause, not a region's"
+        )
     pause = AgentPause(
-        region=_known_region(settings, region), note=request.note, set_at=now,
-        until=now + timedelta(seconds=request.timeout_sec), timeout_sec=request.timeout_sec, set_by=caller,
+        region=_known_region(settings, region),
+        note=request.note,
+        set_at=now,
+        until=now + timedelta(seconds=request.timeout_sec),
+        timeout_sec=request.timeout_sec,
+        set_by=caller,
     )
     put_pause(settings.table_name, pause)
     return {"paused": _describe(pause)}

@@ -7,20 +7,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime, timezone
+from typing import Any
 
 from relevo_core.config import IntakeSettings
-from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id
 from relevo_core.execution import start_execution, work_queue_url
+
+# Where intake's project cache lives; named here too for the callers that clear it beside enqueue.
+from relevo_core.intake.project_cache import project_cache  # noqa: F401
+from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.project import OnRepeat, Project
 from relevo_core.models.status import HeldReason
 from relevo_core.plan_limits import require_envelope_fits, require_stages_fit
-# Where intake's project cache lives; named here too for the callers that clear it beside enqueue.
-from relevo_core.intake.project_cache import project_cache  # noqa: F401
 from relevo_core.store import jobs
 
 
@@ -57,7 +59,9 @@ def select_stages(project: Project, names: list[str] | None) -> tuple[StagePlan,
     known = {stage.name for stage in stages}
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise RelevoError(ErrorCode.STAGE_UNKNOWN, f"stages: {', '.join(unknown)} not in project {project.id}")
+        raise RelevoError(
+            ErrorCode.STAGE_UNKNOWN, f"stages: {', '.join(unknown)} not in project {project.id}"
+        )
     wanted = set(names)
     return tuple(stage for stage in stages if stage.name in wanted)
 
@@ -130,7 +134,7 @@ def enqueue(
     `delivery_record(job_id, held_reason)` is the Put of the record of the webhook delivery that
     asked for the job: it is written in the job's own transaction, so it costs no call and exists
     exactly when the job does (a duplicate's transaction is cancelled, record and all)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     # Refused before anything is written: a project stored under other limits may hold a plan
     # its jobs' executions could not carry (relevo_core.plan_limits).
     require_stages_fit(project)
@@ -142,7 +146,9 @@ def enqueue(
         from relevo_core.jobs.lineage import last_successful_before  # reruns only: not on the webhook's path
 
         stands_on = last_successful_before(settings.table_name, retry_of, names, names.index(from_stage))
-    envelope = build_envelope(settings, project, trigger, ref, commit, stages, key, now, priority, from_stage, retry_of, stands_on)
+    envelope = build_envelope(
+        settings, project, trigger, ref, commit, stages, key, now, priority, from_stage, retry_of, stands_on
+    )
     require_envelope_fits(envelope)
     queue_url = work_queue_url(settings.work_queue_prefix, envelope.region_affinity)
     window, on_repeat = project.dedup_for(trigger.type.value)
@@ -152,8 +158,15 @@ def enqueue(
         return [delivery_record(envelope.job_id, held)] if delivery_record is not None else []
 
     outcome = jobs.create_job_or_repeat(
-        settings.table_name, envelope, window, settings.queue_limit, now, on_repeat,
-        held_reason=held_reason, refuse_frozen=refuse_frozen, also_write=also_write,
+        settings.table_name,
+        envelope,
+        window,
+        settings.queue_limit,
+        now,
+        on_repeat,
+        held_reason=held_reason,
+        refuse_frozen=refuse_frozen,
+        also_write=also_write,
     )
     if isinstance(outcome, jobs.RepeatAfterWindow) and on_repeat is OnRepeat.SKIP:
         return IntakeResult(outcome.previous_job_id, duplicate=True, outcome="skipped")
@@ -161,11 +174,14 @@ def enqueue(
         return IntakeResult(envelope.job_id, outcome="held")
     if isinstance(outcome, jobs.Duplicate):
         return IntakeResult(
-            outcome.job_id, duplicate=True, outcome="replayed_delivery" if outcome.matched == "delivery" else "duplicate"
+            outcome.job_id,
+            duplicate=True,
+            outcome="replayed_delivery" if outcome.matched == "delivery" else "duplicate",
         )
     if isinstance(outcome, jobs.QueueFull):
         raise RelevoError(
-            ErrorCode.QUEUE_FULL, f"{outcome.queued} jobs are queued, the limit is {outcome.limit}; nothing was written"
+            ErrorCode.QUEUE_FULL,
+            f"{outcome.queued} jobs are queued, the limit is {outcome.limit}; nothing was written",
         )
     if isinstance(outcome, jobs.KeyFrozen):
         raise RelevoError(

@@ -35,7 +35,9 @@ def scheduler_name(project_id: str, schedule: str) -> str:
 
 def check_scheduler_names(project: Project) -> None:
     """Scheduler names are at most 64 characters: a long project id leaves less room."""
-    too_long = [s.name for s in project.schedules if len(scheduler_name(project.id, s.name)) > SCHEDULER_NAME_MAX]
+    too_long = [
+        s.name for s in project.schedules if len(scheduler_name(project.id, s.name)) > SCHEDULER_NAME_MAX
+    ]
     if too_long:
         raise RelevoError(
             ErrorCode.VALIDATION_FAILED,
@@ -68,7 +70,11 @@ def fire_schedule(settings: IntakeSettings, event: Any) -> IntakeResult | None:
     except ValidationError as exc:
         logger.error("schedule event ignored: malformed", extra={"errors": exc.errors(include_url=False)})
         return None
-    context = {"project": fired.project_id, "schedule": fired.schedule, "scheduled_time": fired.scheduled_time}
+    context = {
+        "project": fired.project_id,
+        "schedule": fired.schedule,
+        "scheduled_time": fired.scheduled_time,
+    }
     from relevo_core.store.projects import get_project  # read fresh: never the intake cache
 
     try:
@@ -88,13 +94,17 @@ def fire_schedule(settings: IntakeSettings, event: Any) -> IntakeResult | None:
         if exc.code is not ErrorCode.KEY_FROZEN:
             raise
         # Retrying cannot help until an operator unfreezes the key: acknowledge the slot.
-        logger.warning("schedule event refused: its idempotency key is frozen", extra={**context, "error": exc.message})
+        logger.warning(
+            "schedule event refused: its idempotency key is frozen", extra={**context, "error": exc.message}
+        )
         return None
     logger.info("schedule fired", extra={**context, "job_id": result.job_id, "outcome": result.outcome})
     return result
 
 
-def _enqueue_slot(settings: IntakeSettings, project: Project, schedule: ProjectSchedule, fired: ScheduleEvent) -> IntakeResult:
+def _enqueue_slot(
+    settings: IntakeSettings, project: Project, schedule: ProjectSchedule, fired: ScheduleEvent
+) -> IntakeResult:
     return enqueue(
         settings,
         project,
@@ -114,7 +124,9 @@ def _enqueue_slot(settings: IntakeSettings, project: Project, schedule: ProjectS
 # ------------------------------------------------------------------ registry sync
 
 
-def schedule_request(settings: SchedulerSettings, project_id: str, schedule: ProjectSchedule) -> dict[str, Any]:
+def schedule_request(
+    settings: SchedulerSettings, project_id: str, schedule: ProjectSchedule
+) -> dict[str, Any]:
     """The CreateSchedule/UpdateSchedule parameters of one project schedule."""
     return {
         "Name": scheduler_name(project_id, schedule.name),
@@ -167,7 +179,9 @@ def sync_schedules(
         if schedule.name in kept:
             continue
         try:
-            scheduler.delete_schedule(Name=scheduler_name(project_id, schedule.name), GroupName=settings.schedule_group)
+            scheduler.delete_schedule(
+                Name=scheduler_name(project_id, schedule.name), GroupName=settings.schedule_group
+            )
         except ClientError as exc:
             if error_code(exc) != "ResourceNotFoundException":
                 raise

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -40,7 +40,9 @@ def run_project(settings: IntakeSettings, project_id: str, body: Any, actor: str
     return enqueue(
         settings,
         project,
-        Trigger(type=trigger_type, source="cli" if trigger_type is TriggerType.MANUAL else "api", actor=actor),
+        Trigger(
+            type=trigger_type, source="cli" if trigger_type is TriggerType.MANUAL else "api", actor=actor
+        ),
         ref=ref,
         commit=request.commit,
         identity=identity,
@@ -56,8 +58,13 @@ def rerun_job(settings: IntakeSettings, job_id: str, body: Any, actor: str) -> I
     previous = jobs.get_envelope(settings.table_name, job_id)
     project = get_project(settings.table_name, previous.project)
     if request.from_stage is not None and request.from_stage not in {s.name for s in project.stages}:
-        raise RelevoError(ErrorCode.STAGE_UNKNOWN, f"from_stage: {request.from_stage} is not a stage of {project.id}")
-    from relevo_core.jobs.handoff_sources import require_handoffs_stored, resolved_commit  # reruns only: off the webhook's path
+        raise RelevoError(
+            ErrorCode.STAGE_UNKNOWN, f"from_stage: {request.from_stage} is not a stage of {project.id}"
+        )
+    from relevo_core.jobs.handoff_sources import (
+        require_handoffs_stored,
+        resolved_commit,
+    )  # reruns only: off the webhook's path
 
     if request.from_stage is not None:
         # What the skipped stages handed on must still be stored: refused now, not halfway.
@@ -81,6 +88,6 @@ def rerun_job(settings: IntakeSettings, job_id: str, body: Any, actor: str) -> I
 def release_job(settings: IntakeSettings, job_id: str, actor: str) -> IntakeResult:
     """A held job (a pull request from a fork, or a repeat after its window) becomes queued and starts."""
     envelope = jobs.get_envelope(settings.table_name, job_id)
-    jobs.release_held(settings.table_name, job_id, settings.queue_limit, actor, datetime.now(timezone.utc))
+    jobs.release_held(settings.table_name, job_id, settings.queue_limit, actor, datetime.now(UTC))
     start_job_execution(settings, envelope)
     return IntakeResult(job_id, outcome="released")

@@ -3,7 +3,7 @@ record of who did it, when and why. Step Functions decides what the answer means
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,13 +22,19 @@ def _waiting_token(settings: TableSettings, job_id: str) -> tuple[str, str]:
     stage the job record says it waits before."""
     record = jobs.get_job_record(settings.table_name, job_id)
     stage = str(record.get("waiting_stage", ""))
-    gate = task_tokens.approval_token(settings.table_name, job_id) if record.get("status") == "waiting" else None
+    gate = (
+        task_tokens.approval_token(settings.table_name, job_id) if record.get("status") == "waiting" else None
+    )
     if gate is None or gate.stage != stage:
-        raise RelevoError(ErrorCode.JOB_NOT_WAITING, f"job {job_id} is {record.get('status')}, not waiting for approval")
+        raise RelevoError(
+            ErrorCode.JOB_NOT_WAITING, f"job {job_id} is {record.get('status')}, not waiting for approval"
+        )
     return gate.token, stage
 
 
-def answer_approval(settings: TableSettings, job_id: str, approve: bool, body: Any, actor: str) -> dict[str, Any]:
+def answer_approval(
+    settings: TableSettings, job_id: str, approve: bool, body: Any, actor: str
+) -> dict[str, Any]:
     try:
         decision = ApprovalDecision.model_validate(body or {})
     except ValidationError as exc:
@@ -44,11 +50,17 @@ def answer_approval(settings: TableSettings, job_id: str, approve: bool, body: A
     except TaskGone as exc:
         raise RelevoError(ErrorCode.JOB_NOT_WAITING, f"job {job_id} no longer waits for approval") from exc
     action = "job.approve" if approve else "job.reject"
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     record_action(settings.table_name, job_id, action, actor, now, reason=decision.reason, stage=stage)
     jobs.record_approval_decision(
         settings.table_name,
         job_id,
-        {"decision": "approved" if approve else "rejected", "actor": actor, "reason": decision.reason, "stage": stage, "at": now.isoformat()},
+        {
+            "decision": "approved" if approve else "rejected",
+            "actor": actor,
+            "reason": decision.reason,
+            "stage": stage,
+            "at": now.isoformat(),
+        },
     )
     return {"job_id": job_id, "action": action, "stage": stage, "actor": actor}

@@ -25,9 +25,10 @@ logged (relevo_core.job_objects: LOCATION_OUTSIDE_JOB).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -135,7 +136,9 @@ def _ended_job(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str | 
     return new.get("project") if ended and not was_ended else None
 
 
-def count_change(table: str, record: dict[str, Any], now_epoch: int, homes: dict[str, JobHome | None] | None = None) -> str | None:
+def count_change(
+    table: str, record: dict[str, Any], now_epoch: int, homes: dict[str, JobHome | None] | None = None
+) -> str | None:
     """Count one stream record into its project's total (once, however often it is delivered).
     Returns the project to check against its bound, or None."""
     old, new = stream_images(record)
@@ -146,7 +149,12 @@ def count_change(table: str, record: dict[str, Any], now_epoch: int, homes: dict
     job_id = str(image["pk"]).removeprefix("ARTIFACTS#")
     home = job_home(table, job_id, {} if homes is None else homes) or home_after_job(image, job_id)
     if home is None:
-        log.warning("artifact record %s %s: its job is gone and its uri %r names no project of it", image.get("pk"), image.get("sk"), image.get("uri"))
+        log.warning(
+            "artifact record %s %s: its job is gone and its uri %r names no project of it",
+            image.get("pk"),
+            image.get("sk"),
+            image.get("uri"),
+        )
         return None
     old, new = checked_image(old, job_id, home), checked_image(new, job_id, home)
     project = home.project
@@ -186,7 +194,9 @@ def enforce(table: str, project_id: str, now: datetime, delete_object: DeleteObj
     if total > bound:
         for job_id, home in _ended_jobs_oldest_first(table, project_id):
             stored = [record for record in list_artifacts(table, job_id) if record.removed_at is None]
-            for artifact in sorted(stored, key=lambda record: (record.uploaded_at, record.stage, record.path)):
+            for artifact in sorted(
+                stored, key=lambda record: (record.uploaded_at, record.stage, record.path)
+            ):
                 try:
                     # The job's own object by the record's name, never the uri its agent wrote.
                     object_key = stored_object(home, artifact)
@@ -203,8 +213,14 @@ def enforce(table: str, project_id: str, now: datetime, delete_object: DeleteObj
                 if artifact_usage.remove_for_quota(table, project_id, artifact, bound, total, now):
                     total -= artifact.size
                     removed.append(artifact)
-                    log.info("artifact %s of job %s stage %s (%d bytes) removed by artifact.max_total_bytes %d",
-                             artifact.path, job_id, artifact.stage, artifact.size, bound)
+                    log.info(
+                        "artifact %s of job %s stage %s (%d bytes) removed by artifact.max_total_bytes %d",
+                        artifact.path,
+                        job_id,
+                        artifact.stage,
+                        artifact.size,
+                        bound,
+                    )
                 else:
                     refused = True
                 if total <= bound:
@@ -214,8 +230,12 @@ def enforce(table: str, project_id: str, now: datetime, delete_object: DeleteObj
     live_over = total > bound and not refused
     if live_over:
         if artifact_usage.note_live_over_bound(table, project_id, now):
-            log.warning("project %s: %d bytes of artifacts, over artifact.max_total_bytes %d, all of live jobs (never removed)",
-                        project_id, total, bound)
+            log.warning(
+                "project %s: %d bytes of artifacts, over artifact.max_total_bytes %d, all of live jobs (never removed)",
+                project_id,
+                total,
+                bound,
+            )
     elif usage.live_over_bound_at is not None:
         artifact_usage.clear_live_over_bound(table, project_id)
     return Enforcement(project_id, bound, usage.bytes, total, removed, live_over)
@@ -228,7 +248,10 @@ def delete_stored_object(bucket: str, key: str) -> None:
 
 
 def handle_changes(
-    table: str, records: list[dict[str, Any]], now: datetime, delete_object: DeleteObject = delete_stored_object
+    table: str,
+    records: list[dict[str, Any]],
+    now: datetime,
+    delete_object: DeleteObject = delete_stored_object,
 ) -> list[Enforcement]:
     """One stream batch: count every change first, then check each project it touched."""
     projects: list[str] = []

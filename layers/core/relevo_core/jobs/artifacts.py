@@ -52,11 +52,14 @@ def _where(record: ArtifactRecord) -> str:
     return record.stage if record.shard is None else f"{record.stage}#shard-{record.shard}"
 
 
-def find_artifact(table: str, job_id: str, name: str, stage: str | None = None, shard: int | None = None) -> ArtifactRecord:
+def find_artifact(
+    table: str, job_id: str, name: str, stage: str | None = None, shard: int | None = None
+) -> ArtifactRecord:
     """The record of `name` (its path under the stage's artifact directory); `stage` is needed
     only when several stages left a file of that name, `shard` when several shards of one did."""
     matches = [
-        record for record in list_artifacts(table, job_id, stage)
+        record
+        for record in list_artifacts(table, job_id, stage)
         if record.path == name and record.kind != "handoff" and (shard is None or record.shard == shard)
     ]
     if not matches:
@@ -67,24 +70,30 @@ def find_artifact(table: str, job_id: str, name: str, stage: str | None = None, 
         stages = sorted({record.stage for record in matches})
         if len(stages) > 1:
             raise RelevoError(
-                ErrorCode.ARTIFACT_AMBIGUOUS, f"stages {', '.join(stages)} each left {name!r}: name one with ?stage=", stages=stages
+                ErrorCode.ARTIFACT_AMBIGUOUS,
+                f"stages {', '.join(stages)} each left {name!r}: name one with ?stage=",
+                stages=stages,
             )
         shards = sorted(record.shard for record in matches if record.shard is not None)
         raise RelevoError(
             ErrorCode.ARTIFACT_AMBIGUOUS,
             f"shards {', '.join(str(k) for k in shards)} of stage {stages[0]!r} each left {name!r}: name one with ?shard=",
-            stages=stages, shards=shards,
+            stages=stages,
+            shards=shards,
         )
     return matches[0]
 
 
-def artifact_link(table: str, job_id: str, name: str, stage: str | None, now: datetime, shard: int | None = None) -> dict[str, Any]:
+def artifact_link(
+    table: str, job_id: str, name: str, stage: str | None, now: datetime, shard: int | None = None
+) -> dict[str, Any]:
     record = find_artifact(table, job_id, name, stage, shard)
     if record.removed_at is not None:
         raise RelevoError(
             ErrorCode.ARTIFACT_REMOVED,
             f"artifact {record.path!r} of job {job_id} stage {_where(record)!r} was removed by {record.removed_reason} at {record.removed_at}",
-            removed_at=record.removed_at, removed_reason=record.removed_reason,
+            removed_at=record.removed_at,
+            removed_reason=record.removed_reason,
         )
     home = JobPrefix.of(get_envelope(table, job_id).artifact_uri)
     url = s3_presigner().generate_presigned_url(

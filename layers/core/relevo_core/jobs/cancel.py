@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 from relevo_core.config import ExecutionSettings
 from relevo_core.execution import stop_execution
-from relevo_core.projects.lock_handoff import wake_next_waiter
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus, StageStatus
+from relevo_core.projects.lock_handoff import wake_next_waiter
 from relevo_core.store import jobs, locks, stage_endings, wait_order
 
 _ATTEMPTS = 5
@@ -26,7 +26,9 @@ def cancel_job(settings: ExecutionSettings, job_id: str, actor: str) -> dict[str
         if status.terminal:
             raise RelevoError(ErrorCode.JOB_ALREADY_ENDED, f"job {job_id} already ended {status.value}")
         try:
-            jobs.mark_canceled(settings.table_name, job_id, status, actor, settings.queue_limit, datetime.now(timezone.utc))
+            jobs.mark_canceled(
+                settings.table_name, job_id, status, actor, settings.queue_limit, datetime.now(UTC)
+            )
             break
         except jobs.StatusChanged:
             continue
@@ -36,7 +38,9 @@ def cancel_job(settings: ExecutionSettings, job_id: str, actor: str) -> dict[str
         stop_execution(settings.state_machine_arn, job_id, cause=f"canceled by {actor}")
     # The stage it was on ends with it: the holder's next renewal is refused (so its command is
     # stopped within one renew interval), and no agent may claim it any more.
-    stage_endings.end_open_stages(settings.table_name, job_id, StageStatus.CANCELED, datetime.now(timezone.utc), f"cancel:{actor}")
+    stage_endings.end_open_stages(
+        settings.table_name, job_id, StageStatus.CANCELED, datetime.now(UTC), f"cancel:{actor}"
+    )
     locks.release(settings.table_name, record["project"], job_id)
     # A job canceled while it waited for its project leaves the waiting order at once.
     wait_order.drop_waiter(settings.table_name, record["project"], job_id)

@@ -12,14 +12,15 @@ own requests, item sizes (a DynamoDB call is taken as one request unit) and Lamb
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
+from relevo_core.aws import error_code
 from relevo_core.execution import execution_history
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.aws import error_code
 
 # us-east-1 list prices (bench/cost.py prices a whole job with the same numbers).
 SFN_PER_TRANSITION = 25 / 1e6
@@ -46,7 +47,9 @@ class ExecutionCost(BaseModel):
     dynamodb_reads: int
     dynamodb_writes: int
     sqs_requests: int
-    other_requests: dict[str, int] = Field(default_factory=dict, description="calls of other services, by service (not priced)")
+    other_requests: dict[str, int] = Field(
+        default_factory=dict, description="calls of other services, by service (not priced)"
+    )
     dollars: float
     basis: str = BASIS
 

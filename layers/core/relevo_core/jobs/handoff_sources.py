@@ -76,7 +76,7 @@ class JobContext:
     shards: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, envelope: JobEnvelope, items: list[dict[str, Any]]) -> "JobContext":
+    def of(cls, envelope: JobEnvelope, items: list[dict[str, Any]]) -> JobContext:
         """The context of `envelope` from its job's stage and shard records (any other item is
         left out)."""
         records: dict[str, dict[str, Any]] = {}
@@ -103,7 +103,8 @@ class JobContext:
                 return str(self.records[stage.name]["checkout_commit"])
             by_shard = {
                 index: str(record["checkout_commit"])
-                for index, record in sorted(self.shards.get(stage.name, {}).items()) if record.get("checkout_commit")
+                for index, record in sorted(self.shards.get(stage.name, {}).items())
+                if record.get("checkout_commit")
             }
             if len(set(by_shard.values())) > 1:
                 raise RelevoError(
@@ -112,7 +113,8 @@ class JobContext:
                     f"({', '.join(f'shard {index} {commit}' for index, commit in by_shard.items())}): "
                     f"the branch moved between their checkouts, so job {self.envelope.job_id} has no one commit to build; "
                     "run it again, or name the commit",
-                    stage=stage.name, commits={str(index): commit for index, commit in by_shard.items()},
+                    stage=stage.name,
+                    commits={str(index): commit for index, commit in by_shard.items()},
                 )
             if by_shard:
                 return next(iter(by_shard.values()))
@@ -140,7 +142,12 @@ def read_job_context(table: str, job_id: str) -> JobContext:
 
 
 def _earlier(
-    job_id: str, name: str, record: dict[str, Any], declared: tuple[str, ...] = (), shard: int | None = None, artifact_uri: str = ""
+    job_id: str,
+    name: str,
+    record: dict[str, Any],
+    declared: tuple[str, ...] = (),
+    shard: int | None = None,
+    artifact_uri: str = "",
 ) -> EarlierStage | None:
     if record.get("status") not in SUCCEEDED_STAGE:
         return None
@@ -148,17 +155,26 @@ def _earlier(
     handoff = receipt.get("handoff")
     outputs = receipt.get("outputs") or {}
     return EarlierStage(
-        name=name, job_id=job_id, agent_id=record.get("agent_id"),
+        name=name,
+        job_id=job_id,
+        agent_id=record.get("agent_id"),
         handoff=HandoffSummary.model_validate(handoff) if isinstance(handoff, dict) else None,
         outputs={str(k): str(v) for k, v in outputs.items()} if isinstance(outputs, dict) else {},
-        declared=declared, shard=shard, artifact_uri=artifact_uri, record_key=(str(record.get("pk", "")), str(record.get("sk", ""))),
+        declared=declared,
+        shard=shard,
+        artifact_uri=artifact_uri,
+        record_key=(str(record.get("pk", "")), str(record.get("sk", ""))),
     )
 
 
 def _earlier_of(context: JobContext, plan: StagePlan) -> list[EarlierStage]:
     """What a succeeded stage of `context`'s job left: its own record's, or once a stage with
     shards succeeded as a whole, each succeeded shard's, in shard order."""
-    job_id, record, uri = context.envelope.job_id, context.records.get(plan.name, {}), context.envelope.artifact_uri
+    job_id, record, uri = (
+        context.envelope.job_id,
+        context.records.get(plan.name, {}),
+        context.envelope.artifact_uri,
+    )
     if not plan.sharded:
         earlier = _earlier(job_id, plan.name, record, plan.handoff, artifact_uri=uri)
         return [] if earlier is None else [earlier]
@@ -226,14 +242,23 @@ def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]
     for stage in stages:
         if stage.handoff is None:
             continue
-        kept = records.setdefault(stage.job_id, [r for r in list_artifacts(table, stage.job_id) if r.kind == "handoff"])
-        removed = [r for r in kept if (r.stage, r.shard, r.attempt) == (stage.name, stage.shard, stage.handoff.attempt) and r.removed_at]
+        kept = records.setdefault(
+            stage.job_id, [r for r in list_artifacts(table, stage.job_id) if r.kind == "handoff"]
+        )
+        removed = [
+            r
+            for r in kept
+            if (r.stage, r.shard, r.attempt) == (stage.name, stage.shard, stage.handoff.attempt)
+            and r.removed_at
+        ]
         if removed:
             raise RelevoError(
                 ErrorCode.HANDOFF_EXPIRED,
                 f"stage {stage.label} of {stage.job_id} handed on files that artifact.max_total_bytes removed on "
                 f"{removed[0].removed_at}: a rerun from a later stage cannot restore them; rerun from {stage.name} or earlier",
-                stage=stage.name, job_id=stage.job_id, removed_at=removed[0].removed_at,
+                stage=stage.name,
+                job_id=stage.job_id,
+                removed_at=removed[0].removed_at,
             )
         # The manifest the stage's name gives under its job's prefix; a receipt naming another
         # object (another job's or project's) refuses the rerun, LOCATION_OUTSIDE_JOB. The key is
@@ -251,6 +276,8 @@ def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]
                     ErrorCode.HANDOFF_EXPIRED,
                     f"stage {stage.label} of {stage.job_id} handed on files stored {stage.handoff.stored_at[:10]} that have expired "
                     f"(the stack's ArtifactRetentionDays): a rerun from a later stage cannot restore them; rerun from {stage.name} or earlier",
-                    stage=stage.name, job_id=stage.job_id, stored_at=stage.handoff.stored_at,
+                    stage=stage.name,
+                    job_id=stage.job_id,
+                    stored_at=stage.handoff.stored_at,
                 ) from exc
             raise

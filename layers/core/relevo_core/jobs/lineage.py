@@ -19,14 +19,19 @@ def succeeded_stages(table: str, job_id: str, depth: int = 0) -> set[str]:
     except RelevoError:
         return set()  # deleted: nothing is known to have succeeded
     first = envelope.first_stage_index
-    done = {envelope.stages[index].name for index in succeeded_indexes(table, job_id, range(first, len(envelope.stages)))}
+    done = {
+        envelope.stages[index].name
+        for index in succeeded_indexes(table, job_id, range(first, len(envelope.stages)))
+    }
     if first > 0 and envelope.retry_of and depth < MAX_LINEAGE:
         earlier = succeeded_stages(table, envelope.retry_of, depth + 1)
         done |= {stage.name for stage in envelope.stages[:first] if stage.name in earlier}
     return done
 
 
-def last_successful_before(table: str, previous_job_id: str, stage_names: list[str], first_index: int) -> str | None:
+def last_successful_before(
+    table: str, previous_job_id: str, stage_names: list[str], first_index: int
+) -> str | None:
     """The last successful stage of a job that skips stage_names[:first_index], standing on
     `previous_job_id`: the last of the skipped stages up to which every one succeeded there."""
     if first_index == 0:

@@ -3,21 +3,22 @@ in the order they will run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from relevo_core.aws import in_this_context
 from relevo_core.config import AccessSettings
 from relevo_core.jobs.project_wait import with_project_waits
+from relevo_core.models.plan import shard_count
 from relevo_core.models.requests import JobListQuery
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
-from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
-from relevo_core.models.plan import shard_count
+from relevo_core.projects.permissions import visibility
 from relevo_core.store.job_stages import stage_and_shard_records
+from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
 from relevo_core.store.jobs_by_status import jobs_with_status
 from relevo_core.store.project_jobs import jobs_of_project
-from relevo_core.projects.permissions import visibility
 from relevo_core.store.projects import list_projects
 
 
@@ -57,12 +58,20 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
         "stages_skipped": skipped,
         "runs_skipped": sum(runs[:skipped]),
         # Their runs are their shards' records (a matrix of one combination still runs as a shard).
-        "sharded_stages": [stage.get("name") for stage in envelope.get("stages") or []
-                           if stage.get("parallel") is not None or stage.get("matrix") is not None],
+        "sharded_stages": [
+            stage.get("name")
+            for stage in envelope.get("stages") or []
+            if stage.get("parallel") is not None or stage.get("matrix") is not None
+        ],
     }
 
 
-_LIVE_STAGE = {StageStatus.DISPATCHED.value, StageStatus.RUNNING.value, StageStatus.RECONCILED.value, StageStatus.MANUAL_REVIEW.value}
+_LIVE_STAGE = {
+    StageStatus.DISPATCHED.value,
+    StageStatus.RUNNING.value,
+    StageStatus.RECONCILED.value,
+    StageStatus.MANUAL_REVIEW.value,
+}
 _DONE_STAGE = SUCCEEDED_STAGE | {StageStatus.SKIPPED.value}
 # Stage records of the listed jobs are read side by side (one Query each).
 _STAGE_READERS = 8
@@ -73,6 +82,7 @@ def with_stages(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     side by side): `stages_done` of `stages_total`, `runs_done` of `runs_total` (a shard is a run
     of its own), its `current_stage`, the `agents` that ran it in plan order, when its first stage
     `started_at`, and its `warning_stages`."""
+
     def stages_of(row: dict[str, Any]) -> Any:
         return stage_and_shard_records(table, row["job_id"])
 
@@ -87,19 +97,36 @@ def with_stages(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if record.get("agent_id") and record["agent_id"] not in agents:
                 agents.append(record["agent_id"])
         starts = [record["started_at"] for record in attempts if record.get("started_at")]
-        runs_done = sum(1 for stage in stages if stage.get("stage_name") not in sharded and stage.get("status") in _DONE_STAGE)
-        row.update({
-            "runs_done": row.pop("runs_skipped") + runs_done + sum(1 for shard in shards if shard.get("status") in _DONE_STAGE),
-            "stages_done": row.pop("stages_skipped") + sum(1 for stage in stages if stage.get("status") in _DONE_STAGE),
-            "current_stage": next((stage.get("stage_name") for stage in stages if stage.get("status") in _LIVE_STAGE), None),
-            "agents": agents,
-            "started_at": min(starts) if starts else None,
-            "warning_stages": [stage.get("stage_name") for stage in stages if stage.get("status") == StageStatus.WARNING.value],
-        })
+        runs_done = sum(
+            1
+            for stage in stages
+            if stage.get("stage_name") not in sharded and stage.get("status") in _DONE_STAGE
+        )
+        row.update(
+            {
+                "runs_done": row.pop("runs_skipped")
+                + runs_done
+                + sum(1 for shard in shards if shard.get("status") in _DONE_STAGE),
+                "stages_done": row.pop("stages_skipped")
+                + sum(1 for stage in stages if stage.get("status") in _DONE_STAGE),
+                "current_stage": next(
+                    (stage.get("stage_name") for stage in stages if stage.get("status") in _LIVE_STAGE), None
+                ),
+                "agents": agents,
+                "started_at": min(starts) if starts else None,
+                "warning_stages": [
+                    stage.get("stage_name")
+                    for stage in stages
+                    if stage.get("status") == StageStatus.WARNING.value
+                ],
+            }
+        )
         if not row["commit"]:
             # A run without a commit builds the one its first checkout resolved (the job view's
             # JobContext.commit): the first recorded in plan order, a stage's or its shards'.
-            resolved = next((record["checkout_commit"] for record in attempts if record.get("checkout_commit")), None)
+            resolved = next(
+                (record["checkout_commit"] for record in attempts if record.get("checkout_commit")), None
+            )
             row.update({"commit": resolved, "commit_source": "checkout" if resolved else None})
     return rows
 
@@ -107,8 +134,15 @@ def with_stages(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _keyword_fields(record: dict[str, Any]) -> tuple[str, ...]:
     envelope = record.get("envelope", {})
     trigger = envelope.get("trigger", {})
-    fields = (record.get("job_id"), record.get("project"), envelope.get("ref"), envelope.get("commit"),
-              trigger.get("source"), trigger.get("actor"), trigger.get("delivery_id"))
+    fields = (
+        record.get("job_id"),
+        record.get("project"),
+        envelope.get("ref"),
+        envelope.get("commit"),
+        trigger.get("source"),
+        trigger.get("actor"),
+        trigger.get("delivery_id"),
+    )
     return tuple(str(value).lower() for value in fields if value)
 
 
@@ -142,7 +176,11 @@ def queue_order_key(job: dict[str, Any]) -> tuple[int, str, str]:
     """Run order of queued jobs: higher priority first, then the earlier queue_seq (enqueue time
     where a job has none), then job id so the order is total."""
     seq = job.get("queue_seq")
-    seq_key = f"{int(seq):024d}" if isinstance(seq, (int, float)) or (isinstance(seq, str) and seq.isdigit()) else ""
+    seq_key = (
+        f"{int(seq):024d}"
+        if isinstance(seq, (int, float)) or (isinstance(seq, str) and seq.isdigit())
+        else ""
+    )
     return (-int(job["priority"]), seq_key or str(job.get("created_at") or ""), job["job_id"])
 
 
@@ -193,7 +231,9 @@ def list_jobs(
         if query.group:
             # A group is a field of the registered projects: the ProjectJobsIndex is then
             # queried per project of the group, as for a project filter (no scan of the jobs).
-            project_ids = [p.id for p in list_projects(table) if p.group == query.group and query.project in (None, p.id)]
+            project_ids = [
+                p.id for p in list_projects(table) if p.group == query.group and query.project in (None, p.id)
+            ]
         else:
             project_ids = [query.project] if query.project else [p.id for p in list_projects(table)]
         for project_id in project_ids:

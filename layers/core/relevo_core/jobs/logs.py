@@ -20,7 +20,7 @@ before it reports the stage's end).
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from relevo_core.job_objects import JobPrefix
@@ -29,7 +29,15 @@ from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.requests import LOG_CURSOR, LogQuery
 from relevo_core.models.status import JobStatus
 from relevo_core.store.jobs import query_job_items
-from relevo_core.store.log_chunks import LogChunk, LogPart, Position, job_log_parts, read_backward, read_forward, stored_after
+from relevo_core.store.log_chunks import (
+    LogChunk,
+    LogPart,
+    Position,
+    job_log_parts,
+    read_backward,
+    read_forward,
+    stored_after,
+)
 
 # The agent runs each command with stderr merged into stdout (executor.py), and adds its own lines
 # (upload progress) to the same stream: every chunk is both, interleaved in the order written.
@@ -55,7 +63,9 @@ def cursor_position(cursor: int | str) -> Position:
     """The position a cursor names (LogQuery has checked its form: models/requests.LOG_CURSOR)."""
     text = str(cursor)
     if not re.fullmatch(LOG_CURSOR, text):
-        raise RelevoError(ErrorCode.QUERY_INVALID, f"{text[:40]!r} is not a log cursor (next_seq or before_seq of a page)")
+        raise RelevoError(
+            ErrorCode.QUERY_INVALID, f"{text[:40]!r} is not a log cursor (next_seq or before_seq of a page)"
+        )
     own, *shards = text.split(",")
     position: Position = {None: int(own)}
     for entry in shards:
@@ -83,8 +93,12 @@ def chunk_view(chunk: LogChunk, after: Position | None = None) -> dict[str, Any]
 
 def _failed_attempts(run: dict[str, Any]) -> list[dict[str, Any]]:
     return [
-        {"attempt": entry.get("attempt"), "agent": entry.get("agent") or entry.get("agent_id"), "error": entry.get("error"),
-         "at": entry.get("at")}
+        {
+            "attempt": entry.get("attempt"),
+            "agent": entry.get("agent") or entry.get("agent_id"),
+            "error": entry.get("error"),
+            "at": entry.get("at"),
+        }
         for entry in run["attempts_log"]
     ]
 
@@ -96,7 +110,11 @@ def stage_marks(stage: dict[str, Any], approval: dict[str, Any] | None = None) -
     its label (its chunks carry its index). A follower says a stage began once it is `running`
     (its command started), before any output. `approval`: the job's approval decision (a
     rejection says why the stage it held back never ran)."""
-    rejected = approval if approval and approval.get("decision") == "rejected" and approval.get("stage") == stage["name"] else None
+    rejected = (
+        approval
+        if approval and approval.get("decision") == "rejected" and approval.get("stage") == stage["name"]
+        else None
+    )
     return {
         "name": stage["name"],
         "index": stage["index"],
@@ -155,7 +173,7 @@ def log_page(table: str, job_id: str, query: LogQuery, now: datetime | None = No
     items = query_job_items(table, job_id)
     view = job_items_to_view(items)
     status = JobStatus(view["status"])
-    reason, detail, _ = waiting_reason(table, view, now or datetime.now(timezone.utc), items)
+    reason, detail, _ = waiting_reason(table, view, now or datetime.now(UTC), items)
     parts, home = log_places(items)
     if query.before_seq is None:
         start = cursor_position(query.from_seq or 0)
@@ -200,15 +218,25 @@ def split_lines(chunks: list[LogChunk]) -> list[dict[str, Any]]:
     for chunk in chunks:
         writer, attempt = (chunk.stage, chunk.shard), (chunk.attempt, chunk.agent_id)
         # Another stage's output, or another attempt's, ends a line; a sibling shard's does not.
-        for other in [w for w in pending if w[0] != chunk.stage or (w == writer and pending[w][0] != attempt)]:
+        for other in [
+            w for w in pending if w[0] != chunk.stage or (w == writer and pending[w][0] != attempt)
+        ]:
             lines.append(pending.pop(other)[1])
         parts = chunk.data.split("\n")
         for index, part in enumerate(parts):
             if writer not in pending:
                 if index == len(parts) - 1 and not part:
                     break  # the chunk ended with a newline: no line has started
-                pending[writer] = (attempt, {"seq": chunk.seq, "stage": chunk.stage, "attempt": chunk.attempt, "text": "",
-                                             **({} if chunk.shard is None else {"shard": chunk.shard})})
+                pending[writer] = (
+                    attempt,
+                    {
+                        "seq": chunk.seq,
+                        "stage": chunk.stage,
+                        "attempt": chunk.attempt,
+                        "text": "",
+                        **({} if chunk.shard is None else {"shard": chunk.shard}),
+                    },
+                )
             pending[writer][1]["text"] += part
             if index < len(parts) - 1:
                 lines.append(pending.pop(writer)[1])
@@ -216,8 +244,13 @@ def split_lines(chunks: list[LogChunk]) -> list[dict[str, Any]]:
     return lines
 
 
-def log_tail(table: str, job_id: str, parts: list[LogPart] | None = None, lines: int = TAIL_LINES,
-             home: JobPrefix | None = None) -> dict[str, Any]:
+def log_tail(
+    table: str,
+    job_id: str,
+    parts: list[LogPart] | None = None,
+    lines: int = TAIL_LINES,
+    home: JobPrefix | None = None,
+) -> dict[str, Any]:
     """The last `lines` lines of the job's output (its partitions merged: `parts`, the job's own
     alone when None), read back from the end of the log a page at a time until there are enough
     (or TAIL_MAX_CHARS were read); bodies only under the job's prefix `home` (read from the job

@@ -9,18 +9,23 @@ whether that job waits for a person, is read from the lock when a view is asked 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from relevo_core.models.status import JobStatus, QueueReason
 from relevo_core.store.locks import approval_gate
 
 
 def gate_words(gate: Mapping[str, Any]) -> str:
-    return (f"job {gate['job_id']} of its project waits for approval before {gate['stage']} since {gate['since']}: this one "
-            "starts when that one ends, and its queue_timeout_sec does not run meanwhile")
+    return (
+        f"job {gate['job_id']} of its project waits for approval before {gate['stage']} since {gate['since']}: this one "
+        "starts when that one ends, and its queue_timeout_sec does not run meanwhile"
+    )
 
 
-def project_wait(recorded: str | None, gate: Mapping[str, Any] | None) -> tuple[str | None, str | None, dict[str, Any] | None]:
+def project_wait(
+    recorded: str | None, gate: Mapping[str, Any] | None
+) -> tuple[str | None, str | None, dict[str, Any] | None]:
     """(queue_reason, queue_detail, waiting_behind) of a queued job whose record says
     `recorded`, given its project's approval gate (store.locks.approval_gate)."""
     if recorded != QueueReason.PROJECT_RUNNING.value or gate is None:
@@ -29,11 +34,17 @@ def project_wait(recorded: str | None, gate: Mapping[str, Any] | None) -> tuple[
 
 
 def waits_for_project(row: Mapping[str, Any]) -> bool:
-    return row.get("status") == JobStatus.QUEUED.value and row.get("queue_reason") == QueueReason.PROJECT_RUNNING.value
+    return (
+        row.get("status") == JobStatus.QUEUED.value
+        and row.get("queue_reason") == QueueReason.PROJECT_RUNNING.value
+    )
 
 
-def with_project_waits(table: str, rows: list[dict[str, Any]],
-                       read_gate: Callable[[str, str], Mapping[str, Any] | None] = approval_gate) -> list[dict[str, Any]]:
+def with_project_waits(
+    table: str,
+    rows: list[dict[str, Any]],
+    read_gate: Callable[[str, str], Mapping[str, Any] | None] = approval_gate,
+) -> list[dict[str, Any]]:
     """Each listed row with its `queue_reason`, `queue_detail` and `waiting_behind` as the
     project's lock says them: one read of the lock per project that has a job waiting for it."""
     gates: dict[str, Mapping[str, Any] | None] = {}
@@ -44,5 +55,7 @@ def with_project_waits(table: str, rows: list[dict[str, Any]],
             continue
         if row["project"] not in gates:
             gates[row["project"]] = read_gate(table, row["project"])
-        row["queue_reason"], row["queue_detail"], row["waiting_behind"] = project_wait(row["queue_reason"], gates[row["project"]])
+        row["queue_reason"], row["queue_detail"], row["waiting_behind"] = project_wait(
+            row["queue_reason"], gates[row["project"]]
+        )
     return rows

@@ -3,22 +3,23 @@ line (promote, priority), and deleting an ended job with its logs and artifact r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from relevo_core.config.queue import QueueSettings
 from relevo_core.jobs.listing import list_jobs
-from relevo_core.models.requests import JOB_LIST_MAX_LIMIT, JobListQuery, PriorityRequest
-from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.jobs.view import agent_queue_reason, job_items_to_view, no_match_detail, unclaimed_shards
+from relevo_core.models.envelope import PRIORITY_BOUND, read_envelope
+from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.requests import JOB_LIST_MAX_LIMIT, JobListQuery, PriorityRequest
 from relevo_core.models.status import JobStatus, QueueReason, StageStatus
 from relevo_core.projects.permissions import is_admin, visibility
 from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.audit import record_action
-from relevo_core.store.jobs import StatusChanged, get_job_record, query_job_items
 from relevo_core.store.job_purge import delete_job_children, delete_job_record
-from relevo_core.models.envelope import PRIORITY_BOUND, read_envelope
+from relevo_core.store.jobs import StatusChanged, get_job_record, query_job_items
 from relevo_core.store.log_chunks import job_log_parts
 from relevo_core.store.wait_order import set_priority
 
@@ -28,7 +29,9 @@ _RUNNING = JobListQuery(status=JobStatus.RUNNING, limit=JOB_LIST_MAX_LIMIT)
 ENDED_STATUSES = frozenset(status.value for status in JobStatus if status.terminal)
 
 
-def _agent_row(agent: AgentPresence, now: datetime, stages: list[dict[str, Any]], pause: AgentPause | None) -> dict[str, Any]:
+def _agent_row(
+    agent: AgentPresence, now: datetime, stages: list[dict[str, Any]], pause: AgentPause | None
+) -> dict[str, Any]:
     return {
         "agent_id": agent.agent_id,
         "region": agent.region,
@@ -59,8 +62,19 @@ def _live_stages(table: str, can_view: Callable[[str], bool]) -> list[tuple[dict
             if stage["status"] in (StageStatus.DISPATCHED.value, StageStatus.RUNNING.value):
                 live.append((job, stage))
         for shard in unclaimed_shards(items, view):
-            live.append((job, {"name": shard["stage"], "shard": shard["shard"], "status": StageStatus.DISPATCHED.value,
-                               "attempt": shard["attempt"], "dispatched_at": shard["dispatched_at"], "requires": shard["requires"]}))
+            live.append(
+                (
+                    job,
+                    {
+                        "name": shard["stage"],
+                        "shard": shard["shard"],
+                        "status": StageStatus.DISPATCHED.value,
+                        "attempt": shard["attempt"],
+                        "dispatched_at": shard["dispatched_at"],
+                        "requires": shard["requires"],
+                    },
+                )
+            )
     return live
 
 
@@ -72,7 +86,9 @@ def caller_queue(settings: QueueSettings, caller: str, now: datetime) -> dict[st
     return {**view, "regions": list(settings.regions), "fleet_manage": is_admin(settings, caller)}
 
 
-def queue_view(table: str, regions: tuple[str, ...], can_view: Callable[[str], bool], now: datetime) -> dict[str, Any]:
+def queue_view(
+    table: str, regions: tuple[str, ...], can_view: Callable[[str], bool], now: datetime
+) -> dict[str, Any]:
     """Queued jobs of the projects the caller may view, in the order they will run (the
     `GET /jobs?status=queued` listing, positions counted among the rows shown); the running jobs
     whose stage, or shard of a stage (`shard`), waits on its region's queue for an agent
@@ -92,16 +108,30 @@ def queue_view(table: str, regions: tuple[str, ...], can_view: Callable[[str], b
         if region not in presence:
             presence[region], pauses[region] = agents_in_region(table, region), region_pauses(table, region)
         reason = agent_queue_reason(presence[region], now, pauses[region], stage["requires"])
-        waiting.append({
-            **job, "stage": stage["name"], "shard": stage.get("shard"), "attempt": stage["attempt"], "dispatched_at": stage["dispatched_at"],
-            "queue_reason": reason.value if reason else None, "requires": stage["requires"],
-            "queue_detail": no_match_detail(stage["requires"], presence[region], now) if reason is QueueReason.NO_MATCHING_AGENT else None,
-        })
+        waiting.append(
+            {
+                **job,
+                "stage": stage["name"],
+                "shard": stage.get("shard"),
+                "attempt": stage["attempt"],
+                "dispatched_at": stage["dispatched_at"],
+                "queue_reason": reason.value if reason else None,
+                "requires": stage["requires"],
+                "queue_detail": no_match_detail(stage["requires"], presence[region], now)
+                if reason is QueueReason.NO_MATCHING_AGENT
+                else None,
+            }
+        )
     by_agent: dict[str, list[dict[str, Any]]] = {}
     for job, stage in live:
         if stage["status"] == StageStatus.RUNNING.value and stage["agent_id"]:
             by_agent.setdefault(stage["agent_id"], []).append(
-                {"job_id": job["job_id"], "project": job["project"], "stage": stage["name"], "attempt": stage["attempt"]}
+                {
+                    "job_id": job["job_id"],
+                    "project": job["project"],
+                    "stage": stage["name"],
+                    "attempt": stage["attempt"],
+                }
             )
     agents = [
         _agent_row(agent, now, by_agent.get(agent.agent_id, []), pauses[region].get(agent.agent_id))
@@ -135,7 +165,9 @@ def _change_priority(
     raise RelevoError(ErrorCode.JOB_NOT_QUEUED, f"job {job_id} kept changing; try again")
 
 
-def set_job_priority(table: str, job_id: str, request: PriorityRequest, actor: str, now: datetime) -> dict[str, Any]:
+def set_job_priority(
+    table: str, job_id: str, request: PriorityRequest, actor: str, now: datetime
+) -> dict[str, Any]:
     return _change_priority(table, job_id, actor, now, "priority", lambda _record: request.priority)
 
 
@@ -149,7 +181,8 @@ def promote_job(table: str, job_id: str, actor: str, now: datetime) -> dict[str,
         highest = max([int(record["priority"])] + [int(job["priority"]) for job in queued])
         if highest >= PRIORITY_BOUND:
             raise RelevoError(
-                ErrorCode.PRIORITY_OUT_OF_RANGE, f"a queued job already has the highest priority there is ({PRIORITY_BOUND})"
+                ErrorCode.PRIORITY_OUT_OF_RANGE,
+                f"a queued job already has the highest priority there is ({PRIORITY_BOUND})",
             )
         return highest + 1
 
@@ -168,7 +201,10 @@ def delete_job(table: str, job_id: str, actor: str, now: datetime) -> dict[str, 
     record = get_job_record(table, job_id)
     status = JobStatus(record["status"])
     if not status.terminal:
-        raise RelevoError(ErrorCode.JOB_NOT_ENDED, f"job {job_id} is {status.value}; only an ended job can be deleted (cancel it first)")
+        raise RelevoError(
+            ErrorCode.JOB_NOT_ENDED,
+            f"job {job_id} is {status.value}; only an ended job can be deleted (cancel it first)",
+        )
     record_action(table, job_id, "delete", actor, now, status=status.value)
     removed = delete_job_children(table, job_id, job_log_parts(read_envelope(record["envelope"])))
     delete_job_record(table, job_id, ENDED_STATUSES)

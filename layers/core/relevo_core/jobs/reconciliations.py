@@ -40,17 +40,27 @@ def reconciled_words(entry: dict[str, Any]) -> str | None:
         return f"the effect of {_earlier(evidence)} exists{_probe(evidence)}; not run again"
     if decision == "resend_receipt":
         source = evidence.get("source")
-        return f"an earlier attempt had succeeded (its receipt: {source}); not run again" if source else \
-            "an earlier attempt had succeeded (its receipt was found); not run again"
+        return (
+            f"an earlier attempt had succeeded (its receipt: {source}); not run again"
+            if source
+            else "an earlier attempt had succeeded (its receipt was found); not run again"
+        )
     if decision == MANUAL_REVIEW:
         why = str(evidence.get("why") or "the probe could not tell whether the effect exists")
         return f"{why}{_probe(evidence)}; not run again: waiting for a person (relevo job resolve)"
     if decision == PRECONDITION_CHANGED:
-        found = f"the effect of {_earlier(evidence)} is absent{_probe(evidence)}" if probed else "no effect probe is declared"
+        found = (
+            f"the effect of {_earlier(evidence)} is absent{_probe(evidence)}"
+            if probed
+            else "no effect probe is declared"
+        )
         return f"{found} and the precondition changed since; not run again (Relevo.Precondition.Changed)"
     if decision == RERUN:
-        found = f"the effect of {_earlier(evidence)} is absent{_probe(evidence)}" if probed else \
-            f"no effect probe is declared and the precondition is as {_earlier(evidence)} had it"
+        found = (
+            f"the effect of {_earlier(evidence)} is absent{_probe(evidence)}"
+            if probed
+            else f"no effect probe is declared and the precondition is as {_earlier(evidence)} had it"
+        )
         return f"{found}; run again under the same operation id"
     return None
 
@@ -69,7 +79,11 @@ def decided_by_reconcile(run: dict[str, Any]) -> dict[str, Any] | None:
     """The reconciliation that decided a stage's (or a shard's) shown attempt without running its
     command: its latest, when it is of that attempt and not a decision to run again."""
     entry = run.get("reconciled")
-    if not isinstance(entry, dict) or entry.get("decision") == RERUN or entry.get("attempt") != run.get("attempt"):
+    if (
+        not isinstance(entry, dict)
+        or entry.get("decision") == RERUN
+        or entry.get("attempt") != run.get("attempt")
+    ):
         return None
     return entry
 

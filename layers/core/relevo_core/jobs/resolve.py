@@ -5,7 +5,7 @@ decides what it means."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from pydantic import ValidationError
@@ -43,25 +43,58 @@ def resolve_stage(settings: TableSettings, job_id: str, stage: str, body: Any, a
     # The review's token, from the job's token partition (which no job session reads), for the
     # attempt the stage record says is in review.
     waiting = task_tokens.review_token(settings.table_name, job_id, index, shard)
-    if record.get("status") != StageStatus.MANUAL_REVIEW.value or waiting is None or waiting.attempt != record.get("review_attempt"):
+    if (
+        record.get("status") != StageStatus.MANUAL_REVIEW.value
+        or waiting is None
+        or waiting.attempt != record.get("review_attempt")
+    ):
         raise RelevoError(
-            ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {named} of {job_id} is {record.get('status', 'pending')}, not in manual review"
+            ErrorCode.STAGE_NOT_IN_REVIEW,
+            f"stage {named} of {job_id} is {record.get('status', 'pending')}, not in manual review",
         )
     token = waiting.token
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     try:
-        reviews.record_resolution(settings.table_name, job_id, index, waiting.attempt, resolution.as_, actor, resolution.reason, now, shard)
+        reviews.record_resolution(
+            settings.table_name,
+            job_id,
+            index,
+            waiting.attempt,
+            resolution.as_,
+            actor,
+            resolution.reason,
+            now,
+            shard,
+        )
     except reviews.NotInReview as exc:
-        raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {named} of {job_id} was resolved meanwhile") from exc
+        raise RelevoError(
+            ErrorCode.STAGE_NOT_IN_REVIEW, f"stage {named} of {job_id} was resolved meanwhile"
+        ) from exc
     try:
         if resolution.as_ == "failed":
             fail_task(token, ErrorClass.RESOLVED_FAILED.value, f"{actor}: {resolution.reason}")
         else:
             succeed_task(token, {"resolution": resolution.as_, "actor": actor, "reason": resolution.reason})
     except TaskGone as exc:
-        raise RelevoError(ErrorCode.STAGE_NOT_IN_REVIEW, f"job {job_id} no longer waits on stage {named}") from exc
+        raise RelevoError(
+            ErrorCode.STAGE_NOT_IN_REVIEW, f"job {job_id} no longer waits on stage {named}"
+        ) from exc
     record_action(
-        settings.table_name, job_id, "stage.resolve", actor, now, stage=stage, resolution=resolution.as_, reason=resolution.reason,
-        evidence=record.get("reconciled"), **({"shard": shard} if shard is not None else {}),
+        settings.table_name,
+        job_id,
+        "stage.resolve",
+        actor,
+        now,
+        stage=stage,
+        resolution=resolution.as_,
+        reason=resolution.reason,
+        evidence=record.get("reconciled"),
+        **({"shard": shard} if shard is not None else {}),
     )
-    return {"job_id": job_id, "stage": stage, "resolution": resolution.as_, "actor": actor, **({"shard": shard} if shard is not None else {})}
+    return {
+        "job_id": job_id,
+        "stage": stage,
+        "resolution": resolution.as_,
+        "actor": actor,
+        **({"shard": shard} if shard is not None else {}),
+    }

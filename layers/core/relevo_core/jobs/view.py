@@ -4,27 +4,27 @@ artifacts and the tail of its log."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from relevo_core.jobs.artifacts import artifact_summary
 from relevo_core.jobs.handoff_sources import JobContext
 from relevo_core.jobs.logs import log_places, log_tail
 from relevo_core.jobs.project_wait import project_wait, waits_for_project
 from relevo_core.models.capabilities import describe, unmet
-from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, QueueReason, StageStatus
-from relevo_core.models.job_view import JobView
-from relevo_core.models.transfer import TransferProgress
-from relevo_core.store.artifacts import list_artifacts
-from relevo_core.store.agent_pauses import AgentPause, region_pauses
-from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.models.envelope import read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
-from relevo_core.store.locks import approval_gate
+from relevo_core.models.job_view import JobView
 from relevo_core.models.plan import StagePlan
+from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, QueueReason, StageStatus
+from relevo_core.models.transfer import TransferProgress
+from relevo_core.store.agent_pauses import AgentPause, region_pauses
+from relevo_core.store.agents import AgentPresence, agents_in_region
+from relevo_core.store.artifacts import list_artifacts
+from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
 from relevo_core.store.keys import JOB_SK, is_stage_sk, shard_of_sk
-
+from relevo_core.store.locks import approval_gate
 
 # What one stage record says of the attempt that ran last; attempts_log keeps every attempt.
 _ATTEMPT_FIELDS = ("agent_id", "exit_code", "error_class", "enqueued_at", "started_at", "ended_at")
@@ -36,9 +36,17 @@ def _current_attempt(record: dict[str, Any]) -> dict[str, Any]:
     dispatched_attempt when it dispatches the retry. The view shows the retry as it is, waiting
     for a claim, and leaves the failed attempt to attempts_log."""
     dispatched, claimed = record.get("dispatched_attempt"), record.get("attempt")
-    if record.get("status") != StageStatus.DISPATCHED.value or dispatched is None or claimed is None or dispatched <= claimed:
+    if (
+        record.get("status") != StageStatus.DISPATCHED.value
+        or dispatched is None
+        or claimed is None
+        or dispatched <= claimed
+    ):
         return record
-    return {**{name: value for name, value in record.items() if name not in _ATTEMPT_FIELDS}, "attempt": dispatched}
+    return {
+        **{name: value for name, value in record.items() if name not in _ATTEMPT_FIELDS},
+        "attempt": dispatched,
+    }
 
 
 def _transfers_of(record: dict[str, Any]) -> dict[str, Any]:
@@ -65,9 +73,22 @@ def _handoff_of(record: dict[str, Any]) -> dict[str, Any] | None:
         return None
     view: dict[str, Any] = {}
     if stored:
-        view.update({name: stored.get(name) for name in (
-            "files", "dirs", "symlinks", "bytes", "uploaded_bytes", "digest", "manifest", "stored_at", "attempt"
-        )})
+        view.update(
+            {
+                name: stored.get(name)
+                for name in (
+                    "files",
+                    "dirs",
+                    "symlinks",
+                    "bytes",
+                    "uploaded_bytes",
+                    "digest",
+                    "manifest",
+                    "stored_at",
+                    "attempt",
+                )
+            }
+        )
         view["cross_region_bytes"] = stored.get("cross_region_bytes")
     if restored:
         view["restored"] = restored
@@ -80,8 +101,14 @@ def _handoff_of(record: dict[str, Any]) -> dict[str, Any] | None:
 def _outputs_of(record: dict[str, Any]) -> dict[str, str]:
     """The stage's $RELEVO_OUTPUT values: its receipt's once it succeeded, else as recorded so far."""
     receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
-    outputs = receipt.get("outputs") if record.get("status") in SUCCEEDED_STAGE and "outputs" in receipt else record.get("outputs")
-    return {str(key): str(value) for key, value in (outputs or {}).items()} if isinstance(outputs, dict) else {}
+    outputs = (
+        receipt.get("outputs")
+        if record.get("status") in SUCCEEDED_STAGE and "outputs" in receipt
+        else record.get("outputs")
+    )
+    return (
+        {str(key): str(value) for key, value in (outputs or {}).items()} if isinstance(outputs, dict) else {}
+    )
 
 
 def _warning_of(record: dict[str, Any]) -> str | None:
@@ -93,38 +120,46 @@ def _warning_of(record: dict[str, Any]) -> str | None:
 
 
 def _last_successful(record: dict[str, Any], stages: list[dict[str, Any]]) -> str | None:
-    ran = [stage["name"] for stage in stages if stage["status"] in SUCCEEDED_STAGE and stage["reused_from"] is None]
+    ran = [
+        stage["name"]
+        for stage in stages
+        if stage["status"] in SUCCEEDED_STAGE and stage["reused_from"] is None
+    ]
     return ran[-1] if ran else record.get("last_successful_stage")
 
 
-def _shards_of(plan: StagePlan, records: dict[int, dict[str, Any]], never: StageStatus) -> list[dict[str, Any]]:
+def _shards_of(
+    plan: StagePlan, records: dict[int, dict[str, Any]], never: StageStatus
+) -> list[dict[str, Any]]:
     """Each shard of a stage with shards, in shard order, from its own record (keys.shard_sk): a
     shard not dispatched yet (max_parallel, or its stage not reached) has none and is `never`."""
     shards = []
     for shard in plan.shards():
         found = _current_attempt(records.get(shard.index, {}))
-        shards.append({
-            "shard": shard.index,
-            "label": shard.label,
-            "matrix": shard.matrix,
-            "status": found.get("status", never.value),
-            "attempt": found.get("attempt"),
-            "dispatched_attempt": found.get("dispatched_attempt"),
-            "agent_id": found.get("agent_id"),
-            "exit_code": found.get("exit_code"),
-            "error_class": found.get("error_class"),
-            "retry_count": found.get("retry_count", 0),
-            "attempts_log": found.get("attempts_log", []),
-            "dispatched_at": found.get("dispatched_at"),
-            "started_at": found.get("started_at"),
-            "ended_at": found.get("ended_at"),
-            "last_writer": found.get("last_writer"),
-            # The latest reconciliation of the shard (as a stage's `reconciled`).
-            "reconciled": found.get("reconciled"),
-            # What the shard hands on (its own record's receipt, docs/handoff.md "Stages with shards").
-            "outputs": _outputs_of(found),
-            "handoff": _handoff_of(found),
-        })
+        shards.append(
+            {
+                "shard": shard.index,
+                "label": shard.label,
+                "matrix": shard.matrix,
+                "status": found.get("status", never.value),
+                "attempt": found.get("attempt"),
+                "dispatched_attempt": found.get("dispatched_attempt"),
+                "agent_id": found.get("agent_id"),
+                "exit_code": found.get("exit_code"),
+                "error_class": found.get("error_class"),
+                "retry_count": found.get("retry_count", 0),
+                "attempts_log": found.get("attempts_log", []),
+                "dispatched_at": found.get("dispatched_at"),
+                "started_at": found.get("started_at"),
+                "ended_at": found.get("ended_at"),
+                "last_writer": found.get("last_writer"),
+                # The latest reconciliation of the shard (as a stage's `reconciled`).
+                "reconciled": found.get("reconciled"),
+                # What the shard hands on (its own record's receipt, docs/handoff.md "Stages with shards").
+                "outputs": _outputs_of(found),
+                "handoff": _handoff_of(found),
+            }
+        )
     return shards
 
 
@@ -134,7 +169,11 @@ def _sharded_failure(record: dict[str, Any], shards: list[dict[str, Any]]) -> di
     the first failed shard's without: job.asl.json MarkShardedStageFailed), never an agent's
     `error_class`: its shards' agents report on the shards' records."""
     failed = [shard for shard in shards if shard["status"] == StageStatus.FAILED.value]
-    error = record.get("error_class") or record.get("last_error") or next((s["error_class"] for s in failed if s["error_class"]), None)
+    error = (
+        record.get("error_class")
+        or record.get("last_error")
+        or next((s["error_class"] for s in failed if s["error_class"]), None)
+    )
     return {"failed_shards": [shard["shard"] for shard in failed], "error_class": error or None}
 
 
@@ -163,8 +202,14 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         skipped = index < envelope.first_stage_index
         # A stage with shards: each shard's own attempt (the stage's record says how the stage
         # as a whole went). Empty for a stage without.
-        shards = [] if not stage.sharded else _shards_of(
-            stage, shard_records.get(index, {}), StageStatus.SKIPPED if skipped else never,
+        shards = (
+            []
+            if not stage.sharded
+            else _shards_of(
+                stage,
+                shard_records.get(index, {}),
+                StageStatus.SKIPPED if skipped else never,
+            )
         )
         stages.append(
             {
@@ -209,7 +254,12 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
             }
         )
     current = next(
-        (s["name"] for s in stages if s["status"] in ("dispatched", "running", "reconciled", "manual_review")), None
+        (
+            s["name"]
+            for s in stages
+            if s["status"] in ("dispatched", "running", "reconciled", "manual_review")
+        ),
+        None,
     )
     return {
         "job_id": envelope.job_id,
@@ -281,7 +331,9 @@ def agent_queue_reason(
     claiming = [agent for agent in online if why_not(agent) is None]
     if not claiming:
         reasons = [why_not(agent) for agent in online]
-        return QueueReason(QueueReason.AGENT_PAUSED.value if QueueReason.AGENT_PAUSED.value in reasons else reasons[0])
+        return QueueReason(
+            QueueReason.AGENT_PAUSED.value if QueueReason.AGENT_PAUSED.value in reasons else reasons[0]
+        )
     if all(agent.free == 0 for agent in claiming):
         return QueueReason.AGENT_BUSY
     return None
@@ -297,9 +349,17 @@ def no_match_detail(requires: Mapping[str, str], agents: Iterable[AgentPresence]
     for agent in agents:
         if agent.is_online(now):
             missing = unmet(dict(requires), agent.capabilities)
-            rows.append((len(missing), agent.agent_id, ", ".join(f"{key} {value or 'none'}" for key, value in missing.items())))
+            rows.append(
+                (
+                    len(missing),
+                    agent.agent_id,
+                    ", ".join(f"{key} {value or 'none'}" for key, value in missing.items()),
+                )
+            )
     nearest = "; ".join(f"{agent_id} has {has}" for _, agent_id, has in sorted(rows)[:NEAREST_AGENTS])
-    return f"no online agent meets requires {{{describe(dict(requires))}}}" + (f"; nearest: {nearest}" if nearest else "")
+    return f"no online agent meets requires {{{describe(dict(requires))}}}" + (
+        f"; nearest: {nearest}" if nearest else ""
+    )
 
 
 def unclaimed_shards(items: Iterable[Mapping[str, Any]], view: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -309,17 +369,30 @@ def unclaimed_shards(items: Iterable[Mapping[str, Any]], view: Mapping[str, Any]
     waiting = []
     for item in items:
         sk = str(item["sk"])
-        if not sk.startswith("STAGE#") or is_stage_sk(sk) or item.get("status") != StageStatus.DISPATCHED.value:
+        if (
+            not sk.startswith("STAGE#")
+            or is_stage_sk(sk)
+            or item.get("status") != StageStatus.DISPATCHED.value
+        ):
             continue
         stage = view["stages"][int(sk.split("#")[1])]
-        waiting.append({"stage": stage["name"], "shard": int(item.get("shard_index", sk.rsplit("#", 1)[1])),
-                        "attempt": item.get("dispatched_attempt", item.get("attempt")), "requires": stage["requires"],
-                        "dispatched_at": item.get("dispatched_at")})
+        waiting.append(
+            {
+                "stage": stage["name"],
+                "shard": int(item.get("shard_index", sk.rsplit("#", 1)[1])),
+                "attempt": item.get("dispatched_attempt", item.get("attempt")),
+                "requires": stage["requires"],
+                "dispatched_at": item.get("dispatched_at"),
+            }
+        )
     return sorted(waiting, key=lambda shard: (str(shard["stage"]), int(shard["shard"])))
 
 
 def waiting_reason(
-    table: str, view: Mapping[str, Any], now: datetime, items: Iterable[Mapping[str, Any]] = (),
+    table: str,
+    view: Mapping[str, Any],
+    now: datetime,
+    items: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[str | None, str | None, list[dict[str, Any]]]:
     """(queue_reason, queue_detail, waiting_shards) of a job view (see queue_wait)."""
     reason, detail, shards, _behind = queue_wait(table, view, now, items)
@@ -327,7 +400,10 @@ def waiting_reason(
 
 
 def queue_wait(
-    table: str, view: Mapping[str, Any], now: datetime, items: Iterable[Mapping[str, Any]] = (),
+    table: str,
+    view: Mapping[str, Any],
+    now: datetime,
+    items: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[str | None, str | None, list[dict[str, Any]], dict[str, Any] | None]:
     """(queue_reason, queue_detail, waiting_shards, waiting_behind) of a job view. A job queued
     for its project (the state machine recorded project_running) says project_running while a
@@ -345,7 +421,10 @@ def queue_wait(
 
 
 def _agent_wait(
-    table: str, view: Mapping[str, Any], now: datetime, items: Iterable[Mapping[str, Any]] = (),
+    table: str,
+    view: Mapping[str, Any],
+    now: datetime,
+    items: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[str | None, str | None, list[dict[str, Any]]]:
     unclaimed = [stage for stage in view["stages"] if stage["status"] == StageStatus.DISPATCHED.value][:1]
     shards = unclaimed_shards(items, view)
@@ -357,11 +436,18 @@ def _agent_wait(
 
     def why(requires: Mapping[str, str]) -> tuple[str | None, str | None]:
         reason = agent_queue_reason(region_agents, now, pauses, requires)
-        detail = no_match_detail(requires, region_agents, now) if reason is QueueReason.NO_MATCHING_AGENT else None
+        detail = (
+            no_match_detail(requires, region_agents, now) if reason is QueueReason.NO_MATCHING_AGENT else None
+        )
         return (reason.value if reason else None), detail
 
-    waiting_shards = [{**{name: shard[name] for name in ("stage", "shard", "attempt")}, **dict(zip(("queue_reason", "queue_detail"),
-                       why(shard["requires"])))} for shard in shards]
+    waiting_shards = [
+        {
+            **{name: shard[name] for name in ("stage", "shard", "attempt")},
+            **dict(zip(("queue_reason", "queue_detail"), why(shard["requires"]))),
+        }
+        for shard in shards
+    ]
     if unclaimed:
         return (*why(unclaimed[0]["requires"]), waiting_shards)
     first = waiting_shards[0]
@@ -374,14 +460,18 @@ def show_job(table: str, job_id: str, now: datetime) -> dict[str, Any]:
     project_running, stays); `waiting_shards` says it of each shard that waits."""
     items = query_job_items(table, job_id)
     view = job_items_to_view(items)
-    view["queue_reason"], view["queue_detail"], view["waiting_shards"], view["waiting_behind"] = queue_wait(table, view, now, items)
+    view["queue_reason"], view["queue_detail"], view["waiting_shards"], view["waiting_behind"] = queue_wait(
+        table, view, now, items
+    )
     records = list_artifacts(table, job_id)
     view["artifacts"] = [artifact_summary(record) for record in records if record.kind != "handoff"]
     # The job's artifact total beside its project's bound (artifact.max_job_bytes), when it has one:
     # its handoffs' objects count too. Removed artifacts (artifact.max_total_bytes) are listed
     # with removed_at but no longer count.
     view["artifact_bytes"] = sum(record.size for record in records if record.removed_at is None)
-    view["handoff_bytes"] = sum(record.size for record in records if record.kind == "handoff" and record.removed_at is None)
+    view["handoff_bytes"] = sum(
+        record.size for record in records if record.kind == "handoff" and record.removed_at is None
+    )
     # The last lines of the output, read back from the end of the log (never the whole log).
     parts, home = log_places(items)
     view["log_tail"] = log_tail(table, job_id, parts, home=home)

@@ -25,7 +25,7 @@ class Level(str, Enum):
     def rank(self) -> int:
         return _RANK[self]
 
-    def covers(self, required: "Level") -> bool:
+    def covers(self, required: Level) -> bool:
         return self.rank >= required.rank
 
 

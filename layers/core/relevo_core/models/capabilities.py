@@ -48,7 +48,11 @@ class Capabilities(BaseModel):
 def unmet(requires: dict[str, str], capabilities: Capabilities | None) -> dict[str, str | None]:
     """Each requirement the agent does not meet: key -> what the agent has (None: nothing)."""
     facts = capabilities.facts() if capabilities is not None else {}
-    return {key: facts.get(key) for key, glob in requires.items() if key not in facts or not fnmatchcase(facts[key], glob)}
+    return {
+        key: facts.get(key)
+        for key, glob in requires.items()
+        if key not in facts or not fnmatchcase(facts[key], glob)
+    }
 
 
 def describe(requires: dict[str, str]) -> str:

@@ -4,7 +4,6 @@
 # otherwise parse and evaluate each one again, at cold start, to build the models.
 
 from enum import Enum
-
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,15 +39,23 @@ class DeliveryRecord(BaseModel):
 
     direction: Direction
     project: str
-    target: str = Field(description="github_status, gitlab_status, slack, email; incoming: webhook:github, webhook:gitlab")
-    event: str = Field(description="The transition or notification event (running, succeeded, job_waiting, push, ...)")
+    target: str = Field(
+        description="github_status, gitlab_status, slack, email; incoming: webhook:github, webhook:gitlab"
+    )
+    event: str = Field(
+        description="The transition or notification event (running, succeeded, job_waiting, push, ...)"
+    )
     outcome: Outcome
     at: str = Field(description="When the attempt ended (ISO 8601, UTC)")
     job_id: str | None = None
     http_status: int | None = None
     attempt: int = Field(default=1, ge=1)
     latency_ms: int | None = Field(default=None, ge=0)
-    reason: str | None = Field(default=None, max_length=512, description="Why it failed, was ignored or refused (an error code or a short text)")
+    reason: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Why it failed, was ignored or refused (an error code or a short text)",
+    )
     delivery_id: str | None = None
 
 

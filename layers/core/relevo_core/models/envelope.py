@@ -5,14 +5,13 @@
 
 import os
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from enum import Enum
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.shapes import JOB_ID, PRIORITY_BOUND, PROJECT_ID, REGION_AFFINITY
 from relevo_core.models.plan import (
     MAX_QUEUE_TIMEOUT_SEC,
     STAGE_NAME,
@@ -23,6 +22,7 @@ from relevo_core.models.plan import (
     StagePlan,
     check_stage_names,
 )
+from relevo_core.models.shapes import JOB_ID, PRIORITY_BOUND, PROJECT_ID, REGION_AFFINITY
 
 # Bump when a reader written for the old version would misread the new one.
 # 2 added `log_ttl`. A reader that knows only 1 refuses a 2 with ENVELOPE_VERSION_UNSUPPORTED,
@@ -34,7 +34,6 @@ from relevo_core.models.plan import (
 # exits with one.
 ENVELOPE_SCHEMA_VERSION = 5
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4, 5})
-
 
 
 class TriggerType(str, Enum):
@@ -58,7 +57,7 @@ class Trigger(BaseModel):
 def _utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         raise ValueError("created_at must carry a time zone")
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 class JobEnvelope(RunPlanMixin):
@@ -163,7 +162,11 @@ def validation_error(exc: ValidationError) -> RelevoError:
 def new_job_id(now: float | None = None) -> str:
     """A job id that sorts by creation time: 10 base-36 chars of milliseconds, then randomness."""
     millis = int((time.time() if now is None else now) * 1000)
-    return "job_" + _base36(millis).rjust(10, "0") + _base36(int.from_bytes(os.urandom(10), "big")).rjust(16, "0")
+    return (
+        "job_"
+        + _base36(millis).rjust(10, "0")
+        + _base36(int.from_bytes(os.urandom(10), "big")).rjust(16, "0")
+    )
 
 
 def _base36(number: int) -> str:

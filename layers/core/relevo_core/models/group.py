@@ -21,7 +21,12 @@ class GroupEvent(str, Enum):
     AGENTS_OFFLINE = "agents_offline"  # the last online agent of a region the group's projects use went away
 
 
-DEFAULT_EVENTS = (GroupEvent.JOB_WAITING, GroupEvent.JOB_FAILED, GroupEvent.KEY_FROZEN, GroupEvent.AGENTS_OFFLINE)
+DEFAULT_EVENTS = (
+    GroupEvent.JOB_WAITING,
+    GroupEvent.JOB_FAILED,
+    GroupEvent.KEY_FROZEN,
+    GroupEvent.AGENTS_OFFLINE,
+)
 # Secrets the status reporter may read for channels (template.yaml, ReadChannelSecrets): only these.
 CHANNEL_SECRET = r"^relevo/[A-Za-z0-9-]+/_notify/[A-Za-z0-9/_+=.@-]+$"
 EMAIL = r"^[^@\s]{1,64}@[^@\s]{1,255}$"
@@ -35,18 +40,26 @@ class Channel(BaseModel):
 
     kind: Literal["slack", "email"]
     webhook_secret_ref: str | None = Field(
-        default=None, pattern=CHANNEL_SECRET, max_length=512,
+        default=None,
+        pattern=CHANNEL_SECRET,
+        max_length=512,
         description="slack: Secrets Manager name of the incoming webhook URL (the URL is itself a secret), under "
         "relevo/<stack>/_notify/ (no project id starts with _).",
     )
     addresses: tuple[Annotated[str, Field(pattern=EMAIL, max_length=320)], ...] | None = Field(
-        default=None, min_length=1, max_length=20,
+        default=None,
+        min_length=1,
+        max_length=20,
         description="email: each address gets an SNS email subscription of the group (it confirms it from the mail SNS sends).",
     )
 
     @model_validator(mode="after")
     def _fields_of_its_kind(self) -> "Channel":
-        wanted, other = ("webhook_secret_ref", "addresses") if self.kind == "slack" else ("addresses", "webhook_secret_ref")
+        wanted, other = (
+            ("webhook_secret_ref", "addresses")
+            if self.kind == "slack"
+            else ("addresses", "webhook_secret_ref")
+        )
         if getattr(self, wanted) is None:
             raise ValueError(f"a {self.kind} channel needs {wanted}")
         if getattr(self, other) is not None:
@@ -62,7 +75,8 @@ class Group(BaseModel):
     name: str = Field(pattern=PROJECT_ID, description="The group's name, as projects name it in `group:`.")
     channels: tuple[Channel, ...] = Field(min_length=1, max_length=10)
     events: tuple[GroupEvent, ...] = Field(
-        default=DEFAULT_EVENTS, min_length=1,
+        default=DEFAULT_EVENTS,
+        min_length=1,
         description="The events the group hears: job_waiting, job_failed, job_succeeded (opt-in), key_frozen, agents_offline.",
     )
 

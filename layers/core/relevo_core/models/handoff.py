@@ -159,7 +159,9 @@ class ManifestEntry:
             return "sha256 is not 64 hex digits"
         if self.object is not None and not (isinstance(self.object, str) and _OBJECT.match(self.object)):
             return "object is not packs/<sha256> or blobs/<sha256>"
-        if self.target is not None and not (isinstance(self.target, str) and len(self.target) <= MAX_PATH_CHARS):
+        if self.target is not None and not (
+            isinstance(self.target, str) and len(self.target) <= MAX_PATH_CHARS
+        ):
             return "target is not a string of at most 1024 characters"
         return None
 
@@ -169,7 +171,9 @@ class ManifestEntry:
     @classmethod
     def from_row(cls, row: object) -> "ManifestEntry":
         if not isinstance(row, list) or len(row) != len(ENTRY_FIELDS):
-            raise ValueError(f"a manifest row is a list of {len(ENTRY_FIELDS)} values ({', '.join(ENTRY_FIELDS)})")
+            raise ValueError(
+                f"a manifest row is a list of {len(ENTRY_FIELDS)} values ({', '.join(ENTRY_FIELDS)})"
+            )
         return cls(*row)
 
 
@@ -202,7 +206,10 @@ class Manifest(BaseModel):
     @classmethod
     def _rows(cls, entries: object) -> object:
         if isinstance(entries, (list, tuple)):
-            return tuple(entry if isinstance(entry, ManifestEntry) else ManifestEntry.from_row(entry) for entry in entries)
+            return tuple(
+                entry if isinstance(entry, ManifestEntry) else ManifestEntry.from_row(entry)
+                for entry in entries
+            )
         return entries
 
     @field_serializer("entries")
@@ -243,11 +250,14 @@ class HandoffSummary(BaseModel):
     dirs: int = 0
     symlinks: int = 0
     bytes: int = Field(0, description="the size of every file handed on")
-    uploaded_bytes: int = Field(0, description="what this attempt stored anew (the rest was already stored for the job)")
+    uploaded_bytes: int = Field(
+        0, description="what this attempt stored anew (the rest was already stored for the job)"
+    )
     digest: str = Field(description="tree_digest of what was handed on")
     stored_at: str
     cross_region_bytes: int | None = Field(
-        0, description="of uploaded_bytes, what crossed AWS regions (the Mac's network_region to the bucket's); None: the Mac's region is not known"
+        0,
+        description="of uploaded_bytes, what crossed AWS regions (the Mac's network_region to the bucket's); None: the Mac's region is not known",
     )
     seconds: float = 0
 

@@ -16,27 +16,38 @@ class ShardView(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     shard: int = Field(description="the shard's index, 0-based (RELEVO_SHARD_INDEX)")
-    label: str = Field(description="how views and logs name it: its matrix combination (`device=iPhone 16, os=18.2`), else its index")
+    label: str = Field(
+        description="how views and logs name it: its matrix combination (`device=iPhone 16, os=18.2`), else its index"
+    )
     matrix: dict[str, str] = Field({}, description="a matrix shard's values, by key (RELEVO_MATRIX_<KEY>)")
-    status: str = Field(description="a stage-attempt status; pending until the shard is dispatched, canceled when a sibling failed (fail_fast)")
+    status: str = Field(
+        description="a stage-attempt status; pending until the shard is dispatched, canceled when a sibling failed (fail_fast)"
+    )
     attempt: int | None = None
     dispatched_attempt: int | None = None
     agent_id: str | None = Field(None, description="the Mac (agent) that claimed its attempt")
     exit_code: int | None = None
     error_class: str | None = None
     retry_count: int = 0
-    attempts_log: list[dict[str, Any]] = Field([], description="every failed attempt of the shard: attempt, agent, error, cause, at")
+    attempts_log: list[dict[str, Any]] = Field(
+        [], description="every failed attempt of the shard: attempt, agent, error, cause, at"
+    )
     dispatched_at: str | None = None
     started_at: str | None = None
     ended_at: str | None = None
     last_writer: str | None = None
     reconciled: dict[str, Any] | None = Field(
-        None, description="the shard's latest reconciliation: attempt, agent_id, decision, evidence (probe_exit, previous_attempt, why), at",
+        None,
+        description="the shard's latest reconciliation: attempt, agent_id, decision, evidence (probe_exit, previous_attempt, why), at",
     )
     outputs: dict[str, str] = Field(
-        {}, description="the values the shard wrote to $RELEVO_OUTPUT (later stages get RELEVO_OUT_<STAGE>_SHARD<k>_<KEY>)")
+        {},
+        description="the values the shard wrote to $RELEVO_OUTPUT (later stages get RELEVO_OUT_<STAGE>_SHARD<k>_<KEY>)",
+    )
     handoff: dict[str, Any] | None = Field(
-        None, description="what the shard handed on and what its Mac restored before its command, as a stage's `handoff`")
+        None,
+        description="what the shard handed on and what its Mac restored before its command, as a stage's `handoff`",
+    )
 
 
 class StageView(BaseModel):
@@ -47,11 +58,17 @@ class StageView(BaseModel):
     index: int
     name: str
     requires: dict[str, str] = {}
-    status: str = Field(description="a stage-attempt status (pending, dispatched, running, succeeded, warning, failed, …)")
-    reused_from: str | None = Field(None, description="the earlier job whose result a stage before from_stage keeps")
+    status: str = Field(
+        description="a stage-attempt status (pending, dispatched, running, succeeded, warning, failed, …)"
+    )
+    reused_from: str | None = Field(
+        None, description="the earlier job whose result a stage before from_stage keeps"
+    )
     retry_count: int = 0
     cumulative_backoff_sec: float = 0
-    attempts_log: list[dict[str, Any]] = Field([], description="every failed attempt: attempt, agent, error, cause, at")
+    attempts_log: list[dict[str, Any]] = Field(
+        [], description="every failed attempt: attempt, agent, error, cause, at"
+    )
     attempt: int | None = None
     dispatched_attempt: int | None = None
     agent_id: str | None = None
@@ -66,22 +83,32 @@ class StageView(BaseModel):
     reconciled: dict[str, Any] | None = None
     reconciliations: list[dict[str, Any]] = []
     resolution: dict[str, Any] | None = None
-    transfers: list[TransferProgress] = Field([], description="each attempt's artifact upload, oldest attempt first")
-    transfer: TransferProgress | None = Field(None, description="the upload of the attempt shown (live while it uploads)")
-    outputs: dict[str, str] = Field({}, description="the values the stage wrote to $RELEVO_OUTPUT (later stages get RELEVO_OUT_<STAGE>_<KEY>)")
+    transfers: list[TransferProgress] = Field(
+        [], description="each attempt's artifact upload, oldest attempt first"
+    )
+    transfer: TransferProgress | None = Field(
+        None, description="the upload of the attempt shown (live while it uploads)"
+    )
+    outputs: dict[str, str] = Field(
+        {},
+        description="the values the stage wrote to $RELEVO_OUTPUT (later stages get RELEVO_OUT_<STAGE>_<KEY>)",
+    )
     handoff: dict[str, Any] | None = Field(
         None,
         description="what the stage handed on (files, bytes, digest, uploaded_bytes, manifest) and what its Mac restored before "
         "its command (restored_bytes: downloaded; 0 when the files were already there); docs/handoff.md",
     )
     warning: str | None = Field(
-        None, description="a `warning` stage: what made it one (a warning exit code, lines marked ::warning::), in a sentence",
+        None,
+        description="a `warning` stage: what made it one (a warning exit code, lines marked ::warning::), in a sentence",
     )
     shards: list[ShardView] = Field(
-        [], description="a stage with shards: each shard's own attempt, in shard order (empty for a stage without shards)",
+        [],
+        description="a stage with shards: each shard's own attempt, in shard order (empty for a stage without shards)",
     )
     failed_shards: list[int] = Field(
-        [], description="a stage with shards: the shards that failed, in shard order (its error_class: the class the stage failed with)",
+        [],
+        description="a stage with shards: the shards that failed, in shard order (its error_class: the class the stage failed with)",
     )
 
 
@@ -104,7 +131,10 @@ class JobView(BaseModel):
     trigger: dict[str, Any]
     ref: str
     commit: str | None = None
-    commit_source: str | None = Field(None, description="trigger: the trigger named the commit; checkout: the job's first checkout resolved its ref")
+    commit_source: str | None = Field(
+        None,
+        description="trigger: the trigger named the commit; checkout: the job's first checkout resolved its ref",
+    )
     region_affinity: str
     priority: int
     queue_seq: int | None = None
@@ -118,12 +148,16 @@ class JobView(BaseModel):
         "project_waiting_for_approval (the job of its project ahead of it waits at its approval gate: waiting_behind), "
         "agent_offline, agent_busy, agent_paused, no_matching_agent, agent_low_disk",
     )
-    queue_detail: str | None = Field(None, description="the queue reason in a sentence, where it has more to say than its code")
+    queue_detail: str | None = Field(
+        None, description="the queue reason in a sentence, where it has more to say than its code"
+    )
     waiting_behind: WaitingBehind | None = Field(
-        None, description="project_waiting_for_approval: the job that holds the project and waits for approval",
+        None,
+        description="project_waiting_for_approval: the job that holds the project and waits for approval",
     )
     waiting_shards: list[dict[str, Any]] = Field(
-        [], description="the shards dispatched and not claimed yet, each with why it waits: {stage, shard, attempt, queue_reason, queue_detail}"
+        [],
+        description="the shards dispatched and not claimed yet, each with why it waits: {stage, shard, attempt, queue_reason, queue_detail}",
     )
     held_reason: str | None = None
     waiting_stage: str | None = None
@@ -134,7 +168,9 @@ class JobView(BaseModel):
     last_writer: str | None = None
     error: str | None = None
     error_cause: str | None = None
-    warning_stages: list[str] = Field([], description="the stages that ended `warning` (succeeded, with something to look at)")
+    warning_stages: list[str] = Field(
+        [], description="the stages that ended `warning` (succeeded, with something to look at)"
+    )
     stages: list[StageView]
     artifact_max_job_bytes: int | None = None
     artifacts: list[dict[str, Any]] = []

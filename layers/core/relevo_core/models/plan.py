@@ -37,7 +37,11 @@ class _Frozen(BaseModel):
 class OutputRule(_Frozen):
     """A regular expression over a stage's output that names the error class of a failure."""
 
-    pattern: str = Field(min_length=1, max_length=512, description="A Python regular expression, searched in the failed attempt's output.")
+    pattern: str = Field(
+        min_length=1,
+        max_length=512,
+        description="A Python regular expression, searched in the failed attempt's output.",
+    )
     error_class: ErrorClass = Field(description="The error class a match gives the failure (so its retries).")
 
     @field_validator("pattern")
@@ -59,26 +63,35 @@ class RetryPolicy(_Frozen):
         "fails the job at once (Relevo.Fatal.ExitCode). Default: 75 (EX_TEMPFAIL).",
     )
     output_rules: tuple[OutputRule, ...] = Field(
-        default=(), description="Patterns over a failed attempt's output that name its error class; the first match wins."
+        default=(),
+        description="Patterns over a failed attempt's output that name its error class; the first match wins.",
     )
     attempts: dict[ErrorClass, Attempts] = Field(
         default_factory=dict,
         description="Attempts (1 to 5) per retryable error class, e.g. Relevo.Lease.Expired: 5; a class not named "
         "gets default_attempts. Non-retryable classes always get one.",
     )
-    default_attempts: Attempts = Field(default=DEFAULT_ATTEMPTS, description="Attempts (1 to 5) of a retryable class not named in attempts.")
+    default_attempts: Attempts = Field(
+        default=DEFAULT_ATTEMPTS, description="Attempts (1 to 5) of a retryable class not named in attempts."
+    )
     # Exponential backoff with full jitter: attempt n waits a random time below
     # min(max_delay_sec, backoff_base_sec * 2^(n-1)).
     backoff_base_sec: int = Field(
-        default=2, ge=0, le=600,
+        default=2,
+        ge=0,
+        le=600,
         description="After attempt n the next waits a random time below min(max_delay_sec, backoff_base_sec × 2^(n-1)) "
         "(exponential backoff, full jitter); 0: no wait.",
     )
-    max_delay_sec: int = Field(default=60, ge=0, le=3600, description="The longest wait between two attempts.")
+    max_delay_sec: int = Field(
+        default=60, ge=0, le=3600, description="The longest wait between two attempts."
+    )
 
     def backoff_caps_sec(self) -> list[int]:
         """Index n: the cap of the wait after attempt n (index 0 unused), up to MAX_ATTEMPTS."""
-        return [0] + [min(self.max_delay_sec, self.backoff_base_sec * 2 ** (n - 1)) for n in range(1, MAX_ATTEMPTS + 1)]
+        return [0] + [
+            min(self.max_delay_sec, self.backoff_base_sec * 2 ** (n - 1)) for n in range(1, MAX_ATTEMPTS + 1)
+        ]
 
     def attempts_for(self, error_class: ErrorClass) -> int:
         if not error_class.retryable:
@@ -89,20 +102,24 @@ class RetryPolicy(_Frozen):
 # Where a project's signing identities live in Secrets Manager: relevo/<stack>/_signing/<region
 # affinity>/<project>/…, so that each region's agent role may read its own region's and nothing
 # wider (template.yaml, AgentPolicy: ReadSigningIdentities). No project id starts with _.
-SIGNING_SECRET = r"^relevo/[A-Za-z0-9-]+/_signing/[a-z][a-z0-9-]{0,31}/[a-z0-9][a-z0-9-]{0,62}/[A-Za-z0-9/_+=.@-]+$"
+SIGNING_SECRET = (
+    r"^relevo/[A-Za-z0-9-]+/_signing/[a-z][a-z0-9-]{0,31}/[a-z0-9][a-z0-9-]{0,62}/[A-Za-z0-9/_+=.@-]+$"
+)
 
 
 class SigningIdentity(_Frozen):
     """One code-signing identity (a certificate with its private key) the agent imports."""
 
     p12_ref: str = Field(
-        max_length=512, pattern=SIGNING_SECRET,
+        max_length=512,
+        pattern=SIGNING_SECRET,
         description="Secrets Manager name of the identity's PKCS#12 (.p12) file, stored as SecretBinary "
         "(`aws secretsmanager create-secret --secret-binary fileb://identity.p12`; a SecretString is refused), under "
         "relevo/<stack>/_signing/<region_affinity>/<project>/.",
     )
     passphrase_ref: str = Field(
-        max_length=512, pattern=SIGNING_SECRET,
+        max_length=512,
+        pattern=SIGNING_SECRET,
         description="Secrets Manager name of the .p12's passphrase (SecretString, the passphrase itself, one line), "
         "under the same prefix.",
     )
@@ -122,7 +139,9 @@ class SigningPlan(_Frozen):
         "made fails it with Relevo.Fatal.Keychain."
     )
     identities: tuple[SigningIdentity, ...] = Field(
-        min_length=1, max_length=8, description="The identities to import (1 to 8), each a .p12 and its passphrase in Secrets Manager."
+        min_length=1,
+        max_length=8,
+        description="The identities to import (1 to 8), each a .p12 and its passphrase in Secrets Manager.",
     )
 
 
@@ -131,7 +150,9 @@ class SigningPlan(_Frozen):
 GIT_SECRET = r"^relevo/[A-Za-z0-9-]+/_git/[a-z0-9][a-z0-9-]{0,62}/[A-Za-z0-9/_+=.@-]+$"
 # What a checkout URL may be: https (or http for a mirror on the LAN), ssh (ssh:// or the scp-like
 # user@host:path), file:// or an absolute path (mirrors and tests).
-_GIT_URL = re.compile(r"^(https?://[^\s/@]+(:[0-9]+)?/\S+|ssh://\S+|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:\S+|file:///\S+|/\S*)$")
+_GIT_URL = re.compile(
+    r"^(https?://[^\s/@]+(:[0-9]+)?/\S+|ssh://\S+|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:\S+|file:///\S+|/\S*)$"
+)
 
 
 def checkout_url_problem(url: str) -> str | None:
@@ -148,21 +169,30 @@ class CheckoutPlan(_Frozen):
     """The source each stage's workspace is made of: the job's commit, checked out by the agent."""
 
     url: str = Field(
-        min_length=1, max_length=1024,
+        min_length=1,
+        max_length=1024,
         description="The repository: https://…, ssh://… or git@host:owner/repo.git, file://… or an absolute path "
         "(a mirror on the Mac, tests). Never with credentials in it: those go in credentials_ref.",
     )
     credentials_ref: str | None = Field(
-        default=None, max_length=512, pattern=GIT_SECRET,
+        default=None,
+        max_length=512,
+        pattern=GIT_SECRET,
         description="Secrets Manager name of the credentials, under relevo/<stack>/_git/<project>/: for https a "
-        "token (the SecretString itself, or JSON {\"username\", \"password\"}), for ssh JSON {\"ssh_private_key\", "
+        'token (the SecretString itself, or JSON {"username", "password"}), for ssh JSON {"ssh_private_key", '
         "\"known_hosts\"}. Only the agent's git processes get them: never the stage's environment, its log, the "
         "workspace or .git/config. Default: none (a public or local repository).",
     )
-    submodules: bool = Field(default=False, description="Also check out the submodules (recursively), with the same credentials.")
-    lfs: bool = Field(default=False, description="Also fetch Git LFS objects (git-lfs must be installed on the agent).")
+    submodules: bool = Field(
+        default=False, description="Also check out the submodules (recursively), with the same credentials."
+    )
+    lfs: bool = Field(
+        default=False, description="Also fetch Git LFS objects (git-lfs must be installed on the agent)."
+    )
     timeout_sec: int = Field(
-        default=900, ge=10, le=7200,
+        default=900,
+        ge=10,
+        le=7200,
         description="The longest the fetch may take (whatever the network does; then the stage fails "
         "Relevo.Transient.NetworkTimeout and is retried). The whole checkout also counts against the stage's exec_timeout_sec.",
     )
@@ -206,7 +236,10 @@ MAX_MATRIX_KEYS = 4
 MAX_MATRIX_VALUES = 64
 MAX_DECLARED_SHARDS = 256
 MatrixValue = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f]+$")]
-Matrix = dict[Annotated[str, Field(pattern=MATRIX_KEY)], Annotated[tuple[MatrixValue, ...], Field(max_length=MAX_MATRIX_VALUES)]]
+Matrix = dict[
+    Annotated[str, Field(pattern=MATRIX_KEY)],
+    Annotated[tuple[MatrixValue, ...], Field(max_length=MAX_MATRIX_VALUES)],
+]
 
 
 class Shard(_Frozen):
@@ -231,17 +264,28 @@ class Shard(_Frozen):
 
 
 def check_fan_out(
-    parallel: int | None, matrix: dict[str, Any] | None, fail_fast: bool | None, max_parallel: int | None,
+    parallel: int | None,
+    matrix: dict[str, Any] | None,
+    fail_fast: bool | None,
+    max_parallel: int | None,
 ) -> None:
     """One way to fan a stage out: `parallel` or `matrix`, not both; `fail_fast` and
     `max_parallel` only with one of them; a matrix with values under every key. (Each shard hands
     on its own paths: two that hand on one path differently fail the stage that restores them.)"""
     if parallel is not None and matrix is not None:
-        raise ValueError("parallel and matrix are exclusive: a matrix already runs one shard per combination; keep one of them")
+        raise ValueError(
+            "parallel and matrix are exclusive: a matrix already runs one shard per combination; keep one of them"
+        )
     if parallel is None and matrix is None:
-        extra = [name for name, value in (("fail_fast", fail_fast), ("max_parallel", max_parallel)) if value is not None]
+        extra = [
+            name
+            for name, value in (("fail_fast", fail_fast), ("max_parallel", max_parallel))
+            if value is not None
+        ]
         if extra:
-            raise ValueError(f"{' and '.join(extra)} apply to a stage with parallel or matrix, and this stage has neither")
+            raise ValueError(
+                f"{' and '.join(extra)} apply to a stage with parallel or matrix, and this stage has neither"
+            )
     if matrix is not None:
         if not matrix:
             raise ValueError("matrix: name at least one key with its values")
@@ -336,16 +380,22 @@ class ApprovalSettings(_Frozen):
         "`relevo job approve JOB`; `relevo job reject JOB --reason …` fails it (Relevo.Approval.Rejected).",
     )
     before: str | None = Field(
-        default=None, pattern=STAGE_NAME, description="The gated stage. Default: the first stage whose name starts with deploy."
+        default=None,
+        pattern=STAGE_NAME,
+        description="The gated stage. Default: the first stage whose name starts with deploy.",
     )
     # Both spellings stay readable (stored projects and frozen envelopes carry them); the reference
     # documents timeout_sec, like every other timeout of a project.
     timeout_minutes: int = Field(
-        default=0, ge=0, le=MAX_APPROVAL_TIMEOUT_SEC // 60,
+        default=0,
+        ge=0,
+        le=MAX_APPROVAL_TIMEOUT_SEC // 60,
         description="The same wait in whole minutes (0: 24 hours), kept for older project files; timeout_sec wins when both are set.",
     )
     timeout_sec: int | None = Field(
-        default=None, ge=1, le=MAX_APPROVAL_TIMEOUT_SEC,
+        default=None,
+        ge=1,
+        le=MAX_APPROVAL_TIMEOUT_SEC,
         description="How long the gate waits for an answer, in seconds (default 86400, 24 hours); then the job fails "
         "with Relevo.Approval.Timeout.",
     )
@@ -384,8 +434,14 @@ class RunPlanMixin(BaseModel):
         approval = getattr(self, "approval", None)
         if approval is not None and approval.before is not None and approval.before not in names:
             raise ValueError(f"approval.before names an unknown stage: {approval.before}")
-        if approval is not None and approval.enabled and approval.gated_stage([stage.name for stage in stages]) is None:
-            raise ValueError("approval.before: approval is enabled but no stage is named and none is a deploy stage")
+        if (
+            approval is not None
+            and approval.enabled
+            and approval.gated_stage([stage.name for stage in stages]) is None
+        ):
+            raise ValueError(
+                "approval.before: approval is enabled but no stage is named and none is a deploy stage"
+            )
         from_stage = getattr(self, "from_stage", None)
         if from_stage is not None and from_stage not in names:
             raise ValueError(f"from_stage names an unknown stage: {from_stage}")

@@ -3,21 +3,21 @@
 # Annotations are evaluated as written (no `from __future__ import annotations`): pydantic would
 # otherwise parse and evaluate each one again, at cold start, to build the models.
 
-from enum import Enum
 import re
+from enum import Enum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
-from relevo_core.models.shapes import PROJECT_ID, REGION_AFFINITY
+from relevo_core.models.handoff import MAX_PATTERNS, shard_variable_part, variable_part
 from relevo_core.models.plan import (
     AWS_PROFILE,
+    MAX_DECLARED_SHARDS,
+    MAX_MATRIX_KEYS,
     MAX_QUEUE_TIMEOUT_SEC,
     ApprovalSettings,
     CheckoutPlan,
-    MAX_DECLARED_SHARDS,
-    MAX_MATRIX_KEYS,
     HandoffPattern,
     Matrix,
     RetryPolicy,
@@ -30,7 +30,7 @@ from relevo_core.models.plan import (
     require_unique,
     shard_count,
 )
-from relevo_core.models.handoff import MAX_PATTERNS, shard_variable_part, variable_part
+from relevo_core.models.shapes import PROJECT_ID, REGION_AFFINITY
 
 
 class ProjectStage(BaseModel):
@@ -50,11 +50,16 @@ class ProjectStage(BaseModel):
         "Files left in $RELEVO_ARTIFACT_DIR are uploaded as the stage's artifacts.",
     )
     exec_timeout_sec: int = Field(
-        default=3600, ge=1, le=86_400,
+        default=3600,
+        ge=1,
+        le=86_400,
         description="How long the command may run; then the agent stops it and the attempt fails with Relevo.Timeout.Exec.",
     )
     kill_grace_sec: int = Field(
-        default=10, ge=0, le=300, description="Seconds between SIGTERM and SIGKILL to the stage's process group when it is stopped."
+        default=10,
+        ge=0,
+        le=300,
+        description="Seconds between SIGTERM and SIGKILL to the stage's process group when it is stopped.",
     )
     effect_probe: str | None = Field(
         default=None,
@@ -63,24 +68,28 @@ class ProjectStage(BaseModel):
         "does (the stage is reconciled as succeeded), exit 1 that it does not.",
     )
     inputs: tuple[Annotated[str, Field(min_length=1, max_length=512)], ...] = Field(
-        default=(), max_length=64,
+        default=(),
+        max_length=64,
         description="Workspace-relative globs whose contents, with the commit, are the stage's precondition: when "
         "they change between attempts, reconciliation stops with Relevo.Precondition.Changed.",
     )
     aws_profile: str | None = Field(
-        default=None, pattern=AWS_PROFILE,
+        default=None,
+        pattern=AWS_PROFILE,
         description="The build user's AWS profile this stage runs with (AWS_PROFILE in its environment); the stage "
         "never sees the agent's own credentials.",
     )
     requires: Requirements = Field(
-        default_factory=dict, max_length=MAX_REQUIREMENTS,
-        description="What the agent must have to claim this stage, as `key: glob`, e.g. `{xcode: \"16.*\", arch: arm64}`: "
+        default_factory=dict,
+        max_length=MAX_REQUIREMENTS,
+        description='What the agent must have to claim this stage, as `key: glob`, e.g. `{xcode: "16.*", arch: arm64}`: '
         "`xcode` is the selected Xcode's version, `macos` the macOS version, `arch` the CPU architecture, `os` darwin or "
         "linux; any other key is a label of the agent's TOML. Frozen into each job's plan. No agent of the region "
         "matching: the job waits with queue reason no_matching_agent.",
     )
     handoff: tuple[HandoffPattern, ...] = Field(
-        default=(), max_length=MAX_PATTERNS,
+        default=(),
+        max_length=MAX_PATTERNS,
         description="Workspace-relative paths or globs (`build/App.app`, `build/*.ipa`, `**/*.dSYM`) the stage hands on: "
         "when its command succeeds the agent stores them (files, directories, symlinks, modes and mtimes, each file's "
         "sha256) under the job's artifact_uri, and restores them at the same paths before every later stage of the job, "
@@ -90,22 +99,26 @@ class ProjectStage(BaseModel):
         "differently fail it (Relevo.Fatal.HandoffConflict, naming both). See docs/handoff.md.",
     )
     warning_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = Field(
-        default=(), max_length=32,
-        description="Non-zero exit codes that mean \"succeeded, with warnings\" (e.g. a linter's 3): the stage ends "
+        default=(),
+        max_length=32,
+        description='Non-zero exit codes that mean "succeeded, with warnings" (e.g. a linter\'s 3): the stage ends '
         "`warning` and the job goes on as after a success, its artifacts and handoff stored. A line the command prints "
         "starting `::warning::` (GitHub Actions' spelling) makes a stage that exits 0 end `warning` too. `relevo job "
         "view`, `relevo job logs`, the console and the commit status say so. None may be a retry.transient_exit_codes code.",
     )
     parallel: int | None = Field(
-        default=None, ge=2, le=MAX_DECLARED_SHARDS,
+        default=None,
+        ge=2,
+        le=MAX_DECLARED_SHARDS,
         description="Run the stage as this many shards at once, each an attempt of its own on an agent of the region (its own "
         "claim, lease, retries and reconcile), with RELEVO_SHARD_INDEX (0-based) and RELEVO_SHARD_COUNT set. How many shards "
         "a job may run in all is checked at `relevo project apply` (PLAN_TOO_LARGE). Exclusive with matrix. Each shard's "
         "values reach later stages as RELEVO_OUT_<STAGE>_SHARD<k>_<KEY>.",
     )
     matrix: Matrix | None = Field(
-        default=None, max_length=MAX_MATRIX_KEYS,
-        description="Run one shard per combination of these values, e.g. `{device: [\"iPhone 16\", \"iPad Air\"], os: [\"18.2\"]}`, "
+        default=None,
+        max_length=MAX_MATRIX_KEYS,
+        description='Run one shard per combination of these values, e.g. `{device: ["iPhone 16", "iPad Air"], os: ["18.2"]}`, '
         "each with RELEVO_MATRIX_<KEY> (the key upper-cased) and RELEVO_SHARD_INDEX / RELEVO_SHARD_COUNT set. Keys: lowercase "
         "letters, digits and _ (at most 4); values: 1 to 64 characters (at most 64 per key). Exclusive with parallel.",
     )
@@ -116,7 +129,9 @@ class ProjectStage(BaseModel):
         "then the stage fails if any shard did.",
     )
     max_parallel: int | None = Field(
-        default=None, ge=1, le=MAX_DECLARED_SHARDS,
+        default=None,
+        ge=1,
+        le=MAX_DECLARED_SHARDS,
         description="With parallel or matrix: at most this many shards run at once (default: all of them); the others start "
         "as earlier ones end. At most 40 of a stage's shards run at once (a Step Functions inline Map's limit): a stage of "
         "more than 40 shards must set it to 40 or less, or be split; `relevo project apply` refuses it otherwise "
@@ -140,12 +155,16 @@ class ArtifactLimits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_job_bytes: int | None = Field(
-        default=None, ge=1, le=5 * 10**12,
+        default=None,
+        ge=1,
+        le=5 * 10**12,
         description="The most one job's artifacts may total: a stage whose files would take the job past it fails "
         "with Relevo.Fatal.ArtifactQuota before anything is uploaded. Default: no bound.",
     )
     max_total_bytes: int | None = Field(
-        default=None, ge=1, le=10**15,
+        default=None,
+        ge=1,
+        le=10**15,
         description="The most the project's stored artifacts may total: past it, the artifacts of the oldest ended jobs are "
         "removed (their objects deleted, their records kept and marked removed by quota, each removal in the job's audit "
         "trail) until the total is back within it. Artifacts of live jobs are never removed. Default: no bound.",
@@ -171,9 +190,13 @@ class GitHubAppSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     app_id: int = Field(ge=1, description="The App's id (its settings page, About).")
-    installation_id: int = Field(ge=1, description="Its installation on the repository's account (the installation's URL ends in it).")
+    installation_id: int = Field(
+        ge=1, description="Its installation on the repository's account (the installation's URL ends in it)."
+    )
     private_key_ref: str = Field(
-        min_length=1, max_length=512, pattern=r"^relevo/[A-Za-z0-9-]+/_status/[A-Za-z0-9/_+=.@-]+$",
+        min_length=1,
+        max_length=512,
+        pattern=r"^relevo/[A-Za-z0-9-]+/_status/[A-Za-z0-9/_+=.@-]+$",
         description="Secrets Manager name of the App's private key (PEM), under relevo/<stack>/_status/.",
     )
 
@@ -187,22 +210,29 @@ class CommitStatusSettings(BaseModel):
         description="github: a commit status (context relevo/<project>); gitlab: a commit status through GitLab's API."
     )
     token_ref: str | None = Field(
-        default=None, min_length=1, max_length=512, pattern=r"^relevo/[A-Za-z0-9-]+/_status/[A-Za-z0-9/_+=.@-]+$",
+        default=None,
+        min_length=1,
+        max_length=512,
+        pattern=r"^relevo/[A-Za-z0-9-]+/_status/[A-Za-z0-9/_+=.@-]+$",
         description="Secrets Manager name of the token (GitHub: a token with commit statuses write; GitLab: a project "
         "access token with the api scope), under relevo/<stack>/_status/ (no project id starts with _): the reporter may read nothing else.",
     )
     api_url: str | None = Field(
-        default=None, max_length=512, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        default=None,
+        max_length=512,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
         description="The API's base URL; default https://api.github.com (GitHub) or https://gitlab.com/api/v4 (GitLab). "
         "Set it for GitHub Enterprise Server or a self-managed GitLab.",
     )
     gitlab_project: str | None = Field(
-        default=None, max_length=256,
+        default=None,
+        max_length=256,
         description="GitLab only: the project's numeric id or its path; default: the project's repo.",
     )
 
     app: GitHubAppSettings | None = Field(
-        default=None, description="GitHub only, instead of token_ref: report as this GitHub App, with Check Runs (a summary per stage)."
+        default=None,
+        description="GitHub only, instead of token_ref: report as this GitHub App, with Check Runs (a summary per stage).",
     )
 
     @model_validator(mode="after")
@@ -210,7 +240,9 @@ class CommitStatusSettings(BaseModel):
         if self.provider == "gitlab" and (self.app is not None or self.token_ref is None):
             raise ValueError("gitlab reports with a project access token: token_ref, and no app")
         if self.provider == "github" and (self.app is None) == (self.token_ref is None):
-            raise ValueError("github reports with either a token (token_ref) or an App (app), exactly one of them")
+            raise ValueError(
+                "github reports with either a token (token_ref) or an App (app), exactly one of them"
+            )
         return self
 
     def base_url(self) -> str:
@@ -259,16 +291,28 @@ class ProjectSchedule(BaseModel):
         description="Unique in the project, without '--'; the Scheduler entry is <project>--<name> (at most 64 characters).",
     )
     expression: str = Field(
-        min_length=1, max_length=256,
+        min_length=1,
+        max_length=256,
         description="rate(N minute|minutes|hour|hours|day|days) or cron(minutes hours day-of-month month day-of-week "
         "year), as EventBridge Scheduler reads them. Locally only rate(…) schedules fire.",
     )
-    ref: str | None = Field(default=None, min_length=1, max_length=256, description="The ref to build; default: the project's default_ref.")
+    ref: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="The ref to build; default: the project's default_ref.",
+    )
     stages: list[str] | None = Field(
-        default=None, min_length=1, max_length=32, description="Run only these stages of the project; default: all of them."
+        default=None,
+        min_length=1,
+        max_length=32,
+        description="Run only these stages of the project; default: all of them.",
     )
     timezone: str = Field(
-        default="UTC", max_length=64, pattern=_TIMEZONE.pattern, description="The time zone of a cron(…) expression, e.g. Europe/Paris."
+        default="UTC",
+        max_length=64,
+        pattern=_TIMEZONE.pattern,
+        description="The time zone of a cron(…) expression, e.g. Europe/Paris.",
     )
 
     @field_validator("name")
@@ -306,7 +350,9 @@ class DedupPolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     window_sec: int | None = Field(
-        default=None, ge=60, le=30 * 24 * 3600,
+        default=None,
+        ge=60,
+        le=30 * 24 * 3600,
         description="How long the same work again is answered as a duplicate of the first job. Default: webhook 24 h, "
         "schedule 1 h, manual, api and retry 10 min; never shorter than the project's longest handoff "
         "(queue_timeout_sec + the longest exec_timeout_sec + lease_ttl_sec).",
@@ -344,11 +390,17 @@ class Project(RunPlanMixin):
         "another repository are ignored.",
     )
     group: str | None = Field(
-        default=None, pattern=PROJECT_ID,
+        default=None,
+        pattern=PROJECT_ID,
         description="The project group it belongs to (lowercase letters, digits and -): the console's run page and "
         "`GET /jobs?group=` filter by it, and a group's notification channels serve every project in it.",
     )
-    default_ref: str = Field(default="main", min_length=1, max_length=256, description="The ref a run or a schedule builds when it names none.")
+    default_ref: str = Field(
+        default="main",
+        min_length=1,
+        max_length=256,
+        description="The ref a run or a schedule builds when it names none.",
+    )
     region_affinity: str = Field(
         pattern=REGION_AFFINITY,
         description="Which Macs run the stages: the agents of this region affinity, one of the stack's RegionAffinities "
@@ -356,26 +408,37 @@ class Project(RunPlanMixin):
         "office-berlin), not an AWS region: the stack's AWS region (eu-west-1) holds every region affinity's work queue.",
     )
     priority: int = Field(
-        default=0, ge=-1_000_000, le=1_000_000,
+        default=0,
+        ge=-1_000_000,
+        le=1_000_000,
         description="Priority of the project's webhook and schedule jobs; higher runs first (relevo project run defaults to 10, the API to 0).",
     )
     stages: tuple[ProjectStage, ...] = Field(
-        min_length=1, description="The stages (1 to 32, more is refused as PLAN_TOO_LARGE), run one after another, each on one agent of the region."
+        min_length=1,
+        description="The stages (1 to 32, more is refused as PLAN_TOO_LARGE), run one after another, each on one agent of the region.",
     )
     queue_timeout_sec: int = Field(
-        default=900, ge=1, le=MAX_QUEUE_TIMEOUT_SEC,
+        default=900,
+        ge=1,
+        le=MAX_QUEUE_TIMEOUT_SEC,
         description="How long a stage waits on the region's queue for an agent to claim it, and a job for its "
         "project's lock while another job of the project runs (not while that job waits at its approval gate); then the "
         "attempt fails with Relevo.Timeout.Queue.",
     )
     lease_ttl_sec: int = Field(
-        default=60, ge=3, le=3600,
+        default=60,
+        ge=3,
+        le=3600,
         description="The lease an agent holds on a stage it runs, renewed every lease/3; when it lapses (the agent "
         "died or lost the network) the attempt fails with Relevo.Lease.Expired and is retried.",
     )
-    artifact: ArtifactLimits = Field(default=ArtifactLimits(), description="Bounds on the artifacts of the project's jobs.")
+    artifact: ArtifactLimits = Field(
+        default=ArtifactLimits(), description="Bounds on the artifacts of the project's jobs."
+    )
     workspace_cleanup: str | None = Field(
-        default=None, min_length=1, max_length=4096,
+        default=None,
+        min_length=1,
+        max_length=4096,
         description="A command the agent runs in the project's workspace after its stages, between stages and never "
         "during one (once the agent is idle), e.g. `rm -rf ~/Library/Developer/Xcode/DerivedData/*`; bounded by the "
         "agent's cleanup_timeout_sec. Frozen into each job.",
@@ -395,10 +458,15 @@ class Project(RunPlanMixin):
         "it on the job. Frozen into each job. Without it the workspace is whatever the agent's earlier stages left "
         "(RELEVO_COMMIT is then the trigger's commit, or empty). See docs/handoff.md.",
     )
-    retry: RetryPolicy = Field(default=RetryPolicy(), description="How failures of the project's stages are classified and retried.")
-    approval: ApprovalSettings = Field(default=ApprovalSettings(), description="An approval gate before one stage.")
+    retry: RetryPolicy = Field(
+        default=RetryPolicy(), description="How failures of the project's stages are classified and retried."
+    )
+    approval: ApprovalSettings = Field(
+        default=ApprovalSettings(), description="An approval gate before one stage."
+    )
     webhook: WebhookSecrets = Field(
-        default=WebhookSecrets(), description="Where the webhook secrets are stored (references only; `relevo project apply` fills them in)."
+        default=WebhookSecrets(),
+        description="Where the webhook secrets are stored (references only; `relevo project apply` fills them in).",
     )
     dedup: dict[Literal["webhook", "schedule", "manual", "api", "retry"], DedupPolicy] = Field(
         default_factory=dict,
@@ -406,13 +474,18 @@ class Project(RunPlanMixin):
         "one job, and what it does after that.",
     )
     schedules: tuple[ProjectSchedule, ...] = Field(
-        default=(), max_length=32, description="Timers that run the project (EventBridge Scheduler entries, kept by `relevo project apply`)."
+        default=(),
+        max_length=32,
+        description="Timers that run the project (EventBridge Scheduler entries, kept by `relevo project apply`).",
     )
     commit_status: CommitStatusSettings | None = Field(
-        default=None, description="Report each job's status back to its commit (jobs that name a commit only)."
+        default=None,
+        description="Report each job's status back to its commit (jobs that name a commit only).",
     )
     console_url: str | None = Field(
-        default=None, max_length=512, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        default=None,
+        max_length=512,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
         description="Where `relevo console` is served for the team: links in statuses and messages point at "
         "<console_url>/jobs/<id> instead of the execution in the Step Functions console.",
     )
@@ -425,7 +498,9 @@ class Project(RunPlanMixin):
     @property
     def longest_handoff_sec(self) -> int:
         """Queue wait + the longest stage + one lease: how long one stage can take to hand off."""
-        return self.queue_timeout_sec + max(stage.exec_timeout_sec for stage in self.stages) + self.lease_ttl_sec
+        return (
+            self.queue_timeout_sec + max(stage.exec_timeout_sec for stage in self.stages) + self.lease_ttl_sec
+        )
 
     def dedup_for(self, source: str) -> tuple[int, OnRepeat]:
         default_window, default_on_repeat = DEDUP_DEFAULTS[source]
@@ -452,7 +527,9 @@ class Project(RunPlanMixin):
         for schedule in self.schedules:
             unknown = [name for name in schedule.stages or [] if name not in known]
             if unknown:
-                raise ValueError(f"schedule {schedule.name}: stages {', '.join(unknown)} are not stages of the project")
+                raise ValueError(
+                    f"schedule {schedule.name}: stages {', '.join(unknown)} are not stages of the project"
+                )
         return self
 
     @model_validator(mode="after")
@@ -499,11 +576,15 @@ class Project(RunPlanMixin):
         seen: dict[str, str] = {}
         for stage in self.stages:
             count = shard_count(stage.parallel, stage.matrix)
-            names = [variable_part(stage.name)] + ([shard_variable_part(stage.name, k) for k in range(count)] if count > 1 else [])
+            names = [variable_part(stage.name)] + (
+                [shard_variable_part(stage.name, k) for k in range(count)] if count > 1 else []
+            )
             for name in names:
                 other = seen.setdefault(name, stage.name)
                 if other != stage.name:
-                    raise ValueError(f"stages {other} and {stage.name} would both hand on their values as RELEVO_OUT_{name}_…: rename one")
+                    raise ValueError(
+                        f"stages {other} and {stage.name} would both hand on their values as RELEVO_OUT_{name}_…: rename one"
+                    )
         return self
 
     def schedule(self, name: str) -> ProjectSchedule | None:

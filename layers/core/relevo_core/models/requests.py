@@ -3,7 +3,7 @@ any logic runs. The OpenAPI document attaches them to their operations (relevo_c
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -101,13 +101,20 @@ class PauseRequest(BodyModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    note: str = Field(default="", max_length=500, description="why, shown with the pause (e.g. \"Xcode update\")")
+    note: str = Field(
+        default="", max_length=500, description='why, shown with the pause (e.g. "Xcode update")'
+    )
     timeout_sec: int = Field(
-        default=PAUSE_DEFAULT_SEC, ge=1, le=PAUSE_MAX_SEC, description="the pause ends by itself after this long"
+        default=PAUSE_DEFAULT_SEC,
+        ge=1,
+        le=PAUSE_MAX_SEC,
+        description="the pause ends by itself after this long",
     )
     drain: bool = Field(default=False, description="agents only: also exit once no stage runs (for launchd)")
     region: str | None = Field(
-        default=None, min_length=1, max_length=32,
+        default=None,
+        min_length=1,
+        max_length=32,
         description="agents only: the agent's region affinity; default: the region of its presence record",
     )
 
@@ -118,9 +125,13 @@ class JobListQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     project: str | None = Field(default=None, min_length=1, max_length=64)
-    group: str | None = Field(default=None, min_length=1, max_length=64, description="jobs of the projects in this project group")
+    group: str | None = Field(
+        default=None, min_length=1, max_length=64, description="jobs of the projects in this project group"
+    )
     q: str | None = Field(
-        default=None, min_length=1, max_length=128,
+        default=None,
+        min_length=1,
+        max_length=128,
         description="keyword: a case-insensitive part of the job id, project, ref, commit, trigger source or actor",
     )
     status: JobStatus | None = None
@@ -137,11 +148,11 @@ class JobListQuery(BaseModel):
         if value is None:
             return None
         if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
     @classmethod
-    def from_query_string(cls, params: dict[str, str] | None) -> "JobListQuery":
+    def from_query_string(cls, params: dict[str, str] | None) -> JobListQuery:
         try:
             return cls.model_validate(params or {})
         except ValidationError as exc:
@@ -153,8 +164,12 @@ class ArtifactQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    stage: str | None = Field(default=None, min_length=1, max_length=64, description="the stage that left the file")
-    shard: int | None = Field(default=None, ge=0, description="the shard (0-based index) of a stage with shards that left the file")
+    stage: str | None = Field(
+        default=None, min_length=1, max_length=64, description="the stage that left the file"
+    )
+    shard: int | None = Field(
+        default=None, ge=0, description="the shard (0-based index) of a stage with shards that left the file"
+    )
 
 
 Query = TypeVar("Query", bound=BaseModel)
@@ -175,12 +190,22 @@ class LogQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # Cursors (a page's next_seq / before_seq, a chunk's next): a plain seq for a job without shards.
-    from_seq: str | None = Field(default=None, pattern=LOG_CURSOR, description="page forward: the chunks from this cursor on (a page's next_seq)")
-    before_seq: str | None = Field(default=None, pattern=LOG_CURSOR, description="page back: the last chunks before this cursor (a page's before_seq)")
-    limit: int = Field(default=LOG_DEFAULT_LIMIT, ge=1, le=LOG_MAX_LIMIT, description="at most this many chunks")
+    from_seq: str | None = Field(
+        default=None,
+        pattern=LOG_CURSOR,
+        description="page forward: the chunks from this cursor on (a page's next_seq)",
+    )
+    before_seq: str | None = Field(
+        default=None,
+        pattern=LOG_CURSOR,
+        description="page back: the last chunks before this cursor (a page's before_seq)",
+    )
+    limit: int = Field(
+        default=LOG_DEFAULT_LIMIT, ge=1, le=LOG_MAX_LIMIT, description="at most this many chunks"
+    )
 
     @model_validator(mode="after")
-    def _one_direction(self) -> "LogQuery":
+    def _one_direction(self) -> LogQuery:
         if self.from_seq is not None and self.before_seq is not None:
             raise ValueError("give from_seq (page forward) or before_seq (page back), not both")
         return self

@@ -41,7 +41,13 @@ class StageStatus(str, Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in {StageStatus.SUCCEEDED, StageStatus.WARNING, StageStatus.FAILED, StageStatus.SKIPPED, StageStatus.CANCELED}
+        return self in {
+            StageStatus.SUCCEEDED,
+            StageStatus.WARNING,
+            StageStatus.FAILED,
+            StageStatus.SKIPPED,
+            StageStatus.CANCELED,
+        }
 
     @property
     def succeeded(self) -> bool:
@@ -89,7 +95,8 @@ def queue_reason_words(reason: str, region: str | None = None, detail: str | Non
         QueueReason.AGENT_OFFLINE.value: f"no agent of {where} is online",
         QueueReason.AGENT_BUSY.value: f"every agent of {where} has all its slots in use",
         QueueReason.AGENT_PAUSED.value: f"the agents of {where} are paused or draining, or its dispatch is paused",
-        QueueReason.NO_MATCHING_AGENT.value: detail or f"no online agent of {where} meets the stage's requires",
+        QueueReason.NO_MATCHING_AGENT.value: detail
+        or f"no online agent of {where} meets the stage's requires",
         QueueReason.AGENT_LOW_DISK.value: f"every online agent of {where} is below its min_free_disk_gb of free disk",
     }
     return words.get(reason, detail or reason)

@@ -11,8 +11,9 @@ policy lists both: applying a group rewrites the policy of each address it gains
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timezone
+from typing import Any
 
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
@@ -35,7 +36,10 @@ DAY = 86_400
 def _require_admin(settings: GroupApiSettings, caller: str) -> None:
     # A group's channels hear every project in it: defining them is the stack admins' call.
     if not is_admin(settings, caller):
-        raise RelevoError(ErrorCode.FORBIDDEN, f"{caller} is not an admin of this stack (AdminPrincipals); groups are theirs to define")
+        raise RelevoError(
+            ErrorCode.FORBIDDEN,
+            f"{caller} is not an admin of this stack (AdminPrincipals); groups are theirs to define",
+        )
 
 
 def apply_group(settings: GroupApiSettings, name: str, body: Any, caller: str) -> dict[str, Any]:
@@ -47,9 +51,11 @@ def apply_group(settings: GroupApiSettings, name: str, body: Any, caller: str) -
     except ValidationError as exc:
         raise validation_error(exc) from exc
     if group.name != name:
-        raise RelevoError(ErrorCode.VALIDATION_FAILED, f"name: the body names {group.name!r}, the path {name!r}")
+        raise RelevoError(
+            ErrorCode.VALIDATION_FAILED, f"name: the body names {group.name!r}, the path {name!r}"
+        )
     subscriptions = sync_email_subscriptions(settings.group_topic_arn, group)
-    put_group(settings.table_name, group, caller, datetime.now(timezone.utc))
+    put_group(settings.table_name, group, caller, datetime.now(UTC))
     return {"group": group.model_dump(mode="json"), "email_subscriptions": subscriptions}
 
 
@@ -76,7 +82,9 @@ def _email_subscriptions(topic_arn: str) -> tuple[dict[str, tuple[str, list[str]
             if not arn.startswith("arn:"):
                 pending.add(sub["Endpoint"].lower())
                 continue
-            policy = sns.get_subscription_attributes(SubscriptionArn=arn)["Attributes"].get("FilterPolicy") or "{}"
+            policy = (
+                sns.get_subscription_attributes(SubscriptionArn=arn)["Attributes"].get("FilterPolicy") or "{}"
+            )
             found[sub["Endpoint"].lower()] = (arn, list(json.loads(policy).get("group", [])))
         if not page.get("NextToken"):
             return found, pending
@@ -92,7 +100,10 @@ def sync_email_subscriptions(topic_arn: str, group: Group) -> dict[str, list[str
         try:
             # For an address still pending with this group's filter, SNS sends the confirmation again.
             sns.subscribe(
-                TopicArn=topic_arn, Protocol="email", Endpoint=address, ReturnSubscriptionArn=True,
+                TopicArn=topic_arn,
+                Protocol="email",
+                Endpoint=address,
+                ReturnSubscriptionArn=True,
                 Attributes={"FilterPolicy": json.dumps({"group": [group.name]})},
             )
         except ClientError as exc:
@@ -110,22 +121,40 @@ def sync_email_subscriptions(topic_arn: str, group: Group) -> dict[str, list[str
                 changes["kept"].append(address)
             continue
         if now_in:
-            sns.set_subscription_attributes(SubscriptionArn=arn, AttributeName="FilterPolicy", AttributeValue=json.dumps({"group": now_in}))
+            sns.set_subscription_attributes(
+                SubscriptionArn=arn,
+                AttributeName="FilterPolicy",
+                AttributeValue=json.dumps({"group": now_in}),
+            )
         else:
             sns.unsubscribe(SubscriptionArn=arn)
         changes["subscribed" if address in wanted else "removed"].append(address)
     return changes
 
 
-def test_group(settings: GroupApiSettings, name: str, caller: str, transport: Transport, clock: Clock,
-               secret: Callable[[str], str]) -> dict[str, Any]:
+def test_group(
+    settings: GroupApiSettings,
+    name: str,
+    caller: str,
+    transport: Transport,
+    clock: Clock,
+    secret: Callable[[str], str],
+) -> dict[str, Any]:
     """One test message per channel, sent now; each one's outcome, also as a delivery record."""
     _require_admin(settings, caller)
     group = get_group(settings.table_name, name)
-    notice = Notice(GroupEvent.JOB_WAITING, f"Relevo test message for group {name}",
-                    reason=f"sent by {caller}: `relevo group test {name}`")
-    policy = SendPolicy(settings.connect_timeout_sec, settings.read_timeout_sec, settings.attempts,
-                        settings.send_budget_sec, settings.backoff_base_sec)
+    notice = Notice(
+        GroupEvent.JOB_WAITING,
+        f"Relevo test message for group {name}",
+        reason=f"sent by {caller}: `relevo group test {name}`",
+    )
+    policy = SendPolicy(
+        settings.connect_timeout_sec,
+        settings.read_timeout_sec,
+        settings.attempts,
+        settings.send_budget_sec,
+        settings.backoff_base_sec,
+    )
     # One deadline for every channel: several that hang one after another would outlast API
     # Gateway's 29 s, and the caller would see a 504 instead of each channel's outcome.
     deadline = clock.now() + settings.test_budget_sec
@@ -139,24 +168,49 @@ def test_group(settings: GroupApiSettings, name: str, caller: str, transport: Tr
             except Exception as exc:  # reported, not raised: the other channels are still tried
                 error = f"the secret {channel.webhook_secret_ref} cannot be read ({type(exc).__name__})"
             else:
-                result = send(OutgoingRequest("slack", "POST", url, slack_message(notice)), policy, transport, clock, deadline)
+                result = send(
+                    OutgoingRequest("slack", "POST", url, slack_message(notice)),
+                    policy,
+                    transport,
+                    clock,
+                    deadline,
+                )
                 http_status = result.last.http_status if result.attempts else None
                 attempts = max(1, len(result.attempts))
                 error = None if result.delivered else result.reason
         else:
             subject, body = email_message(notice)
             try:
-                client("sns").publish(TopicArn=settings.group_topic_arn, Subject=subject, Message=body,
-                                      MessageAttributes={"group": {"DataType": "String", "StringValue": name}})
+                client("sns").publish(
+                    TopicArn=settings.group_topic_arn,
+                    Subject=subject,
+                    Message=body,
+                    MessageAttributes={"group": {"DataType": "String", "StringValue": name}},
+                )
             except Exception as exc:  # reported, not raised
                 error = f"SNS publish failed ({type(exc).__name__})"
         ended = clock.now()
         outcome = Outcome.DELIVERED if error is None else Outcome.FAILED
         record = DeliveryRecord(
-            direction=Direction.OUTGOING, project=f"group:{name}", target=channel.kind, event="test", outcome=outcome,
-            at=datetime.fromtimestamp(ended, timezone.utc).isoformat(timespec="milliseconds"), http_status=http_status,
-            attempt=attempts, latency_ms=int((ended - began) * 1000), reason=None if error is None else error[:512],
+            direction=Direction.OUTGOING,
+            project=f"group:{name}",
+            target=channel.kind,
+            event="test",
+            outcome=outcome,
+            at=datetime.fromtimestamp(ended, UTC).isoformat(timespec="milliseconds"),
+            http_status=http_status,
+            attempt=attempts,
+            latency_ms=int((ended - began) * 1000),
+            reason=None if error is None else error[:512],
         )
         record_delivery(settings.table_name, record, ttl=int(ended) + settings.delivery_record_days * DAY)
-        results.append({"channel": index, "kind": channel.kind, "outcome": outcome.value, "http_status": http_status, "reason": error})
+        results.append(
+            {
+                "channel": index,
+                "kind": channel.kind,
+                "outcome": outcome.value,
+                "http_status": http_status,
+                "reason": error,
+            }
+        )
     return {"group": name, "results": results}

@@ -73,14 +73,16 @@ def gitlab_state(transition: JobTransition) -> str | None:
         return None if transition.previous is JobStatus.WAITING else "running"
     if status is JobStatus.WAITING:
         return None
-    return {JobStatus.SUCCEEDED: "success", JobStatus.FAILED: "failed", JobStatus.CANCELED: "canceled"}[status]
+    return {JobStatus.SUCCEEDED: "success", JobStatus.FAILED: "failed", JobStatus.CANCELED: "canceled"}[
+        status
+    ]
 
 
 def short_ref(ref: str) -> str:
     """GitLab's `ref` is a branch or tag name, not a full ref."""
     for prefix in ("refs/heads/", "refs/tags/"):
         if ref.startswith(prefix):
-            return ref[len(prefix):]
+            return ref[len(prefix) :]
     return ref
 
 

@@ -15,7 +15,9 @@ from relevo_core.store.deliveries import project_deliveries
 LISTED = 200
 
 
-def list_deliveries(settings: AccessSettings, caller: str, project: str | None, failed_only: bool) -> list[dict[str, Any]]:
+def list_deliveries(
+    settings: AccessSettings, caller: str, project: str | None, failed_only: bool
+) -> list[dict[str, Any]]:
     """The delivery records of one project (view), or of every project the caller may view and
     their groups, newest first."""
     if project:

@@ -13,9 +13,10 @@ the job id); each later one updates it (PATCH /repos/{owner}/{repo}/check-runs/{
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime, timezone
+from typing import Any
 from urllib.parse import quote
 
 import jwt
@@ -33,11 +34,19 @@ SUMMARY_LIMIT = 65_535  # GitHub: output.summary, "Maximum length: 65535 charact
 
 def app_jwt(app: GitHubAppSettings, private_key: str, now: float) -> str:
     issued = int(now) - 60
-    return jwt.encode({"iat": issued, "exp": issued + JWT_LIFETIME_SEC, "iss": str(app.app_id)}, private_key, algorithm="RS256")
+    return jwt.encode(
+        {"iat": issued, "exp": issued + JWT_LIFETIME_SEC, "iss": str(app.app_id)},
+        private_key,
+        algorithm="RS256",
+    )
 
 
 def _headers(bearer: str) -> dict[str, str]:
-    return {"Accept": "application/vnd.github+json", "Authorization": f"Bearer {bearer}", "X-GitHub-Api-Version": GITHUB_API_VERSION}
+    return {
+        "Accept": "application/vnd.github+json",
+        "Authorization": f"Bearer {bearer}",
+        "X-GitHub-Api-Version": GITHUB_API_VERSION,
+    }
 
 
 class TokenUnavailable(Exception):
@@ -62,7 +71,9 @@ class InstallationTokens:
             return cached[0]
         bearer = app_jwt(app, self.secret(app.private_key_ref), self.clock.now())
         url = f"{settings.base_url()}/app/installations/{app.installation_id}/access_tokens"
-        request = OutgoingRequest("github_app_token", "POST", url, {}, headers=_headers(bearer), shown_url=url)
+        request = OutgoingRequest(
+            "github_app_token", "POST", url, {}, headers=_headers(bearer), shown_url=url
+        )
         result = send(request, policy, self.transport, self.clock, deadline)
         if not result.delivered:
             raise TokenUnavailable(result.reason or "no installation token")
@@ -103,12 +114,21 @@ def _moment(value: Any) -> datetime | None:
         return None
 
 
-def stage_summary(heading: str, plan: list[str], stages: list[dict[str, Any]], now: float, rejected_at: str | None = None) -> str:
+def stage_summary(
+    heading: str, plan: list[str], stages: list[dict[str, Any]], now: float, rejected_at: str | None = None
+) -> str:
     """Every stage of the job's plan with its status and duration: ended − started, or how long
     it has run so far (as of `now`); a stage not dispatched yet is pending."""
     by_index = {int(str(stage.get("sk", "")).removeprefix("STAGE#") or -1): stage for stage in stages}
-    lines = [f"**{heading}**", "", "| stage | status | duration | attempt | error |", "| --- | --- | --- | --- | --- |"]
-    for index, name in enumerate(plan or [str(stage.get("stage_name") or stage.get("sk")) for stage in stages]):
+    lines = [
+        f"**{heading}**",
+        "",
+        "| stage | status | duration | attempt | error |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for index, name in enumerate(
+        plan or [str(stage.get("stage_name") or stage.get("sk")) for stage in stages]
+    ):
         stage = by_index.get(index, {})
         started, ended = _moment(stage.get("started_at")), _moment(stage.get("ended_at"))
         if started and ended:
@@ -117,14 +137,22 @@ def stage_summary(heading: str, plan: list[str], stages: list[dict[str, Any]], n
             duration = f"{_duration(max(0.0, now - started.timestamp()))} so far"
         else:
             duration = ""
-        lines.append(f"| {name} | {stage.get('status', 'pending')} | {duration} | {stage.get('attempt', '')} | {stage.get('error_class') or ''} |")
+        lines.append(
+            f"| {name} | {stage.get('status', 'pending')} | {duration} | {stage.get('attempt', '')} | {stage.get('error_class') or ''} |"
+        )
     if rejected_at:
         lines += ["", f"Rejected at the approval of {rejected_at}."]
     return "\n".join(lines)[:SUMMARY_LIMIT]
 
 
-def check_run_output_request(transition: JobTransition, settings: CommitStatusSettings, repo: str, token: str, run_id: int,
-                             summary: str) -> OutgoingRequest:
+def check_run_output_request(
+    transition: JobTransition,
+    settings: CommitStatusSettings,
+    repo: str,
+    token: str,
+    run_id: int,
+    summary: str,
+) -> OutgoingRequest:
     """A stage started or ended: the run's output only. Its status and conclusion stay as the
     job's own reports set them, so an update that arrives late cannot reopen a completed run."""
     owner, name = repo.split("/", 1)
@@ -134,8 +162,14 @@ def check_run_output_request(transition: JobTransition, settings: CommitStatusSe
 
 
 def check_run_request(
-    transition: JobTransition, settings: CommitStatusSettings, repo: str, token: str, link: str,
-    run_id: int | None, summary: str, now: float,
+    transition: JobTransition,
+    settings: CommitStatusSettings,
+    repo: str,
+    token: str,
+    link: str,
+    run_id: int | None,
+    summary: str,
+    now: float,
 ) -> OutgoingRequest:
     owner, name = repo.split("/", 1)
     base = f"{settings.base_url()}/repos/{quote(owner, safe='')}/{quote(name, safe='')}/check-runs"
@@ -145,9 +179,14 @@ def check_run_request(
         "output": {"title": describe(transition), "summary": summary},
     }
     if body["status"] == "completed":
-        body["completed_at"] = datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body["completed_at"] = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if run_id is None:
-        body = {"name": f"relevo/{transition.project}", "head_sha": transition.commit, "external_id": transition.job_id, **body}
+        body = {
+            "name": f"relevo/{transition.project}",
+            "head_sha": transition.commit,
+            "external_id": transition.job_id,
+            **body,
+        }
         url, method = base, "POST"
     else:
         url, method = f"{base}/{run_id}", "PATCH"

@@ -14,7 +14,16 @@ from typing import Any
 
 from relevo_core.models.group import GroupEvent
 
-SLACK_LIMITS = {"blocks": 50, "header": 150, "section": 3000, "fields": 10, "field": 2000, "context": 10, "button": 75, "url": 3000}
+SLACK_LIMITS = {
+    "blocks": 50,
+    "header": 150,
+    "section": 3000,
+    "fields": 10,
+    "field": 2000,
+    "context": 10,
+    "button": 75,
+    "url": 3000,
+}
 SUBJECT_LIMIT = 100
 
 
@@ -37,8 +46,15 @@ class Notice:
     notes: tuple[str, ...] = ()
 
     def facts(self) -> list[tuple[str, str]]:
-        named = [("Project", self.project), ("Job", self.job_id), ("Ref", self.ref), ("Commit", self.commit[:12] if self.commit else None),
-                 ("Stage", self.stage), ("Actor", self.actor), ("Region", self.region)]
+        named = [
+            ("Project", self.project),
+            ("Job", self.job_id),
+            ("Ref", self.ref),
+            ("Commit", self.commit[:12] if self.commit else None),
+            ("Stage", self.stage),
+            ("Actor", self.actor),
+            ("Region", self.region),
+        ]
         return [(name, value) for name, value in named if value]
 
 
@@ -52,7 +68,9 @@ def _mrkdwn_escape(text: str) -> str:
 
 
 def slack_message(notice: Notice) -> dict[str, Any]:
-    blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": _cut(notice.title, SLACK_LIMITS["header"])}}]
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _cut(notice.title, SLACK_LIMITS["header"])}}
+    ]
     fields = [
         {"type": "mrkdwn", "text": _cut(f"*{name}*\n{_mrkdwn_escape(value)}", SLACK_LIMITS["field"])}
         for name, value in notice.facts()[: SLACK_LIMITS["fields"]]
@@ -60,17 +78,43 @@ def slack_message(notice: Notice) -> dict[str, Any]:
     if fields:
         blocks.append({"type": "section", "fields": fields})
     if notice.reason:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(f"*Reason*\n{_mrkdwn_escape(notice.reason)}", SLACK_LIMITS["section"])}})
+        blocks.append(
+            {
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": _cut(f"*Reason*\n{_mrkdwn_escape(notice.reason)}", SLACK_LIMITS["section"]),
+                },
+            }
+        )
     if notice.notes:
         noted = "\n".join(_mrkdwn_escape(line) for line in notice.notes)
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(noted, SLACK_LIMITS["section"])}})
+        blocks.append(
+            {"type": "section", "text": {"type": "mrkdwn", "text": _cut(noted, SLACK_LIMITS["section"])}}
+        )
     if notice.command:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(f"`{notice.command}`", SLACK_LIMITS["section"])}})
+        blocks.append(
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": _cut(f"`{notice.command}`", SLACK_LIMITS["section"])},
+            }
+        )
     if notice.link and len(notice.link) <= SLACK_LIMITS["url"]:
-        blocks.append({"type": "actions", "elements": [
-            {"type": "button", "text": {"type": "plain_text", "text": "Open the job" if notice.job_id else "Open"}, "url": notice.link}
-        ]})
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"relevo · {notice.event.value}"}]})
+        blocks.append(
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": "Open the job" if notice.job_id else "Open"},
+                        "url": notice.link,
+                    }
+                ],
+            }
+        )
+    blocks.append(
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": f"relevo · {notice.event.value}"}]}
+    )
     # `text` is the notification's own line (and what clients without blocks show).
     return {"text": _cut(notice.title, SLACK_LIMITS["section"]), "blocks": blocks[: SLACK_LIMITS["blocks"]]}
 

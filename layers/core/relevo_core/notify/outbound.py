@@ -7,9 +7,9 @@ by (a project, a group, a secret).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime, timezone
 
 from relevo_core.config.notify import NotifySettings
 from relevo_core.execution import send_report_dead_letter
@@ -44,7 +44,9 @@ class Outbound:
     @property
     def policy(self) -> SendPolicy:
         s = self.settings
-        return SendPolicy(s.connect_timeout_sec, s.read_timeout_sec, s.attempts, s.send_budget_sec, s.backoff_base_sec)
+        return SendPolicy(
+            s.connect_timeout_sec, s.read_timeout_sec, s.attempts, s.send_budget_sec, s.backoff_base_sec
+        )
 
     def link(self, transition: JobTransition, project: Project) -> str:
         return job_link(transition, self.settings.state_machine_arn, project.console_url)
@@ -54,14 +56,21 @@ class Outbound:
         # A claim outlives one delivery's budget: the invocation that took it is surely gone after.
         claim_sec = int(self.settings.send_budget_sec) + 60
         taken = claim_notice(
-            self.settings.table_name, report.subject, report.target, report.key, now, claim_sec,
+            self.settings.table_name,
+            report.subject,
+            report.target,
+            report.key,
+            now,
+            claim_sec,
             ttl=now + self.settings.notice_memory_days * DAY,
         )
         if taken:
             self._held.append(report)
         return taken
 
-    def deliver(self, report: Report, request: OutgoingRequest, deadline: float, claimed: bool = True) -> SendResult:
+    def deliver(
+        self, report: Report, request: OutgoingRequest, deadline: float, claimed: bool = True
+    ) -> SendResult:
         """Send a report, record its attempts, dead-letter it when it fails."""
         self._let_stand(report)  # from its first send on, its claim is never given back
         result = send(request, self.policy, self.transport, self.clock, deadline)
@@ -69,8 +78,18 @@ class Outbound:
             if attempt.error is None:
                 outcome = Outcome.DELIVERED
             else:
-                outcome = Outcome.FAILED if attempt is result.last and not result.delivered else Outcome.RETRYING
-            self.record(report, outcome, attempt.number, attempt.http_status, attempt.latency_ms, attempt.error, attempt.ended_at)
+                outcome = (
+                    Outcome.FAILED if attempt is result.last and not result.delivered else Outcome.RETRYING
+                )
+            self.record(
+                report,
+                outcome,
+                attempt.number,
+                attempt.http_status,
+                attempt.latency_ms,
+                attempt.error,
+                attempt.ended_at,
+            )
         if result.delivered:
             if claimed:
                 finish_notice(self.settings.table_name, report.subject, report.target, report.key, "sent")
@@ -81,34 +100,71 @@ class Outbound:
     def _let_stand(self, report: Report) -> None:
         self._held[:] = [held for held in self._held if held is not report]
 
-    def record(self, report: Report, outcome: Outcome, attempt: int, http_status: int | None, latency_ms: int | None,
-               reason: str | None, at: float) -> None:
-        when = datetime.fromtimestamp(at, timezone.utc)
+    def record(
+        self,
+        report: Report,
+        outcome: Outcome,
+        attempt: int,
+        http_status: int | None,
+        latency_ms: int | None,
+        reason: str | None,
+        at: float,
+    ) -> None:
+        when = datetime.fromtimestamp(at, UTC)
         record = DeliveryRecord(
-            direction=Direction.OUTGOING, project=report.project, job_id=report.job_id, target=report.target.split(":")[0],
-            event=report.event, outcome=outcome, at=when.isoformat(timespec="milliseconds"), http_status=http_status,
-            attempt=attempt, latency_ms=latency_ms, reason=None if reason is None else reason[:512],
+            direction=Direction.OUTGOING,
+            project=report.project,
+            job_id=report.job_id,
+            target=report.target.split(":")[0],
+            event=report.event,
+            outcome=outcome,
+            at=when.isoformat(timespec="milliseconds"),
+            http_status=http_status,
+            attempt=attempt,
+            latency_ms=latency_ms,
+            reason=None if reason is None else reason[:512],
         )
-        record_delivery(self.settings.table_name, record, ttl=int(at) + self.settings.delivery_record_days * DAY)
+        record_delivery(
+            self.settings.table_name, record, ttl=int(at) + self.settings.delivery_record_days * DAY
+        )
 
-    def give_up(self, report: Report, request: OutgoingRequest | None, reason: str, result: SendResult | None = None,
-                recorded: bool = False, claimed: bool = True) -> None:
+    def give_up(
+        self,
+        report: Report,
+        request: OutgoingRequest | None,
+        reason: str,
+        result: SendResult | None = None,
+        recorded: bool = False,
+        claimed: bool = True,
+    ) -> None:
         if not recorded:
             self.record(report, Outcome.FAILED, 1, None, None, reason, self.clock.now())
         message = {
             "event": report.detail,
             "target": report.target,
             # The request as sent, less its headers (they carry the token) and a secret URL.
-            "request": None if request is None else {"method": request.method, "url": request.shown_url, "body": request.body},
+            "request": None
+            if request is None
+            else {"method": request.method, "url": request.shown_url, "body": request.body},
             "failure": {
                 "reason": reason,
                 "attempts": [
-                    {"attempt": a.number, "http_status": a.http_status, "error": a.error, "latency_ms": a.latency_ms}
+                    {
+                        "attempt": a.number,
+                        "http_status": a.http_status,
+                        "error": a.error,
+                        "latency_ms": a.latency_ms,
+                    }
                     for a in (result.attempts if result else ())
                 ],
             },
         }
         send_report_dead_letter(self.settings.dead_letter_queue_url, message)
         if claimed:
-            finish_notice(self.settings.table_name, report.subject, report.target, report.key, "dead_lettered")
-        logger.warning("report dead-lettered", extra={"subject": report.subject, "target": report.target, "reason": reason})
+            finish_notice(
+                self.settings.table_name, report.subject, report.target, report.key, "dead_lettered"
+            )
+        logger.warning(
+            "report dead-lettered",
+            extra={"subject": report.subject, "target": report.target, "reason": reason},
+        )

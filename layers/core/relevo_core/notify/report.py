@@ -22,8 +22,15 @@ class Report:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def transition_report(transition: JobTransition, target: str, key: str | None = None, event: str | None = None) -> Report:
+def transition_report(
+    transition: JobTransition, target: str, key: str | None = None, event: str | None = None
+) -> Report:
     return Report(
-        subject=transition.job_id, target=target, key=key or transition.key, event=event or transition.key.split("#")[0],
-        project=transition.project, job_id=transition.job_id, detail=transition.as_event(),
+        subject=transition.job_id,
+        target=target,
+        key=key or transition.key,
+        event=event or transition.key.split("#")[0],
+        project=transition.project,
+        job_id=transition.job_id,
+        detail=transition.as_event(),
     )

@@ -10,8 +10,9 @@ Nothing here raises for a remote service's failure: the job never waits for, nor
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from aws_lambda_powertools.utilities import parameters
 
@@ -21,22 +22,33 @@ from relevo_core.models.errors import RelevoError
 from relevo_core.models.project import CommitStatusSettings, Project
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.commit_status import describe, status_request, wants_report
-from relevo_core.notify.github_app import InstallationTokens, TokenUnavailable, check_run_output_request, check_run_request, stage_summary
+from relevo_core.notify.github_app import (
+    InstallationTokens,
+    TokenUnavailable,
+    check_run_output_request,
+    check_run_request,
+    stage_summary,
+)
 from relevo_core.notify.groups import notify_job, notify_other_change
 from relevo_core.notify.outbound import DAY, Outbound
 from relevo_core.notify.report import Report, transition_report
 from relevo_core.notify.sending import Clock, SendResult, Urllib3Transport
 from relevo_core.notify.transitions import (
-    REJECTED, JobTransition, job_transition, reported_stage_change, transition_from_event, with_stage_records,
+    REJECTED,
+    JobTransition,
+    job_transition,
+    reported_stage_change,
+    transition_from_event,
+    with_stage_records,
 )
 from relevo_core.observability import logger
 from relevo_core.store.groups import find_group
-from relevo_core.store.projects import get_project, list_projects
 from relevo_core.store.job_stages import stage_and_shard_records, stage_records
 from relevo_core.store.jobs import get_job_record
 from relevo_core.store.keys import is_stage_sk
 from relevo_core.store.latest_reports import latest_reported_at, raise_latest_reported
 from relevo_core.store.notices import check_run_id, finish_notice, release_notice, remember_check_run
+from relevo_core.store.projects import get_project, list_projects
 
 SENT, SUPERSEDED, DEAD_LETTERED, NOT_REPLAYABLE = "sent", "superseded", "dead_lettered", "not_replayable"
 COMMIT_STATUS_TARGETS = ("github_status", "gitlab_status", "github_check_run")
@@ -100,7 +112,9 @@ class Reporter(Outbound):
         stages, shards = stage_and_shard_records(self.settings.table_name, transition.job_id)
         return with_stage_records(transition, stages, shards)
 
-    def _commit_status(self, transition: JobTransition, project: Project, deadline: float, claimed: bool = True) -> str | None:
+    def _commit_status(
+        self, transition: JobTransition, project: Project, deadline: float, claimed: bool = True
+    ) -> str | None:
         """The report's outcome (sent, superseded, dead_lettered; None: another took it). `claimed`
         False: a replay, which takes no marker (its transition's was finished as dead-lettered)."""
         settings = project.commit_status
@@ -114,15 +128,24 @@ class Reporter(Outbound):
             return SUPERSEDED
         try:
             token = self.secret(settings.token_ref)
-        except Exception as exc:  # a missing or unreadable secret: the report is dead-lettered, the job goes on
-            self.give_up(report, None, f"the secret {settings.token_ref} cannot be read ({type(exc).__name__})", claimed=claimed)
+        except (
+            Exception
+        ) as exc:  # a missing or unreadable secret: the report is dead-lettered, the job goes on
+            self.give_up(
+                report,
+                None,
+                f"the secret {settings.token_ref} cannot be read ({type(exc).__name__})",
+                claimed=claimed,
+            )
             return DEAD_LETTERED
         request = status_request(transition, settings, project.repo, token, self.link(transition, project))
         if request is None:
             return None
         return self.reported(report, transition, self.deliver(report, request, deadline, claimed=claimed))
 
-    def _check_run(self, transition: JobTransition, project: Project, deadline: float, claimed: bool = True) -> str | None:
+    def _check_run(
+        self, transition: JobTransition, project: Project, deadline: float, claimed: bool = True
+    ) -> str | None:
         settings = project.commit_status
         assert settings is not None and self.tokens is not None
         report = transition_report(transition, "github_check_run")
@@ -136,30 +159,58 @@ class Reporter(Outbound):
         table = self.settings.table_name
         run_id = check_run_id(table, transition.job_id)
         summary = self.summary(transition, describe(transition))
-        request = check_run_request(transition, settings, project.repo, token, self.link(transition, project), run_id, summary, self.clock.now())
+        request = check_run_request(
+            transition,
+            settings,
+            project.repo,
+            token,
+            self.link(transition, project),
+            run_id,
+            summary,
+            self.clock.now(),
+        )
         result = self.deliver(report, request, deadline, claimed=claimed)
         if result.delivered and run_id is None:
             created = json.loads(result.body or b"{}").get("id")
             if isinstance(created, int):
-                remember_check_run(table, transition.job_id, created, int(self.clock.now()) + self.settings.notice_memory_days * DAY)
+                remember_check_run(
+                    table,
+                    transition.job_id,
+                    created,
+                    int(self.clock.now()) + self.settings.notice_memory_days * DAY,
+                )
         return self.reported(report, transition, result)
 
-    def installation_token(self, report: Report, settings: CommitStatusSettings, deadline: float, claimed: bool = True) -> str | None:
+    def installation_token(
+        self, report: Report, settings: CommitStatusSettings, deadline: float, claimed: bool = True
+    ) -> str | None:
         """The App's installation token; None when there is none (the report is dead-lettered)."""
         assert self.tokens is not None
         try:
             return self.tokens.token(settings, self.policy, deadline)
         except Exception as exc:  # no key, or GitHub refused the App: dead-lettered, the job goes on
-            self.give_up(report, None, f"no installation token: {exc if isinstance(exc, TokenUnavailable) else type(exc).__name__}",
-                         claimed=claimed)
+            self.give_up(
+                report,
+                None,
+                f"no installation token: {exc if isinstance(exc, TokenUnavailable) else type(exc).__name__}",
+                claimed=claimed,
+            )
             return None
 
     def summary(self, transition: JobTransition, heading: str) -> str:
         """The check run's summary: every stage of the job's plan as its records say now."""
         table = self.settings.table_name
-        plan = [str(stage.get("name")) for stage in (self.job_record(transition.job_id) or {}).get("envelope", {}).get("stages", [])]
-        return stage_summary(heading, plan, stage_records(table, transition.job_id), self.clock.now(),
-                             rejected_at=transition.stage if transition.error_name == REJECTED else None)
+        plan = [
+            str(stage.get("name"))
+            for stage in (self.job_record(transition.job_id) or {}).get("envelope", {}).get("stages", [])
+        ]
+        return stage_summary(
+            heading,
+            plan,
+            stage_records(table, transition.job_id),
+            self.clock.now(),
+            rejected_at=transition.stage if transition.error_name == REJECTED else None,
+        )
 
     def _stage_change(self, old: dict[str, Any] | None, new: dict[str, Any], deadline: float) -> None:
         """A stage started or ended (the stream's filters pass no lease renewal): a job reporting
@@ -188,7 +239,9 @@ class Reporter(Outbound):
         token = self.installation_token(report, settings, deadline)
         if token is None:
             return
-        request = check_run_output_request(stage, settings, project.repo, token, run_id, self.summary(stage, describe(stage)))
+        request = check_run_output_request(
+            stage, settings, project.repo, token, run_id, self.summary(stage, describe(stage))
+        )
         self.deliver(report, request, deadline)
 
     def superseded(self, report: Report, transition: JobTransition, claimed: bool) -> bool:
@@ -205,15 +258,23 @@ class Reporter(Outbound):
         self.record(report, Outcome.SUPERSEDED, 1, None, None, reason, self.clock.now())
         if claimed:
             finish_notice(self.settings.table_name, report.subject, report.target, report.key, "superseded")
-        logger.info("report superseded", extra={"subject": report.subject, "target": report.target, "transition": report.key})
+        logger.info(
+            "report superseded",
+            extra={"subject": report.subject, "target": report.target, "transition": report.key},
+        )
 
     def reported(self, report: Report, transition: JobTransition, result: SendResult) -> str:
         """A delivered report raises the job's mark for its target: anything older is superseded."""
         if not result.delivered:
             return DEAD_LETTERED
         if transition.at is not None:
-            raise_latest_reported(self.settings.table_name, transition.job_id, report.target, transition.at,
-                                  ttl=int(self.clock.now()) + self.settings.notice_memory_days * DAY)
+            raise_latest_reported(
+                self.settings.table_name,
+                transition.job_id,
+                report.target,
+                transition.at,
+                ttl=int(self.clock.now()) + self.settings.notice_memory_days * DAY,
+            )
         return SENT
 
     def replay(self, message: dict[str, Any], deadline: float) -> str:
@@ -223,13 +284,19 @@ class Reporter(Outbound):
         if transition is None or message.get("target") not in COMMIT_STATUS_TARGETS:
             return NOT_REPLAYABLE  # a group notification, or a stream batch the event source mapping gave up
         project = self.project(transition.project)
-        if project is None or project.commit_status is None or not wants_report(transition, project.commit_status):
+        if (
+            project is None
+            or project.commit_status is None
+            or not wants_report(transition, project.commit_status)
+        ):
             return NOT_REPLAYABLE
         record = self.job_record(transition.job_id)
         current = JobStatus(record["status"]) if record else None
         if current is not transition.status:
             report = transition_report(transition, str(message["target"]))
-            self.drop_superseded(report, f"the job is {current.value if current else 'gone'} now", claimed=False)
+            self.drop_superseded(
+                report, f"the job is {current.value if current else 'gone'} now", claimed=False
+            )
             return SUPERSEDED
         return self._commit_status(transition, project, deadline, claimed=False) or NOT_REPLAYABLE
 
@@ -254,7 +321,9 @@ def reporter_from_environment() -> Reporter:
     settings = notify_settings()
     table = settings.table_name
     return Reporter(
-        settings, Urllib3Transport(), Clock(),
+        settings,
+        Urllib3Transport(),
+        Clock(),
         project=lambda project_id: _project_or_none(table, project_id),
         secret=lambda name: str(parameters.get_secret(name, max_age=settings.secret_max_age_sec)),
         group=lambda name: find_group(table, name),

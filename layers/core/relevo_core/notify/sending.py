@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import urllib3
 
@@ -78,7 +79,9 @@ class Urllib3Transport:
         self._pool = urllib3.PoolManager(retries=False)
 
     def request(self, method: str, url: str, body: bytes, headers: dict[str, str], timeout: Any) -> Any:
-        return self._pool.request(method, url, body=body, headers=headers, timeout=timeout, redirect=False, retries=False)
+        return self._pool.request(
+            method, url, body=body, headers=headers, timeout=timeout, redirect=False, retries=False
+        )
 
 
 @dataclass
@@ -117,7 +120,13 @@ def _rate_limit_wait(response: Any, now: float) -> float | None:
     return None
 
 
-def send(request: OutgoingRequest, policy: SendPolicy, transport: Transport, clock: Clock, deadline: float | None = None) -> SendResult:
+def send(
+    request: OutgoingRequest,
+    policy: SendPolicy,
+    transport: Transport,
+    clock: Clock,
+    deadline: float | None = None,
+) -> SendResult:
     """Deliver `request`, retrying what is worth retrying, until `deadline` (epoch seconds) at the
     latest (and never past the policy's budget)."""
     started = clock.now()
@@ -129,7 +138,9 @@ def send(request: OutgoingRequest, policy: SendPolicy, transport: Transport, clo
         left = end - clock.now()
         if left <= 0:
             return SendResult(tuple(attempts), False, "out of time before attempt %d" % number)
-        timeout = urllib3.Timeout(connect=min(policy.connect_timeout_sec, left), read=min(policy.read_timeout_sec, left))
+        timeout = urllib3.Timeout(
+            connect=min(policy.connect_timeout_sec, left), read=min(policy.read_timeout_sec, left)
+        )
         began = clock.now()
         wait: float | None = None
         try:
@@ -154,7 +165,11 @@ def send(request: OutgoingRequest, policy: SendPolicy, transport: Transport, clo
         if wait is None:
             wait = clock.jitter(0, policy.backoff_base_sec * 2 ** (number - 1))
         if clock.now() + wait >= end:
-            return SendResult(tuple(attempts), False, f"{error}: a retry in {wait:.0f} s would end past the delivery's deadline")
+            return SendResult(
+                tuple(attempts),
+                False,
+                f"{error}: a retry in {wait:.0f} s would end past the delivery's deadline",
+            )
         clock.sleep(wait)
     return SendResult(tuple(attempts), False, f"{attempts[-1].error}: {policy.attempts} attempts failed")
 

@@ -16,7 +16,9 @@ from relevo_core.notify.reporter import Reporter
 from relevo_core.observability import metrics
 
 
-def on_table_change(reporter: Reporter, old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float) -> None:
+def on_table_change(
+    reporter: Reporter, old: dict[str, Any] | None, new: dict[str, Any] | None, deadline: float
+) -> None:
     reporter.report_change(old, new, deadline)
     for point in metrics_for_change(old, new):
         metrics.add_metric(name=point.name, unit=point.unit, value=point.value)

@@ -9,7 +9,7 @@ written (a job runs again after its gate: `running#<updated_at>` twice, two tran
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
@@ -87,11 +87,21 @@ def transition_from_event(event: dict[str, Any]) -> JobTransition | None:
         return None
     at = event.get("at")
     return JobTransition(
-        job_id=str(event["job_id"]), project=str(event.get("project", "")), status=status,
-        previous=_status(event.get("previous")), key=str(event["transition"]), ref=str(event.get("ref") or ""),
-        commit=event.get("commit"), trigger_source=str(event.get("trigger_source") or ""), actor=event.get("actor"),
-        stage=event.get("stage"), error_name=event.get("error_name"), held_reason=event.get("held_reason"),
-        gate=event.get("gate"), error_cause=event.get("error_cause"), at=float(at) if isinstance(at, (int, float)) else None,
+        job_id=str(event["job_id"]),
+        project=str(event.get("project", "")),
+        status=status,
+        previous=_status(event.get("previous")),
+        key=str(event["transition"]),
+        ref=str(event.get("ref") or ""),
+        commit=event.get("commit"),
+        trigger_source=str(event.get("trigger_source") or ""),
+        actor=event.get("actor"),
+        stage=event.get("stage"),
+        error_name=event.get("error_name"),
+        held_reason=event.get("held_reason"),
+        gate=event.get("gate"),
+        error_cause=event.get("error_cause"),
+        at=float(at) if isinstance(at, (int, float)) else None,
         warning_stages=tuple(str(name) for name in event.get("warning_stages") or ()),
         reconciled=tuple(str(line) for line in event.get("reconciled") or ()),
         commit_resolved=bool(event.get("commit_resolved")),
@@ -107,7 +117,11 @@ def warning_stages(stage_outcomes: Any) -> tuple[str, ...]:
         outcomes = json.loads(stage_outcomes) if isinstance(stage_outcomes, str) else []
     except ValueError:
         return ()
-    return tuple(str(o.get("stage")) for o in outcomes if isinstance(o, dict) and o.get("status") == StageStatus.WARNING.value and o.get("stage"))
+    return tuple(
+        str(o.get("stage"))
+        for o in outcomes
+        if isinstance(o, dict) and o.get("status") == StageStatus.WARNING.value and o.get("stage")
+    )
 
 
 def written_at(value: Any) -> float | None:
@@ -118,7 +132,7 @@ def written_at(value: Any) -> float | None:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def stream_images(record: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -132,7 +146,11 @@ def stream_images(record: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[s
 # starting, or ending. Its stream function also receives the stage changes the metrics read
 # (template.yaml: one function reads the stream for both), and keeps only these.
 _STARTED_FROM = {StageStatus.PENDING.value, StageStatus.DISPATCHED.value}
-_ENDED_FROM = _STARTED_FROM | {StageStatus.RUNNING.value, StageStatus.UNKNOWN.value, StageStatus.RECONCILED.value}
+_ENDED_FROM = _STARTED_FROM | {
+    StageStatus.RUNNING.value,
+    StageStatus.UNKNOWN.value,
+    StageStatus.RECONCILED.value,
+}
 _ENDED_AS = {status.value for status in StageStatus if status.terminal} | {StageStatus.MANUAL_REVIEW.value}
 
 
@@ -189,7 +207,9 @@ def job_transition(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Jo
     )
 
 
-def with_stage_records(transition: JobTransition, stages: list[dict[str, Any]], shards: list[dict[str, Any]]) -> JobTransition:
+def with_stage_records(
+    transition: JobTransition, stages: list[dict[str, Any]], shards: list[dict[str, Any]]
+) -> JobTransition:
     """The transition with what the job's stage records add (store.job_stages): the commit its
     first checkout resolved, for a run whose trigger named none (the job view's JobContext.commit),
     and at its end each reconciliation of its stages and shards, in words."""
@@ -209,7 +229,9 @@ def with_stage_records(transition: JobTransition, stages: list[dict[str, Any]], 
             name = str(record.get("stage_name") or "?")
             if record.get("shard_index") is not None:
                 name = f"{name}[{record['shard_index']}]"
-            for entry in record.get("reconciliations") or ([record["reconciled"]] if record.get("reconciled") else []):
+            for entry in record.get("reconciliations") or (
+                [record["reconciled"]] if record.get("reconciled") else []
+            ):
                 line = reconciled_line(name, entry)
                 if line:
                     lines.append(line)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from relevo_core.execution import TaskGone, succeed_task
 from relevo_core.store.wait_order import head_wake_token
 
+
 def wake_next_waiter(table: str, project_id: str) -> bool:
     """Send the head of the project's line its wake; True if a parked task took it."""
     token = head_wake_token(table, project_id)

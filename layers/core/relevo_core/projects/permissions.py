@@ -10,8 +10,8 @@ Grants are read on every request (one strongly consistent Query), so a revoke ap
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
@@ -67,7 +67,11 @@ def require(
 
 
 def require_on_job(
-    settings: AccessSettings, caller: str, job_id: str, level: Level, missing: ErrorCode = ErrorCode.JOB_NOT_FOUND
+    settings: AccessSettings,
+    caller: str,
+    job_id: str,
+    level: Level,
+    missing: ErrorCode = ErrorCode.JOB_NOT_FOUND,
 ) -> str:
     """The same check on the project of a job; returns that project. `missing` is the code an
     admin gets when the job does not exist (JOB_NOT_FOUND, or DLQ_ENTRY_NOT_FOUND for /dlq)."""
@@ -75,7 +79,9 @@ def require_on_job(
     not_found = RelevoError(missing, f"no {kind} {job_id!r}")
     # A dead-letter entry names its project itself: it outlives its job, which may be deleted.
     dead_letter = missing is ErrorCode.DLQ_ENTRY_NOT_FOUND
-    project_id = (dead_letter and job_project(settings.table_name, job_id, dead_letter=True)) or job_project(settings.table_name, job_id)
+    project_id = (dead_letter and job_project(settings.table_name, job_id, dead_letter=True)) or job_project(
+        settings.table_name, job_id
+    )
     if project_id is None:
         if is_admin(settings, caller):
             raise not_found

@@ -3,7 +3,7 @@ and change it (grants); delete it once none of its jobs is live."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from pydantic import ValidationError
@@ -15,13 +15,13 @@ from relevo_core.models.envelope import validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import Project
 from relevo_core.models.status import JobStatus
-from relevo_core.projects.permissions import require, visibility
 from relevo_core.plan_limits import require_project_fits
+from relevo_core.projects.permissions import require, visibility
 from relevo_core.store import grants
 from relevo_core.store.grants import project_access
 from relevo_core.store.jobs_by_status import jobs_with_status
-from relevo_core.store.project_removal import delete_project_partition
 from relevo_core.store.project_creation import ProjectExists, create_project
+from relevo_core.store.project_removal import delete_project_partition
 from relevo_core.store.projects import get_project, list_projects, put_project
 
 
@@ -29,7 +29,9 @@ def _validate(project_id: str, body: Any) -> Project:
     if not isinstance(body, dict):
         raise RelevoError(ErrorCode.VALIDATION_FAILED, "(root): a project is a JSON object")
     if body.get("id", project_id) != project_id:
-        raise RelevoError(ErrorCode.VALIDATION_FAILED, f"id: {body.get('id')!r} does not match the path {project_id!r}")
+        raise RelevoError(
+            ErrorCode.VALIDATION_FAILED, f"id: {body.get('id')!r} does not match the path {project_id!r}"
+        )
     try:
         project = Project.model_validate({**body, "id": project_id})
     except ValidationError as exc:
@@ -39,7 +41,11 @@ def _validate(project_id: str, body: Any) -> Project:
 
 
 def apply_project(
-    settings: AccessSettings, project_id: str, body: Any, actor: str, scheduler: SchedulerSettings | None = None
+    settings: AccessSettings,
+    project_id: str,
+    body: Any,
+    actor: str,
+    scheduler: SchedulerSettings | None = None,
 ) -> Project:
     """Create a project (any caller IAM lets through; the creator gets `manage`) or change one
     (`manage`). With `scheduler`, EventBridge Scheduler is made to hold exactly its schedules.
@@ -57,7 +63,7 @@ def apply_project(
 
         check_scheduler_names(project)
     try:
-        create_project(table, project, actor, datetime.now(timezone.utc))
+        create_project(table, project, actor, datetime.now(UTC))
     except ProjectExists:
         # Someone created it in between: this is now a change, which needs `manage`.
         return _change(settings, project_id, body, actor, scheduler)
@@ -77,7 +83,9 @@ def _change(
         from relevo_core.intake.schedules import check_scheduler_names, sync_schedules
 
         check_scheduler_names(project)
-        sync_schedules(scheduler, project_id, project.schedules, get_project(settings.table_name, project_id).schedules)
+        sync_schedules(
+            scheduler, project_id, project.schedules, get_project(settings.table_name, project_id).schedules
+        )
     put_project(settings.table_name, project, actor)
     return project
 
@@ -86,7 +94,9 @@ def _change(
 LIVE_STATUSES = tuple(status for status in JobStatus if not status.terminal)
 
 
-def delete_project(settings: AccessSettings, project_id: str, scheduler: SchedulerSettings | None = None) -> dict[str, Any]:
+def delete_project(
+    settings: AccessSettings, project_id: str, scheduler: SchedulerSettings | None = None
+) -> dict[str, Any]:
     """DELETE /projects/{id} (the caller was checked for `manage`): its schedules, grants and
     declaration, refused while a job of it is held, queued or running (409 PROJECT_HAS_LIVE_JOBS:
     cancel it or let it end). Its ended jobs stay, readable by id; a project of the same id can be
@@ -99,14 +109,20 @@ def delete_project(settings: AccessSettings, project_id: str, scheduler: Schedul
             raise RelevoError(
                 ErrorCode.PROJECT_HAS_LIVE_JOBS,
                 f"project {project_id} has a {status.value} job, {live['job_id']}: cancel it (relevo job cancel) or let it end, then delete the project",
-                job_id=live["job_id"], status=status.value,
+                job_id=live["job_id"],
+                status=status.value,
             )
     if scheduler is not None and project.schedules:
         from relevo_core.intake.schedules import sync_schedules
 
         sync_schedules(scheduler, project_id, (), project.schedules)
     items = delete_project_partition(table, project_id)
-    return {"project": project_id, "deleted": True, "schedules_removed": len(project.schedules), "grants_removed": max(0, items - 1)}
+    return {
+        "project": project_id,
+        "deleted": True,
+        "schedules_removed": len(project.schedules),
+        "grants_removed": max(0, items - 1),
+    }
 
 
 def show_project(settings: AccessSettings, project_id: str) -> Project:
@@ -129,11 +145,23 @@ def set_grant(settings: AccessSettings, project_id: str, body: Any, actor: str) 
     if request.level == "none":
         grants.delete_grant(settings.table_name, project_id, request.principal)
         return {"project": project_id, "principal": request.principal, "level": "none"}
-    grant = grants.put_grant(settings.table_name, project_id, request.principal, Level(request.level), actor, datetime.now(timezone.utc))
+    grant = grants.put_grant(
+        settings.table_name,
+        project_id,
+        request.principal,
+        Level(request.level),
+        actor,
+        datetime.now(UTC),
+    )
     return grant.model_dump(mode="json")
 
 
 def list_grants(settings: AccessSettings, project_id: str) -> list[dict[str, Any]]:
     """GET /projects/{id}/grants (the caller was checked for `view`), plus the stack's admins."""
-    listed = [grant.model_dump(mode="json") for grant in project_access(settings.table_name, project_id).grants]
-    return listed + [{"project": project_id, "principal": admin, "level": Level.MANAGE.value, "admin": True} for admin in settings.admins]
+    listed = [
+        grant.model_dump(mode="json") for grant in project_access(settings.table_name, project_id).grants
+    ]
+    return listed + [
+        {"project": project_id, "principal": admin, "level": Level.MANAGE.value, "admin": True}
+        for admin in settings.admins
+    ]

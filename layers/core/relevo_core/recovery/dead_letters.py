@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from relevo_core.config import AccessSettings, IntakeSettings, TableSettings
 from relevo_core.execution import start_job_execution
 from relevo_core.intake.enqueue import IntakeResult
 from relevo_core.jobs.lineage import last_successful_before
-from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id, read_envelope
 from relevo_core.models.access import Level
+from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id, read_envelope
 from relevo_core.projects.permissions import require, visibility
 from relevo_core.recovery.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
 from relevo_core.store import carried_shards, dead_letters, jobs, shard_failures
@@ -29,11 +29,19 @@ def _summarized(table: str, job_id: str, summary: dict[str, Any]) -> list[dict[s
     (job.asl.json: SummarizeShardFailures); each one's failure is on its own record. One detail a
     failed shard, from its record, or only what the summary says once the job's records are gone."""
     shards = [shard for shard in summary["failed_shards"] if isinstance(shard, int)]
-    found = shard_failures.shard_failures(table, job_id, summary.get("stage_index", -1), shards) if table and shards else {}
+    found = (
+        shard_failures.shard_failures(table, job_id, summary.get("stage_index", -1), shards)
+        if table and shards
+        else {}
+    )
     base = {"stage": summary.get("stage"), "stage_index": summary.get("stage_index")}
     return [
-        {**base, **found[shard]} if shard in found else {
-            **base, "shard": shard, "cause": "its record is gone (the job was deleted)",
+        {**base, **found[shard]}
+        if shard in found
+        else {
+            **base,
+            "shard": shard,
+            "cause": "its record is gone (the job was deleted)",
             "error_class": summary.get("error_class") if shard == summary.get("first_failed_shard") else None,
         }
         for shard in shards
@@ -75,10 +83,16 @@ def describe(entry: dict[str, Any], table: str | None = None) -> dict[str, Any]:
         # What each failed shard left: its error class, attempts, backoff and cause, so that an
         # operator sees every shard's failure, not only the first.
         "shard_failures": [
-            {"shard": d["shard"], "error_class": d.get("error_class"), "attempts": d.get("attempts"),
-             "cumulative_backoff_sec": d.get("cumulative_backoff_sec"), "cause": d.get("cause")}
+            {
+                "shard": d["shard"],
+                "error_class": d.get("error_class"),
+                "attempts": d.get("attempts"),
+                "cumulative_backoff_sec": d.get("cumulative_backoff_sec"),
+                "cause": d.get("cause"),
+            }
             for d in shard_details
-        ] or None,
+        ]
+        or None,
         "attempts": detail.get("attempts"),
         "cumulative_backoff_sec": detail.get("cumulative_backoff_sec"),
         "cause": detail.get("cause", entry.get("cause")),
@@ -93,7 +107,11 @@ def dead_letter_overview(access: AccessSettings, caller: str) -> dict[str, Any]:
     """GET /dlq: the entries and the frozen idempotency keys of the projects the caller may view,
     newest first."""
     can = visibility(access, caller)
-    entries = [describe(entry, access.table_name) for entry in dead_letters.list_entries(access.table_name) if can.view(entry["project"])]
+    entries = [
+        describe(entry, access.table_name)
+        for entry in dead_letters.list_entries(access.table_name)
+        if can.view(entry["project"])
+    ]
     return {"entries": entries, "count": len(entries), "frozen_keys": list_frozen_keys(access, can.view)}
 
 
@@ -123,7 +141,7 @@ def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> In
     raw = dead_letters.get_entry(settings.table_name, job_id)
     entry = describe(raw)
     failed = _failed_envelope(settings.table_name, raw)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     from relevo_core.jobs.handoff_sources import require_handoffs_stored, resolved_commit
 
     from_stage = entry["failed_stage"] or failed.from_stage
@@ -142,15 +160,23 @@ def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> In
             "retry_of": job_id,
             # The commit the failed job built, also when only its first checkout knew it.
             "commit": failed.commit or resolved_commit(settings.table_name, job_id),
-            "stands_on": last_successful_before(settings.table_name, job_id, names, names.index(from_stage)) if from_stage in names else None,
+            "stands_on": last_successful_before(settings.table_name, job_id, names, names.index(from_stage))
+            if from_stage in names
+            else None,
         }
     )
     resumed = type(failed).model_validate(resumed.model_dump())
     # A stage with shards runs again only the shards that did not succeed: the others are carried
     # over as succeeded, so no shard's effect happens twice.
     index = names.index(from_stage) if from_stage in names else None
-    succeeded = carried_shards.succeeded_shards(settings.table_name, job_id, index) if index is not None and failed.stages[index].sharded else []
-    carried = carried_shards.carried_puts(settings.table_name, succeeded, job_id, resumed.job_id, resumed.ttl, actor, now)
+    succeeded = (
+        carried_shards.succeeded_shards(settings.table_name, job_id, index)
+        if index is not None and failed.stages[index].sharded
+        else []
+    )
+    carried = carried_shards.carried_puts(
+        settings.table_name, succeeded, job_id, resumed.job_id, resumed.ttl, actor, now
+    )
     dead_letters.redrive(settings.table_name, job_id, resumed, settings.queue_limit, actor, now, carried)
     start_job_execution(settings, resumed)
     return IntakeResult(resumed.job_id, outcome="redriven", previous_job_id=job_id)

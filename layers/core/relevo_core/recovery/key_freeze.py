@@ -22,8 +22,9 @@ the two) is published again by a later sweep.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 from urllib.parse import quote
 
 from relevo_core.aws import client
@@ -40,10 +41,12 @@ RENOTIFY_AFTER = timedelta(minutes=5)
 
 def _at(value: str) -> datetime:
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def counted_entries(entries: list[dict[str, Any]], at: datetime, unfrozen_at: datetime | None) -> list[dict[str, Any]]:
+def counted_entries(
+    entries: list[dict[str, Any]], at: datetime, unfrozen_at: datetime | None
+) -> list[dict[str, Any]]:
     """The entries that count towards a freeze decided at `at`, oldest first."""
     since = at - FREEZE_WINDOW
     if unfrozen_at is not None and unfrozen_at > since:
@@ -64,10 +67,17 @@ def decide_freeze(table: str, entry: dict[str, Any]) -> dict[str, Any] | None:
     if len(counted) <= FREEZE_AFTER:
         return None
     summary = [{"job_id": e["job_id"], "failed_at": e["failed_at"], "error": e.get("error")} for e in counted]
-    frozen_at = datetime.now(timezone.utc)
-    if not freezes.freeze(table, idempotency_key, entry["project"], summary, frozen_at, int(record.get("version", 0))):
+    frozen_at = datetime.now(UTC)
+    if not freezes.freeze(
+        table, idempotency_key, entry["project"], summary, frozen_at, int(record.get("version", 0))
+    ):
         return None  # frozen (or unfrozen) by someone else meanwhile: they decide and notify
-    return {"idempotency_key": idempotency_key, "project": entry["project"], "entries": summary, "frozen_at": frozen_at.isoformat()}
+    return {
+        "idempotency_key": idempotency_key,
+        "project": entry["project"],
+        "entries": summary,
+        "frozen_at": frozen_at.isoformat(),
+    }
 
 
 def notification(frozen: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +90,10 @@ def notification(frozen: dict[str, Any]) -> dict[str, Any]:
         "entries": frozen["entries"],
         "rule": f"more than {FREEZE_AFTER} dead-letter entries of one idempotency key within {FREEZE_WINDOW}",
         "blocked": "stage retries (one attempt each) and automatic runs (webhook, schedule) of this key",
-        "unfreeze": {"cli": f"relevo dlq unfreeze '{key}'", "api": f"POST /dlq/keys/{quote(key, safe='')}/unfreeze"},
+        "unfreeze": {
+            "cli": f"relevo dlq unfreeze '{key}'",
+            "api": f"POST /dlq/keys/{quote(key, safe='')}/unfreeze",
+        },
     }
 
 
@@ -88,7 +101,7 @@ def _notify(table: str, topic_arn: str, frozen: dict[str, Any]) -> None:
     client("sns").publish(
         TopicArn=topic_arn, Subject="Relevo dlq.key_frozen", Message=json.dumps(notification(frozen))
     )
-    freezes.mark_notified(table, frozen["idempotency_key"], frozen["frozen_at"], datetime.now(timezone.utc))
+    freezes.mark_notified(table, frozen["idempotency_key"], frozen["frozen_at"], datetime.now(UTC))
 
 
 def evaluate_pending(table: str, topic_arn: str, now: datetime) -> list[str]:
@@ -100,7 +113,10 @@ def evaluate_pending(table: str, topic_arn: str, now: datetime) -> list[str]:
         if frozen is not None:
             newly_frozen.append(frozen["idempotency_key"])
             _notify(table, topic_arn, frozen)
-            logger.warning("idempotency key frozen", extra={"idempotency_key": frozen["idempotency_key"], "project": frozen["project"]})
+            logger.warning(
+                "idempotency key frozen",
+                extra={"idempotency_key": frozen["idempotency_key"], "project": frozen["project"]},
+            )
         freezes.clear_check(table, entry["job_id"])
     for record in freezes.frozen_keys(table):
         if "notified_at" not in record and _at(record["frozen_at"]) < now - RENOTIFY_AFTER:
@@ -123,7 +139,9 @@ def project_of_key(idempotency_key: str) -> str:
     return idempotency_key.split(":", 1)[0]
 
 
-def list_frozen_keys(settings: TableSettings, can_view: Callable[[str], bool] = lambda _project: True) -> list[dict[str, Any]]:
+def list_frozen_keys(
+    settings: TableSettings, can_view: Callable[[str], bool] = lambda _project: True
+) -> list[dict[str, Any]]:
     """Frozen keys of the projects the caller may view, newest freeze first."""
     frozen = (describe_frozen(r) for r in freezes.frozen_keys(settings.table_name))
     visible = [r for r in frozen if can_view(r["project"] or project_of_key(r["idempotency_key"]))]
@@ -133,6 +151,11 @@ def list_frozen_keys(settings: TableSettings, can_view: Callable[[str], bool] = 
 def unfreeze_key(settings: TableSettings, idempotency_key: str, actor: str) -> dict[str, Any]:
     """Lift a freeze: automatic runs and stage retries of the key resume; entries before now no
     longer count towards the next freeze. Who may is the caller's to check (dead_letters)."""
-    was = freezes.unfreeze(settings.table_name, idempotency_key, actor, datetime.now(timezone.utc))
+    was = freezes.unfreeze(settings.table_name, idempotency_key, actor, datetime.now(UTC))
     logger.info("idempotency key unfrozen", extra={"idempotency_key": idempotency_key, "actor": actor})
-    return {"idempotency_key": idempotency_key, "unfrozen": True, "was_frozen_at": was.get("frozen_at"), "by": actor}
+    return {
+        "idempotency_key": idempotency_key,
+        "unfrozen": True,
+        "was_frozen_at": was.get("frozen_at"),
+        "by": actor,
+    }

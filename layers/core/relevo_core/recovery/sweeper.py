@@ -16,20 +16,21 @@ twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from relevo_core.recovery import key_freeze
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from relevo_core.config import IntakeSettings
 from relevo_core.config.sweeper import SweeperSettings
 from relevo_core.execution import MISSING, execution_status, start_job_execution
-from relevo_core.projects.lock_handoff import wake_next_waiter
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.observability import logger, metrics
+from relevo_core.projects.lock_handoff import wake_next_waiter
+from relevo_core.recovery import key_freeze
 from relevo_core.store import agents, jobs, locks, region_online, stage_endings, wait_order
 from relevo_core.store.jobs import clear_start_pending, get_envelope, start_pending_jobs
 
@@ -97,7 +98,9 @@ def sweep(settings: IntakeSettings, now: datetime, notification_topic_arn: str |
     return report
 
 
-def end_job_of_ended_execution(settings: IntakeSettings, job_id: str, execution_status: str, now: datetime, report: SweepReport) -> None:
+def end_job_of_ended_execution(
+    settings: IntakeSettings, job_id: str, execution_status: str, now: datetime, report: SweepReport
+) -> None:
     """Mirror an execution that ended outside Relevo onto its job: the final status, the reason,
     last_writer `sweeper`, and the queue slot back if the job was still queued. A job that already
     ended (the state machine or an operator wrote it) is left alone, so a repeat changes nothing."""
@@ -117,7 +120,14 @@ def end_job_of_ended_execution(settings: IntakeSettings, job_id: str, execution_
         if not status.terminal:
             try:
                 jobs.mark_ended_outside(
-                    settings.table_name, job_id, status, ending.status, settings.queue_limit, now, ending.error_name, ending.error_cause
+                    settings.table_name,
+                    job_id,
+                    status,
+                    ending.status,
+                    settings.queue_limit,
+                    now,
+                    ending.error_name,
+                    ending.error_cause,
                 )
             except jobs.StatusChanged:
                 continue  # written meanwhile: read again
@@ -132,14 +142,23 @@ def free_locks_of_ended_executions(settings: IntakeSettings, report: SweepReport
     """A project lock is released on every ending the state machine sees; an abort, a stop or an
     execution timeout ends it without a last state, so the sweep ends the job and then releases
     the lock (in that order: a sweep interrupted in between still finds the holder next time)."""
-    _end_and_let_go(settings, locks.lock_holders(settings.table_name), locks.release, report.locks_freed, report, now)
+    _end_and_let_go(
+        settings, locks.lock_holders(settings.table_name), locks.release, report.locks_freed, report, now
+    )
 
 
 def drop_ended_waiters(settings: IntakeSettings, report: SweepReport, now: datetime) -> None:
     """A waiting job whose execution was stopped, aborted or timed out would stay first in its
     project's order and block every job behind it: the sweep ends the job (giving back its queue
     slot) and takes it out of the order."""
-    _end_and_let_go(settings, locks.lock_waiters(settings.table_name), wait_order.drop_waiter, report.waiters_dropped, report, now)
+    _end_and_let_go(
+        settings,
+        locks.lock_waiters(settings.table_name),
+        wait_order.drop_waiter,
+        report.waiters_dropped,
+        report,
+        now,
+    )
 
 
 def _end_and_let_go(
@@ -188,17 +207,29 @@ def sweep_minute(settings: SweeperSettings, now: datetime) -> dict[str, Any]:
     # silence the counts, which the zero-online alarm would read as an empty fleet.
     fleet = online_agent_counts(settings.table_name, settings.regions, now)
     for region, count in fleet.items():
-        with single_metric(name="OnlineAgents", unit=MetricUnit.Count, value=count, namespace=metrics.namespace) as metric:
+        with single_metric(
+            name="OnlineAgents", unit=MetricUnit.Count, value=count, namespace=metrics.namespace
+        ) as metric:
             metric.add_dimension(name="Region", value=region)
     # A region's change between "some agent online" and "none": recorded (once, whichever sweep
     # sees it first) for the status reporter, which pages agents_offline on it. An agent killed,
     # frozen or cut off never writes its own offline record; this is how its loss is heard.
-    changed = [region for region, count in fleet.items() if region_online.record_region_online(settings.table_name, region, count, now)]
+    changed = [
+        region
+        for region, count in fleet.items()
+        if region_online.record_region_online(settings.table_name, region, count, now)
+    ]
     report = sweep(settings, now, settings.notification_topic_arn)
     metrics.add_metric(name="ForgottenJobsStarted", unit=MetricUnit.Count, value=len(report.started))
     metrics.add_metric(name="ProjectLocksFreed", unit=MetricUnit.Count, value=len(report.locks_freed))
     metrics.add_metric(name="JobsEndedOutside", unit=MetricUnit.Count, value=len(report.jobs_ended))
     metrics.add_metric(name="IdempotencyKeysFrozen", unit=MetricUnit.Count, value=len(report.keys_frozen))
-    if report.started or report.jobs_ended or report.locks_freed or report.waiters_dropped or report.keys_frozen:
+    if (
+        report.started
+        or report.jobs_ended
+        or report.locks_freed
+        or report.waiters_dropped
+        or report.keys_frozen
+    ):
         logger.warning("sweep repaired state", extra=report.to_dict())
     return {**report.to_dict(), "online_agents": fleet, "regions_changed": changed}

@@ -65,9 +65,11 @@ def put_pause(table: str, pause: AgentPause) -> None:
 
 def delete_pause(table: str, region: str, agent_id: str | None) -> AgentPause | None:
     """Resume: the pause removed; the one that was there, if any."""
-    old = client("dynamodb").delete_item(
-        TableName=table, Key=key(pauses_pk(region), _sk(agent_id)), ReturnValues="ALL_OLD"
-    ).get("Attributes")
+    old = (
+        client("dynamodb")
+        .delete_item(TableName=table, Key=key(pauses_pk(region), _sk(agent_id)), ReturnValues="ALL_OLD")
+        .get("Attributes")
+    )
     return AgentPause.model_validate(from_attributes(old)) if old else None
 
 

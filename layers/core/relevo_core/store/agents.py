@@ -94,13 +94,21 @@ def take_agent_id(table: str, presence: AgentPresence, predecessor: str | None =
     last ran as: that one is this Mac's earlier process (killed, crashed, restarted by launchd),
     whose record still looks online, and is taken over at once. Read, then written on condition
     nobody wrote in between, so two agents starting together cannot both take it."""
-    found = client("dynamodb").get_item(
-        TableName=table, Key=key(agents_pk(presence.region), agent_sk(presence.agent_id)), ConsistentRead=True
-    ).get("Item")
+    found = (
+        client("dynamodb")
+        .get_item(
+            TableName=table,
+            Key=key(agents_pk(presence.region), agent_sk(presence.agent_id)),
+            ConsistentRead=True,
+        )
+        .get("Item")
+    )
     condition, values = "attribute_not_exists(pk)", {}
     if found:
         other = AgentPresence.model_validate(from_attributes(found))
-        if other.instance_id not in (None, presence.instance_id, predecessor) and other.is_online(presence.last_seen):
+        if other.instance_id not in (None, presence.instance_id, predecessor) and other.is_online(
+            presence.last_seen
+        ):
             raise AgentIdInUse(other)
         condition, values = "last_seen = :seen", {":seen": from_attributes(found)["last_seen"]}
     _put(table, presence, condition, values)
@@ -130,10 +138,14 @@ def _put(table: str, presence: AgentPresence, condition: str, values: dict[str, 
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
-        raise AgentIdInUse(AgentPresence.model_validate(from_attributes(exc.response.get("Item", {})))) from exc
+        raise AgentIdInUse(
+            AgentPresence.model_validate(from_attributes(exc.response.get("Item", {})))
+        ) from exc
 
 
-def mark_offline(table: str, region: str, agent_id: str, now: datetime, instance_id: str | None = None) -> None:
+def mark_offline(
+    table: str, region: str, agent_id: str, now: datetime, instance_id: str | None = None
+) -> None:
     """A clean stop: the agent is offline from now on, until its next presence write. With an
     `instance_id`, only while the record still names that instance."""
     condition, values = "attribute_exists(pk)", {":false": False, ":zero": 0, ":now": now.isoformat()}
@@ -177,9 +189,11 @@ def online_agents(table: str, region: str, now: datetime) -> list[AgentPresence]
 def find_agent(table: str, regions: tuple[str, ...], agent_id: str) -> AgentPresence | None:
     """The agent's presence record in the first of `regions` that has one (one GetItem each)."""
     for region in regions:
-        found = client("dynamodb").get_item(
-            TableName=table, Key=key(agents_pk(region), agent_sk(agent_id)), ConsistentRead=True
-        ).get("Item")
+        found = (
+            client("dynamodb")
+            .get_item(TableName=table, Key=key(agents_pk(region), agent_sk(agent_id)), ConsistentRead=True)
+            .get("Item")
+        )
         if found:
             return AgentPresence.model_validate(from_attributes(found))
     return None

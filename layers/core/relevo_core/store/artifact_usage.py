@@ -97,7 +97,9 @@ def get_usage(table: str, project_id: str) -> Usage:
     return Usage(bytes=int(item.get("bytes", 0)), live_over_bound_at=item.get("live_over_bound_at"))
 
 
-def remove_for_quota(table: str, project_id: str, artifact: ArtifactRecord, bound: int, total: int, at: datetime) -> bool:
+def remove_for_quota(
+    table: str, project_id: str, artifact: ArtifactRecord, bound: int, total: int, at: datetime
+) -> bool:
     """Mark the artifact removed, take its size off the total and write the job's audit entry, in
     one transaction. False when the record is gone, already removed, was replaced since it was
     read, or is not counted in the total yet: nothing is written then."""
@@ -127,14 +129,20 @@ def remove_for_quota(table: str, project_id: str, artifact: ArtifactRecord, boun
                         "UpdateExpression": "ADD #bytes :minus",
                         "ConditionExpression": "#bytes >= :size",
                         "ExpressionAttributeNames": {"#bytes": "bytes"},
-                        "ExpressionAttributeValues": {":minus": to_attribute(-artifact.size), ":size": to_attribute(artifact.size)},
+                        "ExpressionAttributeValues": {
+                            ":minus": to_attribute(-artifact.size),
+                            ":size": to_attribute(artifact.size),
+                        },
                     }
                 },
                 {
                     "Put": {
                         "TableName": table,
                         "Item": {
-                            **key(audit_pk(artifact.job_id), f"{when}#artifact_removed#{artifact.stage}/{artifact.path}"),
+                            **key(
+                                audit_pk(artifact.job_id),
+                                f"{when}#artifact_removed#{artifact.stage}/{artifact.path}",
+                            ),
                             "action": to_attribute("artifact_removed"),
                             "actor": to_attribute("relevo"),
                             "at": to_attribute(when),
@@ -157,17 +165,29 @@ def remove_for_quota(table: str, project_id: str, artifact: ArtifactRecord, boun
     return True
 
 
-def _update_usage_if(table: str, project_id: str, update: str, condition: str, values: dict[str, Any] | None = None) -> bool:
+def _update_usage_if(
+    table: str, project_id: str, update: str, condition: str, values: dict[str, Any] | None = None
+) -> bool:
     """A conditional update of the project's usage item; False when the condition did not hold."""
-    return update_if(TableName=table, Key=key(usage_pk(project_id), ARTIFACT_USAGE_SK), UpdateExpression=update,
-                     ConditionExpression=condition, **({"ExpressionAttributeValues": values} if values else {}))
+    return update_if(
+        TableName=table,
+        Key=key(usage_pk(project_id), ARTIFACT_USAGE_SK),
+        UpdateExpression=update,
+        ConditionExpression=condition,
+        **({"ExpressionAttributeValues": values} if values else {}),
+    )
 
 
 def note_live_over_bound(table: str, project_id: str, at: datetime) -> bool:
     """Record that only live jobs' artifacts are left over the bound; True the first time only
     (until `clear_live_over_bound`), so it is logged once."""
-    return _update_usage_if(table, project_id, "SET live_over_bound_at = :at", "attribute_not_exists(live_over_bound_at)",
-                            {":at": to_attribute(at.isoformat())})
+    return _update_usage_if(
+        table,
+        project_id,
+        "SET live_over_bound_at = :at",
+        "attribute_not_exists(live_over_bound_at)",
+        {":at": to_attribute(at.isoformat())},
+    )
 
 
 def clear_live_over_bound(table: str, project_id: str) -> None:

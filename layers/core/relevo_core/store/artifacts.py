@@ -54,7 +54,9 @@ class ArtifactRecord(BaseModel):
 
 
 def _lease_lost(ref: StageRef, exc: ClientError) -> LeaseLost:
-    return LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}: {exc.response['Error']['Code']}")
+    return LeaseLost(
+        f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}: {exc.response['Error']['Code']}"
+    )
 
 
 def record(ref: StageRef, artifact: ArtifactRecord, expires_at: int) -> None:
@@ -90,24 +92,41 @@ def record(ref: StageRef, artifact: ArtifactRecord, expires_at: int) -> None:
 _RECORDS_PER_TRANSACTION = 99
 
 
-def record_handoff(ref: StageRef, records: list[ArtifactRecord], summary: dict[str, Any], expires_at: int) -> None:
+def record_handoff(
+    ref: StageRef, records: list[ArtifactRecord], summary: dict[str, Any], expires_at: int
+) -> None:
     """A stage attempt's handoff objects, and its summary on the stage record (`handoff_stored`,
     what a reconcile of this attempt reads), all fenced on the attempt: the summary goes with the
     last records, every earlier group with a condition check of the same attempt."""
-    groups = [records[start : start + _RECORDS_PER_TRANSACTION] for start in range(0, len(records), _RECORDS_PER_TRANSACTION)] or [[]]
+    groups = [
+        records[start : start + _RECORDS_PER_TRANSACTION]
+        for start in range(0, len(records), _RECORDS_PER_TRANSACTION)
+    ] or [[]]
     for number, group in enumerate(groups, start=1):
         fence: dict[str, Any]
         if number < len(groups):
             fence = {"ConditionCheck": {"TableName": ref.table, "Key": ref.key, **holds_attempt_check(ref)}}
         else:
             check = holds_attempt_check(ref, **{":summary": to_attribute(summary)})
-            fence = {"Update": {"TableName": ref.table, "Key": ref.key, "UpdateExpression": "SET handoff_stored = :summary", **check}}
+            fence = {
+                "Update": {
+                    "TableName": ref.table,
+                    "Key": ref.key,
+                    "UpdateExpression": "SET handoff_stored = :summary",
+                    **check,
+                }
+            }
         puts = [
             {
                 "Put": {
                     "TableName": ref.table,
                     "Item": to_attributes(
-                        {"pk": artifact_pk(r.job_id), "sk": r.sk, **r.model_dump(exclude_none=True), "ttl": expires_at}
+                        {
+                            "pk": artifact_pk(r.job_id),
+                            "sk": r.sk,
+                            **r.model_dump(exclude_none=True),
+                            "ttl": expires_at,
+                        }
                     ),
                 }
             }
@@ -125,7 +144,9 @@ class QuotaExceeded(Exception):
     """What a stage would store takes the job past its project's artifact.max_job_bytes."""
 
 
-def check_job_quota_bytes(ref: StageRef, stage: str, adding: int, max_job_bytes: int | None, what: str) -> None:
+def check_job_quota_bytes(
+    ref: StageRef, stage: str, adding: int, max_job_bytes: int | None, what: str
+) -> None:
     """Before anything is uploaded: the job's artifacts recorded by its other stages (and by this
     stage's other shards) plus `adding` must fit in max_job_bytes. (An earlier attempt of this
     stage, or of this shard, left records the retry's replace: they do not count; a sibling
@@ -133,7 +154,8 @@ def check_job_quota_bytes(ref: StageRef, stage: str, adding: int, max_job_bytes:
     if max_job_bytes is None or adding == 0:
         return
     stored = sum(
-        record.size for record in list_artifacts(ref.table, ref.job_id)
+        record.size
+        for record in list_artifacts(ref.table, ref.job_id)
         if (record.stage, record.shard) != (stage, ref.shard) and record.removed_at is None
     )
     if stored + adding > max_job_bytes:
@@ -187,10 +209,20 @@ def list_artifacts(table: str, job_id: str, stage: str | None = None) -> list[Ar
             try:
                 found = ArtifactRecord.model_validate({**item, "job_id": job_id})
             except ValidationError as exc:
-                log.warning("artifact record %s %s cannot be read: not listed (%s)", item.get("pk"), item.get("sk"), exc)
+                log.warning(
+                    "artifact record %s %s cannot be read: not listed (%s)",
+                    item.get("pk"),
+                    item.get("sk"),
+                    exc,
+                )
                 continue
             if found.sk != item.get("sk"):
-                log.warning("artifact record %s %s: its stage, shard and path give %r: not listed", item.get("pk"), item.get("sk"), found.sk)
+                log.warning(
+                    "artifact record %s %s: its stage, shard and path give %r: not listed",
+                    item.get("pk"),
+                    item.get("sk"),
+                    found.sk,
+                )
                 continue
             records.append(found)
         if "LastEvaluatedKey" not in page:

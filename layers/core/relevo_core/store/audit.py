@@ -11,7 +11,13 @@ from relevo_core.store.keys import audit_pk
 
 
 def record_action(table: str, job_id: str, action: str, actor: str, at: datetime, **details: Any) -> None:
-    item = {"pk": audit_pk(job_id), "sk": f"{at.isoformat()}#{action}", "action": action, "actor": actor, "at": at.isoformat()}
+    item = {
+        "pk": audit_pk(job_id),
+        "sk": f"{at.isoformat()}#{action}",
+        "action": action,
+        "actor": actor,
+        "at": at.isoformat(),
+    }
     item.update({name: value for name, value in details.items() if value is not None})
     client("dynamodb").put_item(TableName=table, Item=to_attributes(item))
 

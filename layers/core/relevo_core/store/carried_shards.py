@@ -24,8 +24,23 @@ from relevo_core.store.keys import SHARD_INFIX, stage_sk, stages_pk
 # What a carried record keeps of the shard's own: what it ran and what it left (its values, its
 # receipt, its resolution), never what lets anyone act on it (tokens, dispatch key, lease, holder).
 _CARRIED = (
-    "status", "stage_name", "stage_index", "shard_index", "attempt", "agent_id", "started_at", "ended_at", "exit_code", "outcome",
-    "receipt", "outputs", "handoff_stored", "checkout_commit", "retry_count", "cumulative_backoff_sec", "resolution",
+    "status",
+    "stage_name",
+    "stage_index",
+    "shard_index",
+    "attempt",
+    "agent_id",
+    "started_at",
+    "ended_at",
+    "exit_code",
+    "outcome",
+    "receipt",
+    "outputs",
+    "handoff_stored",
+    "checkout_commit",
+    "retry_count",
+    "cumulative_backoff_sec",
+    "resolution",
 )
 
 
@@ -37,7 +52,10 @@ def succeeded_shards(table: str, job_id: str, stage_index: int) -> list[dict[str
         page = dynamodb.query(
             TableName=table,
             KeyConditionExpression="pk = :pk AND begins_with(sk, :shards)",
-            ExpressionAttributeValues={":pk": {"S": stages_pk(job_id)}, ":shards": {"S": stage_sk(stage_index) + SHARD_INFIX}},
+            ExpressionAttributeValues={
+                ":pk": {"S": stages_pk(job_id)},
+                ":shards": {"S": stage_sk(stage_index) + SHARD_INFIX},
+            },
             ConsistentRead=True,
             **kwargs,
         )
@@ -47,8 +65,15 @@ def succeeded_shards(table: str, job_id: str, stage_index: int) -> list[dict[str
         kwargs = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
 
 
-def carried_puts(table: str, shards: list[dict[str, Any]], failed_job_id: str, new_job_id: str, ttl: int, actor: str,
-                 now: datetime) -> list[dict[str, Any]]:
+def carried_puts(
+    table: str,
+    shards: list[dict[str, Any]],
+    failed_job_id: str,
+    new_job_id: str,
+    ttl: int,
+    actor: str,
+    now: datetime,
+) -> list[dict[str, Any]]:
     """The transaction items that write each carried shard under the new job: new records only
     (a redrive runs once), expiring with the new job. A shard carried twice (the redrive of a
     redrive) still names the job where it ran."""

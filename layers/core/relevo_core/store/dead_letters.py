@@ -13,10 +13,10 @@ from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
 from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.conditional import transaction_cancellation
 from relevo_core.store.jobs import job_item, queue_counter_update
 from relevo_core.store.keys import DEDUP_SK, DLQ_KIND, DLQ_SK, dedup_pk, dlq_pk, key
 from relevo_core.store.kinds import items_of_kind
-from relevo_core.store.conditional import transaction_cancellation
 
 
 def list_entries(table: str) -> list[dict[str, Any]]:
@@ -24,14 +24,23 @@ def list_entries(table: str) -> list[dict[str, Any]]:
 
 
 def get_entry(table: str, job_id: str) -> dict[str, Any]:
-    item = client("dynamodb").get_item(TableName=table, Key=key(dlq_pk(job_id), DLQ_SK), ConsistentRead=True).get("Item")
+    item = (
+        client("dynamodb")
+        .get_item(TableName=table, Key=key(dlq_pk(job_id), DLQ_SK), ConsistentRead=True)
+        .get("Item")
+    )
     if item is None:
         raise RelevoError(ErrorCode.DLQ_ENTRY_NOT_FOUND, f"job {job_id} is not in the dead-letter queue")
     return from_attributes(item)
 
 
 def redrive(
-    table: str, failed_job_id: str, envelope: JobEnvelope, queue_limit: int, actor: str, now: datetime,
+    table: str,
+    failed_job_id: str,
+    envelope: JobEnvelope,
+    queue_limit: int,
+    actor: str,
+    now: datetime,
     carried: list[dict[str, Any]] | None = None,
 ) -> None:
     """In one transaction: the entry is marked redriven (once), the new job is written with a
@@ -50,7 +59,13 @@ def redrive(
                         "ConditionExpression": "#state = :open",
                         "ExpressionAttributeNames": {"#state": "state"},
                         "ExpressionAttributeValues": to_attributes(
-                            {":redriven": "redriven", ":open": "open", ":new": envelope.job_id, ":actor": actor, ":now": now.isoformat()}
+                            {
+                                ":redriven": "redriven",
+                                ":open": "open",
+                                ":new": envelope.job_id,
+                                ":actor": actor,
+                                ":now": now.isoformat(),
+                            }
                         ),
                     }
                 },
@@ -78,7 +93,9 @@ def redrive(
         if cancellation is None:
             raise
         if cancellation.condition_failed(0):
-            raise RelevoError(ErrorCode.DLQ_ENTRY_NOT_FOUND, f"job {failed_job_id} was already redriven") from exc
+            raise RelevoError(
+                ErrorCode.DLQ_ENTRY_NOT_FOUND, f"job {failed_job_id} was already redriven"
+            ) from exc
         if cancellation.condition_failed(2):
             raise RelevoError(ErrorCode.QUEUE_FULL, f"{queue_limit} jobs are already queued") from exc
         raise

@@ -16,7 +16,12 @@ from relevo_core.aws import client
 from relevo_core.models.delivery import DeliveryRecord
 from relevo_core.store.codec import to_attributes
 from relevo_core.store.conditional import put_if
-from relevo_core.store.keys import DELIVERY_LOG_SK_PREFIX, REFUSED_MINUTE_TAIL, delivery_log_pk, delivery_log_sk
+from relevo_core.store.keys import (
+    DELIVERY_LOG_SK_PREFIX,
+    REFUSED_MINUTE_TAIL,
+    delivery_log_pk,
+    delivery_log_sk,
+)
 from relevo_core.store.paging import query_items
 
 
@@ -34,13 +39,20 @@ def _item(record: DeliveryRecord, ttl: int, sk: str) -> dict[str, Any]:
 
 def record_delivery(table: str, record: DeliveryRecord, ttl: int) -> None:
     # The random tail keeps two attempts of one millisecond apart.
-    client("dynamodb").put_item(TableName=table, Item=_item(record, ttl, delivery_log_sk(record.at, secrets.token_hex(4))))
+    client("dynamodb").put_item(
+        TableName=table, Item=_item(record, ttl, delivery_log_sk(record.at, secrets.token_hex(4)))
+    )
 
 
 def delivery_put(table: str, record: DeliveryRecord, ttl: int) -> dict[str, Any]:
     """The record as one Put of a TransactWriteItems: written with the rest of the transaction, or
     not at all. Unconditional, under a key nobody else writes: it never cancels the transaction."""
-    return {"Put": {"TableName": table, "Item": _item(record, ttl, delivery_log_sk(record.at, secrets.token_hex(4)))}}
+    return {
+        "Put": {
+            "TableName": table,
+            "Item": _item(record, ttl, delivery_log_sk(record.at, secrets.token_hex(4))),
+        }
+    }
 
 
 def record_refusal_of_minute(table: str, record: DeliveryRecord, ttl: int, minute: str) -> bool:
@@ -57,12 +69,17 @@ def record_refusal_of_minute(table: str, record: DeliveryRecord, ttl: int, minut
     return put_if(TableName=table, Item=item, ConditionExpression="attribute_not_exists(pk)")
 
 
-def project_deliveries(table: str, project_id: str, failed_only: bool = False, limit: int = 200) -> list[DeliveryRecord]:
+def project_deliveries(
+    table: str, project_id: str, failed_only: bool = False, limit: int = 200
+) -> list[DeliveryRecord]:
     """The project's delivery records, newest first."""
     request: dict[str, Any] = {
         "TableName": table,
         "KeyConditionExpression": "pk = :pk AND begins_with(sk, :at)",
-        "ExpressionAttributeValues": {":pk": {"S": delivery_log_pk(project_id)}, ":at": {"S": DELIVERY_LOG_SK_PREFIX}},
+        "ExpressionAttributeValues": {
+            ":pk": {"S": delivery_log_pk(project_id)},
+            ":at": {"S": DELIVERY_LOG_SK_PREFIX},
+        },
         "ScanIndexForward": False,
     }
     if failed_only:

@@ -35,28 +35,32 @@ from relevo_core.store.paging import query_items
 
 def pending_checks(table: str) -> list[dict[str, Any]]:
     """Dead-letter entries whose freeze decision is still to be made, oldest failure first."""
-    return list(query_items(
-        TableName=table,
-        IndexName=FREEZE_CHECK_INDEX,
-        KeyConditionExpression=f"{FREEZE_CHECK_ATTRIBUTE} = :pending",
-        ExpressionAttributeValues={":pending": {"S": FREEZE_CHECK_PENDING}},
-        # What recovery/key_freeze reads of each: the index returns only what it projects.
-        # project is a reserved word ("Reserved words in DynamoDB"): named through an alias.
-        ProjectionExpression="job_id, #project, idempotency_key, failed_at",
-        ExpressionAttributeNames={"#project": "project"},
-    ))
+    return list(
+        query_items(
+            TableName=table,
+            IndexName=FREEZE_CHECK_INDEX,
+            KeyConditionExpression=f"{FREEZE_CHECK_ATTRIBUTE} = :pending",
+            ExpressionAttributeValues={":pending": {"S": FREEZE_CHECK_PENDING}},
+            # What recovery/key_freeze reads of each: the index returns only what it projects.
+            # project is a reserved word ("Reserved words in DynamoDB"): named through an alias.
+            ProjectionExpression="job_id, #project, idempotency_key, failed_at",
+            ExpressionAttributeNames={"#project": "project"},
+        )
+    )
 
 
 def entries_of_key(table: str, idempotency_key: str) -> list[dict[str, Any]]:
     """Every dead-letter entry of one idempotency key (job_id, project, error, failed_at)."""
-    return list(query_items(
-        TableName=table,
-        IndexName=DEAD_LETTER_KEY_INDEX,
-        KeyConditionExpression="idempotency_key = :key",
-        ExpressionAttributeValues={":key": {"S": idempotency_key}},
-        ProjectionExpression="job_id, #project, #error, failed_at",
-        ExpressionAttributeNames={"#project": "project", "#error": "error"},
-    ))
+    return list(
+        query_items(
+            TableName=table,
+            IndexName=DEAD_LETTER_KEY_INDEX,
+            KeyConditionExpression="idempotency_key = :key",
+            ExpressionAttributeValues={":key": {"S": idempotency_key}},
+            ProjectionExpression="job_id, #project, #error, failed_at",
+            ExpressionAttributeNames={"#project": "project", "#error": "error"},
+        )
+    )
 
 
 def clear_check(table: str, job_id: str) -> None:
@@ -78,7 +82,12 @@ def get_freeze(table: str, idempotency_key: str) -> dict[str, Any]:
 
 
 def freeze(
-    table: str, idempotency_key: str, project: str, entries: list[dict[str, Any]], frozen_at: datetime, seen_version: int
+    table: str,
+    idempotency_key: str,
+    project: str,
+    entries: list[dict[str, Any]],
+    frozen_at: datetime,
+    seen_version: int,
 ) -> bool:
     """Freeze the key, unless it is frozen already or its record changed since it was read
     (`seen_version`). True only for the one call that froze it: that caller notifies."""
@@ -130,7 +139,9 @@ def unfreeze(table: str, idempotency_key: str, actor: str, now: datetime) -> dic
         )
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
-            raise RelevoError(ErrorCode.KEY_NOT_FROZEN, f"idempotency key {idempotency_key!r} is not frozen") from exc
+            raise RelevoError(
+                ErrorCode.KEY_NOT_FROZEN, f"idempotency key {idempotency_key!r} is not frozen"
+            ) from exc
         raise
     return from_attributes(response.get("Attributes") or {})
 

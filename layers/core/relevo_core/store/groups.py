@@ -33,5 +33,7 @@ def find_group(table: str, name: str) -> Group | None:
 def get_group(table: str, name: str) -> Group:
     group = find_group(table, name)
     if group is None:
-        raise RelevoError(ErrorCode.GROUP_NOT_FOUND, f"no group {name!r} is defined (relevo group apply FILE)")
+        raise RelevoError(
+            ErrorCode.GROUP_NOT_FOUND, f"no group {name!r} is defined (relevo group apply FILE)"
+        )
     return group

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -75,7 +76,9 @@ def delete_partition(table: str, pk: str, keep_sk: str | None = None) -> int:
     return deleted
 
 
-def delete_job_children(table: str, job_id: str, log_parts: Iterable[tuple[int, int] | None] = (None,)) -> dict[str, int]:
+def delete_job_children(
+    table: str, job_id: str, log_parts: Iterable[tuple[int, int] | None] = (None,)
+) -> dict[str, int]:
     """Delete the job's stage records, then its log chunks and artifact records; the job record
     stays. The stage records go first: log and artifact writes are fenced on the stage record
     (a ConditionCheck on the attempt's holder), so once it is gone no writer can add a chunk or
@@ -83,8 +86,12 @@ def delete_job_children(table: str, job_id: str, log_parts: Iterable[tuple[int, 
     (store/log_chunks.job_log_parts of its envelope)."""
     return {
         # Stage records under the job's own partition too: a stack deployed before they had one.
-        "stages": delete_partition(table, stages_pk(job_id)) + delete_partition(table, job_pk(job_id), keep_sk=JOB_SK),
-        "log_chunks": sum(delete_partition(table, log_pk(job_id) if part is None else log_pk(job_id, *part)) for part in log_parts),
+        "stages": delete_partition(table, stages_pk(job_id))
+        + delete_partition(table, job_pk(job_id), keep_sk=JOB_SK),
+        "log_chunks": sum(
+            delete_partition(table, log_pk(job_id) if part is None else log_pk(job_id, *part))
+            for part in log_parts
+        ),
         "artifacts": delete_partition(table, artifact_pk(job_id)),
         # Tokens of tasks that no longer wait: the job has ended.
         "task_tokens": delete_partition(table, tokens_pk(job_id)),

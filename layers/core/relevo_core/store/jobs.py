@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -15,6 +16,7 @@ from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import HeldReason, JobStatus
 from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.conditional import transaction_cancellation
 from relevo_core.store.freezes import not_frozen_check
 from relevo_core.store.keys import (
     COUNTER_SK,
@@ -35,12 +37,11 @@ from relevo_core.store.keys import (
     dlq_pk,
     job_pk,
     key,
-    stages_pk,
     queue_seq,
+    stages_pk,
     wait_order,
 )
 from relevo_core.store.paging import query_items
-from relevo_core.store.conditional import transaction_cancellation
 
 if TYPE_CHECKING:
     from relevo_core.models.project import OnRepeat
@@ -227,7 +228,15 @@ def create_job(
         )
     held = held_reason is not None
     record = job_item(envelope, JobStatus.HELD if held else JobStatus.QUEUED, now, held_reason)
-    items.append({"Put": {"TableName": table, "Item": to_attributes(record), "ConditionExpression": "attribute_not_exists(pk)"}})
+    items.append(
+        {
+            "Put": {
+                "TableName": table,
+                "Item": to_attributes(record),
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        }
+    )
     counter_index = None
     if not held:
         counter_index = len(items)
@@ -277,14 +286,13 @@ def create_job(
     raise RuntimeError("job transaction kept conflicting")
 
 
-
 def create_job_or_repeat(
     table: str,
     envelope: JobEnvelope,
     dedup_window_sec: int,
     queue_limit: int,
     now: datetime,
-    on_repeat: "OnRepeat",
+    on_repeat: OnRepeat,
     held_reason: HeldReason | None = None,
     refuse_frozen: bool = False,
     also_write: Callable[[HeldReason | None], Sequence[dict[str, Any]]] = lambda _held: (),
@@ -294,21 +302,42 @@ def create_job_or_repeat(
     repeat_after_window) or run; a held or run repeat takes the expired dedup record over in a
     second transaction, and a RepeatAfterWindow from that one means a concurrent repeat took it
     first. `also_write(held_reason)`: the Puts written with the job, for the reason it is held."""
-    from relevo_core.models.project import OnRepeat  # the caller has it loaded; this module's other users need not
+    from relevo_core.models.project import (
+        OnRepeat,
+    )  # the caller has it loaded; this module's other users need not
 
-    outcome = create_job(table, envelope, dedup_window_sec, queue_limit, now, held_reason=held_reason,
-                         refuse_frozen=refuse_frozen, also_write=also_write(held_reason))
+    outcome = create_job(
+        table,
+        envelope,
+        dedup_window_sec,
+        queue_limit,
+        now,
+        held_reason=held_reason,
+        refuse_frozen=refuse_frozen,
+        also_write=also_write(held_reason),
+    )
     if not isinstance(outcome, RepeatAfterWindow) or on_repeat is OnRepeat.SKIP:
         return Created(outcome.job_id, held_reason) if isinstance(outcome, Created) else outcome
     if held_reason is None and on_repeat is OnRepeat.HOLD:
         held_reason = HeldReason.REPEAT_AFTER_WINDOW
-    outcome = create_job(table, envelope, dedup_window_sec, queue_limit, now, held_reason=held_reason,
-                         replaces_expires_at=outcome.previous_expires_at, refuse_frozen=refuse_frozen,
-                         also_write=also_write(held_reason))
+    outcome = create_job(
+        table,
+        envelope,
+        dedup_window_sec,
+        queue_limit,
+        now,
+        held_reason=held_reason,
+        replaces_expires_at=outcome.previous_expires_at,
+        refuse_frozen=refuse_frozen,
+        also_write=also_write(held_reason),
+    )
     return Created(outcome.job_id, held_reason) if isinstance(outcome, Created) else outcome
 
+
 def get_job_record(table: str, job_id: str) -> dict[str, Any]:
-    response = client("dynamodb").get_item(TableName=table, Key=key(job_pk(job_id), JOB_SK), ConsistentRead=True)
+    response = client("dynamodb").get_item(
+        TableName=table, Key=key(job_pk(job_id), JOB_SK), ConsistentRead=True
+    )
     if "Item" not in response:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, f"no job {job_id!r}")
     return from_attributes(response["Item"])
@@ -346,7 +375,13 @@ def _transition(
         "ConditionExpression": "#status = :previous",
         "ExpressionAttributeNames": {"#status": "status"},
         "ExpressionAttributeValues": to_attributes(
-            {":next": next_status.value, ":previous": previous.value, ":writer": writer, ":now": now.isoformat(), **(values or {})}
+            {
+                ":next": next_status.value,
+                ":previous": previous.value,
+                ":writer": writer,
+                ":now": now.isoformat(),
+                **(values or {}),
+            }
         ),
     }
 
@@ -367,7 +402,12 @@ def _end_job(
     MarkStarted, so a slot is given back once however often this races or repeats; a refused
     condition raises StatusChanged and the caller reads again."""
     update = _transition(
-        table, job_id, previous, final, writer, now,
+        table,
+        job_id,
+        previous,
+        final,
+        writer,
+        now,
         extra=f", ended_at = :now{extra} REMOVE {START_PENDING_ATTRIBUTE}, queue_reason, {WAITING_FOR_ATTRIBUTE}, {WAKE_TOKEN_ATTRIBUTE}, {HELD_REASON_ATTRIBUTE}",
         values=values,
     )
@@ -382,7 +422,9 @@ def _end_job(
         raise
 
 
-def mark_canceled(table: str, job_id: str, previous: JobStatus, actor: str, queue_limit: int, now: datetime) -> None:
+def mark_canceled(
+    table: str, job_id: str, previous: JobStatus, actor: str, queue_limit: int, now: datetime
+) -> None:
     """The job becomes canceled by an operator, giving back its queue slot if it held one."""
     _end_job(table, job_id, previous, JobStatus.CANCELED, f"operator:{actor}", queue_limit, now)
 
@@ -405,7 +447,10 @@ def mark_ended_outside(
     timed out) onto its job, giving back the queue slot if the job was still queued."""
     extra, values = "", {}
     if error_name:
-        extra, values = ", error_name = :error, error_cause = :cause", {":error": error_name, ":cause": error_cause or ""}
+        extra, values = (
+            ", error_name = :error, error_cause = :cause",
+            {":error": error_name, ":cause": error_cause or ""},
+        )
     _end_job(table, job_id, previous, final, SWEEPER_WRITER, queue_limit, now, extra, values)
 
 
@@ -432,7 +477,12 @@ def release_held(table: str, job_id: str, queue_limit: int, actor: str, now: dat
             TransactItems=[
                 {
                     "Update": _transition(
-                        table, job_id, JobStatus.HELD, JobStatus.QUEUED, f"operator:{actor}", now,
+                        table,
+                        job_id,
+                        JobStatus.HELD,
+                        JobStatus.QUEUED,
+                        f"operator:{actor}",
+                        now,
                         extra=f", {START_PENDING_ATTRIBUTE} = :pending REMOVE {HELD_REASON_ATTRIBUTE}",
                         values={":pending": START_PENDING},
                     )
@@ -456,7 +506,10 @@ def start_pending_jobs(table: str, created_before: datetime) -> list[str]:
         "TableName": table,
         "IndexName": START_PENDING_INDEX,
         "KeyConditionExpression": f"{START_PENDING_ATTRIBUTE} = :pending AND created_at < :before",
-        "ExpressionAttributeValues": {":pending": {"S": START_PENDING}, ":before": {"S": created_before.isoformat()}},
+        "ExpressionAttributeValues": {
+            ":pending": {"S": START_PENDING},
+            ":before": {"S": created_before.isoformat()},
+        },
         "ProjectionExpression": "job_id",
     }
     while True:
@@ -477,10 +530,16 @@ def query_job_items(table: str, job_id: str) -> list[dict[str, Any]]:
     """A job's record and its stage records, each in key order: two partitions (store/keys
     stages_pk), read side by side. A job of a stack deployed before stages had a partition of
     their own keeps them under its JOB# partition: they are read from there too."""
+
     def partition(pk: str) -> list[dict[str, Any]]:
-        return list(query_items(
-            TableName=table, KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": pk}}, ConsistentRead=True,
-        ))
+        return list(
+            query_items(
+                TableName=table,
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": {"S": pk}},
+                ConsistentRead=True,
+            )
+        )
 
     record, stages = side_by_side().map(in_this_context(partition), (job_pk(job_id), stages_pk(job_id)))
     return record + stages

@@ -6,7 +6,8 @@ this way costs the live jobs only, however many ended jobs the projects keep."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from relevo_core.store.keys import JOB_STATUS_INDEX, PROJECT_JOBS_ATTRIBUTE
 from relevo_core.store.paging import query_items

@@ -18,9 +18,11 @@ from relevo_core.store.keys import key, latest_report_sk, notice_pk
 
 def latest_reported_at(table: str, job_id: str, target: str) -> float | None:
     """When the newest transition delivered to `target` for the job was written (epoch seconds)."""
-    item = client("dynamodb").get_item(
-        TableName=table, Key=key(notice_pk(job_id), latest_report_sk(target)), ConsistentRead=True
-    ).get("Item")
+    item = (
+        client("dynamodb")
+        .get_item(TableName=table, Key=key(notice_pk(job_id), latest_report_sk(target)), ConsistentRead=True)
+        .get("Item")
+    )
     return float(item["at"]["N"]) if item else None
 
 

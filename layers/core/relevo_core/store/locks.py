@@ -44,7 +44,10 @@ def release(table: str, project_id: str, execution_name: str) -> bool:
         ConditionExpression="contains(holders, :name)",
         ExpressionAttributeNames={"#count": "count"},
         ExpressionAttributeValues={
-            ":minus_one": {"N": "-1"}, ":one": {"N": "1"}, ":me": {"SS": [execution_name]}, ":name": {"S": execution_name},
+            ":minus_one": {"N": "-1"},
+            ":one": {"N": "1"},
+            ":me": {"SS": [execution_name]},
+            ":name": {"S": execution_name},
         },
     )
 
@@ -54,9 +57,15 @@ def approval_gate(table: str, project_id: str) -> dict[str, Any] | None:
     gate (job.asl.json's AwaitApproval writes it on the lock, MarkApproved and every release take
     it off); None otherwise. One GetItem, eventually consistent: a view may say the gate a moment
     after it was answered. A gate whose job no longer holds the lock says nothing."""
-    item = client("dynamodb").get_item(
-        TableName=table, Key=key(lock_pk(project_id), LOCK_SK), ProjectionExpression="gate, holders",
-    ).get("Item")
+    item = (
+        client("dynamodb")
+        .get_item(
+            TableName=table,
+            Key=key(lock_pk(project_id), LOCK_SK),
+            ProjectionExpression="gate, holders",
+        )
+        .get("Item")
+    )
     lock = from_attributes(item) if item else {}
     gate = lock.get("gate")
     if not gate or gate.get("job_id") not in (lock.get("holders") or set()):

@@ -43,7 +43,10 @@ def put_body(bucket: str, key: str, data: bytes) -> str:
     """Store a body; returns its sha256 (hex). Content-MD5 lets S3 refuse a body damaged on the way."""
     digest = hashlib.sha256(data).hexdigest()
     client("s3").put_object(
-        Bucket=bucket, Key=key, Body=data, ContentType="text/plain; charset=utf-8",
+        Bucket=bucket,
+        Key=key,
+        Body=data,
+        ContentType="text/plain; charset=utf-8",
         ContentMD5=base64.b64encode(hashlib.md5(data).digest()).decode(),  # noqa: S324 - S3's integrity header, not a secret
     )
     return digest

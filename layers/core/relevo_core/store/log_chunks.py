@@ -23,9 +23,10 @@ LogRetentionDays after the job was created).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,16 +37,16 @@ from relevo_core.job_objects import JobPrefix
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.store import log_bodies
 from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.conditional import transaction_cancellation
 from relevo_core.store.jobs import get_envelope
 from relevo_core.store.keys import key, log_pk, log_sk
 from relevo_core.store.stage_attempts import LeaseLost, StageRef, holds_attempt_check
-from relevo_core.store.conditional import transaction_cancellation
 
 if TYPE_CHECKING:
     from relevo_core.models.envelope import JobEnvelope
 
 # A log partition of a job: None for its own (stages without shards), (stage index, shard) for a shard's.
-LogPart = Optional[Tuple[int, int]]
+LogPart = Optional[tuple[int, int]]
 # Where a reader stands in a job's log: for each partition, the seq of its first chunk after that
 # point (a partition not named: 0, all of it after). One position serves both directions: the
 # chunks before it are those with smaller seqs.
@@ -108,7 +109,9 @@ def job_home(table: str, job_id: str) -> JobPrefix | None:
         raise
 
 
-def _with_bodies(table: str, job_id: str, chunks: list[tuple[LogPart, LogChunk]], home: JobPrefix | None) -> list[LogChunk]:
+def _with_bodies(
+    table: str, job_id: str, chunks: list[tuple[LogPart, LogChunk]], home: JobPrefix | None
+) -> list[LogChunk]:
     """The chunks (each with the partition it was read from) with the text of each body kept in S3
     read in (side by side), each verified against the sha256 its item recorded; a body gone or
     altered reads as a line saying so. A body's key is its writer's choice (a uuid, not
@@ -139,7 +142,9 @@ def _with_bodies(table: str, job_id: str, chunks: list[tuple[LogPart, LogChunk]]
 
     if len(stored) <= 1:
         return [filled(chunk) for chunk in chunks]
-    with ThreadPoolExecutor(max_workers=min(PARALLEL_BODIES, len(stored)), thread_name_prefix="log-read") as pool:
+    with ThreadPoolExecutor(
+        max_workers=min(PARALLEL_BODIES, len(stored)), thread_name_prefix="log-read"
+    ) as pool:
         return list(pool.map(in_this_context(filled), chunks))
 
 
@@ -151,10 +156,15 @@ class LogPage(BaseModel):
     next_seq: int | None
 
 
-def job_log_parts(envelope: "JobEnvelope") -> list[LogPart]:
+def job_log_parts(envelope: JobEnvelope) -> list[LogPart]:
     """The job's log partitions, from its frozen plan (never a scan): its own, then each shard's of
     each stage with shards, in plan order (the order that breaks ties of time when merging)."""
-    return [None] + [(index, shard) for index, stage in enumerate(envelope.stages) if stage.sharded for shard in range(stage.shard_count)]
+    return [None] + [
+        (index, shard)
+        for index, stage in enumerate(envelope.stages)
+        if stage.sharded
+        for shard in range(stage.shard_count)
+    ]
 
 
 def _pk(job_id: str, part: LogPart) -> str:
@@ -186,12 +196,22 @@ def last_seq(table: str, job_id: str, part: LogPart = None) -> int:
 def chunk_stored(table: str, job_id: str, seq: int, part: LogPart = None) -> bool:
     """Whether chunk `seq` of the partition is stored (a consistent read of its key only)."""
     response = client("dynamodb").get_item(
-        TableName=table, Key=key(_pk(job_id, part), log_sk(seq)), ProjectionExpression="seq", ConsistentRead=True
+        TableName=table,
+        Key=key(_pk(job_id, part), log_sk(seq)),
+        ProjectionExpression="seq",
+        ConsistentRead=True,
     )
     return "Item" in response
 
 
-def _query(table: str, job_id: str, part: LogPart, limit: int, from_seq: int | None = None, before_seq: int | None = None) -> tuple[list[LogChunk], bool]:
+def _query(
+    table: str,
+    job_id: str,
+    part: LogPart,
+    limit: int,
+    from_seq: int | None = None,
+    before_seq: int | None = None,
+) -> tuple[list[LogChunk], bool]:
     """Up to `limit` chunks of one partition: from `from_seq` on, ascending, or (from_seq None)
     before `before_seq` (the end when None), descending; and whether it may hold more."""
     condition, values = "pk = :pk", {":pk": {"S": _pk(job_id, part)}}
@@ -218,7 +238,9 @@ def _query(table: str, job_id: str, part: LogPart, limit: int, from_seq: int | N
 def _each_part(parts: list[LogPart], read: Callable[[LogPart], Any]) -> dict[LogPart, Any]:
     if len(parts) == 1:
         return {parts[0]: read(parts[0])}
-    with ThreadPoolExecutor(max_workers=min(PARALLEL_PARTS, len(parts)), thread_name_prefix="log-part") as pool:
+    with ThreadPoolExecutor(
+        max_workers=min(PARALLEL_PARTS, len(parts)), thread_name_prefix="log-part"
+    ) as pool:
         return dict(zip(parts, pool.map(in_this_context(read), parts)))
 
 
@@ -237,7 +259,9 @@ class MergedPage(BaseModel):
     more: bool
 
 
-def _merge(parts: list[LogPart], found: dict[LogPart, tuple[list[LogChunk], bool]], limit: int, backward: bool) -> tuple[list[tuple[LogPart, LogChunk]], bool]:
+def _merge(
+    parts: list[LogPart], found: dict[LogPart, tuple[list[LogChunk], bool]], limit: int, backward: bool
+) -> tuple[list[tuple[LogPart, LogChunk]], bool]:
     """Chunks of the partitions' reads in merged order (backward: from the newest), at most `limit`
     and PAGE_MAX_BYTES (at least one). A partition that may hold more than was read stops the
     merge once its read is used up: its next chunk may come first. Also: whether anything read or
@@ -272,7 +296,14 @@ def _walk(start: Position, taken: list[tuple[LogPart, LogChunk]]) -> list[dict[A
     return after
 
 
-def read_forward(table: str, job_id: str, parts: list[LogPart], position: Position, limit: int = 100, home: JobPrefix | None = None) -> MergedPage:
+def read_forward(
+    table: str,
+    job_id: str,
+    parts: list[LogPart],
+    position: Position,
+    limit: int = 100,
+    home: JobPrefix | None = None,
+) -> MergedPage:
     """The chunks after `position`, merged by time across `parts`: at most `limit` and
     PAGE_MAX_BYTES of text, bodies kept in S3 read in (only those under the job's prefix `home`;
     None: read from the job record when the page has a body). A follower that asks again from
@@ -283,11 +314,19 @@ def read_forward(table: str, job_id: str, parts: list[LogPart], position: Positi
     taken, left = _merge(parts, found, limit, backward=False)
     after = _walk(start, taken)
     chunks = _with_bodies(table, job_id, taken, home)
-    return MergedPage(chunks=chunks, after=after, start=start, end=after[-1] if after else start, more=left and bool(taken))
+    return MergedPage(
+        chunks=chunks, after=after, start=start, end=after[-1] if after else start, more=left and bool(taken)
+    )
 
 
-def read_backward(table: str, job_id: str, parts: list[LogPart], position: Position | None = None, limit: int = 100,
-                  home: JobPrefix | None = None) -> MergedPage:
+def read_backward(
+    table: str,
+    job_id: str,
+    parts: list[LogPart],
+    position: Position | None = None,
+    limit: int = 100,
+    home: JobPrefix | None = None,
+) -> MergedPage:
     """The last chunks before `position` (the end of the log when None), merged by time across
     `parts`, in ascending order: at most `limit` and PAGE_MAX_BYTES, bodies read in as
     read_forward does (`home`). `start` is where to page further back from; `more` whether
@@ -295,11 +334,24 @@ def read_backward(table: str, job_id: str, parts: list[LogPart], position: Posit
     readable = [part for part in parts if position is None or position.get(part, 0) > 0]
     found = dict.fromkeys(parts, ([], False))
     if readable:
-        found.update(_each_part(readable, lambda part: _query(
-            table, job_id, part, limit, before_seq=None if position is None else position[part])))
+        found.update(
+            _each_part(
+                readable,
+                lambda part: _query(
+                    table, job_id, part, limit, before_seq=None if position is None else position[part]
+                ),
+            )
+        )
     taken, left = _merge(parts, found, limit, backward=True)
     # Where the page ends: the given position, or after each partition's newest chunk.
-    end = {part: (position.get(part, 0) if position is not None else (found[part][0][0].seq + 1 if found[part][0] else 0)) for part in parts}
+    end = {
+        part: (
+            position.get(part, 0)
+            if position is not None
+            else (found[part][0][0].seq + 1 if found[part][0] else 0)
+        )
+        for part in parts
+    }
     start = dict(end)
     for part, chunk in reversed(taken):
         start[part] = chunk.seq
@@ -314,7 +366,14 @@ def stored_after(table: str, job_id: str, position: Position) -> bool:
     return any(_each_part(parts, lambda part: chunk_stored(table, job_id, position[part], part)).values())
 
 
-def read_chunks(table: str, job_id: str, from_seq: int = 0, limit: int = 100, home: JobPrefix | None = None, part: LogPart = None) -> LogPage:
+def read_chunks(
+    table: str,
+    job_id: str,
+    from_seq: int = 0,
+    limit: int = 100,
+    home: JobPrefix | None = None,
+    part: LogPart = None,
+) -> LogPage:
     """Page forward through one partition (the job's own by default): chunks with seq >= from_seq,
     at most `limit` and PAGE_MAX_BYTES of text, bodies kept in S3 read in. `home`: the job's
     prefix, when the caller has read its envelope already (else read from the job record when a
@@ -373,12 +432,18 @@ class ChunkWriter:
             assert self.artifact_uri is not None
             bucket, object_key = log_bodies.body_key(self.artifact_uri, self.stage, self.ref.attempt)
             digest = log_bodies.put_body(bucket, object_key, encoded[index])
-            entries[index] = {"body": f"s3://{bucket}/{object_key}", "body_sha256": digest, "size": len(encoded[index])}
+            entries[index] = {
+                "body": f"s3://{bucket}/{object_key}",
+                "body_sha256": digest,
+                "size": len(encoded[index]),
+            }
 
         if len(large) == 1:
             store(large[0])
         elif large:
-            with ThreadPoolExecutor(max_workers=min(PARALLEL_BODIES, len(large)), thread_name_prefix="log-body") as pool:
+            with ThreadPoolExecutor(
+                max_workers=min(PARALLEL_BODIES, len(large)), thread_name_prefix="log-body"
+            ) as pool:
                 list(pool.map(in_this_context(store), large))
         self.bodies += len(large)
         return entries
@@ -397,7 +462,9 @@ class ChunkWriter:
                 if cancellation is None:
                     raise
                 if cancellation.condition_failed(len(entries)):
-                    raise LeaseLost(f"{self.ref.job_id} stage {self.ref.stage_index} attempt {self.ref.attempt}") from exc
+                    raise LeaseLost(
+                        f"{self.ref.job_id} stage {self.ref.stage_index} attempt {self.ref.attempt}"
+                    ) from exc
                 if not any(cancellation.condition_failed(i) for i in range(len(entries))):
                     raise
                 # Another writer (an earlier attempt's last flush) took one of these seqs:
@@ -428,7 +495,21 @@ class ChunkWriter:
                 "written_at": now.isoformat(),
                 "ttl": self.expires_at,
             }
-            puts.append({"Put": {"TableName": self.ref.table, "Item": to_attributes(item), "ConditionExpression": "attribute_not_exists(pk)"}})
-        fence = {"ConditionCheck": {"TableName": self.ref.table, "Key": self.ref.key, **holds_attempt_check(self.ref)}}
+            puts.append(
+                {
+                    "Put": {
+                        "TableName": self.ref.table,
+                        "Item": to_attributes(item),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                }
+            )
+        fence = {
+            "ConditionCheck": {
+                "TableName": self.ref.table,
+                "Key": self.ref.key,
+                **holds_attempt_check(self.ref),
+            }
+        }
         client("dynamodb").transact_write_items(TransactItems=[*puts, fence])
         self.transactions += 1

@@ -19,7 +19,9 @@ from relevo_core.store.keys import SUPPRESSION_SK, key, notice_pk, notice_sk, su
 CLAIMED = "claimed"
 
 
-def claim_notice(table: str, subject: str, target: str, transition: str, now: int, claim_sec: int, ttl: int) -> bool:
+def claim_notice(
+    table: str, subject: str, target: str, transition: str, now: int, claim_sec: int, ttl: int
+) -> bool:
     """True when this caller is the one to send `transition` to `target` for the job."""
     try:
         client("dynamodb").put_item(
@@ -83,13 +85,16 @@ def open_window(table: str, subject: str, now: int, window_sec: int) -> bool:
     )
 
 
-
 CHECK_RUN_SK = "CHECK_RUN"
 
 
 def check_run_id(table: str, job_id: str) -> int | None:
     """The GitHub check run a job's reports update (created by its first report)."""
-    item = client("dynamodb").get_item(TableName=table, Key=key(notice_pk(job_id), CHECK_RUN_SK), ConsistentRead=True).get("Item")
+    item = (
+        client("dynamodb")
+        .get_item(TableName=table, Key=key(notice_pk(job_id), CHECK_RUN_SK), ConsistentRead=True)
+        .get("Item")
+    )
     return int(item["check_run_id"]["N"]) if item else None
 
 

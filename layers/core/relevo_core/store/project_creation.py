@@ -11,9 +11,9 @@ from relevo_core.aws import client
 from relevo_core.models.access import Level
 from relevo_core.models.project import Project
 from relevo_core.store.codec import to_attributes
+from relevo_core.store.conditional import transaction_cancellation
 from relevo_core.store.grants import grant_item
 from relevo_core.store.projects import project_item
-from relevo_core.store.conditional import transaction_cancellation
 
 
 class ProjectExists(Exception):
@@ -33,7 +33,12 @@ def create_project(table: str, project: Project, actor: str, now: datetime) -> N
                         "ConditionExpression": "attribute_not_exists(pk)",
                     }
                 },
-                {"Put": {"TableName": table, "Item": to_attributes(grant_item(project.id, actor, Level.MANAGE, actor, now))}},
+                {
+                    "Put": {
+                        "TableName": table,
+                        "Item": to_attributes(grant_item(project.id, actor, Level.MANAGE, actor, now)),
+                    }
+                },
             ]
         )
     except ClientError as exc:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from relevo_core.store.keys import PROJECT_JOBS_ATTRIBUTE, PROJECT_JOBS_INDEX
 from relevo_core.store.paging import query_items
 
 
 def jobs_of_project(
-    table: str, project_id: str, since: str | None = None, until: str | None = None, oldest_first: bool = False
+    table: str,
+    project_id: str,
+    since: str | None = None,
+    until: str | None = None,
+    oldest_first: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Job records of a project created in [since, until] (ISO 8601 UTC), newest first (or
     oldest first: the artifact quota removes from there).

@@ -11,13 +11,16 @@ from relevo_core.store.paging import query_items
 
 def delete_project_partition(table: str, project_id: str) -> int:
     """Delete the project's items (grants first, the declaration last); how many there were."""
-    keys = [item["sk"] for item in query_items(
-        TableName=table,
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": project_pk(project_id)}},
-        ProjectionExpression="sk",
-        ConsistentRead=True,
-    )]
+    keys = [
+        item["sk"]
+        for item in query_items(
+            TableName=table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": project_pk(project_id)}},
+            ProjectionExpression="sk",
+            ConsistentRead=True,
+        )
+    ]
     dynamodb = client("dynamodb")
     for sk in sorted(keys, key=lambda sk: sk == PROJECT_SK):
         dynamodb.delete_item(TableName=table, Key=key(project_pk(project_id), sk))

@@ -3,7 +3,7 @@ its creator's grant too, is in store.project_creation."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from relevo_core.aws import client
@@ -36,7 +36,7 @@ def project_item(project: Project, actor: str, now: datetime) -> dict[str, Any]:
 
 
 def put_project(table: str, project: Project, actor: str) -> None:
-    item = project_item(project, actor, datetime.now(timezone.utc))
+    item = project_item(project, actor, datetime.now(UTC))
     client("dynamodb").put_item(TableName=table, Item=to_attributes(item))
 
 

@@ -32,5 +32,7 @@ def record_region_online(table: str, region: str, online_agents: int, now: datet
         UpdateExpression="SET #online = :online, online_agents = :count, changed_at = :at",
         ConditionExpression="attribute_not_exists(pk) OR (#online <> :online AND changed_at < :at)",
         ExpressionAttributeNames={"#online": "online"},  # a DynamoDB reserved word
-        ExpressionAttributeValues=to_attributes({":online": online_agents > 0, ":count": online_agents, ":at": at}),
+        ExpressionAttributeValues=to_attributes(
+            {":online": online_agents > 0, ":count": online_agents, ":at": at}
+        ),
     )

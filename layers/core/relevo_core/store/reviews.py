@@ -20,23 +20,39 @@ class NotInReview(Exception):
 
 def review(table: str, job_id: str, stage_index: int, shard: int | None = None) -> dict[str, Any]:
     """The stage record's (or the shard's) status, the attempt in review and the reconciliation evidence ({} if none)."""
-    item = client("dynamodb").get_item(
-        TableName=table,
-        Key=stage_key(job_id, stage_index, shard),
-        ConsistentRead=True,
-        ProjectionExpression="#status, review_attempt, reconciled",
-        ExpressionAttributeNames={"#status": "status"},
-    ).get("Item", {})
+    item = (
+        client("dynamodb")
+        .get_item(
+            TableName=table,
+            Key=stage_key(job_id, stage_index, shard),
+            ConsistentRead=True,
+            ProjectionExpression="#status, review_attempt, reconciled",
+            ExpressionAttributeNames={"#status": "status"},
+        )
+        .get("Item", {})
+    )
     return from_attributes(item)
 
 
 def record_resolution(
-    table: str, job_id: str, stage_index: int, review_attempt: int, resolution: str, actor: str, reason: str | None, now: datetime,
+    table: str,
+    job_id: str,
+    stage_index: int,
+    review_attempt: int,
+    resolution: str,
+    actor: str,
+    reason: str | None,
+    now: datetime,
     shard: int | None = None,
 ) -> None:
     """Written before the token is answered, and only while the stage still waits in review of
     `review_attempt`: the next attempt then finds the outcome `resolved` and runs without reconciling."""
-    entry = {"as": resolution, "actor": actor, "at": now.isoformat(), **({"reason": reason} if reason else {})}
+    entry = {
+        "as": resolution,
+        "actor": actor,
+        "at": now.isoformat(),
+        **({"reason": reason} if reason else {}),
+    }
     try:
         client("dynamodb").update_item(
             TableName=table,

@@ -27,7 +27,10 @@ def shard_failures(table: str, job_id: str, stage_index: int, shards: list[int])
         page = dynamodb.query(
             TableName=table,
             KeyConditionExpression="pk = :pk AND begins_with(sk, :shards)",
-            ExpressionAttributeValues={":pk": {"S": stages_pk(job_id)}, ":shards": {"S": stage_sk(stage_index) + SHARD_INFIX}},
+            ExpressionAttributeValues={
+                ":pk": {"S": stages_pk(job_id)},
+                ":shards": {"S": stage_sk(stage_index) + SHARD_INFIX},
+            },
             ProjectionExpression="shard_index, last_error, attempt, cumulative_backoff_sec, attempts_log",
             ConsistentRead=True,
             **kwargs,

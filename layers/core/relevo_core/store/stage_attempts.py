@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
@@ -58,7 +58,13 @@ def needs_reconcile(previous: dict[str, Any], attempt: int) -> bool:
 def record_reconciled(ref: StageRef, decision: str, evidence: dict[str, Any], now: datetime) -> None:
     """A reconciliation's decision and its evidence, on the stage (fenced on the attempt): the
     latest as `reconciled`, every one in `reconciliations`."""
-    entry = {"attempt": ref.attempt, "agent_id": ref.agent_id, "decision": decision, "evidence": evidence, "at": now.isoformat()}
+    entry = {
+        "attempt": ref.attempt,
+        "agent_id": ref.agent_id,
+        "decision": decision,
+        "evidence": evidence,
+        "at": now.isoformat(),
+    }
     _update(
         ref,
         "SET #status = :reconciled, reconciled = :entry, "
@@ -183,7 +189,11 @@ def holds_attempt_check(ref: StageRef, **values: dict[str, Any]) -> dict[str, An
 
 
 def _update(
-    ref: StageRef, expression: str, condition: str, values: dict[str, object], return_old: bool = False,
+    ref: StageRef,
+    expression: str,
+    condition: str,
+    values: dict[str, object],
+    return_old: bool = False,
     names: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     request: dict[str, object] = {
@@ -218,7 +228,7 @@ def _lease_until(now: datetime, lease_ttl_sec: int) -> tuple[int, str]:
     """The lease's end as epoch seconds (for conditions) and as the ISO text the state machine
     compares with its own clock when a task times out."""
     until = now + timedelta(seconds=lease_ttl_sec)
-    return int(until.timestamp()), until.astimezone(timezone.utc).isoformat()
+    return int(until.timestamp()), until.astimezone(UTC).isoformat()
 
 
 def claim(
@@ -320,7 +330,15 @@ def claim(
 # What a claim keeps of the attempt it took over, so a retried claim still knows it: with the
 # values it recorded as it ran (`outputs`, for the effect probe) and the handoff it stored.
 _CLAIMED_OVER = (
-    "attempt", "agent_id", "outcome", "receipt", "precondition_version", "lease_expires_iso", "status", "outputs", "handoff_stored",
+    "attempt",
+    "agent_id",
+    "outcome",
+    "receipt",
+    "precondition_version",
+    "lease_expires_iso",
+    "status",
+    "outputs",
+    "handoff_stored",
 )
 
 
@@ -350,16 +368,25 @@ class ClaimOnRecord:
 
 def claim_on_record(table: str, job_id: str, stage_index: int, shard: int | None = None) -> ClaimOnRecord:
     item = from_attributes(
-        client("dynamodb").get_item(
-            TableName=table, Key=stage_key(job_id, stage_index, shard), ConsistentRead=True,
+        client("dynamodb")
+        .get_item(
+            TableName=table,
+            Key=stage_key(job_id, stage_index, shard),
+            ConsistentRead=True,
             ProjectionExpression="agent_id, attempt, claim_id, #status, lease_expires_at, run_handed_at, stage_name",
             ExpressionAttributeNames={"#status": "status"},
-        ).get("Item", {})
+        )
+        .get("Item", {})
     )
     attempt, lease = item.get("attempt"), item.get("lease_expires_at")
     return ClaimOnRecord(
-        item.get("agent_id"), attempt if isinstance(attempt, int) else None, item.get("claim_id"), item.get("status"),
-        int(lease) if isinstance(lease, (int, float)) else 0, item.get("run_handed_at"), str(item.get("stage_name", "")),
+        item.get("agent_id"),
+        attempt if isinstance(attempt, int) else None,
+        item.get("claim_id"),
+        item.get("status"),
+        int(lease) if isinstance(lease, (int, float)) else 0,
+        item.get("run_handed_at"),
+        str(item.get("stage_name", "")),
     )
 
 
@@ -374,20 +401,34 @@ def let_go(ref: StageRef, now: datetime) -> bool:
             ref,
             "SET lease_expires_at = :lease, lease_expires_iso = :lease_iso, last_writer = :writer REMOVE held_by",
             _HOLDS_ATTEMPT,
-            {":agent": ref.agent_id, ":attempt": ref.attempt, ":lease": lease, ":lease_iso": lease_iso,
-             ":writer": f"agent:{ref.agent_id}", **_LIVE},
+            {
+                ":agent": ref.agent_id,
+                ":attempt": ref.attempt,
+                ":lease": lease,
+                ":lease_iso": lease_iso,
+                ":writer": f"agent:{ref.agent_id}",
+                **_LIVE,
+            },
         )
     except LeaseLost:
         return False
     return True
 
 
-def renew_lease(ref: StageRef, lease_ttl_sec: int, now: datetime, transfer: TransferProgress | None = None) -> None:
+def renew_lease(
+    ref: StageRef, lease_ttl_sec: int, now: datetime, transfer: TransferProgress | None = None
+) -> None:
     """Refused (LeaseLost) once the attempt is no longer live: taken over, given up by the state
     machine, or canceled with its job (`LeaseLost.ended`). `transfer`: the attempt's upload
     progress, carried by the same write (no write of its own while the lease is kept)."""
     lease, lease_iso = _lease_until(now, lease_ttl_sec)
-    values: dict[str, object] = {":agent": ref.agent_id, ":attempt": ref.attempt, ":lease": lease, ":lease_iso": lease_iso, **_LIVE}
+    values: dict[str, object] = {
+        ":agent": ref.agent_id,
+        ":attempt": ref.attempt,
+        ":lease": lease,
+        ":lease_iso": lease_iso,
+        **_LIVE,
+    }
     expression = "SET lease_expires_at = :lease, lease_expires_iso = :lease_iso"
     names = None
     if transfer is not None:
@@ -404,7 +445,12 @@ def record_transfer(ref: StageRef, transfer: TransferProgress) -> None:
         ref,
         "SET transfers.#transfer_attempt = :transfer",
         _HOLDS_ATTEMPT,
-        {":agent": ref.agent_id, ":attempt": ref.attempt, ":transfer": _transfer_value(ref, transfer), **_LIVE},
+        {
+            ":agent": ref.agent_id,
+            ":attempt": ref.attempt,
+            ":transfer": _transfer_value(ref, transfer),
+            **_LIVE,
+        },
         names={"#transfer_attempt": str(ref.attempt)},
     )
 
@@ -418,12 +464,22 @@ def _transfer_value(ref: StageRef, transfer: TransferProgress) -> dict[str, Any]
 def record_outputs(ref: StageRef, outputs: dict[str, str]) -> None:
     """The values the attempt's command has written to $RELEVO_OUTPUT so far (all of them: the
     latest write wins), fenced on the attempt: refused (LeaseLost) once it is no longer held."""
-    _update(ref, "SET outputs = :outputs", _HOLDS_ATTEMPT, {":outputs": outputs, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE})
+    _update(
+        ref,
+        "SET outputs = :outputs",
+        _HOLDS_ATTEMPT,
+        {":outputs": outputs, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE},
+    )
 
 
 def record_restored(ref: StageRef, restored: dict[str, Any]) -> None:
     """What the attempt's agent restored of the earlier stages' handoffs, fenced on the attempt."""
-    _update(ref, "SET restored = :restored", _HOLDS_ATTEMPT, {":restored": restored, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE})
+    _update(
+        ref,
+        "SET restored = :restored",
+        _HOLDS_ATTEMPT,
+        {":restored": restored, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE},
+    )
 
 
 def record_checkout_commit(ref: StageRef, commit: str) -> str:
@@ -432,7 +488,8 @@ def record_checkout_commit(ref: StageRef, commit: str) -> str:
     one every later stage, retry and rerun of the job builds."""
     try:
         _update(
-            ref, "SET checkout_commit = :commit",
+            ref,
+            "SET checkout_commit = :commit",
             f"({_HOLDS_ATTEMPT}) AND (attribute_not_exists(checkout_commit) OR checkout_commit = :commit)",
             {":commit": commit, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE},
         )
@@ -450,8 +507,12 @@ def record_checkout_commit(ref: StageRef, commit: str) -> str:
 def record_precondition(ref: StageRef, precondition_version: str) -> None:
     """The precondition as it stands once the workspace is the job's (checked out, handoffs
     restored): what a later attempt's reconcile compares with. Fenced on the attempt."""
-    _update(ref, "SET precondition_version = :pre", _HOLDS_ATTEMPT,
-            {":pre": precondition_version, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE})
+    _update(
+        ref,
+        "SET precondition_version = :pre",
+        _HOLDS_ATTEMPT,
+        {":pre": precondition_version, ":agent": ref.agent_id, ":attempt": ref.attempt, **_LIVE},
+    )
 
 
 def run_handed(ref: StageRef) -> bool:
@@ -459,15 +520,19 @@ def run_handed(ref: StageRef) -> bool:
     the claim held): the token itself is in the job's token partition, which no job session reads;
     the stage record says when it was handed (`run_handed_at`)."""
     item = from_attributes(
-        client("dynamodb").get_item(
+        client("dynamodb")
+        .get_item(
             TableName=ref.table,
             Key=ref.key,
             ConsistentRead=True,
             ProjectionExpression="agent_id, attempt, run_handed_at, #status",
             ExpressionAttributeNames={"#status": "status"},
-        ).get("Item", {})
+        )
+        .get("Item", {})
     )
-    if (item.get("agent_id"), item.get("attempt")) != (ref.agent_id, ref.attempt) or item.get("status") in _ENDED:
+    if (item.get("agent_id"), item.get("attempt")) != (ref.agent_id, ref.attempt) or item.get(
+        "status"
+    ) in _ENDED:
         raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}", item)
     return bool(item.get("run_handed_at"))
 
@@ -521,7 +586,10 @@ def finish(
         _update(ref, expression, _HOLDS_ATTEMPT, values)
     except LeaseLost as refused:
         found = refused.item
-        if (found.get("agent_id"), found.get("attempt"), found.get("status")) != (ref.agent_id, ref.attempt, status.value):
+        if (found.get("agent_id"), found.get("attempt"), found.get("status")) != (
+            ref.agent_id,
+            ref.attempt,
+            status.value,
+        ):
             raise
         # Already recorded: this is a repeat of a report whose answer was lost.
-

@@ -52,7 +52,12 @@ def end_open_stages(table: str, job_id: str, status: StageStatus, now: datetime,
                 ConditionExpression=f"#status IN ({', '.join(names)})",
                 ExpressionAttributeNames={"#status": "status"},
                 ExpressionAttributeValues=to_attributes(
-                    {":ended": status.value, ":now": now.isoformat(), ":writer": writer, **dict(zip(names, (s.value for s in _OPEN)))}
+                    {
+                        ":ended": status.value,
+                        ":now": now.isoformat(),
+                        ":writer": writer,
+                        **dict(zip(names, (s.value for s in _OPEN))),
+                    }
                 ),
             )
         except ClientError as exc:

@@ -15,8 +15,11 @@ def succeeded_indexes(table: str, job_id: str, indexes: range) -> set[int]:
     found = set()
     for index in indexes:
         item = dynamodb.get_item(
-            TableName=table, Key=stage_key(job_id, index), ConsistentRead=True,
-            ProjectionExpression="#status", ExpressionAttributeNames={"#status": "status"},
+            TableName=table,
+            Key=stage_key(job_id, index),
+            ConsistentRead=True,
+            ProjectionExpression="#status",
+            ExpressionAttributeNames={"#status": "status"},
         ).get("Item")
         if item and from_attributes(item).get("status") in SUCCEEDED_STAGE:
             found.add(index)

@@ -40,7 +40,11 @@ class ReviewToken:
 
 
 def _get(table: str, job_id: str, sk: str) -> dict[str, Any]:
-    item = client("dynamodb").get_item(TableName=table, Key=key(tokens_pk(job_id), sk), ConsistentRead=True).get("Item")
+    item = (
+        client("dynamodb")
+        .get_item(TableName=table, Key=key(tokens_pk(job_id), sk), ConsistentRead=True)
+        .get("Item")
+    )
     return from_attributes(item or {})
 
 

@@ -20,7 +20,6 @@ from relevo_core.models.status import JobStatus
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.conditional import update_if
 from relevo_core.store.jobs import StatusChanged
-from relevo_core.store.paging import query_items
 from relevo_core.store.keys import (
     JOB_SK,
     LOCK_SK,
@@ -33,6 +32,7 @@ from relevo_core.store.keys import (
     lock_pk,
     wait_order,
 )
+from relevo_core.store.paging import query_items
 
 
 def waiting_jobs(table: str, project_id: str, limit: int | None = None) -> list[str]:

@@ -18,6 +18,7 @@ from relevo_core.intake.webhooks.events import (
     is_zero_sha,
     pull_request_ref,
 )
+
 # The signature check lives with GitLab's token check, apart from the payload shapes below.
 from relevo_core.intake.webhooks.verify import (  # noqa: F401  (sign, verify_signature: this module's API)
     GITHUB_DELIVERY_HEADER,
@@ -40,6 +41,7 @@ PULL_REQUEST_BUILD_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
 
 # ------------------------------------------------------------------------------------------------
 # Payload shapes. Only the keys Relevo reads are declared; everything else GitHub sends is ignored.
+
 
 class Repository(Payload):
     full_name: str = Field(min_length=1)

@@ -19,6 +19,7 @@ from relevo_core.intake.webhooks.events import (
     Sha,
     is_zero_sha,
 )
+
 # The token check lives with GitHub's signature check, apart from the payload shapes below.
 from relevo_core.intake.webhooks.verify import (  # noqa: F401  (verify_token: this module's API)
     GITLAB_DELIVERY_HEADER,

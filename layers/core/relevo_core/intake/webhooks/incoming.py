@@ -10,8 +10,9 @@ signature, a token or a secret: a refused delivery's answer carries its message 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
@@ -38,8 +39,14 @@ class IncomingDelivery:
 
     @classmethod
     def read(
-        cls, source: str, project_id: str, lower_headers: Mapping[str, str], event_header: str, delivery_header: str, body_bytes: int
-    ) -> "IncomingDelivery":
+        cls,
+        source: str,
+        project_id: str,
+        lower_headers: Mapping[str, str],
+        event_header: str,
+        delivery_header: str,
+        body_bytes: int,
+    ) -> IncomingDelivery:
         event = (lower_headers.get(event_header) or "unknown")[:EVENT_CHARS]
         delivery_id = (lower_headers.get(delivery_header) or "")[:DELIVERY_ID_CHARS] or None
         return cls(source, project_id, event, delivery_id, body_bytes)
@@ -70,4 +77,6 @@ def count_refusal(delivery: IncomingDelivery, code: str, http_status: int) -> No
     metrics.add_metric(name=REFUSED, unit=MetricUnit.Count, value=1)
     with single_metric(name=REFUSED, unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
         metric.add_dimension(name="Reason", value=code)
-    logger.warning("webhook delivery refused", extra={**delivery.fields(), "reason": code, "http_status": http_status})
+    logger.warning(
+        "webhook delivery refused", extra={**delivery.fields(), "reason": code, "http_status": http_status}
+    )

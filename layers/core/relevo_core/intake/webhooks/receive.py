@@ -10,9 +10,10 @@ for a project's first refusal of the minute (refusals.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from aws_lambda_powertools.utilities import parameters
 
@@ -44,12 +45,18 @@ class _Sender:
 
 
 GITHUB = _Sender(
-    "github", verify.GITHUB_EVENT_HEADER, verify.GITHUB_DELIVERY_HEADER,
+    "github",
+    verify.GITHUB_EVENT_HEADER,
+    verify.GITHUB_DELIVERY_HEADER,
     "github_secret_ref",
-    lambda secret, lower, raw_body: verify.verify_signature(secret, raw_body, lower.get(verify.GITHUB_SIGNATURE_HEADER)),
+    lambda secret, lower, raw_body: verify.verify_signature(
+        secret, raw_body, lower.get(verify.GITHUB_SIGNATURE_HEADER)
+    ),
 )
 GITLAB = _Sender(
-    "gitlab", verify.GITLAB_EVENT_HEADER, verify.GITLAB_DELIVERY_HEADER,
+    "gitlab",
+    verify.GITLAB_EVENT_HEADER,
+    verify.GITLAB_DELIVERY_HEADER,
     "gitlab_token_ref",
     lambda secret, lower, raw_body: verify.verify_token(secret, lower.get(verify.GITLAB_TOKEN_HEADER)),
 )
@@ -62,12 +69,18 @@ def _secret(settings: IntakeSettings, reference: str | None) -> str:
     try:
         return str(parameters.get_secret(reference, max_age=settings.secret_max_age_sec))
     except parameters.exceptions.GetParameterError as exc:
-        raise RelevoError(ErrorCode.SECRET_UNAVAILABLE, "the project's webhook secret cannot be read") from exc
+        raise RelevoError(
+            ErrorCode.SECRET_UNAVAILABLE, "the project's webhook secret cannot be read"
+        ) from exc
 
 
-def _receive(settings: IntakeSettings, sender: _Sender, project_id: str, headers: Mapping[str, str], raw_body: bytes) -> WebhookOutcome:
+def _receive(
+    settings: IntakeSettings, sender: _Sender, project_id: str, headers: Mapping[str, str], raw_body: bytes
+) -> WebhookOutcome:
     lower = {name.lower(): value for name, value in headers.items()}
-    delivery = IncomingDelivery.read(sender.source, project_id, lower, sender.event_header, sender.delivery_header, len(raw_body))
+    delivery = IncomingDelivery.read(
+        sender.source, project_id, lower, sender.event_header, sender.delivery_header, len(raw_body)
+    )
     project: CachedProject | None = None
     try:
         # Size first, then the project and its signature: nothing unverified is ever parsed.
@@ -87,6 +100,8 @@ def _receive(settings: IntakeSettings, sender: _Sender, project_id: str, headers
     return WebhookOutcome(status, body)
 
 
-def receive(settings: IntakeSettings, source: str, project_id: str, headers: Mapping[str, str], raw_body: bytes) -> WebhookOutcome:
+def receive(
+    settings: IntakeSettings, source: str, project_id: str, headers: Mapping[str, str], raw_body: bytes
+) -> WebhookOutcome:
     """A delivery from `source` (a key of SENDERS: the path's /webhooks/{source}/{project_id})."""
     return _receive(settings, SENDERS[source], project_id, headers, raw_body)

@@ -18,8 +18,8 @@ JSON, a body over 1 MiB), so its sender must not be able to make Relevo write at
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timezone
 
 from relevo_core.config import IntakeSettings
 from relevo_core.intake.webhooks.incoming import IncomingDelivery, count_refusal
@@ -28,7 +28,7 @@ from relevo_core.observability import logger
 
 
 def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def minute_of(moment: datetime) -> datetime:
@@ -65,7 +65,9 @@ class RefusalMinutes:
 refusal_minutes = RefusalMinutes()
 
 
-def note_refusal(settings: IntakeSettings, delivery: IncomingDelivery, error: RelevoError, project_known: bool) -> None:
+def note_refusal(
+    settings: IntakeSettings, delivery: IncomingDelivery, error: RelevoError, project_known: bool
+) -> None:
     """Count and log a refused delivery; store it if it is its project's first refusal of the
     minute here. `project_known`: the project exists (this container has read it). Never raises:
     the refusal is answered as it is, recorded or not."""

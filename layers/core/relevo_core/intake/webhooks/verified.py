@@ -8,9 +8,10 @@ never builds the payload shapes, the job envelope or the job store.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timezone
 from http import HTTPStatus
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -38,6 +39,7 @@ def _reader(source: str) -> tuple[str, str, Parse]:
 
     return github.EVENT_HEADER, github.DELIVERY_HEADER, github.parse_github
 
+
 # GitHub's "Creating webhooks" docs: with content type application/x-www-form-urlencoded the JSON
 # payload is sent as a form parameter called `payload`; application/json sends it as the body.
 FORM_ENCODED_HINT = (
@@ -59,15 +61,23 @@ def _json(raw_body: bytes, content_type: str) -> Any:
 
 
 def answer(
-    settings: IntakeSettings, project: Project, delivery: IncomingDelivery, lower: Mapping[str, str], raw_body: bytes
+    settings: IntakeSettings,
+    project: Project,
+    delivery: IncomingDelivery,
+    lower: Mapping[str, str],
+    raw_body: bytes,
 ) -> tuple[HTTPStatus, dict[str, Any]]:
     """The answer to a delivery whose sender is verified; a refusal raises RelevoError."""
     event_header, delivery_header, parse = _reader(delivery.source)
     try:
-        event = parse(lower.get(event_header, ""), lower.get(delivery_header), _json(raw_body, lower.get("content-type", "").lower()))
+        event = parse(
+            lower.get(event_header, ""),
+            lower.get(delivery_header),
+            _json(raw_body, lower.get("content-type", "").lower()),
+        )
     except ValidationError as exc:
         raise validation_error(exc) from exc
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     if isinstance(event, Pong):
         return _ignored(settings, delivery, HTTPStatus.OK, {"pong": True}, "ping", now)
     if isinstance(event, Ignored):
@@ -82,22 +92,41 @@ def answer(
             f"the project's fork_pull_requests is {fork_policy.value}"
         )
         return _ignored(settings, delivery, HTTPStatus.ACCEPTED, {"ignored": reason}, reason, now)
-    trigger = Trigger(type=TriggerType.WEBHOOK, source=event.source, delivery_id=event.delivery_id, actor=event.actor)
+    trigger = Trigger(
+        type=TriggerType.WEBHOOK, source=event.source, delivery_id=event.delivery_id, actor=event.actor
+    )
     result = enqueue(
-        settings, project, trigger, ref=event.ref, commit=event.commit, identity=event.commit, now=now,
+        settings,
+        project,
+        trigger,
+        ref=event.ref,
+        commit=event.commit,
+        identity=event.commit,
+        now=now,
         held_reason=HeldReason.FORK_PULL_REQUEST if fork_policy is ForkPolicy.HOLD else None,
         delivery_record=accepted_put(settings, delivery, now),
     )
     body = result.body()
     if result.duplicate:
-        count(DUPLICATE, delivery, "webhook delivery is a duplicate", job_id=result.job_id, outcome=result.outcome)
+        count(
+            DUPLICATE,
+            delivery,
+            "webhook delivery is a duplicate",
+            job_id=result.job_id,
+            outcome=result.outcome,
+        )
         return HTTPStatus.OK, body
     count(ACCEPTED, delivery, "webhook delivery accepted", job_id=result.job_id, outcome=result.outcome)
     return HTTPStatus.ACCEPTED, body
 
 
 def _ignored(
-    settings: IntakeSettings, delivery: IncomingDelivery, status: HTTPStatus, body: dict[str, Any], reason: str, now: datetime
+    settings: IntakeSettings,
+    delivery: IncomingDelivery,
+    status: HTTPStatus,
+    body: dict[str, Any],
+    reason: str,
+    now: datetime,
 ) -> tuple[HTTPStatus, dict[str, Any]]:
     record_ignored(settings, delivery, int(status), reason, now)
     count(IGNORED, delivery, "webhook delivery ignored", reason=reason)
