@@ -1,6 +1,7 @@
-"""The records of one stage attempt on this agent: the stage message the state machine sent, the
-run the agent's threads share while the attempt lasts, and the report that ends it; and HandBack,
-what a stage thread raises to give its message straight back.
+"""The records of one stage attempt on this agent: the run the agent's threads share while the
+attempt lasts, and the report that ends it; and HandBack, what a stage thread raises to give its
+message straight back. The stage message the state machine sent is relevo_core's
+(relevo_core.models.stage_message), named here too for the agent's modules.
 
 Every other agent module builds on these; this one imports none of them at run time.
 """
@@ -11,11 +12,12 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from relevo_core.models.stage_message import StageMessage as StageMessage  # re-exported for the agent
 from relevo_core.models.status import StageStatus
 from relevo_core.plan_limits import bounded_cause
 from relevo_core.store import stage_attempts
@@ -33,35 +35,6 @@ class HandBack(Exception):
     """Trouble before the claim took (a connection reset, a timeout): the message goes straight
     back to the queue (visibility 0) for this agent or another to take, never waits out its
     visibility timeout."""
-
-
-class StageMessage(BaseModel):
-    """What the state machine puts on a region's work queue."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    job_id: str
-    stage: str
-    stage_index: int
-    # The shard of a stage with shards: its own record, claim and operation (None: no shards).
-    shard: int | None = None
-    attempt: int  # 1, 2, ...: the fencing token of this attempt
-    task_token: str  # answers the dispatch (the claim); the run has a token of its own
-    # Retries only: the agents that ran the failed attempts, to be left to another agent if one is free.
-    avoid_agents: tuple[str, ...] = ()
-    queue_timeout_sec: int | None = None
-    # What the claiming agent must have (relevo_core.models.capabilities); absent on messages of
-    # executions started before requirements existed.
-    requires: dict[str, str] = {}
-    # The claim route claims the attempt only for a caller that shows this dispatch's key.
-    dispatch_key: str
-    # What the agent decides before it claims (the envelope comes with the claim's answer): the
-    # project's workspace, whether the lease leaves room to renew before the fence at all (the
-    # stage's kill grace, from the envelope, is checked after), and whether the plan signs (a
-    # signing stage runs alone on its Mac).
-    project: str
-    lease_ttl_sec: int
-    signs: bool = False
 
 
 @dataclass

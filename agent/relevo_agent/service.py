@@ -35,7 +35,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from relevo_agent import capabilities, messages, restart
-from relevo_agent.attempt import HandBack, StageMessage, utc_now
+from relevo_agent.attempt import HandBack, utc_now
 from relevo_agent.claim_routes import ClaimRoutes
 from relevo_agent.config import AgentConfig
 from relevo_agent.job_sessions import JobSessions
@@ -49,6 +49,7 @@ from relevo_agent.slots import Slots
 from relevo_agent.stage import StageRunner
 from relevo_agent.stop import AgentStop
 from relevo_core.aws import aws_region
+from relevo_core.models.stage_message import StageMessage
 from relevo_core.store.agents import AgentIdInUse
 
 log = logging.getLogger(__name__)

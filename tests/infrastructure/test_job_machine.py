@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from relevo_tools.job_machine import asl, render
 from relevo_tools.job_machine.__main__ import main
 
@@ -99,3 +101,22 @@ def test_the_builder_spells_no_key_format():
     assert (
         "States.Format('JOB#{}', $.job_id)" in ASL.read_text()
     )  # ...and still the same keys in the definition
+
+
+def test_the_stage_message_body_is_derived_from_the_model_and_a_field_without_a_source_fails_the_build(
+    monkeypatch,
+):
+    """The dispatch's MessageBody is relevo_core.models.stage_message.StageMessage, field by field:
+    a field the model gains without a source in the builder stops the build, it is never left out."""
+    # Given the builder's message as it stands
+    from relevo_core.models.stage_message import StageMessage
+    from relevo_tools.job_machine import stage
+
+    assert list(stage.message_body(shard=True)) == [f"{name}.$" for name in StageMessage.model_fields]
+    assert "shard.$" not in stage.message_body(shard=False)
+    # When the model has a field the builder has no source for
+    monkeypatch.setattr(stage, "MESSAGE_SOURCES", {**stage.MESSAGE_SOURCES})
+    del stage.MESSAGE_SOURCES["requires"]
+    # Then the build refuses, naming it
+    with pytest.raises(ValueError, match="without a source \\['requires'\\]"):
+        render()

@@ -8,10 +8,10 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from relevo_agent.admission import Admission
-from relevo_agent.attempt import StageMessage
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import Journal
 from relevo_agent.messages import Message
+from relevo_core.models.stage_message import StageMessage
 
 
 def _admission(tmp_path: Path, agent_id: str = "mac-1") -> Admission:

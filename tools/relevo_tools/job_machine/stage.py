@@ -11,6 +11,7 @@ from typing import Any
 
 from relevo_core.execution import PAUSE_HOLD_SEC, RETRY_KEYS
 from relevo_core.models.errors import ErrorClass
+from relevo_core.models.stage_message import StageMessage
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store import keys
 from relevo_tools.job_machine.asl import (
@@ -206,13 +207,45 @@ def approval_gate(approved: str) -> States:
     }
 
 
+# Where the dispatch takes each field of the stage message (relevo_core.models.stage_message),
+# in the state a dispatch runs in: the stage's iteration item, the dispatch write's answer
+# ($.dispatch) and the task's own token. A model field without a source here fails the build.
+MESSAGE_SOURCES = {
+    "job_id": "$.job_id",
+    "stage": "$.stage.name",
+    "stage_index": "$.stage.index",
+    "attempt": "$.attempt",
+    "task_token": "$$.Task.Token",
+    "avoid_agents": "$.dispatch.avoid_agents",
+    "queue_timeout_sec": "$.queue_timeout_sec",
+    "requires": "$.stage.requires",
+    "dispatch_key": "$.dispatch.dispatch_key",
+    "project": "$.project",
+    "lease_ttl_sec": "$.lease_ttl_sec",
+    "signs": "$.signs",
+    "shard": "$.stage.shard",
+}
+
+
+def message_body(shard: bool) -> dict[str, str]:
+    """The stage message as the dispatch sends it, field by field from the model: a shard's, or
+    a plain stage's (without the fields only a shard's message carries)."""
+    unsourced = StageMessage.model_fields.keys() - MESSAGE_SOURCES.keys()
+    unknown = MESSAGE_SOURCES.keys() - StageMessage.model_fields.keys()
+    if unsourced or unknown:
+        raise ValueError(
+            f"the stage message's fields and their sources differ: without a source {sorted(unsourced)}, "
+            f"not a field of StageMessage {sorted(unknown)}"
+        )
+    return {f"{name}.$": MESSAGE_SOURCES[name] for name in StageMessage.sent_fields(shard)}
+
+
 def dispatch(gate: str, shard: bool = False) -> States:
     """Each attempt: the stage record says it is dispatched (a gated stage not yet approved, or a
     stage with shards, goes to `gate` instead), the message goes to the region's
     queue and waits for a claim (renewed while a pause holds the region), then the claimer gets
     its run token and the attempt runs. For a shard (`shard`): its own record, closed to a
     dispatch once a sibling's failure stopped it, and its index on the message."""
-    shard_message = {"shard.$": "$.stage.shard"} if shard else {}
     states: States = {
         "MarkStageDispatched": {
             "Type": "Task",
@@ -280,21 +313,7 @@ def dispatch(gate: str, shard: bool = False) -> States:
             "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
             "Parameters": {
                 "QueueUrl.$": "$.queue_url",
-                "MessageBody": {
-                    "job_id.$": "$.job_id",
-                    "stage.$": "$.stage.name",
-                    "stage_index.$": "$.stage.index",
-                    "attempt.$": "$.attempt",
-                    "task_token.$": "$$.Task.Token",
-                    "avoid_agents.$": "$.dispatch.avoid_agents",
-                    "queue_timeout_sec.$": "$.queue_timeout_sec",
-                    "requires.$": "$.stage.requires",
-                    "dispatch_key.$": "$.dispatch.dispatch_key",
-                    "project.$": "$.project",
-                    "lease_ttl_sec.$": "$.lease_ttl_sec",
-                    "signs.$": "$.signs",
-                    **shard_message,
-                },
+                "MessageBody": message_body(shard),
             },
             "TimeoutSecondsPath": "$.dispatch_wait_sec",
             "ResultPath": "$.claim",
