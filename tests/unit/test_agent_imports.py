@@ -32,6 +32,7 @@ AGENT_SURFACE = {
     "relevo_core.models.errors": "error classes and codes",
     "relevo_core.models.handoff": "manifests, outputs and their variables",
     "relevo_core.models.plan": "a stage's plan",
+    "relevo_core.models.stage_message": "the stage message the state machine puts on the work queue",
     "relevo_core.models.status": "job, stage and queue statuses",
     "relevo_core.models.transfer": "an upload's progress",
     "relevo_core.plan_limits": "the longest failure cause a report carries (the state machine's quotas)",
