@@ -110,13 +110,13 @@ def test_the_stage_message_body_is_derived_from_the_model_and_a_field_without_a_
     a field the model gains without a source in the builder stops the build, it is never left out."""
     # Given the builder's message as it stands
     from relevo_core.models.stage_message import StageMessage
-    from relevo_tools.job_machine import stage
+    from relevo_tools.job_machine import dispatch
 
-    assert list(stage.message_body(shard=True)) == [f"{name}.$" for name in StageMessage.model_fields]
-    assert "shard.$" not in stage.message_body(shard=False)
+    assert list(dispatch.message_body(shard=True)) == [f"{name}.$" for name in StageMessage.model_fields]
+    assert "shard.$" not in dispatch.message_body(shard=False)
     # When the model has a field the builder has no source for
-    monkeypatch.setattr(stage, "MESSAGE_SOURCES", {**stage.MESSAGE_SOURCES})
-    del stage.MESSAGE_SOURCES["requires"]
+    monkeypatch.setattr(dispatch, "MESSAGE_SOURCES", {**dispatch.MESSAGE_SOURCES})
+    del dispatch.MESSAGE_SOURCES["requires"]
     # Then the build refuses, naming it
     with pytest.raises(ValueError, match="without a source \\['requires'\\]"):
         render()

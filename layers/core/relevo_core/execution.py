@@ -163,7 +163,7 @@ def execution_input(envelope: JobEnvelope, queue_url: str) -> dict[str, Any]:
                 "attempts": {key: stage.retry.attempts_for(error) for error, key in RETRY_KEYS.items()},
                 "backoff_caps_sec": stage.retry.backoff_caps_sec(),
                 # 1 for the plan's gated stage, else 0: it picks the gate condition of the stage's
-                # dispatch in job.asl.json (tools/relevo_tools/job_machine/stage.py, GATE_CONDITION).
+                # dispatch in job.asl.json (tools/relevo_tools/job_machine/dispatch.py, GATE_CONDITION).
                 "gate": int(stage.name == gated) + (FANS_OUT if stage.sharded else 0),
                 "approval_timeout_sec": envelope.approval.effective_timeout_sec,
                 # On the stage's message: an agent that does not match leaves it to one that does.

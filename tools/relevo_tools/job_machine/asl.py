@@ -256,3 +256,8 @@ def transaction(
         },
         f"{name}ConflictWait": {"Type": "Wait", "SecondsPath": "$.conflict.delay_sec", "Next": name},
     }
+
+
+def catch_all(next_state: str, result_path: str | None = "$.failure") -> dict[str, Any]:
+    """Any error of a task, kept at `result_path`, on to `next_state`."""
+    return {"ErrorEquals": ["States.ALL"], "ResultPath": result_path, "Next": next_state}

@@ -9,7 +9,7 @@ from typing import Any
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import JobStatus
 from relevo_core.store import keys
-from relevo_tools.job_machine import lock
+from relevo_tools.job_machine import lock, lock_line, lock_writes
 from relevo_tools.job_machine.asl import (
     NOW,
     STATUS,
@@ -65,10 +65,10 @@ def succeeded() -> States:
             {
                 "Update": update(
                     lock_key(),
-                    lock.RELEASE,
-                    condition=f"{lock.HOLDS} AND attribute_not_exists(waiters)",
-                    names=lock.COUNT,
-                    values=lock.RELEASE_VALUES,
+                    lock_writes.RELEASE,
+                    condition=f"{lock_writes.HOLDS} AND attribute_not_exists(waiters)",
+                    names=lock_writes.COUNT,
+                    values=lock_writes.RELEASE_VALUES,
                 )
             },
         ],
@@ -88,7 +88,7 @@ def succeeded() -> States:
         "again), then the head of the line is woken.",
         next_state="FindHeadToWake",
     )
-    states |= lock.wake_head(succeeded="MarkSucceeded", failed="JobFailed")
+    states |= lock_line.wake_head(succeeded="MarkSucceeded", failed="JobFailed")
     states["MarkSucceeded"] = {
         "Type": "Task",
         "Resource": "arn:aws:states:::dynamodb:updateItem",

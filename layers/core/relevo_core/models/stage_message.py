@@ -2,7 +2,7 @@
 a stage (or of one shard of it), and what relevo-agent reads before it claims.
 
 One contract: the state machine's builder derives the message body from these fields
-(relevo_tools.job_machine.stage, message_body), and a field added here without a source there
+(relevo_tools.job_machine.dispatch, message_body), and a field added here without a source there
 fails the build; tests/integration/test_stage_message_contract.py parses what the generated
 definition sends, a stage's and a shard's, into this model, every field.
 """
