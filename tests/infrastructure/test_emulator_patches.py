@@ -16,7 +16,6 @@ import random
 import re
 import subprocess
 import sys
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +220,66 @@ def test_a_state_machine_definition_is_parsed_once_and_a_bad_one_is_refused_each
             AmazonStateLanguageParser.parse('{"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": ')
 
 
+def test_a_state_machine_parsed_once_is_the_program_moto_parses_each_time() -> None:
+    """parse_each_state_machine_definition_once against moto's own parse, on a definition of the
+    kinds of state job.asl.json has (its own takes moto seconds to parse): the same syntax tree,
+    token for token, and a program of the same states, each of the same kind."""
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    from relevo_local.moto.stepfunctions import parse_each_state_machine_definition_once
+
+    parse_each_state_machine_definition_once()
+    update = "arn:aws:states:::dynamodb:updateItem"
+    definition = json.dumps(
+        {
+            "StartAt": "Mark",
+            "States": {
+                "Mark": {
+                    "Type": "Task",
+                    "Resource": update,
+                    "Parameters": {"TableName": "t", "Key": {"pk": {"S.$": "$.job_id"}}},
+                    "ResultPath": None,
+                    "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Failed"}],
+                    "Next": "Await",
+                },
+                "Await": {
+                    "Type": "Task",
+                    "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+                    "Parameters": {"QueueUrl": "q", "MessageBody": {"token.$": "$$.Task.Token"}},
+                    "HeartbeatSeconds": 30,
+                    "Retry": [{"ErrorEquals": ["States.HeartbeatTimeout"], "MaxAttempts": 2}],
+                    "Next": "Shards",
+                },
+                "Shards": {
+                    "Type": "Map",
+                    "ItemsPath": "$.shards",
+                    "ItemProcessor": {"StartAt": "One", "States": {"One": {"Type": "Pass", "End": True}}},
+                    "ResultPath": "$.results",
+                    "Next": "Ok?",
+                },
+                "Ok?": {
+                    "Type": "Choice",
+                    "Choices": [{"Variable": "$.ok", "BooleanEquals": True, "Next": "Done"}],
+                    "Default": "Failed",
+                },
+                "Done": {"Type": "Succeed"},
+                "Failed": {"Type": "Fail", "Error": "Relevo.Failed", "Cause": "a stage failed"},
+            },
+        }
+    )
+    moto_parse = AmazonStateLanguageParser._relevo_original_parse
+
+    def described(parsed: tuple[Any, Any]) -> tuple[Any, ...]:
+        program, tree = parsed
+        states = {name: type(state).__name__ for name, state in program.states.states.items()}
+        return type(program).__name__, program.start_at.start_at_name, states, tree.toStringTree()
+
+    ours = described(AmazonStateLanguageParser.parse(definition))
+    assert described(AmazonStateLanguageParser.parse(definition)) == ours  # from the cached tree
+    assert described(moto_parse(definition)) == ours
+    assert len(ours[2]) == 6  # every state, not an empty program
+
+
 def test_no_value_is_dropped_from_a_list_as_cloudformation_does() -> None:
     import moto.cloudformation.parsing as parsing
 
@@ -271,259 +330,41 @@ def test_a_json_path_is_parsed_once_and_still_finds_what_it_names() -> None:
     assert json_path.extract_json("$.job.stages[0]", data) == "build"
 
 
-def test_an_update_expression_is_parsed_once_and_a_bad_one_is_refused_each_time() -> None:
-    from moto.dynamodb.exceptions import InvalidUpdateExpression
-    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+def test_a_json_path_parsed_once_finds_and_sets_what_moto_parsing_it_each_time_does() -> None:
+    """parse_each_json_path_once against moto's own parse (the function it caches): the paths the
+    job machine uses (fields, indexes, filters, wildcards, a result path) find and set the same
+    values, twice over, and a path that does not parse is refused the same way."""
+    from moto.stepfunctions.parser.asl.component.common.path import result_path
+    from moto.stepfunctions.parser.asl.utils import json_path
 
-    from relevo_local.moto.dynamodb import parse_each_update_expression_once
+    from relevo_local.moto.stepfunctions import parse_each_json_path_once
 
-    parse_each_update_expression_once()
-    parse_each_update_expression_once()  # idempotent
-    text = "SET #status = :running, lease_expires_at = :lease REMOVE exit_code"
-    tree = UpdateExpressionParser.make(text)
-    assert UpdateExpressionParser.make(text) is tree
-    assert {c.get_value_name() for c in tree.find_clauses([_attribute_value_class()])} == {
-        ":running",
-        ":lease",
+    parse_each_json_path_once()
+    data = {
+        "job": {"id": "j1", "stages": [{"name": "build", "shards": 2}, {"name": "sign", "shards": 1}]},
+        "lock": {"Attributes": {"holder": {"S": "j1"}}},
     }
-    for _ in range(2):
-        with pytest.raises(InvalidUpdateExpression):
-            UpdateExpressionParser.make("SET = :nothing")
+    paths = ["$", "$.job.id", "$.job.stages[1].name", "$.job.stages[*].name", "$.lock.Attributes.holder.S"]
 
-
-def test_an_update_expressions_form_is_checked_until_it_passes_once_and_the_item_is_still_checked_every_time() -> (
-    None
-):
-    from moto.dynamodb.exceptions import DuplicateUpdateExpression, MockValidationException
-    from moto.dynamodb.models.dynamo_type import DynamoType, Item
-    from moto.dynamodb.parsing import validators
-    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
-
-    from relevo_local.moto.dynamodb import (
-        check_each_update_expressions_form_once,
-        parse_each_update_expression_once,
-    )
-
-    parse_each_update_expression_once()
-    check_each_update_expressions_form_once()
-    check_each_update_expressions_form_once()  # idempotent
-
-    class Table:
-        table_key_attrs = ["pk"]
-        attribute_keys = ["pk"]
-        attr = []
-
-    def validator(text: str, values: dict, names: dict | None = None) -> validators.UpdateExpressionValidator:
-        item = Item(DynamoType({"S": "k"}), None, attrs={"pk": {"S": "k"}, "n": {"N": "1"}})
-        return validators.UpdateExpressionValidator(
-            UpdateExpressionParser.make(text), names or {}, values, item, Table()
-        )
-
-    form_checks = (validators.ActionCountValidator, validators.OverlappingPathsValidator)
-    twice = "SET #a = :x, #a = :y"
-    for _ in range(2):  # refused each time: a failed form is never remembered
-        with pytest.raises(DuplicateUpdateExpression):
-            validator(twice, {":x": {"S": "1"}, ":y": {"S": "2"}}, {"#a": "a"}).validate()
-
-    text = "SET #a = :x REMOVE gone"
-    first = validator(text, {":x": {"S": "1"}}, {"#a": "a"})
-    assert any(isinstance(p, form_checks) for p in first.processors)
-    first.validate()
-    again = validator(text, {":x": {"S": "2"}}, {"#a": "a"})
-    assert not any(isinstance(p, form_checks) for p in again.processors)
-    again.validate()
-    # Other names: a form of its own, checked again.
-    assert any(
-        isinstance(p, form_checks) for p in validator(text, {":x": {"S": "1"}}, {"#a": "b"}).processors
-    )
-    # The item and the values are still checked on every use of a remembered form.
-    with pytest.raises(MockValidationException):
-        validator(text, {}, {"#a": "a"}).validate()  # :x not given
-
-
-def test_an_update_expression_validates_and_applies_as_moto_walks_it_with_each_passes_node_types_found_once() -> (
-    None
-):
-    """traverse_expression_trees_by_node_type against moto's own walk (each pass's processing map
-    built and isinstance asked at every node): the same items after each expression (SET with
-    arithmetic, if_not_exists, list_append, nested paths, REMOVE, ADD, DELETE) and the same error
-    for each refused one (a path that does not exist, a key attribute set, an empty key, a type
-    mismatch, two actions of a kind); the patched pass runs no processing map at a node it
-    already knows."""
-    from moto.dynamodb.models.dynamo_type import DynamoType, Item
-    from moto.dynamodb.parsing import ast_nodes, validators
-    from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
-    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
-
-    from relevo_local.moto.dynamodb import traverse_expression_trees_by_node_type
-
-    traverse_expression_trees_by_node_type()
-    traverse_expression_trees_by_node_type()  # idempotent
-    traverser = ast_nodes.DepthFirstTraverser
-    patched = traverser.traverse_node_recursively
-
-    def moto_walk(self: Any, node: Any, child_id: int = -1) -> Any:
-        # moto 5.2.5's DepthFirstTraverser.traverse_node_recursively, as it reads.
-        if isinstance(node, ast_nodes.Node):
-            parent_node = node.parent
-            if node.children is not None:
-                for i, child_node in enumerate(node.children):
-                    self.pre_processing_of_child(node, i)
-                    self.traverse_node_recursively(child_node, i)
-            if isinstance(node, self.nodes_to_be_processed()):
-                node = self.process(node)
-                node.parent = parent_node
-                if parent_node:
-                    parent_node.children[child_id] = node
-        return node
-
-    class Table:
-        table_key_attrs = ["pk", "sk"]
-        attribute_keys = ["pk", "sk"]
-        attr = [{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}]
-
-    values = {
-        ":one": {"N": "1"},
-        ":s": {"S": "x"},
-        ":empty": {"S": ""},
-        ":list": {"L": [{"S": "a"}]},
-        ":set": {"SS": ["b"]},
-        ":map": {"M": {"k": {"N": "3"}}},
-        ":zero": {"N": "0"},
-    }
-    names = {"#status": "status", "#n": "count"}
-    expressions = [
-        "SET #status = :s, #n = if_not_exists(#n, :zero) + :one",
-        "SET tags = list_append(if_not_exists(tags, :list), :list), m.k = :one REMOVE gone, other",
-        "SET m.inner = :map, lst[0] = :s",
-        "ADD #n :one, strs :set",
-        "DELETE strs :set",
-        "SET nums = nums - :one",
-        "SET missing.deep = :s",  # a path under an attribute that does not exist
-        "SET pk = :s",  # a key attribute
-        "SET sk = :empty",
-        "SET nums = :s + :one",  # arithmetic on a string
-        "SET a = :s SET b = :s",  # two SET clauses
-        "SET a = :s, a = :one",  # one path twice
-        "REMOVE lst[0], m.k",
-    ]
-
-    def applied(text: str, walk: Any) -> Any:
-        traverser.traverse_node_recursively = walk
-        # moto's own copy of the tree with moto's own walk (copy_expression_trees_node_by_node's is
-        # pinned in its own test).
-        validators.deepcopy = own_copy if walk is patched else copy.deepcopy
+    def found(parse: Any) -> list[Any]:
+        cached = json_path.parse
+        json_path.parse = parse
         try:
-            attrs = {
-                "pk": {"S": "k"},
-                "sk": {"S": "r"},
-                "nums": {"N": "5"},
-                "strs": {"SS": ["a", "b"]},
-                "m": {"M": {"k": {"N": "1"}}},
-                "lst": {"L": [{"S": "z"}]},
-                "gone": {"S": "g"},
-                "other": {"S": "o"},
-            }
-            item = Item(DynamoType({"S": "k"}), DynamoType({"S": "r"}), attrs=attrs)
-            used = {k: v for k, v in values.items() if k in text}
-            tree = validators.UpdateExpressionValidator(
-                UpdateExpressionParser.make(text),
-                {k: v for k, v in names.items() if k in text},
-                used,
-                item,
-                Table(),
-            ).validate()
-            UpdateExpressionExecutor(tree, item, names).execute()
-            return item.to_json()
-        except Exception as refused:  # noqa: BLE001 (the refusal is what is compared)
-            return (type(refused).__name__, str(refused))
+            return [json_path.extract_json(path, copy.deepcopy(data)) for path in paths * 2]
         finally:
-            traverser.traverse_node_recursively = patched
-            validators.deepcopy = own_copy
+            json_path.parse = cached
 
-    own_copy = validators.deepcopy
-    outcomes = []
-    for text in expressions:
-        ours, moto_own = applied(text, patched), applied(text, moto_walk)
-        assert ours == moto_own, text
-        outcomes.append(ours)
-    assert sum(isinstance(outcome, tuple) for outcome in outcomes) >= 5  # the refused ones were refused
-    maps = 0
-    processing_map = validators.ExecuteOperations._processing_map
-
-    def counted(self: Any) -> Any:
-        nonlocal maps
-        maps += 1
-        return processing_map(self)
-
-    validators.ExecuteOperations._processing_map = counted
-    try:
-        applied("SET #status = :s, #n = if_not_exists(#n, :zero) + :one", patched)
-    finally:
-        validators.ExecuteOperations._processing_map = processing_map
-    assert maps <= 3, maps  # once per node processed, not at every node
-
-
-def test_an_expression_tree_is_copied_as_deepcopy_copies_it_node_by_node() -> None:
-    """copy_expression_trees_node_by_node against copy.deepcopy on parsed UpdateExpressions (with
-    the parents the validators set): the same tree, node for node and value for value, no node
-    shared with the original, each copied parent the parent of its copied children; a value
-    that is not a node (a DynamoType) is copied by its own __deepcopy__."""
-    from moto.dynamodb.models.dynamo_type import DynamoType
-    from moto.dynamodb.parsing import ast_nodes, validators
-    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
-
-    from relevo_local.moto.dynamodb import copy_expression_trees_node_by_node
-
-    copy_expression_trees_node_by_node()
-    copy_expression_trees_node_by_node()  # idempotent
-
-    def shape(node: Any, seen: set[int]) -> Any:
-        if isinstance(node, ast_nodes.Node):
-            assert id(node) not in seen
-            seen.add(id(node))
-            fields = {
-                name: (shape(value, seen) if name != "parent" else type(value).__name__)
-                for name, value in vars(node).items()
-            }
-            for child in node.children or []:
-                if isinstance(child, ast_nodes.Node) and child.parent is not None:
-                    assert child.parent is node
-            return (type(node).__name__, fields)
-        if isinstance(node, list):
-            return [shape(element, seen) for element in node]
-        if isinstance(node, DynamoType):
-            return ("DynamoType", node.type, repr(node.value))
-        return node
-
-    for text in (
-        "SET #status = :s, #n = if_not_exists(#n, :zero) + :one REMOVE gone, other",
-        "SET tags = list_append(if_not_exists(tags, :list), :list), m.k[2].x = :one",
-        "ADD #n :one, strs :set DELETE more :set",
-    ):
-        tree = UpdateExpressionParser.make(text)
-        for node in _nodes(tree):
-            for child in node.children or []:
-                if isinstance(child, ast_nodes.Node):
-                    child.parent = node
-        ours, theirs = validators.deepcopy(tree), copy.deepcopy(tree)
-        assert shape(ours, set()) == shape(theirs, set())
-        assert not {id(node) for node in _nodes(ours)} & {id(node) for node in _nodes(tree)}
-    value = DynamoType({"L": [{"S": "a"}]})
-    copied = validators.deepcopy(value)
-    assert copied == value and copied is not value and copied.value is not value.value
-
-
-def _nodes(tree: Any) -> list[Any]:
-    from moto.dynamodb.parsing import ast_nodes
-
-    found, pending = [], [tree]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast_nodes.Node):
-            found.append(node)
-            pending.extend(node.children or [])
-    return found
+    assert found(json_path.parse) == found(json_path.parse.__wrapped__)
+    for parse in (result_path.parse, result_path.parse.__wrapped__):
+        target = copy.deepcopy(data)
+        parse("$.job.result").update_or_create(target, {"ok": True})
+        assert target["job"]["result"] == {"ok": True}
+    refusals = []
+    for parse in (json_path.parse, json_path.parse.__wrapped__, json_path.parse):
+        with pytest.raises(Exception) as refused:  # noqa: PT011 (the same refusal either way is the point)
+            parse("$.job[")
+        refusals.append((type(refused.value), str(refused.value)))
+    assert refusals[0] == refusals[1] == refusals[2]
 
 
 def test_a_tables_query_reads_its_partition_only_and_answers_as_moto_does() -> None:
@@ -652,82 +493,6 @@ def test_a_tables_query_reads_its_partition_only_and_answers_as_moto_does() -> N
     assert seen[0] == 6 and seen[1] == 240 and seen[2] == 240, seen
 
 
-def _attribute_value_class() -> type:
-    from moto.dynamodb.parsing.ast_nodes import ExpressionAttributeValue
-
-    return ExpressionAttributeValue
-
-
-def test_an_answer_of_plain_dicts_serializes_byte_for_byte_as_moto_would_with_each_members_keys_found_once() -> (
-    None
-):
-    """The memo of pick_members_of_plain_answers_once against moto's own walk, on a Query answer
-    holding every AttributeValue type, nested maps and lists, and a DescribeTable answer."""
-    from datetime import datetime, timezone
-
-    from moto.core import serialize
-    from moto.core.utils import get_service_model
-
-    from relevo_local.moto.server import pick_members_of_plain_answers_once
-
-    pick_members_of_plain_answers_once()
-    item = {
-        "pk": {"S": "JOB#j1"},
-        "n": {"N": "12.5"},
-        "b": {"B": "AAEC"},
-        "ss": {"SS": ["a", "b"]},
-        "ns": {"NS": ["1", "2"]},
-        "bs": {"BS": ["AAE="]},
-        "null": {"NULL": True},
-        "flag": {"BOOL": False},
-        "m": {
-            "M": {
-                "inner": {"L": [{"S": "x"}, {"M": {"deep": {"N": "3"}}}]},
-                "dict_like": {"S": "key starts with dict"},
-            }
-        },
-    }
-    answers = {
-        "Query": {
-            "Items": [item, item],
-            "Count": 2,
-            "ScannedCount": 2,
-            "LastEvaluatedKey": {"pk": {"S": "JOB#j1"}},
-        },
-        "DescribeTable": {
-            "Table": {
-                "TableName": "t",
-                "TableStatus": "ACTIVE",
-                "CreationDateTime": datetime(2026, 12, 3, tzinfo=UTC),
-                "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
-                "ItemCount": 3,
-            }
-        },
-    }
-    service = get_service_model("dynamodb")
-    picker = serialize.XFormedAttributePicker
-
-    def serialized(operation: str) -> bytes:
-        serializer = serialize.get_serializer_class("dynamodb", "json")(
-            operation_model=service.operation_model(operation), value_picker=picker()
-        )
-        return serializer.serialize(answers[operation])["body"]
-
-    for operation in answers:
-        memoized = serialized(operation)
-        assert serialized(operation) == memoized  # from the memo this time
-        patched = picker.get_possible_keys
-        picker.get_possible_keys = picker._relevo_original_get_possible_keys
-        try:
-            assert serialized(operation) == memoized, operation
-        finally:
-            picker.get_possible_keys = patched
-    # What is not a blob comes back as it went in (moto's serializer encodes B and BS values itself).
-    assert {k: v for k, v in json.loads(serialized("Query"))["Items"][0].items() if k not in ("b", "bs")} == {
-        k: v for k, v in item.items() if k not in ("b", "bs")
-    }
-
-
 def _attribute_value(draw: random.Random, depth: int = 0) -> dict[str, Any]:
     """One AttributeValue as moto answers with it: every type, maps and lists nested, blobs as
     bytes (what moto's request parser stores) and as text."""
@@ -756,12 +521,8 @@ def test_attribute_values_serialize_byte_for_byte_as_moto_walks_them_without_the
     from moto.core import serialize
     from moto.core.utils import get_service_model
 
-    from relevo_local.moto.server import (
-        pick_members_of_plain_answers_once,
-        serialize_attribute_values_directly,
-    )
+    from relevo_local.moto.server import serialize_attribute_values_directly
 
-    pick_members_of_plain_answers_once()
     serialize_attribute_values_directly()
     serialize_attribute_values_directly()  # idempotent
     json_serializer = serialize.BaseJSONSerializer
@@ -933,15 +694,86 @@ def test_the_cause_of_a_task_failure_reaches_the_interpreter_as_on_aws() -> None
     assert told == {"token": "t-1", "error": "Relevo.Fatal.Checkout", "cause": '{"why": "no such commit"}'}
 
 
-def test_moto_lists_its_modules_once_and_still_finds_a_service_by_its_name() -> None:
-    from moto import backends
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+def test_a_transactions_backup_of_the_items_it_names_rolls_back_as_motos_copy_of_the_whole_table() -> None:
+    """back_up_only_touched_items_in_transactions against moto's own backup (copy.deepcopy of every
+    table the transaction names): on a table of many items, each transaction (one that passes,
+    one a condition cancels after an earlier action wrote, one refused for naming an item twice,
+    one whose update expression is refused) answers the same and leaves the same items."""
+    import moto.dynamodb.models as dynamodb_models
+    from moto.dynamodb.models import DynamoDBBackend
 
-    from relevo_local.moto.server import list_moto_modules_once
+    from relevo_local.moto.dynamodb import back_up_only_touched_items_in_transactions
 
-    list_moto_modules_once()
-    list_moto_modules_once()  # idempotent
-    assert backends.list_of_moto_modules() is backends.list_of_moto_modules()
-    assert {"dynamodb", "stepfunctions", "sqs"} <= set(backends.list_of_moto_modules())
-    dispatcher = DomainDispatcherApplication(create_app=lambda service: None)
-    assert dispatcher.get_backend_for_host("dynamodb") == "dynamodb"
+    back_up_only_touched_items_in_transactions()
+    ours = (dynamodb_models.copy, DynamoDBBackend.transact_write_items)
+    moto_own = (copy, DynamoDBBackend._relevo_original_transact_write_items)
+
+    def put(key: str, n: str) -> dict[str, Any]:
+        return {"Put": {"TableName": "t", "Item": {"pk": {"S": key}, "sk": {"S": "A"}, "n": {"N": n}}}}
+
+    def add(key: str, condition: str | None = None) -> dict[str, Any]:
+        update: dict[str, Any] = {
+            "TableName": "t",
+            "Key": {"pk": {"S": key}, "sk": {"S": "A"}},
+            "UpdateExpression": "ADD n :one",
+            "ExpressionAttributeValues": {":one": {"N": "1"}, ":big": {"N": "100"}},
+        }
+        if condition:
+            update["ConditionExpression"] = condition
+        return {"Update": update}
+
+    transactions = [
+        [
+            put("new", "1"),
+            add("p1"),
+            {"Delete": {"TableName": "t", "Key": {"pk": {"S": "p2"}, "sk": {"S": "A"}}}},
+        ],
+        [put("p3", "9"), add("p4"), add("p5", "n > :big")],  # cancelled by its last condition
+        [add("p6"), add("p6")],  # one item twice
+        [put("p7", "7"), {"Update": {**add("p8")["Update"], "UpdateExpression": "SET pk = :one"}}],
+    ]
+
+    def run(backup: tuple[Any, Any]) -> list[Any]:
+        backend = DynamoDBBackend("us-east-1", "123456789012")
+        backend.create_table(
+            "t",
+            schema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            throughput=None,
+            attr=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+            global_indexes=None,
+            indexes=None,
+            streams=None,
+            billing_mode="PAY_PER_REQUEST",
+            sse_specification=None,
+            tags=[],
+            deletion_protection_enabled=False,
+            warm_throughput=None,
+        )
+        for n in range(200):
+            for sk in ("A", "B"):
+                backend.put_item("t", {"pk": {"S": f"p{n}"}, "sk": {"S": sk}, "n": {"N": str(n)}})
+        dynamodb_models.copy, DynamoDBBackend.transact_write_items = backup
+        answers: list[Any] = []
+        try:
+            for transaction in transactions:
+                try:
+                    backend.transact_write_items(copy.deepcopy(transaction))
+                    answers.append("passed")
+                except Exception as refused:  # noqa: BLE001 (the refusal is what is compared)
+                    answers.append((type(refused).__name__, str(refused)))
+                answers.append(
+                    sorted(
+                        json.dumps(item.to_json(), sort_keys=True) for item in backend.tables["t"].all_items()
+                    )
+                )
+        finally:
+            dynamodb_models.copy, DynamoDBBackend.transact_write_items = ours
+        return answers
+
+    answered = run(ours)
+    assert answered == run(moto_own)
+    assert [answer for answer in answered[::2] if answer != "passed"] and answered[0] == "passed"
+    assert answered[3] == answered[1] and len(answered[1]) == 400  # the cancelled one wrote nothing

@@ -1,15 +1,17 @@
 """The emulator's patches over moto, grouped by the service whose behaviour they change, and the
 one entry point that applies them: `install`.
 
-moto is the embedded AWS. Where it reads a template, a state machine or a request differently
-from AWS, or too slowly to test with, a patch here changes it; each names in its docstring the
-behaviour it fixes, and docs/emulator.md lists them all with the AWS documentation and the test
-that pins each. The patches reach into moto's internals, so they hold for the release they were
-verified against only: `install` refuses any other before it changes anything.
+moto is the embedded AWS. Where it reads a template, a state machine or a request differently from
+AWS, a patch here changes it; where it is too slow for the demo and the suite on a 2-core laptop,
+a speed patch does, only with a gain measured (bench/emulator_patches.py) and named in its
+docstring. Each names in its docstring the behaviour it fixes, and docs/emulator.md lists them all
+with the AWS documentation and the test that pins each. The patches reach into moto's internals,
+so they hold for the release they were verified against only: `install` refuses any other before
+it changes anything.
 
-- server: how moto's server finds a service and serializes an answer (speed);
+- server: how moto's server serializes a DynamoDB answer (speed, its gain measured);
 - stepfunctions: the ASL interpreter (parsing, callback tokens, stops, error names, its credentials);
-- dynamodb: expressions, transactions' backups, streams and one action at a time;
+- dynamodb: transactions' backups, streams and one action at a time;
 - dynamodb_faults: conflicts a test arms, which AWS produces and the emulator never would;
 - cloudformation: template reading and the resources moto creates from it;
 - iam, dynamodb_authorization, sts: IAM enforcement as AWS does it;
@@ -64,8 +66,6 @@ def install(sessions: RoleSessions) -> None:
 
     `sessions` are the role sessions the Step Functions interpreter calls services with."""
     check_moto_version()
-    server.list_moto_modules_once()
-    server.pick_members_of_plain_answers_once()
     server.serialize_attribute_values_directly()
     stepfunctions.parse_each_state_machine_definition_once()
     stepfunctions.parse_each_json_path_once()
@@ -76,14 +76,9 @@ def install(sessions: RoleSessions) -> None:
     stepfunctions.close_a_callback_when_its_wait_ends()
     stepfunctions.pass_on_the_cause_of_a_task_failure()
     stepfunctions.run_interpreter_as_execution_role(sessions)
-    dynamodb.parse_each_update_expression_once()
-    dynamodb.check_each_update_expressions_form_once()
-    dynamodb.traverse_expression_trees_by_node_type()
-    dynamodb.copy_expression_trees_node_by_node()
     dynamodb.query_a_tables_partition_only()
     dynamodb.apply_dynamodb_actions_one_at_a_time()
     dynamodb_faults.raise_armed_conflicts()  # inert until a test arms a fault
-    dynamodb.share_stream_records_in_transaction_backups()
     dynamodb.back_up_only_touched_items_in_transactions()
     cloudformation.store_key_policies_as_json()
     cloudformation.answer_managed_policy_attributes()

@@ -25,7 +25,11 @@ def parse_each_state_machine_definition_once() -> None:
     parsed once per definition; the evaluation program is still built fresh from it for each
     execution (those components are per execution, the tree is only read). A definition with
     syntax errors is not cached and fails as before. Installed once, for the emulator running
-    in this process."""
+    in this process.
+
+    Measured gain (bench/emulator_patches.py, switched off and on between interleaved four-stage
+    jobs on the shared 2-core machine, medians): 0.6 s of the emulator's CPU per job (1.4 s off,
+    0.8 s on) and 2.3 s of a job's wall time."""
     from functools import lru_cache
 
     from antlr4 import CommonTokenStream, InputStream
@@ -53,6 +57,7 @@ def parse_each_state_machine_definition_once() -> None:
         tree = syntax_tree(definition)
         return Preprocessor().visit(tree), tree
 
+    parser_class._relevo_original_parse = parser_class.__dict__["parse"]
     parser_class.parse = staticmethod(parse)
     parser_class._relevo_tree_cache = True
 
@@ -62,7 +67,11 @@ def parse_each_json_path_once() -> None:
     (utils/json_path.extract_json for paths and intrinsic arguments, ResultPath for results), and
     jsonpath_ng builds a new ply lexer and parser for each: about a sixth of a busy test worker's
     CPU went there. A parsed path is an immutable expression tree that `find` and `update` only
-    read, so each path text is parsed once. Installed once, for the emulator in this process."""
+    read, so each path text is parsed once. Installed once, for the emulator in this process.
+
+    Measured gain (bench/emulator_patches.py, switched off and on between interleaved four-stage
+    jobs on the shared 2-core machine, medians): 0.25 s of the emulator's CPU per job at 0.80 s
+    (with 4,000 other items in the table: 0.13 s, each round's gain between 0.11 and 0.22 s)."""
     from functools import lru_cache
 
     from moto.stepfunctions.parser.asl.component.common.path import result_path
