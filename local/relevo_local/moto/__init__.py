@@ -3,7 +3,7 @@ one entry point that applies them: `install`.
 
 moto is the embedded AWS. Where it reads a template, a state machine or a request differently from
 AWS, a patch here changes it; where it is too slow for the demo and the suite on a 2-core laptop,
-a speed patch does, only with a gain measured (bench/emulator_patches.py) and named in its
+a speed patch does, only with a gain measured (tests/helpers/emulator_patches.py) and named in its
 docstring. Each names in its docstring the behaviour it fixes, and docs/emulator.md lists them all
 with the AWS documentation and the test that pins each. The patches reach into moto's internals,
 so they hold for the release they were verified against only: `install` refuses any other before

@@ -26,7 +26,7 @@ def query_a_tables_partition_only() -> None:
     a table's Query runs, the listing it asks for is that partition's, in the same key order;
     an index's Query and everything else still list the whole table.
 
-    Measured gain (bench/emulator_patches.py, switched off and on between interleaved four-stage
+    Measured gain (tests/helpers/emulator_patches.py, switched off and on between interleaved four-stage
     jobs on the shared 2-core machine, medians): wall time, since the listing holds the one lock
     of DynamoDB actions (apply_dynamodb_actions_one_at_a_time) while other calls wait: 0.71 s of a
     job's 2.6 s with 2,000 other items in the table, 0.84 s of 3.0 s with 4,000 (the emulator's
@@ -114,7 +114,7 @@ def back_up_only_touched_items_in_transactions() -> None:
     restores every item it touched. Installed once, for the emulator running in this process.
 
     The backup is for speed, and what it costs grows as the stack lives (moto copies the whole
-    table once per action of each transaction). Measured gain (bench/emulator_patches.py, switched
+    table once per action of each transaction). Measured gain (tests/helpers/emulator_patches.py, switched
     off and on between interleaved four-stage jobs on the shared 2-core machine, medians): 0.75 s
     of the emulator's CPU per job on a fresh table, rising with every job (1.5 s, the median of
     the first three rounds); 3.0 s per job (4.0 s off, 1.0 s on) with 4,000 other items in the

@@ -1,5 +1,5 @@
 """A patch over moto's server: how it serializes a DynamoDB answer. It is about speed; its docstring
-names the moto 5.2.5 behaviour it changes and the gain measured (bench/emulator_patches.py);
+names the moto 5.2.5 behaviour it changes and the gain measured (tests/helpers/emulator_patches.py);
 docs/emulator.md lists it with the test that pins it."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def serialize_attribute_values_directly() -> None:
     of attribute values recursively); a dict with any other key, or an answer with response
     transformers, takes moto's own walk.
 
-    Measured gain (bench/emulator_patches.py, the patch switched off and on between interleaved
+    Measured gain (tests/helpers/emulator_patches.py, the patch switched off and on between interleaved
     integration-test-like four-stage jobs on the shared 2-core machine, medians): 0.20 s of the
     emulator's CPU per job at 0.80 s (a quarter), with 4,000 other items in the table 0.22 s."""
     from enum import Enum

@@ -27,7 +27,7 @@ def parse_each_state_machine_definition_once() -> None:
     syntax errors is not cached and fails as before. Installed once, for the emulator running
     in this process.
 
-    Measured gain (bench/emulator_patches.py, switched off and on between interleaved four-stage
+    Measured gain (tests/helpers/emulator_patches.py, switched off and on between interleaved four-stage
     jobs on the shared 2-core machine, medians): 0.6 s of the emulator's CPU per job (1.4 s off,
     0.8 s on) and 2.3 s of a job's wall time."""
     from functools import lru_cache
@@ -69,7 +69,7 @@ def parse_each_json_path_once() -> None:
     CPU went there. A parsed path is an immutable expression tree that `find` and `update` only
     read, so each path text is parsed once. Installed once, for the emulator in this process.
 
-    Measured gain (bench/emulator_patches.py, switched off and on between interleaved four-stage
+    Measured gain (tests/helpers/emulator_patches.py, switched off and on between interleaved four-stage
     jobs on the shared 2-core machine, medians): 0.25 s of the emulator's CPU per job at 0.80 s
     (with 4,000 other items in the table: 0.13 s, each round's gain between 0.11 and 0.22 s)."""
     from functools import lru_cache

@@ -1,7 +1,7 @@
 """What each of the emulator's speed patches (relevo_local.moto) saves the local experience.
 
-    .venv/bin/python bench/emulator_patches.py                   # every speed patch, ~10 min
-    .venv/bin/python bench/emulator_patches.py --rounds 3 --fill 4000 --only query_a_tables_partition_only
+    .venv/bin/python -m tests.helpers.emulator_patches                   # every speed patch, ~10 min
+    .venv/bin/python -m tests.helpers.emulator_patches --rounds 3 --fill 4000 --only query_a_tables_partition_only
 
 Starts the embedded stack once, in this process, with every patch installed, and keeps what each
 speed patch changed in moto (its classes' and modules' attributes before and after it ran), so
@@ -16,7 +16,7 @@ shared: medians of interleaved samples); one more row switches every speed patch
 through the whole suite and its table grows by some 20 items a test.
 
 Prints, per patch, the median CPU seconds and wall seconds per job with the patch on and off and
-the gain (off less on). Exits 0, or 2 when the bench itself failed. Not a target of `make bench`:
+the gain (off less on). Exits 0, or 2 when the bench itself failed. Not a bench (it measures the emulator, not Relevo; bench/ modules import no test module):
 its figures are the ones docs/emulator.md quotes for each kept speed patch.
 """
 
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
