@@ -29,7 +29,7 @@ from relevo_agent.journal import Journal, Operation, OperationOutcome
 from relevo_agent.messages import Message
 from relevo_agent.reachability import stack as reachability
 from relevo_core.aws import call_budget
-from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
+from relevo_core.fleet.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
 from relevo_core.store import stage_attempts

@@ -15,7 +15,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_core.aws import client, error_code
-from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC
+from relevo_core.fleet.lease_timeline import RETRY_AFTER_FAILURE_SEC
 
 log = logging.getLogger(__name__)
 

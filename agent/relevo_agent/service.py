@@ -122,7 +122,7 @@ class Agent:
             if seen.setdefault("mtime", stat) == stat:
                 return
             seen["mtime"] = stat
-            from relevo_core.stackfile import load_stack
+            from relevo_core.files.stack import load_stack
 
             stack = load_stack(path)
         except (OSError, ValueError):

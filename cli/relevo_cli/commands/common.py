@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_core.stackfile import StackInfo, load_stack
+from relevo_core.files.stack import StackInfo, load_stack
 
 # Piped (not a terminal, no COLUMNS), a table is as wide as its cells: nothing is cut to 80
 # columns, an id least of all (scripts have --json).

@@ -14,8 +14,8 @@ from rich.table import Table
 
 from relevo_cli.commands.common import StackOption, add_column, console, stack_api
 from relevo_cli.project_file import parse
+from relevo_core.files.user_written import InvalidFile, validate
 from relevo_core.models.group import Group
-from relevo_core.user_files import InvalidFile, validate
 
 group_app = typer.Typer(
     no_args_is_help=True, help="Project groups: the notification channels of every project in a group."

@@ -21,7 +21,7 @@ import typer
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.cli_errors import UserMistake
 from relevo_cli.commands.common import console
-from relevo_core.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
+from relevo_core.files.stack import DEFAULT_STATE_DIR, StackInfo, load_stack
 
 if TYPE_CHECKING:
     from relevo_local.state_dir import Holder

@@ -91,7 +91,7 @@ def handoff_base(artifact_uri: str) -> tuple[str, str]:
 
 def manifest_name(stage: str, shard: int | None, attempt: int) -> str:
     """The manifest of an attempt of `stage` (or of its shard), under the job's handoff directory:
-    the one spelling of it (relevo_core.job_objects derives the same key from a job's prefix)."""
+    the one spelling of it (relevo_core.models.job_objects derives the same key from a job's prefix)."""
     return f"manifests/{stage}{'' if shard is None else f'.shard-{shard}'}.{attempt}.json"
 
 
