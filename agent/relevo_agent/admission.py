@@ -10,7 +10,7 @@ finds the gate closed goes back to its queue for a while, as a fresh copy.
 One stage per workspace: a stage runs in `<workspace_root>/<project>`, and only one stage of any
 agent process of this Mac runs there at a time (WorkspaceLocks.occupying). A stage without shards
 always has it (the project's lock lets one of its jobs run at a time, one stage after another).
-Shards of one stage may share a Mac (fewer Macs than shards, relevo_agent.presence): a shard
+Shards of one stage may share a Mac (fewer Macs than shards, relevo_agent.placement): a shard
 takes the first of `<project>`, `<project>.2`, `<project>.3`, … no other stage occupies, so two
 shards never check out, clean or build in one tree at once.
 """

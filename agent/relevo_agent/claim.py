@@ -45,7 +45,7 @@ RUN_TOKEN_WAIT_SEC = 30.0
 RUN_TOKEN_POLL_SEC = 0.05
 
 # (previous stage's agent, the stage's requires, message, what) -> whether the message was left
-# to that agent (relevo_agent.presence).
+# to that agent (relevo_agent.placement).
 PreferPrevious = Callable[[str, dict[str, str], Message, str], bool]
 
 
@@ -221,7 +221,7 @@ class Claims:
         from relevo_core.models.agent_session import ClaimRequest
 
         # A stage's shards are not offered to the previous stage's Mac (it would take all it has
-        # slots for): they spread over the region (relevo_agent.presence).
+        # slots for): they spread over the region (relevo_agent.placement).
         request = ClaimRequest(
             job_id=task.job_id,
             stage_index=task.stage_index,
