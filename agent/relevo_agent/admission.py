@@ -10,7 +10,7 @@ finds the gate closed goes back to its queue for a while, as a fresh copy.
 One stage per workspace: a stage runs in `<workspace_root>/<project>`, and only one stage of any
 agent process of this Mac runs there at a time (WorkspaceLocks.occupying). A stage without shards
 always has it (the project's lock lets one of its jobs run at a time, one stage after another).
-Shards of one stage may share a Mac (fewer Macs than shards, relevo_agent.presence): a shard
+Shards of one stage may share a Mac (fewer Macs than shards, relevo_agent.placement): a shard
 takes the first of `<project>`, `<project>.2`, `<project>.3`, … no other stage occupies, so two
 shards never check out, clean or build in one tree at once.
 """
@@ -31,7 +31,7 @@ from relevo_agent.config import AgentConfig
 from relevo_agent.hygiene import Hygiene
 from relevo_agent.journal import Journal
 from relevo_agent.messages import Message
-from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.fleet.lease_timeline import LeaseTimeline
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Admission:
     def timeline(self, task: StageMessage, op_id: str) -> LeaseTimeline:
         """The lease as the message has it; a lease this agent could not keep is handed back
         (HandBack). Whether a renewal fits before the fence depends on the lease and the allowed
-        skew only (a kill grace the lease has no room for is cut short: relevo_core.lease_timeline)."""
+        skew only (a kill grace the lease has no room for is cut short: relevo_core.fleet.lease_timeline)."""
         timeline = LeaseTimeline(task.lease_ttl_sec, 0, self.config.max_clock_skew_sec)
         if not timeline.feasible:
             log.error(

@@ -29,7 +29,7 @@ from relevo_agent.journal import Journal, Operation, OperationOutcome
 from relevo_agent.messages import Message
 from relevo_agent.reachability import stack as reachability
 from relevo_core.aws import call_budget
-from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
+from relevo_core.fleet.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
 from relevo_core.store import stage_attempts
@@ -45,7 +45,7 @@ RUN_TOKEN_WAIT_SEC = 30.0
 RUN_TOKEN_POLL_SEC = 0.05
 
 # (previous stage's agent, the stage's requires, message, what) -> whether the message was left
-# to that agent (relevo_agent.presence).
+# to that agent (relevo_agent.placement).
 PreferPrevious = Callable[[str, dict[str, str], Message, str], bool]
 
 
@@ -221,7 +221,7 @@ class Claims:
         from relevo_core.models.agent_session import ClaimRequest
 
         # A stage's shards are not offered to the previous stage's Mac (it would take all it has
-        # slots for): they spread over the region (relevo_agent.presence).
+        # slots for): they spread over the region (relevo_agent.placement).
         request = ClaimRequest(
             job_id=task.job_id,
             stage_index=task.stage_index,

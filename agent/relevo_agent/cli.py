@@ -13,8 +13,8 @@ from relevo_agent import launchd
 from relevo_agent.config import AgentConfig
 from relevo_agent.launch import run_agent
 from relevo_agent.launch import stack_target as _resources
-from relevo_core.private_files import write_private
-from relevo_core.user_files import InvalidFile
+from relevo_core.files.private import write_private
+from relevo_core.files.user_written import InvalidFile
 
 app = typer.Typer(no_args_is_help=True, help="relevo-agent: runs Relevo stages on this Mac.")
 _DEBUG = "relevo.debug"
@@ -49,7 +49,7 @@ def schema() -> None:
     """Print the config's JSON Schema (editors validate and complete with it; see docs/agent-config.md)."""
     import json
 
-    from relevo_core.user_files import file_schema
+    from relevo_core.files.user_written import file_schema
 
     typer.echo(json.dumps(file_schema(AgentConfig), indent=2))
 
@@ -133,7 +133,7 @@ def init(
     """Write this Mac's agent config from a deployed stack, then run doctor."""
     import boto3
 
-    from relevo_core.stackfile import StackProblem, read_stack, write_stack_file
+    from relevo_core.files.stack import StackProblem, read_stack, write_stack_file
 
     path = config.expanduser()
     if path.exists() and not force:

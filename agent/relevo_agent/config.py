@@ -12,9 +12,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from relevo_agent.build_user import BuildUser, BuildUserProblem
 from relevo_agent.build_user import check as check_build_user
-from relevo_core.lease_timeline import MAX_CLOCK_SKEW_SEC
+from relevo_core.files.user_written import (
+    FileMistake,
+    InvalidFile,
+    Loc,
+    Locator,
+    field_name,
+    read_text,
+    validate,
+)
+from relevo_core.fleet.lease_timeline import MAX_CLOCK_SKEW_SEC
 from relevo_core.models.capabilities import REQUIREMENT_KEY
-from relevo_core.user_files import FileMistake, InvalidFile, Loc, Locator, field_name, read_text, validate
 
 # An AWS region's name (eu-west-1, us-gov-west-1, ap-southeast-2).
 _AWS_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-[0-9]+$")

@@ -19,12 +19,12 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.journal import last_stack
-from relevo_core import lease_timeline
 from relevo_core.aws import client, error_words
 from relevo_core.checks import Check, Verdict
-from relevo_core.stackfile import StackInfo
+from relevo_core.files.stack import StackInfo
+from relevo_core.fleet import lease_timeline
 
-# The allowed skew the lease timeline fences with (relevo_core.lease_timeline): one number. The
+# The allowed skew the lease timeline fences with (relevo_core.fleet.lease_timeline): one number. The
 # agent's max_clock_skew_sec sets it; SigV4 itself refuses requests more than 5 minutes off.
 MAX_CLOCK_SKEW_SEC = lease_timeline.MAX_CLOCK_SKEW_SEC
 

@@ -19,7 +19,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from relevo_core.private_files import keep_private, tighten
+from relevo_core.files.private import keep_private, tighten
 
 
 class OperationOutcome(str, Enum):

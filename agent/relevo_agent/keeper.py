@@ -19,7 +19,7 @@ from relevo_agent.attempt import utc_now
 from relevo_agent.claim_routes import RouteError, RouteUnreachable
 from relevo_agent.reachability import stack as reachability
 from relevo_core.aws import call_budget, error_code, in_this_context
-from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC
+from relevo_core.fleet.lease_timeline import RETRY_AFTER_FAILURE_SEC
 from relevo_core.models.errors import ErrorCode
 from relevo_core.models.transfer import TransferProgress
 from relevo_core.store import stage_attempts

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from relevo_agent.config import AgentConfig, config_mistake
-from relevo_core.stackfile import StackInfo, load_stack
-from relevo_core.user_files import InvalidFile
+from relevo_core.files.stack import StackInfo, load_stack
+from relevo_core.files.user_written import InvalidFile
 
 if TYPE_CHECKING:
     from relevo_agent.service import Agent

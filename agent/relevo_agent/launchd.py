@@ -41,7 +41,7 @@ def _run(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
 
 
 # What a LaunchDaemon's agent creates is readable unless it says otherwise (its private files are
-# 0600 by themselves: relevo_core.private_files), so that the build user reaches its workspaces.
+# 0600 by themselves: relevo_core.files.private), so that the build user reaches its workspaces.
 DAEMON_UMASK = 0o022
 
 

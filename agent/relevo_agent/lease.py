@@ -1,5 +1,5 @@
 """The holder's side of an attempt's lease: a deadline on this process's monotonic clock that no
-network call can block (see relevo_core.lease_timeline for the numbers).
+network call can block (see relevo_core.fleet.lease_timeline for the numbers).
 
 The deadline is the send time of the last successful renewal plus lease_ttl_sec. Only a renewal
 that came back extends it, and it extends it from when it was sent, so a slow answer never buys
@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.fleet.lease_timeline import LeaseTimeline
 
 Listener = Callable[["Lease"], None]
 

@@ -1,7 +1,7 @@
 """One message of a region's work queue as this agent received it: what SQS says about it (its
 receive count and send time) and what the agent does with it (delete it once claimed, hide it for
 a while, hand it back). The poll (relevo_agent.service), the hand-back to another agent
-(relevo_agent.presence) and the stage run (relevo_agent.stage) all go through it.
+(relevo_agent.placement) and the stage run (relevo_agent.stage) all go through it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_core.aws import client, error_code
-from relevo_core.lease_timeline import RETRY_AFTER_FAILURE_SEC
+from relevo_core.fleet.lease_timeline import RETRY_AFTER_FAILURE_SEC
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 (relevo_agent.restart), then starts the poll and the outbox loops and watches for signals, a
 stack that went away and an agent_id taken over. The poll takes a message while there is free
 capacity and dispatches it to a thread of its own, which leaves a retry to another agent
-(relevo_agent.presence) or runs the stage (relevo_agent.stage).
+(relevo_agent.placement) or runs the stage (relevo_agent.stage).
 
 Stopping is one AgentStop (relevo_agent.stop) that every loop holds; capacity is Slots
 (relevo_agent.slots).
@@ -42,6 +42,7 @@ from relevo_agent.job_sessions import JobSessions
 from relevo_agent.journal import Journal
 from relevo_agent.messages import Message
 from relevo_agent.outbox import Outbox
+from relevo_agent.placement import Placement
 from relevo_agent.presence import Presence
 from relevo_agent.reachability import stack as reachability
 from relevo_agent.reachability import stack_words
@@ -93,6 +94,7 @@ class Agent:
         self.sessions = JobSessions(routes, config.agent_id, self.stop)
         self.outbox = Outbox(self.journal, table_name, config.agent_id, self.stop, self.sessions)
         self.presence = Presence(config, table_name, self.stop)
+        self.placement = Placement(config, table_name, self.stop)
         self.stages = StageRunner(
             config,
             table_name,
@@ -100,7 +102,7 @@ class Agent:
             self.outbox,
             self.stop,
             self.sessions,
-            prefer_previous=self.presence.leave_to_previous,
+            prefer_previous=self.placement.leave_to_previous,
         )
 
     # ------------------------------------------------------------------ the stack
@@ -123,7 +125,7 @@ class Agent:
             if seen.setdefault("mtime", stat) == stat:
                 return
             seen["mtime"] = stat
-            from relevo_core.stackfile import load_stack
+            from relevo_core.files.stack import load_stack
 
             stack = load_stack(path)
         except (OSError, ValueError):
@@ -148,7 +150,8 @@ class Agent:
         """Supervise until shut down; returns the process exit status: 0 after a clean stop,
         EXIT_AGENT_ID_IN_USE when another process runs with this agent_id, EXIT_STACK_GONE when
         the stack went away or this agent_id was taken over, 130 at the third signal."""
-        self.presence.capabilities = capabilities.detect(self.config.workspace_root, self.config.labels)
+        detected = capabilities.detect(self.config.workspace_root, self.config.labels)
+        self.presence.capabilities = self.placement.capabilities = detected
         self.presence.measure_disk = lambda: capabilities.free_disk_gb(self.config.workspace_root)
         self.presence.measure()
         try:
@@ -283,7 +286,7 @@ class Agent:
                 continue
             # A message this agent passed on (a shard spread, a retry or a next stage left to
             # another Mac) is that agent's to receive: no receive of this one competes meanwhile.
-            quiet = self.presence.quiet_until - time.monotonic()
+            quiet = self.placement.quiet_until - time.monotonic()
             if quiet > 0:
                 self.stop.wait(min(quiet, 0.5))
                 continue
@@ -326,9 +329,9 @@ class Agent:
             return
         what = f"{task.job_id}/{task.stage} attempt {task.attempt}"
         try:
-            if task.requires and self.presence.leave_to_matching(task.requires, message, what):
+            if task.requires and self.placement.leave_to_matching(task.requires, message, what):
                 return
-            if self.presence.leave_to_another(
+            if self.placement.leave_to_another(
                 task.avoid_agents, task.queue_timeout_sec, message, what, task.requires
             ):
                 return
@@ -338,13 +341,13 @@ class Agent:
             with self.presence.occupied(
                 None if task.shard is None else f"{task.job_id}:{task.stage}"
             ) as held_here:
-                left_for = self.presence.leave_to_spread(held_here, task, message, what)
+                left_for = self.placement.leave_to_spread(held_here, task, message, what)
                 if left_for is None:
                     self.stages.run(task, message)
             if left_for is not None:
                 # No receive of this agent's starts while the shard is invisible and just after, so
                 # the other agent's poll receives it (a receive under way may still: it is decided again).
-                self.presence.quiet_for(left_for)
+                self.placement.quiet_for(left_for)
         except HandBack as why:
             if self.stop.stack_gone(why.__cause__):
                 return

@@ -47,7 +47,7 @@ from relevo_agent.stage_env import stage_environment
 from relevo_agent.stop import AgentStop
 from relevo_agent.transfer import ProgressWriter
 from relevo_core.aws import call_budget, in_this_context, job_scope
-from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.fleet.lease_timeline import LeaseTimeline
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts

@@ -12,7 +12,7 @@ import requests
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 
-from relevo_core.stackfile import StackInfo
+from relevo_core.files.stack import StackInfo
 
 
 class SigV4RequestAuth(requests.auth.AuthBase):

@@ -13,8 +13,8 @@ from botocore.exceptions import NoCredentialsError, ProfileNotFound
 from rich.console import Console
 from typer.core import TyperGroup
 
+from relevo_core.files.user_written import InvalidFile
 from relevo_core.models.envelope import JOB_ID, PROJECT_ID
-from relevo_core.user_files import InvalidFile
 
 DEBUG_KEY = "relevo.debug"
 _errors = Console(stderr=True)

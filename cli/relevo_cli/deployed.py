@@ -1,5 +1,5 @@
 """A deployed Relevo stack: `relevo stack show`'s checks that it can be reached (the stack is
-found by relevo_core.stackfile.read_stack, which `relevo-agent init` uses too)."""
+found by relevo_core.files.stack.read_stack, which `relevo-agent init` uses too)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_core.aws import error_words
 from relevo_core.checks import Check, Verdict
-from relevo_core.stackfile import StackInfo
+from relevo_core.files.stack import StackInfo
 
 
 def check_reachable(info: StackInfo, aws: boto3.session.Session) -> list[Check]:

@@ -24,7 +24,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from relevo_core.aws import error_words
 from relevo_core.checks import Check, Verdict
-from relevo_core.stackfile import USABLE
+from relevo_core.files.stack import USABLE
 
 # Lambda keeps this much of a region's concurrency unreserved ("Configuring reserved concurrency
 # for a function", AWS Lambda Developer Guide: you can reserve up to the account's concurrency

@@ -10,9 +10,17 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from relevo_core.lease_timeline import infeasible_lease
+from relevo_core.files.user_written import (
+    FileMistake,
+    InvalidFile,
+    Loc,
+    Locator,
+    field_name,
+    read_text,
+    validate,
+)
+from relevo_core.fleet.lease_timeline import infeasible_lease
 from relevo_core.models.project import Project
-from relevo_core.user_files import FileMistake, InvalidFile, Loc, Locator, field_name, read_text, validate
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -107,7 +115,7 @@ class LoadedProjectFile:
 
 
 def load_project_file(path: Path) -> LoadedProjectFile:
-    """The file, validated; a lease no agent would take (relevo_core.lease_timeline: it depends on
+    """The file, validated; a lease no agent would take (relevo_core.fleet.lease_timeline: it depends on
     the lease and the agents' allowed clock skew, here their default) is a mistake of the file too."""
     document, locate = parse(path)
     if not isinstance(document, dict):

@@ -17,8 +17,8 @@ from botocore.exceptions import ClientError
 from relevo_cli.api import RelevoApi
 from relevo_cli.project_file import LoadedProjectFile, load_project_file
 from relevo_core.aws import client, error_code
-from relevo_core.stackfile import StackInfo
-from relevo_core.user_files import closest
+from relevo_core.files.stack import StackInfo
+from relevo_core.files.user_written import closest
 
 __all__ = ["apply_loaded", "apply_project_file", "delete_secrets", "load_project_file", "secret_name"]
 

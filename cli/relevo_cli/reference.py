@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from relevo_cli.project_file import ProjectFile
-from relevo_core.user_files import file_schema
+from relevo_core.files.user_written import file_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG_ENUMERATION = 6

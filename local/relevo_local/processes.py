@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from relevo_core.private_files import write_private
-from relevo_core.stackfile import StackInfo, load_stack
+from relevo_core.files.private import write_private
+from relevo_core.files.stack import StackInfo, load_stack
 from relevo_local.state_dir import Holder, running
 
 
@@ -87,7 +87,7 @@ def write_agent_config(
     """An agent TOML for the local stack; `settings` are further keys (presence_interval_sec,
     labels as a dict...).
     Agents of the local stack share this host's clock with it: a small allowed skew keeps the
-    fence margin small (relevo_core.lease_timeline). Every path is written absolute (the agent
+    fence margin small (relevo_core.fleet.lease_timeline). Every path is written absolute (the agent
     reads relative ones relative to the file). The workspaces go beside the file, unless that is
     inside a git work tree (a state dir in your Relevo checkout): then under the user's cache, so
     that no stage's git ever acts on that repository."""

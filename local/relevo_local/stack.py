@@ -27,8 +27,8 @@ import boto3
 import requests
 from botocore.credentials import Credentials
 
-from relevo_core.private_files import write_private
-from relevo_core.stackfile import LocalCredentials, StackInfo
+from relevo_core.files.private import write_private
+from relevo_core.files.stack import LocalCredentials, StackInfo
 from relevo_local import deferred, heap, identity, lambda_layer, sigv4, template
 from relevo_local import moto as moto_patches
 from relevo_local.apigateway import ApiAdapter, Route
@@ -259,7 +259,7 @@ class LocalStack:
                 if f"AgentRoleArn{region_logical_suffix(region)}" in outputs
             },
         )
-        # It holds the emulator's access keys: readable by this user only (relevo_core.private_files).
+        # It holds the emulator's access keys: readable by this user only (relevo_core.files.private).
         write_private(self.state_dir / "stack.json", json.dumps(info.model_dump(), indent=2) + "\n")
         return info
 

@@ -11,7 +11,7 @@ import pytest
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import reset_clients
-from relevo_core.stackfile import StackInfo
+from relevo_core.files.stack import StackInfo
 from relevo_local.processes import agent_process, local_stack, write_agent_config
 from tests.helpers.browser import CHROMIUM_MISSING, chromium_path, no_chromium_verdict
 from tests.helpers.stack import use_stack

@@ -23,8 +23,8 @@ import pytest
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.config.sweeper import sweeper_settings
+from relevo_core.files.stack import StackInfo
 from relevo_core.models.group import Group
-from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.groups import put_group
 from relevo_local.processes import agent_process, write_agent_config

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_core.stackfile import StackInfo
+from relevo_core.files.stack import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.codec import from_attributes
 from relevo_local.processes import agent_process, random_commit, write_agent_config

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_core.stackfile import StackInfo
+from relevo_core.files.stack import StackInfo
 from relevo_core.store import agents, keys
 from relevo_core.store.codec import from_attributes
 from relevo_local.processes import agent_process, local_workspace_root, random_commit, write_agent_config

@@ -23,7 +23,7 @@ import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import reset_clients
-from relevo_core.stackfile import StackInfo
+from relevo_core.files.stack import StackInfo
 from relevo_core.store import agents
 from relevo_local.processes import agent_process, local_stack
 from relevo_tools.drill.proxy import FaultProxy, Mode

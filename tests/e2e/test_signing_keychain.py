@@ -22,7 +22,7 @@ import pytest
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
-from relevo_core.stackfile import StackInfo
+from relevo_core.files.stack import StackInfo
 from relevo_local.processes import agent_process, random_commit, write_agent_config
 from tests.helpers import security_double
 from tests.helpers.stack import regions_stack, wait_until

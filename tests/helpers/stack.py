@@ -18,8 +18,8 @@ import requests
 from relevo_cli.api import RelevoApi
 from relevo_cli.projects import secret_name
 from relevo_core.aws import client
+from relevo_core.files.stack import StackInfo
 from relevo_core.intake.webhooks.github import sign
-from relevo_core.stackfile import StackInfo
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.keys import COUNTER_SK, QUEUE_COUNTER_PK, key
 

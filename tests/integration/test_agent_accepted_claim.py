@@ -25,7 +25,7 @@ from relevo_agent.messages import Message
 from relevo_agent.service import Agent
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
-from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.fleet.lease_timeline import LeaseTimeline
 from relevo_core.models.agent_session import ClaimRequest
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts

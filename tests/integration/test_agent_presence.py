@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from importlib import metadata
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
+from relevo_agent.placement import Placement
 from relevo_agent.presence import Presence
 from relevo_agent.stop import AgentStop
 from relevo_cli.api import RelevoApi
@@ -234,7 +235,7 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_free(local
     queue_url = sqs.create_queue(QueueName=f"handback-{secrets.token_hex(4)}")["QueueUrl"]
     stopping = AgentStop()
     stopping.gracefully()  # skip the slot's pause after a hand-back: this test polls the queue itself
-    presence = Presence(
+    placement = Placement(
         _config(region, "mac-a", tmp_path, handoff_delay_sec=1), local_stack.table_name, stopping
     )
     sqs.send_message(QueueUrl=queue_url, MessageBody="{}")
@@ -242,13 +243,13 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_free(local
 
     message = receive()
     # Nobody else online: mac-a falls back to running its own retry.
-    assert presence.leave_to_another(["mac-a"], 30, message) is False
+    assert placement.leave_to_another(["mac-a"], 30, message) is False
     # Not named by the retry: nothing to decide.
-    assert presence.leave_to_another(["mac-x"], 30, message) is False
+    assert placement.leave_to_another(["mac-x"], 30, message) is False
 
     now = datetime.now(UTC)
     agents.put_presence(local_stack.table_name, _presence(region, "mac-b", capacity=1, running=0, seen=now))
-    assert presence.leave_to_another(["mac-a"], 30, message) is True
+    assert placement.leave_to_another(["mac-a"], 30, message) is True
     # Handed back: invisible for handoff_delay_sec, then another agent's poll receives it.
     assert receive() is None
     again = wait_until(lambda: receive(wait=1), timeout=10)
@@ -256,12 +257,12 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_free(local
 
     # The wait is bounded by half the job's queue timeout: sent at least handoff_delay_sec (1 s)
     # ago, a stage with a 2 s queue timeout is taken here rather than handed back again.
-    assert presence.leave_to_another(["mac-a"], 2, again) is False
-    assert presence.leave_to_another(["mac-a"], 30, again) is True
+    assert placement.leave_to_another(["mac-a"], 2, again) is False
+    assert placement.leave_to_another(["mac-a"], 30, again) is True
     third = wait_until(lambda: receive(wait=1), timeout=10)
     # Received HANDOFF_MAX_RECEIVES (3) times: taken here, before the queue's redrive DLQ.
     assert third.receive_count == 3
-    assert presence.leave_to_another(["mac-a"], 30, third) is False
+    assert placement.leave_to_another(["mac-a"], 30, third) is False
     sqs.delete_queue(QueueUrl=queue_url)
 
 
@@ -272,7 +273,7 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_online_but
     sqs = client("sqs")
     queue_url = sqs.create_queue(QueueName=f"handback-busy-{secrets.token_hex(4)}")["QueueUrl"]
     stopping = AgentStop()
-    presence = Presence(
+    placement = Placement(
         _config(region, "mac-a", tmp_path, handoff_delay_sec=1), local_stack.table_name, stopping
     )
     sqs.send_message(QueueUrl=queue_url, MessageBody="{}")
@@ -283,18 +284,18 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_online_but
     message = receive()
     # mac-b is online at capacity: mac-a still leaves the retry to it. With a 12 s queue timeout
     # the wait is bounded by 6 s, split in two hops (two receives left): invisible for about 3 s.
-    assert presence.leave_to_another(["mac-a"], 12, message) is True
+    assert placement.leave_to_another(["mac-a"], 12, message) is True
     assert receive() is None
     again = wait_until(lambda: receive(wait=1), timeout=10)
     assert again.message_id == message.message_id and again.receive_count == 2
 
     # mac-b stops cleanly: nobody else is online, mac-a runs its own retry at once.
     agents.mark_offline(local_stack.table_name, region, "mac-b", datetime.now(UTC))
-    assert presence.leave_to_another(["mac-a"], 12, again) is False
+    assert placement.leave_to_another(["mac-a"], 12, again) is False
     # So it does when mac-b's presence goes stale (more than 3 intervals old), busy or not.
     stale = datetime.now(UTC) - timedelta(seconds=ONLINE_MULTIPLE * 30 + 1)
     agents.put_presence(local_stack.table_name, _presence(region, "mac-b", capacity=1, running=1, seen=stale))
-    assert presence.leave_to_another(["mac-a"], 12, again) is False
+    assert placement.leave_to_another(["mac-a"], 12, again) is False
     sqs.delete_queue(QueueUrl=queue_url)
 
 
@@ -314,24 +315,24 @@ def test_a_stage_passed_on_to_an_agent_meeting_its_requires_keeps_this_slot_off_
     waits: list[float | None] = []
     stopping = AgentStop()
     stopping.wait = lambda timeout=None: waits.append(timeout) or False  # type: ignore[method-assign]
-    presence = Presence(
+    placement = Placement(
         _config(region, "mac-sign", tmp_path, handoff_delay_sec=1, requirement_recheck_sec=2),
         local_stack.table_name,
         stopping,
     )
-    presence.capabilities = Capabilities(os="darwin", arch="arm64", labels={"bay": "sign"})
+    placement.capabilities = Capabilities(os="darwin", arch="arm64", labels={"bay": "sign"})
     sqs.send_message(QueueUrl=queue_url, MessageBody="{}")
     receive = _receiver(queue_url)
 
     # Nobody meets the requires: put back for a later look, and this agent polls on.
-    assert presence.leave_to_matching({"bay": "build"}, receive(), "job/build attempt 1") is True
+    assert placement.leave_to_matching({"bay": "build"}, receive(), "job/build attempt 1") is True
     assert waits == []
     builder = _presence(region, "mac-build", seen=datetime.now(UTC)).model_copy(
         update={"capabilities": Capabilities(os="darwin", arch="arm64", labels={"bay": "build"})}
     )
     agents.put_presence(local_stack.table_name, builder)
     message = wait_until(lambda: receive(wait=1), timeout=10)
-    assert presence.leave_to_matching({"bay": "build"}, message, "job/build attempt 1") is True
+    assert placement.leave_to_matching({"bay": "build"}, message, "job/build attempt 1") is True
     assert waits == [2]  # handoff_delay_sec, then a second more
     sqs.delete_queue(QueueUrl=queue_url)
 

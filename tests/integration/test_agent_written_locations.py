@@ -2,7 +2,7 @@
 local stack's IAM enforcement) may put any item in X's agent-written partitions, with any
 attributes. It writes locations that point at project Q's objects: an artifact record's `uri`, a
 log chunk's body, a stage receipt's handoff manifest. Whoever acts on one with a function's role
-(which reaches the whole bucket) refuses it, LOCATION_OUTSIDE_JOB (relevo_core.job_objects): the
+(which reaches the whole bucket) refuses it, LOCATION_OUTSIDE_JOB (relevo_core.models.job_objects): the
 download route gives no link, the quota's remover deletes nothing of Q and still removes X's own,
 the log shows no byte of Q's, a rerun is refused before anything is written.
 """
@@ -270,7 +270,7 @@ def test_a_shards_log_chunk_whose_body_is_another_projects_object_is_shown_by_no
     ):
         attack.dynamodb(local_stack).put_item(TableName=local_stack.table_name, Item=item)
     api = RelevoApi.for_stack(local_stack)
-    caplog.set_level(logging.WARNING, logger="relevo_core.job_objects")
+    caplog.set_level(logging.WARNING, logger="relevo_core.models.job_objects")
     refused = "[relevo] chunk 1 of this log cannot be shown: its body is not one of the job's objects (LOCATION_OUTSIDE_JOB)\n"
     try:
         # When a viewer reads X's log forward, back from its end, the job view's tail, and a follower

@@ -19,8 +19,8 @@ from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
 from relevo_agent.service import Agent
 from relevo_cli.api import RelevoApi
-from relevo_core.private_files import write_private
-from relevo_core.stackfile import write_stack_file
+from relevo_core.files.private import write_private
+from relevo_core.files.stack import write_stack_file
 from relevo_core.store import log_chunks
 from relevo_local.processes import agent_process
 from tests.helpers.agents import handle_received

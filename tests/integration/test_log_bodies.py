@@ -16,7 +16,7 @@ import pytest
 
 from relevo_agent.logs import LogShipper, Masker
 from relevo_core.aws import client
-from relevo_core.job_objects import JobPrefix
+from relevo_core.models.job_objects import JobPrefix
 from relevo_core.store import log_chunks, stage_attempts
 from tests.helpers.stack import table_items
 

@@ -74,7 +74,7 @@ def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
         max_clock_skew_sec=0.5,
         prefer_previous_sec=0,
         # A retry is this agent's to run: the presences earlier tests left on the worker's stack
-        # look online, and it would otherwise leave the retry to one of them (presence.leave_to_another).
+        # look online, and it would otherwise leave the retry to one of them (placement.leave_to_another).
         handoff_max_wait_sec=0,
     )
     return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)

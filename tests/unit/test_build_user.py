@@ -29,10 +29,10 @@ from relevo_agent.journal import Journal, Operation
 from relevo_agent.lease import Lease
 from relevo_agent.outputs import OutputWatch
 from relevo_agent.stage_env import as_build_user
-from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.files.private import write_private
+from relevo_core.files.stack import LocalCredentials, StackInfo, write_stack_file
+from relevo_core.fleet.lease_timeline import LeaseTimeline
 from relevo_core.models.errors import ErrorClass
-from relevo_core.private_files import write_private
-from relevo_core.stackfile import LocalCredentials, StackInfo, write_stack_file
 from relevo_core.store.stage_attempts import StageRef
 from tests.helpers.processes import is_dead, wait_until
 from tests.helpers.tree import make_bundle, tree_listing

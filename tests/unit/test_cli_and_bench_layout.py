@@ -70,3 +70,42 @@ def test_no_bench_imports_a_test_module() -> None:
 
 def test_only_the_harness_starts_the_stack_records_calls_and_loads_handlers() -> None:
     assert harness_work_outside_the_harness(ROOT) == []
+
+
+def json_writes_outside_the_helper(root: Path) -> list[str]:
+    """Each place in the CLI's commands that prints JSON itself rather than through
+    commands/common.py's print_json (which `show`, the listing helper, uses)."""
+    found = []
+    for path in sorted((root / "cli" / "relevo_cli" / "commands").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "dumps"
+                and any(keyword.arg == "indent" for keyword in node.keywords)
+                and not (path.name == "common.py")
+            ):
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_every_listing_prints_its_json_through_the_one_helper() -> None:
+    """Issue 43: about 8 commands repeated "fetch, then --json or a rich table"; `show` does it
+    once. (`relevo local status` reads no API and `project view` prints JSON alone: print_json.)"""
+    # Given the CLI's command modules, Then none writes `--json` output of its own
+    assert json_writes_outside_the_helper(ROOT) == []
+    # and the commands that fetch a listing or a view show it with the helper
+    for module, count in {
+        "jobs": 2,
+        "dlq": 2,
+        "projects": 2,
+        "queue": 1,
+        "agents": 1,
+        "artifacts": 1,
+    }.items():
+        source = (ROOT / "cli" / "relevo_cli" / "commands" / f"{module}.py").read_text(encoding="utf-8")
+        assert source.count("    show(") >= count, f"{module}.py: fewer than {count} show(...)"
+    assert "    show(" in (ROOT / "cli" / "relevo_cli" / "commands" / "groups.py").read_text(encoding="utf-8")
+    for path in ("commands/jobs.py", "follow.py"):
+        lines = len((ROOT / "cli" / "relevo_cli" / path).read_text(encoding="utf-8").splitlines())
+        assert lines < 470, f"{path}: {lines} lines"

@@ -11,8 +11,9 @@ import pytest
 from rich.console import Console
 
 from relevo_cli.cli_errors import UserMistake
-from relevo_cli.commands.jobs import _print_log_tail, chosen_shards, progress_text, render_job
+from relevo_cli.commands.jobs import chosen_shards, progress_text
 from relevo_cli.follow import StageLog
+from relevo_cli.job_view import log_tail, render_job
 from relevo_cli.words import macs_by_stage
 from relevo_core.jobs.logs import stage_marks
 from relevo_core.jobs.view import job_items_to_view
@@ -80,7 +81,7 @@ def test_the_list_progress_counts_stage_runs_a_shard_each():
     assert progress_text({}) == ""
 
 
-def test_the_status_log_tail_labels_a_shards_lines_with_its_shard(capsys: pytest.CaptureFixture[str]):
+def test_the_status_log_tail_labels_a_shards_lines_with_its_shard():
     job = {
         **_job(),
         "log_tail": {
@@ -92,8 +93,7 @@ def test_the_status_log_tail_labels_a_shards_lines_with_its_shard(capsys: pytest
             "next_seq": 3,
         },
     }
-    _print_log_tail(job)
-    printed = capsys.readouterr().out.splitlines()
+    printed = log_tail(job)
     assert printed[1:4] == ["build#1 | built", "test[1]#2 | ok 7", "ui[device=iPhone 16, os=18.2]#1 | booted"]
 
 
@@ -295,7 +295,7 @@ def test_the_log_page_marks_and_the_renderer_agree_on_the_shard_labels():
 
 
 def test_a_shards_artifact_removed_by_quota_is_noted_naming_its_shard():
-    from relevo_cli.commands.jobs import job_notes
+    from relevo_cli.job_view import job_notes
 
     removed = {
         "stage": "test",

@@ -75,7 +75,7 @@ def api(monkeypatch: pytest.MonkeyPatch) -> Api:
     def stack_api(_stack_file: Any) -> Iterator[Api]:
         yield served
 
-    for module in (jobs, dlq, queue):
+    for module in (jobs, dlq, queue, common):  # common: `show`, the listing helper, opens it too
         monkeypatch.setattr(module, "stack_api", stack_api)
     monkeypatch.setattr(common.console, "width", 200)
     return served

@@ -224,7 +224,7 @@ def test_the_supervisor_kills_the_stage_group_when_the_agent_itself_is_killed(tm
             "import pathlib, threading, os, time\n"
             "from relevo_agent.executor import run_command\n"
             "from relevo_agent.lease import Lease\n"
-            "from relevo_core.lease_timeline import LeaseTimeline\n"
+            "from relevo_core.fleet.lease_timeline import LeaseTimeline\n"
             "lease = Lease(LeaseTimeline(3600, 1, 0), time.monotonic())\n"
             f"run_command('echo $$ > {pid_file}; sleep 5; touch {late}', pathlib.Path({str(tmp_path)!r}),"
             " {'PATH': os.environ['PATH']}, 60, threading.Event(), lambda chunk: None, grace_sec=1, lease=lease)\n",

@@ -349,3 +349,28 @@ def test_a_glob_never_hands_on_the_checkouts_repository(tmp_path: Path) -> None:
     (tmp_path / ".git" / "config").write_text("[core]\n")
     (tmp_path / "app.ipa").write_text("ipa")
     assert [entry.path for entry in scan(tmp_path, ("*",))] == ["app.ipa"]
+
+
+def test_the_handoff_keys_are_spelled_in_one_place_and_read_back_from_a_manifests_location() -> None:
+    from relevo_core.models.handoff import (
+        base_of_manifest,
+        blob_object,
+        handoff_base,
+        manifest_key,
+        pack_object,
+    )
+
+    # Given a job's artifact_uri and an attempt of a shard that hands files on
+    uri = "s3://artifacts/project-1/job_x/"
+    sha = "a" * 64
+
+    # When its objects and manifest are named
+    bucket, manifest = manifest_key(uri, "test", 2, 3)
+
+    # Then the objects are what a manifest entry may name, and the manifest's own location gives
+    # back the prefix they are under
+    assert (pack_object(sha), blob_object(sha)) == (f"packs/{sha}", f"blobs/{sha}")
+    for name in (pack_object(sha), blob_object(sha)):
+        assert ManifestEntry("f", "file", 0o644, 0, 1, sha, None, name, 0).problem() is None
+    assert base_of_manifest(f"s3://{bucket}/{manifest}") == handoff_base(uri)
+    assert manifest == "project-1/job_x/.relevo-handoff/manifests/test.shard-2.3.json"

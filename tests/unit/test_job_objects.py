@@ -1,5 +1,5 @@
 """A location read from a record an agent wrote is acted on only when it is one of its job's objects
-(relevo_core.job_objects): the check against path tricks, and the list of every reader and remover
+(relevo_core.models.job_objects): the check against path tricks, and the list of every reader and remover
 of such a location in the core and the functions, each of which must go through the check."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from relevo_core.job_objects import JobPrefix, artifact_key, expected_key, manifest_key, object_key
 from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.job_objects import JobPrefix, artifact_key, expected_key, manifest_key, object_key
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = JobPrefix.of("s3://relevo-artifacts/p/job_x/")
@@ -54,7 +54,7 @@ def test_a_location_outside_the_job_is_refused_with_its_code_and_logged_with_the
     location, caplog
 ):
     # Given a location an agent wrote into its job's record, When it is checked against the job,
-    with caplog.at_level(logging.WARNING, logger="relevo_core.job_objects"):
+    with caplog.at_level(logging.WARNING, logger="relevo_core.models.job_objects"):
         with pytest.raises(RelevoError) as refused:
             object_key(HOME, location, RECORD)
     # Then it is refused, LOCATION_OUTSIDE_JOB (409), naming the record, and the log says where it pointed.
@@ -105,7 +105,7 @@ LOCATIONS = {"uri", "manifest"}
 LOG_LOCATION = "body"
 
 # Every function that reads a stored location or calls S3 on an object, with the check its body
-# calls (relevo_core.job_objects, or a checked derivation), or why it needs none.
+# calls (relevo_core.models.job_objects, or a checked derivation), or why it needs none.
 READERS = {
     "relevo_core/jobs/artifacts.py::artifact_link": "stored_object",
     "relevo_core/jobs/artifacts.py::stored_object": "expected_key",
@@ -116,8 +116,8 @@ READERS = {
     "relevo_core/store/log_chunks.py::_with_bodies.filled": "object_key",
 }
 NEEDS_NO_CHECK = {
-    "relevo_core/job_objects.py::JobPrefix.__str__": "the check itself",
-    "relevo_core/job_objects.py::expected_key": "the check itself",
+    "relevo_core/models/job_objects.py::JobPrefix.__str__": "the check itself",
+    "relevo_core/models/job_objects.py::expected_key": "the check itself",
     "relevo_core/jobs/artifact_quota.py::home_after_job": "names a project only; count_change checks the image against it (checked_image)",
     "relevo_core/jobs/artifact_quota.py::delete_stored_object": "the remover's primitive: enforce hands it the key stored_object gave",
     "relevo_core/store/log_bodies.py::get_body": "a primitive: _with_bodies hands it the key object_key gave",
@@ -194,9 +194,11 @@ def test_every_reader_and_remover_of_an_agent_written_location_goes_through_the_
             if _touches_a_location(_own_nodes(function), log_module):
                 found[f"{module}::{name}"] = function
     # Then each one that reads a stored location or calls S3 on an object is listed: a new
-    # reader that bypasses relevo_core.job_objects fails here until it is checked and listed.
+    # reader that bypasses relevo_core.models.job_objects fails here until it is checked and listed.
     unlisted = sorted(set(found) - set(READERS) - set(NEEDS_NO_CHECK))
-    assert unlisted == [], f"read a stored location or call S3 without relevo_core.job_objects: {unlisted}"
+    assert unlisted == [], (
+        f"read a stored location or call S3 without relevo_core.models.job_objects: {unlisted}"
+    )
     assert sorted(set(READERS) | set(NEEDS_NO_CHECK)) == sorted(found), "listed, but no longer found"
     # And each reader calls its check.
     unchecked = [name for name, check in READERS.items() if check not in _calls(_own_nodes(found[name]))]

@@ -95,7 +95,7 @@ def test_the_journal_its_wal_and_shm_and_a_written_stack_file_are_the_agents_alo
     import os
     import stat
 
-    from relevo_core.stackfile import StackInfo, write_stack_file
+    from relevo_core.files.stack import StackInfo, write_stack_file
 
     older = tmp_path / "journal.sqlite3"
     sqlite3.connect(older).close()

@@ -26,7 +26,7 @@ from relevo_agent.lease import Lease
 from relevo_agent.service import Agent
 from relevo_agent.supervisor import group_alive
 from relevo_core.aws import reset_clients
-from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.fleet.lease_timeline import LeaseTimeline
 from relevo_core.store import stage_attempts
 from relevo_core.store.stage_attempts import StageRef
 
@@ -216,7 +216,7 @@ _FROZEN_AGENT = """
 import os, pathlib, sys, threading, time
 from relevo_agent.executor import run_command
 from relevo_agent.lease import Lease
-from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.fleet.lease_timeline import LeaseTimeline
 lease = Lease(LeaseTimeline(lease_ttl_sec=3, kill_grace_sec=1, max_clock_skew_sec=0.5), time.monotonic())
 def renew():
     while True:

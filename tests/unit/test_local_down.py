@@ -26,7 +26,7 @@ runner = CliRunner()
 # process says so on stdout and lingers until its stdin closes.
 UP = """
 import atexit, sys
-from relevo_core.stackfile import StackInfo
+from relevo_core.files.stack import StackInfo
 import relevo_local.stack
 
 class LocalStack:

@@ -1,12 +1,12 @@
-"""The retry placement decision of relevo-agent, on its own (no AWS)."""
+"""The placement decisions of relevo-agent (relevo_agent.placement), on their own (no AWS)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from relevo_agent.presence import HANDOFF_MAX_RECEIVES, handback_sec, prefer_another
+from relevo_agent.placement import HANDOFF_MAX_RECEIVES, handback_sec, prefer_another
 from relevo_core.store.agents import AgentPresence
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -122,7 +122,7 @@ def test_the_named_agent_receives_a_retry_for_a_busy_agent_at_most_the_bounded_n
 def _previous(
     region_agents, waited_sec: float = 0, receive_count: int = 1, requires=None, limit_sec: float = 10
 ):
-    from relevo_agent.presence import previous_mac
+    from relevo_agent.placement import previous_mac
 
     chosen = previous_mac("mac-b", requires or {}, region_agents, NOW, waited_sec, receive_count, limit_sec)
     return chosen.agent_id if chosen else None
@@ -159,7 +159,7 @@ STAGE = "job_x:test"
 def _spread(
     held_here: int, region_agents, waited_sec: float = 0, receive_count: int = 1, avoid=(), requires=None
 ):
-    from relevo_agent.presence import spread_to
+    from relevo_agent.placement import spread_to
 
     chosen = spread_to(
         "mac-a",
@@ -288,12 +288,12 @@ class _Message:
         self.resent.append(delay_sec)
 
 
-def _presence(clock: _Time, monkeypatch, region_at, **config):
+def _placement(clock: _Time, monkeypatch, region_at, **config):
     from pathlib import Path
 
-    from relevo_agent import presence as presence_module
+    from relevo_agent import placement as placement_module
     from relevo_agent.config import AgentConfig
-    from relevo_agent.presence import Presence
+    from relevo_agent.placement import Placement
 
     looks: list[float] = []
 
@@ -301,28 +301,28 @@ def _presence(clock: _Time, monkeypatch, region_at, **config):
         looks.append(clock.elapsed)
         return region_at(clock.elapsed)
 
-    monkeypatch.setattr(presence_module.agents, "online_agents", online_agents)
+    monkeypatch.setattr(placement_module.agents, "online_agents", online_agents)
     agent_config = AgentConfig(
         agent_id="mac-a", region="eu", capacity=1, journal=Path("/nonexistent/j"), **config
     )
-    return Presence(agent_config, "table", clock, clock=clock.now, monotonic=clock.monotonic), looks
+    return Placement(agent_config, "table", clock, clock=clock.now, monotonic=clock.monotonic), looks
 
 
 def test_a_retry_handed_back_to_busy_agents_is_visible_again_within_a_look_of_a_slot_freeing(monkeypatch):
     """Issue 42, finding 3: the retry waited out a 30 s hop while the siblings had freed their slots."""
-    from relevo_agent.presence import HANDBACK_LOOK_SEC, PASSED_ON_QUIET_SEC
+    from relevo_agent.placement import HANDBACK_LOOK_SEC, PASSED_ON_QUIET_SEC
 
     # Given mac-a ran the failed attempt, and mac-b, the only other agent, is busy until 3.2 s from now
     clock = _Time()
     frees_at = 3.2
-    presence, looks = _presence(
+    placement, looks = _placement(
         clock, monkeypatch, lambda t: [_agent("mac-a"), _agent("mac-b", running=0 if t >= frees_at else 1)]
     )
     message = _Message(clock)
 
     # When mac-a receives the retry, and hands it back
-    assert presence.leave_to_another(["mac-a"], 600, message, "job/test attempt 2")
-    for watch in presence.watches:
+    assert placement.leave_to_another(["mac-a"], 600, message, "job/test attempt 2")
+    for watch in placement.watches:
         watch.join(timeout=10)
 
     # Then it is hidden for the busy agent's hop, and visible again within a look of mac-b's slot freeing
@@ -330,7 +330,7 @@ def test_a_retry_handed_back_to_busy_agents_is_visible_again_within_a_look_of_a_
     assert (hidden_at, hop, shown) == (0.0, 30, 0)
     assert frees_at <= shown_at <= frees_at + HANDBACK_LOOK_SEC
     # (mac-a starts no receive of its own for a moment, so mac-b's poll takes it)
-    assert presence.quiet_until == clock.monotonic() - clock.elapsed + shown_at + PASSED_ON_QUIET_SEC
+    assert placement.quiet_until == clock.monotonic() - clock.elapsed + shown_at + PASSED_ON_QUIET_SEC
     assert len(looks) == 2 + int(
         frees_at / HANDBACK_LOOK_SEC
     )  # the decision's read, then a look every HANDBACK_LOOK_SEC
@@ -338,19 +338,19 @@ def test_a_retry_handed_back_to_busy_agents_is_visible_again_within_a_look_of_a_
     # When a receive of mac-a's that was under way gets it back first (its new ones wait)
     clock.elapsed += 0.4
     again = _Message(clock, receive_count=2)
-    assert presence.leave_to_another(["mac-a"], 600, again, "job/test attempt 2")
+    assert placement.leave_to_another(["mac-a"], 600, again, "job/test attempt 2")
 
     # Then it is visible again at once too, and no slot of mac-a's is held for it
     assert (again.visibility, clock.waits.count(3)) == ([(clock.elapsed, 0)], 0)
 
 
 def test_a_retry_whose_agents_stay_busy_waits_its_hop_and_the_watch_ends_before_it(monkeypatch):
-    from relevo_agent.presence import HANDBACK_LOOK_SEC, HANDBACK_MARGIN_SEC
+    from relevo_agent.placement import HANDBACK_LOOK_SEC, HANDBACK_MARGIN_SEC
 
     # Given every other agent stays busy, or frees a slot it could not take the retry with
     clock = _Time()
     paused = _agent("mac-c").model_copy(update={"not_claiming": "agent_paused"})
-    presence, looks = _presence(
+    placement, looks = _placement(
         clock,
         monkeypatch,
         lambda t: [
@@ -362,8 +362,8 @@ def test_a_retry_whose_agents_stay_busy_waits_its_hop_and_the_watch_ends_before_
     message = _Message(clock)
 
     # When mac-a hands the retry back
-    assert presence.leave_to_another(["mac-a"], 600, message, "job/test attempt 2")
-    for watch in presence.watches:
+    assert placement.leave_to_another(["mac-a"], 600, message, "job/test attempt 2")
+    for watch in placement.watches:
         watch.join(timeout=10)
 
     # Then it stays hidden for its hop, and nothing touches its receipt once the hop nears its end
@@ -373,7 +373,7 @@ def test_a_retry_whose_agents_stay_busy_waits_its_hop_and_the_watch_ends_before_
 
 
 def test_the_free_agent_for_a_retry_is_online_claiming_free_unnamed_and_fit():
-    from relevo_agent.presence import free_for
+    from relevo_agent.placement import free_for
     from relevo_core.models.capabilities import Capabilities
 
     def found(region, requires=None):
@@ -394,20 +394,20 @@ def test_the_free_agent_for_a_retry_is_online_claiming_free_unnamed_and_fit():
 def test_a_next_stage_passed_on_to_the_previous_mac_is_visible_again_at_once_and_holds_no_slot(monkeypatch):
     """Issue 42, finding 4: it was hidden for 2 s and this agent's slot held 3 s, and the previous
     Mac then raced every other idle agent for it."""
-    from relevo_agent.presence import PASSED_ON_QUIET_SEC
+    from relevo_agent.placement import PASSED_ON_QUIET_SEC
 
     # Given mac-b ran the job's previous stage and waits for work
     clock = _Time()
-    presence, _ = _presence(clock, monkeypatch, lambda t: [_agent("mac-a"), _agent("mac-b")])
+    placement, _ = _placement(clock, monkeypatch, lambda t: [_agent("mac-a"), _agent("mac-b")])
     message = _Message(clock)
 
     # When mac-a receives the next stage and passes it on
-    assert presence.leave_to_previous("mac-b", {}, message, "job/sign")
+    assert placement.leave_to_previous("mac-b", {}, message, "job/sign")
 
     # Then it is sent again for at once (a send wakes mac-b's long poll), nothing is waited for,
     # and mac-a starts no receive of its own for a moment
     assert (message.resent, message.visibility, clock.waits) == ([0], [], [])
-    assert presence.quiet_until == clock.monotonic() + PASSED_ON_QUIET_SEC
+    assert placement.quiet_until == clock.monotonic() + PASSED_ON_QUIET_SEC
 
 
 @pytest.mark.parametrize(
@@ -423,18 +423,34 @@ def test_a_next_stage_passed_on_to_the_previous_mac_is_visible_again_at_once_and
 def test_a_previous_mac_that_does_not_wait_for_work_is_not_waited_for(monkeypatch, previous):
     # Given the Mac that ran the previous stage is not waiting for work
     clock = _Time()
-    presence, _ = _presence(clock, monkeypatch, lambda t: [_agent("mac-a"), previous])
+    placement, _ = _placement(clock, monkeypatch, lambda t: [_agent("mac-a"), previous])
     message = _Message(clock)
 
     # When mac-a receives the next stage, Then it takes it here: nothing passed on or waited for
-    assert not presence.leave_to_previous("mac-b", {}, message, "job/sign")
-    assert (message.resent, message.visibility, clock.waits, presence.quiet_until) == ([], [], [], 0.0)
+    assert not placement.leave_to_previous("mac-b", {}, message, "job/sign")
+    assert (message.resent, message.visibility, clock.waits, placement.quiet_until) == ([], [], [], 0.0)
 
 
 def test_a_next_stage_is_passed_on_only_within_prefer_previous_sec(monkeypatch):
     clock = _Time()
-    presence, looks = _presence(clock, monkeypatch, lambda t: [_agent("mac-b")], prefer_previous_sec=10)
+    placement, looks = _placement(clock, monkeypatch, lambda t: [_agent("mac-b")], prefer_previous_sec=10)
     message = _Message(clock)
     clock.elapsed = 10.0  # the stage was sent 10 s ago
-    assert not presence.leave_to_previous("mac-b", {}, message, "job/sign")
+    assert not placement.leave_to_previous("mac-b", {}, message, "job/sign")
     assert looks == []  # past the bound, nothing is even read
+
+
+def test_placement_is_a_module_apart_from_the_presence_record():
+    """Issue 43: presence.py held the presence record and every placement decision (685 lines)."""
+    from pathlib import Path
+
+    from relevo_agent import placement, presence
+
+    # Given the agent's presence writer and its placement
+    # Then the writer decides nothing of where a stage runs, and each module stays readable
+    assert not [
+        name for name in vars(presence.Presence) if name.startswith(("leave_to_", "watch_", "quiet_"))
+    ]
+    for module in (presence, placement):
+        lines = len(Path(module.__file__).read_text(encoding="utf-8").splitlines())
+        assert lines < 470, f"{module.__name__}: {lines} lines"

@@ -8,7 +8,7 @@ from datetime import UTC
 from pathlib import Path
 
 from relevo_agent.config import AgentConfig
-from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.fleet.lease_timeline import LeaseTimeline
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.project import Project, ProjectStage

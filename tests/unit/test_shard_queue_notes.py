@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_relevo_status_names_each_waiting_shard_with_its_reason():
-    from relevo_cli.commands.jobs import job_notes
+    from relevo_cli.job_view import job_notes
 
     stage = {
         "index": 0,

@@ -156,7 +156,7 @@ def test_a_failed_upload_says_how_far_it_got(final_writes):
 def test_relevo_job_show_prints_each_attempts_transfer():
     from rich.console import Console
 
-    from relevo_cli.commands.jobs import job_notes, render_job
+    from relevo_cli.job_view import job_notes, render_job
 
     def reading(attempt: int, state: str, files_done: int, bytes_done: int) -> dict:
         return TransferProgress(

@@ -24,9 +24,9 @@ from rich.console import Console
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.commands.jobs import stage_words  # relevo job watch's words for a stage
 from relevo_core.aws import client
+from relevo_core.files.stack import StackInfo
 from relevo_core.intake.webhooks.github import sign
 from relevo_core.models.group import Group
-from relevo_core.stackfile import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.groups import put_group
 from relevo_local.processes import random_commit

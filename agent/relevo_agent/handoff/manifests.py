@@ -15,13 +15,13 @@ from pydantic import ValidationError
 
 from relevo_agent.artifacts import classify_storage_error
 from relevo_agent.handoff import HandoffFailure
-from relevo_agent.handoff.store import base_of_manifest
 from relevo_core.aws import client, error_code
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.handoff import (
     HandoffSummary,
     Manifest,
     ManifestEntry,
+    base_of_manifest,
     link_target_problem,
     path_problem,
 )

@@ -32,16 +32,14 @@ import hashlib
 import io
 import json
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from datetime import UTC, datetime, timezone
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlparse
 
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
@@ -59,8 +57,10 @@ from relevo_core.models.handoff import (
     HandoffSummary,
     Manifest,
     ManifestEntry,
+    blob_object,
     handoff_base,
     manifest_key,
+    pack_object,
     tree_digest,
 )
 from relevo_core.models.transfer import human_bytes
@@ -88,13 +88,6 @@ class Location:
 
     object: str
     offset: int
-
-
-def base_of_manifest(manifest_uri: str) -> tuple[str, str]:
-    """(bucket, handoff prefix) a manifest's object keys are relative to."""
-    parsed = urlparse(manifest_uri)
-    key = parsed.path.lstrip("/")
-    return parsed.netloc, key[: key.rindex("manifests/")]
 
 
 class _Progress:
@@ -170,199 +163,293 @@ def store_handoff(
     """Store what `patterns` match in `workspace` (the command has ended) and record it, fenced on
     `ref`. `known`: sha256 -> where an earlier stage of this job stored those bytes. Raises
     HandoffFailure, or LeaseLost when the records were refused (the attempt is no longer held)."""
-    started = time.monotonic()
-    known = dict(known)
-    found = scan(workspace, patterns)
-    files = [entry for entry in found if entry.type == "file"]
-    # Pass 1: every file's sha256 (large ones side by side: hashlib lets go of the GIL).
-    with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-hash") as pool:
-        digests = dict(
-            zip((f.path for f in files), pool.map(lambda f: sha256_file(workspace / f.path), files))
-        )
-    if cache is not None:
-        for entry in files:
-            cache.keep(workspace / entry.path, digests[entry.path])
-    bucket, prefix = handoff_base(artifact_uri)
-    s3 = client("s3")
+    return HandoffUpload(
+        ref,
+        stage,
+        workspace,
+        patterns,
+        artifact_uri,
+        expires_at,
+        known,
+        cache,
+        emit,
+        cancel,
+        max_job_bytes=max_job_bytes,
+        bucket_region=bucket_region,
+        crosses_region=crosses_region,
+    ).store()
+
+
+@dataclass
+class HandoffUpload:
+    """One stage attempt's handoff on its way to the job's handoff prefix, a method per step in
+    the order `store` takes them: hash the tree, keep out what is stored already, check the quota,
+    send the packs and blobs side by side, then the manifest, then record it all fenced on `ref`.
+    What the steps share (the digests, the objects stored, where each file's bytes are) is kept
+    here; the sending threads add to it under `_lock`."""
+
+    ref: StageRef
+    stage: str
+    workspace: Path
+    patterns: tuple[str, ...]
+    artifact_uri: str
+    expires_at: int
+    # sha256 -> where those bytes are stored: an earlier stage's, and this attempt's as they go.
+    known: dict[str, Location]
+    cache: HandoffCache | None
+    emit: Callable[[str], None]
+    cancel: threading.Event
+    max_job_bytes: int | None = None
+    bucket_region: str = ""
+    crosses_region: bool | None = False
+    # What the steps find and store.
+    found: list[Found] = field(init=False, default_factory=list)
+    files: list[Found] = field(init=False, default_factory=list)
+    digests: dict[str, str] = field(init=False, default_factory=dict)  # path -> sha256
     # What is new: blobs by digest (one each, even for two paths with the same bytes), and the
     # small files to pack, each digest once.
-    new_blobs: dict[str, Found] = {}
-    new_small: dict[str, Found] = {}
-    for entry in files:
-        sha = digests[entry.path]
-        if sha in known:
-            continue
-        if entry.size >= LARGE_FILE_BYTES:
-            new_blobs.setdefault(sha, entry)
-        else:
-            new_small.setdefault(sha, entry)
-    # A blob an earlier attempt of this job already stored is not sent again.
-    for sha in list(new_blobs):
-        if _exists(s3, bucket, f"{prefix}blobs/{sha}"):
-            known[sha] = Location(f"blobs/{sha}", 0)
-            new_blobs.pop(sha)
-    adding = sum(entry.size for entry in new_blobs.values()) + sum(entry.size for entry in new_small.values())
-    try:
-        artifact_store.check_job_quota_bytes(
-            ref,
-            stage,
-            adding,
-            max_job_bytes,
-            what=f"the handoff's {len(new_blobs) + len(new_small)} new file(s)",
-        )
-    except artifact_store.QuotaExceeded as exc:
-        raise HandoffFailure(ErrorClass.ARTIFACT_QUOTA, f"handoff: {exc}") from None
-    progress = _Progress(emit, "stored", adding)
-    locations: dict[str, Location] = dict(known)
-    stored: list[tuple[str, int]] = []  # (object key relative to the prefix, size)
-    stored_lock = threading.Lock()
-
+    new_blobs: dict[str, Found] = field(init=False, default_factory=dict)
+    new_small: dict[str, Found] = field(init=False, default_factory=dict)
+    adding: int = field(init=False, default=0)
+    locations: dict[str, Location] = field(init=False, default_factory=dict)
+    stored: list[tuple[str, int]] = field(init=False, default_factory=list)  # (key under the prefix, size)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
     # One buffer per pack in flight, allocated once and filled in place for each pack: the
     # store's memory stays PACK_BUFFERS × PACK_BYTES however many packs there are.
-    buffers: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
-    for _ in range(min(PACK_BUFFERS, len(new_small))):
-        buffers.put(bytearray(PACK_BYTES))
+    _buffers: queue.SimpleQueue[bytearray] = field(init=False, default_factory=queue.SimpleQueue)
+    # Made once what is new is known (send_objects): its rate counts from then.
+    _progress: _Progress = field(init=False)
 
-    def put_pack(members: list[Found]) -> None:
-        buffer = buffers.get()
+    def __post_init__(self) -> None:
+        self.known = dict(self.known)
+        self.bucket, self.prefix = handoff_base(self.artifact_uri)
+        self.s3 = client("s3")
+
+    def store(self) -> HandoffSummary:
+        started = time.monotonic()
+        self.hash_tree()
+        self.keep_out_stored()
+        self.check_quota()
+        self.send_objects()
+        manifest = self.manifest()
+        data = json.dumps(manifest.model_dump(mode="json"), separators=(",", ":")).encode()
+        manifest_sha = hashlib.sha256(data).hexdigest()
+        manifest_object = self.put_manifest(data, manifest_sha)
+        summary = self.summary(manifest, manifest_object, manifest_sha, time.monotonic() - started)
+        self.record(summary, manifest_sha)
+        self.emit(
+            f"[relevo] handoff: {summary.files} file(s), {summary.dirs} dir(s), "
+            f"{summary.symlinks} symlink(s), {human_bytes(summary.bytes)} handed on "
+            f"({human_bytes(summary.uploaded_bytes)} stored, {summary.seconds:.1f}s); "
+            f"tree digest {summary.digest}"
+        )
+        return summary
+
+    # ------------------------------------------------------------------ what is new
+    def hash_tree(self) -> None:
+        """Pass 1: every file's sha256 (large ones side by side: hashlib lets go of the GIL)."""
+        self.found = scan(self.workspace, self.patterns)
+        self.files = [entry for entry in self.found if entry.type == "file"]
+        with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-hash") as pool:
+            digests = pool.map(lambda f: sha256_file(self.workspace / f.path), self.files)
+            self.digests = dict(zip((f.path for f in self.files), digests, strict=True))
+        if self.cache is not None:
+            for entry in self.files:
+                self.cache.keep(self.workspace / entry.path, self.digests[entry.path])
+
+    def keep_out_stored(self) -> None:
+        """The files whose bytes are not stored for this job yet; a blob an earlier attempt of this
+        job already stored is not sent again."""
+        for entry in self.files:
+            sha = self.digests[entry.path]
+            if sha in self.known:
+                continue
+            if entry.size >= LARGE_FILE_BYTES:
+                self.new_blobs.setdefault(sha, entry)
+            else:
+                self.new_small.setdefault(sha, entry)
+        for sha in list(self.new_blobs):
+            if self._exists(blob_object(sha)):
+                self.known[sha] = Location(blob_object(sha), 0)
+                self.new_blobs.pop(sha)
+        self.adding = sum(entry.size for entry in [*self.new_blobs.values(), *self.new_small.values()])
+
+    def _exists(self, name: str) -> bool:
+        try:
+            self.s3.head_object(Bucket=self.bucket, Key=f"{self.prefix}{name}")
+            return True
+        except ClientError:
+            return False
+
+    def check_quota(self) -> None:
+        try:
+            artifact_store.check_job_quota_bytes(
+                self.ref,
+                self.stage,
+                self.adding,
+                self.max_job_bytes,
+                what=f"the handoff's {len(self.new_blobs) + len(self.new_small)} new file(s)",
+            )
+        except artifact_store.QuotaExceeded as exc:
+            raise HandoffFailure(ErrorClass.ARTIFACT_QUOTA, f"handoff: {exc}") from None
+
+    # ------------------------------------------------------------------ sending
+    def send_objects(self) -> None:
+        """Pass 2: packs (in path order, each up to PACK_BYTES) and blobs, PARALLEL_OBJECTS at a time."""
+        self._progress = _Progress(self.emit, "stored", self.adding)
+        self.locations = dict(self.known)
+        for _ in range(min(PACK_BUFFERS, len(self.new_small))):
+            self._buffers.put(bytearray(PACK_BYTES))
+        packs: list[list[Found]] = [[]]
+        for entry in sorted(self.new_small.values(), key=lambda e: e.path):
+            if packs[-1] and sum(member.size for member in packs[-1]) + entry.size > PACK_BYTES:
+                packs.append([])
+            packs[-1].append(entry)
+        if self.adding:
+            new = len(self.new_blobs) + len(self.new_small)
+            self.emit(
+                f"[relevo] handoff: storing {new} new file(s), {human_bytes(self.adding)} "
+                f"({len(self.files) - new} already stored for this job)"
+            )
+        with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-put") as pool:
+            futures: list[Future[None]] = [
+                pool.submit(in_this_context(self.put_pack), members) for members in packs if members
+            ]
+            futures += [
+                pool.submit(in_this_context(self.put_blob), sha, entry)
+                for sha, entry in self.new_blobs.items()
+            ]
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = next((future.exception() for future in done if future.exception() is not None), None)
+            if failed is not None:
+                for future in futures:
+                    future.cancel()
+                raise HandoffFailure(
+                    classify_storage_error(failed),
+                    f"handoff: storing under s3://{self.bucket}/{self.prefix}: {failed}",
+                ) from failed
+        if self.cancel.is_set():
+            raise HandoffFailure(ErrorClass.AGENT_SHUTDOWN, "handoff: stopped while storing")
+
+    def put_pack(self, members: list[Found]) -> None:
+        """Small files one after another in a buffer of `_buffers`, sent as one object."""
+        buffer = self._buffers.get()
         try:
             size = sum(member.size for member in members)
             view = memoryview(buffer)[:size]
             offsets, at = {}, 0
             for member in members:
-                offsets[digests[member.path]] = at
-                with open(workspace / member.path, "rb") as handle:
+                offsets[self.digests[member.path]] = at
+                with open(self.workspace / member.path, "rb") as handle:
                     at += handle.readinto(view[at : at + member.size])
             sha = hashlib.sha256(view).hexdigest()
-            if cancel.is_set():
+            if self.cancel.is_set():
                 return
-            s3.put_object(
-                Bucket=bucket,
-                Key=f"{prefix}packs/{sha}",
+            self.s3.put_object(
+                Bucket=self.bucket,
+                Key=f"{self.prefix}{pack_object(sha)}",
                 Body=_Bytes(view),
                 ContentMD5=_md5(view),
                 Metadata={"sha256": sha},
             )
             view.release()
         finally:
-            buffers.put(buffer)
-        progress.add(size)
-        with stored_lock:
-            stored.append((f"packs/{sha}", size))
+            self._buffers.put(buffer)
+        self._progress.add(size)
+        with self._lock:
+            self.stored.append((pack_object(sha), size))
             for digest, offset in offsets.items():
-                locations[digest] = Location(f"packs/{sha}", offset)
+                self.locations[digest] = Location(pack_object(sha), offset)
 
-    def put_blob(sha: str, entry: Found) -> None:
-        if cancel.is_set():
+    def put_blob(self, sha: str, entry: Found) -> None:
+        """A large file, whole, in parallel parts."""
+        if self.cancel.is_set():
             return
-        s3.upload_file(
-            str(workspace / entry.path),
-            bucket,
-            f"{prefix}blobs/{sha}",
+        self.s3.upload_file(
+            str(self.workspace / entry.path),
+            self.bucket,
+            f"{self.prefix}{blob_object(sha)}",
             ExtraArgs={"Metadata": {"sha256": sha}, "ChecksumAlgorithm": "SHA256"},
             Config=BLOB_TRANSFER,
-            Callback=progress.add,
+            Callback=self._progress.add,
         )
-        with stored_lock:
-            stored.append((f"blobs/{sha}", entry.size))
-            locations[sha] = Location(f"blobs/{sha}", 0)
+        with self._lock:
+            self.stored.append((blob_object(sha), entry.size))
+            self.locations[sha] = Location(blob_object(sha), 0)
 
-    # Pass 2: packs (in path order, each up to PACK_BYTES) and blobs, PARALLEL_OBJECTS at a time.
-    packs: list[list[Found]] = [[]]
-    for entry in sorted(new_small.values(), key=lambda e: e.path):
-        if packs[-1] and sum(member.size for member in packs[-1]) + entry.size > PACK_BYTES:
-            packs.append([])
-        packs[-1].append(entry)
-    if adding:
-        emit(
-            f"[relevo] handoff: storing {len(new_blobs) + len(new_small)} new file(s), {human_bytes(adding)} "
-            f"({len(files) - len(new_blobs) - len(new_small)} already stored for this job)"
+    # ------------------------------------------------------------------ the manifest and its records
+    def manifest(self) -> Manifest:
+        entries = tuple(_entry(entry, self.digests.get(entry.path), self.locations) for entry in self.found)
+        return Manifest(
+            job_id=self.ref.job_id,
+            stage=self.stage,
+            attempt=self.ref.attempt,
+            patterns=self.patterns,
+            entries=entries,
         )
-    with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-put") as pool:
-        futures: list[Future[None]] = [
-            pool.submit(in_this_context(put_pack), members) for members in packs if members
-        ]
-        futures += [pool.submit(in_this_context(put_blob), sha, entry) for sha, entry in new_blobs.items()]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = next((future.exception() for future in done if future.exception() is not None), None)
-        if failed is not None:
-            for future in futures:
-                future.cancel()
+
+    def put_manifest(self, data: bytes, manifest_sha: str) -> str:
+        """The manifest stored (its key: a shard's its own, the shards of a stage store side by
+        side, each attempt numbered apart); returns its key."""
+        _, manifest_object = manifest_key(self.artifact_uri, self.stage, self.ref.shard, self.ref.attempt)
+        try:
+            self.s3.put_object(
+                Bucket=self.bucket,
+                Key=manifest_object,
+                Body=data,
+                ContentMD5=_md5(data),
+                ContentType="application/json",
+                Metadata={"sha256": manifest_sha},
+            )
+        except Exception as exc:
             raise HandoffFailure(
-                classify_storage_error(failed), f"handoff: storing under s3://{bucket}/{prefix}: {failed}"
-            ) from failed
-    if cancel.is_set():
-        raise HandoffFailure(ErrorClass.AGENT_SHUTDOWN, "handoff: stopped while storing")
-    entries = tuple(_entry(entry, digests.get(entry.path), locations) for entry in found)
-    manifest = Manifest(
-        job_id=ref.job_id, stage=stage, attempt=ref.attempt, patterns=patterns, entries=entries
-    )
-    data = json.dumps(manifest.model_dump(mode="json"), separators=(",", ":")).encode()
-    manifest_sha = hashlib.sha256(data).hexdigest()
-    # A shard's its own: the shards of a stage store side by side, each attempt numbered apart.
-    _, manifest_object = manifest_key(artifact_uri, stage, ref.shard, ref.attempt)
-    try:
-        s3.put_object(
-            Bucket=bucket,
-            Key=manifest_object,
-            Body=data,
-            ContentMD5=_md5(data),
-            ContentType="application/json",
-            Metadata={"sha256": manifest_sha},
-        )
-    except Exception as exc:
-        raise HandoffFailure(
-            classify_storage_error(exc), f"handoff: storing s3://{bucket}/{manifest_object}: {exc}"
-        ) from exc
-    stored.append((manifest_object.removeprefix(prefix), len(data)))
-    now = datetime.now(UTC).isoformat()
-    uploaded = sum(size for _, size in stored)
-    summary = HandoffSummary(
-        manifest=f"s3://{bucket}/{manifest_object}",
-        manifest_sha256=manifest_sha,
-        attempt=ref.attempt,
-        files=len(files),
-        dirs=sum(1 for entry in found if entry.type == "dir"),
-        symlinks=sum(1 for entry in found if entry.type == "symlink"),
-        bytes=sum(entry.size for entry in files),
-        uploaded_bytes=uploaded,
-        digest=tree_digest(entries),
-        stored_at=now,
-        cross_region_bytes=None if crosses_region is None else (uploaded if crosses_region else 0),
-        seconds=round(time.monotonic() - started, 3),
-    )
-    records = [
-        artifact_store.ArtifactRecord(
-            job_id=ref.job_id,
-            stage=stage,
-            path=f"{HANDOFF_DIR}/{key}",
-            uri=f"s3://{bucket}/{prefix}{key}",
-            size=size,
-            sha256=key.rsplit("/", 1)[1] if not key.startswith("manifests/") else manifest_sha,
-            bucket_region=bucket_region,
-            cross_region_bytes=size if crosses_region else 0,
-            attempt=ref.attempt,
-            agent_id=ref.agent_id,
-            uploaded_at=now,
-            kind="handoff",
-            shard=ref.shard,
-        )
-        for key, size in stored
-    ]
-    artifact_store.record_handoff(ref, records, summary.model_dump(mode="json"), expires_at)
-    emit(
-        f"[relevo] handoff: {summary.files} file(s), {summary.dirs} dir(s), {summary.symlinks} symlink(s), {human_bytes(summary.bytes)} "
-        f"handed on ({human_bytes(uploaded)} stored, {summary.seconds:.1f}s); tree digest {summary.digest}"
-    )
-    return summary
+                classify_storage_error(exc), f"handoff: storing s3://{self.bucket}/{manifest_object}: {exc}"
+            ) from exc
+        self.stored.append((manifest_object.removeprefix(self.prefix), len(data)))
+        return manifest_object
 
+    def summary(
+        self, manifest: Manifest, manifest_object: str, manifest_sha: str, seconds: float
+    ) -> HandoffSummary:
+        uploaded = sum(size for _, size in self.stored)
+        crosses = self.crosses_region
+        return HandoffSummary(
+            manifest=f"s3://{self.bucket}/{manifest_object}",
+            manifest_sha256=manifest_sha,
+            attempt=self.ref.attempt,
+            files=len(self.files),
+            dirs=sum(1 for entry in self.found if entry.type == "dir"),
+            symlinks=sum(1 for entry in self.found if entry.type == "symlink"),
+            bytes=sum(entry.size for entry in self.files),
+            uploaded_bytes=uploaded,
+            digest=tree_digest(manifest.entries),
+            stored_at=datetime.now(UTC).isoformat(),
+            cross_region_bytes=None if crosses is None else (uploaded if crosses else 0),
+            seconds=round(seconds, 3),
+        )
 
-def _exists(s3, bucket: str, key: str) -> bool:  # type: ignore[no-untyped-def]
-    try:
-        s3.head_object(Bucket=bucket, Key=key)
-        return True
-    except ClientError:
-        return False
+    def record(self, summary: HandoffSummary, manifest_sha: str) -> None:
+        """An artifact record for each object stored, and the summary on the stage record, fenced
+        on the attempt in one transaction (LeaseLost: a zombie's objects are never recorded)."""
+        records = [
+            artifact_store.ArtifactRecord(
+                job_id=self.ref.job_id,
+                stage=self.stage,
+                path=f"{HANDOFF_DIR}/{key}",
+                uri=f"s3://{self.bucket}/{self.prefix}{key}",
+                size=size,
+                sha256=key.rsplit("/", 1)[1] if not key.startswith("manifests/") else manifest_sha,
+                bucket_region=self.bucket_region,
+                cross_region_bytes=size if self.crosses_region else 0,
+                attempt=self.ref.attempt,
+                agent_id=self.ref.agent_id,
+                uploaded_at=summary.stored_at,
+                kind="handoff",
+                shard=self.ref.shard,
+            )
+            for key, size in self.stored
+        ]
+        artifact_store.record_handoff(self.ref, records, summary.model_dump(mode="json"), self.expires_at)
 
 
 def _entry(found: Found, sha256: str | None, locations: dict[str, Location]) -> ManifestEntry:

@@ -4,18 +4,15 @@ pause-region, resume-region) is the older spelling, kept as a hidden alias."""
 
 from __future__ import annotations
 
-import json
 import re
-import sys
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
 
 from relevo_cli.cli_errors import UserMistake
-from relevo_cli.commands.common import StackOption, add_column, console, open_stack, stack_api
+from relevo_cli.commands.common import StackOption, add_column, console, open_stack, show, stack_api
 from relevo_core.models.requests import PAUSE_DEFAULT_SEC, PAUSE_MAX_SEC
 
 agent_app = typer.Typer(
@@ -70,57 +67,52 @@ def agent_list(
     stack_file: Path | None = StackOption,
 ) -> None:
     """The fleet per region affinity: each agent online or offline (paused, draining), last seen, capacity used / total, the stages it runs, its version."""
-    stack = open_stack(stack_file)
-    with stack_api(stack_file) as api:
-        view = api.queue()
-    agents = view["agents"]
-    paused_regions = {pause["region"]: pause for pause in view.get("paused_regions", [])}
-    regions = sorted(set(stack.work_queues) | {agent["region"] for agent in agents})
-    if as_json:
-        sys.stdout.write(
-            json.dumps({region: [a for a in agents if a["region"] == region] for region in regions}, indent=2)
-            + "\n"
+    work_queues = open_stack(stack_file).work_queues
+
+    def by_region(view: dict) -> dict[str, list[dict]]:
+        regions = sorted(set(work_queues) | {agent["region"] for agent in view["agents"]})
+        return {region: [a for a in view["agents"] if a["region"] == region] for region in regions}
+
+    def tables(view: dict) -> list[Table | str]:
+        paused_regions = {pause["region"]: pause for pause in view.get("paused_regions", [])}
+        return [_region_table(region, here, paused_regions) for region, here in by_region(view).items()]
+
+    show(stack_file, lambda api: api.queue(), as_json, tables, as_data=by_region)
+
+
+def _region_table(region: str, here: list[dict], paused_regions: dict[str, dict]) -> Table | str:
+    """A region's agents, or the line that says it has none and how to start one here."""
+    if not here:
+        return f"{region}: no agents (a local one: relevo local agent --region {region})"
+    online = [agent for agent in here if agent["online"]]
+    title = f"{region}: {len(online)} of {len(here)} agent(s) online"
+    if region in paused_regions:
+        title += f"; dispatch {_pause_text(paused_regions[region])}"
+    table = Table(title=title)
+    for column in (
+        "agent",
+        "state",
+        "last seen",
+        "used / capacity",
+        "running stages",
+        "capabilities",
+        "version",
+    ):
+        add_column(table, column)
+    for agent in here:
+        stages = ", ".join(
+            f"{s['job_id']} {s['stage']}#{s['attempt']}" for s in agent.get("running_stages", [])
         )
-        return
-    for region in regions:
-        here = [agent for agent in agents if agent["region"] == region]
-        online = [agent for agent in here if agent["online"]]
-        title = f"{region}: {len(online)} of {len(here)} agent(s) online"
-        if region in paused_regions:
-            title += f"; dispatch {_pause_text(paused_regions[region])}"
-        table = Table(title=title)
-        for column in (
-            "agent",
-            "state",
-            "last seen",
-            "used / capacity",
-            "running stages",
-            "capabilities",
-            "version",
-        ):
-            add_column(table, column)
-        for agent in here:
-            stages = ", ".join(
-                f"{s['job_id']} {s['stage']}#{s['attempt']}" for s in agent.get("running_stages", [])
-            )
-            table.add_row(
-                agent["agent_id"],
-                _state(agent),
-                f"{agent['last_seen'][:19]} ({_ago(agent['last_seen'])})",
-                f"{agent['used']} / {agent['capacity']}",
-                stages or "-",
-                _capabilities(agent.get("capabilities")),
-                agent["version"],
-            )
-        if here:
-            console.print(table)
-        else:
-            console.print(
-                f"{region}: no agents (a local one: relevo local agent --region {region})",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
+        table.add_row(
+            agent["agent_id"],
+            _state(agent),
+            f"{agent['last_seen'][:19]} ({_ago(agent['last_seen'])})",
+            f"{agent['used']} / {agent['capacity']}",
+            stages or "-",
+            _capabilities(agent.get("capabilities")),
+            agent["version"],
+        )
+    return table
 
 
 def _capabilities(found: dict | None) -> str:

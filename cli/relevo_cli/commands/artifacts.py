@@ -3,16 +3,12 @@ sha256 checked. `relevo artifact list|get` is the older spelling (a hidden alias
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
-from rich.table import Table
 
 from relevo_cli.cli_errors import JobId
-from relevo_cli.commands.common import StackOption, add_column, console, errors, stack_api
+from relevo_cli.commands.common import StackOption, console, errors, listing, show, stack_api
 from relevo_cli.words import artifact_stage
 
 
@@ -37,33 +33,33 @@ def artifacts_list(
     stack_file: Path | None = StackOption,
 ) -> None:
     """A job's artifacts, with the sha256 recorded at upload."""
-    with stack_api(stack_file) as api:
-        job = api.get_job(job_id)
-    if as_json:
-        sys.stdout.write(json.dumps(job["artifacts"], indent=2) + "\n")
-        return
-    table = Table(title=f"{len(job['artifacts'])} artifact(s) of {job_id}")
-    for column in ("stage", "name", "size", "sha256", "stored"):
-        add_column(table, column)
-    for artifact in job["artifacts"]:
-        table.add_row(
-            artifact_stage(artifact),
-            artifact["name"],
-            str(artifact["size"]),
-            artifact["sha256"],
-            "removed" if artifact.get("removed_at") else "yes",
-        )
-    console.print(table)
-    # Whole lines under the table (never wrapped to a column's width).
-    for artifact in job["artifacts"]:
-        note = removal_note(artifact)
-        if note:
-            console.print(
-                f"{artifact_stage(artifact)}/{artifact['name']}: {note} ({artifact['removed_reason']})",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
+    show(
+        stack_file,
+        lambda api: api.get_job(job_id)["artifacts"],
+        as_json,
+        lambda artifacts: [
+            listing(
+                f"{len(artifacts)} artifact(s) of {job_id}",
+                ("stage", "name", "size", "sha256", "stored"),
+                (
+                    (
+                        artifact_stage(artifact),
+                        artifact["name"],
+                        str(artifact["size"]),
+                        artifact["sha256"],
+                        "removed" if artifact.get("removed_at") else "yes",
+                    )
+                    for artifact in artifacts
+                ),
+            ),
+            # Whole lines under the table (never wrapped to a column's width).
+            *(
+                f"{artifact_stage(artifact)}/{artifact['name']}: {note} ({artifact['removed_reason']})"
+                for artifact in artifacts
+                if (note := removal_note(artifact))
+            ),
+        ],
+    )
 
 
 @artifact_app.command("download")

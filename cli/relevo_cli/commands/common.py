@@ -1,22 +1,23 @@
 """What every command group shares: the consoles, the --stack-file option, the stack and its API
-(a refusal printed as its code and message, exit 1), and how a triggered job is reported."""
+(a refusal printed as its code and message, exit 1), how a listing is shown (`show`: --json or
+tables), and how a triggered job is reported."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_core.stackfile import StackInfo, load_stack
+from relevo_core.files.stack import StackInfo, load_stack
 
 # Piped (not a terminal, no COLUMNS), a table is as wide as its cells: nothing is cut to 80
 # columns, an id least of all (scripts have --json).
@@ -84,6 +85,46 @@ def stack_api(stack_file: Path | None) -> Iterator[RelevoApi]:
         fail(exc)
 
 
+T = TypeVar("T")
+
+
+def print_json(value: Any) -> None:
+    """What `--json` prints: the value, indented, on stdout."""
+    sys.stdout.write(json.dumps(value, indent=2) + "\n")
+
+
+def listing(title: str, columns: Iterable[str], rows: Iterable[Sequence[str]]) -> Table:
+    """A table of a listing: its columns (add_column: an id is never cut short), a row each."""
+    table = Table(title=title)
+    for column in columns:
+        add_column(table, column)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def show(
+    stack_file: Path | None,
+    fetch: Callable[[RelevoApi], T],
+    as_json: bool,
+    render: Callable[[T], Iterable[RenderableType | str]],
+    as_data: Callable[[T], Any] = lambda answer: answer,
+) -> None:
+    """A command that shows what the API answers: `fetch` it from the stack, then print `as_data`
+    of it as JSON (`--json`; the whole answer by default), or what `render` makes of it: tables,
+    and lines printed whole (never wrapped to a table's width, no markup read in them)."""
+    with stack_api(stack_file) as api:
+        answer = fetch(api)
+    if as_json:
+        print_json(as_data(answer))
+        return
+    for part in render(answer):
+        if isinstance(part, str):
+            console.print(part, markup=False, highlight=False, soft_wrap=True)
+        else:
+            console.print(part)
+
+
 # How a duplicate's existing job is named, by its status.
 _ALREADY = {
     "queued": "already queued as",
@@ -117,7 +158,7 @@ def print_trigger(
     duplicate = bool(result.get("duplicate"))
     status = api.get_job(job_id)["status"] if duplicate else result.get("outcome", "queued")
     if as_json:
-        sys.stdout.write(json.dumps({**result, "duplicate": duplicate, "status": status}, indent=2) + "\n")
+        print_json({**result, "duplicate": duplicate, "status": status})
     elif quiet:
         sys.stdout.write(job_id + "\n")
     elif not duplicate:

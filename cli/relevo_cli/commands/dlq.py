@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -17,8 +16,10 @@ from relevo_cli.commands.common import (
     StackOption,
     add_column,
     console,
+    listing,
     print_trigger,
     quiet_option,
+    show,
     stack_api,
 )
 
@@ -31,44 +32,49 @@ def dlq_list(
     stack_file: Path | None = StackOption,
 ) -> None:
     """Jobs that failed for good, newest first."""
-    with stack_api(stack_file) as api:
-        listing = api.dead_letters()
-    if as_json:
-        sys.stdout.write(json.dumps(listing, indent=2) + "\n")
-        return
-    table = Table(title=f"{listing['count']} dead-lettered jobs")
-    for column in ("job", "project", "failed stage", "error", "attempts", "last good stage", "state"):
-        add_column(table, column)
-    for entry in listing["entries"]:
-        failed_stage = entry["failed_stage"] or "-"
-        if entry.get("failed_shards"):
-            failed_stage += " (shard " + ", ".join(str(shard) for shard in entry["failed_shards"]) + ")"
-        table.add_row(
-            entry["job_id"],
-            entry["project"],
-            failed_stage,
-            entry["error"],
-            str(entry["attempts"] or "-"),
-            entry["last_successful_stage"] or "-",
-            entry["state"],
-        )
-    console.print(table)
-    frozen = listing.get("frozen_keys") or []
+    show(stack_file, lambda api: api.dead_letters(), as_json, _dead_letter_tables)
+
+
+def _dead_letter_tables(dead: dict[str, Any]) -> list[Any]:
+    """The entries, then the idempotency keys frozen (and how a freeze is lifted)."""
+    columns = ("job", "project", "failed stage", "error", "attempts", "last good stage", "state")
+    shown: list[Any] = [
+        listing(f"{dead['count']} dead-lettered jobs", columns, map(_entry_row, dead["entries"]))
+    ]
+    frozen = dead.get("frozen_keys") or []
     if frozen:
-        keys = Table(
-            title=f"{len(frozen)} frozen idempotency keys (automatic runs refused, no stage retries)"
-        )
-        for column in ("idempotency key", "project", "frozen at", "entries"):
-            add_column(keys, column)
-        for record in frozen:
-            keys.add_row(
-                record["idempotency_key"],
-                record["project"] or "-",
-                record["frozen_at"] or "-",
-                ", ".join(entry["job_id"] for entry in record["entries"]),
+        shown.append(
+            listing(
+                f"{len(frozen)} frozen idempotency keys (automatic runs refused, no stage retries)",
+                ("idempotency key", "project", "frozen at", "entries"),
+                (
+                    (
+                        record["idempotency_key"],
+                        record["project"] or "-",
+                        record["frozen_at"] or "-",
+                        ", ".join(entry["job_id"] for entry in record["entries"]),
+                    )
+                    for record in frozen
+                ),
             )
-        console.print(keys)
-        console.print("lift a freeze with: relevo dlq unfreeze KEY")
+        )
+        shown.append("lift a freeze with: relevo dlq unfreeze KEY")
+    return shown
+
+
+def _entry_row(entry: dict[str, Any]) -> tuple[str, ...]:
+    failed_stage = entry["failed_stage"] or "-"
+    if entry.get("failed_shards"):
+        failed_stage += " (shard " + ", ".join(str(shard) for shard in entry["failed_shards"]) + ")"
+    return (
+        entry["job_id"],
+        entry["project"],
+        failed_stage,
+        entry["error"],
+        str(entry["attempts"] or "-"),
+        entry["last_successful_stage"] or "-",
+        entry["state"],
+    )
 
 
 def _text(value: Any) -> str:
@@ -137,16 +143,7 @@ def dlq_show(
     stack_file: Path | None = StackOption,
 ) -> None:
     """One dead-lettered job, with everything needed to resume it."""
-    with stack_api(stack_file) as api:
-        entry = api.dead_letter(job_id)
-    if as_json:
-        sys.stdout.write(json.dumps(entry, indent=2) + "\n")
-        return
-    for part in render_dead_letter(entry):
-        if isinstance(part, str):
-            console.print(part, markup=False, highlight=False, soft_wrap=True)
-        else:
-            console.print(part)
+    show(stack_file, lambda api: api.dead_letter(job_id), as_json, render_dead_letter)
 
 
 @dlq_app.command("redrive")

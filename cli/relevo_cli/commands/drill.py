@@ -26,7 +26,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from relevo_core.stackfile import StackInfo, load_stack
+from relevo_core.files.stack import StackInfo, load_stack
 
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 

@@ -4,18 +4,15 @@ deliveries` is the older spelling (a hidden alias)."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
 
-from relevo_cli.commands.common import StackOption, add_column, console, stack_api
+from relevo_cli.commands.common import StackOption, add_column, console, listing, show, stack_api
 from relevo_cli.project_file import parse
+from relevo_core.files.user_written import InvalidFile, validate
 from relevo_core.models.group import Group
-from relevo_core.user_files import InvalidFile, validate
 
 group_app = typer.Typer(
     no_args_is_help=True, help="Project groups: the notification channels of every project in a group."
@@ -90,36 +87,28 @@ def deliveries(
     stack_file: Path | None = StackOption,
 ) -> None:
     """Deliveries in (webhooks: accepted, duplicate, ignored, refused) and out (commit statuses, notifications), newest first."""
-    with stack_api(stack_file) as api:
-        listed = api.deliveries(project, failed)
-    if as_json:
-        sys.stdout.write(json.dumps(listed["deliveries"], indent=2) + "\n")
-        return
-    table = Table(title=f"{listed['count']} deliveries")
-    for column in (
-        "at",
-        "",
-        "project",
-        "target",
-        "event",
-        "outcome",
-        "HTTP",
-        "attempt",
-        "ms",
-        "job / reason",
-    ):
-        add_column(table, column)
-    for r in listed["deliveries"]:
-        table.add_row(
-            r["at"],
-            "in" if r["direction"] == "incoming" else "out",
-            r["project"],
-            r["target"],
-            r["event"],
-            r["outcome"],
-            str(r.get("http_status", "-")),
-            str(r.get("attempt", "")),
-            str(r.get("latency_ms", "")),
-            " ".join(x for x in (r.get("job_id"), r.get("reason")) if x),
-        )
-    console.print(table)
+    columns = ("at", "", "project", "target", "event", "outcome", "HTTP", "attempt", "ms", "job / reason")
+    show(
+        stack_file,
+        lambda api: api.deliveries(project, failed),
+        as_json,
+        lambda listed: [
+            listing(f"{listed['count']} deliveries", columns, map(_delivery_row, listed["deliveries"]))
+        ],
+        as_data=lambda listed: listed["deliveries"],
+    )
+
+
+def _delivery_row(r: dict) -> tuple[str, ...]:
+    return (
+        r["at"],
+        "in" if r["direction"] == "incoming" else "out",
+        r["project"],
+        r["target"],
+        r["event"],
+        r["outcome"],
+        str(r.get("http_status", "-")),
+        str(r.get("attempt", "")),
+        str(r.get("latency_ms", "")),
+        " ".join(x for x in (r.get("job_id"), r.get("reason")) if x),
+    )

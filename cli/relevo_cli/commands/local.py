@@ -6,7 +6,6 @@ when it runs, so the rest of the CLI starts without it."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -14,14 +13,14 @@ import threading
 import time
 from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.cli_errors import UserMistake
-from relevo_cli.commands.common import console
-from relevo_core.stackfile import DEFAULT_STATE_DIR, StackInfo, load_stack
+from relevo_cli.commands.common import console, print_json
+from relevo_core.files.stack import DEFAULT_STATE_DIR, StackInfo, load_stack
 
 if TYPE_CHECKING:
     from relevo_local.state_dir import Holder
@@ -164,23 +163,19 @@ def local_status(
     holder, stack = _running_stack(state_dir)
     projects, agents = _fleet(stack) if stack else ([], [])
     if as_json:
-        sys.stdout.write(
-            json.dumps(
-                {
-                    "state_dir": str(state_dir),
-                    "pid": holder.pid,
-                    "started_at": holder.started_at,
-                    "uptime_sec": int(holder.uptime_sec),
-                    "ready": stack is not None,
-                    "api_url": holder.api_url,
-                    "aws_endpoint": holder.aws_endpoint,
-                    "work_queues": stack.work_queues if stack else {},
-                    "projects": projects,
-                    "agents": agents,
-                },
-                indent=2,
-            )
-            + "\n"
+        print_json(
+            {
+                "state_dir": str(state_dir),
+                "pid": holder.pid,
+                "started_at": holder.started_at,
+                "uptime_sec": int(holder.uptime_sec),
+                "ready": stack is not None,
+                "api_url": holder.api_url,
+                "aws_endpoint": holder.aws_endpoint,
+                "work_queues": stack.work_queues if stack else {},
+                "projects": projects,
+                "agents": agents,
+            }
         )
         return
     lines = [

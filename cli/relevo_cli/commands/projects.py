@@ -3,17 +3,22 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
-from rich.table import Table
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.cli_errors import ProjectId
-from relevo_cli.commands.common import StackOption, add_column, console, fail, open_stack, stack_api
+from relevo_cli.commands.common import (
+    StackOption,
+    console,
+    fail,
+    listing,
+    open_stack,
+    print_json,
+    show,
+    stack_api,
+)
 
 project_app = typer.Typer(
     no_args_is_help=True, help="Projects: apply a project file, list, view, run, delete; who may do what."
@@ -70,14 +75,14 @@ def project_schema() -> None:
     """Print the project file's JSON Schema (editors validate and complete with it; see docs/project-file.md)."""
     from relevo_cli.reference import project_file_schema
 
-    sys.stdout.write(json.dumps(project_file_schema(), indent=2) + "\n")
+    print_json(project_file_schema())
 
 
 @project_app.command("view")
 def project_show(project_id: str = ProjectId, stack_file: Path | None = StackOption) -> None:
     """Print a project as stored (JSON)."""
     with stack_api(stack_file) as api:
-        sys.stdout.write(json.dumps(api.get_project(project_id), indent=2) + "\n")
+        print_json(api.get_project(project_id))
 
 
 project_app.command("show", hidden=True)(project_show)
@@ -89,23 +94,28 @@ def project_list(
     stack_file: Path | None = StackOption,
 ) -> None:
     """List registered projects."""
-    with stack_api(stack_file) as api:
-        listing = api.list_projects()
-    if as_json:
-        sys.stdout.write(json.dumps(listing["projects"], indent=2) + "\n")
-        return
-    table = Table(title=f"{listing['count']} projects")
-    for column in ("id", "repo", "region", "stages", "priority"):
-        add_column(table, column)
-    for project in listing["projects"]:
-        table.add_row(
-            project["id"],
-            project["repo"],
-            project["region_affinity"],
-            " → ".join(s["name"] for s in project["stages"]),
-            str(project["priority"]),
-        )
-    console.print(table)
+    show(
+        stack_file,
+        lambda api: api.list_projects(),
+        as_json,
+        lambda listed: [
+            listing(
+                f"{listed['count']} projects",
+                ("id", "repo", "region", "stages", "priority"),
+                (
+                    (
+                        project["id"],
+                        project["repo"],
+                        project["region_affinity"],
+                        " → ".join(s["name"] for s in project["stages"]),
+                        str(project["priority"]),
+                    )
+                    for project in listed["projects"]
+                ),
+            )
+        ],
+        as_data=lambda listed: listed["projects"],
+    )
 
 
 @project_app.command("grant")
@@ -130,18 +140,23 @@ def project_grants(
     stack_file: Path | None = StackOption,
 ) -> None:
     """Who may do what to a project (needs view)."""
-    with stack_api(stack_file) as api:
-        listing = api.grants(project_id)
-    if as_json:
-        sys.stdout.write(json.dumps(listing["grants"], indent=2) + "\n")
-        return
-    table = Table(title=f"{listing['count']} grants on {project_id}")
-    for column in ("principal", "level", "granted by"):
-        add_column(table, column)
-    for grant in listing["grants"]:
-        table.add_row(
-            grant["principal"],
-            grant["level"],
-            "(AdminPrincipals)" if grant.get("admin") else grant.get("granted_by", ""),
-        )
-    console.print(table)
+    show(
+        stack_file,
+        lambda api: api.grants(project_id),
+        as_json,
+        lambda listed: [
+            listing(
+                f"{listed['count']} grants on {project_id}",
+                ("principal", "level", "granted by"),
+                (
+                    (
+                        grant["principal"],
+                        grant["level"],
+                        "(AdminPrincipals)" if grant.get("admin") else grant.get("granted_by", ""),
+                    )
+                    for grant in listed["grants"]
+                ),
+            )
+        ],
+        as_data=lambda listed: listed["grants"],
+    )

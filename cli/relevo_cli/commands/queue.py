@@ -3,10 +3,7 @@ queue` too), and `job promote` and `job release` (a held job into the queue)."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -19,6 +16,7 @@ from relevo_cli.commands.common import (
     console,
     print_trigger,
     quiet_option,
+    show,
     stack_api,
 )
 from relevo_core.models.status import queue_reason_words
@@ -55,11 +53,12 @@ def queue(
     stack_file: Path | None = StackOption,
 ) -> None:
     """Jobs waiting to run, in order, with why each waits (the project's lock, or no free agent), and every agent's load."""
-    with stack_api(stack_file) as api:
-        view = api.queue()
-    if as_json:
-        sys.stdout.write(json.dumps(view, indent=2) + "\n")
-        return
+    show(stack_file, lambda api: api.queue(), as_json, _queue_tables)
+
+
+def _queue_tables(view: dict) -> list[Table]:
+    """The jobs waiting (running ones waiting for an agent first, then the queue in run order),
+    and every agent's load."""
     waiting = view.get("waiting_for_agent", [])
     title = f"{view['count']} queued job(s){' (more not shown)' if view['truncated'] else ''}"
     jobs_table = Table(
@@ -111,7 +110,6 @@ def queue(
             if job["queue_reason"]
             else "",
         )
-    console.print(jobs_table)
     agents_table = Table(title=f"{len(view['agents'])} agent(s)")
     for column in ("agent", "region", "used / capacity", "version", "last seen", "state"):
         add_column(agents_table, column)
@@ -124,7 +122,7 @@ def queue(
             agent["last_seen"][:19],
             "[green]online[/green]" if agent["online"] else "[red]offline[/red]",
         )
-    console.print(agents_table)
+    return [jobs_table, agents_table]
 
 
 def promote(job_id: str = JobId, stack_file: Path | None = StackOption) -> None:

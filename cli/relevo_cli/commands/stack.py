@@ -14,7 +14,7 @@ from botocore.exceptions import ProfileNotFound
 from relevo_cli import deployed
 from relevo_cli.commands.common import StackOption, console, errors
 from relevo_core.checks import Verdict
-from relevo_core.stackfile import (
+from relevo_core.files.stack import (
     StackProblem,
     load_stack,
     read_stack,

@@ -1,5 +1,5 @@
 """Where each stage attempt's output ends, on the job page: the banner `relevo job logs` prints
-(`── build succeeded on mac-1 after 8s ──`, relevo_cli.follow.end_words), placed as the CLI places
+(`── build succeeded on mac-1 after 8s ──`, relevo_cli.stage_ends.end_words), placed as the CLI places
 it, by the same StageLog, from the stage marks each log page carries (read before its chunks).
 
 The page marks where a stage's output begins itself (a label on its first line); what it cannot

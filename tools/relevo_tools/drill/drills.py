@@ -19,7 +19,7 @@ from typing import Any
 
 from relevo_cli.api import ApiError
 from relevo_core.aws import client
-from relevo_core.lease_timeline import LeaseTimeline
+from relevo_core.fleet.lease_timeline import LeaseTimeline
 from relevo_tools.drill.fleet import (
     TERMINAL_STAGE,
     DrillAgent,

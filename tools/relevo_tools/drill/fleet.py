@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from relevo_agent.supervisor import group_alive
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
-from relevo_core.stackfile import StackInfo
+from relevo_core.files.stack import StackInfo
 from relevo_core.store.codec import from_attributes
 from relevo_tools.drill.proxy import FaultProxies, FaultProxy
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from relevo_core.stackfile import StackInfo
+from relevo_core.files.stack import StackInfo
 from relevo_tools.drill.drills import DRILLS, LateFault, Trial
 from relevo_tools.drill.fleet import TERMINAL_JOB, DrillFleet, DrillTiming
 

@@ -19,7 +19,7 @@ An artifact record is its agent's to write, whole: its job is the partition's (`
 held to it by IAM), never its `job_id` or `uri` attributes. Its project is its job record's, and
 the object deleted is the one its stage, shard and path give under the job's own prefix; a record
 whose `uri` names anything else (another project's object) is neither counted nor removed, only
-logged (relevo_core.job_objects: LOCATION_OUTSIDE_JOB).
+logged (relevo_core.models.job_objects: LOCATION_OUTSIDE_JOB).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from relevo_core.aws import client
-from relevo_core.job_objects import JobPrefix
 from relevo_core.jobs.artifacts import stored_object
 from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.job_objects import JobPrefix
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.transitions import stream_images
 from relevo_core.store import artifact_usage

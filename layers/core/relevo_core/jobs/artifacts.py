@@ -5,7 +5,7 @@ The link is an S3 presigned GET signed with the function's own credentials (its 
 s3:GetObject on the whole artifact bucket and nothing else in S3); nothing is read from S3 here.
 So the object is never the record's `uri` as its writer (an agent) stored it: the key comes from
 the job's own prefix (its envelope's artifact_uri) and the record's stage, shard and path, and a
-record whose `uri` names anything else is refused, 409 LOCATION_OUTSIDE_JOB (relevo_core.job_objects).
+record whose `uri` names anything else is refused, 409 LOCATION_OUTSIDE_JOB (relevo_core.models.job_objects).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from relevo_core.aws import s3_presigner
-from relevo_core.job_objects import JobPrefix, artifact_key, expected_key
 from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.job_objects import JobPrefix, artifact_key, expected_key
 from relevo_core.store.artifacts import ArtifactRecord, list_artifacts
 from relevo_core.store.jobs import get_envelope
 from relevo_core.store.keys import artifact_pk

@@ -19,10 +19,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from relevo_core.aws import client, error_code
-from relevo_core.job_objects import JobPrefix, expected_key, manifest_key
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.handoff import HandoffSummary
+from relevo_core.models.job_objects import JobPrefix, expected_key, manifest_key
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.status import SUCCEEDED_STAGE
 from relevo_core.store.artifacts import list_artifacts

@@ -23,9 +23,9 @@ import re
 from datetime import UTC, datetime, timezone
 from typing import Any
 
-from relevo_core.job_objects import JobPrefix
 from relevo_core.jobs.handoff_sources import context_of
 from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.job_objects import JobPrefix
 from relevo_core.models.requests import LOG_CURSOR, LogQuery
 from relevo_core.models.status import JobStatus
 from relevo_core.store.jobs import query_job_items
@@ -153,7 +153,7 @@ def stage_marks(stage: dict[str, Any], approval: dict[str, Any] | None = None) -
 
 def log_places(items: list[dict[str, Any]]) -> tuple[list[LogPart], JobPrefix]:
     """Where the job's log is, from its record: its partitions (the plan's) and its prefix (where
-    its log's bodies must be, relevo_core.job_objects)."""
+    its log's bodies must be, relevo_core.models.job_objects)."""
     envelope = context_of(items).envelope
     return job_log_parts(envelope), JobPrefix.of(envelope.artifact_uri)
 

@@ -91,7 +91,7 @@ def handoff_base(artifact_uri: str) -> tuple[str, str]:
 
 def manifest_name(stage: str, shard: int | None, attempt: int) -> str:
     """The manifest of an attempt of `stage` (or of its shard), under the job's handoff directory:
-    the one spelling of it (relevo_core.job_objects derives the same key from a job's prefix)."""
+    the one spelling of it (relevo_core.models.job_objects derives the same key from a job's prefix)."""
     return f"manifests/{stage}{'' if shard is None else f'.shard-{shard}'}.{attempt}.json"
 
 
@@ -100,6 +100,26 @@ def manifest_key(artifact_uri: str, stage: str, shard: int | None, attempt: int)
     the job's artifact_uri, so whoever acts on it need not trust a location an agent recorded."""
     bucket, prefix = handoff_base(artifact_uri)
     return bucket, f"{prefix}{manifest_name(stage, shard, attempt)}"
+
+
+def base_of_manifest(manifest_uri: str) -> tuple[str, str]:
+    """(bucket, handoff prefix) a manifest's object keys are relative to: the handoff_base of the
+    job that stored it, read back from the manifest's own location."""
+    parsed = urlparse(manifest_uri)
+    key = parsed.path.lstrip("/")
+    return parsed.netloc, key[: key.rindex("manifests/")]
+
+
+# A manifest entry's `object`, relative to the handoff prefix: named by the sha256 of its bytes, so
+# a retry or a later stage of the job that hands on the same bytes stores nothing again.
+def pack_object(sha256: str) -> str:
+    """The pack of small files whose bytes (all of them, one after another) have this sha256."""
+    return f"packs/{sha256}"
+
+
+def blob_object(sha256: str) -> str:
+    """A large file stored whole, by the sha256 of its bytes."""
+    return f"blobs/{sha256}"
 
 
 # ------------------------------------------------------------------ the manifest

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
-from relevo_core import job_objects
 from relevo_core.aws import client, in_this_context
-from relevo_core.job_objects import JobPrefix
+from relevo_core.models import job_objects
 from relevo_core.models.errors import ErrorCode, RelevoError
+from relevo_core.models.job_objects import JobPrefix
 from relevo_core.store import log_bodies
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.conditional import transaction_cancellation
@@ -115,7 +115,7 @@ def _with_bodies(
     """The chunks (each with the partition it was read from) with the text of each body kept in S3
     read in (side by side), each verified against the sha256 its item recorded; a body gone or
     altered reads as a line saying so. A body's key is its writer's choice (a uuid, not
-    derivable): only one under the job's own prefix `home` is read (relevo_core.job_objects), any
+    derivable): only one under the job's own prefix `home` is read (relevo_core.models.job_objects), any
     other reads as a line saying so. `home` None: read from the job record, once, when a chunk
     has a body."""
     stored = [chunk for _, chunk in chunks if chunk.body]

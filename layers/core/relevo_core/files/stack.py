@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from relevo_core.private_files import write_private
+from relevo_core.files.private import write_private
 
 DEFAULT_STATE_DIR = Path(".relevo/local")
 STACK_FILE_ENV = "RELEVO_STACK_FILE"

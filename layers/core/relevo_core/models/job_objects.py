@@ -26,7 +26,7 @@ from relevo_core.models.errors import ErrorCode, RelevoError
 # A stage's handoff objects (packs, blobs, manifests) are under the job's prefix, in HANDOFF_DIR.
 from relevo_core.models.handoff import HANDOFF_DIR, manifest_name
 
-log = logging.getLogger("relevo_core.job_objects")
+log = logging.getLogger("relevo_core.models.job_objects")
 
 
 @dataclass(frozen=True)
