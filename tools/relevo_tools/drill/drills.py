@@ -1,5 +1,5 @@
 """The drills: each trial runs one job (exhaust: the job and its redrive) through a fault and
-judges what happened. A trial's problems are what `relevo drill` fails on: a duplicate or lost
+judges what happened. A trial's problems are what `relevo-tools drill` fails on: a duplicate or lost
 effect, a job failed that should have succeeded, a stage left non-terminal, a cancel that took
 longer than CANCEL_LIMIT_SEC to reach the stage's process group, or a dead-letter entry that does
 not hold what resuming needs.

@@ -1,4 +1,4 @@
-"""`relevo drill`'s tables: one per drill (a row per trial), then a summary with one row per drill."""
+"""`relevo-tools drill`'s tables: one per drill (a row per trial), then a summary with one row per drill."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The disaster drill's trials: every named drill, N trials each, on one fleet of two agents behind
-fault proxies, the fleet settled between trials (`relevo drill`, relevo_cli.commands.drill, runs them)."""
+fault proxies, the fleet settled between trials (`relevo-tools drill`, drill/command.py, runs them)."""
 
 from __future__ import annotations
 
