@@ -16,9 +16,11 @@ import pytest
 
 from relevo_core.aws import reset_clients
 from relevo_local.processes import local_stack
-from relevo_tools.drill.drills import DRILLS, SIBLING_STOP_LIMIT_SEC, Trial
+from relevo_tools.drill.drills import DRILLS
 from relevo_tools.drill.fleet import DrillFleet, DrillTiming
+from relevo_tools.drill.parallel import SIBLING_STOP_LIMIT_SEC
 from relevo_tools.drill.runner import run_trial
+from relevo_tools.drill.trial import Trial
 from tests.helpers.stack import use_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-drill")]

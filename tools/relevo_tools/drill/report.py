@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from relevo_tools.drill.drills import Trial
+from relevo_tools.drill.trial import Trial
 
 # What a problem line starts with -> the summary column that counts it.
 PROBLEM_KINDS = {

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from relevo_core.stackfile import StackInfo
-from relevo_tools.drill.drills import DRILLS, LateFault, Trial
+from relevo_tools.drill.drills import DRILLS
 from relevo_tools.drill.fleet import TERMINAL_JOB, DrillFleet, DrillTiming
+from relevo_tools.drill.trial import LateFault, Trial
 
 
 def run_drills(
