@@ -17,7 +17,6 @@ from relevo_cli.commands import (
     artifacts,
     console,
     dlq,
-    drill,
     groups,
     jobs,
     local,
@@ -80,7 +79,6 @@ SUB_APPS = (
 )
 COMMANDS = (
     ("console", console.console_command),
-    ("drill", drill.drill_command),
     ("advise", advise.advise_command),
 )
 # The older spellings: they still work, and --help leaves them out.

@@ -1,7 +1,7 @@
 """GET /jobs/{job_id}/logs (page forward with from_seq, back with before_seq) and
 GET /jobs/{job_id}/artifacts/{name} (a presigned download link valid 2 minutes) — IAM, view."""
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from http import HTTPStatus
 from urllib.parse import unquote
 
@@ -10,7 +10,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from relevo_core.config import table_settings
 from relevo_core.http import json_response, register_error_handlers
 from relevo_core.jobs.artifacts import artifact_link
-from relevo_core.jobs.logs import log_page
+from relevo_core.jobs.log_page import log_page
 from relevo_core.models.access import Level
 from relevo_core.models.requests import ArtifactQuery, LogQuery, parse_query
 from relevo_core.observability import correlate, lambda_entry

@@ -1,9 +1,9 @@
-"""`relevo drill` in `make test`: one fast trial of each drill (short leases, DrillTiming.fast())
+"""`relevo-tools drill` in `make test`: one fast trial of each drill (short leases, DrillTiming.fast())
 on a stack of this module's own, two real relevo-agent processes of one region, each behind a
 loopback fault proxy (a third for the parallel drill's shards). Each drill is the issue 14 fault
 it is named after (parallel: issue 32's, on a stage's shards); a trial fails on a
 duplicate or lost effect, a wrongly failed job, a stage left non-terminal, a slow cancel or an
-incomplete dead-letter entry. `relevo drill all --trials 3` runs the full drill by hand."""
+incomplete dead-letter entry. `relevo-tools drill all --trials 3` runs the full drill by hand."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ import pytest
 
 from relevo_core.aws import reset_clients
 from relevo_local.processes import local_stack
-from relevo_tools.drill.drills import DRILLS, SIBLING_STOP_LIMIT_SEC, Trial
+from relevo_tools.drill.drills import DRILLS
 from relevo_tools.drill.fleet import DrillFleet, DrillTiming
+from relevo_tools.drill.parallel import SIBLING_STOP_LIMIT_SEC
 from relevo_tools.drill.runner import run_trial
+from relevo_tools.drill.trial import Trial
 from tests.helpers.stack import use_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-drill")]
@@ -28,7 +30,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DrillFleet]:
     work = tmp_path_factory.mktemp("drill")
     with local_stack(work / "stack", work / "local-up.log") as stack, pytest.MonkeyPatch.context() as patch:
-        use_stack(patch, stack)  # its endpoint and the IAM user it made, as `relevo drill` does
+        use_stack(patch, stack)  # its endpoint and the IAM user it made, as `relevo-tools drill` does
         drill_fleet = DrillFleet(stack, work, DrillTiming.fast())
         try:
             yield drill_fleet.start()
@@ -65,12 +67,12 @@ def test_the_drill_holds(fleet: DrillFleet, name: str):
 
 def test_an_unknown_drill_is_refused_in_one_line_with_exit_2(tmp_path: Path):
     done = subprocess.run(
-        [sys.executable, "-m", "relevo_cli.main", "drill", "flood", "--work-dir", str(tmp_path)],
+        [sys.executable, "-m", "relevo_tools.cli", "drill", "flood", "--work-dir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "relevo drill: unknown drill 'flood'; choose from " + ", ".join(DRILLS) + " or all"
+        "relevo-tools drill: unknown drill 'flood'; choose from " + ", ".join(DRILLS) + " or all"
     ]

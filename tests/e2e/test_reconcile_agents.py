@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -541,7 +541,7 @@ def test_an_agent_cut_off_longer_than_its_lease_fences_itself_and_the_outcome_is
     endpoint = str(fleet.stack.aws_endpoint).split("//", 1)[1].rstrip("/")
     host, port = endpoint.split(":")
     # Every connection is reset while cut: each call fails at once (the black hole of a
-    # partition is relevo drill's and tests/e2e/test_fencing.py's).
+    # partition is relevo-tools drill's and tests/e2e/test_fencing.py's).
     proxy = FaultProxy((host, int(port))).start()
     # The stack's API too (the claim routes, which carry the heartbeats and the report): a cut
     # Mac reaches neither.

@@ -37,7 +37,7 @@ OLD_SECTIONS = [
     "Connect a Mac",
     "Journal, reconcile before retry, staged shutdown (relevo-agent)",
     "Fencing: the lease timeline",
-    "The disaster drill: `relevo drill`",
+    "The disaster drill: `relevo-tools drill`",
     "Agent presence and retry placement",
     "Stage output and artifacts",
     "Triggers",

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from relevo_local.template import load_sam_template
-from relevo_tools import iam_lint
+from relevo_tools import iam_policies
 
 ROOT = Path(__file__).resolve().parents[2]
 UNRESERVED_MINIMUM = 100  # Lambda's floor of unreserved concurrency per account and region
@@ -42,9 +42,9 @@ RESERVED_WHEN_ON = {
 }
 
 
-def _rendered(parameters: dict[str, str] | None = None) -> tuple[dict[str, Any], iam_lint.Renderer]:
+def _rendered(parameters: dict[str, str] | None = None) -> tuple[dict[str, Any], iam_policies.Renderer]:
     sam = load_sam_template(ROOT / "template.yaml", parameters)
-    return iam_lint.render(sam, ROOT, parameters)
+    return iam_policies.render(sam, ROOT, parameters)
 
 
 def _reservations(parameters: dict[str, str] | None = None) -> dict[str, Any]:

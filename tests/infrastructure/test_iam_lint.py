@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from relevo_local.template import load_sam_template
-from relevo_tools import iam_lint
+from relevo_tools import iam_lint, iam_policies
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -143,7 +143,7 @@ def test_a_role_and_policies_added_later_are_linted_whatever_their_names(sam: di
 
 def test_foreach_expanded_resources_render_to_their_arns(sam: dict[str, Any]) -> None:
     expanded = load_sam_template(TEMPLATE, {"RegionAffinities": "eu-west,us-east,ap-south"})
-    cfn, renderer = iam_lint.render(expanded, ROOT, {"RegionAffinities": "eu-west,us-east,ap-south"})
+    cfn, renderer = iam_policies.render(expanded, ROOT, {"RegionAffinities": "eu-west,us-east,ap-south"})
     assert (
         renderer.get_att("WorkQueueapsouth", "Arn")
         == "arn:aws:sqs:us-east-1:123456789012:relevo-work-ap-south"

@@ -20,18 +20,20 @@ import pytest
 from relevo_core.fleet.job_credentials import LINEAGE_TAGS, NO_GRANT
 from relevo_local.iam_evaluation import PolicyDecision, Request, evaluate
 from relevo_local.template import load_sam_template
-from relevo_tools import iam_lint
+from relevo_tools import iam_policies
 
 ROOT = Path(__file__).resolve().parents[2]
 X, Y, P, Q = "job_" + "x" * 26, "job_" + "y" * 26, "app-p", "app-q"
 
 
 @pytest.fixture(scope="module")
-def rendered() -> tuple[dict[str, Any], iam_lint.Renderer, dict[str, dict[str, Any]]]:
+def rendered() -> tuple[dict[str, Any], iam_policies.Renderer, dict[str, dict[str, Any]]]:
     sam = load_sam_template(ROOT / "template.yaml")
-    cfn, renderer = iam_lint.render(sam, ROOT)
+    cfn, renderer = iam_policies.render(sam, ROOT)
     documents = {
-        d.holder: d.document for d in iam_lint.policy_documents(cfn, sam, renderer) if d.kind == "identity"
+        d.holder: d.document
+        for d in iam_policies.policy_documents(cfn, sam, renderer)
+        if d.kind == "identity"
     }
     return cfn, renderer, documents
 
@@ -72,7 +74,7 @@ def _decide(
     )
 
 
-def _cases(renderer: iam_lint.Renderer) -> dict[str, Request]:
+def _cases(renderer: iam_policies.Renderer) -> dict[str, Request]:
     table = renderer.get_att("Table", "Arn")
     bucket = renderer.get_att("ArtifactBucket", "Arn")
     secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:relevo/relevo"

@@ -9,7 +9,7 @@ kms:GenerateDataKey* on the topic's key, which the AWS managed key alias/aws/sns
 alarm history then says "CloudWatch Alarms does not have authorization to access the SNS topic
 encryption key". IAM principals publishing to an encrypted topic need the same two KMS actions.
 
-The documents of the rendered template (relevo_tools.iam_lint.render) are evaluated with
+The documents of the rendered template (relevo_tools.iam_policies.render) are evaluated with
 relevo_local.iam_evaluation, a small evaluator written for this (see its docstring for what it
 supports).
 """
@@ -25,10 +25,10 @@ import pytest
 
 from relevo_local.iam_evaluation import PolicyDecision, Request, UnsupportedPolicy, evaluate
 from relevo_local.template import load_sam_template
-from relevo_tools import iam_lint
+from relevo_tools import iam_policies
 
 ROOT = Path(__file__).resolve().parents[2]
-ACCOUNT, REGION = iam_lint.ACCOUNT, iam_lint.REGION
+ACCOUNT, REGION = iam_policies.ACCOUNT, iam_policies.REGION
 ROOT_PRINCIPAL = f"arn:aws:iam::{ACCOUNT}:root"
 KMS_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
 
@@ -46,7 +46,7 @@ class Stack:
     """The rendered template, and who publishes where."""
 
     def __init__(self, sam: dict[str, Any]) -> None:
-        self.cfn, self.renderer = iam_lint.render(sam, ROOT)
+        self.cfn, self.renderer = iam_policies.render(sam, ROOT)
         self.resources = {k: v for k, v in self.cfn["Resources"].items() if self.renderer.exists(k)}
 
     def of_type(self, kind: str) -> dict[str, dict[str, Any]]:

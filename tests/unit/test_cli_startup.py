@@ -1,6 +1,7 @@
 """The operator CLI starts without the emulator and the development tools (issue 31): `relevo
 --help`, `relevo job list` and the rest never import moto, the emulator's patches, the IAM lint,
-the demo or the drills; `relevo local …` and `relevo drill …` import them when they run.
+the demo or the drills; `relevo local …` imports the emulator when it runs (the drills are
+`relevo-tools drill`, not the CLI's).
 
 Given a fresh interpreter (this test session has imported them through other tests), when it
 imports relevo_cli.main (every command group, what the `relevo` script imports), then no module of

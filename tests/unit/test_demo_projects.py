@@ -14,7 +14,7 @@ from relevo_cli.projects import load_project_file
 from relevo_core.models.errors import EX_TEMPFAIL
 from relevo_core.models.project import Project
 from relevo_tools.demo import percentile
-from relevo_tools.demo_scenarios import FLEET, PROJECTS
+from relevo_tools.demo_harness import FLEET, PROJECTS
 
 
 def _projects() -> dict[str, Project]:
@@ -157,7 +157,7 @@ NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: 
 
 
 def test_the_readme_and_the_demo_page_say_the_fleet_the_demo_starts():
-    # Given the fleet `make demo` starts (relevo_tools.demo_scenarios.FLEET)
+    # Given the fleet `make demo` starts (relevo_tools.demo_harness.FLEET)
     regions, agents = len(FLEET), sum(len(ids) for ids in FLEET.values())
     root = PROJECTS.parents[1]
 

@@ -1,4 +1,4 @@
-"""The loopback fault proxy of `relevo drill` and the fencing tests: each mode, against a small
+"""The loopback fault proxy of `relevo-tools drill` and the fencing tests: each mode, against a small
 echo server, with real sockets."""
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def test_a_project_file_carries_its_group_and_commit_status_to_the_api(tmp_path)
 
 
 def test_the_demo_shows_the_recorded_slack_message_as_the_channel_would():
-    from relevo_tools.demo_scenarios import slack_text
+    from relevo_tools.demo_release import slack_text
 
     [(notice, _)] = job_notices(
         job_transition(_job("running"), WAITING), "https://console/jobs/job_0000000000000000000000a"

@@ -226,8 +226,11 @@ LOG_BODY_CALLERS = {
         "relevo_core/store/log_chunks.py::read_forward",
         "relevo_core/store/log_chunks.py::read_backward",
     },
-    "read_forward": {"relevo_core/store/log_chunks.py::read_chunks", "relevo_core/jobs/logs.py::log_page"},
-    "read_backward": {"relevo_core/jobs/logs.py::log_page", "relevo_core/jobs/logs.py::log_tail"},
+    "read_forward": {
+        "relevo_core/store/log_chunks.py::read_chunks",
+        "relevo_core/jobs/log_page.py::log_page",
+    },
+    "read_backward": {"relevo_core/jobs/log_page.py::log_page", "relevo_core/jobs/logs.py::log_tail"},
     "log_tail": {"relevo_core/jobs/view.py::show_job"},
 }
 

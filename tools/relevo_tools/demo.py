@@ -2,7 +2,8 @@
 
 `relevo local up` with three regions (eu-west, us-east with two real relevo-agent processes
 each, ap-south with three) and the five projects of examples/demo/. Once every agent is online,
-five scenarios run side by side, each on its own project so none waits for another's lock (relevo_tools.demo_scenarios):
+five scenarios run side by side, each on its own project so none waits for another's lock
+(relevo_tools.demo_release, relevo_tools.demo_scenarios; what they share: demo_harness):
 
   release   a signed GitHub push, the same delivery again (a duplicate), four stages with an
             approval gate before deploy, approved through `relevo job approve`
@@ -40,31 +41,35 @@ from rich.table import Table
 from relevo_cli.projects import apply_project_file
 from relevo_local.processes import agent_process, local_stack, write_agent_config
 from relevo_local.recorder import Recorder
-from relevo_tools.demo_scenarios import (
+from relevo_tools.demo_harness import (
     AGENT_SETTINGS,
     CAPACITY,
     FLEET,
-    FLEET_SCENARIO,
     LABELS,
     PROJECTS,
     ROOT,
     Demo,
     ScenarioResult,
-    check_out_release_from,
     console,
     elapsed,
     guarded,
-    release_repository,
-    report_release_to,
     restart_clock,
     say,
+    seconds_between,
+)
+from relevo_tools.demo_release import (
+    check_out_release_from,
+    release_repository,
+    report_release_to,
+    scenario_release,
+)
+from relevo_tools.demo_scenarios import (
+    FLEET_SCENARIO,
     scenario_dlq,
     scenario_fleet,
     scenario_kill,
-    scenario_release,
     scenario_retry,
     scenario_shards,
-    seconds_between,
 )
 
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,7 +31,9 @@ from relevo_agent.supervisor import group_alive
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
 from relevo_core.files.stack import StackInfo
+from relevo_core.store import agents as presence
 from relevo_core.store.codec import from_attributes
+from relevo_local.processes import agent_process, random_commit
 from relevo_tools.drill.proxy import FaultProxies, FaultProxy
 
 REGION = "eu-west"
@@ -104,9 +106,6 @@ class DrillAgent:
         return self.process.pid
 
     def start(self) -> None:
-        # The emulator's process helpers, imported when a drill runs (`relevo --help` never needs them).
-        from relevo_local.processes import agent_process
-
         self._exits = ExitStack()
         self.process = self._exits.enter_context(agent_process(self.config, self.log, env=self.env))
 
@@ -201,8 +200,6 @@ class DrillFleet:
         return path
 
     def wait_online(self, timeout: float = 60) -> None:
-        from relevo_core.store import agents as presence
-
         def online() -> bool:
             now = datetime.now(UTC)
             seen = {a.agent_id for a in presence.online_agents(self.stack.table_name, REGION, now)}
@@ -284,8 +281,6 @@ class DrillFleet:
         return f'echo "$RELEVO_OPERATION_ID $RELEVO_ATTEMPT $$ $(date +%s)" >> {self.starts}'
 
     def run(self, project_id: str) -> str:
-        from relevo_local.processes import random_commit
-
         answer = self.api.run_project(project_id, {"trigger": "api", "commit": random_commit()})
         self.last_jobs.append(str(answer["job_id"]))
         return str(answer["job_id"])

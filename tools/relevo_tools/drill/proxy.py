@@ -1,5 +1,5 @@
 """A loopback TCP fault proxy: what sits between one relevo-agent and its AWS endpoint in
-`relevo drill` and in the fencing tests.
+`relevo-tools drill` and in the fencing tests.
 
 It binds 127.0.0.1 only and forwards bytes both ways, in one of four modes that can change at
 any moment:

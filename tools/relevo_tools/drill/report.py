@@ -1,10 +1,10 @@
-"""`relevo drill`'s tables: one per drill (a row per trial), then a summary with one row per drill."""
+"""`relevo-tools drill`'s tables: one per drill (a row per trial), then a summary with one row per drill."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from relevo_tools.drill.drills import Trial
+from relevo_tools.drill.trial import Trial
 
 # What a problem line starts with -> the summary column that counts it.
 PROBLEM_KINDS = {

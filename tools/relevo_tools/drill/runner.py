@@ -1,5 +1,5 @@
 """The disaster drill's trials: every named drill, N trials each, on one fleet of two agents behind
-fault proxies, the fleet settled between trials (`relevo drill`, relevo_cli.commands.drill, runs them)."""
+fault proxies, the fleet settled between trials (`relevo-tools drill`, drill/command.py, runs them)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from relevo_core.files.stack import StackInfo
-from relevo_tools.drill.drills import DRILLS, LateFault, Trial
+from relevo_tools.drill.drills import DRILLS
 from relevo_tools.drill.fleet import TERMINAL_JOB, DrillFleet, DrillTiming
+from relevo_tools.drill.trial import LateFault, Trial
 
 
 def run_drills(

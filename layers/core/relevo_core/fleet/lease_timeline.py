@@ -1,5 +1,5 @@
 """The lease timeline: when an attempt's holder renews, fences itself, and when a successor may
-claim and probe. One definition for the agent, `relevo drill` and the table in docs/architecture.md.
+claim and probe. One definition for the agent, `relevo-tools drill` and the table in docs/architecture.md.
 
 All times count from the send time of the holder's last successful renewal (its lease renewal
 followed by its task heartbeat), on the holder's monotonic clock:

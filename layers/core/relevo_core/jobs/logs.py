@@ -1,5 +1,6 @@
 """A job's output as operators read it: `GET /jobs/{id}/logs` pages forward (`from_seq`) or back
-(`before_seq`) through the stored chunks, and the job view shows the last lines (`log_tail`).
+(`before_seq`) through the stored chunks (a page: jobs/log_page.py), and the job view shows the
+last lines (`log_tail`).
 
 A job's log is several partitions (store/log_chunks: its own, and one per shard), merged by time
 into one order that keeps each partition's own; which partitions exist comes from the job's plan
@@ -20,23 +21,18 @@ before it reports the stage's end).
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timezone
 from typing import Any
 
 from relevo_core.jobs.handoff_sources import context_of
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.job_objects import JobPrefix
-from relevo_core.models.requests import LOG_CURSOR, LogQuery
-from relevo_core.models.status import JobStatus
-from relevo_core.store.jobs import query_job_items
+from relevo_core.models.requests import LOG_CURSOR
 from relevo_core.store.log_chunks import (
     LogChunk,
     LogPart,
     Position,
     job_log_parts,
     read_backward,
-    read_forward,
-    stored_after,
 )
 
 # The agent runs each command with stderr merged into stdout (executor.py), and adds its own lines
@@ -156,49 +152,6 @@ def log_places(items: list[dict[str, Any]]) -> tuple[list[LogPart], JobPrefix]:
     its log's bodies must be, relevo_core.models.job_objects)."""
     envelope = context_of(items).envelope
     return job_log_parts(envelope), JobPrefix.of(envelope.artifact_uri)
-
-
-def log_page(table: str, job_id: str, query: LogQuery, now: datetime | None = None) -> dict[str, Any]:
-    """One page of the job's output, with where to go next in either direction.
-
-    `next_seq`: the from_seq of the next forward page (the seq after the last chunk returned).
-    `before_seq`: the before_seq of the next backward page, or None at the start of the log.
-    `more`: chunks from next_seq on are already stored (read again at once rather than wait).
-    `status` / `terminal`: the job's status, and `stages` each stage's state (stage_marks), read
-    before the chunks: a stage that ended on this page has all its output stored. `waiting_stage`
-    the stage its approval gate holds back, while it waits there; `queue_reason` / `queue_detail`
-    why it waits for its project or an agent (as GET /jobs/{id} says it)."""
-    from relevo_core.jobs.view import job_items_to_view, waiting_reason  # the job view shows this log's tail
-
-    items = query_job_items(table, job_id)
-    view = job_items_to_view(items)
-    status = JobStatus(view["status"])
-    reason, detail, _ = waiting_reason(table, view, now or datetime.now(UTC), items)
-    parts, home = log_places(items)
-    if query.before_seq is None:
-        start = cursor_position(query.from_seq or 0)
-        page = read_forward(table, job_id, parts, start, limit=query.limit, home=home)
-        before_seq = cursor_text(page.start) if any(page.start.values()) else None
-        more = page.more
-    else:
-        page = read_backward(table, job_id, parts, cursor_position(query.before_seq), query.limit, home=home)
-        before_seq = cursor_text(page.start) if page.more else None
-        more = stored_after(table, job_id, page.end)
-    return {
-        "job_id": job_id,
-        "status": status.value,
-        "terminal": status.terminal,
-        # While the job waits at its approval gate: the stage the gate holds back.
-        "waiting_stage": view["waiting_stage"],
-        "queue_reason": reason,
-        "queue_detail": detail,
-        "region_affinity": view["region_affinity"],
-        "stages": [stage_marks(stage, view["approval_decision"]) for stage in view["stages"]],
-        "chunks": [chunk_view(chunk, after) for chunk, after in zip(page.chunks, page.after)],
-        "next_seq": cursor_text(page.end),
-        "before_seq": before_seq,
-        "more": more,
-    }
 
 
 def _clip(text: str) -> str:

@@ -10,6 +10,7 @@ project and minute, a conditional PutItem under the minute's own key.
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 from typing import Any
 
 from relevo_core.aws import client
@@ -18,9 +19,9 @@ from relevo_core.store.codec import to_attributes
 from relevo_core.store.conditional import put_if
 from relevo_core.store.keys import (
     DELIVERY_LOG_SK_PREFIX,
-    REFUSED_MINUTE_TAIL,
     delivery_log_pk,
     delivery_log_sk,
+    refused_minute_sk,
 )
 from relevo_core.store.paging import query_items
 
@@ -55,17 +56,16 @@ def delivery_put(table: str, record: DeliveryRecord, ttl: int) -> dict[str, Any]
     }
 
 
-def record_refusal_of_minute(table: str, record: DeliveryRecord, ttl: int, minute: str) -> bool:
-    """Store `record` (a refused delivery) under `minute` (ISO 8601, the start of the minute it
-    was refused in) unless the project already has a record of that minute; True when this call
-    stored it.
+def record_refusal_of_minute(table: str, record: DeliveryRecord, ttl: int, at: datetime) -> bool:
+    """Store `record` (a delivery refused `at`) under the key of `at`'s minute unless the project
+    already has a record of that minute; True when this call stored it.
 
     One conditional PutItem. A refused condition is DynamoDB's ConditionalCheckFailedException
     ("PutItem", DynamoDB API Reference: nothing is written), and a failed conditional write still
     consumes write capacity ("DynamoDB read and write operations", Developer Guide): hence the
     caller makes this call at most once per project and minute in each container.
     """
-    item = _item(record, ttl, delivery_log_sk(minute, REFUSED_MINUTE_TAIL))
+    item = _item(record, ttl, refused_minute_sk(at))
     return put_if(TableName=table, Item=item, ConditionExpression="attribute_not_exists(pk)")
 
 

@@ -307,5 +307,15 @@ def delivery_log_sk(at: str, tail: str) -> str:
 REFUSED_MINUTE_TAIL = "refused"
 
 
+def minute_of(moment: datetime) -> datetime:
+    """The start of `moment`'s minute: a project's refused deliveries of one minute share a record."""
+    return moment.replace(second=0, microsecond=0)
+
+
+def refused_minute_sk(moment: datetime) -> str:
+    """The sort key of the record of the project's refusals of `moment`'s minute."""
+    return delivery_log_sk(minute_of(moment).isoformat(timespec="milliseconds"), REFUSED_MINUTE_TAIL)
+
+
 def group_pk(group: str) -> str:
     return f"GROUP#{group}"

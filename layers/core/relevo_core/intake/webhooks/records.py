@@ -21,7 +21,6 @@ from typing import Any
 
 from relevo_core.config import IntakeSettings
 from relevo_core.intake.webhooks.incoming import IncomingDelivery
-from relevo_core.intake.webhooks.refusals import minute_of
 from relevo_core.models.delivery import DeliveryRecord, Direction, Outcome
 from relevo_core.models.errors import RelevoError
 from relevo_core.models.status import HeldReason
@@ -92,5 +91,4 @@ def record_refusal(
 ) -> bool:
     """The record of the project's refusals of `at`'s minute, unless one is stored already."""
     record = incoming_record(delivery, Outcome.REFUSED, int(error.status), error.code.value, at)
-    minute = minute_of(at).isoformat(timespec="milliseconds")
-    return record_refusal_of_minute(settings.table_name, record, _ttl(settings, at), minute)
+    return record_refusal_of_minute(settings.table_name, record, _ttl(settings, at), at)

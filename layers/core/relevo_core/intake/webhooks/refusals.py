@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.config import IntakeSettings
 from relevo_core.intake.webhooks.incoming import IncomingDelivery, count_refusal
 from relevo_core.models.errors import RelevoError
 from relevo_core.observability import logger
+from relevo_core.store.keys import minute_of
 
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def minute_of(moment: datetime) -> datetime:
-    return moment.replace(second=0, microsecond=0)
 
 
 class RefusalMinutes:

@@ -1,7 +1,7 @@
-"""`relevo drill`: the disaster drill as a product command.
+"""`relevo-tools drill`: the disaster drill.
 
-    relevo drill all --trials 3
-    relevo drill partition freeze --trials 5 --stack-file .relevo/local/stack.json
+    relevo-tools drill all --trials 3
+    relevo-tools drill partition freeze --trials 5 --stack-file .relevo/local/stack.json
 
 It starts a local stack (or uses the one named), two relevo-agent processes of one region (a
 third for the parallel drill), each behind a loopback fault proxy, and runs the named drills, N
@@ -9,8 +9,8 @@ trials each; it prints a table per drill and a summary, and exits 1 on any dupli
 effect, wrongly failed job, stage left non-terminal, slow cancel or sibling stop or incomplete
 dead-letter entry (2 on a bad argument).
 
-The drills themselves are a development tool (relevo_tools.drill): the command imports them when
-it runs, so the rest of the CLI starts without them.
+A development tool, not the operator CLI's: it needs the emulator (relevo-local) and the agent,
+which an operator install of relevo-cli does not have.
 """
 
 from __future__ import annotations
@@ -21,12 +21,16 @@ import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
 
 from relevo_core.files.stack import StackInfo, load_stack
+from relevo_local.processes import local_stack
+from relevo_tools.drill.drills import DRILLS
+from relevo_tools.drill.fleet import DrillTiming
+from relevo_tools.drill.report import drill_table, summary_table
+from relevo_tools.drill.runner import run_drills
 
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 
@@ -51,16 +55,12 @@ def drill_command(
     ),
 ) -> None:
     """Run disaster drills against two agents behind fault proxies; exit 1 if any effect ran twice or got lost."""
-    from relevo_tools.drill.drills import DRILLS
-    from relevo_tools.drill.fleet import DrillTiming
-    from relevo_tools.drill.report import drill_table, summary_table
-    from relevo_tools.drill.runner import run_drills
-
     names = list(DRILLS) if drills == ["all"] else drills
     unknown = [name for name in names if name not in DRILLS]
     if unknown:
         typer.echo(
-            f"relevo drill: unknown drill {unknown[0]!r}; choose from {', '.join(DRILLS)} or all", err=True
+            f"relevo-tools drill: unknown drill {unknown[0]!r}; choose from {', '.join(DRILLS)} or all",
+            err=True,
         )
         raise typer.Exit(2)
     timing = DrillTiming.fast() if fast else DrillTiming()
@@ -75,7 +75,8 @@ def drill_command(
     work = Path(tempfile.mkdtemp(prefix="relevo-drill-")) if work_dir is None else work_dir
     work.mkdir(parents=True, exist_ok=True)
     console.print(
-        f"[bold]relevo drill[/bold] {' '.join(names)} × {trials} (lease {timing.lease_ttl_sec}s, effect {timing.effect_after_sec:g}s in; logs in {work})"
+        f"[bold]relevo-tools drill[/bold] {' '.join(names)} × {trials} (lease {timing.lease_ttl_sec}s,"
+        f" effect {timing.effect_after_sec:g}s in; logs in {work})"
     )
     with ExitStack() as running:
         stack = _stack(running, stack_file, work)
@@ -111,9 +112,7 @@ def _stack(running: ExitStack, stack_file: Path | None, work: Path) -> StackInfo
         try:
             return load_stack(stack_file)
         except FileNotFoundError as exc:
-            typer.echo(f"relevo drill: {exc}", err=True)
+            typer.echo(f"relevo-tools drill: {exc}", err=True)
             raise typer.Exit(2) from exc
-    from relevo_local.processes import local_stack
-
-    console.print("[dim]starting a local stack (relevo local up)…[/dim]")
+    console.print("[dim]starting a local stack (as relevo local up does)…[/dim]")
     return running.enter_context(local_stack(work / "stack", work / "local-up.log"))
