@@ -10,14 +10,14 @@ own (1 request per chunk, 2 write units a KB in one partition key: about 0.5 MB/
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from relevo_agent.logs import LogShipper, Masker
 from relevo_core.aws import client
 from relevo_core.job_objects import JobPrefix
-from relevo_core.store import log_chunks, stage_attempts
+from relevo_core.store import log_chunks, stage_attempts, stage_claims
 from tests.helpers.stack import table_items
 
 CANARY = "canary-" + "s" * 12
@@ -28,7 +28,7 @@ def _claimed(stack, job_id: str) -> stage_attempts.StageRef:
     client("dynamodb").put_item(
         TableName=stack.table_name, Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}}
     )
-    stage_attempts.claim(ref, 60, datetime.now(UTC))
+    stage_claims.claim(ref, 60, datetime.now(UTC))
     return ref
 
 
@@ -118,7 +118,7 @@ def test_a_body_gone_or_altered_says_so_where_it_stood_and_a_fenced_writer_store
     assert shown[2].startswith("[relevo] chunk 2 of this log cannot be shown:") and "sha256" in shown[2]
     assert shown[3].startswith("[relevo] chunk 3 of this log cannot be shown:") and "is gone" in shown[3]
     # Another agent takes the attempt over: the old writer's next chunks are refused, small or large.
-    stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-other"), 60, now)
+    stage_claims.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-other"), 60, now)
     with pytest.raises(stage_attempts.LeaseLost):
         writer.append_many(["zombie\n", "z" * 40_000 + "\n"], now)
     assert log_chunks.last_seq(local_stack.table_name, job_id) == 3
@@ -134,7 +134,7 @@ def test_the_job_view_and_the_log_route_read_bodies_in_s3_as_their_functions_rol
     job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-logs")
-    stage_attempts.claim(ref, 60, datetime.now(UTC))
+    stage_claims.claim(ref, 60, datetime.now(UTC))
     bucket = local_stack.resources["ArtifactBucket"]
     writer = log_chunks.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/{project_id}/{job_id}/")
     body = "".join(f"printed {i}\n" for i in range(3000))
@@ -161,7 +161,7 @@ def test_a_body_gone_is_shown_as_gone_and_the_rest_of_the_log_served_as_the_func
     job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-logs")
-    stage_attempts.claim(ref, 60, datetime.now(UTC))
+    stage_claims.claim(ref, 60, datetime.now(UTC))
     bucket = local_stack.resources["ArtifactBucket"]
     writer = log_chunks.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/{project_id}/{job_id}/")
     first, second = ("".join(f"{name} {i}\n" for i in range(3000)) for name in ("first", "second"))

@@ -41,6 +41,7 @@ AGENT_SURFACE = {
     "relevo_core.store.jobs": "the job's status, while a run token is slow to come",
     "relevo_core.store.log_chunks": "the stage's log",
     "relevo_core.store.stage_attempts": "the fenced writes of an attempt",
+    "relevo_core.store.stage_claims": "letting go of a claim, and whether its run token was handed",
 }
 
 
