@@ -490,7 +490,7 @@ def test_the_job_view_status_list_and_log_show_each_shard_and_count_its_runs(
     from relevo_cli.api import RelevoApi
     from relevo_cli.commands.common import console
     from relevo_cli.main import app
-    from relevo_core.store.log_chunks import ChunkWriter
+    from relevo_core.store.log_writer import ChunkWriter
 
     monkeypatch.setattr(console, "width", 250)
 

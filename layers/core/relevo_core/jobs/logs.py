@@ -20,7 +20,7 @@ before it reports the stage's end).
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from relevo_core.job_objects import JobPrefix
@@ -29,15 +29,8 @@ from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.requests import LOG_CURSOR, LogQuery
 from relevo_core.models.status import JobStatus
 from relevo_core.store.jobs import query_job_items
-from relevo_core.store.log_chunks import (
-    LogChunk,
-    LogPart,
-    Position,
-    job_log_parts,
-    read_backward,
-    read_forward,
-    stored_after,
-)
+from relevo_core.store.log_chunks import LogChunk, LogPart, job_log_parts
+from relevo_core.store.log_reads import Position, read_backward, read_forward, stored_after
 
 # The agent runs each command with stderr merged into stdout (executor.py), and adds its own lines
 # (upload progress) to the same stream: every chunk is both, interleaved in the order written.
