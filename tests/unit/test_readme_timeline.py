@@ -11,7 +11,8 @@ from relevo_agent.config import AgentConfig
 from relevo_core.lease_timeline import LeaseTimeline
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.plan import StagePlan
-from relevo_core.models.project import Project, ProjectStage
+from relevo_core.models.project import Project
+from relevo_core.models.project_stage import ProjectStage
 from relevo_tools.drill.fleet import DrillTiming
 
 README = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
@@ -73,7 +74,7 @@ def test_the_readme_timeline_is_the_codes():
 
 
 def test_the_doctors_limit_is_the_allowed_skew(tmp_path: Path):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from relevo_agent.doctor import check_clock
 
@@ -86,7 +87,7 @@ def test_the_doctors_limit_is_the_allowed_skew(tmp_path: Path):
 
 
 def test_doctor_checks_the_clock_against_the_agents_own_allowed_skew(monkeypatch, tmp_path: Path):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from relevo_agent import doctor
 

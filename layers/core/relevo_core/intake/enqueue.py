@@ -20,7 +20,8 @@ from relevo_core.intake.project_cache import project_cache  # noqa: F401
 from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
-from relevo_core.models.project import OnRepeat, Project
+from relevo_core.models.project import Project
+from relevo_core.models.project_settings import OnRepeat
 from relevo_core.models.status import HeldReason
 from relevo_core.plan_limits import require_envelope_fits, require_stages_fit
 from relevo_core.store import job_creation

@@ -36,7 +36,7 @@ from relevo_core.store.keys import (
 from relevo_core.store.queue_counter import queue_counter_update
 
 if TYPE_CHECKING:
-    from relevo_core.models.project import OnRepeat
+    from relevo_core.models.project_settings import OnRepeat
 
 # A dedup record outlives its window by this much, so a repeat after the window is still
 # recognised as a repeat (and follows on_repeat) rather than mistaken for a first arrival.
@@ -277,9 +277,8 @@ def create_job_or_repeat(
     repeat_after_window) or run; a held or run repeat takes the expired dedup record over in a
     second transaction, and a RepeatAfterWindow from that one means a concurrent repeat took it
     first. `also_write(held_reason)`: the Puts written with the job, for the reason it is held."""
-    from relevo_core.models.project import (
-        OnRepeat,
-    )  # the caller has it loaded; this module's other users need not
+    # The caller has it loaded; this module's other users need not.
+    from relevo_core.models.project_settings import OnRepeat
 
     outcome = create_job(
         table,
