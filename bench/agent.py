@@ -47,7 +47,6 @@ import json
 import os
 import re
 import secrets
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -418,7 +417,7 @@ LOG_COMMAND = (
 
 def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[list[str], bool]:
     from relevo_core.aws import client
-    from relevo_core.store.log_chunks import read_chunks
+    from relevo_core.store.log_reads import read_chunks
 
     lines = int(megabytes * 1024 * 1024 / 115)
     command = LOG_COMMAND.format(lines=lines, canary=CANARY_VAR)

@@ -35,7 +35,7 @@ import traceback
 from collections import Counter
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -295,7 +295,6 @@ def measure(stack: Any, recorder: Recorder) -> int:
     from relevo_core.config import intake_settings
     from relevo_core.execution import work_queue_url
     from relevo_core.models.envelope import read_envelope
-    from relevo_core.models.status import StageStatus
     from relevo_core.store import stage_attempts
 
     project_id = "cost-" + secrets.token_hex(3)
@@ -490,9 +489,9 @@ def poll(read: Any, timeout: float, what: str, interval: float) -> Any:
 def wait_for_run_handed(ref: Any) -> None:
     """The state machine has handed the holder of the attempt its run token once it saw the claim
     (the stage record says so; the token itself is the outcome route's to use)."""
-    from relevo_core.store import stage_attempts
+    from relevo_core.store import stage_claims
 
-    poll(lambda: stage_attempts.run_handed(ref) or None, 10, "no run token handed", 0.05)
+    poll(lambda: stage_claims.run_handed(ref) or None, 10, "no run token handed", 0.05)
 
 
 def wait_for_execution(state_machine_arn: str, job_id: str, timeout: float) -> dict[str, Any]:

@@ -214,10 +214,10 @@ def run_side(argv: list[str]) -> int:
 
 
 def measure(stack: Any, work: Path, total_bytes: int) -> tuple[list[str], bool]:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from relevo_core.aws import client
-    from relevo_core.store import stage_attempts
+    from relevo_core.store import stage_attempts, stage_claims
 
     near, far = work / "mac-a", work / "mac-b"
     files, size = make_tree(near / "ws", total_bytes)
@@ -232,7 +232,7 @@ def measure(stack: Any, work: Path, total_bytes: int) -> tuple[list[str], bool]:
         TableName=stack.table_name,
         Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}, "stage_name": {"S": "build"}},
     )
-    stage_attempts.claim(ref, 3600, datetime.now(UTC))
+    stage_claims.claim(ref, 3600, datetime.now(UTC))
     ref_fields = {
         "table": ref.table,
         "job_id": ref.job_id,

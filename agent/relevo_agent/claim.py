@@ -32,7 +32,7 @@ from relevo_core.aws import call_budget
 from relevo_core.fleet.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
-from relevo_core.store import stage_attempts
+from relevo_core.store import stage_attempts, stage_claims
 
 if TYPE_CHECKING:
     from relevo_core.models.agent_session import ClaimGranted
@@ -115,7 +115,7 @@ class Claims:
         try:
             try:
                 return self._send_claim(task, message, ref, timeline, workspace, op_id, claim_secret)
-            except stage_attempts.ClaimRefused as refused:
+            except stage_claims.ClaimRefused as refused:
                 own = self._own_unanswered_claim(refused, earlier, ref)
                 if own is None:
                     raise
@@ -125,7 +125,7 @@ class Claims:
                     ref.attempt,
                 )
                 return self._send_claim(task, message, ref, timeline, workspace, op_id, own, resumed=True)
-        except stage_attempts.ClaimRefused as refused:
+        except stage_claims.ClaimRefused as refused:
             self.journal.record(op_id, ref.attempt, OperationOutcome.ABANDONED, None, None)
             self._refused(op_id, ref, refused, message)
         except _LeftToPrevious:
@@ -180,7 +180,7 @@ class Claims:
 
     def _own_unanswered_claim(
         self,
-        refused: stage_attempts.ClaimRefused,
+        refused: stage_claims.ClaimRefused,
         earlier: Operation | None,
         ref: stage_attempts.StageRef,
     ) -> str | None:
@@ -256,7 +256,7 @@ class Claims:
                     return routes.claim(request), lost
             except RouteError as refused:
                 if refused.code == ErrorCode.CLAIM_REFUSED.value:
-                    raise stage_attempts.ClaimRefused(
+                    raise stage_claims.ClaimRefused(
                         str(refused), refused.details, ref.attempt, int(utc_now().timestamp())
                     ) from refused
                 if (
@@ -291,7 +291,7 @@ class Claims:
                 delay = min(2 * delay, 2.0)
 
     def _refused(
-        self, op_id: str, ref: stage_attempts.StageRef, refused: stage_attempts.ClaimRefused, message: Message
+        self, op_id: str, ref: stage_attempts.StageRef, refused: stage_claims.ClaimRefused, message: Message
     ) -> None:
         found = refused.item
         if refused.held:
@@ -410,7 +410,7 @@ class Claims:
         """A claim nothing ran under (the dispatch no longer waited for it), let go once its lease
         is no longer renewed: the next claim of this attempt need not wait out this lease."""
         try:
-            if stage_attempts.let_go(run.ref, utc_now()):
+            if stage_claims.let_go(run.ref, utc_now()):
                 log.info(
                     "%s attempt %d: the dispatch no longer waited for this claim; let go of it",
                     op_id,
@@ -474,7 +474,7 @@ class Claims:
         ended without handing it out, or the deadline passed."""
         ref = run.ref
         try:
-            if stage_attempts.run_handed(ref):
+            if stage_claims.run_handed(ref):
                 run.run_handed = True
                 return True
             if check_job and JobStatus(_job_record(self.table_name, ref.job_id)["status"]).terminal:

@@ -18,12 +18,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Protocol
 
 from relevo_agent.config import AgentConfig
 from relevo_core.aws import in_this_context
-from relevo_core.store.log_chunks import MAX_INLINE_CHUNK_BYTES, ChunkWriter
+from relevo_core.store.log_chunks import MAX_INLINE_CHUNK_BYTES
+from relevo_core.store.log_writer import ChunkWriter
 from relevo_core.store.stage_attempts import LeaseLost, StageRef
 
 log = logging.getLogger("relevo_agent.logs")

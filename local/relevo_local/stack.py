@@ -5,7 +5,9 @@ enforcement on; template.yaml is deployed through moto's CloudFormation after th
 transforms `sam deploy` applies; API routes are served by the local API Gateway stand-in; each
 function runs from the layer as `sam build` makes it, under the Lambda runtime's Python when
 this machine has one, with its own execution role's credentials (see lambda_runtime.py and
-identity.py). Every patch over moto is in relevo_local.moto, applied by its install().
+identity.py). The API's IAM authentication is api_auth.py's; the streams and schedules the
+emulator keeps but never invokes Lambda from are event_sources.py's. Every patch over moto is in
+relevo_local.moto, applied by its install().
 """
 
 from __future__ import annotations
@@ -14,14 +16,10 @@ import json
 import logging
 import os
 import re
-import sys
 import threading
 import time
-import uuid
-from datetime import UTC, datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import boto3
 import requests
@@ -29,13 +27,14 @@ from botocore.credentials import Credentials
 
 from relevo_core.files.private import write_private
 from relevo_core.files.stack import LocalCredentials, StackInfo
-from relevo_local import deferred, heap, identity, lambda_layer, sigv4, template
+from relevo_local import deferred, heap, identity, lambda_layer, template
 from relevo_local import moto as moto_patches
+from relevo_local.api_auth import IamAuthentication
 from relevo_local.apigateway import ApiAdapter, Route
+from relevo_local.event_sources import EventSources
 from relevo_local.lambda_runtime import FunctionRuntime, FunctionSpec, TraceDaemonSocket
 from relevo_local.scheduler import ScheduleFirer
-from relevo_local.sigv4 import Refusal
-from relevo_local.streams import StreamConsumer, StreamPoller, record_filter
+from relevo_local.streams import StreamPoller
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ACCOUNT_ID = identity.ACCOUNT_ID
@@ -88,7 +87,6 @@ class LocalStack:
         self._server: Any = None
         self._runtimes: dict[str, FunctionRuntime] = {}
         self._adapter: ApiAdapter | None = None
-        self._identities: dict[str, dict[str, str]] = {}
         self.info: StackInfo | None = None
         self._stopping = threading.Event()
         self._heap_held = False
@@ -96,7 +94,6 @@ class LocalStack:
         self.lambda_python: lambda_layer.LambdaPython | None = None
         self.role_sessions = identity.RoleSessions(region)
         self.trace_daemon: TraceDaemonSocket | None = None
-        self._api_id, self._stage = "local", "v1"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> StackInfo:
@@ -206,8 +203,8 @@ class LocalStack:
         self._fill_layer_arns(sam, cfn, physical)
 
         self._start_functions(sam, physical)
-        api_id = self._api_id = str(physical.get("Api") or "local")
-        stage = self._stage = sam["Resources"].get("Api", {}).get("Properties", {}).get("StageName", "v1")
+        api_id = str(physical.get("Api") or "local")
+        stage = sam["Resources"].get("Api", {}).get("Properties", {}).get("StageName", "v1")
         routes = [
             Route.of(method, path, iam, fn.logical_id)
             for fn in template.sam_functions(sam, self.root)
@@ -216,7 +213,7 @@ class LocalStack:
         self._adapter = ApiAdapter(
             routes,
             invoke=lambda name, event: self._runtimes[name].invoke(event),
-            authenticate=self._authenticate,
+            authenticate=IamAuthentication(self._session.endpoint, self.region, api_id, stage),
             stage=stage,
             api_id=str(api_id),
             account_id=ACCOUNT_ID,
@@ -228,12 +225,19 @@ class LocalStack:
         moto_patches.cloudformation.point_api_url_output_at_the_adapter(
             self.stack_name, self.region, self._adapter.url
         )
-        self._start_streams(sam, physical)
+        sources = EventSources(self.root, self._runtimes, self._stopping, self.region, self.stack_name)
+        self.stream_pollers.extend(
+            sources.start_streams(
+                self._session.client("dynamodb"), self._session.client("dynamodbstreams"), sam, physical
+            )
+        )
         if self.rule_schedules:
-            self._start_schedules(sam)
+            sources.start_schedules(sam)
         if self.project_schedules:
-            self._start_project_schedules(
-                [str(physical[d.logical_id]) for d in later if d.type == "AWS::Scheduler::ScheduleGroup"]
+            self.schedule_firer = sources.start_project_schedules(
+                self._session.client("scheduler"),
+                [str(physical[d.logical_id]) for d in later if d.type == "AWS::Scheduler::ScheduleGroup"],
+                self.schedule_poll_sec,
             )
 
         regions = self.parameters.get("RegionAffinities") or sam["Parameters"]["RegionAffinities"]["Default"]
@@ -391,136 +395,6 @@ class LocalStack:
                     for name, error in sorted(failed.items())
                 )
             )
-
-    def _start_streams(self, sam: dict[str, Any], physical: dict[str, str | None]) -> None:
-        """DynamoDB stream events: a poller per function and stream (see local/streams.py)."""
-        dynamodb, streams = self._session.client("dynamodb"), self._session.client("dynamodbstreams")
-        by_stream: dict[str, StreamPoller] = {}  # one reader per stream, every function's source on it
-        for fn in template.sam_functions(sam, self.root):
-            for event_name, table_id, batch_size, patterns in fn.streams:
-                table = dynamodb.describe_table(TableName=str(physical[table_id]))["Table"]
-                moto_patches.dynamodb.detach_emulator_stream_invoker(
-                    table["TableName"], ACCOUNT_ID, self.region
-                )
-                consumer = StreamConsumer(
-                    f"{fn.logical_id}-{event_name}",
-                    batch_size,
-                    invoke=lambda event, name=fn.logical_id: self._runtimes[name].invoke(event),
-                    keep=record_filter(patterns),
-                )
-                arn = table["LatestStreamArn"]
-                if arn in by_stream:
-                    by_stream[arn].add_consumer(consumer)
-                else:
-                    by_stream[arn] = StreamPoller.reading_for(streams, arn, consumer)
-        for poller in by_stream.values():
-            poller.start(self._stopping)
-            self.stream_pollers.append(poller)
-
-    def _start_schedules(self, sam: dict[str, Any]) -> None:
-        """EventBridge rules from `Schedule` events: the emulator keeps the rule but cannot invoke
-        Lambda, so a timer per rule invokes the function with the scheduled event AWS sends."""
-        for fn in template.sam_functions(sam, self.root):
-            for event_name, period in fn.schedules:
-                thread = threading.Thread(
-                    target=self._tick,
-                    args=(fn.logical_id, event_name, period),
-                    daemon=True,
-                    name=f"schedule-{event_name}",
-                )
-                thread.start()
-
-    def _tick(self, function: str, event_name: str, period: float) -> None:
-        while not self._stopping.wait(period):
-            event = {
-                "version": "0",
-                "id": str(uuid.uuid4()),
-                "detail-type": "Scheduled Event",
-                "source": "aws.events",
-                "account": ACCOUNT_ID,
-                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "region": self.region,
-                "resources": [
-                    f"arn:aws:events:{self.region}:{ACCOUNT_ID}:rule/{self.stack_name}-{function}{event_name}"
-                ],
-                "detail": {},
-            }
-            try:
-                self._runtimes[function].invoke(event)
-            except Exception as exc:  # an asynchronous invoke's failure is only logged
-                sys.stderr.write(f"scheduled {function}/{event_name} failed: {exc}\n")
-
-    def _start_project_schedules(self, groups: list[str]) -> None:
-        """EventBridge Scheduler schedules (project schedules): the emulator stores them but never
-        fires them, so a thread polls the stack's schedule groups and fires each due rate(...)
-        schedule at its target. cron(...) schedules are not fired locally."""
-        if not groups:
-            return
-        self.schedule_firer = ScheduleFirer(self._session.client("scheduler"), groups, self._invoke_arn)
-        threading.Thread(
-            target=self.schedule_firer.run,
-            args=(self._stopping, self.schedule_poll_sec),
-            daemon=True,
-            name="project-schedules",
-        ).start()
-
-    def _invoke_arn(self, arn: str, event: dict[str, Any]) -> Any:
-        """Invoke the stack's function whose ARN (or a qualified ARN of it) is `arn`."""
-        for runtime in self._runtimes.values():
-            if arn == runtime.arn or arn.startswith(runtime.arn + ":"):
-                return runtime.invoke(event)
-        raise LookupError(f"no function of this stack has the ARN {arn}")
-
-    def _authenticate(
-        self, method: str, url: str, headers: dict[str, str], body: bytes
-    ) -> dict[str, str] | Refusal:
-        """API Gateway's IAM authentication: the SigV4 signature is checked against the secret of
-        the access key it names, then STS (called with that key's own credentials) says who the
-        key belongs to. Nothing the client writes in a header names the caller."""
-        signer = sigv4.verify(method, url, headers, body, self._credentials_for, datetime.now(UTC))
-        if isinstance(signer, Refusal):
-            return signer
-        token = next((v for k, v in headers.items() if k.lower() == "x-amz-security-token"), None)
-        # Then IAM: the caller's policies must allow execute-api:Invoke on this method and path
-        # ("Control access to a REST API with IAM permissions", API Gateway Developer Guide).
-        invoked = f"arn:aws:execute-api:{self.region}:{ACCOUNT_ID}:{self._api_id}{urlsplit(url).path}"
-        invoked = invoked.replace(
-            f"{self._api_id}/{self._stage}/", f"{self._api_id}/{self._stage}/{method}/", 1
-        )
-        if not identity.permits(signer, token, "execute-api:Invoke", invoked):
-            return Refusal(
-                f"User: {self._caller_arn(signer, token)} is not authorized to perform: execute-api:Invoke on resource: {invoked}",
-                "ACCESS_DENIED",
-            )
-        if signer not in self._identities:
-            credentials = self._credentials_for(signer, token)
-            assert credentials is not None  # verify() just found them
-            sts = boto3.client(
-                "sts",
-                endpoint_url=self._session.endpoint,
-                region_name=self.region,
-                aws_access_key_id=credentials.access_key,
-                aws_secret_access_key=credentials.secret_key,
-                aws_session_token=credentials.token,
-            )
-            caller = sts.get_caller_identity()
-            self._identities[signer] = {
-                "accessKey": signer,
-                "accountId": caller["Account"],
-                "caller": caller["UserId"],
-                "user": caller["UserId"],
-                "userArn": caller["Arn"],
-            }
-        return self._identities[signer]
-
-    def _caller_arn(self, access_key: str, session_token: str | None) -> str:
-        return str(identity.issued_key(access_key, session_token).arn)
-
-    def _credentials_for(self, access_key: str, session_token: str | None) -> Credentials | None:
-        """The credentials of a key the emulator issued (IAM user keys; STS session keys with
-        their own session token)."""
-        key = identity.issued_key(access_key, session_token)
-        return None if key is None else key.create_credentials()
 
 
 class _EndpointSession:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.aws import client
 from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.status import StageStatus
 from relevo_core.projects.lock_handoff import wake_next_waiter
-from relevo_core.store import locks, stage_attempts, task_tokens
+from relevo_core.store import locks, stage_attempts, stage_claims, task_tokens
 from relevo_core.store.projects import get_project
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, register_project
@@ -44,7 +44,7 @@ def claim_and_accept(stack, task, agent_id: str, lease_ttl_sec: int = 10) -> sta
     ref = stage_attempts.StageRef(
         stack.table_name, task["job_id"], task["stage_index"], task["attempt"], agent_id
     )
-    stage_attempts.claim(ref, lease_ttl_sec, datetime.now(UTC))
+    stage_claims.claim(ref, lease_ttl_sec, datetime.now(UTC))
     client("stepfunctions").send_task_success(
         taskToken=task["task_token"], output=json.dumps({"agent_id": agent_id, "attempt": task["attempt"]})
     )
@@ -58,7 +58,7 @@ def wait_for_run_token(ref: stage_attempts.StageRef, timeout: float = 10) -> str
     while time.monotonic() < deadline:
         token = task_tokens.run_token(ref.table, ref.job_id, ref.stage_index, ref.shard)
         if token is not None and (token.agent_id, token.attempt) == (ref.agent_id, ref.attempt):
-            assert stage_attempts.run_handed(ref), "the stage record says when the run token was handed"
+            assert stage_claims.run_handed(ref), "the stage record says when the run token was handed"
             return token.token
         time.sleep(0.05)
     raise TimeoutError("no run token")

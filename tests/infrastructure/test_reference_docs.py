@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator
 
 from relevo_cli.project_file import ProjectFile
 from relevo_cli.reference import ROOT, agent_config_schema, project_file_schema, stale
-from relevo_core.models.project import ProjectStage
+from relevo_core.models.project_stage import ProjectStage
 
 SCHEMAS = {"project-file": project_file_schema, "agent-config": agent_config_schema}
 PROJECT_FILES = sorted((ROOT / "examples").rglob("*.yaml"))

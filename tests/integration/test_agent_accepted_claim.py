@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ from relevo_core.aws import client
 from relevo_core.fleet.lease_timeline import LeaseTimeline
 from relevo_core.models.agent_session import ClaimRequest
 from relevo_core.models.status import StageStatus
-from relevo_core.store import stage_attempts
+from relevo_core.store import stage_attempts, stage_claims
 from relevo_core.store.codec import from_attributes
 from tests.helpers.stack import receive_stage, wait_until
 from tests.helpers.state_machine import start_job
@@ -163,7 +163,7 @@ def test_a_stage_taken_over_before_its_run_token_came_stops_the_command(claimed:
     successor = stage_attempts.StageRef(
         claimed.stack.table_name, claimed.job_id, claimed.ref.stage_index, claimed.ref.attempt + 1, "mac-z"
     )
-    stage_attempts.claim(successor, LEASE_TTL_SEC, datetime.now(UTC))
+    stage_claims.claim(successor, LEASE_TTL_SEC, datetime.now(UTC))
 
     wait_until(lambda: claimed.run.reason is not None, 15, "the keeper stopping the stage")
     assert claimed.run.reason == "lease_lost"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from relevo_agent.messages import Message
 from relevo_agent.service import Agent
 from relevo_core.aws import client
 from relevo_core.store import artifacts as artifact_store
-from relevo_core.store import log_chunks, stage_attempts
+from relevo_core.store import log_chunks, log_reads, log_writer, stage_attempts, stage_claims
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.jobs import get_envelope
 from tests.helpers.agents import handle_received
@@ -73,7 +73,7 @@ def _run_next(stack, agent: Agent, job_id: str) -> dict:
 def _all_chunks(stack, job_id: str, page: int = 7) -> list[log_chunks.LogChunk]:
     chunks, from_seq = [], 0
     while from_seq is not None:
-        result = log_chunks.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=page)
+        result = log_reads.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=page)
         chunks.extend(result.chunks)
         from_seq = result.next_seq
     return chunks
@@ -178,7 +178,7 @@ def _claimed(stack, job_id: str, agent_id: str, attempt: int = 1) -> stage_attem
         TableName=stack.table_name,
         Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}, "stage": {"S": "build"}},
     )
-    stage_attempts.claim(ref, 30, datetime.now(UTC))
+    stage_claims.claim(ref, 30, datetime.now(UTC))
     return ref
 
 
@@ -187,8 +187,8 @@ def test_concurrent_writers_never_share_a_seq_and_a_fenced_writer_is_refused(loc
     job_id = "job_" + secrets.token_hex(8)
     ref = _claimed(local_stack, job_id, "mac-a")
     now = datetime.now(UTC)
-    one = log_chunks.ChunkWriter(ref, "build", expires_at=1_900_000_000)
-    two = log_chunks.ChunkWriter(ref, "build", expires_at=1_900_000_000)
+    one = log_writer.ChunkWriter(ref, "build", expires_at=1_900_000_000)
+    two = log_writer.ChunkWriter(ref, "build", expires_at=1_900_000_000)
     # When both append, interleaved (the second one's next seq is already taken every time)
     seqs = []
     for i in range(4):
@@ -197,12 +197,12 @@ def test_concurrent_writers_never_share_a_seq_and_a_fenced_writer_is_refused(loc
     # Then every chunk got its own seq, in the order they were stored
     assert seqs == list(range(8))
     assert two.collisions >= 1
-    assert [c.data for c in log_chunks.read_chunks(local_stack.table_name, job_id).chunks] == [
+    assert [c.data for c in log_reads.read_chunks(local_stack.table_name, job_id).chunks] == [
         f"{w} {i}\n" for i in range(4) for w in ("one", "two")
     ]
     assert {item["ttl"]["N"] for item in table_items(local_stack, f"LOGS#{job_id}")} == {"1900000000"}
     # When another agent takes the attempt over, the old writer's chunks are refused
-    stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 30, now)
+    stage_claims.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 30, now)
     with pytest.raises(stage_attempts.LeaseLost):
         one.append("zombie output\n", now)
     assert log_chunks.last_seq(local_stack.table_name, job_id) == 7
@@ -232,7 +232,7 @@ def test_cross_region_bytes_are_counted_when_the_bucket_is_elsewhere(local_stack
     assert item["ttl"]["N"] == "1900000000"
     assert lines[-1].startswith("[relevo] uploaded out.bin: 4.9 KiB in ")
     # and a fenced agent's record is refused
-    stage_attempts.claim(
+    stage_claims.claim(
         stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 30, datetime.now(UTC)
     )
     with pytest.raises(stage_attempts.LeaseLost):

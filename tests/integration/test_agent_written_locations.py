@@ -14,7 +14,7 @@ import json
 import logging
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.follow import LogFollower
 from relevo_core.aws import client
 from relevo_core.models.agent_session import ClaimRequest, JobSession
-from relevo_core.store import artifact_usage, log_chunks, stage_attempts
+from relevo_core.store import artifact_usage, log_chunks, log_reads, stage_attempts
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store.jobs import get_envelope
 from relevo_core.store.keys import log_pk, log_sk
@@ -293,7 +293,7 @@ def test_a_shards_log_chunk_whose_body_is_another_projects_object_is_shown_by_no
         # And read in this process (the job's prefix read from its record), the refusal is logged
         # with the record's own key: the shard's partition
         parts = log_chunks.job_log_parts(get_envelope(local_stack.table_name, attack.job_id))
-        page = log_chunks.read_forward(local_stack.table_name, attack.job_id, parts, {})
+        page = log_reads.read_forward(local_stack.table_name, attack.job_id, parts, {})
         assert [chunk.data for chunk in page.chunks] == ["own line\n", refused]
         assert f"record {log_pk(attack.job_id, stage_index, shard)} {log_sk(1)}: location" in caplog.text
     finally:

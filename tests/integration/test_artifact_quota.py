@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from relevo_core.aws import client
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.project import Project
 from relevo_core.store import artifacts as artifact_store
-from relevo_core.store import keys, stage_attempts
+from relevo_core.store import keys, stage_attempts, stage_claims
 
 EXPIRES = 1_900_000_000
 
@@ -28,7 +28,7 @@ def _claimed(stack, job_id: str, index: int, stage: str, attempt: int = 1) -> st
         TableName=stack.table_name,
         Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": f"STAGE#{index:02d}"}, "stage": {"S": stage}},
     )
-    stage_attempts.claim(ref, 30, datetime.now(UTC))
+    stage_claims.claim(ref, 30, datetime.now(UTC))
     return ref
 
 
@@ -161,7 +161,7 @@ def _shard_claimed(stack, job_id: str, shard: int, attempt: int = 1) -> stage_at
             "shard_index": {"N": str(shard)},
         },
     )
-    stage_attempts.claim(ref, 30, datetime.now(UTC))
+    stage_claims.claim(ref, 30, datetime.now(UTC))
     return ref
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.main import app
 from relevo_core.aws import client
 from relevo_core.jobs.artifact_quota import enforce, handle_changes
-from relevo_core.store import artifact_usage, stage_attempts
+from relevo_core.store import artifact_usage, stage_attempts, stage_claims
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store.audit import actions
 from tests.helpers.stack import receive_stage, register_project, stream_captured, wait_until
@@ -51,7 +51,7 @@ def _job_with_artifacts(
         QueueUrl=stack.work_queues["eu-west"], ReceiptHandle=receipt
     )  # no agent runs it
     ref = stage_attempts.StageRef(stack.table_name, job_id, 0, 99, "mac-a")
-    stage_attempts.claim(ref, 300, datetime.now(UTC))
+    stage_claims.claim(ref, 300, datetime.now(UTC))
     bucket = stack.resources["ArtifactBucket"]
     upload_artifacts(
         ref,

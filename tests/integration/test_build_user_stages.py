@@ -21,7 +21,7 @@ from relevo_agent.service import Agent
 from relevo_cli.api import RelevoApi
 from relevo_core.files.private import write_private
 from relevo_core.files.stack import write_stack_file
-from relevo_core.store import log_chunks
+from relevo_core.store import log_reads
 from relevo_local.processes import agent_process
 from tests.helpers.agents import handle_received
 from tests.helpers.payloads import push_body
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.timeout(180)
 def _log(stack, job_id: str) -> str:
     text, from_seq = "", 0
     while from_seq is not None:
-        page = log_chunks.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=50)
+        page = log_reads.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=50)
         text += "".join(chunk.data for chunk in page.chunks)
         from_seq = page.next_seq
     return text

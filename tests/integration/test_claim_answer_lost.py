@@ -17,7 +17,7 @@ from relevo_agent.journal import Operation, OperationOutcome, operation_id
 from relevo_agent.messages import Message
 from relevo_agent.service import Agent
 from relevo_core.aws import client
-from relevo_core.store import stage_attempts
+from relevo_core.store import stage_claims
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.keys import stage_key
 from tests.helpers.agents import handle_received
@@ -100,7 +100,7 @@ def test_a_claim_whose_answer_was_lost_is_resumed_by_its_agent_not_waited_out(
     assert ran.read_text() == "once\n"
     assert "is held by mac-own" not in caplog.text
     assert "resumed" in caplog.text
-    done = stage_attempts.claim_on_record(local_stack.table_name, job_id, 0, None)
+    done = stage_claims.claim_on_record(local_stack.table_name, job_id, 0, None)
     assert (done.status, done.attempt, done.agent_id) == ("succeeded", 1, "mac-own")
 
 
@@ -142,7 +142,7 @@ def test_a_claim_another_agent_holds_is_still_waited_out(local_stack, project_id
     # Then it is refused and nothing is resumed: one claim was sent, with a secret of its own
     assert len(resumed) == 1
     assert agent.journal.get(op_id).outcome is OperationOutcome.ABANDONED
-    held = stage_attempts.claim_on_record(local_stack.table_name, job_id, 0, None)
+    held = stage_claims.claim_on_record(local_stack.table_name, job_id, 0, None)
     assert (held.agent_id, held.status) == ("mac-other", "running")
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -18,7 +18,7 @@ from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import HeldReason
 from relevo_core.recovery.sweeper import start_forgotten_jobs
-from relevo_core.store import jobs
+from relevo_core.store import job_creation
 from relevo_core.store.projects import get_project
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import QueueSlots, deliver, queue_filled, register_project, table_items
@@ -263,7 +263,8 @@ def test_a_job_whose_execution_never_started_is_started_by_the_sweep(
         written_at,
     )
     assert isinstance(
-        jobs.create_job(local_stack.table_name, envelope, 3600, 10_000, written_at), jobs.Created
+        job_creation.create_job(local_stack.table_name, envelope, 3600, 10_000, written_at),
+        job_creation.Created,
     )
 
     report = start_forgotten_jobs(intake_settings, datetime.now(UTC))

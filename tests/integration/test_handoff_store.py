@@ -14,7 +14,7 @@ import secrets
 import shutil
 import stat
 import threading
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ from relevo_core.aws import client
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.handoff import ENTRY_FIELDS, LARGE_FILE_BYTES, HandoffSummary
 from relevo_core.store import artifacts as artifact_store
-from relevo_core.store import keys, stage_attempts
+from relevo_core.store import keys, stage_attempts, stage_claims
 from relevo_core.store.codec import from_attributes
 from tests.helpers.tree import make_bundle, tree_listing
 
@@ -42,7 +42,7 @@ def _claimed(
         TableName=stack.table_name,
         Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": f"STAGE#{index:02d}"}, "stage_name": {"S": stage}},
     )
-    stage_attempts.claim(ref, 60, datetime.now(UTC))
+    stage_claims.claim(ref, 60, datetime.now(UTC))
     return ref
 
 
@@ -393,7 +393,7 @@ def test_a_zombie_attempts_handoff_is_never_recorded(local_stack, tmp_path):
         UpdateExpression="SET lease_expires_at = :past",
         ExpressionAttributeValues={":past": {"N": "1"}},
     )
-    stage_attempts.claim(
+    stage_claims.claim(
         stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 60, datetime.now(UTC)
     )
 
@@ -461,7 +461,7 @@ def _shard_claimed(stack, job_id: str, shard: int) -> stage_attempts.StageRef:
             "shard_index": {"N": str(shard)},
         },
     )
-    stage_attempts.claim(ref, 60, datetime.now(UTC))
+    stage_claims.claim(ref, 60, datetime.now(UTC))
     return ref
 
 
@@ -624,7 +624,7 @@ def test_a_shards_handoff_quota_counts_its_siblings_handoffs_and_not_its_own_ear
 
     # Shard 0's retry storing the same amount again: its first attempt's objects do not count.
     retry = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-0", shard=0)
-    stage_attempts.claim(retry, 60, datetime.now(UTC))
+    stage_claims.claim(retry, 60, datetime.now(UTC))
     (first / "results" / "0.bin").write_bytes(b"2" * 3000)
     store_handoff(
         retry,

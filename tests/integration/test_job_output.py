@@ -29,7 +29,7 @@ from relevo_cli.main import app as cli
 from relevo_core.aws import client
 from relevo_core.models.requests import MAX_SEQ
 from relevo_core.store import artifacts as artifact_store
-from relevo_core.store.log_chunks import read_chunks
+from relevo_core.store.log_reads import read_chunks
 from tests.helpers import TEST_ADMIN_ARN
 from tests.helpers.iam import iam_user
 from tests.helpers.payloads import push_body

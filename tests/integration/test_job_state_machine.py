@@ -4,11 +4,11 @@ driven by an agent double that makes the real SQS, DynamoDB and task-token calls
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
-from relevo_core.store import stage_attempts
+from relevo_core.store import stage_attempts, stage_claims
 from tests.helpers.stack import history, job_items, receive_stage, wait_for_execution
 from tests.helpers.state_machine import agent_runs, start_job
 
@@ -104,9 +104,9 @@ def test_a_zombie_cannot_overwrite_its_successor(local_stack, project_id):
     now = datetime.now(UTC)
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
     second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
-    stage_attempts.claim(first, 10, now)
+    stage_claims.claim(first, 10, now)
 
-    stage_attempts.claim(second, 10, now)
+    stage_claims.claim(second, 10, now)
 
     import pytest
 
@@ -115,7 +115,7 @@ def test_a_zombie_cannot_overwrite_its_successor(local_stack, project_id):
     with pytest.raises(stage_attempts.LeaseLost):
         stage_attempts.renew_lease(first, 10, now)
     with pytest.raises(stage_attempts.LeaseLost):
-        stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a"), 10, now)
+        stage_claims.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a"), 10, now)
     stage = _job_record(local_stack, job_id)["STAGE#00"]
     assert (stage["agent_id"]["S"], stage["attempt"]["N"], stage["status"]["S"]) == ("mac-b", "2", "running")
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")

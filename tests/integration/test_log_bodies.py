@@ -10,14 +10,14 @@ own (1 request per chunk, 2 write units a KB in one partition key: about 0.5 MB/
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from relevo_agent.logs import LogShipper, Masker
 from relevo_core.aws import client
 from relevo_core.models.job_objects import JobPrefix
-from relevo_core.store import log_chunks, stage_attempts
+from relevo_core.store import log_chunks, log_reads, log_writer, stage_attempts, stage_claims
 from tests.helpers.stack import table_items
 
 CANARY = "canary-" + "s" * 12
@@ -28,7 +28,7 @@ def _claimed(stack, job_id: str) -> stage_attempts.StageRef:
     client("dynamodb").put_item(
         TableName=stack.table_name, Item={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": "STAGE#00"}}
     )
-    stage_attempts.claim(ref, 60, datetime.now(UTC))
+    stage_claims.claim(ref, 60, datetime.now(UTC))
     return ref
 
 
@@ -37,7 +37,7 @@ def _read_all(stack, job_id: str) -> list[log_chunks.LogChunk]:
     chunks, from_seq = [], 0
     home = JobPrefix.of(f"s3://{stack.resources['ArtifactBucket']}/p-logs/{job_id}/")
     while from_seq is not None:
-        page = log_chunks.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=100, home=home)
+        page = log_reads.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=100, home=home)
         chunks += page.chunks
         from_seq = page.next_seq
     return chunks
@@ -68,7 +68,7 @@ def test_a_fast_printing_commands_log_goes_to_s3_in_few_writes_and_reads_back_wh
     job_id = "job_" + secrets.token_hex(10)
     ref = _claimed(local_stack, job_id)
     bucket = local_stack.resources["ArtifactBucket"]
-    writer = log_chunks.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/p-logs/{job_id}/")
+    writer = log_writer.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/p-logs/{job_id}/")
     lines = [
         f"line {i:08d} {'x' * 100}\n" if i % 1000 else f"line {i:08d} token={CANARY}\n"
         for i in range(1, 60_001)
@@ -105,7 +105,7 @@ def test_a_body_gone_or_altered_says_so_where_it_stood_and_a_fenced_writer_store
     job_id = "job_" + secrets.token_hex(10)
     ref = _claimed(local_stack, job_id)
     bucket = local_stack.resources["ArtifactBucket"]
-    writer = log_chunks.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/p-logs/{job_id}/")
+    writer = log_writer.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/p-logs/{job_id}/")
     now = datetime.now(UTC)
     big = ["a" * 40_000 + "\n", "b" * 40_000 + "\n", "c" * 40_000 + "\n"]
     assert writer.append_many(["small\n", *big], now) == [0, 1, 2, 3]
@@ -118,7 +118,7 @@ def test_a_body_gone_or_altered_says_so_where_it_stood_and_a_fenced_writer_store
     assert shown[2].startswith("[relevo] chunk 2 of this log cannot be shown:") and "sha256" in shown[2]
     assert shown[3].startswith("[relevo] chunk 3 of this log cannot be shown:") and "is gone" in shown[3]
     # Another agent takes the attempt over: the old writer's next chunks are refused, small or large.
-    stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-other"), 60, now)
+    stage_claims.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-other"), 60, now)
     with pytest.raises(stage_attempts.LeaseLost):
         writer.append_many(["zombie\n", "z" * 40_000 + "\n"], now)
     assert log_chunks.last_seq(local_stack.table_name, job_id) == 3
@@ -134,9 +134,9 @@ def test_the_job_view_and_the_log_route_read_bodies_in_s3_as_their_functions_rol
     job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-logs")
-    stage_attempts.claim(ref, 60, datetime.now(UTC))
+    stage_claims.claim(ref, 60, datetime.now(UTC))
     bucket = local_stack.resources["ArtifactBucket"]
-    writer = log_chunks.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/{project_id}/{job_id}/")
+    writer = log_writer.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/{project_id}/{job_id}/")
     body = "".join(f"printed {i}\n" for i in range(3000))
     writer.append_many([body, "the end\n"], datetime.now(UTC))
     api = RelevoApi.for_stack(local_stack)
@@ -161,9 +161,9 @@ def test_a_body_gone_is_shown_as_gone_and_the_rest_of_the_log_served_as_the_func
     job_id = start_job(local_stack, project_id, stages=[{"name": "build", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-logs")
-    stage_attempts.claim(ref, 60, datetime.now(UTC))
+    stage_claims.claim(ref, 60, datetime.now(UTC))
     bucket = local_stack.resources["ArtifactBucket"]
-    writer = log_chunks.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/{project_id}/{job_id}/")
+    writer = log_writer.ChunkWriter(ref, "build", 1_900_000_000, f"s3://{bucket}/{project_id}/{job_id}/")
     first, second = ("".join(f"{name} {i}\n" for i in range(3000)) for name in ("first", "second"))
     writer.append_many([first, second, "the end\n"], datetime.now(UTC))
     gone = next(chunk for chunk in _read_all(local_stack, job_id) if chunk.seq == 0)

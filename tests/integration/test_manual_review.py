@@ -4,16 +4,15 @@ out, and `POST /jobs/{id}/stages/{stage}/resolve` finishes it as succeeded, retr
 
 from __future__ import annotations
 
-import json
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
-from relevo_core.store import stage_attempts
+from relevo_core.store import stage_attempts, stage_claims
 from relevo_core.store.audit import actions
 from relevo_core.store.codec import from_attributes
 from tests.helpers.stack import job_items, receive_stage, wait_for_execution
@@ -96,7 +95,7 @@ def test_resolved_as_retry_runs_a_new_attempt_of_the_same_operation(local_stack,
     task, _ = receive_stage(local_stack, job_id)
     assert (task["stage"], task["attempt"]) == ("upload", 2)
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
-    previous = stage_attempts.claim(ref, 5, datetime.now(UTC))
+    previous = stage_claims.claim(ref, 5, datetime.now(UTC))
     # The operator decided: the next attempt runs without reconciling again.
     assert previous["outcome"] == "resolved" and not stage_attempts.needs_reconcile(previous, 2)
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")

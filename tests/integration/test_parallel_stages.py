@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,7 +18,7 @@ import pytest
 from bench.cost import TRANSITIONS_PER_FAN_OUT_BUDGET, TRANSITIONS_PER_SHARD_BUDGET
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
-from relevo_core.store import keys, stage_attempts
+from relevo_core.store import keys, stage_attempts, stage_claims
 from relevo_core.store.codec import from_attributes
 from tests.helpers.iam import client_as
 from tests.helpers.stack import history, job_items, wait_for_execution, wait_until
@@ -50,7 +50,7 @@ def claim_shard(stack, task: dict[str, Any], agent_id: str) -> tuple[stage_attem
     ref = stage_attempts.StageRef(
         stack.table_name, task["job_id"], task["stage_index"], task["attempt"], agent_id, shard=task["shard"]
     )
-    stage_attempts.claim(ref, 10, datetime.now(UTC))
+    stage_claims.claim(ref, 10, datetime.now(UTC))
     client("stepfunctions").send_task_success(
         taskToken=task["task_token"], output=json.dumps({"agent_id": agent_id, "attempt": task["attempt"]})
     )
@@ -490,7 +490,7 @@ def test_the_job_view_status_list_and_log_show_each_shard_and_count_its_runs(
     from relevo_cli.api import RelevoApi
     from relevo_cli.commands.common import console
     from relevo_cli.main import app
-    from relevo_core.store.log_chunks import ChunkWriter
+    from relevo_core.store.log_writer import ChunkWriter
 
     monkeypatch.setattr(console, "width", 250)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -27,7 +27,7 @@ from relevo_core.plan_limits import (
     require_envelope_fits,
     state_bytes,
 )
-from relevo_core.store import jobs, locks
+from relevo_core.store import job_creation, jobs, locks
 from relevo_core.store.projects import get_project, put_project
 from tests.helpers.stack import (
     QueueSlots,
@@ -190,7 +190,8 @@ def _started_past_the_limits(stack, settings, project_id: str, commands: list[in
         now,
     )
     assert isinstance(
-        jobs.create_job(stack.table_name, envelope, 600, settings.queue_limit, now), jobs.Created
+        job_creation.create_job(stack.table_name, envelope, 600, settings.queue_limit, now),
+        job_creation.Created,
     )
     start_execution(
         settings.state_machine_arn,

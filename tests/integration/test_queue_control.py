@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from typer.testing import CliRunner
@@ -16,7 +16,7 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_cli.main import app
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
-from relevo_core.store import agents, artifacts, audit, log_chunks, stage_attempts, wait_order
+from relevo_core.store import agents, artifacts, audit, log_writer, stage_attempts, wait_order
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.job_purge import delete_partition
 from relevo_core.store.keys import log_pk
@@ -211,7 +211,7 @@ def _finished_job_with_output(stack, project_id: str, api: RelevoApi) -> str:
     run_token = wait_for_run_token(ref)
     now = datetime.now(UTC)
     expires_at = int(now.timestamp()) + 86400
-    writer = log_chunks.ChunkWriter(ref, "build", expires_at)
+    writer = log_writer.ChunkWriter(ref, "build", expires_at)
     for line in range(CHUNKS):
         writer.append(f"line {line}\n", now)
     for path in ("app.ipa", "sub/app.dsym"):

@@ -3,14 +3,14 @@ other agent write (DynamoDB on the embedded stack)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
-from relevo_core.store import stage_attempts
+from relevo_core.store import held_attempts, stage_attempts, stage_claims
 from relevo_core.store.codec import from_attributes
 from tests.helpers.stack import job_items, receive_stage
 from tests.helpers.state_machine import start_job, wait_for_run_token
@@ -27,9 +27,9 @@ def test_a_claim_returns_what_the_previous_attempt_left_and_reconciliation_is_fe
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
     second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
 
-    assert "attempt" not in stage_attempts.claim(first, 10, now, "commit=a;inputs=0")
+    assert "attempt" not in stage_claims.claim(first, 10, now, "commit=a;inputs=0")
     # mac-a's attempt ends without a receipt it could deliver: the next claim sees no outcome.
-    previous = stage_attempts.claim(second, 10, now, "commit=a;inputs=0")
+    previous = stage_claims.claim(second, 10, now, "commit=a;inputs=0")
 
     assert (previous["attempt"], previous["agent_id"], previous["precondition_version"]) == (
         1,
@@ -65,7 +65,7 @@ def test_a_killed_attempt_is_recorded_with_an_unknown_outcome(local_stack, proje
     task, _ = receive_stage(local_stack, job_id)
     now = datetime.now(UTC)
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
-    stage_attempts.claim(first, 10, now)
+    stage_claims.claim(first, 10, now)
 
     stage_attempts.finish(
         first,
@@ -76,7 +76,7 @@ def test_a_killed_attempt_is_recorded_with_an_unknown_outcome(local_stack, proje
         outcome=stage_attempts.AttemptOutcome.UNKNOWN,
     )
 
-    previous = stage_attempts.claim(
+    previous = stage_claims.claim(
         stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"), 10, now
     )
     assert previous["outcome"] == "unknown" and "receipt" not in previous
@@ -91,17 +91,17 @@ def test_the_attempts_an_agent_holds_are_listed_until_it_finishes_them(local_sta
     now = datetime.now(UTC)
     agent = "mac-" + project_id
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, agent)
-    stage_attempts.claim(ref, 10, now, journal_id="journal-" + project_id)
+    stage_claims.claim(ref, 10, now, journal_id="journal-" + project_id)
 
     # With the journal it was claimed from: HeldByIndex, which it replaced, did not project
     # journal_id, so a restarted agent never recognised its own claims (issue 28).
-    [held] = stage_attempts.held_by(local_stack.table_name, agent)
-    assert held == stage_attempts.HeldAttempt(
+    [held] = held_attempts.held_by(local_stack.table_name, agent)
+    assert held == held_attempts.HeldAttempt(
         job_id=job_id, stage_index=0, stage_name="upload", attempt=1, journal_id="journal-" + project_id
     )
 
     stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")
-    assert stage_attempts.held_by(local_stack.table_name, agent) == []
+    assert held_attempts.held_by(local_stack.table_name, agent) == []
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
 
 
@@ -156,7 +156,7 @@ def test_a_restarted_agent_reports_at_once_what_its_journal_claimed_with_credent
     retry, _ = receive_stage(local_stack, job_id, timeout=30)  # the lease has 120 s to go
     assert retry["attempt"] == 2
     assert journal.pending() == [] and sessions.held() == []
-    assert stage_attempts.held_by(local_stack.table_name, agent) == []
+    assert held_attempts.held_by(local_stack.table_name, agent) == []
     view = RelevoApi.for_stack(local_stack).get_job(job_id)
     assert [entry["error"] for entry in view["stages"][0]["attempts_log"]] == [
         "Relevo.Transient.AgentShutdown"

@@ -12,7 +12,7 @@ from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
 from relevo_core.intake.schedules import fire_schedule
 from relevo_core.models.envelope import TriggerType
-from relevo_core.models.project import ProjectSchedule
+from relevo_core.models.project_schedule import ProjectSchedule
 from relevo_core.store.jobs import get_envelope
 from relevo_local.scheduler import ScheduleFirer
 

@@ -10,12 +10,12 @@ effectively", DynamoDB Developer Guide); shards writing one job's log shared tha
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.follow import LogFollower
 from relevo_core.store.keys import log_pk
-from relevo_core.store.log_chunks import ChunkWriter
+from relevo_core.store.log_writer import ChunkWriter
 from tests.helpers.stack import table_items, wait_for_execution
 from tests.helpers.state_machine import start_job
 from tests.integration.test_parallel_stages import claim_shard, report, stage_messages

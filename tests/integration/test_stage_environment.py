@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from relevo_agent.stage_env import stage_environment
-from relevo_core.store import log_chunks
+from relevo_core.store import log_reads
 from relevo_local.processes import agent_process, write_agent_config
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, register_project, wait_for_execution
@@ -24,7 +24,7 @@ def _stage_logs(stack, job_id: str) -> dict[str, str]:
     logs: dict[str, str] = {}
     from_seq = 0
     while from_seq is not None:
-        page = log_chunks.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=50)
+        page = log_reads.read_chunks(stack.table_name, job_id, from_seq=from_seq, limit=50)
         for chunk in page.chunks:
             logs[chunk.stage] = logs.get(chunk.stage, "") + chunk.data
         from_seq = page.next_seq

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
-from relevo_core.store import stage_attempts
+from relevo_core.store import stage_attempts, stage_claims
 from relevo_core.store.codec import from_attributes
 from tests.helpers.agents import handle_received
 from tests.helpers.stack import job_items, receive_stage
@@ -44,10 +44,8 @@ def test_a_canceled_jobs_stage_is_canceled_its_holder_refused_and_no_claim_takes
     assert renewal.value.ended  # the holder learns why: the job ended, not a takeover
     # A redelivery of the message (its lease long gone) is refused as stale, not left to return.
     later = _now() + timedelta(seconds=120)
-    with pytest.raises(stage_attempts.ClaimRefused) as refused:
-        stage_attempts.claim(
-            stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-b"), 60, later
-        )
+    with pytest.raises(stage_claims.ClaimRefused) as refused:
+        stage_claims.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-b"), 60, later)
     assert not refused.value.held
     view = RelevoApi.for_stack(local_stack).get_job(job_id)
     assert [s["status"] for s in view["stages"]] == [
@@ -87,7 +85,7 @@ def test_a_claim_sent_again_after_a_lost_answer_still_returns_what_the_previous_
     task, _ = receive_stage(local_stack, job_id)
     now = _now()
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
-    stage_attempts.claim(first, 10, now, "commit=a;inputs=0")
+    stage_claims.claim(first, 10, now, "commit=a;inputs=0")
     stage_attempts.finish(
         first,
         StageStatus.FAILED,
@@ -99,17 +97,15 @@ def test_a_claim_sent_again_after_a_lost_answer_still_returns_what_the_previous_
     second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
     claim_id = uuid.uuid4().hex
 
-    landed = stage_attempts.claim(second, 10, now, "commit=a;inputs=0", claim_id=claim_id)
-    again = stage_attempts.claim(
-        second, 10, now, "commit=a;inputs=0", claim_id=claim_id
-    )  # the answer was lost
+    landed = stage_claims.claim(second, 10, now, "commit=a;inputs=0", claim_id=claim_id)
+    again = stage_claims.claim(second, 10, now, "commit=a;inputs=0", claim_id=claim_id)  # the answer was lost
 
     assert again == landed
     assert (again["attempt"], again["agent_id"], again["outcome"]) == (1, "mac-a", "unknown")
     assert stage_attempts.needs_reconcile(again, 2)
     # Another claimer of the same attempt, after the lease: refused, this claim holds it.
-    with pytest.raises(stage_attempts.ClaimRefused):
-        stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-c"), 10, now)
+    with pytest.raises(stage_claims.ClaimRefused):
+        stage_claims.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-c"), 10, now)
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
 
 
@@ -126,7 +122,7 @@ def test_the_next_claimer_of_an_attempt_whose_claimer_lost_it_still_reconciles_t
     task, _ = receive_stage(local_stack, job_id)
     long_ago = _now() - timedelta(seconds=120)
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
-    stage_attempts.claim(first, 10, long_ago, "commit=a;inputs=0")
+    stage_claims.claim(first, 10, long_ago, "commit=a;inputs=0")
     stage_attempts.finish(
         first,
         StageStatus.FAILED,
@@ -135,14 +131,14 @@ def test_the_next_claimer_of_an_attempt_whose_claimer_lost_it_still_reconciles_t
         "Relevo.Transient.AgentShutdown",
         outcome=stage_attempts.AttemptOutcome.UNKNOWN,
     )
-    lost = stage_attempts.claim(
+    lost = stage_claims.claim(
         stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b"),
         10,
         long_ago + timedelta(seconds=30),
     )
     assert stage_attempts.needs_reconcile(lost, 2)
 
-    taken = stage_attempts.claim(
+    taken = stage_claims.claim(
         stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-c"), 10, _now()
     )
 
@@ -157,7 +153,7 @@ def test_a_finished_attempt_is_never_claimed_again_and_its_report_can_be_repeate
     task, _ = receive_stage(local_stack, job_id)
     now = _now()
     ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
-    stage_attempts.claim(ref, 10, now)
+    stage_claims.claim(ref, 10, now)
 
     stage_attempts.finish(ref, StageStatus.FAILED, now, 2, "Relevo.Fatal.ExitCode")
     stage_attempts.finish(
@@ -168,8 +164,8 @@ def test_a_finished_attempt_is_never_claimed_again_and_its_report_can_be_repeate
     assert stage["status"] == "failed"
     # The report ended the lease: a successor need not wait it out.
     assert datetime.fromisoformat(stage["lease_expires_iso"]) <= now + timedelta(seconds=1)
-    with pytest.raises(stage_attempts.ClaimRefused) as refused:  # a redelivery of attempt 1, long after
-        stage_attempts.claim(
+    with pytest.raises(stage_claims.ClaimRefused) as refused:  # a redelivery of attempt 1, long after
+        stage_claims.claim(
             stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-b"),
             10,
             now + timedelta(seconds=60),
@@ -182,12 +178,10 @@ def test_a_finished_attempt_is_never_claimed_again_and_its_report_can_be_repeate
 def test_a_redelivery_while_the_attempt_is_held_is_left_to_come_back(local_stack, project_id):
     job_id = start_job(local_stack, project_id, stages=[{"name": "upload", "run": "true"}])
     task, _ = receive_stage(local_stack, job_id)
-    stage_attempts.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a"), 60, _now())
+    stage_claims.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a"), 60, _now())
 
-    with pytest.raises(stage_attempts.ClaimRefused) as refused:
-        stage_attempts.claim(
-            stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-b"), 60, _now()
-        )
+    with pytest.raises(stage_claims.ClaimRefused) as refused:
+        stage_claims.claim(stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-b"), 60, _now())
 
     assert refused.value.held
     client("stepfunctions").send_task_failure(taskToken=task["task_token"], error="Test.Cleanup", cause="")
@@ -278,11 +272,11 @@ def test_a_fenced_out_attempt_cannot_write_its_transfer_progress(local_stack, pr
     task, _ = receive_stage(local_stack, job_id)
     now = _now()
     first = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 1, "mac-a")
-    stage_attempts.claim(first, 10, now)
+    stage_claims.claim(first, 10, now)
     stage_attempts.renew_lease(first, 10, _now(), _reading(1, 1, 1000))
     # Its lease runs out; attempt 2 takes the stage and reports progress of its own
     second = stage_attempts.StageRef(local_stack.table_name, job_id, 0, 2, "mac-b")
-    stage_attempts.claim(second, 10, now + timedelta(seconds=60))
+    stage_claims.claim(second, 10, now + timedelta(seconds=60))
     stage_attempts.renew_lease(second, 10, _now(), _reading(2, 0, 500))
 
     with pytest.raises(stage_attempts.LeaseLost):

@@ -28,7 +28,7 @@ from relevo_core.models.agent_session import (
     OutcomeReport,
     SessionRequest,
 )
-from relevo_core.store import stage_attempts, task_tokens
+from relevo_core.store import stage_attempts, stage_claims, task_tokens
 from relevo_core.store.codec import from_attributes
 from tests.helpers.iam import refusal_code
 from tests.helpers.stack import job_items, receive_stage, register_project, wait_for_execution, wait_until
@@ -56,7 +56,7 @@ def _claim(stack, task: dict[str, Any], agent_id: str) -> tuple[JobSession, str]
     ref = stage_attempts.StageRef(
         stack.table_name, task["job_id"], task["stage_index"], task["attempt"], agent_id
     )
-    wait_until(lambda: stage_attempts.run_handed(ref), 10, "the run token handed")
+    wait_until(lambda: stage_claims.run_handed(ref), 10, "the run token handed")
     return granted.session, secret
 
 

@@ -12,10 +12,10 @@ own clock, never by comparing the lease an agent wrote with the state machine's 
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.aws import client
-from relevo_core.store import stage_attempts
+from relevo_core.store import stage_attempts, stage_claims
 from relevo_core.store.codec import from_attributes
 from tests.helpers.stack import history, job_items, receive_stage, wait_for_execution
 from tests.helpers.state_machine import agent_runs, claim_and_accept, start_job, wait_for_run_token
@@ -144,8 +144,8 @@ def test_a_late_claim_of_a_stage_its_job_failed_is_refused_and_the_stage_stays_f
     late = stage_attempts.StageRef(
         local_stack.table_name, job_id, task["stage_index"], task["attempt"], "mac-late"
     )
-    with pytest.raises(stage_attempts.ClaimRefused) as refused:
-        stage_attempts.claim(late, 3, datetime.now(UTC))
+    with pytest.raises(stage_claims.ClaimRefused) as refused:
+        stage_claims.claim(late, 3, datetime.now(UTC))
 
     assert not refused.value.held  # stale: the agent deletes the message
     assert _stage(local_stack, job_id)["status"] == "failed"

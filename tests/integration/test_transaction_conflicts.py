@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
@@ -32,7 +32,7 @@ from relevo_core.execution import execution_arn, start_execution, work_queue_url
 from relevo_core.intake.enqueue import build_envelope, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.status import JobStatus
-from relevo_core.store import jobs
+from relevo_core.store import job_creation, job_status, queue_counter
 from relevo_core.store.projects import get_project
 from relevo_local.moto import dynamodb_faults
 from tests.helpers.stack import (
@@ -107,10 +107,11 @@ def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
         now,
     )
     assert isinstance(
-        jobs.create_job(stack.table_name, envelope, 600, settings.queue_limit, now), jobs.Created
+        job_creation.create_job(stack.table_name, envelope, 600, settings.queue_limit, now),
+        job_creation.Created,
     )
     if status is JobStatus.CANCELED:
-        jobs.mark_canceled(
+        job_status.mark_canceled(
             stack.table_name, envelope.job_id, JobStatus.QUEUED, "test", settings.queue_limit, now
         )
     else:  # what an applied start leaves: the lock held by the job's execution, the job running, its slot given back
@@ -130,11 +131,11 @@ def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
                     }
                 },
                 {
-                    "Update": jobs._transition(
+                    "Update": job_status._transition(
                         stack.table_name, envelope.job_id, JobStatus.QUEUED, status, "test", now
                     )
                 },
-                jobs.queue_counter_update(stack.table_name, settings.queue_limit, -1),
+                queue_counter.queue_counter_update(stack.table_name, settings.queue_limit, -1),
             ]
         )
     start_execution(

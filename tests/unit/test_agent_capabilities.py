@@ -13,7 +13,7 @@ import pytest
 from relevo_agent.capabilities import detect
 from relevo_core.models.capabilities import Capabilities, describe, unmet
 from relevo_core.models.plan import StagePlan
-from relevo_core.models.project import ProjectStage
+from relevo_core.models.project_stage import ProjectStage
 
 RECORDED = Path(__file__).parent / "fixtures" / "capabilities"
 
@@ -141,7 +141,7 @@ def test_requires_is_validated_and_frozen_into_the_plan():
 
 
 def test_no_matching_agent_names_the_requirement_and_the_nearest_agents():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from relevo_core.jobs.view import agent_queue_reason, no_match_detail
     from relevo_core.models.status import QueueReason

@@ -40,8 +40,10 @@ AGENT_SURFACE = {
     "relevo_core.store.agents": "the agent's presence record",
     "relevo_core.store.artifacts": "artifact and handoff records",
     "relevo_core.store.jobs": "the job's status, while a run token is slow to come",
-    "relevo_core.store.log_chunks": "the stage's log",
+    "relevo_core.store.log_chunks": "the stage's log: a chunk's size limits",
+    "relevo_core.store.log_writer": "the stage's log: its writer",
     "relevo_core.store.stage_attempts": "the fenced writes of an attempt",
+    "relevo_core.store.stage_claims": "letting go of a claim, and whether its run token was handed",
 }
 
 

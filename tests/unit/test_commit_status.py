@@ -8,7 +8,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from relevo_core.models.project import CommitStatusSettings
+from relevo_core.models.project_settings import CommitStatusSettings
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.commit_status import status_request
 from relevo_core.notify.transitions import job_link, job_transition

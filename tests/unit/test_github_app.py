@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 import jwt
@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from relevo_core.models.project import CommitStatusSettings
+from relevo_core.models.project_settings import CommitStatusSettings
 from relevo_core.notify.github_app import (
     InstallationTokens,
     app_jwt,

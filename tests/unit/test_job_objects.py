@@ -113,7 +113,7 @@ READERS = {
     "relevo_core/jobs/artifact_quota.py::count_change": "checked_image",
     "relevo_core/jobs/handoff_sources.py::EarlierStage.manifest_key": "expected_key",
     "relevo_core/jobs/handoff_sources.py::require_handoffs_stored": "manifest_key",
-    "relevo_core/store/log_chunks.py::_with_bodies.filled": "object_key",
+    "relevo_core/store/log_reads.py::_with_bodies.filled": "object_key",
 }
 NEEDS_NO_CHECK = {
     "relevo_core/models/job_objects.py::JobPrefix.__str__": "the check itself",
@@ -122,8 +122,8 @@ NEEDS_NO_CHECK = {
     "relevo_core/jobs/artifact_quota.py::delete_stored_object": "the remover's primitive: enforce hands it the key stored_object gave",
     "relevo_core/store/log_bodies.py::get_body": "a primitive: _with_bodies hands it the key object_key gave",
     "relevo_core/store/log_bodies.py::put_body": "the agent's writer, under its own job's prefix (its session allows no other)",
-    "relevo_core/store/log_chunks.py::ChunkWriter._entries.store": "the agent's writer",
-    "relevo_core/store/log_chunks.py::_with_bodies": "picks the chunks with a body; `filled` reads each through object_key",
+    "relevo_core/store/log_writer.py::ChunkWriter._entries.store": "the agent's writer",
+    "relevo_core/store/log_reads.py::_with_bodies": "picks the chunks with a body; `filled` reads each through object_key",
     "relevo_core/jobs/view.py::_handoff_of": "shows a receipt's manifest as text, acts on nothing",
 }
 
@@ -211,7 +211,7 @@ def test_the_primitives_that_take_a_checked_key_are_called_by_checked_readers_on
         for name, function in _functions(tree):
             for called in _calls(_own_nodes(function)) & set(callers):
                 callers[called].add(f"{module}::{name}")
-    assert callers["get_body"] == {"relevo_core/store/log_chunks.py::_with_bodies.filled"}
+    assert callers["get_body"] == {"relevo_core/store/log_reads.py::_with_bodies.filled"}
     assert callers["delete_object"] == {
         "relevo_core/jobs/artifact_quota.py::enforce",
         "relevo_core/jobs/artifact_quota.py::delete_stored_object",
@@ -223,13 +223,10 @@ def test_the_primitives_that_take_a_checked_key_are_called_by_checked_readers_on
 # (`home`), which log_page and show_job read from the job's record once per page.
 LOG_BODY_CALLERS = {
     "_with_bodies": {
-        "relevo_core/store/log_chunks.py::read_forward",
-        "relevo_core/store/log_chunks.py::read_backward",
+        "relevo_core/store/log_reads.py::read_forward",
+        "relevo_core/store/log_reads.py::read_backward",
     },
-    "read_forward": {
-        "relevo_core/store/log_chunks.py::read_chunks",
-        "relevo_core/jobs/log_page.py::log_page",
-    },
+    "read_forward": {"relevo_core/store/log_reads.py::read_chunks", "relevo_core/jobs/log_page.py::log_page"},
     "read_backward": {"relevo_core/jobs/log_page.py::log_page", "relevo_core/jobs/logs.py::log_tail"},
     "log_tail": {"relevo_core/jobs/view.py::show_job"},
 }

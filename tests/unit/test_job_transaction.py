@@ -9,7 +9,7 @@ ALL_OLD. ClientRequestToken makes the call idempotent for 10 minutes; botocore f
 idempotency token in DynamoDB's service model).
 
 Given the largest envelope intake can write (relevo_core.plan_limits) and a delivery's record,
-when store.jobs.create_job sends its transaction through a real botocore client that answers in
+when store.job_creation.create_job sends its transaction through a real botocore client that answers in
 AWS's shapes before anything leaves the process, then the request stays within those limits, is
 sent once with a client token, and each cancellation reads as the answer it is.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -35,7 +35,7 @@ from relevo_core.plan_limits import (
     envelope_bytes,
     largest_envelope,
 )
-from relevo_core.store import jobs
+from relevo_core.store import job_creation
 from relevo_core.store.deliveries import delivery_put
 
 TABLE = "relevo-Table"
@@ -96,9 +96,11 @@ class Dynamo:
         self.client.meta.events.register("before-call.dynamodb.TransactWriteItems", before_call)
 
 
-def _create(monkeypatch: pytest.MonkeyPatch, dynamo: Dynamo, envelope: Any) -> jobs.CreateOutcome:
-    monkeypatch.setattr(jobs, "client", lambda service: dynamo.client)
-    return jobs.create_job(TABLE, envelope, 86_400, 50, NOW, refuse_frozen=True, also_write=[_record_put()])
+def _create(monkeypatch: pytest.MonkeyPatch, dynamo: Dynamo, envelope: Any) -> job_creation.CreateOutcome:
+    monkeypatch.setattr(job_creation, "client", lambda service: dynamo.client)
+    return job_creation.create_job(
+        TABLE, envelope, 86_400, 50, NOW, refuse_frozen=True, also_write=[_record_put()]
+    )
 
 
 def _cancelled(reasons: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
@@ -112,7 +114,7 @@ def test_the_largest_job_transaction_is_within_what_dynamodb_takes(monkeypatch):
     dynamo = Dynamo(lambda body: (200, {}))
     envelope = _largest_envelope()
 
-    assert _create(monkeypatch, dynamo, envelope) == jobs.Created(envelope.job_id)
+    assert _create(monkeypatch, dynamo, envelope) == job_creation.Created(envelope.job_id)
 
     [request] = dynamo.sent
     actions = request["TransactItems"]
@@ -153,7 +155,7 @@ def test_a_duplicate_cancels_the_transaction_record_and_all(monkeypatch):
             + [{"Code": "None"}] * (len(body["TransactItems"]) - 1)
         )
     )
-    assert _create(monkeypatch, dynamo, _largest_envelope()) == jobs.Duplicate(
+    assert _create(monkeypatch, dynamo, _largest_envelope()) == job_creation.Duplicate(
         "job_earlier", "idempotency_key"
     )
     assert len(dynamo.sent) == 1
@@ -166,7 +168,9 @@ def test_a_replayed_delivery_id_cancels_it_too(monkeypatch):
             + [{"Code": "None"}] * (len(body["TransactItems"]) - 2)
         )
     )
-    assert _create(monkeypatch, dynamo, _largest_envelope()) == jobs.Duplicate("job_earlier", "delivery")
+    assert _create(monkeypatch, dynamo, _largest_envelope()) == job_creation.Duplicate(
+        "job_earlier", "delivery"
+    )
     assert len(dynamo.sent) == 1
 
 
@@ -186,5 +190,5 @@ def test_our_own_write_met_again_is_the_job_created(monkeypatch):
             + [{"Code": "None"}] * (len(body["TransactItems"]) - 1)
         )
     )
-    assert _create(monkeypatch, dynamo, envelope) == jobs.Created(envelope.job_id)
+    assert _create(monkeypatch, dynamo, envelope) == job_creation.Created(envelope.job_id)
     assert len(dynamo.sent) == 1

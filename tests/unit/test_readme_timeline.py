@@ -11,7 +11,8 @@ from relevo_agent.config import AgentConfig
 from relevo_core.fleet.lease_timeline import LeaseTimeline
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.plan import StagePlan
-from relevo_core.models.project import Project, ProjectStage
+from relevo_core.models.project import Project
+from relevo_core.models.project_stage import ProjectStage
 from relevo_tools.drill.fleet import DrillTiming
 
 README = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from relevo_core.intake.project_cache import CachedProject
@@ -87,7 +87,8 @@ def test_verifying_a_delivery_imports_no_model_of_the_project_the_payload_or_the
     probe = (
         "import sys, handler; print(sorted(m for m in sys.modules if m.startswith(('relevo_core.models.project', "
         "'relevo_core.models.envelope', 'relevo_core.models.plan', 'relevo_core.intake.webhooks.github', "
-        "'relevo_core.intake.webhooks.gitlab', 'relevo_core.intake.enqueue', 'relevo_core.store.jobs'))))"
+        "'relevo_core.intake.webhooks.gitlab', 'relevo_core.intake.enqueue', 'relevo_core.store.jobs', "
+        "'relevo_core.store.job_creation'))))"
     )
     env = {
         "PATH": "/usr/bin:/bin",

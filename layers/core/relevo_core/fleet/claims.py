@@ -5,7 +5,7 @@ Who may: any agent of the region (the route's IAM grant is the region's agent ro
 is the region's), for an attempt that was dispatched to that region and whose dispatch key it
 shows: the key is drawn by the state machine for each dispatch and carried only by its stage
 message, so an agent claims only what its queue handed it. What it gets: the claim (the fenced
-conditional write of store/stage_attempts), the job as it stands, and a session of JobRole tagged
+conditional write of store/stage_claims), the job as it stands, and a session of JobRole tagged
 with that job (fleet/job_credentials): from then on the agent does nothing for the job with its
 own credentials. The route also answers the dispatch with the claim (the agent's command starts
 once the state machine took it: one round trip fewer on the way to it). A renewal is given to the
@@ -48,7 +48,7 @@ from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
 from relevo_core.observability import logger
-from relevo_core.store import stage_attempts, task_tokens
+from relevo_core.store import stage_attempts, stage_claims, task_tokens
 from relevo_core.store.jobs import get_envelope, get_job_record, query_job_items
 from relevo_core.store.keys import SHARD_INFIX, attempt_sk, is_stage_sk, stage_sk
 
@@ -181,7 +181,7 @@ def claim_stage(
     repeat = record.get("claim_id") == claim_id_of(request.claim_secret)
 
     def claim() -> dict[str, Any]:
-        return stage_attempts.claim(
+        return stage_claims.claim(
             ref,
             envelope.lease_ttl_sec,
             now,
@@ -208,7 +208,7 @@ def claim_stage(
     # held) costs no AssumeRole, which STS rate-limits per account.
     try:
         previous = claim()
-    except stage_attempts.ClaimRefused as refused:
+    except stage_claims.ClaimRefused as refused:
         found = {name: refused.item[name] for name in _REFUSAL_FIELDS if name in refused.item}
         raise RelevoError(
             ErrorCode.CLAIM_REFUSED,
@@ -254,7 +254,7 @@ def _accept(request: ClaimRequest, repeat: bool) -> bool | None:
     return True
 
 
-def _refuse_unless_mine(request: AttemptRequest, on_record: stage_attempts.ClaimOnRecord) -> None:
+def _refuse_unless_mine(request: AttemptRequest, on_record: stage_claims.ClaimOnRecord) -> None:
     """The record names this agent, attempt and claim (the claim secret's hash): else 409
     ATTEMPT_NOT_HELD. Only the agent that made the claim knows its secret."""
     mine = (on_record.agent_id, on_record.attempt, on_record.claim_id) == (
@@ -270,7 +270,7 @@ def _refuse_unless_mine(request: AttemptRequest, on_record: stage_attempts.Claim
 
 
 def _refuse_unless_holding(
-    request: AttemptRequest, on_record: stage_attempts.ClaimOnRecord, now: datetime
+    request: AttemptRequest, on_record: stage_claims.ClaimOnRecord, now: datetime
 ) -> None:
     """This claim's attempt holds its lease now: live (not ended) and not past its lease's end
     (an agent fences its own command before that end), else 409 ATTEMPT_ENDED."""
@@ -301,7 +301,7 @@ def renew_session(
     pool = side_by_side()
     job = pool.submit(in_this_context(get_job_record), table, request.job_id)
     held = pool.submit(
-        in_this_context(stage_attempts.claim_on_record),
+        in_this_context(stage_claims.claim_on_record),
         table,
         request.job_id,
         request.stage_index,
@@ -346,11 +346,11 @@ def _waiting_gate_index(record: dict[str, Any], envelope: JobEnvelope) -> int | 
 def _record_and_run_token(
     table: str,
     request: AttemptRequest,
-) -> tuple[stage_attempts.ClaimOnRecord, task_tokens.RunToken | None]:
+) -> tuple[stage_claims.ClaimOnRecord, task_tokens.RunToken | None]:
     """The stage record's claim and the attempt's run token, read side by side."""
     pool = side_by_side()
     held = pool.submit(
-        in_this_context(stage_attempts.claim_on_record),
+        in_this_context(stage_claims.claim_on_record),
         table,
         request.job_id,
         request.stage_index,
@@ -387,7 +387,7 @@ def accept_dispatch(
     """Answer the dispatch with this claim, when the claim's own answer could not say whether it
     was taken: only for the claim that holds the attempt now (the job session holds no task power)."""
     _known_region(settings, region)
-    on_record = stage_attempts.claim_on_record(
+    on_record = stage_claims.claim_on_record(
         settings.table_name, request.job_id, request.stage_index, request.shard
     )
     _refuse_unless_holding(request, on_record, now)

@@ -9,7 +9,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from relevo_core.config import IntakeSettings
@@ -20,10 +20,11 @@ from relevo_core.intake.project_cache import project_cache  # noqa: F401
 from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
-from relevo_core.models.project import OnRepeat, Project
+from relevo_core.models.project import Project
+from relevo_core.models.project_settings import OnRepeat
 from relevo_core.models.status import HeldReason
 from relevo_core.plan_limits import require_envelope_fits, require_stages_fit
-from relevo_core.store import jobs
+from relevo_core.store import job_creation
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def enqueue(
     def also_write(held: HeldReason | None) -> list[dict[str, Any]]:
         return [delivery_record(envelope.job_id, held)] if delivery_record is not None else []
 
-    outcome = jobs.create_job_or_repeat(
+    outcome = job_creation.create_job_or_repeat(
         settings.table_name,
         envelope,
         window,
@@ -168,29 +169,29 @@ def enqueue(
         refuse_frozen=refuse_frozen,
         also_write=also_write,
     )
-    if isinstance(outcome, jobs.RepeatAfterWindow) and on_repeat is OnRepeat.SKIP:
+    if isinstance(outcome, job_creation.RepeatAfterWindow) and on_repeat is OnRepeat.SKIP:
         return IntakeResult(outcome.previous_job_id, duplicate=True, outcome="skipped")
-    if isinstance(outcome, jobs.Created) and outcome.held_reason is not None:
+    if isinstance(outcome, job_creation.Created) and outcome.held_reason is not None:
         return IntakeResult(envelope.job_id, outcome="held")
-    if isinstance(outcome, jobs.Duplicate):
+    if isinstance(outcome, job_creation.Duplicate):
         return IntakeResult(
             outcome.job_id,
             duplicate=True,
             outcome="replayed_delivery" if outcome.matched == "delivery" else "duplicate",
         )
-    if isinstance(outcome, jobs.QueueFull):
+    if isinstance(outcome, job_creation.QueueFull):
         raise RelevoError(
             ErrorCode.QUEUE_FULL,
             f"{outcome.queued} jobs are queued, the limit is {outcome.limit}; nothing was written",
         )
-    if isinstance(outcome, jobs.KeyFrozen):
+    if isinstance(outcome, job_creation.KeyFrozen):
         raise RelevoError(
             ErrorCode.KEY_FROZEN,
             f"idempotency key {outcome.idempotency_key} is frozen after repeated dead-lettering; "
             f"automatic runs are refused until `relevo dlq unfreeze` lifts it",
             idempotency_key=outcome.idempotency_key,
         )
-    if isinstance(outcome, jobs.RepeatAfterWindow):  # taken over by a concurrent repeat
+    if isinstance(outcome, job_creation.RepeatAfterWindow):  # taken over by a concurrent repeat
         return IntakeResult(outcome.previous_job_id, duplicate=True)
     start_execution(settings.state_machine_arn, envelope, queue_url)
     return IntakeResult(envelope.job_id)

@@ -20,7 +20,8 @@ from relevo_core.config.scheduler import SchedulerSettings
 from relevo_core.intake.enqueue import IntakeResult, enqueue
 from relevo_core.models.envelope import PROJECT_ID, Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.project import Project, ProjectSchedule
+from relevo_core.models.project import Project
+from relevo_core.models.project_schedule import ProjectSchedule
 from relevo_core.observability import logger
 
 # EventBridge Scheduler fills this in with the slot's time (ISO 8601, UTC) on every invocation.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -13,7 +13,7 @@ from relevo_core.intake.enqueue import IntakeResult, enqueue
 from relevo_core.models.envelope import Trigger, TriggerType, validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.requests import RerunRequest, RunRequest
-from relevo_core.store import jobs
+from relevo_core.store import job_status, jobs
 from relevo_core.store.projects import get_project
 
 MANUAL_PRIORITY = 10
@@ -88,6 +88,6 @@ def rerun_job(settings: IntakeSettings, job_id: str, body: Any, actor: str) -> I
 def release_job(settings: IntakeSettings, job_id: str, actor: str) -> IntakeResult:
     """A held job (a pull request from a fork, or a repeat after its window) becomes queued and starts."""
     envelope = jobs.get_envelope(settings.table_name, job_id)
-    jobs.release_held(settings.table_name, job_id, settings.queue_limit, actor, datetime.now(UTC))
+    job_status.release_held(settings.table_name, job_id, settings.queue_limit, actor, datetime.now(UTC))
     start_job_execution(settings, envelope)
     return IntakeResult(job_id, outcome="released")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.config import ExecutionSettings
 from relevo_core.execution import stop_execution
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.projects.lock_handoff import wake_next_waiter
-from relevo_core.store import jobs, locks, stage_endings, wait_order
+from relevo_core.store import job_status, jobs, locks, stage_endings, wait_order
 
 _ATTEMPTS = 5
 
@@ -26,11 +26,11 @@ def cancel_job(settings: ExecutionSettings, job_id: str, actor: str) -> dict[str
         if status.terminal:
             raise RelevoError(ErrorCode.JOB_ALREADY_ENDED, f"job {job_id} already ended {status.value}")
         try:
-            jobs.mark_canceled(
+            job_status.mark_canceled(
                 settings.table_name, job_id, status, actor, settings.queue_limit, datetime.now(UTC)
             )
             break
-        except jobs.StatusChanged:
+        except job_status.StatusChanged:
             continue
     else:
         raise RelevoError(ErrorCode.JOB_ALREADY_ENDED, f"job {job_id} kept changing; try again")

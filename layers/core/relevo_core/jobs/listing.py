@@ -16,8 +16,9 @@ from relevo_core.models.requests import JobListQuery
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
 from relevo_core.projects.permissions import visibility
 from relevo_core.store.job_stages import stage_and_shard_records
-from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
+from relevo_core.store.jobs import query_job_items
 from relevo_core.store.jobs_by_status import jobs_with_status
+from relevo_core.store.keys import HELD_REASON_ATTRIBUTE
 from relevo_core.store.project_jobs import jobs_of_project
 from relevo_core.store.projects import list_projects
 

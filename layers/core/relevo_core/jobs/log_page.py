@@ -12,7 +12,7 @@ from relevo_core.jobs.view import job_items_to_view, waiting_reason
 from relevo_core.models.requests import LogQuery
 from relevo_core.models.status import JobStatus
 from relevo_core.store.jobs import query_job_items
-from relevo_core.store.log_chunks import read_backward, read_forward, stored_after
+from relevo_core.store.log_reads import read_backward, read_forward, stored_after
 
 
 def log_page(table: str, job_id: str, query: LogQuery, now: datetime | None = None) -> dict[str, Any]:

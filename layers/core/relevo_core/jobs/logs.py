@@ -27,13 +27,8 @@ from relevo_core.jobs.handoff_sources import context_of
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.job_objects import JobPrefix
 from relevo_core.models.requests import LOG_CURSOR
-from relevo_core.store.log_chunks import (
-    LogChunk,
-    LogPart,
-    Position,
-    job_log_parts,
-    read_backward,
-)
+from relevo_core.store.log_chunks import LogChunk, LogPart, job_log_parts
+from relevo_core.store.log_reads import Position, read_backward
 
 # The agent runs each command with stderr merged into stdout (executor.py), and adds its own lines
 # (upload progress) to the same stream: every chunk is both, interleaved in the order written.

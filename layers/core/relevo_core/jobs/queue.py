@@ -19,7 +19,8 @@ from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.audit import record_action
 from relevo_core.store.job_purge import delete_job_children, delete_job_record
-from relevo_core.store.jobs import StatusChanged, get_job_record, query_job_items
+from relevo_core.store.job_status import StatusChanged
+from relevo_core.store.jobs import get_job_record, query_job_items
 from relevo_core.store.log_chunks import job_log_parts
 from relevo_core.store.wait_order import set_priority
 

@@ -22,8 +22,8 @@ from relevo_core.models.transfer import TransferProgress
 from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.artifacts import list_artifacts
-from relevo_core.store.jobs import HELD_REASON_ATTRIBUTE, query_job_items
-from relevo_core.store.keys import JOB_SK, is_stage_sk, shard_of_sk
+from relevo_core.store.jobs import query_job_items
+from relevo_core.store.keys import HELD_REASON_ATTRIBUTE, JOB_SK, is_stage_sk, shard_of_sk
 from relevo_core.store.locks import approval_gate
 
 # What one stage record says of the attempt that ran last; attempts_log keeps every attempt.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from relevo_core.models.project import CommitStatusSettings
+from relevo_core.models.project_settings import CommitStatusSettings
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.sending import OutgoingRequest
 from relevo_core.notify.transitions import APPROVAL_TIMEOUT, REJECTED, JobTransition

@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import jwt
 
-from relevo_core.models.project import CommitStatusSettings, GitHubAppSettings
+from relevo_core.models.project_settings import CommitStatusSettings, GitHubAppSettings
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.commit_status import GITHUB_API_VERSION, describe
 from relevo_core.notify.sending import Clock, OutgoingRequest, SendPolicy, Transport, send

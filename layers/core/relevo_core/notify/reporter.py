@@ -19,7 +19,8 @@ from aws_lambda_powertools.utilities import parameters
 from relevo_core.config.notify import notify_settings
 from relevo_core.models.delivery import Outcome
 from relevo_core.models.errors import RelevoError
-from relevo_core.models.project import CommitStatusSettings, Project
+from relevo_core.models.project import Project
+from relevo_core.models.project_settings import CommitStatusSettings
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.commit_status import describe, status_request, wants_report
 from relevo_core.notify.github_app import (

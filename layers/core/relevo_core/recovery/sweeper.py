@@ -31,8 +31,9 @@ from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.observability import logger, metrics
 from relevo_core.projects.lock_handoff import wake_next_waiter
 from relevo_core.recovery import key_freeze
-from relevo_core.store import agents, jobs, locks, region_online, stage_endings, wait_order
-from relevo_core.store.jobs import clear_start_pending, get_envelope, start_pending_jobs
+from relevo_core.store import agents, job_status, jobs, locks, region_online, stage_endings, wait_order
+from relevo_core.store.jobs import get_envelope
+from relevo_core.store.start_pending import clear_start_pending, start_pending_jobs
 
 # A job younger than this is probably being started right now by intake.
 MIN_AGE = timedelta(seconds=30)
@@ -119,7 +120,7 @@ def end_job_of_ended_execution(
             return
         if not status.terminal:
             try:
-                jobs.mark_ended_outside(
+                job_status.mark_ended_outside(
                     settings.table_name,
                     job_id,
                     status,
@@ -129,7 +130,7 @@ def end_job_of_ended_execution(
                     ending.error_name,
                     ending.error_cause,
                 )
-            except jobs.StatusChanged:
+            except job_status.StatusChanged:
                 continue  # written meanwhile: read again
             report.jobs_ended.append(f"{job_id}:{ending.status.value}")
         # Nothing will finish the stage it was on (also when an earlier sweep ended the job and

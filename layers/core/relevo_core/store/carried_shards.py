@@ -6,7 +6,7 @@ dispatched again. The carried record keeps the shard's key (`STAGE#nn#SHARD#kk`)
 job, says it succeeded and where (`carried_from`), and is closed (`closed_at`), so the new
 execution's dispatch write for it is refused (job.asl.json: ShardMarkStageDispatched, its
 condition SHARD_OPEN) and that shard's iteration passes without a message, and no claim can take
-it (stage_attempts.claim wants it open). Read with one Query of the failed job's stage partition
+it (stage_claims.claim wants it open). Read with one Query of the failed job's stage partition
 (`STAGES#<job>`, sort keys beginning `STAGE#nn#SHARD#`), consistent, before the redrive's
 transaction writes anything.
 """

@@ -14,9 +14,10 @@ from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import JobStatus
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.conditional import transaction_cancellation
-from relevo_core.store.jobs import job_item, queue_counter_update
+from relevo_core.store.job_creation import job_item
 from relevo_core.store.keys import DEDUP_SK, DLQ_KIND, DLQ_SK, dedup_pk, dlq_pk, key
 from relevo_core.store.kinds import items_of_kind
+from relevo_core.store.queue_counter import queue_counter_update
 
 
 def list_entries(table: str) -> list[dict[str, Any]]:

@@ -17,6 +17,8 @@ QUEUE_COUNTER_PK = "COUNTER#queued"
 START_PENDING_ATTRIBUTE = "start_pending"
 START_PENDING = "pending"
 START_PENDING_INDEX = "StartPendingIndex"
+# Why a held job is held (a HeldReason value); present only while the job is held.
+HELD_REASON_ATTRIBUTE = "held_reason"
 # GSI over `kind` (projects, ...) sorted by pk: listings without scans.
 KIND_INDEX = "KindIndex"
 # Sparse GSI over `held_by`: the stage attempts an agent has claimed and not finished, with the

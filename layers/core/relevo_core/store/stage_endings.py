@@ -4,7 +4,7 @@ A job canceled (or whose execution was stopped, aborted or timed out outside Rel
 stage it was on `dispatched`, `running`, `reconciled` or in `manual_review`: nothing will ever
 finish it. Ending the job ends those stages too, each with one conditional write (still open),
 so a holder's late report cannot bring one back, and `closed_at` makes the claim protocol
-refuse them (relevo_core.store.stage_attempts), as it refuses the stage a job failed on (the
+refuse them (relevo_core.store.stage_claims), as it refuses the stage a job failed on (the
 state machine's MarkStageFailed). The write also takes
 the stage out of the held-by index, so a restarted agent does not find it among its attempts.
 Stages never dispatched have no record; the job view shows them `skipped`.

@@ -19,7 +19,7 @@ from relevo_core.aws import client, error_code
 from relevo_core.models.status import JobStatus
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.conditional import update_if
-from relevo_core.store.jobs import StatusChanged
+from relevo_core.store.job_status import StatusChanged
 from relevo_core.store.keys import (
     JOB_SK,
     LOCK_SK,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
@@ -22,7 +22,8 @@ from relevo_core.intake.webhooks.incoming import ACCEPTED, DUPLICATE, IGNORED, I
 from relevo_core.intake.webhooks.records import accepted_put, record_ignored
 from relevo_core.models.envelope import Trigger, TriggerType, validation_error
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.models.project import ForkPolicy, Project
+from relevo_core.models.project import Project
+from relevo_core.models.project_settings import ForkPolicy
 from relevo_core.models.status import HeldReason
 
 Parse = Callable[[str, "str | None", object], "GitTrigger | Ignored | Pong"]
