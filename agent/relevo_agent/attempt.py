@@ -11,7 +11,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -21,6 +21,7 @@ from relevo_core.plan_limits import bounded_cause
 from relevo_core.store import stage_attempts
 
 if TYPE_CHECKING:
+    from relevo_agent.ending import Ending
     from relevo_agent.lease import Lease
     from relevo_agent.transfer import ProgressWriter
 
@@ -91,6 +92,8 @@ class StageRun:
     claim_secret: str | None = None
     # A report of the attempt is in the outbox, which lets its job credentials go once sent.
     reported: bool = False
+    # How the attempt ended, once concluded (relevo_agent.conclude, Concluder.end: exactly once).
+    ending: Ending | None = None
 
     def close_log(self) -> None:
         """The log's backlog stored (once): before the report, which ends the attempt's lease."""
