@@ -183,10 +183,10 @@ class StageRunner:
         with ExitStack() as held:
             held.callback(lambda: None if run.reported else self.sessions.release(key))
             held.enter_context(job_scope(credentials))
+            held.callback(self._wind_down, attempt)
             with self._running_lock:
                 self._running[op_id] = run
             attempt.keepers.extend(keep(run, op_id, self.stop, self.claims.heartbeat))
-            held.callback(self._let_go, attempt)
             yield attempt
 
     def _claimed_attempt(
@@ -221,8 +221,8 @@ class StageRunner:
         op_id = operation_id(task.job_id, task.stage, task.shard)
         return ClaimedAttempt(task, message, op_id, reservation.workspace, context, run, local, claimed)
 
-    def _let_go(self, attempt: ClaimedAttempt) -> None:
-        """The attempt's threads stopped, once its steps and its conclusion are over."""
+    def _wind_down(self, attempt: ClaimedAttempt) -> None:
+        """The threads beside the attempt stopped, once its steps and its conclusion are over."""
         run, op_id = attempt.run, attempt.op_id
         run.close_log()
         run.done.set()

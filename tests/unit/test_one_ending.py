@@ -69,3 +69,36 @@ def test_an_attempts_outcome_is_journaled_only_by_the_concluder():
 
     # Then none journals an ending of its own: every ending goes through the one conclusion
     assert sites == []
+
+
+def test_an_attempt_is_concluded_once_and_a_second_ending_is_refused(tmp_path: Path):
+    import time
+
+    import pytest
+
+    from relevo_agent.attempt import StageRun
+    from relevo_agent.conclude import Concluder
+    from relevo_agent.ending import Ending
+    from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
+    from relevo_agent.lease import Lease
+    from relevo_core.lease_timeline import LeaseTimeline
+    from relevo_core.store.stage_attempts import StageRef
+
+    # Given an attempt whose run was stopped by a fence and concluded so (journaled only)
+    journal = Journal(tmp_path / "j.sqlite3")
+    op_id = operation_id("job_1", "build")
+    journal.begin(Operation(op_id, "job_1", "build", 0, 1, str(tmp_path), ""))
+    run = StageRun(
+        StageRef("table", "job_1", 0, 1, "mac-a"), Lease(LeaseTimeline(60, 10, 5), time.monotonic())
+    )
+    concluder = Concluder(journal, outbox=None)  # type: ignore[arg-type]  # nothing is reported here
+    concluder.end(op_id, 1, run, Ending.stopped_by("fenced", -1))
+
+    # When a second ending of the same attempt comes to the conclusion
+    with pytest.raises(RuntimeError, match="concluded already"):
+        concluder.end(op_id, 1, run, Ending.abandoned())
+
+    # Then the first ending stands, in the journal and on the run
+    operation = journal.get(op_id)
+    assert operation is not None and operation.outcome is OperationOutcome.FENCED
+    assert run.ending == Ending(OperationOutcome.FENCED, stopped="fenced")
