@@ -23,6 +23,7 @@ from relevo_core.plan_limits import bounded_cause
 from relevo_core.store import stage_attempts
 
 if TYPE_CHECKING:
+    from relevo_agent.ending import Ending
     from relevo_agent.lease import Lease
     from relevo_agent.transfer import ProgressWriter
 
@@ -64,6 +65,8 @@ class StageRun:
     claim_secret: str | None = None
     # A report of the attempt is in the outbox, which lets its job credentials go once sent.
     reported: bool = False
+    # How the attempt ended, once concluded (relevo_agent.conclude, Concluder.end: exactly once).
+    ending: Ending | None = None
 
     def close_log(self) -> None:
         """The log's backlog stored (once): before the report, which ends the attempt's lease."""

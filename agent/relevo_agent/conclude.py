@@ -1,7 +1,8 @@
-"""How a stage attempt ends on this agent: journal first (outcome, receipt and the outbox entry in
-one transaction, relevo_agent.journal), then report (relevo_agent.outbox: the outcome route makes
-the fenced stage write and answers the run token). An attempt stopped before its end is concluded by why it was
-stopped; one that never ran anything is only journaled (abandoned).
+"""How a stage attempt ends on this agent, in one place (Concluder.end), once, after every step of
+it: its ending (relevo_agent.ending) journaled first (outcome, receipt and the outbox entry in one
+transaction, relevo_agent.journal), then reported (relevo_agent.outbox: the outcome route makes the
+fenced stage write and answers the run token). An ending that reports nothing (abandoned, fenced,
+a claim's answer lost) is only journaled.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import logging
 from typing import Any
 
 from relevo_agent.attempt import StageReport, StageRun
-from relevo_agent.claim import RUN_TOKEN_WAIT_SEC
+from relevo_agent.dispatch import RUN_TOKEN_WAIT_SEC
+from relevo_agent.ending import Ending
 from relevo_agent.journal import Journal, OperationOutcome, stage_of
 from relevo_agent.outbox import Outbox
 from relevo_core.models.errors import ErrorClass
@@ -21,6 +23,8 @@ log = logging.getLogger(__name__)
 
 
 class Concluder:
+    """The one conclusion of the attempts of this agent (a test counts its call sites)."""
+
     def __init__(self, journal: Journal, outbox: Outbox) -> None:
         self.journal = journal
         self.outbox = outbox
@@ -37,7 +41,8 @@ class Concluder:
         cause: str | None = None,
         stage_outcome: stage_attempts.AttemptOutcome | None = None,
     ) -> None:
-        """Journal first (outcome, receipt and the outbox entry in one transaction), then report."""
+        """The report of an attempt: journal first (outcome, receipt and the outbox entry in one
+        transaction), then sent. Only `end` calls it in the agent (a test may call it directly)."""
         ref = run.ref
         # The log's last lines are stored while the attempt is still held: the report ends it.
         run.close_log()
@@ -52,7 +57,7 @@ class Concluder:
             shard=ref.shard,
             attempt=ref.attempt,
             status=status,
-            outcome=stage_outcome or _stage_outcome(status),
+            outcome=stage_outcome or Ending(outcome, status).report_outcome(),
             exit_code=exit_code,
             error=error.value if error else None,
             cause=cause,
@@ -65,39 +70,35 @@ class Concluder:
         run.reported = True
         self.outbox.flush()
 
-    def stopped(self, run: StageRun, op_id: str, exit_code: int) -> None:
-        """The command was stopped before its end: by a shutdown (reported, retryable, outcome
-        unknown so the retry reconciles), fenced (the lease deadline came: killed, result
-        withheld), or taken over or canceled (nothing claimed: another attempt may own the stage)."""
-        if run.reason == "shutdown":
-            self.conclude(
-                run,
-                op_id,
-                StageStatus.FAILED,
-                OperationOutcome.ABANDONED,
-                None,
-                exit_code=exit_code,
-                error=ErrorClass.AGENT_SHUTDOWN,
-                cause="the agent was shut down while the stage ran",
-                stage_outcome=stage_attempts.AttemptOutcome.UNKNOWN,
-            )
-            return
-        if run.reason == "fenced":
+    def end(self, op_id: str, attempt: int, run: StageRun | None, ending: Ending) -> None:
+        """The one conclusion of an attempt, after every step of it (relevo_agent.stage): a
+        reported ending is journaled with its report and sent (conclude); any other is journaled
+        only. `run`: None when the attempt ended before its claim took (nothing ran)."""
+        if run is not None:
+            if run.ending is not None:
+                raise RuntimeError(f"{op_id} attempt {attempt} was concluded already ({run.ending.outcome})")
+            run.ending = ending
+        if ending.stopped == "fenced":
             log.warning(
                 "%s attempt %d fenced: killed at the lease deadline less the margin; result withheld",
                 op_id,
-                run.ref.attempt,
+                attempt,
             )
-            self.journal.record(op_id, run.ref.attempt, OperationOutcome.FENCED, None, None)
+        elif ending.stopped is not None and not ending.reported:
+            log.warning("%s attempt %d stopped (%s); result withheld", op_id, attempt, ending.stopped)
+        if run is None or ending.status is None:
+            if run is not None:
+                run.close_log()
+            self.journal.record(op_id, attempt, ending.outcome, None, None)
             return
-        log.warning("%s attempt %d stopped (%s); result withheld", op_id, run.ref.attempt, run.reason)
-        self.abandon(run, op_id)
-
-    def abandon(self, run: StageRun, op_id: str) -> None:
-        self.journal.record(op_id, run.ref.attempt, OperationOutcome.ABANDONED, None, None)
-
-
-def _stage_outcome(status: StageStatus) -> stage_attempts.AttemptOutcome:
-    return (
-        stage_attempts.AttemptOutcome.SUCCEEDED if status.succeeded else stage_attempts.AttemptOutcome.FAILED
-    )
+        self.conclude(
+            run,
+            op_id,
+            ending.status,
+            ending.outcome,
+            ending.receipt,
+            exit_code=ending.exit_code,
+            error=ending.error,
+            cause=ending.cause,
+            stage_outcome=ending.report_outcome(),
+        )

@@ -1,36 +1,36 @@
-"""The stage's command on this agent, under its attempt's lease: its environment, a temporary
-signing keychain when the plan signs, its values ($RELEVO_OUTPUT) journaled and recorded as they
-come, the command in its own process group (relevo_agent.executor) with its dead-man supervisor
-following the lease, then its artifacts and handoff stored; concluded with its receipt
-(relevo_agent.conclude).
+"""The stage's command on this agent, under its attempt's lease, step by step: its environment, a
+temporary signing keychain when the plan signs (a context manager), its values ($RELEVO_OUTPUT)
+journaled and recorded as they come, the command in its own process group (relevo_agent.executor)
+with its dead-man supervisor following the lease, then its artifacts and handoff stored; its ending
+made of its receipt (relevo_agent.receipt), for the one conclusion (relevo_agent.conclude).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relevo_agent import warning_lines
 from relevo_agent.attempt import StageMessage, StageRun
-from relevo_agent.classify import classify
-from relevo_agent.conclude import Concluder
 from relevo_agent.config import AgentConfig
+from relevo_agent.ending import Ended, Ending
 from relevo_agent.executor import ExecResult, run_command
-from relevo_agent.journal import Journal, OperationOutcome, operation_id
+from relevo_agent.journal import Journal, operation_id
 from relevo_agent.keychain import KeychainFailure, Keychains, read_identities
 from relevo_agent.logs import secret_values
+from relevo_agent.receipt import Ran, WhatItLeft, ending_of
 from relevo_agent.stage_env import stage_environment
 from relevo_agent.warning_lines import WarningLines
 from relevo_core.aws import call_budget
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 
 if TYPE_CHECKING:
+    from relevo_agent.outputs import OutputWatch
     from relevo_agent.prepare import Prepared
     from relevo_core.models.envelope import JobEnvelope
     from relevo_core.models.plan import StagePlan
@@ -41,13 +41,10 @@ log = logging.getLogger(__name__)
 class StageCommand:
     """`keychains`: this agent's temporary signing keychains (relevo_agent.keychain)."""
 
-    def __init__(
-        self, config: AgentConfig, journal: Journal, keychains: Keychains, concluder: Concluder
-    ) -> None:
+    def __init__(self, config: AgentConfig, journal: Journal, keychains: Keychains) -> None:
         self.config = config
         self.journal = journal
         self.keychains = keychains
-        self.concluder = concluder
 
     def environment(
         self, envelope: JobEnvelope, task: StageMessage, workspace: Path, prepared: Prepared
@@ -127,155 +124,105 @@ class StageCommand:
         envelope: JobEnvelope,
         shipper: Any,
         prepared: Prepared,
-    ) -> None:
-        """The stage's command, then what it left (values, artifacts, handoff), to its conclusion."""
-        from relevo_agent.artifacts import upload_stage_artifacts
-        from relevo_agent.outputs import OutputInvalid, OutputWatch
+    ) -> Ending:
+        """The stage's command, then what it left (values, artifacts, handoff): the attempt's ending."""
+        if run.reason is not None:  # stopped while reconciling or waiting
+            raise Ended(Ending.abandoned())
+        # Lines marked ::warning:: are counted on their way to the log (relevo_agent.warning_lines).
+        warnings = WarningLines(shipper.write)
+        with (
+            self._signing_keychain(run, plan, op_id, envelope) as keychain,
+            self._output_watch(run, plan, op_id, shipper, {**env, **keychain}) as watch,
+        ):
+            env = {**env, **keychain, "RELEVO_OUTPUT": str(watch.path)}
+            result = self.under_lease(run, plan, plan.command, workspace, env, warnings.write)
+            left = self._what_it_left(run, plan, result, watch, env, envelope, shipper, prepared, workspace)
+        if run.reason is not None:
+            return Ending.stopped_by(run.reason, result.exit_code)
+        ran = Ran(op_id, self.config.agent_id, run.ref.attempt, Path(env["RELEVO_ARTIFACT_DIR"]))
+        return ending_of(ran, plan, result, left, warnings, shipper)
+
+    @contextmanager
+    def _signing_keychain(
+        self, run: StageRun, plan: StagePlan, op_id: str, envelope: JobEnvelope
+    ) -> Iterator[dict[str, str]]:
+        """A temporary signing keychain for the command when the plan signs ($RELEVO_KEYCHAIN; no
+        variable when it does not), deleted however the command ends (exit, exec timeout, cancel,
+        shutdown); a failed delete is logged and swept at the next start, never the stage's failure."""
+        if envelope.signing is None:
+            yield {}
+            return
+        ref = run.ref
+        try:
+            self.keychains.require()  # on an agent that cannot, before any secret is read
+            identities = read_identities(envelope.signing)
+            keychain = self.keychains.create(
+                f"{ref.job_id}.{plan.name}.{ref.attempt}", identities, plan.exec_timeout_sec
+            )
+        except KeychainFailure as failure:
+            log.warning("%s attempt %d: no signing keychain: %s", op_id, ref.attempt, failure.message)
+            cause = {"keychain": failure.message, "agent_id": self.config.agent_id, "attempt": ref.attempt}
+            raise Ended(Ending.failed(failure.error_class, cause)) from failure
+        try:
+            yield {"RELEVO_KEYCHAIN": str(keychain)}
+        finally:
+            self.keychains.delete(keychain)
+
+    @contextmanager
+    def _output_watch(
+        self, run: StageRun, plan: StagePlan, op_id: str, shipper: Any, env: dict[str, str]
+    ) -> Iterator[OutputWatch]:
+        """The stage's values ($RELEVO_OUTPUT, relevo_agent.outputs): journaled, then recorded
+        (fenced) as each line completes, beside the command; its file removed afterwards."""
+        from relevo_agent.outputs import OutputWatch
 
         ref = run.ref
-        if run.reason is not None:  # stopped while reconciling or waiting
-            self.concluder.abandon(run, op_id)
-            return
-        keychain = None
-        if envelope.signing is not None:
-            try:
-                self.keychains.require()  # on an agent that cannot, before any secret is read
-                identities = read_identities(envelope.signing)
-                keychain = self.keychains.create(
-                    f"{ref.job_id}.{plan.name}.{ref.attempt}", identities, plan.exec_timeout_sec
-                )
-            except KeychainFailure as failure:
-                log.warning("%s attempt %d: no signing keychain: %s", op_id, ref.attempt, failure.message)
-                cause = {
-                    "keychain": failure.message,
-                    "agent_id": self.config.agent_id,
-                    "attempt": ref.attempt,
-                }
-                self.concluder.conclude(
-                    run,
-                    op_id,
-                    StageStatus.FAILED,
-                    OperationOutcome.FAILED,
-                    None,
-                    error=failure.error_class,
-                    cause=json.dumps(cause),
-                )
-                return
-            env = {**env, "RELEVO_KEYCHAIN": str(keychain)}
-        # The stage's values ($RELEVO_OUTPUT, relevo_agent.outputs): journaled, then recorded
-        # (fenced) as each line completes, beside the command.
         watch = OutputWatch.create(
             self.config.workspace_root / ".relevo-outputs" / f"{ref.job_id}.{plan.name}.{ref.attempt}",
             secret_values(self.config.mask, env),
             lambda values, changed: self._outputs_changed(run, op_id, shipper, values, changed),
             owner=self.config.build_user,
         )
-        env = {**env, "RELEVO_OUTPUT": str(watch.path)}
         watch.start()
-        outputs: dict[str, str] = {}
-        error: ErrorClass | None = None
-        why: str | None = None
-        handoff = None
-        # Lines marked ::warning:: are counted on their way to the log (relevo_agent.warning_lines).
-        warnings = WarningLines(shipper.write)
         try:
-            result = self.under_lease(run, plan, plan.command, workspace, env, warnings.write)
-            ended_well = warning_lines.ended_well(plan, result.exit_code)
-            try:
-                outputs = watch.stop()
-            except OutputInvalid as invalid:
-                outputs, error, why = dict(watch.parser.values), ErrorClass.OUTPUT_INVALID, str(invalid)
-            # Artifacts (relevo_agent.artifacts), then the handoff: stored after success while the
-            # lease is still kept, each record fenced on the attempt.
-            if ended_well and run.reason is None and error is None:
-                error = upload_stage_artifacts(
-                    ref,
-                    plan.name,
-                    Path(env["RELEVO_ARTIFACT_DIR"]),
-                    envelope,
-                    self.config,
-                    shipper,
-                    run.cancel,
-                    run.transfer,
-                )
-            if ended_well and run.reason is None and error is None and plan.handoff:
-                handoff, error, why = self._store_handoff(run, plan, workspace, envelope, shipper, prepared)
+            yield watch
         finally:
             watch.path.unlink(missing_ok=True)
-            if keychain is not None:
-                # Every ending of the command (exit, exec timeout, cancel, shutdown) comes here;
-                # a failed delete is logged and swept at the next start, never the stage's failure.
-                self.keychains.delete(keychain)
-        if run.reason is not None:
-            self.concluder.stopped(run, op_id, result.exit_code)
-            return
-        receipt: dict[str, Any] = {
-            "exit_code": result.exit_code,
-            "duration_sec": round(result.duration_sec, 3),
-            "artifacts": _checksums(Path(env["RELEVO_ARTIFACT_DIR"])),
-            "agent_id": self.config.agent_id,
-            "attempt": ref.attempt,
-            "outputs": outputs,
-        }
-        if handoff is not None:
-            receipt["handoff"] = handoff
-        if ended_well and error is None:
-            warned = warning_lines.warning_summary(plan, result.exit_code, warnings)
-            if warned is not None:
-                receipt["warnings"] = warned
-                shipper.line(f"[relevo] succeeded with warnings: {warned['text']}")
-            status = StageStatus.WARNING if warned else StageStatus.SUCCEEDED
-            self.concluder.conclude(
-                run, op_id, status, OperationOutcome.SUCCEEDED, receipt, exit_code=result.exit_code
-            )
-            log.info(
-                "%s %s in %.1fs",
-                op_id,
-                "succeeded with warnings" if warned else "succeeded",
-                result.duration_sec,
-            )
-            return
-        cause: dict[str, Any] = {
-            "exit_code": result.exit_code,
-            "agent_id": self.config.agent_id,
-            "attempt": ref.attempt,
-        }
-        if why:
-            cause["why"] = why
-            shipper.line(f"[relevo] {error.value if error else ''}: {why}")
-        if result.signaled and not result.timed_out:
-            # Killed by a signal this agent did not send (an operator, the OOM killer): what it had
-            # done is unknown, so it is retried and the retry reconciles before it runs anything.
-            cause["killed_by_signal"] = result.signaled
-            self.concluder.conclude(
-                run,
-                op_id,
-                StageStatus.FAILED,
-                OperationOutcome.FAILED,
-                receipt,
-                exit_code=result.exit_code,
-                error=ErrorClass.TRANSIENT_EXIT,
-                cause=json.dumps(cause),
-                stage_outcome=stage_attempts.AttemptOutcome.UNKNOWN,
-            )
-            log.warning(
-                "%s was killed by signal %d, not by this agent: retried, reconciled first",
-                op_id,
-                result.signaled,
-            )
-            return
-        error = error or classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
-        self.concluder.conclude(
-            run,
-            op_id,
-            StageStatus.FAILED,
-            OperationOutcome.FAILED,
-            receipt,
-            exit_code=result.exit_code,
-            error=error,
-            cause=json.dumps(cause),
+
+    def _what_it_left(
+        self,
+        run: StageRun,
+        plan: StagePlan,
+        result: ExecResult,
+        watch: OutputWatch,
+        env: dict[str, str],
+        envelope: JobEnvelope,
+        shipper: Any,
+        prepared: Prepared,
+        workspace: Path,
+    ) -> WhatItLeft:
+        """The command's values; then, after a success, its artifacts (relevo_agent.artifacts) and
+        its handoff, stored while the lease is still kept, each record fenced on the attempt."""
+        from relevo_agent.artifacts import upload_stage_artifacts
+        from relevo_agent.handoff import HandoffFailure
+        from relevo_agent.outputs import OutputInvalid
+
+        try:
+            left = WhatItLeft(outputs=watch.stop())
+        except OutputInvalid as invalid:
+            left = WhatItLeft(dict(watch.parser.values), error=ErrorClass.OUTPUT_INVALID, why=str(invalid))
+        if not warning_lines.ended_well(plan, result.exit_code) or run.reason is not None or left.error:
+            return left
+        artifact_dir = Path(env["RELEVO_ARTIFACT_DIR"])
+        left.error = upload_stage_artifacts(
+            run.ref, plan.name, artifact_dir, envelope, self.config, shipper, run.cancel, run.transfer
         )
-        log.info("%s failed: %s (exit %d)", op_id, error.value, result.exit_code)
+        if run.reason is None and left.error is None and plan.handoff:
+            try:
+                left.handoff = self._store_handoff(run, plan, workspace, envelope, shipper, prepared)
+            except HandoffFailure as failure:
+                left.error, left.why = failure.error_class, failure.message
+        return left
 
     def _outputs_changed(
         self, run: StageRun, op_id: str, shipper: Any, values: dict[str, str], changed: list[str]
@@ -306,10 +253,10 @@ class StageCommand:
         envelope: JobEnvelope,
         shipper: Any,
         prepared: Prepared,
-    ) -> tuple[dict[str, Any] | None, ErrorClass | None, str | None]:
-        """(the summary for the receipt, or the error class and why the stage fails)."""
+    ) -> dict[str, Any] | None:
+        """The summary for the receipt; None when the attempt is no longer held (the run is
+        stopped). Raises HandoffFailure with the error class and why the stage fails."""
         from relevo_agent.artifacts import bucket_region
-        from relevo_agent.handoff import HandoffFailure
         from relevo_agent.handoff.store import store_handoff
         from relevo_agent.prepare import handoff_cache
 
@@ -341,23 +288,9 @@ class StageCommand:
                 bucket_region=region,
                 crosses_region=None if location is None or not region else region != location,
             )
-        except HandoffFailure as failure:
-            return None, failure.error_class, failure.message
         except stage_attempts.LeaseLost:
             emit("[relevo] handoff records refused: the attempt is no longer held")
             run.stop("lease_lost")
-            return None, None, None
-        return summary.model_dump(mode="json"), None, None
-
-
-def _checksums(directory: Path) -> dict[str, str]:
-    """sha256 of each file the stage left in its artifact directory (for the receipt): the files
-    the upload takes (relevo_agent.artifacts), never what a link points to, which may be a file of
-    the agent's the build cannot read itself (run_as)."""
-    if not directory.is_dir() or directory.is_symlink():
-        return {}
-    return {
-        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(directory.rglob("*"))
-        if path.is_file() and not path.is_symlink()
-    }
+            return None
+        summary_json: dict[str, Any] = summary.model_dump(mode="json")
+        return summary_json

@@ -13,49 +13,52 @@ admission (relevo_agent.admission: a lease it can keep, the signing gate, the wo
   ─► execute (relevo_agent.execute: own process group, dead-man supervisor)
   ─► conclude (relevo_agent.conclude: journal.record(outcome, receipt, outbox entry), then the
      report through relevo_agent.outbox: fenced stage write + task token)
+
+Each step returns, or raises Ended (relevo_agent.ending) where the attempt ends there; the
+command's step returns the attempt's ending. One place, in `run`, concludes it, once, after every
+step, while the lease is still kept; the threads beside the stage stop after it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent import reconcile
 from relevo_agent.admission import Admission
-from relevo_agent.attempt import StageMessage, StageRun, utc_now
-from relevo_agent.claim import Claims, PreferPrevious
+from relevo_agent.attempt import HandBack, StageMessage, StageRun
+from relevo_agent.claim import Claimed, Claims, PreferPrevious
+from relevo_agent.claimed import ClaimedAttempt
 from relevo_agent.conclude import Concluder
 from relevo_agent.config import AgentConfig
+from relevo_agent.ending import Ended, Ending
 from relevo_agent.execute import StageCommand
-from relevo_agent.executor import TAIL_BYTES
 from relevo_agent.job_sessions import AttemptKey, JobSessions
-from relevo_agent.journal import Journal, Operation, OperationOutcome, operation_id
+from relevo_agent.journal import Journal, Operation, operation_id
 from relevo_agent.keeper import keep
 from relevo_agent.keychain import Keychains
 from relevo_agent.lease import Lease
-from relevo_agent.logs import Masker, secret_values, start_shipper
+from relevo_agent.logs import start_shipper
 from relevo_agent.messages import Message
 from relevo_agent.outbox import Outbox
+from relevo_agent.settle import Settle
 from relevo_agent.stage_env import stage_environment
 from relevo_agent.stop import AgentStop
 from relevo_agent.transfer import ProgressWriter
 from relevo_core.aws import call_budget, in_this_context, job_scope
 from relevo_core.fleet.lease_timeline import LeaseTimeline
-from relevo_core.models.errors import ErrorClass
-from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 
 if TYPE_CHECKING:
+    from relevo_agent.admission import Reservation
     from relevo_agent.prepare import Prepared
-    from relevo_core.jobs.handoff_sources import JobContext
-    from relevo_core.models.plan import StagePlan
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,7 @@ class StageRunner:
     """The stages this agent runs, one thread each (`run`). `stop`: the agent's (an error that
     says its stack is gone stops it). `sessions`: the job credentials of the attempts it holds
     (relevo_agent.job_sessions), which its claims are answered with. `prefer_previous`: whether a
-    job's next stage is left to the Mac that ran the one before (relevo_agent.presence)."""
+    job's next stage is left to the Mac that ran the one before (relevo_agent.placement)."""
 
     def __init__(
         self,
@@ -106,7 +109,8 @@ class StageRunner:
         self.concluder = Concluder(journal, outbox)
         # Temporary signing keychains (relevo_agent.keychain).
         self.keychains = Keychains(config)
-        self.command = StageCommand(config, journal, self.keychains, self.concluder)
+        self.command = StageCommand(config, journal, self.keychains)
+        self.settle = Settle(config, self.command)
 
     def stop_all(self, reason: str) -> None:
         """Stop every running stage's command (a shutdown, a fatal exit)."""
@@ -139,161 +143,167 @@ class StageRunner:
             if reservation is None:
                 return
             local = self.journal.get(op_id)
-            claimed = self.claims.take(task, message, ref, timeline, reservation.workspace, op_id)
-            if claimed is None:
-                return
-            log.info("claimed %s attempt %d", op_id, ref.attempt)
-            key = AttemptKey(ref.job_id, ref.stage_index, ref.attempt, ref.shard)
-            granted = claimed.granted
-            credentials = self.sessions.granted(key, claimed.claim_secret, granted.session)
-            # Loaded beside the claim (_load_claimed_path): found at once here.
-            from relevo_core.jobs.handoff_sources import JobContext
-            from relevo_core.models.envelope import read_envelope
-
-            context = JobContext.of(read_envelope(granted.envelope), granted.records)
-            reservation.cleanup = context.envelope.workspace_cleanup
-            plan = context.envelope.stage(task.stage)
-            # The lease as the job's plan has it (its kill grace sets the fence's SIGTERM grace),
-            # counted from the claim's first send.
-            timeline = LeaseTimeline(
-                context.envelope.lease_ttl_sec, plan.kill_grace_sec, self.config.max_clock_skew_sec
-            )
-            run = StageRun(
-                ref,
-                Lease(timeline, claimed.sent_at),
-                exec_deadline=claimed.sent_at + plan.exec_timeout_sec,
-                transfer=ProgressWriter(ref, self.config.progress_interval_sec),
-                claim_secret=claimed.claim_secret,
-            )
-            try:
-                # From the claim on, everything done for the job is done with its credentials, on
-                # this thread and on those it starts (relevo_core.aws.in_this_context).
-                with job_scope(credentials):
-                    self._claimed(
-                        reservation.workspace,
-                        context,
-                        task,
-                        message,
-                        run,
-                        op_id,
-                        local,
-                        granted.previous,
-                        granted.accepted,
-                        claimed.repeated,
+            run: StageRun | None = None
+            with ExitStack() as held:
+                try:
+                    claimed = self.claims.take(task, message, ref, timeline, reservation.workspace, op_id)
+                    attempt = held.enter_context(
+                        self._holding(task, message, ref, reservation, local, claimed)
                     )
-            finally:
-                if not run.reported:
-                    self.sessions.release(key)
+                    run = attempt.run
+                    ending = self._steps(attempt)
+                except Ended as ended:
+                    ending = ended.ending
+                # The one conclusion of the attempt, after every step of it, while its lease is
+                # still kept and its job credentials held (then `held` lets them go).
+                self.concluder.end(op_id, ref.attempt, run, ending)
+        if ending.hand_back is not None:
+            raise HandBack(ending.hand_back)
 
-    def _claimed(
+    @contextmanager
+    def _holding(
         self,
-        workspace: Path,
-        context: JobContext,
         task: StageMessage,
         message: Message,
-        run: StageRun,
-        op_id: str,
+        ref: stage_attempts.StageRef,
+        reservation: Reservation,
         local: Operation | None,
-        previous: dict[str, Any],
-        granted_accepted: bool | None,
-        repeated: bool = False,
-    ) -> None:
-        envelope = context.envelope
-        plan = envelope.stage(task.stage)
-        ref = run.ref
-        # From the claim on, the lease is kept and fenced beside whatever this thread does: the
-        # answer to the dispatch, the wait for the previous holder, the checkout and restore, the
-        # probe, the command, the handoff.
-        with self._running_lock:
-            self._running[op_id] = run
-        keepers = keep(run, op_id, self.stop, self.claims.heartbeat)
-        refused = False
-        try:
-            # The claim route answered the dispatch with the claim (None: it could not tell; a
-            # claim sent more than once may have answered it before, and the run token decides).
-            accepted = (
-                granted_accepted
-                if granted_accepted is not None
-                else self.claims.accept(run, task.task_token, unsure=repeated)
-            )
-            if accepted is False:
-                run.stop("not_taken")
-                refused = True
-                message.delete()
-                self.concluder.abandon(run, op_id)
-                return
-            # The state machine has taken this claim as the dispatch's answer (or may have: then
-            # the run token it hands out decides): the stage starts now. The message and the run
-            # token are seen to beside it (Claims.watch_for_run_token).
-            watcher = threading.Thread(
-                target=in_this_context(self.claims.watch_for_run_token),
-                args=(run, op_id, message),
-                name="token",
-                daemon=True,
-            )
-            watcher.start()
-            keepers.append(watcher)
-            if accepted is None and not self.claims.taken(run, op_id):
-                self.concluder.abandon(run, op_id)
-                if run.reason == "fenced":
-                    self.claims.back_when_lease_ends(run, op_id, message)
-                return
-            # Without a checkout the workspace is the job's as it stands: its precondition now
-            # (with one, once it is prepared: Prepared.precondition).
-            precondition = (
-                ""
-                if envelope.checkout
-                else self._record_precondition(
-                    run,
-                    op_id,
-                    reconcile.precondition_version(workspace, envelope.ref, context.commit(), plan.inputs),
-                    derived=not plan.inputs and not (workspace / ".git").exists(),
-                )
-            )
-            reconciling = stage_attempts.needs_reconcile(previous, ref.attempt)
-            if reconciling and not self._after_previous_fence(run, op_id, previous):
-                self.concluder.abandon(run, op_id)
-                return
-            # Log shipping (relevo_agent.logs): masked, ordered chunks, never blocking the command,
-            # each expiring when the job's envelope says (the stack's log retention). From here
-            # on: the checkout and the restore say what they do in the job's log too.
-            shipper = start_shipper(
-                ref,
-                plan.name,
-                self.config,
-                stage_environment(os.environ, {}, None),
-                envelope.log_expires_at,
-                envelope.artifact_uri,
-            )
-            run.shipper = shipper
-            try:
-                if reconciling and not reconcile.wants_probe(local, previous):
-                    # A receipt decides (a success never acknowledged): nothing to prepare or run.
-                    self._reconcile(run, plan, op_id, local, previous, precondition, workspace, {})
-                    return
-                prepared = self._prepare(
-                    run, context, plan, op_id, workspace, shipper, journaled=precondition
-                )
-                if prepared is None:
-                    return
-                env = self.command.environment(envelope, task, workspace, prepared)
-                if reconciling and not self._reconcile(
-                    run, plan, op_id, local, previous, prepared.precondition, workspace, env
-                ):
-                    return
-                self.command.execute(run, plan, op_id, workspace, env, envelope, shipper, prepared)
-            finally:
-                run.close_log()
-        finally:
-            run.done.set()
-            for keeper in keepers:
-                keeper.join(timeout=5)
-            if refused:
-                # Once the keeper has stopped renewing: the next claim of this attempt (the
-                # stage sent again after a pause held its wait) need not wait out this lease.
-                self.claims.let_go(run, op_id)
+        claimed: Claimed,
+    ) -> Iterator[ClaimedAttempt]:
+        """A claimed attempt, held: its job credentials (everything done for the job from the
+        claim on is done with them, on this thread and on those it starts:
+        relevo_core.aws.in_this_context), and its lease kept and fenced beside whatever its steps
+        do (relevo_agent.keeper). Afterwards: the keepers stopped, a claim nothing ran under let
+        go, and the credentials let go unless a report is on its way (the outbox lets them go)."""
+        attempt = self._claimed_attempt(task, message, ref, reservation, local, claimed)
+        run, op_id = attempt.run, attempt.op_id
+        log.info("claimed %s attempt %d", op_id, ref.attempt)
+        key = AttemptKey(ref.job_id, ref.stage_index, ref.attempt, ref.shard)
+        credentials = self.sessions.granted(key, claimed.claim_secret, claimed.granted.session)
+        with ExitStack() as held:
+            held.callback(lambda: None if run.reported else self.sessions.release(key))
+            held.enter_context(job_scope(credentials))
+            held.callback(self._wind_down, attempt)
             with self._running_lock:
-                self._running.pop(op_id, None)
+                self._running[op_id] = run
+            attempt.keepers.extend(keep(run, op_id, self.stop, self.claims.heartbeat))
+            yield attempt
+
+    def _claimed_attempt(
+        self,
+        task: StageMessage,
+        message: Message,
+        ref: stage_attempts.StageRef,
+        reservation: Reservation,
+        local: Operation | None,
+        claimed: Claimed,
+    ) -> ClaimedAttempt:
+        # Loaded beside the claim (_load_claimed_path): found at once here.
+        from relevo_core.jobs.handoff_sources import JobContext
+        from relevo_core.models.envelope import read_envelope
+
+        granted = claimed.granted
+        context = JobContext.of(read_envelope(granted.envelope), granted.records)
+        reservation.cleanup = context.envelope.workspace_cleanup
+        plan = context.envelope.stage(task.stage)
+        # The lease as the job's plan has it (its kill grace sets the fence's SIGTERM grace),
+        # counted from the claim's first send.
+        timeline = LeaseTimeline(
+            context.envelope.lease_ttl_sec, plan.kill_grace_sec, self.config.max_clock_skew_sec
+        )
+        run = StageRun(
+            ref,
+            Lease(timeline, claimed.sent_at),
+            exec_deadline=claimed.sent_at + plan.exec_timeout_sec,
+            transfer=ProgressWriter(ref, self.config.progress_interval_sec),
+            claim_secret=claimed.claim_secret,
+        )
+        op_id = operation_id(task.job_id, task.stage, task.shard)
+        return ClaimedAttempt(task, message, op_id, reservation.workspace, context, run, local, claimed)
+
+    def _wind_down(self, attempt: ClaimedAttempt) -> None:
+        """The threads beside the attempt stopped, once its steps and its conclusion are over."""
+        run, op_id = attempt.run, attempt.op_id
+        run.close_log()
+        run.done.set()
+        for keeper in attempt.keepers:
+            keeper.join(timeout=5)
+        if run.ending is not None and run.ending.let_go:
+            # Once the keeper has stopped renewing: the next claim of this attempt (the stage sent
+            # again after a pause held its wait) need not wait out this lease.
+            self.claims.let_go(run, op_id)
+        with self._running_lock:
+            self._running.pop(op_id, None)
+
+    def _steps(self, attempt: ClaimedAttempt) -> Ending:
+        """Every step of a claimed attempt, in order: each returns, or raises Ended where the
+        attempt ends; the command's step returns its ending."""
+        run, envelope, plan, workspace = attempt.run, attempt.envelope, attempt.plan, attempt.workspace
+        self._answer_dispatch(attempt)
+        # Without a checkout the workspace is the job's as it stands: its precondition now
+        # (with one, once it is prepared: Prepared.precondition).
+        precondition = (
+            ""
+            if envelope.checkout
+            else self._record_precondition(
+                run,
+                attempt.op_id,
+                reconcile.precondition_version(
+                    workspace, envelope.ref, attempt.context.commit(), plan.inputs
+                ),
+                derived=not plan.inputs and not (workspace / ".git").exists(),
+            )
+        )
+        reconciling = stage_attempts.needs_reconcile(attempt.previous, run.ref.attempt)
+        if reconciling:
+            self._after_previous_fence(attempt)
+        # Log shipping (relevo_agent.logs): masked, ordered chunks, never blocking the command,
+        # each expiring when the job's envelope says (the stack's log retention). From here
+        # on: the checkout and the restore say what they do in the job's log too.
+        run.shipper = start_shipper(
+            run.ref,
+            plan.name,
+            self.config,
+            stage_environment(os.environ, {}, None),
+            envelope.log_expires_at,
+            envelope.artifact_uri,
+        )
+        receipt_decides = reconciling and not reconcile.wants_probe(attempt.local, attempt.previous)
+        if receipt_decides:
+            # A receipt decides (a success never acknowledged): nothing to prepare or run.
+            self.settle.previous(attempt, precondition, {})
+        prepared = self._prepare(attempt, journaled=precondition)
+        env = self.command.environment(envelope, attempt.task, workspace, prepared)
+        if reconciling and not receipt_decides:
+            self.settle.previous(attempt, prepared.precondition, env)
+        return self.command.execute(run, plan, attempt.op_id, workspace, env, envelope, run.shipper, prepared)
+
+    def _answer_dispatch(self, attempt: ClaimedAttempt) -> None:
+        """The claim route answered the dispatch with the claim (accepted None: it could not tell;
+        a claim sent more than once may have answered it before, and the run token decides).
+        Returns once the state machine has taken this claim as the dispatch's answer (or may have:
+        then the run token it hands out decides), with the message and the run token seen to
+        beside the stage (Claims.watch_for_run_token)."""
+        run, op_id, message = attempt.run, attempt.op_id, attempt.message
+        accepted = attempt.claimed.granted.accepted
+        if accepted is None:
+            accepted = self.claims.accept(run, attempt.task.task_token, unsure=attempt.claimed.repeated)
+        if accepted is False:
+            run.stop("not_taken")
+            message.delete()
+            raise Ended(Ending.abandoned(let_go=True))
+        watcher = threading.Thread(
+            target=in_this_context(self.claims.watch_for_run_token),
+            args=(run, op_id, message),
+            name="token",
+            daemon=True,
+        )
+        watcher.start()
+        attempt.keepers.append(watcher)
+        if accepted is None and not self.claims.taken(run, op_id):
+            if run.reason == "fenced":
+                self.claims.back_when_lease_ends(run, op_id, message)
+            raise Ended(Ending.abandoned())
 
     def _record_precondition(
         self, run: StageRun, op_id: str, precondition: str, derived: bool = False
@@ -314,21 +324,13 @@ class StageRunner:
             log.warning("%s attempt %d: its precondition was not recorded (%s)", op_id, run.ref.attempt, exc)
         return precondition
 
-    def _prepare(
-        self,
-        run: StageRun,
-        context: JobContext,
-        plan: StagePlan,
-        op_id: str,
-        workspace: Path,
-        shipper: Any,
-        journaled: str = "",
-    ) -> Prepared | None:
-        """Checkout and restore (relevo_agent.prepare). None when the attempt ended there: it failed
-        (concluded with the step's error class) or it was stopped. `journaled`: the precondition
-        the journal already holds for this attempt ("" when none)."""
+    def _prepare(self, attempt: ClaimedAttempt, journaled: str = "") -> Prepared:
+        """Checkout and restore (relevo_agent.prepare); Ended when the attempt ended there: it
+        failed (with the step's error class) or it was stopped. `journaled`: the precondition the
+        journal already holds for this attempt ("" when none)."""
         from relevo_agent.prepare import PrepareFailure, PrepareStopped, prepare
 
+        run, op_id, shipper = attempt.run, attempt.op_id, attempt.run.shipper
         ref = run.ref
 
         def emit(line: str) -> None:
@@ -338,39 +340,33 @@ class StageRunner:
 
         try:
             prepared = prepare(
-                self.config, context, plan, ref, workspace, run.exec_deadline, run.cancel, emit
+                self.config,
+                attempt.context,
+                attempt.plan,
+                ref,
+                attempt.workspace,
+                run.exec_deadline,
+                run.cancel,
+                emit,
             )
-        except PrepareStopped:
-            self.concluder.stopped(run, op_id, -1)
-            return None
+        except PrepareStopped as stopped:
+            raise Ended(Ending.stopped_by(run.reason, -1)) from stopped
         except PrepareFailure as failure:
             if run.reason is not None:
-                self.concluder.stopped(run, op_id, -1)
-                return None
+                raise Ended(Ending.stopped_by(run.reason, -1)) from failure
             emit(f"[relevo] {failure.error_class.value}: {failure.message}")
             cause = {"prepare": failure.message, "agent_id": self.config.agent_id, "attempt": ref.attempt}
-            self.concluder.conclude(
-                run,
-                op_id,
-                StageStatus.FAILED,
-                OperationOutcome.FAILED,
-                None,
-                error=failure.error_class,
-                cause=json.dumps(cause),
-            )
-            return None
+            raise Ended(Ending.failed(failure.error_class, cause)) from failure
         if run.reason is not None:
-            self.concluder.stopped(run, op_id, -1)
-            return None
+            raise Ended(Ending.stopped_by(run.reason, -1))
         try:
             with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):
                 if prepared.restored is not None:
                     stage_attempts.record_restored(ref, prepared.restored)
-                if context.envelope.checkout is not None or prepared.restored is not None:
+                if attempt.envelope.checkout is not None or prepared.restored is not None:
                     stage_attempts.record_precondition(ref, prepared.precondition)
-        except stage_attempts.LeaseLost:
-            self.concluder.abandon(run, op_id)
-            return None
+        except stage_attempts.LeaseLost as lost:
+            raise Ended(Ending.abandoned()) from lost
         except (BotoCoreError, ClientError) as exc:
             log.warning("%s attempt %d: what the restore did was not recorded (%s)", op_id, ref.attempt, exc)
         if (
@@ -379,107 +375,22 @@ class StageRunner:
             self.journal.set_precondition(op_id, ref.attempt, prepared.precondition)
         return prepared
 
-    # ------------------------------------------------------------------ reconcile
-    def _after_previous_fence(self, run: StageRun, op_id: str, previous: dict[str, Any]) -> bool:
+    def _after_previous_fence(self, attempt: ClaimedAttempt) -> None:
         """A successor probes (or runs) only once the previous holder has fenced: after that
-        holder's recorded lease end plus the allowed clock skew, by this clock. False if the run
-        was stopped meanwhile."""
+        holder's recorded lease end plus the allowed clock skew, by this clock. Ended (abandoned)
+        if the run was stopped meanwhile."""
+        run, previous = attempt.run, attempt.previous
         wait = reconcile.previous_fence_in(previous, self.config.max_clock_skew_sec, time.time())
         if wait <= 0:
-            return True
+            return
         log.info(
             "%s attempt %d: waiting %.1fs for attempt %s's holder to have fenced (its lease end %s plus %gs of skew)",
-            op_id,
+            attempt.op_id,
             run.ref.attempt,
             wait,
             previous.get("attempt"),
             previous.get("lease_expires_iso"),
             self.config.max_clock_skew_sec,
         )
-        return not run.cancel.wait(wait)
-
-    def _reconcile(
-        self,
-        run: StageRun,
-        plan: StagePlan,
-        op_id: str,
-        local: Operation | None,
-        previous: dict[str, Any],
-        precondition: str,
-        workspace: Path,
-        env: dict[str, str],
-    ) -> bool:
-        """Decide the previous attempt's unknown outcome. True: run the stage; False: decided."""
-        ref = run.ref
-        probe = None
-        previous_outputs = reconcile.previous_outputs(local, previous)
-        if plan.effect_probe and reconcile.wants_probe(local, previous):
-            # The probe asks about what the previous attempt recorded (a submission id, say).
-            from relevo_core.models.handoff import previous_output_variable
-
-            probe_env = {
-                **env,
-                "RELEVO_PROBE": "1",
-                **{previous_output_variable(k): v for k, v in previous_outputs.items()},
-            }
-            result = self.command.under_lease(
-                run, plan, plan.effect_probe, workspace, probe_env, lambda chunk: None, probe=True
-            )
-            if run.reason is not None:
-                self.concluder.stopped(run, op_id, result.exit_code)
-                return False
-            # Masked like the stage's logs before any of it is recorded or logged.
-            probe = reconcile.ProbeResult.masked(
-                -1 if result.timed_out else result.exit_code,
-                result.output_tail,
-                Masker(secret_values(self.config.mask, env)),
-                cut=len(result.output_tail.encode()) >= TAIL_BYTES,
-            )
-        reconciled = reconcile.decide(op_id, local, previous, precondition, probe)
-        if reconciled.action is reconcile.ReconcileAction.SUCCEEDED:
-            reconciled = reconcile.with_what_it_left(reconciled, plan.handoff, previous, previous_outputs)
-        log.info(
-            "%s attempt %d reconciled: %s %s",
-            op_id,
-            ref.attempt,
-            reconciled.action.value,
-            reconciled.evidence,
-        )
-        try:
-            stage_attempts.record_reconciled(ref, reconciled.action.value, reconciled.evidence, utc_now())
-        except stage_attempts.LeaseLost:
-            self.concluder.abandon(run, op_id)
-            return False
-        if reconciled.action is reconcile.ReconcileAction.RERUN:
-            return True
-        if reconciled.action in (reconcile.ReconcileAction.RESEND, reconcile.ReconcileAction.SUCCEEDED):
-            self.concluder.conclude(
-                run,
-                op_id,
-                StageStatus.SUCCEEDED,
-                OperationOutcome.RECONCILED,
-                reconciled.receipt,
-                exit_code=0,
-            )
-        elif reconciled.action is reconcile.ReconcileAction.MANUAL_REVIEW:
-            self.concluder.conclude(
-                run,
-                op_id,
-                StageStatus.MANUAL_REVIEW,
-                OperationOutcome.RECONCILED,
-                None,
-                error=ErrorClass.MANUAL_REVIEW,
-                cause=json.dumps(reconciled.evidence),
-                stage_outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW,
-            )
-        else:
-            self.concluder.conclude(
-                run,
-                op_id,
-                StageStatus.FAILED,
-                OperationOutcome.RECONCILED,
-                None,
-                error=ErrorClass.PRECONDITION_CHANGED,
-                cause=json.dumps(reconciled.evidence),
-            )
-        return False
+        if run.cancel.wait(wait):
+            raise Ended(Ending.abandoned())

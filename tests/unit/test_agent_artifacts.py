@@ -80,7 +80,7 @@ def test_progress_lines_come_about_every_interval_then_a_completion_line():
 def test_the_receipts_checksums_never_follow_a_link_the_build_left(tmp_path):
     """A link in RELEVO_ARTIFACT_DIR is not read (as the upload skips it): with run_as the agent
     could otherwise hash a file of its own that the build cannot read, into the receipt."""
-    from relevo_agent.execute import _checksums
+    from relevo_agent.receipt import _checksums
 
     secret = tmp_path / "agent-only"
     secret.write_text("agent's")

@@ -1,0 +1,109 @@
+"""Settling what the previous attempt of a stage left unknown, before this attempt runs anything
+(relevo_agent.reconcile decides): a receipt re-sent, the stage's effect probe run under this
+attempt's lease, the decision recorded on the stage (fenced). The attempt ends there (Ended)
+unless the decision is to run the stage again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from relevo_agent import reconcile
+from relevo_agent.attempt import utc_now
+from relevo_agent.claimed import ClaimedAttempt
+from relevo_agent.config import AgentConfig
+from relevo_agent.ending import Ended, Ending
+from relevo_agent.execute import StageCommand
+from relevo_agent.executor import TAIL_BYTES
+from relevo_agent.journal import OperationOutcome
+from relevo_agent.logs import Masker, secret_values
+from relevo_core.models.errors import ErrorClass
+from relevo_core.models.status import StageStatus
+from relevo_core.store import stage_attempts
+
+if TYPE_CHECKING:
+    from relevo_agent.reconcile import ProbeResult, Reconciliation
+
+log = logging.getLogger(__name__)
+
+Action = reconcile.ReconcileAction
+
+
+class Settle:
+    """`command`: runs the effect probe under the attempt's lease (relevo_agent.execute)."""
+
+    def __init__(self, config: AgentConfig, command: StageCommand) -> None:
+        self.config = config
+        self.command = command
+
+    def previous(self, attempt: ClaimedAttempt, precondition: str, env: dict[str, str]) -> None:
+        """Decide the previous attempt's unknown outcome: returns when the stage is to run again
+        (re-run); raises Ended with the decision otherwise (or when the run was stopped)."""
+        ref = attempt.run.ref
+        reconciled = reconcile.decide(
+            attempt.op_id, attempt.local, attempt.previous, precondition, self._probe(attempt, env)
+        )
+        if reconciled.action is Action.SUCCEEDED:
+            outputs = reconcile.previous_outputs(attempt.local, attempt.previous)
+            reconciled = reconcile.with_what_it_left(
+                reconciled, attempt.plan.handoff, attempt.previous, outputs
+            )
+        log.info(
+            "%s attempt %d reconciled: %s %s",
+            attempt.op_id,
+            ref.attempt,
+            reconciled.action.value,
+            reconciled.evidence,
+        )
+        try:
+            stage_attempts.record_reconciled(ref, reconciled.action.value, reconciled.evidence, utc_now())
+        except stage_attempts.LeaseLost as lost:
+            raise Ended(Ending.abandoned()) from lost
+        if reconciled.action is not Action.RERUN:
+            raise Ended(_ending(reconciled))
+
+    def _probe(self, attempt: ClaimedAttempt, env: dict[str, str]) -> ProbeResult | None:
+        """The stage's effect probe, run when the plan has one and no receipt decides; it asks
+        about what the previous attempt recorded (a submission id, say). None: no probe."""
+        from relevo_core.models.handoff import previous_output_variable
+
+        run, plan = attempt.run, attempt.plan
+        if not plan.effect_probe or not reconcile.wants_probe(attempt.local, attempt.previous):
+            return None
+        previous_outputs = reconcile.previous_outputs(attempt.local, attempt.previous)
+        probe_env = {
+            **env,
+            "RELEVO_PROBE": "1",
+            **{previous_output_variable(k): v for k, v in previous_outputs.items()},
+        }
+        result = self.command.under_lease(
+            run, plan, plan.effect_probe, attempt.workspace, probe_env, lambda chunk: None, probe=True
+        )
+        if run.reason is not None:
+            raise Ended(Ending.stopped_by(run.reason, result.exit_code))
+        # Masked like the stage's logs before any of it is recorded or logged.
+        return reconcile.ProbeResult.masked(
+            -1 if result.timed_out else result.exit_code,
+            result.output_tail,
+            Masker(secret_values(self.config.mask, env)),
+            cut=len(result.output_tail.encode()) >= TAIL_BYTES,
+        )
+
+
+def _ending(reconciled: Reconciliation) -> Ending:
+    """The ending a decision other than a re-run makes: the receipt re-sent (a success), a person
+    asked (manual review), or the stage failed for its changed precondition."""
+    if reconciled.action in (Action.RESEND, Action.SUCCEEDED):
+        return Ending.succeeded(reconciled.receipt, 0, outcome=OperationOutcome.RECONCILED)
+    if reconciled.action is Action.MANUAL_REVIEW:
+        return Ending.failed(
+            ErrorClass.MANUAL_REVIEW,
+            reconciled.evidence,
+            outcome=OperationOutcome.RECONCILED,
+            status=StageStatus.MANUAL_REVIEW,
+            stage_outcome=stage_attempts.AttemptOutcome.MANUAL_REVIEW,
+        )
+    return Ending.failed(
+        ErrorClass.PRECONDITION_CHANGED, reconciled.evidence, outcome=OperationOutcome.RECONCILED
+    )
