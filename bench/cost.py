@@ -35,7 +35,7 @@ import traceback
 from collections import Counter
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -295,7 +295,6 @@ def measure(stack: Any, recorder: Recorder) -> int:
     from relevo_core.config import intake_settings
     from relevo_core.execution import work_queue_url
     from relevo_core.models.envelope import read_envelope
-    from relevo_core.models.status import StageStatus
     from relevo_core.store import stage_attempts
 
     project_id = "cost-" + secrets.token_hex(3)

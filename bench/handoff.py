@@ -214,7 +214,7 @@ def run_side(argv: list[str]) -> int:
 
 
 def measure(stack: Any, work: Path, total_bytes: int) -> tuple[list[str], bool]:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from relevo_core.aws import client
     from relevo_core.store import stage_attempts

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
-from typing import Optional
 
 import typer
 

@@ -22,7 +22,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from relevo_agent.config import AgentConfig

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from relevo_agent.claim_routes import ClaimRoutes, RouteError, RouteUnreachable, session_credentials

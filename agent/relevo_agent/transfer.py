@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from botocore.exceptions import BotoCoreError, ClientError
 

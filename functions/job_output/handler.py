@@ -1,7 +1,7 @@
 """GET /jobs/{job_id}/logs (page forward with from_seq, back with before_seq) and
 GET /jobs/{job_id}/artifacts/{name} (a presigned download link valid 2 minutes) — IAM, view."""
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from http import HTTPStatus
 from urllib.parse import unquote
 

@@ -663,7 +663,7 @@ def test_an_answer_of_plain_dicts_serializes_byte_for_byte_as_moto_would_with_ea
 ):
     """The memo of pick_members_of_plain_answers_once against moto's own walk, on a Query answer
     holding every AttributeValue type, nested maps and lists, and a DescribeTable answer."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from moto.core import serialize
     from moto.core.utils import get_service_model

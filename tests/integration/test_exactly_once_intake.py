@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 

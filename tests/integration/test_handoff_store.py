@@ -14,7 +14,7 @@ import secrets
 import shutil
 import stat
 import threading
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest

@@ -4,7 +4,7 @@ driven by an agent double that makes the real SQS, DynamoDB and task-token calls
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus

@@ -10,7 +10,7 @@ own (1 request per chunk, 2 write units a KB in one partition key: about 0.5 MB/
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 

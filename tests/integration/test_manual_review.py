@@ -4,9 +4,8 @@ out, and `POST /jobs/{id}/stages/{stage}/resolve` finishes it as succeeded, retr
 
 from __future__ import annotations
 
-import json
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 

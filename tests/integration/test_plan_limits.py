@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest

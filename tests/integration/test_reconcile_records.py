@@ -3,7 +3,7 @@ other agent write (DynamoDB on the embedded stack)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 

@@ -10,7 +10,7 @@ effectively", DynamoDB Developer Guide); shards writing one job's log shared tha
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.follow import LogFollower

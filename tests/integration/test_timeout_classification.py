@@ -12,7 +12,7 @@ own clock, never by comparing the lease an agent wrote with the state machine's 
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.aws import client
 from relevo_core.store import stage_attempts

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client

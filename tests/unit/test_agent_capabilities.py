@@ -141,7 +141,7 @@ def test_requires_is_validated_and_frozen_into_the_plan():
 
 
 def test_no_matching_agent_names_the_requirement_and_the_nearest_agents():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from relevo_core.jobs.view import agent_queue_reason, no_match_detail
     from relevo_core.models.status import QueueReason

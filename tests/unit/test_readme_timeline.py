@@ -73,7 +73,7 @@ def test_the_readme_timeline_is_the_codes():
 
 
 def test_the_doctors_limit_is_the_allowed_skew(tmp_path: Path):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from relevo_agent.doctor import check_clock
 
@@ -86,7 +86,7 @@ def test_the_doctors_limit_is_the_allowed_skew(tmp_path: Path):
 
 
 def test_doctor_checks_the_clock_against_the_agents_own_allowed_skew(monkeypatch, tmp_path: Path):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from relevo_agent import doctor
 

@@ -148,7 +148,7 @@ def restore_handoffs(
     with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-local") as pool:
         sources = list(pool.map(in_this_context(local), files_here))
     missing: list[Placed] = []
-    for item, source in zip(files_here, sources):
+    for item, source in zip(files_here, sources, strict=True):
         if source == "present":
             result.present_bytes += item.entry.size
         elif source == "cache":

@@ -32,14 +32,13 @@ import hashlib
 import io
 import json
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -177,7 +176,11 @@ def store_handoff(
     # Pass 1: every file's sha256 (large ones side by side: hashlib lets go of the GIL).
     with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-hash") as pool:
         digests = dict(
-            zip((f.path for f in files), pool.map(lambda f: sha256_file(workspace / f.path), files))
+            zip(
+                (f.path for f in files),
+                pool.map(lambda f: sha256_file(workspace / f.path), files),
+                strict=True,
+            )
         )
     if cache is not None:
         for entry in files:

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 import re
 import sys
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table

@@ -21,7 +21,6 @@ import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape

@@ -81,7 +81,7 @@ def _string(value: dict[str, Any] | None) -> str | None:
 
 def _query_partition_value(request: dict[str, Any], hash_key: str) -> str | None:
     names = request.get("ExpressionAttributeNames") or {}
-    for alias, target in [(hash_key, hash_key), *((a, t) for a, t in names.items() if t == hash_key)]:
+    for alias, _target in [(hash_key, hash_key), *((a, t) for a, t in names.items() if t == hash_key)]:
         found = re.search(
             rf"(?<![\w#]){re.escape(alias)}\s*=\s*(:\w+)", request.get("KeyConditionExpression") or ""
         )

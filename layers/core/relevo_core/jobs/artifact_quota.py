@@ -41,7 +41,7 @@ from relevo_core.notify.transitions import stream_images
 from relevo_core.store import artifact_usage
 from relevo_core.store.artifacts import ArtifactRecord, list_artifacts
 from relevo_core.store.jobs import get_envelope
-from relevo_core.store.keys import JOB_SK, artifact_pk
+from relevo_core.store.keys import JOB_SK
 from relevo_core.store.project_jobs import jobs_of_project
 from relevo_core.store.projects import get_project
 

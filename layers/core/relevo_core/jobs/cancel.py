@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.config import ExecutionSettings
 from relevo_core.execution import stop_execution

@@ -20,7 +20,7 @@ before it reports the stage's end).
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from relevo_core.job_objects import JobPrefix
@@ -194,7 +194,7 @@ def log_page(table: str, job_id: str, query: LogQuery, now: datetime | None = No
         "queue_detail": detail,
         "region_affinity": view["region_affinity"],
         "stages": [stage_marks(stage, view["approval_decision"]) for stage in view["stages"]],
-        "chunks": [chunk_view(chunk, after) for chunk, after in zip(page.chunks, page.after)],
+        "chunks": [chunk_view(chunk, after) for chunk, after in zip(page.chunks, page.after, strict=True)],
         "next_seq": cursor_text(page.end),
         "before_seq": before_seq,
         "more": more,

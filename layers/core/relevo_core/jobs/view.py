@@ -444,7 +444,7 @@ def _agent_wait(
     waiting_shards = [
         {
             **{name: shard[name] for name in ("stage", "shard", "attempt")},
-            **dict(zip(("queue_reason", "queue_detail"), why(shard["requires"]))),
+            **dict(zip(("queue_reason", "queue_detail"), why(shard["requires"]), strict=True)),
         }
         for shard in shards
     ]

@@ -366,7 +366,7 @@ class StagePlan(_Frozen):
             return [Shard(index=index, count=count) for index in range(count)]
         keys = list(self.matrix)
         return [
-            Shard(index=index, count=count, matrix=dict(zip(keys, combination)))
+            Shard(index=index, count=count, matrix=dict(zip(keys, combination, strict=True)))
             for index, combination in enumerate(itertools.product(*(self.matrix[key] for key in keys)))
         ]
 

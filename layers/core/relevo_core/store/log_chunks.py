@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from relevo_core.models.envelope import JobEnvelope
 
 # A log partition of a job: None for its own (stages without shards), (stage index, shard) for a shard's.
-LogPart = Optional[tuple[int, int]]
+LogPart = tuple[int, int] | None
 # Where a reader stands in a job's log: for each partition, the seq of its first chunk after that
 # point (a partition not named: 0, all of it after). One position serves both directions: the
 # chunks before it are those with smaller seqs.
@@ -241,7 +241,7 @@ def _each_part(parts: list[LogPart], read: Callable[[LogPart], Any]) -> dict[Log
     with ThreadPoolExecutor(
         max_workers=min(PARALLEL_PARTS, len(parts)), thread_name_prefix="log-part"
     ) as pool:
-        return dict(zip(parts, pool.map(in_this_context(read), parts)))
+        return dict(zip(parts, pool.map(in_this_context(read), parts), strict=True))
 
 
 class MergedPage(BaseModel):

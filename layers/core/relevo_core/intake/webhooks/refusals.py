@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.config import IntakeSettings
 from relevo_core.intake.webhooks.incoming import IncomingDelivery, count_refusal

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
