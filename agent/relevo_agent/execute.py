@@ -146,7 +146,7 @@ class StageCommand:
                 )
             except KeychainFailure as failure:
                 log.warning("%s attempt %d: no signing keychain: %s", op_id, ref.attempt, failure.message)
-                cause = {
+                cause: dict[str, Any] = {
                     "keychain": failure.message,
                     "agent_id": self.config.agent_id,
                     "attempt": ref.attempt,
@@ -235,7 +235,7 @@ class StageCommand:
                 result.duration_sec,
             )
             return
-        cause: dict[str, Any] = {
+        cause = {
             "exit_code": result.exit_code,
             "agent_id": self.config.agent_id,
             "attempt": ref.attempt,

@@ -335,7 +335,7 @@ class TraceDaemonSocket:
 
     def segments(self) -> list[dict[str, Any]]:
         """The segment documents received so far (each datagram: a JSON header line, then the segment)."""
-        found = []
+        found: list[dict[str, Any]] = []
         while True:
             try:
                 datagram = self._socket.recv(65536)

@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,7 +42,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ACCOUNT_ID = identity.ACCOUNT_ID
 # The key the emulator accepts before its IAM enforcement is on: only for creating the stack's
 # own IAM user, the first request the stack makes.
-_BOOTSTRAP_CREDENTIALS = {"aws_access_key_id": "bootstrap", "aws_secret_access_key": "bootstrap"}
+_BOOTSTRAP_CREDENTIALS: dict[str, Any] = {
+    "aws_access_key_id": "bootstrap",
+    "aws_secret_access_key": "bootstrap",
+}
 
 
 def region_logical_suffix(region_affinity: str) -> str:
@@ -241,6 +245,7 @@ class LocalStack:
             region: str(physical[f"WorkQueue{region_logical_suffix(region)}"])
             for region in [r.strip() for r in str(regions).split(",") if r.strip()]
         }
+        assert self.credentials is not None  # the local user, made as the stack started
         info = StackInfo(
             stack_name=self.stack_name,
             aws_endpoint=endpoint,
@@ -405,7 +410,7 @@ class LocalStack:
                 consumer = StreamConsumer(
                     f"{fn.logical_id}-{event_name}",
                     batch_size,
-                    invoke=lambda event, name=fn.logical_id: self._runtimes[name].invoke(event),
+                    invoke=partial(self._invoke, fn.logical_id),
                     keep=record_filter(patterns),
                 )
                 arn = table["LatestStreamArn"]
@@ -463,6 +468,9 @@ class LocalStack:
             daemon=True,
             name="project-schedules",
         ).start()
+
+    def _invoke(self, function: str, event: dict[str, Any]) -> Any:
+        return self._runtimes[function].invoke(event)
 
     def _invoke_arn(self, arn: str, event: dict[str, Any]) -> Any:
         """Invoke the stack's function whose ARN (or a qualified ARN of it) is `arn`."""
@@ -531,7 +539,9 @@ class _EndpointSession:
         self.endpoint = endpoint
 
     def client(self, service: str) -> Any:
-        return self._session.client(service, endpoint_url=self.endpoint)
+        # boto3-stubs type client() per literal service name.
+        endpoint = self.endpoint
+        return self._session.client(service, endpoint_url=endpoint)  # type: ignore[call-overload]  # by name
 
 
 def _wait_for_stack(cloudformation: Any, name: str, timeout: float = 120) -> dict[str, Any]:

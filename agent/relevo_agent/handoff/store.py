@@ -40,6 +40,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from boto3.s3.transfer import TransferConfig
@@ -65,6 +66,9 @@ from relevo_core.models.handoff import (
 from relevo_core.models.transfer import human_bytes
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store.stage_attempts import StageRef
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +137,10 @@ class _Bytes(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
-    def readinto(self, into) -> int:  # type: ignore[no-untyped-def, override]
-        piece = self._view[self._at : self._at + len(into)]
-        into[: len(piece)] = piece
+    def readinto(self, into: WriteableBuffer) -> int:
+        target = memoryview(into)
+        piece = self._view[self._at : self._at + len(target)]
+        target[: len(piece)] = piece
         self._at += len(piece)
         return len(piece)
 
@@ -360,7 +365,7 @@ def store_handoff(
     return summary
 
 
-def _exists(s3, bucket: str, key: str) -> bool:  # type: ignore[no-untyped-def]
+def _exists(s3: Any, bucket: str, key: str) -> bool:
     try:
         s3.head_object(Bucket=bucket, Key=key)
         return True
@@ -372,7 +377,7 @@ def _entry(found: Found, sha256: str | None, locations: dict[str, Location]) -> 
     if found.type != "file":
         return ManifestEntry(
             path=found.path, type=found.type, mode=found.mode, mtime_ns=found.mtime_ns, target=found.target
-        )  # type: ignore[arg-type]
+        )
     assert sha256 is not None
     where = locations[sha256]
     return ManifestEntry(

@@ -41,7 +41,7 @@ def parse_each_update_expression_once() -> None:
         if cls is UpdateExpressionParser
         else make(cls, expression_str)
     )
-    UpdateExpressionParser._relevo_parsed_once = True  # type: ignore[attr-defined]
+    UpdateExpressionParser._relevo_parsed_once = True
 
 
 def check_each_update_expressions_form_once() -> None:
@@ -86,7 +86,7 @@ def check_each_update_expressions_form_once() -> None:
     validator.__init__ = __init__
     validator.get_ast_processors = get_ast_processors
     validator.validate = validate_and_remember
-    validator._relevo_form_once = True  # type: ignore[attr-defined]
+    validator._relevo_form_once = True
 
 
 def traverse_expression_trees_by_node_type() -> None:
@@ -132,7 +132,7 @@ def traverse_expression_trees_by_node_type() -> None:
         return node
 
     traverser.traverse_node_recursively = traverse_node_recursively
-    traverser._relevo_by_node_type = True  # type: ignore[attr-defined]
+    traverser._relevo_by_node_type = True
 
 
 def copy_expression_trees_node_by_node() -> None:
@@ -170,7 +170,7 @@ def copy_expression_trees_node_by_node() -> None:
                 new_dict[copied(key, memo)] = copied(element, memo)
             return new_dict
         if issubclass(kind, node_class):
-            node = kind.__new__(kind)
+            node = kind.__new__(kind)  # type: ignore[call-overload]  # a node class's bare instance
             memo[id(value)] = node
             node.__dict__.update({name: copied(element, memo) for name, element in value.__dict__.items()})
             return node
@@ -184,7 +184,7 @@ def copy_expression_trees_node_by_node() -> None:
         return copied(value, memo)
 
     validators.deepcopy = deepcopy
-    validators._relevo_node_by_node = True  # type: ignore[attr-defined]
+    validators._relevo_node_by_node = True
 
 
 def query_a_tables_partition_only() -> None:
@@ -234,8 +234,8 @@ def query_a_tables_partition_only() -> None:
 
     Table.all_items = all_items
     Table.query = table_query
-    Table._relevo_original_all_items = list_all  # type: ignore[attr-defined]
-    Table._relevo_partition_only = True  # type: ignore[attr-defined]
+    Table._relevo_original_all_items = list_all
+    Table._relevo_partition_only = True
 
 
 def apply_dynamodb_actions_one_at_a_time() -> None:
@@ -268,7 +268,7 @@ def apply_dynamodb_actions_one_at_a_time() -> None:
 
         locked.__name__ = locked.__qualname__ = name
         setattr(DynamoHandler, name, locked)
-    DynamoHandler._relevo_one_at_a_time = True  # type: ignore[attr-defined]
+    DynamoHandler._relevo_one_at_a_time = True
 
 
 def back_up_only_touched_items_in_transactions() -> None:
@@ -299,9 +299,10 @@ def back_up_only_touched_items_in_transactions() -> None:
             for h, _ in keys:
                 if h in table.items:
                     clone.items[h] = real_copy.deepcopy(table.items[h])
-        if getattr(table, "stream_shard", None) is not None:
-            shard = real_copy.copy(table.stream_shard)
-            shard.items, shard.table = list(table.stream_shard.items), clone
+        stream_shard = getattr(table, "stream_shard", None)
+        if stream_shard is not None:
+            shard = real_copy.copy(stream_shard)
+            shard.items, shard.table = list(stream_shard.items), clone
             clone.stream_shard = shard
         return clone
 
@@ -328,7 +329,7 @@ def back_up_only_touched_items_in_transactions() -> None:
                 continue
             if table.name in by_table and by_table[table.name] is None:
                 continue
-            by_table.setdefault(table.name, set()).add(
+            by_table.setdefault(table.name, set()).add(  # type: ignore[union-attr]  # None was skipped above
                 (DynamoType(hash_value), DynamoType(range_value) if range_value is not None else None)
             )
         _TRANSACTION_KEYS.by_table = by_table
@@ -377,8 +378,8 @@ def share_stream_records_in_transaction_backups() -> None:
         clone.items = list(self.items)
         return clone
 
-    StreamShard.__deepcopy__ = __deepcopy__  # type: ignore[attr-defined]
-    StreamShard._relevo_shallow_records = True  # type: ignore[attr-defined]
+    StreamShard.__deepcopy__ = __deepcopy__
+    StreamShard._relevo_shallow_records = True
 
 
 def detach_emulator_stream_invoker(table_name: str, account_id: str, region: str) -> None:

@@ -21,7 +21,7 @@ def list_moto_modules_once() -> None:
     def listed_once() -> tuple[str, ...]:
         return modules
 
-    listed_once._relevo_listed_once = True  # type: ignore[attr-defined]
+    listed_once._relevo_listed_once = True
     backends.list_of_moto_modules = listed_once
 
 
@@ -53,8 +53,8 @@ def pick_members_of_plain_answers_once() -> None:
         return found
 
     picker.get_possible_keys = get_possible_keys
-    picker._relevo_original_get_possible_keys = possible_keys  # type: ignore[attr-defined]
-    picker._relevo_keys_once = True  # type: ignore[attr-defined]
+    picker._relevo_original_get_possible_keys = possible_keys
+    picker._relevo_keys_once = True
 
 
 def serialize_attribute_values_directly() -> None:
@@ -112,5 +112,5 @@ def serialize_attribute_values_directly() -> None:
         structure(self, serialized, value, shape, key)
 
     json_serializer._serialize_type_structure = _serialize_type_structure
-    json_serializer._relevo_original_serialize_type_structure = structure  # type: ignore[attr-defined]
-    json_serializer._relevo_attribute_values_directly = True  # type: ignore[attr-defined]
+    json_serializer._relevo_original_serialize_type_structure = structure
+    json_serializer._relevo_attribute_values_directly = True

@@ -163,6 +163,7 @@ def test_group(
         began = clock.now()
         http_status, error, attempts = None, None, 1
         if channel.kind == "slack":
+            assert channel.webhook_secret_ref is not None  # the group model requires it of a Slack channel
             try:
                 url = secret(channel.webhook_secret_ref)
             except Exception as exc:  # reported, not raised: the other channels are still tried

@@ -150,6 +150,7 @@ def send_to_channel(
 ) -> None:
     channel = group.channels[index]
     if channel.kind == "slack":
+        assert channel.webhook_secret_ref is not None  # the group model requires it of a Slack channel
         try:
             url = outbound.secret(channel.webhook_secret_ref)
         except Exception as exc:  # an unreadable secret: dead-lettered, never raised

@@ -332,7 +332,7 @@ def read_backward(
     read_forward does (`home`). `start` is where to page further back from; `more` whether
     anything is stored before it."""
     readable = [part for part in parts if position is None or position.get(part, 0) > 0]
-    found = dict.fromkeys(parts, ([], False))
+    found: dict[LogPart, tuple[list[LogChunk], bool]] = dict.fromkeys(parts, ([], False))
     if readable:
         found.update(
             _each_part(
