@@ -19,7 +19,7 @@ BUILD_DIR ?= .aws-sam/build
 PYTHON312_BIN ?= $(shell for p in python3.12 $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python3.12; do \
 	$$p -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null && dirname "$$(command -v $$p)" && break; done)
 
-.PHONY: demo test lint bench local-up lock clean build
+.PHONY: demo test check lint bench local-up lock clean build
 
 $(STAMP): $(LOCK) layers/core/pyproject.toml agent/pyproject.toml cli/pyproject.toml local/pyproject.toml tools/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,7 +47,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-lint: $(STAMP)
+# The checks on every commit (.ci/run runs them before the tests): the format, ruff's rules and
+# mypy, each configured in pyproject.toml.
+check: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+lint: check
 	$(BIN)/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 	$(BIN)/statelint statemachines/*.asl.json
 	$(BIN)/checkov --quiet --compact --skip-download --framework cloudformation -f template.yaml

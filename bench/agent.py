@@ -295,7 +295,7 @@ def raw_sqs_latencies(count: int) -> list[float]:
     for _ in range(count):
         received: list[float] = []
 
-        def receive() -> None:
+        def receive(received: list[float] = received) -> None:
             while not received:
                 for _m in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=20).get("Messages", []):
                     received.append(time.time())

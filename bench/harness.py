@@ -134,12 +134,12 @@ def record_aws_calls(
             on_attempt()
         return send(endpoint, request)
 
-    Endpoint.make_request = recording_make_request  # type: ignore[method-assign]
-    Endpoint._send = recording_send  # type: ignore[method-assign]
+    Endpoint.make_request = recording_make_request  # type: ignore[method-assign]  # calls recorded
+    Endpoint._send = recording_send  # type: ignore[method-assign]  # calls recorded
 
     def restore() -> None:
-        Endpoint.make_request = make_request  # type: ignore[method-assign]
-        Endpoint._send = send  # type: ignore[method-assign]
+        Endpoint.make_request = make_request  # type: ignore[method-assign]  # put back
+        Endpoint._send = send  # type: ignore[method-assign]  # put back
 
     return restore
 

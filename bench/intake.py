@@ -562,7 +562,9 @@ def measure_instructions() -> bool:
         start_up_count = pool.submit(count_instructions, "pass")
         totals = list(pool.map(count_instructions, [statement for _, statement in INSTRUCTION_STATEMENTS]))
     start_up = start_up_count.result()
-    counts = {label: total - start_up for (label, _), total in zip(INSTRUCTION_STATEMENTS, totals)}
+    counts = {
+        label: total - start_up for (label, _), total in zip(INSTRUCTION_STATEMENTS, totals, strict=True)
+    }
     baseline = counts["baseline"]
     print()
     print(

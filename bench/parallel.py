@@ -45,7 +45,7 @@ import tempfile
 import time
 import traceback
 from contextlib import ExitStack
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 

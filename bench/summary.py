@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def table(rows: list[Row]) -> list[str]:
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
 
     def line(row: tuple[str, ...]) -> str:
-        return "| " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths)) + " |"
+        return "| " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) + " |"
 
     return [line(header), "|" + "|".join("-" * (width + 2) for width in widths) + "|"] + [
         line(row) for row in cells[1:]

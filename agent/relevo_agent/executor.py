@@ -6,6 +6,7 @@ the agent's (relevo_agent.build_user)."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -165,8 +166,9 @@ def run_command(
     tail = bytearray()
 
     def pump() -> None:
-        assert process.stdout is not None
-        for chunk in iter(lambda: process.stdout.read1(65536), b""):  # type: ignore[union-attr]
+        stdout = process.stdout
+        assert isinstance(stdout, io.BufferedReader)  # Popen's pipe in binary mode, buffered
+        for chunk in iter(lambda: stdout.read1(65536), b""):
             on_output(chunk)
             tail.extend(chunk)
             del tail[:-tail_bytes]

@@ -69,6 +69,13 @@ def _secret(name: str) -> Callable[[], Any]:
     return lambda: client("secretsmanager").get_secret_value(SecretId=name)
 
 
+def _visibility(url: str) -> Callable[[], Any]:
+    """A change of nothing's visibility on another region's queue."""
+    return lambda: client("sqs").change_message_visibility(
+        QueueUrl=url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0
+    )
+
+
 def _route(api_url: str, region: str, aws_region: str) -> Callable[[], Any]:
     """A claim of nothing on `region`'s claim route: API Gateway authorizes execute-api:Invoke
     before the function reads the body, so a refusal of the body means the route is allowed."""
@@ -211,9 +218,7 @@ def probes(
                 f"take {other}'s stages",
                 "sqs:ChangeMessageVisibility",
                 False,
-                lambda url=url: client("sqs").change_message_visibility(
-                    QueueUrl=url, ReceiptHandle=PROBE_ID, VisibilityTimeout=0
-                ),
+                _visibility(url),
             )
         )
     if stack_name:

@@ -28,6 +28,7 @@ from relevo_core.models.plan import StagePlan
 from relevo_core.store import stage_attempts
 
 if TYPE_CHECKING:
+    from relevo_agent.handoff.cache import HandoffCache
     from relevo_core.models.envelope import JobEnvelope
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class Prepared:
     restored: dict[str, Any] | None = None
 
 
-def handoff_cache(config: AgentConfig):  # type: ignore[no-untyped-def]
+def handoff_cache(config: AgentConfig) -> HandoffCache:
     from relevo_agent.handoff.cache import HandoffCache
 
     return HandoffCache(
@@ -171,6 +172,8 @@ def prepare(
         if cancel.is_set():
             raise PrepareStopped()
         prepared.known = result.known or {}
+        first = sources[0].handoff
+        assert first is not None  # sources: the earlier stages with a handoff
         prepared.restored = {
             "attempt": ref.attempt,
             "agent_id": ref.agent_id,
@@ -182,7 +185,7 @@ def prepare(
             "present_bytes": result.present_bytes,
             "digest": result.digest,
             "seconds": round(time.monotonic() - started, 3),
-            "cross_region_bytes": cross_region(config, sources[0].handoff.manifest, result.restored_bytes),
+            "cross_region_bytes": cross_region(config, first.manifest, result.restored_bytes),
         }
     prepared.precondition = reconcile.precondition_version(
         workspace, envelope.ref, commit, plan.inputs, pinned=envelope.checkout is not None

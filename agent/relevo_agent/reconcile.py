@@ -200,7 +200,7 @@ def _resolve_ref(workspace: Path, ref: str) -> str | None:
 def previous_outputs(local: Operation | None, previous: dict[str, Any]) -> dict[str, str]:
     """What the previous attempt recorded of its values as it ran: on its stage record, or (when
     it ran here) in this journal, which has them first."""
-    outputs = previous.get("outputs") if isinstance(previous.get("outputs"), dict) else {}
+    outputs = given if isinstance(given := previous.get("outputs"), dict) else {}
     if local is not None and local.attempt == previous.get("attempt") and local.outputs:
         outputs = {**outputs, **local.outputs}
     return {str(key): str(value) for key, value in (outputs or {}).items()}

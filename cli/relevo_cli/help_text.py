@@ -12,8 +12,8 @@ def _untyped(param: click.Parameter) -> None:
     if isinstance(getattr(param, "type", None), click.Choice) or getattr(descriptor, "is_choice", False):
         return
     # Instance attributes shadow the methods typer's help calls (rich_utils): no type, no range.
-    param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
-    param._get_number_range_help_str = lambda: None  # type: ignore[attr-defined]
+    param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]  # typer's help reads it
+    param._get_number_range_help_str = lambda: None  # type: ignore[attr-defined]  # typer's help reads it
 
 
 def without_type_tags(command: click.Command) -> None:
@@ -28,6 +28,6 @@ def without_type_tags(command: click.Command) -> None:
             _untyped(param)
         return params
 
-    command.get_params = get_params  # type: ignore[method-assign]
+    command.get_params = get_params  # type: ignore[method-assign]  # help lists params by it
     for sub in getattr(command, "commands", {}).values():
         without_type_tags(sub)

@@ -8,6 +8,9 @@ are hidden from --help."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import typer
 
 from relevo_cli.cli_errors import RelevoGroup, print_version, set_debug
@@ -44,7 +47,7 @@ def _root(
 
 
 # `relevo job …`, in the order `relevo job --help` lists them.
-JOB_COMMANDS = (
+JOB_COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("list", jobs.jobs),
     ("view", jobs.status),
     ("logs", jobs.logs),

@@ -47,8 +47,8 @@ def resolvers() -> list[Any]:
         spec = importlib.util.spec_from_file_location(
             f"relevo_api_{name}", ROOT / "functions" / name / "handler.py"
         )
+        assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        assert spec.loader is not None
         spec.loader.exec_module(module)
         apps.append(module.app)
     return apps

@@ -151,7 +151,9 @@ def concurrency_finding(plan: DeployPlan, limit: int, unreserved: int) -> Check:
 
 def preflight(plan: DeployPlan, aws: boto3.session.Session, endpoint_url: str | None = None) -> list[Check]:
     def call(service: str, operation: str, **kwargs: Any) -> Any:
-        return getattr(aws.client(service, endpoint_url=endpoint_url), operation)(**kwargs)
+        # boto3-stubs type client() per literal service name.
+        made = aws.client(service, endpoint_url=endpoint_url)  # type: ignore[call-overload]  # any service
+        return getattr(made, operation)(**kwargs)
 
     findings: list[Check] = []
     try:

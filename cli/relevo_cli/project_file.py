@@ -50,7 +50,7 @@ class ProjectFile(Project):
 
     model_config = ConfigDict(frozen=True, extra="forbid", title="Relevo project file")
 
-    webhook: WebhookSecretSources = Field(  # type: ignore[assignment]
+    webhook: WebhookSecretSources = Field(  # type: ignore[assignment]  # the file: env variables
         default=WebhookSecretSources(),
         description="Where `relevo project apply` reads the webhook secrets from.",
     )

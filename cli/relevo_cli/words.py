@@ -5,7 +5,7 @@ beside it, how long something ran, and which Mac ran which stages (and shards)."
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 # What each failure class means, said of the stage that failed with it.

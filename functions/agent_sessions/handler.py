@@ -3,7 +3,7 @@ the job's credentials), /sessions (those credentials again, for the claim whose 
 lease), /accepts, /heartbeats and /outcomes (the attempt's tasks, answered for the claim that holds
 it: the agent never holds a task token) — IAM: the region's agent role (relevo_core.fleet.claims)."""
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver

@@ -3,7 +3,7 @@ enforced on them: the oldest ended jobs' artifacts are removed until each projec
 its bound. A failure raises, and the whole batch comes again: counting is once per stream record,
 removal once per artifact, so a repeat changes nothing that was done."""
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.config import table_settings
 from relevo_core.jobs.artifact_quota import handle_changes

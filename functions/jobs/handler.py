@@ -2,7 +2,7 @@
 GET /jobs/{job_id} (a job, its stages and who wrote its last state; view) and
 GET /jobs/{job_id}/cost (what its execution cost; view) — IAM."""
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver

@@ -4,7 +4,7 @@ DELETE /jobs/{job_id} (manage; ended jobs only, with their logs and artifact rec
 fleet's pauses: POST /agents/{agent_id}/pause|resume, /regions/{region}/pause|resume (the
 stack's admins) — IAM."""
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver

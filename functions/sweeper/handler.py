@@ -5,7 +5,7 @@ timed out outside Relevo (final status, queue slot back), free project locks and
 held by executions that have ended, and decide the DLQ freeze of newly dead-lettered idempotency
 keys."""
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.config.sweeper import sweeper_settings
 from relevo_core.observability import lambda_entry

@@ -112,6 +112,7 @@ class ApiAdapter:
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address: bytes only for AF_UNIX
         return f"http://{host}:{port}/{self.stage}"
 
     def start(self) -> None:

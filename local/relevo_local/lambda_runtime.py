@@ -322,7 +322,8 @@ class TraceDaemonSocket:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._socket.bind(("127.0.0.1", 0))
         self._socket.setblocking(False)
-        self.address = "%s:%d" % self._socket.getsockname()
+        host, port = self._socket.getsockname()
+        self.address = f"{host}:{port}"
 
     def environment(self) -> dict[str, str]:
         host, port = self.address.split(":")
@@ -334,7 +335,7 @@ class TraceDaemonSocket:
 
     def segments(self) -> list[dict[str, Any]]:
         """The segment documents received so far (each datagram: a JSON header line, then the segment)."""
-        found = []
+        found: list[dict[str, Any]] = []
         while True:
             try:
                 datagram = self._socket.recv(65536)

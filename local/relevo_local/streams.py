@@ -15,6 +15,7 @@ import queue
 import sys
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 
@@ -26,7 +27,10 @@ def record_filter(patterns: tuple[str, ...]) -> Callable[[dict[str, Any]], bool]
     compiled = [EventPattern.load(pattern) for pattern in patterns]
     if not compiled:
         return lambda _record: True
-    return lambda record: any(pattern.matches_event(record) for pattern in compiled)
+    return lambda record: any(
+        pattern.matches_event(record)  # type: ignore[arg-type]  # it reads any JSON document
+        for pattern in compiled
+    )
 
 
 DISCOVER_EVERY_POLLS = 20
@@ -194,6 +198,6 @@ def _as_lambda_delivers(record: dict[str, Any], stream_arn: str) -> dict[str, An
     stream's ARN ("Using AWS Lambda with Amazon DynamoDB", event example)."""
     change = dict(record.get("dynamodb", {}))
     created = change.get("ApproximateCreationDateTime")
-    if hasattr(created, "timestamp"):
+    if isinstance(created, datetime):
         change["ApproximateCreationDateTime"] = int(created.timestamp())
     return {**record, "dynamodb": change, "eventSourceARN": stream_arn}

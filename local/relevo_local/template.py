@@ -15,6 +15,7 @@ import re
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -162,12 +163,12 @@ def packaged_with(
         kind = resource.get("Type")
         if kind == "AWS::Serverless::Function" and isinstance(props.get("CodeUri"), str):
             code = root / props["CodeUri"]
-            props["CodeUri"] = store(f"functions/{logical_id}.zip", lambda code=code: _zip_dir(code))
+            props["CodeUri"] = store(f"functions/{logical_id}.zip", partial(_zip_dir, code))
         elif kind == "AWS::Serverless::LayerVersion" and isinstance(props.get("ContentUri"), str):
             # `sam build` (BuildMethod python) places a layer's code under python/.
             content = root / props["ContentUri"]
             props["ContentUri"] = store(
-                f"layers/{logical_id}.zip", lambda content=content: _zip_dir(content, prefix="python/")
+                f"layers/{logical_id}.zip", partial(_zip_dir, content, prefix="python/")
             )
         elif kind == "AWS::Serverless::StateMachine" and isinstance(props.get("DefinitionUri"), str):
             props["Definition"] = json.loads((root / props.pop("DefinitionUri")).read_text())
@@ -193,7 +194,7 @@ def translate(template: dict[str, Any], parameters: dict[str, str], iam: Any | N
     if region_unset:
         os.environ["AWS_DEFAULT_REGION"] = parameters["AWS::Region"]
     try:
-        return transform(copy.deepcopy(template), dict(parameters), loader)  # type: ignore[arg-type]
+        return transform(copy.deepcopy(template), dict(parameters), loader)
     finally:
         if region_unset:
             os.environ.pop("AWS_DEFAULT_REGION", None)

@@ -13,7 +13,7 @@ import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -459,7 +459,9 @@ def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(op
             count = len(_lines(browser_page))
             earlier.click()
             wait_until(
-                lambda: len(_lines(browser_page)) > count or earlier.is_disabled(), 15, "earlier lines"
+                lambda count=count: len(_lines(browser_page)) > count or earlier.is_disabled(),
+                15,
+                "earlier lines",
             )
         # Then the whole log is there once, in order
         assert _lines(browser_page) == expected
@@ -1201,7 +1203,7 @@ def test_the_job_list_is_a_line_per_job_with_agent_progress_duration_and_human_t
             def cells(job_id: str) -> dict[str, str]:
                 row = browser_page.locator(f"tr[data-job-id='{job_id}']")
                 names = browser_page.locator("table.jobs thead th").all_inner_texts()
-                return dict(zip(names, row.locator("td").all_inner_texts()))
+                return dict(zip(names, row.locator("td").all_inner_texts(), strict=True))
 
             # Then each row says who ran it, how far it got and for how long, in one line
             done = cells(warned)

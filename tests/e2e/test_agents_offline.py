@@ -14,7 +14,7 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +145,7 @@ def test_a_region_whose_last_agent_is_killed_pages_each_group_once_and_a_flap_in
         sweep()
         sweep()  # a second sweep sees the same fleet: it records nothing
         for hook in hooks:
-            wait_until(lambda: _pages(recorder, hook, region) >= 1, 20, "the agents_offline page")
+            wait_until(lambda hook=hook: _pages(recorder, hook, region) >= 1, 20, "the agents_offline page")
         _settled()
         assert [_pages(recorder, hook, region) for hook in hooks] == [1, 1]
 

@@ -9,7 +9,8 @@ import secrets
 import signal
 from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from relevo_core.files.stack import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.codec import from_attributes
 from relevo_local.processes import agent_process, random_commit, write_agent_config
-from tests.helpers.stack import job_items, regions_stack, use_stack, wait_until
+from tests.helpers.stack import job_items, regions_stack, wait_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -123,7 +124,7 @@ def test_two_agents_of_a_region_share_work_within_their_capacity(stack, tmp_path
     # ...never more than one stage at a time on an agent of capacity 1...
     for agent_id, intervals in by_agent.items():
         ordered = sorted(intervals)
-        assert all(end <= next_start for (_, end), (next_start, _) in zip(ordered, ordered[1:])), (
+        assert all(end <= next_start for (_, end), (next_start, _) in pairwise(ordered)), (
             agent_id,
             ordered,
         )

@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from relevo_cli.api import RelevoApi
 from relevo_core.files.stack import StackInfo
 from relevo_core.store import agents
 from relevo_local.processes import agent_process, random_commit, write_agent_config
-from tests.helpers.stack import regions_stack, use_stack, wait_until
+from tests.helpers.stack import regions_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-fleet-pause")]
 

@@ -12,7 +12,7 @@ import json
 import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ def _agents_online(
     """relevo-agent processes of `capacity`, online in the region; their logs."""
     info, stack_file = stack
     logs = [tmp_path / f"{agent_id}.log" for agent_id in agent_ids]
-    for agent_id, log in zip(agent_ids, logs):
+    for agent_id, log in zip(agent_ids, logs, strict=True):
         config = write_agent_config(
             tmp_path / f"{agent_id}.toml",
             stack_file,

@@ -3,7 +3,6 @@ process, a signed GitHub push, the job followed through the API to `succeeded`."
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from pathlib import Path
@@ -13,7 +12,6 @@ import requests
 
 from relevo_cli.api import RelevoApi
 from relevo_cli.projects import apply_project_file
-from relevo_core.aws import reset_clients
 from relevo_core.intake.webhooks.github import sign
 from relevo_local.processes import agent_process, local_stack, write_agent_config
 from relevo_local.template import load_sam_template

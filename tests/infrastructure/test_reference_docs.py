@@ -66,7 +66,7 @@ def _yaml_blocks(page: Path) -> Iterator[tuple[int, Any]]:
 @pytest.mark.parametrize("page", DOCS, ids=[p.name for p in DOCS])
 def test_every_project_snippet_of_the_docs_uses_keys_the_model_knows(page: Path):
     # A whole project file validates as one; a snippet showing stages validates stage by stage.
-    for line, snippet in _yaml_blocks(page):
+    for _line, snippet in _yaml_blocks(page):
         if not isinstance(snippet, dict):
             continue
         if "id" in snippet and "stages" in snippet:

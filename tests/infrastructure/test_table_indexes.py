@@ -113,7 +113,10 @@ def _literal(node: ast.AST | None, constants: dict[str, Any]) -> Any:
     if isinstance(node, ast.Name):
         return constants.get(node.id)
     if isinstance(node, ast.Dict):
-        return {_literal(k, constants): _literal(v, constants) for k, v in zip(node.keys, node.values)}
+        return {
+            _literal(k, constants): _literal(v, constants)
+            for k, v in zip(node.keys, node.values, strict=True)
+        }
     return None
 
 
@@ -199,7 +202,7 @@ def _requests(function: ast.FunctionDef, constants: dict[str, Any]) -> Iterator[
         ):
             fields = {
                 k.value: _literal(v, constants)
-                for k, v in zip(node.keys, node.values)
+                for k, v in zip(node.keys, node.values, strict=True)
                 if isinstance(k, ast.Constant)
             }
         if fields.get("IndexName"):

@@ -9,7 +9,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -203,7 +203,7 @@ def test_an_agent_exits_when_its_stack_file_names_another_stack(local_stack, tmp
         look(seen)
         looked.set()
 
-    agent._stack_file_changed = noted  # type: ignore[method-assign]
+    agent._stack_file_changed = noted  # type: ignore[method-assign]  # observed
     running, result = _run(agent)
     try:
         assert looked.wait(30), "the agent never looked at its stack file"

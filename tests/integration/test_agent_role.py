@@ -161,7 +161,7 @@ def test_a_claim_is_answered_with_the_job_and_a_session_of_the_job_role_tagged_w
     assert tags is not None and tags["job"] == matrix.x.job_id and tags["project"] == matrix.x.project
     assert tags["signing"] == "-" and tags["git"] == "-" and {tags[f"l{n}"] for n in range(1, 9)} == {"-"}
     # Soon after the stage's exec timeout (1 h by default) and lease: here the hour STS allows.
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     left = (matrix.session.expiration - datetime.now(UTC)).total_seconds()
     assert 3000 < left <= 3600, left
@@ -179,7 +179,8 @@ def test_what_the_job_credentials_do_for_their_own_job_is_allowed(local_stack, m
     # Writes are authorized, then refused by a condition that never holds: nothing is left behind.
     for args in (_update(table, f"STAGES#{x}", "STAGE#00", "status", "running"),):
         assert (
-            refusal_code(lambda: dynamodb.update_item(**args, **NEVER)) == "ConditionalCheckFailedException"
+            refusal_code(lambda args=args: dynamodb.update_item(**args, **NEVER))
+            == "ConditionalCheckFailedException"
         )
     for pk, sk in (
         (f"LOGS#{x}", "SEQ#000000000000"),
@@ -187,7 +188,7 @@ def test_what_the_job_credentials_do_for_their_own_job_is_allowed(local_stack, m
         (f"ARTIFACTS#{x}", "test#shard-1/app.ipa"),
     ):
         assert (
-            refusal_code(lambda: dynamodb.put_item(**_put(table, pk, sk, data="x"), **NEVER))
+            refusal_code(lambda pk=pk, sk=sk: dynamodb.put_item(**_put(table, pk, sk, data="x"), **NEVER))
             == "ConditionalCheckFailedException"
         )
     bucket = local_stack.resources["ArtifactBucket"]
@@ -471,7 +472,8 @@ def test_the_agent_role_alone_has_no_object_secret_or_task_power(local_stack, ma
     secrets_manager = _as_agent(local_stack, "eu-west", "secretsmanager")
     for secret in (matrix.q_signing, matrix.q_git, matrix.p_signing):
         assert (
-            refusal_code(lambda: secrets_manager.get_secret_value(SecretId=secret)) == "AccessDeniedException"
+            refusal_code(lambda secret=secret: secrets_manager.get_secret_value(SecretId=secret))
+            == "AccessDeniedException"
         ), secret
     sfn = _as_agent(local_stack, "eu-west", "stepfunctions")
     # A task token is a capability: the agent's own credentials may answer none, not even Y's
@@ -580,7 +582,7 @@ def test_an_agent_reads_the_pauses_it_obeys_and_can_set_or_lift_none(local_stack
     """Pauses are the operators' (POST /agents/{id}/pause, admins only): an agent that could write
     them could pause its peers, or lift or stretch its own. It reads its own and its region's with
     every presence write; writing either, where the store keeps them, is refused."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from relevo_core.store import agent_pauses
 
@@ -711,7 +713,9 @@ def test_the_us_east_macs_cannot_turn_a_job_green_or_ship_a_forged_build(local_s
     dynamodb, s3 = _as_agent(local_stack, "us-east", "dynamodb"), _as_agent(local_stack, "us-east", "s3")
     for pk, sk in ((f"JOB#{job}", "JOB"), (f"STAGES#{job}", "STAGE#00"), (f"JOB#{job}", "STAGE#00")):
         assert (
-            refusal_code(lambda: dynamodb.update_item(**_update(table, pk, sk, "status", "succeeded")))
+            refusal_code(
+                lambda pk=pk, sk=sk: dynamodb.update_item(**_update(table, pk, sk, "status", "succeeded"))
+            )
             == "AccessDeniedException"
         ), (pk, sk)
     bucket = local_stack.resources["ArtifactBucket"]
@@ -761,7 +765,9 @@ def test_a_shards_session_writes_its_own_log_partition_and_no_siblings_the_jobs_
         f"LOGS#{job_id}/00",
     ):
         assert (
-            refusal_code(lambda: dynamodb.put_item(**_put(table, other, "SEQ#000000000000", data="forged")))
+            refusal_code(
+                lambda other=other: dynamodb.put_item(**_put(table, other, "SEQ#000000000000", data="forged"))
+            )
             == "AccessDeniedException"
         ), other
     # And job X's session (a stage without shards) writes its own log and none of these shards'

@@ -178,10 +178,13 @@ def test_the_quota_remover_deletes_nothing_of_another_project_and_still_removes_
     finally:
         # When X ends (its artifacts become removable) and ArtifactQuotaFunction runs off the stream,
         api.cancel_job(attack.job_id)
-    stored = lambda: {
-        r.path: r.removed_at is None
-        for r in artifact_store.list_artifacts(local_stack.table_name, attack.job_id)
-    }  # noqa: E731
+
+    def stored() -> dict[str, bool]:
+        return {
+            r.path: r.removed_at is None
+            for r in artifact_store.list_artifacts(local_stack.table_name, attack.job_id)
+        }
+
     wait_until(lambda: stored().get("own.ipa") is False, 30, "X's own artifact removed by the bound")
     # Then X's own artifact went (record marked, object deleted), the forged one was neither
     # counted nor removed, and Q's object is still there: one version, the latest, no delete marker.

@@ -32,7 +32,6 @@ def notifications(local_stack, project_id):
 
     def read(job_id: str, settle_sec: float = 1.0) -> list[str]:
         time.sleep(settle_sec)
-        events = []
         while True:
             batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get(
                 "Messages", []

@@ -194,7 +194,7 @@ def test_each_shards_files_are_stored_and_recorded_as_its_own(local_stack, tmp_p
         ("test", 1, "app.ipa", 2, f"s3://{bucket}/shards/{job_id}/test/shard-1/app.ipa"),
     ]
     s3 = client("s3")
-    for record, body in zip(found, ("shard 0\n", "shard 1, attempt 2\n")):
+    for record, body in zip(found, ("shard 0\n", "shard 1, attempt 2\n"), strict=True):
         key = record.uri.removeprefix(f"s3://{bucket}/")
         assert s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode() == body
         assert record.sha256 == hashlib.sha256(body.encode()).hexdigest()

@@ -4,7 +4,7 @@ stack's list on the embedded stack, and prints one OnlineAgents document per reg
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 

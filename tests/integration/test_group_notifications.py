@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -124,7 +124,7 @@ def test_exactly_one_job_waiting_per_gate_then_its_outcome_and_nothing_more(
         expected_titles.append(f"{project_id}: job succeeded")
     else:  # the job's ending at the gate, under job_waiting, instead of job_failed
         expected_titles.append(f"{project_id}: deploy {outcome}")
-    posted = wait_until(
+    wait_until(
         lambda: len(recorder.received(group.hook_path)) >= len(expected_titles)
         and recorder.received(group.hook_path),
         20,

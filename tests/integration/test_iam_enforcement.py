@@ -245,7 +245,7 @@ def _presigned(stack, key: str, expires: int, signed_at: dt.datetime | None = No
 
     class Then(dt.datetime):
         @classmethod
-        def utcnow(cls):  # type: ignore[override]
+        def utcnow(cls):  # type: ignore[override]  # the clock at signing time
             return signed_at.replace(tzinfo=None)
 
     real = botocore.auth.datetime.datetime

@@ -13,6 +13,7 @@ import math
 import secrets
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,7 @@ def test_an_idle_agent_only_long_polls_its_queue_at_most_three_times_a_minute(
     assert 1 <= len(window) <= math.ceil(WINDOW_SEC / WAIT_SEC) + 1, [
         round(at - began, 2) for at, _, _ in window
     ]
-    gaps = [later - earlier for (earlier, _, _), (later, _, _) in zip(window, window[1:])]
+    gaps = [later - earlier for (earlier, _, _), (later, _, _) in pairwise(window)]
     assert all(gap >= WAIT_SEC * 0.9 for gap in gaps), gaps
 
     # At the default wait the same loop makes at most 60 / 20 = 3 requests a minute.

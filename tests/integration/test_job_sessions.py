@@ -5,7 +5,7 @@ session its claim came with, never sees it, and the agent renews it before it ru
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from relevo_agent.claim import new_claim_secret

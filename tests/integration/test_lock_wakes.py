@@ -6,7 +6,7 @@ seconds of the release was woken."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client

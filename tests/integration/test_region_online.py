@@ -5,7 +5,7 @@ by a sweep that read the fleet before the last change was recorded."""
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes

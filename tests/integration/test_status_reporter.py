@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 import pytest

@@ -4,7 +4,7 @@ place; a second sweep changes nothing. On the embedded stack with job.asl.json i
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from botocore.exceptions import ClientError
 

@@ -163,11 +163,14 @@ def test_a_mac_that_ran_an_earlier_stage_cannot_open_its_jobs_gate_and_the_job_w
     # And even a token come by some other way answers nothing: no task power on the job's session
     # or on the agent's own credentials.
     for sfn in (_as_job(stack, session, "stepfunctions"), _as_agent(stack, "eu-west", "stepfunctions")):
-        assert refusal_code(lambda: sfn.send_task_success(taskToken=gate.token, output="{}")) == REFUSED
         assert (
-            refusal_code(lambda: sfn.send_task_failure(taskToken=gate.token, error="x", cause="y")) == REFUSED
+            refusal_code(lambda sfn=sfn: sfn.send_task_success(taskToken=gate.token, output="{}")) == REFUSED
         )
-        assert refusal_code(lambda: sfn.send_task_heartbeat(taskToken=run.token)) == REFUSED
+        assert (
+            refusal_code(lambda sfn=sfn: sfn.send_task_failure(taskToken=gate.token, error="x", cause="y"))
+            == REFUSED
+        )
+        assert refusal_code(lambda sfn=sfn: sfn.send_task_heartbeat(taskToken=run.token)) == REFUSED
 
     # And its ended attempt gets no session, heartbeat or second answer through the routes.
     routes = _routes(stack, "eu-west")
@@ -216,9 +219,11 @@ def test_a_mac_cannot_answer_a_stage_another_mac_runs(local_stack, project_id):
     for agent_id in ("mac-a", "mac-b"):  # its own name, or the holder's: the secret is mac-b's alone
         forged = {**_attempt(sign, agent_id, secret_a)}
         assert _route_refusal(
-            lambda: routes.report(OutcomeReport(**forged, status="succeeded", outcome="succeeded"))
+            lambda forged=forged: routes.report(
+                OutcomeReport(**forged, status="succeeded", outcome="succeeded")
+            )
         ) == (409, "ATTEMPT_NOT_HELD")
-        assert _route_refusal(lambda: routes.heartbeat(HeartbeatRequest(**forged))) == (
+        assert _route_refusal(lambda forged=forged: routes.heartbeat(HeartbeatRequest(**forged))) == (
             409,
             "ATTEMPT_NOT_HELD",
         )

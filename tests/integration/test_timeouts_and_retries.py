@@ -3,10 +3,8 @@ job.asl.json on the embedded stack (timeouts and backoffs come from the plan, ke
 
 from __future__ import annotations
 
-import json
 import threading
-import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -262,12 +262,12 @@ def test_waiting_behind_the_longest_approval_gate_as_well_costs_under_half_of_th
     names = [[_entered(e) for e in events[a:b] if _entered(e)] for a, b in spans]
     gated = {
         b - a
-        for (a, b), states in zip(spans, names)
+        for (a, b), states in zip(spans, names, strict=True)
         if "WaitBehindGate" in states and "IsQueueHead" not in states
     }
     busy = {
         b - a
-        for (a, b), states in zip(spans, names)
+        for (a, b), states in zip(spans, names, strict=True)
         if "WaitForProject" in states and "IsQueueHead" not in states
     }
     assert gate_round in names and round_ in names

@@ -24,7 +24,7 @@ import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -129,7 +129,7 @@ def test_a_cold_accepted_delivery_reads_the_project_secret_and_queue_then_writes
 
 def test_a_warm_accepted_delivery_takes_two_calls(container, local_stack):
     """The delivery's record rides in the job's transaction: no PutItem of its own."""
-    statuses, made = zip(*(container.push() for _ in range(3)))
+    statuses, made = zip(*(container.push() for _ in range(3)), strict=True)
     assert statuses == (202, 202, 202)
     assert list(made) == [ACCEPTED] * 3, [len(calls) for calls in made]
     accepted = [r for r in _records(local_stack, container.project_id) if r["outcome"]["S"] == "accepted"]

@@ -207,7 +207,7 @@ def test_it_asks_when_not_told(tmp_path: Path):
 )
 def test_bad_answers_are_one_line_and_exit_2(tmp_path: Path, args, message):
     base = {"--team-size": "5", "--cadence": "weekly", "--regions": "eu-west"}
-    base.update(dict(zip(args[::2], args[1::2])))
+    base.update(dict(zip(args[::2], args[1::2], strict=True)))
     flags = [item for pair in base.items() for item in pair] + [
         "--no-compliance",
         "--tenants",

@@ -38,7 +38,8 @@ def _wrapped(error: ClientError) -> S3UploadFailedError:
         try:
             raise error
         except ClientError as exc:
-            raise S3UploadFailedError(f"Failed to upload: {exc}")
+            # As boto3 raises it: without `from`, so the ClientError is its __context__, not its __cause__.
+            raise S3UploadFailedError(f"Failed to upload: {exc}")  # noqa: B904
     except S3UploadFailedError as wrapped:
         return wrapped
 

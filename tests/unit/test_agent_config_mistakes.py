@@ -92,7 +92,7 @@ def test_run_refuses_a_build_user_the_agent_is_or_cannot_become(
     nobody = pwd.getpwnam("nobody")
     refusals = {}
     for euid in (build_user.uid, nobody.pw_uid):
-        monkeypatch.setattr(os, "geteuid", lambda: euid)
+        monkeypatch.setattr(os, "geteuid", lambda euid=euid: euid)
         result = runner.invoke(app, ["run", "--config", str(config)])
         assert result.exit_code == 2
         [refusals[euid]] = _lines(result.output)

@@ -59,7 +59,7 @@ def test_a_secret_split_across_two_reads_is_masked():
 def test_masking_does_not_depend_on_where_reads_split(before: str, after: str, cuts: list[int]):
     data = f"{before}{CANARY}{after}{CANARY}".encode()
     points = sorted({min(c, len(data)) for c in cuts})
-    pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)])]
+    pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
     text = mask_all([CANARY, "other-secret"], pieces)
     assert CANARY not in text
     assert text == data.decode().replace(CANARY, MASK)

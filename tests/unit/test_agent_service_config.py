@@ -6,7 +6,7 @@ from __future__ import annotations
 import plistlib
 import socket
 import subprocess
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest

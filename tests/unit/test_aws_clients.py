@@ -3,6 +3,8 @@ talks to the one it points at now."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from relevo_core.aws import client
@@ -125,7 +127,7 @@ def _sent(session, service: str, region: str, operation: str, params: dict) -> t
 
     seen: dict[str, str] = {}
 
-    def before_send(request, **_):  # type: ignore[no-untyped-def]
+    def before_send(request: Any, **_: Any) -> None:
         auth = request.headers["Authorization"]
         auth = auth.decode() if isinstance(auth, bytes) else auth
         seen["url"] = request.url

@@ -4,7 +4,7 @@ durations, bytes uploaded per stage) and how attempts and reconciliations are sh
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_cli.console.render import templates
 from relevo_cli.console.summary import artifact_type, format_duration, job_summary

@@ -407,7 +407,7 @@ def test_envelope_is_immutable() -> None:
     """Given a parsed envelope, when a field is assigned, then pydantic refuses (frozen)."""
     envelope = read_envelope(minimal_envelope())
     with pytest.raises(ValidationError):
-        envelope.priority = 5  # type: ignore[misc]
+        envelope.priority = 5  # type: ignore[misc]  # the write refused
 
 
 def test_stage_lookup_by_name() -> None:

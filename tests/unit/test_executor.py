@@ -6,7 +6,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +50,7 @@ def read_pid(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def run_in_thread(**kwargs) -> tuple[threading.Thread, dict[str, ExecResult]]:  # type: ignore[no-untyped-def]
+def run_in_thread(**kwargs: Any) -> tuple[threading.Thread, dict[str, ExecResult]]:
     box: dict[str, ExecResult] = {}
 
     def target() -> None:
@@ -60,7 +62,7 @@ def run_in_thread(**kwargs) -> tuple[threading.Thread, dict[str, ExecResult]]:  
 
 
 @pytest.fixture
-def reap_leftovers():  # type: ignore[no-untyped-def]
+def reap_leftovers() -> Iterator[list[int]]:
     """Pids a test spawned indirectly; any still alive at the end are SIGKILLed so nothing leaks."""
     pids: list[int] = []
     yield pids

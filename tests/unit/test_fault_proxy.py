@@ -29,7 +29,7 @@ def echo() -> Iterator[tuple[str, int]]:
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address  # type: ignore[misc]
+    yield server.server_address  # type: ignore[misc]  # an AF_INET (host, port)
     server.shutdown()
     server.server_close()
 

@@ -128,7 +128,7 @@ def test_a_project_file_with_an_escaping_handoff_path_is_refused_naming_it() -> 
                 "stages": [{"name": "build", "run": "x", "handoff": ["ok", "../up"]}],
             }
         )
-    errors = refused.value.errors()  # type: ignore[attr-defined]
+    errors = refused.value.errors()  # type: ignore[attr-defined]  # a ValidationError
     assert errors[0]["loc"] == ("stages", 0, "handoff", 1)
     assert "climbs out" in errors[0]["msg"]
 

@@ -8,7 +8,7 @@ one hour when a role's session takes it). The emulator enforces the same (relevo
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.fleet.job_credentials import (
     LINEAGE_TAGS,

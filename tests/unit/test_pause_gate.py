@@ -4,7 +4,7 @@ instance that was running when it appeared. The injected monotonic clock stands 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 

@@ -5,7 +5,7 @@ succeeded; a shard whose success was decided without its handoff failing the lat
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest

@@ -5,7 +5,7 @@ changed; the upload's end is written at once, and nothing older is written after
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 

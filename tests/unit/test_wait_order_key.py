@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from relevo_core.store.keys import PRIORITY_BOUND, queue_seq, wait_order
 

@@ -46,9 +46,9 @@ def test_results_are_frozen() -> None:
     """Given each result type, when a field is assigned, then it refuses: results are values."""
     trigger = GitTrigger("github", "push", "a/b", "refs/heads/main", "a" * 40, None, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        trigger.commit = "b" * 40  # type: ignore[misc]
+        trigger.commit = "b" * 40  # type: ignore[misc]  # the write refused
     with pytest.raises(dataclasses.FrozenInstanceError):
-        Ignored("x").reason = "y"  # type: ignore[misc]
+        Ignored("x").reason = "y"  # type: ignore[misc]  # the write refused
     assert Pong() == Pong()
 
 

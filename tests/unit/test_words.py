@@ -4,7 +4,7 @@ now with their exact value, which Mac ran which stages."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_cli.words import error_sentence, exact_time, macs_by_stage, time_ago
 

@@ -174,9 +174,12 @@ def start_fleet(
     for region, agent_ids in FLEET.items():
         for agent_id in agent_ids:
             path = work / "agents" / f"{agent_id}.toml"
-            extra: dict[str, Any] = {"labels": LABELS[agent_id]} if agent_id in LABELS else {}
+            settings: dict[str, Any] = {
+                **AGENT_SETTINGS,
+                **({"labels": LABELS[agent_id]} if agent_id in LABELS else {}),
+            }
             configs[agent_id] = write_agent_config(
-                path, stack_file, region, agent_id, CAPACITY[region], **AGENT_SETTINGS, **extra
+                path, stack_file, region, agent_id, CAPACITY[region], **settings
             )
             processes[agent_id] = demo_stack.enter_context(
                 agent_process(configs[agent_id], work / f"{agent_id}.log", env=agent_environment(shared))

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -111,7 +112,7 @@ def _pack(
     uri: str,
     workspace: Path,
     members: list[Placed],
-    cache: HandoffCache | None,  # type: ignore[no-untyped-def]
+    cache: HandoffCache | None,
     count: Callable[[int], None],
     cancel: threading.Event,
 ) -> None:
@@ -158,7 +159,7 @@ def _pack(
 class _Stream:
     """A response body read block by block, handed out in pieces without copying."""
 
-    def __init__(self, body, count: Callable[[int], None]) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, body: Any, count: Callable[[int], None]) -> None:
         self.body, self.count = body, count
         self.block = memoryview(b"")
         self.at = 0
@@ -182,7 +183,7 @@ def _blob(
     uri: str,
     workspace: Path,
     members: list[Placed],
-    cache: HandoffCache | None,  # type: ignore[no-untyped-def]
+    cache: HandoffCache | None,
     count: Callable[[int], None],
 ) -> None:
     """A large file in one stream, hashed as it is written (no second read). Objects are fetched

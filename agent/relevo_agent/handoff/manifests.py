@@ -146,7 +146,7 @@ def check_shards_apart(sources: list[Source], manifests: list[Manifest]) -> None
     directories are one directory holding what each put in it; the same file handed on
     unchanged by several (what they were all restored from) is one file."""
     groups: dict[tuple[str, str], list[tuple[Source, Manifest]]] = {}
-    for source, manifest in zip(sources, manifests):
+    for source, manifest in zip(sources, manifests, strict=True):
         if source.shard is not None:
             groups.setdefault((source.job_id, source.stage), []).append((source, manifest))
     for group in groups.values():
@@ -163,7 +163,7 @@ def check_shards_apart(sources: list[Source], manifests: list[Manifest]) -> None
                         else f"as a {first[1].type} and as a {entry.type}"
                     )
                     raise _conflict(first[0], source, entry.path, what)
-        for path, (source, entry) in seen.items():
+        for path, (source, _entry) in seen.items():
             for parent in _parents(path):
                 above = seen.get(parent)
                 if above is not None and above[1].type != "dir":

@@ -86,7 +86,8 @@ def restore_handoffs(
     """Restore every source into `workspace` (already the job's checkout, if it has one)."""
     started = time.monotonic()
     workspace.mkdir(parents=True, exist_ok=True)
-    result = RestoreResult(from_stages=tuple(source.label for source in sources), known={})
+    known: dict[str, Location] = {}
+    result = RestoreResult(from_stages=tuple(source.label for source in sources), known=known)
     if not sources:
         result.digest = tree_digest([])
         return result
@@ -98,7 +99,7 @@ def restore_handoffs(
         if source.job_id == this_job:
             for entry in manifest.files:
                 assert entry.sha256 is not None and entry.object is not None
-                result.known[entry.sha256] = Location(entry.object, entry.offset)  # type: ignore[index]
+                known[entry.sha256] = Location(entry.object, entry.offset)
     check_shards_apart(sources, [manifest for manifest, _, _ in manifests])
     tree = merge(manifests)
     placed = [tree[path] for path in sorted(tree)]
@@ -146,12 +147,12 @@ def restore_handoffs(
 
     # Side by side (hashing and file system calls let go of the GIL), in path order of results.
     with ThreadPoolExecutor(max_workers=PARALLEL_OBJECTS, thread_name_prefix="handoff-local") as pool:
-        sources = list(pool.map(in_this_context(local), files_here))
+        found_in = list(pool.map(in_this_context(local), files_here))
     missing: list[Placed] = []
-    for item, source in zip(files_here, sources):
-        if source == "present":
+    for item, where in zip(files_here, found_in, strict=True):
+        if where == "present":
             result.present_bytes += item.entry.size
-        elif source == "cache":
+        elif where == "cache":
             result.cached_bytes += item.entry.size
         else:
             missing.append(item)

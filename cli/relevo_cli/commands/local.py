@@ -279,13 +279,14 @@ def local_agent(
     except ImportError as exc:
         raise UserMistake("relevo-agent is not installed beside this CLI (pip install ./agent)") from exc
     home, lock_fd = _agent_home(state_dir, region, agent_id)
+    settings: dict[str, Any] = {"labels": labels} if labels else {}
     config = write_agent_config(
         home / "agent.toml",
         (state_dir / "stack.json").resolve(),
         region,
         home.name,
         capacity=capacity,
-        **({"labels": labels} if labels else {}),
+        **settings,
     )
     said_labels = f", labels {', '.join(f'{key}={value}' for key, value in labels.items())}" if labels else ""
     _say(

@@ -5,7 +5,6 @@ first deploy of that stack needs in an account."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import boto3
 import typer

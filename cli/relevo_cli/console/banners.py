@@ -53,7 +53,7 @@ class Banners(StageLog):
         older API) gets no banners."""
         if "stages" not in page:
             return list(page["chunks"]), False
-        placed = []
+        placed: list[dict[str, Any]] = []
         for chunk in page["chunks"]:
             since = len(self.said)
             if not self.chunk(chunk, page):

@@ -17,7 +17,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 # seconds_between and format_duration: the CLI's too (relevo job view), imported from here by the console.
-from relevo_cli.words import error_sentence, format_duration, macs_by_stage, seconds_between
+from relevo_cli.words import error_sentence, macs_by_stage, seconds_between
+from relevo_cli.words import format_duration as format_duration
 from relevo_core.models.status import queue_reason_words
 from relevo_core.models.transfer import TransferProgress, uploaded_text
 

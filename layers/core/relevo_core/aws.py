@@ -118,7 +118,8 @@ class JobCredentials:
                 found = self._clients.get(cache_key) if self._current is credentials else None
             if found is not None:
                 return found
-            built = _session(_environment()[2], _lean(service)).client(
+            built = _new_client(
+                _session(_environment()[2], _lean(service)),
                 service,
                 config=config,
                 aws_access_key_id=credentials.access_key_id,
@@ -266,7 +267,7 @@ def _bounded_client(
                 retries={"mode": "standard", "total_max_attempts": 1},
             )
         )
-        return _session(access_key, _lean(service)).client(service, config=config)
+        return _new_client(_session(access_key, _lean(service)), service, config=config)
 
     return _built_once(("bounded", service, endpoint, region, access_key, connect, read), build)
 
@@ -274,7 +275,7 @@ def _bounded_client(
 def _client(service: str, endpoint: str | None, region: str | None, access_key: str | None) -> Any:
     return _built_once(
         (service, endpoint, region, access_key),
-        lambda: _session(access_key, _lean(service)).client(service, config=_CLIENT_CONFIG),
+        lambda: _new_client(_session(access_key, _lean(service)), service, config=_CLIENT_CONFIG),
     )
 
 
@@ -302,6 +303,10 @@ def lean_endpoints() -> None:
 
 def _lean(service: str) -> bool:
     return _LEAN_ENDPOINTS and service not in _NEEDS_ENDPOINTS_TABLE
+
+
+def _new_client(session: boto3.session.Session, service: str, **settings: Any) -> Any:
+    return session.client(service, **settings)  # type: ignore[call-overload]  # stubs: literal names only
 
 
 @lru_cache(maxsize=4)
@@ -352,10 +357,14 @@ def s3_presigner() -> Any:
 
 @cache
 def _presigner(endpoint: str | None, region: str | None, access_key: str | None) -> Any:
-    s3: dict[str, Any] = {"us_east_1_regional_endpoint": "regional"}
-    if endpoint is None:
-        s3["addressing_style"] = "virtual"
-    config = _CLIENT_CONFIG.merge(Config(signature_version="s3v4", s3=s3))
+    config = _CLIENT_CONFIG.merge(
+        Config(
+            signature_version="s3v4",
+            s3={"us_east_1_regional_endpoint": "regional", "addressing_style": "virtual"}
+            if endpoint is None
+            else {"us_east_1_regional_endpoint": "regional"},
+        )
+    )
     with _lock:
         return _session(access_key).client("s3", config=config)
 

@@ -11,7 +11,7 @@ from http import HTTPStatus
 from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
+from aws_lambda_powertools.event_handler.api_gateway import ApiGatewayResolver, BaseRouter
 
 from relevo_core.models.errors import ErrorCode, RelevoError
 
@@ -42,14 +42,15 @@ def json_body(app: BaseRouter) -> Any:
 
 def caller_arn(app: BaseRouter) -> str:
     """The IAM identity API Gateway authenticated (SigV4) for this request."""
-    identity = app.current_event.get("requestContext", {}).get("identity", {}) or {}
+    context = app.current_event.get("requestContext") or {}
+    identity = context.get("identity") or {}
     arn = identity.get("userArn") or identity.get("caller")
     if not arn:
         raise RelevoError(ErrorCode.UNAUTHENTICATED, "the request carries no IAM identity")
     return str(arn)
 
 
-def register_error_handlers(app: BaseRouter) -> None:
+def register_error_handlers(app: ApiGatewayResolver) -> None:
     @app.exception_handler(RelevoError)
     def _refusal(error: RelevoError) -> Response:
         return error_response(error)

@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import JsonSchemaMode
 
 from relevo_core.models.agent_session import ClaimGranted, ClaimRequest, SessionGranted, SessionRequest
 from relevo_core.models.errors import ErrorCode
@@ -94,7 +95,9 @@ COMMON_ERRORS = {
 }
 
 
-def _schema_ref(model: type[BaseModel], schemas: dict[str, Any], mode: str = "validation") -> dict[str, str]:
+def _schema_ref(
+    model: type[BaseModel], schemas: dict[str, Any], mode: JsonSchemaMode = "validation"
+) -> dict[str, str]:
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}", mode=mode)
     for name, definition in schema.pop("$defs", {}).items():
         schemas.setdefault(name, definition)

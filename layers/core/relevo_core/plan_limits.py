@@ -98,7 +98,7 @@ own, 45 waiting shards would need 45 × 169 renewals, about 167,000 events: 6.7 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from relevo_core.execution import PAUSE_HOLD_SEC
@@ -191,7 +191,7 @@ def require_shards_fit(project: Project) -> None:
     total = sum(counts)
     if total > MAX_SHARD_RUNS:
         sharded = ", ".join(
-            f"{stage.name}: {count}" for stage, count in zip(project.stages, counts) if count > 1
+            f"{stage.name}: {count}" for stage, count in zip(project.stages, counts, strict=True) if count > 1
         )
         raise _too_large(
             f"stages: {total} stage runs ({sharded}; 1 for each other stage); at most {MAX_SHARD_RUNS}: "

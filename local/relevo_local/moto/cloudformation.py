@@ -142,4 +142,4 @@ def point_api_url_output_at_the_adapter(stack_name: str, region: str, url: str) 
 
     for stack in cloudformation_backends[ACCOUNT_ID][region].stacks.values():
         if stack.name == stack_name and "ApiUrl" in stack.output_map.outputs:
-            stack.output_map["ApiUrl"].value = url
+            stack.output_map["ApiUrl"].value = url  # type: ignore[union-attr]  # checked in the line above

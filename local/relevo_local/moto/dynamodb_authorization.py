@@ -81,7 +81,7 @@ def _string(value: dict[str, Any] | None) -> str | None:
 
 def _query_partition_value(request: dict[str, Any], hash_key: str) -> str | None:
     names = request.get("ExpressionAttributeNames") or {}
-    for alias, target in [(hash_key, hash_key), *((a, t) for a, t in names.items() if t == hash_key)]:
+    for alias, _target in [(hash_key, hash_key), *((a, t) for a, t in names.items() if t == hash_key)]:
         found = re.search(
             rf"(?<![\w#]){re.escape(alias)}\s*=\s*(:\w+)", request.get("KeyConditionExpression") or ""
         )
@@ -103,7 +103,12 @@ def item_context(operation: str, request: dict[str, Any], region: str) -> dict[s
         key_value = _string(item.get(_hash_key(region, table))) if table else None
     elif operation == "Query":
         key_value = (
-            None if request.get("IndexName") else _query_partition_value(request, _hash_key(region, table))
+            None
+            if request.get("IndexName")
+            else _query_partition_value(
+                request,
+                _hash_key(region, table),  # type: ignore[arg-type]  # a Query names its table
+            )
         )
         attributes |= expression_attributes(request.get("ProjectionExpression"), names)
         if request.get("Select"):
@@ -203,7 +208,7 @@ def authorize_dynamodb_as_aws_does() -> None:
                     continue
                 decision = evaluate(
                     policy_documents(self._access_key.collect_policies()),
-                    Request(action, item_resource, context=context),
+                    Request(action, item_resource, context=context),  # type: ignore[arg-type]  # lists: ok
                 )
                 if decision is not PolicyDecision.ALLOW:
                     self._raise_access_denied()

@@ -80,7 +80,7 @@ def parse_each_json_path_once() -> None:
     for module in (json_path, result_path):
         if not getattr(module.parse, "_relevo_cached", False):
             cached = lru_cache(maxsize=4096)(module.parse)
-            cached._relevo_cached = True  # type: ignore[attr-defined]
+            cached._relevo_cached = True
             module.parse = cached
 
 
@@ -118,7 +118,7 @@ def name_heartbeat_timeouts() -> None:
             env=env,
             error_name=StatesErrorName(typ=name),
             event_type=HistoryEventType.TaskTimedOut,
-            event_details=EventDetails(
+            event_details=EventDetails(  # type: ignore[typeddict-item]  # AWS sends one key
                 taskTimedOutEventDetails=TaskTimedOutEventDetails(
                     resourceType=self._get_sfn_resource_type(),
                     resource=self._get_sfn_resource(),
@@ -127,8 +127,8 @@ def name_heartbeat_timeouts() -> None:
             ),
         )
 
-    StateTaskServiceCallback._from_error = _from_error  # type: ignore[method-assign]
-    StateTaskServiceCallback._relevo_heartbeat_timeout_named = True  # type: ignore[attr-defined]
+    StateTaskServiceCallback._from_error = _from_error
+    StateTaskServiceCallback._relevo_heartbeat_timeout_named = True
 
 
 def map_aws_sdk_parameters_to_member_names() -> None:
@@ -277,7 +277,7 @@ def close_a_callback_when_its_wait_ends() -> None:
         error.TYPE = error.code
 
         def __init__(self: Any, message: str = message) -> None:
-            type(self).__mro__[1].__init__(self, message)
+            type(self).__mro__[1].__init__(self, message)  # type: ignore[misc]  # the error class's own base
 
         error.__init__ = __init__
     interrupt_all = CallbackEndpoint.interrupt_all
@@ -353,7 +353,7 @@ def run_interpreter_as_execution_role(sessions: RoleSessions) -> None:
             return clients[cache_key]
 
     def _interpreter_client(region: str, service: str, credentials: Credentials) -> Any:
-        return boto3.client(
+        return boto3.client(  # type: ignore[call-overload]  # any service by name
             service_name=service,
             region_name=region,
             endpoint_url=f"http://localhost:{moto_server_port()}",
@@ -370,7 +370,7 @@ def run_interpreter_as_execution_role(sessions: RoleSessions) -> None:
             ),
         )
 
-    boto_client_for._relevo_execution_role = True  # type: ignore[attr-defined]
+    boto_client_for._relevo_execution_role = True
     boto_client.boto_client_for = boto_client_for
     # The service modules imported the function by name: rebind it where they hold it.
     for module in list(sys.modules.values()):

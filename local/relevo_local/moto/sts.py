@@ -199,7 +199,7 @@ def record_session_tags() -> None:
         tags, transitive = _check_assume_role(self)
         result = original(self)
         if tags:
-            session = result.result["Credentials"]  # the AssumedRole moto made
+            session = result.result["Credentials"]  # type: ignore[index]  # the AssumedRole moto made
             with _LOCK:
                 _SESSIONS[session.access_key_id] = _Session(dict(tags), session.expiration, tuple(transitive))
         return result
@@ -230,7 +230,10 @@ def resolve_policy_variables() -> None:
             statements = statements if isinstance(statements, list) else [statements]
             kept = [
                 s
-                for s in (resolve_statement(statement, context) for statement in statements)
+                for s in (
+                    resolve_statement(statement, context)  # type: ignore[arg-type]  # str values are allowed
+                    for statement in statements
+                )
                 if s is not None
             ]
             resolved.append(json.dumps({**document, "Statement": kept}))

@@ -30,6 +30,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -116,7 +117,7 @@ class FaultProxy:
         self.set_mode(Mode.PASS)
 
     def close(self) -> None:
-        self._call(lambda: self._closed.set() if self._closed else None)  # type: ignore[union-attr]
+        self._call(lambda: self._closed.set() if self._closed else None)
         self._thread.join(timeout=10)
 
     def __enter__(self) -> FaultProxy:
@@ -125,7 +126,7 @@ class FaultProxy:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _call(self, action) -> None:  # type: ignore[no-untyped-def]
+    def _call(self, action: Callable[[], object]) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             try:
@@ -175,16 +176,13 @@ class FaultProxy:
         drawn = [-1]  # the epoch this connection's reset was drawn in
         try:
             try:
-                upstream_reader, upstream_writer = await asyncio.wait_for(
-                    asyncio.open_connection(*self.target), 10
-                )
+                upstream_reader, upstream = await asyncio.wait_for(asyncio.open_connection(*self.target), 10)
             except (TimeoutError, OSError):
                 return
+            upstream_writer = upstream
             await asyncio.gather(
-                self._pump(agent_reader, upstream_writer, from_agent=True, peer=agent_writer, drawn=drawn),
-                self._pump(
-                    upstream_reader, agent_writer, from_agent=False, peer=upstream_writer, drawn=drawn
-                ),
+                self._pump(agent_reader, upstream, from_agent=True, peer=agent_writer, drawn=drawn),
+                self._pump(upstream_reader, agent_writer, from_agent=False, peer=upstream, drawn=drawn),
             )
         except _Closing as why:
             if str(why) == "reset":

@@ -8,6 +8,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import anyio
 from sse_starlette.sse import EventSourceResponse
@@ -54,7 +55,12 @@ async def job_detail(request: Request) -> Response:
     if start is not None and re.fullmatch(LOG_CURSOR, start):
         # The log from this cursor on (`?from_seq=0`: the whole log, streamed) instead of its tail.
         cursor: int | str = int(start) if start.isdigit() else start
-        tail = {"chunks": [], "next_seq": cursor, "before_seq": None if start == "0" else cursor, "marks": []}
+        tail: dict[str, Any] = {
+            "chunks": [],
+            "next_seq": cursor,
+            "before_seq": None if start == "0" else cursor,
+            "marks": [],
+        }
     else:
         try:
             tail = await run_in_threadpool(tail_for_page, console.api, job)

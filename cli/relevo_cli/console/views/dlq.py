@@ -12,7 +12,7 @@ from relevo_cli.console.state import Console
 def dlq_context(console: Console) -> dict[str, Any]:
     caller = console.caller_arn()
     listing = console.api.dead_letters()
-    levels: dict[str, Any] = {}
+    levels: dict[str | None, Any] = {}
 
     def why_not(action: actions.Action, project: str | None) -> str | None:
         if project not in levels:

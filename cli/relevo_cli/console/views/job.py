@@ -3,7 +3,7 @@ log's end as the page first shows it."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from relevo_cli.api import ApiError, RelevoApi

@@ -10,6 +10,7 @@ models of settings it never reads."""
 import os
 from datetime import datetime, timedelta
 from functools import lru_cache
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,7 +19,7 @@ class _Env(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
     @classmethod
-    def from_environ(cls):  # type: ignore[no-untyped-def]
+    def from_environ(cls) -> Self:
         return cls.model_validate(dict(os.environ))
 
 

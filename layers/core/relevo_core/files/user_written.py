@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 Loc = tuple[str | int, ...]
 # The 1-based line of the value at `loc` (or of the mapping that should hold it), if known.
@@ -116,7 +117,7 @@ def keys_at(model: type[BaseModel], loc: Loc) -> list[str]:
     )
 
 
-def _message(error: dict[str, Any]) -> str:
+def _message(error: ErrorDetails) -> str:
     kind, message = error["type"], str(error["msg"])
     if kind == "missing":
         return "required, but not set"

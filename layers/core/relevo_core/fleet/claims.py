@@ -20,7 +20,7 @@ very attempt (agent, attempt and claim secret on the stage record) before it ans
 
 from __future__ import annotations
 
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
 from datetime import datetime
 from typing import Any
 
@@ -85,7 +85,7 @@ def holds_files(record: dict[str, Any]) -> bool:
     """Whether the Mac that ran a stage (by its record) holds files a later stage restores: the
     handoff it stored (its receipt's summary, or the attempt's stored one) or the earlier stages'
     files it restored."""
-    receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
+    receipt = given if isinstance(given := record.get("receipt"), dict) else {}
     stored = receipt.get("handoff") or record.get("handoff_stored")
     restored = record.get("restored")
     counted = [
@@ -307,7 +307,8 @@ def renew_session(
         request.stage_index,
         request.shard,
     )
-    wait([job, held])
+    both: list[Future[Any]] = [job, held]
+    wait(both)
     record, on_record = job.result(), held.result()
     envelope = context_of([record]).envelope
     if envelope.region_affinity != region:
@@ -359,7 +360,8 @@ def _record_and_run_token(
     token = pool.submit(
         in_this_context(task_tokens.run_token), table, request.job_id, request.stage_index, request.shard
     )
-    wait([held, token])
+    both: list[Future[Any]] = [held, token]
+    wait(both)
     return held.result(), token.result()
 
 

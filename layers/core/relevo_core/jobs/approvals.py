@@ -3,7 +3,7 @@ record of who did it, when and why. Step Functions decides what the answer means
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError

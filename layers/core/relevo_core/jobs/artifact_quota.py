@@ -41,7 +41,7 @@ from relevo_core.notify.transitions import stream_images
 from relevo_core.store import artifact_usage
 from relevo_core.store.artifacts import ArtifactRecord, list_artifacts
 from relevo_core.store.jobs import get_envelope
-from relevo_core.store.keys import JOB_SK, artifact_pk
+from relevo_core.store.keys import JOB_SK
 from relevo_core.store.project_jobs import jobs_of_project
 from relevo_core.store.projects import get_project
 
@@ -113,7 +113,7 @@ def checked_image(image: dict[str, Any] | None, job_id: str, home: JobHome) -> d
 
 
 def _is_artifact(image: dict[str, Any] | None) -> bool:
-    return bool(image) and str(image.get("pk", "")).startswith("ARTIFACTS#")
+    return bool(image and str(image.get("pk", "")).startswith("ARTIFACTS#"))
 
 
 def stored_delta(old: dict[str, Any] | None, new: dict[str, Any] | None) -> int:
@@ -130,7 +130,7 @@ def _ended_job(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str | 
         return None
     try:
         ended = JobStatus(new.get("status")).terminal
-        was_ended = bool(old) and JobStatus(old.get("status")).terminal
+        was_ended = bool(old and JobStatus(old.get("status")).terminal)
     except ValueError:
         return None
     return new.get("project") if ended and not was_ended else None

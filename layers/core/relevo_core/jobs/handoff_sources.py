@@ -151,7 +151,7 @@ def _earlier(
 ) -> EarlierStage | None:
     if record.get("status") not in SUCCEEDED_STAGE:
         return None
-    receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
+    receipt = given if isinstance(given := record.get("receipt"), dict) else {}
     handoff = receipt.get("handoff")
     outputs = receipt.get("outputs") or {}
     return EarlierStage(

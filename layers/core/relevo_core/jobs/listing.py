@@ -89,7 +89,7 @@ def with_stages(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     with ThreadPoolExecutor(max_workers=_STAGE_READERS) as pool:
         found = list(pool.map(in_this_context(stages_of), rows))
-    for row, (stages, shards) in zip(rows, found):
+    for row, (stages, shards) in zip(rows, found, strict=True):
         sharded = set(row.pop("sharded_stages"))
         # A stage with shards ran where its shards did: its own record names no agent.
         attempts = sorted([*stages, *shards], key=lambda record: str(record["sk"]))

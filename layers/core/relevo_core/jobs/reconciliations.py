@@ -34,7 +34,8 @@ def reconciled_words(entry: dict[str, Any]) -> str | None:
     """What the reconciliation found and did, after the colon of reconciled_line: `the effect of
     attempt 1 exists (probe exit 0); not run again`. None for an entry that is not one."""
     decision = entry.get("decision")
-    evidence = entry.get("evidence") if isinstance(entry.get("evidence"), dict) else {}
+    given = entry.get("evidence")
+    evidence: dict[str, Any] = given if isinstance(given, dict) else {}
     probed = isinstance(evidence.get("probe_exit"), int)
     if decision == "succeeded":
         return f"the effect of {_earlier(evidence)} exists{_probe(evidence)}; not run again"
@@ -68,7 +69,9 @@ def reconciled_words(entry: dict[str, Any]) -> str | None:
 def reconciled_line(name: str, entry: dict[str, Any] | None) -> str | None:
     """`upload#2 reconciled on mac-t1: the effect of attempt 1 exists (probe exit 0); not run
     again` (`name`: the stage's, or a shard's `test[2]`). None without a reconciliation."""
-    words = reconciled_words(entry) if isinstance(entry, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    words = reconciled_words(entry)
     if words is None:
         return None
     where = f" on {entry['agent_id']}" if entry.get("agent_id") else ""

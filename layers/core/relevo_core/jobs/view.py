@@ -66,9 +66,9 @@ def _handoff_of(record: dict[str, Any]) -> dict[str, Any] | None:
     """What the stage handed on (its receipt's summary; while it runs, the attempt's stored one)
     and what its Mac restored before its command: `files`/`bytes` handed on, `restored_bytes`
     downloaded (0 when everything was already on that Mac)."""
-    receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
+    receipt = given if isinstance(given := record.get("receipt"), dict) else {}
     stored = receipt.get("handoff") or record.get("handoff_stored")
-    restored = record.get("restored") if isinstance(record.get("restored"), dict) else None
+    restored = given if isinstance(given := record.get("restored"), dict) else None
     if not stored and not restored:
         return None
     view: dict[str, Any] = {}
@@ -100,7 +100,7 @@ def _handoff_of(record: dict[str, Any]) -> dict[str, Any] | None:
 
 def _outputs_of(record: dict[str, Any]) -> dict[str, str]:
     """The stage's $RELEVO_OUTPUT values: its receipt's once it succeeded, else as recorded so far."""
-    receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
+    receipt = given if isinstance(given := record.get("receipt"), dict) else {}
     outputs = (
         receipt.get("outputs")
         if record.get("status") in SUCCEEDED_STAGE and "outputs" in receipt
@@ -114,8 +114,8 @@ def _outputs_of(record: dict[str, Any]) -> dict[str, str]:
 def _warning_of(record: dict[str, Any]) -> str | None:
     if record.get("status") != StageStatus.WARNING.value:
         return None
-    receipt = record.get("receipt") if isinstance(record.get("receipt"), dict) else {}
-    warnings = receipt.get("warnings") if isinstance(receipt.get("warnings"), dict) else {}
+    receipt = given if isinstance(given := record.get("receipt"), dict) else {}
+    warnings = given if isinstance(given := receipt.get("warnings"), dict) else {}
     return str(warnings.get("text") or "its command marked warnings")
 
 
@@ -444,7 +444,7 @@ def _agent_wait(
     waiting_shards = [
         {
             **{name: shard[name] for name in ("stage", "shard", "attempt")},
-            **dict(zip(("queue_reason", "queue_detail"), why(shard["requires"]))),
+            **dict(zip(("queue_reason", "queue_detail"), why(shard["requires"]), strict=True)),
         }
         for shard in shards
     ]

@@ -5,7 +5,7 @@
 
 import os
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Annotated, Any
 

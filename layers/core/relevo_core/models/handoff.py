@@ -8,11 +8,12 @@ them). docs/handoff.md is the reference.
 
 # Annotations are evaluated as written (no `from __future__ import annotations`), as in plan.py.
 
+import builtins
 import hashlib
 import posixpath
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
@@ -124,7 +125,7 @@ def blob_object(sha256: str) -> str:
 
 # ------------------------------------------------------------------ the manifest
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION: Final = 1
 # Files at least this large are stored whole, one object each (blobs/<sha256>), uploaded and
 # fetched in parallel parts; smaller ones are packed together (packs/<sha256>), so a tree of
 # thousands of small files (an .xcarchive, a .framework) costs a few requests, not thousands.
@@ -185,11 +186,11 @@ class ManifestEntry:
             return "target is not a string of at most 1024 characters"
         return None
 
-    def row(self) -> list[object]:
+    def row(self) -> list[builtins.object]:
         return [getattr(self, name) for name in ENTRY_FIELDS]
 
     @classmethod
-    def from_row(cls, row: object) -> "ManifestEntry":
+    def from_row(cls, row: builtins.object) -> "ManifestEntry":
         if not isinstance(row, list) or len(row) != len(ENTRY_FIELDS):
             raise ValueError(
                 f"a manifest row is a list of {len(ENTRY_FIELDS)} values ({', '.join(ENTRY_FIELDS)})"

@@ -5,7 +5,7 @@
 
 import itertools
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -366,7 +366,7 @@ class StagePlan(_Frozen):
             return [Shard(index=index, count=count) for index in range(count)]
         keys = list(self.matrix)
         return [
-            Shard(index=index, count=count, matrix=dict(zip(keys, combination)))
+            Shard(index=index, count=count, matrix=dict(zip(keys, combination, strict=True)))
             for index, combination in enumerate(itertools.product(*(self.matrix[key] for key in keys)))
         ]
 
@@ -428,7 +428,7 @@ class RunPlanMixin(BaseModel):
     """Validation shared by a project's declaration and a job's frozen copy of it."""
 
     @model_validator(mode="after")
-    def _stage_references(self):  # type: ignore[no-untyped-def]
+    def _stage_references(self) -> Self:
         stages = getattr(self, "stages", ())
         names = {stage.name for stage in stages}
         approval = getattr(self, "approval", None)

@@ -164,7 +164,7 @@ class Project(RunPlanMixin):
 
     def dedup_for(self, source: str) -> tuple[int, OnRepeat]:
         default_window, default_on_repeat = DEDUP_DEFAULTS[source]
-        policy = self.dedup.get(source, DedupPolicy())  # type: ignore[call-overload]
+        policy = self.dedup.get(source, DedupPolicy())  # type: ignore[call-overload]  # source: one of its keys
         window = policy.window_sec if policy.window_sec is not None else default_window
         # A window shorter than a handoff would let a slow job's redelivery start it twice.
         return max(window, self.longest_handoff_sec), policy.on_repeat or default_on_repeat

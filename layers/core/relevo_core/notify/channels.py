@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -163,6 +163,7 @@ def test_group(
         began = clock.now()
         http_status, error, attempts = None, None, 1
         if channel.kind == "slack":
+            assert channel.webhook_secret_ref is not None  # the group model requires it of a Slack channel
             try:
                 url = secret(channel.webhook_secret_ref)
             except Exception as exc:  # reported, not raised: the other channels are still tried

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -150,6 +150,7 @@ def send_to_channel(
 ) -> None:
     channel = group.channels[index]
     if channel.kind == "slack":
+        assert channel.webhook_secret_ref is not None  # the group model requires it of a Slack channel
         try:
             url = outbound.secret(channel.webhook_secret_ref)
         except Exception as exc:  # an unreadable secret: dead-lettered, never raised

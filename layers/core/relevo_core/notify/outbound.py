@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 from relevo_core.config.notify import NotifySettings
 from relevo_core.execution import send_report_dead_letter

@@ -127,6 +127,7 @@ class Reporter(Outbound):
             return None
         if self.superseded(report, transition, claimed):
             return SUPERSEDED
+        assert settings.token_ref is not None  # the model requires a token_ref without an app
         try:
             token = self.secret(settings.token_ref)
         except (

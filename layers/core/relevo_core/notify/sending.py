@@ -137,7 +137,7 @@ def send(
     for number in range(1, policy.attempts + 1):
         left = end - clock.now()
         if left <= 0:
-            return SendResult(tuple(attempts), False, "out of time before attempt %d" % number)
+            return SendResult(tuple(attempts), False, f"out of time before attempt {number}")
         timeout = urllib3.Timeout(
             connect=min(policy.connect_timeout_sec, left), read=min(policy.read_timeout_sec, left)
         )

@@ -9,7 +9,7 @@ written (a job runs again after its gate: `running#<updated_at>` twice, two tran
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 

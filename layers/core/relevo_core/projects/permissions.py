@@ -96,7 +96,7 @@ def requires(level: Level, missing: ErrorCode = ErrorCode.JOB_NOT_FOUND) -> Call
     and the route never runs. `missing` is what an admin gets for a job that does not exist."""
 
     def check_permission(app: BaseRouter, next_middleware: Callable[..., Response]) -> Response:
-        parameters = app.current_event.path_parameters or {}
+        parameters = app.current_event.get("pathParameters") or {}
         caller = caller_arn(app)
         if "project_id" in parameters:
             require(access_settings(), caller, parameters["project_id"], level)

@@ -3,7 +3,7 @@ and change it (grants); delete it once none of its jobs is live."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError

@@ -138,9 +138,9 @@ def _put(table: str, presence: AgentPresence, condition: str, values: dict[str, 
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
-        raise AgentIdInUse(
-            AgentPresence.model_validate(from_attributes(exc.response.get("Item", {})))
-        ) from exc
+        # ReturnValuesOnConditionCheckFailure puts the record in the error response.
+        found = from_attributes(exc.response.get("Item", {}))  # type: ignore[arg-type]  # stubs lack Item
+        raise AgentIdInUse(AgentPresence.model_validate(found)) from exc
 
 
 def mark_offline(

@@ -47,7 +47,9 @@ _CARRIED = (
 def succeeded_shards(table: str, job_id: str, stage_index: int) -> list[dict[str, Any]]:
     """The records (DynamoDB JSON) of the shards of stage `stage_index` that succeeded in `job_id`
     (`succeeded` or `warning`), in shard order; none when the job is gone."""
-    dynamodb, found, kwargs = client("dynamodb"), [], {}
+    dynamodb = client("dynamodb")
+    found: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {}
     while True:
         page = dynamodb.query(
             TableName=table,

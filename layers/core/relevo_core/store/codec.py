@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
@@ -38,7 +38,8 @@ def to_attributes(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_attribute(value: Any) -> dict[str, Any]:
-    return _serializer.serialize(_to_dynamo(value))
+    # boto3-stubs type the serializer's result as a TypedDict; it is this plain dict.
+    return cast(dict[str, Any], _serializer.serialize(_to_dynamo(value)))
 
 
 def from_attributes(item: dict[str, Any]) -> dict[str, Any]:

@@ -73,4 +73,5 @@ def transaction_cancellation(exc: ClientError) -> TransactionCancellation | None
     """The cancellation reasons of a TransactionCanceledException; None for any other error."""
     if error_code(exc) != TRANSACTION_CANCELED:
         return None
-    return TransactionCancellation(tuple(exc.response.get("CancellationReasons") or ()))
+    reasons = exc.response.get("CancellationReasons") or ()
+    return TransactionCancellation(tuple(reasons))  # type: ignore[arg-type]  # a TypedDict each: plain dicts

@@ -3,7 +3,7 @@ its creator's grant too, is in store.project_creation."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from relevo_core.aws import client

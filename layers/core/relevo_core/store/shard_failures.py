@@ -21,7 +21,9 @@ from relevo_core.store.keys import SHARD_INFIX, stage_sk, stages_pk
 def shard_failures(table: str, job_id: str, stage_index: int, shards: list[int]) -> dict[int, dict[str, Any]]:
     """Each of `shards` of stage `stage_index` of `job_id` whose record is there: its error class,
     attempts, backoff and the cause of its last failed attempt. None when the job is gone."""
-    dynamodb, found, kwargs = client("dynamodb"), {}, {}
+    dynamodb = client("dynamodb")
+    found: dict[int, dict[str, Any]] = {}
+    kwargs: dict[str, Any] = {}
     wanted = set(shards)
     while True:
         page = dynamodb.query(

@@ -56,7 +56,7 @@ def end_open_stages(table: str, job_id: str, status: StageStatus, now: datetime,
                         ":ended": status.value,
                         ":now": now.isoformat(),
                         ":writer": writer,
-                        **dict(zip(names, (s.value for s in _OPEN))),
+                        **dict(zip(names, (s.value for s in _OPEN), strict=True)),
                     }
                 ),
             )
