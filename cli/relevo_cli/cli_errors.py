@@ -5,13 +5,17 @@ line and exit 1 too. `--debug` (or RELEVO_DEBUG=1) lets the exception through, t
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 import typer
 from botocore.exceptions import NoCredentialsError, ProfileNotFound
 from rich.console import Console
 from typer.core import TyperGroup
+
+if TYPE_CHECKING:
+    # The context typer's commands are invoked with: its own copy of click's (typer >= 0.22).
+    from typer._click import Context
 
 from relevo_core.files.user_written import InvalidFile
 from relevo_core.models.envelope import JOB_ID, PROJECT_ID
@@ -38,14 +42,14 @@ class RelevoGroup(TyperGroup):
         super().__init__(*args, **kwargs)
         from relevo_cli.help_text import without_type_tags
 
-        without_type_tags(self)
+        without_type_tags(self)  # type: ignore[arg-type]  # typer's copy of click.Command
 
-    def list_commands(self, ctx: typer.Context) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         """The nouns first (job, project, …), then the commands that are no noun's (console, …)."""
         names = super().list_commands(ctx)
         return sorted(names, key=lambda name: not hasattr(self.commands[name], "commands"))
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         except (

@@ -4,6 +4,7 @@ shards), the notes under it (printed whole), and the end of its log."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from rich.console import RenderableType
 from rich.markup import escape
@@ -21,7 +22,7 @@ def gate_line(job_id: str, stage: str) -> str:
     return f"waiting for approval before {stage}: `relevo job approve {job_id}` (or `relevo job reject {job_id} --reason …`)"
 
 
-def render_job(job: dict, now: datetime | None = None) -> Table:
+def render_job(job: dict[str, Any], now: datetime | None = None) -> Table:
     """A row per stage; a stage with shards has a row per shard under it (its label: its index or
     its matrix combination), each with the Mac that ran it, its attempt, duration and result."""
     now = now or datetime.now(UTC)
@@ -43,7 +44,7 @@ def render_job(job: dict, now: datetime | None = None) -> Table:
     return table
 
 
-def _attempt_cells(run: dict, now: datetime) -> list[str]:
+def _attempt_cells(run: dict[str, Any], now: datetime) -> list[str]:
     """status, attempt, agent, duration, exit, error of a stage's or a shard's shown attempt."""
     seconds = seconds_between(run.get("started_at"), run.get("ended_at"), now)
     return [
@@ -57,12 +58,12 @@ def _attempt_cells(run: dict, now: datetime) -> list[str]:
     ]
 
 
-def transfer_text(transfer: dict | None) -> str:
+def transfer_text(transfer: dict[str, Any] | None) -> str:
     """What the attempt's artifact upload says: under way (files, bytes, percent) or its totals."""
     return TransferProgress.model_validate(transfer).describe() if transfer else ""
 
 
-def job_notes(job: dict) -> list[str]:
+def job_notes(job: dict[str, Any]) -> list[str]:
     """Lines under a job's table (printed whole, never wrapped to the table's width): where it
     builds and stands, then its approval gate (waiting at it, or how it was answered). Only what
     is known: no "@" without a commit, no last successful stage before one succeeded."""
@@ -121,7 +122,7 @@ def job_notes(job: dict) -> list[str]:
     return notes
 
 
-def reconciled_notes(job: dict) -> list[str]:
+def reconciled_notes(job: dict[str, Any]) -> list[str]:
     """Each stage (or shard) whose attempt reconciled an earlier one's unknown outcome: what the
     probe found and what was done (`upload#2 reconciled on mac-t1: the effect of attempt 1 exists
     (probe exit 0); not run again`), every reconciliation of the stage, oldest first."""
@@ -136,7 +137,7 @@ def reconciled_notes(job: dict) -> list[str]:
     return notes
 
 
-def handoff_notes(job: dict) -> list[str]:
+def handoff_notes(job: dict[str, Any]) -> list[str]:
     """What travelled between the stages (docs/handoff.md): each stage's files handed on, what its
     Mac restored, and its values."""
     notes = []
@@ -163,7 +164,7 @@ def handoff_notes(job: dict) -> list[str]:
 STATUS_LOG_LINES = 20
 
 
-def log_tail(job: dict) -> list[str]:
+def log_tail(job: dict[str, Any]) -> list[str]:
     """The last lines of the job's log, under its table (the API sends up to 200: --json has them)."""
     tail = job.get("log_tail") or {"lines": []}
     lines = tail["lines"][-STATUS_LOG_LINES:]
@@ -190,6 +191,6 @@ def log_tail(job: dict) -> list[str]:
     ]
 
 
-def view(job: dict) -> list[RenderableType | str]:
+def view(job: dict[str, Any]) -> list[RenderableType | str]:
     """`relevo job view`: the job's table, its notes, the end of its log."""
     return [render_job(job), *job_notes(job), *log_tail(job)]

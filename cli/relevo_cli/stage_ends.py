@@ -41,7 +41,7 @@ def end_words(
     if stage is None:
         return f"{name}#{attempt} ended"
     if (stage.get("attempt") or 0) > attempt:
-        failed = next(
+        failed: dict[str, Any] = next(
             (entry for entry in stage.get("failed_attempts") or [] if entry.get("attempt") == attempt), {}
         )
         where = f" on {failed['agent']}" if failed.get("agent") else ""

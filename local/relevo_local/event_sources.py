@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ class EventSources:
                 consumer = StreamConsumer(
                     f"{fn.logical_id}-{event_name}",
                     batch_size,
-                    invoke=lambda event, name=fn.logical_id: self._runtimes[name].invoke(event),
+                    invoke=partial(self._invoke, fn.logical_id),
                     keep=record_filter(patterns),
                 )
                 arn = table["LatestStreamArn"]
@@ -115,6 +116,9 @@ class EventSources:
             name="project-schedules",
         ).start()
         return firer
+
+    def _invoke(self, function: str, event: dict[str, Any]) -> Any:
+        return self._runtimes[function].invoke(event)
 
     def _invoke_arn(self, arn: str, event: dict[str, Any]) -> Any:
         """Invoke the stack's function whose ARN (or a qualified ARN of it) is `arn`."""

@@ -40,7 +40,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ACCOUNT_ID = identity.ACCOUNT_ID
 # The key the emulator accepts before its IAM enforcement is on: only for creating the stack's
 # own IAM user, the first request the stack makes.
-_BOOTSTRAP_CREDENTIALS = {"aws_access_key_id": "bootstrap", "aws_secret_access_key": "bootstrap"}
+_BOOTSTRAP_CREDENTIALS: dict[str, Any] = {
+    "aws_access_key_id": "bootstrap",
+    "aws_secret_access_key": "bootstrap",
+}
 
 
 def region_logical_suffix(region_affinity: str) -> str:
@@ -245,6 +248,7 @@ class LocalStack:
             region: str(physical[f"WorkQueue{region_logical_suffix(region)}"])
             for region in [r.strip() for r in str(regions).split(",") if r.strip()]
         }
+        assert self.credentials is not None  # the local user, made as the stack started
         info = StackInfo(
             stack_name=self.stack_name,
             aws_endpoint=endpoint,
@@ -405,7 +409,9 @@ class _EndpointSession:
         self.endpoint = endpoint
 
     def client(self, service: str) -> Any:
-        return self._session.client(service, endpoint_url=self.endpoint)
+        # boto3-stubs type client() per literal service name.
+        endpoint = self.endpoint
+        return self._session.client(service, endpoint_url=endpoint)  # type: ignore[call-overload]  # by name
 
 
 def _wait_for_stack(cloudformation: Any, name: str, timeout: float = 120) -> dict[str, Any]:

@@ -16,17 +16,15 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from relevo_cli.api import RelevoApi
-from relevo_core.files.stack import StackInfo
 from relevo_core.store import agents
 from relevo_local.processes import agent_process, write_agent_config
 from tests.helpers.stack import regions_stack, wait_until

@@ -14,6 +14,7 @@ import pytest
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
+from relevo_core.models.transfer import TransferProgress
 from relevo_core.store import stage_attempts, stage_claims
 from relevo_core.store.codec import from_attributes
 from tests.helpers.agents import handle_received
@@ -250,8 +251,6 @@ def test_a_reset_before_the_claim_hands_the_message_back_at_once(local_stack, pr
 
 
 def _reading(attempt: int, files_done: int, bytes_done: int, state: str = "uploading") -> TransferProgress:
-    from relevo_core.models.transfer import TransferProgress
-
     return TransferProgress(
         attempt=attempt,
         state=state,

@@ -9,8 +9,8 @@ from typing import Any
 
 from rich.console import Console
 
-from relevo_cli.job_view import job_notes, render_job
 from relevo_cli.follow import StageLog, end_words
+from relevo_cli.job_view import job_notes, render_job
 from relevo_core.jobs.logs import stage_marks
 from relevo_core.jobs.view import job_items_to_view
 from relevo_core.models.group import GroupEvent

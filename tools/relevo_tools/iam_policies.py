@@ -327,7 +327,9 @@ def policy_documents(cfn: dict[str, Any], sam: dict[str, Any], renderer: Rendere
         props = renderer.value(resource.get("Properties", {}))
         owner = sam_owned.get(logical_id, logical_id)
 
-        def add(name: str, role: str, document: Any) -> None:
+        def add(
+            name: str, role: str, document: Any, owner: str = owner, logical_id: str = logical_id
+        ) -> None:
             if not isinstance(document, dict):
                 raise RenderError(f"{logical_id}: {name} is not a policy document")
             found.append(PolicyDocument(owner, logical_id, name, role, document))

@@ -40,6 +40,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
@@ -66,6 +67,9 @@ from relevo_core.models.handoff import (
 from relevo_core.models.transfer import human_bytes
 from relevo_core.store import artifacts as artifact_store
 from relevo_core.store.stage_attempts import StageRef
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +131,10 @@ class _Bytes(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
-    def readinto(self, into) -> int:  # type: ignore[no-untyped-def, override]
-        piece = self._view[self._at : self._at + len(into)]
-        into[: len(piece)] = piece
+    def readinto(self, into: WriteableBuffer) -> int:
+        target = memoryview(into)
+        piece = self._view[self._at : self._at + len(target)]
+        target[: len(piece)] = piece
         self._at += len(piece)
         return len(piece)
 
@@ -456,7 +461,7 @@ def _entry(found: Found, sha256: str | None, locations: dict[str, Location]) -> 
     if found.type != "file":
         return ManifestEntry(
             path=found.path, type=found.type, mode=found.mode, mtime_ns=found.mtime_ns, target=found.target
-        )  # type: ignore[arg-type]
+        )
     assert sha256 is not None
     where = locations[sha256]
     return ManifestEntry(

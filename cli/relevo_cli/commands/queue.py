@@ -4,6 +4,7 @@ queue` too), and `job promote` and `job release` (a held job into the queue)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -56,7 +57,7 @@ def queue(
     show(stack_file, lambda api: api.queue(), as_json, _queue_tables)
 
 
-def _queue_tables(view: dict) -> list[Table]:
+def _queue_tables(view: dict[str, Any]) -> list[Table]:
     """The jobs waiting (running ones waiting for an agent first, then the queue in run order),
     and every agent's load."""
     waiting = view.get("waiting_for_agent", [])

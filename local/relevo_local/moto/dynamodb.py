@@ -69,8 +69,8 @@ def query_a_tables_partition_only() -> None:
 
     Table.all_items = all_items
     Table.query = table_query
-    Table._relevo_original_all_items = list_all  # type: ignore[attr-defined]
-    Table._relevo_partition_only = True  # type: ignore[attr-defined]
+    Table._relevo_original_all_items = list_all
+    Table._relevo_partition_only = True
 
 
 def apply_dynamodb_actions_one_at_a_time() -> None:
@@ -103,7 +103,7 @@ def apply_dynamodb_actions_one_at_a_time() -> None:
 
         locked.__name__ = locked.__qualname__ = name
         setattr(DynamoHandler, name, locked)
-    DynamoHandler._relevo_one_at_a_time = True  # type: ignore[attr-defined]
+    DynamoHandler._relevo_one_at_a_time = True
 
 
 def back_up_only_touched_items_in_transactions() -> None:
@@ -142,9 +142,10 @@ def back_up_only_touched_items_in_transactions() -> None:
             for h, _ in keys:
                 if h in table.items:
                     clone.items[h] = real_copy.deepcopy(table.items[h])
-        if getattr(table, "stream_shard", None) is not None:
-            shard = real_copy.copy(table.stream_shard)
-            shard.items, shard.table = list(table.stream_shard.items), clone
+        stream_shard = getattr(table, "stream_shard", None)
+        if stream_shard is not None:
+            shard = real_copy.copy(stream_shard)
+            shard.items, shard.table = list(stream_shard.items), clone
             clone.stream_shard = shard
         return clone
 
@@ -171,7 +172,7 @@ def back_up_only_touched_items_in_transactions() -> None:
                 continue
             if table.name in by_table and by_table[table.name] is None:
                 continue
-            by_table.setdefault(table.name, set()).add(
+            by_table.setdefault(table.name, set()).add(  # type: ignore[union-attr]  # None was skipped above
                 (DynamoType(hash_value), DynamoType(range_value) if range_value is not None else None)
             )
         _TRANSACTION_KEYS.by_table = by_table
@@ -198,7 +199,7 @@ def back_up_only_touched_items_in_transactions() -> None:
                     shard.table, restored.stream_shard = restored, shard
 
     dynamodb_models.copy = SimpleNamespace(deepcopy=deepcopy, copy=real_copy.copy)
-    dynamodb_models.DynamoDBBackend._relevo_original_transact_write_items = original  # type: ignore[attr-defined]
+    dynamodb_models.DynamoDBBackend._relevo_original_transact_write_items = original
     dynamodb_models.DynamoDBBackend.transact_write_items = transact_write_items
     dynamodb_models._relevo_cheap_backups = True
 

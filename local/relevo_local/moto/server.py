@@ -66,5 +66,5 @@ def serialize_attribute_values_directly() -> None:
         structure(self, serialized, value, shape, key)
 
     json_serializer._serialize_type_structure = _serialize_type_structure
-    json_serializer._relevo_original_serialize_type_structure = structure  # type: ignore[attr-defined]
-    json_serializer._relevo_attribute_values_directly = True  # type: ignore[attr-defined]
+    json_serializer._relevo_original_serialize_type_structure = structure
+    json_serializer._relevo_attribute_values_directly = True

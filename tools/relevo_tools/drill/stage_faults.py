@@ -269,7 +269,7 @@ def _dead_letter_message(fleet: DrillFleet, job_id: str, timeout: float = 20) ->
         for message in sqs.receive_message(
             QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=0
         ).get("Messages", []):
-            body = json.loads(message["Body"])
+            body: dict[str, Any] = json.loads(message["Body"])
             if body.get("job_id") == job_id:
                 return body
     return None

@@ -23,7 +23,7 @@ LogRetentionDays after the job was created).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from relevo_core.models.envelope import JobEnvelope
 
 # A log partition of a job: None for its own (stages without shards), (stage index, shard) for a shard's.
-LogPart = Optional[tuple[int, int]]
+LogPart = tuple[int, int] | None
 
 # DynamoDB items are at most 400 KB: a chunk's text (UTF-8) kept in its item stays below with room
 # for the rest. A writer without an artifact prefix (no S3 for bodies) keeps every chunk inline.

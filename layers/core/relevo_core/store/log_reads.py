@@ -135,7 +135,7 @@ def _each_part(parts: list[LogPart], read: Callable[[LogPart], Any]) -> dict[Log
     with ThreadPoolExecutor(
         max_workers=min(PARALLEL_PARTS, len(parts)), thread_name_prefix="log-part"
     ) as pool:
-        return dict(zip(parts, pool.map(in_this_context(read), parts)))
+        return dict(zip(parts, pool.map(in_this_context(read), parts), strict=True))
 
 
 class MergedPage(BaseModel):
@@ -226,7 +226,7 @@ def read_backward(
     read_forward does (`home`). `start` is where to page further back from; `more` whether
     anything is stored before it."""
     readable = [part for part in parts if position is None or position.get(part, 0) > 0]
-    found = dict.fromkeys(parts, ([], False))
+    found: dict[LogPart, tuple[list[LogChunk], bool]] = dict.fromkeys(parts, ([], False))
     if readable:
         found.update(
             _each_part(

@@ -161,7 +161,7 @@ def update_stage_record(
         response = client("dynamodb").update_item(**request)
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
-            found = from_attributes(exc.response.get("Item", {}))
+            found = from_attributes(exc.response.get("Item", {}))  # type: ignore[arg-type]  # stubs lack Item
             raise LeaseLost(f"{ref.job_id} stage {ref.stage_index} attempt {ref.attempt}", found) from exc
         raise
     return from_attributes(response.get("Attributes", {}))
@@ -254,9 +254,9 @@ def record_checkout_commit(ref: StageRef, commit: str) -> str:
         )
     except LeaseLost as refused:
         found = refused.item
-        held = (found.get("agent_id"), found.get("attempt"), found.get("status")) in (
+        held = (found.get("agent_id"), found.get("attempt"), found.get("status")) in {
             (ref.agent_id, ref.attempt, status) for status in LIVE_VALUES.values()
-        )
+        }
         if held and found.get("checkout_commit"):
             return str(found["checkout_commit"])  # an earlier attempt's: the job's commit
         raise
