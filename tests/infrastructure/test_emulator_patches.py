@@ -685,11 +685,11 @@ def test_the_cause_of_a_task_failure_reaches_the_interpreter_as_on_aws() -> None
             told.update(token=task_token, error=error, cause=cause)
 
     class Endpoint(StepFunctionResponse):
-        stepfunction_backend = property(lambda self: Backend())  # type: ignore[assignment]
+        stepfunction_backend = property(lambda self: Backend())  # type: ignore[assignment]  # a stand-in backend for the endpoint
 
     response = Endpoint.__new__(Endpoint)
     params = {"taskToken": "t-1", "error": "Relevo.Fatal.Checkout", "cause": '{"why": "no such commit"}'}
-    response._get_param = params.get  # type: ignore[method-assign]
+    response._get_param = params.get  # type: ignore[method-assign]  # the request parameters, given
     response.send_task_failure()
     assert told == {"token": "t-1", "error": "Relevo.Fatal.Checkout", "cause": '{"why": "no such commit"}'}
 

@@ -314,7 +314,7 @@ def test_a_stage_passed_on_to_an_agent_meeting_its_requires_keeps_this_slot_off_
     queue_url = sqs.create_queue(QueueName=f"pass-on-{secrets.token_hex(4)}")["QueueUrl"]
     waits: list[float | None] = []
     stopping = AgentStop()
-    stopping.wait = lambda timeout=None: waits.append(timeout) or False  # type: ignore[method-assign]
+    stopping.wait = lambda timeout=None: waits.append(timeout) or False  # type: ignore[method-assign]  # spy
     placement = Placement(
         _config(region, "mac-sign", tmp_path, handoff_delay_sec=1, requirement_recheck_sec=2),
         local_stack.table_name,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ class _Writes:
         self._dynamodb.meta.events.register("before-call.dynamodb.*", self._seen)
         return self
 
-    def _seen(self, model, **_):  # type: ignore[no-untyped-def]
+    def _seen(self, model: Any, **_: Any) -> None:
         if model.name in ("PutItem", "UpdateItem", "TransactWriteItems", "BatchWriteItem"):
             self.count += 1
 

@@ -63,8 +63,8 @@ def handoff(fleet: DrillFleet, number: int) -> Trial:
     )
     builder = fleet.agents.get(str(reported["stages"][0].get("agent_id")))
     if builder is not None and builder.alive():
-        builder.process.kill()  # type: ignore[union-attr]
-        builder.process.wait()  # type: ignore[union-attr]
+        builder.process.kill()  # type: ignore[union-attr]  # alive(): it has one
+        builder.process.wait()  # type: ignore[union-attr]  # alive(): it has one
     job = fleet.wait_job(job_id)
     run.judge(job_id, "succeeded")
     deliver, announce = job["stages"][0], job["stages"][1]

@@ -133,7 +133,7 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
         )
     fault_wall = time.time()
     victim.process.kill()  # type: ignore[union-attr]  # the Mac dies: its agent, then its command
-    victim.process.wait()  # type: ignore[union-attr]
+    victim.process.wait()  # type: ignore[union-attr]  # started above
     try:
         os.killpg(victim_start.pgid, signal.SIGKILL)
     except ProcessLookupError:
