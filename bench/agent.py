@@ -238,9 +238,11 @@ def measure_idle(stack: Any, stack_file: Path, idle_sec: float) -> tuple[list[st
     )
     lines = [
         f"idle over {elapsed:.0f}s                 agent        bare boto3 poller   target",
-        f"  RSS peak (MB)             {peak[a]:8.1f}    {peak[b]:8.1f} ({peak[a] / peak[b]:.2f}x)   <= {IDLE_RSS_MB}",
+        f"  RSS peak (MB)             {peak[a]:8.1f}    {peak[b]:8.1f} ({peak[a] / peak[b]:.2f}x)   <= "
+        f"{IDLE_RSS_MB}",
         f"  CPU (%)                   {cpu[a]:8.2f}    {cpu[b]:8.2f}            <= {IDLE_CPU_PERCENT}",
-        f"  SQS requests / min        {per_min[agent_queue]:8.1f}    {per_min[baseline_queue]:8.1f}            <= {IDLE_SQS_PER_MIN} per queue",
+        f"  SQS requests / min        {per_min[agent_queue]:8.1f}    {per_min[baseline_queue]:8.1f}         "
+        f"   <= {IDLE_SQS_PER_MIN} per queue",
     ]
     return lines, ok
 
@@ -374,13 +376,19 @@ def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str],
     )
     return [
         f"handoff, {count} jobs                 p50 ms    p95 ms",
-        f"  stage enqueued -> command start {p50:8.0f}  {p95:8.0f}   target p50 <= raw + {HANDOFF_PLUS_MS} = {r50 + HANDOFF_PLUS_MS:.0f}, "
+        f"  stage enqueued -> command start {p50:8.0f}  {p95:8.0f}   target p50 <= raw + {HANDOFF_PLUS_MS} "
+        f"= {r50 + HANDOFF_PLUS_MS:.0f}, "
         f"p95 <= raw + {HANDOFF_P95_PLUS_MS} = {r95 + HANDOFF_P95_PLUS_MS:.0f}",
-        f"    of which enqueued -> claimed  {ms(to_claim, 50):8.0f}  {ms(to_claim, 95):8.0f}   (SQS receive, journal, the claim route: dispatch check, claim write, job credentials)",
-        f"    the first, after the agent started {from_enqueue[0] * 1000:5.0f}             (counted above; an agent's claim path loads with its first stage)",
-        f"  raw SQS send -> receive         {r50:8.0f}  {ms(raw, 95):8.0f}   (ratio p50 {p50 / max(r50, 1e-3):.1f}x)",
-        f"  dispatch state -> command start {ms(from_dispatch, 50):8.0f}  {ms(from_dispatch, 95):8.0f}   (adds the emulated state machine's stage write and SQS send)",
-        f"  API call -> command start       {ms(from_api, 50):8.0f}  {ms(from_api, 95):8.0f}   (adds intake and the emulated state machine)",
+        f"    of which enqueued -> claimed  {ms(to_claim, 50):8.0f}  {ms(to_claim, 95):8.0f}   (SQS "
+        "receive, journal, the claim route: dispatch check, claim write, job credentials)",
+        f"    the first, after the agent started {from_enqueue[0] * 1000:5.0f}             (counted above; "
+        "an agent's claim path loads with its first stage)",
+        f"  raw SQS send -> receive         {r50:8.0f}  {ms(raw, 95):8.0f}   (ratio p50 "
+        f"{p50 / max(r50, 1e-3):.1f}x)",
+        f"  dispatch state -> command start {ms(from_dispatch, 50):8.0f}  {ms(from_dispatch, 95):8.0f}   "
+        "(adds the emulated state machine's stage write and SQS send)",
+        f"  API call -> command start       {ms(from_api, 50):8.0f}  {ms(from_api, 95):8.0f}   (adds intake "
+        "and the emulated state machine)",
     ], ok
 
 
@@ -404,7 +412,8 @@ def measure_overhead(stack: Any) -> tuple[list[str], bool]:
     )
     return [
         f"stage overhead ({STAGE_SEC} s command)",
-        f"  claim -> result recorded  {through:6.2f}s   bare {bare:6.2f}s   ratio {through / bare:.3f}x   target <= {limit:.2f}s",
+        f"  claim -> result recorded  {through:6.2f}s   bare {bare:6.2f}s   ratio {through / bare:.3f}x   "
+        f"target <= {limit:.2f}s",
     ], through <= limit
 
 
@@ -421,7 +430,10 @@ def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[lis
 
     lines = int(megabytes * 1024 * 1024 / 115)
     command = LOG_COMMAND.format(lines=lines, canary=CANARY_VAR)
-    timed = f'echo "${{EPOCHREALTIME}}" > "$RELEVO_WORKSPACE/t0"; {command}; echo "${{EPOCHREALTIME}}" > "$RELEVO_WORKSPACE/t1"'
+    timed = (
+        f'echo "${{EPOCHREALTIME}}" > "$RELEVO_WORKSPACE/t0"; {command}; echo "${{EPOCHREALTIME}}" > '
+        '"$RELEVO_WORKSPACE/t1"'
+    )
     project_id = "bench-logs-" + secrets.token_hex(3)
     register(stack, project_id, [{"name": "print", "run": timed}])
     began = time.perf_counter()
@@ -531,13 +543,16 @@ def measure_shipping(stack: Any, workspace: Path, megabytes: float) -> tuple[lis
     )
     in_s3 = sum(1 for c in chunks if c.body)
     return [
-        f"log shipping, {stored / 1024 / 1024:.1f} MB in {len(chunks)} chunks ({in_s3} with their body in S3)",
+        f"log shipping, {stored / 1024 / 1024:.1f} MB in {len(chunks)} chunks ({in_s3} with their body in "
+        "S3)",
         f"  command start -> last chunk stored {mb_s:7.1f} MB/s   target >= {SHIP_MB_PER_SEC}",
-        f"  within AWS's limits: busiest partition key {busiest_key} {busiest_wcu:.0f} WCU/s (<= {PARTITION_WCU_PER_SEC}), "
+        f"  within AWS's limits: busiest partition key {busiest_key} {busiest_wcu:.0f} WCU/s (<= "
+        f"{PARTITION_WCU_PER_SEC}), "
         f"busiest S3 prefix {busiest_puts} PUT/s (<= {S3_PUTS_PER_SEC}): {'yes' if within else 'NO'}",
         f"  baseline, same chunks from here: PutItem {raw_mb_s:7.1f} MB/s ({mb_s / raw_mb_s:.2f}x), "
         f"fenced TransactWriteItems {fenced_mb_s:7.1f} MB/s ({mb_s / fenced_mb_s:.2f}x)",
-        f"  the command itself          {cmd_in_agent:6.2f}s in the agent, {bare_cmd:6.2f}s bare (> /dev/null), ratio {cmd_in_agent / bare_cmd:.2f}x",
+        f"  the command itself          {cmd_in_agent:6.2f}s in the agent, {bare_cmd:6.2f}s bare (> "
+        f"/dev/null), ratio {cmd_in_agent / bare_cmd:.2f}x",
         f"  order kept: {'yes' if in_order else 'NO'}; canary masked everywhere: {'yes' if masked else 'NO'}"
         + ("" if masked else f" ({len(token_lines)} token lines, e.g. {token_lines[:2]})"),
     ], ok

@@ -8,7 +8,8 @@ on loopback and headless Chromium (the system `chromium`, through Playwright), t
 
 1. Latency. A stage prints --lines lines, --interval apart, each carrying the wall-clock time it
    was printed (`date +%s.%N`, this host's clock). The job page is open, and its stream live,
-   before the stage prints its first line (the stage waits for the bench to say so), and a MutationObserver records when each line joins the log area (`Date.now()`, the same
+   before the stage prints its first line (the stage waits for the bench to say so), and a MutationObserver
+   records when each line joins the log area (`Date.now()`, the same
    clock). Beside it, in the same run, `relevo job logs -f JOB` (the CLI follower) is read line by
    line (its stage labels taken off) and each arrival timed. Target: p95 <= 1 s for both.
 2. Render. A stage prints --render-lines lines at once; once the job ended, its page is opened
@@ -46,7 +47,8 @@ REGION = "bench"
 RECORD_LINES = """
 window.__arrivals = {};
 function record(line, at) {
-  if (!(line.textContent in window.__arrivals)) window.__arrivals[line.textContent] = at === undefined ? Date.now() / 1000 : at;
+  if (!(line.textContent in window.__arrivals))
+    window.__arrivals[line.textContent] = at === undefined ? Date.now() / 1000 : at;
 }
 new MutationObserver(function (mutations) {
   for (const m of mutations) {
@@ -200,7 +202,8 @@ def main() -> int:
             watching = work / "watching"
             ticks = (
                 f"while [ ! -e {watching} ]; do sleep 0.05; done; "
-                f'for i in $(seq 1 {args.lines}); do echo "tick $i $(date +%s.%N)"; sleep {args.interval}; done'
+                f'for i in $(seq 1 {args.lines}); do echo "tick $i $(date +%s.%N)"; sleep {args.interval}; '
+                "done"
             )
             bulk = f'seq 1 {args.render_lines} | sed "s/^/bulk line /"'
             api.put_project(
@@ -265,8 +268,10 @@ def main() -> int:
                         - {line.split()[1] for line in page_arrivals if TICK_LINE.match(line)}
                     )
                     print(
-                        f"bench/console.py: saw {len(in_page)} lines in the page and {len(in_cli)} from the CLI of {args.lines}"
-                        f" (not in the page: {missing}; page lines not whole ticks: {[line for line in page_arrivals if not TICK_LINE.match(line)][:5]})",
+                        f"bench/console.py: saw {len(in_page)} lines in the page and {len(in_cli)} from the "
+                        f"CLI of {args.lines}"
+                        f" (not in the page: {missing}; page lines not whole ticks: "
+                        f"{[line for line in page_arrivals if not TICK_LINE.match(line)][:5]})",
                         file=sys.stderr,
                     )
                     return 2
@@ -281,22 +286,28 @@ def main() -> int:
                 browser.close()
     p95, cli_p95 = percentile(in_page, 0.95), percentile(in_cli, 0.95)
     print(
-        f"line printed -> line shown ({args.lines} lines, {args.interval}s apart; {first_view} came with the page's first view, not timed):"
+        f"line printed -> line shown ({args.lines} lines, {args.interval}s apart; {first_view} came with "
+        "the page's first view, not timed):"
     )
     print(
-        f"  console page       p50 {percentile(in_page, 0.5):.3f} s  p95 {p95:.3f} s  max {max(in_page):.3f} s   target p95 <= {TARGET_P95_SEC} s"
+        f"  console page       p50 {percentile(in_page, 0.5):.3f} s  p95 {p95:.3f} s  max "
+        f"{max(in_page):.3f} s   target p95 <= {TARGET_P95_SEC} s"
     )
     print(
-        f"    of which printed -> stored by the agent  p50 {percentile(to_store, 0.5):.3f} s  p95 {percentile(to_store, 0.95):.3f} s"
+        f"    of which printed -> stored by the agent  p50 {percentile(to_store, 0.5):.3f} s  p95 "
+        f"{percentile(to_store, 0.95):.3f} s"
     )
     print(
-        f"    of which stored -> in the page           p50 {percentile(store_to_page, 0.5):.3f} s  p95 {percentile(store_to_page, 0.95):.3f} s"
+        f"    of which stored -> in the page           p50 {percentile(store_to_page, 0.5):.3f} s  p95 "
+        f"{percentile(store_to_page, 0.95):.3f} s"
     )
     print(
-        f"  relevo job logs -f p50 {percentile(in_cli, 0.5):.3f} s  p95 {cli_p95:.3f} s  max {max(in_cli):.3f} s   target p95 <= {TARGET_CLI_P95_SEC} s"
+        f"  relevo job logs -f p50 {percentile(in_cli, 0.5):.3f} s  p95 {cli_p95:.3f} s  max "
+        f"{max(in_cli):.3f} s   target p95 <= {TARGET_CLI_P95_SEC} s"
     )
     print(
-        f"render a job of {args.lines + args.render_lines} lines from seq 0: {render_sec:.2f} s ({shown} lines kept in the page)"
+        f"render a job of {args.lines + args.render_lines} lines from seq 0: {render_sec:.2f} s ({shown} "
+        "lines kept in the page)"
     )
     report(
         "console",

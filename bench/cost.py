@@ -8,7 +8,8 @@ end to end: a signed GitHub push goes through functions/webhook/handler.py *in t
 double in this process takes each stage the way relevo-agent does: receive; claim through the
 claim function (functions/agent_sessions/handler.py, in this process, as its own role), which
 answers the dispatch and answers with the envelope and the job's session; then with that session
-wait for the run token, record and report; delete the message with its own credentials. Until the execution SUCCEEDED.
+wait for the run token, record and report; delete the message with its own credentials. Until the execution
+SUCCEEDED.
 
 Every AWS API call made in this process is recorded by wrapping botocore's
 Endpoint.make_request. Calls of the main thread are charged to the phase running (webhook, agent,
@@ -597,10 +598,12 @@ def report(
     print("state transitions (*StateEntered events in the execution history)")
     for index, names in enumerate(per_stage):
         print(
-            f"  stage {index} ({STAGES[index]['name'] if index < n else '?'}): {len(names)}  {' > '.join(names)}"
+            f"  stage {index} ({STAGES[index]['name'] if index < n else '?'}): {len(names)}  "
+            f"{' > '.join(names)}"
         )
     print(
-        f"  per job (outside the stages): {len(job_entered)}  {' > '.join(e['stateEnteredEventDetails']['name'] for e in job_entered)}"
+        f"  per job (outside the stages): {len(job_entered)}  "
+        f"{' > '.join(e['stateEnteredEventDetails']['name'] for e in job_entered)}"
     )
     stages_ok = len(per_stage) == n and all(len(names) <= TRANSITIONS_PER_STAGE_BUDGET for names in per_stage)
     job_ok = len(job_entered) <= TRANSITIONS_PER_JOB_BUDGET
@@ -610,7 +613,8 @@ def report(
         f" per job <= {TRANSITIONS_PER_JOB_BUDGET}: {'PASS' if job_ok else 'FAIL'}"
     )
     print(
-        f"  total {len(entered)} <= {n}*{TRANSITIONS_PER_STAGE_BUDGET}+{TRANSITIONS_PER_JOB_BUDGET} = {budget}: "
+        f"  total {len(entered)} <= {n}*{TRANSITIONS_PER_STAGE_BUDGET}+{TRANSITIONS_PER_JOB_BUDGET} = "
+        f"{budget}: "
         f"{'PASS' if total_ok else 'FAIL'}"
     )
     transitions_ok = stages_ok and job_ok and total_ok
@@ -623,7 +627,8 @@ def report(
         print(f"  {source:<14} {len(calls):>3}  {ops(calls)}")
     if empty_receives:
         print(
-            f"  (agent double: {empty_receives} empty ReceiveMessage while the state machine had not sent yet; "
+            f"  (agent double: {empty_receives} empty ReceiveMessage while the state machine had not sent "
+            "yet; "
             "not charged here, covered by the idle-polling line)"
         )
     stray = [c for c in recorder.calls if c.source == "other" and c.service in ("dynamodb", "sqs")]
@@ -667,7 +672,8 @@ def report(
     print(f"  {'source':<14} {'writes':>6} {'WRU':>6} {'GSI WRU':>8} {'reads':>6} {'RRU':>6}")
     for source, units in [*rows, ("total", total)]:
         print(
-            f"  {source:<14} {units.writes:>6} {units.wru:>6g} {units.gsi_wru:>8g} {units.reads:>6} {units.rru:>6g}"
+            f"  {source:<14} {units.writes:>6} {units.wru:>6g} {units.gsi_wru:>8g} {units.reads:>6} "
+            f"{units.rru:>6g}"
         )
     naive_rru = total.reads
     print(
@@ -681,13 +687,15 @@ def report(
     sqs_requests = len(sqs_calls)
     print()
     print(
-        f"SQS requests per job: {sqs_requests}  ({', '.join(f'{op} {k}' for op, k in sorted(sqs_counts.items()))};"
+        f"SQS requests per job: {sqs_requests}  "
+        f"({', '.join(f'{op} {k}' for op, k in sorted(sqs_counts.items()))};"
         " each message < 64 KB = 1 request)"
     )
     idle_month = IDLE_RECEIVES_PER_MIN * MINUTES_PER_MONTH
     print(
         f"  idle polling, per agent (assumption {IDLE_RECEIVES_PER_MIN} ReceiveMessage/min, 20 s long poll): "
-        f"{idle_month:,} requests/month = ${idle_month * SQS_PER_REQUEST:.4f}/agent-month (fixed, not per job)"
+        f"{idle_month:,} requests/month = ${idle_month * SQS_PER_REQUEST:.4f}/agent-month (fixed, not per "
+        "job)"
     )
 
     # --- Lambda and API Gateway
@@ -699,15 +707,18 @@ def report(
     print()
     print(
         f"Lambda per job: 1 webhook invocation, {webhook_sec * 1000:.1f} ms measured handler wall time "
-        f"(warm container, in-process against the emulator) x {memory_gb * 1024:.0f} MB; {len(claim_secs)} claims and outcomes, "
+        f"(warm container, in-process against the emulator) x {memory_gb * 1024:.0f} MB; {len(claim_secs)} "
+        "claims and outcomes, "
         f"{', '.join(f'{sec * 1000:.1f}' for sec in claim_secs)} ms (the first in a cold container) x "
         f"{CLAIM_MEMORY_GB * 1024:.0f} MB; {gb_s:.4f} GB-s in all"
     )
     print(
-        f"API Gateway per job: {api_requests} REST requests (the delivery, and each stage's claim and outcome)"
+        f"API Gateway per job: {api_requests} REST requests (the delivery, and each stage's claim and "
+        "outcome)"
     )
     print(
-        "  sweeper (rate 1 minute) and schedule-trigger (per project schedule slot) invocations are not per job:"
+        "  sweeper (rate 1 minute) and schedule-trigger (per project schedule slot) invocations are not per "
+        "job:"
         " see fixed monthly cost"
     )
 
@@ -786,14 +797,17 @@ def report(
     )
     print(
         "  not included: CloudWatch Logs, X-Ray, S3 artifacts, data transfer, STS (AssumeRole is free);"
-        " lease renewals during a stage's run (below), and a renewal of a stage's credentials per hour it runs"
+        " lease renewals during a stage's run (below), and a renewal of a stage's credentials per hour it "
+        "runs"
         " (one API Gateway request and Lambda invocation: about $0.0037 per 1,000 stage-hours)"
     )
     renew_interval = max(1.0, envelope.lease_ttl_sec / 3)
     per_min = 60 / renew_interval
     print(
-        f"  + per stage-minute of run time: {per_min:g} lease renewals (UpdateItem, 1 WRU each; lease_ttl_sec "
-        f"{envelope.lease_ttl_sec} -> every {renew_interval:g} s) = ${per_min * DDB_PER_WRU * jobs:.5f} per 1,000 "
+        f"  + per stage-minute of run time: {per_min:g} lease renewals (UpdateItem, 1 WRU each; "
+        "lease_ttl_sec "
+        f"{envelope.lease_ttl_sec} -> every {renew_interval:g} s) = ${per_min * DDB_PER_WRU * jobs:.5f} per "
+        "1,000 "
         "stage-minutes; the heartbeats that go with them are free API calls"
     )
 
@@ -809,12 +823,15 @@ def report(
     print()
     print(f"fixed monthly cost (30 days = {ticks:,} minutes), not per job")
     print(
-        f"  sweeper, 1 tick/min: idle tick measured in-process: {sweeper_sec * 1000:.1f} ms, {ops(sweeper_calls)}"
+        f"  sweeper, 1 tick/min: idle tick measured in-process: {sweeper_sec * 1000:.1f} ms, "
+        f"{ops(sweeper_calls)}"
         f" = {sweeper_units.rru:g} RRU/tick"
     )
     print(
-        f"    Lambda {ticks:,} invocations x (request + {memory_gb * 1024:.0f} MB x {sweeper_sec * 1000:.0f} ms) = "
-        f"${sweeper_lambda:.4f}/month; DynamoDB ${sweeper_ddb:.4f}/month; total ${sweeper_lambda + sweeper_ddb:.4f}/month"
+        f"    Lambda {ticks:,} invocations x (request + {memory_gb * 1024:.0f} MB x "
+        f"{sweeper_sec * 1000:.0f} ms) = "
+        f"${sweeper_lambda:.4f}/month; DynamoDB ${sweeper_ddb:.4f}/month; total "
+        f"${sweeper_lambda + sweeper_ddb:.4f}/month"
     )
     print(
         f"  idle agents: ${idle_month * SQS_PER_REQUEST:.4f}/agent-month of ReceiveMessage (assumption above)"
@@ -825,7 +842,8 @@ def report(
     print(f"transition budget: {'PASS' if transitions_ok else 'FAIL'}")
     cheap_enough = total_dollars <= DOLLARS_PER_1000_JOBS
     print(
-        f"${total_dollars:.3f} per 1,000 jobs <= ${DOLLARS_PER_1000_JOBS:.2f}: {'PASS' if cheap_enough else 'FAIL'}"
+        f"${total_dollars:.3f} per 1,000 jobs <= ${DOLLARS_PER_1000_JOBS:.2f}: "
+        f"{'PASS' if cheap_enough else 'FAIL'}"
     )
     return 0 if transitions_ok and cheap_enough else 1
 

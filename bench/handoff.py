@@ -310,15 +310,21 @@ def measure(stack: Any, work: Path, total_bytes: int) -> tuple[list[str], bool]:
     gib = size / 1024**3
     lines = [
         f"tree: {files} files, {gib:.2f} GiB ({size / 1024**2 / max(files, 1):.2f} MiB a file on average)",
-        f"raw boto3 (one archive): upload_file {raw['upload_sec']:.1f}s + download {raw['download_sec']:.1f}s = {raw_sec:.1f}s "
-        f"({size / raw_sec / 1024**2:.0f} MiB/s; download_file {raw['download_file_sec']:.1f}s, one GET {raw['one_get_sec']:.1f}s: "
+        f"raw boto3 (one archive): upload_file {raw['upload_sec']:.1f}s + download "
+        f"{raw['download_sec']:.1f}s = {raw_sec:.1f}s "
+        f"({size / raw_sec / 1024**2:.0f} MiB/s; download_file {raw['download_file_sec']:.1f}s, one GET "
+        f"{raw['one_get_sec']:.1f}s: "
         f"the faster is the baseline); its process peaked at {raw_rss:.0f} MB",
-        f"handoff A → B: store {stored['seconds']:.1f}s + restore {restored['seconds']:.1f}s = {handoff_sec:.1f}s "
-        f"= {ratio:.2f}× raw (target ≤ {RATIO_TARGET}×); tree digest {'equal' if exact else 'DIFFERENT'} on B",
-        f"peak RSS: store {store_rss:.0f} MB, restore {restore_rss:.0f} MB, same-Mac restore {same_rss:.0f} MB (target ≤ {RSS_TARGET_MB:.0f} MB)",
+        f"handoff A → B: store {stored['seconds']:.1f}s + restore {restored['seconds']:.1f}s = "
+        f"{handoff_sec:.1f}s "
+        f"= {ratio:.2f}× raw (target ≤ {RATIO_TARGET}×); tree digest {'equal' if exact else 'DIFFERENT'} on "
+        "B",
+        f"peak RSS: store {store_rss:.0f} MB, restore {restore_rss:.0f} MB, same-Mac restore {same_rss:.0f} "
+        f"MB (target ≤ {RSS_TARGET_MB:.0f} MB)",
         f"same-Mac restore after the clean: {same_mac['restored_bytes']} bytes downloaded (target 0), "
         f"{same_mac['cached_bytes'] / 1024**2:.0f} MiB from the cache in {same_mac['seconds']:.1f}s",
-        f"stored {stored['summary']['uploaded_bytes'] / 1024**2:.0f} MiB in {stored['summary']['files']} files' packs and blobs",
+        f"stored {stored['summary']['uploaded_bytes'] / 1024**2:.0f} MiB in {stored['summary']['files']} "
+        "files' packs and blobs",
     ]
     report(
         "handoff",

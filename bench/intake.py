@@ -279,7 +279,10 @@ def _row_line(label: str, row: Row, samples: list[Sample], target: str) -> str:
 def print_call_table(rows: list[Row], project_cache_sec: float) -> None:
     print()
     print("AWS calls per webhook request (in-process handler, this thread only)")
-    header = f"{'request kind':<44} {'calls':>6} {'http':>5} {'ms':>7} {'status':>7} {'target':>6}  {'ok':<4} operations"
+    header = (
+        f"{'request kind':<44} {'calls':>6} {'http':>5} {'ms':>7} {'status':>7} {'target':>6}  "
+        f"{'ok':<4} operations"
+    )
     print(header)
     print("-" * (len(header) + 40))
     expired_seen = record_seen = False
@@ -317,17 +320,21 @@ def print_call_table(rows: list[Row], project_cache_sec: float) -> None:
                 print(f"{'':<4}expected status {row.expect_status}, got {sample.status}: {sample.body}")
                 break
     print(
-        "calls: mean AWS API calls per request; http: mean HTTP attempts (retries included); ms: median latency"
+        "calls: mean AWS API calls per request; http: mean HTTP attempts (retries included); ms: median "
+        "latency"
     )
     if expired_seen:
         print(
-            f"project cache expired: the project was read {project_cache_sec:g} s (PROJECT_CACHE_SEC) or more "
+            f"project cache expired: the project was read {project_cache_sec:g} s (PROJECT_CACHE_SEC) or "
+            "more "
             "before the request, so the request re-reads it (one GetItem more is allowed)"
         )
     if record_seen:
         print(
-            "first refusal of the minute: a project's first refused delivery of a minute in this container stores "
-            "that minute's record of refusals (one conditional PutItem more is allowed); the others make no call"
+            "first refusal of the minute: a project's first refused delivery of a minute in this container "
+            "stores "
+            "that minute's record of refusals (one conditional PutItem more is allowed); the others make no "
+            "call"
         )
 
 
@@ -347,7 +354,8 @@ FIRST_VERIFIED_IMPORT = (
 LIBRARY_FLOOR_IMPORT = (
     "import boto3, aws_lambda_powertools; from pydantic import BaseModel, Field;"
     " exec('class Boundary(BaseModel):\\n    name: str = Field(min_length=1)');"
-    ' from aws_lambda_powertools import Logger, Metrics, Tracer; Logger(); Metrics(); Tracer(patch_modules=("botocore",));'
+    " from aws_lambda_powertools import Logger, Metrics, Tracer; Logger(); Metrics(); "
+    'Tracer(patch_modules=("botocore",));'
     " from aws_lambda_powertools.event_handler import APIGatewayRestResolver;"
     " from aws_lambda_powertools.utilities import parameters"
 )
@@ -445,7 +453,8 @@ def explain_imports(runs: int) -> None:
     medians = {group: statistics.median(values) for group, values in per_group.items()}
     total = sum(medians.values())
     print(
-        f"what the handler imports beyond the baseline, by what pulled it in (-X importtime self time, median of {runs}):"
+        "what the handler imports beyond the baseline, by what pulled it in (-X importtime self time, "
+        f"median of {runs}):"
     )
     for group, millis in sorted(medians.items(), key=lambda item: -item[1])[:8]:
         print(f"  {group:<66} {millis:7.1f} ms  {100 * millis / total:3.0f}%")
@@ -478,23 +487,29 @@ def measure_imports(runs: int, explain: bool = False) -> bool:
     print()
     print(f"cold import time, fresh interpreter, median of {runs} runs")
     print(
-        f"  baseline  `{BASELINE_IMPORT}`: {base_median * 1000:7.1f} ms  (min {min(baseline) * 1000:.1f}, max {max(baseline) * 1000:.1f})"
+        f"  baseline  `{BASELINE_IMPORT}`: {base_median * 1000:7.1f} ms  (min {min(baseline) * 1000:.1f}, "
+        f"max {max(baseline) * 1000:.1f})"
     )
     print(
-        f"  library floor (pydantic + Powertools logger/tracer/metrics/event handler/parameters, no Relevo code):"
+        "  library floor (pydantic + Powertools logger/tracer/metrics/event handler/parameters, no Relevo "
+        "code):"
         f" {floor_median * 1000:7.1f} ms = {floor_median / base_median:.2f}x baseline"
     )
     print(
-        f"  handler   functions/webhook/handler.py:   {handler_median * 1000:7.1f} ms  (min {min(handler) * 1000:.1f}, max {max(handler) * 1000:.1f})"
-        f" = {handler_median / base_median:.2f}x baseline; Relevo's own share {max(0.0, handler_median - floor_median) * 1000:.1f} ms"
+        f"  handler   functions/webhook/handler.py:   {handler_median * 1000:7.1f} ms  (min "
+        f"{min(handler) * 1000:.1f}, max {max(handler) * 1000:.1f})"
+        f" = {handler_median / base_median:.2f}x baseline; Relevo's own share "
+        f"{max(0.0, handler_median - floor_median) * 1000:.1f} ms"
     )
     print(
-        f"  ratio handler / library floor {ratio:.2f}  target <= {IMPORT_RATIO_TARGET}  {'ok' if ok else 'FAIL'}"
+        f"  ratio handler / library floor {ratio:.2f}  target <= {IMPORT_RATIO_TARGET}  "
+        f"{'ok' if ok else 'FAIL'}"
         f"  (ratio of minimums {min(handler) / min(floor):.2f})"
     )
     print(
         f"  handler + its first verified delivery's imports (payload shapes, project, envelope, job store):"
-        f" {verified_median * 1000:.1f} ms = {verified_median / floor_median:.2f}x floor (not a target: paid once per"
+        f" {verified_median * 1000:.1f} ms = {verified_median / floor_median:.2f}x floor (not a target: "
+        "paid once per"
         f" container by its first verified delivery, never by a refusal)"
     )
     if not ok or explain:
@@ -568,12 +583,14 @@ def measure_instructions() -> bool:
     baseline = counts["baseline"]
     print()
     print(
-        f"import instructions (callgrind, PYTHONHASHSEED=0, interpreter start-up of {start_up / 1e6:.0f}M subtracted)"
+        f"import instructions (callgrind, PYTHONHASHSEED=0, interpreter start-up of {start_up / 1e6:.0f}M "
+        "subtracted)"
     )
     for label, count in counts.items():
         print(f"  {label:<48} {count / 1e6:8.1f}M  {count / baseline:5.2f}x baseline")
     print(
-        f"  Relevo's own share (handler - library floor)     {(counts['handler'] - counts['library floor (no Relevo code)']) / 1e6:8.1f}M"
+        "  Relevo's own share (handler - library floor)     "
+        f"{(counts['handler'] - counts['library floor (no Relevo code)']) / 1e6:8.1f}M"
     )
     return True
 

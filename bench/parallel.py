@@ -201,11 +201,14 @@ def measure_shards(stack: Any, work: Path, stage_sec: int) -> tuple[list[str], b
         once_each,
     )
     return [
-        f"single (no shards): {single['job_id']} created -> ended {single_sec:.1f}s; handoff overhead {overhead:.1f}s "
+        f"single (no shards): {single['job_id']} created -> ended {single_sec:.1f}s; handoff overhead "
+        f"{overhead:.1f}s "
         f"(the wall time less the command's {stage_sec}s)",
-        f"sharded ({SHARDS} shards): {sharded['job_id']} created -> ended {sharded_sec:.1f}s, target <= {RATIO} x {stage_sec} + "
+        f"sharded ({SHARDS} shards): {sharded['job_id']} created -> ended {sharded_sec:.1f}s, target <= "
+        f"{RATIO} x {stage_sec} + "
         f"{overhead:.1f} = {limit:.1f}s ({sharded_sec - single_sec:+.1f}s beside the single run)",
-        f"  shards claim -> result: {', '.join(f'{span:.1f}s' for span in spans)}; first to last start {spread:.1f}s",
+        f"  shards claim -> result: {', '.join(f'{span:.1f}s' for span in spans)}; first to last start "
+        f"{spread:.1f}s",
         f"  shards (status, attempt): {ran} on {on}"
         + ("" if once_each else "   << not each once on its own agent"),
     ], ok
@@ -216,7 +219,10 @@ def measure_retry(stack: Any, work: Path, stage_sec: int) -> tuple[list[str], bo
     from relevo_cli.api import RelevoApi
 
     marker = work / f"failed-once-{secrets.token_hex(3)}"
-    command = f'if [ "$RELEVO_SHARD_INDEX" = 0 ] && [ ! -e {marker} ]; then touch {marker}; exit 75; fi; sleep {stage_sec}'
+    command = (
+        f'if [ "$RELEVO_SHARD_INDEX" = 0 ] && [ ! -e {marker} ]; then touch {marker}; exit 75; fi; '
+        f"sleep {stage_sec}"
+    )
     project_id = "bench-retry-" + secrets.token_hex(3)
     RelevoApi.for_stack(stack).put_project(
         project_id,
@@ -248,8 +254,10 @@ def measure_retry(stack: Any, work: Path, stage_sec: int) -> tuple[list[str], bo
     )
     wall = _seconds(job["created_at"], job["ended_at"])
     return [
-        f"retried shard: {job['job_id']} created -> ended {wall:.1f}s; shard 0 attempt {retried.get('attempt')} "
-        f"{retried.get('status')} on {retried.get('agent_id')}, claimed {after_free:+.2f}s after the first sibling ended "
+        f"retried shard: {job['job_id']} created -> ended {wall:.1f}s; shard 0 attempt "
+        f"{retried.get('attempt')} "
+        f"{retried.get('status')} on {retried.get('agent_id')}, claimed {after_free:+.2f}s after the first "
+        "sibling ended "
         f"(target <= {RETRY_AFTER_FREE_SEC:g}s)",
     ], ok
 
@@ -308,8 +316,10 @@ def measure_approval(stack: Any, work: Path, count: int) -> tuple[list[str], boo
         ok,
     )
     return [
-        f"after an approval ({count} jobs, build hands files on): approve -> deploy's command start p50 {p50:.2f}s, "
-        f"max {max(spans):.2f}s (target p50 <= {APPROVAL_P50_SEC:g}s): {', '.join(f'{span:.2f}' for span in spans)}"
+        f"after an approval ({count} jobs, build hands files on): approve -> deploy's command start p50 "
+        f"{p50:.2f}s, "
+        f"max {max(spans):.2f}s (target p50 <= {APPROVAL_P50_SEC:g}s): "
+        f"{', '.join(f'{span:.2f}' for span in spans)}"
     ], ok
 
 

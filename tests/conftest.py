@@ -1,4 +1,5 @@
-"""Shared fixtures (helpers are in tests/helpers/). The embedded stack is real moto in server mode with template.yaml deployed,
+"""Shared fixtures (helpers are in tests/helpers/). The embedded stack is real moto in server mode with
+template.yaml deployed,
 started once per test worker; tests isolate themselves by project id and job id."""
 
 from __future__ import annotations

@@ -183,7 +183,8 @@ def upload_artifacts(
         # anything the agent can read and the build cannot (run_as). Nothing is uploaded.
         raise ArtifactFailure(
             ErrorClass.HANDOFF_PATH,
-            f"{artifact_dir} is no longer the directory the agent made (a symlink leads elsewhere): nothing uploaded",
+            f"{artifact_dir} is no longer the directory the agent made (a symlink leads elsewhere): nothing "
+            "uploaded",
         )
     files = sorted(p for p in artifact_dir.rglob("*") if p.is_file() and not p.is_symlink())
     if not files:

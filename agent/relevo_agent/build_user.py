@@ -207,16 +207,19 @@ def check(name: str) -> BuildUser:
     user = BuildUser.named(name)
     if user.uid == 0:
         raise BuildUserProblem(
-            f"{name!r} is uid 0: a stage run as it could read everything the agent holds; name an unprivileged user"
+            f"{name!r} is uid 0: a stage run as it could read everything the agent holds; name an "
+            "unprivileged user"
         )
     euid = os.geteuid()
     if user.uid == euid:
         raise BuildUserProblem(
-            f"{name!r} is the user the agent runs as: its stages could read the agent's credentials, journal and config; name another user"
+            f"{name!r} is the user the agent runs as: its stages could read the agent's credentials, "
+            "journal and config; name another user"
         )
     if euid != 0:
         raise BuildUserProblem(
-            f"the agent runs as {user_name(euid)} (uid {euid}), and only root can start a stage as {name!r}: run the agent as root "
+            f"the agent runs as {user_name(euid)} (uid {euid}), and only root can start a stage as "
+            f"{name!r}: run the agent as root "
             '(a LaunchDaemon: docs/agent.md, "A build user"), or remove run_as'
         )
     return user

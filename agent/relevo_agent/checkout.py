@@ -177,7 +177,8 @@ def checkout(
             _prepare_mirror(git, mirror, plan.url)
             if commit is None or not _has_commit(git, mirror, commit):
                 emit(
-                    f"[relevo] checkout: fetching {plan.url} ({'commit ' + commit[:12] if commit else 'ref ' + ref})"
+                    f"[relevo] checkout: fetching {plan.url} "
+                    f"({'commit ' + commit[:12] if commit else 'ref ' + ref})"
                 )
                 _fetch(git, mirror, ref, commit, credentials, plan.timeout_sec)
                 fetched = True
@@ -190,7 +191,8 @@ def checkout(
                 commit = record_commit(resolved)
                 if commit != resolved:
                     emit(
-                        f"[relevo] checkout: {ref} is {resolved[:12]} now; this job builds {commit[:12]}, the commit its first checkout recorded"
+                        f"[relevo] checkout: {ref} is {resolved[:12]} now; this job builds {commit[:12]}, "
+                        "the commit its first checkout recorded"
                     )
                 if not _has_commit(git, mirror, commit):
                     _fetch(git, mirror, ref, commit, credentials, plan.timeout_sec)
@@ -198,7 +200,8 @@ def checkout(
             if not _COMMIT.match(commit) or not _has_commit(git, mirror, commit):
                 raise CheckoutFailure(
                     ErrorClass.CHECKOUT_FAILED,
-                    f"checkout: commit {commit} is not in {plan.url} (after fetching its branches, tags and {ref})",
+                    f"checkout: commit {commit} is not in {plan.url} (after fetching its branches, tags and "
+                    f"{ref})",
                 )
             full = git.run(
                 ["-C", str(mirror), "rev-parse", f"{commit}^{{commit}}"], limit=LOCAL_TIMEOUT_SEC
@@ -277,7 +280,8 @@ def checkout(
             )
     seconds = time.monotonic() - started
     emit(
-        f"[relevo] checkout: {full[:12]} ({ref}) in {seconds:.1f}s{' after a fetch' if fetched else ', nothing fetched'}"
+        f"[relevo] checkout: {full[:12]} ({ref}) in "
+        f"{seconds:.1f}s{' after a fetch' if fetched else ', nothing fetched'}"
     )
     return CheckoutResult(full, fetched, seconds)
 

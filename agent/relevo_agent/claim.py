@@ -113,7 +113,8 @@ class Claims(DispatchAnswer):
                 if own is None:
                     raise
                 log.info(
-                    "%s attempt %d: the stage record names this agent's own claim, whose answer was lost; resumed",
+                    "%s attempt %d: the stage record names this agent's own claim, whose answer was lost; "
+                    "resumed",
                     op_id,
                     ref.attempt,
                 )
@@ -230,7 +231,8 @@ class Claims(DispatchAnswer):
             raise RouteError(
                 0,
                 None,
-                "this agent knows no claim route: its stack file, or api_url in its config, names the stack's API",
+                "this agent knows no claim route: its stack file, or api_url in its config, names the "
+                "stack's API",
             )
         give_up = time.monotonic() + max(0.0, timeline.fence_after_sec - timeline.renew_interval_sec)
         delay = RETRY_AFTER_FAILURE_SEC

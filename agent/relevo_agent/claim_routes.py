@@ -1,8 +1,8 @@
 """The agent's client of the claim routes (relevo_core.fleet.claims), the wire only: the claim of
 a stage message its queue handed it, answered with the job as it stands and the job's credentials;
 those credentials again, before they run out or after a restart; and the attempt's answers to the
-state machine (accept, heartbeat, outcome), which the route sends with tokens the agent never sees. What an agent claims, when it
-sends a claim again and what it does with the answer is relevo_agent.claim's.
+state machine (accept, heartbeat, outcome), which the route sends with tokens the agent never sees. What an
+agent claims, when it sends a claim again and what it does with the answer is relevo_agent.claim's.
 
 The requests are signed (SigV4, execute-api) with the agent's own credentials, the only thing
 they are still used for besides its queue, presence and pauses; every call is bounded by the

@@ -74,7 +74,8 @@ def doctor(config: Path = _CONFIG_OPTION) -> None:
             typer.echo(f"FAIL  config: {mistake}")
         raise typer.Exit(1) from exc
     typer.echo(
-        f"ok    config: {path} (agent {settings.agent_id}, region {settings.region}, capacity {settings.capacity})"
+        f"ok    config: {path} (agent {settings.agent_id}, region {settings.region}, capacity "
+        f"{settings.capacity})"
     )
     checks = run_checks(
         settings, target.table, target.queue_url, target.no_queue, stack=target.stack, config_path=path
@@ -147,7 +148,8 @@ def init(
         raise typer.Exit(2) from exc
     if region_affinity not in info.work_queues:
         typer.echo(
-            f"stack {stack} has no work queue for region affinity {region_affinity!r}; it has {', '.join(sorted(info.work_queues))}",
+            f"stack {stack} has no work queue for region affinity {region_affinity!r}; it has "
+            f"{', '.join(sorted(info.work_queues))}",
             err=True,
         )
         raise typer.Exit(2)

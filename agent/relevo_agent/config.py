@@ -44,7 +44,8 @@ class AgentConfig(BaseModel):
     )
     region: str = Field(
         pattern=r"^[a-z][a-z0-9-]{0,31}$",
-        description="The region affinity whose work queue this agent polls (one of the stack's RegionAffinities): a name "
+        description="The region affinity whose work queue this agent polls (one of the stack's "
+        "RegionAffinities): a name "
         "of the fleet's own, such as eu-west, not an AWS region (the stack file, or aws_region, gives that).",
     )
     capacity: int = Field(
@@ -61,7 +62,8 @@ class AgentConfig(BaseModel):
     # A local stack.json, or the explicit names below for a deployed stack.
     stack_file: Path | None = Field(
         default=None,
-        description="A stack.json (written by `relevo local up`, or by hand for a deployed stack) naming the table "
+        description="A stack.json (written by `relevo local up`, or by hand for a deployed stack) naming "
+        "the table "
         "and the work queues. Either this, or table_name and queue_url.",
     )
     table_name: str | None = Field(
@@ -73,7 +75,8 @@ class AgentConfig(BaseModel):
     api_url: str | None = Field(
         default=None,
         pattern=r"^https?://[^\s]+$",
-        description="The deployed stack's API (its ApiUrl output), without stack_file: the agent claims each stage there "
+        description="The deployed stack's API (its ApiUrl output), without stack_file: the agent claims "
+        "each stage there "
         "and gets the job's credentials with the claim.",
     )
     aws_region: str | None = Field(
@@ -82,26 +85,30 @@ class AgentConfig(BaseModel):
     aws_profile: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z0-9_.@+-]{1,64}$",
-        description="The profile of this Mac's AWS configuration the agent runs with: the one that takes the region's "
+        description="The profile of this Mac's AWS configuration the agent runs with: the one that takes "
+        "the region's "
         'agent role (docs/operations.md, "Connect a Mac"). Empty: the default credential chain.',
     )
     mask: tuple[str, ...] = Field(
         default=(),
-        description="Names of environment variables whose values are secrets: replaced by `******` in every log and probe output.",
+        description="Names of environment variables whose values are secrets: replaced by `******` in every "
+        "log and probe output.",
     )
     labels: dict[
         Annotated[str, Field(pattern=REQUIREMENT_KEY)], Annotated[str, Field(min_length=1, max_length=64)]
     ] = Field(
         default_factory=dict,
         max_length=32,
-        description="Facts of this Mac a stage's `requires` can name besides what the agent detects (os, macos, arch, "
+        description="Facts of this Mac a stage's `requires` can name besides what the agent detects (os, "
+        "macos, arch, "
         'xcode), e.g. `labels = {signing = "enterprise"}`. A label never overrides a detected fact.',
     )
     requirement_recheck_sec: int = Field(
         default=10,
         ge=1,
         le=900,
-        description="A stage whose `requires` no online agent of the region meets is put back on the queue, delayed "
+        description="A stage whose `requires` no online agent of the region meets is put back on the queue, "
+        "delayed "
         "this long (SQS message timer, at most 900 s), by whichever agent received it.",
     )
     min_free_disk_gb: float = Field(
@@ -114,7 +121,8 @@ class AgentConfig(BaseModel):
         default=0,
         ge=0,
         le=1000,
-        description="Keep the workspaces of this many projects used last; older ones are removed while the agent is "
+        description="Keep the workspaces of this many projects used last; older ones are removed while the "
+        "agent is "
         "idle, never one a lease holds. 0: keep every workspace.",
     )
     cleanup_timeout_sec: int = Field(
@@ -126,8 +134,10 @@ class AgentConfig(BaseModel):
     security_tool: Path | None = Field(
         default=None,
         description="The `security` command that makes a job's temporary signing keychain (a project's "
-        "signing.keychain: temporary). Default: /usr/bin/security on macOS; on another OS such a stage fails with "
-        "Relevo.Fatal.KeychainUnsupported. Set it only to use another build of the tool, or a recorded double in tests.",
+        "signing.keychain: temporary). Default: /usr/bin/security on macOS; on another OS such a stage "
+        "fails with "
+        "Relevo.Fatal.KeychainUnsupported. Set it only to use another build of the tool, or a recorded "
+        "double in tests.",
     )
     security_timeout_sec: float = Field(
         default=60,
@@ -145,28 +155,33 @@ class AgentConfig(BaseModel):
         default=30,
         gt=0,
         le=300,
-        description="How often the agent writes its presence record; it counts as offline after 3 intervals without one.",
+        description="How often the agent writes its presence record; it counts as offline after 3 intervals "
+        "without one.",
     )
     handoff_delay_sec: int = Field(
         default=2,
         ge=0,
         le=60,
-        description="A retry that should go to another agent with a free slot is handed back for this long (for a "
+        description="A retry that should go to another agent with a free slot is handed back for this long "
+        "(for a "
         "busy agent the hops are longer, and the message is visible again as soon as a slot frees for it).",
     )
     handoff_max_wait_sec: int = Field(
         default=60,
         ge=0,
         le=3600,
-        description="Safety bound: a handed-back retry is taken by this agent anyway once it was dispatched this long "
+        description="Safety bound: a handed-back retry is taken by this agent anyway once it was dispatched "
+        "this long "
         "ago (at most half the job's queue timeout), so a stage never starves behind a busy agent.",
     )
     log_flush_interval_sec: float = Field(
         default=0.2,
         gt=0,
         le=10,
-        description="The longest a stage's printed line waits before it is stored in the job's log (a chunk that "
-        "fills sooner is stored at once): what `relevo job logs -f` and the console can show is at most this late.",
+        description="The longest a stage's printed line waits before it is stored in the job's log (a chunk "
+        "that "
+        "fills sooner is stored at once): what `relevo job logs -f` and the console can show is at most "
+        "this late.",
     )
     outbox_interval_sec: float = Field(
         default=5.0,
@@ -178,54 +193,69 @@ class AgentConfig(BaseModel):
         default=2.0,
         gt=0,
         le=300,
-        description="The least time between two readings of an artifact upload's progress written on its stage (files "
-        "and bytes done, for `relevo job view` and the console's Steps). A reading rides on a lease renewal, so it is "
+        description="The least time between two readings of an artifact upload's progress written on its "
+        "stage (files "
+        "and bytes done, for `relevo job view` and the console's Steps). A reading rides on a lease "
+        "renewal, so it is "
         "also never more often than those (every min(lease/3, 3 s)); the upload's end is written at once.",
     )
     artifact_upload_max_bandwidth: int | None = Field(
         default=None,
         ge=1024,
-        description="Bytes per second each artifact file is uploaded at, at most (none: as fast as the link allows), "
+        description="Bytes per second each artifact file is uploaded at, at most (none: as fast as the link "
+        "allows), "
         "so a Mac's uploads leave room on a shared link.",
     )
     handoff_cache_gb: float = Field(
         default=20,
         ge=0,
         le=10_000,
-        description="This Mac's cache of handed-on files (under workspace_root/.relevo-cache), so that a later stage "
-        "here restores them without downloading, even after the checkout's git clean. Files no workspace holds any "
+        description="This Mac's cache of handed-on files (under workspace_root/.relevo-cache), so that a "
+        "later stage "
+        "here restores them without downloading, even after the checkout's git clean. Files no workspace "
+        "holds any "
         "more are removed between stages, oldest first, past this size. 0: no cache.",
     )
     prefer_previous_sec: int = Field(
         default=10,
         ge=0,
         le=300,
-        description="When the stage before handed on or restored files, a job's next stage is passed on to the Mac "
-        "that ran it (the files are there) for up to this long, and only while that Mac waits for work (online, a free "
-        "slot, taking stages, meeting the stage's requires): a busy or absent Mac is not waited for. Then any Mac of "
+        description="When the stage before handed on or restored files, a job's next stage is passed on to "
+        "the Mac "
+        "that ran it (the files are there) for up to this long, and only while that Mac waits for work "
+        "(online, a free "
+        "slot, taking stages, meeting the stage's requires): a busy or absent Mac is not waited for. Then "
+        "any Mac of "
         "the region takes it. A retry still prefers another Mac. 0: no preference.",
     )
     network_region: str | None = Field(
         default=None,
         pattern=r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-[0-9]+$",
-        description="The AWS region this Mac sits in or nearest to (its data center's, e.g. eu-central-1): bytes between "
-        "it and a bucket of another region count as cross_region_bytes. Default: the region affinity when it is an AWS "
+        description="The AWS region this Mac sits in or nearest to (its data center's, e.g. eu-central-1): "
+        "bytes between "
+        "it and a bucket of another region count as cross_region_bytes. Default: the region affinity when "
+        "it is an AWS "
         "region's name; otherwise not known, and cross_region_bytes says so (null).",
     )
     run_as: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$",
-        description="The OS user each stage's command, effect probe, checkout and workspace_cleanup run as (its uid, "
-        "groups and home), who cannot read the agent's config, journal, stack file or AWS credentials. The agent must then "
-        "run as root (a LaunchDaemon) and workspace_root must be reachable by that user; a signing keychain is not made "
+        description="The OS user each stage's command, effect probe, checkout and workspace_cleanup run as "
+        "(its uid, "
+        "groups and home), who cannot read the agent's config, journal, stack file or AWS credentials. The "
+        "agent must then "
+        "run as root (a LaunchDaemon) and workspace_root must be reachable by that user; a signing keychain "
+        "is not made "
         'then (docs/agent.md, "A build user"). None: stages run as the agent\'s own user.',
     )
     max_clock_skew_sec: float = Field(
         default=MAX_CLOCK_SKEW_SEC,
         ge=0,
         le=60,
-        description="The clock skew allowed between this Mac and AWS: `relevo-agent doctor` fails beyond it, the lease "
-        "keeper fences this much (plus the kill grace) before the lease ends, and a successor waits this long past the "
+        description="The clock skew allowed between this Mac and AWS: `relevo-agent doctor` fails beyond "
+        "it, the lease "
+        "keeper fences this much (plus the kill grace) before the lease ends, and a successor waits this "
+        "long past the "
         "previous holder's lease end.",
     )
 
@@ -283,7 +313,8 @@ class AgentConfig(BaseModel):
                 raise config_mistake(
                     path,
                     ("workspace_root",),
-                    f"the build user {user.name!r} cannot reach {config.workspace_root} ({unreachable}): choose a workspace_root "
+                    f"the build user {user.name!r} cannot reach {config.workspace_root} ({unreachable}): "
+                    "choose a workspace_root "
                     "outside the agent's home, e.g. /Users/Shared/relevo/workspaces",
                 )
         return config

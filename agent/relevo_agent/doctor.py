@@ -87,7 +87,8 @@ def check_clock(server: datetime | None, local: datetime, max_skew_sec: float = 
         return Check(
             "clock",
             Verdict.FAIL,
-            f"this Mac's clock is {abs(skew):.0f}s {ahead} AWS; turn on automatic time (sntp / System Settings)",
+            f"this Mac's clock is {abs(skew):.0f}s {ahead} AWS; turn on automatic time (sntp / System "
+            "Settings)",
         )
     return Check("clock", Verdict.OK, f"within {max_skew_sec:.0f}s of AWS")
 
@@ -234,7 +235,8 @@ def check_build_user(config: AgentConfig, config_path: Path | None) -> list[Chec
             Check(
                 "private files",
                 Verdict.OK,
-                f"the build user {user.name} can read none of the agent's config, journal, stack file and AWS files",
+                f"the build user {user.name} can read none of the agent's config, journal, stack file and "
+                "AWS files",
             )
         )
     return checks

@@ -83,7 +83,8 @@ class Supervisor:
                 [sys.executable, "-I", "-S", str(_SUPERVISOR)],
                 stdin=read_end,
                 stdout=subprocess.DEVNULL,
-                start_new_session=True,  # outside the stage's group and the agent's: SIGSTOP of the agent leaves it running
+                # Outside the stage's group and the agent's: SIGSTOP of the agent leaves it running.
+                start_new_session=True,
             )
         finally:
             os.close(read_end)

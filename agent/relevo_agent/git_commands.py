@@ -132,7 +132,8 @@ class Git:
                         raise CheckoutStopped() from None
                     raise CheckoutFailure(
                         ErrorClass.NETWORK_TIMEOUT,
-                        f"checkout: `git {what or args[0]}` did not finish in time (checkout.timeout_sec or the stage's exec timeout); killed",
+                        f"checkout: `git {what or args[0]}` did not finish in time (checkout.timeout_sec or "
+                        "the stage's exec timeout); killed",
                     ) from None
         done = subprocess.CompletedProcess(args, process.returncode, out, err)
         if check and done.returncode != 0:

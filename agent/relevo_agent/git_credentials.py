@@ -78,7 +78,8 @@ def credential_files(
             _private_file(directory / "password", password)
             askpass = directory / "askpass"
             askpass.write_text(
-                '#!/bin/sh\ncase "$1" in\n  Username*) cat "$(dirname "$0")/username" ;;\n  *) cat "$(dirname "$0")/password" ;;\nesac\n'
+                '#!/bin/sh\ncase "$1" in\n  Username*) cat "$(dirname "$0")/username" ;;\n  *) cat '
+                '"$(dirname "$0")/password" ;;\nesac\n'
             )
             askpass.chmod(0o700)
             env["GIT_ASKPASS"] = str(askpass)

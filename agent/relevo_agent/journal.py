@@ -169,7 +169,8 @@ class Journal:
         """A fact about this agent's past runs (the stack it last ran against, for doctor)."""
         with self._lock:
             self._db.execute(
-                "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+                "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET "
+                "value=excluded.value",
                 (name, value),
             )
 
@@ -188,9 +189,12 @@ class Journal:
         with self._lock:
             self._db.execute(
                 "INSERT INTO operations (operation_id, job_id, stage, stage_index, attempt, resource_key, "
-                "precondition_version, outcome, receipt, updated_at, claim_secret, shard) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT(operation_id) DO UPDATE SET attempt=excluded.attempt, resource_key=excluded.resource_key, "
-                "precondition_version=excluded.precondition_version, outcome=excluded.outcome, receipt=NULL, pgid=NULL, outputs=NULL, "
+                "precondition_version, outcome, receipt, updated_at, claim_secret, shard) VALUES "
+                "(?,?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT(operation_id) DO UPDATE SET attempt=excluded.attempt, "
+                "resource_key=excluded.resource_key, "
+                "precondition_version=excluded.precondition_version, outcome=excluded.outcome, "
+                "receipt=NULL, pgid=NULL, outputs=NULL, "
                 "updated_at=excluded.updated_at, claim_secret=excluded.claim_secret",
                 (
                     op.operation_id,
@@ -229,7 +233,8 @@ class Journal:
         """The precondition once the workspace is the job's (checked out, handoffs restored)."""
         with self._lock:
             self._db.execute(
-                "UPDATE operations SET precondition_version=?, updated_at=? WHERE operation_id=? AND attempt=?",
+                "UPDATE operations SET precondition_version=?, updated_at=? WHERE operation_id=? AND "
+                "attempt=?",
                 (precondition_version, _now(), operation_id, attempt),
             )
 

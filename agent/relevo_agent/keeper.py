@@ -59,8 +59,8 @@ def _transfer_reading(run: StageRun) -> Iterator[TransferProgress | None]:
 
 def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[StageRun], None]) -> None:
     """Beside the stage, from the claim on: renew the lease, and heartbeat the task (through the
-    region's heartbeat route) once the run token was handed, every min(lease/3, 3 s). Each round is bounded by the time left
-    before the fence, and only a round that came back extends the lease, from when it was
+    region's heartbeat route) once the run token was handed, every min(lease/3, 3 s). Each round is bounded by
+    the time left before the fence, and only a round that came back extends the lease, from when it was
     sent. The fence itself is not this thread's: `keep_fence` keeps it even while a call hangs.
     `stop`: the agent's; an error that says the stack no longer exists stops it (and the stage)."""
     ref, lease = run.ref, run.lease

@@ -197,13 +197,16 @@ class Keychains:
             # daemon acts on a session nobody can vouch for. Refused, before any secret is read.
             raise KeychainFailure(
                 ErrorClass.KEYCHAIN_UNSUPPORTED,
-                f"the project's signing.keychain: temporary is not made on an agent with run_as ({self.run_as}): the keychain "
-                "would be root's, not the build user's; run signing stages on agents without run_as (docs/agent.md, \"A build user\")",
+                "the project's signing.keychain: temporary is not made on an agent with run_as "
+                f"({self.run_as}): the keychain "
+                "would be root's, not the build user's; run signing stages on agents without run_as "
+                '(docs/agent.md, "A build user")',
             )
         if self.security is None:
             raise KeychainFailure(
                 ErrorClass.KEYCHAIN_UNSUPPORTED,
-                f"the project's signing.keychain: temporary needs macOS's security tool; this agent runs on {self.system} "
+                "the project's signing.keychain: temporary needs macOS's security tool; this agent runs on "
+                f"{self.system} "
                 "and was given no security_tool, so the stage is not run (never unsigned)",
             )
         return self.security
@@ -282,7 +285,8 @@ class Keychains:
                 )
         except KeychainFailure as failure:
             log.warning(
-                "signing keychain %s: could not take it off the search list (%s); the agent's next start tries again",
+                "signing keychain %s: could not take it off the search list (%s); the agent's next start "
+                "tries again",
                 path.name,
                 failure,
             )
@@ -320,7 +324,8 @@ class Keychains:
                 )
         except KeychainFailure as failure:
             log.warning(
-                "leftover signing keychains: could not clean the search list (%s); the next start tries again",
+                "leftover signing keychains: could not clean the search list (%s); the next start tries "
+                "again",
                 failure,
             )
         removed = []

@@ -42,7 +42,8 @@ def stack_target(settings: AgentConfig, config: Path) -> StackTarget:
     boto3 at the stack's endpoint and region. A stack file that cannot be read is a mistake of
     the config that names it."""
     if settings.aws_profile:
-        # The profile of the Mac's AWS configuration that takes the agent role (docs/operations.md, "Connect a Mac").
+        # The profile of the Mac's AWS configuration that takes the agent role (docs/operations.md, "Connect a
+        # Mac").
         os.environ["AWS_PROFILE"] = settings.aws_profile
     if settings.stack_file is not None:
         try:
@@ -61,7 +62,8 @@ def stack_target(settings: AgentConfig, config: Path) -> StackTarget:
             None
             if queue_url
             else (
-                f"no work queue for region {settings.region!r} in the stack {settings.stack_file} (its region affinities: {regions})"
+                f"no work queue for region {settings.region!r} in the stack {settings.stack_file} (its "
+                f"region affinities: {regions})"
             )
         )
         return StackTarget(stack.table_name, queue_url, stack.api_url, no_queue, stack)
@@ -88,7 +90,8 @@ def startable(config: Path) -> tuple[AgentConfig, StackTarget]:
         raise config_mistake(
             config,
             ("workspace_root",),
-            f"{settings.workspace_root} is inside the git work tree {repository}: git in a stage, or the checkout's "
+            f"{settings.workspace_root} is inside the git work tree {repository}: git in a stage, or the "
+            "checkout's "
             "git clean, would act on that repository; choose a directory outside it",
         )
     target = stack_target(settings, config)
@@ -208,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--follow-stack",
         action="store_true",
-        help="when the stack file names another stack (a local stack restarted), start again against it instead of exiting",
+        help="when the stack file names another stack (a local stack restarted), start again against it "
+        "instead of exiting",
     )
     args = parser.parse_args(argv)
     if not args.config.is_file():

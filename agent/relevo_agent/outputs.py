@@ -74,7 +74,8 @@ class OutputParser:
         if self._open is not None:
             key, delimiter, _, opened = self._open
             raise OutputInvalid(
-                f"$RELEVO_OUTPUT line {opened}: the value of {key!r} (<<{delimiter}) never ends: no line {delimiter!r} follows"
+                f"$RELEVO_OUTPUT line {opened}: the value of {key!r} (<<{delimiter}) never ends: no line "
+                f"{delimiter!r} follows"
             )
         return changed
 
@@ -119,11 +120,13 @@ class OutputParser:
         candidate = {**self.values, key: value}
         if len(candidate) > MAX_OUTPUT_KEYS:
             raise OutputInvalid(
-                f"$RELEVO_OUTPUT line {self._line}: {key!r} would be the stage's value number {len(candidate)}; at most {MAX_OUTPUT_KEYS}"
+                f"$RELEVO_OUTPUT line {self._line}: {key!r} would be the stage's value number "
+                f"{len(candidate)}; at most {MAX_OUTPUT_KEYS}"
             )
         if outputs_size(candidate) > MAX_OUTPUT_BYTES:
             raise OutputInvalid(
-                f"$RELEVO_OUTPUT line {self._line}: {key!r} would bring the stage's values to {outputs_size(candidate)} bytes; "
+                f"$RELEVO_OUTPUT line {self._line}: {key!r} would bring the stage's values to "
+                f"{outputs_size(candidate)} bytes; "
                 f"at most {MAX_OUTPUT_BYTES} (keep large data in a handoff file and pass its path)"
             )
         self.values = candidate

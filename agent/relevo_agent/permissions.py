@@ -3,7 +3,8 @@ and nothing an agent must never do?
 
 Each probe is a request that cannot change anything: a conditional write whose condition never
 holds, a visibility change of a receipt handle that does not exist, a task token that is no token,
-a state machine that does not exist, a claim with an empty body, an object nobody wrote. AWS authorizes a request before it looks at its condition or
+a state machine that does not exist, a claim with an empty body, an object nobody wrote. AWS authorizes a
+request before it looks at its condition or
 its parameters, so an answer other than AccessDenied means the credentials may do it. The lists
 follow the agent role of template.yaml (AgentPolicy per region affinity): an agent's credentials
 pass every "needed" probe and none of the "must not" ones. What an agent does for a job (its
@@ -295,5 +296,6 @@ def summary(findings: list[Finding]) -> tuple[bool, str]:
     needed = sum(1 for f in findings if f.probe.needed)
     return (
         True,
-        f"all {needed} an agent needs are allowed, and the {len(findings) - needed} it must not have are refused",
+        f"all {needed} an agent needs are allowed, and the {len(findings) - needed} it must not have are "
+        "refused",
     )

@@ -80,7 +80,8 @@ def output_variables(earlier: list[EarlierStage]) -> dict[str, str]:
             if name in origin and origin[name] != f"{stage.label}.{key}":
                 raise PrepareFailure(
                     ErrorClass.OUTPUT_INVALID,
-                    f"the values {origin[name]} and {stage.label}.{key} would both be {name}: rename one of the keys",
+                    f"the values {origin[name]} and {stage.label}.{key} would both be {name}: rename one of "
+                    "the keys",
                 )
             origin[name] = f"{stage.label}.{key}"
             variables[name] = value
@@ -89,8 +90,10 @@ def output_variables(earlier: list[EarlierStage]) -> dict[str, str]:
         largest = sorted(earlier, key=lambda stage: -outputs_size(stage.outputs))[:3]
         raise PrepareFailure(
             ErrorClass.OUTPUT_INVALID,
-            f"the earlier stages' values come to {size} bytes as variables, over the {MAX_HANDED_ON_OUTPUT_BYTES} a stage is handed "
-            f"(half of macOS's kern.argmax); the largest: {', '.join(f'{s.label} {outputs_size(s.outputs)} bytes' for s in largest)}: "
+            f"the earlier stages' values come to {size} bytes as variables, over the "
+            f"{MAX_HANDED_ON_OUTPUT_BYTES} a stage is handed "
+            "(half of macOS's kern.argmax); the largest: "
+            f"{', '.join(f'{s.label} {outputs_size(s.outputs)} bytes' for s in largest)}: "
             "keep large data in a handoff file and pass its path",
         )
     return variables
@@ -215,14 +218,16 @@ def require_handoffs(envelope: JobEnvelope, earlier: list[EarlierStage], index: 
             )
             raise PrepareFailure(
                 ErrorClass.HANDOFF_GONE,
-                f"stage {which} hands files on, but no succeeded run of it is on record for this job or the job it "
+                f"stage {which} hands files on, but no succeeded run of it is on record for this job or the "
+                "job it "
                 f"reruns ({envelope.retry_of or 'none'}): run the job from {declared.name}",
             )
         for stage in runs:
             if stage.handoff is None:
                 raise PrepareFailure(
                     ErrorClass.HANDOFF_MISSING,
-                    f"stage {stage.label} of {stage.job_id} declares handoff {', '.join(stage.declared) or '(its plan then)'} but "
+                    f"stage {stage.label} of {stage.job_id} declares handoff "
+                    f"{', '.join(stage.declared) or '(its plan then)'} but "
                     "handed nothing on (its success was decided without them): run it again",
                 )
 

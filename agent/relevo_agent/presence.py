@@ -1,9 +1,9 @@
 """The agent's presence record, written on a thread of its own.
 
 Presence: every `presence_interval_sec` (30 s by default), and just after the number of stages it
-runs changes (a stage taken: COUNT_SETTLE_SEC after), the agent puts its record (agent id, region, capacity, running, version,
-last_seen); when it stops cleanly it marks the record offline. A failed write is logged and tried
-again at the next tick: presence never blocks or fails the work.
+runs changes (a stage taken: COUNT_SETTLE_SEC after), the agent puts its record (agent id, region, capacity,
+running, version, last_seen); when it stops cleanly it marks the record offline. A failed write is logged and
+tried again at the next tick: presence never blocks or fails the work.
 
 Pauses: with every write (before it), the agent reads its own pause and its region's dispatch
 pause (relevo_agent.pause; two items, one BatchGetItem), and its record then says why it takes
@@ -119,8 +119,9 @@ class Presence:
     @contextmanager
     def occupied(self, shard_of: str | None = None) -> Iterator[int]:
         """A slot is in use for the duration (the record's `running`), written just after it is
-        taken (COUNT_SETTLE_SEC) and at once when it is freed. For a shard, `shard_of` is its stage (`<job>:<stage>`), listed
-        meanwhile; yields how many shards of that stage this agent held before this one (0 for a
+        taken (COUNT_SETTLE_SEC) and at once when it is freed. For a shard, `shard_of` is its stage
+        (`<job>:<stage>`), listed meanwhile; yields how many shards of that stage this agent held before this
+        one (0 for a
         stage without shards)."""
         with self._lock:
             held = self._shard_stages.count(shard_of) if shard_of else 0

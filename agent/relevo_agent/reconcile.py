@@ -127,7 +127,8 @@ def with_what_it_left(
         if not isinstance(stored, dict) or stored.get("attempt") != previous.get("attempt"):
             evidence = {
                 **reconciled.evidence,
-                "why": "the effect exists, but the files the stage hands on were never stored (its holder stopped first): "
+                "why": "the effect exists, but the files the stage hands on were never stored (its holder "
+                "stopped first): "
                 "`relevo job resolve --as retry` runs it again",
             }
             return Reconciliation(ReconcileAction.MANUAL_REVIEW, evidence)

@@ -86,7 +86,8 @@ class Agent:
         self.signals = 0
         # The name of the last signal counted (SIGINT: Ctrl-C in the agent's terminal).
         self.signal_name = "SIGTERM"
-        # Why and how this agent stops, held by every loop of it (its stack gone, its agent_id taken, a signal).
+        # Why and how this agent stops, held by every loop of it (its stack gone, its agent_id taken, a
+        # signal).
         self.stop = AgentStop(table_name, queue_url, follow_stack)
         self.slots = Slots(config.capacity)
         # The job credentials of the attempts it holds, from the claim routes of its region.
@@ -195,7 +196,8 @@ class Agent:
                 what = "Ctrl-C" if self.signal_name == "SIGINT" else self.signal_name
                 if self.slots.running:
                     log.warning(
-                        "%s: taking no new stage; waiting for %d running stage(s) to finish (%s again cancels them, "
+                        "%s: taking no new stage; waiting for %d running stage(s) to finish (%s again "
+                        "cancels them, "
                         "a third time exits at once)",
                         what,
                         self.slots.running,

@@ -384,7 +384,8 @@ class StageRunner:
         if wait <= 0:
             return
         log.info(
-            "%s attempt %d: waiting %.1fs for attempt %s's holder to have fenced (its lease end %s plus %gs of skew)",
+            "%s attempt %d: waiting %.1fs for attempt %s's holder to have fenced (its lease end %s plus %gs "
+            "of skew)",
             attempt.op_id,
             run.ref.attempt,
             wait,

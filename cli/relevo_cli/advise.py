@@ -129,7 +129,10 @@ def project_file(row: Row, situation: Situation, project_id: str = "my-app") -> 
             {"name": "upload", "run": 'cp out/*.ipa "$RELEVO_ARTIFACT_DIR/"', "exec_timeout_sec": 1800},
         ],
     }
-    header = f"# yaml-language-server: $schema=project.schema.json\n# Written by `relevo advise` ({row.id}): a starting project file.\n"
+    header = (
+        "# yaml-language-server: $schema=project.schema.json\n# Written by `relevo advise` "
+        f"({row.id}): a starting project file.\n"
+    )
     return header + yaml.safe_dump(project, sort_keys=False, width=120)
 
 
@@ -140,7 +143,8 @@ def advice_text(row: Row, situation: Situation) -> str:
     lines += [f"  - {item}" for item in row.reasons]
     if len(situation.regions) == 1 and row.id == "parallel-branches":
         lines.append(
-            f"  - You named one region ({situation.regions[0]}): give each Mac pool a region affinity of its own."
+            f"  - You named one region ({situation.regions[0]}): give each Mac pool a region affinity of "
+            "its own."
         )
     if row.cost:
         lines += ["", f"Cost: {row.cost}"]

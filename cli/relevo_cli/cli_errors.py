@@ -75,14 +75,16 @@ class RelevoGroup(TyperGroup):
                 raise
             # AWS_PROFILE (or a stack file's aws_profile) names a profile this machine does not have.
             _say(
-                f"{exc}: `aws configure list-profiles` lists the profiles there are; set AWS_PROFILE to one of them (or unset it)"
+                f"{exc}: `aws configure list-profiles` lists the profiles there are; set AWS_PROFILE to one "
+                "of them (or unset it)"
             )
             raise typer.Exit(2) from exc
         except NoCredentialsError as exc:
             if ctx.meta.get(DEBUG_KEY):
                 raise
             _say(
-                "no AWS credentials found to sign with: set AWS_PROFILE, or run `aws configure` or `aws sso login` "
+                "no AWS credentials found to sign with: set AWS_PROFILE, or run `aws configure` or `aws sso "
+                "login` "
                 "(a local stack's stack.json carries its own)"
             )
             raise typer.Exit(1) from exc
@@ -110,7 +112,8 @@ def print_version(shown: bool) -> None:
             return "not installed"
 
     typer.echo(
-        f"relevo {version('relevo-cli')} (relevo-core {version('relevo-core')}, relevo-agent {version('relevo-agent')})"
+        f"relevo {version('relevo-cli')} (relevo-core {version('relevo-core')}, relevo-agent "
+        f"{version('relevo-agent')})"
     )
     raise typer.Exit()
 

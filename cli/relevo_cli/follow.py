@@ -322,7 +322,8 @@ class StageLog:
 class LogFollower:
     """Prints chunks in the log's order through `write` (through `render` when given: labelled by
     stage, with its boundaries); `fetch(cursor)` is one GET .../logs page from that cursor (the
-    API's from_seq: a seq, or for a job with shards the place in each shard's log, relevo_core.jobs.logs). `sleep` and `clock`
+    API's from_seq: a seq, or for a job with shards the place in each shard's log, relevo_core.jobs.logs).
+    `sleep` and `clock`
     are injected so the loop runs without real waits in tests."""
 
     fetch: Callable[[int | str], dict[str, Any]]

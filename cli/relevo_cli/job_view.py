@@ -19,7 +19,10 @@ from relevo_core.models.transfer import TransferProgress, human_bytes
 
 def gate_line(job_id: str, stage: str) -> str:
     """What a job waiting at its approval gate needs, and the command that gives it."""
-    return f"waiting for approval before {stage}: `relevo job approve {job_id}` (or `relevo job reject {job_id} --reason …`)"
+    return (
+        f"waiting for approval before {stage}: `relevo job approve {job_id}` (or `relevo job reject "
+        f"{job_id} --reason …`)"
+    )
 
 
 def render_job(job: dict[str, Any], now: datetime | None = None) -> Table:
@@ -79,11 +82,13 @@ def job_notes(job: dict[str, Any]) -> list[str]:
         notes.append(failure)
     if job.get("queue_reason"):
         notes.append(
-            f"waiting ({job['queue_reason']}): {queue_reason_words(job['queue_reason'], job.get('region_affinity'), job.get('queue_detail'))}"
+            f"waiting ({job['queue_reason']}): "
+            + queue_reason_words(job["queue_reason"], job.get("region_affinity"), job.get("queue_detail"))
         )
     for shard in job.get("waiting_shards") or []:
         why = (
-            f"waiting ({shard['queue_reason']}): {queue_reason_words(shard['queue_reason'], job.get('region_affinity'), shard.get('queue_detail'))}"
+            f"waiting ({shard['queue_reason']}): "
+            + queue_reason_words(shard["queue_reason"], job.get("region_affinity"), shard.get("queue_detail"))
             if shard.get("queue_reason")
             else "about to be claimed"
         )
@@ -145,13 +150,15 @@ def handoff_notes(job: dict[str, Any]) -> list[str]:
         handoff = stage.get("handoff") or {}
         if handoff.get("digest"):
             notes.append(
-                f"{stage['name']} handed on {handoff['files']} files, {handoff['symlinks']} symlinks, {human_bytes(handoff['bytes'])} "
+                f"{stage['name']} handed on {handoff['files']} files, {handoff['symlinks']} symlinks, "
+                f"{human_bytes(handoff['bytes'])} "
                 f"(tree {handoff['digest'][:12]})"
             )
         if handoff.get("restored"):
             restored = handoff["restored"]
             notes.append(
-                f"{stage['name']} restored {handoff['restored_files']} files from {', '.join(restored['from_stages'])} on "
+                f"{stage['name']} restored {handoff['restored_files']} files from "
+                f"{', '.join(restored['from_stages'])} on "
                 f"{stage.get('agent_id') or 'its Mac'}: {human_bytes(handoff['restored_bytes'])} downloaded "
                 f"(tree {str(handoff.get('restored_digest'))[:12]})"
             )
@@ -187,7 +194,8 @@ def log_tail(job: dict[str, Any]) -> list[str]:
     job_id = job["job_id"]
     return [
         *shown,
-        f"(all of it: relevo job logs {job_id}; follow: relevo job logs {job_id} -f --from-seq {tail['next_seq']})",
+        f"(all of it: relevo job logs {job_id}; follow: relevo job logs {job_id} -f --from-seq "
+        f"{tail['next_seq']})",
     ]
 
 

@@ -139,13 +139,16 @@ def concurrency_finding(plan: DeployPlan, limit: int, unreserved: int) -> Check:
         return Check(
             "lambda concurrency",
             Verdict.OK,
-            f"reserving {plan.reserved_total} of {unreserved} unreserved leaves {left} (≥ {UNRESERVED_FLOOR})",
+            f"reserving {plan.reserved_total} of {unreserved} unreserved leaves {left} (≥ "
+            f"{UNRESERVED_FLOOR})",
         )
     return Check(
         "lambda concurrency",
         Verdict.FIX,
-        f"reserving {plan.reserved_total} of {unreserved} unreserved (limit {limit}) would leave {left}, below the {UNRESERVED_FLOOR} Lambda "
-        "keeps unreserved: deploy with ReservedConcurrency=off, or ask Service Quotas for a higher 'Concurrent executions' limit",
+        f"reserving {plan.reserved_total} of {unreserved} unreserved (limit {limit}) would leave {left}, "
+        f"below the {UNRESERVED_FLOOR} Lambda "
+        "keeps unreserved: deploy with ReservedConcurrency=off, or ask Service Quotas for a higher "
+        "'Concurrent executions' limit",
     )
 
 
@@ -174,7 +177,8 @@ def preflight(plan: DeployPlan, aws: boto3.session.Session, endpoint_url: str | 
                 Check(
                     "stack",
                     Verdict.FIX,
-                    f"{plan.stack_name} is ROLLBACK_COMPLETE (its first deploy failed): delete it with `aws cloudformation delete-stack --stack-name {plan.stack_name}`, then deploy",
+                    f"{plan.stack_name} is ROLLBACK_COMPLETE (its first deploy failed): delete it with `aws "
+                    f"cloudformation delete-stack --stack-name {plan.stack_name}`, then deploy",
                 )
             )
         else:
@@ -244,7 +248,8 @@ def preflight(plan: DeployPlan, aws: boto3.session.Session, endpoint_url: str | 
                     Check(
                         "api access logs",
                         Verdict.FIX,
-                        "ApiAccessLogging=on needs the account's API Gateway CloudWatch role in this region (docs/operations.md, 'Deploy to AWS'): set it, or deploy with ApiAccessLogging=off",
+                        "ApiAccessLogging=on needs the account's API Gateway CloudWatch role in this region "
+                        "(docs/operations.md, 'Deploy to AWS'): set it, or deploy with ApiAccessLogging=off",
                     )
                 )
         except (ClientError, BotoCoreError) as exc:

@@ -33,13 +33,15 @@ class WebhookSecretSources(BaseModel):
     github_secret_env: str | None = Field(
         default=None,
         pattern=ENV_NAME,
-        description="Environment variable holding the GitHub webhook secret. `relevo project apply` stores its "
+        description="Environment variable holding the GitHub webhook secret. `relevo project apply` stores "
+        "its "
         "value in Secrets Manager (relevo/<stack>/<project>/github); only the reference is registered.",
     )
     gitlab_token_env: str | None = Field(
         default=None,
         pattern=ENV_NAME,
-        description="Environment variable holding the GitLab webhook token (X-Gitlab-Token), stored the same way "
+        description="Environment variable holding the GitLab webhook token (X-Gitlab-Token), stored the "
+        "same way "
         "under relevo/<stack>/<project>/gitlab.",
     )
 

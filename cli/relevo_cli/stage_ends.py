@@ -46,7 +46,10 @@ def end_words(
         )
         where = f" on {failed['agent']}" if failed.get("agent") else ""
         where += _ran_for(started_at, failed.get("at"))
-        return f"{name}#{attempt} failed{where}: {failed.get('error') or 'no outcome'}, retried as attempt {stage['attempt']}"
+        return (
+            f"{name}#{attempt} failed{where}: {failed.get('error') or 'no outcome'}, retried as attempt "
+            f"{stage['attempt']}"
+        )
     status = stage["status"]
     label = f"{name}#{attempt}" if attempt > 1 else name
     where = f" on {stage['agent_id']}" if stage.get("agent_id") else ""
@@ -61,7 +64,10 @@ def end_words(
     if status == "succeeded":
         return f"{label} succeeded{where}"
     if status == "warning":
-        return f"{label} succeeded with warnings{where}: {stage.get('warning') or 'see the lines marked ::warning::'}"
+        return (
+            f"{label} succeeded with warnings{where}: "
+            f"{stage.get('warning') or 'see the lines marked ::warning::'}"
+        )
     if status == "failed":
         exit_code = stage.get("exit_code")
         code = f"exit {exit_code}, " if exit_code not in (None, -1) else ""

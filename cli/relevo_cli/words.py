@@ -42,7 +42,8 @@ _CLASS_WORDS = {
 # What a class means said of the job as a whole, where no stage failed: a job that waited for
 # its project's lock (job.asl.json's GiveUpWaiting) never reached an agent.
 _JOB_CLASS_WORDS = {
-    "Relevo.Timeout.Queue": "another job of its project held the project for its whole queue_timeout_sec, so it never started",
+    "Relevo.Timeout.Queue": "another job of its project held the project for its whole queue_timeout_sec, "
+    "so it never started",
 }
 
 

@@ -47,7 +47,8 @@ class IamAuthentication:
         )
         if not identity.permits(signer, token, "execute-api:Invoke", invoked):
             return Refusal(
-                f"User: {self._caller_arn(signer, token)} is not authorized to perform: execute-api:Invoke on resource: {invoked}",
+                f"User: {self._caller_arn(signer, token)} is not authorized to perform: execute-api:Invoke "
+                f"on resource: {invoked}",
                 "ACCESS_DENIED",
             )
         if signer not in self._identities:

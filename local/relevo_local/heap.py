@@ -12,7 +12,8 @@ Python Library Reference, gc): later full collections walk only what was made si
 in the same bench. And they come less often: the youngest generation is collected after 10,000
 allocations net of deallocations rather than 700 ("gc.set_threshold"), and a full collection is
 due only after ten of the middle one's, themselves after ten of the youngest's: one full
-collection in that bench's 30 handoffs rather than twelve, each young one under 15 ms. What is frozen is still freed by reference counting; a reference cycle among
+collection in that bench's 30 handoffs rather than twelve, each young one under 15 ms. What is frozen is still
+freed by reference counting; a reference cycle among
 frozen objects that becomes garbage waits until the last stack of the process stops, which
 unfreezes. Only the deployed heap is frozen, not what later collections find alive: the state
 machine interpreter's executions are cycles that live a few seconds, and freezing them would keep

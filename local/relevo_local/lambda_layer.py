@@ -203,7 +203,8 @@ def build_layer(content_dir: Path, python: LambdaPython, out_dir: Path) -> Path:
     )
     if compiled.returncode != 0:
         raise LayerBuildError(
-            f"compiling {content_dir.name} for Python {python.tag} failed:\n{(compiled.stdout + compiled.stderr)[-4000:]}"
+            f"compiling {content_dir.name} for Python {python.tag} "
+            f"failed:\n{(compiled.stdout + compiled.stderr)[-4000:]}"
         )
     return python_dir
 

@@ -272,7 +272,8 @@ class FunctionRuntime:
             else:
                 error = {
                     "errorType": "Runtime.ExitError",
-                    "errorMessage": f"RequestId: {request_id} Error: Runtime exited with error: exit status {environment.process.returncode}",
+                    "errorMessage": f"RequestId: {request_id} Error: Runtime exited with error: exit status "
+                    f"{environment.process.returncode}",
                 }
             if self._log:
                 self._log.write(f"[ERROR] {error['errorType']}: {error['errorMessage']}\n".encode())

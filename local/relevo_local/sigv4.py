@@ -18,7 +18,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 _AUTHORIZATION = re.compile(
-    r"^AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request,\s*"
+    r"^AWS4-HMAC-SHA256 "
+    r"Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request,\s*"
     r"SignedHeaders=(?P<signed>[^,]+),\s*Signature=(?P<signature>[0-9a-f]{64})$"
 )
 # API Gateway refuses a signature older (or newer) than this.

@@ -393,7 +393,8 @@ class LocalStack:
         failed = {name: rt.init_error for name, rt in self._runtimes.items() if rt.init_error}
         if failed:
             raise RuntimeError(
-                "functions fail at cold start with only their code, layers and the runtime's boto3 importable: "
+                "functions fail at cold start with only their code, layers and the runtime's boto3 "
+                "importable: "
                 + "; ".join(
                     f"{name}: {error['errorType']}: {error['errorMessage']}"
                     for name, error in sorted(failed.items())

@@ -241,7 +241,8 @@ class _AttackerPage(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         page = (
             "<!doctype html><title>cute cats</title><script>"
-            f"fetch({self.target!r}, {{method: 'POST', mode: 'no-cors', credentials: 'include', body: '{{}}'}})"
+            f"fetch({self.target!r}, "
+            f"{{method: 'POST', mode: 'no-cors', credentials: 'include', body: '{{}}'}})"
             ".then(() => document.title = 'sent', () => document.title = 'sent');"
             "</script>"
         ).encode()
@@ -440,7 +441,10 @@ def test_the_dlq_page_redrives_a_failed_job_and_the_fleet_page_shows_the_agent(
 
 def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(operator_api, browser_page):
     # Given 3,000 lines printed in six bursts, so the agent stores them as several chunks
-    command = 'for b in 0 1 2 3 4 5; do for i in $(seq 1 500); do printf "n %d %0150d\\n" $((b * 500 + i)) 0; done; sleep 0.7; done'
+    command = (
+        'for b in 0 1 2 3 4 5; do for i in $(seq 1 500); do printf "n %d %0150d\\n" $((b * 500 + i)) '
+        "0; done; sleep 0.7; done"
+    )
     project_id = _project(operator_api, [{"name": "build", "run": command}])
     job_id = _run(operator_api, project_id)
     assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "succeeded"
@@ -497,7 +501,10 @@ def test_lines_trimmed_past_the_cap_come_back_with_load_earlier_with_no_gap_or_r
     # Given a log of 1,000 lines more than the page keeps, printed by `seq` in bursts of 750 (a
     # chunk each, or so: the cap falls inside one)
     total, burst = LOG_MAX_LINES + 1000, 750
-    command = f"for b in $(seq 0 {total // burst - 1}); do seq $((b * {burst} + 1)) $((b * {burst} + {burst})); sleep 0.3; done"
+    command = (
+        f"for b in $(seq 0 {total // burst - 1}); do seq $((b * {burst} + 1)) $((b * {burst} + "
+        f"{burst})); sleep 0.3; done"
+    )
     project_id = _project(operator_api, [{"name": "build", "run": command}])
     job_id = _run(operator_api, project_id)
     assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "succeeded"
@@ -687,7 +694,8 @@ def test_the_job_list_filters_by_keyword_and_group_and_reruns_a_row_from_its_cur
 def _summary(page) -> dict[str, str]:
     """The job page's summary as {term: value}."""
     return page.locator(".summary dl").evaluate(
-        "dl => Object.fromEntries([...dl.querySelectorAll('dt')].map(dt => [dt.textContent.trim(), dt.nextElementSibling.textContent.trim()]))"
+        "dl => Object.fromEntries([...dl.querySelectorAll('dt')].map(dt => [dt.textContent.trim(), "
+        "dt.nextElementSibling.textContent.trim()]))"
     )
 
 
@@ -775,7 +783,10 @@ def test_the_steps_show_a_stages_upload_live_then_its_totals_without_a_reload(
     # limiter lets bursts through: about 17 s)
     size = 768 * 1024
     assert 5 * size / UPLOAD_BYTES_PER_SEC >= 16  # long enough for several readings at one a renewal (3 s)
-    make = f'for i in 1 2 3 4 5; do head -c {size} /dev/urandom > "$RELEVO_ARTIFACT_DIR/part-$i.bin"; done; echo packaged'
+    make = (
+        f'for i in 1 2 3 4 5; do head -c {size} /dev/urandom > "$RELEVO_ARTIFACT_DIR/part-$i.bin"; '
+        "done; echo packaged"
+    )
     project_id = _project(operator_api, [{"name": "package", "run": make}])
     with console_server(operator_api) as server:
         job_id = _run(operator_api, project_id)
@@ -825,7 +836,8 @@ NAMED_BUTTONS = ("Approve", "Reject", "Cancel job", "Rerun", "Rerun from this st
 
 def _focused_name(page) -> str:
     return page.evaluate(
-        "() => { const el = document.activeElement; return el ? (el.getAttribute('aria-label') || el.textContent || '').trim() : ''; }"
+        "() => { const el = document.activeElement; return el ? (el.getAttribute('aria-label') || "
+        "el.textContent || '').trim() : ''; }"
     )
 
 
@@ -892,7 +904,8 @@ def test_a_masked_value_stays_masked_in_the_log_view_live_and_after_reload(opera
         [
             {
                 "name": "build",
-                "run": f'echo "token=${SECRET_VARIABLE}"; echo {filler}; sleep 8; echo "again ${SECRET_VARIABLE} done"',
+                "run": f'echo "token=${SECRET_VARIABLE}"; echo {filler}; sleep 8; echo "again '
+                f'${SECRET_VARIABLE} done"',
             }
         ],
         region_affinity=MASKING_REGION,
@@ -923,7 +936,8 @@ def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_l
     make = (
         'mkdir -p "$RELEVO_ARTIFACT_DIR/App.app/Contents/MacOS"; '
         f'printf %s {body} > "$RELEVO_ARTIFACT_DIR/App.app/Contents/MacOS/App"; '
-        'echo "<plist/>" > "$RELEVO_ARTIFACT_DIR/App.app/Contents/Info.plist"; echo notes > "$RELEVO_ARTIFACT_DIR/notes.txt"'
+        'echo "<plist/>" > "$RELEVO_ARTIFACT_DIR/App.app/Contents/Info.plist"; echo notes > '
+        '"$RELEVO_ARTIFACT_DIR/notes.txt"'
     )
     project_id = _project(operator_api, [{"name": "build", "run": make}])
     job_id = _run(operator_api, project_id)
@@ -1389,7 +1403,8 @@ def test_the_fleet_page_pauses_drains_and_resumes_agents_and_a_regions_dispatch(
 def test_the_run_page_says_in_one_line_when_the_repository_cannot_be_reached_and_runs_a_typed_ref(
     operator_api, browser_page, screenshots
 ):
-    # Given a project whose repository's host does not resolve (an offline laptop, a typo): .invalid never does
+    # Given a project whose repository's host does not resolve (an offline laptop, a typo): .invalid never
+    # does
     project_id = _project(operator_api, [{"name": "build", "run": "echo build"}])
     with console_server(operator_api, git_base_url="https://git.invalid") as server:
         _open(browser_page, server, f"/run?project={project_id}")
@@ -1397,7 +1412,8 @@ def test_the_run_page_says_in_one_line_when_the_repository_cannot_be_reached_and
         state = browser_page.locator("#run-refs-state")
         expect(state).to_have_text(
             re.compile(
-                r"^Could not list the branches: type a branch or tag \(git\.invalid could not be (resolved|reached)"
+                r"^Could not list the branches: type a branch or tag \(git\.invalid could not be "
+                r"(resolved|reached)"
             ),
             timeout=30_000,
         )

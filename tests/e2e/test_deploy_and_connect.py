@@ -76,7 +76,8 @@ def test_the_readme_deploy_sequence_connects_the_cli_and_a_mac_and_runs_a_job(tm
 
     state = tmp_path / "state"
     with local_stack(state, tmp_path / "local-up.log") as stack:
-        # The operator's own AWS credentials (here the emulator's IAM user; the CLI reads nothing else from local up).
+        # The operator's own AWS credentials (here the emulator's IAM user; the CLI reads nothing else from
+        # local up).
         operator_home = tmp_path / "operator"
         operator_home.mkdir()
         assert stack.local_credentials is not None
@@ -133,7 +134,8 @@ def test_the_readme_deploy_sequence_connects_the_cli_and_a_mac_and_runs_a_job(tm
         key = iam.create_access_key(UserName="relevo-mac-1")["AccessKey"]
         mac = tmp_path / "mac"
         (mac / ".aws").mkdir(parents=True)
-        # The keychain item's JSON (credential_process answers with it); `security find-generic-password -w` on a Mac.
+        # The keychain item's JSON (credential_process answers with it); `security find-generic-password -w`
+        # on a Mac.
         keychain = mac / "keychain-item.json"
         keychain.write_text(
             json.dumps(
@@ -143,7 +145,8 @@ def test_the_readme_deploy_sequence_connects_the_cli_and_a_mac_and_runs_a_job(tm
         keychain.chmod(0o600)
         (mac / ".aws" / "config").write_text(
             f"[profile relevo-mac-key]\ncredential_process = /bin/cat {keychain}\n\n"
-            f"[profile relevo-agent]\nrole_arn = {role}\nsource_profile = relevo-mac-key\nregion = {stack.region}\n"
+            f"[profile relevo-agent]\nrole_arn = {role}\nsource_profile = relevo-mac-key\nregion = "
+            f"{stack.region}\n"
         )
         # AWS_ENDPOINT_URL: where "AWS" is for every client, the role-taking STS call included.
         mac_env = _clean_env(

@@ -94,7 +94,8 @@ def _wait_for(terminal: Terminal, text: str, timeout: float) -> None:
     while text not in terminal.output():
         if terminal.process.poll() is not None:
             raise AssertionError(
-                f"`{terminal.command}` exited {terminal.process.returncode} before printing {text!r}:\n{terminal.output()[-3000:]}"
+                f"`{terminal.command}` exited {terminal.process.returncode} before printing "
+                f"{text!r}:\n{terminal.output()[-3000:]}"
             )
         if time.monotonic() > deadline:
             raise AssertionError(

@@ -51,7 +51,8 @@ printf '%s' "$RELEVO_JOB_ID" > build/App.app/BUILD_ID
 cp VERSION build/App.app/VERSION
 printf '#!/bin/sh\\necho app\\n' > build/App.app/App && chmod 755 build/App.app/App
 head -c {BIG_BYTES} /dev/urandom > build/App.app/Assets.car
-echo kit > build/App.app/Frameworks/Kit.framework/Versions/A/Kit && chmod 750 build/App.app/Frameworks/Kit.framework/Versions/A/Kit
+echo kit > build/App.app/Frameworks/Kit.framework/Versions/A/Kit
+chmod 750 build/App.app/Frameworks/Kit.framework/Versions/A/Kit
 ln -s A build/App.app/Frameworks/Kit.framework/Versions/Current
 ln -s Versions/Current/Kit build/App.app/Frameworks/Kit.framework/Kit
 printf '#!/bin/sh\\n' > build/tools/sign.sh && chmod 700 build/tools/sign.sh
@@ -69,7 +70,10 @@ test "$(ls build | grep -c leftover || true)" = 0
 echo "digest=$({DIGEST})" >> "$RELEVO_OUTPUT"
 echo "signed $RELEVO_OUT_BUILD_VERSION"
 """
-UPLOAD = 'set -e; test -x build/App.app/App; echo "uploading $RELEVO_OUT_BUILD_VERSION signed $RELEVO_OUT_SIGN_DIGEST"'
+UPLOAD = (
+    'set -e; test -x build/App.app/App; echo "uploading $RELEVO_OUT_BUILD_VERSION signed '
+    '$RELEVO_OUT_SIGN_DIGEST"'
+)
 
 
 def _git(*args: str, cwd: Path) -> str:

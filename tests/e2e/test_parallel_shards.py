@@ -102,7 +102,8 @@ def _held_until_all_started(started: Path, count: int, first: str) -> str:
     shards have (bounded: 60 s, then it fails), so that they all run at once."""
     return (
         f'{first}; touch "{started}/$RELEVO_SHARD_INDEX"; '
-        f'for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge {count} ] && exit 0; sleep 0.1; done; exit 1'
+        f'for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge {count} ] && exit 0; sleep 0.1; done; '
+        "exit 1"
     )
 
 
@@ -153,9 +154,11 @@ def test_fail_fast_kills_the_running_siblings_process_groups_within_5_s(stack, t
     started, stopped = _directory(tmp_path / "started"), _directory(tmp_path / "stopped")
     failed_at = tmp_path / "failed-at"
     command = (
-        f'trap \'date +%s.%N > "{stopped}/$RELEVO_SHARD_INDEX"; exit 143\' TERM; echo $$ > "{started}/$RELEVO_SHARD_INDEX"; '
+        f"trap 'date +%s.%N > \"{stopped}/$RELEVO_SHARD_INDEX\"; exit 143' TERM; echo $$ > "
+        f'"{started}/$RELEVO_SHARD_INDEX"; '
         f'until [ "$(ls "{started}" | wc -l)" -ge 3 ]; do sleep 0.1; done; '
-        f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then echo "signing certificate expired"; date +%s.%N > "{failed_at}"; exit 1; fi; '
+        'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then echo "signing certificate expired"; date +%s.%N > '
+        f'"{failed_at}"; exit 1; fi; '
         f'for _ in $(seq 600); do sleep 0.1; done; touch "{tmp_path}/finished-$RELEVO_SHARD_INDEX"'
     )
     project_id = _project(
@@ -178,7 +181,8 @@ def test_fail_fast_kills_the_running_siblings_process_groups_within_5_s(stack, t
     closed = [datetime.fromisoformat(shards[shard]["closed_at"]).timestamp() - failure for shard in (0, 2)]
     stops = [float((stopped / str(shard)).read_text()) - failure for shard in (0, 2)]
     print(
-        f"\nfail-fast stop: the failing command's exit to the siblings' records closed {closed[0]:.2f} s / {closed[1]:.2f} s, "
+        f"\nfail-fast stop: the failing command's exit to the siblings' records closed {closed[0]:.2f} s / "
+        f"{closed[1]:.2f} s, "
         f"to their processes' SIGTERM (trap, then exit) {stops[0]:.2f} s / {stops[1]:.2f} s"
     )
     assert max(stops) <= 5.0, stops
@@ -251,7 +255,10 @@ def test_a_two_by_two_matrix_on_agent_processes_sets_each_shards_variables(stack
     info, _ = stack
     api = RelevoApi.for_stack(info)
     seen = tmp_path / "seen"
-    command = f'echo "$RELEVO_SHARD_INDEX $RELEVO_SHARD_COUNT $RELEVO_MATRIX_DEVICE/$RELEVO_MATRIX_OS $RELEVO_OPERATION_ID" >> "{seen}"'
+    command = (
+        'echo "$RELEVO_SHARD_INDEX $RELEVO_SHARD_COUNT $RELEVO_MATRIX_DEVICE/$RELEVO_MATRIX_OS '
+        f'$RELEVO_OPERATION_ID" >> "{seen}"'
+    )
     project_id = _project(
         api,
         {
@@ -275,7 +282,7 @@ def test_a_two_by_two_matrix_on_agent_processes_sets_each_shards_variables(stack
     assert [shard["status"] for shard in _shard_records(info, job_id, 4)] == ["succeeded"] * 4
 
 
-def test_without_fail_fast_the_siblings_on_agent_processes_run_to_their_end_and_the_job_fails_naming_the_shard(
+def test_without_fail_fast_the_siblings_on_agent_processes_run_to_their_end_the_job_naming_the_shard(
     stack, tmp_path: Path
 ):
     """Shard 1 fails for good once all three run; shards 0 and 2 wait for that failure, then run
@@ -287,8 +294,10 @@ def test_without_fail_fast_the_siblings_on_agent_processes_run_to_their_end_and_
     command = (
         f'touch "{started}/$RELEVO_SHARD_INDEX"; '
         f'until [ "$(ls "{started}" | wc -l)" -ge 3 ]; do sleep 0.1; done; '
-        f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then touch "{failed_marker}"; echo "signing certificate expired"; exit 1; fi; '
-        f'until [ -e "{failed_marker}" ]; do sleep 0.1; done; sleep 5; touch "{tmp_path}/finished-$RELEVO_SHARD_INDEX"'
+        f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then touch "{failed_marker}"; echo "signing certificate '
+        'expired"; exit 1; fi; '
+        f'until [ -e "{failed_marker}" ]; do sleep 0.1; done; sleep 5; touch '
+        f'"{tmp_path}/finished-$RELEVO_SHARD_INDEX"'
     )
     project_id = _project(
         api, {"name": "test", "run": command, "parallel": 3, "fail_fast": False}, lease_ttl_sec=6
@@ -354,7 +363,8 @@ def test_a_shards_unknown_outcome_is_reconciled_with_its_own_probe(stack, tmp_pa
     effect, probes, started = tmp_path / "effect", tmp_path / "probes", tmp_path / "started-1"
     effect.touch()
     command = (
-        f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then echo "$RELEVO_OPERATION_ID" >> "{effect}"; echo "$RELEVO_ATTEMPT" >> "{started}"; '
+        f'if [ "$RELEVO_SHARD_INDEX" = 1 ]; then echo "$RELEVO_OPERATION_ID" >> "{effect}"; echo '
+        f'"$RELEVO_ATTEMPT" >> "{started}"; '
         f"sleep 60; fi"
     )
     probe = f'echo "$RELEVO_OPERATION_ID" >> "{probes}"; grep -F "$RELEVO_OPERATION_ID" "{effect}"'
@@ -426,11 +436,13 @@ SHARD = (
     'touch -t "20210304050$k.06" "results/$k/data.bin"; ln -s data.bin "results/$k/latest"; '
     'echo "sha=$(sha256sum "results/$k/data.bin" | cut -d" " -f1)" >> "$RELEVO_OUTPUT"; '
     # Hold this agent until all three started: three shards on three Macs.
-    'touch "{started}/$k"; for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge 3 ] && exit 0; sleep 0.1; done; exit 1'
+    'touch "{started}/$k"; for _ in $(seq 600); do [ "$(ls "{started}" | wc -l)" -ge 3 ] && exit 0; sleep '
+    "0.1; done; exit 1"
 )
 REPORT = (
     "set -e; for k in 0 1 2; do eval want=\\$RELEVO_OUT_TEST_SHARD${{k}}_SHA; "
-    'test "$(sha256sum "results/$k/data.bin" | cut -d" " -f1)" = "$want"; test "$(readlink "results/$k/latest")" = data.bin; done; '
+    'test "$(sha256sum "results/$k/data.bin" | cut -d" " -f1)" = "$want"; test "$(readlink '
+    '"results/$k/latest")" = data.bin; done; '
     'env | grep ^RELEVO_OUT_ | sort > "{seen}"'
 )
 

@@ -216,7 +216,8 @@ def _kill_mid_build(
 def test_a_sigkilled_agents_stage_is_reconciled_and_runs_again_on_the_other_agent(fleet: Fleet):
     job_id, job = _kill_mid_build(
         fleet,
-        build=f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 2; echo "$RELEVO_OPERATION_ID" >> {fleet.effect}',
+        build=f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 2; echo "$RELEVO_OPERATION_ID" >> '
+        f"{fleet.effect}",
         probe=fleet.probe,
     )
 
@@ -235,7 +236,8 @@ def test_an_effect_the_probe_finds_is_reconciled_as_succeeded_and_not_run_again(
     job_id, job = _kill_mid_build(
         fleet,
         # The effect lands, then the agent dies before the command ends.
-        build=f'echo "$RELEVO_OPERATION_ID" >> {fleet.effect}; echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 60',
+        build=f'echo "$RELEVO_OPERATION_ID" >> {fleet.effect}; echo "$RELEVO_ATTEMPT" >> {fleet.started}; '
+        "sleep 60",
         probe=fleet.probe,
     )
 
@@ -290,8 +292,10 @@ def test_a_moved_ref_stops_with_precondition_changed(fleet: Fleet):
 
 def test_an_effect_not_tied_to_the_operation_waits_in_manual_review_until_resolved(fleet: Fleet):
     secret = fleet.register(
-        f'echo "release 41 uploaded by hand" >> {fleet.effect}; echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 60',
-        probe=f'grep -F "$RELEVO_OPERATION_ID" {fleet.effect} && exit 0; [ -s {fleet.effect} ] || exit 1; cat {fleet.effect}',
+        f'echo "release 41 uploaded by hand" >> {fleet.effect}; echo "$RELEVO_ATTEMPT" >> {fleet.started}; '
+        "sleep 60",
+        probe=f'grep -F "$RELEVO_OPERATION_ID" {fleet.effect} && exit 0; [ -s {fleet.effect} ] || exit 1; '
+        f"cat {fleet.effect}",
     )
     with fleet.agent("mac-a") as mac_a:
         job_id = fleet.push(secret)
@@ -383,7 +387,8 @@ def test_second_sigterm_cancels_the_stage_as_agent_shutdown_and_it_is_retried(fl
     pid_file = fleet.tmp / "pid"
     secret = fleet.register(
         # Long on the first attempt only, which the second signal cuts short.
-        f'echo $$ > {pid_file}; echo "$RELEVO_ATTEMPT" >> {fleet.started}; [ "$RELEVO_ATTEMPT" = 1 ] && sleep 60; '
+        f'echo $$ > {pid_file}; echo "$RELEVO_ATTEMPT" >> {fleet.started}; [ "$RELEVO_ATTEMPT" = 1 ] && '
+        "sleep 60; "
         f'echo "$RELEVO_OPERATION_ID" >> {fleet.effect}',
         probe=fleet.probe,
         lease_ttl_sec=30,  # the retry below comes from the shutdown report, not a lease expiry
@@ -558,10 +563,16 @@ def test_an_agent_cut_off_longer_than_its_lease_fences_itself_and_the_outcome_is
     )
     if effect_before_cut:
         # The effect lands at once; the command is still running when the network goes.
-        build = f'echo "$RELEVO_OPERATION_ID" >> {fleet.effect}; echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 60'
+        build = (
+            f'echo "$RELEVO_OPERATION_ID" >> {fleet.effect}; echo "$RELEVO_ATTEMPT" >> '
+            f"{fleet.started}; sleep 60"
+        )
     else:
         # The command ends (and its receipt is journaled) while the network is gone.
-        build = f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 1; echo "$RELEVO_OPERATION_ID" >> {fleet.effect}'
+        build = (
+            f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 1; echo "$RELEVO_OPERATION_ID" >> '
+            f"{fleet.effect}"
+        )
     secret = fleet.register(build, probe=fleet.probe)
     try:
         with fleet.agent("mac-a", stack_file=proxied):

@@ -106,7 +106,10 @@ def _assert_removed(tool: Path, keychain: str) -> None:
 
 def _check_command(tool: Path) -> str:
     # What the stage sees: its keychain exists and is first on the user's search list.
-    return f'test -f "$RELEVO_KEYCHAIN" && "{tool}" list-keychains -d user | head -1 | grep -qF "$RELEVO_KEYCHAIN" && echo "keychain ok" && env'
+    return (
+        f'test -f "$RELEVO_KEYCHAIN" && "{tool}" list-keychains -d user | head -1 | grep -qF '
+        '"$RELEVO_KEYCHAIN" && echo "keychain ok" && env'
+    )
 
 
 def test_the_keychain_is_made_for_the_stage_and_removed_on_success_failure_and_cancel(stack, tmp_path: Path):

@@ -1,7 +1,8 @@
 """What each of the emulator's speed patches (relevo_local.moto) saves the local experience.
 
     .venv/bin/python -m tests.helpers.emulator_patches                   # every speed patch, ~10 min
-    .venv/bin/python -m tests.helpers.emulator_patches --rounds 3 --fill 4000 --only query_a_tables_partition_only
+    .venv/bin/python -m tests.helpers.emulator_patches --rounds 3 --fill 4000 --only
+    query_a_tables_partition_only
 
 Starts the embedded stack once, in this process, with every patch installed, and keeps what each
 speed patch changed in moto (its classes' and modules' attributes before and after it ran), so
@@ -16,8 +17,9 @@ shared: medians of interleaved samples); one more row switches every speed patch
 through the whole suite and its table grows by some 20 items a test.
 
 Prints, per patch, the median CPU seconds and wall seconds per job with the patch on and off and
-the gain (off less on). Exits 0, or 2 when the bench itself failed. Not a bench (it measures the emulator, not Relevo; bench/ modules import no test module):
-its figures are the ones docs/emulator.md quotes for each kept speed patch.
+the gain (off less on). Exits 0, or 2 when the bench itself failed. Not a bench (it measures the emulator, not
+Relevo; bench/ modules import no test module): its figures are the ones docs/emulator.md quotes for each kept
+speed patch.
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ def description() -> dict[str, Any]:
     if not CACHED.exists():
         raise DescriptionMissing(
             f"GitHub's REST description ({PACKAGE} {VERSION}) is not cached at {CACHED}: run "
-            f"`.venv/bin/python -m tests.helpers.github_openapi` (or `make .venv/.relevo-installed`) with the npm "
+            "`.venv/bin/python -m tests.helpers.github_openapi` (or `make .venv/.relevo-installed`) with "
+            "the npm "
             f"registry reachable"
         )
     return json.loads(CACHED.read_text())

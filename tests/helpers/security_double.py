@@ -152,7 +152,8 @@ def _run(argv: list[str]) -> str:
         state = _load_keychain(path, "SecKeychainUnlock")
         if password is None or _digest(password) != state["password"]:
             raise Failed(
-                f"security: SecKeychainUnlock {path}: The user name or passphrase you entered is not correct.",
+                f"security: SecKeychainUnlock {path}: The user name or passphrase you entered is not "
+                "correct.",
                 51,
             )
         state["unlocked"] = True
@@ -170,7 +171,8 @@ def _run(argv: list[str]) -> str:
             raise Failed("security: SecKeychainItemImport: User interaction is not allowed.", 1)
         if _option(rest, "-P") is None:
             raise Failed(
-                "security: SecKeychainItemImport: MAC verification failed during PKCS12 import (wrong password?)",
+                "security: SecKeychainItemImport: MAC verification failed during PKCS12 import (wrong "
+                "password?)",
                 1,
             )
         state["identities"] += 1
@@ -181,7 +183,8 @@ def _run(argv: list[str]) -> str:
         state = _load_keychain(path, "SecKeychainItemSetAccessWithPassword")
         if password is None or _digest(password) != state["password"]:
             raise Failed(
-                "security: SecKeychainItemSetAccessWithPassword: The user name or passphrase you entered is not correct.",
+                "security: SecKeychainItemSetAccessWithPassword: The user name or passphrase you entered is "
+                "not correct.",
                 1,
             )
         return (FIXTURES / "set-key-partition-list.txt").read_text().replace("%KEYCHAIN%", path) * state[

@@ -208,7 +208,8 @@ def wait_for_execution(stack: StackInfo, job_id: str, timeout: float = 20) -> di
             return described
         if time.monotonic() > deadline:
             raise TimeoutError(
-                f"execution {job_id} still RUNNING after {timeout}s; its last events: {_last_events(stack, job_id)}"
+                f"execution {job_id} still RUNNING after {timeout}s; its last events: "
+                f"{_last_events(stack, job_id)}"
             )
         time.sleep(0.1)
 
@@ -218,9 +219,8 @@ def _last_events(stack: StackInfo, job_id: str, count: int = 12) -> str:
     described = []
     for event in history(stack, job_id)[-count:]:
         details = next((value for key, value in event.items() if key.endswith("EventDetails")), {})
-        described.append(
-            f"{event['type']}({details.get('name') or details.get('error') or details.get('resourceType') or ''})"
-        )
+        what = details.get("name") or details.get("error") or details.get("resourceType") or ""
+        described.append(f"{event['type']}({what})")
     return ", ".join(described)
 
 

@@ -86,7 +86,8 @@ def test_every_transaction_retries_a_conflict():
 
 
 def test_only_the_transaction_helper_writes_a_transaction_or_its_retry():
-    """No conflict-retry block (nor a TransactWriteItems task) is written by hand: asl.transaction is the one place."""
+    """No conflict-retry block (nor a TransactWriteItems task) is written by hand: asl.transaction is the one
+    place."""
     spelled = re.compile(r"TransactionCanceled|ConflictBackoff|ConflictWait|transactWriteItems|TransactItems")
     by_hand = {
         path.name: spelled.findall(path.read_text()) for path in BUILDER.glob("*.py") if path.name != "asl.py"

@@ -217,7 +217,8 @@ def test_the_agent_role_alone_touches_no_job_object_secret_or_task(rendered):
     route = f"arn:aws:execute-api:us-east-1:123456789012:{api}/v1/POST/regions"
     assert _decide(agent, Request("execute-api:Invoke", f"{route}/eu-west/claims")) is PolicyDecision.ALLOW
     assert _decide(agent, Request("execute-api:Invoke", f"{route}/eu-west/sessions")) is PolicyDecision.ALLOW
-    # An attempt's answers go through its region's routes, which check the claim (no task token leaves the stack).
+    # An attempt's answers go through its region's routes, which check the claim (no task token leaves the
+    # stack).
     for answer in ("accepts", "heartbeats", "outcomes"):
         assert (
             _decide(agent, Request("execute-api:Invoke", f"{route}/eu-west/{answer}")) is PolicyDecision.ALLOW

@@ -155,7 +155,8 @@ def refusals(stack: Stack, publisher: Publisher) -> list[str]:
     if str(key_reference).startswith("alias/aws/"):
         if "Service" in publisher.principal:
             problems.append(
-                f"{key_reference} is an AWS managed key: its key policy cannot let {publisher.principal['Service']} use it"
+                f"{key_reference} is an AWS managed key: its key policy cannot let "
+                f"{publisher.principal['Service']} use it"
             )
         return problems
     key = stack.key_policy(str(key_reference))

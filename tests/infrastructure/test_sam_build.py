@@ -47,7 +47,8 @@ def _python312() -> str | None:
 def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if _python312() is None:
         pytest.skip(
-            "no Python 3.12 on this machine (neither python3.12 on PATH nor pyenv's 3.12): BuildMethod python3.12 cannot run"
+            "no Python 3.12 on this machine (neither python3.12 on PATH nor pyenv's 3.12): BuildMethod "
+            "python3.12 cannot run"
         )
     build_dir = tmp_path_factory.mktemp("sam") / "build"
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "MAKE"))}
@@ -62,7 +63,8 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     print(f"make build took {time.monotonic() - started:.1f} s")
     assert result.returncode == 0, (
-        f"make build exited {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
+        f"make build exited {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n--- "
+        f"stderr\n{result.stderr[-4000:]}"
     )
     assert "Build Succeeded" in result.stdout + result.stderr
     return build_dir

@@ -73,7 +73,8 @@ def test_each_function_starts_with_only_its_code_the_built_layer_and_the_runtime
     try:
         runtime.wait_ready()
         assert runtime.init_error is None, (
-            f"{function.logical_id} fails at cold start on {python.executable} with only its code, the layer and "
+            f"{function.logical_id} fails at cold start on {python.executable} with only its code, the "
+            "layer and "
             f"the runtime's boto3: {runtime.init_error['errorMessage']}\n{log.read_text()}"
         )
     finally:
@@ -85,7 +86,9 @@ import sys, aws_xray_sdk, pydantic_core, relevo_core, boto3, botocore
 def lambda_handler(event, context):
     return {
         "path": sys.path,
-        "modules": {m.__name__: m.__file__ for m in (aws_xray_sdk, pydantic_core, relevo_core, boto3, botocore)},
+        "modules": {
+            m.__name__: m.__file__ for m in (aws_xray_sdk, pydantic_core, relevo_core, boto3, botocore)
+        },
         "version": list(sys.version_info[:2]),
         "no_site": "site" not in sys.modules,
         "remaining_ms": context.get_remaining_time_in_millis(),
@@ -129,7 +132,8 @@ def test_the_runtime_python_is_the_lambda_runtime_version_where_this_machine_has
     wanted = tuple(int(part) for part in RUNTIME.removeprefix("python").split("."))
     if not python.matches_runtime:
         pytest.skip(
-            f"no Python {RUNTIME.removeprefix('python')} on this machine (PATH or pyenv); the host's {python.tag} stands in"
+            f"no Python {RUNTIME.removeprefix('python')} on this machine (PATH or pyenv); the host's "
+            f"{python.tag} stands in"
         )
     assert python.version == wanted
 

@@ -29,7 +29,8 @@ from relevo_local.template import load_sam_template
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASED = Path(__file__).with_name("released_indexes.json")
-# Where Relevo's code queries the table (the emulator, local/relevo_local, and the tests are not Relevo's reads).
+# Where Relevo's code queries the table (the emulator, local/relevo_local, and the tests are not Relevo's
+# reads).
 CODE = [
     ROOT / "layers" / "core" / "relevo_core",
     ROOT / "functions",
@@ -277,7 +278,8 @@ def test_every_attribute_read_from_an_index_query_is_projected_by_that_index(que
         f"{query}: reads {sorted(query.reads - projected)} of the items; {query.index} does not project them"
     )
     assert query.named is not None, (
-        f"{query}: name what is read of {query.index} (ProjectionExpression): it projects only {sorted(projected)}"
+        f"{query}: name what is read of {query.index} (ProjectionExpression): it projects only "
+        f"{sorted(projected)}"
     )
     assert query.named <= projected, (
         f"{query}: {sorted(query.named - projected)} not projected by {query.index}"
@@ -335,7 +337,8 @@ def test_the_template_adds_or_deletes_at_most_one_index_and_changes_none_in_plac
         "add its replacement under a new name (released_indexes.json: to_release_more_than_one_change)"
     )
     assert len(added) + len(deleted) <= 1, (
-        f"{table}: {added} added and {deleted} deleted since {_released()['released_at']}; one update creates or deletes one "
+        f"{table}: {added} added and {deleted} deleted since {_released()['released_at']}; one update "
+        "creates or deletes one "
         "index (released_indexes.json: to_release_more_than_one_change)"
     )
 

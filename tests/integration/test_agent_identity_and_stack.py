@@ -221,7 +221,8 @@ def test_doctor_says_what_changed_since_the_agents_last_run(local_stack, tmp_pat
     agent = _agent(tmp_path, local_stack.table_name, queue_url, "mac-" + secrets.token_hex(3), "doc")
     agent.journal.remember(
         "stack",
-        '{"endpoint": "http://127.0.0.1:1", "table": "relevo-Table-OLD", "queue": "q-old", "at": "2026-12-01T08:00:00+00:00"}',
+        '{"endpoint": "http://127.0.0.1:1", "table": "relevo-Table-OLD", "queue": "q-old", "at": '
+        '"2026-12-01T08:00:00+00:00"}',
     )
     agent.journal.close()
     stack_file = tmp_path / "stack.json"

@@ -299,7 +299,7 @@ def test_an_agent_hands_back_a_retry_it_should_avoid_while_another_is_online_but
     sqs.delete_queue(QueueUrl=queue_url)
 
 
-def test_a_stage_passed_on_to_an_agent_meeting_its_requires_keeps_this_slot_off_the_queue_until_it_is_visible_again(
+def test_a_stage_passed_on_to_an_agent_meeting_its_requires_keeps_this_slot_off_the_queue_till_visible(
     local_stack, tmp_path: Path
 ):
     """An agent that passes a stage on for its `requires` holds the slot off the queue while the

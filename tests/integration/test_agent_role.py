@@ -192,7 +192,8 @@ def test_what_the_job_credentials_do_for_their_own_job_is_allowed(local_stack, m
             == "ConditionalCheckFailedException"
         )
     bucket = local_stack.resources["ArtifactBucket"]
-    # A stage's files, and a shard's (under <stage>/shard-<k>/, docs/parallel-stages.md): both the job's prefix.
+    # A stage's files, and a shard's (under <stage>/shard-<k>/, docs/parallel-stages.md): both the job's
+    # prefix.
     for key in (f"{matrix.x.project}/{x}/build/app.ipa", f"{matrix.x.project}/{x}/test/shard-1/app.ipa"):
         s3.put_object(Bucket=bucket, Key=key, Body=b"ipa")
         assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"ipa"
@@ -507,7 +508,8 @@ def test_a_claim_in_another_region_is_refused(local_stack, matrix):
         )
     assert (refused.value.status, refused.value.code) == (403, "FORBIDDEN")
     assert "execute-api:Invoke" in refused.value.message
-    # Its own region's route, with Z's dispatch (a us-east message it could only have forged): no such dispatch here.
+    # Its own region's route, with Z's dispatch (a us-east message it could only have forged): no such
+    # dispatch here.
     with pytest.raises(RouteError) as refused:
         _routes(local_stack, "eu-west").claim(matrix.z.claim(local_stack, matrix.agent_id))
     assert (refused.value.status, refused.value.code) == (404, "DISPATCH_NOT_FOUND")

@@ -274,7 +274,10 @@ def test_a_shards_log_chunk_whose_body_is_another_projects_object_is_shown_by_no
         attack.dynamodb(local_stack).put_item(TableName=local_stack.table_name, Item=item)
     api = RelevoApi.for_stack(local_stack)
     caplog.set_level(logging.WARNING, logger="relevo_core.models.job_objects")
-    refused = "[relevo] chunk 1 of this log cannot be shown: its body is not one of the job's objects (LOCATION_OUTSIDE_JOB)\n"
+    refused = (
+        "[relevo] chunk 1 of this log cannot be shown: its body is not one of the job's objects "
+        "(LOCATION_OUTSIDE_JOB)\n"
+    )
     try:
         # When a viewer reads X's log forward, back from its end, the job view's tail, and a follower
         forward = api.job_logs(attack.job_id)

@@ -41,7 +41,8 @@ def _files(directory: Path, sizes: dict[str, int]) -> Path:
 def _job_with_artifacts(
     stack, api: RelevoApi, project_id: str, tmp_path: Path, sizes: dict[str, int], end: bool = True
 ) -> str:
-    """A job of the project whose build stage uploaded files of these sizes; canceled (ended) unless `end` is False."""
+    """A job of the project whose build stage uploaded files of these sizes; canceled (ended) unless `end` is
+    False."""
     job_id = api.run_project(project_id, {"ref": "main", "request_id": secrets.token_hex(8)})["job_id"]
     try:
         _, receipt = receive_stage(stack, job_id, timeout=30)

@@ -125,17 +125,22 @@ def _git(*args: str, cwd: Path) -> str:
 
 # A bundle as a build leaves it: a set-user-ID executable, a symlink, odd mtimes with nanoseconds.
 BUILD = (
-    "mkdir -p build/App.app/Frameworks; printf '#!/bin/sh\\necho app\\n' > build/App.app/App; chmod 4755 build/App.app/App; "
-    "echo plist > build/App.app/Info.plist; chmod 640 build/App.app/Info.plist; ln -s App build/App.app/Current; "
-    "touch -d @1700000000.123456789 build/App.app/App; touch -d @1700000001.987654321 build/App.app/Info.plist; "
-    "touch -h -d @1700000002.5 build/App.app/Current; touch -d @1700000003.25 build/App.app/Frameworks build/App.app; "
+    "mkdir -p build/App.app/Frameworks; printf '#!/bin/sh\\necho app\\n' > build/App.app/App; chmod 4755 "
+    "build/App.app/App; "
+    "echo plist > build/App.app/Info.plist; chmod 640 build/App.app/Info.plist; ln -s App "
+    "build/App.app/Current; "
+    "touch -d @1700000000.123456789 build/App.app/App; touch -d @1700000001.987654321 "
+    "build/App.app/Info.plist; "
+    "touch -h -d @1700000002.5 build/App.app/Current; touch -d @1700000003.25 build/App.app/Frameworks "
+    "build/App.app; "
     'echo "uid=$(id -u)" >> "$RELEVO_OUTPUT"; echo "home=$HOME" >> "$RELEVO_OUTPUT"'
 )
 # On the other Mac: its own files, restored and checked out, are the build user's to change; git
 # works. Then it does what a hostile build could: a command in the repository's config that the
 # next checkout's git runs (core.fsmonitor), noting whose it ran as.
 SIGN = (
-    "test -O build/App.app/App && test -w build/App.app/App && test -O build/App.app/Frameworks && test -O VERSION && test -O .git && "
+    "test -O build/App.app/App && test -w build/App.app/App && test -O build/App.app/Frameworks && test -O "
+    "VERSION && test -O .git && "
     'git status --porcelain > /dev/null && echo "uid=$(id -u)" >> "$RELEVO_OUTPUT" && '
     'git config core.fsmonitor "id -u >> $HOME/fsmonitor-$RELEVO_JOB_ID; false"'
 )
@@ -209,7 +214,8 @@ def test_a_checkout_and_handoff_on_two_macs_leave_workspaces_the_build_users_wit
         stages["sign"]["outputs"] == {"uid": str(build_user.uid)}
         and stages["sign"]["handoff"]["restored_bytes"] > 0
     )
-    # and what Mac B restored is what the build left on Mac A: types, modes (set-user-ID too), mtimes, bytes, link targets
+    # and what Mac B restored is what the build left on Mac A: types, modes (set-user-ID too), mtimes, bytes,
+    # link targets
     made, restored = shared_dir / "mac-a" / project_id, shared_dir / "mac-b" / project_id
     assert tree_listing(restored, "build/App.app") == tree_listing(made, "build/App.app")
     assert ("build/App.app/App", "file", "0o4755", "1700000000123456789") == tree_listing(
@@ -219,6 +225,7 @@ def test_a_checkout_and_handoff_on_two_macs_leave_workspaces_the_build_users_wit
     others = [path for path in [restored, *restored.rglob("*")] if os.lstat(path).st_uid != build_user.uid]
     assert others == []
     assert os.path.islink(restored / "build/App.app/Current") and (restored / ".git" / "HEAD").is_file()
-    # and the command sign left in the repository's config ran in upload's checkout, as the build user, never as root
+    # and the command sign left in the repository's config ran in upload's checkout, as the build user, never
+    # as root
     ran = (build_user.home / f"fsmonitor-{job_id}").read_text().split()
     assert ran and set(ran) == {str(build_user.uid)}

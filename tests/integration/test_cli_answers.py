@@ -183,7 +183,10 @@ def test_logs_follow_names_the_gate_and_the_command_that_opens_it(local_stack, p
     )
     stack_file, api = _stack_file(local_stack, tmp_path), RelevoApi.for_stack(local_stack)
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    gate = f"waiting for approval before deploy: `relevo job approve {job_id}` (or `relevo job reject {job_id} --reason …`)"
+    gate = (
+        f"waiting for approval before deploy: `relevo job approve {job_id}` (or `relevo job reject "
+        f"{job_id} --reason …`)"
+    )
     follower = subprocess.Popen(
         [
             sys.executable,

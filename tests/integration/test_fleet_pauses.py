@@ -393,8 +393,8 @@ def test_the_console_fleet_page_shows_each_regions_dispatch_pause_with_its_note_
     # A region of the stack no agent reported from is listed too, with how to start one
     assert "<h2>ap-south: 0 of 0 online</h2>" in page
     assert (
-        "No agent of this region has reported (a local one: <code>relevo local agent --region us-east</code>)."
-        in page
+        "No agent of this region has reported (a local one: <code>relevo local agent --region "
+        "us-east</code>)." in page
     )
     assert "Dispatch paused" not in templates.get_template("fleet.html").render(
         **fleet_context({**view, "paused_regions": []}, TEST_ADMIN_ARN)

@@ -230,7 +230,8 @@ def test_the_queue_timeout_counts_again_once_the_gate_is_answered(local_stack, i
     assert job_record(local_stack, behind)["status"] == "queued"
     assert "CountWaitCycle" not in _entered(local_stack, behind)
 
-    # When the gate is answered (the holder runs on: MarkApproved takes the gate off the lock) and the waiter reads the lock
+    # When the gate is answered (the holder runs on: MarkApproved takes the gate off the lock) and the waiter
+    # reads the lock
     answer_gate_outside(local_stack, project_id)
     wake_next_waiter(local_stack.table_name, project_id)
 

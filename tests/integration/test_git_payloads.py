@@ -222,7 +222,8 @@ def test_a_fork_pull_request_is_ignored_when_the_project_says_so(local_stack, pr
 
     assert response.status_code == 202, response.text
     assert response.json() == {
-        "ignored": "pull request #2 comes from fork octo-fork/Hello-World; the project's fork_pull_requests is ignore"
+        "ignored": "pull request #2 comes from fork octo-fork/Hello-World; the project's fork_pull_requests "
+        "is ignore"
     }
     assert _project_items(local_stack, project_id) == before == []
 

@@ -66,7 +66,8 @@ def test_group_apply_then_test_sends_one_message_per_channel(
     )
     group_file = tmp_path / "group.yaml"
     group_file.write_text(
-        f"name: {name}\nchannels:\n  - kind: slack\n    webhook_secret_ref: {hook_ref}\n  - kind: email\n    addresses: [{address}]\n"
+        f"name: {name}\nchannels:\n  - kind: slack\n    webhook_secret_ref: {hook_ref}\n  - kind: email\n   "
+        f" addresses: [{address}]\n"
         "events: [job_waiting, job_failed, job_succeeded]\n"
     )
     applied = runner.invoke(app, ["group", "apply", str(group_file), "--stack-file", str(stack_file)])

@@ -522,7 +522,8 @@ def test_each_shard_stores_a_manifest_of_its_own_on_its_own_record_and_a_later_s
 def test_a_shards_manifest_altered_in_storage_fails_the_restore_naming_the_shard(local_stack, tmp_path):
     job_id, uri = _job(local_stack)
     summaries = _shards_stored(local_stack, tmp_path, job_id, uri)
-    # Shard 1's manifest replaced by shard 0's (a valid manifest of the same job, not the one its receipt names).
+    # Shard 1's manifest replaced by shard 0's (a valid manifest of the same job, not the one its receipt
+    # names).
     bucket, key = summaries[1].manifest.removeprefix("s3://").split("/", 1)
     other = summaries[0].manifest.removeprefix(f"s3://{bucket}/")
     client("s3").put_object(

@@ -69,7 +69,8 @@ def test_a_role_refuses_what_its_policy_does_not_grant(emulator):
         == "AccessDeniedException"
     )
     assert refusal_code(lambda: sqs.send_message(QueueUrl=queue_url, MessageBody="{}")) == "AccessDenied"
-    execution = f"arn:aws:states:{stack.region}:{ACCOUNT_ID}:execution:{stack.state_machine_arn.rsplit(':', 1)[1]}:none"
+    machine_name = stack.state_machine_arn.rsplit(":", 1)[1]
+    execution = f"arn:aws:states:{stack.region}:{ACCOUNT_ID}:execution:{machine_name}:none"
     assert refusal_code(lambda: sfn.stop_execution(executionArn=execution)) == "AccessDeniedException"
 
 

@@ -42,7 +42,10 @@ BUILD = (
     'mkdir -p "$RELEVO_ARTIFACT_DIR/sub"; head -c 200000 /dev/urandom > "$RELEVO_ARTIFACT_DIR/app.ipa"; '
     'echo dsym > "$RELEVO_ARTIFACT_DIR/sub/app.dsym"; echo build > "$RELEVO_ARTIFACT_DIR/report.txt"'
 )
-SIGN = f'for i in $(seq 1 {SIGN_LINES}); do echo "sign line $i"; sleep 0.01; done; echo sign > "$RELEVO_ARTIFACT_DIR/report.txt"'
+SIGN = (
+    f'for i in $(seq 1 {SIGN_LINES}); do echo "sign line $i"; sleep 0.01; done; echo sign > '
+    '"$RELEVO_ARTIFACT_DIR/report.txt"'
+)
 runner = CliRunner()
 
 

@@ -210,7 +210,8 @@ def test_without_fail_fast_the_siblings_finish_then_the_stage_fails_naming_each_
         "succeeded",
         "failed",
     ]
-    # The failure is a summary (a bounded size whatever the shards' causes): the failed shards, the first one's class.
+    # The failure is a summary (a bounded size whatever the shards' causes): the failed shards, the first
+    # one's class.
     entry = dead_letter(local_stack, job_id)
     summary = json.loads(entry["cause"])
     assert (
@@ -223,7 +224,8 @@ def test_without_fail_fast_the_siblings_finish_then_the_stage_fails_naming_each_
     assert summary["reason"] == "2 of 3 shards failed, the first (shard 0) with Relevo.Fatal.ExitCode"
     from relevo_cli.api import RelevoApi
 
-    # The entry as an operator reads it (GET /dlq/{job}, relevo dlq view): every failed shard, each with what it left on its record.
+    # The entry as an operator reads it (GET /dlq/{job}, relevo dlq view): every failed shard, each with what
+    # it left on its record.
     described = RelevoApi.for_stack(local_stack).dead_letter(job_id)
     assert described["failed_shards"] == [0, 2]
     assert [
@@ -636,7 +638,8 @@ SHARDS_HAND_ON = [
         "name": "build",
         "handoff": ["build/"],
         "run": (
-            'mkdir -p build/App.app && printf "#!/bin/sh\\necho app\\n" > build/App.app/App && chmod 755 build/App.app/App && '
+            'mkdir -p build/App.app && printf "#!/bin/sh\\necho app\\n" > build/App.app/App && chmod 755 '
+            "build/App.app/App && "
             'ln -s App build/App.app/Current && echo "version=1.4.$RELEVO_JOB_ID" >> "$RELEVO_OUTPUT"'
         ),
     },
@@ -646,12 +649,16 @@ SHARDS_HAND_ON = [
         "handoff": ["results/"],
         "run": (
             # The build's files and values reached every shard,
-            'test -x build/App.app/App && test "$(readlink build/App.app/Current)" = App && test -n "$RELEVO_OUT_BUILD_VERSION" && '
+            'test -x build/App.app/App && test "$(readlink build/App.app/Current)" = App && test -n '
+            '"$RELEVO_OUT_BUILD_VERSION" && '
             'test -z "$RELEVO_OUT_TEST_SHARD0_PASSED" && '
             # then each shard hands on its own results and a value.
-            'mkdir -p "results/$RELEVO_SHARD_INDEX" && echo "shard $RELEVO_SHARD_INDEX of $RELEVO_OUT_BUILD_VERSION" > "results/$RELEVO_SHARD_INDEX/junit.xml" && '
-            'chmod 640 "results/$RELEVO_SHARD_INDEX/junit.xml" && touch -t 20200102030$RELEVO_SHARD_INDEX.05 "results/$RELEVO_SHARD_INDEX/junit.xml" && '
-            'ln -s junit.xml "results/$RELEVO_SHARD_INDEX/latest" && echo "passed=$((10 + RELEVO_SHARD_INDEX))" >> "$RELEVO_OUTPUT"'
+            'mkdir -p "results/$RELEVO_SHARD_INDEX" && echo "shard $RELEVO_SHARD_INDEX of '
+            '$RELEVO_OUT_BUILD_VERSION" > "results/$RELEVO_SHARD_INDEX/junit.xml" && '
+            'chmod 640 "results/$RELEVO_SHARD_INDEX/junit.xml" && touch -t '
+            '20200102030$RELEVO_SHARD_INDEX.05 "results/$RELEVO_SHARD_INDEX/junit.xml" && '
+            'ln -s junit.xml "results/$RELEVO_SHARD_INDEX/latest" && echo "passed=$((10 + '
+            'RELEVO_SHARD_INDEX))" >> "$RELEVO_OUTPUT"'
         ),
     },
 ]
@@ -739,7 +746,8 @@ def test_two_shards_handing_on_one_path_differently_fail_the_later_stage_naming_
     assert execution["status"] == "FAILED"
     report = from_attributes(records(local_stack, job_id)[keys.stage_sk(1)])
     assert (report["status"], report["error_class"]) == ("failed", "Relevo.Fatal.HandoffConflict")
-    # The job's failure (what the dead-letter queue and `relevo job view` carry) names both shards and the path.
+    # The job's failure (what the dead-letter queue and `relevo job view` carry) names both shards and the
+    # path.
     letter = dead_letter(local_stack, job_id)
     assert letter["error"] == "Relevo.Fatal.HandoffConflict", letter
     assert (
@@ -767,13 +775,15 @@ def test_a_rerun_from_a_later_stage_restores_every_shards_handoff_from_the_job_i
                 "parallel": 2,
                 "handoff": ["results/"],
                 "run": (
-                    'mkdir -p "results/$RELEVO_SHARD_INDEX" && echo "$RELEVO_JOB_ID" > "results/$RELEVO_SHARD_INDEX/junit.xml" && '
+                    'mkdir -p "results/$RELEVO_SHARD_INDEX" && echo "$RELEVO_JOB_ID" > '
+                    '"results/$RELEVO_SHARD_INDEX/junit.xml" && '
                     'echo "passed=$((10 + RELEVO_SHARD_INDEX))" >> "$RELEVO_OUTPUT"'
                 ),
             },
             {
                 "name": "report",
-                "run": f'cat results/0/junit.xml results/1/junit.xml > "{seen}" && env | grep ^RELEVO_OUT_ | sort >> "{seen}"',
+                "run": f'cat results/0/junit.xml results/1/junit.xml > "{seen}" && env | grep ^RELEVO_OUT_ '
+                f'| sort >> "{seen}"',
             },
         ],
     )
@@ -853,7 +863,7 @@ def test_a_shard_ending_warning_makes_its_stage_warning_in_the_job_view_and_the_
     assert (job["status"], job["warning_stages"]) == ("succeeded", ["test"])
 
 
-def test_a_shard_in_manual_review_is_resolved_on_its_own_record_and_the_job_stands_on_the_stage_only_once_all_succeeded(
+def test_a_shard_in_manual_review_is_resolved_on_its_record_and_the_job_stands_once_all_succeeded(
     local_stack, project_id
 ):
     """A shard's reconciliation finds an effect it cannot tie to its operation: that shard waits
@@ -1041,7 +1051,7 @@ def test_a_redrive_runs_only_the_shards_that_failed_and_carries_the_others_as_su
     assert records(local_stack, failed)[keys.shard_sk(0, 0)]["status"]["S"] == "succeeded"
 
 
-def test_a_paused_region_holds_a_stage_with_shards_each_shard_renewed_for_as_long_as_the_shards_waiting_then_releases_it(
+def test_a_paused_region_holds_a_stage_with_shards_each_renewed_while_it_waits_then_releases_it(
     local_stack, project_id
 ):
     """Issue 20 with shards: the region's dispatch is paused, nobody claims the two shards, and
@@ -1094,7 +1104,8 @@ def test_a_paused_region_holds_a_stage_with_shards_each_shard_renewed_for_as_lon
     assert dispatch_waits() == [5, 5, 2 * 3600, 2 * 3600]
     per_renewal = (after - before) / 2
     print(
-        f"\nhistory events per pause renewal of a shard: {per_renewal} (plan_limits counts {EVENTS_PER_PAUSE_RENEWAL})"
+        f"\nhistory events per pause renewal of a shard: {per_renewal} (plan_limits counts "
+        f"{EVENTS_PER_PAUSE_RENEWAL})"
     )
     assert per_renewal <= EVENTS_PER_PAUSE_RENEWAL
     tasks = stage_messages(local_stack, job_id, 2)
@@ -1108,7 +1119,7 @@ def test_a_paused_region_holds_a_stage_with_shards_each_shard_renewed_for_as_lon
     ]
 
 
-def test_a_redrive_after_fail_fast_runs_the_failed_shard_and_the_siblings_it_stopped_but_not_the_one_that_succeeded(
+def test_a_redrive_after_fail_fast_runs_the_failed_shard_and_stopped_siblings_not_the_succeeded_one(
     local_stack, project_id
 ):
     """With fail_fast, shard 1's failure stops shard 2 (canceled) after shard 0 succeeded: the
@@ -1390,7 +1401,7 @@ def _fail_every_shard(stack, job_id: str, count: int, cause: str, timeout: float
     assert len(failed) == count, f"{len(failed)} of {count} shards failed"
 
 
-def test_every_shard_of_the_largest_fan_out_failing_with_the_longest_cause_keeps_each_state_and_cause_inside_the_quotas(
+def test_every_shard_of_the_largest_fan_out_failing_with_the_longest_cause_stays_inside_the_quotas(
     local_stack,
     project_id,
 ):
@@ -1433,7 +1444,8 @@ def test_every_shard_of_the_largest_fan_out_failing_with_the_longest_cause_keeps
             if isinstance(details.get("cause"), str):
                 longest_cause = max(longest_cause, len(details["cause"]))
     print(
-        f"\n{shards} failed shards: the largest state {largest_state:,} bytes, the longest cause {longest_cause:,} characters"
+        f"\n{shards} failed shards: the largest state {largest_state:,} bytes, the longest cause "
+        f"{longest_cause:,} characters"
     )
     assert largest_state < STATE_PAYLOAD_QUOTA_BYTES
     assert longest_cause <= 32_768

@@ -43,7 +43,8 @@ def _snapshot(stack, project_id: str) -> dict[tuple[str, str], Any]:
         "TableName": stack.table_name,
         "ConsistentRead": True,
         # Server-side filter: only the project's items travel (a scan: tests only).
-        "FilterExpression": "#project = :p OR begins_with(pk, :partition) OR begins_with(pk, :dedup) OR pk = :lock",
+        "FilterExpression": "#project = :p OR begins_with(pk, :partition) OR begins_with(pk, :dedup) OR pk "
+        "= :lock",
         "ExpressionAttributeNames": {"#project": "project"},
         "ExpressionAttributeValues": {
             ":p": {"S": project_id},

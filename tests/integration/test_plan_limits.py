@@ -247,7 +247,8 @@ def test_the_emulator_refuses_the_dead_letter_path_where_the_arithmetic_puts_it(
     over_ended = _fails_first_stage(local_stack, over)
 
     print(
-        f"\nthe dead-letter path reaches {STATE_PAYLOAD_QUOTA_BYTES:,} bytes with a plan of {sum(full) + longest_last + 1:,} command characters"
+        f"\nthe dead-letter path reaches {STATE_PAYLOAD_QUOTA_BYTES:,} bytes with a plan of "
+        f"{sum(full) + longest_last + 1:,} command characters"
     )
     assert (fits_ended["status"], fits_ended["error"]) == ("FAILED", "Relevo.Fatal.ExitCode")
     assert table_items(local_stack, f"DLQ#{fits}")

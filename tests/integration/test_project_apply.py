@@ -144,8 +144,8 @@ def test_a_stage_of_more_shards_at_once_than_step_functions_runs_is_refused_at_a
     output = " ".join(result.output.split())
     assert "PLAN_TOO_LARGE" in output
     assert (
-        "stages.0 (test): 41 shards and no max_parallel, which would run them all at once; at most 40 of a stage's shards run at once"
-        in output
+        "stages.0 (test): 41 shards and no max_parallel, which would run them all at once; at most 40 of a "
+        "stage's shards run at once" in output
     )
     assert "set max_parallel to 40 or less" in output and "split the stage" in output
     assert table_items(local_stack, f"PROJECT#{project_id}") == []

@@ -36,7 +36,8 @@ def test_a_project_is_deleted_once_no_job_of_it_is_live(local_stack, project_id,
     deleted = runner.invoke(app, ["project", "delete", project_id, "--yes", "--stack-file", str(stack_file)])
     assert deleted.exit_code == 0, deleted.output
     assert deleted.output.startswith(
-        f"project {project_id} deleted with 0 schedule(s), 1 grant(s), secret {secret_name(local_stack, project_id, 'github')}"
+        f"project {project_id} deleted with 0 schedule(s), 1 grant(s), secret "
+        f"{secret_name(local_stack, project_id, 'github')}"
     )
     try:
         api.get_project(project_id)

@@ -95,8 +95,10 @@ def _stages(stack, job_id: str) -> dict[str, dict]:
 
 
 BUILD = (
-    'echo "commit $RELEVO_COMMIT version $(cat VERSION)"; mkdir -p build/App.app; cp VERSION build/App.app/VERSION; '
-    'printf "#!/bin/sh\\necho app\\n" > build/App.app/App; chmod 755 build/App.app/App; ln -s App build/App.app/Current; '
+    'echo "commit $RELEVO_COMMIT version $(cat VERSION)"; mkdir -p build/App.app; cp VERSION '
+    "build/App.app/VERSION; "
+    'printf "#!/bin/sh\\necho app\\n" > build/App.app/App; chmod 755 build/App.app/App; ln -s App '
+    "build/App.app/Current; "
     'echo "version=$(cat VERSION | tr -d "\\n")" >> "$RELEVO_OUTPUT"; '
     'printf "notes<<END\\nfirst\\nsecond\\nEND\\n" >> "$RELEVO_OUTPUT"; '
     "git status --porcelain > build/status.txt; env > build/env.txt"
@@ -104,8 +106,10 @@ BUILD = (
 SIGN = (
     'test -x build/App.app/App && test "$(readlink build/App.app/Current)" = App && '
     'test "$(cat build/App.app/VERSION | tr -d "\\n")" = "$RELEVO_OUT_BUILD_VERSION" && '
-    'echo "sign got $RELEVO_OUT_BUILD_VERSION at $RELEVO_COMMIT, notes $(echo "$RELEVO_OUT_BUILD_NOTES" | wc -l)"; '
-    'echo "commit=$RELEVO_COMMIT" >> "$RELEVO_OUTPUT"; echo "tree=$(cat VERSION | tr -d "\\n")" >> "$RELEVO_OUTPUT"'
+    'echo "sign got $RELEVO_OUT_BUILD_VERSION at $RELEVO_COMMIT, notes $(echo "$RELEVO_OUT_BUILD_NOTES" | '
+    'wc -l)"; '
+    'echo "commit=$RELEVO_COMMIT" >> "$RELEVO_OUTPUT"; echo "tree=$(cat VERSION | tr -d "\\n")" >> '
+    '"$RELEVO_OUTPUT"'
 )
 
 
@@ -129,7 +133,8 @@ def test_a_three_stage_chain_on_two_macs_builds_the_jobs_commit_and_hands_on_fil
                 {"name": "sign", "run": SIGN},
                 {
                     "name": "upload",
-                    "run": 'test ! -e build/status.txt && test -d build/App.app && echo "upload $RELEVO_OUT_SIGN_COMMIT"',
+                    "run": 'test ! -e build/status.txt && test -d build/App.app && echo "upload '
+                    '$RELEVO_OUT_SIGN_COMMIT"',
                 },
             ],
         },
@@ -287,7 +292,8 @@ def test_a_probe_asks_about_the_value_the_previous_attempt_recorded(local_stack,
                 {
                     "name": "notarize",
                     # The submission is the effect; its id is recorded at once; then the agent is shut down.
-                    "run": f'echo "submission_id=sub-$RELEVO_JOB_ID" >> "$RELEVO_OUTPUT"; echo "$RELEVO_OPERATION_ID sub-$RELEVO_JOB_ID" >> {submitted}; '
+                    "run": 'echo "submission_id=sub-$RELEVO_JOB_ID" >> "$RELEVO_OUTPUT"; echo '
+                    f'"$RELEVO_OPERATION_ID sub-$RELEVO_JOB_ID" >> {submitted}; '
                     'if [ "$RELEVO_ATTEMPT" = 1 ]; then sleep 30; fi',
                     "effect_probe": f'grep -F "$RELEVO_PREVIOUS_OUT_SUBMISSION_ID" {submitted} || exit 1',
                     "exec_timeout_sec": 60,

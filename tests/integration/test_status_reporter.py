@@ -120,9 +120,8 @@ def test_each_transition_is_one_github_status_and_a_repeated_record_sends_nothin
         assert request.path == f"/repos/acme/{project_id}/statuses/{forge.commit}"
         assert request.headers["authorization"] == f"Bearer {forge.token}"
     assert {b["context"] for b in bodies} == {f"relevo/{project_id}"}
-    assert bodies[0]["target_url"].endswith(
-        f"#/v2/executions/details/{local_stack.state_machine_arn.replace(':stateMachine:', ':execution:')}:{job_id}"
-    )
+    executions = local_stack.state_machine_arn.replace(":stateMachine:", ":execution:")
+    assert bodies[0]["target_url"].endswith(f"#/v2/executions/details/{executions}:{job_id}")
 
     records = [
         r for r in project_deliveries(local_stack.table_name, project_id) if r.direction.value == "outgoing"

@@ -114,7 +114,9 @@ def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
         job_status.mark_canceled(
             stack.table_name, envelope.job_id, JobStatus.QUEUED, "test", settings.queue_limit, now
         )
-    else:  # what an applied start leaves: the lock held by the job's execution, the job running, its slot given back
+    else:
+        # What an applied start leaves: the lock held by the job's execution, the job running, its slot
+        # given back.
         client("dynamodb").transact_write_items(
             TransactItems=[
                 {
@@ -162,7 +164,8 @@ def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(
     assert slots.change() == 0  # taken at the enqueue, given back once at the start
     assert lock_record(local_stack, project_id)["holders"] == {job_id}
     assert [cause.split(" (")[0] for cause in _conflicts_seen(local_stack, job_id)] == [
-        "Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict, None, None]"
+        "Transaction cancelled, please refer cancellation reasons for specific reasons "
+        "[TransactionConflict, None, None]"
     ] * 2
     assert _entered(local_stack, job_id, "CheckLockHolder") == 0  # a conflict is not a refusal
     agent_runs(local_stack, task)

@@ -170,9 +170,11 @@ def test_waiting_for_a_project_costs_under_half_of_the_history_quota(
     per_hour = math.ceil(3600 / period) * per_round
     whole_wait = joining + bound * worst_round + leaving
     print(
-        f"\nwaiting for a project: {per_round} events per round (every {period} s when nothing wakes the waiter: "
+        f"\nwaiting for a project: {per_round} events per round (every {period} s when nothing wakes the "
+        "waiter: "
         f"{per_hour} events per waiting hour), {per_wake} for a round a wake ends; a wait of the longest "
-        f"queue_timeout_sec takes at most {bound} rounds: {joining} + {bound} x {worst_round} + {leaving} = {whole_wait} "
+        f"queue_timeout_sec takes at most {bound} rounds: {joining} + {bound} x {worst_round} + {leaving} = "
+        f"{whole_wait} "
         f"events of the {HISTORY_QUOTA:,} an execution may hold"
     )
     assert whole_wait < HISTORY_QUOTA / 2
@@ -285,9 +287,12 @@ def test_waiting_behind_the_longest_approval_gate_as_well_costs_under_half_of_th
     worst_round = max(per_gate_round, per_round, per_wake)
     whole_wait = joining + (cycles + parks) * worst_round + leaving
     print(
-        f"\nwaiting behind an approval gate: {per_gate_round} events per round (every {longest['gate_wait']['park_sec']} s when "
-        f"nothing wakes the waiter), {per_round} behind a running holder, {per_wake} for a round a wake ends; the longest gate "
-        f"takes at most {parks} rounds, the longest queue_timeout_sec {cycles} more: {joining} + ({cycles} + {parks}) x "
+        f"\nwaiting behind an approval gate: {per_gate_round} events per round (every "
+        f"{longest['gate_wait']['park_sec']} s when "
+        f"nothing wakes the waiter), {per_round} behind a running holder, {per_wake} for a round a wake "
+        "ends; the longest gate "
+        f"takes at most {parks} rounds, the longest queue_timeout_sec {cycles} more: {joining} + ({cycles} "
+        f"+ {parks}) x "
         f"{worst_round} + {leaving} = {whole_wait} events of the {HISTORY_QUOTA:,} an execution may hold"
     )
     # The parks cover the longest approval timeout, and the park an approval interrupts.

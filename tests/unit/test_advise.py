@@ -44,7 +44,8 @@ ROWS = [
         "Recommended: A small team shipping several times a week - one project per app",
         "Interactive and CI accounts kept apart",
         {
-            "default": 'RegionAffinities="eu-west" QueueLimit=20 JobRetentionDays=30 LogRetentionDays=14 ArtifactRetentionDays=30'
+            "default": 'RegionAffinities="eu-west" QueueLimit=20 JobRetentionDays=30 LogRetentionDays=14 '
+            "ArtifactRetentionDays=30"
         },
     ),
     (
@@ -59,10 +60,12 @@ ROWS = [
             "--tenants",
             "1",
         ],
-        "Recommended: 9 to 30 people on a daily trunk - a central job store with stage-level retry and region affinity",
+        "Recommended: 9 to 30 people on a daily trunk - a central job store with stage-level retry and "
+        "region affinity",
         "Stage-level retry",
         {
-            "default": 'RegionAffinities="eu-west,us-east" QueueLimit=100 JobRetentionDays=30 LogRetentionDays=30 '
+            "default": 'RegionAffinities="eu-west,us-east" QueueLimit=100 JobRetentionDays=30 '
+            "LogRetentionDays=30 "
             "ArtifactRetentionDays=30 WorkQueueAgeAlarmSeconds=900"
         },
     ),
@@ -78,7 +81,8 @@ ROWS = [
             "--tenants",
             "1",
         ],
-        "Recommended: More than 30 people with parallel release branches - more region affinities, stricter DLQ governance",
+        "Recommended: More than 30 people with parallel release branches - more region affinities, stricter "
+        "DLQ governance",
         "You named one region (eu-west): give each Mac pool a region affinity of its own.",
         {
             "default": 'RegionAffinities="eu-west" QueueLimit=200 JobRetentionDays=60 LogRetentionDays=30 '
@@ -100,7 +104,8 @@ ROWS = [
         "Recommended: Compliance or several tenants - a stack per tenant",
         "Cost: Every tenant pays for a whole stack",
         {
-            f"tenant-{n}": 'RegionAffinities="eu-west" ReservedConcurrency="on" ApiAccessLogging="on" JobRetentionDays=90 '
+            f"tenant-{n}": 'RegionAffinities="eu-west" ReservedConcurrency="on" ApiAccessLogging="on" '
+            "JobRetentionDays=90 "
             "LogRetentionDays=90 ArtifactRetentionDays=90"
             for n in (1, 2)
         },

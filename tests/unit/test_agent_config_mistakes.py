@@ -39,7 +39,8 @@ def _lines(output: str) -> list[str]:
         # stack_file is set: the stack's regions are named, not "set stack_file or queue_url"
         (
             'region = "ap-south"\n',
-            "3: region: no work queue for region 'ap-south' in the stack {stack} (its region affinities: eu-west, us-east)",
+            "3: region: no work queue for region 'ap-south' in the stack {stack} (its region affinities: "
+            "eu-west, us-east)",
         ),
     ],
     ids=["toml-syntax", "wrong-type", "typo", "region-without-queue"],
@@ -58,11 +59,13 @@ def test_run_refuses_a_mistake_in_one_line_naming_file_line_and_key(tmp_path: Pa
     [
         (
             "relevo-nobody-here",
-            "4: run_as: no user 'relevo-nobody-here' on this machine: create it first (docs/agent.md, \"A build user\")",
+            "4: run_as: no user 'relevo-nobody-here' on this machine: create it first (docs/agent.md, \"A "
+            'build user")',
         ),
         (
             "root",
-            "4: run_as: 'root' is uid 0: a stage run as it could read everything the agent holds; name an unprivileged user",
+            "4: run_as: 'root' is uid 0: a stage run as it could read everything the agent holds; name an "
+            "unprivileged user",
         ),
     ],
     ids=["unknown-user", "root"],
@@ -98,11 +101,13 @@ def test_run_refuses_a_build_user_the_agent_is_or_cannot_become(
         [refusals[euid]] = _lines(result.output)
 
     assert refusals[build_user.uid] == (
-        f"{config}:4: run_as: '{build_user.name}' is the user the agent runs as: its stages could read the agent's credentials, "
+        f"{config}:4: run_as: '{build_user.name}' is the user the agent runs as: its stages could read the "
+        "agent's credentials, "
         "journal and config; name another user"
     )
     assert refusals[nobody.pw_uid] == (
-        f"{config}:4: run_as: the agent runs as nobody (uid {nobody.pw_uid}), and only root can start a stage as '{build_user.name}': "
+        f"{config}:4: run_as: the agent runs as nobody (uid {nobody.pw_uid}), and only root can start a "
+        f"stage as '{build_user.name}': "
         'run the agent as root (a LaunchDaemon: docs/agent.md, "A build user"), or remove run_as'
     )
 
@@ -122,7 +127,8 @@ def test_run_refuses_workspaces_the_build_user_cannot_reach(tmp_path: Path, buil
         f"{config}:5: workspace_root: the build user '{build_user.name}' cannot reach {workspaces} (/"
     )
     assert line.endswith(
-        " is drwx------ root): choose a workspace_root outside the agent's home, e.g. /Users/Shared/relevo/workspaces"
+        " is drwx------ root): choose a workspace_root outside the agent's home, e.g. "
+        "/Users/Shared/relevo/workspaces"
     )
 
 
@@ -144,7 +150,8 @@ def test_doctor_reports_a_broken_config_in_one_fail_line(tmp_path: Path):
 
     assert result.exit_code == 1
     assert _lines(result.output) == [
-        f"FAIL  config: {config}:4: min_free_disk_gb: Input should be a valid number, unable to parse string as a number (got 'lots')"
+        f"FAIL  config: {config}:4: min_free_disk_gb: Input should be a valid number, unable to parse "
+        "string as a number (got 'lots')"
     ]
 
 
@@ -185,7 +192,8 @@ def test_run_refuses_workspaces_inside_a_git_work_tree(tmp_path: Path):
 
     assert result.exit_code == 2
     assert _lines(result.output) == [
-        f"{config}:4: workspace_root: {repository / '.relevo' / 'workspaces'} is inside the git work tree {repository}: git in a "
+        f"{config}:4: workspace_root: {repository / '.relevo' / 'workspaces'} is inside the git work tree "
+        f"{repository}: git in a "
         "stage, or the checkout's git clean, would act on that repository; choose a directory outside it"
     ]
 

@@ -105,8 +105,8 @@ def test_the_agent_takes_from_the_core_only_its_declared_surface() -> None:
         if module not in AGENT_SURFACE
     )
     assert outside == [], (
-        "the agent imports relevo_core modules outside AGENT_SURFACE (add one there, with why, if it is meant):\n"
-        + "\n".join(outside)
+        "the agent imports relevo_core modules outside AGENT_SURFACE (add one there, with why, if it is "
+        "meant):\n" + "\n".join(outside)
     )
 
 

@@ -45,7 +45,8 @@ def test_a_capacity_of_zero_or_less_means_one(tmp_path: Path, given: int, expect
 def test_paths_are_relative_to_the_config_file_and_mask_is_a_list_of_names(tmp_path: Path):
     config = _load(
         tmp_path,
-        'region = "us-east"\nworkspace_root = "ws"\njournal = "j.sqlite3"\nmask = ["ASC_KEY", "MATCH_PASSWORD"]\n',
+        'region = "us-east"\nworkspace_root = "ws"\njournal = "j.sqlite3"\nmask = ["ASC_KEY", '
+        '"MATCH_PASSWORD"]\n',
     )
     assert config.workspace_root == tmp_path / "ws"
     assert config.journal == tmp_path / "j.sqlite3"
@@ -123,7 +124,10 @@ def test_status_reads_launchctl_print(tmp_path: Path):
         f"not installed ({paths.plist} does not exist)",
     )
     launchd.install(tmp_path / "agent.toml", paths, load=False)
-    output = "gui/501/dev.relevo.agent = {\n\tactive count = 1\n\tstate = running\n\tpid = 4242\n\tlast exit code = (never exited)\n}\n"
+    output = (
+        "gui/501/dev.relevo.agent = {\n\tactive count = 1\n\tstate = running\n\tpid = 4242\n\tlast "
+        "exit code = (never exited)\n}\n"
+    )
     running, words = launchd.status(paths, query=True, run=Launchctl(output))
     assert running and words.startswith("dev.relevo.agent is running (pid 4242)")
     running, words = launchd.status(paths, query=True, run=Launchctl(returncode=113))

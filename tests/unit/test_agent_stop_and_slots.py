@@ -39,7 +39,8 @@ def test_a_queue_that_is_gone_is_said_as_the_work_queue_and_a_follower_starts_ag
 
     assert (
         stop.fatal
-        == f"the stack is gone: the work queue https://sqs/q does not exist ({code}); starting again once the stack file names a stack"
+        == f"the stack is gone: the work queue https://sqs/q does not exist ({code}); starting again once "
+        "the stack file names a stack"
     )
 
 

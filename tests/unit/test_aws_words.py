@@ -22,7 +22,8 @@ runner = CliRunner()
     [
         (
             NoCredentialsError(),
-            "no AWS credentials found (not in the environment, ~/.aws or an SSO session): set AWS_PROFILE, or run `aws configure` or `aws sso login`",
+            "no AWS credentials found (not in the environment, ~/.aws or an SSO session): set AWS_PROFILE, "
+            "or run `aws configure` or `aws sso login`",
         ),
         (
             ClientError(
@@ -34,15 +35,20 @@ runner = CliRunner()
                 },
                 "GetCallerIdentity",
             ),
-            "AWS refused them (InvalidClientTokenId: The security token included in the request is invalid.): they are wrong or expired; set AWS_PROFILE, or run `aws configure` (or `aws sso login` again)",
+            "AWS refused them (InvalidClientTokenId: The security token included in the request is "
+            "invalid.): they are wrong or expired; set AWS_PROFILE, or run `aws configure` (or `aws sso "
+            "login` again)",
         ),
         (
             EndpointConnectionError(endpoint_url="https://sts.eu-west-1.amazonaws.com/"),
-            'could not reach AWS (Could not connect to the endpoint URL: "https://sts.eu-west-1.amazonaws.com/"): offline, or a proxy or firewall in the way? Nothing was checked',
+            "could not reach AWS (Could not connect to the endpoint URL: "
+            '"https://sts.eu-west-1.amazonaws.com/"): offline, or a proxy or firewall in the way? Nothing '
+            "was checked",
         ),
         (
             ProfileNotFound(profile="nosuch"),
-            "The config profile (nosuch) could not be found: `aws configure list-profiles` lists the profiles there are; choose one with --profile or AWS_PROFILE",
+            "The config profile (nosuch) could not be found: `aws configure list-profiles` lists the "
+            "profiles there are; choose one with --profile or AWS_PROFILE",
         ),
     ],
     ids=["no credentials", "refused", "unreachable", "no such profile"],
@@ -76,6 +82,7 @@ def test_a_profile_that_does_not_exist_is_one_line(tmp_path: Path, monkeypatch: 
     lines = [line for line in shown.output.splitlines() if line.strip()]
     assert shown.exit_code == 2 and "Traceback" not in shown.output
     assert lines == [
-        "The config profile (nosuch) could not be found: `aws configure list-profiles` lists the profiles there are; "
+        "The config profile (nosuch) could not be found: `aws configure list-profiles` lists the profiles "
+        "there are; "
         "set AWS_PROFILE to one of them (or unset it)"
     ], shown.output

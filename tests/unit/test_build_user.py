@@ -178,14 +178,17 @@ def test_doctor_warns_of_each_private_file_the_build_user_could_read_until_the_a
     # When doctor looks, then it says who stages run as, and warns of both
     lines = [check.line() for check in check_build_user(config, config_file)]
     assert lines == [
-        f"ok    build user: stages run as {build_user.name} (uid {build_user.uid}, gid {build_user.gid}, home {build_user.home})",
-        f"warn  private files: the build user {build_user.name} can read {journal} (-rw-r--r--), {stack_file} (-rw-r--r--): chmod 600 each",
+        f"ok    build user: stages run as {build_user.name} (uid {build_user.uid}, gid {build_user.gid}, "
+        f"home {build_user.home})",
+        f"warn  private files: the build user {build_user.name} can read {journal} (-rw-r--r--), "
+        f"{stack_file} (-rw-r--r--): chmod 600 each",
     ]
     # and once the agent has opened its journal (it tightens it) and the stack file is 600, of none
     Journal(journal).close()
     stack_file.chmod(0o600)
     assert [check.line() for check in check_build_user(config, config_file)][1] == (
-        f"ok    private files: the build user {build_user.name} can read none of the agent's config, journal, stack file and AWS files"
+        f"ok    private files: the build user {build_user.name} can read none of the agent's config, "
+        "journal, stack file and AWS files"
     )
 
 
@@ -339,7 +342,8 @@ def test_the_values_file_is_the_build_users_in_a_directory_it_cannot_list_or_cha
 
     result, output = _run(
         build_user,
-        f'echo "version=1.4" >> "{watch.path}"; ls "{watch.path.parent}"; ln -s /etc/hostname "{watch.path.parent}/x"',
+        f'echo "version=1.4" >> "{watch.path}"; ls "{watch.path.parent}"; ln -s /etc/hostname '
+        f'"{watch.path.parent}/x"',
         shared_dir / "app",
     )
 

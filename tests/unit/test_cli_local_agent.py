@@ -85,7 +85,8 @@ def test_without_labels_the_toml_has_none(tmp_path: Path, execs: list[list[str]]
         (["bay="], "--label 'bay=': give it as KEY=VALUE, e.g. --label bay=build"),
         (
             ["Bay=build"],
-            "--label 'Bay=build': 'Bay' is not a label key (a lowercase letter, then up to 31 of a-z, 0-9, _ and -)",
+            "--label 'Bay=build': 'Bay' is not a label key (a lowercase letter, then up to 31 of a-z, 0-9, "
+            "_ and -)",
         ),
         (["bay=" + "x" * 65], "--label bay=…: its value is 65 characters, at most 64"),
         (["bay=build", "bay=sign"], "--label bay: given twice (bay=build and bay=sign)"),

@@ -266,7 +266,8 @@ def test_shard_is_chosen_by_index_or_by_its_matrix_combination_however_spaced():
         (
             [],
             "1",
-            "--shard: name the stage whose shards you mean with one --stage (job job_x's stages with shards: test, ui)",
+            "--shard: name the stage whose shards you mean with one --stage (job job_x's stages with "
+            "shards: test, ui)",
         ),
         (["test", "ui"], "1", "--shard: name the stage whose shards you mean with one --stage"),
         (["build"], "0", "--shard: stage 'build' of job job_x has no shards (neither parallel nor matrix)"),
@@ -274,7 +275,8 @@ def test_shard_is_chosen_by_index_or_by_its_matrix_combination_however_spaced():
         (
             ["ui"],
             "device=iPhone 17",
-            "--shard 'device=iPhone 17': stage 'ui' has no such shard; its shards: device=iPhone 16, os=18.2; "
+            "--shard 'device=iPhone 17': stage 'ui' has no such shard; its shards: device=iPhone 16, "
+            "os=18.2; "
             "device=iPad Air, os=18.2",
         ),
     ],
@@ -308,6 +310,6 @@ def test_a_shards_artifact_removed_by_quota_is_noted_naming_its_shard():
     notes = job_notes({**_job(), "artifacts": [removed]})
 
     assert (
-        f"artifact test#shard-2/app.ipa (9 bytes) removed by quota at {AT.format(20)} (artifact.max_total_bytes)"
-        in notes
+        f"artifact test#shard-2/app.ipa (9 bytes) removed by quota at {AT.format(20)} "
+        "(artifact.max_total_bytes)" in notes
     )

@@ -1,7 +1,8 @@
 """`relevo job rerun -q` (and `job release`, `dlq redrive`) print only the job id as `relevo project
 run -q` does (docs/jobs.md), and `relevo dlq view JOB` shows the entry as a table like `relevo job
 view`, keeping `--json`: the CLI as a newcomer types it (CliRunner), the API answering from a
-stand-in with the API's answers (the same commands on the local stack: tests/integration/test_cli_answers.py)."""
+stand-in with the API's answers (the same commands on the local stack:
+tests/integration/test_cli_answers.py)."""
 
 from __future__ import annotations
 

@@ -90,7 +90,8 @@ def test_a_value_of_the_wrong_type_names_its_line_and_field(tmp_path: Path, stac
 
     assert result.exit_code == 2
     assert _one_line(result) == (
-        f"{path}:7: stages[0].exec_timeout_sec: Input should be a valid integer, unable to parse string as an integer "
+        f"{path}:7: stages[0].exec_timeout_sec: Input should be a valid integer, unable to parse string as "
+        "an integer "
         "(got 'ten minutes')"
     )
 
@@ -166,7 +167,8 @@ def test_a_handoff_path_that_escapes_the_workspace_is_one_line_naming_its_own_li
 
     assert result.exit_code == 2
     assert _one_line(result) == (
-        f"{path}:9: stages[0].handoff[1]: '../../Library/Keychains' climbs out with '..': handoff paths stay inside the workspace"
+        f"{path}:9: stages[0].handoff[1]: '../../Library/Keychains' climbs out with '..': handoff paths "
+        "stay inside the workspace"
         " (got '../../Library/Keychains')"
     )
 
@@ -188,7 +190,8 @@ def test_a_lease_no_agent_would_take_is_refused_with_the_arithmetic(tmp_path: Pa
 
     assert result.exit_code == 2
     assert _one_line(result) == (
-        f"{path}:7: lease_ttl_sec: a lease of 6 s leaves no renewal before the fence: an agent renews every 2 s "
+        f"{path}:7: lease_ttl_sec: a lease of 6 s leaves no renewal before the fence: an agent renews every "
+        "2 s "
         "(lease/3) and fences itself 5 s before the lease ends (the default max_clock_skew_sec), at 1 s; "
         "no agent with the default allowed skew would take a stage: use 8 s or more"
     )
@@ -205,6 +208,7 @@ def test_an_exit_code_both_a_warning_and_transient_is_refused(tmp_path: Path, st
     path, result = _apply(tmp_path, stack_file, content)
     assert result.exit_code == 2
     assert _one_line(result).endswith(
-        "stages[0].warning_exit_codes: 75 also in retry.transient_exit_codes: an exit code is either a warning "
+        "stages[0].warning_exit_codes: 75 also in retry.transient_exit_codes: an exit code is either a "
+        "warning "
         "(the job goes on) or transient (the stage is retried)"
     )

@@ -21,8 +21,10 @@ GITLAB = CommitStatusSettings(
     provider="gitlab", token_ref="relevo/s/_status/app", api_url="https://gitlab.example.com/api/v4"
 )
 
-# GitLab, "Set the pipeline status of a commit" (docs.gitlab.com/api/commits/#set-the-pipeline-status-of-a-commit):
-# POST /projects/:id/statuses/:sha; id and sha and state required; state one of these; the others optional strings.
+# GitLab, "Set the pipeline status of a commit"
+# (docs.gitlab.com/api/commits/#set-the-pipeline-status-of-a-commit):
+# POST /projects/:id/statuses/:sha; id and sha and state required; state one of these; the others optional
+# strings.
 GITLAB_STATES = {"pending", "running", "success", "failed", "canceled", "skipped"}
 GITLAB_PARAMETERS = {
     "state",

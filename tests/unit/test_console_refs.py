@@ -25,7 +25,8 @@ def test_a_repository_git_cannot_read_says_why_in_one_line_and_lists_nothing(tmp
     assert listed["refs"] == []
     assert (
         listed["error"]
-        == f"Could not list the branches: type a branch or tag (no repository at {url} that your git credentials can see)"
+        == f"Could not list the branches: type a branch or tag (no repository at {url} that your git "
+        "credentials can see)"
     )
     assert listed["detail"]  # git's own last line, for the tooltip
 
@@ -36,7 +37,8 @@ def test_an_unreachable_host_is_one_clear_line_not_git_s_fatal():
     listed = list_refs(url)
     assert listed["refs"] == []
     assert listed["error"] in (
-        "Could not list the branches: type a branch or tag (github.invalid could not be resolved: offline, or no DNS)",
+        "Could not list the branches: type a branch or tag (github.invalid could not be resolved: offline, "
+        "or no DNS)",
         "Could not list the branches: type a branch or tag (github.invalid could not be reached)",
     ), listed
     assert "fatal" not in listed["error"]

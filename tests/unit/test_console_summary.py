@@ -104,7 +104,8 @@ def test_the_steps_show_every_failed_attempt_and_reconciliation_with_its_evidenc
         summary=job_summary(JOB, None, NOW),
     )
     assert (
-        "attempt 1 failed 2026-12-01 11:59:50 UTC on mac-2: its command exited 75, a code the project marks transient "
+        "attempt 1 failed 2026-12-01 11:59:50 UTC on mac-2: its command exited 75, a code the project marks "
+        "transient "
         "(Relevo.Transient.ExitCode)"
     ) in _timeless(html)
     assert (
@@ -153,7 +154,8 @@ def test_each_attempts_transfer_is_in_the_steps_live_then_its_totals():
     )
     assert '<td class="transfer">uploading 3 of 5 files, 412.0 MiB of 1.2 GiB (34 %)</td>' in html
     assert (
-        "attempt 1 failed 2026-12-01 11:59:50 UTC on mac-2: its command exited 75, a code the project marks transient (Relevo.Transient.ExitCode); "
+        "attempt 1 failed 2026-12-01 11:59:50 UTC on mac-2: its command exited 75, a code the project marks "
+        "transient (Relevo.Transient.ExitCode); "
         '<span class="transfer">upload failed after 1 of 5 files, 100.0 MiB of 1.2 GiB (8 %)</span>'
         in _timeless(html)
     )
@@ -302,7 +304,8 @@ def test_a_job_queued_behind_a_gate_names_the_job_its_stage_and_since_when():
         "artifacts": [],
         "queue_reason": "project_waiting_for_approval",
         "waiting_behind": behind,
-        "queue_detail": "job j-0 of its project waits for approval before upload since 2026-12-01T11:00:00Z: this one starts "
+        "queue_detail": "job j-0 of its project waits for approval before upload since "
+        "2026-12-01T11:00:00Z: this one starts "
         "when that one ends, and its queue_timeout_sec does not run meanwhile",
     }
 

@@ -229,7 +229,8 @@ def test_the_supervisor_kills_the_stage_group_when_the_agent_itself_is_killed(tm
             "from relevo_core.fleet.lease_timeline import LeaseTimeline\n"
             "lease = Lease(LeaseTimeline(3600, 1, 0), time.monotonic())\n"
             f"run_command('echo $$ > {pid_file}; sleep 5; touch {late}', pathlib.Path({str(tmp_path)!r}),"
-            " {'PATH': os.environ['PATH']}, 60, threading.Event(), lambda chunk: None, grace_sec=1, lease=lease)\n",
+            " {'PATH': os.environ['PATH']}, 60, threading.Event(), lambda chunk: None, grace_sec=1, "
+            "lease=lease)\n",
         ]
     )
     deadline = time.monotonic() + 10

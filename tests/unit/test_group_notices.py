@@ -38,7 +38,7 @@ def _notices(old, new):
 WAITING = _job("waiting", waiting_stage="deploy")
 
 
-def test_a_gate_is_one_job_waiting_an_approval_adds_nothing_and_a_reject_or_timeout_ends_it_without_job_failed():
+def test_a_gate_is_one_job_waiting_an_approval_adds_nothing_a_reject_or_timeout_ends_it_not_failed():
     assert _notices(_job("running"), WAITING) == [
         ("job_waiting", "ios-app: deploy waits for approval", "job_waiting#deploy")
     ]
@@ -124,7 +124,8 @@ def test_a_project_file_carries_its_group_and_commit_status_to_the_api(tmp_path)
 
     path = tmp_path / "ios-app.yaml"
     path.write_text(
-        "id: ios-app\nrepo: acme/ios-app\nregion_affinity: eu-west\ngroup: ios\nstages:\n  - name: build\n    run: make\n"
+        "id: ios-app\nrepo: acme/ios-app\nregion_affinity: eu-west\ngroup: ios\nstages:\n  - name: build\n  "
+        "  run: make\n"
         "commit_status:\n  provider: gitlab\n  token_ref: relevo/relevo/_status/ios-app\nconsole_url: https://relevo.example.com\n"
     )
     loaded = load_project_file(path)

@@ -118,12 +118,16 @@ READERS = {
 NEEDS_NO_CHECK = {
     "relevo_core/models/job_objects.py::JobPrefix.__str__": "the check itself",
     "relevo_core/models/job_objects.py::expected_key": "the check itself",
-    "relevo_core/jobs/artifact_quota.py::home_after_job": "names a project only; count_change checks the image against it (checked_image)",
-    "relevo_core/jobs/artifact_quota.py::delete_stored_object": "the remover's primitive: enforce hands it the key stored_object gave",
+    "relevo_core/jobs/artifact_quota.py::home_after_job": "names a project only; count_change checks the "
+    "image against it (checked_image)",
+    "relevo_core/jobs/artifact_quota.py::delete_stored_object": "the remover's primitive: enforce hands it "
+    "the key stored_object gave",
     "relevo_core/store/log_bodies.py::get_body": "a primitive: _with_bodies hands it the key object_key gave",
-    "relevo_core/store/log_bodies.py::put_body": "the agent's writer, under its own job's prefix (its session allows no other)",
+    "relevo_core/store/log_bodies.py::put_body": "the agent's writer, under its own job's prefix (its "
+    "session allows no other)",
     "relevo_core/store/log_writer.py::ChunkWriter._entries.store": "the agent's writer",
-    "relevo_core/store/log_reads.py::_with_bodies": "picks the chunks with a body; `filled` reads each through object_key",
+    "relevo_core/store/log_reads.py::_with_bodies": "picks the chunks with a body; `filled` reads each "
+    "through object_key",
     "relevo_core/jobs/view.py::_handoff_of": "shows a receipt's manifest as text, acts on nothing",
 }
 

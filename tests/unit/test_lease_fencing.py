@@ -223,7 +223,10 @@ def renew():
         time.sleep(0.5)
         lease.extend(time.monotonic())
 threading.Thread(target=renew, daemon=True).start()
-run_command(sys.argv[1], pathlib.Path(sys.argv[2]), {"PATH": os.environ["PATH"]}, 60, threading.Event(), lambda c: None, lease=lease)
+run_command(
+    sys.argv[1], pathlib.Path(sys.argv[2]), {"PATH": os.environ["PATH"]}, 60, threading.Event(),
+    lambda c: None, lease=lease,
+)
 """
 
 

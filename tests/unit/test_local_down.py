@@ -33,7 +33,8 @@ class LocalStack:
     def __init__(self, state_dir, parameters, api_port):
         self.state_dir = state_dir
     def start(self):
-        info = StackInfo(api_url="http://127.0.0.1:9/v1", aws_endpoint="http://127.0.0.1:9", region="us-east-1",
+        info = StackInfo(api_url="http://127.0.0.1:9/v1", aws_endpoint="http://127.0.0.1:9",
+                         region="us-east-1",
                          resources={}, work_queues={"eu-west": "http://127.0.0.1:9/q"})
         (self.state_dir / "stack.json").write_text(info.model_dump_json())
         return info
@@ -81,7 +82,8 @@ def test_down_says_stopped_only_once_the_stacks_process_has_exited(tmp_path: Pat
             "the process lingering after its stack stopped",
         )
 
-        # Then while the process is there, the state dir still says a stack runs there, and down has said nothing
+        # Then while the process is there, the state dir still says a stack runs there, and down has said
+        # nothing
         assert up.poll() is None
         assert running(state_dir) is not None, "the state dir was given up before the process ended"
         assert said == []

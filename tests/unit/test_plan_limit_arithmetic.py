@@ -201,11 +201,12 @@ def test_one_shard_over_the_history_arithmetic_is_refused_with_the_arithmetic_in
     assert refused.details == {"limit": "shard_runs", "size": 46, "allowed": 45}
     assert "\n" not in refused.message
     assert refused.message.startswith(
-        f"stages: 46 stage runs ({stage_names(MAX_STAGES)[1]}: {shards}; 1 for each other stage); at most 45: "
+        f"stages: 46 stage runs ({stage_names(MAX_STAGES)[1]}: {shards}; 1 for each other stage); at most "
+        "45: "
     )
     assert (
-        "45 × 240 events at worst + 9,000 waiting for the project + 200 of the job fit 80% of Step Functions' 25,000-event"
-        in refused.message
+        "45 × 240 events at worst + 9,000 waiting for the project + 200 of the job fit 80% of Step "
+        "Functions' 25,000-event" in refused.message
     )
 
 

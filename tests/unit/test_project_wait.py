@@ -31,7 +31,8 @@ def test_rows_behind_a_gate_name_it_and_the_lock_is_read_once_per_project():
     # When the listing says why each waits
     listed = with_project_waits("table", rows, read_gate)
 
-    # Then the gated project's jobs say whose gate, the running project's say project_running, the rest nothing new
+    # Then the gated project's jobs say whose gate, the running project's say project_running, the rest
+    # nothing new
     assert [(r["queue_reason"], r["waiting_behind"]) for r in listed] == [
         ("project_waiting_for_approval", GATE),
         ("project_waiting_for_approval", GATE),

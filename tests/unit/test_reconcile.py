@@ -177,7 +177,10 @@ def test_a_real_probe_printing_a_masked_variable_is_recorded_masked(tmp_path: Pa
     """The agent's path: the probe runs with the stage's environment, its output tail is masked
     with the values of the agent's `mask` variables (as logs are) before it is decided on."""
     env = {"PATH": "/usr/bin:/bin", "DEPLOY_TOKEN": CANARY, "RELEVO_OPERATION_ID": OP}
-    probe = 'head -c 5000 /dev/zero | tr "\\0" "p"; echo; echo "effect of $RELEVO_OPERATION_ID token=$DEPLOY_TOKEN"'
+    probe = (
+        'head -c 5000 /dev/zero | tr "\\0" "p"; echo; echo "effect of $RELEVO_OPERATION_ID '
+        'token=$DEPLOY_TOKEN"'
+    )
     ran = run_command(
         probe,
         tmp_path,

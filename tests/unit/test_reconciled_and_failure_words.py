@@ -85,7 +85,7 @@ UPLOAD = [
 BUILT = {"stage_name": "build", "status": "succeeded", "attempt": 1, "agent_id": "mac-t1", "exit_code": 0}
 
 
-def test_job_view_shows_a_reconciled_stage_as_reconciled_with_the_probes_verdict_and_the_attempt_that_did_it():
+def test_job_view_shows_a_reconciled_stage_with_the_probes_verdict_and_the_attempt_that_did_it():
     # Given an upload whose Mac was killed, and whose attempt 2 found attempt 1's effect and did not run
     view = job_items_to_view(
         _items("succeeded", UPLOAD, {stage_sk(0): BUILT, stage_sk(1): RECONCILED_UPLOAD})
@@ -151,10 +151,12 @@ def test_logs_say_a_manual_review_and_a_changed_precondition_as_reconciliations(
         "not run again: waiting for a person (relevo job resolve)"
     )
     assert end_words(("upload", 2, None), stage_marks(changed_view["stages"][1])) == (
-        "upload#2 reconciled on mac-t1: the effect of attempt 1 is absent (probe exit 1) and the precondition changed since; "
+        "upload#2 reconciled on mac-t1: the effect of attempt 1 is absent (probe exit 1) and the "
+        "precondition changed since; "
         "not run again (Relevo.Precondition.Changed)"
     )
-    # A stage in manual review is said once everything before it is printed: `relevo job logs` is not silent about it.
+    # A stage in manual review is said once everything before it is printed: `relevo job logs` is not silent
+    # about it.
     printed: list[str] = []
     StageLog(printed.append).settle({"stages": [stage_marks(stage) for stage in review_view["stages"]]})
     assert any("upload#2 reconciled on mac-t1: the effect exists" in line for line in printed), printed

@@ -31,7 +31,7 @@ def test_relevo_status_names_each_waiting_shard_with_its_reason():
     }
     notes = job_notes(job)
     assert (
-        "test shard 2 (attempt 1) waiting (agent_busy): every agent of region affinity eu has all its slots in use"
-        in notes
+        "test shard 2 (attempt 1) waiting (agent_busy): every agent of region affinity eu has all its slots "
+        "in use" in notes
     )
     assert "test shard 3 (attempt 2) about to be claimed" in notes

@@ -122,7 +122,8 @@ def test_a_failed_step_removes_what_was_made_and_names_no_secret(tmp_path: Path,
         keychains.create("job_3.sign.1", _identities(PASSPHRASE), lock_after_sec=60)
     assert failed.value.error_class is ErrorClass.KEYCHAIN_FAILED
     assert failed.value.message == (
-        "security set-key-partition-list failed (exit 1): security: set-key-partition-list: The operation couldn't be completed. (injected failure)"
+        "security set-key-partition-list failed (exit 1): security: set-key-partition-list: The operation "
+        "couldn't be completed. (injected failure)"
     )
     assert security_double.commands(tool)[-2:] == [
         ["list-keychains", "-d", "user"],
@@ -198,7 +199,8 @@ def test_an_agent_with_run_as_refuses_before_any_security_command_or_secret(tmp_
         Keychains(config, system="Darwin").require()  # the stage calls it before it reads any identity
     assert refused.value.error_class is ErrorClass.KEYCHAIN_UNSUPPORTED
     assert refused.value.message.startswith(
-        "the project's signing.keychain: temporary is not made on an agent with run_as (relevo-build): the keychain would be root's"
+        "the project's signing.keychain: temporary is not made on an agent with run_as (relevo-build): the "
+        "keychain would be root's"
     )
     assert security_double.calls(tool) == []
 

@@ -93,9 +93,12 @@ def test_no_stream_function_has_more_filters_than_lambda_allows_by_default():
 # The status reporter's stage filters before the same function also read the stream for the
 # metrics (template.yaml at 3d1854d): the stage changes it reported then, and must report now.
 REPORTED_STAGE_CHANGES = (
-    '{"dynamodb": {"Keys": {"sk": {"S": [{"prefix": "STAGE#"}]}}, "OldImage": {"status": {"S": ["pending", "dispatched"]}}, "NewImage": {"status": {"S": ["running"]}}}}',
-    '{"dynamodb": {"Keys": {"sk": {"S": [{"prefix": "STAGE#"}]}}, "OldImage": {"status": {"S": ["pending", "dispatched", "running", "unknown", "reconciled"]}}, '
-    '"NewImage": {"status": {"S": ["succeeded", "warning", "failed", "skipped", "canceled", "manual_review"]}}}}',
+    '{"dynamodb": {"Keys": {"sk": {"S": [{"prefix": "STAGE#"}]}}, "OldImage": {"status": {"S": ["pending", '
+    '"dispatched"]}}, "NewImage": {"status": {"S": ["running"]}}}}',
+    '{"dynamodb": {"Keys": {"sk": {"S": [{"prefix": "STAGE#"}]}}, "OldImage": {"status": {"S": ["pending", '
+    '"dispatched", "running", "unknown", "reconciled"]}}, '
+    '"NewImage": {"status": {"S": ["succeeded", "warning", "failed", "skipped", "canceled", '
+    '"manual_review"]}}}}',
 )
 STATUSES = [None, *(status.value for status in StageStatus)]
 

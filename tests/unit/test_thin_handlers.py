@@ -68,7 +68,10 @@ def test_a_function_no_route_calls_imports_no_api_plumbing(function: str) -> Non
     import subprocess
     import sys
 
-    probe = "import handler, sys; print(sorted(m for m in sys.modules if m.startswith('aws_lambda_powertools.event_handler')))"
+    probe = (
+        "import handler, sys; print(sorted(m for m in sys.modules if "
+        "m.startswith('aws_lambda_powertools.event_handler')))"
+    )
     env = {
         "PATH": "/usr/bin:/bin",
         "TABLE_NAME": "relevo-Table",

@@ -85,7 +85,8 @@ def test_a_project_s_refusals_are_stored_once_a_minute_per_container():
 def test_verifying_a_delivery_imports_no_model_of_the_project_the_payload_or_the_job():
     """What the handler imports at its cold start: refusing a delivery needs nothing more."""
     probe = (
-        "import sys, handler; print(sorted(m for m in sys.modules if m.startswith(('relevo_core.models.project', "
+        "import sys, handler; print(sorted(m for m in sys.modules if "
+        "m.startswith(('relevo_core.models.project', "
         "'relevo_core.models.envelope', 'relevo_core.models.plan', 'relevo_core.intake.webhooks.github', "
         "'relevo_core.intake.webhooks.gitlab', 'relevo_core.intake.enqueue', 'relevo_core.store.jobs', "
         "'relevo_core.store.job_creation'))))"

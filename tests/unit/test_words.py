@@ -40,7 +40,8 @@ def test_a_failure_is_a_sentence_naming_the_stage_the_mac_what_happened_and_the_
     )
     # No cause reported (a queue timeout): the stage's Mac, if any, and what the class means
     assert error_sentence(_failed("Relevo.Timeout.Queue", "no cause was reported")) == (
-        "notarize failed on mac-us-1: no agent claimed it within its queue_timeout_sec (Relevo.Timeout.Queue, 1 attempt)."
+        "notarize failed on mac-us-1: no agent claimed it within its queue_timeout_sec "
+        "(Relevo.Timeout.Queue, 1 attempt)."
     )
     assert error_sentence(
         _failed("Relevo.Fatal.Output", {"exit_code": 0, "agent_id": "mac-1", "why": "line 2: not key=value"})
@@ -49,7 +50,8 @@ def test_a_failure_is_a_sentence_naming_the_stage_the_mac_what_happened_and_the_
 
 
 def test_a_job_that_gave_up_waiting_for_its_project_blames_the_project_not_the_agents():
-    # Given a job that waited out its queue timeout behind another job of its project (job.asl.json's GiveUpWaiting)
+    # Given a job that waited out its queue timeout behind another job of its project (job.asl.json's
+    # GiveUpWaiting)
     job = {
         "error": "Relevo.Timeout.Queue",
         "error_cause": "the project stayed busy for the whole queue_timeout_sec",
@@ -58,7 +60,8 @@ def test_a_job_that_gave_up_waiting_for_its_project_blames_the_project_not_the_a
 
     # When it is said in words, then the project's other job is named as the cause, not the agents
     assert error_sentence(job) == (
-        "The job failed: another job of its project held the project for its whole queue_timeout_sec, so it never started "
+        "The job failed: another job of its project held the project for its whole queue_timeout_sec, so it "
+        "never started "
         "(Relevo.Timeout.Queue)."
     )
 

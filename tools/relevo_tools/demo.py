@@ -211,7 +211,8 @@ def keep_running(demo: Demo) -> None:
             f"[bold]relevo console[/bold]: {server.url}", markup=True, highlight=False, soft_wrap=True
         )
         console.print(
-            f"stack file {demo.stack_file}: `relevo --help` commands take `--stack-file {demo.stack_file}`; Ctrl-C stops everything",
+            f"stack file {demo.stack_file}: `relevo --help` commands take `--stack-file {demo.stack_file}`; "
+            "Ctrl-C stops everything",
             highlight=False,
             soft_wrap=True,
         )
@@ -249,7 +250,8 @@ def main() -> int:
             regions = ",".join(FLEET)
             say(
                 "setup",
-                f"starting the local stack: moto + template.yaml + statemachines/job.asl.json, regions {regions}…",
+                "starting the local stack: moto + template.yaml + statemachines/job.asl.json, regions "
+                f"{regions}…",
             )
             stack = running.enter_context(
                 local_stack(state_dir, work / "local-up.log", ["--region-affinities", regions])
@@ -257,7 +259,8 @@ def main() -> int:
             stack.apply_to_environment()
             say(
                 "setup",
-                f"API {stack.api_url}, {len(stack.resources)} resources, work queues: {', '.join(stack.work_queues)}",
+                f"API {stack.api_url}, {len(stack.resources)} resources, work queues: "
+                f"{', '.join(stack.work_queues)}",
             )
             processes, restart = start_fleet(running, work, stack_file, shared)
             # On the way out, every agent is asked to stop at once (each then drains on its own)
@@ -284,7 +287,8 @@ def main() -> int:
             report_release_to(demo, forge)
             say(
                 "setup",
-                f"release-app reports commit statuses and group release's Slack messages to {forge.url} (standing in for GitHub and Slack)",
+                f"release-app reports commit statuses and group release's Slack messages to {forge.url} "
+                "(standing in for GitHub and Slack)",
             )
 
             outcomes = guarded(FLEET_SCENARIO, lambda: scenario_fleet(demo))
@@ -319,7 +323,8 @@ def main() -> int:
             else:
                 say(
                     "setup",
-                    "to look around after it, run `RELEVO_DEMO_KEEP=1 make demo`: the stack, the agents and `relevo console` stay up until Ctrl-C",
+                    "to look around after it, run `RELEVO_DEMO_KEEP=1 make demo`: the stack, the agents and "
+                    "`relevo console` stay up until Ctrl-C",
                 )
             say("setup", "stopping the agents and the local stack…")
         seconds = elapsed()

@@ -152,12 +152,16 @@ def handoff_evidence(job: dict[str, Any]) -> list[str]:
     """What travelled: the tree each side computed from its own disk, and the bytes each Mac moved."""
     build, sign, upload = stage(job, "build"), stage(job, "sign"), stage(job, "upload")
     handed = build.get("handoff") or {}
+    same = "(the same)" if sign["outputs"].get("digest") == build["outputs"].get("digest") else "(DIFFERENT)"
     evidence = [
-        f"build on {build['agent_id']}: tree {build['outputs'].get('digest', '?')[:16]}…, {handed.get('files')} files, "
+        f"build on {build['agent_id']}: tree {build['outputs'].get('digest', '?')[:16]}…, "
+        f"{handed.get('files')} files, "
         f"{handed.get('symlinks')} symlinks, {handed.get('bytes')} bytes handed on",
-        f"sign on {sign['agent_id']}: restored {(sign.get('handoff') or {}).get('restored_bytes')} bytes, tree "
-        f"{sign['outputs'].get('digest', '?')[:16]}… {'(the same)' if sign['outputs'].get('digest') == build['outputs'].get('digest') else '(DIFFERENT)'}",
-        f"upload on {upload['agent_id']}: restored {(upload.get('handoff') or {}).get('restored_bytes')} bytes (its files were on that Mac)",
+        f"sign on {sign['agent_id']}: restored {(sign.get('handoff') or {}).get('restored_bytes')} bytes, "
+        "tree "
+        f"{sign['outputs'].get('digest', '?')[:16]}… {same}",
+        f"upload on {upload['agent_id']}: restored {(upload.get('handoff') or {}).get('restored_bytes')} "
+        "bytes (its files were on that Mac)",
     ]
     return evidence
 

@@ -166,7 +166,8 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
         killed_at = datetime.now(UTC).isoformat()
         demo.say(
             tag,
-            f"[bold]SIGKILL {victim}[/bold] (pid {demo.agents[victim].pid}) mid-upload; the upload had landed",
+            f"[bold]SIGKILL {victim}[/bold] (pid {demo.agents[victim].pid}) mid-upload; the upload had "
+            "landed",
         )
         job = demo.watch(tag, job_id, timeout=120)
         upload = stage(job, "upload")
@@ -179,7 +180,8 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
                 tag,
                 f"reconciliation by {reconciled.get('agent_id')} (attempt {reconciled.get('attempt')}): "
                 f"[bold]{reconciled.get('decision')}[/bold] · probe exit {evidence.get('probe_exit')}, "
-                f"output {str(evidence.get('probe_output', '')).strip()!r} · previous agent {evidence.get('previous_agent')} · "
+                f"output {str(evidence.get('probe_output', '')).strip()!r} · previous agent "
+                f"{evidence.get('previous_agent')} · "
                 f"precondition {'unchanged' if unchanged else 'changed'}",
             )
         expect(job["status"] == "succeeded", f"job ended {job['status']}: {job.get('error')}")
@@ -254,8 +256,10 @@ def scenario_shards(demo: Demo) -> ScenarioResult:
         restored = record.get("restored") or {}
         tests = next((len(run) - 1 for run in runs if run[0] == f"{job_id}:test#shard-{shard}"), 0)
         line = (
-            f"shard {shard} on {record.get('agent_id')}: attempt {record.get('attempt')}, {record.get('status')}; restored "
-            f"{restored.get('restored_bytes')} bytes, products {'the same' if restored.get('digest') == handed.get('digest') else 'DIFFERENT'}; "
+            f"shard {shard} on {record.get('agent_id')}: attempt {record.get('attempt')}, "
+            f"{record.get('status')}; restored "
+            f"{restored.get('restored_bytes')} bytes, products "
+            f"{'the same' if restored.get('digest') == handed.get('digest') else 'DIFFERENT'}; "
             f"{tests} tests"
         )
         demo.say(tag, line)

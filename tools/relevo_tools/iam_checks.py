@@ -110,7 +110,8 @@ def _resource_fit(statement: dict[str, Any]) -> Iterator[tuple[str, str]]:
             if "*" not in resources and action.lower() in named:
                 yield (
                     "RESOURCE_FIT",
-                    f'{action} takes no resource type (Service Authorization Reference): its Resource must be "*", not {", ".join(resources)}',
+                    f"{action} takes no resource type (Service Authorization Reference): its Resource must "
+                    f'be "*", not {", ".join(resources)}',
                 )
             continue
         typed = True
@@ -120,13 +121,15 @@ def _resource_fit(statement: dict[str, Any]) -> Iterator[tuple[str, str]]:
         if not fitting and "*" not in resources:
             yield (
                 "RESOURCE_FIT",
-                f"{action} takes {', '.join(sorted(types))} ({'; '.join(sorted(types.values()))}); none of {', '.join(resources)} is one",
+                f"{action} takes {', '.join(sorted(types))} ({'; '.join(sorted(types.values()))}); none of "
+                f"{', '.join(resources)} is one",
             )
     for resource, actions in taken_by.items():
         if not actions and typed:
             yield (
                 "RESOURCE_FIT",
-                f"{resource} is of no resource type that {', '.join(str(a) for a in as_list(statement['Action']))} take",
+                f"{resource} is of no resource type that "
+                f"{', '.join(str(a) for a in as_list(statement['Action']))} take",
             )
 
 
@@ -165,7 +168,8 @@ def _set_operators(statement: dict[str, Any]) -> Iterator[tuple[str, str]]:
                 yield (
                     "SET_OPERATOR_ON_SINGLE_VALUED_KEY",
                     (
-                        f"{operator} on {key}, a single-valued key: ForAllValues matches when the key is absent "
+                        f"{operator} on {key}, a single-valued key: ForAllValues matches when the key is "
+                        "absent "
                         "and is too permissive; use the operator without the set qualifier"
                     ),
                 )
@@ -173,7 +177,8 @@ def _set_operators(statement: dict[str, Any]) -> Iterator[tuple[str, str]]:
                 yield (
                     "MULTIVALUED_KEY_WITHOUT_SET_OPERATOR",
                     (
-                        f"{operator} on {key}, a multivalued key: qualify it with ForAllValues: or ForAnyValue:"
+                        f"{operator} on {key}, a multivalued key: qualify it with ForAllValues: or "
+                        "ForAnyValue:"
                     ),
                 )
 

@@ -152,14 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     lines = args.template.read_text().splitlines()
     for finding in report.findings:
         print(
-            f"{args.template}:{_line_of(lines, finding)}: {finding.where()}: {finding.code}: {finding.message}"
+            f"{args.template}:{_line_of(lines, finding)}: {finding.where()}: {finding.code}: "
+            f"{finding.message}"
         )
     for error in report.errors:
         print(f"{args.template}: {error}")
     statements = sum(len(as_list(d.document.get("Statement", []))) for d in report.documents)
     print(
         f"iam-lint: {len(report.documents)} policy documents, {statements} statements: "
-        f"{len(report.findings)} findings, {len(report.suppressed)} suppressed in place, {len(report.errors)} suppression errors"
+        f"{len(report.findings)} findings, {len(report.suppressed)} suppressed in place, "
+        f"{len(report.errors)} suppression errors"
     )
     return 1 if report.findings or report.errors else 0
 

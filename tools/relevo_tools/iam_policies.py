@@ -34,7 +34,9 @@ _PHYSICAL: dict[str, tuple[str | None, str, dict[str, str]]] = {
         "{name}",
         {
             "Arn": "arn:{partition}:dynamodb:{region}:{account}:table/{name}",
-            "StreamArn": "arn:{partition}:dynamodb:{region}:{account}:table/{name}/stream/2026-01-01T00:00:00.000",
+            "StreamArn": (
+                "arn:{partition}:dynamodb:{region}:{account}:table/{name}/stream/2026-01-01T00:00:00.000"
+            ),
         },
     ),
     "AWS::SQS::Queue": (
@@ -156,7 +158,10 @@ class Renderer:
             "AWS::Partition": PARTITION,
             "AWS::StackName": STACK,
             "AWS::URLSuffix": "amazonaws.com",
-            "AWS::StackId": f"arn:{PARTITION}:cloudformation:{REGION}:{ACCOUNT}:stack/{STACK}/00000000-0000-0000-0000-000000000000",
+            "AWS::StackId": (
+                f"arn:{PARTITION}:cloudformation:{REGION}:{ACCOUNT}:stack/{STACK}/"
+                "00000000-0000-0000-0000-000000000000"
+            ),
         }
         self.parameters: dict[str, Any] = {}
         for name, slot in cfn.get("Parameters", {}).items():

@@ -43,7 +43,8 @@ def fetch_files(
     lock = threading.Lock()
     s3 = client("s3")
     emit(
-        f"[relevo] handoff: downloading {len(items)} file(s), {human_bytes(total)}, from {len(by_object)} object(s)"
+        f"[relevo] handoff: downloading {len(items)} file(s), {human_bytes(total)}, from {len(by_object)} "
+        "object(s)"
     )
 
     def count(amount: int) -> None:

@@ -63,7 +63,8 @@ def read_manifest(source: Source) -> tuple[Manifest, str, str]:
         if error_code(exc) in ("NoSuchKey", "404", "NotFound"):
             raise HandoffFailure(
                 ErrorClass.HANDOFF_GONE,
-                f"handoff: the manifest of stage {source.label} of {source.job_id} ({source.summary.manifest}) is no longer "
+                f"handoff: the manifest of stage {source.label} of {source.job_id} "
+                f"({source.summary.manifest}) is no longer "
                 "stored (expired, or removed by artifact.max_total_bytes)",
             ) from exc
         raise HandoffFailure(
@@ -76,7 +77,8 @@ def read_manifest(source: Source) -> tuple[Manifest, str, str]:
     actual = hashlib.sha256(data).hexdigest()
     if actual != source.summary.manifest_sha256:
         raise fail_checksum(
-            f"the manifest of stage {source.label} ({source.summary.manifest}) has sha256 {actual}, its receipt says "
+            f"the manifest of stage {source.label} ({source.summary.manifest}) has sha256 {actual}, its "
+            "receipt says "
             f"{source.summary.manifest_sha256}: it was altered in storage; nothing of it is used"
         )
     try:
@@ -176,7 +178,8 @@ def _conflict(first: Source, second: Source, path: str, what: str) -> HandoffFai
     one, other = sorted((first, second), key=lambda source: source.shard or 0)
     return HandoffFailure(
         ErrorClass.HANDOFF_CONFLICT,
-        f"handoff: shards {one.label} and {other.label} of {one.job_id} both hand on {path!r} ({what}): a later stage cannot have "
+        f"handoff: shards {one.label} and {other.label} of {one.job_id} both hand on {path!r} ({what}): a "
+        "later stage cannot have "
         "both; let each shard hand on paths of its own (e.g. under a directory named by $RELEVO_SHARD_INDEX)",
     )
 

@@ -93,7 +93,8 @@ class Writer:
                 actual = self.digest.hexdigest()
             if actual != self.entry.sha256 or self.written != self.entry.size:
                 raise fail_checksum(
-                    f"{self.entry.path} from {what}: {self.written} bytes with sha256 {actual}, the manifest says "
+                    f"{self.entry.path} from {what}: {self.written} bytes with sha256 {actual}, the "
+                    "manifest says "
                     f"{self.entry.size} bytes with {self.entry.sha256}; not restored"
                 )
             os.fchmod(self.fd, self.entry.mode)

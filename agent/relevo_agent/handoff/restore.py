@@ -168,8 +168,10 @@ def restore_handoffs(
     result.digest = tree_digest([item.entry for item in placed])
     result.seconds = round(time.monotonic() - started, 3)
     emit(
-        f"[relevo] handoff: restored {result.files} file(s), {human_bytes(result.bytes)} from {', '.join(result.from_stages)} "
-        f"in {result.seconds:.1f}s: {human_bytes(result.restored_bytes)} downloaded, {human_bytes(result.cached_bytes)} from this "
+        f"[relevo] handoff: restored {result.files} file(s), {human_bytes(result.bytes)} from "
+        f"{', '.join(result.from_stages)} "
+        f"in {result.seconds:.1f}s: {human_bytes(result.restored_bytes)} downloaded, "
+        f"{human_bytes(result.cached_bytes)} from this "
         f"Mac's cache, {human_bytes(result.present_bytes)} already here; tree digest {result.digest}"
     )
     return result
@@ -221,6 +223,7 @@ def _confirm(workspace: Path, placed: list[Placed]) -> None:
         ) and info.st_mtime_ns != entry.mtime_ns
         if kind != entry.type or mode_differs or time_differs:
             raise fail_checksum(
-                f"{entry.path} is a {kind} with mode {stat.S_IMODE(info.st_mode):o} and mtime {info.st_mtime_ns} after the restore; "
+                f"{entry.path} is a {kind} with mode {stat.S_IMODE(info.st_mode):o} and mtime "
+                f"{info.st_mtime_ns} after the restore; "
                 f"the manifest says a {entry.type} with mode {entry.mode:o} and mtime {entry.mtime_ns}"
             )

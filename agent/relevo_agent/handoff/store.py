@@ -110,7 +110,8 @@ class _Progress:
             self._last = now
             rate = self.done / max(now - self.started, 1e-6)
         self.emit(
-            f"[relevo] handoff: {self.verb} {human_bytes(self.done)} of {human_bytes(self.total)} at {human_bytes(rate)}/s"
+            f"[relevo] handoff: {self.verb} {human_bytes(self.done)} of {human_bytes(self.total)} at "
+            f"{human_bytes(rate)}/s"
         )
 
 

@@ -125,7 +125,8 @@ def scan(workspace: Path, patterns: tuple[str, ...]) -> list[Found]:
             if above is not None:
                 raise HandoffFailure(
                     ErrorClass.HANDOFF_PATH,
-                    f"handoff: {relative} (from {pattern!r}) lies under {above}, which is not a directory of the workspace "
+                    f"handoff: {relative} (from {pattern!r}) lies under {above}, which is not a directory "
+                    "of the workspace "
                     "(a symlink): only what is inside the workspace is handed on",
                 )
             entry = _found(workspace, relative, os.lstat(workspace / relative))
@@ -135,7 +136,8 @@ def scan(workspace: Path, patterns: tuple[str, ...]) -> list[Found]:
     if missing:
         raise HandoffFailure(
             ErrorClass.HANDOFF_MISSING,
-            f"handoff: {', '.join(repr(p) for p in missing)} matched nothing in the workspace when the command ended: "
+            f"handoff: {', '.join(repr(p) for p in missing)} matched nothing in the workspace when the "
+            "command ended: "
             "a stage that succeeded without what it hands on has failed",
         )
     return [tree[path] for path in sorted(tree)]

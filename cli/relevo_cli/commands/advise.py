@@ -43,7 +43,8 @@ def advise_command(
     ),
     force: bool = typer.Option(False, "--force", help="overwrite files already in --out"),
 ) -> None:
-    """Recommend a Relevo setup for your team (flags, or it asks), and write a starting samconfig.toml and project file."""
+    """Recommend a Relevo setup for your team (flags, or it asks), and write a starting samconfig.toml and
+    project file."""
     if team_size is None:
         team_size = typer.prompt("How many people build and release?", type=int)
     if cadence is None:

@@ -56,7 +56,8 @@ def agents_command(
     as_json: bool = typer.Option(False, "--json", help="print the fleet as JSON"),
     stack_file: Path | None = StackOption,
 ) -> None:
-    """The fleet per region affinity: each agent online or offline (paused, draining), last seen, capacity used / total, the stages it runs, its version."""
+    """The fleet per region affinity: each agent online or offline (paused, draining), last seen, capacity
+    used / total, the stages it runs, its version."""
     if ctx.invoked_subcommand is None:
         agent_list(as_json, stack_file)
 
@@ -66,7 +67,8 @@ def agent_list(
     as_json: bool = typer.Option(False, "--json", help="print the fleet as JSON"),
     stack_file: Path | None = StackOption,
 ) -> None:
-    """The fleet per region affinity: each agent online or offline (paused, draining), last seen, capacity used / total, the stages it runs, its version."""
+    """The fleet per region affinity: each agent online or offline (paused, draining), last seen, capacity
+    used / total, the stages it runs, its version."""
     work_queues = open_stack(stack_file).work_queues
 
     def by_region(view: dict) -> dict[str, list[dict]]:
@@ -173,7 +175,8 @@ def _pause(
         pause = api.pause_agent(agent_id, body)["paused"]
     then = "finishes what it runs, then exits" if drain else "finishes what it runs"
     console.print(
-        f"{agent_id} ({pause['region']}) {_pause_text(pause)}: takes no new stage within a presence interval, {then}",
+        f"{agent_id} ({pause['region']}) {_pause_text(pause)}: takes no new stage within a presence "
+        f"interval, {then}",
         markup=False,
         highlight=False,
         soft_wrap=True,

@@ -113,7 +113,8 @@ def render_dead_letter(entry: dict[str, Any]) -> list[Any]:
     shown: list[Any] = [table]
     if entry.get("shard_failures"):
         shards = Table(
-            title=f"{len(entry['shard_failures'])} failed shards of {entry.get('failed_stage') or 'its stage'}"
+            title=f"{len(entry['shard_failures'])} failed shards of "
+            f"{entry.get('failed_stage') or 'its stage'}"
         )
         for column in ("shard", "error", "attempts", "backoff", "cause"):
             add_column(shards, column)

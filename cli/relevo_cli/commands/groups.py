@@ -41,11 +41,13 @@ def group_apply(
         applied = api.put_group(document["name"], document)
     group, subscriptions = applied["group"], applied["email_subscriptions"]
     console.print(
-        f"group [bold]{group['name']}[/bold]: {len(group['channels'])} channels, events {', '.join(group['events'])}"
+        f"group [bold]{group['name']}[/bold]: {len(group['channels'])} channels, events "
+        f"{', '.join(group['events'])}"
     )
     if subscriptions["subscribed"]:
         console.print(
-            f"email subscriptions to confirm (SNS mails each address): {', '.join(subscriptions['subscribed'])}"
+            "email subscriptions to confirm (SNS mails each address): "
+            f"{', '.join(subscriptions['subscribed'])}"
         )
     if subscriptions["removed"]:
         console.print(f"email subscriptions removed: {', '.join(subscriptions['removed'])}")
@@ -86,7 +88,8 @@ def deliveries(
     as_json: bool = typer.Option(False, "--json", help="print the records as JSON"),
     stack_file: Path | None = StackOption,
 ) -> None:
-    """Deliveries in (webhooks: accepted, duplicate, ignored, refused) and out (commit statuses, notifications), newest first."""
+    """Deliveries in (webhooks: accepted, duplicate, ignored, refused) and out (commit statuses,
+    notifications), newest first."""
     columns = ("at", "", "project", "target", "event", "outcome", "HTTP", "attempt", "ms", "job / reason")
     show(
         stack_file,

@@ -128,7 +128,8 @@ def run(
     as_json: bool = JsonTriggerOption,
     stack_file: Path | None = StackOption,
 ) -> None:
-    """Run a project now (trigger: manual). Exit 0: a new job; 3: the same run is already a job (its id is printed, and what it is: queued, running or ended; --again runs it anew)."""
+    """Run a project now (trigger: manual). Exit 0: a new job; 3: the same run is already a job (its id is
+    printed, and what it is: queued, running or ended; --again runs it anew)."""
     import secrets
 
     body = {"trigger": "manual", "ref": ref, "commit": commit, "stages": stage or None, "priority": priority}
@@ -146,7 +147,8 @@ def rerun(
     as_json: bool = JsonTriggerOption,
     stack_file: Path | None = StackOption,
 ) -> None:
-    """Run a job again with the project's current configuration (trigger: retry). Exit 0: a new job; 3: the same rerun is already a job (its id is printed)."""
+    """Run a job again with the project's current configuration (trigger: retry). Exit 0: a new job; 3: the
+    same rerun is already a job (its id is printed)."""
     with stack_api(stack_file) as api:
         print_trigger(api.rerun_job(job_id, from_stage), api, quiet=quiet, as_json=as_json)
 
@@ -204,7 +206,8 @@ def watch(
     ),
     stack_file: Path | None = StackOption,
 ) -> None:
-    """Follow a job's stages until it ends, a line each time one moves (like `gh run watch`); exit 0 if the job succeeded, 1 if it failed or was canceled."""
+    """Follow a job's stages until it ends, a line each time one moves (like `gh run watch`); exit 0 if the
+    job succeeded, 1 if it failed or was canceled."""
     import time
 
     said: dict[str, str] = {}
@@ -214,7 +217,11 @@ def watch(
             changes = {
                 "job": f"job {job_id} {job['status']}"
                 + (
-                    f" (waiting: {queue_reason_words(job['queue_reason'], job.get('region_affinity'), job.get('queue_detail'))})"
+                    " (waiting: "
+                    + queue_reason_words(
+                        job["queue_reason"], job.get("region_affinity"), job.get("queue_detail")
+                    )
+                    + ")"
                     if job.get("queue_reason")
                     else ""
                 )
@@ -301,14 +308,16 @@ def job_delete(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     stack_file: Path | None = StackOption,
 ) -> None:
-    """Delete an ended job with its stage records, log chunks and artifact records (safe to repeat if it was interrupted). The artifact files themselves expire by the bucket's lifecycle rule."""
+    """Delete an ended job with its stage records, log chunks and artifact records (safe to repeat if it was
+    interrupted). The artifact files themselves expire by the bucket's lifecycle rule."""
     if not yes:
         typer.confirm(f"delete job {job_id} with its logs and artifact records?", abort=True)
     with stack_api(stack_file) as api:
         result = api.delete_job(job_id)
     removed = result["removed"]
     console.print(
-        f"job [bold]{result['job_id']}[/bold] ({result['status']}) deleted with {removed['stages']} stage record(s), "
+        f"job [bold]{result['job_id']}[/bold] ({result['status']}) deleted with {removed['stages']} stage "
+        "record(s), "
         f"{removed['log_chunks']} log chunk(s) and {removed['artifacts']} artifact record(s)"
     )
 
@@ -317,8 +326,10 @@ def wait_words(job_id: str, reason: str, region: str | None, detail: str | None)
     """Why a job waits, in words, and what a person can do about it."""
     words = queue_reason_words(reason, region, detail)
     hint = {
-        "agent_offline": f" (`relevo local agent --region {region}` starts one on this machine; `relevo agent list` shows the fleet)",
-        "agent_paused": " (`relevo agent list` shows who paused them; `relevo agent resume AGENT` ends a pause)",
+        "agent_offline": f" (`relevo local agent --region {region}` starts one on this machine; `relevo "
+        "agent list` shows the fleet)",
+        "agent_paused": " (`relevo agent list` shows who paused them; `relevo agent resume AGENT` ends a "
+        "pause)",
     }.get(reason, "")
     return f"job {job_id} waits: {words}{hint}"
 
@@ -333,7 +344,8 @@ def chosen_shards(job_id: str, stages: list[dict], stage: list[str], chosen: lis
     it) among the shards of the one `--stage` given; a mistake names what there is instead."""
     if len(stage) != 1:
         raise UserMistake(
-            f"--shard: name the stage whose shards you mean with one --stage (job {job_id}'s stages with shards: "
+            f"--shard: name the stage whose shards you mean with one --stage (job {job_id}'s stages with "
+            "shards: "
             f"{', '.join(s['name'] for s in stages if s.get('shards')) or 'none'})"
         )
     found = next(s for s in stages if s["name"] == stage[0])
@@ -383,7 +395,9 @@ def logs(
     poll_sec: float = typer.Option(0.5, "--poll", min=0.1, help="seconds between polls while following"),
     stack_file: Path | None = StackOption,
 ) -> None:
-    """Print a job's output (already masked), each line labelled stage#attempt (a shard's stage[shard]#attempt, the shards of a stage interleaved), with a line where each stage begins and ends; with -f follow it until the job ends, across dropped connections."""
+    """Print a job's output (already masked), each line labelled stage#attempt (a shard's
+    stage[shard]#attempt, the shards of a stage interleaved), with a line where each stage begins and ends;
+    with -f follow it until the job ends, across dropped connections."""
     from relevo_cli.follow import LogFollower, StageLog
 
     def write(text: str) -> None:

@@ -45,7 +45,8 @@ IN_MEMORY = (
 def _require_emulator() -> None:
     if find_spec("relevo_local") is None:
         raise UserMistake(
-            "relevo local runs the emulator, relevo-local, which is not installed beside this CLI (pip install ./local)"
+            "relevo local runs the emulator, relevo-local, which is not installed beside this CLI (pip "
+            "install ./local)"
         )
 
 
@@ -101,13 +102,15 @@ def local_up(
         info = stack.start()
         lock.publish(info.api_url, info.aws_endpoint)
         print(
-            f"Relevo local stack ready: API {info.api_url} (AWS endpoint {info.aws_endpoint}, {state_dir / 'stack.json'})",
+            f"Relevo local stack ready: API {info.api_url} (AWS endpoint {info.aws_endpoint}, "
+            f"{state_dir / 'stack.json'})",
             flush=True,
         )
         print(IN_MEMORY, flush=True)
         first = sorted(info.work_queues)[0] if info.work_queues else "REGION"
         print(
-            f"Next: relevo local agent --region {first} · relevo local status · relevo local down (or Ctrl-C)",
+            f"Next: relevo local agent --region {first} · relevo local status · relevo local down (or "
+            "Ctrl-C)",
             flush=True,
         )
         stop.wait()
@@ -159,7 +162,8 @@ def local_status(
     state_dir: Path = StateDirOption,
     as_json: bool = typer.Option(False, "--json", help="print it as JSON"),
 ) -> None:
-    """Whether a local stack runs on the state dir: pid, uptime, URLs, regions, projects, agents (exit 1: none runs)."""
+    """Whether a local stack runs on the state dir: pid, uptime, URLs, regions, projects, agents (exit 1: none
+    runs)."""
     holder, stack = _running_stack(state_dir)
     projects, agents = _fleet(stack) if stack else ([], [])
     if as_json:
@@ -205,7 +209,8 @@ def local_status(
                 f"agents ({len(online)} online of {len(agents)}): "
                 + (
                     ", ".join(
-                        f"{a['agent_id']} ({a['region']}, {a['used']}/{a['capacity']}{'' if a['online'] else ', offline'})"
+                        f"{a['agent_id']} ({a['region']}, "
+                        f"{a['used']}/{a['capacity']}{'' if a['online'] else ', offline'})"
                         for a in agents
                     )
                     or "none yet (relevo local agent --region R)"
@@ -246,7 +251,8 @@ def local_agent(
         ...,
         "--region",
         "--region-affinity",
-        help="the region affinity whose work queue it polls (eu-west: a name of the stack's RegionAffinities, not an AWS region)",
+        help="the region affinity whose work queue it polls (eu-west: a name of the stack's "
+        "RegionAffinities, not an AWS region)",
     ),
     capacity: int = typer.Option(2, "--capacity", min=1, help="stages at once"),
     agent_id: str | None = typer.Option(
@@ -256,22 +262,26 @@ def local_agent(
         None,
         "--label",
         metavar="KEY=VALUE",
-        help="a fact of this agent a stage's `requires` can name, e.g. --label bay=build (repeatable; the TOML's labels)",
+        help="a fact of this agent a stage's `requires` can name, e.g. --label bay=build (repeatable; the "
+        "TOML's labels)",
     ),
     state_dir: Path = StateDirOption,
 ) -> None:
-    """Run a relevo-agent against the local stack in the foreground (its TOML, workspaces, journal: STATE_DIR/agents/ID/)."""
+    """Run a relevo-agent against the local stack in the foreground (its TOML, workspaces, journal:
+    STATE_DIR/agents/ID/)."""
     from relevo_local.processes import write_agent_config
 
     labels = agent_labels(label or [])
     holder, stack = _running_stack(state_dir)
     if stack is None:
         raise UserMistake(
-            f"the local stack on {state_dir} is still starting; try again once `relevo local status` shows its API"
+            f"the local stack on {state_dir} is still starting; try again once `relevo local status` shows "
+            "its API"
         )
     if region not in stack.work_queues:
         raise UserMistake(
-            f"region {region!r} has no work queue in the local stack; its regions: {', '.join(sorted(stack.work_queues))} "
+            f"region {region!r} has no work queue in the local stack; its regions: "
+            f"{', '.join(sorted(stack.work_queues))} "
             "(`relevo local up --region-affinities a,b` chooses them)"
         )
     try:
@@ -290,7 +300,8 @@ def local_agent(
     )
     said_labels = f", labels {', '.join(f'{key}={value}' for key, value in labels.items())}" if labels else ""
     _say(
-        f"agent {home.name} (region affinity {region}, capacity {capacity}{said_labels}) on the local stack {stack.api_url}; "
+        f"agent {home.name} (region affinity {region}, capacity {capacity}{said_labels}) on the local stack "
+        f"{stack.api_url}; "
         f"config {config}; it stays across a restart of the stack; Ctrl-C stops it"
     )
     sys.stdout.flush()
@@ -327,7 +338,8 @@ def agent_labels(given: list[str]) -> dict[str, str]:
             raise UserMistake(f"--label {text!r}: give it as KEY=VALUE, e.g. --label bay=build")
         if not re.fullmatch(REQUIREMENT_KEY, key):
             raise UserMistake(
-                f"--label {text!r}: {key!r} is not a label key (a lowercase letter, then up to 31 of a-z, 0-9, _ and -)"
+                f"--label {text!r}: {key!r} is not a label key (a lowercase letter, then up to 31 of a-z, "
+                "0-9, _ and -)"
             )
         if len(value) > _MAX_LABEL_VALUE:
             raise UserMistake(

@@ -37,7 +37,8 @@ def project_apply(file: Path, stack_file: Path | None = StackOption) -> None:
     except ApiError as exc:
         fail(exc)
     console.print(
-        f"project [bold]{project['id']}[/bold] applied ({len(project['stages'])} stages, region {project['region_affinity']})"
+        f"project [bold]{project['id']}[/bold] applied ({len(project['stages'])} stages, region "
+        f"{project['region_affinity']})"
     )
 
 
@@ -47,7 +48,8 @@ def project_delete(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     stack_file: Path | None = StackOption,
 ) -> None:
-    """Delete a project (needs manage): its schedules, grants and webhook secrets. Refused while a job of it is held, queued or running; its ended jobs stay."""
+    """Delete a project (needs manage): its schedules, grants and webhook secrets. Refused while a job of it
+    is held, queued or running; its ended jobs stay."""
     from relevo_cli.projects import delete_secrets
 
     if not yes:
@@ -63,7 +65,8 @@ def project_delete(
     removed = [f"{result['schedules_removed']} schedule(s)", f"{result['grants_removed']} grant(s)"]
     removed += [f"secret {name}" for name in secrets]
     console.print(
-        f"project {project_id} deleted with {', '.join(removed)}; its ended jobs stay (relevo job delete JOB removes one)",
+        f"project {project_id} deleted with {', '.join(removed)}; its ended jobs stay (relevo job delete "
+        "JOB removes one)",
         markup=False,
         highlight=False,
         soft_wrap=True,
@@ -72,7 +75,8 @@ def project_delete(
 
 @project_app.command("schema")
 def project_schema() -> None:
-    """Print the project file's JSON Schema (editors validate and complete with it; see docs/project-file.md)."""
+    """Print the project file's JSON Schema (editors validate and complete with it; see
+    docs/project-file.md)."""
     from relevo_cli.reference import project_file_schema
 
     print_json(project_file_schema())

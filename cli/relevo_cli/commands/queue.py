@@ -43,7 +43,8 @@ def queue_command(
     as_json: bool = typer.Option(False, "--json", help="print the queue as JSON"),
     stack_file: Path | None = StackOption,
 ) -> None:
-    """Jobs waiting to run, in order, with why each waits, and every agent's load (`relevo queue list` alone lists it too)."""
+    """Jobs waiting to run, in order, with why each waits, and every agent's load (`relevo queue list` alone
+    lists it too)."""
     if ctx.invoked_subcommand is None:
         queue(as_json, stack_file)
 
@@ -53,7 +54,8 @@ def queue(
     as_json: bool = typer.Option(False, "--json", help="print the queue as JSON"),
     stack_file: Path | None = StackOption,
 ) -> None:
-    """Jobs waiting to run, in order, with why each waits (the project's lock, or no free agent), and every agent's load."""
+    """Jobs waiting to run, in order, with why each waits (the project's lock, or no free agent), and every
+    agent's load."""
     show(stack_file, lambda api: api.queue(), as_json, _queue_tables)
 
 
@@ -107,7 +109,8 @@ def _queue_tables(view: dict[str, Any]) -> list[Table]:
             job["trigger"] or "",
             job["ref"] or "",
             (job["created_at"] or "")[:19],
-            f"{queue_reason_words(job['queue_reason'], job['region_affinity'], job.get('queue_detail'))} ({job['queue_reason']})"
+            f"{queue_reason_words(job['queue_reason'], job['region_affinity'], job.get('queue_detail'))} "
+            f"({job['queue_reason']})"
             if job["queue_reason"]
             else "",
         )
@@ -131,5 +134,6 @@ def promote(job_id: str = JobId, stack_file: Path | None = StackOption) -> None:
     with stack_api(stack_file) as api:
         result = api.promote_job(job_id)
     console.print(
-        f"job [bold]{result['job_id']}[/bold] promoted: priority {result['previous_priority']} -> {result['priority']}"
+        f"job [bold]{result['job_id']}[/bold] promoted: priority {result['previous_priority']} -> "
+        f"{result['priority']}"
     )

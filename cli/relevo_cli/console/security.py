@@ -97,14 +97,18 @@ def spent_link_page(announced: bool) -> HTMLResponse:
     """410 for a link used already, by a browser without the session: what happened, and how to
     get in."""
     where = (
-        "A new link was just printed in the terminal where <code>relevo console</code> runs: open it in this browser."
+        "A new link was just printed in the terminal where <code>relevo console</code> runs: open it in "
+        "this browser."
         if announced
-        else "Open this console from the browser that used the link, or restart <code>relevo console</code> for a new one."
+        else "Open this console from the browser that used the link, or restart <code>relevo console</code> "
+        "for a new one."
     )
     body = (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Link already used · Relevo console</title></head>'
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Link already used · Relevo '
+        "console</title></head>"
         "<body><h1>This console link was already used</h1>"
-        "<p>A link <code>relevo console</code> prints signs one browser in, once: the browser that opened it first "
+        "<p>A link <code>relevo console</code> prints signs one browser in, once: the browser that opened "
+        "it first "
         f"keeps its session.</p><p>{where}</p></body></html>"
     )
     return HTMLResponse(body, status_code=410)

@@ -20,7 +20,8 @@ LOOPBACK = "127.0.0.1"
 def print_new_link(url: str) -> None:
     """Where `relevo console` runs: the link for another browser once the printed one was used."""
     print(
-        f"relevo console: that link was used already (a link signs one browser in, once); to sign in another browser, open {url}",
+        "relevo console: that link was used already (a link signs one browser in, once); to sign in "
+        f"another browser, open {url}",
         flush=True,
     )
 

@@ -9,9 +9,9 @@ Guide, Best practices for working with AWS Lambda functions).
 Within `job_scope(credentials)` (the agent, for one stage attempt after its claim), the services a
 job's session serves (JOB_SERVICES) are called with that session, every other one (SQS: the
 region's queue) with the process's own credentials. A scope is a context variable: threads and
-pools that work for the attempt start in a copy of the context (`in_this_context`). botocore itself honours AWS_ENDPOINT_URL. A client is
-cached per endpoint, region and access key, so a process that points at a second stack (a CLI
-call, an e2e module's own stack, each with credentials of its own) and back never keeps talking
+pools that work for the attempt start in a copy of the context (`in_this_context`). botocore itself honours
+AWS_ENDPOINT_URL. A client is cached per endpoint, region and access key, so a process that points at a second
+stack (a CLI call, an e2e module's own stack, each with credentials of its own) and back never keeps talking
 to the one it left, nor with the credentials it used there.
 """
 

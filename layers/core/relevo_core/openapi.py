@@ -86,7 +86,8 @@ COMMON_ERRORS = {
     "401": "not authenticated, or a webhook signature that does not verify",
     "403": "the caller lacks the permission this route needs",
     "404": "no such project, job, artifact, agent or route",
-    "409": "the target is not in a state that allows this (a claim of an attempt that is not free: CLAIM_REFUSED)",
+    "409": "the target is not in a state that allows this (a claim of an attempt that is not free: "
+    "CLAIM_REFUSED)",
     "410": "the artifact was removed by the project's artifact.max_total_bytes (ARTIFACT_REMOVED)",
     "413": "body over 1 MiB",
     "422": "a field fails validation, or a plan is over a limit of what a job can carry (PLAN_TOO_LARGE)",

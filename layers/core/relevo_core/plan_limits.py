@@ -166,8 +166,10 @@ def require_envelope_fits(envelope: JobEnvelope) -> None:
     size = envelope_bytes(envelope)
     if size > MAX_ENVELOPE_BYTES:
         raise _too_large(
-            f"the job's envelope is {size:,} bytes as the state machine carries it; at most {MAX_ENVELOPE_BYTES:,} fit "
-            f"(Step Functions' {STATE_PAYLOAD_QUOTA_BYTES:,}-byte payload quota): shorten commands or probes, or split stages",
+            f"the job's envelope is {size:,} bytes as the state machine carries it; at most "
+            f"{MAX_ENVELOPE_BYTES:,} fit "
+            f"(Step Functions' {STATE_PAYLOAD_QUOTA_BYTES:,}-byte payload quota): shorten commands or "
+            "probes, or split stages",
             "envelope_bytes",
             size,
             MAX_ENVELOPE_BYTES,
@@ -195,8 +197,10 @@ def require_shards_fit(project: Project) -> None:
         )
         raise _too_large(
             f"stages: {total} stage runs ({sharded}; 1 for each other stage); at most {MAX_SHARD_RUNS}: "
-            f"{MAX_SHARD_RUNS} × {EVENTS_PER_STAGE_RUN_WORST} events at worst + {LOCK_WAIT_EVENTS:,} waiting for the project + "
-            f"{JOB_EVENTS} of the job fit {1 - HISTORY_FREE_FRACTION:.0%} of Step Functions' {HISTORY_QUOTA_EVENTS:,}-event "
+            f"{MAX_SHARD_RUNS} × {EVENTS_PER_STAGE_RUN_WORST} events at worst + {LOCK_WAIT_EVENTS:,} "
+            "waiting for the project + "
+            f"{JOB_EVENTS} of the job fit {1 - HISTORY_FREE_FRACTION:.0%} of Step Functions' "
+            f"{HISTORY_QUOTA_EVENTS:,}-event "
             f"execution history; use fewer shards or a smaller matrix",
             "shard_runs",
             total,
@@ -217,9 +221,12 @@ def require_shards_at_once_fit(project: Project) -> None:
             else f"{stage.shard_count} shards and no max_parallel, which would run them all at once"
         )
         raise _too_large(
-            f"stages.{index} ({stage.name}): {asked}; at most {MAX_CONCURRENT_SHARDS} of a stage's shards run at once "
-            f"(Step Functions runs an inline Map's iterations {MAX_CONCURRENT_SHARDS} at a time): set max_parallel to "
-            f"{MAX_CONCURRENT_SHARDS} or less (the other shards start as earlier ones end), or split the stage into stages "
+            f"stages.{index} ({stage.name}): {asked}; at most {MAX_CONCURRENT_SHARDS} of a stage's shards "
+            "run at once "
+            f"(Step Functions runs an inline Map's iterations {MAX_CONCURRENT_SHARDS} at a time): set "
+            "max_parallel to "
+            f"{MAX_CONCURRENT_SHARDS} or less (the other shards start as earlier ones end), or split the "
+            "stage into stages "
             f"of at most {MAX_CONCURRENT_SHARDS} shards",
             "concurrent_shards",
             at_once,
@@ -228,7 +235,8 @@ def require_shards_at_once_fit(project: Project) -> None:
 
 
 def require_stages_fit(project: Project) -> None:
-    """Refuse (PLAN_TOO_LARGE) a project with too many stages, or a command or an effect probe over its limit."""
+    """Refuse (PLAN_TOO_LARGE) a project with too many stages, or a command or an effect probe over its
+    limit."""
     if len(project.stages) > MAX_STAGES:
         raise _too_large(
             f"stages: {len(project.stages)} stages; at most {MAX_STAGES}",

@@ -1,5 +1,6 @@
 """Patches over moto's DynamoDB: one action at a time, transactions that back up only what they
-touch and roll back the stream as DynamoDB does, and the stream left to the local poller. Each docstring names the moto 5.2.5 behaviour it changes;
+touch and roll back the stream as DynamoDB does, and the stream left to the local poller. Each docstring names
+the moto 5.2.5 behaviour it changes;
 docs/emulator.md lists them with the test that pins each."""
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def back_up_only_touched_items_in_transactions() -> None:
     off and on between interleaved four-stage jobs on the shared 2-core machine, medians): 0.75 s
     of the emulator's CPU per job on a fresh table, rising with every job (1.5 s, the median of
     the first three rounds); 3.0 s per job (4.0 s off, 1.0 s on) with 4,000 other items in the
-    table, and 6.3 s of a job's wall time. The roll-back of the stream is DynamoDB's behaviour (TransactWriteItems,
+    table, and 6.3 s of a job's wall time. The roll-back of the stream is DynamoDB's behaviour
+    (TransactWriteItems,
     DynamoDB API Reference: a cancelled transaction writes nothing)."""
     from collections import defaultdict
 

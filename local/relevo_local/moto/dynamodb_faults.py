@@ -24,7 +24,8 @@ project lock meets the transactions waiters park with on that lock this way.
 
 A transaction matches by the partition-key prefixes of its items, in order: ("JOB#", "COUNTER#") is
 MarkStarted's transaction; `operations` tells apart two transactions on the same items
-(("ConditionCheck", "Update") is WaitForProject's park, ("Update", "Update") AcquireAsQueueHead). The Step Functions interpreter's calls are not told apart by caller:
+(("ConditionCheck", "Update") is WaitForProject's park, ("Update", "Update") AcquireAsQueueHead). The Step
+Functions interpreter's calls are not told apart by caller:
 its credentials are an emulator detail (moto 5.2.5 signs them with a fixed key) that the local
 stack may change, while the items a transaction names identify the state exactly.
 """

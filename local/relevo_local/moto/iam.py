@@ -191,7 +191,8 @@ def authorize_presigned_s3_urls() -> None:
             if "AWSAccessKeyId" in fields and s3:  # a SigV2 query signature
                 raise S3ClientError(
                     "InvalidRequest",
-                    "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
+                    "The authorization mechanism you have provided is not supported. Please use "
+                    "AWS4-HMAC-SHA256.",
                 )
             # Unsigned: S3 treats it as anonymous (refused: nothing here is public), other
             # services as missing its authentication (moto would fail with a 500).
@@ -228,7 +229,8 @@ def authorize_presigned_s3_urls() -> None:
         headers = dict(self.headers)
         headers["Authorization"] = (
             f"AWS4-HMAC-SHA256 Credential={fields['X-Amz-Credential']}, "
-            f"SignedHeaders={fields.get('X-Amz-SignedHeaders', 'host')}, Signature={fields['X-Amz-Signature']}"
+            f"SignedHeaders={fields.get('X-Amz-SignedHeaders', 'host')}, "
+            f"Signature={fields['X-Amz-Signature']}"
         )
         if token:
             headers["X-Amz-Security-Token"] = token

@@ -100,7 +100,7 @@ def name_heartbeat_timeouts() -> None:
     from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
         StatesErrorNameType,
     )
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (  # noqa: E501  # moto's module path alone is longer than a line
         StateTaskServiceCallback,
     )
     from moto.stepfunctions.parser.asl.eval.callback.callback import HeartbeatTimeoutError
@@ -145,7 +145,7 @@ def map_aws_sdk_parameters_to_member_names() -> None:
     PascalCase. DynamoDB's members are PascalCase already and are left as they are."""
     from botocore import xform_name
     from botocore.session import get_session
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk import (
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk import (  # noqa: E501  # moto's module path alone is longer than a line
         StateTaskServiceAwsSdk,
     )
 
@@ -305,7 +305,8 @@ def pass_on_the_cause_of_a_task_failure() -> None:
         return
 
     def send_task_failure(self: Any) -> Any:
-        # The interpreter's backend (StepFunctionsParserBackend) takes the cause; moto's plain one has no executions to tell.
+        # The interpreter's backend (StepFunctionsParserBackend) takes the cause; moto's plain one has no
+        # executions to tell.
         self.stepfunction_backend.send_task_failure(
             self._get_param("taskToken"), error=self._get_param("error"), cause=self._get_param("cause")
         )

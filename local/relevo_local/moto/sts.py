@@ -97,17 +97,22 @@ def _validate_tags(tags: list[tuple[str, str]]) -> None:
 
     if len(tags) > MAX_SESSION_TAGS:
         raise STSValidationError(
-            f"1 validation error detected: Value at 'tags' failed to satisfy constraint: Member must have length less than or equal to {MAX_SESSION_TAGS}"
+            "1 validation error detected: Value at 'tags' failed to satisfy constraint: Member must have "
+            f"length less than or equal to {MAX_SESSION_TAGS}"
         )
     seen: set[str] = set()
     for key, value in tags:
         if not 1 <= len(key) <= MAX_TAG_KEY or not _TAG_TEXT.match(key):
             raise STSValidationError(
-                f"1 validation error detected: Value '{key}' at 'tags.key' failed to satisfy constraint: Member must have length less than or equal to {MAX_TAG_KEY} and match pattern [\\p{{L}}\\p{{Z}}\\p{{N}}_.:/=+\\-@]+"
+                f"1 validation error detected: Value '{key}' at 'tags.key' failed to satisfy constraint: "
+                f"Member must have length less than or equal to {MAX_TAG_KEY} and match pattern "
+                f"[\\p{{L}}\\p{{Z}}\\p{{N}}_.:/=+\\-@]+"
             )
         if len(value) > MAX_TAG_VALUE or not _TAG_TEXT.match(value):
             raise STSValidationError(
-                f"1 validation error detected: Value '{value}' at 'tags.value' failed to satisfy constraint: Member must have length less than or equal to {MAX_TAG_VALUE} and match pattern [\\p{{L}}\\p{{Z}}\\p{{N}}_.:/=+\\-@]*"
+                f"1 validation error detected: Value '{value}' at 'tags.value' failed to satisfy "
+                f"constraint: Member must have length less than or equal to {MAX_TAG_VALUE} and match "
+                f"pattern [\\p{{L}}\\p{{Z}}\\p{{N}}_.:/=+\\-@]*"
             )
         if key.lower() in seen:
             raise STSValidationError(
@@ -159,12 +164,14 @@ def _check_assume_role(response: Any) -> tuple[list[tuple[str, str]], list[str]]
     role = iam_backends[response.current_account]["aws"].get_role_by_arn(role_arn)
     if duration < 900:
         raise STSValidationError(
-            f"1 validation error detected: Value '{duration}' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900"
+            f"1 validation error detected: Value '{duration}' at 'durationSeconds' failed to satisfy "
+            "constraint: Member must have value greater than or equal to 900"
         )
     chained = caller is not None and ":assumed-role/" in str(caller.arn)
     if chained and duration > CHAINED_MAX_SEC:
         raise STSValidationError(
-            "The requested DurationSeconds exceeds the 1 hour session limit for roles assumed by role chaining."
+            "The requested DurationSeconds exceeds the 1 hour session limit for roles assumed by role "
+            "chaining."
         )
     if duration > int(role.max_session_duration or 3600):
         raise STSValidationError(

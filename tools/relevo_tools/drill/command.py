@@ -54,7 +54,8 @@ def drill_command(
         None, "--work-dir", help="where agent logs, journals and effects go (default: a new temp dir)"
     ),
 ) -> None:
-    """Run disaster drills against two agents behind fault proxies; exit 1 if any effect ran twice or got lost."""
+    """Run disaster drills against two agents behind fault proxies; exit 1 if any effect ran twice or got
+    lost."""
     names = list(DRILLS) if drills == ["all"] else drills
     unknown = [name for name in names if name not in DRILLS]
     if unknown:
@@ -101,7 +102,8 @@ def drill_command(
         console.print(f"[red]✗ {len(failed)} trial(s) did not hold (logs in {work})[/red]")
         raise typer.Exit(1)
     console.print(
-        "[green]✓ every trial held: no duplicate or lost effect, no wrongly failed job, no stage left non-terminal[/green]"
+        "[green]✓ every trial held: no duplicate or lost effect, no wrongly failed job, no stage left "
+        "non-terminal[/green]"
     )
     if work_dir is None:
         shutil.rmtree(work, ignore_errors=True)

@@ -18,7 +18,8 @@ TERMINAL_JOB_STATUSES = ("succeeded", "failed", "canceled")
 # The handoff drill's tree, made by deliver and checked by announce with the stage's own digest
 # (find + sha256sum, independent of the agent): a bundle's links, an executable, an empty directory.
 _HANDOFF_TREE = (
-    "mkdir -p out/App.app/Versions/A out/empty && head -c 300000 /dev/urandom > out/App.app/Versions/A/App && "
+    "mkdir -p out/App.app/Versions/A out/empty && head -c 300000 /dev/urandom > out/App.app/Versions/A/App "
+    "&& "
     "chmod 755 out/App.app/Versions/A/App && ln -s A out/App.app/Versions/Current && "
     "echo $RELEVO_JOB_ID > out/App.app/BUILD && touch -t 202001020304.05 out/App.app/BUILD"
 )
@@ -30,7 +31,8 @@ _DIGEST_PY = (
     "for r,ds,fs in sorted(os.walk(sys.argv[1])):\n"
     " for n in sorted(ds+fs):\n"
     "  p=os.path.join(r,n); i=os.lstat(p)\n"
-    "  x=os.readlink(p) if stat.S_ISLNK(i.st_mode) else (hashlib.sha256(open(p,'rb').read()).hexdigest() if stat.S_ISREG(i.st_mode) else '')\n"
+    "  x=os.readlink(p) if stat.S_ISLNK(i.st_mode) else (hashlib.sha256(open(p,'rb').read()).hexdigest() if "
+    "stat.S_ISREG(i.st_mode) else '')\n"
     "  m='' if stat.S_ISLNK(i.st_mode) else f'{i.st_mode:o} {i.st_mtime_ns}'\n"
     "  d.update(f'{p} {m} {x}'.encode())\n"
     "print(d.hexdigest())\n"
@@ -39,9 +41,13 @@ _TREE_DIGEST = f'"$RELEVO_DRILL_PYTHON" -c {shlex.quote(_DIGEST_PY)} out'
 
 
 def _handoff_project(fleet: DrillFleet, kind: str, **settings: Any) -> str:
-    deliver = f'{fleet.start_marker()}; {_HANDOFF_TREE} && echo "digest=$({_TREE_DIGEST})" >> "$RELEVO_OUTPUT" && {fleet.effect_command()}'
+    deliver = (
+        f'{fleet.start_marker()}; {_HANDOFF_TREE} && echo "digest=$({_TREE_DIGEST})" >> '
+        f'"$RELEVO_OUTPUT" && {fleet.effect_command()}'
+    )
     announce = (
-        f'test "$({_TREE_DIGEST})" = "$RELEVO_OUT_DELIVER_DIGEST" && test "$(cat out/App.app/BUILD)" = "$RELEVO_JOB_ID" && '
+        f'test "$({_TREE_DIGEST})" = "$RELEVO_OUT_DELIVER_DIGEST" && test "$(cat out/App.app/BUILD)" = '
+        '"$RELEVO_JOB_ID" && '
         f"{fleet.effect_command()}"
     )
     return fleet.project(kind, deliver=deliver, announce=announce, handoff=["out"], **settings)
@@ -128,7 +134,8 @@ def handoff(fleet: DrillFleet, number: int) -> Trial:
     counts = fleet.effect_counts(flipped)
     if ended["status"] != "failed" or ended.get("error") != "Relevo.Fatal.Checksum":
         run.trial.problems.append(
-            f"altered handoff: {flipped} ended {ended['status']} ({ended.get('error')}), expected failed Relevo.Fatal.Checksum"
+            f"altered handoff: {flipped} ended {ended['status']} ({ended.get('error')}), expected failed "
+            "Relevo.Fatal.Checksum"
         )
     if counts.get(f"{flipped}:announce", 0):
         run.trial.problems.append(

@@ -148,7 +148,8 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
         "agent_id"
     ) == victim.agent_id:
         run.trial.problems.append(
-            f"the killed shard ended {retried.get('status')} at attempt {retried.get('attempt')} on {retried.get('agent_id')}, "
+            f"the killed shard ended {retried.get('status')} at attempt {retried.get('attempt')} on "
+            f"{retried.get('agent_id')}, "
             f"expected succeeded at attempt 2 on another Mac than {victim.agent_id}"
         )
     # Its first attempt's outcome was never reported: the retry probes for that shard's own effect
@@ -183,7 +184,8 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
         and all(lapsed[shard] and victim.agent_id not in lapsed[shard] for shard in again)
     ):
         raise StalledFleet(
-            f"sibling shard(s) {sorted(again)} lost their own leases on live Macs ({lapsed}): the stack stalled"
+            f"sibling shard(s) {sorted(again)} lost their own leases on live Macs ({lapsed}): the stack "
+            "stalled"
         )
     if again:
         run.trial.problems.append(
@@ -194,7 +196,8 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
         claimed_again - fault_wall if claimed_again and retried.get("attempt") == 2 else None
     )
     first = (
-        f"{job['status']}, shard {victim_shard} (killed {victim.agent_id}) attempt {retried.get('attempt')} on "
+        f"{job['status']}, shard {victim_shard} (killed {victim.agent_id}) attempt {retried.get('attempt')} "
+        "on "
         f"{retried.get('agent_id')} ({decision})"
     )
 
@@ -203,8 +206,10 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
     fleet.heal_all()
     gate = fleet.work / "fail-fast"
     deliver = (
-        f'{fleet.start_marker()}; mkdir -p "{gate}/$RELEVO_JOB_ID"; touch "{gate}/$RELEVO_JOB_ID/$RELEVO_SHARD_INDEX"; '
-        f'for _ in $(seq 600); do [ "$(ls "{gate}/$RELEVO_JOB_ID" | wc -l)" -ge {PARALLEL_SHARDS} ] && break; sleep 0.1; done; '
+        f'{fleet.start_marker()}; mkdir -p "{gate}/$RELEVO_JOB_ID"; touch '
+        f'"{gate}/$RELEVO_JOB_ID/$RELEVO_SHARD_INDEX"; '
+        f'for _ in $(seq 600); do [ "$(ls "{gate}/$RELEVO_JOB_ID" | wc -l)" -ge {PARALLEL_SHARDS} ] && '
+        "break; sleep 0.1; done; "
         f'if [ "$RELEVO_SHARD_INDEX" = {FAILING_SHARD} ]; then '
         f'"$RELEVO_DRILL_PYTHON" -c "import time; print(time.time())" > "{gate}/$RELEVO_JOB_ID.failed"; '
         f'echo "signing certificate expired"; exit 1; fi; '
@@ -252,8 +257,12 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
     if run.trial.fence_sec is None or run.trial.fence_sec > SIBLING_STOP_LIMIT_SEC:
         shown = "not within 30s" if run.trial.fence_sec is None else f"{run.trial.fence_sec:.1f}s"
         run.trial.problems.append(
-            f"slow stop: a sibling's process group was gone {shown} after the failure (limit {SIBLING_STOP_LIMIT_SEC:g}s)"
+            f"slow stop: a sibling's process group was gone {shown} after the failure (limit "
+            f"{SIBLING_STOP_LIMIT_SEC:g}s)"
         )
     stopped_in = "—" if run.trial.fence_sec is None else f"{run.trial.fence_sec:.1f}s"
-    run.trial.outcome = f"{first}; fail-fast: {ended['status']}, shards {' '.join(str(s) for s in statuses)}, siblings stopped in {stopped_in}"
+    run.trial.outcome = (
+        f"{first}; fail-fast: {ended['status']}, shards "
+        f"{' '.join(str(s) for s in statuses)}, siblings stopped in {stopped_in}"
+    )
     return run.trial

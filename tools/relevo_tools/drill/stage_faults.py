@@ -171,7 +171,8 @@ def cancel(fleet: DrillFleet, number: int) -> Trial:
     run.trial.cancel_sec = gone - canceled if gone is not None else None
     if run.trial.cancel_sec is None or run.trial.cancel_sec > CANCEL_LIMIT_SEC:
         run.trial.problems.append(
-            f"slow cancel: the stage's group was still running {run.trial.cancel_sec or 30:.1f}s after the cancel"
+            f"slow cancel: the stage's group was still running {run.trial.cancel_sec or 30:.1f}s after the "
+            "cancel"
         )
     job = fleet.wait_job(job_id)
     # Settled once the agent let go of it; a stage a holder still shows would be non-terminal.

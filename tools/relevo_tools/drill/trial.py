@@ -39,7 +39,9 @@ class Trial:
     # operation id -> effect lines, for every stage of every job of the trial
     effects: dict[str, int] = field(default_factory=dict)
     fence_sec: float | None = (
-        None  # fault → the faulted command's process group gone (parallel: a shard's failure → its siblings' groups gone)
+        # fault → the faulted command's process group gone (parallel: a shard's failure → its
+        # siblings' groups gone)
+        None
     )
     takeover_sec: float | None = None  # fault → the next attempt claimed by the other agent
     cancel_sec: float | None = None  # cancel → the process group gone (SIGTERM, no trap)
@@ -81,7 +83,8 @@ class DrillRun:
         if late > self.timing.effect_after_sec / 2:
             # A loaded machine kept the drill from faulting in time: the effect could land first.
             raise LateFault(
-                f"the fault came {late:.1f}s into a stage whose effect lands at {self.timing.effect_after_sec:g}s"
+                f"the fault came {late:.1f}s into a stage whose effect lands at "
+                f"{self.timing.effect_after_sec:g}s"
             )
         return job_id, start, holder
 

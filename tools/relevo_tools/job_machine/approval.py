@@ -57,7 +57,8 @@ def approval_gate(approved: str) -> States:
                 {
                     "Update": update(
                         job_key(),
-                        "SET #status = :waiting, waiting_stage = :stage, last_writer = :writer, updated_at = :now",
+                        "SET #status = :waiting, waiting_stage = :stage, last_writer = :writer, updated_at "
+                        "= :now",
                         names=STATUS,
                         values={
                             ":waiting": {"S": JobStatus.WAITING.value},
@@ -87,11 +88,16 @@ def approval_gate(approved: str) -> States:
                     )
                 },
             ],
-            comment="The job waits; POST /jobs/{id}/approve or /reject answers the token, which is kept in the job's token "
-            'partition (TOKENS#, readable by no job session: docs/architecture.md, "Trust boundaries"), not on the job record '
-            "that the job's agents read. The project's lock it holds says so (`gate`), and its wake_seq moves so a waiter about "
-            "to park reads it first. No item has a condition, so a cancelled transaction is a conflict (or a throttle) "
-            "and is retried with a new token; the approve route only ever fails this task with Relevo.Approval.Rejected.",
+            comment="The job waits; POST /jobs/{id}/approve or /reject answers the token, which is kept in "
+            "the job's token "
+            'partition (TOKENS#, readable by no job session: docs/architecture.md, "Trust boundaries"), not '
+            "on the job record "
+            "that the job's agents read. The project's lock it holds says so (`gate`), and its wake_seq "
+            "moves so a waiter about "
+            "to park reads it first. No item has a condition, so a cancelled transaction is a conflict (or "
+            "a throttle) "
+            "and is retried with a new token; the approve route only ever fails this task with "
+            "Relevo.Approval.Rejected.",
             waits_for_token=True,
             timeout_path="$.stage.approval_timeout_sec",
             answer_path="$.approval",
@@ -111,16 +117,19 @@ def approval_gate(approved: str) -> States:
                 {
                     "Update": update(
                         job_key(),
-                        "SET #status = :running, last_writer = :writer, updated_at = :now REMOVE waiting_stage",
+                        "SET #status = :running, last_writer = :writer, updated_at = :now REMOVE "
+                        "waiting_stage",
                         names=STATUS,
                         values={":running": {"S": JobStatus.RUNNING.value}, ":writer": WRITER, ":now": NOW},
                     )
                 },
-                # The stage's record, pending until its dispatch, says it was approved: its dispatch's gate condition.
+                # The stage's record, pending until its dispatch, says it was approved: its dispatch's gate
+                # condition.
                 {
                     "Update": update(
                         stage_key(),
-                        "SET approved_at = :now, #status = if_not_exists(#status, :pending), stage_name = :name, stage_index = :index, "
+                        "SET approved_at = :now, #status = if_not_exists(#status, :pending), stage_name = "
+                        ":name, stage_index = :index, "
                         "last_writer = :writer, #ttl = :ttl",
                         names={**STATUS, "#ttl": "ttl"},
                         values={
@@ -140,8 +149,10 @@ def approval_gate(approved: str) -> States:
                     )
                 },
             ],
-            comment="Approved: the job runs again, and the gated stage's record says so (approved_at), which lets its dispatch "
-            "through; the project's lock no longer says its holder waits at a gate. No update has a condition, so a "
+            comment="Approved: the job runs again, and the gated stage's record says so (approved_at), "
+            "which lets its dispatch "
+            "through; the project's lock no longer says its holder waits at a gate. No update has a "
+            "condition, so a "
             "cancellation is a conflict (or a throttle) and is retried.",
             next_state=approved,
         ),

@@ -70,7 +70,8 @@ def stage_key() -> dict[str, Any]:
 
 
 def stage_token_sk(prefix: str) -> dict[str, str]:
-    """The sort key of a stage's (or shard's) token in the job's token partition: `prefix` (keys.RUN_TOKEN_PREFIX,
+    """The sort key of a stage's (or shard's) token in the job's token partition: `prefix`
+    (keys.RUN_TOKEN_PREFIX,
     keys.REVIEW_TOKEN_PREFIX) before the stage record's own sort key, as keys.run_token_sk spells it."""
     return {"S.$": f"States.Format('{prefix}{{}}', $.stage.stage_key)"}
 
@@ -246,10 +247,12 @@ def transaction(
         f"{name}Canceled": canceled,
         f"{name}ConflictBackoff": {
             "Type": "Pass",
-            "Comment": f"Full jitter: a random delay below {delays} s for the 1st to {CONFLICT_RETRIES}th retry of the conflict.",
+            "Comment": f"Full jitter: a random delay below {delays} s for the 1st to {CONFLICT_RETRIES}th "
+            "retry of the conflict.",
             "Parameters": {
                 "retries.$": "States.MathAdd($.conflict.retries, 1)",
-                "delay_sec.$": f"States.MathRandom(0, States.ArrayGetItem(States.Array({delays}), $.conflict.retries))",
+                "delay_sec.$": f"States.MathRandom(0, States.ArrayGetItem(States.Array({delays}), "
+                "$.conflict.retries))",
             },
             "ResultPath": "$.conflict",
             "Next": f"{name}ConflictWait",

@@ -90,19 +90,29 @@ def dispatch(gate: str, shard: bool = False) -> States:
     states: States = {
         "MarkStageDispatched": {
             "Type": "Task",
-            "Comment": "Projection: the attempt is on the region's queue, once the stage passed its approval gate (a gated stage's "
-            "write is refused until it was approved: see GATE_CONDITION in tools/relevo_tools/job_machine/dispatch.py). `attempt` itself is written only by the claiming agent (it "
-            "is the fencing token). Draws the attempt's dispatch key (States.UUID), which only its stage message carries: the claim "
-            "function claims the attempt only for a caller that shows it, so an agent claims nothing it was not handed. Returns the "
-            "agents that ran the stage's failed attempts, which the dispatch carries so a retry prefers another agent. ALL_NEW rather "
-            "than UPDATED_NEW: moto 5.2.5 leaves an attribute out of UPDATED_NEW when its value did not change (if_not_exists), and "
-            "the result selector only keeps failed_agents. The stage record carries the job's ttl, so it expires with the job.",
+            "Comment": "Projection: the attempt is on the region's queue, once the stage passed its "
+            "approval gate (a gated stage's "
+            "write is refused until it was approved: see GATE_CONDITION in "
+            "tools/relevo_tools/job_machine/dispatch.py). `attempt` itself is written only by the claiming "
+            "agent (it "
+            "is the fencing token). Draws the attempt's dispatch key (States.UUID), which only its stage "
+            "message carries: the claim "
+            "function claims the attempt only for a caller that shows it, so an agent claims nothing it was "
+            "not handed. Returns the "
+            "agents that ran the stage's failed attempts, which the dispatch carries so a retry prefers "
+            "another agent. ALL_NEW rather "
+            "than UPDATED_NEW: moto 5.2.5 leaves an attribute out of UPDATED_NEW when its value did not "
+            "change (if_not_exists), and "
+            "the result selector only keeps failed_agents. The stage record carries the job's ttl, so it "
+            "expires with the job.",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
             "Parameters": {
                 **update(
                     stage_key(),
-                    "SET #status = :dispatched, stage_name = :name, stage_index = :index, dispatched_at = :now, dispatched_attempt = "
-                    ":attempt, retry_count = :retries, cumulative_backoff_sec = :backoff, last_writer = :writer, failed_agents = "
+                    "SET #status = :dispatched, stage_name = :name, stage_index = :index, dispatched_at = "
+                    ":now, dispatched_attempt = "
+                    ":attempt, retry_count = :retries, cumulative_backoff_sec = :backoff, last_writer = "
+                    ":writer, failed_agents = "
                     "if_not_exists(failed_agents, :none), dispatch_key = :dispatch_key, #ttl = :ttl"
                     + (", shard_index = :shard" if shard else ""),
                     names={**STATUS, "#ttl": "ttl"},
@@ -144,12 +154,18 @@ def dispatch(gate: str, shard: bool = False) -> States:
         },
         "DispatchStage": {
             "Type": "Task",
-            "Comment": "Waits for a claim only: queue_timeout_sec (dispatch_wait_sec) bounds the time no agent took it "
-            "(Relevo.Timeout.Queue), unless a pause was in force in the region when it ran out (CheckRegionPauses): a pause never "
-            "fails a job. The claiming agent answers with its id and attempt. A retry names the agents of the failed attempts "
-            "(avoid_agents): they leave it to any other online agent of the region, busy or not, and run it themselves only when "
-            "none is online (or after the agent's handoff_max_wait_sec safety bound). The message carries the dispatch key the claim "
-            "needs, and what an agent decides before it claims (the project's workspace, the lease, whether the plan signs); the "
+            "Comment": "Waits for a claim only: queue_timeout_sec (dispatch_wait_sec) bounds the time no "
+            "agent took it "
+            "(Relevo.Timeout.Queue), unless a pause was in force in the region when it ran out "
+            "(CheckRegionPauses): a pause never "
+            "fails a job. The claiming agent answers with its id and attempt. A retry names the agents of "
+            "the failed attempts "
+            "(avoid_agents): they leave it to any other online agent of the region, busy or not, and run it "
+            "themselves only when "
+            "none is online (or after the agent's handoff_max_wait_sec safety bound). The message carries "
+            "the dispatch key the claim "
+            "needs, and what an agent decides before it claims (the project's workspace, the lease, whether "
+            "the plan signs); the "
             "claim's answer carries the envelope itself.",
             "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
             "Parameters": {
@@ -170,9 +186,12 @@ def dispatch(gate: str, shard: bool = False) -> States:
         },
         "CheckRegionPauses": {
             "Type": "Task",
-            "Comment": "The queue wait ran out. Was any pause of the region in force (an agent's pause or drain, or the region's "
-            "dispatch pause, stored until a later time than now)? Pause items keep `until` as an ISO 8601 UTC string, which compares "
-            "in time order as a string. A pause keeps agents from claiming, so the wait is renewed rather than failed (issue 20: a "
+            "Comment": "The queue wait ran out. Was any pause of the region in force (an agent's pause or "
+            "drain, or the region's "
+            "dispatch pause, stored until a later time than now)? Pause items keep `until` as an ISO 8601 "
+            "UTC string, which compares "
+            "in time order as a string. A pause keeps agents from claiming, so the wait is renewed rather "
+            "than failed (issue 20: a "
             "job never fails because of a pause). A read that keeps failing ends the wait as before.",
             "Resource": "arn:aws:states:::aws-sdk:dynamodb:query",
             "Parameters": {
@@ -182,7 +201,8 @@ def dispatch(gate: str, shard: bool = False) -> States:
                 "ExpressionAttributeNames": {"#until": "until"},
                 "ExpressionAttributeValues": {
                     ":pk": string_at(formatted(keys.pauses_pk, "$.region")),
-                    # Every pause of the region: each agent's (PAUSE#id) and the region's dispatch pause (PAUSE).
+                    # Every pause of the region: each agent's (PAUSE#id) and the region's dispatch pause
+                    # (PAUSE).
                     ":pause": {"S": keys.DISPATCH_PAUSE_SK},
                     ":now": NOW,
                 },
@@ -204,9 +224,12 @@ def dispatch(gate: str, shard: bool = False) -> States:
         },
         "RecordPauseHold": {
             "Type": "Task",
-            "Comment": "The stage's queue wait is renewed while its region is paused: counted on the stage (pause_holds, "
-            "last_pause_hold_at) for the job view. The same attempt is sent again with a new token; a claim of the earlier message's "
-            "token is answered as no longer waiting, and that agent lets its claim go at once (relevo_agent.stage).",
+            "Comment": "The stage's queue wait is renewed while its region is paused: counted on the stage "
+            "(pause_holds, "
+            "last_pause_hold_at) for the job view. The same attempt is sent again with a new token; a claim "
+            "of the earlier message's "
+            "token is answered as no longer waiting, and that agent lets its claim go at once "
+            "(relevo_agent.stage).",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
             "Parameters": update(
                 stage_key(),
@@ -218,13 +241,18 @@ def dispatch(gate: str, shard: bool = False) -> States:
         },
         "WaitLongerWhilePaused": {
             "Type": "Choice",
-            "Comment": "While a pause holds the stage, each renewed wait lasts at least an hour (or the project's queue_timeout_sec if "
-            "longer): a pause of at most 7 days then costs at most 169 renewals, about 3,700 history events (22 each), whatever a short "
-            "queue_timeout_sec, well within the 25,000-event quota. A resumed agent claims the waiting message at once; the wait "
+            "Comment": "While a pause holds the stage, each renewed wait lasts at least an hour (or the "
+            "project's queue_timeout_sec if "
+            "longer): a pause of at most 7 days then costs at most 169 renewals, about 3,700 history events "
+            "(22 each), whatever a short "
+            "queue_timeout_sec, well within the 25,000-event quota. A resumed agent claims the waiting "
+            "message at once; the wait "
             "only bounds how long no agent does."
             + (
-                " A shard's lasts an hour for each shard that may wait beside it (stage.shards.pause_hold_sec: "
-                "relevo_core.execution.shard_pause_hold_sec), so the stage's shards together renew about as often as one stage "
+                " A shard's lasts an hour for each shard that may wait beside it "
+                "(stage.shards.pause_hold_sec: "
+                "relevo_core.execution.shard_pause_hold_sec), so the stage's shards together renew about as "
+                "often as one stage "
                 "(relevo_core.plan_limits: pause holds)."
                 if shard
                 else ""
@@ -292,17 +320,28 @@ def await_result() -> States:
                 )
             },
         ],
-        comment="Hands the claimer a run token (kept in the job's token partition, which no job session reads; the stage "
-        "record says run_handed_at, written only if the claim still holds the attempt), then waits. The agent renews its lease "
-        "and heartbeats through its region's heartbeat route every min(lease/3, 3 s), and ends the command itself at "
-        "exec_timeout_sec. A heartbeat lapse (HeartbeatSeconds = lease_ttl_sec) is a lost lease, retryable; TimeoutSeconds "
-        "(exec + kill grace + lease, counted from here, on this clock) is the backstop for a live agent that never ended its "
-        "command: an exec timeout. Each is caught by its own name, States.HeartbeatTimeout first: AWS scans catchers in order "
-        "and States.Timeout also names a heartbeat lapse. The queue wait is over, so it never counts against the lease. The "
-        "agent's outcome route answers with {stage, attempt, agent_id, status} of the fenced stage record: the Map keeps one "
-        "per stage, and a stage that ended `warning` is said on the job record at its end (MarkSucceeded). A cancelled "
-        "transaction is a conflict (retried with a new token) or the claim no longer holding the attempt (failed as before).",
-        canceled_comment="The run token was not handed: a conflict (the agent renewing its lease at that moment) is retried; "
+        comment="Hands the claimer a run token (kept in the job's token partition, which no job session "
+        "reads; the stage "
+        "record says run_handed_at, written only if the claim still holds the attempt), then waits. The "
+        "agent renews its lease "
+        "and heartbeats through its region's heartbeat route every min(lease/3, 3 s), and ends the command "
+        "itself at "
+        "exec_timeout_sec. A heartbeat lapse (HeartbeatSeconds = lease_ttl_sec) is a lost lease, retryable; "
+        "TimeoutSeconds "
+        "(exec + kill grace + lease, counted from here, on this clock) is the backstop for a live agent "
+        "that never ended its "
+        "command: an exec timeout. Each is caught by its own name, States.HeartbeatTimeout first: AWS scans "
+        "catchers in order "
+        "and States.Timeout also names a heartbeat lapse. The queue wait is over, so it never counts "
+        "against the lease. The "
+        "agent's outcome route answers with {stage, attempt, agent_id, status} of the fenced stage record: "
+        "the Map keeps one "
+        "per stage, and a stage that ended `warning` is said on the job record at its end (MarkSucceeded). "
+        "A cancelled "
+        "transaction is a conflict (retried with a new token) or the claim no longer holding the attempt "
+        "(failed as before).",
+        canceled_comment="The run token was not handed: a conflict (the agent renewing its lease at that "
+        "moment) is retried; "
         "otherwise the claim no longer holds the attempt, and the attempt fails with DynamoDB's answer.",
         waits_for_token=True,
         timeout_path="$.stage.exec_backstop_sec",

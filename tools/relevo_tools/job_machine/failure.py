@@ -77,10 +77,14 @@ def manual_review(retry: str, shard: bool = False) -> States:
                     )
                 },
             ],
-            comment="Reconciliation found an effect it cannot tie to this operation: nothing is overwritten, and the stage waits "
-            "for an operator without a timeout of its own (the execution's limit bounds it). POST /jobs/{id}/stages/{stage}/resolve "
-            "answers the token, kept in the job's token partition (which no job session reads): succeeded, retry (a new attempt of "
-            "the same operation) or failed. Neither item has a condition, so a cancelled transaction is a conflict, retried.",
+            comment="Reconciliation found an effect it cannot tie to this operation: nothing is "
+            "overwritten, and the stage waits "
+            "for an operator without a timeout of its own (the execution's limit bounds it). POST "
+            "/jobs/{id}/stages/{stage}/resolve "
+            "answers the token, kept in the job's token partition (which no job session reads): succeeded, "
+            "retry (a new attempt of "
+            "the same operation) or failed. Neither item has a condition, so a cancelled transaction is a "
+            "conflict, retried.",
             waits_for_token=True,
             answer_path="$.review",
             after_catch=[catch_all("EnsureCause")],
@@ -88,7 +92,8 @@ def manual_review(retry: str, shard: bool = False) -> States:
         ),
         "ResolvedAs": {
             "Type": "Choice",
-            "Comment": "An operator's resolution: succeeded ends the stage; retry dispatches the next attempt at once (it runs, it "
+            "Comment": "An operator's resolution: succeeded ends the stage; retry dispatches the next "
+            "attempt at once (it runs, it "
             "is not reconciled again); failed arrives as a task failure instead.",
             "Choices": [
                 {
@@ -119,7 +124,8 @@ def manual_review(retry: str, shard: bool = False) -> States:
     if shard:
         states["RecordResolvedSucceeded"] = {
             "Type": "Task",
-            "Comment": "Resolved as succeeded: the shard's record only. Its output is the claim, as a stage's (the fan-out "
+            "Comment": "Resolved as succeeded: the shard's record only. Its output is the claim, as a "
+            "stage's (the fan-out "
             "keeps each shard's output).",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
             "Parameters": resolved,
@@ -151,7 +157,8 @@ def manual_review(retry: str, shard: bool = False) -> States:
                 )
             },
         ],
-        comment="Resolved as succeeded: the stage and the job's last successful stage, in one transaction. Neither update has a "
+        comment="Resolved as succeeded: the stage and the job's last successful stage, in one transaction. "
+        "Neither update has a "
         "condition, so a cancellation is a conflict (or a throttle) and is retried.",
         output_path="$.claim",
         next_state=None,
@@ -166,7 +173,8 @@ def attempt_failure(retry: str) -> States:
     states |= {
         "EnsureCause": {
             "Type": "Choice",
-            "Comment": "A reported failure may come without a cause; the record and the DLQ always carry one.",
+            "Comment": "A reported failure may come without a cause; the record and the DLQ always carry "
+            "one.",
             "Choices": [{"Variable": "$.failure.Cause", "IsString": True, "Next": "RecordAttemptFailure"}],
             "Default": "AddCause",
         },
@@ -178,12 +186,14 @@ def attempt_failure(retry: str) -> States:
         },
         "RecordAttemptFailure": {
             "Type": "Task",
-            "Comment": "Every failed attempt is kept on the stage: attempt, agent (empty when no agent claimed it), error class, "
+            "Comment": "Every failed attempt is kept on the stage: attempt, agent (empty when no agent "
+            "claimed it), error class, "
             "cause; the agent also joins failed_agents, which the next dispatch avoids.",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
             "Parameters": update(
                 stage_key(),
-                "SET last_error = :error, attempts_log = list_append(if_not_exists(attempts_log, :none), :this), failed_agents = "
+                "SET last_error = :error, attempts_log = list_append(if_not_exists(attempts_log, :none), "
+                ":this), failed_agents = "
                 "list_append(if_not_exists(failed_agents, :none), :agent), last_writer = :writer",
                 values={
                     ":error": string_at("$.failure.Error"),
@@ -210,7 +220,8 @@ def attempt_failure(retry: str) -> States:
         },
         "CheckKeyFrozen": {
             "Type": "Task",
-            "Comment": "DLQ freeze: while the job's idempotency key is frozen (it kept dead-lettering), a failed attempt is not "
+            "Comment": "DLQ freeze: while the job's idempotency key is frozen (it kept dead-lettering), a "
+            "failed attempt is not "
             "retried.",
             "Resource": "arn:aws:states:::dynamodb:getItem",
             "Parameters": {
@@ -227,7 +238,8 @@ def attempt_failure(retry: str) -> States:
         },
         "ShouldRetry": {
             "Type": "Choice",
-            "Comment": "Retryable classes only, each up to the frozen plan's attempts for it; none while the job's idempotency key "
+            "Comment": "Retryable classes only, each up to the frozen plan's attempts for it; none while "
+            "the job's idempotency key "
             "is frozen.",
             "Choices": [
                 {"Variable": "$.freeze.Item.frozen_at", "IsPresent": True, "Next": "AssembleFailureDetail"},
@@ -246,9 +258,11 @@ def attempt_failure(retry: str) -> States:
         },
         "ComputeBackoff": {
             "Type": "Pass",
-            "Comment": "Exponential backoff with full jitter: a random delay below min(max_delay, base * 2^(attempt-1)).",
+            "Comment": "Exponential backoff with full jitter: a random delay below min(max_delay, base * "
+            "2^(attempt-1)).",
             "Parameters": {
-                "delay_sec.$": "States.MathRandom(0, States.ArrayGetItem($.stage.backoff_caps_sec, $.attempt))"
+                "delay_sec.$": "States.MathRandom(0, States.ArrayGetItem($.stage.backoff_caps_sec, "
+                "$.attempt))"
             },
             "ResultPath": "$.backoff",
             "Next": "BackoffWait",
@@ -302,13 +316,16 @@ def stage_failure(shard: bool = False) -> States:
         },
         "MarkStageFailed": {
             "Type": "Task",
-            "Comment": "The stage this job fails on ends `failed` (a timeout leaves no agent to write it), closed to any later claim "
-            "(a message still in the queue after a queue timeout), and leaves the held-by index, so no stage of an ended job stays "
+            "Comment": "The stage this job fails on ends `failed` (a timeout leaves no agent to write it), "
+            "closed to any later claim "
+            "(a message still in the queue after a queue timeout), and leaves the held-by index, so no "
+            "stage of an ended job stays "
             "running. The gate of a rejected job was never dispatched: no record, nothing to write.",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
             "Parameters": update(
                 stage_key(),
-                "SET #status = :failed, ended_at = if_not_exists(ended_at, :now), closed_at = :now, last_writer = :writer REMOVE held_by",
+                "SET #status = :failed, ended_at = if_not_exists(ended_at, :now), closed_at = :now, "
+                "last_writer = :writer REMOVE held_by",
                 condition="attribute_exists(pk)",
                 names=STATUS,
                 values={":failed": {"S": StageStatus.FAILED.value}, ":now": NOW, ":writer": WRITER},
@@ -325,9 +342,12 @@ def stage_failure(shard: bool = False) -> States:
         },
         "RecordLastSuccess": {
             "Type": "Task",
-            "Comment": "The job's last successful stage, should it end on this failure: the stage before this one, or for the first "
-            "that runs, the one the job stands on (a rerun from a later stage); DynamoDB NULL when none. The execution input carries "
-            "it as an attribute value, so one write covers both. Written by the state machine only: agents cannot write the job "
+            "Comment": "The job's last successful stage, should it end on this failure: the stage before "
+            "this one, or for the first "
+            "that runs, the one the job stands on (a rerun from a later stage); DynamoDB NULL when none. "
+            "The execution input carries "
+            "it as an attribute value, so one write covers both. Written by the state machine only: agents "
+            "cannot write the job "
             "record (store/keys.stages_pk). Best effort: the job view reads it off the stage records anyway.",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
             "Parameters": update(
@@ -341,7 +361,8 @@ def stage_failure(shard: bool = False) -> States:
         },
         "DescribeStageFailure": {
             "Type": "Pass",
-            "Comment": "The job's failure names its stage, class, attempts and backoff: the DLQ entry is enough to resume.",
+            "Comment": "The job's failure names its stage, class, attempts and backoff: the DLQ entry is "
+            "enough to resume.",
             "Parameters": {"Error.$": "$.failure.Error", "Cause.$": "States.JsonToString($.detail)"},
             "ResultPath": "$.failure",
             "Next": "StageFailed",
@@ -356,7 +377,8 @@ def stage_failure(shard: bool = False) -> States:
         states["DescribeStageFailure"]["Next"] = "StopsSiblings"
         states["StopsSiblings"] = {
             "Type": "Choice",
-            "Comment": "fail_fast: the shard's failure fails the fan-out now. Otherwise its failure is its output, and the "
+            "Comment": "fail_fast: the shard's failure fails the fan-out now. Otherwise its failure is its "
+            "output, and the "
             "fan-out fails the stage once every shard ended.",
             "Choices": [
                 {"Variable": "$.stage.shards.fail_fast", "BooleanEquals": True, "Next": "StageFailed"}

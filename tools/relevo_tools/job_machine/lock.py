@@ -51,11 +51,15 @@ def acquire(first_stage: str) -> States:
             starts_running(),
             gives_back_queue_slot(),
         ],
-        comment="Same-project serial: a DynamoDB semaphore with limit 1 (AWS's Step Functions semaphore pattern) whose holder set "
-        "names executions, so acquiring is re-entrant and a sweep can free the lock of an execution that ended. In the same "
-        "transaction the job leaves the queue (status, sweeper marker) and gives back its queue slot. This first try succeeds "
+        comment="Same-project serial: a DynamoDB semaphore with limit 1 (AWS's Step Functions semaphore "
+        "pattern) whose holder set "
+        "names executions, so acquiring is re-entrant and a sweep can free the lock of an execution that "
+        "ended. In the same "
+        "transaction the job leaves the queue (status, sweeper marker) and gives back its queue slot. This "
+        "first try succeeds "
         "only while no job waits for the project (no `waiters`): a newcomer never overtakes a waiting job.",
-        canceled_comment="Cancelled: a conflict is retried; anything else is a refusal (another job holds the lock, others wait "
+        canceled_comment="Cancelled: a conflict is retried; anything else is a refusal (another job holds "
+        "the lock, others wait "
         "for it, this execution holds it already, or the job is no longer queued): read who holds the lock.",
         next_state=first_stage,
         refused="CheckLockHolder",
@@ -63,8 +67,10 @@ def acquire(first_stage: str) -> States:
     states |= {
         "CheckLockHolder": {
             "Type": "Task",
-            "Comment": "Refused: either another job of the project runs, this execution already holds the lock (a retried start), "
-            "the lock is free but others wait for it, or the job left the queue. A free lock has no holders attribute at all "
+            "Comment": "Refused: either another job of the project runs, this execution already holds the "
+            "lock (a retried start), "
+            "the lock is free but others wait for it, or the job left the queue. A free lock has no holders "
+            "attribute at all "
             "(an empty set is not stored), so holders is read as present or absent before it is searched.",
             "Resource": "arn:aws:states:::dynamodb:getItem",
             "Parameters": get(lock_key(), "holders"),
@@ -101,7 +107,8 @@ def acquire(first_stage: str) -> States:
     states |= {
         KEPT_CONFLICTING: {
             "Type": "Fail",
-            "Comment": "A transaction that never applied: the job is as it was (queued), and the sweep ends the job of this failed "
+            "Comment": "A transaction that never applied: the job is as it was (queued), and the sweep ends "
+            "the job of this failed "
             "execution, giving back its slot, lock and place in line.",
             "Error": "Relevo.Transaction.Conflict",
             "Cause": "a DynamoDB transaction of the job kept conflicting with other writes",
@@ -110,11 +117,15 @@ def acquire(first_stage: str) -> States:
     states |= transaction(
         "MarkStarted",
         [starts_running(), gives_back_queue_slot()],
-        comment="Projection, atomically, for a job that took the lock as the head of the line or already held it: the job leaves "
-        "the queue (status, sweeper marker) and gives back its queue slot. Refused when the job is no longer queued, so a slot "
+        comment="Projection, atomically, for a job that took the lock as the head of the line or already "
+        "held it: the job leaves "
+        "the queue (status, sweeper marker) and gives back its queue slot. Refused when the job is no "
+        "longer queued, so a slot "
         "is returned once.",
-        canceled_comment="Cancelled: a conflict is retried; anything else is the job's condition: it is not queued any more "
-        "because an earlier attempt of this state was applied, so the stages run and the slot is not given back twice.",
+        canceled_comment="Cancelled: a conflict is retried; anything else is the job's condition: it is not "
+        "queued any more "
+        "because an earlier attempt of this state was applied, so the stages run and the slot is not given "
+        "back twice.",
         next_state=first_stage,
         refused=first_stage,
     )

@@ -95,7 +95,8 @@ def wait_in_line(*, took_lock: str, refused: str, gave_up: str) -> States:
             {
                 "Update": update(
                     job_key(),
-                    f"SET queue_reason = :reason, {keys.WAITING_FOR_ATTRIBUTE} = :project, last_writer = :writer, updated_at = :now",
+                    f"SET queue_reason = :reason, {keys.WAITING_FOR_ATTRIBUTE} = :project, last_writer = "
+                    ":writer, updated_at = :now",
                     condition="#status = :queued",
                     names=STATUS,
                     values={
@@ -115,12 +116,17 @@ def wait_in_line(*, took_lock: str, refused: str, gave_up: str) -> States:
                 )
             },
         ],
-        comment="Projection and place in line, atomically: the job waits because its project is running another job, joins the "
-        "lock's waiters (which stops newcomers taking a freed lock first) and becomes visible in WaitOrderIndex. The lock's "
-        "wake_seq (what a parked waiter checks has not moved, see WaitForProject) starts at 0. Refused when the job is no "
+        comment="Projection and place in line, atomically: the job waits because its project is running "
+        "another job, joins the "
+        "lock's waiters (which stops newcomers taking a freed lock first) and becomes visible in "
+        "WaitOrderIndex. The lock's "
+        "wake_seq (what a parked waiter checks has not moved, see WaitForProject) starts at 0. Refused when "
+        "the job is no "
         "longer queued (canceled meanwhile).",
-        canceled_comment="Cancelled: a conflict (the cancellation reasons, which DynamoDB lists in the message Step Functions gives "
-        "as the Cause, name TransactionConflict or ThrottlingError) is retried; anything else is the job's condition: it is no "
+        canceled_comment="Cancelled: a conflict (the cancellation reasons, which DynamoDB lists in the "
+        "message Step Functions gives "
+        "as the Cause, name TransactionConflict or ThrottlingError) is retried; anything else is the job's "
+        "condition: it is no "
         "longer queued.",
         result_selector={"since.$": "$$.State.EnteredTime"},
         result_path="$.waiting",
@@ -130,8 +136,10 @@ def wait_in_line(*, took_lock: str, refused: str, gave_up: str) -> States:
     states |= {
         "PeekProjectLock": {
             "Type": "Task",
-            "Comment": "A waiter reads the lock item (one strongly consistent GetItem): whether it is free, its wake_seq, which "
-            "the waiter parks on, and whether its holder waits at its approval gate. It asks who goes next only once the lock is "
+            "Comment": "A waiter reads the lock item (one strongly consistent GetItem): whether it is free, "
+            "its wake_seq, which "
+            "the waiter parks on, and whether its holder waits at its approval gate. It asks who goes next "
+            "only once the lock is "
             "free: the index query runs once per waiter per handoff, not on every read.",
             "Resource": "arn:aws:states:::dynamodb:getItem",
             "Parameters": get(lock_key(), f"#count, wake_seq, {GATE}", COUNT),
@@ -156,12 +164,15 @@ def wait_in_line(*, took_lock: str, refused: str, gave_up: str) -> States:
         "FindQueueHead": _wait_order_head(
             "$.queue",
             "IsQueueHead",
-            "Who goes next: the first job of the project's waiting order (priority desc, then queue_seq asc).",
+            "Who goes next: the first job of the project's waiting order (priority desc, then queue_seq "
+            "asc).",
         ),
         "IsQueueHead": {
             "Type": "Choice",
-            "Comment": "Only the head may take the lock. An empty answer (the index lags behind the write that made this job a "
-            "waiter) lets the job try: the lock write stays conditional, so exclusion never rests on the index.",
+            "Comment": "Only the head may take the lock. An empty answer (the index lags behind the write "
+            "that made this job a "
+            "waiter) lets the job try: the lock write stays conditional, so exclusion never rests on the "
+            "index.",
             "Choices": [
                 {"Variable": "$.queue.count", "NumericEquals": 0, "Next": "AcquireAsQueueHead"},
                 {
@@ -176,13 +187,19 @@ def wait_in_line(*, took_lock: str, refused: str, gave_up: str) -> States:
     states |= transaction(
         "WaitForProject",
         _park(),
-        comment="Park until woken. The job's record keeps this task's token (wake_token): whoever frees the lock or leaves the "
-        "line (the releasing execution, cancel, the sweeper) sends it back to the first job of the waiting order, which then "
-        "reads the lock again. Parking is refused when the lock's wake_seq moved since the waiter read it (a release or a "
-        "departure came in between, whose wake it would have missed) and when the job is no longer queued. TimeoutSeconds is "
-        "the slow fallback for a wake that never comes; every park, woken or not, spends one of the job's lock_wait cycles, so "
+        comment="Park until woken. The job's record keeps this task's token (wake_token): whoever frees the "
+        "lock or leaves the "
+        "line (the releasing execution, cancel, the sweeper) sends it back to the first job of the waiting "
+        "order, which then "
+        "reads the lock again. Parking is refused when the lock's wake_seq moved since the waiter read it "
+        "(a release or a "
+        "departure came in between, whose wake it would have missed) and when the job is no longer queued. "
+        "TimeoutSeconds is "
+        "the slow fallback for a wake that never comes; every park, woken or not, spends one of the job's "
+        "lock_wait cycles, so "
         "the history a wait costs is bounded (see intake.lock_wait).",
-        canceled_comment="Refused to park: a conflict is retried; the job's own condition (the second item) means it left the "
+        canceled_comment="Refused to park: a conflict is retried; the job's own condition (the second item) "
+        "means it left the "
         "queue; otherwise the lock's wake_seq moved since it was read, so the waiter reads it again.",
         waits_for_token=True,
         timeout_path="$.lock_wait.fallback_sec",
@@ -202,12 +219,17 @@ def wait_in_line(*, took_lock: str, refused: str, gave_up: str) -> States:
     states |= transaction(
         "WaitBehindGate",
         _park(),
-        comment="Park while the job holding the lock waits at its approval gate: the queue timeout is the wait for a Mac, and "
-        "a person's sign-off is not, so this park spends none of the lock_wait cycles but one of the job's gate_wait parks, "
-        "each gate_wait.park_sec long. A release wakes it as it wakes WaitForProject (the same wake_token); an approval does "
-        "not, so the queue timeout counts again from the next read of the lock. With the gate_wait parks spent, a gated "
+        comment="Park while the job holding the lock waits at its approval gate: the queue timeout is the "
+        "wait for a Mac, and "
+        "a person's sign-off is not, so this park spends none of the lock_wait cycles but one of the job's "
+        "gate_wait parks, "
+        "each gate_wait.park_sec long. A release wakes it as it wakes WaitForProject (the same wake_token); "
+        "an approval does "
+        "not, so the queue timeout counts again from the next read of the lock. With the gate_wait parks "
+        "spent, a gated "
         "holder's wait counts like any other (IsLockFree), which bounds the history.",
-        canceled_comment="Refused to park: a conflict is retried; the job's own condition (the second item) means it left the "
+        canceled_comment="Refused to park: a conflict is retried; the job's own condition (the second item) "
+        "means it left the "
         "queue; otherwise the lock's wake_seq moved since it was read, so the waiter reads it again.",
         waits_for_token=True,
         timeout_path="$.gate_wait.park_sec",
@@ -266,7 +288,8 @@ def wait_in_line(*, took_lock: str, refused: str, gave_up: str) -> States:
             {
                 "Update": update(
                     job_key(),
-                    "SET #status = :failed, error_name = :error, error_cause = :cause, last_writer = :writer, updated_at = :now, "
+                    "SET #status = :failed, error_name = :error, error_cause = :cause, last_writer = "
+                    ":writer, updated_at = :now, "
                     f"ended_at = :now {LEAVE_QUEUE}",
                     condition="#status = :queued",
                     names=STATUS,
@@ -290,9 +313,11 @@ def wait_in_line(*, took_lock: str, refused: str, gave_up: str) -> States:
                 )
             },
         ],
-        comment="The job fails, leaves the line and gives back its queue slot, atomically; then it is dead-lettered like any "
+        comment="The job fails, leaves the line and gives back its queue slot, atomically; then it is "
+        "dead-lettered like any "
         "failed job (it can be redriven), and the next waiter is woken.",
-        canceled_comment="Cancelled: a conflict is retried; anything else means the job left the queue (canceled) meanwhile.",
+        canceled_comment="Cancelled: a conflict is retried; anything else means the job left the queue "
+        "(canceled) meanwhile.",
         next_state=gave_up,
         refused=NOT_QUEUED,
     )
@@ -315,7 +340,8 @@ def wait_in_line(*, took_lock: str, refused: str, gave_up: str) -> States:
             },
         ],
         comment="The head takes the freed lock and leaves the waiting order in one transaction.",
-        canceled_comment="Cancelled: a conflict is retried (and after the last retry the lock is read again); anything else is a "
+        canceled_comment="Cancelled: a conflict is retried (and after the last retry the lock is read "
+        "again); anything else is a "
         "refusal: read who holds the lock.",
         kept_conflicting=refused,
         next_state=took_lock,
@@ -324,7 +350,8 @@ def wait_in_line(*, took_lock: str, refused: str, gave_up: str) -> States:
     states |= {
         NOT_QUEUED: {
             "Type": "Fail",
-            "Comment": "Canceled while it waited for its project: cancel stops this execution; nothing more to do.",
+            "Comment": "Canceled while it waited for its project: cancel stops this execution; nothing more "
+            "to do.",
             "Error": "Relevo.Job.NotQueued",
             "Cause": "the job left the queue while it waited for its project",
         },
@@ -340,7 +367,8 @@ def wake_head(*, succeeded: str, failed: str) -> States:
         "FindHeadToWake": _wait_order_head(
             "$.wake",
             "IsAnyoneWaiting",
-            "Who heads the project's line now (priority desc, then queue_seq asc), to be woken. A wake that fails here only "
+            "Who heads the project's line now (priority desc, then queue_seq asc), to be woken. A wake that "
+            "fails here only "
             "delays the head until its fallback read of the lock.",
             Catch=[{"ErrorEquals": ["States.ALL"], "ResultPath": None, "Next": "AfterWake"}],
         ),
@@ -369,7 +397,8 @@ def wake_head(*, succeeded: str, failed: str) -> States:
         },
         "HasWakeToken": {
             "Type": "Choice",
-            "Comment": "No token: the head is between two parks, and it reads the lock before it parks again.",
+            "Comment": "No token: the head is between two parks, and it reads the lock before it parks "
+            "again.",
             "Choices": [
                 {
                     "Variable": f"$.wake.head.Item.{keys.WAKE_TOKEN_ATTRIBUTE}.S",
@@ -381,7 +410,8 @@ def wake_head(*, succeeded: str, failed: str) -> States:
         },
         "WakeHead": {
             "Type": "Task",
-            "Comment": "The head's park returns and it reads the lock. A token that is no longer live (the head parked again, or "
+            "Comment": "The head's park returns and it reads the lock. A token that is no longer live (the "
+            "head parked again, or "
             "ended) is refused, which changes nothing.",
             "Resource": "arn:aws:states:::aws-sdk:sfn:sendTaskSuccess",
             "Parameters": {

@@ -20,7 +20,10 @@ from relevo_tools.job_machine.asl import (
 )
 
 # The job leaves the queue: what intake and the wait wrote for a queued job goes.
-LEAVE_QUEUE = f"REMOVE {keys.START_PENDING_ATTRIBUTE}, queue_reason, {keys.WAITING_FOR_ATTRIBUTE}, {keys.WAKE_TOKEN_ATTRIBUTE}"
+LEAVE_QUEUE = (
+    f"REMOVE {keys.START_PENDING_ATTRIBUTE}, queue_reason, {keys.WAITING_FOR_ATTRIBUTE}, "
+    f"{keys.WAKE_TOKEN_ATTRIBUTE}"
+)
 COUNT = {"#count": "count"}
 # The lock's `gate`: the holder waits at its approval gate ({job_id, stage, since}), written by
 # AwaitApproval and taken off by MarkApproved (approval.py), by every release, and by an acquire

@@ -105,12 +105,15 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
     succeeds, or its running shards are stopped and it fails with what the failed ones left."""
     stop_item: State = {
         "Type": "Task",
-        "Comment": "Stops the shard unless it ended: canceled and closed, so its agent's next fenced lease renewal is "
-        "refused and it kills the command's process group, and a dispatch still to come is refused (SHARD_OPEN).",
+        "Comment": "Stops the shard unless it ended: canceled and closed, so its agent's next fenced lease "
+        "renewal is "
+        "refused and it kills the command's process group, and a dispatch still to come is refused "
+        "(SHARD_OPEN).",
         "Resource": "arn:aws:states:::dynamodb:updateItem",
         "Parameters": update(
             stage_key(),
-            "SET #status = :canceled, ended_at = :now, closed_at = :now, last_writer = :writer, #ttl = :ttl REMOVE held_by",
+            "SET #status = :canceled, ended_at = :now, closed_at = :now, last_writer = :writer, #ttl = :ttl "
+            "REMOVE held_by",
             condition="attribute_not_exists(#status) OR NOT #status IN ("
             + ", ".join(f":{status.value}" for status in ENDED_SHARD)
             + ")",
@@ -136,18 +139,21 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
     return {
         "GatedOrSharded": {
             "Type": "Choice",
-            "Comment": "The stage's dispatch was refused: it has shards (gate 2 or 3), or it waits for its approval.",
+            "Comment": "The stage's dispatch was refused: it has shards (gate 2 or 3), or it waits for its "
+            "approval.",
             "Choices": [{"Variable": "$.stage.gate", "NumericGreaterThanEquals": 2, "Next": "StartShards"}],
             "Default": on_gate,
         },
         "StartShards": {
             "Type": "Task",
-            "Comment": "The stage's own record says its shards run, once its approval gate let it through (gate 3: approved_at "
+            "Comment": "The stage's own record says its shards run, once its approval gate let it through "
+            "(gate 3: approved_at "
             "must be there, as for a stage without shards). Each shard writes its own record.",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
             "Parameters": {
                 **_stage_record(
-                    "SET #status = :running, stage_name = :name, stage_index = :index, shard_count = :count, dispatched_at = :now, "
+                    "SET #status = :running, stage_name = :name, stage_index = :index, shard_count = "
+                    ":count, dispatched_at = :now, "
                     "last_writer = :writer, #ttl = :ttl",
                     {
                         ":running": {"S": StageStatus.RUNNING.value},
@@ -159,8 +165,11 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
                         ":ttl": number_at("$.ttl"),
                     },
                 ),
-                "ConditionExpression.$": "States.ArrayGetItem(States.Array('attribute_not_exists(approved_at)', "
-                "'attribute_exists(approved_at)', 'attribute_not_exists(approved_at)', 'attribute_exists(approved_at)'), $.stage.gate)",
+                "ConditionExpression.$": (
+                    "States.ArrayGetItem(States.Array('attribute_not_exists(approved_at)', "
+                    "'attribute_exists(approved_at)', 'attribute_not_exists(approved_at)', "
+                    "'attribute_exists(approved_at)'), $.stage.gate)"
+                ),
             },
             "ResultPath": None,
             "Catch": [
@@ -174,9 +183,12 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         },
         "RunShards": {
             "Type": "Map",
-            "Comment": "Every shard of the stage, at most max_parallel at once (0: all; an inline Map runs at most 40 at once, "
-            "and relevo_core.plan_limits refuses a stage that would ask more), each through the per-stage states. With "
-            "fail_fast a shard's failure fails the Map (Catch: StopShards); without, a failed shard's output is {failed: its index, error}.",
+            "Comment": "Every shard of the stage, at most max_parallel at once (0: all; an inline Map runs "
+            "at most 40 at once, "
+            "and relevo_core.plan_limits refuses a stage that would ask more), each through the per-stage "
+            "states. With "
+            "fail_fast a shard's failure fails the Map (Catch: StopShards); without, a failed shard's "
+            "output is {failed: its index, error}.",
             "ItemsPath": "$.stage.shards.items",
             "MaxConcurrencyPath": "$.stage.shards.max_parallel",
             "ItemSelector": _iteration_input(STAGE_AS_SHARD),
@@ -217,7 +229,8 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         },
         "ShardsWarned": {
             "Type": "Pass",
-            "Comment": "Every shard succeeded, some with warnings: the stage ends `warning`, as a stage without shards whose "
+            "Comment": "Every shard succeeded, some with warnings: the stage ends `warning`, as a stage "
+            "without shards whose "
             "agent said so (the job view and the commit status read it).",
             "Result": StageStatus.WARNING.value,
             "ResultPath": "$.shard_results.status",
@@ -225,10 +238,14 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         },
         "SummarizeShardFailures": {
             "Type": "Pass",
-            "Comment": "fail_fast false: every shard ended and some failed. The stage's failure is a summary of a bounded size "
-            "whatever the shards' causes: its failed shards (45 at most), the first one's error class, and where each failed "
-            "shard's own failure is (its record: last_error, attempts_log), which the dead-letter view and the job view read. "
-            "A failure listing every shard's cause would pass Step Functions' quotas: a cause of 32,768 characters at most, a "
+            "Comment": "fail_fast false: every shard ended and some failed. The stage's failure is a "
+            "summary of a bounded size "
+            "whatever the shards' causes: its failed shards (45 at most), the first one's error class, and "
+            "where each failed "
+            "shard's own failure is (its record: last_error, attempts_log), which the dead-letter view and "
+            "the job view read. "
+            "A failure listing every shard's cause would pass Step Functions' quotas: a cause of 32,768 "
+            "characters at most, a "
             "state of 256 KiB (States.DataLimitExceeded, which no Catch takes; relevo_core.plan_limits).",
             "Parameters": {
                 "stage.$": "$.stage.name",
@@ -239,7 +256,8 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
                 "first_failed_shard.$": "States.ArrayGetItem($.shard_results.failed, 0)",
                 "error_class.$": "States.ArrayGetItem($.shard_results.errors, 0)",
                 "reason.$": "States.Format('{} of {} shards failed, the first (shard {}) with {}', "
-                "States.ArrayLength($.shard_results.failed), $.stage.shards.count, States.ArrayGetItem($.shard_results.failed, 0), "
+                "States.ArrayLength($.shard_results.failed), $.stage.shards.count, "
+                "States.ArrayGetItem($.shard_results.failed, 0), "
                 "States.ArrayGetItem($.shard_results.errors, 0))",
                 "shard_failures": SHARD_FAILURES_WHERE,
             },
@@ -279,14 +297,16 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
                     )
                 },
             ],
-            comment="Every shard succeeded (some perhaps with warnings): the stage's record and the job's last successful stage, "
+            comment="Every shard succeeded (some perhaps with warnings): the stage's record and the job's "
+            "last successful stage, "
             "written here once the stage as a whole succeeded, in one transaction. Neither "
             "update has a condition, so a cancellation is a conflict (or a throttle) and is retried.",
             next_state="ShardsSucceeded",
         ),
         "ShardsSucceeded": {
             "Type": "Pass",
-            "Comment": "The stage's outcome, as the job's end reads it (stage_outcomes): its name, its status (`warning` when a "
+            "Comment": "The stage's outcome, as the job's end reads it (stage_outcomes): its name, its "
+            "status (`warning` when a "
             "shard's was), its shard count and each shard's output in shard order (its agent's answer).",
             "Parameters": {
                 "stage.$": "$.stage.name",
@@ -298,7 +318,8 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         },
         "StopShards": {
             "Type": "Map",
-            "Comment": "The stage failed: every shard that has not ended is stopped (see StopShard), all at once.",
+            "Comment": "The stage failed: every shard that has not ended is stopped (see StopShard), all at "
+            "once.",
             "ItemsPath": "$.stage.shards.items",
             "ItemSelector": {"job_id.$": "$.job_id", "ttl.$": "$.ttl", "stage.$": "$$.Map.Item.Value"},
             "ItemProcessor": {
@@ -311,10 +332,12 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         },
         "MarkShardedStageFailed": {
             "Type": "Task",
-            "Comment": "The stage's own record ends failed and closed, with the failure that ended it (which names its shards).",
+            "Comment": "The stage's own record ends failed and closed, with the failure that ended it "
+            "(which names its shards).",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
             "Parameters": _stage_record(
-                "SET #status = :failed, ended_at = :now, closed_at = :now, last_error = :error, failed_shards = :cause, "
+                "SET #status = :failed, ended_at = :now, closed_at = :now, last_error = :error, "
+                "failed_shards = :cause, "
                 "last_writer = :writer",
                 {
                     ":failed": {"S": StageStatus.FAILED.value},
@@ -329,7 +352,8 @@ def fan_out(on_gate: str, shard_start: str, shard_states: States) -> States:
         },
         "RecordLastSuccessBeforeShards": {
             "Type": "Task",
-            "Comment": "As RecordLastSuccess for a stage without shards: the job's last successful stage, should it end here.",
+            "Comment": "As RecordLastSuccess for a stage without shards: the job's last successful stage, "
+            "should it end here.",
             "Resource": "arn:aws:states:::dynamodb:updateItem",
             "Parameters": update(
                 job_key(),

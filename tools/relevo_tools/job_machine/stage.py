@@ -24,8 +24,10 @@ def stage_states(shard: bool = False) -> tuple[str, States]:
         states |= dispatch(gate="ClosedBeforeDispatch", shard=True)
         states["ClosedBeforeDispatch"] = {
             "Type": "Pass",
-            "Comment": "The shard's record was closed before its dispatch: a sibling's failure stopped it, or a redrive carried it "
-            "over as succeeded from the job it resumes (relevo_core.store.carried_shards). Its output says so, small: the "
+            "Comment": "The shard's record was closed before its dispatch: a sibling's failure stopped it, "
+            "or a redrive carried it "
+            "over as succeeded from the job it resumes (relevo_core.store.carried_shards). Its output says "
+            "so, small: the "
             "fan-out keeps every shard's.",
             "Parameters": {"shard.$": "$.stage.shard", "dispatched": False},
             "End": True,
@@ -45,7 +47,8 @@ def run_stages(next_state: str, on_failure: str) -> State:
     start, states = stage_states()
     return {
         "Type": "Map",
-        "Comment": "Stages run strictly in plan order. Each iteration's output is what its agent answered (a resolved manual "
+        "Comment": "Stages run strictly in plan order. Each iteration's output is what its agent answered "
+        "(a resolved manual "
         "review: its claim), kept as $.stage_outcomes for the job's end.",
         "ItemsPath": "$.stages",
         "MaxConcurrency": 1,

@@ -180,7 +180,8 @@ def read_stack(name: str, aws: Any, endpoint_url: str | None = None) -> StackInf
     missing = [key for key in REQUIRED_OUTPUTS if key not in outputs]
     if missing:
         raise StackProblem(
-            f"stack {name!r} has no output {', '.join(missing)}: is it a Relevo stack, deployed from this version's template.yaml?"
+            f"stack {name!r} has no output {', '.join(missing)}: is it a Relevo stack, deployed from this "
+            "version's template.yaml?"
         )
     resources: dict[str, str | None] = {}
     for page in cloudformation.get_paginator("list_stack_resources").paginate(StackName=name):

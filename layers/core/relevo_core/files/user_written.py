@@ -167,7 +167,8 @@ def mistakes_of(
         if error["type"] == "too_short" and any(
             len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc for other in errors
         ):
-            continue  # "at least 1 item": pydantic counts only the items that validated, so a bad item says it too
+            # "at least 1 item": pydantic counts only the items that validated, so a bad item says it too.
+            continue
         # A model-wide check (loc empty) names its fields in its message and has no line of its own.
         mistakes.append(
             FileMistake(

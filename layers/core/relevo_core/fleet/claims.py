@@ -77,7 +77,8 @@ def _known_region(settings: AgentSessionsSettings, region: str) -> None:
 def _not_dispatched_here(request: ClaimRequest | SessionRequest, region: str) -> RelevoError:
     return RelevoError(
         ErrorCode.DISPATCH_NOT_FOUND,
-        f"{request.job_id} stage {request.stage_index} attempt {request.attempt} was not dispatched to region {region!r} under this key",
+        f"{request.job_id} stage {request.stage_index} attempt {request.attempt} was not dispatched to "
+        f"region {region!r} under this key",
     )
 
 
@@ -265,7 +266,8 @@ def _refuse_unless_mine(request: AttemptRequest, on_record: stage_claims.ClaimOn
     if not mine:
         raise RelevoError(
             ErrorCode.ATTEMPT_NOT_HELD,
-            f"{request.job_id} stage {request.stage_index} attempt {request.attempt} is not held by this claim",
+            f"{request.job_id} stage {request.stage_index} attempt {request.attempt} is not held by this "
+            "claim",
         )
 
 
@@ -321,7 +323,8 @@ def renew_session(
     if gate is not None and gate > request.stage_index:
         raise RelevoError(
             ErrorCode.ATTEMPT_ENDED,
-            f"{request.job_id} waits for approval before stage {record.get('waiting_stage')}, past stage {request.stage_index}",
+            f"{request.job_id} waits for approval before stage {record.get('waiting_stage')}, past stage "
+            f"{request.stage_index}",
             status=on_record.status,
         )
     session = job_credentials.mint(
@@ -370,7 +373,8 @@ def _this_attempts_token(request: AttemptRequest, token: task_tokens.RunToken | 
     if token is None or (token.agent_id, token.attempt) != (request.agent_id, request.attempt):
         raise RelevoError(
             ErrorCode.RUN_NOT_HANDED,
-            f"{request.job_id} stage {request.stage_index} attempt {request.attempt} was not handed a run token: the state machine "
+            f"{request.job_id} stage {request.stage_index} attempt {request.attempt} was not handed a run "
+            "token: the state machine "
             "did not take this claim, and its timeouts decide the attempt",
         )
     return token.token
@@ -379,7 +383,8 @@ def _this_attempts_token(request: AttemptRequest, token: task_tokens.RunToken | 
 def _task_gone(request: AttemptRequest, gone: TaskGone) -> RelevoError:
     return RelevoError(
         ErrorCode.TASK_GONE,
-        f"the execution no longer waits for {request.job_id} stage {request.stage_index} attempt {request.attempt} ({gone})",
+        f"the execution no longer waits for {request.job_id} stage {request.stage_index} attempt "
+        f"{request.attempt} ({gone})",
     )
 
 
@@ -445,7 +450,8 @@ def report_outcome(
     except stage_attempts.LeaseLost as lost:
         raise RelevoError(
             ErrorCode.ATTEMPT_ENDED,
-            f"{request.job_id} stage {request.stage_index} attempt {request.attempt} can no longer be reported: it is "
+            f"{request.job_id} stage {request.stage_index} attempt {request.attempt} can no longer be "
+            "reported: it is "
             f"{lost.item.get('status')} (attempt {lost.item.get('attempt')}, {lost.item.get('agent_id')})",
             status=lost.item.get("status"),
         ) from None

@@ -111,8 +111,11 @@ def infeasible_lease(lease_ttl_sec: int, max_clock_skew_sec: float = MAX_CLOCK_S
         ")" if lease_ttl_sec <= 3 * RENEW_INTERVAL_MAX_SEC else f", at most {RENEW_INTERVAL_MAX_SEC:g} s)"
     )
     return (
-        f"a lease of {lease_ttl_sec} s leaves no renewal before the fence: an agent renews {every} and fences itself "
-        f"{max_clock_skew_sec:g} s before the lease ends{default}, at {round(timeline.fence_after_sec, 2):g} s; "
-        f"no agent with {'the default' if default.startswith(' (the default') else 'that'} allowed skew would take a stage: "
+        f"a lease of {lease_ttl_sec} s leaves no renewal before the fence: an agent renews {every} and "
+        "fences itself "
+        f"{max_clock_skew_sec:g} s before the lease ends{default}, at "
+        f"{round(timeline.fence_after_sec, 2):g} s; "
+        f"no agent with {'the default' if default.startswith(' (the default') else 'that'} allowed skew "
+        "would take a stage: "
         f"use {shortest_feasible_lease_sec(max_clock_skew_sec)} s or more"
     )

@@ -27,7 +27,8 @@ def _require_admin(settings: QueueSettings, caller: str) -> None:
     if not is_admin(settings, caller):
         raise RelevoError(
             ErrorCode.FORBIDDEN,
-            f"{caller} may not pause or resume agents: fleet operations need one of the stack's AdminPrincipals",
+            f"{caller} may not pause or resume agents: fleet operations need one of the stack's "
+            "AdminPrincipals",
         )
 
 
@@ -47,7 +48,8 @@ def _agent_region(settings: QueueSettings, agent_id: str, region: str | None) ->
     if found is None:
         raise RelevoError(
             ErrorCode.AGENT_NOT_FOUND,
-            f"no agent {agent_id!r} has a presence record in {list(settings.regions)}; name its region to pause it before it starts",
+            f"no agent {agent_id!r} has a presence record in {list(settings.regions)}; name its region to "
+            "pause it before it starts",
         )
     return found.region
 

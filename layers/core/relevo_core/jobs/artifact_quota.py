@@ -231,7 +231,8 @@ def enforce(table: str, project_id: str, now: datetime, delete_object: DeleteObj
     if live_over:
         if artifact_usage.note_live_over_bound(table, project_id, now):
             log.warning(
-                "project %s: %d bytes of artifacts, over artifact.max_total_bytes %d, all of live jobs (never removed)",
+                "project %s: %d bytes of artifacts, over artifact.max_total_bytes %d, all of live jobs "
+                "(never removed)",
                 project_id,
                 total,
                 bound,

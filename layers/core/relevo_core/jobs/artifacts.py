@@ -77,7 +77,8 @@ def find_artifact(
         shards = sorted(record.shard for record in matches if record.shard is not None)
         raise RelevoError(
             ErrorCode.ARTIFACT_AMBIGUOUS,
-            f"shards {', '.join(str(k) for k in shards)} of stage {stages[0]!r} each left {name!r}: name one with ?shard=",
+            f"shards {', '.join(str(k) for k in shards)} of stage {stages[0]!r} each left {name!r}: name "
+            "one with ?shard=",
             stages=stages,
             shards=shards,
         )
@@ -91,7 +92,8 @@ def artifact_link(
     if record.removed_at is not None:
         raise RelevoError(
             ErrorCode.ARTIFACT_REMOVED,
-            f"artifact {record.path!r} of job {job_id} stage {_where(record)!r} was removed by {record.removed_reason} at {record.removed_at}",
+            f"artifact {record.path!r} of job {job_id} stage {_where(record)!r} was removed by "
+            f"{record.removed_reason} at {record.removed_at}",
             removed_at=record.removed_at,
             removed_reason=record.removed_reason,
         )

@@ -111,7 +111,8 @@ class JobContext:
                     ErrorCode.COMMITS_DIFFER,
                     f"the shards of stage {stage.name} checked out {self.envelope.ref} at different commits "
                     f"({', '.join(f'shard {index} {commit}' for index, commit in by_shard.items())}): "
-                    f"the branch moved between their checkouts, so job {self.envelope.job_id} has no one commit to build; "
+                    f"the branch moved between their checkouts, so job {self.envelope.job_id} has no one "
+                    "commit to build; "
                     "run it again, or name the commit",
                     stage=stage.name,
                     commits={str(index): commit for index, commit in by_shard.items()},
@@ -254,8 +255,10 @@ def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]
         if removed:
             raise RelevoError(
                 ErrorCode.HANDOFF_EXPIRED,
-                f"stage {stage.label} of {stage.job_id} handed on files that artifact.max_total_bytes removed on "
-                f"{removed[0].removed_at}: a rerun from a later stage cannot restore them; rerun from {stage.name} or earlier",
+                f"stage {stage.label} of {stage.job_id} handed on files that artifact.max_total_bytes "
+                "removed on "
+                f"{removed[0].removed_at}: a rerun from a later stage cannot restore them; rerun from "
+                f"{stage.name} or earlier",
                 stage=stage.name,
                 job_id=stage.job_id,
                 removed_at=removed[0].removed_at,
@@ -274,8 +277,10 @@ def require_handoffs_stored(table: str, previous_job_id: str, skipped: list[str]
             if error_code(exc) in gone:
                 raise RelevoError(
                     ErrorCode.HANDOFF_EXPIRED,
-                    f"stage {stage.label} of {stage.job_id} handed on files stored {stage.handoff.stored_at[:10]} that have expired "
-                    f"(the stack's ArtifactRetentionDays): a rerun from a later stage cannot restore them; rerun from {stage.name} or earlier",
+                    f"stage {stage.label} of {stage.job_id} handed on files stored "
+                    f"{stage.handoff.stored_at[:10]} that have expired "
+                    "(the stack's ArtifactRetentionDays): a rerun from a later stage cannot restore them; "
+                    f"rerun from {stage.name} or earlier",
                     stage=stage.name,
                     job_id=stage.job_id,
                     stored_at=stage.handoff.stored_at,

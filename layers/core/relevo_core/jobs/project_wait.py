@@ -18,7 +18,8 @@ from relevo_core.store.locks import approval_gate
 
 def gate_words(gate: Mapping[str, Any]) -> str:
     return (
-        f"job {gate['job_id']} of its project waits for approval before {gate['stage']} since {gate['since']}: this one "
+        f"job {gate['job_id']} of its project waits for approval before {gate['stage']} since "
+        f"{gate['since']}: this one "
         "starts when that one ends, and its queue_timeout_sec does not run meanwhile"
     )
 

@@ -76,7 +76,8 @@ class ErrorCode(str, Enum):
     # branch moved between their checkouts): the job has no one commit to build or rerun.
     COMMITS_DIFFER = "COMMITS_DIFFER"
     # A record an agent wrote names a location that is not one of its job's objects (another
-    # job's or project's, another bucket, a path trick): nothing is done with it (relevo_core.models.job_objects).
+    # job's or project's, another bucket, a path trick): nothing is done with it
+    # (relevo_core.models.job_objects).
     LOCATION_OUTSIDE_JOB = "LOCATION_OUTSIDE_JOB"
 
 

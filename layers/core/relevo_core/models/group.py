@@ -43,14 +43,16 @@ class Channel(BaseModel):
         default=None,
         pattern=CHANNEL_SECRET,
         max_length=512,
-        description="slack: Secrets Manager name of the incoming webhook URL (the URL is itself a secret), under "
+        description="slack: Secrets Manager name of the incoming webhook URL (the URL is itself a secret), "
+        "under "
         "relevo/<stack>/_notify/ (no project id starts with _).",
     )
     addresses: tuple[Annotated[str, Field(pattern=EMAIL, max_length=320)], ...] | None = Field(
         default=None,
         min_length=1,
         max_length=20,
-        description="email: each address gets an SNS email subscription of the group (it confirms it from the mail SNS sends).",
+        description="email: each address gets an SNS email subscription of the group (it confirms it from "
+        "the mail SNS sends).",
     )
 
     @model_validator(mode="after")
@@ -77,7 +79,8 @@ class Group(BaseModel):
     events: tuple[GroupEvent, ...] = Field(
         default=DEFAULT_EVENTS,
         min_length=1,
-        description="The events the group hears: job_waiting, job_failed, job_succeeded (opt-in), key_frozen, agents_offline.",
+        description="The events the group hears: job_waiting, job_failed, job_succeeded (opt-in), "
+        "key_frozen, agents_offline.",
     )
 
     @field_validator("events")

@@ -278,7 +278,8 @@ class HandoffSummary(BaseModel):
     stored_at: str
     cross_region_bytes: int | None = Field(
         0,
-        description="of uploaded_bytes, what crossed AWS regions (the Mac's network_region to the bucket's); None: the Mac's region is not known",
+        description="of uploaded_bytes, what crossed AWS regions (the Mac's network_region to the "
+        "bucket's); None: the Mac's region is not known",
     )
     seconds: float = 0
 

@@ -89,7 +89,8 @@ def object_key(home: JobPrefix, location: str, record: tuple[str, str]) -> str:
     log.warning("record %s %s: location %r %s (job prefix %s): refused", pk, sk, location, problem, home)
     raise RelevoError(
         ErrorCode.LOCATION_OUTSIDE_JOB,
-        f"record {pk} {sk} names a location that {problem}: it is not one of the job's objects ({home}), so nothing is done with it",
+        f"record {pk} {sk} names a location that {problem}: it is not one of the job's objects ({home}), so "
+        "nothing is done with it",
         pk=pk,
         sk=sk,
     )
@@ -107,7 +108,8 @@ def expected_key(home: JobPrefix, location: str, derived: str, record: tuple[str
         )
         raise RelevoError(
             ErrorCode.LOCATION_OUTSIDE_JOB,
-            f"record {pk} {sk} names {location!r}, not the object its name gives ({home.uri(derived)}): nothing is done with it",
+            f"record {pk} {sk} names {location!r}, not the object its name gives ({home.uri(derived)}): "
+            "nothing is done with it",
             pk=pk,
             sk=sk,
         )

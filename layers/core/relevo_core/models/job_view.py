@@ -17,11 +17,13 @@ class ShardView(BaseModel):
 
     shard: int = Field(description="the shard's index, 0-based (RELEVO_SHARD_INDEX)")
     label: str = Field(
-        description="how views and logs name it: its matrix combination (`device=iPhone 16, os=18.2`), else its index"
+        description="how views and logs name it: its matrix combination (`device=iPhone 16, os=18.2`), else "
+        "its index"
     )
     matrix: dict[str, str] = Field({}, description="a matrix shard's values, by key (RELEVO_MATRIX_<KEY>)")
     status: str = Field(
-        description="a stage-attempt status; pending until the shard is dispatched, canceled when a sibling failed (fail_fast)"
+        description="a stage-attempt status; pending until the shard is dispatched, canceled when a sibling "
+        "failed (fail_fast)"
     )
     attempt: int | None = None
     dispatched_attempt: int | None = None
@@ -38,15 +40,18 @@ class ShardView(BaseModel):
     last_writer: str | None = None
     reconciled: dict[str, Any] | None = Field(
         None,
-        description="the shard's latest reconciliation: attempt, agent_id, decision, evidence (probe_exit, previous_attempt, why), at",
+        description="the shard's latest reconciliation: attempt, agent_id, decision, evidence (probe_exit, "
+        "previous_attempt, why), at",
     )
     outputs: dict[str, str] = Field(
         {},
-        description="the values the shard wrote to $RELEVO_OUTPUT (later stages get RELEVO_OUT_<STAGE>_SHARD<k>_<KEY>)",
+        description="the values the shard wrote to $RELEVO_OUTPUT (later stages get "
+        "RELEVO_OUT_<STAGE>_SHARD<k>_<KEY>)",
     )
     handoff: dict[str, Any] | None = Field(
         None,
-        description="what the shard handed on and what its Mac restored before its command, as a stage's `handoff`",
+        description="what the shard handed on and what its Mac restored before its command, as a stage's "
+        "`handoff`",
     )
 
 
@@ -91,24 +96,29 @@ class StageView(BaseModel):
     )
     outputs: dict[str, str] = Field(
         {},
-        description="the values the stage wrote to $RELEVO_OUTPUT (later stages get RELEVO_OUT_<STAGE>_<KEY>)",
+        description="the values the stage wrote to $RELEVO_OUTPUT (later stages get "
+        "RELEVO_OUT_<STAGE>_<KEY>)",
     )
     handoff: dict[str, Any] | None = Field(
         None,
-        description="what the stage handed on (files, bytes, digest, uploaded_bytes, manifest) and what its Mac restored before "
+        description="what the stage handed on (files, bytes, digest, uploaded_bytes, manifest) and what its "
+        "Mac restored before "
         "its command (restored_bytes: downloaded; 0 when the files were already there); docs/handoff.md",
     )
     warning: str | None = Field(
         None,
-        description="a `warning` stage: what made it one (a warning exit code, lines marked ::warning::), in a sentence",
+        description="a `warning` stage: what made it one (a warning exit code, lines marked ::warning::), "
+        "in a sentence",
     )
     shards: list[ShardView] = Field(
         [],
-        description="a stage with shards: each shard's own attempt, in shard order (empty for a stage without shards)",
+        description="a stage with shards: each shard's own attempt, in shard order (empty for a stage "
+        "without shards)",
     )
     failed_shards: list[int] = Field(
         [],
-        description="a stage with shards: the shards that failed, in shard order (its error_class: the class the stage failed with)",
+        description="a stage with shards: the shards that failed, in shard order (its error_class: the "
+        "class the stage failed with)",
     )
 
 
@@ -133,7 +143,8 @@ class JobView(BaseModel):
     commit: str | None = None
     commit_source: str | None = Field(
         None,
-        description="trigger: the trigger named the commit; checkout: the job's first checkout resolved its ref",
+        description="trigger: the trigger named the commit; checkout: the job's first checkout resolved its "
+        "ref",
     )
     region_affinity: str
     priority: int
@@ -144,8 +155,10 @@ class JobView(BaseModel):
     current_stage: str | None = None
     queue_reason: str | None = Field(
         None,
-        description="why a queued job, or a dispatched stage, waits: project_running (another job of its project runs), "
-        "project_waiting_for_approval (the job of its project ahead of it waits at its approval gate: waiting_behind), "
+        description="why a queued job, or a dispatched stage, waits: project_running (another job of its "
+        "project runs), "
+        "project_waiting_for_approval (the job of its project ahead of it waits at its approval gate: "
+        "waiting_behind), "
         "agent_offline, agent_busy, agent_paused, no_matching_agent, agent_low_disk",
     )
     queue_detail: str | None = Field(
@@ -157,7 +170,8 @@ class JobView(BaseModel):
     )
     waiting_shards: list[dict[str, Any]] = Field(
         [],
-        description="the shards dispatched and not claimed yet, each with why it waits: {stage, shard, attempt, queue_reason, queue_detail}",
+        description="the shards dispatched and not claimed yet, each with why it waits: {stage, shard, "
+        "attempt, queue_reason, queue_detail}",
     )
     held_reason: str | None = None
     waiting_stage: str | None = None

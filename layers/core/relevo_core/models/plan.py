@@ -59,16 +59,19 @@ class RetryPolicy(_Frozen):
 
     transient_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = Field(
         default=(EX_TEMPFAIL,),
-        description="Exit codes that are transient (Relevo.Transient.ExitCode, retried). Any other non-zero exit "
+        description="Exit codes that are transient (Relevo.Transient.ExitCode, retried). Any other non-zero "
+        "exit "
         "fails the job at once (Relevo.Fatal.ExitCode). Default: 75 (EX_TEMPFAIL).",
     )
     output_rules: tuple[OutputRule, ...] = Field(
         default=(),
-        description="Patterns over a failed attempt's output that name its error class; the first match wins.",
+        description="Patterns over a failed attempt's output that name its error class; the first match "
+        "wins.",
     )
     attempts: dict[ErrorClass, Attempts] = Field(
         default_factory=dict,
-        description="Attempts (1 to 5) per retryable error class, e.g. Relevo.Lease.Expired: 5; a class not named "
+        description="Attempts (1 to 5) per retryable error class, e.g. Relevo.Lease.Expired: 5; a class not "
+        "named "
         "gets default_attempts. Non-retryable classes always get one.",
     )
     default_attempts: Attempts = Field(
@@ -80,7 +83,8 @@ class RetryPolicy(_Frozen):
         default=2,
         ge=0,
         le=600,
-        description="After attempt n the next waits a random time below min(max_delay_sec, backoff_base_sec × 2^(n-1)) "
+        description="After attempt n the next waits a random time below min(max_delay_sec, backoff_base_sec "
+        "× 2^(n-1)) "
         "(exponential backoff, full jitter); 0: no wait.",
     )
     max_delay_sec: int = Field(
@@ -114,13 +118,15 @@ class SigningIdentity(_Frozen):
         max_length=512,
         pattern=SIGNING_SECRET,
         description="Secrets Manager name of the identity's PKCS#12 (.p12) file, stored as SecretBinary "
-        "(`aws secretsmanager create-secret --secret-binary fileb://identity.p12`; a SecretString is refused), under "
+        "(`aws secretsmanager create-secret --secret-binary fileb://identity.p12`; a SecretString is "
+        "refused), under "
         "relevo/<stack>/_signing/<region_affinity>/<project>/.",
     )
     passphrase_ref: str = Field(
         max_length=512,
         pattern=SIGNING_SECRET,
-        description="Secrets Manager name of the .p12's passphrase (SecretString, the passphrase itself, one line), "
+        description="Secrets Manager name of the .p12's passphrase (SecretString, the passphrase itself, "
+        "one line), "
         "under the same prefix.",
     )
 
@@ -130,12 +136,18 @@ class SigningPlan(_Frozen):
 
     keychain: Literal["temporary"] = Field(
         description="temporary: before each stage of the job the agent creates a keychain of its own under "
-        "<workspace_root>/.relevo-keychains with a random password, imports the identities (codesign may use their "
-        "keys without a GUI prompt: key partition list apple-tool:,apple:,codesign:), unlocks it, puts it first on "
-        "the user's keychain search list and gives the stage its path as RELEVO_KEYCHAIN; after the stage, on every "
-        "ending, it takes it off the search list and deletes it. While such a stage runs, the agent runs no other "
-        "stage (the search list is the user's, not the process's). An agent that is not on macOS, or that runs stages "
-        "as a build user (run_as), fails the stage with Relevo.Fatal.KeychainUnsupported; a keychain that cannot be "
+        "<workspace_root>/.relevo-keychains with a random password, imports the identities (codesign may "
+        "use their "
+        "keys without a GUI prompt: key partition list apple-tool:,apple:,codesign:), unlocks it, puts it "
+        "first on "
+        "the user's keychain search list and gives the stage its path as RELEVO_KEYCHAIN; after the stage, "
+        "on every "
+        "ending, it takes it off the search list and deletes it. While such a stage runs, the agent runs no "
+        "other "
+        "stage (the search list is the user's, not the process's). An agent that is not on macOS, or that "
+        "runs stages "
+        "as a build user (run_as), fails the stage with Relevo.Fatal.KeychainUnsupported; a keychain that "
+        "cannot be "
         "made fails it with Relevo.Fatal.Keychain."
     )
     identities: tuple[SigningIdentity, ...] = Field(
@@ -171,16 +183,19 @@ class CheckoutPlan(_Frozen):
     url: str = Field(
         min_length=1,
         max_length=1024,
-        description="The repository: https://…, ssh://… or git@host:owner/repo.git, file://… or an absolute path "
+        description="The repository: https://…, ssh://… or git@host:owner/repo.git, file://… or an absolute "
+        "path "
         "(a mirror on the Mac, tests). Never with credentials in it: those go in credentials_ref.",
     )
     credentials_ref: str | None = Field(
         default=None,
         max_length=512,
         pattern=GIT_SECRET,
-        description="Secrets Manager name of the credentials, under relevo/<stack>/_git/<project>/: for https a "
+        description="Secrets Manager name of the credentials, under relevo/<stack>/_git/<project>/: for "
+        "https a "
         'token (the SecretString itself, or JSON {"username", "password"}), for ssh JSON {"ssh_private_key", '
-        "\"known_hosts\"}. Only the agent's git processes get them: never the stage's environment, its log, the "
+        "\"known_hosts\"}. Only the agent's git processes get them: never the stage's environment, its log, "
+        "the "
         "workspace or .git/config. Default: none (a public or local repository).",
     )
     submodules: bool = Field(
@@ -194,12 +209,15 @@ class CheckoutPlan(_Frozen):
         ge=10,
         le=7200,
         description="The longest the fetch may take (whatever the network does; then the stage fails "
-        "Relevo.Transient.NetworkTimeout and is retried). The whole checkout also counts against the stage's exec_timeout_sec.",
+        "Relevo.Transient.NetworkTimeout and is retried). The whole checkout also counts against the "
+        "stage's exec_timeout_sec.",
     )
     clean: bool = Field(
         default=True,
-        description="git clean -ffdx after the checkout: nothing of an earlier job (build products, untracked files, "
-        "ignored files) stays in the workspace. false keeps them, for tools with a warm cache of their own (DerivedData "
+        description="git clean -ffdx after the checkout: nothing of an earlier job (build products, "
+        "untracked files, "
+        "ignored files) stays in the workspace. false keeps them, for tools with a warm cache of their own "
+        "(DerivedData "
         "inside the workspace); leftovers then may reach a later job.",
     )
 
@@ -274,7 +292,8 @@ def check_fan_out(
     on its own paths: two that hand on one path differently fail the stage that restores them.)"""
     if parallel is not None and matrix is not None:
         raise ValueError(
-            "parallel and matrix are exclusive: a matrix already runs one shard per combination; keep one of them"
+            "parallel and matrix are exclusive: a matrix already runs one shard per combination; keep one "
+            "of them"
         )
     if parallel is None and matrix is None:
         extra = [
@@ -355,7 +374,8 @@ class StagePlan(_Frozen):
 
     @property
     def stops_siblings(self) -> bool:
-        """fail_fast, true unless the project said false: the first shard failing for good stops the others."""
+        """fail_fast, true unless the project said false: the first shard failing for good stops the
+        others."""
         return self.fail_fast is not False
 
     def shards(self) -> list[Shard]:
@@ -376,7 +396,8 @@ class ApprovalSettings(_Frozen):
 
     enabled: bool = Field(
         default=False,
-        description="Ask before the gated stage: the job becomes waiting, and nothing of that stage runs until "
+        description="Ask before the gated stage: the job becomes waiting, and nothing of that stage runs "
+        "until "
         "`relevo job approve JOB`; `relevo job reject JOB --reason …` fails it (Relevo.Approval.Rejected).",
     )
     before: str | None = Field(
@@ -390,13 +411,15 @@ class ApprovalSettings(_Frozen):
         default=0,
         ge=0,
         le=MAX_APPROVAL_TIMEOUT_SEC // 60,
-        description="The same wait in whole minutes (0: 24 hours), kept for older project files; timeout_sec wins when both are set.",
+        description="The same wait in whole minutes (0: 24 hours), kept for older project files; "
+        "timeout_sec wins when both are set.",
     )
     timeout_sec: int | None = Field(
         default=None,
         ge=1,
         le=MAX_APPROVAL_TIMEOUT_SEC,
-        description="How long the gate waits for an answer, in seconds (default 86400, 24 hours); then the job fails "
+        description="How long the gate waits for an answer, in seconds (default 86400, 24 hours); then the "
+        "job fails "
         "with Relevo.Approval.Timeout.",
     )
 

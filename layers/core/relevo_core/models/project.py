@@ -41,18 +41,21 @@ class Project(RunPlanMixin):
 
     id: str = Field(
         pattern=PROJECT_ID,
-        description="The project's id: lowercase letters, digits and -, at most 63. It names the project in every "
+        description="The project's id: lowercase letters, digits and -, at most 63. It names the project in "
+        "every "
         "command, in its webhook URL (/webhooks/github/<id>) and in its secrets' names.",
     )
     repo: str = Field(
         pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$",
-        description="The Git repository as its webhooks name it (owner/name; GitLab: group/…/name). Deliveries from "
+        description="The Git repository as its webhooks name it (owner/name; GitLab: group/…/name). "
+        "Deliveries from "
         "another repository are ignored.",
     )
     group: str | None = Field(
         default=None,
         pattern=PROJECT_ID,
-        description="The project group it belongs to (lowercase letters, digits and -): the console's run page and "
+        description="The project group it belongs to (lowercase letters, digits and -): the console's run "
+        "page and "
         "`GET /jobs?group=` filter by it, and a group's notification channels serve every project in it.",
     )
     default_ref: str = Field(
@@ -63,33 +66,41 @@ class Project(RunPlanMixin):
     )
     region_affinity: str = Field(
         pattern=REGION_AFFINITY,
-        description="Which Macs run the stages: the agents of this region affinity, one of the stack's RegionAffinities "
-        "(`relevo project apply` refuses one the stack has no work queue for). A name of the fleet's own (eu-west, "
-        "office-berlin), not an AWS region: the stack's AWS region (eu-west-1) holds every region affinity's work queue.",
+        description="Which Macs run the stages: the agents of this region affinity, one of the stack's "
+        "RegionAffinities "
+        "(`relevo project apply` refuses one the stack has no work queue for). A name of the fleet's own "
+        "(eu-west, "
+        "office-berlin), not an AWS region: the stack's AWS region (eu-west-1) holds every region "
+        "affinity's work queue.",
     )
     priority: int = Field(
         default=0,
         ge=-1_000_000,
         le=1_000_000,
-        description="Priority of the project's webhook and schedule jobs; higher runs first (relevo project run defaults to 10, the API to 0).",
+        description="Priority of the project's webhook and schedule jobs; higher runs first (relevo project "
+        "run defaults to 10, the API to 0).",
     )
     stages: tuple[ProjectStage, ...] = Field(
         min_length=1,
-        description="The stages (1 to 32, more is refused as PLAN_TOO_LARGE), run one after another, each on one agent of the region.",
+        description="The stages (1 to 32, more is refused as PLAN_TOO_LARGE), run one after another, each "
+        "on one agent of the region.",
     )
     queue_timeout_sec: int = Field(
         default=900,
         ge=1,
         le=MAX_QUEUE_TIMEOUT_SEC,
-        description="How long a stage waits on the region's queue for an agent to claim it, and a job for its "
-        "project's lock while another job of the project runs (not while that job waits at its approval gate); then the "
+        description="How long a stage waits on the region's queue for an agent to claim it, and a job for "
+        "its "
+        "project's lock while another job of the project runs (not while that job waits at its approval "
+        "gate); then the "
         "attempt fails with Relevo.Timeout.Queue.",
     )
     lease_ttl_sec: int = Field(
         default=60,
         ge=3,
         le=3600,
-        description="The lease an agent holds on a stage it runs, renewed every lease/3; when it lapses (the agent "
+        description="The lease an agent holds on a stage it runs, renewed every lease/3; when it lapses "
+        "(the agent "
         "died or lost the network) the attempt fails with Relevo.Lease.Expired and is retried.",
     )
     artifact: ArtifactLimits = Field(
@@ -99,23 +110,32 @@ class Project(RunPlanMixin):
         default=None,
         min_length=1,
         max_length=4096,
-        description="A command the agent runs in the project's workspace after its stages, between stages and never "
-        "during one (once the agent is idle), e.g. `rm -rf ~/Library/Developer/Xcode/DerivedData/*`; bounded by the "
+        description="A command the agent runs in the project's workspace after its stages, between stages "
+        "and never "
+        "during one (once the agent is idle), e.g. `rm -rf ~/Library/Developer/Xcode/DerivedData/*`; "
+        "bounded by the "
         "agent's cleanup_timeout_sec. Frozen into each job.",
     )
     signing: SigningPlan | None = Field(
         default=None,
-        description="Opt-in: a temporary signing keychain for each stage of the project's jobs, with the identities "
-        "named here imported from Secrets Manager (macOS agents only; see signing.keychain). Each ref must be under "
-        "relevo/<stack>/_signing/<region_affinity>/<id>/ of this project: the region's agents may read that and "
+        description="Opt-in: a temporary signing keychain for each stage of the project's jobs, with the "
+        "identities "
+        "named here imported from Secrets Manager (macOS agents only; see signing.keychain). Each ref must "
+        "be under "
+        "relevo/<stack>/_signing/<region_affinity>/<id>/ of this project: the region's agents may read that "
+        "and "
         "nothing wider. Frozen into each job. Default: none.",
     )
     checkout: CheckoutPlan | None = Field(
         default=None,
-        description="Opt-in: before each stage's command the agent makes the workspace the job's commit (a per-Mac "
-        "mirror, a bounded fetch, a forced checkout, git clean), so every stage, retry and rerun builds the same commit "
-        "even if the branch moves. The commit is the trigger's; else the first checkout resolves the ref and records "
-        "it on the job. Frozen into each job. Without it the workspace is whatever the agent's earlier stages left "
+        description="Opt-in: before each stage's command the agent makes the workspace the job's commit (a "
+        "per-Mac "
+        "mirror, a bounded fetch, a forced checkout, git clean), so every stage, retry and rerun builds the "
+        "same commit "
+        "even if the branch moves. The commit is the trigger's; else the first checkout resolves the ref "
+        "and records "
+        "it on the job. Frozen into each job. Without it the workspace is whatever the agent's earlier "
+        "stages left "
         "(RELEVO_COMMIT is then the trigger's commit, or empty). See docs/handoff.md.",
     )
     retry: RetryPolicy = Field(
@@ -126,17 +146,20 @@ class Project(RunPlanMixin):
     )
     webhook: WebhookSecrets = Field(
         default=WebhookSecrets(),
-        description="Where the webhook secrets are stored (references only; `relevo project apply` fills them in).",
+        description="Where the webhook secrets are stored (references only; `relevo project apply` fills "
+        "them in).",
     )
     dedup: dict[Literal["webhook", "schedule", "manual", "api", "retry"], DedupPolicy] = Field(
         default_factory=dict,
-        description="Per trigger source (webhook, schedule, manual, api, retry): how long the same work counts as "
+        description="Per trigger source (webhook, schedule, manual, api, retry): how long the same work "
+        "counts as "
         "one job, and what it does after that.",
     )
     schedules: tuple[ProjectSchedule, ...] = Field(
         default=(),
         max_length=32,
-        description="Timers that run the project (EventBridge Scheduler entries, kept by `relevo project apply`).",
+        description="Timers that run the project (EventBridge Scheduler entries, kept by `relevo project "
+        "apply`).",
     )
     commit_status: CommitStatusSettings | None = Field(
         default=None,
@@ -151,7 +174,8 @@ class Project(RunPlanMixin):
     )
     fork_pull_requests: ForkPolicy = Field(
         default=ForkPolicy.HOLD,
-        description="What a pull request from a fork does: hold (a held job, started by `relevo job release JOB`), "
+        description="What a pull request from a fork does: hold (a held job, started by `relevo job release "
+        "JOB`), "
         "ignore, or run (for trusted forks).",
     )
 
@@ -202,7 +226,8 @@ class Project(RunPlanMixin):
                 ref = getattr(identity, name)
                 if own not in ref:
                     raise ValueError(
-                        f"signing.identities[{index}].{name} {ref!r} is not under relevo/<stack>{own}: the agents of "
+                        f"signing.identities[{index}].{name} {ref!r} is not under relevo/<stack>{own}: the "
+                        "agents of "
                         f"region {self.region_affinity} may read only their own region's project identities"
                     )
         return self
@@ -212,7 +237,8 @@ class Project(RunPlanMixin):
         ref = self.checkout.credentials_ref if self.checkout else None
         if ref is not None and f"/_git/{self.id}/" not in ref:
             raise ValueError(
-                f"checkout.credentials_ref {ref!r} is not under relevo/<stack>/_git/{self.id}/: a project's git "
+                f"checkout.credentials_ref {ref!r} is not under relevo/<stack>/_git/{self.id}/: a project's "
+                "git "
                 "credentials live under its own id"
             )
         return self
@@ -224,7 +250,8 @@ class Project(RunPlanMixin):
             both = sorted(transient & set(stage.warning_exit_codes))
             if both:
                 raise ValueError(
-                    f"stages[{index}].warning_exit_codes: {', '.join(map(str, both))} also in retry.transient_exit_codes: "
+                    f"stages[{index}].warning_exit_codes: {', '.join(map(str, both))} also in "
+                    "retry.transient_exit_codes: "
                     "an exit code is either a warning (the job goes on) or transient (the stage is retried)"
                 )
         return self
@@ -243,7 +270,8 @@ class Project(RunPlanMixin):
                 other = seen.setdefault(name, stage.name)
                 if other != stage.name:
                     raise ValueError(
-                        f"stages {other} and {stage.name} would both hand on their values as RELEVO_OUT_{name}_…: rename one"
+                        f"stages {other} and {stage.name} would both hand on their values as "
+                        f"RELEVO_OUT_{name}_…: rename one"
                     )
         return self
 

@@ -34,7 +34,8 @@ def check_schedule_expression(expression: str) -> str:
             raise ValueError(f"{expression!r}: exactly one of day-of-month and day-of-week must be ?")
         return expression
     raise ValueError(
-        f"{expression!r} is neither rate(N minute|minutes|hour|hours|day|days) nor cron(min hour dom month dow year)"
+        f"{expression!r} is neither rate(N minute|minutes|hour|hours|day|days) nor cron(min hour dom month "
+        "dow year)"
     )
 
 
@@ -45,12 +46,14 @@ class ProjectSchedule(BaseModel):
 
     name: str = Field(
         pattern=r"^[a-z][a-z0-9-]{0,47}$",
-        description="Unique in the project, without '--'; the Scheduler entry is <project>--<name> (at most 64 characters).",
+        description="Unique in the project, without '--'; the Scheduler entry is <project>--<name> (at most "
+        "64 characters).",
     )
     expression: str = Field(
         min_length=1,
         max_length=256,
-        description="rate(N minute|minutes|hour|hours|day|days) or cron(minutes hours day-of-month month day-of-week "
+        description="rate(N minute|minutes|hour|hours|day|days) or cron(minutes hours day-of-month month "
+        "day-of-week "
         "year), as EventBridge Scheduler reads them. Locally only rate(…) schedules fire.",
     )
     ref: str | None = Field(

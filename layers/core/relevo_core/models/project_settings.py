@@ -20,16 +20,20 @@ class ArtifactLimits(BaseModel):
         default=None,
         ge=1,
         le=5 * 10**12,
-        description="The most one job's artifacts may total: a stage whose files would take the job past it fails "
+        description="The most one job's artifacts may total: a stage whose files would take the job past it "
+        "fails "
         "with Relevo.Fatal.ArtifactQuota before anything is uploaded. Default: no bound.",
     )
     max_total_bytes: int | None = Field(
         default=None,
         ge=1,
         le=10**15,
-        description="The most the project's stored artifacts may total: past it, the artifacts of the oldest ended jobs are "
-        "removed (their objects deleted, their records kept and marked removed by quota, each removal in the job's audit "
-        "trail) until the total is back within it. Artifacts of live jobs are never removed. Default: no bound.",
+        description="The most the project's stored artifacts may total: past it, the artifacts of the "
+        "oldest ended jobs are "
+        "removed (their objects deleted, their records kept and marked removed by quota, each removal in "
+        "the job's audit "
+        "trail) until the total is back within it. Artifacts of live jobs are never removed. Default: no "
+        "bound.",
     )
 
 
@@ -69,21 +73,25 @@ class CommitStatusSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     provider: Literal["github", "gitlab"] = Field(
-        description="github: a commit status (context relevo/<project>); gitlab: a commit status through GitLab's API."
+        description="github: a commit status (context relevo/<project>); gitlab: a commit status through "
+        "GitLab's API."
     )
     token_ref: str | None = Field(
         default=None,
         min_length=1,
         max_length=512,
         pattern=r"^relevo/[A-Za-z0-9-]+/_status/[A-Za-z0-9/_+=.@-]+$",
-        description="Secrets Manager name of the token (GitHub: a token with commit statuses write; GitLab: a project "
-        "access token with the api scope), under relevo/<stack>/_status/ (no project id starts with _): the reporter may read nothing else.",
+        description="Secrets Manager name of the token (GitHub: a token with commit statuses write; GitLab: "
+        "a project "
+        "access token with the api scope), under relevo/<stack>/_status/ (no project id starts with _): the "
+        "reporter may read nothing else.",
     )
     api_url: str | None = Field(
         default=None,
         max_length=512,
         pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
-        description="The API's base URL; default https://api.github.com (GitHub) or https://gitlab.com/api/v4 (GitLab). "
+        description="The API's base URL; default https://api.github.com (GitHub) or "
+        "https://gitlab.com/api/v4 (GitLab). "
         "Set it for GitHub Enterprise Server or a self-managed GitLab.",
     )
     gitlab_project: str | None = Field(
@@ -94,7 +102,8 @@ class CommitStatusSettings(BaseModel):
 
     app: GitHubAppSettings | None = Field(
         default=None,
-        description="GitHub only, instead of token_ref: report as this GitHub App, with Check Runs (a summary per stage).",
+        description="GitHub only, instead of token_ref: report as this GitHub App, with Check Runs (a "
+        "summary per stage).",
     )
 
     @model_validator(mode="after")
@@ -136,7 +145,8 @@ class DedupPolicy(BaseModel):
         default=None,
         ge=60,
         le=30 * 24 * 3600,
-        description="How long the same work again is answered as a duplicate of the first job. Default: webhook 24 h, "
+        description="How long the same work again is answered as a duplicate of the first job. Default: "
+        "webhook 24 h, "
         "schedule 1 h, manual, api and retry 10 min; never shorter than the project's longest handoff "
         "(queue_timeout_sec + the longest exec_timeout_sec + lease_ttl_sec).",
     )

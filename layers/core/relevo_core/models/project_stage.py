@@ -32,16 +32,20 @@ class ProjectStage(BaseModel):
     )
     run: str = Field(
         min_length=1,
-        description="The command (at most 16 KiB, refused as PLAN_TOO_LARGE): `bash -c` in the project's workspace on the agent, in its own process group, with "
-        "RELEVO_JOB_ID, RELEVO_STAGE, RELEVO_REF, RELEVO_COMMIT, RELEVO_ATTEMPT, RELEVO_OPERATION_ID, RELEVO_WORKSPACE "
-        "and RELEVO_ARTIFACT_DIR set (and RELEVO_KEYCHAIN, the path of the stage's signing keychain, when the project sets signing). "
+        description="The command (at most 16 KiB, refused as PLAN_TOO_LARGE): `bash -c` in the project's "
+        "workspace on the agent, in its own process group, with "
+        "RELEVO_JOB_ID, RELEVO_STAGE, RELEVO_REF, RELEVO_COMMIT, RELEVO_ATTEMPT, RELEVO_OPERATION_ID, "
+        "RELEVO_WORKSPACE "
+        "and RELEVO_ARTIFACT_DIR set (and RELEVO_KEYCHAIN, the path of the stage's signing keychain, when "
+        "the project sets signing). "
         "Files left in $RELEVO_ARTIFACT_DIR are uploaded as the stage's artifacts.",
     )
     exec_timeout_sec: int = Field(
         default=3600,
         ge=1,
         le=86_400,
-        description="How long the command may run; then the agent stops it and the attempt fails with Relevo.Timeout.Exec.",
+        description="How long the command may run; then the agent stops it and the attempt fails with "
+        "Relevo.Timeout.Exec.",
     )
     kill_grace_sec: int = Field(
         default=10,
@@ -51,78 +55,106 @@ class ProjectStage(BaseModel):
     )
     effect_probe: str | None = Field(
         default=None,
-        description="A read-only command (at most 16 KiB) telling whether the stage's effect already exists, run before an attempt "
-        "whose previous outcome is unknown is run again: exit 0 with $RELEVO_OPERATION_ID in its output means it "
+        description="A read-only command (at most 16 KiB) telling whether the stage's effect already "
+        "exists, run before an attempt "
+        "whose previous outcome is unknown is run again: exit 0 with $RELEVO_OPERATION_ID in its output "
+        "means it "
         "does (the stage is reconciled as succeeded), exit 1 that it does not.",
     )
     inputs: tuple[Annotated[str, Field(min_length=1, max_length=512)], ...] = Field(
         default=(),
         max_length=64,
-        description="Workspace-relative globs whose contents, with the commit, are the stage's precondition: when "
+        description="Workspace-relative globs whose contents, with the commit, are the stage's "
+        "precondition: when "
         "they change between attempts, reconciliation stops with Relevo.Precondition.Changed.",
     )
     aws_profile: str | None = Field(
         default=None,
         pattern=AWS_PROFILE,
-        description="The build user's AWS profile this stage runs with (AWS_PROFILE in its environment); the stage "
+        description="The build user's AWS profile this stage runs with (AWS_PROFILE in its environment); "
+        "the stage "
         "never sees the agent's own credentials.",
     )
     requires: Requirements = Field(
         default_factory=dict,
         max_length=MAX_REQUIREMENTS,
-        description='What the agent must have to claim this stage, as `key: glob`, e.g. `{xcode: "16.*", arch: arm64}`: '
-        "`xcode` is the selected Xcode's version, `macos` the macOS version, `arch` the CPU architecture, `os` darwin or "
-        "linux; any other key is a label of the agent's TOML. Frozen into each job's plan. No agent of the region "
+        description='What the agent must have to claim this stage, as `key: glob`, e.g. `{xcode: "16.*", '
+        "arch: arm64}`: "
+        "`xcode` is the selected Xcode's version, `macos` the macOS version, `arch` the CPU architecture, "
+        "`os` darwin or "
+        "linux; any other key is a label of the agent's TOML. Frozen into each job's plan. No agent of the "
+        "region "
         "matching: the job waits with queue reason no_matching_agent.",
     )
     handoff: tuple[HandoffPattern, ...] = Field(
         default=(),
         max_length=MAX_PATTERNS,
-        description="Workspace-relative paths or globs (`build/App.app`, `build/*.ipa`, `**/*.dSYM`) the stage hands on: "
-        "when its command succeeds the agent stores them (files, directories, symlinks, modes and mtimes, each file's "
-        "sha256) under the job's artifact_uri, and restores them at the same paths before every later stage of the job, "
-        "on whichever Mac, verifying every byte (Relevo.Fatal.Checksum). A path that matches nothing when the command "
-        "ends fails the stage (Relevo.Fatal.HandoffMissing). No absolute path, no '..', nothing under .git. On a stage with "
-        "shards, each shard hands on its own: a later stage restores every shard's, and two shards handing on one path "
+        description="Workspace-relative paths or globs (`build/App.app`, `build/*.ipa`, `**/*.dSYM`) the "
+        "stage hands on: "
+        "when its command succeeds the agent stores them (files, directories, symlinks, modes and mtimes, "
+        "each file's "
+        "sha256) under the job's artifact_uri, and restores them at the same paths before every later stage "
+        "of the job, "
+        "on whichever Mac, verifying every byte (Relevo.Fatal.Checksum). A path that matches nothing when "
+        "the command "
+        "ends fails the stage (Relevo.Fatal.HandoffMissing). No absolute path, no '..', nothing under .git. "
+        "On a stage with "
+        "shards, each shard hands on its own: a later stage restores every shard's, and two shards handing "
+        "on one path "
         "differently fail it (Relevo.Fatal.HandoffConflict, naming both). See docs/handoff.md.",
     )
     warning_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = Field(
         default=(),
         max_length=32,
-        description='Non-zero exit codes that mean "succeeded, with warnings" (e.g. a linter\'s 3): the stage ends '
-        "`warning` and the job goes on as after a success, its artifacts and handoff stored. A line the command prints "
-        "starting `::warning::` (GitHub Actions' spelling) makes a stage that exits 0 end `warning` too. `relevo job "
-        "view`, `relevo job logs`, the console and the commit status say so. None may be a retry.transient_exit_codes code.",
+        description='Non-zero exit codes that mean "succeeded, with warnings" (e.g. a linter\'s 3): the '
+        "stage ends "
+        "`warning` and the job goes on as after a success, its artifacts and handoff stored. A line the "
+        "command prints "
+        "starting `::warning::` (GitHub Actions' spelling) makes a stage that exits 0 end `warning` too. "
+        "`relevo job "
+        "view`, `relevo job logs`, the console and the commit status say so. None may be a "
+        "retry.transient_exit_codes code.",
     )
     parallel: int | None = Field(
         default=None,
         ge=2,
         le=MAX_DECLARED_SHARDS,
-        description="Run the stage as this many shards at once, each an attempt of its own on an agent of the region (its own "
-        "claim, lease, retries and reconcile), with RELEVO_SHARD_INDEX (0-based) and RELEVO_SHARD_COUNT set. How many shards "
-        "a job may run in all is checked at `relevo project apply` (PLAN_TOO_LARGE). Exclusive with matrix. Each shard's "
+        description="Run the stage as this many shards at once, each an attempt of its own on an agent of "
+        "the region (its own "
+        "claim, lease, retries and reconcile), with RELEVO_SHARD_INDEX (0-based) and RELEVO_SHARD_COUNT "
+        "set. How many shards "
+        "a job may run in all is checked at `relevo project apply` (PLAN_TOO_LARGE). Exclusive with matrix. "
+        "Each shard's "
         "values reach later stages as RELEVO_OUT_<STAGE>_SHARD<k>_<KEY>.",
     )
     matrix: Matrix | None = Field(
         default=None,
         max_length=MAX_MATRIX_KEYS,
-        description='Run one shard per combination of these values, e.g. `{device: ["iPhone 16", "iPad Air"], os: ["18.2"]}`, '
-        "each with RELEVO_MATRIX_<KEY> (the key upper-cased) and RELEVO_SHARD_INDEX / RELEVO_SHARD_COUNT set. Keys: lowercase "
-        "letters, digits and _ (at most 4); values: 1 to 64 characters (at most 64 per key). Exclusive with parallel.",
+        description='Run one shard per combination of these values, e.g. `{device: ["iPhone 16", "iPad '
+        'Air"], os: ["18.2"]}`, '
+        "each with RELEVO_MATRIX_<KEY> (the key upper-cased) and RELEVO_SHARD_INDEX / RELEVO_SHARD_COUNT "
+        "set. Keys: lowercase "
+        "letters, digits and _ (at most 4); values: 1 to 64 characters (at most 64 per key). Exclusive with "
+        "parallel.",
     )
     fail_fast: bool | None = Field(
         default=None,
-        description="With parallel or matrix (default true): the first shard that fails for good stops its running siblings "
-        "(their process groups are killed and they end canceled) and fails the stage. false: the others run to their end, "
+        description="With parallel or matrix (default true): the first shard that fails for good stops its "
+        "running siblings "
+        "(their process groups are killed and they end canceled) and fails the stage. false: the others run "
+        "to their end, "
         "then the stage fails if any shard did.",
     )
     max_parallel: int | None = Field(
         default=None,
         ge=1,
         le=MAX_DECLARED_SHARDS,
-        description="With parallel or matrix: at most this many shards run at once (default: all of them); the others start "
-        "as earlier ones end. At most 40 of a stage's shards run at once (a Step Functions inline Map's limit): a stage of "
-        "more than 40 shards must set it to 40 or less, or be split; `relevo project apply` refuses it otherwise "
+        description="With parallel or matrix: at most this many shards run at once (default: all of them); "
+        "the others start "
+        "as earlier ones end. At most 40 of a stage's shards run at once (a Step Functions inline Map's "
+        "limit): a stage of "
+        "more than 40 shards must set it to 40 or less, or be split; `relevo project apply` refuses it "
+        "otherwise "
         "(PLAN_TOO_LARGE).",
     )
 

@@ -132,7 +132,8 @@ class JobListQuery(BaseModel):
         default=None,
         min_length=1,
         max_length=128,
-        description="keyword: a case-insensitive part of the job id, project, ref, commit, trigger source or actor",
+        description="keyword: a case-insensitive part of the job id, project, ref, commit, trigger source "
+        "or actor",
     )
     status: JobStatus | None = None
     trigger: TriggerType | None = None

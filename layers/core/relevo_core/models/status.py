@@ -89,14 +89,17 @@ def queue_reason_words(reason: str, region: str | None = None, detail: str | Non
     logs`, `relevo job view`, the queue and the console say."""
     where = f"region affinity {region}" if region else "its region affinity"
     words = {
-        QueueReason.PROJECT_RUNNING.value: "another job of its project is running: it starts when that one ends",
+        QueueReason.PROJECT_RUNNING.value: "another job of its project is running: it starts when that one "
+        "ends",
         QueueReason.PROJECT_WAITING_FOR_APPROVAL.value: detail
         or "the job of its project ahead of it waits for approval: it starts when that one ends",
         QueueReason.AGENT_OFFLINE.value: f"no agent of {where} is online",
         QueueReason.AGENT_BUSY.value: f"every agent of {where} has all its slots in use",
-        QueueReason.AGENT_PAUSED.value: f"the agents of {where} are paused or draining, or its dispatch is paused",
+        QueueReason.AGENT_PAUSED.value: f"the agents of {where} are paused or draining, or its dispatch is "
+        "paused",
         QueueReason.NO_MATCHING_AGENT.value: detail
         or f"no online agent of {where} meets the stage's requires",
-        QueueReason.AGENT_LOW_DISK.value: f"every online agent of {where} is below its min_free_disk_gb of free disk",
+        QueueReason.AGENT_LOW_DISK.value: f"every online agent of {where} is below its min_free_disk_gb of "
+        "free disk",
     }
     return words.get(reason, detail or reason)

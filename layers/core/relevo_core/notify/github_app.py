@@ -138,7 +138,8 @@ def stage_summary(
         else:
             duration = ""
         lines.append(
-            f"| {name} | {stage.get('status', 'pending')} | {duration} | {stage.get('attempt', '')} | {stage.get('error_class') or ''} |"
+            f"| {name} | {stage.get('status', 'pending')} | {duration} | {stage.get('attempt', '')} | "
+            f"{stage.get('error_class') or ''} |"
         )
     if rejected_at:
         lines += ["", f"Rejected at the approval of {rejected_at}."]

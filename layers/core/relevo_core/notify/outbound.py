@@ -31,7 +31,8 @@ class Outbound:
     settings: NotifySettings
     transport: Transport
     clock: Clock
-    # A project by id (None once it is deleted), a group by name (None: not defined), a secret's value by name.
+    # A project by id (None once it is deleted), a group by name (None: not defined), a secret's value by
+    # name.
     project: Callable[[str], Project | None]
     secret: Callable[[str], str]
     group: Callable[[str], Group | None] = lambda _name: None

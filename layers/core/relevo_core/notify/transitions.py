@@ -246,4 +246,5 @@ def job_link(transition: JobTransition, state_machine_arn: str, console_url: str
         return f"{console_url.rstrip('/')}/jobs/{transition.job_id}"
     region = state_machine_arn.split(":")[3]
     arn = execution_arn(state_machine_arn, transition.job_id)
-    return f"https://{region}.console.aws.amazon.com/states/home?region={region}#/v2/executions/details/{quote(arn, safe=':')}"
+    console = f"https://{region}.console.aws.amazon.com/states/home?region={region}"
+    return f"{console}#/v2/executions/details/{quote(arn, safe=':')}"

@@ -108,7 +108,8 @@ def delete_project(
         if live is not None:
             raise RelevoError(
                 ErrorCode.PROJECT_HAS_LIVE_JOBS,
-                f"project {project_id} has a {status.value} job, {live['job_id']}: cancel it (relevo job cancel) or let it end, then delete the project",
+                f"project {project_id} has a {status.value} job, {live['job_id']}: cancel it (relevo job "
+                "cancel) or let it end, then delete the project",
                 job_id=live["job_id"],
                 status=status.value,
             )

@@ -161,7 +161,8 @@ def check_job_quota_bytes(
     if stored + adding > max_job_bytes:
         others = "other stages" if ref.shard is None else "other stages and shards"
         raise QuotaExceeded(
-            f"{what} of {adding} bytes would bring the job's artifacts to {stored + adding} bytes, over the project's "
+            f"{what} of {adding} bytes would bring the job's artifacts to {stored + adding} bytes, over the "
+            "project's "
             f"artifact.max_job_bytes {max_job_bytes} ({others}: {stored} bytes); nothing was uploaded"
         )
 
@@ -171,7 +172,8 @@ def record_totals(ref: StageRef, count: int, total_bytes: int, cross_region_byte
         client("dynamodb").update_item(
             TableName=ref.table,
             Key=ref.key,
-            UpdateExpression="SET artifact_count = :count, artifact_bytes = :bytes, cross_region_bytes = :cross",
+            UpdateExpression="SET artifact_count = :count, artifact_bytes = :bytes, cross_region_bytes = "
+            ":cross",
             **holds_attempt_check(
                 ref,
                 **{

@@ -56,7 +56,8 @@ def redrive(
                     "Update": {
                         "TableName": table,
                         "Key": key(dlq_pk(failed_job_id), DLQ_SK),
-                        "UpdateExpression": "SET #state = :redriven, redriven_as = :new, redriven_by = :actor, redriven_at = :now",
+                        "UpdateExpression": "SET #state = :redriven, redriven_as = :new, redriven_by = "
+                        ":actor, redriven_at = :now",
                         "ConditionExpression": "#state = :open",
                         "ExpressionAttributeNames": {"#state": "state"},
                         "ExpressionAttributeValues": to_attributes(

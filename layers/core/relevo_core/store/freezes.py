@@ -95,10 +95,12 @@ def freeze(
         TableName=table,
         Key=key(freeze_pk(idempotency_key), FREEZE_SK),
         UpdateExpression=(
-            "SET kind = :kind, frozen_at = :at, #project = :project, idempotency_key = :key, #entries = :entries, "
+            "SET kind = :kind, frozen_at = :at, #project = :project, idempotency_key = :key, #entries = "
+            ":entries, "
             "#version = :next REMOVE notified_at"
         ),
-        ConditionExpression="attribute_not_exists(frozen_at) AND (attribute_not_exists(#version) OR #version = :seen)",
+        ConditionExpression="attribute_not_exists(frozen_at) AND (attribute_not_exists(#version) OR "
+        "#version = :seen)",
         ExpressionAttributeNames={"#project": "project", "#entries": "entries", "#version": "version"},
         ExpressionAttributeValues=to_attributes(
             {
@@ -131,7 +133,8 @@ def unfreeze(table: str, idempotency_key: str, actor: str, now: datetime) -> dic
         response = client("dynamodb").update_item(
             TableName=table,
             Key=key(freeze_pk(idempotency_key), FREEZE_SK),
-            UpdateExpression="SET unfrozen_at = :now, unfrozen_by = :actor, #version = #version + :one REMOVE kind, frozen_at, notified_at",
+            UpdateExpression="SET unfrozen_at = :now, unfrozen_by = :actor, #version = #version + :one "
+            "REMOVE kind, frozen_at, notified_at",
             ConditionExpression="attribute_exists(frozen_at)",
             ExpressionAttributeNames={"#version": "version"},
             ExpressionAttributeValues=to_attributes({":now": now.isoformat(), ":actor": actor, ":one": 1}),

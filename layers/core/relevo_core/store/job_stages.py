@@ -23,7 +23,8 @@ def stage_and_shard_records(table: str, job_id: str) -> StageRecords:
         TableName=table,
         KeyConditionExpression="pk = :pk AND begins_with(sk, :stage)",
         ExpressionAttributeValues={":pk": {"S": stages_pk(job_id)}, ":stage": {"S": "STAGE#"}},
-        ProjectionExpression="sk, stage_name, shard_index, #status, attempt, agent_id, error_class, retry_count, started_at, ended_at, "
+        ProjectionExpression="sk, stage_name, shard_index, #status, attempt, agent_id, error_class, "
+        "retry_count, started_at, ended_at, "
         "checkout_commit, reconciled, reconciliations",
         ExpressionAttributeNames={"#status": "status"},
     )

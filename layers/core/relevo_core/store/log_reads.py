@@ -79,7 +79,10 @@ def _with_bodies(
         except RelevoError as refused:
             if refused.code is not ErrorCode.LOCATION_OUTSIDE_JOB:
                 raise
-            text = f"[relevo] chunk {chunk.seq} of this log cannot be shown: its body is not one of the job's objects ({refused.code.value})\n"
+            text = (
+                f"[relevo] chunk {chunk.seq} of this log cannot be shown: its body is not one of the "
+                f"job's objects ({refused.code.value})\n"
+            )
         return chunk.model_copy(update={"data": text})
 
     if len(stored) <= 1:
@@ -124,7 +127,8 @@ def _query(
         ConsistentRead=True,
     )
     chunks = [LogChunk.model_validate(from_attributes(item)) for item in response.get("Items", [])]
-    # A page that hit its Limit has a LastEvaluatedKey even when nothing follows; read back, seq 0 is the start.
+    # A page that hit its Limit has a LastEvaluatedKey even when nothing follows; read back, seq 0 is the
+    # start.
     more = "LastEvaluatedKey" in response and not (from_seq is None and chunks and chunks[-1].seq == 0)
     return chunks, more
 

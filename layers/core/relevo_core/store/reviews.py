@@ -19,7 +19,8 @@ class NotInReview(Exception):
 
 
 def review(table: str, job_id: str, stage_index: int, shard: int | None = None) -> dict[str, Any]:
-    """The stage record's (or the shard's) status, the attempt in review and the reconciliation evidence ({} if none)."""
+    """The stage record's (or the shard's) status, the attempt in review and the reconciliation evidence ({}
+    if none)."""
     item = (
         client("dynamodb")
         .get_item(

@@ -68,7 +68,8 @@ def record_reconciled(ref: StageRef, decision: str, evidence: dict[str, Any], no
     update_stage_record(
         ref,
         "SET #status = :reconciled, reconciled = :entry, "
-        "reconciliations = list_append(if_not_exists(reconciliations, :none), :entries), last_writer = :writer",
+        "reconciliations = list_append(if_not_exists(reconciliations, :none), :entries), last_writer = "
+        ":writer",
         _HOLDS_ATTEMPT,
         {
             ":reconciled": StageStatus.RECONCILED.value,
@@ -305,7 +306,10 @@ def finish(
         ":error": error_class or "",
         **LIVE_VALUES,
     }
-    expression = "SET #status = :status, ended_at = :now, last_writer = :writer, exit_code = :exit, error_class = :error"
+    expression = (
+        "SET #status = :status, ended_at = :now, last_writer = :writer, exit_code = :exit, "
+        "error_class = :error"
+    )
     if lease_ended:
         # The command is over (its group gone): a successor need not wait out the lease.
         lease_epoch, lease_iso = lease_until(now, 0)

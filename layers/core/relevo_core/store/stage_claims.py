@@ -124,7 +124,8 @@ def claim(
     if seen and seen != claim_id:
         unchanged, values[":seen"] = "claim_id = :seen", seen
     condition = (
-        "claim_id = :claim OR (attribute_exists(pk) AND attribute_not_exists(closed_at) AND NOT #status IN (:canceled, :skipped) AND "
+        "claim_id = :claim OR (attribute_exists(pk) AND attribute_not_exists(closed_at) AND NOT #status IN "
+        "(:canceled, :skipped) AND "
         f"{unchanged} AND (attribute_not_exists(attempt) OR attempt < :attempt OR (attempt = :attempt "
         "AND lease_expires_at < :epoch AND #status IN (:live_running, :live_reconciled))))"
     )
@@ -134,9 +135,11 @@ def claim(
         update_stage_record(
             ref,
             "SET #status = :running, agent_id = :agent, attempt = :attempt, lease_expires_at = :lease, "
-            "lease_expires_iso = :lease_iso, started_at = :now, enqueued_at = :enqueued, last_writer = :writer, "
+            "lease_expires_iso = :lease_iso, started_at = :now, enqueued_at = :enqueued, last_writer = "
+            ":writer, "
             "precondition_version = :pre, held_by = :agent, claim_id = :claim, claimed_over = :over, "
-            "journal_id = :journal, transfers = if_not_exists(transfers, :no_transfers), outputs = :no_outputs "
+            "journal_id = :journal, transfers = if_not_exists(transfers, :no_transfers), outputs = "
+            ":no_outputs "
             f"REMOVE exit_code, error_class, ended_at, {handed}outcome, receipt, handoff_stored, restored",
             condition,
             values,
@@ -192,7 +195,8 @@ def claim_on_record(table: str, job_id: str, stage_index: int, shard: int | None
             TableName=table,
             Key=stage_key(job_id, stage_index, shard),
             ConsistentRead=True,
-            ProjectionExpression="agent_id, attempt, claim_id, #status, lease_expires_at, run_handed_at, stage_name",
+            ProjectionExpression="agent_id, attempt, claim_id, #status, lease_expires_at, run_handed_at, "
+            "stage_name",
             ExpressionAttributeNames={"#status": "status"},
         )
         .get("Item", {})
@@ -218,7 +222,8 @@ def let_go(ref: StageRef, now: datetime) -> bool:
     try:
         update_stage_record(
             ref,
-            "SET lease_expires_at = :lease, lease_expires_iso = :lease_iso, last_writer = :writer REMOVE held_by",
+            "SET lease_expires_at = :lease, lease_expires_iso = :lease_iso, last_writer = :writer REMOVE "
+            "held_by",
             HOLDS_ATTEMPT,
             {
                 ":agent": ref.agent_id,

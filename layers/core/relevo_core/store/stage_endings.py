@@ -48,7 +48,8 @@ def end_open_stages(table: str, job_id: str, status: StageStatus, now: datetime,
             client("dynamodb").update_item(
                 TableName=table,
                 Key={"pk": {"S": item["pk"]}, "sk": {"S": item["sk"]}},
-                UpdateExpression="SET #status = :ended, ended_at = if_not_exists(ended_at, :now), closed_at = :now, last_writer = :writer REMOVE held_by",
+                UpdateExpression="SET #status = :ended, ended_at = if_not_exists(ended_at, :now), closed_at "
+                "= :now, last_writer = :writer REMOVE held_by",
                 ConditionExpression=f"#status IN ({', '.join(names)})",
                 ExpressionAttributeNames={"#status": "status"},
                 ExpressionAttributeValues=to_attributes(

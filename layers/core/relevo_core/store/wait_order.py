@@ -71,7 +71,8 @@ def set_priority(table: str, job_id: str, priority: int, actor: str, now: dateti
         client("dynamodb").update_item(
             TableName=table,
             Key=key(job_pk(job_id), JOB_SK),
-            UpdateExpression=f"SET priority = :priority, {WAIT_ORDER_ATTRIBUTE} = :order, last_writer = :actor, updated_at = :now",
+            UpdateExpression=f"SET priority = :priority, {WAIT_ORDER_ATTRIBUTE} = :order, last_writer = "
+            ":actor, updated_at = :now",
             ConditionExpression="queue_seq = :seq AND #status IN (:queued, :held)",
             ExpressionAttributeNames={"#status": "status"},
             ExpressionAttributeValues=to_attributes(
