@@ -230,3 +230,16 @@ def test_an_app_apple_does_not_know_is_refused(apple):
     assert listed.status_code == 404
     assert created.status_code == 409
     assert created.json()["errors"][0]["source"] == {"pointer": "/data/relationships/app"}
+
+
+def test_every_endpoint_served_is_an_operation_of_the_pinned_description():
+    # Given the description read from the pinned package, and the service's routes
+    from relevo_local.apple.connect_routes import ROUTES
+    from relevo_local.apple.description import INTEGRITY, description
+    from relevo_local.apple.schema_check import operation
+
+    # Then it came from the pinned tarball, and each route is one of its operations
+    assert INTEGRITY in description()["info"]["x-relevo-source"]
+    for method, pattern, _ in ROUTES:
+        path = pattern.pattern.strip("^$").replace("([^/]+)", "123")
+        assert operation(method, path).template.replace("{id}", "123") == path
