@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from relevo_core.store import stage_attempts
 if TYPE_CHECKING:
     from relevo_agent.outputs import OutputWatch
     from relevo_agent.prepare import Prepared
+    from relevo_agent.reconcile import Resumption
     from relevo_core.models.envelope import JobEnvelope
     from relevo_core.models.plan import StagePlan
 
@@ -124,10 +126,14 @@ class StageCommand:
         envelope: JobEnvelope,
         shipper: Any,
         prepared: Prepared,
+        resume: Resumption | None = None,
     ) -> Ending:
-        """The stage's command, then what it left (values, artifacts, handoff): the attempt's ending."""
+        """The stage's command, then what it left (values, artifacts, handoff): the attempt's
+        ending. With `resume` (the reconcile found the effect under way) its effect_resume runs
+        instead, as the command would: its values, artifacts and handoff recorded alike."""
         if run.reason is not None:  # stopped while reconciling or waiting
             raise Ended(Ending.abandoned())
+        command = plan.command if resume is None else resume.command
         # Lines marked ::warning:: are counted on their way to the log (relevo_agent.warning_lines).
         warnings = WarningLines(shipper.write)
         with (
@@ -135,12 +141,38 @@ class StageCommand:
             self._output_watch(run, plan, op_id, shipper, {**env, **keychain}) as watch,
         ):
             env = {**env, **keychain, "RELEVO_OUTPUT": str(watch.path)}
-            result = self.under_lease(run, plan, plan.command, workspace, env, warnings.write)
+            if resume is not None:
+                env = {**env, **self._resuming(run, op_id, shipper, watch, resume)}
+            result = self.under_lease(run, plan, command, workspace, env, warnings.write)
             left = self._what_it_left(run, plan, result, watch, env, envelope, shipper, prepared, workspace)
         if run.reason is not None:
             return Ending.stopped_by(run.reason, result.exit_code)
         ran = Ran(op_id, self.config.agent_id, run.ref.attempt, Path(env["RELEVO_ARTIFACT_DIR"]))
-        return ending_of(ran, plan, result, left, warnings, shipper)
+        ending = ending_of(ran, plan, result, left, warnings, shipper)
+        if resume is not None and ending.error is not None and ending.stage_outcome is None:
+            # The effect is still out there (a submission Apple is checking): a retry probes it
+            # again (outcome unknown) rather than run the command, which would start a second one.
+            ending = replace(ending, stage_outcome=stage_attempts.AttemptOutcome.UNKNOWN)
+        return ending
+
+    def _resuming(
+        self, run: StageRun, op_id: str, shipper: Any, watch: OutputWatch, resume: Resumption
+    ) -> dict[str, str]:
+        """The previous attempt's values, carried on as this attempt's own (journaled and recorded
+        before the resume starts: a later attempt finds the submission id on this one), and given
+        to the resume as RELEVO_PREVIOUS_OUT_<KEY>, as the probe had them."""
+        from relevo_core.models.handoff import previous_output_variable
+
+        shipper.line("[relevo] the effect is in progress: its effect_resume runs, not its command")
+        if resume.previous_outputs:
+            watch.parser.values = dict(resume.previous_outputs)
+            self._outputs_changed(
+                run, op_id, shipper, dict(resume.previous_outputs), list(resume.previous_outputs)
+            )
+        return {
+            "RELEVO_RESUME": "1",
+            **{previous_output_variable(key): value for key, value in resume.previous_outputs.items()},
+        }
 
     @contextmanager
     def _signing_keychain(

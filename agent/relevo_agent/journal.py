@@ -63,6 +63,9 @@ class Operation:
     claim_secret: str | None = None
     # The shard of a stage with shards (its record is the shard's: keys.shard_sk).
     shard: int | None = None
+    # What this attempt's reconcile decided of the previous one's unknown outcome
+    # (relevo_agent.reconcile.ReconcileAction: rerun, resume, ...), journaled before it acts on it.
+    reconciled: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,13 @@ CREATE TABLE IF NOT EXISTS meta (
 """
 # Columns added after the first release: journals written before them gain them on open.
 _ADDED_COLUMNS = {
-    "operations": {"pgid": "INTEGER", "outputs": "TEXT", "claim_secret": "TEXT", "shard": "INTEGER"}
+    "operations": {
+        "pgid": "INTEGER",
+        "outputs": "TEXT",
+        "claim_secret": "TEXT",
+        "shard": "INTEGER",
+        "reconciled": "TEXT",
+    }
 }
 
 
@@ -194,7 +203,7 @@ class Journal:
                 "ON CONFLICT(operation_id) DO UPDATE SET attempt=excluded.attempt, "
                 "resource_key=excluded.resource_key, "
                 "precondition_version=excluded.precondition_version, outcome=excluded.outcome, "
-                "receipt=NULL, pgid=NULL, outputs=NULL, "
+                "receipt=NULL, pgid=NULL, outputs=NULL, reconciled=NULL, "
                 "updated_at=excluded.updated_at, claim_secret=excluded.claim_secret",
                 (
                     op.operation_id,
@@ -227,6 +236,14 @@ class Journal:
             self._db.execute(
                 "UPDATE operations SET outputs=?, updated_at=? WHERE operation_id=? AND attempt=?",
                 (json.dumps(outputs), _now(), operation_id, attempt),
+            )
+
+    def set_reconciled(self, operation_id: str, attempt: int, decision: str) -> None:
+        """What the attempt's reconcile decided (rerun, resume, ...), before it acts on it."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE operations SET reconciled=?, updated_at=? WHERE operation_id=? AND attempt=?",
+                (decision, _now(), operation_id, attempt),
             )
 
     def set_precondition(self, operation_id: str, attempt: int, precondition_version: str) -> None:
@@ -330,6 +347,7 @@ def _operation(row: sqlite3.Row) -> Operation:
         outputs=json.loads(row["outputs"]) if row["outputs"] else None,
         claim_secret=row["claim_secret"],
         shard=row["shard"],
+        reconciled=row["reconciled"],
     )
 
 

@@ -5,16 +5,23 @@ The decision uses, in order:
 1. a receipt: the local journal's, or one the previous attempt recorded on the stage without it
    ever being acknowledged. A success receipt is re-sent; that is not a re-run.
 2. the stage's `effect_probe`, a read-only command run with the stage's environment:
-   exit 0 = the effect is present, exit 1 = it is absent, anything else = the probe cannot tell.
-   A present effect is tied to this operation when the probe's output names the operation id
-   (`RELEVO_OPERATION_ID`, which the stage writes into what it produces). What is kept of the
+   exit 0 = the effect is done, exit 1 = it is absent, exit PROBE_IN_PROGRESS (118) = it was
+   started and is still under way (a submission Apple is still checking), anything else (a
+   timeout, a signal) = the probe cannot tell. A done or in-progress effect is tied to this
+   operation when the probe's output names the operation id (`RELEVO_OPERATION_ID`, which the
+   stage writes into what it produces, e.g. a submission's name). What is kept of the
    output (evidence on the stage, the reconciled receipt, the agent's log) is its tail with the
    values of the agent's `mask` variables replaced, as in the stage's logs.
 3. the precondition: the commit the ref resolves to in the workspace, plus the hash of the
    inputs the stage declares, compared with what the previous attempt ran under.
 
     effect present, tied to the operation     -> succeeded, with the reconciled receipt
-    effect present, not tied (or probe unsure) -> manual_review: nothing is overwritten
+    effect in progress, tied, effect_resume    -> resume: the stage's `effect_resume` runs (never
+                                                  its `run`) under the same operation id
+    effect in progress, no effect_resume       -> manual_review: running it again would start a
+                                                  second one
+    effect present or in progress, not tied    -> manual_review: nothing is overwritten
+    probe unsure (any other exit, timeout)     -> manual_review: nothing is run
     effect absent, precondition changed        -> Relevo.Precondition.Changed, not retried
     effect absent, precondition unchanged      -> re-run under the same operation id
     no probe declared                          -> as "absent": the precondition decides
@@ -36,6 +43,10 @@ from relevo_agent.logs import Masker
 
 PROBE_PRESENT = 0
 PROBE_ABSENT = 1
+# "Started and still under way": a code no shell, runtime or common tool gives by accident
+# (docs/agent.md says why not 3: jq's compile error, curl's malformed URL), so a probe that
+# fails on its way cannot be read as a submission to wait for.
+PROBE_IN_PROGRESS = 118
 # How much of the probe's output the evidence and the receipt keep (its end).
 EVIDENCE_CHARS = 1024
 
@@ -44,6 +55,8 @@ class ReconcileAction(str, Enum):
     RESEND = "resend_receipt"
     SUCCEEDED = "succeeded"
     RERUN = "rerun"
+    # The effect is under way: the stage's effect_resume runs (waits for it), never its command.
+    RESUME = "resume"
     MANUAL_REVIEW = "manual_review"
     PRECONDITION_CHANGED = "precondition_changed"
 
@@ -70,15 +83,27 @@ class Reconciliation:
     receipt: dict[str, Any] | None = field(default=None)
 
 
+@dataclass(frozen=True)
+class Resumption:
+    """What an attempt runs after a RESUME decision instead of the stage's command: its
+    `effect_resume`, given the values the previous attempt recorded (as the probe had them,
+    RELEVO_PREVIOUS_OUT_<KEY>), which it carries on as its own."""
+
+    command: str
+    previous_outputs: dict[str, str]
+
+
 def decide(
     operation_id: str,
     local: Operation | None,
     previous: dict[str, Any],
     current_precondition: str,
     probe: ProbeResult | None,
+    resumable: bool = False,
 ) -> Reconciliation:
     """The protocol's decision. `previous` is the stage record as the previous attempt left it;
-    `probe` is None when the stage declares no effect probe (run it only when `wants_probe`)."""
+    `probe` is None when the stage declares no effect probe (run it only when `wants_probe`);
+    `resumable` when the stage declares an effect_resume."""
     receipt = success_receipt(local, previous)
     if receipt is not None:
         return Reconciliation(ReconcileAction.RESEND, {"source": receipt.pop("_source")}, receipt)
@@ -100,8 +125,10 @@ def decide(
                 )
             evidence["why"] = "the effect exists but does not name this operation"
             return Reconciliation(ReconcileAction.MANUAL_REVIEW, evidence)
+        if probe.exit_code == PROBE_IN_PROGRESS:
+            return _in_progress(operation_id, probe, evidence, resumable)
         if probe.exit_code != PROBE_ABSENT:
-            evidence["why"] = "the effect probe could not tell (exit neither 0 nor 1)"
+            evidence["why"] = f"the effect probe could not tell (exit neither 0, 1 nor {PROBE_IN_PROGRESS})"
             return Reconciliation(ReconcileAction.MANUAL_REVIEW, evidence)
     else:
         evidence["probe"] = "none declared"
@@ -110,6 +137,23 @@ def decide(
         evidence["why"] = "the precondition changed since the previous attempt"
         return Reconciliation(ReconcileAction.PRECONDITION_CHANGED, evidence)
     return Reconciliation(ReconcileAction.RERUN, evidence)
+
+
+def _in_progress(
+    operation_id: str, probe: ProbeResult, evidence: dict[str, Any], resumable: bool
+) -> Reconciliation:
+    """An effect started and still under way. Like a done one, it was started under this
+    operation whatever the precondition is now: it is waited for, never started again."""
+    if operation_id not in probe.output:
+        evidence["why"] = "an effect is in progress but does not name this operation"
+        return Reconciliation(ReconcileAction.MANUAL_REVIEW, evidence)
+    if not resumable:
+        evidence["why"] = (
+            "the effect is still in progress and the stage declares no effect_resume to wait for it; "
+            "running the stage again would start a second one"
+        )
+        return Reconciliation(ReconcileAction.MANUAL_REVIEW, evidence)
+    return Reconciliation(ReconcileAction.RESUME, evidence)
 
 
 def with_what_it_left(

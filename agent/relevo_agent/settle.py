@@ -1,7 +1,8 @@
 """Settling what the previous attempt of a stage left unknown, before this attempt runs anything
 (relevo_agent.reconcile decides): a receipt re-sent, the stage's effect probe run under this
-attempt's lease, the decision recorded on the stage (fenced). The attempt ends there (Ended)
-unless the decision is to run the stage again.
+attempt's lease, the decision journaled, then recorded on the stage (fenced). The attempt ends
+there (Ended) unless the decision is to run the stage again, or to resume the effect under way
+(its effect_resume runs instead of its command: a Resumption).
 """
 
 from __future__ import annotations
@@ -37,12 +38,20 @@ class Settle:
         self.config = config
         self.command = command
 
-    def previous(self, attempt: ClaimedAttempt, precondition: str, env: dict[str, str]) -> None:
-        """Decide the previous attempt's unknown outcome: returns when the stage is to run again
-        (re-run); raises Ended with the decision otherwise (or when the run was stopped)."""
-        ref = attempt.run.ref
+    def previous(
+        self, attempt: ClaimedAttempt, precondition: str, env: dict[str, str]
+    ) -> reconcile.Resumption | None:
+        """Decide the previous attempt's unknown outcome: returns None when the stage is to run
+        again (re-run), a Resumption when its effect is under way and its effect_resume is to
+        run; raises Ended with the decision otherwise (or when the run was stopped)."""
+        ref, plan = attempt.run.ref, attempt.plan
         reconciled = reconcile.decide(
-            attempt.op_id, attempt.local, attempt.previous, precondition, self._probe(attempt, env)
+            attempt.op_id,
+            attempt.local,
+            attempt.previous,
+            precondition,
+            self._probe(attempt, env),
+            resumable=bool(plan.effect_resume),
         )
         if reconciled.action is Action.SUCCEEDED:
             outputs = reconcile.previous_outputs(attempt.local, attempt.previous)
@@ -56,12 +65,18 @@ class Settle:
             reconciled.action.value,
             reconciled.evidence,
         )
+        # Journaled first, as everything the attempt decides: the local record of what it runs.
+        self.command.journal.set_reconciled(attempt.op_id, ref.attempt, reconciled.action.value)
         try:
             stage_attempts.record_reconciled(ref, reconciled.action.value, reconciled.evidence, utc_now())
         except stage_attempts.LeaseLost as lost:
             raise Ended(Ending.abandoned()) from lost
-        if reconciled.action is not Action.RERUN:
-            raise Ended(_ending(reconciled))
+        if reconciled.action is Action.RERUN:
+            return None
+        if reconciled.action is Action.RESUME and plan.effect_resume:
+            outputs = reconcile.previous_outputs(attempt.local, attempt.previous)
+            return reconcile.Resumption(plan.effect_resume, outputs)
+        raise Ended(_ending(reconciled))
 
     def _probe(self, attempt: ClaimedAttempt, env: dict[str, str]) -> ProbeResult | None:
         """The stage's effect probe, run when the plan has one and no receipt decides; it asks

@@ -8,7 +8,7 @@ admission (relevo_agent.admission: a lease it can keep, the signing gate, the wo
       the command is killed]
   ─► previous outcome unknown? wait until its holder has fenced (its lease end + the allowed
      skew), then reconcile: resend receipt | probe ─► succeeded / manual_review /
-     precondition changed (reported, not run) | re-run
+     precondition changed (reported, not run) | re-run | resume (its effect_resume runs instead)
   ─► checkout and restore (relevo_agent.prepare)
   ─► execute (relevo_agent.execute: own process group, dead-man supervisor)
   ─► conclude (relevo_agent.conclude: journal.record(outcome, receipt, outbox entry), then the
@@ -274,9 +274,16 @@ class StageRunner:
             self.settle.previous(attempt, precondition, {})
         prepared = self._prepare(attempt, journaled=precondition)
         env = self.command.environment(envelope, attempt.task, workspace, prepared)
-        if reconciling and not receipt_decides:
+        # A decided reconcile ends the attempt there (Ended); a re-run runs the command, a
+        # resumption the stage's effect_resume instead.
+        resume = (
             self.settle.previous(attempt, prepared.precondition, env)
-        return self.command.execute(run, plan, attempt.op_id, workspace, env, envelope, run.shipper, prepared)
+            if reconciling and not receipt_decides
+            else None
+        )
+        return self.command.execute(
+            run, plan, attempt.op_id, workspace, env, envelope, run.shipper, prepared, resume
+        )
 
     def _answer_dispatch(self, attempt: ClaimedAttempt) -> None:
         """The claim route answered the dispatch with the claim (accepted None: it could not tell;

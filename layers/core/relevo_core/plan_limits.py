@@ -235,8 +235,8 @@ def require_shards_at_once_fit(project: Project) -> None:
 
 
 def require_stages_fit(project: Project) -> None:
-    """Refuse (PLAN_TOO_LARGE) a project with too many stages, or a command or an effect probe over its
-    limit."""
+    """Refuse (PLAN_TOO_LARGE) a project with too many stages, or a command, an effect probe or an
+    effect resume over its limit."""
     if len(project.stages) > MAX_STAGES:
         raise _too_large(
             f"stages: {len(project.stages)} stages; at most {MAX_STAGES}",
@@ -248,12 +248,13 @@ def require_stages_fit(project: Project) -> None:
         for field, text, allowed in (
             ("run", stage.run, MAX_COMMAND_BYTES),
             ("effect_probe", stage.effect_probe, MAX_PROBE_BYTES),
+            ("effect_resume", stage.effect_resume, MAX_COMMAND_BYTES),
         ):
             size = len((text or "").encode("utf-8"))
             if size > allowed:
                 raise _too_large(
                     f"stages.{index}.{field}: {size:,} bytes; at most {allowed:,}",
-                    f"{'command' if field == 'run' else 'effect_probe'}_bytes",
+                    f"{'command' if field == 'run' else field}_bytes",
                     size,
                     allowed,
                 )

@@ -5,8 +5,8 @@ stores it) rather than run its command.
 
 An entry is {attempt, agent_id, decision, evidence, at}: `attempt` and `agent_id` are the
 reconciling attempt's; the evidence names the attempt whose outcome was unknown
-(`previous_attempt`), the probe's exit (0 present, 1 absent, anything else: it could not tell),
-and why a person must look (`why`)."""
+(`previous_attempt`), the probe's exit (0 done, 1 absent, 118 in progress, anything else: it
+could not tell), and why a person must look (`why`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ EFFECT_DONE = frozenset({"succeeded", "resend_receipt"})
 MANUAL_REVIEW = "manual_review"
 PRECONDITION_CHANGED = "precondition_changed"
 RERUN = "rerun"
+# The earlier attempt's effect is under way: the stage's effect_resume ran instead of its command.
+RESUME = "resume"
+# Decisions after which the attempt runs a command of its own (its result is the attempt's).
+RUNS_AFTER = frozenset({RERUN, RESUME})
 
 
 def _probe(evidence: dict[str, Any]) -> str:
@@ -63,6 +67,11 @@ def reconciled_words(entry: dict[str, Any]) -> str | None:
             else f"no effect probe is declared and the precondition is as {_earlier(evidence)} had it"
         )
         return f"{found}; run again under the same operation id"
+    if decision == RESUME:
+        return (
+            f"the effect of {_earlier(evidence)} is in progress{_probe(evidence)}; resumed under the same "
+            "operation id (its effect_resume, not its command)"
+        )
     return None
 
 
@@ -84,7 +93,7 @@ def decided_by_reconcile(run: dict[str, Any]) -> dict[str, Any] | None:
     entry = run.get("reconciled")
     if (
         not isinstance(entry, dict)
-        or entry.get("decision") == RERUN
+        or entry.get("decision") in RUNS_AFTER
         or entry.get("attempt") != run.get("attempt")
     ):
         return None

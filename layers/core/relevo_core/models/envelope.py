@@ -32,8 +32,10 @@ from relevo_core.models.shapes import JOB_ID, PRIORITY_BOUND, PROJECT_ID, REGION
 # whatever its workspace held, without the files the earlier stages handed on.
 # 5 added a stage's `warning_exit_codes`: an agent that would ignore them would fail a stage that
 # exits with one.
-ENVELOPE_SCHEMA_VERSION = 5
-SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4, 5})
+# 6 added a stage's `effect_resume`: an agent that would ignore it would hold for a person every
+# effect its probe finds in progress.
+ENVELOPE_SCHEMA_VERSION = 6
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
 
 
 class TriggerType(str, Enum):

@@ -335,6 +335,8 @@ class StagePlan(_Frozen):
     retry: RetryPolicy = RetryPolicy()
     # A read-only command that tells whether the stage's effect already exists.
     effect_probe: str | None = Field(default=None, max_length=16_384)
+    # Run instead of `command` when the probe says the effect is in progress (relevo_agent.reconcile).
+    effect_resume: str | None = Field(default=None, max_length=16_384)
     # Workspace-relative globs whose contents, with the commit, make the stage's precondition:
     # when they change between attempts, reconciliation stops with Relevo.Precondition.Changed.
     inputs: tuple[Annotated[str, Field(min_length=1, max_length=512)], ...] = Field(default=(), max_length=64)

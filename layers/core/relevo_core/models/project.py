@@ -289,6 +289,7 @@ class Project(RunPlanMixin):
                     kill_grace_sec=stage.kill_grace_sec,
                     retry=self.retry,
                     effect_probe=stage.effect_probe,
+                    effect_resume=stage.effect_resume,
                     inputs=stage.inputs,
                     aws_profile=stage.aws_profile,
                     requires=stage.requires,

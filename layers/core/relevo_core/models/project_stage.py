@@ -6,7 +6,7 @@ on, and how it fans out into shards (frozen into a job as a StagePlan, Project.f
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
 from relevo_core.models.handoff import MAX_PATTERNS
@@ -56,10 +56,23 @@ class ProjectStage(BaseModel):
     effect_probe: str | None = Field(
         default=None,
         description="A read-only command (at most 16 KiB) telling whether the stage's effect already "
-        "exists, run before an attempt "
-        "whose previous outcome is unknown is run again: exit 0 with $RELEVO_OPERATION_ID in its output "
-        "means it "
-        "does (the stage is reconciled as succeeded), exit 1 that it does not.",
+        "exists, run before an attempt whose previous outcome is unknown is run again, with the previous "
+        "attempt's values as RELEVO_PREVIOUS_OUT_<KEY>: exit 0 with $RELEVO_OPERATION_ID in its output "
+        "means it is done (the stage is reconciled as succeeded), exit 1 that it is absent (run again "
+        "under the same operation id), exit 118 with $RELEVO_OPERATION_ID in its output that it was "
+        "started and is still in progress (effect_resume runs, never run); any other exit, a timeout or "
+        "a signal: it cannot tell (manual review, nothing run). What it prints is kept as the evidence. "
+        "See docs/agent.md.",
+    )
+    effect_resume: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The command (at most 16 KiB) run instead of `run` when the effect_probe says the "
+        "effect is in progress (exit 118): it waits for what the previous attempt started (a "
+        "notarization's submission id, given as RELEVO_PREVIOUS_OUT_<KEY>, RELEVO_RESUME=1) and never "
+        "starts it again. Its exit decides the stage as run's would; its values, artifacts and handoff "
+        "are recorded alike (the previous attempt's values carried on). Needs an effect_probe; without "
+        "one, an effect in progress waits for a person.",
     )
     inputs: tuple[Annotated[str, Field(min_length=1, max_length=512)], ...] = Field(
         default=(),
@@ -167,3 +180,15 @@ class ProjectStage(BaseModel):
     def _fan_out(self) -> "ProjectStage":
         check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
         return self
+
+    @field_validator("effect_resume")
+    @classmethod
+    def _resume_has_a_probe(cls, resume: str | None, info: ValidationInfo) -> str | None:
+        # Only the probe's "in progress" (exit 118) runs it: alone it would never run, and a project
+        # relying on it would see its `run` started again after a lost attempt.
+        if resume is not None and not info.data.get("effect_probe"):
+            raise ValueError(
+                'effect_resume needs an effect_probe: only the probe\'s "in progress" (exit 118) runs it; '
+                "declare the probe, or remove effect_resume"
+            )
+        return resume
