@@ -273,7 +273,9 @@ class StageRunner:
             # A receipt decides (a success never acknowledged): nothing to prepare or run.
             self.settle.previous(attempt, precondition, {})
         prepared = self._prepare(attempt, journaled=precondition)
-        env = self.command.environment(envelope, attempt.task, workspace, prepared)
+        env = self.command.environment(
+            envelope, attempt.task, workspace, prepared, attempt.claimed.granted.build_number
+        )
         if reconciling and not receipt_decides:
             self.settle.previous(attempt, prepared.precondition, env)
         return self.command.execute(run, plan, attempt.op_id, workspace, env, envelope, run.shipper, prepared)
