@@ -247,3 +247,7 @@ def test_a_job_keeps_its_number_on_a_retry_every_stage_a_rerun_and_a_redrive(
 
     # and the project gave one number in all: the next job of the project takes 2
     assert build_numbers.last_number(table, project_id) == 1
+    # and the job view and the job list say each job's number
+    assert [api.get_job(job)["build_number"] for job in (job_id, rerun, redriven)] == [1, 1, 1]
+    listed = {job["job_id"]: job.get("build_number") for job in api.list_jobs(project=project_id)["jobs"]}
+    assert listed == {job_id: 1, rerun: 1, redriven: 1}, listed

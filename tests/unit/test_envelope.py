@@ -274,7 +274,7 @@ def test_missing_region_affinity_is_refused_naming_the_field() -> None:
     assert any(problem["field"] == "region_affinity" for problem in error.details["problems"])
 
 
-@pytest.mark.parametrize("version", [6, 0, "1", None, True, 1.0, -1])
+@pytest.mark.parametrize("version", [7, 0, "1", None, True, 1.0, -1])
 def test_unknown_schema_version_is_refused(version: object) -> None:
     """Given an otherwise valid envelope with an unknown schema_version, when read, then it is
     refused with ENVELOPE_VERSION_UNSUPPORTED."""
@@ -283,12 +283,13 @@ def test_unknown_schema_version_is_refused(version: object) -> None:
     assert error.status == HTTPStatus.UNPROCESSABLE_ENTITY
 
 
-def test_new_envelopes_are_version_5_and_older_envelopes_still_read() -> None:
+def test_new_envelopes_are_version_6_and_older_envelopes_still_read() -> None:
     """Version 2 added log_ttl, version 3 a stage's aws_profile, version 4 checkout and a stage's
-    handoff, version 5 a stage's warning_exit_codes: new envelopes carry 5, so an agent that knows
-    only an older version refuses them with ENVELOPE_VERSION_UNSUPPORTED instead of running a stage
-    without its profile, on whatever its workspace holds, or failing a stage that exited with a
-    warning code; version 1 to 4 envelopes read as before."""
+    handoff, version 5 a stage's warning_exit_codes, version 6 build_number: new envelopes carry 6,
+    so an agent that knows only an older version refuses them with ENVELOPE_VERSION_UNSUPPORTED
+    instead of running a stage without its profile, on whatever its workspace holds, failing a stage
+    that exited with a warning code, or running one without its build number; version 1 to 5
+    envelopes read as before."""
     old = read_envelope(minimal_envelope(schema_version=1))
     assert old.schema_version == 1 and old.log_ttl is None and old.log_expires_at == old.ttl
     two = read_envelope(minimal_envelope(schema_version=2, log_ttl=1_710_000_000))
@@ -297,7 +298,7 @@ def test_new_envelopes_are_version_5_and_older_envelopes_still_read() -> None:
         JobEnvelope.model_validate(
             {k: v for k, v in old.to_json_dict().items() if k != "schema_version"}
         ).schema_version
-        == 5
+        == 6
     )
     three = read_envelope(minimal_envelope(schema_version=3))
     assert (
@@ -307,6 +308,8 @@ def test_new_envelopes_are_version_5_and_older_envelopes_still_read() -> None:
     )
     four = read_envelope(minimal_envelope(schema_version=4))
     assert four.schema_version == 4 and all(stage.warning_exit_codes == () for stage in four.stages)
+    five = read_envelope(minimal_envelope(schema_version=5))
+    assert five.schema_version == 5 and five.build_number is None
 
 
 def test_missing_schema_version_is_refused() -> None:
@@ -318,14 +321,14 @@ def test_missing_schema_version_is_refused() -> None:
 
 
 def test_unknown_version_is_refused_before_the_body_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Given version 6 with a garbage body, when read, then the refusal is about the version, and
+    """Given version 7 with a garbage body, when read, then the refusal is about the version, and
     the model validator is never reached."""
     calls: list[object] = []
     monkeypatch.setattr(JobEnvelope, "model_validate", classmethod(lambda cls, data: calls.append(data)))
-    garbage = {"schema_version": 6, "stages": "not a list", "job_id": 7, "totally": {"unknown": object()}}
+    garbage = {"schema_version": 7, "stages": "not a list", "job_id": 7, "totally": {"unknown": object()}}
     error = refusal(garbage)
     assert error.code is ErrorCode.ENVELOPE_VERSION_UNSUPPORTED
-    assert error.details["schema_version"] == 6
+    assert error.details["schema_version"] == 7
     assert calls == []
 
 

@@ -194,7 +194,8 @@ def claim_stage(
     try:
         accepted = _accept(request, repeat) if request.accept else None
     except BaseException:
-        wait([minted, *numbered])  # they end before the request does: nothing runs on after its answer
+        running: list[Future[Any]] = [minted, *numbered]
+        wait(running)  # they end before the request does: nothing runs on after its answer
         raise
     session = minted.result()
     build_number = numbered[0].result() if numbered else build_numbers.on_record(items)
