@@ -49,7 +49,12 @@ class StageCommand:
         self.keychains = keychains
 
     def environment(
-        self, envelope: JobEnvelope, task: StageMessage, workspace: Path, prepared: Prepared
+        self,
+        envelope: JobEnvelope,
+        task: StageMessage,
+        workspace: Path,
+        prepared: Prepared,
+        build_number: int | None = None,
     ) -> dict[str, str]:
         # Made after the checkout (its git clean would remove it), inside the workspace as ever.
         artifact_dir = workspace / ".relevo-artifacts" / task.job_id / task.stage
@@ -74,6 +79,10 @@ class StageCommand:
             "GIT_CEILING_DIRECTORIES": str(self.config.workspace_root),
             **shard,
         }
+        if build_number is not None:
+            # The job's, as its claim's answer brought it (relevo_core.fleet.build_numbers): a
+            # stage's environment, not a secret; the same on every attempt, stage and shard.
+            relevo["RELEVO_BUILD_NUMBER"] = str(build_number)
         # Never the agent's credentials (relevo_agent.stage_env).
         return stage_environment(os.environ, relevo, plan.aws_profile)
 

@@ -273,7 +273,9 @@ class StageRunner:
             # A receipt decides (a success never acknowledged): nothing to prepare or run.
             self.settle.previous(attempt, precondition, {})
         prepared = self._prepare(attempt, journaled=precondition)
-        env = self.command.environment(envelope, attempt.task, workspace, prepared)
+        env = self.command.environment(
+            envelope, attempt.task, workspace, prepared, attempt.claimed.granted.build_number
+        )
         # A decided reconcile ends the attempt there (Ended); a re-run runs the command, a
         # resumption the stage's effect_resume instead.
         resume = (

@@ -72,6 +72,8 @@ def job_notes(job: dict[str, Any]) -> list[str]:
     is known: no "@" without a commit, no last successful stage before one succeeded."""
     ref = f"ref {job['ref']}" + (f" @ {job['commit'][:12]}" if job.get("commit") else "")
     parts = [ref, f"region {job['region_affinity']}"]
+    if job.get("build_number") is not None:
+        parts.append(f"build number {job['build_number']}")
     if job.get("last_successful_stage"):
         parts.append(f"last successful stage: {job['last_successful_stage']}")
     if job.get("last_writer"):

@@ -383,3 +383,42 @@ def test_the_functions_that_say_why_a_job_waits_read_its_projects_lock_and_nothi
         _decide([documents["JobPolicy"]], _dynamodb(table, "GetItem", f"LOCK#{P}"), _tags())
         is PolicyDecision.NO_MATCH
     )
+
+
+def test_only_the_claim_function_moves_a_projects_build_numbers_and_writes_only_the_jobs_number(rendered):
+    """Build numbers (relevo_core.store.build_numbers): the counter item and the job record's
+    build_number are written by the claim function alone, in one transaction (each Update
+    authorized as UpdateItem on its item), and nothing else of the job record; no agent, on its
+    own credentials or a job's, reads or moves a counter."""
+    _, renderer, documents = rendered
+    table = renderer.get_att("Table", "Arn")
+    # Given the requests of an allocation, and the writes it must not be able to make
+    move = _dynamodb(table, "UpdateItem", f"BUILDNUMBERS#{P}", "last_number")
+    read = _dynamodb(table, "GetItem", f"BUILDNUMBERS#{P}", "last_number")
+    number = _dynamodb(table, "UpdateItem", f"JOB#{X}", "build_number")
+    refused = {
+        "the job's status": _dynamodb(table, "UpdateItem", f"JOB#{X}", "build_number", "status"),
+        "the job's envelope": _dynamodb(table, "UpdateItem", f"JOB#{X}", "envelope"),
+        "a counter put whole": _dynamodb(table, "PutItem", f"BUILDNUMBERS#{P}", "last_number"),
+        "a counter deleted": _dynamodb(table, "DeleteItem", f"BUILDNUMBERS#{P}"),
+        "another attribute of a counter": _dynamodb(table, "UpdateItem", f"BUILDNUMBERS#{P}", "floor"),
+    }
+    claims = [documents["AgentSessionsPolicy"]]
+    # When the claim function's policy decides them, then it may make exactly the allocation's
+    for request in (move, read, number):
+        assert _decide(claims, request) is PolicyDecision.ALLOW, request
+    for what, request in refused.items():
+        assert _decide(claims, request) is PolicyDecision.NO_MATCH, what
+    # and besides it only the intake functions could: their grant on the table (the queue counter,
+    # whole job records: a rerun's carries its build number) names no partition; they never move one
+    movers = {
+        holder
+        for holder, document in documents.items()
+        if _decide([document], move, _tags()) is PolicyDecision.ALLOW
+    }
+    intake = {"TriggersFunctionRole", "ScheduleTriggerFunctionRole", "WebhookFunctionRole"}
+    assert "AgentSessionsPolicy" in movers and movers <= {"AgentSessionsPolicy", *intake}, movers
+    # and neither an agent nor a job session reads one or writes a job's number
+    for agent_side in ("AgentPolicyeuwest", "JobPolicy"):
+        for request in (move, read, number):
+            assert _decide([documents[agent_side]], request, _tags()) is PolicyDecision.NO_MATCH, agent_side

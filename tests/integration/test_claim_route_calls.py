@@ -178,3 +178,49 @@ def test_a_refused_claim_mints_no_session(local_stack, project_id, claim_role, r
     assert "CLAIM_REFUSED" in refused["body"], refused
     calls = [call for _, call in recorded.calls]
     assert "sts:AssumeRole" not in calls and "dynamodb:UpdateItem" in calls, calls
+
+
+def test_the_claim_that_gives_a_build_number_adds_two_calls_beside_the_mint_and_the_next_none(
+    local_stack, project_id, claim_role, recorded
+):
+    """A stage that needs the job's build number (fleet/build_numbers): its first claim reads the
+    project's counter and takes the number in one transaction, on the pool beside the mint (the
+    request's own thread makes the same two calls as ever); a later claim of the job finds the
+    number on the job record it reads anyway, and makes no call for it."""
+    # Given a job whose only stage needs a build number
+    job_id = start_job(local_stack, project_id, STAGES, build_number={"stages": ["build"]})
+    task, _ = receive_stage(local_stack, job_id)
+    body = {
+        "job_id": job_id,
+        "stage_index": task["stage_index"],
+        "attempt": task["attempt"],
+        "agent_id": "mac-count",
+        "claim_secret": new_claim_secret(),
+        "dispatch_key": task["dispatch_key"],
+        "dispatch_token": task["task_token"],
+    }
+    with harness.as_role(claim_role):
+        handler = harness.cold_handler("agent_sessions")
+        # When it is claimed, and claimed again (its answer lost: the same claim sent again)
+        recorded.request_thread = threading.get_ident()
+        first = _claim(handler, {**body, "accept": False})
+        given = list(recorded.calls)
+        recorded.calls.clear()
+        again = _claim(handler, {**body, "accept": False})
+        recorded.request_thread = None
+
+    # Then the first claim gave 1 with two more calls, both on the pool
+    assert sorted(call for _, call in given) == sorted(
+        [
+            "dynamodb:Query",
+            "dynamodb:Query",
+            "dynamodb:UpdateItem",
+            "sts:AssumeRole",
+            "dynamodb:GetItem",
+            "dynamodb:TransactWriteItems",
+        ]
+    ), given
+    assert [call for who, call in given if who == "request"] == ["dynamodb:UpdateItem"]
+    # and the second found it on the job record: no call for it
+    assert '"build_number": 1' in first["body"] and '"build_number": 1' in again["body"]
+    assert not {"dynamodb:GetItem", "dynamodb:TransactWriteItems"} & {call for _, call in recorded.calls}

@@ -1,7 +1,8 @@
 """A stage never sees the agent's credentials: the real agent runs a stage that prints its whole
 environment, on the local stack, while the agent itself holds keys, a session token, a profile,
 credential files and a stack file; the stage's log holds none of them. A stage that names an
-`aws_profile` gets that profile, of the build user's own AWS configuration."""
+`aws_profile` gets that profile, of the build user's own AWS configuration; one that needs the
+job's build number gets RELEVO_BUILD_NUMBER."""
 
 from __future__ import annotations
 
@@ -60,6 +61,8 @@ def test_a_stage_prints_its_environment_and_no_agent_credential_is_in_it(
             {"name": "build", "run": PRINT_ENV},
             {"name": "upload", "run": PRINT_ENV, "aws_profile": "ios-upload"},
         ],
+        # Only upload needs the job's build number: it is given when upload is claimed.
+        build_number={"stages": ["upload"], "floor": 41},
     )
     config = write_agent_config(
         tmp_path / "agent.toml", stack_file, "eu-west", f"mac-env-{secrets.token_hex(3)}", poll_wait_sec=1
@@ -101,6 +104,10 @@ def test_a_stage_prints_its_environment_and_no_agent_credential_is_in_it(
     # and only the stage that names a profile has one: the project's, not the agent's
     assert "AWS_PROFILE=" not in logs["build"]
     assert "AWS_PROFILE=ios-upload" in logs["upload"].splitlines()
+    # and the job's build number (the project's first, at its floor) is in the environment of the
+    # stage that needs it, not of the stage before, which ran before the job had one
+    assert "RELEVO_BUILD_NUMBER=41" in logs["upload"].splitlines()
+    assert "RELEVO_BUILD_NUMBER" not in logs["build"]
 
 
 def test_only_region_variables_of_the_agent_reach_the_stage():

@@ -286,11 +286,12 @@ def test_unknown_schema_version_is_refused(version: object) -> None:
 
 def test_new_envelopes_are_version_6_and_older_envelopes_still_read() -> None:
     """Version 2 added log_ttl, version 3 a stage's aws_profile, version 4 checkout and a stage's
-    handoff, version 5 a stage's warning_exit_codes, version 6 a stage's effect_resume: new
-    envelopes carry 6, so an agent that knows only an older version refuses them with
-    ENVELOPE_VERSION_UNSUPPORTED instead of running a stage without its profile, on whatever its
-    workspace holds, failing a stage that exited with a warning code, or holding for a person an
-    effect its probe finds in progress; version 1 to 5 envelopes read as before."""
+    handoff, version 5 a stage's warning_exit_codes, version 6 a stage's effect_resume and the
+    job's build_number: new envelopes carry 6, so an agent that knows only an older version refuses
+    them with ENVELOPE_VERSION_UNSUPPORTED instead of running a stage without its profile, on whatever
+    its workspace holds, failing a stage that exited with a warning code, holding for a person an
+    effect its probe finds in progress, or running one without its build number; version 1 to 5
+    envelopes read as before."""
     old = read_envelope(minimal_envelope(schema_version=1))
     assert old.schema_version == 1 and old.log_ttl is None and old.log_expires_at == old.ttl
     two = read_envelope(minimal_envelope(schema_version=2, log_ttl=1_710_000_000))
@@ -311,6 +312,7 @@ def test_new_envelopes_are_version_6_and_older_envelopes_still_read() -> None:
     assert four.schema_version == 4 and all(stage.warning_exit_codes == () for stage in four.stages)
     five = read_envelope(minimal_envelope(schema_version=5))
     assert five.schema_version == 5 and all(stage.effect_resume is None for stage in five.stages)
+    assert five.build_number is None
 
 
 def test_missing_schema_version_is_refused() -> None:

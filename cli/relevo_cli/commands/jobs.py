@@ -83,6 +83,7 @@ def _job_rows(listing: dict, queued: bool) -> Table:
         "progress",
         "trigger",
         "ref",
+        "build",
         "region",
         "priority",
         "created",
@@ -101,6 +102,8 @@ def _job_rows(listing: dict, queued: bool) -> Table:
             progress_text(job),
             job["trigger"] or "",
             ref_cell,
+            # The job's build number (RELEVO_BUILD_NUMBER), once a stage that needs one was claimed.
+            str(job["build_number"]) if job.get("build_number") is not None else "",
             job["region_affinity"] or "",
             str(job["priority"]),
             time_ago(job["created_at"], now),

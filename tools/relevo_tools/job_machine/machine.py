@@ -152,7 +152,8 @@ def failed() -> States:
             "entry alone is enough to "
             "resume the job, even once the job itself was deleted.",
             "Resource": "arn:aws:states:::dynamodb:getItem",
-            "Parameters": get(job_key(), "last_successful_stage, #status, envelope", STATUS),
+            # build_number: a redrive keeps the job's (recovery/dead_letters), even once the job is deleted.
+            "Parameters": get(job_key(), "last_successful_stage, #status, envelope, build_number", STATUS),
             "ResultSelector": {"record.$": "$.Item"},
             "ResultPath": "$.dead",
             "Next": "SendToDeadLetterQueue",

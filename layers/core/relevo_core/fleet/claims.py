@@ -29,8 +29,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from relevo_core.aws import error_code, in_this_context, ready_clients, side_by_side
 from relevo_core.config.agent_sessions import AgentSessionsSettings
 from relevo_core.execution import TaskGone, fail_task, heartbeat_task, succeed_task
-from relevo_core.fleet import job_credentials
-from relevo_core.jobs.handoff_sources import MAX_LINEAGE, context_of
+from relevo_core.fleet import build_numbers, job_credentials
+from relevo_core.fleet.stood_on import holds_files, lineage_of
+from relevo_core.jobs.handoff_sources import context_of
 from relevo_core.models.agent_session import (
     AcceptRequest,
     AttemptRequest,
@@ -49,7 +50,7 @@ from relevo_core.models.errors import ErrorClass, ErrorCode, RelevoError
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
 from relevo_core.observability import logger
 from relevo_core.store import stage_attempts, stage_claims, task_tokens
-from relevo_core.store.jobs import get_envelope, get_job_record, query_job_items
+from relevo_core.store.jobs import get_job_record, query_job_items
 from relevo_core.store.keys import SHARD_INFIX, attempt_sk, is_stage_sk, stage_sk
 
 # What a refused claim tells its caller of the stage record: enough to know whether to hand the
@@ -80,36 +81,6 @@ def _not_dispatched_here(request: ClaimRequest | SessionRequest, region: str) ->
         f"{request.job_id} stage {request.stage_index} attempt {request.attempt} was not dispatched to "
         f"region {region!r} under this key",
     )
-
-
-def holds_files(record: dict[str, Any]) -> bool:
-    """Whether the Mac that ran a stage (by its record) holds files a later stage restores: the
-    handoff it stored (its receipt's summary, or the attempt's stored one) or the earlier stages'
-    files it restored."""
-    receipt = given if isinstance(given := record.get("receipt"), dict) else {}
-    stored = receipt.get("handoff") or record.get("handoff_stored")
-    restored = record.get("restored")
-    counted = [
-        int(found.get(name) or 0)
-        for found in (stored, restored)
-        if isinstance(found, dict)
-        for name in ("files", "symlinks")
-    ]
-    return sum(counted) > 0
-
-
-def lineage_of(table: str, envelope: JobEnvelope) -> list[str]:
-    """The jobs whose stages a job started from a later stage stands on (retry_of, and theirs
-    while they skipped stages too), nearest first: what its agents may read for the handoff."""
-    found: list[str] = []
-    current = envelope
-    while current.first_stage_index > 0 and current.retry_of and len(found) < MAX_LINEAGE:
-        found.append(current.retry_of)
-        try:
-            current = get_envelope(table, current.retry_of)
-        except RelevoError:
-            break  # deleted: nothing of it is read
-    return found
 
 
 def _fail_dispatch(token: str, error: RelevoError) -> None:
@@ -217,12 +188,17 @@ def claim_stage(
             **found,
         ) from None
     minted = side_by_side().submit(in_this_context(mint))
+    # The job's build number: from its record, or given now beside the mint (fleet/build_numbers).
+    give = build_numbers.to_give(table, envelope, index, items)
+    numbered = [side_by_side().submit(in_this_context(give))] if give else []
     try:
         accepted = _accept(request, repeat) if request.accept else None
     except BaseException:
-        wait([minted])  # the mint ends before the request does: nothing of it runs on after its answer
+        running: list[Future[Any]] = [minted, *numbered]
+        wait(running)  # they end before the request does: nothing runs on after its answer
         raise
     session = minted.result()
+    build_number = numbered[0].result() if numbered else build_numbers.on_record(items)
     # The other stages' records and their shards' (what their handoffs and values left); of its
     # own stage, neither its own record nor a sibling shard's: a shard stands on earlier stages only.
     siblings = f"{stage_sk(index)}{SHARD_INFIX}"
@@ -239,6 +215,7 @@ def claim_stage(
         previous=previous,
         session=session,
         accepted=accepted,
+        build_number=build_number,
     )
 
 

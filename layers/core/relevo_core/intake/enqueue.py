@@ -106,6 +106,7 @@ def build_envelope(
         signing=project.signing,
         checkout=project.checkout,
         stands_on=stands_on,
+        build_number=project.build_number,
     )
 
 
@@ -128,13 +129,15 @@ def enqueue(
     now: datetime | None = None,
     held_reason: HeldReason | None = None,
     delivery_record: Callable[[str, HeldReason | None], dict[str, Any]] | None = None,
+    build_number: int | None = None,
 ) -> IntakeResult:
     """One trigger in; at most one job out. `identity` is what makes two triggers the same work
     (the commit for Git triggers, the schedule slot for timers, ...). With a `held_reason` (a pull
     request from a fork) the job is written `held` and only a person's release starts it.
     `delivery_record(job_id, held_reason)` is the Put of the record of the webhook delivery that
     asked for the job: it is written in the job's own transaction, so it costs no call and exists
-    exactly when the job does (a duplicate's transaction is cancelled, record and all)."""
+    exactly when the job does (a duplicate's transaction is cancelled, record and all). A rerun
+    carries the `build_number` of the job it retries (relevo_core.fleet.build_numbers)."""
     now = now or datetime.now(UTC)
     # Refused before anything is written: a project stored under other limits may hold a plan
     # its jobs' executions could not carry (relevo_core.plan_limits).
@@ -168,6 +171,7 @@ def enqueue(
         held_reason=held_reason,
         refuse_frozen=refuse_frozen,
         also_write=also_write,
+        build_number=build_number,
     )
     if isinstance(outcome, job_creation.RepeatAfterWindow) and on_repeat is OnRepeat.SKIP:
         return IntakeResult(outcome.previous_job_id, duplicate=True, outcome="skipped")

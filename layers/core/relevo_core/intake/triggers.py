@@ -72,6 +72,10 @@ def rerun_job(settings: IntakeSettings, job_id: str, body: Any, actor: str) -> I
         require_handoffs_stored(settings.table_name, job_id, names[: names.index(request.from_stage)])
     # The commit the job built, even when its trigger named only a ref: a rerun builds the same.
     commit = previous.commit or resolved_commit(settings.table_name, job_id)
+    from relevo_core.store.build_numbers import job_build_number  # reruns only
+
+    # And its build number, when it has one: the rerun's is the same (fleet/build_numbers).
+    build_number = job_build_number(settings.table_name, job_id)
     return enqueue(
         settings,
         project,
@@ -82,6 +86,7 @@ def rerun_job(settings: IntakeSettings, job_id: str, body: Any, actor: str) -> I
         priority=previous.priority,
         from_stage=request.from_stage,
         retry_of=job_id,
+        build_number=build_number,
     )
 
 

@@ -18,7 +18,7 @@ from relevo_core.projects.permissions import visibility
 from relevo_core.store.job_stages import stage_and_shard_records
 from relevo_core.store.jobs import query_job_items
 from relevo_core.store.jobs_by_status import jobs_with_status
-from relevo_core.store.keys import HELD_REASON_ATTRIBUTE
+from relevo_core.store.keys import BUILD_NUMBER_ATTRIBUTE, HELD_REASON_ATTRIBUTE
 from relevo_core.store.project_jobs import jobs_of_project
 from relevo_core.store.projects import list_projects
 
@@ -50,6 +50,7 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
         "created_at": record.get("created_at"),
         "ended_at": record.get("ended_at"),
         "last_successful_stage": record.get("last_successful_stage"),
+        "build_number": record.get(BUILD_NUMBER_ATTRIBUTE),
         "queue_reason": record.get("queue_reason"),
         "held_reason": record.get(HELD_REASON_ATTRIBUTE),
         "last_writer": record.get("last_writer"),

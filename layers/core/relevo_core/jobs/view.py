@@ -23,7 +23,13 @@ from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.artifacts import list_artifacts
 from relevo_core.store.jobs import query_job_items
-from relevo_core.store.keys import HELD_REASON_ATTRIBUTE, JOB_SK, is_stage_sk, shard_of_sk
+from relevo_core.store.keys import (
+    BUILD_NUMBER_ATTRIBUTE,
+    HELD_REASON_ATTRIBUTE,
+    JOB_SK,
+    is_stage_sk,
+    shard_of_sk,
+)
 from relevo_core.store.locks import approval_gate
 
 # What one stage record says of the attempt that ran last; attempts_log keeps every attempt.
@@ -286,6 +292,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "approval_decision": record.get("approval_decision"),
         "from_stage": envelope.from_stage,
         "retry_of": envelope.retry_of,
+        "build_number": record.get(BUILD_NUMBER_ATTRIBUTE),
         # Recorded by the state machine when the job ends; while it runs, read off its stages:
         # the last of them that succeeded in plan order (or what a rerun stands on).
         "last_successful_stage": _last_successful(record, stages),

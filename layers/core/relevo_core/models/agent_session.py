@@ -139,6 +139,9 @@ class ClaimGranted(BaseModel):
     # waited (answered, timed out, the job ended); None, not known (not asked, or no answer came:
     # the agent asks again, or watches for its run token).
     accepted: bool | None = None
+    # The job's build number (RELEVO_BUILD_NUMBER), given by the first claim of a stage that needs
+    # one (relevo_core.fleet.build_numbers); None while the job has none.
+    build_number: int | None = None
 
 
 class SessionGranted(BaseModel):

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from relevo_core.models.build_number import BuildNumberSettings
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import (
     MAX_QUEUE_TIMEOUT_SEC,
@@ -32,8 +33,9 @@ from relevo_core.models.shapes import JOB_ID, PRIORITY_BOUND, PROJECT_ID, REGION
 # whatever its workspace held, without the files the earlier stages handed on.
 # 5 added a stage's `warning_exit_codes`: an agent that would ignore them would fail a stage that
 # exits with one.
-# 6 added a stage's `effect_resume`: an agent that would ignore it would hold for a person every
-# effect its probe finds in progress.
+# 6 added a stage's `effect_resume` and the job's `build_number`: an agent that would ignore
+# them would hold for a person every effect its probe finds in progress, or run a stage that needs
+# the job's build number (RELEVO_BUILD_NUMBER) without one.
 ENVELOPE_SCHEMA_VERSION = 6
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
 
@@ -103,6 +105,8 @@ class JobEnvelope(RunPlanMixin):
     # For a job from a later stage: the last of the skipped stages that succeeded in the job it
     # retries (relevo_core.jobs.lineage), its last successful stage until one of its own succeeds.
     stands_on: str | None = Field(default=None, pattern=STAGE_NAME)
+    # The project's build_number settings, frozen too: the stages that need a build number, the floor.
+    build_number: BuildNumberSettings | None = None
 
     @field_validator("stages")
     @classmethod

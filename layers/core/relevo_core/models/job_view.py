@@ -178,6 +178,11 @@ class JobView(BaseModel):
     approval_decision: dict[str, Any] | None = None
     from_stage: str | None = None
     retry_of: str | None = None
+    build_number: int | None = Field(
+        None,
+        description="the job's build number (RELEVO_BUILD_NUMBER): given by the first claim of a stage "
+        "that needs one, the same on every retry, rerun and redrive of the job; none before",
+    )
     last_successful_stage: str | None = None
     last_writer: str | None = None
     error: str | None = None

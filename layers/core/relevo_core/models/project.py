@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from relevo_core.models.build_number import BuildNumberSettings
 from relevo_core.models.handoff import shard_variable_part, variable_part
 from relevo_core.models.plan import (
     MAX_QUEUE_TIMEOUT_SEC,
@@ -172,6 +173,12 @@ class Project(RunPlanMixin):
         description="Where `relevo console` is served for the team: links in statuses and messages point at "
         "<console_url>/jobs/<id> instead of the execution in the Step Functions console.",
     )
+    build_number: BuildNumberSettings | None = Field(
+        default=None,
+        description="Give each job a build number (RELEVO_BUILD_NUMBER): per project, in order, once per "
+        "job, the same on every retry, rerun and redrive of it, never given to two jobs, with no gap (a job "
+        "that took one keeps it, even when it fails). See docs/jobs.md#build-numbers.",
+    )
     fork_pull_requests: ForkPolicy = Field(
         default=ForkPolicy.HOLD,
         description="What a pull request from a fork does: hold (a held job, started by `relevo job release "
@@ -214,6 +221,15 @@ class Project(RunPlanMixin):
                 raise ValueError(
                     f"schedule {schedule.name}: stages {', '.join(unknown)} are not stages of the project"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _build_number_stages_exist(self) -> "Project":
+        known = {stage.name for stage in self.stages}
+        named = self.build_number.stages if self.build_number else ()
+        unknown = [name for name in named if name not in known]
+        if unknown:
+            raise ValueError(f"build_number.stages: {', '.join(unknown)} are not stages of the project")
         return self
 
     @model_validator(mode="after")

@@ -61,6 +61,7 @@ def job_notices(transition: JobTransition, link: str) -> list[tuple[Notice, str]
         "link": link,
         "commit": t.commit,
         "notes": t.reconciled,
+        "build_number": t.build_number,
     }
     if t.status is JobStatus.WAITING:
         return [

@@ -44,6 +44,8 @@ class Notice:
     commit: str | None = None
     # What else a person must know, a line each: a stage reconciled rather than run again.
     notes: tuple[str, ...] = ()
+    # The job's build number (RELEVO_BUILD_NUMBER), once it has one.
+    build_number: int | None = None
 
     def facts(self) -> list[tuple[str, str]]:
         named = [
@@ -51,6 +53,7 @@ class Notice:
             ("Job", self.job_id),
             ("Ref", self.ref),
             ("Commit", self.commit[:12] if self.commit else None),
+            ("Build number", str(self.build_number) if self.build_number is not None else None),
             ("Stage", self.stage),
             ("Actor", self.actor),
             ("Region", self.region),

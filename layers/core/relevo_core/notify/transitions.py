@@ -49,6 +49,8 @@ class JobTransition:
     reconciled: tuple[str, ...] = ()
     # `commit` came from the job's first checkout, not its trigger (with_stage_records).
     commit_resolved: bool = False
+    # The job's build number (RELEVO_BUILD_NUMBER), once it has one.
+    build_number: int | None = None
 
     @property
     def ended_at_gate(self) -> bool:
@@ -77,7 +79,13 @@ class JobTransition:
             "warning_stages": list(self.warning_stages),
             "reconciled": list(self.reconciled),
             "commit_resolved": self.commit_resolved,
+            "build_number": self.build_number,
         }
+
+
+def _number(value: Any) -> int | None:
+    """A build number as the record or the event holds it (a Decimal from the table)."""
+    return None if value is None else int(value)
 
 
 def transition_from_event(event: dict[str, Any]) -> JobTransition | None:
@@ -105,6 +113,7 @@ def transition_from_event(event: dict[str, Any]) -> JobTransition | None:
         warning_stages=tuple(str(name) for name in event.get("warning_stages") or ()),
         reconciled=tuple(str(line) for line in event.get("reconciled") or ()),
         commit_resolved=bool(event.get("commit_resolved")),
+        build_number=_number(event.get("build_number")),
     )
 
 
@@ -204,6 +213,7 @@ def job_transition(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Jo
         error_cause=new.get("error_cause"),
         at=written_at(new.get("updated_at")),
         warning_stages=warning_stages(new.get("stage_outcomes")),
+        build_number=_number(new.get("build_number")),
     )
 
 

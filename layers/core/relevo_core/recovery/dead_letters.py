@@ -15,6 +15,7 @@ from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_j
 from relevo_core.projects.permissions import require, visibility
 from relevo_core.recovery.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
 from relevo_core.store import carried_shards, dead_letters, jobs, shard_failures
+from relevo_core.store.keys import BUILD_NUMBER_ATTRIBUTE
 
 
 def _json(text: Any) -> Any:
@@ -135,6 +136,15 @@ def _failed_envelope(table: str, raw_entry: dict[str, Any]) -> JobEnvelope:
     return read_envelope(carried) if carried else jobs.get_envelope(table, raw_entry["job_id"])
 
 
+def _build_number(table: str, job_id: str, raw_entry: dict[str, Any]) -> int | None:
+    """The failed job's build number, which the job that resumes it keeps: the entry carries it
+    (the job record as it was when it failed), else the job's record says it, if it got one."""
+    from relevo_core.store.build_numbers import job_build_number
+
+    carried = (raw_entry.get("job_record") or {}).get(BUILD_NUMBER_ATTRIBUTE)
+    return int(carried) if carried is not None else job_build_number(table, job_id)
+
+
 def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> IntakeResult:
     """Resume a dead-lettered job from its failed stage: its own frozen plan, the same
     idempotency key, a new job (trigger retry, retry_of) in its place."""
@@ -177,6 +187,15 @@ def redrive_dead_letter(settings: IntakeSettings, job_id: str, actor: str) -> In
     carried = carried_shards.carried_puts(
         settings.table_name, succeeded, job_id, resumed.job_id, resumed.ttl, actor, now
     )
-    dead_letters.redrive(settings.table_name, job_id, resumed, settings.queue_limit, actor, now, carried)
+    dead_letters.redrive(
+        settings.table_name,
+        job_id,
+        resumed,
+        settings.queue_limit,
+        actor,
+        now,
+        carried,
+        _build_number(settings.table_name, job_id, raw),
+    )
     start_job_execution(settings, resumed)
     return IntakeResult(resumed.job_id, outcome="redriven", previous_job_id=job_id)

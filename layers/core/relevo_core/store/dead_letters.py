@@ -43,10 +43,12 @@ def redrive(
     actor: str,
     now: datetime,
     carried: list[dict[str, Any]] | None = None,
+    build_number: int | None = None,
 ) -> None:
     """In one transaction: the entry is marked redriven (once), the new job is written with a
     queue slot, the idempotency key's dedup record moves to the new job, and the `carried`
-    items (store/carried_shards: the failed stage's shards that succeeded) are written under it.
+    items (store/carried_shards: the failed stage's shards that succeeded) are written under it,
+    with the failed job's `build_number` on its record.
     A transaction takes up to 100 items (DynamoDB API Reference, "TransactWriteItems"); a stage
     has at most 45 shards (relevo_core.plan_limits)."""
     try:
@@ -74,7 +76,9 @@ def redrive(
                 {
                     "Put": {
                         "TableName": table,
-                        "Item": to_attributes(job_item(envelope, JobStatus.QUEUED, now)),
+                        "Item": to_attributes(
+                            job_item(envelope, JobStatus.QUEUED, now, build_number=build_number)
+                        ),
                         "ConditionExpression": "attribute_not_exists(pk)",
                     }
                 },

@@ -19,6 +19,7 @@ from relevo_core.store.codec import to_attributes
 from relevo_core.store.conditional import transaction_cancellation
 from relevo_core.store.freezes import not_frozen_check
 from relevo_core.store.keys import (
+    BUILD_NUMBER_ATTRIBUTE,
     DEDUP_SK,
     DELIVERY_SK,
     HELD_REASON_ATTRIBUTE,
@@ -85,10 +86,11 @@ def job_item(
     status: JobStatus,
     now: datetime,
     held_reason: HeldReason | None = None,
+    build_number: int | None = None,
 ) -> dict[str, Any]:
     """A new job's record: the frozen envelope plus its status projection (a held job's record
     says why it is held). A job from a later stage starts with its envelope's `stands_on` as its
-    last successful stage.
+    last successful stage; a rerun or redrive with the `build_number` of the job it retries.
 
     `queue_seq` and `wait_order` place the job among the jobs waiting for its project; the order
     key only becomes visible in WaitOrderIndex once the state machine marks the job waiting.
@@ -115,6 +117,8 @@ def job_item(
         item["last_successful_stage"] = envelope.stands_on
     if held_reason is not None:
         item[HELD_REASON_ATTRIBUTE] = held_reason.value
+    if build_number is not None:
+        item[BUILD_NUMBER_ATTRIBUTE] = build_number
     if status is JobStatus.QUEUED:
         # Sparse index entry: present until the execution's first state removes it, so the
         # sweeper can find a job whose execution never started.
@@ -132,6 +136,7 @@ def create_job(
     replaces_expires_at: int | None = None,
     refuse_frozen: bool = False,
     also_write: Sequence[dict[str, Any]] = (),
+    build_number: int | None = None,
 ) -> CreateOutcome:
     """Write the job in one transaction: dedup record, delivery record, envelope and queue slot.
 
@@ -202,7 +207,7 @@ def create_job(
             }
         )
     held = held_reason is not None
-    record = job_item(envelope, JobStatus.HELD if held else JobStatus.QUEUED, now, held_reason)
+    record = job_item(envelope, JobStatus.HELD if held else JobStatus.QUEUED, now, held_reason, build_number)
     items.append(
         {
             "Put": {
@@ -271,12 +276,14 @@ def create_job_or_repeat(
     held_reason: HeldReason | None = None,
     refuse_frozen: bool = False,
     also_write: Callable[[HeldReason | None], Sequence[dict[str, Any]]] = lambda _held: (),
+    build_number: int | None = None,
 ) -> CreateOutcome:
     """create_job, and for a repeat of work whose dedup window has passed, what the project's
     `on_repeat` says: skip (RepeatAfterWindow is the answer), hold (written held,
     repeat_after_window) or run; a held or run repeat takes the expired dedup record over in a
     second transaction, and a RepeatAfterWindow from that one means a concurrent repeat took it
-    first. `also_write(held_reason)`: the Puts written with the job, for the reason it is held."""
+    first. `also_write(held_reason)`: the Puts written with the job, for the reason it is held;
+    `build_number`: the number of the job it retries, on its record from the start."""
     # The caller has it loaded; this module's other users need not.
     from relevo_core.models.project_settings import OnRepeat
 
@@ -289,6 +296,7 @@ def create_job_or_repeat(
         held_reason=held_reason,
         refuse_frozen=refuse_frozen,
         also_write=also_write(held_reason),
+        build_number=build_number,
     )
     if not isinstance(outcome, RepeatAfterWindow) or on_repeat is OnRepeat.SKIP:
         return Created(outcome.job_id, held_reason) if isinstance(outcome, Created) else outcome
@@ -304,5 +312,6 @@ def create_job_or_repeat(
         replaces_expires_at=outcome.previous_expires_at,
         refuse_frozen=refuse_frozen,
         also_write=also_write(held_reason),
+        build_number=build_number,
     )
     return Created(outcome.job_id, held_reason) if isinstance(outcome, Created) else outcome

@@ -226,6 +226,18 @@ def usage_pk(project_id: str) -> str:
     return f"USAGE#{project_id}"
 
 
+# A project's build numbers (store.build_numbers): the last one given, on one counter item in a
+# partition of its own, apart from the queue's COUNTER# (a project may be named anything), so that
+# IAM's dynamodb:LeadingKeys can give the claim function this item's write and nothing else's.
+BUILD_NUMBER_SK = "LAST"
+# On a job record: the number the job took (or carried over from the job it reruns).
+BUILD_NUMBER_ATTRIBUTE = "build_number"
+
+
+def build_numbers_pk(project_id: str) -> str:
+    return f"BUILDNUMBERS#{project_id}"
+
+
 def key(pk: str, sk: str) -> dict[str, dict[str, str]]:
     return {"pk": {"S": pk}, "sk": {"S": sk}}
 
