@@ -4,6 +4,7 @@ packages and the Lambda handlers, strict by default."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tomllib
@@ -17,12 +18,16 @@ def _recipe(target: str) -> tuple[str, list[str]]:
     makefile = (ROOT / "Makefile").read_text()
     rule = re.search(rf"^{target}:(.*)$", makefile, re.M)
     assert rule is not None, f"no `{target}` target"
+    # Run under `make test` too: without its MAKELEVEL and flags, this make is a top-level one and
+    # prints no "Entering directory" line.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKELEVEL", "MAKEFLAGS", "MFLAGS"}}
     dry = subprocess.run(
-        ["make", "-n", "-o", ".venv/.relevo-installed", target],
+        ["make", "--no-print-directory", "-n", "-o", ".venv/.relevo-installed", target],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     ).stdout
     return rule.group(1), [line.strip() for line in dry.splitlines() if line.strip()]
 
