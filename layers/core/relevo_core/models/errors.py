@@ -199,6 +199,13 @@ class ErrorClass(str, Enum):
     HANDOFF_CONFLICT = "Relevo.Fatal.HandoffConflict"
     # What the stage wrote to $RELEVO_OUTPUT is not key=value / heredoc lines, or is over a limit.
     OUTPUT_INVALID = "Relevo.Fatal.Output"
+    # A release effect refused before anything was submitted (docs/release-effects.md): its API
+    # key missing, malformed or refused (401), an app Apple does not know, a file whose version or
+    # build number cannot be read, a build number Apple already has for that version.
+    EFFECT_REFUSED = "Relevo.Fatal.EffectRefused"
+    # The effect happened and Apple (or the host) turned it down for good: a notarization Invalid
+    # (Apple's log attached), a build upload whose processing FAILED.
+    EFFECT_REJECTED = "Relevo.Fatal.EffectRejected"
     PRECONDITION_CHANGED = "Relevo.Precondition.Changed"
     # Reconciliation found an effect it cannot tie to the operation: the stage waits for an
     # operator (relevo job resolve); resolved as failed, it fails with the second name.
