@@ -12,4 +12,14 @@ from setuptools import setup
 CORE = Path(__file__).resolve().parent.parent / "layers" / "core"
 CORE_REQUIREMENT = f"relevo-core @ {CORE.as_uri()}" if (CORE / "pyproject.toml").is_file() else "relevo-core"
 
-setup(install_requires=[CORE_REQUIREMENT, "boto3>=1.34", "pydantic>=2.10,<3", "typer>=0.12"])
+# PyJWT with cryptography: the ES256 bearer token of the Apple release effects.
+setup(
+    install_requires=[
+        CORE_REQUIREMENT,
+        "boto3>=1.34",
+        "cryptography>=42",
+        "pydantic>=2.10,<3",
+        "PyJWT>=2.8",
+        "typer>=0.12",
+    ]
+)
