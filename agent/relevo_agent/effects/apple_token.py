@@ -74,5 +74,6 @@ def bearer_token(key: dict[str, Any], now: float) -> str:
     """A token signed with `key` (the secret's JSON), issued at `now` (wall-clock seconds)."""
     valid = team_key(key)
     claims = {"iss": valid.issuer_id, "iat": int(now), "exp": int(now) + LIFETIME_SEC, "aud": AUDIENCE}
-    signing_key = load_pem_private_key(valid.private_key.encode(), password=None)
-    return jwt.encode(claims, signing_key, algorithm="ES256", headers={"kid": valid.key_id, "typ": "JWT"})
+    return jwt.encode(
+        claims, valid.private_key, algorithm="ES256", headers={"kid": valid.key_id, "typ": "JWT"}
+    )
