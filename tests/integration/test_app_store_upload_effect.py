@@ -324,3 +324,33 @@ def test_the_next_free_build_number_is_the_highest_plus_one():
     assert next_free(["42", "9", "44"]) == "45"
     assert next_free(["1.2.9", "1.2.10"]) == "1.2.11"
     assert next_free([]) == "1"
+
+
+def test_a_key_secrets_manager_does_not_have_is_refused_naming_its_error(apple):
+    service, _, app_id, recorder, ipa = apple
+    # Given Secrets Manager answering that the key's secret does not exist, as boto3 raises it
+    from botocore.exceptions import ClientError
+
+    def not_found(name):
+        raise ClientError({"Error": {"Code": "ResourceNotFoundException", "Message": "no"}}, "GetSecretValue")
+
+    context = dataclasses.replace(recorder.context(ipa), secret=not_found)
+
+    # Then the upload is refused naming the secret and Secrets Manager's error, and nothing created
+    message = _refused(service, _effect(app_id), context)
+    assert SECRET in message and "ResourceNotFoundException" in message
+    assert service.connect.uploads == {}
+
+
+def test_processing_longer_than_the_time_left_ends_the_attempt_as_out_of_time(apple):
+    service, _, app_id, recorder, ipa = apple
+    # Given two minutes left of the stage's exec timeout, and processing taking six
+    recorder.time_left_sec = 120
+
+    # When the upload is made, then it stops waiting when the time is out, the upload processing
+    with pytest.raises(EffectFailed) as failed:
+        _effect(app_id).perform(recorder.context(ipa))
+    assert failed.value.error_class is ErrorClass.EXEC_TIMEOUT
+    assert sum(recorder.waited) == 120
+    # And the next attempt's probe finds it in progress
+    assert _effect(app_id).probe(recorder.context(ipa), recorder.recorded).answer is Answer.IN_PROGRESS

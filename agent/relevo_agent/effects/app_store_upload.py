@@ -11,7 +11,9 @@ before the upload is created, its id the moment Apple answers; a create or a com
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from relevo_agent.effects.app_store_connect import ConnectClient, NoAnswer, Refused, Upload
 from relevo_agent.effects.apple_token import bearer_token, team_key
@@ -86,7 +88,7 @@ class AppStoreUploadEffect:
         client = self._client(context)
         upload_id = recorded.get("upload_id")
         if not upload_id:
-            mine = self._call(lambda: [u for u in self._look(client, binary) if u.sha256 == binary.sha256])
+            mine = [u for u in self._look(client, binary) if u.sha256 == binary.sha256]
             if not mine:
                 raise EffectFailed(
                     ErrorClass.MANUAL_REVIEW, "no upload of this file to resume at App Store Connect"
@@ -101,15 +103,22 @@ class AppStoreUploadEffect:
     # -- the steps
 
     def _client(self, context: EffectContext) -> ConnectClient:
+        where = f"the API key {self.spec.api_key}"
         try:
             key = context.secret(self.spec.api_key)
         except EffectFailed:
             raise
-        except (KeyError, LookupError, ValueError) as error:
+        except ClientError as error:
+            # GetSecretValue's refusals (ResourceNotFoundException, AccessDeniedException, ...).
+            code = error.response.get("Error", {}).get("Code", "ClientError")
+            raise EffectFailed(ErrorClass.EFFECT_REFUSED, f"{where} cannot be read: {code}") from None
+        except BotoCoreError as error:
             raise EffectFailed(
-                ErrorClass.EFFECT_REFUSED, f"the API key {self.spec.api_key} cannot be read: {error}"
+                ErrorClass.NETWORK_TIMEOUT, f"{where}: Secrets Manager unreachable ({error})"
             ) from None
-        team_key(key, f"the API key {self.spec.api_key}")
+        except (LookupError, ValueError) as error:
+            raise EffectFailed(ErrorClass.EFFECT_REFUSED, f"{where} cannot be read: {error}") from None
+        team_key(key, where)
         return ConnectClient(context.endpoints.app_store_connect, lambda: bearer_token(key, context.now()))
 
     def _values(self, binary: Binary) -> dict[str, str]:
@@ -120,32 +129,35 @@ class AppStoreUploadEffect:
             "sha256": binary.sha256,
         }
 
-    def _call(self, request: Callable[..., T], *args: str) -> T:
+    def _call(self, request: Callable[..., T], *args: Any) -> T:
         """A request of perform or resume: a refusal or no answer is the stage's failure."""
         try:
             return request(*args)
-        except Refused as refusal:
-            if refusal.status in (401, 403):
-                raise EffectFailed(
-                    ErrorClass.EFFECT_REFUSED,
-                    f"App Store Connect refused the API key {self.spec.api_key} ({refusal})",
-                ) from None
-            raise EffectFailed(ErrorClass.CLIENT_4XX, f"App Store Connect refused: {refusal}") from None
-        except NoAnswer as error:
-            raise EffectFailed(
-                ErrorClass.NETWORK_TIMEOUT, f"App Store Connect did not answer: {error}"
-            ) from None
+        except (Refused, NoAnswer) as error:
+            raise self._failure(error) from None
+
+    def _failure(self, error: Refused | NoAnswer) -> EffectFailed:
+        if isinstance(error, NoAnswer):
+            return EffectFailed(ErrorClass.NETWORK_TIMEOUT, f"App Store Connect did not answer: {error}")
+        if error.status in (401, 403):
+            return EffectFailed(
+                ErrorClass.EFFECT_REFUSED,
+                f"App Store Connect refused the API key {self.spec.api_key} ({error})",
+            )
+        return EffectFailed(ErrorClass.CLIENT_4XX, f"App Store Connect refused: {error}")
 
     def _check_app(self, client: ConnectClient) -> None:
         try:
-            self._call(lambda: client.app(self.spec.app_id))
-        except EffectFailed as error:
-            if "404" in error.message and error.error_class is ErrorClass.CLIENT_4XX:
+            client.app(self.spec.app_id)
+        except Refused as refusal:
+            if refusal.status == 404:
                 raise EffectFailed(
                     ErrorClass.EFFECT_REFUSED,
                     f"App Store Connect has no app {self.spec.app_id} for this key's team",
                 ) from None
-            raise
+            raise self._failure(refusal) from None
+        except NoAnswer as error:
+            raise self._failure(error) from None
 
     def _look(self, client: ConnectClient, binary: Binary) -> list[Upload]:
         return self._call(
@@ -177,9 +189,7 @@ class AppStoreUploadEffect:
                 # Another upload of this build number came first (between the look and the create).
                 numbers = self._call(lambda: client.build_numbers(self.spec.app_id, binary.version))
                 raise self._used(client, binary, numbers) from None
-            raise EffectFailed(
-                ErrorClass.CLIENT_4XX, f"App Store Connect refused the upload: {refusal}"
-            ) from None
+            raise self._failure(refusal) from None
         except NoAnswer as error:
             # It may have been created: look before anything is sent again.
             context.line(f"creating the upload had no answer ({error}): looking for it")
@@ -192,40 +202,35 @@ class AppStoreUploadEffect:
         )
 
     def _send(self, context: EffectContext, client: ConnectClient, binary: Binary, upload_id: str) -> None:
-        files = self._call(lambda: client.upload_files(upload_id))
-        if files:
-            upload_file = self._call(lambda: client.file(str(files[0]["id"])))
-        else:
+        """The file of this operation's upload reserved (or found), its bytes sent, then committed
+        with their SHA-256 -- each step that had no answer looked at before it is done again."""
+        files = self._call(client.upload_files, upload_id)
+        if not files:
             try:
-                upload_file = client.create_file(upload_id, binary.path.name, binary.size, binary.uti)
-            except NoAnswer:
-                files = self._call(lambda: client.upload_files(upload_id))
-                if not files:
-                    raise EffectFailed(
-                        ErrorClass.NETWORK_TIMEOUT, "reserving the file had no answer"
-                    ) from None
-                upload_file = self._call(lambda: client.file(str(files[0]["id"])))
+                files = [client.create_file(upload_id, binary.path.name, binary.size, binary.uti)]
             except Refused as refusal:
-                raise EffectFailed(
-                    ErrorClass.CLIENT_4XX, f"App Store Connect refused the file: {refusal}"
-                ) from None
-        file_id = str(upload_file["id"])
-        if "sourceFileChecksums" not in upload_file["attributes"]:
-            with binary.path.open("rb") as source:
-                self._call(lambda: client.send_parts(upload_file, source))
-            context.line(f"sent {binary.size} bytes of {binary.path.name} to upload {upload_id}")
+                raise self._failure(refusal) from None
+            except NoAnswer as error:
+                context.line(f"reserving the file had no answer ({error}): looking for it")
+                files = self._call(client.upload_files, upload_id)
+                if not files:
+                    raise self._failure(error) from None
+        file_id = str(files[0]["id"])
+        upload_file = self._call(client.file, file_id)
+        if "sourceFileChecksums" in upload_file["attributes"]:
+            return  # committed by an earlier attempt: processing has started
+        with binary.path.open("rb") as source:
+            self._call(client.send_parts, upload_file, source)
+        context.line(f"sent {binary.size} bytes of {binary.path.name} to upload {upload_id}")
         try:
             client.commit_file(file_id, binary.sha256)
+        except Refused as refusal:
+            raise self._failure(refusal) from None
         except NoAnswer as error:
             # The commit may have taken: look at the file before committing again.
             context.line(f"committing the upload had no answer ({error}): looking at it")
-            committed = self._call(lambda: client.file(file_id))
-            if "sourceFileChecksums" not in committed["attributes"]:
-                self._call(lambda: client.commit_file(file_id, binary.sha256))
-        except Refused as refusal:
-            raise EffectFailed(
-                ErrorClass.CLIENT_4XX, f"App Store Connect refused the commit: {refusal}"
-            ) from None
+            if "sourceFileChecksums" not in self._call(client.file, file_id)["attributes"]:
+                self._call(client.commit_file, file_id, binary.sha256)
 
     def _finish(
         self, context: EffectContext, client: ConnectClient, binary: Binary, upload_id: str
