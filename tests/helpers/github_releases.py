@@ -8,8 +8,8 @@ the operation, its path and required query parameters) and every answer too (the
 status and its schema); what departs is kept in `mismatches`, which the fixture asserts empty.
 
 Faults, as GitHub gives them: the answer to an upload lost after the asset was stored, an upload
-that did not finish (an asset left in a state other than `uploaded`), an answer of a given status,
-every connection cut (the network)."""
+answered 502 that left an unfinished asset (a state other than `uploaded`, no digest), an answer of
+a given status, every connection cut (the network)."""
 
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ class GithubReleases:
         self._next_id = 1000
         self._lock = threading.Lock()
         self._lose_upload_answers = 0
+        self._unfinished_uploads = 0
         self._statuses: list[int] = []
         self.cut = False
         responder = self
@@ -149,6 +150,12 @@ class GithubReleases:
         """The next uploads are stored, and their answers lost (the connection closes)."""
         self._lose_upload_answers = times
 
+    def fail_uploads_unfinished(self, times: int = 1) -> None:
+        """The next uploads are answered 502 and leave an empty asset not `uploaded` (GitHub: "When
+        an upstream failure occurs, you will receive a `502 Bad Gateway` status. This may leave an
+        empty asset with a state of `starter`"; the description's enum names it `open`)."""
+        self._unfinished_uploads = times
+
     def answer_status(self, status: int, times: int = 1) -> None:
         """The next requests are answered `status` with GitHub's error body, and do nothing."""
         self._statuses.extend([status] * times)
@@ -215,6 +222,10 @@ class GithubReleases:
             # GitHub: "If you upload an asset with the same filename as another uploaded asset,
             # you'll receive an error and must delete the old file before you can re-upload".
             return 422, {"message": "Validation Failed", "errors": [{"code": "already_exists"}]}, False
+        if self._unfinished_uploads:
+            self._unfinished_uploads -= 1
+            release.assets.append(Asset(self._new_id(), name, headers.get("content-type", ""), b"", "open"))
+            return 502, {"message": "Bad Gateway", "documentation_url": "https://docs.github.com/rest"}, False
         asset = Asset(self._new_id(), name, headers.get("content-type", ""), body)
         release.assets.append(asset)
         if self._lose_upload_answers:

@@ -219,6 +219,27 @@ def test_an_unfinished_upload_is_absent_then_deleted_in_the_log_and_uploaded_aga
     assert values["asset_id"] == str(asset.id)
 
 
+def test_an_upload_answered_502_that_left_an_unfinished_asset_is_redone_by_the_retry(github, workspace):
+    # Given GitHub answers the upload 502 and leaves an empty asset of that name behind
+    release = github.add_release(REPOSITORY, TAG)
+    github.fail_uploads_unfinished()
+    attempt, context = _context(github, workspace)
+
+    # When performed, then the attempt fails as transient
+    with pytest.raises(EffectFailed) as failed:
+        _effect().perform(context)
+    assert failed.value.error_class.retryable
+    (leftover,) = release.assets
+    assert leftover.state != "uploaded"
+
+    # When the retry probes, then it is absent; and its perform deletes the leftover and uploads
+    assert _effect().probe(context, attempt.all_recorded()).answer is Answer.ABSENT
+    values = _effect().perform(context)
+    (asset,) = release.assets
+    assert (asset.digest, values["asset_id"]) == (f"sha256:{SHA}", str(asset.id))
+    assert len(github.uploads()) == 2
+
+
 def test_a_token_github_refuses_is_refused_by_perform_and_cannot_tell_by_probe(github, workspace):
     # Given a release, and a token GitHub answers 401 to
     release = github.add_release(REPOSITORY, TAG)
