@@ -36,11 +36,15 @@ class Asset:
     content_type: str
     data: bytes
     state: str = "uploaded"
+    # GitHub gives no digest for assets uploaded before it computed them (June 2025).
+    digested: bool = True
 
     @property
     def digest(self) -> str | None:
         # GitHub computes the digest of an asset once its upload finished; none before.
-        return f"sha256:{hashlib.sha256(self.data).hexdigest()}" if self.state == "uploaded" else None
+        if self.state != "uploaded" or not self.digested:
+            return None
+        return f"sha256:{hashlib.sha256(self.data).hexdigest()}"
 
 
 @dataclass
@@ -141,8 +145,10 @@ class GithubReleases:
         self.releases.append(release)
         return release
 
-    def add_asset(self, release: Release, name: str, data: bytes, state: str = "uploaded") -> Asset:
-        asset = Asset(self._new_id(), name, "application/zip", data, state)
+    def add_asset(
+        self, release: Release, name: str, data: bytes, state: str = "uploaded", digested: bool = True
+    ) -> Asset:
+        asset = Asset(self._new_id(), name, "application/zip", data, state, digested)
         release.assets.append(asset)
         return asset
 

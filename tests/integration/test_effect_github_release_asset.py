@@ -197,6 +197,23 @@ def test_an_asset_of_that_name_with_other_bytes_is_never_overwritten(github, wor
     assert review.value.error_class is ErrorClass.MANUAL_REVIEW
 
 
+def test_an_asset_of_that_name_without_a_digest_is_cannot_tell_and_refused(github, workspace):
+    # Given an App.zip with the same bytes, from before GitHub gave assets a digest
+    release = github.add_release(REPOSITORY, TAG)
+    github.add_asset(release, "App.zip", ZIP, digested=False)
+    _, context = _context(github, workspace)
+
+    # When probed, then it cannot tell: nothing proves it is this file
+    answer = _effect().probe(context, {})
+    assert answer.answer is Answer.CANNOT_TELL and "no digest" in answer.evidence
+
+    # When performed, then it is refused and nothing is uploaded
+    with pytest.raises(EffectFailed) as refused:
+        _effect().perform(context)
+    assert refused.value.error_class is ErrorClass.EFFECT_REFUSED
+    assert github.uploads() == []
+
+
 def test_an_unfinished_upload_is_absent_then_deleted_in_the_log_and_uploaded_again(github, workspace):
     # Given an App.zip left by an upload that did not finish (no digest, state not `uploaded`)
     release = github.add_release(REPOSITORY, TAG)
