@@ -95,14 +95,23 @@ def _operation(method: str, path: str) -> tuple[str, dict[str, Any], dict[str, s
     )
 
 
-def check_call(method: str, path: str, body: Any) -> str:
+def check_call(method: str, path: str, body: Any, query: dict[str, str] | None = None) -> str:
     """Raise AssertionError naming each way the call departs from the description; returns the
-    operation id."""
+    operation id. With `query` (the call's query parameters), its required ones are checked too."""
     template, operation, values = _operation(method, path)
     problems = []
     for parameter in operation.get("parameters", []):
         if parameter.get("in") == "path" and parameter.get("required") and not values.get(parameter["name"]):
             problems.append(f"path parameter {parameter['name']} is missing")
+        if query is not None and parameter.get("in") == "query":
+            if parameter.get("required") and not query.get(parameter["name"]):
+                problems.append(f"query parameter {parameter['name']} is missing")
+            if parameter["name"] in query:
+                problems += _check_value(
+                    _typed(query[parameter["name"]], parameter.get("schema", {})),
+                    parameter.get("schema", {}),
+                    f"query.{parameter['name']}",
+                )
     schema = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
     if schema is not None:
         problems += _check_value(body, schema, "body")
@@ -111,6 +120,39 @@ def check_call(method: str, path: str, body: Any) -> str:
             f"{method} {path} ({operation.get('operationId')}, {template}): " + "; ".join(problems)
         )
     return str(operation.get("operationId"))
+
+
+# Answers GitHub gives to any operation, whether or not the operation lists them: bad credentials
+# (401), no permission or a rate limit (403), a server's failure (5xx) -- each with GitHub's error
+# body ("Troubleshooting the REST API", docs.github.com/rest/using-the-rest-api/troubleshooting-the-rest-api).
+ANY_OPERATION = frozenset({401, 403, 500, 502, 503})
+
+
+def check_answer(method: str, path: str, status: int, body: Any) -> list[str]:
+    """Each way GitHub's answer `status` with `body` (parsed JSON, None for none) to the call
+    departs from the description: a status the operation does not give, a body off its schema."""
+    _, operation, _ = _operation(method, path)
+    response = operation.get("responses", {}).get(str(status))
+    if response is None:
+        if status not in ANY_OPERATION:
+            return [f"{method} {path}: {status} is no answer of {operation.get('operationId')}"]
+        response = {
+            "content": {"application/json": {"schema": description()["components"]["schemas"]["basic-error"]}}
+        }
+    schema = response.get("content", {}).get("application/json", {}).get("schema")
+    if schema is None:
+        return []
+    return _check_value(body, _resolve(schema, description()), f"{status} answer")
+
+
+def _typed(text: str, schema: dict[str, Any]) -> Any:
+    """A query parameter's text as the type its schema names."""
+    if schema.get("type") == "integer":
+        try:
+            return int(text)
+        except ValueError:
+            return text
+    return text
 
 
 def _check_value(value: Any, schema: dict[str, Any], where: str) -> list[str]:
