@@ -12,4 +12,15 @@ from setuptools import setup
 CORE = Path(__file__).resolve().parent.parent / "layers" / "core"
 CORE_REQUIREMENT = f"relevo-core @ {CORE.as_uri()}" if (CORE / "pyproject.toml").is_file() else "relevo-core"
 
-setup(install_requires=[CORE_REQUIREMENT, "boto3>=1.34", "pydantic>=2.10,<3", "typer>=0.12"])
+# PyJWT with cryptography: the ES256 tokens of Apple's APIs (relevo_agent.effects); urllib3 (boto3's
+# own) makes their requests.
+setup(
+    install_requires=[
+        CORE_REQUIREMENT,
+        "boto3>=1.34",
+        "pydantic>=2.10,<3",
+        "typer>=0.12",
+        "PyJWT[crypto]>=2.8",
+        "urllib3>=2",
+    ]
+)

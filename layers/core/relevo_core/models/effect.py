@@ -16,7 +16,8 @@ WORKSPACE_FILE = r"^(?!/)(?!.*(^|/)\.\.(/|$))[^\0]{1,1024}$"
 
 
 class _Effect(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # WORKSPACE_FILE needs look-ahead, which pydantic's default (Rust) regex engine refuses.
+    model_config = ConfigDict(extra="forbid", frozen=True, regex_engine="python-re")
 
     file: str = Field(
         pattern=WORKSPACE_FILE,
