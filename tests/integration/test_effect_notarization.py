@@ -38,9 +38,9 @@ def stapler(tmp_path):
     return stapler_double.install(tmp_path / "bin")
 
 
-def _effect(stapler, file="dist/Relevo-1.4.dmg", staple=True):
+def _effect(stapler, file="dist/Relevo-1.4.dmg", staple=True, poll_sec=30):
     spec = Notarization(kind="notarization", file=file, api_key=KEY, staple=staple)
-    return NotarizationEffect(spec, stapler=[str(stapler)] if stapler else None, poll_sec=30)
+    return NotarizationEffect(spec, stapler=[str(stapler)] if stapler else None, poll_sec=poll_sec)
 
 
 def _file(tmp_path, name="Relevo-1.4.dmg", data=DMG):
@@ -56,8 +56,8 @@ def _context(apple, file, trace=None, secrets=None, **kwargs):
     return effect_context(service, file, secrets, trace=trace, **kwargs)
 
 
-def _effect_for(stapler, service, file="dist/Relevo-1.4.dmg", staple=True):
-    effect = _effect(stapler, file, staple)
+def _effect_for(stapler, service, file="dist/Relevo-1.4.dmg", staple=True, poll_sec=30):
+    effect = _effect(stapler, file, staple, poll_sec)
     effect.upload_endpoint = f"{service.url}/s3"
     return effect
 
@@ -115,6 +115,10 @@ def test_a_zip_is_notarized_and_not_stapled_and_the_log_says_why(apple, tmp_path
     assert (values["apple_state"], values["stapled"]) == ("Accepted", "false")
     assert stapler_double.calls(stapler) == []
     assert any("cannot be stapled" in line for line in trace.lines)
+    # And probed, it is done as it is, unstapled
+    probed = _effect_for(stapler, service, "dist/Relevo-1.4.zip").probe(context, trace.recorded)
+    assert (probed.answer, probed.values["stapled"]) == (Answer.DONE, "false")
+    assert stapler_double.calls(stapler) == []
 
 
 def test_a_file_that_already_carries_its_ticket_is_not_stapled_again(apple, tmp_path, stapler):
@@ -131,20 +135,33 @@ def test_a_file_that_already_carries_its_ticket_is_not_stapled_again(apple, tmp_
     assert [call[0] for call in stapler_double.calls(stapler)] == ["validate", "staple", "validate"]
 
 
-def test_a_failed_staple_fails_the_stage_naming_the_accepted_submission(apple, tmp_path, stapler):
+def test_a_failed_staple_is_retried_by_stapling_never_by_submitting_again(apple, tmp_path, stapler):
     service, _ = apple
-    # Given a stapler that cannot fetch the ticket
+    # Given a stapler that cannot fetch the ticket yet (Apple's ticket not yet published)
     stapler_double.fail_staple(stapler)
     file = _file(tmp_path)
-    context, _ = _context(apple, file)
+    context, trace = _context(apple, file)
+    effect = _effect_for(stapler, service)
 
-    # When the file is notarized
+    # When the file is notarized, the stage fails retryably, saying Apple accepted it
     with pytest.raises(EffectFailed) as failed:
-        _effect_for(stapler, service).perform(context)
-
-    # Then the stage fails as a failed command, saying Apple accepted it
-    assert failed.value.error_class is ErrorClass.COMMAND_FAILED
+        effect.perform(context)
+    assert failed.value.error_class.retryable
     assert "Apple accepted the file" in failed.value.message
+
+    # Then the retry's probe finds it Accepted and the file without its ticket: in progress
+    (stapler.parent / "stapler-state" / "fail").unlink()
+    retry, _ = _context(apple, file)
+    answer = effect.probe(retry, trace.recorded)
+    assert answer.answer is Answer.IN_PROGRESS
+    assert "not yet stapled" in answer.evidence
+
+    # And resume staples it, with the one submission; probed again, it is done
+    values = effect.resume(retry, trace.recorded)
+    assert (values["apple_state"], values["stapled"]) == ("Accepted", "true")
+    assert len(service.notary.submissions) == 1
+    done = effect.probe(retry, trace.recorded)
+    assert (done.answer, done.values["stapled"]) == (Answer.DONE, "true")
 
 
 @pytest.mark.parametrize("outcome", ["Invalid", "Rejected"])
@@ -196,7 +213,7 @@ def test_held_in_progress_past_the_stages_time_fails_to_be_retried_and_the_retry
     service.faults.hold_in_progress(minutes=90)
     file = _file(tmp_path)
     context, trace = _context(apple, file, trace=Trace(budget_sec=30 * 60))
-    effect = _effect_for(stapler, service)
+    effect = _effect_for(stapler, service, poll_sec=120)
 
     # When it is performed, the stage's time runs out: a retryable failure
     with pytest.raises(EffectFailed) as failed:
@@ -256,7 +273,7 @@ def test_probe_done_by_the_recorded_id_and_by_the_name_in_the_history(apple, tmp
     by_id = effect.probe(context, trace.recorded)
     assert by_id.answer is Answer.DONE
     assert by_id.values["submission_id"] == trace.recorded["submission_id"]
-    assert by_id.values["apple_state"] == "Accepted"
+    assert (by_id.values["apple_state"], by_id.values["stapled"]) == ("Accepted", "true")
 
     # And with the id lost (only the name and sha256 recorded), the history finds it: done
     by_name = effect.probe(context, {k: trace.recorded[k] for k in ("sha256", "submission_name")})

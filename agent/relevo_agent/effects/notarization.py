@@ -9,7 +9,9 @@ What it records, in order, each before the next step can have happened:
 
 The probe (read only) asks Apple by the recorded id, else looks for the name in the history (the
 team's 100 most recent submissions), and answers:
-    Accepted                          DONE (the values as perform leaves them)
+    Accepted                          DONE (the values as perform leaves them), or IN_PROGRESS when
+                                      the file is to be stapled and `stapler validate` finds no
+                                      ticket on it: resume staples it
     In Progress, its file uploaded    IN_PROGRESS: resume waits for it, never submits again
     In Progress, upload not recorded  CANNOT_TELL: if the file never reached it (the submission's
                                       answer was lost, so were its upload credentials) Apple will
@@ -154,7 +156,7 @@ class NotarizationEffect:
             return found
         values = _values(found, sha256)
         if found.status == ACCEPTED:
-            return ProbeAnswer(Answer.DONE, f"notarization: submission {found.id} ({name}) Accepted", values)
+            return self._accepted(context, found, name, values)
         if found.status == IN_PROGRESS:
             if recorded.get("uploaded") == "true":
                 return ProbeAnswer(
@@ -177,6 +179,35 @@ class NotarizationEffect:
             )
         return ProbeAnswer(
             Answer.CANNOT_TELL, f"notarization: submission {found.id} has status {found.status!r}"
+        )
+
+    def _accepted(
+        self, context: EffectContext, found: Submission, name: str, values: dict[str, str]
+    ) -> ProbeAnswer:
+        """Accepted is done once the ticket is stapled where it should be: `stapler validate` (read
+        only) says whether the file carries it; if not, the effect is finished by resume (which
+        staples), never by a second submission."""
+        file = context.file
+        staples = (
+            self.spec.staple
+            and file.suffix.lower() in STAPLEABLE
+            and self.stapler is not None
+            and file.is_file()
+        )
+        if not staples:
+            accepted = f"notarization: submission {found.id} ({name}) Accepted"
+            return ProbeAnswer(Answer.DONE, accepted, {**values, "stapled": "false"})
+        if self._run_stapler(context, "validate", file).returncode != 0:
+            return ProbeAnswer(
+                Answer.IN_PROGRESS,
+                f"notarization: submission {found.id} ({name}) Accepted; its ticket is not yet stapled to "
+                f"{file.name}: resume staples it",
+                values,
+            )
+        return ProbeAnswer(
+            Answer.DONE,
+            f"notarization: submission {found.id} ({name}) Accepted, its ticket stapled to {file.name}",
+            {**values, "stapled": "true"},
         )
 
     def _find(self, client: NotaryClient, recorded: Mapping[str, str], name: str) -> Submission | ProbeAnswer:
@@ -311,10 +342,12 @@ class NotarizationEffect:
             return True
         stapled = self._run_stapler(context, "staple", file)
         if stapled.returncode != 0:
+            # Often Apple's ticket not yet published: the retry's probe finds the submission Accepted
+            # and the file without its ticket, and resume staples it (never a second submission).
             raise EffectFailed(
-                ErrorClass.COMMAND_FAILED,
+                ErrorClass.TRANSIENT_EXIT,
                 f"notarization: Apple accepted the file but `stapler staple {file.name}` failed "
-                f"(exit {stapled.returncode}): {stapled.stdout.strip()[-400:]}",
+                f"(exit {stapled.returncode}): {stapled.stdout.strip()[-400:]}; a retry staples it again",
             )
         context.line(f"notarization: ticket stapled to {file.name}")
         return True

@@ -26,8 +26,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 # Apple's "Generating Tokens for API Requests": the audience, and at most 20 minutes of life.
 AUDIENCE = "appstoreconnect-v1"
 TOKEN_LIFETIME_SEC = 15 * 60
-# Apple's S3 bucket for submissions is in us-west-2, reached through S3 Transfer Acceleration
-# ("Submitting software for notarization over the web").
+# Apple's bucket for submissions is in us-west-2 ("Customizing the notarization workflow"); its
+# regional endpoint, as the credentials of Submit Software's answer are used by Apple's own sample.
 UPLOAD_REGION = "us-west-2"
 HISTORY_SIZE = 100
 KEY_FIELDS = ("key_id", "issuer_id", "private_key")
@@ -163,11 +163,11 @@ class NotaryClient:
         return log if isinstance(log, dict) else {}
 
     def upload(self, target: UploadTarget, file: Path) -> None:
-        """The file to the submission's S3 object with its temporary credentials: Apple's bucket
-        through S3 Transfer Acceleration, or the endpoint this agent is configured with (the local
-        service's stand-in, path-style). One PutObject: S3 takes up to 5 GB in one."""
+        """The file to the submission's S3 object with its temporary credentials: Apple's bucket in
+        us-west-2, or the endpoint this agent is configured with (the local service's stand-in,
+        path-style). One PutObject: S3 takes up to 5 GB in one."""
         if self.upload_endpoint is None:
-            config = Config(region_name=UPLOAD_REGION, s3={"use_accelerate_endpoint": True})
+            config = Config(region_name=UPLOAD_REGION, s3={"addressing_style": "virtual"})
         else:
             config = Config(region_name=UPLOAD_REGION, s3={"addressing_style": "path"})
         s3 = boto3.session.Session().client(
