@@ -98,6 +98,10 @@ def test_perform_records_before_submitting_shows_the_id_uploads_waits_and_staple
         "stapled": "true",
     }
     assert 180 <= trace.waited <= 210
+    # And neither the key nor a token is in what it logged or recorded
+    shown = " ".join(trace.lines) + repr(trace.records) + repr(values)
+    secret = key_secret(apple[1].key)["private_key"]
+    assert secret.splitlines()[1] not in shown and "eyJ" not in shown
     # And the ticket was stapled after a validate that found none
     assert stapler_double.calls(stapler) == [["validate", str(file)], ["staple", str(file)]]
 
@@ -433,13 +437,14 @@ def test_a_missing_key_is_refused_naming_it(apple, tmp_path, stapler):
 @pytest.mark.parametrize(
     ("broken", "named"),
     [
-        ({"key_id": "2X9R4HXF34", "private_key": "x"}, "issuer_id"),
-        ({"key_id": "2X9R4HXF34", "issuer_id": "i", "private_key": "not a PEM"}, "private_key"),
+        ({"key_id": "2X9R4HXF34", "private_key": "MIGHAgEAMBMGByqGSM49AgEG"}, "issuer_id"),
+        ({"key_id": "2X9R4HXF34", "issuer_id": "i", "private_key": "MIGHAgEAnot-a-PEM"}, "private_key"),
     ],
 )
 def test_a_malformed_key_is_refused_naming_what_is_wrong(apple, tmp_path, stapler, broken, named):
     message, trace = _refused(apple, tmp_path, stapler, secrets={KEY: broken})
     assert "malformed" in message and named in message
+    assert broken["private_key"] not in message
     assert trace.records == []
 
 

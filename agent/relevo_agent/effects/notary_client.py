@@ -153,7 +153,8 @@ class NotaryClient:
         try:
             answer = self.http.request("GET", url)
         except urllib3.exceptions.HTTPError as error:
-            raise NotaryUnreachable(f"the submission's log: {error}") from error
+            # Not the error's text: it would carry the URL, a credential of its own (signed).
+            raise NotaryUnreachable(f"the submission's log: {type(error).__name__}") from error
         if answer.status != 200:
             raise NotaryUnreachable(f"the submission's log: HTTP {answer.status}")
         try:
