@@ -316,10 +316,13 @@ def test_probe_cannot_tell_when_the_name_may_have_rolled_out_of_a_full_history(a
     assert "rolled out" in answer.evidence
 
 
-def test_the_lost_answer_of_a_submission_is_found_by_name_and_never_submitted_again(apple, tmp_path, stapler):
+@pytest.mark.parametrize("fault", ["lose_answer", "gateway_timeout"])
+def test_the_lost_answer_of_a_submission_is_found_by_name_and_never_submitted_again(
+    apple, tmp_path, stapler, fault
+):
     service, _ = apple
-    # Given the submission's answer lost after Apple made it
-    service.faults.lose_answer("submitSoftware")
+    # Given the submission's answer lost after Apple made it (no answer at all, or a 504 from the edge)
+    getattr(service.faults, fault)("submitSoftware")
     file = _file(tmp_path)
     context, trace = _context(apple, file)
     effect = _effect_for(stapler, service)
@@ -338,6 +341,10 @@ def test_the_lost_answer_of_a_submission_is_found_by_name_and_never_submitted_ag
     # than wait for what Apple will never finish, or submit a second time
     assert answer.answer is Answer.CANNOT_TELL
     assert "never finish" in answer.evidence
+    # And a resume asked to wait for it refuses for a person to decide, submitting nothing
+    with pytest.raises(EffectFailed) as resumed:
+        effect.resume(_context(apple, file)[0], trace.recorded)
+    assert resumed.value.error_class is ErrorClass.MANUAL_REVIEW
     assert len(service.notary.submissions) == 1
 
 

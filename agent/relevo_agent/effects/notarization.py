@@ -156,7 +156,10 @@ class NotarizationEffect:
             return found
         values = _values(found, sha256)
         if found.status == ACCEPTED:
-            return self._accepted(context, found, name, values)
+            try:
+                return self._accepted(context, found, name, values)
+            except EffectFailed as error:  # the stapler did not run: whether it is stapled is unknown
+                return ProbeAnswer(Answer.CANNOT_TELL, error.message, values)
         if found.status == IN_PROGRESS:
             if recorded.get("uploaded") == "true":
                 return ProbeAnswer(
@@ -265,6 +268,12 @@ class NotarizationEffect:
         if isinstance(found, ProbeAnswer):
             # Nothing to wait for that is provably this operation's: never submit from here.
             raise EffectFailed(ErrorClass.MANUAL_REVIEW, f"{found.evidence}; nothing is submitted on resume")
+        if found.status == IN_PROGRESS and recorded.get("uploaded") != "true":
+            raise EffectFailed(
+                ErrorClass.MANUAL_REVIEW,
+                f"notarization: submission {found.id} is In Progress and no attempt recorded its file "
+                "uploaded: Apple may never finish it; nothing is submitted on resume",
+            )
         if found.id != recorded.get("submission_id"):
             context.record({"submission_id": found.id})
         context.line(f"notarization: waiting for submission {found.id} ({name})")
@@ -419,6 +428,7 @@ class NotarizationEffect:
             context.endpoints.notary,
             lambda: bearer_token(key, context.now()),
             upload_endpoint=self.upload_endpoint,
+            time_left=context.time_left,
         )
 
     def _key(self, context: EffectContext) -> Mapping[str, object]:

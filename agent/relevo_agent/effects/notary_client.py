@@ -89,12 +89,20 @@ class NotaryClient:
         token: Callable[[], str],
         upload_endpoint: str | None = None,
         timeout_sec: float = 30,
+        time_left: Callable[[], float] | None = None,
     ) -> None:
         # `base` ends with /notary/v2 (Apple's https://appstoreconnect.apple.com/notary/v2).
         self.base = base.rstrip("/")
         self.token = token
         self.upload_endpoint = upload_endpoint
-        self.http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=10, read=timeout_sec), retries=False)
+        self.timeout_sec = timeout_sec
+        # The stage's time left: no request outlasts it (the lease's deadline is the agent's own).
+        self.time_left = time_left or (lambda: timeout_sec)
+        self.http = urllib3.PoolManager(retries=False)
+
+    def _timeout(self) -> urllib3.Timeout:
+        seconds = max(1.0, min(self.timeout_sec, self.time_left()))
+        return urllib3.Timeout(connect=min(10.0, seconds), read=seconds)
 
     def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self.token()}", "Accept": "application/json"}
@@ -103,7 +111,9 @@ class NotaryClient:
             headers["Content-Type"] = "application/json"
             payload = json.dumps(body).encode()
         try:
-            answer = self.http.request(method, self.base + path, body=payload, headers=headers)
+            answer = self.http.request(
+                method, self.base + path, body=payload, headers=headers, timeout=self._timeout()
+            )
         except urllib3.exceptions.HTTPError as error:
             raise NotaryUnreachable(f"{method} {path}: {error}") from error
         if answer.status >= 500:
@@ -151,7 +161,7 @@ class NotaryClient:
         if not isinstance(url, str):
             raise NotaryUnreachable("Get Submission Log answered without developerLogUrl")
         try:
-            answer = self.http.request("GET", url)
+            answer = self.http.request("GET", url, timeout=self._timeout())
         except urllib3.exceptions.HTTPError as error:
             # Not the error's text: it would carry the URL, a credential of its own (signed).
             raise NotaryUnreachable(f"the submission's log: {type(error).__name__}") from error
