@@ -18,7 +18,7 @@ from relevo_core.models.effect import Notarization
 from relevo_core.models.errors import ErrorClass
 from relevo_local.apple.notary import NewSubmissionRequest
 from tests.helpers import stapler_double
-from tests.helpers.effect_context import Trace, effect_context, key_secret
+from tests.helpers.apple_effect_context import Trace, effect_context, key_secret
 from tests.helpers.local_apple import local_apple, new_key
 
 KEY = "relevo/local/_release/app/notary-key"

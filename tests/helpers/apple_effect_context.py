@@ -1,5 +1,5 @@
-"""An EffectContext (relevo_agent.effects.kind) for a kind's tests against the local Apple
-service: what the kind records and logs is kept in a `Trace`, its time is the service's injected
+"""An EffectContext (relevo_agent.effects.kind) for the tests of an Apple kind against the local
+Apple service (tests/helpers/local_apple.py): what the kind records and logs is kept in a `Trace`, its time is the service's injected
 clock (each `wait` moves it and uses up the stage's time: no real sleep), and its secrets are a
 dict, a name not in it answered as Secrets Manager answers a missing secret."""
 
