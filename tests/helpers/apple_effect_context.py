@@ -1,7 +1,8 @@
 """An EffectContext (relevo_agent.effects.kind) for the tests of an Apple kind against the local
-Apple service (tests/helpers/local_apple.py): what the kind records and logs is kept in a `Trace`, its time is the service's injected
-clock (each `wait` moves it and uses up the stage's time: no real sleep), and its secrets are a
-dict, a name not in it answered as Secrets Manager answers a missing secret."""
+Apple service (tests/helpers/local_apple.py): what the kind records and logs is kept in a `Trace`,
+its time is the service's injected clock (each `wait` moves it and uses up the stage's time: no
+real sleep), and its secrets are a dict, a name not in it answered as Secrets Manager answers a
+missing secret."""
 
 from __future__ import annotations
 
