@@ -148,7 +148,9 @@ class NotarizationEffect:
             client = self._client(context)
             name, sha256 = self._identity(context, recorded)
             found = self._find(client, recorded, name)
-        except (EffectFailed, NotaryUnreachable, OSError) as error:
+        except EffectFailed as failed:  # the key or the file: nothing to ask Apple with
+            return ProbeAnswer(Answer.CANNOT_TELL, f"notarization: cannot probe: {failed.message}")
+        except (NotaryUnreachable, OSError) as error:
             return ProbeAnswer(Answer.CANNOT_TELL, f"notarization: Apple could not be asked: {error}")
         except NotaryRefused as refusal:
             return ProbeAnswer(Answer.CANNOT_TELL, f"notarization: {_refused('the probe', refusal)}")

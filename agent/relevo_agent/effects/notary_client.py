@@ -29,6 +29,7 @@ TOKEN_LIFETIME_SEC = 15 * 60
 # Apple's bucket for submissions is in us-west-2 ("Customizing the notarization workflow"); its
 # regional endpoint, as the credentials of Submit Software's answer are used by Apple's own sample.
 UPLOAD_REGION = "us-west-2"
+APPLE_UPLOAD_ENDPOINT = f"https://s3.{UPLOAD_REGION}.amazonaws.com"
 HISTORY_SIZE = 100
 KEY_FIELDS = ("key_id", "issuer_id", "private_key")
 
@@ -177,23 +178,31 @@ class NotaryClient:
         """The file to the submission's S3 object with its temporary credentials: Apple's bucket in
         us-west-2, or the endpoint this agent is configured with (the local service's stand-in,
         path-style). One PutObject: S3 takes up to 5 GB in one."""
-        if self.upload_endpoint is None:
-            config = Config(region_name=UPLOAD_REGION, s3={"addressing_style": "virtual"})
-        else:
-            config = Config(region_name=UPLOAD_REGION, s3={"addressing_style": "path"})
-        s3 = boto3.session.Session().client(
-            "s3",
-            aws_access_key_id=target.access_key_id,
-            aws_secret_access_key=target.secret_access_key,
-            aws_session_token=target.session_token,
-            endpoint_url=self.upload_endpoint,
-            config=config,
-        )
+        s3 = self.s3_client(target)
         try:
             with file.open("rb") as body:
                 s3.put_object(Bucket=target.bucket, Key=target.object, Body=body)
         except (BotoCoreError, ClientError) as error:
             raise NotaryUnreachable(f"the upload to submission {target.submission_id}: {error}") from error
+
+    def s3_client(self, target: UploadTarget) -> Any:
+        """An S3 client with the submission's credentials only, for its bucket: never the agent's
+        own credentials, and never an endpoint from the environment (AWS_ENDPOINT_URL points a
+        local agent at its emulator, which is not where Apple's bucket is)."""
+        if self.upload_endpoint is None:
+            config = Config(region_name=UPLOAD_REGION, s3={"addressing_style": "virtual"})
+        else:
+            config = Config(region_name=UPLOAD_REGION, s3={"addressing_style": "path"})
+
+        return boto3.session.Session().client(
+            "s3",
+            aws_access_key_id=target.access_key_id,
+            aws_secret_access_key=target.secret_access_key,
+            aws_session_token=target.session_token,
+            # Always explicit: an endpoint given here wins over the environment's.
+            endpoint_url=self.upload_endpoint or APPLE_UPLOAD_ENDPOINT,
+            config=config,
+        )
 
 
 def _submission(data: Any) -> Submission:
