@@ -129,14 +129,17 @@ def test_a_file_that_already_carries_its_ticket_is_not_stapled_again(apple, tmp_
     service, _ = apple
     # Given a file notarized and stapled once
     file = _file(tmp_path)
-    _effect_for(stapler, service).perform(_context(apple, file)[0])
-
-    # When it is stapled again (a resume on the same Mac)
+    context, trace = _context(apple, file)
     effect = _effect_for(stapler, service)
-    effect._staple(_context(apple, file)[0], file)
+    effect.perform(context)
 
-    # Then validate found the ticket and staple did not run a second time
+    # When the submission is resumed on the same Mac (an operator chose to resume it)
+    values = effect.resume(_context(apple, file)[0], trace.recorded)
+
+    # Then validate found the ticket, staple did not run a second time, and nothing was submitted
+    assert values["stapled"] == "true"
     assert [call[0] for call in stapler_double.calls(stapler)] == ["validate", "staple", "validate"]
+    assert len(service.notary.submissions) == 1
 
 
 def test_a_failed_staple_is_retried_by_stapling_never_by_submitting_again(apple, tmp_path, stapler):
@@ -471,6 +474,6 @@ def test_a_stapled_notarization_on_an_agent_without_a_stapler_is_refused_before_
     apple, tmp_path, monkeypatch
 ):
     # Given an agent with no stapler (not macOS, none configured)
-    monkeypatch.setattr("relevo_agent.effects.notarization.platform.system", lambda: "Linux")
+    monkeypatch.setattr("relevo_agent.effects.stapling.platform.system", lambda: "Linux")
     message, _ = _refused(apple, tmp_path, None)
     assert "no stapler" in message

@@ -36,9 +36,7 @@ stapled notarization before submitting anything. A .zip cannot be stapled; the l
 from __future__ import annotations
 
 import hashlib
-import platform
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -53,13 +51,12 @@ from relevo_agent.effects.notary_client import (
     Submission,
     bearer_token,
 )
+from relevo_agent.effects.stapling import STAPLEABLE, Stapler, StaplerDidNotRun
 from relevo_core.models.effect import Notarization
 from relevo_core.models.errors import ErrorClass
 
 # What Apple's notary service takes (notarytool's accepted formats).
 SUBMITTABLE = (".zip", ".dmg", ".pkg")
-STAPLEABLE = (".dmg", ".pkg")
-MAC_STAPLER = ("xcrun", "stapler")
 IN_PROGRESS = "In Progress"
 ACCEPTED = "Accepted"
 TURNED_DOWN = ("Invalid", "Rejected")
@@ -102,10 +99,9 @@ class NotarizationEffect:
         `upload_endpoint`: where submissions' files go (default Apple's S3; the local service's
         stand-in in tests and the demo)."""
         self.spec = spec
-        self.stapler = tuple(stapler) if stapler else (MAC_STAPLER if platform.system() == "Darwin" else None)
+        self.stapler = Stapler.for_agent(stapler, stapler_timeout_sec)
         self.upload_endpoint = upload_endpoint
         self.poll_sec = poll_sec
-        self.stapler_timeout_sec = stapler_timeout_sec
 
     # -- perform -----------------------------------------------------------------------------
 
@@ -158,10 +154,7 @@ class NotarizationEffect:
             return found
         values = _values(found, sha256)
         if found.status == ACCEPTED:
-            try:
-                return self._accepted(context, found, name, values)
-            except EffectFailed as error:  # the stapler did not run: whether it is stapled is unknown
-                return ProbeAnswer(Answer.CANNOT_TELL, error.message, values)
+            return self._accepted(context, found, name, values)
         if found.status == IN_PROGRESS:
             if recorded.get("uploaded") == "true":
                 return ProbeAnswer(
@@ -202,7 +195,12 @@ class NotarizationEffect:
         if not staples:
             accepted = f"notarization: submission {found.id} ({name}) Accepted"
             return ProbeAnswer(Answer.DONE, accepted, {**values, "stapled": "false"})
-        if self._run_stapler(context, "validate", file).returncode != 0:
+        assert self.stapler is not None  # in `staples`
+        try:
+            carries = self.stapler.carries_ticket(file, context.time_left)
+        except StaplerDidNotRun as error:
+            return ProbeAnswer(Answer.CANNOT_TELL, f"notarization: {error}", values)
+        if not carries:
             return ProbeAnswer(
                 Answer.IN_PROGRESS,
                 f"notarization: submission {found.id} ({name}) Accepted; its ticket is not yet stapled to "
@@ -348,40 +346,23 @@ class NotarizationEffect:
 
     def _staple(self, context: EffectContext, file: Path) -> bool:
         assert self.stapler is not None  # checked before anything was submitted
-        if self._run_stapler(context, "validate", file).returncode == 0:
-            context.line(f"notarization: {file.name} already carries its ticket")
-            return True
-        stapled = self._run_stapler(context, "staple", file)
-        if stapled.returncode != 0:
+        try:
+            if self.stapler.carries_ticket(file, context.time_left):
+                context.line(f"notarization: {file.name} already carries its ticket")
+                return True
+            code, output = self.stapler.staple(file, context.time_left)
+        except StaplerDidNotRun as error:
+            raise EffectFailed(ErrorClass.COMMAND_FAILED, f"notarization: {error}") from error
+        if code != 0:
             # Often Apple's ticket not yet published: the retry's probe finds the submission Accepted
             # and the file without its ticket, and resume staples it (never a second submission).
             raise EffectFailed(
                 ErrorClass.TRANSIENT_EXIT,
                 f"notarization: Apple accepted the file but `stapler staple {file.name}` failed "
-                f"(exit {stapled.returncode}): {stapled.stdout.strip()[-400:]}; a retry staples it again",
+                f"(exit {code}): {output}; a retry staples it again",
             )
         context.line(f"notarization: ticket stapled to {file.name}")
         return True
-
-    def _run_stapler(
-        self, context: EffectContext, action: str, file: Path
-    ) -> subprocess.CompletedProcess[str]:
-        assert self.stapler is not None
-        timeout = max(1.0, min(self.stapler_timeout_sec, context.time_left()))
-        try:
-            return subprocess.run(
-                [*self.stapler, action, str(file)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise EffectFailed(
-                ErrorClass.COMMAND_FAILED,
-                f"notarization: `stapler {action} {file.name}` did not run: {error}",
-            ) from error
 
     def _staples(self, file: Path, context: EffectContext) -> bool:
         """Whether the file gets its ticket stapled; refused up front (nothing submitted) when it
