@@ -12,7 +12,8 @@ from setuptools import setup
 CORE = Path(__file__).resolve().parent.parent / "layers" / "core"
 CORE_REQUIREMENT = f"relevo-core @ {CORE.as_uri()}" if (CORE / "pyproject.toml").is_file() else "relevo-core"
 
-# PyJWT with cryptography: the ES256 bearer token of the Apple release effects.
+# PyJWT with cryptography: the ES256 tokens of Apple's APIs (relevo_agent.effects); urllib3 (boto3's
+# own) makes their requests.
 setup(
     install_requires=[
         CORE_REQUIREMENT,
@@ -21,5 +22,6 @@ setup(
         "pydantic>=2.10,<3",
         "PyJWT>=2.8",
         "typer>=0.12",
+        "urllib3>=2",
     ]
 )
