@@ -142,3 +142,13 @@ def test_a_plan_with_an_effect_and_a_command_is_refused() -> None:
 
     # Then it is refused naming the command
     assert "command: a stage with an effect (s3_object) has no command" in str(caught.value)
+
+
+def test_a_stage_with_an_effect_hands_nothing_on() -> None:
+    # Given a stage with an effect that declares a handoff
+    # When the project is read
+    with pytest.raises(ValidationError) as caught:
+        _project(_build(), {"name": "publish", "effect": S3_EFFECT, "handoff": ["build"]})
+
+    # Then it is refused: the effect makes no files
+    assert "handoff: a stage with an effect (s3_object) makes no files to hand on" in str(caught.value)

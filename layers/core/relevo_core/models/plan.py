@@ -322,6 +322,7 @@ def check_effect_stage(
     effect_probe: str | None,
     effect_resume: str | None,
     sharded: bool,
+    handoff: tuple[str, ...] = (),
 ) -> None:
     """A stage runs a command or performs a built-in effect (docs/release-effects.md), never both:
     the agent probes and resumes a built-in effect itself, so a stage with one declares no command,
@@ -346,6 +347,11 @@ def check_effect_stage(
         raise ValueError(
             f"effect: a stage with an effect ({effect.kind}) is not fanned out (parallel, matrix): the "
             "effect happens once"
+        )
+    if handoff:
+        raise ValueError(
+            f"handoff: a stage with an effect ({effect.kind}) makes no files to hand on; hand them on from "
+            "the stage that builds them"
         )
 
 
@@ -404,7 +410,13 @@ class StagePlan(_Frozen):
     def _fan_out(self) -> "StagePlan":
         check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
         check_effect_stage(
-            "command", self.command, self.effect, self.effect_probe, self.effect_resume, self.sharded
+            "command",
+            self.command,
+            self.effect,
+            self.effect_probe,
+            self.effect_resume,
+            self.sharded,
+            self.handoff,
         )
         return self
 

@@ -84,8 +84,8 @@ class ProjectStage(BaseModel):
         "once: `{kind: app_store_upload | notarization | github_release_asset | s3_object, file: …}` "
         "(docs/release-effects.md). Its identifiers are recorded before it can have happened, a retry "
         "probes for it and resumes it rather than start it again, and what it leaves becomes the "
-        "stage's values. A stage with an effect has no run, effect_probe or effect_resume, and no "
-        "parallel or matrix; its file is one an earlier stage hands on (handoff), or, with a "
+        "stage's values. A stage with an effect has no run, effect_probe or effect_resume, no "
+        "parallel or matrix, and no handoff; its file is one an earlier stage hands on (handoff), or, with a "
         "checkout, a file of the repository.",
     )
     inputs: tuple[Annotated[str, Field(min_length=1, max_length=512)], ...] = Field(
@@ -194,7 +194,9 @@ class ProjectStage(BaseModel):
     def _fan_out(self) -> "ProjectStage":
         check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
         sharded = self.parallel is not None or self.matrix is not None
-        check_effect_stage("run", self.run, self.effect, self.effect_probe, self.effect_resume, sharded)
+        check_effect_stage(
+            "run", self.run, self.effect, self.effect_probe, self.effect_resume, sharded, self.handoff
+        )
         return self
 
     @field_validator("effect_resume")
