@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from relevo_agent.effects.kind import Answer, EffectContext, EffectFailed, Endpoints, ProbeAnswer
 from relevo_agent.logs import Masker
 from relevo_agent.reconcile import PROBE_ABSENT, PROBE_IN_PROGRESS, PROBE_PRESENT, ProbeResult
@@ -94,7 +96,7 @@ class ReleaseKeys:
             with call_budget(10.0):
                 answer = client("secretsmanager").get_secret_value(SecretId=name)
         except Exception as exc:  # noqa: BLE001 - the stage fails saying why, never with the secret
-            code = error_code(exc) if hasattr(exc, "response") else type(exc).__name__
+            code = error_code(exc) if isinstance(exc, ClientError) else type(exc).__name__
             error = ErrorClass.EFFECT_REFUSED if code in _KEY_REFUSED else ErrorClass.CONNECTION_RESET
             raise EffectFailed(error, f"the key {name} could not be read ({code})") from None
         text = answer.get("SecretString") or ""
