@@ -206,7 +206,10 @@ def test_a_key_of_another_project_is_refused_before_it_is_asked_for(monkeypatch)
 
 def test_a_key_read_is_masked_whole_and_line_by_line(monkeypatch):
     # Given a key whose private key spans lines
-    pem = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49\nAwEHBG0wawIBAQQg0123456789abcdef\n-----END"
+    pem = (
+        "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49\n"
+        "AwEHBG0wawIBAQQg0123456789abcdef\n-----END"
+    )
     secret = {"key_id": "K1", "private_key": pem}
 
     class _Secrets:
