@@ -247,3 +247,15 @@ def test_a_kinds_probe_answer_is_read_as_the_reconcile_tables(answer: Answer, ac
     # Then the decision is the answer's, the evidence kept
     assert result.action is action, result.evidence
     assert "s3://downloads/App.zip: etag e1" in result.evidence["probe_output"]
+
+
+def test_a_kind_whose_module_this_agent_lacks_is_refused_not_raised(setting, monkeypatch):
+    # Given a kind registered by a module name this agent does not have
+    monkeypatch.setitem(registry.KINDS, "s3_object", registry._by_name("no_such_kind", "NoSuchEffect"))
+
+    # When the agent runs the stage
+    ending = _effect(setting)
+
+    # Then the stage is refused, naming the kind, and nothing raised out of the attempt
+    assert ending.error is ErrorClass.EFFECT_REFUSED
+    assert "cannot perform an effect of kind s3_object" in json.loads(ending.cause)["why"]

@@ -1,14 +1,36 @@
 """Which class performs each built-in kind (relevo_core.models.effect's `kind`): one line per kind,
-each made from its declaration and the stage's plan (whose aws_profile the s3_object kind uses)."""
+each made from its declaration and the stage's plan (whose aws_profile the s3_object kind uses).
+A kind's module is imported only when a stage declares it."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from relevo_agent.effects.kind import EffectKind
     from relevo_core.models.plan import StagePlan
+
+Maker = Callable[[Any, "StagePlan"], "EffectKind"]
+
+
+class UnknownKind(Exception):
+    """A kind this agent cannot perform (its module is not in this agent)."""
+
+
+def _by_name(module: str, name: str) -> Maker:
+    """The class `name` of relevo_agent.effects.`module`, made from the declaration alone."""
+
+    def make(spec: Any, plan: StagePlan) -> EffectKind:
+        try:
+            found = getattr(importlib.import_module(f"relevo_agent.effects.{module}"), name)
+        except (ImportError, AttributeError) as missing:
+            raise UnknownKind(f"{module}.{name} is not in this agent ({missing})") from None
+        kind: EffectKind = found(spec)
+        return kind
+
+    return make
 
 
 def _s3_object(spec: Any, plan: StagePlan) -> EffectKind:
@@ -17,14 +39,12 @@ def _s3_object(spec: Any, plan: StagePlan) -> EffectKind:
     return S3ObjectEffect.with_profile(spec, plan.aws_profile)
 
 
-# kind name -> its maker. A kind's module is imported only when a stage declares it.
-KINDS: dict[str, Callable[[Any, StagePlan], EffectKind]] = {
+KINDS: dict[str, Maker] = {
+    "app_store_upload": _by_name("app_store_upload", "AppStoreUploadEffect"),
+    "notarization": _by_name("notarization", "NotarizationEffect"),
+    "github_release_asset": _by_name("github_release_asset", "GithubReleaseAssetEffect"),
     "s3_object": _s3_object,
 }
-
-
-class UnknownKind(Exception):
-    """A kind this agent cannot perform (its module is not in this agent)."""
 
 
 def kind_for(plan: StagePlan) -> EffectKind:
@@ -36,4 +56,9 @@ def kind_for(plan: StagePlan) -> EffectKind:
             f"this agent cannot perform an effect of kind {plan.effect.kind} (it performs "
             f"{', '.join(sorted(KINDS))}): upgrade relevo-agent"
         )
-    return make(plan.effect, plan)
+    try:
+        return make(plan.effect, plan)
+    except UnknownKind as unknown:
+        raise UnknownKind(
+            f"this agent cannot perform an effect of kind {plan.effect.kind}: {unknown}; upgrade relevo-agent"
+        ) from None
