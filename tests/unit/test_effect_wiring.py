@@ -259,3 +259,40 @@ def test_a_kind_whose_module_this_agent_lacks_is_refused_not_raised(setting, mon
     # Then the stage is refused, naming the kind, and nothing raised out of the attempt
     assert ending.error is ErrorClass.EFFECT_REFUSED
     assert "cannot perform an effect of kind s3_object" in json.loads(ending.cause)["why"]
+
+
+class _Resumable(_Kind):
+    def __init__(self) -> None:
+        super().__init__()
+        self.resumed: list[dict[str, str]] = []
+
+    def resume(self, context: EffectContext, recorded: Any) -> dict[str, str]:
+        self.resumed.append(dict(recorded))
+        return {"apple_state": "VALID"}
+
+
+def test_an_effect_in_progress_is_resumed_with_the_previous_values_never_performed(setting, monkeypatch):
+    # Given a kind, and a reconcile that found the previous attempt's upload in progress
+    from relevo_agent.reconcile import Resumption
+
+    kind = _Resumable()
+    monkeypatch.setitem(registry.KINDS, "s3_object", lambda spec, plan: kind)
+
+    # When the agent runs the stage with that resumption
+    ending = setting["command"].effect(
+        setting["run"],
+        setting["plan"],
+        setting["op_id"],
+        setting["workspace"],
+        {},
+        setting["envelope"],
+        setting["shipper"],
+        Resumption(None, {"upload_id": "u-0"}),
+    )
+
+    # Then the kind resumed the recorded upload, never performed a new one, and the previous
+    # values were carried on as this attempt's own, recorded before the wait
+    assert kind.performed == 0 and kind.resumed == [{"upload_id": "u-0"}]
+    assert setting["recorded"][0] == {"upload_id": "u-0"}
+    assert ending.error is None
+    assert ending.receipt["outputs"] == {"upload_id": "u-0", "apple_state": "VALID"}
