@@ -31,6 +31,29 @@ _AWS_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-[0-9]+$")
 _STACK_RETENTION = {"log_retention_days": "LogRetentionDays", "artifact_retention_days": "JobRetentionDays"}
 
 
+class ReleaseEndpoints(BaseModel):
+    """Where a stage's built-in release effects (docs/release-effects.md) send their requests."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    app_store_connect: str = Field(
+        default="https://api.appstoreconnect.apple.com",
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="App Store Connect API's base URL (app_store_upload).",
+    )
+    notary: str = Field(
+        default="https://appstoreconnect.apple.com/notary/v2",
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="The Notary API's base URL (notarization).",
+    )
+    github: str = Field(
+        default="https://api.github.com",
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="GitHub's REST API base URL (github_release_asset); a GitHub Enterprise Server's "
+        "https://<host>/api/v3.",
+    )
+
+
 class AgentConfig(BaseModel):
     """relevo-agent's configuration (TOML; relative paths are relative to the file)."""
 
@@ -93,6 +116,12 @@ class AgentConfig(BaseModel):
         default=(),
         description="Names of environment variables whose values are secrets: replaced by `******` in every "
         "log and probe output.",
+    )
+    release_endpoints: ReleaseEndpoints = Field(
+        default=ReleaseEndpoints(),
+        description="Where the built-in release effects send their requests (`[release_endpoints]`: "
+        "app_store_connect, notary, github): Apple's and GitHub's own by default; the local Apple service "
+        "in tests and the demo.",
     )
     labels: dict[
         Annotated[str, Field(pattern=REQUIREMENT_KEY)], Annotated[str, Field(min_length=1, max_length=64)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -22,7 +23,7 @@ from relevo_agent.ending import Ended, Ending
 from relevo_agent.executor import ExecResult, run_command
 from relevo_agent.journal import Journal, operation_id
 from relevo_agent.keychain import KeychainFailure, Keychains, read_identities
-from relevo_agent.logs import secret_values
+from relevo_agent.logs import Masker, secret_values
 from relevo_agent.receipt import Ran, WhatItLeft, ending_of
 from relevo_agent.stage_env import stage_environment
 from relevo_agent.warning_lines import WarningLines
@@ -31,6 +32,7 @@ from relevo_core.models.errors import ErrorClass
 from relevo_core.store import stage_attempts
 
 if TYPE_CHECKING:
+    from relevo_agent.effects.kind import EffectContext
     from relevo_agent.outputs import OutputWatch
     from relevo_agent.prepare import Prepared
     from relevo_agent.reconcile import Resumption
@@ -142,7 +144,10 @@ class StageCommand:
         instead, as the command would: its values, artifacts and handoff recorded alike."""
         if run.reason is not None:  # stopped while reconciling or waiting
             raise Ended(Ending.abandoned())
+        if plan.effect is not None:
+            return self.effect(run, plan, op_id, workspace, env, envelope, shipper, resume)
         command = plan.command if resume is None else resume.command
+        assert command is not None  # a plan without an effect has a command (StagePlan)
         # Lines marked ::warning:: are counted on their way to the log (relevo_agent.warning_lines).
         warnings = WarningLines(shipper.write)
         with (
@@ -163,6 +168,149 @@ class StageCommand:
             # again (outcome unknown) rather than run the command, which would start a second one.
             ending = replace(ending, stage_outcome=stage_attempts.AttemptOutcome.UNKNOWN)
         return ending
+
+    def effect_context(
+        self,
+        run: StageRun,
+        plan: StagePlan,
+        op_id: str,
+        workspace: Path,
+        env: dict[str, str],
+        envelope: JobEnvelope,
+        shipper: Any,
+        values: dict[str, str] | None,
+    ) -> tuple[EffectContext, Any]:
+        """What the stage's built-in effect is given (relevo_agent.effects.agent_side), and its mask.
+        `values`: the stage's values so far, which its `record` adds to (journal first, then the
+        stage record, fenced); None for a probe, which records nothing. Raises FileProblem."""
+        from relevo_agent.effects.agent_side import ReleaseKeys, effect_context, effect_file
+        from relevo_agent.effects.kind import Endpoints
+
+        assert plan.effect is not None
+        keys = ReleaseKeys(envelope.project)
+        mask = keys.masker(Masker(secret_values(self.config.mask, env)))
+
+        def line(text: str) -> None:
+            text = mask(text)
+            log.info("%s %s", op_id, text)
+            shipper.line(text)
+
+        def record(new: dict[str, str]) -> None:
+            if values is None:
+                raise RuntimeError("a probe only reads: it records nothing")
+            masked = {str(key): mask(str(value)) for key, value in new.items()}
+            changed = [key for key, value in masked.items() if values.get(key) != value]
+            values.update(masked)
+            if changed:
+                self._outputs_changed(run, op_id, shipper, dict(values), changed)
+
+        endpoints = self.config.release_endpoints
+        build_number = env.get("RELEVO_BUILD_NUMBER")
+        context = effect_context(
+            operation_id=op_id,
+            workspace=workspace,
+            file=effect_file(workspace, plan.effect.file),
+            build_number=int(build_number) if build_number else None,
+            endpoints=Endpoints(endpoints.app_store_connect, endpoints.notary, endpoints.github),
+            record=record,
+            line=line,
+            keys=keys,
+            time_left=run.exec_left,
+            stop=run.cancel,
+        )
+        return context, mask
+
+    def effect(
+        self,
+        run: StageRun,
+        plan: StagePlan,
+        op_id: str,
+        workspace: Path,
+        env: dict[str, str],
+        envelope: JobEnvelope,
+        shipper: Any,
+        resume: Resumption | None = None,
+    ) -> Ending:
+        """The stage's built-in effect instead of a command, under the attempt's lease: performed
+        (or, with `resume`, the one under way waited for), its values recorded as a command's
+        $RELEVO_OUTPUT values are, its ending made as a command's: succeeded with its values, or
+        failed with the kind's error class (a transient one leaves the outcome unknown: the retry
+        probes before it acts again)."""
+        from relevo_agent.effects.agent_side import FileProblem, values_to_string
+        from relevo_agent.effects.kind import EffectFailed
+        from relevo_agent.effects.registry import UnknownKind, kind_for
+
+        assert plan.effect is not None
+        ref = run.ref
+        started = time.monotonic()
+        values: dict[str, str] = {}
+        cause: dict[str, Any] = {
+            "effect": plan.effect.kind,
+            "agent_id": self.config.agent_id,
+            "attempt": ref.attempt,
+        }
+        try:
+            kind = kind_for(plan)
+            context, mask = self.effect_context(run, plan, op_id, workspace, env, envelope, shipper, values)
+        except (UnknownKind, FileProblem) as problem:
+            error = problem.error_class if isinstance(problem, FileProblem) else ErrorClass.EFFECT_REFUSED
+            why = problem.message if isinstance(problem, FileProblem) else str(problem)
+            shipper.line(f"[relevo] {error.value}: {why}")
+            return Ending.failed(error, {**cause, "why": why})
+        if resume is not None:
+            shipper.line(
+                f"[relevo] the effect ({plan.effect.kind}) is in progress: resumed, not started again"
+            )
+            # The previous attempt's values, carried on as this attempt's own before anything waits.
+            context.record(dict(resume.previous_outputs))
+        try:
+            if resume is not None:
+                left = kind.resume(context, dict(resume.previous_outputs))
+            else:
+                left = kind.perform(context)
+            context.record(values_to_string(left))
+        except EffectFailed as failed:
+            why = mask(failed.message)
+            shipper.line(f"[relevo] {failed.error_class.value}: {why}")
+            if run.reason is not None:
+                return Ending.stopped_by(run.reason, -1)
+            receipt = self._effect_receipt(run, started, values)
+            # A transient failure may have left the effect behind: the retry probes it first.
+            unknown = stage_attempts.AttemptOutcome.UNKNOWN if failed.error_class.retryable else None
+            return Ending.failed(failed.error_class, {**cause, "why": why}, receipt, stage_outcome=unknown)
+        except Exception as exc:  # noqa: BLE001 - a kind's own fault: what it did is unknown
+            log.exception("%s attempt %d: the effect %s failed", op_id, ref.attempt, plan.effect.kind)
+            why = mask(f"the effect failed unexpectedly ({type(exc).__name__})")
+            shipper.line(f"[relevo] {why}: retried, reconciled first")
+            if run.reason is not None:
+                return Ending.stopped_by(run.reason, -1)
+            receipt = self._effect_receipt(run, started, values)
+            return Ending.failed(
+                ErrorClass.TRANSIENT_EXIT,
+                {**cause, "why": why},
+                receipt,
+                stage_outcome=stage_attempts.AttemptOutcome.UNKNOWN,
+            )
+        if run.reason is None and run.lease.fenced():
+            # The effect ended at or after the fence: the next holder may already be probing.
+            run.stop("fenced")
+        if run.reason is not None:
+            return Ending.stopped_by(run.reason, -1)
+        log.info("%s effect %s done in %.1fs", op_id, plan.effect.kind, time.monotonic() - started)
+        return Ending.succeeded(self._effect_receipt(run, started, values, done=True), 0)
+
+    def _effect_receipt(
+        self, run: StageRun, started: float, values: dict[str, str], done: bool = False
+    ) -> dict[str, Any]:
+        """As a command's receipt (relevo_agent.receipt), without an exit code but a success's 0."""
+        return {
+            **({"exit_code": 0} if done else {}),
+            "duration_sec": round(time.monotonic() - started, 3),
+            "artifacts": {},
+            "agent_id": self.config.agent_id,
+            "attempt": run.ref.attempt,
+            "outputs": dict(values),
+        }
 
     def _resuming(
         self, run: StageRun, op_id: str, shipper: Any, watch: OutputWatch, resume: Resumption

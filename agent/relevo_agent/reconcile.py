@@ -87,9 +87,10 @@ class Reconciliation:
 class Resumption:
     """What an attempt runs after a RESUME decision instead of the stage's command: its
     `effect_resume`, given the values the previous attempt recorded (as the probe had them,
-    RELEVO_PREVIOUS_OUT_<KEY>), which it carries on as its own."""
+    RELEVO_PREVIOUS_OUT_<KEY>), which it carries on as its own. A stage with a built-in effect has
+    no command: its kind resumes (None)."""
 
-    command: str
+    command: str | None
     previous_outputs: dict[str, str]
 
 

@@ -45,16 +45,18 @@ class Settle:
         again (re-run), a Resumption when its effect is under way and its effect_resume is to
         run; raises Ended with the decision otherwise (or when the run was stopped)."""
         ref, plan = attempt.run.ref, attempt.plan
+        probe, found = self._effect_probe(attempt, env) if plan.effect else (self._probe(attempt, env), {})
         reconciled = reconcile.decide(
             attempt.op_id,
             attempt.local,
             attempt.previous,
             precondition,
-            self._probe(attempt, env),
-            resumable=bool(plan.effect_resume),
+            probe,
+            resumable=bool(plan.effect_resume) or plan.effect is not None,
         )
         if reconciled.action is Action.SUCCEEDED:
-            outputs = reconcile.previous_outputs(attempt.local, attempt.previous)
+            # A built-in effect's probe found the values it leaves (ids, the host's state).
+            outputs = {**reconcile.previous_outputs(attempt.local, attempt.previous), **found}
             reconciled = reconcile.with_what_it_left(
                 reconciled, attempt.plan.handoff, attempt.previous, outputs
             )
@@ -73,7 +75,7 @@ class Settle:
             raise Ended(Ending.abandoned()) from lost
         if reconciled.action is Action.RERUN:
             return None
-        if reconciled.action is Action.RESUME and plan.effect_resume:
+        if reconciled.action is Action.RESUME and (plan.effect_resume or plan.effect):
             outputs = reconcile.previous_outputs(attempt.local, attempt.previous)
             return reconcile.Resumption(plan.effect_resume, outputs)
         raise Ended(_ending(reconciled))
@@ -104,6 +106,38 @@ class Settle:
             Masker(secret_values(self.config.mask, env)),
             cut=len(result.output_tail.encode()) >= TAIL_BYTES,
         )
+
+    def _effect_probe(
+        self, attempt: ClaimedAttempt, env: dict[str, str]
+    ) -> tuple[ProbeResult | None, dict[str, str]]:
+        """The stage's built-in effect probed (kind.probe) about what the previous attempt
+        recorded, its answer read as a probe's exit (relevo_agent.effects.agent_side), and the
+        values a DONE effect leaves. (None, {}) when a receipt decides."""
+        from relevo_agent.effects.agent_side import FileProblem, probe_result, values_to_string
+        from relevo_agent.effects.kind import Answer, ProbeAnswer
+        from relevo_agent.effects.registry import UnknownKind, kind_for
+
+        run, plan = attempt.run, attempt.plan
+        if not reconcile.wants_probe(attempt.local, attempt.previous):
+            return None, {}
+        previous_outputs = reconcile.previous_outputs(attempt.local, attempt.previous)
+        try:
+            kind = kind_for(plan)
+            context, mask = self.command.effect_context(
+                run, plan, attempt.op_id, attempt.workspace, env, attempt.envelope, run.shipper, None
+            )
+        except (UnknownKind, FileProblem) as problem:
+            found = ProbeAnswer(Answer.CANNOT_TELL, f"the effect cannot be probed here: {problem}")
+            return probe_result(found, attempt.op_id, lambda text: text), {}
+        try:
+            found = kind.probe(context, previous_outputs)
+        except Exception as exc:  # noqa: BLE001 - a probe that fails cannot tell
+            log.exception("%s attempt %d: the effect's probe failed", attempt.op_id, run.ref.attempt)
+            found = ProbeAnswer(Answer.CANNOT_TELL, f"the effect's probe failed ({type(exc).__name__})")
+        if run.reason is not None:
+            raise Ended(Ending.stopped_by(run.reason, -1))
+        values = values_to_string(dict(found.values)) if found.answer is Answer.DONE else {}
+        return probe_result(found, attempt.op_id, mask), {k: mask(v) for k, v in values.items()}
 
 
 def _ending(reconciled: Reconciliation) -> Ending:

@@ -45,6 +45,7 @@ def _tags(
     git: str = NO_GRANT,
     lineage: tuple[str, ...] = (),
     log: str | None = None,
+    release: str = NO_GRANT,
 ) -> dict[str, str]:
     tags = {
         "job": job,
@@ -52,6 +53,7 @@ def _tags(
         "region": "eu-west",
         "signing": signing,
         "git": git,
+        "release": release,
         "log": log or job,
     }
     for index, name in enumerate(LINEAGE_TAGS):
@@ -136,6 +138,8 @@ def _cases(renderer: iam_policies.Renderer) -> dict[str, Request]:
             "secretsmanager:GetSecretValue", f"{secret}/_git/{Q}/token-AbCdEf"
         ),
         "a webhook secret": Request("secretsmanager:GetSecretValue", f"{secret}/{P}/github-AbCdEf"),
+        "P's release key": Request("secretsmanager:GetSecretValue", f"{secret}/_release/{P}/asc.json-AbCdEf"),
+        "Q's release key": Request("secretsmanager:GetSecretValue", f"{secret}/_release/{Q}/asc.json-AbCdEf"),
         "a project's definition": _dynamodb(table, "PutItem", f"PROJECT#{P}"),
         "a project lock": _dynamodb(table, "PutItem", f"LOCK#{P}"),
         "start an execution": Request("states:StartExecution", renderer.ref("JobStateMachine")),
@@ -238,6 +242,21 @@ def test_the_agent_role_alone_touches_no_job_object_secret_or_task(rendered):
         )
         is PolicyDecision.NO_MATCH
     )
+
+
+def test_an_effects_session_reads_its_own_projects_release_keys_only(rendered):
+    # Given the job policy, and the sessions of a stage with an effect and of one without
+    _, renderer, documents = rendered
+    job = [documents["JobPolicy"]]
+    cases = _cases(renderer)
+    effect, command = _tags(release=P), _tags()
+
+    # Then the effect's session reads its project's release keys and no other project's; a
+    # command's session reads none, not even its own project's
+    assert _decide(job, cases["P's release key"], effect) is PolicyDecision.ALLOW
+    assert _decide(job, cases["Q's release key"], effect) is PolicyDecision.NO_MATCH
+    assert _decide(job, cases["P's release key"], command) is PolicyDecision.NO_MATCH
+    assert _decide(job, cases["Q's checkout credentials"], effect) is PolicyDecision.NO_MATCH
 
 
 def test_a_signing_plans_session_reads_its_projects_identities_only_and_a_reruns_its_lineage_read_only(

@@ -275,7 +275,7 @@ def test_missing_region_affinity_is_refused_naming_the_field() -> None:
     assert any(problem["field"] == "region_affinity" for problem in error.details["problems"])
 
 
-@pytest.mark.parametrize("version", [7, 0, "1", None, True, 1.0, -1])
+@pytest.mark.parametrize("version", [8, 0, "1", None, True, 1.0, -1])
 def test_unknown_schema_version_is_refused(version: object) -> None:
     """Given an otherwise valid envelope with an unknown schema_version, when read, then it is
     refused with ENVELOPE_VERSION_UNSUPPORTED."""
@@ -284,14 +284,15 @@ def test_unknown_schema_version_is_refused(version: object) -> None:
     assert error.status == HTTPStatus.UNPROCESSABLE_ENTITY
 
 
-def test_new_envelopes_are_version_6_and_older_envelopes_still_read() -> None:
+def test_new_envelopes_are_version_7_and_older_envelopes_still_read() -> None:
     """Version 2 added log_ttl, version 3 a stage's aws_profile, version 4 checkout and a stage's
     handoff, version 5 a stage's warning_exit_codes, version 6 a stage's effect_resume and the
     job's build_number: new envelopes carry 6, so an agent that knows only an older version refuses
     them with ENVELOPE_VERSION_UNSUPPORTED instead of running a stage without its profile, on whatever
     its workspace holds, failing a stage that exited with a warning code, holding for a person an
-    effect its probe finds in progress, or running one without its build number; version 1 to 5
-    envelopes read as before."""
+    effect its probe finds in progress, or running one without its build number; version 7 a stage's
+    built-in effect (no command: an agent ignoring it would run nothing); version 1 to 6 envelopes
+    read as before."""
     old = read_envelope(minimal_envelope(schema_version=1))
     assert old.schema_version == 1 and old.log_ttl is None and old.log_expires_at == old.ttl
     two = read_envelope(minimal_envelope(schema_version=2, log_ttl=1_710_000_000))
@@ -300,7 +301,7 @@ def test_new_envelopes_are_version_6_and_older_envelopes_still_read() -> None:
         JobEnvelope.model_validate(
             {k: v for k, v in old.to_json_dict().items() if k != "schema_version"}
         ).schema_version
-        == 6
+        == 7
     )
     three = read_envelope(minimal_envelope(schema_version=3))
     assert (
@@ -313,6 +314,8 @@ def test_new_envelopes_are_version_6_and_older_envelopes_still_read() -> None:
     five = read_envelope(minimal_envelope(schema_version=5))
     assert five.schema_version == 5 and all(stage.effect_resume is None for stage in five.stages)
     assert five.build_number is None
+    six = read_envelope(minimal_envelope(schema_version=6))
+    assert six.schema_version == 6 and all(stage.effect is None for stage in six.stages)
 
 
 def test_missing_schema_version_is_refused() -> None:

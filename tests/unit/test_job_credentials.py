@@ -51,7 +51,7 @@ def test_the_tags_of_the_longest_names_and_a_full_lineage_fit_sts():
     )
     lineage = [new_job_id(datetime(2026, 1, day, tzinfo=UTC).timestamp()) for day in range(1, 9)]
     tags = session_tags(envelope, lineage)
-    assert len(tags) <= 50 and len(tags) == 6 + len(LINEAGE_TAGS)
+    assert len(tags) <= 50 and len(tags) == 7 + len(LINEAGE_TAGS)
     for key, value in tags.items():
         assert 1 <= len(key) <= 128 and TAG_TEXT.match(key), key
         assert len(value) <= 256 and TAG_TEXT.match(value) and "*" not in value and "?" not in value, (
@@ -64,9 +64,38 @@ def test_the_tags_of_the_longest_names_and_a_full_lineage_fit_sts():
 
 def test_a_tag_that_grants_nothing_names_no_job_project_or_region():
     tags = session_tags(_envelope(), [])
-    assert (tags["signing"], tags["git"]) == (NO_GRANT, NO_GRANT)
+    assert (tags["signing"], tags["git"], tags["release"]) == (NO_GRANT, NO_GRANT, NO_GRANT)
     assert {tags[name] for name in LINEAGE_TAGS} == {NO_GRANT}
     assert not re.match(r"^[a-z0-9]", NO_GRANT)  # no project or region id starts so (models/envelope.py)
+
+
+def test_only_the_session_of_a_stage_with_an_effect_may_read_its_projects_release_keys():
+    # Given a job whose first stage builds (a command) and whose second puts what it handed on
+    project = Project.model_validate(
+        {
+            **LONGEST,
+            "stages": [
+                {"name": "build", "run": "make", "handoff": ["App.zip"]},
+                {
+                    "name": "publish",
+                    "effect": {
+                        "kind": "s3_object",
+                        "file": "App.zip",
+                        "bucket": "downloads",
+                        "key": "App.zip",
+                    },
+                },
+            ],
+        }
+    )
+    envelope = largest_envelope(project)
+
+    # When the sessions of each stage's attempt are tagged
+    build, publish = session_tags(envelope, [], 0), session_tags(envelope, [], 1)
+
+    # Then the effect's session names the project's release keys, and the command's names none
+    assert publish["release"] == envelope.project
+    assert build["release"] == NO_GRANT
 
 
 def test_a_lineage_longer_than_the_tags_is_refused_rather_than_cut():

@@ -5,7 +5,7 @@ tags", IAM User Guide).
 
 Why tags and not a session policy per job: AWS caps an inline session policy at 2,048 characters
 of plaintext (AssumeRole, STS API Reference), and a rerun's lineage (a prefix and two partitions
-per earlier job) took a typical policy past it. Tags stay small and fixed in number: 14 here,
+per earlier job) took a typical policy past it. Tags stay small and fixed in number: 15 here,
 where STS allows 50 (keys up to 128 characters, values up to 256).
 
 A session is minted per attempt, so one tag can name what only that attempt writes: `log`, its
@@ -52,6 +52,11 @@ def session_tags(
         if envelope.signing is not None
         else NO_GRANT,
         "git": envelope.project if checkout is not None and checkout.credentials_ref else NO_GRANT,
+        # The project's release keys (relevo/<stack>/_release/<project>/…), read by the agent for a
+        # stage's built-in effect: the session of that stage's attempt only, never of a command's.
+        "release": envelope.project
+        if stage_index < len(envelope.stages) and envelope.stages[stage_index].effect is not None
+        else NO_GRANT,
         # The one log partition the attempt writes (JobPolicy's WriteItsLogAndArtifactRecords).
         "log": log_partition(envelope.job_id, stage_index, shard),
     }

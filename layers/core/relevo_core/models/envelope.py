@@ -36,8 +36,10 @@ from relevo_core.models.shapes import JOB_ID, PRIORITY_BOUND, PROJECT_ID, REGION
 # 6 added a stage's `effect_resume` and the job's `build_number`: an agent that would ignore
 # them would hold for a person every effect its probe finds in progress, or run a stage that needs
 # the job's build number (RELEVO_BUILD_NUMBER) without one.
-ENVELOPE_SCHEMA_VERSION = 6
-SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
+# 7 added a stage's `effect` (a built-in release effect, no command): an agent that would ignore it
+# would run nothing and report the stage succeeded without the effect.
+ENVELOPE_SCHEMA_VERSION = 7
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7})
 
 
 class TriggerType(str, Enum):

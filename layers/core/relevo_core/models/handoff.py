@@ -59,6 +59,39 @@ def normal_pattern(pattern: str) -> str:
     return pattern.rstrip("/")
 
 
+def _pattern_regex(pattern: str) -> "re.Pattern[str]":
+    """A handoff glob as the agent's glob.glob(recursive=True) reads it: `**` any depth of
+    directories, `*` and `?` within one component, `[...]` a set."""
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1 : end]
+            out, i = (
+                out + "[" + ("^" + re.escape(body[1:]) if body[:1] == "!" else re.escape(body)) + "]",
+                end + 1,
+            )
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out)
+
+
+def pattern_covers(pattern: str, path: str) -> bool:
+    """Whether handing on `pattern` hands on the file `path` (both workspace-relative): the pattern
+    matches it, or a directory above it."""
+    regex = _pattern_regex(normal_pattern(pattern))
+    parts = path.split("/")
+    return any(regex.fullmatch("/".join(parts[:depth])) for depth in range(1, len(parts) + 1))
+
+
 def link_target_problem(path: str, target: str) -> str | None:
     """Why a symlink at `path` pointing at `target` would lead out of the workspace, or None.
     Bundles link within themselves (`Versions/Current -> A`), relatively; an absolute target or

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
+from relevo_core.models.effect import Effect
 from relevo_core.models.errors import EX_TEMPFAIL, ErrorClass
 from relevo_core.models.handoff import MAX_PATTERNS, normal_pattern, path_problem
 
@@ -314,6 +315,46 @@ def check_fan_out(
             require_unique(list(values), f"matrix.{key} value")
 
 
+def check_effect_stage(
+    command_field: str,
+    command: str | None,
+    effect: Any,
+    effect_probe: str | None,
+    effect_resume: str | None,
+    sharded: bool,
+    handoff: tuple[str, ...] = (),
+) -> None:
+    """A stage runs a command or performs a built-in effect (docs/release-effects.md), never both:
+    the agent probes and resumes a built-in effect itself, so a stage with one declares no command,
+    no effect_probe and no effect_resume; and it is not fanned out (an effect happens once)."""
+    if effect is None:
+        if command is None:
+            raise ValueError(
+                f"{command_field}: a stage needs a command ({command_field}) or a built-in effect (effect)"
+            )
+        return
+    for name, value in (
+        (command_field, command),
+        ("effect_probe", effect_probe),
+        ("effect_resume", effect_resume),
+    ):
+        if value is not None:
+            raise ValueError(
+                f"{name}: a stage with an effect ({effect.kind}) has no {name}: the agent performs, probes "
+                f"and resumes the effect itself; remove {name}, or move the command to a stage of its own"
+            )
+    if sharded:
+        raise ValueError(
+            f"effect: a stage with an effect ({effect.kind}) is not fanned out (parallel, matrix): the "
+            "effect happens once"
+        )
+    if handoff:
+        raise ValueError(
+            f"handoff: a stage with an effect ({effect.kind}) makes no files to hand on; hand them on from "
+            "the stage that builds them"
+        )
+
+
 def shard_count(parallel: int | None, matrix: dict[str, Any] | None) -> int:
     """How many shards a stage runs: 1 without a fan-out."""
     if matrix:
@@ -328,7 +369,8 @@ class StagePlan(_Frozen):
     """One stage exactly as it will run: frozen into the envelope when the job is enqueued."""
 
     name: str = Field(pattern=STAGE_NAME)
-    command: str = Field(min_length=1, max_length=16_384)
+    # The stage's command; None for a stage whose `effect` the agent performs itself.
+    command: str | None = Field(default=None, min_length=1, max_length=16_384)
     exec_timeout_sec: int = Field(default=3600, ge=1, le=86_400)
     # After the exec timeout the agent sends SIGTERM, then SIGKILL after this grace.
     kill_grace_sec: int = Field(default=10, ge=0, le=300)
@@ -337,6 +379,9 @@ class StagePlan(_Frozen):
     effect_probe: str | None = Field(default=None, max_length=16_384)
     # Run instead of `command` when the probe says the effect is in progress (relevo_agent.reconcile).
     effect_resume: str | None = Field(default=None, max_length=16_384)
+    # A built-in release effect the agent performs, probes and resumes itself instead of a command
+    # (relevo_agent.effects; relevo_core.models.effect).
+    effect: Effect | None = None
     # Workspace-relative globs whose contents, with the commit, make the stage's precondition:
     # when they change between attempts, reconciliation stops with Relevo.Precondition.Changed.
     inputs: tuple[Annotated[str, Field(min_length=1, max_length=512)], ...] = Field(default=(), max_length=64)
@@ -364,6 +409,15 @@ class StagePlan(_Frozen):
     @model_validator(mode="after")
     def _fan_out(self) -> "StagePlan":
         check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
+        check_effect_stage(
+            "command",
+            self.command,
+            self.effect,
+            self.effect_probe,
+            self.effect_resume,
+            self.sharded,
+            self.handoff,
+        )
         return self
 
     @property

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from relevo_core.models.build_number import BuildNumberSettings
-from relevo_core.models.handoff import shard_variable_part, variable_part
+from relevo_core.models.handoff import pattern_covers, shard_variable_part, variable_part
 from relevo_core.models.plan import (
     MAX_QUEUE_TIMEOUT_SEC,
     ApprovalSettings,
@@ -291,6 +291,24 @@ class Project(RunPlanMixin):
                     )
         return self
 
+    @model_validator(mode="after")
+    def _effect_files_handed_on(self) -> "Project":
+        # Without a checkout, the only files a stage can count on, on whichever Mac, are those the
+        # earlier stages hand on; with one, the file may be the repository's (the agent fails the
+        # stage with Relevo.Fatal.HandoffMissing when it is not there).
+        if self.checkout is not None:
+            return self
+        for index, stage in enumerate(self.stages):
+            if stage.effect is None:
+                continue
+            earlier = [pattern for before in self.stages[:index] for pattern in before.handoff]
+            if not any(pattern_covers(pattern, stage.effect.file) for pattern in earlier):
+                raise ValueError(
+                    f"stages[{index}].effect.file {stage.effect.file!r} is handed on by no earlier stage: "
+                    "name it (or a directory or glob covering it) in an earlier stage's handoff"
+                )
+        return self
+
     def schedule(self, name: str) -> ProjectSchedule | None:
         return next((schedule for schedule in self.schedules if schedule.name == name), None)
 
@@ -306,6 +324,7 @@ class Project(RunPlanMixin):
                     retry=self.retry,
                     effect_probe=stage.effect_probe,
                     effect_resume=stage.effect_resume,
+                    effect=stage.effect,
                     inputs=stage.inputs,
                     aws_profile=stage.aws_profile,
                     requires=stage.requires,

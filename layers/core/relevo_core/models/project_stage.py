@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
+from relevo_core.models.effect import Effect
 from relevo_core.models.handoff import MAX_PATTERNS
 from relevo_core.models.plan import (
     AWS_PROFILE,
@@ -16,6 +17,7 @@ from relevo_core.models.plan import (
     MAX_MATRIX_KEYS,
     HandoffPattern,
     Matrix,
+    check_effect_stage,
     check_fan_out,
     check_handoff_patterns,
 )
@@ -30,7 +32,8 @@ class ProjectStage(BaseModel):
         pattern=r"^[a-z][a-z0-9_-]{0,62}$",
         description="Unique in the project: a lowercase letter, then lowercase letters, digits, _ and -.",
     )
-    run: str = Field(
+    run: str | None = Field(
+        default=None,
         min_length=1,
         description="The command (at most 16 KiB, refused as PLAN_TOO_LARGE): `bash -c` in the project's "
         "workspace on the agent, in its own process group, with "
@@ -38,7 +41,8 @@ class ProjectStage(BaseModel):
         "RELEVO_WORKSPACE "
         "and RELEVO_ARTIFACT_DIR set (and RELEVO_KEYCHAIN, the path of the stage's signing keychain, when "
         "the project sets signing). "
-        "Files left in $RELEVO_ARTIFACT_DIR are uploaded as the stage's artifacts.",
+        "Files left in $RELEVO_ARTIFACT_DIR are uploaded as the stage's artifacts. "
+        "Required unless the stage declares an effect.",
     )
     exec_timeout_sec: int = Field(
         default=3600,
@@ -73,6 +77,16 @@ class ProjectStage(BaseModel):
         "starts it again. Its exit decides the stage as run's would; its values, artifacts and handoff "
         "are recorded alike (the previous attempt's values carried on). Needs an effect_probe; without "
         "one, an effect in progress waits for a person.",
+    )
+    effect: Effect | None = Field(
+        default=None,
+        description="A built-in release effect the agent performs itself instead of a command, exactly "
+        "once: `{kind: app_store_upload | notarization | github_release_asset | s3_object, file: …}` "
+        "(docs/release-effects.md). Its identifiers are recorded before it can have happened, a retry "
+        "probes for it and resumes it rather than start it again, and what it leaves becomes the "
+        "stage's values. A stage with an effect has no run, effect_probe or effect_resume, no "
+        "parallel or matrix, and no handoff; its file is one an earlier stage hands on (handoff), or, with a "
+        "checkout, a file of the repository.",
     )
     inputs: tuple[Annotated[str, Field(min_length=1, max_length=512)], ...] = Field(
         default=(),
@@ -179,6 +193,10 @@ class ProjectStage(BaseModel):
     @model_validator(mode="after")
     def _fan_out(self) -> "ProjectStage":
         check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
+        sharded = self.parallel is not None or self.matrix is not None
+        check_effect_stage(
+            "run", self.run, self.effect, self.effect_probe, self.effect_resume, sharded, self.handoff
+        )
         return self
 
     @field_validator("effect_resume")
