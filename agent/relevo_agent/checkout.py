@@ -53,8 +53,8 @@ from relevo_agent.build_user import BuildUser
 from relevo_agent.git_commands import CheckoutFailure, Git, locked
 from relevo_agent.git_credentials import credential_files, git_secret
 from relevo_agent.stage_env import without_agent_credentials
+from relevo_core.models.checkout_plan import CheckoutPlan
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.plan import CheckoutPlan
 
 log = logging.getLogger(__name__)
 

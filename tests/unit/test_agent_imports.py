@@ -29,6 +29,7 @@ AGENT_SURFACE = {
     "relevo_core.models.agent_session": "the claim routes' request and answer",
     "relevo_core.models.capabilities": "what a Mac can run, and what a stage requires",
     "relevo_core.models.effect": "a stage's built-in release effect, as declared",
+    "relevo_core.models.checkout_plan": "where a workspace comes from (the checkout)",
     "relevo_core.models.envelope": "the job envelope a claim brings",
     "relevo_core.models.errors": "error classes and codes",
     "relevo_core.models.handoff": "manifests, outputs and their variables",

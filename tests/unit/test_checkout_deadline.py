@@ -19,8 +19,8 @@ import pytest
 
 from relevo_agent.checkout import checkout
 from relevo_agent.git_commands import CheckoutFailure, Git
+from relevo_core.models.checkout_plan import CheckoutPlan
 from relevo_core.models.errors import ErrorClass
-from relevo_core.models.plan import CheckoutPlan
 
 
 @pytest.fixture()

@@ -19,8 +19,9 @@ from relevo_core.fleet.job_credentials import (
     session_seconds,
     session_tags,
 )
+from relevo_core.models.checkout_plan import CheckoutPlan
 from relevo_core.models.envelope import new_job_id
-from relevo_core.models.plan import CheckoutPlan, SigningPlan
+from relevo_core.models.plan import SigningPlan
 from relevo_core.models.project import Project
 from relevo_core.plan_limits import largest_envelope
 

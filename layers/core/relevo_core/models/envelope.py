@@ -12,12 +12,12 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from relevo_core.models.build_number import BuildNumberSettings
+from relevo_core.models.checkout_plan import CheckoutPlan
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import (
     MAX_QUEUE_TIMEOUT_SEC,
     STAGE_NAME,
     ApprovalSettings,
-    CheckoutPlan,
     RunPlanMixin,
     SigningPlan,
     StagePlan,

@@ -8,11 +8,11 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from relevo_core.models.build_number import BuildNumberSettings
+from relevo_core.models.checkout_plan import CheckoutPlan
 from relevo_core.models.handoff import pattern_covers, shard_variable_part, variable_part
 from relevo_core.models.plan import (
     MAX_QUEUE_TIMEOUT_SEC,
     ApprovalSettings,
-    CheckoutPlan,
     RetryPolicy,
     RunPlanMixin,
     SigningPlan,
