@@ -52,6 +52,21 @@ class ReleaseEndpoints(BaseModel):
         description="GitHub's REST API base URL (github_release_asset); a GitHub Enterprise Server's "
         "https://<host>/api/v3.",
     )
+    notary_upload: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="Where a notarization's file is uploaded with the temporary credentials Apple's answer "
+        "carries: Apple's S3 (https://s3.us-west-2.amazonaws.com) by default; the local Apple service's "
+        "stand-in in tests and the demo.",
+    )
+    stapler: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=8,
+        description="The command that staples a notarization's ticket, given `validate <file>` or "
+        "`staple <file>`: `xcrun stapler` on macOS by default; none elsewhere (a stage that staples then "
+        "fails before it submits anything).",
+    )
 
 
 class AgentConfig(BaseModel):

@@ -250,7 +250,7 @@ class StageCommand:
             "attempt": ref.attempt,
         }
         try:
-            kind = kind_for(plan)
+            kind = kind_for(plan, self.config.release_endpoints)
             context, mask = self.effect_context(run, plan, op_id, workspace, env, envelope, shipper, values)
         except (UnknownKind, FileProblem) as problem:
             error = problem.error_class if isinstance(problem, FileProblem) else ErrorClass.EFFECT_REFUSED

@@ -122,7 +122,7 @@ class Settle:
             return None, {}
         previous_outputs = reconcile.previous_outputs(attempt.local, attempt.previous)
         try:
-            kind = kind_for(plan)
+            kind = kind_for(plan, self.config.release_endpoints)
             context, mask = self.command.effect_context(
                 run, plan, attempt.op_id, attempt.workspace, env, attempt.envelope, run.shipper, None
             )

@@ -114,7 +114,7 @@ def _project(api: RelevoApi, project_id: str, bucket: str, after: str | None = N
 def _counted(puts: list[str]) -> Any:
     """The s3_object maker, its S3 client counting the puts it sends."""
 
-    def make(spec: Any, plan: Any) -> S3ObjectEffect:
+    def make(spec: Any, plan: Any, endpoints: Any) -> S3ObjectEffect:
         import boto3
 
         def s3() -> Any:
@@ -199,7 +199,9 @@ def test_an_agent_stopped_after_the_put_leaves_the_next_attempt_to_find_it_done_
     monkeypatch.setitem(
         registry.KINDS,
         "s3_object",
-        lambda spec, plan: _StoppedAfterThePut(counted(spec, plan), performed, performs),
+        lambda spec, plan, endpoints: _StoppedAfterThePut(
+            counted(spec, plan, endpoints), performed, performs
+        ),
     )
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
     mac_a = _agent(tmp_path, local_stack, "mac-a")
@@ -277,7 +279,9 @@ def test_the_release_key_an_effect_reads_never_leaves_the_agents_memory(
     _project(api, project_id, bucket, after=f"env > {after_env}")
     counted = _counted([])
     monkeypatch.setitem(
-        registry.KINDS, "s3_object", lambda spec, plan: _ReadsTheKey(counted(spec, plan), name)
+        registry.KINDS,
+        "s3_object",
+        lambda spec, plan, endpoints: _ReadsTheKey(counted(spec, plan, endpoints), name),
     )
 
     # When a real agent runs the job

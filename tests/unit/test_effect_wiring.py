@@ -116,7 +116,7 @@ def _effect(setting: dict[str, Any]) -> Any:
 def test_an_effects_values_go_the_way_a_commands_do_and_it_succeeds_with_them(setting, monkeypatch):
     # Given a kind that records an id before its effect and returns its state
     kind = _Kind()
-    monkeypatch.setitem(registry.KINDS, "s3_object", lambda spec, plan: kind)
+    monkeypatch.setitem(registry.KINDS, "s3_object", lambda spec, plan, endpoints: kind)
 
     # When the agent runs the stage
     ending = _effect(setting)
@@ -140,7 +140,9 @@ def test_an_effects_values_go_the_way_a_commands_do_and_it_succeeds_with_them(se
 def test_an_effects_failure_is_the_stages_with_its_class(setting, monkeypatch, error_class, outcome):
     # Given a kind that fails with a class
     monkeypatch.setitem(
-        registry.KINDS, "s3_object", lambda spec, plan: _Kind(EffectFailed(error_class, "Apple said no"))
+        registry.KINDS,
+        "s3_object",
+        lambda spec, plan, endpoints: _Kind(EffectFailed(error_class, "Apple said no")),
     )
 
     # When the agent runs the stage
@@ -156,7 +158,7 @@ def test_an_effects_failure_is_the_stages_with_its_class(setting, monkeypatch, e
 def test_an_effect_whose_file_is_not_there_fails_before_the_kind_is_asked(setting, monkeypatch):
     # Given the handed-on file missing
     kind = _Kind()
-    monkeypatch.setitem(registry.KINDS, "s3_object", lambda spec, plan: kind)
+    monkeypatch.setitem(registry.KINDS, "s3_object", lambda spec, plan, endpoints: kind)
     (setting["workspace"] / "build" / "App.zip").unlink()
 
     # When the agent runs the stage
@@ -276,7 +278,7 @@ def test_an_effect_in_progress_is_resumed_with_the_previous_values_never_perform
     from relevo_agent.reconcile import Resumption
 
     kind = _Resumable()
-    monkeypatch.setitem(registry.KINDS, "s3_object", lambda spec, plan: kind)
+    monkeypatch.setitem(registry.KINDS, "s3_object", lambda spec, plan, endpoints: kind)
 
     # When the agent runs the stage with that resumption
     ending = setting["command"].effect(

@@ -9,10 +9,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from relevo_agent.config import ReleaseEndpoints
     from relevo_agent.effects.kind import EffectKind
     from relevo_core.models.plan import StagePlan
 
-Maker = Callable[[Any, "StagePlan"], "EffectKind"]
+# A kind made from its declaration, the stage's plan and the agent's release_endpoints.
+Maker = Callable[[Any, "StagePlan", "ReleaseEndpoints"], "EffectKind"]
 
 
 class UnknownKind(Exception):
@@ -22,7 +24,7 @@ class UnknownKind(Exception):
 def _by_name(module: str, name: str) -> Maker:
     """The class `name` of relevo_agent.effects.`module`, made from the declaration alone."""
 
-    def make(spec: Any, plan: StagePlan) -> EffectKind:
+    def make(spec: Any, plan: StagePlan, endpoints: ReleaseEndpoints) -> EffectKind:
         try:
             found = getattr(importlib.import_module(f"relevo_agent.effects.{module}"), name)
         except (ImportError, AttributeError) as missing:
@@ -33,21 +35,28 @@ def _by_name(module: str, name: str) -> Maker:
     return make
 
 
-def _s3_object(spec: Any, plan: StagePlan) -> EffectKind:
+def _s3_object(spec: Any, plan: StagePlan, endpoints: ReleaseEndpoints) -> EffectKind:
     from relevo_agent.effects.s3_object import S3ObjectEffect
 
     return S3ObjectEffect.with_profile(spec, plan.aws_profile)
 
 
+def _notarization(spec: Any, plan: StagePlan, endpoints: ReleaseEndpoints) -> EffectKind:
+    """With the agent's stapler and the upload endpoint (the local Apple service's in the demo)."""
+    from relevo_agent.effects.notarization import NotarizationEffect
+
+    return NotarizationEffect(spec, stapler=endpoints.stapler, upload_endpoint=endpoints.notary_upload)
+
+
 KINDS: dict[str, Maker] = {
     "app_store_upload": _by_name("app_store_upload", "AppStoreUploadEffect"),
-    "notarization": _by_name("notarization", "NotarizationEffect"),
+    "notarization": _notarization,
     "github_release_asset": _by_name("github_release_asset", "GithubReleaseAssetEffect"),
     "s3_object": _s3_object,
 }
 
 
-def kind_for(plan: StagePlan) -> EffectKind:
+def kind_for(plan: StagePlan, endpoints: ReleaseEndpoints) -> EffectKind:
     """The kind that performs the plan's effect. Raises UnknownKind."""
     assert plan.effect is not None
     make = KINDS.get(plan.effect.kind)
@@ -57,7 +66,7 @@ def kind_for(plan: StagePlan) -> EffectKind:
             f"{', '.join(sorted(KINDS))}): upgrade relevo-agent"
         )
     try:
-        return make(plan.effect, plan)
+        return make(plan.effect, plan, endpoints)
     except UnknownKind as unknown:
         raise UnknownKind(
             f"this agent cannot perform an effect of kind {plan.effect.kind}: {unknown}; upgrade relevo-agent"
