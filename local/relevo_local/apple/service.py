@@ -49,13 +49,19 @@ UNAUTHORIZED = ConnectError(
 
 
 class AppleService:
-    def __init__(self, now: Callable[[], datetime] | None = None, timing: Timing | None = None) -> None:
+    def __init__(
+        self,
+        now: Callable[[], datetime] | None = None,
+        timing: Timing | None = None,
+        review_sec: float | None = None,
+    ) -> None:
         description()  # refuses at once, naming the setup step, when the description is not cached
         # The service's time: this clock unless the caller gives its own `now` (the demo's real one).
         self.clock = ManualClock()
         clock_now = now or self.clock.now
         self.connect = ConnectState(clock_now, timing)
-        self.notary = NotaryState(clock_now)
+        # Apple reviews a submission in minutes; the demo, on the real clock, in seconds.
+        self.notary = NotaryState(clock_now) if review_sec is None else NotaryState(clock_now, review_sec)
         self.notary_uploads = notary_routes.NotaryUploads()
         self.keys = Keys(clock_now)
         self.faults = Faults(self.connect, self.notary)
