@@ -243,3 +243,27 @@ def test_each_kind_in_words_before_and_after_it_happened():
         "github_release_asset", {"asset_name": "App.dmg", "tag": "v1.4.0", "asset_id": "99"}
     ) == ("attached App.dmg to v1.4.0 (asset 99)")
     assert effect_words("s3_object", {"s3_uri": "s3://b/k", "etag": "e"}) == "put s3://b/k"
+
+
+def test_a_stage_a_rerun_did_not_run_again_says_its_effect_is_in_the_job_it_reran():
+    # Given a rerun from notarize of an earlier job (whose upload is that job's, not read here)
+    earlier = "job_00loyw3v281z46n6ywoziqjl4n"
+    envelope = minimal_envelope(stages=STAGES, from_stage="notarize", retry_of=earlier)
+    items = [
+        {"pk": "JOB#x", "sk": JOB_SK, "status": "running", "envelope": envelope},
+        {"pk": "STAGES#x", "sk": stage_sk(2), "stage_name": "notarize", "status": "dispatched"},
+    ]
+
+    # When the view is read
+    upload, notarize = job_items_to_view(items)["stages"][1:]
+
+    # Then the upload's effect is said to be the earlier job's, and the notarization's not begun
+    assert upload["status"] == "skipped"
+    assert upload["effect"]["words"] == f"done in {earlier} (not run again)"
+    assert notarize["effect"]["words"] == "notarization not submitted yet"
+
+
+def test_an_effect_nothing_was_recorded_of_yet_says_so_without_placeholders():
+    assert effect_words("app_store_upload", {}) == "the build not uploaded yet"
+    assert effect_words("github_release_asset", {}) == "the asset not attached yet"
+    assert effect_words("s3_object", {}) == "the object not put yet"

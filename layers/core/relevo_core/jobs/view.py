@@ -251,6 +251,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                     _outputs_of(found),
                     found.get("status"),
                     found.get("reconciled"),
+                    envelope.retry_of if skipped else None,
                 ),
                 # A `warning` stage: what made it one, in a sentence (its receipt's warnings.text).
                 "warning": _warning_of(found),

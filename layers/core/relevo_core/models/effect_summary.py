@@ -67,17 +67,17 @@ def short(identifier: str) -> str:
 
 
 def effect_words(kind: str, values: Mapping[str, str]) -> str:
-    """The effect in a line, from its recorded values alone."""
+    """The effect in a line, from its recorded values alone (none yet: "not uploaded yet")."""
     state = values.get(STATE)
     if kind == "app_store_upload":
-        build = values.get("build_number") or "?"
+        build = f"build {values['build_number']}" if values.get("build_number") else "the build"
         if not values.get("upload_id"):
-            return f"build {build} not uploaded yet"
+            return f"{build} not uploaded yet"
         if state in _UPLOAD_DONE:
-            return f"uploaded build {build} ({state})"
+            return f"uploaded {build} ({state})"
         if state in _UPLOAD_REJECTED:
-            return f"upload of build {build} {state}"
-        return f"uploading build {build} ({state or 'state not read yet'})"
+            return f"upload of {build} {state}"
+        return f"uploading {build} ({state or 'state not read yet'})"
     if kind == "notarization":
         submission = values.get("submission_id")
         if not submission:
@@ -87,12 +87,13 @@ def effect_words(kind: str, values: Mapping[str, str]) -> str:
             return f"notarized ({state}, submission {short(submission)}{stapled})"
         return f"notarization {state or 'submitted'} (submission {short(submission)})"
     if kind == "github_release_asset":
-        name, tag = values.get("asset_name") or "?", values.get("tag") or "?"
+        name = values.get("asset_name") or "the asset"
+        tag = f" to {values['tag']}" if values.get("tag") else ""
         if values.get("asset_id"):
-            return f"attached {name} to {tag} (asset {values['asset_id']})"
-        return f"{name} not attached to {tag} yet"
+            return f"attached {name}{tag} (asset {values['asset_id']})"
+        return f"{name} not attached{tag} yet"
     if kind == "s3_object":
-        where = values.get("s3_uri") or "?"
+        where = values.get("s3_uri") or "the object"
         return f"put {where}" if values.get("etag") else f"{where} not put yet"
     return kind
 
@@ -102,10 +103,12 @@ def effect_summary(
     outputs: Mapping[str, str],
     status: str | None = None,
     reconciled: Mapping[str, Any] | None = None,
+    reused_from: str | None = None,
 ) -> dict[str, Any] | None:
     """The summary of a stage whose plan declares an effect of `kind` (None: no effect, no summary),
     from its recorded `outputs`; `status` and `reconciled` (the stage's latest reconciliation) give
-    the evidence of a stage held for review."""
+    the evidence of a stage held for review. A stage a rerun did not run again (`reused_from`: the
+    job it reran) has its effect in that job: said so, not read from there."""
     if kind is None:
         return None
     identifiers = {key: outputs[key] for key in IDENTIFIERS.get(kind, ()) if outputs.get(key)}
@@ -118,7 +121,11 @@ def effect_summary(
         kind=kind,
         identifiers=identifiers,
         state=outputs.get(STATE) or None,
-        words=effect_words(kind, outputs),
+        words=(
+            f"done in {reused_from} (not run again)"
+            if reused_from and not outputs
+            else effect_words(kind, outputs)
+        ),
         evidence=evidence,
     )
     return summary.model_dump(mode="json")
