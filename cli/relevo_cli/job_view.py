@@ -170,6 +170,24 @@ def handoff_notes(job: dict[str, Any]) -> list[str]:
     return notes
 
 
+def release_section(job: dict[str, Any]) -> list[str]:
+    """Each stage with a built-in release effect (docs/release-effects.md): its kind and where it
+    stands in a line, the identifiers it recorded (whole: the ids to quote to Apple), Apple's state,
+    and for a stage held for review what the reconcile's probe found."""
+    lines = []
+    for stage in job["stages"]:
+        effect = stage.get("effect")
+        if not effect:
+            continue
+        lines.append(f"{stage['name']} ({effect['kind']}, {stage['status']}): {effect['words']}")
+        lines += [f"  {key} {value}" for key, value in effect["identifiers"].items()]
+        if effect.get("state"):
+            lines.append(f"  Apple's state {effect['state']}")
+        if effect.get("evidence"):
+            lines.append(f"  held for review: {effect['evidence']}")
+    return ["── release ──", *lines] if lines else []
+
+
 STATUS_LOG_LINES = 20
 
 
@@ -202,5 +220,5 @@ def log_tail(job: dict[str, Any]) -> list[str]:
 
 
 def view(job: dict[str, Any]) -> list[RenderableType | str]:
-    """`relevo job view`: the job's table, its notes, the end of its log."""
-    return [render_job(job), *job_notes(job), *log_tail(job)]
+    """`relevo job view`: the job's table, its notes, its release effects, the end of its log."""
+    return [render_job(job), *job_notes(job), *release_section(job), *log_tail(job)]

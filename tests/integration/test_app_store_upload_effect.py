@@ -61,10 +61,16 @@ def test_perform_records_before_creating_then_sends_commits_and_waits_until_vali
     values = _effect(app_id).perform(recorder.context(ipa))
 
     # Then its identifiers were recorded before the upload existed, its id the moment it did
-    assert uploads_at_record == [0, 1]
+    assert uploads_at_record[:2] == [0, 1]
     assert set(recorder.records[0]) == {"app_id", "build_version", "build_number", "sha256"}
     (upload,) = service.connect.uploads.values()
     assert recorder.records[1]["upload_id"] == upload.id
+    # And then Apple's state each time it changed, recorded and logged as it happened, up to VALID
+    states = [record["apple_state"] for record in recorder.records[2:]]
+    assert states[-1] == "VALID" and len(states) == len(set(states)) >= 2, states
+    assert [line for line in recorder.lines if line.startswith(f"upload {upload.id}: ")] == [
+        f"upload {upload.id}: {state}" for state in states
+    ]
     # And it waited on the injected clock until the build was VALID
     assert values["apple_state"] == "VALID"
     assert (values["build_version"], values["build_number"], values["upload_id"]) == (

@@ -84,6 +84,13 @@ def test_perform_records_before_submitting_shows_the_id_uploads_waits_and_staple
         {"sha256": sha, "submission_name": name},
         {"submission_id": submission.id},
         {"uploaded": "true"},
+        # Then Apple's status each time it changed, as it happened (the stage shows it while it waits)
+        {"apple_state": "In Progress"},
+        {"apple_state": "Accepted"},
+    ]
+    assert [line for line in trace.lines if line.endswith((" is In Progress", " is Accepted"))] == [
+        f"notarization: submission {submission.id} is In Progress",
+        f"notarization: submission {submission.id} is Accepted",
     ]
     # And the id was shown as soon as it existed, before the file went up
     made = next(i for i, line in enumerate(trace.lines) if submission.id in line and "made" in line)
@@ -238,7 +245,8 @@ def test_held_in_progress_past_the_stages_time_fails_to_be_retried_and_the_retry
     values = effect.resume(retry, trace.recorded)
     assert values["apple_state"] == "Accepted"
     assert len(service.notary.submissions) == 1
-    assert retry_trace.records == []  # the recorded id was kept, nothing new to record
+    # The recorded id was kept: only Apple's status is recorded, each time it changed
+    assert retry_trace.records == [{"apple_state": "In Progress"}, {"apple_state": "Accepted"}]
     assert stapler_double.calls(stapler)[-1] == ["staple", str(file)]
 
 

@@ -237,6 +237,7 @@ class AppStoreUploadEffect:
     ) -> dict[str, str]:
         """The values once processing is over (or, without wait_for_processing, once committed)."""
         values = {**self._values(binary), "upload_id": upload_id}
+        shown = ""
         while True:
             upload = self._call(client.upload, upload_id)
             state = upload.state
@@ -244,6 +245,11 @@ class AppStoreUploadEffect:
                 values["build_id"] = upload.build_id
                 state = self._call(client.processing_state, upload.build_id)
             values["apple_state"] = state
+            if state != shown:
+                # Each change of Apple's state, as it happens: in the stage's log and on the stage.
+                context.line(f"upload {upload_id}: {state}")
+                context.record(dict(values))
+                shown = state
             if state == "VALID" or (not self.spec.wait_for_processing and state != "AWAITING_UPLOAD"):
                 return values
             if state == "FAILED" and upload.build_id is None:
@@ -263,7 +269,6 @@ class AppStoreUploadEffect:
             left = context.time_left()
             if left <= 0:
                 raise EffectFailed(ErrorClass.EXEC_TIMEOUT, f"upload {upload_id} still {state}: out of time")
-            context.line(f"upload {upload_id}: {state}")
             if context.wait(min(POLL_SEC, left)):
                 raise EffectFailed(ErrorClass.AGENT_SHUTDOWN, f"stopped while upload {upload_id} was {state}")
 

@@ -307,7 +307,9 @@ class NotarizationEffect:
             else:
                 trouble = ""
                 if submission.status != shown:
+                    # Each change of Apple's status, as it happens: in the stage's log and on the stage.
                     context.line(f"notarization: submission {submission_id} is {submission.status}")
+                    context.record({"apple_state": submission.status})
                     shown = submission.status
                 if submission.status == ACCEPTED:
                     values = _values(submission, sha256)

@@ -13,6 +13,7 @@ from relevo_core.jobs.handoff_sources import JobContext
 from relevo_core.jobs.logs import log_places, log_tail
 from relevo_core.jobs.project_wait import project_wait, waits_for_project
 from relevo_core.models.capabilities import describe, unmet
+from relevo_core.models.effect_summary import effect_summary, stage_values
 from relevo_core.models.envelope import read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.job_view import JobView
@@ -106,15 +107,7 @@ def _handoff_of(record: dict[str, Any]) -> dict[str, Any] | None:
 
 def _outputs_of(record: dict[str, Any]) -> dict[str, str]:
     """The stage's $RELEVO_OUTPUT values: its receipt's once it succeeded, else as recorded so far."""
-    receipt = given if isinstance(given := record.get("receipt"), dict) else {}
-    outputs = (
-        receipt.get("outputs")
-        if record.get("status") in SUCCEEDED_STAGE and "outputs" in receipt
-        else record.get("outputs")
-    )
-    return (
-        {str(key): str(value) for key, value in (outputs or {}).items()} if isinstance(outputs, dict) else {}
-    )
+    return stage_values(record)
 
 
 def _warning_of(record: dict[str, Any]) -> str | None:
@@ -252,6 +245,14 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 # What travels to the later stages (docs/handoff.md): its values and its files.
                 "outputs": _outputs_of(found),
                 "handoff": _handoff_of(found),
+                # A built-in release effect: its kind, identifiers and Apple's state, from its values.
+                "effect": effect_summary(
+                    stage.effect.kind if stage.effect else None,
+                    _outputs_of(found),
+                    found.get("status"),
+                    found.get("reconciled"),
+                    envelope.retry_of if skipped else None,
+                ),
                 # A `warning` stage: what made it one, in a sentence (its receipt's warnings.text).
                 "warning": _warning_of(found),
                 "shards": shards,

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from relevo_core.models.effect_summary import EffectSummary
 from relevo_core.models.transfer import TransferProgress
 
 
@@ -104,6 +105,11 @@ class StageView(BaseModel):
         description="what the stage handed on (files, bytes, digest, uploaded_bytes, manifest) and what its "
         "Mac restored before "
         "its command (restored_bytes: downloaded; 0 when the files were already there); docs/handoff.md",
+    )
+    effect: EffectSummary | None = Field(
+        None,
+        description="a stage with a built-in release effect (docs/release-effects.md): its kind, the "
+        "identifiers it recorded, Apple's state, in a line; none for a stage without one",
     )
     warning: str | None = Field(
         None,

@@ -46,10 +46,14 @@ def describe(transition: JobTransition) -> str:
         text = f"succeeded, with warnings in {', '.join(transition.warning_stages)}"
     else:
         text = status.value
+    if transition.released:
+        # What the people who ship look for first: "uploaded build 42 (VALID)", "notarized (Accepted, …)".
+        text += "; " + "; ".join(words for _stage, words in transition.released)
     if transition.reconciled:
         # "Did it upload twice?": a reconciled stage says what its probe found, and that it was not run again.
         text += "; " + "; ".join(transition.reconciled)
-    return text[:DESCRIPTION_LIMIT]
+    # Cut to the limit, saying so (GitHub refuses a longer one with 422; GitLab is given the same).
+    return text if len(text) <= DESCRIPTION_LIMIT else text[: DESCRIPTION_LIMIT - 1] + "…"
 
 
 def github_state(transition: JobTransition) -> str:

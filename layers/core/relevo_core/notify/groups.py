@@ -60,7 +60,8 @@ def job_notices(transition: JobTransition, link: str) -> list[tuple[Notice, str]
         "actor": t.actor,
         "link": link,
         "commit": t.commit,
-        "notes": t.reconciled,
+        # Where each release effect stands ("upload: uploaded build 42 (VALID)"), then the reconciliations.
+        "notes": (*(f"{stage}: {words}" for stage, words in t.released), *t.reconciled),
         "build_number": t.build_number,
     }
     if t.status is JobStatus.WAITING:

@@ -51,6 +51,11 @@ class JobTransition:
     commit_resolved: bool = False
     # The job's build number (RELEVO_BUILD_NUMBER), once it has one.
     build_number: int | None = None
+    # The stages with a built-in release effect and its kind, in plan order (the envelope's plan).
+    effect_kinds: tuple[tuple[str, str], ...] = ()
+    # At the job's end: each such stage and its effect in words ("uploaded build 42 (VALID)"),
+    # read off its stage record by the reporter (with_stage_records; models.effect_summary).
+    released: tuple[tuple[str, str], ...] = ()
 
     @property
     def ended_at_gate(self) -> bool:
@@ -80,6 +85,8 @@ class JobTransition:
             "reconciled": list(self.reconciled),
             "commit_resolved": self.commit_resolved,
             "build_number": self.build_number,
+            "effect_kinds": [list(pair) for pair in self.effect_kinds],
+            "released": [list(pair) for pair in self.released],
         }
 
 
@@ -114,6 +121,27 @@ def transition_from_event(event: dict[str, Any]) -> JobTransition | None:
         reconciled=tuple(str(line) for line in event.get("reconciled") or ()),
         commit_resolved=bool(event.get("commit_resolved")),
         build_number=_number(event.get("build_number")),
+        effect_kinds=_pairs(event.get("effect_kinds")),
+        released=_pairs(event.get("released")),
+    )
+
+
+def _pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    """(stage, text) pairs as an event holds them (lists of two strings); anything else is left out."""
+    return tuple(
+        (str(pair[0]), str(pair[1]))
+        for pair in (value if isinstance(value, list) else [])
+        if isinstance(pair, (list, tuple)) and len(pair) == 2
+    )
+
+
+def effect_kinds(envelope: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(stage, kind) of each stage of the envelope's plan that declares a built-in effect."""
+    stages = envelope.get("stages")
+    return tuple(
+        (str(stage.get("name")), str(stage["effect"]["kind"]))
+        for stage in (stages if isinstance(stages, list) else [])
+        if isinstance(stage, dict) and isinstance(stage.get("effect"), dict) and stage["effect"].get("kind")
     )
 
 
@@ -214,6 +242,7 @@ def job_transition(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Jo
         at=written_at(new.get("updated_at")),
         warning_stages=warning_stages(new.get("stage_outcomes")),
         build_number=_number(new.get("build_number")),
+        effect_kinds=effect_kinds(envelope),
     )
 
 
@@ -246,7 +275,22 @@ def with_stage_records(
                 if line:
                     lines.append(line)
         update["reconciled"] = tuple(lines)
+        update["released"] = released(transition.effect_kinds, records)
     return replace(transition, **update) if update else transition
+
+
+def released(
+    kinds: tuple[tuple[str, str], ...], records: list[dict[str, Any]]
+) -> tuple[tuple[str, str], ...]:
+    """Each stage with a built-in effect and the effect in words, from its stage record's values."""
+    from relevo_core.models.effect_summary import effect_words, stage_values
+
+    by_name = {
+        str(record.get("stage_name")): record for record in records if record.get("shard_index") is None
+    }
+    return tuple(
+        (stage, effect_words(kind, stage_values(by_name[stage]))) for stage, kind in kinds if stage in by_name
+    )
 
 
 def job_link(transition: JobTransition, state_machine_arn: str, console_url: str | None) -> str:
