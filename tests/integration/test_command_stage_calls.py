@@ -21,18 +21,15 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import harness
 from relevo_agent.claim_routes import ClaimRoutes
-from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
-from relevo_agent.service import Agent
 from relevo_core.store.codec import from_attributes
-from tests.helpers.agents import handle_received
+from tests.helpers.agents import agent_at, handle_received
 from tests.helpers.stack import job_items, receive_stage
 from tests.helpers.state_machine import start_job
 
@@ -97,27 +94,13 @@ def agent_calls(monkeypatch) -> Iterator[AgentCalls]:
         restore()
 
 
-def _agent(tmp_path: Path, stack) -> Agent:
-    config = AgentConfig(
-        agent_id="mac-calls",
-        region="eu-west",
-        capacity=1,
-        workspace_root=tmp_path / "workspaces",
-        journal=tmp_path / "journal.sqlite3",
-        max_clock_skew_sec=0.5,
-        prefer_previous_sec=0,
-        handoff_max_wait_sec=0,
-    )
-    return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
-
-
 def test_a_command_stage_makes_the_calls_it_made_before_effects_were_wired(
     local_stack, project_id, tmp_path, agent_calls
 ):
     # Given a job whose one stage runs a command and declares no effect, its message received
     # (a second, long enough for the run token's watcher to see the token handed)
     job_id = start_job(local_stack, project_id, [{"name": "build", "run": "sleep 1"}])
-    agent = _agent(tmp_path, local_stack)
+    agent = agent_at(tmp_path, local_stack, "mac-calls")
     task, receipt = receive_stage(local_stack, job_id, timeout=30)
     message = Message(agent.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"})
 
