@@ -184,6 +184,18 @@ class Apple:
 
         return Endpoints(app_store_connect=self.service.url, notary=f"{self.service.url}/notary/v2")
 
+    def left(self, kind: Any, file: Path, operation_id: str, answer: str) -> tuple[Any, Path, str, dict]:
+        """The effect a previous attempt left as `answer` says: done, cut at its first wait for
+        Apple (in progress), or cut at its first record (absent)."""
+        leaving = Leaving(
+            self.secret,
+            self.now,
+            self.service.clock.advance,
+            cut_at_record=1 if answer == "absent" else None,
+            cut_at_wait=answer == "in_progress",
+        )
+        return kind, file, operation_id, leaving.leave(kind, file, operation_id, self.endpoints())
+
 
 def app_store_upload_sample(apple: Apple, work: Path, index: int, answer: str) -> tuple[Any, Path, str, dict]:
     from relevo_agent.effects.app_store_upload import AppStoreUploadEffect
@@ -201,16 +213,7 @@ def app_store_upload_sample(apple: Apple, work: Path, index: int, answer: str) -
     kind = AppStoreUploadEffect(AppStoreUpload.model_validate(spec))
     # Under way: the upload committed, Apple still processing it; never started: cut at the first
     # record (the identifiers), before any request.
-    leaving = Leaving(
-        apple.secret,
-        apple.now,
-        apple.service.clock.advance,
-        cut_at_record=1 if answer == "absent" else None,
-        cut_at_wait=answer == "in_progress",
-    )
-    operation_id = OPERATION.format(stage="upload", index=index)
-    recorded = leaving.leave(kind, file, operation_id, apple.endpoints())
-    return kind, file, operation_id, recorded
+    return apple.left(kind, file, OPERATION.format(stage="upload", index=index), answer)
 
 
 def notarization_sample(apple: Apple, work: Path, index: int, answer: str) -> tuple[Any, Path, str, dict]:
@@ -224,16 +227,7 @@ def notarization_sample(apple: Apple, work: Path, index: int, answer: str) -> tu
     kind = NotarizationEffect(spec, upload_endpoint=f"{apple.service.url}/s3")
     # Under way: submitted and uploaded, cut at the first wait for Apple's review; never started:
     # cut at the first record (the name and sha256), before Submit Software.
-    leaving = Leaving(
-        apple.secret,
-        apple.now,
-        apple.service.clock.advance,
-        cut_at_record=1 if answer == "absent" else None,
-        cut_at_wait=answer == "in_progress",
-    )
-    operation_id = OPERATION.format(stage="notarize", index=index)
-    recorded = leaving.leave(kind, file, operation_id, apple.endpoints())
-    return kind, file, operation_id, recorded
+    return apple.left(kind, file, OPERATION.format(stage="notarize", index=index), answer)
 
 
 def github_sample(
