@@ -192,6 +192,28 @@ def test_a_build_number_already_used_by_another_file_is_refused_naming_the_next_
     assert attempt.records == []
 
 
+def test_this_jobs_build_number_used_at_apple_is_refused_naming_the_floor_to_set(apple):
+    service, client, app_id, attempt, ipa = apple
+    # Given 1.4.0 (42) and (44) uploaded outside Relevo, and this job given RELEVO_BUILD_NUMBER 42
+    # (the .ipa's CFBundleVersion): the project's counter is behind the App Store's latest
+    upload_build(client, app_id, make_ipa(filler=b"other"), build="42")
+    upload_build(client, app_id, make_ipa(build="44", filler=b"other"), build="44")
+    service.clock.advance(60)
+
+    # When this 1.4.0 (42) is uploaded
+    message = _refused(service, _effect(app_id), attempt.context(ipa, build_number=42))
+
+    # Then the refusal names the floor to set and that only a new job takes a new number (every
+    # retry and rerun of this one keeps 42), and nothing was added or recorded
+    assert message == (
+        "build number 42 is already used for version 1.4.0; the next free one is 45. It is this job's "
+        "RELEVO_BUILD_NUMBER, which its retries and reruns keep: set the project's build_number.floor to "
+        "45 (relevo project apply) and start a new job"
+    )
+    assert len(service.connect.uploads) == 2
+    assert attempt.records == []
+
+
 @pytest.mark.parametrize("fault", ["lose_answer", "gateway_timeout"])
 @pytest.mark.parametrize("operation", [COMMIT, CREATE])
 def test_an_answer_lost_after_the_create_or_commit_is_looked_for_not_repeated(apple, fault, operation):
