@@ -15,7 +15,7 @@ from relevo_agent.effects.github_release_asset import GithubReleaseAssetEffect
 from relevo_agent.effects.kind import Answer, EffectFailed, Endpoints
 from relevo_core.models.effect import GithubReleaseAsset
 from relevo_core.models.errors import ErrorClass
-from tests.helpers.effect_attempt import Attempt, effect_context
+from tests.helpers.effect_context import Attempt
 from tests.helpers.github_releases import TOKEN, github_releases
 from tests.helpers.recorder import Recorder
 
@@ -53,7 +53,8 @@ def _effect(**overrides):
 
 def _context(github, workspace, attempt=None, secret=None):
     attempt = attempt or Attempt(secrets={SECRET: secret if secret is not None else {"token": TOKEN}})
-    return attempt, effect_context(workspace, "dist/App.zip", attempt, Endpoints(github=github.url))
+    endpoints = Endpoints(github=github.url)
+    return attempt, attempt.context(workspace / "dist" / "App.zip", endpoints=endpoints, workspace=workspace)
 
 
 def _assert_no_token(attempt, *texts):
@@ -66,16 +67,14 @@ def test_perform_records_its_identifiers_before_any_request_then_uploads_the_fil
     release = github.add_release(REPOSITORY, TAG)
     attempt, context = _context(github, workspace)
     sent_before_record = []
-    record = attempt.record
-    attempt.record = lambda values: (sent_before_record.append(len(github.requests)), record(values))
-    context = effect_context(workspace, "dist/App.zip", attempt, Endpoints(github=github.url))
+    attempt.on_record = lambda _values: sent_before_record.append(len(github.requests))
 
     # When the effect is performed
     values = _effect().perform(context)
 
     # Then its identifiers were recorded before GitHub heard anything
     assert sent_before_record == [0]
-    assert attempt.recorded[0] == {
+    assert attempt.records[0] == {
         "sha256": SHA,
         "asset_name": "App.zip",
         "tag": TAG,
@@ -162,7 +161,7 @@ def test_the_upload_whose_answer_was_lost_is_found_by_the_probe_and_never_sent_t
     assert failed.value.error_class.retryable
 
     # When the next attempt probes with what was recorded, then the asset is there: done
-    answer = _effect().probe(context, attempt.all_recorded())
+    answer = _effect().probe(context, attempt.recorded)
     assert answer.answer is Answer.DONE
     assert answer.values["asset_id"] == str(release.assets[0].id)
     # And performing again (a retry that did not probe) finds it and sends nothing more
@@ -250,7 +249,7 @@ def test_an_upload_answered_502_that_left_an_unfinished_asset_is_redone_by_the_r
     assert leftover.state != "uploaded"
 
     # When the retry probes, then it is absent; and its perform deletes the leftover and uploads
-    assert _effect().probe(context, attempt.all_recorded()).answer is Answer.ABSENT
+    assert _effect().probe(context, attempt.recorded).answer is Answer.ABSENT
     values = _effect().perform(context)
     (asset,) = release.assets
     assert (asset.digest, values["asset_id"]) == (f"sha256:{SHA}", str(asset.id))
@@ -274,11 +273,18 @@ def test_a_token_github_refuses_is_refused_by_perform_and_cannot_tell_by_probe(g
     assert answer.answer is Answer.CANNOT_TELL and "401" in answer.evidence
 
 
-def test_a_bare_token_secret_is_used_and_a_secret_without_a_token_is_refused(github, workspace):
+def test_a_bare_token_secret_or_one_without_a_token_is_refused_before_anything_is_sent(github, workspace):
     github.add_release(REPOSITORY, TAG)
-    # Given the token stored bare (not a JSON object): it is used
+    # Given the token stored bare (not a JSON object): the agent reads release keys as JSON objects
+    # only (relevo_agent.effects.agent_side.ReleaseKeys), so it is refused naming the key, not its text
     _, context = _context(github, workspace, secret=TOKEN)
-    assert _effect().perform(context)["asset_name"] == "App.zip"
+    with pytest.raises(EffectFailed) as bare:
+        _effect().perform(context)
+    assert (bare.value.error_class, bare.value.message) == (
+        ErrorClass.EFFECT_REFUSED,
+        f"the key {SECRET} is not a JSON object",
+    )
+    assert github.requests == []
 
     # Given a secret with no token: refused before anything is sent, naming the secret, not its value
     sent = len(github.requests)
@@ -304,7 +310,7 @@ def test_the_network_cut_is_cannot_tell_for_the_probe_and_transient_for_perform(
     with pytest.raises(EffectFailed) as failed:
         _effect().perform(context)
     assert failed.value.error_class.retryable
-    assert attempt.recorded[0]["sha256"] == SHA
+    assert attempt.records[0]["sha256"] == SHA
 
 
 def test_a_server_error_is_transient_for_perform_and_cannot_tell_for_the_probe(github, workspace):

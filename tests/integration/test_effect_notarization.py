@@ -12,13 +12,13 @@ import hashlib
 
 import pytest
 
-from relevo_agent.effects.kind import Answer, EffectFailed
+from relevo_agent.effects.kind import Answer, EffectFailed, Endpoints
 from relevo_agent.effects.notarization import NotarizationEffect, submission_name
 from relevo_core.models.effect import Notarization
 from relevo_core.models.errors import ErrorClass
 from relevo_local.apple.notary import NewSubmissionRequest
 from tests.helpers import stapler_double
-from tests.helpers.apple_effect_context import Trace, effect_context, key_secret
+from tests.helpers.effect_context import Attempt, key_secret
 from tests.helpers.local_apple import local_apple, new_key
 
 KEY = "relevo/local/_release/app/notary-key"
@@ -50,10 +50,13 @@ def _file(tmp_path, name="Relevo-1.4.dmg", data=DMG):
     return path
 
 
-def _context(apple, file, trace=None, secrets=None, **kwargs):
+def _context(apple, file, trace=None, secrets=None, notary=None):
     service, client = apple
-    secrets = {KEY: key_secret(client.key)} if secrets is None else secrets
-    return effect_context(service, file, secrets, trace=trace, **kwargs)
+    trace = trace or Attempt()
+    trace.service = service
+    trace.secrets = {KEY: key_secret(client.key)} if secrets is None else secrets
+    endpoints = Endpoints(notary=notary) if notary else None
+    return trace.context(file, OPERATION, endpoints), trace
 
 
 def _effect_for(stapler, service, file="dist/Relevo-1.4.dmg", staple=True, poll_sec=30):
@@ -226,7 +229,7 @@ def test_held_in_progress_past_the_stages_time_fails_to_be_retried_and_the_retry
     # Given the submission held In Progress for 90 minutes, and a stage of 30 minutes
     service.faults.hold_in_progress(minutes=90)
     file = _file(tmp_path)
-    context, trace = _context(apple, file, trace=Trace(budget_sec=30 * 60))
+    context, trace = _context(apple, file, trace=Attempt(time_left_sec=30 * 60))
     effect = _effect_for(stapler, service, poll_sec=120)
 
     # When it is performed, the stage's time runs out: a retryable failure
@@ -236,7 +239,7 @@ def test_held_in_progress_past_the_stages_time_fails_to_be_retried_and_the_retry
     assert "never submits again" in failed.value.message
 
     # Then the retry's probe finds it In Progress by its recorded id
-    retry, retry_trace = _context(apple, file, trace=Trace(budget_sec=90 * 60))
+    retry, retry_trace = _context(apple, file, trace=Attempt(time_left_sec=90 * 60))
     answer = effect.probe(retry, trace.recorded)
     assert answer.answer is Answer.IN_PROGRESS
     assert answer.values["submission_id"] == trace.recorded["submission_id"]
@@ -255,7 +258,7 @@ def test_an_attempt_stopped_while_in_progress_is_resumed_never_resubmitted(apple
     # Given the submission held In Progress, and the attempt stopped after ten minutes of waiting
     service.faults.hold_in_progress(minutes=20)
     file = _file(tmp_path)
-    context, trace = _context(apple, file, trace=Trace(stop_when=lambda t: t.waited >= 600))
+    context, trace = _context(apple, file, trace=Attempt(stop_when=lambda t: t.waited >= 600))
     effect = _effect_for(stapler, service)
 
     with pytest.raises(EffectFailed) as failed:
@@ -447,8 +450,9 @@ def _refused(apple, tmp_path, stapler, secrets=None, name="Relevo-1.4.dmg", spec
 
 
 def test_a_missing_key_is_refused_naming_it(apple, tmp_path, stapler):
+    # Given no such secret: the agent's read refuses it with Secrets Manager's error
     message, trace = _refused(apple, tmp_path, stapler, secrets={})
-    assert KEY in message and "cannot be read" in message
+    assert KEY in message and "ResourceNotFoundException" in message
     assert trace.records == []
 
 

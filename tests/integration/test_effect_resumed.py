@@ -6,35 +6,17 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 
 import pytest
 
-from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
 from relevo_agent.service import Agent
 from relevo_cli.api import RelevoApi
 from relevo_core.store.codec import from_attributes
-from tests.helpers.agents import handle_received
+from tests.helpers.agents import agent_at, handle_received
 from tests.helpers.stack import job_items, receive_stage, wait_for_execution, wait_until
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
-    config = AgentConfig(
-        agent_id=agent_id,
-        region="eu-west",
-        capacity=1,
-        workspace_root=tmp_path / agent_id,
-        journal=tmp_path / f"{agent_id}.sqlite3",
-        max_clock_skew_sec=0.5,
-        prefer_previous_sec=0,
-        # The retry is this agent's to run (placement.leave_to_another would leave it to a presence
-        # an earlier test left on the worker's stack).
-        handoff_max_wait_sec=0,
-    )
-    return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
 
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:
@@ -84,7 +66,7 @@ def test_a_submission_in_progress_is_resumed_once_never_submitted_again(local_st
         },
     )
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    mac_a = _agent(tmp_path, local_stack, "mac-a")
+    mac_a = agent_at(tmp_path, local_stack, "mac-a")
     runner = threading.Thread(target=_run_next, args=(local_stack, mac_a, job_id), daemon=True)
     runner.start()
     wait_until(
@@ -96,7 +78,7 @@ def test_a_submission_in_progress_is_resumed_once_never_submitted_again(local_st
     # When its Mac's agent is shut down mid-wait (the outcome unknown) and another Mac takes attempt 2
     mac_a.stages.stop_all("shutdown")
     runner.join(timeout=30)
-    task = _run_next(local_stack, _agent(tmp_path, local_stack, "mac-b"), job_id)
+    task = _run_next(local_stack, agent_at(tmp_path, local_stack, "mac-b"), job_id)
 
     # Then attempt 2 resumed the submission (its effect_resume ran once, with the recorded id) and
     # the stage's command never ran again: Apple got one submission

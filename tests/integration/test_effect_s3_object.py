@@ -14,12 +14,12 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from relevo_agent.effects.kind import Answer, EffectFailed
+from relevo_agent.effects.kind import Answer, EffectContext, EffectFailed
 from relevo_agent.effects.s3_object import OPERATION_METADATA, S3ObjectEffect
 from relevo_core.aws import client
 from relevo_core.models.effect import S3Object
 from relevo_core.models.errors import ErrorClass
-from tests.helpers.effect_recorder import effect_context
+from tests.helpers.effect_context import Attempt
 
 OP = "job_0000000000aaaaaaaaaaaaaaaa:publish"
 BODY = b"the app, zipped\n" * 1000
@@ -42,6 +42,11 @@ def _workspace(tmp_path: Path, body: bytes = BODY) -> Path:
     return tmp_path
 
 
+def _context(workspace: Path) -> tuple[EffectContext, Attempt]:
+    attempt = Attempt()
+    return attempt.context(workspace / "build" / "App.zip", OP, workspace=workspace), attempt
+
+
 def _put_other(bucket: str, key: str, operation: str = "job_other:publish", body: bytes = b"another") -> None:
     client("s3").put_object(
         Bucket=bucket,
@@ -57,7 +62,7 @@ def test_perform_records_then_puts_the_file_once_with_its_sha256_and_operation(b
     # Given a file in the workspace and an empty key; a record that looks at the key when called
     workspace = _workspace(tmp_path)
     kind = S3ObjectEffect(_spec(bucket))
-    context, seen = effect_context(workspace, "build/App.zip", OP)
+    context, seen = _context(workspace)
     at_record: list[int] = []
     original = context.record
 
@@ -74,7 +79,7 @@ def test_perform_records_then_puts_the_file_once_with_its_sha256_and_operation(b
     # carrying its sha256 and the operation id
     sha256 = hashlib.sha256(BODY).hexdigest()
     assert at_record == [0]
-    assert seen.recorded[0] == {"s3_uri": f"s3://{bucket}/app/App.zip", "sha256": sha256}
+    assert seen.records[0] == {"s3_uri": f"s3://{bucket}/app/App.zip", "sha256": sha256}
     assert values["sha256"] == sha256 and values["s3_uri"] == f"s3://{bucket}/app/App.zip" and values["etag"]
     head = client("s3").head_object(Bucket=bucket, Key="app/App.zip", ChecksumMode="ENABLED")
     assert head["ChecksumSHA256"] == base64.b64encode(bytes.fromhex(sha256)).decode()
@@ -100,7 +105,7 @@ def test_s3_refuses_a_conditional_put_over_an_existing_key_with_412(bucket):
 def test_perform_never_overwrites_another_object(bucket, tmp_path):
     # Given another operation's object at the key
     _put_other(bucket, "app/App.zip")
-    context, _ = effect_context(_workspace(tmp_path), "build/App.zip", OP)
+    context, _ = _context(_workspace(tmp_path))
 
     # When the effect is performed
     with pytest.raises(EffectFailed) as caught:
@@ -116,7 +121,7 @@ def test_perform_finds_its_own_put_whose_answer_was_lost(bucket, tmp_path):
     # Given this operation's object already at the key (a put whose answer never came back)
     workspace = _workspace(tmp_path)
     _put_other(bucket, "app/App.zip", operation=OP, body=BODY)
-    context, _ = effect_context(workspace, "build/App.zip", OP)
+    context, _ = _context(workspace)
 
     # When the effect is performed again
     values = S3ObjectEffect(_spec(bucket)).perform(context)
@@ -131,11 +136,11 @@ def test_probe_done_for_this_operations_object(bucket, tmp_path):
     # Given the effect performed
     workspace = _workspace(tmp_path)
     kind = S3ObjectEffect(_spec(bucket))
-    context, seen = effect_context(workspace, "build/App.zip", OP)
+    context, seen = _context(workspace)
     performed = kind.perform(context)
 
     # When a later attempt probes with what was recorded
-    found = kind.probe(context, seen.values)
+    found = kind.probe(context, seen.recorded)
 
     # Then it is done, with the values perform left
     assert found.answer is Answer.DONE, found.evidence
@@ -144,7 +149,7 @@ def test_probe_done_for_this_operations_object(bucket, tmp_path):
 
 def test_probe_absent_when_nothing_is_at_the_key(bucket, tmp_path):
     # Given nothing at the key (the previous attempt died before its put, maybe before recording)
-    context, _ = effect_context(_workspace(tmp_path), "build/App.zip", OP)
+    context, _ = _context(_workspace(tmp_path))
 
     # When probed with nothing recorded
     found = S3ObjectEffect(_spec(bucket)).probe(context, {})
@@ -161,7 +166,7 @@ def test_probe_absent_when_nothing_is_at_the_key(bucket, tmp_path):
 def test_probe_cannot_tell_for_another_object(bucket, tmp_path, operation: str, body: bytes):
     # Given an object at the key that is not this operation's file
     _put_other(bucket, "app/App.zip", operation=operation, body=body)
-    context, _ = effect_context(_workspace(tmp_path), "build/App.zip", OP)
+    context, _ = _context(_workspace(tmp_path))
 
     # When probed
     found = S3ObjectEffect(_spec(bucket)).probe(context, {"sha256": hashlib.sha256(BODY).hexdigest()})
@@ -181,7 +186,7 @@ def _unreachable() -> object:
 
 def test_probe_cannot_tell_when_s3_cannot_be_reached(bucket, tmp_path):
     # Given S3 out of reach
-    context, _ = effect_context(_workspace(tmp_path), "build/App.zip", OP)
+    context, _ = _context(_workspace(tmp_path))
 
     # When probed
     found = S3ObjectEffect(_spec(bucket), _unreachable).probe(context, {})
@@ -193,7 +198,7 @@ def test_probe_cannot_tell_when_s3_cannot_be_reached(bucket, tmp_path):
 
 def test_perform_that_cannot_reach_s3_fails_transiently_after_recording(bucket, tmp_path):
     # Given S3 out of reach
-    context, seen = effect_context(_workspace(tmp_path), "build/App.zip", OP)
+    context, seen = _context(_workspace(tmp_path))
 
     # When the effect is performed
     with pytest.raises(EffectFailed) as caught:
@@ -201,4 +206,4 @@ def test_perform_that_cannot_reach_s3_fails_transiently_after_recording(bucket, 
 
     # Then it fails with a retryable class (the retry probes first), its identifiers recorded
     assert caught.value.error_class.retryable
-    assert seen.values["sha256"] == hashlib.sha256(BODY).hexdigest()
+    assert seen.recorded["sha256"] == hashlib.sha256(BODY).hexdigest()

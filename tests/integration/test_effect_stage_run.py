@@ -12,14 +12,12 @@ import os
 import secrets
 import threading
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from relevo_agent.config import AgentConfig
 from relevo_agent.effects import registry
 from relevo_agent.effects.kind import EffectContext, ProbeAnswer
 from relevo_agent.effects.s3_object import OPERATION_METADATA, S3ObjectEffect
@@ -28,26 +26,12 @@ from relevo_agent.service import Agent
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes
-from tests.helpers.agents import handle_received
+from tests.helpers.agents import agent_at, handle_received
 from tests.helpers.stack import job_items, receive_stage, wait_for_execution, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
 BUILD = "mkdir -p build && printf 'the app %s\\n' \"$RELEVO_JOB_ID\" > build/App.zip"
-
-
-def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
-    config = AgentConfig(
-        agent_id=agent_id,
-        region="eu-west",
-        capacity=1,
-        workspace_root=tmp_path / agent_id,
-        journal=tmp_path / f"{agent_id}.sqlite3",
-        max_clock_skew_sec=0.5,
-        prefer_previous_sec=0,
-        handoff_max_wait_sec=0,
-    )
-    return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
 
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:
@@ -141,7 +125,7 @@ def test_a_later_stage_puts_the_handed_on_file_once_with_its_values(
 
     # When a real agent runs the job's two stages
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    mac = _agent(tmp_path, local_stack, "mac-a")
+    mac = agent_at(tmp_path, local_stack, "mac-a")
     assert _run_next(local_stack, mac, job_id)["stage"] == "build"
     assert _run_next(local_stack, mac, job_id)["stage"] == "publish"
 
@@ -204,7 +188,7 @@ def test_an_agent_stopped_after_the_put_leaves_the_next_attempt_to_find_it_done_
         ),
     )
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    mac_a = _agent(tmp_path, local_stack, "mac-a")
+    mac_a = agent_at(tmp_path, local_stack, "mac-a")
     assert _run_next(local_stack, mac_a, job_id)["stage"] == "build"
     runner = threading.Thread(target=_run_next, args=(local_stack, mac_a, job_id), daemon=True)
     runner.start()
@@ -218,7 +202,7 @@ def test_an_agent_stopped_after_the_put_leaves_the_next_attempt_to_find_it_done_
     # When its Mac's agent stops before the attempt concludes, and another Mac takes attempt 2
     mac_a.stages.stop_all("shutdown")
     runner.join(timeout=30)
-    task = _run_next(local_stack, _agent(tmp_path, local_stack, "mac-b"), job_id)
+    task = _run_next(local_stack, agent_at(tmp_path, local_stack, "mac-b"), job_id)
 
     # Then attempt 2 probed the object, found it this operation's, and succeeded without a second put
     assert task["attempt"] == 2
@@ -286,7 +270,7 @@ def test_the_release_key_an_effect_reads_never_leaves_the_agents_memory(
 
     # When a real agent runs the job
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    mac = _agent(tmp_path, local_stack, "mac-a")
+    mac = agent_at(tmp_path, local_stack, "mac-a")
     for stage in ("build", "publish", "after"):
         assert _run_next(local_stack, mac, job_id)["stage"] == stage
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"

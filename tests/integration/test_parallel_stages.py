@@ -20,6 +20,7 @@ from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import keys, stage_attempts, stage_claims
 from relevo_core.store.codec import from_attributes
+from tests.helpers.agents import agent_at
 from tests.helpers.iam import client_as
 from tests.helpers.stack import history, job_items, wait_for_execution, wait_until
 from tests.helpers.state_machine import agent_runs, start_job, wait_for_run_token
@@ -430,7 +431,7 @@ def test_a_matrix_of_two_by_two_runs_on_four_agents_each_shard_once_with_its_own
     tasks = stage_messages(local_stack, job_id, 4)
 
     for task in tasks:
-        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+        _run(agent_at(tmp_path, local_stack, f"mac-{task['shard']}"), task)
 
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     combinations = [("iPhone 16", "18.2"), ("iPhone 16", "17.5"), ("iPad Air", "18.2"), ("iPad Air", "17.5")]
@@ -602,23 +603,6 @@ def test_the_job_view_status_list_and_log_show_each_shard_and_count_its_runs(
     ), watched.stdout
 
 
-def _in_process_agent(tmp_path, stack, name: str):
-    from relevo_agent.config import AgentConfig
-    from relevo_agent.service import Agent
-
-    config = AgentConfig(
-        agent_id=name,
-        region="eu-west",
-        capacity=1,
-        workspace_root=tmp_path / name,
-        journal=tmp_path / f"{name}.sqlite3",
-        max_clock_skew_sec=0.5,
-        prefer_previous_sec=0,
-        handoff_max_wait_sec=0,
-    )
-    return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
-
-
 def _run(agent, task: dict[str, Any]) -> None:
     from relevo_agent.messages import Message
     from tests.helpers.agents import handle_received
@@ -680,10 +664,10 @@ def test_a_later_stage_gets_every_shards_values_and_files_exactly(local_stack, p
     (report_workspace / "results").mkdir(parents=True)
     (report_workspace / "results" / "stale.xml").write_text("an earlier job's")
 
-    _run(_in_process_agent(tmp_path, local_stack, "mac-b"), stage_messages(local_stack, job_id, 1)[0])
+    _run(agent_at(tmp_path, local_stack, "mac-b"), stage_messages(local_stack, job_id, 1)[0])
     for task in stage_messages(local_stack, job_id, 3):
-        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
-    _run(_in_process_agent(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
+        _run(agent_at(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+    _run(agent_at(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
 
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     env = dict(line.split("=", 1) for line in (seen / "report.env").read_text().splitlines())
@@ -739,8 +723,8 @@ def test_two_shards_handing_on_one_path_differently_fail_the_later_stage_naming_
         ],
     )
     for task in stage_messages(local_stack, job_id, 2):
-        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
-    _run(_in_process_agent(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
+        _run(agent_at(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+    _run(agent_at(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
 
     execution = wait_for_execution(local_stack, job_id)
     assert execution["status"] == "FAILED"
@@ -788,14 +772,14 @@ def test_a_rerun_from_a_later_stage_restores_every_shards_handoff_from_the_job_i
         ],
     )
     for task in stage_messages(local_stack, job_id, 2):
-        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
-    _run(_in_process_agent(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
+        _run(agent_at(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+    _run(agent_at(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     seen.unlink()
 
     api = RelevoApi.for_stack(local_stack)
     rerun = api.rerun_job(job_id, "report")["job_id"]
-    _run(_in_process_agent(tmp_path, local_stack, "mac-new"), stage_messages(local_stack, rerun, 1)[0])
+    _run(agent_at(tmp_path, local_stack, "mac-new"), stage_messages(local_stack, rerun, 1)[0])
 
     assert wait_for_execution(local_stack, rerun)["status"] == "SUCCEEDED"
     assert seen.read_text().splitlines() == [
@@ -1243,7 +1227,7 @@ def test_each_shards_artifacts_are_its_own_listed_and_downloaded_by_shard(
         ],
     )
     for task in stage_messages(local_stack, job_id, 2):
-        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+        _run(agent_at(tmp_path, local_stack, f"mac-{task['shard']}"), task)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
     api = RelevoApi.for_stack(local_stack)
@@ -1331,9 +1315,9 @@ def test_a_later_stage_builds_the_commit_the_shards_of_the_first_checkout_resolv
 
     job_id, work, first, tasks = _sharded_first_checkout(local_stack, project_id, tmp_path)
     for task in tasks:
-        _run(_in_process_agent(tmp_path, local_stack, f"mac-{task['shard']}"), task)
+        _run(agent_at(tmp_path, local_stack, f"mac-{task['shard']}"), task)
     assert _push(work, "1.5.0") != first
-    _run(_in_process_agent(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
+    _run(agent_at(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
 
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     assert (tmp_path / "report-built").read_text() == f"{first} 1.4.0\n"
@@ -1356,10 +1340,10 @@ def test_shards_that_checked_out_different_commits_fail_the_later_stage_naming_e
     from tests.integration.test_stage_handoff import _push
 
     job_id, work, first, tasks = _sharded_first_checkout(local_stack, project_id, tmp_path)
-    _run(_in_process_agent(tmp_path, local_stack, "mac-0"), tasks[0])
+    _run(agent_at(tmp_path, local_stack, "mac-0"), tasks[0])
     moved = _push(work, "1.5.0")
-    _run(_in_process_agent(tmp_path, local_stack, "mac-1"), tasks[1])
-    _run(_in_process_agent(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
+    _run(agent_at(tmp_path, local_stack, "mac-1"), tasks[1])
+    _run(agent_at(tmp_path, local_stack, "mac-r"), stage_messages(local_stack, job_id, 1)[0])
 
     assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
     assert not (tmp_path / "report-built").exists()

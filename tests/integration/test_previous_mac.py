@@ -6,34 +6,17 @@ reuse (archive -> notify) goes to whichever Mac looked first, with no hand-back 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from relevo_agent.claim import new_claim_secret
 from relevo_agent.claim_routes import RouteError
-from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
-from relevo_agent.service import Agent
 from relevo_core.aws import client
 from relevo_core.models.agent_session import ClaimRequest
-from tests.helpers.agents import handle_received
+from tests.helpers.agents import agent_at, handle_received
 from tests.helpers.stack import receive_stage
 from tests.helpers.state_machine import start_job
-
-
-def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
-    config = AgentConfig(
-        agent_id=agent_id,
-        region="eu-west",
-        capacity=1,
-        workspace_root=tmp_path / agent_id,
-        journal=tmp_path / f"{agent_id}.sqlite3",
-        max_clock_skew_sec=0.5,
-        prefer_previous_sec=0,
-        handoff_max_wait_sec=0,
-    )
-    return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
 
 
 @pytest.mark.parametrize(
@@ -49,7 +32,7 @@ def test_a_next_stage_is_offered_to_the_previous_mac_only_when_files_wait_there(
 ):
     # Given a job whose archive stage ran on mac-x
     job_id = start_job(local_stack, project_id, stages=[archive, {"name": "notify", "run": "true"}])
-    mac_x = _agent(tmp_path, local_stack, "mac-x")
+    mac_x = agent_at(tmp_path, local_stack, "mac-x")
     task, receipt = receive_stage(local_stack, job_id)
     handle_received(
         mac_x,
@@ -73,7 +56,7 @@ def test_a_next_stage_is_offered_to_the_previous_mac_only_when_files_wait_there(
         signs=False,
     )
     try:
-        granted = _agent(tmp_path, local_stack, "mac-y").sessions.routes.claim(request)
+        granted = agent_at(tmp_path, local_stack, "mac-y").sessions.routes.claim(request)
     except RouteError as refused:
         # Then with files handed on, the route names mac-x (the agent may leave the stage to it)
         assert offered, f"a stage with nothing to reuse was offered to the previous Mac: {refused}"

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
 from relevo_agent.service import Agent
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.store.codec import from_attributes
-from tests.helpers.agents import handle_received
+from tests.helpers.agents import agent_at, handle_received
 from tests.helpers.stack import job_items, receive_stage, table_items, wait_for_execution, wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -62,22 +61,6 @@ def _push(work: Path, version: str) -> str:
     _git("commit", "--quiet", "-am", version, cwd=work)
     _git("push", "--quiet", "origin", "HEAD:main", cwd=work)
     return _git("rev-parse", "HEAD", cwd=work)
-
-
-def _agent(tmp_path: Path, stack, agent_id: str) -> Agent:
-    config = AgentConfig(
-        agent_id=agent_id,
-        region="eu-west",
-        capacity=1,
-        workspace_root=tmp_path / agent_id,
-        journal=tmp_path / f"{agent_id}.sqlite3",
-        max_clock_skew_sec=0.5,
-        prefer_previous_sec=0,
-        # A retry is this agent's to run: the presences earlier tests left on the worker's stack
-        # look online, and it would otherwise leave the retry to one of them (placement.leave_to_another).
-        handoff_max_wait_sec=0,
-    )
-    return Agent(config, stack.table_name, stack.work_queues["eu-west"], api_url=stack.api_url)
 
 
 def _run_next(stack, agent: Agent, job_id: str) -> dict:
@@ -141,7 +124,7 @@ def test_a_three_stage_chain_on_two_macs_builds_the_jobs_commit_and_hands_on_fil
     )
     # When it runs from a ref only: build on Mac A, then the branch moves, then sign and upload on Mac B
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    mac_a, mac_b = _agent(tmp_path, local_stack, "mac-a"), _agent(tmp_path, local_stack, "mac-b")
+    mac_a, mac_b = agent_at(tmp_path, local_stack, "mac-a"), agent_at(tmp_path, local_stack, "mac-b")
     assert _run_next(local_stack, mac_a, job_id)["stage"] == "build"
     moved = _push(work, "1.5.0")
     assert moved != first
@@ -222,7 +205,7 @@ def test_credentials_of_a_checkout_reach_git_only(local_stack, project_id, tmp_p
             run="env; cat .git/config; git config --list --show-origin; git log --oneline",
         )
         job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-        _run_next(local_stack, _agent(tmp_path, local_stack, "mac-a"), job_id)
+        _run_next(local_stack, agent_at(tmp_path, local_stack, "mac-a"), job_id)
         assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
         # The forge was asked with the token (after git's first, anonymous try).
         assert any(
@@ -248,7 +231,7 @@ def test_refused_credentials_fail_the_checkout_for_good_and_an_unreachable_remot
     ref = f"relevo/{local_stack.stack_name}/_git/{project_id}/token"
     client("secretsmanager").create_secret(Name=ref, SecretString="ghp_revoked")
     api = RelevoApi.for_stack(local_stack)
-    mac = _agent(tmp_path, local_stack, "mac-a")
+    mac = agent_at(tmp_path, local_stack, "mac-a")
     with GitHttpServer(_served_repository(tmp_path), "x-access-token", "ghp_current") as forge:
         _checkout_project(api, project_id, f"{forge.url}/app.git", ref)
         refused = api.run_project(project_id, {"ref": "main"})["job_id"]
@@ -303,7 +286,7 @@ def test_a_probe_asks_about_the_value_the_previous_attempt_recorded(local_stack,
         },
     )
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    mac_a = _agent(tmp_path, local_stack, "mac-a")
+    mac_a = agent_at(tmp_path, local_stack, "mac-a")
     import threading
 
     runner = threading.Thread(target=_run_next, args=(local_stack, mac_a, job_id), daemon=True)
@@ -316,7 +299,7 @@ def test_a_probe_asks_about_the_value_the_previous_attempt_recorded(local_stack,
     )
     mac_a.stages.stop_all("shutdown")
     runner.join(timeout=30)
-    task = _run_next(local_stack, _agent(tmp_path, local_stack, "mac-b"), job_id)
+    task = _run_next(local_stack, agent_at(tmp_path, local_stack, "mac-b"), job_id)
     assert task["attempt"] == 2
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
     stage = _stages(local_stack, job_id)["notarize"]
@@ -346,7 +329,7 @@ def test_a_checkout_of_a_commit_the_repository_does_not_have_fails_for_good(
     job_id = api.run_project(
         project_id, {"ref": "main", "commit": "0123456789abcdef0123456789abcdef01234567"}
     )["job_id"]
-    _run_next(local_stack, _agent(tmp_path, local_stack, "mac-a"), job_id)
+    _run_next(local_stack, agent_at(tmp_path, local_stack, "mac-a"), job_id)
     assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"
     job = api.get_job(job_id)
     assert job["error"] == "Relevo.Fatal.Checkout", job
@@ -375,7 +358,7 @@ def test_a_rerun_whose_skipped_stages_handoff_is_gone_is_refused_when_asked_for(
         },
     )
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    mac = _agent(tmp_path, local_stack, "mac-a")
+    mac = agent_at(tmp_path, local_stack, "mac-a")
     _run_next(local_stack, mac, job_id)
     _run_next(local_stack, mac, job_id)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
@@ -444,7 +427,7 @@ def test_a_handed_on_object_gone_before_the_next_stage_fails_it_as_gone_under_th
     )
     # Given build handed out/ on from one Mac
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    _run_next(local_stack, _agent(tmp_path, local_stack, "mac-a"), job_id)
+    _run_next(local_stack, agent_at(tmp_path, local_stack, "mac-a"), job_id)
     assert _stages(local_stack, job_id)["build"]["status"] == "succeeded"
     # and its stored pack is gone since (expired, or removed by artifact.max_total_bytes)
     records = [from_attributes(i) for i in table_items(local_stack, f"ARTIFACTS#{job_id}")]
@@ -453,7 +436,7 @@ def test_a_handed_on_object_gone_before_the_next_stage_fails_it_as_gone_under_th
     client("s3").delete_object(Bucket=bucket, Key=key)
 
     # When another Mac, with nothing in its workspace, runs sign
-    _run_next(local_stack, _agent(tmp_path, local_stack, "mac-b"), job_id)
+    _run_next(local_stack, agent_at(tmp_path, local_stack, "mac-b"), job_id)
 
     # Then sign fails for good as a handoff gone, naming the object
     assert wait_for_execution(local_stack, job_id)["status"] == "FAILED"

@@ -74,6 +74,18 @@ def effect_file(workspace: Path, relative: str) -> Path:
     return resolved
 
 
+def key_object(name: str, text: str) -> dict[str, Any]:
+    """A release key's text (its SecretString) as the JSON object every kind reads; EFFECT_REFUSED
+    naming the key (never its text) when it is not one."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise EffectFailed(ErrorClass.EFFECT_REFUSED, f"the key {name} is not a JSON object")
+    return parsed
+
+
 class ReleaseKeys:
     """The project's release keys as the effect reads them: with the job's session (the stage
     thread's job scope, relevo_core.aws), under relevo/<stack>/_release/<project>/ only. Their text
@@ -101,12 +113,7 @@ class ReleaseKeys:
             raise EffectFailed(error, f"the key {name} could not be read ({code})") from None
         text = answer.get("SecretString") or ""
         self._keep(text)
-        try:
-            parsed = json.loads(text)
-        except ValueError:
-            parsed = None
-        if not isinstance(parsed, dict):
-            raise EffectFailed(ErrorClass.EFFECT_REFUSED, f"the key {name} is not a JSON object")
+        parsed = key_object(name, text)
         for value in parsed.values():
             if isinstance(value, str):
                 self._keep(value)

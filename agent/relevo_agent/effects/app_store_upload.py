@@ -55,7 +55,7 @@ class AppStoreUploadEffect:
             context.line(f"App Store Connect already has this file as upload {mine[0].id}: not sent again")
             context.record({**values, "upload_id": mine[0].id})
             return self._finish(context, client, binary, mine[0].id)
-        self._refuse_if_used(client, binary, [u for u in earlier if u.state != "FAILED"])
+        self._refuse_if_used(context, client, binary, [u for u in earlier if u.state != "FAILED"])
         context.record(values)
         upload_id = self._create(context, client, binary, {u.id for u in earlier})
         context.record({**values, "upload_id": upload_id})
@@ -164,21 +164,33 @@ class AppStoreUploadEffect:
             lambda: client.uploads(self.spec.app_id, self.spec.platform, binary.version, binary.build)
         )
 
-    def _refuse_if_used(self, client: ConnectClient, binary: Binary, others: list[Upload]) -> None:
+    def _refuse_if_used(
+        self, context: EffectContext, client: ConnectClient, binary: Binary, others: list[Upload]
+    ) -> None:
         numbers = self._call(lambda: client.build_numbers(self.spec.app_id, binary.version))
         if others or binary.build in numbers:
-            raise self._used(client, binary, numbers)
+            raise self._used(context, client, binary, numbers)
 
-    def _used(self, client: ConnectClient, binary: Binary, numbers: list[str]) -> EffectFailed:
+    def _used(
+        self, context: EffectContext, client: ConnectClient, binary: Binary, numbers: list[str]
+    ) -> EffectFailed:
         """The refusal of a build number Apple already has, naming the next free one (the highest
-        of that version's builds and uploads, plus one)."""
+        of that version's builds and uploads, plus one). When it is the job's RELEVO_BUILD_NUMBER,
+        the project's counter is behind the App Store (builds uploaded outside Relevo): every
+        retry and rerun of the job keeps its number, so the refusal names the floor to set for
+        the next job (docs/jobs.md#build-numbers)."""
         everything = self._call(lambda: client.uploads(self.spec.app_id, self.spec.platform, binary.version))
         free = next_free(numbers + [u.build for u in everything if u.state != "FAILED"] + [binary.build])
-        return EffectFailed(
-            ErrorClass.EFFECT_REFUSED,
+        message = (
             f"build number {binary.build} is already used for version {binary.version}; "
-            f"the next free one is {free}",
+            f"the next free one is {free}"
         )
+        if context.build_number is not None and binary.build == str(context.build_number):
+            message += (
+                ". It is this job's RELEVO_BUILD_NUMBER, which its retries and reruns keep: set the "
+                f"project's build_number.floor to {free} (relevo project apply) and start a new job"
+            )
+        return EffectFailed(ErrorClass.EFFECT_REFUSED, message)
 
     def _create(self, context: EffectContext, client: ConnectClient, binary: Binary, seen: set[str]) -> str:
         platform, app_id = self.spec.platform, self.spec.app_id
@@ -188,7 +200,7 @@ class AppStoreUploadEffect:
             if any(code.endswith("DUPLICATE") for code in refusal.codes):
                 # Another upload of this build number came first (between the look and the create).
                 numbers = self._call(lambda: client.build_numbers(self.spec.app_id, binary.version))
-                raise self._used(client, binary, numbers) from None
+                raise self._used(context, client, binary, numbers) from None
             raise self._failure(refusal) from None
         except NoAnswer as error:
             # It may have been created: look before anything is sent again.
