@@ -22,10 +22,10 @@ from relevo_tools.demo_harness import (
     Demo,
     ScenarioResult,
     expect,
-    lines,
     seconds_between,
     stage,
 )
+from relevo_tools.demo_release import apple_uploads
 
 # ------------------------------------------------------------------------------------ scenarios
 FLEET_SCENARIO = f"{len(FLEET)} regions, every agent online"
@@ -150,24 +150,30 @@ def scenario_dlq(demo: Demo) -> ScenarioResult:
 
 
 def scenario_kill(demo: Demo) -> ScenarioResult:
-    """The agent running the upload is SIGKILLed after the upload landed; the lease expires and
-    the other agent reconciles the attempt with the effect probe."""
+    """The agent running the app_store_upload is SIGKILLed once App Store Connect has its bytes,
+    while Apple is still processing the build; the lease expires and the other agent reconciles
+    the attempt with the kind's probe: found done (or still processing, and waited for), never
+    uploaded again."""
     tag = "kill"
-    runs, uploads = demo.shared / "store-upload.runs", demo.shared / "store-uploads"
     job_id = demo.run("store-upload", random_commit())
     demo.say(tag, f"store-upload run → job {job_id}")
-    job = demo.watch(
-        tag, job_id, lambda j: lines(uploads) != [] and stage(j, "upload")["status"] == "running"
-    )
+
+    def committed(job: dict[str, Any]) -> bool:
+        # Apple has the file (committed) and the attempt is still waiting for its processing.
+        arrived = [u for u in apple_uploads(demo, "store-upload") if u[3] != "AWAITING_UPLOAD"]
+        return bool(arrived) and stage(job, "upload")["status"] == "running"
+
+    job = demo.watch(tag, job_id, committed)
     victim = stage(job, "upload")["agent_id"]
     demo.agents[victim].kill()  # SIGKILL: no handler runs, nothing is reported
     demo.agents[victim].wait()
     try:
         killed_at = datetime.now(UTC).isoformat()
+        arrived = apple_uploads(demo, "store-upload")
         demo.say(
             tag,
-            f"[bold]SIGKILL {victim}[/bold] (pid {demo.agents[victim].pid}) mid-upload; the upload had "
-            "landed",
+            f"[bold]SIGKILL {victim}[/bold] (pid {demo.agents[victim].pid}) mid-upload: App Store Connect "
+            f"had upload {arrived[0][0]} ({arrived[0][3]})",
         )
         job = demo.watch(tag, job_id, timeout=120)
         upload = stage(job, "upload")
@@ -175,15 +181,21 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
         evidence = reconciled.get("evidence") or {}
         log = upload["attempts_log"]
         if reconciled:
-            unchanged = evidence.get("precondition_before") == evidence.get("precondition_now")
             demo.say(
                 tag,
                 f"reconciliation by {reconciled.get('agent_id')} (attempt {reconciled.get('attempt')}): "
                 f"[bold]{reconciled.get('decision')}[/bold] · probe exit {evidence.get('probe_exit')}, "
-                f"output {str(evidence.get('probe_output', '')).strip()!r} · previous agent "
-                f"{evidence.get('previous_agent')} · "
-                f"precondition {'unchanged' if unchanged else 'changed'}",
+                f"{str(evidence.get('probe_output', '')).strip()!r} · previous agent "
+                f"{evidence.get('previous_agent')}",
             )
+        outputs = upload["outputs"]
+        uploads = apple_uploads(demo, "store-upload")
+        demo.say(
+            tag,
+            f"upload {outputs.get('upload_id')}: StoreApp {outputs.get('build_version')} "
+            f"({outputs.get('build_number')}), Apple's state {outputs.get('apple_state')}; the local Apple "
+            f"service holds {len(uploads)} build upload(s) of the app",
+        )
         expect(job["status"] == "succeeded", f"job ended {job['status']}: {job.get('error')}")
         expect(
             [(e["attempt"], e["agent"], e["error"]) for e in log] == [(1, victim, "Relevo.Lease.Expired")],
@@ -193,21 +205,27 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
             upload["agent_id"] != victim and upload["attempt"] == 2,
             f"attempt {upload['attempt']} on {upload['agent_id']}",
         )
+        # Found done (exit 0), or still processing (118) and resumed: waited for, not sent again.
         expect(
-            (reconciled.get("decision"), evidence.get("probe_exit")) == ("succeeded", 0),
+            (reconciled.get("decision"), evidence.get("probe_exit")) in (("succeeded", 0), ("resume", 118)),
             f"reconciliation {reconciled}",
         )
-        expect(lines(runs) == ["1"], f"the upload command ran for attempts {lines(runs)}")
-        expect(lines(uploads) == [f"{job_id}:upload"], f"uploads {lines(uploads)}")
+        expect(
+            [(u[0], u[2], u[3]) for u in uploads]
+            == [(outputs.get("upload_id"), str(job.get("build_number")), "VALID")],
+            f"App Store Connect holds {uploads}; the stage says {outputs}",
+        )
         lapse = seconds_between(killed_at, log[0].get("at"))
         return ScenarioResult(
-            "agent SIGKILLed mid-stage, stage reconciled",
+            "agent SIGKILLed mid-upload, upload reconciled",
             True,
             [
-                f"{victim} killed during attempt 1 → {log[0]['error']}"
+                f"{victim} killed during attempt 1, Apple processing the build → {log[0]['error']}"
                 + (f" {lapse:.1f}s later" if lapse is not None else ""),
-                f"{upload['agent_id']} probed the upload (exit 0) → reconciled as succeeded",
-                "not re-run: 1 run, 1 upload",
+                f"{upload['agent_id']} probed App Store Connect (exit {evidence.get('probe_exit')}) → "
+                f"{reconciled.get('decision')}",
+                f"1 build upload at the local Apple service: {outputs.get('upload_id')}, build "
+                f"{outputs.get('build_number')}, {outputs.get('apple_state')}",
             ],
         )
     finally:
