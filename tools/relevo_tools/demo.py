@@ -42,6 +42,7 @@ from typing import Any
 from rich.table import Table
 
 from relevo_cli.projects import apply_project_file
+from relevo_local.apple.connect_state import Timing
 from relevo_local.apple.provision import LocalApple, start_local_apple
 from relevo_local.processes import agent_process, local_stack, write_agent_config
 from relevo_local.recorder import Recorder
@@ -171,6 +172,13 @@ def agent_environment(shared: Path) -> dict[str, str]:
     }
 
 
+# Apple's processing of an upload (its upload, then its build) and a notarization's review, in
+# seconds: long enough that the kill scenario's agent dies while Apple is still at it, short enough
+# that the release waits only a few seconds for each.
+APPLE_TIMING = Timing(upload_processing_sec=1.0, build_processing_sec=3.0)
+APPLE_REVIEW_SEC = 3.0
+
+
 def release_endpoints(apple: LocalApple) -> dict[str, Any]:
     """The agents' [release_endpoints]: the local Apple service, asked again every second while an
     effect waits (its processing and review take seconds, Apple's minutes)."""
@@ -276,7 +284,7 @@ def main() -> int:
                 f"API {stack.api_url}, {len(stack.resources)} resources, work queues: "
                 f"{', '.join(stack.work_queues)}",
             )
-            apple = start_local_apple()
+            apple = start_local_apple(timing=APPLE_TIMING, review_sec=APPLE_REVIEW_SEC)
             running.callback(apple.stop)
             say("setup", f"local Apple service (App Store Connect, notary) at {apple.service.url}")
             processes, restart = start_fleet(running, work, stack_file, shared, apple)

@@ -19,6 +19,7 @@ from relevo_local.processes import random_commit
 from relevo_tools.demo_harness import (
     CAPACITY,
     FLEET,
+    TERMINAL,
     Demo,
     ScenarioResult,
     expect,
@@ -158,12 +159,13 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
     job_id = demo.run("store-upload", random_commit())
     demo.say(tag, f"store-upload run → job {job_id}")
 
-    def committed(job: dict[str, Any]) -> bool:
-        # Apple has the file (committed) and the attempt is still waiting for its processing.
-        arrived = [u for u in apple_uploads(demo, "store-upload") if u[3] != "AWAITING_UPLOAD"]
-        return bool(arrived) and stage(job, "upload")["status"] == "running"
-
-    job = demo.watch(tag, job_id, committed)
+    job = demo.watch(tag, job_id, lambda j: stage(j, "upload")["status"] == "running")
+    # Apple has the file (committed) and the attempt waits for its processing: a few seconds, so
+    # the local Apple service is watched here, not through the job.
+    deadline = time.monotonic() + 60
+    while not [u for u in apple_uploads(demo, "store-upload") if u[3] != "AWAITING_UPLOAD"]:
+        expect(time.monotonic() < deadline, "App Store Connect had no committed upload after 60 s")
+        expect(not demo.stopping.wait(0.05), "interrupted")
     victim = stage(job, "upload")["agent_id"]
     demo.agents[victim].kill()  # SIGKILL: no handler runs, nothing is reported
     demo.agents[victim].wait()
@@ -175,6 +177,19 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
             f"[bold]SIGKILL {victim}[/bold] (pid {demo.agents[victim].pid}) mid-upload: App Store Connect "
             f"had upload {arrived[0][0]} ({arrived[0][3]})",
         )
+        # Once another Mac has taken attempt 2, the victim starts again, as launchd's KeepAlive
+        # would (release-app's sign requires it).
+        demo.watch(
+            tag,
+            job_id,
+            lambda j: j["status"] in TERMINAL
+            or (
+                stage(j, "upload")["attempt"] >= 2
+                and stage(j, "upload")["status"] in ("running", "succeeded")
+            ),
+        )
+        demo.restart(victim)
+        demo.say(tag, f"{victim} started again (as launchd's KeepAlive would)")
         job = demo.watch(tag, job_id, timeout=120)
         upload = stage(job, "upload")
         reconciled = upload.get("reconciled") or {}
@@ -229,9 +244,7 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
             ],
         )
     finally:
-        # launchd's KeepAlive would start it again: the release's stages that require it can run.
-        demo.restart(victim)
-        demo.say(tag, f"{victim} started again (as launchd's KeepAlive would)")
+        demo.restart(victim)  # if the scenario broke off before it did
 
 
 def shard_records(demo: Demo, job_id: str, index: int, count: int) -> list[dict[str, Any]]:
