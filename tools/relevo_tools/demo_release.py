@@ -75,21 +75,14 @@ def report_release_to(demo: Demo, forge: Recorder) -> None:
     demo.api.put_project("release-app", project)
 
 
-# The projects whose stages send built-in Apple effects, and the app each ships at Apple.
-APPLE_APPS = {
-    "release-app": ("com.acme.release-app", "Release App"),
-    "store-upload": ("com.acme.store-app", "Store App"),
-}
+# store-upload's app at the local Apple service (release-app ships the one it starts with).
+STORE_APP = ("com.acme.store-app", "Store App")
 
 
 def add_apple_apps(apple: LocalApple) -> dict[str, str]:
-    """Each project's app at the local Apple service (release-app's is the one it starts with):
-    project → app id. Two apps, so that the two projects' build numbers never meet."""
-    apps = {"release-app": apple.app_id}
-    for project, (bundle_id, name) in APPLE_APPS.items():
-        if project not in apps:
-            apps[project] = apple.service.connect.add_app(bundle_id, name).id
-    return apps
+    """Each Apple project's app at the local Apple service: project → app id. Two apps, so that
+    the two projects' build numbers never meet."""
+    return {"release-app": apple.app_id, "store-upload": apple.service.connect.add_app(*STORE_APP).id}
 
 
 def use_local_apple(demo: Demo) -> None:
