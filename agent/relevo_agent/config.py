@@ -67,6 +67,14 @@ class ReleaseEndpoints(BaseModel):
         "`staple <file>`: `xcrun stapler` on macOS by default; none elsewhere (a stage that staples then "
         "fails before it submits anything).",
     )
+    poll_sec: float | None = Field(
+        default=None,
+        gt=0,
+        le=300,
+        description="How often an effect that waits on Apple (an upload's processing, a notarization's "
+        "review) asks again: every 30 s for an upload and 15 s for a notarization by default; a second "
+        "against the local Apple service, whose processing takes seconds (the demo).",
+    )
 
 
 class AgentConfig(BaseModel):

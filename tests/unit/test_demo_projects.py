@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from relevo_agent.effects.ipa import read_binary
 from relevo_cli.projects import load_project_file
 from relevo_core.models.errors import EX_TEMPFAIL
 from relevo_core.models.project import Project
@@ -48,8 +51,28 @@ def test_the_demo_projects_are_valid_and_run_in_the_demo_regions():
     assert set(projects) == {"release-app", "flaky-tests", "notarize", "store-upload", "ui-tests"}
     assert {p.region_affinity for p in projects.values()} == set(FLEET)
     release = projects["release-app"]
-    assert [s.name for s in release.stages] == ["build", "sign", "upload", "deploy"]
+    assert [s.name for s in release.stages] == ["build", "sign", "upload", "notarize", "deploy"]
     assert release.approval.gated_stage([s.name for s in release.stages]) == "deploy"
+
+
+def test_the_release_and_the_store_upload_send_the_built_in_apple_kinds_with_a_build_number():
+    # Given the demo's projects, then release-app uploads and notarizes with the built-in kinds,
+    # store-upload uploads with one, and both give their build stage the job's build number
+    projects = _projects()
+    kinds = {
+        (project_id, s.name): s.effect.kind
+        for project_id, project in projects.items()
+        for s in project.stages
+        if s.effect is not None
+    }
+    assert kinds == {
+        ("release-app", "upload"): "app_store_upload",
+        ("release-app", "notarize"): "notarization",
+        ("store-upload", "upload"): "app_store_upload",
+    }
+    for project_id in ("release-app", "store-upload"):
+        settings = projects[project_id].build_number
+        assert settings is not None and settings.stages == ("build",)
 
 
 def test_the_flaky_stage_fails_transiently_on_its_first_attempt_only(tmp_path: Path):
@@ -69,15 +92,79 @@ def test_notarize_fails_for_good_until_the_ticket_exists(tmp_path: Path):
     assert _run(command, tmp_path) == 0
 
 
-def test_the_upload_probe_finds_only_its_own_operation(tmp_path: Path):
-    [upload] = [s for s in _projects()["store-upload"].stages if s.name == "upload"]
-    assert upload.effect_probe
+def _stage_env(tmp_path: Path, output: str, **variables: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "RELEVO_DEMO_DIR": str(tmp_path),
+        "RELEVO_DEMO_PYTHON": sys.executable,
+        "RELEVO_DEMO_TOOLS": str(PROJECTS / "tools"),
+        "RELEVO_OUTPUT": str(tmp_path / output),
+        "RELEVO_COMMIT": "0" * 40,
+        **variables,
+    }
 
-    assert _run(upload.effect_probe, tmp_path, job_id="job_a", stage="upload") == 1  # no effect yet: absent
-    (tmp_path / "store-uploads").write_text("job_b:upload\n")
-    assert _run(upload.effect_probe, tmp_path, job_id="job_a", stage="upload") == 1  # another job's upload
-    (tmp_path / "store-uploads").write_text("job_b:upload\njob_a:upload\n")
-    assert _run(upload.effect_probe, tmp_path, job_id="job_a", stage="upload") == 0
+
+def _outputs(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().split())
+
+
+def _effect(project: Project, stage: str) -> Any:
+    return next(s.effect for s in project.stages if s.name == stage)
+
+
+def test_the_release_builds_an_ipa_the_upload_reads_with_the_jobs_build_number_and_a_zip_to_notarize(
+    tmp_path: Path,
+):
+    # Given release-app's checkout (VERSION, the app's script) and the job's build number 7
+    project = _projects()["release-app"]
+    workspace = tmp_path / "workspace"
+    (workspace / "Sources").mkdir(parents=True)
+    (workspace / "VERSION").write_text("1.4.0\n")
+    (workspace / "Sources" / "release-app.sh").write_text("#!/bin/sh\necho ReleaseApp\n")
+
+    # When build, then sign run there
+    def run(stage: str, output: str, **variables: str) -> None:
+        env = _stage_env(tmp_path, output, RELEVO_BUILD_NUMBER="7", **variables)
+        done = subprocess.run(
+            ["bash", "-c", _command(project, stage)], cwd=workspace, env=env, capture_output=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+
+    run("build", "build.out")
+    built = _outputs(tmp_path / "build.out")
+    run(
+        "sign", "sign.out", RELEVO_OUT_BUILD_DIGEST=built["digest"], RELEVO_OUT_BUILD_VERSION=built["version"]
+    )
+
+    # Then the upload's kind reads the .ipa as version 1.4.0, build 7, the file sign reported
+    upload = _effect(project, "upload")
+    binary = read_binary(upload, workspace / upload.file)
+    assert (binary.version, binary.build, built["build_number"]) == ("1.4.0", "7", "7")
+    assert binary.sha256 == _outputs(tmp_path / "sign.out")["ipa_sha256"]
+    # and the notarize stage's .zip holds the app, as the notary service takes it
+    with zipfile.ZipFile(workspace / _effect(project, "notarize").file) as archive:
+        assert "ReleaseApp.app/Info.plist" in archive.namelist()
+
+
+def test_the_store_upload_builds_an_ipa_the_upload_reads_with_the_jobs_build_number(tmp_path: Path):
+    # Given store-upload's build stage and the job's build number 12
+    project = _projects()["store-upload"]
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+
+    # When it runs
+    done = subprocess.run(
+        ["bash", "-c", _command(project, "build")],
+        cwd=workspace,
+        env=_stage_env(tmp_path, "build.out", RELEVO_BUILD_NUMBER="12"),
+        capture_output=True,
+        timeout=30,
+    )
+
+    # Then the upload's kind reads the .ipa it hands on as build 12
+    assert done.returncode == 0, done.stderr
+    upload = _effect(project, "upload")
+    assert read_binary(upload, workspace / upload.file).build == "12"
 
 
 def test_the_ui_test_shards_check_builds_products_and_split_the_tests_between_them(tmp_path: Path):

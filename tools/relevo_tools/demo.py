@@ -5,13 +5,15 @@ each, ap-south with three) and the five projects of examples/demo/. Once every a
 five scenarios run side by side, each on its own project so none waits for another's lock
 (relevo_tools.demo_release, relevo_tools.demo_scenarios; what they share: demo_harness):
 
-  release   a signed GitHub push, the same delivery again (a duplicate), four stages with an
-            approval gate before deploy, approved through `relevo job approve`
+  release   a signed GitHub push, the same delivery again (a duplicate), five stages with an
+            approval gate before deploy, approved through `relevo job approve`; its upload and
+            notarize stages are the built-in app_store_upload and notarization effects, sent to
+            the local Apple service (App Store Connect and the notary service on this machine)
   retry     exit 75 on attempt 1, retried on the region's other agent
   dlq       a non-retryable failure, dead-lettered, then `relevo dlq redrive` from the failed
             stage under the same idempotency key
-  kill      the agent running an upload is SIGKILLed mid-stage; its lease expires and the other
-            agent reconciles the attempt with the stage's effect probe
+  kill      the agent running an app_store_upload is SIGKILLed once Apple has the bytes; its lease
+            expires and the other agent reconciles the attempt with the kind's probe: one upload
   shards    a build, then its test stage as three shards over the three ap-south Macs, each
             restoring the build's products through the handoff
 
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import tomllib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -39,6 +42,8 @@ from typing import Any
 from rich.table import Table
 
 from relevo_cli.projects import apply_project_file
+from relevo_local.apple.connect_state import Timing
+from relevo_local.apple.provision import LocalApple, start_local_apple
 from relevo_local.processes import agent_process, local_stack, write_agent_config
 from relevo_local.recorder import Recorder
 from relevo_tools.demo_harness import (
@@ -58,10 +63,12 @@ from relevo_tools.demo_harness import (
     seconds_between,
 )
 from relevo_tools.demo_release import (
+    add_apple_apps,
     check_out_release_from,
     release_repository,
     report_release_to,
     scenario_release,
+    use_local_apple,
 )
 from relevo_tools.demo_scenarios import (
     FLEET_SCENARIO,
@@ -165,10 +172,24 @@ def agent_environment(shared: Path) -> dict[str, str]:
     }
 
 
+# Apple's processing of an upload (its upload, then its build) and a notarization's review, in
+# seconds: long enough that the kill scenario's agent dies while Apple is still at it, short enough
+# that the release waits only a few seconds for each.
+APPLE_TIMING = Timing(upload_processing_sec=1.0, build_processing_sec=3.0)
+APPLE_REVIEW_SEC = 3.0
+
+
+def release_endpoints(apple: LocalApple) -> dict[str, Any]:
+    """The agents' [release_endpoints]: the local Apple service, asked again every second while an
+    effect waits (its processing and review take seconds, Apple's minutes)."""
+    table: dict[str, Any] = tomllib.loads(apple.agent_config())["release_endpoints"]
+    return {**table, "poll_sec": 1}
+
+
 def start_fleet(
-    demo_stack: ExitStack, work: Path, stack_file: Path, shared: Path
+    demo_stack: ExitStack, work: Path, stack_file: Path, shared: Path, apple: LocalApple
 ) -> tuple[dict[str, subprocess.Popen[bytes]], Callable[[str], None]]:
-    """The four agents, and how to start one of them again (as launchd would after it died)."""
+    """The agents, and how to start one of them again (as launchd would after it died)."""
     processes = {}
     configs = {}
     for region, agent_ids in FLEET.items():
@@ -176,6 +197,7 @@ def start_fleet(
             path = work / "agents" / f"{agent_id}.toml"
             settings: dict[str, Any] = {
                 **AGENT_SETTINGS,
+                "release_endpoints": release_endpoints(apple),
                 **({"labels": LABELS[agent_id]} if agent_id in LABELS else {}),
             }
             configs[agent_id] = write_agent_config(
@@ -262,13 +284,16 @@ def main() -> int:
                 f"API {stack.api_url}, {len(stack.resources)} resources, work queues: "
                 f"{', '.join(stack.work_queues)}",
             )
-            processes, restart = start_fleet(running, work, stack_file, shared)
+            apple = start_local_apple(timing=APPLE_TIMING, review_sec=APPLE_REVIEW_SEC)
+            running.callback(apple.stop)
+            say("setup", f"local Apple service (App Store Connect, notary) at {apple.service.url}")
+            processes, restart = start_fleet(running, work, stack_file, shared, apple)
             # On the way out, every agent is asked to stop at once (each then drains on its own)
             # before the ExitStack waits for them one by one and stops the stack.
             running.callback(stop_all, processes)
             fleet = ", ".join(f"{agent_id} ({region})" for region, ids in FLEET.items() for agent_id in ids)
             say("setup", f"started {len(processes)} relevo-agent processes: {fleet}")
-            demo = Demo(stack, stack_file, work, shared, processes, restart)
+            demo = Demo(stack, stack_file, work, shared, processes, restart, apple, add_apple_apps(apple))
             # acme/release-app itself: a local repository its stages check out at the pushed commit.
             origin, release_commit = release_repository(work)
 
@@ -284,6 +309,9 @@ def main() -> int:
                 )
                 say("setup", f"project [bold]{project['id']}[/bold] ({project['region_affinity']}): {stages}")
             check_out_release_from(demo, origin)
+            use_local_apple(demo)
+            apps = ", ".join(f"{project} → app {app_id}" for project, app_id in demo.apps.items())
+            say("setup", f"team key stored in Secrets Manager (relevo/…/_release/<project>/asc-key); {apps}")
             report_release_to(demo, forge)
             say(
                 "setup",
@@ -295,12 +323,12 @@ def main() -> int:
             # Independent projects: the scenarios run side by side.
             scenarios: list[tuple[str, Callable[[], ScenarioResult | list[ScenarioResult]]]] = [
                 (
-                    "signed webhook; 4 stages, approval gate",
+                    "signed webhook; 5 stages, approval gate",
                     lambda: scenario_release(demo, webhook_secret, forge, release_commit),
                 ),
                 ("transient failure retried on another agent", lambda: scenario_retry(demo)),
                 ("non-retryable failure → DLQ → redriven", lambda: scenario_dlq(demo)),
-                ("agent SIGKILLed mid-stage, stage reconciled", lambda: scenario_kill(demo)),
+                ("agent SIGKILLed mid-upload, upload reconciled", lambda: scenario_kill(demo)),
                 ("build handed to 3 test shards on 3 Macs", lambda: scenario_shards(demo)),
             ]
             if outcomes[0].ok:

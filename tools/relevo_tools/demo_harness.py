@@ -20,6 +20,7 @@ from rich.console import Console
 from relevo_cli.api import RelevoApi
 from relevo_cli.commands.jobs import stage_words  # relevo job watch's words for a stage
 from relevo_core.files.stack import StackInfo
+from relevo_local.apple.provision import LocalApple
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECTS = ROOT / "examples" / "demo"
@@ -113,6 +114,9 @@ class Demo:
     agents: dict[str, subprocess.Popen[bytes]]
     # Starts an agent of the fleet again, as launchd's KeepAlive would after it died.
     restart: Callable[[str], None] = lambda agent_id: None
+    # App Store Connect and the notary service on this machine, and each project's app there.
+    apple: LocalApple | None = None
+    apps: dict[str, str] = field(default_factory=dict)
     job_ids: list[str] = field(default_factory=list)  # every job the demo started, in order
     seen: dict[str, dict[str, tuple[Any, ...]]] = field(default_factory=dict)  # what watch() printed, per job
     stopping: threading.Event = field(default_factory=threading.Event)  # set on Ctrl-C: every wait gives up

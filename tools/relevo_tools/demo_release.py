@@ -19,6 +19,7 @@ from relevo_core.aws import client
 from relevo_core.intake.webhooks.github import sign
 from relevo_core.models.group import Group
 from relevo_core.store.groups import put_group
+from relevo_local.apple.provision import LocalApple
 from relevo_local.processes import random_commit
 from relevo_local.recorder import Recorder
 from relevo_tools.demo_harness import (
@@ -72,6 +73,91 @@ def report_release_to(demo: Demo, forge: Recorder) -> None:
         group="release", commit_status={"provider": "github", "token_ref": token_ref, "api_url": forge.url}
     )
     demo.api.put_project("release-app", project)
+
+
+# store-upload's app at the local Apple service (release-app ships the one it starts with).
+STORE_APP = ("com.acme.store-app", "Store App")
+
+
+def add_apple_apps(apple: LocalApple) -> dict[str, str]:
+    """Each Apple project's app at the local Apple service: project → app id. Two apps, so that
+    the two projects' build numbers never meet."""
+    return {"release-app": apple.app_id, "store-upload": apple.service.connect.add_app(*STORE_APP).id}
+
+
+def use_local_apple(demo: Demo) -> None:
+    """Each Apple project's team key stored where its release keys live
+    (relevo/<stack>/_release/<project>/asc-key), and its effects pointed at that key and at its
+    app at the local Apple service (the YAML names placeholders for both)."""
+    assert demo.apple is not None
+    for project_id, app_id in demo.apps.items():
+        key = f"relevo/{demo.stack.stack_name}/_release/{project_id}/asc-key"
+        demo.apple.store_key(client("secretsmanager"), key)
+        project = demo.api.get_project(project_id)
+        for declared in project["stages"]:
+            effect = declared.get("effect")
+            if effect and effect["kind"] in ("app_store_upload", "notarization"):
+                effect["api_key"] = key
+                if effect["kind"] == "app_store_upload":
+                    effect["app_id"] = app_id
+        demo.api.put_project(project_id, project)
+
+
+def apple_uploads(demo: Demo, project_id: str) -> list[tuple[str, str, str, str]]:
+    """The build uploads the local Apple service holds for a project's app: (id, version, build
+    number, state), Apple's processing state once it made a build."""
+    assert demo.apple is not None
+    connect = demo.apple.service.connect
+    with connect.lock:
+        shown = []
+        for upload in connect.uploads_of(demo.apps[project_id]):
+            state: str = connect.upload_state(upload)
+            if upload.build_id:
+                state = connect.processing_state(connect.builds[upload.build_id])
+            shown.append((upload.id, upload.short_version, upload.version, state))
+        return shown
+
+
+def apple_submissions(demo: Demo, job_id: str) -> list[tuple[str, str, str]]:
+    """The notary submissions the local Apple service holds for a job: (id, name, status)."""
+    assert demo.apple is not None
+    notary = demo.apple.service.notary
+    with notary.lock:
+        found = [s for s in notary.submissions.values() if job_id in s.name]
+    return [(s.id, s.name, notary.status(s)) for s in found]
+
+
+def apple_evidence(demo: Demo, job: dict[str, Any]) -> ScenarioResult:
+    """The release's upload and notarization, as the job shows them and as Apple holds them: one
+    of each."""
+    upload, notarize = stage(job, "upload"), stage(job, "notarize")
+    shipped, notarized = upload["outputs"], notarize["outputs"]
+    signed = shipped.get("sha256") == stage(job, "sign")["outputs"].get("ipa_sha256")
+    uploads = [u for u in apple_uploads(demo, "release-app") if u[0] == shipped.get("upload_id")]
+    everything = apple_uploads(demo, "release-app")
+    submissions = apple_submissions(demo, job["job_id"])
+    evidence = [
+        f"upload {shipped.get('upload_id')}: ReleaseApp {shipped.get('build_version')} "
+        f"({shipped.get('build_number')}), Apple's state {shipped.get('apple_state')}, "
+        f"sha256 {str(shipped.get('sha256'))[:16]}… (sign's .ipa: "
+        f"{'the same' if signed else 'DIFFERENT'})",
+        f"notarization {notarized.get('submission_id')}: {notarized.get('apple_state')} "
+        f"({notarized.get('submission_name')})",
+        f"at the local Apple service: {len(everything)} build upload(s) of the app, "
+        f"{len(submissions)} notary submission(s) of the job",
+    ]
+    ok = (
+        len(everything) == 1
+        and len(uploads) == 1
+        and shipped.get("apple_state") == "VALID"
+        and shipped.get("build_number") == str(job.get("build_number"))
+        and signed
+        and [(s[0], s[2]) for s in submissions] == [(notarized.get("submission_id"), "Accepted")]
+        and notarized.get("apple_state") == "Accepted"
+    )
+    return ScenarioResult(
+        "the .ipa uploaded and the .zip notarized, once each (app_store_upload, notarization)", ok, evidence
+    )
 
 
 def slack_text(message: dict[str, Any]) -> list[str]:
@@ -169,8 +255,9 @@ def handoff_evidence(job: dict[str, Any]) -> list[str]:
 def scenario_release(
     demo: Demo, secret: str, forge: Recorder | None = None, commit: str | None = None
 ) -> list[ScenarioResult]:
-    """A signed push, its redelivery answered as a duplicate, four stages gated before deploy, the
-    build handed from one Mac to the other."""
+    """A signed push, its redelivery answered as a duplicate, five stages gated before deploy, the
+    build handed from one Mac to the other, uploaded to App Store Connect and notarized (the local
+    Apple service) once each."""
     tag = "release"
     commit = commit or random_commit()
     body = push_payload("acme/release-app", "refs/heads/main", commit)
@@ -201,19 +288,25 @@ def scenario_release(
         [f"push → 202 {job_id}", f"redelivery → {again.status_code} {json.dumps(answer)}"],
     )
 
-    gate = ScenarioResult("4 stages, approval gate, approved from the CLI", False, [])
+    gate = ScenarioResult("5 stages, approval gate, approved from the CLI", False, [])
     relay = ScenarioResult("the build handed from one Mac to another, verified", False, [])
+    results = [webhook, gate, relay]
     try:
         job = demo.watch(tag, job_id, lambda j: j["status"] == "waiting", timeout=240)
         before = [s["status"] for s in job["stages"]]
         expect(
-            before == ["succeeded", "succeeded", "succeeded", "pending"],
+            before == ["succeeded"] * 4 + ["pending"],
             f"at the gate the stages were {before}",
         )
-        demo.say(tag, "waiting for approval before deploy (build, sign, upload done)")
+        demo.say(tag, "waiting for approval before deploy (build, sign, upload, notarize done)")
         relay.evidence = handoff_evidence(job)
         for line in relay.evidence:
             demo.say(tag, line)
+        if demo.apple is not None:
+            shipped = apple_evidence(demo, job)
+            results.append(shipped)
+            for line in shipped.evidence:
+                demo.say(tag, line)
         built, signed, uploaded = stage(job, "build"), stage(job, "sign"), stage(job, "upload")
         relay.ok = (
             built["agent_id"] != signed["agent_id"]
@@ -226,21 +319,21 @@ def scenario_release(
         said = demo.cli(tag, "job", "approve", job_id, "--reason", "release 1.4.0 signed off by QA")
         job = demo.watch(tag, job_id, timeout=90)
         statuses = [s["status"] for s in job["stages"]]
-        expect(statuses == ["succeeded"] * 4, f"job {job['status']}, stages {statuses}")
+        expect(statuses == ["succeeded"] * 5, f"job {job['status']}, stages {statuses}")
         gate.ok = True
         gate.evidence = [
-            "build → sign → upload, then waiting before deploy",
+            f"build {job.get('build_number')} → sign → upload → notarize, then waiting before deploy",
             said.splitlines()[-1],
-            "deploy on " + str(stage(job, "deploy")["agent_id"]) + "; 4/4 succeeded",
+            "deploy on " + str(stage(job, "deploy")["agent_id"]) + "; 5/5 succeeded",
         ]
     except Exception as exc:  # noqa: BLE001 - reported as the gate's ✗ row
         gate.evidence = [f"{type(exc).__name__}: {exc}"]
     if forge is None:
-        return [webhook, gate, relay]
+        return results
     # The reporter reads the table's stream: its last report trails the job by a moment.
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not any(
         r.json().get("state") == "success" for r in forge.received(f"/statuses/{commit}")
     ):
         time.sleep(0.5)
-    return [webhook, gate, relay, forge_evidence(forge, commit)]
+    return [*results, forge_evidence(forge, commit)]

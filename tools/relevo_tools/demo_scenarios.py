@@ -19,13 +19,14 @@ from relevo_local.processes import random_commit
 from relevo_tools.demo_harness import (
     CAPACITY,
     FLEET,
+    TERMINAL,
     Demo,
     ScenarioResult,
     expect,
-    lines,
     seconds_between,
     stage,
 )
+from relevo_tools.demo_release import apple_uploads
 
 # ------------------------------------------------------------------------------------ scenarios
 FLEET_SCENARIO = f"{len(FLEET)} regions, every agent online"
@@ -150,40 +151,66 @@ def scenario_dlq(demo: Demo) -> ScenarioResult:
 
 
 def scenario_kill(demo: Demo) -> ScenarioResult:
-    """The agent running the upload is SIGKILLed after the upload landed; the lease expires and
-    the other agent reconciles the attempt with the effect probe."""
+    """The agent running the app_store_upload is SIGKILLed once App Store Connect has its bytes,
+    while Apple is still processing the build; the lease expires and the other agent reconciles
+    the attempt with the kind's probe: found done (or still processing, and waited for), never
+    uploaded again."""
     tag = "kill"
-    runs, uploads = demo.shared / "store-upload.runs", demo.shared / "store-uploads"
     job_id = demo.run("store-upload", random_commit())
     demo.say(tag, f"store-upload run → job {job_id}")
-    job = demo.watch(
-        tag, job_id, lambda j: lines(uploads) != [] and stage(j, "upload")["status"] == "running"
-    )
+
+    job = demo.watch(tag, job_id, lambda j: stage(j, "upload")["status"] == "running")
+    # Apple has the file (committed) and the attempt waits for its processing: a few seconds, so
+    # the local Apple service is watched here, not through the job.
+    deadline = time.monotonic() + 60
+    while not [u for u in apple_uploads(demo, "store-upload") if u[3] != "AWAITING_UPLOAD"]:
+        expect(time.monotonic() < deadline, "App Store Connect had no committed upload after 60 s")
+        expect(not demo.stopping.wait(0.05), "interrupted")
     victim = stage(job, "upload")["agent_id"]
     demo.agents[victim].kill()  # SIGKILL: no handler runs, nothing is reported
     demo.agents[victim].wait()
     try:
         killed_at = datetime.now(UTC).isoformat()
+        arrived = apple_uploads(demo, "store-upload")
         demo.say(
             tag,
-            f"[bold]SIGKILL {victim}[/bold] (pid {demo.agents[victim].pid}) mid-upload; the upload had "
-            "landed",
+            f"[bold]SIGKILL {victim}[/bold] (pid {demo.agents[victim].pid}) mid-upload: App Store Connect "
+            f"had upload {arrived[0][0]} ({arrived[0][3]})",
         )
+        # Once another Mac has taken attempt 2, the victim starts again, as launchd's KeepAlive
+        # would (release-app's sign requires it).
+        demo.watch(
+            tag,
+            job_id,
+            lambda j: j["status"] in TERMINAL
+            or (
+                stage(j, "upload")["attempt"] >= 2
+                and stage(j, "upload")["status"] in ("running", "succeeded")
+            ),
+        )
+        demo.restart(victim)
+        demo.say(tag, f"{victim} started again (as launchd's KeepAlive would)")
         job = demo.watch(tag, job_id, timeout=120)
         upload = stage(job, "upload")
         reconciled = upload.get("reconciled") or {}
         evidence = reconciled.get("evidence") or {}
         log = upload["attempts_log"]
         if reconciled:
-            unchanged = evidence.get("precondition_before") == evidence.get("precondition_now")
             demo.say(
                 tag,
                 f"reconciliation by {reconciled.get('agent_id')} (attempt {reconciled.get('attempt')}): "
                 f"[bold]{reconciled.get('decision')}[/bold] · probe exit {evidence.get('probe_exit')}, "
-                f"output {str(evidence.get('probe_output', '')).strip()!r} · previous agent "
-                f"{evidence.get('previous_agent')} · "
-                f"precondition {'unchanged' if unchanged else 'changed'}",
+                f"{str(evidence.get('probe_output', '')).strip()!r} · previous agent "
+                f"{evidence.get('previous_agent')}",
             )
+        outputs = upload["outputs"]
+        uploads = apple_uploads(demo, "store-upload")
+        demo.say(
+            tag,
+            f"upload {outputs.get('upload_id')}: StoreApp {outputs.get('build_version')} "
+            f"({outputs.get('build_number')}), Apple's state {outputs.get('apple_state')}; the local Apple "
+            f"service holds {len(uploads)} build upload(s) of the app",
+        )
         expect(job["status"] == "succeeded", f"job ended {job['status']}: {job.get('error')}")
         expect(
             [(e["attempt"], e["agent"], e["error"]) for e in log] == [(1, victim, "Relevo.Lease.Expired")],
@@ -193,27 +220,31 @@ def scenario_kill(demo: Demo) -> ScenarioResult:
             upload["agent_id"] != victim and upload["attempt"] == 2,
             f"attempt {upload['attempt']} on {upload['agent_id']}",
         )
+        # Found done (exit 0), or still processing (118) and resumed: waited for, not sent again.
         expect(
-            (reconciled.get("decision"), evidence.get("probe_exit")) == ("succeeded", 0),
+            (reconciled.get("decision"), evidence.get("probe_exit")) in (("succeeded", 0), ("resume", 118)),
             f"reconciliation {reconciled}",
         )
-        expect(lines(runs) == ["1"], f"the upload command ran for attempts {lines(runs)}")
-        expect(lines(uploads) == [f"{job_id}:upload"], f"uploads {lines(uploads)}")
+        expect(
+            [(u[0], u[2], u[3]) for u in uploads]
+            == [(outputs.get("upload_id"), str(job.get("build_number")), "VALID")],
+            f"App Store Connect holds {uploads}; the stage says {outputs}",
+        )
         lapse = seconds_between(killed_at, log[0].get("at"))
         return ScenarioResult(
-            "agent SIGKILLed mid-stage, stage reconciled",
+            "agent SIGKILLed mid-upload, upload reconciled",
             True,
             [
-                f"{victim} killed during attempt 1 → {log[0]['error']}"
+                f"{victim} killed during attempt 1, Apple processing the build → {log[0]['error']}"
                 + (f" {lapse:.1f}s later" if lapse is not None else ""),
-                f"{upload['agent_id']} probed the upload (exit 0) → reconciled as succeeded",
-                "not re-run: 1 run, 1 upload",
+                f"{upload['agent_id']} probed App Store Connect (exit {evidence.get('probe_exit')}) → "
+                f"{reconciled.get('decision')}",
+                f"1 build upload at the local Apple service: {outputs.get('upload_id')}, build "
+                f"{outputs.get('build_number')}, {outputs.get('apple_state')}",
             ],
         )
     finally:
-        # launchd's KeepAlive would start it again: the release's stages that require it can run.
-        demo.restart(victim)
-        demo.say(tag, f"{victim} started again (as launchd's KeepAlive would)")
+        demo.restart(victim)  # if the scenario broke off before it did
 
 
 def shard_records(demo: Demo, job_id: str, index: int, count: int) -> list[dict[str, Any]]:

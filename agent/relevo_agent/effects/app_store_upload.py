@@ -39,8 +39,10 @@ def next_free(numbers: list[str]) -> str:
 
 
 class AppStoreUploadEffect:
-    def __init__(self, spec: AppStoreUpload) -> None:
+    def __init__(self, spec: AppStoreUpload, poll_sec: float = POLL_SEC) -> None:
+        """`poll_sec`: how often processing is asked about while the stage waits for it."""
         self.spec = spec
+        self.poll_sec = poll_sec
 
     # -- the three entry points (relevo_agent.effects.kind.EffectKind)
 
@@ -281,7 +283,7 @@ class AppStoreUploadEffect:
             left = context.time_left()
             if left <= 0:
                 raise EffectFailed(ErrorClass.EXEC_TIMEOUT, f"upload {upload_id} still {state}: out of time")
-            if context.wait(min(POLL_SEC, left)):
+            if context.wait(min(self.poll_sec, left)):
                 raise EffectFailed(ErrorClass.AGENT_SHUTDOWN, f"stopped while upload {upload_id} was {state}")
 
     def _same_elsewhere(self, client: ConnectClient, binary: Binary, upload_id: str) -> str | None:

@@ -41,15 +41,28 @@ def _s3_object(spec: Any, plan: StagePlan, endpoints: ReleaseEndpoints) -> Effec
     return S3ObjectEffect.with_profile(spec, plan.aws_profile)
 
 
+def _app_store_upload(spec: Any, plan: StagePlan, endpoints: ReleaseEndpoints) -> EffectKind:
+    """With the agent's poll interval, when its config sets one."""
+    from relevo_agent.effects.app_store_upload import AppStoreUploadEffect
+
+    if endpoints.poll_sec is None:
+        return AppStoreUploadEffect(spec)
+    return AppStoreUploadEffect(spec, poll_sec=endpoints.poll_sec)
+
+
 def _notarization(spec: Any, plan: StagePlan, endpoints: ReleaseEndpoints) -> EffectKind:
-    """With the agent's stapler and the upload endpoint (the local Apple service's in the demo)."""
+    """With the agent's stapler, the upload endpoint (the local Apple service's in the demo) and
+    its poll interval, when its config sets one."""
     from relevo_agent.effects.notarization import NotarizationEffect
 
-    return NotarizationEffect(spec, stapler=endpoints.stapler, upload_endpoint=endpoints.notary_upload)
+    polled = {} if endpoints.poll_sec is None else {"poll_sec": endpoints.poll_sec}
+    return NotarizationEffect(
+        spec, stapler=endpoints.stapler, upload_endpoint=endpoints.notary_upload, **polled
+    )
 
 
 KINDS: dict[str, Maker] = {
-    "app_store_upload": _by_name("app_store_upload", "AppStoreUploadEffect"),
+    "app_store_upload": _app_store_upload,
     "notarization": _notarization,
     "github_release_asset": _by_name("github_release_asset", "GithubReleaseAssetEffect"),
     "s3_object": _s3_object,
