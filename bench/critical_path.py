@@ -73,10 +73,10 @@ END_TO_NEXT_MESSAGE = (
         "outcomes",
         (
             Step(
-                ("dynamodb:GetItem", "dynamodb:GetItem"),
-                "the stage record's claim and the attempt's run token, read side by side",
+                ("dynamodb:GetItem", "dynamodb:UpdateItem"),
+                "the attempt's run token read beside the outcome's write, which is fenced on the claim "
+                "itself (this agent, attempt and claim secret's hash, live): no read of the claim first",
             ),
-            Step(("dynamodb:UpdateItem",), "the outcome on the stage record, fenced on the claim"),
             Step(("states:SendTaskSuccess",), "the run token answered with the outcome"),
         ),
     ),

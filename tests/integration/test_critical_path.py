@@ -42,22 +42,29 @@ from bench.critical_path import (
     Hop,
     round_trips,
 )
-from relevo_agent.claim_routes import ClaimRoutes
+from relevo_agent.claim import new_claim_secret
+from relevo_agent.claim_routes import ClaimRoutes, RouteError
 from relevo_agent.config import AgentConfig
 from relevo_agent.messages import Message
 from relevo_agent.service import Agent
+from relevo_core.aws import client
+from relevo_core.models.agent_session import ClaimRequest, OutcomeReport
+from relevo_core.store import stage_attempts, task_tokens
+from relevo_core.store.codec import from_attributes
 from tests.helpers.agents import handle_received
 from tests.helpers.stack import receive_stage, wait_until
 from tests.helpers.state_machine import start_job
+from tests.integration.test_agent_role import _routes
 
 # Sequential round trips, receipt -> command start: the claim request (1), inside it the job's
 # two partitions (1, side by side), the claim (1), the dispatch's answer beside the job's
 # credentials (1).
 RECEIPT_TO_START_ROUND_TRIPS = 4
-# Command end -> next stage's message: the outcome request (1), inside it the claim on record
-# beside the run token (1), the outcome written (1), the run token answered (1); then the state
-# machine: the next stage's record (1) and its message (1).
-END_TO_NEXT_ROUND_TRIPS = 6
+# Command end -> next stage's message: the outcome request (1), inside it the run token read
+# beside the outcome's fenced write (1), the run token answered (1); then the state machine: the
+# next stage's record (1) and its message (1). (6 while the route read the claim on record
+# before its write.)
+END_TO_NEXT_ROUND_TRIPS = 5
 
 HOLD_SEC = 0.1
 JOB_SESSION = "job session"
@@ -74,6 +81,14 @@ BESIDE = {
     (JOB_SESSION, "dynamodb:UpdateItem"),
 }
 ON_PATH = {AGENT, CLAIM_FUNCTION, STATE_MACHINE, JOB_SESSION}
+# The embedded stack's stream poller runs in this process with the stack's own key, as the agent
+# here does: on AWS it is Lambda's event source mapping, no caller's call.
+STREAM_POLLER_CALLS = {
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+    "dynamodb:DescribeStream",
+    "dynamodb:ListStreams",
+}
 # The first stage starts, then waits for the test to let it end: by then everything beside its
 # start (the run token's handing, the message's deletion) is over.
 FIRST = (
@@ -170,24 +185,27 @@ def recording(local_stack, monkeypatch) -> Iterator[Recording]:
 
 
 def hops_of(calls: list[Served]) -> list[tuple[str, str | None, list[list[str]]]]:
-    """The recorded calls as hops (a route request with what its function called, or the state
-    machine's calls), each hop's calls grouped in steps: a call joins the step before it when it
-    arrived before that step's calls were all answered (sent beside them), else starts the next."""
+    """The recorded calls as hops: a route request with what its function called while it was
+    open, the state machine's calls, and any other call as a hop of its own. Each hop's calls
+    are grouped in steps: a call joins the step before it when it arrived before that step's
+    calls were all answered (sent beside them), else it starts the next."""
+    routes = [c for c in calls if c.call.startswith("route:")]
+
+    def within(call: Served, route: Served) -> bool:
+        return call.who == CLAIM_FUNCTION and route.arrived <= call.arrived <= route.answered
+
     hops: list[tuple[str, str | None, list[Served]]] = []
     for call in calls:
-        if call.call.startswith("route:"):
-            hops.append((call.who, call.call.removeprefix("route:"), []))
-            route_call = call
-            inside = [
-                c
-                for c in calls
-                if c.who == CLAIM_FUNCTION and route_call.arrived <= c.arrived <= route_call.answered
-            ]
-            hops[-1][2].extend(inside)
+        if call in routes:
+            hops.append((call.who, call.call.removeprefix("route:"), [c for c in calls if within(c, call)]))
+        elif any(within(call, route) for route in routes):
+            continue
         elif call.who == STATE_MACHINE:
             if not hops or hops[-1][0] != STATE_MACHINE:
                 hops.append((STATE_MACHINE, None, []))
             hops[-1][2].append(call)
+        else:
+            hops.append((call.who, call.call, []))
     shaped = []
     for who, route, inside in hops:
         steps: list[list[Served]] = []
@@ -205,10 +223,14 @@ def declared(path: tuple[Hop, ...]) -> list[tuple[str, str | None, list[list[str
 
 
 def on_path(calls: list[Served]) -> list[Served]:
-    return [c for c in calls if c.who in ON_PATH and (c.who, c.call) not in BESIDE]
+    return [
+        c
+        for c in calls
+        if c.who in ON_PATH and (c.who, c.call) not in BESIDE and c.call not in STREAM_POLLER_CALLS
+    ]
 
 
-def test_a_handoff_waits_on_four_round_trips_to_start_and_six_to_hand_on(
+def test_a_handoff_waits_on_four_round_trips_to_start_and_five_to_hand_on(
     local_stack, project_id, tmp_path, recording
 ):
     # Given a two-stage job whose first stage's message was received, and an agent
@@ -271,3 +293,63 @@ def test_a_handoff_waits_on_four_round_trips_to_start_and_six_to_hand_on(
     assert round_trips(END_TO_NEXT_MESSAGE) == END_TO_NEXT_ROUND_TRIPS
     # and the next stage's message is on the queue
     assert receive_stage(local_stack, job_id)[0]["stage_index"] == 1
+
+
+def test_an_outcome_is_fenced_on_its_claim_by_its_write_with_no_read_before_it(local_stack, project_id):
+    """The outcome route reads no claim on record before its write (one round trip fewer): the
+    write's own condition names the claim (agent, attempt, the claim secret's hash, live), and
+    what it found when refused says why (DynamoDB UpdateItem, ReturnValuesOnConditionCheckFailure:
+    ALL_OLD, Amazon DynamoDB API Reference)."""
+    # Given a stage claimed by mac-a through its region's claim route, its run token handed
+    job_id = start_job(local_stack, project_id, STAGES)
+    task, _ = receive_stage(local_stack, job_id)
+    routes = _routes(local_stack, "eu-west")
+    secret = new_claim_secret()
+    attempt = {
+        "job_id": job_id,
+        "stage_index": task["stage_index"],
+        "attempt": task["attempt"],
+        "agent_id": "mac-a",
+    }
+    routes.claim(
+        ClaimRequest(
+            **attempt,
+            claim_secret=secret,
+            dispatch_key=task["dispatch_key"],
+            dispatch_token=task["task_token"],
+        )
+    )
+    wait_until(lambda: task_tokens.run_token(local_stack.table_name, job_id, 0) is not None, timeout=15)
+    ref = stage_attempts.StageRef(local_stack.table_name, job_id, 0, task["attempt"], "mac-a")
+
+    def record() -> dict[str, Any]:
+        item = client("dynamodb").get_item(TableName=ref.table, Key=ref.key, ConsistentRead=True)["Item"]
+        return from_attributes(item)
+
+    def report(claim_secret: str, status: str) -> None:
+        routes.report(
+            OutcomeReport(
+                **attempt,
+                claim_secret=claim_secret,
+                status=status,
+                outcome=status,
+                exit_code=0 if status == "succeeded" else 1,
+                error=None if status == "succeeded" else "Relevo.Fatal.ExitCode",
+            )
+        )
+
+    # When its agent and attempt report it under another secret
+    with pytest.raises(RouteError) as forged:
+        report(new_claim_secret(), "succeeded")
+    # Then it is refused as not held, and nothing is written
+    assert (forged.value.status, forged.value.code) == (409, "ATTEMPT_NOT_HELD")
+    assert (record()["status"], record().get("ended_at")) == ("running", None)
+
+    # When its own claim reports it failed, then succeeded
+    report(secret, "failed")
+    with pytest.raises(RouteError) as again:
+        report(secret, "succeeded")
+    # Then the first stands and the second is refused as ended, saying what it found
+    assert (again.value.status, again.value.code) == (409, "ATTEMPT_ENDED")
+    assert again.value.details.get("status") == "failed"
+    assert record()["status"] == "failed"
