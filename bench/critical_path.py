@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 AGENT = "agent"  # the agent's own credentials (its queue, its claim routes)
 CLAIM_FUNCTION = "claim function"  # AgentSessionsFunction, behind the claim routes
 STATE_MACHINE = "state machine"  # the job state machine's service integrations
+JOB_SESSION = "job session"  # the agent, with the credentials scoped to the job it claimed
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,21 @@ RECEIPT_TO_START = (
     ),
 )
 
-# From the command's end to the next stage's message on the region's queue.
+# From the command's end to the next stage's message on the region's queue, for a command that
+# printed as it ran (its log's first chunk, and the read of where the log ends, were stored
+# beside it) and printed again before it ended.
 END_TO_NEXT_MESSAGE = (
+    Hop(
+        JOB_SESSION,
+        None,
+        (
+            Step(
+                ("dynamodb:TransactWriteItems",),
+                "the log's last lines, stored while the attempt is still held (fenced on it): the "
+                "report ends it (relevo_agent.conclude)",
+            ),
+        ),
+    ),
     Hop(
         AGENT,
         "outcomes",
@@ -97,7 +111,8 @@ PATHS = {
 
 
 def round_trips(path: tuple[Hop, ...]) -> int:
-    """Sequential round trips on `path`: each request from the Mac and each step inside."""
+    """Sequential round trips on `path`: each request from the Mac to a route, each step inside
+    it, each call the Mac makes itself and each of the state machine's."""
     return sum(hop.round_trips for hop in path)
 
 
@@ -106,6 +121,11 @@ def round_trips(path: tuple[Hop, ...]) -> int:
 # with where the figure comes from; where AWS publishes none, the figure is an assumption and
 # says so.
 LATENCY_MS: dict[str, tuple[float, str]] = {
+    "direct": (
+        25.0,
+        "assumed: a Mac in or near the region to a regional service endpoint and back, the call "
+        "itself included",
+    ),
     "route": (
         40.0,
         "assumed: a Mac in or near the region to API Gateway and a warm Lambda and back "
@@ -132,5 +152,8 @@ def estimate_ms(path: tuple[Hop, ...]) -> float:
         if hop.route:
             total += LATENCY_MS["route"][0]
         for step in hop.steps:
-            total += max(LATENCY_MS[call.split(":")[0]][0] for call in step.calls)
+            if hop.route is None and hop.who != STATE_MACHINE:
+                total += LATENCY_MS["direct"][0]  # the Mac's own call
+            else:
+                total += max(LATENCY_MS[call.split(":")[0]][0] for call in step.calls)
     return total

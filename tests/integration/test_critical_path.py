@@ -37,6 +37,7 @@ from bench.critical_path import (
     AGENT,
     CLAIM_FUNCTION,
     END_TO_NEXT_MESSAGE,
+    JOB_SESSION,
     RECEIPT_TO_START,
     STATE_MACHINE,
     Hop,
@@ -60,19 +61,19 @@ from tests.integration.test_agent_role import _routes
 # two partitions (1, side by side), the claim (1), the dispatch's answer beside the job's
 # credentials (1).
 RECEIPT_TO_START_ROUND_TRIPS = 4
-# Command end -> next stage's message: the outcome request (1), inside it the run token read
-# beside the outcome's fenced write (1), the run token answered (1); then the state machine: the
-# next stage's record (1) and its message (1). (6 while the route read the claim on record
-# before its write.)
-END_TO_NEXT_ROUND_TRIPS = 5
+# Command end -> next stage's message: the log's last lines stored while the attempt is held
+# (1), the outcome request (1), inside it the run token read beside the outcome's fenced write
+# (1), the run token answered (1); then the state machine: the next stage's record (1) and its
+# message (1). (7 while the route read the claim on record before its write.)
+END_TO_NEXT_ROUND_TRIPS = 6
 
 HOLD_SEC = 0.1
-JOB_SESSION = "job session"
 # Who the emulator's credentials belong to: a role of the stack by its logical name.
 ROLES = {"AgentSessionsRole": CLAIM_FUNCTION, "JobStateMachineRole": STATE_MACHINE, "JobRole": JOB_SESSION}
 # Off the path by design, each beside the command (relevo_agent.dispatch.watch_for_run_token,
-# relevo_agent.keeper): the state machine hands the run token once the dispatch is answered; the
-# agent looks for it, then deletes the claimed message; the lease is renewed on its own clock.
+# relevo_agent.keeper, relevo_agent.logs): the state machine hands the run token once the dispatch
+# is answered; the agent looks for it, then deletes the claimed message; the lease is renewed on
+# its own clock.
 BESIDE = {
     (STATE_MACHINE, "dynamodb:TransactWriteItems"),
     (JOB_SESSION, "dynamodb:GetItem"),
@@ -89,11 +90,13 @@ STREAM_POLLER_CALLS = {
     "dynamodb:DescribeStream",
     "dynamodb:ListStreams",
 }
-# The first stage starts, then waits for the test to let it end: by then everything beside its
-# start (the run token's handing, the message's deletion) is over.
+# The first stage starts and prints, then waits for the test to let it end: by then everything
+# beside its start (the run token's handing, the message's deletion, the log's first chunk with
+# the read of where the log ends) is over. It prints again as it ends.
 FIRST = (
-    'echo "$EPOCHREALTIME" > "$RELEVO_JOB_ID-started"; '
-    'while [ ! -e "$RELEVO_JOB_ID-go" ]; do sleep 0.01; done; echo "$EPOCHREALTIME" > "$RELEVO_JOB_ID-ended"'
+    'echo "$EPOCHREALTIME" > "$RELEVO_JOB_ID-started"; echo building; '
+    'while [ ! -e "$RELEVO_JOB_ID-go" ]; do sleep 0.01; done; echo built; '
+    'echo "$EPOCHREALTIME" > "$RELEVO_JOB_ID-ended"'
 )
 STAGES = [{"name": "first", "run": FIRST}, {"name": "second", "run": "true"}]
 
@@ -186,7 +189,8 @@ def recording(local_stack, monkeypatch) -> Iterator[Recording]:
 
 def hops_of(calls: list[Served]) -> list[tuple[str, str | None, list[list[str]]]]:
     """The recorded calls as hops: a route request with what its function called while it was
-    open, the state machine's calls, and any other call as a hop of its own. Each hop's calls
+    open, and the calls each other caller made in a row (the state machine's, the Mac's own).
+    Each hop's calls
     are grouped in steps: a call joins the step before it when it arrived before that step's
     calls were all answered (sent beside them), else it starts the next."""
     routes = [c for c in calls if c.call.startswith("route:")]
@@ -200,12 +204,11 @@ def hops_of(calls: list[Served]) -> list[tuple[str, str | None, list[list[str]]]
             hops.append((call.who, call.call.removeprefix("route:"), [c for c in calls if within(c, call)]))
         elif any(within(call, route) for route in routes):
             continue
-        elif call.who == STATE_MACHINE:
-            if not hops or hops[-1][0] != STATE_MACHINE:
-                hops.append((STATE_MACHINE, None, []))
-            hops[-1][2].append(call)
         else:
-            hops.append((call.who, call.call, []))
+            # The state machine's calls, or the Mac's own (not through a route), in a hop by who.
+            if not hops or hops[-1][0] != call.who or hops[-1][1] is not None:
+                hops.append((call.who, None, []))
+            hops[-1][2].append(call)
     shaped = []
     for who, route, inside in hops:
         steps: list[list[Served]] = []
@@ -230,7 +233,7 @@ def on_path(calls: list[Served]) -> list[Served]:
     ]
 
 
-def test_a_handoff_waits_on_four_round_trips_to_start_and_five_to_hand_on(
+def test_a_handoff_waits_on_four_round_trips_to_start_and_six_to_hand_on(
     local_stack, project_id, tmp_path, recording
 ):
     # Given a two-stage job whose first stage's message was received, and an agent
@@ -264,9 +267,12 @@ def test_a_handoff_waits_on_four_round_trips_to_start_and_five_to_hand_on(
     wait_until(lambda: marker("started") is not None, timeout=30)
     started_file = marker("started")
     assert started_file is not None
-    # Everything beside the command's start is over: the claimed message was deleted.
+    # Everything beside the command's start is over: the claimed message was deleted, and the
+    # log's first chunk stored.
     wait_until(
-        lambda: any(c.call == "sqs:DeleteMessage" for c in recording.between(received, 1e12)), timeout=30
+        lambda: {"sqs:DeleteMessage", "dynamodb:TransactWriteItems"}
+        <= {c.call for c in recording.between(received, 1e12) if c.who in (AGENT, JOB_SESSION)},
+        timeout=30,
     )
     (started_file.parent / f"{job_id}-go").touch()
     wait_until(
@@ -287,7 +293,7 @@ def test_a_handoff_waits_on_four_round_trips_to_start_and_five_to_hand_on(
 
     # Then the calls are the declared ones, each step after the one before, beside within a step
     assert hops_of(to_start) == declared(RECEIPT_TO_START), to_start
-    assert hops_of(to_next) == declared(END_TO_NEXT_MESSAGE), to_next
+    assert hops_of(to_next) == declared(END_TO_NEXT_MESSAGE), hops_of(to_next)
     # and the round trips in a row are the figures written here
     assert round_trips(RECEIPT_TO_START) == RECEIPT_TO_START_ROUND_TRIPS
     assert round_trips(END_TO_NEXT_MESSAGE) == END_TO_NEXT_ROUND_TRIPS
