@@ -21,8 +21,14 @@ processes against it (the way `relevo local up` users run them), then:
    environment's first claim) is counted with the others and printed on its own line too: at 10
    jobs a p95 was that one handoff; at 30 it is the 29th of 30.
    Baseline: raw SQS send -> long-poll receive on a queue of its own, same count.
-   Target: p50 <= raw p50 + 50 ms and p95 <= raw p95 + 100 ms, the claim route and the job's
-   credentials it mints included.
+   Targets are Relevo's own (issue 47): the round trips in a row on the handoff's critical path
+   (bench/critical_path.py, held to a real job's calls by tests/integration/test_critical_path.py),
+   printed with an estimate on AWS from per-call latencies (labelled, with their sources), and the
+   agent's CPU from the enqueue to the command's start (all its threads), and the handling
+   thread's own CPU from the receipt to the claim request and from the claim's answer to the
+   command's spawn (an agent in this process, region us-east). The emulator's p50/p95
+   are the local experience, bounded loosely (p50 <= raw p50 + 100 ms, p95 <= raw p95 + 150 ms)
+   against a large regression; moto is not made faster to meet them.
 3. Stage overhead. A 5 s command (`sleep 5`) through the agent, claim to result recorded, against
    `bash -c "sleep 5"` run bare. Target: <= 1.1 x bare + 0.5 s.
 4. Log shipping. A command printing --log-mb of numbered lines with a masked canary secret every
@@ -84,9 +90,17 @@ SHIP_MB_PER_SEC = 25.0
 # requests per second per partitioned prefix", Amazon S3 User Guide).
 PARTITION_WCU_PER_SEC = 1000
 S3_PUTS_PER_SEC = 3500
-# The handoff, with the claim route and the job credentials it mints (issue 29): p50 and p95.
-HANDOFF_PLUS_MS = 50
-HANDOFF_P95_PLUS_MS = 100
+# The handoff's targets are Relevo's own (issue 47): the sequential round trips on its critical
+# path (bench/critical_path.py, held to the calls a real job makes by
+# tests/integration/test_critical_path.py) and the agent's own CPU on it. The emulator's
+# milliseconds stay a local-experience figure with a loose bound: moto is not made faster to
+# meet them (docs/emulator.md).
+HANDOFF_ROUND_TRIPS = {"receipt -> command start": 4, "command end -> next stage's message": 6}
+HANDOFF_AGENT_CPU_MS = 20
+HANDOFF_RECEIPT_CPU_MS = 3
+HANDOFF_SPAWN_CPU_MS = 5
+HANDOFF_PLUS_MS = 100
+HANDOFF_P95_PLUS_MS = 150
 CANARY_VAR = "BENCH_DEPLOY_TOKEN"
 STAGE_SEC = 5
 
@@ -132,6 +146,20 @@ def rss_mb(pid: int) -> float:
         match = re.search(r"VmRSS:\s+(\d+) kB", status.read_text())
         return int(match.group(1)) / 1024 if match else 0.0
     return int(subprocess.check_output(["ps", "-o", "rss=", "-p", str(pid)]).strip()) / 1024
+
+
+def threads_cpu_sec(pid: int) -> float:
+    """The CPU time of `pid`'s live threads, in nanoseconds' resolution (/proc/<pid>/task/*/schedstat:
+    its first field is the time the thread ran); 0.0 where there is no /proc. A thread that ended
+    between two readings is not counted: the handoff's stage thread lives on past the command's
+    start, so only short-lived helpers escape it."""
+    total = 0
+    for schedstat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(schedstat.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
 
 
 def cpu_sec(pid: int) -> float:
@@ -256,7 +284,11 @@ def register(stack: Any, project_id: str, stages: list[dict[str, Any]]) -> None:
 
 
 def run_job(
-    stack: Any, project_id: str, timeout: float = 300, quiet_until: Path | None = None
+    stack: Any,
+    project_id: str,
+    timeout: float = 300,
+    quiet_until: Path | None = None,
+    on_marker: Any = None,
 ) -> tuple[str, float]:
     """Enqueue through the API; returns the job id and the wall time just before the call.
     With `quiet_until` (a path formatted with the job id), the job's status is polled only once
@@ -273,6 +305,8 @@ def run_job(
         marker = Path(str(quiet_until).format(job_id=job_id))
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.005)
+        if on_marker is not None:
+            on_marker()
     while api.get_job(job_id)["status"] not in ("succeeded", "failed", "canceled"):
         if time.monotonic() > deadline:
             raise TimeoutError(f"job {job_id} not finished in {timeout}s")
@@ -327,13 +361,13 @@ def _seconds(a: str, b: str) -> float:
     return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
 
 
-def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str], bool]:
+def measure_handoff(stack: Any, workspace: Path, count: int, agent_pid: int) -> tuple[list[str], bool]:
     """The target span starts when the stage is enqueued for the Macs: the SQS SentTimestamp of
     its message (`enqueued_at` on the stage). The spans from the state machine's dispatch state
     (`dispatched_at`, entered before its stage write and the SQS send) and from the API call are
     printed beside it: they add the emulator's state machine interpreter and intake, which are
     not the handoff."""
-    from_api, from_dispatch, from_enqueue, to_claim = [], [], [], []
+    from_api, from_dispatch, from_enqueue, to_claim, agent_cpu = [], [], [], [], []
     for _ in range(count):
         # A project per job: no job waits for the previous one's project lock to be given back.
         project_id = "bench-handoff-" + secrets.token_hex(3)
@@ -342,7 +376,13 @@ def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str],
             project_id,
             [{"name": "go", "run": 'echo "${EPOCHREALTIME:-$(date +%s)}" > "started-$RELEVO_JOB_ID"'}],
         )
-        job_id, called = run_job(stack, project_id, quiet_until=workspace / project_id / "started-{job_id}")
+        cpu_before = threads_cpu_sec(agent_pid)
+        job_id, called = run_job(
+            stack,
+            project_id,
+            quiet_until=workspace / project_id / "started-{job_id}",
+            on_marker=lambda before=cpu_before: agent_cpu.append(threads_cpu_sec(agent_pid) - before),
+        )
         started = float((workspace / project_id / f"started-{job_id}").read_text().strip())
         stage = stage_item(stack, job_id)
         enqueued = datetime.fromisoformat(stage["enqueued_at"]).timestamp()
@@ -355,15 +395,61 @@ def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str],
     def ms(values: list[float], p: float) -> float:
         return percentile(values, p) * 1000
 
+    from bench.critical_path import LATENCY_MS, PATHS, estimate_ms, round_trips
+
     p50, r50 = ms(from_enqueue, 50), ms(raw, 50)
     p95, r95 = ms(from_enqueue, 95), ms(raw, 95)
-    ok = p50 <= r50 + HANDOFF_PLUS_MS and p95 <= r95 + HANDOFF_P95_PLUS_MS
+    cpu50, cpu95 = ms(agent_cpu, 50), ms(agent_cpu, 95)
+    ok = True
+    trips_lines = []
+    for name, path in PATHS.items():
+        trips, target = round_trips(path), HANDOFF_ROUND_TRIPS[name]
+        ok &= trips <= target
+        report(
+            "agent",
+            f"handoff round trips in a row, {name}",
+            trips,
+            str(trips),
+            f"<= {target}",
+            trips <= target,
+        )
+        trips_lines.append(
+            f"  {name:36s} {trips} round trips in a row (target <= {target}); on AWS, estimated "
+            f"~{estimate_ms(path):.0f} ms"
+        )
+    cpu_ok = cpu50 <= HANDOFF_AGENT_CPU_MS
+    ok &= cpu_ok
+    report(
+        "agent",
+        "agent CPU, stage enqueued -> command start, p50",
+        cpu50,
+        f"{cpu50:.1f} ms",
+        f"<= {HANDOFF_AGENT_CPU_MS} ms",
+        cpu_ok,
+    )
+    to_request, to_spawn = stage_thread_cpu(stack, count)
+    split = []
+    for figure, values, bound in (
+        ("receipt -> claim request", to_request, HANDOFF_RECEIPT_CPU_MS),
+        ("claim answer -> command spawn", to_spawn, HANDOFF_SPAWN_CPU_MS),
+    ):
+        value = ms(values, 50)
+        ok &= value <= bound
+        report(
+            "agent", f"agent CPU, {figure}, p50", value, f"{value:.1f} ms", f"<= {bound} ms", value <= bound
+        )
+        split.append(
+            f"    of which {figure:30s} p50 {value:5.1f} ms  p95 {ms(values, 95):5.1f} ms   target p50 <= "
+            f"{bound} ms (the stage thread's own CPU)"
+        )
+    local_ok = p50 <= r50 + HANDOFF_PLUS_MS and p95 <= r95 + HANDOFF_P95_PLUS_MS
+    ok &= local_ok
     report(
         "agent",
         "stage enqueued -> command start, p50",
         p50,
         f"{p50:.0f} ms",
-        f"<= raw {r50:.0f} + {HANDOFF_PLUS_MS} ms",
+        f"<= raw {r50:.0f} + {HANDOFF_PLUS_MS} ms (emulator)",
         p50 <= r50 + HANDOFF_PLUS_MS,
     )
     report(
@@ -371,12 +457,22 @@ def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str],
         "stage enqueued -> command start, p95",
         p95,
         f"{p95:.0f} ms",
-        f"<= raw {r95:.0f} + {HANDOFF_P95_PLUS_MS} ms",
+        f"<= raw {r95:.0f} + {HANDOFF_P95_PLUS_MS} ms (emulator)",
         p95 <= r95 + HANDOFF_P95_PLUS_MS,
     )
+    sources = [f"    {kind:9s} {ms_:4.0f} ms  {source}" for kind, (ms_, source) in LATENCY_MS.items()]
     return [
-        f"handoff, {count} jobs                 p50 ms    p95 ms",
-        f"  stage enqueued -> command start {p50:8.0f}  {p95:8.0f}   target p50 <= raw + {HANDOFF_PLUS_MS} "
+        f"handoff, {count} jobs: Relevo's own figures (targets), then the emulator's (local experience)",
+        *trips_lines,
+        "  the estimates are not measurements: the round trips in a row (bench/critical_path.py) times "
+        "per-call latencies:",
+        *sources,
+        f"  agent CPU, enqueued -> command start  p50 {cpu50:5.1f} ms  p95 {cpu95:5.1f} ms   target p50 <= "
+        f"{HANDOFF_AGENT_CPU_MS} ms (all its threads: receipt, claim request, answer -> spawn)",
+        *split,
+        "  emulator, local experience          p50 ms    p95 ms   (moto's own time included; bound: no "
+        "large regression)",
+        f"  stage enqueued -> command start {p50:8.0f}  {p95:8.0f}   bound p50 <= raw + {HANDOFF_PLUS_MS} "
         f"= {r50 + HANDOFF_PLUS_MS:.0f}, "
         f"p95 <= raw + {HANDOFF_P95_PLUS_MS} = {r95 + HANDOFF_P95_PLUS_MS:.0f}",
         f"    of which enqueued -> claimed  {ms(to_claim, 50):8.0f}  {ms(to_claim, 95):8.0f}   (SQS "
@@ -390,6 +486,86 @@ def measure_handoff(stack: Any, workspace: Path, count: int) -> tuple[list[str],
         f"  API call -> command start       {ms(from_api, 50):8.0f}  {ms(from_api, 95):8.0f}   (adds intake "
         "and the emulated state machine)",
     ], ok
+
+
+def stage_thread_cpu(stack: Any, count: int) -> tuple[list[float], list[float]]:
+    """The agent's own CPU on the handoff's path, split where it waits on AWS: from a stage
+    message's receipt to its claim request, and from the claim's answer to the command's spawn,
+    each the CPU time of the thread that handles the message (time.thread_time), measured on an
+    agent in this process (the only way to read one thread's clock at those two points) of
+    region us-east, which the bench's agent process does not poll. The threads that work beside
+    that one (the claimed path's imports, the run token's watch) are not on the path."""
+    from relevo_agent.claim_routes import ClaimRoutes
+    from relevo_agent.config import AgentConfig
+    from relevo_agent.messages import Message
+    from relevo_agent.service import Agent
+    from relevo_cli.api import RelevoApi
+    from relevo_core.aws import client
+
+    region = "us-east"
+    queue_url = stack.work_queues[region]
+    project_id = "bench-cpu-" + secrets.token_hex(3)
+    register_project(stack, project_id, [{"name": "go", "run": "true"}], webhook=False, region=region)
+    config = AgentConfig(
+        agent_id="bench-cpu",
+        region=region,
+        capacity=1,
+        workspace_root=_WORK / "bench-cpu",
+        journal=_WORK / "bench-cpu.sqlite3",
+        prefer_previous_sec=0,
+        handoff_max_wait_sec=0,
+    )
+    agent = Agent(config, stack.table_name, queue_url, api_url=stack.api_url)
+    marks: dict[str, float] = {}
+    post, popen = ClaimRoutes._post, subprocess.Popen.__init__
+    handler = threading.get_ident()
+
+    def timed_post(routes: Any, route: str, body: dict[str, Any]) -> Any:
+        if route == "claims" and threading.get_ident() == handler:
+            marks["request"] = time.thread_time()
+        answer = post(routes, route, body)
+        if route == "claims" and threading.get_ident() == handler:
+            marks["answer"] = time.thread_time()
+        return answer
+
+    def timed_popen(process: Any, *args: Any, **kwargs: Any) -> None:
+        if threading.get_ident() == handler and "answer" in marks and "spawn" not in marks:
+            marks["spawn"] = time.thread_time()
+        popen(process, *args, **kwargs)
+
+    ClaimRoutes._post = timed_post  # type: ignore[method-assign]  # timed for this part only
+    subprocess.Popen.__init__ = timed_popen  # type: ignore[method-assign]  # timed for this part only
+    to_request, to_spawn = [], []
+    try:
+        sqs = client("sqs")
+        for _ in range(count):
+            job_id = RelevoApi.for_stack(stack).run_project(
+                project_id, {"ref": "refs/heads/main", "commit": secrets.token_hex(20)}
+            )["job_id"]
+            found = None
+            deadline = time.monotonic() + 60
+            while found is None and time.monotonic() < deadline:
+                for received in sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=1).get(
+                    "Messages", []
+                ):
+                    if json.loads(received["Body"])["job_id"] == job_id:
+                        found = received
+                    else:
+                        sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=received["ReceiptHandle"])
+            if found is None:
+                raise TimeoutError(f"no stage message for {job_id}")
+            marks.clear()
+            # As the agent's poll hands a received message to its stage thread (relevo_agent.slots).
+            assert agent.slots.hold(0)
+            agent.slots.started()
+            marks["receipt"] = time.thread_time()
+            agent._handle(Message(queue_url, found))
+            to_request.append(marks["request"] - marks["receipt"])
+            to_spawn.append(marks["spawn"] - marks["answer"])
+    finally:
+        ClaimRoutes._post = post  # type: ignore[method-assign]  # put back
+        subprocess.Popen.__init__ = popen  # type: ignore[method-assign]  # put back
+    return to_request, to_spawn
 
 
 def measure_overhead(stack: Any) -> tuple[list[str], bool]:
@@ -654,9 +830,12 @@ def main() -> int:
         stack_dir = _WORK / "stack"
         with local_stack(stack_dir, note=f"; work dir {_WORK}") as info:
             stack_file = stack_dir / "stack.json"
-            with agent(stack_file, "eu-west", "bench-mac"):
+            with agent(stack_file, "eu-west", "bench-mac") as process:
                 for name, part in (
-                    ("handoff", lambda: measure_handoff(info, _WORK / "bench-mac", args.handoffs)),
+                    (
+                        "handoff",
+                        lambda: measure_handoff(info, _WORK / "bench-mac", args.handoffs, process.pid),
+                    ),
                     ("overhead", lambda: measure_overhead(info)),
                     ("shipping", lambda: measure_shipping(info, _WORK / "bench-mac", args.log_mb)),
                 ):

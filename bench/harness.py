@@ -78,8 +78,9 @@ def register_project(
     lease_ttl_sec: int = 10,
     queue_timeout_sec: int = 30,
     webhook: bool = True,
+    region: str = "eu-west",
 ) -> str | None:
-    """A project of region affinity eu-west, registered through the API; with `webhook`, a fresh
+    """A project of region affinity `region`, registered through the API; with `webhook`, a fresh
     GitHub webhook secret is stored for it, and returned."""
     from relevo_cli.api import RelevoApi
     from relevo_cli.projects import secret_name
@@ -87,7 +88,7 @@ def register_project(
 
     project: dict[str, Any] = {
         "repo": f"acme/{project_id}",
-        "region_affinity": "eu-west",
+        "region_affinity": region,
         "lease_ttl_sec": lease_ttl_sec,
         "queue_timeout_sec": queue_timeout_sec,
         "stages": stages,

@@ -407,14 +407,18 @@ def report_outcome(
     RUN_NOT_HANDED (the state machine's timeouts decide it)."""
     _known_region(settings, region)
     table = settings.table_name
-    on_record, token = _record_and_run_token(table, request)
-    _refuse_unless_mine(request, on_record)
+    # The run token read beside the outcome's write, which is fenced on the claim itself (this
+    # agent, attempt and claim secret's hash, live): one round trip, where reading the claim on
+    # record first took two. What the write found when it was refused says why.
+    token = side_by_side().submit(
+        in_this_context(task_tokens.run_token), table, request.job_id, request.stage_index, request.shard
+    )
     status = StageStatus(request.status)
     ref = stage_attempts.StageRef(
         table, request.job_id, request.stage_index, request.attempt, request.agent_id, shard=request.shard
     )
     try:
-        stage_attempts.finish(
+        record = stage_attempts.finish(
             ref,
             status,
             now,
@@ -423,16 +427,33 @@ def report_outcome(
             receipt=request.receipt,
             outcome=stage_attempts.AttemptOutcome(request.outcome),
             lease_ended=request.lease_ended,
+            claim_id=claim_id_of(request.claim_secret),
         )
     except stage_attempts.LeaseLost as lost:
+        wait([token])  # it ends before the request does: nothing runs on after its answer
+        found = lost.item
+        attempt = found.get("attempt")
+        _refuse_unless_mine(
+            request,
+            stage_claims.ClaimOnRecord(
+                found.get("agent_id"),
+                attempt if isinstance(attempt, int) else None,
+                found.get("claim_id"),
+                found.get("status"),
+            ),
+        )
         raise RelevoError(
             ErrorCode.ATTEMPT_ENDED,
             f"{request.job_id} stage {request.stage_index} attempt {request.attempt} can no longer be "
             "reported: it is "
-            f"{lost.item.get('status')} (attempt {lost.item.get('attempt')}, {lost.item.get('agent_id')})",
-            status=lost.item.get("status"),
+            f"{found.get('status')} (attempt {found.get('attempt')}, {found.get('agent_id')})",
+            status=found.get("status"),
         ) from None
-    run_token = _this_attempts_token(request, token)
+    except BaseException:
+        wait([token])
+        raise
+    stage_name = str(record.get("stage_name", ""))
+    run_token = _this_attempts_token(request, token.result())
     try:
         if status.succeeded:
             # The state machine keeps each stage's output (the job record's stage_outcomes): a
@@ -440,7 +461,7 @@ def report_outcome(
             succeed_task(
                 run_token,
                 {
-                    "stage": on_record.stage_name,
+                    "stage": stage_name,
                     "attempt": request.attempt,
                     "agent_id": request.agent_id,
                     "status": status.value,

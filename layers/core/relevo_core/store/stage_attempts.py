@@ -284,8 +284,11 @@ def finish(
     receipt: dict[str, Any] | None = None,
     outcome: AttemptOutcome | None = None,
     lease_ended: bool = True,
-) -> None:
-    """Record the attempt's outcome, fenced on the attempt. (The job's last successful stage is
+    claim_id: str | None = None,
+) -> dict[str, Any]:
+    """Record the attempt's outcome, fenced on the attempt (and with `claim_id`, on that very
+    claim: the hash of the secret only the claiming agent knows). Returns the record as it was
+    before the write (its stage name, who held it). (The job's last successful stage is
     the state machine's to record: at its end, and meanwhile read off the stage records.)
 
     `outcome` says what is known of the command's effect: a receipt goes with `succeeded` or
@@ -323,14 +326,19 @@ def finish(
         expression += ", receipt = :receipt"
         values[":receipt"] = receipt
     expression += " REMOVE held_by"
+    condition = _HOLDS_ATTEMPT
+    if claim_id is not None:
+        condition += " AND claim_id = :claim"
+        values[":claim"] = claim_id
     try:
-        update_stage_record(ref, expression, _HOLDS_ATTEMPT, values)
+        return update_stage_record(ref, expression, condition, values, return_old=True)
     except LeaseLost as refused:
         found = refused.item
         if (found.get("agent_id"), found.get("attempt"), found.get("status")) != (
             ref.agent_id,
             ref.attempt,
             status.value,
-        ):
+        ) or (claim_id is not None and found.get("claim_id") != claim_id):
             raise
         # Already recorded: this is a repeat of a report whose answer was lost.
+        return found
