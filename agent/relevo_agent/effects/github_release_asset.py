@@ -27,8 +27,9 @@ resume -- GitHub keeps no upload under way (an upload is one request: it went th
 an unfinished asset), so this kind never answers IN_PROGRESS; resume is probe, then perform when
 ABSENT, and manual review when the probe cannot tell.
 
-The token (a secret under the project's release prefix: a JSON object with `token`, or a bare token)
-goes only to the API's host and the release's upload host, and is never logged.
+The token (a secret under the project's release prefix: a JSON object with `token`; the agent
+refuses a secret that is not a JSON object) goes only to the API's host and the release's upload
+host, and is never logged.
 """
 
 from __future__ import annotations
