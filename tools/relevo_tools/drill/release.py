@@ -91,15 +91,17 @@ def release_problems(
     uploads = upload_count(apple.service.connect, apple.app_id, VERSION, str(number))
     submissions = submission_count(apple.service.notary, job_id)
     stages = {stage["name"]: stage for stage in job["stages"]}
-    for name, count, what in (
-        ("upload", uploads, f"build uploads of {VERSION} ({number})"),
-        ("notarize", submissions, "notarizations submitted"),
+    for name, count, what, one in (
+        ("upload", uploads, f"build uploads of {VERSION} ({number})", "build upload"),
+        ("notarize", submissions, "notarizations submitted", "submission"),
     ):
         status = stages.get(name, {}).get("status")
         if count > 1:
             problems.append(f"duplicate effect: {job_id}:{name}: {count} {what} at the local Apple service")
         if status == "succeeded" and count == 0:
-            problems.append(f"lost effect: {job_id}:{name} succeeded with no {what.split(' ', 1)[1]}")
+            problems.append(
+                f"lost effect: {job_id}:{name} succeeded with no {one} at the local Apple service"
+            )
         if status not in HELD:
             problems.append(
                 f"not held: {job_id}:{name} {status} ({stages.get(name, {}).get('error') or '-'}), "
