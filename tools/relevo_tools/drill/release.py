@@ -213,6 +213,8 @@ class ReleaseRun:
             self.numbers.setdefault(int(job["build_number"]), self.job_id)
         attempts = {s["name"]: s.get("attempt") or 0 for s in job["stages"]}
         self.trial.attempts = attempts.get("upload", 0) + attempts.get("notarize", 0)
+        # Effects found under way and waited for by the next attempt, never sent again.
+        self.trial.resumed = sum(_decision(s) == "resume" for s in job["stages"])
         reviewed = [s["name"] for s in job["stages"] if s["status"] == "manual_review"]
         self.trial.outcome = (
             f"{what}; build {job.get('build_number')}; {job['status']}"
@@ -269,9 +271,7 @@ def notary_kill(fleet: DrillFleet, number: int) -> Trial:
     release.kill(agent)
     job = release.finish(f"{agent.agent_id} killed, submission {submission_id} In Progress")
     notarize = next(s for s in job["stages"] if s["name"] == "notarize")
-    if _decision(notarize) == "resume":
-        release.trial.resumed = 1
-    else:
+    if _decision(notarize) != "resume":
         release.trial.problems.append(
             f"not resumed: {release.job_id}:notarize's in-progress submission was decided "
             f"{_decision(notarize) or 'without a reconciliation'}"
