@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from relevo_tools.drill.proxy import FaultProxy, Mode
+from relevo_tools.drill.proxy import Cut, FaultProxy, Mode
 
 
 class _Echo(socketserver.BaseRequestHandler):
@@ -208,3 +208,24 @@ def test_heal_disarms_a_cut_that_never_fired(proxy: FaultProxy):
         conn.sendall(b"COMMIT file-2")
         assert conn.recv(100) == b"COMMIT file-2"
     assert proxy.stats.cuts == 0
+
+
+def test_one_cut_armed_on_two_proxies_fires_on_the_first_request_only(echo: tuple[str, int]):
+    # Given one cut armed on the paths of two agents
+    with FaultProxy(echo) as first, FaultProxy(echo) as second:
+        cut = Cut(b"COMMIT", lands=False, cut_sec=0.3)
+        first.arm_cut(cut)
+        second.arm_cut(cut)
+
+        # When the first agent's request is cut, and the other agent sends the same request (a retry)
+        with _connect(first) as conn:
+            conn.sendall(b"COMMIT try-1")
+            with pytest.raises(ConnectionResetError):
+                conn.recv(100)
+        with _connect(second) as conn:
+            conn.sendall(b"COMMIT try-2")
+
+            # Then the retry goes through: the cut was used up on the first path
+            assert conn.recv(100) == b"COMMIT try-2"
+    assert (first.stats.cuts, second.stats.cuts) == (1, 0)
+    assert _Echo.received == [b"COMMIT try-2"]

@@ -20,7 +20,8 @@ any moment:
 A cut can be armed on top (`cut_at`): the first request whose bytes carry a marker (a request
 line) either lands (it is forwarded whole, its answer dropped) or does not (dropped), its
 connection is reset, and every request after it is reset too for `cut_sec`, then the proxy passes
-again by itself: the network gone at the moment of that request.
+again by itself: the network gone at the moment of that request. One cut armed on several proxies
+(`arm_cut`) fires on the first that sees its request, and on no other.
 
 Every loop ends by itself: a connection's pumps end at either side's EOF, after `idle_sec`
 without a byte, or when the proxy closes; a held partition ends at heal or close; and the proxy
@@ -36,7 +37,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -64,6 +65,11 @@ class Cut:
     marker: bytes  # what the request's first chunk carries (its request line)
     lands: bool  # forwarded whole (its answer lost) or dropped
     cut_sec: float  # how long every request after it is reset
+    _once: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def take(self) -> bool:
+        """True for the first proxy that fires it, False for every other."""
+        return self._once.acquire(blocking=False)
 
 
 class _Closing(Exception):
@@ -132,9 +138,14 @@ class FaultProxy:
         self._cut = None
         self.set_mode(Mode.PASS)
 
-    def cut_at(self, marker: bytes, lands: bool, cut_sec: float) -> None:
+    def cut_at(self, marker: bytes, lands: bool, cut_sec: float) -> Cut:
         """The cut armed for the next request carrying `marker` (see the module's docstring)."""
-        self._cut = Cut(marker, lands, cut_sec)
+        cut = Cut(marker, lands, cut_sec)
+        self.arm_cut(cut)
+        return cut
+
+    def arm_cut(self, cut: Cut) -> None:
+        self._cut = cut
 
     def close(self) -> None:
         self._call(lambda: self._closed.set() if self._closed else None)
@@ -244,12 +255,14 @@ class FaultProxy:
                     break
                 if not from_agent and answer_lost[0]:
                     raise _Closing("reset")  # the cut request's answer never reaches the agent
-                if from_agent and self._cut is not None and self._cut.marker in data:
-                    cut, self._cut = self._cut, None
-                    self._start_cut(cut)
-                    if not cut.lands:
-                        raise _Closing("reset")
-                    drawn[0], answer_lost[0] = self._epoch, True  # the rest of this request goes on
+                cut = self._cut if from_agent else None
+                if cut is not None and cut.marker in data:
+                    self._cut = None
+                    if cut.take():  # not fired yet on another proxy it is armed on
+                        self._start_cut(cut)
+                        if not cut.lands:
+                            raise _Closing("reset")
+                        drawn[0], answer_lost[0] = self._epoch, True  # the rest of this request goes on
                 if from_agent:
                     self.stats.requests += 1
                     if self.mode is Mode.RESET and drawn[0] != self._epoch:

@@ -27,6 +27,7 @@ from relevo_local.apple.connect_state import ConnectState
 from relevo_local.apple.notary import NotaryState
 from relevo_local.apple.provision import LocalApple
 from relevo_tools.drill.fleet import TERMINAL_JOB, DrillAgent, DrillError, DrillFleet, wait_until
+from relevo_tools.drill.proxy import Cut
 from relevo_tools.drill.trial import DrillRun, LateFault, Trial
 
 VERSION = "1.0"  # CFBundleShortVersionString: fixed, so the build number alone tells builds apart
@@ -285,8 +286,11 @@ def commit_cut(fleet: DrillFleet, number: int) -> Trial:
     lands = number % 2 == 1
     proxies = [agent.apple_proxy for agent in fleet.agents.values() if agent.apple_proxy is not None]
     cuts_before = sum(proxy.stats.cuts for proxy in proxies)
+    # Armed on every agent's path (which one holds the upload is known only once it claims), it
+    # fires once: on the path of the first commit request, never on the retry's.
+    cut = Cut(COMMIT_REQUEST, lands, CUT_SEC)
     for proxy in proxies:
-        proxy.cut_at(COMMIT_REQUEST, lands, CUT_SEC)
+        proxy.arm_cut(cut)
     try:
         release.start()
         release.finish("")
