@@ -1,7 +1,8 @@
 """The drill's world: a stack, two relevo-agent processes of one region, each behind its own
 loopback fault proxy, and projects whose stages append their effect, named by the operation id,
 to one file. What the drills observe (the stage's process group, its effects, the job's view)
-is read from here.
+is read from here. The release drills add the local Apple service (`ensure_apple`), each agent
+reaching it through a fault proxy of its own.
 
 Everything an agent gets from its environment (the endpoint it talks to, its credentials) comes
 from `agent_environment`: that is the one place to point when the local stack hands agents IAM
