@@ -16,9 +16,10 @@ import pytest
 
 from relevo_core.aws import reset_clients
 from relevo_local.processes import local_stack
-from relevo_tools.drill.drills import DRILLS
+from relevo_tools.drill.drills import DRILLS, GROUPS
 from relevo_tools.drill.fleet import DrillFleet, DrillTiming
 from relevo_tools.drill.parallel import SIBLING_STOP_LIMIT_SEC
+from relevo_tools.drill.release import RELEASE_DRILLS
 from relevo_tools.drill.runner import run_trial
 from relevo_tools.drill.trial import Trial
 from tests.helpers.stack import use_stack
@@ -46,7 +47,8 @@ def _held(fleet: DrillFleet, trial: Trial) -> None:
     assert trial.ok, f"{trial.drill}: {trial.outcome}; {trial.problems}\n{logs}"
 
 
-@pytest.mark.parametrize("name", list(DRILLS))
+# The release drills run as `relevo-tools drill release --trials 1` in test_release_drill.py.
+@pytest.mark.parametrize("name", [name for name in DRILLS if name not in RELEASE_DRILLS])
 def test_the_drill_holds(fleet: DrillFleet, name: str):
     trial = run_trial(fleet, name, 1)
     _held(fleet, trial)
@@ -74,5 +76,5 @@ def test_an_unknown_drill_is_refused_in_one_line_with_exit_2(tmp_path: Path):
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "relevo-tools drill: unknown drill 'flood'; choose from " + ", ".join(DRILLS) + " or all"
+        "relevo-tools drill: unknown drill 'flood'; choose from " + ", ".join([*DRILLS, *GROUPS]) + " or all"
     ]

@@ -243,3 +243,40 @@ def test_every_endpoint_served_is_an_operation_of_the_pinned_description():
     for method, pattern, _ in ROUTES:
         path = pattern.pattern.strip("^$").replace("([^/]+)", "123")
         assert operation(method, path).template.replace("{id}", "123") == path
+
+
+def test_the_commit_hook_runs_once_the_commit_took_effect_and_before_its_answer(apple):
+    service, client, app_id = apple
+    # Given an upload sent, and a hook on its commit that looks at what Apple holds
+    upload_id, file_id = send_build(client, app_id, IPA)
+    seen: list[str] = []
+    service.faults.on_commit(
+        "buildUploadFilesUpdateInstance",
+        lambda: seen.append(service.connect.upload_state(service.connect.upload(upload_id))),
+    )
+
+    # When the file is committed
+    answer = commit_file(client, file_id, IPA)
+    seen.append("answered")
+
+    # Then the hook ran once, after the commit took effect (the upload processing), before the answer
+    assert answer.status_code == 200
+    assert seen == ["PROCESSING", "answered"]
+    # And it is used up: the same request again runs nothing
+    commit_file(client, file_id, IPA)
+    assert seen == ["PROCESSING", "answered"]
+
+
+def test_a_proxy_port_is_answered_only_once_the_service_is_told_of_it(apple):
+    service, client, app_id = apple
+    # Given a request addressed to another loopback port (a proxy that forwards to the service)
+    proxied = {**client.headers(), "Host": "127.0.0.1:1"}
+
+    # When it arrives before and after the service is told to answer as that port
+    before = httpx.get(f"{service.url}/v1/apps/{app_id}", headers=proxied)
+    service.answer_as(1)
+    after = httpx.get(f"{service.url}/v1/apps/{app_id}", headers=proxied)
+
+    # Then it is refused as another host's (DNS rebinding), then answered
+    assert before.status_code == 421
+    assert after.status_code == 200, after.text

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from relevo_tools.drill.proxy import FaultProxy, Mode
+from relevo_tools.drill.proxy import Cut, FaultProxy, Mode
 
 
 class _Echo(socketserver.BaseRequestHandler):
@@ -146,3 +146,86 @@ def test_reset_mode_can_stop_by_itself_after_so_many_resets(proxy: FaultProxy):
         conn.sendall(b"through")
         assert conn.recv(100) == b"through"
     assert proxy.mode is Mode.PASS and proxy.stats.resets == 2
+
+
+def _passing_again(proxy: FaultProxy, within: float = 5) -> None:
+    deadline = time.monotonic() + within
+    while proxy.mode is not Mode.PASS:
+        assert time.monotonic() < deadline, "the cut did not end by itself"
+        time.sleep(0.02)
+
+
+def test_a_cut_request_that_lands_is_forwarded_whole_and_its_answer_never_comes(proxy: FaultProxy):
+    # Given a cut armed at the request carrying COMMIT, to land
+    proxy.cut_at(b"COMMIT", lands=True, cut_sec=0.3)
+    with _connect(proxy) as conn:
+        conn.sendall(b"look")
+        assert conn.recv(100) == b"look"  # requests before it pass
+
+        # When the request arrives
+        conn.sendall(b"COMMIT file-1")
+
+        # Then it reached the other side, and its answer did not: the connection is reset
+        with pytest.raises(ConnectionResetError):
+            conn.recv(100)
+    assert _Echo.received == [b"look", b"COMMIT file-1"]
+    # And every request after it is reset until the cut ends by itself
+    with _connect(proxy) as conn:
+        conn.sendall(b"look again")
+        with pytest.raises(ConnectionResetError):
+            conn.recv(100)
+    _passing_again(proxy)
+    with _connect(proxy) as conn:
+        conn.sendall(b"through")
+        assert conn.recv(100) == b"through"
+    assert proxy.stats.cuts == 1
+
+
+def test_a_cut_request_that_does_not_land_never_reaches_the_other_side(proxy: FaultProxy):
+    # Given a cut armed at the request carrying COMMIT, not to land
+    proxy.cut_at(b"COMMIT", lands=False, cut_sec=0.3)
+
+    # When the request arrives, then the connection is reset and nothing of it was forwarded
+    with _connect(proxy) as conn:
+        conn.sendall(b"COMMIT file-1")
+        with pytest.raises(ConnectionResetError):
+            conn.recv(100)
+    assert _Echo.received == []
+    _passing_again(proxy)
+    # And the cut is used up: the same request later passes
+    with _connect(proxy) as conn:
+        conn.sendall(b"COMMIT file-1")
+        assert conn.recv(100) == b"COMMIT file-1"
+
+
+def test_heal_disarms_a_cut_that_never_fired(proxy: FaultProxy):
+    # Given a cut armed on a proxy whose agent never sends the request, then healed
+    proxy.cut_at(b"COMMIT", lands=False, cut_sec=0.3)
+    proxy.heal()
+
+    # When the request comes later (another trial), then it passes
+    with _connect(proxy) as conn:
+        conn.sendall(b"COMMIT file-2")
+        assert conn.recv(100) == b"COMMIT file-2"
+    assert proxy.stats.cuts == 0
+
+
+def test_one_cut_armed_on_two_proxies_fires_on_the_first_request_only(echo: tuple[str, int]):
+    # Given one cut armed on the paths of two agents
+    with FaultProxy(echo) as first, FaultProxy(echo) as second:
+        cut = Cut(b"COMMIT", lands=False, cut_sec=0.3)
+        first.arm_cut(cut)
+        second.arm_cut(cut)
+
+        # When the first agent's request is cut, and the other agent sends the same request (a retry)
+        with _connect(first) as conn:
+            conn.sendall(b"COMMIT try-1")
+            with pytest.raises(ConnectionResetError):
+                conn.recv(100)
+        with _connect(second) as conn:
+            conn.sendall(b"COMMIT try-2")
+
+            # Then the retry goes through: the cut was used up on the first path
+            assert conn.recv(100) == b"COMMIT try-2"
+    assert (first.stats.cuts, second.stats.cuts) == (1, 0)
+    assert _Echo.received == [b"COMMIT try-2"]

@@ -9,7 +9,10 @@ requests then gone:
   API's 409 at creation;
 - `hold_in_progress(minutes)`: the next notarization stays In Progress that long after its upload;
 - `roll_history(count)`: that many newer submissions, so an earlier one falls out of the 100 the
-  history answers.
+  history answers;
+- `on_commit(operation, callback)`: a hook, not a fault of Apple's: `callback` runs once the request
+  has taken effect and before its answer is sent (the drill kills the agent there: the upload's
+  bytes went through, its answer never reached the client).
 
 Operations are named by the description's operationId (`buildUploadsCreateInstance`,
 `buildUploadFilesUpdateInstance`, ...) or the Notary API's endpoint (`submitSoftware`,
@@ -18,6 +21,7 @@ Operations are named by the description's operationId (`buildUploadsCreateInstan
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Literal
 
 from relevo_local.apple.connect_state import ConnectState
@@ -33,6 +37,7 @@ class Faults:
         self._after: dict[str, list[AfterCommit]] = {}
         self._lock = threading.Lock()
         self.fired: list[tuple[str, AfterCommit]] = []
+        self._hooks: dict[str, list[Callable[[], None]]] = {}
 
     def lose_answer(self, operation: str, times: int = 1) -> None:
         with self._lock:
@@ -52,6 +57,23 @@ class Faults:
 
     def roll_history(self, count: int) -> None:
         self._notary.add_past(count)
+
+    def on_commit(self, operation: str, callback: Callable[[], None]) -> None:
+        """`callback` run once, on the service's thread, when `operation` next takes effect."""
+        with self._lock:
+            self._hooks.setdefault(operation, []).append(callback)
+
+    def clear_hooks(self) -> None:
+        with self._lock:
+            self._hooks.clear()
+
+    def run_hook(self, operation: str) -> None:
+        """The hook armed for this operation, used up (run outside the lock: it may take time)."""
+        with self._lock:
+            armed = self._hooks.get(operation)
+            callback = armed.pop(0) if armed else None
+        if callback is not None:
+            callback()
 
     def take(self, operation: str) -> AfterCommit | None:
         """The fault armed for this operation's answer, used up."""

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -48,13 +49,20 @@ class LocalApple:
         except secretsmanager.exceptions.ResourceExistsException:
             secretsmanager.put_secret_value(SecretId=name, SecretString=value)
 
-    def agent_config(self, stapler: list[str] | None = None) -> str:
-        """The `[release_endpoints]` table of an agent's TOML config that points at this service."""
+    def agent_config(self, stapler: list[str] | None = None, via: str | None = None) -> str:
+        """The `[release_endpoints]` table of an agent's TOML config that points at this service
+        (`via`: the URL of a proxy that forwards to it, which the service is told to answer as)."""
+        base = via or self.service.url
+        if via is not None:
+            port = urlsplit(via).port
+            if port is None:
+                raise ValueError(f"{via}: a proxy on this host names its port")
+            self.service.answer_as(port)
         lines = [
             "[release_endpoints]",
-            f'app_store_connect = "{self.service.url}"',
-            f'notary = "{self.service.url}/notary/v2"',
-            f'notary_upload = "{self.service.url}/s3"',
+            f'app_store_connect = "{base}"',
+            f'notary = "{base}/notary/v2"',
+            f'notary_upload = "{base}/s3"',
         ]
         if stapler:
             lines.append("stapler = [" + ", ".join(json.dumps(part) for part in stapler) + "]")

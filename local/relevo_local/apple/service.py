@@ -96,6 +96,11 @@ class AppleService:
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
+    def answer_as(self, port: int) -> None:
+        """Answer requests addressed to another loopback port too: a proxy's on this host that
+        forwards to this service (the drill's fault proxy between an agent and Apple)."""
+        self._hosts |= {f"{LOOPBACK}:{port}", f"localhost:{port}"}
+
     def add_key(self, key: ApiKey) -> None:
         self.keys.add(key)
 
@@ -149,6 +154,7 @@ class AppleService:
     def _after_commit(self, request: Request, name: str, status: int) -> Response | None:
         if status >= 300:
             return None
+        self.faults.run_hook(name)
         fault = self.faults.take(name)
         if fault == "lose_answer":
             request.scope["relevo.outcome"]["lose"] = True

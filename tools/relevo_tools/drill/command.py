@@ -2,6 +2,7 @@
 
     relevo-tools drill all --trials 3
     relevo-tools drill partition freeze --trials 5 --stack-file .relevo/local/stack.json
+    relevo-tools drill release          # its three faults, 5 trials each
 
 It starts a local stack (or uses the one named), two relevo-agent processes of one region (a
 third for the parallel drill), each behind a loopback fault proxy, and runs the named drills, N
@@ -27,9 +28,9 @@ from rich.console import Console
 
 from relevo_core.files.stack import StackInfo, load_stack
 from relevo_local.processes import local_stack
-from relevo_tools.drill.drills import DRILLS
+from relevo_tools.drill.drills import DEFAULT_TRIALS, DRILLS, GROUPS
 from relevo_tools.drill.fleet import DrillTiming
-from relevo_tools.drill.report import drill_table, summary_table
+from relevo_tools.drill.report import drill_table, release_table, summary_table
 from relevo_tools.drill.runner import run_drills
 
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
@@ -39,7 +40,9 @@ def drill_command(
     drills: list[str] = typer.Argument(
         ..., help="drills to run by name, or all (a name it does not know lists them)"
     ),
-    trials: int = typer.Option(1, "--trials", min=1, max=50, help="trials of each drill"),
+    trials: int | None = typer.Option(
+        None, "--trials", min=1, max=50, help="trials of each drill (default 1; the release drills 5)"
+    ),
     stack_file: Path | None = typer.Option(
         None, "--stack-file", help="use this stack.json instead of starting a local stack"
     ),
@@ -56,14 +59,17 @@ def drill_command(
 ) -> None:
     """Run disaster drills against two agents behind fault proxies; exit 1 if any effect ran twice or got
     lost."""
-    names = list(DRILLS) if drills == ["all"] else drills
+    names = list(DRILLS) if drills == ["all"] else [n for name in drills for n in GROUPS.get(name, [name])]
     unknown = [name for name in names if name not in DRILLS]
     if unknown:
         typer.echo(
-            f"relevo-tools drill: unknown drill {unknown[0]!r}; choose from {', '.join(DRILLS)} or all",
+            f"relevo-tools drill: unknown drill {unknown[0]!r}; choose from {', '.join([*DRILLS, *GROUPS])} "
+            "or all",
             err=True,
         )
         raise typer.Exit(2)
+    names = list(dict.fromkeys(names))
+    counts = {name: trials or DEFAULT_TRIALS.get(name, 1) for name in names}
     timing = DrillTiming.fast() if fast else DrillTiming()
     if lease is not None or effect_after is not None:
         timing = DrillTiming(
@@ -76,7 +82,8 @@ def drill_command(
     work = Path(tempfile.mkdtemp(prefix="relevo-drill-")) if work_dir is None else work_dir
     work.mkdir(parents=True, exist_ok=True)
     console.print(
-        f"[bold]relevo-tools drill[/bold] {' '.join(names)} × {trials} (lease {timing.lease_ttl_sec}s,"
+        f"[bold]relevo-tools drill[/bold] {' '.join(f'{n} × {counts[n]}' for n in names)}"
+        f" (lease {timing.lease_ttl_sec}s,"
         f" effect {timing.effect_after_sec:g}s in; logs in {work})"
     )
     with ExitStack() as running:
@@ -84,7 +91,7 @@ def drill_command(
         stack.apply_to_environment()
         results = run_drills(
             names,
-            trials,
+            counts,
             timing,
             stack,
             work,
@@ -97,6 +104,9 @@ def drill_command(
     for name, done in results.items():
         console.print(drill_table(name, done))
     console.print(summary_table(results))
+    released = release_table(results)
+    if released is not None:
+        console.print(released)
     failed = [t for done in results.values() for t in done if not t.ok]
     if failed:
         console.print(f"[red]✗ {len(failed)} trial(s) did not hold (logs in {work})[/red]")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from relevo_tools.drill.handoff import handoff
 from relevo_tools.drill.parallel import parallel
+from relevo_tools.drill.release import RELEASE_DRILLS
 from relevo_tools.drill.stage_faults import (
     cancel,
     exhaust,
@@ -30,4 +31,9 @@ DRILLS: dict[str, Drill] = {
     "exhaust": exhaust,
     "handoff": handoff,
     "parallel": parallel,
+    **RELEASE_DRILLS,
 }
+# A name for several drills: `relevo-tools drill release` runs its three faults.
+GROUPS: dict[str, list[str]] = {"release": list(RELEASE_DRILLS)}
+# Trials of a drill when --trials is not given.
+DEFAULT_TRIALS: dict[str, int] = {name: 5 for name in RELEASE_DRILLS}

@@ -1,7 +1,8 @@
 """The drill's world: a stack, two relevo-agent processes of one region, each behind its own
 loopback fault proxy, and projects whose stages append their effect, named by the operation id,
 to one file. What the drills observe (the stage's process group, its effects, the job's view)
-is read from here.
+is read from here. The release drills add the local Apple service (`ensure_apple`), each agent
+reaching it through a fault proxy of its own.
 
 Everything an agent gets from its environment (the endpoint it talks to, its credentials) comes
 from `agent_environment`: that is the one place to point when the local stack hands agents IAM
@@ -33,13 +34,19 @@ from relevo_core.aws import client
 from relevo_core.files.stack import StackInfo
 from relevo_core.store import agents as presence
 from relevo_core.store.codec import from_attributes
+from relevo_local.apple.connect_state import Timing
+from relevo_local.apple.provision import LocalApple, start_local_apple
 from relevo_local.processes import agent_process, random_commit
-from relevo_tools.drill.proxy import FaultProxies, FaultProxy
+from relevo_tools.drill.proxy import LOOPBACK, FaultProxies, FaultProxy
 
 REGION = "eu-west"
 AGENT_IDS = ("drill-a", "drill-b")
 TERMINAL_JOB = ("succeeded", "failed", "canceled")
 TERMINAL_STAGE = ("succeeded", "failed", "skipped", "canceled")
+# The release drill's Apple, on the real clock: processing in seconds, and a review that ends as
+# soon as the file is in (a trial that needs a submission in progress holds it: faults.hold_in_progress).
+RELEASE_TIMING = Timing(upload_processing_sec=3.0, build_processing_sec=5.0)
+RELEASE_REVIEW_SEC = 0.0
 
 
 class DrillError(Exception):
@@ -98,6 +105,7 @@ class DrillAgent:
     log: Path
     env: dict[str, str]
     process: subprocess.Popen[bytes] | None = None
+    apple_proxy: FaultProxy | None = None  # its path to the local Apple service (the release drill)
     _exits: ExitStack = field(default_factory=ExitStack)
 
     @property
@@ -149,6 +157,7 @@ class DrillFleet:
         self.effects.touch()
         self.starts.touch()
         self.agents: dict[str, DrillAgent] = {}
+        self.apple: LocalApple | None = None  # started by the first drill that needs it
         self._projects: dict[str, str] = {}
         self.last_jobs: list[str] = []  # the jobs of the trial running now (the runner clears it)
 
@@ -167,12 +176,37 @@ class DrillFleet:
         stack_file, env = agent_environment(
             self.stack, to_aws.url, self.work, agent_id, api_url=f"{to_api.url}{api.path}"
         )
-        config = self._agent_config(agent_id, stack_file)
         agent = DrillAgent(
-            agent_id, FaultProxies([to_aws, to_api]), config, self.work / f"{agent_id}.log", env
+            agent_id,
+            FaultProxies([to_aws, to_api]),
+            self.work / f"{agent_id}.toml",
+            self.work / f"{agent_id}.log",
+            env,
         )
+        if self.apple is not None:
+            self._attach_apple(agent)
+        self._agent_config(agent, stack_file)
         agent.start()
         self.agents[agent_id] = agent
+
+    def ensure_apple(self) -> LocalApple:
+        """The local Apple service, started at the first need; every agent restarted with its
+        `[release_endpoints]` pointing there through a fault proxy of its own."""
+        if self.apple is not None:
+            return self.apple
+        self.apple = start_local_apple(timing=RELEASE_TIMING, review_sec=RELEASE_REVIEW_SEC)
+        for agent in self.agents.values():
+            agent.stop()
+            self._attach_apple(agent)
+            self._agent_config(agent, self.work / f"{agent.agent_id}-stack.json")
+            agent.start()
+        self.wait_online()
+        return self.apple
+
+    def _attach_apple(self, agent: DrillAgent) -> None:
+        assert self.apple is not None
+        agent.apple_proxy = FaultProxy((LOOPBACK, self.apple.service.port)).start()
+        agent.proxy.proxies.append(agent.apple_proxy)
 
     def ensure_agents(self, count: int) -> None:
         """At least `count` agents, each behind its own proxies, all online: a drill that needs
@@ -181,7 +215,8 @@ class DrillFleet:
             self._add_agent(f"drill-{chr(ord('a') + number)}")
         self.wait_online()
 
-    def _agent_config(self, agent_id: str, stack_file: Path) -> Path:
+    def _agent_config(self, agent: DrillAgent, stack_file: Path) -> None:
+        agent_id = agent.agent_id
         settings: dict[str, Any] = {
             "agent_id": agent_id,
             "region": REGION,
@@ -195,9 +230,10 @@ class DrillFleet:
             "outbox_interval_sec": 0.5,
             "max_clock_skew_sec": self.timing.max_clock_skew_sec,
         }
-        path = self.work / f"{agent_id}.toml"
-        path.write_text("".join(f"{name} = {json.dumps(value)}\n" for name, value in settings.items()))
-        return path
+        text = "".join(f"{name} = {json.dumps(value)}\n" for name, value in settings.items())
+        if self.apple is not None and agent.apple_proxy is not None:
+            text += self.apple.agent_config(via=agent.apple_proxy.url)
+        agent.config.write_text(text)
 
     def wait_online(self, timeout: float = 60) -> None:
         def online() -> bool:
@@ -220,6 +256,8 @@ class DrillFleet:
         for agent in self.agents.values():
             agent.stop()
             agent.proxy.close()
+        if self.apple is not None:
+            self.apple.stop()
 
     # ------------------------------------------------------------------ projects and jobs
     def project(
@@ -273,6 +311,21 @@ class DrillFleet:
         self._projects[kind] = project_id
         return project_id
 
+    def project_of(self, kind: str, body: Callable[[str], dict[str, Any]]) -> str:
+        """A project of the drill's own making (`body` given its id), registered once per kind,
+        with the fleet's region, lease and queue timeout."""
+        if kind not in self._projects:
+            project_id = f"drill-{kind}-{secrets.token_hex(3)}"
+            settings = {
+                "repo": f"drill/{project_id}",
+                "region_affinity": REGION,
+                "lease_ttl_sec": self.timing.lease_ttl_sec,
+                "queue_timeout_sec": self.timing.queue_timeout_sec,
+            }
+            self.api.put_project(project_id, {**settings, **body(project_id)})
+            self._projects[kind] = project_id
+        return self._projects[kind]
+
     def effect_command(self) -> str:
         return f'echo "$RELEVO_OPERATION_ID attempt=$RELEVO_ATTEMPT" >> {self.effects}'
 
@@ -323,6 +376,19 @@ class DrillFleet:
 
         wait_until(started, timeout, f"{job_id}:deliver attempt {attempt or 'any'} started", poll=0.05)
         return dataclasses.replace(found[0], seen=time.monotonic())
+
+    def stage_record(self, job_id: str, index: int) -> dict[str, Any]:
+        """The stage's record as its holder left it (read from the table: not the API's view)."""
+        item = (
+            client("dynamodb")
+            .get_item(
+                TableName=self.stack.table_name,
+                Key={"pk": {"S": f"STAGES#{job_id}"}, "sk": {"S": f"STAGE#{index:02d}"}},
+                ConsistentRead=True,
+            )
+            .get("Item", {})
+        )
+        return from_attributes(item)
 
     def holder(self, job_id: str, attempt: int) -> DrillAgent:
         """The agent that claimed `attempt` of the deliver stage, read from its stage record (not

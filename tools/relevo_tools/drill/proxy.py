@@ -17,6 +17,12 @@ any moment:
 - `latency`: each chunk from the agent is forwarded `latency_sec` after it arrived (requests keep
   their order and are not serialised behind each other's delays).
 
+A cut can be armed on top (`cut_at`): the first request whose bytes carry a marker (a request
+line) either lands (it is forwarded whole, its answer dropped) or does not (dropped), its
+connection is reset, and every request after it is reset too for `cut_sec`, then the proxy passes
+again by itself: the network gone at the moment of that request. One cut armed on several proxies
+(`arm_cut`) fires on the first that sees its request, and on no other.
+
 Every loop ends by itself: a connection's pumps end at either side's EOF, after `idle_sec`
 without a byte, or when the proxy closes; a held partition ends at heal or close; and the proxy
 closes itself after `lifetime_sec` even if nobody calls close().
@@ -31,7 +37,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -51,6 +57,19 @@ class ProxyStats:
     requests: int = 0
     resets: int = 0
     held_chunks: int = 0
+    cuts: int = 0
+
+
+@dataclass(frozen=True)
+class Cut:
+    marker: bytes  # what the request's first chunk carries (its request line)
+    lands: bool  # forwarded whole (its answer lost) or dropped
+    cut_sec: float  # how long every request after it is reset
+    _once: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def take(self) -> bool:
+        """True for the first proxy that fires it, False for every other."""
+        return self._once.acquire(blocking=False)
 
 
 class _Closing(Exception):
@@ -73,6 +92,7 @@ class FaultProxy:
         self.reset_probability = 1.0
         self.resets_left: int | None = None
         self.stats = ProxyStats()
+        self._cut: Cut | None = None
         self.port = 0
         self._epoch = 0  # bumped by every set_mode: a connection's reset is drawn once per epoch
         self._random = random.Random(seed)
@@ -114,7 +134,18 @@ class FaultProxy:
         self.set_mode(Mode.PARTITION)
 
     def heal(self) -> None:
+        """Passing again, and no cut left armed."""
+        self._cut = None
         self.set_mode(Mode.PASS)
+
+    def cut_at(self, marker: bytes, lands: bool, cut_sec: float) -> Cut:
+        """The cut armed for the next request carrying `marker` (see the module's docstring)."""
+        cut = Cut(marker, lands, cut_sec)
+        self.arm_cut(cut)
+        return cut
+
+    def arm_cut(self, cut: Cut) -> None:
+        self._cut = cut
 
     def close(self) -> None:
         self._call(lambda: self._closed.set() if self._closed else None)
@@ -174,6 +205,7 @@ class FaultProxy:
         self.stats.connections += 1
         upstream_writer: asyncio.StreamWriter | None = None
         drawn = [-1]  # the epoch this connection's reset was drawn in
+        answer_lost = [False]  # a cut request went through on it: its answer is dropped
         try:
             try:
                 upstream_reader, upstream = await asyncio.wait_for(asyncio.open_connection(*self.target), 10)
@@ -181,8 +213,8 @@ class FaultProxy:
                 return
             upstream_writer = upstream
             await asyncio.gather(
-                self._pump(agent_reader, upstream, from_agent=True, peer=agent_writer, drawn=drawn),
-                self._pump(upstream_reader, agent_writer, from_agent=False, peer=upstream, drawn=drawn),
+                self._pump(agent_reader, upstream, True, agent_writer, drawn, answer_lost),
+                self._pump(upstream_reader, agent_writer, False, upstream, drawn, answer_lost),
             )
         except _Closing as why:
             if str(why) == "reset":
@@ -208,6 +240,7 @@ class FaultProxy:
         from_agent: bool,
         peer: asyncio.StreamWriter,
         drawn: list[int],
+        answer_lost: list[bool],
     ) -> None:
         """One direction of a connection. A reset tears down both directions (_Closing)."""
         assert self._flowing is not None and self._closed is not None
@@ -220,6 +253,16 @@ class FaultProxy:
                     raise _Closing("idle") from None
                 if not data:
                     break
+                if not from_agent and answer_lost[0]:
+                    raise _Closing("reset")  # the cut request's answer never reaches the agent
+                cut = self._cut if from_agent else None
+                if cut is not None and cut.marker in data:
+                    self._cut = None
+                    if cut.take():  # not fired yet on another proxy it is armed on
+                        self._start_cut(cut)
+                        if not cut.lands:
+                            raise _Closing("reset")
+                        drawn[0], answer_lost[0] = self._epoch, True  # the rest of this request goes on
                 if from_agent:
                     self.stats.requests += 1
                     if self.mode is Mode.RESET and drawn[0] != self._epoch:
@@ -250,6 +293,23 @@ class FaultProxy:
                 writer.write_eof()
         except (ConnectionError, OSError):
             peer.close()
+
+    def _start_cut(self, cut: Cut) -> None:
+        """Every request reset from now for `cut.cut_sec`, then passing again (on the loop)."""
+        assert self._loop is not None
+        self.stats.cuts += 1
+        self.mode, self.reset_probability, self.resets_left = Mode.RESET, 1.0, None
+        self._epoch += 1
+        epoch = self._epoch
+        self._apply_mode()
+
+        def end() -> None:
+            if self._epoch == epoch:  # nobody changed the mode since
+                self.mode = Mode.PASS
+                self._epoch += 1
+                self._apply_mode()
+
+        self._loop.call_later(cut.cut_sec, end)
 
     @staticmethod
     async def _write_at(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from relevo_tools.drill.release import RELEASE_DRILLS
 from relevo_tools.drill.trial import Trial
 
 # What a problem line starts with -> the summary column that counts it.
@@ -90,5 +91,28 @@ def summary_table(results: dict[str, list[Trial]]) -> Table:
             *(str(found[column]) for column in (*PROBLEM_KINDS.values(), "other")),
             _range([t.takeover_sec for t in trials if t.takeover_sec is not None]),
             _range([f for f in fences if f is not None]),
+        )
+    return table
+
+
+def release_table(results: dict[str, list[Trial]]) -> Table | None:
+    """The release drills by their fault: trials held, duplicate uploads or submissions at the local
+    Apple service, in-progress submissions resumed, build numbers given twice. None without them."""
+    ran = {name: trials for name, trials in results.items() if name in RELEASE_DRILLS}
+    if not ran:
+        return None
+    table = Table(title="release drill (at the local Apple service)", title_justify="left")
+    for column in ("fault", "trials", "held", "duplicates", "resumed", "build numbers given twice"):
+        table.add_column(column)
+    for name, trials in ran.items():
+        found = counts(trials)
+        twice = sum(p.startswith("build number given twice") for t in trials for p in t.problems)
+        table.add_row(
+            name,
+            str(len(trials)),
+            str(sum(t.ok for t in trials)),
+            str(found["duplicates"]),
+            str(sum(t.resumed for t in trials)),
+            str(twice),
         )
     return table

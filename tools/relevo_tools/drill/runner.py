@@ -3,7 +3,7 @@ fault proxies, the fleet settled between trials (`relevo-tools drill`, drill/com
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from relevo_core.files.stack import StackInfo
@@ -14,14 +14,15 @@ from relevo_tools.drill.trial import LateFault, Trial
 
 def run_drills(
     names: list[str],
-    trials: int,
+    trials: int | Mapping[str, int],
     timing: DrillTiming,
     stack: StackInfo,
     work: Path,
     say: Callable[[str], None] = lambda _: None,
     on_trial: Callable[[Trial], None] = lambda _: None,
 ) -> dict[str, list[Trial]]:
-    """Every trial of every named drill on one fleet, healed between trials."""
+    """Every trial of every named drill (`trials` of each, or by name) on one fleet, healed
+    between trials."""
     results: dict[str, list[Trial]] = {}
     fleet = DrillFleet(stack, work, timing, say)
     try:
@@ -29,8 +30,9 @@ def run_drills(
         say(f"agents {', '.join(fleet.agents)} online in eu-west, each behind its fault proxy")
         for name in names:
             results[name] = []
-            for number in range(1, trials + 1):
-                say(f"{name} trial {number}/{trials}…")
+            count = trials if isinstance(trials, int) else trials[name]
+            for number in range(1, count + 1):
+                say(f"{name} trial {number}/{count}…")
                 trial = run_trial(fleet, name, number, say)
                 results[name].append(trial)
                 on_trial(trial)

@@ -46,6 +46,8 @@ class Trial:
     takeover_sec: float | None = None  # fault → the next attempt claimed by the other agent
     cancel_sec: float | None = None  # cancel → the process group gone (SIGTERM, no trap)
     attempts: int = 0
+    # in-progress effects the next attempt resumed rather than started again (the release drills)
+    resumed: int = 0
     problems: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
 
