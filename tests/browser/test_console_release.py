@@ -14,10 +14,10 @@ import pytest
 from relevo_agent.effects import registry
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
+from tests.helpers.agents import agent_at
 from tests.helpers.browser import console_server
 from tests.helpers.stack import wait_for_execution
 from tests.integration.test_effect_stage_run import (  # noqa: F401 - release_profile: a fixture
-    _agent,
     _counted,
     _project,
     _run_next,
@@ -43,7 +43,7 @@ def test_the_job_page_has_a_release_table_naming_the_effect_and_its_identifiers(
     puts: list[str] = []
     monkeypatch.setitem(registry.KINDS, "s3_object", _counted(puts))
     job_id = api.run_project(project_id, {"ref": "main"})["job_id"]
-    mac = _agent(tmp_path, local_stack, "mac-a")
+    mac = agent_at(tmp_path, local_stack, "mac-a")
     assert [_run_next(local_stack, mac, job_id)["stage"] for _ in range(2)] == ["build", "publish"]
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED" and puts == ["app/App.zip"]
     outputs = api.get_job(job_id)["stages"][1]["outputs"]

@@ -1,5 +1,5 @@
 """The github_release_asset effect (relevo_agent.effects.github_release_asset, issue 44) against a
-stateful stand-in for GitHub's releases (tests/helpers/github_releases.py) whose every request and
+stateful stand-in for GitHub's releases (local/relevo_local/github/releases.py) whose every request and
 answer is checked against GitHub's pinned REST description: identifiers recorded before anything is
 sent, each probe answer, the upload whose answer was lost (found, never sent twice), an asset of
 that name with other bytes never overwritten, an unfinished upload deleted and redone in the log,
@@ -15,8 +15,8 @@ from relevo_agent.effects.github_release_asset import GithubReleaseAssetEffect
 from relevo_agent.effects.kind import Answer, EffectFailed, Endpoints
 from relevo_core.models.effect import GithubReleaseAsset
 from relevo_core.models.errors import ErrorClass
+from relevo_local.github.releases import TOKEN, github_releases
 from tests.helpers.effect_context import Attempt
-from tests.helpers.github_releases import TOKEN, github_releases
 from tests.helpers.recorder import Recorder
 
 SECRET = "relevo/test/_release/app/github-token"

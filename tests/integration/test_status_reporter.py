@@ -1,7 +1,7 @@
 """Commit statuses on the local stack: real jobs (webhook, state machine, stage reports), the
 table's stream delivered to StatusReporterFunction as the template declares it, and a local
 recorder standing in for GitHub and GitLab. Every GitHub call is checked against GitHub's
-published REST description (tests/helpers/github_openapi.py)."""
+published REST description (local/relevo_local/github/openapi.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
 from relevo_core.store.deliveries import project_deliveries
 from relevo_core.store.job_stages import stage_records
-from tests.helpers.github_openapi import check_call
+from relevo_local.github.openapi import check_call
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import (
     deliver,

@@ -88,4 +88,4 @@ def test_a_key_that_is_not_p256_or_not_an_object_is_refused(team):
         bearer_token({**secret, "private_key": rsa_pem}, NOW.timestamp())
     assert refused.value.error_class is ErrorClass.EFFECT_REFUSED
     with pytest.raises(EffectFailed, match="not a JSON object"):
-        bearer_token(["key"], NOW.timestamp())  # type: ignore[arg-type]
+        bearer_token(["key"], NOW.timestamp())  # type: ignore[arg-type]  # not a dict: the refusal is the test

@@ -12,7 +12,7 @@ from relevo_core.models.project_settings import CommitStatusSettings
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.commit_status import status_request
 from relevo_core.notify.transitions import job_link, job_transition
-from tests.helpers.github_openapi import check_call
+from relevo_local.github.openapi import check_call
 
 MACHINE = "arn:aws:states:eu-west-1:123456789012:stateMachine:relevo-jobs"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -89,7 +89,7 @@ def setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         StageRef("table", "job_1", 1, 1, "mac-a"), Lease(LeaseTimeline(60, 10, 5), time.monotonic())
     )
     return {
-        "command": StageCommand(config, journal, keychains=None),  # type: ignore[arg-type]
+        "command": StageCommand(config, journal, keychains=None),  # type: ignore[arg-type]  # no keychains: these stages do not sign
         "journal": journal,
         "recorded": recorded,
         "workspace": workspace,

@@ -23,7 +23,7 @@ from relevo_core.notify.github_app import (
 )
 from relevo_core.notify.sending import Clock, SendPolicy, Urllib3Transport
 from relevo_core.notify.transitions import job_transition
-from tests.helpers.github_openapi import check_call
+from relevo_local.github.openapi import check_call
 from tests.helpers.recorder import Recorder
 
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)

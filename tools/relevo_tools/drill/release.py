@@ -185,7 +185,7 @@ class ReleaseRun:
     def kill(self, agent: DrillAgent) -> None:
         if agent.alive():
             agent.process.kill()  # type: ignore[union-attr]  # alive(): it has one
-            agent.process.wait()  # type: ignore[union-attr]
+            agent.process.wait()  # type: ignore[union-attr]  # alive(): it has one
 
     def holder(self, index: int) -> DrillAgent | None:
         return self.fleet.agents.get(str(self.fleet.stage_record(self.job_id, index).get("agent_id")))

@@ -1,6 +1,6 @@
 """GitHub's published REST description (npm package @octokit/openapi, generated/api.github.com.json),
 pinned by version and integrity, fetched once by the setup step (`make .venv/.relevo-installed`
-runs `python -m tests.helpers.github_openapi`) and cached in the venv; and a check of one call
+runs `python -m relevo_local.github.openapi`) and cached in the venv; and a check of one call
 against it: the method and path are an operation of the description, the path parameters are
 there, the body has the required fields, and every value with an enum is one of it.
 
@@ -27,7 +27,7 @@ TARBALL = f"https://registry.npmjs.org/{PACKAGE}/-/openapi-{VERSION}.tgz"
 # `npm view @octokit/openapi@23.0.2 dist.integrity`
 INTEGRITY = "sha512-pV8M7L9GY23AybNvTmo2nyjmpmnt6+2sRE/tqr0ZLQcPS4lnw7u5eZGNmwRNkBC3D7gZXbFx5AHzLUVRBXGDhg=="
 MEMBER = "package/generated/api.github.com.json"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CACHED = ROOT / ".venv" / "share" / f"octokit-openapi-{VERSION}" / "api.github.com.json"
 
 
@@ -61,11 +61,12 @@ def description() -> dict[str, Any]:
     if not CACHED.exists():
         raise DescriptionMissing(
             f"GitHub's REST description ({PACKAGE} {VERSION}) is not cached at {CACHED}: run "
-            "`.venv/bin/python -m tests.helpers.github_openapi` (or `make .venv/.relevo-installed`) with "
+            "`.venv/bin/python -m relevo_local.github.openapi` (or `make .venv/.relevo-installed`) with "
             "the npm "
             f"registry reachable"
         )
-    return json.loads(CACHED.read_text())
+    loaded: dict[str, Any] = json.loads(CACHED.read_text())
+    return loaded
 
 
 def _resolve(node: Any, spec: dict[str, Any], depth: int = 0) -> Any:

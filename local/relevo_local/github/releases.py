@@ -3,7 +3,7 @@ github_release_asset effect's tests. The recorder (relevo_local.recorder) answer
 an asset uploaded once must be there for the next attempt's probe, as at GitHub, so this one keeps
 what it was sent: releases by tag, their assets (name, bytes, digest `sha256:…`, state).
 
-Every request is checked against GitHub's pinned REST description (tests/helpers/github_openapi.py:
+Every request is checked against GitHub's pinned REST description (local/relevo_local/github/openapi.py:
 the operation, its path and required query parameters) and every answer too (the operation's
 status and its schema); what departs is kept in `mismatches`, which the fixture asserts empty.
 
@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from tests.helpers.github_openapi import check_answer, check_call
+from relevo_local.github.openapi import check_answer, check_call
 
 TOKEN = "ghs_releasewriter0000000000000000000000"
 CREATED = "2026-12-06T10:00:00Z"
