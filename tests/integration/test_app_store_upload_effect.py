@@ -151,6 +151,8 @@ def test_an_app_apple_does_not_know_is_refused_naming_it(apple):
         (make_ipa(build="4x2"), "CFBundleVersion is '4x2'", {}),
         (make_ipa(), "the declared build 43 is not the .ipa's 42", {"build": "43"}),
     ],
+    # Named: an .ipa's bytes carry the time it was zipped, and xdist's workers must collect the same ids.
+    ids=["not-a-zip", "no-info-plist", "bad-build-number", "declared-build-differs"],
 )
 def test_an_unreadable_or_disagreeing_ipa_is_refused_naming_what_is_wrong(apple, content, named, fields):
     service, _, app_id, attempt, ipa = apple
