@@ -107,6 +107,9 @@ class Served:
     answered: float
     who: str
     call: str
+    # A message's body (SendMessage): whose job it is. Other jobs of the worker's stack (earlier
+    # tests') may still be sending theirs.
+    body: str = ""
 
 
 class Recording:
@@ -166,12 +169,18 @@ def recording(local_stack, monkeypatch) -> Iterator[Recording]:
     def served(app: Any, environ: dict[str, Any], start_response: Any) -> Any:
         arrived = time.time()
         access_key, call = _call_of(environ)
+        body = ""
+        if call == "sqs:SendMessage":
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            raw = environ["wsgi.input"].read(length) if length else b""
+            environ["wsgi.input"] = io.BytesIO(raw)  # put back for moto
+            body = raw.decode(errors="replace")
         if recorded.hold:
             time.sleep(HOLD_SEC)  # a request sent beside this one arrives meanwhile
         try:
             return serve(app, environ, start_response)
         finally:
-            recorded.add(Served(arrived, time.time(), recorded.who(access_key), call))
+            recorded.add(Served(arrived, time.time(), recorded.who(access_key), call, body))
 
     post = ClaimRoutes._post
 
@@ -277,7 +286,8 @@ def test_a_handoff_waits_on_four_round_trips_to_start_and_six_to_hand_on(
     (started_file.parent / f"{job_id}-go").touch()
     wait_until(
         lambda: any(
-            c.who == STATE_MACHINE and c.call == "sqs:SendMessage" for c in recording.between(received, 1e12)
+            c.who == STATE_MACHINE and c.call == "sqs:SendMessage" and job_id in c.body
+            for c in recording.between(received, 1e12)
         ),
         timeout=30,
     )
@@ -287,7 +297,9 @@ def test_a_handoff_waits_on_four_round_trips_to_start_and_six_to_hand_on(
     ended = float((started_file.parent / f"{job_id}-ended").read_text())
     to_start = on_path(recording.between(received, started))
     next_message = next(
-        c for c in recording.between(ended, 1e12) if c.who == STATE_MACHINE and c.call == "sqs:SendMessage"
+        c
+        for c in recording.between(ended, 1e12)
+        if c.who == STATE_MACHINE and c.call == "sqs:SendMessage" and job_id in c.body
     )
     to_next = on_path(recording.between(ended, next_message.answered))
 
