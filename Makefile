@@ -64,12 +64,12 @@ lint: check
 	$(BIN)/python -m relevo_tools.iam_lint template.yaml
 
 bench: $(STAMP)
-	@# Every bench runs (harness.py and summary.py are what they share, not benches), each
+	@# Every bench runs (harness.py, summary.py and critical_path.py are what they share, not benches), each
 	@# reporting its figures into one file; the summary table ends the run, beside each figure its
 	@# target and the round's baseline, and writes it into bench/README.md. A missed target
 	@# (exit 1) or a broken bench (exit 2) fails the target at the end.
 	@figures=$$(mktemp); rc=0; \
-	for b in $(filter-out bench/harness.py bench/summary.py,$(wildcard bench/*.py)); do \
+	for b in $(filter-out bench/harness.py bench/summary.py bench/critical_path.py,$(wildcard bench/*.py)); do \
 		echo "== $$b"; RELEVO_BENCH_SUMMARY=$$figures $(BIN)/python $$b; code=$$?; [ $$code -eq 0 ] || rc=1; \
 		echo "{\"bench\": \"$$(basename $$b .py)\", \"exit\": $$code}" >> $$figures; \
 	done; \
