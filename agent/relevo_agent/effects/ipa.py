@@ -50,6 +50,7 @@ def _info_plist(path: Path) -> dict[str, object]:
                 raise _refused(f"{path.name}: {names[0].filename} is over {MAX_PLIST_BYTES} bytes")
             with archive.open(names[0]) as member:
                 data = member.read(MAX_PLIST_BYTES + 1)
+    # zipfile raises NotImplementedError for a compression method it lacks: still not a readable .ipa.
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, NotImplementedError) as error:
         raise _refused(f"{path.name} is not a readable .ipa (a zip archive): {error}") from None
     try:
