@@ -107,8 +107,8 @@ class Served:
     answered: float
     who: str
     call: str
-    # A message's body (SendMessage): whose job it is. Other jobs of the worker's stack (earlier
-    # tests') may still be sending theirs.
+    # The request's body (its key, its message): whose job it is. Other jobs of the worker's stack
+    # (earlier tests') may still be writing their records and sending their messages.
     body: str = ""
 
 
@@ -169,12 +169,10 @@ def recording(local_stack, monkeypatch) -> Iterator[Recording]:
     def served(app: Any, environ: dict[str, Any], start_response: Any) -> Any:
         arrived = time.time()
         access_key, call = _call_of(environ)
-        body = ""
-        if call == "sqs:SendMessage":
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-            raw = environ["wsgi.input"].read(length) if length else b""
-            environ["wsgi.input"] = io.BytesIO(raw)  # put back for moto
-            body = raw.decode(errors="replace")
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        raw = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(raw)  # put back for moto
+        body = raw.decode(errors="replace")
         if recorded.hold:
             time.sleep(HOLD_SEC)  # a request sent beside this one arrives meanwhile
         try:
@@ -234,11 +232,16 @@ def declared(path: tuple[Hop, ...]) -> list[tuple[str, str | None, list[list[str
     return [(hop.who, hop.route, [sorted(step.calls) for step in hop.steps]) for hop in path]
 
 
-def on_path(calls: list[Served]) -> list[Served]:
+def on_path(calls: list[Served], job_id: str) -> list[Served]:
+    """The calls on this job's path: the state machine's only when they name this job (the
+    worker's stack may still be running earlier tests' jobs, whose calls land in the window)."""
     return [
         c
         for c in calls
-        if c.who in ON_PATH and (c.who, c.call) not in BESIDE and c.call not in STREAM_POLLER_CALLS
+        if c.who in ON_PATH
+        and (c.who, c.call) not in BESIDE
+        and c.call not in STREAM_POLLER_CALLS
+        and (c.who != STATE_MACHINE or job_id in c.body)
     ]
 
 
@@ -295,13 +298,13 @@ def test_a_handoff_waits_on_four_round_trips_to_start_and_six_to_hand_on(
     recording.hold = False
     started = float(started_file.read_text())
     ended = float((started_file.parent / f"{job_id}-ended").read_text())
-    to_start = on_path(recording.between(received, started))
+    to_start = on_path(recording.between(received, started), job_id)
     next_message = next(
         c
         for c in recording.between(ended, 1e12)
         if c.who == STATE_MACHINE and c.call == "sqs:SendMessage" and job_id in c.body
     )
-    to_next = on_path(recording.between(ended, next_message.answered))
+    to_next = on_path(recording.between(ended, next_message.answered), job_id)
 
     # Then the calls are the declared ones, each step after the one before, beside within a step
     assert hops_of(to_start) == declared(RECEIPT_TO_START), to_start
