@@ -25,6 +25,7 @@ from relevo_core.models.errors import ErrorCode, RelevoError
 
 # A stage's handoff objects (packs, blobs, manifests) are under the job's prefix, in HANDOFF_DIR.
 from relevo_core.models.handoff import HANDOFF_DIR, manifest_name
+from relevo_core.models.test_results import TESTS_DIR
 
 log = logging.getLogger("relevo_core.models.job_objects")
 
@@ -127,6 +128,12 @@ def artifact_key(home: JobPrefix, stage: str, path: str, shard: int | None, hand
 
 def handoff_prefix(home: JobPrefix) -> str:
     return f"{home.prefix}{HANDOFF_DIR}/"
+
+
+def test_results_key(home: JobPrefix, stage: str, shard: int | None, attempt: int) -> str:
+    """A stage attempt's results document (relevo_core.models.test_results), a shard's its own,
+    each attempt numbered apart as its handoff manifest is."""
+    return f"{home.prefix}{TESTS_DIR}/{stage}{'' if shard is None else f'.shard-{shard}'}.{attempt}.json"
 
 
 def manifest_key(home: JobPrefix, stage: str, shard: int | None, attempt: int) -> str:
