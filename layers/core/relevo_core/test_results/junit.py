@@ -34,6 +34,9 @@ def read_junit(data: bytes, report: str, truncated_at: int | None = None) -> Rep
     """The test cases of one JUnit report (`report`: its path, as warnings name it).
     `truncated_at`: the report was read only up to this many bytes (the limit), which is said."""
     read = ReportRead()
+    if not data.strip():
+        read.warnings.append(f"{report}:1: empty: no XML in it")
+        return read
     suites: list[str] = []
     saw_root = False
     try:
