@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from relevo_core.models.test_results import ResultsDocument, ResultsSummary, TestResult, pytest_node_id
+from relevo_core.models.test_results import ResultsDocument, ResultsSummary, pytest_node_id
+from relevo_core.models.test_results import TestResult as Result
 from relevo_core.test_results.junit import read_junit
 from relevo_core.test_results.merge import failed_only_in_quarantine, merge_results
 from relevo_core.test_results.xcresult import read_xcresult_json
@@ -142,7 +143,7 @@ def test_surefire_reruns_in_one_report_make_a_flaky_test_counted_once():
 
 def test_a_test_that_failed_in_an_earlier_attempt_and_passes_now_is_flaky():
     # Given the earlier attempt's document said c::t failed
-    earlier = [TestResult(id="c::t", suite="c", name="t", status="failed", runs=["failed"])]
+    earlier = [Result(id="c::t", suite="c", name="t", status="failed", runs=["failed"])]
     now = read_junit(b'<testsuite><testcase classname="c" name="t"/></testsuite>', "r.xml")
 
     # When this attempt's report says it passed
