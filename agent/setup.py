@@ -19,6 +19,8 @@ setup(
         CORE_REQUIREMENT,
         "boto3>=1.34",
         "cryptography>=42",
+        # Test reports are XML a build wrote: parsed without entity expansion (relevo_core.test_results).
+        "defusedxml>=0.7",
         "pydantic>=2.10,<3",
         "PyJWT>=2.8",
         "typer>=0.12",

@@ -106,6 +106,8 @@ class StageReport(BaseModel):
     error: str | None = None  # an ErrorClass value
     cause: str | None = None
     receipt: dict[str, Any] | None = None
+    # The attempt's tests (a ResultsSummary's JSON, relevo_agent.test_reports), when it declared any.
+    tests: dict[str, Any] | None = None
     # Nothing of this attempt runs any more here: its lease ends with the report.
     lease_ended: bool = False
     # The claim's proof (relevo_agent.claim): the outcome route answers only the claim that shows
@@ -124,5 +126,5 @@ class StageReport(BaseModel):
     def payload(self) -> dict[str, Any]:
         """The outbox entry (JSON-ready); a report without a claim secret or a shard keeps the
         shape the journal held before there were any."""
-        left_out = {name for name in ("claim_secret", "shard") if getattr(self, name) is None}
+        left_out = {name for name in ("claim_secret", "shard", "tests") if getattr(self, name) is None}
         return self.model_dump(mode="json", exclude=left_out or None)

@@ -40,6 +40,7 @@ class Concluder:
         error: ErrorClass | None = None,
         cause: str | None = None,
         stage_outcome: stage_attempts.AttemptOutcome | None = None,
+        tests: dict[str, Any] | None = None,
     ) -> None:
         """The report of an attempt: journal first (outcome, receipt and the outbox entry in one
         transaction), then sent. Only `end` calls it in the agent (a test may call it directly)."""
@@ -62,6 +63,7 @@ class Concluder:
             error=error.value if error else None,
             cause=cause,
             receipt=receipt,
+            tests=tests,
             lease_ended=True,  # nothing of this attempt runs any more here
             claim_secret=run.claim_secret,
         )
@@ -101,4 +103,5 @@ class Concluder:
             error=ending.error,
             cause=ending.cause,
             stage_outcome=ending.report_outcome(),
+            tests=ending.tests,
         )

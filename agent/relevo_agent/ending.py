@@ -39,6 +39,8 @@ class Ending:
     stopped: str | None = None
     let_go: bool = False
     hand_back: str | None = None
+    # What the attempt's test reports said (a ResultsSummary's JSON, relevo_agent.test_reports).
+    tests: dict[str, Any] | None = None
 
     @property
     def reported(self) -> bool:

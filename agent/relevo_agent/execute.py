@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from relevo_agent.outputs import OutputWatch
     from relevo_agent.prepare import Prepared
     from relevo_agent.reconcile import Resumption
+    from relevo_agent.test_reports import TestsRead
     from relevo_core.models.envelope import JobEnvelope
     from relevo_core.models.plan import StagePlan
 
@@ -158,11 +159,16 @@ class StageCommand:
             if resume is not None:
                 env = {**env, **self._resuming(run, op_id, shipper, watch, resume)}
             result = self.under_lease(run, plan, command, workspace, env, warnings.write)
-            left = self._what_it_left(run, plan, result, watch, env, envelope, shipper, prepared, workspace)
+            # Read whatever the command ended with, before its handoff is stored and its end said.
+            tests = self._test_reports(run, plan, workspace, envelope, shipper)
+            excused = tests is not None and tests.failed_only_in_quarantine and not result.signaled
+            left = self._what_it_left(
+                run, plan, result, watch, env, envelope, shipper, prepared, workspace, excused
+            )
         if run.reason is not None:
             return Ending.stopped_by(run.reason, result.exit_code)
         ran = Ran(op_id, self.config.agent_id, run.ref.attempt, Path(env["RELEVO_ARTIFACT_DIR"]))
-        ending = ending_of(ran, plan, result, left, warnings, shipper)
+        ending = ending_of(ran, plan, result, left, warnings, shipper, tests)
         if resume is not None and ending.error is not None and ending.stage_outcome is None:
             # The effect is still out there (a submission Apple is checking): a retry probes it
             # again (outcome unknown) rather than run the command, which would start a second one.
@@ -389,9 +395,11 @@ class StageCommand:
         shipper: Any,
         prepared: Prepared,
         workspace: Path,
+        excused: bool = False,
     ) -> WhatItLeft:
         """The command's values; then, after a success, its artifacts (relevo_agent.artifacts) and
-        its handoff, stored while the lease is still kept, each record fenced on the attempt."""
+        its handoff, stored while the lease is still kept, each record fenced on the attempt.
+        `excused`: the command failed only because of quarantined tests (it ends `warning`)."""
         from relevo_agent.artifacts import upload_stage_artifacts
         from relevo_agent.handoff import HandoffFailure
         from relevo_agent.outputs import OutputInvalid
@@ -400,7 +408,8 @@ class StageCommand:
             left = WhatItLeft(outputs=watch.stop())
         except OutputInvalid as invalid:
             left = WhatItLeft(dict(watch.parser.values), error=ErrorClass.OUTPUT_INVALID, why=str(invalid))
-        if not warning_lines.ended_well(plan, result.exit_code) or run.reason is not None or left.error:
+        ended_well = warning_lines.ended_well(plan, result.exit_code) or excused
+        if not ended_well or run.reason is not None or left.error:
             return left
         artifact_dir = Path(env["RELEVO_ARTIFACT_DIR"])
         left.error = upload_stage_artifacts(
@@ -412,6 +421,30 @@ class StageCommand:
             except HandoffFailure as failure:
                 left.error, left.why = failure.error_class, failure.message
         return left
+
+    def _test_reports(
+        self, run: StageRun, plan: StagePlan, workspace: Path, envelope: JobEnvelope, shipper: Any
+    ) -> TestsRead | None:
+        """The stage's declared test reports read and stored (relevo_agent.test_reports); None
+        when it declares none or the run was stopped (nothing of it is reported then)."""
+        if plan.tests is None or not plan.tests.declared or run.reason is not None:
+            return None
+        from relevo_agent.test_reports import Attempt, read_reports
+
+        ref = run.ref
+        attempt = Attempt(
+            envelope.artifact_uri, ref.job_id, plan.name, ref.shard, ref.attempt, self.config.agent_id
+        )
+        try:
+            return read_reports(plan.tests, workspace, attempt, shipper.line)
+        except Exception:  # noqa: BLE001 - a reader's own fault never fails the stage
+            log.exception("%s/%s: its test reports could not be read", ref.job_id, plan.name)
+            shipper.line("[relevo] tests: the reports could not be read (see the agent's log)")
+            from relevo_agent.test_reports import TestsRead
+            from relevo_core.models.test_results import ResultsSummary
+
+            said = ResultsSummary(warnings=["the test reports could not be read (see the agent's log)"])
+            return TestsRead(said.model_dump(mode="json"), failed_only_in_quarantine=False)
 
     def _outputs_changed(
         self, run: StageRun, op_id: str, shipper: Any, values: dict[str, str], changed: list[str]

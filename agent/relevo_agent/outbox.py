@@ -108,6 +108,7 @@ class Outbox:
             cause=(report.cause or "")[:TASK_CAUSE_MAX] or None,
             receipt=report.receipt,
             lease_ended=report.lease_ended,
+            tests=report.tests,
         )
         try:
             with call_budget(REPORT_CALL_SEC):

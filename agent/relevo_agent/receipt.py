@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from relevo_core.store.stage_attempts import AttemptOutcome
 if TYPE_CHECKING:
     from relevo_agent.executor import ExecResult
     from relevo_agent.logs import LogShipper
+    from relevo_agent.test_reports import TestsRead
     from relevo_agent.warning_lines import WarningLines
     from relevo_core.models.plan import StagePlan
 
@@ -56,10 +57,26 @@ def ending_of(
     left: WhatItLeft,
     warnings: WarningLines,
     shipper: LogShipper,
+    tests: TestsRead | None = None,
 ) -> Ending:
     """The ending of a command that ran to its end (not stopped): succeeded (with warnings when
     its ::warning:: lines say so), killed by a signal this agent did not send, or failed as
-    classified."""
+    classified. With `tests` (the stage declares reports): its summary rides on the ending; a
+    report it could not read makes a success `warning`, and a command that failed only because of
+    quarantined tests ends `warning`, saying so."""
+    ending = _ending_of(ran, plan, result, left, warnings, shipper, tests)
+    return ending if tests is None else replace(ending, tests=tests.summary)
+
+
+def _ending_of(
+    ran: Ran,
+    plan: StagePlan,
+    result: ExecResult,
+    left: WhatItLeft,
+    warnings: WarningLines,
+    shipper: LogShipper,
+    tests: TestsRead | None,
+) -> Ending:
     receipt: dict[str, Any] = {
         "exit_code": result.exit_code,
         "duration_sec": round(result.duration_sec, 3),
@@ -70,8 +87,11 @@ def ending_of(
     }
     if left.handoff is not None:
         receipt["handoff"] = left.handoff
-    if warning_lines.ended_well(plan, result.exit_code) and left.error is None:
-        warned = warning_lines.warning_summary(plan, result.exit_code, warnings)
+    excused = tests is not None and tests.failed_only_in_quarantine and not result.signaled
+    if (warning_lines.ended_well(plan, result.exit_code) or excused) and left.error is None:
+        warned = warning_lines.warning_summary(
+            plan, result.exit_code, warnings, _tests_said(tests, result.exit_code, excused)
+        )
         if warned is not None:
             receipt["warnings"] = warned
             shipper.line(f"[relevo] succeeded with warnings: {warned['text']}")
@@ -106,6 +126,24 @@ def ending_of(
     error = left.error or classify(result.exit_code, result.output_tail, plan.retry, result.timed_out)
     log.info("%s failed: %s (exit %d)", ran.op_id, error.value, result.exit_code)
     return Ending.failed(error, cause, receipt, result.exit_code)
+
+
+def _tests_said(tests: TestsRead | None, exit_code: int, excused: bool) -> str | None:
+    """What the stage's tests add to why it is `warning` (None: nothing)."""
+    if tests is None:
+        return None
+    if excused:
+        names = ", ".join(tests.failing_quarantined[:3])
+        more = len(tests.failing_quarantined) - 3
+        return (
+            f"exit {exit_code}: failed only because of quarantined tests ({names}"
+            + (f" and {more} more" if more > 0 else "")
+            + ")"
+        )
+    if tests.warnings:
+        count = len(tests.warnings)
+        return f"test reports: {tests.warnings[0]}" + (f" (and {count - 1} more)" if count > 1 else "")
+    return None
 
 
 def _checksums(directory: Path) -> dict[str, str]:

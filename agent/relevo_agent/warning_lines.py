@@ -55,15 +55,20 @@ def ended_well(plan: StagePlan, exit_code: int) -> bool:
     return exit_code == 0 or exit_code in plan.warning_exit_codes
 
 
-def warning_summary(plan: StagePlan, exit_code: int, lines: WarningLines) -> dict[str, Any] | None:
+def warning_summary(
+    plan: StagePlan, exit_code: int, lines: WarningLines, tests: str | None = None
+) -> dict[str, Any] | None:
     """What makes a stage that ended well a `warning` one (None: a plain success), as its receipt
-    carries it: the exit code it declared a warning, the lines marked, the first of them, and a
-    sentence for people."""
+    carries it: the exit code it declared a warning, the lines marked, the first of them, what
+    its test reports say (`tests`: an unreadable report, a failure only of quarantined tests),
+    and a sentence for people."""
     lines.close()
-    if exit_code == 0 and not lines.count:
+    if exit_code == 0 and not lines.count and tests is None:
         return None
     said = []
-    if exit_code != 0:
+    if tests is not None:
+        said.append(tests)
+    if exit_code != 0 and exit_code in plan.warning_exit_codes:
         said.append(f"exit {exit_code} (one of its warning_exit_codes)")
     if lines.count:
         said.append(
@@ -72,6 +77,7 @@ def warning_summary(plan: StagePlan, exit_code: int, lines: WarningLines) -> dic
         )
     return {
         "exit_code": exit_code if exit_code != 0 else None,
+        **({"tests": tests} if tests is not None else {}),
         "lines": lines.count,
         "first": lines.first,
         "text": "; ".join(said),

@@ -428,6 +428,7 @@ def report_outcome(
             outcome=stage_attempts.AttemptOutcome(request.outcome),
             lease_ended=request.lease_ended,
             claim_id=claim_id_of(request.claim_secret),
+            tests=request.tests.model_dump(mode="json") if request.tests is not None else None,
         )
     except stage_attempts.LeaseLost as lost:
         wait([token])  # it ends before the request does: nothing runs on after its answer

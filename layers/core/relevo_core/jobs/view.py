@@ -69,6 +69,12 @@ def _transfers_of(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _tests_of(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The last attempt's ResultsSummary, as the outcome route recorded it (None without one)."""
+    tests = record.get("tests")
+    return tests if isinstance(tests, dict) else None
+
+
 def _handoff_of(record: dict[str, Any]) -> dict[str, Any] | None:
     """What the stage handed on (its receipt's summary; while it runs, the attempt's stored one)
     and what its Mac restored before its command: `files`/`bytes` handed on, `restored_bytes`
@@ -157,6 +163,7 @@ def _shards_of(
                 # What the shard hands on (its own record's receipt, docs/handoff.md "Stages with shards").
                 "outputs": _outputs_of(found),
                 "handoff": _handoff_of(found),
+                "tests": _tests_of(found),
             }
         )
     return shards
@@ -245,6 +252,8 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 # What travels to the later stages (docs/handoff.md): its values and its files.
                 "outputs": _outputs_of(found),
                 "handoff": _handoff_of(found),
+                # Its tests as its last attempt's reports said them (docs/test-results.md).
+                "tests": _tests_of(found),
                 # A built-in release effect: its kind, identifiers and Apple's state, from its values.
                 "effect": effect_summary(
                     stage.effect.kind if stage.effect else None,

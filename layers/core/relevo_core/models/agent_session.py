@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from relevo_core.models.envelope import JOB_ID
 from relevo_core.models.plan import MAX_DECLARED_SHARDS
 from relevo_core.models.requests import BodyModel
+from relevo_core.models.test_results import ResultsSummary
 
 CLAIM_SECRET = r"^[0-9a-f]{64}$"
 # States.UUID() of the dispatch (statemachines/job.asl.json MarkStageDispatched).
@@ -103,6 +104,9 @@ class OutcomeReport(AttemptRequest):
     receipt: dict[str, Any] | None = None
     # The command's process group is gone: the lease ends now, not at its deadline.
     lease_ended: bool = True
+    # The attempt's tests as its reports said them (relevo_core.models.test_results), kept on the
+    # stage's (or shard's) record with the outcome, fenced alike.
+    tests: ResultsSummary | None = None
 
 
 class TaskAnswered(BaseModel):

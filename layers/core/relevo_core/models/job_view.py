@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from relevo_core.models.effect_summary import EffectSummary
+from relevo_core.models.test_results import ResultsSummary
 from relevo_core.models.transfer import TransferProgress
 
 
@@ -53,6 +54,12 @@ class ShardView(BaseModel):
         None,
         description="what the shard handed on and what its Mac restored before its command, as a stage's "
         "`handoff`",
+    )
+    tests: ResultsSummary | None = Field(
+        None,
+        description="the shard: its tests as its last attempt's reports said them (counts, flaky, "
+        "quarantined, warnings, the results document's key); none without reports declared "
+        "(docs/test-results.md)",
     )
 
 
@@ -105,6 +112,12 @@ class StageView(BaseModel):
         description="what the stage handed on (files, bytes, digest, uploaded_bytes, manifest) and what its "
         "Mac restored before "
         "its command (restored_bytes: downloaded; 0 when the files were already there); docs/handoff.md",
+    )
+    tests: ResultsSummary | None = Field(
+        None,
+        description="a stage without shards: its tests as its last attempt's reports said them "
+        "(counts, flaky, quarantined, warnings, the results document's key); none without reports declared "
+        "(docs/test-results.md)",
     )
     effect: EffectSummary | None = Field(
         None,

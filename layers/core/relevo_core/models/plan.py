@@ -13,6 +13,7 @@ from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
 from relevo_core.models.effect import Effect
 from relevo_core.models.errors import EX_TEMPFAIL, ErrorClass
 from relevo_core.models.handoff import MAX_PATTERNS, normal_pattern, path_problem
+from relevo_core.models.stage_tests import StageTests
 
 STAGE_NAME = r"^[a-z][a-z0-9_-]{0,62}$"
 # What the AWS CLI accepts as a profile name in practice (no spaces, brackets or '=').
@@ -322,6 +323,8 @@ class StagePlan(_Frozen):
     handoff: tuple[HandoffPattern, ...] = Field(default=(), max_length=MAX_PATTERNS)
     # Non-zero exit codes that mean "succeeded, with warnings": the stage ends `warning`.
     warning_exit_codes: tuple[Annotated[int, Field(ge=1, le=255)], ...] = Field(default=(), max_length=32)
+    # The test reports the command leaves, read after it (relevo_core.models.stage_tests).
+    tests: StageTests | None = None
     # The fan-out (None, None: one run of the stage); fail_fast and max_parallel only with one.
     parallel: int | None = Field(default=None, ge=2, le=MAX_DECLARED_SHARDS)
     matrix: Matrix | None = Field(default=None, max_length=MAX_MATRIX_KEYS)

@@ -330,6 +330,7 @@ class Project(RunPlanMixin):
                     requires=stage.requires,
                     handoff=stage.handoff,
                     warning_exit_codes=stage.warning_exit_codes,
+                    tests=stage.tests,
                     parallel=stage.parallel,
                     matrix=stage.matrix,
                     fail_fast=stage.fail_fast,

@@ -21,6 +21,7 @@ from relevo_core.models.plan import (
     check_fan_out,
     check_handoff_patterns,
 )
+from relevo_core.models.stage_tests import StageTests
 
 
 class ProjectStage(BaseModel):
@@ -141,6 +142,13 @@ class ProjectStage(BaseModel):
         "`relevo job "
         "view`, `relevo job logs`, the console and the commit status say so. None may be a "
         "retry.transient_exit_codes code.",
+    )
+    tests: StageTests | None = Field(
+        default=None,
+        description="The test reports the command leaves (`junit`, `xcresult` globs), read by the agent "
+        "after the command whether it passed or failed: stored with the attempt, counted on the stage "
+        "(flaky tests told apart), and the tests the project quarantines (`quarantine`). A malformed "
+        "report makes the stage `warning`, naming the file and line. See docs/test-results.md.",
     )
     parallel: int | None = Field(
         default=None,

@@ -285,6 +285,7 @@ def finish(
     outcome: AttemptOutcome | None = None,
     lease_ended: bool = True,
     claim_id: str | None = None,
+    tests: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Record the attempt's outcome, fenced on the attempt (and with `claim_id`, on that very
     claim: the hash of the secret only the claiming agent knows). Returns the record as it was
@@ -325,6 +326,10 @@ def finish(
     if receipt is not None:
         expression += ", receipt = :receipt"
         values[":receipt"] = receipt
+    if tests is not None:
+        # The attempt's ResultsSummary (docs/test-results.md): the last attempt's is the stage's.
+        expression += ", tests = :tests"
+        values[":tests"] = tests
     expression += " REMOVE held_by"
     condition = _HOLDS_ATTEMPT
     if claim_id is not None:
