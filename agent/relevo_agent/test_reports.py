@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from relevo_agent.junit import read_junit
 from relevo_core.aws import client
 from relevo_core.models.job_objects import JobPrefix, test_results_key
 from relevo_core.models.test_results import (
@@ -33,7 +34,6 @@ from relevo_core.models.test_results import (
     TestResult,
 )
 from relevo_core.test_results import ReportRead
-from relevo_core.test_results.junit import read_junit
 from relevo_core.test_results.merge import failed_only_in_quarantine, merge_results
 from relevo_core.test_results.xcresult import read_xcresult_json
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from relevo_agent.junit import read_junit
 from relevo_core.models.test_results import ResultsDocument, ResultsSummary, pytest_node_id
 from relevo_core.models.test_results import TestResult as Result
-from relevo_core.test_results.junit import read_junit
 from relevo_core.test_results.merge import failed_only_in_quarantine, merge_results
 from relevo_core.test_results.xcresult import read_xcresult_json
 
