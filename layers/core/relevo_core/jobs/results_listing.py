@@ -9,22 +9,26 @@ attempts' documents of a retried shard are read too, so that a test's runs read 
 (the retry's last) and a test that failed and then passed in the retry is flaky, counted once.
 
 A request reads each document once. A 20,000-test job's documents are some 8 MB of JSON: they are
-parsed by pydantic-core in one pass, sorted by a key tuple, and only the page's and the slowest
-tests are made into answer rows."""
+parsed by pydantic-core's JSON reader in one pass, only the fields every test needs checked (id,
+status, duration, runs), the page found by a partial sort, and only the page's and the slowest
+tests validated whole (TestResult) and made into answer rows."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import gc
 import hashlib
 import heapq
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from relevo_core.jobs.handoff_sources import context_of
 from relevo_core.models.errors import ErrorCode, RelevoError
@@ -33,7 +37,6 @@ from relevo_core.models.requests import JobTestsQuery
 from relevo_core.models.test_results import (
     FAILING,
     RESULTS_SCHEMA,
-    ResultsDocument,
     ResultsSummary,
     TestResult,
 )
@@ -77,12 +80,55 @@ class _Source:
         }
 
 
+_STATUSES = frozenset({"passed", "failed", "error", "skipped"})
+
+
+@dataclass(frozen=True)
+class _Test:
+    """The fields of a test every request needs (to count, filter, order), read straight from the
+    document's JSON: the whole TestResult is validated only for the tests an answer shows."""
+
+    id: str
+    status: str
+    duration_sec: float
+    runs: tuple[str, ...]
+    flaky: bool
+    quarantined: bool
+    raw: dict[str, Any]
+
+    @classmethod
+    def read(cls, raw: Any) -> _Test | None:
+        if not isinstance(raw, dict):
+            return None
+        test_id, status, duration = raw.get("id"), raw.get("status"), raw.get("duration_sec", 0.0)
+        runs = raw.get("runs") or []
+        if (
+            not isinstance(test_id, str)
+            or status not in _STATUSES
+            or not isinstance(duration, int | float)
+            or isinstance(duration, bool)
+            or duration < 0
+            or not isinstance(runs, list)
+            or any(run not in _STATUSES for run in runs)
+        ):
+            return None
+        return cls(
+            test_id,
+            status,
+            float(duration),
+            tuple(runs),
+            raw.get("flaky") is True,
+            raw.get("quarantined") is True,
+            raw,
+        )
+
+
 @dataclass(frozen=True)
 class _Row:
-    """A test of the merged listing (a TestResult with the place it ran)."""
+    """A test of the merged listing with the place it ran."""
 
     source: _Source
-    test: TestResult
+    test: _Test
     status: str  # the listing's: failed, error, flaky, skipped, passed
     runs: tuple[str, ...]
 
@@ -91,23 +137,27 @@ class _Row:
         return (_RANK[self.status], self.source.stage_index, shard, self.test.id)
 
     def view(self) -> dict[str, Any]:
-        test = self.test
+        try:
+            test = TestResult.model_validate(self.test.raw)
+            suite, name, message, file, line = test.suite, test.name, test.message, test.file, test.line
+        except ValidationError:  # counted and listed by its id; its other fields are not shown
+            suite, name, message, file, line = "", self.test.id, None, None, None
         return {
-            "id": test.id,
-            "suite": test.suite,
-            "name": test.name,
+            "id": self.test.id,
+            "suite": suite,
+            "name": name,
             "status": self.status,
             "stage": self.source.stage,
             "shard": self.source.shard,
             "attempt": self.source.attempt,
             "agent_id": self.source.agent_id,
-            "duration_sec": test.duration_sec,
-            "message": test.message,
-            "file": test.file,
-            "line": test.line,
+            "duration_sec": self.test.duration_sec,
+            "message": message,
+            "file": file,
+            "line": line,
             "runs": list(self.runs),
             "flaky": self.status == "flaky",
-            "quarantined": test.quarantined,
+            "quarantined": self.test.quarantined,
         }
 
 
@@ -119,9 +169,33 @@ def _matches(row: _Row, wanted: str | None) -> bool:
     return row.status == wanted
 
 
+def _tests_of(data: bytes, where: str, source: _Source) -> list[_Test] | None:
+    """A document's tests (None when it is not a results document this reader knows): parsed by
+    pydantic-core's JSON reader, each test's needed fields checked, a test without them said."""
+    try:
+        document = from_json(data)
+    except ValueError:
+        source.warnings.append(f"{where} is not JSON: not read")
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("tests"), list):
+        source.warnings.append(f"{where} is not a results document: not read")
+        return None
+    version = document.get("schema_version")
+    if not isinstance(version, int) or version > RESULTS_SCHEMA:
+        source.warnings.append(f"{where} has schema {version!r}, not one this reader knows: not read")
+        return None
+    tests = [_Test.read(raw) for raw in document["tests"]]
+    unreadable = sum(test is None for test in tests)
+    if unreadable:
+        source.warnings.append(
+            f"{where}: {unreadable} tests without an id, a status or a duration: not listed"
+        )
+    return [test for test in tests if test is not None]
+
+
 def _document(
     read: ReadDocument, home: JobPrefix, key: str, sha256: str | None, source: _Source
-) -> ResultsDocument | None:
+) -> list[_Test] | None:
     data = read(home.bucket, key)
     if data is None:
         source.warnings.append(f"{home.uri(key)} is gone")
@@ -129,37 +203,25 @@ def _document(
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
         source.warnings.append(f"{home.uri(key)} is not the document its record names (sha256): not read")
         return None
-    try:
-        document = ResultsDocument.model_validate_json(data)
-    except ValidationError as exc:
-        source.warnings.append(f"{home.uri(key)} is not a results document ({exc.error_count()} problems)")
-        return None
-    if document.schema_version > RESULTS_SCHEMA:
-        source.warnings.append(
-            f"{home.uri(key)} has schema {document.schema_version}, newer than this reader's"
-        )
-        return None
-    return document
+    return _tests_of(data, home.uri(key), source)
 
 
-def _merged(
-    last: ResultsDocument, earlier: list[ResultsDocument]
-) -> list[tuple[TestResult, str, tuple[str, ...]]]:
+def _merged(last: list[_Test], earlier: list[list[_Test]]) -> list[tuple[_Test, str, tuple[str, ...]]]:
     """Each test of the last attempt with its runs across the attempts (earlier attempts' first)
     and its listing status: flaky when it passed in the end after a failing run, counted once. A
     document whose runs already hold the earlier attempts' (its writer merged them) is kept as is."""
     before: dict[str, list[str]] = {}
     for document in earlier:
-        for test in document.tests:
-            before.setdefault(test.id, []).extend(test.runs or [test.status])
+        for test in document:
+            before.setdefault(test.id, []).extend(test.runs or (test.status,))
     merged = []
-    for test in last.tests:
-        runs = list(test.runs or [test.status])
-        prior = before.get(test.id, [])
-        if prior and runs[: len(prior)] != prior:
-            runs = prior + runs
+    for test in last:
+        runs = test.runs or (test.status,)
+        prior = before.get(test.id)
+        if prior and list(runs[: len(prior)]) != prior:
+            runs = (*prior, *runs)
         flaky = test.status == "passed" and (test.flaky or any(run in FAILING for run in runs))
-        merged.append((test, "flaky" if flaky else test.status, tuple(runs)))
+        merged.append((test, "flaky" if flaky else test.status, runs))
     return merged
 
 
@@ -188,11 +250,29 @@ def _offset_of(token: str | None, status: str | None, fingerprint: str) -> int:
     return offset
 
 
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """The cyclic collector paused: a 20,000-test job's dicts and rows hold no cycles, and its
+    passes while they are made find nothing and cost a third of the request (bench/results_page)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def job_tests(items: list[dict[str, Any]], read: ReadDocument, query: JobTestsQuery) -> dict[str, Any]:
     """The job's tests from its records (`items`, store.jobs.query_job_items) and its results
     documents (`read`): counts of them all, `tests` one page of them (filtered by status, the
     failures first, then by stage, shard and id), `next_page_token`, the `slowest`, and `sources`
     (each stage and shard read, with what was said of it)."""
+    with _no_collection():
+        return _job_tests(items, read, query)
+
+
+def _job_tests(items: list[dict[str, Any]], read: ReadDocument, query: JobTestsQuery) -> dict[str, Any]:
     record = next((item for item in items if item["sk"] == JOB_SK), None)
     if record is None:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
@@ -238,18 +318,13 @@ def job_tests(items: list[dict[str, Any]], read: ReadDocument, query: JobTestsQu
         last = _document(read, home, key, summary.sha256, source)
         if last is None:
             continue
-        earlier = []
+        earlier: list[list[_Test]] = []
         for failed in sorted({entry.get("attempt") for entry in item.get("attempts_log") or []} - {None}):
             if isinstance(failed, int) and failed < attempt:
                 data = read(home.bucket, test_results_key(home, stage, shard, failed))
                 if data is not None:
-                    try:
-                        earlier.append(ResultsDocument.model_validate_json(data))
-                    except ValidationError:
-                        source.warnings.append(
-                            f"attempt {failed}'s results document is not one: its runs not merged"
-                        )
-        source.read, source.tests = True, len(last.tests)
+                    earlier.append(_tests_of(data, f"attempt {failed}'s results document", source) or [])
+        source.read, source.tests = True, len(last)
         digests.append(f"{key}:{summary.sha256}")
         rows.extend(_Row(source, test, status, runs) for test, status, runs in _merged(last, earlier))
     counts = {"total": len(rows), "passed": 0, "failed": 0, "error": 0, "skipped": 0, "flaky": 0}
