@@ -354,3 +354,14 @@ def _job_tests(items: list[dict[str, Any]], read: ReadDocument, query: JobTestsQ
             source.view() for source in sorted(sources, key=lambda s: (s.stage_index, s.shard or -1))
         ],
     }
+
+
+def job_failures(table: str, job_id: str, limit: int) -> list[dict[str, Any]]:
+    """The job's failed tests (failed or error), at most `limit`, as GET /jobs/{id}/tests lists
+    them: what its check run annotates and its commit status names (relevo_core.notify). One
+    listing, each document read once, however many there are (no page bound: not a request's)."""
+    from relevo_core.store.jobs import query_job_items
+    from relevo_core.store.results_documents import read_document
+
+    query = JobTestsQuery.model_construct(status="failed", limit=limit, page_token=None, slowest=0)
+    return list(job_tests(query_job_items(table, job_id), read_document, query)["tests"])
