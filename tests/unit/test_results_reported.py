@@ -8,13 +8,18 @@ from __future__ import annotations
 from dataclasses import replace
 from urllib.parse import urlsplit
 
+from relevo_core.config.notify import NotifySettings
 from relevo_core.jobs.results_listing import job_tests
+from relevo_core.models.project import Project
 from relevo_core.models.project_settings import CommitStatusSettings
 from relevo_core.models.requests import JobTestsQuery
+from relevo_core.notify import reporter as reporter_module
 from relevo_core.notify.commit_status import DESCRIPTION_LIMIT, describe, status_request
 from relevo_core.notify.github_app import annotation_requests, check_run_request, failure_annotations
 from relevo_core.notify.groups import job_notices
 from relevo_core.notify.messages import slack_message
+from relevo_core.notify.reporter import Reporter
+from relevo_core.notify.sending import SendResult
 from relevo_core.notify.transitions import job_transition, transition_from_event, with_stage_records
 from relevo_local.github.openapi import check_call
 from tests.helpers.block_kit import check_message
@@ -149,3 +154,98 @@ def test_the_slack_message_carries_the_counts():
     fields = [field["text"] for block in message["blocks"] for field in block.get("fields", [])]
     assert "*Tests*\n5 passed, 1 failed, 1 skipped" in fields
     assert COMMIT[:12] in " ".join(fields)
+
+
+class _FixedClock:
+    def now(self) -> float:
+        return 1_796_000_000.0
+
+
+class _Reporter(Reporter):
+    """The status reporter with the table and GitHub left out: every claim granted once, every
+    request recorded and answered as GitHub answers a created run (its id)."""
+
+    def claim(self, report) -> bool:
+        self.claimed = [*getattr(self, "claimed", []), report.key]
+        return report.key not in self.claimed[:-1]
+
+    def deliver(self, report, request, deadline, claimed=True) -> SendResult:
+        self.sent = [*getattr(self, "sent", []), request]
+        return SendResult(attempts=(), delivered=True, reason=None, body=b'{"id": 77}')
+
+    def superseded(self, report, transition, claimed) -> bool:
+        return False
+
+    def installation_token(self, report, settings, deadline, claimed=True) -> str:
+        return "ghs"
+
+    def summary(self, transition, heading) -> str:
+        return heading
+
+    def reported(self, report, transition, result) -> str:
+        return "sent"
+
+
+def test_the_reporter_reads_the_failures_once_and_sends_the_ending_then_one_update_per_50(monkeypatch):
+    # Given a job of a GitHub App project that ends with 120 failures with a file, its records
+    # counting them, and no check run yet
+    _transition, items, bucket = _ended()
+    failures = job_tests(items, bucket.read, JobTestsQuery(status="failed"))["tests"]
+    many = [{**failures[0], "id": f"t.Math::case_{n}"} for n in range(120)]
+    records = [item for item in items if item["sk"] != "JOB"]
+    monkeypatch.setattr(
+        reporter_module,
+        "stage_and_shard_records",
+        lambda _table, _job: (
+            [r for r in records if "#SHARD#" not in r["sk"]],
+            [r for r in records if "#SHARD#" in r["sk"]],
+        ),
+    )
+    monkeypatch.setattr(reporter_module, "check_run_id", lambda _table, _job: None)
+    monkeypatch.setattr(reporter_module, "remember_check_run", lambda *_args: None)
+    reads: list[str] = []
+    project = Project.model_validate(
+        {
+            "id": "ios-app",
+            "repo": "acme/ios-app",
+            "region_affinity": "eu",
+            "stages": [{"name": "build", "run": "make"}],
+            "commit_status": APP.model_dump(mode="json", exclude_none=True),
+        }
+    )
+    settings = NotifySettings.model_validate(
+        {
+            "TABLE_NAME": "relevo",
+            "GROUP_TOPIC_ARN": "arn:aws:sns:eu-west-1:1:t",
+            "STATUS_DEAD_LETTER_QUEUE_URL": "https://sqs/q",
+            "STATE_MACHINE_ARN": "arn:aws:states:eu-west-1:1:x",
+        }
+    )
+    reporter = _Reporter(
+        settings,
+        None,
+        _FixedClock(),
+        project=lambda _id: project,
+        secret=lambda _name: "",
+        failed_tests=lambda job_id, limit: reads.append(job_id) or many[:limit],
+    )
+
+    # When the job's end is reported
+    reporter.report_change(_job("running"), _job("failed", error_name="Relevo.Fatal.ExitCode"), 0.0)
+
+    # Then the failures were read once, the run created with the first 50, then updated twice
+    assert len(reads) == 1
+    assert [(r.method, len(r.body["output"].get("annotations", []))) for r in reporter.sent] == [
+        ("POST", 50),
+        ("PATCH", 50),
+        ("PATCH", 20),
+    ]
+    assert reporter.sent[1].url.endswith("/check-runs/77")
+    for request in reporter.sent:
+        check_call(request.method, urlsplit(request.url).path, request.body)
+    # And the run's title names the first failures
+    assert "failed: t.Math::case_0, t.Math::case_1" in reporter.sent[0].body["output"]["title"]
+
+    # When the same change comes again (the stream's redelivery): no page is sent twice
+    reporter.report_change(_job("running"), _job("failed", error_name="Relevo.Fatal.ExitCode"), 0.0)
+    assert len(reporter.sent) == 3

@@ -73,7 +73,7 @@ class Reporter(Outbound):
     # A job's failed tests (GET /jobs/{id}/tests' rows), at most so many: read from its results
     # documents at its end, when its records count failures (jobs.results_listing.job_failures).
     failed_tests: Callable[[str, int], list[dict[str, Any]]] = lambda _job_id, _limit: []
-    _failures: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _failures: dict[str, list[dict[str, Any]]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tokens is None:
