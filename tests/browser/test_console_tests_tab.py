@@ -136,7 +136,7 @@ def test_the_tests_tab_shows_counts_failures_with_shard_and_mac_flaky_slowest_an
         expect(page.locator("#flaky-tests tbody tr")).to_have_count(1)
         expect(page.locator("#flaky-tests")).to_contain_text("failed → passed")
         expect(page.locator("#slowest-tests tbody tr").first).to_contain_text("test_screen_9")
-        page.screenshot(path=str(screenshots / "job-tests-tab.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "job-tests-tab.png"))
 
         # When the pages are followed: 100 a page, each test once
         seen = [*rows.locator(".test-id").all_inner_texts()]

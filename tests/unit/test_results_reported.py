@@ -50,11 +50,11 @@ def test_the_end_of_a_job_counts_its_tests_across_stages_and_shards_from_their_r
     # Given a job whose build stage and two shards stored results; when it ends
     transition, _items, _bucket = _ended()
     # Then its tests are counted from the records' summaries (each shard's last attempt)
-    assert transition.tests == (5, 1, 0, 1, 7)
+    assert transition.tests == (5, 1, 1, 1, 7)
     # And a dead-lettered report replays with the same counts and names
     named = replace(transition, failed_tests=("t.Math::adds",))
     again = transition_from_event(named.as_event())
-    assert again is not None and (again.tests, again.failed_tests) == ((5, 1, 0, 1, 7), ("t.Math::adds",))
+    assert again is not None and (again.tests, again.failed_tests) == ((5, 1, 1, 1, 7), ("t.Math::adds",))
 
 
 def test_the_commit_status_says_the_counts_and_the_failures_names_where_they_fit():
@@ -66,7 +66,7 @@ def test_the_commit_status_says_the_counts_and_the_failures_names_where_they_fit
     assert github is not None
     assert check_call(github.method, urlsplit(github.url).path, github.body) == "repos/create-commit-status"
     assert github.body["description"] == (
-        "failed: Relevo.Fatal.ExitCode; tests: 5 passed, 1 failed, 1 skipped; "
+        "failed: Relevo.Fatal.ExitCode; tests: 5 passed (1 flaky), 1 failed, 1 skipped; "
         "failed: t.Math::adds, t.Net::slow"
     )
     # GitLab's status has no annotations: the same description carries them
@@ -82,7 +82,7 @@ def test_the_commit_status_says_the_counts_and_the_failures_names_where_they_fit
     assert "; failed: tests.module_0.TestLongName::test_case_0" in text
     # A name that cannot fit at all is left out: the counts are still said
     huge = replace(transition, failed_tests=("x" * 200,))
-    assert describe(huge).endswith("tests: 5 passed, 1 failed, 1 skipped")
+    assert describe(huge).endswith("tests: 5 passed (1 flaky), 1 failed, 1 skipped")
 
 
 def test_a_job_without_test_reports_says_nothing_of_tests():
@@ -148,11 +148,11 @@ def test_the_check_run_annotates_each_failure_at_its_file_and_line_50_a_request(
 def test_the_slack_message_carries_the_counts():
     transition, _items, _bucket = _ended()
     ((notice, _key),) = job_notices(transition, "https://x/jobs/j")
-    assert ("Tests", "5 passed, 1 failed, 1 skipped") in notice.facts()
+    assert ("Tests", "5 passed (1 flaky), 1 failed, 1 skipped") in notice.facts()
     message = slack_message(notice)
     assert check_message(message) == []
     fields = [field["text"] for block in message["blocks"] for field in block.get("fields", [])]
-    assert "*Tests*\n5 passed, 1 failed, 1 skipped" in fields
+    assert "*Tests*\n5 passed (1 flaky), 1 failed, 1 skipped" in fields
     assert COMMIT[:12] in " ".join(fields)
 
 

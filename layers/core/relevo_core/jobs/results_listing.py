@@ -4,11 +4,12 @@ counted, filtered and paged.
 
 Each stage (or shard) counts by its last attempt: the document its record's `tests` summary names,
 read at the key derived from the job's prefix (never the stored location as written: an agent
-wrote it, relevo_core.models.job_objects) and checked against the summary's sha256. The earlier
-attempts' documents of a retried shard are read too, so that a test's runs read across attempts
-(the retry's last) and a test that failed and then passed in the retry is flaky, counted once.
+wrote it, relevo_core.models.job_objects) and checked against the summary's sha256. A retry's
+document already holds the runs of its stage's or shard's earlier attempts, theirs first (the
+agent merges them: relevo_core.test_results.merge), so a test that failed and then passed in the
+retry is flaky in it: counted once, and no earlier attempt's document is read.
 
-A request reads each document once. A 20,000-test job's documents are some 8 MB of JSON: they are
+A request reads each document once. A 20,000-test job's documents are some 6 MB of JSON: they are
 parsed by pydantic-core's JSON reader in one pass, only the fields every test needs checked (id,
 status, duration, runs), the page found by a partial sort, and only the page's and the slowest
 tests validated whole (TestResult) and made into answer rows."""
@@ -206,23 +207,12 @@ def _document(
     return _tests_of(data, home.uri(key), source)
 
 
-def _merged(last: list[_Test], earlier: list[list[_Test]]) -> list[tuple[_Test, str, tuple[str, ...]]]:
-    """Each test of the last attempt with its runs across the attempts (earlier attempts' first)
-    and its listing status: flaky when it passed in the end after a failing run, counted once. A
-    document whose runs already hold the earlier attempts' (its writer merged them) is kept as is."""
-    before: dict[str, list[str]] = {}
-    for document in earlier:
-        for test in document:
-            before.setdefault(test.id, []).extend(test.runs or (test.status,))
-    merged = []
-    for test in last:
-        runs = test.runs or (test.status,)
-        prior = before.get(test.id)
-        if prior and list(runs[: len(prior)]) != prior:
-            runs = (*prior, *runs)
-        flaky = test.status == "passed" and (test.flaky or any(run in FAILING for run in runs))
-        merged.append((test, "flaky" if flaky else test.status, runs))
-    return merged
+def _listed(test: _Test) -> tuple[_Test, str, tuple[str, ...]]:
+    """A test with its listing status and runs: flaky when it passed in the end after a failing
+    run (its document's `flaky`, or its runs say so), counted once."""
+    runs = test.runs or (test.status,)
+    flaky = test.status == "passed" and (test.flaky or any(run in FAILING for run in runs))
+    return test, "flaky" if flaky else test.status, runs
 
 
 def _page_token(offset: int, status: str | None, fingerprint: str) -> str:
@@ -318,15 +308,9 @@ def _job_tests(items: list[dict[str, Any]], read: ReadDocument, query: JobTestsQ
         last = _document(read, home, key, summary.sha256, source)
         if last is None:
             continue
-        earlier: list[list[_Test]] = []
-        for failed in sorted({entry.get("attempt") for entry in item.get("attempts_log") or []} - {None}):
-            if isinstance(failed, int) and failed < attempt:
-                data = read(home.bucket, test_results_key(home, stage, shard, failed))
-                if data is not None:
-                    earlier.append(_tests_of(data, f"attempt {failed}'s results document", source) or [])
         source.read, source.tests = True, len(last)
         digests.append(f"{key}:{summary.sha256}")
-        rows.extend(_Row(source, test, status, runs) for test, status, runs in _merged(last, earlier))
+        rows.extend(_Row(source, *_listed(test)) for test in last)
     counts = {"total": len(rows), "passed": 0, "failed": 0, "error": 0, "skipped": 0, "flaky": 0}
     quarantined, duration = 0, 0.0
     for row in rows:

@@ -163,7 +163,8 @@ def failure_annotations(failures: list[dict[str, Any]]) -> tuple[list[dict[str, 
     """(the annotations of a job's failed tests, rows of GET /jobs/{id}/tests: those with a file,
     at its line or at line 1 without one; the output's text: the failures without a file, and
     those past MAX_ANNOTATIONS, by id with where they ran)."""
-    annotations, unplaced = [], []
+    annotations: list[dict[str, Any]] = []
+    unplaced: list[str] = []
     for test in failures:
         where = test["stage"] if test.get("shard") is None else f"{test['stage']}[{test['shard']}]"
         ran = f"{test['id']} ({test['status']}, {where} on {test.get('agent_id') or 'an unknown Mac'})"

@@ -15,8 +15,9 @@ def read_document(bucket: str, key: str) -> bytes | None:
     not taken for "missing" (Amazon S3 API Reference, GetObject, "Permissions"): the job output
     function's role may list `*/*/.relevo-tests/*` (template.yaml)."""
     try:
-        return client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+        data: bytes = client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
         if error_code(exc) in ("NoSuchKey", "404"):
             return None
         raise
+    return data
