@@ -12,13 +12,11 @@ from relevo_core.config import table_settings
 from relevo_core.http import json_response, register_error_handlers
 from relevo_core.jobs.artifacts import artifact_link
 from relevo_core.jobs.log_page import log_page
-from relevo_core.jobs.results_listing import job_tests
+from relevo_core.jobs.results_listing import show_job_tests
 from relevo_core.models.access import Level
 from relevo_core.models.requests import ArtifactQuery, JobTestsQuery, LogQuery, parse_query
 from relevo_core.observability import correlate, lambda_entry
 from relevo_core.projects.permissions import requires
-from relevo_core.store.jobs import query_job_items
-from relevo_core.store.results_documents import read_document
 
 app = APIGatewayRestResolver()
 register_error_handlers(app)
@@ -52,8 +50,7 @@ def artifact(job_id: str, name: str):
 def tests(job_id: str):
     correlate(job_id)
     query = parse_query(JobTestsQuery, app.current_event.query_string_parameters)
-    items = query_job_items(table_settings().table_name, job_id)
-    return json_response(HTTPStatus.OK, job_tests(items, read_document, query))
+    return json_response(HTTPStatus.OK, show_job_tests(table_settings().table_name, job_id, query))
 
 
 @lambda_entry()

@@ -340,6 +340,14 @@ def _job_tests(items: list[dict[str, Any]], read: ReadDocument, query: JobTestsQ
     }
 
 
+def show_job_tests(table: str, job_id: str, query: JobTestsQuery) -> dict[str, Any]:
+    """GET /jobs/{id}/tests: the job's records read, then its documents (job_tests)."""
+    from relevo_core.store.jobs import query_job_items
+    from relevo_core.store.results_documents import read_document
+
+    return job_tests(query_job_items(table, job_id), read_document, query)
+
+
 def job_failures(table: str, job_id: str, limit: int) -> list[dict[str, Any]]:
     """The job's failed tests (failed or error), at most `limit`, as GET /jobs/{id}/tests lists
     them: what its check run annotates and its commit status names (relevo_core.notify). One
