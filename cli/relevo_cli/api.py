@@ -194,6 +194,20 @@ class RelevoApi:
             "GET", f"/jobs/{job_id}/logs", params={k: v for k, v in params.items() if v is not None}
         )
 
+    def job_tests(
+        self,
+        job_id: str,
+        status: str | None = None,
+        limit: int | None = None,
+        page_token: str | None = None,
+        slowest: int | None = None,
+    ) -> dict[str, Any]:
+        """One page of the job's tests (GET /jobs/{id}/tests): counts, tests, next_page_token."""
+        params = {"status": status, "limit": limit, "page_token": page_token, "slowest": slowest}
+        return self.request(
+            "GET", f"/jobs/{job_id}/tests", params={k: v for k, v in params.items() if v is not None}
+        )
+
     def artifact_link(
         self, job_id: str, name: str, stage: str | None = None, shard: int | None = None
     ) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""GET /jobs/{job_id}/logs (page forward with from_seq, back with before_seq) and
-GET /jobs/{job_id}/artifacts/{name} (a presigned download link valid 2 minutes) — IAM, view."""
+"""GET /jobs/{job_id}/logs (page forward with from_seq, back with before_seq),
+GET /jobs/{job_id}/artifacts/{name} (a presigned download link valid 2 minutes) and
+GET /jobs/{job_id}/tests (its tests merged across stages and shards, paged) — IAM, view."""
 
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -11,8 +12,9 @@ from relevo_core.config import table_settings
 from relevo_core.http import json_response, register_error_handlers
 from relevo_core.jobs.artifacts import artifact_link
 from relevo_core.jobs.log_page import log_page
+from relevo_core.jobs.results_listing import show_job_tests
 from relevo_core.models.access import Level
-from relevo_core.models.requests import ArtifactQuery, LogQuery, parse_query
+from relevo_core.models.requests import ArtifactQuery, JobTestsQuery, LogQuery, parse_query
 from relevo_core.observability import correlate, lambda_entry
 from relevo_core.projects.permissions import requires
 
@@ -42,6 +44,13 @@ def artifact(job_id: str, name: str):
         query.shard,
     )
     return json_response(HTTPStatus.OK, link)
+
+
+@app.get("/jobs/<job_id>/tests", middlewares=[requires(Level.VIEW)])
+def tests(job_id: str):
+    correlate(job_id)
+    query = parse_query(JobTestsQuery, app.current_event.query_string_parameters)
+    return json_response(HTTPStatus.OK, show_job_tests(table_settings().table_name, job_id, query))
 
 
 @lambda_entry()

@@ -122,6 +122,7 @@ def _routes(project_id: str, job_id: str, doomed: str) -> list[tuple[str, str, A
         ("GET", f"/dlq/{job_id}", None, "view"),
         ("GET", f"/jobs/{job_id}/logs?from_seq=0&limit=5", None, "view"),
         ("GET", f"/jobs/{job_id}/artifacts/app.ipa", None, "view"),
+        ("GET", f"/jobs/{job_id}/tests?status=failed&limit=5", None, "view"),
         ("POST", f"/projects/{project_id}/run", {"ref": "main"}, "operate"),
         ("POST", f"/jobs/{job_id}/release", {}, "operate"),
         ("POST", f"/jobs/{job_id}/approve", {}, "operate"),
@@ -213,6 +214,7 @@ def test_a_missing_target_looks_the_same_as_one_the_caller_may_not_view(world):
         ("/jobs/{}/promote", {}, "POST"),
         ("/jobs/{}/logs", None, "GET"),
         ("/jobs/{}/artifacts/app.ipa", None, "GET"),
+        ("/jobs/{}/tests", None, "GET"),
     ]:
         hidden = refusal(stranger, method, path.format(world["job"]), body)
         absent = refusal(stranger, method, path.format(missing_job), body)

@@ -79,6 +79,7 @@ def test_the_older_spellings_are_left_out_of_help_and_every_listed_command_is_no
         "list",
         "view",
         "logs",
+        "tests",
         "watch",
         "approve",
         "reject",

@@ -114,6 +114,7 @@ READERS = {
     "relevo_core/jobs/handoff_sources.py::EarlierStage.manifest_key": "expected_key",
     "relevo_core/jobs/handoff_sources.py::require_handoffs_stored": "manifest_key",
     "relevo_core/store/log_reads.py::_with_bodies.filled": "object_key",
+    "relevo_core/jobs/results_listing.py::_job_tests": "expected_key",
 }
 NEEDS_NO_CHECK = {
     "relevo_core/models/job_objects.py::JobPrefix.__str__": "the check itself",
@@ -129,6 +130,10 @@ NEEDS_NO_CHECK = {
     "relevo_core/store/log_reads.py::_with_bodies": "picks the chunks with a body; `filled` reads each "
     "through object_key",
     "relevo_core/jobs/view.py::_handoff_of": "shows a receipt's manifest as text, acts on nothing",
+    "relevo_core/jobs/results_listing.py::_document": "reads the key _job_tests derived and checked "
+    "(expected_key)",
+    "relevo_core/store/results_documents.py::read_document": "a primitive: _job_tests hands it the key "
+    "expected_key gave, or an earlier attempt's derived from the job's prefix",
 }
 
 

@@ -26,6 +26,7 @@ from relevo_core.models.requests import (
     ApprovalDecision,
     ArtifactQuery,
     JobListQuery,
+    JobTestsQuery,
     LogQuery,
     PauseRequest,
     PriorityRequest,
@@ -73,6 +74,7 @@ QUERY_MODELS: dict[tuple[str, str], type[BaseModel]] = {
     ("get", "/jobs"): JobListQuery,
     ("get", "/jobs/{job_id}/logs"): LogQuery,
     ("get", "/jobs/{job_id}/artifacts/{name}"): ArtifactQuery,
+    ("get", "/jobs/{job_id}/tests"): JobTestsQuery,
 }
 # (method, path) → the model its 200 answer is.
 RESPONSE_BODIES: dict[tuple[str, str], type[BaseModel]] = {

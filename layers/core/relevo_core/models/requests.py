@@ -212,6 +212,34 @@ class LogQuery(BaseModel):
         return self
 
 
+TESTS_DEFAULT_LIMIT = 100
+TESTS_MAX_LIMIT = 500
+TESTS_MAX_SLOWEST = 50
+
+
+class JobTestsQuery(BaseModel):
+    """Query string of `GET /jobs/{job_id}/tests` (relevo_core.jobs.results_listing)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: Literal["failed", "flaky", "skipped", "passed"] | None = Field(
+        default=None,
+        description="only these: failed (failed or error), flaky (failed, then passed), skipped, passed",
+    )
+    limit: int = Field(
+        default=TESTS_DEFAULT_LIMIT, ge=1, le=TESTS_MAX_LIMIT, description="at most this many tests"
+    )
+    page_token: str | None = Field(
+        default=None,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="the next page: a page's next_page_token (of the same status filter)",
+    )
+    slowest: int = Field(
+        default=10, ge=0, le=TESTS_MAX_SLOWEST, description="how many of the slowest tests to list"
+    )
+
+
 class DeliveryListQuery(BaseModel):
     """Query string of `GET /deliveries`."""
 

@@ -11,6 +11,11 @@ GitLab: "Set the pipeline status of a commit" (REST, docs.gitlab.com/api/commits
 status is a state machine that refuses a transition to where it already is, or back from
 running to pending (400 "Cannot transition status via :enqueue from :running"), so a gate and
 the run after it report nothing there: GitLab shows `running` throughout.
+
+A job that read test reports says their counts in the description at its end ("tests: 5 passed
+(1 flaky), 1 failed"), and the failed tests' ids where they fit: GitLab's commit status has no
+annotations (its fields are state, ref, name, target_url, description, coverage and
+pipeline_id), and a GitHub App's check run annotates each failure besides (notify.github_app).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from urllib.parse import quote
 from relevo_core.models.project_settings import CommitStatusSettings
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.sending import OutgoingRequest
-from relevo_core.notify.transitions import APPROVAL_TIMEOUT, REJECTED, JobTransition
+from relevo_core.notify.transitions import APPROVAL_TIMEOUT, REJECTED, JobTransition, tests_words
 
 GITHUB_API_VERSION = "2022-11-28"
 # GitHub keeps the first 140 characters of a description.
@@ -46,14 +51,30 @@ def describe(transition: JobTransition) -> str:
         text = f"succeeded, with warnings in {', '.join(transition.warning_stages)}"
     else:
         text = status.value
+    if transition.tests is not None:
+        text += f"; tests: {tests_words(transition.tests)}"
     if transition.released:
         # What the people who ship look for first: "uploaded build 42 (VALID)", "notarized (Accepted, …)".
         text += "; " + "; ".join(words for _stage, words in transition.released)
     if transition.reconciled:
         # "Did it upload twice?": a reconciled stage says what its probe found, and that it was not run again.
         text += "; " + "; ".join(transition.reconciled)
+    text += _failed_names(transition.failed_tests, DESCRIPTION_LIMIT - len(text))
     # Cut to the limit, saying so (GitHub refuses a longer one with 422; GitLab is given the same).
     return text if len(text) <= DESCRIPTION_LIMIT else text[: DESCRIPTION_LIMIT - 1] + "…"
+
+
+def _failed_names(names: tuple[str, ...], room: int) -> str:
+    """`; failed: a, b` with as many of the failed tests' ids as fit in `room` characters (`, …`
+    when some did not); nothing when not even the first fits."""
+    said = ""
+    for index, name in enumerate(names):
+        more = ", …" if index + 1 < len(names) else ""
+        candidate = f"; failed: {name}" if not said else f"{said}, {name}"
+        if len(candidate + more) > room:
+            return f"{said}, …" if said else ""
+        said = candidate
+    return said
 
 
 def github_state(transition: JobTransition) -> str:

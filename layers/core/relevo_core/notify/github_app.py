@@ -8,6 +8,14 @@ token (valid one hour, reused here until five minutes before it expires).
 
 A job's first report creates its check run (POST /repos/{owner}/{repo}/check-runs, `external_id`
 the job id); each later one updates it (PATCH /repos/{owner}/{repo}/check-runs/{check_run_id}).
+
+At the job's end its failed tests are annotations of the run, at the file and line their report
+gave (a failure without a file is listed in the output's text instead). GitHub takes at most 50
+annotations a request and appends those of each update to the run's ("Update a check run",
+docs.github.com/en/rest/checks/runs: "The Checks API limits the number of annotations to a
+maximum of 50 per API request. To create more than 50 annotations, you have to make multiple
+requests to the Update a check run endpoint"): the ending request carries the first 50, one
+update each the next (annotation_requests).
 """
 
 from __future__ import annotations
@@ -30,6 +38,11 @@ from relevo_core.notify.transitions import APPROVAL_TIMEOUT, JobTransition
 JWT_LIFETIME_SEC = 540  # under GitHub's 10-minute maximum, with room for clock drift
 TOKEN_REUSE_MARGIN_SEC = 300
 SUMMARY_LIMIT = 65_535  # GitHub: output.summary, "Maximum length: 65535 characters"
+TEXT_LIMIT = 65_535  # GitHub: output.text, the same
+ANNOTATIONS_PER_REQUEST = 50
+# The failures a job's run annotates at most (20 requests); the rest are counted in its text.
+MAX_ANNOTATIONS = 1_000
+ANNOTATION_TITLE_LIMIT = 255
 
 
 def app_jwt(app: GitHubAppSettings, private_key: str, now: float) -> str:
@@ -146,6 +159,59 @@ def stage_summary(
     return "\n".join(lines)[:SUMMARY_LIMIT]
 
 
+def failure_annotations(failures: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """(the annotations of a job's failed tests, rows of GET /jobs/{id}/tests: those with a file,
+    at its line or at line 1 without one; the output's text: the failures without a file, and
+    those past MAX_ANNOTATIONS, by id with where they ran)."""
+    annotations: list[dict[str, Any]] = []
+    unplaced: list[str] = []
+    for test in failures:
+        where = test["stage"] if test.get("shard") is None else f"{test['stage']}[{test['shard']}]"
+        ran = f"{test['id']} ({test['status']}, {where} on {test.get('agent_id') or 'an unknown Mac'})"
+        if not test.get("file") or len(annotations) >= MAX_ANNOTATIONS:
+            unplaced.append(
+                f"- `{ran}`" + (f": {test['message'].splitlines()[0]}" if test.get("message") else "")
+            )
+            continue
+        line = test.get("line") or 1
+        annotations.append(
+            {
+                "path": test["file"],
+                "start_line": line,
+                "end_line": line,
+                "annotation_level": "failure",
+                "title": test["id"][:ANNOTATION_TITLE_LIMIT],
+                "message": test.get("message") or f"{test['status']}",
+                "raw_details": ran,
+            }
+        )
+    text = ""
+    if unplaced:
+        text = "\n".join(
+            ["**Failed tests not annotated** (no file in their report, or past the limit)", "", *unplaced]
+        )
+    return annotations, text[:TEXT_LIMIT]
+
+
+def annotation_requests(
+    transition: JobTransition,
+    settings: CommitStatusSettings,
+    repo: str,
+    token: str,
+    run_id: int,
+    summary: str,
+    annotations: list[dict[str, Any]],
+) -> list[OutgoingRequest]:
+    """The updates that add the annotations past the first ANNOTATIONS_PER_REQUEST (which the
+    ending request carries), 50 each: output only, as a stage's update."""
+    requests = []
+    for start in range(ANNOTATIONS_PER_REQUEST, len(annotations), ANNOTATIONS_PER_REQUEST):
+        update = check_run_output_request(transition, settings, repo, token, run_id, summary)
+        update.body["output"]["annotations"] = annotations[start : start + ANNOTATIONS_PER_REQUEST]
+        requests.append(update)
+    return requests
+
+
 def check_run_output_request(
     transition: JobTransition,
     settings: CommitStatusSettings,
@@ -171,7 +237,11 @@ def check_run_request(
     run_id: int | None,
     summary: str,
     now: float,
+    annotations: list[dict[str, Any]] | None = None,
+    text: str = "",
 ) -> OutgoingRequest:
+    """The job's report as its run: created by the first, updated by each later one; at the
+    end with the first 50 of its failures' annotations and the text of the others."""
     owner, name = repo.split("/", 1)
     base = f"{settings.base_url()}/repos/{quote(owner, safe='')}/{quote(name, safe='')}/check-runs"
     body: dict[str, Any] = {
@@ -179,6 +249,10 @@ def check_run_request(
         "details_url": link,
         "output": {"title": describe(transition), "summary": summary},
     }
+    if annotations:
+        body["output"]["annotations"] = annotations[:ANNOTATIONS_PER_REQUEST]
+    if text:
+        body["output"]["text"] = text
     if body["status"] == "completed":
         body["completed_at"] = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if run_id is None:

@@ -30,7 +30,7 @@ from relevo_core.notify.messages import Notice, email_message, slack_message
 from relevo_core.notify.outbound import Outbound
 from relevo_core.notify.report import Report, transition_report
 from relevo_core.notify.sending import OutgoingRequest
-from relevo_core.notify.transitions import APPROVAL_TIMEOUT, REJECTED, JobTransition
+from relevo_core.notify.transitions import APPROVAL_TIMEOUT, REJECTED, JobTransition, tests_words
 from relevo_core.store import agents
 from relevo_core.store.keys import FREEZE_SK, REGION_ONLINE_SK
 from relevo_core.store.notices import finish_notice, open_window
@@ -63,6 +63,8 @@ def job_notices(transition: JobTransition, link: str) -> list[tuple[Notice, str]
         # Where each release effect stands ("upload: uploaded build 42 (VALID)"), then the reconciliations.
         "notes": (*(f"{stage}: {words}" for stage, words in t.released), *t.reconciled),
         "build_number": t.build_number,
+        # The job's tests counted (passed, failed, flaky, skipped), when its stages read reports.
+        "tests": tests_words(t.tests) if t.tests is not None else None,
     }
     if t.status is JobStatus.WAITING:
         return [

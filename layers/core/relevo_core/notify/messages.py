@@ -46,6 +46,8 @@ class Notice:
     notes: tuple[str, ...] = ()
     # The job's build number (RELEVO_BUILD_NUMBER), once it has one.
     build_number: int | None = None
+    # At the job's end, when its stages read test reports: `5 passed (1 flaky), 1 failed`.
+    tests: str | None = None
 
     def facts(self) -> list[tuple[str, str]]:
         named = [
@@ -55,6 +57,7 @@ class Notice:
             ("Commit", self.commit[:12] if self.commit else None),
             ("Build number", str(self.build_number) if self.build_number is not None else None),
             ("Stage", self.stage),
+            ("Tests", self.tests),
             ("Actor", self.actor),
             ("Region", self.region),
         ]

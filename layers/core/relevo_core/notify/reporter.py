@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aws_lambda_powertools.utilities import parameters
 
 from relevo_core.config.notify import notify_settings
+from relevo_core.jobs.results_listing import job_failures
 from relevo_core.models.delivery import Outcome
 from relevo_core.models.errors import RelevoError
 from relevo_core.models.project import Project
@@ -24,10 +25,13 @@ from relevo_core.models.project_settings import CommitStatusSettings
 from relevo_core.models.status import JobStatus
 from relevo_core.notify.commit_status import describe, status_request, wants_report
 from relevo_core.notify.github_app import (
+    MAX_ANNOTATIONS,
     InstallationTokens,
     TokenUnavailable,
+    annotation_requests,
     check_run_output_request,
     check_run_request,
+    failure_annotations,
     stage_summary,
 )
 from relevo_core.notify.groups import notify_job, notify_other_change
@@ -51,6 +55,8 @@ from relevo_core.store.latest_reports import latest_reported_at, raise_latest_re
 from relevo_core.store.notices import check_run_id, finish_notice, release_notice, remember_check_run
 from relevo_core.store.projects import get_project, list_projects
 
+# The failed tests a commit status names at most (as many as fit in its description).
+NAMED_FAILURES = 10
 SENT, SUPERSEDED, DEAD_LETTERED, NOT_REPLAYABLE = "sent", "superseded", "dead_lettered", "not_replayable"
 COMMIT_STATUS_TARGETS = ("github_status", "gitlab_status", "github_check_run")
 
@@ -64,6 +70,10 @@ class Reporter(Outbound):
     # A job's record now (None once it is gone): its plan (a check run's summary), and its status,
     # which a replayed report is checked against.
     job_record: Callable[[str], dict[str, Any] | None] = lambda _job_id: None
+    # A job's failed tests (GET /jobs/{id}/tests' rows), at most so many: read from its results
+    # documents at its end, when its records count failures (jobs.results_listing.job_failures).
+    failed_tests: Callable[[str, int], list[dict[str, Any]]] = lambda _job_id, _limit: []
+    _failures: dict[str, list[dict[str, Any]]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tokens is None:
@@ -76,6 +86,7 @@ class Reporter(Outbound):
         that delivery skip its report, which was then lost. A claim a send began under stands (a
         second send could repeat a Slack message)."""
         self._held.clear()
+        self._failures.clear()
         try:
             self._report_change(old, new, deadline)
         except Exception:
@@ -111,7 +122,18 @@ class Reporter(Outbound):
         if transition.commit and not transition.status.terminal:
             return transition
         stages, shards = stage_and_shard_records(self.settings.table_name, transition.job_id)
-        return with_stage_records(transition, stages, shards)
+        transition = with_stage_records(transition, stages, shards)
+        if transition.tests is not None and transition.tests[1]:
+            # Its failures by name, for the commit status (where they fit) and the run's annotations.
+            names = tuple(test["id"] for test in self.failures(transition.job_id)[:NAMED_FAILURES])
+            transition = replace(transition, failed_tests=names)
+        return transition
+
+    def failures(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's failed tests, read once per change of the table."""
+        if job_id not in self._failures:
+            self._failures[job_id] = self.failed_tests(job_id, MAX_ANNOTATIONS)
+        return self._failures[job_id]
 
     def _commit_status(
         self, transition: JobTransition, project: Project, deadline: float, claimed: bool = True
@@ -161,6 +183,10 @@ class Reporter(Outbound):
         table = self.settings.table_name
         run_id = check_run_id(table, transition.job_id)
         summary = self.summary(transition, describe(transition))
+        annotations: list[dict[str, Any]] = []
+        text = ""
+        if transition.status.terminal and transition.failed_tests:
+            annotations, text = failure_annotations(self.failures(transition.job_id))
         request = check_run_request(
             transition,
             settings,
@@ -170,18 +196,46 @@ class Reporter(Outbound):
             run_id,
             summary,
             self.clock.now(),
+            annotations,
+            text,
         )
         result = self.deliver(report, request, deadline, claimed=claimed)
         if result.delivered and run_id is None:
             created = json.loads(result.body or b"{}").get("id")
             if isinstance(created, int):
+                run_id = created
                 remember_check_run(
                     table,
                     transition.job_id,
                     created,
                     int(self.clock.now()) + self.settings.notice_memory_days * DAY,
                 )
+        if result.delivered and run_id is not None:
+            self._more_annotations(transition, project, token, run_id, summary, annotations, deadline)
         return self.reported(report, transition, result)
+
+    def _more_annotations(
+        self,
+        transition: JobTransition,
+        project: Project,
+        token: str,
+        run_id: int,
+        summary: str,
+        annotations: list[dict[str, Any]],
+        deadline: float,
+    ) -> None:
+        """The annotations past the ending request's 50, one update per 50, each a report of its
+        own (claimed by its page: a repeat of the record adds none twice)."""
+        settings = project.commit_status
+        assert settings is not None
+        for page, request in enumerate(
+            annotation_requests(transition, settings, project.repo, token, run_id, summary, annotations), 1
+        ):
+            report = transition_report(
+                replace(transition, key=f"{transition.key}#annotations#{page}"), "github_check_run"
+            )
+            if self.claim(report):
+                self.deliver(report, request, deadline)
 
     def installation_token(
         self, report: Report, settings: CommitStatusSettings, deadline: float, claimed: bool = True
@@ -331,4 +385,5 @@ def reporter_from_environment() -> Reporter:
         group=lambda name: find_group(table, name),
         projects=lambda: list_projects(table),
         job_record=lambda job_id: _job_or_none(table, job_id),
+        failed_tests=lambda job_id, limit: job_failures(table, job_id, limit),
     )

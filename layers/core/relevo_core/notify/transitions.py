@@ -56,6 +56,13 @@ class JobTransition:
     # At the job's end: each such stage and its effect in words ("uploaded build 42 (VALID)"),
     # read off its stage record by the reporter (with_stage_records; models.effect_summary).
     released: tuple[tuple[str, str], ...] = ()
+    # At the job's end: its tests counted across its stages and shards (their records' `tests`
+    # summaries, with_stage_records): passed (flaky ones included), failed (errors included),
+    # flaky, skipped, total. None: no stage read any reports.
+    tests: tuple[int, int, int, int, int] | None = None
+    # At the job's end, when tests failed: the first failed tests' ids (the reporter reads them
+    # from the results documents: relevo_core.jobs.results_listing.job_failures).
+    failed_tests: tuple[str, ...] = ()
 
     @property
     def ended_at_gate(self) -> bool:
@@ -87,6 +94,8 @@ class JobTransition:
             "build_number": self.build_number,
             "effect_kinds": [list(pair) for pair in self.effect_kinds],
             "released": [list(pair) for pair in self.released],
+            "tests": list(self.tests) if self.tests is not None else None,
+            "failed_tests": list(self.failed_tests),
         }
 
 
@@ -123,7 +132,53 @@ def transition_from_event(event: dict[str, Any]) -> JobTransition | None:
         build_number=_number(event.get("build_number")),
         effect_kinds=_pairs(event.get("effect_kinds")),
         released=_pairs(event.get("released")),
+        tests=_counts(event.get("tests")),
+        failed_tests=tuple(str(name) for name in event.get("failed_tests") or ()),
     )
+
+
+def _counts(value: Any) -> tuple[int, int, int, int, int] | None:
+    """A transition's test counts as an event holds them (a list of five numbers), else None."""
+    if not isinstance(value, list) or len(value) != 5:
+        return None
+    if not all(isinstance(count, int) and not isinstance(count, bool) for count in value):
+        return None
+    passed, failed, flaky, skipped, total = value
+    return passed, failed, flaky, skipped, total
+
+
+def counts_of_tests(records: list[dict[str, Any]]) -> tuple[int, int, int, int, int] | None:
+    """(passed, failed, flaky, skipped, total) of a job's stage and shard records' `tests`
+    summaries (relevo_core.models.test_results.ResultsSummary, the last attempt's each); None when
+    none has one. A summary that is not one is left out (an agent wrote it)."""
+    from pydantic import ValidationError
+
+    from relevo_core.models.test_results import ResultsSummary
+
+    summaries = []
+    for record in records:
+        if isinstance(record.get("tests"), dict):
+            try:
+                summaries.append(ResultsSummary.model_validate(record["tests"]))
+            except ValidationError:
+                continue
+    if not summaries:
+        return None
+    return (
+        sum(summary.passed for summary in summaries),
+        sum(summary.failed + summary.error for summary in summaries),
+        sum(summary.flaky for summary in summaries),
+        sum(summary.skipped for summary in summaries),
+        sum(summary.total for summary in summaries),
+    )
+
+
+def tests_words(counts: tuple[int, int, int, int, int]) -> str:
+    """`5 passed (1 flaky), 1 failed, 1 skipped` (a count of 0 is left out, passed always said)."""
+    passed, failed, flaky, skipped, _total = counts
+    words = [f"{passed} passed" + (f" ({flaky} flaky)" if flaky else "")]
+    words += [f"{count} {name}" for count, name in ((failed, "failed"), (skipped, "skipped")) if count]
+    return ", ".join(words)
 
 
 def _pairs(value: Any) -> tuple[tuple[str, str], ...]:
@@ -276,6 +331,7 @@ def with_stage_records(
                     lines.append(line)
         update["reconciled"] = tuple(lines)
         update["released"] = released(transition.effect_kinds, records)
+        update["tests"] = counts_of_tests(records)
     return replace(transition, **update) if update else transition
 
 

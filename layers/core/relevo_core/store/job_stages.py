@@ -25,7 +25,7 @@ def stage_and_shard_records(table: str, job_id: str) -> StageRecords:
         ExpressionAttributeValues={":pk": {"S": stages_pk(job_id)}, ":stage": {"S": "STAGE#"}},
         ProjectionExpression="sk, stage_name, shard_index, #status, attempt, agent_id, error_class, "
         "retry_count, started_at, ended_at, "
-        "checkout_commit, reconciled, reconciliations",
+        "checkout_commit, reconciled, reconciliations, tests",
         ExpressionAttributeNames={"#status": "status"},
     )
     stages, shards = [], []
