@@ -242,6 +242,34 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
+def late_rounds(entries: list[dict[str, Any]], rounds: list[dict[str, Any]]) -> list[str]:
+    """Each round that was not on time, and where its time went: a first renewal waits for the
+    claim's answer (the lease counts from the claim's send), so a claim longer than a renew
+    interval makes it late whatever the keeper does."""
+    claims = [e for e in entries if e["kind"] == "claim"]
+    said = []
+    for late in rounds:
+        if late["ok"] and late["answered"] - late["due"] <= late["interval"]:
+            continue
+        # Its claim: sent after the lease began (the claim's send, one interval before due) and
+        # answered last before this round was sent (the keeper starts on the answer).
+        began = late["due"] - late["interval"]
+        answered = [c for c in claims if began <= c["sent"] <= began + 1.0 and c["answered"] <= late["sent"]]
+        claim = max(answered, key=lambda c: c["answered"], default=None)
+        why = (
+            f"the attempt's first renewal: its claim took {claim['answered'] - claim['sent']:.2f} s"
+            if claim is not None
+            else f"sent {late['sent'] - late['due']:.2f} s after due"
+        )
+        said.append(
+            f"late: answered {late['answered'] - late['due']:.2f} s after due "
+            f"({'ok' if late['ok'] else 'failed'}; round trip {late['answered'] - late['sent']:.2f} s): "
+            f"{why}; "
+            f"{late['fence_at'] - late['answered']:.1f} s were left before the fence"
+        )
+    return said
+
+
 def figures(record: Path, jobs: list[dict[str, Any]], minutes: float) -> tuple[list[str], bool]:
     entries = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines() if line.strip()]
     rounds = [e for e in entries if e["kind"] == "renewal"]
@@ -306,6 +334,7 @@ def figures(record: Path, jobs: list[dict[str, Any]], minutes: float) -> tuple[l
         f"claim round trip: p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, max {ms(claims, 1.0)} ms over "
         f"{len(claims)} claims",
     ]
+    lines += [f"  {why}" for why in late_rounds(entries, rounds)]
     not_ok = [job for job in jobs if job["status"] != "succeeded"]
     lines += [f"  job {job['job_id']} {job['status']}: {job.get('error')}" for job in not_ok[:5]]
     return lines, on_time_ok and fenced_ok
