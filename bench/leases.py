@@ -108,6 +108,8 @@ def run_recorded_agent(config: Path, record: Path) -> int:
                 interval=lease.timeline.renew_interval_sec,
                 lease=lease.timeline.lease_ttl_sec,
                 fence_at=fence_at,
+                # Refused because the attempt's own report had just ended its lease: no renewal.
+                after_report=run.reported,
             )
 
     keeper._transfer_reading = timed_round  # type: ignore[assignment]  # the bench's recorder
@@ -272,7 +274,7 @@ def late_rounds(entries: list[dict[str, Any]], rounds: list[dict[str, Any]]) -> 
 
 def figures(record: Path, jobs: list[dict[str, Any]], minutes: float) -> tuple[list[str], bool]:
     entries = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines() if line.strip()]
-    rounds = [e for e in entries if e["kind"] == "renewal"]
+    rounds = [e for e in entries if e["kind"] == "renewal" and not (e.get("after_report") and not e["ok"])]
     on_time = [e for e in rounds if e["ok"] and e["answered"] - e["due"] <= e["interval"]]
     before_fence = [e for e in rounds if e["ok"] and e["answered"] < e["fence_at"]]
     late_sent = [e["sent"] - e["due"] for e in rounds]

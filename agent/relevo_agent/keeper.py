@@ -72,8 +72,8 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[
     # retries every RETRY_AFTER_FAILURE_SEC are not, and the first success after them is.
     failed = 0
     while not run.done.wait(max(0.0, renew_at - time.monotonic())):
-        if run.reason is not None:
-            return
+        if run.reason is not None or run.reported:
+            return  # stopped, or its report ends the lease (`lease_ended`): nothing left to keep
         sent = time.monotonic()
         if lease.fenced(sent):
             return  # too late to renew: keep_fence has stopped the command
@@ -98,6 +98,10 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[
             reachability.answered()
             continue
         except stage_attempts.LeaseLost as lost:
+            if run.reported:
+                # Its own report landed while this renewal was on its way: the attempt ended here.
+                log.info("%s: the attempt's report ended its lease", op_id)
+                return
             if lost.ended:
                 # Its job ended, or for a shard, a sibling failed for good (fail_fast).
                 log.warning(

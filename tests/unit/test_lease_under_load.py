@@ -31,6 +31,7 @@ from relevo_core import aws
 from relevo_core.aws import JobCredentials, SessionCredentials, in_this_context, job_scope, own_lane
 from relevo_core.fleet.lease_timeline import LeaseTimeline
 from relevo_core.models.agent_session import HeartbeatRequest
+from relevo_core.store import stage_attempts
 from relevo_core.store.stage_attempts import StageRef
 from tests.unit.test_executor import run
 
@@ -188,3 +189,57 @@ def test_nice_keeps_the_pid_the_supervisor_was_told_of(tmp_path: Path):
     # Then the shell that ran it is the process Popen started: the group the supervisor kills
     assert result.exit_code == 0
     assert json.loads(b"".join(chunks).decode()) == started[0]
+
+
+def _due_run(tmp_path: Path) -> tuple[Agent, StageRun]:
+    config = AgentConfig(
+        agent_id="mac-busy", region="eu-west", workspace_root=tmp_path, journal=tmp_path / "j.sqlite3"
+    )
+    agent = Agent(config, "table", "http://127.0.0.1:1/queue", Journal(config.journal))
+    timeline = LeaseTimeline(lease_ttl_sec=3, kill_grace_sec=1, max_clock_skew_sec=0.5)
+    # Claimed one renew interval ago: the first renewal is due now.
+    claimed = time.monotonic() - timeline.renew_interval_sec
+    return agent, StageRun(StageRef("table", "job_x", 0, 1, "mac-busy"), Lease(timeline, claimed))
+
+
+def test_a_renewal_refused_because_the_attempts_own_report_landed_is_no_lost_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Given an attempt whose command ended and whose report is on its way (the stage record is
+    # written `succeeded` by it), with a renewal sent just before the report was flagged
+    agent, run_ = _due_run(tmp_path)
+    sent = threading.Event()
+
+    def renew_refused_by_the_report(*args: object, **kwargs: object) -> None:
+        run_.reported = True  # the stage thread flags its report meanwhile
+        sent.set()
+        raise stage_attempts.LeaseLost("the stage record no longer holds a running attempt")
+
+    monkeypatch.setattr(stage_attempts, "renew_lease", renew_refused_by_the_report)
+    keeper = threading.Thread(
+        target=keep_lease, args=(run_, "job_x:build", agent.stop, agent.stages.claims.heartbeat), daemon=True
+    )
+    # When the renewal comes back refused
+    keeper.start()
+    assert sent.wait(SETTLE_SEC)
+    keeper.join(SETTLE_SEC)
+    # Then the keeper ends quietly: the attempt is not stopped as a lease taken over
+    assert not keeper.is_alive()
+    assert run_.reason is None and not run_.cancel.is_set()
+
+
+def test_a_reported_attempt_sends_no_more_renewals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # Given an attempt whose report is on its way (its `lease_ended` ends the lease)
+    agent, run_ = _due_run(tmp_path)
+    run_.reported = True
+    renewals: list[object] = []
+    monkeypatch.setattr(stage_attempts, "renew_lease", lambda *args, **kwargs: renewals.append(args))
+    # When its renewal falls due
+    keeper = threading.Thread(
+        target=keep_lease, args=(run_, "job_x:build", agent.stop, agent.stages.claims.heartbeat), daemon=True
+    )
+    keeper.start()
+    keeper.join(SETTLE_SEC)
+    # Then none is sent (it would only be refused) and the keeper has ended
+    assert not keeper.is_alive() and renewals == []
+    run_.done.set()
