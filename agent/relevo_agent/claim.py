@@ -27,7 +27,7 @@ from relevo_agent.job_sessions import JobSessions
 from relevo_agent.journal import Journal, Operation, OperationOutcome
 from relevo_agent.messages import Message
 from relevo_agent.reachability import stack as reachability
-from relevo_core.aws import call_budget
+from relevo_core.aws import call_budget, own_lane
 from relevo_core.fleet.lease_timeline import RETRY_AFTER_FAILURE_SEC, LeaseTimeline
 from relevo_core.models.errors import ErrorCode
 from relevo_core.store import stage_attempts, stage_claims
@@ -239,7 +239,8 @@ class Claims(DispatchAnswer):
         lost = False  # an earlier send's answer was lost: it may have landed
         while True:
             try:
-                with call_budget(max(0.5, give_up - time.monotonic())):
+                # Over connections of its own (own_lane): none another route call holds.
+                with call_budget(max(0.5, give_up - time.monotonic())), own_lane("claim"):
                     return routes.claim(request), lost
             except RouteError as refused:
                 if refused.code == ErrorCode.CLAIM_REFUSED.value:

@@ -12,6 +12,7 @@ caller's call budget (relevo_core.aws.call_budget), so a claim cannot outlast a 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ import urllib3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 
-from relevo_core.aws import SessionCredentials, call_time_left, process_credentials
+from relevo_core.aws import SessionCredentials, call_lane, call_time_left, process_credentials
 
 if TYPE_CHECKING:
     from relevo_core.models.agent_session import (
@@ -74,7 +75,22 @@ class ClaimRoutes:
     credentials: Callable[[], Any] = field(default=process_credentials)
 
     def __post_init__(self) -> None:
-        self._http = urllib3.PoolManager(num_pools=2, maxsize=8, retries=False)
+        # A connection pool per lane (relevo_core.aws.own_lane): the lease keeper's heartbeats and
+        # the claims never go over a connection another call (an outcome, a session's renewal)
+        # holds or left behind half-closed; with retries off, such a connection would cost a
+        # heartbeat its round.
+        self._pools: dict[str | None, urllib3.PoolManager] = {}
+        self._pools_lock = threading.Lock()
+
+    def _http(self) -> urllib3.PoolManager:
+        lane = call_lane()
+        found = self._pools.get(lane)
+        if found is None:
+            with self._pools_lock:
+                found = self._pools.setdefault(
+                    lane, urllib3.PoolManager(num_pools=2, maxsize=8 if lane is None else 2, retries=False)
+                )
+        return found
 
     def claim(self, request: ClaimRequest) -> ClaimGranted:
         from relevo_core.models.agent_session import ClaimGranted
@@ -120,7 +136,7 @@ class ClaimRoutes:
         read = READ_TIMEOUT_SEC if left is None else max(0.05, left - connect)
         started = time.monotonic()
         try:
-            answer = self._http.request(
+            answer = self._http().request(
                 "POST",
                 url,
                 body=data,

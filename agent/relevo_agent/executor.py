@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,16 @@ from relevo_agent.stage_env import as_build_user
 
 # The end of a command's output kept in its result (classification, probe evidence).
 TAIL_BYTES = 4096
+
+# How much lower than the agent's the priority of a stage's command (and of every process it
+# starts) is: a build that keeps every core busy (xcodebuild) leaves the agent's lease keeper and
+# claims the CPU they need, so a renewal is not starved into a fence (nice(1): the increment is
+# inherited by the command's children; an unprivileged process can lower its priority, never
+# raise it back). The agent keeps launchd's default priority (ProcessType Standard: a
+# "Background" job would be throttled; a negative Nice is only honoured for a daemon run as root,
+# launchd.plist(5)), so the build sits below it whichever way the agent was started.
+BUILD_NICE = 10
+_NICE = shutil.which("nice") or "/usr/bin/nice"
 
 
 @dataclass(frozen=True)
@@ -214,8 +225,10 @@ def run_command(
 def _spawn(
     argv: list[str], workspace: Path, env: dict[str, str], pass_fds: tuple[int, ...], as_user: dict[str, Any]
 ) -> subprocess.Popen[bytes]:
+    # nice(1) execs the command in its place: the pid (the group's leader, which the wrapper
+    # announces) stays the same.
     return subprocess.Popen(
-        argv,
+        [_NICE, "-n", str(BUILD_NICE), *argv],
         cwd=workspace,
         env=env,
         stdout=subprocess.PIPE,

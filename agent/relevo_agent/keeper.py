@@ -18,7 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from relevo_agent.attempt import utc_now
 from relevo_agent.claim_routes import RouteError, RouteUnreachable
 from relevo_agent.reachability import stack as reachability
-from relevo_core.aws import call_budget, error_code, in_this_context
+from relevo_core.aws import call_budget, error_code, in_this_context, own_lane
 from relevo_core.fleet.lease_timeline import RETRY_AFTER_FAILURE_SEC
 from relevo_core.models.errors import ErrorCode
 from relevo_core.models.transfer import TransferProgress
@@ -72,13 +72,15 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[
     # retries every RETRY_AFTER_FAILURE_SEC are not, and the first success after them is.
     failed = 0
     while not run.done.wait(max(0.0, renew_at - time.monotonic())):
-        if run.reason is not None:
-            return
+        if run.reason is not None or run.reported:
+            return  # stopped, or its report ends the lease (`lease_ended`): nothing left to keep
         sent = time.monotonic()
         if lease.fenced(sent):
             return  # too late to renew: keep_fence has stopped the command
         try:
-            with call_budget(lease.fence_at - sent), _transfer_reading(run) as transfer:
+            # Its own clients and connections (own_lane): nothing another thread builds or holds
+            # (a log body's S3 client, an outcome's connection) stands in a renewal's way.
+            with call_budget(lease.fence_at - sent), own_lane("lease"), _transfer_reading(run) as transfer:
                 # An upload's progress rides on the renewal: no write of its own.
                 stage_attempts.renew_lease(ref, int(lease.timeline.lease_ttl_sec), utc_now(), transfer)
                 if run.run_handed:
@@ -96,6 +98,10 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[
             reachability.answered()
             continue
         except stage_attempts.LeaseLost as lost:
+            if run.reported:
+                # Its own report landed while this renewal was on its way: the attempt ended here.
+                log.info("%s: the attempt's report ended its lease", op_id)
+                return
             if lost.ended:
                 # Its job ended, or for a shard, a sibling failed for good (fail_fast).
                 log.warning(

@@ -40,6 +40,12 @@ _CLIENT_CONFIG = Config(
 )
 _lock = threading.Lock()
 
+# The lane this thread's calls go through (see own_lane); None: the process's shared clients.
+_LANE: ContextVar[str | None] = ContextVar("relevo_call_lane", default=None)
+# Each lane's lock for building its clients (the shared clients' is `_lock`).
+_LANE_LOCKS: dict[str, threading.Lock] = {}
+_LANE_LOCKS_LOCK = threading.Lock()  # held for a dict insertion only, never while a client is built
+
 # The monotonic deadline of this thread's calls (see call_budget); None: no deadline.
 _DEADLINE: ContextVar[float | None] = ContextVar("relevo_call_deadline", default=None)
 # Read timeouts a call's remaining time is rounded down to, so a few clients serve every deadline.
@@ -61,6 +67,33 @@ def call_budget(seconds: float) -> Iterator[None]:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+@contextmanager
+def own_lane(name: str) -> Iterator[None]:
+    """Within the block, this thread's clients are the lane `name`'s own: built from a boto3 session
+    of the lane's, under a lock of the lane's, each with its own HTTP connection pool (botocore
+    keeps one per client). For calls that a busy process must not hold back: the agent's lease
+    keeper and its claim. Without a lane, every client of the process is built under one lock
+    (boto3 sessions are not thread-safe while they create clients), so a renewal that needs a
+    client (the first of an attempt, the first after its job's session was renewed) would wait
+    for whatever another thread is building meanwhile: the S3 client of a log body or an upload
+    loads botocore's 1 MB endpoint table, seconds of CPU on a Mac whose cores the build holds."""
+    token = _LANE.set(name)
+    try:
+        yield
+    finally:
+        _LANE.reset(token)
+
+
+def _lane_lock(lane: str | None) -> threading.Lock:
+    if lane is None:
+        return _lock
+    found = _LANE_LOCKS.get(lane)
+    if found is None:
+        with _LANE_LOCKS_LOCK:
+            found = _LANE_LOCKS.setdefault(lane, threading.Lock())
+    return found
 
 
 # What a job's session may be used for (template.yaml JobPolicy); anything else keeps the process's
@@ -96,11 +129,16 @@ class JobCredentials:
             self._clients.clear()
 
     def client(
-        self, service: str, endpoint: str | None, region: str | None, timeouts: tuple[float, float] | None
+        self,
+        service: str,
+        endpoint: str | None,
+        region: str | None,
+        timeouts: tuple[float, float] | None,
+        lane: str | None = None,
     ) -> Any:
         with self._lock:
             credentials = self._current
-            cache_key = (service, endpoint, region, timeouts)
+            cache_key = (service, endpoint, region, timeouts, lane)
             found = self._clients.get(cache_key)
         if found is not None:
             return found
@@ -113,13 +151,13 @@ class JobCredentials:
                     retries={"mode": "standard", "total_max_attempts": 1},
                 )
             )
-        with _lock:
+        with _lane_lock(lane):
             with self._lock:  # another thread may have built it while this one waited for the lock
                 found = self._clients.get(cache_key) if self._current is credentials else None
             if found is not None:
                 return found
             built = _new_client(
-                _session(_environment()[2], _lean(service)),
+                _session(_environment()[2], _lean(service), lane),
                 service,
                 config=config,
                 aws_access_key_id=credentials.access_key_id,
@@ -189,6 +227,12 @@ def in_this_context(target: Callable[..., _T]) -> Callable[..., _T]:
     return lambda *args, **kwargs: context.copy().run(target, *args, **kwargs)
 
 
+def call_lane() -> str | None:
+    """The lane this thread's calls go through (own_lane), None: the shared one; for calls made
+    without a boto3 client, which keep a connection pool per lane too (the agent's claim routes)."""
+    return _LANE.get()
+
+
 def call_time_left() -> float | None:
     """Seconds left in this thread's call budget (None: no budget): for calls made without a
     boto3 client, such as the agent's signed requests to the claim routes."""
@@ -207,6 +251,7 @@ def _environment() -> tuple[str | None, str | None, str | None]:
 def client(service: str) -> Any:
     endpoint, region, access_key = _environment()
     deadline = _DEADLINE.get()
+    lane = _LANE.get()
     job = _JOB.get() if service in JOB_SERVICES else None
     if job is not None:
         return job.client(
@@ -214,11 +259,12 @@ def client(service: str) -> Any:
             endpoint,
             region,
             _timeouts(deadline - time.monotonic()) if deadline is not None else None,
+            lane,
         )
     if deadline is not None:
         connect, read = _timeouts(deadline - time.monotonic())
-        return _bounded_client(service, endpoint, region, access_key, connect, read)
-    return _client(service, endpoint, region, access_key)
+        return _bounded_client(service, endpoint, region, access_key, connect, read, lane)
+    return _client(service, endpoint, region, access_key, lane)
 
 
 def _timeouts(left: float) -> tuple[float, float]:
@@ -236,7 +282,7 @@ def _timeouts(left: float) -> tuple[float, float]:
 _CLIENTS: dict[tuple[Any, ...], Any] = {}
 
 
-def _built_once(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+def _built_once(key: tuple[Any, ...], build: Callable[[], Any], lane: str | None = None) -> Any:
     """The client of `key`, built by the first thread that asks for it. boto3 sessions are not
     thread-safe while they create clients: one lock for all creation, and a thread that waited
     for it takes what the thread before it built (two threads of one claim asking for the same
@@ -258,6 +304,7 @@ def _bounded_client(
     access_key: str | None,
     connect: float,
     read: float,
+    lane: str | None = None,
 ) -> Any:
     def build() -> Any:
         config = _CLIENT_CONFIG.merge(
@@ -267,15 +314,18 @@ def _bounded_client(
                 retries={"mode": "standard", "total_max_attempts": 1},
             )
         )
-        return _new_client(_session(access_key, _lean(service)), service, config=config)
+        return _new_client(_session(access_key, _lean(service), lane), service, config=config)
 
-    return _built_once(("bounded", service, endpoint, region, access_key, connect, read), build)
+    return _built_once(("bounded", service, endpoint, region, access_key, connect, read), build, lane)
 
 
-def _client(service: str, endpoint: str | None, region: str | None, access_key: str | None) -> Any:
+def _client(
+    service: str, endpoint: str | None, region: str | None, access_key: str | None, lane: str | None = None
+) -> Any:
     return _built_once(
         (service, endpoint, region, access_key),
-        lambda: _new_client(_session(access_key, _lean(service)), service, config=_CLIENT_CONFIG),
+        lambda: _new_client(_session(access_key, _lean(service), lane), service, config=_CLIENT_CONFIG),
+        lane,
     )
 
 
@@ -309,11 +359,12 @@ def _new_client(session: boto3.session.Session, service: str, **settings: Any) -
     return session.client(service, **settings)  # type: ignore[call-overload]  # stubs: literal names only
 
 
-@lru_cache(maxsize=4)
-def _session(access_key: str | None, lean: bool = False) -> boto3.session.Session:
+@lru_cache(maxsize=8)
+def _session(access_key: str | None, lean: bool = False, lane: str | None = None) -> boto3.session.Session:
     """One session for every client of a set of credentials (a session keeps the credentials it
     resolved first): each session loads botocore's endpoint and retry data again, about 8 MB per
-    client in an agent that keeps four (the agent's idle RSS budget)."""
+    client in an agent that keeps four (the agent's idle RSS budget). A lane (own_lane) has its
+    own, built the first time the lane builds a client (an idle agent builds none)."""
     session = boto3.session.Session()
     if lean:
         from botocore.regions import EndpointResolver
