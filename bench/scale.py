@@ -38,24 +38,34 @@ The scaling, from counts to the fleet (the heart of the figure):
   the item's size is what is stored (a put's item as sent, an update's item as read at the end).
   GSI writes are not counted on the table's key (an index has partitions of its own).
 
-Limits, each from its page (per account and region unless said):
-- DynamoDB: 1,000 WCU/s and 3,000 RCU/s per partition key
-  (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html);
+Limits, each from its page (per account and region unless said); "adjustable" where the page
+or Service Quotas says the quota can be raised, "hard" where it cannot:
+- DynamoDB: 1,000 WCU/s and 3,000 RCU/s per partition key, hard (a partition's own throughput:
+  https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html);
   item sizes and units: .../developerguide/CapacityUnitCalculations.html, transactions double:
   .../developerguide/transaction-apis.html#transaction-capacity-handling.
-- Step Functions Standard: StartExecution refill 300/s in us-east-1, us-west-2 and eu-west-1,
-  150/s elsewhere; SendTaskSuccess, SendTaskFailure and SendTaskHeartbeat 500/s; DescribeExecution
-  15/s (https://docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html, "Quotas related
-  to API action throttling").
-- API Gateway: 10,000 requests/s per account and region
+- Step Functions Standard, "Quotas related to API action throttling"
+  (https://docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html; the same table in
+  awsdocs/aws-step-functions-developer-guide, doc_source/limits-overview.md), token buckets,
+  adjustable ("soft quotas and can be increased"), by region: in US East (N. Virginia), US West
+  (Oregon) and Europe (Ireland) StartExecution refills 300/s (bucket 1,300), SendTaskSuccess,
+  SendTaskFailure and SendTaskHeartbeat 500/s each (bucket 3,000), DescribeExecution 15/s (bucket
+  300); in every other region StartExecution 150/s (800), SendTask* 300/s each (1,500),
+  DescribeExecution 10/s (250). Each SendTask* action has its own bucket.
+- API Gateway: 10,000 requests/s per account and region across REST, HTTP and WebSocket APIs
+  (2,500/s in 13 newer regions: Cape Town, Milan, Jakarta, UAE, Hyderabad, Melbourne, Spain,
+  Zurich, Tel Aviv, Calgary, Malaysia, Thailand, Mexico), adjustable (Service Quotas L-8A5B8E43)
   (https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html).
-- Lambda: 1,000 concurrent executions per region by default
+- Lambda: 1,000 concurrent executions per region by default, adjustable
   (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html); concurrency is
   invocations/s x seconds each (https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html),
-  the seconds measured here in this process (an upper bound's stand-in, not AWS's figure).
-- STS AssumeRole: 600 requests/s per account (the STS request quota,
-  https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html#reference_iam-quotas-entities).
-- SQS standard queues: nearly unlimited API calls per action
+  the seconds an assumption (LAMBDA_SEC_ON_AWS), the emulator's only shown.
+- STS: 600 requests/s per account and region, shared by AssumeRole and STS's other credential
+  calls (calls AWS services make for you are not counted) ("IAM and AWS STS quotas",
+  https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html; the stored copy of
+  that page predates the figure, which is taken as quoted from it). Not in Service Quotas: taken
+  as hard here (re:Post "iam-sts-throttling-error": IAM and STS rate quotas cannot be raised).
+- SQS standard queues: "nearly unlimited" calls per action
   (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html):
   shown, no limit.
 
@@ -120,14 +130,15 @@ STREAM_POLLER = {
 # DynamoDB's per-partition limits.
 KEY_WCU = 1000
 KEY_RCU = 3000
-# API quotas a second, per account and region, each with the page above.
-SFN_START_BIG = 300  # us-east-1, us-west-2, eu-west-1
-SFN_START_OTHER = 150
-SFN_SEND_TASK = 500
-SFN_DESCRIBE = 15
-API_GATEWAY_RPS = 10_000
+# API quotas a second, per account and region, each with the page above: (the three largest
+# regions, every other region).
+SFN_START = (300, 150)
+SFN_SEND_TASK = (500, 300)  # each of SendTaskSuccess, SendTaskFailure, SendTaskHeartbeat
+SFN_DESCRIBE = (15, 10)
+BIG_REGIONS = "us-east-1, us-west-2, eu-west-1"
+API_GATEWAY_RPS = (10_000, 2_500)  # most regions, the 13 newer ones
 LAMBDA_CONCURRENCY = 1000
-STS_ASSUME_ROLE = 600
+STS_REQUESTS = 600
 # A warm Lambda invocation's seconds on AWS: an assumption (see api_rates).
 LAMBDA_SEC_ON_AWS = 0.1
 
@@ -207,6 +218,25 @@ def _call_of(environ: dict[str, Any], raw: bytes) -> tuple[str, dict[str, Any]]:
         return f"{service}:{target.rsplit('.', 1)[-1]}", body if isinstance(body, dict) else {}
     action = re.search(rb"Action=(\w+)", raw + environ.get("QUERY_STRING", "").encode())
     return f"{service}:{action.group(1).decode() if action else environ['REQUEST_METHOD']}", {}
+
+
+JOB_ID = re.compile(r"job_[0-9a-z]{26}")
+# Sent only by the claim function's routes, in a request that names no job (a task token, STS's
+# form): theirs when served while one of the driven routes was in flight.
+ROUTED = ("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat", "sts:AssumeRole")
+
+
+def ours(served: list[Served], job_ids: set[str], spans: list[tuple[float, float]]) -> list[Served]:
+    """The requests of these jobs: none that names another job (on a stack shared with other
+    work, an earlier job's state machine may still write and send), and a routed call only
+    while a route was in flight. On the bench's own stack nothing else runs: all are kept."""
+
+    def kept(s: Served) -> bool:
+        if s.call in ROUTED:
+            return any(start <= s.at <= end for start, end in spans)
+        return all(named in job_ids for named in JOB_ID.findall(json.dumps(s.body)))
+
+    return [s for s in served if kept(s)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -360,10 +390,13 @@ class Routes:
     role: str
     calls: Counter[str] = field(default_factory=Counter)
     seconds: list[float] = field(default_factory=list)
+    # When each call was in flight (time.time()): what the function sent is served within one.
+    spans: list[tuple[float, float]] = field(default_factory=list)
 
     def post(self, route: str, body: dict[str, Any], agent_id: str) -> dict[str, Any]:
         with harness.as_role(self.role):
             began = time.perf_counter()
+            sent = time.time()
             answer = self.handler.lambda_handler(
                 harness.claim_event(
                     REGION, body, f"arn:aws:sts::123456789012:assumed-role/agent/{agent_id}", route=route
@@ -371,6 +404,7 @@ class Routes:
                 harness.LambdaContext(),
             )
             self.seconds.append(time.perf_counter() - began)
+            self.spans.append((sent, time.time()))
         self.calls[route] += 1
         if answer["statusCode"] != 200:
             raise RuntimeError(f"{route}: {answer['statusCode']} {answer['body']}")
@@ -472,15 +506,21 @@ def renew(routes: Routes, held: Held, heartbeat: bool) -> None:
         routes.post("heartbeats", {k: held.request[k] for k in keys if k in held.request}, held.ref.agent_id)
 
 
-def receive(stack: Any, wanted: int, timeout: float) -> list[dict[str, Any]]:
+def receive(stack: Any, wanted: int, timeout: float, job_ids: set[str]) -> list[dict[str, Any]]:
+    """Up to `wanted` stage messages of `job_ids` (another's, on a stack shared with other work,
+    is left to come back to its own agent)."""
     from relevo_core.aws import client
 
     sqs, got = client("sqs"), []
     deadline = time.monotonic() + timeout
     while len(got) < wanted and time.monotonic() < deadline:
-        got += sqs.receive_message(
-            QueueUrl=stack.work_queues[REGION], MaxNumberOfMessages=10, WaitTimeSeconds=1
-        ).get("Messages", [])
+        got += [
+            message
+            for message in sqs.receive_message(
+                QueueUrl=stack.work_queues[REGION], MaxNumberOfMessages=10, WaitTimeSeconds=1
+            ).get("Messages", [])
+            if json.loads(message["Body"]).get("job_id") in job_ids
+        ]
     return got
 
 
@@ -495,6 +535,7 @@ class Window:
     served: list[Served]
     routes: Counter[str]
     route_seconds: list[float]
+    route_spans: list[tuple[float, float]] = field(default_factory=list)
     webhooks: int = 0
     webhook_seconds: list[float] = field(default_factory=list)
 
@@ -507,6 +548,7 @@ def drive_jobs(
     began = time.time()
     routes.calls.clear()
     routes.seconds.clear()
+    routes.spans.clear()
     window = Window([], Counter(), [])
     job_ids: set[str] = set()
     for n in range(jobs):
@@ -526,7 +568,7 @@ def drive_jobs(
     while len(ended) < len(job_ids):
         if time.monotonic() > deadline:
             raise TimeoutError(f"{len(job_ids) - len(ended)} job(s) still running")
-        messages = receive(stack, 10, 2)
+        messages = receive(stack, 10, 2, job_ids)
         helds = []
         for message in messages:
             agent += 1
@@ -539,9 +581,10 @@ def drive_jobs(
         if not messages:
             ended |= {job_id for job_id in job_ids - ended if _ended(stack, job_id)}
     time.sleep(0.5)  # the last state's writes answered
-    window.served = log.between(began, time.time())
+    window.served = ours(log.between(began, time.time()), job_ids, routes.spans)
     window.routes = Counter(routes.calls)
     window.route_seconds = list(routes.seconds)
+    window.route_spans = list(routes.spans)
     failed = [job_id for job_id in job_ids if _status(stack, job_id) != "SUCCEEDED"]
     if failed:
         raise RuntimeError(f"{len(failed)} job(s) did not succeed: {failed[:3]}")
@@ -578,7 +621,7 @@ def drive_renewals(
         harness.webhook_event(project_id, harness.github_headers(secret, body), body), harness.LambdaContext()
     )
     assert answer["statusCode"] == 202, answer
-    for message in receive(stack, 1, 30):
+    for message in receive(stack, 1, 30, {json.loads(answer["body"])["job_id"]}):
         held = claim(routes, stack, message, "scale-renewer")
         wait_run_handed(held)
         holders.append(held)
@@ -589,6 +632,7 @@ def drive_renewals(
     time.sleep(0.5)
     routes.calls.clear()
     routes.seconds.clear()
+    routes.spans.clear()
     began = time.time()
     beats = 0
     for n in range(renewals):
@@ -596,7 +640,8 @@ def drive_renewals(
         beats += beat
         renew(routes, holders[n % len(holders)], beat)
     ended = time.time()
-    window = Window(log.between(began, ended), Counter(routes.calls), list(routes.seconds))
+    served = ours(log.between(began, ended), {held.ref.job_id for held in holders}, routes.spans)
+    window = Window(served, Counter(routes.calls), list(routes.seconds), list(routes.spans))
     for held in holders:
         report_outcome(routes, held)
         delete(stack, held.message)
@@ -613,16 +658,32 @@ class Rate:
     per_sec: float
     limit: float
     source: str
+    adjustable: bool
+    # What would bring a short rate to HEADROOM (said in the table when it is short).
+    fix: str = ""
 
     @property
     def headroom(self) -> float:
         return self.limit / self.per_sec if self.per_sec else math.inf
 
 
+# What would fix each API that can fall short, said beside it in the table.
+FIXES = {
+    "StartExecution": "one execution a job: a quota increase (Service Quotas), or a stack in one of the 3",
+    "SendTaskSuccess": "two task tokens a stage run (the dispatch's, the run's): one token a run, or a quota "
+    "increase",
+    "SendTaskHeartbeat": "a heartbeat every lease/3: a longer default lease, or a quota increase",
+    "STS": "a job session per claim (its tags name the stage's log partition): not reusable across stages",
+    "DescribeExecution": "none on the path",
+}
+
+
 def api_rates(
     jobs: Window, n_jobs: int, renewals: Window, n_renewals: int, renewals_per_sec: float
 ) -> list[Rate]:
-    """Each API's calls a second at 1,000 Macs: per job x jobs/s + per renewal x renewals/s."""
+    """Each API's calls a second at 1,000 Macs: per job x jobs/s + per renewal x renewals/s,
+    against its quota in the three largest regions and in every other (Step Functions, API
+    Gateway) or in every region."""
 
     def per_sec(job_count: float, renewal_count: float) -> float:
         return job_count / n_jobs * FLEET_JOBS_PER_SEC + renewal_count / n_renewals * renewals_per_sec
@@ -630,56 +691,71 @@ def api_rates(
     def served(window: Window, *calls: str) -> int:
         return sum(1 for s in window.served if s.call in calls)
 
-    send_task = ("states:SendTaskSuccess", "states:SendTaskFailure")
-    rows = [
-        Rate(
-            "Step Functions StartExecution (us-east-1, us-west-2, eu-west-1)",
-            per_sec(served(jobs, "states:StartExecution"), served(renewals, "states:StartExecution")),
-            SFN_START_BIG,
-            "refill 300/s",
-        ),
-        Rate(
-            "Step Functions StartExecution (other regions)",
-            per_sec(served(jobs, "states:StartExecution"), served(renewals, "states:StartExecution")),
-            SFN_START_OTHER,
-            "refill 150/s",
-        ),
-        Rate(
-            "Step Functions SendTaskSuccess + SendTaskFailure",
-            per_sec(served(jobs, *send_task), served(renewals, *send_task)),
-            SFN_SEND_TASK,
-            "500/s",
-        ),
-        Rate(
-            "Step Functions SendTaskHeartbeat",
-            per_sec(
-                served(jobs, "states:SendTaskHeartbeat"),
-                served(renewals, "states:SendTaskHeartbeat"),
+    def both(*calls: str) -> float:
+        return per_sec(served(jobs, *calls), served(renewals, *calls))
+
+    describes = per_sec(
+        served(jobs, "states:DescribeExecution") - _bench_describes(jobs),
+        served(renewals, "states:DescribeExecution"),
+    )
+    rows = []
+    for where, n in ((BIG_REGIONS, 0), ("other regions", 1)):
+        rows += [
+            Rate(
+                f"Step Functions StartExecution ({where})",
+                both("states:StartExecution"),
+                SFN_START[n],
+                f"{SFN_START[n]}/s",
+                True,
+                FIXES["StartExecution"],
             ),
-            SFN_SEND_TASK,
-            "500/s",
-        ),
-        Rate(
-            "Step Functions DescribeExecution",
-            per_sec(
-                served(jobs, "states:DescribeExecution") - _bench_describes(jobs),
-                served(renewals, "states:DescribeExecution"),
+            Rate(
+                f"Step Functions SendTaskSuccess ({where})",
+                both("states:SendTaskSuccess"),
+                SFN_SEND_TASK[n],
+                f"{SFN_SEND_TASK[n]}/s",
+                True,
+                FIXES["SendTaskSuccess"],
             ),
-            SFN_DESCRIBE,
-            "refill 15/s",
-        ),
-        Rate(
-            "STS AssumeRole",
-            per_sec(served(jobs, "sts:AssumeRole"), served(renewals, "sts:AssumeRole")),
-            STS_ASSUME_ROLE,
-            "600/s",
-        ),
-    ]
+            Rate(
+                f"Step Functions SendTaskFailure ({where})",
+                both("states:SendTaskFailure"),
+                SFN_SEND_TASK[n],
+                f"{SFN_SEND_TASK[n]}/s",
+                True,
+            ),
+            Rate(
+                f"Step Functions SendTaskHeartbeat ({where})",
+                both("states:SendTaskHeartbeat"),
+                SFN_SEND_TASK[n],
+                f"{SFN_SEND_TASK[n]}/s",
+                True,
+                FIXES["SendTaskHeartbeat"],
+            ),
+            Rate(
+                f"Step Functions DescribeExecution ({where})",
+                describes,
+                SFN_DESCRIBE[n],
+                f"{SFN_DESCRIBE[n]}/s",
+                True,
+                FIXES["DescribeExecution"],
+            ),
+        ]
+    rows.append(
+        Rate("STS AssumeRole", both("sts:AssumeRole"), STS_REQUESTS, f"{STS_REQUESTS}/s", False, FIXES["STS"])
+    )
     gateway_jobs = jobs.webhooks + sum(jobs.routes.values())
     gateway_renewals = sum(renewals.routes.values())
-    rows.append(
-        Rate("API Gateway requests", per_sec(gateway_jobs, gateway_renewals), API_GATEWAY_RPS, "10,000/s")
-    )
+    for where, limit in (("most regions", API_GATEWAY_RPS[0]), ("13 newer regions", API_GATEWAY_RPS[1])):
+        rows.append(
+            Rate(
+                f"API Gateway requests ({where})",
+                per_sec(gateway_jobs, gateway_renewals),
+                limit,
+                f"{limit:,}/s",
+                True,
+            )
+        )
     # Lambda concurrency is invocations/s x seconds each. The seconds measured here are the
     # emulator's (moto answers one DynamoDB request at a time, ~10x AWS): shown, not the figure.
     # The figure takes LAMBDA_SEC_ON_AWS a warm invocation, an assumption: 2-4 round trips in a
@@ -690,6 +766,7 @@ def api_rates(
             per_sec(gateway_jobs, gateway_renewals) * LAMBDA_SEC_ON_AWS,
             LAMBDA_CONCURRENCY,
             "1,000",
+            True,
         )
     )
     seconds = sum(jobs.webhook_seconds) + sum(jobs.route_seconds) + sum(renewals.route_seconds)
@@ -763,51 +840,124 @@ def run(args: argparse.Namespace) -> int:
         return measure(stack, args, log)
 
 
-def measure(stack: Any, args: argparse.Namespace, log: Served_Log) -> int:
+@dataclass
+class Counted:
+    """What a driven slice of the fleet made: window 1's jobs, window 2's renewals, and what the
+    counts are read with (the ids that name a key's sharers, the items' sizes as stored)."""
+
+    jobs: Window
+    job_ids: set[str]
+    jobs_sec: float
+    renewals: Window
+    n_renewals: int
+    beats: int
+    ids: dict[str, str]
+    sizes: dict[tuple[str, str], int]
+
+
+def claim_routes(stack: Any) -> Routes:
+    """The claim function, as its own role in its own environment, built once (a warm container)."""
     from relevo_core.aws import client
+
+    claim_role = client("iam").get_role(RoleName=stack.resources["AgentSessionsRole"])["Role"]["Arn"]
+    harness.use_function_environment(stack, "AgentSessionsFunction")
+    with harness.as_role(claim_role):
+        routes = Routes(harness.cold_handler("agent_sessions"), claim_role)
+    harness.use_function_environment(stack, "WebhookFunction")
+    return routes
+
+
+def drive(
+    stack: Any,
+    log: Served_Log,
+    projects: list[tuple[str, str]],
+    renewer: tuple[str, str],
+    jobs: int,
+    chunks: int,
+    renewals: int,
+) -> Counted:
+    """Both windows, `jobs` pushes round-robin over `projects` and `renewals` renewals of an
+    attempt of `renewer`'s job, each project (id, webhook secret) registered with the default
+    lease; counted from what `log` recorded."""
+    routes = claim_routes(stack)
+    jobs_window, job_ids, jobs_sec = drive_jobs(stack, routes, projects, jobs, chunks, log)
+    describes = sum(1 for s in jobs_window.served if s.call == "states:DescribeExecution")
+    _BENCH_DESCRIBES[id(jobs_window)] = describes  # every one is the bench's own (_ended)
+    renewals_window, n_renewals, beats = drive_renewals(stack, routes, renewer, renewals, log)
+    sizes = final_sizes_of(jobs_window.served + renewals_window.served, stack.table_name)
+    ids = {job_id: "job" for job_id in job_ids}
+    ids.update({project_id: "project" for project_id, _ in projects})
+    ids[renewer[0]] = "project"
+    for s in renewals_window.served:
+        for text in json.dumps(s.body).split('"'):
+            if text.startswith("job-") or re.fullmatch(r"[0-9a-f-]{36}", text):
+                ids.setdefault(text, "job")
+    return Counted(jobs_window, job_ids, jobs_sec, renewals_window, n_renewals, beats, ids, sizes)
+
+
+# Calls a job or a renewal makes whose count does not depend on timing (an agent's receives and
+# its look for the run token poll): what tests/integration/test_scale_counts.py pins.
+COUNTED_CALLS = (
+    "states:StartExecution",
+    "states:SendTaskSuccess",
+    "states:SendTaskFailure",
+    "states:SendTaskHeartbeat",
+    "sts:AssumeRole",
+    "sqs:SendMessage",
+)
+
+
+def calls_per(window: Window, n: int) -> dict[str, float]:
+    """COUNTED_CALLS served, each route's requests (`route:<name>`) and webhook deliveries, per
+    job (or per renewal), rounded to 1/100."""
+    counted = Counter(s.call for s in window.served if s.call in COUNTED_CALLS)
+    counted.update({f"route:{route}": calls for route, calls in window.routes.items()})
+    if window.webhooks:
+        counted["route:webhook"] = window.webhooks
+    return {call: round(calls / n, 2) for call, calls in sorted(counted.items())}
+
+
+def write_units_per(window: Window, n: int, counted: Counted) -> dict[str, float]:
+    """Each key pattern's write units (DynamoDB's rules, sizes as stored) per job (or renewal)."""
+    units: dict[str, float] = defaultdict(float)
+    for pk, key in units_by_key(window.served, counted.sizes).items():
+        if key.wcu:
+            units[key_pattern(pk, counted.ids)[0]] += key.wcu
+    return {pattern: round(wcu / n, 2) for pattern, wcu in sorted(units.items())}
+
+
+def registered(stack: Any, name: str, stages: list[dict[str, Any]], lease: int) -> tuple[str, str]:
+    project_id = f"{name}-" + secrets.token_hex(2)
+    secret = harness.register_project(stack, project_id, stages, lease_ttl_sec=lease, queue_timeout_sec=120)
+    assert secret is not None
+    return project_id, secret
+
+
+def measure(stack: Any, args: argparse.Namespace, log: Served_Log) -> int:
     from relevo_core.fleet.lease_timeline import LeaseTimeline
     from relevo_core.models.project import Project
 
     default_lease = Project.model_fields["lease_ttl_sec"].default
     timeline = LeaseTimeline(default_lease, 0)
     harness.use_function_environment(stack, "WebhookFunction")
-    projects = []
-    for n in range(args.projects):
-        project_id = f"scale-{n}-" + secrets.token_hex(2)
-        stages = SHARDED if n % 3 == 2 else PLAIN
-        secret = harness.register_project(
-            stack, project_id, stages, lease_ttl_sec=default_lease, queue_timeout_sec=120
-        )
-        assert secret is not None
-        projects.append((project_id, secret))
-    renewer_id = "scale-renew-" + secrets.token_hex(2)
-    renewer_secret = harness.register_project(stack, renewer_id, PLAIN, lease_ttl_sec=default_lease)
-    assert renewer_secret is not None
-    claim_role = client("iam").get_role(RoleName=stack.resources["AgentSessionsRole"])["Role"]["Arn"]
-    harness.use_function_environment(stack, "AgentSessionsFunction")
-    with harness.as_role(claim_role):
-        routes = Routes(harness.cold_handler("agent_sessions"), claim_role)
-    harness.use_function_environment(stack, "WebhookFunction")
-
     # Every third project's jobs have a stage of 4 shards: a third of the jobs (jobs round-robin).
-    jobs_window, job_ids, jobs_sec = drive_jobs(stack, routes, projects, args.jobs, args.chunks, log)
-    describes = sum(1 for s in jobs_window.served if s.call == "states:DescribeExecution")
-    _BENCH_DESCRIBES[id(jobs_window)] = describes  # every one is the bench's own (_ended)
-    renewals_window, n_renewals, beats = drive_renewals(
-        stack, routes, (renewer_id, renewer_secret), args.renewals, log
+    projects = [
+        registered(stack, f"scale-{n}", SHARDED if n % 3 == 2 else PLAIN, default_lease)
+        for n in range(args.projects)
+    ]
+    renewer = registered(stack, "scale-renew", PLAIN, default_lease)
+    counted = drive(stack, log, projects, renewer, args.jobs, args.chunks, args.renewals)
+    jobs_window, job_ids, renewals_window, n_renewals = (
+        counted.jobs,
+        counted.job_ids,
+        counted.renewals,
+        counted.n_renewals,
     )
     print(
-        f"window 1: {len(job_ids)} jobs in {jobs_sec:.1f} s ({len(jobs_window.served)} requests served);"
-        f" window 2: {n_renewals} renewals, {beats} with a heartbeat ({len(renewals_window.served)} served)"
+        f"window 1: {len(job_ids)} jobs in {counted.jobs_sec:.1f} s ({len(jobs_window.served)} requests"
+        f" served); window 2: {n_renewals} renewals, {counted.beats} with a heartbeat"
+        f" ({len(renewals_window.served)} served)"
     )
-    sizes = final_sizes_of(jobs_window.served + renewals_window.served, stack.table_name)
-    ids = {job_id: "job" for job_id in job_ids}
-    ids.update({project_id: "project" for project_id, _ in projects})
-    ids[renewer_id] = "project"
-    for s in renewals_window.served:
-        for text in json.dumps(s.body).split('"'):
-            if text.startswith("job-") or re.fullmatch(r"[0-9a-f-]{36}", text):
-                ids.setdefault(text, "job")
     renewals_per_sec = FLEET_RUNNING / timeline.renew_interval_sec
     apis = api_rates(jobs_window, len(job_ids), renewals_window, n_renewals, renewals_per_sec)
     keys = key_rates(
@@ -816,8 +966,8 @@ def measure(stack: Any, args: argparse.Namespace, log: Served_Log) -> int:
         renewals_window,
         n_renewals,
         timeline.renew_interval_sec,
-        ids,
-        sizes,
+        counted.ids,
+        counted.sizes,
         args.project_share,
     )
     return report(apis, keys, timeline, len(job_ids), jobs_window, renewals_window, n_renewals)
@@ -860,20 +1010,21 @@ def report(
     )
     missed = 0
     print()
-    print(f"{'API':<62} {'at 1,000 Macs':>14} {'limit':>10} {'headroom':>9}")
+    print(f"{'API':<62} {'at 1,000 Macs':>14} {'limit':>10} {'quota':>10} {'headroom':>9}")
     for rate in apis:
         ok = rate.headroom >= HEADROOM
         missed += not ok
+        quota = "adjustable" if rate.adjustable else "hard"
         print(
-            f"{rate.name:<62} {rate.per_sec:>12.1f}/s {rate.source:>10} {rate.headroom:>8.1f}x"
-            f" {'' if ok else 'MISSED'}"
+            f"{rate.name:<62} {rate.per_sec:>12.1f}/s {rate.source:>10} {quota:>10} {rate.headroom:>8.1f}x"
+            + ("" if ok else f" short: {rate.fix}")
         )
         harness.report(
             "scale",
             rate.name,
             rate.per_sec,
-            f"{rate.per_sec:.1f}/s ({rate.headroom:.0f}x)",
-            f">= {HEADROOM:g}x under {rate.source}",
+            f"{rate.per_sec:.1f}/s ({rate.headroom:.0f}x)" + ("" if ok else " short"),
+            f">= {HEADROOM:g}x under {rate.source} ({quota})",
             ok,
         )
     print()
