@@ -673,7 +673,7 @@ FIXES = {
     "SendTaskSuccess": "two task tokens a stage run (the dispatch's, the run's): one token a run, or a quota "
     "increase",
     "SendTaskHeartbeat": "a heartbeat every lease/3: a longer default lease, or a quota increase",
-    "STS": "a job session per claim (its tags name the stage's log partition): not reusable across stages",
+    "STS": "a job session per claim: reusable only between plain stages on one Mac (same tags)",
     "DescribeExecution": "none on the path",
 }
 
