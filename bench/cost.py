@@ -19,8 +19,11 @@ Step Functions interpreter (moto runs it in this process) when they name this jo
 Request units are computed from the DynamoDB rules with item sizes measured at the end of the run
 (attribute names + values, DynamoDB's size rules), including the writes each GSI takes.
 
-Prints the measured counts, a dollar table per 1,000 jobs at us-east-1 list prices and the fixed
-monthly costs (sweeper tick, idle agent polling). Exits 1 when the transition budget (3 per stage
+Prints the measured counts, a dollar table per 1,000 jobs at us-east-1 list prices, what a running
+stage costs a minute (its lease renewals and its heartbeats through the heartbeat route, at the
+default lease and at this job's, against the heartbeat with every renewal as before), what each
+addition of the last rounds costs a job (the outcome route, the run tokens' records), and the
+fixed monthly costs (sweeper tick, idle agent polling). Exits 1 when the transition budget (3 per stage
 + 3 per job on the success path) or the dollar budget is exceeded, 2 when the bench itself broke, 0 otherwise.
 """
 
@@ -801,15 +804,18 @@ def report(
         "runs"
         " (one API Gateway request and Lambda invocation: about $0.0037 per 1,000 stage-hours)"
     )
-    renew_interval = max(1.0, envelope.lease_ttl_sec / 3)
-    per_min = 60 / renew_interval
-    print(
-        f"  + per stage-minute of run time: {per_min:g} lease renewals (UpdateItem, 1 WRU each; "
-        "lease_ttl_sec "
-        f"{envelope.lease_ttl_sec} -> every {renew_interval:g} s) = ${per_min * DDB_PER_WRU * jobs:.5f} per "
-        "1,000 "
-        "stage-minutes; the heartbeats that go with them are free API calls"
-    )
+    # A route call's Lambda seconds: the median of this run's claims and outcomes (the emulator's
+    # wall time, as the per-job row above).
+    route_sec = sorted(claim_secs)[len(claim_secs) // 2]
+    print()
+    print("per 1,000 stage-minutes of run time (not in the per-job total: this job's stages take no time)")
+    for lease, note in ((default_lease_sec(), "the default lease"), (envelope.lease_ttl_sec, "this job's")):
+        for row in per_stage_minute(lease, route_sec):
+            print(f"  lease {lease} s ({note}): " + row)
+    print()
+    print("what each addition of the last rounds costs, $ per 1,000 jobs (in the total above)")
+    for name, measured, dollars in additions(recorder, sizes, claim_secs):
+        print(f"  {name:<58} {measured:<34} {dollars:>9.5f}")
 
     # --- fixed monthly
     sweeper_calls = recorder.of("sweeper")
@@ -846,6 +852,80 @@ def report(
         f"{'PASS' if cheap_enough else 'FAIL'}"
     )
     return 0 if transitions_ok and cheap_enough else 1
+
+
+def default_lease_sec() -> int:
+    from relevo_core.models.project import Project
+
+    return int(Project.model_fields["lease_ttl_sec"].default)
+
+
+@dataclass
+class StageMinute:
+    """A running stage's own calls a minute and what they cost per 1,000 stage-minutes."""
+
+    renewals: float
+    heartbeats: float
+    dollars: float
+
+
+def stage_minute(lease_ttl_sec: int, route_sec: float, every_renewal: bool = False) -> StageMinute:
+    """The lease renewed every renew_interval_sec (the fenced UpdateItem of its stage record, under
+    1 KB: 1 WRU) and the task heartbeaten every heartbeat_interval_sec through the heartbeat route
+    (an API Gateway request and a Lambda invocation of `route_sec`; SendTaskHeartbeat itself is
+    free: Standard workflows are priced by transition). `every_renewal`: the heartbeat with each
+    renewal, as before the heartbeat got its own interval (relevo_core.fleet.lease_timeline)."""
+    from relevo_core.fleet.lease_timeline import LeaseTimeline
+
+    timeline = LeaseTimeline(lease_ttl_sec, 0)
+    renewals = 60 / timeline.renew_interval_sec
+    heartbeats = 60 / (timeline.renew_interval_sec if every_renewal else timeline.heartbeat_interval_sec)
+    beat = API_GATEWAY_PER_REQUEST + LAMBDA_PER_REQUEST + CLAIM_MEMORY_GB * route_sec * LAMBDA_PER_GB_S
+    return StageMinute(renewals, heartbeats, (renewals * DDB_PER_WRU + heartbeats * beat) * 1000)
+
+
+def per_stage_minute(lease_ttl_sec: int, route_sec: float) -> list[str]:
+    rows = []
+    for label, every_renewal in (
+        ("heartbeat every lease/3", False),
+        ("heartbeat with each renewal (before)", True),
+    ):
+        minute = stage_minute(lease_ttl_sec, route_sec, every_renewal)
+        rows.append(
+            f"{label}: {minute.renewals:g} renewals (1 WRU each) + {minute.heartbeats:g} heartbeat route"
+            f" calls = ${minute.dollars:.5f}"
+        )
+    return rows
+
+
+def additions(
+    recorder: Recorder, sizes: dict[tuple[str, str], int], claim_secs: list[float]
+) -> list[tuple[str, str, float]]:
+    """The per-job cost of what the last rounds added to the success path, each on its own: the
+    outcome reported through the outcome route (its API Gateway request and Lambda invocation,
+    each stage; the claims' are every other entry of claim_secs), and the run token kept in the
+    job's token partition (TOKENS#: a Put in AwaitResult's transaction, 2 WRU a KB)."""
+    outcomes = claim_secs[1::2]
+    gb_s = CLAIM_MEMORY_GB * sum(outcomes)
+    token_wru = sum(
+        math.ceil(max(sizes.get(key, 1), 1) / 1024) * (2 if transactional else 1)
+        for call in recorder.of("state_machine", "dynamodb")
+        for key, transactional, _ in written_keys(call)
+        if key[0].startswith("TOKENS#")
+    )
+    return [
+        (
+            "outcome route: API Gateway requests",
+            f"{len(outcomes)} requests",
+            len(outcomes) * API_GATEWAY_PER_REQUEST * 1000,
+        ),
+        (
+            "outcome route: Lambda invocations and duration",
+            f"{len(outcomes)} x ({gb_s / max(1, len(outcomes)):.4f} GB-s)",
+            (len(outcomes) * LAMBDA_PER_REQUEST + gb_s * LAMBDA_PER_GB_S) * 1000,
+        ),
+        ("run tokens in TOKENS# (AwaitResult's Put)", f"{token_wru} WRU", token_wru * DDB_PER_WRU * 1000),
+    ]
 
 
 def main() -> int:

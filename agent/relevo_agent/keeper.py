@@ -59,7 +59,8 @@ def _transfer_reading(run: StageRun) -> Iterator[TransferProgress | None]:
 
 def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[StageRun], None]) -> None:
     """Beside the stage, from the claim on: renew the lease, and heartbeat the task (through the
-    region's heartbeat route) once the run token was handed, every min(lease/3, 3 s). Each round is bounded by
+    region's heartbeat route) once the run token was handed, every min(lease/3, 3 s) the lease and every
+    lease/3 the task (LeaseTimeline.heartbeat_interval_sec). Each round is bounded by
     the time left before the fence, and only a round that came back extends the lease, from when it was
     sent. The fence itself is not this thread's: `keep_fence` keeps it even while a call hangs.
     `stop`: the agent's; an error that says the stack no longer exists stops it (and the stage)."""
@@ -71,6 +72,8 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[
     # Failed renewals in a row: the first is said (with the time left before the fence), the
     # retries every RETRY_AFTER_FAILURE_SEC are not, and the first success after them is.
     failed = 0
+    # When the task was last heartbeaten (monotonic): every heartbeat_interval_sec, not every renewal.
+    beat_sent: float | None = None
     while not run.done.wait(max(0.0, renew_at - time.monotonic())):
         if run.reason is not None or run.reported:
             return  # stopped, or its report ends the lease (`lease_ended`): nothing left to keep
@@ -83,8 +86,9 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[
             with call_budget(lease.fence_at - sent), own_lane("lease"), _transfer_reading(run) as transfer:
                 # An upload's progress rides on the renewal: no write of its own.
                 stage_attempts.renew_lease(ref, int(lease.timeline.lease_ttl_sec), utc_now(), transfer)
-                if run.run_handed:
+                if run.run_handed and lease.timeline.heartbeat_due(beat_sent, sent):
                     heartbeat(run)
+                    beat_sent = sent
             lease.extend(sent)
             renew_at = sent + interval
             if failed:

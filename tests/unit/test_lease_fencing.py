@@ -259,3 +259,25 @@ def test_a_frozen_agents_stage_is_killed_by_its_supervisor(tmp_path: Path):
         agent.wait()
     time.sleep(0.2)
     assert not late.exists()
+
+
+def test_the_task_is_heartbeaten_every_third_of_the_lease_while_the_lease_is_renewed_every_3_s():
+    # Given the default lease (60 s: HeartbeatSeconds too) renewed every 3 s
+    timeline = LeaseTimeline(60, 10, 5)
+    # When a keeper renews from the run token's handing on, heartbeating when one is due
+    beats, last = [], None
+    for renewal in range(1, 41):
+        sent = 3.0 * renewal
+        if timeline.heartbeat_due(last, sent):
+            beats.append(sent)
+            last = sent
+    # Then the task is heartbeaten every 7th renewal (21 s), not every one: 1,000 stages send
+    # 1000 / 21 = 48 SendTaskHeartbeat a second, over 10x under the 500/s quota (bench/scale.py),
+    # and every gap stays far inside HeartbeatSeconds
+    assert timeline.heartbeat_interval_sec == 20
+    assert beats == [3.0, 24.0, 45.0, 66.0, 87.0, 108.0]
+    assert max(b - a for a, b in zip(beats, beats[1:], strict=False)) <= timeline.lease_ttl_sec / 2
+    # and a short lease heartbeats with each renewal, as before (lease/3 is its renewal interval)
+    short = LeaseTimeline(6, 1, 1)
+    assert short.heartbeat_interval_sec == short.renew_interval_sec == 2
+    assert short.heartbeat_due(10.0, 12.0) and not short.heartbeat_due(10.0, 11.0)

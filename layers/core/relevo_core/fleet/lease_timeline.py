@@ -4,7 +4,8 @@ claim and probe. One definition for the agent, `relevo-tools drill` and the tabl
 All times count from the send time of the holder's last successful renewal (its lease renewal
 followed by its task heartbeat), on the holder's monotonic clock:
 
-    0                      renewal sent (and, right after it, the task heartbeat)
+    0                      renewal sent (and, right after it, the task heartbeat when one is due:
+                           every heartbeat_interval, lease/3)
     renew_interval         the next renewal is due; every min(lease/3, 3 s)
     fence_after            lease - margin: the holder sends SIGTERM to the stage's process group,
                            withholds the result and journals the attempt as fenced; the dead-man
@@ -44,6 +45,23 @@ class LeaseTimeline:
     @property
     def renew_interval_sec(self) -> float:
         return min(self.lease_ttl_sec / 3, RENEW_INTERVAL_MAX_SEC)
+
+    @property
+    def heartbeat_interval_sec(self) -> float:
+        """How often the holder heartbeats the task (through its region's heartbeat route): lease/3,
+        three heartbeats in each HeartbeatSeconds (= lease_ttl_sec) window, never more often than
+        the lease is renewed. The lease's own write keeps renew_interval_sec (the fence and a
+        cancel ride on it); the heartbeat only keeps the state machine from giving the attempt up,
+        and SendTaskHeartbeat is 500/s per account: 1,000 stages at every 3 s were 333/s (1.5x
+        headroom), at lease/3 (20 s by default) 50/s (bench/scale.py)."""
+        return max(self.renew_interval_sec, self.lease_ttl_sec / 3)
+
+    def heartbeat_due(self, last_sent: float | None, now: float) -> bool:
+        """Whether a renewal sent at `now` also heartbeats the task, the last heartbeat having been
+        sent at `last_sent` (None: none yet since the run token was handed). Renewals come every
+        renew_interval_sec, so the gap is at most heartbeat_interval_sec + renew_interval_sec
+        (23 s by default): far inside HeartbeatSeconds."""
+        return last_sent is None or now - last_sent >= self.heartbeat_interval_sec
 
     @property
     def feasible(self) -> bool:
