@@ -73,8 +73,10 @@ def cache_path_problem(path: str) -> str | None:
     problem = path_problem(relative, pattern=True)
     if problem is None:
         return None
-    return problem.replace("handoff paths", "cache paths").replace(
-        "relative to the workspace", "relative to the workspace, or under ~/"
+    return (
+        problem.replace("handoff paths", "cache paths")
+        .replace("relative to the workspace", "relative to the workspace, or under ~/")
+        .replace("stay inside the workspace", "stay inside the workspace or under ~/")
     )
 
 
