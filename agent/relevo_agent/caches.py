@@ -184,6 +184,7 @@ def restore_cache(spec: CacheSpec, context: CacheContext) -> CacheRun:
             "bytes": result.bytes,
             "downloaded_bytes": result.restored_bytes,
             "restore_seconds": _since(started),
+            "digest": result.digest,
         }
     )
     try:
@@ -242,6 +243,15 @@ def read_entry(context: CacheContext, record: cache_entries.CacheEntryRecord) ->
     return entry
 
 
+def entry_digest(trees: dict[Root, Manifest]) -> str:
+    """An entry's tree digest: its one tree's (the handoff's tree_digest), or of several roots
+    each root's, named."""
+    if len(trees) == 1:
+        return tree_digest(next(iter(trees.values())).entries)
+    named = "".join(f"{root}:{tree_digest(manifest.entries)}\n" for root, manifest in sorted(trees.items()))
+    return hashlib.sha256(named.encode()).hexdigest()
+
+
 def tops(manifest: Manifest) -> list[str]:
     """The paths of a tree no other path of it holds: what is moved into place, each whole."""
     paths = {entry.path for entry in manifest.entries}
@@ -290,15 +300,7 @@ def _restore_entry(
                 if os.path.lexists(destination):
                     remove_path(destination)
                 os.replace(staging / top, destination)
-        total.digest = (
-            tree_digest(next(iter(entry.trees.values())).entries)
-            if len(entry.trees) == 1
-            else hashlib.sha256(
-                "".join(
-                    f"{root}:{tree_digest(m.entries)}" for root, m in sorted(entry.trees.items())
-                ).encode()
-            ).hexdigest()
-        )
+        total.digest = entry_digest(entry.trees)
         return total, known
     finally:
         for root_path, staging, _ in staged:
@@ -414,7 +416,7 @@ def save_cache(run: CacheRun, context: CacheContext) -> None:
         done("exists", "another job saved this key first")
         context.emit(f"[relevo] cache {name}: {run.key} was saved by another job meanwhile; its entry stays")
         return
-    done("saved", saved_bytes=size, uploaded_bytes=uploaded)
+    done("saved", saved_bytes=size, uploaded_bytes=uploaded, digest=entry_digest(trees))
     context.emit(
         f"[relevo] cache {name}: saved {run.key}: {files} file(s), {human_bytes(size)} "
         f"({human_bytes(uploaded)} uploaded, {run.outcome.save_seconds:.1f}s)"

@@ -117,7 +117,7 @@ def test_an_entry_saved_on_one_mac_is_restored_exactly_on_another_and_a_warm_mac
     # workspace and the home, and B downloaded the bytes
     outcome = runs[0].outcome
     assert (outcome.restore, outcome.restored_key) == ("hit", saved.key)
-    assert _listing(b) == wanted
+    assert _listing(b) == wanted and outcome.digest == saved.digest
     assert outcome.downloaded_bytes >= LARGE_FILE_BYTES and outcome.bytes == saved.saved_bytes
     assert any(line.startswith("[relevo] cache deps: hit ") for line in b.lines)
     # and the hit is counted on the entry's record

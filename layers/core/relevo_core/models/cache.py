@@ -257,6 +257,8 @@ class CacheOutcome(BaseModel):
     bytes: int = 0
     downloaded_bytes: int = 0
     restore_seconds: float = 0.0
+    # The tree digest (relevo_core.models.handoff.tree_digest) of what was restored, or saved.
+    digest: str | None = None
     save: Literal["saved", "exists", "not_saved", "skipped", "failed"] | None = None
     saved_bytes: int = 0
     uploaded_bytes: int = 0
