@@ -42,7 +42,7 @@ AGENT_SURFACE = {
     "relevo_core.store.agent_pauses": "pauses and drains",
     "relevo_core.store.agents": "the agent's presence record",
     "relevo_core.store.artifacts": "artifact and handoff records",
-    "relevo_core.store.cache_entries": "a project's cache entries: found by key or prefix, written once, hits counted",
+    "relevo_core.store.cache_entries": "cache entries: by key or prefix, written once, hits counted",
     "relevo_core.store.jobs": "the job's status, while a run token is slow to come",
     "relevo_core.store.log_chunks": "the stage's log: a chunk's size limits",
     "relevo_core.store.log_writer": "the stage's log: its writer",
