@@ -12,6 +12,8 @@ the session's tag).
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -484,3 +486,14 @@ def test_only_the_claim_function_moves_a_projects_build_numbers_and_writes_only_
     for agent_side in ("AgentPolicyeuwest", "JobPolicy"):
         for request in (move, read, number):
             assert _decide([documents[agent_side]], request, _tags()) is PolicyDecision.NO_MATCH, agent_side
+
+
+def test_the_job_policy_fits_a_managed_policys_size_with_the_longest_bucket_name(rendered):
+    """A managed policy holds at most 6,144 characters, whitespace not counted ("IAM and AWS STS
+    quotas", IAM User Guide): JobPolicy names the artifact bucket's ARN in many statements, and
+    CloudFormation may name the bucket with up to 63 characters."""
+    _, renderer, documents = rendered
+    text = re.sub(r"\s", "", json.dumps(documents["JobPolicy"], separators=(",", ":")))
+    bucket = renderer.get_att("ArtifactBucket", "Arn").removeprefix("arn:aws:s3:::")
+    longest = len(text) + text.count(bucket) * (63 - len(bucket))
+    assert longest <= 6144, longest
