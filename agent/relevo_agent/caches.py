@@ -45,7 +45,7 @@ from relevo_agent.handoff.manifests import check_entries, merge
 from relevo_agent.handoff.place import remove_path
 from relevo_agent.handoff.restore import RestoreResult, place_tree
 from relevo_agent.handoff.store import HandoffUpload, Location
-from relevo_agent.handoff.tree import matches, sha256_file
+from relevo_agent.handoff.tree import matches, real_parents, sha256_file
 from relevo_core.aws import client, error_code
 from relevo_core.models.cache import (
     MAX_KEY_CHARS,
@@ -239,7 +239,7 @@ def read_entry(context: CacheContext, record: cache_entries.CacheEntryRecord) ->
     if entry.key != record.cache_key:
         raise CacheMiss(f"its manifest is of key {entry.key!r}, not {record.cache_key!r}")
     for root, manifest in entry.trees.items():
-        check_entries(f"cache {record.cache_key} ({root})", manifest.entries)
+        check_entries(f"cache {record.cache_key} ({root})", manifest.entries, links_out=True)
     return entry
 
 
@@ -292,7 +292,13 @@ def _restore_entry(
             for file in manifest.files:
                 assert file.sha256 is not None and file.object is not None
                 known[file.sha256] = Location(file.object, file.offset)
-        # Everything is verified: only now is anything of the workspace (or home) replaced.
+        # Everything is verified: only now is anything of the workspace (or home) replaced, and
+        # never through a symlink of it (a checkout's link could lead anywhere).
+        for root_path, _, manifest in staged:
+            for top in tops(manifest):
+                above = real_parents(root_path, top)
+                if above is not None:
+                    raise CacheMiss(f"{top} lies under {above}, which is not a directory (a symlink)")
         for root_path, staging, manifest in staged:
             for top in tops(manifest):
                 destination = root_path / top
@@ -376,6 +382,7 @@ def save_cache(run: CacheRun, context: CacheContext) -> None:
                 context.content_cache,
                 context.emit,
                 context.cancel,
+                links_out=True,
             )
             upload.bucket, upload.prefix = context.bucket, context.prefix
             upload.hash_tree()

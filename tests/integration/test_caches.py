@@ -8,6 +8,7 @@ one whole entry, and a job whose ref may not write saves nothing."""
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import threading
 from datetime import UTC, datetime, timedelta
@@ -105,6 +106,8 @@ def test_an_entry_saved_on_one_mac_is_restored_exactly_on_another_and_a_warm_mac
     project = _project()
     a, b = Mac(local_stack, tmp_path / "mac-a", project), Mac(local_stack, tmp_path / "mac-b", project)
     _build(a, large=LARGE_FILE_BYTES + 99)
+    # and a link out of the tree, as a virtual environment's bin/python is (kept as a link)
+    (a.workspace / "build" / "python").symlink_to("/usr/bin/python3")
     saved = a.stage()
     assert (saved.restore, saved.save) == ("miss", "saved") and saved.uploaded_bytes > LARGE_FILE_BYTES
     wanted = _listing(a)
@@ -118,6 +121,7 @@ def test_an_entry_saved_on_one_mac_is_restored_exactly_on_another_and_a_warm_mac
     outcome = runs[0].outcome
     assert (outcome.restore, outcome.restored_key) == ("hit", saved.key)
     assert _listing(b) == wanted and outcome.digest == saved.digest
+    assert os.readlink(b.workspace / "build" / "python") == "/usr/bin/python3"
     assert outcome.downloaded_bytes >= LARGE_FILE_BYTES and outcome.bytes == saved.saved_bytes
     assert any(line.startswith("[relevo] cache deps: hit ") for line in b.lines)
     # and the hit is counted on the entry's record
@@ -285,3 +289,26 @@ def test_a_job_whose_ref_may_not_write_restores_but_saves_nothing(local_stack, t
     )
     assert listed.get("KeyCount", 0) == 0
     assert cache_entries.newest_with_prefix(local_stack.table_name, f"{project}/eu-west", "deps/") is None
+
+
+def test_a_restore_never_moves_a_tree_through_a_symlink_of_the_workspace(local_stack, tmp_path):
+    # Given an entry of `vendor/deps`, saved by Mac A
+    project = _project()
+    spec = CacheSpec(name="vendor", paths=("vendor/deps",), key="vendor-{hash:Package.resolved}")
+    a = Mac(local_stack, tmp_path / "mac-a", project)
+    (a.workspace / "Package.resolved").write_text("pins\n")
+    (a.workspace / "vendor" / "deps").mkdir(parents=True)
+    (a.workspace / "vendor" / "deps" / "lib.txt").write_text("lib\n")
+    assert a.stage(spec).save == "saved"
+
+    # When Mac B's workspace has `vendor` as a symlink to a directory outside it
+    b = Mac(local_stack, tmp_path / "mac-b", project)
+    (b.workspace / "Package.resolved").write_text("pins\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (b.workspace / "vendor").symlink_to(outside)
+    _, runs = b.restore(spec)
+
+    # Then it is a miss, and nothing was written outside the workspace
+    assert runs[0].outcome.restore == "miss" and "symlink" in (runs[0].outcome.reason or "")
+    assert list(outside.iterdir()) == []
