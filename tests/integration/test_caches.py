@@ -312,3 +312,39 @@ def test_a_restore_never_moves_a_tree_through_a_symlink_of_the_workspace(local_s
     # Then it is a miss, and nothing was written outside the workspace
     assert runs[0].outcome.restore == "miss" and "symlink" in (runs[0].outcome.reason or "")
     assert list(outside.iterdir()) == []
+
+
+def test_a_save_that_lost_the_race_leaves_the_first_entry_whole(local_stack, tmp_path):
+    # Given Mac B restored (a miss) before Mac A saved the same key with other bytes
+    project = _project()
+    a, b = Mac(local_stack, tmp_path / "mac-a", project), Mac(local_stack, tmp_path / "mac-b", project)
+    _build(a)
+    _build(b, large=LARGE_FILE_BYTES + 5)
+    b_context, b_runs = b.restore()
+    assert b_runs[0].outcome.restore == "miss"
+    assert a.stage().save == "saved"
+    wanted = _listing(a)
+
+    # When B saves it afterwards
+    save_caches(b_runs, b_context, succeeded=True)
+
+    # Then B's put of the entry is refused (412) and A's entry stays: a third Mac restores A's tree
+    assert b_runs[0].outcome.save == "exists"
+    c = Mac(local_stack, tmp_path / "mac-c", project)
+    (c.workspace / "Package.resolved").write_text("pins: a 1.0\n")
+    _, runs = c.restore()
+    assert runs[0].outcome.restore == "hit" and _listing(c) == wanted
+
+
+@pytest.mark.parametrize("save, saved", [("on_success", None), ("always", "saved")])
+def test_after_a_failed_command_a_cache_is_saved_only_when_it_says_always(local_stack, tmp_path, save, saved):
+    # Given a cache with `save`, and a stage whose command failed
+    project = _project()
+    mac = Mac(local_stack, tmp_path / "mac-a", project)
+    _build(mac)
+
+    # When the stage ends
+    outcome = mac.stage(DEPS.model_copy(update={"save": save}), succeeded=False)
+
+    # Then it was saved only with `always`
+    assert outcome.save == saved
