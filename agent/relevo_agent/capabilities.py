@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 Runner = Callable[[list[str]], "str | None"]
 COMMAND_TIMEOUT_SEC = 10
 _XCODE_VERSION = re.compile(r"^Xcode\s+(\S+)", re.MULTILINE)
+_XCODE_BUILD = re.compile(r"^Build version\s+(\S+)", re.MULTILINE)
 _ARCH = {"aarch64": "arm64", "arm64": "arm64", "x86_64": "x86_64", "amd64": "x86_64"}
 
 
@@ -69,8 +70,11 @@ def detect(
     # Each probe answers where its command exists (macOS); elsewhere it finds nothing.
     macos = (run(["sw_vers", "-productVersion"]) or "").strip() or None
     xcode_path = (run(["xcode-select", "-p"]) or "").strip() or None
-    found = _XCODE_VERSION.search(run(["xcodebuild", "-version"]) or "") if xcode_path else None
+    version_text = (run(["xcodebuild", "-version"]) or "") if xcode_path else ""
+    found = _XCODE_VERSION.search(version_text)
     xcode = found.group(1) if found else None
+    build = _XCODE_BUILD.search(version_text)
+    sdk = (run(["xcrun", "--show-sdk-version"]) or "").strip() or None if xcode_path else None
     versions: list[str] = []
     if applications.is_dir():
         versions = sorted({v for app in applications.glob("Xcode*.app") if (v := _bundle_version(app))})
@@ -79,6 +83,8 @@ def detect(
         arch=arch,
         macos=macos,
         xcode=xcode,
+        xcode_build=build.group(1) if build else None,
+        sdk=sdk,
         xcode_path=xcode_path,
         xcode_versions=tuple(versions),
         free_disk_gb=disk(workspace_root),

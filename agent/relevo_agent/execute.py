@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from relevo_agent.prepare import Prepared
     from relevo_agent.reconcile import Resumption
     from relevo_agent.test_reports import TestsRead
+    from relevo_core.models.capabilities import Capabilities
     from relevo_core.models.envelope import JobEnvelope
     from relevo_core.models.plan import StagePlan
 
@@ -50,6 +51,79 @@ class StageCommand:
         self.config = config
         self.journal = journal
         self.keychains = keychains
+        # What this Mac detected at the agent's start (relevo_agent.capabilities): a cache key's facts.
+        self.capabilities: Capabilities | None = None
+
+    # ------------------------------------------------------------------ caches (relevo_agent.caches)
+    def restore_caches(
+        self,
+        run: StageRun,
+        plan: StagePlan,
+        envelope: JobEnvelope,
+        workspace: Path,
+        prepared: Prepared,
+        emit: Any,
+    ) -> None:
+        """The stage's caches restored into its workspace (and the build user's home), before its
+        command; each outcome on the stage record. A cache never fails the stage: whatever is
+        wrong with an entry is a miss (logged)."""
+        from relevo_agent.caches import CacheContext, restore_caches
+        from relevo_agent.prepare import handoff_cache
+
+        facts: dict[str, str | None] = {}
+        if self.capabilities is not None:
+            detected = self.capabilities
+            facts = {
+                "os": detected.os,
+                "arch": detected.arch,
+                "macos": detected.macos,
+                "xcode": detected.xcode,
+                "xcode_build": detected.xcode_build,
+                "sdk": detected.sdk,
+            }
+        build_user = self.config.build_user
+        context = CacheContext(
+            ref=run.ref,
+            stage=plan.name,
+            bucket=envelope.artifact_uri.removeprefix("s3://").split("/", 1)[0],
+            project=envelope.project,
+            region=envelope.region_affinity,
+            workspace=workspace,
+            home=build_user.home if build_user is not None else Path.home(),
+            facts=facts,
+            writable=envelope.cache_write,
+            content_cache=handoff_cache(self.config),
+            emit=emit,
+            cancel=run.cancel,
+        )
+        prepared.cache_context = context
+        prepared.caches = restore_caches(plan.caches, context)
+        if build_user is not None:
+            build_user.adopt(workspace)  # restored files are the workspace owner's
+        self._record_caches(run, prepared)
+
+    def _save_caches(self, run: StageRun, prepared: Prepared, succeeded: bool) -> None:
+        from relevo_agent.caches import save_caches
+
+        if not prepared.caches or prepared.cache_context is None or run.reason is not None:
+            return
+        save_caches(prepared.caches, prepared.cache_context, succeeded)
+        self._record_caches(run, prepared)
+
+    def _record_caches(self, run: StageRun, prepared: Prepared) -> None:
+        outcomes = [cache.outcome.model_dump(mode="json") for cache in prepared.caches]
+        try:
+            with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):
+                stage_attempts.record_caches(run.ref, outcomes)
+        except stage_attempts.LeaseLost:
+            run.stop("lease_lost")
+        except Exception as exc:  # noqa: BLE001 - the log says it; the stage goes on
+            log.warning(
+                "%s attempt %d: its caches' outcomes were not recorded (%s)",
+                run.ref.job_id,
+                run.ref.attempt,
+                exc,
+            )
 
     def environment(
         self,
@@ -164,6 +238,13 @@ class StageCommand:
             excused = tests is not None and tests.failed_only_in_quarantine and not result.signaled
             left = self._what_it_left(
                 run, plan, result, watch, env, envelope, shipper, prepared, workspace, excused
+            )
+            # A command that failed only on quarantined tests built what its caches hold.
+            self._save_caches(
+                run,
+                prepared,
+                succeeded=(warning_lines.ended_well(plan, result.exit_code) or excused)
+                and left.error is None,
             )
         if run.reason is not None:
             return Ending.stopped_by(run.reason, result.exit_code)

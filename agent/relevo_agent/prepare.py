@@ -57,6 +57,9 @@ class Prepared:
     # sha256 -> where this job stored those bytes (the stage's own handoff references them).
     known: dict[str, Any] = field(default_factory=dict)
     restored: dict[str, Any] | None = None
+    # The stage's caches as restored (relevo_agent.caches.CacheRun), saved after its command.
+    caches: list[Any] = field(default_factory=list)
+    cache_context: Any = None
 
 
 def handoff_cache(config: AgentConfig) -> HandoffCache:

@@ -153,6 +153,7 @@ class Agent:
         the stack went away or this agent_id was taken over, 130 at the third signal."""
         detected = capabilities.detect(self.config.workspace_root, self.config.labels)
         self.presence.capabilities = self.placement.capabilities = detected
+        self.stages.command.capabilities = detected  # a cache key's facts (relevo_agent.caches)
         self.presence.measure_disk = lambda: capabilities.free_disk_gb(self.config.workspace_root)
         self.presence.measure()
         try:

@@ -368,6 +368,17 @@ class StageRunner:
             raise Ended(Ending.failed(failure.error_class, cause)) from failure
         if run.reason is not None:
             raise Ended(Ending.stopped_by(run.reason, -1))
+        if attempt.plan.caches and attempt.plan.effect is None:
+            from relevo_agent.handoff import Stopped
+
+            try:
+                self.command.restore_caches(
+                    run, attempt.plan, attempt.envelope, attempt.workspace, prepared, emit
+                )
+            except Stopped as stopped:
+                raise Ended(Ending.stopped_by(run.reason, -1)) from stopped
+            if run.reason is not None:
+                raise Ended(Ending.stopped_by(run.reason, -1))
         try:
             with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):
                 if prepared.restored is not None:

@@ -12,6 +12,8 @@ the session's tag).
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,7 @@ def _tags(
     lineage: tuple[str, ...] = (),
     log: str | None = None,
     release: str = NO_GRANT,
+    cache_write: str = NO_GRANT,
 ) -> dict[str, str]:
     tags = {
         "job": job,
@@ -55,6 +58,8 @@ def _tags(
         "git": git,
         "release": release,
         "log": log or job,
+        "cache": f"{project}/eu-west",
+        "cache_write": cache_write,
     }
     for index, name in enumerate(LINEAGE_TAGS):
         tags[name] = lineage[index] if index < len(lineage) else NO_GRANT
@@ -259,6 +264,46 @@ def test_an_effects_session_reads_its_own_projects_release_keys_only(rendered):
     assert _decide(job, cases["Q's checkout credentials"], effect) is PolicyDecision.NO_MATCH
 
 
+def test_a_jobs_session_reads_its_projects_caches_and_writes_them_only_when_its_ref_may(rendered):
+    # Given the job policy, the session of a default-branch job of P (cache_write P's scope) and of
+    # a pull request's job of P (cache_write "-")
+    _, renderer, documents = rendered
+    job = [documents["JobPolicy"]]
+    table = renderer.get_att("Table", "Arn")
+    bucket = renderer.get_att("ArtifactBucket", "Arn")
+    trusted, pull_request = _tags(cache_write=f"{P}/eu-west"), _tags()
+    entry = f"{bucket}/_caches/{P}/eu-west/entries/{'e' * 64}.json"
+    blob = f"{bucket}/_caches/{P}/eu-west/blobs/{'b' * 64}"
+
+    # Then both read P's cache in their region (objects, records, a missing key answering 404) and
+    # count a hit (last_used_at and hits only)
+    for tags in (trusted, pull_request):
+        assert _decide(job, Request("s3:GetObject", entry), tags) is PolicyDecision.ALLOW
+        assert _decide(job, _dynamodb(table, "Query", f"CACHE#{P}/eu-west"), tags) is PolicyDecision.ALLOW
+        listing = Request("s3:ListBucket", bucket, context={"s3:prefix": f"_caches/{P}/eu-west/blobs/x"})
+        assert _decide(job, listing, tags) is PolicyDecision.ALLOW
+        hit = _dynamodb(table, "UpdateItem", f"CACHE#{P}/eu-west", "last_used_at", "hits")
+        assert _decide(job, hit, tags) is PolicyDecision.ALLOW
+        forged = _dynamodb(table, "UpdateItem", f"CACHE#{P}/eu-west", "manifest_sha256")
+        assert _decide(job, forged, tags) is PolicyDecision.NO_MATCH
+    # only the trusted ref's session puts an entry, a blob or a record
+    for request in (
+        Request("s3:PutObject", entry),
+        Request("s3:PutObject", blob),
+        _dynamodb(table, "PutItem", f"CACHE#{P}/eu-west", "cache_key"),
+    ):
+        assert _decide(job, request, trusted) is PolicyDecision.ALLOW, request
+        assert _decide(job, request, pull_request) is PolicyDecision.NO_MATCH, request
+    # and neither reaches Q's cache, nor P's in another region
+    for other in (f"_caches/{Q}/eu-west", f"_caches/{P}/us-east"):
+        for request in (
+            Request("s3:GetObject", f"{bucket}/{other}/entries/{'e' * 64}.json"),
+            Request("s3:PutObject", f"{bucket}/{other}/blobs/{'b' * 64}"),
+            _dynamodb(table, "Query", "CACHE#" + other.removeprefix("_caches/")),
+        ):
+            assert _decide(job, request, trusted) is PolicyDecision.NO_MATCH, request
+
+
 def test_a_signing_plans_session_reads_its_projects_identities_only_and_a_reruns_its_lineage_read_only(
     rendered,
 ):
@@ -441,3 +486,14 @@ def test_only_the_claim_function_moves_a_projects_build_numbers_and_writes_only_
     for agent_side in ("AgentPolicyeuwest", "JobPolicy"):
         for request in (move, read, number):
             assert _decide([documents[agent_side]], request, _tags()) is PolicyDecision.NO_MATCH, agent_side
+
+
+def test_the_job_policy_fits_a_managed_policys_size_with_the_longest_bucket_name(rendered):
+    """A managed policy holds at most 6,144 characters, whitespace not counted ("IAM and AWS STS
+    quotas", IAM User Guide): JobPolicy names the artifact bucket's ARN in many statements, and
+    CloudFormation may name the bucket with up to 63 characters."""
+    _, renderer, documents = rendered
+    text = re.sub(r"\s", "", json.dumps(documents["JobPolicy"], separators=(",", ":")))
+    bucket = renderer.get_att("ArtifactBucket", "Arn").removeprefix("arn:aws:s3:::")
+    longest = len(text) + text.count(bucket) * (63 - len(bucket))
+    assert longest <= 6144, longest

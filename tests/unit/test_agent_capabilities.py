@@ -1,6 +1,7 @@
 """What an agent detects (relevo_agent.capabilities) from the outputs of `sw_vers`,
-`xcode-select -p` and `xcodebuild -version` (fixtures/capabilities: the formats these commands
-print on macOS 15 with Xcode 16.2), and how a stage's `requires` match it."""
+`xcode-select -p`, `xcodebuild -version` and `xcrun --show-sdk-version` (fixtures/capabilities:
+the formats these commands print on macOS 15 with Xcode 16.2), and how a stage's `requires`
+match it."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def _mac_outputs() -> dict[tuple[str, ...], str | None]:
         ("sw_vers", "-productVersion"): (RECORDED / "sw_vers-productVersion.txt").read_text(),
         ("xcode-select", "-p"): (RECORDED / "xcode-select-p.txt").read_text(),
         ("xcodebuild", "-version"): (RECORDED / "xcodebuild-version.txt").read_text(),
+        ("xcrun", "--show-sdk-version"): (RECORDED / "xcrun-show-sdk-version.txt").read_text(),
     }
 
 
@@ -61,12 +63,20 @@ def test_a_mac_reports_macos_the_selected_xcode_every_xcode_arch_and_disk(tmp_pa
         arch="arm64",
         macos="15.2",
         xcode="16.2",
+        # The build number and the SDK: what a cache key names (an Xcode upgrade is another key).
+        xcode_build="16C5032a",
+        sdk="15.2",
         xcode_path="/Applications/Xcode-16.2.app/Contents/Developer",
         xcode_versions=("15.4", "16.2"),
         free_disk_gb=412.5,
         labels={"signing": "enterprise"},
     )
-    assert calls == [("sw_vers", "-productVersion"), ("xcode-select", "-p"), ("xcodebuild", "-version")]
+    assert calls == [
+        ("sw_vers", "-productVersion"),
+        ("xcode-select", "-p"),
+        ("xcodebuild", "-version"),
+        ("xcrun", "--show-sdk-version"),
+    ]
 
 
 def test_a_mac_without_a_selected_xcode_has_none(tmp_path: Path):

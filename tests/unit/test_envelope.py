@@ -275,7 +275,7 @@ def test_missing_region_affinity_is_refused_naming_the_field() -> None:
     assert any(problem["field"] == "region_affinity" for problem in error.details["problems"])
 
 
-@pytest.mark.parametrize("version", [8, 0, "1", None, True, 1.0, -1])
+@pytest.mark.parametrize("version", [9, 0, "1", None, True, 1.0, -1])
 def test_unknown_schema_version_is_refused(version: object) -> None:
     """Given an otherwise valid envelope with an unknown schema_version, when read, then it is
     refused with ENVELOPE_VERSION_UNSUPPORTED."""
@@ -301,7 +301,7 @@ def test_new_envelopes_are_version_7_and_older_envelopes_still_read() -> None:
         JobEnvelope.model_validate(
             {k: v for k, v in old.to_json_dict().items() if k != "schema_version"}
         ).schema_version
-        == 7
+        == 8
     )
     three = read_envelope(minimal_envelope(schema_version=3))
     assert (

@@ -52,7 +52,7 @@ def test_the_tags_of_the_longest_names_and_a_full_lineage_fit_sts():
     )
     lineage = [new_job_id(datetime(2026, 1, day, tzinfo=UTC).timestamp()) for day in range(1, 9)]
     tags = session_tags(envelope, lineage)
-    assert len(tags) <= 50 and len(tags) == 7 + len(LINEAGE_TAGS)
+    assert len(tags) <= 50 and len(tags) == 9 + len(LINEAGE_TAGS)
     for key, value in tags.items():
         assert 1 <= len(key) <= 128 and TAG_TEXT.match(key), key
         assert len(value) <= 256 and TAG_TEXT.match(value) and "*" not in value and "?" not in value, (

@@ -90,9 +90,10 @@ def read_manifest(source: Source) -> tuple[Manifest, str, str]:
     return manifest, bucket, prefix
 
 
-def check_entries(stage: str, entries: tuple[ManifestEntry, ...]) -> None:
+def check_entries(stage: str, entries: tuple[ManifestEntry, ...], links_out: bool = False) -> None:
     """A manifest's paths, as a crafted one might hold them: anything that could write outside
-    the workspace (or into .git) is refused before anything is written."""
+    the workspace (or into .git) is refused before anything is written. With `links_out` (a
+    cache's), a symlink may point outside: it is placed as a link and nothing is written through it."""
     by_path: dict[str, ManifestEntry] = {}
     for entry in entries:
         problem = path_problem(entry.path)
@@ -107,7 +108,11 @@ def check_entries(stage: str, entries: tuple[ManifestEntry, ...]) -> None:
             )
         by_path[entry.path] = entry
         if entry.type == "symlink":
-            problem = link_target_problem(entry.path, entry.target or "")
+            problem = (
+                link_target_problem(entry.path, entry.target or "")
+                if not links_out
+                else ("has an empty target" if not entry.target or "\0" in entry.target else None)
+            )
             if problem:
                 raise HandoffFailure(
                     ErrorClass.HANDOFF_PATH,

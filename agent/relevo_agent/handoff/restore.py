@@ -101,7 +101,28 @@ def restore_handoffs(
                 assert entry.sha256 is not None and entry.object is not None
                 known[entry.sha256] = Location(entry.object, entry.offset)
     check_shards_apart(sources, [manifest for manifest, _, _ in manifests])
-    tree = merge(manifests)
+    place_tree(merge(manifests), workspace, cache, emit, cancel, result)
+    result.seconds = round(time.monotonic() - started, 3)
+    emit(
+        f"[relevo] handoff: restored {result.files} file(s), {human_bytes(result.bytes)} from "
+        f"{', '.join(result.from_stages)} "
+        f"in {result.seconds:.1f}s: {human_bytes(result.restored_bytes)} downloaded, "
+        f"{human_bytes(result.cached_bytes)} from this "
+        f"Mac's cache, {human_bytes(result.present_bytes)} already here; tree digest {result.digest}"
+    )
+    return result
+
+
+def place_tree(
+    tree: dict[str, Placed],
+    workspace: Path,
+    cache: HandoffCache | None,
+    emit: Callable[[str], None],
+    cancel: threading.Event,
+    result: RestoreResult,
+) -> None:
+    """`tree` (merged manifests) put in `workspace`, verified; counts and digest into `result`.
+    Also what a cache's restore puts in its staging directory (relevo_agent.caches)."""
     placed = [tree[path] for path in sorted(tree)]
     files = [p for p in placed if p.entry.type == "file"]
     result.files, result.bytes = len(files), sum(p.entry.size for p in files)
@@ -166,15 +187,6 @@ def restore_handoffs(
             os.utime(workspace / entry.path, ns=(entry.mtime_ns, entry.mtime_ns))
     _confirm(workspace, placed)
     result.digest = tree_digest([item.entry for item in placed])
-    result.seconds = round(time.monotonic() - started, 3)
-    emit(
-        f"[relevo] handoff: restored {result.files} file(s), {human_bytes(result.bytes)} from "
-        f"{', '.join(result.from_stages)} "
-        f"in {result.seconds:.1f}s: {human_bytes(result.restored_bytes)} downloaded, "
-        f"{human_bytes(result.cached_bytes)} from this "
-        f"Mac's cache, {human_bytes(result.present_bytes)} already here; tree digest {result.digest}"
-    )
-    return result
 
 
 def _present(workspace: Path, entry: ManifestEntry) -> bool:

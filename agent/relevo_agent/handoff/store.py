@@ -208,6 +208,8 @@ class HandoffUpload:
     max_job_bytes: int | None = None
     bucket_region: str = ""
     crosses_region: bool | None = False
+    # A cache's tree: symlinks may point outside it (tree.scan).
+    links_out: bool = False
     # What the steps find and store.
     found: list[Found] = field(init=False, default_factory=list)
     files: list[Found] = field(init=False, default_factory=list)
@@ -254,7 +256,7 @@ class HandoffUpload:
     # ------------------------------------------------------------------ what is new
     def hash_tree(self) -> None:
         """Pass 1: every file's sha256 (large ones side by side: hashlib lets go of the GIL)."""
-        self.found = scan(self.workspace, self.patterns)
+        self.found = scan(self.workspace, self.patterns, self.links_out)
         self.files = [entry for entry in self.found if entry.type == "file"]
         # Each thread takes the next file as it is free (balanced however the large ones fall): a
         # task per thread, not a future per file, which for an .xcarchive's 8,000 files was some

@@ -67,11 +67,11 @@ def real_parents(workspace: Path, relative: str) -> str | None:
     return None
 
 
-def _found(workspace: Path, relative: str, info: os.stat_result) -> Found:
+def _found(workspace: Path, relative: str, info: os.stat_result, links_out: bool = False) -> Found:
     mode, path = info.st_mode, workspace / relative
     if stat.S_ISLNK(mode):
         target = os.readlink(path)
-        problem = link_target_problem(relative, target)
+        problem = link_target_problem(relative, target) if not links_out else None
         if problem:
             raise HandoffFailure(ErrorClass.HANDOFF_PATH, f"handoff: {relative} is a symlink that {problem}")
         return Found(relative, "symlink", stat.S_IMODE(mode), info.st_mtime_ns, target=target)
@@ -85,16 +85,16 @@ def _found(workspace: Path, relative: str, info: os.stat_result) -> Found:
     )
 
 
-def _walk(workspace: Path, relative: str, into: dict[str, Found]) -> None:
+def _walk(workspace: Path, relative: str, into: dict[str, Found], links_out: bool = False) -> None:
     """A matched directory, everything under it (symlinks as links, never followed)."""
     with os.scandir(workspace / relative) as entries:
         children = sorted(entries, key=lambda entry: entry.name)
     for child in children:
         path = f"{relative}/{child.name}"
-        found = _found(workspace, path, child.stat(follow_symlinks=False))
+        found = _found(workspace, path, child.stat(follow_symlinks=False), links_out)
         into[path] = found
         if found.type == "dir":
-            _walk(workspace, path, into)
+            _walk(workspace, path, into, links_out)
 
 
 def matches(workspace: Path, pattern: str) -> list[str]:
@@ -104,9 +104,11 @@ def matches(workspace: Path, pattern: str) -> list[str]:
     return [pattern] if os.path.lexists(workspace / pattern) else []
 
 
-def scan(workspace: Path, patterns: tuple[str, ...]) -> list[Found]:
+def scan(workspace: Path, patterns: tuple[str, ...], links_out: bool = False) -> list[Found]:
     """Every path the patterns hand on, in path order. Raises HandoffFailure (HandoffMissing when
-    a pattern matched nothing, HandoffPath when a path would lead out of the workspace)."""
+    a pattern matched nothing, HandoffPath when a path would lead out of the workspace). With
+    `links_out` (a cache: a virtual environment's bin/python links to the interpreter), a symlink
+    may point anywhere: it is kept as a link, never followed."""
     tree: dict[str, Found] = {}
     missing = []
     for pattern in patterns:
@@ -129,10 +131,10 @@ def scan(workspace: Path, patterns: tuple[str, ...]) -> list[Found]:
                     "of the workspace "
                     "(a symlink): only what is inside the workspace is handed on",
                 )
-            entry = _found(workspace, relative, os.lstat(workspace / relative))
+            entry = _found(workspace, relative, os.lstat(workspace / relative), links_out)
             tree[relative] = entry
             if entry.type == "dir":
-                _walk(workspace, relative, tree)
+                _walk(workspace, relative, tree, links_out)
     if missing:
         raise HandoffFailure(
             ErrorClass.HANDOFF_MISSING,

@@ -5,7 +5,7 @@ tags", IAM User Guide).
 
 Why tags and not a session policy per job: AWS caps an inline session policy at 2,048 characters
 of plaintext (AssumeRole, STS API Reference), and a rerun's lineage (a prefix and two partitions
-per earlier job) took a typical policy past it. Tags stay small and fixed in number: 15 here,
+per earlier job) took a typical policy past it. Tags stay small and fixed in number: 17 here,
 where STS allows 50 (keys up to 128 characters, values up to 256).
 
 A session is minted per attempt, so one tag can name what only that attempt writes: `log`, its
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from relevo_core.aws import client
 from relevo_core.models.agent_session import JobSession
+from relevo_core.models.cache import cache_scope
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.store.keys import log_partition
 
@@ -59,6 +60,12 @@ def session_tags(
         else NO_GRANT,
         # The one log partition the attempt writes (JobPolicy's WriteItsLogAndArtifactRecords).
         "log": log_partition(envelope.job_id, stage_index, shard),
+        # The project's caches in the job's region (_caches/<project>/<region>/, CACHE#<project>/<region>):
+        # read by every job of the project there; written only when the envelope says its ref may.
+        "cache": cache_scope(envelope.project, envelope.region_affinity),
+        "cache_write": cache_scope(envelope.project, envelope.region_affinity)
+        if envelope.cache_write
+        else NO_GRANT,
     }
     for index, name in enumerate(LINEAGE_TAGS):
         tags[name] = lineage[index] if index < len(lineage) else NO_GRANT

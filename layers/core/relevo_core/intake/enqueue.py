@@ -17,6 +17,7 @@ from relevo_core.execution import start_execution, work_queue_url
 
 # Where intake's project cache lives; named here too for the callers that clear it beside enqueue.
 from relevo_core.intake.project_cache import project_cache  # noqa: F401
+from relevo_core.models.cache import ref_may_write
 from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_job_id
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
@@ -107,6 +108,8 @@ def build_envelope(
         checkout=project.checkout,
         stands_on=stands_on,
         build_number=project.build_number,
+        cache_write=any(stage.caches for stage in stages)
+        and ref_may_write(ref, project.default_ref, project.cache_write_refs),
     )
 
 

@@ -34,6 +34,10 @@ class Capabilities(BaseModel):
     # The selected Xcode (xcode-select -p) and its version (xcodebuild -version), and every
     # Xcode found in /Applications.
     xcode: str | None = None
+    # The selected Xcode's build number ("Build version" of xcodebuild -version, 16C5032a) and
+    # its SDK's version (xcrun --show-sdk-version): what a cache key names (relevo_core.models.cache).
+    xcode_build: str | None = None
+    sdk: str | None = None
     xcode_path: str | None = None
     xcode_versions: tuple[str, ...] = ()
     free_disk_gb: float | None = None

@@ -38,8 +38,10 @@ from relevo_core.models.shapes import JOB_ID, PRIORITY_BOUND, PROJECT_ID, REGION
 # the job's build number (RELEVO_BUILD_NUMBER) without one.
 # 7 added a stage's `effect` (a built-in release effect, no command): an agent that would ignore it
 # would run nothing and report the stage succeeded without the effect.
-ENVELOPE_SCHEMA_VERSION = 7
-SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7})
+# 8 added a stage's `caches` and the job's `cache_write`: an agent that would ignore them would
+# run the stage without what it restores, or save what this job's ref may not write.
+ENVELOPE_SCHEMA_VERSION = 8
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8})
 
 
 class TriggerType(str, Enum):
@@ -109,6 +111,10 @@ class JobEnvelope(RunPlanMixin):
     stands_on: str | None = Field(default=None, pattern=STAGE_NAME)
     # The project's build_number settings, frozen too: the stages that need a build number, the floor.
     build_number: BuildNumberSettings | None = None
+    # Whether this job saves the project's caches: its ref is one the project trusts (its default
+    # branch, or cache_write_refs; never a pull request's). The job session's `cache_write` tag
+    # says the same to IAM (relevo_core.fleet.job_credentials): the agent's word is not the bound.
+    cache_write: bool = False
 
     @field_validator("stages")
     @classmethod

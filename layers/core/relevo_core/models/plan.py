@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from relevo_core.models.cache import MAX_CACHES, CacheSpec
 from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
 from relevo_core.models.effect import Effect
 from relevo_core.models.errors import EX_TEMPFAIL, ErrorClass
@@ -330,6 +331,8 @@ class StagePlan(_Frozen):
     matrix: Matrix | None = Field(default=None, max_length=MAX_MATRIX_KEYS)
     fail_fast: bool | None = None
     max_parallel: int | None = Field(default=None, ge=1, le=MAX_DECLARED_SHARDS)
+    # The project's caches the stage restores and saves, copied (relevo_core.models.cache).
+    caches: tuple[CacheSpec, ...] = Field(default=(), max_length=MAX_CACHES)
 
     @field_validator("handoff")
     @classmethod

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from relevo_core.models.build_number import BuildNumberSettings
+from relevo_core.models.cache import MAX_CACHES, CacheSpec, check_cache_names
 from relevo_core.models.checkout_plan import CheckoutPlan
 from relevo_core.models.handoff import pattern_covers, shard_variable_part, variable_part
 from relevo_core.models.plan import (
@@ -185,6 +186,20 @@ class Project(RunPlanMixin):
         "JOB`), "
         "ignore, or run (for trusted forks).",
     )
+    caches: tuple[CacheSpec, ...] = Field(
+        default=(),
+        max_length=MAX_CACHES,
+        description="Caches the project's stages keep across jobs (a stage's `cache:` names the ones it "
+        "uses): paths, a key made of files' hashes, the Mac's facts and the workspace, restore keys, and "
+        "when to save. Entries are per project and region, written once, read by every job of the "
+        "project, written only by jobs of `cache_write_refs`. See docs/caches.md.",
+    )
+    cache_write_refs: tuple[str, ...] = Field(
+        default=(),
+        max_length=16,
+        description="Branch or tag names (globs) whose jobs save caches; default: the default_ref only. "
+        "A pull request's job (refs/pull/…, from a fork or not) restores but never saves.",
+    )
 
     @property
     def longest_handoff_sec(self) -> int:
@@ -220,6 +235,34 @@ class Project(RunPlanMixin):
             if unknown:
                 raise ValueError(
                     f"schedule {schedule.name}: stages {', '.join(unknown)} are not stages of the project"
+                )
+        return self
+
+    @field_validator("caches")
+    @classmethod
+    def _unique_cache_names(cls, caches: tuple[CacheSpec, ...]) -> tuple[CacheSpec, ...]:
+        return check_cache_names(caches)
+
+    @field_validator("cache_write_refs")
+    @classmethod
+    def _write_refs_are_branches(cls, refs: tuple[str, ...]) -> tuple[str, ...]:
+        for ref in refs:
+            if not ref or ref.startswith(("refs/pull/", "refs/merge-requests/")):
+                raise ValueError(
+                    f"cache_write_refs: {ref!r} is not a branch or tag name: a pull request's job never "
+                    "saves caches"
+                )
+        return refs
+
+    @model_validator(mode="after")
+    def _stage_caches_exist(self) -> "Project":
+        known = {cache.name for cache in self.caches}
+        for stage in self.stages:
+            unknown = [name for name in stage.cache if name not in known]
+            if unknown:
+                raise ValueError(
+                    f"stage {stage.name}: cache {', '.join(unknown)} is not one of the project's caches "
+                    f"({', '.join(sorted(known)) or 'none declared'})"
                 )
         return self
 
@@ -309,6 +352,9 @@ class Project(RunPlanMixin):
                 )
         return self
 
+    def cache(self, name: str) -> CacheSpec:
+        return next(cache for cache in self.caches if cache.name == name)
+
     def schedule(self, name: str) -> ProjectSchedule | None:
         return next((schedule for schedule in self.schedules if schedule.name == name), None)
 
@@ -335,6 +381,7 @@ class Project(RunPlanMixin):
                     matrix=stage.matrix,
                     fail_fast=stage.fail_fast,
                     max_parallel=stage.max_parallel,
+                    caches=tuple(self.cache(name) for name in stage.cache),
                 )
                 for stage in self.stages
             )

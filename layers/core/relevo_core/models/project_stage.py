@@ -8,6 +8,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from relevo_core.models.cache import CACHE_NAME, MAX_CACHES
 from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
 from relevo_core.models.effect import Effect
 from relevo_core.models.handoff import MAX_PATTERNS
@@ -191,6 +192,13 @@ class ProjectStage(BaseModel):
         "more than 40 shards must set it to 40 or less, or be split; `relevo project apply` refuses it "
         "otherwise "
         "(PLAN_TOO_LARGE).",
+    )
+
+    cache: tuple[Annotated[str, Field(pattern=CACHE_NAME)], ...] = Field(
+        default=(),
+        max_length=MAX_CACHES,
+        description="The project's caches (by name, from `caches:`) this stage restores before its command "
+        "and saves after it (docs/caches.md).",
     )
 
     @field_validator("handoff")

@@ -333,3 +333,13 @@ def refused_minute_sk(moment: datetime) -> str:
 
 def group_pk(group: str) -> str:
     return f"GROUP#{group}"
+
+
+def cache_pk(scope: str) -> str:
+    """A project's caches in one region (scope `<project>/<region>`): every entry one partition,
+    so "the newest entry whose key starts with this prefix" is one Query (store.cache_entries)."""
+    return f"CACHE#{scope}"
+
+
+def cache_entry_sk(cache_key: str) -> str:
+    return f"KEY#{cache_key}"

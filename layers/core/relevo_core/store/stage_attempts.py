@@ -242,6 +242,17 @@ def record_restored(ref: StageRef, restored: dict[str, Any]) -> None:
     )
 
 
+def record_caches(ref: StageRef, caches: list[dict[str, Any]]) -> None:
+    """What became of the attempt's caches (relevo_core.models.cache.CacheOutcome: hit, partial
+    hit or miss, saved or not, bytes and seconds), fenced on the attempt."""
+    update_stage_record(
+        ref,
+        "SET caches = :caches",
+        _HOLDS_ATTEMPT,
+        {":caches": caches, ":agent": ref.agent_id, ":attempt": ref.attempt, **LIVE_VALUES},
+    )
+
+
 def record_checkout_commit(ref: StageRef, commit: str) -> str:
     """The commit the job's ref resolved to at its first checkout, on this stage's record, fenced
     on the attempt; a commit an earlier attempt recorded stays. Returns the commit on record: the

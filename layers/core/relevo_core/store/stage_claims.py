@@ -140,7 +140,8 @@ def claim(
             "precondition_version = :pre, held_by = :agent, claim_id = :claim, claimed_over = :over, "
             "journal_id = :journal, transfers = if_not_exists(transfers, :no_transfers), outputs = "
             ":no_outputs "
-            f"REMOVE exit_code, error_class, ended_at, {handed}outcome, receipt, handoff_stored, restored",
+            f"REMOVE exit_code, error_class, ended_at, {handed}outcome, receipt, handoff_stored, restored, "
+            "caches",
             condition,
             values,
         )

@@ -1,0 +1,107 @@
+"""Access pattern: a project's cache entries in one region (relevo_core.models.cache). One item
+per key, `CACHE#<project>/<region>` / `KEY#<key>`, with what the entry holds (size, files, the
+sha256 of its manifest, which job stored it) and how it is used (created_at, last_used_at, hits).
+
+- An entry is written once: PutItem with `attribute_not_exists(pk)` (DynamoDB Developer Guide,
+  "Condition expressions"); the loser of two saves of one key is refused and keeps nothing of its
+  own (its blobs are content-addressed, the same bytes under the same names).
+- A restore key is a prefix: the sort key is the key itself, so `begins_with(sk, KEY#<prefix>)`
+  finds every entry it names in one partition, and the newest by created_at is kept (a project's
+  entries are bounded by its cache's size limit, so the pages are few).
+- A hit moves last_used_at and adds one to hits, nothing else (the job session's policy allows
+  those two attributes only: template.yaml CountItsProjectsCacheHits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from relevo_core.aws import client, error_code
+from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.keys import cache_entry_sk, cache_pk, key
+
+SK_PREFIX = "KEY#"
+
+
+@dataclass(frozen=True)
+class CacheEntryRecord:
+    cache_key: str
+    manifest_sha256: str
+    # The bytes of the files it holds, and how many files.
+    size: int
+    files: int
+    created_at: str
+    job_id: str
+    stage: str
+    last_used_at: str
+    hits: int = 0
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> CacheEntryRecord:
+        values = from_attributes(item)
+        return cls(**{name: values[name] for name in cls.__dataclass_fields__ if name in values})
+
+
+def put_entry(table: str, scope: str, record: CacheEntryRecord) -> bool:
+    """The entry recorded; False when the key has one already (it is left as it is)."""
+    try:
+        client("dynamodb").put_item(
+            TableName=table,
+            Item={**key(cache_pk(scope), cache_entry_sk(record.cache_key)), **to_attributes(asdict(record))},
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+    except ClientError as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
+
+
+def get_entry(table: str, scope: str, cache_key: str) -> CacheEntryRecord | None:
+    item = (
+        client("dynamodb")
+        .get_item(TableName=table, Key=key(cache_pk(scope), cache_entry_sk(cache_key)), ConsistentRead=True)
+        .get("Item")
+    )
+    return CacheEntryRecord.from_item(item) if item else None
+
+
+def newest_with_prefix(table: str, scope: str, prefix: str) -> CacheEntryRecord | None:
+    """The newest entry whose key starts with `prefix` (created_at, then the key, decide)."""
+    newest: CacheEntryRecord | None = None
+    request: dict[str, Any] = {
+        "TableName": table,
+        "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
+        "ExpressionAttributeValues": to_attributes({":pk": cache_pk(scope), ":prefix": SK_PREFIX + prefix}),
+        "ConsistentRead": True,
+    }
+    while True:
+        page = client("dynamodb").query(**request)
+        for item in page.get("Items", []):
+            record = CacheEntryRecord.from_item(item)
+            if newest is None or (record.created_at, record.cache_key) > (
+                newest.created_at,
+                newest.cache_key,
+            ):
+                newest = record
+        if "LastEvaluatedKey" not in page:
+            return newest
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def count_hit(table: str, scope: str, cache_key: str, now: str) -> None:
+    """A restore of the entry: last_used_at and hits (an entry gone meanwhile is left gone)."""
+    try:
+        client("dynamodb").update_item(
+            TableName=table,
+            Key=key(cache_pk(scope), cache_entry_sk(cache_key)),
+            UpdateExpression="SET last_used_at = :now ADD hits :one",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues=to_attributes({":now": now, ":one": 1}),
+        )
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
