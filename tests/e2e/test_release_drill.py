@@ -17,7 +17,10 @@ import pytest
 
 from relevo_tools.drill.release import RELEASE_DRILLS
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600), pytest.mark.xdist_group("e2e-drill")]
+# No xdist group: the command starts a stack, agents and an Apple service of its own in its own
+# work dir, so it shares nothing with test_drill.py's fleet. In that group (e2e-drill) its 94 s
+# (CI) ran after the 12 drills on the same worker, lengthening the suite's longest chain.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 def _release_rows(output: str) -> dict[str, list[str]]:
