@@ -127,16 +127,16 @@ def run_recorded_agent(config: Path, record: Path) -> int:
 
         return wrapper
 
-    stage_attempts.renew_lease = timed("lease write", stage_attempts.renew_lease)  # type: ignore[assignment]
-    Claims.heartbeat = timed("heartbeat", Claims.heartbeat)  # type: ignore[method-assign]
-    ClaimRoutes.claim = timed("claim", ClaimRoutes.claim)  # type: ignore[method-assign]
+    stage_attempts.renew_lease = timed("lease write", stage_attempts.renew_lease)  # type: ignore[assignment]  # timed in the agent process
+    Claims.heartbeat = timed("heartbeat", Claims.heartbeat)  # type: ignore[method-assign]  # timed in the agent process
+    ClaimRoutes.claim = timed("claim", ClaimRoutes.claim)  # type: ignore[method-assign]  # timed in the agent process
     stop = StageRun.stop
 
     def noted_stop(self: StageRun, reason: str) -> None:
         note(kind="stop", reason=reason, at=time.monotonic(), job_id=self.ref.job_id)
         stop(self, reason)
 
-    StageRun.stop = noted_stop  # type: ignore[method-assign]
+    StageRun.stop = noted_stop  # type: ignore[method-assign]  # each stop noted with its reason
     return launch.main(["--config", str(config)])
 
 

@@ -343,8 +343,9 @@ def _query_pk(body: dict[str, Any]) -> str | None:
     names = body.get("ExpressionAttributeNames", {})
     values = body.get("ExpressionAttributeValues", {})
     for placeholder, value in values.items():
-        if re.search(rf"(#\w+|pk)\s*=\s*{re.escape(placeholder)}\b", condition):
-            name = re.search(rf"(#\w+|pk)\s*=\s*{re.escape(placeholder)}\b", condition).group(1)  # type: ignore[union-attr]
+        named = re.search(rf"(#\w+|pk)\s*=\s*{re.escape(placeholder)}\b", condition)
+        if named:
+            name = named.group(1)
             if names.get(name, name) == "pk":
                 return value.get("S")
     return None
