@@ -206,6 +206,13 @@ class ErrorClass(str, Enum):
     # The effect happened and Apple (or the host) turned it down for good: a notarization Invalid
     # (Apple's log attached), a build upload whose processing FAILED.
     EFFECT_REJECTED = "Relevo.Fatal.EffectRejected"
+    # A sharded stage's test plan (docs/test-results.md, "The plan"): a shard ran fewer of its
+    # planned tests than it was given (or was given none, and the plan does not allow_empty) ...
+    TESTS_MISSING = "Relevo.Fatal.TestsMissing"
+    # ... ran one twice, or one it was not given ...
+    TESTS_UNPLANNED = "Relevo.Fatal.TestsUnplanned"
+    # ... or its listing could not be made or read, or is not the one the stage's plan was made of.
+    TEST_PLAN = "Relevo.Fatal.TestPlan"
     PRECONDITION_CHANGED = "Relevo.Precondition.Changed"
     # Reconciliation found an effect it cannot tie to the operation: the stage waits for an
     # operator (relevo job resolve); resolved as failed, it fails with the second name.

@@ -334,6 +334,7 @@ class Project(RunPlanMixin):
                     matrix=stage.matrix,
                     fail_fast=stage.fail_fast,
                     max_parallel=stage.max_parallel,
+                    tests=stage.tests,
                 )
                 for stage in self.stages
             )

@@ -21,6 +21,7 @@ from relevo_core.models.plan import (
     check_fan_out,
     check_handoff_patterns,
 )
+from relevo_core.models.stage_tests import StageTests, check_test_plan
 
 
 class ProjectStage(BaseModel):
@@ -185,6 +186,13 @@ class ProjectStage(BaseModel):
         "(PLAN_TOO_LARGE).",
     )
 
+    tests: StageTests | None = Field(
+        default=None,
+        description="What the stage's tests are: `plan` (on a stage with parallel) splits a test list across "
+        "its shards by the time each test took in earlier jobs and checks that every planned test ran "
+        "exactly once (docs/test-results.md).",
+    )
+
     @field_validator("handoff")
     @classmethod
     def _handoff(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
@@ -193,6 +201,7 @@ class ProjectStage(BaseModel):
     @model_validator(mode="after")
     def _fan_out(self) -> "ProjectStage":
         check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
+        check_test_plan(self.tests, self.parallel)
         sharded = self.parallel is not None or self.matrix is not None
         check_effect_stage(
             "run", self.run, self.effect, self.effect_probe, self.effect_resume, sharded, self.handoff

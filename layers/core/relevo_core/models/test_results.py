@@ -45,12 +45,13 @@ def pytest_node_id(node_id: str) -> str:
     """The canonical id of a pytest node id as `pytest --collect-only -q` prints it
     (`tests/test_x.py::TestA::test_b[p/q]`), equal to the id of the same test in pytest's JUnit
     report (classname `tests.test_x.TestA`, name `test_b[p/q]`). Made as pytest's junitxml makes
-    its classname (`mangle_test_address`): split on `::`, the file part's slashes made dots and
-    its `.py` dropped, the last part the name -- even when a parameter holds `::`, so that the
-    two ids still meet."""
-    names = node_id.split("::")
+    its classname (`mangle_test_address`): the parameters (from the first `[`) set aside, the rest
+    split on `::`, the file part's slashes made dots and its `.py` dropped, the last part the name
+    with its parameters back -- a parameter holding `::` or `/` stays whole, as in the report."""
+    path, bracket, params = node_id.partition("[")
+    names = path.split("::")
     names[0] = names[0].replace("/", ".").removesuffix(".py")
-    return canonical_test_id(".".join(names[:-1]), names[-1])
+    return canonical_test_id(".".join(names[:-1]), names[-1] + bracket + params)
 
 
 class TestResult(BaseModel):
