@@ -38,7 +38,8 @@ class TestPlanSettings(BaseModel):
     )
     format: TestListFormat = Field(
         description="`pytest`: `--collect-only -q` node ids; `xcodebuild`: `-enumerate-tests` JSON "
-        "(`-test-enumeration-format json`), its enabled tests; `lines`: one test id (`<suite>::<name>`) a line.",
+        "(`-test-enumeration-format json`), its enabled tests; `lines`: one test id (`<suite>::<name>`) "
+        "a line.",
     )
     allow_empty: bool = Field(
         default=False,
