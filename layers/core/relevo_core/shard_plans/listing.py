@@ -39,7 +39,7 @@ def xcode_test_id(identifier: str) -> str:
 
 
 def _pytest(text: str) -> list[tuple[str, str]]:
-    found = []
+    found: list[tuple[str, str]] = []
     for line in text.splitlines():
         if not line.strip():
             break  # the node ids end at the first blank line; the count and warnings follow
@@ -58,7 +58,7 @@ def _xcodebuild(text: str) -> list[tuple[str, str]]:
         raise ListingInvalid('not an -enumerate-tests document: no "values" list')
     if document.get("errors"):
         raise ListingInvalid(f"xcodebuild reported errors: {str(document['errors'])[:500]}")
-    found = []
+    found: list[tuple[str, str]] = []
     for configuration in document["values"]:
         enabled = configuration.get("enabledTests") if isinstance(configuration, dict) else None
         if not isinstance(enabled, list):

@@ -17,7 +17,7 @@ silently): shard k gets every n-th test of the listing from the k-th.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from statistics import median
 
 from relevo_core.models.test_results import PlannedTest, ShardPlan, TestPlan, TestResult
@@ -36,7 +36,7 @@ def job_durations(tests: Iterable[TestResult]) -> dict[str, float]:
 
 
 def expected_durations(
-    tests: list[PlannedTest], history: list[Mapping[str, float]]
+    tests: list[PlannedTest], history: Sequence[Mapping[str, float]]
 ) -> tuple[dict[str, float], int]:
     """Each planned test's expected seconds (its mean over the jobs that ran it, else the median
     of the others'), and how many jobs' durations were used. ({}, 0) without history."""
@@ -59,7 +59,7 @@ def split_tests(
     tests: list[PlannedTest],
     shards: int,
     listing_sha256: str,
-    history: list[Mapping[str, float]],
+    history: Sequence[Mapping[str, float]],
     allow_empty: bool = False,
 ) -> TestPlan:
     """The plan: every listed test in exactly one shard, each shard's tests in listing order."""
