@@ -19,9 +19,10 @@ from botocore.exceptions import ClientError
 from bench import harness
 from relevo_agent.claim import new_claim_secret
 from relevo_core.aws import client, in_this_context
+from relevo_core.jobs.view import job_items_to_view
 from relevo_core.models import job_objects, test_results
 from relevo_core.models.job_objects import JobPrefix
-from relevo_core.store.jobs import get_envelope
+from relevo_core.store.jobs import get_envelope, query_job_items
 from tests.helpers.stack import job_record
 from tests.helpers.state_machine import start_job
 
@@ -151,6 +152,13 @@ def test_two_shards_racing_get_one_plan_made_once_and_recorded_on_the_job(
     status, again = _call(claim_handler, "plans", {**claimed[1]["attempt"], "listing_sha256": sha})
     assert status == 200 and again["plan_key"] == plans[0]["plan_key"] and not again["made_now"]
     assert job_record(local_stack, job_id)["status"] in ("running", "dispatched")
+    # And the job view shows it: how it was split, each shard's tests and expected time
+    shown = job_items_to_view(query_job_items(local_stack.table_name, job_id))["stages"][0]["test_plan"]
+    assert shown["by"] == "count" and shown["listing_sha256"] == sha
+    assert shown["shards"] == [
+        {"shard": 0, "tests": 15, "expected_sec": 0},
+        {"shard": 1, "tests": 15, "expected_sec": 0},
+    ]
 
 
 @pytest.mark.timeout(180)

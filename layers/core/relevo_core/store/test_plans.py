@@ -66,3 +66,13 @@ def record_plan(
             raise
         return from_attributes(exc.response.get("Item", {})), False  # type: ignore[arg-type]  # stubs lack Item
     return item, True
+
+
+def shown(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the job view shows of a stage's plan: how it was split, each shard's tests and
+    expected seconds (the whole plan is at its key, under the job's prefix)."""
+    if record is None:
+        return None
+    return {
+        name: record.get(name) for name in ("by", "history_jobs", "allow_empty", "shards", "listing_sha256")
+    }
