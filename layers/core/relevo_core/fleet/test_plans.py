@@ -34,7 +34,7 @@ from relevo_core.models.agent_session import PlanGranted, PlanRequest
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.job_objects import JobPrefix, object_key, test_listing_key, test_plan_key
-from relevo_core.models.test_results import RESULTS_SCHEMA, ResultsDocument, TestPlan
+from relevo_core.models.test_results import RESULTS_SCHEMA, ResultsDocument
 from relevo_core.shard_plans.listing import ListingInvalid, read_listing
 from relevo_core.shard_plans.split import HISTORY_JOBS, job_durations, split_tests
 from relevo_core.store import stage_claims, test_plans
@@ -193,7 +193,3 @@ def _durations_of_job(table: str, record: dict[str, Any], stage: str) -> dict[st
         if document.schema_version == RESULTS_SCHEMA:
             tests.extend(document.tests)
     return job_durations(tests)
-
-
-def read_plan(bucket: str, key: str) -> TestPlan:
-    return TestPlan.model_validate_json(client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
