@@ -33,6 +33,8 @@ if TYPE_CHECKING:
         HeartbeatRequest,
         JobSession,
         OutcomeReport,
+        PlanGranted,
+        PlanRequest,
         SessionRequest,
     )
 
@@ -113,6 +115,13 @@ class ClaimRoutes:
 
     def report(self, request: OutcomeReport) -> None:
         self._post("outcomes", request.model_dump(mode="json"))
+
+    def plan(self, request: PlanRequest) -> PlanGranted:
+        """The test plan of the sharded stage this claim holds a shard of (relevo_core.fleet.
+        test_plans); RouteError TEST_LISTING_DIFFERS when this shard listed other tests."""
+        from relevo_core.models.agent_session import PlanGranted
+
+        return PlanGranted.model_validate(self._post("plans", request.model_dump(mode="json")))
 
     def _post(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         url = f"{self.api_url.rstrip('/')}/regions/{self.region}/{route}"

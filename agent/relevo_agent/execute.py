@@ -25,6 +25,7 @@ from relevo_agent.journal import Journal, operation_id
 from relevo_agent.keychain import KeychainFailure, Keychains, read_identities
 from relevo_agent.logs import Masker, secret_values
 from relevo_agent.receipt import Ran, WhatItLeft, ending_of
+from relevo_agent.shard_tests import checked, for_shard
 from relevo_agent.stage_env import stage_environment
 from relevo_agent.warning_lines import WarningLines
 from relevo_core.aws import call_budget
@@ -32,6 +33,7 @@ from relevo_core.models.errors import ErrorClass
 from relevo_core.store import stage_attempts
 
 if TYPE_CHECKING:
+    from relevo_agent.claim_routes import ClaimRoutes
     from relevo_agent.effects.kind import EffectContext
     from relevo_agent.outputs import OutputWatch
     from relevo_agent.prepare import Prepared
@@ -47,12 +49,16 @@ log = logging.getLogger(__name__)
 class StageCommand:
     """`keychains`: this agent's temporary signing keychains (relevo_agent.keychain)."""
 
-    def __init__(self, config: AgentConfig, journal: Journal, keychains: Keychains) -> None:
+    def __init__(
+        self, config: AgentConfig, journal: Journal, keychains: Keychains, routes: ClaimRoutes | None = None
+    ) -> None:
         self.config = config
         self.journal = journal
         self.keychains = keychains
         # What this Mac detected at the agent's start (relevo_agent.capabilities): a cache key's facts.
         self.capabilities: Capabilities | None = None
+        # The region's claim routes: a shard asks there for its stage's test plan.
+        self.routes = routes
 
     # ------------------------------------------------------------------ caches (relevo_agent.caches)
     def restore_caches(
@@ -225,6 +231,10 @@ class StageCommand:
         assert command is not None  # a plan without an effect has a command (StagePlan)
         # Lines marked ::warning:: are counted on their way to the log (relevo_agent.warning_lines).
         warnings = WarningLines(shipper.write)
+        # A shard of a stage with tests.plan: its tests, before the command (relevo_agent.shard_tests).
+        planned = for_shard(self, run, plan, workspace, envelope, env, shipper, warnings.write)
+        if planned is not None:
+            env = {**env, **planned.environment()}
         with (
             self._signing_keychain(run, plan, op_id, envelope) as keychain,
             self._output_watch(run, plan, op_id, shipper, {**env, **keychain}) as watch,
@@ -250,6 +260,10 @@ class StageCommand:
             return Ending.stopped_by(run.reason, result.exit_code)
         ran = Ran(op_id, self.config.agent_id, run.ref.attempt, Path(env["RELEVO_ARTIFACT_DIR"]))
         ending = ending_of(ran, plan, result, left, warnings, shipper, tests)
+        if planned is not None and ending.error is None:
+            ending = checked(
+                planned, None if tests is None else tests.tests, ending, shipper, self.config.agent_id
+            )
         if resume is not None and ending.error is not None and ending.stage_outcome is None:
             # The effect is still out there (a submission Apple is checking): a retry probes it
             # again (outcome unknown) rather than run the command, which would start a second one.

@@ -109,7 +109,7 @@ class StageRunner:
         self.concluder = Concluder(journal, outbox)
         # Temporary signing keychains (relevo_agent.keychain).
         self.keychains = Keychains(config)
-        self.command = StageCommand(config, journal, self.keychains)
+        self.command = StageCommand(config, journal, self.keychains, sessions.routes)
         self.settle = Settle(config, self.command)
 
     def stop_all(self, reason: str) -> None:

@@ -68,6 +68,9 @@ class TestsRead:
     summary: dict[str, Any]
     failed_only_in_quarantine: bool
     failing_quarantined: tuple[str, ...] = ()
+    # Every test the reports say ran (runs merged, with an earlier attempt's): what a shard of a
+    # stage with tests.plan is checked against (relevo_agent.shard_tests.checked).
+    tests: tuple[TestResult, ...] = ()
 
     @property
     def warnings(self) -> list[str]:
@@ -110,7 +113,7 @@ def read_reports(
     emit(_said(summary.model_dump(mode="json")))
     excused = failed_only_in_quarantine(tests, summary)
     failing = tuple(test.id for test in tests if test.quarantined and test.status in ("failed", "error"))
-    return TestsRead(summary.model_dump(mode="json"), excused, failing)
+    return TestsRead(summary.model_dump(mode="json"), excused, failing, tuple(tests))
 
 
 def _junit_reports(declared: StageTests, workspace: Path) -> list[ReportRead]:

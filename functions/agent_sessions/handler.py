@@ -1,7 +1,8 @@
 """POST /regions/{region}/claims (an agent's claim of a stage its region's queue handed it, with
 the job's credentials), /sessions (those credentials again, for the claim whose attempt holds its
 lease), /accepts, /heartbeats and /outcomes (the attempt's tasks, answered for the claim that holds
-it: the agent never holds a task token) — IAM: the region's agent role (relevo_core.fleet.claims)."""
+it: the agent never holds a task token), /plans (a sharded stage's test plan, made once per
+stage of a job: relevo_core.fleet.test_plans) — IAM: the region's agent role (relevo_core.fleet.claims)."""
 
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -17,12 +18,14 @@ from relevo_core.fleet.claims import (
     renew_session,
     report_outcome,
 )
+from relevo_core.fleet.test_plans import plan_for_shard
 from relevo_core.http import json_body, json_response, register_error_handlers
 from relevo_core.models.agent_session import (
     AcceptRequest,
     ClaimRequest,
     HeartbeatRequest,
     OutcomeReport,
+    PlanRequest,
     SessionRequest,
 )
 from relevo_core.observability import correlate, lambda_entry
@@ -70,6 +73,14 @@ def outcome(region: str):
     correlate(request.job_id)
     answered = report_outcome(agent_sessions_settings(), region, request, datetime.now(UTC))
     return json_response(HTTPStatus.OK, answered.model_dump(mode="json"))
+
+
+@app.post("/regions/<region>/plans")
+def plan(region: str):
+    request = PlanRequest.from_body(json_body(app))
+    correlate(request.job_id)
+    granted = plan_for_shard(agent_sessions_settings(), region, request, datetime.now(UTC))
+    return json_response(HTTPStatus.OK, granted.model_dump(mode="json"))
 
 
 @lambda_entry()

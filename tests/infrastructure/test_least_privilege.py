@@ -488,6 +488,7 @@ def test_only_the_claim_function_moves_a_projects_build_numbers_and_writes_only_
             assert _decide([documents[agent_side]], request, _tags()) is PolicyDecision.NO_MATCH, agent_side
 
 
+<<<<<<< HEAD
 def test_the_job_policy_fits_a_managed_policys_size_with_the_longest_bucket_name(rendered):
     """A managed policy holds at most 6,144 characters, whitespace not counted ("IAM and AWS STS
     quotas", IAM User Guide): JobPolicy names the artifact bucket's ARN in many statements, and
@@ -497,3 +498,54 @@ def test_the_job_policy_fits_a_managed_policys_size_with_the_longest_bucket_name
     bucket = renderer.get_att("ArtifactBucket", "Arn").removeprefix("arn:aws:s3:::")
     longest = len(text) + text.count(bucket) * (63 - len(bucket))
     assert longest <= 6144, longest
+=======
+def test_the_claim_function_reads_and_writes_test_plans_and_nothing_else_of_a_job(rendered):
+    """A sharded stage's test plan (relevo_core.fleet.test_plans): the claim function records it on
+    the job with exactly its attributes, finds the project's earlier jobs, reads listings and
+    results documents in the jobs' .relevo-tests/ folders and writes only plans there."""
+    from relevo_core.store.test_plans import ATTRIBUTES
+
+    _, renderer, documents = rendered
+    claims = [documents["AgentSessionsPolicy"]]
+    table, bucket = renderer.get_att("Table", "Arn"), renderer.get_att("ArtifactBucket", "Arn")
+    tests = f"{bucket}/{P}/{X}/.relevo-tests"
+    allowed = {
+        "the plan's record": _dynamodb(table, "PutItem", f"JOB#{X}", *ATTRIBUTES[2:]),
+        "the project's jobs by time": Request("dynamodb:Query", f"{table}/index/ProjectJobsIndex"),
+        "a listing": Request("s3:GetObject", f"{tests}/test.listing.{'a' * 64}.txt"),
+        "an earlier job's results": Request(
+            "s3:GetObject", f"{bucket}/{P}/{Y}/.relevo-tests/test.shard-1.2.json"
+        ),
+        "the plan": Request("s3:PutObject", f"{tests}/test.plan.shard-3.json"),
+    }
+    refused = {
+        "a job record's status": _dynamodb(table, "PutItem", f"JOB#{X}", "status"),
+        "a stage record put whole": _dynamodb(table, "PutItem", f"STAGES#{X}", "stage"),
+        "the job status index": Request("dynamodb:Query", f"{table}/index/JobStatusIndex"),
+        "a listing overwritten": Request("s3:PutObject", f"{tests}/test.listing.{'a' * 64}.txt"),
+        "a results document overwritten": Request("s3:PutObject", f"{tests}/test.shard-1.1.json"),
+        "a build's file": Request("s3:GetObject", f"{bucket}/{P}/{X}/build/app.ipa"),
+        "a handoff": Request("s3:GetObject", f"{bucket}/{P}/{X}/.relevo-handoff/build/manifest.json"),
+        "a plan deleted": Request("s3:DeleteObject", f"{tests}/test.plan.shard-3.json"),
+    }
+    for what, request in allowed.items():
+        assert _decide(claims, request) is PolicyDecision.ALLOW, what
+    for what, request in refused.items():
+        assert _decide(claims, request) is PolicyDecision.NO_MATCH, what
+
+
+def test_a_job_session_stores_its_own_job_s_listing_and_no_other_job_s(rendered):
+    """The shard's listing is stored with its job's session, at the key the route derives: another
+    job's session cannot put it there (nor replace a plan), so the route reads what this job listed."""
+    _, renderer, documents = rendered
+    job, bucket = [documents["JobPolicy"]], renderer.get_att("ArtifactBucket", "Arn")
+    listing = f"{P}/{X}/.relevo-tests/test.listing.{'a' * 64}.txt"
+    assert _decide(job, Request("s3:PutObject", f"{bucket}/{listing}"), _tags()) is PolicyDecision.ALLOW
+    assert (
+        _decide(job, Request("s3:PutObject", f"{bucket}/{listing}"), _tags(job=Y)) is PolicyDecision.NO_MATCH
+    )
+    assert (
+        _decide(job, Request("s3:PutObject", f"{bucket}/{listing}"), _tags(job=X, project=Q))
+        is PolicyDecision.NO_MATCH
+    )
+>>>>>>> h-plan

@@ -107,6 +107,7 @@ LOG_LOCATION = "body"
 # Every function that reads a stored location or calls S3 on an object, with the check its body
 # calls (relevo_core.models.job_objects, or a checked derivation), or why it needs none.
 READERS = {
+    "relevo_core/fleet/test_plans.py::_durations_of_job": "object_key",
     "relevo_core/jobs/artifacts.py::artifact_link": "stored_object",
     "relevo_core/jobs/artifacts.py::stored_object": "expected_key",
     "relevo_core/jobs/artifact_quota.py::enforce": "stored_object",
@@ -117,6 +118,10 @@ READERS = {
     "relevo_core/jobs/results_listing.py::_job_tests": "expected_key",
 }
 NEEDS_NO_CHECK = {
+    "relevo_core/fleet/test_plans.py::_stored_listing": "derives the listing's key from the job and the "
+    "request's sha256 (test_listing_key), and checks the bytes against it",
+    "relevo_core/fleet/test_plans.py::plan_for_shard": "writes the plan at the key it derives "
+    "(test_plan_key); the key it answers with is on the job's record, which only the functions write",
     "relevo_core/models/job_objects.py::JobPrefix.__str__": "the check itself",
     "relevo_core/models/job_objects.py::expected_key": "the check itself",
     "relevo_core/jobs/artifact_quota.py::home_after_job": "names a project only; count_change checks the "

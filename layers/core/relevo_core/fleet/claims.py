@@ -67,7 +67,7 @@ def ready() -> None:
     ready_clients("dynamodb", "sts", "stepfunctions")
 
 
-def _known_region(settings: AgentSessionsSettings, region: str) -> None:
+def known_region(settings: AgentSessionsSettings, region: str) -> None:
     if region not in settings.regions:
         raise RelevoError(
             ErrorCode.REGION_UNKNOWN,
@@ -98,7 +98,7 @@ def _fail_dispatch(token: str, error: RelevoError) -> None:
 def claim_stage(
     settings: AgentSessionsSettings, region: str, request: ClaimRequest, now: datetime
 ) -> ClaimGranted:
-    _known_region(settings, region)
+    known_region(settings, region)
     table = settings.table_name
     items = query_job_items(table, request.job_id)
     try:
@@ -248,7 +248,7 @@ def _refuse_unless_mine(request: AttemptRequest, on_record: stage_claims.ClaimOn
         )
 
 
-def _refuse_unless_holding(
+def refuse_unless_holding(
     request: AttemptRequest, on_record: stage_claims.ClaimOnRecord, now: datetime
 ) -> None:
     """This claim's attempt holds its lease now: live (not ended) and not past its lease's end
@@ -275,7 +275,7 @@ def renew_session(
     still holds. An attempt that ended, ran out of lease, or whose job went on past it (it waits
     at a later stage's approval gate) gets none: 409 ATTEMPT_ENDED. Its report needs no session
     (POST /regions/{region}/outcomes)."""
-    _known_region(settings, region)
+    known_region(settings, region)
     table = settings.table_name
     pool = side_by_side()
     job = pool.submit(in_this_context(get_job_record), table, request.job_id)
@@ -295,7 +295,7 @@ def renew_session(
     _refuse_unless_mine(request, on_record)
     if JobStatus(record["status"]).terminal:
         raise RelevoError(ErrorCode.JOB_ALREADY_ENDED, f"{request.job_id} has ended")
-    _refuse_unless_holding(request, on_record, now)
+    refuse_unless_holding(request, on_record, now)
     gate = _waiting_gate_index(record, envelope)
     if gate is not None and gate > request.stage_index:
         raise RelevoError(
@@ -370,11 +370,11 @@ def accept_dispatch(
 ) -> TaskAnswered:
     """Answer the dispatch with this claim, when the claim's own answer could not say whether it
     was taken: only for the claim that holds the attempt now (the job session holds no task power)."""
-    _known_region(settings, region)
+    known_region(settings, region)
     on_record = stage_claims.claim_on_record(
         settings.table_name, request.job_id, request.stage_index, request.shard
     )
-    _refuse_unless_holding(request, on_record, now)
+    refuse_unless_holding(request, on_record, now)
     try:
         succeed_task(request.dispatch_token, {"agent_id": request.agent_id, "attempt": request.attempt})
     except TaskGone as gone:
@@ -387,9 +387,9 @@ def heartbeat(
 ) -> TaskAnswered:
     """The task heartbeat of the attempt this claim holds now, sent with the run token the state
     machine handed it (which the agent never sees)."""
-    _known_region(settings, region)
+    known_region(settings, region)
     on_record, token = _record_and_run_token(settings.table_name, request)
-    _refuse_unless_holding(request, on_record, now)
+    refuse_unless_holding(request, on_record, now)
     try:
         heartbeat_task(_this_attempts_token(request, token))
     except TaskGone as gone:
@@ -405,7 +405,7 @@ def report_outcome(
     with it. The answer is built from the fenced record's attempt and the report's status, never
     from what another attempt left. An attempt never handed a run token has no task: 409
     RUN_NOT_HANDED (the state machine's timeouts decide it)."""
-    _known_region(settings, region)
+    known_region(settings, region)
     table = settings.table_name
     # The run token read beside the outcome's write, which is fenced on the claim itself (this
     # agent, attempt and claim secret's hash, live): one round trip, where reading the claim on

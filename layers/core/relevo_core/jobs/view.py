@@ -20,6 +20,7 @@ from relevo_core.models.job_view import JobView
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, QueueReason, StageStatus
 from relevo_core.models.transfer import TransferProgress
+from relevo_core.store import test_plans
 from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.artifacts import list_artifacts
@@ -28,8 +29,10 @@ from relevo_core.store.keys import (
     BUILD_NUMBER_ATTRIBUTE,
     HELD_REASON_ATTRIBUTE,
     JOB_SK,
+    TEST_PLAN_SK_PREFIX,
     is_stage_sk,
     shard_of_sk,
+    test_plan_sk,
 )
 from relevo_core.store.locks import approval_gate
 
@@ -190,6 +193,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
     envelope = read_envelope(record["envelope"])
     stage_records = {item.get("stage_name"): item for item in items if is_stage_sk(item["sk"])}
+    plans = {item["sk"]: item for item in items if str(item["sk"]).startswith(TEST_PLAN_SK_PREFIX)}
     # Each stage's shards' records (STAGE#nn#SHARD#kk), by stage index then shard index.
     shard_records: dict[int, dict[int, dict[str, Any]]] = {}
     for item in items:
@@ -265,6 +269,8 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 # A `warning` stage: what made it one, in a sentence (its receipt's warnings.text).
                 "warning": _warning_of(found),
                 "shards": shards,
+                # A sharded stage's test plan (relevo_core.fleet.test_plans), once made.
+                "test_plan": test_plans.shown(plans.get(test_plan_sk(index))),
                 # A stage with shards: the shards that failed, and the class it failed with.
                 **(_sharded_failure(found, shards) if stage.sharded else {"failed_shards": []}),
             }

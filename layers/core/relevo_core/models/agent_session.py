@@ -109,6 +109,33 @@ class OutcomeReport(AttemptRequest):
     tests: ResultsSummary | None = None
 
 
+class PlanRequest(AttemptRequest):
+    """POST /regions/{region}/plans: the test plan of the sharded stage this claim holds a shard
+    of (relevo_core.fleet.test_plans). The listing the shard made is stored first, with the job's
+    session, at the key its sha256 gives (relevo_core.models.job_objects.test_listing_key): a
+    listing of 100,000 ids is megabytes, past what a request to API Gateway and Lambda may carry
+    (a synchronous invocation's payload is 6 MB: AWS Lambda Developer Guide, "Lambda quotas")."""
+
+    listing_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class PlanGranted(BaseModel):
+    """The stage's plan, as the first shard to ask made it: stored at `plan_key` under the job's
+    prefix (JSON of relevo_core.models.test_results.TestPlan, `plan_sha256` as stored), read by
+    the agent with its job session; the answer stays small whatever the plan's size."""
+
+    model_config = ConfigDict(frozen=True)
+
+    plan_key: str
+    plan_sha256: str
+    listing_sha256: str
+    by: Literal["time", "count"]
+    # This shard's tests and their expected seconds together.
+    tests: int
+    expected_sec: float
+    made_now: bool = Field(description="this request made the plan (else it was on record)")
+
+
 class TaskAnswered(BaseModel):
     """What the accept, heartbeat and outcome routes say: the task took the answer."""
 

@@ -79,6 +79,13 @@ class ErrorCode(str, Enum):
     # job's or project's, another bucket, a path trick): nothing is done with it
     # (relevo_core.models.job_objects).
     LOCATION_OUTSIDE_JOB = "LOCATION_OUTSIDE_JOB"
+    # A sharded stage's test plan (relevo_core.fleet.test_plans): asked for by a stage without
+    # tests.plan; a listing not stored where its sha256 says, or not what its format says; a
+    # listing other than the one the stage's plan was made of.
+    TEST_PLAN_NOT_DECLARED = "TEST_PLAN_NOT_DECLARED"
+    TEST_LISTING_NOT_FOUND = "TEST_LISTING_NOT_FOUND"
+    TEST_LISTING_INVALID = "TEST_LISTING_INVALID"
+    TEST_LISTING_DIFFERS = "TEST_LISTING_DIFFERS"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -134,6 +141,10 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.COMMITS_DIFFER: HTTPStatus.CONFLICT,
     # The request is sound; the job's stored record is not: no link is given for it.
     ErrorCode.LOCATION_OUTSIDE_JOB: HTTPStatus.CONFLICT,
+    ErrorCode.TEST_PLAN_NOT_DECLARED: HTTPStatus.CONFLICT,
+    ErrorCode.TEST_LISTING_NOT_FOUND: HTTPStatus.NOT_FOUND,
+    ErrorCode.TEST_LISTING_INVALID: HTTPStatus.UNPROCESSABLE_ENTITY,
+    ErrorCode.TEST_LISTING_DIFFERS: HTTPStatus.CONFLICT,
 }
 
 
@@ -206,6 +217,13 @@ class ErrorClass(str, Enum):
     # The effect happened and Apple (or the host) turned it down for good: a notarization Invalid
     # (Apple's log attached), a build upload whose processing FAILED.
     EFFECT_REJECTED = "Relevo.Fatal.EffectRejected"
+    # A sharded stage's test plan (docs/test-results.md, "The plan"): a shard ran fewer of its
+    # planned tests than it was given (or was given none, and the plan does not allow_empty) ...
+    TESTS_MISSING = "Relevo.Fatal.TestsMissing"
+    # ... ran one twice, or one it was not given ...
+    TESTS_UNPLANNED = "Relevo.Fatal.TestsUnplanned"
+    # ... or its listing could not be made or read, or is not the one the stage's plan was made of.
+    TEST_PLAN = "Relevo.Fatal.TestPlan"
     PRECONDITION_CHANGED = "Relevo.Precondition.Changed"
     # Reconciliation found an effect it cannot tie to the operation: the stage waits for an
     # operator (relevo job resolve); resolved as failed, it fails with the second name.

@@ -139,3 +139,15 @@ def test_results_key(home: JobPrefix, stage: str, shard: int | None, attempt: in
 def manifest_key(home: JobPrefix, stage: str, shard: int | None, attempt: int) -> str:
     """A stage attempt's handoff manifest (a shard's its own, each attempt numbered apart)."""
     return f"{handoff_prefix(home)}{manifest_name(stage, shard, attempt)}"
+
+
+def test_listing_key(home: JobPrefix, stage: str, listing_sha256: str) -> str:
+    """A sharded stage's test listing as a shard stored it: named by its sha256, so the route
+    derives the key from what the request says, and never reads a location it was handed."""
+    return f"{home.prefix}{TESTS_DIR}/{stage}.listing.{listing_sha256}.txt"
+
+
+def test_plan_key(home: JobPrefix, stage: str, shard: int) -> str:
+    """A sharded stage's test plan, as the shard whose request made it stored it (each shard's
+    its own key: two racing shards never overwrite each other's; the record names the winner's)."""
+    return f"{home.prefix}{TESTS_DIR}/{stage}.plan.shard-{shard}.json"

@@ -134,6 +134,12 @@ class StageView(BaseModel):
         description="a stage with shards: each shard's own attempt, in shard order (empty for a stage "
         "without shards)",
     )
+    test_plan: dict[str, Any] | None = Field(
+        None,
+        description="a stage with tests.plan, once its first shard made the plan (docs/test-results.md): "
+        "`by` (time, or count without history), `history_jobs`, `allow_empty`, `listing_sha256`, and "
+        "`shards`: each shard's `tests` and `expected_sec`",
+    )
     failed_shards: list[int] = Field(
         [],
         description="a stage with shards: the shards that failed, in shard order (its error_class: the "

@@ -14,7 +14,7 @@ from relevo_core.models.capabilities import MAX_REQUIREMENTS, Requirements
 from relevo_core.models.effect import Effect
 from relevo_core.models.errors import EX_TEMPFAIL, ErrorClass
 from relevo_core.models.handoff import MAX_PATTERNS, normal_pattern, path_problem
-from relevo_core.models.stage_tests import StageTests
+from relevo_core.models.stage_tests import StageTests, check_test_plan
 
 STAGE_NAME = r"^[a-z][a-z0-9_-]{0,62}$"
 # What the AWS CLI accepts as a profile name in practice (no spaces, brackets or '=').
@@ -342,6 +342,7 @@ class StagePlan(_Frozen):
     @model_validator(mode="after")
     def _fan_out(self) -> "StagePlan":
         check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
+        check_test_plan(self.tests, self.parallel)
         check_effect_stage(
             "command",
             self.command,

@@ -22,7 +22,7 @@ from relevo_core.models.plan import (
     check_fan_out,
     check_handoff_patterns,
 )
-from relevo_core.models.stage_tests import StageTests
+from relevo_core.models.stage_tests import StageTests, check_test_plan
 
 
 class ProjectStage(BaseModel):
@@ -149,7 +149,9 @@ class ProjectStage(BaseModel):
         description="The test reports the command leaves (`junit`, `xcresult` globs), read by the agent "
         "after the command whether it passed or failed: stored with the attempt, counted on the stage "
         "(flaky tests told apart), and the tests the project quarantines (`quarantine`). A malformed "
-        "report makes the stage `warning`, naming the file and line. See docs/test-results.md.",
+        "report makes the stage `warning`, naming the file and line. On a stage with parallel, `plan` "
+        "splits a test list across its shards by the time each test took in earlier jobs and checks that "
+        "every planned test ran exactly once. See docs/test-results.md.",
     )
     parallel: int | None = Field(
         default=None,
@@ -209,6 +211,7 @@ class ProjectStage(BaseModel):
     @model_validator(mode="after")
     def _fan_out(self) -> "ProjectStage":
         check_fan_out(self.parallel, self.matrix, self.fail_fast, self.max_parallel)
+        check_test_plan(self.tests, self.parallel)
         sharded = self.parallel is not None or self.matrix is not None
         check_effect_stage(
             "run", self.run, self.effect, self.effect_probe, self.effect_resume, sharded, self.handoff

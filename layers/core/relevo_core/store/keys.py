@@ -79,6 +79,14 @@ def shard_sk(index: int, shard: int) -> str:
     return f"{stage_sk(index)}{SHARD_INFIX}{shard:02d}"
 
 
+# A sharded stage's test plan, on its job's partition (written by the claim function only).
+TEST_PLAN_SK_PREFIX = "TESTPLAN#"
+
+
+def test_plan_sk(index: int) -> str:
+    return f"{TEST_PLAN_SK_PREFIX}{index:02d}"
+
+
 def is_stage_sk(sk: str) -> bool:
     """A stage's own record, not one of its shards' (which share its STAGE#nn prefix)."""
     return sk.startswith("STAGE#") and SHARD_INFIX not in sk

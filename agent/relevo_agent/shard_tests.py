@@ -1,0 +1,210 @@
+"""A shard's part of its stage's test plan (docs/test-results.md, "The plan"), on the agent.
+
+Before the command: the stage's listing made here (its `tests.plan.file`, or its `command` run in
+the workspace as the build user with the stage's environment, its standard output the listing),
+stored under the job's prefix with the job's session at the key its sha256 gives, and the plan
+asked for through the region's plans route for the shard this claim holds (made once per stage of
+the job: relevo_core.fleet.test_plans). The shard's tests are written one listed id a line to a
+file, `$RELEVO_SHARD_TESTS` (their count in `$RELEVO_SHARD_TEST_COUNT`), for the command to run.
+
+After the command: the tests the shard's reports say it ran, checked against its part of the plan
+(relevo_core.shard_plans.check): a failure is the attempt's, for good (TestsMissing, TestsUnplanned).
+A listing other than the plan's, or one that cannot be made or read, fails it too (TestPlan).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from relevo_core.aws import client
+from relevo_core.models.agent_session import PlanRequest
+from relevo_core.models.errors import ErrorClass
+from relevo_core.models.job_objects import JobPrefix, test_listing_key
+from relevo_core.models.test_results import ShardPlan, TestPlan
+from relevo_core.shard_plans.check import PlanCheck, check_shard
+
+if TYPE_CHECKING:
+    from relevo_agent.attempt import StageRun
+    from relevo_agent.claim_routes import ClaimRoutes
+    from relevo_agent.ending import Ending
+    from relevo_core.models.envelope import JobEnvelope
+    from relevo_core.models.plan import StagePlan
+    from relevo_core.models.test_results import TestResult
+
+log = logging.getLogger(__name__)
+
+
+class ShardTestsFailed(Exception):
+    """The shard cannot run its part of the plan: its class (not retryable) and why."""
+
+    def __init__(self, error_class: ErrorClass, message: str, cause: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+        self.cause = cause or {"why": message}
+
+
+@dataclass(frozen=True)
+class ShardTests:
+    """This shard's part of the plan, and the file that hands it to the command."""
+
+    plan: ShardPlan
+    allow_empty: bool
+    path: Path
+
+    def environment(self) -> dict[str, str]:
+        return {"RELEVO_SHARD_TESTS": str(self.path), "RELEVO_SHARD_TEST_COUNT": str(len(self.plan.tests))}
+
+    def check(self, ran: list[TestResult]) -> PlanCheck:
+        return check_shard(self.plan, ran, self.allow_empty)
+
+
+def listing_of(plan: StagePlan, workspace: Path, run_listing: Callable[[str], bytes]) -> bytes:
+    """The stage's listing: its file in the workspace, or what its command printed
+    (`run_listing`, which runs it as the stage's command runs, and raises ShardTestsFailed when it
+    fails)."""
+    assert plan.tests is not None and plan.tests.plan is not None
+    settings = plan.tests.plan
+    if settings.command is not None:
+        return run_listing(settings.command)
+    assert settings.file is not None
+    path = workspace / settings.file
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ShardTestsFailed(
+            ErrorClass.TEST_PLAN, f"the test list {settings.file} could not be read: {exc.strerror}"
+        ) from None
+
+
+def shard_tests(
+    routes: ClaimRoutes,
+    request: dict[str, Any],
+    plan: StagePlan,
+    envelope: JobEnvelope,
+    listing: bytes,
+    directory: Path,
+    s3: Any = None,
+) -> ShardTests:
+    """Store the listing (the job's session is in scope: relevo_core.aws.job_scope), ask for the
+    plan, read it, and write this shard's list. `request`: the attempt's fields (job_id,
+    stage_index, shard, attempt, agent_id, claim_secret)."""
+    from relevo_agent.claim_routes import RouteError
+
+    assert plan.tests is not None and plan.tests.plan is not None
+    home = JobPrefix.of(envelope.artifact_uri)
+    sha = hashlib.sha256(listing).hexdigest()
+    s3 = s3 or client("s3")
+    s3.put_object(Bucket=home.bucket, Key=test_listing_key(home, plan.name, sha), Body=listing)
+    try:
+        granted = routes.plan(PlanRequest(**request, listing_sha256=sha))
+    except RouteError as refused:
+        if refused.code in ("TEST_LISTING_DIFFERS", "TEST_LISTING_INVALID", "TEST_PLAN_NOT_DECLARED"):
+            raise ShardTestsFailed(
+                ErrorClass.TEST_PLAN,
+                f"no test plan for this shard: {refused.message}",
+                {"why": refused.message, "code": refused.code, "listing_sha256": sha},
+            ) from None
+        raise
+    body = s3.get_object(Bucket=home.bucket, Key=granted.plan_key)["Body"].read()
+    if hashlib.sha256(body).hexdigest() != granted.plan_sha256:
+        raise ShardTestsFailed(
+            ErrorClass.CHECKSUM, f"the test plan at {granted.plan_key} is not the one recorded"
+        )
+    whole = TestPlan.model_validate_json(body)
+    mine = next(part for part in whole.shards if part.shard == request["shard"])
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{request['job_id']}.{plan.name}.shard-{request['shard']}.{request['attempt']}.tests"
+    path.write_text("".join(f"{test.listed}\n" for test in mine.tests))
+    log.info(
+        "%s %s shard %s: %d tests planned (%s, %.1fs expected)",
+        request["job_id"],
+        plan.name,
+        request["shard"],
+        len(mine.tests),
+        whole.by,
+        mine.expected_sec,
+    )
+    return ShardTests(mine, whole.allow_empty, path)
+
+
+def for_shard(
+    command: Any,  # the StageCommand: its routes, its agent id, its under_lease
+    run: StageRun,
+    plan: StagePlan,
+    workspace: Path,
+    envelope: JobEnvelope,
+    env: dict[str, str],
+    shipper: Any,
+    on_output: Callable[[bytes], None],
+) -> ShardTests | None:
+    """The attempt's part of the plan, its listing's command run under its lease as the stage's
+    command runs (as the build user, with the stage's environment `env`), its standard output
+    into a file of the workspace; a listing that cannot be made or is not the plan's ends the attempt
+    for good (Ended). None for a stage without a plan, or an agent without the claim routes."""
+    import shlex
+
+    routes, agent_id = command.routes, command.config.agent_id
+    if plan.tests is None or plan.tests.plan is None or run.ref.shard is None or routes is None:
+        return None
+    from relevo_agent.ending import Ended, Ending
+
+    ref = run.ref
+    listing_file = workspace / ".relevo-tests" / f"{ref.job_id}.{plan.name}.shard-{ref.shard}.listing"
+
+    def run_listing(listing: str) -> bytes:
+        shipper.line(f"[relevo] listing the stage's tests: {listing}")
+        into = shlex.quote(str(listing_file))
+        wrapped = f"mkdir -p {shlex.quote(str(listing_file.parent))} && ( {listing} ) > {into}"
+        result = command.under_lease(run, plan, wrapped, workspace, env, on_output)
+        if run.reason is not None:
+            raise Ended(Ending.stopped_by(run.reason, result.exit_code))
+        if result.exit_code != 0:
+            raise ShardTestsFailed(
+                ErrorClass.TEST_PLAN, f"the stage's test listing command exited {result.exit_code}"
+            )
+        try:
+            return listing_file.read_bytes()
+        finally:
+            listing_file.unlink(missing_ok=True)
+
+    request = {
+        "job_id": ref.job_id,
+        "stage_index": ref.stage_index,
+        "shard": ref.shard,
+        "attempt": ref.attempt,
+        "agent_id": agent_id,
+        "claim_secret": run.claim_secret,
+    }
+    directory = workspace / ".relevo-artifacts" / ref.job_id / ".relevo-tests"
+    try:
+        tests = shard_tests(
+            routes, request, plan, envelope, listing_of(plan, workspace, run_listing), directory
+        )
+    except ShardTestsFailed as failed:
+        shipper.line(f"[relevo] {failed.error_class.value}: {failed.message}")
+        raise Ended(
+            Ending.failed(failed.error_class, {**failed.cause, "agent_id": agent_id, "attempt": ref.attempt})
+        ) from None
+    shipper.line(f"[relevo] this shard runs {len(tests.plan.tests)} planned tests ($RELEVO_SHARD_TESTS)")
+    return tests
+
+
+def checked(
+    planned: ShardTests, ran: Sequence[TestResult] | None, ending: Ending, shipper: Any, agent_id: str
+) -> Ending:
+    """The ending, or a failure for good when the shard did not run exactly the tests it was
+    given: `ran`, what its reports say it ran (relevo_agent.test_reports; None when none were
+    read, as if it ran nothing)."""
+    from relevo_agent.ending import Ending
+
+    check = planned.check(list(ran or ()))
+    shipper.line(f"[relevo] {check.message()}")
+    if check.error_class is None:
+        return ending
+    return Ending.failed(check.error_class, {**check.cause(), "agent_id": agent_id}, ending.receipt)

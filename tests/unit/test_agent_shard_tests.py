@@ -1,0 +1,150 @@
+"""A shard's part of its stage's test plan on the agent (relevo_agent.shard_tests): the listing
+stored at the key its sha256 gives, the plan asked for and verified, `$RELEVO_SHARD_TESTS` one
+listed id a line with its count, a refused listing failing the shard for good, and the check of
+what it ran."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relevo_agent.claim_routes import RouteError
+from relevo_agent.shard_tests import ShardTestsFailed, listing_of, shard_tests
+from relevo_core.models import test_results
+from relevo_core.models.agent_session import PlanGranted
+from relevo_core.models.errors import ErrorClass
+from relevo_core.models.plan import StagePlan
+from relevo_core.shard_plans.split import split_tests
+
+JOB = "job_" + "x" * 26
+PLAN = StagePlan(
+    name="test",
+    command="pytest -q $(cat $RELEVO_SHARD_TESTS)",
+    parallel=2,
+    tests={"plan": {"command": "pytest --collect-only -q", "format": "pytest"}},
+)
+LISTING = (
+    b"tests/test_a.py::test_one\ntests/test_a.py::TestB::test_two[a/b]\n"
+    b"tests/test_c.py::test_three\n\n3 tests\n"
+)
+
+
+class FakeS3:
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], bytes] = {}
+
+    def put_object(self, Bucket: str, Key: str, Body: bytes, **_: Any) -> None:  # noqa: N803 - boto3's names
+        self.objects[(Bucket, Key)] = Body
+
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # noqa: N803
+        body = self.objects[(Bucket, Key)]
+        return {"Body": type("Body", (), {"read": lambda self: body})()}
+
+
+class FakeRoutes:
+    """The plans route as the stack answers it: the plan made from the stored listing."""
+
+    def __init__(self, s3: FakeS3, refuse: str | None = None) -> None:
+        self.s3, self.refuse, self.asked = s3, refuse, []
+
+    def plan(self, request):
+        self.asked.append(request)
+        if self.refuse:
+            raise RouteError(409, self.refuse, "shard 1 listed other tests")
+        from relevo_core.shard_plans.listing import read_listing
+
+        listing = self.s3.objects[
+            ("bucket", f"p/{JOB}/.relevo-tests/test.listing.{request.listing_sha256}.txt")
+        ]
+        plan = split_tests("test", read_listing(listing, "pytest"), 2, request.listing_sha256, [])
+        body = plan.model_dump_json().encode()
+        self.s3.put_object(Bucket="bucket", Key=f"p/{JOB}/.relevo-tests/test.plan.shard-0.json", Body=body)
+        return PlanGranted(
+            plan_key=f"p/{JOB}/.relevo-tests/test.plan.shard-0.json",
+            plan_sha256=hashlib.sha256(body).hexdigest(),
+            listing_sha256=request.listing_sha256,
+            by="count",
+            tests=2,
+            expected_sec=0,
+            made_now=True,
+        )
+
+
+def _envelope():
+    class Envelope:
+        artifact_uri = f"s3://bucket/p/{JOB}/"
+
+    return Envelope()
+
+
+REQUEST = {
+    "job_id": JOB,
+    "stage_index": 0,
+    "shard": 0,
+    "attempt": 1,
+    "agent_id": "mac-1",
+    "claim_secret": "a" * 64,
+}
+
+
+def test_a_shard_is_given_its_listed_ids_in_a_file_and_their_count(tmp_path: Path):
+    # Given a stage of 2 shards with a pytest plan, and the route that makes it
+    s3 = FakeS3()
+    routes = FakeRoutes(s3)
+    # When shard 0 asks with its listing
+    tests = shard_tests(routes, REQUEST, PLAN, _envelope(), LISTING, tmp_path, s3)
+    # Then the listing was stored at the key its sha256 gives, and asked for with that sha256
+    sha = hashlib.sha256(LISTING).hexdigest()
+    assert s3.objects[("bucket", f"p/{JOB}/.relevo-tests/test.listing.{sha}.txt")] == LISTING
+    assert routes.asked[0].listing_sha256 == sha and routes.asked[0].shard == 0
+    # And its tests are in $RELEVO_SHARD_TESTS, one listed id a line, as pytest takes them back
+    env = tests.environment()
+    assert Path(env["RELEVO_SHARD_TESTS"]).read_text().splitlines() == [
+        "tests/test_a.py::test_one",
+        "tests/test_c.py::test_three",
+    ]
+    assert env["RELEVO_SHARD_TEST_COUNT"] == "2"
+    # And the check holds it to exactly those
+    ran = [
+        test_results.TestResult(id="tests.test_a::test_one", name="test_one", status="passed"),
+    ]
+    check = tests.check(ran)
+    assert check.error_class is ErrorClass.TESTS_MISSING and check.missing == ["tests.test_c::test_three"]
+
+
+def test_a_listing_other_than_the_plan_s_fails_the_shard_for_good(tmp_path: Path):
+    s3 = FakeS3()
+    with pytest.raises(ShardTestsFailed) as failed:
+        shard_tests(FakeRoutes(s3, "TEST_LISTING_DIFFERS"), REQUEST, PLAN, _envelope(), LISTING, tmp_path, s3)
+    assert failed.value.error_class is ErrorClass.TEST_PLAN and not failed.value.error_class.retryable
+    assert "listed other tests" in failed.value.message
+
+
+def test_a_plan_read_back_that_is_not_the_one_recorded_is_refused(tmp_path: Path):
+    s3 = FakeS3()
+    routes = FakeRoutes(s3)
+    real = routes.plan
+
+    def tampered(request):
+        granted = real(request)
+        s3.put_object(Bucket="bucket", Key=granted.plan_key, Body=b'{"stage": "test"}')
+        return granted
+
+    routes.plan = tampered
+    with pytest.raises(ShardTestsFailed) as failed:
+        shard_tests(routes, REQUEST, PLAN, _envelope(), LISTING, tmp_path, s3)
+    assert failed.value.error_class is ErrorClass.CHECKSUM
+
+
+def test_a_list_file_the_stage_names_is_read_from_the_workspace(tmp_path: Path):
+    plan = PLAN.model_copy(update={"tests": {"plan": {"file": "build/tests.txt", "format": "lines"}}})
+    plan = StagePlan.model_validate(plan.model_dump())
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "tests.txt").write_bytes(b"a::b\n")
+    assert listing_of(plan, tmp_path, lambda command: b"") == b"a::b\n"
+    with pytest.raises(ShardTestsFailed) as failed:
+        listing_of(plan, tmp_path / "elsewhere", lambda command: b"")
+    assert failed.value.error_class is ErrorClass.TEST_PLAN
