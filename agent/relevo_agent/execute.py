@@ -26,7 +26,10 @@ from relevo_agent.keychain import KeychainFailure, Keychains, read_identities
 from relevo_agent.logs import Masker, secret_values
 from relevo_agent.receipt import Ran, WhatItLeft, ending_of
 from relevo_agent.shard_tests import checked, for_shard
+from relevo_agent.stage_caches import restore_stage_caches, save_stage_caches
 from relevo_agent.stage_env import stage_environment
+from relevo_agent.stage_handoff import store_stage_handoff
+from relevo_agent.test_reports import read_stage_reports
 from relevo_agent.warning_lines import WarningLines
 from relevo_core.aws import call_budget
 from relevo_core.models.errors import ErrorClass
@@ -38,7 +41,6 @@ if TYPE_CHECKING:
     from relevo_agent.outputs import OutputWatch
     from relevo_agent.prepare import Prepared
     from relevo_agent.reconcile import Resumption
-    from relevo_agent.test_reports import TestsRead
     from relevo_core.models.capabilities import Capabilities
     from relevo_core.models.envelope import JobEnvelope
     from relevo_core.models.plan import StagePlan
@@ -60,7 +62,6 @@ class StageCommand:
         # The region's claim routes: a shard asks there for its stage's test plan.
         self.routes = routes
 
-    # ------------------------------------------------------------------ caches (relevo_agent.caches)
     def restore_caches(
         self,
         run: StageRun,
@@ -70,66 +71,8 @@ class StageCommand:
         prepared: Prepared,
         emit: Any,
     ) -> None:
-        """The stage's caches restored into its workspace (and the build user's home), before its
-        command; each outcome on the stage record. A cache never fails the stage: whatever is
-        wrong with an entry is a miss (logged)."""
-        from relevo_agent.caches import CacheContext, restore_caches
-        from relevo_agent.prepare import handoff_cache
-
-        facts: dict[str, str | None] = {}
-        if self.capabilities is not None:
-            detected = self.capabilities
-            facts = {
-                "os": detected.os,
-                "arch": detected.arch,
-                "macos": detected.macos,
-                "xcode": detected.xcode,
-                "xcode_build": detected.xcode_build,
-                "sdk": detected.sdk,
-            }
-        build_user = self.config.build_user
-        context = CacheContext(
-            ref=run.ref,
-            stage=plan.name,
-            bucket=envelope.artifact_uri.removeprefix("s3://").split("/", 1)[0],
-            project=envelope.project,
-            region=envelope.region_affinity,
-            workspace=workspace,
-            home=build_user.home if build_user is not None else Path.home(),
-            facts=facts,
-            writable=envelope.cache_write,
-            content_cache=handoff_cache(self.config),
-            emit=emit,
-            cancel=run.cancel,
-        )
-        prepared.cache_context = context
-        prepared.caches = restore_caches(plan.caches, context)
-        if build_user is not None:
-            build_user.adopt(workspace)  # restored files are the workspace owner's
-        self._record_caches(run, prepared)
-
-    def _save_caches(self, run: StageRun, prepared: Prepared, succeeded: bool) -> None:
-        from relevo_agent.caches import save_caches
-
-        if not prepared.caches or prepared.cache_context is None or run.reason is not None:
-            return
-        save_caches(prepared.caches, prepared.cache_context, succeeded)
-        self._record_caches(run, prepared)
-
-    def _record_caches(self, run: StageRun, prepared: Prepared) -> None:
-        outcomes = [cache.outcome.model_dump(mode="json") for cache in prepared.caches]
-        try:
-            with call_budget(min(5.0, max(0.5, run.lease.fence_in()))):
-                stage_attempts.record_caches(run.ref, outcomes)
-        except stage_attempts.LeaseLost:
-            run.stop("lease_lost")
-        except Exception as exc:  # noqa: BLE001 - the log says it; the stage goes on
-            log.warning(
-                "%s attempt %d: its caches' outcomes were not recorded (%s)",
-                run.ref.job_id,
-                run.ref.attempt,
-                exc,
-            )
+        """The stage's caches restored before its command (relevo_agent.stage_caches)."""
+        restore_stage_caches(self.config, self.capabilities, run, plan, envelope, workspace, prepared, emit)
 
     def environment(
         self,
@@ -244,13 +187,13 @@ class StageCommand:
                 env = {**env, **self._resuming(run, op_id, shipper, watch, resume)}
             result = self.under_lease(run, plan, command, workspace, env, warnings.write)
             # Read whatever the command ended with, before its handoff is stored and its end said.
-            tests = self._test_reports(run, plan, workspace, envelope, shipper)
+            tests = read_stage_reports(self.config.agent_id, run, plan, workspace, envelope, shipper)
             excused = tests is not None and tests.failed_only_in_quarantine and not result.signaled
             left = self._what_it_left(
                 run, plan, result, watch, env, envelope, shipper, prepared, workspace, excused
             )
             # A command that failed only on quarantined tests built what its caches hold.
-            self._save_caches(
+            save_stage_caches(
                 run,
                 prepared,
                 succeeded=(warning_lines.ended_well(plan, result.exit_code) or excused)
@@ -512,34 +455,12 @@ class StageCommand:
         )
         if run.reason is None and left.error is None and plan.handoff:
             try:
-                left.handoff = self._store_handoff(run, plan, workspace, envelope, shipper, prepared)
+                left.handoff = store_stage_handoff(
+                    self.config, run, plan, workspace, envelope, shipper, prepared
+                )
             except HandoffFailure as failure:
                 left.error, left.why = failure.error_class, failure.message
         return left
-
-    def _test_reports(
-        self, run: StageRun, plan: StagePlan, workspace: Path, envelope: JobEnvelope, shipper: Any
-    ) -> TestsRead | None:
-        """The stage's declared test reports read and stored (relevo_agent.test_reports); None
-        when it declares none or the run was stopped (nothing of it is reported then)."""
-        if plan.tests is None or not plan.tests.declared or run.reason is not None:
-            return None
-        from relevo_agent.test_reports import Attempt, read_reports
-
-        ref = run.ref
-        attempt = Attempt(
-            envelope.artifact_uri, ref.job_id, plan.name, ref.shard, ref.attempt, self.config.agent_id
-        )
-        try:
-            return read_reports(plan.tests, workspace, attempt, shipper.line)
-        except Exception:  # noqa: BLE001 - a reader's own fault never fails the stage
-            log.exception("%s/%s: its test reports could not be read", ref.job_id, plan.name)
-            shipper.line("[relevo] tests: the reports could not be read (see the agent's log)")
-            from relevo_agent.test_reports import TestsRead
-            from relevo_core.models.test_results import ResultsSummary
-
-            said = ResultsSummary(warnings=["the test reports could not be read (see the agent's log)"])
-            return TestsRead(said.model_dump(mode="json"), failed_only_in_quarantine=False)
 
     def _outputs_changed(
         self, run: StageRun, op_id: str, shipper: Any, values: dict[str, str], changed: list[str]
@@ -561,53 +482,3 @@ class StageCommand:
             log.warning(
                 "%s attempt %d: its values were refused: the attempt is no longer held", op_id, ref.attempt
             )
-
-    def _store_handoff(
-        self,
-        run: StageRun,
-        plan: StagePlan,
-        workspace: Path,
-        envelope: JobEnvelope,
-        shipper: Any,
-        prepared: Prepared,
-    ) -> dict[str, Any] | None:
-        """The summary for the receipt; None when the attempt is no longer held (the run is
-        stopped). Raises HandoffFailure with the error class and why the stage fails."""
-        from relevo_agent.artifacts import bucket_region
-        from relevo_agent.handoff.store import store_handoff
-        from relevo_agent.prepare import handoff_cache
-
-        ref = run.ref
-
-        def emit(line: str) -> None:
-            line = shipper.masker.mask(line)
-            log.info("%s/%s %s", ref.job_id, plan.name, line)
-            shipper.line(line)
-
-        try:
-            region = bucket_region(envelope.artifact_uri.removeprefix("s3://").split("/", 1)[0])
-        except Exception:  # noqa: BLE001 - the store itself says what is wrong with the bucket
-            region = ""
-        location = self.config.location_region
-        try:
-            summary = store_handoff(
-                ref,
-                plan.name,
-                workspace,
-                plan.handoff,
-                envelope.artifact_uri,
-                envelope.ttl,
-                prepared.known,
-                handoff_cache(self.config),
-                emit,
-                run.cancel,
-                max_job_bytes=envelope.artifact_max_job_bytes,
-                bucket_region=region,
-                crosses_region=None if location is None or not region else region != location,
-            )
-        except stage_attempts.LeaseLost:
-            emit("[relevo] handoff records refused: the attempt is no longer held")
-            run.stop("lease_lost")
-            return None
-        summary_json: dict[str, Any] = summary.model_dump(mode="json")
-        return summary_json

@@ -31,6 +31,7 @@ from relevo_core.models.test_results import (
     MAX_REPORTS,
     RESULTS_SCHEMA,
     ResultsDocument,
+    ResultsSummary,
     TestResult,
 )
 from relevo_core.test_results import ReportRead
@@ -38,6 +39,9 @@ from relevo_core.test_results.merge import failed_only_in_quarantine, merge_resu
 from relevo_core.test_results.xcresult import read_xcresult_json
 
 if TYPE_CHECKING:
+    from relevo_agent.attempt import StageRun
+    from relevo_core.models.envelope import JobEnvelope
+    from relevo_core.models.plan import StagePlan
     from relevo_core.models.stage_tests import StageTests
 
 log = logging.getLogger(__name__)
@@ -219,3 +223,21 @@ def _said(summary: dict[str, Any]) -> str:
     if summary.get("warnings"):
         line += f"; warning: {summary['warnings'][0]}"
     return line
+
+
+def read_stage_reports(
+    agent_id: str, run: StageRun, plan: StagePlan, workspace: Path, envelope: JobEnvelope, shipper: Any
+) -> TestsRead | None:
+    """The stage's declared test reports read and stored (relevo_agent.test_reports); None
+    when it declares none or the run was stopped (nothing of it is reported then)."""
+    if plan.tests is None or not plan.tests.declared or run.reason is not None:
+        return None
+    ref = run.ref
+    attempt = Attempt(envelope.artifact_uri, ref.job_id, plan.name, ref.shard, ref.attempt, agent_id)
+    try:
+        return read_reports(plan.tests, workspace, attempt, shipper.line)
+    except Exception:  # noqa: BLE001 - a reader's own fault never fails the stage
+        log.exception("%s/%s: its test reports could not be read", ref.job_id, plan.name)
+        shipper.line("[relevo] tests: the reports could not be read (see the agent's log)")
+        said = ResultsSummary(warnings=["the test reports could not be read (see the agent's log)"])
+        return TestsRead(said.model_dump(mode="json"), failed_only_in_quarantine=False)

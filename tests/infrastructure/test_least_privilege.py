@@ -488,7 +488,6 @@ def test_only_the_claim_function_moves_a_projects_build_numbers_and_writes_only_
             assert _decide([documents[agent_side]], request, _tags()) is PolicyDecision.NO_MATCH, agent_side
 
 
-<<<<<<< HEAD
 def test_the_job_policy_fits_a_managed_policys_size_with_the_longest_bucket_name(rendered):
     """A managed policy holds at most 6,144 characters, whitespace not counted ("IAM and AWS STS
     quotas", IAM User Guide): JobPolicy names the artifact bucket's ARN in many statements, and
@@ -498,7 +497,8 @@ def test_the_job_policy_fits_a_managed_policys_size_with_the_longest_bucket_name
     bucket = renderer.get_att("ArtifactBucket", "Arn").removeprefix("arn:aws:s3:::")
     longest = len(text) + text.count(bucket) * (63 - len(bucket))
     assert longest <= 6144, longest
-=======
+
+
 def test_the_claim_function_reads_and_writes_test_plans_and_nothing_else_of_a_job(rendered):
     """A sharded stage's test plan (relevo_core.fleet.test_plans): the claim function records it on
     the job with exactly its attributes, finds the project's earlier jobs, reads listings and
@@ -548,4 +548,3 @@ def test_a_job_session_stores_its_own_job_s_listing_and_no_other_job_s(rendered)
         _decide(job, Request("s3:PutObject", f"{bucket}/{listing}"), _tags(job=X, project=Q))
         is PolicyDecision.NO_MATCH
     )
->>>>>>> h-plan

@@ -32,7 +32,7 @@ STAGES = [
         "name": "test",
         "run": "true",
         "parallel": 2,
-        "tests": {"plan": {"command": "cat tests.txt", "format": "lines"}},
+        "tests": {"junit": ["results/*.xml"], "plan": {"command": "cat tests.txt", "format": "lines"}},
     }
 ]
 

@@ -24,7 +24,7 @@ PLAN = StagePlan(
     name="test",
     command="pytest -q $(cat $RELEVO_SHARD_TESTS)",
     parallel=2,
-    tests={"plan": {"command": "pytest --collect-only -q", "format": "pytest"}},
+    tests={"junit": ["results/*.xml"], "plan": {"command": "pytest --collect-only -q", "format": "pytest"}},
 )
 LISTING = (
     b"tests/test_a.py::test_one\ntests/test_a.py::TestB::test_two[a/b]\n"
@@ -140,7 +140,9 @@ def test_a_plan_read_back_that_is_not_the_one_recorded_is_refused(tmp_path: Path
 
 
 def test_a_list_file_the_stage_names_is_read_from_the_workspace(tmp_path: Path):
-    plan = PLAN.model_copy(update={"tests": {"plan": {"file": "build/tests.txt", "format": "lines"}}})
+    plan = PLAN.model_copy(
+        update={"tests": {"junit": ["results/*.xml"], "plan": {"file": "build/tests.txt", "format": "lines"}}}
+    )
     plan = StagePlan.model_validate(plan.model_dump())
     (tmp_path / "build").mkdir()
     (tmp_path / "build" / "tests.txt").write_bytes(b"a::b\n")

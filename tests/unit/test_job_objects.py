@@ -134,7 +134,7 @@ NEEDS_NO_CHECK = {
     "relevo_core/store/log_writer.py::ChunkWriter._entries.store": "the agent's writer",
     "relevo_core/store/log_reads.py::_with_bodies": "picks the chunks with a body; `filled` reads each "
     "through object_key",
-    "relevo_core/jobs/view.py::_handoff_of": "shows a receipt's manifest as text, acts on nothing",
+    "relevo_core/jobs/stage_records.py::handoff_of": "shows a receipt's manifest as text, acts on nothing",
     "relevo_core/jobs/results_listing.py::_document": "reads the key _job_tests derived and checked "
     "(expected_key)",
     "relevo_core/store/results_documents.py::read_document": "a primitive: _job_tests hands it the key "

@@ -12,14 +12,22 @@ from relevo_core.jobs.artifacts import artifact_summary
 from relevo_core.jobs.handoff_sources import JobContext
 from relevo_core.jobs.logs import log_places, log_tail
 from relevo_core.jobs.project_wait import project_wait, waits_for_project
+from relevo_core.jobs.stage_records import (
+    current_attempt,
+    handoff_of,
+    last_successful,
+    outputs_of,
+    tests_of,
+    transfers_of,
+    warning_of,
+)
 from relevo_core.models.capabilities import describe, unmet
-from relevo_core.models.effect_summary import effect_summary, stage_values
+from relevo_core.models.effect_summary import effect_summary
 from relevo_core.models.envelope import read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.job_view import JobView
 from relevo_core.models.plan import StagePlan
-from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, QueueReason, StageStatus
-from relevo_core.models.transfer import TransferProgress
+from relevo_core.models.status import JobStatus, QueueReason, StageStatus
 from relevo_core.store import test_plans
 from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
@@ -36,105 +44,6 @@ from relevo_core.store.keys import (
 )
 from relevo_core.store.locks import approval_gate
 
-# What one stage record says of the attempt that ran last; attempts_log keeps every attempt.
-_ATTEMPT_FIELDS = ("agent_id", "exit_code", "error_class", "enqueued_at", "started_at", "ended_at")
-
-
-def _current_attempt(record: dict[str, Any]) -> dict[str, Any]:
-    """A stage record between a failed attempt and the claim of its retry still holds the failed
-    attempt's claim (attempt, agent, timings, error): the state machine writes only
-    dispatched_attempt when it dispatches the retry. The view shows the retry as it is, waiting
-    for a claim, and leaves the failed attempt to attempts_log."""
-    dispatched, claimed = record.get("dispatched_attempt"), record.get("attempt")
-    if (
-        record.get("status") != StageStatus.DISPATCHED.value
-        or dispatched is None
-        or claimed is None
-        or dispatched <= claimed
-    ):
-        return record
-    return {
-        **{name: value for name, value in record.items() if name not in _ATTEMPT_FIELDS},
-        "attempt": dispatched,
-    }
-
-
-def _transfers_of(record: dict[str, Any]) -> dict[str, Any]:
-    """`transfers` (every attempt's, by attempt) and `transfer` (the shown attempt's, or None)."""
-    transfers = sorted(
-        (TransferProgress.model_validate(value) for value in (record.get("transfers") or {}).values()),
-        key=lambda transfer: transfer.attempt,
-    )
-    current = next((transfer for transfer in transfers if transfer.attempt == record.get("attempt")), None)
-    return {
-        "transfers": [transfer.model_dump(mode="json") for transfer in transfers],
-        "transfer": current.model_dump(mode="json") if current else None,
-    }
-
-
-def _tests_of(record: dict[str, Any]) -> dict[str, Any] | None:
-    """The last attempt's ResultsSummary, as the outcome route recorded it (None without one)."""
-    tests = record.get("tests")
-    return tests if isinstance(tests, dict) else None
-
-
-def _handoff_of(record: dict[str, Any]) -> dict[str, Any] | None:
-    """What the stage handed on (its receipt's summary; while it runs, the attempt's stored one)
-    and what its Mac restored before its command: `files`/`bytes` handed on, `restored_bytes`
-    downloaded (0 when everything was already on that Mac)."""
-    receipt = given if isinstance(given := record.get("receipt"), dict) else {}
-    stored = receipt.get("handoff") or record.get("handoff_stored")
-    restored = given if isinstance(given := record.get("restored"), dict) else None
-    if not stored and not restored:
-        return None
-    view: dict[str, Any] = {}
-    if stored:
-        view.update(
-            {
-                name: stored.get(name)
-                for name in (
-                    "files",
-                    "dirs",
-                    "symlinks",
-                    "bytes",
-                    "uploaded_bytes",
-                    "digest",
-                    "manifest",
-                    "stored_at",
-                    "attempt",
-                )
-            }
-        )
-        view["cross_region_bytes"] = stored.get("cross_region_bytes")
-    if restored:
-        view["restored"] = restored
-        view["restored_bytes"] = restored.get("restored_bytes", 0)
-        view["restored_files"] = restored.get("files", 0)
-        view["restored_digest"] = restored.get("digest")
-    return view
-
-
-def _outputs_of(record: dict[str, Any]) -> dict[str, str]:
-    """The stage's $RELEVO_OUTPUT values: its receipt's once it succeeded, else as recorded so far."""
-    return stage_values(record)
-
-
-def _warning_of(record: dict[str, Any]) -> str | None:
-    if record.get("status") != StageStatus.WARNING.value:
-        return None
-    receipt = given if isinstance(given := record.get("receipt"), dict) else {}
-    warnings = given if isinstance(given := receipt.get("warnings"), dict) else {}
-    return str(warnings.get("text") or "its command marked warnings")
-
-
-def _last_successful(record: dict[str, Any], stages: list[dict[str, Any]]) -> str | None:
-    ran = [
-        stage["name"]
-        for stage in stages
-        if stage["status"] in SUCCEEDED_STAGE and stage["reused_from"] is None
-    ]
-    return ran[-1] if ran else record.get("last_successful_stage")
-
 
 def _shards_of(
     plan: StagePlan, records: dict[int, dict[str, Any]], never: StageStatus
@@ -143,7 +52,7 @@ def _shards_of(
     shard not dispatched yet (max_parallel, or its stage not reached) has none and is `never`."""
     shards = []
     for shard in plan.shards():
-        found = _current_attempt(records.get(shard.index, {}))
+        found = current_attempt(records.get(shard.index, {}))
         shards.append(
             {
                 "shard": shard.index,
@@ -164,9 +73,9 @@ def _shards_of(
                 # The latest reconciliation of the shard (as a stage's `reconciled`).
                 "reconciled": found.get("reconciled"),
                 # What the shard hands on (its own record's receipt, docs/handoff.md "Stages with shards").
-                "outputs": _outputs_of(found),
-                "handoff": _handoff_of(found),
-                "tests": _tests_of(found),
+                "outputs": outputs_of(found),
+                "handoff": handoff_of(found),
+                "tests": tests_of(found),
             }
         )
     return shards
@@ -208,7 +117,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
     never = StageStatus.SKIPPED if JobStatus(record["status"]).terminal else StageStatus.PENDING
     stages = []
     for index, stage in enumerate(envelope.stages):
-        found = _current_attempt(stage_records.get(stage.name, {}))
+        found = current_attempt(stage_records.get(stage.name, {}))
         skipped = index < envelope.first_stage_index
         # A stage with shards: each shard's own attempt (the stage's record says how the stage
         # as a whole went). Empty for a stage without.
@@ -252,22 +161,22 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 "resolution": found.get("resolution"),
                 # Each attempt's artifact upload (files and bytes done of the total), oldest
                 # attempt first, and the one of the attempt shown (live while it uploads).
-                **_transfers_of(found),
+                **transfers_of(found),
                 # What travels to the later stages (docs/handoff.md): its values and its files.
-                "outputs": _outputs_of(found),
-                "handoff": _handoff_of(found),
+                "outputs": outputs_of(found),
+                "handoff": handoff_of(found),
                 # Its tests as its last attempt's reports said them (docs/test-results.md).
-                "tests": _tests_of(found),
+                "tests": tests_of(found),
                 # A built-in release effect: its kind, identifiers and Apple's state, from its values.
                 "effect": effect_summary(
                     stage.effect.kind if stage.effect else None,
-                    _outputs_of(found),
+                    outputs_of(found),
                     found.get("status"),
                     found.get("reconciled"),
                     envelope.retry_of if skipped else None,
                 ),
                 # A `warning` stage: what made it one, in a sentence (its receipt's warnings.text).
-                "warning": _warning_of(found),
+                "warning": warning_of(found),
                 "shards": shards,
                 # A sharded stage's test plan (relevo_core.fleet.test_plans), once made.
                 "test_plan": test_plans.shown(plans.get(test_plan_sk(index))),
@@ -311,7 +220,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
         "build_number": record.get(BUILD_NUMBER_ATTRIBUTE),
         # Recorded by the state machine when the job ends; while it runs, read off its stages:
         # the last of them that succeeded in plan order (or what a rerun stands on).
-        "last_successful_stage": _last_successful(record, stages),
+        "last_successful_stage": last_successful(record, stages),
         "last_writer": record.get("last_writer"),
         "error": record.get("error_name"),
         "error_cause": record.get("error_cause"),
