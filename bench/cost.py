@@ -168,6 +168,76 @@ class Recorder:
 
 
 # ------------------------------------------------------------------------------------------------
+# Lambda duration: what the function does, not how fast the emulator answers
+
+# Each AWS call a function makes, priced at its latency on AWS from inside the region (the table of
+# bench/critical_path.py, with its sources); a service that table has no row for at its assumption
+# for a regional call. The emulator's own answer time on this host is never priced.
+from bench.critical_path import LATENCY_MS  # noqa: E402
+
+AWS_CALL_SEC: dict[str, float] = {
+    "dynamodb": LATENCY_MS["dynamodb"][0] / 1000,
+    "stepfunctions": LATENCY_MS["states"][0] / 1000,
+    "sts": LATENCY_MS["sts"][0] / 1000,
+    "sqs": LATENCY_MS["sqs"][0] / 1000,
+}
+OTHER_CALL_SEC = 0.020  # assumed, as sts and sqs above: a regional call from inside the region
+LAMBDA_BILLING_GRANULARITY_SEC = 0.001  # "AWS Lambda pricing": duration rounded up to the nearest 1 ms
+
+
+def call_sec(service: str) -> float:
+    return AWS_CALL_SEC.get(service, OTHER_CALL_SEC)
+
+
+@dataclass
+class Invocation:
+    """One function invocation as Lambda would bill it: the handler thread's own CPU (its code,
+    botocore's serializing and parsing included) and its AWS calls at their latency on AWS. Calls
+    of the handler thread wait one after another; calls of threads it hands work to (relevo_core's
+    side-by-side reads) wait beside each other, so they cost the slowest of them once."""
+
+    phase: str
+    cpu_sec: float
+    calls: list[Call]
+    handler_thread: str
+    wall_sec: float  # the emulator's figure on this host: printed as such, never priced
+
+    @property
+    def aws_sec(self) -> float:
+        own = sum(call_sec(c.service) for c in self.calls if c.thread == self.handler_thread)
+        beside = [call_sec(c.service) for c in self.calls if c.thread != self.handler_thread]
+        return own + max(beside, default=0.0)
+
+    @property
+    def billed_sec(self) -> float:
+        ms = math.ceil(round((self.cpu_sec + self.aws_sec) * 1000, 6))
+        return max(1, ms) * LAMBDA_BILLING_GRANULARITY_SEC
+
+
+class Meter:
+    """Runs a handler in-process as `phase` and returns what Lambda would bill for it."""
+
+    def __init__(self, recorder: Recorder, cpu_clock: Any = time.thread_time) -> None:
+        self.recorder = recorder
+        self.cpu_clock = cpu_clock
+
+    def run(self, phase: str, handler: Any) -> tuple[Any, Invocation]:
+        before = self.recorder.phase
+        self.recorder.phase = phase
+        with self.recorder._lock:
+            first = len(self.recorder.calls)
+        cpu, wall = self.cpu_clock(), time.perf_counter()
+        try:
+            result = handler()
+        finally:
+            cpu, wall = self.cpu_clock() - cpu, time.perf_counter() - wall
+            self.recorder.phase = before
+        with self.recorder._lock:
+            calls = [c for c in self.recorder.calls[first:] if c.source == phase]
+        return result, Invocation(phase, cpu, calls, threading.current_thread().name, wall)
+
+
+# ------------------------------------------------------------------------------------------------
 # DynamoDB sizes and request units
 
 
@@ -308,30 +378,33 @@ def measure(stack: Any, recorder: Recorder) -> int:
     handler = harness.cold_handler("webhook")
     settings = intake_settings()
     recorder.install()
+    meter = Meter(recorder)
 
-    def invoke(event_name: str, body: bytes) -> tuple[dict[str, Any], float]:
+    def invoke(phase: str, event_name: str, body: bytes) -> tuple[dict[str, Any], Invocation]:
         event = harness.webhook_event(
             project_id, harness.github_headers(secret, body, event=event_name), body
         )
-        started = time.perf_counter()
-        response = handler.lambda_handler(event, harness.LambdaContext())
-        return response, time.perf_counter() - started
+        return meter.run(phase, lambda: handler.lambda_handler(event, harness.LambdaContext()))
 
     # Warm the container first (project, secret, queue URL): at volume a job lands on a warm
     # container. These reads are shown as cold-container extras, not charged per job.
-    recorder.phase = "warmup"
-    pong, _ = invoke("ping", json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode())
+    pong, _ = invoke(
+        "warmup", "ping", json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode()
+    )
     assert pong["statusCode"] == 200, pong
+    recorder.phase = "warmup"
     work_queue_url(settings.work_queue_prefix, REGION)
+    recorder.phase = "bench"
 
     # (a) the webhook: one signed push, in-process.
-    recorder.phase = "webhook"
-    response, webhook_sec = invoke("push", harness.push_body(repo, secrets.token_hex(20)))
-    recorder.phase = "bench"
+    response, webhook = invoke("webhook", "push", harness.push_body(repo, secrets.token_hex(20)))
     assert response["statusCode"] == 202, response
     job_id = json.loads(response["body"])["job_id"]
     recorder.markers = (job_id, f"LOCK#{project_id}")
-    print(f"job {job_id} accepted in {webhook_sec * 1000:.1f} ms (handler wall time, in-process)")
+    print(
+        f"job {job_id} accepted: {webhook.billed_sec * 1000:.0f} ms priced ({webhook.cpu_sec * 1000:.1f} ms"
+        f" CPU + {len(webhook.calls)} AWS calls); {webhook.wall_sec * 1000:.1f} ms against the emulator"
+    )
 
     # (b) the agent double, one stage message at a time.
     from relevo_agent.claim import new_claim_secret
@@ -346,7 +419,7 @@ def measure(stack: Any, recorder: Recorder) -> int:
     sqs = client("sqs")
     queue_url = stack.work_queues[REGION]
     empty_receives = 0
-    claim_secs: list[float] = []
+    routes: list[Invocation] = []  # each stage's claim, then its outcome
     for index, stage in enumerate(STAGES):
         recorder.phase = "agent"
         deadline = time.monotonic() + 30
@@ -374,17 +447,14 @@ def measure(stack: Any, recorder: Recorder) -> int:
             "dispatch_key": task["dispatch_key"],
             "dispatch_token": task["task_token"],
         }
-        recorder.phase = "claim"
+        claim_event = harness.claim_event(
+            REGION, request, f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}"
+        )
         with harness.as_role(claim_role):
-            started = time.perf_counter()
-            answer = claims.lambda_handler(
-                harness.claim_event(
-                    REGION, request, f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}"
-                ),
-                harness.LambdaContext(),
+            answer, invocation = meter.run(
+                "claim", lambda event=claim_event: claims.lambda_handler(event, harness.LambdaContext())
             )
-            claim_secs.append(time.perf_counter() - started)
-        recorder.phase = "agent"
+            routes.append(invocation)
         assert answer["statusCode"] == 200, answer
         granted = ClaimGranted.model_validate_json(answer["body"])
         envelope = read_envelope(granted.envelope)
@@ -400,19 +470,18 @@ def measure(stack: Any, recorder: Recorder) -> int:
         outcome = {
             key: request[key] for key in ("job_id", "stage_index", "attempt", "agent_id", "claim_secret")
         }
-        recorder.phase = "claim"
+        outcome_event = harness.claim_event(
+            REGION,
+            {**outcome, "status": "succeeded", "outcome": "succeeded", "exit_code": 0},
+            f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}",
+            route="outcomes",
+        )
         with harness.as_role(claim_role):
-            started = time.perf_counter()
-            answer = claims.lambda_handler(
-                harness.claim_event(
-                    REGION,
-                    {**outcome, "status": "succeeded", "outcome": "succeeded", "exit_code": 0},
-                    f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}",
-                    route="outcomes",
-                ),
-                harness.LambdaContext(),
+            answer, invocation = meter.run(
+                "claim", lambda event=outcome_event: claims.lambda_handler(event, harness.LambdaContext())
             )
-            claim_secs.append(time.perf_counter() - started)
+            routes.append(invocation)
+        recorder.phase = "agent"
         assert answer["statusCode"] == 200, answer
         sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
         recorder.phase = "bench"
@@ -428,11 +497,7 @@ def measure(stack: Any, recorder: Recorder) -> int:
     # (c) the sweeper, one idle tick in-process (fixed cost, not per job).
     from relevo_core.recovery.sweeper import sweep
 
-    recorder.phase = "sweeper"
-    started = time.perf_counter()
-    sweep(settings, datetime.now(UTC))
-    sweeper_sec = time.perf_counter() - started
-    recorder.phase = "bench"
+    _, sweeper = meter.run("sweeper", lambda: sweep(settings, datetime.now(UTC)))
 
     # Item sizes at the end (the largest each item got: updates here only add attributes).
     sizes: dict[tuple[str, str], int] = {}
@@ -471,12 +536,12 @@ def measure(stack: Any, recorder: Recorder) -> int:
         sizes,
         envelope_json,
         job_id,
-        webhook_sec,
+        webhook,
         memory_gb,
-        sweeper_sec,
+        sweeper,
         empty_receives,
         envelope,
-        claim_secs,
+        routes,
     )
 
 
@@ -569,12 +634,12 @@ def report(
     sizes: dict[tuple[str, str], int],
     envelope_json: int,
     job_id: str,
-    webhook_sec: float,
+    webhook: Invocation,
     memory_gb: float,
-    sweeper_sec: float,
+    sweeper: Invocation,
     empty_receives: int,
     envelope: Any,
-    claim_secs: list[float],
+    routes: list[Invocation],
 ) -> int:
     n = len(STAGES)
     print()
@@ -702,19 +767,34 @@ def report(
     )
 
     # --- Lambda and API Gateway
-    invocations = 1 + len(claim_secs)
-    gb_s = memory_gb * webhook_sec + CLAIM_MEMORY_GB * sum(claim_secs)
+    invocations = 1 + len(routes)
+    gb_s = memory_gb * webhook.billed_sec + CLAIM_MEMORY_GB * sum(r.billed_sec for r in routes)
     api_requests = (
         invocations  # the webhook delivery, each claim and each outcome are one API Gateway request each
     )
     print()
     print(
-        f"Lambda per job: 1 webhook invocation, {webhook_sec * 1000:.1f} ms measured handler wall time "
-        f"(warm container, in-process against the emulator) x {memory_gb * 1024:.0f} MB; {len(claim_secs)} "
-        "claims and outcomes, "
-        f"{', '.join(f'{sec * 1000:.1f}' for sec in claim_secs)} ms (the first in a cold container) x "
-        f"{CLAIM_MEMORY_GB * 1024:.0f} MB; {gb_s:.4f} GB-s in all"
+        "Lambda duration per job, priced from what each function does: its handler thread's own CPU"
+        " time plus each AWS call it makes at its latency on AWS (side-by-side calls once), rounded up"
+        " to 1 ms; never the emulator's answer time"
     )
+    print(
+        "  per call on AWS: "
+        + ", ".join(f"{service} {sec * 1000:g} ms" for service, sec in AWS_CALL_SEC.items())
+        + f", other services {OTHER_CALL_SEC * 1000:g} ms (sources: bench/critical_path.py LATENCY_MS)"
+    )
+    for name, invocation, memory in (
+        ("webhook", webhook, memory_gb),
+        *((f"{('claim', 'outcome')[i % 2]} {i // 2}", r, CLAIM_MEMORY_GB) for i, r in enumerate(routes)),
+    ):
+        print(
+            f"  {name:<10} {invocation.billed_sec * 1000:>4.0f} ms billed ="
+            f" {invocation.cpu_sec * 1000:6.1f} ms CPU + {len(invocation.calls)} calls"
+            f" {invocation.aws_sec * 1000:4.0f} ms"
+            f" x {memory * 1024:.0f} MB  (emulator wall time here: {invocation.wall_sec * 1000:.1f} ms)"
+        )
+    print("  (the first claim runs in a cold container: its imports are in its CPU)")
+    print(f"  {gb_s:.4f} GB-s in all")
     print(
         f"API Gateway per job: {api_requests} REST requests (the delivery, and each stage's claim and "
         "outcome)"
@@ -760,7 +840,12 @@ def report(
             invocations * LAMBDA_PER_REQUEST * jobs,
             "$0.20/M requests",
         ),
-        ("Lambda duration (arm64)", f"{gb_s:.4f} GB-s", gb_s * LAMBDA_PER_GB_S * jobs, "$0.0000133334/GB-s"),
+        (
+            "Lambda duration (arm64)",
+            f"{gb_s:.4f} GB-s (own CPU + calls on AWS)",
+            gb_s * LAMBDA_PER_GB_S * jobs,
+            "$0.0000133334/GB-s",
+        ),
         (
             "API Gateway (REST)",
             f"{api_requests} requests",
@@ -804,9 +889,9 @@ def report(
         "runs"
         " (one API Gateway request and Lambda invocation: about $0.0037 per 1,000 stage-hours)"
     )
-    # A route call's Lambda seconds: the median of this run's claims and outcomes (the emulator's
-    # wall time, as the per-job row above).
-    route_sec = sorted(claim_secs)[len(claim_secs) // 2]
+    # A route call's Lambda seconds: the median of this run's claims and outcomes, priced as the
+    # per-job row above.
+    route_sec = sorted(r.billed_sec for r in routes)[len(routes) // 2]
     print()
     print("per 1,000 stage-minutes of run time (not in the per-job total: this job's stages take no time)")
     for lease, note in ((default_lease_sec(), "the default lease"), (envelope.lease_ttl_sec, "this job's")):
@@ -814,14 +899,14 @@ def report(
             print(f"  lease {lease} s ({note}): " + row)
     print()
     print("what each addition of the last rounds costs, $ per 1,000 jobs (in the total above)")
-    for name, measured, dollars in additions(recorder, sizes, claim_secs):
+    for name, measured, dollars in additions(recorder, sizes, routes):
         print(f"  {name:<58} {measured:<34} {dollars:>9.5f}")
 
     # --- fixed monthly
     sweeper_calls = recorder.of("sweeper")
     sweeper_units, _ = units_of(sweeper_calls, sizes)
     ticks = MINUTES_PER_MONTH
-    sweeper_lambda = ticks * (LAMBDA_PER_REQUEST + memory_gb * sweeper_sec * LAMBDA_PER_GB_S)
+    sweeper_lambda = ticks * (LAMBDA_PER_REQUEST + memory_gb * sweeper.billed_sec * LAMBDA_PER_GB_S)
     sweeper_ddb = ticks * (
         sweeper_units.rru * DDB_PER_RRU + (sweeper_units.wru + sweeper_units.gsi_wru) * DDB_PER_WRU
     )
@@ -829,13 +914,13 @@ def report(
     print()
     print(f"fixed monthly cost (30 days = {ticks:,} minutes), not per job")
     print(
-        f"  sweeper, 1 tick/min: idle tick measured in-process: {sweeper_sec * 1000:.1f} ms, "
+        f"  sweeper, 1 tick/min: idle tick priced as above: {sweeper.billed_sec * 1000:.0f} ms, "
         f"{ops(sweeper_calls)}"
         f" = {sweeper_units.rru:g} RRU/tick"
     )
     print(
         f"    Lambda {ticks:,} invocations x (request + {memory_gb * 1024:.0f} MB x "
-        f"{sweeper_sec * 1000:.0f} ms) = "
+        f"{sweeper.billed_sec * 1000:.0f} ms) = "
         f"${sweeper_lambda:.4f}/month; DynamoDB ${sweeper_ddb:.4f}/month; total "
         f"${sweeper_lambda + sweeper_ddb:.4f}/month"
     )
@@ -899,14 +984,14 @@ def per_stage_minute(lease_ttl_sec: int, route_sec: float) -> list[str]:
 
 
 def additions(
-    recorder: Recorder, sizes: dict[tuple[str, str], int], claim_secs: list[float]
+    recorder: Recorder, sizes: dict[tuple[str, str], int], routes: list[Invocation]
 ) -> list[tuple[str, str, float]]:
     """The per-job cost of what the last rounds added to the success path, each on its own: the
     outcome reported through the outcome route (its API Gateway request and Lambda invocation,
-    each stage; the claims' are every other entry of claim_secs), and the run token kept in the
+    each stage; the claims' are every other entry of routes), and the run token kept in the
     job's token partition (TOKENS#: a Put in AwaitResult's transaction, 2 WRU a KB)."""
-    outcomes = claim_secs[1::2]
-    gb_s = CLAIM_MEMORY_GB * sum(outcomes)
+    outcomes = routes[1::2]
+    gb_s = CLAIM_MEMORY_GB * sum(r.billed_sec for r in outcomes)
     token_wru = sum(
         math.ceil(max(sizes.get(key, 1), 1) / 1024) * (2 if transactional else 1)
         for call in recorder.of("state_machine", "dynamodb")
