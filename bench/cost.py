@@ -72,8 +72,9 @@ TRANSITIONS_PER_JOB_BUDGET = 3
 # tests/integration/test_parallel_stages.py; this bench's job has no stage with shards.
 TRANSITIONS_PER_SHARD_BUDGET = 3
 TRANSITIONS_PER_FAN_OUT_BUDGET = 7
-# Dollars per 1,000 jobs of STAGES on the success path (issue 31, the generated state machine).
-DOLLARS_PER_1000_JOBS = 0.50
+# Dollars per 1,000 jobs of STAGES on the success path (issue 47: with the outcome route and the
+# records of the last rounds, transitions counted as before).
+DOLLARS_PER_1000_JOBS = 0.45
 
 # us-east-1 list prices: the same numbers price a job's cost in the API (GET /jobs/{id}/cost).
 from relevo_core.jobs.cost import (  # noqa: E402
@@ -1010,7 +1011,41 @@ def additions(
             (len(outcomes) * LAMBDA_PER_REQUEST + gb_s * LAMBDA_PER_GB_S) * 1000,
         ),
         ("run tokens in TOKENS# (AwaitResult's Put)", f"{token_wru} WRU", token_wru * DDB_PER_WRU * 1000),
+        *records_rows(recorder, sizes),
     ]
+
+
+# Records the last rounds added, by key, as this job wrote them (a job without shards, caches or
+# test reports writes none: its row says 0, counted, not assumed).
+ADDED_RECORDS = (
+    ("test plans (TESTPLAN#, the plans route per sharded stage)", lambda pk, sk: sk.startswith("TESTPLAN#")),
+    ("cache records (CACHE#, per stage that caches)", lambda pk, sk: pk.startswith("CACHE#")),
+    ("results summaries (LATEST#, per stage with test reports)", lambda pk, sk: sk.startswith("LATEST#")),
+)
+
+
+def records_rows(recorder: Recorder, sizes: dict[tuple[str, str], int]) -> list[tuple[str, str, float]]:
+    """Each added record's writes in this job, by every source, in WRU (2 a KB in a transaction)."""
+    rows = []
+    for name, matches in ADDED_RECORDS:
+        writes = [
+            (key, transactional)
+            for source in SOURCES
+            for call in recorder.of(source, "dynamodb")
+            for key, transactional, _ in written_keys(call)
+            if matches(*key)
+        ]
+        wru = sum(math.ceil(max(sizes.get(key, 1), 1) / 1024) * (2 if t else 1) for key, t in writes)
+        rows.append((name, f"{len(writes)} writes, {wru} WRU", wru * DDB_PER_WRU * 1000))
+    plans = [c for c in recorder.of("claim") if c.op == "PutItem" and "TESTPLAN#" in json.dumps(c.params)]
+    rows.append(
+        (
+            "test plan route: API Gateway requests and Lambda invocations",
+            f"{len(plans)} requests",
+            len(plans) * (API_GATEWAY_PER_REQUEST + LAMBDA_PER_REQUEST) * 1000,
+        )
+    )
+    return rows
 
 
 def main() -> int:
