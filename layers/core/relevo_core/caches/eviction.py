@@ -46,8 +46,6 @@ log = logging.getLogger("relevo_core.cache_eviction")
 # How long an entry restored or saved, or an object stored, is left alone: longer than a restore
 # or a save of the largest cache takes (10 GiB at 50 MB/s is under 4 minutes).
 GRACE = timedelta(hours=1)
-# DeleteObjects takes at most 1,000 keys a request (Amazon S3 API Reference, DeleteObjects).
-DELETE_BATCH = 1000
 
 Reason = Literal["retention", "size", "unreadable"]
 
@@ -86,18 +84,13 @@ def _stored_objects(bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
         yield from page.get("Contents", [])
 
 
-def _delete_objects(bucket: str, keys: list[str]) -> None:
-    for start in range(0, len(keys), DELETE_BATCH):
-        batch = keys[start : start + DELETE_BATCH]
-        answer = client("s3").delete_objects(
-            Bucket=bucket, Delete={"Objects": [{"Key": name} for name in batch], "Quiet": True}
-        )
-        if answer.get("Errors"):
-            first = answer["Errors"][0]
-            raise RuntimeError(
-                f"{len(answer['Errors'])} cache object(s) not deleted, first {first.get('Key')}: "
-                f"{first.get('Code')} {first.get('Message')}"
-            )
+def delete_cache_objects(bucket: str, keys: list[str]) -> None:
+    """Objects under a cache prefix deleted, one DeleteObject each (a key already gone is no
+    error). Not DeleteObjects: the local emulator refuses it to a role that holds s3:DeleteObject
+    on the keys, which is all AWS asks (Amazon S3 API Reference, DeleteObjects, "Permissions")."""
+    s3 = client("s3")
+    for name in keys:
+        s3.delete_object(Bucket=bucket, Key=name)
 
 
 def _objects_of(bucket: str, prefix: str, record: CacheEntryRecord) -> set[str] | None:
@@ -163,7 +156,7 @@ def evict(table: str, bucket: str, project: str, region: str, limits: CacheLimit
         if not cache_entries.delete_entry(table, scope, record):
             continue  # restored since it was read: it stays, as used
         gone.add(record.cache_key)
-        _delete_objects(bucket, [f"{prefix}{entry_object(record.cache_key)}"])
+        delete_cache_objects(bucket, [f"{prefix}{entry_object(record.cache_key)}"])
         result.evicted.append(Evicted(record.cache_key, record.size, record.last_used_at, reason))
         log.info(
             "cache %s: %s evicted (%s, %d bytes, last used %s)",
@@ -202,7 +195,7 @@ def _remove_unnamed(bucket: str, prefix: str, named: set[str], manifests: set[st
                 unnamed.append(stored["Key"])
         elif relative not in named:
             unnamed.append(stored["Key"])
-    _delete_objects(bucket, unnamed)
+    delete_cache_objects(bucket, unnamed)
     if unnamed:
         log.info("cache %s: %d object(s) no entry names removed", prefix, len(unnamed))
     return len(unnamed)

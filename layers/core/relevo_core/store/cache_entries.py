@@ -49,6 +49,10 @@ class CacheEntryRecord:
         return cls(**{name: values[name] for name in cls.__dataclass_fields__ if name in values})
 
 
+def entry_key(scope: str, cache_key: str) -> dict[str, dict[str, str]]:
+    return key(cache_pk(scope), cache_entry_sk(cache_key))
+
+
 def put_entry(table: str, scope: str, record: CacheEntryRecord) -> bool:
     """The entry recorded; False when the key has one already (it is left as it is)."""
     try:
