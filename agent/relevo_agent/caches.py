@@ -168,6 +168,7 @@ def restore_cache(spec: CacheSpec, context: CacheContext) -> CacheRun:
             )
             run.outcome = run.outcome.model_copy(update={"restore_seconds": _since(started)})
             return run
+        _touch(context, record.cache_key)
         result, known = _restore_entry(context, record)
     except Stopped:
         raise
@@ -200,6 +201,14 @@ def restore_cache(spec: CacheSpec, context: CacheContext) -> CacheRun:
         f"Mac's cache; tree digest {result.digest}"
     )
     return run
+
+
+def _touch(context: CacheContext, cache_key: str) -> None:
+    """The entry marked as used before its bytes are fetched: eviction spares it meanwhile."""
+    try:
+        cache_entries.touch(context.ref.table, context.scope, cache_key, context.clock().isoformat())
+    except (ClientError, BotoCoreError) as exc:
+        log.warning("cache entry %s: its use was not recorded before its restore (%s)", cache_key, exc)
 
 
 def _since(started: float) -> float:

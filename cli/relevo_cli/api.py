@@ -104,6 +104,19 @@ class RelevoApi:
     def grants(self, project_id: str) -> dict[str, Any]:
         return self.request("GET", f"/projects/{project_id}/grants")
 
+    def caches(self, project_id: str, region: str | None) -> dict[str, Any]:
+        return self.request(
+            "GET", f"/projects/{project_id}/caches", params={"region": region} if region else None
+        )
+
+    def cache_entry(self, project_id: str, key: str, region: str | None) -> dict[str, Any]:
+        params = {"key": key, **({"region": region} if region else {})}
+        return self.request("GET", f"/projects/{project_id}/caches/entry", params=params)
+
+    def delete_cache_entry(self, project_id: str, key: str, region: str | None) -> dict[str, Any]:
+        params = {"key": key, **({"region": region} if region else {})}
+        return self.request("DELETE", f"/projects/{project_id}/caches/entry", params=params)
+
     def run_project(self, project_id: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", f"/projects/{project_id}/run", body)
 

@@ -39,6 +39,7 @@ RESERVED_WHEN_ON = {
     "StatusReporterFunction": 2,
     "GroupsFunction": 2,
     "ArtifactQuotaFunction": 2,
+    "CacheEvictionFunction": 1,
 }
 
 

@@ -135,6 +135,10 @@ NEEDS_NO_CHECK = {
     "relevo_core/store/log_reads.py::_with_bodies": "picks the chunks with a body; `filled` reads each "
     "through object_key",
     "relevo_core/jobs/stage_records.py::handoff_of": "shows a receipt's manifest as text, acts on nothing",
+    "relevo_core/caches/eviction.py::_objects_of": "reads an entry's manifest at the key it derives from "
+    "the entry's key (entry_object) under the cache prefix it derives; never a stored location",
+    "relevo_core/caches/eviction.py::delete_cache_objects": "deletes keys evict derives (entry_object) or "
+    "lists under the cache prefix (_caches/, no job's prefix); never a stored location",
     "relevo_core/jobs/results_listing.py::_document": "reads the key _job_tests derived and checked "
     "(expected_key)",
     "relevo_core/store/results_documents.py::read_document": "a primitive: _job_tests hands it the key "
@@ -227,6 +231,8 @@ def test_the_primitives_that_take_a_checked_key_are_called_by_checked_readers_on
                 callers[called].add(f"{module}::{name}")
     assert callers["get_body"] == {"relevo_core/store/log_reads.py::_with_bodies.filled"}
     assert callers["delete_object"] == {
+        # Keys under the cache prefix (_caches/, no job's prefix), derived from entries' keys or listed.
+        "relevo_core/caches/eviction.py::delete_cache_objects",
         "relevo_core/jobs/artifact_quota.py::enforce",
         "relevo_core/jobs/artifact_quota.py::delete_stored_object",
     }

@@ -221,6 +221,33 @@ class CacheSpec(BaseModel):
         return keys
 
 
+# GitHub's cache, the field's reference: 10 GB a repository, entries unused for 7 days evicted
+# ("Usage limits and eviction policy", docs.github.com/actions/reference/dependency-caching-reference).
+DEFAULT_CACHE_BYTES = 10 * 1024**3
+DEFAULT_RETENTION_DAYS = 7
+
+
+class CacheLimits(BaseModel):
+    """How much a project's caches keep in each region, and for how long (docs/caches.md#limits)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_total_bytes: int = Field(
+        default=DEFAULT_CACHE_BYTES,
+        ge=1024**2,
+        le=10**13,
+        description="The most the project's cache entries may total in one region (the sum of their files' "
+        "sizes): past it, the least recently used entries are evicted until the total is back within it. "
+        "Default: 10 GiB.",
+    )
+    retention_days: int = Field(
+        default=DEFAULT_RETENTION_DAYS,
+        ge=1,
+        le=365,
+        description="An entry neither saved nor restored for this many days is evicted. Default: 7.",
+    )
+
+
 def check_cache_names(caches: tuple[CacheSpec, ...]) -> tuple[CacheSpec, ...]:
     seen: set[str] = set()
     for cache in caches:

@@ -86,6 +86,8 @@ class ErrorCode(str, Enum):
     TEST_LISTING_NOT_FOUND = "TEST_LISTING_NOT_FOUND"
     TEST_LISTING_INVALID = "TEST_LISTING_INVALID"
     TEST_LISTING_DIFFERS = "TEST_LISTING_DIFFERS"
+    # relevo cache show|delete: the project has no entry of that key in that region.
+    CACHE_ENTRY_NOT_FOUND = "CACHE_ENTRY_NOT_FOUND"
 
 
 ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
@@ -135,6 +137,7 @@ ERROR_STATUS: dict[ErrorCode, HTTPStatus] = {
     ErrorCode.ARTIFACT_REMOVED: HTTPStatus.GONE,
     ErrorCode.PLAN_TOO_LARGE: HTTPStatus.UNPROCESSABLE_ENTITY,
     ErrorCode.GROUP_NOT_FOUND: HTTPStatus.NOT_FOUND,
+    ErrorCode.CACHE_ENTRY_NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.AGENT_NOT_FOUND: HTTPStatus.NOT_FOUND,
     ErrorCode.HANDOFF_EXPIRED: HTTPStatus.GONE,
     ErrorCode.PROJECT_HAS_LIVE_JOBS: HTTPStatus.CONFLICT,

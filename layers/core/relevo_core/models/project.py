@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from relevo_core.models.build_number import BuildNumberSettings
-from relevo_core.models.cache import MAX_CACHES, CacheSpec, check_cache_names
+from relevo_core.models.cache import MAX_CACHES, CacheLimits, CacheSpec, check_cache_names
 from relevo_core.models.checkout_plan import CheckoutPlan
 from relevo_core.models.handoff import pattern_covers, shard_variable_part, variable_part
 from relevo_core.models.plan import (
@@ -193,6 +193,11 @@ class Project(RunPlanMixin):
         "uses): paths, a key made of files' hashes, the Mac's facts and the workspace, restore keys, and "
         "when to save. Entries are per project and region, written once, read by every job of the "
         "project, written only by jobs of `cache_write_refs`. See docs/caches.md.",
+    )
+    cache_limits: CacheLimits = Field(
+        default=CacheLimits(),
+        description="How much the project's caches keep in each region (max_total_bytes, least recently "
+        "used evicted first) and for how long an unused entry stays (retention_days).",
     )
     cache_write_refs: tuple[str, ...] = Field(
         default=(),

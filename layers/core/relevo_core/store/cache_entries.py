@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client, error_code
 from relevo_core.store.codec import from_attributes, to_attributes
 from relevo_core.store.keys import cache_entry_sk, cache_pk, key
+from relevo_core.store.paging import query_items
 
 SK_PREFIX = "KEY#"
 
@@ -41,8 +42,15 @@ class CacheEntryRecord:
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> CacheEntryRecord:
-        values = from_attributes(item)
+        return cls.from_values(from_attributes(item))
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> CacheEntryRecord:
         return cls(**{name: values[name] for name in cls.__dataclass_fields__ if name in values})
+
+
+def entry_key(scope: str, cache_key: str) -> dict[str, dict[str, str]]:
+    return key(cache_pk(scope), cache_entry_sk(cache_key))
 
 
 def put_entry(table: str, scope: str, record: CacheEntryRecord) -> bool:
@@ -105,3 +113,49 @@ def count_hit(table: str, scope: str, cache_key: str, now: str) -> None:
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
+
+
+def touch(table: str, scope: str, cache_key: str, now: str) -> None:
+    """A restore begins: last_used_at moved before a byte is fetched, so that eviction, which
+    spares an entry used within its grace, leaves the entry alone while it is restored."""
+    try:
+        client("dynamodb").update_item(
+            TableName=table,
+            Key=key(cache_pk(scope), cache_entry_sk(cache_key)),
+            UpdateExpression="SET last_used_at = :now",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues=to_attributes({":now": now}),
+        )
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+
+
+def list_entries(table: str, scope: str) -> list[CacheEntryRecord]:
+    """Every entry of the scope, in key order."""
+    return [
+        CacheEntryRecord.from_values(item)
+        for item in query_items(
+            TableName=table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues=to_attributes({":pk": cache_pk(scope), ":prefix": SK_PREFIX}),
+            ConsistentRead=True,
+        )
+    ]
+
+
+def delete_entry(table: str, scope: str, record: CacheEntryRecord) -> bool:
+    """The entry's record deleted, unless it was used since `record` was read (its last_used_at
+    moved: a restore began) or is gone already; False then."""
+    try:
+        client("dynamodb").delete_item(
+            TableName=table,
+            Key=key(cache_pk(scope), cache_entry_sk(record.cache_key)),
+            ConditionExpression="last_used_at = :seen",
+            ExpressionAttributeValues=to_attributes({":seen": record.last_used_at}),
+        )
+    except ClientError as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
