@@ -37,6 +37,16 @@ def _environment_stays_in_its_test() -> Iterator[None]:
         reset_clients()
 
 
+@pytest.fixture()
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's one console takes its width when it is made (relevo_cli.commands.common): under
+    xdist an earlier test of the worker may have made it as wide as its terminal then. A test that
+    reads whole table rows widens it."""
+    from relevo_cli.commands import common
+
+    monkeypatch.setattr(common.console, "width", 250)
+
+
 @pytest.fixture(scope="session")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:  # noqa: F821
     """The session's local stack itself (its role sessions, function runtimes, trace socket)."""

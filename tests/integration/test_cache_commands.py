@@ -11,6 +11,7 @@ import secrets
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
@@ -33,6 +34,9 @@ class SetClock:
 
     def __call__(self) -> datetime:
         return self.now
+
+
+pytestmark = pytest.mark.usefixtures("wide_console")
 
 
 def _save(mac: Mac, lock: str) -> str:

@@ -65,6 +65,7 @@ def test_the_older_spellings_are_left_out_of_help_and_every_listed_command_is_no
         "agent",
         "region",
         "artifact",
+        "cache",
         "dlq",
         "group",
         "delivery",

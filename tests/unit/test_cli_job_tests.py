@@ -39,13 +39,7 @@ def api_pages(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return asked
 
 
-@pytest.fixture(autouse=True)
-def wide_console(monkeypatch):
-    """The CLI's one console takes its width when created (relevo_cli.commands.common): under
-    xdist a worker may have made it 80 columns wide before this module ran."""
-    from relevo_cli.commands import common
-
-    monkeypatch.setattr(common.console, "width", 220)
+pytestmark = pytest.mark.usefixtures("wide_console")
 
 
 def _run(tmp_path: Path, *args: str):
