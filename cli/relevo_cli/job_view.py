@@ -126,7 +126,53 @@ def job_notes(job: dict[str, Any]) -> list[str]:
             if transfer["attempt"] != stage.get("attempt"):
                 notes.append(f"{stage['name']} attempt {transfer['attempt']}: {transfer_text(transfer)}")
     notes += handoff_notes(job)
+    notes += cache_notes(job)
     return notes
+
+
+def cache_notes(job: dict[str, Any]) -> list[str]:
+    """Each stage's (and shard's) caches (docs/caches.md): hit, partial hit or miss, what it moved
+    and in how long, and what its save did."""
+    notes = []
+    for stage in job["stages"]:
+        places = [
+            (stage["name"], stage),
+            *((shard_name(stage["name"], s), s) for s in stage.get("shards") or []),
+        ]
+        notes += [
+            cache_line(where, outcome) for where, found in places for outcome in found.get("caches") or []
+        ]
+    return notes
+
+
+RESTORE_WORDS = {"hit": "hit", "partial": "partial hit", "miss": "miss"}
+
+
+def cache_line(where: str, outcome: dict[str, Any]) -> str:
+    """`build cache spm: partial hit spm/16C5032a-… (key spm/16C5032a-…): 312.4 MiB in 2.1s, 0 B
+    downloaded; saved 313.0 MiB (1.2 MiB uploaded)`."""
+    line = f"{where} cache {outcome['name']}: {RESTORE_WORDS[outcome['restore']]}"
+    if outcome["restore"] == "miss":
+        line += f" {outcome['key']}" if outcome.get("key") else ""
+        line += f" ({outcome['reason']})" if outcome.get("reason") and not outcome.get("save") else ""
+    else:
+        if outcome["restore"] == "partial":
+            line += f" {outcome['restored_key']} (key {outcome['key']})"
+        else:
+            line += f" {outcome['key']}"
+        line += (
+            f": {human_bytes(outcome['bytes'])} in {outcome['restore_seconds']:.1f}s, "
+            f"{human_bytes(outcome['downloaded_bytes'])} downloaded"
+        )
+    save = outcome.get("save")
+    if save == "saved":
+        line += (
+            f"; saved {human_bytes(outcome['saved_bytes'])} ({human_bytes(outcome['uploaded_bytes'])} "
+            f"uploaded in {outcome['save_seconds']:.1f}s)"
+        )
+    elif save in ("not_saved", "failed", "skipped"):
+        line += f"; {save.replace('_', ' ')}" + (f" ({outcome['reason']})" if outcome.get("reason") else "")
+    return line
 
 
 def reconciled_notes(job: dict[str, Any]) -> list[str]:

@@ -141,6 +141,16 @@ def test_the_dashboard_shows_every_webhook_answer_the_intake_counts(template: di
     assert f"SUM({incoming.REFUSED}) FROM SCHEMA(Relevo, Reason, service)" in dashboard
 
 
+def test_the_dashboard_shows_each_projects_cache_hit_ratio_beside_the_handoff_latency(
+    template: dict[str, Any],
+) -> None:
+    """CacheHitRatio (relevo_core.jobs.metrics), printed per project with the service dimension."""
+    dashboard = json.dumps(template["Resources"]["Dashboard"]["Properties"]["DashboardBody"])
+    assert '\\"HandoffLatencyMs\\"' in dashboard
+    assert "AVG(CacheHitRatio) FROM SCHEMA(Relevo, Project, service)" in dashboard
+    assert "GROUP BY Project" in dashboard
+
+
 # ---------------------------------------------------------------- retention
 
 

@@ -44,3 +44,31 @@ def test_a_finished_stage_gives_retries_and_cross_region_bytes():
     done = {**running, "status": "succeeded", "retry_count": 2, "cross_region_bytes": 4096}
     assert _names(metrics_for_change(running, done)) == {"RetryCount": 2, "CrossRegionBytes": 4096}
     assert _names(metrics_for_change(running, {**running, "status": "failed"})) == {"RetryCount": 0}
+
+
+def test_a_finished_stage_gives_each_cache_restore_a_hit_ratio_point_of_its_project():
+    # Given a stage that restored one cache exactly, one from a restore key and missed a third
+    running = {**STAGE, "status": "running", "attempt": 1}
+    caches = [{"name": "spm", "restore": "hit"}, {"name": "pods", "restore": "partial"}]
+    done = {**running, "status": "succeeded", "caches": [*caches, {"name": "gems", "restore": "miss"}]}
+    asked: list[str] = []
+
+    def project_of(job_id: str) -> str:
+        asked.append(job_id)
+        return "ios-app"
+
+    # When it finishes
+    points = [p for p in metrics_for_change(running, done, project_of) if p.name == "CacheHitRatio"]
+
+    # Then each restore is a point of the job's project: 100 for the hit, 0 for the others
+    assert [(p.value, p.unit, p.dimensions) for p in points] == [
+        (100.0, "Percent", (("Project", "ios-app"),)),
+        (0.0, "Percent", (("Project", "ios-app"),)),
+        (0.0, "Percent", (("Project", "ios-app"),)),
+    ]
+    assert asked == ["j1"]
+    # and a renewal of the finished record, or a stage without caches, counts none (nor reads the job)
+    assert metrics_for_change(done, {**done, "lease_expires_at": 9}, project_of) == []
+    plain = {**running, "status": "succeeded"}
+    assert "CacheHitRatio" not in _names(metrics_for_change(running, plain, project_of))
+    assert asked == ["j1"]

@@ -3,11 +3,14 @@
 Job and stage records already mirror every execution (the state machine and the agents write
 them), so the metrics are read off their changes instead of being emitted from a dozen places:
 a job reaching a terminal status counts its outcome and duration; a stage claimed gives the
-handoff latency (dispatch to claim); a stage finished gives its retries and cross-region bytes.
+handoff latency (dispatch to claim); a stage finished gives its retries and cross-region bytes,
+and each of its caches' restores a CacheHitRatio point of its project (100 for a hit, 0 for a
+partial hit or a miss: the CloudWatch average is the share of exact hits).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,6 +32,9 @@ class MetricPoint:
     name: str
     unit: str  # a CloudWatch unit name: Count, Milliseconds, Bytes
     value: float
+    # (name, value) pairs: a point with dimensions is its own metric per value (CacheHitRatio by
+    # Project); one without is the service's.
+    dimensions: tuple[tuple[str, str], ...] = ()
 
 
 def _millis_between(start: Any, end: Any) -> float | None:
@@ -41,8 +47,13 @@ def _millis_between(start: Any, end: Any) -> float | None:
     return max(0.0, (ended - began).total_seconds() * 1000)
 
 
-def metrics_for_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[MetricPoint]:
-    """The metric points one table change stands for (none for most changes)."""
+def metrics_for_change(
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+    project_of: Callable[[str], str | None] = lambda _job_id: None,
+) -> list[MetricPoint]:
+    """The metric points one table change stands for (none for most changes). `project_of` gives
+    a job's project (a stage record does not hold it): read only for a finished stage with caches."""
     if not new:
         return []  # a removal (TTL expiry, job deletion) is not an operational event
     old = old or {}
@@ -50,7 +61,7 @@ def metrics_for_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -
     if sk == JOB_SK:
         return _job_metrics(old, new)
     if is_stage_sk(sk):
-        return _stage_metrics(old, new)
+        return _stage_metrics(old, new, project_of)
     return []
 
 
@@ -65,7 +76,9 @@ def _job_metrics(old: dict[str, Any], new: dict[str, Any]) -> list[MetricPoint]:
     return points
 
 
-def _stage_metrics(old: dict[str, Any], new: dict[str, Any]) -> list[MetricPoint]:
+def _stage_metrics(
+    old: dict[str, Any], new: dict[str, Any], project_of: Callable[[str], str | None]
+) -> list[MetricPoint]:
     points: list[MetricPoint] = []
     claimed = new.get("status") == StageStatus.RUNNING.value and (
         old.get("status") != StageStatus.RUNNING.value or old.get("attempt") != new.get("attempt")
@@ -79,4 +92,19 @@ def _stage_metrics(old: dict[str, Any], new: dict[str, Any]) -> list[MetricPoint
         points.append(MetricPoint("RetryCount", "Count", float(new.get("retry_count") or 0)))
         if new.get("cross_region_bytes"):
             points.append(MetricPoint("CrossRegionBytes", "Bytes", float(new["cross_region_bytes"])))
+        points += _cache_points(new, project_of)
     return points
+
+
+def _cache_points(stage: dict[str, Any], project_of: Callable[[str], str | None]) -> list[MetricPoint]:
+    """CacheHitRatio, by Project: one point per cache the attempt restored (or tried to)."""
+    restores = [cache.get("restore") for cache in stage.get("caches") or [] if isinstance(cache, dict)]
+    if not restores:
+        return []
+    project = project_of(str(stage.get("pk", "")).removeprefix("STAGES#"))
+    if not project:
+        return []
+    return [
+        MetricPoint("CacheHitRatio", "Percent", 100.0 if restore == "hit" else 0.0, (("Project", project),))
+        for restore in restores
+    ]

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
+from relevo_core.models.cache import CacheOutcome
 from relevo_core.models.effect_summary import stage_values
 from relevo_core.models.status import SUCCEEDED_STAGE, StageStatus
 from relevo_core.models.transfer import TransferProgress
@@ -85,6 +88,19 @@ def handoff_of(record: dict[str, Any]) -> dict[str, Any] | None:
         view["restored_files"] = restored.get("files", 0)
         view["restored_digest"] = restored.get("digest")
     return view
+
+
+def caches_of(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """What became of the attempt's caches (relevo_core.models.cache.CacheOutcome, as its agent
+    recorded them): hit, partial hit or miss with bytes and seconds, and what the save did. An
+    outcome that is not one (a record of an older agent) is left out, not shown half."""
+    shown = []
+    for given in record.get("caches") or []:
+        try:
+            shown.append(CacheOutcome.model_validate(given).model_dump(mode="json"))
+        except ValidationError:
+            continue
+    return shown
 
 
 def outputs_of(record: dict[str, Any]) -> dict[str, str]:

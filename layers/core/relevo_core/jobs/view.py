@@ -13,6 +13,7 @@ from relevo_core.jobs.handoff_sources import JobContext
 from relevo_core.jobs.logs import log_places, log_tail
 from relevo_core.jobs.project_wait import project_wait, waits_for_project
 from relevo_core.jobs.stage_records import (
+    caches_of,
     current_attempt,
     handoff_of,
     last_successful,
@@ -75,6 +76,7 @@ def _shards_of(
                 # What the shard hands on (its own record's receipt, docs/handoff.md "Stages with shards").
                 "outputs": outputs_of(found),
                 "handoff": handoff_of(found),
+                "caches": caches_of(found),
                 "tests": tests_of(found),
             }
         )
@@ -165,6 +167,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
                 # What travels to the later stages (docs/handoff.md): its values and its files.
                 "outputs": outputs_of(found),
                 "handoff": handoff_of(found),
+                "caches": caches_of(found),
                 # Its tests as its last attempt's reports said them (docs/test-results.md).
                 "tests": tests_of(found),
                 # A built-in release effect: its kind, identifiers and Apple's state, from its values.

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from relevo_core.models.cache import CacheOutcome
 from relevo_core.models.effect_summary import EffectSummary
 from relevo_core.models.test_results import ResultsSummary
 from relevo_core.models.transfer import TransferProgress
@@ -54,6 +55,12 @@ class ShardView(BaseModel):
         None,
         description="what the shard handed on and what its Mac restored before its command, as a stage's "
         "`handoff`",
+    )
+    caches: list[CacheOutcome] = Field(
+        [],
+        description="the attempt's caches (docs/caches.md): each one's restore (hit, partial: a restore "
+        "key's entry, miss) with its key, the key restored, bytes, bytes downloaded and seconds, and its "
+        "save (saved, exists, not_saved, skipped, failed) with bytes uploaded",
     )
     tests: ResultsSummary | None = Field(
         None,
@@ -112,6 +119,12 @@ class StageView(BaseModel):
         description="what the stage handed on (files, bytes, digest, uploaded_bytes, manifest) and what its "
         "Mac restored before "
         "its command (restored_bytes: downloaded; 0 when the files were already there); docs/handoff.md",
+    )
+    caches: list[CacheOutcome] = Field(
+        [],
+        description="the attempt's caches (docs/caches.md): each one's restore (hit, partial: a restore "
+        "key's entry, miss) with its key, the key restored, bytes, bytes downloaded and seconds, and its "
+        "save (saved, exists, not_saved, skipped, failed) with bytes uploaded",
     )
     tests: ResultsSummary | None = Field(
         None,
