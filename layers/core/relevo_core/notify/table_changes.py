@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.metrics import single_metric
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from relevo_core.jobs.metrics import metrics_for_change
 from relevo_core.notify.reporter import Reporter
@@ -28,7 +28,7 @@ def on_table_change(
             continue
         # A metric of its own per dimension value (a project's CacheHitRatio): its own EMF document.
         with single_metric(
-            name=point.name, unit=point.unit, value=point.value, namespace=metrics.namespace
+            name=point.name, unit=MetricUnit(point.unit), value=point.value, namespace=metrics.namespace
         ) as metric:
             for name, value in point.dimensions:
                 metric.add_dimension(name=name, value=value)
