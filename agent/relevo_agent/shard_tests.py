@@ -27,6 +27,7 @@ from relevo_core.models.errors import ErrorClass
 from relevo_core.models.job_objects import JobPrefix, test_listing_key
 from relevo_core.models.test_results import ShardPlan, TestPlan
 from relevo_core.shard_plans.check import PlanCheck, check_shard
+from relevo_core.shard_plans.listing import listed_part
 
 if TYPE_CHECKING:
     from relevo_agent.attempt import StageRun
@@ -98,6 +99,8 @@ def shard_tests(
 
     assert plan.tests is not None and plan.tests.plan is not None
     home = JobPrefix.of(envelope.artifact_uri)
+    # The tests it names, not what the runner printed around them: the shards' listings compare.
+    listing = listed_part(listing, plan.tests.plan.format)
     sha = hashlib.sha256(listing).hexdigest()
     s3 = s3 or client("s3")
     s3.put_object(Bucket=home.bucket, Key=test_listing_key(home, plan.name, sha), Body=listing)

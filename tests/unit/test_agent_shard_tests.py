@@ -96,9 +96,11 @@ def test_a_shard_is_given_its_listed_ids_in_a_file_and_their_count(tmp_path: Pat
     routes = FakeRoutes(s3)
     # When shard 0 asks with its listing
     tests = shard_tests(routes, REQUEST, PLAN, _envelope(), LISTING, tmp_path, s3)
-    # Then the listing was stored at the key its sha256 gives, and asked for with that sha256
-    sha = hashlib.sha256(LISTING).hexdigest()
-    assert s3.objects[("bucket", f"p/{JOB}/.relevo-tests/test.listing.{sha}.txt")] == LISTING
+    # Then the listing's node ids were stored at the key their sha256 gives (pytest's count line
+    # left out), and asked for with that sha256
+    ids = LISTING.split(b"\n\n")[0] + b"\n"
+    sha = hashlib.sha256(ids).hexdigest()
+    assert s3.objects[("bucket", f"p/{JOB}/.relevo-tests/test.listing.{sha}.txt")] == ids
     assert routes.asked[0].listing_sha256 == sha and routes.asked[0].shard == 0
     # And its tests are in $RELEVO_SHARD_TESTS, one listed id a line, as pytest takes them back
     env = tests.environment()
@@ -113,6 +115,22 @@ def test_a_shard_is_given_its_listed_ids_in_a_file_and_their_count(tmp_path: Pat
     ]
     check = tests.check(ran)
     assert check.error_class is ErrorClass.TESTS_MISSING and check.missing == ["tests.test_c::test_three"]
+
+
+def test_two_shards_whose_pytest_listings_differ_only_in_pytest_s_count_line_ask_for_one_plan(tmp_path: Path):
+    # Given two shards of a stage on two Macs, whose `pytest --collect-only -q` listed the same
+    # tests, each ending with the time its collection took
+    s3 = FakeS3()
+    routes = FakeRoutes(s3)
+    ids = b"tests/test_a.py::test_one\ntests/test_c.py::test_three\n"
+    first, second = ids + b"\n2 tests collected in 0.43s\n", ids + b"\n2 tests collected in 0.51s\n"
+
+    # When each asks for the plan
+    shard_tests(routes, REQUEST, PLAN, _envelope(), first, tmp_path / "0", s3)
+    shard_tests(routes, {**REQUEST, "shard": 1}, PLAN, _envelope(), second, tmp_path / "1", s3)
+
+    # Then both asked with the sha256 of the same listing, the tests it names
+    assert [request.listing_sha256 for request in routes.asked] == [hashlib.sha256(ids).hexdigest()] * 2
 
 
 def test_a_listing_other_than_the_plan_s_fails_the_shard_for_good(tmp_path: Path):
