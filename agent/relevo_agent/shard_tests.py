@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -210,4 +210,6 @@ def checked(
     shipper.line(f"[relevo] {check.message()}")
     if check.error_class is None:
         return ending
-    return Ending.failed(check.error_class, {**check.cause(), "agent_id": agent_id}, ending.receipt)
+    failed = Ending.failed(check.error_class, {**check.cause(), "agent_id": agent_id}, ending.receipt)
+    # What its reports said stays on the shard's record (its counts, a truncated report's warning).
+    return replace(failed, tests=ending.tests)

@@ -6,17 +6,20 @@ what it ran."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from relevo_agent.claim_routes import RouteError
-from relevo_agent.shard_tests import ShardTestsFailed, listing_of, shard_tests
+from relevo_agent.ending import Ending
+from relevo_agent.shard_tests import ShardTestsFailed, checked, listing_of, shard_tests
 from relevo_core.models import test_results
 from relevo_core.models.agent_session import PlanGranted
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.plan import StagePlan
+from relevo_core.models.status import StageStatus
 from relevo_core.shard_plans.split import split_tests
 
 JOB = "job_" + "x" * 26
@@ -168,3 +171,22 @@ def test_a_list_file_the_stage_names_is_read_from_the_workspace(tmp_path: Path):
     with pytest.raises(ShardTestsFailed) as failed:
         listing_of(plan, tmp_path / "elsewhere", lambda command: b"")
     assert failed.value.error_class is ErrorClass.TEST_PLAN
+
+
+def test_a_shard_failed_for_tests_missing_keeps_what_its_reports_said(tmp_path: Path):
+    # Given a shard planned two tests, whose truncated report named one, said in a warning
+    s3 = FakeS3()
+    tests = shard_tests(FakeRoutes(s3), REQUEST, PLAN, _envelope(), LISTING, tmp_path, s3)
+    summary = {"total": 1, "passed": 1, "warnings": ["results/junit.xml:4: malformed or truncated XML"]}
+    ending = Ending.succeeded({"exit_code": 0}, 0, status=StageStatus.WARNING)
+    ending = replace(ending, tests=summary)
+    ran = [test_results.TestResult(id="tests.test_a::test_one", name="test_one", status="passed")]
+
+    # When it is checked against its part of the plan
+    checked_ending = checked(
+        tests, ran, ending, type("Log", (), {"line": lambda self, text: None})(), "mac-1"
+    )
+
+    # Then it fails as TestsMissing, and its reports' summary (the counts, the warning) stays on it
+    assert checked_ending.error is ErrorClass.TESTS_MISSING
+    assert checked_ending.tests == summary
