@@ -1,8 +1,8 @@
 """`make demo`: the whole product on the embedded local stack, in a few minutes.
 
 `relevo local up` with three regions (eu-west, us-east with two real relevo-agent processes
-each, ap-south with three) and the five projects of examples/demo/. Once every agent is online,
-five scenarios run side by side, each on its own project so none waits for another's lock
+each, ap-south with three) and the six projects of examples/demo/. Once every agent is online,
+six scenarios run side by side, each on its own project so none waits for another's lock
 (relevo_tools.demo_release, relevo_tools.demo_scenarios; what they share: demo_harness):
 
   release   a signed GitHub push, the same delivery again (a duplicate), five stages with an
