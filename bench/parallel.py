@@ -1,9 +1,9 @@
 """A stage with shards against the same stage run once, on one stack in one run: four shards of
 a 20 s stage on four relevo-agent processes of capacity 1 (issue 32).
 
-    .venv/bin/python bench/parallel.py                 # ~1.5 min
+    .venv/bin/python bench/parallel.py                 # ~2.5 min
     .venv/bin/python bench/parallel.py --stage-sec 10  # a shorter stage
-    .venv/bin/python bench/parallel.py --only split    # the split by time only (~2 min)
+    .venv/bin/python bench/parallel.py --only split    # the split by time only (~1.5 min)
 
 Starts the embedded stack in this process and four real `relevo-agent run` processes against it,
 then runs, one after the other:
@@ -39,7 +39,7 @@ Then the split by measured time (issue 45):
    its results) over the best any split of whole tests can do, max(mean, the longest test).
    Target <= 1.15. The slowest shard over the mean is shown beside it: on this suite one test
    (test_recipes.py::PrimeFunctionTests::test_primes) takes most of the suite's time, so that
-   ratio is bounded below by the test, not by the split. About 2 minutes.
+   ratio is bounded below by the test, not by the split. About a minute (58 s on a loaded host).
 
 The emulator runs in this process and the agents share the machine with it, so absolute figures
 are those of the emulator on this host; the comparison with the single run is the point.
