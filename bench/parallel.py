@@ -1,8 +1,9 @@
 """A stage with shards against the same stage run once, on one stack in one run: four shards of
 a 20 s stage on four relevo-agent processes of capacity 1 (issue 32).
 
-    .venv/bin/python bench/parallel.py                 # ~1.5 min
+    .venv/bin/python bench/parallel.py                 # ~2.5 min
     .venv/bin/python bench/parallel.py --stage-sec 10  # a shorter stage
+    .venv/bin/python bench/parallel.py --only split    # the split by time only (~1.5 min)
 
 Starts the embedded stack in this process and four real `relevo-agent run` processes against it,
 then runs, one after the other:
@@ -28,6 +29,17 @@ Then placement in seconds (issue 42):
    it with the four agents idle, and the figure is the approval call to deploy's command start
    ($EPOCHREALTIME), p50 over APPROVALS jobs. Target p50 ≤ 1 s (about 5 s before: the deploy was
    hidden for 2 s per pass to the build's Mac and raced by every idle Mac).
+
+Then the split by measured time (issue 45):
+
+5. split: a real peer's suite -- more-itertools 10.7.0's 671 tests from its PyPI sdist
+   (relevo_tools.peer_suite) -- in 4 shards with a test plan, two jobs: the first split by count
+   (no history), the second by the first's measured times. Every test is to be accounted once
+   through GET /jobs/{id}/tests. Figure: the second job's slowest shard (its tests' time, from
+   its results) over the best any split of whole tests can do, max(mean, the longest test).
+   Target <= 1.15. The slowest shard over the mean is shown beside it: on this suite one test
+   (test_recipes.py::PrimeFunctionTests::test_primes) takes most of the suite's time, so that
+   ratio is bounded below by the test, not by the split. About a minute (58 s on a loaded host).
 
 The emulator runs in this process and the agents share the machine with it, so absolute figures
 are those of the emulator on this host; the comparison with the single run is the point.
@@ -137,6 +149,7 @@ def measure(
             ("shards", lambda: measure_shards(stack, work, stage_sec)),
             ("retry", lambda: measure_retry(stack, work, stage_sec)),
             ("approval", lambda: measure_approval(stack, work, APPROVALS)),
+            ("split", lambda: measure_split(stack)),
         ):
             if only and name not in only:
                 continue
@@ -323,10 +336,62 @@ def measure_approval(stack: Any, work: Path, count: int) -> tuple[list[str], boo
     ], ok
 
 
+def measure_split(stack: Any) -> tuple[list[str], bool]:
+    """The peer suite in SHARDS shards, twice: the second job's split (see the module's 5.)."""
+    from relevo_cli.api import RelevoApi
+    from relevo_local.peer_suite import TESTS, suite
+    from relevo_tools.peer_suite import BALANCE_TARGET, accounted, all_tests, balance, shard_stage
+
+    api = RelevoApi.for_stack(stack)
+    project_id = "bench-split-" + secrets.token_hex(3)
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": REGION,
+            "lease_ttl_sec": 30,
+            "queue_timeout_sec": 120,
+            "stages": [shard_stage(suite(), shards=SHARDS)],
+        },
+    )
+    began = time.perf_counter()
+    lines, every_test_once = [], True
+    for number in (1, 2):
+        job = run_to_end(stack, project_id, 300)
+        tests = all_tests(api, job["job_id"])
+        ids, twice = accounted(tests)
+        every_test_once = every_test_once and len(tests) == len(ids) == TESTS and not twice
+        split = balance(api, job)
+        lines.append(f"split, job {number} ({job['job_id']}): {len(tests)} tests, {split.said()}")
+    ok = split.by == "time" and split.slowest_to_best <= BALANCE_TARGET
+    report(
+        "parallel",
+        f"peer suite ({TESTS} tests) in {SHARDS} shards, job 2: slowest shard / best possible split",
+        split.slowest_to_best,
+        f"{split.slowest_to_best:.2f} (slowest / mean {split.slowest_to_mean:.2f}; longest test "
+        f"{split.longest_test:.1f} s, mean {split.mean:.1f} s)",
+        f"<= {BALANCE_TARGET}, split by time",
+        ok,
+    )
+    report(
+        "parallel",
+        "peer suite: every test accounted once through the API",
+        None,
+        "yes" if every_test_once else "NO",
+        "yes",
+        every_test_once,
+    )
+    lines.append(
+        f"split: {time.perf_counter() - began:.0f}s for two jobs; every test once through the API: "
+        f"{'yes' if every_test_once else 'NO'}"
+    )
+    return lines, ok and every_test_once
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stage-sec", type=int, default=STAGE_SEC)
-    parser.add_argument("--only", choices=["shards", "retry", "approval"], action="append")
+    parser.add_argument("--only", choices=["shards", "retry", "approval", "split"], action="append")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="relevo-bench-parallel-"))
     began = time.perf_counter()

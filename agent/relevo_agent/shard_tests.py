@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from relevo_core.models.errors import ErrorClass
 from relevo_core.models.job_objects import JobPrefix, test_listing_key
 from relevo_core.models.test_results import ShardPlan, TestPlan
 from relevo_core.shard_plans.check import PlanCheck, check_shard
+from relevo_core.shard_plans.listing import listed_part
 
 if TYPE_CHECKING:
     from relevo_agent.attempt import StageRun
@@ -98,6 +99,8 @@ def shard_tests(
 
     assert plan.tests is not None and plan.tests.plan is not None
     home = JobPrefix.of(envelope.artifact_uri)
+    # The tests it names, not what the runner printed around them: the shards' listings compare.
+    listing = listed_part(listing, plan.tests.plan.format)
     sha = hashlib.sha256(listing).hexdigest()
     s3 = s3 or client("s3")
     s3.put_object(Bucket=home.bucket, Key=test_listing_key(home, plan.name, sha), Body=listing)
@@ -207,4 +210,6 @@ def checked(
     shipper.line(f"[relevo] {check.message()}")
     if check.error_class is None:
         return ending
-    return Ending.failed(check.error_class, {**check.cause(), "agent_id": agent_id}, ending.receipt)
+    failed = Ending.failed(check.error_class, {**check.cause(), "agent_id": agent_id}, ending.receipt)
+    # What its reports said stays on the shard's record (its counts, a truncated report's warning).
+    return replace(failed, tests=ending.tests)

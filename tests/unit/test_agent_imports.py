@@ -30,6 +30,7 @@ AGENT_SURFACE = {
     "relevo_core.models.job_objects": "an attempt's listing and results document, under the job's prefix",
     "relevo_core.models.test_results": "a stage's tests as read, and a sharded stage's plan",
     "relevo_core.shard_plans.check": "a shard's ran tests checked against its part of the plan",
+    "relevo_core.shard_plans.listing": "the part of a test listing the shards of a stage compare",
     "relevo_core.models.capabilities": "what a Mac can run, and what a stage requires",
     "relevo_core.models.cache": "a stage's caches: their keys, where entries are stored, an entry's manifest",
     "relevo_core.models.effect": "a stage's built-in release effect, as declared",

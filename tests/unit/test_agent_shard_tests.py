@@ -6,17 +6,20 @@ what it ran."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from relevo_agent.claim_routes import RouteError
-from relevo_agent.shard_tests import ShardTestsFailed, listing_of, shard_tests
+from relevo_agent.ending import Ending
+from relevo_agent.shard_tests import ShardTestsFailed, checked, listing_of, shard_tests
 from relevo_core.models import test_results
 from relevo_core.models.agent_session import PlanGranted
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.plan import StagePlan
+from relevo_core.models.status import StageStatus
 from relevo_core.shard_plans.split import split_tests
 
 JOB = "job_" + "x" * 26
@@ -96,9 +99,11 @@ def test_a_shard_is_given_its_listed_ids_in_a_file_and_their_count(tmp_path: Pat
     routes = FakeRoutes(s3)
     # When shard 0 asks with its listing
     tests = shard_tests(routes, REQUEST, PLAN, _envelope(), LISTING, tmp_path, s3)
-    # Then the listing was stored at the key its sha256 gives, and asked for with that sha256
-    sha = hashlib.sha256(LISTING).hexdigest()
-    assert s3.objects[("bucket", f"p/{JOB}/.relevo-tests/test.listing.{sha}.txt")] == LISTING
+    # Then the listing's node ids were stored at the key their sha256 gives (pytest's count line
+    # left out), and asked for with that sha256
+    ids = LISTING.split(b"\n\n")[0] + b"\n"
+    sha = hashlib.sha256(ids).hexdigest()
+    assert s3.objects[("bucket", f"p/{JOB}/.relevo-tests/test.listing.{sha}.txt")] == ids
     assert routes.asked[0].listing_sha256 == sha and routes.asked[0].shard == 0
     # And its tests are in $RELEVO_SHARD_TESTS, one listed id a line, as pytest takes them back
     env = tests.environment()
@@ -113,6 +118,22 @@ def test_a_shard_is_given_its_listed_ids_in_a_file_and_their_count(tmp_path: Pat
     ]
     check = tests.check(ran)
     assert check.error_class is ErrorClass.TESTS_MISSING and check.missing == ["tests.test_c::test_three"]
+
+
+def test_two_shards_whose_pytest_listings_differ_only_in_pytest_s_count_line_ask_for_one_plan(tmp_path: Path):
+    # Given two shards of a stage on two Macs, whose `pytest --collect-only -q` listed the same
+    # tests, each ending with the time its collection took
+    s3 = FakeS3()
+    routes = FakeRoutes(s3)
+    ids = b"tests/test_a.py::test_one\ntests/test_c.py::test_three\n"
+    first, second = ids + b"\n2 tests collected in 0.43s\n", ids + b"\n2 tests collected in 0.51s\n"
+
+    # When each asks for the plan
+    shard_tests(routes, REQUEST, PLAN, _envelope(), first, tmp_path / "0", s3)
+    shard_tests(routes, {**REQUEST, "shard": 1}, PLAN, _envelope(), second, tmp_path / "1", s3)
+
+    # Then both asked with the sha256 of the same listing, the tests it names
+    assert [request.listing_sha256 for request in routes.asked] == [hashlib.sha256(ids).hexdigest()] * 2
 
 
 def test_a_listing_other_than_the_plan_s_fails_the_shard_for_good(tmp_path: Path):
@@ -150,3 +171,22 @@ def test_a_list_file_the_stage_names_is_read_from_the_workspace(tmp_path: Path):
     with pytest.raises(ShardTestsFailed) as failed:
         listing_of(plan, tmp_path / "elsewhere", lambda command: b"")
     assert failed.value.error_class is ErrorClass.TEST_PLAN
+
+
+def test_a_shard_failed_for_tests_missing_keeps_what_its_reports_said(tmp_path: Path):
+    # Given a shard planned two tests, whose truncated report named one, said in a warning
+    s3 = FakeS3()
+    tests = shard_tests(FakeRoutes(s3), REQUEST, PLAN, _envelope(), LISTING, tmp_path, s3)
+    summary = {"total": 1, "passed": 1, "warnings": ["results/junit.xml:4: malformed or truncated XML"]}
+    ending = Ending.succeeded({"exit_code": 0}, 0, status=StageStatus.WARNING)
+    ending = replace(ending, tests=summary)
+    ran = [test_results.TestResult(id="tests.test_a::test_one", name="test_one", status="passed")]
+
+    # When it is checked against its part of the plan
+    checked_ending = checked(
+        tests, ran, ending, type("Log", (), {"line": lambda self, text: None})(), "mac-1"
+    )
+
+    # Then it fails as TestsMissing, and its reports' summary (the counts, the warning) stays on it
+    assert checked_ending.error is ErrorClass.TESTS_MISSING
+    assert checked_ending.tests == summary

@@ -13,9 +13,13 @@ from typing import Any
 import pytest
 
 from relevo_agent.effects.ipa import read_binary
+from relevo_agent.junit import read_junit
 from relevo_cli.projects import load_project_file
 from relevo_core.models.errors import EX_TEMPFAIL
 from relevo_core.models.project import Project
+from relevo_core.models.test_results import canonical_test_id
+from relevo_core.shard_plans.listing import read_listing
+from relevo_local.peer_suite import suite
 from relevo_tools.demo import percentile
 from relevo_tools.demo_harness import FLEET, PROJECTS
 
@@ -48,7 +52,14 @@ def _command(project: Project, stage: str) -> str:
 def test_the_demo_projects_are_valid_and_run_in_the_demo_regions():
     projects = _projects()
 
-    assert set(projects) == {"release-app", "flaky-tests", "notarize", "store-upload", "ui-tests"}
+    assert set(projects) == {
+        "release-app",
+        "flaky-tests",
+        "notarize",
+        "store-upload",
+        "ui-tests",
+        "peer-tests",
+    }
     assert {p.region_affinity for p in projects.values()} == set(FLEET)
     release = projects["release-app"]
     assert [s.name for s in release.stages] == ["build", "sign", "upload", "notarize", "deploy"]
@@ -80,6 +91,39 @@ def test_the_flaky_stage_fails_transiently_on_its_first_attempt_only(tmp_path: P
 
     assert _run(command, tmp_path, attempt=1) == EX_TEMPFAIL
     assert _run(command, tmp_path, attempt=2) == 0
+
+
+def test_peer_tests_lists_the_peer_s_tests_and_runs_exactly_the_ones_a_shard_is_given(tmp_path: Path):
+    # Given peer-tests' stage, a workspace, and the demo's environment
+    [test] = _projects()["peer-tests"].stages
+    assert test.tests is not None and test.tests.plan is not None and test.tests.plan.command is not None
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    env = {**_stage_env(tmp_path, "out"), "RELEVO_DEMO_PEER_SUITE": str(suite())}
+
+    # When its plan's command lists the tests
+    listed = subprocess.run(
+        ["bash", "-c", test.tests.plan.command], cwd=workspace, env=env, capture_output=True, check=True
+    ).stdout
+    planned = read_listing(listed, test.tests.plan.format)
+
+    # Then they are test_more.py's, each once
+    assert len(planned) > 500 and all(p.id.startswith("tests.test_more.") for p in planned)
+    # And when a shard is given two of them, its report holds exactly those two
+    given = tmp_path / "shard.tests"
+    given.write_text(f"{planned[0].listed}\n{planned[-1].listed}\n")
+    subprocess.run(
+        ["bash", "-c", test.run],
+        cwd=workspace,
+        env={**env, "RELEVO_SHARD_TESTS": str(given)},
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    ran = read_junit((workspace / "results" / "junit.xml").read_bytes(), "results/junit.xml")
+    assert sorted(canonical_test_id(t.suite, t.name) for t in ran.tests) == sorted(
+        [planned[0].id, planned[-1].id]
+    )
 
 
 def test_notarize_fails_for_good_until_the_ticket_exists(tmp_path: Path):

@@ -1,8 +1,8 @@
 """`make demo`: the whole product on the embedded local stack, in a few minutes.
 
 `relevo local up` with three regions (eu-west, us-east with two real relevo-agent processes
-each, ap-south with three) and the five projects of examples/demo/. Once every agent is online,
-five scenarios run side by side, each on its own project so none waits for another's lock
+each, ap-south with three) and the six projects of examples/demo/. Once every agent is online,
+six scenarios run side by side, each on its own project so none waits for another's lock
 (relevo_tools.demo_release, relevo_tools.demo_scenarios; what they share: demo_harness):
 
   release   a signed GitHub push, the same delivery again (a duplicate), five stages with an
@@ -16,6 +16,9 @@ five scenarios run side by side, each on its own project so none waits for anoth
             expires and the other agent reconciles the attempt with the kind's probe: one upload
   shards    a build, then its test stage as three shards over the three ap-south Macs, each
             restoring the build's products through the handoff
+  tests     a real project's tests (more-itertools' test_more.py) in 4 shards over the us-east
+            Macs, twice: split by count, then by the times the first job measured; every test
+            accounted once through the API, and the job's Tests tab named
 
 It ends with a summary (jobs, outcomes, retries, handoff latency, DLQ entries, one row per
 scenario) and exits 0 only if every scenario held. Everything it started is stopped, pass or fail.
@@ -44,6 +47,7 @@ from rich.table import Table
 from relevo_cli.projects import apply_project_file
 from relevo_local.apple.connect_state import Timing
 from relevo_local.apple.provision import LocalApple, start_local_apple
+from relevo_local.peer_suite import suite
 from relevo_local.processes import agent_process, local_stack, write_agent_config
 from relevo_local.recorder import Recorder
 from relevo_tools.demo_harness import (
@@ -78,6 +82,8 @@ from relevo_tools.demo_scenarios import (
     scenario_retry,
     scenario_shards,
 )
+from relevo_tools.demo_tests import SCENARIO as TESTS_SCENARIO
+from relevo_tools.demo_tests import scenario_peer_tests
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -164,11 +170,13 @@ def summary(demo: Demo, outcomes: list[ScenarioResult]) -> bool:
 # ------------------------------------------------------------------------------------ main
 def agent_environment(shared: Path) -> dict[str, str]:
     """What the demo's stage commands read: its shared directory, and the tree-digest tool with
-    the Python to run it (so that each side of the handoff computes its own digest)."""
+    the Python to run it (so that each side of the handoff computes its own digest); the peer
+    project whose tests peer-tests shards."""
     return {
         "RELEVO_DEMO_DIR": str(shared),
         "RELEVO_DEMO_PYTHON": sys.executable,
         "RELEVO_DEMO_TOOLS": str(PROJECTS / "tools"),
+        "RELEVO_DEMO_PEER_SUITE": str(suite()),
     }
 
 
@@ -330,6 +338,7 @@ def main() -> int:
                 ("non-retryable failure → DLQ → redriven", lambda: scenario_dlq(demo)),
                 ("agent SIGKILLed mid-upload, upload reconciled", lambda: scenario_kill(demo)),
                 ("build handed to 3 test shards on 3 Macs", lambda: scenario_shards(demo)),
+                (TESTS_SCENARIO, lambda: scenario_peer_tests(demo)),
             ]
             if outcomes[0].ok:
                 with ThreadPoolExecutor(max_workers=len(scenarios)) as pool:

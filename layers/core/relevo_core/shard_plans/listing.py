@@ -27,6 +27,21 @@ def listing_sha256(listing: bytes) -> str:
     return hashlib.sha256(listing).hexdigest()
 
 
+def listed_part(listing: bytes, format: TestListFormat) -> bytes:
+    """What of a listing its format reads, whose sha256 the shards of a stage compare: for
+    `pytest`, the node ids before the first blank line, without the count and the time that
+    pytest prints after them (`671 tests collected in 0.43s` on one Mac, `in 0.51s` on the next);
+    the others as they are."""
+    if format != "pytest":
+        return listing
+    kept = []
+    for line in listing.split(b"\n"):
+        if not line.strip():
+            break
+        kept.append(line)
+    return b"".join(line + b"\n" for line in kept)
+
+
 def xcode_test_id(identifier: str) -> str:
     """`Target/Class/test()` (Swift Testing's free function: `Target/test()`) to the canonical id,
     its suite the target and class (`Target/Class`), as the results of an Xcode bundle name it."""
