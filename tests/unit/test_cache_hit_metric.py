@@ -32,7 +32,7 @@ def test_a_finished_stage_prints_each_cache_restore_as_its_projects_cache_hit_ra
     capsys.readouterr()
 
     # When the stage's finish comes through the stream
-    on_table_change(reporter, running, done, 0.0)  # type: ignore[arg-type]
+    on_table_change(reporter, running, done, 0.0)  # type: ignore[arg-type]  # a stand-in reporter, not the Reporter class
 
     # Then two documents say CacheHitRatio 100 and 0, in percent, each of the project ios-app
     documents = [d for d in emf_documents(capsys.readouterr().out) if "CacheHitRatio" in d]
