@@ -21,6 +21,7 @@ from relevo_core.models.test_results import canonical_test_id
 from relevo_core.shard_plans.listing import read_listing
 from relevo_local.peer_suite import suite
 from relevo_tools.demo import percentile
+from relevo_tools.demo_caches import LOCK, wheels
 from relevo_tools.demo_harness import FLEET, PROJECTS
 
 
@@ -59,6 +60,7 @@ def test_the_demo_projects_are_valid_and_run_in_the_demo_regions():
         "store-upload",
         "ui-tests",
         "peer-tests",
+        "dep-cache",
     }
     assert {p.region_affinity for p in projects.values()} == set(FLEET)
     release = projects["release-app"]
@@ -124,6 +126,44 @@ def test_peer_tests_lists_the_peer_s_tests_and_runs_exactly_the_ones_a_shard_is_
     assert sorted(canonical_test_id(t.suite, t.name) for t in ran.tests) == sorted(
         [planned[0].id, planned[-1].id]
     )
+
+
+def test_dep_cache_installs_its_lock_offline_then_does_nothing_once_venv_holds_it(tmp_path: Path):
+    # Given dep-cache's stage, a checkout holding its lock file, and the demo's wheels
+    [step] = {s.run for s in _projects()["dep-cache"].stages}
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "requirements.lock").write_bytes(LOCK.read_bytes())
+    env = {**_stage_env(tmp_path, "cold.out"), "RELEVO_DEMO_WHEELS": str(wheels())}
+
+    def run(output: str) -> str:
+        done = subprocess.run(
+            ["bash", "-c", step],
+            cwd=workspace,
+            env={**env, "RELEVO_OUTPUT": str(tmp_path / output), "PIP_NO_INDEX": "1"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # When it runs on an empty workspace (a miss)
+    assert "pip installed 8 pinned wheels" in run("cold.out")
+
+    # Then .venv has the locked packages, and the step said how long it took and its tree
+    imported = subprocess.run(
+        [str(workspace / ".venv/bin/python"), "-c", "import rich, six; print(rich.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert imported.startswith(str(workspace / ".venv"))
+    cold = _outputs(tmp_path / "cold.out")
+    assert float(cold["step_seconds"]) > 0 and len(cold["digest"]) == 64
+    # And when it runs again with .venv in place (a hit), it installs nothing: the same tree
+    assert "nothing to install" in run("warm.out")
+    assert _outputs(tmp_path / "warm.out")["digest"] == cold["digest"]
 
 
 def test_notarize_fails_for_good_until_the_ticket_exists(tmp_path: Path):

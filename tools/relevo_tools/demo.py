@@ -1,9 +1,10 @@
 """`make demo`: the whole product on the embedded local stack, in a few minutes.
 
 `relevo local up` with three regions (eu-west, us-east with two real relevo-agent processes
-each, ap-south with three) and the six projects of examples/demo/. Once every agent is online,
-six scenarios run side by side, each on its own project so none waits for another's lock
-(relevo_tools.demo_release, relevo_tools.demo_scenarios; what they share: demo_harness):
+each, ap-south with three) and the seven projects of examples/demo/. Once every agent is online,
+seven scenarios run side by side (caches after shards), each on its own project so none waits for
+another's lock (relevo_tools.demo_release, relevo_tools.demo_scenarios, relevo_tools.demo_tests,
+relevo_tools.demo_caches; what they share: demo_harness):
 
   release   a signed GitHub push, the same delivery again (a duplicate), five stages with an
             approval gate before deploy, approved through `relevo job approve`; its upload and
@@ -19,6 +20,8 @@ six scenarios run side by side, each on its own project so none waits for anothe
   tests     a real project's tests (more-itertools' test_more.py) in 4 shards over the us-east
             Macs, twice: split by count, then by the times the first job measured; every test
             accounted once through the API, and the job's Tests tab named
+  caches    after shards, on the ap-south Macs: a pip install into .venv with a cache keyed on the
+            lock file, twice: a miss and a save on one Mac, then a hit on another (its labels)
 
 It ends with a summary (jobs, outcomes, retries, handoff latency, DLQ entries, one row per
 scenario) and exits 0 only if every scenario held. Everything it started is stopped, pass or fail.
@@ -50,6 +53,8 @@ from relevo_local.apple.provision import LocalApple, start_local_apple
 from relevo_local.peer_suite import suite
 from relevo_local.processes import agent_process, local_stack, write_agent_config
 from relevo_local.recorder import Recorder
+from relevo_tools.demo_caches import SCENARIO as CACHES_SCENARIO
+from relevo_tools.demo_caches import scenario_dep_cache, wheels
 from relevo_tools.demo_harness import (
     AGENT_SETTINGS,
     CAPACITY,
@@ -171,12 +176,13 @@ def summary(demo: Demo, outcomes: list[ScenarioResult]) -> bool:
 def agent_environment(shared: Path) -> dict[str, str]:
     """What the demo's stage commands read: its shared directory, and the tree-digest tool with
     the Python to run it (so that each side of the handoff computes its own digest); the peer
-    project whose tests peer-tests shards."""
+    project whose tests peer-tests shards; the wheels dep-cache's step installs."""
     return {
         "RELEVO_DEMO_DIR": str(shared),
         "RELEVO_DEMO_PYTHON": sys.executable,
         "RELEVO_DEMO_TOOLS": str(PROJECTS / "tools"),
         "RELEVO_DEMO_PEER_SUITE": str(suite()),
+        "RELEVO_DEMO_WHEELS": str(wheels()),
     }
 
 
@@ -337,7 +343,14 @@ def main() -> int:
                 ("transient failure retried on another agent", lambda: scenario_retry(demo)),
                 ("non-retryable failure → DLQ → redriven", lambda: scenario_dlq(demo)),
                 ("agent SIGKILLed mid-upload, upload reconciled", lambda: scenario_kill(demo)),
-                ("build handed to 3 test shards on 3 Macs", lambda: scenario_shards(demo)),
+                # The cache's two jobs use two ap-south Macs: after the shards, which want all three.
+                (
+                    "build handed to 3 test shards on 3 Macs",
+                    lambda: [
+                        *guarded("build handed to 3 test shards on 3 Macs", lambda: scenario_shards(demo)),
+                        *guarded(CACHES_SCENARIO, lambda: scenario_dep_cache(demo)),
+                    ],
+                ),
                 (TESTS_SCENARIO, lambda: scenario_peer_tests(demo)),
             ]
             if outcomes[0].ok:
@@ -351,7 +364,7 @@ def main() -> int:
             else:
                 outcomes += [
                     ScenarioResult(name, False, ["not run: the fleet never came online"])
-                    for name, _ in scenarios
+                    for name in [*(name for name, _ in scenarios), CACHES_SCENARIO]
                 ]
             console.print()
             passed = summary(demo, outcomes)

@@ -37,7 +37,14 @@ FLEET = {
 }
 CAPACITY = {"eu-west": 1, "us-east": 2, "ap-south": 1}
 # release-app's build and sign stages `require` these: the bundle travels from one Mac to the other.
-LABELS = {"mac-eu-1": {"bay": "build"}, "mac-eu-2": {"bay": "sign"}}
+# dep-cache's two stages `require` these: the job that restores the cache runs on another Mac than
+# the job that saved it, whichever Mac placement would prefer.
+LABELS = {
+    "mac-eu-1": {"bay": "build"},
+    "mac-eu-2": {"bay": "sign"},
+    "mac-ap-1": {"deps": "a"},
+    "mac-ap-2": {"deps": "b"},
+}
 # Short presence and hand-back intervals and a short long-poll keep the demo quick; nothing else
 # is special-cased (see tests/e2e/test_agents_share_and_retry.py).
 AGENT_SETTINGS: dict[str, int | float] = {
@@ -59,6 +66,7 @@ TAG_STYLE = {
     "dlq": "yellow",
     "kill": "red",
     "shards": "blue",
+    "caches": "bright_green",
 }
 _started = [time.monotonic()]
 
