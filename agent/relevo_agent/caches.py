@@ -93,6 +93,9 @@ class CacheContext:
     emit: Callable[[str], None]
     cancel: threading.Event
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    # This Mac, named on each entry it saves or restores (the claim route prefers it for the
+    # cache's next stage: relevo_core.fleet.warm_macs).
+    agent_id: str | None = None
 
     @property
     def scope(self) -> str:
@@ -190,7 +193,7 @@ def restore_cache(spec: CacheSpec, context: CacheContext) -> CacheRun:
     )
     try:
         cache_entries.count_hit(
-            context.ref.table, context.scope, record.cache_key, context.clock().isoformat()
+            context.ref.table, context.scope, record.cache_key, context.clock().isoformat(), context.agent_id
         )
     except (ClientError, BotoCoreError) as exc:
         log.warning("cache %s: its hit was not counted (%s)", spec.name, exc)
@@ -420,7 +423,7 @@ def save_cache(run: CacheRun, context: CacheContext) -> None:
             stage=context.stage,
             last_used_at=context.clock().isoformat(),
         )
-        written = cache_entries.put_entry(context.ref.table, context.scope, record)
+        written = cache_entries.put_entry(context.ref.table, context.scope, record, context.agent_id)
     except Stopped:
         raise
     except (HandoffFailure, ClientError, BotoCoreError, OSError) as exc:
