@@ -128,7 +128,7 @@ def count_hit(table: str, scope: str, cache_key: str, now: str, holder: str | No
             "SET last_used_at = :now, holders.#holder = :now ADD hits :one",
             values,
             names,
-            " AND (attribute_exists(holders.#holder) OR size(holders) < :max)",
+            " AND (attribute_not_exists(holders) OR attribute_exists(holders.#holder) OR size(holders) < :max)",
         )
         return
     except _Full:
@@ -139,36 +139,40 @@ def count_hit(table: str, scope: str, cache_key: str, now: str, holder: str | No
         # without holders. Nothing was written: the map is set whole.
         if error_code(exc) != "ValidationException":
             raise
-        _update(
-            table,
-            entry,
-            "SET last_used_at = :now, holders = :holders ADD hits :one",
-            {":now": now, ":one": 1, ":holders": {holder: now}},
-        )
+        _set_holders(table, entry, now, {holder: now})
         return
-    # Full: the oldest names make room (read, then removed in the same write as the hit).
+    # Full (or gone): the oldest names make room, removed in the same write as the hit.
     item = (
         client("dynamodb")
-        .get_item(TableName=table, Key=entry, ConsistentRead=True, ProjectionExpression="holders")
+        .get_item(TableName=table, Key=entry, ConsistentRead=True, ProjectionExpression="pk, holders")
         .get("Item")
     )
-    holders = from_attributes(item).get("holders") if item else None
-    if not isinstance(holders, dict):
+    if not item:
         return  # gone meanwhile
+    holders = from_attributes(item).get("holders")
+    if not isinstance(holders, dict):
+        _set_holders(table, entry, now, {holder: now})
+        return
     newest_first = sorted(holders, key=lambda name: (str(holders[name]), name), reverse=True)
     dropped = {f"#old{index}": name for index, name in enumerate(newest_first[MAX_HOLDERS - 1 :])}
     dropped = {alias: name for alias, name in dropped.items() if name != holder}
     remove = " REMOVE " + ", ".join(f"holders.{alias}" for alias in dropped) if dropped else ""
-    try:
-        _update(
-            table,
-            entry,
-            "SET last_used_at = :now, holders.#holder = :now" + remove + " ADD hits :one",
-            {":now": now, ":one": 1},
-            {**names, **dropped},
-        )
-    except _Full:
-        pass
+    _update(
+        table,
+        entry,
+        "SET last_used_at = :now, holders.#holder = :now" + remove + " ADD hits :one",
+        {":now": now, ":one": 1},
+        {**names, **dropped},
+    )
+
+
+def _set_holders(table: str, entry: dict[str, Any], now: str, holders: dict[str, str]) -> None:
+    _update(
+        table,
+        entry,
+        "SET last_used_at = :now, holders = :holders ADD hits :one",
+        {":now": now, ":one": 1, ":holders": holders},
+    )
 
 
 class _Full(Exception):
