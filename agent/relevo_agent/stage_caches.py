@@ -64,6 +64,7 @@ def restore_stage_caches(
         emit=emit,
         cancel=run.cancel,
         agent_id=config.agent_id,
+        owner=build_user,
     )
     prepared.cache_context = context
     prepared.caches = restore_caches(plan.caches, context)

@@ -383,3 +383,36 @@ def test_an_entry_names_the_macs_that_saved_and_restored_it_the_most_recent_ones
     assert cache_entries.get_entry(table, scope, "deps/gone") is None
     assert recent_holders(table, scope, ["spm"]) == {}
 
+
+def test_with_a_build_user_a_restore_puts_its_home_paths_in_that_users_home_owned_by_it(
+    local_stack, build_user, shared_dir
+):
+    """Issue 46: with `run_as`, paths under `~/` are the build user's home's, and what a restore
+    puts there (and in the workspace) is that user's, or its command could not write its cache."""
+    import dataclasses
+
+    # Given Mac A saved the cache (its home holds ~/Library/Caches/tool)
+    project = _project()
+    a = Mac(local_stack, shared_dir / "mac-a", project)
+    _build(a)
+    (a.home / "Library" / "Caches" / "tool" / "current").symlink_to("index.db")
+    saved = a.stage()
+    assert saved.save == "saved"
+    # and Mac B runs its stages as a build user, whose home and workspace are its own, no
+    # ~/Library there yet
+    b = Mac(local_stack, shared_dir / "mac-b", project)
+    (b.workspace / "Package.resolved").write_text("pins: a 1.0\n")
+    for path in (b.home, b.workspace, b.workspace / "Package.resolved"):
+        os.chown(path, build_user.uid, build_user.gid)
+
+    # When Mac B's agent (root) restores it for a stage run as that user
+    context = dataclasses.replace(b.context(), owner=build_user)
+    runs = restore_caches((DEPS,), context)
+
+    # Then the tree is as A left it, and every path it made, the directories above the declared
+    # one included, is the build user's
+    assert runs[0].outcome.restore == "hit" and _listing(b) == _listing(a)
+    made = [b.home / "Library", *(b.home / "Library").rglob("*"), *(b.workspace / "build").rglob("*")]
+    not_its = [str(path) for path in made + [b.workspace / "build"] if path.lstat().st_uid != build_user.uid]
+    assert len(made) > 5 and not_its == []
+    assert not (b.home / ".relevo-cache-staging").exists()
