@@ -102,9 +102,10 @@ def _offer_to_warm_macs(table: str, context: JobContext, index: int, agent_id: s
     before = context.stage_before(index)
     # Only where files wait: the stage before handed some on, or restored some (the next stage
     # restores the same). With none, any Mac is as good for them.
+    ran_on = before.get("agent_id") if before else None
     previous_agent = (
-        str(before.get("agent_id"))
-        if before and before.get("status") in SUCCEEDED_STAGE and holds_files(before)
+        str(ran_on)
+        if ran_on and before and before.get("status") in SUCCEEDED_STAGE and holds_files(before)
         else None
     )
     if previous_agent == agent_id:

@@ -119,6 +119,7 @@ def count_hit(table: str, scope: str, cache_key: str, now: str, holder: str | No
         return
     names = {"#holder": holder}
     values = {":now": now, ":one": 1, ":max": MAX_HOLDERS}
+    room = "attribute_not_exists(holders) OR attribute_exists(holders.#holder) OR size(holders) < :max"
     try:
         # A name already there, or room for one more: one write. size() of a map counts its
         # elements ("Condition and filter expressions", DynamoDB Developer Guide).
@@ -128,7 +129,7 @@ def count_hit(table: str, scope: str, cache_key: str, now: str, holder: str | No
             "SET last_used_at = :now, holders.#holder = :now ADD hits :one",
             values,
             names,
-            " AND (attribute_not_exists(holders) OR attribute_exists(holders.#holder) OR size(holders) < :max)",
+            f" AND ({room})",
         )
         return
     except _Full:
