@@ -39,6 +39,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
+from relevo_agent.build_user import BuildUser
 from relevo_agent.handoff import HandoffFailure, Stopped
 from relevo_agent.handoff.cache import HandoffCache
 from relevo_agent.handoff.manifests import check_entries, merge
@@ -93,6 +94,12 @@ class CacheContext:
     emit: Callable[[str], None]
     cancel: threading.Event
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    # This Mac, named on each entry it saves or restores (the claim route prefers it for the
+    # cache's next stage: relevo_core.fleet.warm_macs).
+    agent_id: str | None = None
+    # With `run_as`, the build user: the home is its home, and what a restore puts in the home or
+    # the workspace is its own (the command writes there).
+    owner: BuildUser | None = None
 
     @property
     def scope(self) -> str:
@@ -190,7 +197,7 @@ def restore_cache(spec: CacheSpec, context: CacheContext) -> CacheRun:
     )
     try:
         cache_entries.count_hit(
-            context.ref.table, context.scope, record.cache_key, context.clock().isoformat()
+            context.ref.table, context.scope, record.cache_key, context.clock().isoformat(), context.agent_id
         )
     except (ClientError, BotoCoreError) as exc:
         log.warning("cache %s: its hit was not counted (%s)", spec.name, exc)
@@ -284,6 +291,10 @@ def _restore_entry(
             staging = context.root(root) / STAGING_DIR / uuid.uuid4().hex
             staging.mkdir(parents=True)
             staged.append((context.root(root), staging, manifest))
+            if context.owner is not None:
+                # Each file placed in it is then the build user's as it is written (handoff.place
+                # gives a file its directory's owner before its mode and before any link to it).
+                _give(context.owner, staging)
             result = RestoreResult()
             place_tree(
                 merge([(manifest, context.bucket, context.prefix)]),
@@ -308,10 +319,18 @@ def _restore_entry(
                 above = real_parents(root_path, top)
                 if above is not None:
                     raise CacheMiss(f"{top} lies under {above}, which is not a directory (a symlink)")
+        if context.owner is not None:
+            for _, staging, _ in staged:
+                context.owner.hand_over(staging)  # its directories and links too
         for root_path, staging, manifest in staged:
             for top in tops(manifest):
                 destination = root_path / top
+                made = [parent for parent in destination.relative_to(root_path).parents if parent.name]
+                made = [root_path / parent for parent in reversed(made) if not (root_path / parent).exists()]
                 destination.parent.mkdir(parents=True, exist_ok=True)
+                if context.owner is not None:
+                    for directory in made:  # `~/Library/Caches` made for `~/Library/Caches/tool`
+                        _give(context.owner, directory)
                 if os.path.lexists(destination):
                     remove_path(destination)
                 os.replace(staging / top, destination)
@@ -324,6 +343,15 @@ def _restore_entry(
                 (root_path / STAGING_DIR).rmdir()
             except OSError:
                 pass
+
+
+def _give(owner: BuildUser, directory: Path) -> None:
+    """A directory the agent just made, the build user's (opened without following a link)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        owner.own(fd)
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------- save
@@ -420,7 +448,7 @@ def save_cache(run: CacheRun, context: CacheContext) -> None:
             stage=context.stage,
             last_used_at=context.clock().isoformat(),
         )
-        written = cache_entries.put_entry(context.ref.table, context.scope, record)
+        written = cache_entries.put_entry(context.ref.table, context.scope, record, context.agent_id)
     except Stopped:
         raise
     except (HandoffFailure, ClientError, BotoCoreError, OSError) as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 
 # (previous stage's agent, the stage's requires, message, what) -> whether the message was left
 # to that agent (relevo_agent.placement).
-PreferPrevious = Callable[[str, dict[str, str], Message, str], bool]
+# (the Macs better placed for the stage, best first; its requires; its message; what, for the log)
+PreferPrevious = Callable[[Sequence[str], dict[str, str], Message, str], bool]
 
 
 def new_claim_secret() -> str:
@@ -251,11 +252,12 @@ class Claims(DispatchAnswer):
                     refused.code == ErrorCode.PREVIOUS_AGENT_PREFERRED.value
                     and self.prefer_previous is not None
                 ):
-                    previous_agent = str(refused.details.get("agent_id"))
-                    if self.prefer_previous(
-                        previous_agent, task.requires, message, f"{task.job_id}/{task.stage}"
-                    ):
-                        raise _LeftToPrevious(previous_agent) from refused
+                    # Best first: the previous stage's Mac, then its caches' holders (a route
+                    # from before caches names one, as agent_id).
+                    named = refused.details.get("agents") or [refused.details.get("agent_id")]
+                    preferred = [str(name) for name in named if name]
+                    if self.prefer_previous(preferred, task.requires, message, f"{task.job_id}/{task.stage}"):
+                        raise _LeftToPrevious(preferred[0]) from refused
                     request = request.model_copy(update={"leave_to_previous": False})
                     continue
                 if refused.code in (

@@ -41,7 +41,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -139,7 +139,7 @@ def spread_to(
 
 
 def previous_mac(
-    previous_agent: str,
+    preferred: str | Sequence[str],
     requires: dict[str, str],
     region_agents: Iterable[AgentPresence],
     now: datetime,
@@ -147,22 +147,25 @@ def previous_mac(
     receive_count: int,
     limit_sec: float,
 ) -> AgentPresence | None:
-    """The agent that ran a job's previous stage, when this next stage should be left to it: it is
-    online with a free slot, takes stages (not paused, not low on disk), meets the stage's
-    `requires`, and the stage has waited less than `limit_sec` and been received fewer than
-    HANDOFF_MAX_RECEIVES times. None: take the stage here."""
+    """The first of the `preferred` agents (the one that ran a job's previous stage, then those
+    holding its caches: best first) a next stage should be left to: it is online with a free slot,
+    takes stages (not paused, not low on disk), meets the stage's `requires`, and the stage has
+    waited less than `limit_sec` and been received fewer than HANDOFF_MAX_RECEIVES times. None:
+    take the stage here."""
     if limit_sec <= 0 or waited_enough(waited_sec, receive_count, limit_sec):
         return None
-    preferred = next((agent for agent in region_agents if agent.agent_id == previous_agent), None)
-    if (
-        preferred is None
-        or not preferred.is_online(now)
-        or preferred.free <= 0
-        or preferred.not_claiming is not None
-        or unmet(dict(requires), preferred.capabilities)
-    ):
-        return None
-    return preferred
+    by_id = {agent.agent_id: agent for agent in region_agents}
+    for name in [preferred] if isinstance(preferred, str) else preferred:
+        agent = by_id.get(name)
+        if (
+            agent is not None
+            and agent.is_online(now)
+            and agent.free > 0
+            and agent.not_claiming is None
+            and not unmet(dict(requires), agent.capabilities)
+        ):
+            return agent
+    return None
 
 
 def free_for(
@@ -390,29 +393,28 @@ class Placement:
         return max_wait_sec
 
     def leave_to_previous(
-        self, previous_agent: str, requires: dict[str, str], message: Message, what: str
+        self, preferred: str | Sequence[str], requires: dict[str, str], message: Message, what: str
     ) -> bool:
-        """True when `what`, a job's next stage, was left to `previous_agent`, the Mac that ran its
-        previous stage (the claim route names it only when files wait there: nothing to download).
-        Only while that agent waits for work (online with a free slot, taking stages, meeting the
-        stage's `requires`: a busy or absent Mac is not waited for) and the message was first sent
-        less than `prefer_previous_sec` ago; then any agent takes it. The message is sent again at
-        once and this agent starts no receive for PASSED_ON_QUIET_SEC: no slot is held."""
+        """True when `what`, a job's next stage, was left to one of the `preferred` agents (best
+        first: the Mac that ran its previous stage, then Macs holding its caches; the claim route
+        names them only when files or cache entries wait there). Only while that agent waits for
+        work (online with a free slot, taking stages, meeting the stage's `requires`: a busy or
+        absent Mac is not waited for) and the message was first sent less than
+        `prefer_previous_sec` ago; then any agent takes it. The message is sent again at once and
+        this agent starts no receive for PASSED_ON_QUIET_SEC: no slot is held."""
         limit = self.config.prefer_previous_sec
         now = self._clock()
         waited_sec = (now - (message.sent_at or now)).total_seconds()
         if limit <= 0 or waited_enough(waited_sec, message.receive_count, limit):
             return False  # the common case after the bound costs no read
         region_agents = self._online(now)
-        if region_agents is None or (
-            previous_mac(
-                previous_agent, requires, region_agents, now, waited_sec, message.receive_count, limit
-            )
-            is None
-        ):
+        chosen = region_agents and previous_mac(
+            preferred, requires, region_agents, now, waited_sec, message.receive_count, limit
+        )
+        if not chosen:
             return False
         # Visible again at once, as a fresh copy: a send wakes the long polls waiting on the queue,
-        # the previous Mac's among them, and however many agents pass it on meanwhile, its receive
+        # the chosen Mac's among them, and however many agents pass it on meanwhile, its receive
         # count never nears the redrive DLQ's (Message.resend). This agent stays off the queue a
         # moment, so it is that Mac's poll (or another's that was not offered it yet) that takes it.
         self.quiet_for(PASSED_ON_QUIET_SEC)
@@ -420,11 +422,7 @@ class Placement:
             message.resend(0)
         except (BotoCoreError, ClientError):
             message.give_back()
-        log.info(
-            "left %s to %s, which ran the job's previous stage and waits for work (its files are there)",
-            what,
-            previous_agent,
-        )
+        log.info("left %s to %s, which waits for work and holds its files or caches", what, chosen.agent_id)
         return True
 
     def leave_to_matching(self, requires: dict[str, str], message: Message, what: str) -> bool:

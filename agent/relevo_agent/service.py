@@ -103,7 +103,9 @@ class Agent:
             self.outbox,
             self.stop,
             self.sessions,
-            prefer_previous=self.placement.leave_to_previous,
+            # An agent that never waits for a better Mac asks the claim route for none (a refusal
+            # would cost a round trip, and for a cache's stage a read of its holders).
+            prefer_previous=self.placement.leave_to_previous if config.prefer_previous_sec > 0 else None,
         )
 
     # ------------------------------------------------------------------ the stack

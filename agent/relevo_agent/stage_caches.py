@@ -63,6 +63,8 @@ def restore_stage_caches(
         content_cache=handoff_cache(config),
         emit=emit,
         cancel=run.cancel,
+        agent_id=config.agent_id,
+        owner=build_user,
     )
     prepared.cache_context = context
     prepared.caches = restore_caches(plan.caches, context)

@@ -548,3 +548,37 @@ def test_a_job_session_stores_its_own_job_s_listing_and_no_other_job_s(rendered)
         _decide(job, Request("s3:PutObject", f"{bucket}/{listing}"), _tags(job=X, project=Q))
         is PolicyDecision.NO_MATCH
     )
+
+
+def test_the_claim_function_reads_which_macs_hold_cache_entries_and_nothing_else_of_them(rendered):
+    """Placement by cache (relevo_core.fleet.warm_macs): the claim function reads the `holders` of
+    a project's cache entries, by a Query projecting them only; a job's restore names its Mac there
+    beside its hit, and writes nothing else of an entry."""
+    _, renderer, documents = rendered
+    claims, job = [documents["AgentSessionsPolicy"]], [documents["JobPolicy"]]
+    table = renderer.get_att("Table", "Arn")
+
+    def query(*attributes: str, select: str | None = "SPECIFIC_ATTRIBUTES") -> Request:
+        request = _dynamodb(table, "Query", f"CACHE#{P}/eu-west", *attributes)
+        return Request(
+            request.action, request.resource, context={**request.context, "dynamodb:Select": select}
+        )
+
+    # Given the claim function's policy, Then it queries a cache partition's holders only
+    assert _decide(claims, query("holders")) is PolicyDecision.ALLOW
+    refused = {
+        "what an entry holds": query("holders", "manifest_sha256"),
+        "every attribute": query(select="ALL_ATTRIBUTES"),
+        "a Query with no projection": _dynamodb(table, "Query", f"CACHE#{P}/eu-west"),
+        "an entry's record read whole": _dynamodb(table, "GetItem", f"CACHE#{P}/eu-west"),
+        "an entry written": _dynamodb(table, "UpdateItem", f"CACHE#{P}/eu-west", "holders"),
+        "an entry deleted": _dynamodb(table, "DeleteItem", f"CACHE#{P}/eu-west"),
+    }
+    for what, request in refused.items():
+        assert _decide(claims, request) is PolicyDecision.NO_MATCH, what
+    # and a job's session, a pull request's too, names its Mac beside its hit, nothing more
+    for tags in (_tags(cache_write=f"{P}/eu-west"), _tags()):
+        hit = _dynamodb(table, "UpdateItem", f"CACHE#{P}/eu-west", "last_used_at", "hits", "holders")
+        assert _decide(job, hit, tags) is PolicyDecision.ALLOW
+        forged = _dynamodb(table, "UpdateItem", f"CACHE#{P}/eu-west", "holders", "size")
+        assert _decide(job, forged, tags) is PolicyDecision.NO_MATCH

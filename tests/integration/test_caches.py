@@ -348,3 +348,71 @@ def test_after_a_failed_command_a_cache_is_saved_only_when_it_says_always(local_
 
     # Then it was saved only with `always`
     assert outcome.save == saved
+
+
+def test_an_entry_names_the_macs_that_saved_and_restored_it_the_most_recent_ones_only(local_stack):
+    """Placement by cache (relevo_core.fleet.warm_macs) reads these names (store.cache_holders)."""
+    from relevo_core.store.cache_holders import recent_holders
+
+    table, scope = local_stack.table_name, f"{_project()}/eu-west"
+
+    def at(minute: int) -> str:
+        return f"2026-12-01T10:{minute:02d}:00+00:00"
+
+    def entry(key: str) -> cache_entries.CacheEntryRecord:
+        return cache_entries.CacheEntryRecord(key, "0" * 64, 1, 1, at(0), "job_x", "build", at(0))
+
+    # Given an entry saved by mac-0, and one recorded without its saver's name
+    assert cache_entries.put_entry(table, scope, entry("deps/a"), "mac-0")
+    assert cache_entries.put_entry(table, scope, entry("deps/b"))
+    # When 11 more Macs restore the first one after the other, and one Mac restores the second
+    for n in range(1, 12):
+        cache_entries.count_hit(table, scope, "deps/a", at(n), f"mac-{n}")
+    cache_entries.count_hit(table, scope, "deps/b", at(30), "mac-x")
+    # and a restore counts a hit on an entry evicted meanwhile
+    cache_entries.count_hit(table, scope, "deps/gone", at(31), "mac-y")
+
+    # Then each entry names the most recent MAX_HOLDERS Macs that saved or restored it, with when,
+    # and every hit is counted once
+    holders = recent_holders(table, scope, ["deps"])
+    newest = {f"mac-{n}": at(n) for n in range(12 - cache_entries.MAX_HOLDERS, 12)}
+    assert holders == {**newest, "mac-x": at(30)}
+    assert cache_entries.get_entry(table, scope, "deps/a").hits == 11
+    assert cache_entries.get_entry(table, scope, "deps/b").hits == 1
+    # and the evicted entry stays gone; another cache's name reads none of them
+    assert cache_entries.get_entry(table, scope, "deps/gone") is None
+    assert recent_holders(table, scope, ["spm"]) == {}
+
+
+def test_with_a_build_user_a_restore_puts_its_home_paths_in_that_users_home_owned_by_it(
+    local_stack, build_user, shared_dir
+):
+    """Issue 46: with `run_as`, paths under `~/` are the build user's home's, and what a restore
+    puts there (and in the workspace) is that user's, or its command could not write its cache."""
+    import dataclasses
+
+    # Given Mac A saved the cache (its home holds ~/Library/Caches/tool)
+    project = _project()
+    a = Mac(local_stack, shared_dir / "mac-a", project)
+    _build(a)
+    (a.home / "Library" / "Caches" / "tool" / "current").symlink_to("index.db")
+    saved = a.stage()
+    assert saved.save == "saved"
+    # and Mac B runs its stages as a build user, whose home and workspace are its own, no
+    # ~/Library there yet
+    b = Mac(local_stack, shared_dir / "mac-b", project)
+    (b.workspace / "Package.resolved").write_text("pins: a 1.0\n")
+    for path in (b.home, b.workspace, b.workspace / "Package.resolved"):
+        os.chown(path, build_user.uid, build_user.gid)
+
+    # When Mac B's agent (root) restores it for a stage run as that user
+    context = dataclasses.replace(b.context(), owner=build_user)
+    runs = restore_caches((DEPS,), context)
+
+    # Then the tree is as A left it, and every path it made, the directories above the declared
+    # one included, is the build user's
+    assert runs[0].outcome.restore == "hit" and _listing(b) == _listing(a)
+    made = [b.home / "Library", *(b.home / "Library").rglob("*"), *(b.workspace / "build").rglob("*")]
+    not_its = [str(path) for path in made + [b.workspace / "build"] if path.lstat().st_uid != build_user.uid]
+    assert len(made) > 5 and not_its == []
+    assert not (b.home / ".relevo-cache-staging").exists()

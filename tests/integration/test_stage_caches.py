@@ -118,3 +118,80 @@ def test_a_cache_saved_on_one_mac_is_restored_before_the_command_on_another(
     mac_c = _mac(tmp_path, local_stack, "mac-c", project_id, "pins 1\n", xcode_build="16C5031c")
     other = _run(local_stack, api, project_id, mac_c)
     assert other["restore"] == "miss" and other["key"] != first["key"]
+
+
+def test_the_next_job_goes_to_the_mac_that_saved_the_cache_though_another_received_it_first(
+    local_stack, project_id, tmp_path
+):
+    """Issue 46, point 3: placement prefers a Mac holding the stage's cache (docs/caches.md,
+    Placement), as it prefers the Mac where a previous stage's files wait, within the same bound."""
+    from datetime import UTC, datetime
+
+    from relevo_agent.config import AgentConfig
+    from relevo_core.store import agents
+    from relevo_core.store.agents import AgentPresence
+
+    # Given a project whose build stage keeps its dependencies in a cache, saved by a job on Mac A
+    api = RelevoApi.for_stack(local_stack)
+    api.put_project(
+        project_id,
+        {
+            "repo": f"acme/{project_id}",
+            "region_affinity": "eu-west",
+            "lease_ttl_sec": 10,
+            "queue_timeout_sec": 60,
+            "caches": CACHES,
+            "stages": [{"name": "build", "run": BUILD, "cache": ["deps"]}],
+        },
+    )
+    mac_a = _mac(tmp_path, local_stack, "mac-a", project_id, "pins 1\n")
+    first = _run(local_stack, api, project_id, mac_a)
+    assert (first["restore"], first["save"]) == ("miss", "saved")
+    # and Mac A waits for work (its presence record: online, a free slot), while Mac B is an agent
+    # that waits up to 10 s for a better placed Mac
+    agents.put_presence(
+        local_stack.table_name,
+        AgentPresence(
+            agent_id="mac-a",
+            region="eu-west",
+            capacity=1,
+            running=0,
+            version="0.1.0",
+            last_seen=datetime.now(UTC),
+            interval_sec=30,
+        ),
+    )
+    waiting = AgentConfig(
+        **{
+            **_mac(tmp_path, local_stack, "mac-b", project_id, "pins 1\n").config.model_dump(),
+            "prefer_previous_sec": 10,
+        }
+    )
+    mac_b = Agent(
+        waiting, local_stack.table_name, local_stack.work_queues["eu-west"], api_url=local_stack.api_url
+    )
+    mac_b.stages.command.capabilities = mac_a.stages.command.capabilities
+
+    # When Mac B receives the next job's stage first
+    job_id = api.run_project(project_id, {"ref": "main", "commit": secrets.token_hex(20)})["job_id"]
+    task, receipt = receive_stage(local_stack, job_id, timeout=30)
+    handle_received(
+        mac_b,
+        Message(mac_b.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}),
+    )
+
+    # Then it passed it on without claiming it, and Mac A, receiving it next, runs it
+    items = [from_attributes(i) for i in job_items(local_stack, job_id)]
+    assert not [item for item in items if item["sk"].startswith("STAGE#") and item.get("agent_id")]
+    task, receipt = receive_stage(local_stack, job_id, timeout=30)
+    handle_received(
+        mac_a,
+        Message(mac_a.queue_url, {"Body": json.dumps(task), "ReceiptHandle": receipt, "MessageId": "m"}),
+    )
+    assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
+    items = [from_attributes(i) for i in job_items(local_stack, job_id)]
+    stage = next(item for item in items if item["sk"].startswith("STAGE#"))
+    # restoring the entry it saved from its own content cache: 0 bytes downloaded
+    assert stage["agent_id"] == "mac-a"
+    cache = stage["caches"][0]
+    assert (cache["restore"], cache["restored_key"], cache["downloaded_bytes"]) == ("hit", first["key"], 0)

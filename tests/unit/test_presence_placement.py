@@ -440,6 +440,76 @@ def test_a_next_stage_is_passed_on_only_within_prefer_previous_sec(monkeypatch):
     assert looks == []  # past the bound, nothing is even read
 
 
+def test_a_caches_stage_is_offered_to_the_macs_holding_its_entries_after_the_previous_stages_mac():
+    """Issue 46, point 3 (relevo_core.fleet.warm_macs): the claim route names the Macs better placed
+    than the one claiming, best first: where the previous stage's files wait, then the Macs that
+    most recently saved or restored an entry of the stage's caches."""
+    from relevo_core.fleet.warm_macs import MAX_CACHE_MACS, ranked
+
+    holders = {"mac-c": "2026-11-29T11:00:00+00:00", "mac-d": "2026-11-29T11:30:00+00:00"}
+    # Given no files wait anywhere, Then the holders are offered, the most recent first
+    assert ranked(None, holders, "mac-a") == ["mac-d", "mac-c"]
+    # Given the previous stage's files wait on mac-b, Then they outrank every cache
+    assert ranked("mac-b", holders, "mac-a") == ["mac-b", "mac-d", "mac-c"]
+    assert ranked("mac-c", holders, "mac-a") == ["mac-c", "mac-d"]
+    # Given the claiming Mac holds the files, or holds the cache as recently as the rest, it takes it
+    assert ranked("mac-a", holders, "mac-a") == []
+    assert ranked(None, holders, "mac-d") == []
+    assert ranked(None, holders, "mac-c") == ["mac-d"]
+    assert ranked(None, {}, "mac-a") == []
+    # and only the most recent holders are named
+    many = {f"mac-{n}": f"2026-11-29T11:{n:02d}:00+00:00" for n in range(10)}
+    assert ranked(None, many, "mac-a") == [f"mac-{n}" for n in range(9, 9 - MAX_CACHE_MACS, -1)]
+
+
+def _warm(region_agents, waited_sec: float = 0, receive_count: int = 1, requires=None):
+    from relevo_agent.placement import previous_mac
+
+    chosen = previous_mac(
+        ["mac-b", "mac-c"], requires or {}, region_agents, NOW, waited_sec, receive_count, limit_sec=10
+    )
+    return chosen.agent_id if chosen else None
+
+
+def test_a_mac_holding_the_cache_is_waited_for_within_the_bound_only_when_the_better_ones_do_not_wait():
+    from relevo_core.models.capabilities import Capabilities
+
+    # Given the route named mac-b (the previous stage's files) then mac-c (the stage's cache)
+    # Then the previous stage's Mac wins while it waits for work
+    assert _warm([_agent("mac-b"), _agent("mac-c")]) == "mac-b"
+    # and the cache's Mac is waited for when mac-b is busy, absent, paused or unfit
+    for not_waiting in (
+        _agent("mac-b", running=1),
+        _agent("mac-b", age_sec=120),
+        _agent("mac-b", online=False),
+        _agent("mac-b").model_copy(update={"not_claiming": "agent_paused"}),
+    ):
+        assert _warm([not_waiting, _agent("mac-c")]) == "mac-c"
+    assert _warm([_agent("mac-c")], waited_sec=9.9) == "mac-c"
+    # but never past the bound, nor when it does not wait for work itself, nor against requires
+    assert _warm([_agent("mac-c")], waited_sec=10) is None
+    assert _warm([_agent("mac-c")], receive_count=HANDOFF_MAX_RECEIVES) is None
+    assert _warm([_agent("mac-b", running=1), _agent("mac-c", running=1)]) is None
+    assert _warm([_agent("mac-c", age_sec=120)]) is None
+    fit = _agent("mac-c").model_copy(
+        update={"capabilities": Capabilities(os="darwin", arch="arm64", xcode="16.2")}
+    )
+    assert _warm([fit], requires={"xcode": "16.*"}) == "mac-c"
+    assert _warm([fit], requires={"xcode": "15.*"}) is None
+
+
+def test_a_caches_stage_passed_on_to_a_holder_goes_to_the_first_named_mac_that_waits(monkeypatch):
+    # Given mac-b (named first) is busy and mac-c, which restored the stage's cache, waits for work
+    clock = _Time()
+    region = [_agent("mac-a"), _agent("mac-b", running=1), _agent("mac-c")]
+    placement, _ = _placement(clock, monkeypatch, lambda t: region)
+    message = _Message(clock)
+
+    # When mac-a receives the stage, Then it is sent again at once for mac-c, nothing waited for
+    assert placement.leave_to_previous(["mac-b", "mac-c"], {}, message, "job/build")
+    assert (message.resent, message.visibility, clock.waits) == ([0], [], [])
+
+
 def test_placement_is_a_module_apart_from_the_presence_record():
     """Issue 43: presence.py held the presence record and every placement decision (685 lines)."""
     from pathlib import Path

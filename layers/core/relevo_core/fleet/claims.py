@@ -29,9 +29,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from relevo_core.aws import error_code, in_this_context, ready_clients, side_by_side
 from relevo_core.config.agent_sessions import AgentSessionsSettings
 from relevo_core.execution import TaskGone, fail_task, heartbeat_task, succeed_task
-from relevo_core.fleet import build_numbers, job_credentials
+from relevo_core.fleet import build_numbers, job_credentials, warm_macs
 from relevo_core.fleet.stood_on import holds_files, lineage_of
-from relevo_core.jobs.handoff_sources import context_of
+from relevo_core.jobs.handoff_sources import JobContext, context_of
 from relevo_core.models.agent_session import (
     AcceptRequest,
     AttemptRequest,
@@ -95,6 +95,31 @@ def _fail_dispatch(token: str, error: RelevoError) -> None:
         )
 
 
+def _offer_to_warm_macs(table: str, context: JobContext, index: int, agent_id: str) -> None:
+    """PREVIOUS_AGENT_PREFERRED when Macs better placed than `agent_id` for the stage are known
+    (fleet/warm_macs: the previous stage's Mac where files wait, then its caches' holders), naming
+    them best first (`agents`; `agent_id` the first, as an agent from before caches reads it)."""
+    before = context.stage_before(index)
+    # Only where files wait: the stage before handed some on, or restored some (the next stage
+    # restores the same). With none, any Mac is as good for them.
+    ran_on = before.get("agent_id") if before else None
+    previous_agent = (
+        str(ran_on)
+        if ran_on and before and before.get("status") in SUCCEEDED_STAGE and holds_files(before)
+        else None
+    )
+    if previous_agent == agent_id:
+        return  # its files are here: nothing is read of the caches
+    better = warm_macs.ranked(previous_agent, warm_macs.cache_macs(table, context.envelope, index), agent_id)
+    if better:
+        why = (
+            f"the stage before ran on {previous_agent}"
+            if better[0] == previous_agent
+            else f"{better[0]} recently saved or restored the stage's caches"
+        )
+        raise RelevoError(ErrorCode.PREVIOUS_AGENT_PREFERRED, why, agent_id=better[0], agents=better)
+
+
 def claim_stage(
     settings: AgentSessionsSettings, region: str, request: ClaimRequest, now: datetime
 ) -> ClaimGranted:
@@ -131,20 +156,7 @@ def claim_stage(
             f"the stage message of {request.job_id} does not say what its job is (project, signing)",
         )
     if request.leave_to_previous and request.attempt == 1:
-        before = context.stage_before(index)
-        # Only where files wait: the stage before handed some on, or restored some (the next stage
-        # restores the same). With none, any Mac is as good, and the first to look takes it.
-        previous_agent = (
-            before.get("agent_id")
-            if before and before.get("status") in SUCCEEDED_STAGE and holds_files(before)
-            else None
-        )
-        if previous_agent and previous_agent != request.agent_id:
-            raise RelevoError(
-                ErrorCode.PREVIOUS_AGENT_PREFERRED,
-                f"the stage before ran on {previous_agent}",
-                agent_id=str(previous_agent),
-            )
+        _offer_to_warm_macs(table, context, index, request.agent_id)
     ref = stage_attempts.StageRef(
         table, request.job_id, index, request.attempt, request.agent_id, shard=request.shard
     )
