@@ -4,9 +4,12 @@ every time, and by count -- said -- when there is no history at all."""
 
 from __future__ import annotations
 
+import json
 import random
+import statistics
+from pathlib import Path
 
-from relevo_core.models.test_results import PlannedTest
+from relevo_core.models.test_results import PlannedTest, pytest_node_id
 from relevo_core.shard_plans.split import expected_durations, split_tests
 
 SHA = "0" * 64
@@ -134,3 +137,24 @@ def test_an_xcodebuild_listing_with_errors_is_refused():
 
     with pytest.raises(ListingInvalid, match="xcodebuild reported errors"):
         read_listing(b'{"errors": ["no such scheme"], "values": []}', "xcodebuild")
+
+
+def test_a_real_suite_s_measured_times_split_4_ways_within_1_15_of_the_mean():
+    # Given parso 0.8.7's 1988 tests in their listing order, each with the time it took in a run of
+    # the suite (its JUnit report; a few long tests -- the longest 6.6 s of 45 s -- and many short)
+    recorded = json.loads(
+        (Path(__file__).parent / "fixtures" / "peer_suites" / "parso-0.8.7-durations.json").read_text()
+    )
+    tests = [PlannedTest(id=pytest_node_id(listed), listed=listed) for listed, _ in recorded["tests"]]
+    measured = {pytest_node_id(listed): seconds for listed, seconds in recorded["tests"]}
+    assert len(tests) == len(measured) == 1988
+    # When the next job splits it four ways by that run
+    plan = split_tests("test", tests, 4, SHA, [measured])
+    # Then, by those times, its slowest shard is within 1.15x of the mean of the shards
+    assert plan.by == "time"
+    times = [sum(measured[test.id] for test in shard.tests) for shard in plan.shards]
+    assert max(times) / statistics.fmean(times) <= 1.15, times
+    # And slicing the listing by position -- a shard index's quarter -- would not be
+    size = -(-len(tests) // 4)
+    positional = [sum(measured[test.id] for test in tests[k * size : (k + 1) * size]) for k in range(4)]
+    assert max(positional) / statistics.fmean(positional) > 1.15, positional

@@ -19,13 +19,24 @@ from pathlib import Path
 from typing import Any
 
 SHARDS = 4
-# The split's target: the slowest shard within this of the best a split of whole tests can do.
+# The split's target: the slowest shard within this of the mean of the shards, or -- on a suite
+# one of whose tests is longer than that mean -- of the best a split of whole tests can do.
 BALANCE_TARGET = 1.15
 REPORT = "results/junit.xml"
-# pytest-randomly (where installed) would list the tests in another order on each shard: the
-# shards' listings would differ, and Relevo refuses a listing other than the plan's. `-c`: the
-# suite's own configuration, never one pytest would find in a directory above the workspace.
-PYTEST = f"{shlex.quote(sys.executable)} -m pytest -c pyproject.toml -p no:cacheprovider -p no:randomly"
+
+
+def pytest_command(config: str = "pyproject.toml", deselect: tuple[str, ...] = ()) -> str:
+    """pytest with the suite's configuration file `config`, less the node ids that start with a
+    `deselect` prefix. pytest-randomly (where installed) would list the tests in another order on
+    each shard: the shards' listings would differ, and Relevo refuses a listing other than the
+    plan's. `-c`: the suite's own configuration, never one pytest would find in a directory above
+    the workspace."""
+    left_out = "".join(f" --deselect {shlex.quote(prefix)}" for prefix in deselect)
+    python = shlex.quote(sys.executable)
+    return f"{python} -m pytest -c {shlex.quote(config)} -p no:cacheprovider -p no:randomly{left_out}"
+
+
+PYTEST = pytest_command()
 
 
 def shard_stage(
@@ -37,12 +48,17 @@ def shard_stage(
     drop_first_in_shard: int | None = None,
     dropped_to: Path | None = None,
     cut_report_in_shard: int | None = None,
+    config: str = "pyproject.toml",
+    deselect: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """The project stage: `shards` shards of the suite's tests (of `paths` only, when given).
+    """The project stage: `shards` shards of the suite's tests (of `paths` only, when given, less
+    the node ids starting with a `deselect` prefix), run with the suite's pytest configuration
+    file `config`.
     `drop_first_in_shard`: that shard runs its list less its first test (written to
     `dropped_to`), as a runner that skips a test it was given would; `cut_report_in_shard`: that
     shard's report is cut halfway, as a runner killed while writing it would leave it."""
     copy = f"cp -R {shlex.quote(str(suite))}/. ."
+    pytest = pytest_command(config, deselect)
     listed = " ".join(shlex.quote(path) for path in paths)
     steps = ["set -e", copy, f"rm -rf {shlex.quote(REPORT.split('/')[0])}", 'tests="$RELEVO_SHARD_TESTS"']
     if drop_first_in_shard is not None:
@@ -52,7 +68,7 @@ def shard_stage(
             f'head -n 1 "$tests" > {shlex.quote(str(dropped_to))}; tail -n +2 "$tests" > .shard-tests; '
             "tests=.shard-tests; fi"
         )
-    steps.append(f'{PYTEST} -q @"$tests" --junitxml={REPORT}')
+    steps.append(f'{pytest} -q @"$tests" --junitxml={REPORT}')
     if cut_report_in_shard is not None:
         steps.append(
             f'if [ "$RELEVO_SHARD_INDEX" = {cut_report_in_shard} ]; then '
@@ -65,7 +81,7 @@ def shard_stage(
         "tests": {
             "junit": [REPORT],
             "plan": {
-                "command": f"{copy} && {PYTEST} --collect-only -q {listed}".rstrip(),
+                "command": f"{copy} && {pytest} --collect-only -q {listed}".rstrip(),
                 "format": "pytest",
             },
         },
