@@ -39,7 +39,7 @@ runner = CliRunner()
 
 # The stage builds its dependencies only when the cache did not bring them.
 BUILD = (
-    'if [ -f .deps/lib.txt ]; then echo "deps restored: $(cat .deps/lib.txt)"; '
+    'if [ -f .deps/lib.txt ]; then echo "deps restored: $(wc -l < .deps/lib.txt) lines"; '
     "else mkdir -p .deps && seq 1 2000 > .deps/lib.txt && echo built > .deps/built.txt && echo built; fi"
 )
 DEPS = {"name": "deps", "paths": [".deps"], "key": "deps-{arch}-{hash:deps.lock}"}
@@ -239,7 +239,7 @@ def test_the_job_page_says_each_cache_outcome_as_relevo_job_view_does(
         text = line.inner_text()
         assert text.startswith(f"build cache deps: hit {key}: ") and " downloaded" in text, text
         assert text in _cli(stack_file, "job", "view", second["job_id"]).splitlines()
-        page.locator("h2", has_text="Caches").scroll_into_view_if_needed()
+        page.locator("h2", has_text="Caches").evaluate("heading => heading.scrollIntoView()")
         page.screenshot(path=str(screenshots / "job-cache-line.png"))
 
         # When the job that saved it is opened, Then its line says the miss and what the save did
