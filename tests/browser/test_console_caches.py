@@ -192,6 +192,18 @@ def test_the_caches_page_and_relevo_cache_list_agree_with_the_store(
         expect(total).to_contain_text(f"unused for {listed['retention_days']} days")
         page.screenshot(path=str(screenshots / "caches.png"), full_page=True)
 
+        # When another page on this machine posts a delete with the session's cookie, Then it is
+        # refused (its Origin is not the console's), and a body with no key is refused by its error
+        delete_url = f"{server.origin}/projects/{project_id}/caches/delete"
+        body = {"key": stored[1]["cache_key"], "region": CONSOLE_REGION}
+        forged = page.request.post(delete_url, data=body, headers={"Origin": "http://127.0.0.1:9"})
+        assert forged.status == 403 and "refused" in forged.text(), forged.text()
+        no_key = page.request.post(
+            delete_url, data={"region": CONSOLE_REGION}, headers={"Origin": server.origin}
+        )
+        assert no_key.status == 400 and no_key.json()["error"] == "VALIDATION_FAILED"
+        assert len(cache_entries.list_entries(console_stack.table_name, scope)) == 2
+
         # When the older entry is deleted from the page
         older = stored[1]["cache_key"]
         page.locator(f"#cache-entries tr[data-key='{older}']").get_by_role("button", name="Delete").click()
@@ -212,6 +224,14 @@ def test_the_caches_page_and_relevo_cache_list_agree_with_the_store(
         assert button.get_attribute("title") == (
             f"{viewer.arn} has view on project {project_id}; Delete needs operate"
         )
+        # And a delete posted past the disabled button is the API's refusal, passed on
+        forced = browser_page.request.post(
+            f"{server.origin}/projects/{project_id}/caches/delete",
+            data={"key": stored[0]["cache_key"], "region": CONSOLE_REGION},
+            headers={"Origin": server.origin},
+        )
+        assert forced.status == 403 and forced.json()["error"] == "FORBIDDEN", forced.text()
+        assert "needs operate" in forced.json()["message"]
     assert cache_entries.get_entry(console_stack.table_name, scope, stored[0]["cache_key"]) is not None
 
 
