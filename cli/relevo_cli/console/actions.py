@@ -87,6 +87,14 @@ RERUN_FROM_CURRENT = Action(
 # its project, checked inside the route: relevo_core.recovery.key_freeze).
 REDRIVE = Action("redrive", "Redrive", Level.MANAGE, "POST /dlq/{job_id}/redrive", lambda entry: None)
 UNFREEZE = Action("unfreeze", "Unfreeze", Level.MANAGE, "POST /dlq/keys/{key}/unfreeze", lambda record: None)
+# On a project's Caches page: delete one entry (its next job with that key misses and saves it).
+DELETE_CACHE_ENTRY = Action(
+    "delete-cache-entry",
+    "Delete",
+    Level.OPERATE,
+    "DELETE /projects/{project_id}/caches/entry",
+    lambda entry: None,
+)
 # On the queue page, beside Promote and Cancel job.
 SET_PRIORITY = Action(
     "priority", "Set priority", Level.MANAGE, "POST /jobs/{job_id}/priority", _when(("queued",), "queued")

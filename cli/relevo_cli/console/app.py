@@ -17,12 +17,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from relevo_cli.console.render import HERE
-from relevo_cli.console.routes import deliveries, dlq, fleet, job, job_tests, jobs, queue, run
+from relevo_cli.console.routes import caches, deliveries, dlq, fleet, job, job_tests, jobs, queue, run
 from relevo_cli.console.security import ConsoleSecrets, guarded
 from relevo_cli.console.state import Console
 
 # Each page's routes module (their paths do not overlap, so the order is free).
-PAGES = (jobs, queue, run, dlq, fleet, deliveries, job, job_tests)
+PAGES = (jobs, queue, run, dlq, fleet, deliveries, caches, job, job_tests)
 
 
 def create_app(

@@ -17,7 +17,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 # seconds_between and format_duration: the CLI's too (relevo job view), imported from here by the console.
-from relevo_cli.words import error_sentence, macs_by_stage, seconds_between
+from relevo_cli.job_view import cache_line
+from relevo_cli.words import error_sentence, macs_by_stage, seconds_between, shard_name
 from relevo_cli.words import format_duration as format_duration
 from relevo_core.models.status import queue_reason_words
 from relevo_core.models.transfer import TransferProgress, uploaded_text
@@ -83,6 +84,30 @@ def handoff_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def cache_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Caches lines: each cache of each stage (and of each shard of a stage with shards), in
+    `relevo job view`'s own words (relevo_cli.job_view.cache_line): hit, partial hit or miss, the
+    key restored, bytes, bytes downloaded, seconds, and what the save did."""
+    rows = []
+    for stage in job["stages"]:
+        runs = [(stage["name"], stage, None)] + [
+            (shard_name(stage["name"], shard), shard, shard.get("shard"))
+            for shard in stage.get("shards") or []
+        ]
+        rows += [
+            {
+                "stage": stage["name"],
+                "shard": shard,
+                "name": outcome["name"],
+                "restore": outcome["restore"],
+                "line": cache_line(where, outcome),
+            }
+            for where, run, shard in runs
+            for outcome in run.get("caches") or []
+        ]
+    return rows
+
+
 def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
     """The summary's computed fields; `queued` is the job's entry in GET /queue, while it is queued."""
     started = job_started_at(job)
@@ -106,6 +131,7 @@ def job_summary(job: dict[str, Any], queued: dict[str, Any] | None, now: datetim
         "transfers": stage_transfers(job),
         # What travelled: a row per stage, and per shard of a stage with shards.
         "handoff_rows": handoff_rows(job),
+        "cache_rows": cache_rows(job),
         "attempt_transfers": {stage["name"]: attempt_transfers(stage) for stage in job["stages"]},
         # The failure as a sentence (the job view has its class and a JSON cause), which Mac ran
         # which stages, and why it waits, in words.
