@@ -352,6 +352,58 @@ def units_of(calls: list[Call], sizes: dict[tuple[str, str], int]) -> tuple[Unit
     return units, notes
 
 
+@dataclass(frozen=True)
+class ItemWrites:
+    """The writes of one item of the job's path: which item (its key with ids left out), how it
+    was written, its size and the units they took."""
+
+    item: str
+    how: str  # the operation, and whether inside a transaction (2 WRU a KB instead of 1)
+    writes: int
+    size: int
+    wru: int
+
+
+def item_label(key: tuple[str, str]) -> str:
+    """An item's key with its ids and numbers as `*` (a part of letters only is kept): JOB#*/JOB,
+    STAGES#*/STAGE#*, COUNTER#queued/COUNTER: the items of every stage under one label."""
+    return "/".join("#".join(p if p.isalpha() else "*" for p in part.split("#")) for part in key)
+
+
+def writes_by_item(calls: list[Call], sizes: dict[tuple[str, str], int]) -> list[ItemWrites]:
+    """Each item's writes among these calls, grouped by item and operation, the most units first:
+    which writes of the job's path cost most, and why (an item's size rounded up to 1 KB, and
+    doubled in a transaction: "DynamoDB read and write operations", Capacity unit consumption
+    for write operations, DynamoDB Developer Guide; an UpdateItem is charged the larger of the
+    item before and after it, so the whole item, not the attributes it sets)."""
+    grouped: dict[tuple[str, str], list[int]] = {}
+    item_sizes: dict[str, int] = {}
+    for call in calls:
+        if call.service != "dynamodb":
+            continue
+        for key, transactional, _ in written_keys(call):
+            size = sizes.get(key, 1)
+            label = item_label(key)
+            item_sizes[label] = max(item_sizes.get(label, 0), size)
+            how = f"{call.op}" if not transactional else f"TransactWriteItems ({_entry_kind(call, key)})"
+            grouped.setdefault((label, how), []).append(
+                math.ceil(max(size, 1) / 1024) * (2 if transactional else 1)
+            )
+    rows = [
+        ItemWrites(label, how, len(units), item_sizes[label], sum(units))
+        for (label, how), units in grouped.items()
+    ]
+    return sorted(rows, key=lambda row: (-row.wru, row.item, row.how))
+
+
+def _entry_kind(call: Call, key: tuple[str, str]) -> str:
+    for entry in call.params.get("TransactItems", []):
+        ((kind, body),) = entry.items()
+        if _key_of(body["Item"] if kind == "Put" else body["Key"]) == key:
+            return str(kind)
+    return "?"
+
+
 # ------------------------------------------------------------------------------------------------
 # The run
 
@@ -744,6 +796,20 @@ def report(
             f"  {source:<14} {units.writes:>6} {units.wru:>6g} {units.gsi_wru:>8g} {units.reads:>6} "
             f"{units.rru:>6g}"
         )
+    print("  writes by item, the most units first (size: the item's largest, rounded up to 1 KB a WRU)")
+    print(f"    {'item':<26} {'how':<36} {'writes':>6} {'size B':>7} {'WRU':>4}")
+    path_calls = [c for s in SOURCES for c in recorder.of(s, "dynamodb")]
+    for row in writes_by_item(path_calls, sizes):
+        print(f"    {row.item:<26} {row.how:<36} {row.writes:>6} {row.size:>7} {row.wru:>4}")
+    job_rows = [row for row in writes_by_item(path_calls, sizes) if row.item == "JOB#*/JOB"]
+    job_writes = sum(row.writes for row in job_rows)
+    job_kb = math.ceil(max(job_item, 1) / 1024)
+    print(
+        f"  not in the total: the job item is in ProjectJobsIndex and JobStatusIndex (template.yaml,"
+        f" ProjectionType ALL), so each of its {job_writes} writes is one more in each of them,"
+        f" {job_kb} WRU a write: at least {2 * job_writes * job_kb} WRU (a status change is a delete and"
+        " a put in JobStatusIndex)"
+    )
     naive_rru = total.reads
     print(
         f"  (with every read taken as 1 RRU: {naive_rru} RRU; with every write item as 1 WRU and no GSI: "
