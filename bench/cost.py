@@ -554,7 +554,7 @@ def measure(stack: Any, recorder: Recorder) -> int:
 
     # Item sizes at the end (the largest each item got: updates here only add attributes).
     sizes: dict[tuple[str, str], int] = {}
-    envelope_json = 0
+    envelope_json = packed_envelope = 0
     touched = {
         key
         for call in recorder.calls
@@ -577,17 +577,16 @@ def measure(stack: Any, recorder: Recorder) -> int:
             if "kind" in item:
                 kind_items.add(key)
             if key == (f"JOB#{job_id}", "JOB"):
-                from relevo_core.store.codec import from_attributes
+                from relevo_core.store.codec import PACKED_ENVELOPE, envelope_of, from_attributes
 
-                envelope_json = len(
-                    json.dumps(from_attributes({"e": item["envelope"]})["e"], default=_json_default)
-                )
+                envelope_json = len(json.dumps(envelope_of(from_attributes(item)), default=_json_default))
+                packed_envelope = len(item[PACKED_ENVELOPE]["S"]) if PACKED_ENVELOPE in item else 0
 
     return report(
         recorder,
         events,
         sizes,
-        envelope_json,
+        (envelope_json, packed_envelope),
         job_id,
         webhook,
         memory_gb,
@@ -685,7 +684,7 @@ def report(
     recorder: Recorder,
     events: list[dict[str, Any]],
     sizes: dict[tuple[str, str], int],
-    envelope_json: int,
+    envelope_sizes: tuple[int, int],
     job_id: str,
     webhook: Invocation,
     memory_gb: float,
@@ -765,7 +764,8 @@ def report(
     others = {f"{pk}/{sk}": size for (pk, sk), size in sizes.items() if pk != f"JOB#{job_id}"}
     print("DynamoDB item sizes measured at the end of the run (names + values, DynamoDB's rules)")
     print(
-        f"  job item (envelope JSON {envelope_json} B): {job_item} B; stage items: "
+        f"  job item (envelope JSON {envelope_sizes[0]} B, stored packed in {envelope_sizes[1]} B):"
+        f" {job_item} B; stage items: "
         f"{', '.join(str(s) for s in sorted(stage_items))} B"
     )
     print("  others: " + ", ".join(f"{k.split('#')[0]} {v} B" for k, v in sorted(others.items())))
