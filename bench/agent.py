@@ -749,7 +749,7 @@ def shipping_rates(stack: Any, job_id: str) -> tuple[str, float, str, int]:
 
     from relevo_core.aws import client
     from relevo_core.models.envelope import read_envelope
-    from relevo_core.store.codec import from_attributes
+    from relevo_core.store.codec import envelope_of, from_attributes
     from relevo_core.store.keys import JOB_SK, attempt_sk, job_pk, log_pk, stages_pk
     from relevo_core.store.log_chunks import job_log_parts
 
@@ -763,7 +763,7 @@ def shipping_rates(stack: Any, job_id: str) -> tuple[str, float, str, int]:
     items: list[
         tuple[str, str, dict[str, Any]]
     ] = []  # (log partition key, its fence's stage record key, item)
-    envelope = read_envelope(record["envelope"])
+    envelope = read_envelope(envelope_of(record))
     stage_index = {stage.name: index for index, stage in enumerate(envelope.stages)}
     for part in job_log_parts(envelope):
         pk = log_pk(job_id) if part is None else log_pk(job_id, *part)

@@ -352,6 +352,58 @@ def units_of(calls: list[Call], sizes: dict[tuple[str, str], int]) -> tuple[Unit
     return units, notes
 
 
+@dataclass(frozen=True)
+class ItemWrites:
+    """The writes of one item of the job's path: which item (its key with ids left out), how it
+    was written, its size and the units they took."""
+
+    item: str
+    how: str  # the operation, and whether inside a transaction (2 WRU a KB instead of 1)
+    writes: int
+    size: int
+    wru: int
+
+
+def item_label(key: tuple[str, str]) -> str:
+    """An item's key with its ids and numbers as `*` (a part of letters only is kept): JOB#*/JOB,
+    STAGES#*/STAGE#*, COUNTER#queued/COUNTER: the items of every stage under one label."""
+    return "/".join("#".join(p if p.isalpha() else "*" for p in part.split("#")) for part in key)
+
+
+def writes_by_item(calls: list[Call], sizes: dict[tuple[str, str], int]) -> list[ItemWrites]:
+    """Each item's writes among these calls, grouped by item and operation, the most units first:
+    which writes of the job's path cost most, and why (an item's size rounded up to 1 KB, and
+    doubled in a transaction: "DynamoDB read and write operations", Capacity unit consumption
+    for write operations, DynamoDB Developer Guide; an UpdateItem is charged the larger of the
+    item before and after it, so the whole item, not the attributes it sets)."""
+    grouped: dict[tuple[str, str], list[int]] = {}
+    item_sizes: dict[str, int] = {}
+    for call in calls:
+        if call.service != "dynamodb":
+            continue
+        for key, transactional, _ in written_keys(call):
+            size = sizes.get(key, 1)
+            label = item_label(key)
+            item_sizes[label] = max(item_sizes.get(label, 0), size)
+            how = f"{call.op}" if not transactional else f"TransactWriteItems ({_entry_kind(call, key)})"
+            grouped.setdefault((label, how), []).append(
+                math.ceil(max(size, 1) / 1024) * (2 if transactional else 1)
+            )
+    rows = [
+        ItemWrites(label, how, len(units), item_sizes[label], sum(units))
+        for (label, how), units in grouped.items()
+    ]
+    return sorted(rows, key=lambda row: (-row.wru, row.item, row.how))
+
+
+def _entry_kind(call: Call, key: tuple[str, str]) -> str:
+    for entry in call.params.get("TransactItems", []):
+        ((kind, body),) = entry.items()
+        if _key_of(body["Item"] if kind == "Put" else body["Key"]) == key:
+            return str(kind)
+    return "?"
+
+
 # ------------------------------------------------------------------------------------------------
 # The run
 
@@ -502,7 +554,7 @@ def measure(stack: Any, recorder: Recorder) -> int:
 
     # Item sizes at the end (the largest each item got: updates here only add attributes).
     sizes: dict[tuple[str, str], int] = {}
-    envelope_json = 0
+    envelope_json = packed_envelope = unpacked_job_item = 0
     touched = {
         key
         for call in recorder.calls
@@ -525,17 +577,26 @@ def measure(stack: Any, recorder: Recorder) -> int:
             if "kind" in item:
                 kind_items.add(key)
             if key == (f"JOB#{job_id}", "JOB"):
-                from relevo_core.store.codec import from_attributes
+                from relevo_core.store.codec import (
+                    PACKED_ENVELOPE,
+                    envelope_of,
+                    from_attributes,
+                    to_attributes,
+                )
 
-                envelope_json = len(
-                    json.dumps(from_attributes({"e": item["envelope"]})["e"], default=_json_default)
+                envelope_json = len(json.dumps(envelope_of(from_attributes(item)), default=_json_default))
+                packed_envelope = len(item[PACKED_ENVELOPE]["S"]) if PACKED_ENVELOPE in item else 0
+                # The same record with its envelope as the map it was stored as before it was packed.
+                unpacked_job_item = item_size(
+                    {k: v for k, v in item.items() if k != PACKED_ENVELOPE}
+                    | to_attributes({"envelope": envelope_of(from_attributes(item))})
                 )
 
     return report(
         recorder,
         events,
         sizes,
-        envelope_json,
+        (envelope_json, packed_envelope, unpacked_job_item),
         job_id,
         webhook,
         memory_gb,
@@ -633,7 +694,7 @@ def report(
     recorder: Recorder,
     events: list[dict[str, Any]],
     sizes: dict[tuple[str, str], int],
-    envelope_json: int,
+    envelope_sizes: tuple[int, int, int],
     job_id: str,
     webhook: Invocation,
     memory_gb: float,
@@ -713,7 +774,8 @@ def report(
     others = {f"{pk}/{sk}": size for (pk, sk), size in sizes.items() if pk != f"JOB#{job_id}"}
     print("DynamoDB item sizes measured at the end of the run (names + values, DynamoDB's rules)")
     print(
-        f"  job item (envelope JSON {envelope_json} B): {job_item} B; stage items: "
+        f"  job item (envelope JSON {envelope_sizes[0]} B, stored packed in {envelope_sizes[1]} B):"
+        f" {job_item} B; stage items: "
         f"{', '.join(str(s) for s in sorted(stage_items))} B"
     )
     print("  others: " + ", ".join(f"{k.split('#')[0]} {v} B" for k, v in sorted(others.items())))
@@ -744,6 +806,22 @@ def report(
             f"  {source:<14} {units.writes:>6} {units.wru:>6g} {units.gsi_wru:>8g} {units.reads:>6} "
             f"{units.rru:>6g}"
         )
+    print("  writes by item, the most units first (size: the item's largest, rounded up to 1 KB a WRU)")
+    print(f"    {'item':<26} {'how':<36} {'writes':>6} {'size B':>7} {'WRU':>4}")
+    path_calls = [c for s in SOURCES for c in recorder.of(s, "dynamodb")]
+    for written in writes_by_item(path_calls, sizes):
+        print(
+            f"    {written.item:<26} {written.how:<36} {written.writes:>6} {written.size:>7} {written.wru:>4}"
+        )
+    job_rows = [written for written in writes_by_item(path_calls, sizes) if written.item == "JOB#*/JOB"]
+    job_writes = sum(written.writes for written in job_rows)
+    job_kb = math.ceil(max(job_item, 1) / 1024)
+    print(
+        f"  not in the total: the job item is in ProjectJobsIndex and JobStatusIndex (template.yaml,"
+        f" ProjectionType ALL), so each of its {job_writes} writes is one more in each of them,"
+        f" {job_kb} WRU a write: at least {2 * job_writes * job_kb} WRU (a status change is a delete and"
+        " a put in JobStatusIndex)"
+    )
     naive_rru = total.reads
     print(
         f"  (with every read taken as 1 RRU: {naive_rru} RRU; with every write item as 1 WRU and no GSI: "
@@ -902,6 +980,12 @@ def report(
     print("what each addition of the last rounds costs, $ per 1,000 jobs (in the total above)")
     for name, measured, dollars in additions(recorder, sizes, routes):
         print(f"  {name:<58} {measured:<34} {dollars:>9.5f}")
+    saved = packing_saving(recorder, job_id, job_item, envelope_sizes[2])
+    print(
+        f"  {'saving: the envelope packed on the job record':<58}"
+        f" {f'{saved} WRU fewer ({envelope_sizes[2]} B -> {job_item} B)':<34}"
+        f" {-saved * DDB_PER_WRU * 1000:>9.5f}"
+    )
 
     # --- fixed monthly
     sweeper_calls = recorder.of("sweeper")
@@ -938,6 +1022,19 @@ def report(
         f"{'PASS' if cheap_enough else 'FAIL'}"
     )
     return 0 if transitions_ok and cheap_enough else 1
+
+
+def packing_saving(recorder: Recorder, job_id: str, packed_size: int, unpacked_size: int) -> int:
+    """The write units the job record's writes of this job took fewer with its envelope packed
+    (store/codec) than they would with it as a map: each write a KB a unit, twice in a transaction."""
+    kb = math.ceil(max(unpacked_size, 1) / 1024) - math.ceil(max(packed_size, 1) / 1024)
+    return sum(
+        kb * (2 if transactional else 1)
+        for source in SOURCES
+        for call in recorder.of(source, "dynamodb")
+        for key, transactional, _ in written_keys(call)
+        if key == (f"JOB#{job_id}", "JOB")
+    )
 
 
 def default_lease_sec() -> int:

@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.models.job_objects import JobPrefix
-from relevo_core.store.codec import to_attribute
+from relevo_core.store.codec import envelope_of, from_attributes, to_attribute
 from relevo_core.store.keys import shard_sk, stages_pk
 from relevo_local.processes import random_commit
 from tests.browser.conftest import CONSOLE_REGION
@@ -108,10 +108,10 @@ def test_the_tests_tab_shows_counts_failures_with_shard_and_mac_flaky_slowest_an
 ):
     # Given a job whose stage ran as two shards on the console's Mac, and their results stored
     job = _ran_job(operator_api)
-    envelope = client("dynamodb").get_item(
+    record = client("dynamodb").get_item(
         TableName=console_stack.table_name, Key={"pk": {"S": f"JOB#{job['job_id']}"}, "sk": {"S": "JOB"}}
-    )["Item"]["envelope"]["M"]
-    _store_results(console_stack, job, envelope["artifact_uri"]["S"])
+    )["Item"]
+    _store_results(console_stack, job, envelope_of(from_attributes(record))["artifact_uri"])
     mac = job["stages"][0]["shards"][0]["agent_id"]
 
     with console_server(operator_api) as server:

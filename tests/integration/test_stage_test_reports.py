@@ -17,7 +17,7 @@ from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.models import job_objects
 from relevo_core.models.test_results import ResultsDocument
-from relevo_core.store.codec import from_attributes
+from relevo_core.store.codec import envelope_of, from_attributes
 from tests.helpers.agents import agent_at, handle_received
 from tests.helpers.stack import job_items, receive_stage, wait_for_execution
 
@@ -94,9 +94,9 @@ def test_a_stage_reads_its_pytest_report_stores_it_and_reports_its_counts(local_
     record = next(item for item in items if item["sk"].startswith("STAGE#"))
     assert record["tests"]["sha256"] == tests["sha256"]  # on the stage's record, as the outcome wrote it
     uri = next(
-        item.get("artifact_uri") or (item.get("envelope") or {}).get("artifact_uri")
+        item.get("artifact_uri") or envelope_of(item).get("artifact_uri")
         for item in items
-        if item.get("artifact_uri") or (item.get("envelope") or {}).get("artifact_uri")
+        if item.get("artifact_uri") or envelope_of(item).get("artifact_uri")
     )
     home = job_objects.JobPrefix.of(uri)
     key = job_objects.test_results_key(home, "test", None, 1)

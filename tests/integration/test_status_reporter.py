@@ -17,6 +17,7 @@ from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.models.status import StageStatus
 from relevo_core.store import stage_attempts
+from relevo_core.store.codec import envelope_of, pack_envelope
 from relevo_core.store.deliveries import project_deliveries
 from relevo_core.store.job_stages import stage_records
 from relevo_local.github.openapi import check_call
@@ -471,7 +472,7 @@ def test_a_report_whose_invocation_fails_after_its_claim_is_sent_by_the_streams_
         "job_id": job_id,
         "status": "running",
         "updated_at": datetime.now(UTC).isoformat(),
-        "envelope": {**real["envelope"], "job_id": job_id, "commit": commit},
+        "packed_envelope": pack_envelope({**envelope_of(real), "job_id": job_id, "commit": commit}),
     }
     old = {
         **new,

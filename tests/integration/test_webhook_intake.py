@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from relevo_core.intake.webhooks.github import sign
+from relevo_core.store.codec import envelope_of, from_attributes
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import deliver, register_project, table_items
 
@@ -36,10 +37,10 @@ def test_signed_push_creates_one_job_and_starts_its_execution(local_stack, proje
     job_id = response.json()["job_id"]
     jobs = _jobs_of(local_stack, project_id)
     assert [job["job_id"]["S"] for job in jobs] == [job_id]
-    envelope = jobs[0]["envelope"]["M"]
-    assert envelope["commit"]["S"] == commit
-    assert envelope["region_affinity"]["S"] == "eu-west"
-    assert envelope["stages"]["L"][0]["M"]["command"]["S"] == "true"
+    envelope = envelope_of(from_attributes(jobs[0]))  # packed on the record (store/codec)
+    assert envelope["commit"] == commit
+    assert envelope["region_affinity"] == "eu-west"
+    assert envelope["stages"][0]["command"] == "true"
     from relevo_core.aws import client
 
     arn = local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"

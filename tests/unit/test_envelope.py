@@ -36,7 +36,9 @@ from relevo_core.models.plan import (
     StagePlan,
 )
 from relevo_core.models.project import Project
-from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.models.status import JobStatus
+from relevo_core.store.codec import envelope_of, from_attributes, to_attributes
+from relevo_core.store.job_creation import job_item
 
 # --------------------------------------------------------------------------------------------
 # Strategies: every field of a valid envelope, within the model's own bounds.
@@ -559,3 +561,33 @@ def test_job_ids_in_the_same_millisecond_are_distinct() -> None:
     """Given the same creation time, when many ids are made, then none repeats (random suffix)."""
     ids = {new_job_id(1_700_000_000.0) for _ in range(1000)}
     assert len(ids) == 1000
+
+
+@settings(max_examples=200, deadline=None)
+@given(envelope=envelopes())
+def test_any_envelope_round_trips_through_the_job_record_packed(envelope: JobEnvelope) -> None:
+    """Given any valid envelope, when a job record is made of it and goes through DynamoDB item
+    form, then the record carries it packed (no `envelope` map) and reads back equal."""
+    record = job_item(envelope, JobStatus.QUEUED, envelope.created_at)
+    assert "envelope" not in record and isinstance(record["packed_envelope"], str)
+    assert read_envelope(envelope_of(from_attributes(to_attributes(record)))) == envelope
+
+
+def test_a_record_written_before_the_envelope_was_packed_is_read_from_its_map() -> None:
+    """Given a job record written before (its envelope a map, no packed_envelope), when its
+    envelope is read, then it is the map's; a record with neither reads as no envelope."""
+    envelope = JobEnvelope(
+        job_id=new_job_id(1_700_000_000),
+        idempotency_key="k",
+        project="p1",
+        region_affinity="eu-west",
+        artifact_uri="s3://bucket/p1/j/",
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+        ttl=1_800_000_000,
+        trigger=Trigger(type=TriggerType.API, source="api"),
+        ref="refs/heads/main",
+        stages=(StagePlan(name="build", command="true"),),
+    )
+    old = from_attributes(to_attributes({"pk": "JOB#j", "sk": "JOB", "envelope": envelope.to_json_dict()}))
+    assert read_envelope(envelope_of(old)) == envelope
+    assert envelope_of({"pk": "JOB#j", "sk": "JOB"}) == {}

@@ -153,7 +153,9 @@ def failed() -> States:
             "resume the job, even once the job itself was deleted.",
             "Resource": "arn:aws:states:::dynamodb:getItem",
             # build_number: a redrive keeps the job's (recovery/dead_letters), even once the job is deleted.
-            "Parameters": get(job_key(), "last_successful_stage, #status, envelope, build_number", STATUS),
+            "Parameters": get(
+                job_key(), "last_successful_stage, #status, packed_envelope, envelope, build_number", STATUS
+            ),
             "ResultSelector": {"record.$": "$.Item"},
             "ResultPath": "$.dead",
             "Next": "SendToDeadLetterQueue",

@@ -38,6 +38,7 @@ from relevo_core.models.test_results import RESULTS_SCHEMA, ResultsDocument
 from relevo_core.shard_plans.listing import ListingInvalid, read_listing
 from relevo_core.shard_plans.split import HISTORY_JOBS, job_durations, split_tests
 from relevo_core.store import stage_claims, test_plans
+from relevo_core.store.codec import envelope_of
 from relevo_core.store.jobs import get_job_record, query_job_items
 from relevo_core.store.project_jobs import jobs_of_project
 
@@ -61,7 +62,7 @@ def plan_for_shard(
         stage_claims.claim_on_record(table, request.job_id, request.stage_index, request.shard),
         now,
     )
-    envelope = read_envelope(get_job_record(table, request.job_id)["envelope"])
+    envelope = read_envelope(envelope_of(get_job_record(table, request.job_id)))
     if envelope.region_affinity != region:
         raise RelevoError(ErrorCode.DISPATCH_NOT_FOUND, f"{request.job_id} is not a job of region {region!r}")
     stage = envelope.stages[request.stage_index]
@@ -173,7 +174,7 @@ def earlier_durations(table: str, envelope: JobEnvelope, stage: str) -> list[dic
 
 def _durations_of_job(table: str, record: dict[str, Any], stage: str) -> dict[str, float]:
     try:
-        earlier = read_envelope(record["envelope"])
+        earlier = read_envelope(envelope_of(record))
     except (RelevoError, KeyError, ValueError):
         return {}
     home = JobPrefix.of(earlier.artifact_uri)

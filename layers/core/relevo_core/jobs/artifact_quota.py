@@ -40,6 +40,7 @@ from relevo_core.models.status import JobStatus
 from relevo_core.notify.transitions import stream_images
 from relevo_core.store import artifact_usage
 from relevo_core.store.artifacts import ArtifactRecord, list_artifacts
+from relevo_core.store.codec import envelope_of
 from relevo_core.store.jobs import get_envelope
 from relevo_core.store.keys import JOB_SK
 from relevo_core.store.project_jobs import jobs_of_project
@@ -169,7 +170,7 @@ def _ended_jobs_oldest_first(table: str, project_id: str) -> Iterable[tuple[str,
     for job in jobs_of_project(table, project_id, oldest_first=True):
         try:
             if JobStatus(job["status"]).terminal:
-                yield job["job_id"], JobPrefix.of(job["envelope"]["artifact_uri"])
+                yield job["job_id"], JobPrefix.of(envelope_of(job)["artifact_uri"])
         except (KeyError, TypeError, ValueError):
             continue
 

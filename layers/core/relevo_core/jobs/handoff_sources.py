@@ -26,6 +26,7 @@ from relevo_core.models.job_objects import JobPrefix, expected_key, manifest_key
 from relevo_core.models.plan import StagePlan
 from relevo_core.models.status import SUCCEEDED_STAGE
 from relevo_core.store.artifacts import list_artifacts
+from relevo_core.store.codec import envelope_of
 from relevo_core.store.jobs import query_job_items
 from relevo_core.store.keys import JOB_SK, SHARD_INFIX, is_stage_sk
 
@@ -132,7 +133,7 @@ def context_of(items: list[dict[str, Any]]) -> JobContext:
     record = next((item for item in items if item["sk"] == JOB_SK), None)
     if record is None:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
-    return JobContext.of(read_envelope(record["envelope"]), items)
+    return JobContext.of(read_envelope(envelope_of(record)), items)
 
 
 def read_job_context(table: str, job_id: str) -> JobContext:

@@ -15,6 +15,7 @@ from relevo_core.models.plan import shard_count
 from relevo_core.models.requests import JobListQuery
 from relevo_core.models.status import SUCCEEDED_STAGE, JobStatus, StageStatus
 from relevo_core.projects.permissions import visibility
+from relevo_core.store.codec import envelope_of
 from relevo_core.store.job_stages import stage_and_shard_records
 from relevo_core.store.jobs import query_job_items
 from relevo_core.store.jobs_by_status import jobs_with_status
@@ -28,7 +29,7 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def _summary(record: dict[str, Any]) -> dict[str, Any]:
-    envelope = record.get("envelope", {})
+    envelope = envelope_of(record)
     trigger = envelope.get("trigger", {})
     plan = [stage.get("name") for stage in envelope.get("stages") or []]
     # A stage runs once, a stage with shards once a shard: the progress counts runs.
@@ -134,7 +135,7 @@ def with_stages(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _keyword_fields(record: dict[str, Any]) -> tuple[str, ...]:
-    envelope = record.get("envelope", {})
+    envelope = envelope_of(record)
     trigger = envelope.get("trigger", {})
     fields = (
         record.get("job_id"),
@@ -149,7 +150,7 @@ def _keyword_fields(record: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _matches(record: dict[str, Any], query: JobListQuery) -> bool:
-    envelope = record.get("envelope", {})
+    envelope = envelope_of(record)
     if query.q and not any(query.q.lower() in field for field in _keyword_fields(record)):
         return False
     if query.status and record.get("status") != query.status.value:

@@ -18,6 +18,7 @@ from relevo_core.projects.permissions import is_admin, visibility
 from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.audit import record_action
+from relevo_core.store.codec import envelope_of
 from relevo_core.store.job_purge import delete_job_children, delete_job_record
 from relevo_core.store.job_status import StatusChanged
 from relevo_core.store.jobs import get_job_record, query_job_items
@@ -207,6 +208,6 @@ def delete_job(table: str, job_id: str, actor: str, now: datetime) -> dict[str, 
             f"job {job_id} is {status.value}; only an ended job can be deleted (cancel it first)",
         )
     record_action(table, job_id, "delete", actor, now, status=status.value)
-    removed = delete_job_children(table, job_id, job_log_parts(read_envelope(record["envelope"])))
+    removed = delete_job_children(table, job_id, job_log_parts(read_envelope(envelope_of(record))))
     delete_job_record(table, job_id, ENDED_STATUSES)
     return {"job_id": job_id, "deleted": True, "status": status.value, "removed": removed}

@@ -33,6 +33,7 @@ from relevo_core.store import test_plans
 from relevo_core.store.agent_pauses import AgentPause, region_pauses
 from relevo_core.store.agents import AgentPresence, agents_in_region
 from relevo_core.store.artifacts import list_artifacts
+from relevo_core.store.codec import envelope_of
 from relevo_core.store.jobs import query_job_items
 from relevo_core.store.keys import (
     BUILD_NUMBER_ATTRIBUTE,
@@ -102,7 +103,7 @@ def job_items_to_view(items: list[dict[str, Any]]) -> dict[str, Any]:
     record = next((item for item in items if item["sk"] == JOB_SK), None)
     if record is None:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, "no such job")
-    envelope = read_envelope(record["envelope"])
+    envelope = read_envelope(envelope_of(record))
     stage_records = {item.get("stage_name"): item for item in items if is_stage_sk(item["sk"])}
     plans = {item["sk"]: item for item in items if str(item["sk"]).startswith(TEST_PLAN_SK_PREFIX)}
     # Each stage's shards' records (STAGE#nn#SHARD#kk), by stage index then shard index.

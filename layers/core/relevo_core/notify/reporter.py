@@ -47,6 +47,7 @@ from relevo_core.notify.transitions import (
     with_stage_records,
 )
 from relevo_core.observability import logger
+from relevo_core.store.codec import envelope_of
 from relevo_core.store.groups import find_group
 from relevo_core.store.job_stages import stage_and_shard_records, stage_records
 from relevo_core.store.jobs import get_job_record
@@ -258,7 +259,7 @@ class Reporter(Outbound):
         table = self.settings.table_name
         plan = [
             str(stage.get("name"))
-            for stage in (self.job_record(transition.job_id) or {}).get("envelope", {}).get("stages", [])
+            for stage in envelope_of(self.job_record(transition.job_id) or {}).get("stages", [])
         ]
         return stage_summary(
             heading,

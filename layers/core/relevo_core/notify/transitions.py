@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from relevo_core.execution import execution_arn
 from relevo_core.models.status import JobStatus, StageStatus
-from relevo_core.store.codec import from_attributes
+from relevo_core.store.codec import envelope_of, from_attributes
 from relevo_core.store.keys import JOB_SK
 
 REJECTED = "Relevo.Approval.Rejected"
@@ -270,7 +270,7 @@ def job_transition(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Jo
     previous = _status((old or {}).get("status"))
     if status is None or status == previous:
         return None
-    envelope = new.get("envelope") or {}
+    envelope = envelope_of(new)
     trigger = envelope.get("trigger") or {}
     if status is JobStatus.WAITING:
         key = f"waiting#{new.get('waiting_stage')}"

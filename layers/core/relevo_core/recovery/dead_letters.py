@@ -15,6 +15,7 @@ from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_j
 from relevo_core.projects.permissions import require, visibility
 from relevo_core.recovery.key_freeze import list_frozen_keys, project_of_key, unfreeze_key
 from relevo_core.store import carried_shards, dead_letters, jobs, shard_failures
+from relevo_core.store.codec import envelope_of
 from relevo_core.store.keys import BUILD_NUMBER_ATTRIBUTE
 
 
@@ -132,7 +133,7 @@ def show_dead_letter(settings: TableSettings, job_id: str) -> dict[str, Any]:
 def _failed_envelope(table: str, raw_entry: dict[str, Any]) -> JobEnvelope:
     """The entry carries the job record as it was when the job failed, envelope included, so a
     redrive needs nothing else: it still resumes once the failed job itself was deleted."""
-    carried = (raw_entry.get("job_record") or {}).get("envelope")
+    carried = envelope_of(raw_entry.get("job_record") or {})
     return read_envelope(carried) if carried else jobs.get_envelope(table, raw_entry["job_id"])
 
 

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 from relevo_core.aws import client
 from relevo_core.models.envelope import JobEnvelope
 from relevo_core.models.status import HeldReason, JobStatus
-from relevo_core.store.codec import to_attributes
+from relevo_core.store.codec import PACKED_ENVELOPE, pack_envelope, to_attributes
 from relevo_core.store.conditional import transaction_cancellation
 from relevo_core.store.freezes import not_frozen_check
 from relevo_core.store.keys import (
@@ -88,9 +88,10 @@ def job_item(
     held_reason: HeldReason | None = None,
     build_number: int | None = None,
 ) -> dict[str, Any]:
-    """A new job's record: the frozen envelope plus its status projection (a held job's record
-    says why it is held). A job from a later stage starts with its envelope's `stands_on` as its
-    last successful stage; a rerun or redrive with the `build_number` of the job it retries.
+    """A new job's record: the frozen envelope (packed: store/codec) plus its status projection (a
+    held job's record says why it is held). A job from a later stage starts with its envelope's
+    `stands_on` as its last successful stage; a rerun or redrive with the `build_number` of the job
+    it retries.
 
     `queue_seq` and `wait_order` place the job among the jobs waiting for its project; the order
     key only becomes visible in WaitOrderIndex once the state machine marks the job waiting.
@@ -99,7 +100,7 @@ def job_item(
     item: dict[str, Any] = {
         "pk": job_pk(envelope.job_id),
         "sk": JOB_SK,
-        "envelope": envelope.to_json_dict(),
+        PACKED_ENVELOPE: pack_envelope(envelope.to_json_dict()),
         "schema_version": envelope.schema_version,
         "job_id": envelope.job_id,
         "project": envelope.project,

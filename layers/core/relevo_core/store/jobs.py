@@ -9,7 +9,7 @@ from typing import Any
 from relevo_core.aws import client, in_this_context, side_by_side
 from relevo_core.models.envelope import JobEnvelope, read_envelope
 from relevo_core.models.errors import ErrorCode, RelevoError
-from relevo_core.store.codec import from_attributes, to_attributes
+from relevo_core.store.codec import ENVELOPE, PACKED_ENVELOPE, envelope_of, from_attributes, to_attributes
 from relevo_core.store.keys import DLQ_SK, JOB_SK, dlq_pk, job_pk, key, stages_pk
 from relevo_core.store.paging import query_items
 
@@ -70,8 +70,11 @@ def query_job_items(table: str, job_id: str) -> list[dict[str, Any]]:
 
 def get_envelope(table: str, job_id: str) -> JobEnvelope:
     response = client("dynamodb").get_item(
-        TableName=table, Key=key(job_pk(job_id), JOB_SK), ConsistentRead=True, ProjectionExpression="envelope"
+        TableName=table,
+        Key=key(job_pk(job_id), JOB_SK),
+        ConsistentRead=True,
+        ProjectionExpression=f"{PACKED_ENVELOPE}, {ENVELOPE}",
     )
     if "Item" not in response:
         raise RelevoError(ErrorCode.JOB_NOT_FOUND, f"no job {job_id!r}")
-    return read_envelope(from_attributes(response["Item"])["envelope"])
+    return read_envelope(envelope_of(from_attributes(response["Item"])))
