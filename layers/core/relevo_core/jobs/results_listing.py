@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, Literal, NotRequired, cast
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import from_json
@@ -98,7 +98,7 @@ class _ListedTest(TypedDict):
     the tests an answer shows. Strict: what it takes, _readable takes too (a document it refuses is
     read test by test, each unreadable test said)."""
 
-    __pydantic_config__ = ConfigDict(extra="allow", strict=True)  # type: ignore[misc]
+    __pydantic_config__ = ConfigDict(extra="allow", strict=True)  # type: ignore[misc]  # pydantic reads it
     id: str
     status: _Status
     duration_sec: NotRequired[Annotated[float, Field(ge=0)]]
@@ -106,7 +106,7 @@ class _ListedTest(TypedDict):
 
 
 class _ListedDocument(TypedDict):
-    __pydantic_config__ = ConfigDict(extra="ignore", strict=True)  # type: ignore[misc]
+    __pydantic_config__ = ConfigDict(extra="ignore", strict=True)  # type: ignore[misc]  # pydantic reads it
     schema_version: Annotated[int, Field(le=RESULTS_SCHEMA)]
     tests: list[_ListedTest]
 
@@ -211,7 +211,8 @@ def _tests_of(data: bytes, where: str, source: _Source) -> list[dict[str, Any]] 
     checked in one pass by pydantic-core (_ListedDocument); a document it refuses is read again
     test by test, so that what is wrong is said and the readable tests still listed."""
     try:
-        return _LISTED_DOCUMENT.validate_json(data)["tests"]  # type: ignore[return-value]
+        # Its tests as plain dicts (a TypedDict is one), not copied.
+        return cast(list[dict[str, Any]], _LISTED_DOCUMENT.validate_json(data)["tests"])
     except ValidationError:
         pass
     try:
