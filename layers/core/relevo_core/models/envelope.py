@@ -39,7 +39,9 @@ from relevo_core.models.shapes import JOB_ID, PRIORITY_BOUND, PROJECT_ID, REGION
 # 7 added a stage's `effect` (a built-in release effect, no command): an agent that would ignore it
 # would run nothing and report the stage succeeded without the effect.
 # 8 added a stage's `caches` and the job's `cache_write`: an agent that would ignore them would
-# run the stage without what it restores, or save what this job's ref may not write.
+# run the stage without what it restores, or save what this job's ref may not write. 8 also
+# carries a stage's `tests` (added in the same release): an agent that would ignore them would pass
+# a shard that ran none of its planned tests.
 ENVELOPE_SCHEMA_VERSION = 8
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8})
 
