@@ -1,10 +1,13 @@
 """Fixtures of the console's browser tests: one headless Chromium per module, and a local stack
-(`relevo local up` as a process) with regions of its own and a real relevo-agent in each."""
+(`relevo local up` as a process) with regions of its own and a real relevo-agent in each, started
+once per test worker (about 20 CPU-s with its agents) and shared by the modules and groups that ask
+for it: each test makes its own projects and jobs."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 import pytest
 
@@ -48,20 +51,17 @@ def chromium() -> Iterator[Browser]:  # noqa: F821
             browser.close()
 
 
-@pytest.fixture(scope="module")
-def console_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
+@pytest.fixture(scope="session")
+def console_stack_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
     """A stack of two regions of its own, no other test's work reaches them: one agent (capacity
-    2) in the console's region, and one that masks a secret in the masking region."""
+    2) in the console's region, and one that masks a secret in the masking region. It does not
+    point this process at itself (console_stack does, for a module's life)."""
     state_dir = tmp_path_factory.mktemp("console-stack")
-    with (
-        pytest.MonkeyPatch.context() as patch,
-        local_stack(
-            state_dir,
-            state_dir / "local-up.log",
-            ["--region-affinities", f"{CONSOLE_REGION},{MASKING_REGION}"],
-        ) as info,
-    ):
-        use_stack(patch, info)
+    with local_stack(
+        state_dir,
+        state_dir / "local-up.log",
+        ["--region-affinities", f"{CONSOLE_REGION},{MASKING_REGION}"],
+    ) as info:
         config = write_agent_config(
             state_dir / "agent.toml",
             state_dir / "stack.json",
@@ -84,11 +84,27 @@ def console_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInf
         )
         with masking.open("a") as toml:
             toml.write(f'mask = ["{SECRET_VARIABLE}"]\n')
-        with (
-            agent_process(config, state_dir / "agent.log"),
-            agent_process(masking, state_dir / "masking-agent.log", env={SECRET_VARIABLE: SECRET_VALUE}),
-        ):
+        with ExitStack() as agents:
+            # The agents start in the stack's environment, as a module's would; the process itself
+            # is pointed at the stack by console_stack alone.
+            with pytest.MonkeyPatch.context() as patch:
+                use_stack(patch, info)
+                agents.enter_context(agent_process(config, state_dir / "agent.log"))
+                agents.enter_context(
+                    agent_process(
+                        masking, state_dir / "masking-agent.log", env={SECRET_VARIABLE: SECRET_VALUE}
+                    )
+                )
+            reset_clients()
             yield info
+
+
+@pytest.fixture(scope="module")
+def console_stack(console_stack_running: StackInfo) -> Iterator[StackInfo]:
+    """The worker's console stack, this process pointed at it for the module's life."""
+    with pytest.MonkeyPatch.context() as patch:
+        use_stack(patch, console_stack_running)
+        yield console_stack_running
     reset_clients()
 
 

@@ -39,6 +39,9 @@ from tests.helpers.iam import iam_user
 from tests.helpers.stack import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("browser")]
+# The module's second half runs as a group of its own (on another worker when one is free), on
+# that worker's console stack: each test makes its own projects and jobs.
+SECOND_GROUP = pytest.mark.xdist_group("browser-2")
 
 ENDED = ("succeeded", "failed", "canceled")
 
@@ -776,6 +779,7 @@ def test_the_job_summary_shows_who_ran_it_where_it_stands_its_steps_and_the_queu
 PARTIAL = re.compile(r"^uploading ([1-5]) of 5 files, (.+) of 3\.8 MiB \((\d+) %\)$")
 
 
+@SECOND_GROUP
 def test_the_steps_show_a_stages_upload_live_then_its_totals_without_a_reload(
     operator_api, browser_page, screenshots
 ):
@@ -841,6 +845,7 @@ def _focused_name(page) -> str:
     )
 
 
+@SECOND_GROUP
 def test_approve_is_reached_and_pressed_with_the_keyboard_and_every_named_button_has_its_name(
     operator_api, browser_page
 ):
@@ -894,6 +899,7 @@ def test_approve_is_reached_and_pressed_with_the_keyboard_and_every_named_button
     )
 
 
+@SECOND_GROUP
 def test_a_masked_value_stays_masked_in_the_log_view_live_and_after_reload(operator_api, browser_page):
     # Given a stage that prints the secret the agent masks, then keeps running a while (the agent
     # holds back the last len(secret) - 1 characters it read, which may start a secret: the filler
@@ -928,6 +934,7 @@ def test_a_masked_value_stays_masked_in_the_log_view_live_and_after_reload(opera
         assert SECRET_VALUE not in browser_page.content()
 
 
+@SECOND_GROUP
 def test_a_directory_artifact_downloads_as_a_tar_gz_with_its_files_and_content_length(
     operator_api, browser_page, tmp_path: Path
 ):
@@ -1005,6 +1012,7 @@ def _line(page, text: str):
     return page.locator("#log-lines .line", has_text=re.compile(f"^{re.escape(text)}$"))
 
 
+@SECOND_GROUP
 def test_the_log_scrolls_along_only_while_the_reader_is_at_the_bottom(
     operator_api, browser_page, tmp_path: Path
 ):
@@ -1040,6 +1048,7 @@ def test_the_log_scrolls_along_only_while_the_reader_is_at_the_bottom(
         assert _at_bottom(browser_page)
 
 
+@SECOND_GROUP
 def test_the_log_controls_full_screen_clear_and_reconnect(operator_api, browser_page, tmp_path: Path):
     # Given a stage that prints three lines, then three more and three more when the test lets it
     first, second = tmp_path / "first", tmp_path / "second"
@@ -1082,6 +1091,7 @@ def test_the_log_controls_full_screen_clear_and_reconnect(operator_api, browser_
         assert _lines(browser_page) == lines["a"] + lines["b"] + lines["c"]
 
 
+@SECOND_GROUP
 def test_reject_at_the_gate_on_the_job_page_writes_the_rejection_with_its_reason(operator_api, browser_page):
     project_id = _project(operator_api, TWO_STAGES, **GATED)
     job_id = _run(operator_api, project_id)
@@ -1111,6 +1121,7 @@ def test_reject_at_the_gate_on_the_job_page_writes_the_rejection_with_its_reason
         )
 
 
+@SECOND_GROUP
 def test_promote_on_the_job_page_puts_the_queued_job_first(operator_api, browser_page):
     # Given a project busy with a long job and two more queued behind it (project_running)
     project_id = _project(operator_api, [{"name": "build", "run": "sleep 60", "kill_grace_sec": 1}])
@@ -1139,6 +1150,7 @@ def test_promote_on_the_job_page_puts_the_queued_job_first(operator_api, browser
         )
 
 
+@SECOND_GROUP
 def test_delete_on_the_job_page_removes_the_ended_job_and_returns_to_the_list(operator_api, browser_page):
     project_id = _project(operator_api, [{"name": "build", "run": "echo built"}])
     job_id = _run(operator_api, project_id)
@@ -1154,6 +1166,7 @@ def test_delete_on_the_job_page_removes_the_ended_job_and_returns_to_the_list(op
         assert job_id not in _rows(browser_page)
 
 
+@SECOND_GROUP
 def test_unfreeze_on_the_dlq_page_lifts_a_frozen_key(operator_api, browser_page, console_stack):
     # Given an idempotency key of the operator's project frozen by the dead-letter freeze
     project_id = _project(operator_api, [{"name": "build", "run": "echo built"}])
@@ -1187,6 +1200,7 @@ def test_unfreeze_on_the_dlq_page_lifts_a_frozen_key(operator_api, browser_page,
 HUMAN_TIME = re.compile(r"just now|\d+ s ago|\d+ min ago")
 
 
+@SECOND_GROUP
 def test_the_job_list_is_a_line_per_job_with_agent_progress_duration_and_human_times(
     operator_api, browser_page, screenshots
 ):
@@ -1247,6 +1261,7 @@ def test_the_job_list_is_a_line_per_job_with_agent_progress_duration_and_human_t
         operator_api.cancel_job(running)
 
 
+@SECOND_GROUP
 def test_the_job_page_shows_each_stages_mac_the_error_as_a_sentence_and_the_log_above_the_fold(
     operator_api, browser_page, screenshots
 ):
@@ -1286,6 +1301,7 @@ def test_the_job_page_shows_each_stages_mac_the_error_as_a_sentence_and_the_log_
         _screenshot(browser_page, screenshots, "job-failed")
 
 
+@SECOND_GROUP
 def test_the_fleet_page_pauses_drains_and_resumes_agents_and_a_regions_dispatch(
     operator_api, browser_page, console_stack, screenshots
 ):
@@ -1400,6 +1416,7 @@ def test_the_fleet_page_pauses_drains_and_resumes_agents_and_a_regions_dispatch(
             )
 
 
+@SECOND_GROUP
 def test_the_run_page_says_in_one_line_when_the_repository_cannot_be_reached_and_runs_a_typed_ref(
     operator_api, browser_page, screenshots
 ):
@@ -1429,6 +1446,7 @@ def test_the_run_page_says_in_one_line_when_the_repository_cannot_be_reached_and
     _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
 
 
+@SECOND_GROUP
 def test_the_job_page_shows_a_row_per_shard_under_its_stage_and_the_list_counts_shard_runs(
     operator_api, browser_page, screenshots
 ):

@@ -28,7 +28,7 @@ from relevo_core.models.group import Group
 from relevo_core.store import agents
 from relevo_core.store.groups import put_group
 from relevo_local.processes import agent_process, write_agent_config
-from tests.helpers.stack import LambdaContext, load_handler, regions_stack, wait_until
+from tests.helpers.stack import LambdaContext, load_handler, regions_of, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-agents-offline")]
 
@@ -38,8 +38,8 @@ OFFLINE_TITLE = "no agent online in {region}"
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Path]]:
-    with regions_stack(tmp_path_factory.mktemp("offline-stack"), REGIONS) as stack:
+def stack(shared_stack: tuple[StackInfo, Path]) -> Iterator[tuple[StackInfo, Path]]:
+    with regions_of(shared_stack, REGIONS) as stack:
         yield stack
 
 

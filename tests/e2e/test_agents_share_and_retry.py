@@ -1,7 +1,8 @@
 """Agent presence and retry placement with real relevo-agent processes on `relevo local up`:
 two agents of a region share work within their capacity, a transient failure is retried on the
-other agent, and with one agent online the retry falls back to it. One stack for the module,
-one region affinity per test, so the agents of one test never see the work of another."""
+other agent, and with one agent online the retry falls back to it. The worker's shared stack
+(tests/e2e/conftest.py), one region affinity per test, so the agents of one test never see the
+work of another."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from relevo_core.files.stack import StackInfo
 from relevo_core.store import agents
 from relevo_core.store.codec import from_attributes
 from relevo_local.processes import agent_process, random_commit, write_agent_config
-from tests.helpers.stack import job_items, regions_stack, wait_until
+from tests.helpers.stack import job_items, regions_of, wait_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -37,8 +38,8 @@ FLAKY_ONCE = 'if [ "$RELEVO_ATTEMPT" = 1 ]; then echo "flaky network"; exit 75; 
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Path]]:
-    with regions_stack(tmp_path_factory.mktemp("presence-stack"), REGIONS) as stack:
+def stack(shared_stack: tuple[StackInfo, Path]) -> Iterator[tuple[StackInfo, Path]]:
+    with regions_of(shared_stack, REGIONS) as stack:
         yield stack
 
 

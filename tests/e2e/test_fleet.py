@@ -7,8 +7,8 @@ region's agents take nothing until its dispatch resumes. Capabilities: a stage t
 never to the redrive DLQ), then runs on the Mac agent that starts (its `xcode-select`,
 `xcodebuild` and `sw_vers` are doubles printing recorded outputs). Disk: an agent below its
 min_free_disk_gb claims nothing (agent_low_disk); the stage goes to one with room, which runs the
-project's cleanup between stages and keeps only its last workspace. One stack for the module, one
-region affinity per test."""
+project's cleanup between stages and keeps only its last workspace. The worker's shared stack
+(tests/e2e/conftest.py), one region affinity per test."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from relevo_cli.api import RelevoApi
 from relevo_core.files.stack import StackInfo
 from relevo_core.store import agents
 from relevo_local.processes import agent_process, random_commit, write_agent_config
-from tests.helpers.stack import regions_stack, wait_until
+from tests.helpers.stack import regions_of, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-fleet-pause")]
 
@@ -42,8 +42,8 @@ HOLD_SEC = 4 * PRESENCE_SEC + 1
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Path]]:
-    with regions_stack(tmp_path_factory.mktemp("fleet-stack"), REGIONS) as stack:
+def stack(shared_stack: tuple[StackInfo, Path]) -> Iterator[tuple[StackInfo, Path]]:
+    with regions_of(shared_stack, REGIONS) as stack:
         yield stack
 
 

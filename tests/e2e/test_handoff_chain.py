@@ -25,9 +25,10 @@ from typing import Any
 import pytest
 
 from relevo_cli.api import RelevoApi
+from relevo_core.files.stack import StackInfo
 from relevo_core.store import agents
 from relevo_local.processes import agent_process, write_agent_config
-from tests.helpers.stack import regions_stack, wait_until
+from tests.helpers.stack import regions_of, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420), pytest.mark.xdist_group("e2e-handoff-chain")]
 
@@ -99,7 +100,9 @@ def _commit(work: Path, version: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def fleet(
+    tmp_path_factory: pytest.TempPathFactory, shared_stack: tuple[StackInfo, Path]
+) -> Iterator[dict[str, Any]]:
     base = tmp_path_factory.mktemp("handoff-chain")
     origin, work = base / "origin.git", base / "work"
     _git("init", "--bare", "--quiet", "-b", "main", str(origin), cwd=base)
@@ -107,7 +110,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     _commit(work, "1.4.0")
     signals = base / "signals"
     signals.mkdir()
-    with regions_stack(base / "stack", (REGION,)) as (info, stack_file), ExitStack() as running:
+    with regions_of(shared_stack, (REGION,)) as (info, stack_file), ExitStack() as running:
         env = {"RELEVO_TEST_PYTHON": sys.executable, "RELEVO_TEST_DIR": str(signals)}
         (base / "agents").mkdir()
         for agent_id, bay in (("mac-a", "a"), ("mac-b", "b")):

@@ -24,7 +24,7 @@ from relevo_core.store import agents, keys
 from relevo_core.store.codec import from_attributes
 from relevo_local.processes import agent_process, local_workspace_root, random_commit, write_agent_config
 from tests.helpers.processes import is_dead
-from tests.helpers.stack import job_items, regions_stack, wait_until
+from tests.helpers.stack import job_items, regions_of, wait_until
 from tests.helpers.tree import tree_listing
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-parallel-shards")]
@@ -34,8 +34,8 @@ SHARDS = 4
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Path]]:
-    with regions_stack(tmp_path_factory.mktemp("shards-stack"), (REGION,)) as stack:
+def stack(shared_stack: tuple[StackInfo, Path]) -> Iterator[tuple[StackInfo, Path]]:
+    with regions_of(shared_stack, (REGION,)) as stack:
         yield stack
 
 

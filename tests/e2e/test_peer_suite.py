@@ -27,7 +27,7 @@ from relevo_core.store import agents
 from relevo_local.peer_suite import TESTS, suite
 from relevo_local.processes import agent_process, random_commit, write_agent_config
 from relevo_tools.peer_suite import BALANCE_TARGET, PYTEST, SHARDS, accounted, all_tests, balance, shard_stage
-from tests.helpers.stack import regions_stack, wait_until
+from tests.helpers.stack import regions_of, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600), pytest.mark.xdist_group("e2e-peer-suite")]
 
@@ -35,10 +35,12 @@ REGION = "peer"
 
 
 @pytest.fixture(scope="module")
-def peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, RelevoApi, list[Path]]]:
+def peer(
+    tmp_path_factory: pytest.TempPathFactory, shared_stack: tuple[StackInfo, Path]
+) -> Iterator[tuple[StackInfo, RelevoApi, list[Path]]]:
     """The stack and 4 agents of capacity 1 (one shard a Mac), online in the region; their logs."""
     work = tmp_path_factory.mktemp("peer")
-    with regions_stack(work / "stack", (REGION,)) as (info, stack_file), ExitStack() as running:
+    with regions_of(shared_stack, (REGION,)) as (info, stack_file), ExitStack() as running:
         agent_ids = [f"peer-mac-{n}" for n in range(SHARDS)]
         logs = [work / f"{agent_id}.log" for agent_id in agent_ids]
         for agent_id, log in zip(agent_ids, logs, strict=True):

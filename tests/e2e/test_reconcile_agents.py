@@ -22,27 +22,23 @@ from urllib.parse import urlsplit
 import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
-from relevo_core.aws import reset_clients
 from relevo_core.files.stack import StackInfo
 from relevo_core.store import agents
-from relevo_local.processes import agent_process, local_stack
+from relevo_local.processes import agent_process
 from relevo_tools.drill.proxy import FaultProxy, Mode
 from tests.helpers.payloads import push_body
-from tests.helpers.stack import deliver, register_project, use_stack
+from tests.helpers.stack import deliver, regions_of, register_project
 
-# One worker runs the module: its stack (a module fixture) is started once, not on each worker.
+# One worker runs the module: the stack it shares is started on that worker only.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-reconcile")]
 
 LEASE = 3
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
-    state_dir = tmp_path_factory.mktemp("stack")
-    with pytest.MonkeyPatch.context() as patch, local_stack(state_dir, state_dir / "local-up.log") as info:
-        use_stack(patch, info)
+def stack(shared_stack: tuple[StackInfo, Path]) -> Iterator[StackInfo]:
+    with regions_of(shared_stack, ("eu-west",)) as (info, _):
         yield info
-    reset_clients()
 
 
 class Fleet:

@@ -25,7 +25,7 @@ from relevo_core.aws import client
 from relevo_core.files.stack import StackInfo
 from relevo_local.processes import agent_process, random_commit, write_agent_config
 from tests.helpers import security_double
-from tests.helpers.stack import regions_stack, wait_until
+from tests.helpers.stack import regions_of, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("e2e-signing-keychain")]
 
@@ -35,8 +35,8 @@ LOGIN = security_double.search_list(Path("/nonexistent/security"))
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Path]]:
-    with regions_stack(tmp_path_factory.mktemp("signing-stack"), REGIONS) as stack:
+def stack(shared_stack: tuple[StackInfo, Path]) -> Iterator[tuple[StackInfo, Path]]:
+    with regions_of(shared_stack, REGIONS) as stack:
         yield stack
 
 

@@ -389,3 +389,21 @@ def regions_stack(state_dir: Path, regions: tuple[str, ...]) -> Iterator[tuple[S
         use_stack(patch, info)
         yield info, state_dir / "stack.json"
     reset_clients()
+
+
+@contextmanager
+def regions_of(shared: tuple[StackInfo, Path], regions: tuple[str, ...]) -> Iterator[tuple[StackInfo, Path]]:
+    """A module's part of a stack started for several (tests/e2e/conftest.py's shared_stack):
+    the same (stack, stack.json), this process pointed at it for the block, once the stack is seen
+    to hold each of the module's region affinities; the clients are dropped after it."""
+    import pytest
+
+    from relevo_core.aws import reset_clients
+
+    info, stack_file = shared
+    missing = sorted(set(regions) - set(info.work_queues))
+    assert not missing, f"regions {missing} are not in the shared stack's SHARED_REGIONS"
+    with pytest.MonkeyPatch.context() as patch:
+        use_stack(patch, info)
+        yield info, stack_file
+    reset_clients()

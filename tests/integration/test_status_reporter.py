@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 import pytest
@@ -315,8 +315,9 @@ def test_github_app_mode_creates_one_check_run_and_updates_it_with_a_summary_per
     started = summary_saying("| build | running |")
     assert "| sign | pending |" in started["output"]["summary"]
     run_token = wait_for_run_token(ref)
-    time.sleep(1.1)  # the build takes a second
-    stage_attempts.finish(ref, StageStatus.SUCCEEDED, datetime.now(UTC), 0, None)
+    # The build took 1.1 s by the agent's clock: its end is recorded 1.1 s after its start.
+    began = datetime.fromisoformat(stage_records(local_stack.table_name, job_id)[0]["started_at"])
+    stage_attempts.finish(ref, StageStatus.SUCCEEDED, began + timedelta(seconds=1.1), 0, None)
     client("stepfunctions").send_task_success(
         taskToken=run_token, output=json.dumps({"agent_id": "double-1"})
     )
