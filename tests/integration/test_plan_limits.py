@@ -1,8 +1,9 @@
 """Plan limits on the embedded stack: a plan over a limit is refused at apply and at enqueue with
 PLAN_TOO_LARGE and nothing written; the largest plan the limits allow runs through success, a
 retry and the dead-letter path; and the emulator, which enforces Step Functions' 256 KiB payload
-quota (moto 5.2.5 counts a state's data as `json.dumps` does), refuses the dead-letter path one
-character past where relevo_core.plan_limits' arithmetic puts it, far above what the limits allow."""
+quota (moto 5.2.5 counts a state's data as `json.dumps` does), refuses the dead-letter path just
+past where relevo_core.plan_limits' arithmetic puts it (within the few bytes by which two jobs'
+packed envelopes differ), far above what the limits allow."""
 
 from __future__ import annotations
 
@@ -43,6 +44,14 @@ from tests.helpers.state_machine import agent_runs, claim_and_accept, enqueue_jo
 from tests.unit.test_plan_limit_arithmetic import largest_allowed_stages
 
 MARGIN_BYTES = 44 * 1024  # relevo_core.plan_limits' stated margin
+# How much two jobs' packed envelopes of the same plan may differ (their random commits and ids
+# compress a few bytes apart); measured within 8.
+PACKED_SLACK = 64
+
+
+def _packed_bytes(stack, job_id: str) -> int:
+    """The job record's packed envelope as the dead-letter path reads it back (base64: no escapes)."""
+    return len(job_record(stack, job_id)["packed_envelope"])
 
 
 def _declaration(project_id: str, **settings: Any) -> dict[str, Any]:
@@ -232,28 +241,39 @@ def test_the_emulator_refuses_the_dead_letter_path_where_the_arithmetic_puts_it(
     local_stack, intake_settings, project_id
 ):
     register_project(local_stack, project_id, [{"name": "s0", "run": "true"}], queue_timeout_sec=600)
-    full = [16_384] * 7
+    # Commands at their limit, enough of them that the rest of the quota fits in one more command.
+    full = [16_000] * 15
     probe = _started_past_the_limits(local_stack, intake_settings, project_id, full + [1_000])
     assert _fails_first_stage(local_stack, probe)["status"] == "FAILED"
     measured = _largest_state_bytes(local_stack, probe)
-    # Each character of a command is in the dead-letter path's state twice: in the execution input
-    # and in the job record read back. The emulator refuses a state of 262,144 bytes or more.
-    longest_last = 1_000 + (STATE_PAYLOAD_QUOTA_BYTES - 1 - measured) // 2
-    assert 1_000 < longest_last <= 16_384
+    # Each character of a command is in the dead-letter path's state once in the execution input;
+    # the job record read back holds the envelope packed (store.codec), where a run of one character
+    # takes next to nothing, but where two jobs' random commits and ids compress to a few bytes more
+    # or less: hence PACKED_SLACK. The emulator refuses a state of 262,144 bytes or more.
+    longest_last = 1_000 + (STATE_PAYLOAD_QUOTA_BYTES - 1 - measured) - PACKED_SLACK
+    assert 1_000 < longest_last <= 16_384 - 4 * PACKED_SLACK
 
     fits = _started_past_the_limits(local_stack, intake_settings, project_id, full + [longest_last])
     fits_ended = _fails_first_stage(local_stack, fits)
-    over = _started_past_the_limits(local_stack, intake_settings, project_id, full + [longest_last + 1])
+    fits_state = _largest_state_bytes(local_stack, fits)
+    assert STATE_PAYLOAD_QUOTA_BYTES - 1 - 2 * PACKED_SLACK <= fits_state < STATE_PAYLOAD_QUOTA_BYTES
+    # One past: the command grows by what the fitting state lacked, and the slack.
+    grown = STATE_PAYLOAD_QUOTA_BYTES - fits_state + PACKED_SLACK
+    over = _started_past_the_limits(local_stack, intake_settings, project_id, full + [longest_last + grown])
+    # Its dead-letter state, from the fitting one's and what the table holds of both.
+    over_state = fits_state + grown + _packed_bytes(local_stack, over) - _packed_bytes(local_stack, fits)
+    assert STATE_PAYLOAD_QUOTA_BYTES <= over_state <= STATE_PAYLOAD_QUOTA_BYTES + 2 * PACKED_SLACK
     over_ended = _fails_first_stage(local_stack, over)
 
     print(
         f"\nthe dead-letter path reaches {STATE_PAYLOAD_QUOTA_BYTES:,} bytes with a plan of "
-        f"{sum(full) + longest_last + 1:,} command characters"
+        f"{sum(full) + longest_last + grown:,} command characters (its state {over_state:,} bytes; "
+        f"{fits_state:,} fit)"
     )
     assert (fits_ended["status"], fits_ended["error"]) == ("FAILED", "Relevo.Fatal.ExitCode")
     assert table_items(local_stack, f"DLQ#{fits}")
     # The largest state is the last of the path (the wake of the next waiter, after the entry is
-    # recorded and the lock released), so the plan one character over dies there.
+    # recorded and the lock released), so the plan past it dies there.
     assert (over_ended["status"], over_ended["error"]) == ("FAILED", "States.DataLimitExceeded")
     # Both are far past what the limits let in.
     for job_id in (fits, over):

@@ -24,7 +24,7 @@ from relevo_core.plan_limits import (
     require_project_fits,
     state_bytes,
 )
-from relevo_core.store.codec import to_attribute
+from relevo_core.store.codec import pack_envelope, to_attribute
 
 KIB = 1024
 # Step Functions' limit on a task failure's error name (TaskFailedEventDetails).
@@ -153,6 +153,36 @@ def test_the_dead_letter_path_of_the_largest_plan_fits_with_the_stated_margin():
     }
 
     assert state_bytes(state) <= STATE_PAYLOAD_QUOTA_BYTES - STATED_MARGIN_BYTES
+
+
+def test_an_envelope_zlib_cannot_shrink_is_counted_by_its_packed_form_the_job_record_carries():
+    """The job record holds the envelope packed (zlib, base64): base64 adds a third to what zlib
+    cannot shrink, so for random tokens the packed form is the larger one, and the limit counts it."""
+    import random
+
+    rng = random.Random(7)
+    alphabet = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '\\"')
+
+    def noise(length: int) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(length))
+
+    stages = [{"name": name, "run": "x"} for name in stage_names(5)]
+    for stage in stages[:4]:
+        stage["run"] = noise(MAX_COMMAND_BYTES)
+    short = state_bytes(to_attribute(largest_envelope(project(stages)).to_json_dict()))
+    # Given: a last command that takes the envelope's DynamoDB JSON to exactly the limit.
+    stages[4]["run"] = "x" + noise(MAX_ENVELOPE_BYTES - short)
+    envelope = largest_envelope(project(stages))
+    data = envelope.to_json_dict()
+    assert state_bytes(to_attribute(data)) == MAX_ENVELOPE_BYTES
+
+    # Then its packed form, what the dead-letter path reads back, is larger, and is what counts.
+    packed = state_bytes({"S": pack_envelope(data)})
+    assert packed > MAX_ENVELOPE_BYTES
+    assert envelope_bytes(envelope) == packed
+    with pytest.raises(RelevoError) as refused:
+        plan_limits.require_envelope_fits(envelope)
+    assert refused.value.code is ErrorCode.PLAN_TOO_LARGE
 
 
 def test_limits_count_what_the_emulator_counts():

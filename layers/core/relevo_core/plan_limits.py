@@ -6,15 +6,18 @@ Developer Guide, "Step Functions service quotas", and "Handling errors": States.
 is a terminal error `States.ALL` does not catch). A job's execution carries its frozen envelope,
 and the largest state it holds is on the dead-letter path (ReadJobForDeadLetter to JobFailed),
 where the envelope is there twice: in the execution input, and in the job record read back for
-the dead-letter entry (so that the entry alone can resume the job).
+the dead-letter entry (so that the entry alone can resume the job), where it is packed (zlib, then
+base64: store.codec.pack_envelope). Packing shrinks ordinary text, but base64 adds a third to what
+zlib cannot shrink (random tokens, say), so the packed form can be the larger one.
 
 Sizes here are counted the way the emulator counts them (`json.dumps` with its default
 separators and ASCII escapes), which is never less than the compact UTF-8 JSON AWS counts. The
-envelope is measured in DynamoDB's attribute-value JSON, the larger of its two forms.
+envelope is measured as the largest of its forms: plain JSON, DynamoDB's attribute-value JSON (what
+records written before packing hold) and the packed string.
 
 The worst case on the dead-letter path, for an envelope of MAX_ENVELOPE_BYTES:
     the envelope, plain JSON, in the execution input          ≤  80 KiB
-    the envelope, DynamoDB JSON, in the job record read back   ≤  80 KiB
+    the envelope, packed, in the job record read back          ≤  80 KiB
     the rest of the execution input: the stages as the state
       machine sees them, ids, queue URL, wait and conflict
       bookkeeping, each stage's previous one (measured: 15.8
@@ -106,7 +109,7 @@ from relevo_core.models.envelope import JobEnvelope, Trigger, TriggerType, new_j
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.project import Project
 from relevo_core.models.requests import PAUSE_MAX_SEC
-from relevo_core.store.codec import to_attribute
+from relevo_core.store.codec import pack_envelope, to_attribute
 
 STATE_PAYLOAD_QUOTA_BYTES = 256 * 1024
 MAX_STAGES = 32
@@ -153,8 +156,10 @@ def bounded_cause(cause: str) -> str:
 
 
 def envelope_bytes(envelope: JobEnvelope) -> int:
-    """The envelope's size in the state machine: its DynamoDB JSON form, the larger of the two."""
-    return state_bytes(to_attribute(envelope.to_json_dict()))
+    """The envelope's size in the state machine: the largest of its DynamoDB JSON form (plain JSON is
+    never larger) and its packed form as the job record read back carries it."""
+    data = envelope.to_json_dict()
+    return max(state_bytes(to_attribute(data)), state_bytes({"S": pack_envelope(data)}))
 
 
 def _too_large(message: str, limit: str, size: int, allowed: int) -> RelevoError:
