@@ -47,7 +47,7 @@ def store_results(table: str, api: Any, job_id: str, tests: int) -> None:
     from relevo_core.models.job_objects import JobPrefix
     from relevo_core.store.codec import to_attribute
     from relevo_core.store.keys import shard_sk, stages_pk
-    from tests.helpers.results_as_agent import result_of, store_results_as_agent
+    from relevo_tools.results_as_agent import result_of, store_results_as_agent
 
     envelope = client("dynamodb").get_item(
         TableName=table, Key={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "JOB"}}

@@ -1,6 +1,6 @@
 """The job page's Tests tab in a real browser (headless Debian Chromium through Playwright) on a
 local stack with a real relevo-agent: a job with a stage of two shards ran, then its shards'
-results stored as the agent stores them (tests/helpers/results_as_agent: the documents in S3 at
+results stored as the agent stores them (relevo_tools.results_as_agent: the documents in S3 at
 their keys, each summary on its shard's record), read back through the API's GET /jobs/{id}/tests:
 the counts, the failures with their message, shard and Mac, the flaky test, the slowest, and the
 pages followed by their links."""
@@ -21,9 +21,9 @@ from relevo_core.models.job_objects import JobPrefix
 from relevo_core.store.codec import envelope_of, from_attributes, to_attribute
 from relevo_core.store.keys import shard_sk, stages_pk
 from relevo_local.processes import random_commit
+from relevo_tools.results_as_agent import result_of, store_results_as_agent
 from tests.browser.conftest import CONSOLE_REGION
 from tests.helpers.browser import console_server
-from tests.helpers.results_as_agent import result_of, store_results_as_agent
 from tests.helpers.stack import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("browser")]

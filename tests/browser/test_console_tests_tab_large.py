@@ -1,6 +1,6 @@
 """The Tests tab of a 20,000-test job in a real browser (headless Debian Chromium through
 Playwright) on a local stack with a real relevo-agent: a stage of 4 shards ran, then each shard's
-5,000 results stored as the agent stores them (tests/helpers/results_as_agent). The tab shows the
+5,000 results stored as the agent stores them (relevo_tools.results_as_agent). The tab shows the
 counts of all 20,000 and one page of them: the page's rows are the page size, and every request the
 console made to GET /jobs/{id}/tests asked for one page, never the whole list."""
 
@@ -19,9 +19,9 @@ from relevo_core.models.job_objects import JobPrefix
 from relevo_core.store.codec import to_attribute
 from relevo_core.store.keys import shard_sk, stages_pk
 from relevo_local.processes import random_commit
+from relevo_tools.results_as_agent import result_of, store_results_as_agent
 from tests.browser.conftest import CONSOLE_REGION
 from tests.helpers.browser import console_server
-from tests.helpers.results_as_agent import result_of, store_results_as_agent
 from tests.helpers.stack import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("browser")]

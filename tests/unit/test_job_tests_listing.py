@@ -1,7 +1,7 @@
 """GET /jobs/{id}/tests (relevo_core.jobs.results_listing): a job's tests merged across its stages
 and shards (each shard's last attempt, a test's runs across attempts, flaky counted once), counted,
 filtered by status, paged by token, the slowest listed; each with its stage, shard and Mac. The
-documents are stored as the agent stores them (tests/helpers/results_as_agent)."""
+documents are stored as the agent stores them (relevo_tools.results_as_agent)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.job_objects import JobPrefix
 from relevo_core.models.requests import JobTestsQuery, parse_query
 from relevo_core.store.keys import JOB_SK, shard_sk, stage_sk
-from tests.helpers.results_as_agent import result_of, store_results_as_agent
+from relevo_tools.results_as_agent import result_of, store_results_as_agent
 from tests.unit.test_envelope import minimal_envelope
 
 STAGES = [{"name": "build", "command": "make"}, {"name": "test", "command": "make test", "parallel": 2}]

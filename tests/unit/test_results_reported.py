@@ -36,7 +36,7 @@ APP = CommitStatusSettings(
 
 def _ended(**extra):
     """The job's end with its stage and shard records as the reporter reads them (the results
-    stored as the agent stores them: tests/helpers/results_as_agent)."""
+    stored as the agent stores them: relevo_tools.results_as_agent)."""
     bucket = Bucket()
     items = job_with_results(bucket)
     records = [item for item in items if item["sk"] != "JOB"]

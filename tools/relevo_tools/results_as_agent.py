@@ -2,7 +2,7 @@
 test-results.md): the ResultsDocument JSON at test_results_key under the job's prefix, and its
 ResultsSummary (results_key and sha256 included) as the stage's or shard's record's `tests`.
 
-Used where a test needs a job's results without running an agent over real reports: the records
+Used where a test or a bench needs a job's results without running an agent over real reports: the records
 it returns are the ones an agent run would leave, so a test can later swap this for a real run."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ PutObject = Callable[[str, str, bytes], None]
 
 
 def result_of(suite: str, name: str, status: str = "passed", **fields: Any) -> TestResult:
-    return TestResult(id=f"{suite}::{name}", suite=suite, name=name, status=status, **fields)  # type: ignore[arg-type]  # a status as the tests spell it, checked by the model
+    return TestResult(id=f"{suite}::{name}", suite=suite, name=name, status=status, **fields)
 
 
 def summary_of(tests: Iterable[TestResult]) -> ResultsSummary:
