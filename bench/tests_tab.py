@@ -45,14 +45,14 @@ def store_results(table: str, api: Any, job_id: str, tests: int) -> None:
     """Each shard's results as its agent stores them: the document, then the record's summary."""
     from relevo_core.aws import client
     from relevo_core.models.job_objects import JobPrefix
-    from relevo_core.store.codec import to_attribute
+    from relevo_core.store.codec import envelope_of, from_attributes, to_attribute
     from relevo_core.store.keys import shard_sk, stages_pk
     from relevo_tools.results_as_agent import result_of, store_results_as_agent
 
-    envelope = client("dynamodb").get_item(
+    record = client("dynamodb").get_item(
         TableName=table, Key={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "JOB"}}
-    )["Item"]["envelope"]["M"]
-    home = JobPrefix.of(envelope["artifact_uri"]["S"])
+    )["Item"]
+    home = JobPrefix.of(envelope_of(from_attributes(record))["artifact_uri"])
 
     def put(bucket: str, key: str, body: bytes) -> None:
         client("s3").put_object(Bucket=bucket, Key=key, Body=body)

@@ -173,7 +173,7 @@ def probes(
             "rewrite a job's envelope (its stage commands)",
             "dynamodb:UpdateItem",
             False,
-            _update(table, job, "JOB", "envelope"),
+            _update(table, job, "JOB", "packed_envelope"),
         ),
         Probe("rewrite a job's outcome", "dynamodb:UpdateItem", False, _update(table, job, "JOB", "status")),
         Probe(

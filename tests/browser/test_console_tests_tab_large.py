@@ -16,7 +16,7 @@ from relevo_cli.api import RelevoApi
 from relevo_cli.console.views.job_tests import PAGE_SIZE
 from relevo_core.aws import client
 from relevo_core.models.job_objects import JobPrefix
-from relevo_core.store.codec import to_attribute
+from relevo_core.store.codec import envelope_of, from_attributes, to_attribute
 from relevo_core.store.keys import shard_sk, stages_pk
 from relevo_local.processes import random_commit
 from relevo_tools.results_as_agent import result_of, store_results_as_agent
@@ -54,10 +54,10 @@ def _ran_job(api: RelevoApi) -> dict[str, Any]:
 
 
 def _store_results(table: str, job: dict[str, Any]) -> None:
-    envelope = client("dynamodb").get_item(
+    record = client("dynamodb").get_item(
         TableName=table, Key={"pk": {"S": f"JOB#{job['job_id']}"}, "sk": {"S": "JOB"}}
-    )["Item"]["envelope"]["M"]
-    home = JobPrefix.of(envelope["artifact_uri"]["S"])
+    )["Item"]
+    home = JobPrefix.of(envelope_of(from_attributes(record))["artifact_uri"])
 
     def put(bucket: str, key: str, body: bytes) -> None:
         client("s3").put_object(Bucket=bucket, Key=key, Body=body)

@@ -146,7 +146,9 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_stopped_by_down_
             assert "projects (1): offline-app (us-east)" in shown.stdout
 
             # `local down` stops it and waits until it has stopped; its agent stays, and says once
-            # that the stack cannot be reached
+            # that the stack cannot be reached (its log read from before the stop: the agent may
+            # notice while `local down` and `local status` still run)
+            stopped_at = (tmp_path / "agent.log").stat().st_size
             down = _relevo("local", "down", "--state-dir", str(state_dir), timeout=120)
             assert down.returncode == 0, down.stdout + down.stderr
             assert down.stdout.startswith(f"local stack on {state_dir} stopped (pid {up_pid}")
@@ -154,7 +156,12 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_stopped_by_down_
             after = _relevo("local", "status", "--state-dir", str(state_dir))
             assert after.returncode == 1
             assert after.stdout.startswith(f"no local stack is running on {state_dir}")
-            stopped_at = (tmp_path / "agent.log").stat().st_size
+            wait_until(
+                lambda: "cannot reach the local stack"
+                in (tmp_path / "agent.log").read_bytes()[stopped_at:].decode(errors="replace"),
+                90,
+                "the agent saying the stack cannot be reached",
+            )
             # A restart of the stack (a new one on the same state dir): the same agent joins it
             with local_stack(state_dir, tmp_path / "local-up-2.log") as second:
                 use_stack(monkeypatch, second)
