@@ -38,7 +38,7 @@ REGION = "peer"
 def peer(
     tmp_path_factory: pytest.TempPathFactory, shared_stack: tuple[StackInfo, Path]
 ) -> Iterator[tuple[StackInfo, RelevoApi, list[Path]]]:
-    """The stack and 4 agents of capacity 1 (one shard a Mac), online in the region; their logs."""
+    """The stack and 4 agents of capacity 1 (one shard at a time a Mac), online in the region; their logs."""
     work = tmp_path_factory.mktemp("peer")
     with regions_of(shared_stack, (REGION,)) as (info, stack_file), ExitStack() as running:
         agent_ids = [f"peer-mac-{n}" for n in range(SHARDS)]
@@ -106,6 +106,18 @@ def _tails(logs: list[Path]) -> list[str]:
     return [log.read_text()[-3000:] for log in logs]
 
 
+def _overlapping_on_one_mac(shards: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """Pairs of shards that one Mac of capacity 1 ran at the same time (their started..ended
+    windows overlap)."""
+    pairs = []
+    for a in shards:
+        for b in shards:
+            if a["shard"] < b["shard"] and a["agent_id"] == b["agent_id"]:
+                if a["started_at"] < b["ended_at"] and b["started_at"] < a["ended_at"]:
+                    pairs.append((a["shard"], b["shard"]))
+    return pairs
+
+
 def test_every_test_of_the_peer_suite_is_accounted_once_and_two_jobs_split_it_by_time(peer, listed):
     info, api, logs = peer
     # Given a project whose test stage runs the peer's suite in 4 shards with a plan
@@ -116,10 +128,13 @@ def test_every_test_of_the_peer_suite_is_accounted_once_and_two_jobs_split_it_by
         # When a job runs it on the 4 agents
         job = _ended(api, project_id)
 
-        # Then each shard ran on an agent of its own and the stage succeeded
+        # Then the stage succeeded, its shards spread over the Macs, none running two at once
+        # (capacity 1). Relevo does not promise a Mac each: a Mac whose shard ended before the
+        # last shard was claimed may take it, as a free Mac should.
         assert job["status"] == "succeeded", (job, _tails(logs))
         [stage] = job["stages"]
-        assert len({shard["agent_id"] for shard in stage["shards"]}) == SHARDS, stage["shards"]
+        assert len({shard["agent_id"] for shard in stage["shards"]}) > 1, stage["shards"]
+        assert _overlapping_on_one_mac(stage["shards"]) == [], stage["shards"]
         # and Relevo's own account of the job's tests holds each of the suite's tests exactly once
         page = api.job_tests(job["job_id"], limit=1)
         assert page["counts"]["total"] == TESTS, page["counts"]
