@@ -23,6 +23,10 @@ from tests.helpers.stack import use_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
+# Waits that ask the CLI poll once a second: each `relevo` is a new Python process (~0.5 CPU-s to
+# start), so a poll every 0.1 s kept a CPU busy for as long as it waited.
+CLI_POLL_SEC = 1.0
+
 
 def _relevo(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     # Wide enough that no table cell wraps (rich reads COLUMNS when the CLI starts).
@@ -83,6 +87,7 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_stopped_by_down_
             ],
             60,
             "the stranded job in the queue",
+            interval=CLI_POLL_SEC,
         )
         assert (queue[0]["stage"], queue[0]["queue_reason"]) == ("build", "agent_offline")
         assert (
@@ -126,6 +131,7 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_stopped_by_down_
                 and json.loads(done.stdout),
                 90,
                 "the local agent online",
+                interval=CLI_POLL_SEC,
             )
             assert (status["pid"], status["api_url"], sorted(status["work_queues"])) == (
                 up_pid,
@@ -169,6 +175,7 @@ def test_one_stack_per_state_dir_seen_by_status_with_its_agents_stopped_by_down_
                     lambda: _online_agents(state_dir) == ["local-eu-west-1"],
                     90,
                     "the same agent online in the restarted stack",
+                    interval=CLI_POLL_SEC,
                 )
                 assert agent.poll() is None, (tmp_path / "agent.log").read_text()[-3000:]
                 while_down = (

@@ -32,6 +32,9 @@ from tests.helpers.stack import regions_of, wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600), pytest.mark.xdist_group("e2e-peer-suite")]
 
 REGION = "peer"
+# The faults' tests run the suite's fast part (tests/test_more.py: 535 tests in ~3 s alone) in 4
+# shards; test_recipes.py, three quarters of its time with its subtests, is run by the first test.
+FAST_PART = ("tests/test_more.py",)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +163,9 @@ def test_a_shard_that_skips_a_test_it_was_given_fails_the_stage_naming_it(peer, 
     info, api, logs = peer
     # Given shard 2's command runs its list less its first test
     dropped = tmp_path / "dropped"
-    project_id = _project(api, shard_stage(suite(), drop_first_in_shard=2, dropped_to=dropped))
+    project_id = _project(
+        api, shard_stage(suite(), paths=FAST_PART, drop_first_in_shard=2, dropped_to=dropped)
+    )
 
     # When a job runs
     job = _ended(api, project_id)
@@ -182,7 +187,7 @@ def test_a_shard_that_skips_a_test_it_was_given_fails_the_stage_naming_it(peer, 
 def test_a_truncated_report_in_one_shard_is_a_warning_naming_the_file_and_line(peer):
     info, api, logs = peer
     # Given shard 1's report is cut halfway, as a runner killed while writing it would leave it
-    project_id = _project(api, shard_stage(suite(), cut_report_in_shard=1))
+    project_id = _project(api, shard_stage(suite(), paths=FAST_PART, cut_report_in_shard=1))
 
     # When a job runs
     job = _ended(api, project_id)
