@@ -153,9 +153,14 @@ def test_waiting_for_a_project_costs_under_half_of_the_history_quota(
     acquired = next(i for i, e in enumerate(events) if _entered(e) == "AcquireAsQueueHead")
     # Rounds between the first read of the lock and the one before the wake: the lock stayed busy.
     busy_rounds = [starts[k + 1] - starts[k] for k in range(len(starts) - 2)]
-    assert len(set(busy_rounds)) == 1, busy_rounds
-    per_round = busy_rounds[0]
-    assert [_entered(e) for e in events[starts[1] : starts[2]] if _entered(e)] == round_
+    # Each busy round enters the same states. The emulator's interpreter records a timed-out task's
+    # closing events from its timer thread, so under load one of them may land after the next
+    # round's first event: a round reads one short and its neighbour one long (CI saw [17, 17, 16,
+    # 18]). The bound takes the longest round.
+    assert max(busy_rounds) - min(busy_rounds) <= 2, busy_rounds
+    for k in range(len(starts) - 2):
+        assert [_entered(e) for e in events[starts[k] : starts[k + 1]] if _entered(e)] == round_, k
+    per_round = max(busy_rounds)
     # The last round: from the last park (or wait) through the wake to the lock taken.
     per_wake = acquired - starts[-2]
     joining, leaving = (
