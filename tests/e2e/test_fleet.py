@@ -102,7 +102,9 @@ def _project(
         {
             "repo": f"acme/{project_id}",
             "region_affinity": region,
-            "lease_ttl_sec": 6,
+            # No test here waits for a lease to lapse; a short one only fences a stage whose renewal
+            # a loaded host delayed (CI's 2 cores saw a gated stage fenced and its Mac take the next job).
+            "lease_ttl_sec": 60,
             "queue_timeout_sec": 240,
             "stages": [{"name": "build", "run": command, **stage}],
             **(project or {}),

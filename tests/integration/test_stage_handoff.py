@@ -108,7 +108,7 @@ def test_a_three_stage_chain_on_two_macs_builds_the_jobs_commit_and_hands_on_fil
         {
             "repo": f"acme/{project_id}",
             "region_affinity": "eu-west",
-            "lease_ttl_sec": 10,
+            "lease_ttl_sec": 60,
             "queue_timeout_sec": 60,
             "checkout": {"url": str(origin), "timeout_sec": 60},
             "stages": [
@@ -171,7 +171,7 @@ def _checkout_project(
         {
             "repo": f"acme/{project_id}",
             "region_affinity": "eu-west",
-            "lease_ttl_sec": 10,
+            "lease_ttl_sec": 60,
             "queue_timeout_sec": 60,
             "checkout": {
                 "url": url,
@@ -268,7 +268,7 @@ def test_a_probe_asks_about_the_value_the_previous_attempt_recorded(local_stack,
         {
             "repo": f"acme/{project_id}",
             "region_affinity": "eu-west",
-            "lease_ttl_sec": 10,
+            "lease_ttl_sec": 60,
             "queue_timeout_sec": 60,
             "retry": {"backoff_base_sec": 0},
             "stages": [
@@ -320,7 +320,7 @@ def test_a_checkout_of_a_commit_the_repository_does_not_have_fails_for_good(
         {
             "repo": f"acme/{project_id}",
             "region_affinity": "eu-west",
-            "lease_ttl_sec": 10,
+            "lease_ttl_sec": 60,
             "queue_timeout_sec": 60,
             "checkout": {"url": str(origin), "timeout_sec": 60},
             "stages": [{"name": "build", "run": "echo never"}],
@@ -349,7 +349,7 @@ def test_a_rerun_whose_skipped_stages_handoff_is_gone_is_refused_when_asked_for(
         {
             "repo": f"acme/{project_id}",
             "region_affinity": "eu-west",
-            "lease_ttl_sec": 10,
+            "lease_ttl_sec": 60,
             "queue_timeout_sec": 60,
             "stages": [
                 {"name": "build", "run": "mkdir -p out && echo app > out/app", "handoff": ["out"]},
@@ -417,7 +417,7 @@ def test_a_handed_on_object_gone_before_the_next_stage_fails_it_as_gone_under_th
         {
             "repo": f"acme/{project_id}",
             "region_affinity": "eu-west",
-            "lease_ttl_sec": 10,
+            "lease_ttl_sec": 60,
             "queue_timeout_sec": 60,
             "stages": [
                 {"name": "build", "run": "mkdir -p out && echo app > out/app", "handoff": ["out"]},
