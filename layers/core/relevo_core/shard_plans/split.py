@@ -9,8 +9,10 @@ search) is NP-hard and would gain a few per cent at best, on durations that vary
 from run to run.
 
 Expected times come from the project's earlier jobs of the stage (their results documents): a
-test's mean over the jobs that ran it; a test with no history gets the median of those that have
-one. With no history at all the split is by count (`by: "count"`, said on the plan, never
+test's median over the jobs that ran it -- not the mean, since a test often pays a one-off cost in
+one job and not the next (the first test of a shard to load a grammar, boot a simulator or fill a
+cache is charged for it, and the split moves which test that is); a test with no history gets the
+median of those that have one. With no history at all the split is by count (`by: "count"`, said on the plan, never
 silently): shard k gets every n-th test of the listing from the k-th.
 """
 
@@ -38,7 +40,7 @@ def job_durations(tests: Iterable[TestResult]) -> dict[str, float]:
 def expected_durations(
     tests: list[PlannedTest], history: Sequence[Mapping[str, float]]
 ) -> tuple[dict[str, float], int]:
-    """Each planned test's expected seconds (its mean over the jobs that ran it, else the median
+    """Each planned test's expected seconds (its median over the jobs that ran it, else the median
     of the others'), and how many jobs' durations were used. ({}, 0) without history."""
     jobs = [durations for durations in history if durations]
     if not jobs:
@@ -47,7 +49,7 @@ def expected_durations(
     for test in tests:
         seen = [durations[test.id] for durations in jobs if test.id in durations]
         if seen:
-            known[test.id] = sum(seen) / len(seen)
+            known[test.id] = median(seen)
     if not known:
         return {}, len(jobs)
     fill = median(known.values())
