@@ -68,10 +68,12 @@ def test_a_test_without_history_is_expected_to_take_the_median():
     assert new.expected_sec == 2.0
 
 
-def test_a_test_s_expected_time_is_its_median_over_the_jobs_that_ran_it():
+def test_a_test_s_expected_time_is_its_low_median_over_the_jobs_that_ran_it():
     tests = _tests(2)
-    expected, jobs = expected_durations(tests, [{tests[0].id: 1.0}, {tests[0].id: 3.0, tests[1].id: 5.0}, {}])
-    assert expected == {tests[0].id: 2.0, tests[1].id: 5.0} and jobs == 2
+    history = [{tests[0].id: 1.0, tests[1].id: 4.0}, {tests[0].id: 3.0, tests[1].id: 5.0}, {}]
+    expected, jobs = expected_durations(tests, history + [{tests[0].id: 2.0}])
+    # the median of three; of two, the lesser
+    assert expected == {tests[0].id: 2.0, tests[1].id: 4.0} and jobs == 3
 
 
 def test_a_one_off_cost_one_job_charged_to_a_test_does_not_make_it_long():
@@ -81,10 +83,11 @@ def test_a_one_off_cost_one_job_charged_to_a_test_does_not_make_it_long():
     tests = _tests(2)
     history = [{tests[0].id: 0.002, tests[1].id: 1.0}, {tests[0].id: 0.596, tests[1].id: 1.0}]
     history += [{tests[0].id: 0.002, tests[1].id: 1.0}] * 3
-    # When expected durations are made from the five jobs
+    # When expected durations are made from the five jobs, or from that job and the next
     expected, jobs = expected_durations(tests, history)
     # Then it is expected at its usual time, not at the mean the one-off would give it (0.12 s)
     assert expected[tests[0].id] == 0.002 and jobs == 5
+    assert expected_durations(tests, history[:2])[0][tests[0].id] == 0.002
 
 
 def test_the_split_is_the_same_every_time():

@@ -9,18 +9,20 @@ search) is NP-hard and would gain a few per cent at best, on durations that vary
 from run to run.
 
 Expected times come from the project's earlier jobs of the stage (their results documents): a
-test's median over the jobs that ran it -- not the mean, since a test often pays a one-off cost in
-one job and not the next (the first test of a shard to load a grammar, boot a simulator or fill a
-cache is charged for it, and the split moves which test that is); a test with no history gets the
-median of those that have one. With no history at all the split is by count (`by: "count"`, said on the plan, never
-silently): shard k gets every n-th test of the listing from the k-th.
+test's low median over the jobs that ran it (the median of an odd count, the lower middle one of an
+even count, so the lesser of two). Not the mean: a test often pays a one-off cost in one job and
+not the next -- the first test of a shard to load a grammar, boot a simulator or fill a cache is
+charged for it, and every shard pays that cost once whichever test it is charged to, so it does not
+belong to the test; and the split moves which test that is from one job to the next (parso's
+grammar loads, 0.2-0.5 s each, moved between tests that otherwise take milliseconds). A test with
+no history gets the median of those that have one.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
-from statistics import median
+from statistics import median, median_low
 
 from relevo_core.models.test_results import PlannedTest, ShardPlan, TestPlan, TestResult
 
@@ -40,8 +42,8 @@ def job_durations(tests: Iterable[TestResult]) -> dict[str, float]:
 def expected_durations(
     tests: list[PlannedTest], history: Sequence[Mapping[str, float]]
 ) -> tuple[dict[str, float], int]:
-    """Each planned test's expected seconds (its median over the jobs that ran it, else the median
-    of the others'), and how many jobs' durations were used. ({}, 0) without history."""
+    """Each planned test's expected seconds (its low median over the jobs that ran it, else the
+    median of the others'), and how many jobs' durations were used. ({}, 0) without history."""
     jobs = [durations for durations in history if durations]
     if not jobs:
         return {}, 0
@@ -49,7 +51,7 @@ def expected_durations(
     for test in tests:
         seen = [durations[test.id] for durations in jobs if test.id in durations]
         if seen:
-            known[test.id] = median(seen)
+            known[test.id] = median_low(seen)
     if not known:
         return {}, len(jobs)
     fill = median(known.values())
