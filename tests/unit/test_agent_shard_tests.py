@@ -161,10 +161,10 @@ def test_a_plan_read_back_that_is_not_the_one_recorded_is_refused(tmp_path: Path
 
 
 def test_a_list_file_the_stage_names_is_read_from_the_workspace(tmp_path: Path):
-    plan = PLAN.model_copy(
-        update={"tests": {"junit": ["results/*.xml"], "plan": {"file": "build/tests.txt", "format": "lines"}}}
+    plan = StagePlan.model_validate(
+        PLAN.model_dump()
+        | {"tests": {"junit": ["results/*.xml"], "plan": {"file": "build/tests.txt", "format": "lines"}}}
     )
-    plan = StagePlan.model_validate(plan.model_dump())
     (tmp_path / "build").mkdir()
     (tmp_path / "build" / "tests.txt").write_bytes(b"a::b\n")
     assert listing_of(plan, tmp_path, lambda command: b"") == b"a::b\n"
