@@ -77,7 +77,9 @@ def _project(api: RelevoApi, region: str, command: str, **extra: Any) -> str:
         {
             "repo": f"acme/{project_id}",
             "region_affinity": region,
-            "lease_ttl_sec": 6,
+            # No test here waits for a lease to lapse: a short one would only fence a stage whose
+            # renewal a loaded host delayed, and add an attempt these tests count exactly.
+            "lease_ttl_sec": 60,
             "queue_timeout_sec": 120,
             "stages": [{"name": "build", "run": command}],
             "retry": {"backoff_base_sec": 0},
