@@ -42,14 +42,15 @@ def stack(shared_stack: tuple[StackInfo, Path]) -> Iterator[tuple[StackInfo, Pat
 def _project(
     api: RelevoApi,
     stage: dict[str, Any],
-    lease_ttl_sec: int = 12,
+    lease_ttl_sec: int = 30,
     stages: Sequence[dict[str, Any]] = (),
     **settings: Any,
 ) -> str:
-    """A project of `stage` (and `stages` after it) in the region. The lease is 12 s unless the
+    """A project of `stage` (and `stages` after it) in the region. The lease is 30 s unless the
     test measures a stop: on a loaded host a claim's answer may take longer than a 6 s lease leaves
     it (the claim is then sent again or left to the lease, a second attempt the tests that count
-    attempts would see)."""
+    attempts would see), and a 12 s one saw a renewal starved past it (a full run on 2 cores: the
+    stack's API answered in over 6 s, a held shard was fenced and its job failed)."""
     project_id = f"{REGION}-{secrets.token_hex(3)}"
     api.put_project(
         project_id,

@@ -72,12 +72,16 @@ def jobs(local_stack):
     # P runs one job at a time: the fork's is canceled (its session stays valid) so that main's runs.
     RelevoApi.for_stack(stack).cancel_job(fork.json()["job_id"])
     main = deliver(stack, p, push_body("Codertocat/Hello-World", secrets.token_hex(20)), p_secret)
+    main_session = _session(stack, main.json()["job_id"])
+    # Q's push only once main's stage is claimed: receive_stage discards the messages of other
+    # jobs, so Q's stage message, dispatched first on a loaded host, was deleted while main's was
+    # awaited (CI: "no stage message for <Q's job> within 60s").
     other = deliver(stack, q, push_body(f"acme/{q}", secrets.token_hex(20)), q_secret)
     return {
         "p": p,
         "q": q,
         "fork": fork_session,
-        "main": _session(stack, main.json()["job_id"]),
+        "main": main_session,
         "q_main": _session(stack, other.json()["job_id"]),
     }
 
