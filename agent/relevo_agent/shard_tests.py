@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from relevo_core.aws import client
 from relevo_core.models.agent_session import PlanRequest
-from relevo_core.models.errors import ErrorClass
+from relevo_core.models.errors import ErrorClass, ErrorCode
 from relevo_core.models.job_objects import JobPrefix, test_listing_key
 from relevo_core.models.test_results import ShardPlan, TestPlan
 from relevo_core.shard_plans.check import PlanCheck, check_shard
@@ -155,6 +155,7 @@ def for_shard(
     routes, agent_id = command.routes, command.config.agent_id
     if plan.tests is None or plan.tests.plan is None or run.ref.shard is None or routes is None:
         return None
+    from relevo_agent.claim_routes import RouteError
     from relevo_agent.ending import Ended, Ending
 
     ref = run.ref
@@ -194,6 +195,14 @@ def for_shard(
         raise Ended(
             Ending.failed(failed.error_class, {**failed.cause, "agent_id": agent_id, "attempt": ref.attempt})
         ) from None
+    except RouteError as refused:
+        if refused.code not in (ErrorCode.ATTEMPT_ENDED.value, ErrorCode.ATTEMPT_NOT_HELD.value):
+            raise
+        # The attempt no longer holds the stage (its job was canceled or ended, a sibling failed,
+        # or another attempt took over): as on a heartbeat so refused (relevo_agent.keeper), it
+        # stops here with nothing reported. Raised on, it crashed the agent's handling of the stage.
+        shipper.line(f"[relevo] the test plan was refused ({refused.message}); stopping the shard")
+        raise Ended(Ending.abandoned(stopped="lease_lost")) from None
     shipper.line(f"[relevo] this shard runs {len(tests.plan.tests)} planned tests ($RELEVO_SHARD_TESTS)")
     return tests
 

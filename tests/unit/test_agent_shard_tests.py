@@ -190,3 +190,39 @@ def test_a_shard_failed_for_tests_missing_keeps_what_its_reports_said(tmp_path: 
     # Then it fails as TestsMissing, and its reports' summary (the counts, the warning) stays on it
     assert checked_ending.error is ErrorClass.TESTS_MISSING
     assert checked_ending.tests == summary
+
+
+def test_a_shard_whose_attempt_ended_before_its_plan_stops_with_nothing_reported(tmp_path: Path, monkeypatch):
+    """A shard's retry claimed just before its job was canceled (a sibling failed for good): the
+    plans route refuses it 409 ATTEMPT_ENDED. The attempt stops as on a refused heartbeat, with
+    nothing reported; the refusal raised on crashed the agent's handling of the stage (CI's peer
+    suite: "crashed in the agent; handing the message back" and a traceback in the agent's log)."""
+    from types import SimpleNamespace
+
+    from relevo_agent import shard_tests as module
+    from relevo_agent.ending import Ended
+    from relevo_agent.journal import OperationOutcome
+
+    s3 = FakeS3()
+    monkeypatch.setattr(module, "client", lambda service: s3)
+    plan = StagePlan.model_validate(
+        PLAN.model_dump()
+        | {"tests": {"junit": ["results/*.xml"], "plan": {"file": "tests.txt", "format": "lines"}}}
+    )
+    (tmp_path / "tests.txt").write_bytes(b"tests.test_a::test_one\n")
+    lines: list[str] = []
+    command = SimpleNamespace(
+        routes=FakeRoutes(s3, refuse="ATTEMPT_ENDED"),
+        config=SimpleNamespace(agent_id="mac-2"),
+        under_lease=None,
+    )
+    run = SimpleNamespace(
+        ref=SimpleNamespace(job_id=JOB, stage_index=0, shard=1, attempt=2), claim_secret="a" * 64, reason=None
+    )
+    with pytest.raises(Ended) as ended:
+        module.for_shard(
+            command, run, plan, tmp_path, _envelope(), {}, SimpleNamespace(line=lines.append), lambda _: None
+        )
+    assert ended.value.ending.outcome is OperationOutcome.ABANDONED
+    assert ended.value.ending.stopped == "lease_lost" and ended.value.ending.error is None
+    assert any("the test plan was refused" in line for line in lines), lines
