@@ -13,7 +13,7 @@ Placement: the dispatch of attempt N > 1 names the agents that ran the failed at
 region, not named, is online (its presence record fresh), whether that agent has a free slot or
 not: it makes the message invisible again and lets the other agent take it.
 - The other agent has a free slot: the message is visible again after `handoff_delay_sec`, and
-  this slot stays off the queue meanwhile, so the other agent's poll takes it.
+  no slot of this agent receives until a second after, so the other agent's poll takes it.
 - Every other online agent is busy: the remaining wait (see below) is split into equal hops, one
   per receive still allowed, so this agent receives it at most HANDOFF_MAX_RECEIVES times. During
   a hop it watches the region's presence records (watch_handback): as soon as one shows an agent
@@ -278,8 +278,9 @@ class Placement:
         if at_once:
             return True
         if other.free > 0:
-            # Keep this slot off the queue while the message is invisible, so the free agent's poll
-            # is the one that receives it.
+            # Keep every slot of this agent (not this one alone: another's poll got it back) off the
+            # queue while the message is invisible, so the free agent's poll receives it.
+            self.quiet_for(invisible + 1)
             self._stop.wait(invisible + 1)
         else:
             # Every other agent is busy: the hop is long, and this slot stays useful meanwhile. The

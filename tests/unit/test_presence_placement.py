@@ -303,7 +303,7 @@ def _placement(clock: _Time, monkeypatch, region_at, **config):
 
     monkeypatch.setattr(placement_module.agents, "online_agents", online_agents)
     agent_config = AgentConfig(
-        agent_id="mac-a", region="eu", capacity=1, journal=Path("/nonexistent/j"), **config
+        agent_id="mac-a", region="eu", journal=Path("/nonexistent/j"), **{"capacity": 1, **config}
     )
     return Placement(agent_config, "table", clock, clock=clock.now, monotonic=clock.monotonic), looks
 
@@ -524,3 +524,23 @@ def test_placement_is_a_module_apart_from_the_presence_record():
     for module in (presence, placement):
         lines = len(Path(module.__file__).read_text(encoding="utf-8").splitlines())
         assert lines < 470, f"{module.__name__}: {lines} lines"
+
+
+def test_a_retry_left_to_a_free_agent_keeps_every_slot_of_the_leaving_agent_off_the_queue(monkeypatch):
+    """An agent of capacity 2 left a retry to a free agent: its other free slot's poll received
+    the message back when it was visible again, twice, and the third receive ran it on the agent
+    that failed it (tests/e2e/test_parallel_shards.py, on a loaded host). Now no receive of the
+    leaving agent starts until the message is visible again and a second more."""
+    # Given mac-a ran the failed attempt, and mac-b is online with a free slot
+    clock = _Time()
+    placement, _ = _placement(clock, monkeypatch, lambda t: [_agent("mac-a"), _agent("mac-b")], capacity=2)
+    message = _Message(clock)
+
+    # When mac-a receives the retry and leaves it to mac-b
+    left_at = clock.monotonic()
+    assert placement.leave_to_another(["mac-a"], 600, message, "job/test attempt 2")
+
+    # Then the message is invisible for the short delay, and mac-a's receives (every slot's) wait
+    # until it is visible again and a second more
+    assert message.visibility == [(0.0, 2)]
+    assert placement.quiet_until == left_at + 2 + 1
