@@ -24,6 +24,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 
 from relevo_core.aws import SessionCredentials, call_lane, call_time_left, process_credentials
+from relevo_core.models.errors import ErrorCode
 
 if TYPE_CHECKING:
     from relevo_core.models.agent_session import (
@@ -54,6 +55,13 @@ class RouteError(Exception):
         self.code = code
         self.message = message
         self.details = details or {}
+
+    @property
+    def canceled(self) -> bool:
+        """The attempt was ended by its job's end or a sibling shard's failure (409 ATTEMPT_ENDED
+        with the record's status `canceled`), not by another claim or a lapsed lease: the same
+        ending whichever call of the attempt learns it first (a renewal says it as LeaseLost.ended)."""
+        return self.code == ErrorCode.ATTEMPT_ENDED.value and self.details.get("status") == "canceled"
 
 
 class RouteUnreachable(Exception):

@@ -123,6 +123,14 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[
                 )
                 run.stop("canceled")
                 return
+            if refused.canceled:
+                # Canceled between this round's renewal and its heartbeat: the ending the renewal
+                # would have said (LeaseLost.ended above), not a lost lease.
+                log.warning(
+                    "%s: canceled (its job ended, or a sibling shard failed); stopping the stage", op_id
+                )
+                run.stop("canceled")
+                return
             if refused.code in (ErrorCode.ATTEMPT_ENDED.value, ErrorCode.ATTEMPT_NOT_HELD.value):
                 log.warning(
                     "%s stage %d: the heartbeat was refused (%s); stopping the stage",

@@ -202,7 +202,7 @@ def for_shard(
         # or another attempt took over): as on a heartbeat so refused (relevo_agent.keeper), it
         # stops here with nothing reported. Raised on, it crashed the agent's handling of the stage.
         shipper.line(f"[relevo] the test plan was refused ({refused.message}); stopping the shard")
-        raise Ended(Ending.abandoned(stopped="lease_lost")) from None
+        raise Ended(Ending.abandoned(stopped="canceled" if refused.canceled else "lease_lost")) from None
     shipper.line(f"[relevo] this shard runs {len(tests.plan.tests)} planned tests ($RELEVO_SHARD_TESTS)")
     return tests
 

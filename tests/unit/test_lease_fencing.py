@@ -281,3 +281,35 @@ def test_the_task_is_heartbeaten_every_third_of_the_lease_while_the_lease_is_ren
     short = LeaseTimeline(6, 1, 1)
     assert short.heartbeat_interval_sec == short.renew_interval_sec == 2
     assert short.heartbeat_due(10.0, 12.0) and not short.heartbeat_due(10.0, 11.0)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "reason"),
+    [
+        ("ATTEMPT_ENDED", "canceled", "canceled"),  # a sibling shard failed, or the job was canceled
+        ("ATTEMPT_ENDED", "running", "lease_lost"),  # it ran out of lease on the record
+        ("ATTEMPT_NOT_HELD", None, "lease_lost"),  # another claim holds the attempt
+    ],
+)
+def test_a_heartbeat_refused_after_its_renewal_came_back_stops_the_stage_as_the_refusal_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str, status: str | None, reason: str
+):
+    """The attempt was canceled between a round's renewal (which came back: the record was still
+    live) and its heartbeat (which the route refused, 409 ATTEMPT_ENDED with the record's status).
+    That is the ending a renewal one moment later would have said, `canceled`, not a lost lease:
+    a fail-fast sibling's agent said either, by which call saw the cancel first (an e2e run)."""
+    from relevo_agent.claim_routes import RouteError
+
+    monkeypatch.setattr(stage_attempts, "renew_lease", lambda *args, **kwargs: None)
+    timeline = LeaseTimeline(lease_ttl_sec=30, kill_grace_sec=1, max_clock_skew_sec=0.5)
+    agent, run, _ = _renewing_run(tmp_path, timeline)
+
+    def refused(_: StageRun) -> None:
+        raise RouteError(409, code, "refused", {"status": status} if status else None)
+
+    keeper = threading.Thread(target=keep_lease, args=(run, "job_x:build", agent.stop, refused), daemon=True)
+    keeper.start()
+    keeper.join(SETTLE_SEC)
+    assert not keeper.is_alive()
+    assert run.reason == reason
+    run.done.set()

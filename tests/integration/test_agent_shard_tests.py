@@ -1,11 +1,13 @@
 """A shard's part of its stage's test plan on the agent (relevo_agent.shard_tests): the listing
 stored at the key its sha256 gives, the plan asked for and verified, `$RELEVO_SHARD_TESTS` one
 listed id a line with its count, a refused listing failing the shard for good, and the check of
-what it ran."""
+what it ran. Listings and plans go to the session emulator's S3; the plans route (Relevo's own)
+is played by FakeRoutes, answering as the stack does."""
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 from relevo_agent.claim_routes import RouteError
 from relevo_agent.ending import Ending
 from relevo_agent.shard_tests import ShardTestsFailed, checked, listing_of, shard_tests
+from relevo_core.aws import client
 from relevo_core.models import test_results
 from relevo_core.models.agent_session import PlanGranted
 from relevo_core.models.errors import ErrorClass
@@ -35,36 +38,38 @@ LISTING = (
 )
 
 
-class FakeS3:
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str], bytes] = {}
+BUCKET = "shard-tests-" + secrets.token_hex(4)
 
-    def put_object(self, Bucket: str, Key: str, Body: bytes, **_: Any) -> None:  # noqa: N803 - boto3's names
-        self.objects[(Bucket, Key)] = Body
 
-    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # noqa: N803
-        body = self.objects[(Bucket, Key)]
-        return {"Body": type("Body", (), {"read": lambda self: body})()}
+@pytest.fixture()
+def s3(local_stack) -> Any:
+    """The emulator's S3, with the artifact bucket the envelope names."""
+    s3 = client("s3")
+    if BUCKET not in {bucket["Name"] for bucket in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=BUCKET)
+    return s3
+
+
+def _stored(s3: Any, key: str) -> bytes:
+    return s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
 
 
 class FakeRoutes:
     """The plans route as the stack answers it: the plan made from the stored listing."""
 
-    def __init__(self, s3: FakeS3, refuse: str | None = None) -> None:
-        self.s3, self.refuse, self.asked = s3, refuse, []
+    def __init__(self, s3: Any, refuse: str | None = None, details: dict[str, Any] | None = None) -> None:
+        self.s3, self.refuse, self.details, self.asked = s3, refuse, details, []
 
     def plan(self, request):
         self.asked.append(request)
         if self.refuse:
-            raise RouteError(409, self.refuse, "shard 1 listed other tests")
+            raise RouteError(409, self.refuse, "shard 1 listed other tests", self.details)
         from relevo_core.shard_plans.listing import read_listing
 
-        listing = self.s3.objects[
-            ("bucket", f"p/{JOB}/.relevo-tests/test.listing.{request.listing_sha256}.txt")
-        ]
+        listing = _stored(self.s3, f"p/{JOB}/.relevo-tests/test.listing.{request.listing_sha256}.txt")
         plan = split_tests("test", read_listing(listing, "pytest"), 2, request.listing_sha256, [])
         body = plan.model_dump_json().encode()
-        self.s3.put_object(Bucket="bucket", Key=f"p/{JOB}/.relevo-tests/test.plan.shard-0.json", Body=body)
+        self.s3.put_object(Bucket=BUCKET, Key=f"p/{JOB}/.relevo-tests/test.plan.shard-0.json", Body=body)
         return PlanGranted(
             plan_key=f"p/{JOB}/.relevo-tests/test.plan.shard-0.json",
             plan_sha256=hashlib.sha256(body).hexdigest(),
@@ -78,7 +83,7 @@ class FakeRoutes:
 
 def _envelope():
     class Envelope:
-        artifact_uri = f"s3://bucket/p/{JOB}/"
+        artifact_uri = f"s3://{BUCKET}/p/{JOB}/"
 
     return Envelope()
 
@@ -93,9 +98,8 @@ REQUEST = {
 }
 
 
-def test_a_shard_is_given_its_listed_ids_in_a_file_and_their_count(tmp_path: Path):
+def test_a_shard_is_given_its_listed_ids_in_a_file_and_their_count(tmp_path: Path, s3: Any):
     # Given a stage of 2 shards with a pytest plan, and the route that makes it
-    s3 = FakeS3()
     routes = FakeRoutes(s3)
     # When shard 0 asks with its listing
     tests = shard_tests(routes, REQUEST, PLAN, _envelope(), LISTING, tmp_path, s3)
@@ -103,7 +107,7 @@ def test_a_shard_is_given_its_listed_ids_in_a_file_and_their_count(tmp_path: Pat
     # left out), and asked for with that sha256
     ids = LISTING.split(b"\n\n")[0] + b"\n"
     sha = hashlib.sha256(ids).hexdigest()
-    assert s3.objects[("bucket", f"p/{JOB}/.relevo-tests/test.listing.{sha}.txt")] == ids
+    assert _stored(s3, f"p/{JOB}/.relevo-tests/test.listing.{sha}.txt") == ids
     assert routes.asked[0].listing_sha256 == sha and routes.asked[0].shard == 0
     # And its tests are in $RELEVO_SHARD_TESTS, one listed id a line, as pytest takes them back
     env = tests.environment()
@@ -120,10 +124,11 @@ def test_a_shard_is_given_its_listed_ids_in_a_file_and_their_count(tmp_path: Pat
     assert check.error_class is ErrorClass.TESTS_MISSING and check.missing == ["tests.test_c::test_three"]
 
 
-def test_two_shards_whose_pytest_listings_differ_only_in_pytest_s_count_line_ask_for_one_plan(tmp_path: Path):
+def test_two_shards_whose_pytest_listings_differ_only_in_pytest_s_count_line_ask_for_one_plan(
+    tmp_path: Path, s3: Any
+):
     # Given two shards of a stage on two Macs, whose `pytest --collect-only -q` listed the same
     # tests, each ending with the time its collection took
-    s3 = FakeS3()
     routes = FakeRoutes(s3)
     ids = b"tests/test_a.py::test_one\ntests/test_c.py::test_three\n"
     first, second = ids + b"\n2 tests collected in 0.43s\n", ids + b"\n2 tests collected in 0.51s\n"
@@ -136,22 +141,20 @@ def test_two_shards_whose_pytest_listings_differ_only_in_pytest_s_count_line_ask
     assert [request.listing_sha256 for request in routes.asked] == [hashlib.sha256(ids).hexdigest()] * 2
 
 
-def test_a_listing_other_than_the_plan_s_fails_the_shard_for_good(tmp_path: Path):
-    s3 = FakeS3()
+def test_a_listing_other_than_the_plan_s_fails_the_shard_for_good(tmp_path: Path, s3: Any):
     with pytest.raises(ShardTestsFailed) as failed:
         shard_tests(FakeRoutes(s3, "TEST_LISTING_DIFFERS"), REQUEST, PLAN, _envelope(), LISTING, tmp_path, s3)
     assert failed.value.error_class is ErrorClass.TEST_PLAN and not failed.value.error_class.retryable
     assert "listed other tests" in failed.value.message
 
 
-def test_a_plan_read_back_that_is_not_the_one_recorded_is_refused(tmp_path: Path):
-    s3 = FakeS3()
+def test_a_plan_read_back_that_is_not_the_one_recorded_is_refused(tmp_path: Path, s3: Any):
     routes = FakeRoutes(s3)
     real = routes.plan
 
     def tampered(request):
         granted = real(request)
-        s3.put_object(Bucket="bucket", Key=granted.plan_key, Body=b'{"stage": "test"}')
+        s3.put_object(Bucket=BUCKET, Key=granted.plan_key, Body=b'{"stage": "test"}')
         return granted
 
     routes.plan = tampered
@@ -173,9 +176,8 @@ def test_a_list_file_the_stage_names_is_read_from_the_workspace(tmp_path: Path):
     assert failed.value.error_class is ErrorClass.TEST_PLAN
 
 
-def test_a_shard_failed_for_tests_missing_keeps_what_its_reports_said(tmp_path: Path):
+def test_a_shard_failed_for_tests_missing_keeps_what_its_reports_said(tmp_path: Path, s3: Any):
     # Given a shard planned two tests, whose truncated report named one, said in a warning
-    s3 = FakeS3()
     tests = shard_tests(FakeRoutes(s3), REQUEST, PLAN, _envelope(), LISTING, tmp_path, s3)
     summary = {"total": 1, "passed": 1, "warnings": ["results/junit.xml:4: malformed or truncated XML"]}
     ending = Ending.succeeded({"exit_code": 0}, 0, status=StageStatus.WARNING)
@@ -192,19 +194,24 @@ def test_a_shard_failed_for_tests_missing_keeps_what_its_reports_said(tmp_path: 
     assert checked_ending.tests == summary
 
 
-def test_a_shard_whose_attempt_ended_before_its_plan_stops_with_nothing_reported(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize(
+    ("details", "stopped"),
+    [({"status": "canceled"}, "canceled"), ({"status": "running"}, "lease_lost"), (None, "lease_lost")],
+)
+def test_a_shard_whose_attempt_ended_before_its_plan_stops_with_nothing_reported(
+    tmp_path: Path, s3: Any, details: dict[str, Any] | None, stopped: str
+):
     """A shard's retry claimed just before its job was canceled (a sibling failed for good): the
     plans route refuses it 409 ATTEMPT_ENDED. The attempt stops as on a refused heartbeat, with
-    nothing reported; the refusal raised on crashed the agent's handling of the stage (CI's peer
-    suite: "crashed in the agent; handing the message back" and a traceback in the agent's log)."""
+    nothing reported, `canceled` when the record says so (else its lease is lost); the refusal
+    raised on crashed the agent's handling of the stage (CI's peer suite: "crashed in the agent;
+    handing the message back" and a traceback in the agent's log)."""
     from types import SimpleNamespace
 
     from relevo_agent import shard_tests as module
     from relevo_agent.ending import Ended
     from relevo_agent.journal import OperationOutcome
 
-    s3 = FakeS3()
-    monkeypatch.setattr(module, "client", lambda service: s3)
     plan = StagePlan.model_validate(
         PLAN.model_dump()
         | {"tests": {"junit": ["results/*.xml"], "plan": {"file": "tests.txt", "format": "lines"}}}
@@ -212,7 +219,7 @@ def test_a_shard_whose_attempt_ended_before_its_plan_stops_with_nothing_reported
     (tmp_path / "tests.txt").write_bytes(b"tests.test_a::test_one\n")
     lines: list[str] = []
     command = SimpleNamespace(
-        routes=FakeRoutes(s3, refuse="ATTEMPT_ENDED"),
+        routes=FakeRoutes(s3, refuse="ATTEMPT_ENDED", details=details),
         config=SimpleNamespace(agent_id="mac-2"),
         under_lease=None,
     )
@@ -224,5 +231,5 @@ def test_a_shard_whose_attempt_ended_before_its_plan_stops_with_nothing_reported
             command, run, plan, tmp_path, _envelope(), {}, SimpleNamespace(line=lines.append), lambda _: None
         )
     assert ended.value.ending.outcome is OperationOutcome.ABANDONED
-    assert ended.value.ending.stopped == "lease_lost" and ended.value.ending.error is None
+    assert ended.value.ending.stopped == stopped and ended.value.ending.error is None
     assert any("the test plan was refused" in line for line in lines), lines
