@@ -287,7 +287,7 @@ def test_without_fail_fast_the_siblings_on_agent_processes_run_to_their_end_the_
     stack, tmp_path: Path
 ):
     """Shard 1 fails for good once all three run; shards 0 and 2 wait for that failure, then run
-    on for longer than a renewal interval (2 s for the 6 s lease), and finish."""
+    on for longer than a renewal interval (3 s for the module's 30 s lease), and finish."""
     info, _ = stack
     api = RelevoApi.for_stack(info)
     started = _directory(tmp_path / "started")
@@ -300,9 +300,7 @@ def test_without_fail_fast_the_siblings_on_agent_processes_run_to_their_end_the_
         f'until [ -e "{failed_marker}" ]; do sleep 0.1; done; sleep 5; touch '
         f'"{tmp_path}/finished-$RELEVO_SHARD_INDEX"'
     )
-    project_id = _project(
-        api, {"name": "test", "run": command, "parallel": 3, "fail_fast": False}, lease_ttl_sec=6
-    )
+    project_id = _project(api, {"name": "test", "run": command, "parallel": 3, "fail_fast": False})
     with ExitStack() as running:
         logs = _agents_online(running, stack, tmp_path, [f"nff-mac-{n}" for n in range(3)])
         job_id, job = _ended(api, project_id)
