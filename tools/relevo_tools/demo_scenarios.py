@@ -30,6 +30,7 @@ from relevo_tools.demo_release import apple_uploads
 
 # ------------------------------------------------------------------------------------ scenarios
 FLEET_SCENARIO = f"{len(FLEET)} regions, every agent online"
+RETRY_SCENARIO = "transient failure retried on another agent"
 
 
 def scenario_fleet(demo: Demo) -> ScenarioResult:
@@ -71,7 +72,7 @@ def scenario_retry(demo: Demo) -> ScenarioResult:
         f"attempt 1 on {first}, attempt {test['attempt']} on {second}",
     )
     return ScenarioResult(
-        "transient failure retried on another agent",
+        RETRY_SCENARIO,
         True,
         [
             f"attempt 1 on {first}: exit 75 → {log[0]['error']}",
