@@ -105,14 +105,24 @@ TWO_STAGES = [{"name": "build", "run": "echo compiled"}, {"name": "deploy", "run
 
 
 def test_log_lines_arrive_live_and_a_cut_stream_resumes_with_no_gap_or_repeat(
-    operator_api, browser_page, screenshots
+    operator_api, browser_page, screenshots, tmp_path
 ):
-    # Given a stage that prints 60 numbered lines over about 6 s, and a console whose streams are
-    # cut every 1.5 s (the server ends them; the page reconnects from the last seq it shows)
-    count = 60
+    # Given a stage that prints 60 numbered lines over about 6 s, its second half once the test
+    # has seen the first live (on a loaded host the page showed line 5 after the whole stage had
+    # run), and a console whose streams are cut every 1.5 s (the server ends them; the page
+    # reconnects from the last seq it shows)
+    count, go = 60, tmp_path / "go"
+    half = count // 2
+    print_lines = 'do echo "line $i"; sleep 0.1; done'
     project_id = _project(
         operator_api,
-        [{"name": "build", "run": f'for i in $(seq 1 {count}); do echo "line $i"; sleep 0.1; done'}],
+        [
+            {
+                "name": "build",
+                "run": f"for i in $(seq 1 {half}); {print_lines}; {_wait_for(go)}; "
+                f"for i in $(seq {half + 1} {count}); {print_lines}",
+            }
+        ],
     )
     streams: list[str] = []
     browser_page.on(
@@ -127,6 +137,7 @@ def test_log_lines_arrive_live_and_a_cut_stream_resumes_with_no_gap_or_repeat(
         assert operator_api.get_job(job_id)["status"] == "running"
         expect(browser_page.locator("#connection")).to_have_text("live", timeout=10_000)  # between two cuts
         _screenshot(browser_page, screenshots, "job-live-logs")
+        go.touch()
         _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)
         browser_page.locator("#connection", has_text="ended").wait_for(timeout=30_000)
         # Then every line is there once, in order, across the cuts
