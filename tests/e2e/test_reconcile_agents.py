@@ -367,7 +367,10 @@ def test_a_canceled_job_has_its_process_group_killed_within_seconds_whatever_the
 
 def test_first_sigterm_lets_the_running_stage_finish(fleet: Fleet):
     secret = fleet.register(
-        f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 2; echo "$RELEVO_OPERATION_ID" >> {fleet.effect}'
+        f'echo "$RELEVO_ATTEMPT" >> {fleet.started}; sleep 2; echo "$RELEVO_OPERATION_ID" >> {fleet.effect}',
+        # Nothing here waits for a lease to lapse: with the module's 3 s lease a loaded host's
+        # claim took most of it and the stage was fenced before the drain could let it finish.
+        lease_ttl_sec=30,
     )
     with fleet.agent("mac-a") as mac_a:
         job_id = fleet.push(secret)

@@ -91,6 +91,9 @@ def test_logs_are_ordered_masked_and_continue_across_agents_and_attempts(
         project_id,
         [{"name": "build", "run": BUILD}, {"name": "sign", "run": SIGN}],
         retry={"backoff_base_sec": 0, "max_delay_sec": 0},
+        # Sign's second attempt comes from its own transient exit, not a lapse: a 10 s lease was
+        # fenced on a loaded host when a renewal came back late, and the build ran twice.
+        lease_ttl_sec=60,
     )
     response = deliver(
         local_stack, project_id, push_body(f"acme/{project_id}", secrets.token_hex(20)), secret
