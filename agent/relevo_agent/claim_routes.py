@@ -57,6 +57,12 @@ class RouteError(Exception):
         self.details = details or {}
 
     @property
+    def no_longer_held(self) -> bool:
+        """The attempt no longer holds its stage: it ended (canceled, fenced on the record) or
+        another claim holds it (409 ATTEMPT_ENDED or ATTEMPT_NOT_HELD)."""
+        return self.code in (ErrorCode.ATTEMPT_ENDED.value, ErrorCode.ATTEMPT_NOT_HELD.value)
+
+    @property
     def canceled(self) -> bool:
         """The attempt was ended by its job's end or a sibling shard's failure (409 ATTEMPT_ENDED
         with the record's status `canceled`), not by another claim or a lapsed lease: the same

@@ -131,7 +131,7 @@ def keep_lease(run: StageRun, op_id: str, stop: AgentStop, heartbeat: Callable[[
                 )
                 run.stop("canceled")
                 return
-            if refused.code in (ErrorCode.ATTEMPT_ENDED.value, ErrorCode.ATTEMPT_NOT_HELD.value):
+            if refused.no_longer_held:
                 log.warning(
                     "%s stage %d: the heartbeat was refused (%s); stopping the stage",
                     ref.job_id,

@@ -125,7 +125,7 @@ class Outbox:
                     report.attempt,
                 )
                 return True
-            if refused.code in (ErrorCode.ATTEMPT_NOT_HELD.value, ErrorCode.ATTEMPT_ENDED.value):
+            if refused.no_longer_held:
                 log.warning(
                     "%s:%s attempt %d: report refused, %s",
                     report.job_id,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from relevo_core.aws import client
 from relevo_core.models.agent_session import PlanRequest
-from relevo_core.models.errors import ErrorClass, ErrorCode
+from relevo_core.models.errors import ErrorClass
 from relevo_core.models.job_objects import JobPrefix, test_listing_key
 from relevo_core.models.test_results import ShardPlan, TestPlan
 from relevo_core.shard_plans.check import PlanCheck, check_shard
@@ -196,7 +196,7 @@ def for_shard(
             Ending.failed(failed.error_class, {**failed.cause, "agent_id": agent_id, "attempt": ref.attempt})
         ) from None
     except RouteError as refused:
-        if refused.code not in (ErrorCode.ATTEMPT_ENDED.value, ErrorCode.ATTEMPT_NOT_HELD.value):
+        if not refused.no_longer_held:
             raise
         # The attempt no longer holds the stage (its job was canceled or ended, a sibling failed,
         # or another attempt took over): as on a heartbeat so refused (relevo_agent.keeper), it
