@@ -37,6 +37,7 @@ import threading
 import time
 import traceback
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -192,7 +193,8 @@ def call_sec(service: str) -> float:
 
 @dataclass
 class Invocation:
-    """One function invocation as Lambda would bill it: the handler thread's own CPU (its code,
+    """One function invocation as Lambda would bill it: the CPU of its handler thread and of the
+    side-by-side threads it hands work to (its code,
     botocore's serializing and parsing included) and its AWS calls at their latency on AWS. Calls
     of the handler thread wait one after another; calls of threads it hands work to (relevo_core's
     side-by-side reads) wait beside each other, so they cost the slowest of them once."""
@@ -215,23 +217,53 @@ class Invocation:
         return max(1, ms) * LAMBDA_BILLING_GRANULARITY_SEC
 
 
-class Meter:
-    """Runs a handler in-process as `phase` and returns what Lambda would bill for it."""
+class MeasuredPool(ThreadPoolExecutor):
+    """relevo_core.aws's side-by-side pool, counting the CPU time its threads spend on the tasks
+    they run: a function's work done there (the claim's reads, its job session) is billed as its
+    handler thread's is, and time.thread_time of the handler thread does not see it."""
 
-    def __init__(self, recorder: Recorder, cpu_clock: Any = time.thread_time) -> None:
+    def __init__(self) -> None:
+        super().__init__(max_workers=8, thread_name_prefix="side-by-side")
+        self._cpu_lock = threading.Lock()
+        self.cpu_sec = 0.0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        def measured() -> Any:
+            began = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent = time.thread_time() - began
+                with self._cpu_lock:
+                    self.cpu_sec += spent
+
+        return super().submit(measured)
+
+
+class Meter:
+    """Runs a handler in-process as `phase` and returns what Lambda would bill for it: the CPU of
+    its handler thread, and of the side-by-side pool's threads while it runs (`pool`)."""
+
+    def __init__(
+        self, recorder: Recorder, cpu_clock: Any = time.thread_time, pool: MeasuredPool | None = None
+    ) -> None:
         self.recorder = recorder
         self.cpu_clock = cpu_clock
+        self.pool = pool
 
     def run(self, phase: str, handler: Any) -> tuple[Any, Invocation]:
         before = self.recorder.phase
         self.recorder.phase = phase
         with self.recorder._lock:
             first = len(self.recorder.calls)
+        pool_cpu = self.pool.cpu_sec if self.pool is not None else 0.0
         cpu, wall = self.cpu_clock(), time.perf_counter()
         try:
             result = handler()
         finally:
             cpu, wall = self.cpu_clock() - cpu, time.perf_counter() - wall
+            if self.pool is not None:
+                cpu += self.pool.cpu_sec - pool_cpu
             self.recorder.phase = before
         with self.recorder._lock:
             calls = [c for c in self.recorder.calls[first:] if c.source == phase]
@@ -441,7 +473,12 @@ def measure(stack: Any, recorder: Recorder) -> int:
     handler = harness.cold_handler("webhook")
     settings = intake_settings()
     recorder.install()
-    meter = Meter(recorder)
+    # The pool a claim function's reads run on, measured (its threads' CPU is the function's).
+    import relevo_core.aws
+
+    pool = MeasuredPool()
+    relevo_core.aws._SIDE_BY_SIDE = pool
+    meter = Meter(recorder, pool=pool)
 
     def invoke(phase: str, event_name: str, body: bytes) -> tuple[dict[str, Any], Invocation]:
         event = harness.webhook_event(
@@ -477,7 +514,7 @@ def measure(stack: Any, recorder: Recorder) -> int:
 
     claim_role = client("iam").get_role(RoleName=stack.resources["AgentSessionsRole"])["Role"]["Arn"]
     harness.use_function_environment(stack, "AgentSessionsFunction")
-    with harness.as_role(claim_role):
+    with harness.as_role(claim_role, warm=True):
         claims = harness.cold_handler("agent_sessions")
     sqs = client("sqs")
     queue_url = stack.work_queues[REGION]
@@ -513,7 +550,7 @@ def measure(stack: Any, recorder: Recorder) -> int:
         claim_event = harness.claim_event(
             REGION, request, f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}"
         )
-        with harness.as_role(claim_role):
+        with harness.as_role(claim_role, warm=True):
             answer, invocation = meter.run(
                 "claim", lambda event=claim_event: claims.lambda_handler(event, harness.LambdaContext())
             )
@@ -539,7 +576,7 @@ def measure(stack: Any, recorder: Recorder) -> int:
             f"arn:aws:sts::123456789012:assumed-role/agent/{AGENT_ID}",
             route="outcomes",
         )
-        with harness.as_role(claim_role):
+        with harness.as_role(claim_role, warm=True):
             answer, invocation = meter.run(
                 "claim", lambda event=outcome_event: claims.lambda_handler(event, harness.LambdaContext())
             )
@@ -864,7 +901,8 @@ def report(
     )
     print()
     print(
-        "Lambda duration per job, priced from what each function does: its handler thread's own CPU"
+        "Lambda duration per job, priced from what each function does in a warm execution environment"
+        " (its role's session and clients kept from one invocation to the next): its threads' CPU"
         " time plus each AWS call it makes at its latency on AWS (side-by-side calls once), rounded up"
         " to 1 ms; never the emulator's answer time"
     )

@@ -310,16 +310,30 @@ def claim_event(region: str, body: dict[str, Any], caller_arn: str, route: str =
     )
 
 
+# The role sessions of the warm execution environments (as_role(..., warm=True)), by role and service.
+_WARM_SESSIONS: dict[tuple[str, str], Any] = {}
+
+
 @contextmanager
-def as_role(role_arn: str, service: str = "lambda.amazonaws.com") -> Iterator[None]:
+def as_role(role_arn: str, service: str = "lambda.amazonaws.com", warm: bool = False) -> Iterator[None]:
     """This process's AWS calls made as a session of `role_arn`, as the AWS service that runs
-    with that role would take it (the local stack's own role sessions)."""
+    with that role would take it (the local stack's own role sessions). `warm`: as one execution
+    environment of a function, invocation after invocation: Lambda hands an environment its role's
+    credentials when it starts it, and its clients, built with them, serve every invocation it
+    runs ("Lambda execution environment", AWS Lambda Developer Guide); so the same session each
+    time, and the clients built with it kept (relevo_core.aws keys its clients by access key:
+    another role's calls in between keep their own)."""
     from relevo_core.aws import reset_clients
     from relevo_local.identity import RoleSessions
 
-    credentials = RoleSessions(os.environ.get("AWS_DEFAULT_REGION", "us-east-1")).credentials(
-        role_arn, service, "bench"
-    )
+    key = (role_arn, service)
+    credentials = _WARM_SESSIONS.get(key) if warm else None
+    if credentials is None:
+        credentials = RoleSessions(os.environ.get("AWS_DEFAULT_REGION", "us-east-1")).credentials(
+            role_arn, service, "bench"
+        )
+        if warm:
+            _WARM_SESSIONS[key] = credentials
     saved = {
         name: os.environ.get(name)
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
@@ -331,7 +345,8 @@ def as_role(role_arn: str, service: str = "lambda.amazonaws.com") -> Iterator[No
             "AWS_SESSION_TOKEN": credentials.token,
         }
     )
-    reset_clients()
+    if not warm:
+        reset_clients()
     try:
         yield
     finally:
@@ -340,7 +355,8 @@ def as_role(role_arn: str, service: str = "lambda.amazonaws.com") -> Iterator[No
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        reset_clients()
+        if not warm:
+            reset_clients()
 
 
 def github_headers(

@@ -224,3 +224,32 @@ def test_the_claim_that_gives_a_build_number_adds_two_calls_beside_the_mint_and_
     # and the second found it on the job record: no call for it
     assert '"build_number": 1' in first["body"] and '"build_number": 1' in again["body"]
     assert not {"dynamodb:GetItem", "dynamodb:TransactWriteItems"} & {call for _, call in recorded.calls}
+
+
+def test_the_bench_runs_a_function_as_one_warm_environment_with_its_session_and_clients_kept(
+    local_stack, claim_role
+):
+    """bench/cost.py prices each claim and outcome as an invocation of a warm execution
+    environment: Lambda hands an environment its role's credentials once, and the clients built
+    with them serve every invocation after. A new session and new clients per invocation billed
+    each outcome 130-340 ms of client building that Lambda never spends."""
+    import os
+
+    from relevo_core.aws import client as aws_client
+
+    # Given two invocations of the claim function as one warm environment, with the process's own
+    # calls (the agent double's) between them
+    with harness.as_role(claim_role, warm=True):
+        first_key, first_client = os.environ["AWS_ACCESS_KEY_ID"], aws_client("dynamodb")
+    own_key = os.environ["AWS_ACCESS_KEY_ID"]
+    with harness.as_role(claim_role, warm=True):
+        second_key, second_client = os.environ["AWS_ACCESS_KEY_ID"], aws_client("dynamodb")
+    # Then the second runs with the first's session and its client, and the process's own calls in
+    # between kept their own credentials
+    assert second_key == first_key != own_key
+    assert second_client is first_client
+    # And a cold environment each time gets a new session and new clients
+    with harness.as_role(claim_role):
+        cold_key, cold_client = os.environ["AWS_ACCESS_KEY_ID"], aws_client("dynamodb")
+    assert cold_key != first_key
+    assert cold_client is not first_client

@@ -138,3 +138,29 @@ def test_calls_made_beside_the_handler_thread_are_priced_as_one_wait():
     # Then the two reads cost one DynamoDB latency, not two
     assert len(invocation.calls) == 2
     assert invocation.aws_sec == pytest.approx(cost.AWS_CALL_SEC["dynamodb"])
+
+
+def _burn(seconds: float) -> None:
+    """Spend `seconds` of this thread's own CPU time."""
+    import time
+
+    began = time.thread_time()
+    while time.thread_time() - began < seconds:
+        pass
+
+
+def test_cpu_spent_on_the_side_by_side_pool_is_billed_to_the_invocation():
+    # Given a handler whose own thread does little and which hands 60 ms of work to the
+    # side-by-side pool (relevo_core.aws.side_by_side: the claim route's reads and its job session)
+    recorder = cost.Recorder()
+    pool = cost.MeasuredPool()
+    meter = cost.Meter(recorder, pool=pool)
+    try:
+        # When it is metered, and then a handler that does the same work on its own thread
+        _, handed = meter.run("claim", lambda: pool.submit(_burn, 0.060).result())
+        _, own = meter.run("claim", lambda: _burn(0.060))
+    finally:
+        pool.shutdown()
+    # Then both bill the work: time.thread_time of the handler thread alone misses the pool's
+    assert handed.cpu_sec >= 0.060
+    assert own.cpu_sec >= 0.060
