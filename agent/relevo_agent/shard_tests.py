@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from relevo_core.aws import client
+from relevo_core.aws import call_budget, client
 from relevo_core.models.agent_session import PlanRequest
 from relevo_core.models.errors import ErrorClass
 from relevo_core.models.job_objects import JobPrefix, test_listing_key
@@ -33,15 +34,79 @@ if TYPE_CHECKING:
     from relevo_agent.attempt import StageRun
     from relevo_agent.claim_routes import ClaimRoutes
     from relevo_agent.ending import Ending
+    from relevo_core.models.agent_session import PlanGranted
     from relevo_core.models.envelope import JobEnvelope
     from relevo_core.models.plan import StagePlan
     from relevo_core.models.test_results import TestResult
 
 log = logging.getLogger(__name__)
 
+# How long a shard keeps asking for its plan while the plans route does not answer (no answer, or
+# a 5xx: API Gateway's 502-504, a function's error), each call bounded to PLAN_CALL_SEC, the
+# waits between them doubling from PLAN_RETRY_SEC to PLAN_RETRY_MAX_SEC. The plans route answers
+# the same plan to every call of a stage's shards (relevo_core.fleet.test_plans), so a call whose
+# answer was lost is safe to send again. Past the budget the attempt fails as a transient network
+# failure (retryable), reported through the outbox like any ending.
+PLAN_ROUTE_BUDGET_SEC = 60.0
+PLAN_CALL_SEC = 10.0
+PLAN_RETRY_SEC = 0.5
+PLAN_RETRY_MAX_SEC = 8.0
+
+
+class PlanWaitStopped(Exception):
+    """The attempt was stopped (fenced, canceled, shut down) while its plan was being asked for."""
+
+
+def ask_for_plan(
+    routes: ClaimRoutes,
+    request: PlanRequest,
+    stopped: Callable[[float], bool],
+    budget_sec: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> PlanGranted:
+    """The plans route's answer, asked again while it gives none (RouteUnreachable, a 5xx) for up
+    to `budget_sec` (PLAN_ROUTE_BUDGET_SEC) by `clock`; `stopped(seconds)` waits between calls and
+    says whether the attempt was stopped meanwhile (PlanWaitStopped). A refusal (4xx) is raised as
+    it came; no answer within the budget is ShardTestsFailed NETWORK_TIMEOUT, retryable."""
+    from relevo_agent.claim_routes import RouteError, RouteUnreachable
+
+    budget_sec = PLAN_ROUTE_BUDGET_SEC if budget_sec is None else budget_sec
+    give_up = clock() + budget_sec
+    delay = PLAN_RETRY_SEC
+    calls = 0
+    while True:
+        calls += 1
+        try:
+            with call_budget(max(0.5, min(PLAN_CALL_SEC, give_up - clock()))):
+                return routes.plan(request)
+        except RouteUnreachable as exc:
+            failure = str(exc)
+        except RouteError as refused:
+            if refused.status < 500:
+                raise
+            failure = f"HTTP {refused.status} {refused.code}: {refused.message}"
+        if clock() + delay > give_up:
+            raise ShardTestsFailed(
+                ErrorClass.NETWORK_TIMEOUT,
+                f"the plans route did not answer in {budget_sec:g}s ({calls} calls; the last: {failure})",
+                {"why": failure, "calls": calls, "budget_sec": budget_sec},
+            )
+        log.warning(
+            "%s/%d shard %s: the plans route did not answer (%s); asking again in %.1fs",
+            request.job_id,
+            request.stage_index,
+            request.shard,
+            failure,
+            delay,
+        )
+        if stopped(delay):
+            raise PlanWaitStopped
+        delay = min(2 * delay, PLAN_RETRY_MAX_SEC)
+
 
 class ShardTestsFailed(Exception):
-    """The shard cannot run its part of the plan: its class (not retryable) and why."""
+    """The shard cannot run its part of the plan: its class (retryable only for a plans route
+    that never answered) and why."""
 
     def __init__(self, error_class: ErrorClass, message: str, cause: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -91,10 +156,11 @@ def shard_tests(
     listing: bytes,
     directory: Path,
     s3: Any = None,
+    stopped: Callable[[float], bool] = lambda _seconds: False,
 ) -> ShardTests:
     """Store the listing (the job's session is in scope: relevo_core.aws.job_scope), ask for the
-    plan, read it, and write this shard's list. `request`: the attempt's fields (job_id,
-    stage_index, shard, attempt, agent_id, claim_secret)."""
+    plan (ask_for_plan, `stopped` waiting between calls), read it, and write this shard's list.
+    `request`: the attempt's fields (job_id, stage_index, shard, attempt, agent_id, claim_secret)."""
     from relevo_agent.claim_routes import RouteError
 
     assert plan.tests is not None and plan.tests.plan is not None
@@ -105,7 +171,7 @@ def shard_tests(
     s3 = s3 or client("s3")
     s3.put_object(Bucket=home.bucket, Key=test_listing_key(home, plan.name, sha), Body=listing)
     try:
-        granted = routes.plan(PlanRequest(**request, listing_sha256=sha))
+        granted = ask_for_plan(routes, PlanRequest(**request, listing_sha256=sha), stopped)
     except RouteError as refused:
         if refused.code in ("TEST_LISTING_DIFFERS", "TEST_LISTING_INVALID", "TEST_PLAN_NOT_DECLARED"):
             raise ShardTestsFailed(
@@ -149,7 +215,8 @@ def for_shard(
     """The attempt's part of the plan, its listing's command run under its lease as the stage's
     command runs (as the build user, with the stage's environment `env`), its standard output
     into a file of the workspace; a listing that cannot be made or is not the plan's ends the attempt
-    for good (Ended). None for a stage without a plan, or an agent without the claim routes."""
+    for good, a plans route that never answered as a transient failure, a stop while waiting for it
+    as the stop says (Ended). None for a stage without a plan, or an agent without the claim routes."""
     import shlex
 
     routes, agent_id = command.routes, command.config.agent_id
@@ -188,8 +255,16 @@ def for_shard(
     directory = workspace / ".relevo-artifacts" / ref.job_id / ".relevo-tests"
     try:
         tests = shard_tests(
-            routes, request, plan, envelope, listing_of(plan, workspace, run_listing), directory
+            routes,
+            request,
+            plan,
+            envelope,
+            listing_of(plan, workspace, run_listing),
+            directory,
+            stopped=run.cancel.wait,
         )
+    except PlanWaitStopped:
+        raise Ended(Ending.stopped_by(run.reason, -1)) from None
     except ShardTestsFailed as failed:
         shipper.line(f"[relevo] {failed.error_class.value}: {failed.message}")
         raise Ended(

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from relevo_agent.claim_routes import RouteError
+from relevo_agent.claim_routes import RouteError, RouteUnreachable
 from relevo_agent.ending import Ending
 from relevo_agent.shard_tests import ShardTestsFailed, checked, listing_of, shard_tests
 from relevo_core.aws import client
@@ -194,6 +195,49 @@ def test_a_shard_failed_for_tests_missing_keeps_what_its_reports_said(tmp_path: 
     assert checked_ending.tests == summary
 
 
+def _lines_plan(tmp_path: Path) -> StagePlan:
+    """A plan whose listing is a file of the workspace (no listing command to run)."""
+    (tmp_path / "tests.txt").write_bytes(b"tests.test_a::test_one\n")
+    return StagePlan.model_validate(
+        PLAN.model_dump()
+        | {"tests": {"junit": ["results/*.xml"], "plan": {"file": "tests.txt", "format": "lines"}}}
+    )
+
+
+def _for_shard(
+    tmp_path: Path, routes: Any, attempt: int = 1, reason: str | None = None
+) -> tuple[Ending, list[str]]:
+    """relevo_agent.shard_tests.for_shard for shard 1 of the stage on mac-2 with these plans
+    `routes`, the attempt stopped for `reason` if given: the Ended it raised, and the lines it logged."""
+    from types import SimpleNamespace
+
+    from relevo_agent.ending import Ended
+    from relevo_agent.shard_tests import for_shard
+
+    lines: list[str] = []
+    command = SimpleNamespace(routes=routes, config=SimpleNamespace(agent_id="mac-2"), under_lease=None)
+    run = SimpleNamespace(
+        ref=SimpleNamespace(job_id=JOB, stage_index=0, shard=1, attempt=attempt),
+        claim_secret="a" * 64,
+        reason=reason,
+        cancel=threading.Event(),
+    )
+    if reason is not None:
+        run.cancel.set()  # a wait returns at once: the attempt was stopped
+    with pytest.raises(Ended) as ended:
+        for_shard(
+            command,
+            run,
+            _lines_plan(tmp_path),
+            tmp_path,
+            _envelope(),
+            {},
+            SimpleNamespace(line=lines.append),
+            lambda _: None,
+        )
+    return ended.value.ending, lines
+
+
 @pytest.mark.parametrize(
     ("details", "stopped"),
     [({"status": "canceled"}, "canceled"), ({"status": "running"}, "lease_lost"), (None, "lease_lost")],
@@ -206,30 +250,48 @@ def test_a_shard_whose_attempt_ended_before_its_plan_stops_with_nothing_reported
     nothing reported, `canceled` when the record says so (else its lease is lost); the refusal
     raised on crashed the agent's handling of the stage (CI's peer suite: "crashed in the agent;
     handing the message back" and a traceback in the agent's log)."""
-    from types import SimpleNamespace
-
-    from relevo_agent import shard_tests as module
-    from relevo_agent.ending import Ended
     from relevo_agent.journal import OperationOutcome
 
-    plan = StagePlan.model_validate(
-        PLAN.model_dump()
-        | {"tests": {"junit": ["results/*.xml"], "plan": {"file": "tests.txt", "format": "lines"}}}
-    )
-    (tmp_path / "tests.txt").write_bytes(b"tests.test_a::test_one\n")
-    lines: list[str] = []
-    command = SimpleNamespace(
-        routes=FakeRoutes(s3, refuse="ATTEMPT_ENDED", details=details),
-        config=SimpleNamespace(agent_id="mac-2"),
-        under_lease=None,
-    )
-    run = SimpleNamespace(
-        ref=SimpleNamespace(job_id=JOB, stage_index=0, shard=1, attempt=2), claim_secret="a" * 64, reason=None
-    )
-    with pytest.raises(Ended) as ended:
-        module.for_shard(
-            command, run, plan, tmp_path, _envelope(), {}, SimpleNamespace(line=lines.append), lambda _: None
-        )
-    assert ended.value.ending.outcome is OperationOutcome.ABANDONED
-    assert ended.value.ending.stopped == stopped and ended.value.ending.error is None
+    ending, lines = _for_shard(tmp_path, FakeRoutes(s3, refuse="ATTEMPT_ENDED", details=details), attempt=2)
+    assert ending.outcome is OperationOutcome.ABANDONED
+    assert ending.stopped == stopped and ending.error is None
     assert any("the test plan was refused" in line for line in lines), lines
+
+
+class UnreachableRoutes:
+    """A plans route that never answers (a partition between the Mac and API Gateway)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def plan(self, request):
+        self.calls += 1
+        raise RouteUnreachable("POST /regions/eu-west/plans: timed out after 10.00s")
+
+
+def test_a_shard_whose_plans_route_never_answers_fails_as_a_retryable_network_failure(
+    tmp_path: Path, s3: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """The plans route unreachable (no answer, API Gateway's 5xx) is asked again for
+    PLAN_ROUTE_BUDGET_SEC, then the attempt ends as a transient failure, reported like any
+    ending. Before, RouteUnreachable went up through the stage: "crashed in the agent; handing
+    the message back", no ending reported, and the stage waited for its lease to lapse."""
+    from relevo_agent import shard_tests as module
+    from relevo_agent.journal import OperationOutcome
+
+    # A budget already spent at the first failure: the test waits for nothing.
+    monkeypatch.setattr(module, "PLAN_ROUTE_BUDGET_SEC", 0.0)
+    routes = UnreachableRoutes()
+    ending, lines = _for_shard(tmp_path, routes)
+    assert ending.outcome is OperationOutcome.FAILED and ending.error is ErrorClass.NETWORK_TIMEOUT
+    assert ending.error.retryable and routes.calls == 1
+    assert any("the plans route did not answer" in line for line in lines), lines
+
+
+def test_a_shard_stopped_while_it_waits_for_its_plan_ends_as_its_stop_says(tmp_path: Path, s3: Any):
+    """A fence or a cancel during the wait between two calls: the attempt stops at once, as a
+    stop of its command would (Ending.stopped_by), and asks no more."""
+    routes = UnreachableRoutes()
+    ending, _ = _for_shard(tmp_path, routes, reason="canceled")
+    assert ending == Ending.stopped_by("canceled", -1)
+    assert routes.calls == 1
