@@ -471,7 +471,11 @@ def test_a_restarted_agent_whose_journal_was_lost_leaves_the_attempt_to_its_leas
     """Issue 14: a restarted agent takes over only its own journal's attempts. With the journal
     gone it cannot tell its own from another Mac's with the same agent_id (nor could it get their
     job credentials: the claim's secret was in the journal): the lease decides."""
-    job_id = _mac_a_killed_mid_build(fleet)
+    # A 10 s lease: attempt 1's lapses long before the killed agent's presence goes stale (up to
+    # 30 s, below), so the test waits no longer; attempt 2 then runs under a lease a loaded host's
+    # late renewal does not lapse (with the module's 3 s one, a fresh-clone run on a loaded 2-core
+    # host fenced attempt 2 too, and the attempts log read two lease expiries).
+    job_id = _mac_a_killed_mid_build(fleet, lease_ttl_sec=10)
     journal = fleet.journal("mac-a")
     for path in journal.parent.glob(journal.name + "*"):
         path.unlink()
