@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -156,10 +157,11 @@ def shard_tests(
     listing: bytes,
     directory: Path,
     s3: Any = None,
-    stopped: Callable[[float], bool] = lambda _seconds: False,
+    stopped: Callable[[float], bool] | None = None,
 ) -> ShardTests:
     """Store the listing (the job's session is in scope: relevo_core.aws.job_scope), ask for the
-    plan (ask_for_plan, `stopped` waiting between calls), read it, and write this shard's list.
+    plan (ask_for_plan, `stopped` waiting between calls: by default a plain wait, never stopped),
+    read it, and write this shard's list.
     `request`: the attempt's fields (job_id, stage_index, shard, attempt, agent_id, claim_secret)."""
     from relevo_agent.claim_routes import RouteError
 
@@ -171,7 +173,9 @@ def shard_tests(
     s3 = s3 or client("s3")
     s3.put_object(Bucket=home.bucket, Key=test_listing_key(home, plan.name, sha), Body=listing)
     try:
-        granted = ask_for_plan(routes, PlanRequest(**request, listing_sha256=sha), stopped)
+        granted = ask_for_plan(
+            routes, PlanRequest(**request, listing_sha256=sha), stopped or threading.Event().wait
+        )
     except RouteError as refused:
         if refused.code in ("TEST_LISTING_DIFFERS", "TEST_LISTING_INVALID", "TEST_PLAN_NOT_DECLARED"):
             raise ShardTestsFailed(

@@ -295,3 +295,26 @@ def test_a_shard_stopped_while_it_waits_for_its_plan_ends_as_its_stop_says(tmp_p
     ending, _ = _for_shard(tmp_path, routes, reason="canceled")
     assert ending == Ending.stopped_by("canceled", -1)
     assert routes.calls == 1
+
+
+class FlakyRoutes(FakeRoutes):
+    """The plans route, giving no answer to its first call."""
+
+    def plan(self, request):
+        if not self.asked:
+            self.asked.append(request)
+            raise RouteUnreachable("POST /regions/eu-west/plans: HTTP 502")
+        return super().plan(request)
+
+
+def test_a_caller_that_names_no_stop_waits_between_calls_and_gets_the_plan(
+    tmp_path: Path, s3: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """shard_tests without `stopped` waits between calls as a plain wait (it never hammers the
+    route, and is never stopped): here a wait of 0 s, so the test waits for nothing."""
+    from relevo_agent import shard_tests as module
+
+    monkeypatch.setattr(module, "PLAN_RETRY_SEC", 0.0)
+    routes = FlakyRoutes(s3)
+    tests = shard_tests(routes, REQUEST, PLAN, _envelope(), LISTING, tmp_path / "lists", s3=s3)
+    assert len(routes.asked) == 2 and tests.plan.tests
