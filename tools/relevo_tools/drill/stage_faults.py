@@ -22,7 +22,7 @@ from relevo_tools.drill.fleet import (
     wait_until,
 )
 from relevo_tools.drill.proxy import Mode
-from relevo_tools.drill.trial import DrillRun, Trial
+from relevo_tools.drill.trial import DrillRun, LateFault, Trial
 
 # Issue 14: from `relevo job cancel` to SIGTERM of the stage's process group, whatever the lease.
 CANCEL_LIMIT_SEC = 5.0
@@ -112,14 +112,18 @@ def kill(fleet: DrillFleet, number: int) -> Trial:
 def kill_stage(fleet: DrillFleet, number: int) -> Trial:
     """SIGKILL of the stage's own process (its bash leader): the outcome is unknown, so the
     retry reconciles before it runs anything."""
-    return _cut_off(
-        fleet,
-        number,
-        "kill-stage",
-        lambda _, start: os.kill(start.pgid, signal.SIGKILL),
-        lambda agent: None,
-        0,
-    )
+    return _cut_off(fleet, number, "kill-stage", kill_stage_leader, lambda agent: None, 0)
+
+
+def kill_stage_leader(_agent: Any, start: StageStart) -> None:
+    """SIGKILL of the stage's leader. One already gone was ended before the fault (its holder
+    fenced it when a loaded machine let its lease lapse, or the command finished): the trial's
+    premise, a stage killed while it runs, never held, so it is not a valid trial (run again)
+    rather than a drill error."""
+    try:
+        os.kill(start.pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        raise LateFault(f"the stage's leader {start.pgid} had already exited when the kill came") from None
 
 
 def _whole_job_under(
