@@ -82,6 +82,7 @@ IMPORT_ENV = {
     "_HANDLER": "handler.lambda_handler",
     "TABLE_NAME": "relevo-Table",
     "STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:relevo-job",
+    "QUEUED_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:relevo-job-queued",
     "ARTIFACT_BUCKET": "relevo-artifacts",
     "WORK_QUEUE_PREFIX": "relevo-work-",
     "QUEUE_LIMIT": "50",

@@ -593,14 +593,11 @@ def drive_jobs(
 
 
 def _status(stack: Any, job_id: str) -> str:
-    from relevo_core.aws import client
-    from relevo_core.execution import execution_arn
+    """The job's execution's status, on whichever job machine runs it (a job that queued for its
+    project runs the queued one)."""
+    from relevo_core.execution import execution_status
 
-    return str(
-        client("stepfunctions").describe_execution(
-            executionArn=execution_arn(stack.state_machine_arn, job_id)
-        )["status"]
-    )
+    return execution_status(stack.machines, job_id)
 
 
 def _ended(stack: Any, job_id: str) -> bool:

@@ -32,6 +32,7 @@ API_FUNCTIONS = (
 PLACEHOLDER_ENV = {
     "TABLE_NAME": "relevo-Table",
     "STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:relevo-job",
+    "QUEUED_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:relevo-job-queued",
     "ARTIFACT_BUCKET": "relevo-artifacts",
     "WORK_QUEUE_PREFIX": "relevo-work-",
     "POWERTOOLS_TRACE_DISABLED": "true",

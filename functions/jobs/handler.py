@@ -36,7 +36,7 @@ def get_job(job_id: str):
 @app.get("/jobs/<job_id>/cost", middlewares=[requires(Level.VIEW)])
 def get_job_cost(job_id: str):
     correlate(job_id)
-    return json_response(HTTPStatus.OK, job_cost(execution_settings().state_machine_arn, job_id))
+    return json_response(HTTPStatus.OK, job_cost(execution_settings().machines, job_id))
 
 
 @lambda_entry()

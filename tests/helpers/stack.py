@@ -199,8 +199,22 @@ def receive_stage(
     raise TimeoutError(f"no stage message for {job_id} in {region} within {timeout}s")
 
 
+def job_execution_arn(stack: StackInfo, job_id: str) -> str:
+    """The job's execution: on JobStateMachine when intake took its project's lock (its record
+    says so), else on JobQueuedStateMachine (relevo_core.store.keys.MACHINE_ATTRIBUTE)."""
+    item = client("dynamodb").get_item(
+        TableName=stack.table_name,
+        Key={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "JOB"}},
+        ProjectionExpression="machine",
+        ConsistentRead=True,
+    )
+    took_lock = item.get("Item", {}).get("machine", {}).get("S") == "run"
+    machine = stack.state_machine_arn if took_lock else stack.queued_state_machine_arn
+    return machine.replace(":stateMachine:", ":execution:") + f":{job_id}"
+
+
 def wait_for_execution(stack: StackInfo, job_id: str, timeout: float = 20) -> dict[str, Any]:
-    arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
+    arn = job_execution_arn(stack, job_id)
     deadline = time.monotonic() + timeout
     while True:
         described = client("stepfunctions").describe_execution(executionArn=arn)
@@ -225,7 +239,7 @@ def _last_events(stack: StackInfo, job_id: str, count: int = 12) -> str:
 
 
 def history(stack: StackInfo, job_id: str) -> list[dict[str, Any]]:
-    arn = stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
+    arn = job_execution_arn(stack, job_id)
     events: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {"executionArn": arn}
     while True:

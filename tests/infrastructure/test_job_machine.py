@@ -1,5 +1,6 @@
-"""statemachines/job.asl.json is what tools/relevo_tools/job_machine builds, every DynamoDB
-transaction in it retries a conflict, and the builder spells neither a transaction nor a key by hand."""
+"""statemachines/job.asl.json and job_run.asl.json are what tools/relevo_tools/job_machine builds,
+every DynamoDB transaction in them retries a conflict, and the builder spells neither a transaction
+nor a key by hand."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import pytest
 
 from relevo_tools.job_machine import asl, render
 from relevo_tools.job_machine.__main__ import main
+from relevo_tools.job_machine.machine import build, build_run, reachable
 
 ROOT = Path(__file__).resolve().parents[2]
 ASL = ROOT / "statemachines" / "job.asl.json"
+RUN_ASL = ROOT / "statemachines" / "job_run.asl.json"
 BUILDER = ROOT / "tools" / "relevo_tools" / "job_machine"
 
 
@@ -38,6 +41,29 @@ def test_the_committed_definition_is_the_builders_output():
     assert ASL.read_text() == render(), (
         "statemachines/job.asl.json was edited by hand: run python -m relevo_tools.job_machine"
     )
+    assert RUN_ASL.read_text() == render(build_run), (
+        "statemachines/job_run.asl.json was edited by hand: run python -m relevo_tools.job_machine"
+    )
+
+
+def test_the_run_definition_is_the_queued_ones_stages_and_ending_from_run_stages():
+    """job_run.asl.json (a job whose intake took its project's lock) starts at RunStages and has
+    exactly the states of job.asl.json that RunStages leads to, each the same: no lock is taken or
+    waited for, and none of its states is unreachable (Step Functions refuses such a definition)."""
+    queued, run = build(), build_run()
+    assert run["StartAt"] == "RunStages" and queued["StartAt"] == "AcquireProjectLockAndStart"
+    assert run["States"] == reachable(queued["States"], "RunStages")
+    assert {name: queued["States"][name] for name in run["States"]} == run["States"]
+    assert not {"AcquireProjectLockAndStart", "WaitForProject", "MarkStarted"} & set(run["States"])
+    assert {"ReleaseLockAndMarkSucceeded", "MarkFailed", "ReleaseProjectLockAfterFailure"} <= set(
+        run["States"]
+    )
+    assert reachable(run["States"], "RunStages") == run["States"]
+
+
+def test_the_cli_writes_each_definition_by_its_name(tmp_path):
+    run = tmp_path / "job_run.asl.json"
+    assert main([str(run)]) == 0 and run.read_text() == render(build_run)
 
 
 def test_check_says_whether_a_file_differs(tmp_path, capsys):

@@ -53,18 +53,36 @@ def _as_list(value: Any) -> list[Any]:
 # ---------------------------------------------------------------- state machine
 
 
-def test_asl_placeholders_match_definition_substitutions(template: dict[str, Any]) -> None:
-    """Every ${...} of job.asl.json is a DefinitionSubstitutions key of JobStateMachine, and every
+JOB_MACHINES = {
+    "JobStateMachine": "statemachines/job_run.asl.json",
+    "JobQueuedStateMachine": "statemachines/job.asl.json",
+}
+
+
+@pytest.mark.parametrize("logical_id", sorted(JOB_MACHINES))
+def test_asl_placeholders_match_definition_substitutions(template: dict[str, Any], logical_id: str) -> None:
+    """Every ${...} of a job definition is a DefinitionSubstitutions key of its machine, and every
     key is used: an unmatched placeholder would reach Step Functions verbatim."""
-    machine = template["Resources"]["JobStateMachine"]["Properties"]
-    assert machine["DefinitionUri"] == "statemachines/job.asl.json"
+    machine = template["Resources"][logical_id]["Properties"]
+    assert machine["DefinitionUri"] == JOB_MACHINES[logical_id]
     placeholders = asl_placeholders((ROOT / machine["DefinitionUri"]).read_text())
     assert placeholders, "the definition has no ${...} placeholders at all; is asl_placeholders broken?"
     assert placeholders == set(machine["DefinitionSubstitutions"])
 
 
-def test_definition_substitutions_name_resources_of_the_template(template: dict[str, Any]) -> None:
-    substitutions = template["Resources"]["JobStateMachine"]["Properties"]["DefinitionSubstitutions"]
+def test_both_job_machines_run_as_one_role(template: dict[str, Any]) -> None:
+    """The queued machine runs as the role SAM makes for JobStateMachine, whose policies the
+    test below holds to everything job.asl.json (the larger definition) calls."""
+    queued = template["Resources"]["JobQueuedStateMachine"]["Properties"]
+    assert queued["Role"] == {"Fn::GetAtt": ["JobStateMachineRole", "Arn"]}
+    assert "Policies" not in queued
+
+
+@pytest.mark.parametrize("logical_id", sorted(JOB_MACHINES))
+def test_definition_substitutions_name_resources_of_the_template(
+    template: dict[str, Any], logical_id: str
+) -> None:
+    substitutions = template["Resources"][logical_id]["Properties"]["DefinitionSubstitutions"]
     for key, value in substitutions.items():
         assert isinstance(value, dict) and len(value) == 1, f"{key}: {value!r} is not a single intrinsic"
         ((function, argument),) = value.items()
@@ -410,6 +428,8 @@ def test_the_state_machine_role_allows_every_action_its_definition_uses():
         for statement in policy["Statement"]:
             actions = statement["Action"]
             allowed.update([actions] if isinstance(actions, str) else actions)
-    needed = _asl_service_actions(json.loads((ROOT / "statemachines" / "job.asl.json").read_text()))
+    needed = set()
+    for definition in JOB_MACHINES.values():
+        needed |= _asl_service_actions(json.loads((ROOT / definition).read_text()))
     assert needed, "no service integrations found"
     assert needed <= allowed, f"missing from the state machine role: {sorted(needed - allowed)}"

@@ -12,7 +12,7 @@ from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.store.jobs import get_envelope
 from relevo_core.store.projects import get_project
-from tests.helpers.stack import register_project, table_items
+from tests.helpers.stack import job_execution_arn, register_project, table_items
 
 STAGES = [{"name": "build", "run": "true"}, {"name": "sign", "run": "true"}]
 
@@ -94,12 +94,11 @@ def test_a_held_job_starts_when_released_and_only_then(local_stack, intake_setti
     # The release wrote it, or the execution it started already has.
     assert record["last_writer"]["S"].split(":")[0] in ("operator", "state_machine")
     from relevo_core.aws import client
-    from relevo_core.execution import execution_arn
 
     assert (
-        client("stepfunctions").describe_execution(
-            executionArn=execution_arn(local_stack.state_machine_arn, held.job_id)
-        )["name"]
+        client("stepfunctions").describe_execution(executionArn=job_execution_arn(local_stack, held.job_id))[
+            "name"
+        ]
         == held.job_id
     )
 

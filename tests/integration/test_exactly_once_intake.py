@@ -12,16 +12,26 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from relevo_core.aws import client
-from relevo_core.execution import execution_arn
 from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.status import HeldReason
-from relevo_core.recovery.sweeper import start_forgotten_jobs
+from relevo_core.recovery.sweeper import start_forgotten_jobs, sweep
 from relevo_core.store import job_creation
 from relevo_core.store.projects import get_project
 from tests.helpers.payloads import push_body
-from tests.helpers.stack import QueueSlots, deliver, queue_filled, register_project, table_items
+from tests.helpers.stack import (
+    QueueSlots,
+    deliver,
+    job_execution_arn,
+    job_record,
+    lock_record,
+    queue_filled,
+    receive_stage,
+    register_project,
+    table_items,
+)
+from tests.helpers.state_machine import OUTSIDE_HOLDER, hold_outside, release_outside
 
 STAGES = [{"name": "build", "run": "true", "exec_timeout_sec": 60}]
 
@@ -96,8 +106,10 @@ def test_fifty_keys_delivered_four_times_each_make_fifty_jobs(local_stack, intak
 
 
 def test_queue_full_refuses_with_429_and_writes_nothing(local_stack, intake_settings, project_id):
+    """A job that would queue (its project's lock is held) is refused while the queue is full."""
     secret = register_project(local_stack, project_id, STAGES)
     limit = int(intake_settings.queue_limit)
+    hold_outside(local_stack, project_id)
     # Past the limit, by ADD up and down: executions of earlier tests on this stack may still give
     # slots back meanwhile, and a reset to 0 afterwards would lose those (the counter would then
     # stand below the jobs really queued, and a later test's full queue would not be full).
@@ -110,6 +122,24 @@ def test_queue_full_refuses_with_429_and_writes_nothing(local_stack, intake_sett
         assert _jobs(local_stack, project_id) == []
         assert table_items(local_stack, f"DEDUP#{project_id}:") == []
         assert table_items(local_stack, "DELIVERY#github#full-") == []
+        assert lock_record(local_stack, project_id)["holders"] == {OUTSIDE_HOLDER}
+    release_outside(local_stack, project_id)
+
+
+def test_a_job_whose_project_is_free_runs_whatever_the_queue(local_stack, intake_settings, project_id):
+    """A job that takes its project's free lock at intake is not queued: a full queue does not
+    refuse it, and it takes no slot."""
+    secret = register_project(local_stack, project_id, STAGES)
+    with queue_filled(local_stack, int(intake_settings.queue_limit)):
+        slots = QueueSlots(local_stack, project_id)
+        body = push_body(f"acme/{project_id}", secrets.token_hex(20))
+        response = deliver(local_stack, project_id, body, secret)
+        assert response.status_code == 202, response.text
+        job_id = response.json()["job_id"]
+        record = job_record(local_stack, job_id)
+        assert (record["status"], record["machine"]) == ("running", "run") and "start_pending" not in record
+        assert lock_record(local_stack, project_id)["holders"] == {job_id}
+        assert slots.change() == 0
 
 
 def test_a_replayed_delivery_id_is_recognised_and_not_processed_twice(local_stack, project_id):
@@ -178,7 +208,7 @@ def test_a_repeat_after_the_window_follows_on_repeat(
     if on_repeat == "hold":
         with pytest.raises(client("stepfunctions").exceptions.ExecutionDoesNotExist):
             client("stepfunctions").describe_execution(
-                executionArn=execution_arn(local_stack.state_machine_arn, repeat.job_id)
+                executionArn=job_execution_arn(local_stack, repeat.job_id)
             )
         assert "start_pending" not in records[repeat.job_id]
         assert records[repeat.job_id]["held_reason"]["S"] == "repeat_after_window"
@@ -235,25 +265,20 @@ def test_a_held_fork_pull_request_is_held_on_first_arrival_and_after_the_window(
     assert not any("start_pending" in record for record in records.values())
     for job_id in records:
         with pytest.raises(client("stepfunctions").exceptions.ExecutionDoesNotExist):
-            client("stepfunctions").describe_execution(
-                executionArn=execution_arn(local_stack.state_machine_arn, job_id)
-            )
+            client("stepfunctions").describe_execution(executionArn=job_execution_arn(local_stack, job_id))
 
 
-def test_a_job_whose_execution_never_started_is_started_by_the_sweep(
-    local_stack, intake_settings, project_id
-):
-    """Given a job written but never started (intake died between its two calls), when the sweep
-    runs, then its execution exists under the job id; a second sweep starts nothing."""
+def _written_not_started(stack, settings, project_id, written_at: datetime, queued: bool):
+    """A job written as intake writes it, never started (intake died between its two calls): one
+    that queued (its project's lock held meanwhile), or one that took the free lock."""
     from relevo_core.intake.enqueue import build_envelope, idempotency_key
 
-    register_project(local_stack, project_id, STAGES)
-    project = get_project(local_stack.table_name, project_id)
+    project_cache.clear()
+    project = get_project(stack.table_name, project_id)
     commit = secrets.token_hex(20)
-    written_at = datetime.now(UTC) - timedelta(minutes=1)
     stages = project.frozen_stages()
     envelope = build_envelope(
-        intake_settings,
+        settings,
         project,
         _webhook(),
         "refs/heads/main",
@@ -262,16 +287,54 @@ def test_a_job_whose_execution_never_started_is_started_by_the_sweep(
         idempotency_key(project.id, commit, stages),
         written_at,
     )
-    assert isinstance(
-        job_creation.create_job(local_stack.table_name, envelope, 3600, 10_000, written_at),
-        job_creation.Created,
+    if queued:
+        hold_outside(stack, project_id)
+    created = job_creation.create_job(stack.table_name, envelope, 3600, 10_000, written_at)
+    assert isinstance(created, job_creation.Created) and created.took_lock is not queued
+    if queued:
+        release_outside(stack, project_id)
+    return envelope
+
+
+def test_a_job_that_took_its_projects_lock_and_was_never_started_is_started_by_the_sweep(
+    local_stack, intake_settings, project_id
+):
+    """It carries no start marker: the sweep finds it holding the lock with no execution. Younger
+    than MIN_AGE it is left alone, lock and all (intake is starting it); older, it is started on the
+    common machine and keeps the lock; a second sweep starts nothing."""
+    register_project(local_stack, project_id, STAGES)
+    young = _written_not_started(local_stack, intake_settings, project_id, datetime.now(UTC), queued=False)
+    report = sweep(intake_settings, datetime.now(UTC))
+    assert young.job_id not in report.started and not any(project_id in f for f in report.locks_freed)
+    assert lock_record(local_stack, project_id)["holders"] == {young.job_id}
+
+    report = sweep(intake_settings, datetime.now(UTC) + timedelta(minutes=1))
+
+    assert young.job_id in report.started and not any(project_id in f for f in report.locks_freed)
+    described = client("stepfunctions").describe_execution(
+        executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:")
+        + f":{young.job_id}"
     )
+    assert (described["name"], described["status"]) == (young.job_id, "RUNNING")
+    assert lock_record(local_stack, project_id)["holders"] == {young.job_id}
+    assert young.job_id not in sweep(intake_settings, datetime.now(UTC) + timedelta(minutes=1)).started
+    receive_stage(local_stack, young.job_id)  # its first stage is dispatched
+
+
+def test_a_job_whose_execution_never_started_is_started_by_the_sweep(
+    local_stack, intake_settings, project_id
+):
+    """Given a queued job written but never started, when the sweep runs, then its execution
+    exists under the job id (on the queued machine); a second sweep starts nothing."""
+    register_project(local_stack, project_id, STAGES)
+    written_at = datetime.now(UTC) - timedelta(minutes=1)
+    envelope = _written_not_started(local_stack, intake_settings, project_id, written_at, queued=True)
 
     report = start_forgotten_jobs(intake_settings, datetime.now(UTC))
 
     assert envelope.job_id in report.started
     described = client("stepfunctions").describe_execution(
-        executionArn=execution_arn(local_stack.state_machine_arn, envelope.job_id)
+        executionArn=job_execution_arn(local_stack, envelope.job_id)
     )
     assert described["name"] == envelope.job_id
     import time
@@ -284,12 +347,16 @@ def test_a_job_whose_execution_never_started_is_started_by_the_sweep(
 
 
 def test_the_execution_returns_the_queue_slot_exactly_once(local_stack, intake_settings, project_id):
+    """A job that queued (its project busy at intake) gives its slot back once it starts."""
     register_project(local_stack, project_id, STAGES)
     project = get_project(local_stack.table_name, project_id)
     slots = QueueSlots(local_stack, project_id)
     commit = secrets.token_hex(20)
 
+    hold_outside(local_stack, project_id)
     result = enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit)
+    assert slots.change() == 1
+    release_outside(local_stack, project_id)
 
     import time
 
@@ -300,7 +367,7 @@ def test_the_execution_returns_the_queue_slot_exactly_once(local_stack, intake_s
         time.sleep(0.1)
     assert record["status"]["S"] == "running"
     assert "start_pending" not in record
-    assert slots.change() == 0  # taken at the enqueue, given back once at the start
+    assert slots.change() == -1  # given back once at the start, the one taken at the enqueue
 
 
 def test_unknown_stage_in_a_run_request_is_refused(local_stack, intake_settings, project_id):

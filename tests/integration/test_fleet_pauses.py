@@ -25,7 +25,14 @@ from relevo_core.store.agents import AgentPresence
 from tests.helpers import TEST_ADMIN_ARN
 from tests.helpers.agents import handle_received
 from tests.helpers.iam import iam_user
-from tests.helpers.stack import job_items, receive_stage, register_project, table_items, wait_until
+from tests.helpers.stack import (
+    job_execution_arn,
+    job_items,
+    receive_stage,
+    register_project,
+    table_items,
+    wait_until,
+)
 
 REGION = "eu-west"
 
@@ -211,10 +218,9 @@ def test_a_queue_wait_that_runs_out_while_the_region_is_paused_is_renewed_and_th
         assert (stage["status"], stage["pause_holds"]) == ("dispatched", 1)
         assert RelevoApi.for_stack(local_stack).get_job(job_id)["status"] not in ("failed", "canceled")
         assert (
-            client("stepfunctions").describe_execution(
-                executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:")
-                + f":{job_id}"
-            )["status"]
+            client("stepfunctions").describe_execution(executionArn=job_execution_arn(local_stack, job_id))[
+                "status"
+            ]
             == "RUNNING"
         )
     finally:
@@ -341,9 +347,7 @@ def test_a_fresh_agent_takes_nothing_before_it_has_read_its_pauses(
         agent.stop.gracefully()
         agent.presence.stop()
         admin.call("POST", f"/regions/{REGION}/resume", None)
-    client("stepfunctions").stop_execution(
-        executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
-    )
+    client("stepfunctions").stop_execution(executionArn=job_execution_arn(local_stack, job_id))
 
 
 def test_the_console_fleet_page_shows_each_regions_dispatch_pause_with_its_note_and_until():

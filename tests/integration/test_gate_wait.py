@@ -19,6 +19,7 @@ from relevo_core.projects.lock_handoff import wake_next_waiter
 from tests.helpers.stack import (
     QueueSlots,
     history,
+    job_execution_arn,
     job_record,
     queue_filled,
     receive_stage,
@@ -93,9 +94,9 @@ def test_a_job_behind_its_projects_approval_gate_outlives_its_queue_timeout_says
     record = job_record(local_stack, behind)
     assert (record["status"], record.get("error_name")) == ("queued", None), record
     assert (
-        client("stepfunctions").describe_execution(
-            executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{behind}"
-        )["status"]
+        client("stepfunctions").describe_execution(executionArn=job_execution_arn(local_stack, behind))[
+            "status"
+        ]
         == "RUNNING"
     )
     assert slots.change() == 1

@@ -15,9 +15,8 @@ from relevo_cli.commands.common import console
 from relevo_cli.main import app
 from relevo_cli.projects import secret_name
 from relevo_core.aws import client
-from relevo_core.execution import execution_arn
 from relevo_core.store.jobs import get_envelope
-from tests.helpers.stack import deliver, queue_filled, table_items, wait_until
+from tests.helpers.stack import deliver, job_execution_arn, queue_filled, table_items, wait_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures"
 
@@ -120,9 +119,7 @@ def _job_record(stack, job_id: str) -> dict:
 
 def _execution_exists(stack, job_id: str) -> bool:
     try:
-        client("stepfunctions").describe_execution(
-            executionArn=execution_arn(stack.state_machine_arn, job_id)
-        )
+        client("stepfunctions").describe_execution(executionArn=job_execution_arn(stack, job_id))
     except client("stepfunctions").exceptions.ExecutionDoesNotExist:
         return False
     return True

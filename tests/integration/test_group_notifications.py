@@ -162,6 +162,7 @@ class InProcess:
             {
                 "TABLE_NAME": table,
                 "STATE_MACHINE_ARN": stack.state_machine_arn,
+                "QUEUED_STATE_MACHINE_ARN": stack.queued_state_machine_arn,
                 "STATUS_DEAD_LETTER_QUEUE_URL": resources["StatusDeadLetterQueue"],
                 "GROUP_TOPIC_ARN": resources["GroupTopic"],
                 "HTTP_READ_TIMEOUT_SEC": "2",

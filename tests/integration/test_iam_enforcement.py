@@ -69,9 +69,12 @@ def test_a_role_refuses_what_its_policy_does_not_grant(emulator):
         == "AccessDeniedException"
     )
     assert refusal_code(lambda: sqs.send_message(QueueUrl=queue_url, MessageBody="{}")) == "AccessDenied"
-    machine_name = stack.state_machine_arn.rsplit(":", 1)[1]
-    execution = f"arn:aws:states:{stack.region}:{ACCOUNT_ID}:execution:{machine_name}:none"
-    assert refusal_code(lambda: sfn.stop_execution(executionArn=execution)) == "AccessDeniedException"
+    for machine in stack.machines:
+        machine_name = machine.rsplit(":", 1)[1]
+        execution = f"arn:aws:states:{stack.region}:{ACCOUNT_ID}:execution:{machine_name}:none"
+        assert refusal_code(lambda execution=execution: sfn.stop_execution(executionArn=execution)) == (
+            "AccessDeniedException"
+        )
 
 
 def test_dynamodb_requests_are_checked_against_the_table_or_index_they_name(emulator):

@@ -11,7 +11,7 @@ from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
 from relevo_core.jobs import cost
 from relevo_core.models.errors import ErrorCode, RelevoError
-from tests.helpers.stack import receive_stage, register_project, wait_for_execution
+from tests.helpers.stack import job_execution_arn, receive_stage, register_project, wait_for_execution
 from tests.helpers.state_machine import agent_runs
 
 
@@ -38,14 +38,15 @@ def test_a_finished_jobs_cost_counts_its_transitions_and_the_requests_its_tasks_
 
     answer = api.job_cost(job_id)
 
-    events = _history(local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}")
+    events = _history(job_execution_arn(local_stack, job_id))
     entered = [e for e in events if e["type"].endswith("StateEntered")]
     assert answer["transitions"] == len(entered) > 0
     # Each stage was handed to the region's queue once (no retry): one SendMessage per stage.
     assert answer["sqs_requests"] == 2
     assert answer["dynamodb_writes"] > 0
-    # bench/cost.py's budget, exactly: 3 transitions per stage + 3 per job on the success path.
-    assert answer["transitions"] == 2 * 3 + 3
+    # bench/cost.py's budget, exactly: 3 transitions per stage + 2 per job on the success path
+    # (intake took the project's lock: the job's execution starts at RunStages).
+    assert answer["transitions"] == 2 * 3 + 2
     expected = (
         answer["transitions"] * cost.SFN_PER_TRANSITION
         + answer["lambda_invocations"] * cost.LAMBDA_PER_REQUEST
@@ -61,5 +62,5 @@ def test_a_job_with_no_execution_is_refused_with_a_code(local_stack):
     # GetExecutionHistory answers ExecutionDoesNotExist for a name never started; the API
     # answers 409 JOB_NOT_STARTED rather than a 5xx.
     with pytest.raises(RelevoError) as refused:
-        cost.job_cost(local_stack.state_machine_arn, "job_" + secrets.token_hex(8))
+        cost.job_cost(local_stack.machines, "job_" + secrets.token_hex(8))
     assert (refused.value.code, refused.value.status) == (ErrorCode.JOB_NOT_STARTED, 409)

@@ -14,7 +14,8 @@ from tests.helpers.state_machine import agent_runs, start_job
 
 # The success path's budget (issue 31, bench/cost.py): 3 transitions per stage plus 3 per job.
 STAGE_STATES = ("MarkStageDispatched", "DispatchStage", "AwaitResult")
-JOB_STATES = ("AcquireProjectLockAndStart", "RunStages", "ReleaseLockAndMarkSucceeded")
+# The job took its project's free lock at intake: its execution starts at its stages (job_run.asl.json).
+JOB_STATES = ("RunStages", "ReleaseLockAndMarkSucceeded")
 
 
 def _job_record(stack, job_id):
@@ -45,7 +46,7 @@ def test_stages_run_in_order_and_the_job_record_mirrors_the_execution(local_stac
         if e["type"].endswith("StateEntered")
     ]
     print(f"\nstate transitions: {len(entered)} for 2 stages: {' > '.join(entered)}")
-    assert entered == [*JOB_STATES[:2], *STAGE_STATES, *STAGE_STATES, JOB_STATES[2]]
+    assert entered == [JOB_STATES[0], *STAGE_STATES, *STAGE_STATES, JOB_STATES[1]]
 
 
 def test_a_failed_stage_fails_the_job_and_dead_letters_it_with_its_last_good_stage(local_stack, project_id):

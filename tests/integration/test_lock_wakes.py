@@ -10,10 +10,11 @@ from datetime import UTC, datetime
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
-from relevo_core.execution import execution_arn, lock_wait
+from relevo_core.execution import lock_wait
 from relevo_core.recovery.sweeper import sweep
 from tests.helpers.stack import (
     history,
+    job_execution_arn,
     job_record,
     receive_stage,
     register_project,
@@ -112,9 +113,7 @@ def test_the_sweeper_wakes_the_head_of_the_line_when_it_frees_a_stopped_holder(
     holder_task, waiter = _holder_and_parked_waiter(local_stack, intake_settings, project_id)
     holder = holder_task["job_id"]
     sfn = client("stepfunctions")
-    sfn.stop_execution(
-        executionArn=execution_arn(local_stack.state_machine_arn, holder), cause="operator abort"
-    )
+    sfn.stop_execution(executionArn=job_execution_arn(local_stack, holder), cause="operator abort")
     assert wait_for_execution(local_stack, holder, timeout=30)["status"] == "ABORTED"
 
     swept = time.monotonic()

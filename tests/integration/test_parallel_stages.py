@@ -22,7 +22,7 @@ from relevo_core.store import keys, stage_attempts, stage_claims
 from relevo_core.store.codec import from_attributes
 from tests.helpers.agents import agent_at
 from tests.helpers.iam import client_as
-from tests.helpers.stack import history, job_items, wait_for_execution, wait_until
+from tests.helpers.stack import history, job_execution_arn, job_items, wait_for_execution, wait_until
 from tests.helpers.state_machine import agent_runs, start_job, wait_for_run_token
 from tests.helpers.tree import tree_listing
 
@@ -135,12 +135,14 @@ def test_four_shards_each_run_once_as_an_attempt_of_their_own_and_the_stage_succ
         if e["type"].endswith("StateEntered")
     ]
     print(f"\nstate transitions: {len(entered)} for a stage and a stage of 4 shards: {' > '.join(entered)}")
-    # bench/cost.py's budget: 3 per shard, as a stage without shards, and 7 for the fan-out.
-    assert len(entered[5:-1]) == 4 * TRANSITIONS_PER_SHARD_BUDGET + TRANSITIONS_PER_FAN_OUT_BUDGET
-    assert entered[5:9] == ["MarkStageDispatched", "GatedOrSharded", "StartShards", "RunShards"]
+    # bench/cost.py's budget: 3 per shard, as a stage without shards, and 7 for the fan-out. Before
+    # it, RunStages (the job took its project's lock at intake) and the first stage's 3.
+    assert entered[:4] == ["RunStages", "MarkStageDispatched", "DispatchStage", "AwaitResult"]
+    assert len(entered[4:-1]) == 4 * TRANSITIONS_PER_SHARD_BUDGET + TRANSITIONS_PER_FAN_OUT_BUDGET
+    assert entered[4:8] == ["MarkStageDispatched", "GatedOrSharded", "StartShards", "RunShards"]
     # The shards' iterations run side by side: their states interleave as the threads go (each
     # shard's own come in order, which the names alone cannot show), so they are counted.
-    assert sorted(entered[9:-4]) == sorted(
+    assert sorted(entered[8:-4]) == sorted(
         ["ShardMarkStageDispatched", "ShardDispatchStage", "ShardAwaitResult"] * 4
     )
     assert entered[-4:] == [
@@ -838,10 +840,12 @@ def test_a_shard_ending_warning_makes_its_stage_warning_in_the_job_view_and_the_
         for e in history(local_stack, job_id)
         if e["type"].endswith("StateEntered")
     ]
-    # bench/cost.py: a warned stage's fan-out costs ShardsWarned more.
+    # bench/cost.py: a warned stage's fan-out costs ShardsWarned more (after RunStages: the job
+    # took its project's lock at intake).
+    assert entered[0] == "RunStages"
     assert (
-        entered[2:-1].count("ShardsWarned") == 1
-        and len(entered[2:-1]) == 3 * TRANSITIONS_PER_SHARD_BUDGET + TRANSITIONS_PER_FAN_OUT_BUDGET + 1
+        entered[1:-1].count("ShardsWarned") == 1
+        and len(entered[1:-1]) == 3 * TRANSITIONS_PER_SHARD_BUDGET + TRANSITIONS_PER_FAN_OUT_BUDGET + 1
     )
     job = RelevoApi.for_stack(local_stack).get_job(job_id)
     assert (job["status"], job["warning_stages"]) == ("succeeded", ["test"])
@@ -1076,10 +1080,9 @@ def test_a_paused_region_holds_a_stage_with_shards_each_renewed_while_it_waits_t
             ("dispatched", "1")
         ] * 2
         assert (
-            client("stepfunctions").describe_execution(
-                executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:")
-                + f":{job_id}"
-            )["status"]
+            client("stepfunctions").describe_execution(executionArn=job_execution_arn(local_stack, job_id))[
+                "status"
+            ]
             == "RUNNING"
         )
     finally:

@@ -5,9 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from relevo_core.aws import client
-from relevo_core.execution import execution_arn
 from relevo_core.recovery.sweeper import sweep
-from tests.helpers.stack import receive_stage, register_project, table_items, wait_for_execution
+from tests.helpers.stack import (
+    job_execution_arn,
+    receive_stage,
+    register_project,
+    table_items,
+    wait_for_execution,
+)
 from tests.helpers.state_machine import agent_runs, enqueue_job
 
 STAGES = [{"name": "build", "run": "true"}]
@@ -63,7 +68,7 @@ def test_the_sweep_frees_the_lock_of_a_stopped_execution(local_stack, intake_set
     stuck = enqueue_job(local_stack, intake_settings, project_id)
     receive_stage(local_stack, stuck)
     client("stepfunctions").stop_execution(
-        executionArn=execution_arn(local_stack.state_machine_arn, stuck), cause="operator abort"
+        executionArn=job_execution_arn(local_stack, stuck), cause="operator abort"
     )
     # The emulator ends a stopped execution that waits for a task token within about ten seconds.
     assert wait_for_execution(local_stack, stuck, timeout=30)["status"] != "RUNNING"

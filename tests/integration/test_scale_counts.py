@@ -44,15 +44,15 @@ PER_JOB_CALLS = {
 # Write units by key: the fleet's one key (COUNTER#queued: the intake's slot and the start's
 # release, 2 units each in a transaction), the project's (its lock taken and released, its
 # deliveries' record), one request's (a delivery's dedup, id and frozen-key check), the job's own.
+# No COUNTER#queued: the job took its project's free lock at intake, no queue slot.
 PER_JOB_WRITE_UNITS = {
-    "COUNTER#queued": 4.0,
     "DEDUP#<project>:<id>:<id>": 2.0,
     "DELIVERIES#<project>": 2.0,
     "DELIVERY#github#<id>": 2.0,
     "FREEZE#<project>:<id>:<id>": 2.0,
-    # The job record: its three transactional writes (intake, start, end) and the rest, within
-    # 2 KB each since its envelope is stored packed (30 with the envelope as a map: 3 KB a write).
-    "JOB#<job>": 22.0,
+    # The job record: its two transactional writes (intake, end) and the rest, within 2 KB each
+    # since its envelope is stored packed (a queued job's start is one more: 19).
+    "JOB#<job>": 16.0,
     "LOCK#<project>": 4.0,
     "LOGS#<job>": 12.0,
     "LOGS#<job>/01/00": 4.0,

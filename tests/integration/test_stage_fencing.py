@@ -18,7 +18,7 @@ from relevo_core.models.transfer import TransferProgress
 from relevo_core.store import stage_attempts, stage_claims
 from relevo_core.store.codec import from_attributes
 from tests.helpers.agents import handle_received
-from tests.helpers.stack import job_items, receive_stage
+from tests.helpers.stack import job_execution_arn, job_items, receive_stage
 from tests.helpers.state_machine import TWO_STAGES, claim_and_accept, start_job, wait_for_run_token
 
 
@@ -191,7 +191,6 @@ def test_a_redelivery_while_the_attempt_is_held_is_left_to_come_back(local_stack
 def test_the_stage_of_an_execution_stopped_outside_relevo_is_canceled_by_the_sweep(
     local_stack, intake_settings, project_id
 ):
-    from relevo_core.execution import execution_arn
     from relevo_core.recovery.sweeper import sweep
     from tests.helpers.stack import wait_for_execution
 
@@ -200,7 +199,7 @@ def test_the_stage_of_an_execution_stopped_outside_relevo_is_canceled_by_the_swe
     ref = claim_and_accept(local_stack, task, "mac-a", lease_ttl_sec=60)
     wait_for_run_token(ref)
     client("stepfunctions").stop_execution(
-        executionArn=execution_arn(local_stack.state_machine_arn, job_id), cause="console"
+        executionArn=job_execution_arn(local_stack, job_id), cause="console"
     )
     # moto 5.2.5 ends a stopped execution that waits for a task token as FAILED, AWS as ABORTED:
     # either way it ended with no last state, and the sweep ends its job and stage.
@@ -375,6 +374,4 @@ def test_a_claim_fenced_before_its_accept_got_through_comes_back_when_its_lease_
     ref = claim_and_accept(local_stack, again, "mac-next")
     assert wait_for_run_token(ref)
     assert not marker.exists()
-    client("stepfunctions").stop_execution(
-        executionArn=local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
-    )
+    client("stepfunctions").stop_execution(executionArn=job_execution_arn(local_stack, job_id))

@@ -24,6 +24,7 @@ from relevo_local.github.openapi import check_call
 from tests.helpers.payloads import push_body
 from tests.helpers.stack import (
     deliver,
+    job_execution_arn,
     job_record,
     job_stream_records,
     receive_stage,
@@ -103,11 +104,11 @@ def test_each_transition_is_one_github_status_and_a_repeated_record_sends_nothin
         RelevoApi.for_stack(local_stack).approve(job_id, "ship it")
         _run_all(local_stack, job_id, 1)
         assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
-        sent = forge.statuses(5)
+        sent = forge.statuses(4)
 
+    # The job took its project's free lock at intake: written running, it never queued.
     bodies = [r.json() for r in sent]
     assert [(b["state"], b["description"]) for b in bodies] == [
-        ("pending", "queued"),
         ("pending", "running"),
         ("pending", f"waiting for approval of deploy: relevo job approve {job_id}"),
         ("pending", "running"),
@@ -121,17 +122,15 @@ def test_each_transition_is_one_github_status_and_a_repeated_record_sends_nothin
         assert request.path == f"/repos/acme/{project_id}/statuses/{forge.commit}"
         assert request.headers["authorization"] == f"Bearer {forge.token}"
     assert {b["context"] for b in bodies} == {f"relevo/{project_id}"}
-    executions = local_stack.state_machine_arn.replace(":stateMachine:", ":execution:")
-    assert bodies[0]["target_url"].endswith(f"#/v2/executions/details/{executions}:{job_id}")
+    assert bodies[0]["target_url"].endswith(
+        f"#/v2/executions/details/{job_execution_arn(local_stack, job_id)}"
+    )
 
     records = [
         r for r in project_deliveries(local_stack.table_name, project_id) if r.direction.value == "outgoing"
     ]
     assert sorted((r.target, r.event, r.outcome.value, r.http_status, r.attempt) for r in records) == sorted(
-        [
-            ("github_status", e, "delivered", 201, 1)
-            for e in ("queued", "running", "waiting", "running", "ended")
-        ]
+        [("github_status", e, "delivered", 201, 1) for e in ("running", "waiting", "running", "ended")]
     )
     # Each with the latency of its attempt, and a TTL of its own: the function's delivery record
     # days after the attempt (not the job's retention).
@@ -156,7 +155,7 @@ def test_each_transition_is_one_github_status_and_a_repeated_record_sends_nothin
     response = emulator._runtimes["StatusReporterFunction"].invoke({"Records": ours})
     assert response == {"batchItemFailures": []}
     time.sleep(0.5)
-    assert len(recorder.received(forge.commit)) == 5
+    assert len(recorder.received(forge.commit)) == 4
 
     # The token is nowhere but in the Authorization header it was sent in.
     stored = json.dumps(
@@ -174,9 +173,8 @@ def test_500s_and_429s_are_retried_and_no_transition_is_lost(local_stack, projec
     _run_all(local_stack, job_id, 1)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
 
-    sent = forge.statuses(6)  # 3 transitions, the first one after 3 failed attempts
-    assert [(r.json()["state"], r.json()["description"]) for r in sent] == [("pending", "queued")] * 4 + [
-        ("pending", "running"),
+    sent = forge.statuses(5)  # 2 transitions, the first one after 3 failed attempts
+    assert [(r.json()["state"], r.json()["description"]) for r in sent] == [("pending", "running")] * 4 + [
         ("success", "succeeded"),
     ]
 
@@ -187,16 +185,15 @@ def test_500s_and_429s_are_retried_and_no_transition_is_lost(local_stack, projec
             for r in project_deliveries(local_stack.table_name, project_id)
             if r.direction.value == "outgoing"
         )
-        return found if len(found) >= 6 else None
+        return found if len(found) >= 5 else None
 
-    attempts = wait_until(outgoing, 15, "six delivery records")
+    attempts = wait_until(outgoing, 15, "five delivery records")
     assert attempts == [
         ("ended", 1, 201, "delivered"),
-        ("queued", 1, 500, "retrying"),
-        ("queued", 2, 429, "retrying"),
-        ("queued", 3, 503, "retrying"),
-        ("queued", 4, 201, "delivered"),
-        ("running", 1, 201, "delivered"),
+        ("running", 1, 500, "retrying"),
+        ("running", 2, 429, "retrying"),
+        ("running", 3, 503, "retrying"),
+        ("running", 4, 201, "delivered"),
     ]
     # The 429's Retry-After was honoured: its retry came a second or more after it.
     assert sent[2].at - sent[1].at >= 1.0
@@ -209,8 +206,8 @@ def test_gitlab_gets_its_commit_status_with_the_project_access_token(
     job_id = forge.push()
     _run_all(local_stack, job_id, 1)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
-    sent = forge.statuses(3)
-    assert [r.json()["state"] for r in sent] == ["pending", "running", "success"]
+    sent = forge.statuses(2)
+    assert [r.json()["state"] for r in sent] == ["running", "success"]
     assert {r.path for r in sent} == {f"/api/v4/projects/acme%2F{project_id}/statuses/{forge.commit}"}
     assert {r.headers["private-token"] for r in sent} == {forge.token}
     assert {r.json()["name"] for r in sent} == {f"relevo/{project_id}"} and {
@@ -232,10 +229,10 @@ def test_a_hung_forge_never_delays_the_job_and_every_report_is_dead_lettered(
         return job_id, time.monotonic() - started
 
     _, healthy = one_job()
-    forge.statuses(3)  # the healthy job's reports are all sent before the forge hangs
+    forge.statuses(2)  # the healthy job's reports are all sent before the forge hangs
     recorder.hang_always(60)
     job_id, hung = one_job()
-    # The same job beside a forge that never answers: its three reports take 4 s each
+    # The same job beside a forge that never answers: its two reports take 4 s each
     # (StatusSendBudgetSeconds in tests/conftest.py), and none of that is the job's time.
     assert hung < healthy + 3, (
         f"the job took {hung:.1f} s beside a hung forge, {healthy:.1f} s beside a healthy one"
@@ -243,8 +240,8 @@ def test_a_hung_forge_never_delays_the_job_and_every_report_is_dead_lettered(
 
     # The queue is the stack's, shared with this worker's other tests; some of what lands there
     # (agents_offline, key_frozen) names no job, so only this job's messages are read and deleted.
-    ours = _dead_letters(local_stack, job_id, 3, within=40)
-    assert [m["event"]["status"] for m in ours] == ["queued", "running", "succeeded"]
+    ours = _dead_letters(local_stack, job_id, 2, within=40)
+    assert [m["event"]["status"] for m in ours] == ["running", "succeeded"]
     assert all(
         m["target"] == "github_status" and m["request"]["body"]["context"] == f"relevo/{project_id}"
         for m in ours
@@ -253,7 +250,6 @@ def test_a_hung_forge_never_delays_the_job_and_every_report_is_dead_lettered(
     assert forge.token not in json.dumps(ours) and forge.token not in _log(emulator)
     failed = project_deliveries(local_stack.table_name, project_id, failed_only=True)
     assert {r.event for r in failed if r.outcome.value == "failed" and r.direction.value == "outgoing"} == {
-        "queued",
         "running",
         "ended",
     }
@@ -350,7 +346,7 @@ def test_github_app_mode_creates_one_check_run_and_updates_it_with_a_summary_per
         f"relevo/{project_id}",
         commit,
         job_id,
-        "queued",
+        "in_progress",  # the job runs from its first report: intake took its project's free lock
     )
     assert (last["status"], last["conclusion"]) == ("completed", "success")
     assert (
@@ -391,21 +387,21 @@ def test_a_dead_lettered_pending_replayed_after_success_is_superseded_not_sent(
     job_id = forge.push()
     _run_all(local_stack, job_id, 1)
     assert wait_for_execution(local_stack, job_id)["status"] == "SUCCEEDED"
-    sent = forge.statuses(6)
-    assert [r.json()["description"] for r in sent] == ["queued"] * 4 + ["running", "succeeded"]
+    sent = forge.statuses(5)
+    assert [r.json()["description"] for r in sent] == ["running"] * 4 + ["succeeded"]
     [pending] = _dead_letters(local_stack, job_id, 1)
-    assert pending["event"]["status"] == "queued" and pending["target"] == "github_status"
+    assert pending["event"]["status"] == "running" and pending["target"] == "github_status"
 
     # Replayed by hand once the job succeeded and its success was on the commit.
     response = emulator._runtimes["StatusReporterFunction"].invoke({"replay": [pending]})
     assert response == {"replayed": ["superseded"]}
     time.sleep(0.5)
-    assert len(recorder.received(forge.commit)) == 6  # the commit still says success
+    assert len(recorder.received(forge.commit)) == 5  # the commit still says success
     records = [
         r for r in project_deliveries(local_stack.table_name, project_id) if r.direction.value == "outgoing"
     ]
     assert [(r.event, r.outcome.value) for r in records if r.outcome.value == "superseded"] == [
-        ("queued", "superseded")
+        ("running", "superseded")
     ]
 
 
@@ -416,7 +412,7 @@ def test_a_stale_report_never_overwrites_a_newer_one_on_the_commit(
     the newer running that was already delivered, is superseded too."""
     forge.register(GATED, approval={"enabled": True})
     job_id = forge.push()
-    forge.statuses(2)  # queued, running
+    forge.statuses(1)  # running (intake took the project's free lock: it never queued)
     recorder.answer(500, times=4)  # the next report, the gate's: dead-lettered
     _run_all(local_stack, job_id, 1)
     wait_until(lambda: job_record(local_stack, job_id).get("status") == "waiting", 15, "the gate")
@@ -425,7 +421,7 @@ def test_a_stale_report_never_overwrites_a_newer_one_on_the_commit(
     wait_until(
         lambda: job_record(local_stack, job_id).get("status") == "running", 15, "the run after the gate"
     )
-    sent = forge.statuses(7)  # queued, running, the gate's 4 failed attempts, running
+    sent = forge.statuses(6)  # running, the gate's 4 failed attempts, running
     assert [r.json()["description"] for r in sent][-1] == "running"
     # The first running (before the gate), as if it had been dead-lettered and were replayed now.
     first_running = dict(
@@ -433,7 +429,7 @@ def test_a_stale_report_never_overwrites_a_newer_one_on_the_commit(
         event={
             **waiting["event"],
             "status": "running",
-            "previous": "queued",
+            "previous": None,
             "gate": None,
             "transition": "running#earlier",
             "at": waiting["event"]["at"] - 1,
@@ -483,6 +479,7 @@ def test_a_report_whose_invocation_fails_after_its_claim_is_sent_by_the_streams_
         {
             "TABLE_NAME": local_stack.table_name,
             "STATE_MACHINE_ARN": local_stack.state_machine_arn,
+            "QUEUED_STATE_MACHINE_ARN": local_stack.queued_state_machine_arn,
             "STATUS_DEAD_LETTER_QUEUE_URL": local_stack.resources["StatusDeadLetterQueue"],
             "GROUP_TOPIC_ARN": local_stack.resources["GroupTopic"],
             "HTTP_READ_TIMEOUT_SEC": "2",

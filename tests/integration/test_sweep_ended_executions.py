@@ -9,11 +9,18 @@ from datetime import UTC, datetime, timedelta
 from botocore.exceptions import ClientError
 
 from relevo_core.aws import client
-from relevo_core.execution import execution_arn
 from relevo_core.recovery.sweeper import MIN_AGE, SweepReport, end_job_of_ended_execution, sweep
 from relevo_core.store import wait_order
 from relevo_core.store.codec import from_attributes
-from tests.helpers.stack import QueueSlots, history, receive_stage, register_project, table_items, wait_until
+from tests.helpers.stack import (
+    QueueSlots,
+    history,
+    job_execution_arn,
+    receive_stage,
+    register_project,
+    table_items,
+    wait_until,
+)
 from tests.helpers.state_machine import claim_and_accept, enqueue_job, wait_for_run_token
 
 STAGES = [{"name": "build", "run": "true"}]
@@ -43,7 +50,7 @@ def _stop(stack, job_id: str, run_token: str | None = None) -> str:
     FAILED until the local stack made a stop end its waits ABORTED (relevo_local/moto/stepfunctions.py),
     and the mirrored status still follows what the execution reports."""
     sfn = client("stepfunctions")
-    arn = execution_arn(stack.state_machine_arn, job_id)
+    arn = job_execution_arn(stack, job_id)
     sfn.stop_execution(executionArn=arn, cause="stopped in the console")
 
     def ended() -> bool:

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
-from relevo_core.execution import execution_arn, start_execution, work_queue_url
+from relevo_core.execution import start_execution, work_queue_url
 from relevo_core.intake.enqueue import build_envelope, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.status import JobStatus
@@ -38,6 +38,7 @@ from relevo_local.moto import dynamodb_faults
 from tests.helpers.stack import (
     QueueSlots,
     history,
+    job_execution_arn,
     job_record,
     lock_record,
     receive_stage,
@@ -89,9 +90,17 @@ def _holder_and_waiter(stack, settings, project_id) -> tuple[dict, str]:
     return holder_task, waiter
 
 
-def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
-    """A job written as intake writes it, moved to `status` before its execution starts (as a
-    cancel, or an earlier MarkStarted whose answer was lost, would), then started."""
+def _start_queued(settings, envelope) -> None:
+    start_execution(
+        settings.queued_state_machine_arn,
+        envelope,
+        work_queue_url(settings.work_queue_prefix, envelope.region_affinity),
+    )
+
+
+def _written_queued(stack, settings, project_id):
+    """A job written as intake writes one that queues (the lock held by another meanwhile, then
+    let go), not started yet: its envelope."""
     project_cache.clear()
     project = get_project(stack.table_name, project_id)
     commit = secrets.token_hex(20)
@@ -106,10 +115,19 @@ def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
         f"{project_id}:{commit}:x",
         now,
     )
-    assert isinstance(
-        job_creation.create_job(stack.table_name, envelope, 600, settings.queue_limit, now),
-        job_creation.Created,
-    )
+    hold_outside(stack, project_id)
+    created = job_creation.create_job(stack.table_name, envelope, 600, settings.queue_limit, now)
+    assert isinstance(created, job_creation.Created) and not created.took_lock
+    release_outside(stack, project_id)
+    return envelope
+
+
+def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
+    """A job written as intake writes a queued one, moved to `status` before its execution starts
+    (as a cancel, or an earlier MarkStarted whose answer was lost, would), then started on the
+    queued machine."""
+    envelope = _written_queued(stack, settings, project_id)
+    now = datetime.now(UTC)
     if status is JobStatus.CANCELED:
         job_status.mark_canceled(
             stack.table_name, envelope.job_id, JobStatus.QUEUED, "test", settings.queue_limit, now
@@ -140,22 +158,21 @@ def _written_not_started(stack, settings, project_id, status: JobStatus) -> str:
                 queue_counter.queue_counter_update(stack.table_name, settings.queue_limit, -1),
             ]
         )
-    start_execution(
-        settings.state_machine_arn,
-        envelope,
-        work_queue_url(settings.work_queue_prefix, envelope.region_affinity),
-    )
+    _start_queued(settings, envelope)
     return envelope.job_id
 
 
 def test_a_conflict_at_the_start_is_retried_and_the_queue_slot_given_back_once(
     local_stack, intake_settings, project_id
 ):
+    """A job that queued at intake (the lock was held then) and finds it free at its start."""
     register_project(local_stack, project_id, STAGES)
     slots = QueueSlots(local_stack, project_id)
+    envelope = _written_queued(local_stack, intake_settings, project_id)
+    job_id = envelope.job_id
 
     with dynamodb_faults.transaction_conflicts(2, ACQUIRE_PROJECT_LOCK_AND_START) as conflicts:
-        job_id = enqueue_job(local_stack, intake_settings, project_id)
+        _start_queued(intake_settings, envelope)
         task, _ = receive_stage(local_stack, job_id)
 
     assert len(conflicts.failed) == 2, "the state did not retry the conflict"
@@ -235,9 +252,9 @@ def test_a_conflict_at_mark_waiting_for_project_is_retried_and_the_job_joins_the
     assert (record["status"], record["queue_reason"]) == ("queued", "project_running")
     assert waiter in lock_record(local_stack, project_id)["waiters"]
     assert (
-        client("stepfunctions").describe_execution(
-            executionArn=execution_arn(local_stack.state_machine_arn, waiter)
-        )["status"]
+        client("stepfunctions").describe_execution(executionArn=job_execution_arn(local_stack, waiter))[
+            "status"
+        ]
         == "RUNNING"
     )
     assert slots.change() == 1  # the waiter still holds its slot
@@ -300,9 +317,9 @@ def test_a_conflict_while_parking_is_retried_and_the_job_stays_in_line(
     assert (record["status"], record["waiting_for"]) == ("queued", project_id)
     assert _entered(local_stack, waiter, "NoLongerQueued") == 0
     assert (
-        client("stepfunctions").describe_execution(
-            executionArn=execution_arn(local_stack.state_machine_arn, waiter)
-        )["status"]
+        client("stepfunctions").describe_execution(executionArn=job_execution_arn(local_stack, waiter))[
+            "status"
+        ]
         == "RUNNING"
     )
     release_outside(local_stack, project_id)

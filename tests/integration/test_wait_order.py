@@ -10,14 +10,19 @@ from datetime import UTC, datetime
 
 from relevo_cli.api import RelevoApi
 from relevo_core.aws import client
-from relevo_core.execution import execution_arn
 from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.recovery.sweeper import sweep
 from relevo_core.store import wait_order
 from relevo_core.store.codec import from_attributes
 from relevo_core.store.projects import get_project
-from tests.helpers.stack import receive_stage, register_project, table_items, wait_for_execution
+from tests.helpers.stack import (
+    job_execution_arn,
+    receive_stage,
+    register_project,
+    table_items,
+    wait_for_execution,
+)
 from tests.helpers.state_machine import agent_runs
 
 STAGES = [{"name": "build", "run": "true"}]
@@ -110,7 +115,7 @@ def test_canceled_and_ended_waiters_leave_the_order(local_stack, intake_settings
     assert wait_order.waiting_jobs(local_stack.table_name, project_id) == [stopped, last]
     # An execution stopped from outside Relevo has no last state: only the sweep can drop it.
     client("stepfunctions").stop_execution(
-        executionArn=execution_arn(local_stack.state_machine_arn, stopped), cause="operator abort"
+        executionArn=job_execution_arn(local_stack, stopped), cause="operator abort"
     )
     assert wait_for_execution(local_stack, stopped, timeout=30)["status"] != "RUNNING"
     sweep(intake_settings, datetime.now(UTC))

@@ -7,8 +7,10 @@ function's deployed environment, with every AWS API call of the request's thread
 botocore (bench/harness.py ThreadCalls, the recorder bench/intake.py uses), when each kind of
 delivery arrives at a warm container, then it makes exactly these calls:
 
-    accepted                     TransactWriteItems (dedup, delivery id, job, queue slot, frozen-key
-                                 check and the delivery's record) + StartExecution
+    accepted                     TransactWriteItems (dedup, delivery id, job, the project's lock,
+                                 frozen-key check and the delivery's record) + StartExecution
+    accepted, project busy       the same TransactWriteItems, cancelled by the lock's condition, then
+                                 one with a queue slot instead of the lock + StartExecution
     duplicate, replayed id       the cancelled TransactWriteItems
     ping (ignored)               its record's PutItem
     forged signature, malformed  none, once the project's minute has its record of refusals;
@@ -30,13 +32,15 @@ from typing import Any
 import pytest
 
 from bench import harness
+from relevo_cli.api import RelevoApi
 from relevo_core.intake.webhooks.github import sign
 from relevo_core.intake.webhooks.refusals import refusal_minutes
 from tests.helpers.payloads import push_body
-from tests.helpers.stack import emf_values, metrics_printed, register_project, table_items
+from tests.helpers.stack import emf_values, lock_record, metrics_printed, register_project, table_items
 
 STAGES = [{"name": "build", "run": "true"}]
 ACCEPTED = ["dynamodb:TransactWriteItems", "stepfunctions:StartExecution"]
+QUEUED = ["dynamodb:TransactWriteItems", *ACCEPTED]
 TRANSACTION = ["dynamodb:TransactWriteItems"]
 RECORD = ["dynamodb:PutItem"]
 OVER_ONE_MIB = b'{"pad": "' + b"x" * (1024 * 1024) + b'"}'
@@ -72,6 +76,12 @@ class Container:
     def forged(self) -> tuple[int, list[str]]:
         body = push_body(f"acme/{self.project_id}", secrets.token_hex(20))
         return self.deliver(body, signature=sign("not-the-secret", body))
+
+
+def _free(stack, project_id: str) -> None:
+    """The project's lock let go: the job holding it (a delivery's job: no agent runs it) canceled."""
+    for job_id in lock_record(stack, project_id).get("holders") or ():
+        RelevoApi.for_stack(stack).cancel_job(job_id)
 
 
 def _records(stack, project_id: str) -> list[dict[str, Any]]:
@@ -128,17 +138,21 @@ def test_a_cold_accepted_delivery_reads_the_project_secret_and_queue_then_writes
 
 
 def test_a_warm_accepted_delivery_takes_two_calls(container, local_stack):
-    """The delivery's record rides in the job's transaction: no PutItem of its own."""
+    """The delivery's record rides in the job's transaction: no PutItem of its own; so does the
+    project's lock, when it is free. While a job holds it, the next is queued in a second
+    transaction: one call more."""
+    _free(local_stack, container.project_id)
     statuses, made = zip(*(container.push() for _ in range(3)), strict=True)
     assert statuses == (202, 202, 202)
-    assert list(made) == [ACCEPTED] * 3, [len(calls) for calls in made]
+    assert list(made) == [ACCEPTED, QUEUED, QUEUED], [len(calls) for calls in made]
     accepted = [r for r in _records(local_stack, container.project_id) if r["outcome"]["S"] == "accepted"]
     assert len(accepted) == 4 and all("job_id" in r for r in accepted)  # the cold one and these three
 
 
-def test_an_accepted_delivery_after_the_project_cache_expired_rereads_the_project(new_container):
+def test_an_accepted_delivery_after_the_project_cache_expired_rereads_the_project(new_container, local_stack):
     expired = new_container(PROJECT_CACHE_SEC="0")
     expired.push()
+    _free(local_stack, expired.project_id)
     status, made = expired.push()
     assert (status, made) == (202, ["dynamodb:GetItem", *ACCEPTED]), f"{len(made)} calls"
 

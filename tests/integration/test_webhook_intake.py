@@ -12,7 +12,7 @@ import requests
 from relevo_core.intake.webhooks.github import sign
 from relevo_core.store.codec import envelope_of, from_attributes
 from tests.helpers.payloads import push_body
-from tests.helpers.stack import deliver, register_project, table_items
+from tests.helpers.stack import deliver, job_execution_arn, register_project, table_items
 
 STAGES = [{"name": "build", "run": "true"}]
 
@@ -43,7 +43,7 @@ def test_signed_push_creates_one_job_and_starts_its_execution(local_stack, proje
     assert envelope["stages"][0]["command"] == "true"
     from relevo_core.aws import client
 
-    arn = local_stack.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
+    arn = job_execution_arn(local_stack, job_id)
     assert client("stepfunctions").describe_execution(executionArn=arn)["name"] == job_id
 
 

@@ -15,6 +15,8 @@ from relevo_core.notify.transitions import job_link, job_transition
 from relevo_local.github.openapi import check_call
 
 MACHINE = "arn:aws:states:eu-west-1:123456789012:stateMachine:relevo-jobs"
+QUEUED_MACHINE = "arn:aws:states:eu-west-1:123456789012:stateMachine:relevo-jobs-queued"
+MACHINES = (MACHINE, QUEUED_MACHINE)
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 GITHUB = CommitStatusSettings(provider="github", token_ref="relevo/s/_status/app")
 GITLAB = CommitStatusSettings(
@@ -161,14 +163,21 @@ def test_a_job_without_a_commit_reports_nothing():
 def test_the_link_is_the_execution_or_the_project_s_console():
     transition = _transition("queued", "running")
     assert (
-        job_link(transition, MACHINE, "https://relevo.example.com/")
+        job_link(transition, MACHINES, "https://relevo.example.com/")
         == "https://relevo.example.com/jobs/job_0000000000000000000000a"
     )
-    assert job_link(transition, MACHINE, None) == (
+    # A job that queued for its project runs the queued machine.
+    assert job_link(transition, MACHINES, None) == (
+        "https://eu-west-1.console.aws.amazon.com/states/home?region=eu-west-1#/v2/executions/details/"
+        "arn:aws:states:eu-west-1:123456789012:execution:relevo-jobs-queued:job_0000000000000000000000a"
+    )
+    assert transition.status is JobStatus.RUNNING
+    # One whose intake took the lock (its record says so) runs the common machine.
+    took_lock = _transition(None, "running", machine="run")
+    assert job_link(took_lock, MACHINES, None) == (
         "https://eu-west-1.console.aws.amazon.com/states/home?region=eu-west-1#/v2/executions/details/"
         "arn:aws:states:eu-west-1:123456789012:execution:relevo-jobs:job_0000000000000000000000a"
     )
-    assert transition.status is JobStatus.RUNNING
 
 
 def test_a_success_with_warning_stages_is_a_success_whose_description_names_them():

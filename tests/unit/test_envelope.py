@@ -224,6 +224,7 @@ def test_a_new_jobs_ttl_and_log_ttl_count_the_stacks_retention_days_from_its_cre
         {
             "TABLE_NAME": "relevo-table",
             "STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:job",
+            "QUEUED_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:job-queued",
             "ARTIFACT_BUCKET": "relevo-artifacts",
             "WORK_QUEUE_PREFIX": "relevo-work-",
             "JOB_RETENTION_DAYS": "9",

@@ -76,11 +76,27 @@ def _record_put() -> dict[str, Any]:
 class Dynamo:
     """A real botocore DynamoDB client whose TransactWriteItems is answered here, in AWS's shapes."""
 
-    def __init__(self, answer: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]) -> None:
+    def __init__(
+        self,
+        answer: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]],
+        job_record: dict[str, Any] | None = None,
+    ) -> None:
         self.sent: list[dict[str, Any]] = []
+        self.read: list[dict[str, Any]] = []
         self.client = boto3.client(
             "dynamodb", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
         )
+
+        def get_item(params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
+            self.read.append(json.loads(params["body"]))
+
+            class Http:
+                status_code = 200
+                headers: dict[str, str] = {}
+
+            return Http(), {"Item": job_record} if job_record is not None else {}
+
+        self.client.meta.events.register("before-call.dynamodb.GetItem", get_item)
 
         def before_call(params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
             body = json.loads(params["body"])
@@ -114,11 +130,12 @@ def test_the_largest_job_transaction_is_within_what_dynamodb_takes(monkeypatch):
     dynamo = Dynamo(lambda body: (200, {}))
     envelope = _largest_envelope()
 
-    assert _create(monkeypatch, dynamo, envelope) == job_creation.Created(envelope.job_id)
+    assert _create(monkeypatch, dynamo, envelope) == job_creation.Created(envelope.job_id, took_lock=True)
 
     [request] = dynamo.sent
     actions = request["TransactItems"]
-    assert len(actions) == 6 <= MAX_ACTIONS  # dedup, delivery id, job, queue slot, frozen check, the record
+    # dedup, delivery id, job, its slot (the project's lock), frozen check, the record
+    assert len(actions) == 6 <= MAX_ACTIONS
     keys = [
         json.dumps(
             next(iter(action.values())).get("Key")
@@ -174,10 +191,11 @@ def test_a_replayed_delivery_id_cancels_it_too(monkeypatch):
     assert len(dynamo.sent) == 1
 
 
-def test_our_own_write_met_again_is_the_job_created(monkeypatch):
+@pytest.mark.parametrize("record, took_lock", [({"machine": {"S": "run"}}, True), ({}, False)])
+def test_our_own_write_met_again_is_the_job_created(monkeypatch, record, took_lock):
     """A repeat of a transaction that did commit (a retry after its answer was lost, beyond the
     token's 10 minutes) is cancelled by its own dedup record: it reads as created, and writes no
-    second record."""
+    second record; whether it took the project's lock, its record says (one consistent read)."""
     envelope = _largest_envelope()
     dynamo = Dynamo(
         lambda body: _cancelled(
@@ -188,7 +206,94 @@ def test_our_own_write_met_again_is_the_job_created(monkeypatch):
                 }
             ]
             + [{"Code": "None"}] * (len(body["TransactItems"]) - 1)
+        ),
+        job_record=record,
+    )
+    assert _create(monkeypatch, dynamo, envelope) == job_creation.Created(
+        envelope.job_id, took_lock=took_lock
+    )
+    assert len(dynamo.sent) == 1
+    [read] = dynamo.read
+    assert read["ConsistentRead"] is True and read["Key"]["pk"] == {"S": f"JOB#{envelope.job_id}"}
+
+
+def _action(request: dict[str, Any], prefix: str) -> tuple[str, dict[str, Any]]:
+    """The action of `request` on the item whose partition key starts with `prefix`."""
+    for action in request["TransactItems"]:
+        ((kind, body),) = action.items()
+        if (body.get("Key") or body.get("Item"))["pk"]["S"].startswith(prefix):
+            return kind, body
+    raise AssertionError(f"no action on {prefix}")
+
+
+def test_a_free_project_lock_is_taken_with_the_job_which_is_written_running(monkeypatch):
+    """The job's slot is its project's lock, taken only while it has room and nobody waits (the
+    state machine's own first try): the job is written running, marked for the common machine,
+    and takes no queue slot."""
+    dynamo = Dynamo(lambda body: (200, {}))
+    envelope = _largest_envelope()
+    assert _create(monkeypatch, dynamo, envelope) == job_creation.Created(envelope.job_id, took_lock=True)
+    [request] = dynamo.sent
+    kind, lock = _action(request, "LOCK#")
+    assert kind == "Update" and lock["Key"]["pk"] == {"S": f"LOCK#{envelope.project}"}
+    assert "attribute_not_exists(waiters)" in lock["ConditionExpression"]
+    assert "NOT contains(holders, :name)" in lock["ConditionExpression"]
+    assert lock["ExpressionAttributeValues"][":me"] == {"SS": [envelope.job_id]}
+    _, job = _action(request, "JOB#")
+    assert (job["Item"]["status"], job["Item"]["machine"]) == ({"S": "running"}, {"S": "run"})
+    # No sweeper marker: the sweeper finds it through the lock should its execution never start.
+    assert "start_pending" not in job["Item"]
+    assert not any(
+        (next(iter(a.values())).get("Key") or {}).get("pk") == {"S": "COUNTER#queued"}
+        for a in request["TransactItems"]
+    )
+
+
+def test_a_lock_taken_or_waited_for_queues_the_job_in_a_second_transaction(monkeypatch):
+    """The lock's refusal alone: the job is written queued with a queue slot instead, in one more
+    call, and the lock is not touched by it."""
+    dynamo = Dynamo(
+        lambda body: (200, {})
+        if len(dynamo.sent) > 1
+        else _cancelled(
+            [{"Code": "None"}] * 3 + [{"Code": "ConditionalCheckFailed"}] + [{"Code": "None"}] * 2
         )
     )
-    assert _create(monkeypatch, dynamo, envelope) == job_creation.Created(envelope.job_id)
+    envelope = _largest_envelope()
+    assert _create(monkeypatch, dynamo, envelope) == job_creation.Created(envelope.job_id, took_lock=False)
+    first, second = dynamo.sent
+    assert _action(first, "LOCK#")[0] == "Update"
+    with pytest.raises(AssertionError):
+        _action(second, "LOCK#")
+    _, job = _action(second, "JOB#")
+    assert job["Item"]["status"] == {"S": "queued"} and "machine" not in job["Item"]
+    kind, counter = _action(second, "COUNTER#queued")
+    assert (
+        kind == "Update"
+        and counter["ConditionExpression"] == "attribute_not_exists(queued) OR queued < :limit"
+    )
+    assert len(second["TransactItems"]) == len(first["TransactItems"])
+
+
+def test_a_duplicate_refused_with_the_lock_too_is_the_duplicate(monkeypatch):
+    """A repeat of work whose first job still holds the project's lock: both conditions refuse,
+    and the dedup record's answer wins: nothing is written, no second call."""
+    dynamo = Dynamo(
+        lambda body: _cancelled(
+            [
+                {
+                    "Code": "ConditionalCheckFailed",
+                    "Item": {"job_id": {"S": "job_earlier"}, "expires_at": {"N": str(10**10)}},
+                },
+                {"Code": "None"},
+                {"Code": "None"},
+                {"Code": "ConditionalCheckFailed"},
+                {"Code": "None"},
+                {"Code": "None"},
+            ]
+        )
+    )
+    assert _create(monkeypatch, dynamo, _largest_envelope()) == job_creation.Duplicate(
+        "job_earlier", "idempotency_key"
+    )
     assert len(dynamo.sent) == 1

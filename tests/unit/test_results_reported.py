@@ -219,6 +219,7 @@ def test_the_reporter_reads_the_failures_once_and_sends_the_ending_then_one_upda
             "GROUP_TOPIC_ARN": "arn:aws:sns:eu-west-1:1:t",
             "STATUS_DEAD_LETTER_QUEUE_URL": "https://sqs/q",
             "STATE_MACHINE_ARN": "arn:aws:states:eu-west-1:1:x",
+            "QUEUED_STATE_MACHINE_ARN": "arn:aws:states:eu-west-1:1:y",
         }
     )
     reporter = _Reporter(

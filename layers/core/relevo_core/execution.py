@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -198,10 +198,12 @@ def start_execution(state_machine_arn: str, envelope: JobEnvelope, queue_url: st
             raise
 
 
-def start_job_execution(settings: IntakeSettings, envelope: JobEnvelope) -> None:
-    """Start the execution of a job already written (a release, a redrive, a forgotten start)."""
+def start_job_execution(settings: IntakeSettings, envelope: JobEnvelope, took_lock: bool = False) -> None:
+    """Start the execution of a job already written (a release, a redrive, a forgotten start): on
+    the queued machine, which takes the project's lock or waits for it (and, for a job that holds
+    it already, goes on to its stages), or on the common one for a job written holding its lock."""
     start_execution(
-        settings.state_machine_arn,
+        settings.state_machine_arn if took_lock else settings.queued_state_machine_arn,
         envelope,
         work_queue_url(settings.work_queue_prefix, envelope.region_affinity),
     )
@@ -211,50 +213,63 @@ def execution_arn(state_machine_arn: str, name: str) -> str:
     return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
 
 
-def execution_history(state_machine_arn: str, name: str) -> Iterator[dict[str, Any]]:
-    """Every event of the execution's history, oldest first, without its inputs and outputs;
+def execution_history(machines: Sequence[str], name: str) -> Iterator[dict[str, Any]]:
+    """Every event of the job's execution's history (on whichever of `machines` runs it, config's
+    ExecutionSettings.machines), oldest first, without its inputs and outputs;
     ExecutionDoesNotExist (a ClientError) when no execution has that name."""
     stepfunctions = client("stepfunctions")
-    kwargs: dict[str, Any] = {
-        "executionArn": execution_arn(state_machine_arn, name),
-        "maxResults": 1000,
-        "includeExecutionData": False,
-    }
-    while True:
-        page = stepfunctions.get_execution_history(**kwargs)
-        yield from page["events"]
-        if not page.get("nextToken"):
-            return
-        kwargs["nextToken"] = page["nextToken"]
+    for state_machine_arn in machines:
+        kwargs: dict[str, Any] = {
+            "executionArn": execution_arn(state_machine_arn, name),
+            "maxResults": 1000,
+            "includeExecutionData": False,
+        }
+        try:
+            page = stepfunctions.get_execution_history(**kwargs)
+        except ClientError as exc:
+            if error_code(exc) != "ExecutionDoesNotExist" or state_machine_arn == machines[-1]:
+                raise
+            continue
+        while True:
+            yield from page["events"]
+            if not page.get("nextToken"):
+                return
+            kwargs["nextToken"] = page["nextToken"]
+            page = stepfunctions.get_execution_history(**kwargs)
 
 
 # DescribeExecution's answer for an execution that was never started.
 MISSING = "MISSING"
 
 
-def execution_status(state_machine_arn: str, name: str) -> str:
-    """RUNNING, SUCCEEDED, FAILED, TIMED_OUT, ABORTED, PENDING_REDRIVE, or MISSING when no
-    execution has that name (DescribeExecution: ExecutionDoesNotExist)."""
-    try:
-        described = client("stepfunctions").describe_execution(
-            executionArn=execution_arn(state_machine_arn, name)
-        )
-    except ClientError as exc:
-        if error_code(exc) != "ExecutionDoesNotExist":
-            raise
-        return MISSING
-    return str(described["status"])
+def execution_status(machines: Sequence[str], name: str) -> str:
+    """RUNNING, SUCCEEDED, FAILED, TIMED_OUT, ABORTED, PENDING_REDRIVE, or MISSING when none of
+    `machines` has an execution of that name (DescribeExecution: ExecutionDoesNotExist). The
+    common machine comes first: a queued job's status costs one call more."""
+    for state_machine_arn in machines:
+        try:
+            described = client("stepfunctions").describe_execution(
+                executionArn=execution_arn(state_machine_arn, name)
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ExecutionDoesNotExist":
+                raise
+            continue
+        return str(described["status"])
+    return MISSING
 
 
-def stop_execution(state_machine_arn: str, name: str, cause: str) -> None:
-    """Stop the job's execution; one that does not exist (a job never started) is already stopped."""
-    try:
-        client("stepfunctions").stop_execution(
-            executionArn=execution_arn(state_machine_arn, name), cause=cause
-        )
-    except ClientError as exc:
-        if error_code(exc) != "ExecutionDoesNotExist":
-            raise
+def stop_execution(machines: Sequence[str], name: str, cause: str) -> None:
+    """Stop the job's execution, on whichever of `machines` runs it; one that does not exist (a
+    job never started) is already stopped."""
+    for state_machine_arn in machines:
+        try:
+            client("stepfunctions").stop_execution(
+                executionArn=execution_arn(state_machine_arn, name), cause=cause
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ExecutionDoesNotExist":
+                raise
 
 
 class TaskGone(Exception):

@@ -1,5 +1,6 @@
-"""python -m relevo_tools.job_machine [--check] [PATH]: write the job state machine from the
-builder, or with --check exit 1 when the file differs from what the builder makes."""
+"""python -m relevo_tools.job_machine [--check] [PATH ...]: write the job state machines from the
+builder, or with --check exit 1 when a file differs from what the builder makes. Each file is made
+by the definition its name says (machine.DEFINITIONS); by default, both of statemachines/."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from relevo_tools.job_machine.machine import render
+from relevo_tools.job_machine.machine import DEFINITIONS, build, render
 
-DEFAULT_PATH = Path(__file__).resolve().parents[3] / "statemachines" / "job.asl.json"
+MACHINES = Path(__file__).resolve().parents[3] / "statemachines"
+DEFAULT_PATHS = [MACHINES / name for name in DEFINITIONS]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,26 +19,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="exit 1 when PATH differs from the builder's output; write nothing",
+        help="exit 1 when a PATH differs from the builder's output; write nothing",
     )
     parser.add_argument(
-        "path", nargs="?", type=Path, default=DEFAULT_PATH, help=f"the definition (default {DEFAULT_PATH})"
+        "paths",
+        nargs="*",
+        type=Path,
+        default=DEFAULT_PATHS,
+        help=f"the definitions (default {', '.join(str(p) for p in DEFAULT_PATHS)})",
     )
     args = parser.parse_args(argv)
-    wanted = render()
-    current = args.path.read_text() if args.path.exists() else None
-    if args.check:
-        if current != wanted:
+    differs = False
+    for path in args.paths:
+        wanted = render(DEFINITIONS.get(path.name, build))
+        current = path.read_text() if path.exists() else None
+        if current == wanted:
+            continue
+        if args.check:
             print(
-                f"{args.path} is not what the builder makes: run python -m relevo_tools.job_machine",
+                f"{path} is not what the builder makes: run python -m relevo_tools.job_machine",
                 file=sys.stderr,
             )
-            return 1
-        return 0
-    if current != wanted:
-        args.path.write_text(wanted)
-        print(f"wrote {args.path}")
-    return 0
+            differs = True
+        else:
+            path.write_text(wanted)
+            print(f"wrote {path}")
+    return 1 if differs else 0
 
 
 if __name__ == "__main__":

@@ -60,11 +60,21 @@ class AccessSettings(TableSettings):
 
 
 class ExecutionSettings(TableSettings):
-    """What starting or stopping a job's execution reads: the state machine, and the queue limit
-    whose slot a job takes (intake) or gives back (cancel)."""
+    """What starting or stopping a job's execution reads: the state machines, and the queue limit
+    whose slot a job takes (intake) or gives back (cancel).
+
+    A job's execution, named by its job id, runs one of two machines: JobStateMachine when intake
+    took the project's lock with the job (its stages at once, the common case), else
+    JobQueuedStateMachine, which takes the lock or waits for it first (store/keys.MACHINE_ATTRIBUTE)."""
 
     state_machine_arn: str = Field(alias="STATE_MACHINE_ARN")
+    queued_state_machine_arn: str = Field(alias="QUEUED_STATE_MACHINE_ARN")
     queue_limit: int = Field(default=50, alias="QUEUE_LIMIT", ge=1)
+
+    @property
+    def machines(self) -> tuple[str, str]:
+        """Where a job's execution may be, the common machine first."""
+        return (self.state_machine_arn, self.queued_state_machine_arn)
 
 
 class IntakeSettings(ExecutionSettings):

@@ -28,8 +28,15 @@ class ChannelSettings(TableSettings):
 class NotifySettings(ChannelSettings):
     # Events that could not be delivered, with the failure (an SQS queue of the reporter's own).
     dead_letter_queue_url: str = Field(alias="STATUS_DEAD_LETTER_QUEUE_URL", min_length=8)
-    # The job state machine: a status links to its execution in the Step Functions console.
+    # The job state machines: a status links to its execution in the Step Functions console (the
+    # common machine's, or the queued one's for a job that may have waited for its project).
     state_machine_arn: str = Field(alias="STATE_MACHINE_ARN", pattern=r"^arn:[a-z-]+:states:")
+    queued_state_machine_arn: str = Field(alias="QUEUED_STATE_MACHINE_ARN", pattern=r"^arn:[a-z-]+:states:")
+
+    @property
+    def machines(self) -> tuple[str, str]:
+        return (self.state_machine_arn, self.queued_state_machine_arn)
+
     # How long a once-per-transition marker is kept: longer than any redelivery of its record.
     notice_memory_days: int = Field(default=30, alias="NOTICE_MEMORY_DAYS", ge=1, le=365)
 

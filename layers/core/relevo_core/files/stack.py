@@ -56,7 +56,18 @@ class StackInfo(BaseModel):
 
     @property
     def state_machine_arn(self) -> str:
+        """The machine of a job whose intake took its project's lock (statemachines/job_run.asl.json)."""
         return str(self.resources["JobStateMachine"])
+
+    @property
+    def queued_state_machine_arn(self) -> str:
+        """The machine of a job that may wait for its project (statemachines/job.asl.json)."""
+        return str(self.resources["JobQueuedStateMachine"])
+
+    @property
+    def machines(self) -> tuple[str, str]:
+        """Where a job's execution may be, the common machine first (config.ExecutionSettings.machines)."""
+        return (self.state_machine_arn, self.queued_state_machine_arn)
 
     def _credentials(self, agent_region: str | None) -> LocalCredentials | None:
         if agent_region is not None and agent_region in self.agent_credentials:

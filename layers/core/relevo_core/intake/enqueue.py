@@ -200,5 +200,14 @@ def enqueue(
         )
     if isinstance(outcome, job_creation.RepeatAfterWindow):  # taken over by a concurrent repeat
         return IntakeResult(outcome.previous_job_id, duplicate=True)
-    start_execution(settings.state_machine_arn, envelope, queue_url)
+    start_created_job(settings, envelope, queue_url, outcome.took_lock)
     return IntakeResult(envelope.job_id)
+
+
+def start_created_job(
+    settings: IntakeSettings, envelope: JobEnvelope, queue_url: str, took_lock: bool
+) -> None:
+    """A job that took its project's lock runs JobStateMachine from its stages; a queued one runs
+    JobQueuedStateMachine, which takes the lock or waits for it first."""
+    machine = settings.state_machine_arn if took_lock else settings.queued_state_machine_arn
+    start_execution(machine, envelope, queue_url)

@@ -35,7 +35,7 @@ def cancel_job(settings: ExecutionSettings, job_id: str, actor: str) -> dict[str
     else:
         raise RelevoError(ErrorCode.JOB_ALREADY_ENDED, f"job {job_id} kept changing; try again")
     if status is not JobStatus.HELD:
-        stop_execution(settings.state_machine_arn, job_id, cause=f"canceled by {actor}")
+        stop_execution(settings.machines, job_id, cause=f"canceled by {actor}")
     # The stage it was on ends with it: the holder's next renewal is refused (so its command is
     # stopped within one renew interval), and no agent may claim it any more.
     stage_endings.end_open_stages(

@@ -12,7 +12,7 @@ own requests, item sizes (a DynamoDB call is taken as one request unit) and Lamb
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -92,10 +92,11 @@ def count_history(events: Iterable[dict[str, Any]]) -> ExecutionCost:
     )
 
 
-def job_cost(state_machine_arn: str, job_id: str) -> dict[str, Any]:
-    """GET /jobs/{job_id}/cost: the cost of the job's execution (named after the job) so far."""
+def job_cost(machines: Sequence[str], job_id: str) -> dict[str, Any]:
+    """GET /jobs/{job_id}/cost: the cost of the job's execution (named after the job, on whichever
+    of `machines` runs it) so far."""
     try:
-        cost = count_history(execution_history(state_machine_arn, job_id))
+        cost = count_history(execution_history(machines, job_id))
     except ClientError as exc:
         # A held job (never started) has no execution: GetExecutionHistory answers
         # ExecutionDoesNotExist ("GetExecutionHistory", Errors).

@@ -50,7 +50,7 @@ class Outbound:
         )
 
     def link(self, transition: JobTransition, project: Project) -> str:
-        return job_link(transition, self.settings.state_machine_arn, project.console_url)
+        return job_link(transition, self.settings.machines, project.console_url)
 
     def claim(self, report: Report) -> bool:
         now = int(self.clock.now())

@@ -16,7 +16,7 @@ from urllib.parse import quote
 from relevo_core.execution import execution_arn
 from relevo_core.models.status import JobStatus, StageStatus
 from relevo_core.store.codec import envelope_of, from_attributes
-from relevo_core.store.keys import JOB_SK
+from relevo_core.store.keys import JOB_SK, MACHINE_ATTRIBUTE, RUN_MACHINE
 
 REJECTED = "Relevo.Approval.Rejected"
 APPROVAL_TIMEOUT = "Relevo.Approval.Timeout"
@@ -63,6 +63,9 @@ class JobTransition:
     # At the job's end, when tests failed: the first failed tests' ids (the reporter reads them
     # from the results documents: relevo_core.jobs.results_listing.job_failures).
     failed_tests: tuple[str, ...] = ()
+    # Its execution runs the queued machine (JobQueuedStateMachine: the job waited, or could have
+    # waited, for its project), not the common one (store/keys.MACHINE_ATTRIBUTE).
+    queued_machine: bool = False
 
     @property
     def ended_at_gate(self) -> bool:
@@ -96,6 +99,7 @@ class JobTransition:
             "released": [list(pair) for pair in self.released],
             "tests": list(self.tests) if self.tests is not None else None,
             "failed_tests": list(self.failed_tests),
+            "queued_machine": self.queued_machine,
         }
 
 
@@ -134,6 +138,7 @@ def transition_from_event(event: dict[str, Any]) -> JobTransition | None:
         released=_pairs(event.get("released")),
         tests=_counts(event.get("tests")),
         failed_tests=tuple(str(name) for name in event.get("failed_tests") or ()),
+        queued_machine=bool(event.get("queued_machine")),
     )
 
 
@@ -298,6 +303,7 @@ def job_transition(old: dict[str, Any] | None, new: dict[str, Any] | None) -> Jo
         warning_stages=warning_stages(new.get("stage_outcomes")),
         build_number=_number(new.get("build_number")),
         effect_kinds=effect_kinds(envelope),
+        queued_machine=new.get(MACHINE_ATTRIBUTE) != RUN_MACHINE,
     )
 
 
@@ -349,11 +355,13 @@ def released(
     )
 
 
-def job_link(transition: JobTransition, state_machine_arn: str, console_url: str | None) -> str:
+def job_link(transition: JobTransition, machines: tuple[str, str], console_url: str | None) -> str:
     """Where a person opens the job: the project's console, else the execution in the Step
-    Functions console (anyone with console access to the account can open it)."""
+    Functions console (anyone with console access to the account can open it), on the machine
+    that runs it (`machines`: the common one, the queued one)."""
     if console_url:
         return f"{console_url.rstrip('/')}/jobs/{transition.job_id}"
+    state_machine_arn = machines[1] if transition.queued_machine else machines[0]
     region = state_machine_arn.split(":")[3]
     arn = execution_arn(state_machine_arn, transition.job_id)
     console = f"https://{region}.console.aws.amazon.com/states/home?region={region}"

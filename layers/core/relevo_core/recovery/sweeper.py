@@ -33,6 +33,7 @@ from relevo_core.projects.lock_handoff import wake_next_waiter
 from relevo_core.recovery import key_freeze
 from relevo_core.store import agents, job_status, jobs, locks, region_online, stage_endings, wait_order
 from relevo_core.store.jobs import get_envelope
+from relevo_core.store.keys import MACHINE_ATTRIBUTE, RUN_MACHINE
 from relevo_core.store.start_pending import clear_start_pending, start_pending_jobs
 
 # A job younger than this is probably being started right now by intake.
@@ -175,8 +176,10 @@ def _end_and_let_go(
     that write changed something, and the head of the project's line is woken (it is parked)."""
     for project_id, names in names_by_project.items():
         for name in names:
-            status = execution_status(settings.state_machine_arn, name)
+            status = execution_status(settings.machines, name)
             if status == "RUNNING":
+                continue
+            if status == MISSING and _started_its_own(settings, name, now, report):
                 continue
             end_job_of_ended_execution(settings, name, status, now, report)
             if let_go(settings.table_name, project_id, name):
@@ -184,10 +187,29 @@ def _end_and_let_go(
                 wake_next_waiter(settings.table_name, project_id)
 
 
+def _started_its_own(settings: IntakeSettings, job_id: str, now: datetime, report: SweepReport) -> bool:
+    """A lock held by a job with no execution: one whose intake took the lock with it (its record
+    says `machine = run`) and that is still running holds it rightly. Intake starts its execution
+    right after the job's transaction; one older than MIN_AGE never got it (intake stopped in
+    between), and it is started here, on the common machine. True when the lock stays the job's."""
+    try:
+        record = jobs.get_job_record(settings.table_name, job_id)
+    except RelevoError as exc:
+        if exc.code is not ErrorCode.JOB_NOT_FOUND:
+            raise
+        return False
+    if record.get(MACHINE_ATTRIBUTE) != RUN_MACHINE or JobStatus(record["status"]).terminal:
+        return False
+    if datetime.fromisoformat(record["created_at"]) <= now - MIN_AGE:
+        start_job_execution(settings, get_envelope(settings.table_name, job_id), took_lock=True)
+        report.started.append(job_id)
+    return True
+
+
 def start_forgotten_jobs(settings: IntakeSettings, now: datetime) -> SweepReport:
     report = SweepReport()
     for job_id in start_pending_jobs(settings.table_name, created_before=now - MIN_AGE):
-        status = execution_status(settings.state_machine_arn, job_id)
+        status = execution_status(settings.machines, job_id)
         if status == MISSING:
             start_job_execution(settings, get_envelope(settings.table_name, job_id))
             report.started.append(job_id)

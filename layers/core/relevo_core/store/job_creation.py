@@ -24,7 +24,9 @@ from relevo_core.store.keys import (
     DELIVERY_SK,
     HELD_REASON_ATTRIBUTE,
     JOB_SK,
+    MACHINE_ATTRIBUTE,
     PROJECT_JOBS_ATTRIBUTE,
+    RUN_MACHINE,
     START_PENDING,
     START_PENDING_ATTRIBUTE,
     WAIT_ORDER_ATTRIBUTE,
@@ -34,6 +36,7 @@ from relevo_core.store.keys import (
     queue_seq,
     wait_order,
 )
+from relevo_core.store.locks import acquire_if_free
 from relevo_core.store.queue_counter import queue_counter_update
 
 if TYPE_CHECKING:
@@ -49,9 +52,12 @@ _CONFLICT_RETRIES = 6
 @dataclass(frozen=True)
 class Created:
     job_id: str
-    # Why it was written held (None: queued); create_job_or_repeat's repeat after the window may
-    # hold a job its caller did not.
+    # Why it was written held (None: queued or running); create_job_or_repeat's repeat after the
+    # window may hold a job its caller did not.
     held_reason: HeldReason | None = None
+    # The job took its project's lock in its own transaction: written running, its execution
+    # starts at its stages (keys.RUN_MACHINE); otherwise it waits in the queue for the lock.
+    took_lock: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,11 @@ def job_item(
         item[HELD_REASON_ATTRIBUTE] = held_reason.value
     if build_number is not None:
         item[BUILD_NUMBER_ATTRIBUTE] = build_number
+    if status is JobStatus.RUNNING:
+        # It took its project's lock with its creation: its execution runs from its stages. The
+        # sweeper finds it through the lock should its execution never start (sweeper.
+        # free_locks_of_ended_executions), so it needs no marker, and no write to clear one.
+        item[MACHINE_ATTRIBUTE] = RUN_MACHINE
     if status is JobStatus.QUEUED:
         # Sparse index entry: present until the execution's first state removes it, so the
         # sweeper can find a job whose execution never started.
@@ -159,6 +170,11 @@ def create_job(
     call whose answer was lost is answered as the first call was, with no second write (for 10
     minutes, same reference); a repeat without it finds our own job id in the refused dedup or
     delivery record, read below as Created.
+
+    A job that is not held first tries to take its project's lock in the same transaction
+    (locks.acquire_if_free: only while the lock has room and nobody waits), written running with
+    no queue slot: Created.took_lock. The lock's refusal alone writes it queued instead, taking a
+    slot, in a second transaction; a refusal for any other reason is read as it always was.
     """
     epoch = int(now.timestamp())
     dedup_until = epoch + dedup_window_sec
@@ -208,20 +224,24 @@ def create_job(
             }
         )
     held = held_reason is not None
-    record = job_item(envelope, JobStatus.HELD if held else JobStatus.QUEUED, now, held_reason, build_number)
-    items.append(
-        {
+
+    def job_put(status: JobStatus) -> dict[str, Any]:
+        record = job_item(envelope, status, now, held_reason, build_number)
+        return {
             "Put": {
                 "TableName": table,
                 "Item": to_attributes(record),
                 "ConditionExpression": "attribute_not_exists(pk)",
             }
         }
-    )
-    counter_index = None
+
+    job_index = len(items)
+    items.append(job_put(JobStatus.HELD if held else JobStatus.RUNNING))
+    # The slot the job takes: its project's lock (it runs at once), else a place in the queue.
+    lock_index = counter_index = None
     if not held:
-        counter_index = len(items)
-        items.append(queue_counter_update(table, queue_limit, +1))
+        lock_index = len(items)
+        items.append(acquire_if_free(table, envelope.project, envelope.job_id))
     frozen_index = None
     if refuse_frozen and not held:
         frozen_index = len(items)
@@ -231,7 +251,7 @@ def create_job(
     for attempt in range(_CONFLICT_RETRIES):
         try:
             client("dynamodb").transact_write_items(TransactItems=items)
-            return Created(envelope.job_id)
+            return Created(envelope.job_id, took_lock=lock_index is not None)
         except ClientError as exc:
             cancellation = transaction_cancellation(exc)
             if cancellation is None:
@@ -240,7 +260,7 @@ def create_job(
             existing_job = str(cancellation.item(delivery_index)["job_id"])
             if existing_job == envelope.job_id:
                 # Our own write, retried by the SDK after a lost response: it did succeed.
-                return Created(envelope.job_id)
+                return _ours(table, envelope.job_id)
             return Duplicate(existing_job, "delivery")
         if cancellation.condition_failed(0):
             existing = cancellation.item(0)
@@ -250,12 +270,18 @@ def create_job(
                 items[0]["Put"].pop("ExpressionAttributeValues", None)
                 continue
             if existing["job_id"] == envelope.job_id:
-                return Created(envelope.job_id)  # our own write, retried after a lost response
+                return _ours(table, envelope.job_id)  # our own write, retried after a lost response
             if int(existing["expires_at"]) >= epoch:
                 return Duplicate(str(existing["job_id"]), "idempotency_key")
             return RepeatAfterWindow(str(existing["job_id"]), int(existing["expires_at"]))
         if frozen_index is not None and cancellation.condition_failed(frozen_index):
             return KeyFrozen(envelope.idempotency_key)
+        if lock_index is not None and cancellation.condition_failed(lock_index):
+            # The project's lock is taken or waited for: the job queues for it instead.
+            items[job_index] = job_put(JobStatus.QUEUED)
+            items[lock_index] = queue_counter_update(table, queue_limit, +1)
+            lock_index, counter_index = None, lock_index
+            continue
         if counter_index is not None and cancellation.condition_failed(counter_index):
             queued = cancellation.item(counter_index).get("queued", queue_limit)
             return QueueFull(int(queued), queue_limit)
@@ -265,6 +291,22 @@ def create_job(
             continue
         raise RuntimeError(f"job transaction cancelled: {cancellation.codes}")
     raise RuntimeError("job transaction kept conflicting")
+
+
+def _ours(table: str, job_id: str) -> Created:
+    """Our own job, written by an earlier send of this transaction whose answer was lost: whether
+    it took the lock is on its record (a strongly consistent read)."""
+    item = (
+        client("dynamodb")
+        .get_item(
+            TableName=table,
+            Key=to_attributes({"pk": job_pk(job_id), "sk": JOB_SK}),
+            ProjectionExpression=MACHINE_ATTRIBUTE,
+            ConsistentRead=True,
+        )
+        .get("Item", {})
+    )
+    return Created(job_id, took_lock=item.get(MACHINE_ATTRIBUTE, {}).get("S") == RUN_MACHINE)
 
 
 def create_job_or_repeat(
@@ -300,7 +342,11 @@ def create_job_or_repeat(
         build_number=build_number,
     )
     if not isinstance(outcome, RepeatAfterWindow) or on_repeat is OnRepeat.SKIP:
-        return Created(outcome.job_id, held_reason) if isinstance(outcome, Created) else outcome
+        return (
+            Created(outcome.job_id, held_reason, outcome.took_lock)
+            if isinstance(outcome, Created)
+            else outcome
+        )
     if held_reason is None and on_repeat is OnRepeat.HOLD:
         held_reason = HeldReason.REPEAT_AFTER_WINDOW
     outcome = create_job(
@@ -315,4 +361,6 @@ def create_job_or_repeat(
         also_write=also_write(held_reason),
         build_number=build_number,
     )
-    return Created(outcome.job_id, held_reason) if isinstance(outcome, Created) else outcome
+    return (
+        Created(outcome.job_id, held_reason, outcome.took_lock) if isinstance(outcome, Created) else outcome
+    )

@@ -17,6 +17,11 @@ QUEUE_COUNTER_PK = "COUNTER#queued"
 START_PENDING_ATTRIBUTE = "start_pending"
 START_PENDING = "pending"
 START_PENDING_INDEX = "StartPendingIndex"
+# On the record of a job whose intake took its project's lock: its execution runs the template's
+# JobStateMachine (statemachines/job_run.asl.json), from its stages. Absent: JobQueuedStateMachine
+# (statemachines/job.asl.json), which takes the lock or waits for it first.
+MACHINE_ATTRIBUTE = "machine"
+RUN_MACHINE = "run"
 # Why a held job is held (a HeldReason value); present only while the job is held.
 HELD_REASON_ATTRIBUTE = "held_reason"
 # GSI over `kind` (projects, ...) sorted by pk: listings without scans.

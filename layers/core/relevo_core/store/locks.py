@@ -1,6 +1,7 @@
 """Access pattern: the per-project lock (a DynamoDB semaphore the state machine takes and gives
-back), seen from the sweeper, which frees holders whose execution has ended, and from the views,
-which say whose approval gate a queued job waits behind."""
+back), taken by intake in a new job's transaction when it is free, seen from the sweeper, which
+frees holders whose execution has ended, and from the views, which say whose approval gate a
+queued job waits behind."""
 
 from __future__ import annotations
 
@@ -30,6 +31,32 @@ def _named_in(table: str, attribute: str) -> dict[str, list[str]]:
         if names:
             named[record["pk"].removeprefix("LOCK#")] = names
     return named
+
+
+def acquire_if_free(table: str, project_id: str, execution_name: str) -> dict[str, Any]:
+    """The lock taken for `execution_name` as a TransactWriteItems Update: the very write of
+    job.asl.json's first try (tools/relevo_tools/job_machine/lock_writes.py ACQUIRE, HAS_ROOM),
+    refused unless the lock has room and nobody waits for it, so a new job never overtakes a
+    waiting one. Its refusal comes back without the item: the caller then queues the job."""
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": key(lock_pk(project_id), LOCK_SK),
+            "UpdateExpression": "SET #count = if_not_exists(#count, :zero) + :one, kind = :kind "
+            "REMOVE gate ADD holders :me",
+            "ConditionExpression": "(attribute_not_exists(#count) OR #count < :limit) "
+            "AND NOT contains(holders, :name) AND attribute_not_exists(waiters)",
+            "ExpressionAttributeNames": {"#count": "count"},
+            "ExpressionAttributeValues": {
+                ":zero": {"N": "0"},
+                ":one": {"N": "1"},
+                ":limit": {"N": "1"},
+                ":kind": {"S": LOCK_KIND},
+                ":me": {"SS": [execution_name]},
+                ":name": {"S": execution_name},
+            },
+        }
+    }
 
 
 def release(table: str, project_id: str, execution_name: str) -> bool:
