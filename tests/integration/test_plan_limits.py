@@ -16,8 +16,8 @@ import pytest
 
 from relevo_cli.api import ApiError, RelevoApi
 from relevo_core.aws import client
-from relevo_core.execution import work_queue_url
-from relevo_core.intake.enqueue import build_envelope, enqueue, project_cache, start_created_job
+from relevo_core.execution import start_job_execution
+from relevo_core.intake.enqueue import build_envelope, enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
 from relevo_core.models.plan import StagePlan
@@ -200,12 +200,7 @@ def _started_past_the_limits(stack, settings, project_id: str, commands: list[in
     )
     created = job_creation.create_job(stack.table_name, envelope, 600, settings.queue_limit, now)
     assert isinstance(created, job_creation.Created)
-    start_created_job(
-        settings,
-        envelope,
-        work_queue_url(settings.work_queue_prefix, envelope.region_affinity),
-        created.took_lock,
-    )
+    start_job_execution(settings, envelope, created.took_lock)
     return envelope.job_id
 
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from relevo_core.config import IntakeSettings
-from relevo_core.execution import start_execution, work_queue_url
+from relevo_core.execution import start_job_execution, work_queue_url
 
 # Where intake's project cache lives; named here too for the callers that clear it beside enqueue.
 from relevo_core.intake.project_cache import project_cache  # noqa: F401
@@ -157,7 +157,9 @@ def enqueue(
         settings, project, trigger, ref, commit, stages, key, now, priority, from_stage, retry_of, stands_on
     )
     require_envelope_fits(envelope)
-    queue_url = work_queue_url(settings.work_queue_prefix, envelope.region_affinity)
+    # A region with no work queue is refused before anything is written (cached per container:
+    # the start below reads it again for free).
+    work_queue_url(settings.work_queue_prefix, envelope.region_affinity)
     window, on_repeat = project.dedup_for(trigger.type.value)
     refuse_frozen = trigger.type in AUTOMATIC_TRIGGERS
 
@@ -200,14 +202,5 @@ def enqueue(
         )
     if isinstance(outcome, job_creation.RepeatAfterWindow):  # taken over by a concurrent repeat
         return IntakeResult(outcome.previous_job_id, duplicate=True)
-    start_created_job(settings, envelope, queue_url, outcome.took_lock)
+    start_job_execution(settings, envelope, outcome.took_lock)
     return IntakeResult(envelope.job_id)
-
-
-def start_created_job(
-    settings: IntakeSettings, envelope: JobEnvelope, queue_url: str, took_lock: bool
-) -> None:
-    """A job that took its project's lock runs JobStateMachine from its stages; a queued one runs
-    JobQueuedStateMachine, which takes the lock or waits for it first."""
-    machine = settings.state_machine_arn if took_lock else settings.queued_state_machine_arn
-    start_execution(machine, envelope, queue_url)
