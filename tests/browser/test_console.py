@@ -485,6 +485,61 @@ def test_the_page_opens_on_the_logs_end_and_load_earlier_joins_it_with_no_gap(op
         assert _lines(browser_page) == expected
 
 
+# The order in which the page replaced its panel and said the stream ended, and whether its stream
+# got `done` (a listener on every EventSource the page makes, ahead of the page's own).
+RECORD_PANEL_AND_ENDING = """() => {
+  window.relevoOrder = [];
+  window.relevoStreamDone = false;
+  const Native = window.EventSource;
+  window.EventSource = function (url, init) {
+    const source = new Native(url, init);
+    source.addEventListener("done", function () { window.relevoStreamDone = true; });
+    return source;
+  };
+  new MutationObserver(function (records) {
+    for (const record of records) {
+      // A refresh replaces the children the page was parsed with (parsing only adds them).
+      if (record.target.id === "job-panel" && record.removedNodes.length) window.relevoOrder.push("panel");
+      if (record.target.id === "connection" && record.target.textContent.startsWith("ended")) {
+        window.relevoOrder.push("ended");
+      }
+    }
+  }).observe(document, { childList: true, subtree: true });
+}"""
+
+
+@SECOND_GROUP
+def test_ended_shows_after_the_last_panel_refresh_however_the_answers_arrive(operator_api, browser_page):
+    # Given an ended job, and a page whose first panel refresh (the stream's first state) is held
+    # until the stream said `done`, so that the `done` event's refresh could overtake it
+    project_id = _project(operator_api, [{"name": "build", "run": "echo built"}])
+    job_id = _run(operator_api, project_id)
+    assert _wait_job(operator_api, job_id, lambda job: job["status"] in ENDED)["status"] == "succeeded"
+    held: list[Any] = []
+    asked: list[str] = []
+    browser_page.on(
+        "request", lambda request: asked.append(request.url) if request.url.endswith("/panel") else None
+    )
+    browser_page.route("**/panel", lambda route: held.append(route) if not held else route.continue_())
+    browser_page.add_init_script(script=f"({RECORD_PANEL_AND_ENDING})()")
+    with console_server(operator_api) as server:
+        _open(browser_page, server, f"/jobs/{job_id}")
+        browser_page.wait_for_function("() => window.relevoStreamDone === true", timeout=30_000)
+        # When the held answer comes last
+        held[0].continue_()
+        connection = browser_page.locator("#connection")
+        expect(connection).to_have_text("ended (succeeded)", timeout=30_000)
+        wait_until(
+            lambda: browser_page.evaluate("window.relevoOrder.filter(e => e === 'panel').length")
+            == len(asked),
+            15,
+            f"every panel refresh asked for ({asked}) to land",
+        )
+        # Then "ended" came once every refresh had landed: what the page shows then is final
+        order = browser_page.evaluate("window.relevoOrder")
+        assert order.count("panel") >= 2 and order[-1] == "ended", order
+
+
 # Every DOM change, the most log lines the page held (a MutationObserver's callback runs after the
 # script that changed the DOM: what a reader could ever see).
 COUNT_LOG_LINES = """() => {

@@ -53,10 +53,9 @@ def test_the_job_page_has_a_release_table_naming_the_effect_and_its_identifiers(
         browser_page.goto(server.url)  # the token, exchanged for the cookie
         browser_page.goto(server.origin + f"/jobs/{job_id}")
         # The page renders the panel, then replaces it on the stream's first state and on its
-        # `done` (static/job.js refreshPanel): read it once the stream ended and that last refresh
-        # came back, or a row read in between is detached under the reader.
+        # `done` (static/job.js refreshPanel); "ended" shows once that last refresh is in, so a
+        # row read after it is not replaced under the reader.
         browser_page.locator("#connection", has_text="ended (succeeded)").wait_for(timeout=30_000)
-        browser_page.wait_for_load_state("networkidle")
         row = browser_page.locator('table.release tr[data-stage="publish"]')
         row.wait_for(timeout=30_000)
 

@@ -215,7 +215,16 @@
   // action, and comes with every reconnect, too).
   // The panel (summary, stages, actions, above the log) and the details (steps, handoff,
   // artifacts, below it) come in one answer, each part for its own section.
-  async function refreshPanel() {
+  // Refreshes run one after another (a state event's and the `done` event's can overlap), so
+  // an older answer never lands over a newer one; each call's promise settles once its own
+  // refresh is in.
+  let refreshing = Promise.resolve();
+  function refreshPanel() {
+    refreshing = refreshing.then(replacePanel, replacePanel);
+    return refreshing;
+  }
+
+  async function replacePanel() {
     const response = await fetch("/jobs/" + encodeURIComponent(jobId) + "/panel", { credentials: "same-origin" });
     if (!response.ok) return;
     const parsed = document.createElement("template");
@@ -276,8 +285,10 @@
     source.addEventListener("done", function (event) {
       source.close();
       source = null;
-      setConnection("ended (" + JSON.parse(event.data).status + ")");
-      refreshPanel();
+      // "ended" once the panel shows the ending too: what the page says then is final.
+      const ended = "ended (" + JSON.parse(event.data).status + ")";
+      const show = function () { setConnection(ended); };
+      refreshPanel().then(show, show);
     });
     source.addEventListener("refused", function (event) {
       source.close();
