@@ -15,6 +15,7 @@ from typing import Any
 from relevo_cli.api import ApiError
 from relevo_core.aws import client
 from relevo_core.fleet.lease_timeline import LeaseTimeline
+from relevo_core.models.errors import ErrorClass
 from relevo_tools.drill.fleet import (
     DrillFleet,
     GroupWatch,
@@ -22,7 +23,7 @@ from relevo_tools.drill.fleet import (
     wait_until,
 )
 from relevo_tools.drill.proxy import Mode
-from relevo_tools.drill.trial import DrillRun, LateFault, Trial
+from relevo_tools.drill.trial import DrillRun, LateFault, StalledFleet, Trial
 
 # Issue 14: from `relevo job cancel` to SIGTERM of the stage's process group, whatever the lease.
 CANCEL_LIMIT_SEC = 5.0
@@ -49,10 +50,36 @@ def _cut_off(
     job = fleet.wait_job(job_id)
     run.fenced(watch, fault_mono, 5)
     run.judge(job_id, "succeeded", fault_wall)
+    if name in ONE_TAKEOVER:
+        judge_takeover(run.trial, job, holder.agent_id)
     if name == "short-partition" and (job["stages"][0].get("attempt") or 0) == 1:
         run.trial.fence_sec = None  # the command ran to its end: nothing was fenced
     run.trial.outcome = run.describe(job)
     return run.trial
+
+
+# The drills whose fault ends the holder's attempt and whose next attempt, the other agent's, is
+# the last: its lease holds, as the un-faulted Mac's should.
+ONE_TAKEOVER = ("partition", "freeze")
+
+
+def judge_takeover(trial: Trial, job: dict[str, Any], holder_id: str) -> None:
+    """An attempt after the takeover failed. When each such attempt lost its lease on a live Mac
+    (the local stack answered too slowly for its heartbeats, on a loaded machine) and nothing else
+    went wrong, the trial no longer tests the fault alone: the fleet stalled, run it again. Any
+    other later failure is a problem."""
+    deliver = job["stages"][0]
+    later = [entry for entry in deliver.get("attempts_log") or [] if (entry.get("attempt") or 0) >= 2]
+    if not later:
+        return
+    lapsed_on_live_macs = all(
+        entry.get("error") == ErrorClass.LEASE_EXPIRED and entry.get("agent") != holder_id for entry in later
+    )
+    if lapsed_on_live_macs and not trial.problems:
+        raise StalledFleet(
+            f"the takeover's attempt lost its lease on a live Mac ({later}): the stack stalled"
+        )
+    trial.problems.append(f"the takeover did not hold: attempts after the first failed ({later})")
 
 
 def partition(fleet: DrillFleet, number: int) -> Trial:
