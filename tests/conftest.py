@@ -56,11 +56,13 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]: 
     state_dir = tmp_path_factory.mktemp("stack")
     # No timers (the sweeper minute, project schedules): tests that need a sweep or a schedule
     # firing run it themselves with their own clock.
-    # Short timeouts for calls to GitHub and GitLab (a local recorder stands in for them).
+    # Short timeouts for calls to GitHub and GitLab (a local recorder stands in for them), yet
+    # long enough for a recorder in a worker of a loaded 2-core CI host: at 1 s and 4 s, CI's
+    # recorder answered a retried report after its reader had given up, and the report failed.
     parameters = {
         "AdminPrincipals": TEST_ADMIN_ARN,
-        "StatusHttpTimeoutSeconds": "1",
-        "StatusSendBudgetSeconds": "4",
+        "StatusHttpTimeoutSeconds": "3",
+        "StatusSendBudgetSeconds": "10",
     }
     stack = LocalStack(
         state_dir=state_dir, parameters=parameters, rule_schedules=False, project_schedules=False
