@@ -64,7 +64,7 @@ ONE_TAKEOVER = ("partition", "freeze")
 
 
 def judge_takeover(trial: Trial, job: dict[str, Any], holder_id: str) -> None:
-    """An attempt after the takeover failed. When each such attempt lost its lease on a live Mac
+    """What came after the takeover. When each later attempt that failed lost its lease on a live Mac
     (the local stack answered too slowly for its heartbeats, on a loaded machine) and nothing else
     went wrong, the trial no longer tests the fault alone: the fleet stalled, run it again. Any
     other later failure is a problem."""
