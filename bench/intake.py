@@ -148,6 +148,7 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
     from relevo_core.config import intake_settings
     from relevo_core.intake.project_cache import project_cache
     from relevo_core.intake.webhooks.refusals import refusal_minutes
+    from relevo_core.store import locks
 
     handler = harness.cold_handler("webhook")
 
@@ -214,11 +215,25 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
     ping = Row("ignored: ping (its record)", 1, 200)
     deliver(ping, b'{"zen": "Keep it logically awesome."}', event_name="ping")
 
-    warm = Row(f"warm accepted (x{warm_runs}, new commit each)", 2, 202)
+    def free_project() -> None:
+        # Not measured: the project's lock given back by the jobs holding it, as a job that ended
+        # gives it back (nothing runs the bench's jobs).
+        for execution_name in locks.lock_holders(settings.table_name).get(project_id, []):
+            locks.release(settings.table_name, project_id, execution_name)
+
+    # A job whose project is free takes its lock in its own transaction, then starts (2 calls); a
+    # job whose project is busy pays that transaction refused, then writes itself queued in a
+    # second one (3): relevo_core.store.job_creation.
+    warm = Row(f"warm accepted (x{warm_runs}, new commit each, its project free)", 2, 202)
     last_body = b""
     for _ in range(warm_runs):
+        free_project()
         last_body = harness.push_body(repo, commit())
         deliver(warm, last_body)
+    busy = Row(f"warm accepted, project busy (x{warm_runs}, its lock held by the job before)", 3, 202)
+    for _ in range(warm_runs):
+        last_body = harness.push_body(repo, commit())
+        deliver(busy, last_body)
 
     duplicate = Row("duplicate (same body, new delivery id)", 1, 200)
     deliver(duplicate, last_body)
@@ -228,7 +243,7 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
     deliver(Row("(setup)", None, 202), replay_body, delivery=replayed_id)
     deliver(redelivery, replay_body, delivery=replayed_id)
 
-    rows = [cold, warm, duplicate, redelivery, ping, forged, malformed, too_large]
+    rows = [cold, warm, busy, duplicate, redelivery, ping, forged, malformed, too_large]
     print_call_table(rows, settings.project_cache_sec)
     for row in rows:
         if row.target is None:
