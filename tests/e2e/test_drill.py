@@ -21,6 +21,7 @@ from relevo_tools.drill.fleet import DrillFleet, DrillTiming
 from relevo_tools.drill.parallel import SIBLING_STOP_LIMIT_SEC
 from relevo_tools.drill.release import RELEASE_DRILLS
 from relevo_tools.drill.runner import run_trial
+from relevo_tools.drill.stage_faults import ONE_TAKEOVER
 from relevo_tools.drill.trial import Trial
 from tests.helpers.stack import use_stack
 
@@ -52,7 +53,7 @@ def _held(fleet: DrillFleet, trial: Trial) -> None:
 def test_the_drill_holds(fleet: DrillFleet, name: str):
     trial = run_trial(fleet, name, 1)
     _held(fleet, trial)
-    if name in ("partition", "freeze"):
+    if name in ONE_TAKEOVER:
         # The faulted holder fenced before its lease ended (or its supervisor did), and the
         # other agent's attempt ran the effect once.
         assert (
