@@ -202,13 +202,14 @@ def use_function_environment(stack: Any, logical_id: str) -> tuple[dict[str, Any
 def cold_handler(function: str) -> Any:
     """functions/<function>/handler.py imported as in a new container: the layer and the
     function's own directory on the path, and nothing a warm container keeps (cached clients,
-    settings, projects, secrets, queue URLs, the minutes of recorded refusals) left over in this
-    process."""
+    settings, projects, secrets, queue URLs, the minutes of recorded refusals, the projects found
+    busy) left over in this process."""
     from aws_lambda_powertools.utilities import parameters
 
     from relevo_core.aws import reset_clients
     from relevo_core.config import intake_settings
     from relevo_core.execution import work_queue_url
+    from relevo_core.intake.busy_projects import busy_projects
     from relevo_core.intake.project_cache import project_cache
     from relevo_core.intake.webhooks.refusals import refusal_minutes
     from relevo_core.observability import metrics
@@ -216,6 +217,7 @@ def cold_handler(function: str) -> Any:
     reset_clients()
     intake_settings.cache_clear()
     project_cache.clear()
+    busy_projects.clear()
     refusal_minutes.clear()
     # A new container's Metrics takes its namespace from the environment it starts in.
     metrics.namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE")

@@ -15,7 +15,8 @@
    its own line, with one call (the GetItem that re-reads the project) more allowed: the emulator
    is slow enough that a long warm run can outlive the cache. So is a refusal that is its
    project's first of the minute in this container, with one call (the conditional PutItem of that
-   minute's record of refusals) more allowed.
+   minute's record of refusals) more allowed, and a busy project's job that this container did not
+   yet know busy, with one call (the transaction the lock refuses) more allowed.
 2. Cold import time. In fresh interpreters started with the Lambda runtime's environment, N runs
    each, interleaved, median: `import boto3, aws_lambda_powertools` (baseline), the library floor
    (the libraries the project's standards require in an API handler, with no Relevo code) and
@@ -104,6 +105,13 @@ class Sample:
     # A refusal that is its project's first of the minute in this container: it stores the minute's
     # record of refused deliveries (one conditional PutItem; relevo_core.intake.webhooks.refusals).
     refusal_record_due: bool = False
+    # A job of a busy project this container did not know busy (its first, or its memory lapsed:
+    # BUSY_PROJECT_MEMORY_SEC): the transaction its project's lock refuses is one call more.
+    lock_refusal_due: bool = False
+
+    @property
+    def extra_calls(self) -> int:
+        return int(self.cache_expired) + int(self.refusal_record_due) + int(self.lock_refusal_due)
 
 
 @dataclass
@@ -112,11 +120,13 @@ class Row:
     target: int | None  # max API calls per request with warm caches; None: informational
     expect_status: int
     samples: list[Sample] = field(default_factory=list)
+    # Its deliveries find their project's lock taken (relevo_core.intake.busy_projects).
+    project_busy: bool = False
 
     def allowed(self, sample: Sample) -> int | None:
         if self.target is None:
             return None
-        return self.target + (1 if sample.cache_expired else 0) + (1 if sample.refusal_record_due else 0)
+        return self.target + sample.extra_calls
 
     def sample_ok(self, sample: Sample) -> bool:
         allowed = self.allowed(sample)
@@ -146,6 +156,7 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
 
     # Cold container: no cached client, settings, project, secret or queue URL in this process.
     from relevo_core.config import intake_settings
+    from relevo_core.intake.busy_projects import busy_projects
     from relevo_core.intake.project_cache import project_cache
     from relevo_core.intake.webhooks.refusals import refusal_minutes
     from relevo_core.store import locks
@@ -174,6 +185,8 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
         expired = project_cache_expired()
         # Read-only too: would a refusal now be its project's first of the minute here?
         record_due = row.expect_status >= 400 and refusal_minutes.due(settings.table_name, project_id)
+        # And would a busy project's job try its lock first, not knowing it taken?
+        lock_refusal_due = row.project_busy and not busy_projects.seems_busy(settings.table_name, project_id)
         recorder.start()
         began = time.perf_counter()
         try:
@@ -192,6 +205,7 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
                 str(response.get("body"))[:200],
                 expired,
                 record_due,
+                lock_refusal_due,
             )
         )
 
@@ -221,16 +235,22 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
         for execution_name in locks.lock_holders(settings.table_name).get(project_id, []):
             locks.release(settings.table_name, project_id, execution_name)
 
-    # A job whose project is free takes its lock in its own transaction, then starts (2 calls); a
+    # A job whose project is free takes its lock in its own transaction, then starts (2 calls). A
     # job whose project is busy pays that transaction refused, then writes itself queued in a
-    # second one (3): relevo_core.store.job_creation.
+    # second one (3: relevo_core.store.job_creation); the container then knows the project busy
+    # and writes its next jobs queued in one (2: relevo_core.intake.busy_projects).
     warm = Row(f"warm accepted (x{warm_runs}, new commit each, its project free)", 2, 202)
     last_body = b""
     for _ in range(warm_runs):
         free_project()
         last_body = harness.push_body(repo, commit())
         deliver(warm, last_body)
-    busy = Row(f"warm accepted, project busy (x{warm_runs}, its lock held by the job before)", 3, 202)
+    busy = Row(
+        f"warm accepted, project busy (x{warm_runs}, its lock held by the job before)",
+        2,
+        202,
+        project_busy=True,
+    )
     for _ in range(warm_runs):
         last_body = harness.push_body(repo, commit())
         deliver(busy, last_body)
@@ -250,11 +270,7 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
             continue
         # The summary's figure: the mean over the row's samples that were allowed no call more
         # (each sample is still held to what it was allowed: row.ok).
-        plain = [
-            len(sample.calls)
-            for sample in row.samples
-            if not sample.cache_expired and not sample.refusal_record_due
-        ]
+        plain = [len(sample.calls) for sample in row.samples if not sample.extra_calls]
         calls = statistics.mean(plain) if plain else float(max(len(sample.calls) for sample in row.samples))
         harness.report(
             "intake",
@@ -301,25 +317,30 @@ def print_call_table(rows: list[Row], project_cache_sec: float) -> None:
     )
     print(header)
     print("-" * (len(header) + 40))
-    expired_seen = record_seen = False
+    expired_seen = record_seen = lock_seen = False
     for row in rows:
         cold = row.target is None
         # Warm samples first, then those allowed a call more, each on a line of its own.
-        groups: dict[tuple[bool, bool], list[Sample]] = {}
+        groups: dict[tuple[bool, bool, bool], list[Sample]] = {}
         for sample in row.samples:
             groups.setdefault(
-                (False, False) if cold else (sample.cache_expired, sample.refusal_record_due), []
+                (False, False, False)
+                if cold
+                else (sample.cache_expired, sample.refusal_record_due, sample.lock_refusal_due),
+                [],
             ).append(sample)
-        for (expired, record_due), samples in sorted(groups.items()):
-            if not expired and not record_due:
+        for (expired, record_due, lock_due), samples in sorted(groups.items()):
+            if not (expired or record_due or lock_due):
                 print(_row_line(row.kind, row, samples, "-" if cold else f"<={row.target}"))
                 continue
             expired_seen, record_seen = expired_seen or expired, record_seen or record_due
+            lock_seen = lock_seen or lock_due
             why = ", ".join(
                 label
                 for label, on in (
                     ("project cache expired", expired),
                     ("first refusal of the minute", record_due),
+                    ("not yet known busy", lock_due),
                 )
                 if on
             )
@@ -351,6 +372,12 @@ def print_call_table(rows: list[Row], project_cache_sec: float) -> None:
             "stores "
             "that minute's record of refusals (one conditional PutItem more is allowed); the others make no "
             "call"
+        )
+    if lock_seen:
+        print(
+            "not yet known busy: the container's first job of a busy project (or its first after "
+            "BUSY_PROJECT_MEMORY_SEC) tries the lock, and the refused transaction is one call more; "
+            "the container then writes the project's jobs queued at once"
         )
 
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from relevo_core.aws import client
+from relevo_core.intake.busy_projects import busy_projects
 from relevo_core.intake.enqueue import enqueue, project_cache
 from relevo_core.models.envelope import Trigger, TriggerType
 from relevo_core.models.errors import ErrorCode, RelevoError
@@ -49,6 +50,7 @@ def _jobs(stack, project_id):
 @pytest.fixture(autouse=True)
 def _fresh_project_cache():
     project_cache.clear()
+    busy_projects.clear()
 
 
 def test_one_hundred_concurrent_deliveries_of_one_push_make_one_job(local_stack, intake_settings, project_id):
@@ -138,6 +140,95 @@ def test_a_job_whose_project_is_free_runs_whatever_the_queue(local_stack, intake
         job_id = response.json()["job_id"]
         record = job_record(local_stack, job_id)
         assert (record["status"], record["machine"]) == ("running", "run") and "start_pending" not in record
+        assert lock_record(local_stack, project_id)["holders"] == {job_id}
+        assert slots.change() == 0
+
+
+def _running(stack, job_id: str) -> dict:
+    import time
+
+    for _ in range(100):
+        record = job_record(stack, job_id)
+        if record["status"] == "running":
+            return record
+        time.sleep(0.1)
+    return record
+
+
+def _in_line(stack, job_id: str) -> None:
+    import time
+
+    for _ in range(300):
+        if "waiting_for" in job_record(stack, job_id):
+            return
+        time.sleep(0.1)
+    raise AssertionError(
+        f"{job_id} not in line for its project's lock within 30 s: {job_record(stack, job_id)}"
+    )
+
+
+def test_a_project_found_busy_queues_its_next_job_in_one_transaction_which_runs_once_the_lock_frees(
+    local_stack, intake_settings, project_id
+):
+    """After the lock refused one of its jobs, the project's next job is written queued at once
+    (intake.busy_projects), takes its slot, and waits for the lock like the one before it: the
+    first in line takes the freed lock, and the second does not overtake it."""
+    register_project(local_stack, project_id, STAGES)
+    project = get_project(local_stack.table_name, project_id)
+    slots = QueueSlots(local_stack, project_id)
+    hold_outside(local_stack, project_id)
+    first, second = (
+        enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit)
+        for commit in (secrets.token_hex(20), secrets.token_hex(20))
+    )
+    assert busy_projects.seems_busy(local_stack.table_name, project_id)
+    assert [job_record(local_stack, job.job_id)["status"] for job in (first, second)] == ["queued", "queued"]
+    assert slots.change() == 2
+    # Both in line first: order among waiters is the line's (wait_order); two executions that both
+    # start after the release race for the free lock, whichever way their jobs were written.
+    for job in (first, second):
+        _in_line(local_stack, job.job_id)
+    release_outside(local_stack, project_id)
+    assert _running(local_stack, first.job_id)["status"] == "running"
+    second_now = job_record(local_stack, second.job_id)
+    assert lock_record(local_stack, project_id)["holders"] == {first.job_id}, second_now
+    assert second_now["status"] != "running", second_now
+
+
+def test_a_job_remembered_busy_whose_project_is_free_after_all_takes_the_lock_and_runs(
+    local_stack, intake_settings, project_id
+):
+    """A memory gone stale (the lock freed since the refusal) costs the job its queued machine's
+    turn at the free lock, nothing more: it runs at once, and its slot is given back."""
+    register_project(local_stack, project_id, STAGES)
+    project = get_project(local_stack.table_name, project_id)
+    slots = QueueSlots(local_stack, project_id)
+    busy_projects.found_busy(local_stack.table_name, project_id, 60)  # as after a refusal
+    commit = secrets.token_hex(20)
+    result = enqueue(intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit)
+    assert job_record(local_stack, result.job_id)["status"] in ("queued", "running")
+    record = _running(local_stack, result.job_id)
+    assert record["status"] == "running" and "start_pending" not in record
+    assert lock_record(local_stack, project_id)["holders"] == {result.job_id}
+    assert slots.change() == 0  # taken at the enqueue, given back at the start
+
+
+def test_a_job_remembered_busy_is_not_refused_for_a_full_queue_when_its_project_is_free(
+    local_stack, intake_settings, project_id
+):
+    """A full queue refuses only a job that must wait: the lock is tried before QUEUE_FULL."""
+    register_project(local_stack, project_id, STAGES)
+    project = get_project(local_stack.table_name, project_id)
+    busy_projects.found_busy(local_stack.table_name, project_id, 60)
+    with queue_filled(local_stack, int(intake_settings.queue_limit)):
+        slots = QueueSlots(local_stack, project_id)
+        commit = secrets.token_hex(20)
+        job_id = enqueue(
+            intake_settings, project, _webhook(), "refs/heads/main", commit, identity=commit
+        ).job_id
+        assert not busy_projects.seems_busy(local_stack.table_name, project_id)  # it took the lock
+        record = job_record(local_stack, job_id)
+        assert (record["status"], record["machine"]) == ("running", "run")
         assert lock_record(local_stack, project_id)["holders"] == {job_id}
         assert slots.change() == 0
 

@@ -11,6 +11,8 @@ delivery arrives at a warm container, then it makes exactly these calls:
                                  frozen-key check and the delivery's record) + StartExecution
     accepted, project busy       the same TransactWriteItems, cancelled by the lock's condition, then
                                  one with a queue slot instead of the lock + StartExecution
+    accepted, project found busy one TransactWriteItems with a queue slot + StartExecution, for
+      within the memory          BUSY_PROJECT_MEMORY_SEC after the lock refused one of its jobs
     duplicate, replayed id       the cancelled TransactWriteItems
     ping (ignored)               its record's PutItem
     forged signature, malformed  none, once the project's minute has its record of refusals;
@@ -36,7 +38,14 @@ from relevo_cli.api import RelevoApi
 from relevo_core.intake.webhooks.github import sign
 from relevo_core.intake.webhooks.refusals import refusal_minutes
 from tests.helpers.payloads import push_body
-from tests.helpers.stack import emf_values, lock_record, metrics_printed, register_project, table_items
+from tests.helpers.stack import (
+    emf_values,
+    job_record,
+    lock_record,
+    metrics_printed,
+    register_project,
+    table_items,
+)
 
 STAGES = [{"name": "build", "run": "true"}]
 ACCEPTED = ["dynamodb:TransactWriteItems", "stepfunctions:StartExecution"]
@@ -137,16 +146,32 @@ def test_a_cold_accepted_delivery_reads_the_project_secret_and_queue_then_writes
     )
 
 
+def _job_statuses(stack, container: Container) -> list[str]:
+    """The statuses of the jobs the container's accepted deliveries made, in delivery order."""
+    records = sorted(_records(stack, container.project_id), key=lambda r: r["at"]["S"])
+    return [job_record(stack, r["job_id"]["S"])["status"] for r in records if r["outcome"]["S"] == "accepted"]
+
+
 def test_a_warm_accepted_delivery_takes_two_calls(container, local_stack):
     """The delivery's record rides in the job's transaction: no PutItem of its own; so does the
     project's lock, when it is free. While a job holds it, the next is queued in a second
-    transaction: one call more."""
+    transaction: one call more; and the container, now knowing the project busy, writes the jobs
+    after it queued in one (intake.busy_projects)."""
     _free(local_stack, container.project_id)
-    statuses, made = zip(*(container.push() for _ in range(3)), strict=True)
-    assert statuses == (202, 202, 202)
-    assert list(made) == [ACCEPTED, QUEUED, QUEUED], [len(calls) for calls in made]
+    statuses, made = zip(*(container.push() for _ in range(4)), strict=True)
+    assert statuses == (202, 202, 202, 202)
+    assert list(made) == [ACCEPTED, QUEUED, ACCEPTED, ACCEPTED], [len(calls) for calls in made]
     accepted = [r for r in _records(local_stack, container.project_id) if r["outcome"]["S"] == "accepted"]
-    assert len(accepted) == 4 and all("job_id" in r for r in accepted)  # the cold one and these three
+    assert len(accepted) == 5 and all("job_id" in r for r in accepted)  # the cold one and these four
+    assert _job_statuses(local_stack, container)[1:] == ["running", "queued", "queued", "queued"]
+
+
+def test_with_no_memory_of_a_busy_project_each_of_its_jobs_tries_the_lock(new_container, local_stack):
+    warm = new_container(BUSY_PROJECT_MEMORY_SEC="0")
+    assert warm.push()[0] == 202  # cold: it takes the lock
+    statuses, made = zip(*(warm.push() for _ in range(3)), strict=True)
+    assert statuses == (202, 202, 202)
+    assert list(made) == [QUEUED, QUEUED, QUEUED], [len(calls) for calls in made]
 
 
 def test_an_accepted_delivery_after_the_project_cache_expired_rereads_the_project(new_container, local_stack):

@@ -112,10 +112,19 @@ class Dynamo:
         self.client.meta.events.register("before-call.dynamodb.TransactWriteItems", before_call)
 
 
-def _create(monkeypatch: pytest.MonkeyPatch, dynamo: Dynamo, envelope: Any) -> job_creation.CreateOutcome:
+def _create(
+    monkeypatch: pytest.MonkeyPatch, dynamo: Dynamo, envelope: Any, queue_first: bool = False
+) -> job_creation.CreateOutcome:
     monkeypatch.setattr(job_creation, "client", lambda service: dynamo.client)
     return job_creation.create_job(
-        TABLE, envelope, 86_400, 50, NOW, refuse_frozen=True, also_write=[_record_put()]
+        TABLE,
+        envelope,
+        86_400,
+        50,
+        NOW,
+        refuse_frozen=True,
+        also_write=[_record_put()],
+        queue_first=queue_first,
     )
 
 
@@ -260,7 +269,9 @@ def test_a_lock_taken_or_waited_for_queues_the_job_in_a_second_transaction(monke
         )
     )
     envelope = _largest_envelope()
-    assert _create(monkeypatch, dynamo, envelope) == job_creation.Created(envelope.job_id, took_lock=False)
+    assert _create(monkeypatch, dynamo, envelope) == job_creation.Created(
+        envelope.job_id, took_lock=False, found_lock_taken=True
+    )
     first, second = dynamo.sent
     assert _action(first, "LOCK#")[0] == "Update"
     with pytest.raises(AssertionError):
@@ -273,6 +284,48 @@ def test_a_lock_taken_or_waited_for_queues_the_job_in_a_second_transaction(monke
         and counter["ConditionExpression"] == "attribute_not_exists(queued) OR queued < :limit"
     )
     assert len(second["TransactItems"]) == len(first["TransactItems"])
+
+
+def test_a_job_of_a_project_found_busy_is_written_queued_in_one_transaction(monkeypatch):
+    """queue_first (intake.busy_projects): no try at the lock, the queue slot in the first call."""
+    dynamo = Dynamo(lambda body: (200, {}))
+    envelope = _largest_envelope()
+    assert _create(monkeypatch, dynamo, envelope, queue_first=True) == job_creation.Created(envelope.job_id)
+    (only,) = dynamo.sent
+    with pytest.raises(AssertionError):
+        _action(only, "LOCK#")
+    _, job = _action(only, "JOB#")
+    assert job["Item"]["status"] == {"S": "queued"} and "machine" not in job["Item"]
+    assert _action(only, "COUNTER#queued")[0] == "Update"
+
+
+@pytest.mark.parametrize("lock_refuses", [False, True])
+def test_a_job_of_a_project_found_busy_tries_the_free_lock_before_a_full_queue_refuses_it(
+    monkeypatch, lock_refuses
+):
+    """The queue's condition refuses the queued write: the lock, only remembered taken, is tried in
+    a second call, and the job that takes it runs; refused there too, the queue is full."""
+    counter_refused = _cancelled(
+        [{"Code": "None"}] * 3
+        + [{"Code": "ConditionalCheckFailed", "Item": {"queued": {"N": "50"}}}]
+        + [{"Code": "None"}] * 2
+    )
+    lock_refused = _cancelled(
+        [{"Code": "None"}] * 3 + [{"Code": "ConditionalCheckFailed"}] + [{"Code": "None"}] * 2
+    )
+    answers = [counter_refused, lock_refused if lock_refuses else (200, {}), counter_refused]
+    dynamo = Dynamo(lambda body: answers[len(dynamo.sent) - 1])
+    envelope = _largest_envelope()
+    outcome = _create(monkeypatch, dynamo, envelope, queue_first=True)
+    if lock_refuses:
+        assert outcome == job_creation.QueueFull(50, 50)
+        assert len(dynamo.sent) == 3  # queued, the lock, queued again: then refused
+        return
+    assert outcome == job_creation.Created(envelope.job_id, took_lock=True)
+    _, second = dynamo.sent
+    assert _action(second, "LOCK#")[0] == "Update"
+    _, job = _action(second, "JOB#")
+    assert job["Item"]["status"] == {"S": "running"}
 
 
 def test_a_duplicate_refused_with_the_lock_too_is_the_duplicate(monkeypatch):

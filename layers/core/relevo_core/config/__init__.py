@@ -84,6 +84,9 @@ class IntakeSettings(ExecutionSettings):
     secret_max_age_sec: int = Field(default=300, alias="SECRET_MAX_AGE_SEC", ge=0)
     # How long a project read is reused by intake (a change reaches webhooks within this).
     project_cache_sec: float = Field(default=10, alias="PROJECT_CACHE_SEC", ge=0)
+    # How long a project whose lock refused a job is written queued at once (intake.busy_projects;
+    # 0: its lock is tried for every job).
+    busy_project_memory_sec: float = Field(default=10, alias="BUSY_PROJECT_MEMORY_SEC", ge=0)
     # How long a webhook delivery's record (relevo delivery list) is kept.
     delivery_record_days: int = Field(default=14, alias="DELIVERY_RECORD_DAYS", ge=1, le=365)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from relevo_core.config import IntakeSettings
 from relevo_core.execution import start_job_execution, work_queue_url
+from relevo_core.intake.busy_projects import busy_projects
 
 # Where intake's project cache lives; named here too for the callers that clear it beside enqueue.
 from relevo_core.intake.project_cache import project_cache  # noqa: F401
@@ -177,7 +178,13 @@ def enqueue(
         refuse_frozen=refuse_frozen,
         also_write=also_write,
         build_number=build_number,
+        queue_first=busy_projects.seems_busy(settings.table_name, project.id),
     )
+    if isinstance(outcome, job_creation.Created):
+        if outcome.found_lock_taken:
+            busy_projects.found_busy(settings.table_name, project.id, settings.busy_project_memory_sec)
+        elif outcome.took_lock:
+            busy_projects.found_free(settings.table_name, project.id)
     if isinstance(outcome, job_creation.RepeatAfterWindow) and on_repeat is OnRepeat.SKIP:
         return IntakeResult(outcome.previous_job_id, duplicate=True, outcome="skipped")
     if isinstance(outcome, job_creation.Created) and outcome.held_reason is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +58,8 @@ class Created:
     # The job took its project's lock in its own transaction: written running, its execution
     # starts at its stages (keys.RUN_MACHINE); otherwise it waits in the queue for the lock.
     took_lock: bool = False
+    # The lock's condition refused the job in this call: it was taken or waited for just now.
+    found_lock_taken: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,7 @@ def create_job(
     refuse_frozen: bool = False,
     also_write: Sequence[dict[str, Any]] = (),
     build_number: int | None = None,
+    queue_first: bool = False,
 ) -> CreateOutcome:
     """Write the job in one transaction: dedup record, delivery record, envelope and queue slot.
 
@@ -175,6 +178,9 @@ def create_job(
     (locks.acquire_if_free: only while the lock has room and nobody waits), written running with
     no queue slot: Created.took_lock. The lock's refusal alone writes it queued instead, taking a
     slot, in a second transaction; a refusal for any other reason is read as it always was.
+    `queue_first` (the caller found the lock taken a moment ago: intake.busy_projects) writes it
+    queued in the first transaction, sparing the one the lock would refuse; the queued machine
+    takes the lock itself should it be free after all.
     """
     epoch = int(now.timestamp())
     dedup_until = epoch + dedup_window_sec
@@ -236,10 +242,16 @@ def create_job(
         }
 
     job_index = len(items)
-    items.append(job_put(JobStatus.HELD if held else JobStatus.RUNNING))
     # The slot the job takes: its project's lock (it runs at once), else a place in the queue.
     lock_index = counter_index = None
-    if not held:
+    if held:
+        items.append(job_put(JobStatus.HELD))
+    elif queue_first:
+        items.append(job_put(JobStatus.QUEUED))
+        counter_index = len(items)
+        items.append(queue_counter_update(table, queue_limit, +1))
+    else:
+        items.append(job_put(JobStatus.RUNNING))
         lock_index = len(items)
         items.append(acquire_if_free(table, envelope.project, envelope.job_id))
     frozen_index = None
@@ -248,10 +260,13 @@ def create_job(
         items.append(not_frozen_check(table, envelope.idempotency_key))
     items.extend(also_write)
 
+    found_lock_taken = False
     for attempt in range(_CONFLICT_RETRIES):
         try:
             client("dynamodb").transact_write_items(TransactItems=items)
-            return Created(envelope.job_id, took_lock=lock_index is not None)
+            return Created(
+                envelope.job_id, took_lock=lock_index is not None, found_lock_taken=found_lock_taken
+            )
         except ClientError as exc:
             cancellation = transaction_cancellation(exc)
             if cancellation is None:
@@ -281,8 +296,17 @@ def create_job(
             items[job_index] = job_put(JobStatus.QUEUED)
             items[lock_index] = queue_counter_update(table, queue_limit, +1)
             lock_index, counter_index = None, lock_index
+            found_lock_taken = True
             continue
         if counter_index is not None and cancellation.condition_failed(counter_index):
+            if queue_first:
+                # The queue is full and the lock was only remembered taken: a job that takes a
+                # free lock needs no slot, so the lock is tried before the job is refused.
+                queue_first = False
+                items[job_index] = job_put(JobStatus.RUNNING)
+                items[counter_index] = acquire_if_free(table, envelope.project, envelope.job_id)
+                lock_index, counter_index = counter_index, None
+                continue
             queued = cancellation.item(counter_index).get("queued", queue_limit)
             return QueueFull(int(queued), queue_limit)
         if "TransactionConflict" in cancellation.codes:
@@ -320,13 +344,15 @@ def create_job_or_repeat(
     refuse_frozen: bool = False,
     also_write: Callable[[HeldReason | None], Sequence[dict[str, Any]]] = lambda _held: (),
     build_number: int | None = None,
+    queue_first: bool = False,
 ) -> CreateOutcome:
     """create_job, and for a repeat of work whose dedup window has passed, what the project's
     `on_repeat` says: skip (RepeatAfterWindow is the answer), hold (written held,
     repeat_after_window) or run; a held or run repeat takes the expired dedup record over in a
     second transaction, and a RepeatAfterWindow from that one means a concurrent repeat took it
     first. `also_write(held_reason)`: the Puts written with the job, for the reason it is held;
-    `build_number`: the number of the job it retries, on its record from the start."""
+    `build_number`: the number of the job it retries, on its record from the start; `queue_first`:
+    create_job's."""
     # The caller has it loaded; this module's other users need not.
     from relevo_core.models.project_settings import OnRepeat
 
@@ -340,13 +366,10 @@ def create_job_or_repeat(
         refuse_frozen=refuse_frozen,
         also_write=also_write(held_reason),
         build_number=build_number,
+        queue_first=queue_first,
     )
     if not isinstance(outcome, RepeatAfterWindow) or on_repeat is OnRepeat.SKIP:
-        return (
-            Created(outcome.job_id, held_reason, outcome.took_lock)
-            if isinstance(outcome, Created)
-            else outcome
-        )
+        return replace(outcome, held_reason=held_reason) if isinstance(outcome, Created) else outcome
     if held_reason is None and on_repeat is OnRepeat.HOLD:
         held_reason = HeldReason.REPEAT_AFTER_WINDOW
     outcome = create_job(
@@ -360,7 +383,6 @@ def create_job_or_repeat(
         refuse_frozen=refuse_frozen,
         also_write=also_write(held_reason),
         build_number=build_number,
+        queue_first=queue_first,
     )
-    return (
-        Created(outcome.job_id, held_reason, outcome.took_lock) if isinstance(outcome, Created) else outcome
-    )
+    return replace(outcome, held_reason=held_reason) if isinstance(outcome, Created) else outcome
