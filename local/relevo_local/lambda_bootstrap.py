@@ -10,7 +10,9 @@ function's own stdout and stderr (its logs) stay free, as in Lambda.
 import argparse
 import importlib
 import json
+import math
 import os
+import resource
 import sys
 import time
 import traceback
@@ -43,7 +45,24 @@ def _error(exc, error_type=None):
     }
 
 
+def _report(context, started, init_ms):
+    """The line Lambda writes after each invocation ("REPORT RequestId: ...\tDuration: ..."), with
+    Init Duration on an environment's first: what a slow claim or heartbeat is read from."""
+    duration = (time.monotonic() - started) * 1000
+    used_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # Linux: KiB
+    line = (
+        f"REPORT RequestId: {context.aws_request_id}\tDuration: {duration:.2f} ms\t"
+        f"Billed Duration: {math.ceil(duration)} ms\tMemory Size: {context.memory_limit_in_mb} MB\t"
+        f"Max Memory Used: {used_mb} MB\t"
+    )
+    if init_ms is not None:
+        line += f"Init Duration: {init_ms:.2f} ms\t"
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main():
+    init_started = time.monotonic()
     parser = argparse.ArgumentParser()
     parser.add_argument("--request-fd", type=int, required=True)
     parser.add_argument("--response-fd", type=int, required=True)
@@ -74,6 +93,8 @@ def main():
         init_error["errorMessage"] = f"Unable to import module '{module_name}': {exc}"
         sys.stderr.write(f"[ERROR] {init_error['errorType']}: {init_error['errorMessage']}\n")
         sys.stderr.flush()
+    # Said once, on the first invocation's REPORT, as Lambda does.
+    init_ms: float | None = (time.monotonic() - init_started) * 1000
     answer({"ready": True, "init_error": init_error})
 
     for line in requests:
@@ -82,28 +103,33 @@ def main():
         os.environ["_X_AMZN_TRACE_ID"] = request["trace_id"]
         sys.stdout.write(f"START RequestId: {context.aws_request_id} Version: {context.function_version}\n")
         sys.stdout.flush()
-        if init_error is not None:
-            answer({"error": init_error})
-            continue
+        started = time.monotonic()
         try:
-            result = entry(request["event"], context)
-        except Exception as exc:  # the invocation's error answer, as Lambda reports it
-            error = _error(exc)
-            sys.stderr.write(
-                f"[ERROR] {error['errorType']}: {error['errorMessage']}\n{''.join(error['stackTrace'])}"
-            )
-            sys.stderr.flush()
-            answer({"error": error})
-            continue
-        try:
-            encoded = json.dumps({"ok": result})
-        except (TypeError, ValueError) as exc:  # Lambda cannot serialize the answer either
-            answer({"error": _error(exc, "Runtime.MarshalError")})
-            continue
-        sys.stdout.write(f"END RequestId: {context.aws_request_id}\n")
-        sys.stdout.flush()
-        responses.write(encoded + "\n")
-        responses.flush()
+            if init_error is not None:
+                answer({"error": init_error})
+                continue
+            try:
+                result = entry(request["event"], context)
+            except Exception as exc:  # the invocation's error answer, as Lambda reports it
+                error = _error(exc)
+                sys.stderr.write(
+                    f"[ERROR] {error['errorType']}: {error['errorMessage']}\n{''.join(error['stackTrace'])}"
+                )
+                sys.stderr.flush()
+                answer({"error": error})
+                continue
+            try:
+                encoded = json.dumps({"ok": result})
+            except (TypeError, ValueError) as exc:  # Lambda cannot serialize the answer either
+                answer({"error": _error(exc, "Runtime.MarshalError")})
+                continue
+            sys.stdout.write(f"END RequestId: {context.aws_request_id}\n")
+            sys.stdout.flush()
+            responses.write(encoded + "\n")
+            responses.flush()
+        finally:
+            _report(context, started, init_ms)
+            init_ms = None
 
 
 if __name__ == "__main__":

@@ -10,13 +10,17 @@ function under the runtime's Python in isolated mode (lambda_runtime), as the st
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from pathlib import Path
 
 import pytest
 
 from relevo_local import lambda_layer, template
 from relevo_local.lambda_runtime import FunctionError, FunctionRuntime, FunctionSpec
+from tests.helpers.processes import is_dead
+from tests.helpers.stack import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SAM = template.load_sam_template(ROOT / "template.yaml")
@@ -203,3 +207,110 @@ def test_the_layer_pins_every_package_it_installs_at_the_version_the_dev_lock_te
     }
     # The closure pip resolved is exactly the pinned list: nothing arrives unpinned.
     assert installed == pinned
+
+
+def test_an_invocation_that_finds_every_environment_busy_takes_the_first_one_free(
+    python: lambda_layer.LambdaPython, built: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # Given a function whose environments after the first stay in their cold start, and whose
+    # invocation holds until the test writes to a FIFO
+    spec, hold, cold = _cold_after_the_first(built, tmp_path)
+    runtime = FunctionRuntime(spec, python)
+    answers: dict[str, int] = {}
+    try:
+        runtime.wait_ready()
+        held = threading.Thread(target=lambda: answers.update(held=runtime.invoke({"hold": str(hold)})))
+        held.start()
+        # When a second invocation comes while the only warm environment is busy, so that a second
+        # environment starts its cold start, and the first invocation then ends
+        second = threading.Thread(target=lambda: answers.update(second=runtime.invoke({})))
+        second.start()
+        wait_until(cold.exists, 60, "a second environment in its cold start")
+        with open(hold, "w") as release:
+            release.write("go")
+        held.join(30)
+        second.join(30)
+
+        # Then the second ran in the warm environment that came free, not after the cold start
+        assert not second.is_alive(), "the second invocation waits for the new environment's cold start"
+        assert answers["second"] == answers["held"]
+    finally:
+        runtime.stop()  # (the environment still in its cold start is killed)
+    # And each invocation is reported as Lambda reports it, the first with its environment's init
+    reports = [
+        line for line in (tmp_path / "scaling.log").read_text().splitlines() if line.startswith("REPORT")
+    ]
+    assert len(reports) == 2, reports
+    assert all(
+        re.search(
+            r"\tDuration: [\d.]+ ms\tBilled Duration: \d+ ms\tMemory Size: 512 MB\tMax Memory Used: \d+ MB", r
+        )
+        for r in reports
+    ), reports
+    assert ["Init Duration: " in report for report in reports] == [True, False], reports
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_an_invocation_waiting_for_an_environment_gives_up_when_the_stack_stops(
+    python: lambda_layer.LambdaPython, built: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # Given every environment busy or in its cold start, and an invocation waiting for one
+    spec, hold, cold = _cold_after_the_first(built, tmp_path)
+    spec.timeout_sec = 60.0
+    runtime = FunctionRuntime(spec, python, max_concurrency=2)
+    runtime.wait_ready()
+    errors: dict[str, FunctionError] = {}
+
+    def invoke(name: str, event: dict[str, str]) -> None:
+        try:
+            runtime.invoke(event)
+        except FunctionError as error:
+            errors[name] = error
+
+    held = threading.Thread(target=invoke, args=("held", {"hold": str(hold)}))
+    held.start()
+    waiting = threading.Thread(target=invoke, args=("waiting", {}))
+    waiting.start()
+    wait_until(cold.exists, 60, "a second environment in its cold start")
+    pids = {int(line) for line in (tmp_path / "pids").read_text().split()}
+    assert len(pids) == 2
+
+    # When the stack stops
+    runtime.stop()
+
+    # Then the waiting invocation says so, and no environment is left: none started after the stop
+    waiting.join(30)
+    held.join(30)
+    assert errors["waiting"].error["errorType"] == "Runtime.Stopped"
+    # and the one killed in its invocation answers with an error (not a write to the closed log)
+    assert "held" in errors
+    assert {int(line) for line in (tmp_path / "pids").read_text().split()} == pids
+    assert [pid for pid in pids if not is_dead(pid)] == []
+
+
+def _cold_after_the_first(built: tuple[Path, Path], tmp_path: Path) -> tuple[FunctionSpec, Path, Path]:
+    """A function whose environments write their pid, and after the first, say they are in their
+    cold start (the file `cold`) and stay in it (opening a FIFO nobody writes to); its invocation
+    returns its pid, holding first until the test writes to the FIFO `hold` when the event names it."""
+    code = tmp_path / "code"
+    code.mkdir()
+    never, hold, cold = tmp_path / "never", tmp_path / "hold", tmp_path / "cold"
+    os.mkfifo(never)
+    os.mkfifo(hold)
+    (code / "handler.py").write_text(
+        "import os\n"
+        f"with open({str(tmp_path / 'pids')!r}, 'a') as pids:\n"
+        "    pids.write(f'{os.getpid()}\\n')\n"
+        "try:\n"
+        f"    os.close(os.open({str(tmp_path / 'first')!r}, os.O_CREAT | os.O_EXCL))\n"
+        "except FileExistsError:\n"
+        f"    open({str(cold)!r}, 'w').close()\n"
+        f"    open({str(never)!r}).read()\n"
+        "def lambda_handler(event, context):\n"
+        "    if event.get('hold'):\n"
+        "        open(event['hold']).read()\n"
+        "    return os.getpid()\n"
+    )
+    spec = _spec("scaling", code, "handler.lambda_handler", built, tmp_path / "scaling.log")
+    spec.timeout_sec = 60.0
+    return spec, hold, cold
