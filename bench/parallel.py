@@ -32,7 +32,7 @@ Then placement in seconds (issue 42):
 
 Then the split by measured time (issue 45):
 
-5. split: a real peer's suite -- more-itertools 10.7.0's 671 tests from its PyPI sdist
+5. split: a real peer's suite -- more-itertools 10.7.0's tests (670 of its 671) from its PyPI sdist
    (relevo_tools.peer_suite) -- in 4 shards with a test plan, three jobs: the first split by
    count (no history), the second by the first's measured times, the third by the first two's
    (a test's low median: of two jobs, the faster, so a one-off cost one job charged to a test --

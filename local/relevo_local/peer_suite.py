@@ -3,8 +3,12 @@ PyPI pinned by sha256 and unpacked once into the venv (`make .venv/.relevo-insta
 `python -m relevo_local.peer_suite`, which fetches every one; a later call that finds them
 unpacked fetches nothing):
 
-- more-itertools 10.7.0 (tests/test_more.py and tests/test_recipes.py, 671 tests): the suite the
-  e2e test, the demo and the bench shard. One of its tests takes most of its time.
+- more-itertools 10.7.0 (tests/test_more.py and tests/test_recipes.py, 670 of its 671 tests): the
+  suite the e2e test, the demo and the bench shard. One of its tests takes most of its time. The
+  one left out, CallbackIterTests.test_exception, reads `it.result` as soon as the first callback
+  has come, before the iterator's worker thread has raised: on a busy host it finds the function
+  not yet done ("RuntimeError: Function has not yet completed"), a race in the peer's own test
+  (the demo's examples/demo/peer-tests.yaml leaves it out the same way).
 - parso 0.8.7 (test/ and its modules' doctests, 1988 of its 1989 tests, no test dependency but
   pytest): the bench's second suite, whose time is spread so that a split of whole tests can come
   close to the mean (its longest test, about a seventh of the suite, is under half a 4-way shard's
@@ -58,7 +62,12 @@ PARSO = PinnedSdist(
 )
 
 SUITES = {
-    "more-itertools": PeerSuite(MORE_ITERTOOLS, tests=671, config="pyproject.toml"),
+    "more-itertools": PeerSuite(
+        MORE_ITERTOOLS,
+        tests=670,
+        config="pyproject.toml",
+        deselect=("tests/test_more.py::CallbackIterTests::test_exception",),
+    ),
     "parso": PeerSuite(
         PARSO,
         tests=1988,
@@ -66,8 +75,9 @@ SUITES = {
         deselect=("test/test_python_errors.py::test_python_exception_matches[def f():",),
     ),
 }
-# more-itertools' count, as the e2e test and the demo read it.
-TESTS = SUITES["more-itertools"].tests
+# more-itertools, as the e2e test and the demo read it.
+MORE_ITERTOOLS_SUITE = SUITES["more-itertools"]
+TESTS = MORE_ITERTOOLS_SUITE.tests
 
 
 def suite(name: str = "more-itertools") -> Path:

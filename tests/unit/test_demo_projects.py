@@ -111,6 +111,9 @@ def test_peer_tests_lists_the_peer_s_tests_and_runs_exactly_the_ones_a_shard_is_
 
     # Then they are test_more.py's, each once
     assert len(planned) > 500 and all(p.id.startswith("tests.test_more.") for p in planned)
+    # less the one whose own check races the thread it checks (the project file says why)
+    assert "tests.test_more.CallbackIterTests::test_exception" not in {p.id for p in planned}
+    assert "tests.test_more.CallbackIterTests::test_abort" in {p.id for p in planned}
     # And when a shard is given two of them, its report holds exactly those two
     given = tmp_path / "shard.tests"
     given.write_text(f"{planned[0].listed}\n{planned[-1].listed}\n")

@@ -36,9 +36,6 @@ def pytest_command(config: str = "pyproject.toml", deselect: tuple[str, ...] = (
     return f"{python} -m pytest -c {shlex.quote(config)} -p no:cacheprovider -p no:randomly{left_out}"
 
 
-PYTEST = pytest_command()
-
-
 def shard_stage(
     suite: Path,
     *,
