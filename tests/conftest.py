@@ -57,8 +57,9 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]: 
     # No timers (the sweeper minute, project schedules): tests that need a sweep or a schedule
     # firing run it themselves with their own clock.
     # Short timeouts for calls to GitHub and GitLab (a local recorder stands in for them), yet
-    # long enough for a recorder in a worker of a loaded 2-core CI host: at 1 s and 4 s, CI's
-    # recorder answered a retried report after its reader had given up, and the report failed.
+    # long enough for a loaded 2-core CI host: at 1 s and 4 s, CI's recorder answered a retried
+    # report after its reader had given up, and the report failed. (The recorder now answers from
+    # a process of its own, not from the worker that also runs moto: relevo_local.recorder.)
     parameters = {
         "AdminPrincipals": TEST_ADMIN_ARN,
         "StatusHttpTimeoutSeconds": "3",

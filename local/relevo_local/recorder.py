@@ -1,15 +1,32 @@
 """A local HTTP server on loopback standing in for GitHub, GitLab or Slack (never for AWS), for
 the tests and the demo: it records every request and answers what was scripted: 201 by default,
-a queue of answers (500, 429 with Retry-After, 403 with rate-limit headers), or a hang."""
+a queue of answers (500, 429 with Retry-After, 403 with rate-limit headers), or a hang.
+
+The server runs in a process of its own (`python -m relevo_local.recorder`), driven over a socket
+pair. In a test worker the local stack's moto server shares the worker's process; a recorder
+thread beside it waited for the interpreter's lock while moto served the stack's functions, and on
+a loaded 2-core CI host it answered a status report after the reporter's 3 s read timeout (a
+BrokenPipeError in the recorder, an attempt with no HTTP status in the report). In its own process
+it answers from its own interpreter; if the process that started it dies, it sees its control
+socket close and exits."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.connection import Connection
 from typing import Any
+
+# How long the recorder's process may take to start and say its port, and to stop.
+START_TIMEOUT_SEC = 60.0
+STOP_TIMEOUT_SEC = 10.0
 
 
 @dataclass(frozen=True)
@@ -32,7 +49,9 @@ class Answer:
     hang_sec: float = 0.0
 
 
-class Recorder:
+class RecorderServer:
+    """The recording HTTP server itself, in the process that serves it."""
+
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
         self._answers: list[Answer] = []
@@ -75,13 +94,18 @@ class Recorder:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="http-recorder")
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            daemon=True,
+            name="http-recorder",
+        )
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def start(self) -> Recorder:
+    def start(self) -> RecorderServer:
         self._thread.start()
         return self
 
@@ -93,12 +117,10 @@ class Recorder:
     def answer(
         self, status: int, headers: dict[str, str] | None = None, body: bytes = b"{}", times: int = 1
     ) -> None:
-        """The next `times` requests get this answer (then 201 again)."""
         with self._lock:
             self._answers.extend(Answer(status, dict(headers or {}), body) for _ in range(times))
 
     def route(self, method: str, path_part: str, status: int, body: Any) -> None:
-        """Every `method` request whose path holds `path_part` gets this answer (after any queued ones)."""
         with self._lock:
             self._routes.append((method, path_part, Answer(status, {}, json.dumps(body).encode())))
 
@@ -121,3 +143,130 @@ class Recorder:
     def received(self, path_part: str = "") -> list[Recorded]:
         with self._lock:
             return [r for r in self.requests if path_part in r.path]
+
+
+# What the controlling process may ask of the server's process.
+_COMMANDS = ("answer", "route", "hang", "hang_always", "received")
+
+
+class Recorder:
+    """The recorder as the tests and the demo hold it: its server runs in a process of its own."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+        self._control: Connection | None = None
+        self._lock = threading.Lock()  # one command and its answer at a time on the socket
+        self._url = ""
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def requests(self) -> list[Recorded]:
+        return self.received()
+
+    def start(self) -> Recorder:
+        ours, theirs = socket.socketpair()
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "relevo_local.recorder", "--control-fd", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            theirs.close()
+        self._control = Connection(ours.detach())
+        if not self._control.poll(START_TIMEOUT_SEC):
+            self.stop()
+            raise RuntimeError(f"the recorder's process said no port within {START_TIMEOUT_SEC:.0f} s")
+        self._url = self._control.recv()
+        return self
+
+    def stop(self) -> None:
+        if self._control is not None:
+            try:
+                with self._lock:
+                    self._control.send(("stop", (), {}))
+                    if self._control.poll(STOP_TIMEOUT_SEC):
+                        self._control.recv()
+            except (OSError, EOFError):
+                pass  # it has already gone
+            self._control.close()
+            self._control = None
+        if self._process is not None:
+            try:
+                self._process.wait(STOP_TIMEOUT_SEC)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+
+    def _call(self, command: str, *args: Any, **kwargs: Any) -> Any:
+        if self._control is None:
+            raise RuntimeError("the recorder is not running")
+        with self._lock:
+            self._control.send((command, args, kwargs))
+            ok, value = self._control.recv()
+        if not ok:
+            raise RuntimeError(f"the recorder's {command} failed: {value}")
+        return value
+
+    def answer(
+        self, status: int, headers: dict[str, str] | None = None, body: bytes = b"{}", times: int = 1
+    ) -> None:
+        """The next `times` requests get this answer (then 201 again)."""
+        self._call("answer", status, headers, body, times)
+
+    def route(self, method: str, path_part: str, status: int, body: Any) -> None:
+        """Every `method` request whose path holds `path_part` gets this answer (after any queued ones)."""
+        self._call("route", method, path_part, status, body)
+
+    def hang(self, seconds: float, times: int = 1) -> None:
+        self._call("hang", seconds, times)
+
+    def hang_always(self, seconds: float) -> None:
+        self._call("hang_always", seconds)
+
+    def received(self, path_part: str = "") -> list[Recorded]:
+        found: list[Recorded] = self._call("received", path_part)
+        return found
+
+
+def serve(control: Connection) -> None:
+    """The recorder's process: serve HTTP, and do what the control socket asks until it says stop
+    or closes (the process that started it has gone)."""
+    server = RecorderServer().start()
+    control.send(server.url)
+    try:
+        while True:
+            try:
+                command, args, kwargs = control.recv()
+            except (EOFError, OSError):
+                return
+            if command == "stop":
+                control.send((True, None))
+                return
+            if command not in _COMMANDS:
+                control.send((False, f"unknown command {command!r}"))
+                continue
+            try:
+                control.send((True, getattr(server, command)(*args, **kwargs)))
+            except Exception as exc:  # noqa: BLE001 (said to the caller, which raises it)
+                control.send((False, repr(exc)))
+    finally:
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m relevo_local.recorder")
+    parser.add_argument("--control-fd", type=int, required=True)
+    serve(Connection(parser.parse_args(argv).control_fd))
+
+
+if __name__ == "__main__":
+    # Through the package's module, so that what is sent back pickles as relevo_local.recorder's
+    # Recorded, not __main__'s.
+    from relevo_local import recorder
+
+    recorder.main()
