@@ -230,17 +230,30 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
     wait_until(siblings_started, 60, f"{stopped_job}: the siblings started", poll=0.05)
     # Wall clock to monotonic, both of this host: the failure's time is the command's own clock.
     offset = time.time() - time.monotonic()
-    first_starts = {
-        shard: sibling_starts[min(key for key in sibling_starts if key[0] == shard)] for shard in siblings
-    }
-    watches = {shard: GroupWatch(start.pgid) for shard, start in first_starts.items()}
+    # Every attempt of a sibling is watched: on a stalled host a sibling's first attempt can lapse
+    # and be retried before the failure, and the stop to measure is that of the attempt alive then.
+    watches: dict[tuple[int, int], GroupWatch] = {}
+
+    def watch_new_starts() -> None:
+        sibling_starts.update(_shard_starts(fleet, stopped_job))
+        for key, start in sibling_starts.items():
+            if key[0] in siblings and key not in watches:
+                watches[key] = GroupWatch(start.pgid)
+
+    watch_new_starts()
     failed_file = gate / f"{stopped_job}.failed"
-    wait_until(failed_file.exists, 60, f"{stopped_job}: shard {FAILING_SHARD} failed", poll=0.05)
+
+    def failed() -> bool:
+        watch_new_starts()
+        return failed_file.exists()
+
+    wait_until(failed, 60, f"{stopped_job}: shard {FAILING_SHARD} failed", poll=0.05)
     wait_until(
         lambda: failed_file.read_text().strip() != "", 5, f"{stopped_job}: the failure's time", poll=0.05
     )
     failed_at = float(failed_file.read_text())
-    gone = {shard: watch.wait(30) for shard, watch in watches.items()}
+    watch_new_starts()
+    gone = {key: watch.wait(30) for key, watch in watches.items()}
     fleet.wait_job(stopped_job)
     # What the siblings would have landed lands effect_after_sec after the failure: wait past it.
     time.sleep(max(0.0, failed_at + fleet.timing.effect_after_sec + 1 - time.time()))
@@ -252,8 +265,12 @@ def parallel(fleet: DrillFleet, number: int) -> Trial:
     wanted = ["failed" if shard == FAILING_SHARD else "canceled" for shard in range(PARALLEL_SHARDS)]
     if statuses != wanted:
         run.trial.problems.append(f"fail-fast: the shards ended {statuses}, expected {wanted}")
+    # An attempt gone before the failure (a lapse the problems above name) had nothing to stop.
     stops = [None if at is None else at + offset - failed_at for at in gone.values()]
-    run.trial.fence_sec = None if None in stops else max(s for s in stops if s is not None)
+    alive_at_failure = [stop for stop in stops if stop is None or stop > 0]
+    run.trial.fence_sec = (
+        None if None in alive_at_failure else max([s for s in alive_at_failure if s is not None], default=0.0)
+    )
     if run.trial.fence_sec is None or run.trial.fence_sec > SIBLING_STOP_LIMIT_SEC:
         shown = "not within 30s" if run.trial.fence_sec is None else f"{run.trial.fence_sec:.1f}s"
         run.trial.problems.append(
