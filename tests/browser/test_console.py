@@ -525,6 +525,9 @@ def test_ended_shows_after_the_last_panel_refresh_however_the_answers_arrive(ope
     with console_server(operator_api) as server:
         _open(browser_page, server, f"/jobs/{job_id}")
         browser_page.wait_for_function("() => window.relevoStreamDone === true", timeout=30_000)
+        # The route's callback reaches this process while Playwright is being called, and can come
+        # after the flag (CI: none held yet): each evaluate lets the held refresh arrive.
+        wait_until(lambda: browser_page.evaluate("1") and held, 15, "the first panel refresh held")
         # When the held answer comes last
         held[0].continue_()
         connection = browser_page.locator("#connection")

@@ -174,9 +174,13 @@ def test_a_chain_across_two_macs_hands_on_an_exact_tree_at_the_jobs_commit(fleet
     logs = [base / "mac-a.log", base / "mac-b.log"]
     first = _git("rev-parse", "HEAD", cwd=work)
     job_id = api.run_project("relay-app", {"ref": "main"})["job_id"]
-    # While build runs (it waits for the go file), the branch moves on.
+    # While build runs (it waits for the go file), the branch moves on: once its checkout has
+    # recorded the job's commit. A stage is `running` from its claim, before its checkout, and on a
+    # loaded host the branch could move first (the job would then rightly build the moved commit).
     wait_until(
-        lambda: (j := api.get_job(job_id))["stages"][0]["status"] == "running" and j, 120, "build running"
+        lambda: (j := api.get_job(job_id))["stages"][0]["status"] == "running" and j.get("commit"),
+        120,
+        "build running at its first checkout's commit",
     )
     moved = _commit(work, "9.9.9")
     (signals / f"go-{job_id}").touch()
