@@ -300,8 +300,9 @@ def test_a_stage_needing_xcode_16_waits_as_no_matching_agent_until_a_mac_with_it
     recheck_sec = 2
     with ExitStack() as running:
         _agent(running, tmp_path, stack_file, "caps", "caps-linux", requirement_recheck_sec=recheck_sec)
-        wait_until(lambda: _presence(info, "caps", "caps-linux"), 60, "caps-linux online")
-        linux = _presence(info, "caps", "caps-linux")
+        # The record read is the one the wait saw: online means written within 3 presence intervals
+        # (1.5 s here), which a second read on a loaded host may already be past.
+        linux = wait_until(lambda: _presence(info, "caps", "caps-linux"), 60, "caps-linux online")
         assert (
             linux.capabilities is not None
             and linux.capabilities.xcode is None
@@ -321,7 +322,7 @@ def test_a_stage_needing_xcode_16_waits_as_no_matching_agent_until_a_mac_with_it
         _agent(running, tmp_path, stack_file, "caps", "caps-mac", env=_mac_commands(tmp_path / "mac-bin"))
         done = _ended(api, job_id)
         waited_sec = time.monotonic() - waited_from
-        mac = _presence(info, "caps", "caps-mac")
+        mac = wait_until(lambda: _presence(info, "caps", "caps-mac"), 30, "caps-mac online")
         assert mac is not None and (mac.capabilities.xcode, mac.capabilities.macos) == ("16.2", "15.2"), mac
     assert done["status"] == "succeeded" and done["stages"][0]["agent_id"] == "caps-mac", done
     assert done["stages"][0]["attempt"] == 1 and done["stages"][0]["retry_count"] == 0
