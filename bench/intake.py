@@ -169,7 +169,7 @@ def _measure_calls(stack: Any, warm_runs: int) -> tuple[list[Row], bool]:
     def project_cache_expired() -> bool:
         # Read-only peek at the intake's project cache, to tell "warm" from "project re-read".
         read_at = project_cache.read_at(settings.table_name, project_id)
-        return read_at is None or time.monotonic() - read_at >= settings.project_cache_sec
+        return read_at is None or project_cache.clock() - read_at >= settings.project_cache_sec
 
     def deliver(
         row: Row,

@@ -35,6 +35,8 @@ import pytest
 
 from bench import harness
 from relevo_cli.api import RelevoApi
+from relevo_core.intake.busy_projects import busy_projects
+from relevo_core.intake.project_cache import project_cache
 from relevo_core.intake.webhooks.github import sign
 from relevo_core.intake.webhooks.refusals import refusal_minutes
 from tests.helpers.payloads import push_body
@@ -106,7 +108,19 @@ def minute(monkeypatch: pytest.MonkeyPatch) -> datetime:
 
 
 @pytest.fixture()
-def new_container(local_stack, project_id, monkeypatch, minute) -> Iterator[Callable[..., Container]]:
+def held_monotonic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container's memories (the project cache, the projects found busy) on a clock that does
+    not move: each test's deliveries are warm however long a loaded host takes between them (CI's
+    took over PROJECT_CACHE_SEC once, and a refusal re-read the project). What a lapsed memory costs
+    is tested with it set to 0."""
+    monkeypatch.setattr(project_cache, "clock", lambda: 1000.0)
+    monkeypatch.setattr(busy_projects, "clock", lambda: 1000.0)
+
+
+@pytest.fixture()
+def new_container(
+    local_stack, project_id, monkeypatch, minute, held_monotonic
+) -> Iterator[Callable[..., Container]]:
     """A new webhook container for a newly registered project, in the function's deployed
     environment (plus `environment`); conftest's autouse fixture puts os.environ back after."""
     loaded: list[Container] = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from relevo_core.store.projects import get_project_document
@@ -44,12 +45,13 @@ class ProjectCache:
     its plan is frozen in the envelope.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock  # monotonic; a test holds it to keep a container warm on a slow host
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str], tuple[float, CachedProject]] = {}
 
     def get(self, table: str, project_id: str, max_age: float) -> CachedProject:
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             cached = self._entries.get((table, project_id))
         if cached and now - cached[0] < max_age:
@@ -60,7 +62,7 @@ class ProjectCache:
         return project
 
     def read_at(self, table: str, project_id: str) -> float | None:
-        """When (time.monotonic) this container last read the project; None if it never has.
+        """When (on `clock`) this container last read the project; None if it never has.
         Reads nothing: a project it returns a time for existed then."""
         with self._lock:
             cached = self._entries.get((table, project_id))
