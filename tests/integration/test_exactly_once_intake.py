@@ -31,6 +31,7 @@ from tests.helpers.stack import (
     receive_stage,
     register_project,
     table_items,
+    wait_until,
 )
 from tests.helpers.state_machine import OUTSIDE_HOLDER, hold_outside, release_outside
 
@@ -145,26 +146,22 @@ def test_a_job_whose_project_is_free_runs_whatever_the_queue(local_stack, intake
 
 
 def _running(stack, job_id: str) -> dict:
-    import time
-
-    for _ in range(100):
-        record = job_record(stack, job_id)
-        if record["status"] == "running":
-            return record
-        time.sleep(0.1)
-    return record
+    """The job's record once it runs (its execution took the lock), or as it stands after 10 s."""
+    try:
+        return wait_until(
+            lambda: (r := job_record(stack, job_id))["status"] == "running" and r, 10, "running"
+        )
+    except TimeoutError:
+        return job_record(stack, job_id)
 
 
 def _in_line(stack, job_id: str) -> None:
-    import time
-
-    for _ in range(300):
-        if "waiting_for" in job_record(stack, job_id):
-            return
-        time.sleep(0.1)
-    raise AssertionError(
-        f"{job_id} not in line for its project's lock within 30 s: {job_record(stack, job_id)}"
-    )
+    try:
+        wait_until(lambda: "waiting_for" in job_record(stack, job_id), 30, "in line")
+    except TimeoutError:
+        raise AssertionError(
+            f"{job_id} not in line for its project's lock within 30 s: {job_record(stack, job_id)}"
+        ) from None
 
 
 def test_a_project_found_busy_queues_its_next_job_in_one_transaction_which_runs_once_the_lock_frees(
